@@ -1,0 +1,1 @@
+"""klog/store: Kafka-format segments, partition logs, replicas and recovery (no LMDB, no CLI)."""

@@ -1,0 +1,141 @@
+"""Topic configs: Kafka's names and defaults, one table with a validator and a reason each.
+
+Values are kept as strings in metadata (as Kafka does) and parsed here into a LogConfig.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from klog.errors import InvalidConfigError
+
+LONG_MAX = 2**63 - 1
+CODECS = ("producer", "none", "gzip", "snappy", "lz4", "zstd")
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    default: str
+    parse: Callable[[str], object]
+    doc: str
+
+
+def _long(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}")
+        return value
+    return parse
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return value
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def _policy(text: str) -> str:
+    parts = sorted(p.strip() for p in text.split(","))
+    if not parts or any(p not in ("delete", "compact") for p in parts) or len(set(parts)) != len(parts):
+        raise ValueError("must be delete, compact or compact,delete")
+    return ",".join(parts)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return text.lower() == "true"
+
+
+CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
+    ConfigKey("retention.ms", "604800000", _long(-1), "keep segments this long (-1: forever)"),
+    ConfigKey("retention.bytes", "-1", _long(-1), "keep at most this many bytes per partition (-1: no limit)"),
+    ConfigKey("segment.bytes", "1073741824", _long(14), "roll a segment at this size"),
+    ConfigKey("segment.ms", "604800000", _long(1), "roll a segment after this time span"),
+    ConfigKey("segment.index.bytes", "10485760", _long(4), "index size limit per segment"),
+    ConfigKey("index.interval.bytes", "4096", _long(0), "bytes between offset-index entries"),
+    ConfigKey("cleanup.policy", "delete", _policy, "delete, compact, or compact,delete"),
+    ConfigKey("min.insync.replicas", "1", _long(1), "in-sync replicas an acks=all write needs"),
+    ConfigKey("max.message.bytes", "1048588", _long(0), "largest record batch accepted"),
+    ConfigKey("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
+              "CreateTime keeps the producer's time; LogAppendTime stamps the append time"),
+    ConfigKey("compression.type", "producer", _choice(*CODECS), "codec for stored batches"),
+    # klog writes with fsync after every append by default (Kafka's default is never; a broker
+    # has replicas on other machines, klog's replicas may share a power supply).
+    ConfigKey("flush.messages", "1", _long(1), "fsync after this many appended batches"),
+    ConfigKey("flush.ms", str(LONG_MAX), _long(0), "fsync when this long passed since the last fsync"),
+    ConfigKey("delete.retention.ms", "86400000", _long(0), "how long tombstones survive compaction"),
+    ConfigKey("min.cleanable.dirty.ratio", "0.5", _ratio, "dirty share that makes a log cleanable"),
+    ConfigKey("min.compaction.lag.ms", "0", _long(0), "records younger than this are not compacted"),
+    ConfigKey("max.compaction.lag.ms", str(LONG_MAX), _long(1), "force compaction after this long"),
+    ConfigKey("unclean.leader.election.enable", "false", _bool,
+              "let an out-of-sync replica become leader (may lose records)"),
+    ConfigKey("file.delete.delay.ms", "60000", _long(0), "how long .deleted files linger"),
+)}
+
+
+def validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    """Check names and values; returns the normalised string values."""
+    out: dict[str, str] = {}
+    for name, text in configs.items():
+        key = CONFIG_KEYS.get(name)
+        if key is None:
+            raise InvalidConfigError(f"unknown topic config '{name}'")
+        try:
+            value = key.parse(str(text))
+        except ValueError as e:
+            raise InvalidConfigError(f"invalid value '{text}' for {name}: {e}") from None
+        out[name] = str(value).lower() if isinstance(value, bool) else (
+            value if isinstance(value, str) else str(text).strip())
+    return out
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Parsed configs the storage layer acts on (the rest are read where they are used)."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1048588
+    flush_messages: int = 1
+    flush_ms: int = LONG_MAX
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    timestamp_type: str = "CreateTime"
+    compression_type: str = "producer"
+    cleanup_policy: str = "delete"
+    min_insync_replicas: int = 1
+
+    @classmethod
+    def from_configs(cls, configs: Mapping[str, str]) -> LogConfig:
+        def get(name: str) -> object:
+            key = CONFIG_KEYS[name]
+            return key.parse(configs.get(name, key.default))
+
+        return cls(
+            segment_bytes=get("segment.bytes"),  # type: ignore[arg-type]
+            segment_ms=get("segment.ms"),  # type: ignore[arg-type]
+            index_interval_bytes=get("index.interval.bytes"),  # type: ignore[arg-type]
+            max_message_bytes=get("max.message.bytes"),  # type: ignore[arg-type]
+            flush_messages=get("flush.messages"),  # type: ignore[arg-type]
+            flush_ms=get("flush.ms"),  # type: ignore[arg-type]
+            retention_ms=get("retention.ms"),  # type: ignore[arg-type]
+            retention_bytes=get("retention.bytes"),  # type: ignore[arg-type]
+            timestamp_type=get("message.timestamp.type"),  # type: ignore[arg-type]
+            compression_type=get("compression.type"),  # type: ignore[arg-type]
+            cleanup_policy=get("cleanup.policy"),  # type: ignore[arg-type]
+            min_insync_replicas=get("min.insync.replicas"),  # type: ignore[arg-type]
+        )

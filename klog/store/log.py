@@ -1,0 +1,374 @@
+"""PartitionLog: one replica of one partition, a folder of segments (Kafka's LocalLog).
+
+Writing (open_for_write, append, flush, truncate_to) happens under the partition's file lock,
+held by the caller (partition.py). Reading works from any process at any time, up to an
+offset bound the caller takes from the partition state.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from dataclasses import dataclass, field
+
+from klog.errors import CorruptLogError
+from klog.store import codec
+from klog.store.codec import BatchHeader, read_header
+from klog.store.config import LogConfig
+from klog.store.format import LOG_SUFFIX, RECORD_BATCH_OVERHEAD, parse_segment_base
+from klog.store.segment import LogSegment, RecoveryResult, SegmentFds
+from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
+
+READ_BYTES_DEFAULT = 1 << 20
+
+
+def fsync_dir(path: str) -> None:
+    """Make a new or removed directory entry durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class FetchedBatch:
+    """One CRC-checked batch read from a replica."""
+
+    header: BatchHeader
+    data: bytes  # the whole batch, header included
+    segment_base: int
+    position: int
+
+    def records(self) -> list[codec.RecordOut]:
+        return codec.decode_batch_records(self.data, 0, self.header)
+
+
+@dataclass
+class RecoveryReport:
+    """What opening a replica for writing repaired, for `klog verify` and tests."""
+
+    segments_recovered: list[int] = field(default_factory=list)
+    bytes_truncated: int = 0
+    segments_deleted: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.bytes_truncated or self.segments_deleted)
+
+
+class PartitionLog:
+    def __init__(self, directory: str, config: LogConfig | None = None) -> None:
+        self.directory = directory
+        self.config = config or LogConfig()
+        self.segments: dict[int, LogSegment] = {}
+        self.bases: list[int] = []
+        self.state = ReplicaState(os.path.join(directory, ReplicaState.FILE_NAME))
+        self._fds: SegmentFds | None = None
+        self._fds_base = -1
+        self._unflushed_batches = 0
+        self._last_flush_ms = time.monotonic() * 1000
+        self._dir_dirty = False
+        self.recovery_point = 0
+        self.refresh_segments()
+
+    # -- segment list --------------------------------------------------------------------------
+    def refresh_segments(self) -> None:
+        """Re-list the folder: other processes roll, delete and truncate segments."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            names = []
+        bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
+        for base in list(self.segments):
+            if base not in bases:
+                self.segments.pop(base).close()
+        for base in bases:
+            if base not in self.segments:
+                self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        self.bases = bases
+
+    def segment_for(self, offset: int) -> LogSegment | None:
+        i = bisect.bisect_right(self.bases, offset) - 1
+        return self.segments[self.bases[i]] if i >= 0 else None
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[self.bases[-1]]
+
+    def size_bytes(self) -> int:
+        return sum(s.file_size() for s in self.segments.values())
+
+    # -- writing (lock held) -------------------------------------------------------------------
+    def open_for_write(self) -> RecoveryReport:
+        """Adopt the state the last writer left, recovering the tail if it did not finish."""
+        os.makedirs(self.directory, exist_ok=True)
+        self.refresh_segments()
+        report = RecoveryReport()
+        if not self.bases:
+            self._new_segment(0)
+            self._open_fds()
+            self._save_state()
+            return report
+        snap = self.state.read()
+        active = self.active
+        if (snap is not None and snap.boot_id == current_boot_id() and snap.active_base == active.base_offset
+                and snap.valid_size == active.file_size()):
+            active.load_tail_state(snap.valid_size, snap.max_timestamp, snap.offset_of_max_timestamp,
+                                   snap.log_end_offset)
+            self.recovery_point = snap.recovery_point
+        else:
+            self._recover(snap, report)
+        self._open_fds()
+        return report
+
+    def _recover(self, snap: ReplicaSnapshot | None, report: RecoveryReport) -> None:
+        """Kafka's unclean-shutdown pass: recover every segment from the recovery point on."""
+        recovery_point = snap.recovery_point if snap is not None and snap.boot_id == current_boot_id() else 0
+        if snap is not None and snap.boot_id != current_boot_id():
+            recovery_point = snap.recovery_point
+        start = self.segment_for(recovery_point) or self.segments[self.bases[0]]
+        previous_next: int | None = None
+        for base in [b for b in self.bases if b >= start.base_offset]:
+            segment = self.segments[base]
+            if previous_next is not None and base < previous_next:
+                self._delete_from(base, report, f"segment {base} overlaps the one before")
+                break
+            result: RecoveryResult = segment.recover()
+            report.segments_recovered.append(base)
+            if result.truncated_bytes:
+                report.bytes_truncated += result.truncated_bytes
+                report.reasons.append(f"{segment.log_path}: {result.reason}; cut {result.truncated_bytes} bytes")
+                later = [b for b in self.bases if b > base]
+                if later:
+                    self._delete_from(later[0], report, "after a truncated segment")
+                break
+            if result.next_offset is not None:
+                previous_next = result.next_offset
+        self.refresh_segments()
+        active = self.active
+        if active.next_offset is None:
+            active.next_offset = active.base_offset  # an empty last segment: the log ends at its base
+        self.recovery_point = min(recovery_point, active.next_offset)
+        self._save_state(sync=True)
+
+    def _delete_from(self, base: int, report: RecoveryReport, why: str) -> None:
+        for b in [b for b in self.bases if b >= base]:
+            self.segments[b].delete_files()
+            report.segments_deleted.append(b)
+        report.reasons.append(f"deleted segments from {base}: {why}")
+        fsync_dir(self.directory)
+        self.refresh_segments()
+        if not self.bases:
+            self._new_segment(base)
+
+    def _open_fds(self) -> None:
+        if (self._fds is not None and self._fds_base == self.active.base_offset
+                and os.fstat(self._fds.log).st_ino == os.stat(self.active.log_path).st_ino):
+            return  # same file as last time (not replaced by a truncation or compaction)
+        if self._fds is not None:
+            self._fds.close()
+        self._fds = self.active.open_fds()
+        self._fds_base = self.active.base_offset
+
+    def _new_segment(self, base: int) -> LogSegment:
+        segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        segment.create_files()
+        segment.next_offset = base
+        self.segments[base] = segment
+        self.bases = sorted(self.segments)
+        self._dir_dirty = True
+        return segment
+
+    @property
+    def log_end_offset(self) -> int:
+        """Next offset to assign (writer view, lock held)."""
+        end = self.active.next_offset
+        assert end is not None
+        return end
+
+    def should_roll(self, header: BatchHeader) -> bool:
+        active = self.active
+        if active.size == 0:
+            return False
+        if active.size > self.config.segment_bytes - header.size:
+            return True
+        if not active.can_hold(header.last_offset):
+            return True
+        first_ts = self._first_batch_max_timestamp(active)
+        return first_ts >= 0 and header.max_timestamp - first_ts > self.config.segment_ms
+
+    def _first_batch_max_timestamp(self, segment: LogSegment) -> int:
+        head = segment.read_bytes(0, RECORD_BATCH_OVERHEAD)
+        return read_header(head).max_timestamp if len(head) == RECORD_BATCH_OVERHEAD else -1
+
+    def roll(self, base: int) -> LogSegment:
+        old = self.active
+        old.seal()
+        if self._fds is not None:
+            self._fds.fsync()  # the old segment is complete: make it durable before moving on
+        segment = self._new_segment(base)
+        self._open_fds()
+        return segment
+
+    def append(self, batch: bytes, header: BatchHeader) -> int:
+        """Append an already-stamped batch at the log end; returns its position."""
+        assert self._fds is not None, "open_for_write first"
+        assert header.base_offset == self.log_end_offset, (header.base_offset, self.log_end_offset)
+        if self.should_roll(header):
+            self.roll(header.base_offset)
+        position = self.active.append(self._fds, batch, header)
+        self._unflushed_batches += 1
+        self._save_state()
+        return position
+
+    def maybe_flush(self) -> bool:
+        """fsync per flush.messages / flush.ms; returns True if it did."""
+        now_ms = time.monotonic() * 1000
+        if (self._unflushed_batches >= self.config.flush_messages
+                or now_ms - self._last_flush_ms >= self.config.flush_ms):
+            self.flush()
+            return True
+        return False
+
+    def flush(self) -> None:
+        if self._fds is None:
+            return
+        self._fds.fsync()
+        if self._dir_dirty:
+            fsync_dir(self.directory)
+            self._dir_dirty = False
+        self._unflushed_batches = 0
+        self._last_flush_ms = time.monotonic() * 1000
+        self.recovery_point = self.log_end_offset
+        self._save_state()
+
+    def _save_state(self, sync: bool = False) -> None:
+        active = self.active
+        self.state.write(ReplicaSnapshot(
+            current_boot_id(), active.base_offset, active.size, active.next_offset or active.base_offset,
+            self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
+
+    def close(self) -> None:
+        if self._fds is not None:
+            self._fds.close()
+            self._fds = None
+        for segment in self.segments.values():
+            segment.close()
+        self.state.close()
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch whose last offset ≥ offset (Kafka truncates whole batches)."""
+        for base in [b for b in self.bases if b > offset and b != self.bases[0]]:
+            self.segments[base].delete_files()
+        self.refresh_segments()
+        segment = self.segment_for(offset) or self.segments[self.bases[0]]
+        found = segment.position_for_offset(offset, segment.file_size())
+        if found is not None:
+            segment.truncate_to_position(found[0], None)
+        fsync_dir(self.directory)
+        self._fds_base = -1
+        self.refresh_segments()
+        self.active.recover()
+        if self.active.next_offset is None:
+            self.active.next_offset = self.active.base_offset
+        self._open_fds()
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._save_state(sync=True)
+
+    # -- reading (any process) -----------------------------------------------------------------
+    def read(self, offset: int, upper: int, max_bytes: int = READ_BYTES_DEFAULT) -> list[FetchedBatch]:
+        """CRC-checked batches holding offsets in [offset, upper), at least one if any exist."""
+        if offset >= upper:
+            return []
+        segment = self.segment_for(offset)
+        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
+            self.refresh_segments()
+            segment = self.segment_for(offset)
+        if segment is None:
+            if not self.bases:
+                return []
+            segment = self.segments[self.bases[0]]
+        out: list[FetchedBatch] = []
+        budget = max_bytes
+        while segment is not None and budget > 0:
+            got = self._read_segment(segment, offset, upper, budget)
+            out.extend(got)
+            if got:
+                offset = got[-1].header.next_offset
+                budget -= sum(len(b.data) for b in got)
+            if offset >= upper:
+                break
+            nxt = bisect.bisect_right(self.bases, segment.base_offset)
+            if nxt >= len(self.bases):
+                self.refresh_segments()
+                nxt = bisect.bisect_right(self.bases, segment.base_offset)
+                if nxt >= len(self.bases):
+                    break
+            if got and budget <= 0:
+                break
+            segment = self.segments[self.bases[nxt]]
+        return out
+
+    def _read_segment(self, segment: LogSegment, offset: int, upper: int, budget: int) -> list[FetchedBatch]:
+        try:
+            end = segment.file_size()
+        except FileNotFoundError:
+            return []
+        found = segment.position_for_offset(offset, end)
+        if found is None:
+            return []
+        position = found[0]
+        out: list[FetchedBatch] = []
+        while position < end and budget > 0:
+            want = max(min(budget, end - position), RECORD_BATCH_OVERHEAD)
+            chunk = segment.read_bytes(position, want)
+            at = 0
+            while at + RECORD_BATCH_OVERHEAD <= len(chunk):
+                header = read_header(chunk, at)
+                if header.base_offset >= upper:
+                    return out
+                if header.size < RECORD_BATCH_OVERHEAD:
+                    raise CorruptLogError("invalid batch size", segment.log_path, position + at, header.base_offset)
+                if at + header.size > len(chunk):
+                    if at == 0:  # one batch larger than the budget: read it whole
+                        chunk = segment.read_bytes(position, header.size)
+                        if len(chunk) < header.size:
+                            raise CorruptLogError("batch cut short below the high watermark",
+                                                  segment.log_path, position, header.base_offset)
+                        continue
+                    break
+                if not codec.crc_ok(chunk, at, header):
+                    raise CorruptLogError("CRC mismatch", segment.log_path, position + at, header.base_offset)
+                data = chunk[at:at + header.size] if (at or len(chunk) != header.size) else chunk
+                out.append(FetchedBatch(header, data, segment.base_offset, position + at))
+                budget -= header.size
+                at += header.size
+                if budget <= 0:
+                    return out
+            if at == 0:
+                break
+            position += at
+        return out
+
+    def offset_for_timestamp(self, timestamp: int, upper: int) -> int | None:
+        """First offset < upper whose timestamp ≥ timestamp (Kafka's ListOffsets by time)."""
+        self.refresh_segments()
+        for base in self.bases:
+            segment = self.segments[base]
+            end = segment.file_size()
+            segment.time_index.refresh()
+            last = segment.time_index.last_entry()
+            if last is not None and last[0] < timestamp and base != self.bases[-1]:
+                continue  # the sealed segment's final entry holds its max timestamp
+            found = segment.offset_for_timestamp(timestamp, end)
+            if found is not None:
+                return found if found < upper else None
+        return None
+
+    def first_offset(self) -> int:
+        """Base offset of the first segment (the log start unless delete-records moved it)."""
+        self.refresh_segments()
+        return self.bases[0] if self.bases else 0

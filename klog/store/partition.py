@@ -1,0 +1,127 @@
+"""Partition: the replicas of one partition, its writer lock and its shared state.
+
+The writing process stamps the batch's offset once, appends the same bytes to the leader and
+then to every in-sync follower, flushes per the flush policy, and only then publishes the new
+high watermark. Readers read the leader below the high watermark, so they never see a batch
+that is not completely written (and replicated).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from klog.errors import StorageError
+from klog.store import codec
+from klog.store.config import LogConfig
+from klog.store.format import partition_dir_name
+from klog.store.locks import FileLock
+from klog.store.log import FetchedBatch, PartitionLog, RecoveryReport
+from klog.store.state import PartitionSnapshot, PartitionState
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int | None
+
+
+class Partition:
+    def __init__(self, topic: str, partition: int, replica_dirs: list[str], state_dir: str, lock_dir: str,
+                 config: LogConfig) -> None:
+        assert replica_dirs, "a partition needs at least one replica"
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        name = partition_dir_name(topic, partition)
+        self.replicas = [PartitionLog(os.path.join(d, name), config) for d in replica_dirs]
+        self.state = PartitionState(os.path.join(state_dir, name + ".state"))
+        self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
+        self.last_recovery: list[RecoveryReport] = []
+
+    @property
+    def leader(self) -> PartitionLog:
+        return self.replicas[0]
+
+    # -- shared state --------------------------------------------------------------------------
+    def snapshot(self) -> PartitionSnapshot:
+        return self.state.read()
+
+    def high_watermark(self) -> int:
+        return self.state.read().high_watermark
+
+    def log_start_offset(self) -> int:
+        snap = self.state.read()
+        return max(snap.log_start_offset, self.leader.first_offset())
+
+    # -- writing -------------------------------------------------------------------------------
+    def open_for_write(self) -> None:
+        """Lock held: bring every replica to a clean tail and the high watermark in line."""
+        self.last_recovery = [r.open_for_write() for r in self.replicas]
+        ends = [r.log_end_offset for r in self.replicas]
+        snap = self.state.read()
+        hw = min(ends)
+        if snap.high_watermark != hw:
+            snap.high_watermark = hw
+            self.state.write(snap)
+
+    def append_batch(self, batch: bytes) -> AppendResult:
+        """Stamp `batch` (encoded at base offset 0) with the next offsets and append it everywhere.
+
+        The caller holds self.lock and has called open_for_write() under it.
+        """
+        leader = self.leader
+        base = leader.log_end_offset
+        stamped = codec.with_base_offset(batch, base, self.snapshot().leader_epoch)
+        header = codec.read_header(stamped)
+        try:
+            for replica in self.replicas:
+                replica.append(stamped, header)
+            for replica in self.replicas:
+                replica.maybe_flush()
+        except OSError as e:
+            raise StorageError(f"cannot append to {self.topic}-{self.partition}: {e.strerror or e}") from None
+        return AppendResult(base, header.last_offset, None)
+
+    def publish(self) -> None:
+        """Lock held: make everything appended so far visible to readers."""
+        snap = self.state.read()
+        snap.high_watermark = min(r.log_end_offset for r in self.replicas)
+        self.state.write(snap)
+
+    def flush(self) -> None:
+        for replica in self.replicas:
+            replica.flush()
+
+    def truncate_to(self, offset: int) -> None:
+        with self.lock:
+            self.open_for_write()
+            for replica in self.replicas:
+                replica.truncate_to(offset)
+            self.publish()
+
+    def set_log_start_offset(self, offset: int) -> None:
+        with self.lock:
+            snap = self.state.read()
+            snap.log_start_offset = max(snap.log_start_offset, offset)
+            self.state.write(snap, sync=True)
+
+    # -- reading -------------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int = 1 << 20, upper: int | None = None) -> list[FetchedBatch]:
+        """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
+        hw = self.high_watermark()
+        bound = hw if upper is None else min(hw, upper)
+        return self.leader.read(offset, bound, max_bytes)
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        return self.leader.offset_for_timestamp(timestamp, self.high_watermark())
+
+    def size_bytes(self) -> int:
+        return self.leader.size_bytes()
+
+    def close(self) -> None:
+        for replica in self.replicas:
+            replica.close()
+        self.state.close()
+        self.lock.close()

@@ -1,0 +1,293 @@
+"""LogSegment: one `.log` file joined to its `.index` and `.timeindex` (Kafka's LogSegment).
+
+Not thread-safe; writes happen under the partition's file lock (see partition.py). Reads may
+run in any process at any time: they only look at bytes below a bound the caller got from
+the partition state, which is published after those bytes were written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from klog.errors import CorruptLogError
+from klog.store import codec
+from klog.store.codec import BatchHeader, read_header
+from klog.store.format import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    INDEX_SUFFIX,
+    LOG_OVERHEAD,
+    LOG_SUFFIX,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+    RELATIVE_OFFSET_MAX,
+    TIME_INDEX_SUFFIX,
+    segment_file_name,
+)
+from klog.store.index import OffsetIndex, TimeIndex
+
+SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
+BATCH_BYTES_MAX = 1 << 30  # a declared batch length above this is corruption, not data
+
+
+@dataclass
+class RecoveryResult:
+    """What LogSegment.recover found: valid bytes kept, bytes cut, and why."""
+
+    valid_bytes: int
+    truncated_bytes: int
+    next_offset: int | None
+    reason: str | None
+
+
+class LogSegment:
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int = 4096) -> None:
+        assert base_offset >= 0
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
+        self.offset_index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)),
+                                        base_offset)
+        self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
+                                    base_offset)
+        self._read_fd: int | None = None
+        # writer state; valid only while the partition lock is held (see load_tail_state)
+        self.size = 0
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.next_offset: int | None = None
+
+    # -- files ---------------------------------------------------------------------------------
+    def create_files(self) -> None:
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            os.close(fd)
+
+    def read_fd(self) -> int:
+        if self._read_fd is None:
+            self._read_fd = os.open(self.log_path, os.O_RDONLY)
+        return self._read_fd
+
+    def close(self) -> None:
+        if self._read_fd is not None:
+            os.close(self._read_fd)
+            self._read_fd = None
+
+    def file_size(self) -> int:
+        return os.path.getsize(self.log_path)
+
+    def delete_files(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    # -- reading -------------------------------------------------------------------------------
+    def read_bytes(self, position: int, length: int) -> bytes:
+        return os.pread(self.read_fd(), length, position)
+
+    def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each whole batch in [start, end); stops at a partial one."""
+        pos = start
+        while pos + RECORD_BATCH_OVERHEAD <= end:
+            chunk = self.read_bytes(pos, min(SCAN_CHUNK_BYTES, end - pos))
+            at = 0
+            while at + RECORD_BATCH_OVERHEAD <= len(chunk):
+                header = read_header(chunk, at)
+                if header.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or header.magic != MAGIC_V2:
+                    raise CorruptLogError("invalid batch header", self.log_path, pos + at, header.base_offset)
+                if pos + at + header.size > end:
+                    return
+                yield pos + at, header
+                at += header.size
+            if at == 0:
+                return
+            pos += at
+
+    def position_for_offset(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
+        """Start of the first batch whose last offset ≥ offset, scanning from the index hint."""
+        self.offset_index.refresh()
+        start = self.offset_index.lookup(offset)
+        if start >= end:
+            start = 0
+        for pos, header in self.iter_headers(start, end):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def offset_for_timestamp(self, timestamp: int, end: int) -> int | None:
+        """First offset whose record timestamp ≥ timestamp, or None if none here."""
+        self.time_index.refresh()
+        hint_offset = self.time_index.lookup(timestamp)
+        found = self.position_for_offset(hint_offset, end)
+        if found is None:
+            return None
+        for pos, header in self.iter_headers(found[0], end):
+            if header.max_timestamp < timestamp:
+                continue
+            data = self.read_bytes(pos, header.size)
+            for offset, ts, *_ in codec.decode_batch_records(data, 0, header):
+                if ts >= timestamp:
+                    return offset
+        return None
+
+    # -- writing (partition lock held) -------------------------------------------------------
+    def load_tail_state(self, size: int, max_timestamp: int, offset_of_max_timestamp: int,
+                        next_offset: int | None) -> None:
+        """Adopt the writer state another process (or recovery) left, without a scan."""
+        self.size = size
+        self.offset_index.refresh()
+        self.time_index.refresh()
+        last = self.offset_index.last_entry()
+        self.bytes_since_last_index_entry = size - (last[1] if last else 0)
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.next_offset = next_offset
+
+    def can_hold(self, last_offset: int) -> bool:
+        return last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
+
+    def append(self, fds: SegmentFds, batch: bytes, header: BatchHeader) -> int:
+        """Write `batch` at the end; returns its position. Index entries follow Kafka's rule."""
+        position = self.size
+        assert header.base_offset >= self.base_offset and self.can_hold(header.last_offset)
+        assert self.next_offset is None or header.base_offset >= self.next_offset, (self.next_offset, header)
+        written = os.pwrite(fds.log, batch, position)
+        if written != len(batch):
+            raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append_raw(fds.index, self.offset_index.pack(header.last_offset, position))
+            packed = self.time_index.pack_if_newer(self.max_timestamp, self.offset_of_max_timestamp)
+            if packed is not None:
+                self.time_index.append_raw(fds.time_index, packed)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += len(batch)
+        self.size = position + len(batch)
+        self.next_offset = header.next_offset
+        return position
+
+    def open_fds(self) -> SegmentFds:
+        return SegmentFds(
+            os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644),
+            os.open(self.offset_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+            os.open(self.time_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+        )
+
+    def seal(self) -> None:
+        """On roll or close: the final time-index entry (segment max timestamp, its offset)."""
+        self.time_index.refresh()
+        if self.max_timestamp < 0:
+            return
+        packed = self.time_index.pack_if_newer(self.max_timestamp, self.offset_of_max_timestamp)
+        if packed is not None:
+            fd = os.open(self.time_index.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                self.time_index.append_raw(fd, packed)
+            finally:
+                os.close(fd)
+
+    # -- recovery ------------------------------------------------------------------------------
+    def recover(self) -> RecoveryResult:
+        """Kafka's LogSegment.recover: validate every batch (size, magic, CRC, offsets), truncate
+        at the first bad or partial one, and rebuild both indexes."""
+        file_size = self.file_size()
+        valid = 0
+        reason = None
+        index_entries: list[bytes] = []
+        time_entries: list[bytes] = []
+        since_last = 0
+        max_ts, max_ts_offset, last_time_ts = -1, -1, -1
+        next_offset = None
+        fd = os.open(self.log_path, os.O_RDONLY)
+        try:
+            pos = 0
+            while True:
+                if file_size - pos <= HEADER_SIZE_UP_TO_MAGIC:
+                    if file_size > pos:
+                        reason = f"partial batch header at position {pos}"
+                    break
+                head = os.pread(fd, RECORD_BATCH_OVERHEAD, pos)
+                if len(head) < RECORD_BATCH_OVERHEAD:
+                    reason = f"partial batch header at position {pos}"
+                    break
+                header = read_header(head)
+                size = header.size
+                if header.magic != MAGIC_V2 or not RECORD_BATCH_OVERHEAD <= size <= BATCH_BYTES_MAX:
+                    reason = f"invalid batch header at position {pos}"
+                    break
+                if pos + size > file_size:
+                    reason = f"partial batch at position {pos}"
+                    break
+                data = os.pread(fd, size, pos)
+                if not codec.crc_ok(data, 0, header):
+                    reason = f"CRC mismatch in batch at position {pos} (offset {header.base_offset})"
+                    break
+                if not self.can_hold(header.last_offset) or header.base_offset < self.base_offset:
+                    reason = f"offset {header.last_offset} out of range for segment at position {pos}"
+                    break
+                if next_offset is not None and header.base_offset < next_offset:
+                    reason = f"offsets go backwards at position {pos}"
+                    break
+                if header.max_timestamp > max_ts:
+                    max_ts, max_ts_offset = header.max_timestamp, header.last_offset
+                if since_last > self.index_interval_bytes:
+                    index_entries.append(self.offset_index.entry.pack(header.last_offset - self.base_offset, pos))
+                    if max_ts > last_time_ts:
+                        time_entries.append(self.time_index.entry.pack(max_ts, max_ts_offset - self.base_offset))
+                        last_time_ts = max_ts
+                    since_last = 0
+                since_last += size
+                next_offset = header.next_offset
+                pos += size
+                valid = pos
+        finally:
+            os.close(fd)
+        if max_ts > last_time_ts:
+            time_entries.append(self.time_index.entry.pack(max_ts, max_ts_offset - self.base_offset))
+        if valid < file_size:
+            with open(self.log_path, "r+b") as f:
+                f.truncate(valid)
+                os.fsync(f.fileno())
+        self.offset_index.write_all(b"".join(index_entries))
+        # the final time entry is kept only on sealed segments; the active one re-adds it on seal
+        self.time_index.write_all(b"".join(time_entries))
+        self.size = valid
+        self.bytes_since_last_index_entry = since_last
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
+        self.next_offset = next_offset
+        return RecoveryResult(valid, file_size - valid, next_offset, reason)
+
+    def truncate_to_position(self, position: int, next_offset: int | None) -> None:
+        """Cut the log at position and drop index entries that point at or past it."""
+        with open(self.log_path, "r+b") as f:
+            f.truncate(position)
+            os.fsync(f.fileno())
+        self.recover()
+        assert self.size == position, (self.size, position)
+        assert next_offset is None or self.next_offset in (None, next_offset)
+
+
+@dataclass
+class SegmentFds:
+    """The writer's open descriptors of the active segment."""
+
+    log: int
+    index: int
+    time_index: int
+
+    def close(self) -> None:
+        for fd in (self.log, self.index, self.time_index):
+            os.close(fd)
+
+    def fsync(self) -> None:
+        os.fsync(self.log)
+        os.fsync(self.index)
+        os.fsync(self.time_index)

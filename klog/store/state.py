@@ -1,0 +1,107 @@
+"""Small fixed-size state files that processes share with pread/pwrite (no parsing, no lock).
+
+- PartitionState (`<data dir>/state/<topic>-<partition>.state`): the high watermark, the log
+  start offset and the leader epoch; readers look at it on every fetch, so it is 1 pread.
+- ReplicaState (`<partition folder>/klog-replica.state`): where the writer left the replica
+  (active segment, its valid size, log end, recovery point, max timestamp) and the boot it was
+  written in. A writer that finds the file's size unchanged adopts it without a scan; a new
+  boot id means a power cut may have lost unsynced bytes, so the tail is recovered.
+
+Each record carries a CRC; a torn or foreign file reads as "unknown", which forces recovery.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import astuple, dataclass
+
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def current_boot_id() -> bytes:
+    """16 bytes naming this boot of the machine (zeros where the OS does not say)."""
+    try:
+        with open(_BOOT_ID_PATH) as f:
+            return bytes.fromhex(f.read().strip().replace("-", ""))[:16].ljust(16, b"\0")
+    except (OSError, ValueError):
+        return b"\0" * 16
+
+
+class _StructFile:
+    layout: struct.Struct  # fields, then a crc32 of them
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def read_fields(self) -> tuple | None:
+        try:
+            data = os.pread(self._open(), self.layout.size + 4, 0)
+        except FileNotFoundError:
+            return None
+        if len(data) != self.layout.size + 4:
+            return None
+        body, crc = data[:-4], int.from_bytes(data[-4:], "big")
+        if zlib.crc32(body) != crc:
+            return None
+        return self.layout.unpack(body)
+
+    def write_fields(self, *fields: int | bytes, sync: bool = False) -> None:
+        body = self.layout.pack(*fields)
+        fd = self._open()
+        os.pwrite(fd, body + zlib.crc32(body).to_bytes(4, "big"), 0)
+        if sync:
+            os.fsync(fd)
+
+
+@dataclass
+class ReplicaSnapshot:
+    boot_id: bytes
+    active_base: int
+    valid_size: int
+    log_end_offset: int
+    recovery_point: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+
+
+class ReplicaState(_StructFile):
+    FILE_NAME = "klog-replica.state"
+    layout = struct.Struct(">16sqqqqqq")
+
+    def read(self) -> ReplicaSnapshot | None:
+        fields = self.read_fields()
+        return ReplicaSnapshot(*fields) if fields else None
+
+    def write(self, snap: ReplicaSnapshot, sync: bool = False) -> None:
+        self.write_fields(*astuple(snap), sync=sync)
+
+
+@dataclass
+class PartitionSnapshot:
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
+
+
+class PartitionState(_StructFile):
+    layout = struct.Struct(">qqq")
+
+    def read(self) -> PartitionSnapshot:
+        fields = self.read_fields()
+        return PartitionSnapshot(*fields) if fields else PartitionSnapshot(0, 0, 0)
+
+    def write(self, snap: PartitionSnapshot, sync: bool = False) -> None:
+        self.write_fields(*astuple(snap), sync=sync)
