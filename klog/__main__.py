@@ -1,0 +1,3 @@
+from klog.cli.app import main
+
+main()

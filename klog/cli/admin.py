@@ -1,0 +1,103 @@
+"""`klog offsets`, `klog dump`, `klog verify`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from klog.cli.app import DataDirOpt, JsonOpt, open_store
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def offsets(
+        topic: str,
+        time_spec: Annotated[str | None, typer.Option("--time", help="earliest | latest | a time (ISO, epoch ms, "
+                                                                      "15m): first offset at or after it.")] = None,
+        data_dir: DataDirOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Earliest, latest, or first offset at a time, per partition."""
+        from klog.client.timespec import parse_time_ms
+
+        with open_store(data_dir, create=False) as store:
+            store.topic(topic)
+            earliest = store.offsets(topic, -2)
+            latest = store.offsets(topic, -1)
+            at = None
+            if time_spec not in (None, "earliest", "latest"):
+                at = store.offsets(topic, parse_time_ms(time_spec))
+        rows = []
+        for p in sorted(earliest):
+            row = {"topic": topic, "partition": p, "earliest": earliest[p], "latest": latest[p]}
+            if at is not None:
+                row["offset"] = at[p]
+            elif time_spec in ("earliest", "latest"):
+                row["offset"] = row[time_spec]
+            rows.append(row)
+        if as_json:
+            for row in rows:
+                print(json.dumps(row))
+            return
+        from klog.cli.tables import print_table
+
+        cols = ["PARTITION", "EARLIEST", "LATEST"] + (["OFFSET"] if "offset" in rows[0] else [])
+        print_table(cols, [[r["partition"], r["earliest"], r["latest"]]
+                           + ([r["offset"] if r["offset"] is not None else "-"] if "offset" in r else [])
+                           for r in rows])
+
+    @app.command()
+    def dump(
+        path: str,
+        records: Annotated[bool, typer.Option("--records/--batches", help="Show records (deep) or batches only.")]
+        = True,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Print the batches and records of a segment file or a partition folder (like kafka-dump-log)."""
+        from klog.cli.output import bytes_to_json
+        from klog.store.inspect import dump_path
+
+        for item in dump_path(path, deep=records):
+            if as_json:
+                if item["type"] == "record":
+                    item = {**item, "key": bytes_to_json(item["key"]), "value": bytes_to_json(item["value"]),
+                            "headers": [[k, bytes_to_json(v)] for k, v in item["headers"]]}
+                print(json.dumps(item))
+            elif item["type"] == "segment":
+                print(f"Dumping {item['path']}")
+            elif item["type"] == "batch":
+                print(f"baseOffset: {item['base_offset']} lastOffset: {item['last_offset']} "
+                      f"count: {item['count']} position: {item['position']} size: {item['size']} "
+                      f"CreateTime: {item['max_timestamp']} compression: {item['compression']} "
+                      f"crc: {item['crc']} isvalid: {str(item['valid']).lower()} epoch: {item['leader_epoch']}")
+            else:
+                key = item["key"].decode("utf-8", "replace") if item["key"] is not None else "null"
+                value = item["value"].decode("utf-8", "replace") if item["value"] is not None else "null"
+                print(f"| offset: {item['offset']} timestamp: {item['timestamp']} key: {key} "
+                      f"headers: {item['headers']} payload: {value}")
+
+    @app.command()
+    def verify(
+        topic: Annotated[str | None, typer.Argument(help="Topic to check (all when omitted).")] = None,
+        repair: Annotated[bool, typer.Option("--repair", help="Rebuild indexes and truncate torn tails.")] = False,
+        data_dir: DataDirOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Check every batch's CRC and every index; --repair fixes what it can and says what it did."""
+        with open_store(data_dir, create=False) as store:
+            from klog.client.verify import verify_store
+
+            reports = verify_store(store, topic, repair=repair)
+        bad = 0
+        for r in reports:
+            if as_json:
+                print(json.dumps(r))
+            else:
+                status = "ok" if r["ok"] else ("repaired" if r["repaired"] else "DAMAGED")
+                print(f"{r['topic']}-{r['partition']} replica {r['log_dir']}: {status}"
+                      + (f" — {'; '.join(r['problems'])}" if r["problems"] else ""))
+            bad += 0 if (r["ok"] or r["repaired"]) else 1
+        if bad:
+            raise typer.Exit(1)

@@ -1,0 +1,107 @@
+"""`klog consume TOPIC...`: like cat (read to the end, exit) or tail -f (-f)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Annotated
+
+import typer
+
+from klog.cli.app import DataDirOpt, open_store
+from klog.cli.output import FORMAT_HELP, compile_format, pretty_line, record_to_json
+from klog.errors import UsageError
+
+WRITE_BUFFER_RECORDS = 4096
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(help=f"""Read records: from the start to the current end, then exit (-f: keep following).
+
+Records of several partitions are merged in timestamp order; each partition keeps its order.
+On a pipe each value is printed alone on a line; on a terminal, a readable log view.
+
+{FORMAT_HELP}""")
+    def consume(
+        topics: Annotated[list[str] | None, typer.Argument(help="Topics to read.")] = None,
+        pattern: Annotated[str | None, typer.Option("--pattern", help="Also read topics matching REGEX.")] = None,
+        follow: Annotated[bool, typer.Option("--follow", "-f", help="Wait for new records (like tail -f).")] = False,
+        offset: Annotated[str | None, typer.Option("--offset", "-o",
+                                                   help="beginning | end | N | -N (N back from the end).")] = None,
+        since: Annotated[str | None, typer.Option("--since", help="Start at a time: ISO, epoch ms, or 15m ago.")] = None,
+        until: Annotated[str | None, typer.Option("--until", help="Stop before this time.")] = None,
+        tail: Annotated[int | None, typer.Option("--tail", help="Last N records of each partition.")] = None,
+        count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after N records in all.")] = None,
+        partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
+        fmt: Annotated[str | None, typer.Option("--format", "-F", help="kcat-style format string (see above).")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="JSON lines: the envelope produce --input json reads.")]
+        = False,
+        grep: Annotated[str | None, typer.Option("--grep", "-g", help="Only records whose value matches REGEX.")]
+        = None,
+        data_dir: DataDirOpt = None,
+    ) -> None:
+        from klog.client.consumer import StartSpec
+        from klog.client.timespec import parse_time_ms
+
+        chosen = [x for x in (offset, since, tail) if x is not None]
+        if len(chosen) > 1:
+            raise UsageError("use only one of --offset, --since and --tail")
+        if since is not None:
+            start = StartSpec("timestamp", parse_time_ms(since))
+        elif tail is not None:
+            if tail < 0:
+                raise UsageError("--tail needs a count of 0 or more")
+            start = StartSpec("tail", tail)
+        else:
+            start = StartSpec.parse(offset or "beginning")
+        until_ms = parse_time_ms(until) if until else None
+        if count is not None and count < 0:
+            raise UsageError("--count needs a count of 0 or more")
+        record_filter = None
+        if grep:
+            try:
+                rx = re.compile(grep.encode())
+            except re.error as e:
+                raise UsageError(f"invalid --grep '{grep}': {e}") from None
+            record_filter = lambda r: r.value is not None and rx.search(r.value) is not None  # noqa: E731
+        if fmt is not None and as_json:
+            raise UsageError("use --format or --json, not both")
+        render = compile_format(fmt) if fmt is not None else None
+        with open_store(data_dir, create=False) as store:
+            names = store.resolve_topics(topics or [], pattern)
+            consumer = store.consumer(*names, partitions=partition, start=start, until_ms=until_ms, follow=follow,
+                                      count=count, record_filter=record_filter)
+            if count == 0:
+                return
+            _write(consumer, render, as_json, len(names) > 1)
+
+
+def _write(consumer, render, as_json: bool, show_topic: bool) -> None:
+    """Stream records out; flush whenever the consumer would wait so -f output is immediate."""
+    if render is None and not as_json and sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console(highlight=False, soft_wrap=True)
+        for r in consumer:
+            console.print(pretty_line(r, show_topic))
+        return
+    out = sys.stdout.buffer
+    if as_json:
+        def line(r) -> bytes:
+            return record_to_json(r).encode() + b"\n"
+    elif render is not None:
+        line = render
+    else:
+        def line(r) -> bytes:
+            return (r.value or b"") + b"\n"
+    buf: list[bytes] = []
+    follow = consumer.follow
+    for r in consumer:
+        buf.append(line(r))
+        if follow or len(buf) >= WRITE_BUFFER_RECORDS:
+            out.write(b"".join(buf))
+            buf.clear()
+            if follow:
+                out.flush()
+    out.write(b"".join(buf))
+    out.flush()

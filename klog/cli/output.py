@@ -1,0 +1,134 @@
+"""Rendering records and tables: raw values on a pipe, a readable log on a terminal,
+kcat-style --format strings, and the lossless JSON-lines envelope (both directions)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from klog.client.records import Record
+from klog.errors import UsageError
+
+FORMAT_HELP = """Format tokens (kcat style): %t topic, %p partition, %o offset, %k key, %s value,
+%K key size, %S value size, %h headers (k=v,k=v), %T timestamp (epoch ms), %I timestamp (ISO 8601 UTC),
+%y timestamp type, \\n newline, \\t tab, %% percent."""
+
+
+# -- the JSON envelope -------------------------------------------------------------------------
+def bytes_to_json(data: bytes | None) -> Any:
+    """UTF-8 text stays a string; anything else becomes {"base64": "..."}; None stays null."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def json_to_bytes(value: Any, what: str) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8", errors="surrogateescape")
+    if isinstance(value, dict) and set(value) == {"base64"}:
+        try:
+            return base64.b64decode(value["base64"], validate=True)
+        except (ValueError, TypeError):
+            raise ValueError(f"{what} has invalid base64") from None
+    # any other JSON value is stored as its compact JSON text
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def record_to_json(r: Record) -> str:
+    return json.dumps({
+        "topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+        "timestamp_type": r.timestamp_type_name, "key": bytes_to_json(r.key), "value": bytes_to_json(r.value),
+        "headers": [[k, bytes_to_json(v)] for k, v in r.headers],
+    }, ensure_ascii=False)
+
+
+def iso(ts_ms: int) -> str:
+    return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+# -- --format ----------------------------------------------------------------------------------
+_TOKEN = re.compile(r"%[tpokKsShTIy%]|\\[nt\\]")
+
+
+def compile_format(fmt: str) -> Callable[[Record], bytes]:
+    """Turn a kcat-style format into a function Record -> bytes (parsed once, not per record)."""
+    parts: list[Callable[[Record], bytes] | bytes] = []
+    pos = 0
+    for m in _TOKEN.finditer(fmt):
+        if m.start() > pos:
+            parts.append(fmt[pos:m.start()].encode())
+        parts.append(_token_fn(m.group()))
+        pos = m.end()
+    if "%" in _TOKEN.sub("", fmt):
+        bad = re.search(r"%.?", _TOKEN.sub("", fmt))
+        raise UsageError(f"unknown --format token '{bad.group() if bad else '%'}'")
+    if pos < len(fmt):
+        parts.append(fmt[pos:].encode())
+
+    def render(r: Record) -> bytes:
+        return b"".join(p if isinstance(p, bytes) else p(r) for p in parts)
+
+    return render
+
+
+def _token_fn(token: str) -> Callable[[Record], bytes] | bytes:
+    literal = {"\\n": b"\n", "\\t": b"\t", "\\\\": b"\\", "%%": b"%"}
+    if token in literal:
+        return literal[token]
+    return {
+        "%t": lambda r: r.topic.encode(),
+        "%p": lambda r: str(r.partition).encode(),
+        "%o": lambda r: str(r.offset).encode(),
+        "%k": lambda r: r.key or b"",
+        "%K": lambda r: str(-1 if r.key is None else len(r.key)).encode(),
+        "%s": lambda r: r.value or b"",
+        "%S": lambda r: str(-1 if r.value is None else len(r.value)).encode(),
+        "%h": lambda r: b",".join(k.encode() + b"=" + (v or b"") for k, v in r.headers),
+        "%T": lambda r: str(r.timestamp).encode(),
+        "%I": lambda r: iso(r.timestamp).encode(),
+        "%y": lambda r: r.timestamp_type_name.encode(),
+    }[token]
+
+
+# -- terminal log view -------------------------------------------------------------------------
+def pretty_line(r: Record, show_topic: bool) -> Any:
+    """A rich Text line: time, topic/partition@offset, key, value (JSON highlighted)."""
+    from rich.text import Text
+
+    line = Text()
+    line.append(iso(r.timestamp), style="dim")
+    line.append("  ")
+    where = f"{r.topic}/{r.partition}@{r.offset}" if show_topic else f"{r.partition}@{r.offset}"
+    line.append(where, style="cyan")
+    if r.key is not None:
+        line.append("  ")
+        line.append(r.key.decode("utf-8", errors="replace"), style="bold yellow")
+    line.append("  ")
+    if r.value is None:
+        line.append("(tombstone)", style="italic red")
+    else:
+        text = r.value.decode("utf-8", errors="replace")
+        if text[:1] in "{[":
+            try:
+                json.loads(text)
+                from rich.highlighter import JSONHighlighter
+
+                line.append_text(JSONHighlighter()(Text(text)))
+            except ValueError:
+                line.append(text)
+        else:
+            line.append(text)
+    if r.headers:
+        line.append("  ")
+        line.append(" ".join(f"{k}={(v or b'').decode('utf-8', 'replace')}" for k, v in r.headers), style="magenta")
+    return line

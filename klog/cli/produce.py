@@ -1,0 +1,178 @@
+"""`klog produce TOPIC [FILE...]`: lines, JSON envelopes or raw input into a topic."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from klog.cli.app import DataDirOpt, open_store
+from klog.cli.output import json_to_bytes
+from klog.errors import KlogError, RecordTooLargeError, UsageError
+
+READ_CHUNK_BYTES = 1 << 20
+
+
+def parse_headers(pairs: list[str] | None) -> list[tuple[str, bytes]]:
+    out = []
+    for pair in pairs or []:
+        k, eq, v = pair.partition("=")
+        if not eq or not k:
+            raise UsageError(f"invalid --header '{pair}': use key=value")
+        out.append((k, v.encode()))
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def produce(
+        topic: str,
+        files: Annotated[list[str] | None, typer.Argument(help="Input files (stdin when none).")] = None,
+        key_separator: Annotated[str | None, typer.Option("--key-separator", "-K",
+                                                          help="Split each line into key SEP value.")] = None,
+        header: Annotated[list[str] | None, typer.Option("--header", "-H",
+                                                         help="Header k=v for every record (repeatable).")] = None,
+        input_format: Annotated[str, typer.Option("--input", help="lines | json | raw")] = "lines",
+        partition: Annotated[int | None, typer.Option("--partition", "-p", help="Write to this partition.")] = None,
+        acks: Annotated[str, typer.Option("--acks", help="0, 1 or all.")] = "all",
+        compression: Annotated[str, typer.Option("--compression", "-z",
+                                                 help="none, gzip, snappy, lz4 or zstd.")] = "none",
+        linger_ms: Annotated[int, typer.Option("--linger-ms", help="Hold a partial batch up to this long.")] = 0,
+        batch_size: Annotated[int, typer.Option("--batch-size", help="Bytes per batch.")] = 1_000_000,
+        print_offsets: Annotated[bool, typer.Option("--print-offsets",
+                                                    help="Print partition and offset of each record.")] = False,
+        data_dir: DataDirOpt = None,
+    ) -> None:
+        """Write records: one per input line by default (Kafka's default partitioner for keys).
+
+        --input json reads the envelope `klog consume --json` writes (key, value, headers,
+        timestamp, partition), so `klog consume a --json | klog produce b --input json` copies
+        a topic losslessly. --input raw makes the whole input one record. A missing topic is
+        created with the store's defaults (auto.create.topics.enable) and a note on stderr.
+        """
+        if input_format not in ("lines", "json", "raw"):
+            raise UsageError(f"invalid --input '{input_format}': use lines, json or raw")
+        headers = parse_headers(header)
+        sep = key_separator.encode() if key_separator else None
+        if sep is not None and input_format != "lines":
+            raise UsageError("--key-separator works with --input lines only")
+
+        def on_ack(t: str, p: int, base: int, n: int) -> None:
+            if print_offsets:
+                sys.stdout.write("".join(f"{t}\t{p}\t{base + i}\n" for i in range(n)))
+
+        def on_create(t: str) -> None:
+            print(f"klog: created topic '{t}' with the store's defaults", file=sys.stderr)
+
+        with open_store(data_dir) as store:
+            producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
+                                      batch_size=batch_size, on_ack=on_ack, on_create=on_create)
+            sources = files or ["-"]
+            line_no = 0
+            try:
+                for src in sources:
+                    line_no = _produce_source(producer, topic, src, input_format, sep, headers, partition, line_no)
+                producer.flush()
+            except KeyboardInterrupt:
+                producer.flush()  # whole records read so far are written; a partial line is not
+                raise
+            finally:
+                sys.stdout.flush()
+
+
+def _open_source(src: str) -> int:
+    if src == "-":
+        return sys.stdin.fileno()
+    try:
+        return os.open(src, os.O_RDONLY)
+    except OSError as e:
+        raise KlogError(f"cannot read {src}: {e.strerror}") from None
+
+
+def _produce_source(producer, topic: str, src: str, input_format: str, sep: bytes | None,
+                    headers: list[tuple[str, bytes]], partition: int | None, line_no: int) -> int:
+    fd = _open_source(src)
+    try:
+        if input_format == "raw":
+            chunks = []
+            while chunk := os.read(fd, READ_CHUNK_BYTES):
+                chunks.append(chunk)
+            producer.send(topic, b"".join(chunks), headers=headers or None, partition=partition)
+            return line_no + 1
+        rest = b""
+        while True:
+            chunk = os.read(fd, READ_CHUNK_BYTES)
+            if not chunk:
+                break
+            data = rest + chunk
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            line_no = _send_lines(producer, topic, lines, input_format, sep, headers, partition, line_no)
+            if len(chunk) < READ_CHUNK_BYTES:
+                producer.flush()  # input drained (an interactive pipe): make what we have visible now
+        if rest:
+            line_no = _send_lines(producer, topic, [rest], input_format, sep, headers, partition, line_no)
+        return line_no
+    finally:
+        if src != "-":
+            os.close(fd)
+
+
+def _send_lines(producer, topic: str, lines: list[bytes], input_format: str, sep: bytes | None,
+                headers: list[tuple[str, bytes]], partition: int | None, line_no: int) -> int:
+    if input_format == "json":
+        for line in lines:
+            line_no += 1
+            if not line.strip():
+                continue
+            _send_json(producer, topic, line, line_no, partition)
+        return line_no
+    try:
+        if sep is None:
+            producer.send_values(topic, lines, headers=headers or None, partition=partition)
+            return line_no + len(lines)
+        for line in lines:
+            line_no += 1
+            key, found, value = line.partition(sep)
+            if not found:
+                key, value = None, line
+            producer.send(topic, value, key=key, headers=headers or None, partition=partition)
+        return line_no
+    except RecordTooLargeError as e:
+        index = getattr(e, "index", None)
+        where = line_no + index + 1 if index is not None and sep is None else line_no
+        producer.flush()
+        raise RecordTooLargeError(f"line {where}: {e}; {producer.records_sent} records before it were written") \
+            from None
+
+
+def _send_json(producer, topic: str, line: bytes, line_no: int, partition: int | None) -> None:
+    try:
+        doc = json.loads(line)
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        key = json_to_bytes(doc.get("key"), "key")
+        value = json_to_bytes(doc.get("value"), "value")
+        raw_headers = doc.get("headers") or []
+        if isinstance(raw_headers, dict):
+            raw_headers = list(raw_headers.items())
+        hdrs = [(str(k), json_to_bytes(v, f"header {k}")) for k, v in raw_headers]
+        ts = doc.get("timestamp")
+        if ts is not None and not isinstance(ts, int):
+            raise ValueError("timestamp must be epoch milliseconds")
+        p = partition if partition is not None else doc.get("partition")
+    except (ValueError, TypeError) as e:
+        producer.flush()
+        raise UsageError(f"line {line_no}: malformed JSON input: {e}; "
+                         f"{producer.records_sent} records before it were written") from None
+    if p is not None and p >= producer.partitions_for(topic):
+        p = None  # the source had more partitions: fall back to the key's partition
+    try:
+        producer.send(topic, value, key=key, headers=hdrs, partition=p, timestamp=ts)
+    except RecordTooLargeError as e:
+        producer.flush()
+        raise RecordTooLargeError(f"line {line_no}: {e}; {producer.records_sent} records before it were written") \
+            from None

@@ -1,0 +1,129 @@
+"""`klog topics create|list|describe|alter|delete`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from klog.cli.app import DataDirOpt, JsonOpt, open_store
+from klog.errors import UsageError
+
+app = typer.Typer(help="Create, list, describe, alter and delete topics.", no_args_is_help=True)
+
+
+def parse_configs(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            raise UsageError(f"invalid --config '{pair}': use name=value")
+        out[name.strip()] = value.strip()
+    return out
+
+
+ConfigOpt = Annotated[list[str] | None, typer.Option("--config", "-c", help="Topic config name=value (repeatable).")]
+
+
+@app.command()
+def create(
+    topic: str,
+    partitions: Annotated[int | None, typer.Option("--partitions", "-p", help="Number of partitions.")] = None,
+    replication_factor: Annotated[int | None, typer.Option("--replication-factor", "-r",
+                                                           help="Replicas per partition.")] = None,
+    config: ConfigOpt = None,
+    if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="Succeed if it exists.")] = False,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a topic."""
+    with open_store(data_dir) as store:
+        meta = store.create_topic(topic, partitions, replication_factor, parse_configs(config),
+                                  exist_ok=if_not_exists)
+    if as_json:
+        print(json.dumps({"topic": meta.name, "partitions": len(meta.partitions),
+                          "replication_factor": meta.replication_factor, "configs": meta.configs}))
+    else:
+        print(f"Created topic {meta.name} ({len(meta.partitions)} partitions, "
+              f"replication factor {meta.replication_factor})", file=sys.stderr)
+
+
+@app.command("list")
+def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """List topics with partitions, records and size."""
+    with open_store(data_dir) as store:
+        infos = [store.describe_topic(t.name) for t in store.list_topics()]
+    if as_json:
+        for i in infos:
+            print(json.dumps({"topic": i.name, "partitions": len(i.partitions),
+                              "replication_factor": i.replication_factor, "records": i.records,
+                              "size_bytes": i.size_bytes}))
+        return
+    from klog.cli.tables import print_table
+
+    print_table(["TOPIC", "PARTITIONS", "RF", "RECORDS", "SIZE"],
+                [[i.name, len(i.partitions), i.replication_factor, i.records, i.size_bytes] for i in infos])
+
+
+@app.command()
+def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Per partition: leader, replicas, ISR, epoch, log start, high watermark, log end, size, segments."""
+    with open_store(data_dir) as store:
+        info = store.describe_topic(topic)
+        configs = store.effective_configs(topic)
+    if as_json:
+        doc = {"topic": info.name, "topic_id": info.topic_id, "replication_factor": info.replication_factor,
+               "configs": info.configs, "partitions": [vars(p) for p in info.partitions]}
+        print(json.dumps(doc, default=str))
+        return
+    from klog.cli.tables import print_table
+
+    print(f"Topic {info.name}  id {info.topic_id}  partitions {len(info.partitions)}  "
+          f"replication factor {info.replication_factor}")
+    set_configs = ", ".join(f"{k}={v}" for k, v in sorted(info.configs.items())) or "(defaults)"
+    print(f"Configs: {set_configs}")
+    del configs
+    print_table(["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH", "LOG-START", "HIGH-WATERMARK", "LOG-END",
+                 "SIZE", "SEGMENTS"],
+                [[p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
+                  p.leader_epoch, p.log_start_offset, p.high_watermark, p.log_end_offset, p.size_bytes, p.segments]
+                 for p in info.partitions])
+
+
+@app.command()
+def alter(
+    topic: str,
+    partitions: Annotated[int | None, typer.Option("--partitions", "-p", help="New (larger) partition count.")] = None,
+    config: ConfigOpt = None,
+    delete_config: Annotated[list[str] | None, typer.Option("--delete-config", help="Config to reset.")] = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add partitions, set configs, or reset configs to their defaults."""
+    with open_store(data_dir) as store:
+        meta = store.alter_topic(topic, partitions, parse_configs(config), delete_config or [])
+    if as_json:
+        print(json.dumps({"topic": meta.name, "partitions": len(meta.partitions), "configs": meta.configs}))
+    else:
+        print(f"Altered topic {meta.name}", file=sys.stderr)
+
+
+@app.command()
+def delete(
+    topic: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a topic and all its data (asks first on a terminal)."""
+    with open_store(data_dir) as store:
+        store.topic(topic)
+        if not yes and sys.stdin.isatty():
+            typer.confirm(f"Delete topic {topic} and all its records?", abort=True)
+        store.delete_topic(topic)
+    if as_json:
+        print(json.dumps({"deleted": topic}))
+    else:
+        print(f"Deleted topic {topic}", file=sys.stderr)

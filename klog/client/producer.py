@@ -1,0 +1,217 @@
+"""Producer: buffers records per partition, encodes each batch once, appends it under the lock.
+
+A batch is written when it reaches batch_size, when a send finds the oldest buffered record
+older than linger_ms, or on flush()/close(). send() hands back a PendingRecord whose
+partition and offset are known once its batch is acknowledged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from klog.client.partitioner import StickyPartitioner, partition_for_key
+from klog.client.records import Headers, RecordMetadata
+from klog.errors import RecordTooLargeError, UsageError
+from klog.store import codec, compression
+from klog.store.codec import RecordIn
+from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
+
+RECORD_OVERHEAD_BYTES_MAX = 21 + 10  # length, attributes, ts delta, offset delta, key/value lengths, headers count
+BATCH_SIZE_DEFAULT = 1_000_000  # just under max.message.bytes' default (1048588)
+ACKS = ("0", "1", "all")
+
+AckCallback = Callable[[str, int, int, int], None]  # topic, partition, base offset, record count
+
+
+@dataclass(slots=True)
+class PendingRecord:
+    """A sent record; `metadata` is filled in once its batch is acknowledged."""
+
+    producer: Producer
+    topic: str
+    partition: int
+    index: int  # position in its batch
+    metadata: RecordMetadata | None = None
+
+    def get(self) -> RecordMetadata:
+        """Flush if needed and return where the record landed."""
+        if self.metadata is None:
+            self.producer.flush()
+        assert self.metadata is not None
+        return self.metadata
+
+    @property
+    def offset(self) -> int:
+        return self.get().offset
+
+
+@dataclass
+class _Batch:
+    records: list[RecordIn] = field(default_factory=list)
+    pending: list[PendingRecord | None] = field(default_factory=list)
+    estimated_bytes: int = 0
+    first_ms: float = 0.0
+
+
+class Producer:
+    def __init__(self, store, *, acks: str = "all", compression_type: str = "none", linger_ms: int = 0,
+                 batch_size: int = BATCH_SIZE_DEFAULT, auto_create: bool | None = None,
+                 on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None) -> None:
+        if str(acks) not in ACKS:
+            raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
+        if compression_type not in compression.CODEC_IDS:
+            raise UsageError(f"invalid compression '{compression_type}': use "
+                             f"{', '.join(compression.CODEC_IDS)}")
+        if batch_size < 1:
+            raise UsageError("batch size must be positive")
+        self.store = store
+        self.acks = str(acks)
+        self.codec = compression.CODEC_IDS[compression_type]
+        self.linger_ms = linger_ms
+        self.batch_size = batch_size
+        self.auto_create = store.auto_create_enabled() if auto_create is None else auto_create
+        self.on_ack = on_ack
+        self.on_create = on_create
+        self.sticky = StickyPartitioner()
+        self._batches: dict[tuple[str, int], _Batch] = {}
+        self._partition_counts: dict[str, int] = {}
+        self._topic_settings: dict[str, tuple[int, int, int]] = {}
+        self.records_sent = 0
+
+    # -- topics --------------------------------------------------------------------------------
+    def partitions_for(self, topic: str) -> int:
+        count = self._partition_counts.get(topic)
+        if count is None:
+            meta = self.store.topics.find(topic)
+            if meta is None:
+                if not self.auto_create:
+                    self.store.topic(topic)  # raises the unknown-topic error
+                meta = self.store.create_topic(topic, exist_ok=True)
+                if self.on_create is not None:
+                    self.on_create(topic)
+            count = len(meta.partitions)
+            self._partition_counts[topic] = count
+            configs = self.store.effective_configs(topic)
+            codec_name = configs["compression.type"]
+            topic_codec = self.codec if codec_name == "producer" else compression.CODEC_IDS[codec_name]
+            ts_type = LOG_APPEND_TIME if configs["message.timestamp.type"] == "LogAppendTime" else CREATE_TIME
+            self._topic_settings[topic] = (int(configs["max.message.bytes"]), topic_codec, ts_type)
+        return count
+
+    def _compacted(self, topic: str) -> bool:
+        return "compact" in self.store.effective_configs(topic)["cleanup.policy"]
+
+    # -- sending -------------------------------------------------------------------------------
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None,
+             partition: int | None = None, timestamp: int | None = None) -> PendingRecord:
+        count = self.partitions_for(topic)
+        if partition is None:
+            partition = partition_for_key(key, count) if key is not None else self.sticky.partition(topic, count)
+        elif not 0 <= partition < count:
+            raise UsageError(f"topic '{topic}' has no partition {partition} (it has {count})")
+        if key is None and self._compacted(topic):
+            raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
+        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) \
+            + RECORD_OVERHEAD_BYTES_MAX + (sum(len(h[0]) + len(h[1] or b"") + 10 for h in headers) if headers else 0)
+        max_bytes = self._topic_settings[topic][0]
+        if size + 61 > max_bytes:
+            raise RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes ({max_bytes}) "
+                                      f"of topic '{topic}'")
+        batch = self._batch_for(topic, partition, size, max_bytes)
+        pending = PendingRecord(self, topic, partition, len(batch.records))
+        batch.records.append((key, value, headers or (), ts))
+        batch.pending.append(pending)
+        batch.estimated_bytes += size
+        self._maybe_linger_flush()
+        return pending
+
+    def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
+                    partition: int | None = None, timestamp: int | None = None) -> None:
+        """Fast path for keyless records sharing headers (the CLI's line mode); no PendingRecords."""
+        count = self.partitions_for(topic)
+        if partition is not None and not 0 <= partition < count:
+            raise UsageError(f"topic '{topic}' has no partition {partition} (it has {count})")
+        if values and self._compacted(topic):
+            raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
+        max_bytes = self._topic_settings[topic][0]
+        hdrs = tuple(headers or ())
+        hsize = sum(len(h[0]) + len(h[1] or b"") + 10 for h in hdrs)
+        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        overhead = RECORD_OVERHEAD_BYTES_MAX + hsize
+        for i, value in enumerate(values):
+            size = len(value) + overhead
+            if size + 61 > max_bytes:
+                error = RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes "
+                                            f"({max_bytes}) of topic '{topic}'")
+                error.index = i  # type: ignore[attr-defined]
+                raise error
+            p = partition if partition is not None else self.sticky.partition(topic, count)
+            batch = self._batch_for(topic, p, size, max_bytes)
+            batch.records.append((None, value, hdrs, ts))
+            batch.pending.append(None)
+            batch.estimated_bytes += size
+        self._maybe_linger_flush()
+
+    def _batch_for(self, topic: str, partition: int, size: int, max_bytes: int) -> _Batch:
+        key = (topic, partition)
+        batch = self._batches.get(key)
+        limit = min(self.batch_size, max_bytes - 61)
+        if batch is not None and batch.records and batch.estimated_bytes + size > limit:
+            self._write(key, self._batches.pop(key))
+            batch = None
+        if batch is None:
+            batch = _Batch(first_ms=time.monotonic() * 1000)
+            self._batches[key] = batch
+        return batch
+
+    def _maybe_linger_flush(self) -> None:
+        if self.linger_ms <= 0 or not self._batches:
+            return
+        now = time.monotonic() * 1000
+        for key in [k for k, b in self._batches.items() if now - b.first_ms >= self.linger_ms]:
+            self._write(key, self._batches.pop(key))
+
+    def flush(self) -> None:
+        """Write every buffered batch and wait for its acknowledgement."""
+        while self._batches:
+            key = next(iter(self._batches))
+            self._write(key, self._batches.pop(key))
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is None or exc_type is KeyboardInterrupt:
+            self.flush()
+
+    # -- writing -------------------------------------------------------------------------------
+    def _write(self, key: tuple[str, int], batch: _Batch) -> None:
+        topic, partition = key
+        max_bytes, topic_codec, ts_type = self._topic_settings[topic]
+        now_ms = int(time.time() * 1000)
+        encoded = codec.encode_batch(batch.records, 0, codec=topic_codec, timestamp_type=ts_type,
+                                     log_append_time_ms=now_ms)
+        if len(encoded) > max_bytes and len(batch.records) > 1:
+            half = len(batch.records) // 2
+            self._write(key, _Batch(batch.records[:half], batch.pending[:half]))
+            self._write(key, _Batch(batch.records[half:], batch.pending[half:]))
+            return
+        part = self.store.partition(topic, partition)
+        with part.lock:
+            part.open_for_write()
+            result = part.append_batch(encoded)
+            part.publish()
+        self.sticky.batch_done(topic, self._partition_counts[topic])
+        self.records_sent += len(batch.records)
+        for i, pending in enumerate(batch.pending):
+            if pending is not None:
+                ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
+                pending.metadata = RecordMetadata(topic, partition, result.base_offset + i, ts)
+        if self.on_ack is not None:
+            self.on_ack(topic, partition, result.base_offset, len(batch.records))

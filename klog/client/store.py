@@ -1,0 +1,235 @@
+"""Store: an open data directory — topic administration and the partitions behind them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from klog.errors import UnknownPartitionError, UnknownTopicError, UsageError
+from klog.meta.db import MetaDB
+from klog.meta.topics import TopicMeta, TopicsMeta
+from klog.store.config import CONFIG_KEYS, LogConfig
+from klog.store.format import partition_dir_name
+from klog.store.layout import DataDir, default_data_dir
+from klog.store.names import validate_topic_name
+from klog.store.partition import Partition
+
+
+@dataclass
+class PartitionInfo:
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    leader_epoch: int
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    size_bytes: int
+    segments: int
+    replica_log_end: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: str
+    partitions: list[PartitionInfo]
+    replication_factor: int
+    configs: dict[str, str]  # only the ones set on the topic
+
+    @property
+    def records(self) -> int:
+        return sum(p.high_watermark - p.log_start_offset for p in self.partitions)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.size_bytes for p in self.partitions)
+
+
+class Store:
+    """Open (creating if needed) the klog store at `path` (default: $KLOG_DATA_DIR or XDG)."""
+
+    def __init__(self, path: str | None = None, create: bool = True, log_dirs: list[str] | None = None) -> None:
+        self.data_dir = DataDir.open(path or default_data_dir(), create=create, log_dirs=log_dirs)
+        self.path = self.data_dir.path
+        self.meta = MetaDB(self.data_dir.meta_dir)
+        self.topics = TopicsMeta(self.meta)
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._topic_cache: dict[str, TopicMeta] = {}
+
+    # -- context -----------------------------------------------------------------------------
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for p in self._partitions.values():
+            p.close()
+        self._partitions.clear()
+        self.meta.close()
+
+    # -- topics ------------------------------------------------------------------------------
+    def log_dir_ids(self) -> list[int]:
+        return [d.id for d in self.data_dir.log_dirs]
+
+    def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
+                     configs: dict[str, str] | None = None, exist_ok: bool = False) -> TopicMeta:
+        partitions = partitions if partitions is not None else int(self.data_dir.default("num.partitions"))
+        rf = replication_factor if replication_factor is not None else int(
+            self.data_dir.default("default.replication.factor"))
+        topic = self.topics.create(name, partitions, rf, configs or {}, self.log_dir_ids(), exist_ok=exist_ok)
+        self._topic_cache.pop(name, None)
+        return topic
+
+    def topic(self, name: str) -> TopicMeta:
+        cached = self._topic_cache.get(name)
+        if cached is None:
+            validate_topic_name(name)
+            cached = self.topics.get(name)
+            self._topic_cache[name] = cached
+        return cached
+
+    def has_topic(self, name: str) -> bool:
+        return self.topics.find(name) is not None
+
+    def list_topics(self) -> list[TopicMeta]:
+        return self.topics.list()
+
+    def topic_names(self) -> list[str]:
+        return [t.name for t in self.topics.list()]
+
+    def auto_create_enabled(self) -> bool:
+        return self.data_dir.default("auto.create.topics.enable") == "true"
+
+    def alter_topic(self, name: str, partitions: int | None = None, set_configs: dict[str, str] | None = None,
+                    delete_configs: Iterable[str] = ()) -> TopicMeta:
+        topic = self.topics.get(name)
+        if partitions is not None and partitions != len(topic.partitions):
+            topic = self.topics.add_partitions(name, partitions, self.log_dir_ids())
+        if set_configs or delete_configs:
+            topic = self.topics.update_configs(name, set_configs or {}, list(delete_configs))
+        self._forget(name)
+        return topic
+
+    def delete_topic(self, name: str) -> TopicMeta:
+        topic = self.topics.delete(name)
+        self._forget(name)
+        for p, pm in enumerate(topic.partitions):
+            folder = partition_dir_name(name, p)
+            for d in pm.replicas:
+                shutil.rmtree(os.path.join(self.data_dir.log_dir_path(d), folder), ignore_errors=True)
+            for path in (os.path.join(self.data_dir.state_dir, folder + ".state"),
+                         os.path.join(self.data_dir.lock_dir, folder + ".lock")):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        return topic
+
+    def _forget(self, name: str) -> None:
+        self._topic_cache.pop(name, None)
+        for key in [k for k in self._partitions if k[0] == name]:
+            self._partitions.pop(key).close()
+
+    def effective_configs(self, name: str) -> dict[str, str]:
+        topic = self.topic(name)
+        return {k: topic.configs.get(k, key.default) for k, key in CONFIG_KEYS.items()}
+
+    # -- partitions --------------------------------------------------------------------------
+    def partition(self, topic: str, partition: int) -> Partition:
+        found = self._partitions.get((topic, partition))
+        if found is not None:
+            return found
+        meta = self.topic(topic)
+        if not 0 <= partition < len(meta.partitions):
+            raise UnknownPartitionError(f"topic '{topic}' has no partition {partition} "
+                                        f"(it has {len(meta.partitions)})")
+        pm = meta.partitions[partition]
+        order = [pm.leader] + [r for r in pm.replicas if r != pm.leader and r in pm.isr]
+        dirs = [self.data_dir.log_dir_path(d) for d in order]
+        p = Partition(topic, partition, dirs, self.data_dir.state_dir, self.data_dir.lock_dir,
+                      LogConfig.from_configs(meta.configs))
+        self._partitions[(topic, partition)] = p
+        return p
+
+    def partition_count(self, topic: str) -> int:
+        return len(self.topic(topic).partitions)
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        topic = self.topics.get(name)
+        self._topic_cache[name] = topic
+        parts = []
+        for i, pm in enumerate(topic.partitions):
+            p = self.partition(name, i)
+            snap = p.snapshot()
+            leader = p.leader
+            leader.refresh_segments()
+            replica_ends = {}
+            for d, replica in zip([pm.leader] + [r for r in pm.replicas if r != pm.leader and r in pm.isr],
+                                  p.replicas, strict=False):
+                replica_ends[d] = _log_end(replica)
+            parts.append(PartitionInfo(
+                i, pm.leader, pm.replicas, pm.isr, pm.leader_epoch, p.log_start_offset(), snap.high_watermark,
+                replica_ends.get(pm.leader, snap.high_watermark), p.size_bytes(), len(leader.bases), replica_ends))
+        return TopicInfo(name, topic.topic_id, parts, topic.replication_factor, dict(topic.configs))
+
+    def offsets(self, topic: str, timestamp: int | None = None) -> dict[int, int | None]:
+        """Per partition: earliest (timestamp -2), latest (None or -1), or first offset at a time."""
+        out: dict[int, int | None] = {}
+        for i in range(self.partition_count(topic)):
+            p = self.partition(topic, i)
+            if timestamp == -2:
+                out[i] = p.log_start_offset()
+            elif timestamp is None or timestamp == -1:
+                out[i] = p.high_watermark()
+            else:
+                out[i] = p.offset_for_timestamp(timestamp)
+        return out
+
+    def resolve_topics(self, topics: Iterable[str] = (), pattern: str | None = None) -> list[str]:
+        import re
+
+        names = list(topics)
+        for n in names:
+            self.topic(n)
+        if pattern:
+            try:
+                rx = re.compile(pattern)
+            except re.error as e:
+                raise UsageError(f"invalid --pattern '{pattern}': {e}") from None
+            names += [t for t in self.topic_names() if rx.fullmatch(t) and t not in names]
+        if not names:
+            raise UnknownTopicError(f"no topic matches pattern '{pattern}'" if pattern else "no topic given")
+        return names
+
+    # -- clients -----------------------------------------------------------------------------
+    def producer(self, **kwargs):  # noqa: ANN201 - see Producer
+        from klog.client.producer import Producer
+
+        return Producer(self, **kwargs)
+
+    def consumer(self, *topics: str, **kwargs):  # noqa: ANN201 - see Consumer
+        from klog.client.consumer import Consumer
+
+        return Consumer(self, list(topics), **kwargs)
+
+
+def _log_end(replica) -> int:
+    """A replica's log end: from the state its writer left, else by scanning the last segment."""
+    snap = replica.state.read()
+    replica.refresh_segments()
+    if not replica.bases:
+        return 0
+    seg = replica.segments[replica.bases[-1]]
+    end = seg.file_size()
+    if snap is not None and snap.active_base == seg.base_offset and snap.valid_size == end:
+        return snap.log_end_offset
+    last = None
+    for _, header in seg.iter_headers(0, end):
+        last = header
+    return last.next_offset if last else seg.base_offset

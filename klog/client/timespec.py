@@ -1,0 +1,37 @@
+"""Time specs users type: ISO 8601 date-times, epoch milliseconds, or a span ago (90s, 15m, 2h, 7d)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+
+from klog.errors import UsageError
+
+_SPAN = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def parse_span_ms(text: str) -> int:
+    m = _SPAN.fullmatch(text.strip())
+    if not m:
+        raise UsageError(f"invalid duration '{text}': use e.g. 90s, 15m, 2h, 7d")
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def parse_time_ms(text: str, now_ms: int | None = None) -> int:
+    """Epoch ms for an ISO date-time, an epoch-ms number, or a span before now."""
+    text = text.strip()
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if text.isdigit():
+        return int(text)
+    if _SPAN.fullmatch(text):
+        return now_ms - parse_span_ms(text)
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"invalid time '{text}': use an ISO date-time, epoch milliseconds, "
+                         "or a span ago such as 15m") from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # a naive time is local time, as `date` shows it
+    return int(when.timestamp() * 1000)

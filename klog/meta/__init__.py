@@ -1,0 +1,1 @@
+"""klog/meta: metadata in LMDB (topics, consumer groups, committed offsets)."""

@@ -1,0 +1,164 @@
+"""Topic metadata: partitions, replica placement, leader/ISR per partition, configs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+from klog.errors import InvalidConfigError, InvalidTopicError, TopicExistsError, UnknownTopicError, UsageError
+from klog.meta.db import MetaDB
+from klog.store.config import CONFIG_KEYS, validate_configs
+from klog.store.names import collision_key, validate_topic_name
+
+PARTITIONS_MAX = 10_000
+
+
+@dataclass
+class PartitionMeta:
+    replicas: list[int]  # log dir ids; the first is the preferred leader
+    leader: int
+    isr: list[int]
+    leader_epoch: int = 0
+    epochs: list[list[int]] = field(default_factory=lambda: [[0, 0]])  # [epoch, start offset]
+
+
+@dataclass
+class TopicMeta:
+    name: str
+    topic_id: str
+    created_ms: int
+    configs: dict[str, str]
+    partitions: list[PartitionMeta]
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+    @classmethod
+    def from_json(cls, doc: dict) -> TopicMeta:
+        return cls(doc["name"], doc["topic_id"], doc["created_ms"], doc["configs"],
+                   [PartitionMeta(**p) for p in doc["partitions"]])
+
+
+def place_replicas(partition_ids: range, replication_factor: int, log_dir_ids: list[int],
+                   replica_counts: dict[int, int]) -> list[list[int]]:
+    """Spread replicas over distinct log dirs, least-loaded first, leaders rotating."""
+    if replication_factor < 1:
+        raise UsageError("replication factor must be at least 1")
+    if replication_factor > len(log_dir_ids):
+        raise UsageError(f"replication factor {replication_factor} is larger than the number of healthy "
+                         f"log directories ({len(log_dir_ids)})")
+    counts = {d: replica_counts.get(d, 0) for d in log_dir_ids}
+    leader_counts = dict.fromkeys(log_dir_ids, 0)
+    out = []
+    for _ in partition_ids:
+        order = sorted(log_dir_ids, key=lambda d: (leader_counts[d], counts[d], d))
+        leader = order[0]
+        followers = sorted((d for d in log_dir_ids if d != leader), key=lambda d: (counts[d], d))
+        replicas = [leader, *followers[: replication_factor - 1]]
+        for d in replicas:
+            counts[d] += 1
+        leader_counts[leader] += 1
+        out.append(replicas)
+    return out
+
+
+class TopicsMeta:
+    def __init__(self, db: MetaDB) -> None:
+        self.db = db
+
+    def get(self, name: str) -> TopicMeta:
+        with self.db.txn() as txn:
+            doc = self.db.get_json(txn, "topics", name)
+        if doc is None:
+            raise UnknownTopicError(f"unknown topic '{name}'")
+        return TopicMeta.from_json(doc)
+
+    def find(self, name: str) -> TopicMeta | None:
+        with self.db.txn() as txn:
+            doc = self.db.get_json(txn, "topics", name)
+        return None if doc is None else TopicMeta.from_json(doc)
+
+    def list(self) -> list[TopicMeta]:
+        with self.db.txn() as txn:
+            return [TopicMeta.from_json(doc) for _, doc in self.db.items(txn, "topics")]
+
+    def create(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+               log_dir_ids: list[int], exist_ok: bool = False) -> TopicMeta:
+        validate_topic_name(name)
+        if not 1 <= partitions <= PARTITIONS_MAX:
+            raise UsageError(f"partitions must be between 1 and {PARTITIONS_MAX}, not {partitions}")
+        configs = validate_configs(configs)
+        with self.db.txn(write=True) as txn:
+            existing = self.db.get_json(txn, "topics", name)
+            if existing is not None:
+                if exist_ok:
+                    return TopicMeta.from_json(existing)
+                raise TopicExistsError(f"topic '{name}' already exists")
+            for other, _ in self.db.items(txn, "topics"):
+                if collision_key(other) == collision_key(name):
+                    raise InvalidTopicError(f"topic '{name}' collides with existing topic '{other}'")
+            counts = self._replica_counts(txn)
+            placement = place_replicas(range(partitions), replication_factor, log_dir_ids, counts)
+            topic = TopicMeta(name, str(uuid.uuid4()), int(time.time() * 1000), configs,
+                              [PartitionMeta(r, r[0], list(r)) for r in placement])
+            self.db.put_json(txn, "topics", name, asdict(topic))
+        return topic
+
+    def _replica_counts(self, txn) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for _, doc in self.db.items(txn, "topics"):
+            for p in doc["partitions"]:
+                for d in p["replicas"]:
+                    counts[d] = counts.get(d, 0) + 1
+        return counts
+
+    def add_partitions(self, name: str, total: int, log_dir_ids: list[int]) -> TopicMeta:
+        with self.db.txn(write=True) as txn:
+            doc = self.db.get_json(txn, "topics", name)
+            if doc is None:
+                raise UnknownTopicError(f"unknown topic '{name}'")
+            topic = TopicMeta.from_json(doc)
+            current = len(topic.partitions)
+            if total <= current:
+                raise UsageError(f"topic '{name}' has {current} partitions; the new count must be larger")
+            if total > PARTITIONS_MAX:
+                raise UsageError(f"partitions must be at most {PARTITIONS_MAX}")
+            counts = self._replica_counts(txn)
+            for r in place_replicas(range(current, total), topic.replication_factor, log_dir_ids, counts):
+                topic.partitions.append(PartitionMeta(r, r[0], list(r)))
+            self.db.put_json(txn, "topics", name, asdict(topic))
+        return topic
+
+    def update_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> TopicMeta:
+        set_configs = validate_configs(set_configs)
+        for k in delete:
+            if k not in CONFIG_KEYS:
+                raise InvalidConfigError(f"unknown topic config '{k}'")
+        with self.db.txn(write=True) as txn:
+            doc = self.db.get_json(txn, "topics", name)
+            if doc is None:
+                raise UnknownTopicError(f"unknown topic '{name}'")
+            topic = TopicMeta.from_json(doc)
+            for k in delete:
+                topic.configs.pop(k, None)
+            topic.configs.update(set_configs)
+            self.db.put_json(txn, "topics", name, asdict(topic))
+        return topic
+
+    def update_partition(self, name: str, partition: int, meta: PartitionMeta) -> None:
+        with self.db.txn(write=True) as txn:
+            doc = self.db.get_json(txn, "topics", name)
+            if doc is None:
+                raise UnknownTopicError(f"unknown topic '{name}'")
+            doc["partitions"][partition] = asdict(meta)
+            self.db.put_json(txn, "topics", name, doc)
+
+    def delete(self, name: str) -> TopicMeta:
+        with self.db.txn(write=True) as txn:
+            doc = self.db.get_json(txn, "topics", name)
+            if doc is None:
+                raise UnknownTopicError(f"unknown topic '{name}'")
+            self.db.delete(txn, "topics", name)
+        return TopicMeta.from_json(doc)

@@ -1,0 +1,122 @@
+"""The data directory: store config (klog.json), LMDB metadata, shared state, locks, log dirs.
+
+    <data dir>/klog.json        store config: log directories and broker-style defaults
+    <data dir>/meta/            LMDB environment (klog/meta)
+    <data dir>/state/           <topic>-<partition>.state: high watermark, log start, epoch
+    <data dir>/locks/           <topic>-<partition>.lock: one writer at a time
+    <data dir>/logs/            the first log directory (more can live anywhere: other disks)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from klog.errors import DataDirError
+
+CONFIG_NAME = "klog.json"
+LAYOUT_VERSION = 1
+STORE_DEFAULTS = {
+    # Kafka broker names, so users recognise them
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "auto.create.topics.enable": "true",
+}
+
+
+def default_data_dir() -> str:
+    """$KLOG_DATA_DIR, else the XDG data directory's klog/ (~/.local/share/klog)."""
+    env = os.environ.get("KLOG_DATA_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "klog")
+
+
+@dataclass
+class LogDir:
+    id: int
+    path: str  # absolute, or relative to the data dir
+
+
+@dataclass
+class DataDir:
+    path: str
+    log_dirs: list[LogDir] = field(default_factory=list)
+    defaults: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def meta_dir(self) -> str:
+        return os.path.join(self.path, "meta")
+
+    @property
+    def state_dir(self) -> str:
+        return os.path.join(self.path, "state")
+
+    @property
+    def lock_dir(self) -> str:
+        return os.path.join(self.path, "locks")
+
+    def log_dir_path(self, log_dir_id: int) -> str:
+        for d in self.log_dirs:
+            if d.id == log_dir_id:
+                return d.path if os.path.isabs(d.path) else os.path.join(self.path, d.path)
+        raise DataDirError(f"log directory {log_dir_id} is not configured in {self.path}")
+
+    def default(self, name: str) -> str:
+        return self.defaults.get(name, STORE_DEFAULTS[name])
+
+    def save(self) -> None:
+        doc = {"version": LAYOUT_VERSION, "log_dirs": [{"id": d.id, "path": d.path} for d in self.log_dirs],
+               "defaults": self.defaults}
+        tmp = os.path.join(self.path, CONFIG_NAME + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(self.path, CONFIG_NAME))
+
+    @classmethod
+    def open(cls, path: str, create: bool = True, log_dirs: list[str] | None = None) -> DataDir:
+        path = os.path.abspath(os.path.expanduser(path))
+        config_path = os.path.join(path, CONFIG_NAME)
+        if not os.path.exists(config_path):
+            if not create:
+                raise DataDirError(f"no klog store at {path}")
+            return cls._create(path, log_dirs)
+        try:
+            with open(config_path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise DataDirError(f"cannot read {config_path}: {e}") from None
+        if doc.get("version") != LAYOUT_VERSION:
+            raise DataDirError(f"{config_path} has layout version {doc.get('version')}; expected {LAYOUT_VERSION}")
+        data_dir = cls(path, [LogDir(d["id"], d["path"]) for d in doc["log_dirs"]], doc.get("defaults", {}))
+        data_dir._ensure_dirs()
+        return data_dir
+
+    @classmethod
+    def _create(cls, path: str, log_dirs: list[str] | None) -> DataDir:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise DataDirError(f"cannot create data directory {path}: {e.strerror}") from None
+        if not os.access(path, os.W_OK):
+            raise DataDirError(f"data directory {path} is not writable")
+        dirs = [LogDir(i, p) for i, p in enumerate(log_dirs or ["logs"])]
+        data_dir = cls(path, dirs, {})
+        data_dir._ensure_dirs()
+        data_dir.save()
+        return data_dir
+
+    def _ensure_dirs(self) -> None:
+        try:
+            for sub in (self.meta_dir, self.state_dir, self.lock_dir):
+                os.makedirs(sub, exist_ok=True)
+            for d in self.log_dirs:
+                os.makedirs(self.log_dir_path(d.id), exist_ok=True)
+        except OSError as e:
+            raise DataDirError(f"cannot prepare data directory {self.path}: {e.strerror}") from None
+        if not os.access(self.path, os.W_OK):
+            raise DataDirError(f"data directory {self.path} is not writable")
