@@ -73,34 +73,45 @@ def _register() -> None:
 _register()
 
 
-def main() -> None:
-    """Console entry point: one line on stderr for a KlogError, never a traceback."""
+def run(args: list[str] | None = None) -> int:
+    """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
+    import click
+
     try:
-        app(standalone_mode=False)
+        # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
+        rv = app(args=args, standalone_mode=False)
+        if isinstance(rv, int) and not isinstance(rv, bool):
+            if rv == ExitStatus.INTERRUPTED:
+                print("klog: interrupted", file=sys.stderr)
+            return rv
     except KlogError as e:
         print(f"klog: error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+        return e.exit_code
+    except (KeyboardInterrupt, click.exceptions.Abort):
         print("klog: interrupted", file=sys.stderr)
-        sys.exit(ExitStatus.INTERRUPTED)
+        return ExitStatus.INTERRUPTED
     except BrokenPipeError:
         _quiet_broken_pipe()
-        sys.exit(ExitStatus.OK)
+        return ExitStatus.OK
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
     except OSError as e:
         print(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
-        sys.exit(ExitStatus.ERROR)
-    except SystemExit:
-        raise
-    except Exception as e:  # click's own usage errors arrive as click exceptions
-        import click
+        return ExitStatus.ERROR
+    return ExitStatus.OK
 
-        if isinstance(e, click.exceptions.Abort):
-            print("klog: aborted", file=sys.stderr)
-            sys.exit(ExitStatus.INTERRUPTED)
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+
+def main() -> None:
+    """Console entry point: one line on stderr for a KlogError, never a traceback."""
+    code = run()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    sys.exit(code)
 
 
 def _quiet_broken_pipe() -> None:

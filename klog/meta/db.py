@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -15,14 +16,27 @@ MAP_SIZE_BYTES = 1 << 32  # address space reserved, not disk used: LMDB files gr
 DB_NAMES = ("topics", "groups", "members", "offsets")
 
 
+# LMDB allows one open environment per path per process: Stores in one process share it.
+_OPEN: dict[str, tuple[lmdb.Environment, dict, int]] = {}
+
+
 class MetaDB:
     def __init__(self, path: str) -> None:
-        try:
-            self.env = lmdb.open(path, max_dbs=len(DB_NAMES) + 2, map_size=MAP_SIZE_BYTES, subdir=True,
-                                 lock=True, sync=True, metasync=True, max_readers=512)
-        except lmdb.Error as e:
-            raise DataDirError(f"cannot open metadata at {path}: {e}") from None
-        self.dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
+        self.path = os.path.realpath(path)
+        shared = _OPEN.get(self.path)
+        if shared is None:
+            try:
+                env = lmdb.open(self.path, max_dbs=len(DB_NAMES) + 2, map_size=MAP_SIZE_BYTES, subdir=True,
+                                lock=True, sync=True, metasync=True, max_readers=512)
+            except lmdb.Error as e:
+                raise DataDirError(f"cannot open metadata at {path}: {e}") from None
+            dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
+            shared = (env, dbs, 0)
+        env, dbs, users = shared
+        _OPEN[self.path] = (env, dbs, users + 1)
+        self.env = env
+        self.dbs = dbs
+        self._closed = False
 
     @contextmanager
     def txn(self, write: bool = False) -> Iterator[lmdb.Transaction]:
@@ -50,4 +64,12 @@ class MetaDB:
             yield k.decode(), json.loads(v)
 
     def close(self) -> None:
-        self.env.close()
+        if self._closed:
+            return
+        self._closed = True
+        env, dbs, users = _OPEN[self.path]
+        if users <= 1:
+            del _OPEN[self.path]
+            env.close()
+        else:
+            _OPEN[self.path] = (env, dbs, users - 1)

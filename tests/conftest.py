@@ -1,0 +1,77 @@
+"""Shared fixtures: a fresh store per test, and two ways to run the CLI (in-process, subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+import klog
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    path = str(tmp_path / "data")
+    monkeypatch.setenv("KLOG_DATA_DIR", path)
+    return path
+
+
+@pytest.fixture
+def store(data_dir):
+    s = klog.open(data_dir)
+    yield s
+    s.close()
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: bytes
+    stderr: str
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+
+@pytest.fixture
+def cli(data_dir, capfdbinary):
+    """Run `klog ARGS` in this process (stdin from a file via `input`); returns a Result."""
+    from klog.cli.app import run
+
+    def invoke(*args: str, input: bytes | None = None) -> Result:
+        capfdbinary.readouterr()
+        old_stdin = sys.stdin
+        if input is not None:
+            path = os.path.join(data_dir + ".stdin")
+            with open(path, "wb") as f:
+                f.write(input)
+            sys.stdin = open(path)  # noqa: SIM115 - restored below
+        try:
+            code = run(list(args))
+            sys.stdout.flush()
+        finally:
+            if input is not None:
+                sys.stdin.close()
+                sys.stdin = old_stdin
+        captured = capfdbinary.readouterr()
+        return Result(int(code), captured.out, captured.err.decode("utf-8", "replace"))
+
+    return invoke
+
+
+@pytest.fixture
+def klog_proc(data_dir):
+    """Run `python -m klog ARGS` as a real process (pipes, signals, exit codes)."""
+
+    def invoke(*args: str, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+        return subprocess.run([sys.executable, "-m", "klog", *args], input=input, capture_output=True,
+                              timeout=timeout, env=env)
+
+    return invoke

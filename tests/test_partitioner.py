@@ -1,0 +1,33 @@
+"""Keyed records land where Kafka's default partitioner puts them (spec §4 vectors)."""
+
+import pytest
+
+from klog.client.partitioner import murmur2, partition_for_key
+
+VECTORS = [
+    (b"21", -973932308, 0, 0, 0, 0),
+    (b"foobar", -790332482, 0, 0, 0, 6),
+    (b"abc", 479470107, 1, 0, 3, 3),
+    (b"a-little-bit-longer-string", -1486304829, 1, 2, 5, 11),
+    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971, 1, 2, 5, 5),
+    (b"", 275646681, 1, 0, 3, 9),
+    (b"user-42", 1459644460, 0, 1, 4, 4),
+    (b"100:48069", 1009543857, 1, 0, 3, 9),
+]
+
+
+@pytest.mark.parametrize("key,hash_,p2,p3,p6,p12", VECTORS)
+def test_murmur2_and_partition_match_kafka(key, hash_, p2, p3, p6, p12):
+    assert murmur2(key) == hash_
+    assert [partition_for_key(key, n) for n in (2, 3, 6, 12)] == [p2, p3, p6, p12]
+
+
+def test_matches_kafka_python_on_random_keys():
+    import random
+
+    from kafka.partitioner.default import murmur2 as kp_murmur2
+
+    rng = random.Random(7)
+    for _ in range(500):
+        key = rng.randbytes(rng.randrange(0, 40))
+        assert murmur2(key) & 0x7FFFFFFF == kp_murmur2(key) & 0x7FFFFFFF
