@@ -86,6 +86,15 @@ def _write(consumer, render, as_json: bool, show_topic: bool) -> None:
             console.print(pretty_line(r, show_topic))
         return
     out = sys.stdout.buffer
+    if (render is None and not as_json and len(consumer.cursors) == 1 and consumer.record_filter is None
+            and consumer.until_ms is None and consumer.count is None):
+        for values in consumer.value_chunks():
+            if values:
+                out.write(b"\n".join(v or b"" for v in values) + b"\n")
+                if consumer.follow:
+                    out.flush()
+        out.flush()
+        return
     if as_json:
         def line(r) -> bytes:
             return record_to_json(r).encode() + b"\n"

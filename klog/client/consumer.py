@@ -143,6 +143,28 @@ class Consumer:
                 cursor.offset = min(cursor.offset, stop)
         return out
 
+    def value_chunks(self) -> Iterator[list[bytes | None]]:
+        """Fast path for value-only output of one partition: lists of values, no Record objects."""
+        assert len(self.cursors) == 1 and self.record_filter is None and self.until_ms is None and self.count is None
+        cursor = self.cursors[0]
+        while True:
+            batches = self._fetch(cursor)
+            if not batches:
+                if not self.follow:
+                    return
+                self._wait_for_data()
+                continue
+            low, stop = cursor.offset, cursor.stop
+            chunk = []
+            for fb in batches:
+                if fb.header.is_control:
+                    continue
+                chunk.extend(v for off, _, _, v, _ in fb.records() if off >= low and (stop is None or off < stop))
+            cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
+            if stop is not None:
+                cursor.offset = min(cursor.offset, stop)
+            yield chunk
+
     def poll(self) -> list[Record]:
         """One fetch from every partition (no waiting); records in partition order."""
         out: list[Record] = []

@@ -141,18 +141,36 @@ class Producer:
         hsize = sum(len(h[0]) + len(h[1] or b"") + 10 for h in hdrs)
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         overhead = RECORD_OVERHEAD_BYTES_MAX + hsize
-        for i, value in enumerate(values):
-            size = len(value) + overhead
-            if size + 61 > max_bytes:
-                error = RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes "
-                                            f"({max_bytes}) of topic '{topic}'")
-                error.index = i  # type: ignore[attr-defined]
-                raise error
+        limit = min(self.batch_size, max_bytes - 61)
+        i, n = 0, len(values)
+        while i < n:
             p = partition if partition is not None else self.sticky.partition(topic, count)
-            batch = self._batch_for(topic, p, size, max_bytes)
-            batch.records.append((None, value, hdrs, ts))
-            batch.pending.append(None)
-            batch.estimated_bytes += size
+            key = (topic, p)
+            batch = self._batches.get(key)
+            if batch is None:
+                batch = self._batches[key] = _Batch(first_ms=time.monotonic() * 1000)
+            room = limit - batch.estimated_bytes
+            j, added = i, 0
+            while j < n:  # fill this batch: sizes are per record, the rest is per batch
+                size = len(values[j]) + overhead
+                if size + 61 > max_bytes:
+                    batch.records.extend([(None, v, hdrs, ts) for v in values[i:j]])
+                    batch.pending.extend([None] * (j - i))
+                    batch.estimated_bytes += added
+                    error = RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes "
+                                                f"({max_bytes}) of topic '{topic}'")
+                    error.index = j  # type: ignore[attr-defined]
+                    raise error
+                if added + size > room and (batch.records or j > i):
+                    break
+                added += size
+                j += 1
+            batch.records.extend([(None, v, hdrs, ts) for v in values[i:j]])
+            batch.pending.extend([None] * (j - i))
+            batch.estimated_bytes += added
+            i = j
+            if i < n:
+                self._write(key, self._batches.pop(key))
         self._maybe_linger_flush()
 
     def _batch_for(self, topic: str, partition: int, size: int, max_bytes: int) -> _Batch:
