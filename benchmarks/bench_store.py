@@ -65,8 +65,8 @@ def bench_cli(n: int) -> None:
         consume_s = time.perf_counter() - start
         start = time.perf_counter()
         with open(src, "rb") as stdin, open(os.path.join(d, "copy"), "wb") as out:
-            subprocess.run([sys.executable, "-c", "import sys\nfor line in sys.stdin.buffer: sys.stdout.buffer.write(line)"],
-                           stdin=stdin, stdout=out, check=True)
+            copy = "import sys\nfor line in sys.stdin.buffer: sys.stdout.buffer.write(line)"
+            subprocess.run([sys.executable, "-c", copy], stdin=stdin, stdout=out, check=True)
         copy_s = time.perf_counter() - start
         print(f"klog produce t < file:     {rate(n, produce_s)}  ({copy_s / produce_s:.0%} of plain Python copy)")
         print(f"klog consume t > /dev/null: {rate(n, consume_s)}  ({copy_s / consume_s:.0%} of plain Python copy)")

@@ -28,7 +28,7 @@ On a pipe each value is printed alone on a line; on a terminal, a readable log v
         follow: Annotated[bool, typer.Option("--follow", "-f", help="Wait for new records (like tail -f).")] = False,
         offset: Annotated[str | None, typer.Option("--offset", "-o",
                                                    help="beginning | end | N | -N (N back from the end).")] = None,
-        since: Annotated[str | None, typer.Option("--since", help="Start at a time: ISO, epoch ms, or 15m ago.")] = None,
+        since: Annotated[str | None, typer.Option("--since", help="Start at a time: ISO, epoch ms, 15m ago.")] = None,
         until: Annotated[str | None, typer.Option("--until", help="Stop before this time.")] = None,
         tail: Annotated[int | None, typer.Option("--tail", help="Last N records of each partition.")] = None,
         count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after N records in all.")] = None,

@@ -1,0 +1,156 @@
+"""Codec throughput: klog's encode, decode (with CRC) and read path, next to kafka-python's codec.
+
+Plain script: `PYTHONPATH=. python benchmarks/bench_codec.py [--quick]`. Prints records/s.
+
+Workload (the targets in the codec's brief): 10,000 records per batch with null keys, 100-byte
+values and no headers, so a batch is ~1.1 MiB.
+  * encode:  codec.encode_batch                                   (target >= 1.2 M records/s)
+  * decode:  read_header + crc_ok + decode_batch_records          (target >= 0.8 M records/s)
+  * read:    PartitionLog.read over a log of such batches, then FetchedBatch.records()
+  * kafka-python: DefaultRecordBatchBuilder / DefaultRecordBatch on the same records
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from klog.store import codec  # noqa: E402
+from klog.store.config import LogConfig  # noqa: E402
+from klog.store.log import PartitionLog  # noqa: E402
+
+RECORDS = 10_000
+VALUE = bytes(range(100))
+TIMESTAMP = 1_700_000_000_000
+
+
+def best_rate(fn, records_per_call: int, repeat: int) -> float:
+    """Best-of-`repeat` records/s of fn() (garbage collection off while timing, as timeit does)."""
+    best = float("inf")
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return records_per_call / best
+
+
+def make_records() -> list[codec.RecordIn]:
+    return [(None, VALUE, [], TIMESTAMP + i % 7) for i in range(RECORDS)]
+
+
+def bench_klog(repeat: int) -> dict[str, float]:
+    records = make_records()
+    batch = codec.encode_batch(records)
+
+    def encode() -> None:
+        codec.encode_batch(records)
+
+    def decode() -> None:
+        header = codec.read_header(batch)
+        if not codec.crc_ok(batch, 0, header):
+            raise AssertionError("CRC")
+        out = codec.decode_batch_records(batch, 0, header)
+        assert len(out) == RECORDS
+
+    def decode_only() -> None:
+        codec.decode_batch_records(batch, 0, codec.read_header(batch))
+
+    return {
+        "klog encode_batch": best_rate(encode, RECORDS, repeat),
+        "klog decode (header + CRC + records)": best_rate(decode, RECORDS, repeat),
+        "klog decode_batch_records only": best_rate(decode_only, RECORDS, repeat),
+    }
+
+
+def bench_read_path(batches: int, repeat: int) -> float:
+    """PartitionLog.read from offset 0 to the end, decoding every fetched batch."""
+    records = make_records()
+    batch = codec.encode_batch(records)
+    directory = tempfile.mkdtemp(prefix="klog-bench-")
+    try:
+        log = PartitionLog(os.path.join(directory, "t-0"), LogConfig(segment_bytes=8 * len(batch),
+                                                                      flush_messages=1 << 30))
+        log.open_for_write()
+        for _ in range(batches):
+            stamped = codec.with_base_offset(batch, log.log_end_offset, 0)
+            log.append(stamped, codec.read_header(stamped))
+        log.flush()
+        upper = log.log_end_offset
+
+        def read_all() -> None:
+            offset = 0
+            n = 0
+            while offset < upper:
+                got = log.read(offset, upper)
+                if not got:
+                    break
+                for fetched in got:
+                    n += len(fetched.records())
+                offset = got[-1].header.next_offset
+            assert n == upper, (n, upper)
+
+        rate = best_rate(read_all, upper, repeat)
+        log.close()
+        return rate
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def bench_kafka_python(repeat: int) -> dict[str, float]:
+    try:
+        from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+    except ImportError:
+        return {}
+    records = make_records()
+
+    def build() -> bytes:
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                            producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+        for i, (key, value, headers, ts) in enumerate(records):
+            builder.append(i, ts, key, value, headers)
+        return bytes(builder.build())
+
+    batch = build()
+
+    def decode() -> None:
+        b = DefaultRecordBatch(batch)
+        assert b.validate_crc()
+        out = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in b]
+        assert len(out) == RECORDS
+
+    return {
+        "kafka-python DefaultRecordBatchBuilder": best_rate(build, RECORDS, max(1, repeat // 3)),
+        "kafka-python DefaultRecordBatch (CRC + records)": best_rate(decode, RECORDS, max(1, repeat // 3)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    repeat = 5 if args.quick else 20
+    print(f"python {sys.version.split()[0]}, crcmod C extension: {codec.CRC_C_EXTENSION}")
+    print(f"{RECORDS} records/batch, null keys, {len(VALUE)}-byte values, no headers; best of {repeat}")
+    results = bench_klog(repeat)
+    results["klog PartitionLog.read + records()"] = bench_read_path(20 if args.quick else 50, max(2, repeat // 4))
+    results.update(bench_kafka_python(repeat))
+    width = max(len(name) for name in results)
+    for name, rate in results.items():
+        print(f"{name:<{width}}  {rate / 1e6:6.3f} M records/s")
+
+
+if __name__ == "__main__":
+    main()
