@@ -69,7 +69,8 @@ def register(app: typer.Typer) -> None:
 
         with open_store(data_dir) as store:
             producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
-                                      batch_size=batch_size, on_ack=on_ack, on_create=on_create)
+                                      batch_size=batch_size, on_ack=on_ack, on_create=on_create,
+                                      on_warning=lambda m: print(f"klog: warning: {m}", file=sys.stderr))
             sources = files or ["-"]
             line_no = 0
             try:

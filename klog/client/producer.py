@@ -58,7 +58,8 @@ class _Batch:
 class Producer:
     def __init__(self, store, *, acks: str = "all", compression_type: str = "none", linger_ms: int = 0,
                  batch_size: int = BATCH_SIZE_DEFAULT, auto_create: bool | None = None,
-                 on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None) -> None:
+                 on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None,
+                 on_warning: Callable[[str], None] | None = None) -> None:
         if str(acks) not in ACKS:
             raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
         if compression_type not in compression.CODEC_IDS:
@@ -79,6 +80,9 @@ class Producer:
         self._partition_counts: dict[str, int] = {}
         self._topic_settings: dict[str, tuple[int, int, int]] = {}
         self.records_sent = 0
+        from klog.client.replication import ReplicaManager
+
+        self.replicas = ReplicaManager(store, warn=on_warning)
 
     # -- topics --------------------------------------------------------------------------------
     def partitions_for(self, topic: str) -> int:
@@ -220,16 +224,12 @@ class Producer:
             self._write(key, _Batch(batch.records[:half], batch.pending[:half]))
             self._write(key, _Batch(batch.records[half:], batch.pending[half:]))
             return
-        part = self.store.partition(topic, partition)
-        with part.lock:
-            part.open_for_write()
-            result = part.append_batch(encoded)
-            part.publish()
+        base_offset = self.replicas.append(topic, partition, encoded, self.acks)
         self.sticky.batch_done(topic, self._partition_counts[topic])
         self.records_sent += len(batch.records)
         for i, pending in enumerate(batch.pending):
             if pending is not None:
                 ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
-                pending.metadata = RecordMetadata(topic, partition, result.base_offset + i, ts)
+                pending.metadata = RecordMetadata(topic, partition, base_offset + i, ts)
         if self.on_ack is not None:
-            self.on_ack(topic, partition, result.base_offset, len(batch.records))
+            self.on_ack(topic, partition, base_offset, len(batch.records))

@@ -131,6 +131,10 @@ class Store:
                     pass
         return topic
 
+    def forget_topic_cache(self, name: str) -> None:
+        """Metadata changed underneath (ISR, leader): re-read it next time."""
+        self._topic_cache.pop(name, None)
+
     def _forget(self, name: str) -> None:
         self._topic_cache.pop(name, None)
         for key in [k for k in self._partitions if k[0] == name]:

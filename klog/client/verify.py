@@ -1,7 +1,12 @@
-"""`klog verify`: check every replica's batches and indexes; optionally repair."""
+"""`klog verify`: check every replica's batches and indexes; optionally repair.
+
+Repair rebuilds indexes and truncates a torn tail; a replica damaged before its tail is cut at
+the damage and re-copied from an in-sync replica that is intact (Kafka does not do this).
+"""
 
 from __future__ import annotations
 
+from klog.client.replication import catch_up
 from klog.store.inspect import check_segment
 
 
@@ -13,35 +18,51 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
         for p in range(len(meta.partitions)):
             part = store.partition(name, p)
             pm = meta.partitions[p]
-            for log_dir, replica in zip([pm.leader] + [r for r in pm.replicas if r != pm.leader], part.replicas,
-                                        strict=False):
-                reports.append(_verify_replica(name, p, log_dir, part, replica, repair))
+            order = [pm.leader] + [r for r in pm.isr if r != pm.leader]
+            part.set_replica_dirs([store.data_dir.log_dir_path(d) for d in order])
+            checked = [(d, replica, _check_replica(replica)) for d, replica in zip(order, part.replicas, strict=True)]
+            for d, replica, (problems, fixable_at) in checked:
+                report = {"topic": name, "partition": p, "log_dir": d, "ok": not problems, "repaired": False,
+                          "problems": list(problems)}
+                if repair and problems:
+                    healthy = next((r for _, r, (probs, _) in checked if not probs and r is not replica), None)
+                    report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"])
+                reports.append(report)
     return reports
 
 
-def _verify_replica(topic: str, p: int, log_dir: int, part, replica, repair: bool) -> dict:
+def _check_replica(replica) -> tuple[list[str], int | None]:
+    """Problems found, and the offset to truncate at when the log itself is damaged."""
     replica.refresh_segments()
     problems: list[str] = []
-    repaired = False
-    bases = list(replica.bases)
-    for i, base in enumerate(bases):
-        check = check_segment(replica.segments[base])
-        is_last = i == len(bases) - 1
+    cut_at = None
+    for i, base in enumerate(replica.bases):
+        segment = replica.segments[base]
+        check = check_segment(segment)
+        problems.extend(f"{segment.offset_index.path}: {x}" for x in check.index_problems)
         if check.log_problem:
-            where = f"{replica.segments[base].log_path}: {check.log_problem}"
-            problems.append(where if is_last else where + " (before the log's tail: not truncated)")
-        problems.extend(f"{replica.segments[base].offset_index.path}: {x}" for x in check.index_problems)
-        if repair and (check.index_problems or (check.log_problem and is_last)):
-            with part.lock:
-                result = replica.segments[base].recover()
-                replica.refresh_segments()
-            repaired = True
-            if result.truncated_bytes:
-                problems.append(f"repaired: truncated {result.truncated_bytes} bytes at position "
-                                f"{result.valid_bytes}")
-            if check.index_problems:
-                problems.append("repaired: rebuilt indexes")
-    ok = not problems
-    mid_log_damage = any("before the log's tail" in x for x in problems)
-    return {"topic": topic, "partition": p, "log_dir": log_dir, "ok": ok, "repaired": repaired and not mid_log_damage,
-            "problems": problems}
+            last = i == len(replica.bases) - 1
+            problems.append(f"{segment.log_path}: {check.log_problem}" + ("" if last else " (before the log's tail)"))
+            cut_at = check.valid_next_offset if check.valid_next_offset is not None else base
+            break
+    return problems, cut_at
+
+
+def _repair(part, replica, cut_at: int | None, healthy, notes: list[str]) -> bool:
+    with part.lock:
+        part.open_for_write()
+        if cut_at is None:
+            for base in list(replica.bases):
+                replica.segments[base].recover()
+            notes.append("repaired: rebuilt indexes")
+            return True
+        replica.truncate_to(cut_at)
+        notes.append(f"repaired: truncated at offset {cut_at}")
+        if healthy is not None:
+            end = catch_up(healthy, replica, healthy.log_end_offset)
+            notes.append(f"repaired: re-copied offsets {cut_at}..{end} from {healthy.directory}")
+        elif cut_at < part.high_watermark():
+            notes.append(f"records from offset {cut_at} were lost: no intact replica holds them")
+            return False
+        part.publish()
+    return True

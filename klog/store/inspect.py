@@ -52,6 +52,7 @@ def dump_path(path: str, deep: bool = True) -> Iterator[dict]:
 class SegmentCheck:
     base_offset: int
     log_problem: str | None = None
+    valid_next_offset: int | None = None  # offset after the last valid batch (None: none valid)
     index_problems: list[str] = field(default_factory=list)
 
 
@@ -82,6 +83,7 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
         starts[pos] = header.last_offset
         max_ts = max(max_ts, header.max_timestamp)
         prev_next = header.next_offset
+        result.valid_next_offset = prev_next
         pos += header.size
     segment.offset_index.refresh()
     last = (-1, -1)

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from klog.errors import DataDirError
+from klog.store.health import write_identity
 
 CONFIG_NAME = "klog.json"
 LAYOUT_VERSION = 1
@@ -38,6 +39,7 @@ def default_data_dir() -> str:
 class LogDir:
     id: int
     path: str  # absolute, or relative to the data dir
+    identity: str | None = None  # the id written in the directory (health.py)
 
 
 @dataclass
@@ -64,11 +66,39 @@ class DataDir:
                 return d.path if os.path.isabs(d.path) else os.path.join(self.path, d.path)
         raise DataDirError(f"log directory {log_dir_id} is not configured in {self.path}")
 
+    def add_log_dir(self, path: str) -> LogDir:
+        """Register another log directory (another disk); it must be empty or new."""
+        absolute = os.path.abspath(os.path.expanduser(path))
+        for d in self.log_dirs:
+            if os.path.realpath(self.log_dir_path(d.id)) == os.path.realpath(absolute):
+                raise DataDirError(f"{path} is already log directory {d.id}")
+        try:
+            os.makedirs(absolute, exist_ok=True)
+        except OSError as e:
+            raise DataDirError(f"cannot create log directory {path}: {e.strerror}") from None
+        new = LogDir(max((d.id for d in self.log_dirs), default=-1) + 1, absolute, write_identity(absolute))
+        self.log_dirs.append(new)
+        self.save()
+        return new
+
+    def reidentify(self, log_dir_id: int) -> None:
+        """A replaced (new, empty) directory becomes the log dir: give it a fresh identity."""
+        for d in self.log_dirs:
+            if d.id == log_dir_id:
+                d.identity = write_identity(self.log_dir_path(d.id))
+        self.save()
+
+    def remove_log_dir(self, log_dir_id: int) -> None:
+        self.log_dir_path(log_dir_id)  # raises if unknown
+        self.log_dirs = [d for d in self.log_dirs if d.id != log_dir_id]
+        self.save()
+
     def default(self, name: str) -> str:
         return self.defaults.get(name, STORE_DEFAULTS[name])
 
     def save(self) -> None:
-        doc = {"version": LAYOUT_VERSION, "log_dirs": [{"id": d.id, "path": d.path} for d in self.log_dirs],
+        doc = {"version": LAYOUT_VERSION, "log_dirs": [{"id": d.id, "path": d.path, "identity": d.identity}
+                                                       for d in self.log_dirs],
                "defaults": self.defaults}
         tmp = os.path.join(self.path, CONFIG_NAME + ".tmp")
         with open(tmp, "w") as f:
@@ -92,7 +122,7 @@ class DataDir:
             raise DataDirError(f"cannot read {config_path}: {e}") from None
         if doc.get("version") != LAYOUT_VERSION:
             raise DataDirError(f"{config_path} has layout version {doc.get('version')}; expected {LAYOUT_VERSION}")
-        data_dir = cls(path, [LogDir(d["id"], d["path"]) for d in doc["log_dirs"]], doc.get("defaults", {}))
+        data_dir = cls(path, [LogDir(d["id"], d["path"], d.get("identity")) for d in doc["log_dirs"]], doc.get("defaults", {}))
         data_dir._ensure_dirs()
         return data_dir
 
@@ -107,15 +137,17 @@ class DataDir:
         dirs = [LogDir(i, p) for i, p in enumerate(log_dirs or ["logs"])]
         data_dir = cls(path, dirs, {})
         data_dir._ensure_dirs()
+        for d in dirs:
+            os.makedirs(data_dir.log_dir_path(d.id), exist_ok=True)
+            d.identity = write_identity(data_dir.log_dir_path(d.id))
         data_dir.save()
         return data_dir
 
     def _ensure_dirs(self) -> None:
+        # log dirs are not re-created here: a missing one is a failed disk (replicas.py decides)
         try:
             for sub in (self.meta_dir, self.state_dir, self.lock_dir):
                 os.makedirs(sub, exist_ok=True)
-            for d in self.log_dirs:
-                os.makedirs(self.log_dir_path(d.id), exist_ok=True)
         except OSError as e:
             raise DataDirError(f"cannot prepare data directory {self.path}: {e.strerror}") from None
         if not os.access(self.path, os.W_OK):

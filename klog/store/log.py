@@ -368,6 +368,22 @@ class PartitionLog:
                 return found if found < upper else None
         return None
 
+    def last_batch(self) -> FetchedBatch | None:
+        """The last complete batch (writer view, lock held), CRC-checked."""
+        self.refresh_segments()
+        for base in reversed(self.bases):
+            segment = self.segments[base]
+            end = segment.size if segment is self.active and self._fds is not None else segment.file_size()
+            last = None
+            for pos, header in segment.iter_headers(0, end):
+                last = (pos, header)
+            if last is not None:
+                data = segment.read_bytes(last[0], last[1].size)
+                if not codec.crc_ok(data, 0, last[1]):
+                    raise CorruptLogError("CRC mismatch", segment.log_path, last[0], last[1].base_offset)
+                return FetchedBatch(last[1], data, base, last[0])
+        return None
+
     def first_offset(self) -> int:
         """Base offset of the first segment (the log start unless delete-records moved it)."""
         self.refresh_segments()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from klog.errors import StorageError
+from klog.errors import CorruptLogError, StorageError
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
@@ -25,6 +25,7 @@ class AppendResult:
     base_offset: int
     last_offset: int
     log_append_time_ms: int | None
+    failed_followers: dict[int, str]  # replica index -> why its append failed (it leaves the ISR)
 
 
 class Partition:
@@ -39,6 +40,16 @@ class Partition:
         self.state = PartitionState(os.path.join(state_dir, name + ".state"))
         self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
         self.last_recovery: list[RecoveryReport] = []
+
+    def set_replica_dirs(self, replica_dirs: list[str]) -> None:
+        """Leader first, then the in-sync followers; keeps the open logs it already has."""
+        assert replica_dirs
+        name = partition_dir_name(self.topic, self.partition)
+        known = {os.path.dirname(r.directory): r for r in self.replicas}
+        self.replicas = [known.get(d) or PartitionLog(os.path.join(d, name), self.config) for d in replica_dirs]
+        for d, r in known.items():
+            if r not in self.replicas:
+                r.close()
 
     @property
     def leader(self) -> PartitionLog:
@@ -76,13 +87,22 @@ class Partition:
         stamped = codec.with_base_offset(batch, base, self.snapshot().leader_epoch)
         header = codec.read_header(stamped)
         try:
-            for replica in self.replicas:
-                replica.append(stamped, header)
-            for replica in self.replicas:
-                replica.maybe_flush()
+            leader.append(stamped, header)
+            leader.maybe_flush()
         except OSError as e:
-            raise StorageError(f"cannot append to {self.topic}-{self.partition}: {e.strerror or e}") from None
-        return AppendResult(base, header.last_offset, None)
+            raise StorageError(f"cannot append to the leader of {self.topic}-{self.partition} "
+                               f"({leader.directory}): {e.strerror or e}") from None
+        failed: dict[int, str] = {}
+        for i, replica in enumerate(self.replicas[1:], start=1):
+            # the same bytes, encoded once: followers copy, they never re-encode
+            try:
+                replica.append(stamped, header)
+                replica.maybe_flush()
+            except OSError as e:
+                failed[i] = f"{replica.directory}: {e.strerror or e}"
+        if failed:
+            self.replicas = [r for i, r in enumerate(self.replicas) if i not in failed]
+        return AppendResult(base, header.last_offset, None, failed)
 
     def publish(self) -> None:
         """Lock held: make everything appended so far visible to readers."""
@@ -112,7 +132,24 @@ class Partition:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
         hw = self.high_watermark()
         bound = hw if upper is None else min(hw, upper)
-        return self.leader.read(offset, bound, max_bytes)
+        if offset >= bound:
+            return []
+        damage: CorruptLogError | None = None
+        for replica in self.replicas:
+            # the leader first; a damaged, lost or short replica is served by an in-sync one
+            # that has the range intact (Kafka does not do this; klog does)
+            try:
+                batches = replica.read(offset, bound, max_bytes)
+            except CorruptLogError as e:
+                damage = damage or e
+                continue
+            except OSError:
+                continue
+            if batches:
+                return batches
+        if damage is not None:
+            raise damage
+        return []
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         return self.leader.offset_for_timestamp(timestamp, self.high_watermark())

@@ -1,0 +1,57 @@
+"""Log directories: list with health, size and replica count (like kafka-log-dirs); add; remove."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from klog.client.replication import dir_health
+from klog.errors import UsageError
+from klog.store.format import parse_partition_dir
+
+
+@dataclass
+class LogDirInfo:
+    id: int
+    path: str
+    health: str
+    size_bytes: int
+    replicas: int
+    leaders: int
+
+
+def _folder_bytes(path: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
+def list_dirs(store) -> list[LogDirInfo]:
+    counts: dict[int, int] = {}
+    leaders: dict[int, int] = {}
+    for topic in store.list_topics():
+        for pm in topic.partitions:
+            for d in pm.replicas:
+                counts[d] = counts.get(d, 0) + 1
+            leaders[pm.leader] = leaders.get(pm.leader, 0) + 1
+    out = []
+    for d in store.data_dir.log_dirs:
+        path = store.data_dir.log_dir_path(d.id)
+        size = 0
+        if os.path.isdir(path):
+            size = sum(_folder_bytes(os.path.join(path, n)) for n in os.listdir(path)
+                       if parse_partition_dir(n) is not None)
+        out.append(LogDirInfo(d.id, path, dir_health(store, d.id), size, counts.get(d.id, 0), leaders.get(d.id, 0)))
+    return out
+
+
+def add_dir(store, path: str) -> LogDirInfo:
+    if os.path.isdir(path) and any(parse_partition_dir(n) for n in os.listdir(path)):
+        raise UsageError(f"{path} already holds partition folders; give an empty or new directory")
+    new = store.data_dir.add_log_dir(path)
+    return next(i for i in list_dirs(store) if i.id == new.id)

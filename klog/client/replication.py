@@ -1,0 +1,210 @@
+"""Leaders, in-sync replicas and catch-up: the decisions a Kafka controller and follower
+fetchers make, taken here by the writing process under the partition lock.
+
+Before each append the writer re-reads the partition's metadata (LMDB), checks the health of
+each replica's log directory, shrinks the ISR for failed ones, elects a new leader from the
+ISR when the leader's directory failed (bumping the leader epoch), catches up healthy
+out-of-sync replicas from the leader (truncating any divergent suffix first) and lets them
+rejoin. Every change is a metadata transaction, so other processes see it at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+
+from klog.errors import KlogError, NotEnoughReplicasError, StorageError
+from klog.meta.topics import PartitionMeta
+from klog.store import health
+from klog.store.format import partition_dir_name
+from klog.store.log import PartitionLog
+
+CATCH_UP_BYTES_PER_FETCH = 4 << 20
+DIVERGENCE_STEPS_MAX = 100_000  # bounded walk back over batches while looking for agreement
+
+Warn = Callable[[str], None]
+
+
+class NoLeaderError(KlogError):
+    """No in-sync replica of the partition is healthy, and unclean election is off."""
+
+
+def dir_health(store, log_dir_id: int) -> str:
+    data_dir = store.data_dir
+    try:
+        path = data_dir.log_dir_path(log_dir_id)
+    except KlogError:
+        return health.MISSING
+    identity = next((d.identity for d in data_dir.log_dirs if d.id == log_dir_id), None)
+    return health.check_log_dir(path, identity)
+
+
+def replica_path(store, topic: str, partition: int, log_dir_id: int) -> str:
+    return os.path.join(store.data_dir.log_dir_path(log_dir_id), partition_dir_name(topic, partition))
+
+
+def elect(meta: PartitionMeta, healthy: set[int], unclean: bool) -> PartitionMeta | None:
+    """The partition's metadata with failed replicas out of the ISR and a live leader; None if no change."""
+    isr = [r for r in meta.isr if r in healthy]
+    leader = meta.leader
+    epoch = meta.leader_epoch
+    if leader not in isr:
+        candidates = [r for r in meta.replicas if r in isr]
+        if not candidates and unclean:
+            candidates = [r for r in meta.replicas if r in healthy]
+            isr = candidates[:1]
+        if not candidates:
+            return replace(meta, isr=isr) if isr != meta.isr else None
+        leader = candidates[0]
+        epoch += 1
+    if (leader, isr, epoch) == (meta.leader, meta.isr, meta.leader_epoch):
+        return None
+    return replace(meta, leader=leader, isr=isr, leader_epoch=epoch)
+
+
+def ensure_min_isr(topic: str, partition: int, meta: PartitionMeta, min_isr: int) -> None:
+    if len(meta.isr) < min_isr:
+        raise NotEnoughReplicasError(
+            f"not enough in-sync replicas for {topic}-{partition}: ISR is [{','.join(map(str, meta.isr))}] "
+            f"but min.insync.replicas is {min_isr}; nothing was written")
+
+
+def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int) -> int:
+    """Make follower a prefix-copy of leader up to leader_end; returns the follower's new log end.
+
+    The caller holds the partition lock and has opened both logs for writing.
+    """
+    _truncate_divergent_suffix(leader, follower)
+    offset = follower.log_end_offset
+    while offset < leader_end:
+        batches = leader.read(offset, leader_end, CATCH_UP_BYTES_PER_FETCH)
+        if not batches:
+            break
+        for fb in batches:
+            if fb.header.base_offset < offset:
+                continue
+            follower.append(fb.data, fb.header)
+        offset = batches[-1].header.next_offset
+    follower.flush()
+    return follower.log_end_offset
+
+
+def _truncate_divergent_suffix(leader: PartitionLog, follower: PartitionLog) -> None:
+    """Walk back from the follower's end until its last batch is byte-for-byte the leader's."""
+    for _ in range(DIVERGENCE_STEPS_MAX):
+        end = follower.log_end_offset
+        if end == follower.first_offset():
+            return
+        last = follower.last_batch()
+        if last is None:
+            return
+        theirs = leader.read(last.header.base_offset, last.header.next_offset, 1)
+        if theirs and theirs[0].header.base_offset == last.header.base_offset and theirs[0].data == last.data:
+            return
+        follower.truncate_to(last.header.base_offset)
+    raise StorageError(f"could not find where {follower.directory} agrees with its leader")
+
+
+class ReplicaManager:
+    """Runs under a partition's lock: reconcile replicas with metadata, then append."""
+
+    def __init__(self, store, warn: Warn | None = None) -> None:
+        self.store = store
+        self.warn = warn or (lambda message: None)
+
+    def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
+        return [self.store.data_dir.log_dir_path(d) for d in ids]
+
+    def reconcile(self, topic: str, partition: int, part) -> PartitionMeta:
+        """Health, election, catch-up; leaves `part` configured as leader + ISR, opened for write."""
+        store = self.store
+        topic_meta = store.topics.get(topic)
+        meta = topic_meta.partitions[partition]
+        before = meta
+        unclean = topic_meta.configs.get("unclean.leader.election.enable", "false") == "true"
+        states = {d: dir_health(store, d) for d in meta.replicas}
+        for d, state in states.items():
+            if state == health.REPLACED:
+                store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
+                self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
+                meta = replace(meta, isr=[r for r in meta.isr if r != d])
+                states[d] = health.OK
+        hw = part.high_watermark()
+        for d in list(meta.isr):
+            if states[d] == health.OK and hw > 0 and not os.path.isdir(replica_path(store, topic, partition, d)):
+                meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
+        healthy = {d for d, s in states.items() if s == health.OK}
+        for d in meta.isr:
+            if d not in healthy:
+                self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
+                          f"({states[d]})")
+        elected = elect(meta, healthy, unclean)
+        if elected is not None:
+            meta = elected
+        if meta.leader not in healthy or meta.leader not in meta.isr:
+            raise NoLeaderError(f"no in-sync replica of {topic}-{partition} is available "
+                                f"(replicas {meta.replicas}: {', '.join(f'{d} {states[d]}' for d in meta.replicas)})")
+        part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [d for d in meta.isr if d != meta.leader]))
+        part.open_for_write()
+        leader = part.leader
+        if meta.leader_epoch != before.leader_epoch:
+            meta = replace(meta, epochs=[*meta.epochs, [meta.leader_epoch, leader.log_end_offset]])
+            self.warn(f"{topic}-{partition}: replica in log directory {meta.leader} is the new leader "
+                      f"(epoch {meta.leader_epoch})")
+        meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
+        if meta != before:
+            store.topics.update_partition(topic, partition, meta)
+            store.forget_topic_cache(topic)
+        snap = part.snapshot()
+        if snap.leader_epoch != meta.leader_epoch:
+            snap.leader_epoch = meta.leader_epoch
+            part.state.write(snap, sync=True)
+        return meta
+
+    def _catch_up_out_of_sync(self, topic: str, partition: int, part, meta: PartitionMeta,
+                              healthy: set[int]) -> PartitionMeta:
+        leader = part.leader
+        for d in meta.replicas:
+            if d in meta.isr or d not in healthy:
+                continue
+            follower = PartitionLog(replica_path(self.store, topic, partition, d), part.config)
+            try:
+                follower.open_for_write()
+                end = catch_up(leader, follower, leader.log_end_offset)
+            except (OSError, KlogError) as e:
+                self.warn(f"cannot catch up the replica of {topic}-{partition} in log directory {d}: {e}")
+                follower.close()
+                continue
+            follower.close()
+            if end == leader.log_end_offset:
+                meta = replace(meta, isr=[r for r in meta.replicas if r in meta.isr or r == d])
+                self.warn(f"replica of {topic}-{partition} in log directory {d} caught up and rejoined the ISR")
+        part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [r for r in meta.isr if r != meta.leader]))
+        part.open_for_write()
+        return meta
+
+    def append(self, topic: str, partition: int, encoded: bytes, acks: str) -> int:
+        """Append one encoded batch; returns its base offset once `acks` is satisfied."""
+        store = self.store
+        part = store.partition(topic, partition)
+        min_isr = int(store.effective_configs(topic)["min.insync.replicas"])
+        with part.lock:
+            meta = self.reconcile(topic, partition, part)
+            if acks == "all":
+                ensure_min_isr(topic, partition, meta, min_isr)
+            result = part.append_batch(encoded)
+            if result.failed_followers:
+                dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+                lost = {dirs[i] for i in result.failed_followers}
+                for i, why in result.failed_followers.items():
+                    self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
+                meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
+                store.topics.update_partition(topic, partition, meta)
+                store.forget_topic_cache(topic)
+            part.publish()
+            if acks == "all" and len(meta.isr) < min_isr:
+                raise NotEnoughReplicasError(
+                    f"{topic}-{partition}: the batch at offset {result.base_offset} reached only ISR "
+                    f"[{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
+        return result.base_offset

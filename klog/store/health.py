@@ -1,0 +1,56 @@
+"""Is a log directory usable? Missing, read-only, full, or replaced by a new empty one.
+
+Each log directory carries `klog-logdir.id`, a random id also recorded in klog.json (the role
+of the directory.id in Kafka's meta.properties). A directory that exists but lacks the id it
+should have is a new disk put in place of a lost one: its replicas hold nothing trustworthy
+and must be caught up before they rejoin the in-sync set.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+ID_FILE = "klog-logdir.id"
+FREE_BYTES_MIN = 1 << 20  # below this a directory counts as full: an append would fail midway
+
+OK = "ok"
+MISSING = "missing"
+READ_ONLY = "read-only"
+FULL = "full"
+REPLACED = "replaced"
+
+
+def write_identity(path: str) -> str:
+    ident = str(uuid.uuid4())
+    tmp = os.path.join(path, ID_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(ident + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, ID_FILE))
+    return ident
+
+
+def read_identity(path: str) -> str | None:
+    try:
+        with open(os.path.join(path, ID_FILE)) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def check_log_dir(path: str, expected_id: str | None) -> str:
+    if not os.path.isdir(path):
+        return MISSING
+    if expected_id is not None and read_identity(path) != expected_id:
+        return REPLACED
+    if not os.access(path, os.W_OK):
+        return READ_ONLY
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return MISSING
+    if st.f_bavail * st.f_frsize < FREE_BYTES_MIN:
+        return FULL
+    return OK
