@@ -6,13 +6,17 @@ kept flat, with lookup tables for the one- and two-byte varints that nearly ever
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 import crcmod
 import crcmod.predefined
 
-from klog.errors import CorruptLogError
+from klog.errors import CompressionError, CorruptLogError, UnsupportedCodecError
 from klog.store import compression
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
@@ -39,7 +43,9 @@ from klog.store.format import (
 
 crc32c = crcmod.predefined.mkCrcFun("crc-32c")
 # The pure-Python fallback is ~100x slower; klog's speed targets assume the C extension.
-CRC_C_EXTENSION = bool(getattr(crcmod, "_usingExtension", False))
+# (`crcmod._usingExtension` does not exist: the flag lives in the crcmod.crcmod submodule, which
+# the package's `from crcmod.crcmod import *` shadows as an attribute, so ask sys.modules.)
+CRC_C_EXTENSION = bool(getattr(sys.modules.get("crcmod.crcmod"), "_usingExtension", False))
 assert crc32c(b"123456789") == 0xE3069283
 
 # A record as the producer hands it over: (key, value, headers, timestamp_ms).
@@ -65,13 +71,26 @@ def encode_varint(n: int) -> bytes:
     return bytes(out)
 
 
-# Non-negative n below this encode from a table: lengths, offset deltas, header counts.
+def _unzigzag(raw: int) -> int:
+    return (raw >> 1) ^ -(raw & 1)
+
+
+# Encoding tables: _VARINT[n] for 0 <= n < 2**14 (lengths, offset deltas, header counts) and
+# _SIGNED_VARINT[d + 2**13] for timestamp deltas -2**13 <= d < 2**13 (one or two bytes).
 _VARINT_TABLE_SIZE = 1 << 14
 _VARINT = [encode_varint(i) for i in range(_VARINT_TABLE_SIZE)]
+_SIGNED_HALF = 1 << 13
+_SIGNED_VARINT = [encode_varint(i - _SIGNED_HALF) for i in range(2 * _SIGNED_HALF)]
 _NULL = encode_varint(-1)
 _ZERO = _VARINT[0]
-# One-byte zigzag values decode from a table too.
-_ZIGZAG1 = [(b >> 1) ^ -(b & 1) for b in range(128)]
+_ATTRIBUTES = b"\x00"
+
+# Decoding tables: _ZIGZAG[b] for a one-byte varint b (< 0x80); _ZIGZAG2[c][b] for a two-byte
+# one b, c (b >= 0x80 > c); _LENGTH2[c][b] is that plus 2, where a record whose two-byte length
+# starts at p must end.
+_ZIGZAG = [_unzigzag(b) for b in range(0x80)]
+_ZIGZAG2 = [[0] * 0x80 + [_unzigzag((b & 0x7F) | (c << 7)) for b in range(0x80, 0x100)] for c in range(0x80)]
+_LENGTH2 = [[v + 2 for v in row] for row in _ZIGZAG2]
 
 
 def _varint(n: int) -> bytes:
@@ -80,22 +99,47 @@ def _varint(n: int) -> bytes:
     return encode_varint(n)
 
 
-def decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Decode a zigzag varlong at pos; returns (value, next position)."""
-    result = 0
+def _read_varint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+    """Zigzag varint of at most max_bytes (5: int32, 10: int64) at pos; (value, next position).
+
+    Raises IndexError past the end of buf and ValueError for an over-long or too-wide varint
+    (Kafka's readVarint/readVarlong refuse more than 5/10 bytes; bits beyond 32/64 are garbage).
+    """
+    raw = 0
     shift = 0
-    end = len(buf)
+    limit = 7 * max_bytes
     while True:
-        if pos >= end:
-            raise ValueError("varint runs past the end of the batch")
         b = buf[pos]
         pos += 1
-        result |= (b & 0x7F) << shift
+        raw |= (b & 0x7F) << shift
         if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
+            break
         shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
+        if shift >= limit:
+            raise ValueError(f"varint longer than {max_bytes} bytes")
+    if raw >> (32 if max_bytes == 5 else 64):
+        raise ValueError(f"varint wider than {32 if max_bytes == 5 else 64} bits")
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _varint32(buf: bytes, pos: int) -> tuple[int, int]:
+    return _read_varint(buf, pos, 5)
+
+
+def _varlong(buf: bytes, pos: int) -> tuple[int, int]:
+    return _read_varint(buf, pos, 10)
+
+
+def decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Decode a zigzag varlong at pos; returns (value, next position).
+
+    Raises ValueError if the varint runs past the end of buf, is longer than 10 bytes or does
+    not fit in 64 bits.
+    """
+    try:
+        return _read_varint(buf, pos, 10)
+    except IndexError:
+        raise ValueError("varint runs past the end of the batch") from None
 
 
 # --- batch header -----------------------------------------------------------------------------
@@ -152,16 +196,17 @@ def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
 
 
 def crc_ok(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
-    """True if the stored CRC-32C matches bytes [pos+21, pos+size)."""
+    """True if the stored CRC-32C matches bytes [pos+21, pos+size) (and all of them are there)."""
     end = pos + header.size
-    return crc32c(buf[pos + ATTRIBUTES_OFFSET:end]) == header.crc
+    covered = memoryview(buf)[pos + ATTRIBUTES_OFFSET:end]  # no copy of a ~1 MiB batch
+    return len(covered) == end - pos - ATTRIBUTES_OFFSET and crc32c(covered) == header.crc
 
 
 # --- encode -----------------------------------------------------------------------------------
 def _encode_headers(headers: Sequence[Header]) -> bytes:
     parts = [_varint(len(headers))]
     for hkey, hvalue in headers:
-        kb = hkey.encode("utf-8")
+        kb = hkey.encode("utf-8", "surrogateescape")  # the decoder's inverse, for any key it returns
         parts.append(_varint(len(kb)))
         parts.append(kb)
         if hvalue is None:
@@ -176,31 +221,39 @@ def encode_records(records: Sequence[RecordIn], base_timestamp: int) -> bytes:
     """The records section of a batch: each record's length varint then its body."""
     out: list[bytes] = []
     append = out.append
-    varint_table = _VARINT
+    join = b"".join
+    unsigned = _VARINT
+    size = _VARINT_TABLE_SIZE
+    signed = _SIGNED_VARINT
+    null = _NULL
+    zero = _ZERO
+    attributes = _ATTRIBUTES
+    # ts - low indexes the signed table for deltas in [-2**13, 2**13)
+    low = base_timestamp - _SIGNED_HALF
     for delta, (key, value, headers, timestamp) in enumerate(records):
-        ts_delta = timestamp - base_timestamp
-        ts_part = varint_table[ts_delta] if 0 <= ts_delta < _VARINT_TABLE_SIZE else encode_varint(ts_delta)
-        off_part = varint_table[delta] if delta < _VARINT_TABLE_SIZE else encode_varint(delta)
+        t = timestamp - low
+        ts_part = signed[t] if 0 <= t < size else encode_varint(timestamp - base_timestamp)
+        off_part = unsigned[delta] if delta < size else encode_varint(delta)
         if key is None:
-            key_part = _NULL
+            key_part = null
         else:
             n = len(key)
-            key_part = (varint_table[n] if n < _VARINT_TABLE_SIZE else encode_varint(n)) + key
+            key_part = (unsigned[n] if n < size else encode_varint(n)) + key
         if value is None:
-            value_part = _NULL
+            value_length = null
+            value = b""
         else:
             n = len(value)
-            value_part = (varint_table[n] if n < _VARINT_TABLE_SIZE else encode_varint(n)) + value
-        header_part = _encode_headers(headers) if headers else _ZERO
-        body_length = 1 + len(ts_part) + len(off_part) + len(key_part) + len(value_part) + len(header_part)
-        append(varint_table[body_length] if body_length < _VARINT_TABLE_SIZE else encode_varint(body_length))
-        append(b"\x00")
-        append(ts_part)
-        append(off_part)
-        append(key_part)
-        append(value_part)
-        append(header_part)
-    return b"".join(out)
+            value_length = unsigned[n] if n < size else encode_varint(n)
+        body = join((attributes, ts_part, off_part, key_part, value_length, value,
+                     _encode_headers(headers) if headers else zero))
+        n = len(body)
+        append(unsigned[n] if n < size else encode_varint(n))
+        append(body)
+    return join(out)
+
+
+_TIMESTAMP_OF = itemgetter(3)
 
 
 def encode_batch(
@@ -218,7 +271,7 @@ def encode_batch(
         raise ValueError("a batch needs at least one record")
     assert count <= RECORDS_PER_BATCH_MAX
     base_timestamp = records[0][3]
-    max_timestamp = max(r[3] for r in records)
+    max_timestamp = max(map(_TIMESTAMP_OF, records))
     attributes = codec & COMPRESSION_CODEC_MASK
     if timestamp_type == LOG_APPEND_TIME:
         assert log_append_time_ms is not None
@@ -248,112 +301,193 @@ def encode_header_fields(header: BatchHeader) -> bytes:
 
 
 # --- decode -----------------------------------------------------------------------------------
+# The smallest record body: attributes, timestampDelta, offsetDelta, keyLength, valueLength and
+# headersCount, one byte each, after a one-byte length.
+_MIN_RECORD_BYTES = 7
+_GC_PAUSE_MIN_RECORDS = 512
+
+
 def decode_batch_records(buf: bytes, pos: int, header: BatchHeader) -> list[RecordOut]:
     """Decode every record of the batch at buf[pos:]; the caller has already checked the CRC.
 
-    Raises CorruptLogError (without a path; the caller adds it) when the records do not
-    fill the batch exactly, as Kafka's "Incorrect declared batch size".
+    Returns (offset, timestamp, key, value, headers) tuples; key, value and header values are
+    `bytes` (or None), whatever buffer type `buf` is. Raises CorruptLogError (without a path; the
+    caller adds it) when the records do not fill the batch exactly (Kafka's "Incorrect declared
+    batch size"), when a record's fields do not fill its declared length, or for a malformed
+    varint; klog.errors.CompressionError (a CorruptLogError) when the records section does not
+    decompress; klog.errors.UnsupportedCodecError for codec ids 5-7.
     """
     end = pos + header.size
-    if header.codec:
-        data = compression.decompress(header.codec, memoryview(buf)[pos + RECORDS_OFFSET:end])
+    count = header.records_count
+    codec = header.attributes & COMPRESSION_CODEC_MASK
+    if codec:
+        try:
+            data = compression.decompress(codec, memoryview(buf)[pos + RECORDS_OFFSET:end])
+        except compression.UnsupportedCodecError:
+            raise UnsupportedCodecError(
+                f"unsupported compression codec id {codec} (offset {header.base_offset})") from None
+        except compression.CompressionError as e:
+            raise CompressionError(str(e), offset=header.base_offset) from None
         start = 0
         stop = len(data)
-    else:
+    elif type(buf) is bytes:
         data = buf
         start = pos + RECORDS_OFFSET
         stop = end
+    else:  # bytearray / memoryview: slices of those would not be bytes
+        data = bytes(memoryview(buf)[pos + RECORDS_OFFSET:end])
+        start = 0
+        stop = end - pos - RECORDS_OFFSET  # the declared size: a truncated buf fails the checks below
+    if count < 0 or count > (stop - start) // _MIN_RECORD_BYTES:
+        raise CorruptLogError(f"invalid record count {count} for a batch of {header.size} bytes",
+                              offset=header.base_offset)
+    # The loop allocates two tracked containers per record (the tuple and its headers list), so
+    # on a big batch the cyclic GC would run every few hundred records and, as the list grows and
+    # gets promoted, walk the whole heap; none of them can form a cycle, so pause it meanwhile.
+    pause_gc = count >= _GC_PAUSE_MIN_RECORDS and gc.isenabled()
+    if pause_gc:
+        gc.disable()
     try:
-        records, consumed_to = _decode_records(data, start, stop, header)
+        records, consumed_to = _decode_records(data, start, count, header.base_offset, header.base_timestamp)
     except (ValueError, IndexError) as e:
         raise CorruptLogError(f"malformed records in batch: {e}", offset=header.base_offset) from None
+    finally:
+        if pause_gc:
+            gc.enable()
     if consumed_to != stop:
         raise CorruptLogError("incorrect declared batch size", offset=header.base_offset)
+    if header.attributes & TIMESTAMP_TYPE_MASK:
+        # LogAppendTime: every record's timestamp is the batch's maxTimestamp
+        append_time = header.max_timestamp
+        records = [(offset, append_time, key, value, headers) for offset, _, key, value, headers in records]
     return records
 
 
-def _decode_records(data: bytes, pos: int, stop: int, header: BatchHeader) -> tuple[list[RecordOut], int]:
-    base_offset = header.base_offset
-    base_timestamp = header.base_timestamp
-    log_append = header.attributes & TIMESTAMP_TYPE_MASK
-    max_timestamp = header.max_timestamp
-    zz = _ZIGZAG1
+def _decode_records(data: bytes, pos: int, count: int, base_offset: int,
+                    base_timestamp: int) -> tuple[list[RecordOut], int]:
+    """`count` records from data[pos:]; returns them and the position after the last one.
+
+    One flat loop: the one- and two-byte varints (and three-byte offset deltas) that nearly every
+    record uses are decoded inline from the tables; anything longer goes through _read_varint.
+    Each record's fields must end exactly where its length says (ValueError otherwise); reading
+    past the end of data raises IndexError. pos only moves forward, so it never wraps around.
+    """
+    zz = _ZIGZAG
+    zz2 = _ZIGZAG2
+    len2 = _LENGTH2
+    varint32 = _varint32
     out: list[RecordOut] = []
     append = out.append
-    for _ in range(header.records_count):
+    for _ in repeat(None, count):
+        # length (end = where the record must end), then skip the attributes byte (unused)
         b = data[pos]
         if b < 0x80:
-            length = zz[b]
-            pos += 1
+            end = pos + 1 + zz[b]
+            pos += 2
         else:
-            length, pos = decode_varint(data, pos)
-        record_end = pos + length
-        if length < 0 or record_end > stop:
-            raise ValueError("record length past the end of the batch")
-        pos += 1  # attributes, unused
+            c = data[pos + 1]
+            if c < 0x80:
+                end = pos + len2[c][b]
+                pos += 3
+            else:
+                n, pos = varint32(data, pos)
+                end = pos + n
+                pos += 1
+        # timestampDelta (varlong)
         b = data[pos]
         if b < 0x80:
             ts_delta = zz[b]
             pos += 1
         else:
-            ts_delta, pos = decode_varint(data, pos)
+            c = data[pos + 1]
+            if c < 0x80:
+                ts_delta = zz2[c][b]
+                pos += 2
+            else:
+                ts_delta, pos = _varlong(data, pos)
+        # offsetDelta: past 63 records it takes two bytes, past 8191 three
         b = data[pos]
         if b < 0x80:
             off_delta = zz[b]
             pos += 1
         else:
-            off_delta, pos = decode_varint(data, pos)
-        b = data[pos]
-        if b < 0x80:
-            n = zz[b]
-            pos += 1
-        else:
-            n, pos = decode_varint(data, pos)
-        if n < 0:
+            c = data[pos + 1]
+            if c < 0x80:
+                off_delta = zz2[c][b]
+                pos += 2
+            else:
+                d = data[pos + 2]
+                if d < 0x80:
+                    raw = (b & 0x7F) | ((c & 0x7F) << 7) | (d << 14)
+                    off_delta = (raw >> 1) ^ -(raw & 1)
+                    pos += 3
+                else:
+                    off_delta, pos = varint32(data, pos)
+        # key: 0x01 is -1, null; any negative length is null (Kafka: keySize < 0)
+        if data[pos] == 1:
             key = None
+            pos += 1
         else:
-            key = data[pos:pos + n]
-            pos += n
+            b = data[pos]
+            if b < 0x80:
+                n = zz[b]
+                pos += 1
+            else:
+                n, pos = varint32(data, pos)
+            if n < 0:
+                key = None
+            else:
+                key = data[pos:pos + n]
+                pos += n
+        # value
         b = data[pos]
         if b < 0x80:
             n = zz[b]
             pos += 1
         else:
-            n, pos = decode_varint(data, pos)
+            c = data[pos + 1]
+            if c < 0x80:
+                n = zz2[c][b]
+                pos += 2
+            else:
+                n, pos = varint32(data, pos)
         if n < 0:
             value = None
         else:
             value = data[pos:pos + n]
             pos += n
-        b = data[pos]
-        if b == 0:
+        # headers; then the record must end exactly at `end`
+        if data[pos] == 0 and pos + 1 == end:
             headers: list[Header] = []
-            pos += 1
+            pos = end
         else:
             headers, pos = _decode_headers(data, pos)
-        if pos != record_end:
-            raise ValueError("record body does not match its declared length")
-        timestamp = max_timestamp if log_append else base_timestamp + ts_delta
-        append((base_offset + off_delta, timestamp, key, value, headers))
+            if pos != end:
+                raise ValueError("record fields do not fill its declared length")
+        append((base_offset + off_delta, base_timestamp + ts_delta, key, value, headers))
     return out, pos
 
 
 def _decode_headers(data: bytes, pos: int) -> tuple[list[Header], int]:
-    count, pos = decode_varint(data, pos)
+    count, pos = _varint32(data, pos)
     if count < 0:
-        raise ValueError("negative header count")
+        raise ValueError(f"invalid number of record headers {count}")
+    if count > (len(data) - pos) // 2:  # each header takes at least two bytes
+        raise ValueError(f"{count} record headers cannot fit in the batch")
     headers: list[Header] = []
     for _ in range(count):
-        n, pos = decode_varint(data, pos)
+        n, pos = _varint32(data, pos)
         if n < 0:
-            raise ValueError("null header key")
-        hkey = bytes(data[pos:pos + n]).decode("utf-8", errors="surrogateescape")
+            raise ValueError(f"invalid negative header key size {n}")
+        if pos + n > len(data):
+            raise ValueError("header key runs past the end of the batch")
+        hkey = data[pos:pos + n].decode("utf-8", "surrogateescape")
         pos += n
-        n, pos = decode_varint(data, pos)
+        n, pos = _varint32(data, pos)
         if n < 0:
             hvalue = None
         else:
-            hvalue = bytes(data[pos:pos + n])
+            hvalue = data[pos:pos + n]
             pos += n
         headers.append((hkey, hvalue))
     return headers, pos
