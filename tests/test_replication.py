@@ -8,6 +8,7 @@ reads back through the public consumer and compares bytes across replicas.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 
@@ -28,7 +29,8 @@ def rstore(tmp_path):
 
 
 def produce(store, topic, n, start=0, acks="all", warnings=None):
-    with store.producer(acks=acks, batch_size=64 * 1024, on_warning=(warnings if warnings is not None else []).append) as p:
+    sink = warnings if warnings is not None else []
+    with store.producer(acks=acks, batch_size=64 * 1024, on_warning=sink.append) as p:
         for i in range(start, start + n):
             p.send(topic, b"value-%08d" % i, partition=0)
 
@@ -151,3 +153,35 @@ def test_follower_failing_writes_leaves_isr_and_production_continues(rstore, mon
     assert any("left the ISR" in w and "No space left" in w for w in warnings)
     assert broken not in store.topics.get("w").partitions[0].isr
     assert consumed(store, "w") == expected(200)
+
+
+def test_dirs_cli_add_list_remove_moves_replicas_without_loss(cli, tmp_path):
+    data = str(tmp_path / "store")
+    assert cli("topics", "create", "d", "-p", "3", "--data-dir", data).exit_code == 0
+    cli("produce", "d", "--data-dir", data, input=b"".join(b"%d\n" % i for i in range(3000)))
+    assert cli("dirs", "add", str(tmp_path / "disk2"), "--data-dir", data).exit_code == 0
+    rows = [json.loads(x) for x in cli("dirs", "list", "--json", "--data-dir", data).stdout.splitlines()]
+    assert [(r["id"], r["health"], r["replicas"]) for r in rows] == [(0, "ok", 3), (1, "ok", 0)]
+    before = sorted(cli("consume", "d", "--data-dir", data).out.split())
+    r = cli("dirs", "remove", "0", "--json", "--data-dir", data)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout) == {"removed": 0, "replicas_moved": 3}
+    rows = [json.loads(x) for x in cli("dirs", "list", "--json", "--data-dir", data).stdout.splitlines()]
+    assert [(r["id"], r["replicas"]) for r in rows] == [(1, 3)]
+    assert sorted(cli("consume", "d", "--data-dir", data).out.split()) == before
+    assert len(before) == 3000
+
+
+def test_reassign_moves_a_leader_and_keeps_every_record(rstore, cli):
+    store, dirs = rstore
+    store.create_topic("ra", replication_factor=2)
+    produce(store, "ra", 1000)
+    meta = store.topics.get("ra").partitions[0]
+    spare = next(d for d in range(3) if d not in meta.replicas)
+    r = cli("topics", "reassign", "ra", "--from", str(meta.leader), "--to", str(spare), "--data-dir", store.path)
+    assert r.exit_code == 0, r.stderr
+    after = store.topics.get("ra").partitions[0]
+    assert meta.leader not in after.replicas and spare in after.isr and after.leader_epoch == 1
+    assert not os.path.exists(os.path.join(dirs[meta.leader], partition_dir_name("ra", 0)))
+    with klog.open(store.path) as fresh:
+        assert consumed(fresh, "ra") == expected(1000)

@@ -62,9 +62,10 @@ def root(
 
 def _register() -> None:
     # imported here so each module stays one screen per command group
-    from klog.cli import admin, consume, produce, topics
+    from klog.cli import admin, consume, dirs, produce, topics
 
     app.add_typer(topics.app, name="topics")
+    app.add_typer(dirs.app, name="dirs")
     produce.register(app)
     consume.register(app)
     admin.register(app)

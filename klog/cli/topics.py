@@ -127,3 +127,27 @@ def delete(
         print(json.dumps({"deleted": topic}))
     else:
         print(f"Deleted topic {topic}", file=sys.stderr)
+
+
+@app.command()
+def reassign(
+    topic: str,
+    source: Annotated[int, typer.Option("--from", help="Log directory id to move replicas away from.")],
+    target: Annotated[int, typer.Option("--to", help="Log directory id to move them to.")],
+    partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Move replicas between log directories without losing or duplicating a record."""
+    from klog.client.replication import move_replica
+
+    with open_store(data_dir) as store:
+        meta = store.topic(topic)
+        parts = partition if partition is not None else [
+            i for i, p in enumerate(meta.partitions) if source in p.replicas]
+        for p in parts:
+            move_replica(store, topic, p, source, target, lambda m: print(f"klog: warning: {m}", file=sys.stderr))
+    if as_json:
+        print(json.dumps({"topic": topic, "moved": parts, "from": source, "to": target}))
+    else:
+        print(f"Moved {len(parts)} replicas of {topic} from log directory {source} to {target}", file=sys.stderr)

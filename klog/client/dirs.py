@@ -55,3 +55,24 @@ def add_dir(store, path: str) -> LogDirInfo:
         raise UsageError(f"{path} already holds partition folders; give an empty or new directory")
     new = store.data_dir.add_log_dir(path)
     return next(i for i in list_dirs(store) if i.id == new.id)
+
+
+def remove_dir(store, log_dir_id: int, warn=None) -> int:
+    """Move every replica off the directory, then forget it; returns the replicas moved."""
+    from klog.client.replication import move_replica
+
+    others = [d for d in list_dirs(store) if d.id != log_dir_id and d.health == "ok"]
+    moved = 0
+    for topic in store.list_topics():
+        for p, pm in enumerate(topic.partitions):
+            if log_dir_id not in pm.replicas:
+                continue
+            choices = sorted((d for d in others if d.id not in pm.replicas), key=lambda d: (d.replicas, d.id))
+            if not choices:
+                raise UsageError(f"cannot remove log directory {log_dir_id}: no other healthy directory can "
+                                 f"take the replica of {topic.name}-{p}")
+            move_replica(store, topic.name, p, log_dir_id, choices[0].id, warn)
+            choices[0].replicas += 1
+            moved += 1
+    store.data_dir.remove_log_dir(log_dir_id)
+    return moved

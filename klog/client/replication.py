@@ -208,3 +208,40 @@ class ReplicaManager:
                     f"{topic}-{partition}: the batch at offset {result.base_offset} reached only ISR "
                     f"[{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
         return result.base_offset
+
+
+def move_replica(store, topic: str, partition: int, source: int, target: int, warn: Warn | None = None) -> None:
+    """Move one replica from log dir `source` to `target` without losing or duplicating a record:
+    the new replica is caught up and joins the ISR before the old one is dropped."""
+    manager = ReplicaManager(store, warn)
+    part = store.partition(topic, partition)
+    with part.lock:
+        meta = store.topics.get(topic).partitions[partition]
+        if source not in meta.replicas:
+            raise KlogError(f"{topic}-{partition} has no replica in log directory {source}")
+        if target in meta.replicas:
+            raise KlogError(f"{topic}-{partition} already has a replica in log directory {target}")
+        if dir_health(store, target) != health.OK:
+            raise KlogError(f"log directory {target} is not healthy ({dir_health(store, target)})")
+        store.topics.update_partition(topic, partition, replace(meta, replicas=[*meta.replicas, target]))
+        meta = manager.reconcile(topic, partition, part)
+        if target not in meta.isr:
+            raise StorageError(f"the new replica of {topic}-{partition} in log directory {target} "
+                               "could not catch up; nothing was moved")
+        replicas = [target if r == source else r for r in meta.replicas if r != target]
+        isr = [r for r in meta.isr if r != source]
+        new = replace(meta, replicas=replicas, isr=isr)
+        if meta.leader == source:
+            leader = next(r for r in replicas if r in isr)
+            new = replace(new, leader=leader, leader_epoch=meta.leader_epoch + 1,
+                          epochs=[*meta.epochs, [meta.leader_epoch + 1, part.leader.log_end_offset]])
+        store.topics.update_partition(topic, partition, new)
+        store.forget_topic_cache(topic)
+        manager.reconcile(topic, partition, part)
+        old = replica_path(store, topic, partition, source)
+        if os.path.isdir(old):
+            doomed = old + ".moved-delete"
+            os.replace(old, doomed)
+            import shutil
+
+            shutil.rmtree(doomed, ignore_errors=True)

@@ -122,7 +122,8 @@ class DataDir:
             raise DataDirError(f"cannot read {config_path}: {e}") from None
         if doc.get("version") != LAYOUT_VERSION:
             raise DataDirError(f"{config_path} has layout version {doc.get('version')}; expected {LAYOUT_VERSION}")
-        data_dir = cls(path, [LogDir(d["id"], d["path"], d.get("identity")) for d in doc["log_dirs"]], doc.get("defaults", {}))
+        dirs = [LogDir(d["id"], d["path"], d.get("identity")) for d in doc["log_dirs"]]
+        data_dir = cls(path, dirs, doc.get("defaults", {}))
         data_dir._ensure_dirs()
         return data_dir
 

@@ -47,7 +47,7 @@ class Partition:
         name = partition_dir_name(self.topic, self.partition)
         known = {os.path.dirname(r.directory): r for r in self.replicas}
         self.replicas = [known.get(d) or PartitionLog(os.path.join(d, name), self.config) for d in replica_dirs]
-        for d, r in known.items():
+        for r in known.values():
             if r not in self.replicas:
                 r.close()
 

@@ -1,0 +1,59 @@
+"""`klog dirs list|add|remove`: the store's log directories (like kafka-log-dirs)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from klog.cli.app import DataDirOpt, JsonOpt, open_store
+
+app = typer.Typer(help="List, add and remove log directories (disks) of the store.", no_args_is_help=True)
+
+
+def _warn(message: str) -> None:
+    print(f"klog: warning: {message}", file=sys.stderr)
+
+
+@app.command("list")
+def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Each log directory's health (ok, missing, read-only, full, replaced), size and replica count."""
+    from klog.client.dirs import list_dirs
+
+    with open_store(data_dir) as store:
+        infos = list_dirs(store)
+    if as_json:
+        for i in infos:
+            print(json.dumps(vars(i)))
+        return
+    from klog.cli.tables import print_table
+
+    print_table(["ID", "PATH", "HEALTH", "SIZE", "REPLICAS", "LEADERS"],
+                [[i.id, i.path, i.health, i.size_bytes, i.replicas, i.leaders] for i in infos])
+
+
+@app.command()
+def add(path: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Add a log directory (an empty or new folder, typically on another disk)."""
+    from klog.client.dirs import add_dir
+
+    with open_store(data_dir) as store:
+        info = add_dir(store, path)
+    print(json.dumps(vars(info)) if as_json else f"Added log directory {info.id}: {info.path}")
+
+
+@app.command()
+def remove(
+    log_dir: Annotated[int, typer.Argument(help="Id of the log directory (see klog dirs list).")],
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Move every replica off a log directory (caught up first, nothing lost), then remove it."""
+    from klog.client.dirs import remove_dir
+
+    with open_store(data_dir) as store:
+        moved = remove_dir(store, log_dir, _warn)
+    print(json.dumps({"removed": log_dir, "replicas_moved": moved}) if as_json
+          else f"Removed log directory {log_dir} ({moved} replicas moved)")
