@@ -1,0 +1,10 @@
+_klog_completion() {
+    local IFS=$'
+'
+    COMPREPLY=( $( env COMP_WORDS="${COMP_WORDS[*]}" \
+                   COMP_CWORD=$COMP_CWORD \
+                   _KLOG_COMPLETE=complete_bash $1 ) )
+    return 0
+}
+
+complete -o default -F _klog_completion klog

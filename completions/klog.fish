@@ -1,0 +1,1 @@
+complete --command klog --no-files --arguments "(env _KLOG_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) klog)" --condition "env _KLOG_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) klog"

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The README's first command on a fresh machine:
+#
+#   bash samples/quickstart.sh
+#
+# Finds klog (or installs it into .venv at the repository root), then, in your default data directory
+# (~/.local/share/klog, or $KLOG_DATA_DIR if you set it), creates topic quickstart-access, produces the
+# sample access log into it, describes it, tails it, shows its offsets and exports it to
+# ./quickstart-export.jsonl. Each run appends another 2,000 records to the topic.
+#
+# KLOG="python -m klog" picks the command to run and skips the install step.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+py=${PYTHON:-python3}
+if [ -n "${KLOG:-}" ]; then
+    read -r -a klog_cmd <<< "$KLOG"
+elif [ -x "$repo/.venv/bin/klog" ]; then
+    klog_cmd=("$repo/.venv/bin/klog")
+elif "$py" -c 'import klog.cli.app' 2>/dev/null; then
+    klog_cmd=("$py" -m klog)
+else
+    echo "klog is not installed: installing it into $repo/.venv (once)" >&2
+    [ -x "$repo/.venv/bin/python" ] || "$py" -m venv "$repo/.venv"
+    "$repo/.venv/bin/python" -m pip install -q --disable-pip-version-check -e "$repo"
+    klog_cmd=("$repo/.venv/bin/klog")
+fi
+klog() { command "${klog_cmd[@]}" "$@"; }
+
+topic=quickstart-access
+step() { printf '\n$ klog %s\n' "$*"; }
+
+step topics create "$topic" --partitions 3 --if-not-exists
+klog topics create "$topic" --partitions 3 --if-not-exists
+
+step produce "$topic" samples/access-log.jsonl
+klog produce "$topic" "$repo/samples/access-log.jsonl"
+
+step topics describe "$topic"
+klog topics describe "$topic"
+
+step consume "$topic" --tail 5
+klog consume "$topic" --tail 5
+
+step offsets "$topic"
+klog offsets "$topic"
+
+step consume "$topic" --json '>' quickstart-export.jsonl
+klog consume "$topic" --json > quickstart-export.jsonl
+echo "exported $(wc -l < quickstart-export.jsonl | tr -d ' ') records to $PWD/quickstart-export.jsonl"
+# TODO: export with `klog spark export` (Parquet) and show consumer-group lag once both commands exist.
