@@ -62,13 +62,16 @@ def root(
 
 def _register() -> None:
     # imported here so each module stays one screen per command group
-    from klog.cli import admin, consume, dirs, produce, topics
+    from klog.cli import admin, consume, dirs, groups, produce, replay, spark, topics
 
     app.add_typer(topics.app, name="topics")
     app.add_typer(dirs.app, name="dirs")
     produce.register(app)
     consume.register(app)
     admin.register(app)
+    groups.register(app)
+    replay.register(app)
+    spark.register(app)
 
 
 _register()
