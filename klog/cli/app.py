@@ -34,7 +34,7 @@ app = typer.Typer(
 
 DataDirOpt = Annotated[str | None, typer.Option(
     "--data-dir", "-d", envvar="KLOG_DATA_DIR", show_envvar=True,
-    help="Store directory [default: ~/.local/share/klog].")]
+    help="Store directory (default: ~/.local/share/klog, the XDG data directory).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
