@@ -11,19 +11,45 @@
 
 from __future__ import annotations
 
-from klog.client.consumer import Consumer, StartSpec
-from klog.client.producer import PendingRecord, Producer
-from klog.client.records import Record, RecordMetadata
-from klog.client.store import PartitionInfo, Store, TopicInfo
-from klog.errors import KlogError
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Public names -> the module that defines them. Loaded on first use (PEP 562) so that `klog --help`
+# and `klog --version`, which import this package, do not pay for the codec and the client.
+_EXPORTS = {
+    "Consumer": "klog.client.consumer",
+    "StartSpec": "klog.client.consumer",
+    "PendingRecord": "klog.client.producer",
+    "Producer": "klog.client.producer",
+    "Record": "klog.client.records",
+    "RecordMetadata": "klog.client.records",
+    "PartitionInfo": "klog.client.store",
+    "Store": "klog.client.store",
+    "TopicInfo": "klog.client.store",
+    "KlogError": "klog.errors",
+}
+
+if TYPE_CHECKING:
+    from klog.client.store import Store
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'klog' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def open(path: str | None = None, create: bool = True) -> Store:  # noqa: A001 - mirrors sqlite3/klog.open
     """Open the store at `path` ($KLOG_DATA_DIR or ~/.local/share/klog by default)."""
+    from klog.client.store import Store
+
     return Store(path, create=create)
 
 
-__all__ = ["Consumer", "KlogError", "PartitionInfo", "PendingRecord", "Producer", "Record", "RecordMetadata",
-           "StartSpec", "Store", "TopicInfo", "open", "__version__"]
+__all__ = [*_EXPORTS, "open", "__version__"]

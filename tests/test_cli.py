@@ -160,6 +160,15 @@ def test_invalid_topic_names(cli):
     assert_one_line_error(cli("topics", "create", "a_b"), 2, "collides with existing topic 'a.b'")
 
 
+def test_usage_errors_are_one_line_with_exit_2(cli):
+    assert_one_line_error(cli("consume", "t", "--bogus"), 2, "No such option: --bogus")
+    assert_one_line_error(cli("topics", "create"), 2, "Missing argument 'topic'")
+    assert_one_line_error(cli("frobnicate"), 2, "No such command 'frobnicate'")
+    assert_one_line_error(cli("consume", "t", "-o"), 2, "'-o' requires an argument")
+    bare = cli()
+    assert bare.exit_code == 2 and b"Commands" in bare.stdout  # bare `klog` shows help
+
+
 def test_bad_offset_and_time_specs(cli):
     cli("produce", "t", input=b"x\n")
     assert_one_line_error(cli("consume", "t", "-o", "soon"), 2, "invalid offset 'soon'")

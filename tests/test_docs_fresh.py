@@ -59,11 +59,11 @@ def test_man_pages_name_the_right_subcommand_pages() -> None:
 def test_completion_script_is_what_show_completion_prints(shell: str, monkeypatch, capsys) -> None:  # noqa: ANN001
     import typer.main
 
-    from klog.cli.app import app
+    from klog.cli.app import full_app
 
     # with detection off, --show-completion takes the shell name instead of asking the parent process
     monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
-    cmd = typer.main.get_command(app)
+    cmd = typer.main.get_command(full_app())
     with pytest.raises(SystemExit) as exit_info:
         cmd.main(["--show-completion", shell], prog_name="klog", standalone_mode=False)
     assert exit_info.value.code == 0

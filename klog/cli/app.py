@@ -60,27 +60,51 @@ def root(
     """klog: Kafka's log, local and scriptable."""
 
 
-def _register() -> None:
-    # imported here so each module stays one screen per command group
-    from klog.cli import admin, consume, dirs, groups, produce, replay, spark, topics
-
-    app.add_typer(topics.app, name="topics")
-    app.add_typer(dirs.app, name="dirs")
-    produce.register(app)
-    consume.register(app)
-    admin.register(app)
-    groups.register(app)
-    replay.register(app)
-    spark.register(app)
+# Command name -> the module that registers it. Only the module of the command being run is
+# imported and built (click's "lazy group" idea): Typer builds every registered command's parameters
+# on each call, so registering all of them would make `klog consume` pay for `klog spark`.
+COMMAND_MODULES = {
+    "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
+    "offsets": "admin", "dump": "admin", "verify": "admin",
+    "groups": "groups", "replay": "replay", "spark": "spark",
+}
+_registered: set[str] = set()
 
 
-_register()
+def _register(modules: set[str] | None = None) -> None:
+    import importlib
+
+    wanted = set(COMMAND_MODULES.values()) if modules is None else modules
+    # dict order keeps `klog --help` listing commands in COMMAND_MODULES order
+    for name in dict.fromkeys(COMMAND_MODULES.values()):
+        if name in wanted and name not in _registered:
+            _registered.add(name)
+            importlib.import_module(f"klog.cli.{name}").register(app)
+
+
+def full_app() -> typer.Typer:
+    """The app with every command registered (for help, completion and generated docs)."""
+    _register()
+    return app
+
+
+def _modules_for(args: list[str]) -> set[str] | None:
+    """The modules `args` need: the command's own module, or all (help, completion, unknown words)."""
+    if any(k.startswith("_KLOG_COMPLETE") for k in os.environ):
+        return None
+    for arg in args:
+        if arg in ("--version",):
+            return set()
+        if arg.startswith("-"):
+            return None  # root options other than --version: -h/--help lists every command
+        module = COMMAND_MODULES.get(arg)
+        return {module} if module else None
+    return None
 
 
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
-    import click
-
+    _register(_modules_for(sys.argv[1:] if args is None else list(args)))
     try:
         # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
         rv = app(args=args, standalone_mode=False)
@@ -91,21 +115,31 @@ def run(args: list[str] | None = None) -> int:
     except KlogError as e:
         print(f"klog: error: {e}", file=sys.stderr)
         return e.exit_code
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         print("klog: interrupted", file=sys.stderr)
         return ExitStatus.INTERRUPTED
     except BrokenPipeError:
         _quiet_broken_pipe()
         return ExitStatus.OK
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         return e.exit_code
-    except click.ClickException as e:
-        e.show()
-        return e.exit_code
+    except typer.TyperException as e:  # Typer's own click: usage errors (bad option, missing argument)
+        return _usage_error(e)
     except OSError as e:
         print(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
         return ExitStatus.ERROR
     return ExitStatus.OK
+
+
+def _usage_error(e: typer.TyperException) -> int:
+    """One line naming the problem and where help is; the bare `klog`/`klog topics` prints help."""
+    ctx = getattr(e, "ctx", None)
+    if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+        print(ctx.get_help())
+    else:
+        where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        print(f"klog: error: {e.format_message()}{where}", file=sys.stderr)
+    return getattr(e, "exit_code", ExitStatus.USAGE)
 
 
 def main() -> None:

@@ -57,3 +57,7 @@ def remove(
         moved = remove_dir(store, log_dir, _warn)
     print(json.dumps({"removed": log_dir, "replicas_moved": moved}) if as_json
           else f"Removed log directory {log_dir} ({moved} replicas moved)")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="dirs")

@@ -64,10 +64,10 @@ def cli_command():  # noqa: ANN201 - the Typer-built click command
     """The root command exactly as `klog` builds it, under a pinned environment."""
     import typer.main
 
-    from klog.cli.app import app
+    from klog.cli.app import full_app
 
     with pinned_env():
-        return typer.main.get_command(app)
+        return typer.main.get_command(full_app())
 
 
 def walk_commands(cli) -> Iterator[tuple[str, object]]:  # noqa: ANN001

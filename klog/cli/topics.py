@@ -151,3 +151,7 @@ def reassign(
         print(json.dumps({"topic": topic, "moved": parts, "from": source, "to": target}))
     else:
         print(f"Moved {len(parts)} replicas of {topic} from log directory {source} to {target}", file=sys.stderr)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="topics")
