@@ -31,3 +31,25 @@ def test_matches_kafka_python_on_random_keys():
     for _ in range(500):
         key = rng.randbytes(rng.randrange(0, 40))
         assert murmur2(key) & 0x7FFFFFFF == kp_murmur2(key) & 0x7FFFFFFF
+
+
+def test_keyless_records_stick_then_spread_like_kip_794(cli, store):
+    """Kafka's built-in partitioner keeps keyless records on one partition for batch.size (16 KiB)
+    bytes, then switches: a big input spreads over every partition in long runs."""
+    store.create_topic("spread", partitions=3)
+    lines = b"".join(b"%099d\n" % i for i in range(10_000))  # ~1 MiB
+    assert cli("produce", "spread", input=lines).exit_code == 0
+    store.forget_topic_cache("spread")
+    per_partition = {p: [int(r.value) for r in store.consumer("spread", partitions=[p])] for p in range(3)}
+    assert sorted(v for vs in per_partition.values() for v in vs) == list(range(10_000))
+    for p, vs in per_partition.items():
+        assert len(vs) > 1_000, f"partition {p} got {len(vs)} of 10,000 keyless records"
+        runs = 1 + sum(1 for a, b in zip(vs, vs[1:], strict=False) if b != a + 1)
+        assert len(vs) / runs > 100, f"partition {p}: runs of {len(vs) / runs:.0f} records, not sticky"
+
+
+def test_python_send_keyless_spreads_too(store):
+    store.create_topic("spread2", partitions=4)
+    with store.producer() as producer:
+        sent = [producer.send("spread2", b"v" * 100) for _ in range(5_000)]
+    assert {s.get().partition for s in sent} == {0, 1, 2, 3}

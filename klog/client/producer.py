@@ -111,6 +111,7 @@ class Producer:
     def send(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None,
              partition: int | None = None, timestamp: int | None = None) -> PendingRecord:
         count = self.partitions_for(topic)
+        sticky = partition is None and key is None
         if partition is None:
             partition = partition_for_key(key, count) if key is not None else self.sticky.partition(topic, count)
         elif not 0 <= partition < count:
@@ -129,6 +130,8 @@ class Producer:
         batch.records.append((key, value, headers or (), ts))
         batch.pending.append(pending)
         batch.estimated_bytes += size
+        if sticky:
+            self.sticky.produced(topic, size, count)
         self._maybe_linger_flush()
         return pending
 
@@ -154,6 +157,7 @@ class Producer:
             if batch is None:
                 batch = self._batches[key] = _Batch(first_ms=time.monotonic() * 1000)
             room = limit - batch.estimated_bytes
+            quota = room if partition is not None else min(room, self.sticky.remaining(topic))
             j, added = i, 0
             while j < n:  # fill this batch: sizes are per record, the rest is per batch
                 size = len(values[j]) + overhead
@@ -166,15 +170,19 @@ class Producer:
                     error.index = j  # type: ignore[attr-defined]
                     raise error
                 if added + size > room and (batch.records or j > i):
-                    break
+                    break  # the batch is full
+                if added + size > quota and j > i:
+                    break  # the sticky partitioner moves on (at least one record per round: progress)
                 added += size
                 j += 1
             batch.records.extend([(None, v, hdrs, ts) for v in values[i:j]])
             batch.pending.extend([None] * (j - i))
             batch.estimated_bytes += added
             i = j
-            if i < n:
-                self._write(key, self._batches.pop(key))
+            if partition is None:
+                self.sticky.produced(topic, added, count)
+            if i < n and batch.estimated_bytes + len(values[i]) + overhead > limit:
+                self._write(key, self._batches.pop(key))  # full: write it; otherwise it keeps filling
         self._maybe_linger_flush()
 
     def _batch_for(self, topic: str, partition: int, size: int, max_bytes: int) -> _Batch:
@@ -225,7 +233,6 @@ class Producer:
             self._write(key, _Batch(batch.records[half:], batch.pending[half:]))
             return
         base_offset = self.replicas.append(topic, partition, encoded, self.acks)
-        self.sticky.batch_done(topic, self._partition_counts[topic])
         self.records_sent += len(batch.records)
         for i, pending in enumerate(batch.pending):
             if pending is not None:
