@@ -252,3 +252,30 @@ def test_follow_sees_new_records(data_dir, klog_proc):
     klog_proc("produce", "live", input=b"first\nsecond\n")
     out, _ = proc.communicate(timeout=20)
     assert out == b"first\nsecond\n" and proc.returncode == 0
+
+
+# -- dump ----------------------------------------------------------------------------------------
+def test_dump_by_name_file_and_folder(cli, store, data_dir):
+    cli("topics", "create", "d", "-p", "2")
+    cli("produce", "d", "-p", "1", "-K", ":", "-H", "src=cli", input=b"k1:v1\nk2:\xff\n")
+    lines = [json.loads(x) for x in cli("dump", "d-1", "--json").stdout.splitlines()]
+    kinds = [x["type"] for x in lines]
+    assert kinds == ["segment", "batch", "record", "record"]
+    segment, batch, *records = lines
+    assert segment["path"].endswith(os.path.join("d-1", "00000000000000000000.log"))
+    assert batch["base_offset"] == 0 and batch["last_offset"] == 1 and batch["valid"] is True
+    assert [(r["offset"], r["key"], r["value"]) for r in records] == [(0, "k1", "v1"), (1, "k2", {"base64": "/w=="})]
+    assert records[0]["headers"] == [["src", "cli"]]
+    # the same segment by its file path, batches only, in kafka-dump-log's words
+    text = cli("dump", segment["path"], "--batches").stdout.decode()
+    assert "baseOffset: 0 lastOffset: 1 count: 2" in text and "isvalid: true" in text and "payload" not in text
+    # a whole topic: only partitions that have a folder
+    assert cli("dump", "d", "--json").stdout.count(b'"type": "segment"') == 1
+    # damage a record byte: the batch is reported invalid, its records are not decoded
+    with open(segment["path"], "r+b") as f:
+        f.seek(batch["size"] - 3)
+        f.write(b"\x00\x00")
+    damaged = [json.loads(x) for x in cli("dump", "d-1", "--json").stdout.splitlines()]
+    assert [x["type"] for x in damaged] == ["segment", "batch"] and damaged[1]["valid"] is False
+    assert_one_line_error(cli("dump", "d-7"), 1, "topic 'd' has no partition 7")
+    assert_one_line_error(cli("dump", "zz-1"), 2, "'zz-1' is neither a file")

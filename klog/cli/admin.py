@@ -50,16 +50,21 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def dump(
-        path: str,
+        path: Annotated[str, typer.Argument(help="A .log segment file, a partition folder, or TOPIC-PARTITION or "
+                                                 "TOPIC of the store (its leader replica).")],
         records: Annotated[bool, typer.Option("--records/--batches", help="Show records (deep) or batches only.")]
         = True,
+        data_dir: DataDirOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Print the batches and records of a segment file or a partition folder (like kafka-dump-log)."""
+        import itertools
+
         from klog.cli.output import bytes_to_json
         from klog.store.inspect import dump_path
 
-        for item in dump_path(path, deep=records):
+        items = itertools.chain.from_iterable(dump_path(p, deep=records) for p in _dump_paths(path, data_dir))
+        for item in items:
             if as_json:
                 if item["type"] == "record":
                     item = {**item, "key": bytes_to_json(item["key"]), "value": bytes_to_json(item["value"]),
@@ -101,3 +106,23 @@ def register(app: typer.Typer) -> None:
             bad += 0 if (r["ok"] or r["repaired"]) else 1
         if bad:
             raise typer.Exit(1)
+
+
+def _dump_paths(path: str, data_dir: str | None) -> list[str]:
+    """A file or folder as given; otherwise a topic or TOPIC-PARTITION looked up in the store."""
+    import os
+
+    from klog.errors import UsageError
+
+    if os.path.exists(path):
+        return [path]
+    with open_store(data_dir, create=False) as store:
+        # a partition that never had a record has no folder yet: nothing to dump
+        if store.has_topic(path):
+            folders = [store.partition(path, p).leader.directory for p in range(store.partition_count(path))]
+            return [f for f in folders if os.path.isdir(f)]
+        topic, _, number = path.rpartition("-")
+        if topic and number.isdigit() and store.has_topic(topic):
+            folder = store.partition(topic, int(number)).leader.directory
+            return [folder] if os.path.isdir(folder) else []
+    raise UsageError(f"'{path}' is neither a file, a folder, a topic nor TOPIC-PARTITION of the store")
