@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from klog.errors import CorruptLogError, KlogError, UsageError
+from klog.errors import CorruptLogError, KlogError, UnsupportedCodecError, UsageError
 from klog.store import codec, compression
 from klog.store.format import LOG_SUFFIX, RECORD_BATCH_OVERHEAD, parse_segment_base
 from klog.store.segment import LogSegment
@@ -76,6 +76,12 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
         data = segment.read_bytes(pos, header.size)
         if not codec.crc_ok(data, 0, header):
             result.log_problem = f"CRC mismatch at position {pos} (offset {header.base_offset})"
+            break
+        try:  # the CRC does not vouch for the records' structure (or a compressed payload)
+            codec.decode_batch_records(data, 0, header)
+        except (CorruptLogError, UnsupportedCodecError) as e:
+            detail = str(e).removesuffix(f" (offset {header.base_offset})")
+            result.log_problem = f"{detail} at position {pos} (offset {header.base_offset})"
             break
         if prev_next is not None and header.base_offset < prev_next:
             result.log_problem = f"offsets go backwards at position {pos}"

@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from klog.errors import CorruptLogError
+from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
@@ -40,9 +40,24 @@ class FetchedBatch:
     data: bytes  # the whole batch, header included
     segment_base: int
     position: int
+    path: str | None = None  # the segment file, for error messages
 
     def records(self) -> list[codec.RecordOut]:
-        return codec.decode_batch_records(self.data, 0, self.header)
+        try:
+            return codec.decode_batch_records(self.data, 0, self.header)
+        except (CorruptLogError, UnsupportedCodecError) as e:
+            # the codec knows the offset only; say where the batch is (a CRC-valid batch whose
+            # records or compressed payload are garbage is damage, like a CRC mismatch)
+            message = str(e).removesuffix(f" (offset {self.header.base_offset})")
+            raise CorruptLogError(message, self.path, self.position, self.header.base_offset) from None
+
+
+def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
+    """Did a read of `segment` end before the segment's end (at damage, or as the file grew)?"""
+    try:
+        return last.position + len(last.data) < segment.file_size()
+    except FileNotFoundError:
+        return False
 
 
 @dataclass
@@ -294,11 +309,18 @@ class PartitionLog:
         out: list[FetchedBatch] = []
         budget = max_bytes
         while segment is not None and budget > 0:
-            got = self._read_segment(segment, offset, upper, budget)
+            try:
+                got = self._read_segment(segment, offset, upper, budget)
+            except CorruptLogError:
+                if out:
+                    return out  # serve the batches before the damage first; the next read reports it
+                raise
             out.extend(got)
             if got:
                 offset = got[-1].header.next_offset
                 budget -= sum(len(b.data) for b in got)
+                if budget > 0 and offset < upper and _stopped_early(segment, got[-1]):
+                    break  # damage ahead in this segment: never skip to the next one
             if offset >= upper:
                 break
             nxt = bisect.bisect_right(self.bases, segment.base_offset)
@@ -313,6 +335,7 @@ class PartitionLog:
         return out
 
     def _read_segment(self, segment: LogSegment, offset: int, upper: int, budget: int) -> list[FetchedBatch]:
+        """Batches from `offset`; stops before a damaged batch if it has some to return (else raises)."""
         try:
             end = segment.file_size()
         except FileNotFoundError:
@@ -331,6 +354,8 @@ class PartitionLog:
                 if header.base_offset >= upper:
                     return out
                 if header.size < RECORD_BATCH_OVERHEAD:
+                    if out:
+                        return out  # serve the batches before the damage; the next read reports it
                     raise CorruptLogError("invalid batch size", segment.log_path, position + at, header.base_offset)
                 if at + header.size > len(chunk):
                     if at == 0:  # one batch larger than the budget: read it whole
@@ -341,9 +366,11 @@ class PartitionLog:
                         continue
                     break
                 if not codec.crc_ok(chunk, at, header):
+                    if out:
+                        return out
                     raise CorruptLogError("CRC mismatch", segment.log_path, position + at, header.base_offset)
                 data = chunk[at:at + header.size] if (at or len(chunk) != header.size) else chunk
-                out.append(FetchedBatch(header, data, segment.base_offset, position + at))
+                out.append(FetchedBatch(header, data, segment.base_offset, position + at, segment.log_path))
                 budget -= header.size
                 at += header.size
                 if budget <= 0:
@@ -381,7 +408,7 @@ class PartitionLog:
                 data = segment.read_bytes(last[0], last[1].size)
                 if not codec.crc_ok(data, 0, last[1]):
                     raise CorruptLogError("CRC mismatch", segment.log_path, last[0], last[1].base_offset)
-                return FetchedBatch(last[1], data, base, last[0])
+                return FetchedBatch(last[1], data, base, last[0], segment.log_path)
         return None
 
     def first_offset(self) -> int:
