@@ -152,6 +152,7 @@ class ReplicaManager:
             meta = replace(meta, epochs=[*meta.epochs, [meta.leader_epoch, leader.log_end_offset]])
             self.warn(f"{topic}-{partition}: replica in log directory {meta.leader} is the new leader "
                       f"(epoch {meta.leader_epoch})")
+        meta = self._align_in_sync_followers(topic, partition, part, meta)
         meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
         if meta != before:
             store.topics.update_partition(topic, partition, meta)
@@ -160,6 +161,28 @@ class ReplicaManager:
         if snap.leader_epoch != meta.leader_epoch:
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)
+        return meta
+
+    def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
+        """A writer killed between the leader's append and a follower's left that follower short
+        (or, after an election, with a suffix the leader lacks): bring it to the leader's end
+        before the next append, which stamps the leader's next offset on every replica."""
+        leader = part.leader
+        end = leader.log_end_offset
+        dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+        lost = set()
+        for d, follower in zip(dirs[1:], part.replicas[1:], strict=True):
+            if follower.log_end_offset == end:
+                continue
+            try:
+                catch_up(leader, follower, end)
+            except (OSError, KlogError) as e:
+                self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR: {e}")
+                lost.add(d)
+        if not lost:
+            return meta
+        meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
+        part.set_replica_dirs(self._dirs(topic, partition, [d for d in dirs if d not in lost]))
         return meta
 
     def _catch_up_out_of_sync(self, topic: str, partition: int, part, meta: PartitionMeta,
