@@ -10,7 +10,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -18,6 +23,8 @@ import klog
 from klog.errors import NotEnoughReplicasError
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -185,3 +192,118 @@ def test_reassign_moves_a_leader_and_keeps_every_record(rstore, cli):
     assert not os.path.exists(os.path.join(dirs[meta.leader], partition_dir_name("ra", 0)))
     with klog.open(store.path) as fresh:
         assert consumed(fresh, "ra") == expected(1000)
+
+
+def test_100k_records_survive_deleting_the_two_followers_too(rstore):
+    """The other order: both followers go (one at a time), the leader alone still has everything."""
+    store, dirs = rstore
+    store.create_topic("f2", replication_factor=3, configs={"segment.bytes": "300000"})
+    produce(store, "f2", 100_000)
+    meta = store.topic("f2").partitions[0]
+    followers = [d for d in meta.isr if d != meta.leader]
+    shutil.rmtree(dirs[followers[0]])
+    produce(store, "f2", 5, start=100_000)
+    shutil.rmtree(dirs[followers[1]])
+    produce(store, "f2", 5, start=100_005, acks="1")
+    after = store.topics.get("f2").partitions[0]
+    assert after.isr == [meta.leader] and after.leader == meta.leader
+    with klog.open(store.path) as fresh:
+        assert consumed(fresh, "f2") == expected(100_010)
+
+
+def _wait_for_high_watermark(store, topic, hw, proc):
+    deadline = time.monotonic() + 60
+    while store.partition(topic, 0).high_watermark() < hw:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "the producer did not get there"
+        time.sleep(0.02)
+
+
+def _permissions_enforced(tmp_path) -> bool:
+    """False for root with CAP_DAC_OVERRIDE (the usual root), which writes to read-only folders anyway."""
+    if os.geteuid() != 0:
+        return True
+    probe = tmp_path / "probe"
+    probe.mkdir(mode=0o555)
+    try:
+        (probe / "x").write_bytes(b"")
+    except PermissionError:
+        return True
+    finally:
+        probe.chmod(0o755)
+    return False
+
+
+def test_directory_turning_read_only_mid_stream_leaves_the_isr_with_a_warning(rstore, tmp_path):
+    if not _permissions_enforced(tmp_path):
+        pytest.skip("running as root: permissions are not enforced")
+    store, dirs = rstore
+    store.create_topic("ro", replication_factor=3, configs={"min.insync.replicas": "2"})
+    meta = store.topic("ro").partitions[0]
+    first, second = [d for d in meta.isr if d != meta.leader]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "produce", "ro", "-p", "0", "--data-dir", store.path],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
+    try:
+        def feed(start, n):
+            proc.stdin.write(b"".join(b"value-%08d\n" % i for i in range(start, start + n)))
+            proc.stdin.flush()
+            _wait_for_high_watermark(store, "ro", start + n, proc)
+
+        feed(0, 100)
+        os.chmod(dirs[first], 0o555)  # mid-stream: the same klog produce keeps writing
+        feed(100, 100)
+        assert store.topics.get("ro").partitions[0].isr == [d for d in meta.isr if d != first]
+        os.chmod(dirs[second], 0o555)  # now below min.insync.replicas: acks=all must stop
+        proc.stdin.write(b"value-%08d\n" % 200)
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 1
+        err = proc.stderr.read().decode()
+    finally:
+        for d in (first, second):
+            os.chmod(dirs[d], 0o755)
+    assert f"klog: warning: replica of ro-0 in log directory {first} left the ISR (read-only)" in err
+    assert "not enough in-sync replicas" in err and "Traceback" not in err
+    assert consumed(store, "ro") == expected(200)
+
+
+def test_directory_filling_up_mid_stream_leaves_the_isr_and_production_continues(rstore, tmp_path):
+    """A full disk, simulated by a file-size limit that only one replica's active segment is past."""
+    store, dirs = rstore
+    store.create_topic("full", replication_factor=3, configs={"segment.bytes": "40000", "min.insync.replicas": "2"})
+    produce(store, "full", 20_000)
+    meta = store.topic("full").partitions[0]
+    victim = meta.isr[-1]
+    store.alter_topic("full", set_configs={"segment.bytes": "10000000"})
+    shutil.rmtree(dirs[victim])
+    os.makedirs(dirs[victim])  # a new disk: caught up into one big segment under the new segment.bytes
+    with klog.open(store.path) as fresh:
+        produce(fresh, "full", 10, start=20_000)
+        assert sorted(fresh.topics.get("full").partitions[0].isr) == [0, 1, 2]
+
+    def biggest_log(d):
+        folder = os.path.join(dirs[d], partition_dir_name("full", 0))
+        return max(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder) if n.endswith(".log"))
+
+    limit = 300_000
+    assert biggest_log(victim) > limit and all(biggest_log(d) < limit // 2 for d in meta.isr if d != victim)
+    lines = tmp_path / "more.txt"
+    lines.write_bytes(b"".join(b"value-%08d\n" % i for i in range(20_010, 22_010)))
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = subprocess.run([sys.executable, "-m", "klog", "produce", "full", str(lines), "-p", "0", "--batch-size",
+                        "4000", "--data-dir", store.path], capture_output=True, preexec_fn=limit_file_size,
+                       env={**os.environ, "PYTHONPATH": REPO}, timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert f"klog: warning: replica of full-0 in log directory {victim} left the ISR" in err and "File too large" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err  # once, not once per batch
+    assert victim not in store.topics.get("full").partitions[0].isr
+    with klog.open(store.path) as fresh:
+        assert consumed(fresh, "full") == expected(22_010)
+        produce(fresh, "full", 10, start=22_010)  # the limit is gone: caught up, back in the ISR
+        assert sorted(fresh.topics.get("full").partitions[0].isr) == [0, 1, 2]
+        assert consumed(fresh, "full") == expected(22_020)

@@ -11,6 +11,7 @@ rejoin. Every change is a metadata transaction, so other processes see it at onc
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -22,6 +23,7 @@ from klog.store.log import PartitionLog
 
 CATCH_UP_BYTES_PER_FETCH = 4 << 20
 DIVERGENCE_STEPS_MAX = 100_000  # bounded walk back over batches while looking for agreement
+CATCH_UP_RETRY_S = 5.0  # after a failed catch-up (a full or broken disk), appends go on without retrying it
 
 Warn = Callable[[str], None]
 
@@ -112,6 +114,9 @@ class ReplicaManager:
     def __init__(self, store, warn: Warn | None = None) -> None:
         self.store = store
         self.warn = warn or (lambda message: None)
+        # (topic, partition, log dir) -> when its append or catch-up last failed, in this process:
+        # retrying on every append would cost a read of the whole lag and a warning per batch
+        self._failed_at: dict[tuple[str, int, int], float] = {}
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         return [self.store.data_dir.log_dir_path(d) for d in ids]
@@ -191,14 +196,21 @@ class ReplicaManager:
         for d in meta.replicas:
             if d in meta.isr or d not in healthy:
                 continue
+            failed_at = self._failed_at.get((topic, partition, d))
+            if failed_at is not None and time.monotonic() - failed_at < CATCH_UP_RETRY_S:
+                continue
             follower = PartitionLog(replica_path(self.store, topic, partition, d), part.config)
             try:
                 follower.open_for_write()
                 end = catch_up(leader, follower, leader.log_end_offset)
             except (OSError, KlogError) as e:
-                self.warn(f"cannot catch up the replica of {topic}-{partition} in log directory {d}: {e}")
+                if failed_at is None:  # once per failure, not per retry
+                    self.warn(f"cannot catch up the replica of {topic}-{partition} in log directory {d}: {e} "
+                              f"(retrying every {CATCH_UP_RETRY_S:g} s)")
+                self._failed_at[(topic, partition, d)] = time.monotonic()
                 follower.close()
                 continue
+            self._failed_at.pop((topic, partition, d), None)
             follower.close()
             if end == leader.log_end_offset:
                 meta = replace(meta, isr=[r for r in meta.replicas if r in meta.isr or r == d])
@@ -222,6 +234,7 @@ class ReplicaManager:
                 lost = {dirs[i] for i in result.failed_followers}
                 for i, why in result.failed_followers.items():
                     self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
+                    self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
                 meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
                 store.topics.update_partition(topic, partition, meta)
                 store.forget_topic_cache(topic)
