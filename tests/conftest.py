@@ -75,3 +75,14 @@ def klog_proc(data_dir):
                               timeout=timeout, env=env)
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession shared by every Spark test (starting one costs ~10 s); tests pass dataDir."""
+    pytest.importorskip("pyspark")
+    from klog.spark.session import SessionSettings, start_session
+
+    session = start_session(SessionSettings(master="local[2]"))
+    yield session
+    session.stop()

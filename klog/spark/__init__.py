@@ -1,0 +1,30 @@
+"""klog on Spark: the `klog` PySpark data source and the `klog spark` commands' library functions.
+
+    from klog.spark import start_session, SessionSettings
+    spark = start_session(SessionSettings(data_dir="/tmp/klog-demo"))
+    spark.read.format("klog").option("subscribe", "orders").load().show()
+
+Or register the source in a session of your own: `klog.spark.register(spark)`. Importing this
+package does not import pyspark; its modules do when used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "SessionSettings": "klog.spark.session",
+    "start_session": "klog.spark.session",
+    "spark_session": "klog.spark.session",
+    "register": "klog.spark.session",
+    "KlogDataSource": "klog.spark.source",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'klog.spark' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

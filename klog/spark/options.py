@@ -1,0 +1,199 @@
+"""The `klog` source's options: Spark's Kafka source names, parsed once on the driver.
+
+Spark hands a data source its options lower-cased in a case-insensitive mapping (so camelCase
+lookups on a plain dict would miss); everything here works on lower-case keys. Bad values raise
+klog.errors.UsageError with one line naming the option.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from klog.errors import UsageError
+
+EARLIEST = -2  # Spark's per-partition JSON: -2 means earliest, -1 latest
+LATEST = -1
+
+# What a position spec can be: "earliest", "latest", {topic: {partition: offset}}, or a timestamp
+# (one for all partitions, or {topic: {partition: ms}}).
+OffsetsSpec = str | dict[str, dict[int, int]]
+
+READ_OPTIONS = {
+    "topic", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
+    "minpartitions", "failondataloss", "datadir", "maxoffsetspertrigger", "includeheaders", "path",
+}
+WRITE_OPTIONS = {"topic", "datadir", "compression", "checkpointlocation", "queryname", "path", "acks"}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    data_dir: str
+    subscribe: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    starting: OffsetsSpec = "earliest"
+    ending: OffsetsSpec = "latest"
+    starting_ms: int | dict[str, dict[int, int]] | None = None
+    ending_ms: int | dict[str, dict[int, int]] | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    max_offsets_per_trigger: int | None = None
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    data_dir: str
+    topic: str | None = None
+    compression: str = "none"
+    acks: str = "all"
+    checkpoint: str | None = None
+
+
+def lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def resolve_data_dir(value: str | None) -> str:
+    """The dataDir option, else $KLOG_DATA_DIR, else the default; absolute, since executors get it as is."""
+    from klog.store.layout import default_data_dir
+
+    return os.path.abspath(os.path.expanduser(value or default_data_dir()))
+
+
+def _check_names(opts: dict[str, str], known: set[str], what: str) -> None:
+    for name in opts:
+        if name not in known and not name.startswith("kafka."):  # kafka.* options carry over unused
+            raise UsageError(f"unknown option '{name}' for the klog {what} (known: {', '.join(sorted(known))})")
+
+
+def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
+    opts = lower(options)
+    _check_names(opts, READ_OPTIONS, "source")
+    subscribe = opts.get("subscribe") or opts.get("topic") or opts.get("path")
+    chosen = [n for n, v in (("subscribe", subscribe), ("subscribePattern", opts.get("subscribepattern")),
+                             ("assign", opts.get("assign"))) if v]
+    if len(chosen) != 1:
+        raise UsageError("the klog source needs exactly one of the options subscribe (or topic), subscribePattern "
+                         f"and assign (got {', '.join(chosen) or 'none'})")
+    topics = tuple(t.strip() for t in subscribe.split(",") if t.strip()) if subscribe else ()
+    pattern = opts.get("subscribepattern") or None
+    if pattern is not None:
+        import re
+
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise UsageError(f"invalid subscribePattern '{pattern}': {e}") from None
+    assign = _parse_assign(opts["assign"]) if opts.get("assign") else {}
+    default_start = "latest" if streaming else "earliest"
+    starting = _parse_offsets(opts.get("startingoffsets", default_start), "startingOffsets")
+    ending = _parse_offsets(opts.get("endingoffsets", "latest"), "endingOffsets")
+    if starting == "latest" and not streaming and "startingoffsets" in opts:
+        raise UsageError("startingOffsets=latest is not allowed in a batch read (it would read nothing)")
+    if ending == "earliest":
+        raise UsageError("endingOffsets=earliest is not allowed (it would read nothing)")
+    if streaming and "endingoffsets" in opts:
+        raise UsageError("endingOffsets is for batch reads; a stream reads on as records arrive")
+    return ReadOptions(
+        data_dir=resolve_data_dir(opts.get("datadir")),
+        subscribe=topics, pattern=pattern, assign=assign, starting=starting, ending=ending,
+        starting_ms=_parse_time(opts, "startingtimestamp", "startingoffsetsbytimestamp"),
+        ending_ms=_parse_time(opts, "endingtimestamp", "endingoffsetsbytimestamp"),
+        min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
+        fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
+        max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+    )
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    opts = lower(options)
+    _check_names(opts, WRITE_OPTIONS, "sink")
+    from klog.store import compression
+
+    codec = opts.get("compression", "none")
+    if codec not in compression.CODEC_IDS:
+        raise UsageError(f"invalid compression '{codec}': use {', '.join(compression.CODEC_IDS)}")
+    acks = opts.get("acks", "all")
+    if acks not in ("0", "1", "all"):
+        raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
+    return WriteOptions(resolve_data_dir(opts.get("datadir")), opts.get("topic") or opts.get("path") or None,
+                        codec, acks, opts.get("checkpointlocation") or None)
+
+
+def _parse_assign(text: str) -> dict[str, tuple[int, ...]]:
+    """assign: Spark's JSON {"topicA":[0,1],"topicB":[2]}."""
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict) or not raw or not all(isinstance(ps, list) for ps in raw.values()):
+            raise ValueError
+        assign = {str(t): tuple(sorted({int(p) for p in ps})) for t, ps in raw.items()}
+    except (ValueError, TypeError):
+        raise UsageError(f"invalid assign '{text}': use JSON such as {{\"orders\":[0,1]}}") from None
+    if any(p < 0 for ps in assign.values() for p in ps):
+        raise UsageError(f"invalid assign '{text}': partitions are 0 or more")
+    return assign
+
+
+def _parse_offsets(text: str, name: str) -> OffsetsSpec:
+    text = text.strip()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError
+        spec = {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
+    except (ValueError, TypeError, AttributeError):
+        raise UsageError(f"invalid {name} '{text}': use earliest, latest or JSON such as "
+                         "{\"orders\":{\"0\":23,\"1\":-2}} (-2 earliest, -1 latest)") from None
+    for t, parts in spec.items():
+        for p, o in parts.items():
+            if o < EARLIEST or p < 0:
+                raise UsageError(f"invalid {name}: {t} partition {p} offset {o}")
+            if name == "endingOffsets" and o == EARLIEST:
+                raise UsageError(f"invalid endingOffsets: -2 (earliest) for {t} partition {p}")
+    return spec
+
+
+def _parse_time(opts: dict[str, str], single: str, per_partition: str) -> int | dict[str, dict[int, int]] | None:
+    if single in opts and per_partition in opts:
+        raise UsageError(f"use {single} or {per_partition}, not both")
+    if single in opts:
+        try:
+            value = int(opts[single])
+        except ValueError:
+            raise UsageError(f"invalid {single} '{opts[single]}': use epoch milliseconds") from None
+        if value < 0:
+            raise UsageError(f"invalid {single} '{opts[single]}': use epoch milliseconds")
+        return value
+    if per_partition in opts:
+        spec = _parse_offsets(opts[per_partition], per_partition)
+        if not isinstance(spec, dict):
+            raise UsageError(f"invalid {per_partition}: use JSON such as {{\"orders\":{{\"0\":1700000000000}}}}")
+        return spec
+    return None
+
+
+def _positive_int(opts: dict[str, str], key: str, name: str) -> int | None:
+    if key not in opts:
+        return None
+    try:
+        value = int(opts[key])
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"invalid {name} '{opts[key]}': use a whole number of 1 or more")
+    return value
+
+
+def _bool(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
+    if key not in opts:
+        return default
+    value = opts[key].strip().lower()
+    if value not in ("true", "false"):
+        raise UsageError(f"invalid {name} '{opts[key]}': use true or false")
+    return value == "true"

@@ -1,0 +1,127 @@
+"""Planning on the driver: which topic-partitions to read and the offset range [start, end) of each.
+
+Ranges never go below a partition's log start offset (unless failOnDataLoss asks to report that)
+nor above its high watermark; `minPartitions` splits big ranges so every core gets work.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from klog.errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
+from klog.spark.options import EARLIEST, LATEST, OffsetsSpec, ReadOptions
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """One Spark input partition's work: offsets [start, end) of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def topic_partitions(store, opts: ReadOptions) -> list[TopicPartition]:
+    """The partitions the options name: subscribe (all partitions), subscribePattern or assign."""
+    if opts.assign:
+        out = []
+        for topic, parts in opts.assign.items():
+            count = _partition_count(store, topic)
+            for p in parts:
+                if p >= count:
+                    raise UsageError(f"assign: topic '{topic}' has no partition {p} (it has {count})")
+                out.append((topic, p))
+        return out
+    if opts.pattern is not None:
+        rx = re.compile(opts.pattern)
+        topics = sorted(t for t in store.topic_names() if rx.fullmatch(t))
+    else:
+        topics = list(opts.subscribe)
+    return [(t, p) for t in topics for p in range(_partition_count(store, t))]
+
+
+def _partition_count(store, topic: str) -> int:
+    if not store.has_topic(topic):
+        raise UnknownTopicError(f"topic '{topic}' does not exist")
+    return store.partition_count(topic)
+
+
+def position(store, tp: TopicPartition, spec: OffsetsSpec, ms: int | dict | None, default: int,
+             fail_on_data_loss: bool, what: str) -> int:
+    """An offset from a spec: a timestamp (wins when given), earliest/latest, or per-partition JSON."""
+    part = store.partition(*tp)
+    low, high = part.log_start_offset(), part.high_watermark()
+    if ms is not None:
+        when = ms if isinstance(ms, int) else ms.get(tp[0], {}).get(tp[1])
+        if when is not None:
+            found = part.offset_for_timestamp(when)
+            return high if found is None else max(found, low)  # nothing at or after it: the end
+    if spec == "earliest":
+        return low
+    if spec == "latest":
+        return high
+    assert isinstance(spec, dict)
+    value = spec.get(tp[0], {}).get(tp[1], default)
+    if value == EARLIEST:
+        return low
+    if value == LATEST:
+        return high
+    if value > high:
+        raise OffsetOutOfRangeError(f"{what} {value} is past the end ({high}) of {tp[0]}-{tp[1]}")
+    if value < low:
+        if fail_on_data_loss:
+            raise OffsetOutOfRangeError(f"{what} {value} of {tp[0]}-{tp[1]} is below its log start offset {low} "
+                                        "(those records are gone; set failOnDataLoss=false to skip them)")
+        return low
+    return value
+
+
+def plan(store, opts: ReadOptions) -> list[OffsetRange]:
+    """Batch read: one range per topic-partition, from startingOffsets to endingOffsets."""
+    ranges = []
+    for tp in topic_partitions(store, opts):
+        start = position(store, tp, opts.starting, opts.starting_ms, EARLIEST, opts.fail_on_data_loss,
+                         "startingOffsets")
+        end = position(store, tp, opts.ending, opts.ending_ms, LATEST, opts.fail_on_data_loss, "endingOffsets")
+        ranges.append(OffsetRange(tp[0], tp[1], start, max(start, end)))
+    return ranges
+
+
+def split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """With minPartitions above the range count, cut ranges in proportion to their size (Spark's Kafka rule,
+    rounded up so there are at least minPartitions, as the option's name promises)."""
+    ranges = [r for r in ranges if r.size > 0]
+    if not min_partitions or min_partitions <= len(ranges):
+        return ranges
+    total = sum(r.size for r in ranges)
+    out = []
+    for r in ranges:
+        parts = max(1, min(r.size, -(-min_partitions * r.size // total)))
+        step, extra = divmod(r.size, parts)
+        start = r.start
+        for i in range(parts):
+            end = start + step + (1 if i < extra else 0)
+            out.append(OffsetRange(r.topic, r.partition, start, end))
+            start = end
+        assert start == r.end, (r, parts)
+    return out
+
+
+def stream_offsets(ranges_or_positions: dict[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    """Spark's offset JSON shape: {topic: {"partition": offset}} (keys are strings in JSON)."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, p), offset in sorted(ranges_or_positions.items()):
+        out.setdefault(topic, {})[str(p)] = offset
+    return out
+
+
+def from_stream_offsets(offsets: dict) -> dict[TopicPartition, int]:
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}

@@ -1,0 +1,35 @@
+"""`klog spark run SCRIPT.py [ARGS]`: a user's PySpark script in a session set up for the store.
+
+What spark-submit would do, in this process: the script's SparkSession.builder.getOrCreate()
+returns the session klog started (master, conf, loopback, quiet logs), the `klog` source is
+registered, KLOG_DATA_DIR names the store, and the script also finds `spark` as a global.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+from klog.errors import UsageError
+
+
+def run_script(spark, script: str, args: list[str]) -> int:  # noqa: ANN001 - SparkSession
+    """Run the script as __main__ with sys.argv = [script, *args]; returns its exit code."""
+    if not os.path.isfile(script):
+        raise UsageError(f"no such script: {script}")
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script.py` would
+    try:
+        runpy.run_path(script, init_globals={"spark": spark}, run_name="__main__")
+    except SystemExit as e:
+        if e.code is None:
+            return 0
+        if isinstance(e.code, int):
+            return e.code
+        print(e.code, file=sys.stderr)
+        return 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return 0

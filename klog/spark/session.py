@@ -1,0 +1,195 @@
+"""The local SparkSession every `klog spark` command runs in, with the klog source registered.
+
+Local by default: `local[*]`, driver bound to loopback, UI off, Spark's logs at WARN (INFO with
+verbose) without JVM stack traces; `master` and `conf` make the same job run on a cluster. Must
+run before the JVM starts: it sets the environment Spark's Python workers inherit (the
+interpreter, klog on PYTHONPATH, KLOG_DATA_DIR).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from klog.errors import UsageError
+from klog.spark.java import find_java, require_pyspark
+
+KLOG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHUFFLE_PARTITIONS = 8  # Spark's 200 makes every small local aggregation schedule 200 tasks
+JVM_NOISE = ("Using incubator modules",)  # a JVM line log4j cannot silence (spark-notes gotcha 7)
+
+
+@dataclass
+class SessionSettings:
+    master: str = "local[*]"
+    conf: dict[str, str] = field(default_factory=dict)
+    verbose: bool = False
+    data_dir: str | None = None
+    progress: bool = False  # Spark's console progress bar (export shows it on a terminal)
+    app_name: str = "klog"
+
+
+def parse_conf(pairs: list[str] | None) -> dict[str, str]:
+    """`--conf k=v` pairs, as spark-submit takes them."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"invalid --conf '{pair}': use KEY=VALUE, e.g. spark.driver.memory=4g")
+        out[key.strip()] = value
+    return out
+
+
+def _log4j_properties(verbose: bool) -> str:
+    level = "info" if verbose else "warn"
+    lines = [
+        f"rootLogger.level = {level}",
+        "rootLogger.appenderRef.stderr.ref = klogstderr",
+        "appender.console.type = Console",
+        "appender.console.name = klogstderr",
+        "appender.console.target = SYSTEM_ERR",
+        "appender.console.layout.type = PatternLayout",
+        "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n",
+        # Spark's shell start-up applies this logger's level to the console and says so unless it equals
+        # the root's: equal levels keep the console at `level` and the "Setting default log level" lines away
+        "logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer",
+        f"logger.gateway.level = {level}",
+        "logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader",
+        "logger.hadoop.level = error",
+    ]
+    if not verbose:
+        # a failing task is reported once, by klog, as one line: no JVM stack traces
+        lines += ["appender.console.layout.alwaysWriteExceptions = false"]
+        for i, name in enumerate(("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
+                                  "org.apache.spark.sql.execution.datasources.FileFormatWriter",
+                                  "org.apache.spark.sql.execution.streaming",
+                                  "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+                                  "org.apache.spark.util.Utils")):
+            lines += [f"logger.quiet{i}.name = {name}", f"logger.quiet{i}.level = off"]
+    return "\n".join(lines) + "\n"
+
+
+def _prepare_environment(settings: SessionSettings, work_dir: str) -> None:
+    """What Spark's launcher and its Python workers inherit (spark-notes gotchas 1, 2)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    path = os.environ.get("PYTHONPATH", "")
+    if KLOG_ROOT not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (KLOG_ROOT, path) if p)
+    if settings.data_dir:
+        os.environ["KLOG_DATA_DIR"] = os.path.abspath(settings.data_dir)
+    # Spark's scratch space (gotcha 8); the env, not spark.local.dir, which always logs a warning
+    os.environ["SPARK_LOCAL_DIRS"] = work_dir
+
+
+def _builder_conf(settings: SessionSettings, work_dir: str) -> dict[str, str]:
+    log4j = os.path.join(work_dir, "log4j2.properties")
+    with open(log4j, "w") as f:
+        f.write(_log4j_properties(settings.verbose))
+    conf = {
+        "spark.master": settings.master,
+        "spark.app.name": settings.app_name,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "true" if settings.progress else "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    }
+    conf.update(settings.conf)
+    return conf
+
+
+def _work_dir() -> str:
+    """A klog-owned scratch directory for Spark (spark.local.dir), removed when the process exits."""
+    path = tempfile.mkdtemp(prefix="klog-spark-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+@contextmanager
+def _filtered_stderr(enabled: bool) -> Iterator[None]:
+    """While the JVM starts, give it a pipe as stderr; a thread drops JVM_NOISE lines and forwards the rest."""
+    if not enabled:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    read_fd, write_fd = os.pipe()
+
+    def forward() -> None:
+        with os.fdopen(read_fd, "rb") as source:
+            for line in source:
+                if not any(n.encode() in line for n in JVM_NOISE):
+                    os.write(saved, line)
+
+    threading.Thread(target=forward, name="klog-jvm-stderr", daemon=True).start()
+    os.dup2(write_fd, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)  # only the JVM keeps the pipe; this process writes to its stderr again
+        os.close(write_fd)
+
+
+def active_session():  # noqa: ANN201 - SparkSession | None
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:
+        return None
+    return SparkSession.builder.getOrCreate()
+
+
+def start_session(settings: SessionSettings):  # noqa: ANN201 - SparkSession
+    """A new session (or the running one, e.g. in tests or inside `klog spark run`) with klog registered."""
+    require_pyspark()
+    existing = active_session() if "pyspark" in sys.modules else None
+    if existing is not None:
+        register(existing, settings.data_dir)
+        return existing
+    find_java()
+    work_dir = _work_dir()
+    _prepare_environment(settings, work_dir)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in _builder_conf(settings, work_dir).items():
+        builder = builder.config(key, value)
+    with _filtered_stderr(not settings.verbose):
+        spark = builder.getOrCreate()
+    register(spark, settings.data_dir)
+    return spark
+
+
+def register(spark, data_dir: str | None = None) -> None:  # noqa: ANN001 - SparkSession
+    """Make format("klog") work in `spark`; with data_dir, reads and writes default to that store."""
+    from klog.spark.source import KlogDataSource, bound_source
+
+    spark.dataSource.register(bound_source(os.path.abspath(data_dir)) if data_dir else KlogDataSource)
+
+
+@contextmanager
+def spark_session(settings: SessionSettings) -> Iterator:
+    """start_session(), stopped on exit if this call started it."""
+    was_running = "pyspark" in sys.modules and active_session() is not None
+    spark = start_session(settings)
+    try:
+        yield spark
+    finally:
+        if not was_running:
+            spark.stop()

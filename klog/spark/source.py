@@ -1,0 +1,270 @@
+"""The `klog` data source for PySpark: batch and stream readers, batch and stream writers.
+
+    spark.read.format("klog").option("subscribe", "orders").load()
+    df.write.format("klog").option("topic", "out").mode("append").save()
+
+Planning (which partitions, which offsets) happens on the driver; each input partition is one
+offset range that an executor reads straight from the segment files (klog/spark/arrow.py). Every
+object here is pickled to Spark's Python workers, so they hold plain data only (no open stores).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from klog.spark import ranges as plan
+from klog.spark.arrow import SCHEMA_DDL, arrow_schema, read_range
+from klog.spark.options import ReadOptions, WriteOptions, lower, parse_read_options, parse_write_options
+from klog.spark.sink import check_sink_schema, send_batches, stage_batches, staged_batches
+
+
+class KlogDataSource(DataSource):
+    """Topics of a klog store as a Spark table with the schema of Spark's Kafka source."""
+
+    default_data_dir: str | None = None  # set on the subclass bound_source() makes
+
+    def _options(self) -> dict[str, str]:
+        opts = lower(self.options)
+        if "datadir" not in opts and self.default_data_dir:
+            opts["datadir"] = self.default_data_dir
+        return opts
+
+    @classmethod
+    def name(cls) -> str:
+        return "klog"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema) -> DataSourceReader:  # noqa: ANN001 - StructType
+        return KlogBatchReader(parse_read_options(self._options()))
+
+    def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: ANN001
+        return KlogStreamReader(parse_read_options(self._options(), streaming=True))
+
+    def writer(self, schema, overwrite: bool) -> DataSourceArrowWriter:  # noqa: ANN001
+        opts = parse_write_options(self._options())
+        check_sink_schema(schema, opts)
+        return KlogBatchWriter(opts)
+
+    def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamArrowWriter:  # noqa: ANN001
+        opts = parse_write_options(self._options())
+        check_sink_schema(schema, opts)
+        return KlogStreamWriter(opts)
+
+
+def bound_source(data_dir: str) -> type[KlogDataSource]:
+    """The source with `dataDir` defaulting to data_dir. Python workers do not share the driver's
+    environment once Spark runs, so the default travels inside the class: Spark pickles a class made
+    here by value, class attribute included."""
+    return type("BoundKlogDataSource", (KlogDataSource,), {"default_data_dir": data_dir})
+
+
+class RangePartition(InputPartition):
+    def __init__(self, r: plan.OffsetRange) -> None:
+        super().__init__((r.topic, r.partition, r.start, r.end))
+        self.range = r
+
+
+def _open_store(data_dir: str):  # noqa: ANN202 - klog Store
+    from klog.client.store import Store
+
+    return Store(data_dir, create=False)
+
+
+def _read(opts: ReadOptions, partition: RangePartition) -> Iterator:
+    r = partition.range
+    yield from read_range(opts.data_dir, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
+                          arrow_schema())
+
+
+class KlogBatchReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        with _open_store(opts.data_dir) as store:  # plan now: an unknown topic fails at load()
+            self.ranges = plan.split(plan.plan(store, opts), opts.min_partitions)
+
+    def partitions(self) -> list[RangePartition]:
+        if not self.ranges:  # Spark wants at least one partition; an empty range reads nothing
+            return [RangePartition(plan.OffsetRange("", 0, 0, 0))]
+        return [RangePartition(r) for r in self.ranges]
+
+    def read(self, partition: RangePartition) -> Iterator:
+        if partition.range.size == 0:
+            return iter(())
+        return _read(self.opts, partition)
+
+
+class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Stream offsets are Spark's Kafka JSON, {topic: {"partition": next offset}}; latest = high watermarks."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.target: dict | None = None  # availableNow: the high watermarks when the query started
+        with _open_store(opts.data_dir) as store:
+            plan.topic_partitions(store, opts)  # fail now for an unknown topic or partition
+
+    def initialOffset(self) -> dict:
+        with _open_store(self.opts.data_dir) as store:
+            return plan.stream_offsets({
+                tp: plan.position(store, tp, self.opts.starting, self.opts.starting_ms, plan.LATEST,
+                                  self.opts.fail_on_data_loss, "startingOffsets")
+                for tp in plan.topic_partitions(store, self.opts)})
+
+    def _high_watermarks(self) -> dict[plan.TopicPartition, int]:
+        with _open_store(self.opts.data_dir) as store:
+            return {tp: store.partition(*tp).high_watermark() for tp in plan.topic_partitions(store, self.opts)}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = plan.stream_offsets(self._high_watermarks())
+
+    def getDefaultReadLimit(self):  # noqa: ANN201 - ReadLimit
+        n = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit) -> dict:  # noqa: ANN001 - ReadLimit
+        latest = self._high_watermarks()
+        if self.target is not None:
+            target = plan.from_stream_offsets(self.target)
+            latest = {tp: min(hw, target[tp]) for tp, hw in latest.items() if tp in target}
+        begun = plan.from_stream_offsets(start)
+        latest = {tp: max(hw, begun.get(tp, 0)) for tp, hw in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            latest = _limit_rows(begun, latest, limit.max_rows)
+        return plan.stream_offsets(latest)
+
+    def reportLatestOffset(self) -> dict:
+        return plan.stream_offsets(self._high_watermarks())
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        begun = plan.from_stream_offsets(start)
+        ranges = []
+        with _open_store(self.opts.data_dir) as store:
+            for tp, stop in plan.from_stream_offsets(end).items():
+                # a partition or topic that appeared since the last batch starts at its beginning (as in Spark)
+                first = begun[tp] if tp in begun else store.partition(*tp).log_start_offset()
+                ranges.append(plan.OffsetRange(tp[0], tp[1], first, stop))
+        return [RangePartition(r) for r in plan.split(ranges, self.opts.min_partitions)]
+
+    def read(self, partition: RangePartition) -> Iterator:
+        return _read(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the reader keeps no progress (Spark's checkpoint holds it)."""
+
+
+def _limit_rows(start: dict[plan.TopicPartition, int], latest: dict[plan.TopicPartition, int],
+                rows_max: int) -> dict[plan.TopicPartition, int]:
+    """maxOffsetsPerTrigger: share the row budget evenly over the partitions with records waiting."""
+    out = {tp: start.get(tp, hw) for tp, hw in latest.items()}  # a new partition is not limited
+    waiting = {tp: hw - out[tp] for tp, hw in latest.items() if hw > out[tp]}
+    budget = rows_max
+    while budget > 0 and waiting:  # bounded: each round takes at least one row or drops a partition
+        share = max(1, budget // len(waiting))
+        for tp in sorted(waiting):
+            take = min(share, waiting[tp], budget)
+            out[tp] += take
+            waiting[tp] -= take
+            budget -= take
+            if budget == 0:
+                break
+        waiting = {tp: n for tp, n in waiting.items() if n > 0}
+    return out
+
+
+@dataclass
+class WrittenMessage(WriterCommitMessage):
+    records: int
+
+
+class KlogBatchWriter(DataSourceArrowWriter):
+    """Each task produces its rows with acks=all; keyed rows land where Kafka's partitioner puts them.
+
+    Like Spark's Kafka sink this is at-least-once: a task Spark retries writes its rows again.
+    """
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator) -> WrittenMessage:
+        with _open_store(self.opts.data_dir) as store:
+            return WrittenMessage(send_batches(store, self.opts, iterator))
+
+
+@dataclass
+class StagedMessage(WriterCommitMessage):
+    path: str | None
+    records: int
+
+
+class KlogStreamWriter(DataSourceStreamArrowWriter):
+    """Tasks stage their rows as Arrow files; the driver's commit(batch id) produces them and marks the
+    batch done in the query's checkpoint, so a batch Spark replays after a restart is not written twice.
+
+    Exactly-once except when the driver dies inside a commit, after producing part of a batch and
+    before its commit marker: the replayed batch is then written again (at-least-once). Without a
+    checkpointLocation option there are no markers and every replay is written again.
+    """
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+        base = (os.path.join(opts.checkpoint, "klog-sink") if opts.checkpoint
+                else os.path.join(opts.data_dir, "spark", "staging", uuid.uuid4().hex))
+        self.staging_dir = os.path.join(base, "staging")
+        self.commits_dir = os.path.join(base, "commits") if opts.checkpoint else None
+
+    def write(self, iterator: Iterator) -> StagedMessage:
+        path, records = stage_batches(self.staging_dir, iterator)
+        return StagedMessage(path, records)
+
+    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
+        marker = os.path.join(self.commits_dir, str(batchId)) if self.commits_dir else None
+        paths = [m.path for m in messages if m is not None and m.path]
+        if marker is None or not os.path.exists(marker):
+            with _open_store(self.opts.data_dir) as store:
+                send_batches(store, self.opts, staged_batches(paths))
+            if marker is not None:
+                _write_marker(marker)
+        for path in paths:
+            _unlink(path)
+
+    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
+        for m in messages:
+            if m is not None and m.path:
+                _unlink(m.path)
+
+
+def _write_marker(path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write("done\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
