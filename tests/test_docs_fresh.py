@@ -35,7 +35,8 @@ def test_every_command_has_help_and_a_man_page(cli) -> None:  # noqa: ANN001
     # the groups and commands the docs promise; a new command only adds to this
     assert {"klog", "klog produce", "klog consume", "klog offsets", "klog dump", "klog verify", "klog topics",
             "klog topics create", "klog topics list", "klog topics describe", "klog topics alter",
-            "klog topics delete"} <= set(paths)
+            "klog topics delete", "klog spark", "klog spark export", "klog spark sql", "klog spark run",
+            "klog spark stream"} <= set(paths)
     for path, cmd in commands:
         assert (cmd.help or "").strip(), f"`{path}` has no help text"
         page = gendocs.REPO_ROOT / "man" / gendocs.man_page_name(path)
