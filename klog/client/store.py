@@ -222,6 +222,12 @@ class Store:
 
         return Consumer(self, list(topics), **kwargs)
 
+    def group_consumer(self, group: str, *topics: str, **kwargs):  # noqa: ANN201 - see GroupConsumer
+        """Join consumer group `group` reading `topics` (see klog.client.group)."""
+        from klog.client.group import GroupConsumer
+
+        return GroupConsumer(self, group, list(topics), **kwargs)
+
 
 def _log_end(replica) -> int:
     """A replica's log end: from the state its writer left, else by scanning the last segment."""

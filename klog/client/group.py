@@ -1,0 +1,397 @@
+"""GroupConsumer: a member of a consumer group, reading the partitions the group gives it.
+
+    with store.group_consumer("billing", "orders", on_assign=print) as consumer:
+        for record in consumer:          # follows, like a Kafka consumer; consumer.poll() also works
+            handle(record)               # committed automatically every auto_commit_interval_ms
+
+Life of a member: join (LMDB write: register, rebalance), then on every poll a cheap read of the
+group's generation; when it moved, the member syncs: it revokes partitions it must give up
+(all of them for the eager assignors range and roundrobin, only the moved ones for
+cooperative-sticky), calling on_revoke and committing first, releases them, and acquires its new
+partitions once their previous owner released them. A background thread heartbeats every
+heartbeat_interval_ms while user code runs, expiring dead members (process gone, or silent past
+session_timeout_ms) on the way. close() commits and leaves, so the others rebalance at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from klog.client import assignors
+from klog.client.records import Record
+from klog.errors import GroupError, UsageError
+from klog.meta.groups import (
+    SESSION_TIMEOUT_MS_DEFAULT,
+    TP,
+    CommittedOffset,
+    GroupFencedError,
+    GroupsMeta,
+    Member,
+    UnknownMemberError,
+    validate_group_id,
+)
+from klog.store.partition import Partition
+
+POLL_INTERVAL_MS = 20  # idle wait between fetches; also how soon a member notices a rebalance
+HEARTBEAT_INTERVAL_MS_DEFAULT = 1000  # Kafka's is 3000; a local heartbeat is one small LMDB write
+AUTO_COMMIT_INTERVAL_MS_DEFAULT = 5000  # Kafka's auto.commit.interval.ms
+FETCH_BYTES_MAX = 1 << 20  # per partition per poll
+ACQUIRE_RETRY_MS = 20  # how often a member asks again for partitions their old owner still holds
+OFFSET_RESETS = ("earliest", "latest", "none")
+
+Callback = Callable[[list[TP]], None]
+
+
+@dataclass
+class GroupConfig:
+    """Kafka's consumer settings that matter here; `from_properties` reads them by their Kafka names."""
+
+    assignor: str = "range"
+    session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS_DEFAULT
+    auto_offset_reset: str = "earliest"  # Kafka's default is latest; klog consume starts at the beginning
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = AUTO_COMMIT_INTERVAL_MS_DEFAULT
+    client_id: str = "klog"
+
+    PROPERTIES = {
+        "partition.assignment.strategy": "assignor", "session.timeout.ms": "session_timeout_ms",
+        "heartbeat.interval.ms": "heartbeat_interval_ms", "auto.offset.reset": "auto_offset_reset",
+        "enable.auto.commit": "enable_auto_commit", "auto.commit.interval.ms": "auto_commit_interval_ms",
+        "client.id": "client_id",
+    }
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> GroupConfig:
+        config = cls()
+        for name, text in props.items():
+            attr = cls.PROPERTIES.get(name)
+            if attr is None:
+                raise UsageError(f"unknown consumer property '{name}': use one of {', '.join(cls.PROPERTIES)}")
+            kind = type(getattr(config, attr))
+            if kind is bool:
+                if text not in ("true", "false"):
+                    raise UsageError(f"{name} must be true or false, not '{text}'")
+                setattr(config, attr, text == "true")
+            elif kind is int:
+                try:
+                    setattr(config, attr, int(text))
+                except ValueError:
+                    raise UsageError(f"{name} must be a whole number of milliseconds, not '{text}'") from None
+            else:
+                setattr(config, attr, text)
+        return config.validated()
+
+    def validated(self) -> GroupConfig:
+        assignors.validate(self.assignor)
+        if self.auto_offset_reset not in OFFSET_RESETS:
+            raise UsageError(f"auto.offset.reset must be one of {', '.join(OFFSET_RESETS)}")
+        if self.session_timeout_ms < 100:
+            raise UsageError("session.timeout.ms must be at least 100")
+        if not 10 <= self.heartbeat_interval_ms:
+            raise UsageError("heartbeat.interval.ms must be at least 10")
+        if self.auto_commit_interval_ms < 0:
+            raise UsageError("auto.commit.interval.ms must be 0 or more")
+        # Kafka's rule of thumb: at least three heartbeats per session, or one late one expires you
+        self.heartbeat_interval_ms = min(self.heartbeat_interval_ms, self.session_timeout_ms // 3)
+        return self
+
+
+@dataclass
+class _Cursor:
+    part: Partition
+    offset: int  # next offset to fetch
+
+
+class GroupConsumer:
+    def __init__(self, store, group: str, topics: list[str], config: GroupConfig | None = None, *,
+                 on_assign: Callback | None = None, on_revoke: Callback | None = None, follow: bool = True,
+                 poll_interval_ms: int = POLL_INTERVAL_MS, **settings: object) -> None:
+        validate_group_id(group)
+        if not topics:
+            raise UsageError("a group consumer needs at least one topic")
+        for t in topics:
+            store.topic(t)  # unknown topic: fail before joining
+        self.store = store
+        self.group = group
+        self.topics = sorted(set(topics))
+        self.config = (config or GroupConfig(**settings)).validated()  # type: ignore[arg-type]
+        self.on_assign = on_assign
+        self.on_revoke = on_revoke
+        self.follow = follow
+        self.poll_interval_ms = poll_interval_ms
+        self.meta = GroupsMeta(store.meta)
+        self.eager = self.config.assignor in assignors.EAGER
+        self.generation = -1  # not synced yet
+        self._cursors: dict[TP, _Cursor] = {}
+        self._consumed: dict[TP, int] = {}  # offset after the last record handed out and processed
+        self._in_hand: Record | None = None  # the record an iterator handed out last
+        self._target: set[TP] = set()
+        self._epoch = 0  # bumps when partitions are revoked: an iterator drops what it fetched before
+        self._rebalancing = False
+        self._closed = False
+        self._last_check = 0.0
+        self._last_acquire = 0.0
+        self._last_commit = time.monotonic()
+        self._lock = threading.Lock()
+        self._expelled_id: str | None = None
+        self._heartbeat_error: BaseException | None = None
+        self._stop = threading.Event()
+        self.member_id = ""
+        self._join()
+        self._thread = threading.Thread(target=self._heartbeat_loop, name=f"klog-heartbeat-{group}", daemon=True)
+        self._thread.start()
+
+    # -- membership ------------------------------------------------------------------------------
+    def _join(self) -> None:
+        member_id = f"{self.config.client_id}-{uuid.uuid4().hex[:12]}"
+        member = Member.local(member_id, self.config.client_id, self.topics, self.config.assignor,
+                              self.config.session_timeout_ms)
+        with self._lock:
+            self.member_id = member_id
+            self._expelled_id = None
+        self.meta.join(self.group, member, assignors.assign)
+        self.generation = -1
+        self._sync()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.config.heartbeat_interval_ms / 1000):
+            with self._lock:
+                member_id = self.member_id
+            try:
+                self.meta.heartbeat(self.group, member_id, assignors.assign)
+            except UnknownMemberError:
+                with self._lock:
+                    if member_id == self.member_id:
+                        self._expelled_id = member_id
+            except Exception as e:  # noqa: BLE001 - handed to the main thread, raised by its next poll
+                self._heartbeat_error = e
+                return
+
+    def _check_membership(self) -> None:
+        if self._heartbeat_error is not None:
+            raise GroupError(f"heartbeat of group '{self.group}' failed: {self._heartbeat_error}")
+        if self._expelled_id is not None:
+            self._lose_all()
+            self._join()
+
+    def _lose_all(self) -> None:
+        """Expelled: our partitions already belong to others, so there is nothing to commit or release."""
+        self._cursors.clear()
+        self._consumed.clear()
+        self._target = set()
+        self._epoch += 1
+
+    def _maybe_sync(self) -> None:
+        self._check_membership()
+        now = time.monotonic()
+        pending = bool(self._target - set(self._cursors))
+        if pending and now - self._last_acquire >= ACQUIRE_RETRY_MS / 1000:
+            self._sync()
+        elif now - self._last_check >= self.poll_interval_ms / 1000:
+            self._last_check = now
+            if self.meta.peek_generation(self.group) != self.generation:
+                self._sync()
+
+    def _sync(self) -> None:
+        """Adopt the current generation: revoke what we must give up (committing it), take what is free."""
+        try:
+            view = self.meta.heartbeat(self.group, self.member_id, assignors.assign)
+        except UnknownMemberError:
+            self._lose_all()
+            self._join()
+            return
+        commits: dict[TP, tuple[int, str]] = {}
+        revoked: list[TP] = []
+        if view.generation != self.generation:
+            target = set(view.target)
+            revoked = sorted(set(self._cursors) if self.eager else set(self._cursors) - target)
+            if revoked:
+                commits = self._revoke(revoked)
+            self.generation = view.generation
+            self._target = target
+        wanted = sorted(self._target - (set(self._cursors) - set(revoked)))
+        self._last_acquire = time.monotonic()
+        view = self.meta.sync(self.group, self.member_id, self.generation, assignors.assign, commits=commits,
+                              release=revoked, acquire=wanted)
+        for tp in revoked:
+            self._cursors.pop(tp, None)
+            self._consumed.pop(tp, None)
+        if view.generation != self.generation:
+            return  # another rebalance started meanwhile: the next poll syncs again
+        for tp in view.acquired:
+            self._cursors[tp] = _Cursor(self.store.partition(*tp), self._start_offset(tp, view.committed.get(tp)))
+        if view.acquired and self.on_assign is not None:
+            self.on_assign(sorted(view.acquired))
+
+    def _revoke(self, revoked: list[TP]) -> dict[TP, tuple[int, str]]:
+        """Call on_revoke (it may commit), then return the auto-commits for the revoked partitions."""
+        self._epoch += 1
+        self._in_hand = None
+        if self.on_revoke is not None:
+            self._rebalancing = True
+            try:
+                self.on_revoke(revoked)
+            finally:
+                self._rebalancing = False
+        if not self.config.enable_auto_commit:
+            return {}
+        return {tp: (self._consumed[tp], "") for tp in revoked if tp in self._consumed}
+
+    def _start_offset(self, tp: TP, committed: CommittedOffset | None) -> int:
+        """The committed offset if the log still has it, else where auto.offset.reset says."""
+        part = self.store.partition(*tp)
+        low, high = part.log_start_offset(), part.high_watermark()
+        if committed is not None and low <= committed.offset <= high:
+            return committed.offset
+        reset = self.config.auto_offset_reset
+        if reset == "none":
+            why = "no committed offset" if committed is None else f"committed offset {committed.offset} is out of " \
+                                                                   f"range [{low}, {high}]"
+            raise GroupError(f"{tp[0]}-{tp[1]}: {why} in group '{self.group}' and auto.offset.reset is none")
+        return low if reset == "earliest" else high
+
+    # -- reading ---------------------------------------------------------------------------------
+    def assignment(self) -> list[TP]:
+        """The partitions this member holds (reads) right now."""
+        return sorted(self._cursors)
+
+    def position(self, topic: str, partition: int) -> int:
+        return self._cursors[(topic, partition)].offset
+
+    def _fetch(self) -> list[Record]:
+        out: list[Record] = []
+        for tp, cursor in self._cursors.items():
+            part = cursor.part
+            batches = part.read(cursor.offset, FETCH_BYTES_MAX)
+            if not batches and cursor.offset < part.log_start_offset():
+                cursor.offset = part.log_start_offset()  # retention moved the start past us
+                batches = part.read(cursor.offset, FETCH_BYTES_MAX)
+            if not batches:
+                continue
+            low = cursor.offset
+            topic, partition = tp
+            for fb in batches:
+                if fb.header.is_control:
+                    continue
+                ts_type = fb.header.timestamp_type
+                out.extend(Record(topic, partition, o, ts, ts_type, k, v, h)
+                           for o, ts, k, v, h in fb.records() if o >= low)
+            cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
+        return out
+
+    def _caught_up(self) -> bool:
+        if self._target - set(self._cursors) or self.meta.peek_generation(self.group) != self.generation:
+            return False
+        return all(c.offset >= c.part.high_watermark() for c in self._cursors.values())
+
+    def _poll_records(self, timeout_ms: int | None) -> list[Record] | None:
+        """Fetch once, waiting up to timeout_ms for data (None: until data, or caught up if not following)."""
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        while not self._closed:
+            self._maybe_sync()
+            self._maybe_auto_commit()
+            records = self._fetch()
+            if records:
+                return records
+            if not self.follow and self._caught_up():
+                return None
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
+            time.sleep(self.poll_interval_ms / 1000)
+        return None
+
+    def poll(self, timeout_ms: int = 0) -> list[Record]:
+        """Records of the partitions held, in partition order; returned records count as processed
+        by the next poll (Kafka's contract), so auto-commit then commits them."""
+        records = self._poll_records(timeout_ms) or []
+        for r in records:
+            self._consumed[(r.topic, r.partition)] = r.offset + 1
+        return records
+
+    def __iter__(self) -> Iterator[Record]:
+        """Records one by one (following, unless follow=False: then until caught up); a record counts as
+        processed when the next one is asked for, or when commit() is called while it is in hand."""
+        while not self._closed:
+            records = self._poll_records(None)
+            if records is None:
+                return
+            epoch = self._epoch
+            for r in records:
+                if self._epoch != epoch or self._closed:
+                    break  # a rebalance (from a commit() inside the loop) took partitions: refetch
+                self._in_hand = r
+                yield r
+                if self._in_hand is r:
+                    self._consumed[(r.topic, r.partition)] = r.offset + 1
+                self._in_hand = None
+
+    # -- committing ------------------------------------------------------------------------------
+    def _mark_in_hand(self) -> None:
+        r = self._in_hand
+        if r is not None and (r.topic, r.partition) in self._cursors:
+            self._consumed[(r.topic, r.partition)] = r.offset + 1
+
+    def commit(self, offsets: dict[TP, int] | None = None, metadata: str = "") -> dict[TP, int]:
+        """Commit `offsets` (next offset to read, per partition) or everything processed so far.
+
+        Raises GroupFencedError when this member was expelled or the partition is no longer its own.
+        After a rebalance it commits the partitions it still holds; returns what was committed.
+        """
+        if offsets is None:
+            self._mark_in_hand()
+            offsets = dict(self._consumed)
+        if not offsets:
+            return {}
+        payload = {tp: (o, metadata) for tp, o in offsets.items()}
+        if self._rebalancing:  # inside on_revoke: the partitions are still ours until released
+            self.meta.sync(self.group, self.member_id, self.generation, assignors.assign, commits=payload)
+            return dict(offsets)
+        try:
+            self.meta.commit(self.group, self.member_id, self.generation, payload)
+        except GroupFencedError:
+            if self._expelled_id is not None or self.meta.peek_generation(self.group) == self.generation:
+                raise
+            self._sync()  # the group rebalanced since our last poll: catch up, then commit what is still ours
+            payload = {tp: v for tp, v in payload.items() if tp in self._cursors}
+            if payload:
+                self.meta.commit(self.group, self.member_id, self.generation, payload)
+        self._last_commit = time.monotonic()
+        return {tp: o for tp, (o, _) in payload.items()}
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.config.enable_auto_commit or not self._consumed:
+            return
+        if time.monotonic() - self._last_commit >= self.config.auto_commit_interval_ms / 1000:
+            self.commit({tp: o for tp, o in self._consumed.items() if tp in self._cursors})
+
+    def committed(self) -> dict[TP, int]:
+        """The group's committed offsets for this member's topics."""
+        return {tp: c.offset for tp, c in self.meta.committed(self.group).items() if tp[0] in self.topics}
+
+    # -- leaving ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Revoke (on_revoke), commit if auto-commit is on, and leave so the others rebalance now."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._thread.join()
+        commits: dict[TP, tuple[int, str]] = {}
+        if self._cursors and self._expelled_id is None:
+            commits = self._revoke(sorted(self._cursors))
+        try:
+            self.meta.leave(self.group, self.member_id, assignors.assign, commits=commits)
+        except GroupFencedError:
+            self.meta.leave(self.group, self.member_id, assignors.assign)  # lost them meanwhile: just leave
+        self._cursors.clear()
+
+    def __enter__(self) -> GroupConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

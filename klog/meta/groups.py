@@ -1,0 +1,445 @@
+"""Consumer groups in LMDB: members, generations, assignments, partition ownership, committed offsets.
+
+Every membership change happens in one LMDB write transaction, so any number of processes see one
+consistent group (LMDB serializes writers across processes). There is no coordinator process: each
+member's heartbeat runs the coordinator's bookkeeping itself (expire dead members, rebalance).
+
+Keys (the dbs MetaDB opens):
+- groups:  `<group>` -> GroupDoc: generation, assignor, target assignment per member, owners
+- members: `<group>\\0<member id>` -> Member: host, pid, boot id, topics, heartbeat time, ...
+- offsets: `<group>\\0<topic>\\0<partition, 10 digits>` -> committed offset, metadata, commit time
+
+Safety rests on `owners`: a member fetches a partition only while the group names it the owner.
+A rebalance only changes the *targets*; a partition moves when its owner releases it (after
+committing) and the new target member acquires it, or when its owner is expired as dead. So no
+partition is ever read by two members at once, whatever the assignor.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from klog.errors import GroupError, UsageError
+from klog.meta.db import MetaDB
+from klog.store.state import current_boot_id
+
+
+# Subclasses of klog.errors.GroupError (kept here, beside the only code that raises them).
+class GroupFencedError(GroupError):
+    """An offset commit from an old generation, an expelled member, or for a partition not held."""
+
+
+class UnknownMemberError(GroupError):
+    """The member was expelled (session expired) or left; it has to join again."""
+
+
+TP = tuple[str, int]
+# (assignor name, member -> subscribed topics, topic -> partition count, member -> current target) -> targets
+AssignFn = Callable[[str, dict[str, list[str]], dict[str, int], dict[str, list[TP]]], dict[str, list[TP]]]
+
+GROUP_ID_CHARS_MAX = 255
+SESSION_TIMEOUT_MS_DEFAULT = 45_000  # Kafka's session.timeout.ms default
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def validate_group_id(group: str) -> None:
+    if not group or len(group) > GROUP_ID_CHARS_MAX or not group.isprintable() or "\0" in group:
+        raise UsageError(f"invalid group id {group!r}: use 1-{GROUP_ID_CHARS_MAX} printable characters")
+
+
+def tp_key(tp: TP) -> str:
+    return f"{tp[0]}:{tp[1]}"  # ':' cannot occur in a Kafka topic name
+
+
+def key_tp(key: str) -> TP:
+    topic, _, p = key.rpartition(":")
+    return topic, int(p)
+
+
+def _offset_key(group: str, tp: TP) -> str:
+    return f"{group}\0{tp[0]}\0{tp[1]:010d}"
+
+
+# -- process liveness ----------------------------------------------------------------------------
+def process_start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (field 22 of /proc/PID/stat): tells a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()
+    return int(fields[19])
+
+
+def process_alive(pid: int, start_time: int | None) -> bool:
+    """Is the process that registered as (pid, start_time) still running on this machine?"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel directly
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    fields = data[data.rindex(b")") + 2:].split()
+    if fields[0] in (b"Z", b"X"):  # a killed child its parent has not reaped yet
+        return False
+    return start_time is None or int(fields[19]) == start_time
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    host: str
+    pid: int
+    pid_start: int | None
+    boot_id: str
+    topics: list[str]
+    assignor: str
+    session_timeout_ms: int
+    joined_ms: int
+    heartbeat_ms: int
+    generation: int = 0  # the last generation this member synced to
+
+    @classmethod
+    def local(cls, member_id: str, client_id: str, topics: list[str], assignor: str,
+              session_timeout_ms: int) -> Member:
+        pid = os.getpid()
+        now = now_ms()
+        return cls(member_id, client_id, socket.gethostname(), pid, process_start_time(pid),
+                   current_boot_id().hex(), sorted(set(topics)), assignor, session_timeout_ms, now, now)
+
+    def is_local(self) -> bool:
+        return self.host == socket.gethostname() and self.boot_id == current_boot_id().hex()
+
+    def alive(self, now: int) -> bool:
+        """Dead if its process is gone (checked at once on this machine) or its session timed out."""
+        if self.is_local() and not process_alive(self.pid, self.pid_start):
+            return False
+        return now - self.heartbeat_ms <= self.session_timeout_ms
+
+
+@dataclass
+class GroupDoc:
+    group: str
+    generation: int = 0
+    assignor: str | None = None
+    targets: dict[str, list[list]] = field(default_factory=dict)  # member id -> [[topic, partition], ...]
+    owners: dict[str, str] = field(default_factory=dict)  # "topic:partition" -> member id fetching it
+    partition_counts: dict[str, int] = field(default_factory=dict)  # what the assignment was computed for
+    created_ms: int = 0
+    rebalance_ms: int = 0
+
+    def target(self, member_id: str) -> list[TP]:
+        return [(t, p) for t, p in self.targets.get(member_id, [])]
+
+    def owned_by(self, member_id: str) -> list[TP]:
+        return sorted(key_tp(k) for k, m in self.owners.items() if m == member_id)
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    metadata: str
+    commit_ms: int
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """What a member learns from a heartbeat or sync."""
+
+    generation: int
+    target: list[TP]  # its assignment in this generation
+    owned: list[TP]  # what the group says it holds now
+    acquired: list[TP] = field(default_factory=list)  # taken in this call (sync only)
+    committed: dict[TP, CommittedOffset] = field(default_factory=dict)  # for `acquired`
+
+
+@dataclass(frozen=True)
+class GroupSnapshot:
+    """A read-only picture for admin commands; `live` applies the same liveness rule as heartbeats."""
+
+    doc: GroupDoc | None
+    members: list[Member]
+    live: list[Member]
+    offsets: dict[TP, CommittedOffset]
+
+    @property
+    def state(self) -> str:
+        """Kafka's names: Empty, PreparingRebalance (targets not all taken yet), Stable, Dead (unknown)."""
+        if self.doc is None and not self.offsets:
+            return "Dead"
+        if not self.live:
+            return "Empty"
+        live_ids = {m.member_id for m in self.live}
+        if set(self.doc.targets) != live_ids or any(m.generation != self.doc.generation for m in self.live):
+            return "PreparingRebalance"
+        for mid in live_ids:
+            for tp in self.doc.target(mid):
+                if self.doc.owners.get(tp_key(tp)) != mid:
+                    return "PreparingRebalance"
+        return "Stable"
+
+
+class GroupsMeta:
+    def __init__(self, db: MetaDB) -> None:
+        self.db = db
+
+    # -- loading and saving inside a transaction ---------------------------------------------
+    def _doc(self, txn, group: str) -> GroupDoc | None:
+        raw = self.db.get_json(txn, "groups", group)
+        return None if raw is None else GroupDoc(**raw)
+
+    def _members(self, txn, group: str) -> dict[str, Member]:
+        return {doc["member_id"]: Member(**doc) for _, doc in self.db.items(txn, "members", group + "\0")}
+
+    def _put_member(self, txn, group: str, member: Member) -> None:
+        self.db.put_json(txn, "members", f"{group}\0{member.member_id}", asdict(member))
+
+    def _partition_count(self, txn, topic: str) -> int:
+        doc = self.db.get_json(txn, "topics", topic)
+        return 0 if doc is None else len(doc["partitions"])
+
+    def _maintain(self, txn, doc: GroupDoc, members: dict[str, Member], assign: AssignFn | None) -> bool:
+        """Expire dead members and rebalance if membership or partition counts changed; True if it did."""
+        now = now_ms()
+        for mid in [mid for mid, m in members.items() if not m.alive(now)]:
+            self._remove_member(txn, doc, members, mid)
+        counts = {t: self._partition_count(txn, t) for m in members.values() for t in m.topics}
+        if set(doc.targets) == set(members) and counts == doc.partition_counts:
+            return False
+        doc.generation += 1
+        doc.rebalance_ms = now
+        doc.partition_counts = counts
+        if not members:
+            doc.targets = {}
+            return True
+        assert assign is not None and doc.assignor is not None
+        subs = {mid: m.topics for mid, m in members.items()}
+        current = {mid: doc.target(mid) for mid in members}
+        targets = assign(doc.assignor, subs, counts, current)
+        doc.targets = {mid: [list(tp) for tp in sorted(targets.get(mid, []))] for mid in members}
+        # a partition that no longer exists (topic deleted) has no owner to wait for
+        doc.owners = {k: m for k, m in doc.owners.items() if key_tp(k)[1] < counts.get(key_tp(k)[0], 0)}
+        return True
+
+    def _remove_member(self, txn, doc: GroupDoc, members: dict[str, Member], member_id: str) -> None:
+        members.pop(member_id, None)
+        self.db.delete(txn, "members", f"{doc.group}\0{member_id}")
+        doc.owners = {k: m for k, m in doc.owners.items() if m != member_id}
+
+    def _save(self, txn, doc: GroupDoc) -> None:
+        self.db.put_json(txn, "groups", doc.group, asdict(doc))
+
+    def _member_or_raise(self, doc: GroupDoc | None, members: dict[str, Member], group: str,
+                         member_id: str) -> Member:
+        member = members.get(member_id) if doc is not None else None
+        if member is None:
+            raise UnknownMemberError(f"member {member_id} is no longer in group '{group}' (its session expired "
+                                     "or it left); it must rejoin")
+        return member
+
+    def _write_offsets(self, txn, group: str, offsets: dict[TP, tuple[int, str]], now: int) -> None:
+        for tp, (offset, metadata) in offsets.items():
+            if offset < 0:
+                raise UsageError(f"cannot commit negative offset {offset} for {tp[0]}-{tp[1]}")
+            self.db.put_json(txn, "offsets", _offset_key(group, tp),
+                             {"offset": offset, "metadata": metadata, "commit_ms": now})
+
+    # -- a member's life ------------------------------------------------------------------------
+    def join(self, group: str, member: Member, assign: AssignFn) -> GroupView:
+        validate_group_id(group)
+        with self.db.txn(write=True) as txn:
+            doc = self._doc(txn, group) or GroupDoc(group, created_ms=now_ms())
+            members = self._members(txn, group)
+            now = now_ms()
+            live = {mid: m for mid, m in members.items() if m.alive(now)}
+            if live and doc.assignor is not None and doc.assignor != member.assignor:
+                raise GroupError(f"group '{group}' uses assignor '{doc.assignor}' but this consumer asked for "
+                                 f"'{member.assignor}' (Kafka: inconsistent group protocol)")
+            if not live:
+                doc.assignor = member.assignor
+            members[member.member_id] = member
+            self._put_member(txn, group, member)
+            self._maintain(txn, doc, members, assign)
+            self._save(txn, doc)
+            return GroupView(doc.generation, doc.target(member.member_id), doc.owned_by(member.member_id))
+
+    def heartbeat(self, group: str, member_id: str, assign: AssignFn) -> GroupView:
+        """Prove this member alive; expire dead ones and rebalance as needed. Raises UnknownMemberError."""
+        with self.db.txn(write=True) as txn:
+            doc = self._doc(txn, group)
+            members = self._members(txn, group)
+            member = self._member_or_raise(doc, members, group, member_id)
+            member.heartbeat_ms = now_ms()
+            self._put_member(txn, group, member)
+            self._maintain(txn, doc, members, assign)
+            self._member_or_raise(doc, members, group, member_id)
+            self._save(txn, doc)
+            return GroupView(doc.generation, doc.target(member_id), doc.owned_by(member_id))
+
+    def peek_generation(self, group: str) -> int:
+        """The group's generation, read-only (cheap enough to check on every poll)."""
+        with self.db.txn() as txn:
+            doc = self._doc(txn, group)
+        return 0 if doc is None else doc.generation
+
+    def sync(self, group: str, member_id: str, generation: int, assign: AssignFn,
+             commits: dict[TP, tuple[int, str]] | None = None, release: list[TP] = (),
+             acquire: list[TP] = ()) -> GroupView:
+        """One step of a rebalance: commit and release what the member gives up, take what is free.
+
+        Commits here come from a live member for partitions it still owns, so they are accepted even
+        though the generation moved on (this is how a member commits before handing partitions over).
+        `acquire` is honoured only if `generation` is still current.
+        """
+        with self.db.txn(write=True) as txn:
+            doc = self._doc(txn, group)
+            members = self._members(txn, group)
+            member = self._member_or_raise(doc, members, group, member_id)
+            member.heartbeat_ms = now_ms()
+            self._maintain(txn, doc, members, assign)
+            self._member_or_raise(doc, members, group, member_id)
+            if commits:
+                self._check_owner(doc, member_id, list(commits))
+                self._write_offsets(txn, group, commits, now_ms())
+            for tp in release:
+                if doc.owners.get(tp_key(tp)) == member_id:
+                    del doc.owners[tp_key(tp)]
+            acquired = []
+            if generation == doc.generation:
+                member.generation = generation
+                target = set(doc.target(member_id))
+                for tp in acquire:
+                    if tp in target and doc.owners.get(tp_key(tp)) in (None, member_id):
+                        doc.owners[tp_key(tp)] = member_id
+                        acquired.append(tp)
+            self._put_member(txn, group, member)
+            self._save(txn, doc)
+            committed = {tp: c for tp in acquired if (c := self._committed(txn, group, tp)) is not None}
+            return GroupView(doc.generation, doc.target(member_id), doc.owned_by(member_id), acquired, committed)
+
+    def _check_owner(self, doc: GroupDoc, member_id: str, tps: list[TP]) -> None:
+        for tp in tps:
+            if doc.owners.get(tp_key(tp)) != member_id:
+                raise GroupFencedError(f"commit rejected: {tp[0]}-{tp[1]} is not held by member {member_id} "
+                                       f"of group '{doc.group}' (it was reassigned)")
+
+    def commit(self, group: str, member_id: str, generation: int, offsets: dict[TP, tuple[int, str]]) -> None:
+        """Store offsets; refused (GroupFencedError) from an old generation or for a partition not held."""
+        with self.db.txn(write=True) as txn:
+            doc = self._doc(txn, group)
+            members = self._members(txn, group)
+            member = members.get(member_id) if doc is not None else None
+            if member is None:
+                raise GroupFencedError(f"commit rejected: member {member_id} is no longer in group '{group}' "
+                                       "(its session expired or it left)")
+            if generation != doc.generation:
+                raise GroupFencedError(f"commit rejected: generation {generation} of group '{group}' is fenced "
+                                       f"(the group is at generation {doc.generation} after a rebalance)")
+            self._check_owner(doc, member_id, list(offsets))
+            now = now_ms()
+            member.heartbeat_ms = now
+            self._put_member(txn, group, member)
+            self._write_offsets(txn, group, offsets, now)
+
+    def leave(self, group: str, member_id: str, assign: AssignFn,
+              commits: dict[TP, tuple[int, str]] | None = None) -> None:
+        """Clean leave: commit (if given), give up every partition, rebalance the rest at once."""
+        with self.db.txn(write=True) as txn:
+            doc = self._doc(txn, group)
+            members = self._members(txn, group)
+            if doc is None or member_id not in members:
+                return  # already expired: nothing to give back, and its commits would be fenced
+            if commits:
+                self._check_owner(doc, member_id, list(commits))
+                self._write_offsets(txn, group, commits, now_ms())
+            self._remove_member(txn, doc, members, member_id)
+            self._maintain(txn, doc, members, assign)
+            self._save(txn, doc)
+
+    # -- offsets ----------------------------------------------------------------------------------
+    def _committed(self, txn, group: str, tp: TP) -> CommittedOffset | None:
+        raw = self.db.get_json(txn, "offsets", _offset_key(group, tp))
+        return None if raw is None else CommittedOffset(raw["offset"], raw.get("metadata", ""), raw["commit_ms"])
+
+    def committed(self, group: str) -> dict[TP, CommittedOffset]:
+        with self.db.txn() as txn:
+            return self._all_offsets(txn, group)
+
+    def _all_offsets(self, txn, group: str) -> dict[TP, CommittedOffset]:
+        out = {}
+        for key, raw in self.db.items(txn, "offsets", group + "\0"):
+            _, topic, p = key.split("\0")
+            out[(topic, int(p))] = CommittedOffset(raw["offset"], raw.get("metadata", ""), raw["commit_ms"])
+        return out
+
+    # -- admin ------------------------------------------------------------------------------------
+    def snapshot(self, group: str) -> GroupSnapshot:
+        with self.db.txn() as txn:
+            doc = self._doc(txn, group)
+            members = list(self._members(txn, group).values())
+            offsets = self._all_offsets(txn, group)
+        now = now_ms()
+        return GroupSnapshot(doc, members, [m for m in members if m.alive(now)], offsets)
+
+    def group_ids(self) -> list[str]:
+        with self.db.txn() as txn:
+            names = {k for k, _ in self.db.items(txn, "groups")}
+            names |= {k.split("\0", 1)[0] for k, _ in self.db.items(txn, "offsets")}
+        return sorted(names)
+
+    def _refuse_if_live(self, txn, group: str, what: str, topic: str | None = None) -> None:
+        now = now_ms()
+        live = [m for m in self._members(txn, group).values() if m.alive(now) and (topic is None or topic in m.topics)]
+        if live:
+            who = ", ".join(f"{m.member_id} (pid {m.pid} on {m.host})" for m in live[:3])
+            raise GroupError(f"cannot {what}: group '{group}' has {len(live)} live member(s): {who}; "
+                             "stop them first")
+
+    def set_offsets(self, group: str, offsets: dict[TP, int]) -> None:
+        """Admin write of committed offsets (reset-offsets --execute); refused while members are live."""
+        validate_group_id(group)
+        with self.db.txn(write=True) as txn:
+            self._refuse_if_live(txn, group, "reset offsets")
+            self._write_offsets(txn, group, {tp: (o, "") for tp, o in offsets.items()}, now_ms())
+
+    def delete_group(self, group: str) -> int:
+        """Delete the group, its (dead) members and its offsets; returns how many offsets went."""
+        with self.db.txn(write=True) as txn:
+            self._refuse_if_live(txn, group, "delete it")
+            offsets = [k for k, _ in self.db.items(txn, "offsets", group + "\0")]
+            found = self.db.get_json(txn, "groups", group) is not None or bool(offsets)
+            if not found:
+                raise GroupError(f"unknown group '{group}'")
+            for k in offsets:
+                self.db.delete(txn, "offsets", k)
+            for k in [k for k, _ in self.db.items(txn, "members", group + "\0")]:
+                self.db.delete(txn, "members", k)
+            self.db.delete(txn, "groups", group)
+        return len(offsets)
+
+    def delete_offsets(self, group: str, topic: str, partitions: list[int] | None) -> list[TP]:
+        """Delete a topic's committed offsets (some partitions or all); refused while a live member reads it."""
+        with self.db.txn(write=True) as txn:
+            self._refuse_if_live(txn, group, f"delete offsets of topic '{topic}'", topic)
+            gone = []
+            for tp in self._all_offsets(txn, group):
+                if tp[0] == topic and (partitions is None or tp[1] in partitions):
+                    self.db.delete(txn, "offsets", _offset_key(group, tp))
+                    gone.append(tp)
+        return gone
