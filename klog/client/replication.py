@@ -193,6 +193,7 @@ class ReplicaManager:
     def _catch_up_out_of_sync(self, topic: str, partition: int, part, meta: PartitionMeta,
                               healthy: set[int]) -> PartitionMeta:
         leader = part.leader
+        before_isr = meta.isr
         for d in meta.replicas:
             if d in meta.isr or d not in healthy:
                 continue
@@ -215,6 +216,8 @@ class ReplicaManager:
             if end == leader.log_end_offset:
                 meta = replace(meta, isr=[r for r in meta.replicas if r in meta.isr or r == d])
                 self.warn(f"replica of {topic}-{partition} in log directory {d} caught up and rejoined the ISR")
+        if meta.isr == before_isr:
+            return meta  # nobody joined: `part` is already leader + ISR, opened (saves a re-open per append)
         part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [r for r in meta.isr if r != meta.leader]))
         part.open_for_write()
         return meta

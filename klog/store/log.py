@@ -251,7 +251,10 @@ class PartitionLog:
     def flush(self) -> None:
         if self._fds is None:
             return
-        self._fds.fsync()
+        # the log only: the active segment's indexes are rebuilt by recovery after a power cut
+        # (a new boot always recovers from the recovery point, which is in the active segment or
+        # before it); a sealed segment's indexes are fsynced when it rolls
+        os.fsync(self._fds.log)
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False

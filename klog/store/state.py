@@ -12,6 +12,7 @@ Each record carries a CRC; a torn or foreign file reads as "unknown", which forc
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import zlib
@@ -20,6 +21,7 @@ from dataclasses import astuple, dataclass
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
+@functools.cache  # a process lives within one boot; writers ask on every append
 def current_boot_id() -> bytes:
     """16 bytes naming this boot of the machine (zeros where the OS does not say)."""
     try:
