@@ -174,7 +174,7 @@ def export(spark, data_dir: str, req: ExportRequest) -> ExportSummary:  # noqa: 
     if req.partition_by:
         writer = writer.partitionBy(*req.partition_by)
     if req.to == "csv":
-        writer = writer.option("header", "true")
+        writer = writer.option("header", "true").option("escape", '"')  # RFC 4180 "" quoting, not Spark's \\
     writer.format(req.to).save(req.out)
     files, size = output_files(req.out) if local else (0, 0)
     return ExportSummary(int(observation.get["records"]), files, size, req.out)

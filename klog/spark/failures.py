@@ -15,7 +15,7 @@ from klog.errors import KlogError
 
 _KLOG_LINE = re.compile(r"klog\.errors\.(\w+): (.+)")
 _SPARK_CLASS = re.compile(r"^\[([A-Z_.]+)\]\s*")
-_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+.*$")
 
 
 def from_spark(exc: BaseException) -> KlogError:

@@ -71,7 +71,9 @@ def _log4j_properties(verbose: bool) -> str:
                                   "org.apache.spark.sql.execution.datasources.FileFormatWriter",
                                   "org.apache.spark.sql.execution.streaming",
                                   "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
-                                  "org.apache.spark.util.Utils")):
+                                  "org.apache.spark.util.Utils",
+                                  # registering the source again (a second command in one session) is expected
+                                  "org.apache.spark.sql.execution.datasources.DataSourceManager")):
             lines += [f"logger.quiet{i}.name = {name}", f"logger.quiet{i}.level = off"]
     return "\n".join(lines) + "\n"
 
@@ -146,6 +148,17 @@ def _filtered_stderr(enabled: bool) -> Iterator[None]:
         os.close(write_fd)
 
 
+def _quiet_python_loggers(verbose: bool) -> None:
+    """PySpark logs every failed query's context with a JVM stack trace at ERROR; klog reports the error."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        # through PySparkLogger: a plain logging.Logger of that name would reject PySpark's extra arguments
+        PySparkLogger.getLogger(name).setLevel(logging.NOTSET if verbose else logging.CRITICAL)
+
+
 def active_session():  # noqa: ANN201 - SparkSession | None
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -160,6 +173,7 @@ def start_session(settings: SessionSettings):  # noqa: ANN201 - SparkSession
     require_pyspark()
     existing = active_session() if "pyspark" in sys.modules else None
     if existing is not None:
+        _quiet_python_loggers(settings.verbose)
         register(existing, settings.data_dir)
         return existing
     find_java()
@@ -172,6 +186,7 @@ def start_session(settings: SessionSettings):  # noqa: ANN201 - SparkSession
         builder = builder.config(key, value)
     with _filtered_stderr(not settings.verbose):
         spark = builder.getOrCreate()
+    _quiet_python_loggers(settings.verbose)
     register(spark, settings.data_dir)
     return spark
 

@@ -140,7 +140,7 @@ def write_files(df, out: str, to: str, overwrite: bool) -> SqlResult:  # noqa: A
     writer = df.observe(observation, F.count(F.lit(1)).alias("records")).write
     writer = writer.mode("overwrite" if overwrite else "errorifexists")
     if to == "csv":
-        writer = writer.option("header", "true")
+        writer = writer.option("header", "true").option("escape", '"')  # RFC 4180 "" quoting, not Spark's \\
     writer.format(to).save(out)
     files, size = output_files(out) if "://" not in out else (0, 0)
     return SqlResult(int(observation.get["records"]), files, size)
