@@ -36,7 +36,8 @@ def test_every_command_has_help_and_a_man_page(cli) -> None:  # noqa: ANN001
     assert {"klog", "klog produce", "klog consume", "klog offsets", "klog dump", "klog verify", "klog topics",
             "klog topics create", "klog topics list", "klog topics describe", "klog topics alter",
             "klog topics delete", "klog spark", "klog spark export", "klog spark sql", "klog spark run",
-            "klog spark stream"} <= set(paths)
+            "klog spark stream", "klog topics clean", "klog topics delete-records",
+            "klog topics compact"} <= set(paths)
     for path, cmd in commands:
         assert (cmd.help or "").strip(), f"`{path}` has no help text"
         page = gendocs.REPO_ROOT / "man" / gendocs.man_page_name(path)

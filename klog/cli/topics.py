@@ -69,13 +69,21 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
 
 @app.command()
 def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
-    """Per partition: leader, replicas, ISR, epoch, log start, high watermark, log end, size, segments."""
+    """Per partition: leader, replicas, ISR, epoch, log start, high watermark, log end, size, segments
+    (and the dirty ratio of a compacted topic)."""
     with open_store(data_dir) as store:
         info = store.describe_topic(topic)
         configs = store.effective_configs(topic)
+        ratios = None
+        if "compact" in configs["cleanup.policy"]:
+            from klog.client.lifecycle import dirty_ratio
+
+            ratios = [dirty_ratio(store, topic, p.partition) for p in info.partitions]
     if as_json:
         doc = {"topic": info.name, "topic_id": info.topic_id, "replication_factor": info.replication_factor,
                "configs": info.configs, "partitions": [vars(p) for p in info.partitions]}
+        for part, ratio in zip(doc["partitions"], ratios or [], strict=False):
+            part["dirty_ratio"] = round(ratio, 4)
         print(json.dumps(doc, default=str))
         return
     from klog.cli.tables import print_table
@@ -85,11 +93,16 @@ def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) 
     set_configs = ", ".join(f"{k}={v}" for k, v in sorted(info.configs.items())) or "(defaults)"
     print(f"Configs: {set_configs}")
     del configs
-    print_table(["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH", "LOG-START", "HIGH-WATERMARK", "LOG-END",
-                 "SIZE", "SEGMENTS"],
-                [[p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
-                  p.leader_epoch, p.log_start_offset, p.high_watermark, p.log_end_offset, p.size_bytes, p.segments]
-                 for p in info.partitions])
+    rows = [[p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
+             p.leader_epoch, p.log_start_offset, p.high_watermark, p.log_end_offset, p.size_bytes, p.segments]
+            for p in info.partitions]
+    headings = ["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH", "LOG-START", "HIGH-WATERMARK", "LOG-END",
+                "SIZE", "SEGMENTS"]
+    if ratios is not None:  # compacted topics: the share of the cleanable log not yet compacted
+        headings.append("DIRTY-RATIO")
+        for row, ratio in zip(rows, ratios, strict=True):
+            row.append(f"{ratio:.2f}")
+    print_table(headings, rows)
 
 
 @app.command()
@@ -151,6 +164,70 @@ def reassign(
         print(json.dumps({"topic": topic, "moved": parts, "from": source, "to": target}))
     else:
         print(f"Moved {len(parts)} replicas of {topic} from log directory {source} to {target}", file=sys.stderr)
+
+
+def _print_cleanups(results, as_json: bool, verb: str) -> None:
+    if as_json:
+        for r in results:
+            print(json.dumps(vars(r)))
+        return
+    for r in results:
+        parts = [f"log start {r.log_start_after}"]
+        if r.segments_deleted:
+            parts.append(f"{r.segments_deleted} segments ({r.bytes_deleted} bytes) deleted")
+        if r.compacted:
+            parts.append(f"compacted: {r.records_removed} records removed ({r.tombstones_removed} tombstones), "
+                         f"{r.segments_rewritten} segments rewritten")
+        elif r.dirty_ratio is not None:
+            parts.append(f"dirty ratio {r.dirty_ratio:.2f}")
+        print(f"{verb} {r.topic}-{r.partition}: {', '.join(parts)}", file=sys.stderr)
+
+
+@app.command()
+def clean(
+    topic: Annotated[str | None, typer.Argument(help="Only this topic (default: every topic).")] = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply retention (retention.ms, retention.bytes, log start) and compact where due, now."""
+    from klog.client.lifecycle import clean as clean_topics
+
+    with open_store(data_dir, create=False) as store:
+        results = clean_topics(store, topic)
+    _print_cleanups(results, as_json, "Cleaned")
+
+
+@app.command("delete-records")
+def delete_records(
+    topic: str,
+    before: Annotated[str, typer.Option("--before", help="An offset N, or a time (ISO 8601, or a span ago: 7d).")],
+    partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete every record before an offset or a time (kafka-delete-records): moves the log start up."""
+    from klog.client.lifecycle import delete_records as delete
+    from klog.client.timespec import parse_time_ms
+
+    text = before.strip()
+    kwargs = {"before_offset": int(text)} if text.isdigit() else {"before_ms": parse_time_ms(text)}
+    with open_store(data_dir, create=False) as store:
+        results = delete(store, topic, partitions=partition, **kwargs)
+    _print_cleanups(results, as_json, "Deleted records of")
+
+
+@app.command()
+def compact(
+    topic: str,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compact a topic now (cleanup.policy=compact): keep the latest value per key, offsets unchanged."""
+    from klog.client.lifecycle import compact as compact_topic
+
+    with open_store(data_dir, create=False) as store:
+        results = compact_topic(store, topic)
+    _print_cleanups(results, as_json, "Compacted")
 
 
 def register(root: typer.Typer) -> None:

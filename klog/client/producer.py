@@ -221,6 +221,16 @@ class Producer:
             self.flush()
 
     # -- writing -------------------------------------------------------------------------------
+    def _after_roll(self, topic: str, partition: int) -> None:
+        """A segment rolled: the moment retention (and compaction, when due) runs; no broker does it."""
+        from klog.client.lifecycle import clean_partition
+        from klog.errors import KlogError
+
+        try:
+            clean_partition(self.store, topic, partition)
+        except (KlogError, OSError) as e:  # the append succeeded; clean-up is retried at the next roll
+            self.replicas.warn(f"retention of {topic}-{partition} failed: {e}")
+
     def _write(self, key: tuple[str, int], batch: _Batch) -> None:
         topic, partition = key
         max_bytes, topic_codec, ts_type = self._topic_settings[topic]
@@ -232,7 +242,11 @@ class Producer:
             self._write(key, _Batch(batch.records[:half], batch.pending[:half]))
             self._write(key, _Batch(batch.records[half:], batch.pending[half:]))
             return
+        leader = self.store.partition(topic, partition).leader
+        active_before = leader.bases[-1] if leader.bases else None
         base_offset = self.replicas.append(topic, partition, encoded, self.acks)
+        if active_before is not None and self.store.partition(topic, partition).leader.bases[-1] != active_before:
+            self._after_roll(topic, partition)
         self.records_sent += len(batch.records)
         for i, pending in enumerate(batch.pending):
             if pending is not None:

@@ -120,8 +120,11 @@ class PartitionLog:
     def open_for_write(self) -> RecoveryReport:
         """Adopt the state the last writer left, recovering the tail if it did not finish."""
         os.makedirs(self.directory, exist_ok=True)
+        from klog.store.cleaner import finish_interrupted_swaps  # (cleaner imports this module)
+
+        swaps = finish_interrupted_swaps(self.directory)  # a compaction or retention killed mid-way
         self.refresh_segments()
-        report = RecoveryReport()
+        report = RecoveryReport(reasons=swaps)
         if not self.bases:
             self._new_segment(0)
             self._open_fds()
@@ -231,6 +234,8 @@ class PartitionLog:
     def append(self, batch: bytes, header: BatchHeader) -> int:
         """Append an already-stamped batch at the log end; returns its position."""
         assert self._fds is not None, "open_for_write first"
+        if header.base_offset > self.log_end_offset and len(self.bases) == 1 and self.active.size == 0:
+            self._start_at(header.base_offset)
         assert header.base_offset == self.log_end_offset, (header.base_offset, self.log_end_offset)
         if self.should_roll(header):
             self.roll(header.base_offset)
@@ -238,6 +243,18 @@ class PartitionLog:
         self._unflushed_batches += 1
         self._save_state()
         return position
+
+    def _start_at(self, base: int) -> None:
+        """An empty replica copying a leader whose log starts later (retention or delete-records
+        moved it): begin at that offset (Kafka's truncateFullyAndStartAt)."""
+        assert self._fds is not None
+        self._fds.close()
+        self._fds = None
+        self.segments.pop(self.bases[0]).delete_files()
+        self.bases = []
+        self._new_segment(base)
+        self._open_fds()
+        self._save_state()
 
     def maybe_flush(self) -> bool:
         """fsync per flush.messages / flush.ms; returns True if it did."""

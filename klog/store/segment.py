@@ -77,7 +77,13 @@ class LogSegment:
             self._read_fd = None
 
     def file_size(self) -> int:
-        return os.path.getsize(self.log_path)
+        st = os.stat(self.log_path)
+        if self._read_fd is not None and os.fstat(self._read_fd).st_ino != st.st_ino:
+            # the cleaner swapped in a rewritten file (indexes first, then the log): reopen, reload
+            self.close()
+            self.offset_index._data = b""
+            self.time_index._data = b""
+        return st.st_size
 
     def delete_files(self) -> None:
         self.close()
@@ -113,12 +119,20 @@ class LogSegment:
         """Start of the first batch whose last offset ≥ offset, scanning from the index hint."""
         self.offset_index.refresh()
         start = self.offset_index.lookup(offset)
-        if start >= end:
-            start = 0
+        if start >= end or (start and not self._hint_ok(start, offset)):
+            start = 0  # a stale index entry (a swap in progress): scan from the start
         for pos, header in self.iter_headers(start, end):
             if header.last_offset >= offset:
                 return pos, header
         return None
+
+    def _hint_ok(self, position: int, offset: int) -> bool:
+        """An index entry points at a batch whose base offset lies in [segment base, offset]."""
+        head = self.read_bytes(position, RECORD_BATCH_OVERHEAD)
+        if len(head) < RECORD_BATCH_OVERHEAD:
+            return False
+        header = read_header(head)
+        return header.magic == MAGIC_V2 and self.base_offset <= header.base_offset <= offset
 
     def offset_for_timestamp(self, timestamp: int, end: int) -> int | None:
         """First offset whose record timestamp ≥ timestamp, or None if none here."""

@@ -1,0 +1,191 @@
+"""Log lifecycle: retention, delete-records and compaction across all replicas of a partition.
+
+There is no broker daemon. These run when a producer rolls a segment (for the partition it
+rolled), on `klog topics clean|compact|delete-records`, and when called from Python. Each
+partition is handled under its write lock, after the same reconciliation a producer does
+(health, leader, ISR, catch-up), so every in-sync replica is changed the same way while no
+append runs; readers keep reading throughout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from klog.errors import OffsetOutOfRangeError, UsageError
+from klog.store import cleaner, retention
+from klog.store.partition import Partition
+
+Clock = Callable[[], float]  # seconds, like time.time
+
+
+@dataclass
+class PartitionCleanup:
+    """What one clean / compact / delete-records did to one partition."""
+
+    topic: str
+    partition: int
+    log_start_before: int
+    log_start_after: int
+    segments_deleted: int = 0
+    bytes_deleted: int = 0
+    compacted: bool = False
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    segments_rewritten: int = 0
+    dirty_ratio: float | None = None  # before compaction, for compacted topics
+
+
+def _now_ms(clock: Clock | None) -> int:
+    return int((clock or time.time)() * 1000)
+
+
+def _checkpoint(part: Partition) -> cleaner.CleanerCheckpoint:
+    return cleaner.CleanerCheckpoint(part.state.path.removesuffix(".state") + ".cleaner")
+
+
+def _locked(store, topic: str, partition: int) -> Partition:
+    """The partition, reconciled (leader + ISR opened for write); the caller holds part.lock."""
+    from klog.client.replication import ReplicaManager
+
+    part = store.partition(topic, partition)
+    ReplicaManager(store).reconcile(topic, partition, part)
+    return part
+
+
+def _topics(store, topic: str | None) -> list[str]:
+    return [topic] if topic is not None else store.topic_names()
+
+
+def _partitions(store, topic: str, partitions: Iterable[int] | None) -> list[int]:
+    count = store.partition_count(topic)
+    wanted = list(range(count)) if partitions is None else list(partitions)
+    for p in wanted:
+        if not 0 <= p < count:
+            raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
+    return wanted
+
+
+# -- retention -----------------------------------------------------------------------------------
+def _apply_log_start(part: Partition, new_start: int, result: PartitionCleanup) -> None:
+    """Persist the new log start first (readers stop asking for what goes), then delete segments."""
+    if new_start > part.snapshot().log_start_offset:
+        part.set_log_start_offset(new_start)
+    for i, replica in enumerate(part.replicas):
+        deleted = retention.delete_segments_below(replica, new_start)
+        if i == 0:
+            result.segments_deleted += len(deleted.bases)
+            result.bytes_deleted += deleted.size_bytes
+    result.log_start_after = part.log_start_offset()
+
+
+def _retain(store, topic: str, part: Partition, now_ms: int, result: PartitionCleanup) -> None:
+    configs = store.effective_configs(topic)
+    snap = part.snapshot()
+    facts = retention.segment_facts(part.leader)
+    cut = retention.retention_cut(
+        facts, now_ms=now_ms, retention_ms=int(configs["retention.ms"]),
+        retention_bytes=int(configs["retention.bytes"]), high_watermark=snap.high_watermark,
+        log_start_offset=snap.log_start_offset, delete_policy="delete" in configs["cleanup.policy"])
+    _apply_log_start(part, cut, result)
+
+
+# -- compaction ----------------------------------------------------------------------------------
+def _compact(store, topic: str, part: Partition, now_ms: int, force: bool, result: PartitionCleanup) -> None:
+    configs = store.effective_configs(topic)
+    checkpoint = _checkpoint(part)
+    rng = cleaner.cleanable_range(part.leader, checkpoint.read(), part.high_watermark(), now_ms,
+                                  int(configs["min.compaction.lag.ms"]))
+    result.dirty_ratio = rng.dirty_ratio
+    if not force and not _due(part, rng, now_ms, configs):
+        return
+    stats = cleaner.compact_replicas(part.replicas, rng, now_ms, int(configs["delete.retention.ms"]))
+    checkpoint.write(rng.first_uncleanable)
+    result.compacted = True
+    result.records_removed = stats.records_removed
+    result.tombstones_removed = stats.tombstones_removed
+    result.segments_rewritten = stats.segments_rewritten
+
+
+def _due(part: Partition, rng: cleaner.CleanableRange, now_ms: int, configs: dict[str, str]) -> bool:
+    """min.cleanable.dirty.ratio reached, or a dirty record older than max.compaction.lag.ms."""
+    if rng.dirty_bytes == 0:
+        return False
+    if rng.dirty_ratio >= float(configs["min.cleanable.dirty.ratio"]):
+        return True
+    first_ts = cleaner.first_dirty_timestamp(part.leader, rng.first_dirty)
+    return first_ts >= 0 and now_ms - first_ts > int(configs["max.compaction.lag.ms"])
+
+
+# -- the public calls ----------------------------------------------------------------------------
+def clean_partition(store, topic: str, partition: int, *, clock: Clock | None = None,
+                    force_compact: bool = False, retain: bool = True) -> PartitionCleanup:
+    """Retention (by the topic's policy), then compaction if the topic is compacted and it is due."""
+    now_ms = _now_ms(clock)
+    policy = store.effective_configs(topic)["cleanup.policy"]
+    part = store.partition(topic, partition)
+    with part.lock:
+        part = _locked(store, topic, partition)
+        start = part.log_start_offset()
+        result = PartitionCleanup(topic, partition, start, start)
+        if retain:
+            _retain(store, topic, part, now_ms, result)
+        if "compact" in policy:
+            _compact(store, topic, part, now_ms, force_compact, result)
+    return result
+
+
+def clean(store, topic: str | None = None, *, clock: Clock | None = None) -> list[PartitionCleanup]:
+    """`klog topics clean [TOPIC]`: retention everywhere, compaction where due."""
+    return [clean_partition(store, t, p, clock=clock)
+            for t in _topics(store, topic) for p in _partitions(store, t, None)]
+
+
+def compact(store, topic: str, *, clock: Clock | None = None,
+            partitions: Iterable[int] | None = None) -> list[PartitionCleanup]:
+    """`klog topics compact TOPIC`: compact now, whatever the dirty ratio (lag and active segment still hold)."""
+    if "compact" not in store.effective_configs(topic)["cleanup.policy"]:
+        raise UsageError(f"topic '{topic}' is not compacted (cleanup.policy="
+                         f"{store.effective_configs(topic)['cleanup.policy']}); "
+                         f"set it with: klog topics alter {topic} -c cleanup.policy=compact")
+    return [clean_partition(store, topic, p, clock=clock, force_compact=True, retain=False)
+            for p in _partitions(store, topic, partitions)]
+
+
+def delete_records(store, topic: str, *, before_offset: int | None = None, before_ms: int | None = None,
+                   partitions: Iterable[int] | None = None) -> list[PartitionCleanup]:
+    """kafka-delete-records: move the log start up to `before_offset` (or to the first record at or
+    after `before_ms`) and delete the segments wholly below it. Records below it are never read again."""
+    if (before_offset is None) == (before_ms is None):
+        raise UsageError("give either an offset or a time to delete records before")
+    if before_offset is not None and before_offset < 0:
+        raise UsageError(f"invalid offset {before_offset}: use 0 or more")
+    out = []
+    for p in _partitions(store, topic, partitions):
+        part = store.partition(topic, p)
+        with part.lock:
+            part = _locked(store, topic, p)
+            hw = part.high_watermark()
+            start = part.log_start_offset()
+            if before_offset is not None:
+                if before_offset > hw:
+                    raise OffsetOutOfRangeError(f"offset {before_offset} is past the high watermark ({hw}) "
+                                                f"of {topic}-{p}; nothing was deleted")
+                target = before_offset
+            else:
+                found = part.offset_for_timestamp(before_ms)
+                target = hw if found is None else found
+            result = PartitionCleanup(topic, p, start, start)
+            _apply_log_start(part, max(target, start), result)
+            out.append(result)
+    return out
+
+
+def dirty_ratio(store, topic: str, partition: int, *, clock: Clock | None = None) -> float:
+    """The share of the cleanable log not yet compacted (0 when nothing is cleanable); read-only."""
+    configs = store.effective_configs(topic)
+    part = store.partition(topic, partition)
+    rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), part.high_watermark(), _now_ms(clock),
+                                  int(configs["min.compaction.lag.ms"]))
+    return rng.dirty_ratio

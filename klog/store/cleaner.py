@@ -1,0 +1,441 @@
+"""Compaction: Kafka's LogCleaner semantics on one partition's replicas (kafka-log-format.md §5).
+
+The log has a clean part `[log start, first dirty)` and a dirty part `[first dirty, first
+uncleanable)`; the active segment, segments reaching the high watermark and segments younger
+than `min.compaction.lag.ms` are uncleanable. The cleaner builds a map key -> last offset over
+the dirty part, then rewrites every cleanable segment keeping a record only if its offset is at
+least map[key] (or its key is not in the map). Offsets never change: a rewritten batch keeps
+its base offset and lastOffsetDelta, so records keep their offsets and gaps appear between them;
+a batch left with no records stays as an empty batch, so batches still follow each other with no
+gap (followers and catch-up rely on that).
+
+Tombstones (null values) survive `delete.retention.ms` (KIP-534): the first cleaning that rewrites a
+batch holding a tombstone sets the batch's delete horizon (attribute bit 6; baseTimestamp = now +
+delete.retention.ms); a cleaning after that horizon drops the tombstone. Keyless records are dropped.
+
+Crash safety (Kafka's `.cleaned` -> `.swap` -> rename): a segment is rewritten into
+`<base>.{log,index,timeindex}.cleaned` (fsynced); the index files then the log are renamed to
+`.swap` (the `.log.cleaned` -> `.log.swap` rename is the commit point); then the indexes and last
+the log replace the originals with atomic renames. `finish_interrupted_swaps`, run when a writer
+opens a replica, rolls back an uncommitted swap (a `.log.cleaned` still exists) and finishes a
+committed one, so a kill at any point leaves either the old or the new segment.
+
+Each segment is rewritten on its own (Kafka also merges small neighbours; klog does not), and
+only if something in it changes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from klog.store import codec, compression
+from klog.store.codec import BatchHeader
+from klog.store.format import (
+    BATCH_PREFIX,
+    CLEANED_SUFFIX,
+    COMPRESSION_CODEC_MASK,
+    CRC_COVERED_HEADER,
+    DELETE_HORIZON_FLAG_MASK,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_OVERHEAD,
+    LOG_SUFFIX,
+    MAGIC_V2,
+    OFFSET_INDEX_ENTRY,
+    RECORD_BATCH_OVERHEAD,
+    SWAP_SUFFIX,
+    TIME_INDEX_ENTRY,
+    TIME_INDEX_SUFFIX,
+    TIMESTAMP_TYPE_MASK,
+    parse_segment_base,
+    segment_file_name,
+)
+
+if TYPE_CHECKING:
+    from klog.store.log import PartitionLog
+    from klog.store.segment import LogSegment
+
+READ_BYTES = 4 << 20  # batches are read 4 MiB at a time
+CRASH_ENV = "KLOG_CRASH_AT"  # test hook: "step" or "step:N" SIGKILLs this process at the Nth time it reaches step
+CRASH_STEPS = ("cleaned-partial", "cleaned-written", "swap-partial", "swap-renamed", "index-replaced",
+               "log-replaced", "before-checkpoint")
+_crash_hits: dict[str, int] = {}
+
+
+def crash_point(step: str) -> None:
+    """Die here (SIGKILL, no clean-up) if $KLOG_CRASH_AT names this step: crash tests use real kills."""
+    assert step in CRASH_STEPS, step
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted:
+        return
+    name, _, nth = wanted.partition(":")
+    if name != step:
+        return
+    _crash_hits[step] = _crash_hits.get(step, 0) + 1
+    if _crash_hits[step] >= int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- recovery ------------------------------------------------------------------------------------
+def finish_interrupted_swaps(directory: str) -> list[str]:
+    """Loader pass for a replica folder: finish or roll back swaps, drop `.cleaned`/`.deleted` files.
+
+    Returns what it did, one line per action (empty when the folder was clean).
+    """
+    try:
+        names = set(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    done: list[str] = []
+    swapped_bases = sorted({b for n in names if n.endswith(SWAP_SUFFIX) and (b := parse_segment_base(n)) is not None})
+    for base in swapped_bases:
+        log_name = segment_file_name(base, LOG_SUFFIX)
+        if log_name + CLEANED_SUFFIX in names:
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # not committed: back to the old segment
+                _unlink(os.path.join(directory, segment_file_name(base, suffix) + SWAP_SUFFIX))
+            done.append(f"rolled back the unfinished compaction of segment {base}")
+            continue
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # committed: finish it, the log last
+            path = os.path.join(directory, segment_file_name(base, suffix))
+            if os.path.exists(path + SWAP_SUFFIX):
+                os.replace(path + SWAP_SUFFIX, path)
+        done.append(f"finished the interrupted compaction of segment {base}")
+    for name in sorted(names):
+        if name.endswith(CLEANED_SUFFIX) or name.endswith(DELETED_SUFFIX):
+            _unlink(os.path.join(directory, name))
+            if name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
+                done.append(f"removed {name}")
+    if done or any(n.endswith(CLEANED_SUFFIX) for n in names):
+        _fsync_dir(directory)
+    return done
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(path: str) -> None:
+    from klog.store.log import fsync_dir
+
+    fsync_dir(path)
+
+
+# -- what is cleanable ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CleanableRange:
+    """Offsets [first_dirty, first_uncleanable) form the dirty part; clean_bytes/dirty_bytes by segment."""
+
+    log_start: int
+    first_dirty: int
+    first_uncleanable: int
+    clean_bytes: int
+    dirty_bytes: int
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+def cleanable_range(log: PartitionLog, first_dirty: int, high_watermark: int, now_ms: int,
+                    min_compaction_lag_ms: int = 0) -> CleanableRange:
+    """Kafka's LogCleanerManager.cleanableOffsets + dirty ratio, on whole segments of `log`."""
+    log.refresh_segments()
+    bases = log.bases
+    sizes = {b: log.segments[b].file_size() for b in bases}
+    uncleanable = bases[-1]  # the active segment
+    for i, base in enumerate(bases[:-1]):
+        segment = log.segments[base]
+        too_young = (min_compaction_lag_ms > 0
+                     and _largest_timestamp(segment, sizes[base]) > now_ms - min_compaction_lag_ms)
+        if bases[i + 1] > high_watermark or too_young:
+            uncleanable = base
+            break
+    start = bases[0]
+    first_dirty = min(max(first_dirty, start), uncleanable)
+    clean = sum(sizes[b] for b in bases if b < first_dirty)
+    dirty = sum(sizes[b] for b in bases if first_dirty <= b < uncleanable)
+    return CleanableRange(start, first_dirty, uncleanable, clean, dirty)
+
+
+def _largest_timestamp(segment: LogSegment, size: int) -> int:
+    largest = -1
+    for _, header in segment.iter_headers(0, size):
+        largest = max(largest, header.max_timestamp)
+    return largest
+
+
+def first_dirty_timestamp(log: PartitionLog, first_dirty: int) -> int:
+    """The first dirty batch's max timestamp (-1 if none): max.compaction.lag.ms is measured from it."""
+    segment = log.segment_for(first_dirty)
+    if segment is None:
+        return -1
+    for _, header in segment.iter_headers(0, segment.file_size()):
+        if header.last_offset >= first_dirty:
+            return header.max_timestamp
+    return -1
+
+
+# -- the offset map ------------------------------------------------------------------------------
+def build_offset_map(log: PartitionLog, start: int, end: int) -> dict[bytes, int]:
+    """key -> the last offset holding it, over [start, end) of `log` (Kafka's SkimpyOffsetMap, unbounded)."""
+    offsets: dict[bytes | None, int] = {}
+    offset = start
+    while offset < end:
+        batches = log.read(offset, end, READ_BYTES)
+        if not batches:
+            break
+        for fb in batches:
+            if fb.header.is_control:
+                continue
+            offsets.update((r[2], r[0]) for r in fb.records() if r[0] < end)
+        offset = batches[-1].header.next_offset
+    offsets.pop(None, None)
+    return offsets  # type: ignore[return-value]
+
+
+# -- rewriting -----------------------------------------------------------------------------------
+@dataclass
+class CleanStats:
+    segments_rewritten: int = 0
+    records_read: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    rewritten_bases: list[int] = field(default_factory=list)
+
+
+def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms: int, delete_retention_ms: int,
+              stats: CleanStats | None = None) -> CleanStats:
+    """Rewrite every sealed segment of `log` that lies wholly below `end` (the first uncleanable offset)."""
+    stats = stats or CleanStats()
+    log.refresh_segments()
+    bases = log.bases
+    for i, base in enumerate(bases[:-1]):
+        if bases[i + 1] > end:
+            break
+        clean_segment(log, log.segments[base], offset_map, now_ms, delete_retention_ms, stats)
+    log.refresh_segments()
+    return stats
+
+
+def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes, int], now_ms: int,
+                  delete_retention_ms: int, stats: CleanStats) -> bool:
+    """Rewrite one segment if anything in it goes (or needs a delete horizon); True if it did."""
+    size = segment.file_size()
+    out: list[bytes] = []
+    changed = False
+    offset = segment.base_offset
+    end_offset = _segment_end_offset(log, segment)
+    position = 0
+    while position < size:
+        batches = log.read(offset, end_offset, READ_BYTES)
+        batches = [b for b in batches if b.segment_base == segment.base_offset]
+        if not batches:
+            break
+        for fb in batches:
+            kept = _clean_batch(fb.header, fb.data, fb.records(), offset_map, now_ms, delete_retention_ms, stats)
+            if kept is None:
+                out.append(fb.data)
+            else:
+                out.append(kept)
+                changed = True
+            position = fb.position + len(fb.data)
+        offset = batches[-1].header.next_offset
+    assert position == size, (segment.log_path, position, size)  # recovery validated sealed segments
+    if not changed:
+        return False
+    data = b"".join(out)
+    stats.segments_rewritten += 1
+    stats.bytes_before += size
+    stats.bytes_after += len(data)
+    stats.rewritten_bases.append(segment.base_offset)
+    swap_in(segment, data, log.config.index_interval_bytes)
+    return True
+
+
+def _segment_end_offset(log: PartitionLog, segment: LogSegment) -> int:
+    i = log.bases.index(segment.base_offset)
+    return log.bases[i + 1]
+
+
+def _clean_batch(header: BatchHeader, data: bytes, records: list, offset_map: dict[bytes, int], now_ms: int,
+                 delete_retention_ms: int, stats: CleanStats) -> bytes | None:
+    """The batch rewritten with only the records that stay; None if it stays as it is."""
+    if header.is_control:
+        return None
+    stats.records_read += len(records)
+    horizon = header.base_timestamp if header.has_delete_horizon else None
+    expired = horizon is not None and now_ms >= horizon
+    kept = []
+    tombstones = 0
+    get = offset_map.get
+    for r in records:
+        key = r[2]
+        if key is None or r[0] < get(key, -1):
+            continue
+        if r[3] is None:
+            if expired:
+                stats.tombstones_removed += 1
+                continue
+            tombstones += 1
+        kept.append(r)
+    stats.records_removed += len(records) - len(kept)
+    if len(kept) == len(records) and (tombstones == 0 or horizon is not None):
+        return None
+    if tombstones and horizon is None:
+        horizon = now_ms + delete_retention_ms
+    return encode_cleaned_batch(header, kept, horizon if tombstones else None)
+
+
+def encode_cleaned_batch(header: BatchHeader, records: list, horizon: int | None) -> bytes:
+    """A batch with `header`'s base offset, lastOffsetDelta, codec, timestamp type and producer fields,
+    holding `records` at their own offsets (offset deltas with gaps)."""
+    attributes = header.attributes & ~DELETE_HORIZON_FLAG_MASK
+    log_append_time = bool(attributes & TIMESTAMP_TYPE_MASK)
+    if horizon is not None:
+        attributes |= DELETE_HORIZON_FLAG_MASK
+        base_timestamp = horizon
+    else:
+        base_timestamp = records[0][1] if records else -1
+    if log_append_time or not records:
+        max_timestamp = header.max_timestamp
+    else:
+        max_timestamp = max(r[1] for r in records)
+    body = _encode_records(records, header.base_offset, base_timestamp)
+    codec_id = attributes & COMPRESSION_CODEC_MASK
+    if codec_id and records:
+        body = compression.compress(codec_id, body)
+    covered = CRC_COVERED_HEADER.pack(attributes, header.last_offset_delta, base_timestamp, max_timestamp,
+                                      header.producer_id, header.producer_epoch, header.base_sequence, len(records))
+    crc = codec.crcmod_crc_of(covered, body)
+    batch_length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body)
+    prefix = BATCH_PREFIX.pack(header.base_offset, batch_length, header.leader_epoch, MAGIC_V2, crc)
+    return b"".join((prefix, covered, body))
+
+
+def _encode_records(records: list, base_offset: int, base_timestamp: int) -> bytes:
+    """Each record's length varint then body, with its own offset delta (kafka-log-format.md §1)."""
+    varint = codec.encode_varint
+    out = []
+    for offset, ts, key, value, headers in records:
+        parts = [b"\x00", varint(ts - base_timestamp), varint(offset - base_offset)]
+        parts += (b"\x01",) if key is None else (varint(len(key)), key)
+        parts += (b"\x01",) if value is None else (varint(len(value)), value)
+        parts.append(codec._encode_headers(headers) if headers else b"\x00")
+        body = b"".join(parts)
+        out.append(varint(len(body)))
+        out.append(body)
+    return b"".join(out)
+
+
+# -- the swap ------------------------------------------------------------------------------------
+def swap_in(segment: LogSegment, data: bytes, index_interval_bytes: int) -> None:
+    """Replace `segment`'s files by `data` and its rebuilt indexes, crash-safely (see the module doc)."""
+    directory = segment.directory
+    index_data, time_data = _index_entries(data, segment.base_offset, index_interval_bytes)
+    final = {s: os.path.join(directory, segment_file_name(segment.base_offset, s))
+             for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
+    half = len(data) // 2
+    _write_synced(final[INDEX_SUFFIX] + CLEANED_SUFFIX, index_data)
+    _write_synced(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, time_data)
+    _write_synced(final[LOG_SUFFIX] + CLEANED_SUFFIX, data[:half], sync=False)
+    crash_point("cleaned-partial")
+    _write_synced(final[LOG_SUFFIX] + CLEANED_SUFFIX, data[half:], append=True)
+    _fsync_dir(directory)
+    crash_point("cleaned-written")
+    os.replace(final[INDEX_SUFFIX] + CLEANED_SUFFIX, final[INDEX_SUFFIX] + SWAP_SUFFIX)
+    crash_point("swap-partial")
+    os.replace(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX)
+    os.replace(final[LOG_SUFFIX] + CLEANED_SUFFIX, final[LOG_SUFFIX] + SWAP_SUFFIX)  # the commit point
+    _fsync_dir(directory)
+    crash_point("swap-renamed")
+    # indexes before the log: a reader notices the new log by its inode and then reloads the indexes
+    os.replace(final[INDEX_SUFFIX] + SWAP_SUFFIX, final[INDEX_SUFFIX])
+    os.replace(final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX, final[TIME_INDEX_SUFFIX])
+    crash_point("index-replaced")
+    os.replace(final[LOG_SUFFIX] + SWAP_SUFFIX, final[LOG_SUFFIX])
+    _fsync_dir(directory)
+    crash_point("log-replaced")
+    segment.close()
+
+
+def _write_synced(path: str, data: bytes, sync: bool = True, append: bool = False) -> None:
+    with open(path, "ab" if append else "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _index_entries(data: bytes, base_offset: int, interval_bytes: int) -> tuple[bytes, bytes]:
+    """Offset and time index for a sealed segment holding `data` (the rule LogSegment.recover uses)."""
+    index: list[bytes] = []
+    times: list[bytes] = []
+    since_last = 0
+    max_ts, max_ts_offset, last_time_ts = -1, -1, -1
+    pos = 0
+    while pos < len(data):
+        header = codec.read_header(data, pos)
+        if header.max_timestamp > max_ts:
+            max_ts, max_ts_offset = header.max_timestamp, header.last_offset
+        if since_last > interval_bytes:
+            index.append(OFFSET_INDEX_ENTRY.pack(header.last_offset - base_offset, pos))
+            if max_ts > last_time_ts:
+                times.append(TIME_INDEX_ENTRY.pack(max_ts, max_ts_offset - base_offset))
+                last_time_ts = max_ts
+            since_last = 0
+        since_last += header.size
+        pos += header.size
+    if max_ts > last_time_ts:
+        times.append(TIME_INDEX_ENTRY.pack(max_ts, max_ts_offset - base_offset))
+    return b"".join(index), b"".join(times)
+
+
+# -- one partition -------------------------------------------------------------------------------
+def compact_replicas(replicas: list[PartitionLog], rng: CleanableRange, now_ms: int, delete_retention_ms: int,
+                     on_replica: Callable[[int, CleanStats], None] | None = None) -> CleanStats:
+    """Clean every replica with one offset map built from the first (the leader): the same records
+    stay in each. The caller holds the partition lock and persists rng.first_uncleanable afterwards."""
+    leader = replicas[0]
+    offset_map = build_offset_map(leader, rng.first_dirty, rng.first_uncleanable)
+    total = CleanStats()
+    for i, replica in enumerate(replicas):
+        stats = clean_log(replica, offset_map, rng.first_uncleanable, now_ms, delete_retention_ms)
+        if i == 0:
+            total = stats
+        if on_replica is not None:
+            on_replica(i, stats)
+    crash_point("before-checkpoint")
+    return total
+
+
+# -- the cleaner checkpoint ----------------------------------------------------------------------
+class CleanerCheckpoint:
+    """The first dirty offset of one partition, in a small text file beside its state file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> int:
+        try:
+            with open(self.path) as f:
+                return max(0, int(f.read().strip() or 0))
+        except (FileNotFoundError, ValueError):
+            return 0  # unknown: everything is dirty, which only costs a longer cleaning
+
+    def write(self, offset: int) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{offset}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

@@ -1,0 +1,141 @@
+"""Retention: which segments `retention.ms`, `retention.bytes` and the log start offset may delete
+(Kafka's UnifiedLog.deleteOldSegments), and deleting them Kafka-style (rename to `.deleted`,
+then unlink).
+
+The rules (kafka-log-format.md §5): whole segments only, oldest first, only a prefix (deletion
+stops at the first segment that does not qualify), never the active segment, and only segments
+whose every offset is below the high watermark. The caller persists the new log start offset
+*before* deleting, so readers never look for records that are going away.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from klog.store.format import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+
+if TYPE_CHECKING:
+    from klog.store.log import PartitionLog
+
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)  # .log first: it names the segment
+
+
+@dataclass(frozen=True)
+class SegmentFacts:
+    """What retention needs to know about one segment."""
+
+    base_offset: int
+    size_bytes: int
+    largest_timestamp_ms: int  # the largest record timestamp, or the file's mtime if it has none
+
+
+def segment_facts(log: PartitionLog) -> list[SegmentFacts]:
+    """Facts for every segment of `log`, oldest first; the last one is the active segment."""
+    log.refresh_segments()
+    out = []
+    for base in log.bases:
+        segment = log.segments[base]
+        size = segment.file_size()
+        segment.time_index.refresh()
+        last = segment.time_index.last_entry()
+        largest = last[0] if last is not None else -1
+        if base != log.bases[-1] or largest < 0:
+            # sealed segments end their time index with the max timestamp (seal()); be sure anyway
+            for _, header in segment.iter_headers(0, size):
+                largest = max(largest, header.max_timestamp)
+        if largest < 0:
+            largest = int(os.path.getmtime(segment.log_path) * 1000)
+        out.append(SegmentFacts(base, size, largest))
+    return out
+
+
+def retention_cut(facts: list[SegmentFacts], *, now_ms: int, retention_ms: int, retention_bytes: int,
+                  high_watermark: int, log_start_offset: int, delete_policy: bool = True) -> int:
+    """The log start offset after retention: the base of the first segment kept (or the current
+    log start if that is higher). Segments below the result may be deleted.
+
+    Kafka runs three passes, each deleting a prefix (time, size, log start); since every pass
+    cuts a prefix of what the one before left, the result is the longest of the three prefixes.
+    """
+    if not facts:
+        return log_start_offset
+    sealed = facts[:-1]  # never the active segment
+    # eligible: every offset of the segment (up to the next segment's base) is below the high watermark
+    eligible = 0
+    while eligible < len(sealed) and facts[eligible + 1].base_offset <= high_watermark:
+        eligible += 1
+    by_start = _prefix(sealed[:eligible], lambda i, s: facts[i + 1].base_offset <= log_start_offset)
+    by_time = by_size = 0
+    if delete_policy and retention_ms >= 0:
+        by_time = _prefix(sealed[:eligible], lambda i, s: now_ms - s.largest_timestamp_ms > retention_ms)
+    if delete_policy and retention_bytes >= 0:
+        diff = sum(f.size_bytes for f in facts) - retention_bytes
+        for s in sealed[:eligible]:
+            if diff - s.size_bytes < 0:
+                break
+            diff -= s.size_bytes
+            by_size += 1
+    cut = max(by_start, by_time, by_size)
+    assert cut < len(facts), "the active segment is never deleted"
+    return max(log_start_offset, facts[cut].base_offset)
+
+
+def _prefix(segments: list[SegmentFacts], qualifies) -> int:  # noqa: ANN001 - (index, facts) -> bool
+    n = 0
+    while n < len(segments) and qualifies(n, segments[n]):
+        n += 1
+    return n
+
+
+@dataclass
+class DeletedSegments:
+    bases: list[int]
+    size_bytes: int
+
+
+def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
+    """Delete the segments of `log` whose every offset is below `offset` (never the active one).
+
+    Kafka-style: each segment's files are renamed to `.deleted` (oldest segment first, `.log`
+    first, so what remains is always a suffix), the directory is fsynced, then the files are
+    unlinked. Readers in other processes that still hold a segment open keep reading it (POSIX).
+    A crash leaves `.deleted` files that the next writer's open removes (cleaner.finish_interrupted_swaps).
+    """
+    from klog.store.log import fsync_dir
+
+    log.refresh_segments()
+    doomed = []
+    for i, base in enumerate(log.bases[:-1]):
+        if log.bases[i + 1] > offset:
+            break
+        doomed.append(base)
+    if not doomed:
+        return DeletedSegments([], 0)
+    assert log.bases[-1] not in doomed
+    size = 0
+    renamed = []
+    for base in doomed:
+        segment = log.segments[base]
+        size += segment.file_size()
+        segment.close()
+        for path in _segment_paths(segment):
+            try:
+                os.replace(path, path + DELETED_SUFFIX)
+                renamed.append(path + DELETED_SUFFIX)
+            except FileNotFoundError:
+                pass
+    fsync_dir(log.directory)
+    for path in renamed:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    log.refresh_segments()
+    return DeletedSegments(doomed, size)
+
+
+def _segment_paths(segment) -> list[str]:  # noqa: ANN001 - a LogSegment
+    stem = segment.log_path[: -len(LOG_SUFFIX)]
+    return [stem + suffix for suffix in SEGMENT_SUFFIXES]

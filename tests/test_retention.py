@@ -1,0 +1,292 @@
+"""Retention and delete-records: which segments go, by Kafka's rules, on real and generated segments.
+
+Method: segments are generated with known timestamps and sizes (tiny segment.bytes, explicit
+record timestamps), retention runs with an injected clock, and every check looks at what a user
+sees: the log start offset, the records a consumer reads, the files left in the partition folder.
+The pure rule (`retention_cut`) is also checked against a step-by-step model of Kafka's three
+passes on random segment lists (hypothesis).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import klog
+from klog.client import lifecycle
+from klog.errors import OffsetOutOfRangeError
+from klog.store.retention import SegmentFacts, retention_cut, segment_facts
+
+T0 = 1_700_000_000_000
+DAY = 86_400_000
+
+
+def fill(store, topic, n, *, ts=lambda i: T0 + i, key=None, per_batch=1):
+    """n records value-i, one batch per `per_batch` records, record i at timestamp ts(i)."""
+    with store.producer() as p:
+        for i in range(n):
+            p.send(topic, b"value-%05d" % i, key=key, partition=0, timestamp=ts(i))
+            if (i + 1) % per_batch == 0:
+                p.flush()
+
+
+def values(store, topic, **kw):
+    return [r.value for r in store.consumer(topic, **kw)]
+
+
+def segment_files(store, topic, suffix=".log"):
+    d = store.partition(topic, 0).leader.directory
+    return sorted(n for n in os.listdir(d) if n.endswith(suffix))
+
+
+def facts(*spec):
+    """(base, size, largest timestamp) triples -> SegmentFacts."""
+    return [SegmentFacts(b, s, t) for b, s, t in spec]
+
+
+# -- the rule, on generated segment lists --------------------------------------------------------
+SEGS = facts((0, 100, 1000), (10, 100, 2000), (20, 100, 3000), (30, 100, 4000), (40, 50, 5000))
+
+
+def test_time_retention_deletes_expired_prefix_only():
+    # 1000 and 2000 are older than now - retention; 3000 is not
+    assert retention_cut(SEGS, now_ms=3500, retention_ms=1000, retention_bytes=-1, high_watermark=45,
+                         log_start_offset=0) == 20
+    # a young segment in the middle stops deletion even though a later one is old
+    mixed = facts((0, 100, 1000), (10, 100, 9000), (20, 100, 1000), (30, 10, 9000))
+    assert retention_cut(mixed, now_ms=5000, retention_ms=1000, retention_bytes=-1, high_watermark=99,
+                         log_start_offset=0) == 10
+
+
+def test_time_retention_never_deletes_the_active_segment():
+    assert retention_cut(SEGS, now_ms=10**12, retention_ms=0, retention_bytes=-1, high_watermark=10**9,
+                         log_start_offset=0) == 40
+
+
+def test_nothing_at_or_above_the_high_watermark_is_deleted():
+    # segment 20 holds offsets 20..29; with HW 25 it is not wholly below the HW, so it stays
+    assert retention_cut(SEGS, now_ms=10**12, retention_ms=0, retention_bytes=-1, high_watermark=25,
+                         log_start_offset=0) == 20
+    assert retention_cut(SEGS, now_ms=10**12, retention_ms=0, retention_bytes=-1, high_watermark=30,
+                         log_start_offset=0) == 30
+
+
+def test_size_retention_keeps_at_least_retention_bytes():
+    # total 450; keep >= 200: deleting 0 and 10 leaves 250, deleting 20 too would leave 150
+    assert retention_cut(SEGS, now_ms=0, retention_ms=-1, retention_bytes=200, high_watermark=45,
+                         log_start_offset=0) == 20
+    assert retention_cut(SEGS, now_ms=0, retention_ms=-1, retention_bytes=450, high_watermark=45,
+                         log_start_offset=0) == 0
+    assert retention_cut(SEGS, now_ms=0, retention_ms=-1, retention_bytes=0, high_watermark=45,
+                         log_start_offset=0) == 40
+
+
+def test_log_start_offset_breach_deletes_segments_below_it_even_without_retention():
+    assert retention_cut(SEGS, now_ms=0, retention_ms=-1, retention_bytes=-1, high_watermark=45,
+                         log_start_offset=25, delete_policy=False) == 25
+    # policy compact: time and size do not apply
+    assert retention_cut(SEGS, now_ms=10**12, retention_ms=0, retention_bytes=0, high_watermark=45,
+                         log_start_offset=0, delete_policy=False) == 0
+
+
+def kafka_passes(segs, now_ms, retention_ms, retention_bytes, hw, log_start):
+    """Model: Kafka's three passes one after the other on what is left (UnifiedLog.deleteOldSegments)."""
+    left = list(segs)
+
+    def run(pred):
+        while len(left) > 1 and left[1].base_offset <= hw and pred(left[0]):
+            left.pop(0)
+
+    if retention_ms >= 0:
+        run(lambda s: now_ms - s.largest_timestamp_ms > retention_ms)
+    if retention_bytes >= 0:
+        diff = [sum(s.size_bytes for s in left) - retention_bytes]
+
+        def by_size(s):
+            if diff[0] - s.size_bytes >= 0:
+                diff[0] -= s.size_bytes
+                return True
+            return False
+
+        run(by_size)
+    run(lambda s: left[1].base_offset <= log_start)
+    return max(log_start, left[0].base_offset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 20), st.integers(0, 500), st.integers(0, 100)), min_size=1, max_size=8),
+       st.integers(-1, 100), st.integers(-1, 3000), st.integers(0, 200), st.integers(0, 200), st.integers(0, 110))
+def test_retention_cut_matches_kafkas_passes(spec, retention_ms, retention_bytes, hw, log_start, now):
+    base, segs = 0, []
+    for length, size, ts in spec:
+        segs.append(SegmentFacts(base, size, ts))
+        base += length
+    log_start = min(log_start, hw)
+    cut = retention_cut(segs, now_ms=now, retention_ms=retention_ms, retention_bytes=retention_bytes,
+                        high_watermark=hw, log_start_offset=log_start)
+    assert cut == kafka_passes(segs, now, retention_ms, retention_bytes, hw, log_start)
+    assert cut <= max(log_start, segs[-1].base_offset)  # never past the active segment's base
+
+
+# -- on real segments ----------------------------------------------------------------------------
+@pytest.fixture
+def seg_topic(store):
+    # ~10 records (1 batch each) per segment: 100 records over about 10 segments. Retention is off
+    # while the tests write (their timestamps are years old; a roll would apply retention at once)
+    store.create_topic("t", partitions=1, configs={"segment.bytes": "800", "retention.ms": "-1"})
+    return store
+
+
+def retain(store, topic, **configs):
+    store.alter_topic(topic, set_configs={k.replace("_", "."): str(v) for k, v in configs.items()})
+
+
+def test_retention_by_time_on_real_segments(seg_topic):
+    store = seg_topic
+    fill(store, "t", 100, ts=lambda i: T0 + i * 60_000)  # one record a minute
+    before = segment_facts(store.partition("t", 0).leader)
+    assert len(before) >= 5
+    # one day after the record at minute 50: every segment whose newest record is older than it goes
+    now = T0 + 50 * 60_000 + DAY + 1
+    retain(store, "t", retention_ms=DAY)
+    result = lifecycle.clean(store, "t", clock=lambda: now / 1000)
+    expected_start = next(f.base_offset for f in before if f.largest_timestamp_ms >= T0 + 50 * 60_000 + 1)
+    assert result[0].log_start_after == expected_start
+    assert store.offsets("t", -2) == {0: expected_start}
+    assert values(store, "t") == [b"value-%05d" % i for i in range(expected_start, 100)]
+    kept = [f.base_offset for f in before if f.base_offset >= expected_start]
+    assert segment_files(store, "t") == [f"{b:020d}.log" for b in kept]
+    assert segment_files(store, "t", ".deleted") == []
+    assert result[0].segments_deleted == len(before) - len(kept)
+
+
+def test_retention_by_size_on_real_segments(seg_topic):
+    store = seg_topic
+    fill(store, "t", 100)
+    retain(store, "t", retention_bytes=3000)
+    before = segment_facts(store.partition("t", 0).leader)
+    total = sum(f.size_bytes for f in before)
+    lifecycle.clean(store, "t", clock=lambda: T0 / 1000)
+    after = segment_facts(store.partition("t", 0).leader)
+    remaining = sum(f.size_bytes for f in after)
+    assert remaining >= 3000  # Kafka keeps at least retention.bytes
+    assert remaining - after[0].size_bytes < 3000  # and deleting one more would go below it
+    assert remaining < total
+    assert values(store, "t")[0] == b"value-%05d" % after[0].base_offset
+
+
+def test_active_segment_survives_when_everything_expired(seg_topic):
+    store = seg_topic
+    fill(store, "t", 100)
+    active = store.partition("t", 0).leader.bases[-1]
+    retain(store, "t", retention_ms=DAY)
+    lifecycle.clean(store, "t", clock=lambda: (T0 + 10 * DAY) / 1000)
+    assert segment_files(store, "t") == [f"{active:020d}.log"]
+    assert values(store, "t") == [b"value-%05d" % i for i in range(active, 100)]
+    retain(store, "t", retention_ms=-1)
+    fill(store, "t", 3, ts=lambda i: T0 + 10 * DAY)  # appends continue at the right offsets
+    assert [r.offset for r in store.consumer("t")][-3:] == [100, 101, 102]
+
+
+def test_segments_reaching_the_high_watermark_are_kept(seg_topic):
+    store = seg_topic
+    fill(store, "t", 100)
+    leader = store.partition("t", 0).leader
+    segs = segment_facts(leader)
+    hw = segs[3].base_offset + 1  # inside the 4th segment
+    cut = retention_cut(segs, now_ms=T0 + 10 * DAY, retention_ms=0, retention_bytes=-1, high_watermark=hw,
+                        log_start_offset=0)
+    # segments 0-2 end below the HW and go; segment 3 holds offsets at and above it, so it and all after stay
+    assert cut == segs[3].base_offset
+
+
+def test_producer_rolling_a_segment_runs_retention(seg_topic):
+    store = seg_topic
+    fill(store, "t", 50, ts=lambda i: T0)  # long expired by the wall clock
+    assert store.offsets("t", -2) == {0: 0}
+    retain(store, "t", retention_ms=DAY)
+    fill(store, "t", 30, ts=lambda i: 2 * 10**12)  # new records: the next roll deletes the expired segments
+    start = store.offsets("t", -2)[0]
+    assert start >= 50
+    assert values(store, "t")[0] == b"value-%05d" % (start - 50)
+
+
+def test_compact_policy_is_not_deleted_by_time(store):
+    store.create_topic("c", partitions=1, configs={"segment.bytes": "800", "retention.ms": "1",
+                                                   "cleanup.policy": "compact"})
+    fill(store, "c", 40, key=b"k", ts=lambda i: T0)
+    lifecycle.clean_partition(store, "c", 0, clock=lambda: (T0 + DAY) / 1000)
+    assert store.offsets("c", -2) == {0: 0}
+
+
+def test_leftover_deleted_files_are_removed_when_a_writer_opens(seg_topic):
+    store = seg_topic
+    fill(store, "t", 30)
+    d = store.partition("t", 0).leader.directory
+    stray = os.path.join(d, f"{0:020d}.log.deleted")
+    with open(stray, "wb") as f:
+        f.write(b"junk")
+    fill(store, "t", 1)
+    assert not os.path.exists(stray)
+
+
+# -- delete-records ------------------------------------------------------------------------------
+def test_delete_records_before_an_offset_mid_segment(seg_topic):
+    store = seg_topic
+    fill(store, "t", 100)
+    result = lifecycle.delete_records(store, "t", before_offset=37)
+    assert result[0].log_start_after == 37
+    assert values(store, "t") == [b"value-%05d" % i for i in range(37, 100)]
+    assert values(store, "t", start="5") == [b"value-%05d" % i for i in range(37, 100)]
+    bases = [int(n[:20]) for n in segment_files(store, "t")]
+    assert bases[0] <= 37 and (len(bases) == 1 or bases[1] > 37)  # segments wholly below 37 are gone
+    # the log start only moves up
+    lifecycle.delete_records(store, "t", before_offset=10)
+    assert store.offsets("t", -2) == {0: 37}
+
+
+def test_delete_records_by_time_and_past_the_end(seg_topic):
+    store = seg_topic
+    fill(store, "t", 100, ts=lambda i: T0 + i * 1000)
+    lifecycle.delete_records(store, "t", before_ms=T0 + 60_000)
+    assert values(store, "t")[0] == b"value-00060"
+    with pytest.raises(OffsetOutOfRangeError):
+        lifecycle.delete_records(store, "t", before_offset=101)
+
+
+def test_delete_records_cli(seg_topic, cli):
+    fill(seg_topic, "t", 20)
+    r = cli("topics", "delete-records", "t", "--before", "12", "-p", "0")
+    assert r.exit_code == 0, r.stderr
+    assert "log start 12" in r.stderr
+    assert cli("consume", "t", "-n", "1").out == "value-00012\n"
+    r = cli("topics", "delete-records", "t", "--before", "99999")
+    assert r.exit_code == 1 and "past the high watermark" in r.stderr
+    r = cli("topics", "delete-records", "t", "--before", "soon")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    r = cli("topics", "describe", "t", "--json")
+    assert '"log_start_offset": 12' in r.out
+
+
+def test_retention_keeps_replicas_consistent_and_a_new_follower_starts_at_the_log_start(tmp_path):
+    import shutil
+
+    dirs = [str(tmp_path / f"disk{i}") for i in range(2)]
+    with klog.Store(str(tmp_path / "data"), log_dirs=dirs) as store:
+        store.create_topic("r", partitions=1, replication_factor=2,
+                           configs={"segment.bytes": "800", "retention.ms": "-1"})
+        fill(store, "r", 60)
+        lifecycle.delete_records(store, "r", before_offset=33)
+        part = store.partition("r", 0)
+        lists = [[n for n in sorted(os.listdir(r.directory)) if n.endswith(".log")] for r in part.replicas]
+        assert len(part.replicas) == 2 and lists[0] == lists[1]
+        follower = part.replicas[1].directory
+        shutil.rmtree(follower)  # a lost disk: the follower is rebuilt from the leader's log start
+        fill(store, "r", 5)
+        assert [r.offset for r in store.consumer("r")] == list(range(33, 65))
+        rebuilt = [int(n[:20]) for n in os.listdir(follower) if n.endswith(".log")]
+        assert min(rebuilt) >= part.leader.bases[0]
+        assert sorted(store.topics.get("r").partitions[0].isr) == [0, 1]  # caught up and back in sync
