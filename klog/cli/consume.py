@@ -38,6 +38,17 @@ On a pipe each value is printed alone on a line; on a terminal, a readable log v
         = False,
         grep: Annotated[str | None, typer.Option("--grep", "-g", help="Only records whose value matches REGEX.")]
         = None,
+        group: Annotated[str | None, typer.Option("--group", "-G", help="Join consumer group G: split the partitions "
+                                                  "with its other members; resume at its committed offsets.")] = None,
+        exec_cmd: Annotated[str | None, typer.Option("--exec", help="Run CMD (sh -c) per record, value on stdin, "
+                                                     "KLOG_TOPIC/PARTITION/OFFSET set; with --group, commit only "
+                                                     "after it exits 0.")] = None,
+        batch: Annotated[int | None, typer.Option("--batch", help="With --exec: up to N records per run, one value "
+                                                  "per line.")] = None,
+        prop: Annotated[list[str] | None, typer.Option("--property", "-X", help="With --group, a consumer setting "
+                                                       "name=value: partition.assignment.strategy, session.timeout.ms, "
+                                                       "heartbeat.interval.ms, auto.offset.reset, "
+                                                       "auto.commit.interval.ms, client.id.")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.client.consumer import StartSpec
@@ -67,6 +78,21 @@ On a pipe each value is printed alone on a line; on a terminal, a readable log v
         if fmt is not None and as_json:
             raise UsageError("use --format or --json, not both")
         render = compile_format(fmt) if fmt is not None else None
+        if group is not None or exec_cmd is not None:
+            from klog.cli.groups import consume_group, consume_options
+
+            props = consume_options(group, exec_cmd, batch, prop, offset, (since, until, tail, partition))
+            with open_store(data_dir, create=False) as store:
+                names = store.resolve_topics(topics or [], pattern)
+                line = render or ((lambda r: record_to_json(r).encode() + b"\n") if as_json
+                                  else (lambda r: (r.value or b"") + b"\n"))
+                plain = None if group else store.consumer(*names, partitions=partition, start=start, until_ms=until_ms,
+                                                          follow=follow, count=count, record_filter=record_filter)
+                consume_group(store, group, names, props, line, follow, count, record_filter, exec_cmd, batch or 1,
+                              plain)
+            return
+        if batch is not None or prop:
+            raise UsageError("--batch needs --exec, and --property needs --group")
         with open_store(data_dir, create=False) as store:
             names = store.resolve_topics(topics or [], pattern)
             consumer = store.consumer(*names, partitions=partition, start=start, until_ms=until_ms, follow=follow,

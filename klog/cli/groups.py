@@ -1,9 +1,309 @@
-"""`klog groups`: registered by app.py; filled in by its issue."""
+"""`klog groups list|describe|reset-offsets|delete|delete-offsets` (like kafka-consumer-groups)."""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Annotated
+
 import typer
 
+from klog.cli.app import DataDirOpt, JsonOpt, open_store
+from klog.errors import UsageError
 
-def register(app: typer.Typer) -> None:
-    """Add the `groups` command(s) to the root app (nothing yet)."""
+app = typer.Typer(help="List, describe (lag), reset offsets of, and delete consumer groups.", no_args_is_help=True)
+
+TopicScopeOpt = Annotated[list[str] | None, typer.Option(
+    "--topic", "-t", help="TOPIC or TOPIC:P[,P...] (repeatable).")]
+
+
+def _dash(value: object) -> object:
+    return "-" if value is None else value
+
+
+@app.command("list")
+def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Every group: state (Stable, PreparingRebalance, Empty), live members, generation, assignor, topics."""
+    from klog.client.groups_admin import list_groups
+
+    with open_store(data_dir, create=False) as store:
+        groups = list_groups(store)
+    if as_json:
+        for g in groups:
+            print(json.dumps(vars(g)))
+        return
+    from klog.cli.tables import print_table
+
+    print_table(["GROUP", "STATE", "MEMBERS", "GENERATION", "ASSIGNOR", "TOPICS"],
+                [[g.group, g.state, g.members, g.generation, _dash(g.assignor), ",".join(g.topics) or "-"]
+                 for g in groups])
+
+
+@app.command()
+def describe(
+    group: str,
+    members: Annotated[bool, typer.Option("--members", help="List the live members instead of partitions.")] = False,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per partition: committed offset, log start, log end, lag, and the member reading it (host, pid)."""
+    from klog.client.groups_admin import describe_group
+
+    with open_store(data_dir, create=False) as store:
+        d = describe_group(store, group)
+    if as_json:
+        doc = {"group": d.group, "state": d.state, "generation": d.generation, "assignor": d.assignor,
+               "members": [vars(m) for m in d.members], "partitions": [vars(p) for p in d.partitions]}
+        print(json.dumps(doc))
+        return
+    from klog.cli.tables import print_table
+
+    print(f"group {d.group}: {d.state}, generation {d.generation}, assignor {_dash(d.assignor)}, "
+          f"{len(d.members)} live member(s)", file=sys.stderr)
+    if members:
+        print_table(["MEMBER", "CLIENT-ID", "HOST", "PID", "PARTITIONS"],
+                    [[m.member_id, m.client_id, m.host, m.pid, ",".join(f"{t}-{p}" for t, p in m.partitions) or "-"]
+                     for m in d.members])
+        return
+    print_table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-START", "LOG-END", "LAG", "MEMBER", "HOST", "PID"],
+                [[p.topic, p.partition, _dash(p.committed), p.log_start, p.log_end, _dash(p.lag),
+                  _dash(p.member_id), _dash(p.host), _dash(p.pid)] for p in d.partitions])
+
+
+def _reset_spec(to_earliest: bool, to_latest: bool, to_offset: int | None, to_datetime: str | None,
+                by_duration: str | None, shift_by: int | None, to_current: bool):  # noqa: ANN202 - ResetSpec
+    from klog.client.groups_admin import ResetSpec
+    from klog.client.timespec import parse_span_ms, parse_time_ms
+
+    chosen = [name for name, v in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
+                                   ("--to-offset", to_offset is not None), ("--to-datetime", to_datetime),
+                                   ("--by-duration", by_duration), ("--shift-by", shift_by is not None),
+                                   ("--to-current", to_current)) if v]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, "
+                         "--by-duration, --shift-by, --to-current" + (f" (got {', '.join(chosen)})" if chosen else ""))
+    if to_offset is not None:
+        return ResetSpec("offset", to_offset)
+    if to_datetime is not None:
+        return ResetSpec("datetime", parse_time_ms(to_datetime))
+    if by_duration is not None:
+        return ResetSpec("duration", parse_span_ms(by_duration))
+    if shift_by is not None:
+        return ResetSpec("shift", shift_by)
+    return ResetSpec("earliest" if to_earliest else "latest" if to_latest else "current")
+
+
+@app.command("reset-offsets")
+def reset_offsets(
+    group: str,
+    topic: TopicScopeOpt = None,
+    all_topics: Annotated[bool, typer.Option("--all-topics", help="Every topic the group has offsets for.")] = False,
+    to_earliest: Annotated[bool, typer.Option("--to-earliest", help="To the log start.")] = False,
+    to_latest: Annotated[bool, typer.Option("--to-latest", help="To the log end (skip everything).")] = False,
+    to_offset: Annotated[int | None, typer.Option("--to-offset", help="To offset N.")] = None,
+    to_datetime: Annotated[str | None, typer.Option("--to-datetime", help="To the first record at or after a "
+                                                                          "time (ISO, epoch ms).")] = None,
+    by_duration: Annotated[str | None, typer.Option("--by-duration", help="To the first record of D ago "
+                                                                          "(90s, 15m, 2h, 7d).")] = None,
+    shift_by: Annotated[int | None, typer.Option("--shift-by", help="Move the committed offset by N (+/-).")] = None,
+    to_current: Annotated[bool, typer.Option("--to-current", help="To the committed offset (log end if none).")]
+    = False,
+    execute: Annotated[bool, typer.Option("--execute", help="Apply the plan (default: dry run, print it).")] = False,
+    export: Annotated[bool, typer.Option("--export", help="Print the plan as CSV: topic,partition,offset.")] = False,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Move a group's committed offsets. A dry run prints the plan; --execute applies it, refused while
+    the group has live members. New offsets stay within [log start, log end]."""
+    from klog.client.groups_admin import execute_reset, plan_reset
+
+    spec = _reset_spec(to_earliest, to_latest, to_offset, to_datetime, by_duration, shift_by, to_current)
+    with open_store(data_dir, create=False) as store:
+        plan = plan_reset(store, group, spec, topic or [], all_topics)
+        if execute:
+            execute_reset(store, group, plan)
+    if export:
+        for r in plan:
+            print(f"{r.topic},{r.partition},{r.new_offset}")
+    elif as_json:
+        for r in plan:
+            print(json.dumps({"group": group, **vars(r)}))
+    else:
+        from klog.cli.tables import print_table
+
+        print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET", "LOG-START", "LOG-END"],
+                    [[group, r.topic, r.partition, _dash(r.current), r.new_offset, r.log_start, r.log_end]
+                     for r in plan])
+    if not execute:
+        print("dry run: nothing changed (add --execute to apply)", file=sys.stderr)
+
+
+@app.command()
+def delete(group: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Delete a group and its committed offsets (refused while it has live members)."""
+    from klog.client.groups_admin import delete_group
+
+    with open_store(data_dir, create=False) as store:
+        count = delete_group(store, group)
+    print(json.dumps({"deleted": group, "offsets": count}) if as_json
+          else f"Deleted group {group} ({count} committed offsets)")
+
+
+@app.command("delete-offsets")
+def delete_offsets_(
+    group: str,
+    topic: Annotated[list[str], typer.Option("--topic", "-t", help="TOPIC or TOPIC:P[,P...] (repeatable).")],
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a group's committed offsets for topics or partitions (refused while a live member reads them)."""
+    from klog.client.groups_admin import delete_offsets
+
+    with open_store(data_dir, create=False) as store:
+        gone = [tp for scope in topic for tp in delete_offsets(store, group, scope)]
+    if as_json:
+        print(json.dumps({"group": group, "deleted": [list(tp) for tp in gone]}))
+    else:
+        print(f"Deleted {len(gone)} committed offset(s) of group {group}")
+
+
+# -- `klog consume --group/--exec`: called by klog/cli/consume.py ----------------------------------------
+CLI_COMMIT_INTERVAL_MS = 1000  # stdout is flushed and offsets committed at least this often while records flow
+
+
+def consume_options(group: str | None, exec_cmd: str | None, batch: int | None, props: list[str] | None,
+                    offset: str | None, positional: tuple) -> dict[str, str]:
+    """Check the --group/--exec combination; returns the consumer properties (-X, plus -o as auto.offset.reset)."""
+    if batch is not None and (exec_cmd is None or batch < 1):
+        raise UsageError("--batch needs --exec and a count of 1 or more")
+    if group is None:
+        if props:
+            raise UsageError("--property needs --group")
+        return {}
+    if any(x is not None for x in positional):
+        raise UsageError("with --group the group decides partitions and start offsets: drop --since, --until, "
+                         "--tail and --partition")
+    out: dict[str, str] = {}
+    if offset is not None:
+        if offset not in ("beginning", "earliest", "end", "latest"):
+            raise UsageError("with --group, --offset takes beginning or end (where to start without a committed "
+                             "offset)")
+        out["auto.offset.reset"] = "earliest" if offset in ("beginning", "earliest") else "latest"
+    for pair in props or []:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            raise UsageError(f"invalid --property '{pair}': use name=value")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def consume_group(store, group: str | None, topics: list[str], properties: dict[str, str], line, follow: bool,
+                  count: int | None, record_filter, exec_cmd: str | None, batch: int, plain=None) -> None:
+    """Read as a member of `group` (or plainly, for --exec without --group). Offsets are committed only
+    for records already flushed to stdout, or whose CMD exited 0: at-least-once from the shell."""
+    import signal
+    import threading
+    import time
+
+    from klog.client.group import GroupConfig
+
+    out = sys.stdout.buffer
+    written: dict[tuple[str, int], int] = {}  # next offset per partition, for records out of our hands
+    consumer = None
+
+    def commit_written(tps: list | None = None) -> None:
+        out.flush()
+        offsets = {tp: written.pop(tp) for tp in list(written) if tps is None or tp in tps}
+        if offsets and consumer is not None and group is not None:
+            consumer.commit(offsets)
+
+    if group is None:
+        chunks = ([r] for r in plain)  # --exec without --group: the plain consumer consume.py built
+    else:
+        config = GroupConfig.from_properties(properties)
+        interval_ms = min(config.auto_commit_interval_ms, CLI_COMMIT_INTERVAL_MS)
+        config.enable_auto_commit = False  # we commit ourselves, after the output is safe
+        consumer = store.group_consumer(group, *topics, config=config, follow=follow, on_revoke=commit_written)
+        chunks = consumer.batches(timeout_ms=interval_ms)
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        def stop(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt  # SIGTERM: leave the group cleanly, like Ctrl-C
+        old_term = signal.signal(signal.SIGTERM, stop)
+    try:
+        emit = _exec_emitter(exec_cmd, batch, written, commit_written) if exec_cmd else _stdout_emitter(out, line)
+        last_commit = time.monotonic()
+        emitted = 0
+        for records in chunks:
+            epoch = consumer.rebalances if consumer is not None else 0
+            for r in records:
+                if consumer is not None and consumer.rebalances != epoch:
+                    break  # a commit rebalanced us: the rest may be someone else's now
+                if record_filter is None or record_filter(r):
+                    emit(r)
+                    emitted += 1
+                if not exec_cmd:
+                    written[(r.topic, r.partition)] = r.offset + 1
+                if count is not None and emitted >= count:
+                    break
+            if exec_cmd:
+                emit(None)  # run the partial batch
+            elif follow:
+                out.flush()
+            if count is not None and emitted >= count:
+                break
+            if consumer is not None and time.monotonic() - last_commit >= interval_ms / 1000:
+                commit_written()
+                last_commit = time.monotonic()
+        commit_written()
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        if consumer is not None:
+            consumer.close()  # on_revoke commits what was written; then it leaves the group
+
+
+def _stdout_emitter(out, line):  # noqa: ANN001, ANN202 - Callable[[Record | None], None]
+    def emit(r) -> None:  # noqa: ANN001
+        out.write(line(r))
+
+    return emit
+
+
+def _exec_emitter(cmd: str, batch: int, written: dict, commit_written):  # noqa: ANN001, ANN202
+    """Run CMD per `batch` records (values on stdin, one per line for batches); commit after each exit 0."""
+    import os
+    import subprocess
+
+    from klog.errors import KlogError
+
+    pending: list = []
+
+    def run() -> None:
+        first = pending[0]
+        stdin = (first.value or b"") if batch == 1 else b"".join((r.value or b"") + b"\n" for r in pending)
+        env = {**os.environ, "KLOG_TOPIC": first.topic, "KLOG_PARTITION": str(first.partition),
+               "KLOG_OFFSET": str(first.offset), "KLOG_COUNT": str(len(pending))}
+        sys.stdout.flush()
+        code = subprocess.run(cmd, shell=True, input=stdin, env=env).returncode
+        if code != 0:
+            commit_written()
+            raise KlogError(f"--exec command exited {code} at {first.topic}-{first.partition} offset {first.offset}"
+                            "; it and later records are not committed, so a rerun starts there")
+        for r in pending:
+            written[(r.topic, r.partition)] = r.offset + 1
+        pending.clear()
+        commit_written()
+
+    def emit(r) -> None:  # noqa: ANN001 - None: run what is pending
+        if r is not None:
+            pending.append(r)
+        if pending and (r is None or len(pending) >= batch):
+            run()
+
+    return emit
+
+
+def register(root: typer.Typer) -> None:
+    """Add `klog groups ...` to the root app."""
+    root.add_typer(app, name="groups")

@@ -313,6 +313,24 @@ class GroupConsumer:
             self._consumed[(r.topic, r.partition)] = r.offset + 1
         return records
 
+    def batches(self, timeout_ms: int | None = None) -> Iterator[list[Record]]:
+        """Lists of records as fetched (an empty list after timeout_ms without data, if given); ends when
+        caught up unless following. A list counts as processed when the next one is asked for."""
+        while not self._closed:
+            records = self._poll_records(timeout_ms)
+            if records is None:
+                return
+            epoch = self._epoch
+            yield records
+            if self._epoch == epoch:
+                for r in records:
+                    self._consumed[(r.topic, r.partition)] = r.offset + 1
+
+    @property
+    def rebalances(self) -> int:
+        """Counts revocations: when it changes, records fetched before may belong to someone else now."""
+        return self._epoch
+
     def __iter__(self) -> Iterator[Record]:
         """Records one by one (following, unless follow=False: then until caught up); a record counts as
         processed when the next one is asked for, or when commit() is called while it is in hand."""
@@ -382,13 +400,15 @@ class GroupConsumer:
         self._stop.set()
         self._thread.join()
         commits: dict[TP, tuple[int, str]] = {}
-        if self._cursors and self._expelled_id is None:
-            commits = self._revoke(sorted(self._cursors))
         try:
-            self.meta.leave(self.group, self.member_id, assignors.assign, commits=commits)
-        except GroupFencedError:
-            self.meta.leave(self.group, self.member_id, assignors.assign)  # lost them meanwhile: just leave
-        self._cursors.clear()
+            if self._cursors and self._expelled_id is None:
+                commits = self._revoke(sorted(self._cursors))
+        finally:  # leave even if on_revoke failed: the others should not wait for a session timeout
+            try:
+                self.meta.leave(self.group, self.member_id, assignors.assign, commits=commits)
+            except GroupFencedError:
+                self.meta.leave(self.group, self.member_id, assignors.assign)  # lost them meanwhile: just leave
+            self._cursors.clear()
 
     def __enter__(self) -> GroupConsumer:
         return self
