@@ -307,3 +307,25 @@ def test_directory_filling_up_mid_stream_leaves_the_isr_and_production_continues
         produce(fresh, "full", 10, start=22_010)  # the limit is gone: caught up, back in the ISR
         assert sorted(fresh.topics.get("full").partitions[0].isr) == [0, 1, 2]
         assert consumed(fresh, "full") == expected(22_020)
+
+
+def test_followers_start_a_segment_where_the_leader_does(rstore):
+    """A writer killed in the middle of the leader's roll left the leader an empty new segment;
+    the next batch must start a segment on every replica, so their files stay alike."""
+    store, dirs = rstore
+    store.create_topic("roll", replication_factor=3)
+    produce(store, "roll", 100)
+    meta = store.topic("roll").partitions[0]
+    leader = PartitionLog(os.path.join(dirs[meta.leader], partition_dir_name("roll", 0)))
+    leader.open_for_write()
+    leader.roll(leader.log_end_offset)  # then killed: no batch in the new segment
+    leader.close()
+    produce(store, "roll", 10, start=100)
+
+    def layout(d):
+        folder = os.path.join(dirs[d], partition_dir_name("roll", 0))
+        return [(n, os.path.getsize(os.path.join(folder, n))) for n in sorted(os.listdir(folder)) if n.endswith(".log")]
+
+    assert [n for n, _ in layout(meta.leader)] == ["00000000000000000000.log", "00000000000000000100.log"]
+    assert layout(0) == layout(1) == layout(2)
+    assert consumed(store, "roll") == expected(110)

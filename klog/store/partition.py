@@ -39,7 +39,11 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHeader) -> None:
+def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHeader, new_segment: bool) -> None:
+    """Append, and start a new segment where the leader starts one (a writer killed in the middle
+    of the leader's roll leaves the leader an empty new segment its followers lack)."""
+    if new_segment and replica.active.size > 0 and not replica.should_roll(header):
+        replica.roll(header.base_offset)
     replica.append(batch, header)
     replica.maybe_flush()
 
@@ -112,9 +116,11 @@ class Partition:
         header = codec.read_header(stamped)
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)
-        copies = [_follower_pool().submit(_append_and_flush, r, stamped, header) for r in self.replicas[1:]]
+        new_segment = leader.active.size == 0 or leader.should_roll(header)
+        copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment)
+                  for r in self.replicas[1:]]
         try:
-            _append_and_flush(leader, stamped, header)
+            _append_and_flush(leader, stamped, header, new_segment)
         except OSError as e:
             futures.wait(copies)
             raise StorageError(f"cannot append to the leader of {self.topic}-{self.partition} "
