@@ -160,7 +160,7 @@ def test_a_torn_tail_in_an_older_segment_after_a_lost_roll_is_cut_and_later_segm
     tail = batches_in(previous)
     cut = tail[-2][0] + 10
     os.truncate(previous, cut)
-    with open(os.path.join(folder, "klog-replica.state"), "r+b") as f:  # recovery point: start of the log
+    with open(os.path.join(folder, "klog-replica.state"), "r+b") as f:  # torn too: recover from the start
         f.write(b"\0" * 8)
     reboot(monkeypatch)
     lost = len(batches_in(active_log_path(golden_folder))) + 2
