@@ -38,7 +38,7 @@ class PartitionCleanup:
 
 
 def _now_ms(clock: Clock | None) -> int:
-    return int((clock or time.time)() * 1000)
+    return round((clock or time.time)() * 1000)
 
 
 def _checkpoint(part: Partition) -> cleaner.CleanerCheckpoint:
@@ -120,8 +120,9 @@ def _due(part: Partition, rng: cleaner.CleanableRange, now_ms: int, configs: dic
 
 # -- the public calls ----------------------------------------------------------------------------
 def clean_partition(store, topic: str, partition: int, *, clock: Clock | None = None,
-                    force_compact: bool = False, retain: bool = True) -> PartitionCleanup:
-    """Retention (by the topic's policy), then compaction if the topic is compacted and it is due."""
+                    force_compact: bool = False, retain: bool = True, compact: bool = True) -> PartitionCleanup:
+    """Retention (by the topic's policy), then compaction if the topic is compacted and it is due
+    (or `force_compact`). A producer's roll calls it with compact=False: cleaning may take long."""
     now_ms = _now_ms(clock)
     policy = store.effective_configs(topic)["cleanup.policy"]
     part = store.partition(topic, partition)
@@ -131,7 +132,7 @@ def clean_partition(store, topic: str, partition: int, *, clock: Clock | None = 
         result = PartitionCleanup(topic, partition, start, start)
         if retain:
             _retain(store, topic, part, now_ms, result)
-        if "compact" in policy:
+        if "compact" in policy and (compact or force_compact):
             _compact(store, topic, part, now_ms, force_compact, result)
     return result
 

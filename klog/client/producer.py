@@ -222,12 +222,13 @@ class Producer:
 
     # -- writing -------------------------------------------------------------------------------
     def _after_roll(self, topic: str, partition: int) -> None:
-        """A segment rolled: the moment retention (and compaction, when due) runs; no broker does it."""
+        """A segment rolled: the moment retention runs (no broker does it); compaction is left to
+        `klog topics clean|compact`, since it may take long."""
         from klog.client.lifecycle import clean_partition
         from klog.errors import KlogError
 
         try:
-            clean_partition(self.store, topic, partition)
+            clean_partition(self.store, topic, partition, compact=False)
         except (KlogError, OSError) as e:  # the append succeeded; clean-up is retried at the next roll
             self.replicas.warn(f"retention of {topic}-{partition} failed: {e}")
 

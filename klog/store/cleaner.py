@@ -310,9 +310,11 @@ def encode_cleaned_batch(header: BatchHeader, records: list, horizon: int | None
         max_timestamp = header.max_timestamp
     else:
         max_timestamp = max(r[1] for r in records)
+    if not records:
+        attributes &= ~COMPRESSION_CODEC_MASK  # Kafka's empty batch: no records section, no codec
     body = _encode_records(records, header.base_offset, base_timestamp)
     codec_id = attributes & COMPRESSION_CODEC_MASK
-    if codec_id and records:
+    if codec_id:
         body = compression.compress(codec_id, body)
     covered = CRC_COVERED_HEADER.pack(attributes, header.last_offset_delta, base_timestamp, max_timestamp,
                                       header.producer_id, header.producer_epoch, header.base_sequence, len(records))
