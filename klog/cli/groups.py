@@ -206,6 +206,7 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
     import time
 
     from klog.client.group import GroupConfig
+    from klog.meta.groups import GroupFencedError
 
     out = sys.stdout.buffer
     written: dict[tuple[str, int], int] = {}  # next offset per partition, for records out of our hands
@@ -215,7 +216,10 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
         out.flush()
         offsets = {tp: written.pop(tp) for tp in list(written) if tps is None or tp in tps}
         if offsets and consumer is not None and group is not None:
-            consumer.commit(offsets)
+            try:
+                consumer.commit(offsets)
+            except GroupFencedError as e:  # expelled while stalled: it rejoins; the new owner redoes these
+                print(f"klog: warning: {e}", file=sys.stderr)
 
     if group is None:
         chunks = ([r] for r in plain)  # --exec without --group: the plain consumer consume.py built

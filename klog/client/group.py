@@ -357,8 +357,9 @@ class GroupConsumer:
     def commit(self, offsets: dict[TP, int] | None = None, metadata: str = "") -> dict[TP, int]:
         """Commit `offsets` (next offset to read, per partition) or everything processed so far.
 
-        Raises GroupFencedError when this member was expelled or the partition is no longer its own.
-        After a rebalance it commits the partitions it still holds; returns what was committed.
+        Raises GroupFencedError when this member was expelled (session expired) or a partition is not
+        its own. A rebalance this member has not synced to yet does not fence it: until its next poll
+        releases them, nobody else can hold its partitions. Returns what was committed.
         """
         if offsets is None:
             self._mark_in_hand()
@@ -374,12 +375,11 @@ class GroupConsumer:
         except GroupFencedError:
             if self._expelled_id is not None or self.meta.peek_generation(self.group) == self.generation:
                 raise
-            self._sync()  # the group rebalanced since our last poll: catch up, then commit what is still ours
-            payload = {tp: v for tp, v in payload.items() if tp in self._cursors}
-            if payload:
-                self.meta.commit(self.group, self.member_id, self.generation, payload)
+            # the group moved on since our last poll, but nobody can take these partitions before we
+            # release them (at our next poll), so they are still ours to commit: ownership is checked
+            self.meta.sync(self.group, self.member_id, self.generation, assignors.assign, commits=payload)
         self._last_commit = time.monotonic()
-        return {tp: o for tp, (o, _) in payload.items()}
+        return dict(offsets)
 
     def _maybe_auto_commit(self) -> None:
         if not self.config.enable_auto_commit or not self._consumed:

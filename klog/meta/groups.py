@@ -33,7 +33,7 @@ class GroupFencedError(GroupError):
     """An offset commit from an old generation, an expelled member, or for a partition not held."""
 
 
-class UnknownMemberError(GroupError):
+class UnknownMemberError(GroupFencedError):
     """The member was expelled (session expired) or left; it has to join again."""
 
 
