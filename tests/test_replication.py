@@ -20,7 +20,9 @@ import time
 import pytest
 
 import klog
+from klog.client.replication import NoLeaderError
 from klog.errors import NotEnoughReplicasError
+from klog.store import codec
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
 
@@ -329,3 +331,64 @@ def test_followers_start_a_segment_where_the_leader_does(rstore):
     assert [n for n, _ in layout(meta.leader)] == ["00000000000000000000.log", "00000000000000000100.log"]
     assert layout(0) == layout(1) == layout(2)
     assert consumed(store, "roll") == expected(110)
+
+
+def _away(path):
+    os.rename(path, path + ".away")  # the directory is gone (an unmounted disk)
+
+
+def _back(path):
+    os.rename(path + ".away", path)
+
+
+def test_returning_old_leader_drops_the_suffix_it_wrote_alone_and_rejoins(rstore):
+    store, dirs = rstore
+    store.create_topic("e", replication_factor=2)
+    produce(store, "e", 100)
+    meta = store.topic("e").partitions[0]
+    follower = next(d for d in meta.replicas if d != meta.leader)
+    old = PartitionLog(os.path.join(dirs[meta.leader], partition_dir_name("e", 0)))
+    old.open_for_write()  # the leader got a batch its follower never did (a writer killed in between)
+    lone = codec.encode_batch([(None, b"never-acknowledged", (), 1)], old.log_end_offset)
+    old.append(lone, codec.read_header(lone))
+    old.close()
+    _away(dirs[meta.leader])
+    warnings: list[str] = []
+    produce(store, "e", 10, start=100, warnings=warnings)
+    after = store.topics.get("e").partitions[0]
+    assert (after.leader, after.isr, after.leader_epoch) == (follower, [follower], 1)
+    assert after.epochs == [[0, 0], [1, 100]]
+    _back(dirs[meta.leader])
+    produce(store, "e", 10, start=110, warnings=warnings)
+    assert any(f"log directory {meta.leader} caught up and rejoined the ISR" in w for w in warnings)
+    assert sorted(store.topics.get("e").partitions[0].isr) == sorted(meta.replicas)
+    folders = [os.path.join(dirs[d], partition_dir_name("e", 0)) for d in meta.replicas]
+    assert replica_bytes(folders[0]) == replica_bytes(folders[1])
+    assert b"never-acknowledged" not in replica_bytes(folders[0])
+    assert consumed(store, "e") == expected(120)
+
+
+def test_unclean_leader_election_only_when_enabled(rstore):
+    store, dirs = rstore
+    store.create_topic("u", replication_factor=2)
+    produce(store, "u", 100)
+    meta = store.topic("u").partitions[0]
+    follower = next(d for d in meta.replicas if d != meta.leader)
+    _away(dirs[follower])
+    produce(store, "u", 10, start=100, acks="1")  # the follower misses these: out of sync
+    _away(dirs[meta.leader])
+    _back(dirs[follower])
+    with pytest.raises(NoLeaderError, match="no in-sync replica of u-0 is available"):
+        produce(store, "u", 1, start=110)
+    store.alter_topic("u", set_configs={"unclean.leader.election.enable": "true"})
+    warnings: list[str] = []
+    produce(store, "u", 5, start=1000, warnings=warnings)  # offsets 100.. again: 100-109 are lost
+    after = store.topics.get("u").partitions[0]
+    assert (after.leader, after.isr, after.leader_epoch) == (follower, [follower], 1)
+    assert any("is the new leader (epoch 1)" in w for w in warnings)
+    assert consumed(store, "u") == expected(100) + [b"value-%08d" % i for i in range(1000, 1005)]
+    _back(dirs[meta.leader])  # the old leader comes back: its 100-109 are cut, it copies the rest
+    produce(store, "u", 1, start=1005)
+    assert sorted(store.topics.get("u").partitions[0].isr) == sorted(meta.replicas)
+    folders = [os.path.join(dirs[d], partition_dir_name("u", 0)) for d in meta.replicas]
+    assert replica_bytes(folders[0]) == replica_bytes(folders[1])
