@@ -20,6 +20,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Consumer": "klog.client.consumer",
     "StartSpec": "klog.client.consumer",
+    "GroupConfig": "klog.client.group",
+    "GroupConsumer": "klog.client.group",
     "PendingRecord": "klog.client.producer",
     "Producer": "klog.client.producer",
     "Record": "klog.client.records",
