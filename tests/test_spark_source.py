@@ -72,6 +72,17 @@ def test_read_everything_matches_the_consumer(spark, orders, data_dir) -> None:
     assert any(row[5] is None for row in got) and any(row[6] is None for row in got)
 
 
+def test_compressed_batches_and_log_append_time(spark, store, data_dir) -> None:
+    store.create_topic("zipped", partitions=2, configs={"message.timestamp.type": "LogAppendTime"})
+    with store.producer(compression_type="zstd") as producer:
+        for i in range(300):
+            producer.send("zipped", f"z{i}".encode() * 3, key=None if i % 2 else b"k", partition=i % 2,
+                          headers=[("h", None)] if i % 4 == 0 else None)
+    got = read_rows(spark, subscribe="zipped", dataDir=data_dir)
+    assert got == consumed(store, "zipped") and len(got) == 300
+    assert {r[4] for r in got} == {1}  # LogAppendTime: the batch's time, as the consumer reports it
+
+
 def test_schema_is_spark_kafka_sources(spark, orders, data_dir) -> None:
     df = spark.read.format("klog").option("subscribe", "orders").option("dataDir", data_dir).load()
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [

@@ -165,6 +165,8 @@ def export(spark, data_dir: str, req: ExportRequest) -> ExportSummary:  # noqa: 
         if req.value_format == "json":
             schema = req.schema or infer_json_schema(spark, sample_values(store, req.range.topic,
                                                                           req.range.partitions), req.range.topic)
+    # split partitions into ranges so every core reads (one partition would otherwise be one task)
+    opts["minPartitions"] = str(max(1, spark.sparkContext.defaultParallelism))
     raw = spark.read.format("klog").options(**opts).load()
     df = _partition_columns(shaped(spark, raw, req.value_format, schema, for_csv=req.to == "csv"),
                             req.partition_by, req.value_format)

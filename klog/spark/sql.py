@@ -61,7 +61,8 @@ def register_views(spark, data_dir: str, query: str, value_format: str = "auto")
             samples = sample_values(store, name, limit=VIEW_SAMPLE_RECORDS)
             fmt = value_format_of(samples) if value_format == "auto" else value_format
             schema = infer_json_schema(spark, samples, name) if fmt == "json" else None
-            raw = spark.read.format("klog").option("subscribe", name).option("dataDir", data_dir).load()
+            raw = (spark.read.format("klog").option("subscribe", name).option("dataDir", data_dir)
+                   .option("minPartitions", str(max(1, spark.sparkContext.defaultParallelism))).load())
             shaped(spark, raw, fmt, schema).createOrReplaceTempView(f"`{name}`")
             views.append(name)
     return views

@@ -1,0 +1,126 @@
+"""Exporting a topic to Parquet through Spark vs without it (a benchmark, not a test: figures for the README).
+
+    python benchmarks/bench_spark.py [--records N] [--partitions P]
+
+Workload: N records (default 1,000,000) with 100-byte JSON values, null keys, in P partitions
+(default 1; Spark still uses both cores, since export splits ranges with minPartitions).
+Reports:
+  - direct: klog's Python consumer into pyarrow columns, pyarrow.parquet.write_table (one core);
+  - Spark: the export library call in an already started session (throughput after start-up);
+  - Spark's fixed cost: starting the session plus a first tiny job, and a one-shot
+    `klog spark export` of a 10-record topic as a process (what a user waits for at least).
+Both paths write the same columns: topic, partition, offset, timestamp, key, value (text), headers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import klog  # noqa: E402
+
+
+def make_topic(data_dir: str, topic: str, n: int, partitions: int) -> None:
+    def value(i: int) -> bytes:
+        head = json.dumps({"id": i, "user": f"u{i % 1000:04d}", "pad": ""})
+        return (head[:-2] + "x" * (100 - len(head)) + '"}').encode()  # exactly 100 bytes of JSON
+
+    values = [value(i) for i in range(n)]
+    assert all(len(v) == 100 for v in values[:10]) and json.loads(values[0])["id"] == 0
+    with klog.open(data_dir) as store:
+        store.create_topic(topic, partitions=partitions)
+        with store.producer() as producer:
+            chunk = 10_000
+            for p in range(partitions):
+                share = values[p::partitions]
+                for i in range(0, len(share), chunk):
+                    producer.send_values(topic, share[i:i + chunk], partition=p)
+
+
+def direct_export(data_dir: str, topic: str, out: str) -> int:
+    """The same export without Spark: consumer -> Arrow columns per 100 k records -> one Parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.timestamp("ms", tz="UTC")), ("key", pa.string()), ("value", pa.string()),
+                        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())])))])
+    rows = 0
+    with klog.open(data_dir, create=False) as store, pq.ParquetWriter(out, schema) as writer:
+        buf: list = []
+
+        def flush() -> None:
+            cols = list(zip(*buf, strict=True))
+            writer.write_batch(pa.RecordBatch.from_arrays([
+                pa.array(cols[0], pa.string()), pa.array(cols[1], pa.int32()), pa.array(cols[2], pa.int64()),
+                pa.array(cols[3], pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+                pa.array(cols[4], pa.binary()).cast(pa.string()), pa.array(cols[5], pa.binary()).cast(pa.string()),
+                pa.array([[] for _ in cols[0]], schema.field("headers").type)], schema=schema))
+            buf.clear()
+
+        for r in store.consumer(topic, merge=False):
+            buf.append((r.topic, r.partition, r.offset, r.timestamp, r.key, r.value))
+            if len(buf) == 100_000:
+                rows += len(buf)
+                flush()
+        if buf:
+            rows += len(buf)
+            flush()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=1)
+    args = parser.parse_args()
+    n = args.records
+    with tempfile.TemporaryDirectory() as d:
+        data_dir = os.path.join(d, "data")
+        make_topic(data_dir, "bench", n, args.partitions)
+        make_topic(data_dir, "tiny", 10, 1)
+
+        start = time.perf_counter()
+        rows = direct_export(data_dir, "bench", os.path.join(d, "direct.parquet"))
+        direct_s = time.perf_counter() - start
+        assert rows == n
+        print(f"direct (consumer -> pyarrow -> Parquet): {n / direct_s / 1e6:.2f} M records/s ({direct_s:.1f} s)")
+
+        env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "klog", "spark", "export", "tiny", "--out",
+                               os.path.join(d, "tiny")], env=env, capture_output=True, text=True)
+        one_shot_s = time.perf_counter() - start
+        assert done.returncode == 0, done.stderr
+        print(f"one-shot `klog spark export` of 10 records: {one_shot_s:.1f} s")
+
+        from klog.spark.export import ExportRequest, RangeRequest, export
+        from klog.spark.session import SessionSettings, start_session
+
+        start = time.perf_counter()
+        spark = start_session(SessionSettings(data_dir=data_dir))
+        spark.range(1).count()
+        startup_s = time.perf_counter() - start
+        print(f"Spark session start + first tiny job: {startup_s:.1f} s "
+              f"({spark.sparkContext.defaultParallelism} cores)")
+        export(spark, data_dir, ExportRequest(RangeRequest("tiny"), "parquet", os.path.join(d, "warm")))
+        start = time.perf_counter()
+        summary = export(spark, data_dir, ExportRequest(RangeRequest("bench"), "parquet", os.path.join(d, "spark")))
+        spark_s = time.perf_counter() - start
+        assert summary.records == n
+        print(f"Spark export after start-up: {n / spark_s / 1e6:.2f} M records/s ({spark_s:.1f} s), "
+              f"{spark_s and direct_s / spark_s:.2f}x the direct path; {summary.files} files, "
+              f"{summary.bytes / 1e6:.0f} MB")
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
