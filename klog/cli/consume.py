@@ -84,8 +84,7 @@ On a pipe each value is printed alone on a line; on a terminal, a readable log v
             props = consume_options(group, exec_cmd, batch, prop, offset, (since, until, tail, partition))
             with open_store(data_dir, create=False) as store:
                 names = store.resolve_topics(topics or [], pattern)
-                line = render or ((lambda r: record_to_json(r).encode() + b"\n") if as_json
-                                  else (lambda r: (r.value or b"") + b"\n"))
+                line = render or ((lambda r: record_to_json(r).encode() + b"\n") if as_json else None)
                 plain = None if group else store.consumer(*names, partitions=partition, start=start, until_ms=until_ms,
                                                           follow=follow, count=count, record_filter=record_filter)
                 consume_group(store, group, names, props, line, follow, count, record_filter, exec_cmd, batch or 1,

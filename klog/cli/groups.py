@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -200,11 +203,8 @@ def consume_options(group: str | None, exec_cmd: str | None, batch: int | None, 
 def consume_group(store, group: str | None, topics: list[str], properties: dict[str, str], line, follow: bool,
                   count: int | None, record_filter, exec_cmd: str | None, batch: int, plain=None) -> None:
     """Read as a member of `group` (or plainly, for --exec without --group). Offsets are committed only
-    for records already flushed to stdout, or whose CMD exited 0: at-least-once from the shell."""
-    import signal
-    import threading
-    import time
-
+    for records already flushed to stdout, or whose CMD exited 0: at-least-once from the shell.
+    `line` renders a record; None means the value alone on a line (a faster path without Records)."""
     from klog.client.group import GroupConfig
     from klog.meta.groups import GroupFencedError
 
@@ -215,61 +215,105 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
     def commit_written(tps: list | None = None) -> None:
         out.flush()
         offsets = {tp: written.pop(tp) for tp in list(written) if tps is None or tp in tps}
-        if offsets and consumer is not None and group is not None:
+        if offsets and consumer is not None:
             try:
                 consumer.commit(offsets)
             except GroupFencedError as e:  # expelled while stalled: it rejoins; the new owner redoes these
                 print(f"klog: warning: {e}", file=sys.stderr)
 
-    if group is None:
-        chunks = ([r] for r in plain)  # --exec without --group: the plain consumer consume.py built
-    else:
+    interval_ms = CLI_COMMIT_INTERVAL_MS
+    if group is not None:
         config = GroupConfig.from_properties(properties)
         interval_ms = min(config.auto_commit_interval_ms, CLI_COMMIT_INTERVAL_MS)
         config.enable_auto_commit = False  # we commit ourselves, after the output is safe
         consumer = store.group_consumer(group, *topics, config=config, follow=follow, on_revoke=commit_written)
-        chunks = consumer.batches(timeout_ms=interval_ms)
-    old_term = None
-    if threading.current_thread() is threading.main_thread():
-        def stop(signum: int, frame: object) -> None:
-            raise KeyboardInterrupt  # SIGTERM: leave the group cleanly, like Ctrl-C
-        old_term = signal.signal(signal.SIGTERM, stop)
+    with _sigterm_as_interrupt():
+        try:
+            if consumer is not None and line is None and not exec_cmd and record_filter is None and count is None:
+                _copy_values(consumer, out, written, follow, interval_ms, commit_written)
+            else:
+                chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else ([r] for r in plain)
+                emit = (_exec_emitter(exec_cmd, batch, written, commit_written) if exec_cmd
+                        else _stdout_emitter(out, line or (lambda r: (r.value or b"") + b"\n"), written, follow))
+                _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written)
+            commit_written()
+        finally:
+            if consumer is not None:
+                consumer.close()  # on_revoke commits what was written; then it leaves the group
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM leaves the group cleanly, like Ctrl-C (only the main thread may set handlers)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, stop)
     try:
-        emit = _exec_emitter(exec_cmd, batch, written, commit_written) if exec_cmd else _stdout_emitter(out, line)
-        last_commit = time.monotonic()
-        emitted = 0
-        for records in chunks:
-            epoch = consumer.rebalances if consumer is not None else 0
-            for r in records:
-                if consumer is not None and consumer.rebalances != epoch:
-                    break  # a commit rebalanced us: the rest may be someone else's now
-                if record_filter is None or record_filter(r):
-                    emit(r)
-                    emitted += 1
-                if not exec_cmd:
-                    written[(r.topic, r.partition)] = r.offset + 1
-                if count is not None and emitted >= count:
-                    break
-            if exec_cmd:
-                emit(None)  # run the partial batch
-            elif follow:
-                out.flush()
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _copy_values(consumer, out, written: dict, follow: bool, interval_ms: int, commit_written) -> None:  # noqa: ANN001
+    """Values only, one per line, straight from the batches (what plain `klog consume` does too)."""
+    last_commit = time.monotonic()
+    for chunks in consumer.value_batches(timeout_ms=interval_ms):
+        for tp, values, next_offset in chunks:
+            if values:
+                out.write(b"\n".join(v or b"" for v in values) + b"\n")
+            written[tp] = next_offset
+        if follow:
+            out.flush()
+        if time.monotonic() - last_commit >= interval_ms / 1000:
+            commit_written()
+            last_commit = time.monotonic()
+
+
+def _copy_records(consumer, chunks, emit, count: int | None, record_filter, interval_ms: int,  # noqa: ANN001
+                  commit_written) -> None:
+    last_commit = time.monotonic()
+    emitted = 0
+    for records in chunks:
+        epoch = consumer.rebalances if consumer is not None else 0
+        for r in records:
+            if consumer is not None and consumer.rebalances != epoch:
+                break  # a commit rebalanced us: the rest may be someone else's now
+            show = record_filter is None or record_filter(r)
+            emit(r, show)
+            emitted += show
             if count is not None and emitted >= count:
                 break
-            if consumer is not None and time.monotonic() - last_commit >= interval_ms / 1000:
-                commit_written()
-                last_commit = time.monotonic()
-        commit_written()
-    finally:
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
-        if consumer is not None:
-            consumer.close()  # on_revoke commits what was written; then it leaves the group
+        emit(None, False)  # end of a fetch: write out (or run the partial --exec batch)
+        if count is not None and emitted >= count:
+            break
+        if consumer is not None and time.monotonic() - last_commit >= interval_ms / 1000:
+            commit_written()
+            last_commit = time.monotonic()
 
 
-def _stdout_emitter(out, line):  # noqa: ANN001, ANN202 - Callable[[Record | None], None]
-    def emit(r) -> None:  # noqa: ANN001
-        out.write(line(r))
+def _stdout_emitter(out, line, written: dict, follow: bool):  # noqa: ANN001, ANN202
+    """Buffer rendered records, write them per fetch; a record counts as written once buffered (its
+    offset is committed only after commit_written flushes stdout)."""
+    buf: list[bytes] = []
+
+    def emit(r, show: bool) -> None:  # noqa: ANN001 - r None: end of a fetch
+        if r is None:
+            out.write(b"".join(buf))
+            buf.clear()
+            if follow:
+                out.flush()
+            return
+        if show:
+            buf.append(line(r))
+        written[(r.topic, r.partition)] = r.offset + 1
 
     return emit
 
@@ -299,8 +343,8 @@ def _exec_emitter(cmd: str, batch: int, written: dict, commit_written):  # noqa:
         pending.clear()
         commit_written()
 
-    def emit(r) -> None:  # noqa: ANN001 - None: run what is pending
-        if r is not None:
+    def emit(r, show: bool) -> None:  # noqa: ANN001 - r None: end of a fetch, run what is pending
+        if r is not None and show:
             pending.append(r)
         if pending and (r is None or len(pending) >= batch):
             run()

@@ -34,6 +34,7 @@ from klog.meta.groups import (
     UnknownMemberError,
     validate_group_id,
 )
+from klog.store.log import FetchedBatch
 from klog.store.partition import Partition
 
 POLL_INTERVAL_MS = 20  # idle wait between fetches; also how soon a member notices a rebalance
@@ -263,25 +264,36 @@ class GroupConsumer:
     def position(self, topic: str, partition: int) -> int:
         return self._cursors[(topic, partition)].offset
 
-    def _fetch(self) -> list[Record]:
-        out: list[Record] = []
+    def _fetch_batches(self) -> list[tuple[TP, int, list[FetchedBatch]]]:
+        """One read per partition held: (partition, first offset wanted, batches); cursors move past them."""
+        out = []
         for tp, cursor in self._cursors.items():
             part = cursor.part
             batches = part.read(cursor.offset, FETCH_BYTES_MAX)
             if not batches and cursor.offset < part.log_start_offset():
                 cursor.offset = part.log_start_offset()  # retention moved the start past us
                 batches = part.read(cursor.offset, FETCH_BYTES_MAX)
-            if not batches:
-                continue
-            low = cursor.offset
-            topic, partition = tp
+            if batches:
+                out.append((tp, cursor.offset, batches))
+                cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
+        return out
+
+    def _fetch(self) -> list[Record]:
+        out: list[Record] = []
+        for (topic, partition), low, batches in self._fetch_batches():
             for fb in batches:
                 if fb.header.is_control:
                     continue
                 ts_type = fb.header.timestamp_type
                 out.extend(Record(topic, partition, o, ts, ts_type, k, v, h)
                            for o, ts, k, v, h in fb.records() if o >= low)
-            cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
+        return out
+
+    def _fetch_values(self) -> list[tuple[TP, list[bytes | None], int]]:
+        out = []
+        for tp, low, batches in self._fetch_batches():
+            values = [v for fb in batches if not fb.header.is_control for o, _, _, v, _ in fb.records() if o >= low]
+            out.append((tp, values, batches[-1].header.next_offset))
         return out
 
     def _caught_up(self) -> bool:
@@ -289,13 +301,14 @@ class GroupConsumer:
             return False
         return all(c.offset >= c.part.high_watermark() for c in self._cursors.values())
 
-    def _poll_records(self, timeout_ms: int | None) -> list[Record] | None:
+    def _poll_records(self, timeout_ms: int | None, fetch: Callable[[], list] | None = None) -> list | None:
         """Fetch once, waiting up to timeout_ms for data (None: until data, or caught up if not following)."""
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        fetch = fetch or self._fetch
         while not self._closed:
             self._maybe_sync()
             self._maybe_auto_commit()
-            records = self._fetch()
+            records = fetch()
             if records:
                 return records
             if not self.follow and self._caught_up():
@@ -325,6 +338,19 @@ class GroupConsumer:
             if self._epoch == epoch:
                 for r in records:
                     self._consumed[(r.topic, r.partition)] = r.offset + 1
+
+    def value_batches(self, timeout_ms: int | None = None) -> Iterator[list[tuple[TP, list[bytes | None], int]]]:
+        """Like batches(), values only (no Record objects: the fast path for `klog consume --group`):
+        lists of (partition, values, offset after them)."""
+        while not self._closed:
+            chunks = self._poll_records(timeout_ms, self._fetch_values)
+            if chunks is None:
+                return
+            epoch = self._epoch
+            yield chunks
+            if self._epoch == epoch:
+                for tp, _, next_offset in chunks:
+                    self._consumed[tp] = next_offset
 
     @property
     def rebalances(self) -> int:
