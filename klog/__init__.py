@@ -30,6 +30,9 @@ _EXPORTS = {
     "Store": "klog.client.store",
     "TopicInfo": "klog.client.store",
     "KlogError": "klog.errors",
+    "Replayer": "klog.client.replay",
+    "ReplayStats": "klog.client.replay",
+    "PartitionCleanup": "klog.client.lifecycle",
 }
 
 if TYPE_CHECKING:

@@ -38,7 +38,8 @@ def test_every_command_has_help_and_a_man_page(cli) -> None:  # noqa: ANN001
             "klog topics delete", "klog spark", "klog spark export", "klog spark sql", "klog spark run",
             "klog spark stream", "klog topics clean", "klog topics delete-records",
             "klog topics compact", "klog groups", "klog groups list", "klog groups describe",
-            "klog groups reset-offsets", "klog groups delete", "klog groups delete-offsets"} <= set(paths)
+            "klog groups reset-offsets", "klog groups delete", "klog groups delete-offsets",
+            "klog replay"} <= set(paths)
     for path, cmd in commands:
         assert (cmd.help or "").strip(), f"`{path}` has no help text"
         page = gendocs.REPO_ROOT / "man" / gendocs.man_page_name(path)

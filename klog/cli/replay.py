@@ -1,9 +1,121 @@
-"""`klog replay`: registered by app.py; filled in by its issue."""
+"""`klog replay SRC [--to DEST]`: re-publish a range of a topic, as fast as possible or at its pace."""
 
 from __future__ import annotations
 
+import sys
+from typing import Annotated
+
 import typer
+
+from klog.cli.app import DataDirOpt, open_store
+from klog.errors import UsageError
+
+
+def parse_speed(text: str) -> float | None:
+    """'max' (as fast as possible) or a positive factor: 1 is the original pace, 10 ten times faster."""
+    if text.strip().lower() == "max":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"invalid --speed '{text}': use max or a positive number such as 1 or 10") from None
+    if not value > 0:
+        raise UsageError(f"invalid --speed '{text}': use max or a positive number such as 1 or 10")
+    return value
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `replay` command(s) to the root app (nothing yet)."""
+    """Add the `replay` command to the root app."""
+
+    @app.command()
+    def replay(
+        source: Annotated[str, typer.Argument(help="Topic to replay.")],
+        to: Annotated[str | None, typer.Option("--to", help="Topic to write into (default: stdout). "
+                                               "Created with SRC's partition count if missing.")] = None,
+        offset: Annotated[str | None, typer.Option("--offset", "-o",
+                                                   help="beginning | end | N | -N (N back from the end).")] = None,
+        since: Annotated[str | None, typer.Option("--since", help="Start at a time: ISO, epoch ms, 15m ago.")] = None,
+        until: Annotated[str | None, typer.Option("--until", help="Stop before this time.")] = None,
+        tail: Annotated[int | None, typer.Option("--tail", help="Last N records of each partition.")] = None,
+        count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after N records in all.")] = None,
+        partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
+        keep_timestamps: Annotated[bool, typer.Option("--keep-timestamps",
+                                                      help="Keep the original timestamps (default: now).")] = False,
+        speed: Annotated[str, typer.Option("--speed", help="max, or a factor of the original pace: 1, 10, 0.5.")]
+        = "max",
+        rate: Annotated[float | None, typer.Option("--rate", help="At most N records per second.")] = None,
+        group: Annotated[str | None, typer.Option("--group", "-g",
+                                                  help="Record progress as G: a rerun resumes, no duplicates.")]
+        = None,
+        as_json: Annotated[bool, typer.Option("--json", help="On stdout: the JSON envelope produce --input json "
+                                              "reads.")] = False,
+        data_dir: DataDirOpt = None,
+    ) -> None:
+        """Re-publish a range of SRC into DEST (or stdout), keys and headers kept, keyed records to
+        their key's partition; --speed 1 keeps the original gaps between records (merged across
+        partitions by timestamp)."""
+        from klog.client.consumer import StartSpec
+        from klog.client.replay import Replayer
+        from klog.client.timespec import parse_time_ms
+
+        if len([x for x in (offset, since, tail) if x is not None]) > 1:
+            raise UsageError("use only one of --offset, --since and --tail")
+        if since is not None:
+            start = StartSpec("timestamp", parse_time_ms(since))
+        elif tail is not None:
+            if tail < 0:
+                raise UsageError("--tail needs a count of 0 or more")
+            start = StartSpec("tail", tail)
+        else:
+            start = StartSpec.parse(offset or "beginning")
+        factor = parse_speed(speed)
+        with open_store(data_dir, create=False) as store:
+            store.topic(source)
+            emit = None if to is not None else _stdout_writer(as_json, factor is not None or rate is not None)
+            replayer = Replayer(store, source, to, partitions=partition, start=start,
+                                until_ms=parse_time_ms(until) if until else None, count=count,
+                                keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit)
+            if to is not None and sys.stderr.isatty():
+                stats = _run_with_progress(replayer)
+            else:
+                stats = replayer.run()
+            sys.stdout.flush()
+        if to is not None:
+            skipped = f" ({stats.skipped} already replayed by group {group})" if stats.skipped else ""
+            print(f"Replayed {stats.records} records from {source} into {to}{skipped}", file=sys.stderr)
+
+
+def _stdout_writer(as_json: bool, paced: bool):  # noqa: ANN202 - Record -> None
+    out = sys.stdout.buffer
+    if not as_json and sys.stdout.isatty():
+        from rich.console import Console
+
+        from klog.cli.output import pretty_line
+
+        console = Console(highlight=False, soft_wrap=True)
+        return lambda r: console.print(pretty_line(r, False))
+    if as_json:
+        from klog.cli.output import record_to_json
+
+        def write(r) -> None:
+            out.write(record_to_json(r).encode() + b"\n")
+            if paced:
+                out.flush()  # records leave at their replay time
+        return write
+
+    def write_value(r) -> None:
+        out.write((r.value or b"") + b"\n")
+        if paced:
+            out.flush()
+    return write_value
+
+
+def _run_with_progress(replayer):  # noqa: ANN001, ANN202 - Replayer -> ReplayStats
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"replay {replayer.source}", total=replayer.stats.total or None)
+        replayer.on_progress = lambda s: bar.update(task, completed=s.records + s.skipped)
+        return replayer.run()

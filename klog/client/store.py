@@ -222,6 +222,33 @@ class Store:
 
         return Consumer(self, list(topics), **kwargs)
 
+    # -- lifecycle (klog.client.lifecycle, klog.client.replay) -----------------------------------
+    def replayer(self, source: str, dest: str | None = None, **kwargs):  # noqa: ANN201 - see Replayer
+        from klog.client.replay import Replayer
+
+        return Replayer(self, source, dest, **kwargs)
+
+    def clean(self, topic: str | None = None, **kwargs) -> list:
+        """Retention now (and compaction where due); see klog.client.lifecycle.clean."""
+        from klog.client.lifecycle import clean
+
+        return clean(self, topic, **kwargs)
+
+    def compact(self, topic: str, **kwargs) -> list:
+        from klog.client.lifecycle import compact
+
+        return compact(self, topic, **kwargs)
+
+    def delete_records(self, topic: str, **kwargs) -> list:
+        from klog.client.lifecycle import delete_records
+
+        return delete_records(self, topic, **kwargs)
+
+    def dirty_ratio(self, topic: str, partition: int) -> float:
+        from klog.client.lifecycle import dirty_ratio
+
+        return dirty_ratio(self, topic, partition)
+
     def group_consumer(self, group: str, *topics: str, **kwargs):  # noqa: ANN201 - see GroupConsumer
         """Join consumer group `group` reading `topics` (see klog.client.group)."""
         from klog.client.group import GroupConsumer

@@ -1,0 +1,324 @@
+"""Replayer: re-publish a range of a topic into another topic (or hand it to a callback), the way
+a recording is played back: as fast as possible, at the original pace, or N times faster.
+
+Records of all chosen source partitions are merged by timestamp (as `klog consume` does). Keyed
+records go to their key's partition in DEST (Kafka's partitioner, as the producer does); keyless
+records keep their source partition number (modulo DEST's partition count), so a replay is
+deterministic and can resume exactly. Keys and headers are kept; timestamps too with
+`keep_timestamps`, otherwise records are stamped with the time they are replayed.
+
+Writing: records are buffered per DEST partition and each buffer is appended as one batch (split
+only if it would pass max.message.bytes), through the same replica manager a producer uses.
+
+Resuming (`group`): progress lives in `<data dir>/state/replay/<group>.json` (not in the consumer
+groups' offsets: an exact resume needs, per pair of source and DEST partition, the next source
+offset written, plus a write intent). Before each append the replayer records the intent (DEST
+partition, its end before the write, the source records in the batch); after it, the progress.
+A resumed replay first settles an intent left by a kill: the batch landed if DEST's end moved
+past it (batches are atomic), so it neither writes it twice nor skips it. This is exact while the
+replayer is DEST's only writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from klog.client.consumer import StartSpec
+from klog.client.partitioner import partition_for_key
+from klog.client.records import Record
+from klog.errors import KlogError, UsageError
+from klog.store import codec, compression
+from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
+
+BATCH_RECORDS_MAX = 10_000  # records per DEST batch
+BATCH_BYTES_MAX = 900_000  # under max.message.bytes' default (1048588)
+RECORD_OVERHEAD_BYTES = 40  # per-record framing estimate (varints, attributes, header lengths)
+SLEEP_MIN_S = 0.001  # waits shorter than this are not worth a sleep
+FLUSH_WAIT_MIN_S = 0.005  # a wait this long first writes what is due (records leave on time) ...
+LINGER_S = 0.05  # ... shorter waits write only when the buffer is this old (a batch per record costs fsyncs)
+KEY_CACHE_MAX = 100_000  # key -> DEST partition memo (murmur2 in Python costs a few µs a key)
+
+
+@dataclass
+class ReplayStats:
+    records: int = 0  # written (or emitted)
+    skipped: int = 0  # already written by an interrupted run of the same group
+    batches: int = 0
+    total: int = 0  # records in range when the replay started (before --until/--count)
+
+
+@dataclass
+class _Pending:
+    records: list[tuple] = field(default_factory=list)  # (key, value, headers, timestamp)
+    sources: list[tuple[int, int]] = field(default_factory=list)  # (source partition, offset)
+    size: int = 0
+
+
+class ReplayProgress:
+    """The state file of one replay group (see the module doc)."""
+
+    def __init__(self, path: str, source: str, dest: str) -> None:
+        self.path = path
+        self.source = source
+        self.dest = dest
+        self.done: dict[int, int] = {}  # source partition -> every record below was written
+        self.committed: dict[tuple[int, int], int] = {}  # (source p, DEST p) -> next source offset written
+        self.intent: dict | None = None
+        self.exists = False
+
+    @classmethod
+    def open(cls, state_dir: str, group: str, source: str, dest: str) -> ReplayProgress:
+        if not group or len(group) > 255 or not group.isprintable():
+            raise UsageError(f"invalid replay group {group!r}: use 1-255 printable characters")
+        folder = os.path.join(state_dir, "replay")
+        os.makedirs(folder, exist_ok=True)
+        progress = cls(os.path.join(folder, urllib.parse.quote(group, safe="") + ".json"), source, dest)
+        try:
+            with open(progress.path) as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            return progress
+        except (OSError, ValueError) as e:
+            raise KlogError(f"cannot read replay progress {progress.path}: {e}") from None
+        if (doc.get("source"), doc.get("dest")) != (source, dest):
+            raise UsageError(f"replay group '{group}' replays {doc.get('source')} into {doc.get('dest')}, "
+                             f"not {source} into {dest}; use another --group")
+        progress.exists = True
+        progress.done = {int(k): v for k, v in doc["done"].items()}
+        progress.committed = {tuple(map(int, k.split(":"))): v for k, v in doc["committed"].items()}
+        progress.intent = doc.get("intent")
+        return progress
+
+    def save(self) -> None:
+        doc = {"source": self.source, "dest": self.dest, "done": {str(k): v for k, v in self.done.items()},
+               "committed": {f"{s}:{q}": v for (s, q), v in self.committed.items()}, "intent": self.intent}
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def apply(self, dest_partition: int, sources: list[tuple[int, int]]) -> None:
+        for s, o in sources:
+            key = (s, dest_partition)
+            if o + 1 > self.committed.get(key, -1):
+                self.committed[key] = o + 1
+
+    def written(self, source_partition: int, offset: int, dest_partition: int) -> bool:
+        return offset < self.committed.get((source_partition, dest_partition), -1)
+
+
+class Replayer:
+    """Replay `source` into `dest` (or into `emit` when dest is None). Call run() once."""
+
+    def __init__(self, store, source: str, dest: str | None = None, *, partitions: list[int] | None = None,
+                 start: StartSpec | str = "beginning", until_ms: int | None = None, count: int | None = None,
+                 keep_timestamps: bool = False, speed: float | None = None, rate: float | None = None,
+                 group: str | None = None, acks: str = "all", emit: Callable[[Record], None] | None = None,
+                 on_progress: Callable[[ReplayStats], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        if dest is not None and dest == source:
+            raise UsageError(f"refusing to replay '{source}' into itself (it would never end)")
+        if speed is not None and speed <= 0:
+            raise UsageError("--speed must be positive (or max)")
+        if rate is not None and rate <= 0:
+            raise UsageError("--rate must be positive")
+        if count is not None and count < 0:
+            raise UsageError("--count needs a count of 0 or more")
+        if group is not None and dest is None:
+            raise UsageError("--group needs --to DEST (progress is kept for a DEST topic)")
+        if dest is None and emit is None:
+            raise UsageError("nothing to replay into: give a DEST topic or an emit callback")
+        self.store = store
+        self.source = source
+        self.dest = dest
+        self.count = count
+        self.keep_timestamps = keep_timestamps
+        self.speed = speed
+        self.rate = rate
+        self.acks = acks
+        self.emit = emit
+        self.on_progress = on_progress
+        self.clock, self.sleep, self.wall_ms = clock, sleep, wall_ms
+        self.stats = ReplayStats()
+        self.consumer = store.consumer(source, partitions=partitions, start=start, until_ms=until_ms)
+        self.progress: ReplayProgress | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._key_partition: dict[bytes, int] = {}
+        self._seen_next: dict[int, int] = {}
+        self._flushed_at = 0.0
+        if dest is not None:
+            self._open_dest(dest)
+            if group is not None:
+                self.progress = ReplayProgress.open(store.data_dir.state_dir, group, source, dest)
+                self._resume()
+        self.stats.total = sum(max(0, (c.stop or 0) - c.offset) for c in self.consumer.cursors)
+
+    # -- set-up --------------------------------------------------------------------------------
+    def _open_dest(self, dest: str) -> None:
+        store = self.store
+        if not store.has_topic(dest):
+            if not store.auto_create_enabled():
+                store.topic(dest)  # raises the unknown-topic error
+            store.create_topic(dest, partitions=store.partition_count(self.source), exist_ok=True)
+        self.dest_partitions = store.partition_count(dest)
+        configs = store.effective_configs(dest)
+        name = configs["compression.type"]
+        self.codec = compression.NONE if name == "producer" else compression.CODEC_IDS[name]
+        self.timestamp_type = LOG_APPEND_TIME if configs["message.timestamp.type"] == "LogAppendTime" else CREATE_TIME
+        self.max_bytes = int(configs["max.message.bytes"])
+        from klog.client.replication import ReplicaManager
+
+        self.replicas = ReplicaManager(store)
+
+    def _resume(self) -> None:
+        """Settle a write a kill interrupted, then start each source partition where it is done."""
+        progress = self.progress
+        assert progress is not None
+        if progress.intent is not None:
+            intent = progress.intent
+            q, end_before, sources = intent["dest_partition"], intent["dest_end"], intent["sources"]
+            end_now = self._dest_end_settled(q)
+            if end_now >= end_before + len(sources):
+                progress.apply(q, [tuple(x) for x in sources])  # the batch landed before the kill
+            elif end_now != end_before:
+                raise KlogError(f"cannot resume replay: {self.dest}-{q} changed from offset {end_before} to "
+                                f"{end_now} while its batch of {len(sources)} records was being written "
+                                "(another writer?)")
+            progress.intent = None
+            progress.save()
+        for cursor in self.consumer.cursors:
+            done = progress.done.get(cursor.partition)
+            if done is not None and done > cursor.offset:
+                self.consumer.seek(self.source, cursor.partition, done)
+
+    def _dest_end_settled(self, q: int) -> int:
+        """DEST partition q's end once a writer has opened it (a killed append becomes visible or goes)."""
+        part = self.store.partition(self.dest, q)
+        with part.lock:
+            self.replicas.reconcile(self.dest, q, part)
+            part.publish()
+        return part.high_watermark()
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> ReplayStats:
+        start_clock = self.clock()
+        first_ts: int | None = None
+        speed, rate = self.speed, self.rate
+        emitted = 0
+        self._flushed_at = start_clock
+        for record in self.consumer:
+            if self.count is not None and emitted >= self.count:
+                break
+            due = start_clock
+            if speed is not None:
+                if first_ts is None:
+                    first_ts = record.timestamp
+                due += max(0, record.timestamp - first_ts) / 1000 / speed
+            if rate is not None:
+                due = max(due, start_clock + emitted / rate)
+            now = self.clock()
+            if due - now >= SLEEP_MIN_S:
+                if due - now >= FLUSH_WAIT_MIN_S or now - self._flushed_at >= LINGER_S:
+                    self._flush_all()
+                wait = due - self.clock()
+                if wait > 0:
+                    self.sleep(wait)
+            self._take(record)
+            emitted += 1
+        self._flush_all()
+        if self.on_progress is not None:
+            self.on_progress(self.stats)
+        return self.stats
+
+    def _take(self, record: Record) -> None:
+        s = record.partition
+        self._seen_next[s] = record.offset + 1
+        if self.dest is None:
+            assert self.emit is not None
+            self.emit(record)
+            self.stats.records += 1
+            if self.on_progress is not None and self.stats.records % 1000 == 0:
+                self.on_progress(self.stats)
+            return
+        q = self._route(record)
+        if self.progress is not None and self.progress.written(s, record.offset, q):
+            self.stats.skipped += 1
+            return
+        ts = record.timestamp if self.keep_timestamps else self.wall_ms()
+        pending = self._pending.get(q)
+        if pending is None:
+            pending = self._pending[q] = _Pending()
+        pending.records.append((record.key, record.value, record.headers, ts))
+        pending.sources.append((s, record.offset))
+        pending.size += (len(record.value) if record.value is not None else 0) + (
+            len(record.key) if record.key is not None else 0) + RECORD_OVERHEAD_BYTES + (
+            sum(len(k) + len(v or b"") for k, v in record.headers) if record.headers else 0)
+        if len(pending.records) >= BATCH_RECORDS_MAX or pending.size >= min(BATCH_BYTES_MAX, self.max_bytes // 2):
+            self._flush(q)
+
+    def _route(self, record: Record) -> int:
+        key = record.key
+        if key is None:
+            return record.partition % self.dest_partitions
+        q = self._key_partition.get(key)
+        if q is None:
+            q = partition_for_key(key, self.dest_partitions)
+            if len(self._key_partition) < KEY_CACHE_MAX:
+                self._key_partition[key] = q
+        return q
+
+    # -- writing -------------------------------------------------------------------------------
+    def _flush_all(self) -> None:
+        self._flushed_at = self.clock()
+        for q in list(self._pending):
+            self._flush(q)
+
+    def _flush(self, q: int) -> None:
+        pending = self._pending.pop(q, None)
+        if pending is None or not pending.records:
+            return
+        self._append(q, pending.records, pending.sources)
+        if self.on_progress is not None:
+            self.on_progress(self.stats)
+
+    def _append(self, q: int, records: list[tuple], sources: list[tuple[int, int]]) -> None:
+        encoded = codec.encode_batch(records, 0, codec=self.codec, timestamp_type=self.timestamp_type,
+                                     log_append_time_ms=self.wall_ms())
+        if len(encoded) > self.max_bytes and len(records) > 1:
+            half = len(records) // 2
+            self._append(q, records[:half], sources[:half])
+            self._append(q, records[half:], sources[half:])
+            return
+        progress = self.progress
+        if progress is not None:
+            end_before = self.store.partition(self.dest, q).high_watermark()
+            progress.intent = {"dest_partition": q, "dest_end": end_before, "sources": sources}
+            progress.save()
+        self.replicas.append(self.dest, q, encoded, self.acks)
+        self.stats.records += len(records)
+        self.stats.batches += 1
+        if progress is not None:
+            progress.apply(q, sources)
+            progress.intent = None
+            progress.done = self._done_offsets()
+            progress.save()
+
+    def _done_offsets(self) -> dict[int, int]:
+        """Per source partition: every record below this offset is written (none is still buffered)."""
+        assert self.progress is not None
+        done = dict(self.progress.done)
+        for s, seen in self._seen_next.items():
+            done[s] = max(done.get(s, 0), seen)
+        for pending in self._pending.values():
+            for s, o in pending.sources:
+                if o < done.get(s, o + 1):
+                    done[s] = o
+        return done
