@@ -112,13 +112,12 @@ def test_sigkilled_producer_rf1_loses_no_acknowledged_record(tmp_path):
     assert values[-1][1] == value_of(999, 0)
 
 
-def replica_image(directory: str) -> bytes:
-    """The replica's batches in order. Segment boundaries may differ: a writer killed while one
-    replica had rolled and another had not leaves them rolling at different batches."""
-    out = b""
+def replica_image(directory: str) -> list[tuple[str, bytes]]:
+    """Each segment file's name and bytes (followers roll exactly where their leader does)."""
+    out = []
     for name in sorted(n for n in os.listdir(directory) if n.endswith(".log")):
         with open(os.path.join(directory, name), "rb") as f:
-            out += f.read()
+            out.append((name, f.read()))
     return out
 
 
@@ -145,4 +144,5 @@ def test_sigkilled_producer_rf3_acks_all_every_isr_replica_has_every_acknowledge
         values = [(r.offset, r.value) for r in store.consumer("c3")]
         check_log(values, acked)
         assert values[-1][1] == value_of(999, 0)
-        assert len({replica_image(f) for f in folders}) == 1, "replicas differ after reconciliation"
+        images = [replica_image(f) for f in folders]
+        assert images[0] == images[1] == images[2], "replicas differ after reconciliation"

@@ -311,24 +311,28 @@ def test_directory_filling_up_mid_stream_leaves_the_isr_and_production_continues
         assert consumed(fresh, "full") == expected(22_020)
 
 
-def test_followers_start_a_segment_where_the_leader_does(rstore):
-    """A writer killed in the middle of the leader's roll left the leader an empty new segment;
-    the next batch must start a segment on every replica, so their files stay alike."""
+@pytest.mark.parametrize("rolled", ["leader", "follower"])
+def test_followers_start_a_segment_where_the_leader_does(rstore, rolled):
+    """A writer killed in the middle of a roll left one replica an empty new segment the others
+    lack; the next batch must go where the leader puts it on every replica, so their files stay alike."""
     store, dirs = rstore
     store.create_topic("roll", replication_factor=3)
     produce(store, "roll", 100)
     meta = store.topic("roll").partitions[0]
-    leader = PartitionLog(os.path.join(dirs[meta.leader], partition_dir_name("roll", 0)))
-    leader.open_for_write()
-    leader.roll(leader.log_end_offset)  # then killed: no batch in the new segment
-    leader.close()
+    victim = meta.leader if rolled == "leader" else meta.isr[-1]
+    replica = PartitionLog(os.path.join(dirs[victim], partition_dir_name("roll", 0)))
+    replica.open_for_write()
+    replica.roll(replica.log_end_offset)  # then killed: no batch in the new segment
+    replica.close()
     produce(store, "roll", 10, start=100)
 
     def layout(d):
         folder = os.path.join(dirs[d], partition_dir_name("roll", 0))
         return [(n, os.path.getsize(os.path.join(folder, n))) for n in sorted(os.listdir(folder)) if n.endswith(".log")]
 
-    assert [n for n, _ in layout(meta.leader)] == ["00000000000000000000.log", "00000000000000000100.log"]
+    segments = ["00000000000000000000.log", "00000000000000000100.log"] if rolled == "leader" else \
+        ["00000000000000000000.log"]
+    assert [n for n, _ in layout(meta.leader)] == segments
     assert layout(0) == layout(1) == layout(2)
     assert consumed(store, "roll") == expected(110)
 

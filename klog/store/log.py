@@ -231,6 +231,26 @@ class PartitionLog:
         self._open_fds()
         return segment
 
+    def drop_empty_active(self, next_offset: int) -> bool:
+        """A follower that started a segment its leader did not (a writer killed mid-roll, or a
+        truncation to a segment's base): make the segment before it active again if that one ends
+        at next_offset, so the replicas' files stay alike. Lock held; returns whether it did."""
+        empty = self.active
+        if empty.size != 0 or len(self.bases) < 2 or empty.base_offset != next_offset:
+            return False
+        previous = self.segments[self.bases[-2]]
+        if previous.recover().next_offset != next_offset:
+            return False  # a gap (compaction) before the empty segment: keep it
+        if self._fds is not None:
+            self._fds.close()
+            self._fds = None
+        empty.delete_files()
+        fsync_dir(self.directory)
+        self.refresh_segments()
+        self._open_fds()
+        self._save_state(sync=True)
+        return True
+
     def append(self, batch: bytes, header: BatchHeader) -> int:
         """Append an already-stamped batch at the log end; returns its position."""
         assert self._fds is not None, "open_for_write first"

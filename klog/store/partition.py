@@ -40,10 +40,12 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHeader, new_segment: bool) -> None:
-    """Append, and start a new segment where the leader starts one (a writer killed in the middle
-    of the leader's roll leaves the leader an empty new segment its followers lack)."""
+    """Append, starting a new segment exactly where the leader starts one (a writer killed in the
+    middle of a roll leaves one replica an empty new segment the others lack)."""
     if new_segment and replica.active.size > 0 and not replica.should_roll(header):
         replica.roll(header.base_offset)
+    elif not new_segment and replica.active.size == 0:
+        replica.drop_empty_active(header.base_offset)  # it rolled where the leader did not
     replica.append(batch, header)
     replica.maybe_flush()
 
