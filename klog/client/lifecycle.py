@@ -31,6 +31,7 @@ class PartitionCleanup:
     segments_deleted: int = 0
     bytes_deleted: int = 0
     compacted: bool = False
+    records_read: int = 0  # by the cleaner, in the segments it went through
     records_removed: int = 0
     tombstones_removed: int = 0
     segments_rewritten: int = 0
@@ -103,6 +104,7 @@ def _compact(store, topic: str, part: Partition, now_ms: int, force: bool, resul
     stats = cleaner.compact_replicas(part.replicas, rng, now_ms, int(configs["delete.retention.ms"]))
     checkpoint.write(rng.first_uncleanable)
     result.compacted = True
+    result.records_read = stats.records_read
     result.records_removed = stats.records_removed
     result.tombstones_removed = stats.tombstones_removed
     result.segments_rewritten = stats.segments_rewritten

@@ -26,6 +26,7 @@ only if something in it changes.
 
 from __future__ import annotations
 
+import bisect
 import os
 import signal
 from collections.abc import Callable
@@ -213,22 +214,37 @@ class CleanStats:
     rewritten_bases: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class DirtySurvivors:
+    """In the dirty part every keyed record is in the map, so exactly the map's offsets survive there:
+    a dirty batch holding none of them is emptied without decoding its records."""
+
+    first_dirty: int
+    offsets: list[int]  # sorted
+
+    def any_in(self, first: int, last: int) -> bool:
+        i = bisect.bisect_left(self.offsets, first)
+        return i < len(self.offsets) and self.offsets[i] <= last
+
+
 def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms: int, delete_retention_ms: int,
-              stats: CleanStats | None = None) -> CleanStats:
-    """Rewrite every sealed segment of `log` that lies wholly below `end` (the first uncleanable offset)."""
+              stats: CleanStats | None = None, first_dirty: int | None = None) -> CleanStats:
+    """Rewrite every sealed segment of `log` that lies wholly below `end` (the first uncleanable offset);
+    offset_map covers [first_dirty, end) (first_dirty None: no shortcut for dirty batches)."""
     stats = stats or CleanStats()
+    survivors = None if first_dirty is None else DirtySurvivors(first_dirty, sorted(offset_map.values()))
     log.refresh_segments()
     bases = log.bases
     for i, base in enumerate(bases[:-1]):
         if bases[i + 1] > end:
             break
-        clean_segment(log, log.segments[base], offset_map, now_ms, delete_retention_ms, stats)
+        clean_segment(log, log.segments[base], offset_map, now_ms, delete_retention_ms, stats, survivors)
     log.refresh_segments()
     return stats
 
 
 def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes, int], now_ms: int,
-                  delete_retention_ms: int, stats: CleanStats) -> bool:
+                  delete_retention_ms: int, stats: CleanStats, survivors: DirtySurvivors | None = None) -> bool:
     """Rewrite one segment if anything in it goes (or needs a delete horizon); True if it did."""
     size = segment.file_size()
     out: list[bytes] = []
@@ -242,7 +258,14 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
         if not batches:
             break
         for fb in batches:
-            kept = _clean_batch(fb.header, fb.data, fb.records(), offset_map, now_ms, delete_retention_ms, stats)
+            header = fb.header
+            if (survivors is not None and header.base_offset >= survivors.first_dirty and header.records_count
+                    and not header.is_control and not survivors.any_in(header.base_offset, header.last_offset)):
+                stats.records_read += header.records_count
+                stats.records_removed += header.records_count
+                kept = encode_cleaned_batch(header, [], None)
+            else:
+                kept = _clean_batch(header, fb.data, fb.records(), offset_map, now_ms, delete_retention_ms, stats)
             if kept is None:
                 out.append(fb.data)
             else:
@@ -411,7 +434,8 @@ def compact_replicas(replicas: list[PartitionLog], rng: CleanableRange, now_ms: 
     offset_map = build_offset_map(leader, rng.first_dirty, rng.first_uncleanable)
     total = CleanStats()
     for i, replica in enumerate(replicas):
-        stats = clean_log(replica, offset_map, rng.first_uncleanable, now_ms, delete_retention_ms)
+        stats = clean_log(replica, offset_map, rng.first_uncleanable, now_ms, delete_retention_ms,
+                          first_dirty=rng.first_dirty)
         if i == 0:
             total = stats
         if on_replica is not None:
