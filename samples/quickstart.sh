@@ -48,4 +48,10 @@ klog offsets "$topic"
 step consume "$topic" --json '>' quickstart-export.jsonl
 klog consume "$topic" --json > quickstart-export.jsonl
 echo "exported $(wc -l < quickstart-export.jsonl | tr -d ' ') records to $PWD/quickstart-export.jsonl"
-# TODO: export with `klog spark export` (Parquet) and show consumer-group lag once both commands exist.
+# TODO: export with `klog spark export` (Parquet) once it exists.
+
+# consumer groups: read part of the topic as group quickstart-readers, then see its lag per partition
+step consume "$topic" --group quickstart-readers -n 500 '>' /dev/null
+klog consume "$topic" --group quickstart-readers -n 500 > /dev/null
+step groups describe quickstart-readers
+klog groups describe quickstart-readers
