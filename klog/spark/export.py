@@ -101,7 +101,17 @@ def infer_json_schema(spark, samples: list[str], topic: str):  # noqa: ANN001, A
     """Spark's own JSON inference over the sample; values that are not JSON objects are a usage error."""
     if not samples:
         raise UsageError(f"topic '{topic}' has no records to infer a JSON schema from: give --schema")
-    schema = spark.read.json(spark.sparkContext.parallelize(samples, 1)).schema
+    import tempfile
+
+    if spark.sparkContext.master.startswith("local"):
+        # from a file, so inference is a JVM-only job (an RDD of Python strings starts a Python worker, ~2 s);
+        # raw newlines can only sit between JSON tokens, so spaces replace them without changing a value
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", prefix="klog-schema-") as f:
+            f.write("\n".join(s.replace("\n", " ") for s in samples) + "\n")
+            f.flush()
+            schema = spark.read.json(f"file://{f.name}").schema
+    else:  # executors elsewhere cannot see a driver-local file
+        schema = spark.read.json(spark.sparkContext.parallelize(samples, 1)).schema
     names = [f.name for f in schema.fields]
     if not names or "_corrupt_record" in names:
         raise UsageError(f"values of '{topic}' are not all JSON objects: use --value-format text, or --schema")
@@ -122,8 +132,7 @@ def shaped(spark, raw, value_format: str, schema, for_csv: bool = False):  # noq
     columns = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"),
                F.col("key").cast(cast).alias("key"), F.col("value").cast(cast).alias("value")]
     if not for_csv:
-        header = f"transform(headers, h -> named_struct('key', h.key, 'value', CAST(h.value AS {cast})))"
-        columns.append(F.expr(header).alias("headers"))
+        columns.append(F.col("headers").cast(f"array<struct<key: string, value: {cast}>>").alias("headers"))
     return raw.select(*columns)
 
 
