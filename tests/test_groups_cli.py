@@ -147,6 +147,31 @@ def test_processes_split_partitions_rebalance_and_survive_sigkill(data_dir, tmp_
         assert "Traceback" not in m.err_path.read_text()
 
 
+def test_a_stalled_member_is_expelled_after_the_session_timeout_and_rejoins(data_dir, tmp_path, klog_proc) -> None:
+    """SIGSTOP: the process lives (its pid checks out) but stops heartbeating; after session.timeout.ms
+    (plus a second) the other member holds everything; after SIGCONT it notices, rejoins, shares again."""
+    assert klog_proc("topics", "create", "t", "-p", "6").returncode == 0
+    produce(data_dir, 0, 60)
+    members = [Member(data_dir, tmp_path, f"m{i}") for i in range(2)]
+    pids = [m.proc.pid for m in members]
+    wait_for(lambda: spread(data_dir, pids) == [3, 3], "two members with three partitions each")
+    stalled, other = members
+    stalled.proc.send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    wait_for(lambda: held_by_pid(data_dir).get(other.proc.pid, []) == list(range(6)), "the stalled one's partitions")
+    assert time.monotonic() - stopped_at <= SESSION_TIMEOUT_MS / 1000 + 1
+    assert stalled.proc.pid not in held_by_pid(data_dir)  # expelled, not just outvoted
+    stalled.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: spread(data_dir, pids) == [3, 3], "the stalled member to rejoin")
+    produce(data_dir, 60, 60)
+    wait_for(lambda: all_committed(data_dir), "everything committed")
+    for m in members:
+        assert m.stop() == 130
+    seen = {line for m in members for line in m.lines()}
+    assert seen == expected(data_dir)
+    assert "Traceback" not in stalled.err_path.read_text()
+
+
 def test_exec_failure_stops_uncommitted_and_a_rerun_resumes_at_that_record(cli, data_dir, tmp_path) -> None:
     cli("topics", "create", "t", "-p", "1")
     cli("produce", "t", input=b"".join(b"%d\n" % i for i in range(1, 11)))
