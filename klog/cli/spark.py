@@ -42,11 +42,11 @@ def register(app: typer.Typer) -> None:
              "(needs the spark extra and Java 17+).")
     app.add_typer(spark_app)
 
-    @spark_app.command(help="""Export a topic (or a range of it) to Parquet, JSON, CSV or ORC files.
-
-With --value-format text or binary the columns are Kafka's (topic, partition, offset, timestamp, key,
-value, headers); with json, the fields of the JSON values plus _key, _partition, _offset and _timestamp.
---partition-by takes a column, or date / hour of the record timestamp (UTC).""")
+    @spark_app.command(help=(
+        "Export a topic (or a range of it) to Parquet, JSON, CSV or ORC files.\n\nWith --value-format text or "
+        "binary the columns are Kafka's (topic, partition, offset, timestamp, key, value, headers); with "
+        "json, the fields of the JSON values plus _key, _partition, _offset and _timestamp. --partition-by "
+        "takes a column, or date / hour of the record timestamp (UTC)."))
     def export(
         topic: Annotated[str, typer.Argument(help="Topic to export.")],
         out: Annotated[str, typer.Option("--out", help="Output directory (Spark writes part files into it).")],
@@ -83,11 +83,11 @@ value, headers); with json, the fields of the JSON values plus _key, _partition,
         print(f"exported {summary.records:,} records to {summary.out}: {summary.files} files, "
               f"{_human_bytes(summary.bytes)}", file=sys.stderr)
 
-    @spark_app.command(help="""Run Spark SQL over topics: every topic the query names is a view.
-
-A topic whose values are JSON objects has their fields as columns plus _key, _partition, _offset and
-_timestamp; other topics have Kafka's columns with key and value as text. Quote names with - or . in
-backticks. Results print as a table on a terminal and as JSON lines on a pipe, or go to --out / --to-topic.""")
+    @spark_app.command(help=(
+        "Run Spark SQL over topics: every topic the query names is a view.\n\nA topic whose values are JSON "
+        "objects has their fields as columns plus _key, _partition, _offset and _timestamp; other topics have "
+        "Kafka's columns with key and value as text. Quote names with - or . in backticks. Results print as a "
+        "table on a terminal and as JSON lines on a pipe, or go to --out / --to-topic."))
     def sql(
         query: Annotated[str, typer.Argument(help="The SQL query, e.g. \"SELECT status, count(*) FROM access "
                                              "GROUP BY status\".")],
@@ -126,11 +126,11 @@ backticks. Results print as a table on a terminal and as JSON lines on a pipe, o
                 _print_rows(*spark_sql.rows(df))
 
     @spark_app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-                       help="""Run a PySpark script with a session set up for the store (what spark-submit does).
-
-The script's SparkSession.builder.getOrCreate() returns klog's session (--master, --conf, quiet logs) with
-the klog source registered and KLOG_DATA_DIR set, so spark.read.format("klog").load("TOPIC") works; it also
-finds `spark` as a global. Arguments after the script are its sys.argv[1:].""")
+                       help=(
+        "Run a PySpark script with a session set up for the store (what spark-submit does).\n\nThe script's "
+        "SparkSession.builder.getOrCreate() returns klog's session (--master, --conf, quiet logs) with the "
+        "klog source registered and KLOG_DATA_DIR set, so spark.read.format(\"klog\").load(\"TOPIC\") works; it "
+        "also finds `spark` as a global. Arguments after the script are its sys.argv[1:]."))
     def run(
         ctx: typer.Context,
         script: Annotated[str, typer.Argument(help="The PySpark script (see samples/spark_job.py).")],
@@ -149,13 +149,13 @@ finds `spark` as a global. Arguments after the script are its sys.argv[1:].""")
         if code:
             raise typer.Exit(code)
 
-    @spark_app.command(help="""Stream records from one topic to another through Spark SQL or a script.
-
-The source is a streaming view named after the topic (and `source`) with key and value as text:
---sql "SELECT upper(value) AS value FROM source". A --script file defines transform(df) -> df.
-Progress is kept in the checkpoint (default: <data dir>/spark/checkpoints/FROM--TO), so a restart
-goes on where the job stopped; output is exactly once per batch except when the job dies while
-writing one (then that batch may be written twice). --available-now processes what is there and stops.""")
+    @spark_app.command(help=(
+        "Stream records from one topic to another through Spark SQL or a script.\n\nThe source is a streaming "
+        "view named after the topic (and `source`) with key and value as text: --sql \"SELECT upper(value) AS "
+        "value FROM source\". A --script file defines transform(df) -> df. Progress is kept in the checkpoint "
+        "(default: <data dir>/spark/checkpoints/FROM--TO), so a restart goes on where the job stopped; output "
+        "is exactly once per batch except when the job dies while writing one (then that batch may be written "
+        "twice). --available-now processes what is there and stops."))
     def stream(
         source: Annotated[str, typer.Option("--from", help="Source topic.")],
         target: Annotated[str, typer.Option("--to", help="Target topic (created if missing and allowed).")],
