@@ -143,6 +143,21 @@ def test_a_silent_member_is_expelled_and_its_commits_fenced(store) -> None:
     live.close()
 
 
+def test_a_member_that_stops_polling_leaves_after_max_poll_interval(store) -> None:
+    fill(store, "t", 2, 3)
+    slow = store.group_consumer("g", "t", max_poll_interval_ms=300, heartbeat_interval_ms=50)
+    busy = store.group_consumer("g", "t")
+    settle([slow, busy], lambda: sizes([slow, busy]) == [1, 1])
+    kept = slow.assignment()
+    time.sleep(0.6)  # "user code" that does not poll; its heartbeats alone do not keep it in the group
+    settle([busy], lambda: len(busy.assignment()) == 2)
+    with pytest.raises(GroupFencedError, match="is no longer in group 'g'"):
+        slow.commit({kept[0]: 1})
+    settle([slow, busy], lambda: sizes([slow, busy]) == [1, 1])  # its next poll rejoins
+    slow.close()
+    busy.close()
+
+
 def test_a_member_whose_process_is_gone_is_expired_at_once(store) -> None:
     fill(store, "t", 4, 1)
     proc = subprocess.Popen(["sleep", "30"])

@@ -47,8 +47,9 @@ On a pipe each value is printed alone on a line; on a terminal, a readable log v
                                                   "per line.")] = None,
         prop: Annotated[list[str] | None, typer.Option("--property", "-X", help="With --group, a consumer setting "
                                                        "name=value: partition.assignment.strategy, session.timeout.ms, "
-                                                       "heartbeat.interval.ms, auto.offset.reset, "
-                                                       "auto.commit.interval.ms, client.id.")] = None,
+                                                       "heartbeat.interval.ms, max.poll.interval.ms, "
+                                                       "auto.offset.reset, auto.commit.interval.ms, client.id.")]
+        = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.client.consumer import StartSpec

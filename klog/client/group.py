@@ -40,6 +40,7 @@ from klog.store.partition import Partition
 POLL_INTERVAL_MS = 20  # idle wait between fetches; also how soon a member notices a rebalance
 HEARTBEAT_INTERVAL_MS_DEFAULT = 1000  # Kafka's is 3000; a local heartbeat is one small LMDB write
 AUTO_COMMIT_INTERVAL_MS_DEFAULT = 5000  # Kafka's auto.commit.interval.ms
+MAX_POLL_INTERVAL_MS_DEFAULT = 300_000  # Kafka's: a member whose code has not polled for this long leaves
 FETCH_BYTES_MAX = 1 << 20  # per partition per poll
 ACQUIRE_RETRY_MS = 20  # how often a member asks again for partitions their old owner still holds
 OFFSET_RESETS = ("earliest", "latest", "none")
@@ -57,13 +58,14 @@ class GroupConfig:
     auto_offset_reset: str = "earliest"  # Kafka's default is latest; klog consume starts at the beginning
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = AUTO_COMMIT_INTERVAL_MS_DEFAULT
+    max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS_DEFAULT
     client_id: str = "klog"
 
     PROPERTIES = {
         "partition.assignment.strategy": "assignor", "session.timeout.ms": "session_timeout_ms",
         "heartbeat.interval.ms": "heartbeat_interval_ms", "auto.offset.reset": "auto_offset_reset",
         "enable.auto.commit": "enable_auto_commit", "auto.commit.interval.ms": "auto_commit_interval_ms",
-        "client.id": "client_id",
+        "max.poll.interval.ms": "max_poll_interval_ms", "client.id": "client_id",
     }
 
     @classmethod
@@ -95,6 +97,8 @@ class GroupConfig:
             raise UsageError("session.timeout.ms must be at least 100")
         if not 10 <= self.heartbeat_interval_ms:
             raise UsageError("heartbeat.interval.ms must be at least 10")
+        if self.max_poll_interval_ms < 1:
+            raise UsageError("max.poll.interval.ms must be at least 1")
         if self.auto_commit_interval_ms < 0:
             raise UsageError("auto.commit.interval.ms must be 0 or more")
         # Kafka's rule of thumb: at least three heartbeats per session, or one late one expires you
@@ -138,6 +142,7 @@ class GroupConsumer:
         self._last_check = 0.0
         self._last_acquire = 0.0
         self._last_commit = time.monotonic()
+        self._last_poll = time.monotonic()
         self._lock = threading.Lock()
         self._expelled_id: str | None = None
         self._heartbeat_error: BaseException | None = None
@@ -165,6 +170,13 @@ class GroupConsumer:
                 member_id = self.member_id
             try:
                 self.meta.heartbeat(self.group, member_id, assignors.assign)
+                if time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000:
+                    # user code is stuck: leave (as Kafka's heartbeat thread does) so the others can take
+                    # the partitions; its commits are fenced from now on and its next poll rejoins
+                    self.meta.leave(self.group, member_id, assignors.assign)
+                    with self._lock:
+                        if member_id == self.member_id:
+                            self._expelled_id = member_id
             except UnknownMemberError:
                 with self._lock:
                     if member_id == self.member_id:
@@ -306,6 +318,7 @@ class GroupConsumer:
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         fetch = fetch or self._fetch
         while not self._closed:
+            self._last_poll = time.monotonic()
             self._maybe_sync()
             self._maybe_auto_commit()
             records = fetch()
