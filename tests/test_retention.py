@@ -241,6 +241,7 @@ def test_delete_records_before_an_offset_mid_segment(seg_topic):
     assert result[0].log_start_after == 37
     assert values(store, "t") == [b"value-%05d" % i for i in range(37, 100)]
     assert values(store, "t", start="5") == [b"value-%05d" % i for i in range(37, 100)]
+    assert store.offsets("t", T0) == {0: 37}  # a time before the log start answers the log start
     bases = [int(n[:20]) for n in segment_files(store, "t")]
     assert bases[0] <= 37 and (len(bases) == 1 or bases[1] > 37)  # segments wholly below 37 are gone
     # the log start only moves up

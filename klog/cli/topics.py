@@ -176,8 +176,8 @@ def _print_cleanups(results, as_json: bool, verb: str) -> None:
         if r.segments_deleted:
             parts.append(f"{r.segments_deleted} segments ({r.bytes_deleted} bytes) deleted")
         if r.compacted:
-            parts.append(f"compacted: {r.records_removed} records removed ({r.tombstones_removed} tombstones), "
-                         f"{r.segments_rewritten} segments rewritten")
+            parts.append(f"compacted below offset {r.cleanable_end}: {r.records_removed} records removed "
+                         f"({r.tombstones_removed} tombstones), {r.segments_rewritten} segments rewritten")
         elif r.dirty_ratio is not None:
             parts.append(f"dirty ratio {r.dirty_ratio:.2f}")
         print(f"{verb} {r.topic}-{r.partition}: {', '.join(parts)}", file=sys.stderr)

@@ -36,6 +36,7 @@ class PartitionCleanup:
     tombstones_removed: int = 0
     segments_rewritten: int = 0
     dirty_ratio: float | None = None  # before compaction, for compacted topics
+    cleanable_end: int | None = None  # compaction stops here: the active segment, the HW or min.compaction.lag.ms
 
 
 def _now_ms(clock: Clock | None) -> int:
@@ -99,6 +100,7 @@ def _compact(store, topic: str, part: Partition, now_ms: int, force: bool, resul
     rng = cleaner.cleanable_range(part.leader, checkpoint.read(), part.high_watermark(), now_ms,
                                   int(configs["min.compaction.lag.ms"]))
     result.dirty_ratio = rng.dirty_ratio
+    result.cleanable_end = rng.first_uncleanable
     if not force and not _due(part, rng, now_ms, configs):
         return
     stats = cleaner.compact_replicas(part.replicas, rng, now_ms, int(configs["delete.retention.ms"]))

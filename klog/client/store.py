@@ -192,7 +192,8 @@ class Store:
             elif timestamp is None or timestamp == -1:
                 out[i] = p.high_watermark()
             else:
-                out[i] = p.offset_for_timestamp(timestamp)
+                found = p.offset_for_timestamp(timestamp)  # never below the log start (delete-records)
+                out[i] = None if found is None else max(found, p.log_start_offset())
         return out
 
     def resolve_topics(self, topics: Iterable[str] = (), pattern: str | None = None) -> list[str]:
