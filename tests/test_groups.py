@@ -143,6 +143,21 @@ def test_a_silent_member_is_expelled_and_its_commits_fenced(store) -> None:
     live.close()
 
 
+def test_heartbeats_keep_a_busy_member_in_the_group_and_stop_on_close(store) -> None:
+    import threading
+
+    fill(store, "t", 2, 3)
+    c = store.group_consumer("g", "t", session_timeout_ms=300, heartbeat_interval_ms=50, enable_auto_commit=False)
+    settle([c], lambda: len(c.assignment()) == 2)
+    time.sleep(0.9)  # user code busy for 3 session timeouts; the background thread heartbeats meanwhile
+    other = store.group_consumer("g", "t")  # joining expires silent members: c must not be one
+    assert c.member_id in [m.member_id for m in GroupsMeta(store.meta).snapshot("g").members]
+    assert c.commit({("t", 0): 2}) == {("t", 0): 2}
+    c.close()
+    other.close()
+    assert [t for t in threading.enumerate() if t.name.startswith("klog-heartbeat")] == []
+
+
 def test_a_member_that_stops_polling_leaves_after_max_poll_interval(store) -> None:
     fill(store, "t", 2, 3)
     slow = store.group_consumer("g", "t", max_poll_interval_ms=300, heartbeat_interval_ms=50)
