@@ -358,3 +358,29 @@ def test_garbage_compressed_payload_is_a_corrupt_log_error_with_location(data_di
     r = klog_proc("verify", "z")
     assert r.returncode == 1 and "Traceback" not in r.stderr.decode(), r.stderr
     assert path in r.stdout.decode() and f"position {position}" in r.stdout.decode()
+
+
+def test_rf1_recovery_cutting_committed_records_says_so(data_dir, monkeypatch):
+    """With one replica, a damaged batch in the active segment found after a reboot costs the
+    records from there on (Kafka's rule); the writer must say so, with file, position and offset."""
+    with klog.open(data_dir) as store:
+        store.create_topic("one")
+        with store.producer(batch_size=2000) as p:
+            for i in range(3000):
+                p.send("one", b"value-%08d" % i, partition=0)
+        folder = store.partition("one", 0).leader.directory
+    path = active_log_path(folder)
+    position, batch = batches_in(path)[20]
+    offset = codec.read_header(batch).base_offset
+    with open(path, "r+b") as f:
+        f.seek(position + 70)
+        f.write(bytes([batch[70] ^ 0x01]))
+    reboot(monkeypatch)
+    warnings: list[str] = []
+    with klog.open(data_dir) as store:
+        with store.producer(on_warning=warnings.append) as p:
+            p.send("one", b"after", partition=0)
+        values = [r.value for r in store.consumer("one")]
+    assert values == [b"value-%08d" % i for i in range(offset)] + [b"after"]
+    assert len(warnings) == 1, warnings
+    assert f"from offset {offset}" in warnings[0] and path in warnings[0] and f"position {position}" in warnings[0]

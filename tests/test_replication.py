@@ -396,3 +396,39 @@ def test_unclean_leader_election_only_when_enabled(rstore):
     assert sorted(store.topics.get("u").partitions[0].isr) == sorted(meta.replicas)
     folders = [os.path.join(dirs[d], partition_dir_name("u", 0)) for d in meta.replicas]
     assert replica_bytes(folders[0]) == replica_bytes(folders[1])
+
+
+def _flip_in_active_segment(folder, nth_batch):
+    """Flip one byte inside the nth batch of the replica's active segment; returns its position."""
+    path = os.path.join(folder, sorted(n for n in os.listdir(folder) if n.endswith(".log"))[-1])
+    with open(path, "r+b") as f:
+        data = f.read()
+        pos = 0
+        for _ in range(nth_batch):
+            pos += codec.read_header(data, pos).size
+        f.seek(pos + 70)
+        f.write(bytes([data[pos + 70] ^ 0x01]))
+    return path, pos
+
+
+def test_leader_cut_at_damage_after_a_power_cut_is_restored_from_its_followers(rstore, monkeypatch):
+    """After a reboot the leader's recovery cuts its active segment at a damaged batch, far below
+    the high watermark; the followers still hold those committed records, so they must not be cut
+    to the leader's end: the leader copies them back, and a warning names what happened."""
+    store, dirs = rstore
+    store.create_topic("pc", replication_factor=3)
+    with store.producer(batch_size=2000) as p:
+        for i in range(3000):
+            p.send("pc", b"value-%08d" % i, partition=0)
+    meta = store.topic("pc").partitions[0]
+    folder = os.path.join(dirs[meta.leader], partition_dir_name("pc", 0))
+    path, position = _flip_in_active_segment(folder, 20)
+    monkeypatch.setattr("klog.store.log.current_boot_id", lambda: b"\x42" * 16)  # the machine rebooted
+    warnings: list[str] = []
+    with klog.open(store.path) as fresh:
+        produce(fresh, "pc", 10, start=3000, warnings=warnings)
+        assert consumed(fresh, "pc") == expected(3010)
+    lost = [w for w in warnings if "recovery cut committed records" in w]
+    assert len(lost) == 1 and path in lost[0] and f"position {position}" in lost[0], warnings
+    images = {replica_bytes(os.path.join(d, partition_dir_name("pc", 0))) for d in dirs}
+    assert len(images) == 1

@@ -152,12 +152,14 @@ class ReplicaManager:
                                 f"(replicas {meta.replicas}: {', '.join(f'{d} {states[d]}' for d in meta.replicas)})")
         part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [d for d in meta.isr if d != meta.leader]))
         part.open_for_write()
+        self._restore_leader_tail(part, hw)
         leader = part.leader
         if meta.leader_epoch != before.leader_epoch:
             meta = replace(meta, epochs=[*meta.epochs, [meta.leader_epoch, leader.log_end_offset]])
             self.warn(f"{topic}-{partition}: replica in log directory {meta.leader} is the new leader "
                       f"(epoch {meta.leader_epoch})")
         meta = self._align_in_sync_followers(topic, partition, part, meta)
+        part.publish()  # open_for_write lowered the high watermark to the shortest replica's end
         meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
         if meta != before:
             store.topics.update_partition(topic, partition, meta)
@@ -167,6 +169,25 @@ class ReplicaManager:
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)
         return meta
+
+    def _restore_leader_tail(self, part, hw: int) -> None:
+        """The leader can come out of recovery shorter than an in-sync follower: killed between
+        writes, or cut at a damaged batch below the high watermark after a power cut. In-sync
+        followers hold the same batches, so the longest one's tail is copied back, rather than
+        every replica being cut to the leader's end. A replica that lost committed records is
+        named in a warning (with RF=1 they are gone)."""
+        for replica, report in zip(part.replicas, part.last_recovery, strict=True):
+            if report.repaired and replica.log_end_offset < hw:
+                self.warn(f"recovery cut committed records of {replica.directory} from offset "
+                          f"{replica.log_end_offset} (high watermark {hw}): {'; '.join(report.reasons)}")
+        leader = part.leader
+        longest = max(part.replicas, key=lambda r: r.log_end_offset)
+        if longest.log_end_offset > leader.log_end_offset:
+            try:
+                catch_up(longest, leader, longest.log_end_offset)
+            except OSError as e:
+                raise StorageError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
+                                   f"{e.strerror or e}") from None
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
         """A writer killed between the leader's append and a follower's left that follower short
