@@ -219,6 +219,11 @@ def test_auto_offset_reset_and_log_start(store) -> None:
     store.partition("t", 0).set_log_start_offset(5)  # records below 5 are gone (retention)
     with store.group_consumer("old", "t", follow=False) as c:
         assert [r.offset for r in c] == list(range(5, 10))
+    GroupsMeta(store.meta).set_offsets("held", {("t", 0): 6})
+    with store.group_consumer("held", "t", follow=False) as c:
+        assert c.position("t", 0) == 6
+        store.partition("t", 0).set_log_start_offset(8)  # moves while the member holds the partition
+        assert [r.offset for r in c] == [8, 9]
 
 
 def test_two_groups_each_see_every_record(store) -> None:

@@ -281,10 +281,10 @@ class GroupConsumer:
         out = []
         for tp, cursor in self._cursors.items():
             part = cursor.part
+            # retention or delete-records may have moved the log start past us: never hand out what is
+            # below it, even while its segment still exists
+            cursor.offset = max(cursor.offset, part.log_start_offset())
             batches = part.read(cursor.offset, FETCH_BYTES_MAX)
-            if not batches and cursor.offset < part.log_start_offset():
-                cursor.offset = part.log_start_offset()  # retention moved the start past us
-                batches = part.read(cursor.offset, FETCH_BYTES_MAX)
             if batches:
                 out.append((tp, cursor.offset, batches))
                 cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
