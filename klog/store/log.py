@@ -254,7 +254,7 @@ class PartitionLog:
     def append(self, batch: bytes, header: BatchHeader) -> int:
         """Append an already-stamped batch at the log end; returns its position."""
         assert self._fds is not None, "open_for_write first"
-        if header.base_offset > self.log_end_offset and len(self.bases) == 1 and self.active.size == 0:
+        if header.base_offset > self.log_end_offset:
             self._start_at(header.base_offset)
         assert header.base_offset == self.log_end_offset, (header.base_offset, self.log_end_offset)
         if self.should_roll(header):
@@ -265,12 +265,14 @@ class PartitionLog:
         return position
 
     def _start_at(self, base: int) -> None:
-        """An empty replica copying a leader whose log starts later (retention or delete-records
-        moved it): begin at that offset (Kafka's truncateFullyAndStartAt)."""
+        """A follower copying a leader whose log starts past the follower's end (retention or
+        delete-records moved it): drop everything and begin at that offset (Kafka's
+        truncateFullyAndStartAt; the leader's appends and compaction never leave a gap)."""
         assert self._fds is not None
         self._fds.close()
         self._fds = None
-        self.segments.pop(self.bases[0]).delete_files()
+        for b in self.bases:
+            self.segments.pop(b).delete_files()
         self.bases = []
         self._new_segment(base)
         self._open_fds()
