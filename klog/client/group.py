@@ -32,6 +32,7 @@ from klog.meta.groups import (
     GroupsMeta,
     Member,
     UnknownMemberError,
+    tp_key,
     validate_group_id,
 )
 from klog.store.log import FetchedBatch
@@ -42,7 +43,6 @@ HEARTBEAT_INTERVAL_MS_DEFAULT = 1000  # Kafka's is 3000; a local heartbeat is on
 AUTO_COMMIT_INTERVAL_MS_DEFAULT = 5000  # Kafka's auto.commit.interval.ms
 MAX_POLL_INTERVAL_MS_DEFAULT = 300_000  # Kafka's: a member whose code has not polled for this long leaves
 FETCH_BYTES_MAX = 1 << 20  # per partition per poll
-ACQUIRE_RETRY_MS = 20  # how often a member asks again for partitions their old owner still holds
 OFFSET_RESETS = ("earliest", "latest", "none")
 
 Callback = Callable[[list[TP]], None]
@@ -140,7 +140,6 @@ class GroupConsumer:
         self._rebalancing = False
         self._closed = False
         self._last_check = 0.0
-        self._last_acquire = 0.0
         self._last_commit = time.monotonic()
         self._last_poll = time.monotonic()
         self._lock = threading.Lock()
@@ -200,15 +199,20 @@ class GroupConsumer:
         self._epoch += 1
 
     def _maybe_sync(self) -> None:
+        """Every poll_interval_ms, one LMDB read: sync if the generation moved or a partition we wait for
+        was released (writes, which fsync, happen only then)."""
         self._check_membership()
         now = time.monotonic()
-        pending = bool(self._target - set(self._cursors))
-        if pending and now - self._last_acquire >= ACQUIRE_RETRY_MS / 1000:
+        if now - self._last_check < self.poll_interval_ms / 1000:
+            return
+        self._last_check = now
+        doc = self.meta.peek(self.group)
+        if doc is None or doc.generation != self.generation:
             self._sync()
-        elif now - self._last_check >= self.poll_interval_ms / 1000:
-            self._last_check = now
-            if self.meta.peek_generation(self.group) != self.generation:
-                self._sync()
+            return
+        waiting = self._target - set(self._cursors)
+        if any(doc.owners.get(tp_key(tp)) is None for tp in waiting):
+            self._sync()
 
     def _sync(self) -> None:
         """Adopt the current generation: revoke what we must give up (committing it), take what is free."""
@@ -228,7 +232,6 @@ class GroupConsumer:
             self.generation = view.generation
             self._target = target
         wanted = sorted(self._target - (set(self._cursors) - set(revoked)))
-        self._last_acquire = time.monotonic()
         view = self.meta.sync(self.group, self.member_id, self.generation, assignors.assign, commits=commits,
                               release=revoked, acquire=wanted)
         for tp in revoked:

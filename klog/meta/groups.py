@@ -292,10 +292,13 @@ class GroupsMeta:
             self._save(txn, doc)
             return GroupView(doc.generation, doc.target(member_id), doc.owned_by(member_id))
 
-    def peek_generation(self, group: str) -> int:
-        """The group's generation, read-only (cheap enough to check on every poll)."""
+    def peek(self, group: str) -> GroupDoc | None:
+        """The group's state, read-only (cheap enough to check on every poll)."""
         with self.db.txn() as txn:
-            doc = self._doc(txn, group)
+            return self._doc(txn, group)
+
+    def peek_generation(self, group: str) -> int:
+        doc = self.peek(group)
         return 0 if doc is None else doc.generation
 
     def sync(self, group: str, member_id: str, generation: int, assign: AssignFn,
