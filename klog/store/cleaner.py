@@ -55,6 +55,7 @@ from klog.store.format import (
     parse_segment_base,
     segment_file_name,
 )
+from klog.store.retention import largest_timestamp
 
 if TYPE_CHECKING:
     from klog.store.log import PartitionLog
@@ -155,7 +156,7 @@ def cleanable_range(log: PartitionLog, first_dirty: int, high_watermark: int, no
     for i, base in enumerate(bases[:-1]):
         segment = log.segments[base]
         too_young = (min_compaction_lag_ms > 0
-                     and _largest_timestamp(segment, sizes[base]) > now_ms - min_compaction_lag_ms)
+                     and largest_timestamp(segment, sizes[base]) > now_ms - min_compaction_lag_ms)
         if bases[i + 1] > high_watermark or too_young:
             uncleanable = base
             break
@@ -164,13 +165,6 @@ def cleanable_range(log: PartitionLog, first_dirty: int, high_watermark: int, no
     clean = sum(sizes[b] for b in bases if b < first_dirty)
     dirty = sum(sizes[b] for b in bases if first_dirty <= b < uncleanable)
     return CleanableRange(start, first_dirty, uncleanable, clean, dirty)
-
-
-def _largest_timestamp(segment: LogSegment, size: int) -> int:
-    largest = -1
-    for _, header in segment.iter_headers(0, size):
-        largest = max(largest, header.max_timestamp)
-    return largest
 
 
 def first_dirty_timestamp(log: PartitionLog, first_dirty: int) -> int:

@@ -38,17 +38,25 @@ def segment_facts(log: PartitionLog) -> list[SegmentFacts]:
     for base in log.bases:
         segment = log.segments[base]
         size = segment.file_size()
-        segment.time_index.refresh()
-        last = segment.time_index.last_entry()
-        largest = last[0] if last is not None else -1
-        if base != log.bases[-1] or largest < 0:
-            # sealed segments end their time index with the max timestamp (seal()); be sure anyway
-            for _, header in segment.iter_headers(0, size):
-                largest = max(largest, header.max_timestamp)
+        largest = largest_timestamp(segment, size, sealed=base != log.bases[-1])
         if largest < 0:
             largest = int(os.path.getmtime(segment.log_path) * 1000)
         out.append(SegmentFacts(base, size, largest))
     return out
+
+
+def largest_timestamp(segment, size: int, sealed: bool = True) -> int:  # noqa: ANN001 - a LogSegment
+    """The segment's largest batch timestamp (-1 if none). A sealed segment's time index ends with
+    it (seal(), recovery and the cleaner write that entry), so only an index without entries, or
+    the active segment's, costs a scan of the batch headers."""
+    segment.time_index.refresh()
+    last = segment.time_index.last_entry()
+    if sealed and last is not None:
+        return last[0]
+    largest = last[0] if last is not None else -1
+    for _, header in segment.iter_headers(0, size):
+        largest = max(largest, header.max_timestamp)
+    return largest
 
 
 def retention_cut(facts: list[SegmentFacts], *, now_ms: int, retention_ms: int, retention_bytes: int,
