@@ -95,11 +95,16 @@ def test_cooperative_sticky_revokes_only_moved_partitions_eager_revokes_all(stor
     fill(store, "t", 6, 1)
     for assignor, expect_first_revoke in (("cooperative-sticky", 3), ("range", 6)):
         revoked: list[list] = []
-        a = store.group_consumer("g-" + assignor, "t", assignor=assignor, on_revoke=revoked.append)
+        assigned: list[list] = []
+        a = store.group_consumer("g-" + assignor, "t", assignor=assignor, on_revoke=revoked.append,
+                                 on_assign=assigned.append)
         settle([a], lambda a=a: len(a.assignment()) == 6)
         b = store.group_consumer("g-" + assignor, "t", assignor=assignor)
         settle([a, b], lambda a=a, b=b: sizes([a, b]) == [3, 3])
         assert len(revoked[0]) == expect_first_revoke
+        assert assigned[0] == [("t", p) for p in range(6)]
+        # eager: everything comes back through on_assign; cooperative: nothing new was assigned to a
+        assert assigned[1:] == ([a.assignment()] if assignor == "range" else [])
         a.close()
         b.close()
 
