@@ -260,3 +260,14 @@ def test_sigkilled_replays_resume_without_duplicates(store, data_dir):
     done = subprocess.run(args[:-2], env=env, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert digest(rows(store, "dst")) == digest(rows(store, "src")), f"seed {seed}"
+
+
+def test_keyless_records_into_a_compacted_dest_and_oversized_records_are_refused(store, cli):
+    fill(store, "src", 30)  # record 11 has no key
+    store.create_topic("kv", partitions=3, configs={"cleanup.policy": "compact"})
+    r = cli("replay", "src", "--to", "kv", "--keep-timestamps")
+    assert r.exit_code == 2 and "compacted: every record needs a key" in r.stderr
+    assert r.stderr.count("\n") == 1
+    store.create_topic("small", partitions=3, configs={"max.message.bytes": "70"})
+    r = cli("replay", "src", "--to", "small")
+    assert r.exit_code == 1 and "max.message.bytes (70)" in r.stderr

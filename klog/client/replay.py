@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from klog.client.consumer import StartSpec
 from klog.client.partitioner import partition_for_key
 from klog.client.records import Record
-from klog.errors import KlogError, UsageError
+from klog.errors import KlogError, RecordTooLargeError, UsageError
 from klog.store import codec, compression
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
 
@@ -122,6 +122,7 @@ class Replayer:
                  keep_timestamps: bool = False, speed: float | None = None, rate: float | None = None,
                  group: str | None = None, acks: str = "all", emit: Callable[[Record], None] | None = None,
                  on_progress: Callable[[ReplayStats], None] | None = None,
+                 on_warning: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         if dest is not None and dest == source:
@@ -146,6 +147,7 @@ class Replayer:
         self.acks = acks
         self.emit = emit
         self.on_progress = on_progress
+        self.on_warning = on_warning
         self.clock, self.sleep, self.wall_ms = clock, sleep, wall_ms
         self.stats = ReplayStats()
         self.consumer = store.consumer(source, partitions=partitions, start=start, until_ms=until_ms)
@@ -174,9 +176,10 @@ class Replayer:
         self.codec = compression.NONE if name == "producer" else compression.CODEC_IDS[name]
         self.timestamp_type = LOG_APPEND_TIME if configs["message.timestamp.type"] == "LogAppendTime" else CREATE_TIME
         self.max_bytes = int(configs["max.message.bytes"])
+        self.dest_compacted = "compact" in configs["cleanup.policy"]
         from klog.client.replication import ReplicaManager
 
-        self.replicas = ReplicaManager(store)
+        self.replicas = ReplicaManager(store, warn=self.on_warning)
 
     def _resume(self) -> None:
         """Settle a write a kill interrupted, then start each source partition where it is done."""
@@ -248,6 +251,10 @@ class Replayer:
             if self.on_progress is not None and self.stats.records % 1000 == 0:
                 self.on_progress(self.stats)
             return
+        if record.key is None and self.dest_compacted:
+            self._flush_all()  # what came before is written (and recorded); then stop, as a producer would
+            raise UsageError(f"topic '{self.dest}' is compacted: every record needs a key, and "
+                             f"{self.source}-{s} offset {record.offset} has none")
         q = self._route(record)
         if self.progress is not None and self.progress.written(s, record.offset, q):
             self.stats.skipped += 1
@@ -292,7 +299,11 @@ class Replayer:
     def _append(self, q: int, records: list[tuple], sources: list[tuple[int, int]]) -> None:
         encoded = codec.encode_batch(records, 0, codec=self.codec, timestamp_type=self.timestamp_type,
                                      log_append_time_ms=self.wall_ms())
-        if len(encoded) > self.max_bytes and len(records) > 1:
+        if len(encoded) > self.max_bytes:
+            if len(records) == 1:
+                s, o = sources[0]
+                raise RecordTooLargeError(f"{self.source}-{s} offset {o} is {len(encoded)} bytes as a batch, more "
+                                          f"than max.message.bytes ({self.max_bytes}) of topic '{self.dest}'")
             half = len(records) // 2
             self._append(q, records[:half], sources[:half])
             self._append(q, records[half:], sources[half:])
