@@ -220,6 +220,7 @@ def test_auto_offset_reset_and_log_start(store) -> None:
     with pytest.raises(GroupError, match="no committed offset in group 'strict' and auto.offset.reset is none"):
         with store.group_consumer("strict", "t", auto_offset_reset="none"):
             pass
+    assert admin.describe_group(store, "strict").members == []  # it did not stay behind, holding partitions
     GroupsMeta(store.meta).set_offsets("old", {("t", 0): 2})
     store.partition("t", 0).set_log_start_offset(5)  # records below 5 are gone (retention)
     with store.group_consumer("old", "t", follow=False) as c:

@@ -147,7 +147,12 @@ class GroupConsumer:
         self._heartbeat_error: BaseException | None = None
         self._stop = threading.Event()
         self.member_id = ""
-        self._join()
+        try:
+            self._join()
+        except BaseException:
+            if self.member_id:  # joined, then failed (auto.offset.reset=none, a callback): do not linger
+                self.meta.leave(self.group, self.member_id, assignors.assign)
+            raise
         self._thread = threading.Thread(target=self._heartbeat_loop, name=f"klog-heartbeat-{group}", daemon=True)
         self._thread.start()
 
@@ -156,10 +161,10 @@ class GroupConsumer:
         member_id = f"{self.config.client_id}-{uuid.uuid4().hex[:12]}"
         member = Member.local(member_id, self.config.client_id, self.topics, self.config.assignor,
                               self.config.session_timeout_ms)
-        with self._lock:
+        self.meta.join(self.group, member, assignors.assign)
+        with self._lock:  # only now: the heartbeat thread must not heartbeat a member not yet registered
             self.member_id = member_id
             self._expelled_id = None
-        self.meta.join(self.group, member, assignors.assign)
         self.generation = -1
         self._sync()
 
