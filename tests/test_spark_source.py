@@ -272,3 +272,25 @@ def test_store_reads_do_not_need_the_environment(spark, orders, data_dir, monkey
     finally:
         register(spark)
 
+
+
+def test_readme_spark_example_runs(spark, store, data_dir, capsys) -> None:
+    """The README's data source example works as written (on a store with an `orders` topic)."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if 'format("klog")' in b]
+    assert len(blocks) == 1
+    store.create_topic("orders", partitions=2)
+    _produce(store, "orders", 0, 300)
+    before = {p: store.partition("orders", p).high_watermark() for p in (0, 1)}
+    try:
+        exec(compile(blocks[0].replace('"/data/klog"', repr(data_dir)), "README.md", "exec"), {})
+    finally:
+        from klog.spark.session import register
+
+        register(spark)
+    assert "offset" in capsys.readouterr().out
+    expected = before[0] - 100 + before[1]
+    assert sum(1 for _ in store.consumer("orders-upper")) == expected
