@@ -96,7 +96,9 @@ def _reset_spec(to_earliest: bool, to_latest: bool, to_offset: int | None, to_da
     return ResetSpec("earliest" if to_earliest else "latest" if to_latest else "current")
 
 
-@app.command("reset-offsets")
+@app.command("reset-offsets", help="Move a group's committed offsets: a dry run prints the plan, --execute "
+             "applies it (refused while the group has live members); new offsets stay between the log start and "
+             "the log end.")
 def reset_offsets(
     group: str,
     topic: TopicScopeOpt = None,
@@ -116,8 +118,6 @@ def reset_offsets(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Move a group's committed offsets. A dry run prints the plan; --execute applies it, refused while
-    the group has live members. New offsets stay within [log start, log end]."""
     from klog.client.groups_admin import execute_reset, plan_reset
 
     spec = _reset_spec(to_earliest, to_latest, to_offset, to_datetime, by_duration, shift_by, to_current)
