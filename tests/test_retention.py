@@ -311,3 +311,35 @@ def test_a_lagging_follower_behind_the_leaders_log_start_restarts_there(tmp_path
         follower = next(r for r in store.partition("r", 0).replicas if r is not leader)
         assert follower.first_offset() == leader.first_offset() > 20
         assert follower.log_end_offset == leader.log_end_offset == 61
+
+
+RETENTION_CHILD = """
+import sys, klog
+from klog.client import lifecycle
+with klog.open(sys.argv[1]) as store:
+    lifecycle.delete_records(store, "t", before_offset=int(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("step", ["retention-log-start", "retention-renamed"])
+def test_sigkill_during_retention_leaves_a_valid_log_and_the_next_writer_finishes(data_dir, step):
+    import subprocess
+    import sys
+
+    from klog.store.cleaner import CRASH_ENV
+
+    with klog.open(data_dir) as store:
+        store.create_topic("t", partitions=1, configs={"segment.bytes": "800", "retention.ms": "-1"})
+        fill(store, "t", 100)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, CRASH_ENV: step, "PYTHONPATH": repo}
+    proc = subprocess.run([sys.executable, "-c", RETENTION_CHILD, data_dir, "55"], env=env, timeout=60)
+    assert proc.returncode == -9
+    with klog.open(data_dir) as store:
+        assert store.offsets("t", -2) == {0: 55}  # the log start was persisted first
+        assert values(store, "t") == [b"value-%05d" % i for i in range(55, 100)]
+        lifecycle.clean(store, "t")  # a writer opens: leftovers go, segments below the start go
+        bases = [int(n[:20]) for n in segment_files(store, "t")]
+        assert bases[0] <= 55 and (len(bases) == 1 or bases[1] > 55)
+        assert segment_files(store, "t", ".deleted") == []
+        assert values(store, "t") == [b"value-%05d" % i for i in range(55, 100)]

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 READ_BYTES = 4 << 20  # batches are read 4 MiB at a time
 CRASH_ENV = "KLOG_CRASH_AT"  # test hook: "step" or "step:N" SIGKILLs this process at the Nth time it reaches step
 CRASH_STEPS = ("cleaned-partial", "cleaned-written", "swap-partial", "swap-renamed", "index-replaced",
-               "log-replaced", "before-checkpoint")
+               "log-replaced", "before-checkpoint", "retention-log-start", "retention-renamed")
 _crash_hits: dict[str, int] = {}
 
 

@@ -135,6 +135,9 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
             except FileNotFoundError:
                 pass
     fsync_dir(log.directory)
+    from klog.store.cleaner import crash_point
+
+    crash_point("retention-renamed")
     for path in renamed:
         try:
             os.unlink(path)
