@@ -230,6 +230,12 @@ def test_groups_list_describe_and_reset_tables(cli, data_dir) -> None:
     assert r.exit_code == 0 and "dry run" in r.stderr
     assert r.out.splitlines()[1].split() == ["g", "t", "0", "4", "1", "0", "10"]
     assert cli("groups", "reset-offsets", "g", "--topic", "t", "--to-latest", "--export").out == "t,0,10\nt,1,0\n"
+    # time specs as users type them: every record is from the last hour, none from the year 2999
+    for spec, new_offset in ((["--by-duration", "1h"], 0), (["--to-datetime", "2999-01-01T00:00:00Z"], 10),
+                             (["--to-datetime", "2000-01-01"], 0), (["--to-current"], 4)):
+        assert cli("groups", "reset-offsets", "g", "-t", "t:0", *spec, "--export").out == f"t,0,{new_offset}\n"
+    r = cli("groups", "reset-offsets", "g", "-t", "t", "--by-duration", "soon")
+    assert (r.exit_code, r.stderr) == (2, "klog: error: invalid duration 'soon': use e.g. 90s, 15m, 2h, 7d\n")
     r = cli("groups", "reset-offsets", "g", "--all-topics", "--to-offset", "8", "--execute", "--json")
     assert r.exit_code == 0 and "dry run" not in r.stderr
     with klog.open(data_dir) as store:
