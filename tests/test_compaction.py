@@ -275,3 +275,14 @@ def test_sigkill_during_compaction_leaves_old_or_new_segments_and_loses_nothing(
         # compacting again reaches exactly the uninterrupted result
         lifecycle.compact(store, "c", clock=clock_at(now))
         assert strip_headers(read(store, "c"))[:-1] == model
+
+
+def test_describe_json_has_the_dirty_ratio_of_compacted_topics_only(store, cli):
+    import json
+
+    store.create_topic("c", partitions=2, configs=COMPACTED)
+    store.create_topic("plain", partitions=1)
+    doc = json.loads(cli("topics", "describe", "c", "--json").out)
+    assert [p["dirty_ratio"] for p in doc["partitions"]] == [0.0, 0.0]
+    doc = json.loads(cli("topics", "describe", "plain", "--json").out)
+    assert "dirty_ratio" not in doc["partitions"][0]

@@ -271,3 +271,12 @@ def test_keyless_records_into_a_compacted_dest_and_oversized_records_are_refused
     store.create_topic("small", partitions=3, configs={"max.message.bytes": "70"})
     r = cli("replay", "src", "--to", "small")
     assert r.exit_code == 1 and "max.message.bytes (70)" in r.stderr
+
+
+def test_progress_bar_path_replays_everything(store, capfd):
+    from klog.cli.replay import _run_with_progress
+
+    fill(store, "src", 50)
+    stats = _run_with_progress(Replayer(store, "src", "dst"))
+    assert stats.records == 50 == stats.total
+    assert sum(store.offsets("dst").values()) == 50

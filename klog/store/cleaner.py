@@ -151,6 +151,8 @@ def cleanable_range(log: PartitionLog, first_dirty: int, high_watermark: int, no
     """Kafka's LogCleanerManager.cleanableOffsets + dirty ratio, on whole segments of `log`."""
     log.refresh_segments()
     bases = log.bases
+    if not bases:  # never written
+        return CleanableRange(0, 0, 0, 0, 0)
     sizes = {b: log.segments[b].file_size() for b in bases}
     uncleanable = bases[-1]  # the active segment
     for i, base in enumerate(bases[:-1]):
