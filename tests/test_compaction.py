@@ -286,3 +286,17 @@ def test_describe_json_has_the_dirty_ratio_of_compacted_topics_only(store, cli):
     assert [p["dirty_ratio"] for p in doc["partitions"]] == [0.0, 0.0]
     doc = json.loads(cli("topics", "describe", "plain", "--json").out)
     assert "dirty_ratio" not in doc["partitions"][0]
+
+
+def test_a_damaged_segment_stops_compaction_with_file_and_position(store, cli):
+    store.create_topic("c", partitions=1, configs=COMPACTED)
+    write(store, "c", [(b"k%d" % (i % 3), b"v%03d" % i) for i in range(60)])
+    leader = store.partition("c", 0).leader
+    path = leader.segments[leader.bases[1]].log_path
+    data = bytearray(open(path, "rb").read())
+    data[100] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    before = {b: open(leader.segments[b].log_path, "rb").read() for b in leader.bases[1:]}
+    r = cli("topics", "compact", "c")
+    assert r.exit_code == 1 and "CRC mismatch" in r.stderr and path in r.stderr and r.stderr.count("\n") == 1
+    assert {b: open(leader.segments[b].log_path, "rb").read() for b in leader.bases[1:]} == before

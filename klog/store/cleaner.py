@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from klog.errors import CorruptLogError
 from klog.store import codec, compression
 from klog.store.codec import BatchHeader
 from klog.store.format import (
@@ -269,7 +270,8 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
                 changed = True
             position = fb.position + len(fb.data)
         offset = batches[-1].header.next_offset
-    assert position == size, (segment.log_path, position, size)  # recovery validated sealed segments
+    if position != size:  # damage the reads stopped at: never rewrite (and so cut) a segment we could not read
+        raise CorruptLogError("cannot compact a damaged segment (klog verify --repair)", segment.log_path, position)
     if not changed:
         return False
     data = b"".join(out)
