@@ -190,14 +190,12 @@ def register(app: typer.Typer) -> None:
             if not available_now:
                 print(f"streaming {source} -> {target} (checkpoint {checkpoint_dir}); Ctrl-C stops",
                       file=sys.stderr)
-            try:
-                query.awaitTermination()
-            except KeyboardInterrupt:
-                query.stop()
-                raise
+            interrupted = spark_stream.wait(query)
             summary = spark_stream.summarize(query, checkpoint_dir)
         print(f"streamed {summary.records:,} records in {summary.batches} batches from {source} to {target} "
               f"(checkpoint {summary.checkpoint})", file=sys.stderr)
+        if interrupted:
+            raise KeyboardInterrupt
 
 
 def _print_rows(columns: list[str], rows) -> None:  # noqa: ANN001 - iterator of dicts

@@ -73,7 +73,9 @@ def _log4j_properties(verbose: bool) -> str:
                                   "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
                                   "org.apache.spark.util.Utils",
                                   # registering the source again (a second command in one session) is expected
-                                  "org.apache.spark.sql.execution.datasources.DataSourceManager")):
+                                  "org.apache.spark.sql.execution.datasources.DataSourceManager",
+                                  # stopping a stream on Ctrl-C cancels job groups that already finished
+                                  "org.apache.spark.scheduler.DAGScheduler")):
             lines += [f"logger.quiet{i}.name = {name}", f"logger.quiet{i}.level = off"]
     return "\n".join(lines) + "\n"
 

@@ -86,6 +86,30 @@ def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - S
     return writer.start()
 
 
+def wait(query, poll_seconds: float = 0.5) -> bool:  # noqa: ANN001 - StreamingQuery
+    """Block until the query ends; Ctrl-C stops it cleanly. Returns True if interrupted.
+
+    PySpark's own SIGINT handler cancels jobs through Py4J from inside the blocked Py4J call and
+    logs reentrancy tracebacks; while waiting, a handler that only sets a flag replaces it.
+    """
+    import signal
+    import threading
+
+    stop = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        while not query.awaitTermination(poll_seconds):  # bounded waits: the flag is seen within one
+            if stop.is_set():
+                query.stop()
+                return True
+        return False
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
 def summarize(query, checkpoint: str) -> StreamSummary:  # noqa: ANN001 - StreamingQuery
     """Batches with records, and their records, from Spark's recent progress (its last 100 batches)."""
     busy = [p for p in query.recentProgress if p is not None and p.numInputRows]
