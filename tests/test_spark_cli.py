@@ -265,3 +265,13 @@ def test_spark_help_does_not_import_spark(data_dir) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "PYTHONPATH": REPO})
     assert "export" in result.stdout and result.stdout.strip().endswith("[]")
+
+
+def test_missing_pyspark_is_one_line(data_dir) -> None:
+    code = ("import sys\nsys.modules['pyspark'] = None  # as if the spark extra were not installed\n"
+            "from klog.cli.app import run\nsys.exit(run(['spark', 'sql', 'SELECT 1']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir})
+    assert result.returncode == 1
+    assert result.stderr == ("klog: error: pyspark not installed: klog spark needs the spark extra "
+                             "(pip install 'klog[spark]')\n")

@@ -173,7 +173,7 @@ def active_session():  # noqa: ANN201 - SparkSession | None
 def start_session(settings: SessionSettings):  # noqa: ANN201 - SparkSession
     """A new session (or the running one, e.g. in tests or inside `klog spark run`) with klog registered."""
     require_pyspark()
-    existing = active_session() if "pyspark" in sys.modules else None
+    existing = active_session() if sys.modules.get("pyspark") is not None else None
     if existing is not None:
         _quiet_python_loggers(settings.verbose)
         register(existing, settings.data_dir)
@@ -203,7 +203,8 @@ def register(spark, data_dir: str | None = None) -> None:  # noqa: ANN001 - Spar
 @contextmanager
 def spark_session(settings: SessionSettings) -> Iterator:
     """start_session(), stopped on exit if this call started it."""
-    was_running = "pyspark" in sys.modules and active_session() is not None
+    require_pyspark()
+    was_running = sys.modules.get("pyspark") is not None and active_session() is not None
     spark = start_session(settings)
     try:
         yield spark
