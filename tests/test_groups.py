@@ -149,6 +149,17 @@ def test_cooperative_sticky_revokes_only_moved_partitions_eager_revokes_all(stor
         b.close()
 
 
+def test_adding_partitions_to_a_topic_rebalances_the_group(store) -> None:
+    fill(store, "t", 2, 1)
+    a = store.group_consumer("g", "t", heartbeat_interval_ms=50)
+    b = store.group_consumer("g", "t", heartbeat_interval_ms=50)
+    settle([a, b], lambda: sizes([a, b]) == [1, 1])
+    store.alter_topic("t", partitions=4)  # noticed by the next heartbeat, which bumps the generation
+    settle([a, b], lambda: sizes([a, b]) == [2, 2])
+    a.close()
+    b.close()
+
+
 def test_a_mixed_assignor_is_refused(store) -> None:
     fill(store, "t", 2, 1)
     with store.group_consumer("g", "t", assignor="range"):
