@@ -275,3 +275,19 @@ def test_missing_pyspark_is_one_line(data_dir) -> None:
     assert result.returncode == 1
     assert result.stderr == ("klog: error: pyspark not installed: klog spark needs the spark extra "
                              "(pip install 'klog[spark]')\n")
+
+
+def test_stream_with_a_script_in_bounded_batches(cli, store, spark, tmp_path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("from pyspark.sql import functions as F\n\n\ndef transform(df):\n"
+                      "    return df.where(F.col('value') != 'skip').select(F.lit('x').alias('key'), 'value')\n")
+    with store.producer() as producer:
+        for i in range(30):
+            producer.send("words", b"skip" if i % 3 == 0 else f"w{i}".encode(), partition=0)
+    result = cli("spark", "stream", "--from", "words", "--to", "kept", "--script", str(script), "--available-now",
+                 "--max-records-per-batch", "10", "--checkpoint", str(tmp_path / "ckpt"))
+    assert result.exit_code == 0, result.stderr
+    assert "streamed 30 records in 3 batches" in result.stderr
+    assert [(r.key, r.value) for r in store.consumer("kept")] == [(b"x", f"w{i}".encode()) for i in range(30)
+                                                                   if i % 3]
+    assert os.path.isdir(tmp_path / "ckpt" / "offsets")
