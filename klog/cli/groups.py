@@ -213,6 +213,7 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
     consumer = None
 
     def commit_written(tps: list | None = None) -> None:
+        sys.stdout.flush()  # the text layer (a terminal's rich output) first, then the bytes
         out.flush()
         offsets = {tp: written.pop(tp) for tp in list(written) if tps is None or tp in tps}
         if offsets and consumer is not None:
@@ -229,12 +230,17 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
         consumer = store.group_consumer(group, *topics, config=config, follow=follow, on_revoke=commit_written)
     with _sigterm_as_interrupt():
         try:
-            if consumer is not None and line is None and not exec_cmd and record_filter is None and count is None:
+            if (consumer is not None and line is None and not exec_cmd and record_filter is None and count is None
+                    and not out.isatty()):
                 _copy_values(consumer, out, written, follow, interval_ms, commit_written)
             else:
                 chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else ([r] for r in plain)
-                emit = (_exec_emitter(exec_cmd, batch, written, commit_written) if exec_cmd
-                        else _stdout_emitter(out, line or (lambda r: (r.value or b"") + b"\n"), written, follow))
+                if exec_cmd:
+                    emit = _exec_emitter(exec_cmd, batch, written, commit_written)
+                elif line is None and out.isatty():
+                    emit = _terminal_emitter(written, len(topics) > 1)
+                else:
+                    emit = _stdout_emitter(out, line or (lambda r: (r.value or b"") + b"\n"), written, follow)
                 _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written)
             commit_written()
         finally:
@@ -314,6 +320,23 @@ def _stdout_emitter(out, line, written: dict, follow: bool):  # noqa: ANN001, AN
         if show:
             buf.append(line(r))
         written[(r.topic, r.partition)] = r.offset + 1
+
+    return emit
+
+
+def _terminal_emitter(written: dict, show_topic: bool):  # noqa: ANN202
+    """The readable log view plain `klog consume` shows on a terminal."""
+    from rich.console import Console
+
+    from klog.cli.output import pretty_line
+
+    console = Console(highlight=False, soft_wrap=True)
+
+    def emit(r, show: bool) -> None:  # noqa: ANN001
+        if r is not None:
+            if show:
+                console.print(pretty_line(r, show_topic))
+            written[(r.topic, r.partition)] = r.offset + 1
 
     return emit
 
