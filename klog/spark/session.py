@@ -108,14 +108,16 @@ def _builder_conf(settings: SessionSettings, work_dir: str) -> dict[str, str]:
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
-        "spark.sql.sources.partitionOverwriteMode": "dynamic",
     }
-    conf.update(settings.conf)
+    user = dict(settings.conf)
+    if "spark.driver.extraJavaOptions" in user:  # keep klog's log settings beside the user's JVM options
+        user["spark.driver.extraJavaOptions"] += " " + conf["spark.driver.extraJavaOptions"]
+    conf.update(user)
     return conf
 
 
 def _work_dir() -> str:
-    """A klog-owned scratch directory for Spark (spark.local.dir), removed when the process exits."""
+    """A klog-owned scratch directory for Spark (SPARK_LOCAL_DIRS), removed when the process exits."""
     path = tempfile.mkdtemp(prefix="klog-spark-")
     atexit.register(shutil.rmtree, path, True)
     return path
