@@ -71,7 +71,8 @@ def test_dest_content_hash_equals_src_for_the_whole_log(store):
     fill(store, "src", 500)
     stats = Replayer(store, "src", "dst", keep_timestamps=True).run()
     assert stats.records == 500
-    assert store.partition_count("dst") == 3  # created with SRC's partition count
+    assert store.partition_count("dst") == 3  # created with SRC's partition count and configs
+    assert store.topic("dst").configs == store.topic("src").configs == {"retention.ms": "-1"}
     assert digest(rows(store, "dst")) == digest(rows(store, "src"))
 
 
@@ -207,8 +208,9 @@ class Crash(Exception):
     pass
 
 
+@pytest.mark.parametrize("other_writer", [False, True])
 @pytest.mark.parametrize("when", ["before", "after"])
-def test_group_resume_after_a_crash_around_an_append_writes_no_duplicates(store, when):
+def test_group_resume_after_a_crash_around_an_append_writes_no_duplicates(store, when, other_writer):
     fill(store, "src", 3000)
     replayer = Replayer(store, "src", "dst", group="g", keep_timestamps=True)
     real_append = replayer.replicas.append
@@ -226,12 +228,16 @@ def test_group_resume_after_a_crash_around_an_append_writes_no_duplicates(store,
     replayer.replicas.append = failing_append
     with pytest.raises(Crash):
         replayer.run()
+    if other_writer:  # someone else writes to DEST before the replay resumes
+        with store.producer() as p:
+            for q in range(3):
+                p.send("dst", b"other", key=b"other", partition=q, headers=[("other", None)])
     stats = Replayer(store, "src", "dst", group="g", keep_timestamps=True).run()
-    assert digest(rows(store, "dst")) == digest(rows(store, "src"))
+    mine = {p: [r for r in rs if r[2] != (("other", None),)] for p, rs in rows(store, "dst").items()}
+    assert digest(mine) == digest(rows(store, "src"))
     assert stats.skipped + stats.records <= 3000
     # a rerun of the finished group replays nothing more
     assert Replayer(store, "src", "dst", group="g", keep_timestamps=True).run().records == 0
-    assert digest(rows(store, "dst")) == digest(rows(store, "src"))
 
 
 def test_group_of_another_pair_is_refused(store):
@@ -248,7 +254,7 @@ def test_sigkilled_replays_resume_without_duplicates(store, data_dir):
     seed = random.randrange(10**6)
     rng = random.Random(seed)
     args = [sys.executable, "-m", "klog", "replay", "src", "--to", "dst", "--group", "g", "--keep-timestamps",
-            "--rate", "4000"]
+            "--rate", "2000"]
     progress = []
     for _ in range(4):
         proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -256,7 +262,7 @@ def test_sigkilled_replays_resume_without_duplicates(store, data_dir):
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         progress.append(sum(store.offsets("dst").values()) if store.has_topic("dst") else 0)
-    assert 0 < progress[-1] < 6000, (progress, f"seed {seed}")  # the kills landed mid-replay
+    assert any(0 < n < 6000 for n in progress), (progress, f"seed {seed}")  # kills landed mid-replay
     done = subprocess.run(args[:-2], env=env, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert digest(rows(store, "dst")) == digest(rows(store, "src")), f"seed {seed}"

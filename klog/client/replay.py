@@ -12,11 +12,11 @@ only if it would pass max.message.bytes), through the same replica manager a pro
 
 Resuming (`group`): progress lives in `<data dir>/state/replay/<group>.json` (not in the consumer
 groups' offsets: an exact resume needs, per pair of source and DEST partition, the next source
-offset written, plus a write intent). Before each append the replayer records the intent (DEST
-partition, its end before the write, the source records in the batch); after it, the progress.
-A resumed replay first settles an intent left by a kill: the batch landed if DEST's end moved
-past it (batches are atomic), so it neither writes it twice nor skips it. This is exact while the
-replayer is DEST's only writer.
+offset written, plus a write intent). Under the DEST partition's lock, before each append, the
+replayer records the intent (DEST partition, the offset the batch will get, the batch's CRC, the
+source records in it); after it, the progress. A resumed replay first settles an intent left by
+a kill: the batch landed if DEST holds a batch with that CRC at that offset (batches are atomic),
+so it neither writes it twice nor skips it, whoever else writes to DEST.
 """
 
 from __future__ import annotations
@@ -169,7 +169,10 @@ class Replayer:
         if not store.has_topic(dest):
             if not store.auto_create_enabled():
                 store.topic(dest)  # raises the unknown-topic error
-            store.create_topic(dest, partitions=store.partition_count(self.source), exist_ok=True)
+            # a copy of SRC's shape and topic configs (retention too: a --keep-timestamps replay of old
+            # records into a 7-day default topic would be deleted at the next roll)
+            source = store.topic(self.source)
+            store.create_topic(dest, partitions=len(source.partitions), configs=dict(source.configs), exist_ok=True)
         self.dest_partitions = store.partition_count(dest)
         configs = store.effective_configs(dest)
         name = configs["compression.type"]
@@ -187,14 +190,9 @@ class Replayer:
         assert progress is not None
         if progress.intent is not None:
             intent = progress.intent
-            q, end_before, sources = intent["dest_partition"], intent["dest_end"], intent["sources"]
-            end_now = self._dest_end_settled(q)
-            if end_now >= end_before + len(sources):
-                progress.apply(q, [tuple(x) for x in sources])  # the batch landed before the kill
-            elif end_now != end_before:
-                raise KlogError(f"cannot resume replay: {self.dest}-{q} changed from offset {end_before} to "
-                                f"{end_now} while its batch of {len(sources)} records was being written "
-                                "(another writer?)")
+            q, sources = intent["dest_partition"], [tuple(x) for x in intent["sources"]]
+            if self._landed(q, intent["dest_end"], intent["crc"], len(sources)):
+                progress.apply(q, sources)  # the batch was written before the kill
             progress.intent = None
             progress.save()
         for cursor in self.consumer.cursors:
@@ -202,13 +200,19 @@ class Replayer:
             if done is not None and done > cursor.offset:
                 self.consumer.seek(self.source, cursor.partition, done)
 
-    def _dest_end_settled(self, q: int) -> int:
-        """DEST partition q's end once a writer has opened it (a killed append becomes visible or goes)."""
+    def _landed(self, q: int, base_offset: int, crc: int, count: int) -> bool:
+        """Is our batch at base_offset of DEST partition q? Asked after a writer opened the partition
+        (a killed append is then either complete and visible, or cut). The batch's CRC covers its
+        records and timestamps, not the offset, so it identifies the bytes the replayer encoded."""
         part = self.store.partition(self.dest, q)
         with part.lock:
             self.replicas.reconcile(self.dest, q, part)
             part.publish()
-        return part.high_watermark()
+        found = part.read(base_offset, 1)
+        if not found:
+            return False
+        header = found[0].header
+        return header.base_offset == base_offset and header.crc == crc and header.records_count == count
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> ReplayStats:
@@ -309,11 +313,20 @@ class Replayer:
             self._append(q, records[half:], sources[half:])
             return
         progress = self.progress
-        if progress is not None:
-            end_before = self.store.partition(self.dest, q).high_watermark()
-            progress.intent = {"dest_partition": q, "dest_end": end_before, "sources": sources}
-            progress.save()
-        self.replicas.append(self.dest, q, encoded, self.acks)
+        if progress is None:
+            self.replicas.append(self.dest, q, encoded, self.acks)
+        else:
+            # under the partition's lock, so the intent names the exact offset the batch gets,
+            # whoever else writes to DEST
+            part = self.store.partition(self.dest, q)
+            with part.lock:
+                self.replicas.reconcile(self.dest, q, part)
+                base = part.leader.log_end_offset
+                progress.intent = {"dest_partition": q, "dest_end": base, "crc": codec.read_header(encoded).crc,
+                                   "sources": sources}
+                progress.save()
+                stamped = self.replicas.append(self.dest, q, encoded, self.acks)
+                assert stamped == base, (stamped, base)
         self.stats.records += len(records)
         self.stats.batches += 1
         if progress is not None:
