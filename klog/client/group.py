@@ -216,7 +216,7 @@ class GroupConsumer:
             self._sync()
             return
         waiting = self._target - set(self._cursors)
-        if any(doc.owners.get(tp_key(tp)) is None for tp in waiting):
+        if any(doc.owners.get(tp_key(tp)) in (None, self.member_id) for tp in waiting):
             self._sync()
 
     def _sync(self) -> None:
@@ -231,9 +231,11 @@ class GroupConsumer:
         revoked: list[TP] = []
         if view.generation != self.generation:
             target = set(view.target)
-            revoked = sorted(set(self._cursors) if self.eager else set(self._cursors) - target)
+            # what the group says we hold counts too (a partition whose start offset failed has no cursor)
+            held = set(self._cursors) | set(view.owned)
+            revoked = sorted(held if self.eager else held - target)
             if revoked:
-                commits = self._revoke(revoked)
+                commits = self._revoke([tp for tp in revoked if tp in self._cursors])
             self.generation = view.generation
             self._target = target
         wanted = sorted(self._target - (set(self._cursors) - set(revoked)))
@@ -253,7 +255,7 @@ class GroupConsumer:
         """Call on_revoke (it may commit), then return the auto-commits for the revoked partitions."""
         self._epoch += 1
         self._in_hand = None
-        if self.on_revoke is not None:
+        if self.on_revoke is not None and revoked:
             self._rebalancing = True
             try:
                 self.on_revoke(revoked)

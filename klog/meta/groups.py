@@ -242,7 +242,12 @@ class GroupsMeta:
         self.db.delete(txn, "members", f"{doc.group}\0{member_id}")
         doc.owners = {k: m for k, m in doc.owners.items() if m != member_id}
 
-    def _save(self, txn, doc: GroupDoc) -> None:
+    def _save(self, txn, doc: GroupDoc, members: dict[str, Member]) -> None:
+        # what everything else rests on: owners are members, and a member synced to this generation
+        # holds only its own targets (one that has not synced yet still holds what it had)
+        assert all(m in members for m in doc.owners.values()), (doc.owners, list(members))
+        assert all(key_tp(k) in doc.target(m) for k, m in doc.owners.items()
+                   if members[m].generation == doc.generation), doc
         self.db.put_json(txn, "groups", doc.group, asdict(doc))
 
     def _member_or_raise(self, doc: GroupDoc | None, members: dict[str, Member], group: str,
@@ -276,7 +281,7 @@ class GroupsMeta:
             members[member.member_id] = member
             self._put_member(txn, group, member)
             self._maintain(txn, doc, members, assign)
-            self._save(txn, doc)
+            self._save(txn, doc, members)
             return GroupView(doc.generation, doc.target(member.member_id), doc.owned_by(member.member_id))
 
     def heartbeat(self, group: str, member_id: str, assign: AssignFn) -> GroupView:
@@ -289,7 +294,7 @@ class GroupsMeta:
             self._put_member(txn, group, member)
             self._maintain(txn, doc, members, assign)
             self._member_or_raise(doc, members, group, member_id)
-            self._save(txn, doc)
+            self._save(txn, doc, members)
             return GroupView(doc.generation, doc.target(member_id), doc.owned_by(member_id))
 
     def peek(self, group: str) -> GroupDoc | None:
@@ -332,7 +337,7 @@ class GroupsMeta:
                         doc.owners[tp_key(tp)] = member_id
                         acquired.append(tp)
             self._put_member(txn, group, member)
-            self._save(txn, doc)
+            self._save(txn, doc, members)
             committed = {tp: c for tp in acquired if (c := self._committed(txn, group, tp)) is not None}
             return GroupView(doc.generation, doc.target(member_id), doc.owned_by(member_id), acquired, committed)
 
@@ -373,7 +378,7 @@ class GroupsMeta:
                 self._write_offsets(txn, group, commits, now_ms())
             self._remove_member(txn, doc, members, member_id)
             self._maintain(txn, doc, members, assign)
-            self._save(txn, doc)
+            self._save(txn, doc, members)
 
     # -- offsets ----------------------------------------------------------------------------------
     def _committed(self, txn, group: str, tp: TP) -> CommittedOffset | None:
