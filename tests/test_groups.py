@@ -249,6 +249,20 @@ def test_a_member_whose_process_is_gone_is_expired_at_once(store) -> None:
     live.close()
 
 
+def test_liveness_rules_pid_start_time_and_other_hosts() -> None:
+    from klog.meta.groups import now_ms
+
+    me = Member.local("m", "test", ["t"], "range", session_timeout_ms=60_000)
+    assert me.alive(now_ms())
+    reused = Member(**{**vars(me), "pid_start": (me.pid_start or 0) + 1})  # same pid, another process
+    assert not reused.alive(now_ms())
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    elsewhere = Member(**{**vars(me), "host": "another-machine", "pid": proc.pid, "pid_start": None})
+    assert elsewhere.alive(now_ms())  # a pid on another machine says nothing here: only the session counts
+    assert not elsewhere.alive(now_ms() + 60_001)
+
+
 # -- offsets ----------------------------------------------------------------------------------------
 def test_restart_resumes_at_the_committed_offset(store) -> None:
     fill(store, "t", 1, 10)
