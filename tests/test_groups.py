@@ -383,8 +383,10 @@ def test_describe_shows_lag_and_the_member_reading_each_partition(store) -> None
     fill(store, "t", 2, 10)
     with store.group_consumer("g", "t", enable_auto_commit=False) as c:
         settle([c], lambda: len(c.assignment()) == 2)
-        c.commit({("t", 0): 7})
+        before = int(time.time() * 1000)
+        c.commit({("t", 0): 7}, metadata="run-42")
         d = admin.describe_group(store, "g")
+        assert d.partitions[0].metadata == "run-42" and d.partitions[0].commit_ms >= before
         assert d.state == "Stable" and len(d.members) == 1
         rows = {p.partition: p for p in d.partitions}
         assert (rows[0].committed, rows[0].log_end, rows[0].lag) == (7, 10, 3)

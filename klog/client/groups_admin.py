@@ -44,6 +44,8 @@ class PartitionLag:
     member_id: str | None
     host: str | None
     pid: int | None
+    commit_ms: int | None = None  # when the offset was committed
+    metadata: str = ""  # what the committer attached
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,8 @@ def describe_group(store, group: str) -> GroupDescription:
             rows.append(PartitionLag(topic, p, c.offset if c else None, start, end,
                                      None if c is None else max(0, end - c.offset),
                                      owner.member_id if owner else None, owner.host if owner else None,
-                                     owner.pid if owner else None))
+                                     owner.pid if owner else None, c.commit_ms if c else None,
+                                     c.metadata if c else ""))
     return GroupDescription(group, snap.state, doc.generation if doc else 0, doc.assignor if doc else None,
                             members, rows)
 
