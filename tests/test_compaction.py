@@ -300,3 +300,14 @@ def test_a_damaged_segment_stops_compaction_with_file_and_position(store, cli):
     r = cli("topics", "compact", "c")
     assert r.exit_code == 1 and "CRC mismatch" in r.stderr and path in r.stderr and r.stderr.count("\n") == 1
     assert {b: open(leader.segments[b].log_path, "rb").read() for b in leader.bases[1:]} == before
+
+
+def test_max_compaction_lag_forces_cleaning_below_the_dirty_ratio(store):
+    store.create_topic("c", partitions=1, configs={**COMPACTED, "min.cleanable.dirty.ratio": "1.0"})
+    write(store, "c", [(b"k%d" % (i % 3), b"v" * 30) for i in range(60)])
+    lifecycle.compact(store, "c", clock=clock_at(T0 + 10**6))
+    write(store, "c", [(b"k0", b"w" * 30) for _ in range(20)])  # new dirt, ratio < 1.0
+    assert not lifecycle.clean(store, "c", clock=clock_at(T0 + 10**6))[0].compacted
+    store.alter_topic("c", set_configs={"max.compaction.lag.ms": "1000"})
+    # the first dirty record (timestamp T0 + 60) is more than 1000 ms old at T0 + 10^6: cleaned now
+    assert lifecycle.clean(store, "c", clock=clock_at(T0 + 10**6))[0].compacted
