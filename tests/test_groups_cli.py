@@ -95,14 +95,16 @@ def expected(data_dir: str) -> set[tuple[int, int]]:
         return {(p, o) for p, end in store.offsets("t").items() for o in range(end)}
 
 
-def test_processes_split_partitions_rebalance_and_survive_sigkill(data_dir, tmp_path, klog_proc) -> None:
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_processes_split_partitions_rebalance_and_survive_sigkill(data_dir, tmp_path, klog_proc, assignor) -> None:
     assert klog_proc("topics", "create", "t", "-p", "6").returncode == 0
     produce(data_dir, 0, 600)
-    members = [Member(data_dir, tmp_path, f"m{i}") for i in range(3)]
+    strategy = ("-X", f"partition.assignment.strategy={assignor}")
+    members = [Member(data_dir, tmp_path, f"m{i}", *strategy) for i in range(3)]
     pids = [m.proc.pid for m in members]
     wait_for(lambda: spread(data_dir, pids) == [2, 2, 2], "three members with two partitions each")
     produce(data_dir, 600, 600)
-    members.append(Member(data_dir, tmp_path, "m3"))
+    members.append(Member(data_dir, tmp_path, "m3", *strategy))
     pids.append(members[-1].proc.pid)
     wait_for(lambda: spread(data_dir, pids) == [1, 1, 2, 2], "a fourth member to get partitions")
     produce(data_dir, 1200, 600)
