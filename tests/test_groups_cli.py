@@ -199,6 +199,11 @@ def test_exec_batches_get_values_one_per_line(cli, tmp_path) -> None:
             "--batch", "2")
     assert r.exit_code == 0
     assert log.read_text().splitlines() == ["0 2 a,b,", "2 2 c,d,", "4 1 e,"]
+    log.unlink()
+    assert cli("consume", "t", "--exec", f'echo "$KLOG_OFFSET $(tr "\\n" ,)" >> {log}', "--batch", "3").exit_code == 0
+    assert log.read_text().splitlines() == ["0 a,b,c,", "3 d,e,"]  # without a group: no commits, same batches
+    r = cli("consume", "t", "--exec", "exit 3")
+    assert (r.exit_code, r.stderr) == (1, "klog: error: --exec command exited 3 at t-0 offset 0\n")
 
 
 def test_group_consume_resumes_and_two_groups_each_see_all(cli) -> None:

@@ -234,9 +234,9 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
                     and not out.isatty()):
                 _copy_values(consumer, out, written, follow, interval_ms, commit_written)
             else:
-                chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else ([r] for r in plain)
+                chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else _chunked(plain, batch)
                 if exec_cmd:
-                    emit = _exec_emitter(exec_cmd, batch, written, commit_written)
+                    emit = _exec_emitter(exec_cmd, batch, written, commit_written, consumer is not None)
                 elif line is None and out.isatty():
                     emit = _terminal_emitter(written, len(topics) > 1)
                 else:
@@ -246,6 +246,15 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
         finally:
             if consumer is not None:
                 consumer.close()  # on_revoke commits what was written; then it leaves the group
+
+
+def _chunked(records, size: int) -> Iterator[list]:  # noqa: ANN001 - an iterable of Records
+    """--exec without --group: lists of `size` records (with -f a short batch waits for more)."""
+    import itertools
+
+    it = iter(records)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
 
 
 @contextlib.contextmanager
@@ -341,7 +350,7 @@ def _terminal_emitter(written: dict, show_topic: bool):  # noqa: ANN202
     return emit
 
 
-def _exec_emitter(cmd: str, batch: int, written: dict, commit_written):  # noqa: ANN001, ANN202
+def _exec_emitter(cmd: str, batch: int, written: dict, commit_written, committing: bool):  # noqa: ANN001, ANN202
     """Run CMD per `batch` records (values on stdin, one per line for batches); commit after each exit 0."""
     import os
     import subprocess
@@ -359,8 +368,9 @@ def _exec_emitter(cmd: str, batch: int, written: dict, commit_written):  # noqa:
         code = subprocess.run(cmd, shell=True, input=stdin, env=env).returncode
         if code != 0:
             commit_written()
-            raise KlogError(f"--exec command exited {code} at {first.topic}-{first.partition} offset {first.offset}"
-                            "; it and later records are not committed, so a rerun starts there")
+            where = f"--exec command exited {code} at {first.topic}-{first.partition} offset {first.offset}"
+            raise KlogError(where + ("; it and later records are not committed, so a rerun starts there"
+                                     if committing else ""))
         for r in pending:
             written[(r.topic, r.partition)] = r.offset + 1
         pending.clear()
