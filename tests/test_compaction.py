@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import klog
 from klog.client import lifecycle
+from klog.client.verify import verify_store
 from klog.store.cleaner import CRASH_ENV, CRASH_STEPS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,6 +95,7 @@ def test_compacted_log_is_the_last_value_per_key_at_the_same_offsets(workload, p
         assert strip_headers(got) == expected_after(written, before_active)
         assert all(h == [("i", str(o).encode())] for o, _, _, _, h in got)  # headers kept, offsets unchanged
         assert active_base(store, "c") == before_active  # the active segment is untouched
+        assert all(r["ok"] for r in verify_store(store))  # CRCs, batch structure and rebuilt indexes check out
         # a second compaction changes nothing, and appends continue after the compacted log
         lifecycle.compact(store, "c", clock=clock_at(T0 + 10**6))
         assert read(store, "c") == got
@@ -275,6 +277,7 @@ def test_sigkill_during_compaction_leaves_old_or_new_segments_and_loses_nothing(
         # compacting again reaches exactly the uninterrupted result
         lifecycle.compact(store, "c", clock=clock_at(now))
         assert strip_headers(read(store, "c"))[:-1] == model
+        assert all(r["ok"] for r in verify_store(store))
 
 
 def test_describe_json_has_the_dirty_ratio_of_compacted_topics_only(store, cli):

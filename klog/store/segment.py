@@ -53,6 +53,7 @@ class LogSegment:
         self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
                                     base_offset)
         self._read_fd: int | None = None
+        self._log_inode: int | None = None  # the .log the cached index entries belong to
         # writer state; valid only while the partition lock is held (see load_tail_state)
         self.size = 0
         self.bytes_since_last_index_entry = 0
@@ -69,6 +70,8 @@ class LogSegment:
     def read_fd(self) -> int:
         if self._read_fd is None:
             self._read_fd = os.open(self.log_path, os.O_RDONLY)
+            if self._log_inode is None:
+                self._log_inode = os.fstat(self._read_fd).st_ino
         return self._read_fd
 
     def close(self) -> None:
@@ -78,11 +81,13 @@ class LogSegment:
 
     def file_size(self) -> int:
         st = os.stat(self.log_path)
-        if self._read_fd is not None and os.fstat(self._read_fd).st_ino != st.st_ino:
-            # the cleaner swapped in a rewritten file (indexes first, then the log): reopen, reload
-            self.close()
-            self.offset_index._data = b""
-            self.time_index._data = b""
+        if st.st_ino != self._log_inode:
+            if self._log_inode is not None:
+                # the cleaner swapped in a rewritten file (indexes first, then the log): reopen, reload
+                self.close()
+                self.offset_index._data = b""
+                self.time_index._data = b""
+            self._log_inode = st.st_ino
         return st.st_size
 
     def delete_files(self) -> None:
