@@ -242,45 +242,78 @@ def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms:
 
 def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes, int], now_ms: int,
                   delete_retention_ms: int, stats: CleanStats, survivors: DirtySurvivors | None = None) -> bool:
-    """Rewrite one segment if anything in it goes (or needs a delete horizon); True if it did."""
+    """Rewrite one segment if anything in it goes (or needs a delete horizon); True if it did.
+
+    Streams: batches are read 4 MiB at a time, and the `.cleaned` file is opened at the first
+    change (the unchanged batches before it are copied over), so memory stays bounded by the read
+    size plus one (position, header) pair per batch, whatever segment.bytes is."""
     size = segment.file_size()
-    out: list[bytes] = []
-    changed = False
+    layout: list[tuple[int, BatchHeader]] = []  # (position in the output, header) of each batch
+    cleaned = None  # the .log.cleaned file, once something changed
+    written = 0
     offset = segment.base_offset
     end_offset = _segment_end_offset(log, segment)
     position = 0
-    while position < size:
-        batches = log.read(offset, end_offset, READ_BYTES)
-        batches = [b for b in batches if b.segment_base == segment.base_offset]
-        if not batches:
-            break
-        for fb in batches:
-            header = fb.header
-            if (survivors is not None and header.base_offset >= survivors.first_dirty and header.records_count
-                    and not header.is_control and not survivors.any_in(header.base_offset, header.last_offset)):
-                stats.records_read += header.records_count
-                stats.records_removed += header.records_count
-                kept = encode_cleaned_batch(header, [], None)
-            else:
-                kept = _clean_batch(header, fb.data, fb.records(), offset_map, now_ms, delete_retention_ms, stats)
-            if kept is None:
-                out.append(fb.data)
-            else:
-                out.append(kept)
-                changed = True
-            position = fb.position + len(fb.data)
-        offset = batches[-1].header.next_offset
-    if position != size:  # damage the reads stopped at: never rewrite (and so cut) a segment we could not read
-        raise CorruptLogError("cannot compact a damaged segment (klog verify --repair)", segment.log_path, position)
-    if not changed:
-        return False
-    data = b"".join(out)
+    try:
+        while position < size:
+            batches = [b for b in log.read(offset, end_offset, READ_BYTES) if b.segment_base == segment.base_offset]
+            if not batches:
+                break
+            for fb in batches:
+                kept = _cleaned_batch(fb, offset_map, now_ms, delete_retention_ms, stats, survivors)
+                if kept is not None and cleaned is None:
+                    cleaned = open(segment.log_path + CLEANED_SUFFIX, "wb")  # noqa: SIM115 - closed below
+                    _copy_range(segment, cleaned, fb.position)  # the unchanged batches before this one
+                data = fb.data if kept is None else kept
+                if cleaned is not None:
+                    cleaned.write(data)
+                    if written == 0:
+                        crash_point("cleaned-partial")
+                layout.append((written, fb.header if kept is None else codec.read_header(kept)))
+                written += len(data)
+                position = fb.position + len(fb.data)
+            offset = batches[-1].header.next_offset
+        if position != size:  # damage the reads stopped at: never rewrite (and so cut) a segment we could not read
+            raise CorruptLogError("cannot compact a damaged segment (klog verify --repair)", segment.log_path,
+                                  position)
+        if cleaned is None:
+            return False
+        cleaned.flush()
+        os.fsync(cleaned.fileno())
+    except BaseException:
+        if cleaned is not None:
+            cleaned.close()
+            _unlink(segment.log_path + CLEANED_SUFFIX)
+        raise
+    cleaned.close()
     stats.segments_rewritten += 1
     stats.bytes_before += size
-    stats.bytes_after += len(data)
+    stats.bytes_after += written
     stats.rewritten_bases.append(segment.base_offset)
-    swap_in(segment, data, log.config.index_interval_bytes)
+    swap_in(segment, *_index_entries(layout, segment.base_offset, log.config.index_interval_bytes))
     return True
+
+
+def _cleaned_batch(fb, offset_map: dict[bytes, int], now_ms: int, delete_retention_ms: int,  # noqa: ANN001
+                   stats: CleanStats, survivors: DirtySurvivors | None) -> bytes | None:
+    """The batch as it is to be written, or None if it stays byte for byte."""
+    header = fb.header
+    if (survivors is not None and header.base_offset >= survivors.first_dirty and header.records_count
+            and not header.is_control and not survivors.any_in(header.base_offset, header.last_offset)):
+        stats.records_read += header.records_count
+        stats.records_removed += header.records_count
+        return encode_cleaned_batch(header, [], None)
+    return _clean_batch(header, fb.records(), offset_map, now_ms, delete_retention_ms, stats)
+
+
+def _copy_range(segment: LogSegment, out, length: int) -> None:  # noqa: ANN001 - a binary file
+    position = 0
+    while position < length:
+        chunk = segment.read_bytes(position, min(READ_BYTES, length - position))
+        if not chunk:
+            raise CorruptLogError("segment shrank while being compacted", segment.log_path, position)
+        out.write(chunk)
+        position += len(chunk)
 
 
 def _segment_end_offset(log: PartitionLog, segment: LogSegment) -> int:
@@ -288,7 +321,7 @@ def _segment_end_offset(log: PartitionLog, segment: LogSegment) -> int:
     return log.bases[i + 1]
 
 
-def _clean_batch(header: BatchHeader, data: bytes, records: list, offset_map: dict[bytes, int], now_ms: int,
+def _clean_batch(header: BatchHeader, records: list, offset_map: dict[bytes, int], now_ms: int,
                  delete_retention_ms: int, stats: CleanStats) -> bytes | None:
     """The batch rewritten with only the records that stay; None if it stays as it is."""
     if header.is_control:
@@ -361,18 +394,14 @@ def _encode_records(records: list, base_offset: int, base_timestamp: int) -> byt
 
 
 # -- the swap ------------------------------------------------------------------------------------
-def swap_in(segment: LogSegment, data: bytes, index_interval_bytes: int) -> None:
-    """Replace `segment`'s files by `data` and its rebuilt indexes, crash-safely (see the module doc)."""
+def swap_in(segment: LogSegment, index_data: bytes, time_data: bytes) -> None:
+    """Replace `segment`'s files by its fsynced `.log.cleaned` and these index entries, crash-safely
+    (see the module doc)."""
     directory = segment.directory
-    index_data, time_data = _index_entries(data, segment.base_offset, index_interval_bytes)
     final = {s: os.path.join(directory, segment_file_name(segment.base_offset, s))
              for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
-    half = len(data) // 2
     _write_synced(final[INDEX_SUFFIX] + CLEANED_SUFFIX, index_data)
     _write_synced(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, time_data)
-    _write_synced(final[LOG_SUFFIX] + CLEANED_SUFFIX, data[:half], sync=False)
-    crash_point("cleaned-partial")
-    _write_synced(final[LOG_SUFFIX] + CLEANED_SUFFIX, data[half:], append=True)
     _fsync_dir(directory)
     crash_point("cleaned-written")
     os.replace(final[INDEX_SUFFIX] + CLEANED_SUFFIX, final[INDEX_SUFFIX] + SWAP_SUFFIX)
@@ -391,23 +420,21 @@ def swap_in(segment: LogSegment, data: bytes, index_interval_bytes: int) -> None
     segment.close()
 
 
-def _write_synced(path: str, data: bytes, sync: bool = True, append: bool = False) -> None:
-    with open(path, "ab" if append else "wb") as f:
+def _write_synced(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
         f.write(data)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
+        f.flush()
+        os.fsync(f.fileno())
 
 
-def _index_entries(data: bytes, base_offset: int, interval_bytes: int) -> tuple[bytes, bytes]:
-    """Offset and time index for a sealed segment holding `data` (the rule LogSegment.recover uses)."""
+def _index_entries(layout: list[tuple[int, BatchHeader]], base_offset: int,
+                   interval_bytes: int) -> tuple[bytes, bytes]:
+    """Offset and time index for a sealed segment of these batches (the rule LogSegment.recover uses)."""
     index: list[bytes] = []
     times: list[bytes] = []
     since_last = 0
     max_ts, max_ts_offset, last_time_ts = -1, -1, -1
-    pos = 0
-    while pos < len(data):
-        header = codec.read_header(data, pos)
+    for pos, header in layout:
         if header.max_timestamp > max_ts:
             max_ts, max_ts_offset = header.max_timestamp, header.last_offset
         if since_last > interval_bytes:
@@ -417,7 +444,6 @@ def _index_entries(data: bytes, base_offset: int, interval_bytes: int) -> tuple[
                 last_time_ts = max_ts
             since_last = 0
         since_last += header.size
-        pos += header.size
     if max_ts > last_time_ts:
         times.append(TIME_INDEX_ENTRY.pack(max_ts, max_ts_offset - base_offset))
     return b"".join(index), b"".join(times)
