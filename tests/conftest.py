@@ -83,6 +83,7 @@ def spark():
     pytest.importorskip("pyspark")
     from klog.spark.session import SessionSettings, start_session
 
-    session = start_session(SessionSettings(master="local[2]"))
+    # no JVM class archive: recording it would add ~15 s at the end of the test run
+    session = start_session(SessionSettings(master="local[2]", class_cache=False))
     yield session
     session.stop()

@@ -294,3 +294,37 @@ def test_readme_spark_example_runs(spark, store, data_dir, capsys) -> None:
     assert "offset" in capsys.readouterr().out
     expected = before[0] - 100 + before[1]
     assert sum(1 for _ in store.consumer("orders-upper")) == expected
+
+
+def test_class_archive_protocol(tmp_path, monkeypatch) -> None:
+    """The JVM class cache: recorded once to a temporary name, used only when a JVM accepts it, off with
+    KLOG_SPARK_CDS=0; a damaged archive (which would crash the JVM) is deleted, not used."""
+    import subprocess
+
+    from klog.spark.classcache import class_archive, finish
+    from klog.spark.java import find_java
+
+    java = find_java()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = class_archive(java)
+    assert first is not None and first.dump_to is not None and not os.path.exists(first.path)
+    assert f"-XX:ArchiveClassesAtExit={first.dump_to}" in first.jvm_options()
+    # a real (small) dump by a JVM that exits cleanly, published by finish()
+    proc = subprocess.Popen([java, *first.jvm_options().split(), "-version"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    class Gateway:
+        pass
+
+    gateway = Gateway()
+    gateway.proc = proc
+    finish(first, gateway)
+    assert os.path.getsize(first.path) > 0 and not os.path.exists(first.dump_to)
+    again = class_archive(java)
+    assert again is not None and again.dump_to is None
+    assert again.jvm_options().startswith(f"-XX:SharedArchiveFile={first.path}")
+    with open(first.path, "r+b") as f:  # damaged: cut short
+        f.truncate(4096)
+    assert class_archive(java) is None and not os.path.exists(first.path)
+    monkeypatch.setenv("KLOG_SPARK_CDS", "0")
+    assert class_archive(java) is None

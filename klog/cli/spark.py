@@ -23,7 +23,8 @@ def _settings(master: str, conf: list[str] | None, verbose: bool, data_dir: str 
     from klog.spark.session import SessionSettings, parse_conf
 
     return SessionSettings(master=master, conf=parse_conf(conf), verbose=verbose,
-                           data_dir=resolve_data_dir(data_dir), progress=progress)
+                           data_dir=resolve_data_dir(data_dir), progress=progress,
+                           notify=lambda line: print(line, file=sys.stderr))
 
 
 def _human_bytes(n: int) -> str:

@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -24,6 +24,7 @@ from klog.spark.java import find_java, require_pyspark
 KLOG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHUFFLE_PARTITIONS = 8  # Spark's 200 makes every small local aggregation schedule 200 tasks
 JVM_NOISE = ("Using incubator modules",)  # a JVM line log4j cannot silence (spark-notes gotcha 7)
+_archive = None  # the ClassArchive (classcache.py) of the JVM this process started, if any
 
 
 @dataclass
@@ -34,6 +35,8 @@ class SessionSettings:
     data_dir: str | None = None
     progress: bool = False  # Spark's console progress bar (export shows it on a terminal)
     app_name: str = "klog"
+    class_cache: bool = True  # map (or record, the first time) the JVM class archive: see classcache.py
+    notify: Callable[[str], None] | None = None  # for a line the user should see (e.g. a slow first exit)
 
 
 def parse_conf(pairs: list[str] | None) -> dict[str, str]:
@@ -94,7 +97,7 @@ def _prepare_environment(settings: SessionSettings, work_dir: str) -> None:
     os.environ["SPARK_LOCAL_DIRS"] = work_dir
 
 
-def _builder_conf(settings: SessionSettings, work_dir: str) -> dict[str, str]:
+def _builder_conf(settings: SessionSettings, work_dir: str, jvm_options: str = "") -> dict[str, str]:
     log4j = os.path.join(work_dir, "log4j2.properties")
     with open(log4j, "w") as f:
         f.write(_log4j_properties(settings.verbose))
@@ -105,7 +108,7 @@ def _builder_conf(settings: SessionSettings, work_dir: str) -> dict[str, str]:
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "true" if settings.progress else "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} {jvm_options}".strip(),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
     }
@@ -180,13 +183,20 @@ def start_session(settings: SessionSettings):  # noqa: ANN201 - SparkSession
         _quiet_python_loggers(settings.verbose)
         register(existing, settings.data_dir)
         return existing
-    find_java()
+    global _archive
+    java = find_java()
     work_dir = _work_dir()
     _prepare_environment(settings, work_dir)
     from pyspark.sql import SparkSession
 
+    from klog.spark.classcache import class_archive
+
+    _archive = class_archive(java) if settings.class_cache else None
+    if _archive is not None and _archive.dump_to is not None and settings.notify is not None:
+        settings.notify(f"klog: recording Spark's JVM classes in {os.path.dirname(_archive.path)} once "
+                        "(later starts are faster)")
     builder = SparkSession.builder
-    for key, value in _builder_conf(settings, work_dir).items():
+    for key, value in _builder_conf(settings, work_dir, _archive.jvm_options() if _archive else "").items():
         builder = builder.config(key, value)
     with _filtered_stderr(not settings.verbose):
         spark = builder.getOrCreate()
@@ -202,6 +212,19 @@ def register(spark, data_dir: str | None = None) -> None:  # noqa: ANN001 - Spar
     spark.dataSource.register(bound_source(os.path.abspath(data_dir)) if data_dir else KlogDataSource)
 
 
+def stop_session(spark) -> None:  # noqa: ANN001 - SparkSession
+    """spark.stop(); when this run's JVM records the class archive, also end the JVM and keep the archive."""
+    from pyspark import SparkContext
+
+    spark.stop()
+    if _archive is not None and _archive.dump_to is not None and SparkContext._gateway is not None:
+        from klog.spark.classcache import finish
+
+        finish(_archive, SparkContext._gateway)
+        SparkContext._gateway = None  # the JVM is gone: a later session in this process starts a new one
+        SparkContext._jvm = None
+
+
 @contextmanager
 def spark_session(settings: SessionSettings) -> Iterator:
     """start_session(), stopped on exit if this call started it."""
@@ -212,4 +235,4 @@ def spark_session(settings: SessionSettings) -> Iterator:
         yield spark
     finally:
         if not was_running:
-            spark.stop()
+            stop_session(spark)
