@@ -357,13 +357,6 @@ def test_hypothesis_small_logs(tmp_path_factory, seed, mode, segment_bytes, inte
         built.log.close()
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "klog bug (klog/store/index.py TimeIndex.pack_if_newer): while a segment's max timestamp is still -1 "
-    "(every batch so far has timestamps <= -1, e.g. NO_TIMESTAMP), an append that is due an index entry "
-    "packs the time entry (-1, offset_of_max_timestamp=-1) and relative(-1) raises ValueError, after the "
-    "batch bytes and the .index entry were already written; the next append then trips the .index "
-    "ordering assertion. Kafka's TimeIndex.maybeAppend compares with lastEntry(), which is "
-    "(-1, baseOffset) for an empty index, so it appends nothing."))
 def test_batches_without_timestamps_get_offset_index_entries(tmp_path) -> None:
     log = PartitionLog(str(tmp_path / "t-0"), LogConfig(index_interval_bytes=0, flush_messages=1 << 30))
     log.open_for_write()

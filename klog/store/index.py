@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import struct
 
-from klog.store.format import OFFSET_INDEX_ENTRY, RELATIVE_OFFSET_MAX, TIME_INDEX_ENTRY
+from klog.store.format import NO_TIMESTAMP, OFFSET_INDEX_ENTRY, RELATIVE_OFFSET_MAX, TIME_INDEX_ENTRY
 
 
 class _IndexFile:
@@ -137,9 +137,11 @@ class TimeIndex(_IndexFile):
         return last[0] if last else -1
 
     def pack_if_newer(self, timestamp: int, offset: int) -> bytes | None:
-        """Kafka's maybeAppend: only a timestamp above the last entry's gets an entry."""
+        """Kafka's maybeAppend: only a timestamp above the last entry's gets an entry. An empty
+        index counts as (NO_TIMESTAMP, base offset), as in Kafka's lastEntry(), so batches
+        without timestamps (-1) get none."""
         last = self.last_entry()
-        if last is not None and timestamp <= last[0]:
+        if timestamp <= (last[0] if last is not None else NO_TIMESTAMP):
             return None
         rel = self.relative(offset)
         if last is not None and rel < last[1]:
