@@ -41,7 +41,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klog.Store
     from klog.client.store import Store
 
-    return Store(data_dir, create=create)
+    return Store(data_dir, create=create, on_warning=lambda m: print(f"klog: warning: {m}", file=sys.stderr))
 
 
 def version_callback(value: bool) -> None:

@@ -15,6 +15,9 @@ from klog.errors import KlogError, RecordTooLargeError, UsageError
 
 READ_CHUNK_BYTES = 1 << 20
 
+ACKS_HELP = ("all: wait until every in-sync replica has fsynced the batch (min.insync.replicas must hold); "
+             "1: until the leader has; 0: for no fsync.")
+
 
 def parse_headers(pairs: list[str] | None) -> list[tuple[str, bytes]]:
     out = []
@@ -37,7 +40,7 @@ def register(app: typer.Typer) -> None:
                                                          help="Header k=v for every record (repeatable).")] = None,
         input_format: Annotated[str, typer.Option("--input", help="lines | json | raw")] = "lines",
         partition: Annotated[int | None, typer.Option("--partition", "-p", help="Write to this partition.")] = None,
-        acks: Annotated[str, typer.Option("--acks", help="0, 1 or all.")] = "all",
+        acks: Annotated[str, typer.Option("--acks", help=ACKS_HELP)] = "all",
         compression: Annotated[str, typer.Option("--compression", "-z",
                                                  help="none, gzip, snappy, lz4 or zstd.")] = "none",
         linger_ms: Annotated[int, typer.Option("--linger-ms", help="Hold a partial batch up to this long.")] = 0,

@@ -69,8 +69,8 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
 
 @app.command()
 def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
-    """Per partition: leader, replicas, ISR, epoch, log start, high watermark, log end, size, segments
-    (and the dirty ratio of a compacted topic)."""
+    """Per partition: leader, replicas, ISR, epoch, log start, high watermark, log end, size, segments,
+    each replica's log end (RF > 1) and the dirty ratio (compacted topics)."""
     with open_store(data_dir) as store:
         info = store.describe_topic(topic)
         configs = store.effective_configs(topic)
@@ -98,6 +98,11 @@ def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) 
             for p in info.partitions]
     headings = ["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH", "LOG-START", "HIGH-WATERMARK", "LOG-END",
                 "SIZE", "SEGMENTS"]
+    if info.replication_factor > 1:  # each replica's log end: how far an out-of-sync one lags
+        headings.append("REPLICA-LOG-ENDS")
+        for row, p in zip(rows, info.partitions, strict=True):
+            row.append(",".join(f"{d}:{p.replica_log_end[d]}" if d in p.replica_log_end else f"{d}:-"
+                                for d in p.replicas))
     if ratios is not None:  # compacted topics: the share of the cleanable log not yet compacted
         headings.append("DIRTY-RATIO")
         for row, ratio in zip(rows, ratios, strict=True):

@@ -20,6 +20,7 @@ from klog.meta.topics import PartitionMeta
 from klog.store import health
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
+from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, AppendResult, LeaderAppendError
 
 CATCH_UP_BYTES_PER_FETCH = 4 << 20
 DIVERGENCE_STEPS_MAX = 100_000  # bounded walk back over batches while looking for agreement
@@ -113,7 +114,7 @@ class ReplicaManager:
 
     def __init__(self, store, warn: Warn | None = None) -> None:
         self.store = store
-        self.warn = warn or (lambda message: None)
+        self.warn = warn or store.warn
         # (topic, partition, log dir) -> when its append or catch-up last failed, in this process:
         # retrying on every append would cost a read of the whole lag and a warning per batch
         self._failed_at: dict[tuple[str, int, int], float] = {}
@@ -167,7 +168,8 @@ class ReplicaManager:
         snap = part.snapshot()
         if snap.leader_epoch != meta.leader_epoch:
             snap.leader_epoch = meta.leader_epoch
-            part.state.write(snap, sync=True)
+            part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
+        part.leader_epoch_loaded = meta.leader_epoch
         return meta
 
     def _restore_leader_tail(self, part, hw: int) -> None:
@@ -186,8 +188,9 @@ class ReplicaManager:
             try:
                 catch_up(longest, leader, longest.log_end_offset)
             except OSError as e:
-                raise StorageError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
-                                   f"{e.strerror or e}") from None
+                why = f"{leader.directory}: {e.strerror or e}"
+                raise LeaderAppendError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
+                                        f"{e.strerror or e}", why) from None
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
         """A writer killed between the leader's append and a follower's left that follower short
@@ -244,15 +247,15 @@ class ReplicaManager:
         return meta
 
     def append(self, topic: str, partition: int, encoded: bytes, acks: str) -> int:
-        """Append one encoded batch; returns its base offset once `acks` is satisfied."""
+        """Append one encoded batch; returns its base offset once `acks` is satisfied: acks=all
+        when every in-sync replica has fsynced it (per the flush policy), acks=1 when the leader
+        has, acks=0 without waiting for any fsync. Every in-sync replica gets the bytes either way."""
         store = self.store
         part = store.partition(topic, partition)
         min_isr = int(store.effective_configs(topic)["min.insync.replicas"])
+        sync = SYNC_BY_ACKS[str(acks)]
         with part.lock:
-            meta = self.reconcile(topic, partition, part)
-            if acks == "all":
-                ensure_min_isr(topic, partition, meta, min_isr)
-            result = part.append_batch(encoded)
+            meta, result = self._append_with_failover(topic, partition, part, encoded, sync, acks, min_isr)
             if result.failed_followers:
                 dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
                 lost = {dirs[i] for i in result.failed_followers}
@@ -263,11 +266,40 @@ class ReplicaManager:
                 store.topics.update_partition(topic, partition, meta)
                 store.forget_topic_cache(topic)
             part.publish()
-            if acks == "all" and len(meta.isr) < min_isr:
+            if sync == SYNC_ALL and len(meta.isr) < min_isr:
                 raise NotEnoughReplicasError(
                     f"{topic}-{partition}: the batch at offset {result.base_offset} reached only ISR "
                     f"[{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
         return result.base_offset
+
+
+    def _append_with_failover(self, topic: str, partition: int, part, encoded: bytes, sync: str, acks: str,
+                              min_isr: int) -> tuple[PartitionMeta, AppendResult]:
+        """A leader whose directory fails the append (EIO, ENOSPC, ...) leaves the ISR, an in-sync
+        follower is elected (epoch + 1) and the batch is appended there: the write goes on while
+        an in-sync replica is left, as in Kafka, where the producer's retry finds the new leader."""
+        replicas = self.store.topics.get(topic).partitions[partition].replicas
+        for _ in range(len(replicas) + 1):
+            try:
+                meta = self.reconcile(topic, partition, part)
+                if sync == SYNC_ALL:
+                    ensure_min_isr(topic, partition, meta, min_isr)
+                return meta, part.append_batch(encoded, sync)
+            except LeaderAppendError as e:
+                failed = self._log_dir_of(part.leader, replicas)
+                self.warn(f"replica of {topic}-{partition} in log directory {failed} left the ISR: {e.why}")
+                self._failed_at[(topic, partition, failed)] = time.monotonic()
+                current = self.store.topics.get(topic).partitions[partition]
+                self.store.topics.update_partition(
+                    topic, partition, replace(current, isr=[d for d in current.isr if d != failed]))
+                self.store.forget_topic_cache(topic)
+        raise StorageError(f"cannot append to {topic}-{partition}: every replica failed")
+
+    def _log_dir_of(self, replica: PartitionLog, candidates: list[int]) -> int:
+        root = os.path.dirname(replica.directory)
+        found = [d for d in candidates if self.store.data_dir.log_dir_path(d) == root]
+        assert len(found) == 1, (replica.directory, candidates)
+        return found[0]
 
 
 def move_replica(store, topic: str, partition: int, source: int, target: int, warn: Warn | None = None) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from klog.errors import UnknownPartitionError, UnknownTopicError, UsageError
+from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.meta.db import MetaDB
 from klog.meta.topics import TopicMeta, TopicsMeta
 from klog.store.config import CONFIG_KEYS, LogConfig
@@ -49,10 +50,20 @@ class TopicInfo:
         return sum(p.size_bytes for p in self.partitions)
 
 
-class Store:
-    """Open (creating if needed) the klog store at `path` (default: $KLOG_DATA_DIR or XDG)."""
+def _log_warning(message: str) -> None:
+    logging.getLogger("klog").warning(message)
 
-    def __init__(self, path: str | None = None, create: bool = True, log_dirs: list[str] | None = None) -> None:
+
+class Store:
+    """Open (creating if needed) the klog store at `path` (default: $KLOG_DATA_DIR or XDG).
+
+    `on_warning` receives what happens to replicas behind a call's back (a directory leaving the
+    ISR, a new leader, a catch-up); by default the `klog` logger; the CLI prints it on stderr.
+    """
+
+    def __init__(self, path: str | None = None, create: bool = True, log_dirs: list[str] | None = None,
+                 on_warning: Callable[[str], None] | None = None) -> None:
+        self.warn = on_warning or _log_warning
         self.data_dir = DataDir.open(path or default_data_dir(), create=create, log_dirs=log_dirs)
         self.path = self.data_dir.path
         self.meta = MetaDB(self.data_dir.meta_dir)
@@ -77,12 +88,20 @@ class Store:
     def log_dir_ids(self) -> list[int]:
         return [d.id for d in self.data_dir.log_dirs]
 
+    def healthy_log_dir_ids(self) -> list[int]:
+        """The log directories new replicas may go to (a missing, read-only or full one may not)."""
+        from klog.client.replication import dir_health
+        from klog.store import health
+
+        return [d for d in self.log_dir_ids() if dir_health(self, d) in (health.OK, health.REPLACED)]
+
     def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
                      configs: dict[str, str] | None = None, exist_ok: bool = False) -> TopicMeta:
         partitions = partitions if partitions is not None else int(self.data_dir.default("num.partitions"))
         rf = replication_factor if replication_factor is not None else int(
             self.data_dir.default("default.replication.factor"))
-        topic = self.topics.create(name, partitions, rf, configs or {}, self.log_dir_ids(), exist_ok=exist_ok)
+        topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
+                                   exist_ok=exist_ok)
         self._topic_cache.pop(name, None)
         return topic
 
@@ -110,7 +129,7 @@ class Store:
                     delete_configs: Iterable[str] = ()) -> TopicMeta:
         topic = self.topics.get(name)
         if partitions is not None and partitions != len(topic.partitions):
-            topic = self.topics.add_partitions(name, partitions, self.log_dir_ids())
+            topic = self.topics.add_partitions(name, partitions, self.healthy_log_dir_ids())
         if set_configs or delete_configs:
             topic = self.topics.update_configs(name, set_configs or {}, list(delete_configs))
         self._forget(name)
@@ -154,12 +173,24 @@ class Store:
             raise UnknownPartitionError(f"topic '{topic}' has no partition {partition} "
                                         f"(it has {len(meta.partitions)})")
         pm = meta.partitions[partition]
-        order = [pm.leader] + [r for r in pm.replicas if r != pm.leader and r in pm.isr]
-        dirs = [self.data_dir.log_dir_path(d) for d in order]
-        p = Partition(topic, partition, dirs, self.data_dir.state_dir, self.data_dir.lock_dir,
-                      LogConfig.from_configs(meta.configs))
+        p = Partition(topic, partition, self._leader_and_isr_dirs(pm), self.data_dir.state_dir,
+                      self.data_dir.lock_dir, LogConfig.from_configs(meta.configs))
+        p.leader_epoch_loaded = pm.leader_epoch
+        p.reload_replicas = lambda: self._reload_replicas(p)
         self._partitions[(topic, partition)] = p
         return p
+
+    def _leader_and_isr_dirs(self, pm) -> list[str]:
+        order = [pm.leader] + [r for r in pm.replicas if r != pm.leader and r in pm.isr]
+        return [self.data_dir.log_dir_path(d) for d in order]
+
+    def _reload_replicas(self, part: Partition) -> None:
+        """A writer elected a new leader since `part` was opened: read from the new leader and
+        ISR (a deposed leader may hold a batch nobody else has, above what was committed)."""
+        self.forget_topic_cache(part.topic)
+        pm = self.topic(part.topic).partitions[part.partition]
+        part.set_replica_dirs(self._leader_and_isr_dirs(pm))
+        part.leader_epoch_loaded = pm.leader_epoch
 
     def partition_count(self, topic: str) -> int:
         return len(self.topic(topic).partitions)
@@ -173,14 +204,37 @@ class Store:
             snap = p.snapshot()
             leader = p.leader
             leader.refresh_segments()
-            replica_ends = {}
-            for d, replica in zip([pm.leader] + [r for r in pm.replicas if r != pm.leader and r in pm.isr],
-                                  p.replicas, strict=False):
-                replica_ends[d] = _log_end(replica)
+            replica_ends = self._replica_log_ends(name, i, pm, p)
             parts.append(PartitionInfo(
                 i, pm.leader, pm.replicas, pm.isr, pm.leader_epoch, p.log_start_offset(), snap.high_watermark,
                 replica_ends.get(pm.leader, snap.high_watermark), p.size_bytes(), len(leader.bases), replica_ends))
         return TopicInfo(name, topic.topic_id, parts, topic.replication_factor, dict(topic.configs))
+
+    def _replica_log_ends(self, topic: str, partition: int, pm, part: Partition) -> dict[int, int]:
+        """Every replica's log end, the out-of-sync ones too (a replica whose directory cannot be
+        read is left out)."""
+        from klog.store.log import PartitionLog
+
+        open_logs = {os.path.dirname(r.directory): r for r in part.replicas}
+        ends: dict[int, int] = {}
+        for d in pm.replicas:
+            try:
+                root = self.data_dir.log_dir_path(d)
+                replica = open_logs.get(root)
+                if replica is not None:
+                    ends[d] = _log_end(replica)
+                    continue
+                folder = os.path.join(root, partition_dir_name(topic, partition))
+                if not os.path.isdir(folder):
+                    continue
+                replica = PartitionLog(folder, part.config)
+                try:
+                    ends[d] = _log_end(replica)
+                finally:
+                    replica.close()
+            except (OSError, KlogError):
+                continue
+        return ends
 
     def offsets(self, topic: str, timestamp: int | None = None) -> dict[int, int | None]:
         """Per partition: earliest (timestamp -2), latest (None or -1), or first offset at a time."""

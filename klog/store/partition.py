@@ -9,6 +9,7 @@ that is not completely written (and replicated).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -39,7 +40,27 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHeader, new_segment: bool) -> None:
+# What an append waits for, by the producer's acks: which replicas are fsynced (per the flush
+# policy) before it returns. The bytes reach every in-sync replica either way, so the high
+# watermark (the lowest log end over the ISR) moves at once; what acks=1 and acks=0 give up is
+# durability against a power cut, not visibility. Unsynced bytes are fsynced by the next
+# append that waits for them (flush.messages counts every batch) or by flush.ms.
+SYNC_ALL = "all"        # acks=all: leader and every in-sync follower
+SYNC_LEADER = "leader"  # acks=1: the leader only
+SYNC_NONE = "none"      # acks=0: none
+SYNC_BY_ACKS = {"all": SYNC_ALL, "-1": SYNC_ALL, "1": SYNC_LEADER, "0": SYNC_NONE}
+
+
+class LeaderAppendError(StorageError):
+    """The leader's directory failed an append; the followers were put back as they were."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHeader, new_segment: bool,
+                      sync: bool) -> None:
     """Append, starting a new segment exactly where the leader starts one (a writer killed in the
     middle of a roll leaves one replica an empty new segment the others lack)."""
     if new_segment and replica.active.size > 0 and not replica.should_roll(header):
@@ -47,7 +68,8 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
     elif not new_segment and replica.active.size == 0:
         replica.drop_empty_active(header.base_offset)  # it rolled where the leader did not
     replica.append(batch, header)
-    replica.maybe_flush()
+    if sync:
+        replica.maybe_flush()
 
 
 @dataclass(frozen=True)
@@ -70,6 +92,10 @@ class Partition:
         self.state = PartitionState(os.path.join(state_dir, name + ".state"))
         self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
         self.last_recovery: list[RecoveryReport] = []
+        # readers: the leader epoch the replica list was built for, and how to rebuild it when a
+        # writer elected a new leader (a reader kept open must not read a deposed leader's tail)
+        self.leader_epoch_loaded = 0
+        self.reload_replicas: Callable[[], None] | None = None
 
     def set_replica_dirs(self, replica_dirs: list[str]) -> None:
         """Leader first, then the in-sync followers; keeps the open logs it already has."""
@@ -94,7 +120,16 @@ class Partition:
 
     def log_start_offset(self) -> int:
         snap = self.state.read()
-        return max(snap.log_start_offset, self.leader.first_offset())
+        return max(snap.log_start_offset, self._first_readable(lambda r: r.first_offset(), snap.log_start_offset))
+
+    def _first_readable(self, ask: Callable[[PartitionLog], int], default: int) -> int:
+        """`ask` of the leader, or of the first in-sync replica that can answer (a lost directory)."""
+        for replica in self._present_replicas():
+            try:
+                return ask(replica)
+            except (OSError, CorruptLogError):
+                continue
+        return default
 
     # -- writing -------------------------------------------------------------------------------
     def open_for_write(self) -> None:
@@ -107,11 +142,15 @@ class Partition:
             snap.high_watermark = hw
             self.state.write(snap)
 
-    def append_batch(self, batch: bytes) -> AppendResult:
-        """Stamp `batch` (encoded at base offset 0) with the next offsets and append it everywhere.
+    def append_batch(self, batch: bytes, sync: str = SYNC_ALL) -> AppendResult:
+        """Stamp `batch` (encoded at base offset 0) with the next offsets and append it everywhere,
+        fsyncing the replicas `sync` names (SYNC_ALL, SYNC_LEADER or SYNC_NONE) per the flush policy.
 
-        The caller holds self.lock and has called open_for_write() under it.
+        The caller holds self.lock and has called open_for_write() under it. A failed follower is
+        dropped (AppendResult.failed_followers); a failed leader raises LeaderAppendError after
+        the followers were truncated back, so the batch is nowhere and the caller may elect anew.
         """
+        assert sync in (SYNC_ALL, SYNC_LEADER, SYNC_NONE), sync
         leader = self.leader
         base = leader.log_end_offset
         stamped = codec.with_base_offset(batch, base, self.snapshot().leader_epoch)
@@ -119,14 +158,16 @@ class Partition:
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)
         new_segment = leader.active.size == 0 or leader.should_roll(header)
-        copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment)
+        copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment, sync == SYNC_ALL)
                   for r in self.replicas[1:]]
         try:
-            _append_and_flush(leader, stamped, header, new_segment)
+            _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE)
         except OSError as e:
             futures.wait(copies)
-            raise StorageError(f"cannot append to the leader of {self.topic}-{self.partition} "
-                               f"({leader.directory}): {e.strerror or e}") from None
+            self._undo_follower_copies(base)
+            why = f"{leader.directory}: {e.strerror or e}"
+            raise LeaderAppendError(f"cannot append to the leader of {self.topic}-{self.partition} ({why})",
+                                    why) from None
         failed: dict[int, str] = {}
         for i, copy in enumerate(copies, start=1):
             try:
@@ -136,6 +177,16 @@ class Partition:
         if failed:
             self.replicas = [r for i, r in enumerate(self.replicas) if i not in failed]
         return AppendResult(base, header.last_offset, None, failed)
+
+    def _undo_follower_copies(self, base: int) -> None:
+        """The leader failed: the batch must not stay on followers alone (it was never
+        acknowledged, and a follower elected next would commit it)."""
+        for replica in self.replicas[1:]:
+            try:
+                if replica.log_end_offset > base:
+                    replica.truncate_to(base)
+            except (OSError, CorruptLogError):
+                pass  # it fails its next append too, and leaves the ISR then
 
     def publish(self) -> None:
         """Lock held: make everything appended so far visible to readers."""
@@ -163,7 +214,10 @@ class Partition:
     # -- reading -------------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int = 1 << 20, upper: int | None = None) -> list[FetchedBatch]:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
-        hw = self.high_watermark()
+        snap = self.state.read()
+        if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
+            self.reload_replicas()
+        hw = snap.high_watermark
         bound = hw if upper is None else min(hw, upper)
         if offset >= bound:
             return []
@@ -185,10 +239,22 @@ class Partition:
         return []
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
-        return self.leader.offset_for_timestamp(timestamp, self.high_watermark())
+        hw = self.high_watermark()
+        for replica in self._present_replicas():  # the leader first; a lost directory is answered by a follower
+            try:
+                return replica.offset_for_timestamp(timestamp, hw)
+            except (OSError, CorruptLogError):
+                continue
+        return None
+
+    def _present_replicas(self) -> list[PartitionLog]:
+        """Leader first, leaving out replicas whose folder is gone (a deleted log directory
+        lists as empty, which is not the same as holding nothing)."""
+        present = [r for r in self.replicas if os.path.isdir(r.directory)]
+        return present or self.replicas[:1]
 
     def size_bytes(self) -> int:
-        return self.leader.size_bytes()
+        return self._first_readable(lambda r: r.size_bytes(), 0)
 
     def close(self) -> None:
         for replica in self.replicas:

@@ -1,0 +1,200 @@
+"""Replication under faults a reviewer found uncovered: a leader whose disk fails an append, a
+reader kept open across an election, placement with a lost directory, lookups by time with the
+leader's directory gone, what acks=1 and acks=0 wait for, and the high watermark as the bound
+of every reader.
+
+Method: real files in three log directories; faults are injected at PartitionLog.append (an
+I/O error) or by moving a directory away (a lost disk).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+from test_replication import expected, produce
+
+import klog
+from klog.client.consumer import StartSpec
+from klog.store import codec
+from klog.store.format import partition_dir_name
+from klog.store.log import PartitionLog
+
+
+@pytest.fixture
+def rstore(tmp_path):
+    """A store over three log directories (disk0..disk2)."""
+    dirs = [str(tmp_path / f"disk{i}") for i in range(3)]
+    with klog.Store(str(tmp_path / "data"), log_dirs=dirs) as store:
+        yield store, dirs
+
+
+def folder(dirs, d, topic):
+    return os.path.join(dirs[d], partition_dir_name(topic, 0))
+
+
+def append_alone(directory, value: bytes, timestamp: int = 1) -> None:
+    """A batch on one replica only, as a writer killed between the leader's write and the followers'."""
+    log = PartitionLog(directory)
+    log.open_for_write()
+    batch = codec.encode_batch([(None, value, (), timestamp)], log.log_end_offset)
+    log.append(batch, codec.read_header(batch))
+    log.flush()
+    log.close()
+
+
+def test_leader_failing_an_append_hands_over_to_a_follower_and_the_write_goes_on(rstore, monkeypatch):
+    store, dirs = rstore
+    store.create_topic("f", replication_factor=3, configs={"min.insync.replicas": "2"})
+    produce(store, "f", 100)
+    before = store.topic("f").partitions[0]
+    real_append = PartitionLog.append
+
+    def failing_append(self, batch, header):
+        if self.directory.startswith(dirs[before.leader]):
+            raise OSError(errno.EIO, "Input/output error")  # the leader's disk, injected
+        return real_append(self, batch, header)
+
+    monkeypatch.setattr(PartitionLog, "append", failing_append)
+    warnings: list[str] = []
+    produce(store, "f", 100, start=100, warnings=warnings)  # no error: an in-sync follower takes over
+    after = store.topics.get("f").partitions[0]
+    assert after.leader != before.leader and after.leader in before.isr
+    assert before.leader not in after.isr
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert any(f"log directory {before.leader} left the ISR" in w and "Input/output error" in w for w in warnings)
+    assert [r.value for r in store.consumer("f")] == expected(200)
+    # the failed batch is nowhere twice: every remaining replica holds each record once
+    for d in after.isr:
+        log = PartitionLog(folder(dirs, d, "f"))
+        values = [v for b in log.read(0, 10**9, 1 << 30) for (_, _, _, v, _) in b.records()]
+        log.close()
+        assert values == expected(200)
+
+
+def test_a_reader_kept_open_across_an_election_never_reads_the_deposed_leaders_tail(rstore):
+    store, dirs = rstore
+    store.create_topic("s", replication_factor=2)
+    produce(store, "s", 100)
+    meta = store.topic("s").partitions[0]
+    reader = klog.Store(store.path)
+    try:
+        assert len(list(reader.consumer("s"))) == 100  # its partition (leader + ISR) is now cached
+        append_alone(folder(dirs, meta.leader, "s"), b"NEVER-ACKNOWLEDGED")
+        os.rename(dirs[meta.leader], dirs[meta.leader] + ".away")
+        produce(store, "s", 10, start=100)  # the follower is elected (epoch 1); offsets 100-109
+        os.rename(dirs[meta.leader] + ".away", dirs[meta.leader])  # the old leader's folder is back
+        values = [r.value for r in reader.consumer("s")]
+    finally:
+        reader.close()
+    assert b"NEVER-ACKNOWLEDGED" not in values
+    assert values == expected(110)
+
+
+def test_new_replicas_never_go_to_a_lost_directory(rstore):
+    store, dirs = rstore
+    os.rename(dirs[2], dirs[2] + ".away")
+    meta = store.create_topic("x", partitions=4, replication_factor=2)
+    assert all(2 not in p.replicas for p in meta.partitions)
+    with pytest.raises(klog.KlogError, match=r"replication factor 3 is larger than the number of healthy log "
+                                             r"directories \(2\)"):
+        store.create_topic("y", replication_factor=3)
+    meta = store.alter_topic("x", partitions=6)
+    assert all(2 not in p.replicas for p in meta.partitions)
+
+
+def test_lookups_by_time_are_answered_by_a_follower_when_the_leaders_directory_is_gone(rstore):
+    store, dirs = rstore
+    store.create_topic("t", replication_factor=2)
+    with store.producer() as p:
+        for i in range(50):
+            p.send("t", b"%d" % i, partition=0, timestamp=1_000 + i)
+    leader = store.topic("t").partitions[0].leader
+    reader = klog.Store(store.path)
+    try:
+        os.rename(dirs[leader], dirs[leader] + ".away")  # no writer since: the ISR still names it
+        assert reader.offsets("t", timestamp=1_020) == {0: 20}
+        assert reader.offsets("t", timestamp=-2) == {0: 0}
+        since = reader.consumer("t", start=StartSpec("timestamp", 1_045))
+        assert [r.value for r in since] == [b"%d" % i for i in range(45, 50)]
+    finally:
+        reader.close()
+
+
+def _fsyncs(monkeypatch) -> list[str]:
+    """Which replica folders had their .log fsynced, in order."""
+    seen: list[str] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd):
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            path = "?"
+        if path.endswith(".log"):
+            seen.append(os.path.dirname(path))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    return seen
+
+
+@pytest.mark.parametrize(("acks", "synced"), [("all", {0, 1, 2}), ("1", {0}), ("0", set())])
+def test_acks_decide_which_replicas_are_fsynced_before_a_write_returns(rstore, monkeypatch, acks, synced):
+    store, dirs = rstore
+    store.create_topic("a", replication_factor=3)
+    produce(store, "a", 10)  # placement, first segment, catch-up: out of the way
+    meta = store.topic("a").partitions[0]
+    order = [meta.leader] + [d for d in meta.replicas if d != meta.leader]
+    seen = _fsyncs(monkeypatch)
+    produce(store, "a", 10, start=10, acks=acks)
+    assert {order.index(d) for d in range(3) if folder(dirs, d, "a") in seen} == synced
+    # visibility does not depend on acks: every in-sync replica has the bytes, the high watermark moved
+    assert [r.value for r in store.consumer("a")] == expected(20)
+    assert store.describe_topic("a").partitions[0].replica_log_end == {0: 20, 1: 20, 2: 20}
+
+
+def test_readers_never_see_past_the_high_watermark(rstore, cli):
+    store, dirs = rstore
+    store.create_topic("h", replication_factor=2)
+    produce(store, "h", 100)
+    leader = store.topic("h").partitions[0].leader
+    append_alone(folder(dirs, leader, "h"), b"ABOVE-THE-HIGH-WATERMARK", timestamp=10**13)
+    data = ["--data-dir", store.path]
+    out = cli("consume", "h", "--json", *data).out
+    assert len(out.splitlines()) == 100 and "ABOVE" not in out
+    assert json.loads(cli("offsets", "h", "--json", *data).out)["latest"] == 100
+    assert json.loads(cli("offsets", "h", "--time", str(10**13), "--json", *data).out)["offset"] is None
+    with store.group_consumer("g", "h", follow=False) as consumer:
+        assert [r.value for r in consumer] == expected(100)
+    described = store.describe_topic("h").partitions[0]
+    assert described.high_watermark == 100
+    assert described.replica_log_end[leader] == 101  # the leader holds it; nobody reads it
+
+
+def test_describe_shows_every_replicas_log_end_the_out_of_sync_one_too(rstore, cli):
+    store, dirs = rstore
+    store.create_topic("d", replication_factor=3)
+    produce(store, "d", 100)
+    lagging = store.topic("d").partitions[0].isr[-1]
+    os.rename(dirs[lagging], dirs[lagging] + ".away")
+    produce(store, "d", 20, start=100)
+    os.rename(dirs[lagging] + ".away", dirs[lagging])  # back, not yet caught up (nobody wrote since)
+    info = store.describe_topic("d").partitions[0]
+    assert lagging not in info.isr
+    assert info.replica_log_end[lagging] == 100
+    assert sorted(info.replica_log_end.values()) == [100, 120, 120]
+    table = cli("topics", "describe", "d", "--data-dir", store.path).out
+    assert f"{lagging}:100" in table and "REPLICA-LOG-ENDS" in table
+
+
+def test_retention_run_by_the_cli_prints_the_isr_shrink_it_causes(rstore, cli):
+    store, dirs = rstore
+    store.create_topic("r", replication_factor=2)
+    produce(store, "r", 10)
+    follower = store.topic("r").partitions[0].isr[-1]
+    os.rename(dirs[follower], dirs[follower] + ".away")
+    result = cli("topics", "clean", "r", "--data-dir", store.path)
+    assert f"replica of r-0 in log directory {follower} left the ISR (missing)" in result.stderr
