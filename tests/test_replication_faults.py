@@ -12,9 +12,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
-from test_replication import expected, produce
+from test_replication import REPO, expected, produce
 
 import klog
 from klog.client.consumer import StartSpec
@@ -198,3 +201,63 @@ def test_retention_run_by_the_cli_prints_the_isr_shrink_it_causes(rstore, cli):
     os.rename(dirs[follower], dirs[follower] + ".away")
     result = cli("topics", "clean", "r", "--data-dir", store.path)
     assert f"replica of r-0 in log directory {follower} left the ISR (missing)" in result.stderr
+
+
+# -- real read-only and full filesystems, in a private mount namespace ----------------------------
+# chmod does not stop root, so as root these use what does: a read-only bind mount and a small
+# tmpfs, made in a mount namespace of the test's own (unshare -m) so nothing outside sees them.
+NAMESPACE_SCENARIO = r"""
+import json, os, subprocess, sys
+import klog
+from klog.client.dirs import list_dirs
+
+base, mode = sys.argv[1], sys.argv[2]
+dirs = [os.path.join(base, f"disk{i}") for i in range(3)]
+for d in dirs:
+    os.makedirs(d)
+if mode == "full":  # disk2 is a 3 MiB disk
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", dirs[2]], check=True)
+warnings = []
+out = {}
+with klog.Store(os.path.join(base, "data"), log_dirs=dirs, on_warning=warnings.append) as store:
+    store.create_topic("t", replication_factor=3, configs={"min.insync.replicas": "2"})
+    victim = 2
+    with store.producer(batch_size=64 * 1024) as producer:  # one producer, mid-stream
+        values = [b"value-%08d-" % i + b"x" * 100 for i in range(40_000)]  # 5 MiB
+        for i, value in enumerate(values):
+            if mode == "read-only" and i == 1_000:
+                subprocess.run(["mount", "--bind", dirs[victim], dirs[victim]], check=True)
+                subprocess.run(["mount", "-o", "remount,bind,ro", dirs[victim]], check=True)
+            producer.send("t", value, partition=0)
+    out["isr"] = store.topics.get("t").partitions[0].isr
+    out["health"] = {d.id: d.health for d in list_dirs(store)}
+    out["complete"] = [r.value for r in store.consumer("t")] == values
+out["warnings"] = warnings
+print(json.dumps(out))
+"""
+
+
+def _run_in_mount_namespace(tmp_path, mode: str) -> dict:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
+    script = tmp_path / "scenario.py"
+    script.write_text(NAMESPACE_SCENARIO)
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, str(script),
+                        str(tmp_path / "ns"), mode], capture_output=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": REPO})
+    assert r.returncode == 0, r.stderr.decode()
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize(("mode", "why"), [("read-only", "read-only"), ("full", "full")])
+def test_a_directory_going_read_only_or_full_mid_stream_leaves_the_isr_once_and_writing_goes_on(
+        tmp_path, mode, why):
+    out = _run_in_mount_namespace(tmp_path, mode)
+    assert out["complete"]  # every record, once, in order, while two of three replicas held
+    assert 2 not in out["isr"] and len(out["isr"]) == 2
+    assert out["health"]["2"] == why
+    left = [w for w in out["warnings"] if "left the ISR" in w]
+    assert left == [f"replica of t-0 in log directory 2 left the ISR ({why})"]
