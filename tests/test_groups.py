@@ -304,6 +304,45 @@ def test_two_groups_each_see_every_record(store) -> None:
             assert sorted((r.partition, r.offset) for r in c) == [(p, o) for p in range(3) for o in range(4)]
 
 
+def test_auto_commit_commits_what_poll_returned_while_the_member_stays(store) -> None:
+    fill(store, "t", 1, 10)
+    meta = GroupsMeta(store.meta)
+    with store.group_consumer("g", "t", auto_commit_interval_ms=20) as c:
+        got = []
+        while len(got) < 10:
+            got += c.poll(timeout_ms=100)
+        for _ in range(SETTLE_ROUNDS_MAX):  # later polls commit what earlier ones returned, once due
+            if ("t", 0) in meta.committed("g"):
+                break
+            assert c.poll(timeout_ms=10) == []
+        assert meta.committed("g")[("t", 0)].offset == 10
+        assert c.assignment() == [("t", 0)]  # still a member: no close() did it
+
+
+def test_a_compacted_topic_with_offset_gaps_is_read_once_in_order(store) -> None:
+    store.create_topic("kv", partitions=1, configs={"cleanup.policy": "compact", "segment.bytes": "600",
+                                                    "retention.ms": "-1"})
+    with store.producer() as p:
+        for i in range(200):
+            p.send("kv", b"v%d" % i, key=b"k%d" % (i % 7), partition=0)
+            if i % 5 == 4:
+                p.flush()  # small batches over many segments
+    store.compact("kv")
+    survivors = [(r.offset, r.key, r.value) for r in store.consumer("kv")]
+    offsets = [o for o, _, _ in survivors]
+    gaps = sorted(set(range(offsets[-1])) - set(offsets))
+    assert len(survivors) < 100 and gaps  # compaction removed records below the active segment
+    with store.group_consumer("g", "kv", follow=False) as c:
+        assert [(r.offset, r.key, r.value) for r in c] == survivors
+    assert GroupsMeta(store.meta).committed("g")[("kv", 0)].offset == 200
+    with store.group_consumer("g", "kv", follow=False) as c:
+        assert list(c) == []
+    # a committed offset that compaction removed: the next surviving record comes first
+    GroupsMeta(store.meta).set_offsets("h", {("kv", 0): gaps[0]})
+    with store.group_consumer("h", "kv", follow=False) as c:
+        assert [(r.offset, r.key, r.value) for r in c] == [s for s in survivors if s[0] > gaps[0]]
+
+
 def test_commit_inside_iteration_counts_the_record_in_hand(store) -> None:
     fill(store, "t", 1, 5)
     with store.group_consumer("g", "t", enable_auto_commit=False, follow=False) as c:

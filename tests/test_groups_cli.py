@@ -11,6 +11,7 @@ as LMDB holds it is read through the library while they run.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -286,3 +287,99 @@ def test_bad_group_options_are_usage_errors(cli, args, message) -> None:
 def test_reset_needs_exactly_one_target(cli) -> None:
     r = cli("groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest")
     assert r.exit_code == 2 and "give exactly one of --to-earliest" in r.stderr
+
+
+# -- only what reached stdout is committed ----------------------------------------------------------
+def committed(data_dir: str, group: str = "g") -> dict[tuple[str, int], int]:
+    with klog.open(data_dir) as store:
+        return {tp: c.offset for tp, c in GroupsMeta(store.meta).committed(group).items()}
+
+
+def consume_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "klog", "consume", "t", "-G", "g", *args]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("fmt", [[], ["-F", "%s\\n"], ["--format", "%o %s\\n"]])
+def test_records_that_fail_to_reach_stdout_are_not_committed(cli, data_dir, fmt) -> None:
+    cli("topics", "create", "t", "-p", "1")
+    cli("produce", "t", input=b"".join(b"%d\n" % i for i in range(20)))
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    with open("/dev/full", "wb") as full:
+        r = subprocess.run(consume_cmd(*fmt), stdout=full, stderr=subprocess.PIPE, env=env, timeout=60)
+    assert r.returncode == 1 and b"No space left on device" in r.stderr
+    assert committed(data_dir) == {}
+    assert cli("consume", "t", "-G", "g").stdout == b"".join(b"%d\n" % i for i in range(20))  # a rerun has all
+
+
+@pytest.mark.parametrize("fmt", [[], ["-F", "%o %s\\n"]])
+def test_a_reader_that_goes_away_gets_no_more_committed_than_it_received(cli, data_dir, fmt) -> None:
+    """`klog consume -G g | head -c 5000`: the values outsize the pipe, so a write is cut short when head
+    exits (Python then returns a short count instead of raising); none of that write may be committed."""
+    import shlex
+
+    cli("topics", "create", "t", "-p", "1")
+    with klog.open(data_dir) as store, store.producer() as p:
+        for i in range(2000):
+            p.send("t", b"%04d" % i + b"x" * 995)  # 1000 bytes and a newline per line
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    r = subprocess.run(["sh", "-c", shlex.join(consume_cmd(*fmt)) + " | head -c 5000"], capture_output=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0 and len(r.stdout) == 5000
+    assert b"Traceback" not in r.stderr
+    received = r.stdout.count(b"\n") + 1  # whole lines and the one cut
+    assert committed(data_dir).get(("t", 0), 0) <= received
+
+
+def test_exec_with_grep_commits_the_records_it_filters_out(cli, data_dir, tmp_path) -> None:
+    cli("topics", "create", "t", "-p", "1")
+    cli("produce", "t", input=b"a0\nb1\na2\nb3\nb4\n")
+    log = tmp_path / "ran.txt"
+    r = cli("consume", "t", "-G", "g", "--grep", "^a", "--exec", f"cat >> {log}; echo >> {log}")
+    assert r.exit_code == 0 and log.read_text().split() == ["a0", "a2"]
+    assert committed(data_dir) == {("t", 0): 5}  # the trailing b3, b4 too: lag 0
+    doc = json.loads(cli("groups", "describe", "g", "--json").out)
+    assert [p["lag"] for p in doc["partitions"]] == [0]
+
+
+@pytest.mark.parametrize(("batch", "expected"), [("1", {("t", 0): 2}), ("2", {})])
+def test_exec_with_grep_commits_a_filtered_record_only_once_the_run_before_it_succeeded(cli, data_dir, batch,
+                                                                                       expected) -> None:
+    """a0 runs, b1 is filtered out, a2 fails: one by one, b1 is done (commit 2); in a batch of a0 and a2
+    it sits between them, so neither it nor a0 is committed."""
+    cli("topics", "create", "t", "-p", "1")
+    cli("produce", "t", input=b"a0\nb1\na2\nb3\n")
+    r = cli("consume", "t", "-G", "g", "--grep", "^a", "--batch", batch, "--exec", "! grep -q a2")
+    assert r.exit_code == 1 and "--exec command exited 1" in r.stderr
+    assert committed(data_dir) == expected
+
+
+# -- groups admin ---------------------------------------------------------------------------------
+def test_delete_offsets_of_an_unknown_topic_or_partition_is_an_error(cli, data_dir) -> None:
+    cli("topics", "create", "t", "-p", "2")
+    cli("produce", "t", "-p", "0", input=b"1\n2\n")
+    cli("produce", "t", "-p", "1", input=b"3\n")
+    cli("consume", "t", "-G", "g")
+    r = cli("groups", "delete-offsets", "g", "--topic", "nosuch")
+    assert (r.exit_code, r.stderr) == (cli("consume", "nosuch").exit_code, "klog: error: unknown topic 'nosuch'\n")
+    assert r.exit_code == 1
+    r = cli("groups", "delete-offsets", "g", "--topic", "t:99")
+    assert (r.exit_code, r.stderr) == (2, "klog: error: topic 't' has no partition 99 (it has 2)\n")
+    assert committed(data_dir) == {("t", 0): 2, ("t", 1): 1}  # nothing deleted
+    # a deleted topic's offsets stay in the group: they can still be deleted by name
+    cli("topics", "delete", "t", "--yes")
+    r = cli("groups", "delete-offsets", "g", "--topic", "t:0")
+    assert r.out == "Deleted 1 committed offset(s) of group g\n"
+    assert committed(data_dir) == {("t", 1): 1}
+
+
+def test_a_dry_run_reset_names_the_live_members_execute_would_be_refused_for(cli, store) -> None:
+    store.create_topic("t", partitions=1)
+    with store.group_consumer("g", "t") as member:
+        r = cli("groups", "reset-offsets", "g", "--topic", "t", "--to-earliest")
+        assert r.exit_code == 0 and "dry run" in r.stderr
+        note = r.stderr.splitlines()[-1]
+        assert note.startswith(f"note: group g has 1 live member(s): {member.member_id} (pid {os.getpid()} on ")
+        assert note.endswith("--execute will be refused until they stop")
+    r = cli("groups", "reset-offsets", "g", "--topic", "t", "--to-earliest")
+    assert "note:" not in r.stderr

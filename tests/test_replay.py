@@ -240,12 +240,35 @@ def test_group_resume_after_a_crash_around_an_append_writes_no_duplicates(store,
     assert Replayer(store, "src", "dst", group="g", keep_timestamps=True).run().records == 0
 
 
-def test_group_of_another_pair_is_refused(store):
+def test_group_of_another_pair_is_refused(store, cli):
     fill(store, "src", 10)
     Replayer(store, "src", "dst", group="g").run()
     fill(store, "other", 10)
     with pytest.raises(Exception, match="replays src into dst"):
         Replayer(store, "other", "dst2", group="g")
+    assert not store.has_topic("dst2")  # refused before DEST was created
+    r = cli("replay", "other", "--to", "dst3", "--group", "g")
+    assert r.exit_code == 2 and "replays src into dst" in r.stderr
+    r = cli("replay", "other", "--to", "zz", "--group", "")
+    assert r.exit_code == 2 and "invalid replay group" in r.stderr
+    assert not store.has_topic("dst3") and not store.has_topic("zz")
+
+
+@pytest.mark.parametrize("group", [None, "g"])
+def test_replay_rolling_dest_segments_runs_retention(store, group):
+    """As after a producer's roll: DEST stays near retention.bytes instead of growing with the replay."""
+    store.create_topic("src", partitions=1, configs={"retention.ms": "-1"})
+    with store.producer() as p:
+        for i in range(300):
+            p.send("src", b"%04d" % i + b"x" * 96)
+    limits = {"segment.bytes": "2000", "retention.bytes": "4000", "retention.ms": "-1", "max.message.bytes": "1000"}
+    store.create_topic("dst", partitions=1, configs=limits)  # small batches: many appends, many rolls
+    Replayer(store, "src", "dst", group=group).run()
+    info = store.describe_topic("dst").partitions[0]
+    assert info.log_start_offset > 0
+    assert info.size_bytes <= 4000 + 2 * 2000  # retention.bytes plus the segment it keeps and the active one
+    values = [r.value[:4] for r in store.consumer("dst")]
+    assert values == [b"%04d" % i for i in range(300 - len(values), 300)]  # the newest records, in order
 
 
 def test_sigkilled_replays_resume_without_duplicates(store, data_dir):

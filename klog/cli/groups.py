@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import sys
 import time
@@ -102,7 +103,8 @@ def _reset_spec(to_earliest: bool, to_latest: bool, to_offset: int | None, to_da
 def reset_offsets(
     group: str,
     topic: TopicScopeOpt = None,
-    all_topics: Annotated[bool, typer.Option("--all-topics", help="Every topic the group has offsets for.")] = False,
+    all_topics: Annotated[bool, typer.Option("--all-topics", help="Every topic the group has offsets for or its "
+                                             "live members read.")] = False,
     to_earliest: Annotated[bool, typer.Option("--to-earliest", help="To the log start.")] = False,
     to_latest: Annotated[bool, typer.Option("--to-latest", help="To the log end (skip everything).")] = False,
     to_offset: Annotated[int | None, typer.Option("--to-offset", help="To offset N.")] = None,
@@ -118,13 +120,16 @@ def reset_offsets(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    from klog.client.groups_admin import execute_reset, plan_reset
+    from klog.client.groups_admin import execute_reset, live_members, plan_reset
 
     spec = _reset_spec(to_earliest, to_latest, to_offset, to_datetime, by_duration, shift_by, to_current)
+    live = []
     with open_store(data_dir, create=False) as store:
         plan = plan_reset(store, group, spec, topic or [], all_topics)
         if execute:
             execute_reset(store, group, plan)
+        else:
+            live = live_members(store, group)
     if export:
         for r in plan:
             print(f"{r.topic},{r.partition},{r.new_offset}")
@@ -139,6 +144,11 @@ def reset_offsets(
                      for r in plan])
     if not execute:
         print("dry run: nothing changed (add --execute to apply)", file=sys.stderr)
+    if live:
+        who = ", ".join(f"{m.member_id} (pid {m.pid} on {m.host})" for m in live[:3])
+        who += f" and {len(live) - 3} more" if len(live) > 3 else ""
+        print(f"note: group {group} has {len(live)} live member(s): {who}; --execute will be refused until they "
+              "stop", file=sys.stderr)
 
 
 @app.command()
@@ -208,12 +218,13 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
     from klog.client.group import GroupConfig
     from klog.meta.groups import GroupFencedError
 
-    out = sys.stdout.buffer
     written: dict[tuple[str, int], int] = {}  # next offset per partition, for records out of our hands
+    out = _Stdout(written)
     consumer = None
 
     def commit_written(tps: list | None = None) -> None:
-        sys.stdout.flush()  # the text layer (a terminal's rich output) first, then the bytes
+        if out.failed:  # stdout broke: what `written` names may never have arrived (close() calls this too)
+            return
         out.flush()
         offsets = {tp: written.pop(tp) for tp in list(written) if tps is None or tp in tps}
         if offsets and consumer is not None:
@@ -236,9 +247,9 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
             else:
                 chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else _chunked(plain, batch)
                 if exec_cmd:
-                    emit = _exec_emitter(exec_cmd, batch, written, commit_written, consumer is not None)
+                    emit = _exec_emitter(exec_cmd, batch, out, commit_written, consumer is not None)
                 elif line is None and out.isatty():
-                    emit = _terminal_emitter(written, len(topics) > 1)
+                    emit = _terminal_emitter(out, len(topics) > 1)
                 else:
                     emit = _stdout_emitter(out, line or (lambda r: (r.value or b"") + b"\n"), written, follow)
                 _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written)
@@ -246,6 +257,41 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
         finally:
             if consumer is not None:
                 consumer.close()  # on_revoke commits what was written; then it leaves the group
+
+
+class _Stdout:
+    """stdout for records whose offsets get committed. A short write counts as a broken pipe (the
+    reader went away mid-write: BufferedWriter then returns a count instead of raising), and once a
+    write or flush fails `written` is cleared and `failed` set: nothing more is committed."""
+
+    def __init__(self, written: dict[tuple[str, int], int]) -> None:
+        self.raw = sys.stdout.buffer
+        self.written = written
+        self.failed = False
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Around anything that writes to stdout: on an error, forget what counts as written."""
+        try:
+            yield
+        except Exception:
+            self.failed = True
+            self.written.clear()
+            raise
+
+    def write(self, data: bytes) -> None:
+        with self.guard():
+            n = self.raw.write(data)
+            if n is not None and n < len(data):
+                raise BrokenPipeError(errno.EPIPE, f"stdout took {n} of {len(data)} bytes: the reader went away")
+
+    def flush(self) -> None:
+        with self.guard():
+            sys.stdout.flush()  # the text layer (a terminal's rich output) first, then the bytes
+            self.raw.flush()
+
+    def isatty(self) -> bool:
+        return self.raw.isatty()
 
 
 def _chunked(records, size: int) -> Iterator[list]:  # noqa: ANN001 - an iterable of Records
@@ -277,8 +323,10 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _copy_values(consumer, out, written: dict, follow: bool, interval_ms: int, commit_written) -> None:  # noqa: ANN001
-    """Values only, one per line, straight from the batches (what plain `klog consume` does too)."""
+def _copy_values(consumer, out: _Stdout, written: dict, follow: bool, interval_ms: int,  # noqa: ANN001
+                 commit_written) -> None:
+    """Values only, one per line, straight from the batches (what plain `klog consume` does too); a
+    partition counts as written only once its values were handed to stdout whole."""
     last_commit = time.monotonic()
     for chunks in consumer.value_batches(timeout_ms=interval_ms):
         for tp, values, next_offset in chunks:
@@ -314,26 +362,29 @@ def _copy_records(consumer, chunks, emit, count: int | None, record_filter, inte
             last_commit = time.monotonic()
 
 
-def _stdout_emitter(out, line, written: dict, follow: bool):  # noqa: ANN001, ANN202
-    """Buffer rendered records, write them per fetch; a record counts as written once buffered (its
-    offset is committed only after commit_written flushes stdout)."""
+def _stdout_emitter(out: _Stdout, line, written: dict, follow: bool):  # noqa: ANN001, ANN202
+    """Buffer rendered records, write them per fetch; a record counts as written once its bytes were
+    handed to stdout whole (its offset is committed only after commit_written flushes stdout)."""
     buf: list[bytes] = []
+    marks: dict[tuple[str, int], int] = {}  # next offset per partition once `buf` is written
 
     def emit(r, show: bool) -> None:  # noqa: ANN001 - r None: end of a fetch
         if r is None:
             out.write(b"".join(buf))
             buf.clear()
+            written.update(marks)
+            marks.clear()
             if follow:
                 out.flush()
             return
         if show:
             buf.append(line(r))
-        written[(r.topic, r.partition)] = r.offset + 1
+        marks[(r.topic, r.partition)] = r.offset + 1
 
     return emit
 
 
-def _terminal_emitter(written: dict, show_topic: bool):  # noqa: ANN202
+def _terminal_emitter(out: _Stdout, show_topic: bool):  # noqa: ANN202
     """The readable log view plain `klog consume` shows on a terminal."""
     from rich.console import Console
 
@@ -344,27 +395,32 @@ def _terminal_emitter(written: dict, show_topic: bool):  # noqa: ANN202
     def emit(r, show: bool) -> None:  # noqa: ANN001
         if r is not None:
             if show:
-                console.print(pretty_line(r, show_topic))
-            written[(r.topic, r.partition)] = r.offset + 1
+                with out.guard():
+                    console.print(pretty_line(r, show_topic))
+            out.written[(r.topic, r.partition)] = r.offset + 1
 
     return emit
 
 
-def _exec_emitter(cmd: str, batch: int, written: dict, commit_written, committing: bool):  # noqa: ANN001, ANN202
-    """Run CMD per `batch` records (values on stdin, one per line for batches); commit after each exit 0."""
+def _exec_emitter(cmd: str, batch: int, out: _Stdout, commit_written, committing: bool):  # noqa: ANN001, ANN202
+    """Run CMD per `batch` records (values on stdin, one per line for batches); commit after each exit 0.
+    Records --grep filters out count as done once nothing before them in their partition is pending."""
     import os
     import subprocess
 
     from klog.errors import KlogError
 
+    written = out.written
     pending: list = []
+    pending_tps: set[tuple[str, int]] = set()
+    skipped: dict[tuple[str, int], int] = {}  # filtered out behind a pending record: done when it is
 
     def run() -> None:
         first = pending[0]
         stdin = (first.value or b"") if batch == 1 else b"".join((r.value or b"") + b"\n" for r in pending)
         env = {**os.environ, "KLOG_TOPIC": first.topic, "KLOG_PARTITION": str(first.partition),
                "KLOG_OFFSET": str(first.offset), "KLOG_COUNT": str(len(pending))}
-        sys.stdout.flush()
+        out.flush()
         code = subprocess.run(cmd, shell=True, input=stdin, env=env).returncode
         if code != 0:
             commit_written()
@@ -373,12 +429,23 @@ def _exec_emitter(cmd: str, batch: int, written: dict, commit_written, committin
                                      if committing else ""))
         for r in pending:
             written[(r.topic, r.partition)] = r.offset + 1
+        for tp, after in skipped.items():
+            written[tp] = max(written.get(tp, 0), after)
         pending.clear()
+        pending_tps.clear()
+        skipped.clear()
         commit_written()
 
     def emit(r, show: bool) -> None:  # noqa: ANN001 - r None: end of a fetch, run what is pending
-        if r is not None and show:
-            pending.append(r)
+        if r is not None:
+            tp = (r.topic, r.partition)
+            if show:
+                pending.append(r)
+                pending_tps.add(tp)
+            elif tp in pending_tps:
+                skipped[tp] = r.offset + 1
+            else:
+                written[tp] = r.offset + 1
         if pending and (r is None or len(pending) >= batch):
             run()
 

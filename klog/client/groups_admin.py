@@ -71,6 +71,12 @@ def _group_topics(store, snap: GroupSnapshot) -> list[str]:
     return sorted(t for t in names if store.has_topic(t))
 
 
+def _member_infos(snap: GroupSnapshot) -> list[MemberInfo]:
+    doc = snap.doc
+    return [MemberInfo(m.member_id, m.client_id, m.host, m.pid, m.topics, doc.owned_by(m.member_id) if doc else [],
+                       m.heartbeat_ms, m.generation) for m in snap.live]
+
+
 def list_groups(store) -> list[GroupListing]:
     out = []
     for group in GroupsMeta(store.meta).group_ids():
@@ -86,8 +92,7 @@ def describe_group(store, group: str) -> GroupDescription:
     doc = snap.doc
     live = {m.member_id: m for m in snap.live}
     owners = {k: m for k, m in (doc.owners.items() if doc else []) if m in live}
-    members = [MemberInfo(m.member_id, m.client_id, m.host, m.pid, m.topics, doc.owned_by(m.member_id),
-                          m.heartbeat_ms, m.generation) for m in snap.live]
+    members = _member_infos(snap)
     rows = []
     for topic in _group_topics(store, snap):
         for p in range(store.partition_count(topic)):
@@ -200,7 +205,21 @@ def delete_group(store, group: str) -> int:
 
 
 def delete_offsets(store, group: str, scope: str) -> list[TP]:
-    """Delete the committed offsets of TOPIC or TOPIC:P,...; refused while a live member reads the topic."""
-    _snapshot(store, group)
+    """Delete the committed offsets of TOPIC or TOPIC:P,...; refused while a live member reads the topic.
+    An unknown topic (UnknownTopicError) or partition (UsageError) is an error, unless the group still
+    has an offset there (a deleted topic's offsets stay until deleted)."""
+    snap = _snapshot(store, group)
     topic, partitions = parse_scope(scope)
+    held = {p for t, p in snap.offsets if t == topic}
+    if not store.has_topic(topic) and not held:
+        store.topic(topic)  # raises the unknown-topic error
+    count = store.partition_count(topic) if store.has_topic(topic) else 0
+    for p in partitions or []:
+        if not 0 <= p < count and p not in held:
+            raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
     return GroupsMeta(store.meta).delete_offsets(group, topic, partitions)
+
+
+def live_members(store, group: str) -> list[MemberInfo]:
+    """The group's live members (none for an unknown group)."""
+    return _member_infos(_snapshot(store, group, must_exist=False))

@@ -157,9 +157,10 @@ class Replayer:
         self._seen_next: dict[int, int] = {}
         self._flushed_at = 0.0
         if dest is not None:
-            self._open_dest(dest)
-            if group is not None:
+            if group is not None:  # a refused group must not leave a DEST behind
                 self.progress = ReplayProgress.open(store.data_dir.state_dir, group, source, dest)
+            self._open_dest(dest)
+            if self.progress is not None:
                 self._resume()
         self.stats.total = sum(max(0, (c.stop or 0) - c.offset) for c in self.consumer.cursors)
 
@@ -313,6 +314,7 @@ class Replayer:
             self._append(q, records[half:], sources[half:])
             return
         progress = self.progress
+        active_before = self._active_base(q)
         if progress is None:
             self.replicas.append(self.dest, q, encoded, self.acks)
         else:
@@ -334,6 +336,22 @@ class Replayer:
             progress.intent = None
             progress.done = self._done_offsets()
             progress.save()
+        if active_before is not None and self._active_base(q) != active_before:
+            self._after_roll(q)
+
+    def _active_base(self, q: int) -> int | None:
+        bases = self.store.partition(self.dest, q).leader.bases
+        return bases[-1] if bases else None
+
+    def _after_roll(self, q: int) -> None:
+        """A DEST segment rolled: retention runs, as after a producer's roll (outside the partition lock;
+        compaction is left to `klog topics clean|compact`)."""
+        from klog.client.lifecycle import clean_partition
+
+        try:
+            clean_partition(self.store, self.dest, q, compact=False)
+        except (KlogError, OSError) as e:  # the append succeeded; clean-up is retried at the next roll
+            self.replicas.warn(f"retention of {self.dest}-{q} failed: {e}")
 
     def _done_offsets(self) -> dict[int, int]:
         """Per source partition: every record below this offset is written (none is still buffered)."""
