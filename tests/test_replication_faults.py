@@ -261,3 +261,20 @@ def test_a_directory_going_read_only_or_full_mid_stream_leaves_the_isr_once_and_
     assert out["health"]["2"] == why
     left = [w for w in out["warnings"] if "left the ISR" in w]
     assert left == [f"replica of t-0 in log directory 2 left the ISR ({why})"]
+
+
+def test_verify_repair_catches_up_a_returned_replica_without_waiting_for_a_write(rstore, cli):
+    store, dirs = rstore
+    store.create_topic("v", replication_factor=2)
+    produce(store, "v", 100)
+    follower = store.topic("v").partitions[0].isr[-1]
+    os.rename(dirs[follower], dirs[follower] + ".away")
+    produce(store, "v", 20, start=100)
+    os.rename(dirs[follower] + ".away", dirs[follower])
+    assert follower not in store.topics.get("v").partitions[0].isr
+    result = cli("verify", "v", "--repair", "--data-dir", store.path)
+    assert result.exit_code == 0, result.stderr
+    assert f"v-0 replica {follower}: repaired — repaired: caught up from the leader and rejoined the ISR" in result.out
+    assert follower in store.topics.get("v").partitions[0].isr
+    ends = store.describe_topic("v").partitions[0].replica_log_end
+    assert set(ends.values()) == {120}

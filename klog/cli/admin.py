@@ -86,7 +86,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def verify(
         topic: Annotated[str | None, typer.Argument(help="Topic to check (all when omitted).")] = None,
-        repair: Annotated[bool, typer.Option("--repair", help="Rebuild indexes and truncate torn tails.")] = False,
+        repair: Annotated[bool, typer.Option("--repair", help="Rebuild indexes, truncate torn tails, re-copy damaged replicas from intact ones "
+                                          "and catch up replicas that are out of sync.")] = False,
         data_dir: DataDirOpt = None,
         as_json: JsonOpt = False,
     ) -> None:

@@ -1,12 +1,14 @@
 """`klog verify`: check every replica's batches and indexes; optionally repair.
 
 Repair rebuilds indexes and truncates a torn tail; a replica damaged before its tail is cut at
-the damage and re-copied from an in-sync replica that is intact (Kafka does not do this).
+the damage and re-copied from an in-sync replica that is intact (Kafka does not do this). It
+also catches up replicas that are out of sync but healthy again, which otherwise waits for the
+partition's next write.
 """
 
 from __future__ import annotations
 
-from klog.client.replication import catch_up
+from klog.client.replication import ReplicaManager, catch_up
 from klog.store.inspect import check_segment
 
 
@@ -28,7 +30,19 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
                     healthy = next((r for _, r, (probs, _) in checked if not probs and r is not replica), None)
                     report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"])
                 reports.append(report)
+            if repair:
+                reports.extend(_rejoin(store, name, p, part))
     return reports
+
+
+def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
+    """Catch up the healthy out-of-sync replicas now; one report for each that rejoined."""
+    before = set(store.topics.get(topic).partitions[partition].isr)
+    with part.lock:
+        after = ReplicaManager(store).reconcile(topic, partition, part).isr
+    return [{"topic": topic, "partition": partition, "log_dir": d, "ok": False, "repaired": True,
+             "problems": ["repaired: caught up from the leader and rejoined the ISR"]}
+            for d in after if d not in before]
 
 
 def _check_replica(replica) -> tuple[list[str], int | None]:
