@@ -9,6 +9,9 @@ import typer
 
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
 
+REPAIR_HELP = ("Rebuild indexes, truncate torn tails, re-copy damaged replicas from intact ones "
+               "and catch up replicas that are out of sync.")
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -86,8 +89,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def verify(
         topic: Annotated[str | None, typer.Argument(help="Topic to check (all when omitted).")] = None,
-        repair: Annotated[bool, typer.Option("--repair", help="Rebuild indexes, truncate torn tails, re-copy damaged replicas from intact ones "
-                                          "and catch up replicas that are out of sync.")] = False,
+        repair: Annotated[bool, typer.Option("--repair", help=REPAIR_HELP)] = False,
         data_dir: DataDirOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
