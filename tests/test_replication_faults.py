@@ -278,3 +278,31 @@ def test_verify_repair_catches_up_a_returned_replica_without_waiting_for_a_write
     assert follower in store.topics.get("v").partitions[0].isr
     ends = store.describe_topic("v").partitions[0].replica_log_end
     assert set(ends.values()) == {120}
+
+
+def test_a_diverged_follower_is_cut_where_its_epoch_ended_on_the_leader(tmp_path, monkeypatch):
+    """Kafka's OffsetsForLeaderEpoch: one step to the epoch's end, not a walk back batch by batch."""
+    from klog.client import replication
+
+    leader, follower = PartitionLog(str(tmp_path / "a" / "t-0")), PartitionLog(str(tmp_path / "b" / "t-0"))
+    for log in (leader, follower):
+        log.open_for_write()
+
+    def write(log, value, epoch):
+        batch = codec.with_base_offset(codec.encode_batch([(None, value, (), 1)], 0), log.log_end_offset, epoch)
+        log.append(batch, codec.read_header(batch))
+
+    for i in range(5):  # common history under epoch 0
+        for log in (leader, follower):
+            write(log, b"common-%d" % i, 0)
+    for i in range(3):  # the follower (an old leader) went on alone under epoch 0
+        write(follower, b"alone-%d" % i, 0)
+    for i in range(4):  # the new leader's epoch 1 starts at offset 5
+        write(leader, b"epoch1-%d" % i, 1)
+    monkeypatch.setattr(replication, "DIVERGENCE_STEPS_MAX", 1)  # no room for a walk back over 3 batches
+    assert replication.epoch_end_offset([[0, 0], [1, 5]], 0, 9) == 5
+    assert replication.catch_up(leader, follower, 9, epochs=[[0, 0], [1, 5]]) == 9
+    values = [v for b in follower.read(0, 9, 1 << 20) for (_, _, _, v, _) in b.records()]
+    assert values == [b"common-%d" % i for i in range(5)] + [b"epoch1-%d" % i for i in range(4)]
+    for log in (leader, follower):
+        log.close()

@@ -73,11 +73,17 @@ def ensure_min_isr(topic: str, partition: int, meta: PartitionMeta, min_isr: int
             f"but min.insync.replicas is {min_isr}; nothing was written")
 
 
-def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int) -> int:
+def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
+             epochs: list[list[int]] | None = None) -> int:
     """Make follower a prefix-copy of leader up to leader_end; returns the follower's new log end.
 
-    The caller holds the partition lock and has opened both logs for writing.
+    `epochs` is the partition's leader-epoch history ([epoch, start offset], ...): the follower
+    is first cut to where its last epoch ended on the leader, as Kafka's OffsetsForLeaderEpoch
+    does; a byte comparison of batches then confirms it. The caller holds the partition lock and
+    has opened both logs for writing.
     """
+    if epochs:
+        _truncate_to_epoch_end(follower, epochs, leader_end)
     _truncate_divergent_suffix(leader, follower)
     offset = follower.log_end_offset
     while offset < leader_end:
@@ -91,6 +97,22 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int) -> i
         offset = batches[-1].header.next_offset
     follower.flush()
     return follower.log_end_offset
+
+
+def epoch_end_offset(epochs: list[list[int]], epoch: int, leader_end: int) -> int:
+    """Where `epoch` ended on the leader: the start of the first later epoch, else its log end
+    (Kafka's OffsetsForLeaderEpoch answer for the largest epoch <= `epoch`)."""
+    later = [start for e, start in epochs if e > epoch]
+    return min(later) if later else leader_end
+
+
+def _truncate_to_epoch_end(follower: PartitionLog, epochs: list[list[int]], leader_end: int) -> None:
+    last = follower.last_batch()
+    if last is None:
+        return
+    end = epoch_end_offset(epochs, last.header.leader_epoch, leader_end)
+    if follower.log_end_offset > end:
+        follower.truncate_to(end)
 
 
 def _truncate_divergent_suffix(leader: PartitionLog, follower: PartitionLog) -> None:
@@ -204,7 +226,7 @@ class ReplicaManager:
             if follower.log_end_offset == end:
                 continue
             try:
-                catch_up(leader, follower, end)
+                catch_up(leader, follower, end, meta.epochs)
             except (OSError, KlogError) as e:
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR: {e}")
                 lost.add(d)
@@ -227,7 +249,7 @@ class ReplicaManager:
             follower = PartitionLog(replica_path(self.store, topic, partition, d), part.config)
             try:
                 follower.open_for_write()
-                end = catch_up(leader, follower, leader.log_end_offset)
+                end = catch_up(leader, follower, leader.log_end_offset, meta.epochs)
             except (OSError, KlogError) as e:
                 if failed_at is None:  # once per failure, not per retry
                     self.warn(f"cannot catch up the replica of {topic}-{partition} in log directory {d}: {e} "
