@@ -5,8 +5,13 @@
 
 klog starts the session (local[*] unless --master), registers the `klog` source and points it at
 the store, so the job reads a topic like Spark's Kafka source: key/value are binary columns.
-The same script runs under spark-submit on a cluster once klog is installed on the executors and
-the data directory is on a shared filesystem (pass .option("dataDir", ...) there).
+
+It also runs as a plain PySpark program (`python samples/spark_job.py`, spark-submit): PySpark 4
+registers the `klog` source by itself when klog is installed (pip install 'klog[spark]'; an editable
+install hides it from that lookup) in the Python Spark's workers run (set PYSPARK_PYTHON to it).
+The store is then $KLOG_DATA_DIR as the driver saw it, else klog's default directory. On a cluster
+the executors need klog too, and the data directory on a filesystem they all mount at the same path
+(pass .option("dataDir", ...)).
 """
 
 import sys

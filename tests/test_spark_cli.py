@@ -226,6 +226,8 @@ def test_stream_available_now_twice_with_records_in_between(cli, store, spark) -
     (("sql", "SELECT nope FROM orders"), 1, "klog: error: Spark: "),
     (("stream", "--from", "nope", "--to", "b", "--sql", "SELECT value FROM source"), 1, "unknown topic 'nope'"),
     (("run", "no-such-script.py"), 2, "klog: error: no such script: no-such-script.py"),
+    # a failure inside a task: the Java exception's innermost cause, not "An error occurred while calling o102..."
+    (("sql", "SELECT assert_true(1 < 0)"), 1, "klog: error: Spark: '(1 < 0)' is not true!"),
 ])
 def test_errors_are_one_line(cli, orders, args, code, message) -> None:
     result = cli("spark", *args)
@@ -291,3 +293,179 @@ def test_stream_with_a_script_in_bounded_batches(cli, store, spark, tmp_path) ->
     assert [(r.key, r.value) for r in store.consumer("kept")] == [(b"x", f"w{i}".encode()) for i in range(30)
                                                                    if i % 3]
     assert os.path.isdir(tmp_path / "ckpt" / "offsets")
+
+
+def _no_java_env(data_dir: str) -> dict:
+    """No java on PATH and a JAVA_HOME without one: a command that needs Java fails with 'Java ...'."""
+    return {"PATH": os.path.dirname(sys.executable), "KLOG_DATA_DIR": data_dir, "HOME": os.environ.get("HOME", "/"),
+            "JAVA_HOME": "/nonexistent"}
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["export", "t", "--out", "{tmp}/x", "--to", "xml"], 2, "invalid --to 'xml': use parquet, json"),
+    (["export", "t", "--out", "{tmp}/x", "--value-format", "yaml"], 2, "invalid --value-format 'yaml'"),
+    (["export", "nope", "--out", "{tmp}/x"], 1, "unknown topic 'nope'"),
+    (["export", "t", "--out", "{tmp}"], 2, "exists: choose another --out or add --overwrite"),
+    (["sql", "SELECT 1", "--value-format", "yaml"], 2, "invalid --value-format 'yaml'"),
+    (["sql", "SELECT 1", "--out", "{tmp}/x", "--to", "xml"], 2, "invalid --to 'xml'"),
+    (["sql", "SELECT 1", "--out", "{tmp}"], 2, "exists: choose another --out or add --overwrite"),
+    (["stream", "--from", "t", "--to", "u", "--sql", "SELECT value FROM source", "--starting-offsets", "soon"], 2,
+     "invalid --starting-offsets 'soon'"),
+    (["stream", "--from", "nope", "--to", "u", "--sql", "SELECT value FROM source"], 1, "unknown topic 'nope'"),
+    (["stream", "--from", "t", "--to", "u"], 2, "give one of --sql and --script"),
+    (["run", "{tmp}/no-such-script.py"], 2, "no such script"),
+    (["sql", "SELECT 1", "--master", "local[two]"], 2, "invalid --master 'local[two]'"),
+])
+def test_option_errors_come_before_java(store, data_dir, tmp_path, args, code, message) -> None:
+    """Bad options and unknown topics are reported before the JVM would start (~15 s): even without Java."""
+    store.create_topic("t", partitions=1)
+    result = _subprocess([a.replace("{tmp}", str(tmp_path)) for a in ["spark", *args]], _no_java_env(data_dir))
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr and "Java" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["--master", "bogus"], 2, "klog: error: invalid --master 'bogus': use local, local[N]"),
+    (["--conf", "spark.driver.memory=lots"], 1, "klog: error: Spark's JVM did not start: Invalid maximum heap size: "
+                                                "-Xmxlots"),
+    (["--conf", "spark.executor.memory=lots"], 1, "klog: error: Spark's JVM did not start: Executor memory must be "
+                                                  "a positive number"),
+])
+def test_a_spark_that_cannot_start_is_one_line(store, data_dir, args, code, message) -> None:
+    """Spark's launcher would print a JVM stack trace (bad master) or JVM lines (bad heap size)."""
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "KLOG_SPARK_CDS": "0"}  # no "recording classes" line
+    result = _subprocess(["spark", "sql", "SELECT 1 AS x", "--master", "local[1]", *args], env)
+    assert result.returncode == code
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(message), result.stderr
+    assert "at org." not in result.stderr and result.stdout == ""
+
+
+def test_jvm_noise_lines_go_and_progress_passes_at_once() -> None:
+    """Spark's progress bar is `\\r` + bar with no newline: it must pass as it comes, not wait for a line end."""
+    from klog.spark.launch import NoiseFilter
+
+    f = NoiseFilter()
+    bar = b"\r[Stage 0:>                                        (0 + 1) / 2]"
+    assert f.feed(bar) == bar
+    assert f.feed(b"\r[Stage 0:=====>   (1 + 1) / 2]\r") == b"\r[Stage 0:=====>   (1 + 1) / 2]\r"
+    assert f.feed(b"WARNING: Using incubator modules: jdk.incubator.vector\n") == b""
+    assert f.feed(b"WARNING: Using incu") == b""  # may still become a noise line: held
+    assert f.feed(b"bator modules: jdk.incubator.vector\n12:00:00 WARN X: kept\n") == b"12:00:00 WARN X: kept\n"
+    assert f.feed(b"\r[Stage 1:>  (0 + 1) / 2]\rWARNING: Using incubator modules\n") == b"\r[Stage 1:>  (0 + 1) / 2]\r"
+    assert f.feed(b"no newline yet") == b"" and f.flush() == b"no newline yet"
+
+
+def _read_available(fd: int) -> bytes:
+    import select
+
+    ready, _, _ = select.select([fd], [], [], 60)  # a guard against a hang, not a timing check
+    return os.read(fd, 65536) if ready else b""
+
+
+def test_stderr_pump_forwards_progress_chunks_through_a_pipe() -> None:
+    from klog.spark.launch import StderrPump
+
+    jvm_r, jvm_w = os.pipe()
+    tty_r, tty_w = os.pipe()
+    pump = StderrPump(jvm_r, tty_w).start()
+    os.write(jvm_w, b"WARNING: Using incubator modules: jdk.incubator.vector\n12:00:00 WARN Utils: held\n")
+    pump.release()  # the JVM is up: what it said while starting goes out, without the noise
+    assert _read_available(tty_r) == b"12:00:00 WARN Utils: held\n"
+    for done in range(3):
+        chunk = f"\r[Stage 0:>   ({done} + 1) / 3]".encode()
+        os.write(jvm_w, chunk)
+        assert _read_available(tty_r) == chunk
+    os.close(jvm_w)
+    pump.thread.join()
+    os.close(tty_r)
+    os.close(tty_w)
+
+
+def test_a_failed_start_keeps_only_the_first_real_error() -> None:
+    from klog.spark.launch import StderrPump, launch_error, launch_failure_line
+
+    jvm_r, jvm_w = os.pipe()
+    tty_r, tty_w = os.pipe()
+    pump = StderrPump(jvm_r, tty_w).start()
+    os.write(jvm_w, b"WARNING: Using incubator modules: jdk.incubator.vector\nInvalid maximum heap size: -Xmxlots\n"
+                    b"Error: Could not create the Java Virtual Machine.\n"
+                    b"Error: A fatal exception has occurred. Program will exit.\n")
+    os.close(jvm_w)  # the JVM exited
+    text = pump.drop(wait_for_eof=True)
+    assert str(launch_error(text)) == "Spark's JVM did not start: Invalid maximum heap size: -Xmxlots"
+    os.set_blocking(tty_r, False)
+    with pytest.raises(BlockingIOError):  # nothing reached the terminal
+        os.read(tty_r, 100)
+    os.close(tty_r)
+    os.close(tty_w)
+    trace = ('Exception in thread "main" org.apache.spark.SparkException: Master must either be yarn or start with '
+             "spark, k8s, or local\n\tat org.apache.spark.deploy.SparkSubmit.error(SparkSubmit.scala:1068)\n")
+    assert launch_failure_line(trace) == "Master must either be yarn or start with spark, k8s, or local"
+    assert launch_failure_line("Error: Unrecognized option: --bogus\n\nUsage: spark-submit [options]\n") == \
+        "Unrecognized option: --bogus"
+    assert str(launch_error("")).startswith("Spark's JVM exited while starting")
+
+
+def test_master_urls() -> None:
+    from klog.errors import UsageError
+    from klog.spark.launch import check_master, is_local
+
+    for good in ("local", "local[4]", "local[*]", "local[2,3]", "local[*, 2]", "local-cluster[2, 1, 1024]",
+                 "spark://head:7077", "spark://a:7077,b:7077", "yarn", "k8s://https://k8s.example:443"):
+        check_master(good)
+    for bad in ("bogus", "local[0]", "local[two]", "local[", "spark://", "yarn-client", "mesos://m:5050", ""):
+        with pytest.raises(UsageError, match="invalid --master"):
+            check_master(bad)
+    assert is_local("local[2]") and is_local("local-cluster[2,1,1024]") and not is_local("spark://h:7077")
+
+
+def test_only_a_local_driver_is_pinned_to_loopback(monkeypatch, tmp_path) -> None:
+    """On a cluster, executors connect back to the driver: no SPARK_LOCAL_IP / driver host of 127.0.0.1."""
+    from klog.spark.session import SessionSettings, _builder_conf, _prepare_environment
+
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "KLOG_DATA_DIR", "SPARK_LOCAL_DIRS"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    for master in ("spark://head:7077", "yarn", "local[1]"):
+        cluster = SessionSettings(master="local[2]", conf={"spark.master": master}) if master == "yarn" \
+            else SessionSettings(master=master)
+        _prepare_environment(cluster, str(tmp_path))
+        conf = _builder_conf(cluster, str(tmp_path))
+        if master.startswith("local"):
+            assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"
+            assert (conf["spark.driver.host"], conf["spark.driver.bindAddress"]) == ("127.0.0.1", "127.0.0.1")
+        else:
+            assert "SPARK_LOCAL_IP" not in os.environ
+            assert "spark.driver.host" not in conf and "spark.driver.bindAddress" not in conf
+
+
+def test_a_java_error_is_named_by_its_cause() -> None:
+    """A Py4JJavaError's own text only names the JVM call; the line is its innermost cause's message."""
+    from klog.spark.failures import from_spark
+
+    class Java:
+        def __init__(self, message: str | None, cause: Java | None = None) -> None:
+            self.message, self.cause = message, cause
+
+        def getMessage(self) -> str | None:  # noqa: N802 - Java's name
+            return self.message
+
+        def getCause(self) -> Java | None:  # noqa: N802
+            return self.cause
+
+    class Py4JJavaError(Exception):
+        def __init__(self, java: Java) -> None:
+            super().__init__("An error occurred while calling o102.getResult.")
+            self.java_exception = java
+
+    assert_true = Java("Exception thrown in awaitResult: ", Java(
+        "[USER_RAISED_EXCEPTION] '(1 < 0)' is not true! SQLSTATE: P0001"))
+    assert str(from_spark(Py4JJavaError(assert_true))) == "Spark: '(1 < 0)' is not true!"
+    no_python = Java("Job aborted due to stage failure: Task 0 failed 1 times, most recent failure: Lost task 0.0 "
+                     "(TID 0) (localhost executor driver): java.io.IOException: Cannot run program \"/x/python\": "
+                     "error=2, No such file or directory\n\tat java.base/java.lang.ProcessBuilder.start",
+                     Java('Cannot run program "/x/python": error=2, No such file or directory',
+                          Java("error=2, No such file or directory")))
+    assert str(from_spark(Py4JJavaError(no_python))) == ('Spark: Cannot run program "/x/python": error=2, No such '
+                                                         "file or directory")

@@ -25,6 +25,7 @@ from klog.spark.failures import from_spark  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = 1_700_000_000_000  # record i of a partition has timestamp T0 + 1000 * i
 
 
@@ -150,6 +151,13 @@ def test_fail_on_data_loss(spark, orders, data_dir) -> None:
     ({"subscribe": "orders", "subscribePattern": "o.*"}, UsageError, "exactly one of the options"),
     ({"subscribe": "orders", "startingOfsets": "earliest"}, UsageError, "unknown option 'startingofsets'"),
     ({"assign": json.dumps({"orders": [7]})}, UsageError, "has no partition 7"),
+    # offsets for a partition the query does not read are an error, as in Spark's Kafka source, not ignored
+    ({"assign": json.dumps({"orders": [0]}), "startingOffsets": json.dumps({"orders": {"0": 1, "1": 3}})},
+     UsageError, "startingOffsets names orders-1, which this query does not read (it reads orders-0)"),
+    ({"subscribe": "orders", "endingOffsets": json.dumps({"ordres": {"0": 3}})}, UsageError,
+     "endingOffsets names ordres-0, which this query does not read (it reads orders-0, orders-1, orders-2)"),
+    ({"subscribe": "orders", "startingOffsetsByTimestamp": json.dumps({"orders": {"5": T0}})}, UsageError,
+     "startingOffsetsByTimestamp names orders-5"),
 ])
 def test_bad_options_are_one_clear_error(spark, orders, data_dir, options, error_type, message) -> None:
     with pytest.raises(Exception) as info:
@@ -157,6 +165,15 @@ def test_bad_options_are_one_clear_error(spark, orders, data_dir, options, error
     error = from_spark(info.value)
     assert isinstance(error, error_type) and message in str(error)
     assert "\n" not in str(error)
+
+
+def test_stream_offsets_for_a_partition_not_read_are_an_error(orders, data_dir) -> None:
+    from klog.spark.options import parse_read_options
+    from klog.spark.source import KlogStreamReader
+
+    options = {"subscribe": "orders", "startingOffsets": json.dumps({"orders": {"3": 0}}), "dataDir": data_dir}
+    with pytest.raises(UsageError, match="startingOffsets names orders-3, which this query does not read"):
+        KlogStreamReader(parse_read_options(options, streaming=True))
 
 
 def test_batch_write_partitions_keyed_records_like_the_producer(spark, store, data_dir) -> None:
@@ -328,3 +345,47 @@ def test_class_archive_protocol(tmp_path, monkeypatch) -> None:
     assert class_archive(java) is None and not os.path.exists(first.path)
     monkeypatch.setenv("KLOG_SPARK_CDS", "0")
     assert class_archive(java) is None
+
+
+def test_a_plain_pyspark_program_finds_the_source(orders, data_dir, tmp_path) -> None:
+    """No klog.spark.register(): PySpark 4 registers pyspark_klog.DefaultSource by itself. The store is
+    the dataDir option, else $KLOG_DATA_DIR. PYTHONPATH stands in for an installed klog; PYSPARK_PYTHON
+    is what any PySpark program in a virtualenv sets for its workers."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import sys\n"
+        "from pyspark.sql import SparkSession\n"
+        "spark = SparkSession.builder.master('local[1]').getOrCreate()\n"
+        "df = spark.read.format('klog').option('subscribe', 'orders').option('dataDir', sys.argv[1]).load()\n"
+        "print(sorted((r.partition, r.offset) for r in df.collect()))\n"
+        "print(spark.read.format('klog').option('subscribe', 'orders').load().count())\n"
+        "spark.stop()\n")
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/"), "PYTHONPATH": REPO,
+           "PYSPARK_PYTHON": sys.executable, "KLOG_DATA_DIR": data_dir,
+           **({"JAVA_HOME": os.environ["JAVA_HOME"]} if "JAVA_HOME" in os.environ else {})}
+    result = subprocess.run([sys.executable, str(script), data_dir], capture_output=True, text=True, timeout=600,
+                            env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == str(sorted((r[1], r[2]) for r in consumed(orders, "orders")))
+    assert lines[1] == "120"
+
+
+def test_pyspark_klog_is_packaged() -> None:
+    """The auto-registration module ships in the distribution (pyproject's packages.find)."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        include = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = find_packages(REPO, include=include)
+    assert "pyspark_klog" in packages and "klog.spark" in packages
+    from pyspark.sql.datasource import DataSource
+
+    import pyspark_klog
+
+    assert issubclass(pyspark_klog.DefaultSource, DataSource) and pyspark_klog.DefaultSource.name() == "klog"

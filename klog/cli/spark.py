@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -19,12 +21,25 @@ TABLE_ROWS_MAX = 1000  # a terminal shows at most this many rows; a pipe gets th
 
 
 def _settings(master: str, conf: list[str] | None, verbose: bool, data_dir: str | None, progress: bool = False):
+    from klog.spark.launch import check_master
     from klog.spark.options import resolve_data_dir
-    from klog.spark.session import SessionSettings, parse_conf
+    from klog.spark.session import SessionSettings, master_of, parse_conf
 
-    return SessionSettings(master=master, conf=parse_conf(conf), verbose=verbose,
-                           data_dir=resolve_data_dir(data_dir), progress=progress,
-                           notify=lambda line: print(line, file=sys.stderr))
+    settings = SessionSettings(master=master, conf=parse_conf(conf), verbose=verbose,
+                               data_dir=resolve_data_dir(data_dir), progress=progress,
+                               notify=lambda line: print(line, file=sys.stderr))
+    check_master(master_of(settings))
+    return settings
+
+
+@contextmanager
+def _session(settings) -> Iterator:  # noqa: ANN001 - SessionSettings
+    """spark_session() whose Spark errors become one-line klog errors, converted while the JVM is still up."""
+    from klog.spark.failures import spark_errors
+    from klog.spark.session import spark_session
+
+    with spark_errors(), spark_session(settings) as spark, spark_errors():
+        yield spark
 
 
 def _human_bytes(n: int) -> str:
@@ -71,15 +86,14 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOpt = False,
         data_dir: DataDirOpt = None,
     ) -> None:
-        from klog.spark.export import ExportRequest, RangeRequest
+        from klog.spark.export import ExportRequest, RangeRequest, check_request
         from klog.spark.export import export as run_export
-        from klog.spark.failures import spark_errors
-        from klog.spark.session import spark_session
 
         settings = _settings(master, conf, verbose, data_dir, progress=sys.stderr.isatty())
         req = ExportRequest(RangeRequest(topic, offset, since, until, partition), to.lower(), out, value_format,
                             schema, partition_by or [], overwrite)
-        with spark_errors(), spark_session(settings) as spark:
+        check_request(settings.data_dir, req)
+        with _session(settings) as spark:
             summary = run_export(spark, settings.data_dir, req)
         print(f"exported {summary.records:,} records to {summary.out}: {summary.files} files, "
               f"{_human_bytes(summary.bytes)}", file=sys.stderr)
@@ -108,13 +122,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from klog.errors import UsageError
         from klog.spark import sql as spark_sql
-        from klog.spark.failures import spark_errors
-        from klog.spark.session import spark_session
+        from klog.spark.export import check_format, check_output
 
         if out is not None and to_topic is not None:
             raise UsageError("use --out or --to-topic, not both")
         settings = _settings(master, conf, verbose, data_dir)
-        with spark_errors(), spark_session(settings) as spark:
+        spark_sql.check_value_format(value_format)
+        check_format(to.lower())
+        if out is not None:
+            check_output(to.lower(), out, overwrite)
+        with _session(settings) as spark:
             df = spark_sql.query(spark, settings.data_dir, query, value_format)
             if to_topic is not None:
                 n = spark_sql.write_topic(df, settings.data_dir, to_topic)
@@ -140,12 +157,11 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOpt = False,
         data_dir: DataDirOpt = None,
     ) -> None:
-        from klog.spark.failures import spark_errors
-        from klog.spark.run import run_script
-        from klog.spark.session import spark_session
+        from klog.spark.run import check_script, run_script
 
         settings = _settings(master, conf, verbose, data_dir)
-        with spark_errors(), spark_session(settings) as spark:
+        check_script(script)
+        with _session(settings) as spark:
             code = run_script(spark, script, list(ctx.args))
         if code:
             raise typer.Exit(code)
@@ -179,14 +195,13 @@ def register(app: typer.Typer) -> None:
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.spark import stream as spark_stream
-        from klog.spark.failures import spark_errors
-        from klog.spark.session import spark_session
 
         settings = _settings(master, conf, verbose, data_dir)
         req = spark_stream.StreamRequest(source, target, sql_text, script, checkpoint, available_now,
                                          trigger_seconds, starting_offsets, max_records)
+        spark_stream.check_request(settings.data_dir, req)
         checkpoint_dir = checkpoint or spark_stream.default_checkpoint(settings.data_dir, source, target)
-        with spark_errors(), spark_session(settings) as spark:
+        with _session(settings) as spark:
             query = spark_stream.start(spark, settings.data_dir, req)
             if not available_now:
                 print(f"streaming {source} -> {target} (checkpoint {checkpoint_dir}); Ctrl-C stops",

@@ -4,8 +4,9 @@
     spark = start_session(SessionSettings(data_dir="/tmp/klog-demo"))
     spark.read.format("klog").option("subscribe", "orders").load().show()
 
-Or register the source in a session of your own: `klog.spark.register(spark)`. Importing this
-package does not import pyspark; its modules do when used.
+In a session of your own, PySpark 4 finds the source by itself when klog is installed (the
+top-level pyspark_klog module); `klog.spark.register(spark, data_dir)` also makes data_dir the
+default store. Importing this package does not import pyspark; its modules do when used.
 """
 
 from __future__ import annotations

@@ -150,6 +150,34 @@ def _partition_columns(df, names: list[str], value_format: str):  # noqa: ANN001
     return df
 
 
+def check_format(to: str) -> None:
+    if to not in FORMATS:
+        raise UsageError(f"invalid --to '{to}': use {', '.join(FORMATS)}")
+
+
+def check_output(to: str, out: str, overwrite: bool) -> None:
+    """--to is a format Spark writes; a local --out that exists needs --overwrite."""
+    check_format(to)
+    if "://" not in out and os.path.exists(out) and not overwrite:
+        raise UsageError(f"{out} exists: choose another --out or add --overwrite")
+
+
+def check_request(data_dir: str, req: ExportRequest) -> None:
+    """What can be checked without Spark (options, the topic, its partitions): fails before a JVM starts."""
+    from klog.client.store import Store
+
+    check_format(req.to)
+    if req.value_format not in VALUE_FORMATS:
+        raise UsageError(f"invalid --value-format '{req.value_format}': use {', '.join(VALUE_FORMATS)}")
+    if req.to == "csv" and req.value_format == "binary":
+        raise UsageError("CSV cannot hold binary values: use --value-format text or json")
+    if req.schema and req.value_format != "json":
+        raise UsageError("--schema is for --value-format json")
+    check_output(req.to, req.out, req.overwrite)
+    with Store(data_dir, create=False) as store:
+        source_options(store, data_dir, req.range)
+
+
 def export(spark, data_dir: str, req: ExportRequest) -> ExportSummary:  # noqa: ANN001 - SparkSession
     """Read the range through the klog source and write it with Spark's file writers."""
     from pyspark.sql import Observation
@@ -157,17 +185,8 @@ def export(spark, data_dir: str, req: ExportRequest) -> ExportSummary:  # noqa: 
 
     from klog.client.store import Store
 
-    if req.to not in FORMATS:
-        raise UsageError(f"invalid --to '{req.to}': use {', '.join(FORMATS)}")
-    if req.value_format not in VALUE_FORMATS:
-        raise UsageError(f"invalid --value-format '{req.value_format}': use {', '.join(VALUE_FORMATS)}")
-    if req.to == "csv" and req.value_format == "binary":
-        raise UsageError("CSV cannot hold binary values: use --value-format text or json")
-    if req.schema and req.value_format != "json":
-        raise UsageError("--schema is for --value-format json")
+    check_request(data_dir, req)
     local = "://" not in req.out
-    if local and os.path.exists(req.out) and not req.overwrite:
-        raise UsageError(f"{req.out} exists: choose another --out or add --overwrite")
     with Store(data_dir, create=False) as store:
         opts = source_options(store, data_dir, req.range)
         schema = None

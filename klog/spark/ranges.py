@@ -48,6 +48,29 @@ def topic_partitions(store, opts: ReadOptions) -> list[TopicPartition]:
     return [(t, p) for t in topics for p in range(_partition_count(store, t))]
 
 
+def checked_partitions(store, opts: ReadOptions) -> list[TopicPartition]:
+    """topic_partitions(), after checking that per-partition offsets or timestamps name only those
+    (Spark's Kafka source refuses them too, rather than ignoring a typo)."""
+    tps = topic_partitions(store, opts)
+    read = set(tps)
+    for name, spec in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending),
+                       ("startingOffsetsByTimestamp", opts.starting_ms),
+                       ("endingOffsetsByTimestamp", opts.ending_ms)):
+        if not isinstance(spec, dict):
+            continue
+        extra = sorted((t, p) for t, parts in spec.items() for p in parts if (t, p) not in read)
+        if extra:
+            raise UsageError(f"{name} names {_names(extra)}, which this query does not read "
+                             f"(it reads {_names(tps) or 'no partitions'})")
+    return tps
+
+
+def _names(tps: list[TopicPartition], shown_max: int = 8) -> str:
+    names = [f"{t}-{p}" for t, p in tps]
+    more = len(names) - shown_max
+    return ", ".join(names[:shown_max]) + (f" and {more} more" if more > 0 else "")
+
+
 def _partition_count(store, topic: str) -> int:
     if not store.has_topic(topic):
         raise UnknownTopicError(f"topic '{topic}' does not exist")
@@ -87,7 +110,7 @@ def position(store, tp: TopicPartition, spec: OffsetsSpec, ms: int | dict | None
 def plan(store, opts: ReadOptions) -> list[OffsetRange]:
     """Batch read: one range per topic-partition, from startingOffsets to endingOffsets."""
     ranges = []
-    for tp in topic_partitions(store, opts):
+    for tp in checked_partitions(store, opts):
         start = position(store, tp, opts.starting, opts.starting_ms, EARLIEST, opts.fail_on_data_loss,
                          "startingOffsets")
         end = position(store, tp, opts.ending, opts.ending_ms, LATEST, opts.fail_on_data_loss, "endingOffsets")

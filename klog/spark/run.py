@@ -14,10 +14,14 @@ import sys
 from klog.errors import UsageError
 
 
-def run_script(spark, script: str, args: list[str]) -> int:  # noqa: ANN001 - SparkSession
-    """Run the script as __main__ with sys.argv = [script, *args]; returns its exit code."""
+def check_script(script: str) -> None:
     if not os.path.isfile(script):
         raise UsageError(f"no such script: {script}")
+
+
+def run_script(spark, script: str, args: list[str]) -> int:  # noqa: ANN001 - SparkSession
+    """Run the script as __main__ with sys.argv = [script, *args]; returns its exit code."""
+    check_script(script)
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script.py` would

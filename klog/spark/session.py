@@ -1,7 +1,8 @@
 """The local SparkSession every `klog spark` command runs in, with the klog source registered.
 
-Local by default: `local[*]`, driver bound to loopback, UI off, Spark's logs at WARN (INFO with
-verbose) without JVM stack traces; `master` and `conf` make the same job run on a cluster. Must
+Local by default: `local[*]`, driver bound to loopback (local masters only), UI off, Spark's logs
+at WARN (INFO with verbose) without JVM stack traces; `master` and `conf` make the same job run on
+a cluster. A master Spark would reject, or a JVM that cannot start, is one line (launch.py). Must
 run before the JVM starts: it sets the environment Spark's Python workers inherit (the
 interpreter, klog on PYTHONPATH, KLOG_DATA_DIR).
 """
@@ -13,17 +14,16 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from klog.errors import UsageError
 from klog.spark.java import find_java, require_pyspark
+from klog.spark.launch import check_master, gateway_exited, is_local, jvm_stderr, launch_error
 
 KLOG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHUFFLE_PARTITIONS = 8  # Spark's 200 makes every small local aggregation schedule 200 tasks
-JVM_NOISE = ("Using incubator modules",)  # a JVM line log4j cannot silence (spark-notes gotcha 7)
 _archive = None  # the ClassArchive (classcache.py) of the JVM this process started, if any
 
 
@@ -48,6 +48,11 @@ def parse_conf(pairs: list[str] | None) -> dict[str, str]:
             raise UsageError(f"invalid --conf '{pair}': use KEY=VALUE, e.g. spark.driver.memory=4g")
         out[key.strip()] = value
     return out
+
+
+def master_of(settings: SessionSettings) -> str:
+    """The master the session gets: --conf spark.master wins over --master, as on the builder."""
+    return settings.conf.get("spark.master", settings.master)
 
 
 def _log4j_properties(verbose: bool) -> str:
@@ -87,7 +92,8 @@ def _prepare_environment(settings: SessionSettings, work_dir: str) -> None:
     """What Spark's launcher and its Python workers inherit (spark-notes gotchas 1, 2)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if is_local(master_of(settings)):  # on a cluster, executors must reach the driver on a real address
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     path = os.environ.get("PYTHONPATH", "")
     if KLOG_ROOT not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (KLOG_ROOT, path) if p)
@@ -104,14 +110,14 @@ def _builder_conf(settings: SessionSettings, work_dir: str, jvm_options: str = "
     conf = {
         "spark.master": settings.master,
         "spark.app.name": settings.app_name,
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "true" if settings.progress else "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} {jvm_options}".strip(),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
     }
+    if is_local(master_of(settings)):  # a local driver listens on loopback only
+        conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     user = dict(settings.conf)
     if "spark.driver.extraJavaOptions" in user:  # keep klog's log settings beside the user's JVM options
         user["spark.driver.extraJavaOptions"] += " " + conf["spark.driver.extraJavaOptions"]
@@ -126,33 +132,24 @@ def _work_dir() -> str:
     return path
 
 
-@contextmanager
-def _filtered_stderr(enabled: bool) -> Iterator[None]:
-    """While the JVM starts, give it a pipe as stderr; a thread drops JVM_NOISE lines and forwards the rest."""
-    if not enabled:
-        yield
-        return
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    read_fd, write_fd = os.pipe()
-
-    def forward() -> None:
-        with os.fdopen(read_fd, "rb") as source:
-            for line in source:
-                if not any(n.encode() in line for n in JVM_NOISE):
-                    os.write(saved, line)
-
-    threading.Thread(target=forward, name="klog-jvm-stderr", daemon=True).start()
-    os.dup2(write_fd, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)  # only the JVM keeps the pipe; this process writes to its stderr again
-        os.close(write_fd)
+def _get_or_create(builder, quiet: bool):  # noqa: ANN001, ANN202 - SparkSession.Builder -> SparkSession
+    """builder.getOrCreate() with the JVM's stderr filtered (quiet); a JVM that cannot start is one line."""
+    with jvm_stderr(quiet) as pump:
+        try:
+            spark = builder.getOrCreate()
+        except Exception as e:
+            failure: Exception | None = e
+        else:
+            failure = None
+            if pump is not None:
+                pump.release()
+    if failure is None:
+        return spark
+    exited = gateway_exited(failure)
+    text = pump.drop(wait_for_eof=exited) if pump is not None else None  # after fd 2 is ours again
+    if exited:
+        raise launch_error(text) from None
+    raise failure
 
 
 def _quiet_python_loggers(verbose: bool) -> None:
@@ -184,6 +181,7 @@ def start_session(settings: SessionSettings):  # noqa: ANN201 - SparkSession
         register(existing, settings.data_dir)
         return existing
     global _archive
+    check_master(master_of(settings))
     java = find_java()
     work_dir = _work_dir()
     _prepare_environment(settings, work_dir)
@@ -198,8 +196,7 @@ def start_session(settings: SessionSettings):  # noqa: ANN201 - SparkSession
     builder = SparkSession.builder
     for key, value in _builder_conf(settings, work_dir, _archive.jvm_options() if _archive else "").items():
         builder = builder.config(key, value)
-    with _filtered_stderr(not settings.verbose):
-        spark = builder.getOrCreate()
+    spark = _get_or_create(builder, quiet=not settings.verbose)
     _quiet_python_loggers(settings.verbose)
     register(spark, settings.data_dir)
     return spark

@@ -116,7 +116,7 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.target: dict | None = None  # availableNow: the high watermarks when the query started
         with _open_store(opts.data_dir) as store:
-            plan.topic_partitions(store, opts)  # fail now for an unknown topic or partition
+            plan.checked_partitions(store, opts)  # fail now for an unknown topic or partition
 
     def initialOffset(self) -> dict:
         with _open_store(self.opts.data_dir) as store:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from klog.errors import UsageError
-from klog.spark.export import FORMATS, infer_json_schema, output_files, sample_values, shaped
+from klog.spark.export import check_output, infer_json_schema, output_files, sample_values, shaped
 
 VIEW_SAMPLE_RECORDS = 200
 
@@ -68,9 +68,13 @@ def register_views(spark, data_dir: str, query: str, value_format: str = "auto")
     return views
 
 
-def query(spark, data_dir: str, text: str, value_format: str = "auto"):  # noqa: ANN001, ANN201 - DataFrame
+def check_value_format(value_format: str) -> None:
     if value_format not in ("auto", "json", "text", "binary"):
         raise UsageError(f"invalid --value-format '{value_format}': use auto, json, text or binary")
+
+
+def query(spark, data_dir: str, text: str, value_format: str = "auto"):  # noqa: ANN001, ANN201 - DataFrame
+    check_value_format(value_format)
     register_views(spark, data_dir, text, value_format)
     return spark.sql(text)
 
@@ -128,15 +132,10 @@ def write_topic(df, data_dir: str, topic: str) -> int:  # noqa: ANN001
 
 
 def write_files(df, out: str, to: str, overwrite: bool) -> SqlResult:  # noqa: ANN001
-    import os
-
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    if to not in FORMATS:
-        raise UsageError(f"invalid --to '{to}': use {', '.join(FORMATS)}")
-    if "://" not in out and os.path.exists(out) and not overwrite:
-        raise UsageError(f"{out} exists: choose another --out or add --overwrite")
+    check_output(to, out, overwrite)
     observation = Observation("klog_sql_files")
     writer = df.observe(observation, F.count(F.lit(1)).alias("records")).write
     writer = writer.mode("overwrite" if overwrite else "errorifexists")

@@ -57,14 +57,24 @@ def _transform(spark, view, req: StreamRequest):  # noqa: ANN001, ANN201
     return transform(view)
 
 
-def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - StreamingQuery
+def check_request(data_dir: str, req: StreamRequest) -> None:
+    """What can be checked without Spark (options, script, source topic): fails before a JVM starts."""
     from klog.client.store import Store
-    from klog.spark.sql import to_sink_frame
 
-    with Store(data_dir, create=False) as store:
-        store.topic(req.source)  # an unknown source topic: one line before Spark plans anything
+    if (req.sql is None) == (req.script is None):
+        raise UsageError("give one of --sql and --script")
+    if req.script is not None and not os.path.isfile(req.script):
+        raise UsageError(f"no such script: {req.script}")
     if req.starting_offsets not in ("earliest", "latest"):
         raise UsageError(f"invalid --starting-offsets '{req.starting_offsets}': use earliest or latest")
+    with Store(data_dir, create=False) as store:
+        store.topic(req.source)  # an unknown source topic: one line before Spark plans anything
+
+
+def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - StreamingQuery
+    from klog.spark.sql import to_sink_frame
+
+    check_request(data_dir, req)
     reader = (spark.readStream.format("klog").option("subscribe", req.source).option("dataDir", data_dir)
               .option("startingOffsets", req.starting_offsets))
     if req.max_records_per_batch:
