@@ -189,19 +189,63 @@ def test_malformed_json_names_line(cli, data_dir):
     r = cli("produce", "j", "--input", "json", input=b'{"value": "a"}\n{not json\n')
     assert_one_line_error(r, 2, "line 2", "malformed JSON", "1 records before it were written")
     assert values(data_dir, "j") == [b"a"]
+    bad_fields = [
+        (b'{"value":"b","partition":"x"}', 'partition "x" is not a partition number'),
+        (b'{"value":"b","partition":1.5}', "partition 1.5 is not a partition number"),
+        (b'{"value":"b","partition":true}', "partition true is not a partition number"),
+        (b'{"value":"b","partition":-1}', "partition -1 is not a partition number"),
+        (b'{"value":"b","timestamp":99999999999999999999}', "timestamp 99999999999999999999 is not epoch"),
+        (b'{"value":"b","timestamp":true}', "timestamp true is not epoch milliseconds"),
+        (b'{"value":"b","timestamp":-5}', "timestamp -5 is not epoch milliseconds"),
+        (b'{"value":"b","timestamp":1.5e12}', "timestamp 1500000000000.0 is not epoch milliseconds"),
+    ]
+    for line, message in bad_fields:
+        r = cli("produce", "j", "--input", "json", input=b'{"value": "ok"}\n' + line + b"\n")
+        assert_one_line_error(r, 2, "line 2: malformed JSON input", message, "1 records before it were written")
+    # Kafka's producer fails on a partition the topic lacks; klog does not send it elsewhere
+    r = cli("produce", "j", "--input", "json", input=b'{"value": "ok"}\n{"value":"b","partition":9}\n')
+    assert_one_line_error(r, 2, "line 2", "topic 'j' has no partition 9 (it has 1)", "1 records before it were written")
+    assert values(data_dir, "j") == [b"a"] + [b"ok"] * (len(bad_fields) + 1)
+    # the edges that are fine: the int64 range, Kafka's -1 (no timestamp), null (now), partition 0
+    edges = b'{"value":"e1","timestamp":0,"partition":0}\n{"value":"e2","timestamp":9223372036854775807}\n' \
+            b'{"value":"e3","timestamp":-1}\n{"value":"e4","timestamp":null,"partition":null}\n'
+    assert cli("produce", "j", "--input", "json", input=edges).exit_code == 0
+    with klog.open(data_dir) as s:
+        got = [(r.value, r.timestamp) for r in s.consumer("j")][-4:]
+    assert got[:3] == [(b"e1", 0), (b"e2", 2**63 - 1), (b"e3", -1)] and got[3][1] > 1_600_000_000_000
 
 
 def test_unwritable_data_dir(cli, tmp_path):
+    # a data directory under a regular file cannot be created, whoever runs klog (root too)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    under_file = str(blocker / "store")
+    for args in (("topics", "create", "t"), ("produce", "t"), ("dirs", "add", str(tmp_path / "disk2"))):
+        r = cli(*args, "--data-dir", under_file, input=b"x\n")
+        assert_one_line_error(r, 1, "cannot create data directory", "Not a directory")
+    assert_one_line_error(cli("topics", "list", "--data-dir", under_file), 1, f"no klog store at {under_file}")
     locked = tmp_path / "ro"
     locked.mkdir()
     locked.chmod(0o500)
     try:
-        if os.access(locked, os.W_OK):  # root ignores permissions
+        if os.access(locked, os.W_OK):  # root ignores permissions: the file case above covers root
             return
-        r = cli("topics", "list", "--data-dir", str(locked / "store"))
+        r = cli("topics", "create", "t", "--data-dir", str(locked / "store"))
         assert_one_line_error(r, 1, "cannot create data directory")
     finally:
         locked.chmod(0o700)
+
+
+def test_read_only_commands_never_create_a_store(cli, tmp_path):
+    missing = str(tmp_path / "typo" / "store")
+    for args in (("topics", "list"), ("topics", "describe", "t"), ("topics", "delete", "t", "--yes"),
+                 ("topics", "alter", "t", "-p", "2"), ("dirs", "list"), ("dirs", "remove", "0"),
+                 ("topics", "clean"), ("offsets", "t"), ("consume", "t"), ("dump", "t")):
+        r = cli(*args, "--data-dir", missing)
+        assert_one_line_error(r, 1, f"no klog store at {missing}")
+        assert not os.path.exists(tmp_path / "typo"), args
+    assert cli("topics", "create", "t", "--data-dir", missing).exit_code == 0  # what creates, creates
+    assert os.path.exists(os.path.join(missing, "klog.json"))
 
 
 def test_consume_on_missing_store_is_an_error(cli, tmp_path):
@@ -217,6 +261,12 @@ def test_closed_pipe_exits_quietly(klog_proc, data_dir):
                          cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.stdout == b"line 0\n"
     assert out.stderr == b""
+    assert out.returncode == 0  # klog's own status (pipefail): a reader leaving is not a failure
+    for args in ("consume p --json", "consume p --format '%o %s\\n'", "dump p", "dump p --json"):
+        cmd = f"{sys.executable} -m klog {args} | head -1"
+        out = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, env=env, timeout=60,
+                             cwd=os.path.dirname(os.path.dirname(__file__)))
+        assert (out.returncode, out.stderr, out.stdout.count(b"\n")) == (0, b"", 1), (args, out)
 
 
 def test_ctrl_c_during_produce_keeps_acknowledged_records(data_dir):

@@ -374,3 +374,42 @@ def test_batches_without_timestamps_get_offset_index_entries(tmp_path) -> None:
             assert len(f.read()) == 16
     finally:
         log.close()
+
+
+@pytest.mark.parametrize("recover", [False, True], ids=["clean", "recovered"])
+def test_segments_roll_before_a_relative_offset_overflows(tmp_path, monkeypatch, recover: bool) -> None:
+    """Kafka rolls when a batch's last offset no longer fits the segment's int32 relative offsets;
+    with the limit made small, segments must roll at exactly those batches, and reads, timestamp
+    lookups and both indexes must stay right (also after a recovery rebuilt the indexes)."""
+    import klog.store.index as index_module
+    import klog.store.segment as segment_module
+
+    limit = 9  # relative offsets 0..9: ten offsets per segment at most
+    monkeypatch.setattr(segment_module, "RELATIVE_OFFSET_MAX", limit)
+    monkeypatch.setattr(index_module, "RELATIVE_OFFSET_MAX", limit)
+    directory = str(tmp_path / "t-0")
+    built = build_log(directory, 11, n_batches=45, segment_bytes=1 << 30, index_interval_bytes=0, max_records=4,
+                      recover_at=(30,) if recover else ())
+    try:
+        want_bases: list[int] = []
+        for b in built.batches:  # the model: a new segment at the first batch that would not fit
+            if not want_bases or b.last - want_bases[-1] > limit:
+                want_bases.append(b.base)
+        assert built.log.bases == want_bases and len(want_bases) >= 6
+        ends = want_bases[1:] + [built.end]
+        for base, end in zip(want_bases, ends, strict=True):
+            found = segment_batches(directory, base)
+            assert [h.base_offset for _, h, _ in found] == [b.base for b in built.batches if base <= b.base < end]
+            assert found[-1][1].last_offset - base <= limit
+            after = first_batch_holding(built.batches, end)
+            assert after is None or after.last - base > limit  # rolled no earlier than needed
+        check_index_files(directory, built.log.bases, 0, exact_time_index=not recover)
+        for offset in range(built.end):
+            got = built.log.read(offset, built.end, max_bytes=1)
+            assert [g.data for g in got] == [first_batch_holding(built.batches, offset).data], offset
+        stamps = sorted({ts for b in built.batches for _, ts in b.records})
+        for ts in stamps:
+            assert built.log.offset_for_timestamp(ts, built.end) == brute_offset_for_timestamp(built.batches, ts,
+                                                                                                 built.end)
+    finally:
+        built.log.close()

@@ -387,3 +387,31 @@ def test_rf1_recovery_cutting_committed_records_says_so(data_dir, monkeypatch):
     assert values == [b"value-%08d" % i for i in range(offset)] + [b"after"]
     assert len(warnings) == 1, warnings
     assert f"from offset {offset}" in warnings[0] and path in warnings[0] and f"position {position}" in warnings[0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), forget_state=st.booleans())
+def test_truncate_to_matches_brute_force_then_appends_continue(golden, tmp_path, data, forget_state):
+    """PartitionLog.truncate_to(offset) keeps exactly the batches whose last offset is below
+    `offset` (Kafka truncates whole batches), across segments, with indexes trimmed to match;
+    the next writer (with or without the state the truncating one left) continues at its end."""
+    from klog.store.state import ReplicaState
+
+    golden_folder, batches = golden
+    end = codec.read_header(batches[-1]).next_offset
+    bases = [codec.read_header(b).base_offset for b in batches]
+    # segment starts and batch starts are the interesting places; any offset will do
+    offset = data.draw(st.one_of(st.sampled_from(bases), st.integers(0, end + 2)), label="offset")
+    folder = copy_log(golden_folder, tmp_path, "trunc-0")
+    log = PartitionLog(folder, CONFIG)
+    log.open_for_write()
+    segments_before = list(log.bases)
+    log.truncate_to(offset)
+    kept = [b for b in batches if codec.read_header(b).last_offset < offset]
+    assert all_batches(log) == kept
+    assert log.log_end_offset == (codec.read_header(kept[-1]).next_offset if kept else 0)
+    assert set(log.bases) <= set(segments_before) and log.bases[0] == segments_before[0]
+    log.close()
+    if forget_state:
+        os.unlink(os.path.join(folder, ReplicaState.FILE_NAME))
+    append_continues(check_intact_prefix(folder, golden_folder, kept))

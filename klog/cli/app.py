@@ -5,10 +5,12 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (Ctrl-C
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
 from enum import IntEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -80,6 +82,48 @@ def _register(modules: set[str] | None = None) -> None:
         if name in wanted and name not in _registered:
             _registered.add(name)
             importlib.import_module(f"klog.cli.{name}").register(app)
+    _guard_stdout(app)
+
+
+class StdoutClosed(Exception):  # noqa: N818 - an event, not a failure
+    """The reader of stdout went away (`klog consume t | head -1`)."""
+
+
+def _guard_stdout(typer_app: typer.Typer) -> None:
+    """Wrap every command so a write to a closed stdout ends it quietly (exit 0). Typer itself
+    turns a BrokenPipeError into exit 1 before run() could see it."""
+    for info in typer_app.registered_commands:
+        if info.callback is not None and not hasattr(info.callback, "_klog_guarded"):
+            info.callback = _pipe_safe(info.callback)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _guard_stdout(group.typer_instance)
+
+
+def _pipe_safe(callback: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(callback)  # Typer reads the wrapped signature and annotations
+    def command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except BrokenPipeError:
+            if not _stdout_closed():
+                raise  # another pipe (a --exec child's stdin): a real error
+            raise StdoutClosed from None
+
+    command._klog_guarded = True  # type: ignore[attr-defined]
+    return command
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe (or socket) nobody reads any more: poll reports POLLERR (POLLHUP)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real stdout (captured): it cannot be a closed pipe
+        return False
 
 
 def full_app() -> typer.Typer:
@@ -118,7 +162,7 @@ def run(args: list[str] | None = None) -> int:
     except (KeyboardInterrupt, typer.Abort):
         print("klog: interrupted", file=sys.stderr)
         return ExitStatus.INTERRUPTED
-    except BrokenPipeError:
+    except StdoutClosed:
         _quiet_broken_pipe()
         return ExitStatus.OK
     except typer.Exit as e:
@@ -153,6 +197,8 @@ def main() -> None:
 
 
 def _quiet_broken_pipe() -> None:
-    """`klog consume t | head -1`: the reader left; exit without Python's shutdown warning."""
+    """`klog consume t | head -1`: the reader left; exit without Python's shutdown warning (what
+    is still buffered goes to /dev/null, as the Python docs on SIGPIPE recommend)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -14,14 +14,17 @@ from klog.errors import UsageError
 
 WRITE_BUFFER_RECORDS = 4096
 
+CONSUME_HELP = (
+    "Read records: from the start to the current end, then exit (-f: keep following).\n\n"
+    "Records of several partitions are merged in timestamp order; each partition keeps its order. On a pipe "
+    "each value is printed alone on a line, as stored; on a terminal, a readable log view (control characters "
+    "escaped).\n\n"
+    f"{FORMAT_HELP}"
+)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command(help=f"""Read records: from the start to the current end, then exit (-f: keep following).
-
-Records of several partitions are merged in timestamp order; each partition keeps its order.
-On a pipe each value is printed alone on a line; on a terminal, a readable log view.
-
-{FORMAT_HELP}""")
+    @app.command(help=CONSUME_HELP)
     def consume(
         topics: Annotated[list[str] | None, typer.Argument(help="Topics to read.")] = None,
         pattern: Annotated[str | None, typer.Option("--pattern", help="Also read topics matching REGEX.")] = None,

@@ -22,7 +22,7 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Each log directory's health (ok, missing, read-only, full, replaced), size and replica count."""
     from klog.client.dirs import list_dirs
 
-    with open_store(data_dir) as store:
+    with open_store(data_dir, create=False) as store:
         infos = list_dirs(store)
     if as_json:
         for i in infos:
@@ -53,7 +53,7 @@ def remove(
     """Move every replica off a log directory (caught up first, nothing lost), then remove it."""
     from klog.client.dirs import remove_dir
 
-    with open_store(data_dir) as store:
+    with open_store(data_dir, create=False) as store:
         moved = remove_dir(store, log_dir, _warn)
     print(json.dumps({"removed": log_dir, "replicas_moved": moved}) if as_json
           else f"Removed log directory {log_dir} ({moved} replicas moved)")

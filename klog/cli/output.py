@@ -13,9 +13,9 @@ from typing import Any
 from klog.client.records import Record
 from klog.errors import UsageError
 
-FORMAT_HELP = """Format tokens (kcat style): %t topic, %p partition, %o offset, %k key, %s value,
-%K key size, %S value size, %h headers (k=v,k=v), %T timestamp (epoch ms), %I timestamp (ISO 8601 UTC),
-%y timestamp type, \\n newline, \\t tab, %% percent."""
+FORMAT_HELP = ("Format tokens (kcat style): %t topic, %p partition, %o offset, %k key, %s value, %K key size, "
+               "%S value size, %h headers (k=v,k=v), %T timestamp (epoch ms), %I timestamp (ISO 8601 UTC), "
+               "%y timestamp type, \\n newline, \\t tab, %% percent.")
 
 
 # -- the JSON envelope -------------------------------------------------------------------------
@@ -101,8 +101,21 @@ def _token_fn(token: str) -> Callable[[Record], bytes] | bytes:
 
 
 # -- terminal log view -------------------------------------------------------------------------
+# C0 controls but tab, DEL and C1 controls: record data must not drive the terminal (set its
+# title, clear the screen, move the cursor); they are shown escaped, \n and \r included.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def terminal_safe(data: bytes) -> str:
+    """Decode for display (invalid UTF-8 as U+FFFD) with control characters escaped (\\x07)."""
+    text = data.decode("utf-8", errors="replace")
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
 def pretty_line(r: Record, show_topic: bool) -> Any:
-    """A rich Text line: time, topic/partition@offset, key, value (JSON highlighted)."""
+    """A rich Text line: time, topic/partition@offset, key, value (JSON highlighted), with
+    control characters of the record escaped (terminal_safe); pipes get the raw bytes instead."""
     from rich.text import Text
 
     line = Text()
@@ -112,23 +125,28 @@ def pretty_line(r: Record, show_topic: bool) -> Any:
     line.append(where, style="cyan")
     if r.key is not None:
         line.append("  ")
-        line.append(r.key.decode("utf-8", errors="replace"), style="bold yellow")
+        line.append(terminal_safe(r.key), style="bold yellow")
     line.append("  ")
     if r.value is None:
         line.append("(tombstone)", style="italic red")
     else:
-        text = r.value.decode("utf-8", errors="replace")
-        if text[:1] in "{[":
-            try:
-                json.loads(text)
-                from rich.highlighter import JSONHighlighter
+        text = terminal_safe(r.value)
+        if text[:1] in "{[" and _is_json(r.value):
+            from rich.highlighter import JSONHighlighter
 
-                line.append_text(JSONHighlighter()(Text(text)))
-            except ValueError:
-                line.append(text)
+            line.append_text(JSONHighlighter()(Text(text)))
         else:
             line.append(text)
     if r.headers:
         line.append("  ")
-        line.append(" ".join(f"{k}={(v or b'').decode('utf-8', 'replace')}" for k, v in r.headers), style="magenta")
+        line.append(" ".join(f"{terminal_safe(k.encode())}={terminal_safe(v or b'')}" for k, v in r.headers),
+                    style="magenta")
     return line
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+        return True
+    except ValueError:
+        return False

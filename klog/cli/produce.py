@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import sys
 from typing import Annotated
 
@@ -11,6 +13,7 @@ import typer
 
 from klog.cli.app import DataDirOpt, open_store
 from klog.cli.output import json_to_bytes
+from klog.client.records import NO_TIMESTAMP, TIMESTAMP_MAX
 from klog.errors import KlogError, RecordTooLargeError, UsageError
 
 READ_CHUNK_BYTES = 1 << 20
@@ -29,8 +32,18 @@ def parse_headers(pairs: list[str] | None) -> list[tuple[str, bytes]]:
     return out
 
 
+PRODUCE_HELP = (
+    "Write records: one per input line by default (Kafka's default partitioner for keys).\n\n"
+    "--input json reads the envelope `klog consume --json` writes (key, value, headers, timestamp, partition), "
+    "so `klog consume a --json | klog produce b --input json` copies a topic losslessly. A record's partition "
+    "must exist in the topic, as with Kafka's producer: to copy into fewer partitions, pass -p or drop the field "
+    "(jq -c 'del(.partition)') so keys choose. --input raw makes the whole input one record.\n\n"
+    "A missing topic is created with the store's defaults (auto.create.topics.enable) and a note on stderr."
+)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(help=PRODUCE_HELP)
     def produce(
         topic: str,
         files: Annotated[list[str] | None, typer.Argument(help="Input files (stdin when none).")] = None,
@@ -49,13 +62,6 @@ def register(app: typer.Typer) -> None:
                                                     help="Print partition and offset of each record.")] = False,
         data_dir: DataDirOpt = None,
     ) -> None:
-        """Write records: one per input line by default (Kafka's default partitioner for keys).
-
-        --input json reads the envelope `klog consume --json` writes (key, value, headers,
-        timestamp, partition), so `klog consume a --json | klog produce b --input json` copies
-        a topic losslessly. --input raw makes the whole input one record. A missing topic is
-        created with the store's defaults (auto.create.topics.enable) and a note on stderr.
-        """
         if input_format not in ("lines", "json", "raw"):
             raise UsageError(f"invalid --input '{input_format}': use lines, json or raw")
         headers = parse_headers(header)
@@ -91,9 +97,20 @@ def _open_source(src: str) -> int:
     if src == "-":
         return sys.stdin.fileno()
     try:
-        return os.open(src, os.O_RDONLY)
+        fd = os.open(src, os.O_RDONLY)
     except OSError as e:
         raise KlogError(f"cannot read {src}: {e.strerror}") from None
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise KlogError(f"cannot read {src}: {os.strerror(errno.EISDIR)}")
+    return fd
+
+
+def _read(fd: int, src: str) -> bytes:
+    try:
+        return os.read(fd, READ_CHUNK_BYTES)
+    except OSError as e:
+        raise KlogError(f"cannot read {'stdin' if src == '-' else src}: {e.strerror}") from None
 
 
 def _produce_source(producer, topic: str, src: str, input_format: str, sep: bytes | None,
@@ -102,13 +119,13 @@ def _produce_source(producer, topic: str, src: str, input_format: str, sep: byte
     try:
         if input_format == "raw":
             chunks = []
-            while chunk := os.read(fd, READ_CHUNK_BYTES):
+            while chunk := _read(fd, src):
                 chunks.append(chunk)
             producer.send(topic, b"".join(chunks), headers=headers or None, partition=partition)
             return line_no + 1
         rest = b""
         while True:
-            chunk = os.read(fd, READ_CHUNK_BYTES)
+            chunk = _read(fd, src)
             if not chunk:
                 break
             data = rest + chunk
@@ -164,19 +181,39 @@ def _send_json(producer, topic: str, line: bytes, line_no: int, partition: int |
         if isinstance(raw_headers, dict):
             raw_headers = list(raw_headers.items())
         hdrs = [(str(k), json_to_bytes(v, f"header {k}")) for k, v in raw_headers]
-        ts = doc.get("timestamp")
-        if ts is not None and not isinstance(ts, int):
-            raise ValueError("timestamp must be epoch milliseconds")
-        p = partition if partition is not None else doc.get("partition")
+        ts = _json_timestamp(doc.get("timestamp"))
+        p = partition if partition is not None else _json_partition(doc.get("partition"))
     except (ValueError, TypeError) as e:
         producer.flush()
         raise UsageError(f"line {line_no}: malformed JSON input: {e}; "
                          f"{producer.records_sent} records before it were written") from None
-    if p is not None and p >= producer.partitions_for(topic):
-        p = None  # the source had more partitions: fall back to the key's partition
+    if p is not None and partition is None:
+        count = producer.partitions_for(topic)
+        if p >= count:  # like Kafka's producer, which fails on an unknown partition
+            producer.flush()
+            raise UsageError(f"line {line_no}: topic '{topic}' has no partition {p} (it has {count}); "
+                             f"{producer.records_sent} records before it were written")
     try:
         producer.send(topic, value, key=key, headers=hdrs, partition=p, timestamp=ts)
     except RecordTooLargeError as e:
         producer.flush()
         raise RecordTooLargeError(f"line {line_no}: {e}; {producer.records_sent} records before it were written") \
             from None
+
+
+def _json_timestamp(ts: object) -> int | None:
+    """Epoch milliseconds 0..2^63-1, or -1 (Kafka's "no timestamp") as it was read; null: now."""
+    if ts is None:
+        return None
+    if not isinstance(ts, int) or isinstance(ts, bool) or not (ts == NO_TIMESTAMP or 0 <= ts <= TIMESTAMP_MAX):
+        raise ValueError(f"timestamp {json.dumps(ts)} is not epoch milliseconds (an integer 0..{TIMESTAMP_MAX}, "
+                         "-1 or null)")
+    return ts
+
+
+def _json_partition(p: object) -> int | None:
+    if p is None:
+        return None
+    if not isinstance(p, int) or isinstance(p, bool) or p < 0:
+        raise ValueError(f"partition {json.dumps(p)} is not a partition number (an integer 0 or more, or null)")
+    return p

@@ -46,14 +46,15 @@ def create(
         print(json.dumps({"topic": meta.name, "partitions": len(meta.partitions),
                           "replication_factor": meta.replication_factor, "configs": meta.configs}))
     else:
-        print(f"Created topic {meta.name} ({len(meta.partitions)} partitions, "
+        n = len(meta.partitions)
+        print(f"Created topic {meta.name} ({n} partition{'' if n == 1 else 's'}, "
               f"replication factor {meta.replication_factor})", file=sys.stderr)
 
 
 @app.command("list")
 def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """List topics with partitions, records and size."""
-    with open_store(data_dir) as store:
+    with open_store(data_dir, create=False) as store:
         infos = [store.describe_topic(t.name) for t in store.list_topics()]
     if as_json:
         for i in infos:
@@ -71,7 +72,7 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
 def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Per partition: leader, replicas, ISR, epoch, log start, high watermark, log end, size, segments,
     each replica's log end (RF > 1) and the dirty ratio (compacted topics)."""
-    with open_store(data_dir) as store:
+    with open_store(data_dir, create=False) as store:
         info = store.describe_topic(topic)
         configs = store.effective_configs(topic)
         ratios = None
@@ -120,12 +121,17 @@ def alter(
     as_json: JsonOpt = False,
 ) -> None:
     """Add partitions, set configs, or reset configs to their defaults."""
-    with open_store(data_dir) as store:
+    with open_store(data_dir, create=False) as store:
         meta = store.alter_topic(topic, partitions, parse_configs(config), delete_config or [])
     if as_json:
         print(json.dumps({"topic": meta.name, "partitions": len(meta.partitions), "configs": meta.configs}))
     else:
         print(f"Altered topic {meta.name}", file=sys.stderr)
+
+
+def confirm_delete(topic: str) -> bool:
+    """Ask on the terminal; False when the user declines (Ctrl-C or end of input still interrupt)."""
+    return typer.confirm(f"Delete topic {topic} and all its records?")
 
 
 @app.command()
@@ -136,10 +142,11 @@ def delete(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete a topic and all its data (asks first on a terminal)."""
-    with open_store(data_dir) as store:
+    with open_store(data_dir, create=False) as store:
         store.topic(topic)
-        if not yes and sys.stdin.isatty():
-            typer.confirm(f"Delete topic {topic} and all its records?", abort=True)
+        if not yes and sys.stdin.isatty() and not confirm_delete(topic):
+            print("klog: aborted, nothing deleted", file=sys.stderr)
+            raise typer.Exit(1)
         store.delete_topic(topic)
     if as_json:
         print(json.dumps({"deleted": topic}))
@@ -159,7 +166,7 @@ def reassign(
     """Move replicas between log directories without losing or duplicating a record."""
     from klog.client.replication import move_replica
 
-    with open_store(data_dir) as store:
+    with open_store(data_dir, create=False) as store:
         meta = store.topic(topic)
         parts = partition if partition is not None else [
             i for i, p in enumerate(meta.partitions) if source in p.replicas]

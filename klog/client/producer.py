@@ -12,18 +12,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from klog.client.partitioner import StickyPartitioner, partition_for_key
-from klog.client.records import Headers, RecordMetadata
-from klog.errors import RecordTooLargeError, UsageError
+from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
+from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
 from klog.store import codec, compression
 from klog.store.codec import RecordIn
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
+from klog.store.names import validate_topic_name
 
 RECORD_OVERHEAD_BYTES_MAX = 21 + 10  # length, attributes, ts delta, offset delta, key/value lengths, headers count
 BATCH_SIZE_DEFAULT = 1_000_000  # just under max.message.bytes' default (1048588)
 ACKS = ("0", "1", "all")
 
 AckCallback = Callable[[str, int, int, int], None]  # topic, partition, base offset, record count
-
 
 @dataclass(slots=True)
 class PendingRecord:
@@ -91,7 +91,9 @@ class Producer:
             meta = self.store.topics.find(topic)
             if meta is None:
                 if not self.auto_create:
-                    self.store.topic(topic)  # raises the unknown-topic error
+                    validate_topic_name(topic)
+                    raise UnknownTopicError(f"unknown topic '{topic}' (auto.create.topics.enable is false: "
+                                            "create it first)")
                 meta = self.store.create_topic(topic, exist_ok=True)
                 if self.on_create is not None:
                     self.on_create(topic)
@@ -114,18 +116,18 @@ class Producer:
         sticky = partition is None and key is None
         if partition is None:
             partition = partition_for_key(key, count) if key is not None else self.sticky.partition(topic, count)
-        elif not 0 <= partition < count:
-            raise UsageError(f"topic '{topic}' has no partition {partition} (it has {count})")
+        else:
+            partition = check_partition(partition, topic, count)
         if key is None and self._compacted(topic):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
-        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        ts = int(time.time() * 1000) if timestamp is None else check_timestamp(timestamp)
         size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) \
             + RECORD_OVERHEAD_BYTES_MAX + (sum(len(h[0]) + len(h[1] or b"") + 10 for h in headers) if headers else 0)
         max_bytes = self._topic_settings[topic][0]
         if size + 61 > max_bytes:
             raise RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes ({max_bytes}) "
                                       f"of topic '{topic}'")
-        batch = self._batch_for(topic, partition, size, max_bytes)
+        batch = self._batch_for(topic, partition, size, max_bytes, ts)
         pending = PendingRecord(self, topic, partition, len(batch.records))
         batch.records.append((key, value, headers or (), ts))
         batch.pending.append(pending)
@@ -139,14 +141,14 @@ class Producer:
                     partition: int | None = None, timestamp: int | None = None) -> None:
         """Fast path for keyless records sharing headers (the CLI's line mode); no PendingRecords."""
         count = self.partitions_for(topic)
-        if partition is not None and not 0 <= partition < count:
-            raise UsageError(f"topic '{topic}' has no partition {partition} (it has {count})")
+        if partition is not None:
+            partition = check_partition(partition, topic, count)
         if values and self._compacted(topic):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
         max_bytes = self._topic_settings[topic][0]
         hdrs = tuple(headers or ())
         hsize = sum(len(h[0]) + len(h[1] or b"") + 10 for h in hdrs)
-        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        ts = int(time.time() * 1000) if timestamp is None else check_timestamp(timestamp)
         overhead = RECORD_OVERHEAD_BYTES_MAX + hsize
         limit = min(self.batch_size, max_bytes - 61)
         i, n = 0, len(values)
@@ -154,6 +156,9 @@ class Producer:
             p = partition if partition is not None else self.sticky.partition(topic, count)
             key = (topic, p)
             batch = self._batches.get(key)
+            if batch is not None and batch.records and abs(ts - batch.records[0][3]) > TIMESTAMP_MAX:
+                self._write(key, self._batches.pop(key))  # the int64 timestamp delta would overflow
+                batch = None
             if batch is None:
                 batch = self._batches[key] = _Batch(first_ms=time.monotonic() * 1000)
             room = limit - batch.estimated_bytes
@@ -185,11 +190,13 @@ class Producer:
                 self._write(key, self._batches.pop(key))  # full: write it; otherwise it keeps filling
         self._maybe_linger_flush()
 
-    def _batch_for(self, topic: str, partition: int, size: int, max_bytes: int) -> _Batch:
+    def _batch_for(self, topic: str, partition: int, size: int, max_bytes: int, ts: int) -> _Batch:
         key = (topic, partition)
         batch = self._batches.get(key)
         limit = min(self.batch_size, max_bytes - 61)
-        if batch is not None and batch.records and batch.estimated_bytes + size > limit:
+        # a record's timestamp is stored as an int64 delta from the batch's first one
+        if batch is not None and batch.records and (batch.estimated_bytes + size > limit
+                                                    or abs(ts - batch.records[0][3]) > TIMESTAMP_MAX):
             self._write(key, self._batches.pop(key))
             batch = None
         if batch is None:

@@ -14,7 +14,7 @@ from klog.meta.topics import TopicMeta, TopicsMeta
 from klog.store.config import CONFIG_KEYS, LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.layout import DataDir, default_data_dir
-from klog.store.names import validate_topic_name
+from klog.store.names import partition_file_stem, validate_topic_name
 from klog.store.partition import Partition
 
 
@@ -142,8 +142,10 @@ class Store:
             folder = partition_dir_name(name, p)
             for d in pm.replicas:
                 shutil.rmtree(os.path.join(self.data_dir.log_dir_path(d), folder), ignore_errors=True)
-            for path in (os.path.join(self.data_dir.state_dir, folder + ".state"),
-                         os.path.join(self.data_dir.lock_dir, folder + ".lock")):
+            stem = partition_file_stem(name, p)
+            for path in (os.path.join(self.data_dir.state_dir, stem + ".state"),
+                         os.path.join(self.data_dir.state_dir, stem + ".cleaner"),
+                         os.path.join(self.data_dir.lock_dir, stem + ".lock")):
                 try:
                     os.unlink(path)
                 except FileNotFoundError:

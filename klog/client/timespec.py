@@ -1,4 +1,5 @@
-"""Time specs users type: ISO 8601 date-times, epoch milliseconds, or a span ago (90s, 15m, 2h, 7d)."""
+"""Time specs users type: ISO 8601 date-times, epoch milliseconds, or a span ago (90s, 15m, 2h, 7d,
+optionally followed by "ago": "15m ago")."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from klog.errors import UsageError
 
 _SPAN = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+_AGO = re.compile(r"\s+ago$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
@@ -20,18 +22,19 @@ def parse_span_ms(text: str) -> int:
 
 
 def parse_time_ms(text: str, now_ms: int | None = None) -> int:
-    """Epoch ms for an ISO date-time, an epoch-ms number, or a span before now."""
+    """Epoch ms for an ISO date-time, an epoch-ms number, or a span before now ("15m", "15m ago")."""
     text = text.strip()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     if text.isdigit():
         return int(text)
-    if _SPAN.fullmatch(text):
-        return now_ms - parse_span_ms(text)
+    span = _AGO.sub("", text)
+    if _SPAN.fullmatch(span):
+        return now_ms - parse_span_ms(span)
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"invalid time '{text}': use an ISO date-time, epoch milliseconds, "
-                         "or a span ago such as 15m") from None
+                         "or a span ago such as 15m or '15m ago'") from None
     if when.tzinfo is None:
         when = when.astimezone()  # a naive time is local time, as `date` shows it
     return int(when.timestamp() * 1000)

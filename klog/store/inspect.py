@@ -46,6 +46,8 @@ def dump_path(path: str, deep: bool = True) -> Iterator[dict]:
                     yield {"type": "record", "offset": offset, "timestamp": ts, "key": key, "value": value,
                            "headers": headers}
             pos += header.size
+        if pos < len(data):  # a torn tail, or not a segment at all
+            raise CorruptLogError(f"partial batch header of {len(data) - pos} bytes", seg_path, pos)
 
 
 @dataclass

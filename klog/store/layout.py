@@ -3,8 +3,12 @@
     <data dir>/klog.json        store config: log directories and broker-style defaults
     <data dir>/meta/            LMDB environment (klog/meta)
     <data dir>/state/           <topic>-<partition>.state: high watermark, log start, epoch
+                                (and .cleaner, the cleaner checkpoint)
     <data dir>/locks/           <topic>-<partition>.lock: one writer at a time
     <data dir>/logs/            the first log directory (more can live anywhere: other disks)
+
+A `<topic>-<partition>` too long for the file names of state/ and locks/ (a topic name near
+Kafka's 249-character limit) is shortened there: names.partition_file_stem.
 """
 
 from __future__ import annotations

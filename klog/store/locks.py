@@ -5,12 +5,16 @@ from __future__ import annotations
 import fcntl
 import os
 
+from klog.store.names import fit_partition_file
+
 
 class FileLock:
     """An exclusive flock(2) on a lock file; re-entrant within one object, released on exit or crash."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
+        """`path` ends in `.lock`; `<topic>-<partition>.lock` too long for a file name becomes its
+        short form (names.fit_partition_file), the stem the partition's state file has too."""
+        self.path = fit_partition_file(path, ".lock")
         self._fd: int | None = None
         self._depth = 0
 

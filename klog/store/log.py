@@ -119,7 +119,9 @@ class PartitionLog:
     # -- writing (lock held) -------------------------------------------------------------------
     def open_for_write(self) -> RecoveryReport:
         """Adopt the state the last writer left, recovering the tail if it did not finish."""
-        os.makedirs(self.directory, exist_ok=True)
+        if not os.path.isdir(self.directory):
+            os.makedirs(self.directory, exist_ok=True)
+            fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
         from klog.store.cleaner import finish_interrupted_swaps  # (cleaner imports this module)
 
         swaps = finish_interrupted_swaps(self.directory)  # a compaction or retention killed mid-way

@@ -1,7 +1,9 @@
-"""Topic-name rules (kafka-log-format.md §6) and the guard that keeps paths inside the store."""
+"""Topic-name rules (kafka-log-format.md §6), the names of files klog keeps per partition, and
+the guard that keeps paths inside the store."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 
@@ -23,6 +25,46 @@ def validate_topic_name(name: str) -> str:
         shown = ", ".join(repr(c) for c in bad[:5])
         raise InvalidTopicError(f"topic name '{name}' has illegal characters ({shown}); use [a-zA-Z0-9._-]")
     return name
+
+
+# Files the data directory keeps per partition, named `<topic>-<partition><suffix>`: the state
+# (state/), the writer lock (locks/), the cleaner checkpoint and its temporary copy (state/).
+# A 249-character topic (Kafka's limit) would make them longer than a file name may be.
+FILE_NAME_BYTES_MAX = 255
+PARTITION_FILE_SUFFIXES = (".state", ".lock", ".cleaner", ".cleaner.tmp")
+_LONGEST_SUFFIX_BYTES = max(len(s) for s in PARTITION_FILE_SUFFIXES)
+SHORT_PREFIX_CHARS = 200
+SHORT_HASH_CHARS = 12
+
+
+def partition_file_stem(topic: str, partition: int) -> str:
+    """The stem of the data directory's files of a partition: `<topic>-<partition>` when its
+    longest name fits the file system, else `<first 200 chars>~<12 hex of sha256(topic)>-<partition>`
+    ('~' is not legal in a topic name, so a short form never equals a real topic's stem).
+
+    Log directories keep Kafka's `<topic>-<partition>` folder names: those always fit.
+    """
+    return fit_stem(f"{topic}-{partition}")
+
+
+def fit_stem(stem: str) -> str:
+    """`stem` itself if `stem` + the longest per-partition suffix fits in a file name, else the
+    deterministic short form (see partition_file_stem)."""
+    if len(stem.encode()) + _LONGEST_SUFFIX_BYTES <= FILE_NAME_BYTES_MAX:
+        return stem
+    topic, dash, number = stem.rpartition("-")
+    if not (dash and number.isdigit()):
+        topic, number = stem, ""
+    digest = hashlib.sha256(topic.encode()).hexdigest()[:SHORT_HASH_CHARS]
+    return f"{topic[:SHORT_PREFIX_CHARS]}~{digest}" + (f"-{number}" if number else "")
+
+
+def fit_partition_file(path: str, suffix: str) -> str:
+    """`<dir>/<stem><suffix>` with the stem passed through fit_stem (the one rule every
+    per-partition file of the data directory is named by)."""
+    folder, name = os.path.split(path)
+    assert name.endswith(suffix), (path, suffix)
+    return os.path.join(folder, fit_stem(name[: len(name) - len(suffix)]) + suffix)
 
 
 def collision_key(name: str) -> str:

@@ -1,7 +1,8 @@
 """Small fixed-size state files that processes share with pread/pwrite (no parsing, no lock).
 
 - PartitionState (`<data dir>/state/<topic>-<partition>.state`): the high watermark, the log
-  start offset and the leader epoch; readers look at it on every fetch, so it is 1 pread.
+  start offset and the leader epoch; readers look at it on every fetch, so it is 1 pread. A
+  stem too long for a file name is shortened (names.partition_file_stem).
 - ReplicaState (`<partition folder>/klog-replica.state`): where the writer left the replica
   (active segment, its valid size, log end, recovery point, max timestamp) and the boot it was
   written in. A writer that finds the file's size unchanged adopts it without a scan; a new
@@ -17,6 +18,8 @@ import os
 import struct
 import zlib
 from dataclasses import astuple, dataclass
+
+from klog.store.names import fit_partition_file
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -100,6 +103,14 @@ class PartitionSnapshot:
 
 class PartitionState(_StructFile):
     layout = struct.Struct(">qqq")
+    SUFFIX = ".state"
+
+    def __init__(self, path: str) -> None:
+        """`path` is `<state dir>/<topic>-<partition>.state`; a name too long for the file system
+        becomes its short form (names.fit_partition_file)."""
+        super().__init__(fit_partition_file(path, self.SUFFIX))
+        if self.path != path:
+            _adopt_legacy(path, self.path)
 
     def read(self) -> PartitionSnapshot:
         fields = self.read_fields()
@@ -107,3 +118,13 @@ class PartitionState(_StructFile):
 
     def write(self, snap: PartitionSnapshot, sync: bool = False) -> None:
         self.write_fields(*astuple(snap), sync=sync)
+
+
+def _adopt_legacy(old: str, new: str) -> None:
+    """Stores written before names were shortened may hold the state under its full name (it fit
+    on its own, only its longer siblings did not): move it to the short name once."""
+    try:
+        if not os.path.exists(new):
+            os.rename(old, new)
+    except OSError:  # no such file (the usual case), a name too long to exist, or a racing process
+        pass
