@@ -279,6 +279,19 @@ def test_missing_pyspark_is_one_line(data_dir) -> None:
                              "(pip install 'klog[spark]')\n")
 
 
+def test_missing_pyarrow_is_one_clear_line(monkeypatch, data_dir, cli) -> None:
+    """pyspark installed without pyarrow: the check names pyarrow alone, before any JVM starts."""
+    from klog.errors import SparkUnavailableError
+    from klog.spark.java import require_pyspark
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(SparkUnavailableError) as info:
+        require_pyspark()
+    assert str(info.value) == "pyarrow not installed: klog spark needs the spark extra (pip install 'klog[spark]')"
+    result = cli("spark", "sql", "SELECT 1")
+    assert (result.exit_code, result.stdout, result.stderr) == (1, b"", f"klog: error: {info.value}\n")
+
+
 def test_stream_with_a_script_in_bounded_batches(cli, store, spark, tmp_path) -> None:
     script = tmp_path / "job.py"
     script.write_text("from pyspark.sql import functions as F\n\n\ndef transform(df):\n"
@@ -469,3 +482,162 @@ def test_a_java_error_is_named_by_its_cause() -> None:
                           Java("error=2, No such file or directory")))
     assert str(from_spark(Py4JJavaError(no_python))) == ('Spark: Cannot run program "/x/python": error=2, No such '
                                                          "file or directory")
+
+
+def test_session_settings_and_a_users_conf(spark, tmp_path) -> None:
+    """klog's session: UI off, a local driver on loopback, Spark's logs at WARN (INFO with --verbose, with
+    stack traces); --conf adds to that, and a user's extraJavaOptions keep klog's log settings."""
+    from klog.cli.spark import _settings
+    from klog.spark.session import _builder_conf
+
+    # the running (shared) session was built this way
+    assert spark.sparkContext.uiWebUrl is None and spark.conf.get("spark.ui.enabled") == "false"
+    assert spark.conf.get("spark.driver.host") == "127.0.0.1"
+    assert str(spark._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel()) == "WARN"
+
+    def log4j_of(conf: dict) -> str:
+        option = next(o for o in conf["spark.driver.extraJavaOptions"].split()
+                      if o.startswith("-Dlog4j2.configurationFile=file:"))
+        with open(option.split("file:", 1)[1]) as f:
+            return f.read()
+
+    for verbose, level in ((False, "warn"), (True, "info")):
+        settings = _settings("local[2]", ["spark.driver.extraJavaOptions=-Duser.flag=a=b -Xss4m",
+                                          "spark.sql.shuffle.partitions=3", "spark.executor.memory=2g"],
+                             verbose, str(tmp_path / "data"))
+        work = tmp_path / str(verbose)
+        work.mkdir()
+        conf = _builder_conf(settings, str(work), "-XX:SharedArchiveFile=/tmp/x.jsa")
+        assert conf["spark.ui.enabled"] == "false" and conf["spark.master"] == "local[2]"
+        assert (conf["spark.driver.host"], conf["spark.driver.bindAddress"]) == ("127.0.0.1", "127.0.0.1")
+        assert (conf["spark.sql.shuffle.partitions"], conf["spark.executor.memory"]) == ("3", "2g")  # user's win
+        java = conf["spark.driver.extraJavaOptions"].split()
+        assert java[:2] == ["-Duser.flag=a=b", "-Xss4m"] and "-XX:SharedArchiveFile=/tmp/x.jsa" in java
+        properties = log4j_of(conf)
+        assert f"rootLogger.level = {level}\n" in properties
+        assert f"logger.gateway.level = {level}\n" in properties
+        assert ("alwaysWriteExceptions = false" in properties) is not verbose  # --verbose shows stack traces
+
+
+def test_export_since_starts_at_a_time(cli, orders, tmp_path) -> None:
+    out = str(tmp_path / "since")
+    since = dt.datetime.fromtimestamp((T0 + 3_600_000 * 20) / 1000, dt.UTC).isoformat()
+    result = cli("spark", "export", "orders", "--out", out, "--since", since)
+    assert result.exit_code == 0, result.stderr
+    assert read_back(out, "parquet") == expected(orders, keep=lambda r: r.timestamp >= T0 + 3_600_000 * 20)
+    assert f"exported 30 records to {out}" in result.stderr
+
+
+def test_export_binary_values_round_trip_to_parquet(cli, store, spark, tmp_path) -> None:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    store.create_topic("blobs", partitions=2)
+    with store.producer() as producer:
+        for i in range(12):
+            producer.send("blobs", bytes([i, 255 - i, 0, 0x80 + i]) * (i + 1), partition=i % 2,
+                          key=None if i % 4 == 0 else b"\xff\xfe" + bytes([i]), headers=[("h", b"\x80\x00")])
+    out = str(tmp_path / "blobs")
+    result = cli("spark", "export", "blobs", "--out", out, "--value-format", "binary")
+    assert result.exit_code == 0, result.stderr
+    table = ds.dataset(out, format="parquet").to_table()
+    assert table.schema.field("key").type == pa.binary() and table.schema.field("value").type == pa.binary()
+    got = sorted((r["partition"], r["offset"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]])
+                 for r in table.to_pylist())
+    assert got == sorted((r.partition, r.offset, r.key, r.value, [(k, v) for k, v in r.headers])
+                         for r in store.consumer("blobs", merge=False))
+    assert len(got) == 12
+
+
+def test_sql_out_json_files_read_back(cli, orders, tmp_path) -> None:
+    out = str(tmp_path / "sql-json")
+    result = cli("spark", "sql", "SELECT _partition AS p, _offset AS o, id, name FROM orders WHERE amount >= 30",
+                 "--out", out, "--to", "json")
+    assert result.exit_code == 0, result.stderr
+    got = sorted((r["p"], r["o"], r["id"], r["name"]) for path in glob.glob(os.path.join(out, "part-*"))
+                 for r in map(json.loads, open(path)))
+    want = sorted((r.partition, r.offset, v["id"], v["name"]) for r in orders.consumer("orders", merge=False)
+                  if (v := json.loads(r.value))["amount"] >= 30)
+    assert got == want and len(want) == 30
+    assert f"wrote 30 rows to {out}: " in result.stderr
+
+
+def test_sql_result_as_a_table_on_a_terminal(spark, orders, data_dir, monkeypatch, capsys) -> None:
+    import io
+    import re
+
+    from klog.cli import spark as spark_cli
+    from klog.spark import sql as spark_sql
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    df = spark_sql.query(spark, data_dir, "SELECT _offset AS o, name, CAST(NULL AS STRING) AS nothing, "
+                         "named_struct('id', id) AS s FROM orders WHERE _partition = 0 AND _offset < 3 ORDER BY o")
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setattr(spark_cli, "TABLE_ROWS_MAX", 2)
+    spark_cli._print_rows(*spark_sql.rows(df))
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip() for line in terminal.getvalue().splitlines()]
+    assert [re.split(r"\s{2,}", line.strip()) for line in lines] == [
+        ["o", "name", "nothing", "s"], ["0", "n0", '{"id": 0}'], ["1", "n1", '{"id": 1}']]
+    assert capsys.readouterr().err == "(showing the first 2 rows; pipe the output for all of them)\n"
+
+
+def test_stream_runs_micro_batches_until_ctrl_c(cli, store, spark, data_dir) -> None:
+    """Without --available-now the job keeps taking new records until SIGINT; it then stops cleanly and
+    reports what it streamed. The interrupting thread waits for the job's own SIGINT handler."""
+    import signal
+    import threading
+    import time
+
+    import klog
+
+    def produce(s, start: int, stop: int) -> None:
+        with s.producer() as producer:
+            for i in range(start, stop):
+                producer.send("ticks", f"t{i}".encode(), key=f"k{i % 2}".encode())
+
+    def target_count(s) -> int:
+        return sum(1 for _ in s.consumer("ticks-up")) if s.has_topic("ticks-up") else 0
+
+    store.create_topic("ticks", partitions=2)
+    produce(store, 0, 10)
+    original = signal.getsignal(signal.SIGINT)
+    done = threading.Event()
+    seen: list[int] = []
+
+    def driver() -> None:
+        deadline = time.monotonic() + 120  # a guard against a hang, not a timing check
+        with klog.open(data_dir) as s:
+            def wait_for(n: int) -> bool:
+                while not done.is_set() and time.monotonic() < deadline:
+                    if signal.getsignal(signal.SIGINT) is not original and target_count(s) >= n:
+                        return True
+                    time.sleep(0.1)
+                return False
+
+            if not wait_for(10):
+                return
+            seen.append(target_count(s))
+            produce(s, 10, 25)  # arrives while the job runs: a later micro-batch takes it
+            if wait_for(25):
+                seen.append(target_count(s))
+                os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=driver, daemon=True)
+    thread.start()
+    try:
+        result = cli("spark", "stream", "--from", "ticks", "--to", "ticks-up", "--trigger-seconds", "0.2",
+                     "--sql", "SELECT key, upper(value) AS value FROM source")
+    finally:
+        done.set()
+        thread.join()
+    assert seen == [10, 25]
+    assert result.exit_code == 130, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("streaming ticks -> ticks-up (checkpoint ") and lines[0].endswith("Ctrl-C stops")
+    assert lines[1].startswith("streamed 25 records in ") and lines[2] == "klog: interrupted"
+    assert sorted(r.value for r in store.consumer("ticks-up")) == sorted(f"T{i}".encode() for i in range(25))

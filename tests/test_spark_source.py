@@ -389,3 +389,73 @@ def test_pyspark_klog_is_packaged() -> None:
     import pyspark_klog
 
     assert issubclass(pyspark_klog.DefaultSource, DataSource) and pyspark_klog.DefaultSource.name() == "klog"
+
+
+def test_starting_and_ending_offsets_by_timestamp_per_partition(spark, orders, data_dir) -> None:
+    """Per-partition times: the first record at or after each; a time past the last record is the end."""
+    starting = json.dumps({"orders": {"0": T0 + 10_000, "2": T0 + 35_500}})
+    ending = json.dumps({"orders": {"0": T0 + 20_500, "2": T0 + 10**9}})
+    got = read_rows(spark, assign=json.dumps({"orders": [0, 2]}), startingOffsetsByTimestamp=starting,
+                    endingOffsetsByTimestamp=ending, dataDir=data_dir)
+    assert [(r[1], r[2]) for r in got] == [(0, o) for o in range(10, 21)] + [(2, o) for o in range(36, 40)]
+    assert got == [r for r in consumed(orders, "orders") if (r[1] == 0 and 10 <= r[2] <= 20) or
+                   (r[1] == 2 and r[2] >= 36)]
+
+
+def test_stream_fail_on_data_loss_after_delete_records(spark, store, data_dir, tmp_path) -> None:
+    """Records deleted while a stream is stopped: by default the restart fails with one line; with
+    failOnDataLoss=false it goes on from the new log start."""
+    store.create_topic("in", partitions=1)
+    checkpoint = str(tmp_path / "ckpt")
+    _produce(store, "in", 0, 10)
+    _stream(spark, data_dir, checkpoint, "in", "up")
+    _produce(store, "in", 10, 20)
+    store.delete_records("in", before_offset=15)  # 10..14 go before the stream saw them
+    query = (spark.readStream.format("klog").option("subscribe", "in").option("dataDir", data_dir).load()
+             .selectExpr("key", "upper(CAST(value AS STRING)) AS value", "headers")
+             .writeStream.format("klog").option("topic", "up").option("dataDir", data_dir)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    with pytest.raises(Exception) as info:
+        query.awaitTermination()
+    assert "offset 10 of in-0 is below its log start offset 15" in str(from_spark(info.value))
+    assert _values_by_key(store, "up") == _expected(0, 10)  # the failed batch wrote nothing
+    progress = _stream(spark, data_dir, checkpoint, "in", "up", failOnDataLoss="false")
+    assert sum(p.numInputRows for p in progress) == 5
+    assert _values_by_key(store, "up") == {k: _expected(0, 10).get(k, []) + _expected(15, 20).get(k, [])
+                                           for k in _expected(0, 20)}
+
+
+def test_sql_create_temporary_view_using_klog(spark, orders, data_dir) -> None:
+    spark.sql(f"CREATE TEMPORARY VIEW klog_orders_view USING klog OPTIONS (subscribe 'orders', "
+              f"dataDir '{data_dir}', startingOffsets '{json.dumps({'orders': {'0': 0, '1': 30, '2': 0}})}')")
+    try:
+        rows = spark.sql("SELECT partition, offset, CAST(value AS STRING) AS v FROM klog_orders_view "
+                         "WHERE partition = 1 ORDER BY offset").collect()
+        count = spark.sql("SELECT count(*) AS n FROM klog_orders_view").collect()[0].n
+    finally:
+        spark.sql("DROP VIEW IF EXISTS klog_orders_view")
+    assert [(r.partition, r.offset, r.v) for r in rows] == [
+        (1, r[2], None if r[6] is None else r[6].decode()) for r in consumed(orders, "orders") if r[1] == 1
+        and r[2] >= 30]
+    assert count == 40 + 10 + 40
+
+
+def test_compacted_topic_reads_the_surviving_records_at_their_offsets(spark, store, data_dir) -> None:
+    store.create_topic("c", partitions=1, configs={"cleanup.policy": "compact", "segment.bytes": "400",
+                                                   "retention.ms": "-1"})
+    with store.producer() as producer:
+        for i in range(60):  # six keys rewritten over and over, and a few keys written once
+            key = f"once{i}" if i % 10 == 3 else f"k{i % 6}"
+            producer.send("c", f"v{i}".encode(), key=key.encode(), partition=0, timestamp=T0 + i)
+            producer.flush()  # one batch per record: many small segments to compact
+    store.compact("c")
+    expected = consumed(store, "c")
+    offsets = [r[2] for r in expected]
+    assert len(expected) < 60 and offsets != list(range(offsets[0], offsets[0] + len(offsets)))  # gaps
+    assert [r[5] for r in expected if r[2] < 40] == [f"once{i}".encode() for i in (3, 13, 23, 33)]
+    assert read_rows(spark, subscribe="c", dataDir=data_dir) == expected
+    assert read_rows(spark, subscribe="c", minPartitions="5", dataDir=data_dir) == expected  # ranges split on gaps
+    after_gap = next(i for i in range(1, len(offsets)) if offsets[i] - offsets[i - 1] > 1)
+    inside = json.dumps({"c": {"0": offsets[after_gap] - 1}})  # a start on a removed offset
+    assert read_rows(spark, subscribe="c", startingOffsets=inside, dataDir=data_dir) == expected[after_gap:]
+
