@@ -30,7 +30,10 @@ klog topics create "$topic" --partitions 2
 klog consume "$topic" --follow --count 3 --format 'follower: %p@%o %k %s\n' &
 follower=$!
 # a guard for the demo: give up instead of hanging if the follower never gets its 3 records
-( sleep 30; kill "$follower" 2>/dev/null ) &
+# (its sleep goes with it, and holds no pipe of ours open meanwhile)
+( trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  sleep 30 & sleeper=$!
+  wait "$sleeper" && kill "$follower" 2>/dev/null ) >/dev/null 2>&1 &
 watchdog=$!
 
 for event in "user-7:signed in" "user-9:added sku-1042 to the cart" "user-7:checked out"; do

@@ -86,3 +86,26 @@ def test_a_state_file_under_its_full_name_is_adopted(tmp_path):
     assert state.read() == PartitionSnapshot(42, 7, 3)
     assert not full.exists() and os.path.basename(state.path) == partition_file_stem(topic, 0) + ".state"
     state.close()
+
+
+def test_a_249_character_topic_moves_between_log_directories_and_replays_under_a_long_group(cli, tmp_path):
+    data = str(tmp_path / "data")
+    disks = [str(tmp_path / f"disk{i}") for i in range(2)]
+    with klog.Store(data, log_dirs=disks) as s:
+        s.create_topic(LONG, partitions=1, replication_factor=1)
+        with s.producer() as p:
+            for i in range(20):
+                p.send(LONG, b"v%d" % i, partition=0)
+        source = s.topic(LONG).partitions[0].replicas[0]
+    r = cli("topics", "reassign", LONG, "--from", str(source), "--to", str(1 - source), "--data-dir", data)
+    assert r.exit_code == 0, r.stderr
+    with klog.open(data) as s:
+        assert s.topic(LONG).partitions[0].replicas == [1 - source]
+        assert [rec.value for rec in s.consumer(LONG)] == [b"v%d" % i for i in range(20)]
+    assert max(len(n.encode()) for n in all_names(str(tmp_path))) <= FILE_NAME_BYTES_MAX
+    group = "g/" * 127  # 254 characters that quote to 508 bytes: the progress file name must still fit
+    r = cli("replay", LONG, "--to", "copy", "--group", group, "--data-dir", data)
+    assert r.exit_code == 0, r.stderr
+    with klog.open(data) as s:
+        assert [rec.value for rec in s.consumer("copy")] == [b"v%d" % i for i in range(20)]
+    assert max(len(n.encode()) for n in all_names(str(tmp_path))) <= FILE_NAME_BYTES_MAX

@@ -11,7 +11,9 @@ rejoin. Every change is a metadata transaction, so other processes see it at onc
 from __future__ import annotations
 
 import os
+import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -354,8 +356,8 @@ def move_replica(store, topic: str, partition: int, source: int, target: int, wa
         manager.reconcile(topic, partition, part)
         old = replica_path(store, topic, partition, source)
         if os.path.isdir(old):
-            doomed = old + ".moved-delete"
+            # a short name (a 249-character topic's folder + a suffix would pass 255 bytes) that
+            # never parses as a partition folder ("delete" is no partition number)
+            doomed = os.path.join(os.path.dirname(old), f"klog-moved-{uuid.uuid4().hex}-delete")
             os.replace(old, doomed)
-            import shutil
-
             shutil.rmtree(doomed, ignore_errors=True)
