@@ -35,9 +35,10 @@ def parse_headers(pairs: list[str] | None) -> list[tuple[str, bytes]]:
 PRODUCE_HELP = (
     "Write records: one per input line by default (Kafka's default partitioner for keys).\n\n"
     "--input json reads the envelope `klog consume --json` writes (key, value, headers, timestamp, partition), "
-    "so `klog consume a --json | klog produce b --input json` copies a topic losslessly. A record's partition "
-    "must exist in the topic, as with Kafka's producer: to copy into fewer partitions, pass -p or drop the field "
-    "(jq -c 'del(.partition)') so keys choose. --input raw makes the whole input one record.\n\n"
+    "so `klog consume a --json | klog produce b --input json` copies a topic losslessly. A record whose "
+    "partition the topic lacks (a copy into an auto-created topic of num.partitions) goes where the partitioner "
+    "puts it, with a warning; create the topic with enough partitions first to keep them. --input raw makes the "
+    "whole input one record.\n\n"
     "A missing topic is created with the store's defaults (auto.create.topics.enable) and a note on stderr."
 )
 
@@ -76,6 +77,7 @@ def register(app: typer.Typer) -> None:
         def on_create(t: str) -> None:
             print(f"klog: created topic '{t}' with the store's defaults", file=sys.stderr)
 
+        _FALLBACK_WARNED.clear()
         with open_store(data_dir) as store:
             producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
                                       batch_size=batch_size, on_ack=on_ack, on_create=on_create,
@@ -170,6 +172,9 @@ def _send_lines(producer, topic: str, lines: list[bytes], input_format: str, sep
             from None
 
 
+_FALLBACK_WARNED: set[tuple[str, int]] = set()  # (topic, partition) warned about in this run
+
+
 def _send_json(producer, topic: str, line: bytes, line_no: int, partition: int | None) -> None:
     try:
         doc = json.loads(line)
@@ -189,10 +194,15 @@ def _send_json(producer, topic: str, line: bytes, line_no: int, partition: int |
                          f"{producer.records_sent} records before it were written") from None
     if p is not None and partition is None:
         count = producer.partitions_for(topic)
-        if p >= count:  # like Kafka's producer, which fails on an unknown partition
-            producer.flush()
-            raise UsageError(f"line {line_no}: topic '{topic}' has no partition {p} (it has {count}); "
-                             f"{producer.records_sent} records before it were written")
+        if p >= count:
+            # a copy into a topic with fewer partitions (an auto-created one has num.partitions):
+            # every record still lands, where the partitioner puts it, and stderr says so once
+            if (topic, p) not in _FALLBACK_WARNED:
+                _FALLBACK_WARNED.add((topic, p))
+                print(f"klog: warning: line {line_no}: topic '{topic}' has no partition {p} (it has {count}): "
+                      "its records go where the partitioner puts them (create the topic with enough "
+                      "partitions first, or pass -p, to choose)", file=sys.stderr)
+            p = None
     try:
         producer.send(topic, value, key=key, headers=hdrs, partition=p, timestamp=ts)
     except RecordTooLargeError as e:
