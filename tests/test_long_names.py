@@ -109,3 +109,15 @@ def test_a_249_character_topic_moves_between_log_directories_and_replays_under_a
     with klog.open(data) as s:
         assert [rec.value for rec in s.consumer("copy")] == [b"v%d" % i for i in range(20)]
     assert max(len(n.encode()) for n in all_names(str(tmp_path))) <= FILE_NAME_BYTES_MAX
+
+
+def test_a_replay_group_name_that_fits_keeps_its_progress_file_name(tmp_path):
+    import urllib.parse
+
+    from klog.client.replay import ReplayProgress
+
+    group = "r" * 246  # the longest whose '<group>.json.tmp' fits in 255 bytes: named as it always was
+    progress = ReplayProgress.open(str(tmp_path), group, "a", "b")
+    assert os.path.basename(progress.path) == urllib.parse.quote(group, safe="") + ".json"
+    longer = ReplayProgress.open(str(tmp_path), "r" * 247, "a", "b")
+    assert len(os.path.basename(longer.path).encode()) + len(".tmp") <= FILE_NAME_BYTES_MAX

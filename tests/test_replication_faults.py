@@ -306,3 +306,86 @@ def test_a_diverged_follower_is_cut_where_its_epoch_ended_on_the_leader(tmp_path
     assert values == [b"common-%d" % i for i in range(5)] + [b"epoch1-%d" % i for i in range(4)]
     for log in (leader, follower):
         log.close()
+
+
+def _fail_once(monkeypatch, method: str, directory_prefix: str, err: int):
+    """PartitionLog.<method> raises OSError(err) once for a replica under directory_prefix."""
+    real = getattr(PartitionLog, method)
+    left = [1]
+
+    def failing(self, *args, **kwargs):
+        if left[0] and self.directory.startswith(directory_prefix):
+            left[0] -= 1
+            raise OSError(err, os.strerror(err))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionLog, method, failing)
+
+
+def test_a_lone_replica_that_fails_one_append_keeps_its_place_and_the_next_write_succeeds(rstore, monkeypatch):
+    store, dirs = rstore
+    store.create_topic("one", replication_factor=1)
+    produce(store, "one", 10)
+    only = store.topic("one").partitions[0].leader
+    _fail_once(monkeypatch, "append", dirs[only], errno.ENOSPC)
+    with pytest.raises(klog.KlogError, match="No space left on device"):
+        produce(store, "one", 1, start=10)
+    assert store.topics.get("one").partitions[0].isr == [only]  # never an empty ISR
+    produce(store, "one", 5, start=10)  # the disk has room again: writing goes on
+    assert [r.value for r in store.consumer("one")] == expected(15)
+
+
+def test_a_follower_that_cannot_be_cut_back_leaves_with_the_failed_leader_and_nothing_is_doubled(
+        rstore, monkeypatch):
+    store, dirs = rstore
+    store.create_topic("dup", replication_factor=3)
+    produce(store, "dup", 2)
+    meta = store.topic("dup").partitions[0]
+    stuck = next(d for d in meta.isr if d != meta.leader)
+    _fail_once(monkeypatch, "append", dirs[meta.leader], errno.EIO)
+    _fail_once(monkeypatch, "truncate_to", dirs[stuck], errno.EIO)
+    warnings: list[str] = []
+    produce(store, "dup", 1, start=2, warnings=warnings)
+    after = store.topics.get("dup").partitions[0]
+    assert meta.leader not in after.isr and stuck not in after.isr and after.isr
+    assert any(f"log directory {stuck} left the ISR" in w and "could not be cut back" in w for w in warnings)
+    assert [r.value for r in store.consumer("dup")] == expected(3)  # the failed batch is not committed twice
+
+
+def test_verify_repair_reports_an_offline_partition_and_still_checks_the_others(rstore, cli):
+    store, dirs = rstore
+    store.create_topic("off", partitions=2, replication_factor=1)
+    with store.producer() as p:
+        for i in range(4):
+            p.send("off", b"%d" % i, partition=i % 2)
+    lost = store.topic("off").partitions[1].leader
+    kept = store.topic("off").partitions[0].leader
+    assert lost != kept
+    os.rename(dirs[lost], dirs[lost] + ".away")
+    result = cli("verify", "off", "--repair", "--data-dir", store.path)
+    assert result.exit_code == 1
+    assert f"off-0 replica {kept}: ok" in result.out
+    assert "no in-sync replica of off-1 is available" in result.out and "Traceback" not in result.stderr
+
+
+def test_a_reader_reloads_once_when_the_state_files_epoch_lags_the_metadata(rstore):
+    """A writer killed between recording a new epoch in LMDB and in the state file."""
+    store, dirs = rstore
+    store.create_topic("lag", replication_factor=2)
+    produce(store, "lag", 10)
+    meta = store.topic("lag").partitions[0]
+    os.rename(dirs[meta.leader], dirs[meta.leader] + ".away")
+    produce(store, "lag", 10, start=10)  # epoch 1, in LMDB and in the state file
+    part = store.partition("lag", 0)
+    snap = part.snapshot()
+    snap.leader_epoch = 0  # the state file as the killed writer left it
+    part.state.write(snap, sync=True)
+    with klog.Store(store.path) as reader:
+        reader_part = reader.partition("lag", 0)
+        reader_part.leader_epoch_loaded = -1  # opened before the election
+        reloads = []
+        real = reader_part.reload_replicas
+        reader_part.reload_replicas = lambda: (reloads.append(1), real())
+        for _ in range(5):
+            assert [r.value for r in reader.consumer("lag")] == expected(20)
+    assert len(reloads) == 1

@@ -34,7 +34,7 @@ from klog.client.records import Record
 from klog.errors import KlogError, RecordTooLargeError, UsageError
 from klog.store import codec, compression
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
-from klog.store.names import fit_stem
+from klog.store.names import FILE_NAME_BYTES_MAX, fit_stem
 
 BATCH_RECORDS_MAX = 10_000  # records per DEST batch
 BATCH_BYTES_MAX = 900_000  # under max.message.bytes' default (1048588)
@@ -78,7 +78,10 @@ class ReplayProgress:
             raise UsageError(f"invalid replay group {group!r}: use 1-255 printable characters")
         folder = os.path.join(state_dir, "replay")
         os.makedirs(folder, exist_ok=True)
-        progress = cls(os.path.join(folder, fit_stem(urllib.parse.quote(group, safe="")) + ".json"), source, dest)
+        stem = urllib.parse.quote(group, safe="")
+        if len(stem.encode()) + len(".json.tmp") > FILE_NAME_BYTES_MAX:  # names that fit keep the name they had
+            stem = fit_stem(stem)
+        progress = cls(os.path.join(folder, stem + ".json"), source, dest)
         try:
             with open(progress.path) as f:
                 doc = json.load(f)

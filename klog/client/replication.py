@@ -311,11 +311,18 @@ class ReplicaManager:
                 return meta, part.append_batch(encoded, sync)
             except LeaderAppendError as e:
                 failed = self._log_dir_of(part.leader, replicas)
-                self.warn(f"replica of {topic}-{partition} in log directory {failed} left the ISR: {e.why}")
-                self._failed_at[(topic, partition, failed)] = time.monotonic()
+                stuck = {self._log_dir_of(r, replicas) for r in e.stuck}
                 current = self.store.topics.get(topic).partitions[partition]
-                self.store.topics.update_partition(
-                    topic, partition, replace(current, isr=[d for d in current.isr if d != failed]))
+                rest = [d for d in current.isr if d != failed and d not in stuck]
+                if not rest:  # as in Kafka, the ISR never empties: the last replica keeps its place
+                    raise StorageError(str(e)) from None
+                self.warn(f"replica of {topic}-{partition} in log directory {failed} left the ISR: {e.why}")
+                for d in stuck:
+                    self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR: it holds "
+                              "a batch its leader failed to write and could not be cut back")
+                for d in {failed} | stuck:
+                    self._failed_at[(topic, partition, d)] = time.monotonic()
+                self.store.topics.update_partition(topic, partition, replace(current, isr=rest))
                 self.store.forget_topic_cache(topic)
         raise StorageError(f"cannot append to {topic}-{partition}: every replica failed")
 

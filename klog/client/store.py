@@ -177,7 +177,7 @@ class Store:
         pm = meta.partitions[partition]
         p = Partition(topic, partition, self._leader_and_isr_dirs(pm), self.data_dir.state_dir,
                       self.data_dir.lock_dir, LogConfig.from_configs(meta.configs))
-        p.leader_epoch_loaded = pm.leader_epoch
+        p.leader_epoch_loaded = p.snapshot().leader_epoch  # the epoch readers compare with (see Partition.read)
         p.reload_replicas = lambda: self._reload_replicas(p)
         self._partitions[(topic, partition)] = p
         return p
@@ -192,7 +192,6 @@ class Store:
         self.forget_topic_cache(part.topic)
         pm = self.topic(part.topic).partitions[part.partition]
         part.set_replica_dirs(self._leader_and_isr_dirs(pm))
-        part.leader_epoch_loaded = pm.leader_epoch
 
     def partition_count(self, topic: str) -> int:
         return len(self.topic(topic).partitions)

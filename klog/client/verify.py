@@ -9,6 +9,7 @@ partition's next write.
 from __future__ import annotations
 
 from klog.client.replication import ReplicaManager, catch_up
+from klog.errors import KlogError
 from klog.store.inspect import check_segment
 
 
@@ -38,8 +39,12 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
 def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
     """Catch up the healthy out-of-sync replicas now; one report for each that rejoined."""
     before = set(store.topics.get(topic).partitions[partition].isr)
-    with part.lock:
-        after = ReplicaManager(store).reconcile(topic, partition, part).isr
+    try:
+        with part.lock:
+            after = ReplicaManager(store).reconcile(topic, partition, part).isr
+    except KlogError as e:  # e.g. no leader: reported, and the other partitions still get checked
+        return [{"topic": topic, "partition": partition, "log_dir": None, "ok": False, "repaired": False,
+                 "problems": [str(e)]}]
     return [{"topic": topic, "partition": partition, "log_dir": d, "ok": False, "repaired": True,
              "problems": ["repaired: caught up from the leader and rejoined the ISR"]}
             for d in after if d not in before]

@@ -54,9 +54,10 @@ SYNC_BY_ACKS = {"all": SYNC_ALL, "-1": SYNC_ALL, "1": SYNC_LEADER, "0": SYNC_NON
 class LeaderAppendError(StorageError):
     """The leader's directory failed an append; the followers were put back as they were."""
 
-    def __init__(self, message: str, why: str) -> None:
+    def __init__(self, message: str, why: str, stuck: list[PartitionLog] | None = None) -> None:
         super().__init__(message)
         self.why = why
+        self.stuck = stuck or []  # followers still holding the batch: they leave the ISR too
 
 
 def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHeader, new_segment: bool,
@@ -164,10 +165,10 @@ class Partition:
             _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE)
         except OSError as e:
             futures.wait(copies)
-            self._undo_follower_copies(base)
+            stuck = [self.replicas[i] for i in self._undo_follower_copies(base)]
             why = f"{leader.directory}: {e.strerror or e}"
             raise LeaderAppendError(f"cannot append to the leader of {self.topic}-{self.partition} ({why})",
-                                    why) from None
+                                    why, stuck) from None
         failed: dict[int, str] = {}
         for i, copy in enumerate(copies, start=1):
             try:
@@ -178,15 +179,18 @@ class Partition:
             self.replicas = [r for i, r in enumerate(self.replicas) if i not in failed]
         return AppendResult(base, header.last_offset, None, failed)
 
-    def _undo_follower_copies(self, base: int) -> None:
+    def _undo_follower_copies(self, base: int) -> list[int]:
         """The leader failed: the batch must not stay on followers alone (it was never
-        acknowledged, and a follower elected next would commit it)."""
-        for replica in self.replicas[1:]:
+        acknowledged, and a follower elected next would commit it). Returns the indexes of the
+        followers that could not be cut back: they must leave the ISR with the leader."""
+        stuck = []
+        for i, replica in enumerate(self.replicas[1:], start=1):
             try:
                 if replica.log_end_offset > base:
                     replica.truncate_to(base)
             except (OSError, CorruptLogError):
-                pass  # it fails its next append too, and leaves the ISR then
+                stuck.append(i)
+        return stuck
 
     def publish(self) -> None:
         """Lock held: make everything appended so far visible to readers."""
@@ -217,6 +221,9 @@ class Partition:
         snap = self.state.read()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
             self.reload_replicas()
+            # the state file's epoch, not the metadata's: a writer killed between writing the two
+            # leaves them apart until the next write, and a reader must not reload on every fetch
+            self.leader_epoch_loaded = snap.leader_epoch
         hw = snap.high_watermark
         bound = hw if upper is None else min(hw, upper)
         if offset >= bound:
