@@ -459,3 +459,16 @@ def test_compacted_topic_reads_the_surviving_records_at_their_offsets(spark, sto
     inside = json.dumps({"c": {"0": offsets[after_gap] - 1}})  # a start on a removed offset
     assert read_rows(spark, subscribe="c", startingOffsets=inside, dataDir=data_dir) == expected[after_gap:]
 
+
+
+def test_a_starting_time_after_the_last_record_fails_unless_the_strategy_is_latest(spark, orders, data_dir) -> None:
+    """Spark's startingOffsetsByTimestampStrategy: 'error' (its default) fails, 'latest' starts at the end."""
+    late = str(T0 + 10**9)
+    with pytest.raises(Exception) as info:
+        read_rows(spark, subscribe="orders", startingTimestamp=late, dataDir=data_dir)
+    assert "orders-0 has no record at or after" in str(from_spark(info.value))
+    assert read_rows(spark, subscribe="orders", startingTimestamp=late, dataDir=data_dir,
+                     startingOffsetsByTimestampStrategy="latest") == []
+    with pytest.raises(Exception, match="invalid startingOffsetsByTimestampStrategy 'sometimes'"):
+        read_rows(spark, subscribe="orders", startingTimestamp=late, dataDir=data_dir,
+                  startingOffsetsByTimestampStrategy="sometimes")

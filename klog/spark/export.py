@@ -65,6 +65,7 @@ def source_options(store, data_dir: str, req: RangeRequest) -> dict[str, str]:
     opts = {"dataDir": data_dir, "assign": json.dumps({req.topic: parts})}
     if req.since is not None:
         opts["startingTimestamp"] = str(parse_time_ms(req.since))
+        opts["startingOffsetsByTimestampStrategy"] = "latest"  # as klog consume --since: nothing later, nothing read
     elif req.offset is not None:
         spec = StartSpec.parse(req.offset)
         if spec.kind == "end":

@@ -25,7 +25,11 @@ READ_OPTIONS = {
     "topic", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
     "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
     "minpartitions", "failondataloss", "datadir", "maxoffsetspertrigger", "includeheaders", "path",
+    "startingoffsetsbytimestampstrategy",
 }
+# Spark's startingOffsetsByTimestampStrategy: what a starting time with no record at or after it
+# means for a partition ("error", Spark's default, fails the query; "latest" starts at the end)
+TIMESTAMP_STRATEGIES = ("error", "latest")
 WRITE_OPTIONS = {"topic", "datadir", "compression", "checkpointlocation", "queryname", "path", "acks"}
 
 
@@ -42,6 +46,7 @@ class ReadOptions:
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
+    starting_timestamp_strategy: str = "error"
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,15 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
         max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        starting_timestamp_strategy=_timestamp_strategy(opts),
     )
+
+
+def _timestamp_strategy(opts: dict[str, str]) -> str:
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy not in TIMESTAMP_STRATEGIES:
+        raise UsageError(f"invalid startingOffsetsByTimestampStrategy '{strategy}': use error or latest")
+    return strategy
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:

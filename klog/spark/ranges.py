@@ -78,14 +78,19 @@ def _partition_count(store, topic: str) -> int:
 
 
 def position(store, tp: TopicPartition, spec: OffsetsSpec, ms: int | dict | None, default: int,
-             fail_on_data_loss: bool, what: str) -> int:
-    """An offset from a spec: a timestamp (wins when given), earliest/latest, or per-partition JSON."""
+             fail_on_data_loss: bool, what: str, no_match: str = "latest") -> int:
+    """An offset from a spec: a timestamp (wins when given), earliest/latest, or per-partition JSON.
+    `no_match`: a time with no record at or after it is the end ("latest") or an error ("error")."""
     part = store.partition(*tp)
     low, high = part.log_start_offset(), part.high_watermark()
     if ms is not None:
         when = ms if isinstance(ms, int) else ms.get(tp[0], {}).get(tp[1])
         if when is not None:
             found = part.offset_for_timestamp(when)
+            if found is None and no_match == "error":
+                raise OffsetOutOfRangeError(
+                    f"{tp[0]}-{tp[1]} has no record at or after {when} (the starting time); set "
+                    "startingOffsetsByTimestampStrategy=latest to start such partitions at their end")
             return high if found is None else max(found, low)  # nothing at or after it: the end
     if spec == "earliest":
         return low
@@ -112,7 +117,7 @@ def plan(store, opts: ReadOptions) -> list[OffsetRange]:
     ranges = []
     for tp in checked_partitions(store, opts):
         start = position(store, tp, opts.starting, opts.starting_ms, EARLIEST, opts.fail_on_data_loss,
-                         "startingOffsets")
+                         "startingOffsets", opts.starting_timestamp_strategy)
         end = position(store, tp, opts.ending, opts.ending_ms, LATEST, opts.fail_on_data_loss, "endingOffsets")
         ranges.append(OffsetRange(tp[0], tp[1], start, max(start, end)))
     return ranges

@@ -122,7 +122,8 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with _open_store(self.opts.data_dir) as store:
             return plan.stream_offsets({
                 tp: plan.position(store, tp, self.opts.starting, self.opts.starting_ms, plan.LATEST,
-                                  self.opts.fail_on_data_loss, "startingOffsets")
+                                  self.opts.fail_on_data_loss, "startingOffsets",
+                                  self.opts.starting_timestamp_strategy)
                 for tp in plan.topic_partitions(store, self.opts)})
 
     def _high_watermarks(self) -> dict[plan.TopicPartition, int]:
