@@ -389,3 +389,12 @@ def test_a_reader_reloads_once_when_the_state_files_epoch_lags_the_metadata(rsto
         for _ in range(5):
             assert [r.value for r in reader.consumer("lag")] == expected(20)
     assert len(reloads) == 1
+
+
+def test_flush_ms_bounds_unsynced_bytes_whatever_acks_says(rstore, monkeypatch):
+    store, dirs = rstore
+    store.create_topic("fm", replication_factor=3, configs={"flush.ms": "0"})
+    produce(store, "fm", 10)
+    seen = _fsyncs(monkeypatch)
+    produce(store, "fm", 10, start=10, acks="0")
+    assert {d for d in range(3) if folder(dirs, d, "fm") in seen} == {0, 1, 2}

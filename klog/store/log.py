@@ -280,10 +280,11 @@ class PartitionLog:
         self._open_fds()
         self._save_state()
 
-    def maybe_flush(self) -> bool:
-        """fsync per flush.messages / flush.ms; returns True if it did."""
+    def maybe_flush(self, by_count: bool = True) -> bool:
+        """fsync per flush.messages / flush.ms; returns True if it did. `by_count=False` (a write
+        whose acks do not wait for this replica) leaves only flush.ms, the time bound."""
         now_ms = time.monotonic() * 1000
-        if (self._unflushed_batches >= self.config.flush_messages
+        if ((by_count and self._unflushed_batches >= self.config.flush_messages)
                 or now_ms - self._last_flush_ms >= self.config.flush_ms):
             self.flush()
             return True

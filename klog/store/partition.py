@@ -69,8 +69,7 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
     elif not new_segment and replica.active.size == 0:
         replica.drop_empty_active(header.base_offset)  # it rolled where the leader did not
     replica.append(batch, header)
-    if sync:
-        replica.maybe_flush()
+    replica.maybe_flush(by_count=sync)  # flush.ms holds whatever acks waits for
 
 
 @dataclass(frozen=True)
