@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from test_cli import assert_one_line_error
 
 import klog
 from klog.cli.output import pretty_line
@@ -21,14 +22,6 @@ from klog.client.timespec import parse_time_ms
 from klog.errors import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def one_line_error(r, code: int, *fragments: str) -> None:
-    assert r.exit_code == code, r
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    for f in fragments:
-        assert f in lines[0], lines[0]
 
 
 # -- the producer API ----------------------------------------------------------------------------
@@ -55,8 +48,8 @@ def test_producer_refuses_timestamps_and_partitions_it_cannot_store(store):
 def test_a_folder_given_as_input_is_named(cli, tmp_path):
     folder = tmp_path / "inputs"
     folder.mkdir()
-    one_line_error(cli("produce", "t", str(folder)), 1, f"cannot read {folder}: Is a directory")
-    one_line_error(cli("produce", "t", str(tmp_path / "nope.txt")), 1, f"cannot read {tmp_path / 'nope.txt'}")
+    assert_one_line_error(cli("produce", "t", str(folder)), 1, f"cannot read {folder}: Is a directory")
+    assert_one_line_error(cli("produce", "t", str(tmp_path / "nope.txt")), 1, f"cannot read {tmp_path / 'nope.txt'}")
 
 
 def test_created_topic_message_counts_partitions(cli):
@@ -75,7 +68,7 @@ def test_store_defaults_from_klog_json(cli, data_dir):
         json.dump(doc, f)
     assert cli("topics", "create", "second").stderr.startswith("Created topic second (3 partitions,")
     r = cli("produce", "missing", input=b"x\n")
-    one_line_error(r, 1, "unknown topic 'missing'", "auto.create.topics.enable is false")
+    assert_one_line_error(r, 1, "unknown topic 'missing'", "auto.create.topics.enable is false")
     with klog.open(data_dir) as s:
         assert not s.has_topic("missing")
         assert s.partition_count("second") == 3
@@ -89,7 +82,7 @@ def test_dump_of_a_file_that_is_no_segment_is_an_error(cli, tmp_path):
     garbage = tmp_path / "00000000000000000000.log"
     garbage.write_bytes(b"garbage!")
     r = cli("dump", str(garbage))
-    one_line_error(r, 1, "partial batch header of 8 bytes", str(garbage))
+    assert_one_line_error(r, 1, "partial batch header of 8 bytes", str(garbage))
 
 
 # -- time specs ----------------------------------------------------------------------------------

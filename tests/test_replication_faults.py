@@ -38,6 +38,14 @@ def folder(dirs, d, topic):
     return os.path.join(dirs[d], partition_dir_name(topic, 0))
 
 
+def produce_while_away(store, dirs, d, topic, n, start):
+    """Produce n records while log directory d is gone (an unmounted disk); it comes back out of
+    sync and stays so until something catches it up."""
+    os.rename(dirs[d], dirs[d] + ".away")
+    produce(store, topic, n, start=start)
+    os.rename(dirs[d] + ".away", dirs[d])
+
+
 def append_alone(directory, value: bytes, timestamp: int = 1) -> None:
     """A batch on one replica only, as a writer killed between the leader's write and the followers'."""
     log = PartitionLog(directory)
@@ -86,9 +94,7 @@ def test_a_reader_kept_open_across_an_election_never_reads_the_deposed_leaders_t
     try:
         assert len(list(reader.consumer("s"))) == 100  # its partition (leader + ISR) is now cached
         append_alone(folder(dirs, meta.leader, "s"), b"NEVER-ACKNOWLEDGED")
-        os.rename(dirs[meta.leader], dirs[meta.leader] + ".away")
-        produce(store, "s", 10, start=100)  # the follower is elected (epoch 1); offsets 100-109
-        os.rename(dirs[meta.leader] + ".away", dirs[meta.leader])  # the old leader's folder is back
+        produce_while_away(store, dirs, meta.leader, "s", 10, 100)  # the follower is elected (epoch 1)
         values = [r.value for r in reader.consumer("s")]
     finally:
         reader.close()
@@ -182,9 +188,7 @@ def test_describe_shows_every_replicas_log_end_the_out_of_sync_one_too(rstore, c
     store.create_topic("d", replication_factor=3)
     produce(store, "d", 100)
     lagging = store.topic("d").partitions[0].isr[-1]
-    os.rename(dirs[lagging], dirs[lagging] + ".away")
-    produce(store, "d", 20, start=100)
-    os.rename(dirs[lagging] + ".away", dirs[lagging])  # back, not yet caught up (nobody wrote since)
+    produce_while_away(store, dirs, lagging, "d", 20, 100)  # back, not yet caught up (nobody wrote since)
     info = store.describe_topic("d").partitions[0]
     assert lagging not in info.isr
     assert info.replica_log_end[lagging] == 100
@@ -268,9 +272,7 @@ def test_verify_repair_catches_up_a_returned_replica_without_waiting_for_a_write
     store.create_topic("v", replication_factor=2)
     produce(store, "v", 100)
     follower = store.topic("v").partitions[0].isr[-1]
-    os.rename(dirs[follower], dirs[follower] + ".away")
-    produce(store, "v", 20, start=100)
-    os.rename(dirs[follower] + ".away", dirs[follower])
+    produce_while_away(store, dirs, follower, "v", 20, 100)
     assert follower not in store.topics.get("v").partitions[0].isr
     result = cli("verify", "v", "--repair", "--data-dir", store.path)
     assert result.exit_code == 0, result.stderr

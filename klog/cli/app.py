@@ -40,10 +40,16 @@ DataDirOpt = Annotated[str | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+def warn(message: str) -> None:
+    """Warnings of every command (a replica leaving the ISR, a new leader, ...), one line on stderr."""
+    print(f"klog: warning: {message}", file=sys.stderr)
+
+
 def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klog.Store
+    """The store, its warnings on stderr (producers, replays and moves made from it use them too)."""
     from klog.client.store import Store
 
-    return Store(data_dir, create=create, on_warning=lambda m: print(f"klog: warning: {m}", file=sys.stderr))
+    return Store(data_dir, create=create, on_warning=warn)
 
 
 def version_callback(value: bool) -> None:
@@ -82,7 +88,21 @@ def _register(modules: set[str] | None = None) -> None:
         if name in wanted and name not in _registered:
             _registered.add(name)
             importlib.import_module(f"klog.cli.{name}").register(app)
+    _keep_command_order(app)
     _guard_stdout(app)
+
+
+def _keep_command_order(typer_app: typer.Typer) -> None:
+    """COMMAND_MODULES order, whatever order modules were registered in (one process can run
+    several commands: tests, or the generated docs after a command ran)."""
+    rank = {name: i for i, name in enumerate(COMMAND_MODULES)}
+
+    def key(info) -> int:  # noqa: ANN001 - a Typer CommandInfo or TyperInfo
+        name = info.name or (info.callback.__name__ if info.callback else "")
+        return rank.get(name.replace("_", "-"), len(rank))
+
+    typer_app.registered_commands.sort(key=key)
+    typer_app.registered_groups.sort(key=key)
 
 
 class StdoutClosed(Exception):  # noqa: N818 - an event, not a failure

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Annotated
 
 import typer
@@ -11,10 +10,6 @@ import typer
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
 
 app = typer.Typer(help="List, add and remove log directories (disks) of the store.", no_args_is_help=True)
-
-
-def _warn(message: str) -> None:
-    print(f"klog: warning: {message}", file=sys.stderr)
 
 
 @app.command("list")
@@ -54,7 +49,7 @@ def remove(
     from klog.client.dirs import remove_dir
 
     with open_store(data_dir, create=False) as store:
-        moved = remove_dir(store, log_dir, _warn)
+        moved = remove_dir(store, log_dir)
     print(json.dumps({"removed": log_dir, "replicas_moved": moved}) if as_json
           else f"Removed log directory {log_dir} ({moved} replicas moved)")
 

@@ -80,8 +80,7 @@ def register(app: typer.Typer) -> None:
         _FALLBACK_WARNED.clear()
         with open_store(data_dir) as store:
             producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
-                                      batch_size=batch_size, on_ack=on_ack, on_create=on_create,
-                                      on_warning=lambda m: print(f"klog: warning: {m}", file=sys.stderr))
+                                      batch_size=batch_size, on_ack=on_ack, on_create=on_create)
             sources = files or ["-"]
             line_no = 0
             try:

@@ -74,8 +74,7 @@ def register(app: typer.Typer) -> None:
             emit = None if to is not None else _stdout_writer(as_json, factor is not None or rate is not None)
             replayer = Replayer(store, source, to, partitions=partition, start=start,
                                 until_ms=parse_time_ms(until) if until else None, count=count,
-                                keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit,
-                                on_warning=lambda m: print(f"klog: warning: {m}", file=sys.stderr))
+                                keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit)
             if to is not None and sys.stderr.isatty():
                 stats = _run_with_progress(replayer)
             else:

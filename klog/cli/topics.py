@@ -171,7 +171,7 @@ def reassign(
         parts = partition if partition is not None else [
             i for i, p in enumerate(meta.partitions) if source in p.replicas]
         for p in parts:
-            move_replica(store, topic, p, source, target, lambda m: print(f"klog: warning: {m}", file=sys.stderr))
+            move_replica(store, topic, p, source, target)
     if as_json:
         print(json.dumps({"topic": topic, "moved": parts, "from": source, "to": target}))
     else:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from klog.errors import OffsetOutOfRangeError, UsageError
+from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
 from klog.store import cleaner, retention
 from klog.store.partition import Partition
 
@@ -140,6 +140,16 @@ def clean_partition(store, topic: str, partition: int, *, clock: Clock | None = 
         if "compact" in policy and (compact or force_compact):
             _compact(store, topic, part, now_ms, force_compact, result)
     return result
+
+
+def retain_after_roll(store, topic: str, partition: int, warn: Callable[[str], None]) -> None:
+    """A writer's append rolled a segment (Partition.active_segment_base moved): the moment
+    retention runs, as no broker does it. Compaction is left to `klog topics clean|compact`, since
+    it may take long. A failure is a warning: the append succeeded, and the next roll tries again."""
+    try:
+        clean_partition(store, topic, partition, compact=False)
+    except (KlogError, OSError) as e:
+        warn(f"retention of {topic}-{partition} failed: {e}")
 
 
 def clean(store, topic: str | None = None, *, clock: Clock | None = None) -> list[PartitionCleanup]:

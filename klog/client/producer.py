@@ -25,6 +25,7 @@ ACKS = ("0", "1", "all")
 
 AckCallback = Callable[[str, int, int, int], None]  # topic, partition, base offset, record count
 
+
 @dataclass(slots=True)
 class PendingRecord:
     """A sent record; `metadata` is filled in once its batch is acknowledged."""
@@ -156,8 +157,8 @@ class Producer:
             p = partition if partition is not None else self.sticky.partition(topic, count)
             key = (topic, p)
             batch = self._batches.get(key)
-            if batch is not None and batch.records and abs(ts - batch.records[0][3]) > TIMESTAMP_MAX:
-                self._write(key, self._batches.pop(key))  # the int64 timestamp delta would overflow
+            if batch is not None and not _delta_fits(batch, ts):
+                self._write(key, self._batches.pop(key))
                 batch = None
             if batch is None:
                 batch = self._batches[key] = _Batch(first_ms=time.monotonic() * 1000)
@@ -194,9 +195,8 @@ class Producer:
         key = (topic, partition)
         batch = self._batches.get(key)
         limit = min(self.batch_size, max_bytes - 61)
-        # a record's timestamp is stored as an int64 delta from the batch's first one
         if batch is not None and batch.records and (batch.estimated_bytes + size > limit
-                                                    or abs(ts - batch.records[0][3]) > TIMESTAMP_MAX):
+                                                    or not _delta_fits(batch, ts)):
             self._write(key, self._batches.pop(key))
             batch = None
         if batch is None:
@@ -228,17 +228,6 @@ class Producer:
             self.flush()
 
     # -- writing -------------------------------------------------------------------------------
-    def _after_roll(self, topic: str, partition: int) -> None:
-        """A segment rolled: the moment retention runs (no broker does it); compaction is left to
-        `klog topics clean|compact`, since it may take long."""
-        from klog.client.lifecycle import clean_partition
-        from klog.errors import KlogError
-
-        try:
-            clean_partition(self.store, topic, partition, compact=False)
-        except (KlogError, OSError) as e:  # the append succeeded; clean-up is retried at the next roll
-            self.replicas.warn(f"retention of {topic}-{partition} failed: {e}")
-
     def _write(self, key: tuple[str, int], batch: _Batch) -> None:
         topic, partition = key
         max_bytes, topic_codec, ts_type = self._topic_settings[topic]
@@ -250,11 +239,13 @@ class Producer:
             self._write(key, _Batch(batch.records[:half], batch.pending[:half]))
             self._write(key, _Batch(batch.records[half:], batch.pending[half:]))
             return
-        leader = self.store.partition(topic, partition).leader
-        active_before = leader.bases[-1] if leader.bases else None
+        part = self.store.partition(topic, partition)
+        active_before = part.active_segment_base()
         base_offset = self.replicas.append(topic, partition, encoded, self.acks)
-        if active_before is not None and self.store.partition(topic, partition).leader.bases[-1] != active_before:
-            self._after_roll(topic, partition)
+        if active_before is not None and part.active_segment_base() != active_before:
+            from klog.client.lifecycle import retain_after_roll  # a roll: rare, and cleaning is heavier
+
+            retain_after_roll(self.store, topic, partition, self.replicas.warn)
         self.records_sent += len(batch.records)
         for i, pending in enumerate(batch.pending):
             if pending is not None:
@@ -262,3 +253,8 @@ class Producer:
                 pending.metadata = RecordMetadata(topic, partition, base_offset + i, ts)
         if self.on_ack is not None:
             self.on_ack(topic, partition, base_offset, len(batch.records))
+
+
+def _delta_fits(batch: _Batch, ts: int) -> bool:
+    """A record's timestamp is stored as an int64 delta from its batch's first one."""
+    return not batch.records or abs(ts - batch.records[0][3]) <= TIMESTAMP_MAX

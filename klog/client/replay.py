@@ -318,13 +318,13 @@ class Replayer:
             self._append(q, records[half:], sources[half:])
             return
         progress = self.progress
-        active_before = self._active_base(q)
+        part = self.store.partition(self.dest, q)
+        active_before = part.active_segment_base()
         if progress is None:
             self.replicas.append(self.dest, q, encoded, self.acks)
         else:
             # under the partition's lock, so the intent names the exact offset the batch gets,
             # whoever else writes to DEST
-            part = self.store.partition(self.dest, q)
             with part.lock:
                 self.replicas.reconcile(self.dest, q, part)
                 base = part.leader.log_end_offset
@@ -340,22 +340,10 @@ class Replayer:
             progress.intent = None
             progress.done = self._done_offsets()
             progress.save()
-        if active_before is not None and self._active_base(q) != active_before:
-            self._after_roll(q)
+        if active_before is not None and part.active_segment_base() != active_before:
+            from klog.client.lifecycle import retain_after_roll
 
-    def _active_base(self, q: int) -> int | None:
-        bases = self.store.partition(self.dest, q).leader.bases
-        return bases[-1] if bases else None
-
-    def _after_roll(self, q: int) -> None:
-        """A DEST segment rolled: retention runs, as after a producer's roll (outside the partition lock;
-        compaction is left to `klog topics clean|compact`)."""
-        from klog.client.lifecycle import clean_partition
-
-        try:
-            clean_partition(self.store, self.dest, q, compact=False)
-        except (KlogError, OSError) as e:  # the append succeeded; clean-up is retried at the next roll
-            self.replicas.warn(f"retention of {self.dest}-{q} failed: {e}")
+            retain_after_roll(self.store, self.dest, q, self.replicas.warn)
 
     def _done_offsets(self) -> dict[int, int]:
         """Per source partition: every record below this offset is written (none is still buffered)."""

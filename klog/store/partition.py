@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
+from typing import TypeVar
 
 from klog.errors import CorruptLogError, StorageError
 from klog.store import codec
@@ -21,6 +22,7 @@ from klog.store.locks import FileLock
 from klog.store.log import FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
 
+T = TypeVar("T")
 FOLLOWER_THREADS = 4  # followers written at once; more replicas than this queue up
 _pool: futures.ThreadPoolExecutor | None = None
 
@@ -48,7 +50,7 @@ os.register_at_fork(after_in_child=_forget_pool)
 SYNC_ALL = "all"        # acks=all: leader and every in-sync follower
 SYNC_LEADER = "leader"  # acks=1: the leader only
 SYNC_NONE = "none"      # acks=0: none
-SYNC_BY_ACKS = {"all": SYNC_ALL, "-1": SYNC_ALL, "1": SYNC_LEADER, "0": SYNC_NONE}
+SYNC_BY_ACKS = {"all": SYNC_ALL, "1": SYNC_LEADER, "0": SYNC_NONE}
 
 
 class LeaderAppendError(StorageError):
@@ -122,7 +124,7 @@ class Partition:
         snap = self.state.read()
         return max(snap.log_start_offset, self._first_readable(lambda r: r.first_offset(), snap.log_start_offset))
 
-    def _first_readable(self, ask: Callable[[PartitionLog], int], default: int) -> int:
+    def _first_readable(self, ask: Callable[[PartitionLog], T], default: T) -> T:
         """`ask` of the leader, or of the first in-sync replica that can answer (a lost directory)."""
         for replica in self._present_replicas():
             try:
@@ -177,6 +179,11 @@ class Partition:
         if failed:
             self.replicas = [r for i, r in enumerate(self.replicas) if i not in failed]
         return AppendResult(base, header.last_offset, None, failed)
+
+    def active_segment_base(self) -> int | None:
+        """The leader's active segment; an append that moves it rolled a segment."""
+        bases = self.leader.bases
+        return bases[-1] if bases else None
 
     def _undo_follower_copies(self, base: int) -> list[int]:
         """The leader failed: the batch must not stay on followers alone (it was never
@@ -246,12 +253,7 @@ class Partition:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         hw = self.high_watermark()
-        for replica in self._present_replicas():  # the leader first; a lost directory is answered by a follower
-            try:
-                return replica.offset_for_timestamp(timestamp, hw)
-            except (OSError, CorruptLogError):
-                continue
-        return None
+        return self._first_readable(lambda r: r.offset_for_timestamp(timestamp, hw), None)
 
     def _present_replicas(self) -> list[PartitionLog]:
         """Leader first, leaving out replicas whose folder is gone (a deleted log directory
