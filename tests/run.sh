@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: makes .venv (once), installs klog with its test
-# extra, then runs pytest. CI runs exactly this (.ci/run).
+# extra (and Debian's kcat, the independent Kafka CLI the `klog serve` tests use, when root),
+# then runs pytest. CI runs exactly this (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
+    echo "tests/run.sh: first run: creating .venv and installing klog with pyspark (~3 min)" >&2
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,spark]'
+if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "tests/run.sh: installing Debian's kcat for the Kafka-protocol tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null 2>&1 \
+        || echo "tests/run.sh: kcat could not be installed; its tests will fail" >&2
+fi
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
