@@ -14,7 +14,7 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import TypeVar
 
-from klog.errors import CorruptLogError, StorageError
+from klog.errors import CorruptLogError, KlogError, StorageError
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
@@ -121,8 +121,9 @@ class Partition:
         return self.state.read().high_watermark
 
     def log_start_offset(self) -> int:
-        snap = self.state.read()
-        return max(snap.log_start_offset, self._first_readable(lambda r: r.first_offset(), snap.log_start_offset))
+        """As retention and delete-records published it, not the first segment found: a lost
+        first segment must be reported by the read, not skipped by starting past it."""
+        return self.state.read().log_start_offset
 
     def _first_readable(self, ask: Callable[[PartitionLog], T], default: T) -> T:
         """`ask` of the leader, or of the first in-sync replica that can answer (a lost directory)."""
@@ -234,22 +235,39 @@ class Partition:
         bound = hw if upper is None else min(hw, upper)
         if offset >= bound:
             return []
-        damage: CorruptLogError | None = None
+        failure: KlogError | None = None
         for replica in self.replicas:
             # the leader first; a damaged, lost or short replica is served by an in-sync one
             # that has the range intact (Kafka does not do this; klog does)
             try:
                 batches = replica.read(offset, bound, max_bytes)
             except CorruptLogError as e:
-                damage = damage or e
+                failure = failure or e
                 continue
-            except OSError:
+            except StorageError:
+                raise  # out of file descriptors: no replica is to blame
+            except OSError as e:
+                failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
+                                                  f"{e.filename or replica.directory}: {e.strerror or e}")
                 continue
-            if batches:
+            if batches and (batches[0].header.base_offset <= offset or offset < self._published_log_start()):
                 return batches
-        if damage is not None:
-            raise damage
-        return []
+            if batches:
+                first = batches[0]
+                failure = failure or CorruptLogError(
+                    f"offsets {offset}..{first.header.base_offset - 1} are missing", first.path, first.position,
+                    first.header.base_offset)
+        if failure is not None:
+            raise failure
+        if offset < self._published_log_start():
+            return []  # retention or delete-records moved the start past `offset` meanwhile
+        # every replica ends below the high watermark: records were acknowledged that no log holds
+        raise CorruptLogError(f"the log of {self.topic}-{self.partition} ends before its high watermark {hw}: "
+                              f"offsets from {offset} are missing", self.leader.directory)
+
+    def _published_log_start(self) -> int:
+        """The log start offset as retention and delete-records published it (the state file)."""
+        return self.state.read().log_start_offset
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         hw = self.high_watermark()
