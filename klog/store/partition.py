@@ -14,7 +14,7 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import TypeVar
 
-from klog.errors import CorruptLogError, KlogError, StorageError
+from klog.errors import CorruptLogError, KlogError, StateLostError, StorageError
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
@@ -94,6 +94,7 @@ class Partition:
         self.state = PartitionState(os.path.join(state_dir, name + ".state"))
         self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
         self.last_recovery: list[RecoveryReport] = []
+        self.state_rebuilt: str | None = None  # set by open_for_write when it had to: the caller warns
         # readers: the leader epoch the replica list was built for, and how to rebuild it when a
         # writer elected a new leader (a reader kept open must not read a deposed leader's tail)
         self.leader_epoch_loaded = 0
@@ -117,13 +118,36 @@ class Partition:
     def snapshot(self) -> PartitionSnapshot:
         return self.state.read()
 
+    def reader_snapshot(self) -> PartitionSnapshot:
+        """The state as readers must see it: a missing, empty or damaged state file over a log
+        that holds data is an error (the high watermark is unknown, and reading nothing would be
+        a silent short read); the next write, or `klog verify --repair`, rebuilds it."""
+        snap = self.state.read_valid()
+        if snap is not None:
+            return snap
+        if self._holds_data():
+            raise StateLostError(f"the state file of {self.topic}-{self.partition} ({self.state.path}) is missing "
+                                 f"or damaged, so its high watermark is unknown; `klog verify --repair` or the next "
+                                 f"write rebuilds it from the log")
+        return PartitionSnapshot(0, 0, 0)
+
+    def _holds_data(self) -> bool:
+        for replica in self._present_replicas():
+            replica.refresh_segments()
+            try:
+                if any(seg.file_size() > 0 for seg in replica.segments.values()):
+                    return True
+            except OSError:
+                return True  # cannot tell: assume the worst
+        return False
+
     def high_watermark(self) -> int:
-        return self.state.read().high_watermark
+        return self.reader_snapshot().high_watermark
 
     def log_start_offset(self) -> int:
         """As retention and delete-records published it, not the first segment found: a lost
         first segment must be reported by the read, not skipped by starting past it."""
-        return self.state.read().log_start_offset
+        return self.reader_snapshot().log_start_offset
 
     def _first_readable(self, ask: Callable[[PartitionLog], T], default: T) -> T:
         """`ask` of the leader, or of the first in-sync replica that can answer (a lost directory)."""
@@ -139,9 +163,20 @@ class Partition:
         """Lock held: bring every replica to a clean tail and the high watermark in line."""
         self.last_recovery = [r.open_for_write() for r in self.replicas]
         ends = [r.log_end_offset for r in self.replicas]
-        snap = self.state.read()
         hw = min(ends)
-        if snap.high_watermark != hw:
+        snap = self.state.read_valid()
+        if snap is None:
+            # lost (deleted, emptied, torn): every replica was just recovered, so the shortest
+            # log end is committed everywhere; the log starts at the leader's first segment
+            # (retention publishes a new start before deleting); the epoch comes back from the
+            # metadata at the next reconcile
+            snap = PartitionSnapshot(hw, self.leader.first_offset(), 0)
+            if hw > 0 or snap.log_start_offset > 0:
+                self.state_rebuilt = (f"the state file of {self.topic}-{self.partition} ({self.state.path}) was "
+                                      f"missing or damaged; rebuilt from the log (high watermark {hw}, "
+                                      f"log start {snap.log_start_offset})")
+            self.state.write(snap, sync=True)
+        elif snap.high_watermark != hw:
             snap.high_watermark = hw
             self.state.write(snap)
 
@@ -225,7 +260,7 @@ class Partition:
     # -- reading -------------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int = 1 << 20, upper: int | None = None) -> list[FetchedBatch]:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
-        snap = self.state.read()
+        snap = self.reader_snapshot()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
             self.reload_replicas()
             # the state file's epoch, not the metadata's: a writer killed between writing the two
@@ -267,7 +302,7 @@ class Partition:
 
     def _published_log_start(self) -> int:
         """The log start offset as retention and delete-records published it (the state file)."""
-        return self.state.read().log_start_offset
+        return self.reader_snapshot().log_start_offset
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         hw = self.high_watermark()
