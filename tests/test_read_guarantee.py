@@ -105,6 +105,10 @@ def test_random_damage_never_gives_a_short_read_with_exit_0(pristine, tmp_path, 
         err = result.stderr.decode()
         assert err.count("\n") == 1 and "Traceback" not in err, where
         assert len(out_lines) < RECORDS, where
+    # guarantee 2: verify proves what a reader needs, so every one of these damages fails it
+    checked = _klog(data_dir, "verify")
+    assert checked.returncode == 1, f"seed {seed} ({kind}): verify said {checked.stdout!r} {checked.stderr!r}"
+    assert b"DAMAGED" in checked.stdout and b"Traceback" not in checked.stderr
 
 
 def _limit_open_files(n: int):

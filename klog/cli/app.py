@@ -45,11 +45,12 @@ def warn(message: str) -> None:
     print(f"klog: warning: {message}", file=sys.stderr)
 
 
-def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klog.Store
-    """The store, its warnings on stderr (producers, replays and moves made from it use them too)."""
+def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201 - klog.Store
+    """The store, its warnings on stderr (producers, replays and moves made from it use them too).
+    `read_only`: a command that only reads changes nothing and works on a read-only store."""
     from klog.client.store import Store
 
-    return Store(data_dir, create=create, on_warning=warn)
+    return Store(data_dir, create=create, on_warning=warn, read_only=read_only)
 
 
 def version_callback(value: bool) -> None:

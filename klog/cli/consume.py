@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
             return
         if batch is not None or prop:
             raise UsageError("--batch needs --exec, and --property needs --group")
-        with open_store(data_dir, create=False) as store:
+        with open_store(data_dir, create=False, read_only=True) as store:
             names = store.resolve_topics(topics or [], pattern)
             consumer = store.consumer(*names, partitions=partition, start=start, until_ms=until_ms, follow=follow,
                                       count=count, record_filter=record_filter)

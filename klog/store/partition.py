@@ -125,13 +125,13 @@ class Partition:
         snap = self.state.read_valid()
         if snap is not None:
             return snap
-        if self._holds_data():
+        if self.holds_data():
             raise StateLostError(f"the state file of {self.topic}-{self.partition} ({self.state.path}) is missing "
                                  f"or damaged, so its high watermark is unknown; `klog verify --repair` or the next "
                                  f"write rebuilds it from the log")
         return PartitionSnapshot(0, 0, 0)
 
-    def _holds_data(self) -> bool:
+    def holds_data(self) -> bool:
         for replica in self._present_replicas():
             replica.refresh_segments()
             try:
