@@ -120,6 +120,10 @@ def _dump_paths(path: str, data_dir: str | None) -> list[str]:
     if os.path.exists(path):
         return [path]
     with open_store(data_dir, create=False) as store:
+        # <log dir>/TOPIC-P of a partition that never had a record: its folder comes with the first write
+        parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        if any(parent == os.path.realpath(store.data_dir.log_dir_path(d)) for d in store.log_dir_ids()):
+            path = os.path.basename(path)
         # a partition that never had a record has no folder yet: nothing to dump
         if store.has_topic(path):
             folders = [store.partition(path, p).leader.directory for p in range(store.partition_count(path))]

@@ -58,6 +58,8 @@ def register(app: typer.Typer) -> None:
         from klog.client.consumer import StartSpec
         from klog.client.timespec import parse_time_ms
 
+        if not topics and not pattern:
+            raise UsageError("give a topic to read (or --pattern REGEX)")
         chosen = [x for x in (offset, since, tail) if x is not None]
         if len(chosen) > 1:
             raise UsageError("use only one of --offset, --since and --tail")
