@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -140,5 +141,62 @@ def test_follow_on_a_pipe_of_a_deleted_topic_exits_1(data_dir, cli):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+# -- tables, sizes, escaping -------------------------------------------------------------------------
+def test_tables_never_cut_a_heading_or_value_on_an_80_column_terminal(cli, data_dir):
+    cli("topics", "create", "quickstart-access-log-with-a-long-name", "-p", "2", "-c", "cleanup.policy=compact")
+    cli("produce", "quickstart-access-log-with-a-long-name", "-K:", input=b"k:v\n" * 3000)
+    for args in (["topics", "describe", "quickstart-access-log-with-a-long-name"], ["topics", "list"],
+                 ["dirs", "list"]):
+        code, shown, _ = on_a_terminal(args, data_dir, {"COLUMNS": "80"})
+        text = SGR.sub("", shown.decode())
+        assert code == 0 and "…" not in text, text
+        piped = cli(*args).out
+        for word in piped.split():  # every heading and value of the pipe's table is on the terminal
+            whole = word in text or "-" in word and all(part in text for part in word.split("-"))
+            assert whole or word.isdigit() and len(word) > 3, (word, text)  # sizes: human on the terminal
+        table = [line for line in text.splitlines()  # but a long path, which the terminal wraps
+                 if not line.startswith(("Topic ", "Configs:", "PATH "))]
+        assert all(len(line) <= 80 for line in table), text
+    code, shown, _ = on_a_terminal(["topics", "describe", "quickstart-access-log-with-a-long-name"], data_dir,
+                                   {"COLUMNS": "80"})
+    lines = SGR.sub("", shown.decode()).splitlines()
+    assert lines[2].split() == ["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH", "LOG-", "HIGH-", "LOG-", "SIZE",
+                                "SEGMENTS", "DIRTY-"]  # headings broken at their hyphen, whole
+    assert lines[3].split() == ["START", "WATERMARK", "END", "RATIO"] and lines[4].split()[6] == "3000"
+
+
+def test_sizes_are_human_on_a_terminal_and_bytes_in_pipes_and_json(cli, data_dir):
+    cli("produce", "s", input=b"x" * 1000 + b"\n")
+    size = [json.loads(line)["size_bytes"] for line in cli("topics", "list", "--json").out.splitlines()][0]
+    assert cli("topics", "list").out.split()[-1] == str(size)
+    assert re.search(rb"\b1\.\d KiB\r?$", on_a_terminal(["topics", "list"], data_dir)[1], re.M)
+    assert re.search(rb"KiB", on_a_terminal(["dirs", "list"], data_dir)[1])
+    assert cli("dirs", "list").out.splitlines()[1].split()[3] == str(
+        json.loads(cli("dirs", "list", "--json").out)["size_bytes"])
+
+
+def test_dump_escapes_record_bytes(cli, data_dir):
+    cli("produce", "d", "-K:", "-H", "h\x1b[31m=v\x07", input=b"k\x1b[2J:\x1b]0;TITLE\x07v\x00\n")
+    r = cli("dump", "d-0")
+    assert r.exit_code == 0 and not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", r.stdout), r.stdout
+    assert (r"key: k\x1b[2J headers: [h\x1b[31m=v\x07] payload: \x1b]0;TITLE\x07v\x00" in r.out), r.out
+
+
+def test_group_member_client_ids_are_escaped(cli, data_dir):
+    cli("produce", "t", input=b"a\n")
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "t", "-f", "-G", "g", "-X",
+                             "client.id=evil\x1b]0;TITLE\x07"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO})
+    try:
+        assert proc.stdout.readline() == b"a\n"
+        r = cli("groups", "describe", "g", "--members")
+        assert r.exit_code == 0 and r"evil\x1b]0;TITLE\x07" in r.out and b"\x1b" not in r.stdout, r.out
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
         proc.stdout.close()
         proc.stderr.close()

@@ -78,10 +78,11 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
                               "replication_factor": i.replication_factor, "records": i.records,
                               "size_bytes": i.size_bytes}))
         return
-    from klog.cli.tables import print_table
+    from klog.cli.tables import human_size, on_terminal, print_table
 
+    size = human_size if on_terminal() else str
     print_table(["TOPIC", "PARTITIONS", "RF", "RECORDS", "SIZE"],
-                [[i.name, len(i.partitions), i.replication_factor, i.records, i.size_bytes] for i in infos])
+                [[i.name, len(i.partitions), i.replication_factor, i.records, size(i.size_bytes)] for i in infos])
 
 
 @app.command()
