@@ -1,0 +1,130 @@
+"""A Kafka broker's files in klog: old message formats, transactions, `klog dirs import`, and the
+checkpoint files klog writes. Segments are built with kafka-python's builders (kafka_files.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from tests.kafka_files import (
+    control_batch,
+    legacy_plain,
+    legacy_wrapper,
+    v2_batch,
+    write_checkpoint,
+    write_segment,
+)
+
+NOW = int(time.time() * 1000) - 60_000  # recent: retention.ms must not delete the imported data
+GZIP, SNAPPY, LZ4 = 1, 2, 3
+
+# (offset, key, value, timestamp) of every record in the old-format folder below
+LEGACY_RECORDS = [
+    (0, "k0", "v0", -1), (1, None, "v1", NOW),
+    (2, "a", "1", NOW + 1), (3, "b", "2", NOW + 5),
+    (4, "c", "3", -1), (5, None, "4", -1), (6, "d", None, -1),
+    (7, "e", "5", NOW + 9), (8, "f", "6", -1),
+    (9, "x", "y", NOW + 10),
+]
+
+
+def _legacy_folder(root, name: str = "old-0", preallocate: bool = True) -> str:
+    """v0 and v1, plain and compressed (gzip, snappy, lz4 with v0's broken frame checksum), then
+    a v2 segment whose zero-filled 10 MiB indexes are those of a broker's active segment."""
+    folder = os.path.join(str(root), name)
+    enc = str.encode
+    write_segment(folder, 0, [
+        legacy_plain(0, 0, b"k0", b"v0"), legacy_plain(1, 1, None, b"v1", NOW),
+        legacy_wrapper(1, 2, [(b"a", b"1", NOW + 1), (b"b", b"2", NOW + 5)], codec=GZIP),
+        legacy_wrapper(0, 4, [(b"c", b"3", 0), (None, b"4", 0), (b"d", None, 0)], codec=SNAPPY),
+        legacy_wrapper(1, 7, [(b"e", b"5", NOW + 9)], codec=LZ4),
+        legacy_wrapper(0, 8, [(b"f", b"6", 0)], codec=LZ4),
+    ])
+    write_segment(folder, 9, [v2_batch(9, [(enc("x"), enc("y"), NOW + 10)], leader_epoch=3)],
+                  preallocate=preallocate)
+    write_checkpoint(os.path.join(folder, "leader-epoch-checkpoint"), ["0 0", "3 9"])
+    return folder
+
+
+def _consumed(cli, topic: str, *extra: str) -> list[tuple]:
+    r = cli("consume", topic, "-o", "earliest", "--json", *extra)
+    assert r.exit_code == 0, r.stderr
+    return [(d["offset"], d["key"], d["value"], d["timestamp"]) for d in map(json.loads, r.out.splitlines())]
+
+
+def test_old_message_formats_read_in_consume_and_dump(cli, tmp_path):
+    kafka_dir = tmp_path / "kafka-logs"
+    _legacy_folder(kafka_dir)
+    r = cli("dirs", "import", str(kafka_dir))
+    assert r.exit_code == 0, r.stderr
+    assert "Imported old-0" in r.out and "offsets 0..10, leader epoch 3" in r.out
+    assert _consumed(cli, "old") == LEGACY_RECORDS
+    dump = cli("dump", "old").out
+    assert "baseOffset: 2 lastOffset: 3 count: 2" in dump and "compression: gzip" in dump
+    assert "magic: 0" in dump and "magic: 1" in dump and "magic: 2" in dump
+    assert "| offset: 5 timestamp: -1 key: null headers: [] payload: 4" in dump
+    # the source is only read
+    assert os.path.getsize(kafka_dir / "old-0" / "00000000000000000009.index") == 10485760
+
+
+def test_produce_after_old_formats_keeps_every_offset(cli, tmp_path):
+    _legacy_folder(tmp_path / "k")
+    assert cli("dirs", "import", str(tmp_path / "k")).exit_code == 0
+    assert cli("produce", "old", input=b"new\n").exit_code == 0
+    got = _consumed(cli, "old")
+    assert got[:-1] == LEGACY_RECORDS and got[-1][:3] == (10, None, "new")
+    r = cli("verify")
+    assert r.exit_code == 0 and "ok" in r.out, r.out + r.stderr
+
+
+def test_hand_copied_old_formats_are_never_truncated(cli, store, tmp_path):
+    """No import: the folder copied under an existing topic; the first write recovers the log
+    (no replica state) and must keep magic 0/1 data, appending after it."""
+    store.create_topic("old", 1)
+    source = _legacy_folder(tmp_path / "k", preallocate=False)
+    dest = store.partition("old", 0).leader.directory
+    os.makedirs(dest, exist_ok=True)
+    for name in os.listdir(dest):
+        os.unlink(os.path.join(dest, name))
+    for name in os.listdir(source):
+        shutil.copy(os.path.join(source, name), dest)
+    store.close()
+    assert cli("produce", "old", input=b"new\n").exit_code == 0
+    got = _consumed(cli, "old")
+    assert got[:-1] == LEGACY_RECORDS and got[-1][:3] == (10, None, "new")
+
+
+def test_import_keeps_log_start_and_trims_preallocated_indexes(cli, store, tmp_path):
+    kafka_dir = tmp_path / "kafka-logs"
+    _legacy_folder(kafka_dir)
+    folder = kafka_dir / "t-1"
+    write_segment(str(folder), 0, [v2_batch(0, [(b"k", b"%d" % i, NOW)]) for i in range(1)]
+                  + [v2_batch(1, [(None, b"v", NOW)] * 3)], preallocate=True)
+    write_checkpoint(str(kafka_dir / "log-start-offset-checkpoint"), ["t 1 2"])
+    r = cli("dirs", "import", str(kafka_dir))
+    assert r.exit_code == 0, r.stderr
+    assert "Imported t-1" in r.out and "offsets 2..4" in r.out
+    assert store.partition_count("t") == 2  # partitions 0..highest found
+    assert [o for o, *_ in _consumed(cli, "t")] == [2, 3]
+    r = cli("verify")
+    assert r.exit_code == 0, r.out + r.stderr
+    dest = store.partition("t", 1).leader.directory
+    assert os.path.getsize(os.path.join(dest, "00000000000000000000.index")) % 8 == 0
+    assert os.path.getsize(os.path.join(dest, "00000000000000000000.index")) < 4096
+    assert cli("dirs", "import", str(kafka_dir)).exit_code != 0  # an existing topic is refused
+
+
+def test_dump_shows_control_batches_like_kafka_dump_log(cli, tmp_path):
+    folder = tmp_path / "k" / "tx-0"
+    write_segment(str(folder), 0, [
+        v2_batch(0, [(b"k", b"committed", NOW)], producer_id=7, producer_epoch=1, base_sequence=0,
+                 transactional=True),
+        control_batch(1, 7, 1, commit=True, ts=NOW, coordinator_epoch=5),
+    ])
+    r = cli("dump", str(folder / "00000000000000000000.log"))
+    assert r.exit_code == 0, r.stderr
+    assert "producerId: 7 producerEpoch: 1 baseSequence: 0 isTransactional: true isControl: false" in r.out
+    assert "isTransactional: true isControl: true" in r.out
+    assert f"| offset: 1 timestamp: {NOW} endTxnMarker: COMMIT coordinatorEpoch: 5" in r.out
