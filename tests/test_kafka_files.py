@@ -8,10 +8,13 @@ import os
 import shutil
 import time
 
+import pytest
+
 from tests.kafka_files import (
     control_batch,
     legacy_plain,
     legacy_wrapper,
+    txn_index_entry,
     v2_batch,
     write_checkpoint,
     write_segment,
@@ -128,3 +131,60 @@ def test_dump_shows_control_batches_like_kafka_dump_log(cli, tmp_path):
     assert "producerId: 7 producerEpoch: 1 baseSequence: 0 isTransactional: true isControl: false" in r.out
     assert "isTransactional: true isControl: true" in r.out
     assert f"| offset: 1 timestamp: {NOW} endTxnMarker: COMMIT coordinatorEpoch: 5" in r.out
+
+
+def _txn_folder(root, with_txn_index: bool) -> str:
+    """Producer 7 commits (1-2), producer 8 aborts (3-4 and 6), producer 9 leaves a transaction
+    open (9); plain records at 0, 8 and 10. As a broker writes them: the ABORT marker's segment
+    has a .txnindex entry (pid 8, first 3, last 7)."""
+    folder = os.path.join(str(root), "tx-0")
+    batches = [
+        v2_batch(0, [(None, b"plain0", NOW)]),
+        v2_batch(1, [(None, b"c1", NOW), (None, b"c2", NOW)], producer_id=7, producer_epoch=0, base_sequence=0,
+                 transactional=True),
+        v2_batch(3, [(None, b"a1", NOW), (None, b"a2", NOW)], producer_id=8, producer_epoch=0, base_sequence=0,
+                 transactional=True),
+        control_batch(5, 7, 0, commit=True, ts=NOW),
+        v2_batch(6, [(None, b"a3", NOW)], producer_id=8, producer_epoch=0, base_sequence=2, transactional=True),
+        control_batch(7, 8, 0, commit=False, ts=NOW),
+        v2_batch(8, [(None, b"plain1", NOW)]),
+        v2_batch(9, [(None, b"open", NOW)], producer_id=9, producer_epoch=0, base_sequence=0, transactional=True),
+        v2_batch(10, [(None, b"after-open", NOW)]),
+    ]
+    entries = [txn_index_entry(8, 3, 7, 1)] if with_txn_index else None
+    write_segment(folder, 0, batches, txn_entries=entries)
+    return folder
+
+
+ALL_TXN_VALUES = ["plain0", "c1", "c2", "a1", "a2", "a3", "plain1", "open", "after-open"]
+COMMITTED_VALUES = ["plain0", "c1", "c2", "plain1"]  # stops at the last stable offset, 9
+
+
+@pytest.mark.parametrize("with_txn_index", [True, False], ids=["txnindex", "rebuilt"])
+def test_read_committed_skips_aborted_transactions(cli, tmp_path, with_txn_index):
+    _txn_folder(tmp_path / "k", with_txn_index)
+    assert cli("dirs", "import", str(tmp_path / "k")).exit_code == 0
+    values = lambda *x: [v for _, _, v, _ in _consumed(cli, "tx", *x)]  # noqa: E731
+    assert values() == ALL_TXN_VALUES  # read_uncommitted is the default, as in Kafka's clients
+    assert values("-X", "isolation.level=read_uncommitted") == ALL_TXN_VALUES
+    assert values("-X", "isolation.level=read_committed") == COMMITTED_VALUES
+    r = cli("consume", "tx", "-o", "earliest", "-X", "isolation.level=read_committed")  # the value-only path
+    assert r.out.splitlines() == COMMITTED_VALUES
+    r = cli("consume", "tx", "-G", "g1", "-X", "isolation.level=read_committed")
+    assert r.exit_code == 0 and r.out.splitlines() == COMMITTED_VALUES, r.stderr
+    r = cli("consume", "tx", "-G", "g2")
+    assert r.out.splitlines() == ALL_TXN_VALUES
+    r = cli("consume", "tx", "-X", "isolation.level=serializable")
+    assert r.exit_code == 2 and "isolation.level must be" in r.stderr
+
+
+def test_txn_index_is_the_source_of_aborted_ranges(store, tmp_path):
+    """A .txnindex, when present, is what Kafka uses: an entry there aborts even without a marker."""
+    from klog.client.importer import import_dirs
+
+    folder = _txn_folder(tmp_path / "k", with_txn_index=True)
+    with open(os.path.join(folder, "00000000000000000000.txnindex"), "ab") as f:
+        f.write(txn_index_entry(7, 1, 5, 1))
+    import_dirs(store, [str(tmp_path / "k")])
+    got = [r.value.decode() for r in store.consumer("tx", isolation_level="read_committed")]
+    assert got == ["plain0", "plain1"]

@@ -110,3 +110,91 @@ def aborted_filter(aborted: Iterable[AbortedTxn]):
         return any(first <= offset <= last for first, last in by_pid.get(producer_id, ()))
 
     return is_aborted
+
+
+# per segment: (producer id, offset, kind) of each transactional batch, kind DATA or a marker
+DATA = -1
+_Event = tuple[int, int, int]
+
+
+def _segment_events(segment, end: int) -> list[_Event]:
+    """The transactional batches of one segment (headers only; control batches decoded)."""
+    from klog.store import codec  # (codec is heavy on import; txn is imported by readers only)
+
+    events: list[_Event] = []
+    for pos, header in segment.iter_headers(0, end):
+        if not is_transactional(header.attributes):
+            continue
+        if header.is_control:
+            data = segment.read_bytes(pos, header.size)
+            records = codec.decode_batch_records(data, 0, header) if codec.crc_ok(data, 0, header) else []
+            kind = DATA
+            if records:
+                name, _ = control_marker(records[0][2], records[0][3])
+                kind = COMMIT if name == "COMMIT" else ABORT if name == "ABORT" else DATA
+            if kind != DATA:
+                events.append((header.producer_id, header.base_offset, kind))
+        else:
+            events.append((header.producer_id, header.base_offset, DATA))
+    return events
+
+
+class StableView:
+    """read_committed over one replica (a PartitionLog): the last stable offset below a bound (the
+    high watermark) and which transactional batches were aborted. Aborted ranges come from each
+    segment's `.txnindex` when it has one, else from the markers; per-segment scans are cached by
+    the file's identity and size, so following a growing log rescans only the active segment."""
+
+    def __init__(self, replica) -> None:
+        self.replica = replica
+        self._events: dict[int, tuple[tuple[int, int, int], list[_Event]]] = {}
+        self._key: tuple | None = None
+        self._lso = 0
+        self._is_aborted = aborted_filter(())
+
+    def refresh(self, bound: int) -> int:
+        """Recompute for batches below `bound`; returns the last stable offset."""
+        replica = self.replica
+        replica.refresh_segments()
+        stats = []
+        for base in replica.bases:
+            segment = replica.segments[base]
+            try:
+                st = os.stat(segment.log_path)
+            except FileNotFoundError:
+                continue
+            stats.append((base, (st.st_ino, st.st_size, st.st_mtime_ns)))
+        key = (bound, tuple(stats))
+        if key == self._key:
+            return self._lso
+        tracker = TxnTracker()
+        aborted: list[AbortedTxn] = []
+        for base, ident in stats:
+            cached = self._events.get(base)
+            if cached is None or cached[0] != ident:
+                cached = (ident, _segment_events(replica.segments[base], ident[1]))
+                self._events[base] = cached
+            before = len(tracker.aborted)
+            for pid, offset, kind in cached[1]:
+                if offset >= bound:
+                    break
+                if kind == DATA:
+                    tracker.open.setdefault(pid, offset)
+                else:
+                    first = tracker.open.pop(pid, None)
+                    if kind == ABORT and first is not None:
+                        tracker.aborted.append(AbortedTxn(pid, first, offset))
+            from_index = read_txn_index(replica.directory, base)
+            aborted.extend(tracker.aborted[before:] if from_index is None else from_index)
+        for base in [b for b in self._events if b not in dict(stats)]:
+            del self._events[base]
+        unstable = tracker.first_unstable_offset()
+        self._lso = bound if unstable is None else min(bound, unstable)
+        self._is_aborted = aborted_filter(aborted)
+        self._key = key
+        return self._lso
+
+    def aborted(self, header) -> bool:
+        """Is this batch part of an aborted transaction (as of the last refresh)?"""
+        return is_transactional(header.attributes) and not header.is_control and self._is_aborted(
+            header.producer_id, header.base_offset)
