@@ -188,3 +188,28 @@ def test_txn_index_is_the_source_of_aborted_ranges(store, tmp_path):
     import_dirs(store, [str(tmp_path / "k")])
     got = [r.value.decode() for r in store.consumer("tx", isolation_level="read_committed")]
     assert got == ["plain0", "plain1"]
+
+
+def test_verify_is_bounded_and_zero_filled_indexes_are_unused(cli, store):
+    store.create_topic("t", 1)
+    with store.producer() as p:
+        for i in range(200):
+            p.send("t", b"v" * 100, key=b"%d" % i)
+    store.close()
+    assert cli("verify").exit_code == 0
+    folder = klog_folder(cli, "t-0")
+    index = os.path.join(folder, "00000000000000000000.index")
+    with open(index, "ab") as f:  # a broker's preallocated active index, copied in by hand
+        f.truncate(10485760)
+    r = cli("verify")
+    assert r.exit_code == 0 and "ok" in r.out, r.out + r.stderr
+    with open(index, "wb") as f:  # 1.3 M entries that all go backwards
+        f.write(b"\xff" * 10485760)
+    r = cli("verify")
+    assert r.exit_code != 0
+    assert len(r.out) + len(r.stderr) < 2000 and "1310720 index problems" in r.out + r.stderr
+
+
+def klog_folder(cli, name: str) -> str:
+    r = cli("dirs", "list", "--json")
+    return os.path.join(json.loads(r.out.splitlines()[0])["path"], name)

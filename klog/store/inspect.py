@@ -102,7 +102,7 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
         pos += header.size
     segment.offset_index.refresh()
     last = (-1, -1)
-    for i in range(segment.offset_index.entries):
+    for i in range(_used_entries(segment.offset_index)):
         rel, position = segment.offset_index.entry_at(i)
         if rel <= last[0] or position <= last[1]:
             result.index_problems.append(f"offset index entry {i} does not increase")
@@ -113,7 +113,7 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
         last = (rel, position)
     segment.time_index.refresh()
     last_ts = -1
-    for i in range(segment.time_index.entries):
+    for i in range(_used_entries(segment.time_index)):
         ts, _rel = segment.time_index.entry_at(i)
         if ts < last_ts:
             result.index_problems.append(f"time index entry {i} goes backwards")
@@ -121,3 +121,13 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
     if last_ts > max_ts and result.log_problem is None:
         result.index_problems.append("time index holds a timestamp above the log's largest")
     return result
+
+
+def _used_entries(index) -> int:
+    """Entries before a zero-filled tail: Kafka preallocates the active segment's index files
+    (10 MiB of zeros) and trims them on roll or close, so an all-zero tail is unused, not damage
+    (an offset index entry (0, 0) never exists: the first batch of a segment gets no entry)."""
+    n = index.entries
+    while n and not any(index.entry_at(n - 1)):
+        n -= 1
+    return n
