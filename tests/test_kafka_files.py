@@ -213,3 +213,37 @@ def test_verify_is_bounded_and_zero_filled_indexes_are_unused(cli, store):
 def klog_folder(cli, name: str) -> str:
     r = cli("dirs", "list", "--json")
     return os.path.join(json.loads(r.out.splitlines()[0])["path"], name)
+
+
+def test_klog_keeps_kafkas_checkpoint_files_current(cli, store):
+    """Parsed by tests/kafka_files.read_checkpoint, written from Kafka's format description."""
+    import base64
+    import uuid
+
+    from tests.kafka_files import read_checkpoint
+
+    store.create_topic("orders", 2)
+    with store.producer() as p:
+        for i in range(10):
+            p.send("orders", b"v%d" % i, partition=i % 2)
+    topic_id = store.topic("orders").topic_id
+    store.close()
+    log_dir = os.path.dirname(klog_folder(cli, "x"))
+    assert read_checkpoint(os.path.join(log_dir, "replication-offset-checkpoint"), 3) == [
+        ["orders", "0", "5"], ["orders", "1", "5"]]
+    assert sorted(r[:2] for r in read_checkpoint(os.path.join(log_dir, "recovery-point-offset-checkpoint"), 3)) == [
+        ["orders", "0"], ["orders", "1"]]
+    assert read_checkpoint(os.path.join(log_dir, "log-start-offset-checkpoint"), 3) == []
+    assert read_checkpoint(os.path.join(log_dir, "orders-0", "leader-epoch-checkpoint"), 2) == [["0", "0"]]
+    with open(os.path.join(log_dir, "orders-1", "partition.metadata")) as f:
+        lines = f.read().splitlines()
+    assert lines[0] == "version: 0" and lines[1].startswith("topic_id: ")
+    raw = base64.urlsafe_b64decode(lines[1].removeprefix("topic_id: ") + "==")
+    assert uuid.UUID(bytes=raw) == uuid.UUID(topic_id)
+    with open(os.path.join(log_dir, "meta.properties")) as f:
+        props = dict(line.split("=", 1) for line in f.read().splitlines() if line and not line.startswith("#"))
+    assert props["version"] == "1" and props["node.id"] == "1" and len(base64.urlsafe_b64decode(
+        props["cluster.id"] + "==")) == 16
+    r = cli("topics", "delete-records", "orders", "--partition", "1", "--before", "3")
+    assert r.exit_code == 0, r.stderr
+    assert read_checkpoint(os.path.join(log_dir, "log-start-offset-checkpoint"), 3) == [["orders", "1", "3"]]

@@ -54,8 +54,9 @@ def read_leader_epochs(path: str) -> list[tuple[int, int]]:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """`<path>.tmp`, fsync, rename over `path`, fsync the folder (Kafka's CheckpointFile.write)."""
-    tmp = path + ".tmp"
+    """A tmp file, fsync, rename over `path`, fsync the folder (Kafka's CheckpointFile.write; the
+    tmp name carries the process id, since several klog processes may write at once)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
@@ -68,22 +69,14 @@ def write_atomically(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _checkpoint_text(entries: list[str]) -> str:
+def checkpoint_text(entries: list[str]) -> str:
     return f"{VERSION}\n{len(entries)}\n" + "".join(e + "\n" for e in entries)
 
 
-def write_offsets(path: str, offsets: dict[tuple[str, int], int]) -> None:
-    write_atomically(path, _checkpoint_text([f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]))
-
-
-def write_leader_epochs(path: str, epochs: list[tuple[int, int]]) -> None:
-    write_atomically(path, _checkpoint_text([f"{e} {o}" for e, o in epochs]))
+def offsets_text(offsets: dict[tuple[str, int], int]) -> str:
+    return checkpoint_text([f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())])
 
 
 def kafka_uuid(value: str) -> str:
     """A UUID as Kafka prints it: URL-safe base64 of its 16 bytes, without padding."""
     return base64.urlsafe_b64encode(uuid.UUID(value).bytes).decode().rstrip("=")
-
-
-def write_partition_metadata(folder: str, topic_id: str) -> None:
-    write_atomically(os.path.join(folder, "partition.metadata"), f"version: 0\ntopic_id: {kafka_uuid(topic_id)}\n")
