@@ -58,7 +58,7 @@ def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klo
 
 
 # -- the cluster backend: one option set, added to the commands that work against a cluster ----
-CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",), ("replay",),
+CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
                     ("topics", "delete")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
@@ -149,7 +149,7 @@ def root(
 COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
-    "groups": "groups", "replay": "replay", "spark": "spark",
+    "groups": "groups", "replay": "replay", "spark": "spark", "mirror": "mirror", "clusters": "clusters",
 }
 _registered: set[str] = set()
 

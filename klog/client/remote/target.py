@@ -127,3 +127,26 @@ def resolve_target(data_dir: str | None, bootstrap: str | None, cluster: str | N
     if props:
         raise UsageError("-X sets a Kafka client property: it needs --bootstrap-server or --cluster")
     return None
+
+
+def parse_endpoint(spec: str, data_dir: str | None, properties: list[str] | None) -> ClusterTarget | str:
+    """A mirror's SRC or DEST: a cluster (kafka://HOST:PORT[,...], @NAME for a named cluster, or a bare
+    HOST:PORT that is not an existing path) as a ClusterTarget, else the path of a local store."""
+    props = parse_properties(properties)
+    if spec.startswith("kafka://"):
+        return ClusterTarget(check_bootstrap(spec[len("kafka://"):].rstrip("/")), props)
+    if spec.startswith("@"):
+        from klog.store.layout import default_data_dir
+
+        return named_target(data_dir or default_data_dir(), spec[1:], props)
+    if not os.path.exists(spec) and _looks_like_servers(spec):
+        return ClusterTarget(check_bootstrap(spec), props)
+    if props:
+        raise UsageError(f"'{spec}' is a local store: Kafka client properties apply to clusters only")
+    return spec
+
+
+def _looks_like_servers(spec: str) -> bool:
+    import re
+
+    return all(re.fullmatch(r"[A-Za-z0-9_.\-\[\]:]+:\d{1,5}", s.strip()) for s in spec.split(","))
