@@ -149,7 +149,8 @@ def root(
 COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
-    "groups": "groups", "replay": "replay", "spark": "spark", "mirror": "mirror", "clusters": "clusters",
+    "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
+    "clusters": "clusters",
 }
 _registered: set[str] = set()
 
