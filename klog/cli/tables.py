@@ -6,6 +6,10 @@ import sys
 from collections.abc import Sequence
 
 
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)  # None: not known (a cluster does not report every column)
+
+
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     if sys.stdout.isatty():
         from rich.console import Console
@@ -13,10 +17,10 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
 
         table = Table(*columns, box=None, header_style="bold")
         for row in rows:
-            table.add_row(*(str(c) for c in row))
+            table.add_row(*(_cell(c) for c in row))
         Console().print(table)
         return
-    cells = [list(columns)] + [[str(c) for c in row] for row in rows]
+    cells = [list(columns)] + [[_cell(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     for r in cells:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -30,7 +30,7 @@ def klog_error(e: BaseException, what: str = "") -> KlogError:
         KafkaError._UNKNOWN_TOPIC: UnknownTopicError,
         KafkaError._UNKNOWN_PARTITION: UnknownPartitionError,
         KafkaError.TOPIC_ALREADY_EXISTS: TopicExistsError,
-        KafkaError.INVALID_TOPIC_EXCEPTION: InvalidTopicError,
+        KafkaError.TOPIC_EXCEPTION: InvalidTopicError,
         KafkaError.INVALID_PARTITIONS: UsageError,
         KafkaError.INVALID_REPLICATION_FACTOR: UsageError,
         KafkaError.INVALID_CONFIG: InvalidConfigError,
@@ -38,8 +38,19 @@ def klog_error(e: BaseException, what: str = "") -> KlogError:
         KafkaError.MSG_SIZE_TOO_LARGE: RecordTooLargeError,
         KafkaError.NOT_ENOUGH_REPLICAS: NotEnoughReplicasError,
         KafkaError._INVALID_ARG: UsageError,
+        KafkaError.INVALID_MSG_SIZE: RecordTooLargeError,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND: NotEnoughReplicasError,
     }.get(code, KlogError)
     return cls(message)
+
+
+def unsupported(e: BaseException) -> bool:
+    """The broker lacks the API (an older or partial Kafka): the caller may fall back."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+    return isinstance(err, KafkaError) and err.code() in (KafkaError._UNSUPPORTED_FEATURE,
+                                                          KafkaError.UNSUPPORTED_VERSION)
 
 
 def config_error(e: BaseException) -> UsageError:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from klog.client.remote.errors import config_error, klog_error
+from klog.client.remote.errors import config_error, klog_error, unsupported
 from klog.client.remote.target import ClusterTarget, timeout_s
 from klog.client.store import PartitionInfo, TopicInfo
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
@@ -146,7 +146,9 @@ class RemoteStore:
         return names
 
     # -- admin -------------------------------------------------------------------------------
-    def _wait(self, futures: dict, what: str) -> dict:
+    def _wait(self, futures: dict, what: str, fallback: bool = False) -> dict | None:
+        """Every future's result; a KafkaException as klog's error (None instead when `fallback` and
+        the broker lacks the API)."""
         from confluent_kafka import KafkaException
 
         out = {}
@@ -154,6 +156,8 @@ class RemoteStore:
             try:
                 out[key] = fut.result(timeout=self.timeout)
             except KafkaException as e:
+                if fallback and unsupported(e):
+                    return None
                 raise klog_error(e, what) from None
             except TimeoutError:
                 raise self.unreachable() from None
@@ -249,8 +253,9 @@ class RemoteStore:
         from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
         resource = ConfigResource(ResourceType.TOPIC, name)
-        entries = self._wait(self.admin.describe_configs([resource], request_timeout=self.timeout),
-                             f"cannot describe topic '{name}'")[resource]
+        found = self._wait(self.admin.describe_configs([resource], request_timeout=self.timeout),
+                           f"cannot describe topic '{name}'", fallback=True)
+        entries = {} if found is None else found[resource]  # no DescribeConfigs: the defaults
         if effective:
             out = {k: key.default for k, key in CONFIG_KEYS.items()}
             out.update({k: e.value for k, e in entries.items() if k in CONFIG_KEYS and e.value is not None})
@@ -277,8 +282,12 @@ class RemoteStore:
         request = {TopicPartition(topic, p): spec for p in range(count)}
         result = self._wait(self.admin.list_offsets(request, request_timeout=self.timeout),
                             f"cannot list offsets of '{topic}'")
-        return {tp.partition: (None if info.offset < 0 else info.offset) for tp, info in sorted(
-            result.items(), key=lambda kv: kv[0].partition)}
+        out = {tp.partition: (None if info.offset < 0 else info.offset) for tp, info in result.items()}
+        if timestamp is None or timestamp < 0:  # earliest and latest always exist: -1 is no answer
+            for p, offset in out.items():
+                if offset is None:
+                    raise KlogError(f"{self.target.label} gave no offset for {topic}-{p}")
+        return dict(sorted(out.items()))
 
     def describe_topic(self, name: str) -> TopicInfo:
         topic = self.topic(name)
