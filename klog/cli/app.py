@@ -100,7 +100,9 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
 
         bootstrap, cluster = kwargs.pop("bootstrap_server"), kwargs.pop("cluster")
         props = kwargs["prop"] if has_x else kwargs.pop("client_property")
-        target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster, props if (bootstrap or cluster) else None)
+        # consume's own -X are group settings on the local store: only with a cluster are they client properties
+        target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster,
+                                props if (bootstrap or cluster or not has_x) else None)
         if target is not None and has_x and not kwargs.get("group"):
             kwargs["prop"] = None  # client properties, not group settings
         _cluster_target = target
