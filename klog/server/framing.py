@@ -118,6 +118,7 @@ class FileRange:
     fd: int
     offset: int
     count: int
+    owner: Any = None  # closed once sent (or not): a klog.store.log.ByteRange holding a dup'ed fd
 
 
 @dataclass
@@ -131,18 +132,26 @@ class RawBody:
     def size(self) -> int:
         return sum(len(p) if isinstance(p, bytes) else p.count for p in self.parts)
 
+    def close(self) -> None:
+        for part in self.parts:
+            if isinstance(part, FileRange) and part.owner is not None:
+                part.owner.close()
+
     async def send(self, writer: Any, correlation_id: int) -> None:
         import asyncio
 
-        header = header_bytes(correlation_id, self.response_type)
-        writer.write(SIZE.pack(len(header) + self.size()) + header)
-        loop = asyncio.get_running_loop()
-        for part in self.parts:
-            if isinstance(part, bytes):
-                writer.write(part)
-            elif part.count:
-                await writer.drain()
-                sent = await loop.sendfile(writer.transport, _FdView(part.fd), part.offset, part.count)
-                if sent != part.count:  # the file shrank under us (retention): the frame is broken
-                    raise ConnectionError(f"sendfile sent {sent} of {part.count} bytes")
-        await writer.drain()
+        try:
+            header = header_bytes(correlation_id, self.response_type)
+            writer.write(SIZE.pack(len(header) + self.size()) + header)
+            loop = asyncio.get_running_loop()
+            for part in self.parts:
+                if isinstance(part, bytes):
+                    writer.write(part)
+                elif part.count:
+                    await writer.drain()
+                    sent = await loop.sendfile(writer.transport, _FdView(part.fd), part.offset, part.count)
+                    if sent != part.count:  # the file shrank under us (retention): the frame is broken
+                        raise ConnectionError(f"sendfile sent {sent} of {part.count} bytes")
+            await writer.drain()
+        finally:
+            self.close()

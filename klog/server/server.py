@@ -71,6 +71,25 @@ class Server:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.state: dict[str, Any] = {}  # per-API shared state (producer ids, fetch waiters, ...)
+        self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
+        self._appended: asyncio.Event | None = None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    # -- appends and the fetches waiting for them ----------------------------------------------
+    def notify_appended(self) -> None:
+        """Wake fetches waiting in this process (other processes' appends are seen by polling)."""
+        assert self._appended is not None
+        self._appended.set()
+        self._appended = asyncio.Event()
+
+    async def wait_appended(self, timeout_s: float) -> None:
+        """Until an append in this process, or `timeout_s` (the caller re-checks the store)."""
+        assert self._appended is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._appended.wait(), timeout_s)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -89,6 +108,10 @@ class Server:
                                                  self.port)
         self.broker = BrokerInfo(self.node_id, adv_host, adv_port or self.port, cluster_id_for(self.store.path))
         self.coordinator = self._make_coordinator()
+        from klog.client.batches import RawAppender
+
+        self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
+        self._appended = asyncio.Event()
 
     def _make_coordinator(self) -> Any:
         try:
