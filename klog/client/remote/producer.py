@@ -80,12 +80,31 @@ class RemoteProducer:
                 validate_topic_name(topic)
                 if not self.auto_create:
                     raise
-                self.store.create_topic(topic, exist_ok=True)
+                count = self._auto_create(topic)
                 if self.on_create is not None:
                     self.on_create(topic)
-                count = self.store.partition_count(topic)
             self._counts[topic] = count
         return count
+
+    def _auto_create(self, topic: str) -> int:
+        """As Kafka's producers do: ask for the topic's metadata, and the cluster creates it with its
+        defaults if its auto.create.topics.enable allows."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self.store.timeout
+        while True:
+            try:
+                md = self._producer.list_topics(topic, timeout=self.store.timeout)
+            except KafkaException as e:
+                raise self.store.unreachable(e) from None
+            tm = md.topics.get(topic)
+            if tm is not None and tm.error is None and tm.partitions:
+                self.store.forget_topic_cache(topic)
+                return len(tm.partitions)
+            if time.monotonic() > deadline:
+                raise UnknownTopicError(f"unknown topic '{topic}' ({self.store.target.label} did not create it: "
+                                        "create it first, or enable auto.create.topics.enable there)")
+            time.sleep(0.1)
 
     # -- sending -------------------------------------------------------------------------------
     def send(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None,
