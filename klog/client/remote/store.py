@@ -313,6 +313,11 @@ class RemoteStore:
 
         return RemoteConsumer(self, list(topics), **kwargs)
 
+    def group_consumer(self, group: str, *topics: str, **kwargs):  # noqa: ANN201 - see RemoteGroupConsumer
+        from klog.client.remote.group import RemoteGroupConsumer
+
+        return RemoteGroupConsumer(self, group, list(topics), **kwargs)
+
     def partition(self, topic: str, partition: int):  # noqa: ANN201 - the local store's file-level view
         count = self.partition_count(topic)
         if not 0 <= partition < count:
