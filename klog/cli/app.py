@@ -60,7 +60,8 @@ def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klo
 # -- the cluster backend: one option set, added to the commands that work against a cluster ----
 CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
-                    ("topics", "delete")}
+                    ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
+                    ("groups", "delete"), ("groups", "delete-offsets")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
 _cluster_target = None  # the ClusterTarget of the running command, None for the local store
