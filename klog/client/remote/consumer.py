@@ -32,6 +32,7 @@ class _RemoteCursor:
     partition: int
     offset: int
     stop: int | None  # exclusive end offset, None when following
+    end_at_start: int = 0  # the high watermark when the consumer started (a follower merges up to it)
     buffer: deque = field(default_factory=deque)
 
     @property
@@ -91,7 +92,7 @@ class RemoteConsumer:
         for p in parts:
             lo, hi = low[p] or 0, high[p] or 0
             out.append(_RemoteCursor(topic, p, self._start_offset(topic, p, lo, hi, at.get(p)),
-                                     None if self.follow else hi))
+                                     None if self.follow else hi, hi))
         return out
 
     def _start_offset(self, topic: str, p: int, low: int, high: int, at: int | None) -> int:
@@ -216,15 +217,20 @@ class RemoteConsumer:
             self._by_tp[(r.topic, r.partition)].buffer.append(r)
 
     def _partition_stream(self, cursor: _RemoteCursor, check: Callable[[bool], None]) -> Iterator[Record]:
+        end = cursor.stop if cursor.stop is not None else cursor.end_at_start
         while True:
-            while cursor.buffer:
+            while cursor.buffer and cursor.buffer[0].offset < end:
                 yield cursor.buffer.popleft()
-            if cursor.done:
+            if cursor.buffer or cursor.offset >= end:
                 return
             self._fill(check)
 
     def _iterate(self) -> Iterator[Record]:
         check = self._progress_guard()
+        if self.merge and len(self.cursors) > 1:
+            # what is there now merged in timestamp order (as the local consumer does), then as it arrives
+            yield from heapq.merge(*(self._partition_stream(c, check) for c in self.cursors),
+                                   key=lambda r: r.timestamp)
         if self.follow or len(self.cursors) == 1 or not self.merge:
             while not self._all_done():
                 for c in self.cursors:
@@ -233,8 +239,6 @@ class RemoteConsumer:
                 records = self._records(self._fetch())
                 check(bool(records))
                 yield from records
-            return
-        yield from heapq.merge(*(self._partition_stream(c, check) for c in self.cursors), key=lambda r: r.timestamp)
 
     def __iter__(self) -> Iterator[Record]:
         emitted = 0
