@@ -137,15 +137,20 @@ class LogSegment:
         return None
 
     def walk_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-        """Like iter_headers, one 61-byte pread per batch: for short walks (index hint to target)
-        where reading the batches themselves would cost more than the headers."""
+        """Like iter_headers, one header-sized pread per batch: for short walks (index hint to
+        target) where reading the batches themselves would cost more than the headers."""
         pos = start
-        while pos + RECORD_BATCH_OVERHEAD <= end:
-            head = self.read_bytes(pos, RECORD_BATCH_OVERHEAD)
-            if len(head) < RECORD_BATCH_OVERHEAD:
-                return
+        while pos + HEADER_SIZE_UP_TO_MAGIC <= end:
+            head = self.read_bytes(pos, min(RECORD_BATCH_OVERHEAD, end - pos))
+            need = codec.header_bytes(head, 0)
+            if need > len(head):  # a magic 0/1 entry: its header is the whole entry
+                if pos + need > end:
+                    return
+                head = self.read_bytes(pos, need)
+                if len(head) < need:
+                    return
             header = read_header(head)
-            if header.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or header.magic != MAGIC_V2:
+            if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
                 raise CorruptLogError("invalid batch header", self.log_path, pos, header.base_offset)
             if pos + header.size > end:
                 return
