@@ -333,18 +333,9 @@ _MIN_RECORD_BYTES = 7
 _GC_PAUSE_MIN_RECORDS = 512
 
 
-def decode_batch_records(buf: bytes, pos: int, header: BatchHeader) -> list[RecordOut]:
-    """Decode every record of the batch at buf[pos:]; the caller has already checked the CRC.
-
-    Returns (offset, timestamp, key, value, headers) tuples; key, value and header values are
-    `bytes` (or None), whatever buffer type `buf` is. Raises CorruptLogError (without a path; the
-    caller adds it) when the records do not fill the batch exactly (Kafka's "Incorrect declared
-    batch size"), when a record's fields do not fill its declared length, or for a malformed
-    varint; klog.errors.CompressionError (a CorruptLogError) when the records section does not
-    decompress; klog.errors.UnsupportedCodecError for codec ids 5-7.
-    """
-    if header.magic < MAGIC_V2:
-        return legacy.records_of(buf, pos)
+def _records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, int, int]:
+    """The v2 batch's records section as (bytes, start, stop), decompressed if need be; checks
+    that the record count can fit (each record takes at least _MIN_RECORD_BYTES)."""
     end = pos + header.size
     count = header.records_count
     codec = header.attributes & COMPRESSION_CODEC_MASK
@@ -369,14 +360,31 @@ def decode_batch_records(buf: bytes, pos: int, header: BatchHeader) -> list[Reco
     if count < 0 or count > (stop - start) // _MIN_RECORD_BYTES:
         raise CorruptLogError(f"invalid record count {count} for a batch of {header.size} bytes",
                               offset=header.base_offset)
+    return data, start, stop
+
+
+def decode_batch_records(buf: bytes, pos: int, header: BatchHeader) -> list[RecordOut]:
+    """Decode every record of the batch at buf[pos:]; the caller has already checked the CRC.
+
+    Returns (offset, timestamp, key, value, headers) tuples; key, value and header values are
+    `bytes` (or None), whatever buffer type `buf` is. Raises CorruptLogError (without a path; the
+    caller adds it) when the records do not fill the batch exactly (Kafka's "Incorrect declared
+    batch size"), when a record's fields do not fill its declared length, or for a malformed
+    varint; klog.errors.CompressionError (a CorruptLogError) when the records section does not
+    decompress; klog.errors.UnsupportedCodecError for codec ids 5-7.
+    """
+    if header.magic < MAGIC_V2:
+        return legacy.records_of(buf, pos)
+    data, start, stop = _records_section(buf, pos, header)
     # The loop allocates two tracked containers per record (the tuple and its headers list), so
     # on a big batch the cyclic GC would run every few hundred records and, as the list grows and
     # gets promoted, walk the whole heap; none of them can form a cycle, so pause it meanwhile.
-    pause_gc = count >= _GC_PAUSE_MIN_RECORDS and gc.isenabled()
+    pause_gc = header.records_count >= _GC_PAUSE_MIN_RECORDS and gc.isenabled()
     if pause_gc:
         gc.disable()
     try:
-        records, consumed_to = _decode_records(data, start, count, header.base_offset, header.base_timestamp)
+        records, consumed_to = _decode_records(data, start, header.records_count, header.base_offset,
+                                               header.base_timestamp)
     except (ValueError, IndexError) as e:
         raise CorruptLogError(f"malformed records in batch: {e}", offset=header.base_offset) from None
     finally:
@@ -493,6 +501,95 @@ def _decode_records(data: bytes, pos: int, count: int, base_offset: int,
             if pos != end:
                 raise ValueError("record fields do not fill its declared length")
         append((base_offset + off_delta, base_timestamp + ts_delta, key, value, headers))
+    return out, pos
+
+
+def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes | None = None) -> list[bytes | None]:
+    """The values of every record of the batch at buf[pos:], `null` for a null value: what
+    value-only output needs, without building a tuple, a headers list or timestamps per record.
+
+    The same checks as decode_batch_records (the CRC is the caller's), the same errors.
+    """
+    if header.magic < MAGIC_V2:
+        return [null if r[3] is None else r[3] for r in legacy.records_of(buf, pos)]
+    data, start, stop = _records_section(buf, pos, header)
+    try:
+        values, consumed_to = _decode_values(data, start, header.records_count, null)
+    except (ValueError, IndexError) as e:
+        raise CorruptLogError(f"malformed records in batch: {e}", offset=header.base_offset) from None
+    if consumed_to != stop:
+        raise CorruptLogError("incorrect declared batch size", offset=header.base_offset)
+    return values
+
+
+def _decode_values(data: bytes, pos: int, count: int, null: bytes | None) -> tuple[list[bytes | None], int]:
+    """_decode_records' loop keeping only the values (the other varints are stepped over, with
+    the same width checks; headers are checked only when a record has some)."""
+    zz = _ZIGZAG
+    zz2 = _ZIGZAG2
+    len2 = _LENGTH2
+    varint32 = _varint32
+    out: list[bytes | None] = []
+    append = out.append
+    for _ in repeat(None, count):
+        b = data[pos]
+        if b < 0x80:
+            end = pos + 1 + zz[b]
+            pos += 2
+        else:
+            c = data[pos + 1]
+            if c < 0x80:
+                end = pos + len2[c][b]
+                pos += 3
+            else:
+                n, pos = varint32(data, pos)
+                end = pos + n
+                pos += 1
+        # timestampDelta, offsetDelta: stepped over
+        if data[pos] < 0x80:
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            pos += 2
+        else:
+            pos = _varlong(data, pos)[1]
+        if data[pos] < 0x80:
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            pos += 2
+        else:
+            pos = varint32(data, pos)[1]
+        # key: stepped over
+        b = data[pos]
+        if b < 0x80:
+            n = zz[b]
+            pos += 1
+        else:
+            n, pos = varint32(data, pos)
+        if n > 0:
+            pos += n
+        # value
+        b = data[pos]
+        if b < 0x80:
+            n = zz[b]
+            pos += 1
+        else:
+            c = data[pos + 1]
+            if c < 0x80:
+                n = zz2[c][b]
+                pos += 2
+            else:
+                n, pos = varint32(data, pos)
+        if n < 0:
+            append(null)
+        else:
+            append(data[pos:pos + n])
+            pos += n
+        if data[pos] == 0 and pos + 1 == end:
+            pos = end
+        else:
+            pos = _decode_headers(data, pos)[1]
+            if pos != end:
+                raise ValueError("record fields do not fill its declared length")
     return out, pos
 
 
