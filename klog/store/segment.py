@@ -84,8 +84,8 @@ class LogSegment:
             if self._log_inode is not None:
                 # the cleaner swapped in a rewritten file (indexes first, then the log): reopen, reload
                 self.close()
-                self.offset_index._data = b""
-                self.time_index._data = b""
+                self.offset_index.forget()
+                self.time_index.forget()
             self._log_inode = st.st_ino
         return st.st_size
 
