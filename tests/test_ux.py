@@ -132,7 +132,7 @@ def test_follow_on_a_pipe_of_a_deleted_topic_exits_1(data_dir, cli):
     proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "gone", "-f"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO})
     try:
-        assert proc.stdout.readline() == b"one\n"
+        assert select.select([proc.stdout], [], [], 20)[0] and proc.stdout.readline() == b"one\n"
         assert cli("topics", "delete", "gone", "--yes").exit_code == 0
         cli("produce", "gone", input=b"two\n")  # created again: a new topic, not this one
         assert proc.wait(timeout=20) == 1
@@ -192,7 +192,7 @@ def test_group_member_client_ids_are_escaped(cli, data_dir):
                              "client.id=evil\x1b]0;TITLE\x07"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO})
     try:
-        assert proc.stdout.readline() == b"a\n"
+        assert select.select([proc.stdout], [], [], 20)[0] and proc.stdout.readline() == b"a\n"
         r = cli("groups", "describe", "g", "--members")
         assert r.exit_code == 0 and r"evil\x1b]0;TITLE\x07" in r.out and b"\x1b" not in r.stdout, r.out
     finally:
@@ -200,3 +200,27 @@ def test_group_member_client_ids_are_escaped(cli, data_dir):
         proc.wait(timeout=20)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_sigterm_and_ctrl_c_stop_plain_and_group_consumers_alike(cli, data_dir):
+    import signal
+
+    cli("produce", "t", input=b"a\n")
+    for group in (None, "g"):
+        for sig, code, said in ((signal.SIGTERM, 143, b"klog: terminated\n"), (signal.SIGINT, 130,
+                                                                              b"klog: interrupted\n")):
+            extra = ["-G", f"{group}-{sig}"] if group else []
+            proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "t", "-f", *extra],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO},
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            try:
+                assert select.select([proc.stdout], [], [], 20)[0] and proc.stdout.readline() == b"a\n"
+                proc.send_signal(sig)
+                assert (proc.wait(timeout=20), proc.stderr.read()) == (code, said), (extra, sig)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                proc.stdout.close()
+                proc.stderr.close()
