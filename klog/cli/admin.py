@@ -83,7 +83,14 @@ def register(app: typer.Typer) -> None:
                 print(f"baseOffset: {item['base_offset']} lastOffset: {item['last_offset']} "
                       f"count: {item['count']} position: {item['position']} size: {item['size']} "
                       f"CreateTime: {item['max_timestamp']} compression: {item['compression']} "
-                      f"crc: {item['crc']} isvalid: {str(item['valid']).lower()} epoch: {item['leader_epoch']}")
+                      f"crc: {item['crc']} isvalid: {str(item['valid']).lower()} epoch: {item['leader_epoch']} "
+                      f"magic: {item['magic']} producerId: {item['producer_id']} "
+                      f"producerEpoch: {item['producer_epoch']} baseSequence: {item['base_sequence']} "
+                      f"isTransactional: {str(item['transactional']).lower()} "
+                      f"isControl: {str(item['control']).lower()}")
+            elif "end_txn_marker" in item:
+                print(f"| offset: {item['offset']} timestamp: {item['timestamp']} "
+                      f"endTxnMarker: {item['end_txn_marker']} coordinatorEpoch: {item['coordinator_epoch']}")
             else:
                 headers = ",".join(f"{shown(k.encode())}={shown(v)}" for k, v in item["headers"])
                 print(f"| offset: {item['offset']} timestamp: {item['timestamp']} key: {shown(item['key'])} "

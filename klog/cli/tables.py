@@ -30,6 +30,8 @@ def human_size(n: int) -> str:
 
 
 def _cell(value: object) -> str:
+    if value is None:
+        return "-"  # not known (a cluster does not report every column)
     text = value if isinstance(value, str) else str(value)
     return terminal_safe(text.encode("utf-8", "surrogateescape"))
 
