@@ -17,7 +17,10 @@ from typing import Annotated, Any
 
 import typer
 
+from klog.cli import placeholders
 from klog.errors import KlogError
+
+placeholders.apply()
 
 
 class ExitStatus(IntEnum):
@@ -38,9 +41,23 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-DataDirOpt = Annotated[str | None, typer.Option(
-    "--data-dir", "-d", envvar="KLOG_DATA_DIR", show_envvar=True,
-    help="Store directory (default: ~/.local/share/klog, the XDG data directory).")]
+def data_dir_help() -> str:
+    """--data-dir's help naming the store in force: KLOG_DATA_DIR's, else the XDG default (home as ~)."""
+    home = os.path.expanduser("~")
+
+    def short(path: str) -> str:
+        return "~" + path[len(home):] if home not in ("", "/") and path.startswith(home + os.sep) else path
+
+    xdg = os.environ.get("XDG_DATA_HOME")
+    default = short(os.path.join(xdg, "klog")) if xdg else "~/.local/share/klog"
+    env = os.environ.get("KLOG_DATA_DIR")
+    if env:
+        return f"Store directory (now {short(env)}, from KLOG_DATA_DIR; default: {default}, the XDG data directory)."
+    return f"Store directory (default: {default}, the XDG data directory)."
+
+
+_DATA_DIR_OPTION = typer.Option("--data-dir", "-d", envvar="KLOG_DATA_DIR", show_envvar=True, help=data_dir_help())
+DataDirOpt = Annotated[str | None, _DATA_DIR_OPTION]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -164,6 +181,8 @@ _registered: set[str] = set()
 
 def _register(modules: set[str] | None = None) -> None:
     import importlib
+
+    _DATA_DIR_OPTION.help = data_dir_help()  # the environment of this run (tests run several)
 
     wanted = set(COMMAND_MODULES.values()) if modules is None else modules
     # dict order keeps `klog --help` listing commands in COMMAND_MODULES order

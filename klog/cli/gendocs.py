@@ -13,7 +13,8 @@ Man pages (`man/klog.1`, `man/klog-produce.1`, `man/klog-topics-create.1`, ...) 
 filled from `typer.main.get_command(app)` the way `click_man.core.generate_man_page` fills them. That
 function is not called directly: it keeps options with `isinstance(x, click.Option)`, and Typer's
 vendored parameters are not `click.Option`s, so every OPTIONS section would come out empty. The date
-field is the package version, so the output is the same on every machine and every day.
+field is left empty and the source is `klog VERSION`, so the output is the same on every machine and every
+day.
 
 Typer, click-man and the CLI are imported inside functions: click-man is a test extra, not a dependency.
 """
@@ -36,11 +37,12 @@ PROG_NAME = "klog"
 COMPLETE_VAR = "_KLOG_COMPLETE"
 COMPLETION_FILES = {"bash": "klog.bash", "zsh": "_klog", "fish": "klog.fish"}
 OUTPUT_DIRS = ("completions", "man")
-# NAME line: the first sentence of the help, cut at this many characters (click-man's default is 45)
-SHORT_HELP_CHARS_MAX = 100
+# NAME line: the first sentence of the help, whole (click-man's default cuts it at 45 characters)
+SHORT_HELP_CHARS_MAX = 1000
 # the generated text must not depend on the terminal (or CI) that runs the generator
 PINNED_ENV = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
 UNSET_ENV = ("FORCE_COLOR", "PY_COLORS", "CLICOLOR_FORCE", "GITHUB_ACTIONS", "TERMINAL_WIDTH",
+             "KLOG_DATA_DIR", "XDG_DATA_HOME",  # --data-dir's help names the store in force
              # makes get_command() swap --install/--show-completion flags for shell-name options
              "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION")
 
@@ -127,8 +129,8 @@ def man_page(ctx, version: str) -> str:  # noqa: ANN001
 
     cmd = ctx.command
     page = ManPage(ctx.command_path)
-    page.version = version
-    page.date = version  # fixed: a build date would make every regeneration differ
+    page.version = f"klog {version}"  # the footer's left: "klog 0.1.0"
+    page.date = ""  # no build date: it would make every regeneration differ
     page.short_help = roff_text(get_short_help_str(cmd, limit=SHORT_HELP_CHARS_MAX))
     page.description = roff_text(cleandoc(cmd.help or ""))
     page.synopsis = " ".join(cmd.collect_usage_pieces(ctx))
@@ -188,7 +190,7 @@ _CHOICES = re.compile(r"^\s*([a-z][\w.-]*(?: \| [\w.-]+)+)")
 
 def option_values(opts: list[str], help_text: str, param) -> object:  # noqa: ANN001
     """A list of the values an option takes, "topic" or "group" (names from the store), or None."""
-    choices = getattr(getattr(param, "type", None), "choices", None)
+    choices = getattr(getattr(param, "type_descriptor", None), "choices", None)
     if choices:
         return [str(c) for c in choices]
     long = max(opts, key=len)
