@@ -320,3 +320,22 @@ def test_man_pages_have_whole_names_and_a_klog_footer():
     for path in man.glob("*.1"):
         name_line = path.read_text().splitlines()[2]
         assert not name_line.endswith(("...", "…")), path.name
+
+
+def test_topics_clean_prints_only_what_changed_and_a_summary(cli, store):
+    store.create_topic("keep", partitions=3)
+    store.create_topic("trim", partitions=2, configs={"segment.bytes": "1024"})
+    with store.producer() as p:
+        for i in range(200):
+            p.send("keep", b"x" * 50)
+            p.send("trim", b"y" * 50, partition=0)
+            if i % 20 == 19:
+                p.flush()  # one batch each: segments of 1 KiB roll
+    store.alter_topic("trim", set_configs={"retention.bytes": "1500"})
+    r = cli("topics", "clean")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == ["Cleaned trim-0"], r.stderr
+    assert re.fullmatch(r"1 of 5 partitions changed: \d+ segments \(.*\) deleted, 0 records compacted away", lines[-1])
+    r = cli("topics", "clean")
+    assert r.stderr.splitlines() == ["0 of 5 partitions changed: 0 segments (0 B) deleted, 0 records compacted away"]
