@@ -1,0 +1,306 @@
+"""Consumer groups over the Kafka protocol: real clients (confluent-kafka, kafka-python, aiokafka,
+kcat) in groups coordinated by `klog serve`, their offsets in the same LMDB as `klog groups`.
+Every loop is bounded in count and time; every process and client started here is stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+
+KCAT = shutil.which("kcat")
+SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms: the shortest session a client may ask for
+FAST = {"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 300, "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000}
+
+
+def klog_cli(data_dir: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    return subprocess.run([sys.executable, "-m", "klog", *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def produce(server, topic: str, values: list[bytes], partitions: int | None = None) -> None:
+    from confluent_kafka import Producer
+
+    if partitions is not None:
+        server.store.create_topic(topic, partitions=partitions)
+    p = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5})
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, key=b"k%d" % i)
+    assert p.flush(20) == 0
+
+
+def confluent_consumer(server, group: str, **extra):
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": server.bootstrap, "group.id": group, **FAST, **extra})
+
+
+class Tracker:
+    """One in-process confluent consumer: what it read, what it holds."""
+
+    def __init__(self, consumer, topic: str, cooperative: bool = False) -> None:
+        self.consumer = consumer
+        self.cooperative = cooperative
+        self.values: list[bytes] = []
+        self.assigned: set[int] = set()
+        self.failed_commits = 0  # refused during a rebalance (Kafka does too): the record may be read again
+        consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def _on_assign(self, consumer, partitions) -> None:
+        if self.cooperative:
+            self.assigned |= {p.partition for p in partitions}
+            consumer.incremental_assign(partitions)
+        else:
+            self.assigned = {p.partition for p in partitions}
+            consumer.assign(partitions)
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        # nothing to commit here: every record read is committed at once (poll)
+        if self.cooperative:
+            self.assigned -= {p.partition for p in partitions}
+            consumer.incremental_unassign(partitions)
+        else:
+            self.assigned = set()
+            consumer.unassign()
+
+    def poll(self, timeout: float = 0.1) -> None:
+        msg = self.consumer.poll(timeout)
+        if msg is not None and msg.error() is None:
+            from confluent_kafka import KafkaError, KafkaException
+
+            self.values.append(msg.value())
+            try:
+                self.consumer.commit(msg, asynchronous=False)
+            except KafkaException as e:
+                # a cooperative member keeps reading while the group completes a rebalance; Kafka refuses
+                # its commits then with REBALANCE_IN_PROGRESS, as here
+                if e.args[0].code() != KafkaError.REBALANCE_IN_PROGRESS:
+                    raise
+                self.failed_commits += 1
+
+
+def poll_until(trackers: list[Tracker], done, seconds: float, what: str, extra=lambda: None) -> None:
+    deadline = time.monotonic() + seconds
+    for _ in range(int(seconds * 50)):
+        for t in trackers:
+            t.poll(0.05)
+        extra()
+        if done():
+            return
+        if time.monotonic() > deadline:
+            break
+    raise AssertionError(f"timed out waiting for {what}: " + "; ".join(
+        f"assigned {sorted(t.assigned)}, read {len(t.values)}" for t in trackers))
+
+
+CHILD = r"""
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "session.timeout.ms": 6000,
+              "heartbeat.interval.ms": 300, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+def on_assign(consumer, parts):
+    consumer.assign(parts)
+    print("assigned", ",".join(str(p.partition) for p in parts), flush=True)
+c.subscribe([sys.argv[3]], on_assign=on_assign)
+while True:
+    m = c.poll(0.1)
+    if m is not None and m.error() is None:
+        c.commit(m, asynchronous=False)
+        print("value", m.value().decode(), flush=True)
+"""
+
+
+class Child:
+    """A confluent consumer in a subprocess (so it can be SIGKILLed); reads its lines without blocking."""
+
+    def __init__(self, server, group: str, topic: str) -> None:
+        env = {**os.environ, "PYTHONPATH": REPO}
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, server.bootstrap, group, topic],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self.buffer = b""
+        self.values: list[bytes] = []
+        self.assigned: set[int] = set()
+
+    def read(self) -> None:
+        chunk = self.proc.stdout.read() or b""
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            kind, _, rest = line.partition(b" ")
+            if kind == b"value":
+                self.values.append(rest)
+            elif kind == b"assigned":
+                self.assigned = {int(p) for p in rest.split(b",") if p}
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc.stdout.close()
+
+
+def values(n: int, prefix: str = "v") -> list[bytes]:
+    return [f"{prefix}{i}".encode() for i in range(n)]
+
+
+@pytest.mark.slow
+def test_confluent_group_of_three_rebalances_on_leave_and_on_sigkill(kafka_server, data_dir):
+    produce(kafka_server, "orders", values(300), partitions=6)
+    child = Child(kafka_server, "three", "orders")
+    a = Tracker(confluent_consumer(kafka_server, "three", **{"client.id": "a"}), "orders")
+    b = Tracker(confluent_consumer(kafka_server, "three", **{"client.id": "b"}), "orders")
+    try:
+        everyone = lambda: a.assigned | b.assigned | child.assigned  # noqa: E731
+        poll_until([a, b], lambda: len(a.values) + len(b.values) + len(child.values) >= 300
+                   and a.assigned and b.assigned and child.assigned, 60, "three members to read 300 records",
+                   child.read)
+        assert everyone() == set(range(6))
+        assert not a.assigned & b.assigned and not (a.assigned | b.assigned) & child.assigned
+        assert sorted(a.values + b.values + child.values) == sorted(values(300))  # each once
+        listed = klog_cli(data_dir, "groups", "list")
+        assert "three" in listed.stdout and "Stable" in listed.stdout, listed
+        described = klog_cli(data_dir, "groups", "describe", "three", "--json")
+        assert described.returncode == 0 and "\"lag\": 0" in described.stdout, described
+
+        # b leaves cleanly: a and the child share its partitions at once
+        b.consumer.close()
+        poll_until([a], lambda: a.assigned and child.assigned and (a.assigned | child.assigned) == set(range(6))
+                   and not a.assigned & child.assigned, 30, "a and the child to take over b's partitions",
+                   child.read)
+
+        # the child is SIGKILLed: after its session times out, a holds everything
+        child.kill()
+        started = time.monotonic()
+        poll_until([a], lambda: a.assigned == set(range(6)), 40, "a to take over the killed member's partitions")
+        assert time.monotonic() - started >= SESSION_MS / 1000 - 1  # expelled by the session timeout
+        produce(kafka_server, "orders", values(60, "w"))
+        poll_until([a], lambda: set(values(60, "w")) <= set(a.values), 30, "a to read the new records")
+        assert set(a.values) | set(b.values) | set(child.values) == set(values(300)) | set(values(60, "w"))
+    finally:
+        child.kill()
+        for t in (a, b):
+            try:
+                t.consumer.close()
+            except RuntimeError:
+                pass  # already closed
+    described = klog_cli(data_dir, "groups", "describe", "three", "--json")
+    assert described.returncode == 0 and '"lag": 0' in described.stdout and '"lag": 1' not in described.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["roundrobin", "cooperative-sticky"])
+def test_confluent_assignors_share_partitions(kafka_server, strategy):
+    produce(kafka_server, "jobs", values(120), partitions=4)
+    extra = {"partition.assignment.strategy": strategy}
+    coop = strategy == "cooperative-sticky"
+    a = Tracker(confluent_consumer(kafka_server, "assign-" + strategy, **extra), "jobs", coop)
+    b = None
+    try:
+        poll_until([a], lambda: len(a.values) >= 40 and a.assigned == set(range(4)), 30, "a to start reading")
+        b = Tracker(confluent_consumer(kafka_server, "assign-" + strategy, **extra), "jobs", coop)
+        poll_until([a, b], lambda: len(a.values) + len(b.values) >= 120 and a.assigned and b.assigned
+                   and a.assigned | b.assigned == set(range(4)) and not a.assigned & b.assigned, 40,
+                   "a and b to share the partitions")
+        assert set(a.values + b.values) == set(values(120))
+        assert len(a.values + b.values) <= 120 + a.failed_commits + b.failed_commits
+    finally:
+        a.consumer.close()
+        if b is not None:
+            b.consumer.close()
+
+
+def test_group_offsets_are_klogs_lag_and_reset_moves_where_a_client_resumes(kafka_server, data_dir):
+    produce(kafka_server, "events", values(50), partitions=1)
+    a = Tracker(confluent_consumer(kafka_server, "resets"), "events")
+    try:
+        poll_until([a], lambda: len(a.values) == 50, 30, "50 records")
+        produce(kafka_server, "events", values(5, "late"))
+        described = klog_cli(data_dir, "groups", "describe", "resets")
+        assert described.returncode == 0
+        row = [line.split() for line in described.stdout.splitlines() if line.startswith("events")][0]
+        assert row[2] == "50" and row[5] in ("0", "5"), described.stdout  # the late ones may be read already
+        refused = klog_cli(data_dir, "groups", "reset-offsets", "resets", "--topic", "events", "--to-earliest",
+                           "--execute")
+        assert refused.returncode == 1 and "live member" in refused.stderr and "Kafka client" in refused.stderr
+        assert refused.stderr.count("\n") == 1, refused.stderr  # one line
+    finally:
+        a.consumer.close()
+    ok = klog_cli(data_dir, "groups", "reset-offsets", "resets", "--topic", "events", "--to-offset", "45",
+                  "--execute")
+    assert ok.returncode == 0, ok.stderr
+    again = Tracker(confluent_consumer(kafka_server, "resets"), "events")
+    try:
+        poll_until([again], lambda: len(again.values) >= 10, 30, "the reset offsets")
+        assert again.values[:10] == values(50)[45:] + values(5, "late")
+    finally:
+        again.consumer.close()
+
+
+def test_kafka_python_group_consumer(kafka_server, data_dir):
+    from kafka import KafkaConsumer, TopicPartition
+
+    produce(kafka_server, "kp", values(40), partitions=2)
+    consumer = KafkaConsumer("kp", bootstrap_servers=kafka_server.bootstrap, group_id="kp-group",
+                             auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=SESSION_MS,
+                             heartbeat_interval_ms=500, consumer_timeout_ms=20_000)
+    try:
+        got = []
+        for msg in consumer:
+            got.append(msg.value)
+            if len(got) == 40:
+                break
+        consumer.commit()
+        assert sorted(got) == sorted(values(40))
+        assert consumer.committed(TopicPartition("kp", 0)) + consumer.committed(TopicPartition("kp", 1)) == 40
+    finally:
+        consumer.close()
+    committed = klog_cli(data_dir, "groups", "describe", "kp-group", "--json")
+    assert committed.returncode == 0 and committed.stdout.count('"lag": 0') == 2, committed.stdout
+
+
+def test_aiokafka_group_consumer(kafka_server):
+    from aiokafka import AIOKafkaConsumer
+
+    produce(kafka_server, "aio", values(30), partitions=3)
+
+    async def consume() -> list[bytes]:
+        consumer = AIOKafkaConsumer("aio", bootstrap_servers=kafka_server.bootstrap, group_id="aio-group",
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
+        await consumer.start()
+        try:
+            got: list[bytes] = []
+            async with asyncio.timeout(30):
+                while len(got) < 30:
+                    batches = await consumer.getmany(timeout_ms=500)
+                    got.extend(m.value for msgs in batches.values() for m in msgs)
+            await consumer.commit()
+            return got
+        finally:
+            await consumer.stop()
+
+    got = asyncio.run(consume())
+    assert sorted(got) == sorted(values(30))
+    from klog.meta.groups import GroupsMeta
+
+    committed = GroupsMeta(kafka_server.store.meta).committed("aio-group")
+    assert sum(c.offset for c in committed.values()) == 30
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat not installed")
+def test_kcat_balanced_consumer(kafka_server):
+    produce(kafka_server, "kc", values(25), partitions=2)
+    out = subprocess.run([KCAT, "-b", kafka_server.bootstrap, "-G", "kcat-group", "-X", "auto.offset.reset=earliest",
+                          "-X", "session.timeout.ms=6000", "-e", "-q", "-f", "%s\n", "kc"],
+                         capture_output=True, timeout=60)
+    assert sorted(out.stdout.split()) == sorted(values(25)), out.stderr[-500:]
