@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import REPO
 
 KCAT = shutil.which("kcat")
+# kafka-python reads its schemas with importlib.resources' deprecated helpers
+pytestmark = pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
 SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms: the shortest session a client may ask for
 FAST = {"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 300, "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000}
@@ -168,7 +170,8 @@ def test_confluent_group_of_three_rebalances_on_leave_and_on_sigkill(kafka_serve
         assert not a.assigned & b.assigned and not (a.assigned | b.assigned) & child.assigned
         assert sorted(a.values + b.values + child.values) == sorted(values(300))  # each once
         listed = klog_cli(data_dir, "groups", "list")
-        assert "three" in listed.stdout and "Stable" in listed.stdout, listed
+        row = next(line.split() for line in listed.stdout.splitlines() if line.startswith("three "))
+        assert row[1:3] == ["Stable", "3"] and row[-1] == "orders", listed.stdout
         described = klog_cli(data_dir, "groups", "describe", "three", "--json")
         assert described.returncode == 0 and "\"lag\": 0" in described.stdout, described
 
@@ -304,3 +307,48 @@ def test_kcat_balanced_consumer(kafka_server):
                           "-X", "session.timeout.ms=6000", "-e", "-q", "-f", "%s\n", "kc"],
                          capture_output=True, timeout=60)
     assert sorted(out.stdout.split()) == sorted(values(25)), out.stderr[-500:]
+
+
+def test_confluent_admin_lists_describes_and_deletes_groups_and_offsets(kafka_server, data_dir):
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    produce(kafka_server, "adm", values(10), partitions=2)
+    a = Tracker(confluent_consumer(kafka_server, "adm-group", **{"client.id": "admin-test"}), "adm")
+    admin = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    kp_admin = KafkaAdminClient(bootstrap_servers=kafka_server.bootstrap)
+    try:
+        poll_until([a], lambda: len(a.values) == 10, 30, "10 records")
+        listed = admin.list_consumer_groups().result(10)
+        assert {g.group_id: g.state.name for g in listed.valid}["adm-group"] == "STABLE"
+        desc = admin.describe_consumer_groups(["adm-group"])["adm-group"].result(10)
+        assert desc.state.name == "STABLE" and desc.partition_assignor == "range"
+        (member,) = desc.members
+        assert member.client_id == "admin-test"
+        assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1]
+        offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("adm-group")])["adm-group"]
+        assert sum(tp.offset for tp in offsets.result(10).topic_partitions) == 10
+        busy = admin.delete_consumer_groups(["adm-group"])["adm-group"]
+        with pytest.raises(Exception, match="NON_EMPTY_GROUP"):
+            busy.result(10)
+        # OffsetDelete (confluent-kafka's Python AdminClient lacks it; kafka-python has it)
+        errors = kp_admin.delete_group_offsets("adm-group", [KpTopicPartition("adm", 0)])
+        assert [e.__name__ for e in errors.values()] == ["GroupSubscribedToTopicError"]
+    finally:
+        a.consumer.close()
+    errors = kp_admin.delete_group_offsets("adm-group", [KpTopicPartition("adm", 0)])
+    assert [e.__name__ for e in errors.values()] == ["NoError"]
+    kp_admin.close()
+    from klog.meta.groups import GroupsMeta
+
+    assert [tp[1] for tp in GroupsMeta(kafka_server.store.meta).committed("adm-group")] == [1]
+    admin.delete_consumer_groups(["adm-group"])["adm-group"].result(10)
+    assert GroupsMeta(kafka_server.store.meta).committed("adm-group") == {}
+    assert "adm-group" not in klog_cli(data_dir, "groups", "list").stdout
+    # klog's own groups are listed over the protocol too
+    with kafka_server.store.group_consumer("klog-own", "adm", follow=False) as own:
+        next(iter(own))
+        listed = {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+        assert "klog-own" in listed
