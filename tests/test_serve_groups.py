@@ -352,3 +352,57 @@ def test_confluent_admin_lists_describes_and_deletes_groups_and_offsets(kafka_se
         next(iter(own))
         listed = {g.group_id for g in admin.list_consumer_groups().result(10).valid}
         assert "klog-own" in listed
+
+
+@pytest.mark.slow
+def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(kafka_server):
+    produce(kafka_server, "st", values(40), partitions=4)
+    a = Tracker(confluent_consumer(kafka_server, "static", **{"group.instance.id": "inst-a"}), "st")
+    b = Tracker(confluent_consumer(kafka_server, "static", **{"group.instance.id": "inst-b"}), "st")
+    again = None
+    try:
+        poll_until([a, b], lambda: len(a.values) + len(b.values) == 40 and a.assigned and b.assigned, 30,
+                   "two static members to read 40 records")
+        group = kafka_server.coordinator.machine.groups["static"]
+        generation, held_by_a = group.generation, set(a.assigned)
+        a.consumer.close()  # a static member does not leave on close: its partitions wait for it
+        b_before = set(b.assigned)
+        again = Tracker(confluent_consumer(kafka_server, "static", **{"group.instance.id": "inst-a"}), "st")
+        poll_until([again, b], lambda: again.assigned == held_by_a, 20, "the restarted member's partitions")
+        assert group.generation == generation and b.assigned == b_before
+    finally:
+        for t in (a, b, again):
+            if t is not None:
+                try:
+                    t.consumer.close()
+                except RuntimeError:
+                    pass  # already closed
+
+
+def test_klog_consumers_and_kafka_clients_do_not_share_a_live_group(kafka_server):
+    from confluent_kafka import KafkaError
+
+    from klog.errors import GroupError
+
+    produce(kafka_server, "mix", values(5), partitions=1)
+    a = Tracker(confluent_consumer(kafka_server, "kafka-side"), "mix")
+    try:
+        poll_until([a], lambda: len(a.values) == 5, 30, "5 records")
+        with pytest.raises(GroupError, match="Kafka client member"):
+            kafka_server.store.group_consumer("kafka-side", "mix", follow=False).__enter__()
+    finally:
+        a.consumer.close()
+    with kafka_server.store.group_consumer("klog-side", "mix", follow=False) as own:
+        next(iter(own))
+        c = confluent_consumer(kafka_server, "klog-side")
+        try:
+            c.subscribe(["mix"])
+            errors = []
+            for _ in range(100):
+                msg = c.poll(0.1)
+                if msg is not None:
+                    errors.append(msg.error() and msg.error().code())
+                    break
+            assert errors == [KafkaError.INCONSISTENT_GROUP_PROTOCOL]
+        finally:
+            c.close()
