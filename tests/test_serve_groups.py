@@ -24,9 +24,10 @@ FAST = {"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 300, "enable.
         "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000}
 
 
-def klog_cli(data_dir: str, *args: str) -> subprocess.CompletedProcess:
+def klog_cli(data_dir: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
-    return subprocess.run([sys.executable, "-m", "klog", *args], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run([sys.executable, "-m", "klog", *args], capture_output=True, text=True, env=env, timeout=60,
+                          input=stdin)
 
 
 def produce(server, topic: str, values: list[bytes], partitions: int | None = None) -> None:
@@ -406,3 +407,42 @@ def test_klog_consumers_and_kafka_clients_do_not_share_a_live_group(kafka_server
             assert errors == [KafkaError.INCONSISTENT_GROUP_PROTOCOL]
         finally:
             c.close()
+
+
+def test_a_killed_server_frees_its_groups_for_klog_admin(data_dir):
+    """kill -9 of klog serve: its Kafka clients' members are dead at once for `klog groups` (they lived in
+    the server's process), so the group can be reset without waiting for a session timeout."""
+    from confluent_kafka import Consumer
+
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "serve", "--listen", "127.0.0.1:0"],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    consumer = None
+    try:
+        line = proc.stderr.readline()
+        port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
+        assert klog_cli(data_dir, "topics", "create", "k9", "--partitions", "1").returncode == 0
+        assert klog_cli(data_dir, "produce", "k9", stdin="one\n").returncode == 0
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "orphan", **FAST,
+                             "session.timeout.ms": 60_000})
+        consumer.subscribe(["k9"])
+        for _ in range(300):
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error() is None:
+                consumer.commit(msg, asynchronous=False)
+                break
+        live = klog_cli(data_dir, "groups", "describe", "orphan")
+        assert "1 live member" in live.stderr, live
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        after = klog_cli(data_dir, "groups", "describe", "orphan")
+        assert "Empty" in after.stderr and "0 live member" in after.stderr, after
+        reset = klog_cli(data_dir, "groups", "reset-offsets", "orphan", "--topic", "k9", "--to-earliest", "--execute")
+        assert reset.returncode == 0, reset.stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+        if consumer is not None:
+            consumer.close()
