@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode as E
 
-from klog.server.coordinator import COMPLETING, EMPTY, PREPARING, STABLE, GroupCoordinator
+from klog.server.coordinator import COMPLETING, EMPTY, PREPARING, STABLE, GroupStateMachine
 
 SESSION = 10_000
 REBALANCE = 20_000
@@ -34,12 +34,12 @@ class Replies:
         return self.got[0]
 
 
-def make(delay: int = DELAY) -> tuple[GroupCoordinator, Clock]:
+def make(delay: int = DELAY) -> tuple[GroupStateMachine, Clock]:
     clock = Clock()
-    return GroupCoordinator(clock, initial_rebalance_delay_ms=delay), clock
+    return GroupStateMachine(clock, initial_rebalance_delay_ms=delay), clock
 
 
-def join(c: GroupCoordinator, member_id: str = "", protocols=(("range", b"m"),), instance: str | None = None,
+def join(c: GroupStateMachine, member_id: str = "", protocols=(("range", b"m"),), instance: str | None = None,
          require: bool = False, group: str = "g", session: int = SESSION) -> Replies:
     r = Replies()
     c.join(group, member_id, instance, client_id="c", client_host="127.0.0.1", session_timeout_ms=session,
@@ -48,14 +48,14 @@ def join(c: GroupCoordinator, member_id: str = "", protocols=(("range", b"m"),),
     return r
 
 
-def sync(c: GroupCoordinator, gen: int, member_id: str, assignments=None, instance: str | None = None) -> Replies:
+def sync(c: GroupStateMachine, gen: int, member_id: str, assignments=None, instance: str | None = None) -> Replies:
     r = Replies()
     c.sync("g", gen, member_id, instance, protocol_type="consumer", protocol_name=None,
            assignments=assignments or {}, respond=r)
     return r
 
 
-def stable_group(c: GroupCoordinator, clock: Clock, n: int) -> list[str]:
+def stable_group(c: GroupStateMachine, clock: Clock, n: int) -> list[str]:
     """n members joined and synced (leader first); returns the member ids."""
     joins = [join(c) for _ in range(n)]
     assert all(not j.got for j in joins)  # a new group waits for more members first

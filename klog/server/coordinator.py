@@ -107,7 +107,7 @@ class Group:
         return not self.pending and all(m.join_cb is not None for m in self.members.values())
 
 
-class GroupCoordinator:
+class GroupStateMachine:
     """Every classic group of this node, in memory. Not thread-safe: call from one thread (the loop)."""
 
     def __init__(self, clock: Callable[[], int], *, min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
