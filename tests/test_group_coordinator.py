@@ -1,10 +1,18 @@
-"""The classic group coordinator's state machine, driven by an injected clock (no sleeping)."""
+"""The classic group coordinator's state machine, driven by an injected clock (no sleeping), and the
+LMDB record of the groups it serves."""
 
 from __future__ import annotations
 
+import subprocess
+
+import pytest
 from kio.schema.errors import ErrorCode as E
 
+from klog.errors import GroupError
+from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time
+from klog.server import consumer_protocol as cp
 from klog.server.coordinator import COMPLETING, EMPTY, PREPARING, STABLE, GroupStateMachine
+from klog.store.state import current_boot_id
 
 SESSION = 10_000
 REBALANCE = 20_000
@@ -238,3 +246,38 @@ def test_join_while_stable_returns_current_generation_for_an_unchanged_follower(
     assert j.one.error == E.none and j.one.generation == 1 and c.groups["g"].state == STABLE
     j = join(c, leader)  # the leader re-joining means it wants a new assignment
     assert not j.got and c.groups["g"].state == PREPARING
+
+
+def test_consumer_protocol_round_trip_and_garbage() -> None:
+    assert cp.subscription_topics(cp.encode_subscription(["b", "a"])) == ["a", "b"]
+    parts = [("a", 1), ("a", 0), ("b", 3)]
+    assert cp.assignment_partitions(cp.encode_assignment(parts)) == sorted(parts)
+    for garbage in (b"", b"\x00", b"\x00\x00\x7f\xff\xff\xff", b"\x00\x00\x00\x00\x00\x01\x00\x09ab"):
+        assert cp.subscription_topics(garbage) == [] and cp.assignment_partitions(garbage) == []
+
+
+def test_served_members_live_with_the_server_process(store) -> None:
+    """A Kafka client's member recorded by klog serve counts as live while that process runs: klog's
+    reset and join are refused; once the process is gone they go ahead."""
+    store.create_topic("t", partitions=1)
+    meta = GroupsMeta(store.meta)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        pid = child.pid
+        member = Member("kafka-1", "rdkafka", "127.0.0.1", pid, process_start_time(pid), current_boot_id().hex(),
+                        ["t"], "range", 45_000, now_ms(), now_ms() - 3_600_000, 1, f"klog serve pid {pid}")
+        meta.publish_served("g", f"klog serve pid {pid}", 1, "range", [member], {"kafka-1": [("t", 0)]})
+        snap = meta.snapshot("g")
+        assert snap.state == "Stable" and [m.member_id for m in snap.live] == ["kafka-1"]
+        with pytest.raises(GroupError, match="Kafka client rdkafka at 127.0.0.1 via klog serve"):
+            meta.set_offsets("g", {("t", 0): 0})
+        with pytest.raises(GroupError, match="Kafka client member"):
+            store.group_consumer("g", "t", follow=False).__enter__()
+    finally:
+        child.kill()
+        child.wait()
+    assert meta.snapshot("g").state == "Empty"
+    meta.set_offsets("g", {("t", 0): 0})
+    assert meta.committed("g")[("t", 0)].offset == 0
+    with store.group_consumer("g", "t", follow=False):  # klog's consumers take the group over
+        assert meta.snapshot("g").doc.served_by is None

@@ -223,6 +223,7 @@ def test_confluent_assignors_share_partitions(kafka_server, strategy):
             b.consumer.close()
 
 
+@pytest.mark.slow
 def test_group_offsets_are_klogs_lag_and_reset_moves_where_a_client_resumes(kafka_server, data_dir):
     produce(kafka_server, "events", values(50), partitions=1)
     a = Tracker(confluent_consumer(kafka_server, "resets"), "events")
