@@ -233,7 +233,7 @@ def test_pending_member_id_expires() -> None:
     assert c.groups["g"].pending
     clock.now += SESSION
     c.tick()
-    assert not c.groups["g"].pending
+    assert "g" not in c.groups  # nothing but a handed-out id: forgotten (no memory kept per bogus join)
     assert join(c, first.one.member_id, require=True).one.error == E.unknown_member_id
 
 
@@ -281,3 +281,12 @@ def test_served_members_live_with_the_server_process(store) -> None:
     assert meta.committed("g")[("t", 0)].offset == 0
     with store.group_consumer("g", "t", follow=False):  # klog's consumers take the group over
         assert meta.snapshot("g").doc.served_by is None
+
+
+def test_requests_naming_unknown_groups_leave_nothing_behind() -> None:
+    c, _ = make()
+    assert join(c, "someone", group="ghost").one.error == E.unknown_member_id
+    assert c.heartbeat("ghost", 1, "someone", None) == E.unknown_member_id
+    assert sync(c, 1, "someone").one.error == E.unknown_member_id
+    assert c.leave("ghost", [("someone", None)]) == (E.unknown_member_id, [E.unknown_member_id])
+    assert c.groups == {} and c.next_deadline() is None
