@@ -8,9 +8,12 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -447,3 +450,74 @@ def test_a_killed_server_frees_its_groups_for_klog_admin(data_dir):
         proc.stderr.close()
         if consumer is not None:
             consumer.close()
+
+
+def kio_call(sock, request, correlation_id: int = 1):
+    """Send a kio request on a raw socket and read its kio response (one round trip)."""
+    import io
+    import struct
+
+    from kio.index import load_payload_module
+    from kio.schema.request_header.v1.header import RequestHeader as V1
+    from kio.schema.request_header.v2.header import RequestHeader as V2
+    from kio.serial import entity_reader, entity_writer
+    from kio.static.constants import EntityType
+
+    header_type = V2 if request.__flexible__ else V1
+    header = header_type(request_api_key=request.__api_key__, request_api_version=request.__version__,
+                         correlation_id=correlation_id, client_id="raw-test")
+    buf = io.BytesIO()
+    entity_writer(header_type)(buf, header)
+    entity_writer(type(request))(buf, request)
+    sock.sendall(struct.pack(">i", len(buf.getvalue())) + buf.getvalue())
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    frame = sock.recv(size, socket.MSG_WAITALL)
+    module = load_payload_module(int(request.__api_key__), int(request.__version__), EntityType.response)
+    response_type = next(v for k, v in vars(module).items() if k.endswith("Response") and isinstance(v, type))
+    header_reader = entity_reader(response_type.__header_schema__)
+    _, used = header_reader(frame, 0)
+    response, _ = entity_reader(response_type)(frame, used)
+    return response
+
+
+def test_bad_group_requests_get_kafka_error_codes_on_a_connection_that_stays_usable(kafka_server):
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+    from kio.schema.errors import ErrorCode as E
+    from kio.schema.heartbeat.v4.request import HeartbeatRequest
+    from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.offset_commit.v8.request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
+    from kio.static.primitive import i32Timedelta
+
+    long_id, bad_id = "g" * 300, "bad\x01id"
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        res = kio_call(sock, DescribeGroupsRequest(groups=(long_id, bad_id, "never-seen"),
+                                                   include_authorized_operations=False))
+        assert [(g.error_code, g.group_state) for g in res.groups] == [
+            (E.invalid_group_id, ""), (E.invalid_group_id, ""), (E.none, "Dead")]
+        assert kio_call(sock, OffsetFetchRequest(group_id="", topics=None, require_stable=False)).error_code \
+            == E.invalid_group_id
+        protocol = JoinGroupRequestProtocol(name="range", metadata=b"")
+        join = JoinGroupRequest(group_id=bad_id, session_timeout=i32Timedelta.parse(timedelta(seconds=10)),
+                                rebalance_timeout=i32Timedelta.parse(timedelta(seconds=10)), member_id="",
+                                group_instance_id=None, protocol_type="consumer", protocols=(protocol,))
+        assert kio_call(sock, join).error_code == E.invalid_group_id
+        short = replace(join, group_id="ok", session_timeout=i32Timedelta.parse(timedelta(milliseconds=10)))
+        assert kio_call(sock, short).error_code == E.invalid_session_timeout
+        assert kio_call(sock, HeartbeatRequest(group_id="ok", generation_id=1, member_id="nobody",
+                                               group_instance_id=None)).error_code == E.unknown_member_id
+        commit = OffsetCommitRequest(group_id="ok", generation_id_or_member_epoch=3, member_id="nobody",
+                                     group_instance_id=None, topics=(OffsetCommitRequestTopic(name="nope", partitions=(
+                                         OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                                                      committed_leader_epoch=-1,
+                                                                      committed_metadata=None),)),))
+        res = kio_call(sock, commit)
+        assert res.topics[0].partitions[0].error_code == E.unknown_member_id
+        simple = replace(commit, generation_id_or_member_epoch=-1, member_id="")  # no group membership
+        res = kio_call(sock, simple)
+        assert res.topics[0].partitions[0].error_code == E.unknown_topic_or_partition
+        assert kafka_server.coordinator.machine.groups == {}  # nothing kept for any of these

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from klog.errors import GroupError, KlogError, UsageError
-from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time
+from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time, validate_group_id
 from klog.server import consumer_protocol
 from klog.server.context import RequestContext
 from klog.server.coordinator import COMPLETING, EMPTY, STABLE, Group, GroupStateMachine, JoinResult
@@ -158,6 +158,15 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     return None
 
 
+def _valid_group(group_id: str) -> bool:
+    """klog's rule for group ids (1-255 printable characters), which its LMDB keys rely on."""
+    try:
+        validate_group_id(group_id)
+    except UsageError:
+        return False
+    return True
+
+
 def _ms(value: Any) -> int:
     """kio's i32Timedelta (or a plain int) as milliseconds."""
     if hasattr(value, "total_seconds"):
@@ -198,7 +207,9 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
     if coord is None:
         return answer(JoinResult(E.coordinator_not_available, member_id=request.member_id))
     group_id = str(request.group_id)
-    if not coord.machine.is_live(group_id) and group_id:
+    if not _valid_group(group_id):
+        return answer(JoinResult(E.invalid_group_id, member_id=request.member_id))
+    if not coord.machine.is_live(group_id):
         try:
             local = await ctx.run_blocking(coord.meta.local_live_members, group_id)
         except KlogError:
@@ -283,7 +294,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     generation = int(getattr(request, "generation_id_or_member_epoch", -1))
     if coord is None:
         error = E.coordinator_not_available
-    elif not group_id:
+    elif not _valid_group(group_id):
         error = E.invalid_group_id
     else:
         error = coord.machine.check_commit(group_id, generation, request.member_id,
@@ -343,8 +354,10 @@ def _fetch_group(ctx: RequestContext, coord: GroupCoordinator | None, group_id: 
     """One group's committed offsets, for the topics/partitions asked (None: all it has)."""
     if coord is None:
         return E.coordinator_not_available, ()
+    if not _valid_group(group_id):
+        return E.invalid_group_id, ()
     try:
-        committed = coord.meta.committed(group_id) if group_id else {}
+        committed = coord.meta.committed(group_id)
     except (KlogError, OSError) as e:
         ctx.log.warning("OffsetFetch of group '%s' failed: %s", group_id, e)
         return E.coordinator_not_available, ()
@@ -393,6 +406,8 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Any:
 
     if coord is None:
         return reply(E.coordinator_not_available, {})
+    if not _valid_group(group_id):
+        return reply(E.invalid_group_id, {})
     await coord.flush()
     subscribed = coord.machine.subscribed_topics(group_id, consumer_protocol.subscription_topics)
     try:
@@ -464,6 +479,10 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     coord = _coordinator(ctx)
     out = []
     for gid in request.groups:
+        if not _valid_group(str(gid)):
+            out.append(make(mod.DescribedGroup, error_code=E.invalid_group_id, group_id=gid, group_state="",
+                            protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648))
+            continue
         group = coord.machine.groups.get(str(gid)) if coord is not None else None
         if group is not None and group.state != EMPTY:
             protocol = group.protocol_name if group.state in (COMPLETING, STABLE) else ""
