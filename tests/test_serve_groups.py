@@ -17,6 +17,7 @@ from datetime import timedelta
 
 import pytest
 
+from klog import open as klog_open
 from tests.conftest import REPO
 
 KCAT = shutil.which("kcat")
@@ -220,10 +221,15 @@ def test_confluent_assignors_share_partitions(kafka_server, strategy):
                    "a and b to share the partitions")
         assert set(a.values + b.values) == set(values(120))
         assert len(a.values + b.values) <= 120 + a.failed_commits + b.failed_commits
+        b.consumer.close()  # a clean leave: a takes b's partitions (incrementally with cooperative-sticky)
+        poll_until([a], lambda: a.assigned == set(range(4)), 30, "a to take b's partitions")
     finally:
-        a.consumer.close()
-        if b is not None:
-            b.consumer.close()
+        for t in (a, b):
+            if t is not None:
+                try:
+                    t.consumer.close()
+                except RuntimeError:
+                    pass  # already closed
 
 
 @pytest.mark.slow
@@ -521,3 +527,24 @@ def test_bad_group_requests_get_kafka_error_codes_on_a_connection_that_stays_usa
         res = kio_call(sock, simple)
         assert res.topics[0].partitions[0].error_code == E.unknown_topic_or_partition
         assert kafka_server.coordinator.machine.groups == {}  # nothing kept for any of these
+
+
+def test_a_clean_stop_of_the_server_frees_its_groups(data_dir):
+    from klog.meta.groups import GroupsMeta
+    from klog.server import Server
+
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        server.bootstrap = f"127.0.0.1:{server.port}"
+        produce(server, "stop", values(3), partitions=1)
+        a = Tracker(confluent_consumer(server, "stopping"), "stop")
+        try:
+            poll_until([a], lambda: len(a.values) == 3, 30, "3 records")
+            live = GroupsMeta(server.store.meta).snapshot("stopping").live
+            assert [m.member_id for m in live] == [a.consumer.memberid()]
+            server.close()  # while the consumer is still a member
+            with klog_open(data_dir) as store:
+                after = GroupsMeta(store.meta).snapshot("stopping")
+        finally:
+            a.consumer.close()
+    assert after.members == [] and after.state == "Empty"
+    assert after.offsets[("stop", 0)].offset == 3
