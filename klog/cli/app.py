@@ -45,11 +45,89 @@ def warn(message: str) -> None:
     print(f"klog: warning: {message}", file=sys.stderr)
 
 
-def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klog.Store
-    """The store, its warnings on stderr (producers, replays and moves made from it use them too)."""
+def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klog.Store or RemoteStore
+    """The store, its warnings on stderr (producers, replays and moves made from it use them too);
+    a Kafka cluster behind the same interface when the command was given one (see cluster_options)."""
+    if _cluster_target is not None:
+        from klog.client.remote.store import RemoteStore
+
+        return RemoteStore(_cluster_target, on_warning=warn)
     from klog.client.store import Store
 
     return Store(data_dir, create=create, on_warning=warn)
+
+
+# -- the cluster backend: one option set, added to the commands that work against a cluster ----
+CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
+                    ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
+                    ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
+                    ("groups", "delete"), ("groups", "delete-offsets")}
+BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
+                  "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
+_cluster_target = None  # the ClusterTarget of the running command, None for the local store
+
+
+def _cluster_parameters(has_x: bool) -> list:
+    import inspect
+
+    params = [
+        ("bootstrap_server", Annotated[str | None, typer.Option(
+            "--bootstrap-server", "-b", envvar="KLOG_BOOTSTRAP_SERVERS", show_envvar=True, help=BOOTSTRAP_HELP,
+            rich_help_panel="Kafka cluster")]),
+        ("cluster", Annotated[str | None, typer.Option(
+            "--cluster", help="A cluster named with 'klog clusters add'.", rich_help_panel="Kafka cluster")]),
+    ]
+    if not has_x:
+        params.append(("client_property", Annotated[list[str] | None, typer.Option(
+            "--property", "-X", help="Kafka client property name=value for the cluster (security.protocol, "
+            "sasl.*, ssl.*, client.id, ...).", rich_help_panel="Kafka cluster")]))
+    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint)
+            for name, hint in params]
+
+
+def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """`callback` with --bootstrap-server, --cluster and -X added; they choose the backend open_store
+    returns. A command that has its own -X (consume) hands those properties to the cluster client too."""
+    import inspect
+
+    sig = inspect.signature(callback, eval_str=True)
+    has_x = "prop" in sig.parameters
+    extra = _cluster_parameters(has_x)
+
+    @functools.wraps(callback)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        global _cluster_target
+        from klog.client.remote.target import resolve_target
+
+        bootstrap, cluster = kwargs.pop("bootstrap_server"), kwargs.pop("cluster")
+        props = kwargs["prop"] if has_x else kwargs.pop("client_property")
+        # consume's own -X are group settings on the local store: only with a cluster are they client properties
+        target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster,
+                                props if (bootstrap or cluster or not has_x) else None)
+        if target is not None and has_x and not kwargs.get("group"):
+            kwargs["prop"] = None  # client properties, not group settings
+        _cluster_target = target
+        try:
+            return callback(*args, **kwargs)
+        finally:
+            _cluster_target = None
+
+    command.__signature__ = sig.replace(parameters=[*sig.parameters.values(), *extra])  # type: ignore[attr-defined]
+    command.__annotations__ = {**{p.name: p.annotation for p in sig.parameters.values()},
+                               **{p.name: p.annotation for p in extra}}
+    command._klog_cluster = True  # type: ignore[attr-defined]
+    return command
+
+
+def _add_cluster_options(typer_app: typer.Typer, path: tuple[str, ...] = ()) -> None:
+    for info in typer_app.registered_commands:
+        name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
+        if (info.callback is not None and (*path, name.rstrip("-")) in CLUSTER_COMMANDS
+                and not hasattr(info.callback, "_klog_cluster")):
+            info.callback = cluster_options(info.callback)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _add_cluster_options(group.typer_instance, (*path, group.name or ""))
 
 
 def version_callback(value: bool) -> None:
@@ -74,7 +152,8 @@ def root(
 COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
-    "groups": "groups", "replay": "replay", "spark": "spark",
+    "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
+    "clusters": "clusters",
 }
 _registered: set[str] = set()
 
@@ -89,6 +168,7 @@ def _register(modules: set[str] | None = None) -> None:
             _registered.add(name)
             importlib.import_module(f"klog.cli.{name}").register(app)
     _keep_command_order(app)
+    _add_cluster_options(app)
     _guard_stdout(app)
 
 

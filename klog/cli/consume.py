@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
-from klog.cli.output import FORMAT_HELP, compile_format, pretty_line, record_to_json
+from klog.cli.output import FORMAT_HELP, compile_format, record_to_json
 from klog.errors import UsageError
 
 WRITE_BUFFER_RECORDS = 4096
@@ -56,11 +56,17 @@ def register(app: typer.Typer) -> None:
                                                        "heartbeat.interval.ms, max.poll.interval.ms, "
                                                        "auto.offset.reset, auto.commit.interval.ms, client.id.")]
         = None,
+        no_color: Annotated[bool, typer.Option("--no-color", help="Terminal view without colours or bold "
+                                               "(also when NO_COLOR is set).")] = False,
+        local_time: Annotated[bool, typer.Option("--local-time", help="Terminal view times in the local time zone "
+                                                 "(also when TZ is set); UTC otherwise.")] = False,
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.client.consumer import StartSpec
         from klog.client.timespec import parse_time_ms
 
+        if not topics and not pattern:
+            raise UsageError("give a topic to read (or --pattern REGEX)")
         chosen = [x for x in (offset, since, tail) if x is not None]
         if len(chosen) > 1:
             raise UsageError("use only one of --offset, --since and --tail")
@@ -98,7 +104,7 @@ def register(app: typer.Typer) -> None:
                                                           follow=follow, count=count, record_filter=record_filter,
                                                           isolation_level=isolation)
                 consume_group(store, group, names, props, line, follow, count, record_filter, exec_cmd, batch or 1,
-                              plain)
+                              plain, no_color, local_time)
             return
         if batch is not None or other_props:
             raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
@@ -108,7 +114,13 @@ def register(app: typer.Typer) -> None:
                                       count=count, record_filter=record_filter, isolation_level=isolation)
             if count == 0:
                 return
-            _write(consumer, render, as_json, len(names) > 1)
+            if render is None and not as_json and sys.stdout.isatty():
+                from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
+
+                view = TerminalView(len(names) > 1, color_wanted(no_color), local_time_wanted(local_time))
+                view.draw(consumer, write_stdout)
+                return
+            _write(consumer, render, as_json)
 
 
 def _isolation_level(props: list[str]) -> tuple[str, list[str]]:
@@ -127,15 +139,8 @@ def _isolation_level(props: list[str]) -> tuple[str, list[str]]:
     return level, rest
 
 
-def _write(consumer, render, as_json: bool, show_topic: bool) -> None:
-    """Stream records out; flush whenever the consumer would wait so -f output is immediate."""
-    if render is None and not as_json and sys.stdout.isatty():
-        from rich.console import Console
-
-        console = Console(highlight=False, soft_wrap=True)
-        for r in consumer:
-            console.print(pretty_line(r, show_topic))
-        return
+def _write(consumer, render, as_json: bool) -> None:
+    """Stream records to a pipe or file; flush whenever the consumer would wait so -f output is immediate."""
     out = sys.stdout.buffer
     if (render is None and not as_json and len(consumer.cursors) == 1 and consumer.record_filter is None
             and consumer.until_ms is None and consumer.count is None):

@@ -23,10 +23,11 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
         for i in infos:
             print(json.dumps(vars(i)))
         return
-    from klog.cli.tables import print_table
+    from klog.cli.tables import human_size, on_terminal, print_table
 
+    size = human_size if on_terminal() else str
     print_table(["ID", "PATH", "HEALTH", "SIZE", "REPLICAS", "LEADERS"],
-                [[i.id, i.path, i.health, i.size_bytes, i.replicas, i.leaders] for i in infos])
+                [[i.id, i.path, i.health, size(i.size_bytes), i.replicas, i.leaders] for i in infos])
 
 
 @app.command()

@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from klog.client.records import Record
-from klog.errors import OffsetOutOfRangeError, UsageError
+from klog.errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
 from klog.store.log import FetchedBatch
 from klog.store.partition import Partition
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # -f latency budget is 100 ms p99; 20 ms polls cost ~50 preads/s per partition
 FETCH_BYTES_MAX = 1 << 20
+TOPIC_CHECK_INTERVAL_S = 0.5  # a follower notices a deleted topic within this (one LMDB read per topic)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ class Consumer:
         self.record_filter = record_filter
         self.merge = merge
         self.cursors = [self._cursor(t, p) for t in topics for p in self._partitions(t, partitions)]
+        # a follower out of records calls this before each poll with the seconds waited so far (0 first):
+        # flush output, show a hint
+        self.on_wait: Callable[[float], None] | None = None
+        self._topic_ids = {t: store.topic(t).topic_id for t in topics} if follow else {}
 
     def _partitions(self, topic: str, wanted: list[int] | None) -> list[int]:
         count = self.store.partition_count(topic)
@@ -224,12 +229,27 @@ class Consumer:
             self._wait_for_data()
 
     def _wait_for_data(self) -> None:
-        """Sleep until some partition's high watermark passes its cursor (bounded polls, no spin)."""
+        """Sleep until some partition's high watermark passes its cursor (bounded polls, no spin).
+        A topic deleted (or deleted and re-created) meanwhile ends the wait with UnknownTopicError."""
+        started = time.monotonic()
+        next_check = started + TOPIC_CHECK_INTERVAL_S
         while True:
             for c in self.cursors:
                 if c.end() > c.offset:
                     return
+            if self.on_wait is not None:
+                self.on_wait(time.monotonic() - started)
+            if time.monotonic() >= next_check:
+                self._check_topics()
+                next_check = time.monotonic() + TOPIC_CHECK_INTERVAL_S
             time.sleep(self.poll_interval_ms / 1000)
+
+    def _check_topics(self) -> None:
+        for name, topic_id in self._topic_ids.items():
+            meta = self.store.topics.find(name)
+            if meta is None or meta.topic_id != topic_id:
+                raise UnknownTopicError(f"topic '{name}' was deleted while being followed"
+                                        + (" (and created again: read it anew)" if meta is not None else ""))
 
     def close(self) -> None:
         pass

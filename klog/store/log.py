@@ -52,6 +52,22 @@ class FetchedBatch:
             raise CorruptLogError(message, self.path, self.position, self.header.base_offset) from None
 
 
+@dataclass
+class ByteRange:
+    """Bytes of whole batches (maybe a cut last one) in a segment file, sent as they are."""
+
+    fd: int  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
+    position: int
+    length: int
+    first: BatchHeader
+    path: str
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
     """Did a read of `segment` end before the segment's end (at damage, or as the file grew)?"""
     try:
@@ -380,6 +396,38 @@ class PartitionLog:
                 break
             segment = self.segments[self.bases[nxt]]
         return out
+
+    def byte_range(self, offset: int, upper: int, max_bytes: int) -> ByteRange | None:
+        """Where the batches holding offsets in [offset, upper) lie, in one segment (a fetch
+        answers from one segment, as Kafka's does), for sending without reading: see
+        LogSegment.byte_range. The descriptor is a dup the caller closes."""
+        if offset >= upper:
+            return None
+        segment = self.segment_for(offset)
+        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
+            self.refresh_segments()
+            segment = self.segment_for(offset)
+        if segment is None:
+            if not self.bases:
+                return None
+            segment = self.segments[self.bases[0]]
+        while segment is not None:
+            try:
+                end = segment.file_size()
+            except FileNotFoundError:
+                end = 0
+            found = segment.byte_range(offset, upper, max_bytes, end) if end else None
+            if found is not None:
+                position, length, header = found
+                return ByteRange(os.dup(segment.read_fd()), position, length, header, segment.log_path)
+            nxt = bisect.bisect_right(self.bases, segment.base_offset)
+            if nxt >= len(self.bases):
+                self.refresh_segments()
+                nxt = bisect.bisect_right(self.bases, segment.base_offset)
+                if nxt >= len(self.bases):
+                    return None
+            segment = self.segments[self.bases[nxt]]
+        return None
 
     def _read_segment(self, segment: LogSegment, offset: int, upper: int, budget: int) -> list[FetchedBatch]:
         """Batches from `offset`; stops before a damaged batch if it has some to return (else raises)."""

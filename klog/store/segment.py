@@ -136,6 +136,57 @@ class LogSegment:
                 return pos, header
         return None
 
+    def walk_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Like iter_headers, one header-sized pread per batch: for short walks (index hint to
+        target) where reading the batches themselves would cost more than the headers."""
+        pos = start
+        while pos + HEADER_SIZE_UP_TO_MAGIC <= end:
+            head = self.read_bytes(pos, min(RECORD_BATCH_OVERHEAD, end - pos))
+            need = codec.header_bytes(head, 0)
+            if need > len(head):  # a magic 0/1 entry: its header is the whole entry
+                if pos + need > end:
+                    return
+                head = self.read_bytes(pos, need)
+                if len(head) < need:
+                    return
+            header = read_header(head)
+            if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
+                raise CorruptLogError("invalid batch header", self.log_path, pos, header.base_offset)
+            if pos + header.size > end:
+                return
+            yield pos, header
+            pos += header.size
+
+    def byte_range(self, offset: int, upper: int, max_bytes: int, end: int) -> tuple[int, int, BatchHeader] | None:
+        """(position, length, first header) of the whole batches from the one holding `offset` up
+        to the first batch at or above `upper`, cut at `max_bytes` but never below the first batch
+        (Kafka's fetch rule). A cut may end inside a batch; readers drop such a partial tail."""
+        self.offset_index.refresh()
+        hint = self.offset_index.lookup(offset)
+        if hint >= end or (hint and not self._hint_ok(hint, offset)):
+            hint = 0
+        first = None
+        for pos, header in self.walk_headers(hint, end):
+            if header.last_offset >= offset:
+                first = (pos, header)
+                break
+        if first is None or first[1].base_offset >= upper:
+            return None
+        start, header = first
+        limit = start + max(max_bytes, header.size)
+        # where offsets reach `upper`: from the index entry nearest below it, never past `limit`
+        stop_hint = max(start, self.offset_index.lookup(upper))
+        if stop_hint and stop_hint != start and not self._hint_ok(stop_hint, upper):
+            stop_hint = start
+        if stop_hint >= limit:
+            return start, limit - start, header
+        stop = stop_hint
+        for pos, h in self.walk_headers(stop_hint, end):
+            if h.base_offset >= upper or pos >= limit:
+                break
+            stop = pos + h.size
+        return start, min(stop, limit) - start, header
+
     def _hint_ok(self, position: int, offset: int) -> bool:
         """An index entry points at a batch whose base offset lies in [segment base, offset]."""
         head = self.read_bytes(position, RECORD_BATCH_OVERHEAD)
