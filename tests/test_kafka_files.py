@@ -283,3 +283,18 @@ def test_old_formats_through_the_index_and_compaction(cli, store, tmp_path):
     assert all(got[o] == values[o] for o in got)
     store.close()
     assert cli("verify").exit_code == 0
+
+
+def test_a_kafka_folder_copied_into_the_log_dir_is_reported_then_adopted_in_place(cli, store, tmp_path):
+    log_dir = os.path.dirname(klog_folder(cli, "x"))
+    store.close()
+    folder = _legacy_folder(tmp_path / "k")
+    shutil.copytree(folder, os.path.join(log_dir, "old-0"))
+    r = cli("verify")
+    assert r.exit_code != 0 and f"klog dirs import {os.path.join(log_dir, 'old-0')}" in r.out + r.stderr
+    assert os.path.getsize(os.path.join(log_dir, "old-0", "00000000000000000000.log")) == os.path.getsize(
+        os.path.join(folder, "00000000000000000000.log"))  # left as it is
+    r = cli("dirs", "import", os.path.join(log_dir, "old-0"))
+    assert r.exit_code == 0, r.stderr
+    assert _consumed(cli, "old") == LEGACY_RECORDS
+    assert cli("verify").exit_code == 0

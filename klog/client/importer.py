@@ -126,14 +126,17 @@ def _log_start_offsets(log_dirs: set[str]) -> dict[tuple[str, int], int]:
 def _import_partition(store, topic: str, partition: int, source: str, log_start: int | None) -> ImportedPartition:
     part = store.partition(topic, partition)
     dest = part.leader.directory
+    in_place = os.path.realpath(source) == os.path.realpath(dest)  # copied by hand into the log dir
     os.makedirs(dest, exist_ok=True)
-    for name in os.listdir(dest):  # a new topic: whatever is there is klog's empty first segment
-        os.unlink(os.path.join(dest, name))
+    if not in_place:
+        for name in os.listdir(dest):  # a new topic: whatever is there is klog's empty first segment
+            os.unlink(os.path.join(dest, name))
     copied = 0
     for name in sorted(os.listdir(source)):
         suffix = name[20:] if parse_segment_base(name) is not None else ""
         if suffix in _SEGMENT_SUFFIXES:
-            _copy_trimmed(os.path.join(source, name), os.path.join(dest, name), suffix)
+            if not in_place:
+                _copy_trimmed(os.path.join(source, name), os.path.join(dest, name), suffix)
             copied += suffix == LOG_SUFFIX
     epochs = []
     epoch_file = os.path.join(source, LEADER_EPOCH_CHECKPOINT)
