@@ -106,8 +106,10 @@ def test_import_keeps_log_start_and_trims_preallocated_indexes(cli, store, tmp_p
     write_segment(str(folder), 0, [v2_batch(0, [(b"k", b"%d" % i, NOW)]) for i in range(1)]
                   + [v2_batch(1, [(None, b"v", NOW)] * 3)], preallocate=True)
     write_checkpoint(str(kafka_dir / "log-start-offset-checkpoint"), ["t 1 2"])
+    write_segment(str(kafka_dir / "__consumer_offsets-3"), 0, [v2_batch(0, [(b"g", b"offsets", NOW)])])
     r = cli("dirs", "import", str(kafka_dir))
     assert r.exit_code == 0, r.stderr
+    assert not store.has_topic("__consumer_offsets")  # Kafka's bookkeeping, not data
     assert "Imported t-1" in r.out and "offsets 2..4" in r.out
     assert store.partition_count("t") == 2  # partitions 0..highest found
     assert [o for o, *_ in _consumed(cli, "t")] == [2, 3]
