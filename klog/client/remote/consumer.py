@@ -66,6 +66,8 @@ class RemoteConsumer:
             "enable.auto.offset.store": False,
             "isolation.level": isolation_level,  # librdkafka defaults to read_committed; klog as Kafka's Java client
             "auto.offset.reset": "earliest",  # an offset below the log start reads from the log start
+            # klog's default as Kafka's Java clients' (librdkafka's own default is read_committed)
+            "isolation.level": isolation_level,
             # keep fetching while records wait in librdkafka's queue (its default backs off for 1 s once
             # 100,000 are queued, which halves the throughput of a reader as fast as ours)
             "fetch.queue.backoff.ms": 0,
