@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
-from klog.cli.output import FORMAT_HELP, compile_format, pretty_line, record_to_json
+from klog.cli.output import FORMAT_HELP, compile_format, record_to_json
 from klog.errors import UsageError
 
 WRITE_BUFFER_RECORDS = 4096
@@ -48,16 +48,25 @@ def register(app: typer.Typer) -> None:
                                                      "after it exits 0.")] = None,
         batch: Annotated[int | None, typer.Option("--batch", help="With --exec: up to N records per run, one value "
                                                   "per line.")] = None,
-        prop: Annotated[list[str] | None, typer.Option("--property", "-X", help="With --group, a consumer setting "
-                                                       "name=value: partition.assignment.strategy, session.timeout.ms, "
+        prop: Annotated[list[str] | None, typer.Option("--property", "-X", help="A consumer setting name=value: "
+                                                       "isolation.level (read_uncommitted, the default as in Kafka's "
+                                                       "clients, or read_committed: skip aborted transactions, stop "
+                                                       "at the last stable offset); with --group also "
+                                                       "partition.assignment.strategy, session.timeout.ms, "
                                                        "heartbeat.interval.ms, max.poll.interval.ms, "
                                                        "auto.offset.reset, auto.commit.interval.ms, client.id.")]
         = None,
+        no_color: Annotated[bool, typer.Option("--no-color", help="Terminal view without colours or bold "
+                                               "(also when NO_COLOR is set).")] = False,
+        local_time: Annotated[bool, typer.Option("--local-time", help="Terminal view times in the local time zone "
+                                                 "(also when TZ is set); UTC otherwise.")] = False,
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.client.consumer import StartSpec
         from klog.client.timespec import parse_time_ms
 
+        if not topics and not pattern:
+            raise UsageError("give a topic to read (or --pattern REGEX)")
         chosen = [x for x in (offset, since, tail) if x is not None]
         if len(chosen) > 1:
             raise UsageError("use only one of --offset, --since and --tail")
@@ -82,38 +91,56 @@ def register(app: typer.Typer) -> None:
         if fmt is not None and as_json:
             raise UsageError("use --format or --json, not both")
         render = compile_format(fmt) if fmt is not None else None
+        isolation, other_props = _isolation_level(prop or [])
         if group is not None or exec_cmd is not None:
             from klog.cli.groups import consume_group, consume_options
 
-            props = consume_options(group, exec_cmd, batch, prop, offset, (since, until, tail, partition))
+            props = consume_options(group, exec_cmd, batch, prop if group else other_props, offset,
+                                    (since, until, tail, partition))
             with open_store(data_dir, create=False) as store:
                 names = store.resolve_topics(topics or [], pattern)
                 line = render or ((lambda r: record_to_json(r).encode() + b"\n") if as_json else None)
                 plain = None if group else store.consumer(*names, partitions=partition, start=start, until_ms=until_ms,
-                                                          follow=follow, count=count, record_filter=record_filter)
+                                                          follow=follow, count=count, record_filter=record_filter,
+                                                          isolation_level=isolation)
                 consume_group(store, group, names, props, line, follow, count, record_filter, exec_cmd, batch or 1,
-                              plain)
+                              plain, no_color, local_time)
             return
-        if batch is not None or prop:
-            raise UsageError("--batch needs --exec, and --property needs --group")
+        if batch is not None or other_props:
+            raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
         with open_store(data_dir, create=False) as store:
             names = store.resolve_topics(topics or [], pattern)
             consumer = store.consumer(*names, partitions=partition, start=start, until_ms=until_ms, follow=follow,
-                                      count=count, record_filter=record_filter)
+                                      count=count, record_filter=record_filter, isolation_level=isolation)
             if count == 0:
                 return
-            _write(consumer, render, as_json, len(names) > 1)
+            if render is None and not as_json and sys.stdout.isatty():
+                from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
+
+                view = TerminalView(len(names) > 1, color_wanted(no_color), local_time_wanted(local_time))
+                view.draw(consumer, write_stdout)
+                return
+            _write(consumer, render, as_json)
 
 
-def _write(consumer, render, as_json: bool, show_topic: bool) -> None:
-    """Stream records out; flush whenever the consumer would wait so -f output is immediate."""
-    if render is None and not as_json and sys.stdout.isatty():
-        from rich.console import Console
+def _isolation_level(props: list[str]) -> tuple[str, list[str]]:
+    """isolation.level from -X (Kafka's clients default to read_uncommitted), and the other -X pairs."""
+    from klog.store.txn import ISOLATION_LEVELS, READ_UNCOMMITTED
 
-        console = Console(highlight=False, soft_wrap=True)
-        for r in consumer:
-            console.print(pretty_line(r, show_topic))
-        return
+    level, rest = READ_UNCOMMITTED, []
+    for pair in props:
+        name, _, value = pair.partition("=")
+        if name.strip() != "isolation.level":
+            rest.append(pair)
+        elif value.strip() in ISOLATION_LEVELS:
+            level = value.strip()
+        else:
+            raise UsageError(f"isolation.level must be {' or '.join(ISOLATION_LEVELS)}, not '{value.strip()}'")
+    return level, rest
+
+
+def _write(consumer, render, as_json: bool) -> None:
+    """Stream records to a pipe or file; flush whenever the consumer would wait so -f output is immediate."""
     out = sys.stdout.buffer
     if (render is None and not as_json and len(consumer.cursors) == 1 and consumer.record_filter is None
             and consumer.until_ms is None and consumer.count is None):

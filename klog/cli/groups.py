@@ -211,7 +211,8 @@ def consume_options(group: str | None, exec_cmd: str | None, batch: int | None, 
 
 
 def consume_group(store, group: str | None, topics: list[str], properties: dict[str, str], line, follow: bool,
-                  count: int | None, record_filter, exec_cmd: str | None, batch: int, plain=None) -> None:
+                  count: int | None, record_filter, exec_cmd: str | None, batch: int, plain=None,
+                  no_color: bool = False, local_time: bool = False) -> None:
     """Read as a member of `group` (or plainly, for --exec without --group). Offsets are committed only
     for records already flushed to stdout, or whose CMD exited 0: at-least-once from the shell.
     `line` renders a record; None means the value alone on a line (a faster path without Records)."""
@@ -249,7 +250,7 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
                 if exec_cmd:
                     emit = _exec_emitter(exec_cmd, batch, out, commit_written, consumer is not None)
                 elif line is None and out.isatty():
-                    emit = _terminal_emitter(out, len(topics) > 1)
+                    emit = _terminal_emitter(out, len(topics) > 1, no_color, local_time)
                 else:
                     emit = _stdout_emitter(out, line or (lambda r: (r.value or b"") + b"\n"), written, follow)
                 _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written)
@@ -384,20 +385,25 @@ def _stdout_emitter(out: _Stdout, line, written: dict, follow: bool):  # noqa: A
     return emit
 
 
-def _terminal_emitter(out: _Stdout, show_topic: bool):  # noqa: ANN202
-    """The readable log view plain `klog consume` shows on a terminal."""
-    from rich.console import Console
+def _terminal_emitter(out: _Stdout, show_topic: bool, no_color: bool = False, local_time: bool = False):  # noqa: ANN202
+    """The readable log view plain `klog consume` shows on a terminal, drawn once per fetch."""
+    from klog.cli.view import TerminalView, color_wanted, local_time_wanted
 
-    from klog.cli.output import pretty_line
+    view = TerminalView(show_topic, color_wanted(no_color), local_time_wanted(local_time))
+    buf: list[str] = []
+    marks: dict[tuple[str, int], int] = {}
 
-    console = Console(highlight=False, soft_wrap=True)
-
-    def emit(r, show: bool) -> None:  # noqa: ANN001
-        if r is not None:
-            if show:
-                with out.guard():
-                    console.print(pretty_line(r, show_topic))
-            out.written[(r.topic, r.partition)] = r.offset + 1
+    def emit(r, show: bool) -> None:  # noqa: ANN001 - r None: end of a fetch
+        if r is None:
+            out.write("".join(buf).encode("utf-8", "replace"))
+            buf.clear()
+            out.flush()
+            out.written.update(marks)
+            marks.clear()
+            return
+        if show:
+            buf.append(view.line(r))
+        marks[(r.topic, r.partition)] = r.offset + 1
 
     return emit
 

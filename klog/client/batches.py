@@ -233,6 +233,11 @@ class RawAppender:
                 lock = self._locks[(topic, partition)] = threading.Lock()
             return lock
 
+    def forget_topic(self, topic: str) -> None:
+        """The topic was altered or deleted: its producer states are rebuilt on next use."""
+        with self._guard:
+            self.producers.forget(topic)
+
     def partition(self, topic: str, partition: int):  # noqa: ANN201 - Partition
         with self._guard:  # Store's partition cache is a plain dict
             return self.store.partition(topic, partition)

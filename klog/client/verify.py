@@ -58,7 +58,10 @@ def _check_replica(replica) -> tuple[list[str], int | None]:
     for i, base in enumerate(replica.bases):
         segment = replica.segments[base]
         check = check_segment(segment)
-        problems.extend(f"{segment.offset_index.path}: {x}" for x in check.index_problems)
+        if check.index_problems:  # one line per segment: a broken index can have millions of bad entries
+            more = len(check.index_problems) - 1
+            problems.append(f"{segment.offset_index.path}: {len(check.index_problems)} index problems: "
+                            f"{check.index_problems[0]}" + (f" (and {more} more)" if more else ""))
         if check.log_problem:
             last = i == len(replica.bases) - 1
             problems.append(f"{segment.log_path}: {check.log_problem}" + ("" if last else " (before the log's tail)"))

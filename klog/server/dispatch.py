@@ -84,7 +84,7 @@ def load_handlers() -> dict[int, Handler]:
         _loaded = True
         import importlib
 
-        for name in ("metadata", "produce", "producers", "fetch", "offsets"):
+        for name in ("metadata", "produce", "producers", "fetch", "offsets", "admin"):
             importlib.import_module(f"klog.server.{name}")
         try:
             from klog.server.groups import GROUP_HANDLERS

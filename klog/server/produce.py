@@ -6,8 +6,6 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kio.static.primitive import TZAware
-
 from klog.client.batches import (
     DuplicateSequenceError,
     InvalidBatchError,
@@ -56,7 +54,8 @@ def error_code(exc: BaseException) -> E:
 def _timestamp(ms: int) -> Any:
     if ms < 0:
         return None
-    return TZAware.parse(datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC))
+    # a plain aware datetime: kio's TZAware check wants whole seconds, its writer takes milliseconds
+    return datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC) + datetime.timedelta(milliseconds=ms % 1000)
 
 
 async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,

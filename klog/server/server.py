@@ -268,6 +268,7 @@ class Server:
     async def _answer(self, frame: bytes, writer: asyncio.StreamWriter, peer: str) -> bool:
         """Handle one request; False closes the connection."""
         prefix = framing.read_prefix(frame)
+        log.debug("%s: request key %d v%d #%d", peer, prefix.api_key, prefix.api_version, prefix.correlation_id)
         if not dispatch.supports(prefix.api_key, prefix.api_version):
             if prefix.api_key == dispatch.API_VERSIONS_KEY:
                 writer.write(framing.encode_response(prefix.correlation_id, dispatch.unsupported_api_versions()))

@@ -17,7 +17,7 @@ import crcmod
 import crcmod.predefined
 
 from klog.errors import CompressionError, CorruptLogError, UnsupportedCodecError
-from klog.store import compression
+from klog.store import compression, legacy
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET,
@@ -28,10 +28,12 @@ from klog.store.format import (
     CRC_COVERED_HEADER,
     CREATE_TIME,
     DELETE_HORIZON_FLAG_MASK,
+    HEADER_SIZE_UP_TO_MAGIC,
     INT32,
     KLOG_LEADER_EPOCH,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
     MAGIC_V2,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -191,12 +193,41 @@ class BatchHeader(NamedTuple):
 
 
 def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
-    """Parse the header at pos (the caller made sure 61 bytes are there)."""
+    """Parse the header at pos (the caller made sure header_bytes(buf, pos) bytes are there).
+
+    Magic 0/1 entries (Kafka's old message sets, legacy.py) come back as a BatchHeader too, so
+    every reader walks them like v2 batches; given fewer bytes than the whole entry, only the
+    framing (size, magic) and the entry's own offset are meaningful.
+    """
+    if len(buf) - pos > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] < MAGIC_V2:
+        if len(buf) - pos < legacy.header_bytes(buf, pos):
+            offset, length = BASE_OFFSET.unpack_from(buf, pos)[0], INT32.unpack_from(buf, pos + 8)[0]
+            return BatchHeader(offset, length, legacy.NO_LEADER_EPOCH, buf[pos + MAGIC_OFFSET], 0, 0, 0,
+                               -1, -1, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, -1)
+        return BatchHeader._make(legacy.header_fields(buf, pos))
     return BatchHeader._make(BATCH_HEADER.unpack_from(buf, pos))
 
 
+def header_bytes(buf: bytes | memoryview, pos: int = 0) -> int:
+    """Bytes from pos that read_header needs: 61 for v2, the whole entry for magic 0/1 (a
+    compressed one's first offset is inside it); 17 while fewer than that are there."""
+    if len(buf) - pos < HEADER_SIZE_UP_TO_MAGIC:
+        return HEADER_SIZE_UP_TO_MAGIC
+    if buf[pos + MAGIC_OFFSET] < MAGIC_V2:
+        return max(legacy.header_bytes(buf, pos), HEADER_SIZE_UP_TO_MAGIC)
+    return RECORD_BATCH_OVERHEAD
+
+
+def min_batch_size(magic: int) -> int:
+    """The smallest valid batch (or magic 0/1 entry) on disk."""
+    return legacy.ENTRY_OVERHEAD[magic] if legacy.is_legacy(magic) else RECORD_BATCH_OVERHEAD
+
+
 def crc_ok(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
-    """True if the stored CRC-32C matches bytes [pos+21, pos+size) (and all of them are there)."""
+    """True if the stored CRC-32C matches bytes [pos+21, pos+size) (and all of them are there);
+    for magic 0/1, the CRC-32 of [pos+16, pos+size)."""
+    if header.magic < MAGIC_V2:
+        return legacy.crc_ok(buf, pos, header.batch_length, header.crc)
     end = pos + header.size
     covered = memoryview(buf)[pos + ATTRIBUTES_OFFSET:end]  # no copy of a ~1 MiB batch
     return len(covered) == end - pos - ATTRIBUTES_OFFSET and crc32c(covered) == header.crc
@@ -317,6 +348,8 @@ def decode_batch_records(buf: bytes, pos: int, header: BatchHeader) -> list[Reco
     varint; klog.errors.CompressionError (a CorruptLogError) when the records section does not
     decompress; klog.errors.UnsupportedCodecError for codec ids 5-7.
     """
+    if header.magic < MAGIC_V2:
+        return legacy.records_of(buf, pos)
     end = pos + header.size
     count = header.records_count
     codec = header.attributes & COMPRESSION_CODEC_MASK

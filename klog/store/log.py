@@ -16,7 +16,7 @@ from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
-from klog.store.format import LOG_SUFFIX, RECORD_BATCH_OVERHEAD, parse_segment_base
+from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
 from klog.store.segment import LogSegment, RecoveryResult, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
@@ -238,7 +238,9 @@ class PartitionLog:
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:
         head = segment.read_bytes(0, RECORD_BATCH_OVERHEAD)
-        return read_header(head).max_timestamp if len(head) == RECORD_BATCH_OVERHEAD else -1
+        if len(head) < codec.header_bytes(head):
+            head = segment.read_bytes(0, codec.header_bytes(head))  # a magic 0/1 entry, read whole
+        return read_header(head).max_timestamp if len(head) >= codec.header_bytes(head) else -1
 
     def roll(self, base: int) -> LogSegment:
         old = self.active
@@ -442,11 +444,13 @@ class PartitionLog:
             want = max(min(budget, end - position), RECORD_BATCH_OVERHEAD)
             chunk = segment.read_bytes(position, want)
             at = 0
-            while at + RECORD_BATCH_OVERHEAD <= len(chunk):
+            while at + codec.header_bytes(chunk, at) <= len(chunk) or (
+                    at == 0 and len(chunk) > MAGIC_OFFSET and chunk[MAGIC_OFFSET] < MAGIC_V2):
+                # (at 0, a magic 0/1 entry larger than the chunk gets framing only: read whole below)
                 header = read_header(chunk, at)
-                if header.base_offset >= upper:
+                if header.base_offset >= upper and header.records_count >= 0:
                     return out
-                if header.size < RECORD_BATCH_OVERHEAD:
+                if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
                     if out:
                         return out  # serve the batches before the damage; the next read reports it
                     raise CorruptLogError("invalid batch size", segment.log_path, position + at, header.base_offset)
