@@ -132,7 +132,7 @@ def test_topics_create_alter_delete_through_the_cluster(kafka_server, klog_proc,
     r = remote(kafka_server, klog_proc, "topics", "create", "b", "-p", "2", "-c", "retention.ms=3600000", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"topic": "b", "partitions": 2, "replication_factor": 1,
-                                    "configs": {"retention.ms": "3600000"}}
+                                    "configs": {"retention.ms": "3600000"}, "created": True}
     r = remote(kafka_server, klog_proc, "topics", "alter", "b", "-p", "4", "-c", "retention.ms=60000")
     assert r.returncode == 0, r.stderr
     with klog.open(data_dir, create=False) as s:

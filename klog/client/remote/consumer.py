@@ -44,7 +44,8 @@ class RemoteConsumer:
     def __init__(self, store, topics: list[str], *, partitions: list[int] | None = None,
                  start: StartSpec | str = "beginning", until_ms: int | None = None, follow: bool = False,
                  count: int | None = None, poll_interval_ms: int = 0,
-                 record_filter: Callable[[Record], bool] | None = None, merge: bool = True) -> None:
+                 record_filter: Callable[[Record], bool] | None = None, merge: bool = True,
+                 isolation_level: str = "read_uncommitted") -> None:
         from confluent_kafka import Consumer, KafkaException
 
         self.store = store
@@ -67,6 +68,7 @@ class RemoteConsumer:
             # keep fetching while records wait in librdkafka's queue (its default backs off for 1 s once
             # 100,000 are queued, which halves the throughput of a reader as fast as ours)
             "fetch.queue.backoff.ms": 0,
+            "isolation.level": isolation_level,  # Kafka's Java default and klog's (librdkafka's is read_committed)
             "queued.min.messages": 1_000_000,
             "error_cb": store._on_error,
         })

@@ -170,7 +170,7 @@ class RemoteStore:
         validate_topic_name(name)
         configs = validate_configs(configs or {}) if configs else {}
         if exist_ok and name in self._topics():
-            return self.topic(name)
+            return self._with_configs(self.topic(name))
         new = NewTopic(name, num_partitions=-1 if partitions is None else partitions,
                        replication_factor=-1 if replication_factor is None else replication_factor,
                        config={k: str(v) for k, v in (configs or {}).items()})
@@ -178,11 +178,15 @@ class RemoteStore:
             self._wait(self.admin.create_topics([new], request_timeout=self.timeout), f"cannot create topic '{name}'")
         except KlogError as e:
             if exist_ok and "already exists" in str(e):
-                return self.topic(name)
+                return self._with_configs(self.topic(name))
             raise
         self.forget_topic_cache(name)
         topic = self._await_topic(name)
         topic.configs = dict(configs or {})
+        return topic
+
+    def _with_configs(self, topic: RemoteTopic) -> RemoteTopic:
+        topic.configs = self.topic_configs(topic.name)
         return topic
 
     def _await_topic(self, name: str) -> RemoteTopic:
