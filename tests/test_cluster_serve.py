@@ -34,9 +34,9 @@ def both(kafka_server, klog_proc):
 
 def needs_apis(*keys: int) -> None:
     """Skip (naming what is missing) while klog serve does not answer these Kafka APIs yet."""
-    from klog.server.dispatch import HANDLERS
+    from klog.server.dispatch import load_handlers
 
-    missing = [k for k in keys if k not in HANDLERS]
+    missing = [k for k in keys if k not in load_handlers()]
     if missing:
         pytest.skip(f"klog serve lacks Kafka API keys {missing} (issue 13)")
 
@@ -47,9 +47,9 @@ CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_A
 def precreate_without_create_topics(data_dir: str, topic: str) -> None:
     """Until klog serve answers CreateTopics, make the topics a mirror would create in the served store."""
     from klog.client.mirror import CHECKPOINT_TOPIC
-    from klog.server.dispatch import HANDLERS
+    from klog.server.dispatch import load_handlers
 
-    if CREATE_TOPICS not in HANDLERS:
+    if CREATE_TOPICS not in load_handlers():
         with klog.open(data_dir) as s:
             s.create_topic(topic, 3 if topic == "orders" else 2, configs={"retention.ms": "86400000"})
             s.create_topic(CHECKPOINT_TOPIC, 1, configs={"cleanup.policy": "compact"}, exist_ok=True)
@@ -203,3 +203,30 @@ def test_mirror_follow_killed_20_times_loses_nothing(kafka_server, tmp_path, dat
     # each kill re-copies only what it copied since its last checkpoint (a mirror that did not resume
     # would copy everything again on each of the 20 starts: ~10x the records)
     assert duplicates <= len(set(copied)) // 2, (duplicates, len(set(copied)))
+
+
+GROUP_APIS = (8, 9, 10, 11, 12, 13, 14, 15, 16, 42)  # OffsetCommit/Fetch, FindCoordinator, Join/Heartbeat/..., List/
+# DescribeGroups, DeleteGroups
+
+
+def test_groups_through_the_cluster(kafka_server, klog_proc, data_dir):
+    needs_apis(*GROUP_APIS)
+    fill(data_dir, "t", 60, partitions=2)
+    expected = sorted(r[4] or b"" for r in envelopes(data_dir, "t"))
+    first = remote(kafka_server, klog_proc, "consume", "t", "--group", "g")
+    assert first.returncode == 0, first.stderr
+    assert sorted(first.stdout.splitlines()) == expected
+    again = remote(kafka_server, klog_proc, "consume", "t", "--group", "g")  # resumes at its committed offsets
+    assert again.returncode == 0 and again.stdout == b"", again.stderr
+    listed = remote(kafka_server, klog_proc, "groups", "list", "--json")
+    assert [json.loads(line)["group"] for line in listed.stdout.splitlines()] == ["g"], listed.stderr
+    described = remote(kafka_server, klog_proc, "groups", "describe", "g", "--json")
+    parts = json.loads(described.stdout)["partitions"]
+    assert [(p["partition"], p["lag"]) for p in parts] == [(0, 0), (1, 0)], described.stderr
+    reset = remote(kafka_server, klog_proc, "groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--execute")
+    assert reset.returncode == 0, reset.stderr
+    third = remote(kafka_server, klog_proc, "consume", "t", "--group", "g")
+    assert sorted(third.stdout.splitlines()) == expected
+    deleted = remote(kafka_server, klog_proc, "groups", "delete", "g")
+    assert deleted.returncode == 0, deleted.stderr
+    assert remote(kafka_server, klog_proc, "groups", "list", "--json").stdout == b""
