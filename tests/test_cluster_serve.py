@@ -223,7 +223,8 @@ def test_groups_through_the_cluster(kafka_server, klog_proc, data_dir):
     described = remote(kafka_server, klog_proc, "groups", "describe", "g", "--json")
     parts = json.loads(described.stdout)["partitions"]
     assert [(p["partition"], p["lag"]) for p in parts] == [(0, 0), (1, 0)], described.stderr
-    reset = remote(kafka_server, klog_proc, "groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--execute")
+    reset = remote(kafka_server, klog_proc, "groups", "reset-offsets", "g", "--topic", "t", "--to-earliest",
+                   "--execute")
     assert reset.returncode == 0, reset.stderr
     third = remote(kafka_server, klog_proc, "consume", "t", "--group", "g")
     assert sorted(third.stdout.splitlines()) == expected
