@@ -231,3 +231,24 @@ def test_groups_through_the_cluster(kafka_server, klog_proc, data_dir):
     deleted = remote(kafka_server, klog_proc, "groups", "delete", "g")
     assert deleted.returncode == 0, deleted.stderr
     assert remote(kafka_server, klog_proc, "groups", "list", "--json").stdout == b""
+
+
+def test_a_read_ending_on_a_transaction_marker_ends(both, data_dir):
+    """The last offset before the high watermark is a commit marker, which no client sees: a bounded
+    read through the cluster still ends at once (librdkafka's end-of-partition, not the timeout)."""
+    from tests.kafka_files import control_batch, v2_batch
+
+    with klog.open(data_dir) as s:
+        s.create_topic("tx", 1)
+        part = s.partition("tx", 0)
+        with part.lock:
+            part.open_for_write()
+            part.append_batch(v2_batch(0, [(b"k", b"in-txn", 1_700_000_000_000)], producer_id=7, producer_epoch=0,
+                                       transactional=True))
+            part.append_batch(control_batch(1, 7, 0, commit=True, ts=1_700_000_000_001))
+            part.publish()
+    started = time.monotonic()
+    r, local = both("consume", "tx", "--json", timeout=30)
+    assert r.returncode == 0 and r.stdout == local.stdout, r.stderr
+    assert json.loads(r.stdout)["value"] == "in-txn"
+    assert time.monotonic() - started < 8
