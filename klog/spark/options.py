@@ -47,6 +47,7 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
     starting_timestamp_strategy: str = "error"
+    kafka: tuple[tuple[str, str], ...] = ()  # kafka.* options: with kafka.bootstrap.servers, a cluster
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,17 @@ class WriteOptions:
     compression: str = "none"
     acks: str = "all"
     checkpoint: str | None = None
+    kafka: tuple[tuple[str, str], ...] = ()
 
 
 def lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def kafka_options(opts: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """Spark's Kafka source passes `kafka.`-prefixed options to its client: so do we (the names are
+    lower-cased like every option; Kafka's client property names are lower case)."""
+    return tuple(sorted((k[len("kafka."):], v) for k, v in opts.items() if k.startswith("kafka.")))
 
 
 def resolve_data_dir(value: str | None) -> str:
@@ -112,6 +120,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
         max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
         starting_timestamp_strategy=_timestamp_strategy(opts),
+        kafka=kafka_options(opts),
     )
 
 
@@ -134,7 +143,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     if acks not in ("0", "1", "all"):
         raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
     return WriteOptions(resolve_data_dir(opts.get("datadir")), opts.get("topic") or opts.get("path") or None,
-                        codec, acks, opts.get("checkpointlocation") or None)
+                        codec, acks, opts.get("checkpointlocation") or None, kafka_options(opts))
 
 
 def _parse_assign(text: str) -> dict[str, tuple[int, ...]]:

@@ -322,11 +322,28 @@ class RemoteStore:
 
         return RemoteGroupConsumer(self, group, list(topics), **kwargs)
 
-    def partition(self, topic: str, partition: int):  # noqa: ANN201 - the local store's file-level view
+    def partition(self, topic: str, partition: int) -> RemotePartitionView:
+        """A partition's offsets (what the Spark source plans with); its files are the cluster's."""
         count = self.partition_count(topic)
         if not 0 <= partition < count:
             raise UnknownPartitionError(f"topic '{topic}' has no partition {partition} (it has {count})")
-        raise UsageError("this needs the local store's files: not available against a cluster")
+        return RemotePartitionView(self, topic, partition)
+
+
+@dataclass
+class RemotePartitionView:
+    store: RemoteStore
+    topic: str
+    partition: int
+
+    def log_start_offset(self) -> int:
+        return self.store.offsets(self.topic, -2)[self.partition] or 0
+
+    def high_watermark(self) -> int:
+        return self.store.offsets(self.topic, -1)[self.partition] or 0
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        return self.store.offsets(self.topic, timestamp)[self.partition]
 
 
 def _remote_topic(name: str, tm) -> RemoteTopic:  # noqa: ANN001 - confluent_kafka TopicMetadata
