@@ -65,6 +65,7 @@ class RemoteConsumer:
             "group.id": f"klog-{os.getpid()}-{uuid.uuid4().hex[:8]}",  # never joined: partitions are assigned
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
+            "isolation.level": isolation_level,  # librdkafka defaults to read_committed; klog as Kafka's Java client
             "auto.offset.reset": "earliest",  # an offset below the log start reads from the log start
             # keep fetching while records wait in librdkafka's queue (its default backs off for 1 s once
             # 100,000 are queued, which halves the throughput of a reader as fast as ours)
