@@ -71,7 +71,6 @@ class RemoteConsumer:
             # 100,000 are queued, which halves the throughput of a reader as fast as ours)
             "fetch.queue.backoff.ms": 0,
             "enable.partition.eof": True,  # tells a bounded read it has seen everything (see _at_end)
-            "isolation.level": isolation_level,  # Kafka's Java default and klog's (librdkafka's is read_committed)
             "queued.min.messages": 1_000_000,
             "error_cb": store._on_error,
         })
