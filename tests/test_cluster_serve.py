@@ -209,6 +209,7 @@ GROUP_APIS = (8, 9, 10, 11, 12, 13, 14, 15, 16, 42)  # OffsetCommit/Fetch, FindC
 # DescribeGroups, DeleteGroups
 
 
+@pytest.mark.slow  # three group joins, each waiting out the coordinator's initial rebalance delay
 def test_groups_through_the_cluster(kafka_server, klog_proc, data_dir):
     needs_apis(*GROUP_APIS)
     fill(data_dir, "t", 60, partitions=2)
