@@ -7,13 +7,14 @@ workers, so it imports pyarrow but nothing of pyspark.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from itertools import accumulate
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from klog.errors import OffsetOutOfRangeError
+from klog.errors import KlogError, OffsetOutOfRangeError
 
 FETCH_BYTES_MAX = 4 << 20  # per read(): ~40 k records of 100 bytes, a good Arrow batch for Spark
 
@@ -68,6 +69,49 @@ def read_range(data_dir: str, topic: str, partition: int, start: int, end: int, 
         store.close()
 
 
+def open_options_store(opts):  # noqa: ANN001, ANN201 - Read/WriteOptions -> Store or RemoteStore
+    """A cluster when the options carry kafka.bootstrap.servers (Spark's Kafka source option), else
+    the dataDir store; executors call this too, with the options pickled to them."""
+    props = dict(opts.kafka)
+    bootstrap = props.pop("bootstrap.servers", None)
+    if bootstrap:
+        from klog.client.remote.store import RemoteStore
+        from klog.client.remote.target import ClusterTarget, check_bootstrap
+
+        return RemoteStore(ClusterTarget(check_bootstrap(bootstrap), props))
+    from klog.client.store import Store
+
+    return Store(opts.data_dir, create=False)
+
+
+def read_range_remote(kafka: tuple, topic: str, partition: int, start: int, end: int,
+                      schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Records with offsets in [start, end) of a cluster's partition, fetched over the Kafka protocol
+    by this executor, as Arrow batches (one per fetch)."""
+    from klog.client.consumer import StartSpec
+    from klog.client.remote.store import RemoteStore
+    from klog.client.remote.target import ClusterTarget, check_bootstrap
+
+    props = dict(kafka)
+    target = ClusterTarget(check_bootstrap(props.pop("bootstrap.servers")), props)
+    with RemoteStore(target) as store, store.consumer(topic, partitions=[partition], start=StartSpec("offset", start),
+                                                      merge=False) as consumer:
+        cursor = consumer.cursors[0]
+        cursor.stop = min(end, cursor.stop if cursor.stop is not None else end)
+        quiet_since = time.monotonic()
+        while not cursor.done:
+            records = consumer.poll(1.0)
+            if not records:
+                if time.monotonic() - quiet_since > store.timeout:
+                    raise KlogError(f"no records from {target.label} for {store.timeout:g} s while reading "
+                                    f"{topic}-{partition} [{start}, {end})")
+                continue
+            quiet_since = time.monotonic()
+            yield _columns(topic, partition, [r.offset for r in records], [r.timestamp for r in records],
+                           [r.key for r in records], [r.value for r in records],
+                           [tuple(r.headers) for r in records], [r.timestamp_type for r in records], schema)
+
+
 def _checked_start(part, start: int, fail_on_data_loss: bool) -> int:
     low = part.log_start_offset()
     if start < low:
@@ -113,6 +157,12 @@ def to_record_batch(batches: list, topic: str, partition: int, low: int, high: i
     if first or last < len(offsets):
         offsets, stamps, keys, values, headers, ts_types = (
             c[first:last] for c in (offsets, stamps, keys, values, headers, ts_types))
+    return _columns(topic, partition, offsets, stamps, keys, values, headers, ts_types, schema)
+
+
+def _columns(topic: str, partition: int, offsets: list, stamps: list, keys: list, values: list, headers: list,
+             ts_types: list, schema: pa.Schema) -> pa.RecordBatch:
+    n = len(offsets)
     millis = pa.array(stamps, pa.int64())
     columns = [
         _binary(keys),

@@ -60,6 +60,7 @@ class ReadOptions:
     starting_timestamp_strategy: str = "error"
     isolation_level: str = "read_uncommitted"  # kafka.isolation.level; Kafka's consumers' default
     include_headers: bool = True  # includeHeaders=false drops the headers column
+    kafka: tuple[tuple[str, str], ...] = ()  # kafka.* options: with kafka.bootstrap.servers, a cluster
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,17 @@ class WriteOptions:
     compression: str = "none"
     acks: str = "all"
     checkpoint: str | None = None
+    kafka: tuple[tuple[str, str], ...] = ()
 
 
 def lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def kafka_options(opts: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """Spark's Kafka source passes `kafka.`-prefixed options to its client: so do we (the names are
+    lower-cased like every option; Kafka's client property names are lower case)."""
+    return tuple(sorted((k[len("kafka."):], v) for k, v in opts.items() if k.startswith("kafka.")))
 
 
 def resolve_data_dir(value: str | None) -> str:
@@ -86,6 +94,8 @@ def _check_names(opts: dict[str, str], known: set[str], what: str) -> None:
     for name in opts:
         if name in known:
             continue
+        if name.startswith("kafka.") and "kafka.bootstrap.servers" in opts:
+            continue  # a cluster: kafka.* options are its client's properties
         if name.startswith("kafka.") or name in SPARK_IGNORED_OPTIONS:
             _warn_once(name, f"option '{name}' has no effect on the klog {what} (it reads and writes this "
                              "machine's files, not a Kafka cluster); ignored")
@@ -145,6 +155,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         starting_timestamp_strategy=_timestamp_strategy(opts),
         isolation_level=isolation,
         include_headers=_bool(opts, "includeheaders", "includeHeaders", True),
+        kafka=kafka_options(opts),
     )
 
 
@@ -167,7 +178,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     if acks not in ("0", "1", "all"):
         raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
     return WriteOptions(resolve_data_dir(opts.get("datadir")), opts.get("topic") or opts.get("path") or None,
-                        codec, acks, opts.get("checkpointlocation") or None)
+                        codec, acks, opts.get("checkpointlocation") or None, kafka_options(opts))
 
 
 def _parse_assign(text: str) -> dict[str, tuple[int, ...]]:

@@ -75,7 +75,8 @@ def end_offset(part, opts: ReadOptions) -> int:
     """Where `latest` is: the high watermark, or with kafka.isolation.level=read_committed the
     last stable offset (as a Kafka consumer's end offsets)."""
     hw = part.high_watermark()
-    if opts.isolation_level != "read_committed":
+    if opts.isolation_level != "read_committed" or not hasattr(part, "leader"):
+        # a cluster's partition: its client (isolation.level from kafka.*) stops at the stable offset
         return hw
     from klog.store.txn import StableView
 

@@ -29,7 +29,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from klog.errors import UsageError
 from klog.spark import ranges as plan
-from klog.spark.arrow import SCHEMA_DDL, SCHEMA_DDL_NO_HEADERS, arrow_schema, read_range
+from klog.spark.arrow import (
+    SCHEMA_DDL,
+    SCHEMA_DDL_NO_HEADERS,
+    arrow_schema,
+    open_options_store,
+    read_range,
+    read_range_remote,
+)
 from klog.spark.options import ReadOptions, WriteOptions, lower, parse_read_options, parse_write_options
 from klog.spark.sink import check_sink_schema, send_batches, stage_batches, staged_batches
 
@@ -91,14 +98,16 @@ class RangePartition(InputPartition):
         self.range = r
 
 
-def _open_store(data_dir: str):  # noqa: ANN202 - klog Store
-    from klog.client.store import Store
-
-    return Store(data_dir, create=False)
+def _open_store(opts: ReadOptions | WriteOptions):  # noqa: ANN202 - klog Store or RemoteStore
+    """The store the options name: a cluster with kafka.bootstrap.servers, else the dataDir store."""
+    return open_options_store(opts)
 
 
 def _read(opts: ReadOptions, partition: RangePartition) -> Iterator:
     r = partition.range
+    if dict(opts.kafka).get("bootstrap.servers"):
+        yield from read_range_remote(opts.kafka, r.topic, r.partition, r.start, r.end, arrow_schema())
+        return
     yield from read_range(opts.data_dir, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
                           arrow_schema(opts.include_headers), opts.isolation_level == "read_committed")
 
@@ -106,7 +115,7 @@ def _read(opts: ReadOptions, partition: RangePartition) -> Iterator:
 class KlogBatchReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        with _open_store(opts.data_dir) as store:  # plan now: an unknown topic fails at load()
+        with _open_store(opts) as store:  # plan now: an unknown topic fails at load()
             self.ranges = plan.split(plan.plan(store, opts), opts.min_partitions)
 
     def partitions(self) -> list[RangePartition]:
@@ -126,11 +135,11 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self.target: dict | None = None  # availableNow: the high watermarks when the query started
-        with _open_store(opts.data_dir) as store:
+        with _open_store(opts) as store:
             plan.checked_partitions(store, opts)  # fail now for an unknown topic or partition
 
     def initialOffset(self) -> dict:
-        with _open_store(self.opts.data_dir) as store:
+        with _open_store(self.opts) as store:
             return plan.stream_offsets({
                 tp: plan.position(store, tp, self.opts.starting, self.opts.starting_ms, plan.LATEST,
                                   self.opts.fail_on_data_loss, "startingOffsets",
@@ -138,7 +147,7 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for tp in plan.topic_partitions(store, self.opts)})
 
     def _high_watermarks(self) -> dict[plan.TopicPartition, int]:
-        with _open_store(self.opts.data_dir) as store:
+        with _open_store(self.opts) as store:
             return {tp: plan.end_offset(store.partition(*tp), self.opts)
                     for tp in plan.topic_partitions(store, self.opts)}
 
@@ -166,7 +175,7 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         begun = plan.from_stream_offsets(start)
         ranges = []
-        with _open_store(self.opts.data_dir) as store:
+        with _open_store(self.opts) as store:
             for tp, stop in plan.from_stream_offsets(end).items():
                 # a partition or topic that appeared since the last batch starts at its beginning (as in Spark)
                 first = begun[tp] if tp in begun else store.partition(*tp).log_start_offset()
@@ -211,7 +220,7 @@ class KlogBatchWriter(DataSourceArrowWriter):
         self.opts = opts
 
     def write(self, iterator: Iterator) -> WrittenMessage:
-        with _open_store(self.opts.data_dir) as store:
+        with _open_store(self.opts) as store:
             return WrittenMessage(send_batches(store, self.opts, iterator))
 
 
@@ -245,7 +254,7 @@ class KlogStreamWriter(DataSourceStreamArrowWriter):
         marker = os.path.join(self.commits_dir, str(batchId)) if self.commits_dir else None
         paths = [m.path for m in messages if m is not None and m.path]
         if marker is None or not os.path.exists(marker):
-            with _open_store(self.opts.data_dir) as store:
+            with _open_store(self.opts) as store:
                 send_batches(store, self.opts, staged_batches(paths))
             if marker is not None:
                 _write_marker(marker)
