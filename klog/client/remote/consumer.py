@@ -65,7 +65,6 @@ class RemoteConsumer:
             "group.id": f"klog-{os.getpid()}-{uuid.uuid4().hex[:8]}",  # never joined: partitions are assigned
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "isolation.level": isolation_level,  # librdkafka defaults to read_committed; klog as Kafka's Java client
             "auto.offset.reset": "earliest",  # an offset below the log start reads from the log start
             # klog's default as Kafka's Java clients' (librdkafka's own default is read_committed)
             "isolation.level": isolation_level,
