@@ -145,3 +145,21 @@ def test_struct_helpers_match():
     h = read_header(batch([b"x"], producer_id=5, epoch=2, sequence=7))
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (5, 2, 7)
     assert struct.calcsize(">qhi") == 14
+
+
+def test_list_offsets_max_timestamp_over_segments(kafka_server):
+    from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsTopic
+
+    store = kafka_server.store
+    store.create_topic("mx", configs={"segment.bytes": "1024", "retention.ms": "-1"})  # many small segments
+    stamps = [5_000 + (i * 37) % 61 for i in range(60)]  # the largest is in a middle segment
+    with store.producer() as producer:
+        for i, ts in enumerate(stamps):
+            producer.send("mx", b"v%03d" % i, timestamp=1_000_000 + ts)
+            producer.flush()
+    assert len(store.partition("mx", 0).leader.bases) > 3
+    with RawClient(kafka_server.port) as client:
+        resp = client.send(2, 7, replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(name="mx", partitions=(
+            ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-3),)),))
+    p = resp.topics[0].partitions[0]
+    assert (p.error_code, p.timestamp, p.offset) == (E.none, 1_000_000 + max(stamps), stamps.index(max(stamps)))
