@@ -254,3 +254,11 @@ def test_klog_consume_follow_sees_records_produced_over_the_protocol(kafka_serve
     finally:
         follower.terminate()
         follower.wait(10)
+
+
+def test_transactional_producer_fails_at_init_with_a_clear_fatal_error(kafka_server):
+    producer = ck.Producer({"bootstrap.servers": kafka_server.bootstrap, "transactional.id": "tx-1"})
+    with pytest.raises(ck.KafkaException) as caught:
+        producer.init_transactions(10)
+    err = caught.value.args[0]
+    assert err.code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()

@@ -31,6 +31,7 @@ from klog.store.format import (
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's configs may get
 
 
 class InvalidBatchError(KlogError):
@@ -242,6 +243,7 @@ class RawAppender:
         self.producers = ProducerStates()
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()
+        self._topic_read: dict[str, float] = {}
 
     def lock_for(self, topic: str, partition: int) -> threading.Lock:
         with self._guard:
@@ -249,6 +251,15 @@ class RawAppender:
             if lock is None:
                 lock = self._locks[(topic, partition)] = threading.Lock()
             return lock
+
+    def _refresh_topic(self, topic: str) -> None:
+        """Re-read the topic's metadata (configs another process altered) at most every few seconds."""
+        now = time.monotonic()
+        with self._guard:
+            if now - self._topic_read.get(topic, 0.0) < TOPIC_REFRESH_S:
+                return
+            self._topic_read[topic] = now
+            self.store.forget_topic_cache(topic)
 
     def forget_topic(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
@@ -265,6 +276,7 @@ class RawAppender:
         header = check_batch(data)
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
+        self._refresh_topic(topic)
         configs = self.store.effective_configs(topic)
         max_bytes = int(configs["max.message.bytes"])
         wanted_codec = configs["compression.type"]
