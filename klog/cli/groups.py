@@ -60,10 +60,11 @@ def describe(
                "members": [vars(m) for m in d.members], "partitions": [vars(p) for p in d.partitions]}
         print(json.dumps(doc))
         return
+    from klog.cli.output import terminal_safe
     from klog.cli.tables import print_table
 
-    print(f"group {d.group}: {d.state}, generation {d.generation}, assignor {_dash(d.assignor)}, "
-          f"{len(d.members)} live member(s)", file=sys.stderr)
+    print(f"group {terminal_safe(d.group.encode())}: {d.state}, generation {d.generation}, "
+          f"assignor {_dash(d.assignor)}, {len(d.members)} live member(s)", file=sys.stderr)
     if members:
         print_table(["MEMBER", "CLIENT-ID", "HOST", "PID", "PARTITIONS"],
                     [[m.member_id, m.client_id, m.host, m.pid, ",".join(f"{t}-{p}" for t, p in m.partitions) or "-"]
