@@ -210,9 +210,10 @@ def _write(consumer, render, as_json: bool) -> None:
     out = sys.stdout.buffer
     if (render is None and not as_json and len(consumer.cursors) == 1 and consumer.record_filter is None
             and consumer.until_ms is None and consumer.count is None):
-        for values in consumer.value_chunks():
+        for values in consumer.value_chunks(null=b""):
             if values:
-                out.write(b"\n".join(v or b"" for v in values) + b"\n")
+                values.append(b"")  # the last line's newline, without copying the joined chunk
+                out.write(b"\n".join(values))
                 if consumer.follow:
                     out.flush()
         out.flush()

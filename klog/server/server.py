@@ -134,6 +134,8 @@ class Server:
         self._stopping = True
         if self._server is not None:
             self._server.close()
+        if self._appended is not None:
+            self.notify_appended()  # long-polling fetches answer now with what they have
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()
@@ -288,7 +290,12 @@ class Server:
                              executor=self.executor, log=log, coordinator=self.coordinator,
                              correlation_id=prefix.correlation_id, server=self)
         handler = self.handlers[prefix.api_key]
-        response = await handler.fn(ctx, request)
+        try:
+            response = await handler.fn(ctx, request)
+        except (TypeError, ValueError, AttributeError) as e:  # a well-framed request holding nonsense (null arrays)
+            log.warning("%s (client %s): %s v%d cannot be handled (%s: %s), closing", peer,
+                        framing.printable(client_id), type(request).__name__, prefix.api_version, type(e).__name__, e)
+            return False
         if response is None:
             return True
         if isinstance(response, framing.RawBody):
