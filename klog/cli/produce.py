@@ -154,16 +154,15 @@ def _send_lines(producer, topic: str, lines: list[bytes], input_format: str, sep
         if sep is None:
             producer.send_values(topic, lines, headers=headers or None, partition=partition)
             return line_no + len(lines)
+        pairs = []
         for line in lines:
-            line_no += 1
             key, found, value = line.partition(sep)
-            if not found:
-                key, value = None, line
-            producer.send(topic, value, key=key, headers=headers or None, partition=partition)
-        return line_no
+            pairs.append((key, value) if found else (None, line))
+        producer.send_keyed(topic, pairs, headers=headers or None, partition=partition)
+        return line_no + len(lines)
     except RecordTooLargeError as e:
         index = getattr(e, "index", None)
-        where = line_no + index + 1 if index is not None and sep is None else line_no
+        where = line_no + index + 1 if index is not None else line_no
         producer.flush()
         raise RecordTooLargeError(f"line {where}: {e}; {producer.records_sent} records before it were written") \
             from None
