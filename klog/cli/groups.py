@@ -62,7 +62,7 @@ def describe(
         return
     from klog.cli.tables import print_table
 
-    print(f"group {d.group}: {d.state}, generation {d.generation}, assignor {_dash(d.assignor)}, "
+    print(f"group {d.group}: {d.state}, generation {_dash(d.generation)}, assignor {_dash(d.assignor)}, "
           f"{len(d.members)} live member(s)", file=sys.stderr)
     if members:
         print_table(["MEMBER", "CLIENT-ID", "HOST", "PID", "PARTITIONS"],
