@@ -99,7 +99,7 @@ def test_an_emptied_data_mdb_fails_verify_and_produce_never_recreates_the_topic_
     shutil.rmtree(os.path.join(data_dir, "meta"))
     assert klog_proc("topics", "create", "other").returncode == 0
     r = klog_proc("verify")
-    assert r.returncode == 1 and b"a partition folder no topic in the metadata names" in r.stdout
+    assert r.returncode == 1 and b"a partition folder no topic of this store owns" in r.stdout
     r = klog_proc("produce", "t", input=b"new\n")
     assert r.returncode == 1 and b"already holds a partition no metadata names" in r.stderr
     assert r.stderr.count(b"\n") == 1

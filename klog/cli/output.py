@@ -1,54 +1,20 @@
 """Rendering records and tables: raw values on a pipe, a readable log on a terminal,
-kcat-style --format strings, and the lossless JSON-lines envelope (both directions)."""
+kcat-style --format strings (the JSON envelope is klog.client.envelope)."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import json
 import re
 from collections.abc import Callable
-from typing import Any
 
+# the JSON envelope lives in the library (klog.client.envelope); its names stay importable here
+from klog.client.envelope import bytes_to_json, json_to_bytes, record_json_line, record_to_json  # noqa: F401
 from klog.client.records import Record
 from klog.errors import UsageError
 
 FORMAT_HELP = ("Format tokens (kcat style): %t topic, %p partition, %o offset, %k key, %s value, %K key size, "
                "%S value size, %h headers (k=v,k=v), %T timestamp (epoch ms), %I timestamp (ISO 8601 UTC), "
                "%y timestamp type, \\n newline, \\t tab, %% percent.")
-
-
-# -- the JSON envelope -------------------------------------------------------------------------
-def bytes_to_json(data: bytes | None) -> Any:
-    """UTF-8 text stays a string; anything else becomes {"base64": "..."}; None stays null."""
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(data).decode("ascii")}
-
-
-def json_to_bytes(value: Any, what: str) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode("utf-8", errors="surrogateescape")
-    if isinstance(value, dict) and set(value) == {"base64"}:
-        try:
-            return base64.b64decode(value["base64"], validate=True)
-        except (ValueError, TypeError):
-            raise ValueError(f"{what} has invalid base64") from None
-    # any other JSON value is stored as its compact JSON text
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def record_to_json(r: Record) -> str:
-    return json.dumps({
-        "topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
-        "timestamp_type": r.timestamp_type_name, "key": bytes_to_json(r.key), "value": bytes_to_json(r.value),
-        "headers": [[k, bytes_to_json(v)] for k, v in r.headers],
-    }, ensure_ascii=False)
 
 
 def iso(ts_ms: int) -> str:
@@ -111,42 +77,3 @@ def terminal_safe(data: bytes) -> str:
     """Decode for display (invalid UTF-8 as U+FFFD) with control characters escaped (\\x07)."""
     text = data.decode("utf-8", errors="replace")
     return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
-
-
-def pretty_line(r: Record, show_topic: bool) -> Any:
-    """A rich Text line: time, topic/partition@offset, key, value (JSON highlighted), with
-    control characters of the record escaped (terminal_safe); pipes get the raw bytes instead."""
-    from rich.text import Text
-
-    line = Text()
-    line.append(iso(r.timestamp), style="dim")
-    line.append("  ")
-    where = f"{r.topic}/{r.partition}@{r.offset}" if show_topic else f"{r.partition}@{r.offset}"
-    line.append(where, style="cyan")
-    if r.key is not None:
-        line.append("  ")
-        line.append(terminal_safe(r.key), style="bold yellow")
-    line.append("  ")
-    if r.value is None:
-        line.append("(tombstone)", style="italic red")
-    else:
-        text = terminal_safe(r.value)
-        if text[:1] in "{[" and _is_json(r.value):
-            from rich.highlighter import JSONHighlighter
-
-            line.append_text(JSONHighlighter()(Text(text)))
-        else:
-            line.append(text)
-    if r.headers:
-        line.append("  ")
-        line.append(" ".join(f"{terminal_safe(k.encode())}={terminal_safe(v or b'')}" for k, v in r.headers),
-                    style="magenta")
-    return line
-
-
-def _is_json(data: bytes) -> bool:
-    try:
-        json.loads(data)
-        return True
-    except ValueError:
-        return False

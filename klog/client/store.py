@@ -72,6 +72,7 @@ class Store:
         self.topics = TopicsMeta(self.meta)
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._topic_cache: dict[str, TopicMeta] = {}
+        self.kafka_checkpoints_due = False  # a write happened that Kafka's checkpoint files must show
 
     # -- context -----------------------------------------------------------------------------
     def __enter__(self) -> Store:
@@ -81,10 +82,24 @@ class Store:
         self.close()
 
     def close(self) -> None:
+        if self.kafka_checkpoints_due or any(p.last_recovery for p in self._partitions.values()):
+            self.kafka_checkpoints_due = False
+            self.write_kafka_checkpoints()
         for p in self._partitions.values():
             p.close()
         self._partitions.clear()
         self.meta.close()
+
+    def write_kafka_checkpoints(self) -> None:
+        """Kafka's checkpoint files in every log directory and partition folder (a broker can
+        adopt the directories); see klog.client.kafka_checkpoints. Failures warn: they never
+        undo or fail the write that made them due."""
+        from klog.client.kafka_checkpoints import write_kafka_checkpoints
+
+        try:
+            write_kafka_checkpoints(self)
+        except (OSError, KlogError) as e:
+            self.warn(f"cannot update Kafka's checkpoint files: {e}")
 
     # -- topics ------------------------------------------------------------------------------
     def log_dir_ids(self) -> list[int]:
@@ -98,15 +113,19 @@ class Store:
         return [d for d in self.log_dir_ids() if dir_health(self, d) in (health.OK, health.REPLACED)]
 
     def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                     configs: dict[str, str] | None = None, exist_ok: bool = False) -> TopicMeta:
+                     configs: dict[str, str] | None = None, exist_ok: bool = False,
+                     adopt_folders: bool = False) -> TopicMeta:
+        """`adopt_folders`: partition folders already in a log directory become the topic's
+        (klog dirs import); otherwise such a folder is refused (lost metadata would resurrect it)."""
         partitions = partitions if partitions is not None else int(self.data_dir.default("num.partitions"))
         rf = replication_factor if replication_factor is not None else int(
             self.data_dir.default("default.replication.factor"))
-        if not (exist_ok and self.topics.find(name) is not None):
+        if not adopt_folders and not (exist_ok and self.topics.find(name) is not None):
             self._refuse_leftover_folders(name)
         topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
                                    exist_ok=exist_ok)
         self._topic_cache.pop(name, None)
+        self.kafka_checkpoints_due = True
         return topic
 
     def topic(self, name: str) -> TopicMeta:
@@ -147,6 +166,7 @@ class Store:
         folder under its `.deleting` name is never read as the topic again)."""
         topic = self.topics.get(name)
         self._forget(name)
+        self.kafka_checkpoints_due = True
         moved: list[tuple[str, str]] = []
         for p, pm in enumerate(topic.partitions):
             for d in pm.replicas:
@@ -335,6 +355,7 @@ class Store:
         """Retention now (and compaction where due); see klog.client.lifecycle.clean."""
         from klog.client.lifecycle import clean
 
+        self.kafka_checkpoints_due = True  # the log start may move
         return clean(self, topic, **kwargs)
 
     def compact(self, topic: str, **kwargs) -> list:
@@ -345,6 +366,7 @@ class Store:
     def delete_records(self, topic: str, **kwargs) -> list:
         from klog.client.lifecycle import delete_records
 
+        self.kafka_checkpoints_due = True
         return delete_records(self, topic, **kwargs)
 
     def dirty_ratio(self, topic: str, partition: int) -> float:

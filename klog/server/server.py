@@ -1,0 +1,361 @@
+"""The asyncio listener: one task per connection, requests answered in order, one at a time per
+connection (Kafka mutes a connection while its request is in flight: responses stay ordered).
+
+`Server` runs in the caller's event loop (`await server.start()`), in a background thread for
+tests and embedding (`with Server(...) as s:`), or as the foreground `klog serve` (`run()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from klog.server import dispatch, framing
+from klog.server.context import BrokerInfo, RequestContext
+
+log = logging.getLogger("klog.serve")
+
+REQUEST_BYTES_MAX = 100 * 1024 * 1024  # socket.request.max.bytes
+IDLE_MS_DEFAULT = 600_000  # connections.max.idle.ms
+SHUTDOWN_GRACE_S = 5.0
+READ_AHEAD = 2  # requests parsed ahead per connection (each up to socket.request.max.bytes)
+
+
+def parse_hostport(text: str, default_port: int = 9092) -> tuple[str, int]:
+    """'host:port', ':port', 'host' or '[v6]:port' -> (host, port); ValueError names what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, str(default_port)
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid port in '{text}' (want HOST:PORT, port 0-65535)")
+    return host, int(port)
+
+
+def cluster_id_for(path: str) -> str:
+    """A stable 22-character cluster id (Kafka's base64 UUID form) derived from the store path."""
+    digest = hashlib.sha256(os.path.realpath(path).encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+class Server:
+    def __init__(self, data_dir: str | None = None, *, listen: tuple[str, int] = ("127.0.0.1", 9092),
+                 advertised: tuple[str, int] | None = None, node_id: int = 0, store: Any = None,
+                 request_bytes_max: int = REQUEST_BYTES_MAX, idle_ms: int = IDLE_MS_DEFAULT,
+                 workers: int = 8) -> None:
+        self.data_dir = data_dir
+        self.listen = listen
+        self.advertised = advertised
+        self.node_id = node_id
+        self.request_bytes_max = request_bytes_max
+        self.idle_ms = idle_ms
+        self._own_store = store is None
+        self.store = store
+        self.workers = workers
+        self.executor: ThreadPoolExecutor | None = None
+        self.broker: BrokerInfo | None = None
+        self.coordinator: Any = None
+        self.handlers = dispatch.load_handlers()
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: dict[asyncio.Task, bool] = {}  # task -> busy with a request
+        self._stopping = False
+        self._stopped: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.state: dict[str, Any] = {}  # per-API shared state (producer ids, fetch waiters, ...)
+        self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
+        self._appended: asyncio.Event | None = None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    # -- appends and the fetches waiting for them ----------------------------------------------
+    def notify_appended(self) -> None:
+        """Wake fetches waiting in this process (other processes' appends are seen by polling)."""
+        assert self._appended is not None
+        self._appended.set()
+        self._appended = asyncio.Event()
+
+    async def wait_appended(self, timeout_s: float) -> None:
+        """Until an append in this process, or `timeout_s` (the caller re-checks the store)."""
+        assert self._appended is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._appended.wait(), timeout_s)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.store is None:
+            from klog.client.store import Store
+
+            self.store = Store(self.data_dir, on_warning=lambda m: log.warning("%s", m))
+        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve")
+        self._stopped = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        host, port = self.listen
+        self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True,
+                                                  limit=1 << 16)
+        self.port = self._server.sockets[0].getsockname()[1]
+        # listening on every interface: advertise this machine's name, as Kafka does (clients elsewhere
+        # cannot use 0.0.0.0); --advertised-listener overrides it
+        adv_host, adv_port = self.advertised or (host if host not in ("0.0.0.0", "::", "") else socket.getfqdn(),
+                                                 self.port)
+        self.broker = BrokerInfo(self.node_id, adv_host, adv_port or self.port, cluster_id_for(self.store.path))
+        self.coordinator = self._make_coordinator()
+        from klog.client.batches import RawAppender
+
+        self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
+        self._appended = asyncio.Event()
+
+    def _make_coordinator(self) -> Any:
+        try:
+            from klog.server.groups import GroupCoordinator
+        except ImportError:  # the group APIs land from their own branch
+            return None
+        return GroupCoordinator(self.store, self.broker, self.executor)
+
+    def startup_line(self) -> str:
+        assert self.broker is not None and self.store is not None
+        dirs = ", ".join(self.store.data_dir.log_dir_path(d) for d in self.store.log_dir_ids())
+        return (f"klog serve: listening on {self.listen[0]}:{self.port} (advertised "
+                f"{self.broker.host}:{self.broker.port}, node {self.node_id}); store {self.store.path}; "
+                f"log dirs {dirs}")
+
+    async def stop(self) -> None:
+        """Stop accepting, let requests in flight finish (bounded), close connections and the store."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        if self._appended is not None:
+            self.notify_appended()  # long-polling fetches answer now with what they have
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()
+        if self._connections:
+            _, pending = await asyncio.wait(list(self._connections), timeout=SHUTDOWN_GRACE_S)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        if self.coordinator is not None and hasattr(self.coordinator, "close"):
+            result = self.coordinator.close()
+            if asyncio.iscoroutine(result):
+                await result
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+        if self._own_store and self.store is not None:
+            self.store.close()  # flushes and closes every partition it opened
+        assert self._stopped is not None
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        assert self._stopped is not None
+        await self._stopped.wait()
+
+    # -- foreground (klog serve) -------------------------------------------------------------
+    def run(self, on_started: Any = None) -> None:
+        """Serve until SIGTERM or SIGINT, then stop cleanly."""
+        async def main() -> None:
+            await self.start()
+            if on_started is not None:
+                on_started(self)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.stop()))
+            await self.wait_stopped()
+
+        asyncio.run(main())
+
+    # -- background thread (tests, embedding) ------------------------------------------------
+    def __enter__(self) -> Server:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def target() -> None:
+            async def main() -> None:
+                try:
+                    await self.start()
+                except BaseException as e:
+                    failure.append(e)
+                    ready.set()
+                    return
+                ready.set()
+                await self.wait_stopped()
+
+            asyncio.run(main())
+
+        self._thread = threading.Thread(target=target, name="klog-serve-loop", daemon=True)
+        self._thread.start()
+        if not ready.wait(30):
+            raise TimeoutError("klog serve did not start within 30 s")
+        if failure:
+            raise failure[0]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        future = asyncio.run_coroutine_threadsafe(self.stop(), self._loop)
+        future.result(timeout=SHUTDOWN_GRACE_S + 10)
+        self._thread.join(timeout=10)
+        self._thread = None
+
+    # -- connections -------------------------------------------------------------------------
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if self._stopping:
+            writer.close()
+            return
+        self._connections[task] = False
+        peer = writer.get_extra_info("peername")
+        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        log.info("connection from %s", peer_text)
+        try:
+            await self._serve_connection(reader, writer, task, peer_text)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception as e:  # a bug in a handler must not take the server down
+            log.error("%s: closing connection after an internal error: %s: %s", peer_text, type(e).__name__, e)
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            log.info("connection from %s closed", peer_text)
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                task: asyncio.Task, peer: str) -> None:
+        """Requests are read and parsed one or two ahead (overlapping the network and parsing with
+        the store's fsync of the request before) but handled and answered strictly in order."""
+        queue: asyncio.Queue = asyncio.Queue(maxsize=READ_AHEAD)
+        reading = asyncio.create_task(self._read_requests(reader, queue, peer))
+        try:
+            while not self._stopping:
+                item = await queue.get()
+                if item is None:
+                    return
+                self._connections[task] = True
+                try:
+                    if not await self._answer(item, writer, peer):
+                        return
+                finally:
+                    self._connections[task] = False
+        finally:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reading
+
+    async def _read_requests(self, reader: asyncio.StreamReader, queue: asyncio.Queue, peer: str) -> None:
+        """Frames -> parsed requests on `queue`; None when the connection must end."""
+        try:
+            while not self._stopping:
+                frame = await self._read_frame(reader, peer)
+                if frame is None:
+                    return
+                item = self._parse(frame, peer)
+                await queue.put(item)
+                if item is None:
+                    return
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)  # the handler loop stops after what is queued (or is already gone)
+
+    async def _read_frame(self, reader: asyncio.StreamReader, peer: str) -> bytes | None:
+        idle_s = self.idle_ms / 1000
+        try:
+            head = await asyncio.wait_for(reader.readexactly(4), idle_s)
+        except TimeoutError:
+            log.info("%s: idle for %d ms (connections.max.idle.ms), closing", peer, self.idle_ms)
+            return None
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                log.warning("%s: truncated frame size, closing", peer)
+            return None
+        except ConnectionError:
+            return None
+        (size,) = framing.SIZE.unpack(head)
+        if size < framing.PREFIX.size or size > self.request_bytes_max:
+            log.warning("%s: invalid request size %d (socket.request.max.bytes is %d), closing",
+                        peer, size, self.request_bytes_max)
+            return None
+        try:
+            return await asyncio.wait_for(reader.readexactly(size), idle_s)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            log.warning("%s: truncated request (%d bytes announced), closing", peer, size)
+            return None
+
+    def _parse(self, frame: bytes, peer: str) -> _Parsed | None:
+        """The request in `frame`, or None (logged) when the connection must close."""
+        prefix = framing.read_prefix(frame)
+        log.debug("%s: request key %d v%d #%d", peer, prefix.api_key, prefix.api_version, prefix.correlation_id)
+        if not dispatch.supports(prefix.api_key, prefix.api_version):
+            if prefix.api_key == dispatch.API_VERSIONS_KEY:
+                return _Parsed(prefix, None, None)  # answered in v0 with UNSUPPORTED_VERSION
+            log.warning("%s (client %s): unsupported api key %d version %d, closing", peer,
+                        framing.client_id_of(frame), prefix.api_key, prefix.api_version)
+            return None
+        try:
+            client_id, request = framing.parse_request(frame, prefix)
+        except framing.FrameError as e:
+            log.warning("%s (client %s): %s, closing", peer, framing.client_id_of(frame), e)
+            return None
+        return _Parsed(prefix, client_id, request)
+
+    async def _answer(self, item: _Parsed, writer: asyncio.StreamWriter, peer: str) -> bool:
+        """Handle one parsed request and send its answer; False closes the connection."""
+        prefix, client_id, request = item.prefix, item.client_id, item.request
+        if request is None:
+            writer.write(framing.encode_response(prefix.correlation_id, dispatch.unsupported_api_versions()))
+            await writer.drain()
+            return True
+        assert self.broker is not None and self.executor is not None
+        ctx = RequestContext(store=self.store, broker=self.broker, client_id=client_id,
+                             client_host=peer.rpartition(":")[0], api_version=prefix.api_version,
+                             executor=self.executor, log=log, coordinator=self.coordinator,
+                             correlation_id=prefix.correlation_id, server=self)
+        handler = self.handlers[prefix.api_key]
+        try:
+            response = await handler.fn(ctx, request)
+        except (TypeError, ValueError, AttributeError) as e:  # a well-framed request holding nonsense (null arrays)
+            log.warning("%s (client %s): %s v%d cannot be handled (%s: %s), closing", peer,
+                        framing.printable(client_id), type(request).__name__, prefix.api_version, type(e).__name__, e)
+            return False
+        if response is None:
+            return True
+        if isinstance(response, framing.RawBody):
+            await response.send(writer, prefix.correlation_id)
+        else:
+            writer.write(framing.encode_response(prefix.correlation_id, response))
+            await writer.drain()
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    prefix: framing.RequestPrefix
+    client_id: str | None
+    request: Any  # None: a too-new ApiVersions request
+
+
+def serve(data_dir: str | None = None, **kwargs: Any) -> None:
+    """Serve the store at `data_dir` in the foreground until SIGTERM/SIGINT (see Server)."""
+    Server(data_dir, **kwargs).run()
