@@ -138,3 +138,35 @@ def test_many_segments_under_a_low_open_file_limit_read_whole(tmp_path):
                             preexec_fn=_limit_open_files(48))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [b"v%03d" % i for i in range(200)]
+
+
+class _ShortWriter:
+    """A stream that takes at most `limit` bytes per call, as CPython's does past 2 GiB."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.got = bytearray()
+        self.calls = 0
+
+    def write(self, data) -> int:  # noqa: ANN001 - bytes or memoryview
+        self.calls += 1
+        taken = bytes(data[:self.limit])
+        self.got += taken
+        return len(taken)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_stdout_writes_are_complete_even_when_the_stream_takes_part_of_a_chunk():
+    """Guarantee 4: consume printed 2,147,479,552 of 2,516,582,426 bytes and exited 0."""
+    from klog.cli.output import WRITE_CHUNK_BYTES, write_all
+
+    data = os.urandom(3 * WRITE_CHUNK_BYTES + 12345)
+    out = _ShortWriter(WRITE_CHUNK_BYTES - 7)
+    write_all(out, data)
+    assert bytes(out.got) == data
+    assert out.calls == -(-len(data) // out.limit)  # each short write resumed where it stopped
+    stuck = _ShortWriter(0)
+    with pytest.raises(OSError):
+        write_all(stuck, b"x")
