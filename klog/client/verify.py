@@ -99,6 +99,8 @@ def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
 
 def _check_replica(replica, snap) -> tuple[list[str], int | None]:
     """Problems found, and the offset to truncate at when the log itself is damaged."""
+    if os.path.islink(replica.directory):
+        return [f"{replica.directory}: a symbolic link, not a partition folder (klog never follows it)"], None
     if not os.path.isdir(replica.directory):
         if snap is None or snap.high_watermark == 0:
             return [], None  # a partition never written has no folder yet

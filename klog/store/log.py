@@ -19,6 +19,7 @@ from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
+from klog.store.names import check_not_symlink
 from klog.store.segment import LogSegment, RecoveryResult, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
@@ -143,6 +144,7 @@ class PartitionLog:
     # -- segment list --------------------------------------------------------------------------
     def refresh_segments(self) -> None:
         """Re-list the folder: other processes roll, delete and truncate segments."""
+        check_not_symlink(self.directory)
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
