@@ -200,3 +200,40 @@ def test_files_honour_the_umask_for_a_group_shared_store(tmp_path):
                 "meta/data.mdb"} <= set(modes)
         wrong = {name: oct(m & 0o777) for name, m in modes.items() if bool(m & 0o020) != group_write}
         assert not wrong, (umask, wrong)
+
+
+def test_a_255_character_group_on_a_249_character_topic_commits_and_resumes(klog_proc):
+    """LMDB keys stop at 511 bytes; group + topic + partition did not fit (BadValsizeError)."""
+    topic, group = "t" * 249, "g" * 255
+    assert klog_proc("produce", topic, input=b"1\n2\n").returncode == 0
+    r = klog_proc("consume", topic, "--group", group)
+    assert r.returncode == 0 and r.stdout == b"1\n2\n", r.stderr
+    assert klog_proc("produce", topic, input=b"3\n").returncode == 0
+    r = klog_proc("consume", topic, "--group", group)
+    assert r.returncode == 0 and r.stdout == b"3\n", r.stderr  # resumed at its committed offset
+
+
+def test_errors_about_names_with_control_characters_stay_on_one_line(klog_proc):
+    for name in ("a\nb", "a\x1b]0;TITLE\x07"):
+        r = klog_proc("topics", "create", name)
+        assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"\x1b" not in r.stderr, r.stderr
+
+
+def test_a_segment_name_beyond_int64_is_not_a_segment(klog_proc, data_dir):
+    assert klog_proc("produce", "t", input=b"1\n").returncode == 0
+    open(os.path.join(data_dir, "logs", "t-0", "99999999999999999999.log"), "wb").close()
+    for args in (["produce", "t"], ["consume", "t"], ["verify"]):
+        r = klog_proc(*args, input=b"2\n")
+        assert r.returncode == 0 and b"Traceback" not in r.stderr, (args, r.stderr)
+    assert klog_proc("consume", "t").stdout == b"1\n2\n"
+
+
+def test_a_stray_empty_segment_does_not_move_the_log_end(klog_proc, data_dir):
+    assert klog_proc("produce", "t", input=b"1\n2\n3\n").returncode == 0
+    open(os.path.join(data_dir, "logs", "t-0", "00000000001000000000.log"), "wb").close()
+    r = klog_proc("verify")
+    assert r.returncode == 1 and b"an empty segment at offset 1000000000" in r.stdout
+    assert klog_proc("produce", "t", input=b"4\n").returncode == 0  # at offset 3, not 1000000000
+    assert klog_proc("consume", "t").stdout == b"1\n2\n3\n4\n"
+    assert json.loads(klog_proc("offsets", "t", "--json").stdout)["latest"] == 4
+    assert klog_proc("verify").returncode == 0

@@ -209,6 +209,15 @@ class PartitionLog:
             if previous_next is not None and base < previous_next:
                 self._delete_from(base, report, f"segment {base} overlaps the one before")
                 break
+            if previous_next is not None and base > previous_next and segment.file_size() == 0:
+                # a stray empty file past the log end (no roll makes one: a roll starts at the log
+                # end): adopting it would jump the log end over offsets that never existed
+                segment.delete_files()
+                report.segments_deleted.append(base)
+                report.reasons.append(f"{segment.log_path}: an empty segment past the log end ({previous_next}); "
+                                      f"removed")
+                fsync_dir(self.directory)
+                continue
             result: RecoveryResult = segment.recover()
             report.segments_recovered.append(base)
             if result.truncated_bytes:
