@@ -161,7 +161,9 @@ class Partition:
     # -- writing -------------------------------------------------------------------------------
     def open_for_write(self) -> None:
         """Lock held: bring every replica to a clean tail and the high watermark in line."""
-        self.last_recovery = [r.open_for_write() for r in self.replicas]
+        published = self.state.read_valid()
+        committed = published.high_watermark if published is not None else None
+        self.last_recovery = [r.open_for_write(committed) for r in self.replicas]
         ends = [r.log_end_offset for r in self.replicas]
         hw = min(ends)
         snap = self.state.read_valid()
