@@ -343,3 +343,41 @@ def test_topics_clean_prints_only_what_changed_and_a_summary(cli, store):
     assert re.fullmatch(r"1 of 5 partitions changed: \d+ segments \(.*\) deleted, 0 records compacted away", lines[-1])
     r = cli("topics", "clean")
     assert r.stderr.splitlines() == ["0 of 5 partitions changed: 0 segments (0 B) deleted, 0 records compacted away"]
+
+
+def test_a_follower_the_log_outruns_skips_ahead_and_says_so(store, monkeypatch):
+    from klog.cli import view
+    from klog.cli.view import TerminalView
+
+    monkeypatch.setattr(view, "FLUSH_LINES", 100)
+    monkeypatch.setattr(view, "KEEP_RECORDS", 200)
+    store.create_topic("fast")
+    with store.producer() as p:
+        for i in range(300):
+            p.send("fast", b"history %d" % i)
+    consumer = store.consumer("fast", start="beginning", follow=True)
+
+    class Done(Exception):
+        pass
+
+    waits = []
+
+    def wait_for_data() -> None:  # the history is drawn: a burst lands faster than any terminal draws it
+        waits.append(1)
+        if len(waits) > 1:
+            raise Done
+        with store.producer() as p:
+            for i in range(3000):
+                p.send("fast", b"new %d " % i + b"x" * 2000)
+
+    monkeypatch.setattr(consumer, "_wait_for_data", wait_for_data)
+    out: list[bytes] = []
+    with pytest.raises(Done):
+        TerminalView(False, color=False, skip_lag=500).draw(consumer, out.append)
+    text = b"".join(out).decode()
+    assert all(f"0@{i}  history {i}" in text for i in range(300))  # what was there is drawn whole
+    notes = [int(n.replace(",", "")) for n in re.findall(r"… ([\d,]+) records skipped to keep up", text)]
+    assert len(notes) == 1 and notes[0] > 1000, text[-500:]
+    offsets = [int(m) for m in re.findall(r"  0@(\d+)  ", text)]
+    assert offsets == sorted(offsets) and offsets[-1] == 3299  # the newest are drawn
+    assert len(offsets) + notes[0] == 3300  # every record is either drawn or counted as skipped
