@@ -31,6 +31,22 @@ def test_a_too_large_line_is_one_line_and_keeps_the_lines_before(cli, data_dir):
             assert [x.value for x in s.consumer(topic)] == lines.split(big)[0].split(b"\n")[:-1]
 
 
+@pytest.mark.parametrize("args", [["-k", "K"], ["-K", ":"], ["-D", "\\0"], ["--input", "json"]])
+def test_a_too_large_record_is_one_line_in_every_input_mode(cli, data_dir, args):
+    big = b"x" * 1_100_000
+    if args[0] == "--input":
+        data = b'{"value": "a"}\n{"value": "' + big + b'"}\n'
+    else:
+        end = b"\0" if args[0] == "-D" else b"\n"
+        data = b"a" + end + big + end
+    r = cli("produce", "t", *args, input=data)
+    errors = [line for line in r.stderr.splitlines() if "created topic" not in line]
+    assert r.exit_code == 1 and len(errors) == 1 and "larger than max.message.bytes" in errors[0], r.stderr
+    assert "1 records before it were written" in errors[0]
+    with klog.open(data_dir) as s:
+        assert [x.value for x in s.consumer("t")] == [b"a"]
+
+
 def test_create_if_not_exists_says_it_exists_and_warns_on_a_difference(cli):
     assert cli("topics", "create", "orders", "-p", "3").exit_code == 0
     r = cli("topics", "create", "orders", "-p", "3", "--if-not-exists")
