@@ -61,7 +61,7 @@ def test_dump_of_a_new_partition_folder_path_is_empty_not_an_error(cli, data_dir
     assert cli("topics", "create", "orders").exit_code == 0
     with klog.open(data_dir) as s:
         log_dir = s.data_dir.log_dir_path(s.log_dir_ids()[0])
-    for path in (os.path.join(log_dir, "orders-0"), "orders-0", "orders"):
+    for path in (os.path.join(log_dir, "orders-0"), os.path.join(log_dir, "orders-0") + "/", "orders-0", "orders"):
         r = cli("dump", path)
         assert (r.exit_code, r.stdout, r.stderr) == (0, b"", ""), path
 
