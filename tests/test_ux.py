@@ -397,3 +397,14 @@ def test_a_follower_the_log_outruns_skips_ahead_and_says_so(store, monkeypatch):
     offsets = [int(m) for m in re.findall(r"  0@(\d+)  ", text)]
     assert offsets == sorted(offsets) and offsets[-1] == 3299  # the newest are drawn
     assert len(offsets) + notes[0] == 3300  # every record is either drawn or counted as skipped
+
+
+def test_format_and_json_on_a_terminal_escape_control_characters(cli, data_dir):
+    cli("produce", "tt", "-K:", input=b"k\x1b[2J:v\xc2\x9b31m\x07\n")
+    _, shown, _ = on_a_terminal(["consume", "tt", "-F", "%k|%s\\n"], data_dir)
+    assert shown == b"k\\x1b[2J|v\\x9b31m\\x07\r\n"
+    _, shown, _ = on_a_terminal(["consume", "tt", "--json"], data_dir)
+    doc = json.loads(shown)
+    assert (doc["key"], doc["value"]) == ("k\x1b[2J", "v\x9b31m\x07")
+    assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]", shown.rstrip(b"\r\n"))
+    assert cli("consume", "tt", "-F", "%k|%s\\n").stdout == b"k\x1b[2J|v\xc2\x9b31m\x07\n"  # pipes: raw
