@@ -63,7 +63,7 @@ def describe(
     from klog.cli.output import terminal_safe
     from klog.cli.tables import print_table
 
-    print(f"group {terminal_safe(d.group.encode())}: {d.state}, generation {d.generation}, "
+    print(f"group {terminal_safe(d.group.encode())}: {d.state}, generation {_dash(d.generation)}, "
           f"assignor {_dash(d.assignor)}, {len(d.members)} live member(s)", file=sys.stderr)
     if members:
         print_table(["MEMBER", "CLIENT-ID", "HOST", "PID", "PARTITIONS"],
