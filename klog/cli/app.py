@@ -347,6 +347,12 @@ def _usage_error(e: typer.TyperException) -> int:
 
 def main() -> None:
     """Console entry point: one line on stderr for a KlogError, never a traceback."""
+    if os.environ.get("_KLOG_COMPLETE"):  # a console script made before klog.cli.entry: still no Typer run
+        from klog.cli.complete import complete
+
+        done = complete()
+        if done is not None:
+            sys.exit(done)
     code = run()
     try:
         sys.stdout.flush()
