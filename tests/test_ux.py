@@ -408,3 +408,10 @@ def test_format_and_json_on_a_terminal_escape_control_characters(cli, data_dir):
     assert (doc["key"], doc["value"]) == ("k\x1b[2J", "v\x9b31m\x07")
     assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]", shown.rstrip(b"\r\n"))
     assert cli("consume", "tt", "-F", "%k|%s\\n").stdout == b"k\x1b[2J|v\xc2\x9b31m\x07\n"  # pipes: raw
+
+
+def test_no_color_drops_bold_from_help_too(data_dir):
+    code, shown, _ = on_a_terminal(["topics", "--help"], data_dir, {"NO_COLOR": "1"})
+    assert code == 0 and b"Usage:" in shown and b"\x1b[" not in shown
+    code, shown, _ = on_a_terminal(["topics", "--help"], data_dir, {"NO_COLOR": ""})
+    assert b"\x1b[1m" in shown

@@ -301,8 +301,17 @@ class _Signals:
         return ExitStatus.TERMINATED if self.terminated else ExitStatus.INTERRUPTED
 
 
+def _no_color_help() -> None:
+    """NO_COLOR (https://no-color.org): Typer's help without bold and dim too, not only without colour."""
+    if os.environ.get("NO_COLOR"):  # imports rich: only then
+        import typer.rich_utils
+
+        typer.rich_utils.COLOR_SYSTEM = None
+
+
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
+    _no_color_help()
     _register(_modules_for(sys.argv[1:] if args is None else list(args)))
     with _Signals() as signals:
         return _run(args, signals)
