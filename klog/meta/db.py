@@ -13,7 +13,7 @@ import lmdb
 from klog.errors import DataDirError
 
 MAP_SIZE_BYTES = 1 << 32  # address space reserved, not disk used: LMDB files grow as needed
-DB_NAMES = ("topics", "groups", "members", "offsets")
+DB_NAMES = ("topics", "groups", "members", "offsets", "credentials", "acls", "quotas")
 
 
 # LMDB allows one open environment per path per process: Stores in one process share it.
