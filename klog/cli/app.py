@@ -75,6 +75,7 @@ COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
     "groups": "groups", "replay": "replay", "spark": "spark",
+    "users": "security", "acls": "security", "quotas": "security",
 }
 _registered: set[str] = set()
 
