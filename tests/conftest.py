@@ -87,3 +87,14 @@ def spark():
     session = start_session(SessionSettings(master="local[2]", class_cache=False))
     yield session
     session.stop()
+
+
+@pytest.fixture
+def kafka_server(data_dir):
+    """`klog serve` in this process (a background thread) on 127.0.0.1 and an ephemeral port;
+    `kafka_server.bootstrap` is 'host:port'. Stopped (connections closed, store closed) after the test."""
+    from klog.server import Server
+
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        server.bootstrap = f"127.0.0.1:{server.port}"
+        yield server

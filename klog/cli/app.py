@@ -74,7 +74,7 @@ def root(
 COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
-    "groups": "groups", "replay": "replay", "spark": "spark",
+    "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve",
     "users": "security", "acls": "security", "quotas": "security",
 }
 _registered: set[str] = set()

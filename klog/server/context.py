@@ -1,0 +1,49 @@
+"""What every request handler receives: the store, this broker, the caller, and a thread pool."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+ANONYMOUS = "User:ANONYMOUS"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """This node as clients must reach it (the advertised listener, not the bind address)."""
+
+    node_id: int
+    host: str
+    port: int
+    cluster_id: str
+    rack: str | None = None
+
+
+@dataclass
+class RequestContext:
+    """One request's view of the server. Handlers run on the event loop: anything that may block
+    (store calls fsync, LMDB writes, file reads) goes through `run_blocking`."""
+
+    store: Any  # klog.client.store.Store
+    broker: BrokerInfo
+    client_id: str | None
+    client_host: str
+    api_version: int
+    executor: Executor
+    log: logging.Logger
+    coordinator: Any = None  # klog.server.groups.GroupCoordinator, shared by every connection
+    principal: str = ANONYMOUS
+    correlation_id: int = 0
+    server: Any = field(default=None, repr=False)  # klog.server.server.Server (shared state: producers, waiters)
+
+    async def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)` in the server's thread pool, awaited."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))

@@ -1,0 +1,95 @@
+"""The API registry: api key -> (handler, min version, max version). ApiVersions answers from it,
+so the server advertises exactly what it implements.
+
+A handler is `async fn(ctx: RequestContext, request) -> response | None`: `request` and the
+response are kio dataclasses of the request's version (`None`: send nothing, as for acks=0
+produce); a handler may also return a framing.RawBody whose bytes go out as they are (fetch's
+zero-copy path). Handler modules export `HANDLERS` (dict of the same shape); groups.py exports
+`GROUP_HANDLERS` and the `GroupCoordinator` the server shares between connections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16
+
+from klog.server.context import RequestContext
+from klog.server.kafka import NO_THROTTLE
+
+HandlerFn = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class Handler(NamedTuple):
+    fn: HandlerFn
+    min_version: int
+    max_version: int
+
+
+HANDLERS: dict[int, Handler] = {}
+API_VERSIONS_KEY = 18
+
+
+def register(api_key: int, min_version: int, max_version: int) -> Callable[[HandlerFn], HandlerFn]:
+    """Decorator for the handlers of this package's modules (collected by load_handlers)."""
+    def wrap(fn: HandlerFn) -> HandlerFn:
+        HANDLERS[api_key] = Handler(fn, min_version, max_version)
+        return fn
+
+    return wrap
+
+
+def supports(api_key: int, api_version: int) -> bool:
+    found = HANDLERS.get(api_key)
+    return found is not None and found.min_version <= api_version <= found.max_version
+
+
+def _api_versions_module(version: int):  # noqa: ANN202 - a kio module
+    from kio.index import load_payload_module
+    from kio.static.constants import EntityType
+
+    return load_payload_module(API_VERSIONS_KEY, version, EntityType.response)
+
+
+def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> Any:
+    """The ApiVersions response at `version` listing every registered API's range."""
+    module = _api_versions_module(version)
+    keys = tuple(module.ApiVersion(api_key=i16(k), min_version=i16(h.min_version), max_version=i16(h.max_version))
+                 for k, h in sorted(HANDLERS.items()))
+    if version == 0:
+        return module.ApiVersionsResponse(error_code=error, api_keys=keys)
+    return module.ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
+
+
+@register(API_VERSIONS_KEY, 0, 3)
+async def api_versions(ctx: RequestContext, request: Any) -> Any:
+    return api_versions_response(ctx.api_version)
+
+
+def unsupported_api_versions() -> Any:
+    """A too-new ApiVersions request: answered in v0 with UNSUPPORTED_VERSION and our ranges, so
+    the client retries with a version we know (Kafka's rule)."""
+    return api_versions_response(0, ErrorCode.unsupported_version)
+
+
+_loaded = False
+
+
+def load_handlers() -> dict[int, Handler]:
+    """Import every handler module once (each registers itself) and merge the group APIs."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import importlib
+
+        for name in ("metadata",):
+            importlib.import_module(f"klog.server.{name}")
+        try:
+            from klog.server.groups import GROUP_HANDLERS
+        except ImportError:  # the group APIs land from their own branch
+            GROUP_HANDLERS = {}  # noqa: N806
+        for key, (fn, lo, hi) in GROUP_HANDLERS.items():
+            HANDLERS[key] = Handler(fn, lo, hi)
+    return HANDLERS

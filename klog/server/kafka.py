@@ -1,0 +1,54 @@
+"""Small helpers over kio's generated types, so one handler serves every version of its API."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import uuid
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+from kio.static.primitive import i32Timedelta
+
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+ZERO_UUID = uuid.UUID(int=0)
+E = ErrorCode
+
+
+@functools.cache
+def response_module(api_key: int, version: int) -> ModuleType:
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+def response_for(request: Any) -> ModuleType:
+    """The kio module holding the response types of `request`'s API and version."""
+    return response_module(int(request.__api_key__), int(request.__version__))
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def make(cls: type, **values: Any) -> Any:
+    """`cls(**values)` keeping only the fields this version of `cls` has (newer versions add
+    fields; a handler passes everything it knows and each version takes its own)."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(cls_or_obj: Any, name: str) -> bool:
+    cls = cls_or_obj if isinstance(cls_or_obj, type) else type(cls_or_obj)
+    return name in _field_names(cls)
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """klog's topic id (a UUID string in the topic metadata) as Kafka's UUID."""
+    try:
+        return uuid.UUID(topic_id)
+    except (ValueError, TypeError):
+        return ZERO_UUID

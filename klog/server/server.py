@@ -1,0 +1,280 @@
+"""The asyncio listener: one task per connection, requests answered in order, one at a time per
+connection (Kafka mutes a connection while its request is in flight: responses stay ordered).
+
+`Server` runs in the caller's event loop (`await server.start()`), in a background thread for
+tests and embedding (`with Server(...) as s:`), or as the foreground `klog serve` (`run()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from klog.server import dispatch, framing
+from klog.server.context import BrokerInfo, RequestContext
+
+log = logging.getLogger("klog.serve")
+
+REQUEST_BYTES_MAX = 100 * 1024 * 1024  # socket.request.max.bytes
+IDLE_MS_DEFAULT = 600_000  # connections.max.idle.ms
+SHUTDOWN_GRACE_S = 5.0
+
+
+def parse_hostport(text: str, default_port: int = 9092) -> tuple[str, int]:
+    """'host:port', ':port', 'host' or '[v6]:port' -> (host, port); ValueError names what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, str(default_port)
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid port in '{text}' (want HOST:PORT, port 0-65535)")
+    return host, int(port)
+
+
+def cluster_id_for(path: str) -> str:
+    """A stable 22-character cluster id (Kafka's base64 UUID form) derived from the store path."""
+    digest = hashlib.sha256(os.path.realpath(path).encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+class Server:
+    def __init__(self, data_dir: str | None = None, *, listen: tuple[str, int] = ("127.0.0.1", 9092),
+                 advertised: tuple[str, int] | None = None, node_id: int = 0, store: Any = None,
+                 request_bytes_max: int = REQUEST_BYTES_MAX, idle_ms: int = IDLE_MS_DEFAULT,
+                 workers: int = 8) -> None:
+        self.data_dir = data_dir
+        self.listen = listen
+        self.advertised = advertised
+        self.node_id = node_id
+        self.request_bytes_max = request_bytes_max
+        self.idle_ms = idle_ms
+        self._own_store = store is None
+        self.store = store
+        self.workers = workers
+        self.executor: ThreadPoolExecutor | None = None
+        self.broker: BrokerInfo | None = None
+        self.coordinator: Any = None
+        self.handlers = dispatch.load_handlers()
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: dict[asyncio.Task, bool] = {}  # task -> busy with a request
+        self._stopping = False
+        self._stopped: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.state: dict[str, Any] = {}  # per-API shared state (producer ids, fetch waiters, ...)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.store is None:
+            from klog.client.store import Store
+
+            self.store = Store(self.data_dir, on_warning=lambda m: log.warning("%s", m))
+        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve")
+        self._stopped = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        host, port = self.listen
+        self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True,
+                                                  limit=1 << 16)
+        self.port = self._server.sockets[0].getsockname()[1]
+        adv_host, adv_port = self.advertised or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1",
+                                                 self.port)
+        self.broker = BrokerInfo(self.node_id, adv_host, adv_port or self.port, cluster_id_for(self.store.path))
+        self.coordinator = self._make_coordinator()
+
+    def _make_coordinator(self) -> Any:
+        try:
+            from klog.server.groups import GroupCoordinator
+        except ImportError:  # the group APIs land from their own branch
+            return None
+        return GroupCoordinator(self.store, self.broker, self.executor)
+
+    def startup_line(self) -> str:
+        assert self.broker is not None and self.store is not None
+        dirs = ", ".join(self.store.data_dir.log_dir_path(d) for d in self.store.log_dir_ids())
+        return (f"klog serve: listening on {self.listen[0]}:{self.port} (advertised "
+                f"{self.broker.host}:{self.broker.port}, node {self.node_id}); store {self.store.path}; "
+                f"log dirs {dirs}")
+
+    async def stop(self) -> None:
+        """Stop accepting, let requests in flight finish (bounded), close connections and the store."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for task, busy in list(self._connections.items()):
+            if not busy:
+                task.cancel()
+        if self._connections:
+            _, pending = await asyncio.wait(list(self._connections), timeout=SHUTDOWN_GRACE_S)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        if self.coordinator is not None and hasattr(self.coordinator, "close"):
+            result = self.coordinator.close()
+            if asyncio.iscoroutine(result):
+                await result
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+        if self._own_store and self.store is not None:
+            self.store.close()  # flushes and closes every partition it opened
+        assert self._stopped is not None
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        assert self._stopped is not None
+        await self._stopped.wait()
+
+    # -- foreground (klog serve) -------------------------------------------------------------
+    def run(self, on_started: Any = None) -> None:
+        """Serve until SIGTERM or SIGINT, then stop cleanly."""
+        async def main() -> None:
+            await self.start()
+            if on_started is not None:
+                on_started(self)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.stop()))
+            await self.wait_stopped()
+
+        asyncio.run(main())
+
+    # -- background thread (tests, embedding) ------------------------------------------------
+    def __enter__(self) -> Server:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def target() -> None:
+            async def main() -> None:
+                try:
+                    await self.start()
+                except BaseException as e:
+                    failure.append(e)
+                    ready.set()
+                    return
+                ready.set()
+                await self.wait_stopped()
+
+            asyncio.run(main())
+
+        self._thread = threading.Thread(target=target, name="klog-serve-loop", daemon=True)
+        self._thread.start()
+        if not ready.wait(30):
+            raise TimeoutError("klog serve did not start within 30 s")
+        if failure:
+            raise failure[0]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        future = asyncio.run_coroutine_threadsafe(self.stop(), self._loop)
+        future.result(timeout=SHUTDOWN_GRACE_S + 10)
+        self._thread.join(timeout=10)
+        self._thread = None
+
+    # -- connections -------------------------------------------------------------------------
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if self._stopping:
+            writer.close()
+            return
+        self._connections[task] = False
+        peer = writer.get_extra_info("peername")
+        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        log.info("connection from %s", peer_text)
+        try:
+            await self._serve_connection(reader, writer, task, peer_text)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception as e:  # a bug in a handler must not take the server down
+            log.error("%s: closing connection after an internal error: %s: %s", peer_text, type(e).__name__, e)
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            log.info("connection from %s closed", peer_text)
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                task: asyncio.Task, peer: str) -> None:
+        idle_s = self.idle_ms / 1000
+        while not self._stopping:
+            try:
+                head = await asyncio.wait_for(reader.readexactly(4), idle_s)
+            except TimeoutError:
+                log.info("%s: idle for %d ms (connections.max.idle.ms), closing", peer, self.idle_ms)
+                return
+            except asyncio.IncompleteReadError as e:
+                if e.partial:
+                    log.warning("%s: truncated frame size, closing", peer)
+                return
+            (size,) = framing.SIZE.unpack(head)
+            if size < framing.PREFIX.size or size > self.request_bytes_max:
+                log.warning("%s: invalid request size %d (socket.request.max.bytes is %d), closing",
+                            peer, size, self.request_bytes_max)
+                return
+            try:
+                frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
+            except (TimeoutError, asyncio.IncompleteReadError):
+                log.warning("%s: truncated request (%d bytes announced), closing", peer, size)
+                return
+            self._connections[task] = True
+            try:
+                if not await self._answer(frame, writer, peer):
+                    return
+            finally:
+                self._connections[task] = False
+
+    async def _answer(self, frame: bytes, writer: asyncio.StreamWriter, peer: str) -> bool:
+        """Handle one request; False closes the connection."""
+        prefix = framing.read_prefix(frame)
+        if not dispatch.supports(prefix.api_key, prefix.api_version):
+            if prefix.api_key == dispatch.API_VERSIONS_KEY:
+                writer.write(framing.encode_response(prefix.correlation_id, dispatch.unsupported_api_versions()))
+                await writer.drain()
+                return True
+            log.warning("%s (client %s): unsupported api key %d version %d, closing", peer,
+                        framing.client_id_of(frame), prefix.api_key, prefix.api_version)
+            return False
+        try:
+            client_id, request = framing.parse_request(frame, prefix)
+        except framing.FrameError as e:
+            log.warning("%s (client %s): %s, closing", peer, framing.client_id_of(frame), e)
+            return False
+        assert self.broker is not None and self.executor is not None
+        ctx = RequestContext(store=self.store, broker=self.broker, client_id=client_id,
+                             client_host=peer.rpartition(":")[0], api_version=prefix.api_version,
+                             executor=self.executor, log=log, coordinator=self.coordinator,
+                             correlation_id=prefix.correlation_id, server=self)
+        handler = self.handlers[prefix.api_key]
+        response = await handler.fn(ctx, request)
+        if response is None:
+            return True
+        if isinstance(response, framing.RawBody):
+            await response.send(writer, prefix.correlation_id)
+        else:
+            writer.write(framing.encode_response(prefix.correlation_id, response))
+            await writer.drain()
+        return True
+
+
+def serve(data_dir: str | None = None, **kwargs: Any) -> None:
+    """Serve the store at `data_dir` in the foreground until SIGTERM/SIGINT (see Server)."""
+    Server(data_dir, **kwargs).run()

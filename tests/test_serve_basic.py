@@ -1,0 +1,125 @@
+"""klog serve: framing, ApiVersions, Metadata, start-up and clean stop, seen by real clients."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+
+KCAT = shutil.which("kcat")
+
+
+def request(sock: socket.socket, api_key: int, version: int, correlation_id: int, body: bytes = b"",
+            flexible: bool = False) -> bytes:
+    """Send one raw request (header v1, or v2 when flexible) and return the response frame."""
+    header = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"test"
+    if flexible:
+        header += b"\0"
+    frame = header + body
+    sock.sendall(struct.pack(">i", len(frame)) + frame)
+    return read_frame(sock)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+    return recv_exactly(sock, size)
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def connect(server) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    return sock
+
+
+def test_api_versions_v0_lists_what_the_server_implements(kafka_server):
+    with connect(kafka_server) as sock:
+        frame = request(sock, 18, 0, 42)
+    corr, error, count = struct.unpack_from(">ihi", frame)
+    assert corr == 42 and error == 0
+    ranges = {struct.unpack_from(">hhh", frame, 10 + 6 * i)[0]: struct.unpack_from(">hhh", frame, 10 + 6 * i)[1:]
+              for i in range(count)}
+    assert ranges[18] == (0, 3)
+    assert 3 in ranges  # Metadata
+
+
+def test_too_new_api_versions_is_answered_in_v0_with_unsupported_version(kafka_server):
+    with connect(kafka_server) as sock:
+        frame = request(sock, 18, 99, 7, flexible=True)
+        corr, error, count = struct.unpack_from(">ihi", frame)
+        assert (corr, error) == (7, 35) and count > 0
+        frame = request(sock, 18, 0, 8)  # the connection stays usable: the client retries lower
+        assert struct.unpack_from(">ih", frame) == (8, 0)
+
+
+def test_unknown_api_key_closes_only_that_connection(kafka_server):
+    with connect(kafka_server) as sock:
+        sock.sendall(struct.pack(">ihhih", 10, 999, 0, 1, -1))
+        assert sock.recv(10) == b""  # closed
+    with connect(kafka_server) as sock:
+        assert struct.unpack_from(">ih", request(sock, 18, 0, 9)) == (9, 0)
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat not installed")
+def test_kcat_metadata_auto_creates_and_lists_topics(kafka_server, store):
+    out = subprocess.run([KCAT, "-b", kafka_server.bootstrap, "-L", "-t", "orders", "-m", "5"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert 'topic "orders" with 1 partitions' in out.stdout
+    assert f"broker 0 at {kafka_server.bootstrap}" in out.stdout
+    assert "orders" in store.topic_names()
+
+
+def test_confluent_admin_lists_topics_created_by_klog(kafka_server, store):
+    admin_mod = pytest.importorskip("confluent_kafka.admin")
+    store.create_topic("made-locally", partitions=3)
+    admin = admin_mod.AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert sorted(md.topics["made-locally"].partitions) == [0, 1, 2]
+    assert md.cluster_id and len(md.cluster_id) == 22
+
+
+def test_serve_command_starts_with_one_line_and_stops_on_sigterm(data_dir):
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "serve", "--listen", "127.0.0.1:0"],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith("klog serve: listening on 127.0.0.1:"), line
+        assert data_dir in line
+        port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            assert struct.unpack_from(">ih", request(sock, 18, 0, 1)) == (1, 0)
+            proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert proc.wait(timeout=15) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_serve_rejects_a_bad_listen_address(klog_proc):
+    out = klog_proc("serve", "--listen", "127.0.0.1:notaport")
+    assert out.returncode == 2
+    assert out.stderr.decode().startswith("klog: error: --listen: invalid port")
