@@ -135,6 +135,7 @@ class ScramServer:
         self._auth_prefix = ""
         self._nonce = ""
         self.username: str | None = None  # set only after a successful final()
+        self.claimed_user: str | None = None  # the name the client gave (for logs), checked or not
 
     def first(self, client_first: bytes) -> bytes:
         if self._state != "first":
@@ -149,6 +150,7 @@ class ScramServer:
         if "n" not in attrs or "r" not in attrs or "m" in attrs or not attrs["r"]:
             raise ScramError("malformed SCRAM client-first message")
         user = _decode_username(attrs["n"])
+        self.claimed_user = user
         if authzid and _decode_username(authzid[2:]) != user:
             raise ScramError("SCRAM authorization id differs from the user name")
         credential = self._lookup(user)

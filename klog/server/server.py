@@ -10,16 +10,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import logging
 import os
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from klog.server import dispatch, framing
 from klog.server.context import BrokerInfo, RequestContext
+from klog.server.security import ConnectionSecurity, Listener, SecurityConfig, ServerSecurity, with_throttle
 
 log = logging.getLogger("klog.serve")
 
@@ -49,7 +52,7 @@ class Server:
     def __init__(self, data_dir: str | None = None, *, listen: tuple[str, int] = ("127.0.0.1", 9092),
                  advertised: tuple[str, int] | None = None, node_id: int = 0, store: Any = None,
                  request_bytes_max: int = REQUEST_BYTES_MAX, idle_ms: int = IDLE_MS_DEFAULT,
-                 workers: int = 8) -> None:
+                 workers: int = 8, security: SecurityConfig | None = None) -> None:
         self.data_dir = data_dir
         self.listen = listen
         self.advertised = advertised
@@ -71,6 +74,14 @@ class Server:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.state: dict[str, Any] = {}  # per-API shared state (producer ids, fetch waiters, ...)
+        # listeners, TLS, SASL, ACLs, quotas (klog/server/security.py); default: one PLAINTEXT `listen`
+        self.security_config = security or SecurityConfig()
+        self.security: ServerSecurity | None = None
+        self.listeners = self.security_config.listeners or [Listener("PLAINTEXT", *listen)]
+        self.ports: dict[Listener, int] = {}
+        self.brokers: dict[Listener, BrokerInfo] = {}
+        self._servers: list[asyncio.base_events.Server] = []
+        self._conn_security: dict[asyncio.Task, ConnectionSecurity] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -81,13 +92,22 @@ class Server:
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve")
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
-        host, port = self.listen
-        self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True,
-                                                  limit=1 << 16)
-        self.port = self._server.sockets[0].getsockname()[1]
-        adv_host, adv_port = self.advertised or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1",
-                                                 self.port)
-        self.broker = BrokerInfo(self.node_id, adv_host, adv_port or self.port, cluster_id_for(self.store.path))
+        self.security = ServerSecurity(self.security_config, self.store)
+        for lst in self.listeners:
+            tls = self.security.ssl_context() if lst.tls else None
+            srv = await asyncio.start_server(functools.partial(self._connection, listener=lst), lst.host, lst.port,
+                                             reuse_address=True, limit=1 << 16, ssl=tls)
+            self._servers.append(srv)
+            self.ports[lst] = srv.sockets[0].getsockname()[1]
+        self._server = self._servers[0]
+        self.port = self.ports[self.listeners[0]]
+        cluster_id = cluster_id_for(self.store.path)
+        for i, lst in enumerate(self.listeners):  # the first listener is advertised as --advertised-listener says
+            adv_host, adv_port = (self.advertised if i == 0 and self.advertised else
+                                  (lst.host if lst.host not in ("0.0.0.0", "::", "") else
+                                   (self.advertised[0] if self.advertised else "127.0.0.1"), self.ports[lst]))
+            self.brokers[lst] = BrokerInfo(self.node_id, adv_host, adv_port or self.ports[lst], cluster_id)
+        self.broker = self.brokers[self.listeners[0]]
         self.coordinator = self._make_coordinator()
 
     def _make_coordinator(self) -> Any:
@@ -100,7 +120,9 @@ class Server:
     def startup_line(self) -> str:
         assert self.broker is not None and self.store is not None
         dirs = ", ".join(self.store.data_dir.log_dir_path(d) for d in self.store.log_dir_ids())
-        return (f"klog serve: listening on {self.listen[0]}:{self.port} (advertised "
+        listening = ", ".join(("" if lst.protocol == "PLAINTEXT" else f"{lst.protocol}://") +
+                              f"{lst.host}:{self.ports[lst]}" for lst in self.listeners)
+        return (f"klog serve: listening on {listening} (advertised "
                 f"{self.broker.host}:{self.broker.port}, node {self.node_id}); store {self.store.path}; "
                 f"log dirs {dirs}")
 
@@ -109,8 +131,8 @@ class Server:
         if self._stopping:
             return
         self._stopping = True
-        if self._server is not None:
-            self._server.close()
+        for srv in self._servers:
+            srv.close()
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()
@@ -187,7 +209,8 @@ class Server:
         self._thread = None
 
     # -- connections -------------------------------------------------------------------------
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          listener: Listener | None = None) -> None:
         task = asyncio.current_task()
         assert task is not None
         if self._stopping:
@@ -197,6 +220,9 @@ class Server:
         peer = writer.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         log.info("connection from %s", peer_text)
+        assert self.security is not None
+        self._conn_security[task] = self.security.connection(listener or self.listeners[0],
+                                                             peer_text.rpartition(":")[0], writer.transport)
         try:
             await self._serve_connection(reader, writer, task, peer_text)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -207,6 +233,7 @@ class Server:
             log.error("%s: closing connection after an internal error: %s: %s", peer_text, type(e).__name__, e)
         finally:
             self._connections.pop(task, None)
+            self._conn_security.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
@@ -245,6 +272,12 @@ class Server:
     async def _answer(self, frame: bytes, writer: asyncio.StreamWriter, peer: str) -> bool:
         """Handle one request; False closes the connection."""
         prefix = framing.read_prefix(frame)
+        conn = self._conn_security[asyncio.current_task()]  # type: ignore[index]
+        assert self.security is not None
+        if not self.security.gate(conn, prefix.api_key):
+            log.warning("%s (client %s): api key %d before SASL authentication, closing", peer,
+                        framing.client_id_of(frame), prefix.api_key)
+            return False
         if not dispatch.supports(prefix.api_key, prefix.api_version):
             if prefix.api_key == dispatch.API_VERSIONS_KEY:
                 writer.write(framing.encode_response(prefix.correlation_id, dispatch.unsupported_api_versions()))
@@ -262,16 +295,31 @@ class Server:
         ctx = RequestContext(store=self.store, broker=self.broker, client_id=client_id,
                              client_host=peer.rpartition(":")[0], api_version=prefix.api_version,
                              executor=self.executor, log=log, coordinator=self.coordinator,
-                             correlation_id=prefix.correlation_id, server=self)
+                             correlation_id=prefix.correlation_id, server=self, principal=conn.principal,
+                             security=conn)
+        ctx.broker = self.brokers.get(conn.listener, self.broker)
         handler = self.handlers[prefix.api_key]
+        started = time.monotonic()
         response = await handler.fn(ctx, request)
+        throttle_ms = self.security.throttle_ms(conn, client_id, prefix.api_key, len(frame), response,
+                                                (time.monotonic() - started) * 1000)
         if response is None:
-            return True
+            return await self._mute(throttle_ms)
+        response = with_throttle(response, throttle_ms)
         if isinstance(response, framing.RawBody):
             await response.send(writer, prefix.correlation_id)
         else:
             writer.write(framing.encode_response(prefix.correlation_id, response))
             await writer.drain()
+        if conn.close_after_response:
+            return False
+        return await self._mute(throttle_ms)
+
+    async def _mute(self, throttle_ms: int) -> bool:
+        """A throttled connection reads nothing more until its throttle time is over (Kafka mutes
+        the channel; clients since KIP-219 also wait on their side)."""
+        if throttle_ms > 0:
+            await asyncio.sleep(throttle_ms / 1000)
         return True
 
 

@@ -1,0 +1,279 @@
+"""Security of `klog serve`: listeners with Kafka's security protocols, TLS (optionally mutual),
+SASL (PLAIN, SCRAM-SHA-256/512), ACL authorization and client quotas.
+
+The server calls four things from here:
+  - `ServerSecurity.listeners()` and `.ssl_context(listener)` when it starts;
+  - `.connection(listener, transport)` for each accepted connection: its `ConnectionSecurity`
+    (principal from the TLS certificate, SASL state);
+  - `.gate(conn, api_key)` before each request: on a SASL listener only ApiVersions and the SASL
+    APIs pass until the client has authenticated (Kafka closes the connection otherwise);
+  - `.throttle_ms(...)` after each response: the quota throttle to put in the response and to mute
+    the connection for.
+Handlers ask `ctx.authorize(operation, resource_type, name)` (klog.server.context).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from klog.errors import UsageError
+from klog.security.acl import AclBinding, AuthorizerConfig, Operation, ResourceType, authorize
+from klog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, QuotaManager
+from klog.security.scram import MECHANISMS as SCRAM_MECHANISMS
+
+log = logging.getLogger("klog.serve")
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+AUTH_FAILURE_DELAY_MS_DEFAULT = 1000  # Kafka's connection.failed.authentication.delay.ms is 100
+ACL_RELOAD_MS = 1000  # ACLs, credentials and quotas changed by another process apply within this
+SASL_AUTH_ATTEMPTS_MAX = 4  # SaslAuthenticate rounds per connection (SCRAM needs 2)
+
+API_SASL_HANDSHAKE = 17
+API_SASL_AUTHENTICATE = 36
+API_VERSIONS = 18
+PRE_AUTH_APIS = frozenset({API_VERSIONS, API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE})
+API_PRODUCE = 0
+API_FETCH = 1
+
+
+@dataclass(frozen=True)
+class Listener:
+    protocol: str
+    host: str
+    port: int
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.protocol}://{host}:{self.port}"
+
+
+def parse_listener(text: str) -> Listener:
+    """'SASL_SSL://0.0.0.0:9093', 'PLAINTEXT://:9092' or 'HOST:PORT' (PLAINTEXT) -> Listener."""
+    from klog.server.server import parse_hostport
+
+    protocol, sep, address = text.partition("://")
+    if not sep:
+        protocol, address = "PLAINTEXT", text
+    protocol = protocol.upper()
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"--listen {text!r}: unknown security protocol {protocol!r} (one of {', '.join(PROTOCOLS)})")
+    try:
+        host, port = parse_hostport(address)
+    except ValueError as e:
+        raise UsageError(f"--listen {text!r}: {e}") from None
+    return Listener(protocol, host, port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class SecurityConfig:
+    """What `klog serve`'s security options say (the defaults: one PLAINTEXT loopback listener)."""
+
+    listeners: list[Listener] = field(default_factory=list)
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_cafile: str | None = None  # CAs trusted for client certificates
+    ssl_client_auth: str = "none"  # none | requested | required (Kafka's ssl.client.auth)
+    sasl_mechanisms: tuple[str, ...] = SASL_MECHANISMS
+    insecure: bool = False  # allow a non-loopback listener without TLS or SASL
+    auth_failure_delay_ms: int = AUTH_FAILURE_DELAY_MS_DEFAULT
+    quota_window_ms: int = 1000
+    quota_samples: int = 11
+
+    def validate(self) -> None:
+        """Refuse a configuration that would serve less safely than it looks (exit 2)."""
+        for lst in self.listeners:
+            if lst.tls and not (self.ssl_certfile and self.ssl_keyfile):
+                raise UsageError(f"listener {lst} needs --ssl-cert and --ssl-key")
+            if not lst.tls and not lst.sasl and not is_loopback(lst.host) and not self.insecure:
+                raise UsageError(f"listener {lst} is reachable from other machines without TLS or SASL; "
+                                 "use SSL/SASL_SSL/SASL_PLAINTEXT, or --insecure to allow it")
+        if self.ssl_client_auth not in ("none", "requested", "required"):
+            raise UsageError("--ssl-client-auth must be none, requested or required")
+        if self.ssl_client_auth != "none" and not self.ssl_cafile:
+            raise UsageError("--ssl-client-auth needs --ssl-ca (the CA that signs client certificates)")
+        for m in self.sasl_mechanisms:
+            if m not in SASL_MECHANISMS:
+                raise UsageError(f"unknown SASL mechanism {m!r} (one of {', '.join(SASL_MECHANISMS)})")
+        if len({(lst.host, lst.port) for lst in self.listeners if lst.port}) < len([x for x in self.listeners
+                                                                                   if x.port]):
+            raise UsageError("two listeners on the same address")
+
+    def warnings(self) -> list[str]:
+        return [f"listener {lst} accepts unauthenticated, unencrypted connections from other machines (--insecure)"
+                for lst in self.listeners if not lst.tls and not lst.sasl and not is_loopback(lst.host)]
+
+
+def principal_from_cert(cert: dict | None) -> str | None:
+    """Kafka's default SSL principal: 'User:' + the subject's distinguished name (RFC 2253 order,
+    most specific first: 'User:CN=alice,OU=eng,O=acme')."""
+    if not cert or "subject" not in cert:
+        return None
+    names = {"commonName": "CN", "organizationalUnitName": "OU", "organizationName": "O", "localityName": "L",
+             "stateOrProvinceName": "ST", "countryName": "C", "emailAddress": "EMAILADDRESS",
+             "domainComponent": "DC", "streetAddress": "STREET", "userId": "UID"}
+    parts = []
+    for rdn in reversed(cert["subject"]):
+        parts.append("+".join(f"{names.get(k, k)}={_escape_dn(v)}" for k, v in rdn))
+    return "User:" + ",".join(parts) if parts else None
+
+
+def _escape_dn(value: str) -> str:
+    out = "".join("\\" + c if c in ',+"\\<>;=' else c for c in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    return out[:-1] + "\\ " if out.endswith(" ") else out
+
+
+@dataclass
+class ConnectionSecurity:
+    """One connection's identity: its listener, principal, and SASL progress."""
+
+    listener: Listener
+    peer_host: str
+    principal: str = "User:ANONYMOUS"
+    authenticated: bool = False
+    mechanism: str | None = None
+    sasl_state: Any = None  # a ScramServer while a SCRAM exchange runs
+    sasl_rounds: int = 0
+    close_after_response: bool = False
+
+
+class Authorizer:
+    """The store's ACLs and settings, cached and reloaded at most every ACL_RELOAD_MS."""
+
+    def __init__(self, store: Any, reload_ms: int = ACL_RELOAD_MS) -> None:
+        from klog.meta.acls import AclsMeta
+
+        self.meta = AclsMeta(store.meta)
+        self.reload_ms = reload_ms
+        self._acls: list[AclBinding] = []
+        self._config = AuthorizerConfig()
+        self._loaded = float("-inf")
+
+    def invalidate(self) -> None:
+        self._loaded = float("-inf")
+
+    def _fresh(self) -> None:
+        now = time.monotonic() * 1000
+        if now - self._loaded >= self.reload_ms:
+            self._acls, self._config = self.meta.list(), self.meta.config()
+            self._loaded = now
+
+    def allows(self, principal: str, host: str, operation: Operation | str, resource_type: ResourceType | str,
+               name: str) -> bool:
+        self._fresh()
+        op = operation if isinstance(operation, Operation) else Operation[operation.upper()]
+        rt = resource_type if isinstance(resource_type, ResourceType) else ResourceType[resource_type.upper()]
+        return authorize(self._acls, self._config, principal, host, op, rt, name)
+
+
+class ServerSecurity:
+    """Everything the server needs for security, made once at start-up."""
+
+    def __init__(self, config: SecurityConfig, store: Any) -> None:
+        from klog.meta.credentials import CredentialsMeta
+        from klog.meta.quotas import QuotasMeta
+
+        self.config = config
+        self.credentials = CredentialsMeta(store.meta)
+        self.authorizer = Authorizer(store)
+        self.quotas = QuotaManager(QuotasMeta(store.meta).all, config.quota_window_ms, config.quota_samples,
+                                   reload_ms=ACL_RELOAD_MS)
+        self._ssl: ssl.SSLContext | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            c = self.config
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            try:
+                ctx.load_cert_chain(c.ssl_certfile, c.ssl_keyfile)
+                if c.ssl_cafile:
+                    ctx.load_verify_locations(c.ssl_cafile)
+            except (OSError, ssl.SSLError) as e:
+                raise UsageError(f"cannot load TLS certificate/key/CA: {e}") from None
+            ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
+                               "required": ssl.CERT_REQUIRED}[c.ssl_client_auth]
+            self._ssl = ctx
+        return self._ssl
+
+    def connection(self, listener: Listener, peer_host: str, transport: Any) -> ConnectionSecurity:
+        conn = ConnectionSecurity(listener, peer_host)
+        if listener.tls and transport is not None:
+            obj = transport.get_extra_info("ssl_object")
+            principal = principal_from_cert(obj.getpeercert() if obj is not None else None)
+            if principal is not None:
+                conn.principal = principal  # mTLS; SASL, when the listener has it, replaces it
+        conn.authenticated = not listener.sasl
+        return conn
+
+    def gate(self, conn: ConnectionSecurity, api_key: int) -> bool:
+        """Whether a request of `api_key` may run now (False: log and close, as Kafka does)."""
+        return conn.authenticated or api_key in PRE_AUTH_APIS
+
+    def throttle_ms(self, conn: ConnectionSecurity, client_id: str | None, api_key: int, request_bytes: int,
+                    response: Any, handling_ms: float) -> int:
+        """Record this request's use against the quotas that apply; the longest throttle in ms.
+        Fetch is left out of request_percentage: its time is mostly the long-poll wait, not work."""
+        user = conn.principal.partition(":")[2]
+        client = client_id or ""
+        q = self.quotas
+        delay = 0 if api_key == API_FETCH else q.record(REQUEST_PERCENTAGE, user, client, handling_ms)
+        if api_key == API_PRODUCE:
+            delay = max(delay, q.record(PRODUCER_BYTE_RATE, user, client, request_bytes))
+        elif api_key == API_FETCH and response is not None:
+            delay = max(delay, q.record(CONSUMER_BYTE_RATE, user, client, _response_bytes(response)))
+        return delay
+
+
+def _response_bytes(response: Any) -> int:
+    size = getattr(response, "size", None)
+    if callable(size):  # framing.RawBody (zero-copy fetch)
+        return int(size())
+    return sum(len(r.records or b"") for t in getattr(response, "responses", ()) for r in t.partitions
+               if hasattr(r, "records"))
+
+
+def with_throttle(response: Any, throttle_ms: int) -> Any:
+    """`response` with throttle_time set (kio dataclass), or the raw fetch body's first field patched."""
+    if throttle_ms <= 0:
+        return response
+    import dataclasses
+    import datetime
+
+    if dataclasses.is_dataclass(response):
+        if not any(f.name == "throttle_time" for f in dataclasses.fields(response)):
+            return response
+        from kio.static.primitive import i32Timedelta
+
+        return dataclasses.replace(response, throttle_time=i32Timedelta.parse(
+            datetime.timedelta(milliseconds=min(throttle_ms, 2**31 - 1))))
+    parts = getattr(response, "parts", None)
+    rtype = getattr(response, "response_type", None)
+    if parts and isinstance(parts[0], bytes) and len(parts[0]) >= 4 and rtype is not None \
+            and dataclasses.fields(rtype)[0].name == "throttle_time":  # Fetch v1+: the body's first int32
+        parts[0] = min(throttle_ms, 2**31 - 1).to_bytes(4, "big") + parts[0][4:]
+    return response
