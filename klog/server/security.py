@@ -70,11 +70,12 @@ def parse_listener(text: str) -> Listener:
         protocol, address = "PLAINTEXT", text
     protocol = protocol.upper()
     if protocol not in PROTOCOLS:
-        raise UsageError(f"--listen {text!r}: unknown security protocol {protocol!r} (one of {', '.join(PROTOCOLS)})")
+        raise UsageError(f"--listen: unknown security protocol {protocol!r} in '{text}' "
+                         f"(one of {', '.join(PROTOCOLS)})")
     try:
         host, port = parse_hostport(address)
     except ValueError as e:
-        raise UsageError(f"--listen {text!r}: {e}") from None
+        raise UsageError(f"--listen: {e}") from None
     return Listener(protocol, host, port)
 
 
