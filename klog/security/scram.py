@@ -180,7 +180,8 @@ class ScramServer:
         if not sep:
             raise ScramError("malformed SCRAM client-final message")
         attrs = _attributes(without_proof)
-        if attrs.get("r") != self._nonce:
+        # Kafka's ScramSaslServer checks endsWith: librdkafka 2.0.x sends client nonce + the whole nonce
+        if not attrs.get("r", "").endswith(self._nonce):
             raise ScramError("SCRAM nonce mismatch")
         if attrs.get("c") not in ("biws", "eSws"):  # base64 of "n,," / "y,,": no channel binding
             raise ScramError("SCRAM channel binding is not supported")

@@ -79,7 +79,7 @@ async def describe_acls(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     if not _cluster_allowed(ctx, Operation.DESCRIBE):
         return make(mod.DescribeAclsResponse, throttle_time=NO_THROTTLE, error_code=E.cluster_authorization_failed,
-                    error_message=None, resources=())
+                    error_message="Cluster authorization failed.", resources=())
     try:
         found = await ctx.run_blocking(ctx.server.security.authorizer.meta.list, _filter(request))
     except AclError as e:

@@ -19,12 +19,19 @@ from klog.server.security import API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE, SASL
 PLAIN_BYTES_MAX = 1024
 
 
-@register(API_SASL_HANDSHAKE, 1, 1)  # v0 means raw tokens outside Kafka framing: not offered
+# v0 is advertised because librdkafka's feature check asks for it, but a v0 handshake (raw SASL tokens
+# outside Kafka's framing follow it; pre-1.0 clients) is refused; every current client sends v1.
+@register(API_SASL_HANDSHAKE, 0, 1)
 async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     security = ctx.server.security
     enabled = tuple(security.config.sasl_mechanisms)
     conn = ctx.security
+    if ctx.api_version == 0:
+        ctx.log.warning("%s (client %s): SaslHandshake v0 (raw SASL tokens) is not supported, closing",
+                        ctx.client_host, ctx.client_id)
+        conn.close_after_response = True
+        return make(mod.SaslHandshakeResponse, error_code=E.unsupported_sasl_mechanism, mechanisms=enabled)
     if conn is None or not conn.listener.sasl or conn.authenticated or conn.mechanism is not None:
         ctx.log.warning("%s (client %s): SaslHandshake not expected here, closing", ctx.client_host, ctx.client_id)
         conn.close_after_response = True

@@ -32,6 +32,7 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 AUTH_FAILURE_DELAY_MS_DEFAULT = 1000  # Kafka's connection.failed.authentication.delay.ms is 100
 ACL_RELOAD_MS = 1000  # ACLs, credentials and quotas changed by another process apply within this
+CLOSE_LINGER_MS = 300  # after a refusal, before the close: some clients (kafka-python) drop unread data on FIN
 SASL_AUTH_ATTEMPTS_MAX = 4  # SaslAuthenticate rounds per connection (SCRAM needs 2)
 
 API_SASL_HANDSHAKE = 17

@@ -22,7 +22,14 @@ from typing import Any
 
 from klog.server import dispatch, framing
 from klog.server.context import BrokerInfo, RequestContext
-from klog.server.security import ConnectionSecurity, Listener, SecurityConfig, ServerSecurity, with_throttle
+from klog.server.security import (
+    CLOSE_LINGER_MS,
+    ConnectionSecurity,
+    Listener,
+    SecurityConfig,
+    ServerSecurity,
+    with_throttle,
+)
 
 log = logging.getLogger("klog.serve")
 
@@ -311,7 +318,8 @@ class Server:
         else:
             writer.write(framing.encode_response(prefix.correlation_id, response))
             await writer.drain()
-        if conn.close_after_response:
+        if conn.close_after_response:  # linger so the client reads the refusal before it sees the close
+            await asyncio.sleep(CLOSE_LINGER_MS / 1000)
             return False
         return await self._mute(throttle_ms)
 
