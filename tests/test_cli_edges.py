@@ -16,7 +16,7 @@ import pytest
 from test_cli import assert_one_line_error
 
 import klog
-from klog.cli.output import pretty_line
+from klog.cli.view import TerminalView
 from klog.client.records import Record
 from klog.client.timespec import parse_time_ms
 from klog.errors import UsageError
@@ -107,12 +107,7 @@ def test_consume_since_a_span_ago_as_the_help_says(cli, store):
 
 # -- the terminal view ---------------------------------------------------------------------------
 def render(record: Record) -> str:
-    from rich.console import Console
-
-    console = Console(color_system=None, width=400, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
-    console.print(pretty_line(record, show_topic=True))
-    console.file.close()
-    return console.export_text()
+    return TerminalView(show_topic=True, color=False).line(record)
 
 
 def test_terminal_view_escapes_control_characters():

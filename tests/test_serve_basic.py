@@ -123,3 +123,21 @@ def test_serve_rejects_a_bad_listen_address(klog_proc):
     out = klog_proc("serve", "--listen", "127.0.0.1:notaport")
     assert out.returncode == 2
     assert out.stderr.decode().startswith("klog: error: --listen: invalid port")
+
+
+def test_systemd_sample_uses_only_real_options(klog_proc):
+    unit = open(os.path.join(REPO, "samples", "klog-serve.service")).read()
+    help_text = klog_proc("serve", "--help").stdout.decode()
+    starts = [line.split("klog serve", 1)[1] for line in unit.splitlines() if "ExecStart=" in line]
+    assert len(starts) == 2
+    for args in starts:
+        for word in args.split():
+            if word.startswith("--"):
+                assert word in help_text, word
+
+
+def test_serve_on_a_port_in_use_is_one_line_exit_1(kafka_server, klog_proc):
+    out = klog_proc("serve", "--listen", kafka_server.bootstrap, timeout=30)
+    assert out.returncode == 1
+    err = out.stderr.decode()
+    assert err.startswith(f"klog: error: cannot listen on {kafka_server.bootstrap}") and err.count("\n") == 1

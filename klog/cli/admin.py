@@ -62,9 +62,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the batches and records of a segment file or a partition folder (like kafka-dump-log)."""
         import itertools
+        import os
 
-        from klog.cli.output import bytes_to_json
+        from klog.cli.output import bytes_to_json, terminal_safe
         from klog.store.inspect import dump_path
+
+        def shown(data: bytes | None) -> str:  # record bytes never drive the terminal (nor a pager)
+            return "null" if data is None else terminal_safe(data)
 
         items = itertools.chain.from_iterable(dump_path(p, deep=records) for p in _dump_paths(path, data_dir))
         for item in items:
@@ -74,17 +78,23 @@ def register(app: typer.Typer) -> None:
                             "headers": [[k, bytes_to_json(v)] for k, v in item["headers"]]}
                 print(json.dumps(item))
             elif item["type"] == "segment":
-                print(f"Dumping {item['path']}")
+                print(f"Dumping {terminal_safe(os.fsencode(item['path']))}")
             elif item["type"] == "batch":
                 print(f"baseOffset: {item['base_offset']} lastOffset: {item['last_offset']} "
                       f"count: {item['count']} position: {item['position']} size: {item['size']} "
                       f"CreateTime: {item['max_timestamp']} compression: {item['compression']} "
-                      f"crc: {item['crc']} isvalid: {str(item['valid']).lower()} epoch: {item['leader_epoch']}")
+                      f"crc: {item['crc']} isvalid: {str(item['valid']).lower()} epoch: {item['leader_epoch']} "
+                      f"magic: {item['magic']} producerId: {item['producer_id']} "
+                      f"producerEpoch: {item['producer_epoch']} baseSequence: {item['base_sequence']} "
+                      f"isTransactional: {str(item['transactional']).lower()} "
+                      f"isControl: {str(item['control']).lower()}")
+            elif "end_txn_marker" in item:
+                print(f"| offset: {item['offset']} timestamp: {item['timestamp']} "
+                      f"endTxnMarker: {item['end_txn_marker']} coordinatorEpoch: {item['coordinator_epoch']}")
             else:
-                key = item["key"].decode("utf-8", "replace") if item["key"] is not None else "null"
-                value = item["value"].decode("utf-8", "replace") if item["value"] is not None else "null"
-                print(f"| offset: {item['offset']} timestamp: {item['timestamp']} key: {key} "
-                      f"headers: {item['headers']} payload: {value}")
+                headers = ",".join(f"{shown(k.encode())}={shown(v)}" for k, v in item["headers"])
+                print(f"| offset: {item['offset']} timestamp: {item['timestamp']} key: {shown(item['key'])} "
+                      f"headers: [{headers}] payload: {shown(item['value'])}")
 
     @app.command()
     def verify(
@@ -120,6 +130,10 @@ def _dump_paths(path: str, data_dir: str | None) -> list[str]:
     if os.path.exists(path):
         return [path]
     with open_store(data_dir, create=False) as store:
+        # <log dir>/TOPIC-P of a partition that never had a record: its folder comes with the first write
+        parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        if any(parent == os.path.realpath(store.data_dir.log_dir_path(d)) for d in store.log_dir_ids()):
+            path = os.path.basename(path)
         # a partition that never had a record has no folder yet: nothing to dump
         if store.has_topic(path):
             folders = [store.partition(path, p).leader.directory for p in range(store.partition_count(path))]

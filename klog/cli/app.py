@@ -1,6 +1,9 @@
 """The `klog` command: Typer parsing and rendering only; every command is one library call.
 
-Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (Ctrl-C).
+Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM). Both signals stop every command the same way: records in hand are finished (a producer
+writes the whole lines it read, a group member commits what it printed and leaves its group), then
+one line on stderr.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ from typing import Annotated, Any
 
 import typer
 
+from klog.cli import placeholders
 from klog.errors import KlogError
+
+placeholders.apply()
 
 
 class ExitStatus(IntEnum):
@@ -22,6 +28,7 @@ class ExitStatus(IntEnum):
     ERROR = 1
     USAGE = 2
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 app = typer.Typer(
@@ -34,9 +41,23 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-DataDirOpt = Annotated[str | None, typer.Option(
-    "--data-dir", "-d", envvar="KLOG_DATA_DIR", show_envvar=True,
-    help="Store directory (default: ~/.local/share/klog, the XDG data directory).")]
+def data_dir_help() -> str:
+    """--data-dir's help naming the store in force: KLOG_DATA_DIR's, else the XDG default (home as ~)."""
+    home = os.path.expanduser("~")
+
+    def short(path: str) -> str:
+        return "~" + path[len(home):] if home not in ("", "/") and path.startswith(home + os.sep) else path
+
+    xdg = os.environ.get("XDG_DATA_HOME")
+    default = short(os.path.join(xdg, "klog")) if xdg else "~/.local/share/klog"
+    env = os.environ.get("KLOG_DATA_DIR")
+    if env:
+        return f"Store directory (now {short(env)}, from KLOG_DATA_DIR; default: {default}, the XDG data directory)."
+    return f"Store directory (default: {default}, the XDG data directory)."
+
+
+_DATA_DIR_OPTION = typer.Option("--data-dir", "-d", envvar="KLOG_DATA_DIR", show_envvar=True, help=data_dir_help())
+DataDirOpt = Annotated[str | None, _DATA_DIR_OPTION]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -45,11 +66,89 @@ def warn(message: str) -> None:
     print(f"klog: warning: {message}", file=sys.stderr)
 
 
-def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klog.Store
-    """The store, its warnings on stderr (producers, replays and moves made from it use them too)."""
+def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klog.Store or RemoteStore
+    """The store, its warnings on stderr (producers, replays and moves made from it use them too);
+    a Kafka cluster behind the same interface when the command was given one (see cluster_options)."""
+    if _cluster_target is not None:
+        from klog.client.remote.store import RemoteStore
+
+        return RemoteStore(_cluster_target, on_warning=warn)
     from klog.client.store import Store
 
     return Store(data_dir, create=create, on_warning=warn)
+
+
+# -- the cluster backend: one option set, added to the commands that work against a cluster ----
+CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
+                    ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
+                    ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
+                    ("groups", "delete"), ("groups", "delete-offsets")}
+BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
+                  "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
+_cluster_target = None  # the ClusterTarget of the running command, None for the local store
+
+
+def _cluster_parameters(has_x: bool) -> list:
+    import inspect
+
+    params = [
+        ("bootstrap_server", Annotated[str | None, typer.Option(
+            "--bootstrap-server", "-b", envvar="KLOG_BOOTSTRAP_SERVERS", show_envvar=True, help=BOOTSTRAP_HELP,
+            rich_help_panel="Kafka cluster")]),
+        ("cluster", Annotated[str | None, typer.Option(
+            "--cluster", help="A cluster named with 'klog clusters add'.", rich_help_panel="Kafka cluster")]),
+    ]
+    if not has_x:
+        params.append(("client_property", Annotated[list[str] | None, typer.Option(
+            "--property", "-X", help="Kafka client property name=value for the cluster (security.protocol, "
+            "sasl.*, ssl.*, client.id, ...).", rich_help_panel="Kafka cluster")]))
+    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint)
+            for name, hint in params]
+
+
+def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
+    """`callback` with --bootstrap-server, --cluster and -X added; they choose the backend open_store
+    returns. A command that has its own -X (consume) hands those properties to the cluster client too."""
+    import inspect
+
+    sig = inspect.signature(callback, eval_str=True)
+    has_x = "prop" in sig.parameters
+    extra = _cluster_parameters(has_x)
+
+    @functools.wraps(callback)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        global _cluster_target
+        from klog.client.remote.target import resolve_target
+
+        bootstrap, cluster = kwargs.pop("bootstrap_server"), kwargs.pop("cluster")
+        props = kwargs["prop"] if has_x else kwargs.pop("client_property")
+        # consume's own -X are group settings on the local store: only with a cluster are they client properties
+        target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster,
+                                props if (bootstrap or cluster or not has_x) else None)
+        if target is not None and has_x and not kwargs.get("group"):
+            kwargs["prop"] = None  # client properties, not group settings
+        _cluster_target = target
+        try:
+            return callback(*args, **kwargs)
+        finally:
+            _cluster_target = None
+
+    command.__signature__ = sig.replace(parameters=[*sig.parameters.values(), *extra])  # type: ignore[attr-defined]
+    command.__annotations__ = {**{p.name: p.annotation for p in sig.parameters.values()},
+                               **{p.name: p.annotation for p in extra}}
+    command._klog_cluster = True  # type: ignore[attr-defined]
+    return command
+
+
+def _add_cluster_options(typer_app: typer.Typer, path: tuple[str, ...] = ()) -> None:
+    for info in typer_app.registered_commands:
+        name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
+        if (info.callback is not None and (*path, name.rstrip("-")) in CLUSTER_COMMANDS
+                and not hasattr(info.callback, "_klog_cluster")):
+            info.callback = cluster_options(info.callback)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _add_cluster_options(group.typer_instance, (*path, group.name or ""))
 
 
 def version_callback(value: bool) -> None:
@@ -74,14 +173,16 @@ def root(
 COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
-    "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve",
-    "users": "security", "acls": "security", "quotas": "security",
+    "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
+    "clusters": "clusters", "users": "security", "acls": "security", "quotas": "security",
 }
 _registered: set[str] = set()
 
 
 def _register(modules: set[str] | None = None) -> None:
     import importlib
+
+    _DATA_DIR_OPTION.help = data_dir_help()  # the environment of this run (tests run several)
 
     wanted = set(COMMAND_MODULES.values()) if modules is None else modules
     # dict order keeps `klog --help` listing commands in COMMAND_MODULES order
@@ -90,6 +191,7 @@ def _register(modules: set[str] | None = None) -> None:
             _registered.add(name)
             importlib.import_module(f"klog.cli.{name}").register(app)
     _keep_command_order(app)
+    _add_cluster_options(app)
     _guard_stdout(app)
 
 
@@ -167,22 +269,57 @@ def _modules_for(args: list[str]) -> set[str] | None:
     return None
 
 
+class _Signals:
+    """SIGTERM raised as KeyboardInterrupt, so it unwinds like Ctrl-C (the main thread only)."""
+
+    terminated = False
+
+    def __enter__(self) -> _Signals:
+        import signal
+        import threading
+
+        self.terminated = False
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGTERM, self._stop)
+        return self
+
+    def _stop(self, signum: int, frame: object) -> None:
+        self.terminated = True
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+
+    def stopped(self) -> int:
+        """The exit code of a stop, its one line on stderr."""
+        print("klog: terminated" if self.terminated else "klog: interrupted", file=sys.stderr)
+        return ExitStatus.TERMINATED if self.terminated else ExitStatus.INTERRUPTED
+
+
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
     _register(_modules_for(sys.argv[1:] if args is None else list(args)))
+    with _Signals() as signals:
+        return _run(args, signals)
+
+
+def _run(args: list[str] | None, signals: _Signals) -> int:
     try:
         # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
         rv = app(args=args, standalone_mode=False)
         if isinstance(rv, int) and not isinstance(rv, bool):
             if rv == ExitStatus.INTERRUPTED:
-                print("klog: interrupted", file=sys.stderr)
+                return signals.stopped()
             return rv
     except KlogError as e:
         print(f"klog: error: {e}", file=sys.stderr)
         return e.exit_code
     except (KeyboardInterrupt, typer.Abort):
-        print("klog: interrupted", file=sys.stderr)
-        return ExitStatus.INTERRUPTED
+        return signals.stopped()
     except StdoutClosed:
         _quiet_broken_pipe()
         return ExitStatus.OK

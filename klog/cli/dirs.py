@@ -1,4 +1,4 @@
-"""`klog dirs list|add|remove`: the store's log directories (like kafka-log-dirs)."""
+"""`klog dirs list|add|remove|import`: the store's log directories (like kafka-log-dirs)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,11 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
         for i in infos:
             print(json.dumps(vars(i)))
         return
-    from klog.cli.tables import print_table
+    from klog.cli.tables import human_size, on_terminal, print_table
 
+    size = human_size if on_terminal() else str
     print_table(["ID", "PATH", "HEALTH", "SIZE", "REPLICAS", "LEADERS"],
-                [[i.id, i.path, i.health, i.size_bytes, i.replicas, i.leaders] for i in infos])
+                [[i.id, i.path, i.health, size(i.size_bytes), i.replicas, i.leaders] for i in infos])
 
 
 @app.command()
@@ -52,6 +53,33 @@ def remove(
         moved = remove_dir(store, log_dir)
     print(json.dumps({"removed": log_dir, "replicas_moved": moved}) if as_json
           else f"Removed log directory {log_dir} ({moved} replicas moved)")
+
+
+@app.command("import")
+def import_(
+    paths: Annotated[list[str], typer.Argument(help="A Kafka broker's log directory, or <topic>-<partition> "
+                                                    "folders.")],
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Adopt a Kafka broker's log directory: topics, offsets, leader epochs, log start offsets.
+
+    The source is only read (its files are copied). Segments of every message format (v0, v1, v2)
+    keep their offsets; the data is readable at once (high watermark = log end). An existing
+    topic is refused.
+    """
+    from klog.client.importer import import_dirs
+
+    with open_store(data_dir) as store:
+        imported = import_dirs(store, paths)
+    for i in imported:
+        if as_json:
+            print(json.dumps(vars(i)))
+            continue
+        print(f"Imported {i.topic}-{i.partition} from {i.source}: {i.segments} segments, offsets "
+              f"{i.log_start_offset}..{i.log_end_offset}, leader epoch {i.leader_epoch}")
+        for note in i.notes:
+            print(f"  {note}")
 
 
 def register(root: typer.Typer) -> None:

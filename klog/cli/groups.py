@@ -211,7 +211,8 @@ def consume_options(group: str | None, exec_cmd: str | None, batch: int | None, 
 
 
 def consume_group(store, group: str | None, topics: list[str], properties: dict[str, str], line, follow: bool,
-                  count: int | None, record_filter, exec_cmd: str | None, batch: int, plain=None) -> None:
+                  count: int | None, record_filter, exec_cmd: str | None, batch: int, plain=None,
+                  no_color: bool = False, local_time: bool = False) -> None:
     """Read as a member of `group` (or plainly, for --exec without --group). Offsets are committed only
     for records already flushed to stdout, or whose CMD exited 0: at-least-once from the shell.
     `line` renders a record; None means the value alone on a line (a faster path without Records)."""
@@ -239,24 +240,23 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
         interval_ms = min(config.auto_commit_interval_ms, CLI_COMMIT_INTERVAL_MS)
         config.enable_auto_commit = False  # we commit ourselves, after the output is safe
         consumer = store.group_consumer(group, *topics, config=config, follow=follow, on_revoke=commit_written)
-    with _sigterm_as_interrupt():
-        try:
-            if (consumer is not None and line is None and not exec_cmd and record_filter is None and count is None
-                    and not out.isatty()):
-                _copy_values(consumer, out, written, follow, interval_ms, commit_written)
+    try:
+        if (consumer is not None and line is None and not exec_cmd and record_filter is None and count is None
+                and not out.isatty()):
+            _copy_values(consumer, out, written, follow, interval_ms, commit_written)
+        else:
+            chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else _chunked(plain, batch)
+            if exec_cmd:
+                emit = _exec_emitter(exec_cmd, batch, out, commit_written, consumer is not None)
+            elif line is None and out.isatty():
+                emit = _terminal_emitter(out, len(topics) > 1, no_color, local_time)
             else:
-                chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else _chunked(plain, batch)
-                if exec_cmd:
-                    emit = _exec_emitter(exec_cmd, batch, out, commit_written, consumer is not None)
-                elif line is None and out.isatty():
-                    emit = _terminal_emitter(out, len(topics) > 1)
-                else:
-                    emit = _stdout_emitter(out, line or (lambda r: (r.value or b"") + b"\n"), written, follow)
-                _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written)
-            commit_written()
-        finally:
-            if consumer is not None:
-                consumer.close()  # on_revoke commits what was written; then it leaves the group
+                emit = _stdout_emitter(out, line or (lambda r: (r.value or b"") + b"\n"), written, follow)
+            _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written)
+        commit_written()
+    finally:
+        if consumer is not None:
+            consumer.close()  # on_revoke commits what was written; then it leaves the group
 
 
 class _Stdout:
@@ -301,26 +301,6 @@ def _chunked(records, size: int) -> Iterator[list]:  # noqa: ANN001 - an iterabl
     it = iter(records)
     while chunk := list(itertools.islice(it, size)):
         yield chunk
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM leaves the group cleanly, like Ctrl-C (only the main thread may set handlers)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _copy_values(consumer, out: _Stdout, written: dict, follow: bool, interval_ms: int,  # noqa: ANN001
@@ -384,20 +364,25 @@ def _stdout_emitter(out: _Stdout, line, written: dict, follow: bool):  # noqa: A
     return emit
 
 
-def _terminal_emitter(out: _Stdout, show_topic: bool):  # noqa: ANN202
-    """The readable log view plain `klog consume` shows on a terminal."""
-    from rich.console import Console
+def _terminal_emitter(out: _Stdout, show_topic: bool, no_color: bool = False, local_time: bool = False):  # noqa: ANN202
+    """The readable log view plain `klog consume` shows on a terminal, drawn once per fetch."""
+    from klog.cli.view import TerminalView, color_wanted, local_time_wanted
 
-    from klog.cli.output import pretty_line
+    view = TerminalView(show_topic, color_wanted(no_color), local_time_wanted(local_time))
+    buf: list[str] = []
+    marks: dict[tuple[str, int], int] = {}
 
-    console = Console(highlight=False, soft_wrap=True)
-
-    def emit(r, show: bool) -> None:  # noqa: ANN001
-        if r is not None:
-            if show:
-                with out.guard():
-                    console.print(pretty_line(r, show_topic))
-            out.written[(r.topic, r.partition)] = r.offset + 1
+    def emit(r, show: bool) -> None:  # noqa: ANN001 - r None: end of a fetch
+        if r is None:
+            out.write("".join(buf).encode("utf-8", "replace"))
+            buf.clear()
+            out.flush()
+            out.written.update(marks)
+            marks.clear()
+            return
+        if show:
+            buf.append(view.line(r))
+        marks[(r.topic, r.partition)] = r.offset + 1
 
     return emit
 

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         speed: Annotated[str, typer.Option("--speed", help="max, or a factor of the original pace: 1, 10, 0.5.")]
         = "max",
         rate: Annotated[float | None, typer.Option("--rate", help="At most N records per second.")] = None,
-        group: Annotated[str | None, typer.Option("--group", "-g",
+        group: Annotated[str | None, typer.Option("--group", "-G",
                                                   help="Record progress as G: a rerun resumes, no duplicates.")]
         = None,
         as_json: Annotated[bool, typer.Option("--json", help="On stdout: the JSON envelope produce --input json "
@@ -88,12 +88,10 @@ def register(app: typer.Typer) -> None:
 def _stdout_writer(as_json: bool, paced: bool):  # noqa: ANN202 - Record -> None
     out = sys.stdout.buffer
     if not as_json and sys.stdout.isatty():
-        from rich.console import Console
+        from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
 
-        from klog.cli.output import pretty_line
-
-        console = Console(highlight=False, soft_wrap=True)
-        return lambda r: console.print(pretty_line(r, False))
+        view = TerminalView(False, color_wanted(False), local_time_wanted(False))
+        return lambda r: write_stdout(view.line(r).encode("utf-8", "replace"))
     if as_json:
         from klog.cli.output import record_to_json
 

@@ -1,22 +1,81 @@
-"""Tables: rich on a terminal, plain aligned columns in a pipe (easy to `awk`)."""
+"""Tables: aligned columns with a bold header on a terminal, plain aligned columns in a pipe (easy to
+`awk`). A table never loses information: on a terminal too narrow for it, headings break at their
+hyphens onto two lines, and if that is not enough each row is shown as `HEADING  value` lines.
+Every cell is shown with control characters escaped (data must not drive the terminal)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from collections.abc import Sequence
 
+from klog.cli.output import terminal_safe
+
+GAP = "  "
+
+
+def on_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def human_size(n: int) -> str:
+    """1536 -> '1.5 KiB' (for a terminal; pipes and --json keep bytes)."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"  # not known (a cluster does not report every column)
+    text = value if isinstance(value, str) else str(value)
+    return terminal_safe(text.encode("utf-8", "surrogateescape"))
+
+
+def _aligned(lines: list[list[str]], widths: list[int], gap: str = GAP) -> list[str]:
+    return [gap.join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines]
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[object]], width: int | None,
+                 bold: bool = False) -> list[str]:
+    """The table's lines; `width` None: any width (a pipe)."""
+    cells = [[_cell(c) for c in row] for row in rows]
+    on, off = ("\x1b[1m", "\x1b[0m") if bold else ("", "")
+
+    def fits(head_widths: list[int], gap: str) -> list[int] | None:
+        widths = [max([h] + [len(r[i]) for r in cells]) for i, h in enumerate(head_widths)]
+        return widths if width is None or sum(widths) + len(gap) * (len(widths) - 1) <= width else None
+
+    widths = fits([len(c) for c in columns], GAP)
+    if widths is not None:
+        return [on + _aligned([list(columns)], widths)[0] + off] + _aligned(cells, widths)
+    # headings broken at their first hyphen: HIGH-WATERMARK over two lines as HIGH- / WATERMARK,
+    # then also columns one space apart
+    split = [c.split("-", 1) if "-" in c else [c, ""] for c in columns]
+    split = [[a + "-", b] if b else [a, b] for a, b in split]
+    for gap in (GAP, " "):
+        widths = fits([max(len(a), len(b)) for a, b in split], gap)
+        if widths is not None:
+            heads = _aligned([[a for a, _ in split], [b for _, b in split]], widths, gap)
+            return [on + h + off for h in heads] + _aligned(cells, widths, gap)
+    # still too wide: one block per row, a heading and its value per line
+    label = max(len(c) for c in columns)
+    out: list[str] = []
+    for n, row in enumerate(cells):
+        if n:
+            out.append("")
+        out += [f"{on}{c.ljust(label)}{off}{GAP}{v}" for c, v in zip(columns, row, strict=True)]
+    return out
+
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    if sys.stdout.isatty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(*columns, box=None, header_style="bold")
-        for row in rows:
-            table.add_row(*(str(c) for c in row))
-        Console().print(table)
-        return
-    cells = [list(columns)] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    for r in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if on_terminal():
+        width = shutil.get_terminal_size().columns
+        lines = format_table(columns, rows, width, bold=not os.environ.get("NO_COLOR"))
+    else:
+        lines = format_table(columns, rows, None)
+    sys.stdout.write("".join(line + "\n" for line in lines))

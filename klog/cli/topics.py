@@ -39,16 +39,32 @@ def create(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a topic."""
+    configs = parse_configs(config)
     with open_store(data_dir) as store:
-        meta = store.create_topic(topic, partitions, replication_factor, parse_configs(config),
-                                  exist_ok=if_not_exists)
+        existed = if_not_exists and store.has_topic(topic)
+        meta = store.create_topic(topic, partitions, replication_factor, configs, exist_ok=if_not_exists)
     if as_json:
         print(json.dumps({"topic": meta.name, "partitions": len(meta.partitions),
-                          "replication_factor": meta.replication_factor, "configs": meta.configs}))
-    else:
-        n = len(meta.partitions)
-        print(f"Created topic {meta.name} ({n} partition{'' if n == 1 else 's'}, "
-              f"replication factor {meta.replication_factor})", file=sys.stderr)
+                          "replication_factor": meta.replication_factor, "configs": meta.configs,
+                          "created": not existed}))
+        return
+    n = len(meta.partitions)
+    shape = f"{n} partition{'' if n == 1 else 's'}, replication factor {meta.replication_factor}"
+    if not existed:
+        print(f"Created topic {meta.name} ({shape})", file=sys.stderr)
+        return
+    print(f"Topic {meta.name} already exists ({shape}); left unchanged", file=sys.stderr)
+    differs = []
+    if partitions is not None and partitions != n:
+        differs.append(f"{partitions} partitions")
+    if replication_factor is not None and replication_factor != meta.replication_factor:
+        differs.append(f"replication factor {replication_factor}")
+    differs += [f"{k}={v}" for k, v in configs.items() if meta.configs.get(k) != v]
+    if differs:
+        from klog.cli.app import warn
+
+        warn(f"topic {meta.name} differs from the request ({', '.join(differs)}): use 'klog topics alter' "
+             "to change it")
 
 
 @app.command("list")
@@ -62,10 +78,11 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
                               "replication_factor": i.replication_factor, "records": i.records,
                               "size_bytes": i.size_bytes}))
         return
-    from klog.cli.tables import print_table
+    from klog.cli.tables import human_size, on_terminal, print_table
 
+    size = human_size if on_terminal() else str
     print_table(["TOPIC", "PARTITIONS", "RF", "RECORDS", "SIZE"],
-                [[i.name, len(i.partitions), i.replication_factor, i.records, i.size_bytes] for i in infos])
+                [[i.name, len(i.partitions), i.replication_factor, i.records, size(i.size_bytes)] for i in infos])
 
 
 @app.command()
@@ -183,7 +200,9 @@ def _print_cleanups(results, as_json: bool, verb: str) -> None:
         for r in results:
             print(json.dumps(vars(r)))
         return
-    for r in results:
+    changed = [r for r in results
+               if r.compacted or r.segments_deleted or r.log_start_after != r.log_start_before]
+    for r in changed:  # partitions left as they were are only counted, in the summary
         parts = [f"log start {r.log_start_after}"]
         if r.segments_deleted:
             parts.append(f"{r.segments_deleted} segments ({r.bytes_deleted} bytes) deleted")
@@ -193,6 +212,13 @@ def _print_cleanups(results, as_json: bool, verb: str) -> None:
         elif r.dirty_ratio is not None:
             parts.append(f"dirty ratio {r.dirty_ratio:.2f}")
         print(f"{verb} {r.topic}-{r.partition}: {', '.join(parts)}", file=sys.stderr)
+    from klog.cli.tables import human_size
+
+    freed = sum(r.bytes_deleted for r in results)
+    removed = sum(r.records_removed for r in results)
+    print(f"{len(changed)} of {len(results)} partition{'' if len(results) == 1 else 's'} changed: "
+          f"{sum(r.segments_deleted for r in results)} segments ({human_size(freed)}) deleted, "
+          f"{removed} records compacted away", file=sys.stderr)
 
 
 @app.command()

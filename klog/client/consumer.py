@@ -13,12 +13,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from klog.client.records import Record
-from klog.errors import OffsetOutOfRangeError, UsageError
+from klog.errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
 from klog.store.log import FetchedBatch
 from klog.store.partition import Partition
+from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # -f latency budget is 100 ms p99; 20 ms polls cost ~50 preads/s per partition
 FETCH_BYTES_MAX = 1 << 20
+TOPIC_CHECK_INTERVAL_S = 0.5  # a follower notices a deleted topic within this (one LMDB read per topic)
 
 
 @dataclass(frozen=True)
@@ -51,13 +53,26 @@ class _Cursor:
     stop: int | None  # exclusive end offset, None when following
     stop_ts: int | None
     done: bool = False
+    stable: StableView | None = None  # read_committed: aborted batches and the last stable offset
+
+    def end(self) -> int:
+        """Where reading stops for now: the high watermark, or the last stable offset (read_committed)."""
+        hw = self.part.high_watermark()
+        return hw if self.stable is None else self.stable.refresh(hw)
+
+    def skip(self, fb: FetchedBatch) -> bool:
+        return fb.header.is_control or (self.stable is not None and self.stable.aborted(fb.header))
 
 
 class Consumer:
     def __init__(self, store, topics: list[str], *, partitions: list[int] | None = None,
                  start: StartSpec | str = "beginning", until_ms: int | None = None, follow: bool = False,
                  count: int | None = None, poll_interval_ms: int = POLL_INTERVAL_MS,
-                 record_filter: Callable[[Record], bool] | None = None, merge: bool = True) -> None:
+                 record_filter: Callable[[Record], bool] | None = None, merge: bool = True,
+                 isolation_level: str = READ_UNCOMMITTED) -> None:
+        if isolation_level not in ISOLATION_LEVELS:
+            raise UsageError(f"isolation.level must be {' or '.join(ISOLATION_LEVELS)}, not '{isolation_level}'")
+        self.isolation_level = isolation_level
         self.store = store
         self.topics = topics
         self.start = StartSpec.parse(start) if isinstance(start, str) else start
@@ -68,6 +83,10 @@ class Consumer:
         self.record_filter = record_filter
         self.merge = merge
         self.cursors = [self._cursor(t, p) for t in topics for p in self._partitions(t, partitions)]
+        # a follower out of records calls this before each poll with the seconds waited so far (0 first):
+        # flush output, show a hint
+        self.on_wait: Callable[[float], None] | None = None
+        self._topic_ids = {t: store.topic(t).topic_id for t in topics} if follow else {}
 
     def _partitions(self, topic: str, wanted: list[int] | None) -> list[int]:
         count = self.store.partition_count(topic)
@@ -80,12 +99,15 @@ class Consumer:
 
     def _cursor(self, topic: str, partition: int) -> _Cursor:
         part = self.store.partition(topic, partition)
-        start_offset = self._start_offset(part)
-        stop = None if self.follow else part.high_watermark()
-        return _Cursor(topic, partition, part, start_offset, stop, self.until_ms)
+        cursor = _Cursor(topic, partition, part, 0, None, self.until_ms)
+        if self.isolation_level == READ_COMMITTED:
+            cursor.stable = StableView(part.leader)
+        cursor.offset = self._start_offset(part, cursor.end())
+        cursor.stop = None if self.follow else cursor.end()
+        return cursor
 
-    def _start_offset(self, part: Partition) -> int:
-        low, high = part.log_start_offset(), part.high_watermark()
+    def _start_offset(self, part: Partition, high: int) -> int:
+        low = part.log_start_offset()
         spec = self.start
         if spec.kind == "beginning":
             return low
@@ -119,10 +141,11 @@ class Consumer:
         if cursor.stop is not None and cursor.offset >= cursor.stop:
             cursor.done = True
             return []
-        batches = cursor.part.read(cursor.offset, FETCH_BYTES_MAX, cursor.stop)
+        upper = cursor.stop if cursor.stable is None or cursor.stop is not None else cursor.end()
+        batches = cursor.part.read(cursor.offset, FETCH_BYTES_MAX, upper)
         if not batches and cursor.offset < cursor.part.log_start_offset():
             cursor.offset = cursor.part.log_start_offset()  # retention or delete-records moved the start
-            batches = cursor.part.read(cursor.offset, FETCH_BYTES_MAX, cursor.stop)
+            batches = cursor.part.read(cursor.offset, FETCH_BYTES_MAX, upper)
         return batches
 
     def _records(self, cursor: _Cursor, batches: list[FetchedBatch]) -> list[Record]:
@@ -131,7 +154,7 @@ class Consumer:
         stop = cursor.stop
         for fb in batches:
             ts_type = fb.header.timestamp_type
-            if fb.header.is_control:
+            if cursor.skip(fb):
                 continue
             for offset, ts, key, value, headers in fb.records():
                 if offset < low or (stop is not None and offset >= stop):
@@ -143,8 +166,9 @@ class Consumer:
                 cursor.offset = min(cursor.offset, stop)
         return out
 
-    def value_chunks(self) -> Iterator[list[bytes | None]]:
-        """Fast path for value-only output of one partition: lists of values, no Record objects."""
+    def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
+        """Fast path for value-only output of one partition: lists of values (`null` for a null
+        one), no Record objects and no per-record tuples for batches wholly in range."""
         assert len(self.cursors) == 1 and self.record_filter is None and self.until_ms is None and self.count is None
         cursor = self.cursors[0]
         while True:
@@ -157,9 +181,14 @@ class Consumer:
             low, stop = cursor.offset, cursor.stop
             chunk = []
             for fb in batches:
-                if fb.header.is_control:
+                if cursor.skip(fb):
                     continue
-                chunk.extend(v for off, _, _, v, _ in fb.records() if off >= low and (stop is None or off < stop))
+                header = fb.header
+                if header.magic >= 2 and header.base_offset >= low and (stop is None or header.last_offset < stop):
+                    chunk.extend(fb.values(null))
+                else:  # the first or last batch of the range: only some of its records
+                    chunk.extend(null if v is None else v for off, _, _, v, _ in fb.records()
+                                 if off >= low and (stop is None or off < stop))
             cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
             if stop is not None:
                 cursor.offset = min(cursor.offset, stop)
@@ -206,12 +235,27 @@ class Consumer:
             self._wait_for_data()
 
     def _wait_for_data(self) -> None:
-        """Sleep until some partition's high watermark passes its cursor (bounded polls, no spin)."""
+        """Sleep until some partition's high watermark passes its cursor (bounded polls, no spin).
+        A topic deleted (or deleted and re-created) meanwhile ends the wait with UnknownTopicError."""
+        started = time.monotonic()
+        next_check = started + TOPIC_CHECK_INTERVAL_S
         while True:
             for c in self.cursors:
-                if c.part.high_watermark() > c.offset:
+                if c.end() > c.offset:
                     return
+            if self.on_wait is not None:
+                self.on_wait(time.monotonic() - started)
+            if time.monotonic() >= next_check:
+                self._check_topics()
+                next_check = time.monotonic() + TOPIC_CHECK_INTERVAL_S
             time.sleep(self.poll_interval_ms / 1000)
+
+    def _check_topics(self) -> None:
+        for name, topic_id in self._topic_ids.items():
+            meta = self.store.topics.find(name)
+            if meta is None or meta.topic_id != topic_id:
+                raise UnknownTopicError(f"topic '{name}' was deleted while being followed"
+                                        + (" (and created again: read it anew)" if meta is not None else ""))
 
     def close(self) -> None:
         pass

@@ -37,6 +37,7 @@ from klog.meta.groups import (
 )
 from klog.store.log import FetchedBatch
 from klog.store.partition import Partition
+from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # idle wait between fetches; also how soon a member notices a rebalance
 HEARTBEAT_INTERVAL_MS_DEFAULT = 1000  # Kafka's is 3000; a local heartbeat is one small LMDB write
@@ -60,12 +61,14 @@ class GroupConfig:
     auto_commit_interval_ms: int = AUTO_COMMIT_INTERVAL_MS_DEFAULT
     max_poll_interval_ms: int = MAX_POLL_INTERVAL_MS_DEFAULT
     client_id: str = "klog"
+    isolation_level: str = READ_UNCOMMITTED  # Kafka's clients' default
 
     PROPERTIES = {
         "partition.assignment.strategy": "assignor", "session.timeout.ms": "session_timeout_ms",
         "heartbeat.interval.ms": "heartbeat_interval_ms", "auto.offset.reset": "auto_offset_reset",
         "enable.auto.commit": "enable_auto_commit", "auto.commit.interval.ms": "auto_commit_interval_ms",
         "max.poll.interval.ms": "max_poll_interval_ms", "client.id": "client_id",
+        "isolation.level": "isolation_level",
     }
 
     @classmethod
@@ -101,6 +104,8 @@ class GroupConfig:
             raise UsageError("max.poll.interval.ms must be at least 1")
         if self.auto_commit_interval_ms < 0:
             raise UsageError("auto.commit.interval.ms must be 0 or more")
+        if self.isolation_level not in ISOLATION_LEVELS:
+            raise UsageError(f"isolation.level must be {' or '.join(ISOLATION_LEVELS)}")
         # Kafka's rule of thumb: at least three heartbeats per session, or one late one expires you
         self.heartbeat_interval_ms = min(self.heartbeat_interval_ms, self.session_timeout_ms // 3)
         return self
@@ -110,6 +115,14 @@ class GroupConfig:
 class _Cursor:
     part: Partition
     offset: int  # next offset to fetch
+    stable: StableView | None = None  # read_committed: aborted batches and the last stable offset
+
+    def end(self) -> int:
+        hw = self.part.high_watermark()
+        return hw if self.stable is None else self.stable.refresh(hw)
+
+    def skip(self, fb: FetchedBatch) -> bool:
+        return fb.header.is_control or (self.stable is not None and self.stable.aborted(fb.header))
 
 
 class GroupConsumer:
@@ -247,7 +260,9 @@ class GroupConsumer:
         if view.generation != self.generation:
             return  # another rebalance started meanwhile: the next poll syncs again
         for tp in view.acquired:
-            self._cursors[tp] = _Cursor(self.store.partition(*tp), self._start_offset(tp, view.committed.get(tp)))
+            part = self.store.partition(*tp)
+            stable = StableView(part.leader) if self.config.isolation_level == READ_COMMITTED else None
+            self._cursors[tp] = _Cursor(part, self._start_offset(tp, view.committed.get(tp)), stable)
         if view.acquired and self.on_assign is not None:
             self.on_assign(sorted(view.acquired))
 
@@ -269,6 +284,8 @@ class GroupConsumer:
         """The committed offset if the log still has it, else where auto.offset.reset says."""
         part = self.store.partition(*tp)
         low, high = part.log_start_offset(), part.high_watermark()
+        if self.config.isolation_level == READ_COMMITTED:
+            high = StableView(part.leader).refresh(high)  # a read_committed consumer's end: the LSO
         if committed is not None and low <= committed.offset <= high:
             return committed.offset
         reset = self.config.auto_offset_reset
@@ -294,7 +311,7 @@ class GroupConsumer:
             # retention or delete-records may have moved the log start past us: never hand out what is
             # below it, even while its segment still exists
             cursor.offset = max(cursor.offset, part.log_start_offset())
-            batches = part.read(cursor.offset, FETCH_BYTES_MAX)
+            batches = part.read(cursor.offset, FETCH_BYTES_MAX, None if cursor.stable is None else cursor.end())
             if batches:
                 out.append((tp, cursor.offset, batches))
                 cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
@@ -304,7 +321,7 @@ class GroupConsumer:
         out: list[Record] = []
         for (topic, partition), low, batches in self._fetch_batches():
             for fb in batches:
-                if fb.header.is_control:
+                if self._cursors[(topic, partition)].skip(fb):
                     continue
                 ts_type = fb.header.timestamp_type
                 out.extend(Record(topic, partition, o, ts, ts_type, k, v, h)
@@ -314,14 +331,15 @@ class GroupConsumer:
     def _fetch_values(self) -> list[tuple[TP, list[bytes | None], int]]:
         out = []
         for tp, low, batches in self._fetch_batches():
-            values = [v for fb in batches if not fb.header.is_control for o, _, _, v, _ in fb.records() if o >= low]
+            skip = self._cursors[tp].skip
+            values = [v for fb in batches if not skip(fb) for o, _, _, v, _ in fb.records() if o >= low]
             out.append((tp, values, batches[-1].header.next_offset))
         return out
 
     def _caught_up(self) -> bool:
         if self._target - set(self._cursors) or self.meta.peek_generation(self.group) != self.generation:
             return False
-        return all(c.offset >= c.part.high_watermark() for c in self._cursors.values())
+        return all(c.offset >= c.end() for c in self._cursors.values())
 
     def _poll_records(self, timeout_ms: int | None, fetch: Callable[[], list] | None = None) -> list | None:
         """Fetch once, waiting up to timeout_ms for data (None: until data, or caught up if not following)."""

@@ -8,6 +8,13 @@ from dataclasses import dataclass
 from klog.errors import GroupError, UsageError
 from klog.meta.groups import TP, GroupsMeta, GroupSnapshot, now_ms, tp_key
 
+
+def _remote():  # noqa: ANN202 - the same functions over a cluster's admin APIs
+    from klog.client.remote import groups_admin
+
+    return groups_admin
+
+
 RESET_KINDS = ("earliest", "latest", "offset", "datetime", "duration", "shift", "current")
 
 
@@ -78,6 +85,8 @@ def _member_infos(snap: GroupSnapshot) -> list[MemberInfo]:
 
 
 def list_groups(store) -> list[GroupListing]:
+    if not getattr(store, "is_local", True):
+        return _remote().list_groups(store)
     out = []
     for group in GroupsMeta(store.meta).group_ids():
         snap = _snapshot(store, group, must_exist=False)
@@ -88,6 +97,8 @@ def list_groups(store) -> list[GroupListing]:
 
 
 def describe_group(store, group: str) -> GroupDescription:
+    if not getattr(store, "is_local", True):
+        return _remote().describe_group(store, group)
     snap = _snapshot(store, group)
     doc = snap.doc
     live = {m.member_id: m for m in snap.live}
@@ -181,6 +192,8 @@ def _new_offset(part, spec: ResetSpec, current: int | None, start: int, end: int
 def plan_reset(store, group: str, spec: ResetSpec, scopes: list[str] = (), all_topics: bool = False,
                now: int | None = None) -> list[ResetRow]:
     """Where each partition's committed offset would go; offsets are kept within [log start, log end]."""
+    if not getattr(store, "is_local", True):
+        return _remote().plan_reset(store, group, spec, scopes, all_topics, now)
     snap = _snapshot(store, group, must_exist=False)
     now = now_ms() if now is None else now
     rows = []
@@ -196,11 +209,15 @@ def plan_reset(store, group: str, spec: ResetSpec, scopes: list[str] = (), all_t
 
 def execute_reset(store, group: str, plan: list[ResetRow]) -> None:
     """Apply a plan; refused (GroupError) while the group has live members."""
+    if not getattr(store, "is_local", True):
+        return _remote().execute_reset(store, group, plan)
     GroupsMeta(store.meta).set_offsets(group, {(r.topic, r.partition): r.new_offset for r in plan})
 
 
 def delete_group(store, group: str) -> int:
     """Delete a group without live members; returns the number of committed offsets deleted."""
+    if not getattr(store, "is_local", True):
+        return _remote().delete_group(store, group)
     return GroupsMeta(store.meta).delete_group(group)
 
 
@@ -208,6 +225,8 @@ def delete_offsets(store, group: str, scope: str) -> list[TP]:
     """Delete the committed offsets of TOPIC or TOPIC:P,...; refused while a live member reads the topic.
     An unknown topic (UnknownTopicError) or partition (UsageError) is an error, unless the group still
     has an offset there (a deleted topic's offsets stay until deleted)."""
+    if not getattr(store, "is_local", True):
+        return _remote().delete_offsets(store, group, scope)
     snap = _snapshot(store, group)
     topic, partitions = parse_scope(scope)
     held = {p for t, p in snap.offsets if t == topic}
@@ -222,4 +241,6 @@ def delete_offsets(store, group: str, scope: str) -> list[TP]:
 
 def live_members(store, group: str) -> list[MemberInfo]:
     """The group's live members (none for an unknown group)."""
+    if not getattr(store, "is_local", True):
+        return _remote().live_members(store, group)
     return _member_infos(_snapshot(store, group, must_exist=False))

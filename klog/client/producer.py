@@ -171,6 +171,8 @@ class Producer:
                     batch.records.extend([(None, v, hdrs, ts) for v in values[i:j]])
                     batch.pending.extend([None] * (j - i))
                     batch.estimated_bytes += added
+                    if not batch.records:  # an empty batch left behind would fail the flush that follows
+                        del self._batches[key]
                     error = RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes "
                                                 f"({max_bytes}) of topic '{topic}'")
                     error.index = j  # type: ignore[attr-defined]

@@ -70,6 +70,7 @@ class Store:
         self.topics = TopicsMeta(self.meta)
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._topic_cache: dict[str, TopicMeta] = {}
+        self.kafka_checkpoints_due = False  # a write happened that Kafka's checkpoint files must show
 
     # -- context -----------------------------------------------------------------------------
     def __enter__(self) -> Store:
@@ -79,10 +80,24 @@ class Store:
         self.close()
 
     def close(self) -> None:
+        if self.kafka_checkpoints_due or any(p.last_recovery for p in self._partitions.values()):
+            self.kafka_checkpoints_due = False
+            self.write_kafka_checkpoints()
         for p in self._partitions.values():
             p.close()
         self._partitions.clear()
         self.meta.close()
+
+    def write_kafka_checkpoints(self) -> None:
+        """Kafka's checkpoint files in every log directory and partition folder (a broker can
+        adopt the directories); see klog.client.kafka_checkpoints. Failures warn: they never
+        undo or fail the write that made them due."""
+        from klog.client.kafka_checkpoints import write_kafka_checkpoints
+
+        try:
+            write_kafka_checkpoints(self)
+        except (OSError, KlogError) as e:
+            self.warn(f"cannot update Kafka's checkpoint files: {e}")
 
     # -- topics ------------------------------------------------------------------------------
     def log_dir_ids(self) -> list[int]:
@@ -103,6 +118,7 @@ class Store:
         topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
                                    exist_ok=exist_ok)
         self._topic_cache.pop(name, None)
+        self.kafka_checkpoints_due = True
         return topic
 
     def topic(self, name: str) -> TopicMeta:
@@ -138,6 +154,7 @@ class Store:
     def delete_topic(self, name: str) -> TopicMeta:
         topic = self.topics.delete(name)
         self._forget(name)
+        self.kafka_checkpoints_due = True
         for p, pm in enumerate(topic.partitions):
             folder = partition_dir_name(name, p)
             for d in pm.replicas:
@@ -288,6 +305,7 @@ class Store:
         """Retention now (and compaction where due); see klog.client.lifecycle.clean."""
         from klog.client.lifecycle import clean
 
+        self.kafka_checkpoints_due = True  # the log start may move
         return clean(self, topic, **kwargs)
 
     def compact(self, topic: str, **kwargs) -> list:
@@ -298,6 +316,7 @@ class Store:
     def delete_records(self, topic: str, **kwargs) -> list:
         from klog.client.lifecycle import delete_records
 
+        self.kafka_checkpoints_due = True
         return delete_records(self, topic, **kwargs)
 
     def dirty_ratio(self, topic: str, partition: int) -> float:

@@ -114,6 +114,7 @@ class Member:
     joined_ms: int
     heartbeat_ms: int
     generation: int = 0  # the last generation this member synced to
+    served_by: str | None = None  # "klog serve pid N": a Kafka client the server coordinates in memory
 
     @classmethod
     def local(cls, member_id: str, client_id: str, topics: list[str], assignor: str,
@@ -128,6 +129,10 @@ class Member:
 
     def alive(self, now: int) -> bool:
         """Dead if its process is gone (checked at once on this machine) or its session timed out."""
+        if self.served_by is not None:
+            # a Kafka client's member lives as long as the klog serve holding it: the server expels it
+            # itself on session timeout and rewrites this record, and a killed server frees the group
+            return self.boot_id == current_boot_id().hex() and process_alive(self.pid, self.pid_start)
         if self.is_local() and not process_alive(self.pid, self.pid_start):
             return False
         return now - self.heartbeat_ms <= self.session_timeout_ms
@@ -143,6 +148,7 @@ class GroupDoc:
     partition_counts: dict[str, int] = field(default_factory=dict)  # what the assignment was computed for
     created_ms: int = 0
     rebalance_ms: int = 0
+    served_by: str | None = None  # set while klog serve coordinates the group for Kafka clients
 
     def target(self, member_id: str) -> list[TP]:
         return [(t, p) for t, p in self.targets.get(member_id, [])]
@@ -273,11 +279,16 @@ class GroupsMeta:
             members = self._members(txn, group)
             now = now_ms()
             live = {mid: m for mid, m in members.items() if m.alive(now)}
+            served = [m for m in live.values() if m.served_by is not None]
+            if served:
+                raise GroupError(f"group '{group}' has {len(served)} Kafka client member(s) coordinated by "
+                                 f"{served[0].served_by}; a klog consumer cannot join it while they are live")
             if live and doc.assignor is not None and doc.assignor != member.assignor:
                 raise GroupError(f"group '{group}' uses assignor '{doc.assignor}' but this consumer asked for "
                                  f"'{member.assignor}' (Kafka: inconsistent group protocol)")
             if not live:
                 doc.assignor = member.assignor
+                doc.served_by = None
             members[member.member_id] = member
             self._put_member(txn, group, member)
             self._maintain(txn, doc, members, assign)
@@ -396,6 +407,52 @@ class GroupsMeta:
             out[(topic, int(p))] = CommittedOffset(raw["offset"], raw.get("metadata", ""), raw["commit_ms"])
         return out
 
+    # -- Kafka-client groups coordinated by klog serve ----------------------------------------------
+    def local_live_members(self, group: str) -> list[Member]:
+        """Live members of klog's own group consumers (not Kafka clients of a server)."""
+        with self.db.txn() as txn:
+            now = now_ms()
+            return [m for m in self._members(txn, group).values() if m.served_by is None and m.alive(now)]
+
+    def publish_served(self, group: str, served_by: str, generation: int, protocol: str | None,
+                       members: list[Member], targets: dict[str, list[TP]] | None) -> None:
+        """klog serve's record of a group it coordinates in memory, where `klog groups` reads groups:
+        its members (live while the server process is) and, once stable (`targets` not None), who
+        holds which partition. Members of klog's own consumers are left alone."""
+        with self.db.txn(write=True) as txn:
+            doc = self._doc(txn, group)
+            if doc is None:
+                if not members:
+                    return  # nothing to show, and no group to create
+                doc = GroupDoc(group, created_ms=now_ms())
+            now = now_ms()
+            for mid, m in self._members(txn, group).items():
+                if m.served_by is not None or not m.alive(now):
+                    self.db.delete(txn, "members", f"{group}\0{mid}")
+            for m in members:
+                self._put_member(txn, group, m)
+            if doc.generation != generation:
+                doc.rebalance_ms = now
+            doc.generation = generation
+            doc.assignor = protocol
+            doc.served_by = served_by if members else None
+            stable = targets or {}
+            doc.targets = {mid: [list(tp) for tp in sorted(stable.get(mid, []))] for mid in stable}
+            doc.owners = {tp_key(tp): mid for mid, tps in stable.items() for tp in tps}
+            doc.partition_counts = {}
+            self.db.put_json(txn, "groups", group, asdict(doc))
+
+    def store_offsets(self, group: str, offsets: dict[TP, tuple[int, str]], commit_ms: int | None = None) -> None:
+        """Offsets committed by a Kafka client (the server has checked its member and generation);
+        refused (GroupError) while klog's own consumers are live in the group."""
+        validate_group_id(group)
+        with self.db.txn(write=True) as txn:
+            now = now_ms()
+            live = [m for m in self._members(txn, group).values() if m.served_by is None and m.alive(now)]
+            if live:
+                raise GroupError(f"group '{group}' has {len(live)} live klog consumer(s)")
+            self._write_offsets(txn, group, offsets, now if commit_ms is None else commit_ms)
+
     # -- admin ------------------------------------------------------------------------------------
     def snapshot(self, group: str) -> GroupSnapshot:
         with self.db.txn() as txn:
@@ -415,7 +472,8 @@ class GroupsMeta:
         now = now_ms()
         live = [m for m in self._members(txn, group).values() if m.alive(now) and (topic is None or topic in m.topics)]
         if live:
-            who = ", ".join(f"{m.member_id} (pid {m.pid} on {m.host})" for m in live[:3])
+            who = ", ".join(f"{m.member_id} (Kafka client {m.client_id} at {m.host} via {m.served_by})"
+                            if m.served_by else f"{m.member_id} (pid {m.pid} on {m.host})" for m in live[:3])
             raise GroupError(f"cannot {what}: group '{group}' has {len(live)} live member(s): {who}; "
                              "stop them first")
 

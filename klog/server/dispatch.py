@@ -84,7 +84,7 @@ def load_handlers() -> dict[int, Handler]:
         _loaded = True
         import importlib
 
-        for name in ("metadata", "sasl", "acl_apis"):
+        for name in ("metadata", "produce", "producers", "fetch", "offsets", "admin", "sasl", "acl_apis"):
             importlib.import_module(f"klog.server.{name}")
         try:
             from klog.server.groups import GROUP_HANDLERS

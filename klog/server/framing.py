@@ -64,12 +64,23 @@ def parse_request(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, Any]
 
 
 def client_id_of(frame: bytes) -> str | None:
-    """The client id of a frame we cannot parse further (it sits at the same place in v1 and v2)."""
+    """The client id of a frame we cannot parse further (it sits at the same place in v1 and v2),
+    printable and short enough for a log line."""
     try:
         (n,) = struct.unpack_from(">h", frame, PREFIX.size)
-        return None if n < 0 else frame[PREFIX.size + 2:PREFIX.size + 2 + n].decode("utf-8", "replace")
     except struct.error:
         return None
+    if n < 0:
+        return None
+    return printable(frame[PREFIX.size + 2:PREFIX.size + 2 + min(n, 64)].decode("utf-8", "replace"))
+
+
+def printable(text: str | None) -> str | None:
+    """Text from a client, safe for one log line: control characters escaped, at most 64 chars."""
+    if text is None:
+        return None
+    text = text[:64]
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 def header_bytes(correlation_id: int, response_type: type) -> bytes:
@@ -118,6 +129,7 @@ class FileRange:
     fd: int
     offset: int
     count: int
+    owner: Any = None  # closed once sent (or not): a klog.store.log.ByteRange holding a dup'ed fd
 
 
 @dataclass
@@ -131,18 +143,26 @@ class RawBody:
     def size(self) -> int:
         return sum(len(p) if isinstance(p, bytes) else p.count for p in self.parts)
 
+    def close(self) -> None:
+        for part in self.parts:
+            if isinstance(part, FileRange) and part.owner is not None:
+                part.owner.close()
+
     async def send(self, writer: Any, correlation_id: int) -> None:
         import asyncio
 
-        header = header_bytes(correlation_id, self.response_type)
-        writer.write(SIZE.pack(len(header) + self.size()) + header)
-        loop = asyncio.get_running_loop()
-        for part in self.parts:
-            if isinstance(part, bytes):
-                writer.write(part)
-            elif part.count:
-                await writer.drain()
-                sent = await loop.sendfile(writer.transport, _FdView(part.fd), part.offset, part.count)
-                if sent != part.count:  # the file shrank under us (retention): the frame is broken
-                    raise ConnectionError(f"sendfile sent {sent} of {part.count} bytes")
-        await writer.drain()
+        try:
+            header = header_bytes(correlation_id, self.response_type)
+            writer.write(SIZE.pack(len(header) + self.size()) + header)
+            loop = asyncio.get_running_loop()
+            for part in self.parts:
+                if isinstance(part, bytes):
+                    writer.write(part)
+                elif part.count:
+                    await writer.drain()
+                    sent = await loop.sendfile(writer.transport, _FdView(part.fd), part.offset, part.count)
+                    if sent != part.count:  # the file shrank under us (retention): the frame is broken
+                        raise ConnectionError(f"sendfile sent {sent} of {part.count} bytes")
+            await writer.drain()
+        finally:
+            self.close()

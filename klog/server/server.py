@@ -89,6 +89,25 @@ class Server:
         self.brokers: dict[Listener, BrokerInfo] = {}
         self._servers: list[asyncio.base_events.Server] = []
         self._conn_security: dict[asyncio.Task, ConnectionSecurity] = {}
+        self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
+        self._appended: asyncio.Event | None = None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    # -- appends and the fetches waiting for them ----------------------------------------------
+    def notify_appended(self) -> None:
+        """Wake fetches waiting in this process (other processes' appends are seen by polling)."""
+        assert self._appended is not None
+        self._appended.set()
+        self._appended = asyncio.Event()
+
+    async def wait_appended(self, timeout_s: float) -> None:
+        """Until an append in this process, or `timeout_s` (the caller re-checks the store)."""
+        assert self._appended is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._appended.wait(), timeout_s)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -116,6 +135,10 @@ class Server:
             self.brokers[lst] = BrokerInfo(self.node_id, adv_host, adv_port or self.ports[lst], cluster_id)
         self.broker = self.brokers[self.listeners[0]]
         self.coordinator = self._make_coordinator()
+        from klog.client.batches import RawAppender
+
+        self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
+        self._appended = asyncio.Event()
 
     def _make_coordinator(self) -> Any:
         try:
@@ -140,6 +163,8 @@ class Server:
         self._stopping = True
         for srv in self._servers:
             srv.close()
+        if self._appended is not None:
+            self.notify_appended()  # long-polling fetches answer now with what they have
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()
@@ -279,6 +304,7 @@ class Server:
     async def _answer(self, frame: bytes, writer: asyncio.StreamWriter, peer: str) -> bool:
         """Handle one request; False closes the connection."""
         prefix = framing.read_prefix(frame)
+        log.debug("%s: request key %d v%d #%d", peer, prefix.api_key, prefix.api_version, prefix.correlation_id)
         conn = self._conn_security[asyncio.current_task()]  # type: ignore[index]
         assert self.security is not None
         if not self.security.gate(conn, prefix.api_key):
@@ -307,7 +333,12 @@ class Server:
         ctx.broker = self.brokers.get(conn.listener, self.broker)
         handler = self.handlers[prefix.api_key]
         started = time.monotonic()
-        response = await handler.fn(ctx, request)
+        try:
+            response = await handler.fn(ctx, request)
+        except (TypeError, ValueError, AttributeError) as e:  # a well-framed request holding nonsense (null arrays)
+            log.warning("%s (client %s): %s v%d cannot be handled (%s: %s), closing", peer,
+                        framing.printable(client_id), type(request).__name__, prefix.api_version, type(e).__name__, e)
+            return False
         throttle_ms = self.security.throttle_ms(conn, client_id, prefix.api_key, len(frame), response,
                                                 (time.monotonic() - started) * 1000)
         if response is None:

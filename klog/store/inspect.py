@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from klog.errors import CorruptLogError, KlogError, UnsupportedCodecError, UsageError
-from klog.store import codec, compression
+from klog.store import codec, compression, txn
 from klog.store.format import LOG_SUFFIX, RECORD_BATCH_OVERHEAD, parse_segment_base
 from klog.store.segment import LogSegment
 
@@ -29,9 +29,9 @@ def dump_path(path: str, deep: bool = True) -> Iterator[dict]:
         with open(seg_path, "rb") as f:
             data = f.read()
         pos = 0
-        while pos + RECORD_BATCH_OVERHEAD <= len(data):
+        while pos + codec.header_bytes(data, pos) <= len(data):
             header = codec.read_header(data, pos)
-            if header.size < RECORD_BATCH_OVERHEAD or pos + header.size > len(data):
+            if header.size < codec.min_batch_size(header.magic) or pos + header.size > len(data):
                 raise CorruptLogError("partial or invalid batch", seg_path, pos, header.base_offset)
             valid = codec.crc_ok(data, pos, header)
             yield {"type": "batch", "base_offset": header.base_offset, "last_offset": header.last_offset,
@@ -40,11 +40,16 @@ def dump_path(path: str, deep: bool = True) -> Iterator[dict]:
                    "compression": compression.CODEC_NAMES.get(header.codec, str(header.codec)),
                    "timestamp_type": "LogAppendTime" if header.timestamp_type else "CreateTime",
                    "crc": header.crc, "valid": valid, "leader_epoch": header.leader_epoch,
-                   "control": header.is_control}
+                   "control": header.is_control, "magic": header.magic, "producer_id": header.producer_id,
+                   "producer_epoch": header.producer_epoch, "base_sequence": header.base_sequence,
+                   "transactional": txn.is_transactional(header.attributes)}
             if deep and valid:
                 for offset, ts, key, value, headers in codec.decode_batch_records(data, pos, header):
-                    yield {"type": "record", "offset": offset, "timestamp": ts, "key": key, "value": value,
-                           "headers": headers}
+                    record = {"type": "record", "offset": offset, "timestamp": ts, "key": key, "value": value,
+                              "headers": headers}
+                    if header.is_control:  # kafka-dump-log: endTxnMarker: COMMIT coordinatorEpoch: N
+                        record["end_txn_marker"], record["coordinator_epoch"] = txn.control_marker(key, value)
+                    yield record
             pos += header.size
         if pos < len(data):  # a torn tail, or not a segment at all
             raise CorruptLogError(f"partial batch header of {len(data) - pos} bytes", seg_path, pos)
@@ -68,14 +73,16 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
     max_ts = -1
     while pos < end:
         head = segment.read_bytes(pos, RECORD_BATCH_OVERHEAD)
-        if len(head) < RECORD_BATCH_OVERHEAD:
+        if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
             result.log_problem = f"partial batch header at position {pos}"
             break
         header = codec.read_header(head)
-        if header.size < RECORD_BATCH_OVERHEAD or pos + header.size > end or header.magic != 2:
+        if header.size < codec.min_batch_size(header.magic) or pos + header.size > end or header.magic > 2:
             result.log_problem = f"partial or invalid batch at position {pos}"
             break
         data = segment.read_bytes(pos, header.size)
+        if header.magic < 2:
+            header = codec.read_header(data)  # Kafka's old message formats: parsed from the whole entry
         if not codec.crc_ok(data, 0, header):
             result.log_problem = f"CRC mismatch at position {pos} (offset {header.base_offset})"
             break
@@ -95,7 +102,7 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
         pos += header.size
     segment.offset_index.refresh()
     last = (-1, -1)
-    for i in range(segment.offset_index.entries):
+    for i in range(_used_entries(segment.offset_index)):
         rel, position = segment.offset_index.entry_at(i)
         if rel <= last[0] or position <= last[1]:
             result.index_problems.append(f"offset index entry {i} does not increase")
@@ -106,7 +113,7 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
         last = (rel, position)
     segment.time_index.refresh()
     last_ts = -1
-    for i in range(segment.time_index.entries):
+    for i in range(_used_entries(segment.time_index)):
         ts, _rel = segment.time_index.entry_at(i)
         if ts < last_ts:
             result.index_problems.append(f"time index entry {i} goes backwards")
@@ -114,3 +121,13 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
     if last_ts > max_ts and result.log_problem is None:
         result.index_problems.append("time index holds a timestamp above the log's largest")
     return result
+
+
+def _used_entries(index) -> int:
+    """Entries before a zero-filled tail: Kafka preallocates the active segment's index files
+    (10 MiB of zeros) and trims them on roll or close, so an all-zero tail is unused, not damage
+    (an offset index entry (0, 0) never exists: the first batch of a segment gets no entry)."""
+    n = index.entries
+    while n and not any(index.entry_at(n - 1)):
+        n -= 1
+    return n

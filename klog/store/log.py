@@ -10,15 +10,19 @@ from __future__ import annotations
 import bisect
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
-from klog.store.format import LOG_SUFFIX, RECORD_BATCH_OVERHEAD, parse_segment_base
+from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
 from klog.store.segment import LogSegment, RecoveryResult, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
+
+T = TypeVar("T")
 
 READ_BYTES_DEFAULT = 1 << 20
 
@@ -43,13 +47,36 @@ class FetchedBatch:
     path: str | None = None  # the segment file, for error messages
 
     def records(self) -> list[codec.RecordOut]:
+        return self._decode(codec.decode_batch_records)
+
+    def values(self, null: bytes | None = None) -> list[bytes | None]:
+        """Only the values (`null` for a null one): what value-only output needs."""
+        return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null))
+
+    def _decode(self, decoder: Callable[[bytes, int, BatchHeader], list[T]]) -> list[T]:
         try:
-            return codec.decode_batch_records(self.data, 0, self.header)
+            return decoder(self.data, 0, self.header)
         except (CorruptLogError, UnsupportedCodecError) as e:
             # the codec knows the offset only; say where the batch is (a CRC-valid batch whose
             # records or compressed payload are garbage is damage, like a CRC mismatch)
             message = str(e).removesuffix(f" (offset {self.header.base_offset})")
             raise CorruptLogError(message, self.path, self.position, self.header.base_offset) from None
+
+
+@dataclass
+class ByteRange:
+    """Bytes of whole batches (maybe a cut last one) in a segment file, sent as they are."""
+
+    fd: int  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
+    position: int
+    length: int
+    first: BatchHeader
+    path: str
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
@@ -222,7 +249,9 @@ class PartitionLog:
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:
         head = segment.read_bytes(0, RECORD_BATCH_OVERHEAD)
-        return read_header(head).max_timestamp if len(head) == RECORD_BATCH_OVERHEAD else -1
+        if len(head) < codec.header_bytes(head):
+            head = segment.read_bytes(0, codec.header_bytes(head))  # a magic 0/1 entry, read whole
+        return read_header(head).max_timestamp if len(head) >= codec.header_bytes(head) else -1
 
     def roll(self, base: int) -> LogSegment:
         old = self.active
@@ -379,6 +408,38 @@ class PartitionLog:
             segment = self.segments[self.bases[nxt]]
         return out
 
+    def byte_range(self, offset: int, upper: int, max_bytes: int) -> ByteRange | None:
+        """Where the batches holding offsets in [offset, upper) lie, in one segment (a fetch
+        answers from one segment, as Kafka's does), for sending without reading: see
+        LogSegment.byte_range. The descriptor is a dup the caller closes."""
+        if offset >= upper:
+            return None
+        segment = self.segment_for(offset)
+        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
+            self.refresh_segments()
+            segment = self.segment_for(offset)
+        if segment is None:
+            if not self.bases:
+                return None
+            segment = self.segments[self.bases[0]]
+        while segment is not None:
+            try:
+                end = segment.file_size()
+            except FileNotFoundError:
+                end = 0
+            found = segment.byte_range(offset, upper, max_bytes, end) if end else None
+            if found is not None:
+                position, length, header = found
+                return ByteRange(os.dup(segment.read_fd()), position, length, header, segment.log_path)
+            nxt = bisect.bisect_right(self.bases, segment.base_offset)
+            if nxt >= len(self.bases):
+                self.refresh_segments()
+                nxt = bisect.bisect_right(self.bases, segment.base_offset)
+                if nxt >= len(self.bases):
+                    return None
+            segment = self.segments[self.bases[nxt]]
+        return None
+
     def _read_segment(self, segment: LogSegment, offset: int, upper: int, budget: int) -> list[FetchedBatch]:
         """Batches from `offset`; stops before a damaged batch if it has some to return (else raises)."""
         try:
@@ -394,11 +455,13 @@ class PartitionLog:
             want = max(min(budget, end - position), RECORD_BATCH_OVERHEAD)
             chunk = segment.read_bytes(position, want)
             at = 0
-            while at + RECORD_BATCH_OVERHEAD <= len(chunk):
+            while at + codec.header_bytes(chunk, at) <= len(chunk) or (
+                    at == 0 and len(chunk) > MAGIC_OFFSET and chunk[MAGIC_OFFSET] < MAGIC_V2):
+                # (at 0, a magic 0/1 entry larger than the chunk gets framing only: read whole below)
                 header = read_header(chunk, at)
-                if header.base_offset >= upper:
+                if header.base_offset >= upper and header.records_count >= 0:
                     return out
-                if header.size < RECORD_BATCH_OVERHEAD:
+                if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
                     if out:
                         return out  # serve the batches before the damage; the next read reports it
                     raise CorruptLogError("invalid batch size", segment.log_path, position + at, header.base_offset)

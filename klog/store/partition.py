@@ -19,7 +19,7 @@ from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.locks import FileLock
-from klog.store.log import FetchedBatch, PartitionLog, RecoveryReport
+from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
 
 T = TypeVar("T")
@@ -250,6 +250,30 @@ class Partition:
         if damage is not None:
             raise damage
         return []
+
+    def byte_range(self, offset: int, max_bytes: int, upper: int | None = None) -> ByteRange | None:
+        """Like read(), but where the bytes are instead of the bytes (zero-copy fetch)."""
+        snap = self.state.read()
+        if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
+            self.reload_replicas()
+            self.leader_epoch_loaded = snap.leader_epoch
+        bound = snap.high_watermark if upper is None else min(snap.high_watermark, upper)
+        if offset >= bound:
+            return None
+        damage: CorruptLogError | None = None
+        for replica in self.replicas:
+            try:
+                found = replica.byte_range(offset, bound, max_bytes)
+            except CorruptLogError as e:
+                damage = damage or e
+                continue
+            except OSError:
+                continue
+            if found is not None:
+                return found
+        if damage is not None:
+            raise damage
+        return None
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         hw = self.high_watermark()

@@ -17,7 +17,6 @@ from klog.store.codec import BatchHeader, read_header
 from klog.store.format import (
     HEADER_SIZE_UP_TO_MAGIC,
     INDEX_SUFFIX,
-    LOG_OVERHEAD,
     LOG_SUFFIX,
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
@@ -85,8 +84,8 @@ class LogSegment:
             if self._log_inode is not None:
                 # the cleaner swapped in a rewritten file (indexes first, then the log): reopen, reload
                 self.close()
-                self.offset_index._data = b""
-                self.time_index._data = b""
+                self.offset_index.forget()
+                self.time_index.forget()
             self._log_inode = st.st_ino
         return st.st_size
 
@@ -105,18 +104,24 @@ class LogSegment:
     def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each whole batch in [start, end); stops at a partial one."""
         pos = start
-        while pos + RECORD_BATCH_OVERHEAD <= end:
-            chunk = self.read_bytes(pos, min(SCAN_CHUNK_BYTES, end - pos))
+        want = SCAN_CHUNK_BYTES
+        while pos + HEADER_SIZE_UP_TO_MAGIC <= end:
+            chunk = self.read_bytes(pos, min(want, end - pos))
+            want = SCAN_CHUNK_BYTES
             at = 0
-            while at + RECORD_BATCH_OVERHEAD <= len(chunk):
+            while at + codec.header_bytes(chunk, at) <= len(chunk):
                 header = read_header(chunk, at)
-                if header.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or header.magic != MAGIC_V2:
+                if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
                     raise CorruptLogError("invalid batch header", self.log_path, pos + at, header.base_offset)
                 if pos + at + header.size > end:
                     return
                 yield pos + at, header
                 at += header.size
             if at == 0:
+                need = codec.header_bytes(chunk, 0)
+                if len(chunk) < need <= end - pos:  # a magic 0/1 entry larger than a chunk
+                    want = need
+                    continue
                 return
             pos += at
 
@@ -131,13 +136,66 @@ class LogSegment:
                 return pos, header
         return None
 
+    def walk_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Like iter_headers, one header-sized pread per batch: for short walks (index hint to
+        target) where reading the batches themselves would cost more than the headers."""
+        pos = start
+        while pos + HEADER_SIZE_UP_TO_MAGIC <= end:
+            head = self.read_bytes(pos, min(RECORD_BATCH_OVERHEAD, end - pos))
+            need = codec.header_bytes(head, 0)
+            if need > len(head):  # a magic 0/1 entry: its header is the whole entry
+                if pos + need > end:
+                    return
+                head = self.read_bytes(pos, need)
+                if len(head) < need:
+                    return
+            header = read_header(head)
+            if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
+                raise CorruptLogError("invalid batch header", self.log_path, pos, header.base_offset)
+            if pos + header.size > end:
+                return
+            yield pos, header
+            pos += header.size
+
+    def byte_range(self, offset: int, upper: int, max_bytes: int, end: int) -> tuple[int, int, BatchHeader] | None:
+        """(position, length, first header) of the whole batches from the one holding `offset` up
+        to the first batch at or above `upper`, cut at `max_bytes` but never below the first batch
+        (Kafka's fetch rule). A cut may end inside a batch; readers drop such a partial tail."""
+        self.offset_index.refresh()
+        hint = self.offset_index.lookup(offset)
+        if hint >= end or (hint and not self._hint_ok(hint, offset)):
+            hint = 0
+        first = None
+        for pos, header in self.walk_headers(hint, end):
+            if header.last_offset >= offset:
+                first = (pos, header)
+                break
+        if first is None or first[1].base_offset >= upper:
+            return None
+        start, header = first
+        limit = start + max(max_bytes, header.size)
+        # where offsets reach `upper`: from the index entry nearest below it, never past `limit`
+        stop_hint = max(start, self.offset_index.lookup(upper))
+        if stop_hint and stop_hint != start and not self._hint_ok(stop_hint, upper):
+            stop_hint = start
+        if stop_hint >= limit:
+            return start, limit - start, header
+        stop = stop_hint
+        for pos, h in self.walk_headers(stop_hint, end):
+            if h.base_offset >= upper or pos >= limit:
+                break
+            stop = pos + h.size
+        return start, min(stop, limit) - start, header
+
     def _hint_ok(self, position: int, offset: int) -> bool:
         """An index entry points at a batch whose base offset lies in [segment base, offset]."""
         head = self.read_bytes(position, RECORD_BATCH_OVERHEAD)
-        if len(head) < RECORD_BATCH_OVERHEAD:
+        if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
             return False
+        # (a magic 0/1 entry longer than `head` parses as framing only: its own offset, which for a
+        # compressed one is its last, also lies in [segment base, offset] when the hint is right)
         header = read_header(head)
-        return header.magic == MAGIC_V2 and self.base_offset <= header.base_offset <= offset
+        return header.magic <= MAGIC_V2 and self.base_offset <= header.base_offset <= offset
 
     def offset_for_timestamp(self, timestamp: int, end: int) -> int | None:
         """First offset whose record timestamp ≥ timestamp, or None if none here."""
@@ -234,18 +292,20 @@ class LogSegment:
                         reason = f"partial batch header at position {pos}"
                     break
                 head = os.pread(fd, RECORD_BATCH_OVERHEAD, pos)
-                if len(head) < RECORD_BATCH_OVERHEAD:
+                if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
                     reason = f"partial batch header at position {pos}"
                     break
-                header = read_header(head)
+                header = read_header(head)  # magic 0/1: framing only, until the whole entry is read
                 size = header.size
-                if header.magic != MAGIC_V2 or not RECORD_BATCH_OVERHEAD <= size <= BATCH_BYTES_MAX:
+                if header.magic > MAGIC_V2 or not codec.min_batch_size(header.magic) <= size <= BATCH_BYTES_MAX:
                     reason = f"invalid batch header at position {pos}"
                     break
                 if pos + size > file_size:
                     reason = f"partial batch at position {pos}"
                     break
                 data = os.pread(fd, size, pos)
+                if header.magic != MAGIC_V2:
+                    header = read_header(data)  # Kafka's old message formats are data (legacy.py)
                 if not codec.crc_ok(data, 0, header):
                     reason = f"CRC mismatch in batch at position {pos} (offset {header.base_offset})"
                     break

@@ -1,0 +1,102 @@
+"""klog against a Kafka cluster: `klog produce`/`klog consume` through --bootstrap-server (to a
+`klog serve` on 127.0.0.1) beside the same commands on the local store, and `klog mirror` local ->
+serve (a benchmark, not a test: prints README figures).
+
+    python benchmarks/bench_cluster.py [--records N] [--rounds R]
+
+Workload: N 100-byte lines into a 1-partition topic. Each round alternates local and remote runs so
+both see the same load on a shared machine; the figures are medians of R rounds. Each remote
+produce goes to a fresh topic; each consume reads the whole topic to the end and exits (its line
+count is checked). The mirror copies the local topic into a fresh serve store each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def klog_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "klog", *args]
+
+
+def timed(args: list[str], env: dict, stdin_path: str | None = None, lines: int | None = None) -> float:
+    start = time.perf_counter()
+    with open(stdin_path or os.devnull, "rb") as stdin:
+        r = subprocess.run(args, stdin=stdin, stdout=subprocess.PIPE if lines is not None else subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, env=env, check=False)
+    took = time.perf_counter() - start
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(args[3:])} failed: {r.stderr.decode()}")
+    got = r.stdout.count(b"\n") if lines is not None else None
+    if got != lines:
+        raise SystemExit(f"{' '.join(args[3:])}: {got} lines, expected {lines}")
+    return took
+
+
+class Serve:
+    """`klog serve` on 127.0.0.1 and a free port, as its own process (stopped by close())."""
+
+    def __init__(self, data_dir: str, env: dict) -> None:
+        self.proc = subprocess.Popen(klog_cmd("serve", "--listen", "127.0.0.1:0", "-d", data_dir),
+                                     stderr=subprocess.PIPE, env=env, text=True)
+        line = self.proc.stderr.readline()
+        found = re.search(r"listening on (\S+:\d+)", line)
+        if not found:
+            self.close()
+            raise SystemExit(f"klog serve did not start: {line}")
+        self.bootstrap = found.group(1)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    n = args.records
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, "PYTHONPATH": REPO}
+        env.pop("KLOG_BOOTSTRAP_SERVERS", None)
+        local, remote_dir = os.path.join(d, "local"), os.path.join(d, "served")
+        lines = os.path.join(d, "lines")
+        with open(lines, "wb") as f:
+            f.write(b"".join(b"%099d\n" % i for i in range(n)))
+        server = Serve(remote_dir, env)
+        try:
+            results: dict[str, list[float]] = {k: [] for k in ("produce local", "produce remote", "consume local",
+                                                                "consume remote", "mirror local->serve")}
+            for i in range(args.rounds):
+                results["produce local"].append(timed(klog_cmd("produce", f"t{i}", "-d", local), env, lines))
+                results["produce remote"].append(
+                    timed(klog_cmd("produce", f"t{i}", "-b", server.bootstrap), env, lines))
+                results["consume local"].append(timed(klog_cmd("consume", "t0", "-d", local), env, lines=n))
+                results["consume remote"].append(timed(klog_cmd("consume", "t0", "-b", server.bootstrap), env,
+                                                       lines=n))
+                results["mirror local->serve"].append(
+                    timed(klog_cmd("mirror", local, server.bootstrap, "t0", "--rename", f"m{i}.{{topic}}"), env))
+        finally:
+            server.close()
+            shutil.rmtree(remote_dir, ignore_errors=True)
+    rate = {k: n / statistics.median(v) / 1e6 for k, v in results.items()}
+    print(f"{n:,} records of 100 B, 1 partition, median of {args.rounds} alternated rounds (M records/s):")
+    for k, v in rate.items():
+        print(f"  {k:<22} {v:.3f}")
+    print(f"produce remote/local {rate['produce remote'] / rate['produce local']:.2f}, "
+          f"consume remote/local {rate['consume remote'] / rate['consume local']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""Record batches that arrive already encoded (klog serve's Produce): checked, adjusted in place,
+appended through the producer's path, with idempotent producers' sequence checks.
+
+A batch from a Kafka client is appended as it came, its base offset stamped by the store (outside
+the CRC): no decode, no re-encode, unless the topic forces a timestamp type (LogAppendTime
+rewrites maxTimestamp and the CRC, as Kafka does) or a compression codec other than the batch's.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from klog.errors import KlogError, RecordTooLargeError
+from klog.store import codec, compression
+from klog.store.codec import BatchHeader, read_header
+from klog.store.format import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    MAGIC_V2,
+    MAX_TIMESTAMP_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+)
+
+SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
+SEQUENCE_MAX = 2**31 - 1
+
+
+class InvalidBatchError(KlogError):
+    """A batch that is not a valid RecordBatch v2 (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
+
+    def __init__(self, message: str, corrupt: bool = True) -> None:
+        super().__init__(message)
+        self.corrupt = corrupt  # False: well-formed but not acceptable (INVALID_RECORD)
+
+
+class DuplicateSequenceError(KlogError):
+    """A retried batch already in the log: answered as a success with its original offsets."""
+
+    def __init__(self, base_offset: int) -> None:
+        super().__init__(f"duplicate batch (at offset {base_offset})")
+        self.base_offset = base_offset
+
+
+class OutOfOrderSequenceError(KlogError):
+    pass
+
+
+class ProducerFencedError(KlogError):
+    """A batch from an older epoch of a producer id (Kafka: INVALID_PRODUCER_EPOCH)."""
+
+
+class UnknownProducerError(KlogError):
+    """A sequence that is not 0 from a producer this partition has no state for."""
+
+
+def check_batch(data: bytes) -> BatchHeader:
+    """The header of `data`, which must be exactly one whole CRC-valid RecordBatch v2."""
+    if len(data) < RECORD_BATCH_OVERHEAD:
+        raise InvalidBatchError(f"record batch of {len(data)} bytes is shorter than its 61-byte header")
+    header = read_header(data)
+    if header.magic != MAGIC_V2:
+        raise InvalidBatchError(f"record batch magic {header.magic} (only v2 batches are accepted)", corrupt=False)
+    if header.size > len(data):
+        raise InvalidBatchError(f"record batch is cut short ({len(data)} of {header.size} bytes)")
+    if header.size < len(data):
+        if len(data) - header.size >= RECORD_BATCH_OVERHEAD:
+            raise InvalidBatchError("more than one record batch in one partition's data", corrupt=False)
+        raise InvalidBatchError(f"{len(data) - header.size} bytes after the record batch")
+    if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
+        raise InvalidBatchError(f"record count {header.records_count} does not match last offset delta "
+                                f"{header.last_offset_delta}")
+    if not codec.crc_ok(data, 0, header):
+        raise InvalidBatchError("record batch CRC mismatch")
+    if header.attributes & CONTROL_FLAG_MASK:
+        raise InvalidBatchError("clients may not write control batches", corrupt=False)
+    return header
+
+
+def with_log_append_time(data: bytes, now_ms: int) -> bytes:
+    """The batch with the LogAppendTime flag and maxTimestamp = now; both are under the CRC."""
+    buf = bytearray(data)
+    (attributes,) = struct.unpack_from(">h", buf, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    struct.pack_into(">q", buf, MAX_TIMESTAMP_OFFSET, now_ms)
+    struct.pack_into(">I", buf, CRC_OFFSET, codec.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def with_codec(data: bytes, header: BatchHeader, new_codec: int) -> bytes:
+    """The batch recompressed with `new_codec` (the topic's compression.type); header kept."""
+    body = memoryview(data)[RECORD_BATCH_OVERHEAD:]
+    raw = compression.decompress(header.codec, body) if header.codec else bytes(body)
+    packed = compression.compress(new_codec, raw) if new_codec else raw
+    attributes = (header.attributes & ~compression.CODEC_MASK) | new_codec
+    fixed = header._replace(attributes=attributes, batch_length=RECORD_BATCH_OVERHEAD - 12 + len(packed), crc=0)
+    buf = bytearray(codec.encode_header_fields(fixed) + packed)
+    struct.pack_into(">I", buf, CRC_OFFSET, codec.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+@dataclass(slots=True)
+class _Appended:
+    first_seq: int
+    last_seq: int
+    base_offset: int
+
+
+@dataclass(slots=True)
+class _ProducerEntry:
+    epoch: int
+    recent: deque  # of _Appended, the last SEQUENCES_KEPT
+
+
+def _seq_add(seq: int, delta: int) -> int:
+    """Sequences wrap at 2^31-1 back to 0 (Kafka's DefaultRecordBatch.incrementSequence)."""
+    return (seq + delta) % (SEQUENCE_MAX + 1)
+
+
+class ProducerStates:
+    """Per partition: each idempotent producer's epoch and last batches' sequence ranges.
+
+    Built from the log's batch headers the first time a partition is written by an idempotent
+    producer (Kafka rebuilds it the same way, from its snapshot plus the log tail): it survives a
+    restart and a kill -9 because the log is the only record of it.
+    """
+
+    def __init__(self) -> None:
+        self._by_partition: dict[tuple[str, int], dict[int, _ProducerEntry]] = {}
+
+    def forget(self, topic: str, partition: int | None = None) -> None:
+        for key in [k for k in self._by_partition if k[0] == topic and partition in (None, k[1])]:
+            del self._by_partition[key]
+
+    def _load(self, key: tuple[str, int], part) -> dict[int, _ProducerEntry]:
+        states = self._by_partition.get(key)
+        if states is None:
+            states = {}
+            for header in _headers(part):
+                if header.producer_id >= 0 and header.base_sequence >= 0:
+                    self._record(states, header, header.base_offset)
+            self._by_partition[key] = states
+        return states
+
+    @staticmethod
+    def _record(states: dict[int, _ProducerEntry], header: BatchHeader, base_offset: int) -> None:
+        entry = states.get(header.producer_id)
+        if entry is None or header.producer_epoch > entry.epoch:
+            entry = states[header.producer_id] = _ProducerEntry(header.producer_epoch, deque(maxlen=SEQUENCES_KEPT))
+        last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
+        entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
+
+    def check(self, key: tuple[str, int], part, header: BatchHeader) -> None:
+        """Raise if the batch must not be appended: a duplicate (with its original offset), a gap,
+        an older epoch. Lock held."""
+        if header.producer_id < 0 or header.base_sequence < 0:
+            return
+        entry = self._load(key, part).get(header.producer_id)
+        if entry is None:
+            if header.base_sequence != 0:
+                raise UnknownProducerError(f"producer {header.producer_id} has no state here and sent "
+                                           f"sequence {header.base_sequence} (expected 0)")
+            return
+        if header.producer_epoch < entry.epoch:
+            raise ProducerFencedError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
+                                      f"than {entry.epoch}")
+        if header.producer_epoch > entry.epoch:
+            if header.base_sequence != 0:
+                raise OutOfOrderSequenceError(f"producer {header.producer_id}: a new epoch must start at "
+                                              f"sequence 0, not {header.base_sequence}")
+            return
+        last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
+        for done in entry.recent:
+            if done.first_seq == header.base_sequence and done.last_seq == last_seq:
+                raise DuplicateSequenceError(done.base_offset)
+        expected = _seq_add(entry.recent[-1].last_seq, 1) if entry.recent else 0
+        if header.base_sequence != expected:
+            raise OutOfOrderSequenceError(f"producer {header.producer_id}: sequence {header.base_sequence}, "
+                                          f"expected {expected}")
+
+    def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int) -> None:
+        if header.producer_id >= 0 and header.base_sequence >= 0:
+            states = self._by_partition.get(key)
+            if states is not None:
+                self._record(states, header, base_offset)
+
+
+def _headers(part):  # noqa: ANN202 - Iterator[BatchHeader]
+    """Every batch header of the partition's leader, oldest first (header reads only)."""
+    leader = part.leader
+    leader.refresh_segments()
+    for base in list(leader.bases):
+        segment = leader.segments[base]
+        try:
+            end = segment.file_size()
+        except FileNotFoundError:
+            continue
+        for _, header in segment.iter_headers(0, end):
+            yield header
+
+
+@dataclass(frozen=True)
+class RawAppendResult:
+    base_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+class RawAppender:
+    """Appends client-encoded batches with the producer's ReplicaManager (the one write path),
+    one at a time per partition (threads of one process share the partition's file lock)."""
+
+    def __init__(self, store, warn=None) -> None:  # noqa: ANN001 - klog.Store, a warning callback
+        from klog.client.replication import ReplicaManager
+
+        self.store = store
+        self.replicas = ReplicaManager(store, warn=warn)
+        self.producers = ProducerStates()
+        self._locks: dict[tuple[str, int], threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def lock_for(self, topic: str, partition: int) -> threading.Lock:
+        with self._guard:
+            lock = self._locks.get((topic, partition))
+            if lock is None:
+                lock = self._locks[(topic, partition)] = threading.Lock()
+            return lock
+
+    def forget_topic(self, topic: str) -> None:
+        """The topic was altered or deleted: its producer states are rebuilt on next use."""
+        with self._guard:
+            self.producers.forget(topic)
+
+    def partition(self, topic: str, partition: int):  # noqa: ANN201 - Partition
+        with self._guard:  # Store's partition cache is a plain dict
+            return self.store.partition(topic, partition)
+
+    def append(self, topic: str, partition: int, data: bytes, acks: str) -> RawAppendResult:
+        """Check and append one batch as a Kafka client sent it. Raises InvalidBatchError,
+        RecordTooLargeError, the sequence errors above, and the store's errors."""
+        header = check_batch(data)
+        if header.attributes & TRANSACTIONAL_FLAG_MASK:
+            raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
+        configs = self.store.effective_configs(topic)
+        max_bytes = int(configs["max.message.bytes"])
+        wanted_codec = configs["compression.type"]
+        if wanted_codec != "producer" and compression.CODEC_IDS[wanted_codec] != header.codec:
+            data = with_codec(data, header, compression.CODEC_IDS[wanted_codec])
+            header = read_header(data)
+        if len(data) > max_bytes:
+            raise RecordTooLargeError(f"record batch of {len(data)} bytes is larger than max.message.bytes "
+                                      f"({max_bytes}) of topic '{topic}'")
+        append_time = -1
+        if configs["message.timestamp.type"] == "LogAppendTime":
+            append_time = int(time.time() * 1000)
+            data = with_log_append_time(data, append_time)
+        key = (topic, partition)
+        part = self.partition(topic, partition)
+        with self.lock_for(topic, partition):
+            try:
+                self.producers.check(key, part, header)
+            except DuplicateSequenceError as dup:
+                return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
+            active_before = part.active_segment_base()
+            base = self.replicas.append(topic, partition, data, acks)
+            self.producers.appended(key, header, base)
+            if active_before is not None and part.active_segment_base() != active_before:
+                from klog.client.lifecycle import retain_after_roll  # a roll: rare
+
+                retain_after_roll(self.store, topic, partition, self.replicas.warn)
+            return RawAppendResult(base, append_time, part.log_start_offset())

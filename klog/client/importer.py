@@ -1,0 +1,174 @@
+"""`klog dirs import PATH`: adopt a Kafka broker's log directory (or single partition folders).
+
+The source is only read: its files are copied into the store (a broker's directory stays
+usable). For each `<topic>-<partition>` folder found:
+
+- Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are left out;
+- the topic is created with as many partitions as the highest partition number found + 1
+  (replication factor 1; an existing topic is refused: import never merges logs);
+- segments (`.log`, `.index`, `.timeindex`, `.txnindex`) keep their names and offsets; an index
+  Kafka preallocated (a running broker's active segment: zero-filled to 10 MiB) is copied
+  without its zero tail, as Kafka trims it; Kafka's in-progress files (`.cleaned`, `.swap`,
+  `.deleted`, `.tmp`) are left out;
+- every segment is validated as recovery does (magic 0, 1 and 2 are data; a torn tail is cut
+  in the copy, never in the source, and reported);
+- the log start offset comes from the source directory's `log-start-offset-checkpoint` (else
+  the first segment's base), the leader epochs from `leader-epoch-checkpoint`, and the high
+  watermark is the log end, so everything is readable at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field, replace
+
+from klog.errors import KlogError, TopicExistsError, UsageError
+from klog.store import checkpoints
+from klog.store.format import (
+    INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    OFFSET_INDEX_ENTRY,
+    TIME_INDEX_ENTRY,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_partition_dir,
+    parse_segment_base,
+)
+from klog.store.names import validate_topic_name
+
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+_ENTRY_SIZE = {INDEX_SUFFIX: OFFSET_INDEX_ENTRY.size, TIME_INDEX_SUFFIX: TIME_INDEX_ENTRY.size}
+
+
+@dataclass
+class ImportedPartition:
+    topic: str
+    partition: int
+    source: str
+    segments: int
+    log_start_offset: int
+    log_end_offset: int
+    leader_epoch: int
+    notes: list[str] = field(default_factory=list)
+
+
+def find_partition_folders(paths: list[str]) -> dict[tuple[str, int], str]:
+    """(topic, partition) -> folder, from log directories and/or partition folders."""
+    found: dict[tuple[str, int], str] = {}
+    for path in paths:
+        path = os.path.abspath(path)
+        if not os.path.isdir(path):
+            raise UsageError(f"{path} is not a folder")
+        parsed = parse_partition_dir(os.path.basename(path))
+        if parsed is not None and _has_segments(path):
+            candidates = [(parsed, path)]
+        else:
+            candidates = [(p, os.path.join(path, n)) for n in sorted(os.listdir(path))
+                          if (p := parse_partition_dir(n)) is not None and os.path.isdir(os.path.join(path, n))]
+        for key, folder in candidates:
+            if key in found:
+                raise UsageError(f"{key[0]}-{key[1]} is in both {found[key]} and {folder}")
+            found[key] = folder
+    if not found:
+        raise UsageError(f"no Kafka partition folders (<topic>-<partition>) in {', '.join(paths)}")
+    return found
+
+
+def _has_segments(folder: str) -> bool:
+    return any(n.endswith(LOG_SUFFIX) and parse_segment_base(n) is not None for n in os.listdir(folder))
+
+
+def _copy_trimmed(src: str, dest: str, suffix: str) -> None:
+    """Copy a file; an index loses its unused zero tail (Kafka preallocates the active one)."""
+    entry = _ENTRY_SIZE.get(suffix)
+    if entry is None:
+        shutil.copyfile(src, dest)
+        return
+    with open(src, "rb") as f:
+        data = f.read()
+    end = len(data) - len(data) % entry
+    zero = bytes(entry)
+    while end >= entry and data[end - entry:end] == zero:
+        end -= entry
+    with open(dest, "wb") as f:
+        f.write(data[:end])
+
+
+# Kafka's own topics: group offsets, transaction state, KRaft metadata. Their records are the
+# broker's bookkeeping in its own schemas, not data a klog consumer reads; never imported.
+KAFKA_INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata")
+
+
+def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
+    """Import every partition folder under `paths` (see the module docstring)."""
+    folders = {k: v for k, v in find_partition_folders(paths).items() if k[0] not in KAFKA_INTERNAL_TOPICS}
+    if not folders:
+        raise UsageError(f"only Kafka's internal topics ({', '.join(KAFKA_INTERNAL_TOPICS)}) in {', '.join(paths)}: "
+                         "nothing to import")
+    topics: dict[str, int] = {}
+    for topic, partition in folders:
+        validate_topic_name(topic)
+        topics[topic] = max(topics.get(topic, 0), partition + 1)
+    for topic in topics:
+        if store.has_topic(topic):
+            raise TopicExistsError(f"topic '{topic}' already exists in the store; import does not merge logs "
+                                   f"(delete it first or import into another data directory)")
+    start_offsets = _log_start_offsets({os.path.dirname(f) for f in folders.values()})
+    for topic, count in sorted(topics.items()):
+        store.create_topic(topic, count, replication_factor=1)
+    return [_import_partition(store, topic, p, folders[(topic, p)], start_offsets.get((topic, p)))
+            for topic, p in sorted(folders)]
+
+
+def _log_start_offsets(log_dirs: set[str]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for d in log_dirs:
+        path = os.path.join(d, LOG_START_OFFSET_CHECKPOINT)
+        if os.path.exists(path):
+            out.update(checkpoints.read_offsets(path))
+    return out
+
+
+def _import_partition(store, topic: str, partition: int, source: str, log_start: int | None) -> ImportedPartition:
+    part = store.partition(topic, partition)
+    dest = part.leader.directory
+    in_place = os.path.realpath(source) == os.path.realpath(dest)  # copied by hand into the log dir
+    os.makedirs(dest, exist_ok=True)
+    if not in_place:
+        for name in os.listdir(dest):  # a new topic: whatever is there is klog's empty first segment
+            os.unlink(os.path.join(dest, name))
+    copied = 0
+    for name in sorted(os.listdir(source)):
+        suffix = name[20:] if parse_segment_base(name) is not None else ""
+        if suffix in _SEGMENT_SUFFIXES:
+            if not in_place:
+                _copy_trimmed(os.path.join(source, name), os.path.join(dest, name), suffix)
+            copied += suffix == LOG_SUFFIX
+    epochs = []
+    epoch_file = os.path.join(source, LEADER_EPOCH_CHECKPOINT)
+    if os.path.exists(epoch_file):
+        epochs = checkpoints.read_leader_epochs(epoch_file)
+    notes = []
+    with part.lock:
+        part.leader.refresh_segments()
+        part.open_for_write()
+        for report in part.last_recovery:
+            notes.extend(f"copy repaired: {r}" for r in report.reasons)
+        end = part.leader.log_end_offset
+        first = part.leader.first_offset()
+        start = max(first, log_start) if log_start is not None else first
+        if start > end:
+            raise KlogError(f"{source}: log-start-offset-checkpoint says {start}, above the log end {end}")
+        meta = store.topics.get(topic).partitions[partition]
+        epoch = epochs[-1][0] if epochs else meta.leader_epoch
+        meta = replace(meta, leader_epoch=epoch, epochs=[list(e) for e in epochs] or meta.epochs)
+        store.topics.update_partition(topic, partition, meta)
+        store.forget_topic_cache(topic)
+        snap = part.snapshot()
+        snap.high_watermark, snap.log_start_offset, snap.leader_epoch = end, start, epoch
+        part.state.write(snap, sync=True)
+        part.leader_epoch_loaded = epoch
+    return ImportedPartition(topic, partition, source, copied, start, end, epoch, notes)

@@ -1,0 +1,102 @@
+"""Keep Kafka's checkpoint files current, so a Kafka broker can adopt klog's log directories.
+
+Written when a Store that wrote (appended, moved a log start, created or deleted a topic) is
+closed, and by `klog dirs checkpoint`; each file is rewritten only when its content changed
+(store/checkpoints.py: tmp file, fsync, rename). Per log directory:
+`recovery-point-offset-checkpoint` (each replica's recovery point), `replication-offset-checkpoint`
+(the high watermark, capped at the replica's log end), `log-start-offset-checkpoint` (only
+partitions whose log start is above their first segment, as Kafka lists them) and
+`meta.properties` (written once: version=1, node.id=1, a cluster.id and the directory.id).
+Per partition folder: `leader-epoch-checkpoint` (klog's leader epochs) and `partition.metadata`
+(the topic id).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from klog.store import checkpoints, health
+from klog.store.format import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    parse_segment_base,
+    partition_dir_name,
+)
+from klog.store.state import ReplicaState
+
+META_PROPERTIES = "meta.properties"
+NODE_ID = 1  # a single broker; a broker adopting the directory with another node.id edits this line
+
+
+def _first_base(folder: str) -> int | None:
+    bases = [b for n in os.listdir(folder) if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None]
+    return min(bases) if bases else None
+
+
+def _write_if_changed(path: str, text: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    checkpoints.write_atomically(path, text)
+    return True
+
+
+def write_kafka_checkpoints(store) -> None:
+    """Bring every log directory's and partition folder's Kafka checkpoint files up to date."""
+    recovery: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
+    replication: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
+    log_start: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
+    for topic in store.list_topics():
+        for p, pm in enumerate(topic.partitions):
+            snap = store.partition(topic.name, p).snapshot()
+            for d in pm.replicas:
+                folder = os.path.join(store.data_dir.log_dir_path(d), partition_dir_name(topic.name, p))
+                if not os.path.isdir(folder):
+                    continue
+                state = ReplicaState(os.path.join(folder, ReplicaState.FILE_NAME))
+                try:
+                    replica = state.read()
+                finally:
+                    state.close()
+                end = replica.log_end_offset if replica is not None else 0
+                key = (topic.name, p)
+                recovery[d][key] = min(replica.recovery_point, end) if replica is not None else 0
+                replication[d][key] = min(snap.high_watermark, end)
+                first = _first_base(folder)
+                if first is not None and snap.log_start_offset > first:
+                    log_start[d][key] = snap.log_start_offset
+                epochs = [(e, o) for e, o in pm.epochs if o <= end]
+                _write_if_changed(os.path.join(folder, LEADER_EPOCH_CHECKPOINT),
+                                  checkpoints.checkpoint_text([f"{e} {o}" for e, o in epochs]))
+                _write_if_changed(os.path.join(folder, "partition.metadata"),
+                                  f"version: 0\ntopic_id: {checkpoints.kafka_uuid(topic.topic_id)}\n")
+    for d in store.log_dir_ids():
+        path = store.data_dir.log_dir_path(d)
+        if not os.path.isdir(path):
+            continue  # a lost directory: nothing to write into
+        for name, offsets in ((RECOVERY_POINT_CHECKPOINT, recovery[d]), (REPLICATION_OFFSET_CHECKPOINT, replication[d]),
+                              (LOG_START_OFFSET_CHECKPOINT, log_start[d])):
+            _write_if_changed(os.path.join(path, name), checkpoints.offsets_text(offsets))
+        _write_meta_properties(store, path)
+
+
+def _write_meta_properties(store, path: str) -> None:
+    target = os.path.join(path, META_PROPERTIES)
+    if os.path.exists(target):
+        return
+    ident = health.read_identity(path)
+    directory = str(uuid.UUID(ident)) if ident else str(uuid.uuid4())
+    cluster = str(uuid.uuid5(uuid.NAMESPACE_URL, "klog:" + os.path.realpath(store.path)))
+    checkpoints.write_atomically(target, (
+        f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
+        f"cluster.id={checkpoints.kafka_uuid(cluster)}\n"
+        f"directory.id={checkpoints.kafka_uuid(directory)}\n"
+        f"node.id={NODE_ID}\nversion=1\n"))

@@ -1,0 +1,230 @@
+"""`klog mirror SRC DEST` (Kafka's MirrorMaker): copy topics between stores and clusters.
+
+SRC and DEST are each a local Store or a RemoteStore; the copy only uses the interfaces both have
+(consumer.poll/seek/positions, producer.send/flush, topic admin). Keys, values, headers and
+timestamps are kept, and the partition too when DEST has it (it does when the mirror created the
+topic: with SRC's partition count and the configs set on SRC's topic).
+
+Progress is checkpointed in DEST, in the compacted topic __klog_mirror_checkpoints (one record per
+mirrored partition: the next source offset), written only after DEST acknowledged the records
+before it. A stopped mirror resumes where it stopped, with no duplicate after a clean stop; a killed
+one copies again at most the records of one checkpoint interval (at-least-once).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from klog.errors import UnknownTopicError, UsageError
+
+CHECKPOINT_TOPIC = "__klog_mirror_checkpoints"
+CHECKPOINT_INTERVAL_S = 1.0  # the at-least-once window: a kill re-copies at most this much ...
+CHECKPOINT_RECORDS = 200_000  # ... or this many records
+IDLE_DONE_S = 2.0  # without --follow: nothing arriving for this long while not at the end also ends it
+NEW_TOPICS_INTERVAL_S = 5.0  # with --follow and a pattern: how often to look for new source topics
+FOLLOW_SLEEP_S = 0.05
+
+
+@dataclass
+class MirrorStats:
+    records: int = 0
+    topics: list[str] = field(default_factory=list)
+    partitions: int = 0
+    seconds: float = 0.0
+    resumed: int = 0  # partitions that started from a checkpoint
+    total: int | None = None  # records to copy when it started (without --follow)
+
+
+def source_topics(src, topics: list[str], pattern: str | None) -> list[str]:
+    """Named topics plus those matching `pattern`; all the user's topics when neither is given."""
+    if not topics and not pattern:
+        return [t for t in src.topic_names() if not t.startswith("__")]
+    names = list(topics)
+    for n in names:
+        src.topic(n)
+    if pattern:
+        try:
+            rx = re.compile(pattern)
+        except re.error as e:
+            raise UsageError(f"invalid pattern '{pattern}': {e}") from None
+        names += [t for t in src.topic_names() if rx.fullmatch(t) and t not in names and t != CHECKPOINT_TOPIC]
+    if not names:
+        raise UnknownTopicError(f"no topic matches pattern '{pattern}'")
+    return names
+
+
+def renamer(template: str) -> Callable[[str], str]:
+    if "{topic}" not in template:
+        raise UsageError(f"invalid --rename '{template}': it must contain {{topic}}")
+    return lambda t: template.replace("{topic}", t)
+
+
+class Mirror:
+    def __init__(self, src, dest, topics: list[str], *, mirror_id: str, pattern: str | None = None,
+                 rename: str = "{topic}", follow: bool = False,
+                 on_progress: Callable[[MirrorStats], None] | None = None) -> None:
+        self.src, self.dest = src, dest
+        self.wanted, self.pattern = topics, pattern
+        self.mirror_id = mirror_id
+        self.rename = renamer(rename)
+        self.follow = follow
+        self.on_progress = on_progress
+        self.stats = MirrorStats()
+        self._dest_counts: dict[str, int] = {}
+        self._saved: dict[tuple[str, int], int] = {}  # the checkpoints DEST holds
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _ensure_dest(self, topic: str) -> None:
+        target = self.rename(topic)
+        if target == topic and self.src is self.dest:
+            raise UsageError("source and destination are the same: pass --rename")
+        if not self.dest.has_topic(target):
+            count = self.src.partition_count(topic)
+            configs = _set_configs(self.src, topic)
+            self.dest.create_topic(target, count, configs=configs, exist_ok=True)
+        self.dest.forget_topic_cache(target)
+        self._dest_counts[target] = self.dest.partition_count(target)
+
+    def _checkpoint_key(self, topic: str, partition: int) -> bytes:
+        return json.dumps([self.mirror_id, topic, partition, self.rename(topic)]).encode()
+
+    def _load_checkpoints(self) -> dict[tuple[str, int], int]:
+        if not self.dest.has_topic(CHECKPOINT_TOPIC):
+            self.dest.create_topic(CHECKPOINT_TOPIC, 1, configs={"cleanup.policy": "compact"}, exist_ok=True)
+            return {}
+        out: dict[tuple[str, int], int] = {}
+        with self.dest.consumer(CHECKPOINT_TOPIC, merge=False) as consumer:
+            for r in consumer:
+                try:
+                    mirror_id, topic, partition, target = json.loads(r.key or b"null")
+                except (TypeError, ValueError):
+                    continue  # not ours
+                if mirror_id == self.mirror_id and target == self.rename(topic) and r.value is not None:
+                    out[(topic, int(partition))] = int(json.loads(r.value)["next_offset"])
+        return out
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self) -> MirrorStats:
+        started = time.monotonic()
+        names = source_topics(self.src, self.wanted, self.pattern)
+        for t in names:
+            self._ensure_dest(t)
+        self._saved = self._load_checkpoints()
+        self.stats.topics = list(names)
+        producer = self.dest.producer(acks="all", auto_create=False)
+        try:
+            self._copy(names, producer, started)
+        finally:
+            self.stats.seconds = time.monotonic() - started
+        return self.stats
+
+    def _open(self, names: list[str]):  # noqa: ANN202 - a Consumer or RemoteConsumer
+        consumer = self.src.consumer(*names, start="beginning", follow=self.follow, merge=False)
+        resumed = 0
+        for (t, p), offset in self._saved.items():
+            if t in names:
+                consumer.seek(t, p, offset)
+                resumed += 1
+        self.stats.resumed += resumed
+        self.stats.partitions = len(consumer.positions())
+        return consumer
+
+    def _remaining(self, names: list[str], positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        ends = {}
+        for t in names:
+            for p, end in self.src.offsets(t, -1).items():
+                ends[(t, p)] = end or 0
+        return {tp: end for tp, end in ends.items() if positions.get(tp, 0) < end}
+
+    def _copy(self, names: list[str], producer, started: float) -> None:  # noqa: ANN001 - a producer
+        consumer = self._open(names)
+        ends = None if self.follow else self._remaining(names, consumer.positions())
+        if ends is not None:
+            positions = consumer.positions()
+            self.stats.total = sum(end - positions[tp] for tp, end in ends.items())
+        last_checkpoint = time.monotonic()
+        last_discovery = time.monotonic()
+        last_record = time.monotonic()
+        unsaved = 0
+        try:
+            while True:
+                records = consumer.poll()
+                now = time.monotonic()
+                if records:
+                    last_record = now
+                    self._send(producer, records)
+                    unsaved += len(records)
+                    self.stats.records += len(records)
+                if unsaved and (unsaved >= CHECKPOINT_RECORDS or now - last_checkpoint >= CHECKPOINT_INTERVAL_S
+                                or not records):
+                    self._checkpoint(producer, consumer.positions())
+                    unsaved, last_checkpoint = 0, now
+                    if self.on_progress is not None:
+                        self.on_progress(self.stats)
+                if ends is not None:
+                    positions = consumer.positions()
+                    if all(positions.get(tp, 0) >= end for tp, end in ends.items()):
+                        break
+                    if not records and now - last_record > IDLE_DONE_S:
+                        break
+                if not records and self.follow:
+                    if self.pattern and now - last_discovery > NEW_TOPICS_INTERVAL_S:
+                        last_discovery = now
+                        new = [t for t in source_topics(self.src, self.wanted, self.pattern) if t not in names]
+                        if new:
+                            self._checkpoint(producer, consumer.positions())
+                            consumer.close()
+                            for t in new:
+                                self._ensure_dest(t)
+                            names = names + new
+                            self.stats.topics = list(names)
+                            self._saved = self._load_checkpoints()
+                            consumer = self._open(names)
+                    time.sleep(FOLLOW_SLEEP_S)
+        finally:
+            # a clean stop (end of input, Ctrl-C, SIGTERM) saves what was copied: no duplicate on resume
+            try:
+                if unsaved:
+                    self._checkpoint(producer, consumer.positions())
+            finally:
+                consumer.close()
+        if self.on_progress is not None:
+            self.on_progress(self.stats)
+
+    def _send(self, producer, records: list) -> None:  # noqa: ANN001 - a producer
+        bulk = getattr(producer, "send_records", None)
+        if bulk is not None:  # the remote producer's path: one call per topic
+            by_topic: dict[str, list] = {}
+            for r in records:
+                by_topic.setdefault(r.topic, []).append(r)
+            for topic, group in by_topic.items():
+                target = self.rename(topic)
+                bulk(target, group, self.src.partition_count(topic) <= self._dest_counts[target])
+            return
+        rename, counts, send = self.rename, self._dest_counts, producer.send
+        for r in records:
+            target = rename(r.topic)
+            send(target, r.value, key=r.key, headers=r.headers or None,
+                 partition=r.partition if r.partition < counts[target] else None, timestamp=r.timestamp)
+
+    def _checkpoint(self, producer, positions: dict[tuple[str, int], int]) -> None:  # noqa: ANN001
+        """Wait for DEST to acknowledge what was sent, then record where each partition is."""
+        producer.flush()
+        changed = {tp: off for tp, off in positions.items() if self._saved.get(tp) != off}
+        for (t, p), offset in changed.items():
+            producer.send(CHECKPOINT_TOPIC, json.dumps({"next_offset": offset}).encode(),
+                          key=self._checkpoint_key(t, p), partition=0)
+        if changed:
+            producer.flush()
+            self._saved.update(changed)
+
+
+def _set_configs(store, topic: str) -> dict[str, str]:
+    """The configs set on a source topic (not the defaults), to create its copy with."""
+    if getattr(store, "is_local", True):
+        return dict(store.topic(topic).configs)
+    return store.topic_configs(topic)

@@ -1,0 +1,286 @@
+"""RemoteConsumer: the Consumer interface over librdkafka's consumer.
+
+Partitions are assigned directly (no group join), at start offsets computed as the local consumer
+computes them. Without `follow` each partition is read to the high watermark it had at the start;
+several partitions are merged in timestamp order, each buffered on its own so the merge can wait
+for the partition it needs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from klog.client.consumer import StartSpec
+from klog.client.records import Record
+from klog.client.remote.errors import config_error, klog_error
+from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
+
+FETCH_MESSAGES = 10_000  # records taken from librdkafka per call
+POLL_TIMEOUT_S = 0.1
+PARTITION_EOF = -191  # librdkafka's KafkaError._PARTITION_EOF (a constant: the module loads lazily)
+TIMESTAMP_TYPES = {0: 0, 1: 0, 2: 1}  # librdkafka's NOT_AVAILABLE, CREATE_TIME, LOG_APPEND_TIME -> ours
+
+
+@dataclass
+class _RemoteCursor:
+    topic: str
+    partition: int
+    offset: int
+    stop: int | None  # exclusive end offset, None when following
+    end_at_start: int = 0  # the high watermark when the consumer started (a follower merges up to it)
+    buffer: deque = field(default_factory=deque)
+
+    @property
+    def done(self) -> bool:
+        return self.stop is not None and self.offset >= self.stop and not self.buffer
+
+
+class RemoteConsumer:
+    def __init__(self, store, topics: list[str], *, partitions: list[int] | None = None,
+                 start: StartSpec | str = "beginning", until_ms: int | None = None, follow: bool = False,
+                 count: int | None = None, poll_interval_ms: int = 0,
+                 record_filter: Callable[[Record], bool] | None = None, merge: bool = True,
+                 isolation_level: str = "read_uncommitted") -> None:
+        from confluent_kafka import Consumer, KafkaException
+
+        self.store = store
+        self.topics = topics
+        self.start = StartSpec.parse(start) if isinstance(start, str) else start
+        self.until_ms = until_ms
+        self.follow = follow
+        self.count = count
+        self.record_filter = record_filter
+        self.merge = merge
+        self.cursors: list[_RemoteCursor] = []
+        for t in topics:
+            self.cursors.extend(self._cursors(t, partitions))
+        self._by_tp = {(c.topic, c.partition): c for c in self.cursors}
+        conf = store.target.client_config(**{
+            "group.id": f"klog-{os.getpid()}-{uuid.uuid4().hex[:8]}",  # never joined: partitions are assigned
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",  # an offset below the log start reads from the log start
+            # klog's default as Kafka's Java clients' (librdkafka's own default is read_committed)
+            "isolation.level": isolation_level,
+            # keep fetching while records wait in librdkafka's queue (its default backs off for 1 s once
+            # 100,000 are queued, which halves the throughput of a reader as fast as ours)
+            "fetch.queue.backoff.ms": 0,
+            "enable.partition.eof": True,  # tells a bounded read it has seen everything (see _at_end)
+            "queued.min.messages": 1_000_000,
+            "error_cb": store._on_error,
+        })
+        try:
+            self._consumer = Consumer(conf)
+        except (KafkaException, ValueError, TypeError) as e:
+            raise config_error(e) from None
+        self._assign()
+
+    # -- start offsets -------------------------------------------------------------------------
+    def _cursors(self, topic: str, wanted: list[int] | None) -> list[_RemoteCursor]:
+        count = self.store.partition_count(topic)
+        if wanted is None:
+            parts = list(range(count))
+        else:
+            for p in wanted:
+                if not 0 <= p < count:
+                    raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
+            parts = list(wanted)
+        low, high = self.store.offsets(topic, -2), self.store.offsets(topic, -1)
+        at = self.store.offsets(topic, self.start.value) if self.start.kind == "timestamp" else {}
+        out = []
+        for p in parts:
+            lo, hi = low[p] or 0, high[p] or 0
+            out.append(_RemoteCursor(topic, p, self._start_offset(topic, p, lo, hi, at.get(p)),
+                                     None if self.follow else hi, hi))
+        return out
+
+    def _start_offset(self, topic: str, p: int, low: int, high: int, at: int | None) -> int:
+        spec = self.start
+        if spec.kind == "beginning":
+            return low
+        if spec.kind == "end":
+            return high
+        if spec.kind == "offset":
+            if spec.value > high:
+                raise OffsetOutOfRangeError(f"offset {spec.value} is past the end ({high}) of {topic}-{p}")
+            return max(spec.value, low)
+        if spec.kind in ("relative", "tail"):
+            return max(low, high - abs(spec.value))
+        if spec.kind == "timestamp":
+            return high if at is None else max(at, low)
+        raise AssertionError(spec)
+
+    def _assign(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        self._consumer.assign([TopicPartition(c.topic, c.partition, c.offset) for c in self.cursors
+                               if not c.done])
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        c = self._by_tp.get((topic, partition))
+        if c is not None:
+            c.offset = offset
+            c.buffer.clear()
+            self._assign()
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        return {(c.topic, c.partition): c.buffer[0].offset if c.buffer else c.offset for c in self.cursors}
+
+    # -- fetching ------------------------------------------------------------------------------
+    def _fetch(self, timeout: float = POLL_TIMEOUT_S) -> list:
+        """Up to FETCH_MESSAGES messages, errors raised as klog's."""
+        return self._fetched(self._consumer.consume(FETCH_MESSAGES, timeout))
+
+    def _fetched(self, msgs: list) -> list:
+        """`msgs`, once none is a real error (those are raised as klog's)."""
+        from confluent_kafka import KafkaError
+
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                continue
+            # the end of a partition is handled in order by _records; librdkafka retries a transport
+            # error itself (the no-progress bound ends a real outage)
+            if err.code() not in (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+                raise klog_error(err, f"cannot read {m.topic()}-{m.partition()}")
+        return msgs
+
+    def _at_end(self, topic: str, partition: int, offset: int) -> None:
+        """librdkafka fetched up to `offset`, the partition's end: a bounded read is complete even when
+        its last offsets hold no record for us (transaction markers, compacted away)."""
+        c = self._by_tp.get((topic, partition))
+        if c is not None and c.stop is not None and offset >= c.stop:
+            c.offset = max(c.offset, c.stop)
+
+    def _records(self, msgs: list) -> list[Record]:
+        """Records of `msgs` below each partition's stop; cursors advance past them."""
+        out = []
+        by_tp = self._by_tp
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == PARTITION_EOF:
+                    self._at_end(m.topic(), m.partition(), m.offset())
+                continue
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            c = by_tp.get((topic, partition))
+            if c is None or offset < c.offset or (c.stop is not None and offset >= c.stop):
+                continue
+            c.offset = offset + 1
+            ts_type, ts = m.timestamp()
+            out.append(Record(topic, partition, offset, ts, TIMESTAMP_TYPES.get(ts_type, 0), m.key(), m.value(),
+                              m.headers() or []))
+        return out
+
+    def _all_done(self) -> bool:
+        return all(c.done for c in self.cursors)
+
+    def _progress_guard(self) -> Callable[[bool], None]:
+        """Raise when a bounded read makes no progress for the cluster timeout (the cluster went away)."""
+        last = [time.monotonic()]
+
+        def check(progressed: bool) -> None:
+            now = time.monotonic()
+            if progressed or self.follow:
+                last[0] = now
+            elif now - last[0] > self.store.timeout:
+                raise KlogError(f"no records from {self.store.target.label} for {self.store.timeout:g} s "
+                                "while records were left to read")
+        return check
+
+    def poll(self, timeout: float = POLL_TIMEOUT_S) -> list[Record]:
+        """One fetch (waiting at most `timeout`); records in arrival order."""
+        if self._all_done():
+            return []
+        out = []
+        for c in self.cursors:
+            out.extend(c.buffer)
+            c.buffer.clear()
+        out.extend(self._records(self._fetch(timeout)))
+        return out
+
+    def value_chunks(self) -> Iterator[list[bytes | None]]:
+        """Value-only output of one partition: lists of values (no Record objects: the fast path)."""
+        cursor = self.cursors[0]
+        stop = cursor.stop
+        check = self._progress_guard()
+        consume = self._consumer.consume
+        while not cursor.done:
+            msgs = consume(FETCH_MESSAGES, POLL_TIMEOUT_S)
+            if msgs and any(m.error() is not None for m in msgs):
+                values = [r.value for r in self._records(self._fetched(msgs))]  # the slow path: in order
+                check(bool(values) or cursor.done)
+                if values:
+                    yield values
+                continue
+            check(bool(msgs))
+            if not msgs:
+                continue
+            last = msgs[-1].offset()
+            if stop is None or last < stop:
+                cursor.offset = max(cursor.offset, last + 1)
+                yield [m.value() for m in msgs]
+            else:
+                cursor.offset = stop
+                yield [m.value() for m in msgs if m.offset() < stop]
+
+    def _fill(self, check: Callable[[bool], None]) -> None:
+        """One fetch distributed into the partitions' buffers."""
+        records = self._records(self._fetch())
+        check(bool(records))
+        for r in records:
+            self._by_tp[(r.topic, r.partition)].buffer.append(r)
+
+    def _partition_stream(self, cursor: _RemoteCursor, check: Callable[[bool], None]) -> Iterator[Record]:
+        end = cursor.stop if cursor.stop is not None else cursor.end_at_start
+        while True:
+            while cursor.buffer and cursor.buffer[0].offset < end:
+                yield cursor.buffer.popleft()
+            if cursor.buffer or cursor.offset >= end:
+                return
+            self._fill(check)
+
+    def _iterate(self) -> Iterator[Record]:
+        check = self._progress_guard()
+        if self.merge and len(self.cursors) > 1:
+            # what is there now merged in timestamp order (as the local consumer does), then as it arrives
+            yield from heapq.merge(*(self._partition_stream(c, check) for c in self.cursors),
+                                   key=lambda r: r.timestamp)
+        if self.follow or len(self.cursors) == 1 or not self.merge:
+            while not self._all_done():
+                for c in self.cursors:
+                    while c.buffer:
+                        yield c.buffer.popleft()
+                records = self._records(self._fetch())
+                check(bool(records))
+                yield from records
+
+    def __iter__(self) -> Iterator[Record]:
+        emitted = 0
+        for record in self._iterate():
+            if self.until_ms is not None and record.timestamp >= self.until_ms:
+                continue
+            if self.record_filter is not None and not self.record_filter(record):
+                continue
+            yield record
+            emitted += 1
+            if self.count is not None and emitted >= self.count:
+                return
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except RuntimeError:
+            pass  # closed already
+
+    def __enter__(self) -> RemoteConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,207 @@
+"""RemoteProducer: the Producer interface over librdkafka's producer.
+
+Records go to librdkafka's queue as they are sent; flush() waits until every one is acknowledged
+(or failed: the first failure is raised there). Keys are partitioned with murmur2 as Kafka's Java
+client and the local producer do, so a key lands on the same partition either way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from klog.client.records import Headers, check_partition, check_timestamp
+from klog.client.remote.errors import config_error, klog_error
+from klog.errors import KlogError, RecordTooLargeError, UnknownTopicError, UsageError
+from klog.store import compression
+from klog.store.names import validate_topic_name
+
+ACKS = {"0": "0", "1": "1", "all": "all"}
+LINGER_MS_MIN = 5  # Kafka 4's default: enough to fill batches from a fast loop, invisible to a person
+POLL_EVERY = 10_000  # serve delivery reports every this many sends (keeps the report queue short)
+AckCallback = Callable[[str, int, int, int], None]
+
+
+class RemoteProducer:
+    def __init__(self, store, *, acks: str = "all", compression_type: str = "none", linger_ms: int = 0,
+                 batch_size: int = 1_000_000, auto_create: bool | None = None,
+                 on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None,
+                 on_warning: Callable[[str], None] | None = None) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        if str(acks) not in ACKS:
+            raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
+        if compression_type not in compression.CODEC_IDS:
+            raise UsageError(f"invalid compression '{compression_type}': use {', '.join(compression.CODEC_IDS)}")
+        if batch_size < 1:
+            raise UsageError("batch size must be positive")
+        self.store = store
+        self.auto_create = True if auto_create is None else auto_create
+        self.on_ack = on_ack
+        self.on_create = on_create
+        self.records_sent = 0
+        self._queued = 0
+        self._failed = 0
+        self._error: BaseException | None = None
+        self._counts: dict[str, int] = {}
+        conf = store.target.client_config(**{
+            "acks": ACKS[str(acks)],
+            "compression.type": compression_type,
+            "linger.ms": max(linger_ms, LINGER_MS_MIN),
+            "batch.size": min(batch_size, 2_147_483_647),
+            "partitioner": "murmur2_random",  # Kafka's Java default (librdkafka's own is CRC32)
+            "queue.buffering.max.messages": 1_000_000,
+            "message.timeout.ms": int(store.timeout * 3000),
+            "delivery.report.only.error": on_ack is None,
+            "on_delivery": self._delivered,
+            "error_cb": store._on_error,
+        })
+        try:
+            self._producer = Producer(conf)
+        except (KafkaException, ValueError, TypeError) as e:
+            raise config_error(e) from None
+
+    def _delivered(self, err, msg) -> None:  # noqa: ANN001 - librdkafka's KafkaError, Message
+        if err is not None:
+            self._failed += 1
+            if self._error is None:
+                self._error = klog_error(err, f"cannot write to {msg.topic()}-{msg.partition()}")
+            return
+        if self.on_ack is not None:
+            self.on_ack(msg.topic(), msg.partition(), msg.offset(), 1)
+
+    # -- topics --------------------------------------------------------------------------------
+    def partitions_for(self, topic: str) -> int:
+        count = self._counts.get(topic)
+        if count is None:
+            try:
+                count = self.store.partition_count(topic)
+            except UnknownTopicError:
+                validate_topic_name(topic)
+                if not self.auto_create:
+                    raise
+                count = self._auto_create(topic)
+                if self.on_create is not None:
+                    self.on_create(topic)
+            self._counts[topic] = count
+        return count
+
+    def _auto_create(self, topic: str) -> int:
+        """As Kafka's producers do: ask for the topic's metadata, and the cluster creates it with its
+        defaults if its auto.create.topics.enable allows."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self.store.timeout
+        while True:
+            try:
+                md = self._producer.list_topics(topic, timeout=self.store.timeout)
+            except KafkaException as e:
+                raise self.store.unreachable(e) from None
+            tm = md.topics.get(topic)
+            if tm is not None and tm.error is None and tm.partitions:
+                self.store.forget_topic_cache(topic)
+                return len(tm.partitions)
+            if time.monotonic() > deadline:
+                raise UnknownTopicError(f"unknown topic '{topic}' ({self.store.target.label} did not create it: "
+                                        "create it first, or enable auto.create.topics.enable there)")
+            time.sleep(0.1)
+
+    # -- sending -------------------------------------------------------------------------------
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None,
+             partition: int | None = None, timestamp: int | None = None) -> None:
+        count = self.partitions_for(topic)
+        p = -1 if partition is None else check_partition(partition, topic, count)
+        ts = 0 if timestamp is None else check_timestamp(timestamp)  # 0: librdkafka stamps it now
+        self._produce(topic, value, key, p, ts, list(headers) if headers else None)
+
+    def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
+                    partition: int | None = None, timestamp: int | None = None) -> None:
+        """Keyless records sharing headers (the CLI's line mode)."""
+        count = self.partitions_for(topic)
+        p = -1 if partition is None else check_partition(partition, topic, count)
+        ts = 0 if timestamp is None else check_timestamp(timestamp)
+        hdrs = list(headers) if headers else None
+        produce = self._producer.produce
+        for i, v in enumerate(values):
+            try:
+                produce(topic, v, None, p, timestamp=ts, headers=hdrs)
+            except BufferError:
+                self._produce(topic, v, None, p, ts, hdrs)  # the queue is full: wait for room
+                continue
+            except Exception as e:  # noqa: BLE001 - librdkafka's KafkaException, mapped below
+                error = self._send_error(e, topic)
+                error.index = i  # type: ignore[attr-defined]
+                raise error from None
+            self._queued += 1
+            if self._queued % POLL_EVERY == 0:
+                self._producer.poll(0)
+        self._raise_failure()
+
+    def send_records(self, topic: str, records: Sequence, keep_partition: bool) -> None:
+        """Copies of `records` (klog Records: key, value, headers, timestamp), each to its own
+        partition when `keep_partition` (the caller checked the topic has them all), else where the
+        partitioner puts it: the mirror's path, one librdkafka call per record and nothing more."""
+        self.partitions_for(topic)
+        produce = self._producer.produce
+        for r in records:
+            p = r.partition if keep_partition else -1
+            try:
+                produce(topic, r.value, r.key, p, timestamp=r.timestamp, headers=r.headers or None)
+            except BufferError:
+                self._produce(topic, r.value, r.key, p, r.timestamp, r.headers or None)
+                continue
+            except Exception as e:  # noqa: BLE001 - librdkafka's KafkaException, mapped below
+                raise self._send_error(e, topic) from None
+            self._queued += 1
+        self._producer.poll(0)
+        self._raise_failure()
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int, ts: int,
+                 headers: list | None) -> None:
+        deadline = None
+        while True:
+            try:
+                self._producer.produce(topic, value, key, partition, timestamp=ts, headers=headers)
+                break
+            except BufferError:
+                deadline = deadline or time.monotonic() + self.store.timeout * 3
+                if time.monotonic() > deadline:
+                    raise self.store.unreachable() from None
+                self._producer.poll(0.05)
+            except Exception as e:  # noqa: BLE001 - librdkafka's KafkaException, mapped below
+                raise self._send_error(e, topic) from None
+        self._queued += 1
+        if self._queued % POLL_EVERY == 0:
+            self._producer.poll(0)
+        self._raise_failure()
+
+    def _send_error(self, e: Exception, topic: str) -> KlogError:
+        error = klog_error(e, f"cannot send to '{topic}'")
+        if isinstance(error, RecordTooLargeError):
+            return RecordTooLargeError(f"record is larger than the client's message.max.bytes for topic '{topic}' "
+                                       "(raise it with -X message.max.bytes=N)")
+        return error
+
+    def _raise_failure(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def flush(self) -> None:
+        """Wait until every sent record is acknowledged; raise the first failure."""
+        remaining = self._producer.flush(self.store.timeout * 3)
+        self.records_sent = self._queued - self._failed - remaining
+        self._raise_failure()
+        if remaining:
+            raise KlogError(f"{remaining} records not acknowledged by {self.store.target.label} "
+                            f"within {self.store.timeout * 3:g} s")
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> RemoteProducer:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is None or exc_type is KeyboardInterrupt:
+            self.flush()

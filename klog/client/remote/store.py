@@ -1,0 +1,352 @@
+"""RemoteStore: the Store interface the CLI uses (topics admin, offsets, producer, consumer) over a
+Kafka cluster, so commands pick a backend once and never fork per backend."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from klog.client.remote.errors import config_error, klog_error, unsupported
+from klog.client.remote.target import ClusterTarget, timeout_s
+from klog.client.store import PartitionInfo, TopicInfo
+from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
+from klog.store.config import CONFIG_KEYS, validate_configs
+from klog.store.names import validate_topic_name
+
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")  # the cluster's own, not the user's
+
+
+@dataclass
+class RemotePartition:
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+
+
+@dataclass
+class RemoteTopic:
+    """What TopicMeta gives the CLI: name, partitions, replication factor, configs set on it."""
+
+    name: str
+    partitions: list[RemotePartition]
+    configs: dict[str, str] = field(default_factory=dict)
+    topic_id: str = "-"
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+class RemoteTopicInfo(TopicInfo):
+    @property
+    def size_bytes(self) -> int | None:  # type: ignore[override] - a cluster does not say (no DescribeLogDirs)
+        return None
+
+
+class RemoteStore:
+    """A Kafka cluster behind the Store interface. Opening it checks the cluster answers within
+    the timeout, so an unreachable address is one error line, never a hang."""
+
+    is_local = False
+
+    def __init__(self, target: ClusterTarget, on_warning: Callable[[str], None] | None = None) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        self.target = target
+        self.warn = on_warning
+        self.timeout = timeout_s()
+        self.last_error: str | None = None
+        self.path = target.bootstrap
+        try:
+            self.admin = AdminClient(target.client_config(error_cb=self._on_error))
+        except (KafkaException, ValueError, TypeError) as e:
+            raise config_error(e) from None
+        self._metadata_cache: dict[str, RemoteTopic] = {}
+        self._metadata(None)  # reachable?
+
+    # -- context -----------------------------------------------------------------------------
+    def __enter__(self) -> RemoteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def _on_error(self, err) -> None:  # noqa: ANN001 - a KafkaError from librdkafka's thread
+        self.last_error = err.str()
+
+    def unreachable(self, e: BaseException | None = None) -> KlogError:
+        reason = self.last_error or (str(e.args[0].str()) if e is not None and e.args and hasattr(e.args[0], "str")
+                                     else "no answer")
+        return KlogError(f"cannot reach Kafka cluster at {self.target.label} within {self.timeout:g} s: {reason}")
+
+    # -- metadata ----------------------------------------------------------------------------
+    def _metadata(self, topic: str | None):  # noqa: ANN202 - confluent_kafka ClusterMetadata
+        from confluent_kafka import KafkaException
+
+        try:
+            return self.admin.list_topics(topic=topic, timeout=self.timeout)
+        except KafkaException as e:
+            raise self.unreachable(e) from None
+
+    def _topics(self) -> dict[str, RemoteTopic]:
+        md = self._metadata(None)
+        out = {}
+        for name, tm in md.topics.items():
+            if name in INTERNAL_TOPICS or tm.error is not None:
+                continue
+            out[name] = _remote_topic(name, tm)
+        self._metadata_cache.update(out)
+        return dict(sorted(out.items()))
+
+    def topic(self, name: str) -> RemoteTopic:
+        cached = self._metadata_cache.get(name)
+        if cached is not None:
+            return cached
+        validate_topic_name(name)
+        found = self._topics().get(name)
+        if found is None:
+            raise UnknownTopicError(f"unknown topic '{name}'")
+        return found
+
+    def has_topic(self, name: str) -> bool:
+        return name in self._topics()
+
+    def list_topics(self) -> list[RemoteTopic]:
+        return list(self._topics().values())
+
+    def topic_names(self) -> list[str]:
+        return list(self._topics())
+
+    def partition_count(self, topic: str) -> int:
+        return len(self.topic(topic).partitions)
+
+    def auto_create_enabled(self) -> bool:
+        return True  # the producer asks for the topic; the cluster's auto.create.topics.enable decides
+
+    def forget_topic_cache(self, name: str) -> None:
+        self._metadata_cache.pop(name, None)
+
+    def resolve_topics(self, topics: Iterable[str] = (), pattern: str | None = None) -> list[str]:
+        names = list(topics)
+        for n in names:
+            self.topic(n)
+        if pattern:
+            try:
+                rx = re.compile(pattern)
+            except re.error as e:
+                raise UsageError(f"invalid --pattern '{pattern}': {e}") from None
+            names += [t for t in self.topic_names() if rx.fullmatch(t) and t not in names]
+        if not names:
+            raise UnknownTopicError(f"no topic matches pattern '{pattern}'" if pattern else "no topic given")
+        return names
+
+    # -- admin -------------------------------------------------------------------------------
+    def _wait(self, futures: dict, what: str, fallback: bool = False) -> dict | None:
+        """Every future's result; a KafkaException as klog's error (None instead when `fallback` and
+        the broker lacks the API)."""
+        from confluent_kafka import KafkaException
+
+        out = {}
+        for key, fut in futures.items():
+            try:
+                out[key] = fut.result(timeout=self.timeout)
+            except KafkaException as e:
+                if fallback and unsupported(e):
+                    return None
+                raise klog_error(e, what) from None
+            except TimeoutError:
+                raise self.unreachable() from None
+        return out
+
+    def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
+                     configs: dict[str, str] | None = None, exist_ok: bool = False) -> RemoteTopic:
+        from confluent_kafka.admin import NewTopic
+
+        validate_topic_name(name)
+        configs = validate_configs(configs or {}) if configs else {}
+        if exist_ok and name in self._topics():
+            return self._with_configs(self.topic(name))
+        new = NewTopic(name, num_partitions=-1 if partitions is None else partitions,
+                       replication_factor=-1 if replication_factor is None else replication_factor,
+                       config={k: str(v) for k, v in (configs or {}).items()})
+        try:
+            self._wait(self.admin.create_topics([new], request_timeout=self.timeout), f"cannot create topic '{name}'")
+        except KlogError as e:
+            if exist_ok and "already exists" in str(e):
+                return self._with_configs(self.topic(name))
+            raise
+        self.forget_topic_cache(name)
+        topic = self._await_topic(name)
+        topic.configs = dict(configs or {})
+        return topic
+
+    def _with_configs(self, topic: RemoteTopic) -> RemoteTopic:
+        topic.configs = self.topic_configs(topic.name)
+        return topic
+
+    def _await_topic(self, name: str) -> RemoteTopic:
+        """A created topic's metadata (brokers may answer before every one knows it)."""
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            found = self._topics().get(name)
+            if found is not None and found.partitions:
+                return found
+            if time.monotonic() > deadline:
+                raise KlogError(f"topic '{name}' was created but the cluster does not list it yet")
+            time.sleep(0.05)
+
+    def delete_topic(self, name: str) -> RemoteTopic:
+        topic = self.topic(name)
+        self._wait(self.admin.delete_topics([name], request_timeout=self.timeout), f"cannot delete topic '{name}'")
+        self.forget_topic_cache(name)
+        return topic
+
+    def alter_topic(self, name: str, partitions: int | None = None, set_configs: dict[str, str] | None = None,
+                    delete_configs: Iterable[str] = ()) -> RemoteTopic:
+        from confluent_kafka.admin import (
+            AlterConfigOpType,
+            ConfigEntry,
+            ConfigResource,
+            NewPartitions,
+            ResourceType,
+        )
+
+        topic = self.topic(name)
+        if partitions is not None and partitions != len(topic.partitions):
+            if partitions < len(topic.partitions):
+                raise UsageError(f"topic '{name}' has {len(topic.partitions)} partitions: a topic cannot shrink")
+            self._wait(self.admin.create_partitions([NewPartitions(name, partitions)], request_timeout=self.timeout),
+                       f"cannot add partitions to '{name}'")
+        delete_configs = list(delete_configs)
+        if set_configs or delete_configs:
+            validate_configs(set_configs or {})
+            for k in delete_configs:
+                if k not in CONFIG_KEYS:
+                    raise UsageError(f"unknown topic config '{k}'")
+            entries = [ConfigEntry(k, str(v), incremental_operation=AlterConfigOpType.SET)
+                       for k, v in (set_configs or {}).items()]
+            entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete_configs]
+            resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
+            self._wait(self.admin.incremental_alter_configs([resource], request_timeout=self.timeout),
+                       f"cannot alter topic '{name}'")
+        self.forget_topic_cache(name)
+        topic = self._await_partitions(name, partitions)
+        topic.configs = self.topic_configs(name)
+        return topic
+
+    def _await_partitions(self, name: str, count: int | None) -> RemoteTopic:
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self.forget_topic_cache(name)
+            topic = self.topic(name)
+            if count is None or len(topic.partitions) >= count or time.monotonic() > deadline:
+                return topic
+            time.sleep(0.05)
+
+    def topic_configs(self, name: str, effective: bool = False) -> dict[str, str]:
+        """The configs set on the topic (effective: every klog config with its value in force)."""
+        from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+        resource = ConfigResource(ResourceType.TOPIC, name)
+        found = self._wait(self.admin.describe_configs([resource], request_timeout=self.timeout),
+                           f"cannot describe topic '{name}'", fallback=True)
+        entries = {} if found is None else found[resource]  # no DescribeConfigs: the defaults
+        if effective:
+            out = {k: key.default for k, key in CONFIG_KEYS.items()}
+            out.update({k: e.value for k, e in entries.items() if k in CONFIG_KEYS and e.value is not None})
+            return out
+        return {k: e.value for k, e in entries.items()
+                if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and e.value is not None}
+
+    def effective_configs(self, name: str) -> dict[str, str]:
+        self.topic(name)
+        return self.topic_configs(name, effective=True)
+
+    def offsets(self, topic: str, timestamp: int | None = None) -> dict[int, int | None]:
+        """Per partition: earliest (timestamp -2), latest (None or -1), or first offset at a time."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        if timestamp == -2:
+            spec = OffsetSpec.earliest()
+        elif timestamp is None or timestamp == -1:
+            spec = OffsetSpec.latest()
+        else:
+            spec = OffsetSpec.for_timestamp(timestamp)
+        count = self.partition_count(topic)
+        request = {TopicPartition(topic, p): spec for p in range(count)}
+        result = self._wait(self.admin.list_offsets(request, request_timeout=self.timeout),
+                            f"cannot list offsets of '{topic}'")
+        out = {tp.partition: (None if info.offset < 0 else info.offset) for tp, info in result.items()}
+        if timestamp is None or timestamp < 0:  # earliest and latest always exist: -1 is no answer
+            for p, offset in out.items():
+                if offset is None:
+                    raise KlogError(f"{self.target.label} gave no offset for {topic}-{p}")
+        return dict(sorted(out.items()))
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        topic = self.topic(name)
+        self.forget_topic_cache(name)
+        topic = self.topic(name)
+        starts, ends = self.offsets(name, -2), self.offsets(name, -1)
+        parts = [PartitionInfo(i, pm.leader, pm.replicas, pm.isr, None, starts[i] or 0, ends[i] or 0,  # type: ignore[arg-type]
+                               ends[i] or 0, None, None)  # type: ignore[arg-type]
+                 for i, pm in enumerate(topic.partitions)]
+        return RemoteTopicInfo(name, topic.topic_id, parts, topic.replication_factor, self.topic_configs(name))
+
+    def dirty_ratio(self, topic: str, partition: int) -> float | None:
+        return None  # the cleaner's state is the broker's
+
+    # -- clients -----------------------------------------------------------------------------
+    def producer(self, **kwargs):  # noqa: ANN201 - see RemoteProducer
+        from klog.client.remote.producer import RemoteProducer
+
+        return RemoteProducer(self, **kwargs)
+
+    def consumer(self, *topics: str, **kwargs):  # noqa: ANN201 - see RemoteConsumer
+        from klog.client.remote.consumer import RemoteConsumer
+
+        return RemoteConsumer(self, list(topics), **kwargs)
+
+    def group_consumer(self, group: str, *topics: str, **kwargs):  # noqa: ANN201 - see RemoteGroupConsumer
+        from klog.client.remote.group import RemoteGroupConsumer
+
+        return RemoteGroupConsumer(self, group, list(topics), **kwargs)
+
+    def partition(self, topic: str, partition: int) -> RemotePartitionView:
+        """A partition's offsets (what the Spark source plans with); its files are the cluster's."""
+        count = self.partition_count(topic)
+        if not 0 <= partition < count:
+            raise UnknownPartitionError(f"topic '{topic}' has no partition {partition} (it has {count})")
+        return RemotePartitionView(self, topic, partition)
+
+
+@dataclass
+class RemotePartitionView:
+    store: RemoteStore
+    topic: str
+    partition: int
+
+    def log_start_offset(self) -> int:
+        return self.store.offsets(self.topic, -2)[self.partition] or 0
+
+    def high_watermark(self) -> int:
+        return self.store.offsets(self.topic, -1)[self.partition] or 0
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        return self.store.offsets(self.topic, timestamp)[self.partition]
+
+
+def _remote_topic(name: str, tm) -> RemoteTopic:  # noqa: ANN001 - confluent_kafka TopicMetadata
+    parts = [RemotePartition(pm.leader, list(pm.replicas), list(pm.isrs))
+             for _, pm in sorted(tm.partitions.items())]
+    return RemoteTopic(name, parts)

@@ -1,0 +1,484 @@
+"""Kafka's classic group coordinator as a pure state machine: no sockets, no threads, no sleeping.
+
+Time comes from an injected clock (milliseconds); the server calls `tick()` when `next_deadline()`
+is due. Replies to JoinGroup and SyncGroup are delayed until the rebalance gets there, so they are
+given as callbacks (`respond(result)`), called exactly once each.
+
+States (Kafka's names): Empty -> PreparingRebalance (members (re-)join; ends when every known member
+has, or at the rebalance timeout) -> CompletingRebalance (the leader computes the assignment
+client-side and sends it in SyncGroup) -> Stable. Heartbeats answer REBALANCE_IN_PROGRESS while a
+rebalance is under way, which makes clients re-join; a member silent past its session timeout is
+expelled and the others rebalance. Offsets are not kept here (the server stores them in LMDB): the
+coordinator only says whether a commit from (member, generation) is acceptable.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode as E
+
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
+
+# Kafka's broker defaults (group.min/max.session.timeout.ms, group.initial.rebalance.delay.ms)
+MIN_SESSION_TIMEOUT_MS = 6_000
+MAX_SESSION_TIMEOUT_MS = 1_800_000
+INITIAL_REBALANCE_DELAY_MS = 3_000
+GROUP_ID_CHARS_MAX = 255
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    error: E
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)  # leader only
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    error: E
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+JoinCallback = Callable[[JoinResult], None]
+SyncCallback = Callable[[SyncResult], None]
+
+
+@dataclass
+class GroupMember:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]  # in the member's order of preference
+    assignment: bytes = b""
+    joined: int = 0  # clock time it joined
+    deadline: int = 0  # expelled when the clock passes this (unless awaiting a join or sync reply)
+    join_cb: JoinCallback | None = None
+    sync_cb: SyncCallback | None = None
+
+    def metadata(self, protocol: str) -> bytes:
+        return next(m for n, m in self.protocols if n == protocol)
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.protocols]
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str | None = None
+    members: dict[str, GroupMember] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
+    pending: dict[str, int] = field(default_factory=dict)  # member ids handed out, not yet joined -> deadline
+    join_deadline: int | None = None  # when PreparingRebalance ends whoever has re-joined
+    initial_delay: bool = False  # a new group waits a little for more members before its first generation
+
+    def protocols(self) -> set[str]:
+        """Protocols every member supports."""
+        sets = [set(m.names()) for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str:
+        """Kafka's vote: each member votes for its most preferred protocol among those all support."""
+        candidates = self.protocols()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = next(n for n in m.names() if n in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(sorted(votes), key=lambda n: votes[n])
+
+    def all_joined(self) -> bool:
+        """Every member re-joined and no member id handed out is still to come back (Kafka's rule)."""
+        return not self.pending and all(m.join_cb is not None for m in self.members.values())
+
+
+class GroupStateMachine:
+    """Every classic group of this node, in memory. Not thread-safe: call from one thread (the loop)."""
+
+    def __init__(self, clock: Callable[[], int], *, min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
+                 max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
+                 initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS,
+                 on_change: Callable[[Group], None] | None = None) -> None:
+        self.clock = clock
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.on_change = on_change or (lambda group: None)
+        self.groups: dict[str, Group] = {}
+
+    # -- JoinGroup ---------------------------------------------------------------------------------
+    def join(self, group_id: str, member_id: str, instance_id: str | None, *, client_id: str, client_host: str,
+             session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+             protocols: list[tuple[str, bytes]], require_known_member_id: bool, respond: JoinCallback) -> None:
+        if not group_id or len(group_id) > GROUP_ID_CHARS_MAX:
+            return respond(JoinResult(E.invalid_group_id, member_id=member_id))
+        if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
+            return respond(JoinResult(E.invalid_session_timeout, member_id=member_id))
+        if rebalance_timeout_ms < 0:  # JoinGroup v0 has none: Kafka uses the session timeout
+            rebalance_timeout_ms = session_timeout_ms
+        if not protocol_type or not protocols:
+            return respond(JoinResult(E.inconsistent_group_protocol, member_id=member_id))
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:  # a member id from a group this node does not know (e.g. before a restart)
+                return respond(JoinResult(E.unknown_member_id, member_id=member_id))
+            group = self.groups[group_id] = Group(group_id)
+        if group.members and (group.protocol_type != protocol_type
+                              or not group.protocols() & {n for n, _ in protocols}):
+            return respond(JoinResult(E.inconsistent_group_protocol, member_id=member_id))
+        now = self.clock()
+        new = _NewMember(member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                         protocol_type, list(protocols))
+        if not member_id:
+            self._join_unknown(group, new, require_known_member_id, respond, now)
+        else:
+            self._join_known(group, new, respond, now)
+        self.on_change(group)
+
+    def _join_unknown(self, group: Group, new: _NewMember, require_known: bool, respond: JoinCallback,
+                      now: int) -> None:
+        member_id = f"{new.client_id or 'member'}-{uuid.uuid4()}"
+        if new.instance_id is not None and new.instance_id in group.static:
+            return self._replace_static(group, new, member_id, respond, now)
+        if require_known and new.instance_id is None:
+            # KIP-394: hand out the id first, so a client that retries after a timeout is not two members
+            group.pending[member_id] = now + new.session_timeout_ms
+            return respond(JoinResult(E.member_id_required, member_id=member_id))
+        self._add_member(group, new, member_id, respond, now)
+
+    def _join_known(self, group: Group, new: _NewMember, respond: JoinCallback, now: int) -> None:
+        member_id = new.member_id
+        if new.instance_id is not None and group.static.get(new.instance_id, member_id) != member_id:
+            return respond(JoinResult(E.fenced_instance_id, member_id=member_id))
+        if member_id in group.pending:
+            del group.pending[member_id]
+            return self._add_member(group, new, member_id, respond, now)
+        member = group.members.get(member_id)
+        if member is None:
+            return respond(JoinResult(E.unknown_member_id, member_id=member_id))
+        changed = member.protocols != new.protocols
+        member.protocols = new.protocols
+        member.session_timeout_ms, member.rebalance_timeout_ms = new.session_timeout_ms, new.rebalance_timeout_ms
+        if group.state == PREPARING:
+            self._replace_join_cb(member, respond)
+            self._maybe_complete_join(group)
+        elif group.state == COMPLETING and not changed:
+            respond(self._join_result(group, member, with_members=member_id == group.leader))
+        elif group.state == STABLE and not changed and member_id != group.leader:
+            # a follower re-joining without change gets the current generation back (no rebalance)
+            member.deadline = now + member.session_timeout_ms
+            respond(self._join_result(group, member, with_members=False))
+        else:
+            member.join_cb = respond
+            self._prepare_rebalance(group, now)
+
+    def _replace_join_cb(self, member: GroupMember, respond: JoinCallback) -> None:
+        if member.join_cb is not None:  # an earlier join of the same member: it gave up on that one
+            member.join_cb(JoinResult(E.unknown_member_id, member_id=member.member_id))
+        member.join_cb = respond
+
+    def _add_member(self, group: Group, new: _NewMember, member_id: str, respond: JoinCallback, now: int) -> None:
+        if not group.members:
+            group.protocol_type = new.protocol_type
+        member = GroupMember(member_id, new.instance_id, new.client_id, new.client_host, new.session_timeout_ms,
+                             new.rebalance_timeout_ms, new.protocol_type, new.protocols, join_cb=respond,
+                             joined=now, deadline=now + new.session_timeout_ms)
+        group.members[member_id] = member
+        if new.instance_id is not None:
+            group.static[new.instance_id] = member_id
+        if group.state == PREPARING:
+            self._maybe_complete_join(group)
+        else:
+            self._prepare_rebalance(group, now)
+
+    def _replace_static(self, group: Group, new: _NewMember, member_id: str, respond: JoinCallback,
+                        now: int) -> None:
+        """A static member (group.instance.id) came back under a new member id: the old id is fenced;
+        if nothing else changed the group keeps its assignment (KIP-345: no rebalance on restart)."""
+        old = group.members.pop(group.static[new.instance_id])
+        if old.join_cb is not None:
+            old.join_cb(JoinResult(E.fenced_instance_id, member_id=old.member_id))
+        if old.sync_cb is not None:
+            old.sync_cb(SyncResult(E.fenced_instance_id))
+        member = GroupMember(member_id, new.instance_id, new.client_id, new.client_host, new.session_timeout_ms,
+                             new.rebalance_timeout_ms, new.protocol_type, new.protocols, assignment=old.assignment,
+                             joined=now, deadline=now + new.session_timeout_ms)
+        group.members[member_id] = member
+        group.static[new.instance_id] = member_id
+        was_leader = group.leader == old.member_id
+        if was_leader:
+            group.leader = member_id
+        if group.state == STABLE and old.protocols == new.protocols and not was_leader:
+            respond(self._join_result(group, member, with_members=False))
+            return
+        member.join_cb = respond
+        if group.state == PREPARING:
+            self._maybe_complete_join(group)
+        else:
+            self._prepare_rebalance(group, now)
+
+    def _prepare_rebalance(self, group: Group, now: int) -> None:
+        if group.state == COMPLETING:  # the assignment being computed is void: members must re-join
+            for m in group.members.values():
+                if m.sync_cb is not None:
+                    cb, m.sync_cb = m.sync_cb, None
+                    cb(SyncResult(E.rebalance_in_progress))
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        group.initial_delay = group.state == EMPTY and self.initial_rebalance_delay_ms > 0
+        if group.initial_delay:
+            timeout = min(timeout, self.initial_rebalance_delay_ms)
+        group.state = PREPARING
+        group.join_deadline = now + timeout
+        self._maybe_complete_join(group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state == PREPARING and not group.initial_delay and group.all_joined():
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        """End PreparingRebalance: drop members that did not re-join, start the next generation."""
+        now = self.clock()
+        for m in [m for m in group.members.values() if m.join_cb is None]:
+            self._remove(group, m.member_id)
+        group.join_deadline = None
+        group.initial_delay = False
+        group.generation += 1
+        if not group.members:
+            self._to_empty(group)
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = COMPLETING
+        for m in group.members.values():
+            m.assignment = b""
+            m.deadline = now + m.session_timeout_ms
+            cb, m.join_cb = m.join_cb, None
+            cb(self._join_result(group, m, with_members=m.member_id == group.leader))
+
+    def _join_result(self, group: Group, member: GroupMember, with_members: bool) -> JoinResult:
+        members = [(m.member_id, m.instance_id, m.metadata(group.protocol_name)) for m in group.members.values()]
+        return JoinResult(E.none, group.generation, group.protocol_type, group.protocol_name, group.leader or "",
+                          member.member_id, members if with_members else [])
+
+    def _to_empty(self, group: Group) -> None:
+        group.state = EMPTY
+        group.leader = None
+        group.protocol_name = None
+        group.protocol_type = None
+        group.join_deadline = None
+
+    # -- SyncGroup -----------------------------------------------------------------------------------
+    def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None, *,
+             protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
+             respond: SyncCallback) -> None:
+        group = self.groups.get(group_id)
+        error = self._check_member(group, member_id, instance_id)
+        if error is not E.none:
+            return respond(SyncResult(error))
+        if generation != group.generation:
+            return respond(SyncResult(E.illegal_generation))
+        if (protocol_type is not None and protocol_type != group.protocol_type) or \
+                (protocol_name is not None and protocol_name != group.protocol_name):
+            return respond(SyncResult(E.inconsistent_group_protocol))
+        member = group.members[member_id]
+        if group.state == PREPARING:
+            return respond(SyncResult(E.rebalance_in_progress))
+        if group.state == STABLE:
+            member.deadline = self.clock() + member.session_timeout_ms
+            return respond(self._sync_result(group, member))
+        # CompletingRebalance: wait for the leader's assignment
+        if member.sync_cb is not None:
+            member.sync_cb(SyncResult(E.rebalance_in_progress))
+        member.sync_cb = respond
+        if member_id == group.leader:
+            for mid, m in group.members.items():
+                m.assignment = assignments.get(mid, b"")
+            group.state = STABLE
+            now = self.clock()
+            for m in group.members.values():
+                if m.sync_cb is not None:
+                    cb, m.sync_cb = m.sync_cb, None
+                    m.deadline = now + m.session_timeout_ms
+                    cb(self._sync_result(group, m))
+            self.on_change(group)
+
+    def _sync_result(self, group: Group, member: GroupMember) -> SyncResult:
+        return SyncResult(E.none, group.protocol_type, group.protocol_name, member.assignment)
+
+    def _check_member(self, group: Group | None, member_id: str, instance_id: str | None) -> E:
+        if group is None or group.state in (EMPTY, DEAD):
+            return E.unknown_member_id
+        if instance_id is not None and instance_id in group.static and group.static[instance_id] != member_id:
+            return E.fenced_instance_id
+        if member_id not in group.members:
+            return E.unknown_member_id
+        return E.none
+
+    # -- Heartbeat, LeaveGroup, OffsetCommit checks ----------------------------------------------------
+    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> E:
+        group = self.groups.get(group_id)
+        error = self._check_member(group, member_id, instance_id)
+        if error is not E.none:
+            return error
+        member = group.members[member_id]
+        if group.state == PREPARING:
+            member.deadline = self.clock() + member.session_timeout_ms
+            return E.rebalance_in_progress
+        if generation != group.generation:
+            return E.illegal_generation
+        member.deadline = self.clock() + member.session_timeout_ms
+        return E.none
+
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[E, list[E]]:
+        """Remove members (member id, or group.instance.id for a static member); the others rebalance."""
+        group = self.groups.get(group_id)
+        if group is None or group.state == DEAD:
+            return E.unknown_member_id, [E.unknown_member_id] * len(members)
+        errors = []
+        for member_id, instance_id in members:
+            if instance_id is not None and instance_id in group.static:
+                if member_id and group.static[instance_id] != member_id:
+                    errors.append(E.fenced_instance_id)
+                    continue
+                member_id = group.static[instance_id]
+            if member_id not in group.members:
+                errors.append(E.unknown_member_id)
+                continue
+            self._expel(group, member_id)
+            errors.append(E.none)
+        self.on_change(group)
+        return E.none, errors
+
+    def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> E:
+        """May (member, generation) commit offsets? Commits from outside any generation (generation -1,
+        no member id: a consumer with manual assignment) are accepted while the group has no members."""
+        group = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            return E.none if group is None or not group.members else E.unknown_member_id  # Kafka: not a member
+        error = self._check_member(group, member_id, instance_id)
+        if error is not E.none:
+            return error
+        if group.state == COMPLETING:  # the member has not got its new assignment yet
+            return E.rebalance_in_progress
+        if generation != group.generation:  # in PreparingRebalance the old generation may still commit
+            return E.illegal_generation       # (eager consumers commit before they give partitions up)
+        member = group.members[member_id]
+        member.deadline = self.clock() + member.session_timeout_ms  # a commit proves it alive too
+        return E.none
+
+    # -- timers --------------------------------------------------------------------------------------
+    def next_deadline(self) -> int | None:
+        """The earliest time `tick()` has something to do (None: nothing scheduled)."""
+        times: list[int] = []
+        for g in self.groups.values():
+            times.extend(g.pending.values())
+            if g.join_deadline is not None:
+                times.append(g.join_deadline)
+            times.extend(m.deadline for m in g.members.values() if not self._kept_alive(g, m))
+        return min(times, default=None)
+
+    @staticmethod
+    def _kept_alive(group: Group, member: GroupMember) -> bool:
+        """A member waiting for our reply cannot heartbeat (Kafka does not expire it meanwhile)."""
+        return member.join_cb is not None or member.sync_cb is not None
+
+    def tick(self) -> None:
+        now = self.clock()
+        for group in list(self.groups.values()):
+            changed = False
+            for mid in [mid for mid, t in group.pending.items() if t <= now]:
+                del group.pending[mid]
+                changed = True
+            for m in [m for m in group.members.values() if m.deadline <= now and not self._kept_alive(group, m)]:
+                self._expel(group, m.member_id)
+                changed = True
+            if group.state == PREPARING and group.join_deadline is not None and group.join_deadline <= now:
+                if group.initial_delay and not group.all_joined():
+                    # members still joining (a new group's first round): wait up to the rebalance timeout
+                    group.initial_delay = False
+                    timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+                    group.join_deadline = now + max(0, timeout - self.initial_rebalance_delay_ms)
+                else:
+                    self._complete_join(group)
+                changed = True
+            self._maybe_complete_join(group)
+            if changed:
+                self.on_change(group)
+            if group.generation == 0 and group.state == EMPTY and not group.members and not group.pending:
+                del self.groups[group.group_id]  # only ever handed out member ids: nothing to remember
+
+    def _expel(self, group: Group, member_id: str) -> None:
+        """A member leaves (LeaveGroup or session expiry): the rest rebalance."""
+        self._remove(group, member_id)
+        if group.state == PREPARING:
+            self._maybe_complete_join(group)
+        elif group.members:
+            self._prepare_rebalance(group, self.clock())
+        elif group.state != EMPTY:
+            group.generation += 1
+            self._to_empty(group)
+
+    def _remove(self, group: Group, member_id: str) -> None:
+        member = group.members.pop(member_id)
+        if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
+            del group.static[member.instance_id]
+        if member.join_cb is not None:
+            member.join_cb(JoinResult(E.unknown_member_id, member_id=member_id))
+        if member.sync_cb is not None:
+            member.sync_cb(SyncResult(E.unknown_member_id))
+        if group.leader == member_id:
+            group.leader = next(iter(group.members), None)
+
+    # -- admin ---------------------------------------------------------------------------------------
+    def delete(self, group_id: str) -> E:
+        """DeleteGroups: only a group without members (its offsets are the caller's to delete)."""
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return E.non_empty_group
+        self.groups.pop(group_id, None)
+        return E.none
+
+    def is_live(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def subscribed_topics(self, group_id: str, topics_of: Callable[[bytes], list[str]]) -> set[str]:
+        """Topics the members subscribe to, read from their metadata for the group's protocol."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members or group.protocol_type != "consumer":
+            return set()
+        out: set[str] = set()
+        for m in group.members.values():
+            name = group.protocol_name or m.names()[0]
+            out.update(topics_of(m.metadata(name)) if name in m.names() else [])
+        return out
+
+
+@dataclass(frozen=True)
+class _NewMember:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+

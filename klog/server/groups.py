@@ -1,0 +1,553 @@
+"""The group APIs of `klog serve`: FindCoordinator (always this node), JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
+OffsetDelete.
+
+Membership lives in memory (coordinator.GroupStateMachine, driven by one timer task); committed
+offsets are klog's LMDB offsets (klog.meta.groups), the ones `klog groups` and klog's own group
+consumers use. After every membership change the group's members and assignment are published to
+LMDB too (off the event loop, coalesced), so `klog groups list/describe` show Kafka-client groups and
+`klog groups reset-offsets --execute` is refused while their members are live. A group is either
+klog consumers' or Kafka clients' while it has live members: each side refuses to join the other's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from klog.errors import GroupError, KlogError, UsageError
+from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time, validate_group_id
+from klog.server import consumer_protocol
+from klog.server.context import RequestContext
+from klog.server.coordinator import COMPLETING, EMPTY, STABLE, Group, GroupStateMachine, JoinResult
+from klog.server.dispatch import Handler
+from klog.server.kafka import NO_THROTTLE, E, has_field, make, response_for
+from klog.store.state import current_boot_id
+
+FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP = 10, 11, 14, 12, 13
+OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 16, 15, 42, 47
+OFFSET_METADATA_MAX = 4096  # Kafka's offset.metadata.max.bytes
+CONSUMER = "consumer"
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class GroupCoordinator:
+    """The server's one coordinator: the state machine, its timer, and the LMDB side."""
+
+    def __init__(self, store: Any, broker: Any, executor: Any, **machine_settings: int) -> None:
+        self.store = store
+        self.broker = broker
+        self.executor = executor
+        self.meta = GroupsMeta(store.meta)
+        self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, **machine_settings)
+        pid = os.getpid()
+        self._log = logging.getLogger("klog.serve")
+        self.served_by = f"klog serve pid {pid}"
+        self._pid_start = process_start_time(pid)
+        self._boot_id = current_boot_id().hex()
+        self._host = socket.gethostname()
+        self._timer: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._dirty: set[str] = set()
+        self._writer: asyncio.Task | None = None
+
+    # -- timer ------------------------------------------------------------------------------------
+    def started(self) -> None:
+        """Start the timer task on first use (the coordinator is made before requests arrive)."""
+        if self._timer is None:
+            self._wake = asyncio.Event()
+            self._timer = asyncio.get_running_loop().create_task(self._run_timer())
+
+    async def _run_timer(self) -> None:
+        """Sleeps until the next session/rebalance deadline or a change, then lets the machine act."""
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            deadline = self.machine.next_deadline()
+            timeout = None if deadline is None else max(0, deadline - _monotonic_ms()) / 1000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            try:
+                self.machine.tick()
+            except Exception:  # a bug must not stop every group's timeouts for good
+                self._log.exception("group coordinator timer")
+
+    async def close(self) -> None:
+        """Stop the timer and mark every member gone in LMDB (a clean stop frees the groups at once)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+        for group in self.machine.groups.values():
+            group.members.clear()
+            self._dirty.add(group.group_id)
+        if self._dirty:
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing more to write
+                await self._write_dirty()
+
+    # -- publishing to LMDB ---------------------------------------------------------------------------
+    def _changed(self, group: Group) -> None:
+        self._dirty.add(group.group_id)
+        if self._wake is not None:
+            self._wake.set()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_dirty())
+
+    async def _write_dirty(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._dirty:
+            ids = sorted(self._dirty)
+            self._dirty.clear()
+            summaries = [self._summary(gid) for gid in ids]  # taken on the loop: consistent
+            try:
+                await loop.run_in_executor(self.executor, self._publish, summaries)
+            except (KlogError, OSError) as e:
+                self._log_warning(f"could not record groups {', '.join(ids)} in the store: {e}")
+
+    async def flush(self) -> None:
+        """Until every change so far is in LMDB (before admin actions that read it back)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    def _log_warning(self, text: str) -> None:
+        self._log.warning("%s", text)
+
+    def _summary(self, group_id: str) -> tuple:
+        group = self.machine.groups.get(group_id)
+        if group is None:
+            return group_id, 0, None, [], None
+        members = []
+        wall, clock = now_ms(), _monotonic_ms()
+        for m in group.members.values():
+            topics = []
+            if group.protocol_type == CONSUMER and m.protocols:
+                topics = consumer_protocol.subscription_topics(
+                    m.metadata(group.protocol_name) if group.protocol_name in m.names() else m.protocols[0][1])
+            members.append(Member(m.member_id, m.client_id, m.client_host, os.getpid(), self._pid_start,
+                                  self._boot_id, topics, group.protocol_name or m.names()[0],
+                                  m.session_timeout_ms, wall - (clock - m.joined), wall, group.generation,
+                                  self.served_by))
+        targets = None
+        if group.state == STABLE and group.protocol_type == CONSUMER:
+            targets = {m.member_id: consumer_protocol.assignment_partitions(m.assignment)
+                       for m in group.members.values()}
+        return group_id, group.generation, group.protocol_name, members, targets
+
+    def _publish(self, summaries: list[tuple]) -> None:
+        for group_id, generation, protocol, members, targets in summaries:
+            self.meta.publish_served(group_id, self.served_by, generation, protocol, members, targets)
+
+    def state(self, group_id: str) -> str | None:
+        group = self.machine.groups.get(group_id)
+        return None if group is None else group.state
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
+    coord = ctx.coordinator
+    if isinstance(coord, GroupCoordinator):
+        coord.started()
+        return coord
+    return None
+
+
+def _valid_group(group_id: str) -> bool:
+    """klog's rule for group ids (1-255 printable characters), which its LMDB keys rely on."""
+    try:
+        validate_group_id(group_id)
+    except UsageError:
+        return False
+    return True
+
+
+def _ms(value: Any) -> int:
+    """kio's i32Timedelta (or a plain int) as milliseconds."""
+    if hasattr(value, "total_seconds"):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+# -- FindCoordinator --------------------------------------------------------------------------------
+async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    b = ctx.broker
+    if has_field(request, "coordinator_keys"):  # v4+: a batch of keys
+        coords = tuple(make(mod.Coordinator, key=k, node_id=b.node_id, host=b.host, port=b.port,
+                            error_code=E.none, error_message=None) for k in request.coordinator_keys)
+        return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=coords)
+    key_type = int(getattr(request, "key_type", 0))
+    error = E.none if key_type in (0, 1) else E.invalid_request
+    return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error,
+                error_message=None if error is E.none else f"unknown key type {key_type}",
+                node_id=b.node_id if error is E.none else -1, host=b.host if error is E.none else "",
+                port=b.port if error is E.none else -1)
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------------
+async def join_group(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+
+    def answer(res: JoinResult) -> Any:
+        members = tuple(make(mod.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=meta)
+                        for mid, iid, meta in res.members)
+        nullable = has_field(mod.JoinGroupResponse, "protocol_type")  # v7+: null protocol name on errors
+        return make(mod.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=res.error,
+                    generation_id=res.generation, protocol_type=res.protocol_type,
+                    protocol_name=res.protocol_name if nullable else res.protocol_name or "",
+                    leader=res.leader, skip_assignment=False, member_id=res.member_id, members=members)
+
+    if coord is None:
+        return answer(JoinResult(E.coordinator_not_available, member_id=request.member_id))
+    group_id = str(request.group_id)
+    if not _valid_group(group_id):
+        return answer(JoinResult(E.invalid_group_id, member_id=request.member_id))
+    if not coord.machine.is_live(group_id):
+        try:
+            local = await ctx.run_blocking(coord.meta.local_live_members, group_id)
+        except KlogError:
+            local = []
+        if local:
+            ctx.log.info("join of group '%s' by %s refused: %d klog consumer(s) are live in it", group_id,
+                         ctx.client_id, len(local))
+            return answer(JoinResult(E.inconsistent_group_protocol, member_id=request.member_id))
+    future: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def respond(res: JoinResult) -> None:
+        if not future.done():
+            future.set_result(res)
+
+    coord.machine.join(group_id, request.member_id, getattr(request, "group_instance_id", None),
+                       client_id=ctx.client_id or "", client_host=ctx.client_host,
+                       session_timeout_ms=_ms(request.session_timeout),
+                       rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", -1)),
+                       protocol_type=request.protocol_type,
+                       protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+                       require_known_member_id=int(request.__version__) >= 4, respond=respond)
+    res = await future
+    if res.error not in (E.none, E.member_id_required):
+        ctx.log.info("JoinGroup '%s' from %s: %s", group_id, ctx.client_id, res.error.name)
+    return answer(res)
+
+
+async def sync_group(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    if coord is None:
+        return make(mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=E.coordinator_not_available,
+                    assignment=b"")
+    future: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def respond(res: Any) -> None:
+        if not future.done():
+            future.set_result(res)
+
+    coord.machine.sync(str(request.group_id), int(request.generation_id), request.member_id,
+                       getattr(request, "group_instance_id", None),
+                       protocol_type=getattr(request, "protocol_type", None),
+                       protocol_name=getattr(request, "protocol_name", None),
+                       assignments={a.member_id: bytes(a.assignment) for a in request.assignments}, respond=respond)
+    res = await future
+    return make(mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=res.error,
+                protocol_type=res.protocol_type, protocol_name=res.protocol_name, assignment=res.assignment)
+
+
+async def heartbeat(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    error = E.coordinator_not_available if coord is None else coord.machine.heartbeat(
+        str(request.group_id), int(request.generation_id), request.member_id,
+        getattr(request, "group_instance_id", None))
+    return make(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error)
+
+
+async def leave_group(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    if has_field(request, "members"):  # v3+: a batch, static members by instance id
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [(request.member_id, None)]
+    if coord is None:
+        error, errors = E.coordinator_not_available, [E.coordinator_not_available] * len(leaving)
+    else:
+        error, errors = coord.machine.leave(str(request.group_id), leaving)
+    if not has_field(request, "members"):
+        return make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=errors[0])
+    members = tuple(make(mod.MemberResponse, member_id=mid, group_instance_id=iid, error_code=err)
+                    for (mid, iid), err in zip(leaving, errors, strict=True))
+    return make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=error, members=members)
+
+
+# -- OffsetCommit / OffsetFetch / OffsetDelete ----------------------------------------------------------
+async def offset_commit(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    group_id = str(request.group_id)
+    generation = int(getattr(request, "generation_id_or_member_epoch", -1))
+    if coord is None:
+        error = E.coordinator_not_available
+    elif not _valid_group(group_id):
+        error = E.invalid_group_id
+    else:
+        error = coord.machine.check_commit(group_id, generation, request.member_id,
+                                           getattr(request, "group_instance_id", None))
+    results = await ctx.run_blocking(_commit, ctx, coord, group_id, request.topics, error)
+    return make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=_topic_results(
+        mod.OffsetCommitResponseTopic, mod.OffsetCommitResponsePartition, results))
+
+
+def _commit(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, topics: Any,
+            error: E) -> dict[tuple[str, int], E]:
+    """Check each partition and store the good ones in LMDB (in the thread pool)."""
+    results: dict[tuple[str, int], E] = {}
+    offsets: dict[tuple[str, int], tuple[int, str]] = {}
+    store = ctx.store
+    for t in topics:
+        topic = str(t.name)
+        count = store.partition_count(topic) if error is E.none and store.has_topic(topic) else 0
+        for p in t.partitions:
+            tp = (topic, int(p.partition_index))
+            metadata = p.committed_metadata or ""
+            if error is not E.none:
+                results[tp] = error
+            elif not 0 <= tp[1] < count:
+                results[tp] = E.unknown_topic_or_partition
+            elif len(metadata.encode()) > OFFSET_METADATA_MAX:
+                results[tp] = E.offset_metadata_too_large
+            elif int(p.committed_offset) < 0:
+                results[tp] = E.invalid_commit_offset_size
+            else:
+                offsets[tp] = (int(p.committed_offset), metadata)
+                results[tp] = E.none
+    if error is not E.none:
+        ctx.log.info("OffsetCommit to group '%s' from %s: %s", group_id, ctx.client_id, error.name)
+    if offsets:
+        assert coord is not None
+        try:
+            coord.meta.store_offsets(group_id, offsets)
+        except GroupError as e:
+            ctx.log.info("OffsetCommit to group '%s' from %s refused: %s", group_id, ctx.client_id, e)
+            results.update({tp: E.unknown_member_id for tp in offsets})
+        except (KlogError, OSError) as e:
+            ctx.log.warning("OffsetCommit to group '%s' failed: %s", group_id, e)
+            results.update({tp: E.coordinator_not_available for tp in offsets})
+    return results
+
+
+def _topic_results(topic_cls: type, part_cls: type, results: dict[tuple[str, int], E]) -> tuple:
+    by_topic: dict[str, list] = {}
+    for (topic, p), err in results.items():
+        by_topic.setdefault(topic, []).append(make(part_cls, partition_index=p, error_code=err))
+    return tuple(make(topic_cls, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+
+
+def _fetch_group(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, wanted: Any,
+                 topic_cls: type, part_cls: type) -> tuple[E, tuple]:
+    """One group's committed offsets, for the topics/partitions asked (None: all it has)."""
+    if coord is None:
+        return E.coordinator_not_available, ()
+    if not _valid_group(group_id):
+        return E.invalid_group_id, ()
+    try:
+        committed = coord.meta.committed(group_id)
+    except (KlogError, OSError) as e:
+        ctx.log.warning("OffsetFetch of group '%s' failed: %s", group_id, e)
+        return E.coordinator_not_available, ()
+    if wanted is None:
+        asked: dict[str, list[int]] = {}
+        for topic, p in sorted(committed):
+            asked.setdefault(topic, []).append(p)
+    else:
+        asked = {str(t.name): [int(p) for p in t.partition_indexes] for t in wanted}
+    topics = []
+    for topic, parts in asked.items():
+        entries = []
+        for p in parts:
+            c = committed.get((topic, p))
+            entries.append(make(part_cls, partition_index=p, committed_offset=c.offset if c else -1,
+                                committed_leader_epoch=-1, metadata=c.metadata if c else "", error_code=E.none))
+        topics.append(make(topic_cls, name=topic, partitions=tuple(entries)))
+    return E.none, tuple(topics)
+
+
+async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    if coord is not None:
+        await coord.flush()
+    if has_field(request, "groups"):  # v8+: several groups at once
+        groups = []
+        for g in request.groups:
+            error, topics = await ctx.run_blocking(_fetch_group, ctx, coord, str(g.group_id), g.topics,
+                                                   mod.OffsetFetchResponseTopics, mod.OffsetFetchResponsePartitions)
+            groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, topics=topics, error_code=error))
+        return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    error, topics = await ctx.run_blocking(_fetch_group, ctx, coord, str(request.group_id), request.topics,
+                                           mod.OffsetFetchResponseTopic, mod.OffsetFetchResponsePartition)
+    return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+
+
+async def offset_delete(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    group_id = str(request.group_id)
+
+    def reply(error: E, results: dict[tuple[str, int], E]) -> Any:
+        return make(mod.OffsetDeleteResponse, error_code=error, throttle_time=NO_THROTTLE, topics=_topic_results(
+            mod.OffsetDeleteResponseTopic, mod.OffsetDeleteResponsePartition, results))
+
+    if coord is None:
+        return reply(E.coordinator_not_available, {})
+    if not _valid_group(group_id):
+        return reply(E.invalid_group_id, {})
+    await coord.flush()
+    subscribed = coord.machine.subscribed_topics(group_id, consumer_protocol.subscription_topics)
+    try:
+        committed = await ctx.run_blocking(coord.meta.committed, group_id)
+    except (KlogError, OSError):
+        return reply(E.coordinator_not_available, {})
+    if not committed and coord.state(group_id) in (None, EMPTY):
+        return reply(E.group_id_not_found, {})
+    results: dict[tuple[str, int], E] = {}
+    for t in request.topics:
+        topic = str(t.name)
+        parts = [int(p.partition_index) for p in t.partitions]
+        if topic in subscribed:
+            results.update({(topic, p): E.group_subscribed_to_topic for p in parts})
+            continue
+        try:
+            await ctx.run_blocking(coord.meta.delete_offsets, group_id, topic, parts)
+            results.update({(topic, p): E.none for p in parts})
+        except GroupError:  # klog consumers live in the group read the topic
+            results.update({(topic, p): E.group_subscribed_to_topic for p in parts})
+    return reply(E.none, results)
+
+
+# -- ListGroups / DescribeGroups / DeleteGroups ------------------------------------------------------------
+def _stored_groups(store: Any) -> dict[str, str]:
+    """Groups in LMDB (klog consumers' and served ones') -> state."""
+    from klog.client.groups_admin import list_groups
+
+    return {g.group: g.state for g in list_groups(store)}
+
+
+async def list_groups(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    if coord is not None:
+        await coord.flush()
+    try:
+        states = await ctx.run_blocking(_stored_groups, ctx.store)
+    except (KlogError, OSError) as e:
+        ctx.log.warning("ListGroups failed: %s", e)
+        return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=E.coordinator_not_available,
+                    groups=())
+    types = {g: CONSUMER for g in states}
+    if coord is not None:
+        for gid, group in coord.machine.groups.items():
+            states[gid] = group.state
+            types[gid] = group.protocol_type or CONSUMER
+    wanted = {s.lower() for s in getattr(request, "states_filter", ())}
+    listed = tuple(make(mod.ListedGroup, group_id=g, protocol_type=types[g], group_state=s)
+                   for g, s in sorted(states.items()) if s != "Dead" and (not wanted or s.lower() in wanted))
+    return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=E.none, groups=listed)
+
+
+def _describe_stored(store: Any, group_id: str) -> tuple[str, str | None, list[tuple]]:
+    """(state, assignor, [(member id, client id, host, metadata, assignment)]) of a klog consumers' group."""
+    from klog.client.groups_admin import describe_group
+
+    try:
+        d = describe_group(store, group_id)
+    except GroupError:
+        return "Dead", None, []
+    members = [(m.member_id, m.client_id, m.host, consumer_protocol.encode_subscription(m.topics),
+                consumer_protocol.encode_assignment(m.partitions)) for m in d.members]
+    return d.state, d.assignor, members
+
+
+async def describe_groups(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    out = []
+    for gid in request.groups:
+        if not _valid_group(str(gid)):
+            out.append(make(mod.DescribedGroup, error_code=E.invalid_group_id, group_id=gid, group_state="",
+                            protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648))
+            continue
+        group = coord.machine.groups.get(str(gid)) if coord is not None else None
+        if group is not None and group.state != EMPTY:
+            protocol = group.protocol_name if group.state in (COMPLETING, STABLE) else ""
+            members = tuple(make(mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.instance_id,
+                                 client_id=m.client_id, client_host=m.client_host,
+                                 member_metadata=m.metadata(protocol) if protocol else b"",
+                                 member_assignment=m.assignment if group.state == STABLE else b"")
+                            for m in group.members.values())
+            out.append(make(mod.DescribedGroup, error_code=E.none, group_id=gid, group_state=group.state,
+                            protocol_type=group.protocol_type or "", protocol_data=protocol or "", members=members,
+                            authorized_operations=-2147483648))
+            continue
+        try:
+            state, assignor, stored = await ctx.run_blocking(_describe_stored, ctx.store, str(gid))
+        except (KlogError, OSError):
+            out.append(make(mod.DescribedGroup, error_code=E.coordinator_not_available, group_id=gid,
+                            group_state="", protocol_type="", protocol_data="", members=(),
+                            authorized_operations=-2147483648))
+            continue
+        members = tuple(make(mod.DescribedGroupMember, member_id=mid, group_instance_id=None, client_id=cid,
+                             client_host=host, member_metadata=meta, member_assignment=assign)
+                        for mid, cid, host, meta, assign in stored)
+        out.append(make(mod.DescribedGroup, error_code=E.none, group_id=gid, group_state=state,
+                        protocol_type=CONSUMER if state != "Dead" else "", protocol_data=assignor or "",
+                        members=members, authorized_operations=-2147483648))
+    return make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out))
+
+
+async def delete_groups(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    results = []
+    for gid in request.groups_names:
+        if coord is None:
+            error = E.coordinator_not_available
+        else:
+            error = coord.machine.delete(str(gid))
+        if error is E.none:
+            await coord.flush()
+            try:
+                await ctx.run_blocking(coord.meta.delete_group, str(gid))
+            except UsageError:
+                error = E.invalid_group_id
+            except GroupError as e:
+                error = E.group_id_not_found if "unknown group" in str(e) else E.non_empty_group
+            except (KlogError, OSError):
+                error = E.coordinator_not_available
+        results.append(make(mod.DeletableGroupResult, group_id=gid, error_code=error))
+    return make(mod.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+# Versions advertised: each one's fields are honoured (JoinGroup v4+ MEMBER_ID_REQUIRED, v5+ static
+# members, LeaveGroup v3+ batches, OffsetFetch v2+ all partitions and v8+ several groups, ...).
+GROUP_HANDLERS: dict[int, Handler] = {
+    FIND_COORDINATOR: Handler(find_coordinator, 0, 4),
+    JOIN_GROUP: Handler(join_group, 0, 9),
+    SYNC_GROUP: Handler(sync_group, 0, 5),
+    HEARTBEAT: Handler(heartbeat, 0, 4),
+    LEAVE_GROUP: Handler(leave_group, 0, 5),
+    OFFSET_COMMIT: Handler(offset_commit, 2, 8),
+    OFFSET_FETCH: Handler(offset_fetch, 1, 8),
+    LIST_GROUPS: Handler(list_groups, 0, 4),
+    DESCRIBE_GROUPS: Handler(describe_groups, 0, 5),
+    DELETE_GROUPS: Handler(delete_groups, 0, 2),
+    OFFSET_DELETE: Handler(offset_delete, 0, 0),
+}
+
+__all__ = ["GROUP_HANDLERS", "GroupCoordinator"]

@@ -1,0 +1,77 @@
+"""ListOffsets: earliest (-2), latest (-1: the high watermark), max timestamp (-3), or the
+first offset at or after a time; the same answers as `klog offsets`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError
+from klog.server.context import RequestContext
+from klog.server.dispatch import register
+from klog.server.kafka import NO_THROTTLE, E, make, response_for
+
+LIST_OFFSETS = 2
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+def max_timestamp_offset(part) -> tuple[int, int]:  # noqa: ANN001 - Partition
+    """(timestamp, offset) of the record with the largest timestamp below the high watermark."""
+    from klog.client.batches import _headers
+
+    hw = part.high_watermark()
+    best = None
+    for header in _headers(part):
+        if header.base_offset >= hw:
+            break
+        if best is None or header.max_timestamp > best.max_timestamp:
+            best = header
+    if best is None:
+        return -1, -1
+    for batch in part.read(best.base_offset, max_bytes=1, upper=best.next_offset):
+        for offset, timestamp, *_ in batch.records():
+            if timestamp == best.max_timestamp:
+                return timestamp, offset
+    return best.max_timestamp, best.last_offset
+
+
+def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int) -> tuple[E, int, int, int]:
+    """(error, timestamp, offset, leader epoch)."""
+    try:
+        part = ctx.server.appender.partition(topic, index)
+        epoch = part.snapshot().leader_epoch
+        if timestamp == LATEST:
+            return E.none, -1, part.high_watermark(), epoch
+        if timestamp == EARLIEST:
+            return E.none, -1, part.log_start_offset(), epoch
+        if timestamp == MAX_TIMESTAMP:
+            ts, offset = max_timestamp_offset(part)
+            return E.none, ts, offset, epoch
+        if timestamp < 0:
+            return E.invalid_request, -1, -1, -1
+        found = part.offset_for_timestamp(timestamp)
+        if found is None:
+            return E.none, -1, -1, epoch
+        return E.none, timestamp, max(found, part.log_start_offset()), epoch
+    except (UnknownTopicError, UnknownPartitionError):
+        ctx.store.forget_topic_cache(topic)
+        return E.unknown_topic_or_partition, -1, -1, -1
+    except (KlogError, OSError) as e:
+        ctx.log.warning("list offsets %s-%d: %s", topic, index, e)
+        return E.kafka_storage_error, -1, -1, -1
+
+
+def _list(ctx: RequestContext, request: Any, mod: Any) -> Any:
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            err, ts, offset, epoch = _answer(ctx, str(t.name), int(p.partition_index), int(p.timestamp))
+            parts.append(make(mod.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=err,
+                              timestamp=ts, offset=offset, leader_epoch=epoch))
+        topics.append(make(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
+    return make(mod.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+@register(LIST_OFFSETS, 1, 7)
+async def list_offsets(ctx: RequestContext, request: Any) -> Any:
+    return await ctx.run_blocking(_list, ctx, request, response_for(request))

@@ -1,0 +1,102 @@
+"""Produce: each partition's batch is checked and appended as the client encoded it (see
+klog.client.batches); acks 0/1/-1 map onto klog's acks 0/1/all. acks=0 gets no response."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from klog.client.batches import (
+    DuplicateSequenceError,
+    InvalidBatchError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    RawAppendResult,
+    UnknownProducerError,
+)
+from klog.errors import (
+    InvalidTopicError,
+    KlogError,
+    NotEnoughReplicasError,
+    RecordTooLargeError,
+    StorageError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from klog.server.context import RequestContext
+from klog.server.dispatch import register
+from klog.server.kafka import NO_THROTTLE, E, make, response_for
+
+PRODUCE = 0
+ACKS = {0: "0", 1: "1", -1: "all"}
+
+
+def error_code(exc: BaseException) -> E:
+    """Kafka's error code for what an append raised."""
+    if isinstance(exc, InvalidBatchError):
+        return E.corrupt_message if exc.corrupt else E.invalid_record
+    for kind, code in ((RecordTooLargeError, E.message_too_large),
+                       (UnknownTopicError, E.unknown_topic_or_partition),
+                       (UnknownPartitionError, E.unknown_topic_or_partition),
+                       (InvalidTopicError, E.invalid_topic_exception),
+                       (NotEnoughReplicasError, E.not_enough_replicas),
+                       (OutOfOrderSequenceError, E.out_of_order_sequence_number),
+                       (UnknownProducerError, E.unknown_producer_id),
+                       (ProducerFencedError, E.invalid_producer_epoch),
+                       (DuplicateSequenceError, E.duplicate_sequence_number),
+                       (StorageError, E.kafka_storage_error),
+                       (OSError, E.kafka_storage_error)):
+        if isinstance(exc, kind):
+            return code
+    return E.unknown_server_error
+
+
+def _timestamp(ms: int) -> Any:
+    if ms < 0:
+        return None
+    # a plain aware datetime: kio's TZAware check wants whole seconds, its writer takes milliseconds
+    return datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC) + datetime.timedelta(milliseconds=ms % 1000)
+
+
+async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+                  acks: str) -> tuple[E, RawAppendResult | None, str | None]:
+    if not records:
+        return E.corrupt_message, None, "no record batch"
+    appender = ctx.server.appender
+    try:
+        result = await ctx.run_blocking(appender.append, topic, partition, bytes(records), acks)
+    except (KlogError, OSError) as e:
+        code = error_code(e)
+        if isinstance(e, UnknownTopicError | UnknownPartitionError):
+            ctx.store.forget_topic_cache(topic)  # created or grown by another process since?
+        ctx.log.info("produce to %s-%d from %s (client %s): %s: %s", topic, partition, ctx.client_host,
+                     ctx.client_id, code.name, e)
+        return code, None, str(e)
+    ctx.server.notify_appended()
+    return E.none, result, None
+
+
+@register(PRODUCE, 3, 9)
+async def produce(ctx: RequestContext, request: Any) -> Any:
+    acks = ACKS.get(int(request.acks))
+    mod = response_for(request)
+    topics = []
+    for topic_data in request.topic_data:
+        parts = []
+        for pdata in topic_data.partition_data:
+            if acks is None:
+                code, result, message = E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)"
+            elif request.transactional_id is not None:
+                code, result, message = E.transactional_id_authorization_failed, None, \
+                    "transactions are not supported by klog serve"
+            else:
+                code, result, message = await _append(ctx, topic_data.name, int(pdata.index), pdata.records, acks)
+            parts.append(make(mod.PartitionProduceResponse, index=pdata.index, error_code=code,
+                              base_offset=result.base_offset if result else -1,
+                              log_append_time=_timestamp(result.log_append_time_ms if result else -1),
+                              log_start_offset=result.log_start_offset if result else -1,
+                              record_errors=(), error_message=message))
+        topics.append(make(mod.TopicProduceResponse, name=topic_data.name, partition_responses=tuple(parts)))
+    if request.acks == 0:
+        return None
+    return make(mod.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)

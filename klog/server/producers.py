@@ -1,0 +1,52 @@
+"""InitProducerId for idempotent producers. Transactions are not supported: a transactional id
+is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as a fatal error.
+
+Producer ids come from the clock (ms << 10 | a counter), so one started after a restart never
+meets an id whose sequences are still in the log; the sequence state itself lives in the log
+(klog.client.batches.ProducerStates)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+from klog.server.context import RequestContext
+from klog.server.dispatch import register
+from klog.server.kafka import NO_THROTTLE, E, make, response_for
+
+INIT_PRODUCER_ID = 22
+EPOCH_MAX = 32767
+
+_counter = itertools.count()
+_lock = threading.Lock()
+_last_ms = 0
+
+
+def new_producer_id() -> int:
+    global _last_ms
+    with _lock:
+        now = max(int(time.time() * 1000), _last_ms)
+        n = next(_counter) % 1024
+        if n == 1023:
+            now += 1  # 1024 ids used in this ms: borrow the next one
+        _last_ms = now
+        return (now << 10) | n
+
+
+@register(INIT_PRODUCER_ID, 0, 4)
+async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    if request.transactional_id is not None:
+        ctx.log.info("InitProducerId from %s (client %s): transactional id %r refused (no transactions)",
+                     ctx.client_host, ctx.client_id, request.transactional_id)
+        return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                    error_code=E.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
+    pid, epoch = int(getattr(request, "producer_id", -1)), int(getattr(request, "producer_epoch", -1))
+    if pid >= 0 and 0 <= epoch < EPOCH_MAX:
+        pid, epoch = pid, epoch + 1  # KIP-360: the producer asks for its epoch to be bumped
+    else:
+        pid, epoch = new_producer_id(), 0
+    return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=E.none,
+                producer_id=pid, producer_epoch=epoch)

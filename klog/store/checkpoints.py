@@ -1,0 +1,82 @@
+"""Kafka's checkpoint files (kafka-log-format.md §3): read a broker's, write ones a broker adopts.
+
+Text, one item per line: the version (0), the entry count, then the entries, fields separated
+by a space. Written as Kafka's CheckpointFile does: `<name>.tmp`, fsync, rename over `<name>`.
+
+    <log dir>/recovery-point-offset-checkpoint   topic partition offset
+    <log dir>/replication-offset-checkpoint      topic partition offset (high watermark)
+    <log dir>/log-start-offset-checkpoint        topic partition offset (only above the first segment)
+    <partition>/leader-epoch-checkpoint          epoch startOffset
+    <partition>/partition.metadata               version: 0 / topic_id: <base64 uuid>
+    <log dir>/meta.properties                    version=1, node.id, directory.id, cluster.id
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+
+from klog.errors import KlogError
+
+VERSION = 0
+
+
+def _read_entries(path: str, fields: int) -> list[list[str]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise KlogError(f"cannot read {path}: {e}") from None
+    if len(lines) < 2 or lines[0].strip() != str(VERSION) or not lines[1].strip().isdigit():
+        raise KlogError(f"{path}: not a Kafka checkpoint file (version 0, then the entry count)")
+    count = int(lines[1])
+    rows = [line.split() for line in lines[2:] if line.strip()]
+    if len(rows) != count or any(len(r) != fields for r in rows):
+        raise KlogError(f"{path}: expected {count} entries of {fields} fields")
+    return rows
+
+
+def read_offsets(path: str) -> dict[tuple[str, int], int]:
+    """A log directory's `topic partition offset` checkpoint."""
+    try:
+        return {(t, int(p)): int(o) for t, p, o in _read_entries(path, 3)}
+    except ValueError:
+        raise KlogError(f"{path}: a partition or offset is not a number") from None
+
+
+def read_leader_epochs(path: str) -> list[tuple[int, int]]:
+    """A partition's `epoch startOffset` entries, in file order."""
+    try:
+        return [(int(e), int(o)) for e, o in _read_entries(path, 2)]
+    except ValueError:
+        raise KlogError(f"{path}: an epoch or offset is not a number") from None
+
+
+def write_atomically(path: str, text: str) -> None:
+    """A tmp file, fsync, rename over `path`, fsync the folder (Kafka's CheckpointFile.write; the
+    tmp name carries the process id, since several klog processes may write at once)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def checkpoint_text(entries: list[str]) -> str:
+    return f"{VERSION}\n{len(entries)}\n" + "".join(e + "\n" for e in entries)
+
+
+def offsets_text(offsets: dict[tuple[str, int], int]) -> str:
+    return checkpoint_text([f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())])
+
+
+def kafka_uuid(value: str) -> str:
+    """A UUID as Kafka prints it: URL-safe base64 of its 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(uuid.UUID(value).bytes).decode().rstrip("=")

@@ -1,0 +1,101 @@
+"""Helpers for the klog serve tests: raw requests written with kio, batches with klog's codec."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import time
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from klog.store import codec
+from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET
+
+
+def batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, sequence: int = -1,
+          timestamp: int | None = None) -> bytes:
+    """An encoded batch (base offset 0) with the given idempotence fields and a valid CRC."""
+    ts = int(time.time() * 1000) if timestamp is None else timestamp
+    data = bytearray(codec.encode_batch([(None, v, [], ts) for v in values], 0))
+    struct.pack_into(">qhi", data, PRODUCER_ID_OFFSET, producer_id, epoch, sequence)
+    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+    return bytes(data)
+
+
+class RawClient:
+    """One connection speaking kio-encoded requests (for what real clients never send)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, api_key: int, version: int, **fields: Any) -> Any:
+        req_mod = load_payload_module(api_key, version, EntityType.request)
+        resp_mod = load_payload_module(api_key, version, EntityType.response)
+        req_cls = next(getattr(req_mod, n) for n in dir(req_mod) if n.endswith("Request")
+                       and getattr(getattr(req_mod, n), "__type__", None) == EntityType.request)
+        resp_cls = next(getattr(resp_mod, n) for n in dir(resp_mod) if n.endswith("Response")
+                        and getattr(getattr(resp_mod, n), "__type__", None) == EntityType.response)
+        self.correlation += 1
+        buf = io.BytesIO()
+        header_cls = HeaderV2 if req_cls.__flexible__ else HeaderV1
+        entity_writer(header_cls)(buf, header_cls(request_api_key=api_key, request_api_version=version,
+                                                  correlation_id=self.correlation, client_id="raw-test"))
+        entity_writer(req_cls)(buf, req_cls(**fields))
+        frame = buf.getvalue()
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        return self.read(resp_cls)
+
+    def send_raw(self, frame: bytes) -> None:
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+
+    def read(self, resp_cls: type) -> Any:
+        size = struct.unpack(">i", self._exactly(4))[0]
+        frame = self._exactly(size)
+        (corr,) = struct.unpack_from(">i", frame)
+        assert corr == self.correlation
+        pos = 4 + (1 if resp_cls.__flexible__ and resp_cls.__api_key__ != 18 else 0)
+        body, _ = entity_reader(resp_cls)(frame, pos)
+        return body
+
+    def _exactly(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed by the server")
+            out += chunk
+        return out
+
+
+def produce_request_fields(version: int, topic: str, partition: int, records: bytes, acks: int = -1) -> dict:
+    mod = load_payload_module(0, version, EntityType.request)
+    import datetime
+
+    from kio.static.primitive import i32Timedelta
+
+    part = mod.PartitionProduceData(index=partition, records=records)
+    return {"transactional_id": None, "acks": acks, "timeout": i32Timedelta.parse(datetime.timedelta(seconds=5)),
+            "topic_data": (mod.TopicProduceData(name=topic, partition_data=(part,)),)}
+
+
+def produce(client: RawClient, topic: str, partition: int, records: bytes, version: int = 9) -> Any:
+    """(error code, base offset) of one raw Produce."""
+    resp = client.send(0, version, **produce_request_fields(version, topic, partition, records))
+    p = resp.responses[0].partition_responses[0]
+    return p.error_code, int(p.base_offset)

@@ -1,0 +1,234 @@
+"""klog serve with real Kafka clients: produce and fetch, read back by the others and by klog."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import klog
+
+KCAT = shutil.which("kcat")
+ck = pytest.importorskip("confluent_kafka")
+
+
+def klog_values(data_dir: str, topic: str) -> dict[int, list[bytes]]:
+    """Every record of `topic` per partition, read by klog's own consumer (another Store)."""
+    out: dict[int, list[bytes]] = {}
+    with klog.open(data_dir) as store:
+        for record in store.consumer(topic):
+            out.setdefault(record.partition, []).append(record.value)
+    return out
+
+
+def confluent_produce(bootstrap: str, topic: str, values: list[bytes], **conf) -> list:
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                            "linger.ms": 5, **conf})
+    errors: list = []
+    for i, v in enumerate(values):
+        producer.produce(topic, value=v, key=b"k%d" % (i % 5),
+                         on_delivery=lambda err, msg: errors.append(err) if err else None)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return errors
+
+
+def confluent_consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 20,
+                      **conf) -> dict[int, list[bytes]]:
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                            **conf})
+    consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)])
+    out: dict[int, list[bytes]] = {}
+    got = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while got < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                assert msg.error() is None, msg.error()
+                out.setdefault(msg.partition(), []).append(msg.value())
+                got += 1
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_confluent_idempotent_producer_every_codec_read_by_klog(kafka_server, data_dir, compression):
+    kafka_server.store.create_topic("t", partitions=3)
+    values = [b"value-%05d" % i for i in range(3000)]
+    assert confluent_produce(kafka_server.bootstrap, "t", values, **{"compression.type": compression}) == []
+    got = klog_values(data_dir, "t")
+    assert sorted(v for vs in got.values() for v in vs) == values  # each exactly once
+    for vs in got.values():
+        assert vs == sorted(vs)  # in order per partition (keys pin partitions; values grow)
+    out = subprocess.run([sys.executable, "-m", "klog", "verify", "-d", data_dir], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_klog_produce_read_by_confluent_consumer_and_kcat(kafka_server, data_dir):
+    with klog.open(data_dir) as store:
+        store.create_topic("local", partitions=2)
+        with store.producer() as producer:
+            for i in range(500):
+                producer.send("local", b"v%d" % i, partition=i % 2)
+    got = confluent_consume(kafka_server.bootstrap, "local", 2, 500)
+    assert got[0] == [b"v%d" % i for i in range(0, 500, 2)]
+    assert got[1] == [b"v%d" % i for i in range(1, 500, 2)]
+    if KCAT:
+        out = subprocess.run([KCAT, "-b", kafka_server.bootstrap, "-C", "-t", "local", "-p", "1", "-e", "-q",
+                              "-f", "%o:%s\n"], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines()[:2] == ["0:v1", "1:v3"] and len(out.stdout.splitlines()) == 250
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat not installed")
+def test_kcat_produce_then_consume(kafka_server, data_dir):
+    lines = "".join(f"line {i}\n" for i in range(100))
+    out = subprocess.run([KCAT, "-b", kafka_server.bootstrap, "-P", "-t", "kc"], input=lines, text=True,
+                         capture_output=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert klog_values(data_dir, "kc")[0] == [f"line {i}".encode() for i in range(100)]
+    out = subprocess.run([KCAT, "-b", kafka_server.bootstrap, "-C", "-t", "kc", "-e", "-q"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.stdout == lines
+
+
+def test_waiting_consumer_is_woken_by_another_process_append(kafka_server, data_dir):
+    kafka_server.store.create_topic("wake")
+    consumer = ck.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "unused",
+                            "enable.auto.commit": False, "fetch.wait.max.ms": 5000})
+    consumer.assign([ck.TopicPartition("wake", 0, 0)])
+    try:
+        assert consumer.consume(1, 1.0) == []  # now waiting in a long poll at the end
+        with klog.open(data_dir) as other:  # not through the server: only the store's state changes
+            sent = time.monotonic()
+            with other.producer() as producer:
+                producer.send("wake", b"hello")
+        msgs = consumer.consume(1, 5.0)
+        waited = time.monotonic() - sent
+        assert [m.value() for m in msgs] == [b"hello"]
+        assert waited < 1.0  # woken by the state poll, not by the 5 s max wait
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_produce_and_consume(kafka_server, data_dir):
+    kafka = pytest.importorskip("kafka")
+    producer = kafka.KafkaProducer(bootstrap_servers=kafka_server.bootstrap, acks="all",
+                                   enable_idempotence=True, request_timeout_ms=10_000)
+    for i in range(200):
+        producer.send("kp", value=b"kp-%d" % i)
+    producer.flush(timeout=20)
+    producer.close(timeout=5)
+    assert klog_values(data_dir, "kp")[0] == [b"kp-%d" % i for i in range(200)]
+    consumer = kafka.KafkaConsumer(bootstrap_servers=kafka_server.bootstrap, auto_offset_reset="earliest",
+                                   enable_auto_commit=False, consumer_timeout_ms=3000)
+    consumer.assign([kafka.TopicPartition("kp", 0)])
+    consumer.seek_to_beginning()
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 200 and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            got.extend(r.value for r in records)
+    consumer.close()
+    assert got == [b"kp-%d" % i for i in range(200)]
+
+
+def test_aiokafka_produce_and_consume(kafka_server, data_dir):
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    async def main() -> list[bytes]:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=kafka_server.bootstrap, acks="all",
+                                             enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(100):
+                await producer.send("ak", b"ak-%d" % i)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=kafka_server.bootstrap,
+                                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            consumer.assign([aiokafka.TopicPartition("ak", 0)])
+            await consumer.seek_to_beginning()
+            async with asyncio.timeout(20):
+                while len(got) < 100:
+                    batches = await consumer.getmany(timeout_ms=500)
+                    got.extend(r.value for rs in batches.values() for r in rs)
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(main()) == [b"ak-%d" % i for i in range(100)]
+    assert klog_values(data_dir, "ak")[0] == [b"ak-%d" % i for i in range(100)]
+
+
+def test_offset_out_of_range_is_reported(kafka_server):
+    kafka_server.store.create_topic("oor")
+    consumer = ck.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "unused",
+                            "enable.auto.commit": False, "auto.offset.reset": "error"})
+    consumer.assign([ck.TopicPartition("oor", 0, 1000)])
+    try:
+        errors = []
+        deadline = time.monotonic() + 10
+        while not errors and time.monotonic() < deadline:
+            errors = [m.error() for m in consumer.consume(1, 0.5) if m.error()]
+        assert errors and errors[0].code() == ck.KafkaError._AUTO_OFFSET_RESET
+        assert "out of range" in errors[0].str().lower()
+    finally:
+        consumer.close()
+
+
+def test_message_too_large_for_the_topic(kafka_server):
+    kafka_server.store.create_topic("small", configs={"max.message.bytes": "2000"})
+    producer = ck.Producer({"bootstrap.servers": kafka_server.bootstrap, "message.max.bytes": 100_000})
+    errors: list = []
+    producer.produce("small", value=b"x" * 5000, on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(20)
+    assert errors and errors[0].code() == ck.KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_list_offsets_earliest_latest_and_by_time(kafka_server):
+    store = kafka_server.store
+    store.create_topic("lo")
+    with store.producer() as producer:
+        for i in range(10):
+            producer.send("lo", b"v", timestamp=1_000_000 + i * 1000)
+    consumer = ck.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "unused",
+                            "enable.auto.commit": False})
+    try:
+        assert consumer.get_watermark_offsets(ck.TopicPartition("lo", 0), timeout=10) == (0, 10)
+        found = consumer.offsets_for_times([ck.TopicPartition("lo", 0, 1_004_500)], timeout=10)
+        assert found[0].offset == 5
+    finally:
+        consumer.close()
+
+
+def test_concurrent_producers_through_server_and_locally(kafka_server, data_dir):
+    kafka_server.store.create_topic("mix")
+    done = threading.Event()
+
+    def local() -> None:
+        with klog.open(data_dir) as store, store.producer() as producer:
+            for i in range(300):
+                producer.send("mix", b"local-%d" % i)
+                if i % 50 == 0:
+                    producer.flush()
+        done.set()
+
+    thread = threading.Thread(target=local)
+    thread.start()
+    assert confluent_produce(kafka_server.bootstrap, "mix", [b"remote-%d" % i for i in range(300)]) == []
+    thread.join(30)
+    assert done.is_set()
+    values = klog_values(data_dir, "mix")[0]
+    assert sorted(values) == sorted([b"local-%d" % i for i in range(300)] + [b"remote-%d" % i for i in range(300)])

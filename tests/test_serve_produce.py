@@ -1,0 +1,147 @@
+"""klog serve Produce edges with hand-made requests: validation, idempotence, acks=0, LogAppendTime."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+import klog
+from klog.server import Server
+from tests.serve_helpers import RawClient, batch, produce, produce_request_fields
+
+pytest.importorskip("kio")
+from kio.schema.errors import ErrorCode as E  # noqa: E402
+
+
+def values(data_dir: str, topic: str) -> list[bytes]:
+    with klog.open(data_dir) as store:
+        return [r.value for r in store.consumer(topic)]
+
+
+def test_corrupt_crc_and_truncated_batch_are_refused_and_nothing_is_written(kafka_server, data_dir):
+    kafka_server.store.create_topic("c")
+    good = batch([b"a", b"b"])
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "c", 0, bytes(bad))[0] == E.corrupt_message
+        assert produce(client, "c", 0, good[:-3])[0] == E.corrupt_message
+        assert produce(client, "c", 0, good + good)[0] == E.invalid_record
+        assert produce(client, "c", 0, good) == (E.none, 0)  # the connection keeps serving
+    assert values(data_dir, "c") == [b"a", b"b"]
+
+
+def test_unknown_topic_and_partition(kafka_server):
+    kafka_server.store.create_topic("one")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "one", 5, batch([b"x"]))[0] == E.unknown_topic_or_partition
+        assert produce(client, "nope", 0, batch([b"x"]))[0] == E.unknown_topic_or_partition
+
+
+def test_duplicate_batch_is_acknowledged_with_its_first_offset_and_written_once(kafka_server, data_dir):
+    kafka_server.store.create_topic("idem")
+    pid = 77
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "idem", 0, batch([b"plain"])) == (E.none, 0)
+        first = batch([b"a", b"b"], producer_id=pid, epoch=0, sequence=0)
+        assert produce(client, "idem", 0, first) == (E.none, 1)
+        assert produce(client, "idem", 0, first) == (E.none, 1)  # a retry whose ack was lost
+        nxt = batch([b"c"], producer_id=pid, epoch=0, sequence=2)
+        assert produce(client, "idem", 0, nxt) == (E.none, 3)
+        gap = batch([b"d"], producer_id=pid, epoch=0, sequence=9)
+        assert produce(client, "idem", 0, gap)[0] == E.out_of_order_sequence_number
+        assert produce(client, "idem", 0, batch([b"e"], producer_id=pid, epoch=0, sequence=3)) == (E.none, 4)
+    assert values(data_dir, "idem") == [b"plain", b"a", b"b", b"c", b"e"]
+
+
+def test_producer_state_survives_a_restart(data_dir):
+    pid = 4242
+    first = batch([b"a"], producer_id=pid, epoch=3, sequence=0)
+    with Server(data_dir, listen=("127.0.0.1", 0)) as server:
+        server.store.create_topic("restart")
+        with RawClient(server.port) as client:
+            assert produce(client, "restart", 0, first) == (E.none, 0)
+    # a new server process rebuilds the state from the log's batch headers
+    with Server(data_dir, listen=("127.0.0.1", 0)) as server, RawClient(server.port) as client:
+        assert produce(client, "restart", 0, first) == (E.none, 0)  # recognised as a duplicate
+        old = batch([b"old"], producer_id=pid, epoch=2, sequence=1)
+        assert produce(client, "restart", 0, old)[0] == E.invalid_producer_epoch
+        assert produce(client, "restart", 0, batch([b"b"], producer_id=pid, epoch=3, sequence=1)) == (E.none, 1)
+    assert values(data_dir, "restart") == [b"a", b"b"]
+
+
+def test_acks_zero_gets_no_response_but_is_written(kafka_server, data_dir):
+    kafka_server.store.create_topic("fire")
+    with RawClient(kafka_server.port) as client:
+        fields = produce_request_fields(9, "fire", 0, batch([b"x"]), acks=0)
+        import io
+
+        from kio.schema.produce.v9.request import ProduceRequest
+        from kio.schema.request_header.v2.header import RequestHeader
+        from kio.serial import entity_writer
+
+        buf = io.BytesIO()
+        entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=0, request_api_version=9, correlation_id=1,
+                                                        client_id="t"))
+        entity_writer(ProduceRequest)(buf, ProduceRequest(**fields))
+        client.send_raw(buf.getvalue())
+        # the next request's answer is the first thing on the wire
+        client.correlation = 1
+        resp = client.send(18, 0)
+        assert resp.error_code == E.none
+    deadline = time.monotonic() + 5
+    while values(data_dir, "fire") != [b"x"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert values(data_dir, "fire") == [b"x"]
+
+
+def test_log_append_time_topic_stamps_the_batch(kafka_server, data_dir):
+    kafka_server.store.create_topic("lat", configs={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    with RawClient(kafka_server.port) as client:
+        resp = client.send(0, 9, **produce_request_fields(9, "lat", 0, batch([b"x"], timestamp=1000)))
+    p = resp.responses[0].partition_responses[0]
+    assert p.error_code == E.none and p.log_append_time is not None
+    stamped = int(p.log_append_time.timestamp() * 1000)
+    assert before <= stamped <= int(time.time() * 1000)
+    with klog.open(data_dir) as store:
+        (record,) = list(store.consumer("lat"))
+    assert record.timestamp == stamped
+
+
+def test_topic_compression_type_recompresses(kafka_server, data_dir):
+    kafka_server.store.create_topic("z", configs={"compression.type": "gzip"})
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "z", 0, batch([b"x" * 100, b"y"])) == (E.none, 0)
+    with klog.open(data_dir) as store:
+        (fetched,) = store.partition("z", 0).read(0)
+    assert fetched.header.codec == 1  # gzip
+    assert values(data_dir, "z") == [b"x" * 100, b"y"]
+
+
+def test_transactional_init_producer_id_is_refused(kafka_server):
+    import datetime
+
+    from kio.static.primitive import i32Timedelta
+
+    with RawClient(kafka_server.port) as client:
+        resp = client.send(22, 4, transactional_id="tx", transaction_timeout=i32Timedelta.parse(
+            datetime.timedelta(seconds=60)), producer_id=-1, producer_epoch=-1)
+        assert resp.error_code == E.transactional_id_authorization_failed
+        resp = client.send(22, 4, transactional_id=None, transaction_timeout=i32Timedelta.parse(
+            datetime.timedelta(seconds=60)), producer_id=-1, producer_epoch=-1)
+        assert resp.error_code == E.none and resp.producer_id > 0 and resp.producer_epoch == 0
+        bumped = client.send(22, 4, transactional_id=None, transaction_timeout=i32Timedelta.parse(
+            datetime.timedelta(seconds=60)), producer_id=resp.producer_id, producer_epoch=0)
+        assert (bumped.producer_id, bumped.producer_epoch) == (resp.producer_id, 1)
+
+
+def test_struct_helpers_match():
+    # the batch helper writes the idempotence fields where klog's header parser reads them
+    from klog.store.codec import read_header
+
+    h = read_header(batch([b"x"], producer_id=5, epoch=2, sequence=7))
+    assert (h.producer_id, h.producer_epoch, h.base_sequence) == (5, 2, 7)
+    assert struct.calcsize(">qhi") == 14
