@@ -279,3 +279,62 @@ def with_throttle(response: Any, throttle_ms: int) -> Any:
             and dataclasses.fields(rtype)[0].name == "throttle_time":  # Fetch v1+: the body's first int32
         parts[0] = min(throttle_ms, 2**31 - 1).to_bytes(4, "big") + parts[0][4:]
     return response
+
+
+# -- group APIs under ACLs -------------------------------------------------------------------------
+# api key -> the operation on the group Kafka checks (JoinGroup, Heartbeat, LeaveGroup, OffsetCommit,
+# SyncGroup: Read; OffsetFetch: Describe; OffsetDelete: Delete)
+GROUP_OPERATIONS = {11: Operation.READ, 12: Operation.READ, 13: Operation.READ, 8: Operation.READ,
+                    14: Operation.READ, 9: Operation.DESCRIBE, 47: Operation.DELETE}
+
+
+def guard_group_apis(handlers: dict) -> None:
+    """Wrap the group handlers so a principal without the operation on the group gets
+    GROUP_AUTHORIZATION_FAILED. The refusal is the handler's own answer without a coordinator, with
+    COORDINATOR_NOT_AVAILABLE turned into GROUP_AUTHORIZATION_FAILED: every shape and version of the
+    response stays the handler's, and groups.py needs no ACL code."""
+    for key, operation in GROUP_OPERATIONS.items():
+        handler = handlers.get(key)
+        if handler is None or getattr(handler.fn, "klog_group_guard", False):
+            continue
+        handlers[key] = type(handler)(_group_guard(handler.fn, operation), handler.min_version,
+                                      handler.max_version)
+
+
+def _group_guard(fn: Any, operation: Operation) -> Any:
+    import dataclasses
+
+    from kio.schema.errors import ErrorCode
+
+    async def guarded(ctx: Any, request: Any) -> Any:
+        groups = ([request.group_id] if hasattr(request, "group_id")
+                  else [g.group_id for g in getattr(request, "groups", ())])
+        if all(ctx.authorize(operation, ResourceType.GROUP, str(g)) for g in groups):
+            return await fn(ctx, request)
+        ctx.log.info("%s (client %s): %s may not %s group(s) %s", ctx.client_host, ctx.client_id, ctx.principal,
+                     operation.name, ", ".join(map(str, groups))[:200])
+        response = await fn(dataclasses.replace(ctx, coordinator=None), request)
+        return _swap_error(response, ErrorCode.coordinator_not_available, ErrorCode.group_authorization_failed)
+
+    guarded.klog_group_guard = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def _swap_error(value: Any, old: Any, new: Any) -> Any:
+    """`value` (a kio dataclass, nested in tuples) with every error_code `old` replaced by `new`."""
+    import dataclasses
+
+    if isinstance(value, tuple):
+        return tuple(_swap_error(v, old, new) for v in value)
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    changes = {}
+    for f in dataclasses.fields(value):
+        current = getattr(value, f.name)
+        if f.name == "error_code" and current == old:
+            changes[f.name] = new
+        elif isinstance(current, tuple) or dataclasses.is_dataclass(current):
+            swapped = _swap_error(current, old, new)
+            if swapped is not current:
+                changes[f.name] = swapped
+    return dataclasses.replace(value, **changes) if changes else value
