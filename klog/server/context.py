@@ -52,6 +52,14 @@ class RequestContext:
             return True
         return security.authorizer.allows(self.principal, self.client_host, operation, resource_type, name)
 
+    def authorize_any(self, operation: Any, resource_type: Any) -> bool:
+        """Whether the caller may do `operation` on some resource of the type (an idempotent producer
+        needs Write on any topic, Kafka's KIP-679)."""
+        security = getattr(self.server, "security", None)
+        if security is None:
+            return True
+        return security.authorizer.allows_any(self.principal, self.client_host, operation, resource_type)
+
     async def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` in the server's thread pool, awaited."""
         loop = asyncio.get_running_loop()

@@ -191,6 +191,20 @@ class Authorizer:
         rt = resource_type if isinstance(resource_type, ResourceType) else ResourceType[resource_type.upper()]
         return authorize(self._acls, self._config, principal, host, op, rt, name)
 
+    def allows_any(self, principal: str, host: str, operation: Operation | str,
+                   resource_type: ResourceType | str) -> bool:
+        """Some resource of the type allows it: a super user, an open table, or an ALLOW binding of the
+        operation (or All) for the principal (DENY bindings on narrower patterns are not subtracted)."""
+        self._fresh()
+        op = operation if isinstance(operation, Operation) else Operation[operation.upper()]
+        rt = resource_type if isinstance(resource_type, ResourceType) else ResourceType[resource_type.upper()]
+        if principal in self._config.super_users:
+            return True
+        if not self._acls and self._config.allow_everyone_if_no_acl_found is not False:
+            return True
+        return any(b.resource_type == rt and b.permission.name == "ALLOW" and b.operation in (op, Operation.ALL)
+                   and b.principal in (principal, "User:*") and b.host in (host, "*") for b in self._acls)
+
 
 class ServerSecurity:
     """Everything the server needs for security, made once at start-up."""
