@@ -79,16 +79,16 @@ async def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
         if conn.sasl_rounds > SASL_AUTH_ATTEMPTS_MAX:
             raise ScramError("too many SASL rounds")
         if conn.mechanism == "PLAIN":
-            user = await ctx.run_blocking(_plain, security.credentials, request.auth_bytes)
+            user = await security.run_auth(_plain, security.credentials, request.auth_bytes)
             if user is None:
                 raise ScramError("invalid credentials")
             done = True
         elif conn.sasl_state is None:
             mechanism = conn.mechanism
             conn.sasl_state = ScramServer(mechanism, lambda u: security.credentials.get(u, mechanism))
-            reply = await ctx.run_blocking(conn.sasl_state.first, request.auth_bytes)
+            reply = await security.run_auth(conn.sasl_state.first, request.auth_bytes)
         else:
-            reply = await ctx.run_blocking(conn.sasl_state.final, request.auth_bytes)
+            reply = await security.run_auth(conn.sasl_state.final, request.auth_bytes)
             user, done = conn.sasl_state.username, True
     except ScramError:
         return await _failed(ctx, mod, conn)

@@ -34,6 +34,7 @@ AUTH_FAILURE_DELAY_MS_DEFAULT = 1000  # Kafka's connection.failed.authentication
 ACL_RELOAD_MS = 1000  # ACLs, credentials and quotas changed by another process apply within this
 CLOSE_LINGER_MS = 300  # after a refusal, before the close: some clients (kafka-python) drop unread data on FIN
 SASL_AUTH_ATTEMPTS_MAX = 4  # SaslAuthenticate rounds per connection (SCRAM needs 2)
+AUTH_THREADS = 1  # PBKDF2 for PLAIN and unknown SCRAM users: at most one core, whatever the guessing rate
 
 API_SASL_HANDSHAKE = 17
 API_SASL_AUTHENTICATE = 36
@@ -219,6 +220,18 @@ class ServerSecurity:
         self.quotas = QuotaManager(QuotasMeta(store.meta).all, config.quota_window_ms, config.quota_samples,
                                    reload_ms=ACL_RELOAD_MS)
         self._ssl: ssl.SSLContext | None = None
+        # password checks (PBKDF2) get their own threads: guessing cannot starve request handling
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.auth_executor = ThreadPoolExecutor(AUTH_THREADS, thread_name_prefix="klog-serve-auth")
+
+    async def run_auth(self, fn: Any, *args: Any) -> Any:
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(self.auth_executor, fn, *args)
+
+    def close(self) -> None:
+        self.auth_executor.shutdown(wait=True, cancel_futures=True)
 
     def ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:

@@ -180,6 +180,8 @@ class Server:
                 await result
         if self.executor is not None:
             self.executor.shutdown(wait=True)
+        if self.security is not None:
+            self.security.close()
         if self._own_store and self.store is not None:
             self.store.close()  # flushes and closes every partition it opened
         assert self._stopped is not None
