@@ -39,6 +39,9 @@ def env(data_dir):
     acls = AclsMeta(store.meta)
     acls.add([allow(T, "unrelated", Operation.READ, "User:nobody")])
     store.create_topic("t", partitions=1)
+    from klog.meta.groups import GroupsMeta
+
+    GroupsMeta(store.meta).store_offsets("stored", {("t", 0): (0, "")})  # a group with committed offsets
     with store.producer() as p:
         p.send("t", value=b"hello", partition=0)
     cfg = SecurityConfig([Listener("SASL_PLAINTEXT", "127.0.0.1", 0)], auth_failure_delay_ms=100)
@@ -163,6 +166,33 @@ def cluster_alter(server) -> bool:
     return _result(admin := ck_admin.AdminClient(server.conf), admin.create_acls([binding], request_timeout=TIMEOUT_S))
 
 
+def _groups_result(admin, futures) -> bool:
+    """True unless GROUP_AUTHORIZATION_FAILED (other outcomes, e.g. GROUP_ID_NOT_FOUND, are not ACLs)."""
+    for f in (futures.values() if isinstance(futures, dict) else [futures]):
+        try:
+            f.result(timeout=TIMEOUT_S)
+        except ck.KafkaException as e:
+            if e.args[0].code() == ck.KafkaError.GROUP_AUTHORIZATION_FAILED:
+                return False
+    return True
+
+
+def describe_group(server) -> bool:
+    return _groups_result(admin := ck_admin.AdminClient(server.conf),
+                          admin.describe_consumer_groups(["stored"], request_timeout=TIMEOUT_S))
+
+
+def delete_group(server) -> bool:
+    return _groups_result(admin := ck_admin.AdminClient(server.conf),
+                          admin.delete_consumer_groups(["stored"], request_timeout=TIMEOUT_S))
+
+
+def list_groups(server) -> bool:
+    admin = ck_admin.AdminClient(server.conf)
+    listed = admin.list_consumer_groups(request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S)
+    return "stored" in {g.group_id for g in listed.valid}
+
+
 CASES = {  # name: (client action, ACLs given to alice in both runs, ACLs that make the difference)
     "topic-describe": (describe_topic, [], [allow(T, "t", Operation.DESCRIBE)]),
     "topic-write": (write, [], [allow(T, "t", Operation.WRITE)]),
@@ -174,6 +204,9 @@ CASES = {  # name: (client action, ACLs given to alice in both runs, ACLs that m
     "topic-describe-configs": (describe_configs, [], [allow(T, "t", Operation.DESCRIBE_CONFIGS)]),
     "topic-alter-configs": (alter_configs, [], [allow(T, "t", Operation.ALTER_CONFIGS)]),
     "group-read": (group_read, [allow(T, "t", Operation.READ)], [allow(G, "*", Operation.READ)]),
+    "group-describe": (describe_group, [], [allow(G, "stored", Operation.DESCRIBE)]),
+    "group-delete": (delete_group, [], [allow(G, "stored", Operation.DELETE)]),
+    "group-list": (list_groups, [], [allow(G, "stored", Operation.DESCRIBE)]),
     "cluster-alter": (cluster_alter, [], [allow(C, CLUSTER_NAME, Operation.ALTER)]),
     "cluster-idempotent-write": (idempotent_write, [allow(T, "t", Operation.DESCRIBE)],
                                  [allow(C, CLUSTER_NAME, Operation.IDEMPOTENT_WRITE),

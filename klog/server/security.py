@@ -328,6 +328,82 @@ def guard_group_apis(handlers: dict) -> None:
                                       handler.max_version)
 
 
+def guard_group_lists(handlers: dict) -> None:
+    """DescribeGroups (Describe) and DeleteGroups (Delete) answer GROUP_AUTHORIZATION_FAILED for each
+    group the principal lacks the operation on; ListGroups lists only groups it may Describe
+    (all of them with Describe on the cluster), as Kafka does."""
+    for key, wrap in ((15, _describe_groups_guard), (42, _delete_groups_guard), (16, _list_groups_guard)):
+        handler = handlers.get(key)
+        if handler is not None and not getattr(handler.fn, "klog_group_guard", False):
+            guarded = wrap(handler.fn)
+            guarded.klog_group_guard = True
+            handlers[key] = type(handler)(guarded, handler.min_version, handler.max_version)
+
+
+def _split_groups(ctx: Any, names: Any, operation: Operation) -> tuple[list, set]:
+    denied = {str(g) for g in names if not ctx.authorize(operation, ResourceType.GROUP, str(g))}
+    return [g for g in names if str(g) not in denied], denied
+
+
+def _describe_groups_guard(fn: Any) -> Any:
+    import dataclasses
+
+    from kio.schema.errors import ErrorCode
+
+    from klog.server.kafka import make, response_for
+
+    async def guarded(ctx: Any, request: Any) -> Any:
+        allowed, denied = _split_groups(ctx, request.groups, Operation.DESCRIBE)
+        if not denied:
+            return await fn(ctx, request)
+        response = await fn(ctx, dataclasses.replace(request, groups=tuple(allowed)))
+        mod = response_for(request)
+        answers = {str(g.group_id): g for g in response.groups}
+        out = tuple(answers.get(str(g)) or make(
+            mod.DescribedGroup, error_code=ErrorCode.group_authorization_failed, group_id=g, group_state="",
+            protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648)
+            for g in request.groups)
+        return dataclasses.replace(response, groups=out)
+
+    return guarded
+
+
+def _delete_groups_guard(fn: Any) -> Any:
+    import dataclasses
+
+    from kio.schema.errors import ErrorCode
+
+    from klog.server.kafka import make, response_for
+
+    async def guarded(ctx: Any, request: Any) -> Any:
+        allowed, denied = _split_groups(ctx, request.groups_names, Operation.DELETE)
+        if not denied:
+            return await fn(ctx, request)
+        response = await fn(ctx, dataclasses.replace(request, groups_names=tuple(allowed)))
+        mod = response_for(request)
+        answers = {str(r.group_id): r for r in response.results}
+        out = tuple(answers.get(str(g)) or make(mod.DeletableGroupResult, group_id=g,
+                                                 error_code=ErrorCode.group_authorization_failed)
+                    for g in request.groups_names)
+        return dataclasses.replace(response, results=out)
+
+    return guarded
+
+
+def _list_groups_guard(fn: Any) -> Any:
+    import dataclasses
+
+    async def guarded(ctx: Any, request: Any) -> Any:
+        response = await fn(ctx, request)
+        if ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"):
+            return response
+        visible = tuple(g for g in response.groups
+                        if ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, str(g.group_id)))
+        return dataclasses.replace(response, groups=visible)
+
+    return guarded
+
+
 def _group_guard(fn: Any, operation: Operation) -> Any:
     import dataclasses
 
