@@ -99,3 +99,21 @@ def test_quotas(cli, data_dir):
     _one_line_error(cli("quotas", "set", "--user", "a", "nope=1"), "unknown quota 'nope'")
     _one_line_error(cli("quotas", "set", "--user", "a", "producer_byte_rate=-5"), "must be a positive number")
     _one_line_error(cli("quotas", "set", "producer_byte_rate=5"), "give --user")
+
+
+def test_store_from_before_security_reads_as_having_none(cli, data_dir):
+    """A store last written by a klog without users/ACLs/quotas: read-only listings say 'none'
+    (the databases cannot be created read-only), and the next write creates them."""
+    import lmdb
+
+    assert cli("topics", "create", "t").exit_code == 0
+    env = lmdb.open(f"{data_dir}/meta", max_dbs=16, subdir=True)
+    with env.begin(write=True) as txn:
+        for name in (b"credentials", b"acls", b"quotas"):
+            txn.drop(env.open_db(name, txn=txn), delete=True)
+    env.close()
+    for command in (("users", "list"), ("acls", "list"), ("quotas", "list"), ("topics", "list")):
+        r = cli(*command)
+        assert r.exit_code == 0, (command, r.stderr)
+    assert cli("acls", "add", "--allow-principal", "User:a", "--operation", "Read", "--topic", "t").exit_code == 0
+    assert "User:a" in cli("acls", "list").out

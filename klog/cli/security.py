@@ -60,7 +60,7 @@ def users_list(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Every user with its mechanisms and iterations (never a password or key)."""
     from klog.meta.credentials import CredentialsMeta
 
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         rows = CredentialsMeta(store.meta).list()
     if as_json:
         for user, mech, it in rows:
@@ -228,7 +228,7 @@ def acls_list(
     from klog.meta.acls import AclsMeta
 
     filters = _filter_args(topic, group, cluster, transactional_id, resource_pattern_type, principal, operation)
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         bindings = sorted({b for f in filters for b in AclsMeta(store.meta).list(f)})
     _print_acls(bindings, as_json)
 
@@ -356,7 +356,7 @@ def quotas_list(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Every entity with quotas."""
     from klog.meta.quotas import QuotasMeta
 
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         rows = sorted(QuotasMeta(store.meta).all().items(), key=lambda kv: _entity_text(kv[0]))
     if as_json:
         for e, q in rows:
