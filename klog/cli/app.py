@@ -175,7 +175,7 @@ COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
     "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
-    "clusters": "clusters",
+    "clusters": "clusters", "users": "security", "acls": "security", "quotas": "security",
 }
 _registered: set[str] = set()
 
