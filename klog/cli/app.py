@@ -61,9 +61,17 @@ DataDirOpt = Annotated[str | None, _DATA_DIR_OPTION]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+def one_line(message: str) -> str:
+    """A message as exactly one line: control characters (a newline in a topic name, an escape
+    sequence in a path) are shown escaped, never acted on by the terminal."""
+    if message.isprintable():
+        return message
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+
+
 def warn(message: str) -> None:
     """Warnings of every command (a replica leaving the ISR, a new leader, ...), one line on stderr."""
-    print(f"klog: warning: {message}", file=sys.stderr)
+    print(f"klog: warning: {one_line(message)}", file=sys.stderr)
 
 
 def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201
@@ -326,7 +334,7 @@ def _run(args: list[str] | None, signals: _Signals) -> int:
                 return signals.stopped()
             return rv
     except KlogError as e:
-        print(f"klog: error: {e}", file=sys.stderr)
+        print(f"klog: error: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code
     except (KeyboardInterrupt, typer.Abort):
         return signals.stopped()
@@ -338,7 +346,7 @@ def _run(args: list[str] | None, signals: _Signals) -> int:
     except typer.TyperException as e:  # Typer's own click: usage errors (bad option, missing argument)
         return _usage_error(e)
     except OSError as e:
-        print(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+        print(one_line(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")), file=sys.stderr)
         return ExitStatus.ERROR
     return ExitStatus.OK
 
@@ -350,7 +358,7 @@ def _usage_error(e: typer.TyperException) -> int:
         print(ctx.get_help())
     else:
         where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        print(f"klog: error: {e.format_message()}{where}", file=sys.stderr)
+        print(one_line(f"klog: error: {e.format_message()}{where}"), file=sys.stderr)
     return getattr(e, "exit_code", ExitStatus.USAGE)
 
 

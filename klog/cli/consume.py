@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
-from klog.cli.output import FORMAT_HELP, compile_format, json_for_terminal
+from klog.cli.output import FORMAT_HELP, compile_format, json_for_terminal, write_all
 from klog.client.envelope import record_json_line, record_to_json
 from klog.errors import UsageError
 
@@ -202,7 +202,7 @@ def _write_last(store, names: list[str], options: dict, start, follow: bool, cou
         line = record_json_line
     else:
         line = render or (lambda r: (r.value or b"") + b"\n")
-    sys.stdout.buffer.write(b"".join(line(r) for r in newest))
+    write_all(sys.stdout.buffer, b"".join(line(r) for r in newest))
     sys.stdout.buffer.flush()
     if rest is not None:
         _write(rest, render, as_json)
@@ -216,7 +216,7 @@ def _write(consumer, render, as_json: bool) -> None:
         for values in consumer.value_chunks(null=b""):
             if values:
                 values.append(b"")  # the last line's newline, without copying the joined chunk
-                out.write(b"\n".join(values))
+                write_all(out, b"\n".join(values))
                 if consumer.follow:
                     out.flush()
         out.flush()
@@ -233,9 +233,9 @@ def _write(consumer, render, as_json: bool) -> None:
     for r in consumer:
         buf.append(line(r))
         if follow or len(buf) >= WRITE_BUFFER_RECORDS:
-            out.write(b"".join(buf))
+            write_all(out, b"".join(buf))
             buf.clear()
             if follow:
                 out.flush()
-    out.write(b"".join(buf))
+    write_all(out, b"".join(buf))
     out.flush()

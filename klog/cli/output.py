@@ -89,3 +89,23 @@ def terminal_safe(data: bytes) -> str:
     """Decode for display (invalid UTF-8 as U+FFFD) with control characters escaped (\\x07)."""
     text = data.decode("utf-8", errors="replace")
     return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+WRITE_CHUNK_BYTES = 1 << 20  # one write call never gets more than this (CPython's can return short past 2 GiB)
+
+
+def write_all(out, data: bytes) -> None:  # noqa: ANN001 - a binary stream (sys.stdout.buffer)
+    """Write all of `data` to `out` in bounded chunks, checking each: a short count is retried,
+    a zero count is an error (never a silent short output that exits 0)."""
+    view = memoryview(data)
+    while view:
+        chunk = view[:WRITE_CHUNK_BYTES]
+        n = out.write(chunk)
+        if n is None:  # a non-blocking stream that would block: wait and retry the same bytes
+            n = 0
+        if n == 0:
+            out.flush()
+            n = out.write(chunk) or 0
+            if n == 0:
+                raise OSError(f"stdout accepted none of {len(chunk)} bytes")
+        view = view[n:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from klog.store.names import fit_partition_file
+from klog.store.names import fit_partition_file, open_nofollow
 
 
 class FileLock:
@@ -21,7 +21,7 @@ class FileLock:
     def acquire(self) -> None:
         if self._depth == 0:
             if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         self._depth += 1
 

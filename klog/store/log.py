@@ -19,6 +19,7 @@ from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
+from klog.store.names import check_not_symlink
 from klog.store.segment import LogSegment, RecoveryResult, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
@@ -143,6 +144,7 @@ class PartitionLog:
     # -- segment list --------------------------------------------------------------------------
     def refresh_segments(self) -> None:
         """Re-list the folder: other processes roll, delete and truncate segments."""
+        check_not_symlink(self.directory)
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
@@ -207,6 +209,15 @@ class PartitionLog:
             if previous_next is not None and base < previous_next:
                 self._delete_from(base, report, f"segment {base} overlaps the one before")
                 break
+            if previous_next is not None and base > previous_next and segment.file_size() == 0:
+                # a stray empty file past the log end (no roll makes one: a roll starts at the log
+                # end): adopting it would jump the log end over offsets that never existed
+                segment.delete_files()
+                report.segments_deleted.append(base)
+                report.reasons.append(f"{segment.log_path}: an empty segment past the log end ({previous_next}); "
+                                      f"removed")
+                fsync_dir(self.directory)
+                continue
             result: RecoveryResult = segment.recover()
             report.segments_recovered.append(base)
             if result.truncated_bytes:
@@ -455,7 +466,7 @@ class PartitionLog:
             found = segment.byte_range(offset, upper, max_bytes, end) if end else None
             if found is not None:
                 position, length, header = found
-                return ByteRange(os.dup(segment.read_fd()), position, length, header, segment.log_path)
+                return ByteRange(segment.dup_read_fd(), position, length, header, segment.log_path)
             nxt = bisect.bisect_right(self.bases, segment.base_offset)
             if nxt >= len(self.bases):
                 self.refresh_segments()
