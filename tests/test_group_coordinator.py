@@ -1,10 +1,18 @@
-"""The classic group coordinator's state machine, driven by an injected clock (no sleeping)."""
+"""The classic group coordinator's state machine, driven by an injected clock (no sleeping), and the
+LMDB record of the groups it serves."""
 
 from __future__ import annotations
 
+import subprocess
+
+import pytest
 from kio.schema.errors import ErrorCode as E
 
-from klog.server.coordinator import COMPLETING, EMPTY, PREPARING, STABLE, GroupCoordinator
+from klog.errors import GroupError
+from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time
+from klog.server import consumer_protocol as cp
+from klog.server.coordinator import COMPLETING, EMPTY, PREPARING, STABLE, GroupStateMachine
+from klog.store.state import current_boot_id
 
 SESSION = 10_000
 REBALANCE = 20_000
@@ -34,12 +42,12 @@ class Replies:
         return self.got[0]
 
 
-def make(delay: int = DELAY) -> tuple[GroupCoordinator, Clock]:
+def make(delay: int = DELAY) -> tuple[GroupStateMachine, Clock]:
     clock = Clock()
-    return GroupCoordinator(clock, initial_rebalance_delay_ms=delay), clock
+    return GroupStateMachine(clock, initial_rebalance_delay_ms=delay), clock
 
 
-def join(c: GroupCoordinator, member_id: str = "", protocols=(("range", b"m"),), instance: str | None = None,
+def join(c: GroupStateMachine, member_id: str = "", protocols=(("range", b"m"),), instance: str | None = None,
          require: bool = False, group: str = "g", session: int = SESSION) -> Replies:
     r = Replies()
     c.join(group, member_id, instance, client_id="c", client_host="127.0.0.1", session_timeout_ms=session,
@@ -48,14 +56,14 @@ def join(c: GroupCoordinator, member_id: str = "", protocols=(("range", b"m"),),
     return r
 
 
-def sync(c: GroupCoordinator, gen: int, member_id: str, assignments=None, instance: str | None = None) -> Replies:
+def sync(c: GroupStateMachine, gen: int, member_id: str, assignments=None, instance: str | None = None) -> Replies:
     r = Replies()
     c.sync("g", gen, member_id, instance, protocol_type="consumer", protocol_name=None,
            assignments=assignments or {}, respond=r)
     return r
 
 
-def stable_group(c: GroupCoordinator, clock: Clock, n: int) -> list[str]:
+def stable_group(c: GroupStateMachine, clock: Clock, n: int) -> list[str]:
     """n members joined and synced (leader first); returns the member ids."""
     joins = [join(c) for _ in range(n)]
     assert all(not j.got for j in joins)  # a new group waits for more members first
@@ -225,7 +233,7 @@ def test_pending_member_id_expires() -> None:
     assert c.groups["g"].pending
     clock.now += SESSION
     c.tick()
-    assert not c.groups["g"].pending
+    assert "g" not in c.groups  # nothing but a handed-out id: forgotten (no memory kept per bogus join)
     assert join(c, first.one.member_id, require=True).one.error == E.unknown_member_id
 
 
@@ -238,3 +246,67 @@ def test_join_while_stable_returns_current_generation_for_an_unchanged_follower(
     assert j.one.error == E.none and j.one.generation == 1 and c.groups["g"].state == STABLE
     j = join(c, leader)  # the leader re-joining means it wants a new assignment
     assert not j.got and c.groups["g"].state == PREPARING
+
+
+def test_consumer_protocol_round_trip_and_garbage() -> None:
+    assert cp.subscription_topics(cp.encode_subscription(["b", "a"])) == ["a", "b"]
+    parts = [("a", 1), ("a", 0), ("b", 3)]
+    assert cp.assignment_partitions(cp.encode_assignment(parts)) == sorted(parts)
+    for garbage in (b"", b"\x00", b"\x00\x00\x7f\xff\xff\xff", b"\x00\x00\x00\x00\x00\x01\x00\x09ab"):
+        assert cp.subscription_topics(garbage) == [] and cp.assignment_partitions(garbage) == []
+
+
+def test_served_members_live_with_the_server_process(store) -> None:
+    """A Kafka client's member recorded by klog serve counts as live while that process runs: klog's
+    reset and join are refused; once the process is gone they go ahead."""
+    store.create_topic("t", partitions=1)
+    meta = GroupsMeta(store.meta)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        pid = child.pid
+        member = Member("kafka-1", "rdkafka", "127.0.0.1", pid, process_start_time(pid), current_boot_id().hex(),
+                        ["t"], "range", 45_000, now_ms(), now_ms() - 3_600_000, 1, f"klog serve pid {pid}")
+        meta.publish_served("g", f"klog serve pid {pid}", 1, "range", [member], {"kafka-1": [("t", 0)]})
+        snap = meta.snapshot("g")
+        assert snap.state == "Stable" and [m.member_id for m in snap.live] == ["kafka-1"]
+        with pytest.raises(GroupError, match="Kafka client rdkafka at 127.0.0.1 via klog serve"):
+            meta.set_offsets("g", {("t", 0): 0})
+        with pytest.raises(GroupError, match="Kafka client member"):
+            store.group_consumer("g", "t", follow=False).__enter__()
+    finally:
+        child.kill()
+        child.wait()
+    assert meta.snapshot("g").state == "Empty"
+    meta.set_offsets("g", {("t", 0): 0})
+    assert meta.committed("g")[("t", 0)].offset == 0
+    with store.group_consumer("g", "t", follow=False):  # klog's consumers take the group over
+        assert meta.snapshot("g").doc.served_by is None
+
+
+def test_requests_naming_unknown_groups_leave_nothing_behind() -> None:
+    c, _ = make()
+    assert join(c, "someone", group="ghost").one.error == E.unknown_member_id
+    assert c.heartbeat("ghost", 1, "someone", None) == E.unknown_member_id
+    assert sync(c, 1, "someone").one.error == E.unknown_member_id
+    assert c.leave("ghost", [("someone", None)]) == (E.unknown_member_id, [E.unknown_member_id])
+    assert c.groups == {} and c.next_deadline() is None
+
+
+def test_static_leader_restart_keeps_the_generation_and_is_not_told_to_assign() -> None:
+    c, clock = make()
+    lead = join(c, instance="i-lead")
+    other = join(c, instance="i-2")
+    clock.now += DELAY
+    c.tick()
+    leader_id = lead.one.leader
+    restarting = "i-lead" if leader_id == lead.one.member_id else "i-2"
+    gen = lead.one.generation
+    sync(c, gen, other.one.member_id)
+    sync(c, gen, lead.one.member_id, {lead.one.member_id: b"L", other.one.member_id: b"O"})
+    old_assignment = b"L" if restarting == "i-lead" else b"O"
+    again = join(c, instance=restarting)
+    res = again.one
+    assert res.error == E.none and res.generation == gen and res.members == []
+    assert res.leader != res.member_id  # the old leader id: the client does not compute an assignment
+    assert c.groups["g"].state == STABLE and c.groups["g"].leader == res.member_id
+    assert sync(c, gen, res.member_id, instance=restarting).one.assignment == old_assignment

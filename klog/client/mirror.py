@@ -196,6 +196,15 @@ class Mirror:
             self.on_progress(self.stats)
 
     def _send(self, producer, records: list) -> None:  # noqa: ANN001 - a producer
+        bulk = getattr(producer, "send_records", None)
+        if bulk is not None:  # the remote producer's path: one call per topic
+            by_topic: dict[str, list] = {}
+            for r in records:
+                by_topic.setdefault(r.topic, []).append(r)
+            for topic, group in by_topic.items():
+                target = self.rename(topic)
+                bulk(target, group, self.src.partition_count(topic) <= self._dest_counts[target])
+            return
         rename, counts, send = self.rename, self._dest_counts, producer.send
         for r in records:
             target = rename(r.topic)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode as E
 
@@ -63,6 +63,7 @@ class GroupMember:
     protocol_type: str
     protocols: list[tuple[str, bytes]]  # in the member's order of preference
     assignment: bytes = b""
+    joined: int = 0  # clock time it joined
     deadline: int = 0  # expelled when the clock passes this (unless awaiting a join or sync reply)
     join_cb: JoinCallback | None = None
     sync_cb: SyncCallback | None = None
@@ -107,7 +108,7 @@ class Group:
         return not self.pending and all(m.join_cb is not None for m in self.members.values())
 
 
-class GroupCoordinator:
+class GroupStateMachine:
     """Every classic group of this node, in memory. Not thread-safe: call from one thread (the loop)."""
 
     def __init__(self, clock: Callable[[], int], *, min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
@@ -135,6 +136,8 @@ class GroupCoordinator:
             return respond(JoinResult(E.inconsistent_group_protocol, member_id=member_id))
         group = self.groups.get(group_id)
         if group is None:
+            if member_id:  # a member id from a group this node does not know (e.g. before a restart)
+                return respond(JoinResult(E.unknown_member_id, member_id=member_id))
             group = self.groups[group_id] = Group(group_id)
         if group.members and (group.protocol_type != protocol_type
                               or not group.protocols() & {n for n, _ in protocols}):
@@ -195,7 +198,7 @@ class GroupCoordinator:
             group.protocol_type = new.protocol_type
         member = GroupMember(member_id, new.instance_id, new.client_id, new.client_host, new.session_timeout_ms,
                              new.rebalance_timeout_ms, new.protocol_type, new.protocols, join_cb=respond,
-                             deadline=now + new.session_timeout_ms)
+                             joined=now, deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
         if new.instance_id is not None:
             group.static[new.instance_id] = member_id
@@ -215,14 +218,16 @@ class GroupCoordinator:
             old.sync_cb(SyncResult(E.fenced_instance_id))
         member = GroupMember(member_id, new.instance_id, new.client_id, new.client_host, new.session_timeout_ms,
                              new.rebalance_timeout_ms, new.protocol_type, new.protocols, assignment=old.assignment,
-                             deadline=now + new.session_timeout_ms)
+                             joined=now, deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
         group.static[new.instance_id] = member_id
-        was_leader = group.leader == old.member_id
-        if was_leader:
+        if group.leader == old.member_id:
             group.leader = member_id
-        if group.state == STABLE and old.protocols == new.protocols and not was_leader:
-            respond(self._join_result(group, member, with_members=False))
+        if group.state == STABLE and old.protocols == new.protocols:
+            # As Kafka does, the reply names the old leader id even if this member replaced the leader: a
+            # client that believed itself leader would compute an assignment a stable group never sends.
+            result = self._join_result(group, member, with_members=False)
+            respond(replace(result, leader=old.member_id) if group.leader == member_id else result)
             return
         member.join_cb = respond
         if group.state == PREPARING:
@@ -418,6 +423,8 @@ class GroupCoordinator:
             self._maybe_complete_join(group)
             if changed:
                 self.on_change(group)
+            if group.generation == 0 and group.state == EMPTY and not group.members and not group.pending:
+                del self.groups[group.group_id]  # only ever handed out member ids: nothing to remember
 
     def _expel(self, group: Group, member_id: str) -> None:
         """A member leaves (LeaveGroup or session expiry): the rest rebalance."""

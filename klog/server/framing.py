@@ -64,12 +64,23 @@ def parse_request(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, Any]
 
 
 def client_id_of(frame: bytes) -> str | None:
-    """The client id of a frame we cannot parse further (it sits at the same place in v1 and v2)."""
+    """The client id of a frame we cannot parse further (it sits at the same place in v1 and v2),
+    printable and short enough for a log line."""
     try:
         (n,) = struct.unpack_from(">h", frame, PREFIX.size)
-        return None if n < 0 else frame[PREFIX.size + 2:PREFIX.size + 2 + n].decode("utf-8", "replace")
     except struct.error:
         return None
+    if n < 0:
+        return None
+    return printable(frame[PREFIX.size + 2:PREFIX.size + 2 + min(n, 64)].decode("utf-8", "replace"))
+
+
+def printable(text: str | None) -> str | None:
+    """Text from a client, safe for one log line: control characters escaped, at most 64 chars."""
+    if text is None:
+        return None
+    text = text[:64]
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 def header_bytes(correlation_id: int, response_type: type) -> bytes:

@@ -14,22 +14,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
 from typing import Any
 
 from klog.errors import GroupError, KlogError, UsageError
-from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time
+from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time, validate_group_id
 from klog.server import consumer_protocol
 from klog.server.context import RequestContext
 from klog.server.coordinator import COMPLETING, EMPTY, STABLE, Group, GroupStateMachine, JoinResult
 from klog.server.dispatch import Handler
+from klog.server.framing import printable
 from klog.server.kafka import NO_THROTTLE, E, has_field, make, response_for
 from klog.store.state import current_boot_id
 
 FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP = 10, 11, 14, 12, 13
 OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 16, 15, 42, 47
+NOT_ASKED = -2147483648  # DescribeGroups' authorized_operations when the client did not ask
 OFFSET_METADATA_MAX = 4096  # Kafka's offset.metadata.max.bytes
 CONSUMER = "consumer"
 
@@ -48,6 +51,7 @@ class GroupCoordinator:
         self.meta = GroupsMeta(store.meta)
         self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, **machine_settings)
         pid = os.getpid()
+        self._log = logging.getLogger("klog.serve")
         self.served_by = f"klog serve pid {pid}"
         self._pid_start = process_start_time(pid)
         self._boot_id = current_boot_id().hex()
@@ -56,7 +60,6 @@ class GroupCoordinator:
         self._wake: asyncio.Event | None = None
         self._dirty: set[str] = set()
         self._writer: asyncio.Task | None = None
-        self._joined_ms: dict[str, int] = {}
 
     # -- timer ------------------------------------------------------------------------------------
     def started(self) -> None:
@@ -74,7 +77,10 @@ class GroupCoordinator:
             timeout = None if deadline is None else max(0, deadline - _monotonic_ms()) / 1000
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            self.machine.tick()
+            try:
+                self.machine.tick()
+            except Exception:  # a bug must not stop every group's timeouts for good
+                self._log.exception("group coordinator timer")
 
     async def close(self) -> None:
         """Stop the timer and mark every member gone in LMDB (a clean stop frees the groups at once)."""
@@ -114,24 +120,23 @@ class GroupCoordinator:
             await asyncio.shield(self._writer)
 
     def _log_warning(self, text: str) -> None:
-        import logging
-
-        logging.getLogger("klog.serve").warning("%s", text)
+        self._log.warning("%s", text)
 
     def _summary(self, group_id: str) -> tuple:
         group = self.machine.groups.get(group_id)
         if group is None:
             return group_id, 0, None, [], None
         members = []
+        wall, clock = now_ms(), _monotonic_ms()
         for m in group.members.values():
             topics = []
             if group.protocol_type == CONSUMER and m.protocols:
                 topics = consumer_protocol.subscription_topics(
                     m.metadata(group.protocol_name) if group.protocol_name in m.names() else m.protocols[0][1])
-            joined = self._joined_ms.setdefault(m.member_id, now_ms())
             members.append(Member(m.member_id, m.client_id, m.client_host, os.getpid(), self._pid_start,
                                   self._boot_id, topics, group.protocol_name or m.names()[0],
-                                  m.session_timeout_ms, joined, now_ms(), group.generation, self.served_by))
+                                  m.session_timeout_ms, wall - (clock - m.joined), wall, group.generation,
+                                  self.served_by))
         targets = None
         if group.state == STABLE and group.protocol_type == CONSUMER:
             targets = {m.member_id: consumer_protocol.assignment_partitions(m.assignment)
@@ -153,6 +158,15 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
         coord.started()
         return coord
     return None
+
+
+def _valid_group(group_id: str) -> bool:
+    """klog's rule for group ids (1-255 printable characters), which its LMDB keys rely on."""
+    try:
+        validate_group_id(group_id)
+    except UsageError:
+        return False
+    return True
 
 
 def _ms(value: Any) -> int:
@@ -195,14 +209,16 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
     if coord is None:
         return answer(JoinResult(E.coordinator_not_available, member_id=request.member_id))
     group_id = str(request.group_id)
-    if not coord.machine.is_live(group_id) and group_id:
+    if not _valid_group(group_id):
+        return answer(JoinResult(E.invalid_group_id, member_id=request.member_id))
+    if not coord.machine.is_live(group_id):
         try:
             local = await ctx.run_blocking(coord.meta.local_live_members, group_id)
         except KlogError:
             local = []
         if local:
             ctx.log.info("join of group '%s' by %s refused: %d klog consumer(s) are live in it", group_id,
-                         ctx.client_id, len(local))
+                         printable(ctx.client_id), len(local))
             return answer(JoinResult(E.inconsistent_group_protocol, member_id=request.member_id))
     future: asyncio.Future = asyncio.get_running_loop().create_future()
 
@@ -219,7 +235,7 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
                        require_known_member_id=int(request.__version__) >= 4, respond=respond)
     res = await future
     if res.error not in (E.none, E.member_id_required):
-        ctx.log.info("JoinGroup '%s' from %s: %s", group_id, ctx.client_id, res.error.name)
+        ctx.log.info("JoinGroup '%s' from %s: %s", printable(group_id), printable(ctx.client_id), res.error.name)
     return answer(res)
 
 
@@ -259,6 +275,10 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
     coord = _coordinator(ctx)
     if has_field(request, "members"):  # v3+: a batch, static members by instance id
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+        for m in request.members:
+            if getattr(m, "reason", None):
+                ctx.log.info("member %s leaves group '%s': %s", printable(m.member_id or m.group_instance_id),
+                             printable(str(request.group_id)), printable(m.reason))
     else:
         leaving = [(request.member_id, None)]
     if coord is None:
@@ -278,8 +298,13 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     coord = _coordinator(ctx)
     group_id = str(request.group_id)
     generation = int(getattr(request, "generation_id_or_member_epoch", -1))
-    error = E.coordinator_not_available if coord is None else coord.machine.check_commit(
-        group_id, generation, request.member_id, getattr(request, "group_instance_id", None))
+    if coord is None:
+        error = E.coordinator_not_available
+    elif not _valid_group(group_id):
+        error = E.invalid_group_id
+    else:
+        error = coord.machine.check_commit(group_id, generation, request.member_id,
+                                           getattr(request, "group_instance_id", None))
     results = await ctx.run_blocking(_commit, ctx, coord, group_id, request.topics, error)
     return make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=_topic_results(
         mod.OffsetCommitResponseTopic, mod.OffsetCommitResponsePartition, results))
@@ -309,13 +334,14 @@ def _commit(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, 
                 offsets[tp] = (int(p.committed_offset), metadata)
                 results[tp] = E.none
     if error is not E.none:
-        ctx.log.info("OffsetCommit to group '%s' from %s: %s", group_id, ctx.client_id, error.name)
+        ctx.log.info("OffsetCommit to group '%s' from %s: %s", printable(group_id), printable(ctx.client_id),
+                     error.name)
     if offsets:
         assert coord is not None
         try:
             coord.meta.store_offsets(group_id, offsets)
         except GroupError as e:
-            ctx.log.info("OffsetCommit to group '%s' from %s refused: %s", group_id, ctx.client_id, e)
+            ctx.log.info("OffsetCommit to group '%s' from %s refused: %s", group_id, printable(ctx.client_id), e)
             results.update({tp: E.unknown_member_id for tp in offsets})
         except (KlogError, OSError) as e:
             ctx.log.warning("OffsetCommit to group '%s' failed: %s", group_id, e)
@@ -335,8 +361,10 @@ def _fetch_group(ctx: RequestContext, coord: GroupCoordinator | None, group_id: 
     """One group's committed offsets, for the topics/partitions asked (None: all it has)."""
     if coord is None:
         return E.coordinator_not_available, ()
+    if not _valid_group(group_id):
+        return E.invalid_group_id, ()
     try:
-        committed = coord.meta.committed(group_id) if group_id else {}
+        committed = coord.meta.committed(group_id)
     except (KlogError, OSError) as e:
         ctx.log.warning("OffsetFetch of group '%s' failed: %s", group_id, e)
         return E.coordinator_not_available, ()
@@ -385,6 +413,8 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Any:
 
     if coord is None:
         return reply(E.coordinator_not_available, {})
+    if not _valid_group(group_id):
+        return reply(E.invalid_group_id, {})
     await coord.flush()
     subscribed = coord.machine.subscribed_topics(group_id, consumer_protocol.subscription_topics)
     try:
@@ -455,7 +485,13 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     coord = _coordinator(ctx)
     out = []
+    # without ACLs every client may do all a group allows: READ (3), DELETE (6), DESCRIBE (8)
+    ops = (1 << 3 | 1 << 6 | 1 << 8) if getattr(request, "include_authorized_operations", False) else NOT_ASKED
     for gid in request.groups:
+        if not _valid_group(str(gid)):
+            out.append(make(mod.DescribedGroup, error_code=E.invalid_group_id, group_id=gid, group_state="",
+                            protocol_type="", protocol_data="", members=(), authorized_operations=ops))
+            continue
         group = coord.machine.groups.get(str(gid)) if coord is not None else None
         if group is not None and group.state != EMPTY:
             protocol = group.protocol_name if group.state in (COMPLETING, STABLE) else ""
@@ -466,21 +502,21 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
                             for m in group.members.values())
             out.append(make(mod.DescribedGroup, error_code=E.none, group_id=gid, group_state=group.state,
                             protocol_type=group.protocol_type or "", protocol_data=protocol or "", members=members,
-                            authorized_operations=-2147483648))
+                            authorized_operations=ops))
             continue
         try:
             state, assignor, stored = await ctx.run_blocking(_describe_stored, ctx.store, str(gid))
         except (KlogError, OSError):
             out.append(make(mod.DescribedGroup, error_code=E.coordinator_not_available, group_id=gid,
                             group_state="", protocol_type="", protocol_data="", members=(),
-                            authorized_operations=-2147483648))
+                            authorized_operations=ops))
             continue
         members = tuple(make(mod.DescribedGroupMember, member_id=mid, group_instance_id=None, client_id=cid,
                              client_host=host, member_metadata=meta, member_assignment=assign)
                         for mid, cid, host, meta, assign in stored)
         out.append(make(mod.DescribedGroup, error_code=E.none, group_id=gid, group_state=state,
                         protocol_type=CONSUMER if state != "Dead" else "", protocol_data=assignor or "",
-                        members=members, authorized_operations=-2147483648))
+                        members=members, authorized_operations=ops))
     return make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out))
 
 

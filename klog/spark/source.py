@@ -10,6 +10,7 @@ object here is pickled to Spark's Python workers, so they hold plain data only (
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Iterator
@@ -26,8 +27,16 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from klog.errors import UsageError
 from klog.spark import ranges as plan
-from klog.spark.arrow import SCHEMA_DDL, arrow_schema, read_range
+from klog.spark.arrow import (
+    SCHEMA_DDL,
+    SCHEMA_DDL_NO_HEADERS,
+    arrow_schema,
+    open_options_store,
+    read_range,
+    read_range_remote,
+)
 from klog.spark.options import ReadOptions, WriteOptions, lower, parse_read_options, parse_write_options
 from klog.spark.sink import check_sink_schema, send_batches, stage_batches, staged_batches
 
@@ -48,7 +57,8 @@ class KlogDataSource(DataSource):
         return "klog"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        opts = self._options()
+        return SCHEMA_DDL if opts.get("includeheaders", "true").strip().lower() != "false" else SCHEMA_DDL_NO_HEADERS
 
     def reader(self, schema) -> DataSourceReader:  # noqa: ANN001 - StructType
         return KlogBatchReader(parse_read_options(self._options()))
@@ -57,14 +67,22 @@ class KlogDataSource(DataSource):
         return KlogStreamReader(parse_read_options(self._options(), streaming=True))
 
     def writer(self, schema, overwrite: bool) -> DataSourceArrowWriter:  # noqa: ANN001
+        _refuse_overwrite(overwrite)
         opts = parse_write_options(self._options())
         check_sink_schema(schema, opts)
         return KlogBatchWriter(opts)
 
     def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamArrowWriter:  # noqa: ANN001
+        # (every output mode appends, as Spark's Kafka sink does for append, update and complete)
         opts = parse_write_options(self._options())
         check_sink_schema(schema, opts)
         return KlogStreamWriter(opts)
+
+
+def _refuse_overwrite(overwrite: bool) -> None:
+    if overwrite:  # Spark's Kafka sink: "Save mode Overwrite not allowed for Kafka"
+        raise UsageError("save mode overwrite is not allowed for klog (as for Kafka): a topic is appended to; "
+                         "use mode append")
 
 
 def bound_source(data_dir: str) -> type[KlogDataSource]:
@@ -80,22 +98,24 @@ class RangePartition(InputPartition):
         self.range = r
 
 
-def _open_store(data_dir: str):  # noqa: ANN202 - klog Store
-    from klog.client.store import Store
-
-    return Store(data_dir, create=False)
+def _open_store(opts: ReadOptions | WriteOptions):  # noqa: ANN202 - klog Store or RemoteStore
+    """The store the options name: a cluster with kafka.bootstrap.servers, else the dataDir store."""
+    return open_options_store(opts)
 
 
 def _read(opts: ReadOptions, partition: RangePartition) -> Iterator:
     r = partition.range
+    if dict(opts.kafka).get("bootstrap.servers"):
+        yield from read_range_remote(opts.kafka, r.topic, r.partition, r.start, r.end, arrow_schema())
+        return
     yield from read_range(opts.data_dir, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
-                          arrow_schema())
+                          arrow_schema(opts.include_headers), opts.isolation_level == "read_committed")
 
 
 class KlogBatchReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        with _open_store(opts.data_dir) as store:  # plan now: an unknown topic fails at load()
+        with _open_store(opts) as store:  # plan now: an unknown topic fails at load()
             self.ranges = plan.split(plan.plan(store, opts), opts.min_partitions)
 
     def partitions(self) -> list[RangePartition]:
@@ -115,20 +135,21 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self.target: dict | None = None  # availableNow: the high watermarks when the query started
-        with _open_store(opts.data_dir) as store:
+        with _open_store(opts) as store:
             plan.checked_partitions(store, opts)  # fail now for an unknown topic or partition
 
     def initialOffset(self) -> dict:
-        with _open_store(self.opts.data_dir) as store:
+        with _open_store(self.opts) as store:
             return plan.stream_offsets({
                 tp: plan.position(store, tp, self.opts.starting, self.opts.starting_ms, plan.LATEST,
                                   self.opts.fail_on_data_loss, "startingOffsets",
-                                  self.opts.starting_timestamp_strategy)
+                                  self.opts.starting_timestamp_strategy, self.opts)
                 for tp in plan.topic_partitions(store, self.opts)})
 
     def _high_watermarks(self) -> dict[plan.TopicPartition, int]:
-        with _open_store(self.opts.data_dir) as store:
-            return {tp: store.partition(*tp).high_watermark() for tp in plan.topic_partitions(store, self.opts)}
+        with _open_store(self.opts) as store:
+            return {tp: plan.end_offset(store.partition(*tp), self.opts)
+                    for tp in plan.topic_partitions(store, self.opts)}
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = plan.stream_offsets(self._high_watermarks())
@@ -154,7 +175,7 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         begun = plan.from_stream_offsets(start)
         ranges = []
-        with _open_store(self.opts.data_dir) as store:
+        with _open_store(self.opts) as store:
             for tp, stop in plan.from_stream_offsets(end).items():
                 # a partition or topic that appeared since the last batch starts at its beginning (as in Spark)
                 first = begun[tp] if tp in begun else store.partition(*tp).log_start_offset()
@@ -170,20 +191,17 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def _limit_rows(start: dict[plan.TopicPartition, int], latest: dict[plan.TopicPartition, int],
                 rows_max: int) -> dict[plan.TopicPartition, int]:
-    """maxOffsetsPerTrigger: share the row budget evenly over the partitions with records waiting."""
+    """maxOffsetsPerTrigger as Spark's Kafka source splits it (KafkaMicroBatchStream.rateLimit): each
+    partition gets limit * its backlog / the total backlog, rounded down (up when below 1)."""
     out = {tp: start.get(tp, hw) for tp, hw in latest.items()}  # a new partition is not limited
-    waiting = {tp: hw - out[tp] for tp, hw in latest.items() if hw > out[tp]}
-    budget = rows_max
-    while budget > 0 and waiting:  # bounded: each round takes at least one row or drops a partition
-        share = max(1, budget // len(waiting))
-        for tp in sorted(waiting):
-            take = min(share, waiting[tp], budget)
-            out[tp] += take
-            waiting[tp] -= take
-            budget -= take
-            if budget == 0:
-                break
-        waiting = {tp: n for tp, n in waiting.items() if n > 0}
+    backlog = {tp: hw - out[tp] for tp, hw in latest.items() if hw > out[tp]}
+    total = sum(backlog.values())
+    if total <= rows_max:
+        return {tp: max(out[tp], hw) for tp, hw in latest.items()}
+    for tp, size in backlog.items():
+        prorate = rows_max * size / total
+        take = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        out[tp] = min(out[tp] + take, latest[tp])
     return out
 
 
@@ -202,7 +220,7 @@ class KlogBatchWriter(DataSourceArrowWriter):
         self.opts = opts
 
     def write(self, iterator: Iterator) -> WrittenMessage:
-        with _open_store(self.opts.data_dir) as store:
+        with _open_store(self.opts) as store:
             return WrittenMessage(send_batches(store, self.opts, iterator))
 
 
@@ -236,7 +254,7 @@ class KlogStreamWriter(DataSourceStreamArrowWriter):
         marker = os.path.join(self.commits_dir, str(batchId)) if self.commits_dir else None
         paths = [m.path for m in messages if m is not None and m.path]
         if marker is None or not os.path.exists(marker):
-            with _open_store(self.opts.data_dir) as store:
+            with _open_store(self.opts) as store:
                 send_batches(store, self.opts, staged_batches(paths))
             if marker is not None:
                 _write_marker(marker)

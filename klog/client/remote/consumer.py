@@ -23,6 +23,7 @@ from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
 
 FETCH_MESSAGES = 10_000  # records taken from librdkafka per call
 POLL_TIMEOUT_S = 0.1
+PARTITION_EOF = -191  # librdkafka's KafkaError._PARTITION_EOF (a constant: the module loads lazily)
 TIMESTAMP_TYPES = {0: 0, 1: 0, 2: 1}  # librdkafka's NOT_AVAILABLE, CREATE_TIME, LOG_APPEND_TIME -> ours
 
 
@@ -44,7 +45,8 @@ class RemoteConsumer:
     def __init__(self, store, topics: list[str], *, partitions: list[int] | None = None,
                  start: StartSpec | str = "beginning", until_ms: int | None = None, follow: bool = False,
                  count: int | None = None, poll_interval_ms: int = 0,
-                 record_filter: Callable[[Record], bool] | None = None, merge: bool = True) -> None:
+                 record_filter: Callable[[Record], bool] | None = None, merge: bool = True,
+                 isolation_level: str = "read_uncommitted") -> None:
         from confluent_kafka import Consumer, KafkaException
 
         self.store = store
@@ -64,9 +66,12 @@ class RemoteConsumer:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",  # an offset below the log start reads from the log start
+            # klog's default as Kafka's Java clients' (librdkafka's own default is read_committed)
+            "isolation.level": isolation_level,
             # keep fetching while records wait in librdkafka's queue (its default backs off for 1 s once
             # 100,000 are queued, which halves the throughput of a reader as fast as ours)
             "fetch.queue.backoff.ms": 0,
+            "enable.partition.eof": True,  # tells a bounded read it has seen everything (see _at_end)
             "queued.min.messages": 1_000_000,
             "error_cb": store._on_error,
         })
@@ -138,18 +143,30 @@ class RemoteConsumer:
 
         for m in msgs:
             err = m.error()
-            if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
-                    continue  # librdkafka retries; the no-progress bound below ends a real outage
+            if err is None:
+                continue
+            # the end of a partition is handled in order by _records; librdkafka retries a transport
+            # error itself (the no-progress bound ends a real outage)
+            if err.code() not in (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
                 raise klog_error(err, f"cannot read {m.topic()}-{m.partition()}")
         return msgs
+
+    def _at_end(self, topic: str, partition: int, offset: int) -> None:
+        """librdkafka fetched up to `offset`, the partition's end: a bounded read is complete even when
+        its last offsets hold no record for us (transaction markers, compacted away)."""
+        c = self._by_tp.get((topic, partition))
+        if c is not None and c.stop is not None and offset >= c.stop:
+            c.offset = max(c.offset, c.stop)
 
     def _records(self, msgs: list) -> list[Record]:
         """Records of `msgs` below each partition's stop; cursors advance past them."""
         out = []
         by_tp = self._by_tp
         for m in msgs:
-            if m.error() is not None:
+            err = m.error()
+            if err is not None:
+                if err.code() == PARTITION_EOF:
+                    self._at_end(m.topic(), m.partition(), m.offset())
                 continue
             topic, partition, offset = m.topic(), m.partition(), m.offset()
             c = by_tp.get((topic, partition))
@@ -188,8 +205,9 @@ class RemoteConsumer:
         out.extend(self._records(self._fetch(timeout)))
         return out
 
-    def value_chunks(self) -> Iterator[list[bytes | None]]:
-        """Value-only output of one partition: lists of values (no Record objects: the fast path)."""
+    def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
+        """Value-only output of one partition: lists of values (`null` for a null one; no Record
+        objects: the fast path). The same interface as the local Consumer's."""
         cursor = self.cursors[0]
         stop = cursor.stop
         check = self._progress_guard()
@@ -197,17 +215,23 @@ class RemoteConsumer:
         while not cursor.done:
             msgs = consume(FETCH_MESSAGES, POLL_TIMEOUT_S)
             if msgs and any(m.error() is not None for m in msgs):
-                msgs = [m for m in self._fetched(msgs) if m.error() is None]
+                values = [null if r.value is None else r.value
+                          for r in self._records(self._fetched(msgs))]  # the slow path: in order
+                check(bool(values) or cursor.done)
+                if values:
+                    yield values
+                continue
             check(bool(msgs))
             if not msgs:
                 continue
             last = msgs[-1].offset()
             if stop is None or last < stop:
-                cursor.offset = last + 1
-                yield [m.value() for m in msgs]
+                cursor.offset = max(cursor.offset, last + 1)
+                values = [m.value() for m in msgs]
             else:
                 cursor.offset = stop
-                yield [m.value() for m in msgs if m.offset() < stop]
+                values = [m.value() for m in msgs if m.offset() < stop]
+            yield values if null is None else [null if v is None else v for v in values]
 
     def _fill(self, check: Callable[[bool], None]) -> None:
         """One fetch distributed into the partitions' buffers."""

@@ -143,6 +143,25 @@ class RemoteProducer:
                 self._producer.poll(0)
         self._raise_failure()
 
+    def send_records(self, topic: str, records: Sequence, keep_partition: bool) -> None:
+        """Copies of `records` (klog Records: key, value, headers, timestamp), each to its own
+        partition when `keep_partition` (the caller checked the topic has them all), else where the
+        partitioner puts it: the mirror's path, one librdkafka call per record and nothing more."""
+        self.partitions_for(topic)
+        produce = self._producer.produce
+        for r in records:
+            p = r.partition if keep_partition else -1
+            try:
+                produce(topic, r.value, r.key, p, timestamp=r.timestamp, headers=r.headers or None)
+            except BufferError:
+                self._produce(topic, r.value, r.key, p, r.timestamp, r.headers or None)
+                continue
+            except Exception as e:  # noqa: BLE001 - librdkafka's KafkaException, mapped below
+                raise self._send_error(e, topic) from None
+            self._queued += 1
+        self._producer.poll(0)
+        self._raise_failure()
+
     def _produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int, ts: int,
                  headers: list | None) -> None:
         deadline = None

@@ -170,7 +170,7 @@ class RemoteStore:
         validate_topic_name(name)
         configs = validate_configs(configs or {}) if configs else {}
         if exist_ok and name in self._topics():
-            return self.topic(name)
+            return self._with_configs(self.topic(name))
         new = NewTopic(name, num_partitions=-1 if partitions is None else partitions,
                        replication_factor=-1 if replication_factor is None else replication_factor,
                        config={k: str(v) for k, v in (configs or {}).items()})
@@ -178,11 +178,15 @@ class RemoteStore:
             self._wait(self.admin.create_topics([new], request_timeout=self.timeout), f"cannot create topic '{name}'")
         except KlogError as e:
             if exist_ok and "already exists" in str(e):
-                return self.topic(name)
+                return self._with_configs(self.topic(name))
             raise
         self.forget_topic_cache(name)
         topic = self._await_topic(name)
         topic.configs = dict(configs or {})
+        return topic
+
+    def _with_configs(self, topic: RemoteTopic) -> RemoteTopic:
+        topic.configs = self.topic_configs(topic.name)
         return topic
 
     def _await_topic(self, name: str) -> RemoteTopic:
@@ -318,11 +322,28 @@ class RemoteStore:
 
         return RemoteGroupConsumer(self, group, list(topics), **kwargs)
 
-    def partition(self, topic: str, partition: int):  # noqa: ANN201 - the local store's file-level view
+    def partition(self, topic: str, partition: int) -> RemotePartitionView:
+        """A partition's offsets (what the Spark source plans with); its files are the cluster's."""
         count = self.partition_count(topic)
         if not 0 <= partition < count:
             raise UnknownPartitionError(f"topic '{topic}' has no partition {partition} (it has {count})")
-        raise UsageError("this needs the local store's files: not available against a cluster")
+        return RemotePartitionView(self, topic, partition)
+
+
+@dataclass
+class RemotePartitionView:
+    store: RemoteStore
+    topic: str
+    partition: int
+
+    def log_start_offset(self) -> int:
+        return self.store.offsets(self.topic, -2)[self.partition] or 0
+
+    def high_watermark(self) -> int:
+        return self.store.offsets(self.topic, -1)[self.partition] or 0
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        return self.store.offsets(self.topic, timestamp)[self.partition]
 
 
 def _remote_topic(name: str, tm) -> RemoteTopic:  # noqa: ANN001 - confluent_kafka TopicMetadata

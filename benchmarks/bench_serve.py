@@ -1,0 +1,298 @@
+"""`klog serve` with Kafka clients beside the local CLI on the same machine, in the same run
+(a benchmark, not a test: prints README figures).
+
+    python benchmarks/bench_serve.py [--records N] [--rounds R] [--latency-samples S]
+
+- produce: confluent-kafka (librdkafka) Producer, N records of 100 B, acks=all, default batching,
+  into `klog serve`; beside `klog produce` of the same N lines into the local store.
+- fetch: `kcat -C -e -o beginning` of those N records to /dev/null through the server (and the
+  server's CPU seconds per fetched MiB, from /proc); beside `klog consume` of the same topic.
+- latency: single records at low load (one every 5 ms), produce call -> consumer delivery, p50/p99;
+  the Kafka pair (confluent producer acks=all, linger 0; confluent consumer long-polling) beside
+  klog's library producer (acks=all, flush per record) and a following consumer in another process.
+- memory: the server's RSS idle, with 500 idle connections, and with 10 busy producers.
+
+Each round alternates the server and local runs; figures are medians of R rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KCAT = shutil.which("kcat")
+
+
+def klog_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "klog", *args]
+
+
+class Serve:
+    def __init__(self, data_dir: str, env: dict) -> None:
+        self.proc = subprocess.Popen(klog_cmd("serve", "--listen", "127.0.0.1:0", "-d", data_dir),
+                                     stderr=subprocess.PIPE, env=env, text=True)
+        line = self.proc.stderr.readline()
+        found = re.search(r"listening on (\S+:\d+)", line)
+        if not found:
+            self.close()
+            raise SystemExit(f"klog serve did not start: {line}")
+        self.bootstrap = found.group(1)
+        self.port = int(self.bootstrap.rsplit(":", 1)[1])
+
+    def cpu_s(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mib(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def confluent_produce(bootstrap: str, topic: str, n: int) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    value = b"x" * 100
+    failures = []
+    start = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=lambda e, m: failures.append(e) if e else None)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10000 == 0:
+            producer.poll(0)
+    if producer.flush(120) != 0 or failures:
+        raise SystemExit(f"confluent produce failed: {failures[:3]}")
+    return time.perf_counter() - start
+
+
+def local_produce(data_dir: str, topic: str, lines_path: str, env: dict) -> float:
+    start = time.perf_counter()
+    with open(lines_path, "rb") as stdin:
+        r = subprocess.run(klog_cmd("produce", topic, "-d", data_dir, "--acks", "all"), stdin=stdin,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    if r.returncode:
+        raise SystemExit(f"klog produce failed: {r.stderr.decode()}")
+    return time.perf_counter() - start
+
+
+def count_lines(args: list[str], env: dict, expected: int) -> float:
+    start = time.perf_counter()
+    r = subprocess.run(args, capture_output=True, env=env)
+    took = time.perf_counter() - start
+    got = r.stdout.count(b"\n")
+    if r.returncode or got != expected:
+        raise SystemExit(f"{' '.join(args)}: exit {r.returncode}, {got} lines of {expected}: {r.stderr[-300:]!r}")
+    return took
+
+
+def raw_fetch(port: int, topic: str, n: int) -> float:
+    """Fetch v12 requests of 1 MiB each from one connection, batches counted, nothing decoded:
+    what the server itself sustains, without a client library's parsing."""
+    import datetime
+    import struct
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+    from kio.static.primitive import i32Timedelta
+
+    sys.path.insert(0, REPO)
+    from tests.serve_helpers import RawClient
+
+    offset = 0
+    start = time.perf_counter()
+    with RawClient(port) as client:
+        while offset < n:
+            part = FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                                  log_start_offset=-1, partition_max_bytes=1 << 20)
+            resp = client.send(1, 12, replica_id=-1, max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=500)),
+                               min_bytes=1, max_bytes=50 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                               topics=(FetchTopic(topic=topic, partitions=(part,)),), forgotten_topics_data=(),
+                               rack_id="")
+            records = resp.responses[0].partitions[0].records
+            pos = 0
+            while pos + 61 <= len(records):
+                base, length = struct.unpack_from(">qi", records, pos)
+                if pos + 12 + length > len(records):
+                    break  # a batch cut at the byte limit
+                offset = base + struct.unpack_from(">i", records, pos + 23)[0] + 1
+                pos += 12 + length
+    return time.perf_counter() - start
+
+
+def kafka_latency(bootstrap: str, topic: str, samples: int) -> list[float]:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-lat", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 500, "fetch.min.bytes": 1})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    out: list[float] = []
+    try:
+        consumer.consume(1, 1.0)
+        for _ in range(samples):
+            sent = time.perf_counter()
+            producer.produce(topic, b"%.9f" % sent)
+            producer.poll(0)
+            deadline = sent + 5
+            while time.perf_counter() < deadline:
+                msgs = consumer.consume(1, 0.5)
+                if msgs and msgs[0].error() is None:
+                    out.append(time.perf_counter() - float(msgs[0].value()))
+                    break
+            time.sleep(0.005)
+        producer.flush(10)
+    finally:
+        consumer.close()
+    return out
+
+
+def local_latency(data_dir: str, topic: str, samples: int, env: dict) -> list[float]:
+    """klog's producer here, `klog consume -f` in another process printing each value at once."""
+    import klog
+
+    follower = subprocess.Popen(klog_cmd("consume", topic, "-f", "-d", data_dir, "--offset", "end"),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, bufsize=0)
+    out: list[float] = []
+    try:
+        time.sleep(1.5)  # the follower is at the end before the first send
+        with klog.open(data_dir) as store, store.producer(acks="all") as producer:
+            for _ in range(samples):
+                sent = time.perf_counter()
+                producer.send(topic, b"%.9f" % sent)
+                producer.flush()
+                line = follower.stdout.readline()
+                out.append(time.perf_counter() - float(line))
+                time.sleep(0.005)
+    finally:
+        follower.terminate()
+        follower.wait(10)
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] * 1000
+
+
+def memory(serve: Serve, bootstrap: str) -> tuple[float, float, float]:
+    from confluent_kafka import Producer
+
+    idle = serve.rss_mib()
+    socks = [socket.create_connection(("127.0.0.1", serve.port)) for _ in range(500)]
+    time.sleep(1)
+    with_idle = serve.rss_mib()
+    for s in socks:
+        s.close()
+    stop = threading.Event()
+    peak = [0.0]
+
+    def busy(i: int) -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        while not stop.is_set():
+            try:
+                p.produce(f"mem-{i}", b"y" * 100)
+            except BufferError:
+                p.poll(0.01)
+        p.flush(30)
+
+    threads = [threading.Thread(target=busy, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for _ in range(20):
+        time.sleep(0.25)
+        peak[0] = max(peak[0], serve.rss_mib())
+    stop.set()
+    for t in threads:
+        t.join(60)
+    return idle, with_idle, peak[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-samples", type=int, default=300)
+    args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": REPO}
+    n = args.records
+    tmp = tempfile.mkdtemp(prefix="bench-serve-")
+    lines_path = os.path.join(tmp, "lines")
+    with open(lines_path, "wb") as f:
+        f.write((b"x" * 100 + b"\n") * n)
+    results: dict[str, list[float]] = {k: [] for k in ("serve_produce", "local_produce", "serve_fetch",
+                                                        "local_fetch", "cpu_per_mib", "raw_fetch")}
+    serve_dir, local_dir = os.path.join(tmp, "serve"), os.path.join(tmp, "local")
+    serve = Serve(serve_dir, env)
+    try:
+        for r in range(args.rounds):
+            topic = f"bench-{r}"
+            subprocess.run(klog_cmd("topics", "create", topic, "-d", serve_dir), env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            results["serve_produce"].append(n / confluent_produce(serve.bootstrap, topic, n))
+            results["local_produce"].append(n / local_produce(local_dir, topic, lines_path, env))
+            if KCAT:
+                cpu0 = serve.cpu_s()
+                took = count_lines([KCAT, "-b", serve.bootstrap, "-C", "-t", topic, "-e", "-o", "beginning",
+                                    "-q", "-f", "%s\n"], env, n)
+                cpu = serve.cpu_s() - cpu0
+                results["serve_fetch"].append(n / took)
+                results["cpu_per_mib"].append(cpu / (n * 170 / 2**20))  # ~170 B per 100-B record on disk
+            results["raw_fetch"].append(n / raw_fetch(serve.port, topic, n))
+            results["local_fetch"].append(n / count_lines(klog_cmd("consume", topic, "-d", local_dir), env, n))
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" if k != "cpu_per_mib" else f"{k} {v[-1]:.4f}"
+                                                  for k, v in results.items() if v), flush=True)
+        lat_topic = "latency"
+        subprocess.run(klog_cmd("topics", "create", lat_topic, "-d", serve_dir), env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run(klog_cmd("topics", "create", lat_topic, "-d", local_dir), env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        kafka_lat = kafka_latency(serve.bootstrap, lat_topic, args.latency_samples)
+        local_lat = local_latency(local_dir, lat_topic, args.latency_samples, env)
+        idle, with_idle, busy = memory(serve, serve.bootstrap)
+    finally:
+        serve.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in results.items() if v}
+    print(f"\n{n:,} records of 100 B, medians of {args.rounds} rounds")
+    print(f"produce  klog serve + confluent-kafka acks=all   {med['serve_produce']:>12,.0f} records/s")
+    print(f"produce  klog produce (local CLI) acks=all       {med['local_produce']:>12,.0f} records/s")
+    if "serve_fetch" in med:
+        print(f"fetch    klog serve + kcat -C -e                 {med['serve_fetch']:>12,.0f} records/s "
+              f"(server CPU {med['cpu_per_mib'] * 1000:.1f} ms per MiB)")
+    print(f"fetch    klog serve, raw Fetch v12 of 1 MiB      {med['raw_fetch']:>12,.0f} records/s (no client parsing)")
+    print(f"fetch    klog consume (local CLI)                {med['local_fetch']:>12,.0f} records/s")
+    print(f"latency  serve, confluent producer -> consumer   p50 {pct(kafka_lat, 0.5):.1f} ms  "
+          f"p99 {pct(kafka_lat, 0.99):.1f} ms ({len(kafka_lat)} samples)")
+    print(f"latency  local, klog producer -> consume -f      p50 {pct(local_lat, 0.5):.1f} ms  "
+          f"p99 {pct(local_lat, 0.99):.1f} ms ({len(local_lat)} samples)")
+    print(f"memory   server RSS idle {idle:.0f} MiB, 500 idle connections {with_idle:.0f} MiB, "
+          f"10 busy producers {busy:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
