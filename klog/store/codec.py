@@ -19,6 +19,7 @@ from klog.store import compression, legacy
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET,
+    BASE_OFFSET_OFFSET,
     BATCH_HEADER,
     BATCH_PREFIX,
     COMPRESSION_CODEC_MASK,
@@ -36,6 +37,7 @@ from klog.store.format import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    PARTITION_LEADER_EPOCH_OFFSET,
     RECORD_BATCH_OVERHEAD,
     RECORDS_OFFSET,
     TIMESTAMP_TYPE_MASK,
@@ -243,8 +245,10 @@ def _encode_headers(headers: Sequence[Header]) -> bytes:
     return b"".join(parts)
 
 
-def encode_records(records: Sequence[RecordIn], base_timestamp: int) -> bytes:
-    """The records section of a batch: each record's length varint then its body."""
+def encode_records(records: Sequence[RecordIn], base_timestamp: int,
+                   offset_deltas: Sequence[int] | None = None) -> bytes:
+    """The records section of a batch: each record's length varint then its body. Offset deltas
+    are 0, 1, 2... unless given (a compacted batch keeps its survivors' own offsets)."""
     out: list[bytes] = []
     append = out.append
     join = b"".join
@@ -256,10 +260,11 @@ def encode_records(records: Sequence[RecordIn], base_timestamp: int) -> bytes:
     attributes = _ATTRIBUTES
     # ts - low indexes the signed table for deltas in [-2**13, 2**13)
     low = base_timestamp - _SIGNED_HALF
-    for delta, (key, value, headers, timestamp) in enumerate(records):
+    deltas = range(len(records)) if offset_deltas is None else offset_deltas
+    for delta, (key, value, headers, timestamp) in zip(deltas, records, strict=True):
         t = timestamp - low
         ts_part = signed[t] if 0 <= t < size else encode_varint(timestamp - base_timestamp)
-        off_part = unsigned[delta] if delta < size else encode_varint(delta)
+        off_part = unsigned[delta] if 0 <= delta < size else encode_varint(delta)
         if key is None:
             key_part = null
         else:
@@ -303,13 +308,24 @@ def encode_batch(
         assert log_append_time_ms is not None
         attributes |= TIMESTAMP_TYPE_MASK
         max_timestamp = log_append_time_ms
-    body = encode_records(records, base_timestamp)
-    if codec:
-        body = compression.compress(codec, body)
-    covered = CRC_COVERED_HEADER.pack(
-        attributes, count - 1, base_timestamp, max_timestamp,
-        NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, count,
-    )
+    return write_batch(records, base_offset=base_offset, attributes=attributes, last_offset_delta=count - 1,
+                       base_timestamp=base_timestamp, max_timestamp=max_timestamp, leader_epoch=leader_epoch)
+
+
+def write_batch(records: Sequence[RecordIn], *, base_offset: int, attributes: int, last_offset_delta: int,
+                base_timestamp: int, max_timestamp: int, leader_epoch: int = KLOG_LEADER_EPOCH,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                base_sequence: int = NO_SEQUENCE, offset_deltas: Sequence[int] | None = None) -> bytes:
+    """klog's one RecordBatch v2 writer: every header field as given, the records section
+    (compressed by the codec in `attributes`) and its CRC. encode_batch (producers) and the
+    cleaner's rewrite of a compacted batch (explicit offset deltas, producer fields, the
+    delete-horizon flag, an empty batch) both come here."""
+    body = encode_records(records, base_timestamp, offset_deltas)
+    codec_id = attributes & COMPRESSION_CODEC_MASK
+    if codec_id and records:
+        body = compression.compress(codec_id, body)
+    covered = CRC_COVERED_HEADER.pack(attributes, last_offset_delta, base_timestamp, max_timestamp,
+                                      producer_id, producer_epoch, base_sequence, len(records))
     crc = crc_of(covered, body)
     batch_length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body)
     prefix = BATCH_PREFIX.pack(base_offset, batch_length, leader_epoch, MAGIC_V2, crc)
@@ -618,8 +634,11 @@ def _decode_headers(data: bytes, pos: int) -> tuple[list[Header], int]:
     return headers, pos
 
 
-def with_base_offset(batch: bytes, base_offset: int, leader_epoch: int | None = None) -> bytes:
-    """The batch with its base offset (and leader epoch) stamped; both lie outside the CRC."""
-    if leader_epoch is None:
-        return BASE_OFFSET.pack(base_offset) + batch[8:]
-    return b"".join((BASE_OFFSET.pack(base_offset), batch[8:12], INT32.pack(leader_epoch), batch[16:]))
+def with_base_offset(batch: bytes | bytearray, base_offset: int, leader_epoch: int | None = None) -> bytearray:
+    """The batch with its base offset (and leader epoch) stamped in place, both outside the CRC:
+    a bytearray is stamped as it is (and returned), bytes are copied once."""
+    stamped = batch if isinstance(batch, bytearray) else bytearray(batch)
+    BASE_OFFSET.pack_into(stamped, BASE_OFFSET_OFFSET, base_offset)
+    if leader_epoch is not None:
+        INT32.pack_into(stamped, PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+    return stamped
