@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import struct
 
 from klog.store.names import fit_partition_file
+
+GENERATION = struct.Struct(">Q")
+GENERATION_MASK = (1 << 64) - 1
 
 
 class FileLock:
@@ -17,12 +21,24 @@ class FileLock:
         self.path = fit_partition_file(path, ".lock")
         self._fd: int | None = None
         self._depth = 0
+        # Every acquisition (by any process) counts itself in the lock file's first 8 bytes:
+        # `previous_generation` is the count this holder found, `generation` the one it wrote.
+        # A holder that finds the count it wrote last time knows nobody else held the lock since.
+        self.generation = -1
+        self.previous_generation = -1
 
     def acquire(self) -> None:
         if self._depth == 0:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                found = GENERATION.unpack(os.pread(self._fd, GENERATION.size, 0))[0]
+            except struct.error:  # a new (empty) lock file
+                found = 0
+            self.previous_generation = found
+            self.generation = (found + 1) & GENERATION_MASK
+            os.pwrite(self._fd, GENERATION.pack(self.generation), 0)
         self._depth += 1
 
     def release(self) -> None:

@@ -144,8 +144,13 @@ class PartitionLog:
         return sum(s.file_size() for s in self.segments.values())
 
     # -- writing (lock held) -------------------------------------------------------------------
-    def open_for_write(self) -> RecoveryReport:
-        """Adopt the state the last writer left, recovering the tail if it did not finish."""
+    def open_for_write(self, trusted: bool = False) -> RecoveryReport:
+        """Adopt the state the last writer left, recovering the tail if it did not finish.
+
+        trusted: the caller knows this object was the last writer and nothing changed the folder
+        since (Partition's lock generation); an opened log then stays as it is."""
+        if trusted and self._fds is not None and self.bases and self.active.next_offset is not None:
+            return RecoveryReport()
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir

@@ -97,6 +97,8 @@ class Partition:
         # readers: the leader epoch the replica list was built for, and how to rebuild it when a
         # writer elected a new leader (a reader kept open must not read a deposed leader's tail)
         self.leader_epoch_loaded = 0
+        # the lock generation under which this object last appended cleanly (see open_for_write)
+        self._appended_generation: int | None = None
         self.reload_replicas: Callable[[], None] | None = None
 
     def set_replica_dirs(self, replica_dirs: list[str]) -> None:
@@ -104,7 +106,10 @@ class Partition:
         assert replica_dirs
         name = partition_dir_name(self.topic, self.partition)
         known = {os.path.dirname(r.directory): r for r in self.replicas}
-        self.replicas = [known.get(d) or PartitionLog(os.path.join(d, name), self.config) for d in replica_dirs]
+        replicas = [known.get(d) or PartitionLog(os.path.join(d, name), self.config) for d in replica_dirs]
+        if replicas != self.replicas:
+            self._appended_generation = None  # a replica joined or left: open every one afresh
+        self.replicas = replicas
         for r in known.values():
             if r not in self.replicas:
                 r.close()
@@ -135,8 +140,15 @@ class Partition:
 
     # -- writing -------------------------------------------------------------------------------
     def open_for_write(self) -> None:
-        """Lock held: bring every replica to a clean tail and the high watermark in line."""
-        self.last_recovery = [r.open_for_write() for r in self.replicas]
+        """Lock held: bring every replica to a clean tail and the high watermark in line.
+
+        When the lock's previous holder was this object's own last successful append (the lock
+        file's generation says nobody else, in any process, held it since), the replicas are as
+        that append left them: their folders are not listed again (a listing per append made the
+        per-batch cost grow with the number of segments)."""
+        trusted = self._appended_generation == self.lock.previous_generation
+        self._appended_generation = None  # until this acquisition's append succeeds
+        self.last_recovery = [r.open_for_write(trusted=trusted) for r in self.replicas]
         ends = [r.log_end_offset for r in self.replicas]
         snap = self.state.read()
         hw = min(ends)
@@ -178,6 +190,8 @@ class Partition:
                 failed[i] = f"{self.replicas[i].directory}: {e.strerror or e}"
         if failed:
             self.replicas = [r for i, r in enumerate(self.replicas) if i not in failed]
+        else:
+            self._appended_generation = self.lock.generation
         return AppendResult(base, header.last_offset, None, failed)
 
     def active_segment_base(self) -> int | None:
