@@ -76,24 +76,37 @@ def _unzigzag(raw: int) -> int:
 
 # Encoding tables: _VARINT[n] for 0 <= n < 2**14 (lengths, offset deltas, header counts) and
 # _SIGNED_VARINT[d + 2**13] for timestamp deltas -2**13 <= d < 2**13 (one or two bytes).
-_VARINT_TABLE_SIZE = 1 << 14
-_VARINT = [encode_varint(i) for i in range(_VARINT_TABLE_SIZE)]
-_SIGNED_HALF = 1 << 13
-_SIGNED_VARINT = [encode_varint(i - _SIGNED_HALF) for i in range(2 * _SIGNED_HALF)]
-_NULL = encode_varint(-1)
-_ZERO = _VARINT[0]
-_ATTRIBUTES = b"\x00"
-
 # Decoding tables: _ZIGZAG[b] for a one-byte varint b (< 0x80); _ZIGZAG2[c][b] for a two-byte
 # one b, c (b >= 0x80 > c); _LENGTH2[c][b] is that plus 2, where a record whose two-byte length
 # starts at p must end.
+# The big ones are filled on first use (_tables()), not at import: building them took ~40 ms of
+# every command's start-up, `klog --help` included. They are filled in place, so a function that
+# called _tables() may bind them to locals.
+_VARINT_TABLE_SIZE = 1 << 14
+_SIGNED_HALF = 1 << 13
+_VARINT: list[bytes] = []
+_SIGNED_VARINT: list[bytes] = []
+_ZIGZAG2: list[list[int]] = []
+_LENGTH2: list[list[int]] = []
 _ZIGZAG = [_unzigzag(b) for b in range(0x80)]
-_ZIGZAG2 = [[0] * 0x80 + [_unzigzag((b & 0x7F) | (c << 7)) for b in range(0x80, 0x100)] for c in range(0x80)]
-_LENGTH2 = [[v + 2 for v in row] for row in _ZIGZAG2]
+_NULL = encode_varint(-1)
+_ZERO = b"\x00"
+_ATTRIBUTES = b"\x00"
+
+
+def _tables() -> None:
+    if _LENGTH2:
+        return
+    _VARINT.extend(encode_varint(i) for i in range(_VARINT_TABLE_SIZE))
+    _SIGNED_VARINT.extend(encode_varint(i - _SIGNED_HALF) for i in range(2 * _SIGNED_HALF))
+    _ZIGZAG2.extend([0] * 0x80 + [_unzigzag((b & 0x7F) | (c << 7)) for b in range(0x80, 0x100)]
+                    for c in range(0x80))
+    _LENGTH2.extend([v + 2 for v in row] for row in _ZIGZAG2)  # last: it says all are built
 
 
 def _varint(n: int) -> bytes:
     if 0 <= n < _VARINT_TABLE_SIZE:
+        _tables()
         return _VARINT[n]
     return encode_varint(n)
 
@@ -249,6 +262,7 @@ def encode_records(records: Sequence[RecordIn], base_timestamp: int,
                    offset_deltas: Sequence[int] | None = None) -> bytes:
     """The records section of a batch: each record's length varint then its body. Offset deltas
     are 0, 1, 2... unless given (a compacted batch keeps its survivors' own offsets)."""
+    _tables()
     out: list[bytes] = []
     append = out.append
     join = b"".join
@@ -424,6 +438,7 @@ def _decode_records(data: bytes, pos: int, count: int, base_offset: int,
     Each record's fields must end exactly where its length says (ValueError otherwise); reading
     past the end of data raises IndexError. pos only moves forward, so it never wraps around.
     """
+    _tables()
     zz = _ZIGZAG
     zz2 = _ZIGZAG2
     len2 = _LENGTH2
@@ -541,6 +556,7 @@ def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes |
 def _decode_values(data: bytes, pos: int, count: int, null: bytes | None) -> tuple[list[bytes | None], int]:
     """_decode_records' loop keeping only the values (the other varints are stepped over, with
     the same width checks; headers are checked only when a record has some)."""
+    _tables()
     zz = _ZIGZAG
     zz2 = _ZIGZAG2
     len2 = _LENGTH2
