@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+import threading
 
 from klog.store.names import fit_partition_file
 
@@ -13,7 +14,7 @@ GENERATION_MASK = (1 << 64) - 1
 
 
 class FileLock:
-    """An exclusive flock(2) on a lock file; re-entrant within one object, released on exit or crash."""
+    """An exclusive flock(2) on a lock file; re-entrant within one object and thread, released on exit or crash."""
 
     def __init__(self, path: str) -> None:
         """`path` ends in `.lock`; `<topic>-<partition>.lock` too long for a file name becomes its
@@ -26,8 +27,10 @@ class FileLock:
         # A holder that finds the count it wrote last time knows nobody else held the lock since.
         self.generation = -1
         self.previous_generation = -1
+        self._threads = threading.RLock()
 
     def acquire(self) -> None:
+        self._threads.acquire()  # flock excludes processes; this, the threads of one (the idle flusher)
         if self._depth == 0:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -46,6 +49,7 @@ class FileLock:
         self._depth -= 1
         if self._depth == 0 and self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._threads.release()
 
     def close(self) -> None:
         if self._fd is not None:

@@ -324,6 +324,13 @@ class PartitionLog:
             return True
         return False
 
+    def flush_due_in_ms(self) -> float | None:
+        """None when every appended byte is fsynced; else how long until flush.ms makes the
+        unsynced ones due (0 or less: due now)."""
+        if self._unflushed_batches == 0 or self._fds is None:
+            return None
+        return self.config.flush_ms - (time.monotonic() * 1000 - self._last_flush_ms)
+
     def flush(self) -> None:
         if self._fds is None:
             return
