@@ -74,6 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--repo", default=REPO, help="the klog checkout to measure (an older one: before/after)")
     args = parser.parse_args()
     n = args.records
     py = sys.executable
@@ -87,7 +88,7 @@ def main() -> None:
         with open(keyed, "wb") as f:
             f.write(b"".join(b"k%d,%097d\n" % (i % 1000, i) for i in range(n)))
         for r in range(args.runs):
-            env = {**os.environ, "KLOG_DATA_DIR": os.path.join(d, f"data{r}"), "PYTHONPATH": REPO}
+            env = {**os.environ, "KLOG_DATA_DIR": os.path.join(d, f"data{r}"), "PYTHONPATH": args.repo}
             db = os.path.join(d, f"db{r}.sqlite")
             klog = [py, "-m", "klog"]
             steps = {
