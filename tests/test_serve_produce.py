@@ -185,3 +185,18 @@ def test_a_config_altered_by_another_process_applies_within_seconds(kafka_server
             other.alter_topic("alt", set_configs={"max.message.bytes": "1000"})
         time.sleep(0.3)
         assert produce(client, "alt", 0, batch([b"x" * 3000]))[0] == E.message_too_large
+
+
+def test_topic_deleted_and_created_again_by_another_process(kafka_server, data_dir, monkeypatch):
+    import klog.client.batches
+
+    monkeypatch.setattr(klog.client.batches, "TOPIC_REFRESH_S", 0.1)
+    kafka_server.store.create_topic("re")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "re", 0, batch([b"old"])) == (E.none, 0)
+        with klog.open(data_dir) as other:
+            other.delete_topic("re")
+            other.create_topic("re")
+        time.sleep(0.2)
+        assert produce(client, "re", 0, batch([b"new"])) == (E.none, 0)  # into the new topic's files
+    assert values(data_dir, "re") == [b"new"]
