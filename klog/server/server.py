@@ -73,7 +73,6 @@ class Server:
         self._stopped: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.state: dict[str, Any] = {}  # per-API shared state (producer ids, fetch waiters, ...)
         self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
         self._appended: asyncio.Event | None = None
 
@@ -104,8 +103,15 @@ class Server:
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         host, port = self.listen
-        self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True,
-                                                  limit=1 << 16)
+        try:
+            self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True,
+                                                      limit=1 << 16)
+        except OSError:  # address in use, unknown host: nothing was started, so nothing stays open
+            self.executor.shutdown(wait=False)
+            if self._own_store:
+                self.store.close()
+                self.store = None
+            raise
         self.port = self._server.sockets[0].getsockname()[1]
         # listening on every interface: advertise this machine's name, as Kafka does (clients elsewhere
         # cannot use 0.0.0.0); --advertised-listener overrides it
