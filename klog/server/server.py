@@ -271,19 +271,15 @@ class Server:
                 await reading
 
     async def _read_requests(self, reader: asyncio.StreamReader, queue: asyncio.Queue, peer: str) -> None:
-        """Frames -> parsed requests on `queue`; None when the connection must end."""
-        try:
-            while not self._stopping:
-                frame = await self._read_frame(reader, peer)
-                if frame is None:
-                    return
-                item = self._parse(frame, peer)
-                await queue.put(item)
-                if item is None:
-                    return
-        finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)  # the handler loop stops after what is queued (or is already gone)
+        """Frames -> parsed requests on `queue`, then None when the connection must end (waiting for
+        room like the requests: the handler loop takes everything queued before it)."""
+        while not self._stopping:
+            frame = await self._read_frame(reader, peer)
+            item = self._parse(frame, peer) if frame is not None else None
+            if item is None:
+                break
+            await queue.put(item)
+        await queue.put(None)
 
     async def _read_frame(self, reader: asyncio.StreamReader, peer: str) -> bytes | None:
         idle_s = self.idle_ms / 1000
