@@ -125,10 +125,8 @@ class Server:
         self._appended = asyncio.Event()
 
     def _make_coordinator(self) -> Any:
-        try:
-            from klog.server.groups import GroupCoordinator
-        except ImportError:  # the group APIs land from their own branch
-            return None
+        from klog.server.groups import GroupCoordinator
+
         return GroupCoordinator(self.store, self.broker, self.executor)
 
     def startup_line(self) -> str:
