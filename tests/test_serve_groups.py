@@ -551,3 +551,36 @@ def test_a_clean_stop_of_the_server_frees_its_groups(data_dir):
             a.consumer.close()
     assert after.members == [] and after.state == "Empty"
     assert after.offsets[("stop", 0)].offset == 3
+
+
+def test_group_settings_come_from_the_store_defaults(data_dir):
+    import json
+
+    from kio.schema.errors import ErrorCode as E
+    from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.static.primitive import i32Timedelta
+
+    from klog.server import Server
+
+    with klog_open(data_dir):
+        pass  # makes the store and its klog.json
+    path = os.path.join(data_dir, "klog.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["defaults"] = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000",
+                       "group.max.session.timeout.ms": "soon"}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        machine = server.coordinator.machine
+        assert (machine.initial_rebalance_delay_ms, machine.min_session_timeout_ms,
+                machine.max_session_timeout_ms) == (0, 1000, 1_800_000)  # a bad value: Kafka's default
+        join = JoinGroupRequest(group_id="quick", session_timeout=i32Timedelta.parse(timedelta(seconds=2)),
+                                rebalance_timeout=i32Timedelta.parse(timedelta(seconds=2)), member_id="",
+                                protocol_type="consumer",
+                                protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),))
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            started = time.monotonic()
+            res = kio_call(sock, join)
+            assert (res.error_code, res.generation_id, res.leader) == (E.none, 1, res.member_id)
+            assert time.monotonic() - started < 2.5  # no initial delay (3 s by default)

@@ -44,14 +44,14 @@ def _monotonic_ms() -> int:
 class GroupCoordinator:
     """The server's one coordinator: the state machine, its timer, and the LMDB side."""
 
-    def __init__(self, store: Any, broker: Any, executor: Any, **machine_settings: int) -> None:
+    def __init__(self, store: Any, broker: Any, executor: Any) -> None:
         self.store = store
         self.broker = broker
         self.executor = executor
-        self.meta = GroupsMeta(store.meta)
-        self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, **machine_settings)
-        pid = os.getpid()
         self._log = logging.getLogger("klog.serve")
+        self.meta = GroupsMeta(store.meta)
+        self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, **self._settings())
+        pid = os.getpid()
         self.served_by = f"klog serve pid {pid}"
         self._pid_start = process_start_time(pid)
         self._boot_id = current_boot_id().hex()
@@ -60,6 +60,23 @@ class GroupCoordinator:
         self._wake: asyncio.Event | None = None
         self._dirty: set[str] = set()
         self._writer: asyncio.Task | None = None
+
+    def _settings(self) -> dict[str, int]:
+        """Kafka's broker settings for groups, from the store defaults (klog.json)."""
+        out = {}
+        for name, attr in (("group.initial.rebalance.delay.ms", "initial_rebalance_delay_ms"),
+                           ("group.min.session.timeout.ms", "min_session_timeout_ms"),
+                           ("group.max.session.timeout.ms", "max_session_timeout_ms")):
+            text = self.store.data_dir.default(name)
+            try:
+                value = int(text)
+                if value < 0:
+                    raise ValueError
+                out[attr] = value
+            except ValueError:
+                self._log.warning("klog.json: %s must be a whole number of milliseconds, not %r; using Kafka's "
+                                  "default", name, text)
+        return out
 
     # -- timer ------------------------------------------------------------------------------------
     def started(self) -> None:
