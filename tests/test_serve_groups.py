@@ -584,3 +584,64 @@ def test_group_settings_come_from_the_store_defaults(data_dir):
             res = kio_call(sock, join)
             assert (res.error_code, res.generation_id, res.leader) == (E.none, 1, res.member_id)
             assert time.monotonic() - started < 2.5  # no initial delay (3 s by default)
+
+
+@pytest.mark.slow
+def test_kafka_python_and_aiokafka_members_share_and_hand_over_partitions(kafka_server):
+    from aiokafka import AIOKafkaConsumer
+    from kafka import KafkaConsumer
+
+    produce(kafka_server, "two", values(60), partitions=4)
+    settings = dict(bootstrap_servers=kafka_server.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+                    session_timeout_ms=SESSION_MS, heartbeat_interval_ms=200)
+
+    def kp_poll(consumers, got) -> None:
+        for c in consumers:
+            for msgs in c.poll(timeout_ms=50).values():
+                got.extend(m.value for m in msgs)
+
+    got: list[bytes] = []
+    a = KafkaConsumer("two", group_id="kp-two", **settings)
+    b = KafkaConsumer("two", group_id="kp-two", **settings)
+    try:
+        for _ in range(400):
+            kp_poll([a, b], got)
+            if len(got) >= 60 and a.assignment() and b.assignment():
+                break
+        parts = lambda c: {tp.partition for tp in c.assignment()}  # noqa: E731
+        assert parts(a) | parts(b) == set(range(4)) and not parts(a) & parts(b)
+        assert sorted(got) == sorted(values(60))
+        a.commit()
+        b.commit()
+        b.close()
+        for _ in range(400):
+            kp_poll([a], got)
+            if parts(a) == set(range(4)):
+                break
+        assert parts(a) == set(range(4))
+    finally:
+        a.close()
+        b.close()
+
+    async def aio() -> tuple[set, set, set]:
+        x = AIOKafkaConsumer("two", group_id="aio-two", **settings)
+        y = AIOKafkaConsumer("two", group_id="aio-two", **settings)
+        await x.start()
+        await y.start()
+        try:
+            async with asyncio.timeout(30):
+                while not (x.assignment() and y.assignment()
+                           and len(x.assignment()) + len(y.assignment()) == 4):
+                    await asyncio.sleep(0.05)
+            shared = ({tp.partition for tp in x.assignment()}, {tp.partition for tp in y.assignment()})
+            await y.stop()
+            async with asyncio.timeout(30):
+                while len(x.assignment()) != 4:
+                    await asyncio.sleep(0.05)
+            return *shared, {tp.partition for tp in x.assignment()}
+        finally:
+            await x.stop()
+            await y.stop()
+
+    x_parts, y_parts, after = asyncio.run(aio())
+    assert x_parts | y_parts == set(range(4)) and not x_parts & y_parts and after == set(range(4))
