@@ -16,9 +16,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from klog.errors import GroupError, KlogError, UsageError
 from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time, validate_group_id
@@ -41,6 +40,16 @@ def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+class _Summary(NamedTuple):
+    """What LMDB is told about a group (taken on the event loop, written in the thread pool)."""
+
+    group_id: str
+    generation: int
+    protocol: str | None
+    members: list[Member]
+    targets: dict[str, list[tuple[str, int]]] | None  # None: not stable (no assignment to show)
+
+
 class GroupCoordinator:
     """The server's one coordinator: the state machine, its timer, and the LMDB side."""
 
@@ -55,7 +64,6 @@ class GroupCoordinator:
         self.served_by = f"klog serve pid {pid}"
         self._pid_start = process_start_time(pid)
         self._boot_id = current_boot_id().hex()
-        self._host = socket.gethostname()
         self._timer: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self._dirty: set[str] = set()
@@ -129,20 +137,17 @@ class GroupCoordinator:
             try:
                 await loop.run_in_executor(self.executor, self._publish, summaries)
             except (KlogError, OSError) as e:
-                self._log_warning(f"could not record groups {', '.join(ids)} in the store: {e}")
+                self._log.warning("could not record groups %s in the store: %s", ", ".join(ids), e)
 
     async def flush(self) -> None:
         """Until every change so far is in LMDB (before admin actions that read it back)."""
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
 
-    def _log_warning(self, text: str) -> None:
-        self._log.warning("%s", text)
-
-    def _summary(self, group_id: str) -> tuple:
+    def _summary(self, group_id: str) -> _Summary:
         group = self.machine.groups.get(group_id)
         if group is None:
-            return group_id, 0, None, [], None
+            return _Summary(group_id, 0, None, [], None)
         members = []
         wall, clock = now_ms(), _monotonic_ms()
         for m in group.members.values():
@@ -158,11 +163,11 @@ class GroupCoordinator:
         if group.state == STABLE and group.protocol_type == CONSUMER:
             targets = {m.member_id: consumer_protocol.assignment_partitions(m.assignment)
                        for m in group.members.values()}
-        return group_id, group.generation, group.protocol_name, members, targets
+        return _Summary(group_id, group.generation, group.protocol_name, members, targets)
 
-    def _publish(self, summaries: list[tuple]) -> None:
-        for group_id, generation, protocol, members, targets in summaries:
-            self.meta.publish_served(group_id, self.served_by, generation, protocol, members, targets)
+    def _publish(self, summaries: list[_Summary]) -> None:
+        for s in summaries:
+            self.meta.publish_served(s.group_id, self.served_by, s.generation, s.protocol, s.members, s.targets)
 
     def state(self, group_id: str) -> str | None:
         group = self.machine.groups.get(group_id)
