@@ -5,6 +5,7 @@ Every loop is bounded in count and time; every process and client started here i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import signal
@@ -12,6 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+import types
+import typing
+import uuid
 from dataclasses import replace
 from datetime import timedelta
 
@@ -479,7 +483,7 @@ def kio_call(sock, request, correlation_id: int = 1):
     size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
     frame = sock.recv(size, socket.MSG_WAITALL)
     module = load_payload_module(int(request.__api_key__), int(request.__version__), EntityType.response)
-    response_type = next(v for k, v in vars(module).items() if k.endswith("Response") and isinstance(v, type))
+    response_type = getattr(module, type(request).__name__.replace("Request", "Response"))
     header_reader = entity_reader(response_type.__header_schema__)
     _, used = header_reader(frame, 0)
     response, _ = entity_reader(response_type)(frame, used)
@@ -645,3 +649,50 @@ def test_kafka_python_and_aiokafka_members_share_and_hand_over_partitions(kafka_
 
     x_parts, y_parts, after = asyncio.run(aio())
     assert x_parts | y_parts == set(range(4)) and not x_parts & y_parts and after == set(range(4))
+
+
+def sample(cls):
+    """A request of kio type `cls` with a plausible value in every field (one element per array)."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _sample_value(hints[f.name], f.metadata.get("kafka_type"))
+                  for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING})
+
+
+def _sample_value(hint, kafka_type):
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # nullable: give a value anyway
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is tuple:
+        inner = typing.get_args(hint)[0]
+        return (sample(inner) if dataclasses.is_dataclass(inner) else _sample_value(inner, kafka_type),)
+    kind = kafka_type or ""
+    if kind.startswith("timedelta"):
+        return hint.parse(timedelta(seconds=10))
+    if kind == "string" or (isinstance(hint, type) and issubclass(hint, str)):
+        return "g"
+    if kind == "bytes" or hint is bytes:
+        return b""
+    if kind == "bool" or hint is bool:
+        return False
+    if kind == "uuid":
+        return uuid.UUID(int=0)
+    return hint(0)
+
+
+def test_every_advertised_group_api_version_answers(kafka_server):
+    """Each version in GROUP_HANDLERS parses a request and writes a response a client can read."""
+    from kio.index import load_payload_module
+    from kio.static.constants import EntityType
+
+    from klog.server.groups import GROUP_HANDLERS
+
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        answered = 0
+        for key, (_, lo, hi) in sorted(GROUP_HANDLERS.items()):
+            for version in range(lo, hi + 1):
+                module = load_payload_module(key, version, EntityType.request)
+                cls = next(v for k, v in vars(module).items()
+                           if isinstance(v, type) and getattr(v, "__type__", None) == EntityType.request)
+                response = kio_call(sock, sample(cls), correlation_id=answered)
+                assert type(response).__name__.endswith("Response"), (key, version)
+                answered += 1
+    assert answered == sum(hi - lo + 1 for _, lo, hi in GROUP_HANDLERS.values())
