@@ -163,3 +163,40 @@ def test_list_offsets_max_timestamp_over_segments(kafka_server):
             ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-3),)),))
     p = resp.topics[0].partitions[0]
     assert (p.error_code, p.timestamp, p.offset) == (E.none, 1_000_000 + max(stamps), stamps.index(max(stamps)))
+
+
+def test_min_insync_replicas_above_the_isr_refuses_acks_all(kafka_server, data_dir):
+    kafka_server.store.create_topic("isr", configs={"min.insync.replicas": "2"})  # one replica only
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "isr", 0, batch([b"x"]))[0] == E.not_enough_replicas
+        resp = client.send(0, 9, **produce_request_fields(9, "isr", 0, batch([b"y"]), acks=1))
+        assert resp.responses[0].partition_responses[0].error_code == E.none  # acks=1 does not need the ISR
+    assert values(data_dir, "isr") == [b"y"]
+
+
+def test_a_config_altered_by_another_process_applies_within_seconds(kafka_server, data_dir, monkeypatch):
+    import klog.client.batches
+
+    monkeypatch.setattr(klog.client.batches, "TOPIC_REFRESH_S", 0.2)
+    kafka_server.store.create_topic("alt")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "alt", 0, batch([b"x" * 3000]))[0] == E.none
+        with klog.open(data_dir) as other:
+            other.alter_topic("alt", set_configs={"max.message.bytes": "1000"})
+        time.sleep(0.3)
+        assert produce(client, "alt", 0, batch([b"x" * 3000]))[0] == E.message_too_large
+
+
+def test_topic_deleted_and_created_again_by_another_process(kafka_server, data_dir, monkeypatch):
+    import klog.client.batches
+
+    monkeypatch.setattr(klog.client.batches, "TOPIC_REFRESH_S", 0.1)
+    kafka_server.store.create_topic("re")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "re", 0, batch([b"old"])) == (E.none, 0)
+        with klog.open(data_dir) as other:
+            other.delete_topic("re")
+            other.create_topic("re")
+        time.sleep(0.2)
+        assert produce(client, "re", 0, batch([b"new"])) == (E.none, 0)  # into the new topic's files
+    assert values(data_dir, "re") == [b"new"]

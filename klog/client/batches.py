@@ -31,6 +31,7 @@ from klog.store.format import (
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's configs may get
 
 
 class InvalidBatchError(KlogError):
@@ -242,6 +243,8 @@ class RawAppender:
         self.producers = ProducerStates()
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()
+        self._topic_read: dict[str, float] = {}
+        self._topic_ids: dict[str, str | None] = {}
 
     def lock_for(self, topic: str, partition: int) -> threading.Lock:
         with self._guard:
@@ -250,12 +253,29 @@ class RawAppender:
                 lock = self._locks[(topic, partition)] = threading.Lock()
             return lock
 
+    def _refresh_topic(self, topic: str) -> None:
+        """Re-read the topic's metadata at most every few seconds: configs another process altered,
+        and a topic deleted and created again by another process (its open files are the old one's)."""
+        now = time.monotonic()
+        with self._guard:
+            if now - self._topic_read.get(topic, 0.0) < TOPIC_REFRESH_S:
+                return
+            self._topic_read[topic] = now
+            self.store.forget_topic_cache(topic)
+            found = self.store.topics.find(topic)
+            topic_id = found.topic_id if found is not None else None
+            if self._topic_ids.get(topic, topic_id) != topic_id:
+                self.store.forget_topic(topic)
+                self.producers.forget(topic)
+            self._topic_ids[topic] = topic_id
+
     def forget_topic(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
         with self._guard:
             self.producers.forget(topic)
 
     def partition(self, topic: str, partition: int):  # noqa: ANN201 - Partition
+        self._refresh_topic(topic)
         with self._guard:  # Store's partition cache is a plain dict
             return self.store.partition(topic, partition)
 
@@ -265,6 +285,7 @@ class RawAppender:
         header = check_batch(data)
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
+        part = self.partition(topic, partition)  # refreshes the topic's metadata when due
         configs = self.store.effective_configs(topic)
         max_bytes = int(configs["max.message.bytes"])
         wanted_codec = configs["compression.type"]
@@ -279,7 +300,6 @@ class RawAppender:
             append_time = int(time.time() * 1000)
             data = with_log_append_time(data, append_time)
         key = (topic, partition)
-        part = self.partition(topic, partition)
         with self.lock_for(topic, partition):
             try:
                 self.producers.check(key, part, header)

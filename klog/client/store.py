@@ -169,6 +169,11 @@ class Store:
                     pass
         return topic
 
+    def forget_topic(self, name: str) -> None:
+        """Drop everything cached about the topic, open partitions included (deleted and created
+        again by another process: the open files are the old topic's)."""
+        self._forget(name)
+
     def forget_topic_cache(self, name: str) -> None:
         """Metadata changed underneath (ISR, leader): re-read it next time."""
         self._topic_cache.pop(name, None)

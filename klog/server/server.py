@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import signal
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -106,7 +107,9 @@ class Server:
         self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True,
                                                   limit=1 << 16)
         self.port = self._server.sockets[0].getsockname()[1]
-        adv_host, adv_port = self.advertised or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1",
+        # listening on every interface: advertise this machine's name, as Kafka does (clients elsewhere
+        # cannot use 0.0.0.0); --advertised-listener overrides it
+        adv_host, adv_port = self.advertised or (host if host not in ("0.0.0.0", "::", "") else socket.getfqdn(),
                                                  self.port)
         self.broker = BrokerInfo(self.node_id, adv_host, adv_port or self.port, cluster_id_for(self.store.path))
         self.coordinator = self._make_coordinator()
