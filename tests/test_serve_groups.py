@@ -696,3 +696,28 @@ def test_every_advertised_group_api_version_answers(kafka_server):
                 assert type(response).__name__.endswith("Response"), (key, version)
                 answered += 1
     assert answered == sum(hi - lo + 1 for _, lo, hi in GROUP_HANDLERS.values())
+
+
+@pytest.mark.slow
+def test_klog_consumers_and_kafka_clients_resume_from_each_others_commits(kafka_server):
+    """One group used in turn by klog's own consumer and a Kafka client: each resumes where the other
+    committed (the offsets are the same LMDB records)."""
+    produce(kafka_server, "turns", values(12), partitions=1)
+    with kafka_server.store.group_consumer("turns-group", "turns", follow=False) as own:
+        first = []
+        for record in own:
+            first.append(record.value)
+            if len(first) == 4:
+                break
+        own.commit()
+    assert first == values(12)[:4]
+    a = Tracker(confluent_consumer(kafka_server, "turns-group"), "turns")
+    try:
+        poll_until([a], lambda: len(a.values) >= 4, 30, "the Kafka client to resume")
+        assert a.values[:4] == values(12)[4:8]  # from klog's commit, committing each record it reads
+    finally:
+        a.consumer.close()
+    seen = len(a.values)
+    with kafka_server.store.group_consumer("turns-group", "turns", follow=False) as own:
+        rest = [record.value for record in own]
+    assert rest == values(12)[4 + seen:]

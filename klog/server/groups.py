@@ -279,6 +279,7 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
                        protocol_name=getattr(request, "protocol_name", None),
                        assignments={a.member_id: bytes(a.assignment) for a in request.assignments}, respond=respond)
     res = await future
+    await coord.flush()  # a member that has its assignment is seen by `klog groups` with it
     return make(mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=res.error,
                 protocol_type=res.protocol_type, protocol_name=res.protocol_name, assignment=res.assignment)
 
@@ -307,6 +308,7 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
         error, errors = E.coordinator_not_available, [E.coordinator_not_available] * len(leaving)
     else:
         error, errors = coord.machine.leave(str(request.group_id), leaving)
+        await coord.flush()  # when the client has left, klog's side sees it gone (its consumers may join)
     if not has_field(request, "members"):
         return make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=errors[0])
     members = tuple(make(mod.MemberResponse, member_id=mid, group_instance_id=iid, error_code=err)
