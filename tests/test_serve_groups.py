@@ -721,3 +721,29 @@ def test_klog_consumers_and_kafka_clients_resume_from_each_others_commits(kafka_
     with kafka_server.store.group_consumer("turns-group", "turns", follow=False) as own:
         rest = [record.value for record in own]
     assert rest == values(12)[4 + seen:]
+
+
+@pytest.mark.slow
+def test_members_rejoin_after_a_server_restart_and_resume_from_their_commits(data_dir):
+    from klog.server import Server
+
+    first = Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000).__enter__()
+    port = first.port
+    first.bootstrap = f"127.0.0.1:{port}"
+    produce(first, "rs", values(5), partitions=1)
+    a = Tracker(confluent_consumer(first, "restart"), "rs")
+    second = None
+    try:
+        poll_until([a], lambda: len(a.values) == 5, 30, "5 records")
+        first.close()
+        second = Server(data_dir, listen=("127.0.0.1", port), idle_ms=30_000).__enter__()
+        second.bootstrap = first.bootstrap
+        produce(second, "rs", values(5, "after"))
+        poll_until([a], lambda: len(a.values) >= 10, 60, "the records produced after the restart")
+        assert a.values == values(5) + values(5, "after")  # nothing twice, nothing lost
+        assert second.coordinator.machine.groups["restart"].state == "Stable"
+    finally:
+        a.consumer.close()
+        first.close()
+        if second is not None:
+            second.close()
