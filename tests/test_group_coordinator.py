@@ -121,6 +121,8 @@ def test_group_of_three_rebalances_when_one_leaves() -> None:
 
 def test_silent_member_is_expelled_after_its_session_timeout() -> None:
     c, clock = make()
+    lines: list[str] = []
+    c.log = lines.append
     a, b = stable_group(c, clock, 2)
     gen = c.groups["g"].generation
     clock.now += SESSION - 1
@@ -131,6 +133,8 @@ def test_silent_member_is_expelled_after_its_session_timeout() -> None:
     assert c.next_deadline() <= clock.now
     c.tick()
     assert set(c.groups["g"].members) == {a}
+    assert lines[0].startswith("group 'g' generation 1: 2 member(s), protocol range, leader ")
+    assert lines[1:] == [f"member {b} of group 'g' sent no heartbeat for {SESSION} ms: removed"]
     assert c.heartbeat("g", gen, a, None) == E.rebalance_in_progress
     assert c.heartbeat("g", gen, b, None) == E.unknown_member_id
     j = join(c, a)

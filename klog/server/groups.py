@@ -59,7 +59,8 @@ class GroupCoordinator:
         self.executor = executor
         self._log = logging.getLogger("klog.serve")
         self.meta = GroupsMeta(store.meta)
-        self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, **self._settings())
+        self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, log=self._log_event,
+                                         **self._settings())
         pid = os.getpid()
         self.served_by = f"klog serve pid {pid}"
         self._pid_start = process_start_time(pid)
@@ -68,6 +69,10 @@ class GroupCoordinator:
         self._wake: asyncio.Event | None = None
         self._dirty: set[str] = set()
         self._writer: asyncio.Task | None = None
+
+    def _log_event(self, text: str) -> None:
+        """The state machine's lines (member ids and protocol names come from clients: escaped)."""
+        self._log.info("%s", text if text.isprintable() else text.encode("unicode_escape").decode("ascii"))
 
     def _settings(self) -> dict[str, int]:
         """Kafka's broker settings for groups, from the store defaults (klog.json)."""
