@@ -17,7 +17,7 @@ from kio.static.constants import EntityType  # noqa: E402
 from kio.static.primitive import i32Timedelta  # noqa: E402
 
 
-@pytest.mark.parametrize("version", range(4, 13))
+@pytest.mark.parametrize("version", range(4, 17))
 def test_fetch_response_decodes_at_every_version(kafka_server, version):
     store = kafka_server.store
     store.create_topic("fv", partitions=3)
@@ -31,8 +31,11 @@ def test_fetch_response_decodes_at_every_version(kafka_server, version):
         return make(mod.FetchPartition, partition=index, current_leader_epoch=-1, fetch_offset=offset,
                     last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
 
-    topics = (make(mod.FetchTopic, topic="fv", partitions=(part(0, 5), part(1, 0), part(2, 7))),
-              make(mod.FetchTopic, topic="nope", partitions=(part(0, 0),)))
+    import uuid
+
+    fv_id = uuid.UUID(store.topic("fv").topic_id)
+    topics = (make(mod.FetchTopic, topic="fv", topic_id=fv_id, partitions=(part(0, 5), part(1, 0), part(2, 7))),
+              make(mod.FetchTopic, topic="nope", topic_id=uuid.uuid4(), partitions=(part(0, 0),)))
     with RawClient(kafka_server.port) as client:
         resp = client.send(1, version, replica_id=-1, max_wait=i32Timedelta.parse(datetime.timedelta(0)),
                            min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
@@ -50,6 +53,9 @@ def test_fetch_response_decodes_at_every_version(kafka_server, version):
     assert records[-15:] == [b"value-%d" % i for i in range(5, 20)]  # from the batch holding offset 5
     assert (p1.error_code, p1.high_watermark, len(p1.records or b"")) == (E.none, 0, 0)
     assert p2.error_code == E.offset_out_of_range and p2.high_watermark == 1
-    assert nope.partitions[0].error_code == E.unknown_topic_or_partition
+    if version >= 13:  # topics by id
+        assert fv.topic_id == fv_id and nope.partitions[0].error_code == E.unknown_topic_id
+    else:
+        assert fv.topic == "fv" and nope.partitions[0].error_code == E.unknown_topic_or_partition
     if version >= 7:
         assert resp.error_code == E.none and resp.session_id == 0

@@ -2,7 +2,8 @@
 appended through the producer's path, with idempotent producers' sequence checks.
 
 A batch from a Kafka client is appended as it came, its base offset stamped by the store (outside
-the CRC): no decode, no re-encode, unless the topic forces a timestamp type (LogAppendTime
+the CRC): no decode, no re-encode (so records inside a CRC-valid batch are not parsed here: Kafka
+does parse them; `klog verify` and every reader check them), unless the topic forces a timestamp type (LogAppendTime
 rewrites maxTimestamp and the CRC, as Kafka does) or a compression codec other than the batch's.
 """
 
@@ -28,6 +29,7 @@ from klog.store.format import (
     TRANSACTIONAL_FLAG_MASK,
 )
 
+MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key/value lengths, header count
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
@@ -78,6 +80,10 @@ def check_batch(data: bytes) -> BatchHeader:
     if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
         raise InvalidBatchError(f"record count {header.records_count} does not match last offset delta "
                                 f"{header.last_offset_delta}")
+    if header.codec not in compression.CODEC_NAMES:
+        raise InvalidBatchError(f"unknown compression codec id {header.codec}", corrupt=False)
+    if not header.codec and header.records_count > (header.size - RECORD_BATCH_OVERHEAD) // MIN_RECORD_BYTES:
+        raise InvalidBatchError(f"{header.records_count} records cannot fit in a batch of {header.size} bytes")
     if not codec.crc_ok(data, 0, header):
         raise InvalidBatchError("record batch CRC mismatch")
     if header.attributes & CONTROL_FLAG_MASK:
