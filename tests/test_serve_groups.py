@@ -741,7 +741,8 @@ def test_members_rejoin_after_a_server_restart_and_resume_from_their_commits(dat
         produce(second, "rs", values(5, "after"))
         poll_until([a], lambda: len(a.values) >= 10, 60, "the records produced after the restart")
         assert a.values == values(5) + values(5, "after")  # nothing twice, nothing lost
-        assert second.coordinator.machine.groups["restart"].state == "Stable"
+        group = second.coordinator.machine.groups["restart"]
+        assert group.state == "Stable" and group.generation == 2  # on from the generation before the restart
     finally:
         a.consumer.close()
         first.close()

@@ -455,6 +455,11 @@ class GroupStateMachine:
         if group.leader == member_id:
             group.leader = next(iter(group.members), None)
 
+    def seed_generation(self, group_id: str, generation: int) -> None:
+        """Start a group this node does not hold yet at a generation stored earlier."""
+        if generation > 0 and group_id not in self.groups:
+            self.groups[group_id] = Group(group_id, generation=generation)
+
     # -- admin ---------------------------------------------------------------------------------------
     def delete(self, group_id: str) -> E:
         """DeleteGroups: only a group without members (its offsets are the caller's to delete)."""

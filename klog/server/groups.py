@@ -220,6 +220,11 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------------
+def _stored_group(meta: GroupsMeta, group_id: str) -> tuple[list[Member], int]:
+    """klog's own live members of the group, and its last generation, from LMDB."""
+    return meta.local_live_members(group_id), meta.peek_generation(group_id)
+
+
 async def join_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     coord = _coordinator(ctx)
@@ -240,9 +245,11 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
         return answer(JoinResult(E.invalid_group_id, member_id=request.member_id))
     if not coord.machine.is_live(group_id):
         try:
-            local = await ctx.run_blocking(coord.meta.local_live_members, group_id)
+            local, generation = await ctx.run_blocking(_stored_group, coord.meta, group_id)
         except KlogError:
-            local = []
+            local, generation = [], 0
+        # generations go on from the stored one (as Kafka's do from __consumer_offsets), also after a restart
+        coord.machine.seed_generation(group_id, generation)
         if local:
             ctx.log.info("join of group '%s' by %s refused: %d klog consumer(s) are live in it", group_id,
                          printable(ctx.client_id), len(local))
