@@ -336,7 +336,7 @@ def test_man_pages_have_whole_names_and_a_klog_footer():
     man = pathlib.Path(REPO) / "man"
     page = (man / "klog-groups-describe.1").read_text()
     assert page.splitlines()[0] == '.TH "KLOG GROUPS DESCRIBE" "1" "" "klog 0.1.0" "klog groups describe Manual"'
-    assert "and the member reading it (host, pid)." in page.splitlines()[2]
+    assert "and the server's pid)." in page.splitlines()[2]  # the whole description, not cut short
     for path in man.glob("*.1"):
         name_line = path.read_text().splitlines()[2]
         assert not name_line.endswith(("...", "…")), path.name
