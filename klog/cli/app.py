@@ -81,7 +81,7 @@ def warn(message: str) -> None:
     print(f"klog: warning: {one_line(message)}", file=sys.stderr)
 
 
-def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201 - klog.Store or RemoteStore
+def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201
     """The store, its warnings on stderr (producers, replays and moves made from it use them too);
     a Kafka cluster behind the same interface when the command was given one (see cluster_options).
     `read_only`: a command that only reads changes nothing and works on a read-only store."""
@@ -190,7 +190,7 @@ COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
     "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
-    "clusters": "clusters",
+    "clusters": "clusters", "users": "security", "acls": "security", "quotas": "security",
 }
 _registered: set[str] = set()
 
@@ -316,8 +316,17 @@ class _Signals:
         return ExitStatus.TERMINATED if self.terminated else ExitStatus.INTERRUPTED
 
 
+def _no_color_help() -> None:
+    """NO_COLOR (https://no-color.org): Typer's help without bold and dim too, not only without colour."""
+    if os.environ.get("NO_COLOR"):  # imports rich: only then
+        import typer.rich_utils
+
+        typer.rich_utils.COLOR_SYSTEM = None
+
+
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
+    _no_color_help()
     _register(_modules_for(sys.argv[1:] if args is None else list(args)))
     with _Signals() as signals:
         return _run(args, signals)
@@ -364,6 +373,12 @@ def _usage_error(e: typer.TyperException) -> int:
 
 def main() -> None:
     """Console entry point: one line on stderr for a KlogError, never a traceback."""
+    if os.environ.get("_KLOG_COMPLETE"):  # a console script made before klog.cli.entry: still no Typer run
+        from klog.cli.complete import complete
+
+        done = complete()
+        if done is not None:
+            sys.exit(done)
     code = run()
     try:
         sys.stdout.flush()

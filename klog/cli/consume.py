@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
-from klog.cli.output import FORMAT_HELP, compile_format, write_all
-from klog.client.envelope import record_json_line
+from klog.cli.output import FORMAT_HELP, compile_format, json_for_terminal, write_all
+from klog.client.envelope import record_json_line, record_to_json
 from klog.errors import UsageError
 
 WRITE_BUFFER_RECORDS = 4096
@@ -94,7 +94,10 @@ def register(app: typer.Typer) -> None:
         record_filter = _record_filter(grep, grep_key, grep_header)
         if fmt is not None and as_json:
             raise UsageError("use --format or --json, not both")
-        render = compile_format(fmt) if fmt is not None else None
+        on_terminal = sys.stdout.isatty()
+        render = compile_format(fmt, escape=on_terminal) if fmt is not None else None
+        if as_json and on_terminal:  # JSON escapes C0 controls itself; DEL and C1 controls too, here
+            render, as_json = (lambda r: json_for_terminal(record_to_json(r)).encode() + b"\n"), False
         isolation, other_props = _isolation_level(prop or [])
         if group is not None or exec_cmd is not None:
             from klog.cli.groups import consume_group, consume_options

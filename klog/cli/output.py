@@ -26,14 +26,18 @@ def iso(ts_ms: int) -> str:
 _TOKEN = re.compile(r"%[tpokKsShTIy%]|\\[nt\\]")
 
 
-def compile_format(fmt: str) -> Callable[[Record], bytes]:
-    """Turn a kcat-style format into a function Record -> bytes (parsed once, not per record)."""
+def compile_format(fmt: str, escape: bool = False) -> Callable[[Record], bytes]:
+    """Turn a kcat-style format into a function Record -> bytes (parsed once, not per record).
+    `escape` (a terminal): control characters of keys, values, headers and topics shown escaped."""
     parts: list[Callable[[Record], bytes] | bytes] = []
     pos = 0
     for m in _TOKEN.finditer(fmt):
         if m.start() > pos:
             parts.append(fmt[pos:m.start()].encode())
-        parts.append(_token_fn(m.group()))
+        fn = _token_fn(m.group())
+        if escape and m.group() in ("%k", "%s", "%h", "%t"):
+            fn = (lambda f: lambda r: terminal_safe(f(r)).encode())(fn)
+        parts.append(fn)
         pos = m.end()
     if "%" in _TOKEN.sub("", fmt):
         bad = re.search(r"%.?", _TOKEN.sub("", fmt))
@@ -71,6 +75,14 @@ def _token_fn(token: str) -> Callable[[Record], bytes] | bytes:
 # title, clear the screen, move the cursor); they are shown escaped, \n and \r included.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f]")
+
+
+def json_for_terminal(text: str) -> str:
+    """JSON text with DEL and C1 controls as \\u escapes (json.dumps escapes only C0): same JSON."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def terminal_safe(data: bytes) -> str:

@@ -95,10 +95,12 @@ def _stdout_writer(as_json: bool, paced: bool):  # noqa: ANN202 - Record -> None
         view = TerminalView(False, color_wanted(False), local_time_wanted(False))
         return lambda r: write_stdout(view.line(r).encode("utf-8", "replace"))
     if as_json:
-        from klog.cli.output import record_to_json
+        from klog.cli.output import json_for_terminal, record_to_json
+
+        safe = json_for_terminal if sys.stdout.isatty() else str  # DEL and C1 controls escaped on a terminal
 
         def write(r) -> None:
-            write_all(out, record_to_json(r).encode() + b"\n")
+            write_all(out, safe(record_to_json(r)).encode() + b"\n")
             if paced:
                 out.flush()  # records leave at their replay time
         return write

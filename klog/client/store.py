@@ -115,8 +115,8 @@ class Store:
     def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
                      configs: dict[str, str] | None = None, exist_ok: bool = False,
                      adopt_folders: bool = False) -> TopicMeta:
-        """`adopt_folders`: partition folders already in a log directory become the topic's
-        (klog dirs import); otherwise such a folder is refused (lost metadata would resurrect it)."""
+        """`adopt_folders`: partition folders already there are the topic's own (`klog dirs import`
+        adopting a Kafka broker's folders in place); otherwise they are refused as leftovers."""
         partitions = partitions if partitions is not None else int(self.data_dir.default("num.partitions"))
         rf = replication_factor if replication_factor is not None else int(
             self.data_dir.default("default.replication.factor"))
@@ -202,6 +202,11 @@ class Store:
             raise StorageError(f"deleted topic '{name}', but could not remove {len(left)} file(s): {left[0]}"
                                + (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
         return topic
+
+    def forget_topic(self, name: str) -> None:
+        """Drop everything cached about the topic, open partitions included (deleted and created
+        again by another process: the open files are the old topic's)."""
+        self._forget(name)
 
     def _refuse_leftover_folders(self, name: str) -> None:
         """A folder named like one of the topic's partitions, holding files, in any log directory:

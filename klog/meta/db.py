@@ -14,7 +14,10 @@ import lmdb
 from klog.errors import DataDirError
 
 MAP_SIZE_BYTES = 1 << 32  # address space reserved, not disk used: LMDB files grow as needed
-DB_NAMES = ("topics", "groups", "members", "offsets")
+DB_NAMES = ("topics", "groups", "members", "offsets", "credentials", "acls", "quotas")
+# added with `klog serve`'s security: a store last written by an older klog lacks them, and a read-only
+# open cannot create them, so there they read as empty
+LATER_DB_NAMES = frozenset({"credentials", "acls", "quotas"})
 
 
 KEY_BYTES_MAX = 511  # LMDB's default maximum key size
@@ -74,7 +77,13 @@ class MetaDB:
             env = _open_env(self.path, read_only)
             try:
                 # a damaged data.mdb fails here, as one line (each open_db commits its own txn)
-                dbs = {name: env.open_db(name.encode(), create=not read_only) for name in DB_NAMES}
+                dbs = {}
+                for name in DB_NAMES:
+                    try:
+                        dbs[name] = env.open_db(name.encode(), create=not read_only)
+                    except lmdb.NotFoundError:
+                        if name not in LATER_DB_NAMES:
+                            raise
             except lmdb.Error as e:
                 env.close()
                 raise DataDirError(f"cannot read the metadata in {path}: {_why(e)}") from None
@@ -106,6 +115,8 @@ class MetaDB:
         return raw
 
     def get_json(self, txn: lmdb.Transaction, db: str, key: str) -> Any:
+        if db not in self.dbs:  # a LATER_DB_NAMES db missing from a read-only store
+            return None
         raw = txn.get(_key(key), db=self.dbs[db])
         if raw is None:
             return None
@@ -126,6 +137,8 @@ class MetaDB:
 
     def items_raw(self, txn: lmdb.Transaction, db: str, prefix: str = "") -> Iterator[tuple[str, bytes]]:
         """(key, stored JSON bytes) in key order, for callers that cache what they parse."""
+        if db not in self.dbs:  # a LATER_DB_NAMES db missing from a read-only store
+            return
         cursor = txn.cursor(db=self.dbs[db])
         start = prefix.encode()
         assert len(start) <= LONG_KEY_KEPT_BYTES, "a prefix must survive in shortened keys"

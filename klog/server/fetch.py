@@ -23,11 +23,11 @@ from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, Unkno
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.framing import FileRange, RawBody
-from klog.server.kafka import E, response_for
+from klog.server.kafka import E, response_for, topic_uuid
 
 FETCH = 1
 POLL_S = 0.02
-MAX_VERSION = 12
+MAX_VERSION = 16  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 
 
 @dataclass
@@ -47,12 +47,16 @@ class PartitionAnswer:
 class TopicAnswer:
     name: str
     partitions: list[PartitionAnswer] = field(default_factory=list)
+    topic_id: Any = None  # uuid.UUID: v13+ name topics by id
 
 
 def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int) -> PartitionAnswer:
     """One partition's answer: its offsets and where its bytes are (lock-free, any process)."""
     index = int(p.partition)
     answer = PartitionAnswer(index)
+    if not ctx.authorize("READ", "TOPIC", topic):
+        answer.error = E.topic_authorization_failed
+        return answer
     try:
         part = ctx.server.appender.partition(topic, index)
         snap = part.snapshot()
@@ -86,9 +90,20 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int) -> Par
 
 def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
     budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
+    by_id = None
     out = []
     for t in request.topics:
-        answer = TopicAnswer(str(t.topic))
+        if hasattr(t, "topic_id"):  # v13+: topics by id
+            if by_id is None:
+                by_id = {topic_uuid(m.topic_id): m.name for m in ctx.store.list_topics()}
+            name = by_id.get(t.topic_id)
+            answer = TopicAnswer(name or "", topic_id=t.topic_id)
+            if name is None:
+                answer.partitions = [PartitionAnswer(int(p.partition), E.unknown_topic_id) for p in t.partitions]
+                out.append(answer)
+                continue
+        else:
+            answer = TopicAnswer(str(t.topic))
         for p in t.partitions:
             pa = _read_partition(ctx, answer.name, p, budget)
             budget -= pa.size
@@ -134,7 +149,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         _close(answers)
         # wait for a high watermark to move: woken by this server's appends, and a state-file read
         # per partition every POLL_S for other processes' (the full answer is rebuilt only then)
-        marks = [(t.name, p.partition, p.high_watermark) for t in answers for p in t.partitions]
+        marks = [(t.name, p.partition, p.high_watermark) for t in answers for p in t.partitions if t.name]
         while not ctx.server.stopping:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -164,8 +179,11 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
     head += _uvarint(len(answers) + 1) if flexible else struct.pack(">i", len(answers))
     buf = head
     for t in answers:
-        name = t.name.encode()
-        buf += (_uvarint(len(name) + 1) if flexible else struct.pack(">h", len(name))) + name
+        if version >= 13:
+            buf += t.topic_id.bytes
+        else:
+            name = t.name.encode()
+            buf += (_uvarint(len(name) + 1) if flexible else struct.pack(">h", len(name))) + name
         buf += _uvarint(len(t.partitions) + 1) if flexible else struct.pack(">i", len(t.partitions))
         for p in t.partitions:
             buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)

@@ -64,6 +64,22 @@ class FetchedBatch:
             raise CorruptLogError(message, self.path, self.position, self.header.base_offset) from None
 
 
+@dataclass
+class ByteRange:
+    """Bytes of whole batches (maybe a cut last one) in a segment file, sent as they are."""
+
+    fd: int  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
+    position: int
+    length: int
+    first: BatchHeader
+    path: str
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int) -> list[FetchedBatch]:
     """The batches up to the first break in offset continuity (a read never skips offsets).
 
@@ -86,22 +102,6 @@ def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int) -> li
             raise CorruptLogError(f"batch does not follow offset {expected}", fb.path, fb.position, h.base_offset)
         expected = h.next_offset
     return batches
-
-
-@dataclass
-class ByteRange:
-    """Bytes of whole batches (maybe a cut last one) in a segment file, sent as they are."""
-
-    fd: int  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
-    position: int
-    length: int
-    first: BatchHeader
-    path: str
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
@@ -150,9 +150,9 @@ class PartitionLog:
         except FileNotFoundError:
             names = []
         bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
-        for base in list(self.segments):
-            if base not in bases:
-                self.segments.pop(base).close()
+        listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
+        for base in [b for b in self.segments if b not in listed]:
+            self.segments.pop(base).close()
         for base in bases:
             if base not in self.segments:
                 self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
@@ -170,9 +170,14 @@ class PartitionLog:
         return sum(s.file_size() for s in self.segments.values())
 
     # -- writing (lock held) -------------------------------------------------------------------
-    def open_for_write(self, committed_end: int | None = None) -> RecoveryReport:
+    def open_for_write(self, committed_end: int | None = None, trusted: bool = False) -> RecoveryReport:
         """Adopt the state the last writer left, recovering the tail if it did not finish.
-        Recovery keeps what it cuts from below `committed_end` in `.corrupt` files."""
+        Recovery keeps what it cuts from below `committed_end` in `.corrupt` files.
+
+        trusted: the caller knows this object was the last writer and nothing changed the folder
+        since (Partition's lock generation); an opened log then stays as it is."""
+        if trusted and self._fds is not None and self.bases and self.active.next_offset is not None:
+            return RecoveryReport()
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
@@ -357,6 +362,13 @@ class PartitionLog:
             self.flush()
             return True
         return False
+
+    def flush_due_in_ms(self) -> float | None:
+        """None when every appended byte is fsynced; else how long until flush.ms makes the
+        unsynced ones due (0 or less: due now)."""
+        if self._unflushed_batches == 0 or self._fds is None:
+            return None
+        return self.config.flush_ms - (time.monotonic() * 1000 - self._last_flush_ms)
 
     def flush(self) -> None:
         if self._fds is None:
