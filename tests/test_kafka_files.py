@@ -300,3 +300,31 @@ def test_a_kafka_folder_copied_into_the_log_dir_is_reported_then_adopted_in_plac
     assert r.exit_code == 0, r.stderr
     assert _consumed(cli, "old") == LEGACY_RECORDS
     assert cli("verify").exit_code == 0
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_serve_fetch_honours_isolation_level(kafka_server, store, tmp_path, isolation):
+    """A Kafka client reading imported transactions through klog serve: read_committed gets the
+    aborted transactions and the last stable offset in each Fetch answer and drops those records."""
+    confluent = pytest.importorskip("confluent_kafka")
+    from klog.client.importer import import_dirs
+
+    _txn_folder(tmp_path / "k", with_txn_index=False)
+    import_dirs(store, [str(tmp_path / "k")])
+    consumer = confluent.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "g",
+                                   "enable.auto.commit": False, "isolation.level": isolation})
+    try:
+        consumer.assign([confluent.TopicPartition("tx", 0, 0)])
+        got: list[str] = []
+        expected = COMMITTED_VALUES if isolation == "read_committed" else ALL_TXN_VALUES
+        deadline = time.monotonic() + 20
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                got.append(msg.value().decode())
+        for _ in range(5):  # nothing more arrives (an aborted record or one past the LSO would)
+            msg = consumer.poll(0.2)
+            assert msg is None or msg.error(), msg.value()
+        assert got == expected
+    finally:
+        consumer.close()

@@ -151,6 +151,7 @@ class StableView:
         self._key: tuple | None = None
         self._lso = 0
         self._is_aborted = aborted_filter(())
+        self.aborted_txns: list[AbortedTxn] = []  # as of the last refresh
 
     def refresh(self, bound: int) -> int:
         """Recompute for batches below `bound`; returns the last stable offset."""
@@ -191,6 +192,7 @@ class StableView:
         unstable = tracker.first_unstable_offset()
         self._lso = bound if unstable is None else min(bound, unstable)
         self._is_aborted = aborted_filter(aborted)
+        self.aborted_txns = aborted
         self._key = key
         return self._lso
 
@@ -198,3 +200,8 @@ class StableView:
         """Is this batch part of an aborted transaction (as of the last refresh)?"""
         return is_transactional(header.attributes) and not header.is_control and self._is_aborted(
             header.producer_id, header.base_offset)
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions a fetch of [start, end) must name (Kafka's collectAbortedTransactions:
+        those whose marker is at or after start and whose first offset is below end)."""
+        return [a for a in self.aborted_txns if a.last_offset >= start and a.first_offset < end]
