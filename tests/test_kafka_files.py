@@ -326,5 +326,8 @@ def test_serve_fetch_honours_isolation_level(kafka_server, store, tmp_path, isol
             msg = consumer.poll(0.2)
             assert msg is None or msg.error(), msg.value()
         assert got == expected
+        # ListOffsets latest: the last stable offset for a read_committed client, as a broker answers
+        low, high = consumer.get_watermark_offsets(confluent.TopicPartition("tx", 0), timeout=5, cached=False)
+        assert (low, high) == (0, 9 if isolation == "read_committed" else 11)
     finally:
         consumer.close()
