@@ -45,7 +45,8 @@ def _legacy_folder(root, name: str = "old-0", preallocate: bool = True) -> str:
         legacy_wrapper(1, 7, [(b"e", b"5", NOW + 9)], codec=LZ4),
         legacy_wrapper(0, 8, [(b"f", b"6", 0)], codec=LZ4),
     ])
-    write_segment(folder, 9, [v2_batch(9, [(enc("x"), enc("y"), NOW + 10)], leader_epoch=3)],
+    write_segment(folder, 9, [v2_batch(9, [(enc("x"), enc("y"), NOW + 10)], leader_epoch=3, producer_id=42,
+                                       producer_epoch=0, base_sequence=0)],  # an idempotent producer's
                   preallocate=preallocate)
     write_checkpoint(os.path.join(folder, "leader-epoch-checkpoint"), ["0 0", "3 9"])
     return folder
@@ -64,7 +65,14 @@ def test_old_message_formats_read_in_consume_and_dump(cli, tmp_path):
     assert r.exit_code == 0, r.stderr
     assert "Imported old-0" in r.out and "offsets 0..10, leader epoch 3" in r.out
     assert _consumed(cli, "old") == LEGACY_RECORDS
+    assert _consumed(cli, "old", "-X", "isolation.level=read_committed") == LEGACY_RECORDS
+    r = cli("consume", "old", "-G", "g", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert [(d["offset"], d["key"], d["value"], d["timestamp"]) for d in map(json.loads, r.out.splitlines())] == (
+        LEGACY_RECORDS)
+    assert cli("verify").exit_code == 0
     dump = cli("dump", "old").out
+    assert "producerId: 42 producerEpoch: 0 baseSequence: 0 isTransactional: false" in dump
     assert "baseOffset: 2 lastOffset: 3 count: 2" in dump and "compression: gzip" in dump
     assert "magic: 0" in dump and "magic: 1" in dump and "magic: 2" in dump
     assert "| offset: 5 timestamp: -1 key: null headers: [] payload: 4" in dump
