@@ -284,3 +284,33 @@ def _copied(path: str) -> list:
         return envelopes(path, "t")
     except Exception:  # noqa: BLE001 - the mirror has not created the store or topic yet
         return []
+
+
+@pytest.mark.slow  # ten CLI processes
+def test_produce_flags_land_the_same_records(kafka_server, klog_proc, data_dir):
+    """The same input through the cluster and into the store directly: the same records, partitions and offsets."""
+    with klog.open(data_dir) as s:
+        s.create_topic("via_cluster", 3)
+        s.create_topic("direct", 3)
+    t0 = int(time.time() * 1000) - 3_600_000  # recent: within the topics' retention
+    envelope = b"".join(json.dumps({"key": f"k{i % 7}", "value": f"v{i}", "headers": [["h", str(i)]],
+                                    "timestamp": t0 + i}).encode() + b"\n" for i in range(120))
+    runs = [(["--input", "json"], envelope), (["--input", "json", "-z", "gzip", "--acks", "1"], envelope),
+            (["-p", "2", "-K", ":", "-H", "a=b"], b"x:1\ny:2\n:3\n"),
+            (["--input", "raw", "-p", "1"], b"one\nrecord\n")]  # keyless: where a sticky partitioner goes is random
+    for args, data in runs:
+        r = remote(kafka_server, klog_proc, "produce", "via_cluster", *args, input=data)
+        local = klog_proc("produce", "direct", *args, input=data)
+        assert r.returncode == local.returncode == 0, (args, r.stderr, local.stderr)
+
+    def shape(topic: str) -> list:
+        out = []
+        for line in klog_proc("consume", topic, "--json", "-p", "0", "-p", "1", "-p", "2").stdout.splitlines():
+            doc = json.loads(line)
+            doc.pop("topic")
+            if doc["timestamp"] >= t0 + 1000:
+                doc.pop("timestamp")  # stamped by the producer when the input had none
+            out.append(doc)
+        return sorted(out, key=lambda d: (d["partition"], d["offset"]))
+
+    assert shape("via_cluster") == shape("direct")

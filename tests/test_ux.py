@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import klog
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -127,16 +129,18 @@ def test_follow_on_a_terminal_hints_while_waiting_and_a_deleted_topic_ends_it(cl
     assert code == 1 and err.decode().strip() == "klog: error: topic 'gone' was deleted while being followed"
 
 
-def test_follow_on_a_pipe_of_a_deleted_topic_exits_1(data_dir, cli):
+@pytest.mark.parametrize("extra", [[], ["-G", "g"], ["-G", "g", "--json"]], ids=["plain", "group", "group-json"])
+def test_follow_on_a_pipe_of_a_deleted_topic_exits_1(data_dir, cli, extra):
     cli("produce", "gone", input=b"one\n")
-    proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "gone", "-f"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "gone", "-f", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO})
     try:
-        assert select.select([proc.stdout], [], [], 20)[0] and proc.stdout.readline() == b"one\n"
+        assert select.select([proc.stdout], [], [], 20)[0] and b"one" in proc.stdout.readline()
         assert cli("topics", "delete", "gone", "--yes").exit_code == 0
         cli("produce", "gone", input=b"two\n")  # created again: a new topic, not this one
         assert proc.wait(timeout=20) == 1
-        assert b"was deleted while being followed (and created again" in proc.stderr.read()
+        assert proc.stderr.read() == (b"klog: error: topic 'gone' was deleted while being followed (and created "
+                                      b"again: read it anew)\n")
     finally:
         if proc.poll() is None:
             proc.kill()

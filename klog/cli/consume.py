@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
-from klog.cli.output import FORMAT_HELP, compile_format, record_to_json
+from klog.cli.output import FORMAT_HELP, compile_format
+from klog.client.envelope import record_json_line
 from klog.errors import UsageError
 
 WRITE_BUFFER_RECORDS = 4096
@@ -102,7 +103,7 @@ def register(app: typer.Typer) -> None:
                                     (since, until, tail, partition))
             with open_store(data_dir, create=False) as store:
                 names = store.resolve_topics(topics or [], pattern)
-                line = render or ((lambda r: record_to_json(r).encode() + b"\n") if as_json else None)
+                line = render or (record_json_line if as_json else None)
                 plain = None if group else store.consumer(*names, partitions=partition, start=start, until_ms=until_ms,
                                                           follow=follow, count=count, record_filter=record_filter,
                                                           isolation_level=isolation)
@@ -195,8 +196,7 @@ def _write_last(store, names: list[str], options: dict, start, follow: bool, cou
             view.draw(rest, write_stdout)
         return
     if as_json:
-        def line(r) -> bytes:  # noqa: ANN001
-            return record_to_json(r).encode() + b"\n"
+        line = record_json_line
     else:
         line = render or (lambda r: (r.value or b"") + b"\n")
     sys.stdout.buffer.write(b"".join(line(r) for r in newest))
@@ -219,8 +219,7 @@ def _write(consumer, render, as_json: bool) -> None:
         out.flush()
         return
     if as_json:
-        def line(r) -> bytes:
-            return record_to_json(r).encode() + b"\n"
+        line = record_json_line
     elif render is not None:
         line = render
     else:

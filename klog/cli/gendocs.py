@@ -1,6 +1,6 @@
 """Generate shell completions and man pages from the live CLI.
 
-    python -m klog.cli.gendocs            # rewrite completions/ and man/
+    python -m klog.cli.gendocs            # rewrite completions/, man/ and klog/cli/completion_spec.json
     python -m klog.cli.gendocs --check    # exit 1 and list the stale files if anything differs
 
 Completions (`completions/klog.bash`, `completions/_klog`, `completions/klog.fish`) are exactly what

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 import sys
@@ -12,8 +11,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
-from klog.cli.output import json_to_bytes
-from klog.client.records import NO_TIMESTAMP, TIMESTAMP_MAX
+from klog.client.envelope import parse_envelope
 from klog.errors import KlogError, RecordTooLargeError, UsageError
 
 READ_CHUNK_BYTES = 1 << 20
@@ -181,19 +179,18 @@ def _send_lines(producer, topic: str, lines: list[bytes], input_format: str, sep
         if sep is None and key is None:
             producer.send_values(topic, lines, headers=headers or None, partition=partition)
             return line_no + len(lines)
+        pairs = []
         for line in lines:
-            line_no += 1
             if sep is None:
-                line_key, value = key, line
+                pairs.append((key, line))
             else:
                 line_key, found, value = line.partition(sep)
-                if not found:
-                    line_key, value = None, line
-            producer.send(topic, value, key=line_key, headers=headers or None, partition=partition)
-        return line_no
+                pairs.append((line_key, value) if found else (None, line))
+        producer.send_keyed(topic, pairs, headers=headers or None, partition=partition)
+        return line_no + len(lines)
     except RecordTooLargeError as e:
         index = getattr(e, "index", None)
-        where = line_no + index + 1 if index is not None and sep is None and key is None else line_no
+        where = line_no + index + 1 if index is not None else line_no
         producer.flush()
         raise RecordTooLargeError(f"line {where}: {e}; {producer.records_sent} records before it were written") \
             from None
@@ -204,21 +201,13 @@ _FALLBACK_WARNED: set[tuple[str, int]] = set()  # (topic, partition) warned abou
 
 def _send_json(producer, topic: str, line: bytes, line_no: int, partition: int | None) -> None:
     try:
-        doc = json.loads(line)
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
-        key = json_to_bytes(doc.get("key"), "key")
-        value = json_to_bytes(doc.get("value"), "value")
-        raw_headers = doc.get("headers") or []
-        if isinstance(raw_headers, dict):
-            raw_headers = list(raw_headers.items())
-        hdrs = [(str(k), json_to_bytes(v, f"header {k}")) for k, v in raw_headers]
-        ts = _json_timestamp(doc.get("timestamp"))
-        p = partition if partition is not None else _json_partition(doc.get("partition"))
+        key, value, hdrs, ts, p = parse_envelope(line)
     except (ValueError, TypeError) as e:
         producer.flush()
         raise UsageError(f"line {line_no}: malformed JSON input: {e}; "
                          f"{producer.records_sent} records before it were written") from None
+    if partition is not None:
+        p = partition
     if p is not None and partition is None:
         count = producer.partitions_for(topic)
         if p >= count:
@@ -236,21 +225,3 @@ def _send_json(producer, topic: str, line: bytes, line_no: int, partition: int |
         producer.flush()
         raise RecordTooLargeError(f"line {line_no}: {e}; {producer.records_sent} records before it were written") \
             from None
-
-
-def _json_timestamp(ts: object) -> int | None:
-    """Epoch milliseconds 0..2^63-1, or -1 (Kafka's "no timestamp") as it was read; null: now."""
-    if ts is None:
-        return None
-    if not isinstance(ts, int) or isinstance(ts, bool) or not (ts == NO_TIMESTAMP or 0 <= ts <= TIMESTAMP_MAX):
-        raise ValueError(f"timestamp {json.dumps(ts)} is not epoch milliseconds (an integer 0..{TIMESTAMP_MAX}, "
-                         "-1 or null)")
-    return ts
-
-
-def _json_partition(p: object) -> int | None:
-    if p is None:
-        return None
-    if not isinstance(p, int) or isinstance(p, bool) or p < 0:
-        raise ValueError(f"partition {json.dumps(p)} is not a partition number (an integer 0 or more, or null)")
-    return p

@@ -156,6 +156,11 @@ class Consumer:
             ts_type = fb.header.timestamp_type
             if cursor.skip(fb):
                 continue
+            header = fb.header
+            if header.magic >= 2 and header.base_offset >= low and (stop is None or header.last_offset < stop):
+                out += [Record(topic, partition, offset, ts, ts_type, key, value, headers)
+                        for offset, ts, key, value, headers in fb.records()]
+                continue
             for offset, ts, key, value, headers in fb.records():
                 if offset < low or (stop is not None and offset >= stop):
                     continue

@@ -205,8 +205,9 @@ class RemoteConsumer:
         out.extend(self._records(self._fetch(timeout)))
         return out
 
-    def value_chunks(self) -> Iterator[list[bytes | None]]:
-        """Value-only output of one partition: lists of values (no Record objects: the fast path)."""
+    def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
+        """Value-only output of one partition: lists of values (`null` for a null one; no Record
+        objects: the fast path). The same interface as the local Consumer's."""
         cursor = self.cursors[0]
         stop = cursor.stop
         check = self._progress_guard()
@@ -214,7 +215,8 @@ class RemoteConsumer:
         while not cursor.done:
             msgs = consume(FETCH_MESSAGES, POLL_TIMEOUT_S)
             if msgs and any(m.error() is not None for m in msgs):
-                values = [r.value for r in self._records(self._fetched(msgs))]  # the slow path: in order
+                values = [null if r.value is None else r.value
+                          for r in self._records(self._fetched(msgs))]  # the slow path: in order
                 check(bool(values) or cursor.done)
                 if values:
                     yield values
@@ -225,10 +227,11 @@ class RemoteConsumer:
             last = msgs[-1].offset()
             if stop is None or last < stop:
                 cursor.offset = max(cursor.offset, last + 1)
-                yield [m.value() for m in msgs]
+                values = [m.value() for m in msgs]
             else:
                 cursor.offset = stop
-                yield [m.value() for m in msgs if m.offset() < stop]
+                values = [m.value() for m in msgs if m.offset() < stop]
+            yield values if null is None else [null if v is None else v for v in values]
 
     def _fill(self, check: Callable[[bool], None]) -> None:
         """One fetch distributed into the partitions' buffers."""
