@@ -257,6 +257,12 @@ def test_klog_keeps_kafkas_checkpoint_files_current(cli, store):
     r = cli("topics", "delete-records", "orders", "--partition", "1", "--before", "3")
     assert r.exit_code == 0, r.stderr
     assert read_checkpoint(os.path.join(log_dir, "log-start-offset-checkpoint"), 3) == [["orders", "1", "3"]]
+    for name in ("replication-offset-checkpoint", "orders-0/leader-epoch-checkpoint"):
+        os.unlink(os.path.join(log_dir, name))
+    assert cli("dirs", "checkpoint").exit_code == 0
+    assert read_checkpoint(os.path.join(log_dir, "replication-offset-checkpoint"), 3) == [
+        ["orders", "0", "5"], ["orders", "1", "5"]]
+    assert read_checkpoint(os.path.join(log_dir, "orders-0", "leader-epoch-checkpoint"), 2) == [["0", "0"]]
 
 
 def test_old_formats_through_the_index_and_compaction(cli, store, tmp_path):
