@@ -345,3 +345,24 @@ def test_serve_fetch_honours_isolation_level(kafka_server, store, tmp_path, isol
         assert (low, high) == (0, 9 if isolation == "read_committed" else 11)
     finally:
         consumer.close()
+
+
+def test_serve_keeps_kafkas_checkpoint_files_current(kafka_server, store, monkeypatch):
+    from klog.server import server as server_module
+    from tests.kafka_files import read_checkpoint
+
+    monkeypatch.setattr(server_module, "KAFKA_CHECKPOINT_INTERVAL_S", 0.1)
+    confluent = pytest.importorskip("confluent_kafka")
+    store.create_topic("s", 1)
+    producer = confluent.Producer({"bootstrap.servers": kafka_server.bootstrap})
+    for i in range(3):
+        producer.produce("s", b"v%d" % i, partition=0)
+    assert producer.flush(10) == 0
+    del producer  # (librdkafka's client goes now, not after the server stopped)
+    path = os.path.join(os.path.dirname(store.partition("s", 0).leader.directory), "replication-offset-checkpoint")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and ["s", "0", "3"] in read_checkpoint(path, 3):
+            break
+        time.sleep(0.1)
+    assert ["s", "0", "3"] in read_checkpoint(path, 3)
