@@ -366,3 +366,24 @@ def test_serve_keeps_kafkas_checkpoint_files_current(kafka_server, store, monkey
             break
         time.sleep(0.1)
     assert ["s", "0", "3"] in read_checkpoint(path, 3)
+
+
+def test_a_follower_ending_in_old_format_data_is_not_cut_by_leader_epochs(tmp_path, monkeypatch):
+    """Magic 0/1 entries carry no leader epoch (-1): catching a follower up must not read that as
+    'before every epoch' and cut it to the first epoch's start (then copy everything again)."""
+    from klog.client.replication import catch_up
+    from klog.store.log import PartitionLog
+
+    leader_dir = _legacy_folder(tmp_path / "a")
+    for suffix in (".log", ".index", ".timeindex"):
+        os.unlink(os.path.join(leader_dir, "00000000000000000009" + suffix))  # end on the old-format data
+    follower_dir = shutil.copytree(leader_dir, str(tmp_path / "b" / "old-0"))
+    leader, follower = PartitionLog(leader_dir), PartitionLog(follower_dir)
+    leader.open_for_write()
+    follower.open_for_write()
+    cuts = []
+    monkeypatch.setattr(follower, "truncate_to", lambda offset: cuts.append(offset))
+    assert catch_up(leader, follower, leader.log_end_offset, [[0, 0], [3, 9]]) == 9
+    assert cuts == []
+    leader.close()
+    follower.close()
