@@ -387,3 +387,26 @@ def test_a_follower_ending_in_old_format_data_is_not_cut_by_leader_epochs(tmp_pa
     assert cuts == []
     leader.close()
     follower.close()
+
+
+def test_serve_hands_old_format_segments_to_kafka_clients(kafka_server, store, tmp_path):
+    """Fetch sends the segment bytes as they are; a Kafka client decodes v0/v1 message sets itself."""
+    confluent = pytest.importorskip("confluent_kafka")
+    from klog.client.importer import import_dirs
+
+    _legacy_folder(tmp_path / "k")
+    import_dirs(store, [str(tmp_path / "k")])
+    consumer = confluent.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "g",
+                                   "enable.auto.commit": False})
+    try:
+        consumer.assign([confluent.TopicPartition("old", 0, 0)])
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < len(LEGACY_RECORDS) and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                key, value = msg.key(), msg.value()
+                got.append((msg.offset(), key and key.decode(), value and value.decode()))
+        assert got == [(o, k, v) for o, k, v, _ in LEGACY_RECORDS]
+    finally:
+        consumer.close()
