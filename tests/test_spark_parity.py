@@ -132,3 +132,14 @@ def test_export_text_never_writes_invalid_utf8(spark, store, data_dir, tmp_path)
     assert table.column("value").to_pylist() == ["ok\ufffd\ufffd"]
     assert table.column("key").to_pylist() == ["\ufffd("]
     assert table.column("headers").to_pylist() == [[{"key": "h", "value": "\ufffd"}]]
+
+
+def test_stream_read_committed_stops_at_the_last_stable_offset(spark, store, data_dir, tmp_path):
+    from klog.client.importer import import_dirs
+    from tests.test_spark_source import _stream
+
+    _txn_folder(tmp_path / "k", with_txn_index=True)
+    import_dirs(store, [str(tmp_path / "k")])
+    store.create_topic("up", 1)
+    _stream(spark, data_dir, str(tmp_path / "ckpt"), "tx", "up", **{"kafka.isolation.level": "read_committed"})
+    assert [r.value.decode() for r in store.consumer("up")] == [v.upper() for v in COMMITTED_VALUES]
