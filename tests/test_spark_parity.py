@@ -77,7 +77,7 @@ def test_options_spark_accepts_but_klog_does_not_use_warn_once(spark, store, dat
     store.create_topic("w", 1)
     extra = {"minOffsetsPerTrigger": "5", "maxTriggerDelay": "1m", "groupIdPrefix": "g",
              "fetchOffset.numRetries": "3", "kafkaConsumer.pollTimeoutMs": "100",
-             "kafka.bootstrap.servers": "localhost:9092"}
+             "kafka.fetch.max.bytes": "1048576"}
     assert _load(spark, data_dir, subscribe="w", **extra).count() == 0  # accepted by a real query
     options._warned.clear()
     with caplog.at_level(logging.WARNING, logger="klog"):
