@@ -75,6 +75,15 @@ def test_produce_through_the_cluster_lands_in_the_store(kafka_server, klog_proc,
     assert all(r.partition == partition_for_key(r.key, 3) for r in got)  # Kafka's murmur2, as locally
 
 
+def test_consume_gives_the_same_output(both, data_dir):
+    fill(data_dir, "orders", 100)
+    for args in (["consume", "orders", "--json"], ["consume", "orders", "-p", "1", "-o", "-3"]):
+        r, local = both(*args)
+        assert r.returncode == local.returncode == 0, (args, r.stderr)
+        assert r.stdout == local.stdout and local.stdout, args
+
+
+@pytest.mark.slow  # 30 CLI processes
 def test_consume_flags_give_the_same_output(both, data_dir):
     fill(data_dir, "orders", 300)
     fill(data_dir, "orders2", 20, partitions=1)
