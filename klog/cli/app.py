@@ -104,8 +104,8 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
         # consume's own -X are group settings on the local store: only with a cluster are they client properties
         target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster,
                                 props if (bootstrap or cluster or not has_x) else None)
-        if target is not None and has_x and not kwargs.get("group"):
-            kwargs["prop"] = None  # client properties, not group settings
+        if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
+            kwargs["prop"] = _group_settings(props) if kwargs.get("group") else None
         _cluster_target = target
         try:
             return callback(*args, **kwargs)
@@ -117,6 +117,14 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
                                **{p.name: p.annotation for p in extra}}
     command._klog_cluster = True  # type: ignore[attr-defined]
     return command
+
+
+def _group_settings(props: list[str] | None) -> list[str] | None:
+    """The -X pairs klog's group member understands (the others are only for the Kafka client)."""
+    from klog.client.group import GroupConfig
+
+    kept = [p for p in props or [] if p.partition("=")[0].strip() in GroupConfig.PROPERTIES]
+    return kept or None
 
 
 def _add_cluster_options(typer_app: typer.Typer, path: tuple[str, ...] = ()) -> None:
