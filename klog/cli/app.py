@@ -61,10 +61,15 @@ def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klo
 CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
                     ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
-                    ("groups", "delete"), ("groups", "delete-offsets")}
+                    ("groups", "delete"), ("groups", "delete-offsets"), ("spark", "export"), ("spark", "sql"),
+                    ("spark", "stream"), ("spark", "run")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
 _cluster_target = None  # the ClusterTarget of the running command, None for the local store
+
+
+def current_cluster():  # noqa: ANN201 - the ClusterTarget the running command was given, or None
+    return _cluster_target
 
 
 def _cluster_parameters(has_x: bool) -> list:
@@ -135,7 +140,8 @@ def _add_cluster_options(typer_app: typer.Typer, path: tuple[str, ...] = ()) -> 
             info.callback = cluster_options(info.callback)
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
-            _add_cluster_options(group.typer_instance, (*path, group.name or ""))
+            name = group.name or group.typer_instance.info.name or ""
+            _add_cluster_options(group.typer_instance, (*path, name))
 
 
 def version_callback(value: bool) -> None:
