@@ -111,6 +111,39 @@ def count_lines(args: list[str], env: dict, expected: int) -> float:
     return took
 
 
+def raw_fetch(port: int, topic: str, n: int) -> float:
+    """Fetch v12 requests of 1 MiB each from one connection, batches counted, nothing decoded:
+    what the server itself sustains, without a client library's parsing."""
+    import datetime
+    import struct
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+    from kio.static.primitive import i32Timedelta
+
+    sys.path.insert(0, REPO)
+    from tests.serve_helpers import RawClient
+
+    offset = 0
+    start = time.perf_counter()
+    with RawClient(port) as client:
+        while offset < n:
+            part = FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                                  log_start_offset=-1, partition_max_bytes=1 << 20)
+            resp = client.send(1, 12, replica_id=-1, max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=500)),
+                               min_bytes=1, max_bytes=50 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                               topics=(FetchTopic(topic=topic, partitions=(part,)),), forgotten_topics_data=(),
+                               rack_id="")
+            records = resp.responses[0].partitions[0].records
+            pos = 0
+            while pos + 61 <= len(records):
+                base, length = struct.unpack_from(">qi", records, pos)
+                if pos + 12 + length > len(records):
+                    break  # a batch cut at the byte limit
+                offset = base + struct.unpack_from(">i", records, pos + 23)[0] + 1
+                pos += 12 + length
+    return time.perf_counter() - start
+
+
 def kafka_latency(bootstrap: str, topic: str, samples: int) -> list[float]:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -212,7 +245,7 @@ def main() -> None:
     with open(lines_path, "wb") as f:
         f.write((b"x" * 100 + b"\n") * n)
     results: dict[str, list[float]] = {k: [] for k in ("serve_produce", "local_produce", "serve_fetch",
-                                                        "local_fetch", "cpu_per_mib")}
+                                                        "local_fetch", "cpu_per_mib", "raw_fetch")}
     serve_dir, local_dir = os.path.join(tmp, "serve"), os.path.join(tmp, "local")
     serve = Serve(serve_dir, env)
     try:
@@ -229,6 +262,7 @@ def main() -> None:
                 cpu = serve.cpu_s() - cpu0
                 results["serve_fetch"].append(n / took)
                 results["cpu_per_mib"].append(cpu / (n * 170 / 2**20))  # ~170 B per 100-B record on disk
+            results["raw_fetch"].append(n / raw_fetch(serve.port, topic, n))
             results["local_fetch"].append(n / count_lines(klog_cmd("consume", topic, "-d", local_dir), env, n))
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" if k != "cpu_per_mib" else f"{k} {v[-1]:.4f}"
                                                   for k, v in results.items() if v), flush=True)
@@ -250,6 +284,7 @@ def main() -> None:
     if "serve_fetch" in med:
         print(f"fetch    klog serve + kcat -C -e                 {med['serve_fetch']:>12,.0f} records/s "
               f"(server CPU {med['cpu_per_mib'] * 1000:.1f} ms per MiB)")
+    print(f"fetch    klog serve, raw Fetch v12 of 1 MiB      {med['raw_fetch']:>12,.0f} records/s (no client parsing)")
     print(f"fetch    klog consume (local CLI)                {med['local_fetch']:>12,.0f} records/s")
     print(f"latency  serve, confluent producer -> consumer   p50 {pct(kafka_lat, 0.5):.1f} ms  "
           f"p99 {pct(kafka_lat, 0.99):.1f} ms ({len(kafka_lat)} samples)")

@@ -1,3 +1,3 @@
-from klog.cli.app import main
+from klog.cli.entry import main
 
 main()

@@ -6,7 +6,8 @@
 # Finds klog (or installs it into .venv at the repository root), then, in your default data directory
 # (~/.local/share/klog, or $KLOG_DATA_DIR if you set it), creates topic quickstart-access, produces the
 # sample access log into it, describes it, tails it, shows its offsets and exports it to
-# ./quickstart-export.jsonl and (with Java and the spark extra) to Parquet files in ./quickstart-parquet.
+# ./quickstart-out/export.jsonl and (with Java and the spark extra) to Parquet files in
+# ./quickstart-out/parquet (quickstart-out/ is in .gitignore; QUICKSTART_OUT picks another folder).
 # Each run appends another 2,000 records to the topic.
 #
 # KLOG="python -m klog" picks the command to run and skips the install step.
@@ -21,15 +22,20 @@ elif [ -x "$repo/.venv/bin/klog" ]; then
 elif "$py" -c 'import klog.cli.app' 2>/dev/null; then
     klog_cmd=("$py" -m klog)
 else
-    echo "klog is not installed: installing it into $repo/.venv (once)" >&2
+    echo "klog is not installed: installing it with pyspark into $repo/.venv (once; ~3 min, mostly the" \
+         "~320 MB pyspark download)" >&2
     [ -x "$repo/.venv/bin/python" ] || "$py" -m venv "$repo/.venv"
-    # with the spark extra: the last step exports Parquet through Spark (Java 17 is the one other need)
-    "$repo/.venv/bin/python" -m pip install -q --disable-pip-version-check -e "$repo[spark]"
+    # with the spark extra: the last step exports Parquet through Spark (Java 17 is the one other need);
+    # pip's own progress on a terminal, so the wait is never silent
+    quiet=(-q); [ -t 2 ] && quiet=(--progress-bar on)
+    "$repo/.venv/bin/python" -m pip install "${quiet[@]}" --disable-pip-version-check -e "$repo[spark]" >&2
     klog_cmd=("$repo/.venv/bin/klog")
 fi
 klog() { command "${klog_cmd[@]}" "$@"; }
 
 topic=quickstart-access
+out=${QUICKSTART_OUT:-quickstart-out}
+mkdir -p "$out"
 step() { printf '\n$ klog %s\n' "$*"; }
 
 step topics create "$topic" --partitions 3 --if-not-exists
@@ -47,16 +53,16 @@ klog consume "$topic" --tail 5
 step offsets "$topic"
 klog offsets "$topic"
 
-step consume "$topic" --json '>' quickstart-export.jsonl
-klog consume "$topic" --json > quickstart-export.jsonl
-echo "exported $(wc -l < quickstart-export.jsonl | tr -d ' ') records to $PWD/quickstart-export.jsonl"
+step consume "$topic" --json '>' "$out/export.jsonl"
+klog consume "$topic" --json > "$out/export.jsonl"
+echo "exported $(wc -l < "$out/export.jsonl" | tr -d ' ') records to $out/export.jsonl"
 
 # Parquet through Spark: needs Java 17+ and the spark extra (installed above; pip install 'klog[spark]'
 # elsewhere); ~12 s to start Spark, ~25 s more the very first time
-step spark export "$topic" --value-format json --to parquet --out quickstart-parquet --overwrite
+step spark export "$topic" --value-format json --to parquet --out "$out/parquet" --overwrite
 if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
     echo "skipped: klog spark needs Java 17 or later (e.g. apt install openjdk-17-jre-headless)"
-elif ! klog spark export "$topic" --value-format json --to parquet --out quickstart-parquet --overwrite; then
+elif ! klog spark export "$topic" --value-format json --to parquet --out "$out/parquet" --overwrite; then
     echo "skipped the Parquet export (the line above says why)"
 fi
 

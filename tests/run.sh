@@ -6,10 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
-    echo "tests/run.sh: first run: creating .venv and installing klog with pyspark (~3 min)" >&2
+    echo "tests/run.sh: first run: creating .venv and installing klog with pyspark (~3 min, mostly the" \
+         "~320 MB pyspark download; pip's progress follows)" >&2
     "$PY" -m venv .venv
+    .venv/bin/python -m pip install --progress-bar on --disable-pip-version-check -e '.[test,spark]' >&2
+else
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,spark]'
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,spark]'
 if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "tests/run.sh: installing Debian's kcat for the Kafka-protocol tests" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null 2>&1 \

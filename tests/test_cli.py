@@ -162,7 +162,7 @@ def test_invalid_topic_names(cli):
 
 def test_usage_errors_are_one_line_with_exit_2(cli):
     assert_one_line_error(cli("consume", "t", "--bogus"), 2, "No such option: --bogus")
-    assert_one_line_error(cli("topics", "create"), 2, "Missing argument 'topic'")
+    assert_one_line_error(cli("topics", "create"), 2, "Missing argument 'TOPIC'")
     assert_one_line_error(cli("frobnicate"), 2, "No such command 'frobnicate'")
     assert_one_line_error(cli("consume", "t", "-o"), 2, "'-o' requires an argument")
     bare = cli()

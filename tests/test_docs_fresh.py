@@ -16,7 +16,7 @@ pytest.importorskip("click_man")
 
 from klog.cli import gendocs  # noqa: E402
 
-REGENERATE = "run `python -m klog.cli.gendocs` and commit completions/ and man/"
+REGENERATE = "run `python -m klog.cli.gendocs` and commit completions/, man/ and klog/cli/completion_spec.json"
 
 
 @pytest.fixture(scope="module")

@@ -290,3 +290,23 @@ def test_requests_naming_unknown_groups_leave_nothing_behind() -> None:
     assert sync(c, 1, "someone").one.error == E.unknown_member_id
     assert c.leave("ghost", [("someone", None)]) == (E.unknown_member_id, [E.unknown_member_id])
     assert c.groups == {} and c.next_deadline() is None
+
+
+def test_static_leader_restart_keeps_the_generation_and_is_not_told_to_assign() -> None:
+    c, clock = make()
+    lead = join(c, instance="i-lead")
+    other = join(c, instance="i-2")
+    clock.now += DELAY
+    c.tick()
+    leader_id = lead.one.leader
+    restarting = "i-lead" if leader_id == lead.one.member_id else "i-2"
+    gen = lead.one.generation
+    sync(c, gen, other.one.member_id)
+    sync(c, gen, lead.one.member_id, {lead.one.member_id: b"L", other.one.member_id: b"O"})
+    old_assignment = b"L" if restarting == "i-lead" else b"O"
+    again = join(c, instance=restarting)
+    res = again.one
+    assert res.error == E.none and res.generation == gen and res.members == []
+    assert res.leader != res.member_id  # the old leader id: the client does not compute an assignment
+    assert c.groups["g"].state == STABLE and c.groups["g"].leader == res.member_id
+    assert sync(c, gen, res.member_id, instance=restarting).one.assignment == old_assignment

@@ -111,9 +111,9 @@ def test_processes_split_partitions_rebalance_and_survive_sigkill(data_dir, tmp_
     produce(data_dir, 1200, 600)
     wait_for(lambda: all_committed(data_dir), "everything committed")
 
-    # a clean leave (SIGTERM: leave the group, like Ctrl-C)
+    # a clean leave (SIGTERM: leave the group, like Ctrl-C, exit 143)
     leaver = members.pop(0)
-    assert leaver.stop() == 130
+    assert leaver.stop() == 143
     pids.remove(leaver.proc.pid)
     wait_for(lambda: spread(data_dir, pids) == [2, 2, 2], "the leaver's partitions to move")
     produce(data_dir, 1800, 600)
@@ -138,7 +138,7 @@ def test_processes_split_partitions_rebalance_and_survive_sigkill(data_dir, tmp_
     produce(data_dir, 3000, 600)
     wait_for(lambda: all_committed(data_dir), "everything committed after the kill")
     for m in members:
-        assert m.stop() == 130
+        assert m.stop() == 143
     everyone = [leaver, victim, *members]
     seen = collections.Counter(line for m in everyone for line in m.lines())
     assert set(seen) == expected(data_dir)  # none lost
@@ -169,7 +169,7 @@ def test_a_stalled_member_is_expelled_after_the_session_timeout_and_rejoins(data
     produce(data_dir, 60, 60)
     wait_for(lambda: all_committed(data_dir), "everything committed")
     for m in members:
-        assert m.stop() == 130
+        assert m.stop() == 143
     seen = {line for m in members for line in m.lines()}
     assert seen == expected(data_dir)
     assert "Traceback" not in stalled.err_path.read_text()

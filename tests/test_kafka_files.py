@@ -106,8 +106,10 @@ def test_import_keeps_log_start_and_trims_preallocated_indexes(cli, store, tmp_p
     write_segment(str(folder), 0, [v2_batch(0, [(b"k", b"%d" % i, NOW)]) for i in range(1)]
                   + [v2_batch(1, [(None, b"v", NOW)] * 3)], preallocate=True)
     write_checkpoint(str(kafka_dir / "log-start-offset-checkpoint"), ["t 1 2"])
+    write_segment(str(kafka_dir / "__consumer_offsets-3"), 0, [v2_batch(0, [(b"g", b"offsets", NOW)])])
     r = cli("dirs", "import", str(kafka_dir))
     assert r.exit_code == 0, r.stderr
+    assert not store.has_topic("__consumer_offsets")  # Kafka's bookkeeping, not data
     assert "Imported t-1" in r.out and "offsets 2..4" in r.out
     assert store.partition_count("t") == 2  # partitions 0..highest found
     assert [o for o, *_ in _consumed(cli, "t")] == [2, 3]
@@ -247,3 +249,54 @@ def test_klog_keeps_kafkas_checkpoint_files_current(cli, store):
     r = cli("topics", "delete-records", "orders", "--partition", "1", "--before", "3")
     assert r.exit_code == 0, r.stderr
     assert read_checkpoint(os.path.join(log_dir, "log-start-offset-checkpoint"), 3) == [["orders", "1", "3"]]
+
+
+def test_old_formats_through_the_index_and_compaction(cli, store, tmp_path):
+    """Many v0/v1 entries (plain and gzip wrappers) over two segments: reads from an offset in
+    the middle use the index recovery rebuilt; compaction keeps the latest value per key at its
+    offset."""
+    from tests.kafka_files import legacy_plain as plain
+    from tests.kafka_files import legacy_wrapper as wrapper
+
+    entries, offset, values = [], 0, {}
+    for i in range(300):
+        if i % 3 == 0:
+            recs = [(b"k%d" % (o % 7), b"x" * 50 + b"%d" % o, NOW + o) for o in range(offset, offset + 5)]
+            entries.append(wrapper(1, offset, recs, codec=GZIP))
+            values.update({o: r[1] for o, r in zip(range(offset, offset + 5), recs, strict=True)})
+            offset += 5
+        else:
+            entries.append(plain(i % 2, offset, b"k%d" % (offset % 7), b"y" * 50 + b"%d" % offset, NOW + offset))
+            values[offset] = b"y" * 50 + b"%d" % offset
+            offset += 1
+    folder = str(tmp_path / "k" / "cmp-0")
+    write_segment(folder, 0, entries[:150])
+    write_segment(folder, 350, entries[150:])  # entries[:150] hold offsets 0..349
+    from klog.client.importer import import_dirs
+
+    import_dirs(store, [str(tmp_path / "k")])
+    assert [(r.offset, r.value) for r in store.consumer("cmp", start="333")] == [
+        (o, values[o]) for o in range(333, 700)]
+    store.alter_topic("cmp", set_configs={"cleanup.policy": "compact"})
+    store.compact("cmp")
+    got = {r.offset: r.value for r in store.consumer("cmp")}
+    latest_below_350 = {o for o in range(350) if not any(o2 % 7 == o % 7 for o2 in range(o + 1, 350))}
+    assert set(got) == latest_below_350 | set(range(350, 700))
+    assert all(got[o] == values[o] for o in got)
+    store.close()
+    assert cli("verify").exit_code == 0
+
+
+def test_a_kafka_folder_copied_into_the_log_dir_is_reported_then_adopted_in_place(cli, store, tmp_path):
+    log_dir = os.path.dirname(klog_folder(cli, "x"))
+    store.close()
+    folder = _legacy_folder(tmp_path / "k")
+    shutil.copytree(folder, os.path.join(log_dir, "old-0"))
+    r = cli("verify")
+    assert r.exit_code != 0 and f"klog dirs import {os.path.join(log_dir, 'old-0')}" in r.out + r.stderr
+    assert os.path.getsize(os.path.join(log_dir, "old-0", "00000000000000000000.log")) == os.path.getsize(
+        os.path.join(folder, "00000000000000000000.log"))  # left as it is
+    r = cli("dirs", "import", os.path.join(log_dir, "old-0"))
+    assert r.exit_code == 0, r.stderr
+    assert _consumed(cli, "old") == LEGACY_RECORDS
+    assert cli("verify").exit_code == 0

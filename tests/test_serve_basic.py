@@ -141,3 +141,55 @@ def test_serve_on_a_port_in_use_is_one_line_exit_1(kafka_server, klog_proc):
     assert out.returncode == 1
     err = out.stderr.decode()
     assert err.startswith(f"klog: error: cannot listen on {kafka_server.bootstrap}") and err.count("\n") == 1
+
+
+def test_sigterm_answers_a_long_polling_fetch_and_exits_0(data_dir):
+    import datetime
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+    from kio.static.primitive import i32Timedelta
+
+    import klog
+    from tests.serve_helpers import RawClient
+
+    with klog.open(data_dir) as store:
+        store.create_topic("lp")
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "serve", "--listen", "127.0.0.1:0"],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(proc.stderr.readline().split("listening on 127.0.0.1:")[1].split()[0])
+        with RawClient(port) as client:
+            part = FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                                  log_start_offset=-1, partition_max_bytes=1 << 20)
+            fields = dict(replica_id=-1, max_wait=i32Timedelta.parse(datetime.timedelta(seconds=20)), min_bytes=1,
+                          max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                          topics=(FetchTopic(topic="lp", partitions=(part,)),), forgotten_topics_data=(), rack_id="")
+            import threading
+
+            answers = []
+            waiter = threading.Thread(target=lambda: answers.append(client.send(1, 12, **fields)))
+            waiter.start()
+            time.sleep(0.5)  # the fetch is now waiting for data (up to 20 s)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            waiter.join(10)
+            assert answers and answers[0].responses[0].partitions[0].error_code == 0  # answered, empty
+        assert proc.wait(timeout=15) == 0
+        assert time.monotonic() - started < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_metadata_names_the_advertised_listener(data_dir):
+    from klog.server import Server
+    from tests.serve_helpers import RawClient
+
+    with Server(data_dir, listen=("127.0.0.1", 0), advertised=("kafka.example.com", 19092), node_id=7) as server, \
+            RawClient(server.port) as client:
+        resp = client.send(3, 12, topics=None, allow_auto_topic_creation=False,
+                           include_topic_authorized_operations=False)
+    assert [(b.node_id, b.host, b.port) for b in resp.brokers] == [(7, "kafka.example.com", 19092)]
+    assert resp.controller_id == 7

@@ -232,3 +232,33 @@ def test_concurrent_producers_through_server_and_locally(kafka_server, data_dir)
     assert done.is_set()
     values = klog_values(data_dir, "mix")[0]
     assert sorted(values) == sorted([b"local-%d" % i for i in range(300)] + [b"remote-%d" % i for i in range(300)])
+
+
+def test_klog_consume_follow_sees_records_produced_over_the_protocol(kafka_server, data_dir):
+    import os
+
+    from tests.conftest import REPO
+
+    kafka_server.store.create_topic("tail")
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    follower = subprocess.Popen([sys.executable, "-m", "klog", "consume", "tail", "-f"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=env)
+    try:
+        time.sleep(1.0)  # following from the (empty) end
+        assert confluent_produce(kafka_server.bootstrap, "tail", [b"over-the-wire"]) == []
+        got = []
+        reader = threading.Thread(target=lambda: got.append(follower.stdout.readline()))
+        reader.start()
+        reader.join(10)
+        assert got == [b"over-the-wire\n"]
+    finally:
+        follower.terminate()
+        follower.wait(10)
+
+
+def test_transactional_producer_fails_at_init_with_a_clear_fatal_error(kafka_server):
+    producer = ck.Producer({"bootstrap.servers": kafka_server.bootstrap, "transactional.id": "tx-1"})
+    with pytest.raises(ck.KafkaException) as caught:
+        producer.init_transactions(10)
+    err = caught.value.args[0]
+    assert err.code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()

@@ -505,6 +505,9 @@ def test_bad_group_requests_get_kafka_error_codes_on_a_connection_that_stays_usa
                                                    include_authorized_operations=False))
         assert [(g.error_code, g.group_state) for g in res.groups] == [
             (E.invalid_group_id, ""), (E.invalid_group_id, ""), (E.none, "Dead")]
+        assert {g.authorized_operations for g in res.groups} == {-2147483648}  # not asked for
+        res = kio_call(sock, DescribeGroupsRequest(groups=("never-seen",), include_authorized_operations=True))
+        assert res.groups[0].authorized_operations == 1 << 3 | 1 << 6 | 1 << 8  # READ, DELETE, DESCRIBE
         assert kio_call(sock, OffsetFetchRequest(group_id="", topics=None, require_stable=False)).error_code \
             == E.invalid_group_id
         protocol = JoinGroupRequestProtocol(name="range", metadata=b"")

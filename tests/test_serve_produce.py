@@ -145,3 +145,43 @@ def test_struct_helpers_match():
     h = read_header(batch([b"x"], producer_id=5, epoch=2, sequence=7))
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (5, 2, 7)
     assert struct.calcsize(">qhi") == 14
+
+
+def test_list_offsets_max_timestamp_over_segments(kafka_server):
+    from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsTopic
+
+    store = kafka_server.store
+    store.create_topic("mx", configs={"segment.bytes": "1024", "retention.ms": "-1"})  # many small segments
+    stamps = [5_000 + (i * 37) % 61 for i in range(60)]  # the largest is in a middle segment
+    with store.producer() as producer:
+        for i, ts in enumerate(stamps):
+            producer.send("mx", b"v%03d" % i, timestamp=1_000_000 + ts)
+            producer.flush()
+    assert len(store.partition("mx", 0).leader.bases) > 3
+    with RawClient(kafka_server.port) as client:
+        resp = client.send(2, 7, replica_id=-1, isolation_level=0, topics=(ListOffsetsTopic(name="mx", partitions=(
+            ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-3),)),))
+    p = resp.topics[0].partitions[0]
+    assert (p.error_code, p.timestamp, p.offset) == (E.none, 1_000_000 + max(stamps), stamps.index(max(stamps)))
+
+
+def test_min_insync_replicas_above_the_isr_refuses_acks_all(kafka_server, data_dir):
+    kafka_server.store.create_topic("isr", configs={"min.insync.replicas": "2"})  # one replica only
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "isr", 0, batch([b"x"]))[0] == E.not_enough_replicas
+        resp = client.send(0, 9, **produce_request_fields(9, "isr", 0, batch([b"y"]), acks=1))
+        assert resp.responses[0].partition_responses[0].error_code == E.none  # acks=1 does not need the ISR
+    assert values(data_dir, "isr") == [b"y"]
+
+
+def test_a_config_altered_by_another_process_applies_within_seconds(kafka_server, data_dir, monkeypatch):
+    import klog.client.batches
+
+    monkeypatch.setattr(klog.client.batches, "TOPIC_REFRESH_S", 0.2)
+    kafka_server.store.create_topic("alt")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "alt", 0, batch([b"x" * 3000]))[0] == E.none
+        with klog.open(data_dir) as other:
+            other.alter_topic("alt", set_configs={"max.message.bytes": "1000"})
+        time.sleep(0.3)
+        assert produce(client, "alt", 0, batch([b"x" * 3000]))[0] == E.message_too_large

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import klog
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -127,16 +129,18 @@ def test_follow_on_a_terminal_hints_while_waiting_and_a_deleted_topic_ends_it(cl
     assert code == 1 and err.decode().strip() == "klog: error: topic 'gone' was deleted while being followed"
 
 
-def test_follow_on_a_pipe_of_a_deleted_topic_exits_1(data_dir, cli):
+@pytest.mark.parametrize("extra", [[], ["-G", "g"], ["-G", "g", "--json"]], ids=["plain", "group", "group-json"])
+def test_follow_on_a_pipe_of_a_deleted_topic_exits_1(data_dir, cli, extra):
     cli("produce", "gone", input=b"one\n")
-    proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "gone", "-f"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "gone", "-f", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO})
     try:
-        assert proc.stdout.readline() == b"one\n"
+        assert select.select([proc.stdout], [], [], 20)[0] and b"one" in proc.stdout.readline()
         assert cli("topics", "delete", "gone", "--yes").exit_code == 0
         cli("produce", "gone", input=b"two\n")  # created again: a new topic, not this one
         assert proc.wait(timeout=20) == 1
-        assert b"was deleted while being followed (and created again" in proc.stderr.read()
+        assert proc.stderr.read() == (b"klog: error: topic 'gone' was deleted while being followed (and created "
+                                      b"again: read it anew)\n")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -192,7 +196,7 @@ def test_group_member_client_ids_are_escaped(cli, data_dir):
                              "client.id=evil\x1b]0;TITLE\x07"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO})
     try:
-        assert proc.stdout.readline() == b"a\n"
+        assert select.select([proc.stdout], [], [], 20)[0] and proc.stdout.readline() == b"a\n"
         r = cli("groups", "describe", "g", "--members")
         assert r.exit_code == 0 and r"evil\x1b]0;TITLE\x07" in r.out and b"\x1b" not in r.stdout, r.out
     finally:
@@ -200,3 +204,142 @@ def test_group_member_client_ids_are_escaped(cli, data_dir):
         proc.wait(timeout=20)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_sigterm_and_ctrl_c_stop_plain_and_group_consumers_alike(cli, data_dir):
+    import signal
+
+    cli("produce", "t", input=b"a\n")
+    for group in (None, "g"):
+        for sig, code, said in ((signal.SIGTERM, 143, b"klog: terminated\n"), (signal.SIGINT, 130,
+                                                                              b"klog: interrupted\n")):
+            extra = ["-G", f"{group}-{sig}"] if group else []
+            proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "t", "-f", *extra],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO},
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            try:
+                assert select.select([proc.stdout], [], [], 20)[0] and proc.stdout.readline() == b"a\n"
+                proc.send_signal(sig)
+                assert (proc.wait(timeout=20), proc.stderr.read()) == (code, said), (extra, sig)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                proc.stdout.close()
+                proc.stderr.close()
+
+
+# -- what users reach for ----------------------------------------------------------------------------
+def test_last_n_is_the_newest_records_of_the_whole_topic_in_time_order(cli, store):
+    store.create_topic("t", partitions=3)
+    with store.producer() as p:
+        for i in range(30):
+            p.send("t", b"v%d" % i, partition=i % 3, timestamp=1_000 + i)
+    assert cli("consume", "t", "--last", "4").stdout == b"v26\nv27\nv28\nv29\n"
+    assert cli("consume", "t", "--last", "4", "-n", "2").stdout == b"v26\nv27\n"
+    assert cli("consume", "t", "--last", "0").stdout == b""
+    r = cli("consume", "t", "--last", "2", "--tail", "1")
+    assert r.exit_code == 2 and "only one of" in r.stderr
+    assert cli("consume", "t", "--last", "50").stdout.count(b"\n") == 30
+
+
+def read_until(pipe, end: bytes, timeout: float = 20) -> bytes:
+    """Bytes from a pipe until they end with `end` (bounded in time; unbuffered reads)."""
+    got, deadline = b"", time.monotonic() + timeout
+    while not got.endswith(end) and time.monotonic() < deadline:
+        if select.select([pipe], [], [], 0.2)[0]:
+            data = os.read(pipe.fileno(), 65536)
+            if not data:
+                break
+            got += data
+    return got
+
+
+def test_last_n_then_follow(cli, data_dir, store):
+    store.create_topic("f", partitions=2)
+    with store.producer() as p:
+        for i in range(6):
+            p.send("f", b"old%d" % i, partition=i % 2, timestamp=1_000 + i)
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "f", "--last", "2", "-f"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO})
+    try:
+        assert read_until(proc.stdout, b"old5\n") == b"old4\nold5\n"
+        cli("produce", "f", "-p", "0", input=b"new\n")
+        assert read_until(proc.stdout, b"new\n") == b"new\n"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_grep_key_and_grep_header(cli, store):
+    with store.producer() as p:
+        p.send("g", b"one", key=b"user-1", headers=[("src", b"web")])
+        p.send("g", b"two", key=b"user-2", headers=[("src", b"app")])
+        p.send("g", b"three", key=None)
+    assert cli("consume", "g", "--grep-key", "-2$").stdout == b"two\n"
+    assert cli("consume", "g", "--grep-header", "^src=web$").stdout == b"one\n"
+    assert cli("consume", "g", "--grep-key", "user", "--grep", "^t").stdout == b"two\n"
+    r = cli("consume", "g", "--grep-key", "(")
+    assert r.exit_code == 2 and "invalid --grep-key" in r.stderr
+
+
+def test_produce_constant_key_and_delimiter(cli, data_dir):
+    cli("topics", "create", "k", "-p", "4")
+    assert cli("produce", "k", "-k", "user-7", input=b"a\nb\n").exit_code == 0
+    assert cli("produce", "d", "-D", "\\0", input=b"x\ny\0z\0").exit_code == 0
+    assert cli("produce", "d2", "-D", "||", "-k", "K", input=b"1||2||3").exit_code == 0
+    with klog.open(data_dir) as s:
+        recs = list(s.consumer("k"))
+        assert [(r.key, r.value) for r in recs] == [(b"user-7", b"a"), (b"user-7", b"b")]
+        assert len({r.partition for r in recs}) == 1
+        assert [r.value for r in s.consumer("d")] == [b"x\ny", b"z"]
+        assert [(r.key, r.value) for r in s.consumer("d2")] == [(b"K", b"1"), (b"K", b"2"), (b"K", b"3")]
+    r = cli("produce", "k", "-k", "a", "-K", ":", input=b"x\n")
+    assert r.exit_code == 2 and "--key" in r.stderr
+    assert cli("produce", "k", "-D", "", input=b"x").exit_code == 2
+
+
+# -- help and man pages ---------------------------------------------------------------------------------
+def test_help_placeholders_are_words_and_name_the_store_in_force(cli, data_dir, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    for args in (["consume", "--help"], ["topics", "create", "--help"], ["produce", "--help"]):
+        text = cli(*args).out
+        assert not re.search(r"<(list\[)?(int|str|bool)\]?>|\{topic\}", text), text
+    text = cli("topics", "create", "--help").out
+    assert "[OPTIONS] TOPIC" in text and re.search(r"--partitions\s+-p\s+N\s", text)
+    assert f"now {data_dir}, from KLOG_DATA_DIR" in cli("consume", "--help").out
+
+
+def test_man_pages_have_whole_names_and_a_klog_footer():
+    import pathlib
+
+    man = pathlib.Path(REPO) / "man"
+    page = (man / "klog-groups-describe.1").read_text()
+    assert page.splitlines()[0] == '.TH "KLOG GROUPS DESCRIBE" "1" "" "klog 0.1.0" "klog groups describe Manual"'
+    assert "and the member reading it (host, pid)." in page.splitlines()[2]
+    for path in man.glob("*.1"):
+        name_line = path.read_text().splitlines()[2]
+        assert not name_line.endswith(("...", "…")), path.name
+
+
+def test_topics_clean_prints_only_what_changed_and_a_summary(cli, store):
+    store.create_topic("keep", partitions=3)
+    store.create_topic("trim", partitions=2, configs={"segment.bytes": "1024"})
+    with store.producer() as p:
+        for i in range(200):
+            p.send("keep", b"x" * 50)
+            p.send("trim", b"y" * 50, partition=0)
+            if i % 20 == 19:
+                p.flush()  # one batch each: segments of 1 KiB roll
+    store.alter_topic("trim", set_configs={"retention.bytes": "1500"})
+    r = cli("topics", "clean")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == ["Cleaned trim-0"], r.stderr
+    assert re.fullmatch(r"1 of 5 partitions changed: \d+ segments \(.*\) deleted, 0 records compacted away", lines[-1])
+    r = cli("topics", "clean")
+    assert r.stderr.splitlines() == ["0 of 5 partitions changed: 0 segments (0 B) deleted, 0 records compacted away"]

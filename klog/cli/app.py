@@ -1,6 +1,9 @@
 """The `klog` command: Typer parsing and rendering only; every command is one library call.
 
-Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (Ctrl-C).
+Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM). Both signals stop every command the same way: records in hand are finished (a producer
+writes the whole lines it read, a group member commits what it printed and leaves its group), then
+one line on stderr.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ from typing import Annotated, Any
 
 import typer
 
+from klog.cli import placeholders
 from klog.errors import KlogError
+
+placeholders.apply()
 
 
 class ExitStatus(IntEnum):
@@ -22,6 +28,7 @@ class ExitStatus(IntEnum):
     ERROR = 1
     USAGE = 2
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 app = typer.Typer(
@@ -34,9 +41,23 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-DataDirOpt = Annotated[str | None, typer.Option(
-    "--data-dir", "-d", envvar="KLOG_DATA_DIR", show_envvar=True,
-    help="Store directory (default: ~/.local/share/klog, the XDG data directory).")]
+def data_dir_help() -> str:
+    """--data-dir's help naming the store in force: KLOG_DATA_DIR's, else the XDG default (home as ~)."""
+    home = os.path.expanduser("~")
+
+    def short(path: str) -> str:
+        return "~" + path[len(home):] if home not in ("", "/") and path.startswith(home + os.sep) else path
+
+    xdg = os.environ.get("XDG_DATA_HOME")
+    default = short(os.path.join(xdg, "klog")) if xdg else "~/.local/share/klog"
+    env = os.environ.get("KLOG_DATA_DIR")
+    if env:
+        return f"Store directory (now {short(env)}, from KLOG_DATA_DIR; default: {default}, the XDG data directory)."
+    return f"Store directory (default: {default}, the XDG data directory)."
+
+
+_DATA_DIR_OPTION = typer.Option("--data-dir", "-d", envvar="KLOG_DATA_DIR", show_envvar=True, help=data_dir_help())
+DataDirOpt = Annotated[str | None, _DATA_DIR_OPTION]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -175,6 +196,8 @@ _registered: set[str] = set()
 def _register(modules: set[str] | None = None) -> None:
     import importlib
 
+    _DATA_DIR_OPTION.help = data_dir_help()  # the environment of this run (tests run several)
+
     wanted = set(COMMAND_MODULES.values()) if modules is None else modules
     # dict order keeps `klog --help` listing commands in COMMAND_MODULES order
     for name in dict.fromkeys(COMMAND_MODULES.values()):
@@ -260,22 +283,57 @@ def _modules_for(args: list[str]) -> set[str] | None:
     return None
 
 
+class _Signals:
+    """SIGTERM raised as KeyboardInterrupt, so it unwinds like Ctrl-C (the main thread only)."""
+
+    terminated = False
+
+    def __enter__(self) -> _Signals:
+        import signal
+        import threading
+
+        self.terminated = False
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGTERM, self._stop)
+        return self
+
+    def _stop(self, signum: int, frame: object) -> None:
+        self.terminated = True
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+
+    def stopped(self) -> int:
+        """The exit code of a stop, its one line on stderr."""
+        print("klog: terminated" if self.terminated else "klog: interrupted", file=sys.stderr)
+        return ExitStatus.TERMINATED if self.terminated else ExitStatus.INTERRUPTED
+
+
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
     _register(_modules_for(sys.argv[1:] if args is None else list(args)))
+    with _Signals() as signals:
+        return _run(args, signals)
+
+
+def _run(args: list[str] | None, signals: _Signals) -> int:
     try:
         # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
         rv = app(args=args, standalone_mode=False)
         if isinstance(rv, int) and not isinstance(rv, bool):
             if rv == ExitStatus.INTERRUPTED:
-                print("klog: interrupted", file=sys.stderr)
+                return signals.stopped()
             return rv
     except KlogError as e:
         print(f"klog: error: {e}", file=sys.stderr)
         return e.exit_code
     except (KeyboardInterrupt, typer.Abort):
-        print("klog: interrupted", file=sys.stderr)
-        return ExitStatus.INTERRUPTED
+        return signals.stopped()
     except StdoutClosed:
         _quiet_broken_pipe()
         return ExitStatus.OK

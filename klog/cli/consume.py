@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
-from klog.cli.output import FORMAT_HELP, compile_format, record_to_json
+from klog.cli.output import FORMAT_HELP, compile_format
+from klog.client.envelope import record_json_line
 from klog.errors import UsageError
 
 WRITE_BUFFER_RECORDS = 4096
@@ -27,13 +28,16 @@ def register(app: typer.Typer) -> None:
     @app.command(help=CONSUME_HELP)
     def consume(
         topics: Annotated[list[str] | None, typer.Argument(help="Topics to read.")] = None,
-        pattern: Annotated[str | None, typer.Option("--pattern", help="Also read topics matching REGEX.")] = None,
+        pattern: Annotated[str | None, typer.Option("--pattern", help="Also read topics whose whole name matches "
+                                                    "REGEX ('orders.*', not 'orders').")] = None,
         follow: Annotated[bool, typer.Option("--follow", "-f", help="Wait for new records (like tail -f).")] = False,
         offset: Annotated[str | None, typer.Option("--offset", "-o",
                                                    help="beginning | end | N | -N (N back from the end).")] = None,
         since: Annotated[str | None, typer.Option("--since", help="Start at a time: ISO, epoch ms, 15m ago.")] = None,
         until: Annotated[str | None, typer.Option("--until", help="Stop before this time.")] = None,
         tail: Annotated[int | None, typer.Option("--tail", help="Last N records of each partition.")] = None,
+        last: Annotated[int | None, typer.Option("--last", help="The N newest records of the topics (all partitions), "
+                                                 "in time order; with -f, then follow.")] = None,
         count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after N records in all.")] = None,
         partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
         fmt: Annotated[str | None, typer.Option("--format", "-F", help="kcat-style format string (see above).")] = None,
@@ -41,6 +45,10 @@ def register(app: typer.Typer) -> None:
         = False,
         grep: Annotated[str | None, typer.Option("--grep", "-g", help="Only records whose value matches REGEX.")]
         = None,
+        grep_key: Annotated[str | None, typer.Option("--grep-key", help="Only records whose key matches REGEX.")]
+        = None,
+        grep_header: Annotated[str | None, typer.Option("--grep-header", help="Only records with a header whose "
+                                                        "name=value matches REGEX.")] = None,
         group: Annotated[str | None, typer.Option("--group", "-G", help="Join consumer group G: split the partitions "
                                                   "with its other members; resume at its committed offsets.")] = None,
         exec_cmd: Annotated[str | None, typer.Option("--exec", help="Run CMD (sh -c) per record, value on stdin, "
@@ -69,27 +77,23 @@ def register(app: typer.Typer) -> None:
 
         if not topics and not pattern:
             raise UsageError("give a topic to read (or --pattern REGEX)")
-        chosen = [x for x in (offset, since, tail) if x is not None]
+        chosen = [x for x in (offset, since, tail, last) if x is not None]
         if len(chosen) > 1:
-            raise UsageError("use only one of --offset, --since and --tail")
+            raise UsageError("use only one of --offset, --since, --tail and --last")
+        if last is not None and (last < 0 or group is not None or exec_cmd is not None):
+            raise UsageError("--last needs a count of 0 or more, and no --group or --exec")
         if since is not None:
             start = StartSpec("timestamp", parse_time_ms(since))
-        elif tail is not None:
-            if tail < 0:
+        elif tail is not None or last is not None:
+            if (tail or 0) < 0:
                 raise UsageError("--tail needs a count of 0 or more")
-            start = StartSpec("tail", tail)
+            start = StartSpec("tail", tail if tail is not None else last)
         else:
             start = StartSpec.parse(offset or "beginning")
         until_ms = parse_time_ms(until) if until else None
         if count is not None and count < 0:
             raise UsageError("--count needs a count of 0 or more")
-        record_filter = None
-        if grep:
-            try:
-                rx = re.compile(grep.encode())
-            except re.error as e:
-                raise UsageError(f"invalid --grep '{grep}': {e}") from None
-            record_filter = lambda r: r.value is not None and rx.search(r.value) is not None  # noqa: E731
+        record_filter = _record_filter(grep, grep_key, grep_header)
         if fmt is not None and as_json:
             raise UsageError("use --format or --json, not both")
         render = compile_format(fmt) if fmt is not None else None
@@ -101,7 +105,7 @@ def register(app: typer.Typer) -> None:
                                     (since, until, tail, partition))
             with open_store(data_dir, create=False) as store:
                 names = store.resolve_topics(topics or [], pattern)
-                line = render or ((lambda r: record_to_json(r).encode() + b"\n") if as_json else None)
+                line = render or (record_json_line if as_json else None)
                 plain = None if group else store.consumer(*names, partitions=partition, start=start, until_ms=until_ms,
                                                           follow=follow, count=count, record_filter=record_filter,
                                                           isolation_level=isolation)
@@ -112,8 +116,12 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
         with open_store(data_dir, create=False) as store:
             names = store.resolve_topics(topics or [], pattern)
-            consumer = store.consumer(*names, partitions=partition, start=start, until_ms=until_ms, follow=follow,
-                                      count=count, record_filter=record_filter, isolation_level=isolation)
+            options = {"partitions": partition, "until_ms": until_ms, "record_filter": record_filter,
+                       "isolation_level": isolation}
+            if last is not None:
+                _write_last(store, names, options, start, follow, count, render, as_json, (no_color, local_time))
+                return
+            consumer = store.consumer(*names, start=start, follow=follow, count=count, **options)
             if count == 0:
                 return
             if render is None and not as_json and sys.stdout.isatty():
@@ -141,21 +149,79 @@ def _isolation_level(props: list[str]) -> tuple[str, list[str]]:
     return level, rest
 
 
+def _record_filter(grep: str | None, grep_key: str | None, grep_header: str | None):  # noqa: ANN202
+    """A Record -> bool that every given --grep, --grep-key and --grep-header accepts (None: all)."""
+    tests = []
+    for flag, rx_text, field in (("--grep", grep, "value"), ("--grep-key", grep_key, "key"),
+                                 ("--grep-header", grep_header, "headers")):
+        if not rx_text:
+            continue
+        try:
+            rx = re.compile(rx_text.encode())
+        except re.error as e:
+            raise UsageError(f"invalid {flag} '{rx_text}': {e}") from None
+        if field == "headers":
+            tests.append(lambda r, rx=rx: any(rx.search(k.encode() + b"=" + (v or b"")) for k, v in r.headers))
+        else:
+            tests.append(lambda r, rx=rx, field=field: (getattr(r, field) is not None
+                                                        and rx.search(getattr(r, field)) is not None))
+    if not tests:
+        return None
+    if len(tests) == 1:
+        return tests[0]
+    return lambda r: all(t(r) for t in tests)
+
+
+def _write_last(store, names: list[str], options: dict, start, follow: bool, count: int | None, render,  # noqa: ANN001
+                as_json: bool, view_options: tuple[bool, bool]) -> None:
+    """--last N: the N newest records of every partition, merged in time order and cut to the newest N
+    (the newest N of all are among them), then with -f whatever comes after the ends read."""
+    import collections
+
+    n = start.value
+    tails = store.consumer(*names, start=start, **options)
+    newest = list(collections.deque(tails, maxlen=n)) if n else []
+    if count is not None:
+        newest = newest[:count]
+    rest = None
+    if follow and (count is None or len(newest) < count):
+        rest = store.consumer(*names, start="end", follow=True, count=None if count is None else count - len(newest),
+                              **options)
+        for (topic, p), offset in tails.positions().items():
+            rest.seek(topic, p, offset)
+    if render is None and not as_json and sys.stdout.isatty():
+        from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
+
+        view = TerminalView(len(names) > 1, color_wanted(view_options[0]), local_time_wanted(view_options[1]))
+        view.draw(newest, write_stdout)
+        if rest is not None:
+            view.draw(rest, write_stdout)
+        return
+    if as_json:
+        line = record_json_line
+    else:
+        line = render or (lambda r: (r.value or b"") + b"\n")
+    sys.stdout.buffer.write(b"".join(line(r) for r in newest))
+    sys.stdout.buffer.flush()
+    if rest is not None:
+        _write(rest, render, as_json)
+
+
 def _write(consumer, render, as_json: bool) -> None:
     """Stream records to a pipe or file; flush whenever the consumer would wait so -f output is immediate."""
     out = sys.stdout.buffer
     if (render is None and not as_json and len(consumer.cursors) == 1 and consumer.record_filter is None
             and consumer.until_ms is None and consumer.count is None):
-        for values in consumer.value_chunks():
+        for values in consumer.value_chunks(null=b""):
             if values:
-                out.write(b"\n".join(v or b"" for v in values) + b"\n")
+                values.append(b"")  # the last line's newline, without copying the joined chunk
+                out.write(b"\n".join(values))
                 if consumer.follow:
                     out.flush()
         out.flush()
         return
     if as_json:
-        def line(r) -> bytes:
-            return record_to_json(r).encode() + b"\n"
+        line = record_json_line
     elif render is not None:
         line = render
     else:

@@ -1,6 +1,6 @@
 """Generate shell completions and man pages from the live CLI.
 
-    python -m klog.cli.gendocs            # rewrite completions/ and man/
+    python -m klog.cli.gendocs            # rewrite completions/, man/ and klog/cli/completion_spec.json
     python -m klog.cli.gendocs --check    # exit 1 and list the stale files if anything differs
 
 Completions (`completions/klog.bash`, `completions/_klog`, `completions/klog.fish`) are exactly what
@@ -13,7 +13,8 @@ Man pages (`man/klog.1`, `man/klog-produce.1`, `man/klog-topics-create.1`, ...) 
 filled from `typer.main.get_command(app)` the way `click_man.core.generate_man_page` fills them. That
 function is not called directly: it keeps options with `isinstance(x, click.Option)`, and Typer's
 vendored parameters are not `click.Option`s, so every OPTIONS section would come out empty. The date
-field is the package version, so the output is the same on every machine and every day.
+field is left empty and the source is `klog VERSION`, so the output is the same on every machine and every
+day.
 
 Typer, click-man and the CLI are imported inside functions: click-man is a test extra, not a dependency.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import sys
@@ -35,11 +37,12 @@ PROG_NAME = "klog"
 COMPLETE_VAR = "_KLOG_COMPLETE"
 COMPLETION_FILES = {"bash": "klog.bash", "zsh": "_klog", "fish": "klog.fish"}
 OUTPUT_DIRS = ("completions", "man")
-# NAME line: the first sentence of the help, cut at this many characters (click-man's default is 45)
-SHORT_HELP_CHARS_MAX = 100
+# NAME line: the first sentence of the help, whole (click-man's default cuts it at 45 characters)
+SHORT_HELP_CHARS_MAX = 1000
 # the generated text must not depend on the terminal (or CI) that runs the generator
 PINNED_ENV = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
 UNSET_ENV = ("FORCE_COLOR", "PY_COLORS", "CLICOLOR_FORCE", "GITHUB_ACTIONS", "TERMINAL_WIDTH",
+             "KLOG_DATA_DIR", "XDG_DATA_HOME",  # --data-dir's help names the store in force
              # makes get_command() swap --install/--show-completion flags for shell-name options
              "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION")
 
@@ -93,6 +96,7 @@ def render_all() -> dict[str, str]:
     with pinned_env():
         cli = cli_command()
         files = {f"completions/{name}": completion_script(shell) for shell, name in COMPLETION_FILES.items()}
+        files[COMPLETION_SPEC] = completion_spec(cli)
         files.update({f"man/{name}": text for name, text in man_pages(cli, __version__).items()})
     return files
 
@@ -125,8 +129,8 @@ def man_page(ctx, version: str) -> str:  # noqa: ANN001
 
     cmd = ctx.command
     page = ManPage(ctx.command_path)
-    page.version = version
-    page.date = version  # fixed: a build date would make every regeneration differ
+    page.version = f"klog {version}"  # the footer's left: "klog 0.1.0"
+    page.date = ""  # no build date: it would make every regeneration differ
     page.short_help = roff_text(get_short_help_str(cmd, limit=SHORT_HELP_CHARS_MAX))
     page.description = roff_text(cleandoc(cmd.help or ""))
     page.synopsis = " ".join(cmd.collect_usage_pieces(ctx))
@@ -177,6 +181,72 @@ def roff_text(text: str) -> str:
 
 
 # -- writing and checking ----------------------------------------------------------------------
+# -- the completion spec (read by klog/cli/complete.py, which answers a Tab without Typer) ----------
+COMPLETION_SPEC = "klog/cli/completion_spec.json"
+# option values the help does not spell as `a | b | c`
+OPTION_VALUES = {"--compression": ["none", "gzip", "snappy", "lz4", "zstd"], "--acks": ["all", "1", "0"]}
+_CHOICES = re.compile(r"^\s*([a-z][\w.-]*(?: \| [\w.-]+)+)")
+
+
+def option_values(opts: list[str], help_text: str, param) -> object:  # noqa: ANN001
+    """A list of the values an option takes, "topic" or "group" (names from the store), or None."""
+    choices = getattr(getattr(param, "type_descriptor", None), "choices", None)
+    if choices:
+        return [str(c) for c in choices]
+    long = max(opts, key=len)
+    if long in OPTION_VALUES:
+        return OPTION_VALUES[long]
+    if long in ("--topic", "--to-topic") or re.match(r"(Source|Target) topic|Topic to|Produce the result to this "
+                                                    r"topic", help_text):
+        return "topic"
+    if long == "--group":
+        return "group"
+    m = _CHOICES.match(help_text)
+    if m:
+        return [v.rstrip(".,") for v in m.group(1).split(" | ") if v.islower()]
+    return None
+
+
+def argument_kind(name: str, help_text: str) -> str | None:
+    if name in ("topic", "topics") or (name == "source" and "topic" in help_text.lower()):
+        return "topic"
+    return "group" if name == "group" else None
+
+
+def completion_spec(cli) -> str:  # noqa: ANN001
+    """The command tree as completion needs it: subcommands (with their help's first line), options
+    (true: takes a value), option values and the kind of each positional argument."""
+    def node(cmd) -> dict:  # noqa: ANN001
+        out: dict = {}
+        subs = {name: sub for name, sub in (getattr(cmd, "commands", None) or {}).items() if not sub.hidden}
+        if subs:
+            out["commands"] = {name: {"help": (sub.get_short_help_str(limit=80) or ""), **node(sub)}
+                               for name, sub in subs.items()}
+        options, values, args = {}, {}, []
+        for param in cmd.params:
+            if getattr(param, "hidden", False):
+                continue
+            help_text = getattr(param, "help", None) or ""
+            if param.param_type_name == "option":
+                for opt in (*param.opts, *param.secondary_opts):
+                    options[opt] = not param.is_flag
+                if not param.is_flag:
+                    found = option_values(list(param.opts), help_text, param)
+                    if found is not None:
+                        values.update(dict.fromkeys(param.opts, found))
+            else:
+                args.append(argument_kind(param.name, help_text))
+        options.update({"--help": False, "-h": False})
+        out["options"] = dict(sorted(options.items()))
+        if values:
+            out["values"] = dict(sorted(values.items()))
+        if args:
+            out["args"] = args
+        return out
+
+    return json.dumps(node(cli), indent=1, sort_keys=False) + "\n"
+
+
 def write_all(root: Path, files: dict[str, str] | None = None) -> list[str]:
     """Write the generated files under `root`; remove generated-looking files no longer produced.
     Returns the paths written or removed whose content changed."""
@@ -201,6 +271,8 @@ def existing_outputs(root: Path) -> list[str]:
         base = root / folder
         if base.is_dir():
             out += [p.relative_to(root).as_posix() for p in sorted(base.iterdir()) if p.is_file()]
+    if (root / COMPLETION_SPEC).is_file():
+        out.append(COMPLETION_SPEC)
     return out
 
 

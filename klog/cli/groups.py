@@ -60,10 +60,11 @@ def describe(
                "members": [vars(m) for m in d.members], "partitions": [vars(p) for p in d.partitions]}
         print(json.dumps(doc))
         return
+    from klog.cli.output import terminal_safe
     from klog.cli.tables import print_table
 
-    print(f"group {d.group}: {d.state}, generation {_dash(d.generation)}, assignor {_dash(d.assignor)}, "
-          f"{len(d.members)} live member(s)", file=sys.stderr)
+    print(f"group {terminal_safe(d.group.encode())}: {d.state}, generation {_dash(d.generation)}, "
+          f"assignor {_dash(d.assignor)}, {len(d.members)} live member(s)", file=sys.stderr)
     if members:
         print_table(["MEMBER", "CLIENT-ID", "HOST", "PID", "PARTITIONS"],
                     [[m.member_id, m.client_id, m.host, m.pid, ",".join(f"{t}-{p}" for t, p in m.partitions) or "-"]
@@ -240,24 +241,24 @@ def consume_group(store, group: str | None, topics: list[str], properties: dict[
         interval_ms = min(config.auto_commit_interval_ms, CLI_COMMIT_INTERVAL_MS)
         config.enable_auto_commit = False  # we commit ourselves, after the output is safe
         consumer = store.group_consumer(group, *topics, config=config, follow=follow, on_revoke=commit_written)
-    with _sigterm_as_interrupt():
-        try:
-            if (consumer is not None and line is None and not exec_cmd and record_filter is None and count is None
-                    and not out.isatty()):
-                _copy_values(consumer, out, written, follow, interval_ms, commit_written)
+    watch = _TopicWatch(store, topics) if consumer is not None and follow else None
+    try:
+        if (consumer is not None and line is None and not exec_cmd and record_filter is None and count is None
+                and not out.isatty()):
+            _copy_values(consumer, out, written, follow, interval_ms, commit_written, watch)
+        else:
+            chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else _chunked(plain, batch)
+            if exec_cmd:
+                emit = _exec_emitter(exec_cmd, batch, out, commit_written, consumer is not None)
+            elif line is None and out.isatty():
+                emit = _terminal_emitter(out, len(topics) > 1, no_color, local_time)
             else:
-                chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else _chunked(plain, batch)
-                if exec_cmd:
-                    emit = _exec_emitter(exec_cmd, batch, out, commit_written, consumer is not None)
-                elif line is None and out.isatty():
-                    emit = _terminal_emitter(out, len(topics) > 1, no_color, local_time)
-                else:
-                    emit = _stdout_emitter(out, line or (lambda r: (r.value or b"") + b"\n"), written, follow)
-                _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written)
-            commit_written()
-        finally:
-            if consumer is not None:
-                consumer.close()  # on_revoke commits what was written; then it leaves the group
+                emit = _stdout_emitter(out, line or (lambda r: (r.value or b"") + b"\n"), written, follow)
+            _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written, watch)
+        commit_written()
+    finally:
+        if consumer is not None:
+            consumer.close()  # on_revoke commits what was written; then it leaves the group
 
 
 class _Stdout:
@@ -304,32 +305,38 @@ def _chunked(records, size: int) -> Iterator[list]:  # noqa: ANN001 - an iterabl
         yield chunk
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM leaves the group cleanly, like Ctrl-C (only the main thread may set handlers)."""
-    import signal
-    import threading
+class _TopicWatch:
+    """A following group member whose topic is deleted (or deleted and created again) stops with one
+    line and exit 1 instead of waiting forever: checked when a poll comes back empty, every 0.5 s."""
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    INTERVAL_S = 0.5
 
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+    def __init__(self, store, topics: list[str]) -> None:  # noqa: ANN001
+        self.store = store
+        self.ids = {t: store.topic(t).topic_id for t in topics}
+        self.next = time.monotonic() + self.INTERVAL_S
 
-    old = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    def check(self) -> None:
+        if time.monotonic() < self.next:
+            return
+        self.next = time.monotonic() + self.INTERVAL_S
+        from klog.errors import UnknownTopicError
+
+        for name, topic_id in self.ids.items():
+            meta = self.store.topics.find(name)
+            if meta is None or meta.topic_id != topic_id:
+                raise UnknownTopicError(f"topic '{name}' was deleted while being followed"
+                                        + (" (and created again: read it anew)" if meta is not None else ""))
 
 
 def _copy_values(consumer, out: _Stdout, written: dict, follow: bool, interval_ms: int,  # noqa: ANN001
-                 commit_written) -> None:
+                 commit_written, watch: _TopicWatch | None = None) -> None:
     """Values only, one per line, straight from the batches (what plain `klog consume` does too); a
     partition counts as written only once its values were handed to stdout whole."""
     last_commit = time.monotonic()
     for chunks in consumer.value_batches(timeout_ms=interval_ms):
+        if not chunks and watch is not None:
+            watch.check()
         for tp, values, next_offset in chunks:
             if values:
                 out.write(b"\n".join(v or b"" for v in values) + b"\n")
@@ -342,10 +349,12 @@ def _copy_values(consumer, out: _Stdout, written: dict, follow: bool, interval_m
 
 
 def _copy_records(consumer, chunks, emit, count: int | None, record_filter, interval_ms: int,  # noqa: ANN001
-                  commit_written) -> None:
+                  commit_written, watch: _TopicWatch | None = None) -> None:
     last_commit = time.monotonic()
     emitted = 0
     for records in chunks:
+        if not records and watch is not None:
+            watch.check()
         epoch = consumer.rebalances if consumer is not None else 0
         for r in records:
             if consumer is not None and consumer.rebalances != epoch:

@@ -1,54 +1,20 @@
 """Rendering records and tables: raw values on a pipe, a readable log on a terminal,
-kcat-style --format strings, and the lossless JSON-lines envelope (both directions)."""
+kcat-style --format strings (the JSON envelope is klog.client.envelope)."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import json
 import re
 from collections.abc import Callable
-from typing import Any
 
+# the JSON envelope lives in the library (klog.client.envelope); its names stay importable here
+from klog.client.envelope import bytes_to_json, json_to_bytes, record_json_line, record_to_json  # noqa: F401
 from klog.client.records import Record
 from klog.errors import UsageError
 
 FORMAT_HELP = ("Format tokens (kcat style): %t topic, %p partition, %o offset, %k key, %s value, %K key size, "
                "%S value size, %h headers (k=v,k=v), %T timestamp (epoch ms), %I timestamp (ISO 8601 UTC), "
                "%y timestamp type, \\n newline, \\t tab, %% percent.")
-
-
-# -- the JSON envelope -------------------------------------------------------------------------
-def bytes_to_json(data: bytes | None) -> Any:
-    """UTF-8 text stays a string; anything else becomes {"base64": "..."}; None stays null."""
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(data).decode("ascii")}
-
-
-def json_to_bytes(value: Any, what: str) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode("utf-8", errors="surrogateescape")
-    if isinstance(value, dict) and set(value) == {"base64"}:
-        try:
-            return base64.b64decode(value["base64"], validate=True)
-        except (ValueError, TypeError):
-            raise ValueError(f"{what} has invalid base64") from None
-    # any other JSON value is stored as its compact JSON text
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def record_to_json(r: Record) -> str:
-    return json.dumps({
-        "topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
-        "timestamp_type": r.timestamp_type_name, "key": bytes_to_json(r.key), "value": bytes_to_json(r.value),
-        "headers": [[k, bytes_to_json(v)] for k, v in r.headers],
-    }, ensure_ascii=False)
 
 
 def iso(ts_ms: int) -> str:

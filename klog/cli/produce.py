@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 import sys
@@ -12,8 +11,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
-from klog.cli.output import json_to_bytes
-from klog.client.records import NO_TIMESTAMP, TIMESTAMP_MAX
+from klog.client.envelope import parse_envelope
 from klog.errors import KlogError, RecordTooLargeError, UsageError
 
 READ_CHUNK_BYTES = 1 << 20
@@ -50,6 +48,10 @@ def register(app: typer.Typer) -> None:
         files: Annotated[list[str] | None, typer.Argument(help="Input files (stdin when none).")] = None,
         key_separator: Annotated[str | None, typer.Option("--key-separator", "-K",
                                                           help="Split each line into key SEP value.")] = None,
+        key: Annotated[str | None, typer.Option("--key", "-k", help="The same key for every record.")] = None,
+        delimiter: Annotated[str | None, typer.Option("--delimiter", "-D", help="Records end with DELIM instead of "
+                                                      "a newline (kcat's -D; escapes \\n \\t \\0 \\xNN).")]
+        = None,
         header: Annotated[list[str] | None, typer.Option("--header", "-H",
                                                          help="Header k=v for every record (repeatable).")] = None,
         input_format: Annotated[str, typer.Option("--input", help="lines | json | raw")] = "lines",
@@ -69,6 +71,12 @@ def register(app: typer.Typer) -> None:
         sep = key_separator.encode() if key_separator else None
         if sep is not None and input_format != "lines":
             raise UsageError("--key-separator works with --input lines only")
+        if key is not None and (sep is not None or input_format == "json"):
+            raise UsageError("--key gives every record the same key: not with --key-separator or --input json")
+        delim = parse_delimiter(delimiter) if delimiter is not None else b"\n"
+        if delimiter is not None and input_format != "lines":
+            raise UsageError("--delimiter works with --input lines only")
+        fixed_key = key.encode() if key is not None else None
 
         def on_ack(t: str, p: int, base: int, n: int) -> None:
             if print_offsets:
@@ -85,7 +93,8 @@ def register(app: typer.Typer) -> None:
             line_no = 0
             try:
                 for src in sources:
-                    line_no = _produce_source(producer, topic, src, input_format, sep, headers, partition, line_no)
+                    line_no = _produce_source(producer, topic, src, input_format, sep, headers, partition, line_no,
+                                              delim, fixed_key)
                 producer.flush()
             except KeyboardInterrupt:
                 producer.flush()  # whole records read so far are written; a partial line is not
@@ -114,8 +123,22 @@ def _read(fd: int, src: str) -> bytes:
         raise KlogError(f"cannot read {'stdin' if src == '-' else src}: {e.strerror}") from None
 
 
+def parse_delimiter(text: str) -> bytes:
+    """-D's text with backslash escapes (\\n, \\t, \\0, \\xNN, \\\\) as bytes; UTF-8 otherwise."""
+    import codecs
+
+    try:
+        delim = codecs.escape_decode(text.encode())[0]
+    except ValueError as e:
+        raise UsageError(f"invalid --delimiter '{text}': {e}") from None
+    if not delim:
+        raise UsageError("--delimiter cannot be empty (use --input raw for one record)")
+    return delim
+
+
 def _produce_source(producer, topic: str, src: str, input_format: str, sep: bytes | None,
-                    headers: list[tuple[str, bytes]], partition: int | None, line_no: int) -> int:
+                    headers: list[tuple[str, bytes]], partition: int | None, line_no: int,
+                    delim: bytes = b"\n", key: bytes | None = None) -> int:
     fd = _open_source(src)
     try:
         if input_format == "raw":
@@ -130,13 +153,13 @@ def _produce_source(producer, topic: str, src: str, input_format: str, sep: byte
             if not chunk:
                 break
             data = rest + chunk
-            lines = data.split(b"\n")
+            lines = data.split(delim)
             rest = lines.pop()
-            line_no = _send_lines(producer, topic, lines, input_format, sep, headers, partition, line_no)
+            line_no = _send_lines(producer, topic, lines, input_format, sep, headers, partition, line_no, key)
             if len(chunk) < READ_CHUNK_BYTES:
                 producer.flush()  # input drained (an interactive pipe): make what we have visible now
         if rest:
-            line_no = _send_lines(producer, topic, [rest], input_format, sep, headers, partition, line_no)
+            line_no = _send_lines(producer, topic, [rest], input_format, sep, headers, partition, line_no, key)
         return line_no
     finally:
         if src != "-":
@@ -144,7 +167,7 @@ def _produce_source(producer, topic: str, src: str, input_format: str, sep: byte
 
 
 def _send_lines(producer, topic: str, lines: list[bytes], input_format: str, sep: bytes | None,
-                headers: list[tuple[str, bytes]], partition: int | None, line_no: int) -> int:
+                headers: list[tuple[str, bytes]], partition: int | None, line_no: int, key: bytes | None = None) -> int:
     if input_format == "json":
         for line in lines:
             line_no += 1
@@ -153,19 +176,21 @@ def _send_lines(producer, topic: str, lines: list[bytes], input_format: str, sep
             _send_json(producer, topic, line, line_no, partition)
         return line_no
     try:
-        if sep is None:
+        if sep is None and key is None:
             producer.send_values(topic, lines, headers=headers or None, partition=partition)
             return line_no + len(lines)
+        pairs = []
         for line in lines:
-            line_no += 1
-            key, found, value = line.partition(sep)
-            if not found:
-                key, value = None, line
-            producer.send(topic, value, key=key, headers=headers or None, partition=partition)
-        return line_no
+            if sep is None:
+                pairs.append((key, line))
+            else:
+                line_key, found, value = line.partition(sep)
+                pairs.append((line_key, value) if found else (None, line))
+        producer.send_keyed(topic, pairs, headers=headers or None, partition=partition)
+        return line_no + len(lines)
     except RecordTooLargeError as e:
         index = getattr(e, "index", None)
-        where = line_no + index + 1 if index is not None and sep is None else line_no
+        where = line_no + index + 1 if index is not None else line_no
         producer.flush()
         raise RecordTooLargeError(f"line {where}: {e}; {producer.records_sent} records before it were written") \
             from None
@@ -176,21 +201,13 @@ _FALLBACK_WARNED: set[tuple[str, int]] = set()  # (topic, partition) warned abou
 
 def _send_json(producer, topic: str, line: bytes, line_no: int, partition: int | None) -> None:
     try:
-        doc = json.loads(line)
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
-        key = json_to_bytes(doc.get("key"), "key")
-        value = json_to_bytes(doc.get("value"), "value")
-        raw_headers = doc.get("headers") or []
-        if isinstance(raw_headers, dict):
-            raw_headers = list(raw_headers.items())
-        hdrs = [(str(k), json_to_bytes(v, f"header {k}")) for k, v in raw_headers]
-        ts = _json_timestamp(doc.get("timestamp"))
-        p = partition if partition is not None else _json_partition(doc.get("partition"))
+        key, value, hdrs, ts, p = parse_envelope(line)
     except (ValueError, TypeError) as e:
         producer.flush()
         raise UsageError(f"line {line_no}: malformed JSON input: {e}; "
                          f"{producer.records_sent} records before it were written") from None
+    if partition is not None:
+        p = partition
     if p is not None and partition is None:
         count = producer.partitions_for(topic)
         if p >= count:
@@ -208,21 +225,3 @@ def _send_json(producer, topic: str, line: bytes, line_no: int, partition: int |
         producer.flush()
         raise RecordTooLargeError(f"line {line_no}: {e}; {producer.records_sent} records before it were written") \
             from None
-
-
-def _json_timestamp(ts: object) -> int | None:
-    """Epoch milliseconds 0..2^63-1, or -1 (Kafka's "no timestamp") as it was read; null: now."""
-    if ts is None:
-        return None
-    if not isinstance(ts, int) or isinstance(ts, bool) or not (ts == NO_TIMESTAMP or 0 <= ts <= TIMESTAMP_MAX):
-        raise ValueError(f"timestamp {json.dumps(ts)} is not epoch milliseconds (an integer 0..{TIMESTAMP_MAX}, "
-                         "-1 or null)")
-    return ts
-
-
-def _json_partition(p: object) -> int | None:
-    if p is None:
-        return None
-    if not isinstance(p, int) or isinstance(p, bool) or p < 0:
-        raise ValueError(f"partition {json.dumps(p)} is not a partition number (an integer 0 or more, or null)")
-    return p

@@ -94,7 +94,10 @@ def register(app: typer.Typer) -> None:
         until: Annotated[str | None, typer.Option("--until", help="Stop at the first record at or after this time.")]
         = None,
         partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
-        value_format: Annotated[str, typer.Option("--value-format", help="text | json | binary.")] = "text",
+        value_format: Annotated[str, typer.Option("--value-format", help="text | json | binary. text decodes "
+                                                  "keys, values and header values as UTF-8, invalid bytes "
+                                                  "replaced by U+FFFD (a Parquet STRING holds valid UTF-8 only: "
+                                                  "use binary to keep the bytes).")] = "text",
         schema: Annotated[str | None, typer.Option("--schema", help="Schema of JSON values as Spark DDL, e.g. "
                                                    "'id INT, name STRING' (default: inferred from a sample).")]
         = None,

@@ -200,7 +200,9 @@ def _print_cleanups(results, as_json: bool, verb: str) -> None:
         for r in results:
             print(json.dumps(vars(r)))
         return
-    for r in results:
+    changed = [r for r in results
+               if r.compacted or r.segments_deleted or r.log_start_after != r.log_start_before]
+    for r in changed:  # partitions left as they were are only counted, in the summary
         parts = [f"log start {r.log_start_after}"]
         if r.segments_deleted:
             parts.append(f"{r.segments_deleted} segments ({r.bytes_deleted} bytes) deleted")
@@ -210,6 +212,13 @@ def _print_cleanups(results, as_json: bool, verb: str) -> None:
         elif r.dirty_ratio is not None:
             parts.append(f"dirty ratio {r.dirty_ratio:.2f}")
         print(f"{verb} {r.topic}-{r.partition}: {', '.join(parts)}", file=sys.stderr)
+    from klog.cli.tables import human_size
+
+    freed = sum(r.bytes_deleted for r in results)
+    removed = sum(r.records_removed for r in results)
+    print(f"{len(changed)} of {len(results)} partition{'' if len(results) == 1 else 's'} changed: "
+          f"{sum(r.segments_deleted for r in results)} segments ({human_size(freed)}) deleted, "
+          f"{removed} records compacted away", file=sys.stderr)
 
 
 @app.command()

@@ -68,7 +68,9 @@ class TerminalView:
         self._time_on, self._where_on, self._key_on = s["time"], s["where"], s["key"]
         self._headers_on, self._reset = s["headers"], reset
         self._tombstone = f"{s['tombstone']}(tombstone){reset}"
-        self._json_styles = s
+        # the style of each group of _JSON_TOKEN, by group number (m.lastindex)
+        self._json_on = ("",) + tuple(s[name] for name in sorted(_JSON_TOKEN.groupindex,
+                                                                 key=_JSON_TOKEN.groupindex.get))
 
     # -- one record ------------------------------------------------------------------------------
     def timestamp(self, ts_ms: int) -> str:
@@ -107,8 +109,10 @@ class TerminalView:
         return "".join(parts)
 
     def _json(self, text: str) -> str:
-        styles, reset = self._json_styles, self._reset
-        return _JSON_TOKEN.sub(lambda m: f"{styles[m.lastgroup]}{m.group()}{reset}", text)
+        return _JSON_TOKEN.sub(self._json_token, text)
+
+    def _json_token(self, m: re.Match) -> str:  # called per token: index lookups only
+        return self._json_on[m.lastindex] + m[0] + self._reset
 
     # -- drawing -----------------------------------------------------------------------------------
     def draw(self, records: Iterable[Record], write: Callable[[bytes], object]) -> None:

@@ -30,6 +30,8 @@ from klog.store.format import (
 
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's configs may get
 
 
 class InvalidBatchError(KlogError):
@@ -142,7 +144,10 @@ class ProducerStates:
         states = self._by_partition.get(key)
         if states is None:
             states = {}
-            for header in _headers(part):
+            # Kafka forgets a producer idle for producer.id.expiration.ms (1 day): older segments need
+            # not be read, which bounds the first idempotent write's scan of a long log
+            since = int(time.time() * 1000) - PRODUCER_ID_EXPIRATION_MS
+            for header in batch_headers(part, since_ms=since):
                 if header.producer_id >= 0 and header.base_sequence >= 0:
                     self._record(states, header, header.base_offset)
             self._by_partition[key] = states
@@ -191,11 +196,24 @@ class ProducerStates:
                 self._record(states, header, base_offset)
 
 
-def _headers(part):  # noqa: ANN202 - Iterator[BatchHeader]
-    """Every batch header of the partition's leader, oldest first (header reads only)."""
+def batch_headers(part, since_ms: int | None = None):  # noqa: ANN001, ANN201 - Partition -> Iterator[BatchHeader]
+    """The batch headers of the partition's leader, oldest first (header reads only). With
+    `since_ms`, segments whose newest time-index entry is older are skipped, counting back from
+    the newest segment (the first old one ends the walk: older segments are older still)."""
     leader = part.leader
     leader.refresh_segments()
-    for base in list(leader.bases):
+    bases = list(leader.bases)
+    if since_ms is not None:
+        keep = []
+        for base in reversed(bases):
+            keep.append(base)
+            segment = leader.segments[base]
+            segment.time_index.refresh()
+            last = segment.time_index.last_entry()
+            if last is not None and last[0] < since_ms and base != bases[-1]:
+                break
+        bases = keep[::-1]
+    for base in bases:
         segment = leader.segments[base]
         try:
             end = segment.file_size()
@@ -225,6 +243,7 @@ class RawAppender:
         self.producers = ProducerStates()
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()
+        self._topic_read: dict[str, float] = {}
 
     def lock_for(self, topic: str, partition: int) -> threading.Lock:
         with self._guard:
@@ -232,6 +251,15 @@ class RawAppender:
             if lock is None:
                 lock = self._locks[(topic, partition)] = threading.Lock()
             return lock
+
+    def _refresh_topic(self, topic: str) -> None:
+        """Re-read the topic's metadata (configs another process altered) at most every few seconds."""
+        now = time.monotonic()
+        with self._guard:
+            if now - self._topic_read.get(topic, 0.0) < TOPIC_REFRESH_S:
+                return
+            self._topic_read[topic] = now
+            self.store.forget_topic_cache(topic)
 
     def forget_topic(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
@@ -248,6 +276,7 @@ class RawAppender:
         header = check_batch(data)
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
+        self._refresh_topic(topic)
         configs = self.store.effective_configs(topic)
         max_bytes = int(configs["max.message.bytes"])
         wanted_codec = configs["compression.type"]

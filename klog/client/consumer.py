@@ -156,6 +156,11 @@ class Consumer:
             ts_type = fb.header.timestamp_type
             if cursor.skip(fb):
                 continue
+            header = fb.header
+            if header.magic >= 2 and header.base_offset >= low and (stop is None or header.last_offset < stop):
+                out += [Record(topic, partition, offset, ts, ts_type, key, value, headers)
+                        for offset, ts, key, value, headers in fb.records()]
+                continue
             for offset, ts, key, value, headers in fb.records():
                 if offset < low or (stop is not None and offset >= stop):
                     continue
@@ -166,8 +171,9 @@ class Consumer:
                 cursor.offset = min(cursor.offset, stop)
         return out
 
-    def value_chunks(self) -> Iterator[list[bytes | None]]:
-        """Fast path for value-only output of one partition: lists of values, no Record objects."""
+    def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
+        """Fast path for value-only output of one partition: lists of values (`null` for a null
+        one), no Record objects and no per-record tuples for batches wholly in range."""
         assert len(self.cursors) == 1 and self.record_filter is None and self.until_ms is None and self.count is None
         cursor = self.cursors[0]
         while True:
@@ -182,7 +188,12 @@ class Consumer:
             for fb in batches:
                 if cursor.skip(fb):
                     continue
-                chunk.extend(v for off, _, _, v, _ in fb.records() if off >= low and (stop is None or off < stop))
+                header = fb.header
+                if header.magic >= 2 and header.base_offset >= low and (stop is None or header.last_offset < stop):
+                    chunk.extend(fb.values(null))
+                else:  # the first or last batch of the range: only some of its records
+                    chunk.extend(null if v is None else v for off, _, _, v, _ in fb.records()
+                                 if off >= low and (stop is None or off < stop))
             cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
             if stop is not None:
                 cursor.offset = min(cursor.offset, stop)

@@ -284,6 +284,8 @@ class GroupConsumer:
         """The committed offset if the log still has it, else where auto.offset.reset says."""
         part = self.store.partition(*tp)
         low, high = part.log_start_offset(), part.high_watermark()
+        if self.config.isolation_level == READ_COMMITTED:
+            high = StableView(part.leader).refresh(high)  # a read_committed consumer's end: the LSO
         if committed is not None and low <= committed.offset <= high:
             return committed.offset
         reset = self.config.auto_offset_reset

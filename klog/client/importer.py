@@ -3,6 +3,7 @@
 The source is only read: its files are copied into the store (a broker's directory stays
 usable). For each `<topic>-<partition>` folder found:
 
+- Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are left out;
 - the topic is created with as many partitions as the highest partition number found + 1
   (replication factor 1; an existing topic is refused: import never merges logs);
 - segments (`.log`, `.index`, `.timeindex`, `.txnindex`) keep their names and offsets; an index
@@ -96,9 +97,17 @@ def _copy_trimmed(src: str, dest: str, suffix: str) -> None:
         f.write(data[:end])
 
 
+# Kafka's own topics: group offsets, transaction state, KRaft metadata. Their records are the
+# broker's bookkeeping in its own schemas, not data a klog consumer reads; never imported.
+KAFKA_INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata")
+
+
 def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
     """Import every partition folder under `paths` (see the module docstring)."""
-    folders = find_partition_folders(paths)
+    folders = {k: v for k, v in find_partition_folders(paths).items() if k[0] not in KAFKA_INTERNAL_TOPICS}
+    if not folders:
+        raise UsageError(f"only Kafka's internal topics ({', '.join(KAFKA_INTERNAL_TOPICS)}) in {', '.join(paths)}: "
+                         "nothing to import")
     topics: dict[str, int] = {}
     for topic, partition in folders:
         validate_topic_name(topic)
@@ -126,14 +135,17 @@ def _log_start_offsets(log_dirs: set[str]) -> dict[tuple[str, int], int]:
 def _import_partition(store, topic: str, partition: int, source: str, log_start: int | None) -> ImportedPartition:
     part = store.partition(topic, partition)
     dest = part.leader.directory
+    in_place = os.path.realpath(source) == os.path.realpath(dest)  # copied by hand into the log dir
     os.makedirs(dest, exist_ok=True)
-    for name in os.listdir(dest):  # a new topic: whatever is there is klog's empty first segment
-        os.unlink(os.path.join(dest, name))
+    if not in_place:
+        for name in os.listdir(dest):  # a new topic: whatever is there is klog's empty first segment
+            os.unlink(os.path.join(dest, name))
     copied = 0
     for name in sorted(os.listdir(source)):
         suffix = name[20:] if parse_segment_base(name) is not None else ""
         if suffix in _SEGMENT_SUFFIXES:
-            _copy_trimmed(os.path.join(source, name), os.path.join(dest, name), suffix)
+            if not in_place:
+                _copy_trimmed(os.path.join(source, name), os.path.join(dest, name), suffix)
             copied += suffix == LOG_SUFFIX
     epochs = []
     epoch_file = os.path.join(source, LEADER_EPOCH_CHECKPOINT)

@@ -8,20 +8,23 @@ partition and offset are known once its batch is acknowledged.
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from klog.client.partitioner import StickyPartitioner, partition_for_key
 from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
 from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
 from klog.store import codec, compression
 from klog.store.codec import RecordIn
-from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
+from klog.store.format import CREATE_TIME, LOG_APPEND_TIME, RECORD_BATCH_OVERHEAD
 from klog.store.names import validate_topic_name
 
 RECORD_OVERHEAD_BYTES_MAX = 21 + 10  # length, attributes, ts delta, offset delta, key/value lengths, headers count
 BATCH_SIZE_DEFAULT = 1_000_000  # just under max.message.bytes' default (1048588)
 ACKS = ("0", "1", "all")
+KEY_PARTITION_CACHE_MAX = 100_000  # distinct (topic, key) partitions remembered by the bulk path
 
 AckCallback = Callable[[str, int, int, int], None]  # topic, partition, base offset, record count
 
@@ -80,6 +83,8 @@ class Producer:
         self._batches: dict[tuple[str, int], _Batch] = {}
         self._partition_counts: dict[str, int] = {}
         self._topic_settings: dict[str, tuple[int, int, int]] = {}
+        self._key_partitions: dict[tuple[str, bytes, int], int] = {}
+        self._compacted_topics: dict[str, bool] = {}
         self.records_sent = 0
         from klog.client.replication import ReplicaManager
 
@@ -105,10 +110,12 @@ class Producer:
             topic_codec = self.codec if codec_name == "producer" else compression.CODEC_IDS[codec_name]
             ts_type = LOG_APPEND_TIME if configs["message.timestamp.type"] == "LogAppendTime" else CREATE_TIME
             self._topic_settings[topic] = (int(configs["max.message.bytes"]), topic_codec, ts_type)
+            self._compacted_topics[topic] = "compact" in configs["cleanup.policy"]
         return count
 
     def _compacted(self, topic: str) -> bool:
-        return "compact" in self.store.effective_configs(topic)["cleanup.policy"]
+        """Read with the partition count (once per topic, not per record: it is an LMDB read and a parse)."""
+        return self._compacted_topics[topic]
 
     # -- sending -------------------------------------------------------------------------------
     def send(self, topic: str, value: bytes | None, key: bytes | None = None, headers: Headers | None = None,
@@ -125,7 +132,7 @@ class Producer:
         size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) \
             + RECORD_OVERHEAD_BYTES_MAX + (sum(len(h[0]) + len(h[1] or b"") + 10 for h in headers) if headers else 0)
         max_bytes = self._topic_settings[topic][0]
-        if size + 61 > max_bytes:
+        if size + RECORD_BATCH_OVERHEAD > max_bytes:
             raise RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes ({max_bytes}) "
                                       f"of topic '{topic}'")
         batch = self._batch_for(topic, partition, size, max_bytes, ts)
@@ -140,63 +147,108 @@ class Producer:
 
     def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
                     partition: int | None = None, timestamp: int | None = None) -> None:
-        """Fast path for keyless records sharing headers (the CLI's line mode); no PendingRecords."""
+        """Bulk path for keyless records sharing headers (the CLI's line mode); no PendingRecords."""
+        self.send_keyed(topic, [(None, v) for v in values], headers, partition, timestamp)
+
+    def send_keyed(self, topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]],
+                   headers: Headers | None = None, partition: int | None = None,
+                   timestamp: int | None = None) -> None:
+        """Bulk path for (key, value) records sharing headers and a timestamp (the CLI's line
+        modes); no PendingRecords, and no per-record batch or linger checks.
+
+        Keys go where `send` puts them (Kafka's murmur2 partitioner, computed once per distinct
+        key; skipped for a one-partition topic); keyless records follow the sticky partitioner.
+        Each partition receives its records in input order. A record larger than
+        max.message.bytes raises RecordTooLargeError with `.index` its position in `pairs`,
+        after every record before it was buffered.
+        """
         count = self.partitions_for(topic)
         if partition is not None:
             partition = check_partition(partition, topic, count)
-        if values and self._compacted(topic):
+        if pairs and self._compacted(topic) and any(k is None for k, _ in pairs):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
         max_bytes = self._topic_settings[topic][0]
         hdrs = tuple(headers or ())
-        hsize = sum(len(h[0]) + len(h[1] or b"") + 10 for h in hdrs)
+        overhead = RECORD_OVERHEAD_BYTES_MAX + sum(len(h[0]) + len(h[1] or b"") + 10 for h in hdrs)
         ts = int(time.time() * 1000) if timestamp is None else check_timestamp(timestamp)
-        overhead = RECORD_OVERHEAD_BYTES_MAX + hsize
-        limit = min(self.batch_size, max_bytes - 61)
-        i, n = 0, len(values)
+        sizes = [(len(v) if v is not None else 0) + (len(k) if k is not None else 0) + overhead for k, v in pairs]
+        too_big = next((j for j, size in enumerate(sizes) if size + RECORD_BATCH_OVERHEAD > max_bytes), None)
+        if too_big is not None:
+            self.send_keyed(topic, pairs[:too_big], headers, partition, ts)
+            error = RecordTooLargeError(f"record of {sizes[too_big]} bytes is larger than max.message.bytes "
+                                        f"({max_bytes}) of topic '{topic}'")
+            error.index = too_big  # type: ignore[attr-defined]
+            raise error
+        records = [(k, v, hdrs, ts) for k, v in pairs]
+        if partition is not None or count == 1:
+            self._fill(topic, 0 if partition is None else partition, records, sizes, count, max_bytes)
+        elif all(k is None for k, _ in pairs):
+            self._fill(topic, None, records, sizes, count, max_bytes)
+        else:
+            for p, (group, group_sizes) in self._by_partition(topic, records, sizes, count).items():
+                self._fill(topic, p, group, group_sizes, count, max_bytes)
+        self._maybe_linger_flush()
+
+    def _by_partition(self, topic: str, records: list[RecordIn], sizes: list[int],
+                      count: int) -> dict[int, tuple[list[RecordIn], list[int]]]:
+        """Records and sizes split by partition, each in input order."""
+        groups: dict[int, tuple[list[RecordIn], list[int]]] = {}
+        cache = self._key_partitions
+        if len(cache) > KEY_PARTITION_CACHE_MAX:
+            cache.clear()
+        sticky = self.sticky
+        for record, size in zip(records, sizes, strict=True):
+            key = record[0]
+            if key is None:
+                p = sticky.partition(topic, count)
+                sticky.produced(topic, size, count)
+            else:
+                p = cache.get((topic, key, count))
+                if p is None:
+                    p = cache[(topic, key, count)] = partition_for_key(key, count)
+            group = groups.get(p)
+            if group is None:
+                group = groups[p] = ([], [])
+            group[0].append(record)
+            group[1].append(size)
+        return groups
+
+    def _fill(self, topic: str, partition: int | None, records: list[RecordIn], sizes: list[int], count: int,
+              max_bytes: int) -> None:
+        """Add records (sizes: their estimates) to `partition`'s batch, or to the sticky
+        partitioner's when None, writing each batch as it fills."""
+        limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)
+        ends = list(accumulate(sizes))  # ends[j]: bytes of records[:j + 1]
+        i, n = 0, len(records)
         while i < n:
             p = partition if partition is not None else self.sticky.partition(topic, count)
             key = (topic, p)
             batch = self._batches.get(key)
-            if batch is not None and not _delta_fits(batch, ts):
+            if batch is not None and not _delta_fits(batch, records[i][3]):
                 self._write(key, self._batches.pop(key))
                 batch = None
             if batch is None:
                 batch = self._batches[key] = _Batch(first_ms=time.monotonic() * 1000)
             room = limit - batch.estimated_bytes
             quota = room if partition is not None else min(room, self.sticky.remaining(topic))
-            j, added = i, 0
-            while j < n:  # fill this batch: sizes are per record, the rest is per batch
-                size = len(values[j]) + overhead
-                if size + 61 > max_bytes:
-                    batch.records.extend([(None, v, hdrs, ts) for v in values[i:j]])
-                    batch.pending.extend([None] * (j - i))
-                    batch.estimated_bytes += added
-                    if not batch.records:  # an empty batch left behind would fail the flush that follows
-                        del self._batches[key]
-                    error = RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes "
-                                                f"({max_bytes}) of topic '{topic}'")
-                    error.index = j  # type: ignore[attr-defined]
-                    raise error
-                if added + size > room and (batch.records or j > i):
-                    break  # the batch is full
-                if added + size > quota and j > i:
-                    break  # the sticky partitioner moves on (at least one record per round: progress)
-                added += size
-                j += 1
-            batch.records.extend([(None, v, hdrs, ts) for v in values[i:j]])
-            batch.pending.extend([None] * (j - i))
+            before = ends[i - 1] if i else 0
+            j = bisect_right(ends, before + quota, i, n)
+            if j == i and (not batch.records or sizes[i] <= room):
+                j = i + 1  # at least one record per round (an empty batch takes even an oversized one)
+            added = (ends[j - 1] - before) if j > i else 0
+            batch.records += records[i:j]
+            batch.pending += [None] * (j - i)
             batch.estimated_bytes += added
             i = j
             if partition is None:
                 self.sticky.produced(topic, added, count)
-            if i < n and batch.estimated_bytes + len(values[i]) + overhead > limit:
+            if i < n and batch.estimated_bytes + sizes[i] > limit:
                 self._write(key, self._batches.pop(key))  # full: write it; otherwise it keeps filling
-        self._maybe_linger_flush()
 
     def _batch_for(self, topic: str, partition: int, size: int, max_bytes: int, ts: int) -> _Batch:
         key = (topic, partition)
         batch = self._batches.get(key)
-        limit = min(self.batch_size, max_bytes - 61)
+        limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)
         if batch is not None and batch.records and (batch.estimated_bytes + size > limit
                                                     or not _delta_fits(batch, ts)):
             self._write(key, self._batches.pop(key))

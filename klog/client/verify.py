@@ -33,6 +33,39 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
                 reports.append(report)
             if repair:
                 reports.extend(_rejoin(store, name, p, part))
+    if topic is None:
+        reports.extend(_unknown_partition_folders(store))
+    return reports
+
+
+def _unknown_partition_folders(store) -> list[dict]:
+    """Partition folders no topic owns (a Kafka broker's, copied in by hand): never touched, and
+    the report says how to adopt them."""
+    import os
+
+    from klog.store.format import LOG_SUFFIX, parse_partition_dir
+
+    reports = []
+    for d in store.log_dir_ids():
+        path = store.data_dir.log_dir_path(d)
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            continue
+        for n in names:
+            parsed = parse_partition_dir(n)
+            folder = os.path.join(path, n)
+            if parsed is None or not os.path.isdir(folder):
+                continue
+            t, p = parsed
+            meta = store.topics.find(t)
+            if meta is not None and p < len(meta.partitions):
+                continue
+            if not any(f.endswith(LOG_SUFFIX) for f in os.listdir(folder)):
+                continue
+            reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": False,
+                            "problems": [f"{folder}: a partition folder no topic of this store owns (left as it "
+                                         f"is); adopt it with: klog dirs import {folder}"]})
     return reports
 
 

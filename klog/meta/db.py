@@ -43,6 +43,9 @@ class MetaDB:
         with self.env.begin(write=write) as txn:
             yield txn
 
+    def get_raw(self, txn: lmdb.Transaction, db: str, key: str) -> bytes | None:
+        return txn.get(key.encode(), db=self.dbs[db])
+
     def get_json(self, txn: lmdb.Transaction, db: str, key: str) -> Any:
         raw = txn.get(key.encode(), db=self.dbs[db])
         return None if raw is None else json.loads(raw)
@@ -54,6 +57,11 @@ class MetaDB:
         return txn.delete(key.encode(), db=self.dbs[db])
 
     def items(self, txn: lmdb.Transaction, db: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        for k, v in self.items_raw(txn, db, prefix):
+            yield k, json.loads(v)
+
+    def items_raw(self, txn: lmdb.Transaction, db: str, prefix: str = "") -> Iterator[tuple[str, bytes]]:
+        """(key, stored JSON bytes) in key order, for callers that cache what they parse."""
         cursor = txn.cursor(db=self.dbs[db])
         start = prefix.encode()
         if not cursor.set_range(start):
@@ -61,7 +69,7 @@ class MetaDB:
         for k, v in cursor:
             if not k.startswith(start):
                 break
-            yield k.decode(), json.loads(v)
+            yield k.decode(), v
 
     def close(self) -> None:
         if self._closed:

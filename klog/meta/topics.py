@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from klog.errors import InvalidConfigError, InvalidTopicError, TopicExistsError, UnknownTopicError, UsageError
@@ -67,22 +69,41 @@ def place_replicas(partition_ids: range, replication_factor: int, log_dir_ids: l
 class TopicsMeta:
     def __init__(self, db: MetaDB) -> None:
         self.db = db
+        # name -> (the stored JSON, its parse): a writer re-reads its topic before every append,
+        # and parsing a 1,000-partition document each time was 76 % of a keyed produce; an
+        # unchanged document (a byte comparison) is not parsed again. Callers must not mutate
+        # what get/find return (they use dataclasses.replace and update_* instead).
+        self._parsed: dict[str, tuple[bytes, TopicMeta]] = {}
 
     def get(self, name: str) -> TopicMeta:
-        with self.db.txn() as txn:
-            doc = self.db.get_json(txn, "topics", name)
-        if doc is None:
+        topic = self.find(name)
+        if topic is None:
             raise UnknownTopicError(f"unknown topic '{name}'")
-        return TopicMeta.from_json(doc)
+        return topic
 
     def find(self, name: str) -> TopicMeta | None:
         with self.db.txn() as txn:
-            doc = self.db.get_json(txn, "topics", name)
-        return None if doc is None else TopicMeta.from_json(doc)
+            raw = self.db.get_raw(txn, "topics", name)
+        if raw is None:
+            self._parsed.pop(name, None)
+            return None
+        return self._parse(name, raw)
+
+    def _parse(self, name: str, raw: bytes) -> TopicMeta:
+        cached = self._parsed.get(name)
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        topic = TopicMeta.from_json(json.loads(raw))
+        self._parsed[name] = (raw, topic)
+        return topic
+
+    def _all(self, txn) -> Iterator[TopicMeta]:
+        for name, raw in self.db.items_raw(txn, "topics"):
+            yield self._parse(name, raw)
 
     def list(self) -> list[TopicMeta]:
         with self.db.txn() as txn:
-            return [TopicMeta.from_json(doc) for _, doc in self.db.items(txn, "topics")]
+            return list(self._all(txn))
 
     def create(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
                log_dir_ids: list[int], exist_ok: bool = False) -> TopicMeta:
@@ -96,8 +117,9 @@ class TopicsMeta:
                 if exist_ok:
                     return TopicMeta.from_json(existing)
                 raise TopicExistsError(f"topic '{name}' already exists")
-            for other, _ in self.db.items(txn, "topics"):
-                if collision_key(other) == collision_key(name):
+            key = collision_key(name)
+            for other, _ in self.db.items_raw(txn, "topics"):
+                if collision_key(other) == key:
                     raise InvalidTopicError(f"topic '{name}' collides with existing topic '{other}'")
             counts = self._replica_counts(txn)
             placement = place_replicas(range(partitions), replication_factor, log_dir_ids, counts)
@@ -108,9 +130,9 @@ class TopicsMeta:
 
     def _replica_counts(self, txn) -> dict[int, int]:
         counts: dict[int, int] = {}
-        for _, doc in self.db.items(txn, "topics"):
-            for p in doc["partitions"]:
-                for d in p["replicas"]:
+        for topic in self._all(txn):
+            for p in topic.partitions:
+                for d in p.replicas:
                     counts[d] = counts.get(d, 0) + 1
         return counts
 

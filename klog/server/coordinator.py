@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode as E
 
@@ -221,11 +221,13 @@ class GroupStateMachine:
                              joined=now, deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
         group.static[new.instance_id] = member_id
-        was_leader = group.leader == old.member_id
-        if was_leader:
+        if group.leader == old.member_id:
             group.leader = member_id
-        if group.state == STABLE and old.protocols == new.protocols and not was_leader:
-            respond(self._join_result(group, member, with_members=False))
+        if group.state == STABLE and old.protocols == new.protocols:
+            # As Kafka does, the reply names the old leader id even if this member replaced the leader: a
+            # client that believed itself leader would compute an assignment a stable group never sends.
+            result = self._join_result(group, member, with_members=False)
+            respond(replace(result, leader=old.member_id) if group.leader == member_id else result)
             return
         member.join_cb = respond
         if group.state == PREPARING:

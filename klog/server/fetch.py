@@ -97,6 +97,17 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
     return out
 
 
+def _moved(ctx: RequestContext, marks: list[tuple[str, int, int]]) -> bool:
+    """Has any of these partitions' high watermark changed (or become unreadable)?"""
+    for topic, index, hw in marks:
+        try:
+            if ctx.server.appender.partition(topic, index).snapshot().high_watermark != hw:
+                return True
+        except (KlogError, OSError):
+            return True
+    return False
+
+
 def _close(answers: list[TopicAnswer]) -> None:
     for t in answers:
         for p in t.partitions:
@@ -118,11 +129,19 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         answers = await ctx.run_blocking(_collect, ctx, request)
         total = sum(p.size for t in answers for p in t.partitions)
         errors = any(p.error != E.none for t in answers for p in t.partitions)
-        left = deadline - time.monotonic()
-        if total >= min_bytes or errors or left <= 0 or ctx.server.stopping:
+        if total >= min_bytes or errors or deadline <= time.monotonic() or ctx.server.stopping:
             break
         _close(answers)
-        await ctx.server.wait_appended(min(left, POLL_S))
+        # wait for a high watermark to move: woken by this server's appends, and a state-file read
+        # per partition every POLL_S for other processes' (the full answer is rebuilt only then)
+        marks = [(t.name, p.partition, p.high_watermark) for t in answers for p in t.partitions]
+        while not ctx.server.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await ctx.server.wait_appended(min(left, POLL_S))
+            if _moved(ctx, marks):
+                break
     return _encode(mod, version, answers, E.none)
 
 

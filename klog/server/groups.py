@@ -26,11 +26,13 @@ from klog.server import consumer_protocol
 from klog.server.context import RequestContext
 from klog.server.coordinator import COMPLETING, EMPTY, STABLE, Group, GroupStateMachine, JoinResult
 from klog.server.dispatch import Handler
+from klog.server.framing import printable
 from klog.server.kafka import NO_THROTTLE, E, has_field, make, response_for
 from klog.store.state import current_boot_id
 
 FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP = 10, 11, 14, 12, 13
 OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 16, 15, 42, 47
+NOT_ASKED = -2147483648  # DescribeGroups' authorized_operations when the client did not ask
 OFFSET_METADATA_MAX = 4096  # Kafka's offset.metadata.max.bytes
 CONSUMER = "consumer"
 
@@ -216,7 +218,7 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
             local = []
         if local:
             ctx.log.info("join of group '%s' by %s refused: %d klog consumer(s) are live in it", group_id,
-                         ctx.client_id, len(local))
+                         printable(ctx.client_id), len(local))
             return answer(JoinResult(E.inconsistent_group_protocol, member_id=request.member_id))
     future: asyncio.Future = asyncio.get_running_loop().create_future()
 
@@ -233,7 +235,7 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
                        require_known_member_id=int(request.__version__) >= 4, respond=respond)
     res = await future
     if res.error not in (E.none, E.member_id_required):
-        ctx.log.info("JoinGroup '%s' from %s: %s", group_id, ctx.client_id, res.error.name)
+        ctx.log.info("JoinGroup '%s' from %s: %s", printable(group_id), printable(ctx.client_id), res.error.name)
     return answer(res)
 
 
@@ -273,6 +275,10 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
     coord = _coordinator(ctx)
     if has_field(request, "members"):  # v3+: a batch, static members by instance id
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+        for m in request.members:
+            if getattr(m, "reason", None):
+                ctx.log.info("member %s leaves group '%s': %s", printable(m.member_id or m.group_instance_id),
+                             printable(str(request.group_id)), printable(m.reason))
     else:
         leaving = [(request.member_id, None)]
     if coord is None:
@@ -328,13 +334,14 @@ def _commit(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, 
                 offsets[tp] = (int(p.committed_offset), metadata)
                 results[tp] = E.none
     if error is not E.none:
-        ctx.log.info("OffsetCommit to group '%s' from %s: %s", group_id, ctx.client_id, error.name)
+        ctx.log.info("OffsetCommit to group '%s' from %s: %s", printable(group_id), printable(ctx.client_id),
+                     error.name)
     if offsets:
         assert coord is not None
         try:
             coord.meta.store_offsets(group_id, offsets)
         except GroupError as e:
-            ctx.log.info("OffsetCommit to group '%s' from %s refused: %s", group_id, ctx.client_id, e)
+            ctx.log.info("OffsetCommit to group '%s' from %s refused: %s", group_id, printable(ctx.client_id), e)
             results.update({tp: E.unknown_member_id for tp in offsets})
         except (KlogError, OSError) as e:
             ctx.log.warning("OffsetCommit to group '%s' failed: %s", group_id, e)
@@ -478,10 +485,12 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     coord = _coordinator(ctx)
     out = []
+    # without ACLs every client may do all a group allows: READ (3), DELETE (6), DESCRIBE (8)
+    ops = (1 << 3 | 1 << 6 | 1 << 8) if getattr(request, "include_authorized_operations", False) else NOT_ASKED
     for gid in request.groups:
         if not _valid_group(str(gid)):
             out.append(make(mod.DescribedGroup, error_code=E.invalid_group_id, group_id=gid, group_state="",
-                            protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648))
+                            protocol_type="", protocol_data="", members=(), authorized_operations=ops))
             continue
         group = coord.machine.groups.get(str(gid)) if coord is not None else None
         if group is not None and group.state != EMPTY:
@@ -493,21 +502,21 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
                             for m in group.members.values())
             out.append(make(mod.DescribedGroup, error_code=E.none, group_id=gid, group_state=group.state,
                             protocol_type=group.protocol_type or "", protocol_data=protocol or "", members=members,
-                            authorized_operations=-2147483648))
+                            authorized_operations=ops))
             continue
         try:
             state, assignor, stored = await ctx.run_blocking(_describe_stored, ctx.store, str(gid))
         except (KlogError, OSError):
             out.append(make(mod.DescribedGroup, error_code=E.coordinator_not_available, group_id=gid,
                             group_state="", protocol_type="", protocol_data="", members=(),
-                            authorized_operations=-2147483648))
+                            authorized_operations=ops))
             continue
         members = tuple(make(mod.DescribedGroupMember, member_id=mid, group_instance_id=None, client_id=cid,
                              client_host=host, member_metadata=meta, member_assignment=assign)
                         for mid, cid, host, meta, assign in stored)
         out.append(make(mod.DescribedGroup, error_code=E.none, group_id=gid, group_state=state,
                         protocol_type=CONSUMER if state != "Dead" else "", protocol_data=assignor or "",
-                        members=members, authorized_operations=-2147483648))
+                        members=members, authorized_operations=ops))
     return make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out))
 
 

@@ -15,16 +15,31 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
 def max_timestamp_offset(part) -> tuple[int, int]:  # noqa: ANN001 - Partition
-    """(timestamp, offset) of the record with the largest timestamp below the high watermark."""
-    from klog.client.batches import _headers
-
+    """(timestamp, offset) of the record with the largest timestamp below the high watermark: the
+    headers of the active segment and of the sealed segment whose time index ends highest (a
+    sealed segment's last time-index entry is its largest timestamp, as in Kafka)."""
     hw = part.high_watermark()
+    leader = part.leader
+    leader.refresh_segments()
+    if not leader.bases:
+        return -1, -1
+    sealed = []
+    for base in leader.bases[:-1]:
+        segment = leader.segments[base]
+        segment.time_index.refresh()
+        last = segment.time_index.last_entry()
+        if last is not None:
+            sealed.append((last[0], base))
+    scan = [max(sealed)[1]] if sealed else []
+    scan.append(leader.bases[-1])
     best = None
-    for header in _headers(part):
-        if header.base_offset >= hw:
-            break
-        if best is None or header.max_timestamp > best.max_timestamp:
-            best = header
+    for base in scan:
+        segment = leader.segments[base]
+        for _, header in segment.iter_headers(0, segment.file_size()):
+            if header.base_offset >= hw:
+                break
+            if best is None or header.max_timestamp > best.max_timestamp:
+                best = header
     if best is None:
         return -1, -1
     for batch in part.read(best.base_offset, max_bytes=1, upper=best.next_offset):

@@ -35,6 +35,8 @@ def error_code(exc: BaseException) -> E:
     """Kafka's error code for what an append raised."""
     if isinstance(exc, InvalidBatchError):
         return E.corrupt_message if exc.corrupt else E.invalid_record
+    if isinstance(exc, NotEnoughReplicasError) and "after appending" in str(exc):
+        return E.not_enough_replicas_after_append  # written, but the ISR shrank below min.insync.replicas
     for kind, code in ((RecordTooLargeError, E.message_too_large),
                        (UnknownTopicError, E.unknown_topic_or_partition),
                        (UnknownPartitionError, E.unknown_topic_or_partition),

@@ -14,8 +14,10 @@ import hashlib
 import logging
 import os
 import signal
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from klog.server import dispatch, framing
@@ -26,6 +28,7 @@ log = logging.getLogger("klog.serve")
 REQUEST_BYTES_MAX = 100 * 1024 * 1024  # socket.request.max.bytes
 IDLE_MS_DEFAULT = 600_000  # connections.max.idle.ms
 SHUTDOWN_GRACE_S = 5.0
+READ_AHEAD = 2  # requests parsed ahead per connection (each up to socket.request.max.bytes)
 
 
 def parse_hostport(text: str, default_port: int = 9092) -> tuple[str, int]:
@@ -104,7 +107,9 @@ class Server:
         self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True,
                                                   limit=1 << 16)
         self.port = self._server.sockets[0].getsockname()[1]
-        adv_host, adv_port = self.advertised or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1",
+        # listening on every interface: advertise this machine's name, as Kafka does (clients elsewhere
+        # cannot use 0.0.0.0); --advertised-listener overrides it
+        adv_host, adv_port = self.advertised or (host if host not in ("0.0.0.0", "::", "") else socket.getfqdn(),
                                                  self.port)
         self.broker = BrokerInfo(self.node_id, adv_host, adv_port or self.port, cluster_id_for(self.store.path))
         self.coordinator = self._make_coordinator()
@@ -239,51 +244,89 @@ class Server:
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                 task: asyncio.Task, peer: str) -> None:
-        idle_s = self.idle_ms / 1000
-        while not self._stopping:
-            try:
-                head = await asyncio.wait_for(reader.readexactly(4), idle_s)
-            except TimeoutError:
-                log.info("%s: idle for %d ms (connections.max.idle.ms), closing", peer, self.idle_ms)
-                return
-            except asyncio.IncompleteReadError as e:
-                if e.partial:
-                    log.warning("%s: truncated frame size, closing", peer)
-                return
-            (size,) = framing.SIZE.unpack(head)
-            if size < framing.PREFIX.size or size > self.request_bytes_max:
-                log.warning("%s: invalid request size %d (socket.request.max.bytes is %d), closing",
-                            peer, size, self.request_bytes_max)
-                return
-            try:
-                frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
-            except (TimeoutError, asyncio.IncompleteReadError):
-                log.warning("%s: truncated request (%d bytes announced), closing", peer, size)
-                return
-            self._connections[task] = True
-            try:
-                if not await self._answer(frame, writer, peer):
+        """Requests are read and parsed one or two ahead (overlapping the network and parsing with
+        the store's fsync of the request before) but handled and answered strictly in order."""
+        queue: asyncio.Queue = asyncio.Queue(maxsize=READ_AHEAD)
+        reading = asyncio.create_task(self._read_requests(reader, queue, peer))
+        try:
+            while not self._stopping:
+                item = await queue.get()
+                if item is None:
                     return
-            finally:
-                self._connections[task] = False
+                self._connections[task] = True
+                try:
+                    if not await self._answer(item, writer, peer):
+                        return
+                finally:
+                    self._connections[task] = False
+        finally:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reading
 
-    async def _answer(self, frame: bytes, writer: asyncio.StreamWriter, peer: str) -> bool:
-        """Handle one request; False closes the connection."""
+    async def _read_requests(self, reader: asyncio.StreamReader, queue: asyncio.Queue, peer: str) -> None:
+        """Frames -> parsed requests on `queue`; None when the connection must end."""
+        try:
+            while not self._stopping:
+                frame = await self._read_frame(reader, peer)
+                if frame is None:
+                    return
+                item = self._parse(frame, peer)
+                await queue.put(item)
+                if item is None:
+                    return
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)  # the handler loop stops after what is queued (or is already gone)
+
+    async def _read_frame(self, reader: asyncio.StreamReader, peer: str) -> bytes | None:
+        idle_s = self.idle_ms / 1000
+        try:
+            head = await asyncio.wait_for(reader.readexactly(4), idle_s)
+        except TimeoutError:
+            log.info("%s: idle for %d ms (connections.max.idle.ms), closing", peer, self.idle_ms)
+            return None
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                log.warning("%s: truncated frame size, closing", peer)
+            return None
+        except ConnectionError:
+            return None
+        (size,) = framing.SIZE.unpack(head)
+        if size < framing.PREFIX.size or size > self.request_bytes_max:
+            log.warning("%s: invalid request size %d (socket.request.max.bytes is %d), closing",
+                        peer, size, self.request_bytes_max)
+            return None
+        try:
+            return await asyncio.wait_for(reader.readexactly(size), idle_s)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            log.warning("%s: truncated request (%d bytes announced), closing", peer, size)
+            return None
+
+    def _parse(self, frame: bytes, peer: str) -> _Parsed | None:
+        """The request in `frame`, or None (logged) when the connection must close."""
         prefix = framing.read_prefix(frame)
         log.debug("%s: request key %d v%d #%d", peer, prefix.api_key, prefix.api_version, prefix.correlation_id)
         if not dispatch.supports(prefix.api_key, prefix.api_version):
             if prefix.api_key == dispatch.API_VERSIONS_KEY:
-                writer.write(framing.encode_response(prefix.correlation_id, dispatch.unsupported_api_versions()))
-                await writer.drain()
-                return True
+                return _Parsed(prefix, None, None)  # answered in v0 with UNSUPPORTED_VERSION
             log.warning("%s (client %s): unsupported api key %d version %d, closing", peer,
                         framing.client_id_of(frame), prefix.api_key, prefix.api_version)
-            return False
+            return None
         try:
             client_id, request = framing.parse_request(frame, prefix)
         except framing.FrameError as e:
             log.warning("%s (client %s): %s, closing", peer, framing.client_id_of(frame), e)
-            return False
+            return None
+        return _Parsed(prefix, client_id, request)
+
+    async def _answer(self, item: _Parsed, writer: asyncio.StreamWriter, peer: str) -> bool:
+        """Handle one parsed request and send its answer; False closes the connection."""
+        prefix, client_id, request = item.prefix, item.client_id, item.request
+        if request is None:
+            writer.write(framing.encode_response(prefix.correlation_id, dispatch.unsupported_api_versions()))
+            await writer.drain()
+            return True
         assert self.broker is not None and self.executor is not None
         ctx = RequestContext(store=self.store, broker=self.broker, client_id=client_id,
                              client_host=peer.rpartition(":")[0], api_version=prefix.api_version,
@@ -304,6 +347,13 @@ class Server:
             writer.write(framing.encode_response(prefix.correlation_id, response))
             await writer.drain()
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    prefix: framing.RequestPrefix
+    client_id: str | None
+    request: Any  # None: a too-new ApiVersions request
 
 
 def serve(data_dir: str | None = None, **kwargs: Any) -> None:

@@ -18,31 +18,39 @@ from klog.errors import KlogError, OffsetOutOfRangeError
 
 FETCH_BYTES_MAX = 4 << 20  # per read(): ~40 k records of 100 bytes, a good Arrow batch for Spark
 
-# Spark's Kafka source schema (plus headers always: Spark adds them with includeHeaders=true)
-SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
-              "timestampType int, headers array<struct<key: string, value: binary>>")
+# Spark's Kafka source schema, with headers unless includeHeaders=false (klog's default is true:
+# Spark's is false)
+SCHEMA_DDL_NO_HEADERS = ("key binary, value binary, topic string, partition int, offset bigint, "
+                         "timestamp timestamp, timestampType int")
+SCHEMA_DDL = SCHEMA_DDL_NO_HEADERS + ", headers array<struct<key: string, value: binary>>"
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 
 
-def arrow_schema() -> pa.Schema:
+def arrow_schema(include_headers: bool = True) -> pa.Schema:
     """What Spark expects for SCHEMA_DDL: microsecond UTC timestamps, nullable fields."""
     return pa.schema([
         pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
         pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32()),
-        pa.field("headers", pa.list_(pa.field("element", HEADER_TYPE))),
-    ])
+    ] + ([pa.field("headers", pa.list_(pa.field("element", HEADER_TYPE)))] if include_headers else []))
 
 
 def read_range(data_dir: str, topic: str, partition: int, start: int, end: int, fail_on_data_loss: bool,
-               schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Records with offsets in [start, end), below the high watermark, as Arrow batches."""
+               schema: pa.Schema, read_committed: bool = False) -> Iterator[pa.RecordBatch]:
+    """Records with offsets in [start, end), below the high watermark (read_committed: below the
+    last stable offset, aborted transactions left out), as Arrow batches."""
     from klog.client.store import Store
 
     store = Store(data_dir, create=False)
     try:
         part = store.partition(topic, partition)
         offset = _checked_start(part, start, fail_on_data_loss)
+        stable = None
+        if read_committed:
+            from klog.store.txn import StableView
+
+            stable = StableView(part.leader)
+            end = min(end, stable.refresh(part.high_watermark()))
         end = min(end, part.high_watermark())
         while offset < end:
             batches = part.read(offset, FETCH_BYTES_MAX, upper=end)
@@ -52,7 +60,8 @@ def read_range(data_dir: str, topic: str, partition: int, start: int, end: int, 
                     offset = _checked_start(part, offset, fail_on_data_loss)
                     continue
                 break
-            batch = to_record_batch(batches, topic, partition, offset, end, schema)
+            kept = batches if stable is None else [fb for fb in batches if not stable.aborted(fb.header)]
+            batch = to_record_batch(kept, topic, partition, offset, end, schema)
             if batch is not None:
                 yield batch
             offset = max(offset, batches[-1].header.next_offset)
@@ -163,8 +172,9 @@ def _columns(topic: str, partition: int, offsets: list, stamps: list, keys: list
         pa.array(offsets, pa.int64()),
         pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
         pa.array(ts_types, pa.int32()) if len(set(ts_types)) > 1 else pa.repeat(pa.scalar(ts_types[0], pa.int32()), n),
-        _headers(headers, schema.field("headers").type),
     ]
+    if "headers" in schema.names:
+        columns.append(_headers(headers, schema.field("headers").type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 

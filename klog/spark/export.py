@@ -69,8 +69,9 @@ def source_options(store, data_dir: str, req: RangeRequest) -> dict[str, str]:
         opts["startingOffsetsByTimestampStrategy"] = "latest"  # as klog consume --since: nothing later, nothing read
     elif req.offset is not None:
         spec = StartSpec.parse(req.offset)
-        if spec.kind == "end":
-            opts["startingOffsets"] = json.dumps({req.topic: {str(p): -1 for p in parts}})
+        if spec.kind == "end":  # the ends now (a batch read refuses -1, latest, as Spark's does)
+            ends = {str(p): store.partition(req.topic, p).high_watermark() for p in parts}
+            opts["startingOffsets"] = json.dumps({req.topic: ends})
         elif spec.kind in ("offset", "relative"):
             starts = {}
             for p in parts:
@@ -130,11 +131,22 @@ def shaped(spark, raw, value_format: str, schema, for_csv: bool = False):  # noq
                           F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
                           F.col("timestamp").alias("_timestamp")).select("_v.*", "_key", "_partition", "_offset",
                                                                         "_timestamp")
-    cast = "string" if value_format == "text" else "binary"
-    columns = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"),
-               F.col("key").cast(cast).alias("key"), F.col("value").cast(cast).alias("value")]
+    if value_format == "text":
+        # a cast alone keeps invalid UTF-8 bytes, which a Parquet STRING column must not hold:
+        # invalid sequences become U+FFFD, as --value-format's help says
+        def text(column):  # noqa: ANN001, ANN202
+            return F.make_valid_utf8(column.cast("string"))
+
+        columns = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"),
+                   text(F.col("key")).alias("key"), text(F.col("value")).alias("value")]
+        if not for_csv:
+            columns.append(F.transform("headers", lambda h: F.struct(
+                h["key"].alias("key"), text(h["value"]).alias("value"))).alias("headers"))
+        return raw.select(*columns)
+    columns = [F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"), F.col("key"),
+               F.col("value")]
     if not for_csv:
-        columns.append(F.col("headers").cast(f"array<struct<key: string, value: {cast}>>").alias("headers"))
+        columns.append(F.col("headers"))
     return raw.select(*columns)
 
 

@@ -8,6 +8,7 @@ klog.errors.UsageError with one line naming the option.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,12 +26,22 @@ READ_OPTIONS = {
     "topic", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
     "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
     "minpartitions", "failondataloss", "datadir", "maxoffsetspertrigger", "includeheaders", "path",
-    "startingoffsetsbytimestampstrategy",
+    "startingoffsetsbytimestampstrategy", "kafka.isolation.level",
 }
+# Options Spark's Kafka source or sink accepts that mean nothing for files on this machine: accepted
+# with one warning (a query written for Kafka runs), not refused. Any other kafka.* option (a
+# Kafka consumer or producer setting) is treated the same way.
+SPARK_IGNORED_OPTIONS = {
+    "minoffsetspertrigger", "maxtriggerdelay", "groupidprefix", "fetchoffset.numretries",
+    "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms",
+}
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+_warned: set[str] = set()
 # Spark's startingOffsetsByTimestampStrategy: what a starting time with no record at or after it
 # means for a partition ("error", Spark's default, fails the query; "latest" starts at the end)
 TIMESTAMP_STRATEGIES = ("error", "latest")
-WRITE_OPTIONS = {"topic", "datadir", "compression", "checkpointlocation", "queryname", "path", "acks"}
+WRITE_OPTIONS = {"topic", "datadir", "compression", "checkpointlocation", "queryname", "path", "acks",
+                 "includeheaders"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,8 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
     starting_timestamp_strategy: str = "error"
+    isolation_level: str = "read_uncommitted"  # kafka.isolation.level; Kafka's consumers' default
+    include_headers: bool = True  # includeHeaders=false drops the headers column
     kafka: tuple[tuple[str, str], ...] = ()  # kafka.* options: with kafka.bootstrap.servers, a cluster
 
 
@@ -112,8 +125,21 @@ def resolve_data_dir(value: str | None) -> str:
 
 def _check_names(opts: dict[str, str], known: set[str], what: str) -> None:
     for name in opts:
-        if name not in known and not name.startswith("kafka."):  # kafka.* options carry over unused
-            raise UsageError(f"unknown option '{name}' for the klog {what} (known: {', '.join(sorted(known))})")
+        if name in known:
+            continue
+        if name.startswith("kafka.") and "kafka.bootstrap.servers" in opts:
+            continue  # a cluster: kafka.* options are its client's properties
+        if name.startswith("kafka.") or name in SPARK_IGNORED_OPTIONS:
+            _warn_once(name, f"option '{name}' has no effect on the klog {what} (it reads and writes this "
+                             "machine's files, not a Kafka cluster); ignored")
+            continue
+        raise UsageError(f"unknown option '{name}' for the klog {what} (known: {', '.join(sorted(known))})")
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logging.getLogger("klog").warning(message)
 
 
 def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
@@ -140,6 +166,13 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
     ending = _parse_offsets(opts.get("endingoffsets", "latest"), "endingOffsets")
     if starting == "latest" and not streaming and "startingoffsets" in opts:
         raise UsageError("startingOffsets=latest is not allowed in a batch read (it would read nothing)")
+    if isinstance(starting, dict) and not streaming:
+        latest = sorted(f"{t}-{p}" for t, parts in starting.items() for p, o in parts.items() if o == LATEST)
+        if latest:  # Spark: "startingOffsets for ... can't be latest for batch queries on Kafka"
+            raise UsageError(f"startingOffsets for {', '.join(latest)} can't be latest (-1) for batch reads")
+    isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if isolation not in ISOLATION_LEVELS:
+        raise UsageError(f"invalid kafka.isolation.level '{isolation}': use {' or '.join(ISOLATION_LEVELS)}")
     if ending == "earliest":
         raise UsageError("endingOffsets=earliest is not allowed (it would read nothing)")
     if streaming and "endingoffsets" in opts:
@@ -153,6 +186,8 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
         max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
         starting_timestamp_strategy=_timestamp_strategy(opts),
+        isolation_level=isolation,
+        include_headers=_bool(opts, "includeheaders", "includeHeaders", True),
         kafka=kafka_options(opts),
     )
 

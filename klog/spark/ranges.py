@@ -62,7 +62,25 @@ def checked_partitions(store, opts: ReadOptions) -> list[TopicPartition]:
         if extra:
             raise UsageError(f"{name} names {_names(extra)}, which this query does not read "
                              f"(it reads {_names(tps) or 'no partitions'})")
+        missing = [tp for tp in tps if tp[1] not in spec.get(tp[0], {})]
+        if missing and name in ("startingOffsets", "endingOffsets"):
+            # Spark's Kafka source: "If startingOffsets contains specific offsets, you must specify all
+            # TopicPartitions. Use -1 for latest, -2 for earliest."
+            raise UsageError(f"{name} must name every partition the query reads (-2 earliest, -1 latest); "
+                             f"missing {_names(missing)}")
     return tps
+
+
+def end_offset(part, opts: ReadOptions) -> int:
+    """Where `latest` is: the high watermark, or with kafka.isolation.level=read_committed the
+    last stable offset (as a Kafka consumer's end offsets)."""
+    hw = part.high_watermark()
+    if opts.isolation_level != "read_committed" or not hasattr(part, "leader"):
+        # a cluster's partition: its client (isolation.level from kafka.*) stops at the stable offset
+        return hw
+    from klog.store.txn import StableView
+
+    return StableView(part.leader).refresh(hw)
 
 
 def _names(tps: list[TopicPartition], shown_max: int = 8) -> str:
@@ -78,11 +96,12 @@ def _partition_count(store, topic: str) -> int:
 
 
 def position(store, tp: TopicPartition, spec: OffsetsSpec, ms: int | dict | None, default: int,
-             fail_on_data_loss: bool, what: str, no_match: str = "latest") -> int:
+             fail_on_data_loss: bool, what: str, no_match: str = "latest", opts: ReadOptions | None = None) -> int:
     """An offset from a spec: a timestamp (wins when given), earliest/latest, or per-partition JSON.
     `no_match`: a time with no record at or after it is the end ("latest") or an error ("error")."""
     part = store.partition(*tp)
-    low, high = part.log_start_offset(), part.high_watermark()
+    low = part.log_start_offset()
+    high = part.high_watermark() if opts is None else end_offset(part, opts)
     if ms is not None:
         when = ms if isinstance(ms, int) else ms.get(tp[0], {}).get(tp[1])
         if when is not None:
@@ -117,8 +136,9 @@ def plan(store, opts: ReadOptions) -> list[OffsetRange]:
     ranges = []
     for tp in checked_partitions(store, opts):
         start = position(store, tp, opts.starting, opts.starting_ms, EARLIEST, opts.fail_on_data_loss,
-                         "startingOffsets", opts.starting_timestamp_strategy)
-        end = position(store, tp, opts.ending, opts.ending_ms, LATEST, opts.fail_on_data_loss, "endingOffsets")
+                         "startingOffsets", opts.starting_timestamp_strategy, opts)
+        end = position(store, tp, opts.ending, opts.ending_ms, LATEST, opts.fail_on_data_loss, "endingOffsets",
+                       opts=opts)
         ranges.append(OffsetRange(tp[0], tp[1], start, max(start, end)))
     return ranges
 

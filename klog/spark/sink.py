@@ -1,8 +1,12 @@
 """Writing DataFrame rows to topics: the columns Spark's Kafka sink takes, through klog's Producer.
 
 Columns: `value` (required; binary or string), `key`, `headers` (array of key/value structs),
-`topic` (else the `topic` option), `partition` (else the producer's partitioner) and, klog's
-addition, `timestamp` (else the time of writing).
+`topic` (the `topic` option overrides it, as in Spark), `partition` (else the producer's
+partitioner) and, klog's addition, `timestamp` (else the time of writing). Other columns are
+ignored, as Spark's Kafka sink does (a DataFrame read from a topic can be written back as is).
+Save modes: append appends and overwrite is refused, as in Spark's Kafka sink. Spark's Kafka sink
+also appends in errorifexists mode (Spark's default), but PySpark refuses that mode (and ignore)
+for every Python data source before klog sees the write: use mode("append").
 """
 
 from __future__ import annotations
@@ -24,13 +28,10 @@ def check_sink_schema(schema, opts: WriteOptions) -> None:  # noqa: ANN001 - pys
     fields = {f.name: f.dataType for f in schema.fields}
     if "value" not in fields:
         raise UsageError(f"writing to klog needs a 'value' column (has: {', '.join(fields) or 'none'})")
-    unknown = [n for n in fields if n not in SINK_COLUMNS]
-    if unknown:
-        raise UsageError(f"column(s) {', '.join(unknown)} cannot be written to klog (use {', '.join(SINK_COLUMNS)})")
     for name in ("value", "key"):
         if name in fields and not isinstance(fields[name], (BinaryType, StringType)):
             raise UsageError(f"column '{name}' must be binary or string, not {fields[name].simpleString()}")
-    if "topic" in fields and not isinstance(fields["topic"], StringType):
+    if "topic" in fields and not opts.topic and not isinstance(fields["topic"], StringType):
         raise UsageError("column 'topic' must be a string")
     if "topic" not in fields and not opts.topic:
         raise UsageError("writing to klog needs a 'topic' option or a 'topic' column")
@@ -77,7 +78,7 @@ def send_batches(store, opts: WriteOptions, batches: Iterable) -> int:
             values = _binary_list(batch, "value")
             keys = _binary_list(batch, "key") or [None] * n
             names = batch.schema.names
-            topics = batch.column("topic").to_pylist() if "topic" in names else [opts.topic] * n
+            topics = batch.column("topic").to_pylist() if "topic" in names and not opts.topic else [opts.topic] * n
             parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
             stamps = _millis_list(batch) or [None] * n
             headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n

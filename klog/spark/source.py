@@ -10,6 +10,7 @@ object here is pickled to Spark's Python workers, so they hold plain data only (
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Iterator
@@ -26,8 +27,16 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from klog.errors import UsageError
 from klog.spark import ranges as plan
-from klog.spark.arrow import SCHEMA_DDL, arrow_schema, open_options_store, read_range, read_range_remote
+from klog.spark.arrow import (
+    SCHEMA_DDL,
+    SCHEMA_DDL_NO_HEADERS,
+    arrow_schema,
+    open_options_store,
+    read_range,
+    read_range_remote,
+)
 from klog.spark.options import ReadOptions, WriteOptions, lower, parse_read_options, parse_write_options
 from klog.spark.sink import check_sink_schema, send_batches, stage_batches, staged_batches
 
@@ -51,7 +60,8 @@ class KlogDataSource(DataSource):
         return "klog"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        opts = self._options()
+        return SCHEMA_DDL if opts.get("includeheaders", "true").strip().lower() != "false" else SCHEMA_DDL_NO_HEADERS
 
     def reader(self, schema) -> DataSourceReader:  # noqa: ANN001 - StructType
         return KlogBatchReader(parse_read_options(self._options()))
@@ -60,14 +70,22 @@ class KlogDataSource(DataSource):
         return KlogStreamReader(parse_read_options(self._options(), streaming=True))
 
     def writer(self, schema, overwrite: bool) -> DataSourceArrowWriter:  # noqa: ANN001
+        _refuse_overwrite(overwrite)
         opts = parse_write_options(self._options())
         check_sink_schema(schema, opts)
         return KlogBatchWriter(opts)
 
     def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamArrowWriter:  # noqa: ANN001
+        # (every output mode appends, as Spark's Kafka sink does for append, update and complete)
         opts = parse_write_options(self._options())
         check_sink_schema(schema, opts)
         return KlogStreamWriter(opts)
+
+
+def _refuse_overwrite(overwrite: bool) -> None:
+    if overwrite:  # Spark's Kafka sink: "Save mode Overwrite not allowed for Kafka"
+        raise UsageError("save mode overwrite is not allowed for klog (as for Kafka): a topic is appended to; "
+                         "use mode append")
 
 
 def bound_source(data_dir: str) -> type[KlogDataSource]:
@@ -97,7 +115,7 @@ def _read(opts: ReadOptions, partition: RangePartition) -> Iterator:
         yield from read_range_remote(opts.kafka, r.topic, r.partition, r.start, r.end, arrow_schema())
         return
     yield from read_range(opts.data_dir, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
-                          arrow_schema())
+                          arrow_schema(opts.include_headers), opts.isolation_level == "read_committed")
 
 
 class KlogBatchReader(DataSourceReader):
@@ -131,12 +149,13 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return plan.stream_offsets({
                 tp: plan.position(store, tp, self.opts.starting, self.opts.starting_ms, plan.LATEST,
                                   self.opts.fail_on_data_loss, "startingOffsets",
-                                  self.opts.starting_timestamp_strategy)
+                                  self.opts.starting_timestamp_strategy, self.opts)
                 for tp in plan.topic_partitions(store, self.opts)})
 
     def _high_watermarks(self) -> dict[plan.TopicPartition, int]:
         with _open_store(self.opts) as store:
-            return {tp: store.partition(*tp).high_watermark() for tp in plan.topic_partitions(store, self.opts)}
+            return {tp: plan.end_offset(store.partition(*tp), self.opts)
+                    for tp in plan.topic_partitions(store, self.opts)}
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = plan.stream_offsets(self._high_watermarks())
@@ -178,20 +197,17 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def _limit_rows(start: dict[plan.TopicPartition, int], latest: dict[plan.TopicPartition, int],
                 rows_max: int) -> dict[plan.TopicPartition, int]:
-    """maxOffsetsPerTrigger: share the row budget evenly over the partitions with records waiting."""
+    """maxOffsetsPerTrigger as Spark's Kafka source splits it (KafkaMicroBatchStream.rateLimit): each
+    partition gets limit * its backlog / the total backlog, rounded down (up when below 1)."""
     out = {tp: start.get(tp, hw) for tp, hw in latest.items()}  # a new partition is not limited
-    waiting = {tp: hw - out[tp] for tp, hw in latest.items() if hw > out[tp]}
-    budget = rows_max
-    while budget > 0 and waiting:  # bounded: each round takes at least one row or drops a partition
-        share = max(1, budget // len(waiting))
-        for tp in sorted(waiting):
-            take = min(share, waiting[tp], budget)
-            out[tp] += take
-            waiting[tp] -= take
-            budget -= take
-            if budget == 0:
-                break
-        waiting = {tp: n for tp, n in waiting.items() if n > 0}
+    backlog = {tp: hw - out[tp] for tp, hw in latest.items() if hw > out[tp]}
+    total = sum(backlog.values())
+    if total <= rows_max:
+        return {tp: max(out[tp], hw) for tp, hw in latest.items()}
+    for tp, size in backlog.items():
+        prorate = rows_max * size / total
+        take = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        out[tp] = min(out[tp] + take, latest[tp])
     return out
 
 

@@ -372,7 +372,7 @@ def encode_cleaned_batch(header: BatchHeader, records: list, horizon: int | None
         body = compression.compress(codec_id, body)
     covered = CRC_COVERED_HEADER.pack(attributes, header.last_offset_delta, base_timestamp, max_timestamp,
                                       header.producer_id, header.producer_epoch, header.base_sequence, len(records))
-    crc = codec.crcmod_crc_of(covered, body)
+    crc = codec.crc_of(covered, body)
     batch_length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body)
     prefix = BATCH_PREFIX.pack(header.base_offset, batch_length, header.leader_epoch, MAGIC_V2, crc)
     return b"".join((prefix, covered, body))

@@ -40,10 +40,31 @@ def read_identity(path: str) -> str | None:
         return None
 
 
+# path -> (the id file's device, inode, mtime and size; its id): a writer checks every replica's
+# directory before each append, and re-reading the id file was most of that check's cost
+_identities: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}
+
+
+def _identity(path: str) -> str | None:
+    """read_identity, re-read only when the id file's stat changed (a new disk is a new device)."""
+    try:
+        st = os.stat(os.path.join(path, ID_FILE))
+    except OSError:
+        _identities.pop(path, None)
+        return None
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    known = _identities.get(path)
+    if known is not None and known[0] == key:
+        return known[1]
+    ident = read_identity(path)
+    _identities[path] = (key, ident)
+    return ident
+
+
 def check_log_dir(path: str, expected_id: str | None) -> str:
     if not os.path.isdir(path):
         return MISSING
-    if expected_id is not None and read_identity(path) != expected_id:
+    if expected_id is not None and _identity(path) != expected_id:
         return REPLACED
     if not os.access(path, os.W_OK):
         return READ_ONLY

@@ -23,7 +23,13 @@ class _IndexFile:
     def __init__(self, path: str, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
-        self._data = b""
+        # a bytearray grows in place (amortised O(1) per entry); `bytes +=` copied the whole
+        # index on every append (25 k / 50 k / 100 k appends took 1 / 6 / 23 s in one process)
+        self._data = bytearray()
+
+    def forget(self) -> None:
+        """Drop the cached entries (the file was replaced); the next refresh reloads them."""
+        self._data = bytearray()
 
     # -- reading -----------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -31,7 +37,7 @@ class _IndexFile:
         try:
             size = os.path.getsize(self.path)
         except FileNotFoundError:
-            self._data = b""
+            self._data = bytearray()
             return
         size -= size % self.entry.size
         if size == len(self._data):
@@ -41,9 +47,9 @@ class _IndexFile:
                 f.seek(len(self._data))
                 self._data += f.read(size - len(self._data))
             else:
-                self._data = f.read(size)
+                self._data = bytearray(f.read(size))
         # a file shorter than expected (truncated concurrently) keeps whole entries only
-        self._data = self._data[: len(self._data) - len(self._data) % self.entry.size]
+        del self._data[len(self._data) - len(self._data) % self.entry.size:]
 
     @property
     def entries(self) -> int:
@@ -66,13 +72,13 @@ class _IndexFile:
         assert keep >= 0
         with open(self.path, "r+b") as f:
             f.truncate(keep * self.entry.size)
-        self._data = self._data[: keep * self.entry.size]
+        del self._data[keep * self.entry.size:]
 
     def write_all(self, packed_entries: bytes) -> None:
         """Replace the whole file (recovery's rebuild)."""
         with open(self.path, "wb") as f:
             f.write(packed_entries)
-        self._data = packed_entries
+        self._data = bytearray(packed_entries)
 
     def relative(self, offset: int) -> int:
         rel = offset - self.base_offset
@@ -95,7 +101,7 @@ class OffsetIndex(_IndexFile):
         data = self._data
         while lo <= hi:
             mid = (lo + hi) // 2
-            rel, pos = unpack(data, mid * 8)
+            rel, pos = unpack(data, mid * OFFSET_INDEX_ENTRY.size)
             if rel <= target:
                 found = pos
                 lo = mid + 1
@@ -124,7 +130,7 @@ class TimeIndex(_IndexFile):
         data = self._data
         while lo <= hi:
             mid = (lo + hi) // 2
-            ts, rel = unpack(data, mid * 12)
+            ts, rel = unpack(data, mid * TIME_INDEX_ENTRY.size)
             if ts <= timestamp:
                 found = self.base_offset + rel
                 lo = mid + 1

@@ -10,7 +10,9 @@ from __future__ import annotations
 import bisect
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
@@ -19,6 +21,8 @@ from klog.store.config import LogConfig
 from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
 from klog.store.segment import LogSegment, RecoveryResult, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
+
+T = TypeVar("T")
 
 READ_BYTES_DEFAULT = 1 << 20
 
@@ -43,8 +47,15 @@ class FetchedBatch:
     path: str | None = None  # the segment file, for error messages
 
     def records(self) -> list[codec.RecordOut]:
+        return self._decode(codec.decode_batch_records)
+
+    def values(self, null: bytes | None = None) -> list[bytes | None]:
+        """Only the values (`null` for a null one): what value-only output needs."""
+        return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null))
+
+    def _decode(self, decoder: Callable[[bytes, int, BatchHeader], list[T]]) -> list[T]:
         try:
-            return codec.decode_batch_records(self.data, 0, self.header)
+            return decoder(self.data, 0, self.header)
         except (CorruptLogError, UnsupportedCodecError) as e:
             # the codec knows the offset only; say where the batch is (a CRC-valid batch whose
             # records or compressed payload are garbage is damage, like a CRC mismatch)

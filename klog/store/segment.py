@@ -84,8 +84,8 @@ class LogSegment:
             if self._log_inode is not None:
                 # the cleaner swapped in a rewritten file (indexes first, then the log): reopen, reload
                 self.close()
-                self.offset_index._data = b""
-                self.time_index._data = b""
+                self.offset_index.forget()
+                self.time_index.forget()
             self._log_inode = st.st_ino
         return st.st_size
 
@@ -190,8 +190,10 @@ class LogSegment:
     def _hint_ok(self, position: int, offset: int) -> bool:
         """An index entry points at a batch whose base offset lies in [segment base, offset]."""
         head = self.read_bytes(position, RECORD_BATCH_OVERHEAD)
-        if len(head) < codec.header_bytes(head):
+        if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
             return False
+        # (a magic 0/1 entry longer than `head` parses as framing only: its own offset, which for a
+        # compressed one is its last, also lies in [segment base, offset] when the hint is right)
         header = read_header(head)
         return header.magic <= MAGIC_V2 and self.base_offset <= header.base_offset <= offset
 

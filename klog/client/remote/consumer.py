@@ -65,8 +65,9 @@ class RemoteConsumer:
             "group.id": f"klog-{os.getpid()}-{uuid.uuid4().hex[:8]}",  # never joined: partitions are assigned
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "isolation.level": isolation_level,  # librdkafka defaults to read_committed; klog as Kafka's Java client
             "auto.offset.reset": "earliest",  # an offset below the log start reads from the log start
+            # klog's default as Kafka's Java clients' (librdkafka's own default is read_committed)
+            "isolation.level": isolation_level,
             # keep fetching while records wait in librdkafka's queue (its default backs off for 1 s once
             # 100,000 are queued, which halves the throughput of a reader as fast as ours)
             "fetch.queue.backoff.ms": 0,
@@ -204,8 +205,9 @@ class RemoteConsumer:
         out.extend(self._records(self._fetch(timeout)))
         return out
 
-    def value_chunks(self) -> Iterator[list[bytes | None]]:
-        """Value-only output of one partition: lists of values (no Record objects: the fast path)."""
+    def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
+        """Value-only output of one partition: lists of values (`null` for a null one; no Record
+        objects: the fast path). The same interface as the local Consumer's."""
         cursor = self.cursors[0]
         stop = cursor.stop
         check = self._progress_guard()
@@ -213,7 +215,8 @@ class RemoteConsumer:
         while not cursor.done:
             msgs = consume(FETCH_MESSAGES, POLL_TIMEOUT_S)
             if msgs and any(m.error() is not None for m in msgs):
-                values = [r.value for r in self._records(self._fetched(msgs))]  # the slow path: in order
+                values = [null if r.value is None else r.value
+                          for r in self._records(self._fetched(msgs))]  # the slow path: in order
                 check(bool(values) or cursor.done)
                 if values:
                     yield values
@@ -224,10 +227,11 @@ class RemoteConsumer:
             last = msgs[-1].offset()
             if stop is None or last < stop:
                 cursor.offset = max(cursor.offset, last + 1)
-                yield [m.value() for m in msgs]
+                values = [m.value() for m in msgs]
             else:
                 cursor.offset = stop
-                yield [m.value() for m in msgs if m.offset() < stop]
+                values = [m.value() for m in msgs if m.offset() < stop]
+            yield values if null is None else [null if v is None else v for v in values]
 
     def _fill(self, check: Callable[[bool], None]) -> None:
         """One fetch distributed into the partitions' buffers."""

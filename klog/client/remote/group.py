@@ -51,6 +51,7 @@ class RemoteGroupConsumer:
             "max.poll.interval.ms": c.max_poll_interval_ms,
             "partition.assignment.strategy": ASSIGNORS.get(c.assignor, c.assignor),
             "client.id": c.client_id,
+            "isolation.level": c.isolation_level,  # GroupConfig's default: read_uncommitted, as Kafka's clients
             "error_cb": store._on_error,
         })
         try:

@@ -117,16 +117,22 @@ class RemoteProducer:
     def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
                     partition: int | None = None, timestamp: int | None = None) -> None:
         """Keyless records sharing headers (the CLI's line mode)."""
+        self.send_keyed(topic, [(None, v) for v in values], headers, partition, timestamp)
+
+    def send_keyed(self, topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]],
+                   headers: Headers | None = None, partition: int | None = None,
+                   timestamp: int | None = None) -> None:
+        """(key, value) records sharing headers (the CLI's --key-separator mode)."""
         count = self.partitions_for(topic)
         p = -1 if partition is None else check_partition(partition, topic, count)
         ts = 0 if timestamp is None else check_timestamp(timestamp)
         hdrs = list(headers) if headers else None
         produce = self._producer.produce
-        for i, v in enumerate(values):
+        for i, (k, v) in enumerate(pairs):
             try:
-                produce(topic, v, None, p, timestamp=ts, headers=hdrs)
+                produce(topic, v, k, p, timestamp=ts, headers=hdrs)
             except BufferError:
-                self._produce(topic, v, None, p, ts, hdrs)  # the queue is full: wait for room
+                self._produce(topic, v, k, p, ts, hdrs)  # the queue is full: wait for room
                 continue
             except Exception as e:  # noqa: BLE001 - librdkafka's KafkaException, mapped below
                 error = self._send_error(e, topic)

@@ -1,0 +1,113 @@
+"""The lossless JSON-lines envelope of a record (what `consume --json` writes and `produce
+--input json` reads), both directions, for the CLI and any Python caller.
+
+{"topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"}:
+UTF-8 key, value and header values are JSON strings; other bytes are {"base64": "..."}; a null
+stays null.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import json.encoder
+from typing import Any, NamedTuple
+
+from klog.client.records import NO_TIMESTAMP, TIMESTAMP_MAX, Record
+from klog.store.format import TIMESTAMP_TYPE_NAMES
+
+# json.dumps with any option builds a new JSONEncoder per call: build it once
+_ENCODE_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
+# a str as a JSON string, non-ASCII kept (ensure_ascii=False's escaping; C in CPython)
+_string = json.encoder.encode_basestring
+
+
+def bytes_to_json(data: bytes | None) -> Any:
+    """UTF-8 text stays a string; anything else becomes {"base64": "..."}; None stays null."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def json_to_bytes(value: Any, what: str) -> bytes | None:
+    """bytes_to_json's inverse; any other JSON value is stored as its compact JSON text."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8", errors="surrogateescape")
+    if isinstance(value, dict) and set(value) == {"base64"}:
+        try:
+            return base64.b64decode(value["base64"], validate=True)
+        except (ValueError, TypeError):
+            raise ValueError(f"{what} has invalid base64") from None
+    return _ENCODE_COMPACT(value).encode()
+
+
+def record_to_json(r: Record) -> str:
+    """One record as its JSON envelope (one line, no newline): the text json.dumps(...,
+    ensure_ascii=False) gives for the envelope's dict, written out directly (json.dumps built a
+    C encoder per call, which was most of `consume --json`'s time)."""
+    headers = r.headers
+    return (f'{{"topic": {_string(r.topic)}, "partition": {r.partition}, "offset": {r.offset}, '
+            f'"timestamp": {r.timestamp}, "timestamp_type": "{TIMESTAMP_TYPE_NAMES[r.timestamp_type]}", '
+            f'"key": {_bytes_text(r.key)}, "value": {_bytes_text(r.value)}, "headers": '
+            + (f'[{", ".join(f"[{_string(k)}, {_bytes_text(v)}]" for k, v in headers)}]}}' if headers else '[]}'))
+
+
+def _bytes_text(data: bytes | None) -> str:
+    """bytes_to_json(data) as JSON text."""
+    if data is None:
+        return "null"
+    try:
+        return _string(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return f'{{"base64": "{base64.b64encode(data).decode("ascii")}"}}'
+
+
+def record_json_line(r: Record) -> bytes:
+    """record_to_json as a UTF-8 line."""
+    return (record_to_json(r) + "\n").encode()
+
+
+class EnvelopeIn(NamedTuple):
+    """A record read from its JSON envelope: what a producer needs (offset and topic are ignored)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int | None  # None: now
+    partition: int | None  # None: the partitioner's choice
+
+
+def parse_envelope(line: bytes | str) -> EnvelopeIn:
+    """One JSON envelope line; ValueError (or TypeError) saying what is wrong with it."""
+    doc = json.loads(line)  # no options: json's shared decoder
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    raw_headers = doc.get("headers") or []
+    if isinstance(raw_headers, dict):
+        raw_headers = list(raw_headers.items())
+    return EnvelopeIn(json_to_bytes(doc.get("key"), "key"), json_to_bytes(doc.get("value"), "value"),
+                      [(str(k), json_to_bytes(v, f"header {k}")) for k, v in raw_headers],
+                      _timestamp(doc.get("timestamp")), _partition(doc.get("partition")))
+
+
+def _timestamp(ts: object) -> int | None:
+    """Epoch milliseconds 0..2^63-1, or -1 (Kafka's "no timestamp") as it was read; null: now."""
+    if ts is None:
+        return None
+    if not isinstance(ts, int) or isinstance(ts, bool) or not (ts == NO_TIMESTAMP or 0 <= ts <= TIMESTAMP_MAX):
+        raise ValueError(f"timestamp {json.dumps(ts)} is not epoch milliseconds (an integer 0..{TIMESTAMP_MAX}, "
+                         "-1 or null)")
+    return ts
+
+
+def _partition(p: object) -> int | None:
+    if p is None:
+        return None
+    if not isinstance(p, int) or isinstance(p, bool) or p < 0:
+        raise ValueError(f"partition {json.dumps(p)} is not a partition number (an integer 0 or more, or null)")
+    return p

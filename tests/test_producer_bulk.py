@@ -1,0 +1,69 @@
+"""The producer's bulk path (send_keyed / send_values, what `klog produce` uses for lines) puts
+records where the per-record `send` would, in input order per partition."""
+
+from __future__ import annotations
+
+import pytest
+
+from klog.client.partitioner import partition_for_key
+from klog.errors import RecordTooLargeError, UsageError
+
+
+def _by_partition(store, topic: str) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    out: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+    with store.consumer(topic, merge=False) as consumer:
+        for r in consumer:
+            out.setdefault(r.partition, []).append((r.key, r.value))
+    return out
+
+
+def test_keys_land_where_the_partitioner_puts_them_in_order(store) -> None:
+    store.create_topic("t", partitions=5)
+    pairs = [(b"k%d" % (i % 37), b"v%d" % i) for i in range(3000)]
+    with store.producer(batch_size=2000) as producer:  # small batches: many writes per partition
+        producer.send_keyed("t", pairs[:1000])
+        producer.send_keyed("t", pairs[1000:])
+    got = _by_partition(store, "t")
+    want: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+    for k, v in pairs:
+        want.setdefault(partition_for_key(k, 5), []).append((k, v))
+    assert got == want
+
+
+def test_keyless_records_among_keyed_ones_are_all_written_in_order(store) -> None:
+    store.create_topic("t", partitions=3)
+    pairs = [(None if i % 3 == 0 else b"k%d" % (i % 7), b"%d" % i) for i in range(2000)]
+    with store.producer() as producer:
+        producer.send_keyed("t", pairs)
+    got = _by_partition(store, "t")
+    assert sorted(v for rows in got.values() for _, v in rows) == sorted(v for _, v in pairs)
+    order = {v: i for i, (_, v) in enumerate(pairs)}
+    for p, rows in got.items():
+        assert [order[v] for _, v in rows] == sorted(order[v] for _, v in rows), p
+        assert all(k is None or partition_for_key(k, 3) == p for k, _ in rows)
+
+
+def test_one_partition_and_explicit_partition(store) -> None:
+    store.create_topic("one")
+    store.create_topic("three", partitions=3)
+    with store.producer() as producer:
+        producer.send_keyed("one", [(b"a", b"1"), (b"b", b"2")])
+        producer.send_keyed("three", [(b"a", b"1"), (b"b", b"2")], partition=2)
+    assert _by_partition(store, "one") == {0: [(b"a", b"1"), (b"b", b"2")]}
+    assert _by_partition(store, "three") == {2: [(b"a", b"1"), (b"b", b"2")]}
+
+
+def test_a_record_too_large_stops_there_with_its_index(store) -> None:
+    store.create_topic("big", configs={"max.message.bytes": "200"})
+    pairs = [(b"k", b"a"), (b"k", b"b"), (b"k", b"x" * 300), (b"k", b"c")]
+    with store.producer() as producer:
+        with pytest.raises(RecordTooLargeError) as e:
+            producer.send_keyed("big", pairs)
+        assert e.value.index == 2
+    assert _by_partition(store, "big") == {0: pairs[:2]}
+
+
+def test_compacted_topic_refuses_a_keyless_record(store) -> None:
+    store.create_topic("c", configs={"cleanup.policy": "compact"})
+    with store.producer() as producer, pytest.raises(UsageError, match="needs a key"):
+        producer.send_keyed("c", [(b"k", b"1"), (None, b"2")])
