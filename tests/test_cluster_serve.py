@@ -94,7 +94,8 @@ def test_consume_flags_give_the_same_output(both, data_dir):
                  ["consume", "--pattern", "orders.*", "--json"], ["consume", "orders", "-F", "%t %p %o %k %s %T\n"],
                  ["consume", "orders", "--grep", "v1.*"], ["consume", "orders2"],
                  ["consume", "orders", "--since", str(1_700_000_000_100), "--until", str(1_700_000_000_200), "--json"],
-                 ["consume", "orders", "-f", "-n", "40", "--json"],
+                 ["consume", "orders", "-f", "-n", "40", "--json"], ["consume", "orders", "--last", "5", "--json"],
+                 ["consume", "orders", "--grep-key", "k1.*", "--json"],
                  ["consume", "orders2", "--exec", "cat; echo \" $KLOG_PARTITION $KLOG_OFFSET\""]):
         r, local = both(*args)
         assert r.returncode == local.returncode == 0, (args, r.stderr)
