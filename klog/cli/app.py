@@ -66,16 +66,17 @@ def warn(message: str) -> None:
     print(f"klog: warning: {message}", file=sys.stderr)
 
 
-def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klog.Store or RemoteStore
+def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201
     """The store, its warnings on stderr (producers, replays and moves made from it use them too);
-    a Kafka cluster behind the same interface when the command was given one (see cluster_options)."""
+    a Kafka cluster behind the same interface when the command was given one (see cluster_options).
+    `read_only`: a command that only reads changes nothing and works on a read-only store."""
     if _cluster_target is not None:
         from klog.client.remote.store import RemoteStore
 
         return RemoteStore(_cluster_target, on_warning=warn)
     from klog.client.store import Store
 
-    return Store(data_dir, create=create, on_warning=warn)
+    return Store(data_dir, create=create, on_warning=warn, read_only=read_only)
 
 
 # -- the cluster backend: one option set, added to the commands that work against a cluster ----

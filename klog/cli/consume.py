@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
             return
         if batch is not None or other_props:
             raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
-        with open_store(data_dir, create=False) as store:
+        with open_store(data_dir, create=False, read_only=True) as store:
             names = store.resolve_topics(topics or [], pattern)
             options = {"partitions": partition, "until_ms": until_ms, "record_filter": record_filter,
                        "isolation_level": isolation}

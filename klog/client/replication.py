@@ -160,7 +160,7 @@ class ReplicaManager:
                 self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])
                 states[d] = health.OK
-        hw = part.high_watermark()
+        hw = part.snapshot().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
         for d in list(meta.isr):
             if states[d] == health.OK and hw > 0 and not os.path.isdir(replica_path(store, topic, partition, d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
@@ -177,6 +177,9 @@ class ReplicaManager:
                                 f"(replicas {meta.replicas}: {', '.join(f'{d} {states[d]}' for d in meta.replicas)})")
         part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [d for d in meta.isr if d != meta.leader]))
         part.open_for_write()
+        if part.state_rebuilt:
+            self.warn(part.state_rebuilt)
+            part.state_rebuilt = None
         self._restore_leader_tail(part, hw)
         leader = part.leader
         if meta.leader_epoch != before.leader_epoch:

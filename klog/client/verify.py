@@ -8,6 +8,8 @@ partition's next write.
 
 from __future__ import annotations
 
+import os
+
 from klog.client.replication import ReplicaManager, catch_up
 from klog.errors import KlogError
 from klog.store.inspect import check_segment
@@ -23,50 +25,58 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
             pm = meta.partitions[p]
             order = [pm.leader] + [r for r in pm.isr if r != pm.leader]
             part.set_replica_dirs([store.data_dir.log_dir_path(d) for d in order])
-            checked = [(d, replica, _check_replica(replica)) for d, replica in zip(order, part.replicas, strict=True)]
+            snap = part.state.read_valid()
+            checked = [(d, replica, _check_replica(replica, snap)) for d, replica in zip(order, part.replicas,
+                                                                                         strict=True)]
+            state_problem = _check_state(part, snap)
             for d, replica, (problems, fixable_at) in checked:
+                problems = problems + ([state_problem] if state_problem and d == pm.leader else [])
                 report = {"topic": name, "partition": p, "log_dir": d, "ok": not problems, "repaired": False,
                           "problems": list(problems)}
                 if repair and problems:
                     healthy = next((r for _, r, (probs, _) in checked if not probs and r is not replica), None)
-                    report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"])
+                    report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"],
+                                                 snap.high_watermark if snap is not None else 0)
                 reports.append(report)
             if repair:
                 reports.extend(_rejoin(store, name, p, part))
     if topic is None:
-        reports.extend(_unknown_partition_folders(store))
+        reports.extend(_unnamed_partition_folders(store, set(topics)))
     return reports
 
 
-def _unknown_partition_folders(store) -> list[dict]:
-    """Partition folders no topic owns (a Kafka broker's, copied in by hand): never touched, and
-    the report says how to adopt them."""
-    import os
+def _check_state(part, snap) -> str | None:
+    """The state file must be readable wherever the log holds data (the log end against the high
+    watermark is checked per replica)."""
+    if snap is None and part.holds_data():
+        return f"{part.state.path}: missing or damaged, so the high watermark is unknown"
+    return None
 
-    from klog.store.format import LOG_SUFFIX, parse_partition_dir
 
-    reports = []
-    for d in store.log_dir_ids():
-        path = store.data_dir.log_dir_path(d)
+def _unnamed_partition_folders(store, topics: set[str]) -> list[dict]:
+    """Partition folders in a log directory that no topic in the metadata names: the metadata was
+    lost or damaged (an empty data.mdb reads as a store with no topics), or a delete was cut short."""
+    from klog.store.format import parse_partition_dir
+
+    out = []
+    for log_dir in store.data_dir.log_dirs:
+        path = store.data_dir.log_dir_path(log_dir.id)
         try:
             names = sorted(os.listdir(path))
         except OSError:
             continue
         for n in names:
             parsed = parse_partition_dir(n)
-            folder = os.path.join(path, n)
-            if parsed is None or not os.path.isdir(folder):
+            if parsed is None or not os.path.isdir(os.path.join(path, n)):
                 continue
-            t, p = parsed
-            meta = store.topics.find(t)
-            if meta is not None and p < len(meta.partitions):
-                continue
-            if not any(f.endswith(LOG_SUFFIX) for f in os.listdir(folder)):
-                continue
-            reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": False,
-                            "problems": [f"{folder}: a partition folder no topic of this store owns (left as it "
-                                         f"is); adopt it with: klog dirs import {folder}"]})
-    return reports
+            known = parsed[0] in topics and parsed[1] < store.partition_count(parsed[0])
+            if not known:
+                out.append({"topic": parsed[0], "partition": parsed[1], "log_dir": log_dir.id, "ok": False,
+                            "repaired": False, "problems": [
+                                f"{os.path.join(path, n)}: a partition folder no topic in the metadata names "
+                                f"(metadata lost or damaged? a Kafka broker's folder is adopted with: "
+                                f"klog dirs import {os.path.join(path, n)})"]})
+    return out
 
 
 def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
@@ -83,27 +93,71 @@ def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
             for d in after if d not in before]
 
 
-def _check_replica(replica) -> tuple[list[str], int | None]:
+def _check_replica(replica, snap) -> tuple[list[str], int | None]:
     """Problems found, and the offset to truncate at when the log itself is damaged."""
+    if not os.path.isdir(replica.directory):
+        if snap is None or snap.high_watermark == 0:
+            return [], None  # a partition never written has no folder yet
+        return [f"{replica.directory}: the partition folder is missing (high watermark {snap.high_watermark})"], 0
     replica.refresh_segments()
     problems: list[str] = []
     cut_at = None
+    expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
+    log_end = None
     for i, base in enumerate(replica.bases):
         segment = replica.segments[base]
-        check = check_segment(segment)
-        if check.index_problems:  # one line per segment: a broken index can have millions of bad entries
-            more = len(check.index_problems) - 1
-            problems.append(f"{segment.offset_index.path}: {len(check.index_problems)} index problems: "
-                            f"{check.index_problems[0]}" + (f" (and {more} more)" if more else ""))
+        try:
+            check = check_segment(segment)
+        except OSError as e:  # unreadable (EIO, EACCES, not a file): damage a reader would hit too
+            problems.append(f"{segment.log_path}: cannot read: {e.strerror or e}")
+            cut_at = base if expected is None else min(base, expected)
+            break
+        if check.index_problems:  # one line per index: a broken index can have millions of bad entries
+            for path in dict.fromkeys(_index_path(segment, x) for x in check.index_problems):
+                mine = [x for x in check.index_problems if _index_path(segment, x) == path]
+                more = len(mine) - 1
+                problems.append(f"{path}: {len(mine)} index problems: {mine[0]}"
+                                + (f" (and {more} more)" if more else ""))
+        if expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i):
+            problems.append(f"{segment.log_path}: " + (f"offsets {expected}..{check.first_offset - 1} are missing"
+                            if check.first_offset > expected else f"overlaps the segment before (from {expected})"))
+            cut_at = expected
+            break
         if check.log_problem:
             last = i == len(replica.bases) - 1
             problems.append(f"{segment.log_path}: {check.log_problem}" + ("" if last else " (before the log's tail)"))
             cut_at = check.valid_next_offset if check.valid_next_offset is not None else base
             break
+        if check.valid_next_offset is not None:
+            expected = log_end = check.valid_next_offset
+        elif i and expected is not None and base != expected:
+            problems.append(f"{segment.log_path}: an empty segment at offset {base}, but the log before it ends "
+                            f"at {expected}")
+            cut_at = expected
+            break
+    if not problems and snap is not None and (log_end or 0) < snap.high_watermark:
+        problems.append(f"{replica.directory}: the log ends at offset {log_end or 0}, below the high watermark "
+                        f"{snap.high_watermark}")
+        cut_at = log_end or 0
     return problems, cut_at
 
 
-def _repair(part, replica, cut_at: int | None, healthy, notes: list[str]) -> bool:
+def _follows(first: int, expected: int, i: int) -> bool:
+    """A segment's first batch starts where the log before it ends (the first segment may also
+    start inside its first batch's range when delete-records moved the start into it)."""
+    return first == expected or (i == 0 and first < expected)
+
+
+def _index_path(segment, problem: str) -> str:
+    return segment.time_index.path if problem.startswith("time index") else segment.offset_index.path
+
+
+def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: int) -> bool:
+    if cut_at is not None and healthy is None and cut_at < hw:
+        # cutting would drop committed records nobody else holds (and what follows the damage):
+        # leave the files for inspection; readers keep failing loudly at the damage
+        notes.append(f"not repaired: offsets {cut_at}..{hw - 1} are committed and no intact replica holds them")
+        return False
     with part.lock:
         part.open_for_write()
         if cut_at is None:
@@ -116,8 +170,5 @@ def _repair(part, replica, cut_at: int | None, healthy, notes: list[str]) -> boo
         if healthy is not None:
             end = catch_up(healthy, replica, healthy.log_end_offset)
             notes.append(f"repaired: re-copied offsets {cut_at}..{end} from {healthy.directory}")
-        elif cut_at < part.high_watermark():
-            notes.append(f"records from offset {cut_at} were lost: no intact replica holds them")
-            return False
         part.publish()
     return True

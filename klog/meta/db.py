@@ -16,21 +16,52 @@ MAP_SIZE_BYTES = 1 << 32  # address space reserved, not disk used: LMDB files gr
 DB_NAMES = ("topics", "groups", "members", "offsets")
 
 
+def _why(e: lmdb.Error) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _open_env(path: str, read_only: bool) -> lmdb.Environment:
+    data_file = os.path.join(path, "data.mdb")
+    if read_only and not os.path.exists(data_file):
+        raise DataDirError(f"no metadata database at {path} (lost?); a read-only command creates none")
+    if os.path.exists(data_file) and os.path.getsize(data_file) == 0:
+        # LMDB would start a new empty database over it: the topics would vanish, and the next
+        # produce would create them anew over their old folders
+        raise DataDirError(f"the metadata database {data_file} is empty (lost or truncated); restore it, or move "
+                           f"{path} away to start a new one")
+    common = dict(max_dbs=len(DB_NAMES) + 2, map_size=MAP_SIZE_BYTES, subdir=True, max_readers=512)
+    try:
+        if not read_only:
+            return lmdb.open(path, lock=True, sync=True, metasync=True, mode=0o666, **common)  # the umask decides
+        try:
+            return lmdb.open(path, readonly=True, lock=True, **common)
+        except lmdb.Error:
+            # a read-only mount or no write permission: the lock file cannot be written, and no
+            # writer can be running on such a store, so reading without LMDB's reader table is safe
+            return lmdb.open(path, readonly=True, lock=False, **common)
+    except lmdb.Error as e:
+        raise DataDirError(f"cannot open metadata at {path}: {_why(e)}") from None
+
+
 # LMDB allows one open environment per path per process: Stores in one process share it.
 _OPEN: dict[str, tuple[lmdb.Environment, dict, int]] = {}
 
 
 class MetaDB:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, read_only: bool = False) -> None:
+        """`read_only`: never create or write (a read-only command, a read-only mount): a missing
+        database is an error, not a new empty one."""
         self.path = os.path.realpath(path)
+        self.read_only = read_only
         shared = _OPEN.get(self.path)
         if shared is None:
+            env = _open_env(self.path, read_only)
             try:
-                env = lmdb.open(self.path, max_dbs=len(DB_NAMES) + 2, map_size=MAP_SIZE_BYTES, subdir=True,
-                                lock=True, sync=True, metasync=True, max_readers=512)
+                # a damaged data.mdb fails here, as one line (each open_db commits its own txn)
+                dbs = {name: env.open_db(name.encode(), create=not read_only) for name in DB_NAMES}
             except lmdb.Error as e:
-                raise DataDirError(f"cannot open metadata at {path}: {e}") from None
-            dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
+                env.close()
+                raise DataDirError(f"cannot read the metadata in {path}: {_why(e)}") from None
             shared = (env, dbs, 0)
         env, dbs, users = shared
         _OPEN[self.path] = (env, dbs, users + 1)

@@ -79,6 +79,30 @@ class ByteRange:
             self.fd = -1
 
 
+def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int) -> list[FetchedBatch]:
+    """The batches up to the first break in offset continuity (a read never skips offsets).
+
+    The first batch must hold `offset` (or start the log, when `offset` is below it: the caller
+    checks that against the log start offset); each next batch starts where the one before
+    ends: klog's cleaner keeps emptied batches, so batch offsets never have gaps. A break after
+    the first batch returns what comes before it (the next read reports it); a break at the
+    first batch is a CorruptLogError naming the missing offsets.
+    """
+    expected = offset if offset >= first_base else first_base
+    for i, fb in enumerate(batches):
+        h = fb.header
+        ok = h.base_offset <= expected <= h.last_offset if i == 0 and expected == offset else h.base_offset == expected
+        if not ok:
+            if i:
+                return batches[:i]
+            if h.base_offset > expected:
+                raise CorruptLogError(f"offsets {expected}..{h.base_offset - 1} are missing", fb.path, fb.position,
+                                      h.base_offset)
+            raise CorruptLogError(f"batch does not follow offset {expected}", fb.path, fb.position, h.base_offset)
+        expected = h.next_offset
+    return batches
+
+
 def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
     """Did a read of `segment` end before the segment's end (at damage, or as the file grew)?"""
     try:
@@ -372,6 +396,7 @@ class PartitionLog:
         """CRC-checked batches holding offsets in [offset, upper), at least one if any exist."""
         if offset >= upper:
             return []
+        offset_asked = offset
         segment = self.segment_for(offset)
         if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
             self.refresh_segments()
@@ -406,7 +431,7 @@ class PartitionLog:
             if got and budget <= 0:
                 break
             segment = self.segments[self.bases[nxt]]
-        return out
+        return _contiguous(out, offset_asked, self.bases[0] if self.bases else 0)
 
     def byte_range(self, offset: int, upper: int, max_bytes: int) -> ByteRange | None:
         """Where the batches holding offsets in [offset, upper) lie, in one segment (a fetch

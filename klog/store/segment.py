@@ -7,11 +7,14 @@ the partition state, which is published after those bytes were written.
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from klog.errors import CorruptLogError
+from klog.errors import CorruptLogError, StorageError
 from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import (
@@ -28,6 +31,58 @@ from klog.store.index import OffsetIndex, TimeIndex
 
 SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
 BATCH_BYTES_MAX = 1 << 30  # a declared batch length above this is corruption, not data
+READ_FDS_MAX = 128  # open segment files kept by a process's readers (5,000 segments must not be 5,000 fds)
+
+
+class _ReadFdCache:
+    """A bounded, least-recently-used set of segments whose `.log` is open for reading.
+
+    Every pread happens under the lock, so an fd is never closed (and its number reused by
+    another file) while a thread reads through it; reads are short, so the lock costs little.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.lock = threading.RLock()
+        self.open: OrderedDict[LogSegment, None] = OrderedDict()
+
+    def use(self, segment: LogSegment) -> None:
+        """`segment` was just read: keep it, and close the least recently read beyond capacity."""
+        self.open[segment] = None
+        self.open.move_to_end(segment)
+        while len(self.open) > self.capacity:
+            oldest, _ = self.open.popitem(last=False)
+            oldest._close_read_fd()
+
+    def shed(self) -> bool:
+        """Out of descriptors: close half of ours; False if we hold none to give back."""
+        n = len(self.open) // 2 or len(self.open)
+        for _ in range(n):
+            oldest, _ = self.open.popitem(last=False)
+            oldest._close_read_fd()
+        return n > 0
+
+    def forget(self, segment: LogSegment) -> None:
+        self.open.pop(segment, None)
+
+
+_read_fds = _ReadFdCache(READ_FDS_MAX)
+
+
+def open_or_shed(path: str, flags: int, mode: int = 0o666) -> int:
+    """os.open, giving back cached read descriptors once if the process ran out of them; still
+    out of them is a StorageError naming the limit (never "no more data")."""
+    for attempt in range(2):
+        try:
+            return os.open(path, flags, mode)
+        except OSError as e:
+            if e.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            with _read_fds.lock:
+                if attempt == 0 and _read_fds.shed():
+                    continue
+            raise StorageError(f"too many open files opening {path} (raise the limit: ulimit -n)") from None
+    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -67,16 +122,23 @@ class LogSegment:
             os.close(fd)
 
     def read_fd(self) -> int:
+        """The `.log` open for reading (call with _read_fds.lock held; the cache may close it later)."""
         if self._read_fd is None:
-            self._read_fd = os.open(self.log_path, os.O_RDONLY)
+            self._read_fd = open_or_shed(self.log_path, os.O_RDONLY | os.O_NOFOLLOW)
             if self._log_inode is None:
                 self._log_inode = os.fstat(self._read_fd).st_ino
+        _read_fds.use(self)
         return self._read_fd
 
-    def close(self) -> None:
+    def _close_read_fd(self) -> None:
         if self._read_fd is not None:
             os.close(self._read_fd)
             self._read_fd = None
+
+    def close(self) -> None:
+        with _read_fds.lock:
+            _read_fds.forget(self)
+            self._close_read_fd()
 
     def file_size(self) -> int:
         st = os.stat(self.log_path)
@@ -99,7 +161,10 @@ class LogSegment:
 
     # -- reading -------------------------------------------------------------------------------
     def read_bytes(self, position: int, length: int) -> bytes:
-        return os.pread(self.read_fd(), length, position)
+        if position < 0:  # a garbage index entry must not become EINVAL (or a read of the wrong place)
+            raise CorruptLogError("negative file position", self.log_path, position)
+        with _read_fds.lock:
+            return os.pread(self.read_fd(), length, position)
 
     def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each whole batch in [start, end); stops at a partial one."""
@@ -189,6 +254,8 @@ class LogSegment:
 
     def _hint_ok(self, position: int, offset: int) -> bool:
         """An index entry points at a batch whose base offset lies in [segment base, offset]."""
+        if position < 0:
+            return False
         head = self.read_bytes(position, RECORD_BATCH_OVERHEAD)
         if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
             return False

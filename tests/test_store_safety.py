@@ -1,0 +1,154 @@
+"""The store under hostile conditions (issue 12): read-only media, lost metadata, unsafe paths,
+shared-group umasks, deletes that cannot finish. Real files and processes; read-only mounts are
+made in a private mount namespace (unshare -m), since chmod does not stop root."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+IN_NAMESPACE = r"""
+import json, subprocess, sys
+data_dir, target, commands = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+subprocess.run(["mount", "--bind", target, target], check=True)
+subprocess.run(["mount", "-o", "remount,bind,ro", target], check=True)
+out = []
+for args, stdin in commands:
+    r = subprocess.run([sys.executable, "-m", "klog", *args], input=stdin.encode(), capture_output=True,
+                       env={"KLOG_DATA_DIR": data_dir, "PYTHONPATH": sys.argv[4], "PATH": "/usr/bin:/bin"})
+    out.append([r.returncode, r.stdout.decode(), r.stderr.decode()])
+print(json.dumps(out))
+"""
+
+
+def _read_only_run(tmp_path, data_dir: str, target: str, commands: list[tuple[list[str], str]]) -> list:
+    """Run klog commands with `target` (the store or one of its folders) mounted read-only."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
+    script = tmp_path / "ns.py"
+    script.write_text(IN_NAMESPACE)
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, str(script), data_dir, target,
+                        json.dumps(commands), REPO], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    return json.loads(r.stdout)
+
+
+def _tree(path: str) -> dict[str, tuple[int, int]]:
+    out = {}
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            st = os.stat(os.path.join(root, f))
+            out[os.path.relpath(os.path.join(root, f), path)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def test_reads_work_on_a_read_only_store_and_writes_say_why_not(klog_proc, data_dir, tmp_path):
+    assert klog_proc("produce", "t", input=b"a\nb\nc\n").returncode == 0
+    results = _read_only_run(tmp_path, data_dir, data_dir, [
+        (["consume", "t"], ""), (["topics", "list", "--json"], ""), (["topics", "describe", "t"], ""),
+        (["verify"], ""), (["offsets", "t"], ""), (["produce", "t"], "d\n")])
+    consume, listing, describe, verify, offsets, produce = results
+    assert consume[:2] == [0, "a\nb\nc\n"], consume
+    assert listing[0] == 0 and json.loads(listing[1])["records"] == 3, listing
+    assert describe[0] == 0 and verify[0] == 0 and offsets[0] == 0, (describe, verify, offsets)
+    assert produce[0] == 1 and produce[2] == f"klog: error: data directory {data_dir} is not writable\n", produce
+
+
+def test_read_only_commands_change_nothing(klog_proc, data_dir):
+    assert klog_proc("produce", "t", input=b"a\nb\n").returncode == 0
+    assert klog_proc("topics", "create", "never-written").returncode == 0
+    os.unlink(os.path.join(data_dir, "locks", "t-0.lock"))
+    lock_mdb = os.path.join("meta", "lock.mdb")  # LMDB's reader table: shared memory, not data
+    before = _tree(data_dir)
+    for args in (["consume", "t"], ["consume", "never-written"], ["topics", "list"], ["topics", "describe", "t"],
+                 ["verify"], ["offsets", "t"], ["dump", "t"]):
+        assert klog_proc(*args).returncode == 0, args
+    after = _tree(data_dir)
+    before.pop(lock_mdb), after.pop(lock_mdb)
+    assert after == before
+
+
+def test_a_lost_metadata_database_is_an_error_for_readers_not_an_empty_store(klog_proc, data_dir):
+    assert klog_proc("produce", "t", input=b"a\n").returncode == 0
+    shutil.rmtree(os.path.join(data_dir, "meta"))
+    r = klog_proc("topics", "list")
+    assert r.returncode == 1 and b"no metadata database" in r.stderr and r.stderr.count(b"\n") == 1
+    assert not os.path.exists(os.path.join(data_dir, "meta")), "a read re-created the metadata"
+
+
+def test_an_emptied_data_mdb_fails_verify_and_produce_never_recreates_the_topic_over_old_records(klog_proc,
+                                                                                                data_dir):
+    assert klog_proc("produce", "t", input=b"old1\nold2\n").returncode == 0
+    open(os.path.join(data_dir, "meta", "data.mdb"), "wb").close()
+    for args in (["verify"], ["produce", "t"], ["topics", "list"]):
+        r = klog_proc(*args, input=b"new\n")
+        assert r.returncode == 1 and b"is empty (lost or truncated)" in r.stderr, (args, r.stderr)
+        assert r.stderr.count(b"\n") == 1
+    # a new metadata database (meta/ moved away): verify names the orphaned folder, and produce
+    # does not create the topic over it
+    shutil.rmtree(os.path.join(data_dir, "meta"))
+    assert klog_proc("topics", "create", "other").returncode == 0
+    r = klog_proc("verify")
+    assert r.returncode == 1 and b"a partition folder no topic in the metadata names" in r.stdout
+    r = klog_proc("produce", "t", input=b"new\n")
+    assert r.returncode == 1 and b"already holds a partition no metadata names" in r.stderr
+    assert r.stderr.count(b"\n") == 1
+
+
+def test_garbage_in_data_mdb_is_one_line(klog_proc, data_dir):
+    assert klog_proc("produce", "t", input=b"a\n").returncode == 0
+    path = os.path.join(data_dir, "meta", "data.mdb")
+    with open(path, "r+b") as f:
+        f.write(os.urandom(8192))
+    for args in (["topics", "list"], ["produce", "t"], ["verify"]):
+        r = klog_proc(*args, input=b"x\n")
+        assert r.returncode == 1, (args, r)
+        assert r.stderr.count(b"\n") == 1 and b"Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_delete_on_a_read_only_log_directory_deletes_nothing_and_says_so(klog_proc, data_dir, tmp_path):
+    assert klog_proc("produce", "t", input=b"a\nb\n").returncode == 0
+    results = _read_only_run(tmp_path, data_dir, os.path.join(data_dir, "logs"), [
+        (["topics", "delete", "t", "--yes"], ""), (["consume", "t"], "")])
+    delete, consume = results
+    assert delete[0] == 1 and "nothing was deleted" in delete[2] and "Read-only file system" in delete[2], delete
+    assert consume[:2] == [0, "a\nb\n"], consume
+    # and once it can, it really deletes: re-creating the topic brings nothing back
+    assert klog_proc("topics", "delete", "t", "--yes").returncode == 0
+    assert klog_proc("produce", "t", input=b"new\n").returncode == 0
+    assert klog_proc("consume", "t").stdout == b"new\n"
+
+
+@pytest.mark.parametrize(("setting", "value"), [("log_dirs", "nope"), ("log_dirs", [{"id": "0", "path": "logs"}]),
+                                                ("defaults", {"num.partitions": "many"}), ("defaults", [])])
+def test_wrong_types_in_klog_json_are_one_line(klog_proc, data_dir, setting, value):
+    assert klog_proc("produce", "t", input=b"a\n").returncode == 0
+    path = os.path.join(data_dir, "klog.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc[setting] = value
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    r = klog_proc("consume", "t")
+    assert r.returncode == 1 and r.stderr.startswith(b"klog: error: " + path.encode()), r.stderr
+    assert r.stderr.count(b"\n") == 1
+
+
+def test_an_empty_data_dir_path_is_refused(klog_proc, tmp_path):
+    env = {**os.environ, "PYTHONPATH": REPO, "HOME": str(tmp_path)}
+    for extra_env, args in (({"KLOG_DATA_DIR": ""}, ["topics", "list"]),
+                            ({}, ["topics", "list", "--data-dir", ""])):
+        run_env = {k: v for k, v in env.items() if k != "KLOG_DATA_DIR"} | extra_env
+        r = subprocess.run([sys.executable, "-m", "klog", *args], capture_output=True, env=run_env, timeout=60)
+        assert r.returncode == 2 and b"empty" in r.stderr, (args, r.stderr)
+    assert not os.path.exists(tmp_path / ".local"), "the default store was used"
