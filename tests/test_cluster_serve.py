@@ -125,6 +125,7 @@ def test_offsets_and_topics_list_describe_give_the_same_output(both, data_dir):
     assert strip == [{k: v for k, v in json.loads(line).items() if k != "size_bytes"}
                      for line in local.stdout.splitlines()]
     r, local = both("topics", "describe", "a", "--json")
+    assert json.loads(r.stdout)["topic_id"] == json.loads(local.stdout)["topic_id"]
     keep = ("partition", "leader", "replicas", "isr", "log_start_offset", "high_watermark")
     assert [{k: p[k] for k in keep} for p in json.loads(r.stdout)["partitions"]] == \
         [{k: p[k] for k in keep} for p in json.loads(local.stdout)["partitions"]]
