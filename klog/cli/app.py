@@ -61,9 +61,17 @@ DataDirOpt = Annotated[str | None, _DATA_DIR_OPTION]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+def one_line(message: str) -> str:
+    """A message as exactly one line: control characters (a newline in a topic name, an escape
+    sequence in a path) are shown escaped, never acted on by the terminal."""
+    if message.isprintable():
+        return message
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+
+
 def warn(message: str) -> None:
     """Warnings of every command (a replica leaving the ISR, a new leader, ...), one line on stderr."""
-    print(f"klog: warning: {message}", file=sys.stderr)
+    print(f"klog: warning: {one_line(message)}", file=sys.stderr)
 
 
 def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201
@@ -189,7 +197,7 @@ COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
     "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
-    "clusters": "clusters",
+    "clusters": "clusters", "users": "security", "acls": "security", "quotas": "security",
 }
 _registered: set[str] = set()
 
@@ -315,8 +323,17 @@ class _Signals:
         return ExitStatus.TERMINATED if self.terminated else ExitStatus.INTERRUPTED
 
 
+def _no_color_help() -> None:
+    """NO_COLOR (https://no-color.org): Typer's help without bold and dim too, not only without colour."""
+    if os.environ.get("NO_COLOR"):  # imports rich: only then
+        import typer.rich_utils
+
+        typer.rich_utils.COLOR_SYSTEM = None
+
+
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
+    _no_color_help()
     _register(_modules_for(sys.argv[1:] if args is None else list(args)))
     with _Signals() as signals:
         return _run(args, signals)
@@ -331,7 +348,7 @@ def _run(args: list[str] | None, signals: _Signals) -> int:
                 return signals.stopped()
             return rv
     except KlogError as e:
-        print(f"klog: error: {e}", file=sys.stderr)
+        print(f"klog: error: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code
     except (KeyboardInterrupt, typer.Abort):
         return signals.stopped()
@@ -343,7 +360,7 @@ def _run(args: list[str] | None, signals: _Signals) -> int:
     except typer.TyperException as e:  # Typer's own click: usage errors (bad option, missing argument)
         return _usage_error(e)
     except OSError as e:
-        print(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+        print(one_line(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")), file=sys.stderr)
         return ExitStatus.ERROR
     return ExitStatus.OK
 
@@ -355,12 +372,18 @@ def _usage_error(e: typer.TyperException) -> int:
         print(ctx.get_help())
     else:
         where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        print(f"klog: error: {e.format_message()}{where}", file=sys.stderr)
+        print(one_line(f"klog: error: {e.format_message()}{where}"), file=sys.stderr)
     return getattr(e, "exit_code", ExitStatus.USAGE)
 
 
 def main() -> None:
     """Console entry point: one line on stderr for a KlogError, never a traceback."""
+    if os.environ.get("_KLOG_COMPLETE"):  # a console script made before klog.cli.entry: still no Typer run
+        from klog.cli.complete import complete
+
+        done = complete()
+        if done is not None:
+            sys.exit(done)
     code = run()
     try:
         sys.stdout.flush()

@@ -282,10 +282,15 @@ class _Stdout:
             raise
 
     def write(self, data: bytes) -> None:
+        from klog.cli.output import WRITE_CHUNK_BYTES
+
         with self.guard():
-            n = self.raw.write(data)
-            if n is not None and n < len(data):
-                raise BrokenPipeError(errno.EPIPE, f"stdout took {n} of {len(data)} bytes: the reader went away")
+            view = memoryview(data)  # bounded chunks: CPython's write can return short past 2 GiB
+            for at in range(0, len(view), WRITE_CHUNK_BYTES):
+                chunk = view[at:at + WRITE_CHUNK_BYTES]
+                n = self.raw.write(chunk)
+                if n is not None and n < len(chunk):
+                    raise BrokenPipeError(errno.EPIPE, f"stdout took {n} of {len(chunk)} bytes: the reader went away")
 
     def flush(self) -> None:
         with self.guard():

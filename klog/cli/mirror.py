@@ -69,7 +69,8 @@ def register(app: typer.Typer) -> None:
         source: Annotated[str, typer.Argument(help="Where to copy from: a store directory or a cluster.")],
         dest: Annotated[str, typer.Argument(help="Where to copy to: a store directory or a cluster.")],
         topics: Annotated[list[str] | None, typer.Argument(help="Topics to copy (default: all).")] = None,
-        pattern: Annotated[str | None, typer.Option("--pattern", help="Also copy topics matching REGEX.")] = None,
+        pattern: Annotated[str | None, typer.Option("--pattern", help="Also copy topics whose whole name matches "
+                                                    "REGEX ('orders.*', not 'orders').")] = None,
         rename: Annotated[str, typer.Option("--rename", help="DEST topic name; {topic} is the source's "
                                             "(e.g. 'src.{topic}').")] = "{topic}",
         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep copying new records until stopped.")]

@@ -113,11 +113,14 @@ class Store:
         return [d for d in self.log_dir_ids() if dir_health(self, d) in (health.OK, health.REPLACED)]
 
     def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                     configs: dict[str, str] | None = None, exist_ok: bool = False) -> TopicMeta:
+                     configs: dict[str, str] | None = None, exist_ok: bool = False,
+                     adopt_folders: bool = False) -> TopicMeta:
+        """`adopt_folders`: partition folders already there are the topic's own (`klog dirs import`
+        adopting a Kafka broker's folders in place); otherwise they are refused as leftovers."""
         partitions = partitions if partitions is not None else int(self.data_dir.default("num.partitions"))
         rf = replication_factor if replication_factor is not None else int(
             self.data_dir.default("default.replication.factor"))
-        if not (exist_ok and self.topics.find(name) is not None):
+        if not adopt_folders and not (exist_ok and self.topics.find(name) is not None):
             self._refuse_leftover_folders(name)
         topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
                                    exist_ok=exist_ok)

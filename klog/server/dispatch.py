@@ -84,7 +84,7 @@ def load_handlers() -> dict[int, Handler]:
         _loaded = True
         import importlib
 
-        for name in ("metadata", "produce", "producers", "fetch", "offsets", "admin"):
+        for name in ("metadata", "produce", "producers", "fetch", "offsets", "admin", "sasl", "acl_apis"):
             importlib.import_module(f"klog.server.{name}")
         try:
             from klog.server.groups import GROUP_HANDLERS
@@ -92,4 +92,8 @@ def load_handlers() -> dict[int, Handler]:
             GROUP_HANDLERS = {}  # noqa: N806
         for key, (fn, lo, hi) in GROUP_HANDLERS.items():
             HANDLERS[key] = Handler(fn, lo, hi)
+        from klog.server.security import guard_group_apis, guard_group_lists
+
+        guard_group_apis(HANDLERS)  # GROUP_AUTHORIZATION_FAILED under ACLs
+        guard_group_lists(HANDLERS)
     return HANDLERS

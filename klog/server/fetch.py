@@ -53,6 +53,9 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int) -> Par
     """One partition's answer: its offsets and where its bytes are (lock-free, any process)."""
     index = int(p.partition)
     answer = PartitionAnswer(index)
+    if not ctx.authorize("READ", "TOPIC", topic):
+        answer.error = E.topic_authorization_failed
+        return answer
     try:
         part = ctx.server.appender.partition(topic, index)
         snap = part.snapshot()

@@ -51,6 +51,8 @@ def max_timestamp_offset(part) -> tuple[int, int]:  # noqa: ANN001 - Partition
 
 def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int) -> tuple[E, int, int, int]:
     """(error, timestamp, offset, leader epoch)."""
+    if not ctx.authorize("DESCRIBE", "TOPIC", topic):
+        return E.topic_authorization_failed, -1, -1, -1
     try:
         part = ctx.server.appender.partition(topic, index)
         epoch = part.snapshot().leader_epoch

@@ -85,9 +85,12 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for topic_data in request.topic_data:
         parts = []
+        writable = ctx.authorize("WRITE", "TOPIC", topic_data.name)
         for pdata in topic_data.partition_data:
             if acks is None:
                 code, result, message = E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)"
+            elif not writable:
+                code, result, message = E.topic_authorization_failed, None, None
             elif request.transactional_id is not None:
                 code, result, message = E.transactional_id_authorization_failed, None, \
                     "transactions are not supported by klog serve"

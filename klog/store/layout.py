@@ -30,6 +30,36 @@ STORE_DEFAULTS = {
 }
 
 
+# A new data directory and each new log directory are made owner-only: every file beneath (segments,
+# LMDB metadata with the SASL credentials) is out of other local users' reach whatever its own mode.
+# KLOG_DIR_MODE (octal) shares a store with a group instead: 2750 lets the group read, 2770 (with a
+# umask of 002) write too; the setgid bit keeps new files in the directory's group.
+DIR_MODE_DEFAULT = 0o700
+
+
+def store_dir_mode() -> int:
+    text = os.environ.get("KLOG_DIR_MODE")
+    if not text:
+        return DIR_MODE_DEFAULT
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        mode = -1
+    if not 0o700 <= mode <= 0o7777 or mode & 0o700 != 0o700 or mode & 0o007:
+        raise DataDirError(f"KLOG_DIR_MODE={text!r}: want an octal mode the owner has in full and others "
+                           "have none of (700, 750, 770, 2750, 2770)")
+    return mode
+
+
+def _make_private_dir(path: str) -> None:
+    """Create `path` (and parents) if missing; a directory this call created gets store_dir_mode()."""
+    mode = store_dir_mode()
+    existed = os.path.isdir(path)
+    os.makedirs(path, exist_ok=True)
+    if not existed:
+        os.chmod(path, mode)
+
+
 def default_data_dir() -> str:
     """$KLOG_DATA_DIR, else the XDG data directory's klog/ (~/.local/share/klog)."""
     env = os.environ.get("KLOG_DATA_DIR")
@@ -79,7 +109,7 @@ class DataDir:
             if os.path.realpath(self.log_dir_path(d.id)) == os.path.realpath(absolute):
                 raise DataDirError(f"{path} is already log directory {d.id}")
         try:
-            os.makedirs(absolute, exist_ok=True)
+            _make_private_dir(absolute)
         except OSError as e:
             raise DataDirError(f"cannot create log directory {path}: {e.strerror}") from None
         new = LogDir(max((d.id for d in self.log_dirs), default=-1) + 1, absolute, write_identity(absolute))
@@ -168,7 +198,7 @@ class DataDir:
     @classmethod
     def _create(cls, path: str, log_dirs: list[str] | None) -> DataDir:
         try:
-            os.makedirs(path, exist_ok=True)
+            _make_private_dir(path)
         except OSError as e:
             raise DataDirError(f"cannot create data directory {path}: {e.strerror}") from None
         if not os.access(path, os.W_OK):
@@ -177,7 +207,7 @@ class DataDir:
         data_dir = cls(path, dirs, {})
         data_dir._ensure_dirs()
         for d in dirs:
-            os.makedirs(data_dir.log_dir_path(d.id), exist_ok=True)
+            _make_private_dir(data_dir.log_dir_path(d.id))
             d.identity = write_identity(data_dir.log_dir_path(d.id))
         data_dir.save()
         return data_dir
