@@ -237,3 +237,41 @@ def test_a_stray_empty_segment_does_not_move_the_log_end(klog_proc, data_dir):
     assert klog_proc("consume", "t").stdout == b"1\n2\n3\n4\n"
     assert json.loads(klog_proc("offsets", "t", "--json").stdout)["latest"] == 4
     assert klog_proc("verify").returncode == 0
+
+
+def test_a_flipped_byte_found_after_a_reboot_is_a_loud_loss_with_the_cut_bytes_kept(klog_proc, data_dir):
+    """The next produce after a reboot cuts committed records at a flipped byte (Kafka's
+    recovery): it exits 1, keeps the cut bytes in a .corrupt file, and verify reports it."""
+    import struct
+    import zlib
+
+    for _ in range(5):
+        assert klog_proc("produce", "t", input=b"".join(b"%d\n" % i for i in range(100))).returncode == 0
+    folder = os.path.join(data_dir, "logs", "t-0")
+    log = os.path.join(folder, "00000000000000000000.log")
+    with open(log, "rb") as f:
+        data = bytearray(f.read())
+    pos = 0
+    for _ in range(2):
+        pos += 12 + struct.unpack_from(">i", data, pos + 8)[0]
+    data[pos + 70] ^= 0xFF  # inside the third batch's records: a CRC mismatch at offset 200
+    cut = bytes(data[pos:])
+    with open(log, "wb") as f:
+        f.write(data)
+    state = os.path.join(folder, "klog-replica.state")  # as after a reboot: another boot id
+    with open(state, "rb") as f:
+        raw = bytearray(f.read())
+    raw[:16] = b"\x01" * 16
+    raw[-4:] = zlib.crc32(bytes(raw[:-4])).to_bytes(4, "big")
+    with open(state, "wb") as f:
+        f.write(raw)
+    r = klog_proc("produce", "t", input=b"x\n")
+    assert r.returncode == 1, r.stderr
+    assert b"data loss: committed records 200..499 of t-0 are gone" in r.stderr
+    kept = os.path.join(folder, f"00000000000000000000.log.{pos}.corrupt")
+    with open(kept, "rb") as f:
+        assert f.read() == cut
+    r = klog_proc("verify")
+    assert r.returncode == 1 and b".corrupt: %d bytes of acknowledged records" % len(cut) in r.stdout
+    os.unlink(kept)
+    assert klog_proc("verify").returncode == 0

@@ -69,8 +69,15 @@ def one_line(message: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
 
 
+_data_lost = False  # a warning reported committed records lost: the command exits 1 even if it did its work
+
+
 def warn(message: str) -> None:
     """Warnings of every command (a replica leaving the ISR, a new leader, ...), one line on stderr."""
+    global _data_lost
+    from klog.client.replication import DATA_LOSS_PREFIX
+
+    _data_lost = _data_lost or message.startswith(DATA_LOSS_PREFIX)
     print(f"klog: warning: {one_line(message)}", file=sys.stderr)
 
 
@@ -340,6 +347,8 @@ def run(args: list[str] | None = None) -> int:
 
 
 def _run(args: list[str] | None, signals: _Signals) -> int:
+    global _data_lost
+    _data_lost = False
     try:
         # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
         rv = app(args=args, standalone_mode=False)
@@ -362,7 +371,7 @@ def _run(args: list[str] | None, signals: _Signals) -> int:
     except OSError as e:
         print(one_line(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")), file=sys.stderr)
         return ExitStatus.ERROR
-    return ExitStatus.OK
+    return ExitStatus.ERROR if _data_lost else ExitStatus.OK
 
 
 def _usage_error(e: typer.TyperException) -> int:

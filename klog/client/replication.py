@@ -135,6 +135,9 @@ def _truncate_divergent_suffix(leader: PartitionLog, follower: PartitionLog) -> 
     raise StorageError(f"could not find where {follower.directory} agrees with its leader")
 
 
+DATA_LOSS_PREFIX = "data loss: "  # a warning that starts so makes the command exit 1 (klog/cli/app.py)
+
+
 class ReplicaManager:
     """Runs under a partition's lock: reconcile replicas with metadata, then append."""
 
@@ -220,6 +223,10 @@ class ReplicaManager:
                 why = f"{leader.directory}: {e.strerror or e}"
                 raise LeaderAppendError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
                                         f"{e.strerror or e}", why) from None
+        if leader.log_end_offset < hw:
+            self.warn(f"{DATA_LOSS_PREFIX}committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-"
+                      f"{part.partition} are gone from every replica; the bytes cut are kept in .corrupt files "
+                      f"in {leader.directory} (klog verify lists them)")
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
         """A writer killed between the leader's append and a follower's left that follower short

@@ -13,6 +13,7 @@ import os
 from klog.client.replication import ReplicaManager, catch_up
 from klog.errors import KlogError
 from klog.store.inspect import check_segment
+from klog.store.segment import CORRUPT_SUFFIX
 
 
 def verify_store(store, topic: str | None = None, repair: bool = False) -> list[dict]:
@@ -106,7 +107,7 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
             return [], None  # a partition never written has no folder yet
         return [f"{replica.directory}: the partition folder is missing (high watermark {snap.high_watermark})"], 0
     replica.refresh_segments()
-    problems: list[str] = []
+    problems = _kept_corrupt_bytes(replica.directory)
     cut_at = None
     expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
     log_end = None
@@ -141,6 +142,17 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
                         f"{snap.high_watermark}")
         cut_at = log_end or 0
     return problems, cut_at
+
+
+def _kept_corrupt_bytes(folder: str) -> list[str]:
+    """`.corrupt` files recovery left: acknowledged records it had to cut (loud until deleted)."""
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(CORRUPT_SUFFIX):
+            path = os.path.join(folder, name)
+            out.append(f"{path}: {os.path.getsize(path)} bytes of acknowledged records that recovery cut from the "
+                       f"log as damaged; inspect them, then delete the file")
+    return out
 
 
 def _follows(first: int, expected: int, i: int) -> bool:

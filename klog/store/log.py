@@ -20,7 +20,7 @@ from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
 from klog.store.names import check_not_symlink
-from klog.store.segment import LogSegment, RecoveryResult, SegmentFds
+from klog.store.segment import LogSegment, RecoveryResult, SegmentFds, keep_corrupt_bytes
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
 T = TypeVar("T")
@@ -170,8 +170,9 @@ class PartitionLog:
         return sum(s.file_size() for s in self.segments.values())
 
     # -- writing (lock held) -------------------------------------------------------------------
-    def open_for_write(self, trusted: bool = False) -> RecoveryReport:
+    def open_for_write(self, committed_end: int | None = None, trusted: bool = False) -> RecoveryReport:
         """Adopt the state the last writer left, recovering the tail if it did not finish.
+        Recovery keeps what it cuts from below `committed_end` in `.corrupt` files.
 
         trusted: the caller knows this object was the last writer and nothing changed the folder
         since (Partition's lock generation); an opened log then stays as it is."""
@@ -198,11 +199,11 @@ class PartitionLog:
                                    snap.log_end_offset)
             self.recovery_point = snap.recovery_point
         else:
-            self._recover(snap, report)
+            self._recover(snap, report, committed_end)
         self._open_fds()
         return report
 
-    def _recover(self, snap: ReplicaSnapshot | None, report: RecoveryReport) -> None:
+    def _recover(self, snap: ReplicaSnapshot | None, report: RecoveryReport, committed_end: int | None = None) -> None:
         """Kafka's unclean-shutdown pass: recover every segment from the recovery point on."""
         recovery_point = snap.recovery_point if snap is not None and snap.boot_id == current_boot_id() else 0
         if snap is not None and snap.boot_id != current_boot_id():
@@ -223,14 +224,14 @@ class PartitionLog:
                                       f"removed")
                 fsync_dir(self.directory)
                 continue
-            result: RecoveryResult = segment.recover()
+            result: RecoveryResult = segment.recover(committed_end)
             report.segments_recovered.append(base)
             if result.truncated_bytes:
                 report.bytes_truncated += result.truncated_bytes
                 report.reasons.append(f"{segment.log_path}: {result.reason}; cut {result.truncated_bytes} bytes")
                 later = [b for b in self.bases if b > base]
                 if later:
-                    self._delete_from(later[0], report, "after a truncated segment")
+                    self._delete_from(later[0], report, "after a truncated segment", committed_end)
                 break
             if result.next_offset is not None:
                 previous_next = result.next_offset
@@ -241,9 +242,12 @@ class PartitionLog:
         self.recovery_point = min(recovery_point, active.next_offset)
         self._save_state(sync=True)
 
-    def _delete_from(self, base: int, report: RecoveryReport, why: str) -> None:
+    def _delete_from(self, base: int, report: RecoveryReport, why: str, committed_end: int | None = None) -> None:
         for b in [b for b in self.bases if b >= base]:
-            self.segments[b].delete_files()
+            segment = self.segments[b]
+            if committed_end is not None and b < committed_end and segment.file_size() > 0:
+                keep_corrupt_bytes(segment.log_path, 0, segment.file_size())  # acknowledged records
+            segment.delete_files()
             report.segments_deleted.append(b)
         report.reasons.append(f"deleted segments from {base}: {why}")
         fsync_dir(self.directory)

@@ -177,7 +177,9 @@ class Partition:
         per-batch cost grow with the number of segments)."""
         trusted = self._appended_generation == self.lock.previous_generation
         self._appended_generation = None  # until this acquisition's append succeeds
-        self.last_recovery = [r.open_for_write(trusted=trusted) for r in self.replicas]
+        published = None if trusted else self.state.read_valid()  # a trusted open recovers nothing
+        committed = published.high_watermark if published is not None else None
+        self.last_recovery = [r.open_for_write(committed, trusted=trusted) for r in self.replicas]
         ends = [r.log_end_offset for r in self.replicas]
         hw = min(ends)
         snap = self.state.read_valid()

@@ -351,9 +351,11 @@ class LogSegment:
                 os.close(fd)
 
     # -- recovery ------------------------------------------------------------------------------
-    def recover(self) -> RecoveryResult:
+    def recover(self, committed_end: int | None = None) -> RecoveryResult:
         """Kafka's LogSegment.recover: validate every batch (size, magic, CRC, offsets), truncate
-        at the first bad or partial one, and rebuild both indexes."""
+        at the first bad or partial one, and rebuild both indexes. Bytes cut from below
+        `committed_end` (the high watermark: acknowledged records) are first kept in
+        `<segment>.log.<position>.corrupt` beside it, for inspection."""
         file_size = self.file_size()
         valid = 0
         reason = None
@@ -410,6 +412,9 @@ class LogSegment:
             os.close(fd)
         if max_ts > last_time_ts:
             time_entries.append(self.time_index.entry.pack(max_ts, max_ts_offset - self.base_offset))
+        cut_from = next_offset if next_offset is not None else self.base_offset
+        if valid < file_size and committed_end is not None and cut_from < committed_end:
+            keep_corrupt_bytes(self.log_path, valid, file_size)
         if valid < file_size:
             with open(self.log_path, "r+b", opener=nofollow_opener) as f:
                 f.truncate(valid)
@@ -431,6 +436,33 @@ class LogSegment:
         self.recover()
         assert self.size == position, (self.size, position)
         assert next_offset is None or self.next_offset in (None, next_offset)
+
+
+CORRUPT_SUFFIX = ".corrupt"
+
+
+def keep_corrupt_bytes(log_path: str, start: int, end: int) -> str:
+    """Copy bytes [start, end) of a segment to `<log>.<start>.corrupt`, fsynced, before they are cut."""
+    path = f"{log_path}.{start}{CORRUPT_SUFFIX}"
+    src = open_nofollow(log_path, os.O_RDONLY)
+    try:
+        dst = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            pos = start
+            while pos < end:
+                chunk = os.pread(src, min(SCAN_CHUNK_BYTES, end - pos), pos)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(dst, view):]
+                pos += len(chunk)
+            os.fsync(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    return path
 
 
 @dataclass
