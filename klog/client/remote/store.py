@@ -80,6 +80,7 @@ class RemoteStore:
         self.last_error = err.str()
 
     def unreachable(self, e: BaseException | None = None) -> KlogError:
+        self.admin.poll(0.2)  # serve librdkafka's queued error callbacks: the real reason (refused, SASL, TLS)
         reason = self.last_error or (str(e.args[0].str()) if e is not None and e.args and hasattr(e.args[0], "str")
                                      else "no answer")
         return KlogError(f"cannot reach Kafka cluster at {self.target.label} within {self.timeout:g} s: {reason}")
