@@ -174,11 +174,14 @@ class Partition:
         When the lock's previous holder was this object's own last successful append (the lock
         file's generation says nobody else, in any process, held it since), the replicas are as
         that append left them: their folders are not listed again (a listing per append made the
-        per-batch cost grow with the number of segments)."""
+        per-batch cost grow with the number of segments). Otherwise recovery keeps what it cuts
+        from below the published high watermark in `.corrupt` files."""
         trusted = self._appended_generation == self.lock.previous_generation
         self._appended_generation = None  # until this acquisition's append succeeds
-        published = None if trusted else self.state.read_valid()  # a trusted open recovers nothing
-        committed = published.high_watermark if published is not None else None
+        committed = None
+        if not trusted:
+            published = self.state.read_valid()
+            committed = published.high_watermark if published is not None else None
         self.last_recovery = [r.open_for_write(committed, trusted=trusted) for r in self.replicas]
         ends = [r.log_end_offset for r in self.replicas]
         hw = min(ends)
