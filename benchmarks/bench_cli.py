@@ -54,14 +54,15 @@ while rows := cur.fetchmany(4096):
 """
 
 
-def timed(cmd: list[str], env: dict, stdin_path: str | None = None) -> tuple[float, float]:
+def timed(cmd: list[str], env: dict, stdin_path: str | None = None, cwd: str | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds: user + system of the child). On a machine shared with other
     work the CPU time is the steadier figure; both are reported."""
     stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
     try:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+        subprocess.run(cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True,
+                       cwd=cwd)
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -102,7 +103,9 @@ def main() -> None:
                 "sqlite select json": ([py, "-c", SQLITE_SELECT_JSON, db], None),
             }
             for name, (cmd, stdin) in steps.items():
-                wall, used = timed(cmd, env, stdin)
+                # cwd: a folder without klog in it (`python -m` puts the working directory first on
+                # sys.path, which would shadow --repo)
+                wall, used = timed(cmd, env, stdin, cwd=d)
                 times.setdefault(name, []).append(wall)
                 cpu.setdefault(name, []).append(used)
     med = {name: statistics.median(ts) for name, ts in times.items()}

@@ -221,3 +221,12 @@ def test_unknown_codec_and_impossible_record_count_are_refused(kafka_server, dat
         assert produce(client, "bad", 0, patched(ATTRIBUTES_OFFSET, ">h", 6))[0] == E.invalid_record
         assert produce(client, "bad", 0, patched(RECORDS_COUNT_OFFSET, ">i", 5000))[0] == E.corrupt_message
     assert values(data_dir, "bad") == []
+
+
+@pytest.mark.parametrize("version", range(3, 12))
+def test_produce_at_every_advertised_version(kafka_server, data_dir, version):
+    kafka_server.store.create_topic("pv")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "pv", 0, batch([b"a", b"b"]), version=version) == (E.none, 0)
+        assert produce(client, "pv", 0, batch([b"c"]), version=version) == (E.none, 2)
+    assert values(data_dir, "pv") == [b"a", b"b", b"c"]

@@ -98,10 +98,15 @@ def open_store(data_dir: str | None, create: bool = True, read_only: bool = Fals
 CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
                     ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
-                    ("groups", "delete"), ("groups", "delete-offsets")}
+                    ("groups", "delete"), ("groups", "delete-offsets"), ("spark", "export"), ("spark", "sql"),
+                    ("spark", "stream"), ("spark", "run")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
 _cluster_target = None  # the ClusterTarget of the running command, None for the local store
+
+
+def current_cluster():  # noqa: ANN201 - the ClusterTarget the running command was given, or None
+    return _cluster_target
 
 
 def _cluster_parameters(has_x: bool) -> list:
@@ -141,8 +146,8 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
         # consume's own -X are group settings on the local store: only with a cluster are they client properties
         target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster,
                                 props if (bootstrap or cluster or not has_x) else None)
-        if target is not None and has_x and not kwargs.get("group"):
-            kwargs["prop"] = None  # client properties, not group settings
+        if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
+            kwargs["prop"] = _group_settings(props) if kwargs.get("group") else None
         _cluster_target = target
         try:
             return callback(*args, **kwargs)
@@ -156,6 +161,14 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def _group_settings(props: list[str] | None) -> list[str] | None:
+    """The -X pairs klog's group member understands (the others are only for the Kafka client)."""
+    from klog.client.group import GroupConfig
+
+    kept = [p for p in props or [] if p.partition("=")[0].strip() in GroupConfig.PROPERTIES]
+    return kept or None
+
+
 def _add_cluster_options(typer_app: typer.Typer, path: tuple[str, ...] = ()) -> None:
     for info in typer_app.registered_commands:
         name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
@@ -164,7 +177,8 @@ def _add_cluster_options(typer_app: typer.Typer, path: tuple[str, ...] = ()) -> 
             info.callback = cluster_options(info.callback)
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
-            _add_cluster_options(group.typer_instance, (*path, group.name or ""))
+            name = group.name or group.typer_instance.info.name or ""
+            _add_cluster_options(group.typer_instance, (*path, name))
 
 
 def version_callback(value: bool) -> None:

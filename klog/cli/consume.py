@@ -62,7 +62,9 @@ def register(app: typer.Typer) -> None:
                                                        "at the last stable offset); with --group also "
                                                        "partition.assignment.strategy, session.timeout.ms, "
                                                        "heartbeat.interval.ms, max.poll.interval.ms, "
-                                                       "auto.offset.reset, auto.commit.interval.ms, client.id.")]
+                                                       "auto.offset.reset, auto.commit.interval.ms, client.id. "
+                                                       "With a cluster (--bootstrap-server), any Kafka client "
+                                                       "property (security.protocol, sasl.*, ssl.*, ...).")]
         = None,
         no_color: Annotated[bool, typer.Option("--no-color", help="Terminal view without colours or bold "
                                                "(also when NO_COLOR is set).")] = False,

@@ -104,6 +104,8 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
 def epoch_end_offset(epochs: list[list[int]], epoch: int, leader_end: int) -> int:
     """Where `epoch` ended on the leader: the start of the first later epoch, else its log end
     (Kafka's OffsetsForLeaderEpoch answer for the largest epoch <= `epoch`)."""
+    if epoch < 0:  # a Kafka v0/v1 message set has no epoch: nothing to go by (the byte comparison decides)
+        return leader_end
     later = [start for e, start in epochs if e > epoch]
     return min(later) if later else leader_end
 

@@ -79,7 +79,7 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
     return E.none, result, None
 
 
-@register(PRODUCE, 3, 9)
+@register(PRODUCE, 3, 11)  # v10-11 add only tagged answer fields (leader hints on errors), left out
 async def produce(ctx: RequestContext, request: Any) -> Any:
     acks = ACKS.get(int(request.acks))
     mod = response_for(request)

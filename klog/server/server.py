@@ -38,6 +38,10 @@ log = logging.getLogger("klog.serve")
 REQUEST_BYTES_MAX = 100 * 1024 * 1024  # socket.request.max.bytes
 IDLE_MS_DEFAULT = 600_000  # connections.max.idle.ms
 SHUTDOWN_GRACE_S = 5.0
+# Kafka's checkpoint files (high watermarks, recovery points, log starts, leader epochs) are
+# rewritten this often while serving, as a broker does (replica.high.watermark.checkpoint.interval.ms)
+KAFKA_CHECKPOINT_INTERVAL_S = 5.0
+_CHECKPOINT_TICK_S = 0.25
 READ_AHEAD = 2  # requests parsed ahead per connection (each up to socket.request.max.bytes)
 
 
@@ -93,6 +97,7 @@ class Server:
         self._conn_security: dict[asyncio.Task, ConnectionSecurity] = {}
         self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
         self._appended: asyncio.Event | None = None
+        self._checkpoints: asyncio.Task | None = None
 
     @property
     def stopping(self) -> bool:
@@ -152,6 +157,21 @@ class Server:
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
         self._appended = asyncio.Event()
+        self._checkpoints = asyncio.create_task(self._write_kafka_checkpoints())
+
+    async def _write_kafka_checkpoints(self) -> None:
+        """Every KAFKA_CHECKPOINT_INTERVAL_S, Kafka's checkpoint files (only changed ones are rewritten)."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not self._stopping:
+            await asyncio.sleep(_CHECKPOINT_TICK_S)
+            if self._stopping or loop.time() - last < KAFKA_CHECKPOINT_INTERVAL_S:
+                continue
+            last = loop.time()
+            try:
+                await loop.run_in_executor(self.executor, self.store.write_kafka_checkpoints)
+            except Exception as e:  # noqa: BLE001 - a checkpoint failure must never stop the server
+                log.warning("cannot update Kafka's checkpoint files: %s", e)
 
     def _make_coordinator(self) -> Any:
         from klog.server.groups import GroupCoordinator
@@ -174,6 +194,8 @@ class Server:
         self._stopping = True
         for srv in self._servers:
             srv.close()
+        if self._checkpoints is not None:
+            self._checkpoints.cancel()
         if self._appended is not None:
             self.notify_appended()  # long-polling fetches answer now with what they have
         for task, busy in list(self._connections.items()):
