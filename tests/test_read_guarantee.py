@@ -226,3 +226,14 @@ def test_the_servers_zero_copy_range_never_answers_empty_below_the_high_watermar
         for offset in (hole, int(os.path.basename(last)[:20])):
             with pytest.raises(CorruptLogError, match="missing"):
                 part.byte_range(offset, 1 << 20)
+
+
+def test_a_time_lookup_that_cannot_read_fails_instead_of_starting_at_the_end(pristine, tmp_path):
+    """consume --since over an unreadable segment printed nothing and exited 0."""
+    data_dir = str(tmp_path / "data")
+    shutil.copytree(pristine, data_dir)
+    first = _segments(os.path.join(data_dir, "logs", "t-0"))[0]
+    os.unlink(first)
+    os.mkdir(first)  # reads fail with EISDIR
+    r = _klog(data_dir, "consume", "t", "--since", "0")
+    assert r.returncode == 1 and r.stdout == b"" and r.stderr.count(b"\n") == 1, r

@@ -159,12 +159,24 @@ class Partition:
         return self.reader_snapshot().log_start_offset
 
     def _first_readable(self, ask: Callable[[PartitionLog], T], default: T) -> T:
-        """`ask` of the leader, or of the first in-sync replica that can answer (a lost directory)."""
+        """`ask` of the leader, or of the first in-sync replica that can answer (a lost directory).
+        When none can, the first error is raised: a time lookup that fails must not read as "no
+        record at or after that time" (a consume --since that prints nothing and exits 0)."""
+        failure: KlogError | None = None
         for replica in self._present_replicas():
             try:
                 return ask(replica)
-            except (OSError, CorruptLogError):
-                continue
+            except StorageError:
+                raise
+            except CorruptLogError as e:
+                failure = failure or e
+            except FileNotFoundError:
+                continue  # a segment removed by retention meanwhile, or a folder not yet made
+            except OSError as e:
+                failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
+                                                  f"{e.filename or replica.directory}: {e.strerror or e}")
+        if failure is not None:
+            raise failure
         return default
 
     # -- writing -------------------------------------------------------------------------------
