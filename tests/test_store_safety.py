@@ -123,6 +123,28 @@ def test_delete_on_a_read_only_log_directory_deletes_nothing_and_says_so(klog_pr
     delete, consume = results
     assert delete[0] == 1 and "nothing was deleted" in delete[2] and "Read-only file system" in delete[2], delete
     assert consume[:2] == [0, "a\nb\n"], consume
+
+
+def test_a_delete_that_cannot_remove_everything_says_so_and_verify_repair_finishes_it(klog_proc, data_dir,
+                                                                                    tmp_path):
+    """The folders are renamed aside first; what cannot be removed afterwards (a read-only mount
+    inside one) is named, never read as the topic again, reported by verify, and removed by
+    verify --repair once it can be."""
+    assert klog_proc("produce", "t", input=b"a\n").returncode == 0
+    stuck = os.path.join(data_dir, "logs", "t-0", "stuck")  # a read-only mount inside the folder
+    os.makedirs(stuck)
+    open(os.path.join(stuck, "file"), "wb").close()
+    results = _read_only_run(tmp_path, data_dir, stuck, [
+        (["topics", "delete", "t", "--yes"], ""), (["topics", "list", "--json"], ""), (["verify"], "")])
+    delete, listing, verify = results
+    assert delete[0] == 1 and "deleted topic 't', but could not remove" in delete[2], delete
+    assert listing[:2] == [0, ""], listing
+    assert verify[0] == 1 and "left over from a topic delete" in verify[1], verify
+    r = klog_proc("verify", "--repair")
+    assert r.returncode == 0 and b"repaired: removed" in r.stdout, r
+    assert klog_proc("verify").returncode == 0
+    assert klog_proc("produce", "t", input=b"new\n").returncode == 0
+    assert klog_proc("consume", "t").stdout == b"new\n"
     # and once it can, it really deletes: re-creating the topic brings nothing back
     assert klog_proc("topics", "delete", "t", "--yes").returncode == 0
     assert klog_proc("produce", "t", input=b"new\n").returncode == 0

@@ -114,7 +114,8 @@ def register(app: typer.Typer) -> None:
                 print(json.dumps(r))
             else:
                 status = "ok" if r["ok"] else ("repaired" if r["repaired"] else "DAMAGED")
-                print(f"{r['topic']}-{r['partition']} replica {r['log_dir']}: {status}"
+                what = f"{r['topic']}-{r['partition']} replica" if r["topic"] is not None else "log directory"
+                print(f"{what} {r['log_dir']}: {status}"
                       + (f" — {'; '.join(r['problems'])}" if r["problems"] else ""))
             bad += 0 if (r["ok"] or r["repaired"]) else 1
         if bad:

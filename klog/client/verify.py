@@ -15,6 +15,8 @@ from klog.errors import KlogError
 from klog.store.inspect import check_segment
 from klog.store.segment import CORRUPT_SUFFIX
 
+DELETING_SUFFIX = ".deleting"  # Store.delete_topic's name for a folder on its way out
+
 
 def verify_store(store, topic: str | None = None, repair: bool = False) -> list[dict]:
     topics = [topic] if topic else store.topic_names()
@@ -43,7 +45,35 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
                 reports.extend(_rejoin(store, name, p, part))
     if topic is None:
         reports.extend(_unknown_partition_folders(store))
+        reports.extend(_unfinished_deletes(store, repair))
     return reports
+
+
+def _unfinished_deletes(store, repair: bool) -> list[dict]:
+    """Folders `klog topics delete` renamed aside but could not remove (a read-only disk, a
+    permission): never read as a topic, reported until removed; --repair removes them."""
+    import shutil
+
+    out = []
+    for d in store.log_dir_ids():
+        path = store.data_dir.log_dir_path(d)
+        try:
+            names = sorted(n for n in os.listdir(path) if n.endswith(DELETING_SUFFIX))
+        except OSError:
+            continue
+        for n in names:
+            folder = os.path.join(path, n)
+            problems = [f"{folder}: left over from a topic delete that could not remove it"]
+            repaired = False
+            if repair:
+                errors: list[str] = []
+                shutil.rmtree(folder, onerror=lambda _f, p, exc, errors=errors: errors.append(
+                    f"{p}: {exc[1].strerror or exc[1]}"))
+                repaired = not errors
+                problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
+            out.append({"topic": None, "partition": None, "log_dir": d, "ok": False, "repaired": repaired,
+                        "problems": problems})
+    return out
 
 
 def _unknown_partition_folders(store) -> list[dict]:
