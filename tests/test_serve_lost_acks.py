@@ -126,6 +126,7 @@ def test_retries_after_lost_acknowledgements_write_each_record_once(data_dir):
             # clients reach the broker through the proxy: metadata must name the proxy
             server.broker = type(server.broker)(server.broker.node_id, "127.0.0.1", proxy.port,
                                                 server.broker.cluster_id)
+            server.brokers = {listener: server.broker for listener in server.brokers}  # what each listener advertises
             server.store.create_topic("lost")
             producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{proxy.port}", "enable.idempotence": True,
                                     "acks": "all", "linger.ms": 1, "batch.num.messages": 50,
