@@ -11,6 +11,7 @@ bounded by a timeout. Failed authentication is answered after a short delay here
 from __future__ import annotations
 
 import contextlib
+import gc
 import shutil
 import socket
 import ssl
@@ -60,6 +61,7 @@ def serving(store, certs, *protocols: str, **config):
     with Server(store=store, security=cfg, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
         server.addr = {lst.protocol: f"127.0.0.1:{server.ports[lst]}" for lst in server.listeners}
         yield server
+        gc.collect()  # librdkafka clients gone before the server: none keeps reconnecting and logging
 
 
 def client_conf(server, protocol: str, certs, user: str | None = None, password: str | None = None,
