@@ -308,3 +308,13 @@ def test_produce_and_fetch_over_sasl_ssl(secure_store, certs):
                 got.append(msg.value())
         consumer.close()
     assert got == [f"r{i}".encode() * 50 for i in range(300)]
+
+
+def test_large_frame_before_authentication_is_refused(secure_store, certs):
+    """Before SASL authentication a request may be at most 512 KiB (Kafka's sasl.server.max.receive.size):
+    a client cannot make the server buffer 100 MiB frames without logging in."""
+    with serving(secure_store, certs, "SASL_PLAINTEXT") as server:
+        host, port = server.addr["SASL_PLAINTEXT"].split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(struct.pack(">i", 1 << 20) + struct.pack(">hhih", 18, 3, 1, 0))
+            assert sock.recv(64) == b""  # closed at the size prefix, the body never read
