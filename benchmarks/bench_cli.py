@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -53,12 +54,18 @@ while rows := cur.fetchmany(4096):
 """
 
 
-def timed(cmd: list[str], env: dict, stdin_path: str | None = None) -> float:
+def timed(cmd: list[str], env: dict, stdin_path: str | None = None, cwd: str | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the child). On a machine shared with other
+    work the CPU time is the steadier figure; both are reported."""
     stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
     try:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
-        return time.perf_counter() - start
+        subprocess.run(cmd, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True,
+                       cwd=cwd)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     finally:
         if stdin_path:
             stdin.close()
@@ -68,10 +75,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--repo", default=REPO, help="the klog checkout to measure (an older one: before/after)")
     args = parser.parse_args()
     n = args.records
     py = sys.executable
     times: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as d:
         lines = os.path.join(d, "lines.txt")
         keyed = os.path.join(d, "keyed.txt")
@@ -80,7 +89,7 @@ def main() -> None:
         with open(keyed, "wb") as f:
             f.write(b"".join(b"k%d,%097d\n" % (i % 1000, i) for i in range(n)))
         for r in range(args.runs):
-            env = {**os.environ, "KLOG_DATA_DIR": os.path.join(d, f"data{r}"), "PYTHONPATH": REPO}
+            env = {**os.environ, "KLOG_DATA_DIR": os.path.join(d, f"data{r}"), "PYTHONPATH": args.repo}
             db = os.path.join(d, f"db{r}.sqlite")
             klog = [py, "-m", "klog"]
             steps = {
@@ -94,14 +103,21 @@ def main() -> None:
                 "sqlite select json": ([py, "-c", SQLITE_SELECT_JSON, db], None),
             }
             for name, (cmd, stdin) in steps.items():
-                times.setdefault(name, []).append(timed(cmd, env, stdin))
+                # cwd: a folder without klog in it (`python -m` puts the working directory first on
+                # sys.path, which would shadow --repo)
+                wall, used = timed(cmd, env, stdin, cwd=d)
+                times.setdefault(name, []).append(wall)
+                cpu.setdefault(name, []).append(used)
     med = {name: statistics.median(ts) for name, ts in times.items()}
+    med_cpu = {name: statistics.median(ts) for name, ts in cpu.items()}
 
     def row(name: str, peer: str | None = None) -> None:
         ratio = f"  {med[peer] / med[name]:.2f}x {peer}" if peer else ""
-        print(f"{name:22s} {n / med[name] / 1e6:5.2f} M records/s{ratio}")
+        cpu_ratio = f"  (CPU {med_cpu[peer] / med_cpu[name]:.2f}x)" if peer else ""
+        print(f"{name:22s} {n / med[name] / 1e6:5.2f} M records/s, CPU {med_cpu[name]:5.2f} s{ratio}{cpu_ratio}")
 
-    print(f"{n:,} records of 100 B, median of {args.runs} alternated runs")
+    print(f"{n:,} records of 100 B, median of {args.runs} alternated runs; load average "
+          f"{os.getloadavg()[0]:.1f} at the end")
     row("sqlite insert")
     row("klog produce", "sqlite insert")
     row("klog produce -K", "klog produce")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 import pytest
 
@@ -92,3 +93,23 @@ def test_acks_below_all_still_fsync_the_leader_or_nothing(data_dir, fsyncs, acks
                 producer.send("a", b"%d" % i)
                 producer.flush()
             assert log_fsyncs(fsyncs) == (5 if acks == "1" else 0)
+
+
+def test_flush_ms_fsyncs_a_partition_that_went_quiet(data_dir, fsyncs):
+    """acks=1 writes under a large flush.messages: no append comes to check flush.ms, so a timer does."""
+    with klog.open(data_dir) as s:
+        s.create_topic("quiet", configs={"flush.messages": "1000000", "flush.ms": "200"})
+        with s.producer(acks="1") as producer:
+            producer.send("quiet", b"warm-up")
+            producer.flush()
+            time.sleep(0.25)
+            fsyncs.clear()
+            producer.send("quiet", b"then nothing")  # flush.ms passed since the last fsync: this one is synced
+            producer.flush()
+            producer.send("quiet", b"left unsynced")
+            producer.flush()
+            synced_by_appends = log_fsyncs(fsyncs)
+            deadline = time.monotonic() + 5
+            while log_fsyncs(fsyncs) == synced_by_appends and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert log_fsyncs(fsyncs) > synced_by_appends, "the quiet partition's bytes were never fsynced"

@@ -138,3 +138,68 @@ def test_many_segments_under_a_low_open_file_limit_read_whole(tmp_path):
                             preexec_fn=_limit_open_files(48))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [b"v%03d" % i for i in range(200)]
+
+
+class _ShortWriter:
+    """A stream that takes at most `limit` bytes per call, as CPython's does past 2 GiB."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.got = bytearray()
+        self.calls = 0
+
+    def write(self, data) -> int:  # noqa: ANN001 - bytes or memoryview
+        self.calls += 1
+        taken = bytes(data[:self.limit])
+        self.got += taken
+        return len(taken)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_stdout_writes_are_complete_even_when_the_stream_takes_part_of_a_chunk():
+    """Guarantee 4: consume printed 2,147,479,552 of 2,516,582,426 bytes and exited 0."""
+    from klog.cli.output import WRITE_CHUNK_BYTES, write_all
+
+    data = os.urandom(3 * WRITE_CHUNK_BYTES + 12345)
+    out = _ShortWriter(WRITE_CHUNK_BYTES - 7)
+    write_all(out, data)
+    assert bytes(out.got) == data
+    assert out.calls == -(-len(data) // out.limit)  # each short write resumed where it stopped
+    stuck = _ShortWriter(0)
+    with pytest.raises(OSError):
+        write_all(stuck, b"x")
+
+
+@pytest.mark.parametrize("codec", ["zstd", "gzip", "lz4", "snappy"])
+def test_a_decompression_bomb_is_refused_in_bounded_memory(tmp_path, codec):
+    """Guarantee 3: a small compressed batch that expands past klog's per-batch limit is damage,
+    reported in one line by consume and verify, and never allocated whole (RSS stays small)."""
+    from klog.store import codec as batch_codec
+    from klog.store import compression
+
+    data_dir = str(tmp_path / "data")
+    assert _klog(data_dir, "topics", "create", "t").returncode == 0
+    value = bytes(64 << 20)  # five of them: 320 MiB, past the 256 MiB limit
+    batch = batch_codec.encode_batch([(None, value, (), 0)] * 5, 0, codec=compression.CODEC_IDS[codec])
+    assert len(batch) < 30 << 20
+    import klog
+
+    with klog.open(data_dir) as store:
+        part = store.partition("t", 0)
+        with part.lock:
+            part.open_for_write()
+            part.append_batch(batch)
+            part.publish()
+    del batch, value
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True); "
+             "sys.stdout.write(f'{r.returncode} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n'); "
+             "sys.stderr.write(r.stderr.decode() + r.stdout.decode()[-2000:])")
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    for args in (["consume", "t"], ["consume", "t", "--json"], ["verify"]):
+        r = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "klog", *args], capture_output=True,
+                           env=env, timeout=120)
+        code, rss_kb = map(int, r.stdout.split())
+        assert code == 1 and b"expands past" in r.stderr, (args, r.stderr)
+        assert rss_kb < 600_000, (args, rss_kb)  # 5 x 64 MiB records = 320 MiB decoded: never allocated whole

@@ -320,10 +320,11 @@ def test_followers_start_a_segment_where_the_leader_does(rstore, rolled):
     produce(store, "roll", 100)
     meta = store.topic("roll").partitions[0]
     victim = meta.leader if rolled == "leader" else meta.isr[-1]
-    replica = PartitionLog(os.path.join(dirs[victim], partition_dir_name("roll", 0)))
-    replica.open_for_write()
-    replica.roll(replica.log_end_offset)  # then killed: no batch in the new segment
-    replica.close()
+    with store.partition("roll", 0).lock:  # that writer held the partition lock, as every writer does
+        replica = PartitionLog(os.path.join(dirs[victim], partition_dir_name("roll", 0)))
+        replica.open_for_write()
+        replica.roll(replica.log_end_offset)  # then killed: no batch in the new segment
+        replica.close()
     produce(store, "roll", 10, start=100)
 
     def layout(d):

@@ -227,7 +227,7 @@ def test_leftover_deleted_files_are_removed_when_a_writer_opens(seg_topic):
     fill(store, "t", 30)
     d = store.partition("t", 0).leader.directory
     stray = os.path.join(d, f"{0:020d}.log.deleted")
-    with open(stray, "wb") as f:
+    with store.partition("t", 0).lock, open(stray, "wb") as f:  # left by a writer (lock held) killed mid-way
         f.write(b"junk")
     fill(store, "t", 1)
     assert not os.path.exists(stray)

@@ -131,9 +131,10 @@ def _dump_paths(path: str, data_dir: str | None) -> list[str]:
         return [path]
     with open_store(data_dir, create=False, read_only=True) as store:
         # <log dir>/TOPIC-P of a partition that never had a record: its folder comes with the first write
-        parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        given = os.path.abspath(path)  # abspath also drops a trailing slash
+        parent = os.path.realpath(os.path.dirname(given))
         if any(parent == os.path.realpath(store.data_dir.log_dir_path(d)) for d in store.log_dir_ids()):
-            path = os.path.basename(path)
+            path = os.path.basename(given)
         # a partition that never had a record has no folder yet: nothing to dump
         if store.has_topic(path):
             folders = [store.partition(path, p).leader.directory for p in range(store.partition_count(path))]

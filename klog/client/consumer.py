@@ -215,11 +215,21 @@ class Consumer:
 
     def __iter__(self) -> Iterator[Record]:
         emitted = 0
+        until = self.until_ms
+        past_until: set[tuple[str, int]] = set()
         for record in self._iterate():
-            if self.until_ms is not None and record.timestamp >= self.until_ms:
-                if not self.follow:
+            if until is not None:
+                # --until, as kcat's -o e@T: a partition stops at its first record at or after T
+                # (it is not read to its end, and -f does not wait on it)
+                where = (record.topic, record.partition)
+                if where in past_until:
                     continue
-                continue
+                if record.timestamp >= until:
+                    past_until.add(where)
+                    for c in self.cursors:
+                        if (c.topic, c.partition) == where:
+                            c.done = True
+                    continue
             if self.record_filter is not None and not self.record_filter(record):
                 continue
             yield record
@@ -235,7 +245,7 @@ class Consumer:
             else:
                 for c in self.cursors:
                     yield from self._partition_stream(c)
-            if not self.follow:
+            if not self.follow or all(c.done for c in self.cursors):
                 return
             self._wait_for_data()
 
@@ -245,9 +255,9 @@ class Consumer:
         started = time.monotonic()
         next_check = started + TOPIC_CHECK_INTERVAL_S
         while True:
-            for c in self.cursors:
-                if c.end() > c.offset:
-                    return
+            live = [c for c in self.cursors if not c.done]  # --until stops a partition for good
+            if not live or any(c.end() > c.offset for c in live):
+                return
             if self.on_wait is not None:
                 self.on_wait(time.monotonic() - started)
             if time.monotonic() >= next_check:

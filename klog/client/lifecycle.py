@@ -86,7 +86,7 @@ def _apply_log_start(part: Partition, new_start: int, result: PartitionCleanup) 
 def _retain(store, topic: str, part: Partition, now_ms: int, result: PartitionCleanup) -> None:
     configs = store.effective_configs(topic)
     snap = part.snapshot()
-    facts = retention.segment_facts(part.leader)
+    facts = retention.segment_facts(part.leader, lazy=True)
     cut = retention.retention_cut(
         facts, now_ms=now_ms, retention_ms=int(configs["retention.ms"]),
         retention_bytes=int(configs["retention.bytes"]), high_watermark=snap.high_watermark,

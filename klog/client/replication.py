@@ -104,6 +104,8 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
 def epoch_end_offset(epochs: list[list[int]], epoch: int, leader_end: int) -> int:
     """Where `epoch` ended on the leader: the start of the first later epoch, else its log end
     (Kafka's OffsetsForLeaderEpoch answer for the largest epoch <= `epoch`)."""
+    if epoch < 0:  # a Kafka v0/v1 message set has no epoch: nothing to go by (the byte comparison decides)
+        return leader_end
     later = [start for e, start in epochs if e > epoch]
     return min(later) if later else leader_end
 
@@ -131,6 +133,9 @@ def _truncate_divergent_suffix(leader: PartitionLog, follower: PartitionLog) -> 
             return
         follower.truncate_to(last.header.base_offset)
     raise StorageError(f"could not find where {follower.directory} agrees with its leader")
+
+
+DATA_LOSS_PREFIX = "data loss: "  # a warning that starts so makes the command exit 1 (klog/cli/app.py)
 
 
 class ReplicaManager:
@@ -218,6 +223,10 @@ class ReplicaManager:
                 why = f"{leader.directory}: {e.strerror or e}"
                 raise LeaderAppendError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
                                         f"{e.strerror or e}", why) from None
+        if leader.log_end_offset < hw:
+            self.warn(f"{DATA_LOSS_PREFIX}committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-"
+                      f"{part.partition} are gone from every replica; the bytes cut are kept in .corrupt files "
+                      f"in {leader.directory} (klog verify lists them)")
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
         """A writer killed between the leader's append and a follower's left that follower short

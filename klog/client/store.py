@@ -203,6 +203,11 @@ class Store:
                                + (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
         return topic
 
+    def forget_topic(self, name: str) -> None:
+        """Drop everything cached about the topic, open partitions included (deleted and created
+        again by another process: the open files are the old topic's)."""
+        self._forget(name)
+
     def _refuse_leftover_folders(self, name: str) -> None:
         """A folder named like one of the topic's partitions, holding files, in any log directory:
         its metadata was lost (an emptied data.mdb) or a delete was cut short. Creating the topic

@@ -13,6 +13,7 @@ import os
 from klog.client.replication import ReplicaManager, catch_up
 from klog.errors import KlogError
 from klog.store.inspect import check_segment
+from klog.store.segment import CORRUPT_SUFFIX
 
 
 def verify_store(store, topic: str | None = None, repair: bool = False) -> list[dict]:
@@ -41,7 +42,37 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
             if repair:
                 reports.extend(_rejoin(store, name, p, part))
     if topic is None:
-        reports.extend(_unnamed_partition_folders(store, set(topics)))
+        reports.extend(_unknown_partition_folders(store))
+    return reports
+
+
+def _unknown_partition_folders(store) -> list[dict]:
+    """Partition folders no topic owns (a Kafka broker's, copied in by hand): never touched, and
+    the report says how to adopt them."""
+
+    from klog.store.format import LOG_SUFFIX, parse_partition_dir
+
+    reports = []
+    for d in store.log_dir_ids():
+        path = store.data_dir.log_dir_path(d)
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            continue
+        for n in names:
+            parsed = parse_partition_dir(n)
+            folder = os.path.join(path, n)
+            if parsed is None or not os.path.isdir(folder):
+                continue
+            t, p = parsed
+            meta = store.topics.find(t)
+            if meta is not None and p < len(meta.partitions):
+                continue
+            if not any(f.endswith(LOG_SUFFIX) for f in os.listdir(folder)):
+                continue
+            reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": False,
+                            "problems": [f"{folder}: a partition folder no topic of this store owns (left as it "
+                                         f"is); adopt it with: klog dirs import {folder}"]})
     return reports
 
 
@@ -51,32 +82,6 @@ def _check_state(part, snap) -> str | None:
     if snap is None and part.holds_data():
         return f"{part.state.path}: missing or damaged, so the high watermark is unknown"
     return None
-
-
-def _unnamed_partition_folders(store, topics: set[str]) -> list[dict]:
-    """Partition folders in a log directory that no topic in the metadata names: the metadata was
-    lost or damaged (an empty data.mdb reads as a store with no topics), or a delete was cut short."""
-    from klog.store.format import parse_partition_dir
-
-    out = []
-    for log_dir in store.data_dir.log_dirs:
-        path = store.data_dir.log_dir_path(log_dir.id)
-        try:
-            names = sorted(os.listdir(path))
-        except OSError:
-            continue
-        for n in names:
-            parsed = parse_partition_dir(n)
-            if parsed is None or not os.path.isdir(os.path.join(path, n)):
-                continue
-            known = parsed[0] in topics and parsed[1] < store.partition_count(parsed[0])
-            if not known:
-                out.append({"topic": parsed[0], "partition": parsed[1], "log_dir": log_dir.id, "ok": False,
-                            "repaired": False, "problems": [
-                                f"{os.path.join(path, n)}: a partition folder no topic in the metadata names "
-                                f"(metadata lost or damaged? a Kafka broker's folder is adopted with: "
-                                f"klog dirs import {os.path.join(path, n)})"]})
-    return out
 
 
 def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
@@ -95,12 +100,14 @@ def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
 
 def _check_replica(replica, snap) -> tuple[list[str], int | None]:
     """Problems found, and the offset to truncate at when the log itself is damaged."""
+    if os.path.islink(replica.directory):
+        return [f"{replica.directory}: a symbolic link, not a partition folder (klog never follows it)"], None
     if not os.path.isdir(replica.directory):
         if snap is None or snap.high_watermark == 0:
             return [], None  # a partition never written has no folder yet
         return [f"{replica.directory}: the partition folder is missing (high watermark {snap.high_watermark})"], 0
     replica.refresh_segments()
-    problems: list[str] = []
+    problems = _kept_corrupt_bytes(replica.directory)
     cut_at = None
     expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
     log_end = None
@@ -112,12 +119,7 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
             problems.append(f"{segment.log_path}: cannot read: {e.strerror or e}")
             cut_at = base if expected is None else min(base, expected)
             break
-        if check.index_problems:  # one line per index: a broken index can have millions of bad entries
-            for path in dict.fromkeys(_index_path(segment, x) for x in check.index_problems):
-                mine = [x for x in check.index_problems if _index_path(segment, x) == path]
-                more = len(mine) - 1
-                problems.append(f"{path}: {len(mine)} index problems: {mine[0]}"
-                                + (f" (and {more} more)" if more else ""))
+        problems.extend(_index_problem_lines(segment, check.index_problems))
         if expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i):
             problems.append(f"{segment.log_path}: " + (f"offsets {expected}..{check.first_offset - 1} are missing"
                             if check.first_offset > expected else f"overlaps the segment before (from {expected})"))
@@ -142,14 +144,34 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
     return problems, cut_at
 
 
+def _kept_corrupt_bytes(folder: str) -> list[str]:
+    """`.corrupt` files recovery left: acknowledged records it had to cut (loud until deleted)."""
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(CORRUPT_SUFFIX):
+            path = os.path.join(folder, name)
+            out.append(f"{path}: {os.path.getsize(path)} bytes of acknowledged records that recovery cut from the "
+                       f"log as damaged; inspect them, then delete the file")
+    return out
+
+
 def _follows(first: int, expected: int, i: int) -> bool:
     """A segment's first batch starts where the log before it ends (the first segment may also
     start inside its first batch's range when delete-records moved the start into it)."""
     return first == expected or (i == 0 and first < expected)
 
 
-def _index_path(segment, problem: str) -> str:
-    return segment.time_index.path if problem.startswith("time index") else segment.offset_index.path
+def _index_problem_lines(segment, found: list[str]) -> list[str]:
+    """One line per index file (a broken index can have millions of bad entries), each under its
+    own path: time-index problems name the .timeindex."""
+    lines = []
+    for path, problems in ((segment.offset_index.path, [x for x in found if not x.startswith("time index")]),
+                           (segment.time_index.path, [x for x in found if x.startswith("time index")])):
+        if problems:
+            more = len(problems) - 1
+            lines.append(f"{path}: {len(problems)} index problems: {problems[0]}" + (f" (and {more} more)" if more
+                                                                                     else ""))
+    return lines
 
 
 def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: int) -> bool:

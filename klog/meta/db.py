@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -17,6 +18,21 @@ DB_NAMES = ("topics", "groups", "members", "offsets", "credentials", "acls", "qu
 # added with `klog serve`'s security: a store last written by an older klog lacks them, and a read-only
 # open cannot create them, so there they read as empty
 LATER_DB_NAMES = frozenset({"credentials", "acls", "quotas"})
+
+
+KEY_BYTES_MAX = 511  # LMDB's default maximum key size
+LONG_KEY_KEPT_BYTES = 400  # a longer key keeps this much (so prefix scans still find it) + a hash
+_LONG_KEY_MARK = b"\xff"  # never in UTF-8: a shortened key cannot equal a real one
+
+
+def _key(key: str) -> bytes:
+    """The LMDB key of `key`: itself, or when longer than LMDB allows (a 255-character group id
+    with a long topic name), its first bytes, a mark and its SHA-256; the value then carries the
+    full key (put_json)."""
+    raw = key.encode()
+    if len(raw) <= KEY_BYTES_MAX:
+        return raw
+    return raw[:LONG_KEY_KEPT_BYTES] + _LONG_KEY_MARK + hashlib.sha256(raw).digest()
 
 
 def _why(e: lmdb.Error) -> str:
@@ -73,6 +89,8 @@ class MetaDB:
                 raise DataDirError(f"cannot read the metadata in {path}: {_why(e)}") from None
             shared = (env, dbs, 0)
         env, dbs, users = shared
+        if not read_only and env.flags().get("readonly"):
+            raise DataDirError(f"the metadata at {path} is open read-only in this process")
         _OPEN[self.path] = (env, dbs, users + 1)
         self.env = env
         self.dbs = dbs
@@ -80,23 +98,38 @@ class MetaDB:
 
     @contextmanager
     def txn(self, write: bool = False) -> Iterator[lmdb.Transaction]:
-        with self.env.begin(write=write) as txn:
-            yield txn
+        """A transaction; LMDB's own errors (a damaged file, a full map) become one-line
+        DataDirErrors, and a failed write transaction leaves nothing behind (it is aborted)."""
+        if write and self.read_only:
+            raise DataDirError(f"the metadata at {self.path} is open read-only")
+        try:
+            with self.env.begin(write=write) as txn:
+                yield txn
+        except lmdb.Error as e:
+            raise DataDirError(f"metadata error in {self.path}: {_why(e)}") from None
 
     def get_raw(self, txn: lmdb.Transaction, db: str, key: str) -> bytes | None:
-        return txn.get(key.encode(), db=self.dbs[db])
+        raw = txn.get(_key(key), db=self.dbs[db])
+        if raw is not None and len(key.encode()) > KEY_BYTES_MAX:
+            raw = json.dumps(json.loads(raw)["v"], separators=(",", ":")).encode()
+        return raw
 
     def get_json(self, txn: lmdb.Transaction, db: str, key: str) -> Any:
         if db not in self.dbs:  # a LATER_DB_NAMES db missing from a read-only store
             return None
-        raw = txn.get(key.encode(), db=self.dbs[db])
-        return None if raw is None else json.loads(raw)
+        raw = txn.get(_key(key), db=self.dbs[db])
+        if raw is None:
+            return None
+        value = json.loads(raw)
+        return value["v"] if len(key.encode()) > KEY_BYTES_MAX else value
 
     def put_json(self, txn: lmdb.Transaction, db: str, key: str, value: Any) -> None:
-        txn.put(key.encode(), json.dumps(value, separators=(",", ":")).encode(), db=self.dbs[db])
+        if len(key.encode()) > KEY_BYTES_MAX:
+            value = {"k": key, "v": value}  # the key itself, which its LMDB key no longer spells
+        txn.put(_key(key), json.dumps(value, separators=(",", ":")).encode(), db=self.dbs[db])
 
     def delete(self, txn: lmdb.Transaction, db: str, key: str) -> bool:
-        return txn.delete(key.encode(), db=self.dbs[db])
+        return txn.delete(_key(key), db=self.dbs[db])
 
     def items(self, txn: lmdb.Transaction, db: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
         for k, v in self.items_raw(txn, db, prefix):
@@ -108,12 +141,17 @@ class MetaDB:
             return
         cursor = txn.cursor(db=self.dbs[db])
         start = prefix.encode()
+        assert len(start) <= LONG_KEY_KEPT_BYTES, "a prefix must survive in shortened keys"
         if not cursor.set_range(start):
             return
         for k, v in cursor:
             if not k.startswith(start):
                 break
-            yield k.decode(), v
+            if _LONG_KEY_MARK in k:
+                wrapped = json.loads(v)
+                yield wrapped["k"], json.dumps(wrapped["v"], separators=(",", ":")).encode()
+            else:
+                yield k.decode(), v
 
     def close(self) -> None:
         if self._closed:

@@ -39,6 +39,10 @@ log = logging.getLogger("klog.serve")
 REQUEST_BYTES_MAX = 100 * 1024 * 1024  # socket.request.max.bytes
 IDLE_MS_DEFAULT = 600_000  # connections.max.idle.ms
 SHUTDOWN_GRACE_S = 5.0
+# Kafka's checkpoint files (high watermarks, recovery points, log starts, leader epochs) are
+# rewritten this often while serving, as a broker does (replica.high.watermark.checkpoint.interval.ms)
+KAFKA_CHECKPOINT_INTERVAL_S = 5.0
+_CHECKPOINT_TICK_S = 0.25
 READ_AHEAD = 2  # requests parsed ahead per connection (each up to socket.request.max.bytes)
 
 
@@ -84,7 +88,6 @@ class Server:
         self._stopped: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.state: dict[str, Any] = {}  # per-API shared state (producer ids, fetch waiters, ...)
         # listeners, TLS, SASL, ACLs, quotas (klog/server/security.py); default: one PLAINTEXT `listen`
         self.security_config = security or SecurityConfig()
         self.security: ServerSecurity | None = None
@@ -95,6 +98,7 @@ class Server:
         self._conn_security: dict[str, ConnectionSecurity] = {}  # by peer address (one per live connection)
         self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
         self._appended: asyncio.Event | None = None
+        self._checkpoints: asyncio.Task | None = None
 
     @property
     def stopping(self) -> bool:
@@ -123,16 +127,27 @@ class Server:
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self.security = ServerSecurity(self.security_config, self.store)
-        for lst in self.listeners:
-            tls = self.security.ssl_context() if lst.tls else None
-            srv = await asyncio.start_server(functools.partial(self._connection, listener=lst), lst.host, lst.port,
-                                             reuse_address=True, limit=1 << 16, ssl=tls)
-            self._servers.append(srv)
-            self.ports[lst] = srv.sockets[0].getsockname()[1]
+        try:
+            for lst in self.listeners:
+                tls = self.security.ssl_context() if lst.tls else None
+                srv = await asyncio.start_server(functools.partial(self._connection, listener=lst), lst.host,
+                                                 lst.port, reuse_address=True, limit=1 << 16, ssl=tls)
+                self._servers.append(srv)
+                self.ports[lst] = srv.sockets[0].getsockname()[1]
+        except OSError:  # address in use, unknown host: nothing stays open
+            for srv in self._servers:
+                srv.close()
+            self.executor.shutdown(wait=False)
+            if self._own_store:
+                self.store.close()
+                self.store = None
+            raise
         self._server = self._servers[0]
         self.port = self.ports[self.listeners[0]]
         cluster_id = cluster_id_for(self.store.path)
-        for i, lst in enumerate(self.listeners):  # the first listener is advertised as --advertised-listener says
+        # listening on every interface: advertise this machine's name, as Kafka does (clients elsewhere
+        # cannot use 0.0.0.0); --advertised-listener overrides it for the first listener
+        for i, lst in enumerate(self.listeners):
             adv_host, adv_port = (self.advertised if i == 0 and self.advertised else
                                   (lst.host if lst.host not in ("0.0.0.0", "::", "") else
                                    (self.advertised[0] if self.advertised else socket.getfqdn()), self.ports[lst]))
@@ -143,12 +158,25 @@ class Server:
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
         self._appended = asyncio.Event()
+        self._checkpoints = asyncio.create_task(self._write_kafka_checkpoints())
+
+    async def _write_kafka_checkpoints(self) -> None:
+        """Every KAFKA_CHECKPOINT_INTERVAL_S, Kafka's checkpoint files (only changed ones are rewritten)."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not self._stopping:
+            await asyncio.sleep(_CHECKPOINT_TICK_S)
+            if self._stopping or loop.time() - last < KAFKA_CHECKPOINT_INTERVAL_S:
+                continue
+            last = loop.time()
+            try:
+                await loop.run_in_executor(self.executor, self.store.write_kafka_checkpoints)
+            except Exception as e:  # noqa: BLE001 - a checkpoint failure must never stop the server
+                log.warning("cannot update Kafka's checkpoint files: %s", e)
 
     def _make_coordinator(self) -> Any:
-        try:
-            from klog.server.groups import GroupCoordinator
-        except ImportError:  # the group APIs land from their own branch
-            return None
+        from klog.server.groups import GroupCoordinator
+
         return GroupCoordinator(self.store, self.broker, self.executor)
 
     def startup_line(self) -> str:
@@ -167,6 +195,8 @@ class Server:
         self._stopping = True
         for srv in self._servers:
             srv.close()
+        if self._checkpoints is not None:
+            self._checkpoints.cancel()
         if self._appended is not None:
             self.notify_appended()  # long-polling fetches answer now with what they have
         for task, busy in list(self._connections.items()):
@@ -300,19 +330,15 @@ class Server:
                 await reading
 
     async def _read_requests(self, reader: asyncio.StreamReader, queue: asyncio.Queue, peer: str) -> None:
-        """Frames -> parsed requests on `queue`; None when the connection must end."""
-        try:
-            while not self._stopping:
-                frame = await self._read_frame(reader, peer)
-                if frame is None:
-                    return
-                item = self._parse(frame, peer)
-                await queue.put(item)
-                if item is None:
-                    return
-        finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)  # the handler loop stops after what is queued (or is already gone)
+        """Frames -> parsed requests on `queue`, then None when the connection must end (waiting for
+        room like the requests: the handler loop takes everything queued before it)."""
+        while not self._stopping:
+            frame = await self._read_frame(reader, peer)
+            item = self._parse(frame, peer) if frame is not None else None
+            if item is None:
+                break
+            await queue.put(item)
+        await queue.put(None)
 
     async def _read_frame(self, reader: asyncio.StreamReader, peer: str) -> bytes | None:
         idle_s = self.idle_ms / 1000

@@ -34,21 +34,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from klog.errors import CorruptLogError
-from klog.store import codec, compression
+from klog.store import codec
 from klog.store.codec import BatchHeader
 from klog.store.format import (
-    BATCH_PREFIX,
     CLEANED_SUFFIX,
     COMPRESSION_CODEC_MASK,
-    CRC_COVERED_HEADER,
     DELETE_HORIZON_FLAG_MASK,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
-    LOG_OVERHEAD,
     LOG_SUFFIX,
-    MAGIC_V2,
     OFFSET_INDEX_ENTRY,
-    RECORD_BATCH_OVERHEAD,
     SWAP_SUFFIX,
     TIME_INDEX_ENTRY,
     TIME_INDEX_SUFFIX,
@@ -56,6 +51,7 @@ from klog.store.format import (
     parse_segment_base,
     segment_file_name,
 )
+from klog.store.names import nofollow_opener
 from klog.store.retention import largest_timestamp
 
 if TYPE_CHECKING:
@@ -262,7 +258,7 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
             for fb in batches:
                 kept = _cleaned_batch(fb, offset_map, now_ms, delete_retention_ms, stats, survivors)
                 if kept is not None and cleaned is None:
-                    cleaned = open(segment.log_path + CLEANED_SUFFIX, "wb")  # noqa: SIM115 - closed below
+                    cleaned = open(segment.log_path + CLEANED_SUFFIX, "wb", opener=nofollow_opener)  # noqa: SIM115
                     _copy_range(segment, cleaned, fb.position)  # the unchanged batches before this one
                 data = fb.data if kept is None else kept
                 if cleaned is not None:
@@ -352,7 +348,7 @@ def _clean_batch(header: BatchHeader, records: list, offset_map: dict[bytes, int
 
 def encode_cleaned_batch(header: BatchHeader, records: list, horizon: int | None) -> bytes:
     """A batch with `header`'s base offset, lastOffsetDelta, codec, timestamp type and producer fields,
-    holding `records` at their own offsets (offset deltas with gaps)."""
+    holding `records` (decoded tuples) at their own offsets (offset deltas with gaps)."""
     attributes = header.attributes & ~DELETE_HORIZON_FLAG_MASK
     log_append_time = bool(attributes & TIMESTAMP_TYPE_MASK)
     if horizon is not None:
@@ -366,31 +362,12 @@ def encode_cleaned_batch(header: BatchHeader, records: list, horizon: int | None
         max_timestamp = max(r[1] for r in records)
     if not records:
         attributes &= ~COMPRESSION_CODEC_MASK  # Kafka's empty batch: no records section, no codec
-    body = _encode_records(records, header.base_offset, base_timestamp)
-    codec_id = attributes & COMPRESSION_CODEC_MASK
-    if codec_id:
-        body = compression.compress(codec_id, body)
-    covered = CRC_COVERED_HEADER.pack(attributes, header.last_offset_delta, base_timestamp, max_timestamp,
-                                      header.producer_id, header.producer_epoch, header.base_sequence, len(records))
-    crc = codec.crc_of(covered, body)
-    batch_length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body)
-    prefix = BATCH_PREFIX.pack(header.base_offset, batch_length, header.leader_epoch, MAGIC_V2, crc)
-    return b"".join((prefix, covered, body))
-
-
-def _encode_records(records: list, base_offset: int, base_timestamp: int) -> bytes:
-    """Each record's length varint then body, with its own offset delta (kafka-log-format.md §1)."""
-    varint = codec.encode_varint
-    out = []
-    for offset, ts, key, value, headers in records:
-        parts = [b"\x00", varint(ts - base_timestamp), varint(offset - base_offset)]
-        parts += (b"\x01",) if key is None else (varint(len(key)), key)
-        parts += (b"\x01",) if value is None else (varint(len(value)), value)
-        parts.append(codec._encode_headers(headers) if headers else b"\x00")
-        body = b"".join(parts)
-        out.append(varint(len(body)))
-        out.append(body)
-    return b"".join(out)
+    return codec.write_batch(
+        [(key, value, headers, ts) for _, ts, key, value, headers in records],
+        offset_deltas=[r[0] - header.base_offset for r in records],
+        base_offset=header.base_offset, attributes=attributes, last_offset_delta=header.last_offset_delta,
+        base_timestamp=base_timestamp, max_timestamp=max_timestamp, leader_epoch=header.leader_epoch,
+        producer_id=header.producer_id, producer_epoch=header.producer_epoch, base_sequence=header.base_sequence)
 
 
 # -- the swap ------------------------------------------------------------------------------------
@@ -421,7 +398,7 @@ def swap_in(segment: LogSegment, index_data: bytes, time_data: bytes) -> None:
 
 
 def _write_synced(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
+    with open(path, "wb", opener=nofollow_opener) as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

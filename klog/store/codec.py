@@ -19,6 +19,7 @@ from klog.store import compression, legacy
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET,
+    BASE_OFFSET_OFFSET,
     BATCH_HEADER,
     BATCH_PREFIX,
     COMPRESSION_CODEC_MASK,
@@ -36,6 +37,7 @@ from klog.store.format import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    PARTITION_LEADER_EPOCH_OFFSET,
     RECORD_BATCH_OVERHEAD,
     RECORDS_OFFSET,
     TIMESTAMP_TYPE_MASK,
@@ -74,24 +76,37 @@ def _unzigzag(raw: int) -> int:
 
 # Encoding tables: _VARINT[n] for 0 <= n < 2**14 (lengths, offset deltas, header counts) and
 # _SIGNED_VARINT[d + 2**13] for timestamp deltas -2**13 <= d < 2**13 (one or two bytes).
-_VARINT_TABLE_SIZE = 1 << 14
-_VARINT = [encode_varint(i) for i in range(_VARINT_TABLE_SIZE)]
-_SIGNED_HALF = 1 << 13
-_SIGNED_VARINT = [encode_varint(i - _SIGNED_HALF) for i in range(2 * _SIGNED_HALF)]
-_NULL = encode_varint(-1)
-_ZERO = _VARINT[0]
-_ATTRIBUTES = b"\x00"
-
 # Decoding tables: _ZIGZAG[b] for a one-byte varint b (< 0x80); _ZIGZAG2[c][b] for a two-byte
 # one b, c (b >= 0x80 > c); _LENGTH2[c][b] is that plus 2, where a record whose two-byte length
 # starts at p must end.
+# The big ones are filled on first use (_tables()), not at import: building them took ~40 ms of
+# every command's start-up, `klog --help` included. They are filled in place, so a function that
+# called _tables() may bind them to locals.
+_VARINT_TABLE_SIZE = 1 << 14
+_SIGNED_HALF = 1 << 13
+_VARINT: list[bytes] = []
+_SIGNED_VARINT: list[bytes] = []
+_ZIGZAG2: list[list[int]] = []
+_LENGTH2: list[list[int]] = []
 _ZIGZAG = [_unzigzag(b) for b in range(0x80)]
-_ZIGZAG2 = [[0] * 0x80 + [_unzigzag((b & 0x7F) | (c << 7)) for b in range(0x80, 0x100)] for c in range(0x80)]
-_LENGTH2 = [[v + 2 for v in row] for row in _ZIGZAG2]
+_NULL = encode_varint(-1)
+_ZERO = b"\x00"
+_ATTRIBUTES = b"\x00"
+
+
+def _tables() -> None:
+    if _LENGTH2:
+        return
+    _VARINT.extend(encode_varint(i) for i in range(_VARINT_TABLE_SIZE))
+    _SIGNED_VARINT.extend(encode_varint(i - _SIGNED_HALF) for i in range(2 * _SIGNED_HALF))
+    _ZIGZAG2.extend([0] * 0x80 + [_unzigzag((b & 0x7F) | (c << 7)) for b in range(0x80, 0x100)]
+                    for c in range(0x80))
+    _LENGTH2.extend([v + 2 for v in row] for row in _ZIGZAG2)  # last: it says all are built
 
 
 def _varint(n: int) -> bytes:
     if 0 <= n < _VARINT_TABLE_SIZE:
+        _tables()
         return _VARINT[n]
     return encode_varint(n)
 
@@ -243,8 +258,11 @@ def _encode_headers(headers: Sequence[Header]) -> bytes:
     return b"".join(parts)
 
 
-def encode_records(records: Sequence[RecordIn], base_timestamp: int) -> bytes:
-    """The records section of a batch: each record's length varint then its body."""
+def encode_records(records: Sequence[RecordIn], base_timestamp: int,
+                   offset_deltas: Sequence[int] | None = None) -> bytes:
+    """The records section of a batch: each record's length varint then its body. Offset deltas
+    are 0, 1, 2... unless given (a compacted batch keeps its survivors' own offsets)."""
+    _tables()
     out: list[bytes] = []
     append = out.append
     join = b"".join
@@ -256,10 +274,11 @@ def encode_records(records: Sequence[RecordIn], base_timestamp: int) -> bytes:
     attributes = _ATTRIBUTES
     # ts - low indexes the signed table for deltas in [-2**13, 2**13)
     low = base_timestamp - _SIGNED_HALF
-    for delta, (key, value, headers, timestamp) in enumerate(records):
+    deltas = range(len(records)) if offset_deltas is None else offset_deltas
+    for delta, (key, value, headers, timestamp) in zip(deltas, records, strict=True):
         t = timestamp - low
         ts_part = signed[t] if 0 <= t < size else encode_varint(timestamp - base_timestamp)
-        off_part = unsigned[delta] if delta < size else encode_varint(delta)
+        off_part = unsigned[delta] if 0 <= delta < size else encode_varint(delta)
         if key is None:
             key_part = null
         else:
@@ -303,13 +322,24 @@ def encode_batch(
         assert log_append_time_ms is not None
         attributes |= TIMESTAMP_TYPE_MASK
         max_timestamp = log_append_time_ms
-    body = encode_records(records, base_timestamp)
-    if codec:
-        body = compression.compress(codec, body)
-    covered = CRC_COVERED_HEADER.pack(
-        attributes, count - 1, base_timestamp, max_timestamp,
-        NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, count,
-    )
+    return write_batch(records, base_offset=base_offset, attributes=attributes, last_offset_delta=count - 1,
+                       base_timestamp=base_timestamp, max_timestamp=max_timestamp, leader_epoch=leader_epoch)
+
+
+def write_batch(records: Sequence[RecordIn], *, base_offset: int, attributes: int, last_offset_delta: int,
+                base_timestamp: int, max_timestamp: int, leader_epoch: int = KLOG_LEADER_EPOCH,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                base_sequence: int = NO_SEQUENCE, offset_deltas: Sequence[int] | None = None) -> bytes:
+    """klog's one RecordBatch v2 writer: every header field as given, the records section
+    (compressed by the codec in `attributes`) and its CRC. encode_batch (producers) and the
+    cleaner's rewrite of a compacted batch (explicit offset deltas, producer fields, the
+    delete-horizon flag, an empty batch) both come here."""
+    body = encode_records(records, base_timestamp, offset_deltas)
+    codec_id = attributes & COMPRESSION_CODEC_MASK
+    if codec_id and records:
+        body = compression.compress(codec_id, body)
+    covered = CRC_COVERED_HEADER.pack(attributes, last_offset_delta, base_timestamp, max_timestamp,
+                                      producer_id, producer_epoch, base_sequence, len(records))
     crc = crc_of(covered, body)
     batch_length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body)
     prefix = BATCH_PREFIX.pack(base_offset, batch_length, leader_epoch, MAGIC_V2, crc)
@@ -408,6 +438,7 @@ def _decode_records(data: bytes, pos: int, count: int, base_offset: int,
     Each record's fields must end exactly where its length says (ValueError otherwise); reading
     past the end of data raises IndexError. pos only moves forward, so it never wraps around.
     """
+    _tables()
     zz = _ZIGZAG
     zz2 = _ZIGZAG2
     len2 = _LENGTH2
@@ -525,6 +556,7 @@ def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes |
 def _decode_values(data: bytes, pos: int, count: int, null: bytes | None) -> tuple[list[bytes | None], int]:
     """_decode_records' loop keeping only the values (the other varints are stepped over, with
     the same width checks; headers are checked only when a record has some)."""
+    _tables()
     zz = _ZIGZAG
     zz2 = _ZIGZAG2
     len2 = _LENGTH2
@@ -618,8 +650,11 @@ def _decode_headers(data: bytes, pos: int) -> tuple[list[Header], int]:
     return headers, pos
 
 
-def with_base_offset(batch: bytes, base_offset: int, leader_epoch: int | None = None) -> bytes:
-    """The batch with its base offset (and leader epoch) stamped; both lie outside the CRC."""
-    if leader_epoch is None:
-        return BASE_OFFSET.pack(base_offset) + batch[8:]
-    return b"".join((BASE_OFFSET.pack(base_offset), batch[8:12], INT32.pack(leader_epoch), batch[16:]))
+def with_base_offset(batch: bytes | bytearray, base_offset: int, leader_epoch: int | None = None) -> bytearray:
+    """The batch with its base offset (and leader epoch) stamped in place, both outside the CRC:
+    a bytearray is stamped as it is (and returned), bytes are copied once."""
+    stamped = batch if isinstance(batch, bytearray) else bytearray(batch)
+    BASE_OFFSET.pack_into(stamped, BASE_OFFSET_OFFSET, base_offset)
+    if leader_epoch is not None:
+        INT32.pack_into(stamped, PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+    return stamped

@@ -27,6 +27,10 @@ STORE_DEFAULTS = {
     "num.partitions": "1",
     "default.replication.factor": "1",
     "auto.create.topics.enable": "true",
+    # group coordination by klog serve for Kafka clients (klog/server/coordinator.py)
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
 }
 
 

@@ -19,7 +19,8 @@ from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
-from klog.store.segment import LogSegment, RecoveryResult, SegmentFds
+from klog.store.names import check_not_symlink
+from klog.store.segment import LogSegment, RecoveryResult, SegmentFds, keep_corrupt_bytes
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
 T = TypeVar("T")
@@ -143,14 +144,15 @@ class PartitionLog:
     # -- segment list --------------------------------------------------------------------------
     def refresh_segments(self) -> None:
         """Re-list the folder: other processes roll, delete and truncate segments."""
+        check_not_symlink(self.directory)
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             names = []
         bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
-        for base in list(self.segments):
-            if base not in bases:
-                self.segments.pop(base).close()
+        listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
+        for base in [b for b in self.segments if b not in listed]:
+            self.segments.pop(base).close()
         for base in bases:
             if base not in self.segments:
                 self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
@@ -168,8 +170,14 @@ class PartitionLog:
         return sum(s.file_size() for s in self.segments.values())
 
     # -- writing (lock held) -------------------------------------------------------------------
-    def open_for_write(self) -> RecoveryReport:
-        """Adopt the state the last writer left, recovering the tail if it did not finish."""
+    def open_for_write(self, committed_end: int | None = None, trusted: bool = False) -> RecoveryReport:
+        """Adopt the state the last writer left, recovering the tail if it did not finish.
+        Recovery keeps what it cuts from below `committed_end` in `.corrupt` files.
+
+        trusted: the caller knows this object was the last writer and nothing changed the folder
+        since (Partition's lock generation); an opened log then stays as it is."""
+        if trusted and self._fds is not None and self.bases and self.active.next_offset is not None:
+            return RecoveryReport()
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
@@ -191,11 +199,11 @@ class PartitionLog:
                                    snap.log_end_offset)
             self.recovery_point = snap.recovery_point
         else:
-            self._recover(snap, report)
+            self._recover(snap, report, committed_end)
         self._open_fds()
         return report
 
-    def _recover(self, snap: ReplicaSnapshot | None, report: RecoveryReport) -> None:
+    def _recover(self, snap: ReplicaSnapshot | None, report: RecoveryReport, committed_end: int | None = None) -> None:
         """Kafka's unclean-shutdown pass: recover every segment from the recovery point on."""
         recovery_point = snap.recovery_point if snap is not None and snap.boot_id == current_boot_id() else 0
         if snap is not None and snap.boot_id != current_boot_id():
@@ -207,14 +215,23 @@ class PartitionLog:
             if previous_next is not None and base < previous_next:
                 self._delete_from(base, report, f"segment {base} overlaps the one before")
                 break
-            result: RecoveryResult = segment.recover()
+            if previous_next is not None and base > previous_next and segment.file_size() == 0:
+                # a stray empty file past the log end (no roll makes one: a roll starts at the log
+                # end): adopting it would jump the log end over offsets that never existed
+                segment.delete_files()
+                report.segments_deleted.append(base)
+                report.reasons.append(f"{segment.log_path}: an empty segment past the log end ({previous_next}); "
+                                      f"removed")
+                fsync_dir(self.directory)
+                continue
+            result: RecoveryResult = segment.recover(committed_end)
             report.segments_recovered.append(base)
             if result.truncated_bytes:
                 report.bytes_truncated += result.truncated_bytes
                 report.reasons.append(f"{segment.log_path}: {result.reason}; cut {result.truncated_bytes} bytes")
                 later = [b for b in self.bases if b > base]
                 if later:
-                    self._delete_from(later[0], report, "after a truncated segment")
+                    self._delete_from(later[0], report, "after a truncated segment", committed_end)
                 break
             if result.next_offset is not None:
                 previous_next = result.next_offset
@@ -225,9 +242,12 @@ class PartitionLog:
         self.recovery_point = min(recovery_point, active.next_offset)
         self._save_state(sync=True)
 
-    def _delete_from(self, base: int, report: RecoveryReport, why: str) -> None:
+    def _delete_from(self, base: int, report: RecoveryReport, why: str, committed_end: int | None = None) -> None:
         for b in [b for b in self.bases if b >= base]:
-            self.segments[b].delete_files()
+            segment = self.segments[b]
+            if committed_end is not None and b < committed_end and segment.file_size() > 0:
+                keep_corrupt_bytes(segment.log_path, 0, segment.file_size())  # acknowledged records
+            segment.delete_files()
             report.segments_deleted.append(b)
         report.reasons.append(f"deleted segments from {base}: {why}")
         fsync_dir(self.directory)
@@ -343,6 +363,13 @@ class PartitionLog:
             return True
         return False
 
+    def flush_due_in_ms(self) -> float | None:
+        """None when every appended byte is fsynced; else how long until flush.ms makes the
+        unsynced ones due (0 or less: due now)."""
+        if self._unflushed_batches == 0 or self._fds is None:
+            return None
+        return self.config.flush_ms - (time.monotonic() * 1000 - self._last_flush_ms)
+
     def flush(self) -> None:
         if self._fds is None:
             return
@@ -455,7 +482,7 @@ class PartitionLog:
             found = segment.byte_range(offset, upper, max_bytes, end) if end else None
             if found is not None:
                 position, length, header = found
-                return ByteRange(os.dup(segment.read_fd()), position, length, header, segment.log_path)
+                return ByteRange(segment.dup_read_fd(), position, length, header, segment.log_path)
             nxt = bisect.bisect_right(self.bases, segment.base_offset)
             if nxt >= len(self.bases):
                 self.refresh_segments()

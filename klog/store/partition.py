@@ -9,6 +9,7 @@ that is not completely written (and replicated).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
 
 T = TypeVar("T")
+IDLE_FLUSH_MS_MAX = 7 * 24 * 3600 * 1000  # a longer flush.ms (the default is Long.MAX: never) arms no timer
 FOLLOWER_THREADS = 4  # followers written at once; more replicas than this queue up
 _pool: futures.ThreadPoolExecutor | None = None
 
@@ -98,6 +100,10 @@ class Partition:
         # readers: the leader epoch the replica list was built for, and how to rebuild it when a
         # writer elected a new leader (a reader kept open must not read a deposed leader's tail)
         self.leader_epoch_loaded = 0
+        # the lock generation under which this object last appended cleanly (see open_for_write)
+        self._appended_generation: int | None = None
+        self._flush_timer: threading.Timer | None = None
+        self._closed = False
         self.reload_replicas: Callable[[], None] | None = None
 
     def set_replica_dirs(self, replica_dirs: list[str]) -> None:
@@ -105,7 +111,10 @@ class Partition:
         assert replica_dirs
         name = partition_dir_name(self.topic, self.partition)
         known = {os.path.dirname(r.directory): r for r in self.replicas}
-        self.replicas = [known.get(d) or PartitionLog(os.path.join(d, name), self.config) for d in replica_dirs]
+        replicas = [known.get(d) or PartitionLog(os.path.join(d, name), self.config) for d in replica_dirs]
+        if replicas != self.replicas:
+            self._appended_generation = None  # a replica joined or left: open every one afresh
+        self.replicas = replicas
         for r in known.values():
             if r not in self.replicas:
                 r.close()
@@ -160,8 +169,20 @@ class Partition:
 
     # -- writing -------------------------------------------------------------------------------
     def open_for_write(self) -> None:
-        """Lock held: bring every replica to a clean tail and the high watermark in line."""
-        self.last_recovery = [r.open_for_write() for r in self.replicas]
+        """Lock held: bring every replica to a clean tail and the high watermark in line.
+
+        When the lock's previous holder was this object's own last successful append (the lock
+        file's generation says nobody else, in any process, held it since), the replicas are as
+        that append left them: their folders are not listed again (a listing per append made the
+        per-batch cost grow with the number of segments). Otherwise recovery keeps what it cuts
+        from below the published high watermark in `.corrupt` files."""
+        trusted = self._appended_generation == self.lock.previous_generation
+        self._appended_generation = None  # until this acquisition's append succeeds
+        committed = None
+        if not trusted:
+            published = self.state.read_valid()
+            committed = published.high_watermark if published is not None else None
+        self.last_recovery = [r.open_for_write(committed, trusted=trusted) for r in self.replicas]
         ends = [r.log_end_offset for r in self.replicas]
         hw = min(ends)
         snap = self.state.read_valid()
@@ -214,7 +235,39 @@ class Partition:
                 failed[i] = f"{self.replicas[i].directory}: {e.strerror or e}"
         if failed:
             self.replicas = [r for i, r in enumerate(self.replicas) if i not in failed]
+        else:
+            self._appended_generation = self.lock.generation
+        self._arm_idle_flush()
         return AppendResult(base, header.last_offset, None, failed)
+
+    # -- flush.ms for a partition that goes quiet ----------------------------------------------
+    def _arm_idle_flush(self) -> None:
+        """flush.ms is otherwise checked only by the next append: a partition that goes quiet
+        after acks=0/1 writes (or under a large flush.messages) would keep its bytes unsynced for
+        good. A one-shot daemon timer fsyncs them when flush.ms has passed."""
+        if self._flush_timer is not None or self._closed or self.config.flush_ms > IDLE_FLUSH_MS_MAX:
+            return
+        waits = [w for w in (r.flush_due_in_ms() for r in self.replicas) if w is not None]
+        if not waits:
+            return
+        timer = threading.Timer(max(0.0, min(waits)) / 1000, self._idle_flush)
+        timer.daemon = True  # never keeps a process alive
+        self._flush_timer = timer
+        timer.start()
+
+    def _idle_flush(self) -> None:
+        if self._closed:
+            return
+        with self.lock:
+            self._flush_timer = None
+            if self._closed:
+                return
+            for replica in self.replicas:
+                try:
+                    replica.maybe_flush(by_count=False)
+                except OSError:
+                    pass  # a failing directory: the next append finds it and drops the replica
+            self._arm_idle_flush()  # bytes appended since the last fsync that are not due yet
 
     def active_segment_base(self) -> int | None:
         """The leader's active segment; an append that moves it rolled a segment."""
@@ -342,7 +395,10 @@ class Partition:
         return self._first_readable(lambda r: r.size_bytes(), 0)
 
     def close(self) -> None:
-        for replica in self.replicas:
+        self._closed = True
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+        for replica in self.replicas:  # an idle flush under way meanwhile fails quietly (EBADF)
             replica.close()
         self.state.close()
         self.lock.close()

@@ -10,6 +10,7 @@ whose every offset is below the high watermark. The caller persists the new log 
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,18 +32,38 @@ class SegmentFacts:
     largest_timestamp_ms: int  # the largest record timestamp, or the file's mtime if it has none
 
 
-def segment_facts(log: PartitionLog) -> list[SegmentFacts]:
-    """Facts for every segment of `log`, oldest first; the last one is the active segment."""
+def segment_facts(log: PartitionLog, lazy: bool = False) -> list[SegmentFacts]:
+    """Facts for every segment of `log`, oldest first; the last one is the active segment.
+
+    lazy: each segment's size and largest timestamp are read when first asked for. retention_cut
+    asks only for the oldest segments' timestamps (it stops at the first one to keep) and for
+    sizes only under retention.bytes, so a roll into a log of thousands of segments does not
+    stat and read every one of them (that made each roll O(segments)).
+    """
     log.refresh_segments()
-    out = []
-    for base in log.bases:
-        segment = log.segments[base]
-        size = segment.file_size()
-        largest = largest_timestamp(segment, size, sealed=base != log.bases[-1])
-        if largest < 0:
-            largest = int(os.path.getmtime(segment.log_path) * 1000)
-        out.append(SegmentFacts(base, size, largest))
-    return out
+    last = log.bases[-1] if log.bases else None
+    facts = [_LazyFacts(log.segments[base], base != last) for base in log.bases]
+    if lazy:
+        return facts  # type: ignore[return-value]  # the same attributes, read on demand
+    return [SegmentFacts(f.base_offset, f.size_bytes, f.largest_timestamp_ms) for f in facts]
+
+
+class _LazyFacts:
+    """SegmentFacts of one segment, each read from the files on first use."""
+
+    def __init__(self, segment, sealed: bool) -> None:  # noqa: ANN001 - a LogSegment
+        self.segment = segment
+        self.sealed = sealed
+        self.base_offset = segment.base_offset
+
+    @functools.cached_property
+    def size_bytes(self) -> int:
+        return self.segment.file_size()
+
+    @functools.cached_property
+    def largest_timestamp_ms(self) -> int:
+        largest = largest_timestamp(self.segment, self.size_bytes, sealed=self.sealed)
+        return largest if largest >= 0 else int(os.path.getmtime(self.segment.log_path) * 1000)
 
 
 def largest_timestamp(segment, size: int, sealed: bool = True) -> int:  # noqa: ANN001 - a LogSegment

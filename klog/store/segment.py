@@ -28,6 +28,7 @@ from klog.store.format import (
     segment_file_name,
 )
 from klog.store.index import OffsetIndex, TimeIndex
+from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
 
 SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
 BATCH_BYTES_MAX = 1 << 30  # a declared batch length above this is corruption, not data
@@ -69,12 +70,12 @@ class _ReadFdCache:
 _read_fds = _ReadFdCache(READ_FDS_MAX)
 
 
-def open_or_shed(path: str, flags: int, mode: int = 0o666) -> int:
+def open_or_shed(path: str, flags: int, mode: int = FILE_MODE) -> int:
     """os.open, giving back cached read descriptors once if the process ran out of them; still
     out of them is a StorageError naming the limit (never "no more data")."""
     for attempt in range(2):
         try:
-            return os.open(path, flags, mode)
+            return open_nofollow(path, flags, mode)
         except OSError as e:
             if e.errno not in (errno.EMFILE, errno.ENFILE):
                 raise
@@ -118,17 +119,28 @@ class LogSegment:
     # -- files ---------------------------------------------------------------------------------
     def create_files(self) -> None:
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
-            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            fd = open_nofollow(path, os.O_CREAT | os.O_WRONLY)
             os.close(fd)
 
     def read_fd(self) -> int:
         """The `.log` open for reading (call with _read_fds.lock held; the cache may close it later)."""
         if self._read_fd is None:
-            self._read_fd = open_or_shed(self.log_path, os.O_RDONLY | os.O_NOFOLLOW)
+            self._read_fd = open_or_shed(self.log_path, os.O_RDONLY)
             if self._log_inode is None:
                 self._log_inode = os.fstat(self._read_fd).st_ino
         _read_fds.use(self)
         return self._read_fd
+
+    def dup_read_fd(self) -> int:
+        """A descriptor of the `.log` the caller owns (and closes): the cache may close its own."""
+        with _read_fds.lock:
+            fd = self.read_fd()
+            try:
+                return os.dup(fd)
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE) and _read_fds.shed():
+                    return os.dup(self.read_fd())
+                raise
 
     def _close_read_fd(self) -> None:
         if self._read_fd is not None:
@@ -320,9 +332,9 @@ class LogSegment:
 
     def open_fds(self) -> SegmentFds:
         return SegmentFds(
-            os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644),
-            os.open(self.offset_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
-            os.open(self.time_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+            open_or_shed(self.log_path, os.O_RDWR | os.O_CREAT),
+            open_or_shed(self.offset_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+            open_or_shed(self.time_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
         )
 
     def seal(self) -> None:
@@ -332,16 +344,18 @@ class LogSegment:
             return
         packed = self.time_index.pack_if_newer(self.max_timestamp, self.offset_of_max_timestamp)
         if packed is not None:
-            fd = os.open(self.time_index.path, os.O_WRONLY | os.O_APPEND)
+            fd = open_nofollow(self.time_index.path, os.O_WRONLY | os.O_APPEND)
             try:
                 self.time_index.append_raw(fd, packed)
             finally:
                 os.close(fd)
 
     # -- recovery ------------------------------------------------------------------------------
-    def recover(self) -> RecoveryResult:
+    def recover(self, committed_end: int | None = None) -> RecoveryResult:
         """Kafka's LogSegment.recover: validate every batch (size, magic, CRC, offsets), truncate
-        at the first bad or partial one, and rebuild both indexes."""
+        at the first bad or partial one, and rebuild both indexes. Bytes cut from below
+        `committed_end` (the high watermark: acknowledged records) are first kept in
+        `<segment>.log.<position>.corrupt` beside it, for inspection."""
         file_size = self.file_size()
         valid = 0
         reason = None
@@ -350,7 +364,7 @@ class LogSegment:
         since_last = 0
         max_ts, max_ts_offset, last_time_ts = -1, -1, -1
         next_offset = None
-        fd = os.open(self.log_path, os.O_RDONLY)
+        fd = open_or_shed(self.log_path, os.O_RDONLY)
         try:
             pos = 0
             while True:
@@ -398,8 +412,11 @@ class LogSegment:
             os.close(fd)
         if max_ts > last_time_ts:
             time_entries.append(self.time_index.entry.pack(max_ts, max_ts_offset - self.base_offset))
+        cut_from = next_offset if next_offset is not None else self.base_offset
+        if valid < file_size and committed_end is not None and cut_from < committed_end:
+            keep_corrupt_bytes(self.log_path, valid, file_size)
         if valid < file_size:
-            with open(self.log_path, "r+b") as f:
+            with open(self.log_path, "r+b", opener=nofollow_opener) as f:
                 f.truncate(valid)
                 os.fsync(f.fileno())
         self.offset_index.write_all(b"".join(index_entries))
@@ -413,12 +430,39 @@ class LogSegment:
 
     def truncate_to_position(self, position: int, next_offset: int | None) -> None:
         """Cut the log at position and drop index entries that point at or past it."""
-        with open(self.log_path, "r+b") as f:
+        with open(self.log_path, "r+b", opener=nofollow_opener) as f:
             f.truncate(position)
             os.fsync(f.fileno())
         self.recover()
         assert self.size == position, (self.size, position)
         assert next_offset is None or self.next_offset in (None, next_offset)
+
+
+CORRUPT_SUFFIX = ".corrupt"
+
+
+def keep_corrupt_bytes(log_path: str, start: int, end: int) -> str:
+    """Copy bytes [start, end) of a segment to `<log>.<start>.corrupt`, fsynced, before they are cut."""
+    path = f"{log_path}.{start}{CORRUPT_SUFFIX}"
+    src = open_nofollow(log_path, os.O_RDONLY)
+    try:
+        dst = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            pos = start
+            while pos < end:
+                chunk = os.pread(src, min(SCAN_CHUNK_BYTES, end - pos), pos)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(dst, view):]
+                pos += len(chunk)
+            os.fsync(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    return path
 
 
 @dataclass

@@ -19,7 +19,7 @@ import struct
 import zlib
 from dataclasses import dataclass, fields
 
-from klog.store.names import fit_partition_file
+from klog.store.names import fit_partition_file, open_nofollow
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -49,7 +49,7 @@ class _StructFile:
             return self._fd
         flags = (os.O_RDWR | os.O_CREAT) if write else os.O_RDONLY
         try:
-            fd = os.open(self.path, flags | os.O_NOFOLLOW, 0o666)  # the umask decides (group-shared stores)
+            fd = open_nofollow(self.path, flags)  # the umask decides the mode (group-shared stores)
         except FileNotFoundError:
             if write:
                 raise

@@ -1,0 +1,113 @@
+"""Cost that stays flat as the store grows (a benchmark, not a test: README figures).
+
+    python benchmarks/bench_growth.py [--segments N] [--appends N] [--topics N]
+
+Each row sets a figure beside its peer measured in the same run:
+  - many segments: producing 100-byte lines into a topic with segment.bytes small enough for
+    --segments segments, per record, against the same lines into one segment;
+  - 1,000 partitions: 100 k keyed records into a 1,000-partition topic against a 1-partition one;
+  - creating --topics topics through the API: the last tenth against the first tenth;
+  - --appends single-record batches into one partition (acks=1, no fsync per batch): the last
+    tenth of the appends against the first tenth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import klog  # noqa: E402
+
+LINE = b"x" * 100
+NO_FSYNC = {"flush.messages": str(2**62)}
+
+
+def produce_lines(store, topic: str, n: int) -> float:
+    start = time.perf_counter()
+    with store.producer(batch_size=16_384) as producer:
+        for i in range(0, n, 1000):
+            producer.send_values(topic, [LINE] * min(1000, n - i))
+    return time.perf_counter() - start
+
+
+def bench_segments(segments: int) -> None:
+    n = segments * 150  # ~150 records of 100 B per 16 kB batch, one batch per segment
+    with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
+        store.create_topic("one", configs=NO_FSYNC)
+        store.create_topic("many", configs={**NO_FSYNC, "segment.bytes": "16384"})
+        one = produce_lines(store, "one", n)
+        many = produce_lines(store, "many", n)
+        count = len(store.partition("many", 0).leader.bases)
+    print(f"{n:,} records into {count:,} segments: {many / n * 1e6:.2f} us/record; into one segment "
+          f"{one / n * 1e6:.2f} us/record ({many / one:.2f}x)")
+
+
+def bench_partitions(n: int = 100_000) -> None:
+    pairs = [(b"key-%d" % (i % 10_000), LINE) for i in range(n)]
+    with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
+        times: dict[tuple[int, int], float] = {}
+        for parts in (1, 1000):
+            store.create_topic(f"p{parts}", partitions=parts, configs=NO_FSYNC)
+            for round_ in (1, 2):  # the first round also creates every partition's folder and files
+                start = time.perf_counter()
+                with store.producer() as producer:
+                    for i in range(0, n, 10_000):
+                        producer.send_keyed(f"p{parts}", pairs[i:i + 10_000])
+                times[(parts, round_)] = time.perf_counter() - start
+    for round_, what in ((1, "into new partitions"), (2, "again")):
+        one, many = times[(1, round_)], times[(1000, round_)]
+        print(f"{n:,} keyed records {what}: 1 partition {one:.2f} s, 1,000 partitions {many:.2f} s "
+              f"({many / one:.2f}x)")
+
+
+def bench_topics(n: int) -> None:
+    tenth = max(1, n // 10)
+    with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
+        marks = []
+        start = time.perf_counter()
+        for i in range(n):
+            store.create_topic(f"t{i}")
+            if (i + 1) % tenth == 0:
+                marks.append(time.perf_counter())
+    first, last = marks[0] - start, marks[-1] - marks[-2]
+    print(f"creating {n:,} topics: {marks[-1] - start:.1f} s; last tenth {last:.2f} s vs first {first:.2f} s "
+          f"({last / first:.2f}x)")
+
+
+def bench_appends(n: int) -> None:
+    tenth = max(1, n // 10)
+    with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
+        store.create_topic("t", configs=NO_FSYNC)
+        marks = []
+        with store.producer(acks="1") as producer:
+            start = time.perf_counter()
+            for i in range(n):
+                producer.send_values("t", [LINE])
+                producer.flush()
+                if (i + 1) % tenth == 0:
+                    marks.append(time.perf_counter())
+    first, last = marks[0] - start, marks[-1] - marks[-2]
+    print(f"{n:,} single-record appends: first tenth {first / tenth * 1e6:.0f} us/append, last tenth "
+          f"{last / tenth * 1e6:.0f} us/append ({last / first:.2f}x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--segments", type=int, default=5000)
+    parser.add_argument("--appends", type=int, default=100_000)
+    parser.add_argument("--topics", type=int, default=1000)
+    args = parser.parse_args()
+    bench_segments(args.segments)
+    bench_partitions()
+    bench_topics(args.topics)
+    bench_appends(args.appends)
+
+
+if __name__ == "__main__":
+    main()
