@@ -11,6 +11,7 @@ bounded by a timeout. Failed authentication is answered after a short delay here
 from __future__ import annotations
 
 import contextlib
+import gc
 import shutil
 import socket
 import ssl
@@ -60,6 +61,7 @@ def serving(store, certs, *protocols: str, **config):
     with Server(store=store, security=cfg, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
         server.addr = {lst.protocol: f"127.0.0.1:{server.ports[lst]}" for lst in server.listeners}
         yield server
+        gc.collect()  # librdkafka clients gone before the server: none keeps reconnecting and logging
 
 
 def client_conf(server, protocol: str, certs, user: str | None = None, password: str | None = None,
@@ -309,3 +311,13 @@ def test_produce_and_fetch_over_sasl_ssl(secure_store, certs):
                 got.append(msg.value())
         consumer.close()
     assert got == [f"r{i}".encode() * 50 for i in range(300)]
+
+
+def test_large_frame_before_authentication_is_refused(secure_store, certs):
+    """Before SASL authentication a request may be at most 512 KiB (Kafka's sasl.server.max.receive.size):
+    a client cannot make the server buffer 100 MiB frames without logging in."""
+    with serving(secure_store, certs, "SASL_PLAINTEXT") as server:
+        host, port = server.addr["SASL_PLAINTEXT"].split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(struct.pack(">i", 1 << 20) + struct.pack(">hhih", 18, 3, 1, 0))
+            assert sock.recv(64) == b""  # closed at the size prefix, the body never read
