@@ -3,7 +3,8 @@
 
     python benchmarks/bench_serve.py [--records N] [--rounds R] [--latency-samples S]
 
-- produce: confluent-kafka (librdkafka) Producer, N records of 100 B, acks=all, default batching,
+- produce: confluent-kafka (librdkafka) Producer, N records of 100 B, acks=all, default batching (and
+  kcat -P of the same lines: librdkafka without a Python call per record),
   into `klog serve`; beside `klog produce` of the same N lines into the local store.
 - fetch: `kcat -C -e -o beginning` of those N records to /dev/null through the server (and the
   server's CPU seconds per fetched MiB, from /proc); beside `klog consume` of the same topic.
@@ -99,6 +100,21 @@ def local_produce(data_dir: str, topic: str, lines_path: str, env: dict) -> floa
     if r.returncode:
         raise SystemExit(f"klog produce failed: {r.stderr.decode()}")
     return time.perf_counter() - start
+
+
+def kcat_produce(bootstrap: str, topic: str, lines_path: str, n: int, data_dir: str, env: dict) -> float:
+    """kcat -P (librdkafka in C, no Python per record): what the server takes when the client is not
+    the bound. The record count is checked in the store afterwards."""
+    subprocess.run(klog_cmd("topics", "create", topic, "-d", data_dir), env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    start = time.perf_counter()
+    r = subprocess.run([KCAT, "-b", bootstrap, "-P", "-t", topic, "-X", "acks=all", "-l", lines_path],
+                       capture_output=True)
+    took = time.perf_counter() - start
+    out = subprocess.run(klog_cmd("offsets", topic, "-d", data_dir), env=env, capture_output=True, text=True)
+    if r.returncode or f" {n}" not in out.stdout:
+        raise SystemExit(f"kcat -P failed: {r.stderr[-300:]!r} {out.stdout}")
+    return took
 
 
 def count_lines(args: list[str], env: dict, expected: int) -> float:
@@ -244,7 +260,7 @@ def main() -> None:
     lines_path = os.path.join(tmp, "lines")
     with open(lines_path, "wb") as f:
         f.write((b"x" * 100 + b"\n") * n)
-    results: dict[str, list[float]] = {k: [] for k in ("serve_produce", "local_produce", "serve_fetch",
+    results: dict[str, list[float]] = {k: [] for k in ("serve_produce", "kcat_produce", "local_produce", "serve_fetch",
                                                         "local_fetch", "cpu_per_mib", "raw_fetch")}
     serve_dir, local_dir = os.path.join(tmp, "serve"), os.path.join(tmp, "local")
     serve = Serve(serve_dir, env)
@@ -255,6 +271,9 @@ def main() -> None:
                            stdout=subprocess.DEVNULL)
             results["serve_produce"].append(n / confluent_produce(serve.bootstrap, topic, n))
             results["local_produce"].append(n / local_produce(local_dir, topic, lines_path, env))
+            if KCAT:
+                results["kcat_produce"].append(n / kcat_produce(serve.bootstrap, f"kcat-{r}", lines_path, n,
+                                                                serve_dir, env))
             if KCAT:
                 cpu0 = serve.cpu_s()
                 took = count_lines([KCAT, "-b", serve.bootstrap, "-C", "-t", topic, "-e", "-o", "beginning",
@@ -280,6 +299,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in results.items() if v}
     print(f"\n{n:,} records of 100 B, medians of {args.rounds} rounds")
     print(f"produce  klog serve + confluent-kafka acks=all   {med['serve_produce']:>12,.0f} records/s")
+    if "kcat_produce" in med:
+        print(f"produce  klog serve + kcat -P -X acks=all        {med['kcat_produce']:>12,.0f} records/s")
     print(f"produce  klog produce (local CLI) acks=all       {med['local_produce']:>12,.0f} records/s")
     if "serve_fetch" in med:
         print(f"fetch    klog serve + kcat -C -e                 {med['serve_fetch']:>12,.0f} records/s "

@@ -33,6 +33,8 @@ _EXPORTS = {
     "Replayer": "klog.client.replay",
     "ReplayStats": "klog.client.replay",
     "PartitionCleanup": "klog.client.lifecycle",
+    "Server": "klog.server.server",  # klog serve: the store over Kafka's protocol
+    "serve": "klog.server.server",
 }
 
 if TYPE_CHECKING:

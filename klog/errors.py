@@ -95,3 +95,12 @@ class GroupError(KlogError):
 
 class SparkUnavailableError(KlogError):
     """pyspark or Java is missing for a `klog spark` command."""
+
+
+class StateLostError(KlogError):
+    """A partition's state file (high watermark, log start) is missing or damaged over a log
+    that holds data: readers cannot know where the committed records end."""
+
+
+class SymlinkError(KlogError):
+    """A store file or partition folder is a symbolic link: klog never follows one out of the store."""

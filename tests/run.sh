@@ -18,4 +18,12 @@ if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null 2>&1 \
         || echo "tests/run.sh: kcat could not be installed; its tests will fail" >&2
 fi
+missing_shells=()
+for sh in zsh fish; do command -v "$sh" >/dev/null 2>&1 || missing_shells+=("$sh"); done
+if [ ${#missing_shells[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    # ~30 s once: tests/test_completion.py runs klog's completion scripts in bash, zsh and fish
+    echo "tests/run.sh: installing ${missing_shells[*]} for the completion tests" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_shells[@]}" >/dev/null 2>&1 \
+        || echo "tests/run.sh: ${missing_shells[*]} could not be installed; their completion tests skip" >&2
+fi
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

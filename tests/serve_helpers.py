@@ -14,6 +14,7 @@ from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from klog.server.kafka import make
 from klog.store import codec
 from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET
 
@@ -56,7 +57,7 @@ class RawClient:
         header_cls = HeaderV2 if req_cls.__flexible__ else HeaderV1
         entity_writer(header_cls)(buf, header_cls(request_api_key=api_key, request_api_version=version,
                                                   correlation_id=self.correlation, client_id="raw-test"))
-        entity_writer(req_cls)(buf, req_cls(**fields))
+        entity_writer(req_cls)(buf, make(req_cls, **fields))  # fields this version lacks are dropped
         frame = buf.getvalue()
         self.sock.sendall(struct.pack(">i", len(frame)) + frame)
         return self.read(resp_cls)

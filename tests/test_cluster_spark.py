@@ -49,3 +49,38 @@ def test_write_through_the_cluster_lands_like_the_local_path(spark, kafka_server
         remote = sorted(r[1:2] + r[3:] for r in consumed(store, "out"))
         local = sorted(r[1:2] + r[3:] for r in consumed(store, "out_local"))
     assert remote == local and len(remote) == 60  # same partitions, timestamps, keys, values, headers
+
+
+def test_spark_commands_through_the_cluster(cli, spark, kafka_server, data_dir, tmp_path) -> None:
+    """klog spark export|sql|run|stream with --bootstrap-server and a --data-dir holding no store: only the
+    cluster can answer, and the results equal the same commands on the store."""
+    import json
+    import os
+
+    from tests.test_spark_cli import REPO, expected, read_back
+
+    with klog.open(data_dir) as store:
+        store.create_topic("orders", partitions=3)
+        with store.producer() as producer:
+            for p in range(3):
+                for i in range(20):
+                    producer.send("orders", json.dumps({"id": p * 100 + i, "name": f"n{i % 3}"}).encode(),
+                                  key=f"c{i % 4}".encode(), partition=p, timestamp=1_700_000_000_000 + 1000 * i)
+                    producer.send("hits", json.dumps({"path": f"/p{i % 3}", "status": 200, "bytes": 10}).encode())
+        want = expected(store)
+    remote = ("-b", kafka_server.bootstrap, "-d", str(tmp_path / "nowhere"))
+    out = str(tmp_path / "export")
+    r = cli("spark", "export", "orders", "--to", "json", "--out", out, "--master", "local[2]", *remote)
+    assert r.exit_code == 0, r.stderr
+    assert read_back(out, "json") == want
+    query = "SELECT name, count(*) AS n FROM orders GROUP BY name ORDER BY name"
+    r, local = cli("spark", "sql", query, *remote), cli("spark", "sql", query)
+    assert r.exit_code == 0 and r.out == local.out and json.loads(r.out.splitlines()[0]) == {"name": "n0", "n": 21}
+    r = cli("spark", "run", os.path.join(REPO, "samples", "spark_job.py"), "hits", "path-stats", *remote)
+    assert r.exit_code == 0, r.stderr
+    r = cli("spark", "stream", "--from", "orders", "--to", "upper", "--sql", "SELECT upper(value) AS value FROM source",
+            "--available-now", *remote)
+    assert r.exit_code == 0, r.stderr
+    with klog.open(data_dir) as store:
+        assert {json.loads(r.value)["path"] for r in store.consumer("path-stats")} == {"/p0", "/p1", "/p2"}
+        assert sorted(r.value for r in store.consumer("upper")) == sorted(v[4].upper().encode() for v in want)

@@ -121,6 +121,8 @@ def test_group_of_three_rebalances_when_one_leaves() -> None:
 
 def test_silent_member_is_expelled_after_its_session_timeout() -> None:
     c, clock = make()
+    lines: list[str] = []
+    c.log = lines.append
     a, b = stable_group(c, clock, 2)
     gen = c.groups["g"].generation
     clock.now += SESSION - 1
@@ -131,6 +133,8 @@ def test_silent_member_is_expelled_after_its_session_timeout() -> None:
     assert c.next_deadline() <= clock.now
     c.tick()
     assert set(c.groups["g"].members) == {a}
+    assert lines[0].startswith("group 'g' generation 1: 2 member(s), protocol range, leader ")
+    assert lines[1:] == [f"member {b} of group 'g' sent no heartbeat for {SESSION} ms: removed"]
     assert c.heartbeat("g", gen, a, None) == E.rebalance_in_progress
     assert c.heartbeat("g", gen, b, None) == E.unknown_member_id
     j = join(c, a)
@@ -310,3 +314,61 @@ def test_static_leader_restart_keeps_the_generation_and_is_not_told_to_assign() 
     assert res.leader != res.member_id  # the old leader id: the client does not compute an assignment
     assert c.groups["g"].state == STABLE and c.groups["g"].leader == res.member_id
     assert sync(c, gen, res.member_id, instance=restarting).one.assignment == old_assignment
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_operations_keep_the_invariants(seed: int) -> None:
+    """Seeded random joins, syncs, heartbeats, leaves and clock jumps: every delayed reply is given
+    exactly once (all of them once the clock has run past every timeout), and the group stays sane."""
+    import random
+
+    rng = random.Random(seed)
+    c, clock = make(delay=rng.choice([0, DELAY]))
+    replies: list[Replies] = []
+    known: list[str] = []  # member ids handed out
+    instances = ["s1", "s2", None, None, None]
+
+    def check() -> None:
+        for g in c.groups.values():
+            assert g.leader is None or g.leader in g.members
+            assert (g.state == EMPTY) <= (not g.members)
+            assert all(g.members[mid].instance_id == iid for iid, mid in g.static.items())
+            if g.state in (COMPLETING, STABLE):
+                assert g.protocol_name in g.protocols()
+        assert all(len(r.got) <= 1 for r in replies)
+
+    for _ in range(300):
+        op = rng.random()
+        g = c.groups.get("g")
+        gen = g.generation if g else 0
+        member = rng.choice(known) if known and rng.random() < 0.8 else ""
+        if op < 0.3:
+            protocols = rng.choice([(("range", b"a"),), (("range", b"b"), ("roundrobin", b"")), (("roundrobin", b""),)])
+            r = join(c, member, protocols=protocols, instance=rng.choice(instances), require=rng.random() < 0.5)
+            replies.append(r)
+            if r.got and r.got[0].member_id:
+                known.append(r.got[0].member_id)
+        elif op < 0.5 and member:
+            leader = g.leader if g else None
+            r = sync(c, gen if rng.random() < 0.9 else gen - 1, member,
+                     {m: m.encode() for m in known} if member == leader else {})
+            replies.append(r)
+        elif op < 0.7 and member:
+            c.heartbeat("g", gen, member, None)
+        elif op < 0.8 and member:
+            c.leave("g", [(member, None)])
+        elif op < 0.85 and member:
+            c.check_commit("g", gen, member, None)
+        else:
+            clock.now += rng.choice([1, 100, 1000, 5000, SESSION, REBALANCE])
+            c.tick()
+        for r in replies:  # ids learned from delayed join replies
+            if r.got and getattr(r.got[0], "member_id", "") and r.got[0].member_id not in known:
+                known.append(r.got[0].member_id)
+        check()
+    for _ in range(10):  # no more requests: every timeout fires, every reply is given
+        clock.now += REBALANCE + SESSION
+        c.tick()
+    check()
+    assert all(len(r.got) == 1 for r in replies), [r.got for r in replies if len(r.got) != 1][:3]
+    assert c.next_deadline() is None

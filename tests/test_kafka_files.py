@@ -45,7 +45,8 @@ def _legacy_folder(root, name: str = "old-0", preallocate: bool = True) -> str:
         legacy_wrapper(1, 7, [(b"e", b"5", NOW + 9)], codec=LZ4),
         legacy_wrapper(0, 8, [(b"f", b"6", 0)], codec=LZ4),
     ])
-    write_segment(folder, 9, [v2_batch(9, [(enc("x"), enc("y"), NOW + 10)], leader_epoch=3)],
+    write_segment(folder, 9, [v2_batch(9, [(enc("x"), enc("y"), NOW + 10)], leader_epoch=3, producer_id=42,
+                                       producer_epoch=0, base_sequence=0)],  # an idempotent producer's
                   preallocate=preallocate)
     write_checkpoint(os.path.join(folder, "leader-epoch-checkpoint"), ["0 0", "3 9"])
     return folder
@@ -64,7 +65,14 @@ def test_old_message_formats_read_in_consume_and_dump(cli, tmp_path):
     assert r.exit_code == 0, r.stderr
     assert "Imported old-0" in r.out and "offsets 0..10, leader epoch 3" in r.out
     assert _consumed(cli, "old") == LEGACY_RECORDS
+    assert _consumed(cli, "old", "-X", "isolation.level=read_committed") == LEGACY_RECORDS
+    r = cli("consume", "old", "-G", "g", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert [(d["offset"], d["key"], d["value"], d["timestamp"]) for d in map(json.loads, r.out.splitlines())] == (
+        LEGACY_RECORDS)
+    assert cli("verify").exit_code == 0
     dump = cli("dump", "old").out
+    assert "producerId: 42 producerEpoch: 0 baseSequence: 0 isTransactional: false" in dump
     assert "baseOffset: 2 lastOffset: 3 count: 2" in dump and "compression: gzip" in dump
     assert "magic: 0" in dump and "magic: 1" in dump and "magic: 2" in dump
     assert "| offset: 5 timestamp: -1 key: null headers: [] payload: 4" in dump
@@ -249,6 +257,12 @@ def test_klog_keeps_kafkas_checkpoint_files_current(cli, store):
     r = cli("topics", "delete-records", "orders", "--partition", "1", "--before", "3")
     assert r.exit_code == 0, r.stderr
     assert read_checkpoint(os.path.join(log_dir, "log-start-offset-checkpoint"), 3) == [["orders", "1", "3"]]
+    for name in ("replication-offset-checkpoint", "orders-0/leader-epoch-checkpoint"):
+        os.unlink(os.path.join(log_dir, name))
+    assert cli("dirs", "checkpoint").exit_code == 0
+    assert read_checkpoint(os.path.join(log_dir, "replication-offset-checkpoint"), 3) == [
+        ["orders", "0", "5"], ["orders", "1", "5"]]
+    assert read_checkpoint(os.path.join(log_dir, "orders-0", "leader-epoch-checkpoint"), 2) == [["0", "0"]]
 
 
 def test_old_formats_through_the_index_and_compaction(cli, store, tmp_path):
@@ -300,3 +314,99 @@ def test_a_kafka_folder_copied_into_the_log_dir_is_reported_then_adopted_in_plac
     assert r.exit_code == 0, r.stderr
     assert _consumed(cli, "old") == LEGACY_RECORDS
     assert cli("verify").exit_code == 0
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_serve_fetch_honours_isolation_level(kafka_server, store, tmp_path, isolation):
+    """A Kafka client reading imported transactions through klog serve: read_committed gets the
+    aborted transactions and the last stable offset in each Fetch answer and drops those records."""
+    confluent = pytest.importorskip("confluent_kafka")
+    from klog.client.importer import import_dirs
+
+    _txn_folder(tmp_path / "k", with_txn_index=False)
+    import_dirs(store, [str(tmp_path / "k")])
+    consumer = confluent.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "g",
+                                   "enable.auto.commit": False, "isolation.level": isolation})
+    try:
+        consumer.assign([confluent.TopicPartition("tx", 0, 0)])
+        got: list[str] = []
+        expected = COMMITTED_VALUES if isolation == "read_committed" else ALL_TXN_VALUES
+        deadline = time.monotonic() + 20
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                got.append(msg.value().decode())
+        for _ in range(5):  # nothing more arrives (an aborted record or one past the LSO would)
+            msg = consumer.poll(0.2)
+            assert msg is None or msg.error(), msg.value()
+        assert got == expected
+        # ListOffsets latest: the last stable offset for a read_committed client, as a broker answers
+        low, high = consumer.get_watermark_offsets(confluent.TopicPartition("tx", 0), timeout=5, cached=False)
+        assert (low, high) == (0, 9 if isolation == "read_committed" else 11)
+    finally:
+        consumer.close()
+
+
+def test_serve_keeps_kafkas_checkpoint_files_current(kafka_server, store, monkeypatch):
+    from klog.server import server as server_module
+    from tests.kafka_files import read_checkpoint
+
+    monkeypatch.setattr(server_module, "KAFKA_CHECKPOINT_INTERVAL_S", 0.1)
+    confluent = pytest.importorskip("confluent_kafka")
+    store.create_topic("s", 1)
+    producer = confluent.Producer({"bootstrap.servers": kafka_server.bootstrap})
+    for i in range(3):
+        producer.produce("s", b"v%d" % i, partition=0)
+    assert producer.flush(10) == 0
+    del producer  # (librdkafka's client goes now, not after the server stopped)
+    path = os.path.join(os.path.dirname(store.partition("s", 0).leader.directory), "replication-offset-checkpoint")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and ["s", "0", "3"] in read_checkpoint(path, 3):
+            break
+        time.sleep(0.1)
+    assert ["s", "0", "3"] in read_checkpoint(path, 3)
+
+
+def test_a_follower_ending_in_old_format_data_is_not_cut_by_leader_epochs(tmp_path, monkeypatch):
+    """Magic 0/1 entries carry no leader epoch (-1): catching a follower up must not read that as
+    'before every epoch' and cut it to the first epoch's start (then copy everything again)."""
+    from klog.client.replication import catch_up
+    from klog.store.log import PartitionLog
+
+    leader_dir = _legacy_folder(tmp_path / "a")
+    for suffix in (".log", ".index", ".timeindex"):
+        os.unlink(os.path.join(leader_dir, "00000000000000000009" + suffix))  # end on the old-format data
+    follower_dir = shutil.copytree(leader_dir, str(tmp_path / "b" / "old-0"))
+    leader, follower = PartitionLog(leader_dir), PartitionLog(follower_dir)
+    leader.open_for_write()
+    follower.open_for_write()
+    cuts = []
+    monkeypatch.setattr(follower, "truncate_to", lambda offset: cuts.append(offset))
+    assert catch_up(leader, follower, leader.log_end_offset, [[0, 0], [3, 9]]) == 9
+    assert cuts == []
+    leader.close()
+    follower.close()
+
+
+def test_serve_hands_old_format_segments_to_kafka_clients(kafka_server, store, tmp_path):
+    """Fetch sends the segment bytes as they are; a Kafka client decodes v0/v1 message sets itself."""
+    confluent = pytest.importorskip("confluent_kafka")
+    from klog.client.importer import import_dirs
+
+    _legacy_folder(tmp_path / "k")
+    import_dirs(store, [str(tmp_path / "k")])
+    consumer = confluent.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "g",
+                                   "enable.auto.commit": False})
+    try:
+        consumer.assign([confluent.TopicPartition("old", 0, 0)])
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < len(LEGACY_RECORDS) and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                key, value = msg.key(), msg.value()
+                got.append((msg.offset(), key and key.decode(), value and value.decode()))
+        assert got == [(o, k, v) for o, k, v, _ in LEGACY_RECORDS]
+    finally:
+        consumer.close()

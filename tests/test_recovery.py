@@ -385,8 +385,10 @@ def test_rf1_recovery_cutting_committed_records_says_so(data_dir, monkeypatch):
             p.send("one", b"after", partition=0)
         values = [r.value for r in store.consumer("one")]
     assert values == [b"value-%08d" % i for i in range(offset)] + [b"after"]
-    assert len(warnings) == 1, warnings
+    assert len(warnings) == 2, warnings
     assert f"from offset {offset}" in warnings[0] and path in warnings[0] and f"position {position}" in warnings[0]
+    assert warnings[1].startswith(f"data loss: committed records {offset}..2999 of one-0 are gone")
+    assert os.path.exists(f"{path}.{position}.corrupt")  # the cut bytes, kept for inspection
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -193,3 +193,12 @@ def test_metadata_names_the_advertised_listener(data_dir):
                            include_topic_authorized_operations=False)
     assert [(b.node_id, b.host, b.port) for b in resp.brokers] == [(7, "kafka.example.com", 19092)]
     assert resp.controller_id == 7
+
+
+def test_python_api_names(data_dir):
+    import klog
+    from klog.server import server
+
+    assert klog.Server is server.Server and klog.serve is server.serve
+    with klog.Server(data_dir, listen=("127.0.0.1", 0)) as s, socket.create_connection(("127.0.0.1", s.port)) as sock:
+        assert struct.unpack_from(">ih", request(sock, 18, 0, 5)) == (5, 0)

@@ -262,3 +262,28 @@ def test_transactional_producer_fails_at_init_with_a_clear_fatal_error(kafka_ser
         producer.init_transactions(10)
     err = caught.value.args[0]
     assert err.code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()
+
+
+def test_fetches_cut_inside_a_batch_are_read_by_every_client(kafka_server, data_dir):
+    """max.partition.fetch.bytes smaller than what follows: answers end inside a batch (as Kafka's
+    do); each client drops the partial tail and asks again from there."""
+    store = kafka_server.store
+    store.create_topic("cut")
+    values = [b"c-%04d-" % i + b"x" * 90 for i in range(2000)]
+    with store.producer(batch_size=1500) as producer:  # ~14 records a batch
+        for v in values:
+            producer.send("cut", v)
+    assert len(store.partition("cut", 0).read(0, max_bytes=1 << 30)) > 100
+    got = confluent_consume(kafka_server.bootstrap, "cut", 1, len(values), **{"max.partition.fetch.bytes": 4000})
+    assert got[0] == values
+    kafka = pytest.importorskip("kafka")
+    consumer = kafka.KafkaConsumer(bootstrap_servers=kafka_server.bootstrap, enable_auto_commit=False,
+                                   auto_offset_reset="earliest", max_partition_fetch_bytes=4000)
+    consumer.assign([kafka.TopicPartition("cut", 0)])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < len(values) and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            seen.extend(r.value for r in records)
+    consumer.close()
+    assert seen == values

@@ -5,6 +5,7 @@ Every loop is bounded in count and time; every process and client started here i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import signal
@@ -12,6 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+import types
+import typing
+import uuid
 from dataclasses import replace
 from datetime import timedelta
 
@@ -479,7 +483,7 @@ def kio_call(sock, request, correlation_id: int = 1):
     size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
     frame = sock.recv(size, socket.MSG_WAITALL)
     module = load_payload_module(int(request.__api_key__), int(request.__version__), EntityType.response)
-    response_type = next(v for k, v in vars(module).items() if k.endswith("Response") and isinstance(v, type))
+    response_type = getattr(module, type(request).__name__.replace("Request", "Response"))
     header_reader = entity_reader(response_type.__header_schema__)
     _, used = header_reader(frame, 0)
     response, _ = entity_reader(response_type)(frame, used)
@@ -551,3 +555,196 @@ def test_a_clean_stop_of_the_server_frees_its_groups(data_dir):
             a.consumer.close()
     assert after.members == [] and after.state == "Empty"
     assert after.offsets[("stop", 0)].offset == 3
+
+
+def test_group_settings_come_from_the_store_defaults(data_dir):
+    import json
+
+    from kio.schema.errors import ErrorCode as E
+    from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.static.primitive import i32Timedelta
+
+    from klog.server import Server
+
+    with klog_open(data_dir):
+        pass  # makes the store and its klog.json
+    path = os.path.join(data_dir, "klog.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["defaults"] = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000",
+                       "group.max.session.timeout.ms": "soon"}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        machine = server.coordinator.machine
+        assert (machine.initial_rebalance_delay_ms, machine.min_session_timeout_ms,
+                machine.max_session_timeout_ms) == (0, 1000, 1_800_000)  # a bad value: Kafka's default
+        join = JoinGroupRequest(group_id="quick", session_timeout=i32Timedelta.parse(timedelta(seconds=2)),
+                                rebalance_timeout=i32Timedelta.parse(timedelta(seconds=2)), member_id="",
+                                protocol_type="consumer",
+                                protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),))
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            started = time.monotonic()
+            res = kio_call(sock, join)
+            assert (res.error_code, res.generation_id, res.leader) == (E.none, 1, res.member_id)
+            assert time.monotonic() - started < 2.5  # no initial delay (3 s by default)
+
+
+@pytest.mark.slow
+def test_kafka_python_and_aiokafka_members_share_and_hand_over_partitions(kafka_server):
+    from aiokafka import AIOKafkaConsumer
+    from kafka import KafkaConsumer
+
+    produce(kafka_server, "two", values(60), partitions=4)
+    settings = dict(bootstrap_servers=kafka_server.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+                    session_timeout_ms=SESSION_MS, heartbeat_interval_ms=200)
+
+    def kp_poll(consumers, got) -> None:
+        for c in consumers:
+            for msgs in c.poll(timeout_ms=50).values():
+                got.extend(m.value for m in msgs)
+
+    got: list[bytes] = []
+    a = KafkaConsumer("two", group_id="kp-two", **settings)
+    b = KafkaConsumer("two", group_id="kp-two", **settings)
+    try:
+        for _ in range(400):
+            kp_poll([a, b], got)
+            if len(got) >= 60 and a.assignment() and b.assignment():
+                break
+        parts = lambda c: {tp.partition for tp in c.assignment()}  # noqa: E731
+        assert parts(a) | parts(b) == set(range(4)) and not parts(a) & parts(b)
+        assert sorted(got) == sorted(values(60))
+        a.commit()
+        b.commit()
+        b.close()
+        for _ in range(400):
+            kp_poll([a], got)
+            if parts(a) == set(range(4)):
+                break
+        assert parts(a) == set(range(4))
+    finally:
+        a.close()
+        b.close()
+
+    async def aio() -> tuple[set, set, set]:
+        x = AIOKafkaConsumer("two", group_id="aio-two", **settings)
+        y = AIOKafkaConsumer("two", group_id="aio-two", **settings)
+        await x.start()
+        await y.start()
+        try:
+            async with asyncio.timeout(30):
+                while not (x.assignment() and y.assignment()
+                           and len(x.assignment()) + len(y.assignment()) == 4):
+                    await asyncio.sleep(0.05)
+            shared = ({tp.partition for tp in x.assignment()}, {tp.partition for tp in y.assignment()})
+            await y.stop()
+            async with asyncio.timeout(30):
+                while len(x.assignment()) != 4:
+                    await asyncio.sleep(0.05)
+            return *shared, {tp.partition for tp in x.assignment()}
+        finally:
+            await x.stop()
+            await y.stop()
+
+    x_parts, y_parts, after = asyncio.run(aio())
+    assert x_parts | y_parts == set(range(4)) and not x_parts & y_parts and after == set(range(4))
+
+
+def sample(cls):
+    """A request of kio type `cls` with a plausible value in every field (one element per array)."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _sample_value(hints[f.name], f.metadata.get("kafka_type"))
+                  for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING})
+
+
+def _sample_value(hint, kafka_type):
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # nullable: give a value anyway
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is tuple:
+        inner = typing.get_args(hint)[0]
+        return (sample(inner) if dataclasses.is_dataclass(inner) else _sample_value(inner, kafka_type),)
+    kind = kafka_type or ""
+    if kind.startswith("timedelta"):
+        return hint.parse(timedelta(seconds=10))
+    if kind == "string" or (isinstance(hint, type) and issubclass(hint, str)):
+        return "g"
+    if kind == "bytes" or hint is bytes:
+        return b""
+    if kind == "bool" or hint is bool:
+        return False
+    if kind == "uuid":
+        return uuid.UUID(int=0)
+    return hint(0)
+
+
+def test_every_advertised_group_api_version_answers(kafka_server):
+    """Each version in GROUP_HANDLERS parses a request and writes a response a client can read."""
+    from kio.index import load_payload_module
+    from kio.static.constants import EntityType
+
+    from klog.server.groups import GROUP_HANDLERS
+
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        answered = 0
+        for key, (_, lo, hi) in sorted(GROUP_HANDLERS.items()):
+            for version in range(lo, hi + 1):
+                module = load_payload_module(key, version, EntityType.request)
+                cls = next(v for k, v in vars(module).items()
+                           if isinstance(v, type) and getattr(v, "__type__", None) == EntityType.request)
+                response = kio_call(sock, sample(cls), correlation_id=answered)
+                assert type(response).__name__.endswith("Response"), (key, version)
+                answered += 1
+    assert answered == sum(hi - lo + 1 for _, lo, hi in GROUP_HANDLERS.values())
+
+
+@pytest.mark.slow
+def test_klog_consumers_and_kafka_clients_resume_from_each_others_commits(kafka_server):
+    """One group used in turn by klog's own consumer and a Kafka client: each resumes where the other
+    committed (the offsets are the same LMDB records)."""
+    produce(kafka_server, "turns", values(12), partitions=1)
+    with kafka_server.store.group_consumer("turns-group", "turns", follow=False) as own:
+        first = []
+        for record in own:
+            first.append(record.value)
+            if len(first) == 4:
+                break
+        own.commit()
+    assert first == values(12)[:4]
+    a = Tracker(confluent_consumer(kafka_server, "turns-group"), "turns")
+    try:
+        poll_until([a], lambda: len(a.values) >= 4, 30, "the Kafka client to resume")
+        assert a.values[:4] == values(12)[4:8]  # from klog's commit, committing each record it reads
+    finally:
+        a.consumer.close()
+    seen = len(a.values)
+    with kafka_server.store.group_consumer("turns-group", "turns", follow=False) as own:
+        rest = [record.value for record in own]
+    assert rest == values(12)[4 + seen:]
+
+
+@pytest.mark.slow
+def test_members_rejoin_after_a_server_restart_and_resume_from_their_commits(data_dir):
+    from klog.server import Server
+
+    first = Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000).__enter__()
+    port = first.port
+    first.bootstrap = f"127.0.0.1:{port}"
+    produce(first, "rs", values(5), partitions=1)
+    a = Tracker(confluent_consumer(first, "restart"), "rs")
+    second = None
+    try:
+        poll_until([a], lambda: len(a.values) == 5, 30, "5 records")
+        first.close()
+        second = Server(data_dir, listen=("127.0.0.1", port), idle_ms=30_000).__enter__()
+        second.bootstrap = first.bootstrap
+        produce(second, "rs", values(5, "after"))
+        poll_until([a], lambda: len(a.values) >= 10, 60, "the records produced after the restart")
+        assert a.values == values(5) + values(5, "after")  # nothing twice, nothing lost
+        group = second.coordinator.machine.groups["restart"]
+        assert group.state == "Stable" and group.generation == 2  # on from the generation before the restart
+    finally:
+        a.consumer.close()
+        first.close()
+        if second is not None:
+            second.close()

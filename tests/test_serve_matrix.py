@@ -177,3 +177,31 @@ def test_kafka_python_admin_describe_and_delete(kafka_server, data_dir):
         admin.close()
     with klog.open(data_dir) as store:
         assert not store.has_topic("kpa")
+
+
+def test_aiokafka_admin(kafka_server, data_dir):
+    from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    async def main() -> tuple:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_server.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic("aka", 2, 1, topic_configs={"retention.ms": "120000"})])
+            await admin.create_partitions({"aka": NewPartitions(4)})
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "aka",
+                                                      {"cleanup.policy": "compact"})])
+            described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "aka")])
+            cluster = await admin.describe_cluster()
+            names = await admin.list_topics()
+            await admin.delete_topics(["aka"])
+            return described, cluster, names
+        finally:
+            await admin.close()
+
+    described, cluster, names = asyncio.run(main())
+    assert "aka" in names
+    assert "compact" in repr(described)
+    assert [b["node_id"] for b in cluster["brokers"]] == [0]
+    with klog.open(data_dir) as store:
+        assert not store.has_topic("aka")

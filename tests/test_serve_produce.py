@@ -185,3 +185,48 @@ def test_a_config_altered_by_another_process_applies_within_seconds(kafka_server
             other.alter_topic("alt", set_configs={"max.message.bytes": "1000"})
         time.sleep(0.3)
         assert produce(client, "alt", 0, batch([b"x" * 3000]))[0] == E.message_too_large
+
+
+def test_topic_deleted_and_created_again_by_another_process(kafka_server, data_dir, monkeypatch):
+    import klog.client.batches
+
+    monkeypatch.setattr(klog.client.batches, "TOPIC_REFRESH_S", 0.1)
+    kafka_server.store.create_topic("re")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "re", 0, batch([b"old"])) == (E.none, 0)
+        with klog.open(data_dir) as other:
+            other.delete_topic("re")
+            other.create_topic("re")
+        time.sleep(0.2)
+        assert produce(client, "re", 0, batch([b"new"])) == (E.none, 0)  # into the new topic's files
+    assert values(data_dir, "re") == [b"new"]
+
+
+def test_unknown_codec_and_impossible_record_count_are_refused(kafka_server, data_dir):
+    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORDS_COUNT_OFFSET
+
+    kafka_server.store.create_topic("bad")
+
+    def patched(offset: int, fmt: str, value: int) -> bytes:
+        data = bytearray(batch([b"a", b"b"]))
+        struct.pack_into(fmt, data, offset, value)
+        if offset == RECORDS_COUNT_OFFSET:  # keep count and last offset delta consistent
+            struct.pack_into(">i", data, 23, value - 1)
+        from klog.store import codec
+
+        struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+        return bytes(data)
+
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "bad", 0, patched(ATTRIBUTES_OFFSET, ">h", 6))[0] == E.invalid_record
+        assert produce(client, "bad", 0, patched(RECORDS_COUNT_OFFSET, ">i", 5000))[0] == E.corrupt_message
+    assert values(data_dir, "bad") == []
+
+
+@pytest.mark.parametrize("version", range(3, 12))
+def test_produce_at_every_advertised_version(kafka_server, data_dir, version):
+    kafka_server.store.create_topic("pv")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "pv", 0, batch([b"a", b"b"]), version=version) == (E.none, 0)
+        assert produce(client, "pv", 0, batch([b"c"]), version=version) == (E.none, 2)
+    assert values(data_dir, "pv") == [b"a", b"b", b"c"]

@@ -149,3 +149,27 @@ def test_fuzz_random_and_mutated_frames(kafka_server):
     assert healthy(kafka_server)
     with RawClient(kafka_server.port) as client:
         assert produce(client, "fz", 0, batch([b"after"]))[0] == 0
+
+
+def test_pipelined_requests_then_half_close_get_every_answer_then_a_close(kafka_server):
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=5) as sock:
+        frames = b"".join(struct.pack(">i", 11) + struct.pack(">hhih", 18, 0, i, 1) + b"c" for i in range(5))
+        sock.sendall(frames)
+        sock.shutdown(socket.SHUT_WR)  # nothing more is coming
+        answers = []
+        data = b""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        while len(data) >= 4:
+            (size,) = struct.unpack_from(">i", data)
+            answers.append(struct.unpack_from(">i", data, 4)[0])
+            data = data[4 + size:]
+        assert answers == [0, 1, 2, 3, 4]  # in order, then the server closed its side
+    deadline = time.monotonic() + 5
+    while kafka_server._connections and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not kafka_server._connections

@@ -77,7 +77,7 @@ def test_options_spark_accepts_but_klog_does_not_use_warn_once(spark, store, dat
     store.create_topic("w", 1)
     extra = {"minOffsetsPerTrigger": "5", "maxTriggerDelay": "1m", "groupIdPrefix": "g",
              "fetchOffset.numRetries": "3", "kafkaConsumer.pollTimeoutMs": "100",
-             "kafka.bootstrap.servers": "localhost:9092"}
+             "kafka.fetch.max.bytes": "1048576"}
     assert _load(spark, data_dir, subscribe="w", **extra).count() == 0  # accepted by a real query
     options._warned.clear()
     with caplog.at_level(logging.WARNING, logger="klog"):
@@ -132,3 +132,14 @@ def test_export_text_never_writes_invalid_utf8(spark, store, data_dir, tmp_path)
     assert table.column("value").to_pylist() == ["ok\ufffd\ufffd"]
     assert table.column("key").to_pylist() == ["\ufffd("]
     assert table.column("headers").to_pylist() == [[{"key": "h", "value": "\ufffd"}]]
+
+
+def test_stream_read_committed_stops_at_the_last_stable_offset(spark, store, data_dir, tmp_path):
+    from klog.client.importer import import_dirs
+    from tests.test_spark_source import _stream
+
+    _txn_folder(tmp_path / "k", with_txn_index=True)
+    import_dirs(store, [str(tmp_path / "k")])
+    store.create_topic("up", 1)
+    _stream(spark, data_dir, str(tmp_path / "ckpt"), "tx", "up", **{"kafka.isolation.level": "read_committed"})
+    assert [r.value.decode() for r in store.consumer("up")] == [v.upper() for v in COMMITTED_VALUES]

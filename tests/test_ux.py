@@ -31,6 +31,22 @@ def test_a_too_large_line_is_one_line_and_keeps_the_lines_before(cli, data_dir):
             assert [x.value for x in s.consumer(topic)] == lines.split(big)[0].split(b"\n")[:-1]
 
 
+@pytest.mark.parametrize("args", [["-k", "K"], ["-K", ":"], ["-D", "\\0"], ["--input", "json"]])
+def test_a_too_large_record_is_one_line_in_every_input_mode(cli, data_dir, args):
+    big = b"x" * 1_100_000
+    if args[0] == "--input":
+        data = b'{"value": "a"}\n{"value": "' + big + b'"}\n'
+    else:
+        end = b"\0" if args[0] == "-D" else b"\n"
+        data = b"a" + end + big + end
+    r = cli("produce", "t", *args, input=data)
+    errors = [line for line in r.stderr.splitlines() if "created topic" not in line]
+    assert r.exit_code == 1 and len(errors) == 1 and "larger than max.message.bytes" in errors[0], r.stderr
+    assert "1 records before it were written" in errors[0]
+    with klog.open(data_dir) as s:
+        assert [x.value for x in s.consumer("t")] == [b"a"]
+
+
 def test_create_if_not_exists_says_it_exists_and_warns_on_a_difference(cli):
     assert cli("topics", "create", "orders", "-p", "3").exit_code == 0
     r = cli("topics", "create", "orders", "-p", "3", "--if-not-exists")
@@ -45,7 +61,7 @@ def test_dump_of_a_new_partition_folder_path_is_empty_not_an_error(cli, data_dir
     assert cli("topics", "create", "orders").exit_code == 0
     with klog.open(data_dir) as s:
         log_dir = s.data_dir.log_dir_path(s.log_dir_ids()[0])
-    for path in (os.path.join(log_dir, "orders-0"), "orders-0", "orders"):
+    for path in (os.path.join(log_dir, "orders-0"), os.path.join(log_dir, "orders-0") + "/", "orders-0", "orders"):
         r = cli("dump", path)
         assert (r.exit_code, r.stdout, r.stderr) == (0, b"", ""), path
 
@@ -320,7 +336,7 @@ def test_man_pages_have_whole_names_and_a_klog_footer():
     man = pathlib.Path(REPO) / "man"
     page = (man / "klog-groups-describe.1").read_text()
     assert page.splitlines()[0] == '.TH "KLOG GROUPS DESCRIBE" "1" "" "klog 0.1.0" "klog groups describe Manual"'
-    assert "and the member reading it (host, pid)." in page.splitlines()[2]
+    assert "and the server's pid)." in page.splitlines()[2]  # the whole description, not cut short
     for path in man.glob("*.1"):
         name_line = path.read_text().splitlines()[2]
         assert not name_line.endswith(("...", "…")), path.name
@@ -343,3 +359,59 @@ def test_topics_clean_prints_only_what_changed_and_a_summary(cli, store):
     assert re.fullmatch(r"1 of 5 partitions changed: \d+ segments \(.*\) deleted, 0 records compacted away", lines[-1])
     r = cli("topics", "clean")
     assert r.stderr.splitlines() == ["0 of 5 partitions changed: 0 segments (0 B) deleted, 0 records compacted away"]
+
+
+def test_a_follower_the_log_outruns_skips_ahead_and_says_so(store, monkeypatch):
+    from klog.cli import view
+    from klog.cli.view import TerminalView
+
+    monkeypatch.setattr(view, "FLUSH_LINES", 100)
+    monkeypatch.setattr(view, "KEEP_RECORDS", 200)
+    store.create_topic("fast")
+    with store.producer() as p:
+        for i in range(300):
+            p.send("fast", b"history %d" % i)
+    consumer = store.consumer("fast", start="beginning", follow=True)
+
+    class Done(Exception):
+        pass
+
+    waits = []
+
+    def wait_for_data() -> None:  # the history is drawn: a burst lands faster than any terminal draws it
+        waits.append(1)
+        if len(waits) > 1:
+            raise Done
+        with store.producer() as p:
+            for i in range(3000):
+                p.send("fast", b"new %d " % i + b"x" * 2000)
+
+    monkeypatch.setattr(consumer, "_wait_for_data", wait_for_data)
+    out: list[bytes] = []
+    with pytest.raises(Done):
+        TerminalView(False, color=False, skip_lag=500).draw(consumer, out.append)
+    text = b"".join(out).decode()
+    assert all(f"0@{i}  history {i}" in text for i in range(300))  # what was there is drawn whole
+    notes = [int(n.replace(",", "")) for n in re.findall(r"… ([\d,]+) records skipped to keep up", text)]
+    assert len(notes) == 1 and notes[0] > 1000, text[-500:]
+    offsets = [int(m) for m in re.findall(r"  0@(\d+)  ", text)]
+    assert offsets == sorted(offsets) and offsets[-1] == 3299  # the newest are drawn
+    assert len(offsets) + notes[0] == 3300  # every record is either drawn or counted as skipped
+
+
+def test_format_and_json_on_a_terminal_escape_control_characters(cli, data_dir):
+    cli("produce", "tt", "-K:", input=b"k\x1b[2J:v\xc2\x9b31m\x07\n")
+    _, shown, _ = on_a_terminal(["consume", "tt", "-F", "%k|%s\\n"], data_dir)
+    assert shown == b"k\\x1b[2J|v\\x9b31m\\x07\r\n"
+    _, shown, _ = on_a_terminal(["consume", "tt", "--json"], data_dir)
+    doc = json.loads(shown)
+    assert (doc["key"], doc["value"]) == ("k\x1b[2J", "v\x9b31m\x07")
+    assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]", shown.rstrip(b"\r\n"))
+    assert cli("consume", "tt", "-F", "%k|%s\\n").stdout == b"k\x1b[2J|v\xc2\x9b31m\x07\n"  # pipes: raw
+
+
+def test_no_color_drops_bold_from_help_too(data_dir):
+    code, shown, _ = on_a_terminal(["topics", "--help"], data_dir, {"NO_COLOR": "1"})
+    assert code == 0 and b"Usage:" in shown and b"\x1b[" not in shown
+    code, shown, _ = on_a_terminal(["topics", "--help"], data_dir, {"NO_COLOR": ""})
+    assert b"\x1b[1m" in shown

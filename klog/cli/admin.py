@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
         """Earliest, latest, or first offset at a time, per partition."""
         from klog.client.timespec import parse_time_ms
 
-        with open_store(data_dir, create=False) as store:
+        with open_store(data_dir, create=False, read_only=True) as store:
             store.topic(topic)
             earliest = store.offsets(topic, -2)
             latest = store.offsets(topic, -1)
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Check every batch's CRC and every index; --repair fixes what it can and says what it did."""
-        with open_store(data_dir, create=False) as store:
+        with open_store(data_dir, create=False, read_only=not repair) as store:
             from klog.client.verify import verify_store
 
             reports = verify_store(store, topic, repair=repair)
@@ -129,11 +129,12 @@ def _dump_paths(path: str, data_dir: str | None) -> list[str]:
 
     if os.path.exists(path):
         return [path]
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         # <log dir>/TOPIC-P of a partition that never had a record: its folder comes with the first write
-        parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        given = os.path.abspath(path)  # abspath also drops a trailing slash
+        parent = os.path.realpath(os.path.dirname(given))
         if any(parent == os.path.realpath(store.data_dir.log_dir_path(d)) for d in store.log_dir_ids()):
-            path = os.path.basename(path)
+            path = os.path.basename(given)
         # a partition that never had a record has no folder yet: nothing to dump
         if store.has_topic(path):
             folders = [store.partition(path, p).leader.directory for p in range(store.partition_count(path))]

@@ -61,31 +61,52 @@ DataDirOpt = Annotated[str | None, _DATA_DIR_OPTION]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+def one_line(message: str) -> str:
+    """A message as exactly one line: control characters (a newline in a topic name, an escape
+    sequence in a path) are shown escaped, never acted on by the terminal."""
+    if message.isprintable():
+        return message
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+
+
+_data_lost = False  # a warning reported committed records lost: the command exits 1 even if it did its work
+
+
 def warn(message: str) -> None:
     """Warnings of every command (a replica leaving the ISR, a new leader, ...), one line on stderr."""
-    print(f"klog: warning: {message}", file=sys.stderr)
+    global _data_lost
+    from klog.client.replication import DATA_LOSS_PREFIX
+
+    _data_lost = _data_lost or message.startswith(DATA_LOSS_PREFIX)
+    print(f"klog: warning: {one_line(message)}", file=sys.stderr)
 
 
-def open_store(data_dir: str | None, create: bool = True):  # noqa: ANN201 - klog.Store or RemoteStore
+def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201
     """The store, its warnings on stderr (producers, replays and moves made from it use them too);
-    a Kafka cluster behind the same interface when the command was given one (see cluster_options)."""
+    a Kafka cluster behind the same interface when the command was given one (see cluster_options).
+    `read_only`: a command that only reads changes nothing and works on a read-only store."""
     if _cluster_target is not None:
         from klog.client.remote.store import RemoteStore
 
         return RemoteStore(_cluster_target, on_warning=warn)
     from klog.client.store import Store
 
-    return Store(data_dir, create=create, on_warning=warn)
+    return Store(data_dir, create=create, on_warning=warn, read_only=read_only)
 
 
 # -- the cluster backend: one option set, added to the commands that work against a cluster ----
 CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
                     ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
-                    ("groups", "delete"), ("groups", "delete-offsets")}
+                    ("groups", "delete"), ("groups", "delete-offsets"), ("spark", "export"), ("spark", "sql"),
+                    ("spark", "stream"), ("spark", "run")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
 _cluster_target = None  # the ClusterTarget of the running command, None for the local store
+
+
+def current_cluster():  # noqa: ANN201 - the ClusterTarget the running command was given, or None
+    return _cluster_target
 
 
 def _cluster_parameters(has_x: bool) -> list:
@@ -125,8 +146,8 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
         # consume's own -X are group settings on the local store: only with a cluster are they client properties
         target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster,
                                 props if (bootstrap or cluster or not has_x) else None)
-        if target is not None and has_x and not kwargs.get("group"):
-            kwargs["prop"] = None  # client properties, not group settings
+        if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
+            kwargs["prop"] = _group_settings(props) if kwargs.get("group") else None
         _cluster_target = target
         try:
             return callback(*args, **kwargs)
@@ -140,6 +161,14 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def _group_settings(props: list[str] | None) -> list[str] | None:
+    """The -X pairs klog's group member understands (the others are only for the Kafka client)."""
+    from klog.client.group import GroupConfig
+
+    kept = [p for p in props or [] if p.partition("=")[0].strip() in GroupConfig.PROPERTIES]
+    return kept or None
+
+
 def _add_cluster_options(typer_app: typer.Typer, path: tuple[str, ...] = ()) -> None:
     for info in typer_app.registered_commands:
         name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
@@ -148,7 +177,8 @@ def _add_cluster_options(typer_app: typer.Typer, path: tuple[str, ...] = ()) -> 
             info.callback = cluster_options(info.callback)
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
-            _add_cluster_options(group.typer_instance, (*path, group.name or ""))
+            name = group.name or group.typer_instance.info.name or ""
+            _add_cluster_options(group.typer_instance, (*path, name))
 
 
 def version_callback(value: bool) -> None:
@@ -174,7 +204,7 @@ COMMAND_MODULES = {
     "topics": "topics", "dirs": "dirs", "produce": "produce", "consume": "consume",
     "offsets": "admin", "dump": "admin", "verify": "admin",
     "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
-    "clusters": "clusters",
+    "clusters": "clusters", "users": "security", "acls": "security", "quotas": "security",
 }
 _registered: set[str] = set()
 
@@ -300,14 +330,25 @@ class _Signals:
         return ExitStatus.TERMINATED if self.terminated else ExitStatus.INTERRUPTED
 
 
+def _no_color_help() -> None:
+    """NO_COLOR (https://no-color.org): Typer's help without bold and dim too, not only without colour."""
+    if os.environ.get("NO_COLOR"):  # imports rich: only then
+        import typer.rich_utils
+
+        typer.rich_utils.COLOR_SYSTEM = None
+
+
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
+    _no_color_help()
     _register(_modules_for(sys.argv[1:] if args is None else list(args)))
     with _Signals() as signals:
         return _run(args, signals)
 
 
 def _run(args: list[str] | None, signals: _Signals) -> int:
+    global _data_lost
+    _data_lost = False
     try:
         # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
         rv = app(args=args, standalone_mode=False)
@@ -316,7 +357,7 @@ def _run(args: list[str] | None, signals: _Signals) -> int:
                 return signals.stopped()
             return rv
     except KlogError as e:
-        print(f"klog: error: {e}", file=sys.stderr)
+        print(f"klog: error: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code
     except (KeyboardInterrupt, typer.Abort):
         return signals.stopped()
@@ -328,9 +369,9 @@ def _run(args: list[str] | None, signals: _Signals) -> int:
     except typer.TyperException as e:  # Typer's own click: usage errors (bad option, missing argument)
         return _usage_error(e)
     except OSError as e:
-        print(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+        print(one_line(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")), file=sys.stderr)
         return ExitStatus.ERROR
-    return ExitStatus.OK
+    return ExitStatus.ERROR if _data_lost else ExitStatus.OK
 
 
 def _usage_error(e: typer.TyperException) -> int:
@@ -340,12 +381,18 @@ def _usage_error(e: typer.TyperException) -> int:
         print(ctx.get_help())
     else:
         where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        print(f"klog: error: {e.format_message()}{where}", file=sys.stderr)
+        print(one_line(f"klog: error: {e.format_message()}{where}"), file=sys.stderr)
     return getattr(e, "exit_code", ExitStatus.USAGE)
 
 
 def main() -> None:
     """Console entry point: one line on stderr for a KlogError, never a traceback."""
+    if os.environ.get("_KLOG_COMPLETE"):  # a console script made before klog.cli.entry: still no Typer run
+        from klog.cli.complete import complete
+
+        done = complete()
+        if done is not None:
+            sys.exit(done)
     code = run()
     try:
         sys.stdout.flush()

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
-from klog.cli.output import FORMAT_HELP, compile_format
-from klog.client.envelope import record_json_line
+from klog.cli.output import FORMAT_HELP, compile_format, json_for_terminal, write_all
+from klog.client.envelope import record_json_line, record_to_json
 from klog.errors import UsageError
 
 WRITE_BUFFER_RECORDS = 4096
@@ -62,7 +62,9 @@ def register(app: typer.Typer) -> None:
                                                        "at the last stable offset); with --group also "
                                                        "partition.assignment.strategy, session.timeout.ms, "
                                                        "heartbeat.interval.ms, max.poll.interval.ms, "
-                                                       "auto.offset.reset, auto.commit.interval.ms, client.id.")]
+                                                       "auto.offset.reset, auto.commit.interval.ms, client.id. "
+                                                       "With a cluster (--bootstrap-server), any Kafka client "
+                                                       "property (security.protocol, sasl.*, ssl.*, ...).")]
         = None,
         no_color: Annotated[bool, typer.Option("--no-color", help="Terminal view without colours or bold "
                                                "(also when NO_COLOR is set).")] = False,
@@ -94,7 +96,10 @@ def register(app: typer.Typer) -> None:
         record_filter = _record_filter(grep, grep_key, grep_header)
         if fmt is not None and as_json:
             raise UsageError("use --format or --json, not both")
-        render = compile_format(fmt) if fmt is not None else None
+        on_terminal = sys.stdout.isatty()
+        render = compile_format(fmt, escape=on_terminal) if fmt is not None else None
+        if as_json and on_terminal:  # JSON escapes C0 controls itself; DEL and C1 controls too, here
+            render, as_json = (lambda r: json_for_terminal(record_to_json(r)).encode() + b"\n"), False
         isolation, other_props = _isolation_level(prop or [])
         if group is not None or exec_cmd is not None:
             from klog.cli.groups import consume_group, consume_options
@@ -112,7 +117,7 @@ def register(app: typer.Typer) -> None:
             return
         if batch is not None or other_props:
             raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
-        with open_store(data_dir, create=False) as store:
+        with open_store(data_dir, create=False, read_only=True) as store:
             names = store.resolve_topics(topics or [], pattern)
             options = {"partitions": partition, "until_ms": until_ms, "record_filter": record_filter,
                        "isolation_level": isolation}
@@ -199,7 +204,7 @@ def _write_last(store, names: list[str], options: dict, start, follow: bool, cou
         line = record_json_line
     else:
         line = render or (lambda r: (r.value or b"") + b"\n")
-    sys.stdout.buffer.write(b"".join(line(r) for r in newest))
+    write_all(sys.stdout.buffer, b"".join(line(r) for r in newest))
     sys.stdout.buffer.flush()
     if rest is not None:
         _write(rest, render, as_json)
@@ -213,7 +218,7 @@ def _write(consumer, render, as_json: bool) -> None:
         for values in consumer.value_chunks(null=b""):
             if values:
                 values.append(b"")  # the last line's newline, without copying the joined chunk
-                out.write(b"\n".join(values))
+                write_all(out, b"\n".join(values))
                 if consumer.follow:
                     out.flush()
         out.flush()
@@ -230,9 +235,9 @@ def _write(consumer, render, as_json: bool) -> None:
     for r in consumer:
         buf.append(line(r))
         if follow or len(buf) >= WRITE_BUFFER_RECORDS:
-            out.write(b"".join(buf))
+            write_all(out, b"".join(buf))
             buf.clear()
             if follow:
                 out.flush()
-    out.write(b"".join(buf))
+    write_all(out, b"".join(buf))
     out.flush()

@@ -1,4 +1,4 @@
-"""`klog dirs list|add|remove|import`: the store's log directories (like kafka-log-dirs)."""
+"""`klog dirs list|add|remove|import|checkpoint`: the store's log directories (like kafka-log-dirs)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,18 @@ def import_(
               f"{i.log_start_offset}..{i.log_end_offset}, leader epoch {i.leader_epoch}")
         for note in i.notes:
             print(f"  {note}")
+
+
+@app.command()
+def checkpoint(data_dir: DataDirOpt = None) -> None:
+    """Write Kafka's checkpoint files now (recovery points, high watermarks, log starts, leader epochs,
+    topic ids, meta.properties), e.g. before handing the log directories to a Kafka broker.
+
+    klog also keeps them current after every command that writes.
+    """
+    with open_store(data_dir, create=False) as store:
+        store.write_kafka_checkpoints()
+    print("Wrote Kafka's checkpoint files")
 
 
 def register(root: typer.Typer) -> None:

@@ -15,7 +15,8 @@ import typer
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
 from klog.errors import UsageError
 
-app = typer.Typer(help="List, describe (lag), reset offsets of, and delete consumer groups.", no_args_is_help=True)
+app = typer.Typer(help="List, describe (lag), reset offsets of, and delete consumer groups. Groups of Kafka "
+                  "clients served by klog serve are included.", no_args_is_help=True)
 
 TopicScopeOpt = Annotated[list[str] | None, typer.Option(
     "--topic", "-t", help="TOPIC or TOPIC:P[,P...] (repeatable).")]
@@ -50,7 +51,8 @@ def describe(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Per partition: committed offset, log start, log end, lag, and the member reading it (host, pid)."""
+    """Per partition: committed offset, log start, log end, lag, and the member reading it (host, pid; for a
+    Kafka client of klog serve, the client's address and the server's pid)."""
     from klog.client.groups_admin import describe_group
 
     with open_store(data_dir, create=False) as store:
@@ -282,10 +284,15 @@ class _Stdout:
             raise
 
     def write(self, data: bytes) -> None:
+        from klog.cli.output import WRITE_CHUNK_BYTES
+
         with self.guard():
-            n = self.raw.write(data)
-            if n is not None and n < len(data):
-                raise BrokenPipeError(errno.EPIPE, f"stdout took {n} of {len(data)} bytes: the reader went away")
+            view = memoryview(data)  # bounded chunks: CPython's write can return short past 2 GiB
+            for at in range(0, len(view), WRITE_CHUNK_BYTES):
+                chunk = view[at:at + WRITE_CHUNK_BYTES]
+                n = self.raw.write(chunk)
+                if n is not None and n < len(chunk):
+                    raise BrokenPipeError(errno.EPIPE, f"stdout took {n} of {len(chunk)} bytes: the reader went away")
 
     def flush(self) -> None:
         with self.guard():

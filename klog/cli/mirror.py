@@ -52,11 +52,15 @@ def open_endpoint(spec: str, data_dir: str | None, props: list[str] | None, crea
     return RemoteStore(where, on_warning=warn)
 
 
-def _mirror_id(spec: str) -> str:
-    """The source's identity in checkpoints: a store's absolute path, or the cluster as given."""
-    if spec.startswith(("kafka://", "@")) or not os.path.exists(spec):
+def _mirror_id(spec: str, data_dir: str | None) -> str:
+    """The source's identity in checkpoints: a store's real path, or the cluster's servers (however
+    they were written: kafka://h:p and h:p are one source); a named cluster by its name."""
+    from klog.client.remote.target import parse_endpoint
+
+    if spec.startswith("@"):
         return spec
-    return os.path.realpath(spec)
+    where = parse_endpoint(spec, data_dir, None)
+    return os.path.realpath(where) if isinstance(where, str) else f"kafka://{where.bootstrap}"
 
 
 def register(app: typer.Typer) -> None:
@@ -65,7 +69,8 @@ def register(app: typer.Typer) -> None:
         source: Annotated[str, typer.Argument(help="Where to copy from: a store directory or a cluster.")],
         dest: Annotated[str, typer.Argument(help="Where to copy to: a store directory or a cluster.")],
         topics: Annotated[list[str] | None, typer.Argument(help="Topics to copy (default: all).")] = None,
-        pattern: Annotated[str | None, typer.Option("--pattern", help="Also copy topics matching REGEX.")] = None,
+        pattern: Annotated[str | None, typer.Option("--pattern", help="Also copy topics whose whole name matches "
+                                                    "REGEX ('orders.*', not 'orders').")] = None,
         rename: Annotated[str, typer.Option("--rename", help="DEST topic name; {topic} is the source's "
                                             "(e.g. 'src.{topic}').")] = "{topic}",
         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep copying new records until stopped.")]
@@ -86,7 +91,7 @@ def register(app: typer.Typer) -> None:
             dst = stack.enter_context(open_endpoint(dest, data_dir, dest_property, create=True))
             progress = _Progress(sys.stderr.isatty())
             stack.enter_context(progress)
-            job = Mirror(src, dst, topics or [], mirror_id=name or _mirror_id(source), pattern=pattern,
+            job = Mirror(src, dst, topics or [], mirror_id=name or _mirror_id(source, data_dir), pattern=pattern,
                          rename=rename, follow=follow, on_progress=progress.update)
             interrupted = False
             with _sigterm_as_interrupt():

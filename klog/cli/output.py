@@ -26,14 +26,18 @@ def iso(ts_ms: int) -> str:
 _TOKEN = re.compile(r"%[tpokKsShTIy%]|\\[nt\\]")
 
 
-def compile_format(fmt: str) -> Callable[[Record], bytes]:
-    """Turn a kcat-style format into a function Record -> bytes (parsed once, not per record)."""
+def compile_format(fmt: str, escape: bool = False) -> Callable[[Record], bytes]:
+    """Turn a kcat-style format into a function Record -> bytes (parsed once, not per record).
+    `escape` (a terminal): control characters of keys, values, headers and topics shown escaped."""
     parts: list[Callable[[Record], bytes] | bytes] = []
     pos = 0
     for m in _TOKEN.finditer(fmt):
         if m.start() > pos:
             parts.append(fmt[pos:m.start()].encode())
-        parts.append(_token_fn(m.group()))
+        fn = _token_fn(m.group())
+        if escape and m.group() in ("%k", "%s", "%h", "%t"):
+            fn = (lambda f: lambda r: terminal_safe(f(r)).encode())(fn)
+        parts.append(fn)
         pos = m.end()
     if "%" in _TOKEN.sub("", fmt):
         bad = re.search(r"%.?", _TOKEN.sub("", fmt))
@@ -73,7 +77,35 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _NAMED = {"\n": "\\n", "\r": "\\r"}
 
 
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f]")
+
+
+def json_for_terminal(text: str) -> str:
+    """JSON text with DEL and C1 controls as \\u escapes (json.dumps escapes only C0): same JSON."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def terminal_safe(data: bytes) -> str:
     """Decode for display (invalid UTF-8 as U+FFFD) with control characters escaped (\\x07)."""
     text = data.decode("utf-8", errors="replace")
     return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+WRITE_CHUNK_BYTES = 1 << 20  # one write call never gets more than this (CPython's can return short past 2 GiB)
+
+
+def write_all(out, data: bytes) -> None:  # noqa: ANN001 - a binary stream (sys.stdout.buffer)
+    """Write all of `data` to `out` in bounded chunks, checking each: a short count is retried,
+    a zero count is an error (never a silent short output that exits 0)."""
+    view = memoryview(data)
+    while view:
+        chunk = view[:WRITE_CHUNK_BYTES]
+        n = out.write(chunk)
+        if n is None:  # a non-blocking stream that would block: wait and retry the same bytes
+            n = 0
+        if n == 0:
+            out.flush()
+            n = out.write(chunk) or 0
+            if n == 0:
+                raise OSError(f"stdout accepted none of {len(chunk)} bytes")
+        view = view[n:]

@@ -86,6 +86,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _stdout_writer(as_json: bool, paced: bool):  # noqa: ANN202 - Record -> None
+    from klog.cli.output import write_all
+
     out = sys.stdout.buffer
     if not as_json and sys.stdout.isatty():
         from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
@@ -93,16 +95,18 @@ def _stdout_writer(as_json: bool, paced: bool):  # noqa: ANN202 - Record -> None
         view = TerminalView(False, color_wanted(False), local_time_wanted(False))
         return lambda r: write_stdout(view.line(r).encode("utf-8", "replace"))
     if as_json:
-        from klog.cli.output import record_to_json
+        from klog.cli.output import json_for_terminal, record_to_json
+
+        safe = json_for_terminal if sys.stdout.isatty() else str  # DEL and C1 controls escaped on a terminal
 
         def write(r) -> None:
-            out.write(record_to_json(r).encode() + b"\n")
+            write_all(out, safe(record_to_json(r)).encode() + b"\n")
             if paced:
                 out.flush()  # records leave at their replay time
         return write
 
     def write_value(r) -> None:
-        out.write((r.value or b"") + b"\n")
+        write_all(out, (r.value or b"") + b"\n")
         if paced:
             out.flush()
     return write_value

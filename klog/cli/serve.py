@@ -37,19 +37,46 @@ def register(app: typer.Typer) -> None:
 
     @app.command(help=SERVE_HELP)
     def serve(
-        listen: Annotated[str, typer.Option("--listen", "-l", help="HOST:PORT to listen on (0.0.0.0:9092 for "
-                                            "every interface; port 0 picks a free one).")] = "127.0.0.1:9092",
+        listen: Annotated[list[str] | None, typer.Option(
+            "--listen", "-l", help="[PROTOCOL://]HOST:PORT to listen on, repeatable; PROTOCOL is PLAINTEXT (the "
+            "default), SSL, SASL_PLAINTEXT or SASL_SSL (0.0.0.0 for every interface; port 0 picks a free one; "
+            "default 127.0.0.1:9092).")] = None,
         advertised_listener: Annotated[str | None, typer.Option(
             "--advertised-listener", help="HOST:PORT clients are told to connect to (default: the listen "
             "address; set it when clients reach this machine by another name).")] = None,
         node_id: Annotated[int, typer.Option("--node-id", help="This broker's node id in metadata.")] = 0,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and every request "
                                               "error on stderr.")] = False,
+        ssl_cert: Annotated[str | None, typer.Option("--ssl-cert", help="TLS certificate (PEM) for SSL and "
+                                                     "SASL_SSL listeners.")] = None,
+        ssl_key: Annotated[str | None, typer.Option("--ssl-key", help="Its private key (PEM).")] = None,
+        ssl_ca: Annotated[str | None, typer.Option("--ssl-ca", help="CA certificates (PEM) trusted for client "
+                                                   "certificates (mTLS).")] = None,
+        ssl_client_auth: Annotated[str, typer.Option("--ssl-client-auth", help="none, requested or required: "
+                                                     "client certificates; the principal is User:<subject DN>.")]
+        = "none",
+        sasl_mechanism: Annotated[list[str] | None, typer.Option(
+            "--sasl-mechanism", help="SASL mechanisms offered (repeatable; default PLAIN, SCRAM-SHA-256, "
+            "SCRAM-SHA-512; users from `klog users`).")] = None,
+        insecure: Annotated[bool, typer.Option("--insecure", help="Allow a PLAINTEXT listener on a non-loopback "
+                                               "address (anyone who reaches it is User:ANONYMOUS).")] = False,
+        auth_failure_delay_ms: Annotated[int, typer.Option(
+            "--auth-failure-delay-ms", help="Delay before a failed authentication is answered and the "
+            "connection closed (slows password guessing).")] = 1000,
         data_dir: DataDirOpt = None,
     ) -> None:
         import logging
 
-        host, port = _address("--listen", listen)
+        from klog.server.security import SASL_MECHANISMS, SecurityConfig, parse_listener
+
+        listeners = [parse_listener(text) for text in listen or ["127.0.0.1:9092"]]
+        security = SecurityConfig(listeners, ssl_cert, ssl_key, ssl_ca, ssl_client_auth.lower(),
+                                  tuple(m.upper() for m in sasl_mechanism or SASL_MECHANISMS), insecure,
+                                  auth_failure_delay_ms)
+        security.validate()
+        if auth_failure_delay_ms < 0:
+            raise UsageError("--auth-failure-delay-ms must be 0 or more")
+        host, port = listeners[0].host, listeners[0].port
         advertised = _address("--advertised-listener", advertised_listener) if advertised_listener else None
         if node_id < 0:
             raise UsageError("--node-id must be 0 or more")
@@ -57,10 +84,12 @@ def register(app: typer.Typer) -> None:
                             level=logging.INFO if verbose else logging.WARNING)
         from klog.server.server import Server
 
-        server = Server(data_dir, listen=(host, port), advertised=advertised, node_id=node_id)
+        server = Server(data_dir, listen=(host, port), advertised=advertised, node_id=node_id, security=security)
 
         def started(s: Server) -> None:
             print(s.startup_line(), file=sys.stderr, flush=True)
+            for warning in security.warnings():
+                print(f"klog serve: warning: {warning}", file=sys.stderr, flush=True)
 
         try:
             server.run(on_started=started)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -21,10 +22,13 @@ TABLE_ROWS_MAX = 1000  # a terminal shows at most this many rows; a pipe gets th
 
 
 def _settings(master: str, conf: list[str] | None, verbose: bool, data_dir: str | None, progress: bool = False):
+    from klog.cli.app import current_cluster
     from klog.spark.launch import check_master
-    from klog.spark.options import resolve_data_dir
+    from klog.spark.options import resolve_data_dir, use_cluster
     from klog.spark.session import SessionSettings, master_of, parse_conf
 
+    target = current_cluster()  # --bootstrap-server / --cluster: sources and sinks read and write there
+    use_cluster({"bootstrap.servers": target.bootstrap, **target.properties} if target else None)
     settings = SessionSettings(master=master, conf=parse_conf(conf), verbose=verbose,
                                data_dir=resolve_data_dir(data_dir), progress=progress,
                                notify=lambda line: print(line, file=sys.stderr))
@@ -39,7 +43,23 @@ def _session(settings) -> Iterator:  # noqa: ANN001 - SessionSettings
     from klog.spark.session import spark_session
 
     with spark_errors(), spark_session(settings) as spark, spark_errors():
-        yield spark
+        try:
+            yield spark
+        finally:
+            _forget_cluster(spark, settings)
+
+
+def _forget_cluster(spark, settings) -> None:  # noqa: ANN001 - SparkSession, SessionSettings
+    """A session that outlives the command (tests, `klog spark run` inside PySpark) goes back to the
+    store: the source registered for a --bootstrap-server command would keep the cluster as default."""
+    from klog.spark.options import cluster_options, use_cluster
+
+    if cluster_options():
+        use_cluster(None)
+        from klog.spark.session import register
+
+        with contextlib.suppress(Exception):  # a session stopped meanwhile has nothing to re-register
+            register(spark, settings.data_dir)
 
 
 def _human_bytes(n: int) -> str:

@@ -70,7 +70,7 @@ def create(
 @app.command("list")
 def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """List topics with partitions, records and size."""
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         infos = [store.describe_topic(t.name) for t in store.list_topics()]
     if as_json:
         for i in infos:
@@ -89,7 +89,7 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
 def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Per partition: leader, replicas, ISR, epoch, log start, high watermark, log end, size, segments,
     each replica's log end (RF > 1) and the dirty ratio (compacted topics)."""
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         info = store.describe_topic(topic)
         configs = store.effective_configs(topic)
         ratios = None

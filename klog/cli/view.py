@@ -28,6 +28,8 @@ STYLES = {
 }
 WRITE_CHUNK_BYTES = 1 << 20
 FLUSH_LINES = 2048  # a burst is drawn in writes of this many lines at most
+SKIP_LAG = 250_000  # -f on a terminal: this many records behind (~5 s of drawing), skip ahead...
+KEEP_RECORDS = 10_000  # ...to the newest this many (split over the partitions)
 HINT_AFTER_S = 1.0  # -f on a terminal: show "waiting for records…" after this long without any
 HINT = "waiting for records… (Ctrl-C to stop)"
 _JSON_TOKEN = re.compile(
@@ -57,8 +59,10 @@ def local_time_wanted(local_time: bool) -> bool:
 
 
 class TerminalView:
-    def __init__(self, show_topic: bool, color: bool = True, local_time: bool = False) -> None:
+    def __init__(self, show_topic: bool, color: bool = True, local_time: bool = False,
+                 skip_lag: int = SKIP_LAG) -> None:
         self.show_topic = show_topic
+        self.skip_lag = skip_lag
         self.color = color
         self.local_time = local_time
         self._second = -1
@@ -115,6 +119,24 @@ class TerminalView:
         return self._json_on[m.lastindex] + m[0] + self._reset
 
     # -- drawing -----------------------------------------------------------------------------------
+    def _keep_up(self, consumer, write: Callable[[bytes], object]) -> None:  # noqa: ANN001 - a Consumer
+        """-f on a terminal that the log outruns: when more than SKIP_LAG records written since the view
+        started wait, jump to the newest KEEP_RECORDS and say how many were skipped (a view must not fall
+        minutes behind). What was there when it started (-o beginning) is drawn whole."""
+        waiting = [(c, c.part.high_watermark(), self._start_hw.get((c.topic, c.partition), 0))
+                   for c in consumer.cursors]
+        if sum(max(0, hw - max(c.offset, start)) for c, hw, start in waiting) <= self.skip_lag:
+            return
+        keep = max(1, KEEP_RECORDS // len(waiting))
+        skipped = 0
+        for c, hw, start in waiting:
+            target = max(hw - keep, start)
+            if target > c.offset:
+                skipped += target - c.offset
+                consumer.seek(c.topic, c.partition, target)
+        if skipped:
+            write(_skip_note(self.color, skipped))
+
     def draw(self, records: Iterable[Record], write: Callable[[bytes], object]) -> None:
         """Draw every record; `write` gets whole lines in bursts (a consumer's on_wait flushes)."""
         buf: list[str] = []
@@ -139,15 +161,25 @@ class TerminalView:
 
         if hasattr(records, "on_wait"):
             records.on_wait = on_wait  # type: ignore[attr-defined]
+        following = getattr(records, "follow", False) and hasattr(records, "cursors")
+        if following:
+            self._start_hw = {(c.topic, c.partition): c.part.high_watermark() for c in records.cursors}
         try:
             for r in records:
                 buf.append(line(r))
                 if len(buf) >= FLUSH_LINES:
                     flush()
+                    if following:
+                        self._keep_up(records, write)
         finally:
             flush()
             if self._hint_shown:
                 write(b"\r\x1b[K")
+
+
+def _skip_note(self_color: bool, skipped: int) -> bytes:
+    note = (f"… {skipped:,} records skipped to keep up with the log (a pipe or --json gets every record) …")
+    return (f"{STYLES['hint']}{note}{RESET}\n" if self_color else note + "\n").encode()
 
 
 def _is_json(data: bytes) -> bool:

@@ -2,7 +2,8 @@
 appended through the producer's path, with idempotent producers' sequence checks.
 
 A batch from a Kafka client is appended as it came, its base offset stamped by the store (outside
-the CRC): no decode, no re-encode, unless the topic forces a timestamp type (LogAppendTime
+the CRC): no decode, no re-encode (so records inside a CRC-valid batch are not parsed here: Kafka
+does parse them; `klog verify` and every reader check them), unless the topic forces a timestamp type (LogAppendTime
 rewrites maxTimestamp and the CRC, as Kafka does) or a compression codec other than the batch's.
 """
 
@@ -28,6 +29,7 @@ from klog.store.format import (
     TRANSACTIONAL_FLAG_MASK,
 )
 
+MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key/value lengths, header count
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
@@ -78,6 +80,10 @@ def check_batch(data: bytes) -> BatchHeader:
     if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
         raise InvalidBatchError(f"record count {header.records_count} does not match last offset delta "
                                 f"{header.last_offset_delta}")
+    if header.codec not in compression.CODEC_NAMES:
+        raise InvalidBatchError(f"unknown compression codec id {header.codec}", corrupt=False)
+    if not header.codec and header.records_count > (header.size - RECORD_BATCH_OVERHEAD) // MIN_RECORD_BYTES:
+        raise InvalidBatchError(f"{header.records_count} records cannot fit in a batch of {header.size} bytes")
     if not codec.crc_ok(data, 0, header):
         raise InvalidBatchError("record batch CRC mismatch")
     if header.attributes & CONTROL_FLAG_MASK:
@@ -244,6 +250,7 @@ class RawAppender:
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()
         self._topic_read: dict[str, float] = {}
+        self._topic_ids: dict[str, str | None] = {}
 
     def lock_for(self, topic: str, partition: int) -> threading.Lock:
         with self._guard:
@@ -253,13 +260,20 @@ class RawAppender:
             return lock
 
     def _refresh_topic(self, topic: str) -> None:
-        """Re-read the topic's metadata (configs another process altered) at most every few seconds."""
+        """Re-read the topic's metadata at most every few seconds: configs another process altered,
+        and a topic deleted and created again by another process (its open files are the old one's)."""
         now = time.monotonic()
         with self._guard:
             if now - self._topic_read.get(topic, 0.0) < TOPIC_REFRESH_S:
                 return
             self._topic_read[topic] = now
             self.store.forget_topic_cache(topic)
+            found = self.store.topics.find(topic)
+            topic_id = found.topic_id if found is not None else None
+            if self._topic_ids.get(topic, topic_id) != topic_id:
+                self.store.forget_topic(topic)
+                self.producers.forget(topic)
+            self._topic_ids[topic] = topic_id
 
     def forget_topic(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
@@ -267,6 +281,7 @@ class RawAppender:
             self.producers.forget(topic)
 
     def partition(self, topic: str, partition: int):  # noqa: ANN201 - Partition
+        self._refresh_topic(topic)
         with self._guard:  # Store's partition cache is a plain dict
             return self.store.partition(topic, partition)
 
@@ -276,7 +291,7 @@ class RawAppender:
         header = check_batch(data)
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
-        self._refresh_topic(topic)
+        part = self.partition(topic, partition)  # refreshes the topic's metadata when due
         configs = self.store.effective_configs(topic)
         max_bytes = int(configs["max.message.bytes"])
         wanted_codec = configs["compression.type"]
@@ -291,7 +306,6 @@ class RawAppender:
             append_time = int(time.time() * 1000)
             data = with_log_append_time(data, append_time)
         key = (topic, partition)
-        part = self.partition(topic, partition)
         with self.lock_for(topic, partition):
             try:
                 self.producers.check(key, part, header)

@@ -118,7 +118,7 @@ def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
                                    f"(delete it first or import into another data directory)")
     start_offsets = _log_start_offsets({os.path.dirname(f) for f in folders.values()})
     for topic, count in sorted(topics.items()):
-        store.create_topic(topic, count, replication_factor=1)
+        store.create_topic(topic, count, replication_factor=1, adopt_folders=True)
     return [_import_partition(store, topic, p, folders[(topic, p)], start_offsets.get((topic, p)))
             for topic, p in sorted(folders)]
 

@@ -55,6 +55,10 @@ def write_kafka_checkpoints(store) -> None:
     replication: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
     log_start: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
     for topic in store.list_topics():
+        try:
+            topic_id = checkpoints.kafka_uuid(topic.topic_id)
+        except (ValueError, TypeError, AttributeError):
+            topic_id = None  # not a UUID (an old store's id): no partition.metadata
         for p, pm in enumerate(topic.partitions):
             snap = store.partition(topic.name, p).snapshot()
             for d in pm.replicas:
@@ -76,8 +80,9 @@ def write_kafka_checkpoints(store) -> None:
                 epochs = [(e, o) for e, o in pm.epochs if o <= end]
                 _write_if_changed(os.path.join(folder, LEADER_EPOCH_CHECKPOINT),
                                   checkpoints.checkpoint_text([f"{e} {o}" for e, o in epochs]))
-                _write_if_changed(os.path.join(folder, "partition.metadata"),
-                                  f"version: 0\ntopic_id: {checkpoints.kafka_uuid(topic.topic_id)}\n")
+                if topic_id is not None:
+                    _write_if_changed(os.path.join(folder, "partition.metadata"),
+                                      f"version: 0\ntopic_id: {topic_id}\n")
     for d in store.log_dir_ids():
         path = store.data_dir.log_dir_path(d)
         if not os.path.isdir(path):

@@ -104,6 +104,8 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
 def epoch_end_offset(epochs: list[list[int]], epoch: int, leader_end: int) -> int:
     """Where `epoch` ended on the leader: the start of the first later epoch, else its log end
     (Kafka's OffsetsForLeaderEpoch answer for the largest epoch <= `epoch`)."""
+    if epoch < 0:  # a Kafka v0/v1 message set has no epoch: nothing to go by (the byte comparison decides)
+        return leader_end
     later = [start for e, start in epochs if e > epoch]
     return min(later) if later else leader_end
 
@@ -133,6 +135,9 @@ def _truncate_divergent_suffix(leader: PartitionLog, follower: PartitionLog) -> 
     raise StorageError(f"could not find where {follower.directory} agrees with its leader")
 
 
+DATA_LOSS_PREFIX = "data loss: "  # a warning that starts so makes the command exit 1 (klog/cli/app.py)
+
+
 class ReplicaManager:
     """Runs under a partition's lock: reconcile replicas with metadata, then append."""
 
@@ -160,7 +165,7 @@ class ReplicaManager:
                 self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])
                 states[d] = health.OK
-        hw = part.high_watermark()
+        hw = part.snapshot().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
         for d in list(meta.isr):
             if states[d] == health.OK and hw > 0 and not os.path.isdir(replica_path(store, topic, partition, d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
@@ -177,6 +182,9 @@ class ReplicaManager:
                                 f"(replicas {meta.replicas}: {', '.join(f'{d} {states[d]}' for d in meta.replicas)})")
         part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [d for d in meta.isr if d != meta.leader]))
         part.open_for_write()
+        if part.state_rebuilt:
+            self.warn(part.state_rebuilt)
+            part.state_rebuilt = None
         self._restore_leader_tail(part, hw)
         leader = part.leader
         if meta.leader_epoch != before.leader_epoch:
@@ -215,6 +223,10 @@ class ReplicaManager:
                 why = f"{leader.directory}: {e.strerror or e}"
                 raise LeaderAppendError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
                                         f"{e.strerror or e}", why) from None
+        if leader.log_end_offset < hw:
+            self.warn(f"{DATA_LOSS_PREFIX}committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-"
+                      f"{part.partition} are gone from every replica; the bytes cut are kept in .corrupt files "
+                      f"in {leader.directory} (klog verify lists them)")
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
         """A writer killed between the leader's append and a follower's left that follower short

@@ -8,11 +8,11 @@ import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
+from klog.errors import KlogError, StorageError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.meta.db import MetaDB
 from klog.meta.topics import TopicMeta, TopicsMeta
 from klog.store.config import CONFIG_KEYS, LogConfig
-from klog.store.format import partition_dir_name
+from klog.store.format import parse_partition_dir, partition_dir_name
 from klog.store.layout import DataDir, default_data_dir
 from klog.store.names import partition_file_stem, validate_topic_name
 from klog.store.partition import Partition
@@ -62,11 +62,13 @@ class Store:
     """
 
     def __init__(self, path: str | None = None, create: bool = True, log_dirs: list[str] | None = None,
-                 on_warning: Callable[[str], None] | None = None) -> None:
+                 on_warning: Callable[[str], None] | None = None, read_only: bool = False) -> None:
         self.warn = on_warning or _log_warning
-        self.data_dir = DataDir.open(path or default_data_dir(), create=create, log_dirs=log_dirs)
+        self.read_only = read_only
+        self.data_dir = DataDir.open(default_data_dir() if path is None else path, create=create,
+                                     log_dirs=log_dirs, read_only=read_only)
         self.path = self.data_dir.path
-        self.meta = MetaDB(self.data_dir.meta_dir)
+        self.meta = MetaDB(self.data_dir.meta_dir, read_only=read_only)
         self.topics = TopicsMeta(self.meta)
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._topic_cache: dict[str, TopicMeta] = {}
@@ -111,10 +113,15 @@ class Store:
         return [d for d in self.log_dir_ids() if dir_health(self, d) in (health.OK, health.REPLACED)]
 
     def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                     configs: dict[str, str] | None = None, exist_ok: bool = False) -> TopicMeta:
+                     configs: dict[str, str] | None = None, exist_ok: bool = False,
+                     adopt_folders: bool = False) -> TopicMeta:
+        """`adopt_folders`: partition folders already there are the topic's own (`klog dirs import`
+        adopting a Kafka broker's folders in place); otherwise they are refused as leftovers."""
         partitions = partitions if partitions is not None else int(self.data_dir.default("num.partitions"))
         rf = replication_factor if replication_factor is not None else int(
             self.data_dir.default("default.replication.factor"))
+        if not adopt_folders and not (exist_ok and self.topics.find(name) is not None):
+            self._refuse_leftover_folders(name)
         topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
                                    exist_ok=exist_ok)
         self._topic_cache.pop(name, None)
@@ -152,13 +159,35 @@ class Store:
         return topic
 
     def delete_topic(self, name: str) -> TopicMeta:
-        topic = self.topics.delete(name)
+        """Delete a topic's records and metadata; never half: the partition folders are first
+        renamed aside (`.<topic id>.<partition>.deleting`, as Kafka renames to `-delete`), and if one cannot be, the
+        others are put back and nothing is deleted. Only then does the metadata go, and the
+        renamed folders are removed; any file that cannot be is named in a StorageError (a
+        folder under its `.deleting` name is never read as the topic again)."""
+        topic = self.topics.get(name)
         self._forget(name)
         self.kafka_checkpoints_due = True
+        moved: list[tuple[str, str]] = []
         for p, pm in enumerate(topic.partitions):
-            folder = partition_dir_name(name, p)
             for d in pm.replicas:
-                shutil.rmtree(os.path.join(self.data_dir.log_dir_path(d), folder), ignore_errors=True)
+                folder = os.path.join(self.data_dir.log_dir_path(d), partition_dir_name(name, p))
+                # short, whatever the topic's length; never parses as a partition folder
+                aside = os.path.join(os.path.dirname(folder), f".{topic.topic_id}.{p}.deleting")
+                try:
+                    os.rename(folder, aside)
+                except FileNotFoundError:
+                    continue
+                except OSError as e:
+                    for old, new in reversed(moved):
+                        os.rename(new, old)
+                    raise StorageError(f"cannot delete topic '{name}': {folder}: {e.strerror}; "
+                                       f"nothing was deleted") from None
+                moved.append((folder, aside))
+        self.topics.delete(name)
+        left: list[str] = []
+        for _, aside in moved:
+            shutil.rmtree(aside, onerror=lambda _f, path, exc: left.append(f"{path}: {exc[1].strerror or exc[1]}"))
+        for p in range(len(topic.partitions)):
             stem = partition_file_stem(name, p)
             for path in (os.path.join(self.data_dir.state_dir, stem + ".state"),
                          os.path.join(self.data_dir.state_dir, stem + ".cleaner"),
@@ -167,7 +196,33 @@ class Store:
                     os.unlink(path)
                 except FileNotFoundError:
                     pass
+                except OSError as e:
+                    left.append(f"{path}: {e.strerror}")
+        if left:
+            raise StorageError(f"deleted topic '{name}', but could not remove {len(left)} file(s): {left[0]}"
+                               + (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
         return topic
+
+    def forget_topic(self, name: str) -> None:
+        """Drop everything cached about the topic, open partitions included (deleted and created
+        again by another process: the open files are the old topic's)."""
+        self._forget(name)
+
+    def _refuse_leftover_folders(self, name: str) -> None:
+        """A folder named like one of the topic's partitions, holding files, in any log directory:
+        its metadata was lost (an emptied data.mdb) or a delete was cut short. Creating the topic
+        over it would bring old records back as new ones."""
+        for log_dir in self.data_dir.log_dirs:
+            root = self.data_dir.log_dir_path(log_dir.id)
+            try:
+                names = os.listdir(root)
+            except OSError:
+                continue
+            for n in names:
+                parsed = parse_partition_dir(n)
+                if parsed is not None and parsed[0] == name and os.listdir(os.path.join(root, n)):
+                    raise StorageError(f"cannot create topic '{name}': {os.path.join(root, n)} already holds a "
+                                       f"partition no metadata names (lost metadata?); move it away first")
 
     def forget_topic_cache(self, name: str) -> None:
         """Metadata changed underneath (ISR, leader): re-read it next time."""

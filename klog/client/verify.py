@@ -8,9 +8,12 @@ partition's next write.
 
 from __future__ import annotations
 
+import os
+
 from klog.client.replication import ReplicaManager, catch_up
 from klog.errors import KlogError
 from klog.store.inspect import check_segment
+from klog.store.segment import CORRUPT_SUFFIX
 
 
 def verify_store(store, topic: str | None = None, repair: bool = False) -> list[dict]:
@@ -23,13 +26,18 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
             pm = meta.partitions[p]
             order = [pm.leader] + [r for r in pm.isr if r != pm.leader]
             part.set_replica_dirs([store.data_dir.log_dir_path(d) for d in order])
-            checked = [(d, replica, _check_replica(replica)) for d, replica in zip(order, part.replicas, strict=True)]
+            snap = part.state.read_valid()
+            checked = [(d, replica, _check_replica(replica, snap)) for d, replica in zip(order, part.replicas,
+                                                                                         strict=True)]
+            state_problem = _check_state(part, snap)
             for d, replica, (problems, fixable_at) in checked:
+                problems = problems + ([state_problem] if state_problem and d == pm.leader else [])
                 report = {"topic": name, "partition": p, "log_dir": d, "ok": not problems, "repaired": False,
                           "problems": list(problems)}
                 if repair and problems:
                     healthy = next((r for _, r, (probs, _) in checked if not probs and r is not replica), None)
-                    report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"])
+                    report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"],
+                                                 snap.high_watermark if snap is not None else 0)
                 reports.append(report)
             if repair:
                 reports.extend(_rejoin(store, name, p, part))
@@ -41,7 +49,6 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
 def _unknown_partition_folders(store) -> list[dict]:
     """Partition folders no topic owns (a Kafka broker's, copied in by hand): never touched, and
     the report says how to adopt them."""
-    import os
 
     from klog.store.format import LOG_SUFFIX, parse_partition_dir
 
@@ -69,6 +76,14 @@ def _unknown_partition_folders(store) -> list[dict]:
     return reports
 
 
+def _check_state(part, snap) -> str | None:
+    """The state file must be readable wherever the log holds data (the log end against the high
+    watermark is checked per replica)."""
+    if snap is None and part.holds_data():
+        return f"{part.state.path}: missing or damaged, so the high watermark is unknown"
+    return None
+
+
 def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
     """Catch up the healthy out-of-sync replicas now; one report for each that rejoined."""
     before = set(store.topics.get(topic).partitions[partition].isr)
@@ -83,27 +98,88 @@ def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
             for d in after if d not in before]
 
 
-def _check_replica(replica) -> tuple[list[str], int | None]:
+def _check_replica(replica, snap) -> tuple[list[str], int | None]:
     """Problems found, and the offset to truncate at when the log itself is damaged."""
+    if os.path.islink(replica.directory):
+        return [f"{replica.directory}: a symbolic link, not a partition folder (klog never follows it)"], None
+    if not os.path.isdir(replica.directory):
+        if snap is None or snap.high_watermark == 0:
+            return [], None  # a partition never written has no folder yet
+        return [f"{replica.directory}: the partition folder is missing (high watermark {snap.high_watermark})"], 0
     replica.refresh_segments()
-    problems: list[str] = []
+    problems = _kept_corrupt_bytes(replica.directory)
     cut_at = None
+    expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
+    log_end = None
     for i, base in enumerate(replica.bases):
         segment = replica.segments[base]
-        check = check_segment(segment)
-        if check.index_problems:  # one line per segment: a broken index can have millions of bad entries
-            more = len(check.index_problems) - 1
-            problems.append(f"{segment.offset_index.path}: {len(check.index_problems)} index problems: "
-                            f"{check.index_problems[0]}" + (f" (and {more} more)" if more else ""))
+        try:
+            check = check_segment(segment)
+        except OSError as e:  # unreadable (EIO, EACCES, not a file): damage a reader would hit too
+            problems.append(f"{segment.log_path}: cannot read: {e.strerror or e}")
+            cut_at = base if expected is None else min(base, expected)
+            break
+        problems.extend(_index_problem_lines(segment, check.index_problems))
+        if expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i):
+            problems.append(f"{segment.log_path}: " + (f"offsets {expected}..{check.first_offset - 1} are missing"
+                            if check.first_offset > expected else f"overlaps the segment before (from {expected})"))
+            cut_at = expected
+            break
         if check.log_problem:
             last = i == len(replica.bases) - 1
             problems.append(f"{segment.log_path}: {check.log_problem}" + ("" if last else " (before the log's tail)"))
             cut_at = check.valid_next_offset if check.valid_next_offset is not None else base
             break
+        if check.valid_next_offset is not None:
+            expected = log_end = check.valid_next_offset
+        elif i and expected is not None and base != expected:
+            problems.append(f"{segment.log_path}: an empty segment at offset {base}, but the log before it ends "
+                            f"at {expected}")
+            cut_at = expected
+            break
+    if not problems and snap is not None and (log_end or 0) < snap.high_watermark:
+        problems.append(f"{replica.directory}: the log ends at offset {log_end or 0}, below the high watermark "
+                        f"{snap.high_watermark}")
+        cut_at = log_end or 0
     return problems, cut_at
 
 
-def _repair(part, replica, cut_at: int | None, healthy, notes: list[str]) -> bool:
+def _kept_corrupt_bytes(folder: str) -> list[str]:
+    """`.corrupt` files recovery left: acknowledged records it had to cut (loud until deleted)."""
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(CORRUPT_SUFFIX):
+            path = os.path.join(folder, name)
+            out.append(f"{path}: {os.path.getsize(path)} bytes of acknowledged records that recovery cut from the "
+                       f"log as damaged; inspect them, then delete the file")
+    return out
+
+
+def _follows(first: int, expected: int, i: int) -> bool:
+    """A segment's first batch starts where the log before it ends (the first segment may also
+    start inside its first batch's range when delete-records moved the start into it)."""
+    return first == expected or (i == 0 and first < expected)
+
+
+def _index_problem_lines(segment, found: list[str]) -> list[str]:
+    """One line per index file (a broken index can have millions of bad entries), each under its
+    own path: time-index problems name the .timeindex."""
+    lines = []
+    for path, problems in ((segment.offset_index.path, [x for x in found if not x.startswith("time index")]),
+                           (segment.time_index.path, [x for x in found if x.startswith("time index")])):
+        if problems:
+            more = len(problems) - 1
+            lines.append(f"{path}: {len(problems)} index problems: {problems[0]}" + (f" (and {more} more)" if more
+                                                                                     else ""))
+    return lines
+
+
+def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: int) -> bool:
+    if cut_at is not None and healthy is None and cut_at < hw:
+        # cutting would drop committed records nobody else holds (and what follows the damage):
+        # leave the files for inspection; readers keep failing loudly at the damage
+        notes.append(f"not repaired: offsets {cut_at}..{hw - 1} are committed and no intact replica holds them")
+        return False
     with part.lock:
         part.open_for_write()
         if cut_at is None:
@@ -116,8 +192,5 @@ def _repair(part, replica, cut_at: int | None, healthy, notes: list[str]) -> boo
         if healthy is not None:
             end = catch_up(healthy, replica, healthy.log_end_offset)
             notes.append(f"repaired: re-copied offsets {cut_at}..{end} from {healthy.directory}")
-        elif cut_at < part.high_watermark():
-            notes.append(f"records from offset {cut_at} were lost: no intact replica holds them")
-            return False
         part.publish()
     return True

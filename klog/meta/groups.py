@@ -41,6 +41,7 @@ TP = tuple[str, int]
 # (assignor name, member -> subscribed topics, topic -> partition count, member -> current target) -> targets
 AssignFn = Callable[[str, dict[str, list[str]], dict[str, int], dict[str, list[TP]]], dict[str, list[TP]]]
 
+GROUP_ID_BYTES_MAX = 399  # its metadata keys' prefix must survive LMDB key shortening (meta/db.py)
 GROUP_ID_CHARS_MAX = 255
 SESSION_TIMEOUT_MS_DEFAULT = 45_000  # Kafka's session.timeout.ms default
 
@@ -50,8 +51,10 @@ def now_ms() -> int:
 
 
 def validate_group_id(group: str) -> None:
-    if not group or len(group) > GROUP_ID_CHARS_MAX or not group.isprintable() or "\0" in group:
-        raise UsageError(f"invalid group id {group!r}: use 1-{GROUP_ID_CHARS_MAX} printable characters")
+    if (not group or len(group) > GROUP_ID_CHARS_MAX or not group.isprintable() or "\0" in group
+            or len(group.encode()) > GROUP_ID_BYTES_MAX):
+        raise UsageError(f"invalid group id {group!r}: use 1-{GROUP_ID_CHARS_MAX} printable characters "
+                         f"(at most {GROUP_ID_BYTES_MAX} bytes in UTF-8)")
 
 
 def tp_key(tp: TP) -> str:

@@ -66,6 +66,8 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool) -> tuple[E, st
         if getattr(t, "assignments", ()):
             raise UsageError("manual replica assignments are not supported (klog places replicas itself)")
         name = str(t.name)
+        if not (ctx.authorize("CREATE", "CLUSTER", "kafka-cluster") or ctx.authorize("CREATE", "TOPIC", name)):
+            return E.topic_authorization_failed, f"{ctx.principal} may not create topic '{name}'", None
         validate_topic_name(name)
         configs = validate_configs({c.name: c.value for c in t.configs if c.value is not None})
         partitions = None if int(t.num_partitions) == -1 else int(t.num_partitions)
@@ -113,6 +115,8 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> tuple[E
             if not found:
                 return E.unknown_topic_id, None, f"unknown topic id {topic_id}", topic_id
             name = found[0].name
+        if not ctx.authorize("DELETE", "TOPIC", name):
+            return E.topic_authorization_failed, name, f"{ctx.principal} may not delete it", topic_id or ZERO_UUID
         ctx.server.appender.forget_topic(name)
         meta = store.delete_topic(name)
         ctx.log.info("deleted topic '%s' (client %s)", name, ctx.client_id)
@@ -139,6 +143,8 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
 def _grow(ctx: RequestContext, t: Any, validate_only: bool) -> tuple[E, str | None]:
     store = ctx.store
     try:
+        if not ctx.authorize("ALTER", "TOPIC", str(t.name)):
+            return E.topic_authorization_failed, f"{ctx.principal} may not alter topic '{t.name}'"
         if t.assignments:
             raise UsageError("manual replica assignments are not supported (klog places replicas itself)")
         meta = store.topics.get(str(t.name))
@@ -169,6 +175,11 @@ def _describe_resource(ctx: RequestContext, mod: Any, r: Any) -> Any:
     store = ctx.store
     rtype, name = int(r.resource_type), str(r.resource_name)
     keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+    if not ctx.authorize("DESCRIBE_CONFIGS", *(("TOPIC", name) if rtype == TOPIC_RESOURCE
+                                              else ("CLUSTER", "kafka-cluster"))):
+        error = E.topic_authorization_failed if rtype == TOPIC_RESOURCE else E.cluster_authorization_failed
+        return make(mod.DescribeConfigsResult, error_code=error, error_message=None, resource_type=rtype,
+                    resource_name=name, configs=())
     try:
         if rtype == TOPIC_RESOURCE:
             topic = store.topics.get(name)
@@ -208,6 +219,8 @@ def _alter(ctx: RequestContext, r: Any, validate_only: bool, incremental: bool) 
     try:
         if int(r.resource_type) != TOPIC_RESOURCE:
             raise UsageError("only topic configs can be altered (the store defaults: klog dirs)")
+        if not ctx.authorize("ALTER_CONFIGS", "TOPIC", name):
+            return E.topic_authorization_failed, f"{ctx.principal} may not alter configs of topic '{name}'"
         topic = store.topics.get(name)
         if incremental:
             current = dict(topic.configs)
@@ -321,6 +334,8 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
 def _epoch_end(ctx: RequestContext, topic: str, index: int, epoch: int) -> tuple[E, int, int]:
     """Kafka's OffsetsForLeaderEpoch: the largest epoch <= `epoch` and where it ends (the start of
     the next epoch, or the log end for the current one), from the partition's epoch history."""
+    if not ctx.authorize("DESCRIBE", "TOPIC", topic):
+        return E.topic_authorization_failed, -1, -1
     try:
         meta = ctx.store.topics.get(topic)
         if not 0 <= index < len(meta.partitions):
@@ -356,6 +371,8 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
 
 def _delete_records(ctx: RequestContext, topic: str, index: int, offset: int) -> tuple[E, int]:
     store = ctx.store
+    if not ctx.authorize("DELETE", "TOPIC", topic):
+        return E.topic_authorization_failed, -1
     try:
         part = ctx.server.appender.partition(topic, index)
         target = part.high_watermark() if offset == -1 else offset

@@ -42,6 +42,23 @@ class RequestContext:
     principal: str = ANONYMOUS
     correlation_id: int = 0
     server: Any = field(default=None, repr=False)  # klog.server.server.Server (shared state: producers, waiters)
+    security: Any = None  # klog.server.security.ConnectionSecurity: listener, principal, SASL state
+
+    def authorize(self, operation: Any, resource_type: Any, name: str) -> bool:
+        """Whether the caller may do `operation` ('WRITE' or klog.security.acl.Operation) on the
+        resource ('TOPIC', 'GROUP', 'CLUSTER', 'TRANSACTIONAL_ID'), by the store's ACLs."""
+        security = getattr(self.server, "security", None)
+        if security is None:
+            return True
+        return security.authorizer.allows(self.principal, self.client_host, operation, resource_type, name)
+
+    def authorize_any(self, operation: Any, resource_type: Any) -> bool:
+        """Whether the caller may do `operation` on some resource of the type (an idempotent producer
+        needs Write on any topic, Kafka's KIP-679)."""
+        security = getattr(self.server, "security", None)
+        if security is None:
+            return True
+        return security.authorizer.allows_any(self.principal, self.client_host, operation, resource_type)
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` in the server's thread pool, awaited."""

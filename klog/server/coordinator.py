@@ -114,12 +114,14 @@ class GroupStateMachine:
     def __init__(self, clock: Callable[[], int], *, min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
                  max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
                  initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS,
-                 on_change: Callable[[Group], None] | None = None) -> None:
+                 on_change: Callable[[Group], None] | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
         self.clock = clock
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.on_change = on_change or (lambda group: None)
+        self.log = log or (lambda text: None)  # one line per rebalance and per expelled member
         self.groups: dict[str, Group] = {}
 
     # -- JoinGroup ---------------------------------------------------------------------------------
@@ -257,6 +259,7 @@ class GroupStateMachine:
         """End PreparingRebalance: drop members that did not re-join, start the next generation."""
         now = self.clock()
         for m in [m for m in group.members.values() if m.join_cb is None]:
+            self.log(f"member {m.member_id} of group '{group.group_id}' did not re-join in time: removed")
             self._remove(group, m.member_id)
         group.join_deadline = None
         group.initial_delay = False
@@ -268,6 +271,8 @@ class GroupStateMachine:
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.state = COMPLETING
+        self.log(f"group '{group.group_id}' generation {group.generation}: {len(group.members)} member(s), "
+                 f"protocol {group.protocol_name}, leader {group.leader}")
         for m in group.members.values():
             m.assignment = b""
             m.deadline = now + m.session_timeout_ms
@@ -409,6 +414,8 @@ class GroupStateMachine:
                 del group.pending[mid]
                 changed = True
             for m in [m for m in group.members.values() if m.deadline <= now and not self._kept_alive(group, m)]:
+                self.log(f"member {m.member_id} of group '{group.group_id}' sent no heartbeat for "
+                         f"{m.session_timeout_ms} ms: removed")
                 self._expel(group, m.member_id)
                 changed = True
             if group.state == PREPARING and group.join_deadline is not None and group.join_deadline <= now:
@@ -447,6 +454,11 @@ class GroupStateMachine:
             member.sync_cb(SyncResult(E.unknown_member_id))
         if group.leader == member_id:
             group.leader = next(iter(group.members), None)
+
+    def seed_generation(self, group_id: str, generation: int) -> None:
+        """Start a group this node does not hold yet at a generation stored earlier."""
+        if generation > 0 and group_id not in self.groups:
+            self.groups[group_id] = Group(group_id, generation=generation)
 
     # -- admin ---------------------------------------------------------------------------------------
     def delete(self, group_id: str) -> E:

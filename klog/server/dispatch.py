@@ -4,8 +4,8 @@ so the server advertises exactly what it implements.
 A handler is `async fn(ctx: RequestContext, request) -> response | None`: `request` and the
 response are kio dataclasses of the request's version (`None`: send nothing, as for acks=0
 produce); a handler may also return a framing.RawBody whose bytes go out as they are (fetch's
-zero-copy path). Handler modules export `HANDLERS` (dict of the same shape); groups.py exports
-`GROUP_HANDLERS` and the `GroupCoordinator` the server shares between connections.
+zero-copy path). This package's handler modules register with @register; groups.py exports
+`GROUP_HANDLERS` (the same shape) and the `GroupCoordinator` the server shares between connections.
 """
 
 from __future__ import annotations
@@ -84,12 +84,14 @@ def load_handlers() -> dict[int, Handler]:
         _loaded = True
         import importlib
 
-        for name in ("metadata", "produce", "producers", "fetch", "offsets", "admin"):
+        from klog.server.groups import GROUP_HANDLERS
+
+        for name in ("metadata", "produce", "producers", "fetch", "offsets", "admin", "sasl", "acl_apis"):
             importlib.import_module(f"klog.server.{name}")
-        try:
-            from klog.server.groups import GROUP_HANDLERS
-        except ImportError:  # the group APIs land from their own branch
-            GROUP_HANDLERS = {}  # noqa: N806
         for key, (fn, lo, hi) in GROUP_HANDLERS.items():
             HANDLERS[key] = Handler(fn, lo, hi)
+        from klog.server.security import guard_group_apis, guard_group_lists
+
+        guard_group_apis(HANDLERS)  # GROUP_AUTHORIZATION_FAILED under ACLs
+        guard_group_lists(HANDLERS)
     return HANDLERS

@@ -15,7 +15,9 @@ answer, so clients send full fetch requests.
 from __future__ import annotations
 
 import struct
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +25,17 @@ from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, Unkno
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.framing import FileRange, RawBody
-from klog.server.kafka import E, response_for
+from klog.server.kafka import E, response_for, topic_uuid
 
 FETCH = 1
 POLL_S = 0.02
-MAX_VERSION = 12
+MAX_VERSION = 16  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
+READ_COMMITTED = 1  # the request's isolation_level
+
+# read_committed fetches: one StableView per partition object (its per-segment scans are cached),
+# each behind a lock since fetches are answered from several threads
+_stable_views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_stable_lock = threading.Lock()
 
 
 @dataclass
@@ -37,6 +45,8 @@ class PartitionAnswer:
     high_watermark: int = -1
     log_start_offset: int = -1
     range: Any = None  # klog.store.log.ByteRange
+    last_stable_offset: int = -1
+    aborted: list[tuple[int, int]] = field(default_factory=list)  # (producer id, first offset)
 
     @property
     def size(self) -> int:
@@ -47,12 +57,27 @@ class PartitionAnswer:
 class TopicAnswer:
     name: str
     partitions: list[PartitionAnswer] = field(default_factory=list)
+    topic_id: Any = None  # uuid.UUID: v13+ name topics by id
 
 
-def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int) -> PartitionAnswer:
+def _stable(part: Any) -> tuple[Any, threading.Lock]:
+    from klog.store.txn import StableView
+
+    with _stable_lock:
+        found = _stable_views.get(part)
+        if found is None or found[0].replica is not part.leader:
+            found = (StableView(part.leader), threading.Lock())
+            _stable_views[part] = found
+        return found
+
+
+def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool) -> PartitionAnswer:
     """One partition's answer: its offsets and where its bytes are (lock-free, any process)."""
     index = int(p.partition)
     answer = PartitionAnswer(index)
+    if not ctx.authorize("READ", "TOPIC", topic):
+        answer.error = E.topic_authorization_failed
+        return answer
     try:
         part = ctx.server.appender.partition(topic, index)
         snap = part.snapshot()
@@ -67,14 +92,29 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int) -> Par
         answer.error = E.kafka_storage_error
         return answer
     answer.high_watermark, answer.log_start_offset = hw, start
+    answer.last_stable_offset = upper = hw  # klog serve writes no transactions; imported logs may hold some
     offset = int(p.fetch_offset)
     if offset < start or offset > hw:
         answer.error = E.offset_out_of_range
         return answer
-    if offset == hw or budget <= 0:
+    stable = None
+    if committed:  # read_committed: never past the last stable offset, and name the aborted transactions
+        stable, lock = _stable(part)
+        try:
+            with lock:
+                answer.last_stable_offset = upper = stable.refresh(hw)
+        except (KlogError, OSError) as e:
+            ctx.log.warning("fetch %s-%d: %s", topic, index, e)
+            answer.error = E.kafka_storage_error
+            return answer
+    if offset >= upper or budget <= 0:
         return answer
     try:
-        answer.range = part.byte_range(offset, min(int(p.partition_max_bytes), budget), hw)
+        answer.range = part.byte_range(offset, min(int(p.partition_max_bytes), budget), upper)
+        if stable is not None and answer.range is not None:
+            with lock:
+                aborted = stable.aborted_between(offset, upper)
+            answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
     except CorruptLogError as e:
         ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
         answer.error = E.corrupt_message
@@ -86,11 +126,23 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int) -> Par
 
 def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
     budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
+    by_id = None
+    committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     out = []
     for t in request.topics:
-        answer = TopicAnswer(str(t.topic))
+        if hasattr(t, "topic_id"):  # v13+: topics by id
+            if by_id is None:
+                by_id = {topic_uuid(m.topic_id): m.name for m in ctx.store.list_topics()}
+            name = by_id.get(t.topic_id)
+            answer = TopicAnswer(name or "", topic_id=t.topic_id)
+            if name is None:
+                answer.partitions = [PartitionAnswer(int(p.partition), E.unknown_topic_id) for p in t.partitions]
+                out.append(answer)
+                continue
+        else:
+            answer = TopicAnswer(str(t.topic))
         for p in t.partitions:
-            pa = _read_partition(ctx, answer.name, p, budget)
+            pa = _read_partition(ctx, answer.name, p, budget, committed)
             budget -= pa.size
             answer.partitions.append(pa)
         out.append(answer)
@@ -134,7 +186,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         _close(answers)
         # wait for a high watermark to move: woken by this server's appends, and a state-file read
         # per partition every POLL_S for other processes' (the full answer is rebuilt only then)
-        marks = [(t.name, p.partition, p.high_watermark) for t in answers for p in t.partitions]
+        marks = [(t.name, p.partition, p.high_watermark) for t in answers for p in t.partitions if t.name]
         while not ctx.server.stopping:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -164,15 +216,22 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
     head += _uvarint(len(answers) + 1) if flexible else struct.pack(">i", len(answers))
     buf = head
     for t in answers:
-        name = t.name.encode()
-        buf += (_uvarint(len(name) + 1) if flexible else struct.pack(">h", len(name))) + name
+        if version >= 13:
+            buf += t.topic_id.bytes
+        else:
+            name = t.name.encode()
+            buf += (_uvarint(len(name) + 1) if flexible else struct.pack(">h", len(name))) + name
         buf += _uvarint(len(t.partitions) + 1) if flexible else struct.pack(">i", len(t.partitions))
         for p in t.partitions:
             buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
-            buf += struct.pack(">q", p.high_watermark)  # last stable offset: no transactions
+            buf += struct.pack(">q", p.last_stable_offset)
             if version >= 5:
                 buf += struct.pack(">q", p.log_start_offset)
-            buf += _uvarint(1) if flexible else struct.pack(">i", 0)  # aborted transactions: none
+            buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
+            for producer_id, first_offset in p.aborted:
+                buf += struct.pack(">qq", producer_id, first_offset)
+                if flexible:
+                    buf += b"\0"  # the aborted transaction's tagged fields
             if version >= 11:
                 buf += struct.pack(">i", -1)  # preferred read replica: none
             size = p.size

@@ -158,6 +158,8 @@ class RawBody:
             for part in self.parts:
                 if isinstance(part, bytes):
                     writer.write(part)
+                elif part.count and writer.get_extra_info("ssl_object") is not None:
+                    await _send_through_tls(writer, part)  # TLS encrypts in this process: no sendfile
                 elif part.count:
                     await writer.drain()
                     sent = await loop.sendfile(writer.transport, _FdView(part.fd), part.offset, part.count)
@@ -166,3 +168,20 @@ class RawBody:
             await writer.drain()
         finally:
             self.close()
+
+
+TLS_CHUNK_BYTES = 1 << 20
+
+
+async def _send_through_tls(writer: Any, part: FileRange) -> None:
+    """A file range to a TLS connection: read (pread, the page cache) and write in bounded chunks."""
+    import os
+
+    done = 0
+    while done < part.count:
+        chunk = os.pread(part.fd, min(TLS_CHUNK_BYTES, part.count - done), part.offset + done)
+        if not chunk:  # the file shrank under us (retention): the frame is broken
+            raise ConnectionError(f"read {done} of {part.count} bytes")
+        writer.write(chunk)
+        done += len(chunk)
+        await writer.drain()

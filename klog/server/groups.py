@@ -16,9 +16,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from klog.errors import GroupError, KlogError, UsageError
 from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time, validate_group_id
@@ -41,25 +40,56 @@ def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+class _Summary(NamedTuple):
+    """What LMDB is told about a group (taken on the event loop, written in the thread pool)."""
+
+    group_id: str
+    generation: int
+    protocol: str | None
+    members: list[Member]
+    targets: dict[str, list[tuple[str, int]]] | None  # None: not stable (no assignment to show)
+
+
 class GroupCoordinator:
     """The server's one coordinator: the state machine, its timer, and the LMDB side."""
 
-    def __init__(self, store: Any, broker: Any, executor: Any, **machine_settings: int) -> None:
+    def __init__(self, store: Any, broker: Any, executor: Any) -> None:
         self.store = store
         self.broker = broker
         self.executor = executor
-        self.meta = GroupsMeta(store.meta)
-        self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, **machine_settings)
-        pid = os.getpid()
         self._log = logging.getLogger("klog.serve")
+        self.meta = GroupsMeta(store.meta)
+        self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, log=self._log_event,
+                                         **self._settings())
+        pid = os.getpid()
         self.served_by = f"klog serve pid {pid}"
         self._pid_start = process_start_time(pid)
         self._boot_id = current_boot_id().hex()
-        self._host = socket.gethostname()
         self._timer: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self._dirty: set[str] = set()
         self._writer: asyncio.Task | None = None
+
+    def _log_event(self, text: str) -> None:
+        """The state machine's lines (member ids and protocol names come from clients: escaped)."""
+        self._log.info("%s", text if text.isprintable() else text.encode("unicode_escape").decode("ascii"))
+
+    def _settings(self) -> dict[str, int]:
+        """Kafka's broker settings for groups, from the store defaults (klog.json)."""
+        out = {}
+        for name, attr in (("group.initial.rebalance.delay.ms", "initial_rebalance_delay_ms"),
+                           ("group.min.session.timeout.ms", "min_session_timeout_ms"),
+                           ("group.max.session.timeout.ms", "max_session_timeout_ms")):
+            text = self.store.data_dir.default(name)
+            try:
+                value = int(text)
+                if value < 0:
+                    raise ValueError
+                out[attr] = value
+            except ValueError:
+                self._log.warning("klog.json: %s must be a whole number of milliseconds, not %r; using Kafka's "
+                                  "default", name, text)
+        return out
 
     # -- timer ------------------------------------------------------------------------------------
     def started(self) -> None:
@@ -112,20 +142,17 @@ class GroupCoordinator:
             try:
                 await loop.run_in_executor(self.executor, self._publish, summaries)
             except (KlogError, OSError) as e:
-                self._log_warning(f"could not record groups {', '.join(ids)} in the store: {e}")
+                self._log.warning("could not record groups %s in the store: %s", ", ".join(ids), e)
 
     async def flush(self) -> None:
         """Until every change so far is in LMDB (before admin actions that read it back)."""
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
 
-    def _log_warning(self, text: str) -> None:
-        self._log.warning("%s", text)
-
-    def _summary(self, group_id: str) -> tuple:
+    def _summary(self, group_id: str) -> _Summary:
         group = self.machine.groups.get(group_id)
         if group is None:
-            return group_id, 0, None, [], None
+            return _Summary(group_id, 0, None, [], None)
         members = []
         wall, clock = now_ms(), _monotonic_ms()
         for m in group.members.values():
@@ -141,11 +168,11 @@ class GroupCoordinator:
         if group.state == STABLE and group.protocol_type == CONSUMER:
             targets = {m.member_id: consumer_protocol.assignment_partitions(m.assignment)
                        for m in group.members.values()}
-        return group_id, group.generation, group.protocol_name, members, targets
+        return _Summary(group_id, group.generation, group.protocol_name, members, targets)
 
-    def _publish(self, summaries: list[tuple]) -> None:
-        for group_id, generation, protocol, members, targets in summaries:
-            self.meta.publish_served(group_id, self.served_by, generation, protocol, members, targets)
+    def _publish(self, summaries: list[_Summary]) -> None:
+        for s in summaries:
+            self.meta.publish_served(s.group_id, self.served_by, s.generation, s.protocol, s.members, s.targets)
 
     def state(self, group_id: str) -> str | None:
         group = self.machine.groups.get(group_id)
@@ -193,6 +220,11 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------------
+def _stored_group(meta: GroupsMeta, group_id: str) -> tuple[list[Member], int]:
+    """klog's own live members of the group, and its last generation, from LMDB."""
+    return meta.local_live_members(group_id), meta.peek_generation(group_id)
+
+
 async def join_group(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     coord = _coordinator(ctx)
@@ -213,9 +245,11 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
         return answer(JoinResult(E.invalid_group_id, member_id=request.member_id))
     if not coord.machine.is_live(group_id):
         try:
-            local = await ctx.run_blocking(coord.meta.local_live_members, group_id)
+            local, generation = await ctx.run_blocking(_stored_group, coord.meta, group_id)
         except KlogError:
-            local = []
+            local, generation = [], 0
+        # generations go on from the stored one (as Kafka's do from __consumer_offsets), also after a restart
+        coord.machine.seed_generation(group_id, generation)
         if local:
             ctx.log.info("join of group '%s' by %s refused: %d klog consumer(s) are live in it", group_id,
                          printable(ctx.client_id), len(local))
@@ -257,6 +291,7 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
                        protocol_name=getattr(request, "protocol_name", None),
                        assignments={a.member_id: bytes(a.assignment) for a in request.assignments}, respond=respond)
     res = await future
+    await coord.flush()  # a member that has its assignment is seen by `klog groups` with it
     return make(mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=res.error,
                 protocol_type=res.protocol_type, protocol_name=res.protocol_name, assignment=res.assignment)
 
@@ -285,6 +320,7 @@ async def leave_group(ctx: RequestContext, request: Any) -> Any:
         error, errors = E.coordinator_not_available, [E.coordinator_not_available] * len(leaving)
     else:
         error, errors = coord.machine.leave(str(request.group_id), leaving)
+        await coord.flush()  # when the client has left, klog's side sees it gone (its consumers may join)
     if not has_field(request, "members"):
         return make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=errors[0])
     members = tuple(make(mod.MemberResponse, member_id=mid, group_instance_id=iid, error_code=err)

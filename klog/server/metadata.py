@@ -25,8 +25,9 @@ def topic_error(exc: Exception) -> E:
 def _lookup(ctx: RequestContext, wanted: list[tuple[str | None, Any]] | None, auto_create: bool) -> list:
     """[(name, topic id, TopicMeta | None, error)] for the topics asked (None: all)."""
     store = ctx.store
-    if wanted is None:
-        return [(t.name, t.topic_id, t, E.none) for t in store.list_topics()]
+    if wanted is None:  # topics the caller may not Describe are left out (ACLs)
+        return [(t.name, t.topic_id, t, E.none) for t in store.list_topics()
+                if ctx.authorize("DESCRIBE", "TOPIC", t.name)]
     by_id = None
     out = []
     for name, tid in wanted:
@@ -34,11 +35,18 @@ def _lookup(ctx: RequestContext, wanted: list[tuple[str | None, Any]] | None, au
             if by_id is None:
                 by_id = {topic_uuid(t.topic_id): t for t in store.list_topics()}
             meta = by_id.get(tid)
+            if meta is not None and not ctx.authorize("DESCRIBE", "TOPIC", meta.name):
+                out.append((None, str(tid), None, E.topic_authorization_failed))
+                continue
             out.append((meta.name if meta else None, str(tid), meta, E.none if meta else E.unknown_topic_id))
+            continue
+        if not ctx.authorize("DESCRIBE", "TOPIC", name):
+            out.append((name, None, None, E.topic_authorization_failed))
             continue
         try:
             meta = store.topics.find(name)
-            if meta is None and auto_create:
+            if meta is None and auto_create and (ctx.authorize("CREATE", "CLUSTER", "kafka-cluster")
+                                                 or ctx.authorize("CREATE", "TOPIC", name)):
                 try:
                     meta = store.create_topic(name, exist_ok=True)
                     ctx.log.info("auto-created topic '%s' (client %s)", name, ctx.client_id)

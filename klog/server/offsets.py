@@ -49,11 +49,21 @@ def max_timestamp_offset(part) -> tuple[int, int]:  # noqa: ANN001 - Partition
     return best.max_timestamp, best.last_offset
 
 
-def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int) -> tuple[E, int, int, int]:
-    """(error, timestamp, offset, leader epoch)."""
+def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
+            committed: bool = False) -> tuple[E, int, int, int]:
+    """(error, timestamp, offset, leader epoch); `committed`: a read_committed client, whose latest
+    is the last stable offset."""
+    if not ctx.authorize("DESCRIBE", "TOPIC", topic):
+        return E.topic_authorization_failed, -1, -1, -1
     try:
         part = ctx.server.appender.partition(topic, index)
         epoch = part.snapshot().leader_epoch
+        if timestamp == LATEST and committed:
+            from klog.server.fetch import _stable
+
+            stable, lock = _stable(part)
+            with lock:
+                return E.none, -1, stable.refresh(part.high_watermark()), epoch
         if timestamp == LATEST:
             return E.none, -1, part.high_watermark(), epoch
         if timestamp == EARLIEST:
@@ -77,10 +87,11 @@ def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int) -> tupl
 
 def _list(ctx: RequestContext, request: Any, mod: Any) -> Any:
     topics = []
+    committed = int(getattr(request, "isolation_level", 0)) == 1  # ListOffsets v2+
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            err, ts, offset, epoch = _answer(ctx, str(t.name), int(p.partition_index), int(p.timestamp))
+            err, ts, offset, epoch = _answer(ctx, str(t.name), int(p.partition_index), int(p.timestamp), committed)
             parts.append(make(mod.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=err,
                               timestamp=ts, offset=offset, leader_epoch=epoch))
         topics.append(make(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))

@@ -43,6 +43,9 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
                      ctx.client_host, ctx.client_id, request.transactional_id)
         return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                     error_code=E.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
+    if not (ctx.authorize("IDEMPOTENT_WRITE", "CLUSTER", "kafka-cluster") or ctx.authorize_any("WRITE", "TOPIC")):
+        return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                    error_code=E.cluster_authorization_failed, producer_id=-1, producer_epoch=-1)
     pid, epoch = int(getattr(request, "producer_id", -1)), int(getattr(request, "producer_epoch", -1))
     if pid >= 0 and 0 <= epoch < EPOCH_MAX:
         pid, epoch = pid, epoch + 1  # KIP-360: the producer asks for its epoch to be bumped

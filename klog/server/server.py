@@ -10,24 +10,38 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import logging
 import os
 import signal
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from klog.server import dispatch, framing
 from klog.server.context import BrokerInfo, RequestContext
+from klog.server.security import (
+    CLOSE_LINGER_MS,
+    ConnectionSecurity,
+    Listener,
+    SecurityConfig,
+    ServerSecurity,
+    with_throttle,
+)
 
 log = logging.getLogger("klog.serve")
 
 REQUEST_BYTES_MAX = 100 * 1024 * 1024  # socket.request.max.bytes
 IDLE_MS_DEFAULT = 600_000  # connections.max.idle.ms
 SHUTDOWN_GRACE_S = 5.0
+# Kafka's checkpoint files (high watermarks, recovery points, log starts, leader epochs) are
+# rewritten this often while serving, as a broker does (replica.high.watermark.checkpoint.interval.ms)
+KAFKA_CHECKPOINT_INTERVAL_S = 5.0
+_CHECKPOINT_TICK_S = 0.25
 READ_AHEAD = 2  # requests parsed ahead per connection (each up to socket.request.max.bytes)
 
 
@@ -52,7 +66,7 @@ class Server:
     def __init__(self, data_dir: str | None = None, *, listen: tuple[str, int] = ("127.0.0.1", 9092),
                  advertised: tuple[str, int] | None = None, node_id: int = 0, store: Any = None,
                  request_bytes_max: int = REQUEST_BYTES_MAX, idle_ms: int = IDLE_MS_DEFAULT,
-                 workers: int = 8) -> None:
+                 workers: int = 8, security: SecurityConfig | None = None) -> None:
         self.data_dir = data_dir
         self.listen = listen
         self.advertised = advertised
@@ -73,9 +87,17 @@ class Server:
         self._stopped: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.state: dict[str, Any] = {}  # per-API shared state (producer ids, fetch waiters, ...)
+        # listeners, TLS, SASL, ACLs, quotas (klog/server/security.py); default: one PLAINTEXT `listen`
+        self.security_config = security or SecurityConfig()
+        self.security: ServerSecurity | None = None
+        self.listeners = self.security_config.listeners or [Listener("PLAINTEXT", *listen)]
+        self.ports: dict[Listener, int] = {}
+        self.brokers: dict[Listener, BrokerInfo] = {}
+        self._servers: list[asyncio.base_events.Server] = []
+        self._conn_security: dict[asyncio.Task, ConnectionSecurity] = {}
         self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
         self._appended: asyncio.Event | None = None
+        self._checkpoints: asyncio.Task | None = None
 
     @property
     def stopping(self) -> bool:
@@ -103,32 +125,65 @@ class Server:
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve")
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
-        host, port = self.listen
-        self._server = await asyncio.start_server(self._connection, host, port, reuse_address=True,
-                                                  limit=1 << 16)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.security = ServerSecurity(self.security_config, self.store)
+        try:
+            for lst in self.listeners:
+                tls = self.security.ssl_context() if lst.tls else None
+                srv = await asyncio.start_server(functools.partial(self._connection, listener=lst), lst.host,
+                                                 lst.port, reuse_address=True, limit=1 << 16, ssl=tls)
+                self._servers.append(srv)
+                self.ports[lst] = srv.sockets[0].getsockname()[1]
+        except OSError:  # address in use, unknown host: nothing stays open
+            for srv in self._servers:
+                srv.close()
+            self.executor.shutdown(wait=False)
+            if self._own_store:
+                self.store.close()
+                self.store = None
+            raise
+        self._server = self._servers[0]
+        self.port = self.ports[self.listeners[0]]
+        cluster_id = cluster_id_for(self.store.path)
         # listening on every interface: advertise this machine's name, as Kafka does (clients elsewhere
-        # cannot use 0.0.0.0); --advertised-listener overrides it
-        adv_host, adv_port = self.advertised or (host if host not in ("0.0.0.0", "::", "") else socket.getfqdn(),
-                                                 self.port)
-        self.broker = BrokerInfo(self.node_id, adv_host, adv_port or self.port, cluster_id_for(self.store.path))
+        # cannot use 0.0.0.0); --advertised-listener overrides it for the first listener
+        for i, lst in enumerate(self.listeners):
+            adv_host, adv_port = (self.advertised if i == 0 and self.advertised else
+                                  (lst.host if lst.host not in ("0.0.0.0", "::", "") else
+                                   (self.advertised[0] if self.advertised else socket.getfqdn()), self.ports[lst]))
+            self.brokers[lst] = BrokerInfo(self.node_id, adv_host, adv_port or self.ports[lst], cluster_id)
+        self.broker = self.brokers[self.listeners[0]]
         self.coordinator = self._make_coordinator()
         from klog.client.batches import RawAppender
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
         self._appended = asyncio.Event()
+        self._checkpoints = asyncio.create_task(self._write_kafka_checkpoints())
+
+    async def _write_kafka_checkpoints(self) -> None:
+        """Every KAFKA_CHECKPOINT_INTERVAL_S, Kafka's checkpoint files (only changed ones are rewritten)."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not self._stopping:
+            await asyncio.sleep(_CHECKPOINT_TICK_S)
+            if self._stopping or loop.time() - last < KAFKA_CHECKPOINT_INTERVAL_S:
+                continue
+            last = loop.time()
+            try:
+                await loop.run_in_executor(self.executor, self.store.write_kafka_checkpoints)
+            except Exception as e:  # noqa: BLE001 - a checkpoint failure must never stop the server
+                log.warning("cannot update Kafka's checkpoint files: %s", e)
 
     def _make_coordinator(self) -> Any:
-        try:
-            from klog.server.groups import GroupCoordinator
-        except ImportError:  # the group APIs land from their own branch
-            return None
+        from klog.server.groups import GroupCoordinator
+
         return GroupCoordinator(self.store, self.broker, self.executor)
 
     def startup_line(self) -> str:
         assert self.broker is not None and self.store is not None
         dirs = ", ".join(self.store.data_dir.log_dir_path(d) for d in self.store.log_dir_ids())
-        return (f"klog serve: listening on {self.listen[0]}:{self.port} (advertised "
+        listening = ", ".join(("" if lst.protocol == "PLAINTEXT" else f"{lst.protocol}://") +
+                              f"{lst.host}:{self.ports[lst]}" for lst in self.listeners)
+        return (f"klog serve: listening on {listening} (advertised "
                 f"{self.broker.host}:{self.broker.port}, node {self.node_id}); store {self.store.path}; "
                 f"log dirs {dirs}")
 
@@ -137,8 +192,10 @@ class Server:
         if self._stopping:
             return
         self._stopping = True
-        if self._server is not None:
-            self._server.close()
+        for srv in self._servers:
+            srv.close()
+        if self._checkpoints is not None:
+            self._checkpoints.cancel()
         if self._appended is not None:
             self.notify_appended()  # long-polling fetches answer now with what they have
         for task, busy in list(self._connections.items()):
@@ -156,6 +213,8 @@ class Server:
                 await result
         if self.executor is not None:
             self.executor.shutdown(wait=True)
+        if self.security is not None:
+            self.security.close()
         if self._own_store and self.store is not None:
             self.store.close()  # flushes and closes every partition it opened
         assert self._stopped is not None
@@ -217,7 +276,8 @@ class Server:
         self._thread = None
 
     # -- connections -------------------------------------------------------------------------
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          listener: Listener | None = None) -> None:
         task = asyncio.current_task()
         assert task is not None
         if self._stopping:
@@ -227,6 +287,9 @@ class Server:
         peer = writer.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         log.info("connection from %s", peer_text)
+        assert self.security is not None
+        self._conn_security[task] = self.security.connection(listener or self.listeners[0],
+                                                             peer_text.rpartition(":")[0], writer.transport)
         try:
             await self._serve_connection(reader, writer, task, peer_text)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -237,6 +300,7 @@ class Server:
             log.error("%s: closing connection after an internal error: %s: %s", peer_text, type(e).__name__, e)
         finally:
             self._connections.pop(task, None)
+            self._conn_security.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
@@ -265,19 +329,15 @@ class Server:
                 await reading
 
     async def _read_requests(self, reader: asyncio.StreamReader, queue: asyncio.Queue, peer: str) -> None:
-        """Frames -> parsed requests on `queue`; None when the connection must end."""
-        try:
-            while not self._stopping:
-                frame = await self._read_frame(reader, peer)
-                if frame is None:
-                    return
-                item = self._parse(frame, peer)
-                await queue.put(item)
-                if item is None:
-                    return
-        finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)  # the handler loop stops after what is queued (or is already gone)
+        """Frames -> parsed requests on `queue`, then None when the connection must end (waiting for
+        room like the requests: the handler loop takes everything queued before it)."""
+        while not self._stopping:
+            frame = await self._read_frame(reader, peer)
+            item = self._parse(frame, peer) if frame is not None else None
+            if item is None:
+                break
+            await queue.put(item)
+        await queue.put(None)
 
     async def _read_frame(self, reader: asyncio.StreamReader, peer: str) -> bytes | None:
         idle_s = self.idle_ms / 1000
@@ -318,11 +378,17 @@ class Server:
         except framing.FrameError as e:
             log.warning("%s (client %s): %s, closing", peer, framing.client_id_of(frame), e)
             return None
-        return _Parsed(prefix, client_id, request)
+        return _Parsed(prefix, client_id, request, len(frame))
 
     async def _answer(self, item: _Parsed, writer: asyncio.StreamWriter, peer: str) -> bool:
         """Handle one parsed request and send its answer; False closes the connection."""
         prefix, client_id, request = item.prefix, item.client_id, item.request
+        conn = self._conn_security[asyncio.current_task()]  # type: ignore[index]
+        assert self.security is not None
+        if not self.security.gate(conn, prefix.api_key):  # here, not when read ahead: SASL may finish between
+            log.warning("%s (client %s): api key %d before SASL authentication, closing", peer,
+                        framing.printable(client_id), prefix.api_key)
+            return False
         if request is None:
             writer.write(framing.encode_response(prefix.correlation_id, dispatch.unsupported_api_versions()))
             await writer.drain()
@@ -331,21 +397,37 @@ class Server:
         ctx = RequestContext(store=self.store, broker=self.broker, client_id=client_id,
                              client_host=peer.rpartition(":")[0], api_version=prefix.api_version,
                              executor=self.executor, log=log, coordinator=self.coordinator,
-                             correlation_id=prefix.correlation_id, server=self)
+                             correlation_id=prefix.correlation_id, server=self, principal=conn.principal,
+                             security=conn)
+        ctx.broker = self.brokers.get(conn.listener, self.broker)
         handler = self.handlers[prefix.api_key]
+        started = time.monotonic()
         try:
             response = await handler.fn(ctx, request)
         except (TypeError, ValueError, AttributeError) as e:  # a well-framed request holding nonsense (null arrays)
             log.warning("%s (client %s): %s v%d cannot be handled (%s: %s), closing", peer,
                         framing.printable(client_id), type(request).__name__, prefix.api_version, type(e).__name__, e)
             return False
+        throttle_ms = self.security.throttle_ms(conn, client_id, prefix.api_key, item.frame_bytes, response,
+                                                (time.monotonic() - started) * 1000)
         if response is None:
-            return True
+            return await self._mute(throttle_ms)
+        response = with_throttle(response, throttle_ms)
         if isinstance(response, framing.RawBody):
             await response.send(writer, prefix.correlation_id)
         else:
             writer.write(framing.encode_response(prefix.correlation_id, response))
             await writer.drain()
+        if conn.close_after_response:  # linger so the client reads the refusal before it sees the close
+            await asyncio.sleep(CLOSE_LINGER_MS / 1000)
+            return False
+        return await self._mute(throttle_ms)
+
+    async def _mute(self, throttle_ms: int) -> bool:
+        """A throttled connection reads nothing more until its throttle time is over (Kafka mutes
+        the channel; clients since KIP-219 also wait on their side)."""
+        if throttle_ms > 0:
+            await asyncio.sleep(throttle_ms / 1000)
         return True
 
 
@@ -354,6 +436,7 @@ class _Parsed:
     prefix: framing.RequestPrefix
     client_id: str | None
     request: Any  # None: a too-new ApiVersions request
+    frame_bytes: int = 0  # the request's size (producer byte-rate quotas)
 
 
 def serve(data_dir: str | None = None, **kwargs: Any) -> None:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from klog.errors import UsageError
+from klog.spark.options import location, open_store
 
 FORMATS = ("parquet", "json", "csv", "orc")
 VALUE_FORMATS = ("text", "json", "binary")
@@ -62,7 +63,7 @@ def source_options(store, data_dir: str, req: RangeRequest) -> dict[str, str]:
     for p in parts:
         if not 0 <= p < count:
             raise UsageError(f"topic '{req.topic}' has no partition {p} (it has {count})")
-    opts = {"dataDir": data_dir, "assign": json.dumps({req.topic: parts})}
+    opts = {**location(data_dir), "assign": json.dumps({req.topic: parts})}
     if req.since is not None:
         opts["startingTimestamp"] = str(parse_time_ms(req.since))
         opts["startingOffsetsByTimestampStrategy"] = "latest"  # as klog consume --since: nothing later, nothing read
@@ -177,8 +178,6 @@ def check_output(to: str, out: str, overwrite: bool) -> None:
 
 def check_request(data_dir: str, req: ExportRequest) -> None:
     """What can be checked without Spark (options, the topic, its partitions): fails before a JVM starts."""
-    from klog.client.store import Store
-
     check_format(req.to)
     if req.value_format not in VALUE_FORMATS:
         raise UsageError(f"invalid --value-format '{req.value_format}': use {', '.join(VALUE_FORMATS)}")
@@ -187,7 +186,7 @@ def check_request(data_dir: str, req: ExportRequest) -> None:
     if req.schema and req.value_format != "json":
         raise UsageError("--schema is for --value-format json")
     check_output(req.to, req.out, req.overwrite)
-    with Store(data_dir, create=False) as store:
+    with open_store(data_dir) as store:
         source_options(store, data_dir, req.range)
 
 
@@ -196,11 +195,9 @@ def export(spark, data_dir: str, req: ExportRequest) -> ExportSummary:  # noqa: 
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from klog.client.store import Store
-
     check_request(data_dir, req)
     local = "://" not in req.out
-    with Store(data_dir, create=False) as store:
+    with open_store(data_dir) as store:
         opts = source_options(store, data_dir, req.range)
         schema = None
         if req.value_format == "json":

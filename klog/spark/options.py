@@ -83,6 +83,39 @@ def kafka_options(opts: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k[len("kafka."):], v) for k, v in opts.items() if k.startswith("kafka.")))
 
 
+# The cluster `klog spark --bootstrap-server` names, as kafka.* options (empty: the local store). Set
+# once per command by the CLI; every source and sink the command creates carries it to the executors.
+_cluster: tuple[tuple[str, str], ...] = ()
+
+
+def use_cluster(kafka: dict[str, str] | None) -> None:
+    """Make the commands' reads and writes go to this cluster (bootstrap.servers plus client properties)."""
+    global _cluster
+    _cluster = tuple(sorted((kafka or {}).items()))
+
+
+def cluster_options() -> dict[str, str]:
+    return {f"kafka.{k}": v for k, v in _cluster}
+
+
+def location(data_dir: str) -> dict[str, str]:
+    """The options naming where the command's topics are: the store, and the cluster if one was given."""
+    return {"dataDir": data_dir, **cluster_options()}
+
+
+def open_store(data_dir: str):  # noqa: ANN201 - Store or RemoteStore
+    """The driver's view of where the topics are (the cluster when one was given)."""
+    if _cluster:
+        from klog.client.remote.store import RemoteStore
+        from klog.client.remote.target import ClusterTarget
+
+        props = dict(_cluster)
+        return RemoteStore(ClusterTarget(props.pop("bootstrap.servers"), props))
+    from klog.client.store import Store
+
+    return Store(data_dir, create=False)
+
+
 def resolve_data_dir(value: str | None) -> str:
     """The dataDir option, else $KLOG_DATA_DIR, else the default; absolute, since executors get it as is."""
     from klog.store.layout import default_data_dir

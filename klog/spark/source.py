@@ -45,11 +45,14 @@ class KlogDataSource(DataSource):
     """Topics of a klog store as a Spark table with the schema of Spark's Kafka source."""
 
     default_data_dir: str | None = None  # set on the subclass bound_source() makes
+    default_kafka: tuple[tuple[str, str], ...] = ()  # kafka.* options of `klog spark --bootstrap-server`
 
     def _options(self) -> dict[str, str]:
         opts = lower(self.options)
         if "datadir" not in opts and self.default_data_dir:
             opts["datadir"] = self.default_data_dir
+        if not any(k.startswith("kafka.") for k in opts):
+            opts.update(self.default_kafka)
         return opts
 
     @classmethod
@@ -89,7 +92,10 @@ def bound_source(data_dir: str) -> type[KlogDataSource]:
     """The source with `dataDir` defaulting to data_dir. Python workers do not share the driver's
     environment once Spark runs, so the default travels inside the class: Spark pickles a class made
     here by value, class attribute included."""
-    return type("BoundKlogDataSource", (KlogDataSource,), {"default_data_dir": data_dir})
+    from klog.spark.options import cluster_options
+
+    return type("BoundKlogDataSource", (KlogDataSource,), {"default_data_dir": data_dir,
+                                                           "default_kafka": tuple(cluster_options().items())})
 
 
 class RangePartition(InputPartition):

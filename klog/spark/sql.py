@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from klog.errors import UsageError
 from klog.spark.export import check_output, infer_json_schema, output_files, sample_values, shaped
+from klog.spark.options import location, open_store
 
 VIEW_SAMPLE_RECORDS = 200
 
@@ -52,16 +53,14 @@ def value_format_of(samples: list[str]) -> str:
 
 def register_views(spark, data_dir: str, query: str, value_format: str = "auto") -> list[str]:  # noqa: ANN001
     """A temp view per topic the query names; returns their names."""
-    from klog.client.store import Store
-
     views = []
-    with Store(data_dir, create=False) as store:
+    with open_store(data_dir) as store:
         names = referenced_topics(query, store.topic_names())
         for name in names:
             samples = sample_values(store, name, limit=VIEW_SAMPLE_RECORDS)
             fmt = value_format_of(samples) if value_format == "auto" else value_format
             schema = infer_json_schema(spark, samples, name) if fmt == "json" else None
-            raw = (spark.read.format("klog").option("subscribe", name).option("dataDir", data_dir)
+            raw = (spark.read.format("klog").option("subscribe", name).options(**location(data_dir))
                    .option("minPartitions", str(max(1, spark.sparkContext.defaultParallelism))).load())
             shaped(spark, raw, fmt, schema).createOrReplaceTempView(f"`{name}`")
             views.append(name)
@@ -127,7 +126,7 @@ def write_topic(df, data_dir: str, topic: str) -> int:  # noqa: ANN001
 
     observation = Observation("klog_sql_topic")
     out = to_sink_frame(df).observe(observation, F.count(F.lit(1)).alias("records"))
-    out.write.format("klog").option("topic", topic).option("dataDir", data_dir).mode("append").save()
+    out.write.format("klog").option("topic", topic).options(**location(data_dir)).mode("append").save()
     return int(observation.get["records"])
 
 

@@ -14,6 +14,7 @@ import runpy
 from dataclasses import dataclass
 
 from klog.errors import UsageError
+from klog.spark.options import location, open_store
 
 SOURCE_VIEW = "source"
 
@@ -59,15 +60,13 @@ def _transform(spark, view, req: StreamRequest):  # noqa: ANN001, ANN201
 
 def check_request(data_dir: str, req: StreamRequest) -> None:
     """What can be checked without Spark (options, script, source topic): fails before a JVM starts."""
-    from klog.client.store import Store
-
     if (req.sql is None) == (req.script is None):
         raise UsageError("give one of --sql and --script")
     if req.script is not None and not os.path.isfile(req.script):
         raise UsageError(f"no such script: {req.script}")
     if req.starting_offsets not in ("earliest", "latest"):
         raise UsageError(f"invalid --starting-offsets '{req.starting_offsets}': use earliest or latest")
-    with Store(data_dir, create=False) as store:
+    with open_store(data_dir) as store:
         store.topic(req.source)  # an unknown source topic: one line before Spark plans anything
 
 
@@ -75,7 +74,7 @@ def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - S
     from klog.spark.sql import to_sink_frame
 
     check_request(data_dir, req)
-    reader = (spark.readStream.format("klog").option("subscribe", req.source).option("dataDir", data_dir)
+    reader = (spark.readStream.format("klog").option("subscribe", req.source).options(**location(data_dir))
               .option("startingOffsets", req.starting_offsets))
     if req.max_records_per_batch:
         reader = reader.option("maxOffsetsPerTrigger", str(req.max_records_per_batch))
@@ -88,7 +87,7 @@ def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - S
         view.createOrReplaceTempView(f"`{req.source}`")
     out = to_sink_frame(_transform(spark, view, req))
     checkpoint = req.checkpoint or default_checkpoint(data_dir, req.source, req.target)
-    writer = (out.writeStream.format("klog").option("topic", req.target).option("dataDir", data_dir)
+    writer = (out.writeStream.format("klog").option("topic", req.target).options(**location(data_dir))
               .option("checkpointLocation", checkpoint).queryName(f"klog_{req.source}_to_{req.target}"
                                                                   .replace("-", "_").replace(".", "_")))
     writer = writer.trigger(availableNow=True) if req.available_now \

@@ -51,6 +51,7 @@ from klog.store.format import (
     parse_segment_base,
     segment_file_name,
 )
+from klog.store.names import nofollow_opener
 from klog.store.retention import largest_timestamp
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
             for fb in batches:
                 kept = _cleaned_batch(fb, offset_map, now_ms, delete_retention_ms, stats, survivors)
                 if kept is not None and cleaned is None:
-                    cleaned = open(segment.log_path + CLEANED_SUFFIX, "wb")  # noqa: SIM115 - closed below
+                    cleaned = open(segment.log_path + CLEANED_SUFFIX, "wb", opener=nofollow_opener)  # noqa: SIM115
                     _copy_range(segment, cleaned, fb.position)  # the unchanged batches before this one
                 data = fb.data if kept is None else kept
                 if cleaned is not None:
@@ -397,7 +398,7 @@ def swap_in(segment: LogSegment, index_data: bytes, time_data: bytes) -> None:
 
 
 def _write_synced(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
+    with open(path, "wb", opener=nofollow_opener) as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

@@ -11,7 +11,9 @@ client writes, so batches produced by klog are readable by Kafka and vice versa:
 * zstd   -- a standard zstd frame at Kafka's default level.
 """
 
+import mmap
 import struct
+import threading
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -248,13 +250,91 @@ def compress(codec: int, data: Bytes) -> bytes:
     return fn(_view(data))
 
 
-def decompress(codec: int, data: Bytes) -> bytes:
-    """Decompress a batch's records section; raises CompressionError on bad input."""
+# Bounded memory for any input: a 77 KB zstd batch can expand to 2.4 GB. A batch's records are
+# decompressed into a buffer of at most this many bytes; one that expands further is refused as
+# damage (CompressionError), whatever its compressed size.
+DECOMPRESSED_BATCH_BYTES_MAX = 256 << 20
+_SMALL_OUTPUT_BYTES = 4 << 20  # most batches fit a reused buffer of this size: no allocation per batch
+_local = threading.local()
+_TOO_SMALL = ("failed to write whole buffer", "smaller than required")
+
+
+def _into(fn_into: Callable, data: memoryview, codec: int, limit: int) -> bytes:
+    """Decompress with `fn_into(input, output)` into a bounded buffer: a reused small one, then an
+    anonymous mapping of `limit` bytes (pages cost memory only once written)."""
+    small = getattr(_local, "buf", None)
+    if small is None:
+        small = _local.buf = bytearray(_SMALL_OUTPUT_BYTES)
+    try:
+        n = fn_into(data, memoryview(small))
+        return bytes(memoryview(small)[:n])
+    except cramjam.DecompressionError as exc:
+        if not any(t in str(exc) for t in _TOO_SMALL):
+            raise
+    with mmap.mmap(-1, limit) as big:
+        view = memoryview(big)
+        try:
+            n = fn_into(data, view)
+            return bytes(view[:n])
+        except cramjam.DecompressionError as exc:
+            if any(t in str(exc) for t in _TOO_SMALL):
+                raise CompressionError(codec, f"the batch expands past {limit} bytes (klog's limit "
+                                              f"per batch)") from None
+            raise
+        finally:
+            view.release()
+
+
+def _snappy_raw_length(block: memoryview) -> int:
+    """The uncompressed length a raw snappy block declares (its leading varint)."""
+    n = shift = 0
+    for i in range(min(5, len(block))):
+        n |= (block[i] & 0x7F) << shift
+        if not block[i] & 0x80:
+            return n
+        shift += 7
+    raise CompressionError(SNAPPY, "bad snappy length header")
+
+
+def _bounded_snappy(data: memoryview, limit: int) -> bytes:
+    """Snappy declares each block's length up front: check the total before decompressing."""
+    blocks = [data]
+    if _is_xerial(data):
+        blocks, pos, end = [], _XERIAL_HEADER_LEN, len(data)
+        while pos < end:
+            if data[pos:pos + len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
+                pos += _XERIAL_HEADER_LEN
+                continue
+            if end - pos < 4:
+                break  # _snappy_decompress reports it
+            (size,) = struct.unpack_from(">i", data, pos)
+            if size < 0 or size > end - pos - 4:
+                break
+            blocks.append(data[pos + 4:pos + 4 + size])
+            pos += 4 + size
+    if sum(_snappy_raw_length(b) for b in blocks) > limit:
+        raise CompressionError(SNAPPY, f"the batch expands past {limit} bytes (klog's limit per batch)")
+    return _snappy_decompress(data)
+
+
+_BOUNDED: dict[int, Callable[[memoryview, int], bytes]] = {
+    GZIP: lambda d, limit: _into(cramjam.gzip.decompress_into, d, GZIP, limit),
+    LZ4: lambda d, limit: _into(cramjam.lz4.decompress_into, d, LZ4, limit),
+    ZSTD: lambda d, limit: _into(cramjam.zstd.decompress_into, d, ZSTD, limit),
+    SNAPPY: _bounded_snappy,
+}
+
+
+def decompress(codec: int, data: Bytes, limit: int = DECOMPRESSED_BATCH_BYTES_MAX) -> bytes:
+    """Decompress a batch's records section into at most `limit` bytes; raises CompressionError
+    on bad input or on data that would expand past the limit (never an unbounded allocation)."""
     try:
         fn = _CODECS[codec][1]
     except (KeyError, TypeError):
         raise UnsupportedCodecError(codec) from None
     try:
-        return fn(_view(data))
+        if codec == NONE:
+            return fn(_view(data))
+        return _BOUNDED[codec](_view(data), limit)
     except cramjam.DecompressionError as exc:
         raise CompressionError(codec, str(exc)) from exc

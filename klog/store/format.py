@@ -97,12 +97,16 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
+OFFSET_MAX = (1 << 63) - 1  # offsets are int64
+
+
 def parse_segment_base(name: str) -> int | None:
     """Base offset of a segment file name, or None if it is not one."""
     stem, dot, _ = name.partition(".")
-    if len(stem) != 20 or not stem.isdigit() or not dot:
+    if len(stem) != 20 or not stem.isascii() or not stem.isdigit() or not dot:
         return None
-    return int(stem)
+    base = int(stem)
+    return base if base <= OFFSET_MAX else None  # 99999999999999999999.log is no offset Kafka can have
 
 
 def partition_dir_name(topic: str, partition: int) -> str:

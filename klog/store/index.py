@@ -13,6 +13,7 @@ import os
 import struct
 
 from klog.store.format import NO_TIMESTAMP, OFFSET_INDEX_ENTRY, RELATIVE_OFFSET_MAX, TIME_INDEX_ENTRY
+from klog.store.names import nofollow_opener
 
 
 class _IndexFile:
@@ -42,7 +43,7 @@ class _IndexFile:
         size -= size % self.entry.size
         if size == len(self._data):
             return
-        with open(self.path, "rb") as f:
+        with open(self.path, "rb", opener=nofollow_opener) as f:
             if size > len(self._data):
                 f.seek(len(self._data))
                 self._data += f.read(size - len(self._data))
@@ -70,13 +71,13 @@ class _IndexFile:
 
     def truncate_entries(self, keep: int) -> None:
         assert keep >= 0
-        with open(self.path, "r+b") as f:
+        with open(self.path, "r+b", opener=nofollow_opener) as f:
             f.truncate(keep * self.entry.size)
         del self._data[keep * self.entry.size:]
 
     def write_all(self, packed_entries: bytes) -> None:
         """Replace the whole file (recovery's rebuild)."""
-        with open(self.path, "wb") as f:
+        with open(self.path, "wb", opener=nofollow_opener) as f:
             f.write(packed_entries)
         self._data = bytearray(packed_entries)
 

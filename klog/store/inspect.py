@@ -60,6 +60,7 @@ class SegmentCheck:
     base_offset: int
     log_problem: str | None = None
     valid_next_offset: int | None = None  # offset after the last valid batch (None: none valid)
+    first_offset: int | None = None  # base offset of the first valid batch
     index_problems: list[str] = field(default_factory=list)
 
 
@@ -95,6 +96,11 @@ def check_segment(segment: LogSegment) -> SegmentCheck:
         if prev_next is not None and header.base_offset < prev_next:
             result.log_problem = f"offsets go backwards at position {pos}"
             break
+        if prev_next is not None and header.base_offset > prev_next:  # klog's cleaner keeps emptied batches
+            result.log_problem = f"offsets {prev_next}..{header.base_offset - 1} are missing at position {pos}"
+            break
+        if result.first_offset is None:
+            result.first_offset = header.base_offset
         starts[pos] = header.last_offset
         max_ts = max(max_ts, header.max_timestamp)
         prev_next = header.next_offset

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from klog.errors import DataDirError
+from klog.errors import DataDirError, UsageError
 from klog.store.health import write_identity
 
 CONFIG_NAME = "klog.json"
@@ -27,13 +27,49 @@ STORE_DEFAULTS = {
     "num.partitions": "1",
     "default.replication.factor": "1",
     "auto.create.topics.enable": "true",
+    # group coordination by klog serve for Kafka clients (klog/server/coordinator.py)
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
 }
+
+
+# A new data directory and each new log directory are made owner-only: every file beneath (segments,
+# LMDB metadata with the SASL credentials) is out of other local users' reach whatever its own mode.
+# KLOG_DIR_MODE (octal) shares a store with a group instead: 2750 lets the group read, 2770 (with a
+# umask of 002) write too; the setgid bit keeps new files in the directory's group.
+DIR_MODE_DEFAULT = 0o700
+
+
+def store_dir_mode() -> int:
+    text = os.environ.get("KLOG_DIR_MODE")
+    if not text:
+        return DIR_MODE_DEFAULT
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        mode = -1
+    if not 0o700 <= mode <= 0o7777 or mode & 0o700 != 0o700 or mode & 0o007:
+        raise DataDirError(f"KLOG_DIR_MODE={text!r}: want an octal mode the owner has in full and others "
+                           "have none of (700, 750, 770, 2750, 2770)")
+    return mode
+
+
+def _make_private_dir(path: str) -> None:
+    """Create `path` (and parents) if missing; a directory this call created gets store_dir_mode()."""
+    mode = store_dir_mode()
+    existed = os.path.isdir(path)
+    os.makedirs(path, exist_ok=True)
+    if not existed:
+        os.chmod(path, mode)
 
 
 def default_data_dir() -> str:
     """$KLOG_DATA_DIR, else the XDG data directory's klog/ (~/.local/share/klog)."""
     env = os.environ.get("KLOG_DATA_DIR")
-    if env:
+    if env is not None:
+        if not env.strip():  # an unset variable's slip ($UNSET expands to ''): never the default store
+            raise UsageError("KLOG_DATA_DIR is set but empty: give a path, or unset it for the default store")
         return env
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return os.path.join(base, "klog")
@@ -77,7 +113,7 @@ class DataDir:
             if os.path.realpath(self.log_dir_path(d.id)) == os.path.realpath(absolute):
                 raise DataDirError(f"{path} is already log directory {d.id}")
         try:
-            os.makedirs(absolute, exist_ok=True)
+            _make_private_dir(absolute)
         except OSError as e:
             raise DataDirError(f"cannot create log directory {path}: {e.strerror}") from None
         new = LogDir(max((d.id for d in self.log_dirs), default=-1) + 1, absolute, write_identity(absolute))
@@ -112,11 +148,15 @@ class DataDir:
         os.replace(tmp, os.path.join(self.path, CONFIG_NAME))
 
     @classmethod
-    def open(cls, path: str, create: bool = True, log_dirs: list[str] | None = None) -> DataDir:
+    def open(cls, path: str, create: bool = True, log_dirs: list[str] | None = None,
+             read_only: bool = False) -> DataDir:
+        """`read_only`: create nothing, and work on a read-only mount or without write permission."""
+        if not path.strip():
+            raise UsageError("the data directory path is empty (--data-dir '' or KLOG_DATA_DIR='')")
         path = os.path.abspath(os.path.expanduser(path))
         config_path = os.path.join(path, CONFIG_NAME)
         if not os.path.exists(config_path):
-            if not create:
+            if not create or read_only:
                 raise DataDirError(f"no klog store at {path}")
             return cls._create(path, log_dirs)
         try:
@@ -124,17 +164,45 @@ class DataDir:
                 doc = json.load(f)
         except (OSError, ValueError) as e:
             raise DataDirError(f"cannot read {config_path}: {e}") from None
+        data_dir = cls._from_doc(doc, config_path)
+        data_dir.path = path
+        if not read_only:
+            data_dir._ensure_dirs()
+        return data_dir
+
+    @classmethod
+    def _from_doc(cls, doc: object, config_path: str) -> DataDir:
+        """klog.json, checked field by field: a wrong type is one line naming it, not a traceback."""
+        def bad(what: str) -> DataDirError:
+            return DataDirError(f"{config_path}: {what}")
+
+        if not isinstance(doc, dict):
+            raise bad("not a JSON object")
         if doc.get("version") != LAYOUT_VERSION:
             raise DataDirError(f"{config_path} has layout version {doc.get('version')}; expected {LAYOUT_VERSION}")
-        dirs = [LogDir(d["id"], d["path"], d.get("identity")) for d in doc["log_dirs"]]
-        data_dir = cls(path, dirs, doc.get("defaults", {}))
-        data_dir._ensure_dirs()
-        return data_dir
+        entries = doc.get("log_dirs")
+        if not isinstance(entries, list) or not entries:
+            raise bad("'log_dirs' must be a non-empty list")
+        dirs = []
+        for i, d in enumerate(entries):
+            if (not isinstance(d, dict) or type(d.get("id")) is not int or not isinstance(d.get("path"), str)
+                    or not d["path"] or not isinstance(d.get("identity"), str | None)):
+                raise bad(f"log_dirs[{i}] must be an object with an integer 'id' and a non-empty string 'path'")
+            dirs.append(LogDir(d["id"], d["path"], d.get("identity")))
+        defaults = doc.get("defaults", {})
+        if not isinstance(defaults, dict) or not all(isinstance(v, str) for v in defaults.values()):
+            raise bad("'defaults' must be an object of string values")
+        for name in ("num.partitions", "default.replication.factor"):
+            if name in defaults and not (defaults[name].isdigit() and int(defaults[name]) > 0):
+                raise bad(f"default '{name}' must be a positive integer, not {defaults[name]!r}")
+        if defaults.get("auto.create.topics.enable", "true") not in ("true", "false"):
+            raise bad("default 'auto.create.topics.enable' must be true or false")
+        return cls("", dirs, defaults)
 
     @classmethod
     def _create(cls, path: str, log_dirs: list[str] | None) -> DataDir:
         try:
-            os.makedirs(path, exist_ok=True)
+            _make_private_dir(path)
         except OSError as e:
             raise DataDirError(f"cannot create data directory {path}: {e.strerror}") from None
         if not os.access(path, os.W_OK):
@@ -143,7 +211,7 @@ class DataDir:
         data_dir = cls(path, dirs, {})
         data_dir._ensure_dirs()
         for d in dirs:
-            os.makedirs(data_dir.log_dir_path(d.id), exist_ok=True)
+            _make_private_dir(data_dir.log_dir_path(d.id))
             d.identity = write_identity(data_dir.log_dir_path(d.id))
         data_dir.save()
         return data_dir

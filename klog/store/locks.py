@@ -7,7 +7,7 @@ import os
 import struct
 import threading
 
-from klog.store.names import fit_partition_file
+from klog.store.names import fit_partition_file, open_nofollow
 
 GENERATION = struct.Struct(">Q")
 GENERATION_MASK = (1 << 64) - 1
@@ -33,7 +33,7 @@ class FileLock:
         self._threads.acquire()  # flock excludes processes; this, the threads of one (the idle flusher)
         if self._depth == 0:
             if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 found = GENERATION.unpack(os.pread(self._fd, GENERATION.size, 0))[0]

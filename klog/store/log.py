@@ -19,7 +19,8 @@ from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
-from klog.store.segment import LogSegment, RecoveryResult, SegmentFds
+from klog.store.names import check_not_symlink
+from klog.store.segment import LogSegment, RecoveryResult, SegmentFds, keep_corrupt_bytes
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
 T = TypeVar("T")
@@ -79,6 +80,30 @@ class ByteRange:
             self.fd = -1
 
 
+def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int) -> list[FetchedBatch]:
+    """The batches up to the first break in offset continuity (a read never skips offsets).
+
+    The first batch must hold `offset` (or start the log, when `offset` is below it: the caller
+    checks that against the log start offset); each next batch starts where the one before
+    ends: klog's cleaner keeps emptied batches, so batch offsets never have gaps. A break after
+    the first batch returns what comes before it (the next read reports it); a break at the
+    first batch is a CorruptLogError naming the missing offsets.
+    """
+    expected = offset if offset >= first_base else first_base
+    for i, fb in enumerate(batches):
+        h = fb.header
+        ok = h.base_offset <= expected <= h.last_offset if i == 0 and expected == offset else h.base_offset == expected
+        if not ok:
+            if i:
+                return batches[:i]
+            if h.base_offset > expected:
+                raise CorruptLogError(f"offsets {expected}..{h.base_offset - 1} are missing", fb.path, fb.position,
+                                      h.base_offset)
+            raise CorruptLogError(f"batch does not follow offset {expected}", fb.path, fb.position, h.base_offset)
+        expected = h.next_offset
+    return batches
+
+
 def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
     """Did a read of `segment` end before the segment's end (at damage, or as the file grew)?"""
     try:
@@ -119,6 +144,7 @@ class PartitionLog:
     # -- segment list --------------------------------------------------------------------------
     def refresh_segments(self) -> None:
         """Re-list the folder: other processes roll, delete and truncate segments."""
+        check_not_symlink(self.directory)
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
@@ -144,8 +170,9 @@ class PartitionLog:
         return sum(s.file_size() for s in self.segments.values())
 
     # -- writing (lock held) -------------------------------------------------------------------
-    def open_for_write(self, trusted: bool = False) -> RecoveryReport:
+    def open_for_write(self, committed_end: int | None = None, trusted: bool = False) -> RecoveryReport:
         """Adopt the state the last writer left, recovering the tail if it did not finish.
+        Recovery keeps what it cuts from below `committed_end` in `.corrupt` files.
 
         trusted: the caller knows this object was the last writer and nothing changed the folder
         since (Partition's lock generation); an opened log then stays as it is."""
@@ -172,11 +199,11 @@ class PartitionLog:
                                    snap.log_end_offset)
             self.recovery_point = snap.recovery_point
         else:
-            self._recover(snap, report)
+            self._recover(snap, report, committed_end)
         self._open_fds()
         return report
 
-    def _recover(self, snap: ReplicaSnapshot | None, report: RecoveryReport) -> None:
+    def _recover(self, snap: ReplicaSnapshot | None, report: RecoveryReport, committed_end: int | None = None) -> None:
         """Kafka's unclean-shutdown pass: recover every segment from the recovery point on."""
         recovery_point = snap.recovery_point if snap is not None and snap.boot_id == current_boot_id() else 0
         if snap is not None and snap.boot_id != current_boot_id():
@@ -188,14 +215,23 @@ class PartitionLog:
             if previous_next is not None and base < previous_next:
                 self._delete_from(base, report, f"segment {base} overlaps the one before")
                 break
-            result: RecoveryResult = segment.recover()
+            if previous_next is not None and base > previous_next and segment.file_size() == 0:
+                # a stray empty file past the log end (no roll makes one: a roll starts at the log
+                # end): adopting it would jump the log end over offsets that never existed
+                segment.delete_files()
+                report.segments_deleted.append(base)
+                report.reasons.append(f"{segment.log_path}: an empty segment past the log end ({previous_next}); "
+                                      f"removed")
+                fsync_dir(self.directory)
+                continue
+            result: RecoveryResult = segment.recover(committed_end)
             report.segments_recovered.append(base)
             if result.truncated_bytes:
                 report.bytes_truncated += result.truncated_bytes
                 report.reasons.append(f"{segment.log_path}: {result.reason}; cut {result.truncated_bytes} bytes")
                 later = [b for b in self.bases if b > base]
                 if later:
-                    self._delete_from(later[0], report, "after a truncated segment")
+                    self._delete_from(later[0], report, "after a truncated segment", committed_end)
                 break
             if result.next_offset is not None:
                 previous_next = result.next_offset
@@ -206,9 +242,12 @@ class PartitionLog:
         self.recovery_point = min(recovery_point, active.next_offset)
         self._save_state(sync=True)
 
-    def _delete_from(self, base: int, report: RecoveryReport, why: str) -> None:
+    def _delete_from(self, base: int, report: RecoveryReport, why: str, committed_end: int | None = None) -> None:
         for b in [b for b in self.bases if b >= base]:
-            self.segments[b].delete_files()
+            segment = self.segments[b]
+            if committed_end is not None and b < committed_end and segment.file_size() > 0:
+                keep_corrupt_bytes(segment.log_path, 0, segment.file_size())  # acknowledged records
+            segment.delete_files()
             report.segments_deleted.append(b)
         report.reasons.append(f"deleted segments from {base}: {why}")
         fsync_dir(self.directory)
@@ -384,6 +423,7 @@ class PartitionLog:
         """CRC-checked batches holding offsets in [offset, upper), at least one if any exist."""
         if offset >= upper:
             return []
+        offset_asked = offset
         segment = self.segment_for(offset)
         if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
             self.refresh_segments()
@@ -418,7 +458,7 @@ class PartitionLog:
             if got and budget <= 0:
                 break
             segment = self.segments[self.bases[nxt]]
-        return out
+        return _contiguous(out, offset_asked, self.bases[0] if self.bases else 0)
 
     def byte_range(self, offset: int, upper: int, max_bytes: int) -> ByteRange | None:
         """Where the batches holding offsets in [offset, upper) lie, in one segment (a fetch
@@ -442,7 +482,7 @@ class PartitionLog:
             found = segment.byte_range(offset, upper, max_bytes, end) if end else None
             if found is not None:
                 position, length, header = found
-                return ByteRange(os.dup(segment.read_fd()), position, length, header, segment.log_path)
+                return ByteRange(segment.dup_read_fd(), position, length, header, segment.log_path)
             nxt = bisect.bisect_right(self.bases, segment.base_offset)
             if nxt >= len(self.bases):
                 self.refresh_segments()

@@ -3,11 +3,12 @@ the guard that keeps paths inside the store."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
 
-from klog.errors import InvalidTopicError, UnsafePathError
+from klog.errors import InvalidTopicError, SymlinkError, UnsafePathError
 
 TOPIC_NAME_LENGTH_MAX = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -79,3 +80,30 @@ def inside(root: str, *parts: str) -> str:
     if path != root_real and not path.startswith(root_real + os.sep):
         raise UnsafePathError(f"path '{os.path.join(*parts)}' escapes {root}")
     return path
+
+
+FILE_MODE = 0o666  # new files: the umask decides (a group-shared store under umask 002 gets 0664)
+
+
+def open_nofollow(path: str, flags: int, mode: int = FILE_MODE) -> int:
+    """os.open that never follows a symbolic link at the last component: a link planted in a
+    store (by anyone who can write to it) must not make klog read or clobber another file."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SymlinkError(f"{path} is a symbolic link; klog never reads or writes through one") from None
+        raise
+
+
+def nofollow_opener(path: str, flags: int) -> int:
+    """For open(..., opener=nofollow_opener)."""
+    return open_nofollow(path, flags)
+
+
+def check_not_symlink(folder: str) -> None:
+    """A partition folder must be a real folder inside its log directory (the log directory
+    itself may be a link: `klog dirs add` registered where it points)."""
+    if os.path.islink(folder):
+        raise SymlinkError(f"{folder} is a symbolic link; klog keeps partitions only in real folders of a "
+                              f"log directory (register other disks with klog dirs add)")

@@ -15,7 +15,7 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import TypeVar
 
-from klog.errors import CorruptLogError, StorageError
+from klog.errors import CorruptLogError, KlogError, StateLostError, StorageError
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
@@ -96,6 +96,7 @@ class Partition:
         self.state = PartitionState(os.path.join(state_dir, name + ".state"))
         self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
         self.last_recovery: list[RecoveryReport] = []
+        self.state_rebuilt: str | None = None  # set by open_for_write when it had to: the caller warns
         # readers: the leader epoch the replica list was built for, and how to rebuild it when a
         # writer elected a new leader (a reader kept open must not read a deposed leader's tail)
         self.leader_epoch_loaded = 0
@@ -126,12 +127,36 @@ class Partition:
     def snapshot(self) -> PartitionSnapshot:
         return self.state.read()
 
+    def reader_snapshot(self) -> PartitionSnapshot:
+        """The state as readers must see it: a missing, empty or damaged state file over a log
+        that holds data is an error (the high watermark is unknown, and reading nothing would be
+        a silent short read); the next write, or `klog verify --repair`, rebuilds it."""
+        snap = self.state.read_valid()
+        if snap is not None:
+            return snap
+        if self.holds_data():
+            raise StateLostError(f"the state file of {self.topic}-{self.partition} ({self.state.path}) is missing "
+                                 f"or damaged, so its high watermark is unknown; `klog verify --repair` or the next "
+                                 f"write rebuilds it from the log")
+        return PartitionSnapshot(0, 0, 0)
+
+    def holds_data(self) -> bool:
+        for replica in self._present_replicas():
+            replica.refresh_segments()
+            try:
+                if any(seg.file_size() > 0 for seg in replica.segments.values()):
+                    return True
+            except OSError:
+                return True  # cannot tell: assume the worst
+        return False
+
     def high_watermark(self) -> int:
-        return self.state.read().high_watermark
+        return self.reader_snapshot().high_watermark
 
     def log_start_offset(self) -> int:
-        snap = self.state.read()
-        return max(snap.log_start_offset, self._first_readable(lambda r: r.first_offset(), snap.log_start_offset))
+        """As retention and delete-records published it, not the first segment found: a lost
+        first segment must be reported by the read, not skipped by starting past it."""
+        return self.reader_snapshot().log_start_offset
 
     def _first_readable(self, ask: Callable[[PartitionLog], T], default: T) -> T:
         """`ask` of the leader, or of the first in-sync replica that can answer (a lost directory)."""
@@ -149,14 +174,30 @@ class Partition:
         When the lock's previous holder was this object's own last successful append (the lock
         file's generation says nobody else, in any process, held it since), the replicas are as
         that append left them: their folders are not listed again (a listing per append made the
-        per-batch cost grow with the number of segments)."""
+        per-batch cost grow with the number of segments). Otherwise recovery keeps what it cuts
+        from below the published high watermark in `.corrupt` files."""
         trusted = self._appended_generation == self.lock.previous_generation
         self._appended_generation = None  # until this acquisition's append succeeds
-        self.last_recovery = [r.open_for_write(trusted=trusted) for r in self.replicas]
+        committed = None
+        if not trusted:
+            published = self.state.read_valid()
+            committed = published.high_watermark if published is not None else None
+        self.last_recovery = [r.open_for_write(committed, trusted=trusted) for r in self.replicas]
         ends = [r.log_end_offset for r in self.replicas]
-        snap = self.state.read()
         hw = min(ends)
-        if snap.high_watermark != hw:
+        snap = self.state.read_valid()
+        if snap is None:
+            # lost (deleted, emptied, torn): every replica was just recovered, so the shortest
+            # log end is committed everywhere; the log starts at the leader's first segment
+            # (retention publishes a new start before deleting); the epoch comes back from the
+            # metadata at the next reconcile
+            snap = PartitionSnapshot(hw, self.leader.first_offset(), 0)
+            if hw > 0 or snap.log_start_offset > 0:
+                self.state_rebuilt = (f"the state file of {self.topic}-{self.partition} ({self.state.path}) was "
+                                      f"missing or damaged; rebuilt from the log (high watermark {hw}, "
+                                      f"log start {snap.log_start_offset})")
+            self.state.write(snap, sync=True)
+        elif snap.high_watermark != hw:
             snap.high_watermark = hw
             self.state.write(snap)
 
@@ -272,7 +313,7 @@ class Partition:
     # -- reading -------------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int = 1 << 20, upper: int | None = None) -> list[FetchedBatch]:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
-        snap = self.state.read()
+        snap = self.reader_snapshot()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
             self.reload_replicas()
             # the state file's epoch, not the metadata's: a writer killed between writing the two
@@ -282,22 +323,39 @@ class Partition:
         bound = hw if upper is None else min(hw, upper)
         if offset >= bound:
             return []
-        damage: CorruptLogError | None = None
+        failure: KlogError | None = None
         for replica in self.replicas:
             # the leader first; a damaged, lost or short replica is served by an in-sync one
             # that has the range intact (Kafka does not do this; klog does)
             try:
                 batches = replica.read(offset, bound, max_bytes)
             except CorruptLogError as e:
-                damage = damage or e
+                failure = failure or e
                 continue
-            except OSError:
+            except StorageError:
+                raise  # out of file descriptors: no replica is to blame
+            except OSError as e:
+                failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
+                                                  f"{e.filename or replica.directory}: {e.strerror or e}")
                 continue
-            if batches:
+            if batches and (batches[0].header.base_offset <= offset or offset < self._published_log_start()):
                 return batches
-        if damage is not None:
-            raise damage
-        return []
+            if batches:
+                first = batches[0]
+                failure = failure or CorruptLogError(
+                    f"offsets {offset}..{first.header.base_offset - 1} are missing", first.path, first.position,
+                    first.header.base_offset)
+        if failure is not None:
+            raise failure
+        if offset < self._published_log_start():
+            return []  # retention or delete-records moved the start past `offset` meanwhile
+        # every replica ends below the high watermark: records were acknowledged that no log holds
+        raise CorruptLogError(f"the log of {self.topic}-{self.partition} ends before its high watermark {hw}: "
+                              f"offsets from {offset} are missing", self.leader.directory)
+
+    def _published_log_start(self) -> int:
+        """The log start offset as retention and delete-records published it (the state file)."""
+        return self.reader_snapshot().log_start_offset
 
     def byte_range(self, offset: int, max_bytes: int, upper: int | None = None) -> ByteRange | None:
         """Like read(), but where the bytes are instead of the bytes (zero-copy fetch)."""

@@ -7,11 +7,14 @@ the partition state, which is published after those bytes were written.
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from klog.errors import CorruptLogError
+from klog.errors import CorruptLogError, StorageError
 from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import (
@@ -25,9 +28,62 @@ from klog.store.format import (
     segment_file_name,
 )
 from klog.store.index import OffsetIndex, TimeIndex
+from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
 
 SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
 BATCH_BYTES_MAX = 1 << 30  # a declared batch length above this is corruption, not data
+READ_FDS_MAX = 128  # open segment files kept by a process's readers (5,000 segments must not be 5,000 fds)
+
+
+class _ReadFdCache:
+    """A bounded, least-recently-used set of segments whose `.log` is open for reading.
+
+    Every pread happens under the lock, so an fd is never closed (and its number reused by
+    another file) while a thread reads through it; reads are short, so the lock costs little.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.lock = threading.RLock()
+        self.open: OrderedDict[LogSegment, None] = OrderedDict()
+
+    def use(self, segment: LogSegment) -> None:
+        """`segment` was just read: keep it, and close the least recently read beyond capacity."""
+        self.open[segment] = None
+        self.open.move_to_end(segment)
+        while len(self.open) > self.capacity:
+            oldest, _ = self.open.popitem(last=False)
+            oldest._close_read_fd()
+
+    def shed(self) -> bool:
+        """Out of descriptors: close half of ours; False if we hold none to give back."""
+        n = len(self.open) // 2 or len(self.open)
+        for _ in range(n):
+            oldest, _ = self.open.popitem(last=False)
+            oldest._close_read_fd()
+        return n > 0
+
+    def forget(self, segment: LogSegment) -> None:
+        self.open.pop(segment, None)
+
+
+_read_fds = _ReadFdCache(READ_FDS_MAX)
+
+
+def open_or_shed(path: str, flags: int, mode: int = FILE_MODE) -> int:
+    """os.open, giving back cached read descriptors once if the process ran out of them; still
+    out of them is a StorageError naming the limit (never "no more data")."""
+    for attempt in range(2):
+        try:
+            return open_nofollow(path, flags, mode)
+        except OSError as e:
+            if e.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            with _read_fds.lock:
+                if attempt == 0 and _read_fds.shed():
+                    continue
+            raise StorageError(f"too many open files opening {path} (raise the limit: ulimit -n)") from None
+    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -63,20 +119,38 @@ class LogSegment:
     # -- files ---------------------------------------------------------------------------------
     def create_files(self) -> None:
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
-            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            fd = open_nofollow(path, os.O_CREAT | os.O_WRONLY)
             os.close(fd)
 
     def read_fd(self) -> int:
+        """The `.log` open for reading (call with _read_fds.lock held; the cache may close it later)."""
         if self._read_fd is None:
-            self._read_fd = os.open(self.log_path, os.O_RDONLY)
+            self._read_fd = open_or_shed(self.log_path, os.O_RDONLY)
             if self._log_inode is None:
                 self._log_inode = os.fstat(self._read_fd).st_ino
+        _read_fds.use(self)
         return self._read_fd
 
-    def close(self) -> None:
+    def dup_read_fd(self) -> int:
+        """A descriptor of the `.log` the caller owns (and closes): the cache may close its own."""
+        with _read_fds.lock:
+            fd = self.read_fd()
+            try:
+                return os.dup(fd)
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE) and _read_fds.shed():
+                    return os.dup(self.read_fd())
+                raise
+
+    def _close_read_fd(self) -> None:
         if self._read_fd is not None:
             os.close(self._read_fd)
             self._read_fd = None
+
+    def close(self) -> None:
+        with _read_fds.lock:
+            _read_fds.forget(self)
+            self._close_read_fd()
 
     def file_size(self) -> int:
         st = os.stat(self.log_path)
@@ -99,7 +173,10 @@ class LogSegment:
 
     # -- reading -------------------------------------------------------------------------------
     def read_bytes(self, position: int, length: int) -> bytes:
-        return os.pread(self.read_fd(), length, position)
+        if position < 0:  # a garbage index entry must not become EINVAL (or a read of the wrong place)
+            raise CorruptLogError("negative file position", self.log_path, position)
+        with _read_fds.lock:
+            return os.pread(self.read_fd(), length, position)
 
     def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each whole batch in [start, end); stops at a partial one."""
@@ -189,6 +266,8 @@ class LogSegment:
 
     def _hint_ok(self, position: int, offset: int) -> bool:
         """An index entry points at a batch whose base offset lies in [segment base, offset]."""
+        if position < 0:
+            return False
         head = self.read_bytes(position, RECORD_BATCH_OVERHEAD)
         if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
             return False
@@ -253,9 +332,9 @@ class LogSegment:
 
     def open_fds(self) -> SegmentFds:
         return SegmentFds(
-            os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644),
-            os.open(self.offset_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
-            os.open(self.time_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+            open_or_shed(self.log_path, os.O_RDWR | os.O_CREAT),
+            open_or_shed(self.offset_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+            open_or_shed(self.time_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
         )
 
     def seal(self) -> None:
@@ -265,16 +344,18 @@ class LogSegment:
             return
         packed = self.time_index.pack_if_newer(self.max_timestamp, self.offset_of_max_timestamp)
         if packed is not None:
-            fd = os.open(self.time_index.path, os.O_WRONLY | os.O_APPEND)
+            fd = open_nofollow(self.time_index.path, os.O_WRONLY | os.O_APPEND)
             try:
                 self.time_index.append_raw(fd, packed)
             finally:
                 os.close(fd)
 
     # -- recovery ------------------------------------------------------------------------------
-    def recover(self) -> RecoveryResult:
+    def recover(self, committed_end: int | None = None) -> RecoveryResult:
         """Kafka's LogSegment.recover: validate every batch (size, magic, CRC, offsets), truncate
-        at the first bad or partial one, and rebuild both indexes."""
+        at the first bad or partial one, and rebuild both indexes. Bytes cut from below
+        `committed_end` (the high watermark: acknowledged records) are first kept in
+        `<segment>.log.<position>.corrupt` beside it, for inspection."""
         file_size = self.file_size()
         valid = 0
         reason = None
@@ -283,7 +364,7 @@ class LogSegment:
         since_last = 0
         max_ts, max_ts_offset, last_time_ts = -1, -1, -1
         next_offset = None
-        fd = os.open(self.log_path, os.O_RDONLY)
+        fd = open_or_shed(self.log_path, os.O_RDONLY)
         try:
             pos = 0
             while True:
@@ -331,8 +412,11 @@ class LogSegment:
             os.close(fd)
         if max_ts > last_time_ts:
             time_entries.append(self.time_index.entry.pack(max_ts, max_ts_offset - self.base_offset))
+        cut_from = next_offset if next_offset is not None else self.base_offset
+        if valid < file_size and committed_end is not None and cut_from < committed_end:
+            keep_corrupt_bytes(self.log_path, valid, file_size)
         if valid < file_size:
-            with open(self.log_path, "r+b") as f:
+            with open(self.log_path, "r+b", opener=nofollow_opener) as f:
                 f.truncate(valid)
                 os.fsync(f.fileno())
         self.offset_index.write_all(b"".join(index_entries))
@@ -346,12 +430,39 @@ class LogSegment:
 
     def truncate_to_position(self, position: int, next_offset: int | None) -> None:
         """Cut the log at position and drop index entries that point at or past it."""
-        with open(self.log_path, "r+b") as f:
+        with open(self.log_path, "r+b", opener=nofollow_opener) as f:
             f.truncate(position)
             os.fsync(f.fileno())
         self.recover()
         assert self.size == position, (self.size, position)
         assert next_offset is None or self.next_offset in (None, next_offset)
+
+
+CORRUPT_SUFFIX = ".corrupt"
+
+
+def keep_corrupt_bytes(log_path: str, start: int, end: int) -> str:
+    """Copy bytes [start, end) of a segment to `<log>.<start>.corrupt`, fsynced, before they are cut."""
+    path = f"{log_path}.{start}{CORRUPT_SUFFIX}"
+    src = open_nofollow(log_path, os.O_RDONLY)
+    try:
+        dst = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            pos = start
+            while pos < end:
+                chunk = os.pread(src, min(SCAN_CHUNK_BYTES, end - pos), pos)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(dst, view):]
+                pos += len(chunk)
+            os.fsync(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    return path
 
 
 @dataclass

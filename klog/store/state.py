@@ -19,7 +19,7 @@ import struct
 import zlib
 from dataclasses import dataclass, fields
 
-from klog.store.names import fit_partition_file
+from klog.store.names import fit_partition_file, open_nofollow
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -40,22 +40,36 @@ class _StructFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd: int | None = None
+        self._writable = False
 
-    def _open(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._fd
+    def _open(self, write: bool) -> int | None:
+        """The file, read-only until a write needs it: readers never create it (a read-only
+        command changes nothing, and works on a read-only store). None: it does not exist."""
+        if self._fd is not None and (self._writable or not write):
+            return self._fd
+        flags = (os.O_RDWR | os.O_CREAT) if write else os.O_RDONLY
+        try:
+            fd = open_nofollow(self.path, flags)  # the umask decides the mode (group-shared stores)
+        except FileNotFoundError:
+            if write:
+                raise
+            return None
+        self.close()
+        self._fd, self._writable = fd, write
+        return fd
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+            self._writable = False
 
     def read_fields(self) -> tuple | None:
-        try:
-            data = os.pread(self._open(), self.layout.size + 4, 0)
-        except FileNotFoundError:
+        """The fields, or None if the file is missing, short or fails its CRC."""
+        fd = self._open(write=False)
+        if fd is None:
             return None
+        data = os.pread(fd, self.layout.size + 4, 0)
         if len(data) != self.layout.size + 4:
             return None
         body, crc = data[:-4], int.from_bytes(data[-4:], "big")
@@ -65,8 +79,11 @@ class _StructFile:
 
     def write_fields(self, *fields: int | bytes, sync: bool = False) -> None:
         body = self.layout.pack(*fields)
-        fd = self._open()
-        os.pwrite(fd, body + zlib.crc32(body).to_bytes(4, "big"), 0)
+        fd = self._open(write=True)
+        assert fd is not None
+        data = body + zlib.crc32(body).to_bytes(4, "big")
+        if os.pwrite(fd, data, 0) != len(data):
+            raise OSError(f"short write to {self.path}")
         if sync:
             os.fsync(fd)
 
@@ -123,8 +140,13 @@ class PartitionState(_StructFile):
             _adopt_legacy(path, self.path)
 
     def read(self) -> PartitionSnapshot:
+        """The state, or zeros if the file is missing or damaged (writers rebuild it: see
+        Partition.open_for_write; readers use read_valid and say when it is lost)."""
+        return self.read_valid() or PartitionSnapshot(0, 0, 0)
+
+    def read_valid(self) -> PartitionSnapshot | None:
         fields = self.read_fields()
-        return PartitionSnapshot(*fields) if fields else PartitionSnapshot(0, 0, 0)
+        return PartitionSnapshot(*fields) if fields else None
 
     def write(self, snap: PartitionSnapshot, sync: bool = False) -> None:
         self.write_fields(*_values(snap), sync=sync)

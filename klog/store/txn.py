@@ -77,24 +77,20 @@ def read_txn_index(folder: str, base_offset: int) -> list[AbortedTxn] | None:
 
 
 class TxnTracker:
-    """Walks batches in offset order and finds aborted ranges and open transactions (the
-    rebuild of Kafka's producer state that recovery does for the .txnindex)."""
+    """Open transactions and aborted ranges, fed batches in offset order (the rebuild of Kafka's
+    producer state that recovery does for the .txnindex)."""
 
     def __init__(self) -> None:
         self.open: dict[int, int] = {}  # producer id -> first offset of its ongoing transaction
         self.aborted: list[AbortedTxn] = []
 
-    def add(self, header, marker: str | None = None) -> None:
-        """One batch: `marker` is the control record's type for a control batch."""
-        if not is_transactional(header.attributes):
-            return
-        pid = header.producer_id
-        if header.is_control:
-            first = self.open.pop(pid, None)
-            if marker == "ABORT" and first is not None:
-                self.aborted.append(AbortedTxn(pid, first, header.base_offset))
-            return
-        self.open.setdefault(pid, header.base_offset)
+    def data(self, producer_id: int, offset: int) -> None:
+        self.open.setdefault(producer_id, offset)
+
+    def marker(self, producer_id: int, offset: int, kind: int) -> None:
+        first = self.open.pop(producer_id, None)
+        if kind == ABORT and first is not None:
+            self.aborted.append(AbortedTxn(producer_id, first, offset))
 
     def first_unstable_offset(self) -> int | None:
         return min(self.open.values()) if self.open else None
@@ -151,6 +147,7 @@ class StableView:
         self._key: tuple | None = None
         self._lso = 0
         self._is_aborted = aborted_filter(())
+        self.aborted_txns: list[AbortedTxn] = []  # as of the last refresh
 
     def refresh(self, bound: int) -> int:
         """Recompute for batches below `bound`; returns the last stable offset."""
@@ -179,11 +176,9 @@ class StableView:
                 if offset >= bound:
                     break
                 if kind == DATA:
-                    tracker.open.setdefault(pid, offset)
+                    tracker.data(pid, offset)
                 else:
-                    first = tracker.open.pop(pid, None)
-                    if kind == ABORT and first is not None:
-                        tracker.aborted.append(AbortedTxn(pid, first, offset))
+                    tracker.marker(pid, offset, kind)
             from_index = read_txn_index(replica.directory, base)
             aborted.extend(tracker.aborted[before:] if from_index is None else from_index)
         for base in [b for b in self._events if b not in dict(stats)]:
@@ -191,6 +186,7 @@ class StableView:
         unstable = tracker.first_unstable_offset()
         self._lso = bound if unstable is None else min(bound, unstable)
         self._is_aborted = aborted_filter(aborted)
+        self.aborted_txns = aborted
         self._key = key
         return self._lso
 
@@ -198,3 +194,8 @@ class StableView:
         """Is this batch part of an aborted transaction (as of the last refresh)?"""
         return is_transactional(header.attributes) and not header.is_control and self._is_aborted(
             header.producer_id, header.base_offset)
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions a fetch of [start, end) must name (Kafka's collectAbortedTransactions:
+        those whose marker is at or after start and whose first offset is below end)."""
+        return [a for a in self.aborted_txns if a.last_offset >= start and a.first_offset < end]

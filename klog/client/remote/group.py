@@ -59,7 +59,8 @@ class RemoteGroupConsumer:
         except (KafkaException, ValueError, TypeError) as e:
             raise config_error(e) from None
         self._consumer.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
-        self._joined_by = time.monotonic() + max(store.timeout, c.session_timeout_ms / 1000 + 5)
+        self._join_wait_s = max(store.timeout, c.session_timeout_ms / 1000 + 5)  # a join outlasts a session
+        self._joined_by = time.monotonic() + self._join_wait_s
         self._pid = os.getpid()
 
     # -- rebalances ------------------------------------------------------------------------------
@@ -131,7 +132,7 @@ class RemoteGroupConsumer:
                 return None
             if not self._ends and time.monotonic() > self._joined_by and not self.follow:
                 raise GroupError(f"group '{self.group}' gave this member no partitions within "
-                                 f"{self._joined_by:.0f} s")
+                                 f"{self._join_wait_s:g} s")
             msgs = self._fetch(0.1)
             if msgs:
                 return msgs

@@ -122,7 +122,8 @@ class RemoteProducer:
     def send_keyed(self, topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]],
                    headers: Headers | None = None, partition: int | None = None,
                    timestamp: int | None = None) -> None:
-        """(key, value) records sharing headers (the CLI's --key-separator mode)."""
+        """(key, value) records sharing headers and a timestamp (the CLI's line modes); a record the
+        client refuses raises with `.index`, its position in `pairs`, as the local producer does."""
         count = self.partitions_for(topic)
         p = -1 if partition is None else check_partition(partition, topic, count)
         ts = 0 if timestamp is None else check_timestamp(timestamp)

@@ -80,6 +80,7 @@ class RemoteStore:
         self.last_error = err.str()
 
     def unreachable(self, e: BaseException | None = None) -> KlogError:
+        self.admin.poll(0.2)  # serve librdkafka's queued error callbacks: the real reason (refused, SASL, TLS)
         reason = self.last_error or (str(e.args[0].str()) if e is not None and e.args and hasattr(e.args[0], "str")
                                      else "no answer")
         return KlogError(f"cannot reach Kafka cluster at {self.target.label} within {self.timeout:g} s: {reason}")
@@ -301,7 +302,24 @@ class RemoteStore:
         parts = [PartitionInfo(i, pm.leader, pm.replicas, pm.isr, None, starts[i] or 0, ends[i] or 0,  # type: ignore[arg-type]
                                ends[i] or 0, None, None)  # type: ignore[arg-type]
                  for i, pm in enumerate(topic.partitions)]
-        return RemoteTopicInfo(name, topic.topic_id, parts, topic.replication_factor, self.topic_configs(name))
+        return RemoteTopicInfo(name, self._topic_id(name), parts, topic.replication_factor, self.topic_configs(name))
+
+    def _topic_id(self, name: str) -> str:
+        """The topic id as klog prints it (a UUID), or '-' when the cluster does not give one."""
+        import base64
+        import uuid
+
+        from confluent_kafka import TopicCollection
+
+        try:
+            desc = self._wait(self.admin.describe_topics(TopicCollection([name]), request_timeout=self.timeout),
+                              f"cannot describe topic '{name}'", fallback=True)
+            text = str(desc[name].topic_id) if desc else ""
+            raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_" if "-" in text or "_" in text
+                                   else None)
+            return str(uuid.UUID(bytes=raw)) if len(raw) == 16 and any(raw) else "-"
+        except (KlogError, ValueError, TypeError):
+            return "-"
 
     def dirty_ratio(self, topic: str, partition: int) -> float | None:
         return None  # the cleaner's state is the broker's

@@ -1,0 +1,1 @@
+"""klog/security: SCRAM, ACLs and quotas as pure logic (no sockets); `klog serve` applies them."""

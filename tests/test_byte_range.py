@@ -1,0 +1,54 @@
+"""Partition.byte_range (the zero-copy fetch's lookup) agrees with Partition.read: the same batches
+from the one holding the offset, never a byte of a batch at or past the bound, at least one whole
+batch, cut only at max_bytes; over several segments with index hints."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import klog
+from klog.store.codec import read_header
+
+
+def test_byte_range_matches_read(tmp_path):
+    rng = random.Random(7)
+    with klog.open(str(tmp_path / "d")) as store:
+        store.create_topic("r", configs={"segment.bytes": "20000", "retention.ms": "-1"})
+        with store.producer() as producer:
+            for i in range(1500):
+                producer.send("r", b"v%05d" % i + b"x" * rng.randint(0, 300))
+                if rng.random() < 0.2:
+                    producer.flush()
+        part = store.partition("r", 0)
+        hw = part.high_watermark()
+        assert len(part.leader.bases) > 5
+        for _ in range(300):
+            offset = rng.randrange(hw)
+            upper = rng.randint(offset + 1, hw)
+            max_bytes = rng.choice([1, 500, 4000, 30000, 1 << 20])
+            found = part.byte_range(offset, max_bytes, upper)
+            assert found is not None
+            try:
+                data = os.pread(found.fd, found.length, found.position)
+            finally:
+                found.close()
+            expected = part.read(offset, max_bytes=1 << 30, upper=upper)
+            # whole batches in the range are read()'s, in order, from the one holding `offset`
+            pos, got = 0, []
+            while pos + 61 <= len(data):
+                header = read_header(data, pos)
+                if pos + header.size > len(data):
+                    break  # a batch cut at max_bytes
+                got.append(data[pos:pos + header.size])
+                pos += header.size
+            assert got, "at least one whole batch"
+            assert got == [b.data for b in expected[:len(got)]]
+            assert read_header(got[-1]).base_offset < upper
+            if len(data) > max(max_bytes, len(got[0])):
+                raise AssertionError("longer than max_bytes with more than one batch")
+            if pos < len(data):  # a cut: only where max_bytes ends
+                assert len(data) == max_bytes
+            elif len(got) < len(expected) and found.path == expected[len(got)].path:
+                # stopped early in the same segment: only because max_bytes would be passed
+                assert len(data) + len(expected[len(got)].data) > max_bytes
