@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from klog.errors import InvalidConfigError
+from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
 
 LONG_MAX = 2**63 - 1
 CODECS = ("producer", "none", "gzip", "snappy", "lz4", "zstd")
@@ -68,7 +69,7 @@ CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("index.interval.bytes", "4096", _long(0), "bytes between offset-index entries"),
     ConfigKey("cleanup.policy", "delete", _policy, "delete, compact, or compact,delete"),
     ConfigKey("min.insync.replicas", "1", _long(1), "in-sync replicas an acks=all write needs"),
-    ConfigKey("max.message.bytes", "1048588", _long(0), "largest record batch accepted"),
+    ConfigKey("max.message.bytes", str(MAX_MESSAGE_BYTES_DEFAULT), _long(0), "largest record batch accepted"),
     ConfigKey("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
               "CreateTime keeps the producer's time; LogAppendTime stamps the append time"),
     ConfigKey("compression.type", "producer", _choice(*CODECS), "codec for stored batches"),
@@ -109,7 +110,7 @@ class LogConfig:
     segment_bytes: int = 1073741824
     segment_ms: int = 604800000
     index_interval_bytes: int = 4096
-    max_message_bytes: int = 1048588
+    max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT
     flush_messages: int = 1
     flush_ms: int = LONG_MAX
     retention_ms: int = 604800000

@@ -19,13 +19,14 @@ from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
+from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.names import check_not_symlink
 from klog.store.segment import LogSegment, RecoveryResult, SegmentFds, keep_corrupt_bytes
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
 T = TypeVar("T")
 
-READ_BYTES_DEFAULT = 1 << 20
+READ_BYTES_DEFAULT = FETCH_BYTES_MAX
 
 
 def fsync_dir(path: str) -> None:
