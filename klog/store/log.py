@@ -18,14 +18,23 @@ from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
-from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
+from klog.store.format import (
+    LOG_SUFFIX,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    OFFSET_INDEX_ENTRY,
+    RECORD_BATCH_OVERHEAD,
+    TIME_INDEX_ENTRY,
+    parse_segment_base,
+)
+from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.names import check_not_symlink
 from klog.store.segment import LogSegment, RecoveryResult, SegmentFds, keep_corrupt_bytes
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
 T = TypeVar("T")
 
-READ_BYTES_DEFAULT = 1 << 20
+READ_BYTES_DEFAULT = FETCH_BYTES_MAX
 
 
 def fsync_dir(path: str) -> None:
@@ -288,8 +297,16 @@ class PartitionLog:
             return True
         if not active.can_hold(header.last_offset):
             return True
+        if self._index_full(active):
+            return True
         first_ts = self._first_batch_max_timestamp(active)
         return first_ts >= 0 and header.max_timestamp - first_ts > self.config.segment_ms
+
+    def _index_full(self, segment: LogSegment) -> bool:
+        """Kafka's offsetIndex.isFull / timeIndex.isFull: segment.index.bytes holds no more entries."""
+        limit = self.config.segment_index_bytes
+        return (segment.offset_index.entries >= limit // OFFSET_INDEX_ENTRY.size
+                or segment.time_index.entries >= limit // TIME_INDEX_ENTRY.size)
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:
         head = segment.read_bytes(0, RECORD_BATCH_OVERHEAD)

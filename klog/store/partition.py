@@ -19,6 +19,7 @@ from klog.errors import CorruptLogError, KlogError, StateLostError, StorageError
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
+from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.locks import FileLock
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
@@ -311,7 +312,7 @@ class Partition:
             self.state.write(snap, sync=True)
 
     # -- reading -------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int = 1 << 20, upper: int | None = None) -> list[FetchedBatch]:
+    def read(self, offset: int, max_bytes: int = FETCH_BYTES_MAX, upper: int | None = None) -> list[FetchedBatch]:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
         snap = self.reader_snapshot()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
