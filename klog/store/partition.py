@@ -359,28 +359,43 @@ class Partition:
         return self.reader_snapshot().log_start_offset
 
     def byte_range(self, offset: int, max_bytes: int, upper: int | None = None) -> ByteRange | None:
-        """Like read(), but where the bytes are instead of the bytes (zero-copy fetch)."""
-        snap = self.state.read()
+        """Like read(), but where the bytes are instead of the bytes (zero-copy fetch), with read()'s
+        rules: the range starts at `offset` (or the log start), and an I/O error or a log that
+        ends below the high watermark is an error, never an empty answer. (The batches after the
+        first are sent as they lie in one segment file: Kafka's clients check their CRCs.)"""
+        snap = self.reader_snapshot()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
             self.reload_replicas()
             self.leader_epoch_loaded = snap.leader_epoch
         bound = snap.high_watermark if upper is None else min(snap.high_watermark, upper)
         if offset >= bound:
             return None
-        damage: CorruptLogError | None = None
+        failure: KlogError | None = None
         for replica in self.replicas:
             try:
                 found = replica.byte_range(offset, bound, max_bytes)
             except CorruptLogError as e:
-                damage = damage or e
+                failure = failure or e
                 continue
-            except OSError:
+            except StorageError:
+                raise
+            except OSError as e:
+                failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
+                                                  f"{e.filename or replica.directory}: {e.strerror or e}")
                 continue
-            if found is not None:
+            if found is None:
+                continue
+            if found.first.base_offset <= offset or offset < self._published_log_start():
                 return found
-        if damage is not None:
-            raise damage
-        return None
+            found.close()
+            failure = failure or CorruptLogError(f"offsets {offset}..{found.first.base_offset - 1} are missing",
+                                                 found.path, found.position, found.first.base_offset)
+        if failure is not None:
+            raise failure
+        if offset < self._published_log_start():
+            return None
+        raise CorruptLogError(f"the log of {self.topic}-{self.partition} ends before its high watermark "
+                              f"{snap.high_watermark}: offsets from {offset} are missing", self.leader.directory)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         hw = self.high_watermark()
