@@ -341,7 +341,8 @@ class Partition:
                 failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
                                                   f"{e.filename or replica.directory}: {e.strerror or e}")
                 continue
-            if batches and (batches[0].header.base_offset <= offset or offset < self._published_log_start()):
+            if batches and (batches[0].header.base_offset <= offset or offset < self._published_log_start()
+                            or replica.cleaner_gap_ok(batches[0].path, batches[0].position)):
                 return batches
             if batches:
                 first = batches[0]
@@ -387,7 +388,8 @@ class Partition:
                 continue
             if found is None:
                 continue
-            if found.first.base_offset <= offset or offset < self._published_log_start():
+            if (found.first.base_offset <= offset or offset < self._published_log_start()
+                    or replica.cleaner_gap_ok(found.path, found.position)):
                 return found
             found.close()
             failure = failure or CorruptLogError(f"offsets {offset}..{found.first.base_offset - 1} are missing",
