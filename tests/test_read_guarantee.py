@@ -203,3 +203,26 @@ def test_a_decompression_bomb_is_refused_in_bounded_memory(tmp_path, codec):
         code, rss_kb = map(int, r.stdout.split())
         assert code == 1 and b"expands past" in r.stderr, (args, r.stderr)
         assert rss_kb < 600_000, (args, rss_kb)  # 5 x 64 MiB records = 320 MiB decoded: never allocated whole
+
+
+def test_the_servers_zero_copy_range_never_answers_empty_below_the_high_watermark(pristine, tmp_path):
+    """klog serve's fetch path (Partition.byte_range) keeps read()'s rules: a lost segment is an
+    error (the server answers CORRUPT_MESSAGE / KAFKA_STORAGE_ERROR), never an empty fetch."""
+    import klog
+    from klog.errors import CorruptLogError
+
+    data_dir = str(tmp_path / "data")
+    shutil.copytree(pristine, data_dir)
+    logs = _segments(os.path.join(data_dir, "logs", "t-0"))
+    middle, last = logs[len(logs) // 2], logs[-1]
+    hole = int(os.path.basename(middle)[:20])
+    os.unlink(middle)
+    os.unlink(last)
+    with klog.open(data_dir) as store:
+        part = store.partition("t", 0)
+        found = part.byte_range(0, 1 << 20)
+        assert found is not None and found.first.base_offset == 0
+        found.close()
+        for offset in (hole, int(os.path.basename(last)[:20])):
+            with pytest.raises(CorruptLogError, match="missing"):
+                part.byte_range(offset, 1 << 20)

@@ -641,3 +641,11 @@ def test_stream_runs_micro_batches_until_ctrl_c(cli, store, spark, data_dir) -> 
     assert lines[0].startswith("streaming ticks -> ticks-up (checkpoint ") and lines[0].endswith("Ctrl-C stops")
     assert lines[1].startswith("streamed 25 records in ") and lines[2] == "klog: interrupted"
     assert sorted(r.value for r in store.consumer("ticks-up")) == sorted(f"T{i}".encode() for i in range(25))
+
+
+def test_sql_to_topic_keeps_a_column_name_with_a_backtick(cli, store, spark) -> None:
+    with store.producer() as producer:
+        producer.send("ticks", json.dumps({"a`b": 1, "plain": 2}).encode())
+    result = cli("spark", "sql", "SELECT `a``b`, plain FROM ticks", "--to-topic", "copied")
+    assert result.exit_code == 0, result.stderr
+    assert [json.loads(r.value) for r in store.consumer("copied")] == [{"a`b": 1, "plain": 2}]

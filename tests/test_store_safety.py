@@ -275,3 +275,18 @@ def test_a_flipped_byte_found_after_a_reboot_is_a_loud_loss_with_the_cut_bytes_k
     assert r.returncode == 1 and b".corrupt: %d bytes of acknowledged records" % len(cut) in r.stdout
     os.unlink(kept)
     assert klog_proc("verify").returncode == 0
+
+
+def test_long_lines_and_delimiters_across_read_chunks_are_split_exactly(klog_proc, tmp_path):
+    """Lines are gathered chunk by chunk (no quadratic `rest + chunk`): a 5 MiB line and a
+    two-byte delimiter split by the 1 MiB read boundary still give exactly the input's records."""
+    chunk = 1 << 20
+    records = [b"a" * (chunk - 1), b"b" * (5 * chunk), b"c", b"d" * (chunk - 3), b"e"]
+    data = b"|;".join(records) + b"|;"
+    path = tmp_path / "input"
+    path.write_bytes(data)
+    assert klog_proc("topics", "create", "t", "-c", "max.message.bytes=16000000").returncode == 0
+    r = klog_proc("produce", "t", "-D", "|;", str(path))
+    assert r.returncode == 0, r.stderr
+    out = klog_proc("consume", "t", "--json").stdout.splitlines()
+    assert [json.loads(line)["value"] for line in out] == [x.decode() for x in records]

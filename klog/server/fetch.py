@@ -118,7 +118,7 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
     except CorruptLogError as e:
         ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
         answer.error = E.corrupt_message
-    except OSError as e:
+    except (OSError, KlogError) as e:  # unreadable, too many open files, lost state: an error, not "no data"
         ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
         answer.error = E.kafka_storage_error
     return answer

@@ -117,7 +117,9 @@ def to_sink_frame(df):  # noqa: ANN001, ANN201
 
     if "value" in df.columns:
         return df.select(*[c for c in df.columns if c in SINK_COLUMNS])
-    return df.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).alias("value"))
+    # a column name is back-quoted with its own backticks doubled (a JSON key may hold one)
+    return df.select(F.to_json(F.struct(*[F.col("`" + c.replace("`", "``") + "`") for c in df.columns]))
+                     .alias("value"))
 
 
 def write_topic(df, data_dir: str, topic: str) -> int:  # noqa: ANN001

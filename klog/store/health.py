@@ -8,8 +8,11 @@ and must be caught up before they rejoin the in-sync set.
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
+
+from klog.errors import StorageError
 
 ID_FILE = "klog-logdir.id"
 FREE_BYTES_MIN = 1 << 20  # below this a directory counts as full: an append would fail midway
@@ -36,7 +39,9 @@ def read_identity(path: str) -> str | None:
     try:
         with open(os.path.join(path, ID_FILE)) as f:
             return f.read().strip() or None
-    except OSError:
+    except OSError as e:
+        if e.errno in (errno.EMFILE, errno.ENFILE):  # this process's trouble, not a replaced disk
+            raise StorageError(f"too many open files reading {path} (raise the limit: ulimit -n)") from None
         return None
 
 

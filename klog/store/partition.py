@@ -19,6 +19,7 @@ from klog.errors import CorruptLogError, KlogError, StateLostError, StorageError
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
+from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.locks import FileLock
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
@@ -311,7 +312,7 @@ class Partition:
             self.state.write(snap, sync=True)
 
     # -- reading -------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int = 1 << 20, upper: int | None = None) -> list[FetchedBatch]:
+    def read(self, offset: int, max_bytes: int = FETCH_BYTES_MAX, upper: int | None = None) -> list[FetchedBatch]:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
         snap = self.reader_snapshot()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
@@ -338,7 +339,8 @@ class Partition:
                 failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
                                                   f"{e.filename or replica.directory}: {e.strerror or e}")
                 continue
-            if batches and (batches[0].header.base_offset <= offset or offset < self._published_log_start()):
+            if batches and (batches[0].header.base_offset <= offset or offset < self._published_log_start()
+                            or replica.cleaner_gap_ok(batches[0].path, batches[0].position)):
                 return batches
             if batches:
                 first = batches[0]
@@ -358,28 +360,44 @@ class Partition:
         return self.reader_snapshot().log_start_offset
 
     def byte_range(self, offset: int, max_bytes: int, upper: int | None = None) -> ByteRange | None:
-        """Like read(), but where the bytes are instead of the bytes (zero-copy fetch)."""
-        snap = self.state.read()
+        """Like read(), but where the bytes are instead of the bytes (zero-copy fetch), with read()'s
+        rules: the range starts at `offset` (or the log start), and an I/O error or a log that
+        ends below the high watermark is an error, never an empty answer. (The batches after the
+        first are sent as they lie in one segment file: Kafka's clients check their CRCs.)"""
+        snap = self.reader_snapshot()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
             self.reload_replicas()
             self.leader_epoch_loaded = snap.leader_epoch
         bound = snap.high_watermark if upper is None else min(snap.high_watermark, upper)
         if offset >= bound:
             return None
-        damage: CorruptLogError | None = None
+        failure: KlogError | None = None
         for replica in self.replicas:
             try:
                 found = replica.byte_range(offset, bound, max_bytes)
             except CorruptLogError as e:
-                damage = damage or e
+                failure = failure or e
                 continue
-            except OSError:
+            except StorageError:
+                raise
+            except OSError as e:
+                failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
+                                                  f"{e.filename or replica.directory}: {e.strerror or e}")
                 continue
-            if found is not None:
+            if found is None:
+                continue
+            if (found.first.base_offset <= offset or offset < self._published_log_start()
+                    or replica.cleaner_gap_ok(found.path, found.position)):
                 return found
-        if damage is not None:
-            raise damage
-        return None
+            found.close()
+            failure = failure or CorruptLogError(f"offsets {offset}..{found.first.base_offset - 1} are missing",
+                                                 found.path, found.position, found.first.base_offset)
+        if failure is not None:
+            raise failure
+        if offset < self._published_log_start():
+            return None
+        raise CorruptLogError(f"the log of {self.topic}-{self.partition} ends before its high watermark "
+                              f"{snap.high_watermark}: offsets from {offset} are missing", self.leader.directory)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         hw = self.high_watermark()
