@@ -120,18 +120,18 @@ class CuttingProxy:
 
 
 def test_retries_after_lost_acknowledgements_write_each_record_once(data_dir):
-    with Server(data_dir, listen=("127.0.0.1", 0)) as server:
-        proxy = CuttingProxy(server.port)
-        try:
-            # clients reach the broker through the proxy: metadata must name the proxy
-            server.broker = type(server.broker)(server.broker.node_id, "127.0.0.1", proxy.port,
-                                                server.broker.cluster_id)
+    proxy = CuttingProxy(target_port=0)
+    acked: list[bytes] = []
+    failed: list[bytes] = []
+    try:
+        # clients reach the broker through the proxy: metadata names the proxy (--advertised-listener)
+        with Server(data_dir, listen=("127.0.0.1", 0), advertised=("127.0.0.1", proxy.port)) as server:
+            proxy.target_port = server.port
             server.store.create_topic("lost")
             producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{proxy.port}", "enable.idempotence": True,
                                     "acks": "all", "linger.ms": 1, "batch.num.messages": 50,
                                     "max.in.flight.requests.per.connection": 1, "message.timeout.ms": 30000,
                                     "reconnect.backoff.ms": 20, "retry.backoff.ms": 20})
-            acked, failed = [], []
             for i in range(1000):
                 producer.produce("lost", b"m-%04d" % i,
                                  on_delivery=lambda e, m: (failed if e else acked).append(m.value()))
@@ -139,9 +139,9 @@ def test_retries_after_lost_acknowledgements_write_each_record_once(data_dir):
                     producer.poll(0)
                     time.sleep(0.01)
             assert producer.flush(30) == 0
-        finally:
-            proxy.close()
-        assert proxy.cuts_done >= 2  # acknowledgements really were lost
+    finally:
+        proxy.close()
+    assert proxy.cuts_done >= 2  # acknowledgements really were lost
     assert failed == [] and len(acked) == 1000
     with klog.open(data_dir) as store:
         stored = [r.value for r in store.consumer("lost")]

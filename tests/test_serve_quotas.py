@@ -106,6 +106,7 @@ def test_throttled_producer_held_to_its_byte_rate(data_dir):
                 producer.poll(0.05)
             producer.poll(0)
         producer.flush(15)
+        del producer  # gone before the server, so it does not keep reconnecting and logging
     burst_end = start + 3  # past the 2 s of burst credit (10 windows of 200 ms)
     steady = [(t, n) for t, n in delivered if t >= burst_end]
     assert len(steady) > 100, len(delivered)
@@ -113,3 +114,38 @@ def test_throttled_producer_held_to_its_byte_rate(data_dir):
     assert quota * 0.8 <= rate <= quota * 1.2, f"{rate:.0f} B/s against a quota of {quota} B/s"
     unthrottled = sum(n for t, n in delivered if t < start + 0.5) / 0.5
     print(f"throttled producer: {rate:.0f} B/s steady (quota {quota}); first 0.5 s {unthrottled:.0f} B/s")
+
+
+@pytest.mark.slow
+def test_throttled_consumer_held_to_its_byte_rate(data_dir):
+    """consumer_byte_rate: the zero-copy fetch answer carries throttle_time_ms (patched into its
+    first bytes) and the connection is muted; a consumer reading a backlog flat out is held to it."""
+    ck = pytest.importorskip("confluent_kafka")
+    quota, total = 200_000, 1_500_000  # bytes/s; bytes of backlog (1,500 records of 1 kB)
+    with klog.open(data_dir) as store:
+        store.create_topic("q", partitions=1)
+        with store.producer(batch_size=16_384) as p:  # small batches: fetches can stop between them
+            for _ in range(total // 1000):
+                p.send("q", b"v" * 1000, partition=0)
+        QuotasMeta(store.meta).alter(entity(client_id="slow-reader"), {"consumer_byte_rate": quota})
+    cfg = SecurityConfig([Listener("PLAINTEXT", "127.0.0.1", 0)], quota_window_ms=200, quota_samples=11)
+    with Server(data_dir, security=cfg, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        consumer = ck.Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "client.id": "slow-reader",
+                                "group.id": "unused", "enable.auto.commit": False,
+                                "fetch.max.bytes": 65536, "message.max.bytes": 65536,
+                                "max.partition.fetch.bytes": 65536})
+        consumer.assign([ck.TopicPartition("q", 0, 0)])
+        received: list[tuple[float, int]] = []
+        start = time.monotonic()
+        while sum(n for _, n in received) < total and time.monotonic() - start < 30:  # bounded
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                received.append((time.monotonic(), len(msg.value())))
+        consumer.close()
+        del consumer
+    assert sum(n for _, n in received) == total
+    burst_end = start + 3  # past the 2 s of burst credit
+    steady = [(t, n) for t, n in received if t >= burst_end]
+    rate = sum(n for _, n in steady) / (steady[-1][0] - burst_end)
+    print(f"throttled consumer: {rate:.0f} B/s steady (quota {quota})")
+    assert quota * 0.8 <= rate <= quota * 1.2, f"{rate:.0f} B/s against a quota of {quota} B/s"

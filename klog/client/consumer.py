@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from klog.client.records import Record
 from klog.errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
+from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.log import FetchedBatch
 from klog.store.partition import Partition
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # -f latency budget is 100 ms p99; 20 ms polls cost ~50 preads/s per partition
-FETCH_BYTES_MAX = 1 << 20
 TOPIC_CHECK_INTERVAL_S = 0.5  # a follower notices a deleted topic within this (one LMDB read per topic)
 
 

@@ -35,6 +35,7 @@ from klog.meta.groups import (
     tp_key,
     validate_group_id,
 )
+from klog.store.limits import FETCH_BYTES_MAX  # per partition per poll
 from klog.store.log import FetchedBatch
 from klog.store.partition import Partition
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
@@ -43,7 +44,6 @@ POLL_INTERVAL_MS = 20  # idle wait between fetches; also how soon a member notic
 HEARTBEAT_INTERVAL_MS_DEFAULT = 1000  # Kafka's is 3000; a local heartbeat is one small LMDB write
 AUTO_COMMIT_INTERVAL_MS_DEFAULT = 5000  # Kafka's auto.commit.interval.ms
 MAX_POLL_INTERVAL_MS_DEFAULT = 300_000  # Kafka's: a member whose code has not polled for this long leaves
-FETCH_BYTES_MAX = 1 << 20  # per partition per poll
 OFFSET_RESETS = ("earliest", "latest", "none")
 
 Callback = Callable[[list[TP]], None]

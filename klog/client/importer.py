@@ -119,8 +119,31 @@ def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
     start_offsets = _log_start_offsets({os.path.dirname(f) for f in folders.values()})
     for topic, count in sorted(topics.items()):
         store.create_topic(topic, count, replication_factor=1, adopt_folders=True)
-    return [_import_partition(store, topic, p, folders[(topic, p)], start_offsets.get((topic, p)))
-            for topic, p in sorted(folders)]
+    imported = [_import_partition(store, topic, p, folders[(topic, p)], start_offsets.get((topic, p)))
+                for topic, p in sorted(folders)]
+    for topic in sorted(topics):
+        # Kafka keeps topic configs in its controller, not in the log directory; offset gaps that
+        # only its cleaner leaves say the topic was compacted, and a reader must know that
+        if any(_has_cleaner_gaps(store.partition(topic, p).leader) for p in range(topics[topic])):
+            store.alter_topic(topic, set_configs={"cleanup.policy": "compact"})
+            for item in imported:
+                if item.topic == topic:
+                    item.notes.append("offset gaps left by Kafka's log cleaner: topic set to cleanup.policy=compact")
+    return imported
+
+
+def _has_cleaner_gaps(log) -> bool:
+    """Upward offset gaps between batches outside the active segment (Kafka's cleaner drops
+    batches it emptied; the active segment is never cleaned)."""
+    log.refresh_segments()
+    expected = None
+    for base in log.bases[:-1]:
+        segment = log.segments[base]
+        for _, header in segment.iter_headers(0, segment.file_size()):
+            if expected is not None and header.base_offset > expected:
+                return True
+            expected = header.next_offset
+    return False
 
 
 def _log_start_offsets(log_dirs: set[str]) -> dict[tuple[str, int], int]:

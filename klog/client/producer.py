@@ -19,10 +19,11 @@ from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
 from klog.store import codec, compression
 from klog.store.codec import RecordIn
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME, RECORD_BATCH_OVERHEAD
+from klog.store.limits import PRODUCER_BATCH_BYTES_DEFAULT
 from klog.store.names import validate_topic_name
 
 RECORD_OVERHEAD_BYTES_MAX = 21 + 10  # length, attributes, ts delta, offset delta, key/value lengths, headers count
-BATCH_SIZE_DEFAULT = 1_000_000  # just under max.message.bytes' default (1048588)
+BATCH_SIZE_DEFAULT = PRODUCER_BATCH_BYTES_DEFAULT
 ACKS = ("0", "1", "all")
 KEY_PARTITION_CACHE_MAX = 100_000  # distinct (topic, key) partitions remembered by the bulk path
 

@@ -143,14 +143,16 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
     log_end = None
     for i, base in enumerate(replica.bases):
         segment = replica.segments[base]
+        compacted, last = replica.compacted, i == len(replica.bases) - 1
         try:
-            check = check_segment(segment)
+            check = check_segment(segment, gaps_ok=compacted and not last)
         except OSError as e:  # unreadable (EIO, EACCES, not a file): damage a reader would hit too
             problems.append(f"{segment.log_path}: cannot read: {e.strerror or e}")
             cut_at = base if expected is None else min(base, expected)
             break
         problems.extend(_index_problem_lines(segment, check.index_problems))
-        if expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i):
+        if (expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i)
+                and not (compacted and check.first_offset > expected)):  # Kafka's cleaner removed the offsets between
             problems.append(f"{segment.log_path}: " + (f"offsets {expected}..{check.first_offset - 1} are missing"
                             if check.first_offset > expected else f"overlaps the segment before (from {expected})"))
             cut_at = expected

@@ -33,6 +33,7 @@ SASL_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 AUTH_FAILURE_DELAY_MS_DEFAULT = 1000  # Kafka's connection.failed.authentication.delay.ms is 100
 ACL_RELOAD_MS = 1000  # ACLs, credentials and quotas changed by another process apply within this
 CLOSE_LINGER_MS = 300  # after a refusal, before the close: some clients (kafka-python) drop unread data on FIN
+SASL_FRAME_BYTES_MAX = 512 * 1024  # Kafka's sasl.server.max.receive.size: no 100 MiB frames before login
 SASL_AUTH_ATTEMPTS_MAX = 4  # SaslAuthenticate rounds per connection (SCRAM needs 2)
 AUTH_THREADS = 1  # PBKDF2 for PLAIN and unknown SCRAM users: at most one core, whatever the guessing rate
 

@@ -26,6 +26,7 @@ from klog.server import dispatch, framing
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.security import (
     CLOSE_LINGER_MS,
+    SASL_FRAME_BYTES_MAX,
     ConnectionSecurity,
     Listener,
     SecurityConfig,
@@ -94,7 +95,7 @@ class Server:
         self.ports: dict[Listener, int] = {}
         self.brokers: dict[Listener, BrokerInfo] = {}
         self._servers: list[asyncio.base_events.Server] = []
-        self._conn_security: dict[asyncio.Task, ConnectionSecurity] = {}
+        self._conn_security: dict[str, ConnectionSecurity] = {}  # by peer address (one per live connection)
         self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
         self._appended: asyncio.Event | None = None
         self._checkpoints: asyncio.Task | None = None
@@ -288,7 +289,7 @@ class Server:
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         log.info("connection from %s", peer_text)
         assert self.security is not None
-        self._conn_security[task] = self.security.connection(listener or self.listeners[0],
+        self._conn_security[peer_text] = self.security.connection(listener or self.listeners[0],
                                                              peer_text.rpartition(":")[0], writer.transport)
         try:
             await self._serve_connection(reader, writer, task, peer_text)
@@ -300,7 +301,7 @@ class Server:
             log.error("%s: closing connection after an internal error: %s: %s", peer_text, type(e).__name__, e)
         finally:
             self._connections.pop(task, None)
-            self._conn_security.pop(task, None)
+            self._conn_security.pop(peer_text, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
@@ -353,6 +354,11 @@ class Server:
         except ConnectionError:
             return None
         (size,) = framing.SIZE.unpack(head)
+        conn = self._conn_security.get(peer)
+        if conn is not None and not conn.authenticated and size > SASL_FRAME_BYTES_MAX:
+            log.warning("%s: request of %d bytes before SASL authentication (at most %d), closing", peer, size,
+                        SASL_FRAME_BYTES_MAX)
+            return None
         if size < framing.PREFIX.size or size > self.request_bytes_max:
             log.warning("%s: invalid request size %d (socket.request.max.bytes is %d), closing",
                         peer, size, self.request_bytes_max)
@@ -383,7 +389,7 @@ class Server:
     async def _answer(self, item: _Parsed, writer: asyncio.StreamWriter, peer: str) -> bool:
         """Handle one parsed request and send its answer; False closes the connection."""
         prefix, client_id, request = item.prefix, item.client_id, item.request
-        conn = self._conn_security[asyncio.current_task()]  # type: ignore[index]
+        conn = self._conn_security[peer]
         assert self.security is not None
         if not self.security.gate(conn, prefix.api_key):  # here, not when read ahead: SASL may finish between
             log.warning("%s (client %s): api key %d before SASL authentication, closing", peer,

@@ -19,6 +19,8 @@ from typing import TypeAlias
 
 import cramjam
 
+from klog.store.limits import DECOMPRESSED_BATCH_BYTES_MAX
+
 NONE = 0
 GZIP = 1
 SNAPPY = 2
@@ -253,7 +255,7 @@ def compress(codec: int, data: Bytes) -> bytes:
 # Bounded memory for any input: a 77 KB zstd batch can expand to 2.4 GB. A batch's records are
 # decompressed into a buffer of at most this many bytes; one that expands further is refused as
 # damage (CompressionError), whatever its compressed size.
-DECOMPRESSED_BATCH_BYTES_MAX = 256 << 20
+
 _SMALL_OUTPUT_BYTES = 4 << 20  # most batches fit a reused buffer of this size: no allocation per batch
 _local = threading.local()
 _TOO_SMALL = ("failed to write whole buffer", "smaller than required")

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from klog.errors import InvalidConfigError
+from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
 
 LONG_MAX = 2**63 - 1
 CODECS = ("producer", "none", "gzip", "snappy", "lz4", "zstd")
@@ -64,11 +65,12 @@ CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("retention.bytes", "-1", _long(-1), "keep at most this many bytes per partition (-1: no limit)"),
     ConfigKey("segment.bytes", "1073741824", _long(14), "roll a segment at this size"),
     ConfigKey("segment.ms", "604800000", _long(1), "roll a segment after this time span"),
-    ConfigKey("segment.index.bytes", "10485760", _long(4), "index size limit per segment"),
+    ConfigKey("segment.index.bytes", "10485760", _long(4),
+              "index size limit per segment: a segment whose offset or time index is full rolls"),
     ConfigKey("index.interval.bytes", "4096", _long(0), "bytes between offset-index entries"),
     ConfigKey("cleanup.policy", "delete", _policy, "delete, compact, or compact,delete"),
     ConfigKey("min.insync.replicas", "1", _long(1), "in-sync replicas an acks=all write needs"),
-    ConfigKey("max.message.bytes", "1048588", _long(0), "largest record batch accepted"),
+    ConfigKey("max.message.bytes", str(MAX_MESSAGE_BYTES_DEFAULT), _long(0), "largest record batch accepted"),
     ConfigKey("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
               "CreateTime keeps the producer's time; LogAppendTime stamps the append time"),
     ConfigKey("compression.type", "producer", _choice(*CODECS), "codec for stored batches"),
@@ -82,7 +84,8 @@ CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("max.compaction.lag.ms", str(LONG_MAX), _long(1), "force compaction after this long"),
     ConfigKey("unclean.leader.election.enable", "false", _bool,
               "let an out-of-sync replica become leader (may lose records)"),
-    ConfigKey("file.delete.delay.ms", "60000", _long(0), "how long .deleted files linger"),
+    ConfigKey("file.delete.delay.ms", "60000", _long(0),
+              "accepted as Kafka has it; klog unlinks .deleted files at once (open readers keep them, POSIX)"),
 )}
 
 
@@ -109,7 +112,8 @@ class LogConfig:
     segment_bytes: int = 1073741824
     segment_ms: int = 604800000
     index_interval_bytes: int = 4096
-    max_message_bytes: int = 1048588
+    segment_index_bytes: int = 10485760
+    max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT
     flush_messages: int = 1
     flush_ms: int = LONG_MAX
     retention_ms: int = 604800000
@@ -129,6 +133,7 @@ class LogConfig:
             segment_bytes=get("segment.bytes"),  # type: ignore[arg-type]
             segment_ms=get("segment.ms"),  # type: ignore[arg-type]
             index_interval_bytes=get("index.interval.bytes"),  # type: ignore[arg-type]
+            segment_index_bytes=get("segment.index.bytes"),  # type: ignore[arg-type]
             max_message_bytes=get("max.message.bytes"),  # type: ignore[arg-type]
             flush_messages=get("flush.messages"),  # type: ignore[arg-type]
             flush_ms=get("flush.ms"),  # type: ignore[arg-type]

@@ -18,14 +18,23 @@ from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
-from klog.store.format import LOG_SUFFIX, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, parse_segment_base
+from klog.store.format import (
+    LOG_SUFFIX,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    OFFSET_INDEX_ENTRY,
+    RECORD_BATCH_OVERHEAD,
+    TIME_INDEX_ENTRY,
+    parse_segment_base,
+)
+from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.names import check_not_symlink
 from klog.store.segment import LogSegment, RecoveryResult, SegmentFds, keep_corrupt_bytes
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
 T = TypeVar("T")
 
-READ_BYTES_DEFAULT = 1 << 20
+READ_BYTES_DEFAULT = FETCH_BYTES_MAX
 
 
 def fsync_dir(path: str) -> None:
@@ -80,12 +89,15 @@ class ByteRange:
             self.fd = -1
 
 
-def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int) -> list[FetchedBatch]:
+def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int,
+                gap_ok: Callable[[FetchedBatch], bool] | None = None) -> list[FetchedBatch]:
     """The batches up to the first break in offset continuity (a read never skips offsets).
 
     The first batch must hold `offset` (or start the log, when `offset` is below it: the caller
     checks that against the log start offset); each next batch starts where the one before
-    ends: klog's cleaner keeps emptied batches, so batch offsets never have gaps. A break after
+    ends: klog's cleaner keeps emptied batches, so its batch offsets never have gaps. Kafka's
+    cleaner drops them, so in a compacted topic's cleaned segments a batch may start above where
+    the one before ended: `gap_ok(batch)` says where such an upward gap is legal. A break after
     the first batch returns what comes before it (the next read reports it); a break at the
     first batch is a CorruptLogError naming the missing offsets.
     """
@@ -93,6 +105,8 @@ def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int) -> li
     for i, fb in enumerate(batches):
         h = fb.header
         ok = h.base_offset <= expected <= h.last_offset if i == 0 and expected == offset else h.base_offset == expected
+        if not ok and h.base_offset > expected and gap_ok is not None and gap_ok(fb):
+            ok = True  # compacted: the offsets between were removed by Kafka's cleaner
         if not ok:
             if i:
                 return batches[:i]
@@ -288,8 +302,16 @@ class PartitionLog:
             return True
         if not active.can_hold(header.last_offset):
             return True
+        if self._index_full(active):
+            return True
         first_ts = self._first_batch_max_timestamp(active)
         return first_ts >= 0 and header.max_timestamp - first_ts > self.config.segment_ms
+
+    def _index_full(self, segment: LogSegment) -> bool:
+        """Kafka's offsetIndex.isFull / timeIndex.isFull: segment.index.bytes holds no more entries."""
+        limit = self.config.segment_index_bytes
+        return (segment.offset_index.entries >= limit // OFFSET_INDEX_ENTRY.size
+                or segment.time_index.entries >= limit // TIME_INDEX_ENTRY.size)
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:
         head = segment.read_bytes(0, RECORD_BATCH_OVERHEAD)
@@ -458,7 +480,24 @@ class PartitionLog:
             if got and budget <= 0:
                 break
             segment = self.segments[self.bases[nxt]]
-        return _contiguous(out, offset_asked, self.bases[0] if self.bases else 0)
+        return _contiguous(out, offset_asked, self.bases[0] if self.bases else 0,
+                           (lambda fb: self.cleaner_gap_ok(fb.path, fb.position)) if self.compacted else None)
+
+    @property
+    def compacted(self) -> bool:
+        """A compacted topic's log (cleanup.policy compact or compact,delete): Kafka's cleaner
+        leaves offset gaps between the batches of the segments it cleaned."""
+        return "compact" in self.config.cleanup_policy
+
+    def cleaner_gap_ok(self, path: str | None, position: int) -> bool:
+        """May the offsets just below the batch at (`path`, `position`) be missing? Only in a
+        compacted log, as Kafka's cleaner's work: the batch is in a segment the cleaner may have
+        cleaned (any but the active one, which is never cleaned), or starts the active one (the
+        segment before it may end with removed offsets)."""
+        if not self.compacted:
+            return False
+        active = self.segments.get(self.bases[-1]) if self.bases else None
+        return position == 0 or active is None or path != active.log_path
 
     def byte_range(self, offset: int, upper: int, max_bytes: int) -> ByteRange | None:
         """Where the batches holding offsets in [offset, upper) lie, in one segment (a fetch

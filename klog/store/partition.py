@@ -19,6 +19,7 @@ from klog.errors import CorruptLogError, KlogError, StateLostError, StorageError
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
+from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.locks import FileLock
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
@@ -103,6 +104,8 @@ class Partition:
         # the lock generation under which this object last appended cleanly (see open_for_write)
         self._appended_generation: int | None = None
         self._flush_timer: threading.Timer | None = None
+        # what retention after a roll learnt about the oldest segment (client.lifecycle)
+        self.retention_hint: tuple[int, tuple[int, int], int, int] | None = None
         self._closed = False
         self.reload_replicas: Callable[[], None] | None = None
 
@@ -323,7 +326,7 @@ class Partition:
             self.state.write(snap, sync=True)
 
     # -- reading -------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int = 1 << 20, upper: int | None = None) -> list[FetchedBatch]:
+    def read(self, offset: int, max_bytes: int = FETCH_BYTES_MAX, upper: int | None = None) -> list[FetchedBatch]:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
         snap = self.reader_snapshot()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
@@ -350,7 +353,8 @@ class Partition:
                 failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
                                                   f"{e.filename or replica.directory}: {e.strerror or e}")
                 continue
-            if batches and (batches[0].header.base_offset <= offset or offset < self._published_log_start()):
+            if batches and (batches[0].header.base_offset <= offset or offset < self._published_log_start()
+                            or replica.cleaner_gap_ok(batches[0].path, batches[0].position)):
                 return batches
             if batches:
                 first = batches[0]
@@ -396,7 +400,8 @@ class Partition:
                 continue
             if found is None:
                 continue
-            if found.first.base_offset <= offset or offset < self._published_log_start():
+            if (found.first.base_offset <= offset or offset < self._published_log_start()
+                    or replica.cleaner_gap_ok(found.path, found.position)):
                 return found
             found.close()
             failure = failure or CorruptLogError(f"offsets {offset}..{found.first.base_offset - 1} are missing",

@@ -28,10 +28,11 @@ from klog.store.format import (
     segment_file_name,
 )
 from klog.store.index import OffsetIndex, TimeIndex
+from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
 
 SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
-BATCH_BYTES_MAX = 1 << 30  # a declared batch length above this is corruption, not data
+BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
 READ_FDS_MAX = 128  # open segment files kept by a process's readers (5,000 segments must not be 5,000 fds)
 
 
