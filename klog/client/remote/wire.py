@@ -154,3 +154,33 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name.upper()
     except ValueError:
         return f"error code {code}"
+
+
+def partition_sizes(target, brokers: dict[int, tuple[str, int]],  # noqa: ANN001 - ClusterTarget
+                    timeout: float) -> dict[tuple[str, int], dict[int, int]]:
+    """DescribeLogDirs v1 (every topic) at each broker: (topic, partition) -> broker id -> bytes on
+    disk (a replica being moved, `is_future_key`, not counted twice). A broker
+    that cannot be asked (TLS/SASL, unreachable, refused) is left out: its replicas' sizes are unknown."""
+    from kio.schema.describe_log_dirs.v1.request import DescribeLogDirsRequest
+    from kio.schema.describe_log_dirs.v1.response import DescribeLogDirsResponse
+
+    out: dict[tuple[str, int], dict[int, int]] = {}
+    if target.properties.get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
+        return out
+    for broker, (host, port) in brokers.items():
+        try:
+            with Connection(host, port, timeout) as conn:
+                answer = conn.call(DescribeLogDirsRequest(topics=None), DescribeLogDirsResponse)
+        except KlogError:
+            continue
+        for result in answer.results:
+            if int(result.error_code):
+                continue
+            for t in result.topics:
+                for p in t.partitions:
+                    if p.is_future_key:
+                        continue
+                    sizes = out.setdefault((str(t.name), int(p.partition_index)), {})
+                    # one replica per broker in Kafka; klog serve lists one per log dir holding one
+                    sizes[broker] = max(sizes.get(broker, 0), int(p.partition_size))
+    return out
