@@ -54,3 +54,16 @@ def test_replay_refusals_are_one_line(kafka_server, klog_proc, tmp_path, data_di
     fill(data_dir, "orders", 10)
     r = klog_proc("replay", "orders", "--to", "orders", "-b", kafka_server.bootstrap)  # into itself
     assert r.returncode == 2 and "into itself" in r.stderr.decode()
+
+
+def test_replay_from_a_cluster_into_a_local_store_resumes_with_a_group(kafka_server, klog_proc, tmp_path, data_dir):
+    back = str(tmp_path / "back")
+    fill(data_dir, "orders", 200)
+    args = ("replay", "orders", "-b", kafka_server.bootstrap, "--to", "o", "--to-store", back, "--group", "g",
+            "--keep-timestamps")
+    assert ok(klog_proc(*args)) == "Replayed 200 records from orders into o\n"
+    fill(data_dir, "orders", 50, start=200)
+    assert ok(klog_proc(*args)) == "Replayed 50 records from orders into o\n"  # only what is new
+    assert [e[2:] for e in envelopes(back, "o")] == [e[2:] for e in envelopes(data_dir, "orders")]
+    r = klog_proc("replay", "o", "--to", "o", "-d", back, "--to-store", back)  # the same store: into itself
+    assert r.returncode == 2 and "into itself" in r.stderr.decode()
