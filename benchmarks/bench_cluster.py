@@ -7,7 +7,9 @@ serve (a benchmark, not a test: prints README figures).
 Workload: N 100-byte lines into a 1-partition topic. Each round alternates local and remote runs so
 both see the same load on a shared machine; the figures are medians of R rounds. Each remote
 produce goes to a fresh topic; each consume reads the whole topic to the end and exits (its line
-count is checked). The mirror copies the local topic into a fresh serve store each round.
+count is checked). The mirror copies the local topic into a fresh serve store each round; `klog
+replay` copies it within the local store, into serve (--to-store) and back from serve (-b).
+`--only replay` runs the replays alone (after the produces they read).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", choices=["all", "replay"], default="all")
     args = parser.parse_args()
     n = args.records
     with tempfile.TemporaryDirectory() as d:
@@ -76,26 +79,39 @@ def main() -> None:
             f.write(b"".join(b"%099d\n" % i for i in range(n)))
         server = Serve(remote_dir, env)
         try:
-            results: dict[str, list[float]] = {k: [] for k in ("produce local", "produce remote", "consume local",
-                                                                "consume remote", "mirror local->serve")}
+            results: dict[str, list[float]] = {k: [] for k in (
+                "produce local", "produce remote", "consume local", "consume remote", "mirror local->serve",
+                "replay local->local", "replay local->serve", "replay serve->local")}
+            if args.only == "replay":
+                timed(klog_cmd("produce", "t0", "-d", local), env, lines)
+                timed(klog_cmd("produce", "t0", "-b", server.bootstrap), env, lines)
             for i in range(args.rounds):
-                results["produce local"].append(timed(klog_cmd("produce", f"t{i}", "-d", local), env, lines))
-                results["produce remote"].append(
-                    timed(klog_cmd("produce", f"t{i}", "-b", server.bootstrap), env, lines))
-                results["consume local"].append(timed(klog_cmd("consume", "t0", "-d", local), env, lines=n))
-                results["consume remote"].append(timed(klog_cmd("consume", "t0", "-b", server.bootstrap), env,
-                                                       lines=n))
-                results["mirror local->serve"].append(
-                    timed(klog_cmd("mirror", local, server.bootstrap, "t0", "--rename", f"m{i}.{{topic}}"), env))
+                if args.only == "all":
+                    results["produce local"].append(timed(klog_cmd("produce", f"t{i}", "-d", local), env, lines))
+                    results["produce remote"].append(
+                        timed(klog_cmd("produce", f"t{i}", "-b", server.bootstrap), env, lines))
+                    results["consume local"].append(timed(klog_cmd("consume", "t0", "-d", local), env, lines=n))
+                    results["consume remote"].append(timed(klog_cmd("consume", "t0", "-b", server.bootstrap), env,
+                                                           lines=n))
+                    results["mirror local->serve"].append(
+                        timed(klog_cmd("mirror", local, server.bootstrap, "t0", "--rename", f"m{i}.{{topic}}"), env))
+                for name, cmd in (
+                        ("replay local->local", ("replay", "t0", "--to", f"r{i}", "-d", local)),
+                        ("replay local->serve", ("replay", "t0", "--to", f"r{i}", "-d", local,
+                                                 "--to-store", server.bootstrap)),
+                        ("replay serve->local", ("replay", "t0", "--to", f"s{i}", "-b", server.bootstrap,
+                                                 "--to-store", local))):
+                    results[name].append(timed(klog_cmd(*cmd), env))
         finally:
             server.close()
             shutil.rmtree(remote_dir, ignore_errors=True)
-    rate = {k: n / statistics.median(v) / 1e6 for k, v in results.items()}
+    rate = {k: n / statistics.median(v) / 1e6 for k, v in results.items() if v}
     print(f"{n:,} records of 100 B, 1 partition, median of {args.rounds} alternated rounds (M records/s):")
     for k, v in rate.items():
         print(f"  {k:<22} {v:.3f}")
-    print(f"produce remote/local {rate['produce remote'] / rate['produce local']:.2f}, "
-          f"consume remote/local {rate['consume remote'] / rate['consume local']:.2f}")
+    if "produce local" in rate:
+        print(f"produce remote/local {rate['produce remote'] / rate['produce local']:.2f}, "
+              f"consume remote/local {rate['consume remote'] / rate['consume local']:.2f}")
 
 
 if __name__ == "__main__":

@@ -98,8 +98,8 @@ def open_store(data_dir: str | None, create: bool = True, read_only: bool = Fals
 CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
                     ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
-                    ("groups", "delete"), ("groups", "delete-offsets"), ("spark", "export"), ("spark", "sql"),
-                    ("spark", "stream"), ("spark", "run")}
+                    ("groups", "delete"), ("groups", "delete-offsets"), ("replay",), ("spark", "export"),
+                    ("spark", "sql"), ("spark", "stream"), ("spark", "run")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
 _cluster_target = None  # the ClusterTarget of the running command, None for the local store

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Annotated
 
@@ -49,6 +50,11 @@ def register(app: typer.Typer) -> None:
         = None,
         as_json: Annotated[bool, typer.Option("--json", help="On stdout: the JSON envelope produce --input json "
                                               "reads.")] = False,
+        to_store: Annotated[str | None, typer.Option(
+            "--to-store", help="DEST's store when it is not SRC's: a store directory or a Kafka cluster "
+            "(kafka://HOST:PORT[,...], HOST:PORT, or @NAME).")] = None,
+        dest_property: Annotated[list[str] | None, typer.Option(
+            "--dest-property", help="Kafka client property name=value for a --to-store cluster.")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         """Re-publish a range of SRC into DEST (or stdout), keys and headers kept, keyed records to
@@ -69,12 +75,22 @@ def register(app: typer.Typer) -> None:
         else:
             start = StartSpec.parse(offset or "beginning")
         factor = parse_speed(speed)
-        with open_store(data_dir, create=False) as store:
+        if to_store is not None and to is None:
+            raise UsageError("--to-store needs --to DEST (the topic to write into)")
+        if dest_property and to_store is None:
+            raise UsageError("--dest-property needs --to-store (a DEST cluster)")
+        with contextlib.ExitStack() as stack:
+            store = stack.enter_context(open_store(data_dir, create=False))
             store.topic(source)
+            dest_store = None
+            if to_store is not None and not _same_store(store, to_store, data_dir):
+                dest_store = stack.enter_context(_open_dest_store(to_store, data_dir, dest_property))
             emit = None if to is not None else _stdout_writer(as_json, factor is not None or rate is not None)
             replayer = Replayer(store, source, to, partitions=partition, start=start,
                                 until_ms=parse_time_ms(until) if until else None, count=count,
-                                keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit)
+                                keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit,
+                                dest_store=dest_store)
+            stack.callback(replayer.close)
             if to is not None and sys.stderr.isatty():
                 stats = _run_with_progress(replayer)
             else:
@@ -83,6 +99,33 @@ def register(app: typer.Typer) -> None:
         if to is not None:
             skipped = f" ({stats.skipped} already replayed by group {group})" if stats.skipped else ""
             print(f"Replayed {stats.records} records from {source} into {to}{skipped}", file=sys.stderr)
+
+
+def _open_dest_store(spec: str, data_dir: str | None, props: list[str] | None):  # noqa: ANN202 - a store
+    """--to-store's store or cluster (opened directly: with -b, open_store means SRC's cluster)."""
+    from klog.cli.app import warn
+    from klog.client.remote.target import parse_endpoint
+
+    where = parse_endpoint(spec, data_dir, props)
+    if isinstance(where, str):
+        from klog.client.store import Store
+
+        return Store(where, create=True, on_warning=warn)
+    from klog.client.remote.store import RemoteStore
+
+    return RemoteStore(where, on_warning=warn)
+
+
+def _same_store(store, spec: str, data_dir: str | None) -> bool:  # noqa: ANN001 - Store or RemoteStore
+    """Does --to-store name SRC's own store (then DEST == SRC is refused as a replay into itself)?"""
+    import os
+
+    from klog.client.remote.target import parse_endpoint
+
+    where = parse_endpoint(spec, data_dir, None) if not spec.startswith("@") else None
+    if getattr(store, "is_local", True):
+        return isinstance(where, str) and os.path.realpath(where) == os.path.realpath(str(store.path))
+    return where is not None and not isinstance(where, str) and where.bootstrap == store.target.bootstrap
 
 
 def _stdout_writer(as_json: bool, paced: bool):  # noqa: ANN202 - Record -> None

@@ -17,6 +17,12 @@ replayer records the intent (DEST partition, the offset the batch will get, the 
 source records in it); after it, the progress. A resumed replay first settles an intent left by
 a kill: the batch landed if DEST holds a batch with that CRC at that offset (batches are atomic),
 so it neither writes it twice nor skips it, whoever else writes to DEST.
+
+DEST in another store (`dest_store`: a second local store or a Kafka cluster): SRC's store only
+reads. A cluster DEST is written through its producer (`dest_store.producer()`, the client
+interface `klog produce` uses), each record to the partition the replayer routed it to; it is
+flushed (every record acknowledged) before run() returns. `group` needs a local DEST: its exact
+resume relies on DEST's partition locks and batch CRCs, which a cluster does not expose.
 """
 
 from __future__ import annotations
@@ -124,12 +130,14 @@ class Replayer:
     def __init__(self, store, source: str, dest: str | None = None, *, partitions: list[int] | None = None,
                  start: StartSpec | str = "beginning", until_ms: int | None = None, count: int | None = None,
                  keep_timestamps: bool = False, speed: float | None = None, rate: float | None = None,
-                 group: str | None = None, acks: str = "all", emit: Callable[[Record], None] | None = None,
+                 group: str | None = None, acks: str = "all", dest_store=None,  # noqa: ANN001 - a Store or RemoteStore
+                 emit: Callable[[Record], None] | None = None,
                  on_progress: Callable[[ReplayStats], None] | None = None,
                  on_warning: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
-        if dest is not None and dest == source:
+        dest_store = store if dest_store is None else dest_store
+        if dest is not None and dest == source and dest_store is store:
             raise UsageError(f"refusing to replay '{source}' into itself (it would never end)")
         if speed is not None and speed <= 0:
             raise UsageError("--speed must be positive (or max)")
@@ -141,7 +149,11 @@ class Replayer:
             raise UsageError("--group needs --to DEST (progress is kept for a DEST topic)")
         if dest is None and emit is None:
             raise UsageError("nothing to replay into: give a DEST topic or an emit callback")
+        if group is not None and not getattr(dest_store, "is_local", True):
+            raise UsageError("--group needs a local DEST store (an exact resume relies on DEST's own log)")
         self.store = store
+        self.dest_store = dest_store
+        self._producer = None  # a cluster DEST's producer
         self.source = source
         self.dest = dest
         self.count = count
@@ -162,7 +174,7 @@ class Replayer:
         self._flushed_at = 0.0
         if dest is not None:
             if group is not None:  # a refused group must not leave a DEST behind
-                self.progress = ReplayProgress.open(store.data_dir.state_dir, group, source, dest)
+                self.progress = ReplayProgress.open(dest_store.data_dir.state_dir, group, source, dest)
             self._open_dest(dest)
             if self.progress is not None:
                 self._resume()
@@ -170,14 +182,16 @@ class Replayer:
 
     # -- set-up --------------------------------------------------------------------------------
     def _open_dest(self, dest: str) -> None:
-        store = self.store
+        store = self.dest_store
         if not store.has_topic(dest):
             if not store.auto_create_enabled():
                 store.topic(dest)  # raises the unknown-topic error
             # a copy of SRC's shape and topic configs (retention too: a --keep-timestamps replay of old
             # records into a 7-day default topic would be deleted at the next roll)
-            source = store.topic(self.source)
-            store.create_topic(dest, partitions=len(source.partitions), configs=dict(source.configs), exist_ok=True)
+            source = self.store.topic(self.source)
+            configs = (dict(source.configs) if getattr(self.store, "is_local", True)
+                       else self.store.topic_configs(self.source))
+            store.create_topic(dest, partitions=len(source.partitions), configs=configs, exist_ok=True)
         self.dest_partitions = store.partition_count(dest)
         configs = store.effective_configs(dest)
         name = configs["compression.type"]
@@ -185,6 +199,9 @@ class Replayer:
         self.timestamp_type = LOG_APPEND_TIME if configs["message.timestamp.type"] == "LogAppendTime" else CREATE_TIME
         self.max_bytes = int(configs["max.message.bytes"])
         self.dest_compacted = "compact" in configs["cleanup.policy"]
+        if not getattr(store, "is_local", True):  # a cluster: its producer; the broker batches and stamps
+            self._producer = store.producer(acks=self.acks, on_warning=self.on_warning)
+            return
         from klog.client.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=self.on_warning)
@@ -209,7 +226,7 @@ class Replayer:
         """Is our batch at base_offset of DEST partition q? Asked after a writer opened the partition
         (a killed append is then either complete and visible, or cut). The batch's CRC covers its
         records and timestamps, not the offset, so it identifies the bytes the replayer encoded."""
-        part = self.store.partition(self.dest, q)
+        part = self.dest_store.partition(self.dest, q)
         with part.lock:
             self.replicas.reconcile(self.dest, q, part)
             part.publish()
@@ -246,9 +263,17 @@ class Replayer:
             self._take(record)
             emitted += 1
         self._flush_all()
+        if self._producer is not None:
+            self._producer.flush()  # every record acknowledged (or the first failure raised)
         if self.on_progress is not None:
             self.on_progress(self.stats)
         return self.stats
+
+    def close(self) -> None:
+        """Release the source consumer (a cluster's holds connections)."""
+        close = getattr(self.consumer, "close", None)
+        if close is not None:
+            close()
 
     def _take(self, record: Record) -> None:
         s = record.partition
@@ -306,6 +331,13 @@ class Replayer:
             self.on_progress(self.stats)
 
     def _append(self, q: int, records: list[tuple], sources: list[tuple[int, int]]) -> None:
+        if self._producer is not None:
+            send = self._producer.send
+            for key, value, headers, ts in records:
+                send(self.dest, value, key, headers or None, partition=q, timestamp=ts)
+            self.stats.records += len(records)
+            self.stats.batches += 1
+            return
         encoded = codec.encode_batch(records, 0, codec=self.codec, timestamp_type=self.timestamp_type,
                                      log_append_time_ms=self.wall_ms())
         if len(encoded) > self.max_bytes:
@@ -318,7 +350,7 @@ class Replayer:
             self._append(q, records[half:], sources[half:])
             return
         progress = self.progress
-        part = self.store.partition(self.dest, q)
+        part = self.dest_store.partition(self.dest, q)
         active_before = part.active_segment_base()
         if progress is None:
             self.replicas.append(self.dest, q, encoded, self.acks)
@@ -343,7 +375,7 @@ class Replayer:
         if active_before is not None and part.active_segment_base() != active_before:
             from klog.client.lifecycle import retain_after_roll
 
-            retain_after_roll(self.store, self.dest, q, self.replicas.warn)
+            retain_after_roll(self.dest_store, self.dest, q, self.replicas.warn)
 
     def _done_offsets(self) -> dict[int, int]:
         """Per source partition: every record below this offset is written (none is still buffered)."""

@@ -314,8 +314,10 @@ def _log_dirs(ctx: RequestContext, mod: Any, wanted: dict[str, set[int] | None] 
 
 
 def _folder_size(folder: str) -> int:
+    """The partition's size as Kafka reports it (UnifiedLog.size): its segments' .log files, no indexes
+    (so `topics list -b` shows the bytes `topics list` shows on the store)."""
     try:
-        return sum(e.stat().st_size for e in os.scandir(folder) if e.is_file())
+        return sum(e.stat().st_size for e in os.scandir(folder) if e.is_file() and e.name.endswith(".log"))
     except OSError:
         return 0
 

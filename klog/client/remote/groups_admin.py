@@ -179,5 +179,44 @@ def delete_group(store, group: str) -> int:
 
 
 def delete_offsets(store, group: str, scope: str) -> list[TP]:
-    raise UsageError("groups delete-offsets against a cluster is not available (confluent-kafka has no "
-                     "OffsetDelete); reset the offsets instead, or use kafka-consumer-groups --delete-offsets")
+    """As the local delete_offsets, through Kafka's OffsetDelete (a kio request: confluent-kafka lacks it)."""
+    from klog.client.remote import wire
+
+    wire.check_plaintext(store.target)
+    topic, partitions = parse_scope(scope)
+    committed = _committed(store, group)
+    held = {p for t, p in committed if t == topic}
+    exists = store.has_topic(topic)
+    if not exists and not held:
+        store.topic(topic)  # raises the unknown-topic error
+    count = store.partition_count(topic) if exists else 0
+    for p in partitions or []:
+        if not 0 <= p < count and p not in held:
+            raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
+    if not committed:
+        _exists(store, group, _describe(store, [group])[group], committed)
+    wanted = sorted(partitions) if partitions is not None else sorted(set(range(count)) | held)
+    code, results = wire.offset_delete(store.target, group, topic, wanted, store.timeout)
+    failed = {c for c in results.values() if c} | ({code} if code else set())
+    if failed:
+        raise _offset_delete_error(group, topic, min(failed))
+    return [(topic, p) for p in wanted if p in held]
+
+
+GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, INVALID_GROUP_ID, UNKNOWN_TOPIC_OR_PARTITION = 69, 86, 24, 3
+
+
+def _offset_delete_error(group: str, topic: str, code: int) -> Exception:
+    from klog.client.remote.wire import error_name
+    from klog.errors import KlogError, UnknownTopicError
+
+    if code == GROUP_ID_NOT_FOUND:
+        return GroupError(f"unknown group '{group}'")
+    if code == GROUP_SUBSCRIBED_TO_TOPIC:
+        return GroupError(f"cannot delete offsets of topic '{topic}': group '{group}' has live members "
+                          "reading it; stop them first")
+    if code == INVALID_GROUP_ID:
+        return UsageError(f"invalid group id '{group}'")
+    if code == UNKNOWN_TOPIC_OR_PARTITION:
+        return UnknownTopicError(f"unknown topic '{topic}'")
+    return KlogError(f"cannot delete offsets of group '{group}' on topic '{topic}': {error_name(code)}")

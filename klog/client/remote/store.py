@@ -40,8 +40,9 @@ class RemoteTopic:
 
 class RemoteTopicInfo(TopicInfo):
     @property
-    def size_bytes(self) -> int | None:  # type: ignore[override] - a cluster does not say (no DescribeLogDirs)
-        return None
+    def size_bytes(self) -> int | None:  # type: ignore[override] - unknown when a partition's size is
+        sizes = [p.size_bytes for p in self.partitions]
+        return None if any(s is None for s in sizes) else sum(sizes)
 
 
 class RemoteStore:
@@ -64,6 +65,7 @@ class RemoteStore:
         except (KafkaException, ValueError, TypeError) as e:
             raise config_error(e) from None
         self._metadata_cache: dict[str, RemoteTopic] = {}
+        self._sizes: dict[tuple[str, int], dict[int, int]] | None = None  # DescribeLogDirs, asked once
         self._metadata(None)  # reachable?
 
     # -- context -----------------------------------------------------------------------------
@@ -300,9 +302,19 @@ class RemoteStore:
         topic = self.topic(name)
         starts, ends = self.offsets(name, -2), self.offsets(name, -1)
         parts = [PartitionInfo(i, pm.leader, pm.replicas, pm.isr, None, starts[i] or 0, ends[i] or 0,  # type: ignore[arg-type]
-                               ends[i] or 0, None, None)  # type: ignore[arg-type]
+                               ends[i] or 0, self._partition_size(name, i, pm.leader), None)  # type: ignore[arg-type]
                  for i, pm in enumerate(topic.partitions)]
         return RemoteTopicInfo(name, self._topic_id(name), parts, topic.replication_factor, self.topic_configs(name))
+
+    def _partition_size(self, topic: str, partition: int, leader: int) -> int | None:
+        """The leader replica's bytes on disk (DescribeLogDirs), None when the cluster does not say.
+        Segment counts are not in any Kafka API: they stay unknown."""
+        if self._sizes is None:
+            from klog.client.remote.wire import partition_sizes
+
+            brokers = {b.id: (b.host, b.port) for b in self._metadata(None).brokers.values()}
+            self._sizes = partition_sizes(self.target, brokers, self.timeout)
+        return self._sizes.get((topic, partition), {}).get(leader)
 
     def _topic_id(self, name: str) -> str:
         """The topic id as klog prints it (a UUID), or '-' when the cluster does not give one."""
