@@ -230,3 +230,57 @@ def test_produce_at_every_advertised_version(kafka_server, data_dir, version):
         assert produce(client, "pv", 0, batch([b"a", b"b"]), version=version) == (E.none, 0)
         assert produce(client, "pv", 0, batch([b"c"]), version=version) == (E.none, 2)
     assert values(data_dir, "pv") == [b"a", b"b", b"c"]
+
+
+def _fixed_crc(data: bytearray) -> bytes:
+    from klog.store import codec
+    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET
+
+    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+    return bytes(data)
+
+
+def test_malformed_records_inside_a_crc_valid_batch_are_refused(kafka_server, data_dir):
+    """The CRC only proves the bytes arrived as sent: the records themselves are parsed (as Kafka's
+    LogValidator does) and a batch with a broken record is refused whole, nothing appended."""
+    from klog.store.format import RECORDS_OFFSET
+
+    kafka_server.store.create_topic("m")
+    good = batch([b"a", b"bb"])
+    first_len = good[RECORDS_OFFSET]  # zigzag length byte of the first record
+    # the first record claims one byte more than its fields: its parse runs into the next record
+    longer = bytearray(good)
+    longer[RECORDS_OFFSET] = first_len + 2
+    # a byte left over after the last record (batch length grown to cover it)
+    trailing = bytearray(good + b"\x00")
+    struct.pack_into(">i", trailing, 8, len(trailing) - 12)
+    # a value length running past the end of the batch
+    overrun = bytearray(good)
+    assert overrun[-4:] == b"\x04bb\x00"  # the last record: value length (zigzag 2), value, no headers
+    overrun[-4] = 0x7E  # a value of 63 bytes, past the end of the batch
+    # the second record's offset delta set to 0 (a repeat of the first): Kafka's INVALID_RECORD
+    repeated = bytearray(good)
+    second = RECORDS_OFFSET + 1 + first_len // 2
+    assert repeated[second + 3] == 2  # length, attributes, timestampDelta (0), offsetDelta = zigzag(1)
+    repeated[second + 3] = 0
+    with RawClient(kafka_server.port) as client:
+        for bad in (longer, trailing, overrun):
+            assert produce(client, "m", 0, _fixed_crc(bad))[0] == E.corrupt_message
+        resp = client.send(0, 9, **produce_request_fields(9, "m", 0, _fixed_crc(repeated)))
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == E.invalid_record
+        assert [e.batch_index for e in part.record_errors] == [1]
+        assert "offset delta" in part.error_message
+        assert produce(client, "m", 0, good) == (E.none, 0)  # the connection keeps serving
+    assert values(data_dir, "m") == [b"a", b"bb"]
+
+
+def test_a_compressed_batch_whose_payload_is_not_its_codec_is_refused(kafka_server, data_dir):
+    from klog.store.format import ATTRIBUTES_OFFSET
+
+    kafka_server.store.create_topic("z")
+    garbage = bytearray(batch([b"x" * 40, b"y" * 40]))
+    struct.pack_into(">h", garbage, ATTRIBUTES_OFFSET, 1)  # claims gzip; the records are plain
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "z", 0, _fixed_crc(garbage))[0] == E.corrupt_message
+    assert values(data_dir, "z") == []
