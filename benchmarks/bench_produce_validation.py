@@ -57,8 +57,9 @@ def main() -> None:
                 for label, check in (("", real_check), ("_crc_only", skip)):
                     batches.check_records = check
                     try:
-                        runs["check" + label].append(timed(lambda: batches.check_batch(data), 5))
-                        runs["append" + label].append(timed(lambda: appender.append("bench", 0, data, "1"), 3))
+                        runs["check" + label].append(timed(lambda data=data: batches.check_batch(data), 5))
+                        append = lambda data=data: appender.append("bench", 0, data, "1")  # noqa: E731
+                        runs["append" + label].append(timed(append, 3))
                     finally:
                         batches.check_records = real_check
             med = {k: statistics.median(v) * 1000 for k, v in runs.items()}
