@@ -233,6 +233,7 @@ def test_produce_at_every_advertised_version(kafka_server, data_dir, version):
 
 
 def _fixed_crc(data: bytearray) -> bytes:
+    """`data` with its CRC recomputed in place (and returned as bytes)."""
     from klog.store import codec
     from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET
 
@@ -284,3 +285,37 @@ def test_a_compressed_batch_whose_payload_is_not_its_codec_is_refused(kafka_serv
     with RawClient(kafka_server.port) as client:
         assert produce(client, "z", 0, _fixed_crc(garbage))[0] == E.corrupt_message
     assert values(data_dir, "z") == []
+
+
+def test_kafka_python_batch_with_a_broken_record_and_a_fixed_crc_fails_its_send(kafka_server, data_dir, monkeypatch):
+    """A real client's path: kafka-python encodes the batch, then (patched) its first record's length is
+    made one byte too long and the CRC recomputed, as a buggy client library would. The send fails
+    with CORRUPT_MESSAGE, nothing is written, and the next, sound batch from the same producer lands."""
+    kafka = pytest.importorskip("kafka")
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from klog.store.format import RECORDS_OFFSET
+
+    kafka_server.store.create_topic("kpbad")
+    real_build = DefaultRecordBatchBuilder.build
+    broken = []
+
+    def build_broken(self):  # noqa: ANN001, ANN202
+        buf = real_build(self)
+        if not broken:  # only the first batch
+            broken.append(True)
+            assert buf[RECORDS_OFFSET] < 0x7E  # a one-byte length: add one (zigzag +2)
+            buf[RECORDS_OFFSET] += 2
+            _fixed_crc(buf)  # recomputes the CRC into buf
+        return buf
+
+    monkeypatch.setattr(DefaultRecordBatchBuilder, "build", build_broken)
+    producer = kafka.KafkaProducer(bootstrap_servers=kafka_server.bootstrap, acks="all", retries=0,
+                                   enable_idempotence=False, linger_ms=0, request_timeout_ms=10_000)
+    try:
+        with pytest.raises(kafka.errors.CorruptRecordError):
+            producer.send("kpbad", value=b"first").get(timeout=20)
+        assert producer.send("kpbad", value=b"second").get(timeout=20).offset == 0
+    finally:
+        producer.close(timeout=5)
+    assert values(data_dir, "kpbad") == [b"second"]
