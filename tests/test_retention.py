@@ -10,6 +10,7 @@ passes on random segment lists (hypothesis).
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -343,3 +344,27 @@ def test_sigkill_during_retention_leaves_a_valid_log_and_the_next_writer_finishe
         assert bases[0] <= 55 and (len(bases) == 1 or bases[1] > 55)
         assert segment_files(store, "t", ".deleted") == []
         assert values(store, "t") == [b"value-%05d" % i for i in range(55, 100)]
+
+
+def test_a_roll_after_the_oldest_segment_expires_still_deletes_it(seg_topic):
+    """Rolls skip retention while the oldest segment has not expired (lifecycle's retention hint);
+    once the wall clock passes its retention, the next roll deletes it."""
+    store = seg_topic
+    retain(store, "t", retention_ms=60_000)
+    soon = int(time.time() * 1000) - 60_000 + 1_500  # expires 1.5 s from now
+    fill(store, "t", 30, ts=lambda i: soon)  # several rolls: the hint is taken, nothing is due
+    assert store.offsets("t", -2) == {0: 0}
+    time.sleep(2)
+    fill(store, "t", 30, ts=lambda i: int(time.time() * 1000))  # the next roll finds it expired
+    assert store.offsets("t", -2)[0] > 0
+
+
+def test_a_roll_after_delete_records_elsewhere_still_deletes_below_the_log_start(seg_topic):
+    store = seg_topic
+    now = int(time.time() * 1000)
+    fill(store, "t", 30, ts=lambda i: now)
+    with klog.open(store.path) as other:  # another process's delete-records moves the log start only
+        other.partition("t", 0).set_log_start_offset(25)
+    first = segment_files(store, "t")[0]
+    fill(store, "t", 30, ts=lambda i: now)
+    assert segment_files(store, "t")[0] != first

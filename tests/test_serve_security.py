@@ -321,3 +321,43 @@ def test_large_frame_before_authentication_is_refused(secure_store, certs):
         with socket.create_connection((host, int(port)), timeout=5) as sock:
             sock.sendall(struct.pack(">i", 1 << 20) + struct.pack(">hhih", 18, 3, 1, 0))
             assert sock.recv(64) == b""  # closed at the size prefix, the body never read
+
+
+def test_scram_users_through_the_protocol(secure_store, certs):
+    """AlterUserScramCredentials (the client sends salt and SaltedPassword, never the password) and
+    DescribeUserScramCredentials through confluent's AdminClient; the new user then logs in.
+    Both need the cluster permission Kafka asks for (a non-super user is refused once ACLs exist)."""
+    admin_mod = pytest.importorskip("confluent_kafka.admin")
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    acls = AclsMeta(secure_store.meta)
+    acls.set_config(super_users=["User:bob"])
+    acls.add([AclBinding(ResourceType.TOPIC, "x", PatternType.LITERAL, "User:nobody", "*", Operation.READ,
+                         Permission.ALLOW)])
+    upsert = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+                                          b"carol-pw")
+    with serving(secure_store, certs, "SASL_SSL") as server:
+        bob = admin_mod.AdminClient(client_conf(server, "SASL_SSL", certs, "bob", "bob-pw", "SCRAM-SHA-512"))
+        for f in bob.alter_user_scram_credentials([upsert], request_timeout=10).values():
+            assert f.result(timeout=TIMEOUT_S) is None
+        described = bob.describe_user_scram_credentials(["carol"], request_timeout=10)
+        futures = described.values() if isinstance(described, dict) else [described]
+        infos = [(i.mechanism, i.iterations) for f in futures
+                 for i in f.result(timeout=TIMEOUT_S).scram_credential_infos]
+        assert infos == [(ScramMechanism.SCRAM_SHA_256, 4096)]
+        md, errors = list_topics(client_conf(server, "SASL_SSL", certs, "carol", "carol-pw"))
+        assert md is not None, errors
+        alice = admin_mod.AdminClient(client_conf(server, "SASL_SSL", certs, "alice", "alice-pw"))
+        with pytest.raises(Exception, match="(?i)authoriz"):
+            for f in alice.alter_user_scram_credentials([upsert], request_timeout=10).values():
+                f.result(timeout=TIMEOUT_S)
+        deletion = UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)
+        for f in bob.alter_user_scram_credentials([deletion], request_timeout=10).values():
+            assert f.result(timeout=TIMEOUT_S) is None
+    assert CredentialsMeta(secure_store.meta).for_user("carol") == []
+    assert "hunter" not in str(CredentialsMeta(secure_store.meta).list())

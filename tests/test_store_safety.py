@@ -290,3 +290,33 @@ def test_long_lines_and_delimiters_across_read_chunks_are_split_exactly(klog_pro
     assert r.returncode == 0, r.stderr
     out = klog_proc("consume", "t", "--json").stdout.splitlines()
     assert [json.loads(line)["value"] for line in out] == [x.decode() for x in records]
+
+
+def test_a_user_without_write_permission_can_read_but_not_write(tmp_path):
+    """Guarantee 7 with a real non-root user (setpriv): reads work, writes say why they cannot."""
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv(1) to run as another user")
+    base = tempfile.mkdtemp(prefix="klog-shared-")
+    try:
+        os.chmod(base, 0o755)
+        data_dir = os.path.join(base, "data")
+        # a store shared read-only with the group (KLOG_DIR_MODE), read by a user of that group
+        env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO, "KLOG_DIR_MODE": "2750"}
+        run = lambda args, stdin=b"", user=(): subprocess.run(  # noqa: E731
+            [*user, sys.executable, "-m", "klog", *args], input=stdin, capture_output=True, env=env, timeout=60,
+            preexec_fn=lambda: os.umask(0o022))
+        assert run(["produce", "t"], b"a\nb\n").returncode == 0
+        nobody = ["setpriv", "--reuid=65534", f"--regid={os.getgid()}", "--clear-groups"]
+        if run(["--version"], user=nobody).returncode != 0:
+            pytest.skip("the other user cannot run this checkout's python")
+        r = run(["consume", "t"], user=nobody)
+        assert (r.returncode, r.stdout) == (0, b"a\nb\n"), r.stderr
+        for args in (["topics", "list"], ["verify"], ["topics", "describe", "t"]):
+            r = run(args, user=nobody)
+            assert r.returncode == 0, (args, r.stderr)
+        r = run(["produce", "t"], b"c\n", user=nobody)
+        assert r.returncode == 1 and r.stderr == f"klog: error: data directory {data_dir} is not writable\n".encode()
+    finally:
+        shutil.rmtree(base)

@@ -9,6 +9,7 @@ append runs; readers keep reading throughout.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -147,9 +148,51 @@ def retain_after_roll(store, topic: str, partition: int, warn: Callable[[str], N
     retention runs, as no broker does it. Compaction is left to `klog topics clean|compact`, since
     it may take long. A failure is a warning: the append succeeded, and the next roll tries again."""
     try:
+        if _retention_not_due(store, topic, partition):
+            return
         clean_partition(store, topic, partition, compact=False)
+        _remember_oldest(store.partition(topic, partition))
     except (KlogError, OSError) as e:
         warn(f"retention of {topic}-{partition} failed: {e}")
+
+
+# After a roll's retention, what the next roll needs to know that nothing is due yet, so that it
+# does not list and read a log of thousands of segments (which made every roll O(segments)):
+# Partition.retention_hint = (oldest segment's base, its log file's (device, inode), its largest
+# timestamp, the base of the segment after it). Kafka's passes delete a prefix; time retention
+# stops at the oldest segment that has not expired, and delete-records moves the log start past
+# the oldest segment's end: if neither holds for the oldest segment, nothing is due.
+
+
+def _remember_oldest(part: Partition) -> None:
+    log = part.leader
+    facts = retention.segment_facts(log, lazy=True)
+    if len(facts) < 2:
+        part.retention_hint = None  # only the active segment: the next roll checks again
+        return
+    st = os.stat(log.segments[facts[0].base_offset].log_path)
+    part.retention_hint = (facts[0].base_offset, (st.st_dev, st.st_ino), facts[0].largest_timestamp_ms,
+                         facts[1].base_offset)
+
+
+def _retention_not_due(store, topic: str, partition: int) -> bool:
+    part = store.partition(topic, partition)
+    hint = part.retention_hint
+    if hint is None:
+        return False
+    base, identity, largest_ms, next_base = hint
+    configs = store.effective_configs(topic)
+    if "delete" in configs["cleanup.policy"]:
+        retention_ms = int(configs["retention.ms"])
+        if int(configs["retention.bytes"]) >= 0 or (retention_ms >= 0 and _now_ms(None) - largest_ms > retention_ms):
+            return False
+    if part.snapshot().log_start_offset >= next_base:
+        return False
+    try:
+        st = os.stat(part.leader.segments[base].log_path)  # still there, and not rewritten (compaction)
+    except (KeyError, OSError):
+        return False
+    return (st.st_dev, st.st_ino) == identity
 
 
 def clean(store, topic: str | None = None, *, clock: Clock | None = None) -> list[PartitionCleanup]:

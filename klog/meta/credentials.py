@@ -46,6 +46,15 @@ class CredentialsMeta:
             self.db.put_json(txn, "credentials", f"{user}\0{mechanism}", cred.to_json())
         return cred
 
+    def put(self, user: str, credential: ScramCredential) -> None:
+        """Store a credential made elsewhere (AlterUserScramCredentials: the client salted it)."""
+        validate_user(user)
+        validate_mechanism(credential.mechanism)
+        if not ITERATIONS_MIN <= credential.iterations <= ITERATIONS_MAX:
+            raise UsageError(f"iterations must be {ITERATIONS_MIN}-{ITERATIONS_MAX}")
+        with self.db.txn(write=True) as txn:
+            self.db.put_json(txn, "credentials", f"{user}\0{credential.mechanism}", credential.to_json())
+
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         with self.db.txn() as txn:
             doc = self.db.get_json(txn, "credentials", f"{user}\0{mechanism}")

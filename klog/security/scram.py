@@ -84,6 +84,13 @@ def make_credential(mechanism: str, password: str, salt: bytes | None = None,
     return ScramCredential(mechanism, salt, iterations, stored_key, server_key)
 
 
+def credential_from_salted(mechanism: str, salt: bytes, iterations: int, salted: bytes) -> ScramCredential:
+    """The stored form from a SaltedPassword a client computed (AlterUserScramCredentials sends
+    that, never the password)."""
+    _, stored_key, server_key = _keys(_HASHES[mechanism], salted)
+    return ScramCredential(mechanism, salt, iterations, stored_key, server_key)
+
+
 def check_password(credential: ScramCredential, password: str) -> bool:
     """Whether `password` is the one `credential` was made from (SASL/PLAIN checks against these)."""
     hash_name = _HASHES[credential.mechanism]

@@ -1,4 +1,5 @@
-"""CreateAcls, DescribeAcls, DeleteAcls (v1-3) and DescribeClientQuotas, AlterClientQuotas (v0-1).
+"""CreateAcls, DescribeAcls, DeleteAcls (v1-3), DescribeClientQuotas, AlterClientQuotas (v0-1) and
+DescribeUserScramCredentials, AlterUserScramCredentials (v0).
 
 Each needs the cluster permission Kafka asks for (Alter to change ACLs, Describe to list them,
 DescribeConfigs / AlterConfigs for quotas); the changes land in the store's LMDB metadata, shared
@@ -191,3 +192,72 @@ async def alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
                                          for d in entry.entity)))
     ctx.server.security.quotas.invalidate()
     return make(mod.AlterClientQuotasResponse, throttle_time=NO_THROTTLE, entries=tuple(results))
+
+
+# -- SCRAM users -------------------------------------------------------------------------------------
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
+SCRAM_CODES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # Kafka's ScramMechanism types
+SCRAM_TYPES = {name: code for code, name in SCRAM_CODES.items()}
+
+
+@register(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
+async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    if not _cluster_allowed(ctx, Operation.DESCRIBE):
+        return make(mod.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+                    error_code=E.cluster_authorization_failed, error_message=None, results=())
+    rows = await ctx.run_blocking(ctx.server.security.credentials.list)
+    by_user: dict[str, list[tuple[str, int]]] = {}
+    for user, mechanism, iterations in rows:
+        by_user.setdefault(user, []).append((mechanism, iterations))
+    wanted = sorted(by_user) if request.users is None else [u.name for u in request.users]
+    results = tuple(make(mod.DescribeUserScramCredentialsResult, user=u,
+                         error_code=E.none if u in by_user else E.resource_not_found,
+                         error_message=None if u in by_user else f"no credentials for user {u}",
+                         credential_infos=tuple(make(mod.CredentialInfo, mechanism=SCRAM_TYPES[m], iterations=i)
+                                                for m, i in by_user.get(u, ())))
+                    for u in wanted)
+    return make(mod.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE, error_code=E.none,
+                error_message=None, results=results)
+
+
+def _alter_scram(credentials: Any, deletions: Any, upsertions: Any) -> dict[str, tuple[E, str | None]]:
+    from klog.meta.credentials import UnknownUserError
+    from klog.security.scram import credential_from_salted
+
+    out: dict[str, tuple[E, str | None]] = {}
+    for d in deletions:
+        try:
+            if int(d.mechanism) not in SCRAM_CODES:
+                out[d.name] = (E.unsupported_sasl_mechanism, f"unknown SCRAM mechanism {d.mechanism}")
+                continue
+            credentials.delete(d.name, SCRAM_CODES[int(d.mechanism)])
+            out.setdefault(d.name, (E.none, None))
+        except UnknownUserError as e:
+            out[d.name] = (E.resource_not_found, str(e))
+    for u in upsertions:
+        if int(u.mechanism) not in SCRAM_CODES:
+            out[u.name] = (E.unsupported_sasl_mechanism, f"unknown SCRAM mechanism {u.mechanism}")
+            continue
+        try:
+            cred = credential_from_salted(SCRAM_CODES[int(u.mechanism)], bytes(u.salt), int(u.iterations),
+                                          bytes(u.salted_password))
+            credentials.put(u.name, cred)
+            out.setdefault(u.name, (E.none, None))
+        except KlogError as e:
+            out[u.name] = (E.unacceptable_credential, str(e))
+    return out
+
+
+@register(ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
+async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+    if not _cluster_allowed(ctx, Operation.ALTER):
+        outcome = dict.fromkeys(names, (E.cluster_authorization_failed, None))
+    else:
+        outcome = await ctx.run_blocking(_alter_scram, ctx.server.security.credentials, request.deletions,
+                                         request.upsertions)
+    results = tuple(make(mod.AlterUserScramCredentialsResult, user=n, error_code=outcome[n][0],
+                         error_message=outcome[n][1]) for n in dict.fromkeys(names))
+    return make(mod.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE, results=results)
