@@ -101,7 +101,9 @@ def check_records(data: bytes, header: BatchHeader) -> None:
     try:
         records = codec.decode_batch_records(data, 0, header)
     except (CorruptLogError, UnsupportedCodecError) as e:
-        raise InvalidBatchError(f"malformed record batch: {e}") from None
+        # the decoder names the batch's base offset, which a client's batch does not have yet
+        message = str(e).removesuffix(f" (offset {header.base_offset})")
+        raise InvalidBatchError(f"record batch refused: {message}") from None
     base = header.base_offset
     offsets = [record[0] for record in records]
     if offsets != list(range(base, base + len(offsets))):  # compared in C; the culprit found only when wrong
