@@ -230,3 +230,92 @@ def test_produce_at_every_advertised_version(kafka_server, data_dir, version):
         assert produce(client, "pv", 0, batch([b"a", b"b"]), version=version) == (E.none, 0)
         assert produce(client, "pv", 0, batch([b"c"]), version=version) == (E.none, 2)
     assert values(data_dir, "pv") == [b"a", b"b", b"c"]
+
+
+def _fixed_crc(data: bytearray) -> bytes:
+    """`data` with its CRC recomputed in place (and returned as bytes)."""
+    from klog.store import codec
+    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET
+
+    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+    return bytes(data)
+
+
+def test_malformed_records_inside_a_crc_valid_batch_are_refused(kafka_server, data_dir):
+    """The CRC only proves the bytes arrived as sent: the records themselves are parsed (as Kafka's
+    LogValidator does) and a batch with a broken record is refused whole, nothing appended."""
+    from klog.store.format import RECORDS_OFFSET
+
+    kafka_server.store.create_topic("m")
+    good = batch([b"a", b"bb"])
+    first_len = good[RECORDS_OFFSET]  # zigzag length byte of the first record
+    # the first record claims one byte more than its fields: its parse runs into the next record
+    longer = bytearray(good)
+    longer[RECORDS_OFFSET] = first_len + 2
+    # a byte left over after the last record (batch length grown to cover it)
+    trailing = bytearray(good + b"\x00")
+    struct.pack_into(">i", trailing, 8, len(trailing) - 12)
+    # a value length running past the end of the batch
+    overrun = bytearray(good)
+    assert overrun[-4:] == b"\x04bb\x00"  # the last record: value length (zigzag 2), value, no headers
+    overrun[-4] = 0x7E  # a value of 63 bytes, past the end of the batch
+    # the second record's offset delta set to 0 (a repeat of the first): Kafka's INVALID_RECORD
+    repeated = bytearray(good)
+    second = RECORDS_OFFSET + 1 + first_len // 2
+    assert repeated[second + 3] == 2  # length, attributes, timestampDelta (0), offsetDelta = zigzag(1)
+    repeated[second + 3] = 0
+    with RawClient(kafka_server.port) as client:
+        for bad in (longer, trailing, overrun):
+            assert produce(client, "m", 0, _fixed_crc(bad))[0] == E.corrupt_message
+        resp = client.send(0, 9, **produce_request_fields(9, "m", 0, _fixed_crc(repeated)))
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == E.invalid_record
+        assert [e.batch_index for e in part.record_errors] == [1]
+        assert "offset delta" in part.error_message
+        assert produce(client, "m", 0, good) == (E.none, 0)  # the connection keeps serving
+    assert values(data_dir, "m") == [b"a", b"bb"]
+
+
+def test_a_compressed_batch_whose_payload_is_not_its_codec_is_refused(kafka_server, data_dir):
+    from klog.store.format import ATTRIBUTES_OFFSET
+
+    kafka_server.store.create_topic("z")
+    garbage = bytearray(batch([b"x" * 40, b"y" * 40]))
+    struct.pack_into(">h", garbage, ATTRIBUTES_OFFSET, 1)  # claims gzip; the records are plain
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "z", 0, _fixed_crc(garbage))[0] == E.corrupt_message
+    assert values(data_dir, "z") == []
+
+
+def test_kafka_python_batch_with_a_broken_record_and_a_fixed_crc_fails_its_send(kafka_server, data_dir, monkeypatch):
+    """A real client's path: kafka-python encodes the batch, then (patched) its first record's length is
+    made one byte too long and the CRC recomputed, as a buggy client library would. The send fails
+    with CORRUPT_MESSAGE, nothing is written, and the next, sound batch from the same producer lands."""
+    kafka = pytest.importorskip("kafka")
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from klog.store.format import RECORDS_OFFSET
+
+    kafka_server.store.create_topic("kpbad")
+    real_build = DefaultRecordBatchBuilder.build
+    broken = []
+
+    def build_broken(self):  # noqa: ANN001, ANN202
+        buf = real_build(self)
+        if not broken:  # only the first batch
+            broken.append(True)
+            assert buf[RECORDS_OFFSET] < 0x7E  # a one-byte length: add one (zigzag +2)
+            buf[RECORDS_OFFSET] += 2
+            _fixed_crc(buf)  # recomputes the CRC into buf
+        return buf
+
+    monkeypatch.setattr(DefaultRecordBatchBuilder, "build", build_broken)
+    producer = kafka.KafkaProducer(bootstrap_servers=kafka_server.bootstrap, acks="all", retries=0,
+                                   enable_idempotence=False, linger_ms=0, request_timeout_ms=10_000)
+    try:
+        with pytest.raises(kafka.errors.CorruptRecordError):
+            producer.send("kpbad", value=b"first").get(timeout=20)
+        assert producer.send("kpbad", value=b"second").get(timeout=20).offset == 0
+    finally:
+        producer.close(timeout=5)
+    assert values(data_dir, "kpbad") == [b"second"]

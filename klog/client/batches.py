@@ -2,9 +2,11 @@
 appended through the producer's path, with idempotent producers' sequence checks.
 
 A batch from a Kafka client is appended as it came, its base offset stamped by the store (outside
-the CRC): no decode, no re-encode (so records inside a CRC-valid batch are not parsed here: Kafka
-does parse them; `klog verify` and every reader check them), unless the topic forces a timestamp type (LogAppendTime
-rewrites maxTimestamp and the CRC, as Kafka does) or a compression codec other than the batch's.
+the CRC): no re-encode, unless the topic forces a timestamp type (LogAppendTime rewrites
+maxTimestamp and the CRC, as Kafka does) or a compression codec other than the batch's. Its records
+are parsed once, as Kafka's LogValidator does, with the store's one decoder (codec.decode_batch_records:
+varints and lengths in bounds, no bytes left over, the decompressed size bounded), and their offset
+deltas must run 0, 1, 2, ...: a CRC only proves the bytes arrived as the client sent them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from klog.errors import KlogError, RecordTooLargeError
+from klog.errors import CorruptLogError, KlogError, RecordTooLargeError, UnsupportedCodecError
 from klog.store import codec, compression
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import (
@@ -39,9 +41,10 @@ TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's confi
 class InvalidBatchError(KlogError):
     """A batch that is not a valid RecordBatch v2 (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
 
-    def __init__(self, message: str, corrupt: bool = True) -> None:
+    def __init__(self, message: str, corrupt: bool = True, record_index: int | None = None) -> None:
         super().__init__(message)
         self.corrupt = corrupt  # False: well-formed but not acceptable (INVALID_RECORD)
+        self.record_index = record_index  # the record at fault (Kafka's record_errors), if one is
 
 
 class DuplicateSequenceError(KlogError):
@@ -88,7 +91,25 @@ def check_batch(data: bytes) -> BatchHeader:
         raise InvalidBatchError("record batch CRC mismatch")
     if header.attributes & CONTROL_FLAG_MASK:
         raise InvalidBatchError("clients may not write control batches", corrupt=False)
+    check_records(data, header)
     return header
+
+
+def check_records(data: bytes, header: BatchHeader) -> None:
+    """Parse every record of the CRC-valid batch `data` (Kafka's LogValidator does too): a malformed
+    record is CORRUPT_MESSAGE, offset deltas other than 0, 1, 2, ... INVALID_RECORD naming the record."""
+    try:
+        records = codec.decode_batch_records(data, 0, header)
+    except (CorruptLogError, UnsupportedCodecError) as e:
+        # the decoder names the batch's base offset, which a client's batch does not have yet
+        message = str(e).removesuffix(f" (offset {header.base_offset})")
+        raise InvalidBatchError(f"record batch refused: {message}") from None
+    base = header.base_offset
+    offsets = [record[0] for record in records]
+    if offsets != list(range(base, base + len(offsets))):  # compared in C; the culprit found only when wrong
+        index = next(i for i, offset in enumerate(offsets) if offset != base + i)
+        raise InvalidBatchError(f"record {index} has offset delta {offsets[index] - base} (expected {index}): "
+                                "offsets inside a batch must be consecutive", corrupt=False, record_index=index)
 
 
 def with_log_append_time(data: bytes, now_ms: int) -> bytes:

@@ -25,7 +25,7 @@ from klog.errors import (
 )
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, ZERO_UUID, E, make, response_for, topic_uuid
+from klog.server.kafka import NO_THROTTLE, ZERO_UUID, E, leader_epoch_error, make, response_for, topic_uuid
 
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 19, 20, 21, 23
 DESCRIBE_CONFIGS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 32, 33, 35, 37
@@ -333,9 +333,11 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- offsets ---------------------------------------------------------------------------------
-def _epoch_end(ctx: RequestContext, topic: str, index: int, epoch: int) -> tuple[E, int, int]:
+def _epoch_end(ctx: RequestContext, topic: str, index: int, epoch: int,
+               client_epoch: Any = None) -> tuple[E, int, int]:
     """Kafka's OffsetsForLeaderEpoch: the largest epoch <= `epoch` and where it ends (the start of
-    the next epoch, or the log end for the current one), from the partition's epoch history."""
+    the next epoch, or the log end for the current one), from the partition's epoch history;
+    `client_epoch` (current_leader_epoch) fenced as Fetch does."""
     if not ctx.authorize("DESCRIBE", "TOPIC", topic):
         return E.topic_authorization_failed, -1, -1
     try:
@@ -344,6 +346,9 @@ def _epoch_end(ctx: RequestContext, topic: str, index: int, epoch: int) -> tuple
             raise UnknownPartitionError(f"no partition {index}")
         pm = meta.partitions[index]
         part = ctx.server.appender.partition(topic, index)
+        fenced = leader_epoch_error(ctx.store, topic, index, client_epoch)
+        if fenced != E.none:
+            return fenced, -1, -1
         end = part.high_watermark()
     except KlogError as e:
         return error_of(e), -1, -1
@@ -364,7 +369,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
         parts = []
         for p in t.partitions:
             err, epoch, end = await ctx.run_blocking(_epoch_end, ctx, str(t.topic), int(p.partition),
-                                                     int(p.leader_epoch))
+                                                     int(p.leader_epoch), getattr(p, "current_leader_epoch", None))
             parts.append(make(mod.EpochEndOffset, error_code=err, partition=p.partition, leader_epoch=epoch,
                               end_offset=end))
         topics.append(make(mod.OffsetForLeaderTopicResult, topic=t.topic, partitions=tuple(parts)))

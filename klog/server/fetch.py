@@ -25,7 +25,7 @@ from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, Unkno
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.framing import FileRange, RawBody
-from klog.server.kafka import E, response_for, topic_uuid
+from klog.server.kafka import E, leader_epoch_error, response_for, topic_uuid
 
 FETCH = 1
 POLL_S = 0.02
@@ -80,6 +80,10 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
         return answer
     try:
         part = ctx.server.appender.partition(topic, index)
+        fenced = leader_epoch_error(ctx.store, topic, index, getattr(p, "current_leader_epoch", None))  # v9+
+        if fenced != E.none:
+            answer.error = fenced
+            return answer
         snap = part.snapshot()
         hw = snap.high_watermark
         start = part.log_start_offset()

@@ -52,3 +52,23 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
         return uuid.UUID(topic_id)
     except (ValueError, TypeError):
         return ZERO_UUID
+
+
+def leader_epoch_error(store: Any, topic: str, index: int, requested: Any) -> ErrorCode:
+    """Kafka's check of a request's current_leader_epoch against the partition's, the epoch Metadata
+    hands out (-1, or a version without the field: no check). Older: FENCED_LEADER_EPOCH (the client
+    missed an election); newer: UNKNOWN_LEADER_EPOCH (this broker has not seen it yet). Both make a
+    client refresh its metadata and retry. Raises the store's errors for an unknown partition."""
+    if requested is None or int(requested) < 0:
+        return ErrorCode.none
+    partitions = store.topic(topic).partitions
+    if not 0 <= index < len(partitions):
+        from klog.errors import UnknownPartitionError
+
+        raise UnknownPartitionError(f"topic '{topic}' has no partition {index}")
+    current = partitions[index].leader_epoch
+    if int(requested) < current:
+        return ErrorCode.fenced_leader_epoch
+    if int(requested) > current:
+        return ErrorCode.unknown_leader_epoch
+    return ErrorCode.none

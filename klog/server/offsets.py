@@ -8,7 +8,7 @@ from typing import Any
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, E, make, response_for
+from klog.server.kafka import NO_THROTTLE, E, leader_epoch_error, make, response_for
 
 LIST_OFFSETS = 2
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -50,13 +50,16 @@ def max_timestamp_offset(part) -> tuple[int, int]:  # noqa: ANN001 - Partition
 
 
 def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
-            committed: bool = False) -> tuple[E, int, int, int]:
+            committed: bool = False, client_epoch: Any = None) -> tuple[E, int, int, int]:
     """(error, timestamp, offset, leader epoch); `committed`: a read_committed client, whose latest
-    is the last stable offset."""
+    is the last stable offset; `client_epoch`: the request's current_leader_epoch (v4+)."""
     if not ctx.authorize("DESCRIBE", "TOPIC", topic):
         return E.topic_authorization_failed, -1, -1, -1
     try:
         part = ctx.server.appender.partition(topic, index)
+        fenced = leader_epoch_error(ctx.store, topic, index, client_epoch)
+        if fenced != E.none:
+            return fenced, -1, -1, -1
         epoch = part.snapshot().leader_epoch
         if timestamp == LATEST and committed:
             from klog.server.fetch import _stable
@@ -91,7 +94,8 @@ def _list(ctx: RequestContext, request: Any, mod: Any) -> Any:
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            err, ts, offset, epoch = _answer(ctx, str(t.name), int(p.partition_index), int(p.timestamp), committed)
+            err, ts, offset, epoch = _answer(ctx, str(t.name), int(p.partition_index), int(p.timestamp), committed,
+                                             getattr(p, "current_leader_epoch", None))
             parts.append(make(mod.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=err,
                               timestamp=ts, offset=offset, leader_epoch=epoch))
         topics.append(make(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))

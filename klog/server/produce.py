@@ -61,10 +61,12 @@ def _timestamp(ms: int) -> Any:
     return datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC) + datetime.timedelta(milliseconds=ms % 1000)
 
 
-async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-                  acks: str) -> tuple[E, RawAppendResult | None, str | None]:
+Outcome = tuple[E, RawAppendResult | None, str | None, int | None]  # code, result, message, bad record
+
+
+async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None, acks: str) -> Outcome:
     if not records:
-        return E.corrupt_message, None, "no record batch"
+        return E.corrupt_message, None, "no record batch", None
     appender = ctx.server.appender
     try:
         result = await ctx.run_blocking(appender.append, topic, partition, bytes(records), acks)
@@ -74,9 +76,9 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
             ctx.store.forget_topic_cache(topic)  # created or grown by another process since?
         ctx.log.info("produce to %s-%d from %s (client %s): %s: %s", topic, partition, ctx.client_host,
                      ctx.client_id, code.name, e)
-        return code, None, str(e)
+        return code, None, str(e), e.record_index if isinstance(e, InvalidBatchError) else None
     ctx.server.notify_appended()
-    return E.none, result, None
+    return E.none, result, None, None
 
 
 @register(PRODUCE, 3, 11)  # v10-11 add only tagged answer fields (leader hints on errors), left out
@@ -86,13 +88,14 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     work = [(topic_data.name, pdata) for topic_data in request.topic_data for pdata in topic_data.partition_data]
     writable = {t: ctx.authorize("WRITE", "TOPIC", t) for t in {t for t, _ in work}}  # ACLs (security.py)
 
-    async def one(topic: str, pdata: Any) -> tuple[E, RawAppendResult | None, str | None]:
+    async def one(topic: str, pdata: Any) -> Outcome:
         if acks is None:
-            return E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)"
+            return E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)", None
         if not writable[topic]:
-            return E.topic_authorization_failed, None, None
+            return E.topic_authorization_failed, None, None, None
         if request.transactional_id is not None:
-            return E.transactional_id_authorization_failed, None, "transactions are not supported by klog serve"
+            return (E.transactional_id_authorization_failed, None, "transactions are not supported by klog serve",
+                    None)
         return await _append(ctx, topic, int(pdata.index), pdata.records, acks)
 
     if len({(t, int(p.index)) for t, p in work}) == len(work):
@@ -105,12 +108,16 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     for topic_data in request.topic_data:
         parts = []
         for pdata in topic_data.partition_data:
-            code, result, message = next(results)
+            code, result, message, bad_record = next(results)
+            # Kafka names the record that made it drop the batch (v8+)
+            error_cls = getattr(mod, "BatchIndexAndErrorMessage", None)
+            record_errors = () if bad_record is None or error_cls is None else (
+                make(error_cls, batch_index=bad_record, batch_index_error_message=message),)
             parts.append(make(mod.PartitionProduceResponse, index=pdata.index, error_code=code,
                               base_offset=result.base_offset if result else -1,
                               log_append_time=_timestamp(result.log_append_time_ms if result else -1),
                               log_start_offset=result.log_start_offset if result else -1,
-                              record_errors=(), error_message=message))
+                              record_errors=record_errors, error_message=message))
         topics.append(make(mod.TopicProduceResponse, name=topic_data.name, partition_responses=tuple(parts)))
     if request.acks == 0:
         return None
