@@ -137,6 +137,22 @@ def group_read(server) -> bool:
             consumer.close()
 
 
+def commit_offset(server) -> bool:
+    """A simple (member-less) commit to group 'stored' for topic t: Kafka checks Read on the group
+    and on the topic (TOPIC_AUTHORIZATION_FAILED for the partition without the latter)."""
+    consumer = ck.Consumer({**server.conf, "group.id": "stored", "enable.auto.commit": False})
+    try:
+        done = consumer.commit(offsets=[ck.TopicPartition("t", 0, 1)], asynchronous=False)
+        return all(tp.error is None for tp in done)
+    except ck.KafkaException as e:
+        if e.args[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            return False
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.close()
+
+
 def create_topic(server) -> bool:
     return _result(admin := ck_admin.AdminClient(server.conf), admin.create_topics([ck_admin.NewTopic("made", 1)],
                                                                    request_timeout=TIMEOUT_S))
@@ -207,6 +223,8 @@ CASES = {  # name: (client action, ACLs given to alice in both runs, ACLs that m
     "topic-describe-configs": (describe_configs, [], [allow(T, "t", Operation.DESCRIBE_CONFIGS)]),
     "topic-alter-configs": (alter_configs, [], [allow(T, "t", Operation.ALTER_CONFIGS)]),
     "group-read": (group_read, [allow(T, "t", Operation.READ)], [allow(G, "*", Operation.READ)]),
+    "commit-topic-read": (commit_offset, [allow(G, "stored", Operation.READ), allow(T, "t", Operation.DESCRIBE)],
+                          [allow(T, "t", Operation.READ)]),
     "group-describe": (describe_group, [], [allow(G, "stored", Operation.DESCRIBE)]),
     "group-delete": (delete_group, [], [allow(G, "stored", Operation.DELETE)]),
     "group-list": (list_groups, [], [allow(G, "stored", Operation.DESCRIBE)]),

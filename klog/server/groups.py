@@ -354,12 +354,15 @@ def _commit(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, 
     store = ctx.store
     for t in topics:
         topic = str(t.name)
-        count = store.partition_count(topic) if error is E.none and store.has_topic(topic) else 0
+        readable = ctx.authorize("READ", "TOPIC", topic)  # Kafka: Read on the group (the guard) and the topic
+        count = store.partition_count(topic) if error is E.none and readable and store.has_topic(topic) else 0
         for p in t.partitions:
             tp = (topic, int(p.partition_index))
             metadata = p.committed_metadata or ""
             if error is not E.none:
                 results[tp] = error
+            elif not readable:
+                results[tp] = E.topic_authorization_failed
             elif not 0 <= tp[1] < count:
                 results[tp] = E.unknown_topic_or_partition
             elif len(metadata.encode()) > OFFSET_METADATA_MAX:
@@ -412,11 +415,15 @@ def _fetch_group(ctx: RequestContext, coord: GroupCoordinator | None, group_id: 
         asked = {str(t.name): [int(p) for p in t.partition_indexes] for t in wanted}
     topics = []
     for topic, parts in asked.items():
+        if wanted is None and not ctx.authorize("DESCRIBE", "TOPIC", topic):
+            continue  # all of the group's offsets: only topics the principal may Describe, as Kafka
         entries = []
+        visible = ctx.authorize("DESCRIBE", "TOPIC", topic)
         for p in parts:
-            c = committed.get((topic, p))
+            c = committed.get((topic, p)) if visible else None
             entries.append(make(part_cls, partition_index=p, committed_offset=c.offset if c else -1,
-                                committed_leader_epoch=-1, metadata=c.metadata if c else "", error_code=E.none))
+                                committed_leader_epoch=-1, metadata=c.metadata if c else "",
+                                error_code=E.none if visible else E.topic_authorization_failed))
         topics.append(make(topic_cls, name=topic, partitions=tuple(entries)))
     return E.none, tuple(topics)
 
