@@ -14,12 +14,12 @@ one copies again at most the records of one checkpoint interval (at-least-once).
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from klog.errors import UnknownTopicError, UsageError
+from klog.client.store import resolve_topic_names
+from klog.errors import UsageError
 
 CHECKPOINT_TOPIC = "__klog_mirror_checkpoints"
 CHECKPOINT_INTERVAL_S = 1.0  # the at-least-once window: a kill re-copies at most this much ...
@@ -43,18 +43,7 @@ def source_topics(src, topics: list[str], pattern: str | None) -> list[str]:
     """Named topics plus those matching `pattern`; all the user's topics when neither is given."""
     if not topics and not pattern:
         return [t for t in src.topic_names() if not t.startswith("__")]
-    names = list(topics)
-    for n in names:
-        src.topic(n)
-    if pattern:
-        try:
-            rx = re.compile(pattern)
-        except re.error as e:
-            raise UsageError(f"invalid pattern '{pattern}': {e}") from None
-        names += [t for t in src.topic_names() if rx.fullmatch(t) and t not in names and t != CHECKPOINT_TOPIC]
-    if not names:
-        raise UnknownTopicError(f"no topic matches pattern '{pattern}'")
-    return names
+    return resolve_topic_names(src, topics, pattern, exclude=(CHECKPOINT_TOPIC,))
 
 
 def renamer(template: str) -> Callable[[str], str]:

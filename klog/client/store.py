@@ -324,20 +324,7 @@ class Store:
         return out
 
     def resolve_topics(self, topics: Iterable[str] = (), pattern: str | None = None) -> list[str]:
-        import re
-
-        names = list(topics)
-        for n in names:
-            self.topic(n)
-        if pattern:
-            try:
-                rx = re.compile(pattern)
-            except re.error as e:
-                raise UsageError(f"invalid --pattern '{pattern}': {e}") from None
-            names += [t for t in self.topic_names() if rx.fullmatch(t) and t not in names]
-        if not names:
-            raise UnknownTopicError(f"no topic matches pattern '{pattern}'" if pattern else "no topic given")
-        return names
+        return resolve_topic_names(self, topics, pattern)
 
     # -- clients -----------------------------------------------------------------------------
     def producer(self, **kwargs):  # noqa: ANN201 - see Producer
@@ -400,3 +387,24 @@ def _log_end(replica) -> int:
     for _, header in seg.iter_headers(0, end):
         last = header
     return last.next_offset if last else seg.base_offset
+
+
+def resolve_topic_names(store, topics: Iterable[str] = (), pattern: str | None = None,
+                        exclude: Iterable[str] = ()) -> list[str]:
+    """The named topics (each must exist) plus every other topic of `store` (local or remote) whose
+    whole name matches `pattern`, except those in `exclude`; an error when that leaves none."""
+    import re
+
+    names = list(topics)
+    for n in names:
+        store.topic(n)
+    if pattern:
+        try:
+            rx = re.compile(pattern)
+        except re.error as e:
+            raise UsageError(f"invalid --pattern '{pattern}': {e}") from None
+        skip = set(exclude)
+        names += [t for t in store.topic_names() if rx.fullmatch(t) and t not in names and t not in skip]
+    if not names:
+        raise UnknownTopicError(f"no topic matches pattern '{pattern}'" if pattern else "no topic given")
+    return names

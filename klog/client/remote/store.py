@@ -3,13 +3,12 @@ Kafka cluster, so commands pick a backend once and never fork per backend."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from klog.client.remote.errors import config_error, klog_error, unsupported
 from klog.client.remote.target import ClusterTarget, timeout_s
-from klog.client.store import PartitionInfo, TopicInfo
+from klog.client.store import PartitionInfo, TopicInfo, resolve_topic_names
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.store.config import CONFIG_KEYS, validate_configs
 from klog.store.names import validate_topic_name
@@ -135,18 +134,7 @@ class RemoteStore:
         self._metadata_cache.pop(name, None)
 
     def resolve_topics(self, topics: Iterable[str] = (), pattern: str | None = None) -> list[str]:
-        names = list(topics)
-        for n in names:
-            self.topic(n)
-        if pattern:
-            try:
-                rx = re.compile(pattern)
-            except re.error as e:
-                raise UsageError(f"invalid --pattern '{pattern}': {e}") from None
-            names += [t for t in self.topic_names() if rx.fullmatch(t) and t not in names]
-        if not names:
-            raise UnknownTopicError(f"no topic matches pattern '{pattern}'" if pattern else "no topic given")
-        return names
+        return resolve_topic_names(self, topics, pattern)
 
     # -- admin -------------------------------------------------------------------------------
     def _wait(self, futures: dict, what: str, fallback: bool = False) -> dict | None:
