@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from klog.client.records import Record
+from klog.client.store import resolve_partitions
 from klog.errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
 from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.log import FetchedBatch
@@ -42,6 +43,23 @@ class StartSpec:
         except ValueError:
             raise UsageError(f"invalid offset '{text}': use beginning, end, N or -N") from None
         return cls("relative", n) if text.startswith("-") else cls("offset", n)
+
+    def offset(self, low: int, high: int, found: int | None, where: str) -> int:
+        """The first offset to read of a partition holding low..high (`where` names it in errors);
+        `found` is the partition's first offset at or after the timestamp (kind "timestamp")."""
+        if self.kind == "beginning":
+            return low
+        if self.kind == "end":
+            return high
+        if self.kind == "offset":
+            if self.value > high:
+                raise OffsetOutOfRangeError(f"offset {self.value} is past the end ({high}) of {where}")
+            return max(self.value, low)
+        if self.kind in ("relative", "tail"):
+            return max(low, high - abs(self.value))
+        if self.kind == "timestamp":
+            return high if found is None else max(found, low)
+        raise AssertionError(self)
 
 
 @dataclass
@@ -82,20 +100,11 @@ class Consumer:
         self.poll_interval_ms = poll_interval_ms
         self.record_filter = record_filter
         self.merge = merge
-        self.cursors = [self._cursor(t, p) for t in topics for p in self._partitions(t, partitions)]
+        self.cursors = [self._cursor(t, p) for t in topics for p in resolve_partitions(store, t, partitions)]
         # a follower out of records calls this before each poll with the seconds waited so far (0 first):
         # flush output, show a hint
         self.on_wait: Callable[[float], None] | None = None
         self._topic_ids = {t: store.topic(t).topic_id for t in topics} if follow else {}
-
-    def _partitions(self, topic: str, wanted: list[int] | None) -> list[int]:
-        count = self.store.partition_count(topic)
-        if wanted is None:
-            return list(range(count))
-        for p in wanted:
-            if not 0 <= p < count:
-                raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
-        return list(wanted)
 
     def _cursor(self, topic: str, partition: int) -> _Cursor:
         part = self.store.partition(topic, partition)
@@ -107,23 +116,8 @@ class Consumer:
         return cursor
 
     def _start_offset(self, part: Partition, high: int) -> int:
-        low = part.log_start_offset()
-        spec = self.start
-        if spec.kind == "beginning":
-            return low
-        if spec.kind == "end":
-            return high
-        if spec.kind == "offset":
-            if spec.value > high:
-                raise OffsetOutOfRangeError(f"offset {spec.value} is past the end ({high}) of "
-                                            f"{part.topic}-{part.partition}")
-            return max(spec.value, low)
-        if spec.kind in ("relative", "tail"):
-            return max(low, high - abs(spec.value))
-        if spec.kind == "timestamp":
-            found = part.offset_for_timestamp(spec.value)
-            return high if found is None else max(found, low)
-        raise AssertionError(spec)
+        found = part.offset_for_timestamp(self.start.value) if self.start.kind == "timestamp" else None
+        return self.start.offset(part.log_start_offset(), high, found, f"{part.topic}-{part.partition}")
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         for c in self.cursors:

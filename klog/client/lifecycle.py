@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from klog.client.store import resolve_partitions
 from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
 from klog.store import cleaner, retention
 from klog.store.partition import Partition
@@ -59,15 +60,6 @@ def _locked(store, topic: str, partition: int) -> Partition:
 
 def _topics(store, topic: str | None) -> list[str]:
     return [topic] if topic is not None else store.topic_names()
-
-
-def _partitions(store, topic: str, partitions: Iterable[int] | None) -> list[int]:
-    count = store.partition_count(topic)
-    wanted = list(range(count)) if partitions is None else list(partitions)
-    for p in wanted:
-        if not 0 <= p < count:
-            raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
-    return wanted
 
 
 # -- retention -----------------------------------------------------------------------------------
@@ -198,7 +190,7 @@ def _retention_not_due(store, topic: str, partition: int) -> bool:
 def clean(store, topic: str | None = None, *, clock: Clock | None = None) -> list[PartitionCleanup]:
     """`klog topics clean [TOPIC]`: retention everywhere, compaction where due."""
     return [clean_partition(store, t, p, clock=clock)
-            for t in _topics(store, topic) for p in _partitions(store, t, None)]
+            for t in _topics(store, topic) for p in resolve_partitions(store, t, None)]
 
 
 def compact(store, topic: str, *, clock: Clock | None = None,
@@ -209,7 +201,7 @@ def compact(store, topic: str, *, clock: Clock | None = None,
                          f"{store.effective_configs(topic)['cleanup.policy']}); "
                          f"set it with: klog topics alter {topic} -c cleanup.policy=compact")
     return [clean_partition(store, topic, p, clock=clock, force_compact=True, retain=False)
-            for p in _partitions(store, topic, partitions)]
+            for p in resolve_partitions(store, topic, partitions)]
 
 
 def delete_records(store, topic: str, *, before_offset: int | None = None, before_ms: int | None = None,
@@ -221,7 +213,7 @@ def delete_records(store, topic: str, *, before_offset: int | None = None, befor
     if before_offset is not None and before_offset < 0:
         raise UsageError(f"invalid offset {before_offset}: use 0 or more")
     out = []
-    for p in _partitions(store, topic, partitions):
+    for p in resolve_partitions(store, topic, partitions):
         part = store.partition(topic, p)
         with part.lock:
             part = _locked(store, topic, p)

@@ -408,3 +408,13 @@ def resolve_topic_names(store, topics: Iterable[str] = (), pattern: str | None =
     if not names:
         raise UnknownTopicError(f"no topic matches pattern '{pattern}'" if pattern else "no topic given")
     return names
+
+
+def resolve_partitions(store, topic: str, wanted: Iterable[int] | None = None) -> list[int]:
+    """The partitions of `topic` asked for (all of them when None), each checked to exist."""
+    count = store.partition_count(topic)
+    parts = list(range(count)) if wanted is None else list(wanted)
+    for p in parts:
+        if not 0 <= p < count:
+            raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
+    return parts

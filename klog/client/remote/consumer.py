@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from klog.client.consumer import StartSpec
 from klog.client.records import Record
 from klog.client.remote.errors import config_error, klog_error
-from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
+from klog.client.store import resolve_partitions
+from klog.errors import KlogError
 
 FETCH_MESSAGES = 10_000  # records taken from librdkafka per call
 POLL_TIMEOUT_S = 0.1
@@ -83,38 +84,15 @@ class RemoteConsumer:
 
     # -- start offsets -------------------------------------------------------------------------
     def _cursors(self, topic: str, wanted: list[int] | None) -> list[_RemoteCursor]:
-        count = self.store.partition_count(topic)
-        if wanted is None:
-            parts = list(range(count))
-        else:
-            for p in wanted:
-                if not 0 <= p < count:
-                    raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
-            parts = list(wanted)
+        parts = resolve_partitions(self.store, topic, wanted)
         low, high = self.store.offsets(topic, -2), self.store.offsets(topic, -1)
         at = self.store.offsets(topic, self.start.value) if self.start.kind == "timestamp" else {}
         out = []
         for p in parts:
             lo, hi = low[p] or 0, high[p] or 0
-            out.append(_RemoteCursor(topic, p, self._start_offset(topic, p, lo, hi, at.get(p)),
+            out.append(_RemoteCursor(topic, p, self.start.offset(lo, hi, at.get(p), f"{topic}-{p}"),
                                      None if self.follow else hi, hi))
         return out
-
-    def _start_offset(self, topic: str, p: int, low: int, high: int, at: int | None) -> int:
-        spec = self.start
-        if spec.kind == "beginning":
-            return low
-        if spec.kind == "end":
-            return high
-        if spec.kind == "offset":
-            if spec.value > high:
-                raise OffsetOutOfRangeError(f"offset {spec.value} is past the end ({high}) of {topic}-{p}")
-            return max(spec.value, low)
-        if spec.kind in ("relative", "tail"):
-            return max(low, high - abs(spec.value))
-        if spec.kind == "timestamp":
-            return high if at is None else max(at, low)
-        raise AssertionError(spec)
 
     def _assign(self) -> None:
         from confluent_kafka import TopicPartition
