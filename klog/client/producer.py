@@ -12,6 +12,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import Self
 
 from klog.client.partitioner import StickyPartitioner, partition_for_key
 from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
@@ -60,18 +61,40 @@ class _Batch:
     first_ms: float = 0.0
 
 
-class Producer:
+def check_producer_options(acks: str, compression_type: str, batch_size: int) -> None:
+    """The options every producer (local or remote) takes, checked the same way."""
+    if str(acks) not in ACKS:
+        raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
+    if compression_type not in compression.CODEC_IDS:
+        raise UsageError(f"invalid compression '{compression_type}': use {', '.join(compression.CODEC_IDS)}")
+    if batch_size < 1:
+        raise UsageError("batch size must be positive")
+
+
+class FlushingContext:
+    """close() and `with` for a producer: flush on a clean exit or Ctrl-C (what was sent is written),
+    not on another error."""
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is None or exc_type is KeyboardInterrupt:
+            self.flush()
+
+
+class Producer(FlushingContext):
     def __init__(self, store, *, acks: str = "all", compression_type: str = "none", linger_ms: int = 0,
                  batch_size: int = BATCH_SIZE_DEFAULT, auto_create: bool | None = None,
                  on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None,
                  on_warning: Callable[[str], None] | None = None) -> None:
-        if str(acks) not in ACKS:
-            raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
-        if compression_type not in compression.CODEC_IDS:
-            raise UsageError(f"invalid compression '{compression_type}': use "
-                             f"{', '.join(compression.CODEC_IDS)}")
-        if batch_size < 1:
-            raise UsageError("batch size must be positive")
+        check_producer_options(acks, compression_type, batch_size)
         self.store = store
         self.acks = str(acks)
         self.codec = compression.CODEC_IDS[compression_type]
@@ -271,16 +294,6 @@ class Producer:
         while self._batches:
             key = next(iter(self._batches))
             self._write(key, self._batches.pop(key))
-
-    def close(self) -> None:
-        self.flush()
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, exc_type, *exc: object) -> None:
-        if exc_type is None or exc_type is KeyboardInterrupt:
-            self.flush()
 
     # -- writing -------------------------------------------------------------------------------
     def _write(self, key: tuple[str, int], batch: _Batch) -> None:

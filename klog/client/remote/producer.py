@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from klog.client.producer import FlushingContext, check_producer_options
 from klog.client.records import Headers, check_partition, check_timestamp
 from klog.client.remote.errors import config_error, klog_error
-from klog.errors import KlogError, RecordTooLargeError, UnknownTopicError, UsageError
-from klog.store import compression
+from klog.errors import KlogError, RecordTooLargeError, UnknownTopicError
 from klog.store.names import validate_topic_name
 
 ACKS = {"0": "0", "1": "1", "all": "all"}
@@ -22,19 +22,14 @@ POLL_EVERY = 10_000  # serve delivery reports every this many sends (keeps the r
 AckCallback = Callable[[str, int, int, int], None]
 
 
-class RemoteProducer:
+class RemoteProducer(FlushingContext):
     def __init__(self, store, *, acks: str = "all", compression_type: str = "none", linger_ms: int = 0,
                  batch_size: int = 1_000_000, auto_create: bool | None = None,
                  on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None,
                  on_warning: Callable[[str], None] | None = None) -> None:
         from confluent_kafka import KafkaException, Producer
 
-        if str(acks) not in ACKS:
-            raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
-        if compression_type not in compression.CODEC_IDS:
-            raise UsageError(f"invalid compression '{compression_type}': use {', '.join(compression.CODEC_IDS)}")
-        if batch_size < 1:
-            raise UsageError("batch size must be positive")
+        check_producer_options(acks, compression_type, batch_size)
         self.store = store
         self.auto_create = True if auto_create is None else auto_create
         self.on_ack = on_ack
@@ -202,13 +197,3 @@ class RemoteProducer:
         if remaining:
             raise KlogError(f"{remaining} records not acknowledged by {self.store.target.label} "
                             f"within {self.store.timeout * 3:g} s")
-
-    def close(self) -> None:
-        self.flush()
-
-    def __enter__(self) -> RemoteProducer:
-        return self
-
-    def __exit__(self, exc_type, *exc: object) -> None:
-        if exc_type is None or exc_type is KeyboardInterrupt:
-            self.flush()
