@@ -3,8 +3,10 @@ delete a group or some of its offsets. Every function takes an open Store; none 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from klog.client.store import resolve_partitions
 from klog.errors import GroupError, UsageError
 from klog.meta.groups import TP, GroupsMeta, GroupSnapshot, now_ms, tp_key
 
@@ -155,23 +157,33 @@ def parse_scope(text: str) -> tuple[str, list[int] | None]:
     return topic, partitions
 
 
-def _scope_partitions(store, snap: GroupSnapshot, scopes: list[str], all_topics: bool) -> list[TP]:
+def check_reset_scope(scopes: list[str], all_topics: bool) -> None:
     if all_topics == bool(scopes):
         raise UsageError("name the partitions to reset: --topic TOPIC[:P,...] (repeatable) or --all-topics")
+
+
+def scoped_partitions(store, scopes: list[str]) -> list[TP]:
+    """The partitions --topic TOPIC[:P,...] names (local or remote store), each checked to exist."""
+    return [(topic, p) for text in scopes
+            for topic, partitions in [parse_scope(text)] for p in resolve_partitions(store, topic, partitions)]
+
+
+def _scope_partitions(store, snap: GroupSnapshot, scopes: list[str], all_topics: bool) -> list[TP]:
+    check_reset_scope(scopes, all_topics)
     if all_topics:
         return [(t, p) for t in _group_topics(store, snap) for p in range(store.partition_count(t))]
-    out: list[TP] = []
-    for text in scopes:
-        topic, partitions = parse_scope(text)
-        count = store.partition_count(topic)
-        for p in partitions if partitions is not None else range(count):
-            if not 0 <= p < count:
-                raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
-            out.append((topic, p))
-    return sorted(set(out))
+    return sorted(set(scoped_partitions(store, scopes)))
 
 
-def _new_offset(part, spec: ResetSpec, current: int | None, start: int, end: int, now: int) -> int:
+def reset_offset(spec: ResetSpec, current: int | None, start: int, end: int, now: int,
+                 offset_at: Callable[[int], int | None], where: str) -> int:
+    """Where a reset moves a committed offset (`current`, None if none) of partition `where` holding
+    start..end, kept within them; `offset_at(ts)` is its first offset at or after a timestamp."""
+    return min(max(_reset_target(spec, current, start, end, now, offset_at, where), start), end)
+
+
+def _reset_target(spec: ResetSpec, current: int | None, start: int, end: int, now: int,
+                  offset_at: Callable[[int], int | None], where: str) -> int:
     if spec.kind == "earliest":
         return start
     if spec.kind == "latest":
@@ -179,12 +191,11 @@ def _new_offset(part, spec: ResetSpec, current: int | None, start: int, end: int
     if spec.kind == "offset":
         return spec.value
     if spec.kind in ("datetime", "duration"):
-        ts = spec.value if spec.kind == "datetime" else now - spec.value
-        found = part.offset_for_timestamp(ts)
+        found = offset_at(spec.value if spec.kind == "datetime" else now - spec.value)
         return end if found is None else found
     if spec.kind == "shift":
         if current is None:
-            raise GroupError(f"cannot shift {part.topic}-{part.partition}: the group has no committed offset there")
+            raise GroupError(f"cannot shift {where}: the group has no committed offset there")
         return current + spec.value
     return end if current is None else current  # current: unchanged (the log end where none is committed)
 
@@ -202,7 +213,7 @@ def plan_reset(store, group: str, spec: ResetSpec, scopes: list[str] = (), all_t
         start, end = part.log_start_offset(), part.high_watermark()
         c = snap.offsets.get(tp)
         current = c.offset if c else None
-        new = min(max(_new_offset(part, spec, current, start, end, now), start), end)
+        new = reset_offset(spec, current, start, end, now, part.offset_for_timestamp, f"{tp[0]}-{tp[1]}")
         rows.append(ResetRow(tp[0], tp[1], current, start, end, new))
     return rows
 

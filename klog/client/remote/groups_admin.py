@@ -13,7 +13,10 @@ from klog.client.groups_admin import (
     PartitionLag,
     ResetRow,
     ResetSpec,
+    check_reset_scope,
     parse_scope,
+    reset_offset,
+    scoped_partitions,
 )
 from klog.errors import GroupError, UsageError
 
@@ -113,21 +116,14 @@ def plan_reset(store, group: str, spec: ResetSpec, scopes: list[str] = (), all_t
 
     committed = _committed(store, group)
     now = now_ms() if now is None else now
-    if all_topics == bool(scopes):
-        raise UsageError("name the partitions to reset: --topic TOPIC[:P,...] (repeatable) or --all-topics")
+    check_reset_scope(scopes, all_topics)
     wanted: list[TP] = []
     if all_topics:
         members = {t for m in live_members(store, group) for t in m.topics}
         for t in sorted(members | {t for t, _ in committed}):
             if store.has_topic(t):
                 wanted += [(t, p) for p in range(store.partition_count(t))]
-    for text in scopes:
-        topic, partitions = parse_scope(text)
-        count = store.partition_count(topic)
-        for p in partitions if partitions is not None else range(count):
-            if not 0 <= p < count:
-                raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
-            wanted.append((topic, p))
+    wanted += scoped_partitions(store, scopes)
     rows = []
     cache: dict[tuple[str, int | None], dict] = {}
 
@@ -139,23 +135,8 @@ def plan_reset(store, group: str, spec: ResetSpec, scopes: list[str] = (), all_t
     for topic, p in sorted(set(wanted)):
         start, end = offsets(topic, -2)[p] or 0, offsets(topic, -1)[p] or 0
         current = committed.get((topic, p))
-        kind = spec.kind
-        if kind == "earliest":
-            new = start
-        elif kind == "latest":
-            new = end
-        elif kind == "offset":
-            new = spec.value
-        elif kind in ("datetime", "duration"):
-            found = offsets(topic, spec.value if kind == "datetime" else now - spec.value)[p]
-            new = end if found is None else found
-        elif kind == "shift":
-            if current is None:
-                raise GroupError(f"cannot shift {topic}-{p}: the group has no committed offset there")
-            new = current + spec.value
-        else:
-            new = end if current is None else current
-        rows.append(ResetRow(topic, p, current, start, end, min(max(new, start), end)))
+        new = reset_offset(spec, current, start, end, now, lambda ts, t=topic, p=p: offsets(t, ts)[p], f"{topic}-{p}")
+        rows.append(ResetRow(topic, p, current, start, end, new))
     return rows
 
 
