@@ -18,6 +18,7 @@ import ipaddress
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -346,49 +347,44 @@ def _split_groups(ctx: Any, names: Any, operation: Operation) -> tuple[list, set
     return [g for g in names if str(g) not in denied], denied
 
 
-def _describe_groups_guard(fn: Any) -> Any:
+def _per_group_guard(fn: Any, operation: Operation, names_field: str, answers_field: str,
+                     refusal: Callable[[Any, Any, Any], Any]) -> Any:
+    """A handler taking a list of groups (request.<names_field>) and answering one entry per group
+    (response.<answers_field>): it runs on the allowed groups only, and each denied group gets
+    refusal(response module, group, error code) in its place, in the request's order."""
     import dataclasses
 
     from kio.schema.errors import ErrorCode
 
-    from klog.server.kafka import make, response_for
+    from klog.server.kafka import response_for
 
     async def guarded(ctx: Any, request: Any) -> Any:
-        allowed, denied = _split_groups(ctx, request.groups, Operation.DESCRIBE)
+        names = getattr(request, names_field)
+        allowed, denied = _split_groups(ctx, names, operation)
         if not denied:
             return await fn(ctx, request)
-        response = await fn(ctx, dataclasses.replace(request, groups=tuple(allowed)))
+        response = await fn(ctx, dataclasses.replace(request, **{names_field: tuple(allowed)}))
         mod = response_for(request)
-        answers = {str(g.group_id): g for g in response.groups}
-        out = tuple(answers.get(str(g)) or make(
-            mod.DescribedGroup, error_code=ErrorCode.group_authorization_failed, group_id=g, group_state="",
-            protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648)
-            for g in request.groups)
-        return dataclasses.replace(response, groups=out)
+        answers = {str(a.group_id): a for a in getattr(response, answers_field)}
+        out = tuple(answers.get(str(g)) or refusal(mod, g, ErrorCode.group_authorization_failed) for g in names)
+        return dataclasses.replace(response, **{answers_field: out})
 
     return guarded
+
+
+def _describe_groups_guard(fn: Any) -> Any:
+    from klog.server.kafka import make
+
+    return _per_group_guard(fn, Operation.DESCRIBE, "groups", "groups", lambda mod, g, error: make(
+        mod.DescribedGroup, error_code=error, group_id=g, group_state="", protocol_type="", protocol_data="",
+        members=(), authorized_operations=-2147483648))
 
 
 def _delete_groups_guard(fn: Any) -> Any:
-    import dataclasses
+    from klog.server.kafka import make
 
-    from kio.schema.errors import ErrorCode
-
-    from klog.server.kafka import make, response_for
-
-    async def guarded(ctx: Any, request: Any) -> Any:
-        allowed, denied = _split_groups(ctx, request.groups_names, Operation.DELETE)
-        if not denied:
-            return await fn(ctx, request)
-        response = await fn(ctx, dataclasses.replace(request, groups_names=tuple(allowed)))
-        mod = response_for(request)
-        answers = {str(r.group_id): r for r in response.results}
-        out = tuple(answers.get(str(g)) or make(mod.DeletableGroupResult, group_id=g,
-                                                 error_code=ErrorCode.group_authorization_failed)
-                    for g in request.groups_names)
-        return dataclasses.replace(response, results=out)
-
-    return guarded
+    return _per_group_guard(fn, Operation.DELETE, "groups_names", "results", lambda mod, g, error: make(
+        mod.DeletableGroupResult, group_id=g, error_code=error))
 
 
 def _list_groups_guard(fn: Any) -> Any:
