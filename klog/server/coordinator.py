@@ -145,15 +145,16 @@ class GroupStateMachine:
                               or not group.protocols() & {n for n, _ in protocols}):
             return respond(JoinResult(E.inconsistent_group_protocol, member_id=member_id))
         now = self.clock()
-        new = _NewMember(member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
-                         protocol_type, list(protocols))
+        # the join as a member not yet in the group (no callbacks, not joined)
+        new = GroupMember(member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                          protocol_type, list(protocols))
         if not member_id:
             self._join_unknown(group, new, require_known_member_id, respond, now)
         else:
             self._join_known(group, new, respond, now)
         self.on_change(group)
 
-    def _join_unknown(self, group: Group, new: _NewMember, require_known: bool, respond: JoinCallback,
+    def _join_unknown(self, group: Group, new: GroupMember, require_known: bool, respond: JoinCallback,
                       now: int) -> None:
         member_id = f"{new.client_id or 'member'}-{uuid.uuid4()}"
         if new.instance_id is not None and new.instance_id in group.static:
@@ -164,7 +165,7 @@ class GroupStateMachine:
             return respond(JoinResult(E.member_id_required, member_id=member_id))
         self._add_member(group, new, member_id, respond, now)
 
-    def _join_known(self, group: Group, new: _NewMember, respond: JoinCallback, now: int) -> None:
+    def _join_known(self, group: Group, new: GroupMember, respond: JoinCallback, now: int) -> None:
         member_id = new.member_id
         if new.instance_id is not None and group.static.get(new.instance_id, member_id) != member_id:
             return respond(JoinResult(E.fenced_instance_id, member_id=member_id))
@@ -195,12 +196,11 @@ class GroupStateMachine:
             member.join_cb(JoinResult(E.unknown_member_id, member_id=member.member_id))
         member.join_cb = respond
 
-    def _add_member(self, group: Group, new: _NewMember, member_id: str, respond: JoinCallback, now: int) -> None:
+    def _add_member(self, group: Group, new: GroupMember, member_id: str, respond: JoinCallback, now: int) -> None:
         if not group.members:
             group.protocol_type = new.protocol_type
-        member = GroupMember(member_id, new.instance_id, new.client_id, new.client_host, new.session_timeout_ms,
-                             new.rebalance_timeout_ms, new.protocol_type, new.protocols, join_cb=respond,
-                             joined=now, deadline=now + new.session_timeout_ms)
+        member = replace(new, member_id=member_id, join_cb=respond, joined=now,
+                         deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
         if new.instance_id is not None:
             group.static[new.instance_id] = member_id
@@ -209,7 +209,7 @@ class GroupStateMachine:
         else:
             self._prepare_rebalance(group, now)
 
-    def _replace_static(self, group: Group, new: _NewMember, member_id: str, respond: JoinCallback,
+    def _replace_static(self, group: Group, new: GroupMember, member_id: str, respond: JoinCallback,
                         now: int) -> None:
         """A static member (group.instance.id) came back under a new member id: the old id is fenced;
         if nothing else changed the group keeps its assignment (KIP-345: no rebalance on restart)."""
@@ -218,9 +218,8 @@ class GroupStateMachine:
             old.join_cb(JoinResult(E.fenced_instance_id, member_id=old.member_id))
         if old.sync_cb is not None:
             old.sync_cb(SyncResult(E.fenced_instance_id))
-        member = GroupMember(member_id, new.instance_id, new.client_id, new.client_host, new.session_timeout_ms,
-                             new.rebalance_timeout_ms, new.protocol_type, new.protocols, assignment=old.assignment,
-                             joined=now, deadline=now + new.session_timeout_ms)
+        member = replace(new, member_id=member_id, assignment=old.assignment, joined=now,
+                         deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
         group.static[new.instance_id] = member_id
         if group.leader == old.member_id:
@@ -483,16 +482,4 @@ class GroupStateMachine:
             name = group.protocol_name or m.names()[0]
             out.update(topics_of(m.metadata(name)) if name in m.names() else [])
         return out
-
-
-@dataclass(frozen=True)
-class _NewMember:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
 
