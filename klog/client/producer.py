@@ -71,12 +71,22 @@ def check_producer_options(acks: str, compression_type: str, batch_size: int) ->
         raise UsageError("batch size must be positive")
 
 
-class FlushingContext:
-    """close() and `with` for a producer: flush on a clean exit or Ctrl-C (what was sent is written),
-    not on another error."""
+class ProducerBase:
+    """What the local and remote producers share: send_values over send_keyed, and close() and `with`
+    (flush on a clean exit or Ctrl-C, so what was sent is written; not on another error)."""
+
+    def send_keyed(self, topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]],
+                   headers: Headers | None = None, partition: int | None = None,
+                   timestamp: int | None = None) -> None:
+        raise NotImplementedError
 
     def flush(self) -> None:
         raise NotImplementedError
+
+    def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
+                    partition: int | None = None, timestamp: int | None = None) -> None:
+        """Bulk path for keyless records sharing headers (the CLI's line mode); no PendingRecords."""
+        self.send_keyed(topic, [(None, v) for v in values], headers, partition, timestamp)
 
     def close(self) -> None:
         self.flush()
@@ -89,7 +99,7 @@ class FlushingContext:
             self.flush()
 
 
-class Producer(FlushingContext):
+class Producer(ProducerBase):
     def __init__(self, store, *, acks: str = "all", compression_type: str = "none", linger_ms: int = 0,
                  batch_size: int = BATCH_SIZE_DEFAULT, auto_create: bool | None = None,
                  on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None,
@@ -168,11 +178,6 @@ class Producer(FlushingContext):
             self.sticky.produced(topic, size, count)
         self._maybe_linger_flush()
         return pending
-
-    def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
-                    partition: int | None = None, timestamp: int | None = None) -> None:
-        """Bulk path for keyless records sharing headers (the CLI's line mode); no PendingRecords."""
-        self.send_keyed(topic, [(None, v) for v in values], headers, partition, timestamp)
 
     def send_keyed(self, topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]],
                    headers: Headers | None = None, partition: int | None = None,

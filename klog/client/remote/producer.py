@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from klog.client.producer import FlushingContext, check_producer_options
+from klog.client.producer import ProducerBase, check_producer_options
 from klog.client.records import Headers, check_partition, check_timestamp
 from klog.client.remote.errors import config_error, klog_error
 from klog.errors import KlogError, RecordTooLargeError, UnknownTopicError
@@ -22,7 +22,7 @@ POLL_EVERY = 10_000  # serve delivery reports every this many sends (keeps the r
 AckCallback = Callable[[str, int, int, int], None]
 
 
-class RemoteProducer(FlushingContext):
+class RemoteProducer(ProducerBase):
     def __init__(self, store, *, acks: str = "all", compression_type: str = "none", linger_ms: int = 0,
                  batch_size: int = 1_000_000, auto_create: bool | None = None,
                  on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None,
@@ -108,11 +108,6 @@ class RemoteProducer(FlushingContext):
         p = -1 if partition is None else check_partition(partition, topic, count)
         ts = 0 if timestamp is None else check_timestamp(timestamp)  # 0: librdkafka stamps it now
         self._produce(topic, value, key, p, ts, list(headers) if headers else None)
-
-    def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
-                    partition: int | None = None, timestamp: int | None = None) -> None:
-        """Keyless records sharing headers (the CLI's line mode)."""
-        self.send_keyed(topic, [(None, v) for v in values], headers, partition, timestamp)
 
     def send_keyed(self, topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]],
                    headers: Headers | None = None, partition: int | None = None,
