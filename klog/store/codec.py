@@ -15,7 +15,7 @@ from typing import NamedTuple
 from crc32c import crc32c  # hardware CRC-32C (SSE 4.2 / ARMv8), software fallback inside
 
 from klog.errors import CompressionError, CorruptLogError, UnsupportedCodecError
-from klog.store import compression, legacy
+from klog.store import compression, fastrecords, legacy
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET,
@@ -393,8 +393,12 @@ def _records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, 
     return data, start, stop
 
 
-def decode_batch_records(buf: bytes, pos: int, header: BatchHeader) -> list[RecordOut]:
+def decode_batch_records(buf: bytes, pos: int, header: BatchHeader, *, fast: bool = False) -> list[RecordOut]:
     """Decode every record of the batch at buf[pos:]; the caller has already checked the CRC.
+
+    fast=True (the read path) decodes a batch of fastrecords.FAST_MIN_RECORDS or more with the
+    compiled reader when it imports, the same records; it also accepts a few malformations no
+    Kafka client writes (see fastrecords), so validators keep the strict default.
 
     Returns (offset, timestamp, key, value, headers) tuples; key, value and header values are
     `bytes` (or None), whatever buffer type `buf` is. Raises CorruptLogError (without a path; the
@@ -413,6 +417,10 @@ def decode_batch_records(buf: bytes, pos: int, header: BatchHeader) -> list[Reco
     if pause_gc:
         gc.disable()
     try:
+        if fast and header.records_count >= fastrecords.FAST_MIN_RECORDS:
+            fast_records = fastrecords.records(buf, pos, data, start, stop)
+            if fast_records is not None:  # LogAppendTime applied already
+                return fast_records
         records, consumed_to = _decode_records(data, start, header.records_count, header.base_offset,
                                                header.base_timestamp)
     except (ValueError, IndexError) as e:
@@ -535,15 +543,23 @@ def _decode_records(data: bytes, pos: int, count: int, base_offset: int,
     return out, pos
 
 
-def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes | None = None) -> list[bytes | None]:
+def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes | None = None, *,
+                        fast: bool = False) -> list[bytes | None]:
     """The values of every record of the batch at buf[pos:], `null` for a null value: what
     value-only output needs, without building a tuple, a headers list or timestamps per record.
 
-    The same checks as decode_batch_records (the CRC is the caller's), the same errors.
+    The same checks as decode_batch_records (the CRC is the caller's), the same errors, the same
+    `fast`.
     """
     if header.magic < MAGIC_V2:
         return [null if r[3] is None else r[3] for r in legacy.records_of(buf, pos)]
     data, start, stop = _records_section(buf, pos, header)
+    if fast and header.records_count >= fastrecords.FAST_MIN_RECORDS:
+        values = fastrecords.values(buf, pos, data, start, stop)
+        if values is not None:
+            if null is not None and None in values:
+                values = [null if v is None else v for v in values]
+            return values
     try:
         values, consumed_to = _decode_values(data, start, header.records_count, null)
     except (ValueError, IndexError) as e:
