@@ -396,8 +396,8 @@ def _records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, 
 def decode_batch_records(buf: bytes, pos: int, header: BatchHeader, *, fast: bool = False) -> list[RecordOut]:
     """Decode every record of the batch at buf[pos:]; the caller has already checked the CRC.
 
-    fast=True (the read path) decodes a batch of fastrecords.FAST_MIN_RECORDS or more with the
-    compiled reader when it imports, the same records; it also accepts a few malformations no
+    fast=True (the read path) decodes with the compiled reader when it imports (fastrecords.wanted:
+    from the first batch of FAST_MIN_RECORDS or more on), the same records; it also accepts a few malformations no
     Kafka client writes (see fastrecords), so validators keep the strict default.
 
     Returns (offset, timestamp, key, value, headers) tuples; key, value and header values are
@@ -417,7 +417,7 @@ def decode_batch_records(buf: bytes, pos: int, header: BatchHeader, *, fast: boo
     if pause_gc:
         gc.disable()
     try:
-        if fast and header.records_count >= fastrecords.FAST_MIN_RECORDS:
+        if fast and fastrecords.wanted(header.records_count):
             fast_records = fastrecords.records(buf, pos, data, start, stop)
             if fast_records is not None:  # LogAppendTime applied already
                 return fast_records
@@ -554,7 +554,7 @@ def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes |
     if header.magic < MAGIC_V2:
         return [null if r[3] is None else r[3] for r in legacy.records_of(buf, pos)]
     data, start, stop = _records_section(buf, pos, header)
-    if fast and header.records_count >= fastrecords.FAST_MIN_RECORDS:
+    if fast and fastrecords.wanted(header.records_count):
         values = fastrecords.values(buf, pos, data, start, stop)
         if values is not None:
             if null is not None and None in values:

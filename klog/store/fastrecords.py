@@ -68,6 +68,12 @@ def _import_reader() -> Any:
     return DefaultRecordBatch
 
 
+def wanted(records_count: int) -> bool:
+    """Whether to decode a batch of this many records here: any batch once the reader is loaded
+    (below FAST_MIN_RECORDS the first import would cost more than the Python loop saves)."""
+    return records_count >= FAST_MIN_RECORDS or bool(_reader)
+
+
 def available() -> bool:
     """Whether the compiled reader imports (importing it on first call)."""
     global _reader
