@@ -4,6 +4,7 @@ and the Python decoder taking over whenever the compiled one refuses or is missi
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -164,3 +165,41 @@ def test_loading_the_reader_leaves_aiokafka_importable() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.stdout == "ok\n", done.stderr
+
+
+@contextlib.contextmanager
+def python_only() -> Iterator[None]:
+    """codec's pure-Python loops only, as if aiokafka were missing."""
+    saved = fastrecords._reader
+    fastrecords._reader = False
+    try:
+        yield
+    finally:
+        fastrecords._reader = saved
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=records_st, as_list=st.booleans(), data=st.data())
+def test_the_compiled_builder_writes_the_same_bytes(records, as_list, data) -> None:
+    if as_list:
+        records = [(k, v, list(h), ts) for k, v, h, ts in records]
+    deltas = data.draw(st.none() | st.lists(st.integers(0, 2**31 - 1), min_size=len(records),
+                                            max_size=len(records)).map(sorted))
+    base = data.draw(st.sampled_from([records[0][3], TS]))
+    fast = codec.encode_records(records, base, deltas)
+    with python_only():
+        assert fast == codec.encode_records(records, base, deltas)
+    # and the common case does go through the builder
+    assert (fastrecords.encode_records(records, base, deltas) is None) == (base != records[0][3] or base == -1)
+
+
+def test_what_the_builder_cannot_take_is_encoded_in_python() -> None:
+    for records in ([(None, b"v", [("h", bytearray(b"x"))], TS)],  # a bytearray header value
+                    [(None, b"v", [("\udcff", None)], TS)],  # a key only surrogateescape encodes
+                    [(b"k", b"v", [], -1), (b"k", b"v", [], 5)]):  # first timestamp -1: "none yet" to it
+        assert fastrecords.encode_records(records, records[0][3], None) is None
+        with python_only():
+            want = codec.encode_batch(records)
+        assert codec.encode_batch(records) == want
+        header = codec.read_header(want)
+        assert [r[3] for r in codec.decode_batch_records(want, 0, header)] == [b"v"] * len(records)

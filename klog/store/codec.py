@@ -261,7 +261,12 @@ def _encode_headers(headers: Sequence[Header]) -> bytes:
 def encode_records(records: Sequence[RecordIn], base_timestamp: int,
                    offset_deltas: Sequence[int] | None = None) -> bytes:
     """The records section of a batch: each record's length varint then its body. Offset deltas
-    are 0, 1, 2... unless given (a compacted batch keeps its survivors' own offsets)."""
+    are 0, 1, 2... unless given (a compacted batch keeps its survivors' own offsets).
+    Big batches go through the compiled builder (fastrecords), the same bytes."""
+    if fastrecords.wanted(len(records)):
+        fast = fastrecords.encode_records(records, base_timestamp, offset_deltas)
+        if fast is not None:
+            return fast
     _tables()
     out: list[bytes] = []
     append = out.append

@@ -1,4 +1,5 @@
-"""The compiled record reader for klog's read path: aiokafka's Cython DefaultRecordBatch.
+"""The compiled record reader and writer: aiokafka's Cython DefaultRecordBatch and
+DefaultRecordBatchBuilder, for klog's read path and its producers' records sections.
 
 codec.decode_batch_values / decode_batch_records call this with `fast=True` (FetchedBatch, i.e.
 every consumer) once a batch holds FAST_MIN_RECORDS records; it decodes the records section
@@ -13,6 +14,11 @@ verify, recovery) keep `fast=False`: int32 varints longer than 5 bytes or wider 
 and a record attributes byte >= 0x80 (read as a varint). No Kafka client writes either, and the
 CRC must match before a batch gets here.
 
+encode_records gives codec.encode_records' bytes 2-3x faster (the builder writes the same canonical
+varints); klog still writes the header, compresses and computes the CRC. Anything it cannot take
+as it is (a first timestamp of -1, which it reads as "none yet", non-bytes header values, header
+keys that are not UTF-8-encodable) returns None and codec's Python loop encodes the batch.
+
 Imported lazily, and only the reader: `import aiokafka.record._crecords` runs aiokafka's package
 __init__, which loads its whole client (asyncio included: ~60 ms, a sixth of a 1 M-record
 consume); _import_reader loads the one extension module (~15 ms) and leaves sys.modules as a
@@ -24,6 +30,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -37,6 +44,7 @@ FAST_MIN_RECORDS = 64
 _OVERREAD = 10
 
 _reader: Any = None  # the DefaultRecordBatch class once imported; False if it cannot be
+_builder: Any = None  # DefaultRecordBatchBuilder, imported with it
 _VALUE = attrgetter("value")
 _RECORD = attrgetter("offset", "timestamp", "key", "value", "headers")
 
@@ -47,7 +55,7 @@ _PARENTS = ("aiokafka", "aiokafka.record", "aiokafka.record._crecords")
 
 
 def _import_reader() -> Any:
-    """aiokafka's DefaultRecordBatch without running its packages' __init__ files (see the module
+    """aiokafka's default_records module without running its packages' __init__ files (see the module
     docstring); the plain import if aiokafka is loaded already or its layout is not as expected."""
     if _PARENTS[0] not in sys.modules:
         stubs = []
@@ -58,14 +66,13 @@ def _import_reader() -> Any:
                     raise ImportError(name)
                 sys.modules[name] = importlib.util.module_from_spec(spec)
                 stubs.append(name)
-            return importlib.import_module(_READER_MODULE).DefaultRecordBatch
+            return importlib.import_module(_READER_MODULE)
         except Exception:  # noqa: BLE001, S110 - any surprise: the plain import below decides
             pass
         finally:
             for name in stubs:
                 del sys.modules[name]
-    from aiokafka.record._crecords import DefaultRecordBatch
-    return DefaultRecordBatch
+    return importlib.import_module(_READER_MODULE)
 
 
 def wanted(records_count: int) -> bool:
@@ -76,11 +83,13 @@ def wanted(records_count: int) -> bool:
 
 def available() -> bool:
     """Whether the compiled reader imports (importing it on first call)."""
-    global _reader
+    global _reader, _builder
     if _reader is None:
         try:
-            _reader = _import_reader()
-        except ImportError:
+            module = _import_reader()
+            _builder = module.DefaultRecordBatchBuilder
+            _reader = module.DefaultRecordBatch
+        except (ImportError, AttributeError):
             _reader = False
     return _reader is not False
 
@@ -122,4 +131,28 @@ def records(buf: bytes | bytearray | memoryview, pos: int, data: bytes, start: i
     try:
         return list(map(_RECORD, _reader(_batch_buffer(buf, pos, data, start, stop))))
     except Exception:  # noqa: BLE001 - as values()
+        return None
+
+
+_NO_HEADERS: list = []  # the builder wants a list; it only reads it
+# magic 2, no compression (klog compresses), not transactional, no producer id/epoch/sequence, no
+# size limit (klog splits batches itself)
+_BUILDER_ARGS = (2, 0, 0, -1, -1, -1, 1 << 62)
+
+
+def encode_records(records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
+                   base_timestamp: int, offset_deltas: Sequence[int] | None) -> bytes | None:
+    """codec.encode_records' bytes, or None when the builder is missing or cannot take these."""
+    if not records or records[0][3] != base_timestamp or base_timestamp == -1 or not available():
+        return None  # the builder's base timestamp is its first record's; -1 means "not yet"
+    builder = _builder(*_BUILDER_ARGS)
+    append = builder.append
+    empty = _NO_HEADERS
+    deltas = range(len(records)) if offset_deltas is None else offset_deltas
+    try:
+        for delta, (key, value, headers, timestamp) in zip(deltas, records, strict=True):
+            append(delta, timestamp, key, value,
+                   headers if headers.__class__ is list else (list(headers) if headers else empty))
+        return bytes(memoryview(builder.build())[RECORDS_OFFSET:])
+    except Exception:  # noqa: BLE001 - e.g. a bytearray header value: the Python encoder takes it
         return None
