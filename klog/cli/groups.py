@@ -346,7 +346,10 @@ def _copy_values(consumer, out: _Stdout, written: dict, follow: bool, interval_m
             watch.check()
         for tp, values, next_offset in chunks:
             if values:
-                out.write(b"\n".join(v or b"" for v in values) + b"\n")
+                if None in values:
+                    values = [v or b"" for v in values]
+                values.append(b"")  # the last line's newline, without copying the joined chunk
+                out.write(b"\n".join(values))
             written[tp] = next_offset
         if follow:
             out.flush()

@@ -332,7 +332,14 @@ class GroupConsumer:
         out = []
         for tp, low, batches in self._fetch_batches():
             skip = self._cursors[tp].skip
-            values = [v for fb in batches if not skip(fb) for o, _, _, v, _ in fb.records() if o >= low]
+            values: list[bytes | None] = []
+            for fb in batches:
+                if skip(fb):
+                    continue
+                if fb.header.magic >= 2 and fb.header.base_offset >= low:  # wholly unread: values only
+                    values += fb.values()
+                else:
+                    values += [v for o, _, _, v, _ in fb.records() if o >= low]
             out.append((tp, values, batches[-1].header.next_offset))
         return out
 
