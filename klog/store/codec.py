@@ -551,99 +551,20 @@ def _decode_records(data: bytes, pos: int, count: int, base_offset: int,
 def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes | None = None, *,
                         fast: bool = False) -> list[bytes | None]:
     """The values of every record of the batch at buf[pos:], `null` for a null value: what
-    value-only output needs, without building a tuple, a headers list or timestamps per record.
+    value-only output needs. With the compiled reader (fast=True, see decode_batch_records) only
+    the values are built; otherwise this is decode_batch_records' one Python loop, values kept.
 
-    The same checks as decode_batch_records (the CRC is the caller's), the same errors, the same
-    `fast`.
+    The same checks as decode_batch_records (the CRC is the caller's), the same errors.
     """
-    if header.magic < MAGIC_V2:
-        return [null if r[3] is None else r[3] for r in legacy.records_of(buf, pos)]
-    data, start, stop = _records_section(buf, pos, header)
-    if fast and fastrecords.wanted(header.records_count):
+    values = None
+    if header.magic >= MAGIC_V2 and fast and fastrecords.wanted(header.records_count):
+        data, start, stop = _records_section(buf, pos, header)
         values = fastrecords.values(buf, pos, data, start, stop)
-        if values is not None:
-            if null is not None and None in values:
-                values = [null if v is None else v for v in values]
-            return values
-    try:
-        values, consumed_to = _decode_values(data, start, header.records_count, null)
-    except (ValueError, IndexError) as e:
-        raise CorruptLogError(f"malformed records in batch: {e}", offset=header.base_offset) from None
-    if consumed_to != stop:
-        raise CorruptLogError("incorrect declared batch size", offset=header.base_offset)
+    if values is None:
+        values = [r[3] for r in decode_batch_records(buf, pos, header)]
+    if null is not None and None in values:
+        values = [null if v is None else v for v in values]
     return values
-
-
-def _decode_values(data: bytes, pos: int, count: int, null: bytes | None) -> tuple[list[bytes | None], int]:
-    """_decode_records' loop keeping only the values (the other varints are stepped over, with
-    the same width checks; headers are checked only when a record has some)."""
-    _tables()
-    zz = _ZIGZAG
-    zz2 = _ZIGZAG2
-    len2 = _LENGTH2
-    varint32 = _varint32
-    out: list[bytes | None] = []
-    append = out.append
-    for _ in repeat(None, count):
-        b = data[pos]
-        if b < 0x80:
-            end = pos + 1 + zz[b]
-            pos += 2
-        else:
-            c = data[pos + 1]
-            if c < 0x80:
-                end = pos + len2[c][b]
-                pos += 3
-            else:
-                n, pos = varint32(data, pos)
-                end = pos + n
-                pos += 1
-        # timestampDelta, offsetDelta: stepped over
-        if data[pos] < 0x80:
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            pos += 2
-        else:
-            pos = _varlong(data, pos)[1]
-        if data[pos] < 0x80:
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            pos += 2
-        else:
-            pos = varint32(data, pos)[1]
-        # key: stepped over
-        b = data[pos]
-        if b < 0x80:
-            n = zz[b]
-            pos += 1
-        else:
-            n, pos = varint32(data, pos)
-        if n > 0:
-            pos += n
-        # value
-        b = data[pos]
-        if b < 0x80:
-            n = zz[b]
-            pos += 1
-        else:
-            c = data[pos + 1]
-            if c < 0x80:
-                n = zz2[c][b]
-                pos += 2
-            else:
-                n, pos = varint32(data, pos)
-        if n < 0:
-            append(null)
-        else:
-            append(data[pos:pos + n])
-            pos += n
-        if data[pos] == 0 and pos + 1 == end:
-            pos = end
-        else:
-            pos = _decode_headers(data, pos)[1]
-            if pos != end:
-                raise ValueError("record fields do not fill its declared length")
-    return out, pos
 
 
 def _decode_headers(data: bytes, pos: int) -> tuple[list[Header], int]:
