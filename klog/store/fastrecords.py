@@ -22,7 +22,9 @@ keys that are not UTF-8-encodable) returns None and codec's Python loop encodes 
 Imported lazily, and only the reader: `import aiokafka.record._crecords` runs aiokafka's package
 __init__, which loads its whole client (asyncio included: ~60 ms, a sixth of a 1 M-record
 consume); _import_reader loads the one extension module (~15 ms) and leaves sys.modules as a
-plain import would have (a later `import aiokafka` runs its __init__ as usual).
+plain import would have (a later `import aiokafka` runs its __init__ as usual). For those ~3 ms
+the package objects in sys.modules are bare: a first `import aiokafka` in another thread of the
+same process at that very moment would get one (klog's own threads never import aiokafka).
 """
 
 from __future__ import annotations
