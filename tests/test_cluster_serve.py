@@ -130,6 +130,15 @@ def test_offsets_and_topics_list_describe_give_the_same_output(both, data_dir):
         [{k: p[k] for k in keep} for p in json.loads(local.stdout)["partitions"]]
 
 
+def test_topics_describe_says_why_segments_are_unknown_on_a_cluster(both, data_dir):
+    fill(data_dir, "a", 5, partitions=2)
+    r, local = both("topics", "describe", "a")
+    assert r.returncode == local.returncode == 0, r.stderr
+    note = b"SEGMENTS -: a Kafka cluster does not report segment counts (no Kafka API gives them)\n"
+    assert r.stdout.endswith(note) and note not in local.stdout
+    assert [line.split()[-1] for line in r.stdout.splitlines()[3:5]] == [b"-", b"-"]  # the column itself
+
+
 def test_topics_describe_configs(both, data_dir):
     needs_apis(DESCRIBE_CONFIGS)
     fill(data_dir, "a", 5)
