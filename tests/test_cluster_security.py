@@ -39,8 +39,10 @@ def _result(r):  # noqa: ANN001, ANN202 - a CompletedProcess as the cli fixture'
     return Result(r.returncode, r.stdout, r.stderr.decode())
 
 
+MTLS = "mtls"  # an SSL listener requiring a client certificate
 SECURED = [
     ("SSL", []),
+    (MTLS, []),
     ("SASL_PLAINTEXT", ["-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice",
                         "-X", "sasl.password=alice-pw"]),
     ("SASL_SSL", ["-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=bob", "-X", "sasl.password=bob-pw"]),
@@ -48,8 +50,8 @@ SECURED = [
 ]
 
 
-@pytest.mark.parametrize("protocol,sasl", SECURED, ids=["SSL", "SASL_PLAINTEXT-SCRAM-256", "SASL_SSL-PLAIN",
-                                                          "SASL_SSL-SCRAM-512"])
+@pytest.mark.parametrize("protocol,sasl", SECURED, ids=["SSL", "SSL-client-certificate", "SASL_PLAINTEXT-SCRAM-256",
+                                                          "SASL_SSL-PLAIN", "SASL_SSL-SCRAM-512"])
 def test_delete_offsets_and_partition_sizes_over_tls_and_sasl(secure_store, certs, klog_proc, monkeypatch,  # noqa: F811
                                                               protocol, sasl):
     """OffsetDelete and DescribeLogDirs (klog's own socket, not librdkafka) honour the same -X settings."""
@@ -60,7 +62,12 @@ def test_delete_offsets_and_partition_sizes_over_tls_and_sasl(secure_store, cert
             p.send("t", b"v%d" % i, partition=i % 2)
     groups = GroupsMeta(secure_store.meta)
     groups.set_offsets("g", {("t", 0): 3, ("t", 1): 4})
-    with serving(secure_store, certs, protocol) as server:
+    config, mtls = {}, protocol == MTLS
+    if mtls:
+        protocol, config = "SSL", {"ssl_cafile": certs.ca, "ssl_client_auth": "required"}
+        sasl = ["-X", f"ssl.certificate.location={certs.path('alice.pem')}",
+                "-X", f"ssl.key.location={certs.path('alice.key')}"]
+    with serving(secure_store, certs, protocol, **config) as server:
         props = ["-X", f"security.protocol={protocol}", *sasl]
         if "SSL" in protocol:
             props += ["-X", f"ssl.ca.location={certs.ca}"]
