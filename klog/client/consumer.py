@@ -143,22 +143,27 @@ class Consumer:
         return batches
 
     def _records(self, cursor: _Cursor, batches: list[FetchedBatch]) -> list[Record]:
+        out: list[Record] = []
+        topic, partition = cursor.topic, cursor.partition
+        for ts_type, records in self._chunks(cursor, batches):
+            out += [Record(topic, partition, offset, ts, ts_type, key, value, headers)
+                    for offset, ts, key, value, headers in records]
+        return out
+
+    def _chunks(self, cursor: _Cursor, batches: list[FetchedBatch]) -> list[tuple[int, list]]:
+        """(timestamp type, (offset, timestamp, key, value, headers) tuples) of each batch, only the
+        records in the cursor's range, and the cursor moved past them. A batch wholly in range
+        gives its decoded list as is (no copy)."""
         out = []
-        topic, partition, low = cursor.topic, cursor.partition, cursor.offset
-        stop = cursor.stop
+        low, stop = cursor.offset, cursor.stop
         for fb in batches:
-            ts_type = fb.header.timestamp_type
             if cursor.skip(fb):
                 continue
             header = fb.header
-            if header.magic >= 2 and header.base_offset >= low and (stop is None or header.last_offset < stop):
-                out += [Record(topic, partition, offset, ts, ts_type, key, value, headers)
-                        for offset, ts, key, value, headers in fb.records()]
-                continue
-            for offset, ts, key, value, headers in fb.records():
-                if offset < low or (stop is not None and offset >= stop):
-                    continue
-                out.append(Record(topic, partition, offset, ts, ts_type, key, value, headers))
+            records = fb.records()
+            if not (header.magic >= 2 and header.base_offset >= low and (stop is None or header.last_offset < stop)):
+                records = [r for r in records if r[0] >= low and (stop is None or r[0] < stop)]
+            out.append((header.timestamp_type, records))
         if batches:
             cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
             if stop is not None:
@@ -198,6 +203,14 @@ class Consumer:
         out: list[Record] = []
         for c in self.cursors:
             out.extend(self._records(c, self._fetch(c)))
+        return out
+
+    def poll_chunks(self) -> list[tuple[str, int, list]]:
+        """poll() without Record objects, for copying loops (klog mirror): (topic, partition,
+        (offset, timestamp, key, value, headers) tuples), one entry per batch."""
+        out = []
+        for c in self.cursors:
+            out += [(c.topic, c.partition, records) for _, records in self._chunks(c, self._fetch(c))]
         return out
 
     def _partition_stream(self, cursor: _Cursor) -> Iterator[Record]:
