@@ -18,7 +18,7 @@ import socket
 import ssl
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from klog.errors import KlogError, UsageError
@@ -42,7 +42,7 @@ class Security:
     tls: ssl.SSLContext | None = None
     mechanism: str | None = None
     username: str = ""
-    password: str = ""
+    password: str = field(default="", repr=False)  # never in a repr or a log line
 
 
 def security(target) -> Security:  # noqa: ANN001 - ClusterTarget
