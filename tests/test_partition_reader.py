@@ -1,0 +1,52 @@
+"""The one read cursor (klog/store/reader.py): every reader hands out exactly the records in its
+range, never records below the log start, and moves past what it read."""
+
+from __future__ import annotations
+
+from klog.store.reader import PartitionReader
+
+
+def _fill(store, topic: str, batches: int, per_batch: int) -> None:
+    store.create_topic(topic, partitions=1)
+    with store.producer() as producer:
+        for b in range(batches):
+            producer.send_values(topic, [b"v%d-%d" % (b, i) for i in range(per_batch)])
+            producer.flush()
+
+
+def test_a_range_that_starts_and_ends_inside_batches_holds_exactly_its_records(store):
+    _fill(store, "t", 5, 10)
+    part = store.partition("t", 0)
+    reader = PartitionReader(part, 13, 37, max_bytes=100)  # small fetches: several reads
+    offsets, values = [], []
+    for fetched in reader:
+        offsets += [r[0] for _, records in fetched.record_runs() for r in records]
+        values += fetched.values()
+    assert offsets == list(range(13, 37))
+    assert values == [b"v%d-%d" % (o // 10, o % 10) for o in range(13, 37)]
+    assert reader.offset == 37 and reader.fetch() is None
+
+
+def test_a_replica_read_by_the_cursor_stops_at_its_bound(store):
+    _fill(store, "t", 3, 4)
+    leader = store.partition("t", 0).leader
+    got = [fb.header.base_offset for fetched in PartitionReader(leader, 0, 8, max_bytes=1) for fb in fetched.batches]
+    assert got == [0, 4]
+
+
+def test_records_below_the_log_start_are_never_handed_out_even_while_their_segment_exists(store):
+    _fill(store, "t", 5, 10)
+    consumer = store.consumer("t")  # positioned at 0 before the log start moves
+    store.delete_records("t", before_offset=25)
+    assert store.partition("t", 0).leader.bases == [0]  # the segment holding 0..24 is still there
+    assert [r.offset for r in consumer] == list(range(25, 50))
+
+
+def test_the_values_path_gives_what_the_record_path_gives(store):
+    _fill(store, "t", 4, 5)
+    with store.producer() as producer:
+        producer.send("t", None)  # a null value
+    records = list(store.consumer("t", start="7"))
+    chunks = list(store.consumer("t", start="7").value_chunks(b"NULL"))
+    assert [v for chunk in chunks for v in chunk] == [b"NULL" if r.value is None else r.value for r in records]
+    assert [r.offset for r in records] == list(range(7, 21))
