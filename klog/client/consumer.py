@@ -11,6 +11,7 @@ import heapq
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Self
 
 from klog.client.records import Record
 from klog.client.store import resolve_partitions
@@ -73,7 +74,52 @@ class _Cursor(PartitionReader):
         self.done = False
 
 
-class Consumer:
+class ConsumerBase:
+    """What the local Consumer and the RemoteConsumer share: their settings, and how the records
+    they iterate are cut by --until, filtered and counted."""
+
+    def __init__(self, store, topics: list[str], start: StartSpec | str, until_ms: int | None, follow: bool,
+                 count: int | None, record_filter: Callable[[Record], bool] | None, merge: bool) -> None:
+        self.store = store
+        self.topics = topics
+        self.start = StartSpec.parse(start) if isinstance(start, str) else start
+        self.until_ms = until_ms
+        self.follow = follow
+        self.count = count
+        self.record_filter = record_filter
+        self.merge = merge
+
+    def _iterate(self) -> Iterator[Record]:
+        raise NotImplementedError
+
+    def _past_until(self, record: Record) -> bool:
+        """Is `record` at or after --until (left out)?"""
+        return record.timestamp >= self.until_ms  # type: ignore[operator]
+
+    def __iter__(self) -> Iterator[Record]:
+        emitted = 0
+        until = self.until_ms
+        for record in self._iterate():
+            if until is not None and self._past_until(record):
+                continue
+            if self.record_filter is not None and not self.record_filter(record):
+                continue
+            yield record
+            emitted += 1
+            if self.count is not None and emitted >= self.count:
+                return
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Consumer(ConsumerBase):
     def __init__(self, store, topics: list[str], *, partitions: list[int] | None = None,
                  start: StartSpec | str = "beginning", until_ms: int | None = None, follow: bool = False,
                  count: int | None = None, poll_interval_ms: int = POLL_INTERVAL_MS,
@@ -81,16 +127,10 @@ class Consumer:
                  isolation_level: str = READ_UNCOMMITTED) -> None:
         if isolation_level not in ISOLATION_LEVELS:
             raise UsageError(f"isolation.level must be {' or '.join(ISOLATION_LEVELS)}, not '{isolation_level}'")
+        super().__init__(store, topics, start, until_ms, follow, count, record_filter, merge)
         self.isolation_level = isolation_level
-        self.store = store
-        self.topics = topics
-        self.start = StartSpec.parse(start) if isinstance(start, str) else start
-        self.until_ms = until_ms
-        self.follow = follow
-        self.count = count
         self.poll_interval_ms = poll_interval_ms
-        self.record_filter = record_filter
-        self.merge = merge
+        self._past: set[tuple[str, int]] = set()  # partitions that reached --until
         self.cursors = [self._cursor(t, p) for t in topics for p in resolve_partitions(store, t, partitions)]
         # a follower out of records calls this before each poll with the seconds waited so far (0 first):
         # flush output, show a hint
@@ -159,29 +199,19 @@ class Consumer:
         while (fetched := self._fetch(cursor)) is not None:
             yield from self._records(cursor, fetched)
 
-    def __iter__(self) -> Iterator[Record]:
-        emitted = 0
-        until = self.until_ms
-        past_until: set[tuple[str, int]] = set()
-        for record in self._iterate():
-            if until is not None:
-                # --until, as kcat's -o e@T: a partition stops at its first record at or after T
-                # (it is not read to its end, and -f does not wait on it)
-                where = (record.topic, record.partition)
-                if where in past_until:
-                    continue
-                if record.timestamp >= until:
-                    past_until.add(where)
-                    for c in self.cursors:
-                        if (c.topic, c.partition) == where:
-                            c.done = True
-                    continue
-            if self.record_filter is not None and not self.record_filter(record):
-                continue
-            yield record
-            emitted += 1
-            if self.count is not None and emitted >= self.count:
-                return
+    def _past_until(self, record: Record) -> bool:
+        """--until, as kcat's -o e@T: a partition stops at its first record at or after T (it is
+        not read to its end, and -f does not wait on it)."""
+        where = (record.topic, record.partition)
+        if where in self._past:
+            return True
+        if record.timestamp < self.until_ms:  # type: ignore[operator]
+            return False
+        self._past.add(where)
+        for c in self.cursors:
+            if (c.topic, c.partition) == where:
+                c.done = True
+        return True
 
     def _iterate(self) -> Iterator[Record]:
         while True:
@@ -217,12 +247,3 @@ class Consumer:
             if meta is None or meta.topic_id != topic_id:
                 raise UnknownTopicError(f"topic '{name}' was deleted while being followed"
                                         + (" (and created again: read it anew)" if meta is not None else ""))
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
