@@ -50,3 +50,28 @@ def test_the_values_path_gives_what_the_record_path_gives(store):
     chunks = list(store.consumer("t", start="7").value_chunks(b"NULL"))
     assert [v for chunk in chunks for v in chunk] == [b"NULL" if r.value is None else r.value for r in records]
     assert [r.offset for r in records] == list(range(7, 21))
+
+
+def test_a_segment_vanishing_under_a_time_lookup_is_asked_again_then_an_error(store, monkeypatch):
+    import pytest
+
+    from klog.errors import StorageError
+    from klog.store.log import PartitionLog
+
+    _fill(store, "t", 2, 5)
+    part = store.partition("t", 0)
+    real = PartitionLog.offset_for_timestamp
+    calls = []
+
+    def vanishing(self, timestamp, upper, fail_times):  # noqa: ANN001, ANN202
+        calls.append(1)
+        if len(calls) <= fail_times:
+            raise FileNotFoundError(2, "No such file or directory", self.directory + "/00000000000000000000.log")
+        return real(self, timestamp, upper)
+
+    monkeypatch.setattr(PartitionLog, "offset_for_timestamp", lambda self, t, u: vanishing(self, t, u, 1))
+    assert part.offset_for_timestamp(0) == 0  # retention raced the lookup once: asked again
+    calls.clear()
+    monkeypatch.setattr(PartitionLog, "offset_for_timestamp", lambda self, t, u: vanishing(self, t, u, 99))
+    with pytest.raises(StorageError, match="keeps vanishing"):  # never "no record at or after that time"
+        part.offset_for_timestamp(0)

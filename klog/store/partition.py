@@ -27,6 +27,9 @@ from klog.store.state import PartitionSnapshot, PartitionState
 T = TypeVar("T")
 R = TypeVar("R")
 IDLE_FLUSH_MS_MAX = 7 * 24 * 3600 * 1000  # a longer flush.ms (the default is Long.MAX: never) arms no timer
+# a file that vanishes under a lookup (retention deleting a segment meanwhile) is looked up again this
+# often, then is an error: never "nothing there" (a consume --since that prints nothing and exits 0)
+ASKS_ON_VANISHED_FILE = 3
 FOLLOWER_THREADS = 4  # followers written at once; more replicas than this queue up
 _pool: futures.ThreadPoolExecutor | None = None
 
@@ -168,17 +171,22 @@ class Partition:
         record at or after that time" (a consume --since that prints nothing and exits 0)."""
         failure: KlogError | None = None
         for replica in self._present_replicas():
-            try:
-                return ask(replica)
-            except StorageError:
-                raise
-            except CorruptLogError as e:
-                failure = failure or e
-            except FileNotFoundError:
-                continue  # a segment removed by retention meanwhile, or a folder not yet made
-            except OSError as e:
-                failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
-                                                  f"{e.filename or replica.directory}: {e.strerror or e}")
+            for attempt in range(ASKS_ON_VANISHED_FILE):
+                try:
+                    return ask(replica)
+                except StorageError:
+                    raise
+                except CorruptLogError as e:
+                    failure = failure or e
+                except FileNotFoundError as e:
+                    if attempt + 1 < ASKS_ON_VANISHED_FILE:
+                        continue  # a segment removed by retention meanwhile: ask again (it re-lists the folder)
+                    failure = failure or StorageError(f"cannot read {self.topic}-{self.partition}: "
+                                                      f"{e.filename or replica.directory} keeps vanishing")
+                except OSError as e:
+                    failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
+                                                      f"{e.filename or replica.directory}: {e.strerror or e}")
+                break
         if failure is not None:
             raise failure
         return default
