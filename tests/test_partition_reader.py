@@ -75,3 +75,20 @@ def test_a_segment_vanishing_under_a_time_lookup_is_asked_again_then_an_error(st
     monkeypatch.setattr(PartitionLog, "offset_for_timestamp", lambda self, t, u: vanishing(self, t, u, 99))
     with pytest.raises(StorageError, match="keeps vanishing"):  # never "no record at or after that time"
         part.offset_for_timestamp(0)
+
+
+def test_spark_executor_reads_its_range_and_fails_on_data_loss_when_asked(store, data_dir):
+    import pytest
+
+    pytest.importorskip("pyarrow")
+    from klog.errors import OffsetOutOfRangeError
+    from klog.spark.arrow import arrow_schema, read_range
+
+    _fill(store, "t", 5, 10)
+    batches = list(read_range(data_dir, "t", 0, 13, 45, True, arrow_schema()))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(13, 45))
+    store.delete_records("t", before_offset=20)
+    kept = list(read_range(data_dir, "t", 0, 13, 45, False, arrow_schema()))
+    assert [o for b in kept for o in b.column("offset").to_pylist()] == list(range(20, 45))
+    with pytest.raises(OffsetOutOfRangeError, match="below its log start offset 20"):
+        list(read_range(data_dir, "t", 0, 13, 45, True, arrow_schema()))
