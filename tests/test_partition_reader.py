@@ -92,3 +92,38 @@ def test_spark_executor_reads_its_range_and_fails_on_data_loss_when_asked(store,
     assert [o for b in kept for o in b.column("offset").to_pylist()] == list(range(20, 45))
     with pytest.raises(OffsetOutOfRangeError, match="below its log start offset 20"):
         list(read_range(data_dir, "t", 0, 13, 45, True, arrow_schema()))
+
+
+def test_a_consume_of_many_small_batches_lists_folders_and_reads_metadata_per_fetch_not_per_batch(
+        data_dir, monkeypatch):
+    import collections
+    import os
+
+    import klog
+    from klog.meta.topics import TopicsMeta
+
+    with klog.open(data_dir) as store:
+        store.create_topic("t", partitions=1, configs={"segment.bytes": "8000"})
+        with store.producer() as producer:
+            for i in range(600):  # 600 one-record batches over ~13 segments
+                producer.send_values("t", [b"%0100d" % i])
+                producer.flush()
+    calls: collections.Counter = collections.Counter()
+
+    def counted(obj, name):  # noqa: ANN001, ANN202
+        real = getattr(obj, name)
+        monkeypatch.setattr(obj, name, lambda *a, **k: calls.update([name]) or real(*a, **k))
+
+    counted(os, "listdir")
+    counted(TopicsMeta, "get")
+    counted(TopicsMeta, "find")
+    with klog.open(data_dir) as store:
+        calls.clear()
+        assert len(store.partition("t", 0).leader.bases) > 10  # opening it: one listing, one metadata read
+        values = [v for chunk in store.consumer("t").value_chunks() for v in chunk]
+        group_values = []
+        with store.group_consumer("g", "t", follow=False) as group:
+            for chunk in group.value_batches():
+                group_values += [v for _, vs, _ in chunk for v in vs]
+    assert values == group_values == [b"%0100d" % i for i in range(600)]
+    assert 1 <= calls["listdir"] <= 4 and 1 <= calls["get"] + calls["find"] <= 6, calls
