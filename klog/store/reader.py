@@ -93,7 +93,7 @@ class PartitionReader:
         if isinstance(part, PartitionLog):  # one replica (the cleaner, catch-up): the caller bounds it
             assert stop is not None and stable is None, "a replica has no high watermark of its own"
             self._read: Callable[[int, int | None], list[FetchedBatch]] = \
-                lambda offset, upper: part.read(offset, upper if upper is not None else offset, max_bytes)
+                lambda offset, _upper: part.read(offset, stop, max_bytes)
             self._log_start: Callable[[], int] | None = None
         else:
             self._read = lambda offset, upper: part.read(offset, max_bytes, upper)
