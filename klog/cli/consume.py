@@ -102,18 +102,22 @@ def register(app: typer.Typer) -> None:
             render, as_json = (lambda r: json_for_terminal(record_to_json(r)).encode() + b"\n"), False
         isolation, other_props = _isolation_level(prop or [])
         if group is not None or exec_cmd is not None:
-            from klog.cli.groups import consume_group, consume_options
+            from klog.client.delivery import deliver
 
-            props = consume_options(group, exec_cmd, batch, prop if group else other_props, offset,
-                                    (since, until, tail, partition))
+            props = _group_options(group, exec_cmd, batch, prop if group else other_props, offset,
+                                   (since, until, tail, partition))
+            line = render or (record_json_line if as_json else None)
             with open_store(data_dir, create=False) as store:
                 names = store.resolve_topics(topics or [], pattern)
-                line = render or (record_json_line if as_json else None)
+                flush_each_fetch = line is None and exec_cmd is None and on_terminal  # the readable view, per fetch
+                if flush_each_fetch:
+                    line = _terminal_line(len(names) > 1, no_color, local_time)
                 plain = None if group else store.consumer(*names, partitions=partition, start=start, until_ms=until_ms,
                                                           follow=follow, count=count, record_filter=record_filter,
                                                           isolation_level=isolation)
-                consume_group(store, group, names, props, line, follow, count, record_filter, exec_cmd, batch or 1,
-                              plain, no_color, local_time)
+                deliver(store, names, group=group, properties=props, line=line, follow=follow, count=count,
+                        record_filter=record_filter, exec_cmd=exec_cmd, batch=batch or 1, reader=plain,
+                        flush_each_fetch=flush_each_fetch)
             return
         if batch is not None or other_props:
             raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
@@ -134,6 +138,40 @@ def register(app: typer.Typer) -> None:
                 view.draw(consumer, write_stdout)
                 return
             _write(consumer, render, as_json)
+
+
+def _group_options(group: str | None, exec_cmd: str | None, batch: int | None, props: list[str] | None,
+                    offset: str | None, positional: tuple) -> dict[str, str]:
+    """Check the --group/--exec combination; returns the consumer properties (-X, plus -o as auto.offset.reset)."""
+    if batch is not None and (exec_cmd is None or batch < 1):
+        raise UsageError("--batch needs --exec and a count of 1 or more")
+    if group is None:
+        if props:
+            raise UsageError("--property needs --group")
+        return {}
+    if any(x is not None for x in positional):
+        raise UsageError("with --group the group decides partitions and start offsets: drop --since, --until, "
+                         "--tail and --partition")
+    out: dict[str, str] = {}
+    if offset is not None:
+        if offset not in ("beginning", "earliest", "end", "latest"):
+            raise UsageError("with --group, --offset takes beginning or end (where to start without a committed "
+                             "offset)")
+        out["auto.offset.reset"] = "earliest" if offset in ("beginning", "earliest") else "latest"
+    for pair in props or []:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            raise UsageError(f"invalid --property '{pair}': use name=value")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _terminal_line(show_topic: bool, no_color: bool, local_time: bool):  # noqa: ANN202
+    """The readable log view's line of a record, as bytes (a group member on a terminal)."""
+    from klog.cli.view import TerminalView, color_wanted, local_time_wanted
+
+    view = TerminalView(show_topic, color_wanted(no_color), local_time_wanted(local_time))
+    return lambda r: view.line(r).encode("utf-8", "replace")
 
 
 def _isolation_level(props: list[str]) -> tuple[str, list[str]]:
