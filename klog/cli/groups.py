@@ -25,10 +25,8 @@ def _dash(value: object) -> object:
 @app.command("list")
 def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Every group: state (Stable, PreparingRebalance, Empty), live members, generation, assignor, topics."""
-    from klog.client.groups_admin import list_groups
-
     with open_store(data_dir, create=False) as store:
-        groups = list_groups(store)
+        groups = store.list_groups()
     if as_json:
         for g in groups:
             print(json.dumps(vars(g)))
@@ -49,10 +47,8 @@ def describe(
 ) -> None:
     """Per partition: committed offset, log start, log end, lag, and the member reading it (host, pid; for a
     Kafka client of klog serve, the client's address and the server's pid)."""
-    from klog.client.groups_admin import describe_group
-
     with open_store(data_dir, create=False) as store:
-        d = describe_group(store, group)
+        d = store.describe_group(group)
     if as_json:
         doc = {"group": d.group, "state": d.state, "generation": d.generation, "assignor": d.assignor,
                "members": [vars(m) for m in d.members], "partitions": [vars(p) for p in d.partitions]}
@@ -119,16 +115,14 @@ def reset_offsets(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    from klog.client.groups_admin import execute_reset, live_members, plan_reset
-
     spec = _reset_spec(to_earliest, to_latest, to_offset, to_datetime, by_duration, shift_by, to_current)
     live = []
     with open_store(data_dir, create=False) as store:
-        plan = plan_reset(store, group, spec, topic or [], all_topics)
+        plan = store.plan_offset_reset(group, spec, topic or [], all_topics)
         if execute:
-            execute_reset(store, group, plan)
+            store.reset_group_offsets(group, plan)
         else:
-            live = live_members(store, group)
+            live = store.group_members(group)
     if export:
         for r in plan:
             print(f"{r.topic},{r.partition},{r.new_offset}")
@@ -153,10 +147,8 @@ def reset_offsets(
 @app.command()
 def delete(group: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a group and its committed offsets (refused while it has live members)."""
-    from klog.client.groups_admin import delete_group
-
     with open_store(data_dir, create=False) as store:
-        count = delete_group(store, group)
+        count = store.delete_group(group)
     print(json.dumps({"deleted": group, "offsets": count}) if as_json
           else f"Deleted group {group} ({count} committed offsets)")
 
@@ -169,10 +161,8 @@ def delete_offsets_(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete a group's committed offsets for topics or partitions (refused while a live member reads them)."""
-    from klog.client.groups_admin import delete_offsets
-
     with open_store(data_dir, create=False) as store:
-        gone = [tp for scope in topic for tp in delete_offsets(store, group, scope)]
+        gone = [tp for scope in topic for tp in store.delete_group_offsets(group, scope)]
     if as_json:
         print(json.dumps({"group": group, "deleted": [list(tp) for tp in gone]}))
     else:
