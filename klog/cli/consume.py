@@ -10,6 +10,7 @@ import typer
 
 from klog.cli.app import DataDirOpt, open_store
 from klog.cli.output import FORMAT_HELP, compile_format, json_for_terminal, write_all
+from klog.cli.ranges import CountOpt, OffsetOpt, PartitionOpt, SinceOpt, TailOpt, UntilOpt
 from klog.client.envelope import record_json_line, record_to_json
 from klog.errors import UsageError
 
@@ -31,15 +32,14 @@ def register(app: typer.Typer) -> None:
         pattern: Annotated[str | None, typer.Option("--pattern", help="Also read topics whose whole name matches "
                                                     "REGEX ('orders.*', not 'orders').")] = None,
         follow: Annotated[bool, typer.Option("--follow", "-f", help="Wait for new records (like tail -f).")] = False,
-        offset: Annotated[str | None, typer.Option("--offset", "-o",
-                                                   help="beginning | end | N | -N (N back from the end).")] = None,
-        since: Annotated[str | None, typer.Option("--since", help="Start at a time: ISO, epoch ms, 15m ago.")] = None,
-        until: Annotated[str | None, typer.Option("--until", help="Stop before this time.")] = None,
-        tail: Annotated[int | None, typer.Option("--tail", help="Last N records of each partition.")] = None,
+        offset: OffsetOpt = None,
+        since: SinceOpt = None,
+        until: UntilOpt = None,
+        tail: TailOpt = None,
         last: Annotated[int | None, typer.Option("--last", help="The N newest records of the topics (all partitions), "
                                                  "in time order; with -f, then follow.")] = None,
-        count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after N records in all.")] = None,
-        partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
+        count: CountOpt = None,
+        partition: PartitionOpt = None,
         fmt: Annotated[str | None, typer.Option("--format", "-F", help="kcat-style format string (see above).")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="JSON lines: the envelope produce --input json reads.")]
         = False,
@@ -72,25 +72,13 @@ def register(app: typer.Typer) -> None:
                                                  "(also when TZ is set); UTC otherwise.")] = False,
         data_dir: DataDirOpt = None,
     ) -> None:
-        from klog.client.consumer import StartSpec
-        from klog.client.timespec import parse_time_ms
+        from klog.client.timespec import parse_range
 
         if not topics and not pattern:
             raise UsageError("give a topic to read (or --pattern REGEX)")
-        chosen = [x for x in (offset, since, tail, last) if x is not None]
-        if len(chosen) > 1:
-            raise UsageError("use only one of --offset, --since, --tail and --last")
+        start, until_ms = parse_range(offset, since, until, tail, last, with_last=True)
         if last is not None and (last < 0 or group is not None or exec_cmd is not None):
             raise UsageError("--last needs a count of 0 or more, and no --group or --exec")
-        if since is not None:
-            start = StartSpec("timestamp", parse_time_ms(since))
-        elif tail is not None or last is not None:
-            if (tail or 0) < 0:
-                raise UsageError("--tail needs a count of 0 or more")
-            start = StartSpec("tail", tail if tail is not None else last)
-        else:
-            start = StartSpec.parse(offset or "beginning")
-        until_ms = parse_time_ms(until) if until else None
         if count is not None and count < 0:
             raise UsageError("--count needs a count of 0 or more")
         record_filter = _record_filter(grep, grep_key, grep_header)
