@@ -140,18 +140,15 @@ def _group_options(group: str | None, exec_cmd: str | None, batch: int | None, p
     if any(x is not None for x in positional):
         raise UsageError("with --group the group decides partitions and start offsets: drop --since, --until, "
                          "--tail and --partition")
+    from klog.client.pairs import parse_pairs
+
     out: dict[str, str] = {}
     if offset is not None:
         if offset not in ("beginning", "earliest", "end", "latest"):
             raise UsageError("with --group, --offset takes beginning or end (where to start without a committed "
                              "offset)")
         out["auto.offset.reset"] = "earliest" if offset in ("beginning", "earliest") else "latest"
-    for pair in props or []:
-        name, eq, value = pair.partition("=")
-        if not eq or not name:
-            raise UsageError(f"invalid --property '{pair}': use name=value")
-        out[name.strip()] = value.strip()
-    return out
+    return {**out, **parse_pairs(props, "--property")}
 
 
 def _terminal_line(show_topic: bool, no_color: bool, local_time: bool):  # noqa: ANN202

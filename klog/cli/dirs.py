@@ -17,15 +17,11 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Each log directory's health (ok, missing, read-only, full, replaced), size and replica count."""
     with open_store(data_dir, create=False) as store:
         infos = store.list_dirs()
-    if as_json:
-        for i in infos:
-            print(json.dumps(vars(i)))
-        return
-    from klog.cli.tables import human_size, on_terminal, print_table
+    from klog.cli.tables import human_size, on_terminal, print_listing
 
     size = human_size if on_terminal() else str
-    print_table(["ID", "PATH", "HEALTH", "SIZE", "REPLICAS", "LEADERS"],
-                [[i.id, i.path, i.health, size(i.size_bytes), i.replicas, i.leaders] for i in infos])
+    print_listing(infos, ["ID", "PATH", "HEALTH", "SIZE", "REPLICAS", "LEADERS"],
+                  lambda i: [i.id, i.path, i.health, size(i.size_bytes), i.replicas, i.leaders], as_json)
 
 
 @app.command()

@@ -27,15 +27,11 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Every group: state (Stable, PreparingRebalance, Empty), live members, generation, assignor, topics."""
     with open_store(data_dir, create=False) as store:
         groups = store.list_groups()
-    if as_json:
-        for g in groups:
-            print(json.dumps(vars(g)))
-        return
-    from klog.cli.tables import print_table
+    from klog.cli.tables import print_listing
 
-    print_table(["GROUP", "STATE", "MEMBERS", "GENERATION", "ASSIGNOR", "TOPICS"],
-                [[g.group, g.state, g.members, g.generation, _dash(g.assignor), ",".join(g.topics) or "-"]
-                 for g in groups])
+    print_listing(groups, ["GROUP", "STATE", "MEMBERS", "GENERATION", "ASSIGNOR", "TOPICS"],
+                  lambda g: [g.group, g.state, g.members, g.generation, _dash(g.assignor), ",".join(g.topics) or "-"],
+                  as_json)
 
 
 @app.command()

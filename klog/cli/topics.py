@@ -9,19 +9,14 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
-from klog.errors import UsageError
 
 app = typer.Typer(help="Create, list, describe, alter and delete topics.", no_args_is_help=True)
 
 
 def parse_configs(pairs: list[str] | None) -> dict[str, str]:
-    out = {}
-    for pair in pairs or []:
-        name, eq, value = pair.partition("=")
-        if not eq or not name:
-            raise UsageError(f"invalid --config '{pair}': use name=value")
-        out[name.strip()] = value.strip()
-    return out
+    from klog.client.pairs import parse_pairs
+
+    return parse_pairs(pairs, "--config")
 
 
 ConfigOpt = Annotated[list[str] | None, typer.Option("--config", "-c", help="Topic config name=value (repeatable).")]
