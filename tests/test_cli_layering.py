@@ -45,3 +45,11 @@ def test_the_check_sees_an_access(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("from klog.client.store import _log_end\n\ndef f(store):\n    return store._partitions\n")
     assert sorted(private_accesses(sample)) == ["klog.client.store._log_end", "store._partitions"]
+
+
+def test_cli_leaves_the_metadata_tables_to_the_library():
+    """Users, ACLs, quotas, groups: Store methods and properties, not LMDB tables opened by a command."""
+    found = [f"klog/cli/{p.name}: {ast.unparse(node)}" for p in sorted(CLI.glob("*.py"))
+             for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.Attribute) and node.attr == "meta" and ast.unparse(node.value) == "store"]
+    assert not found, "\n".join(found)

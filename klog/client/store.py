@@ -373,6 +373,28 @@ class Store(GroupAdminMethods):
 
         return GroupConsumer(self, group, list(topics), **kwargs)
 
+    # -- security state klog serve enforces (users, ACLs, quotas: klog.meta) -------------------
+    @property
+    def credentials(self):  # noqa: ANN201 - klog.meta.credentials.CredentialsMeta
+        """SCRAM users: add, list (never a password), delete."""
+        from klog.meta.credentials import CredentialsMeta
+
+        return CredentialsMeta(self.meta)
+
+    @property
+    def acls(self):  # noqa: ANN201 - klog.meta.acls.AclsMeta
+        """ACL bindings and the authorizer's settings (super users, allow when none match)."""
+        from klog.meta.acls import AclsMeta
+
+        return AclsMeta(self.meta)
+
+    @property
+    def quotas(self):  # noqa: ANN201 - klog.meta.quotas.QuotasMeta
+        """Client quotas per user / client id."""
+        from klog.meta.quotas import QuotasMeta
+
+        return QuotasMeta(self.meta)
+
     # -- administration (groups: GroupAdminMethods; the work is in the modules named) -----------
     def reassign(self, topic: str, source: int, target: int, partitions: Iterable[int] | None = None) -> list[int]:
         """Move the replicas of `topic` (those of `partitions`, default every one with a replica in log
