@@ -32,6 +32,8 @@ def test_one_start_option_named_as_each_command_has_them():
         parse_range(offset="end", tail=1)
     with pytest.raises(UsageError, match="^use only one of --offset, --since, --tail and --last$"):
         parse_range(since="1", last=1, with_last=True)
+    with pytest.raises(UsageError, match="^use only one of --offset and --since$"):
+        parse_range(offset="end", since="1", with_tail=False)  # spark export
     with pytest.raises(UsageError, match="--tail needs a count of 0 or more"):
         parse_range(tail=-1)
 

@@ -41,13 +41,14 @@ def parse_time_ms(text: str, now_ms: int | None = None) -> int:
 
 
 def parse_range(offset: str | None = None, since: str | None = None, until: str | None = None,
-                tail: int | None = None, last: int | None = None, *, with_last: bool = False):  # noqa: ANN201
+                tail: int | None = None, last: int | None = None, *, with_tail: bool = True,
+                with_last: bool = False):  # noqa: ANN201
     """The one reading of the range options consume and replay share (-o, --since, --until, --tail,
-    and consume's --last): (StartSpec, until_ms or None). At most one start option may be given;
-    `with_last` names --last in that error (the commands that have it)."""
+    and consume's --last; Spark's export has no --tail): (StartSpec, until_ms or None). At most one start
+    option may be given; `with_tail`/`with_last` name those in that error (the commands that have them)."""
     from klog.client.consumer import StartSpec
 
-    names = ["--offset", "--since", "--tail"] + (["--last"] if with_last else [])
+    names = ["--offset", "--since"] + (["--tail"] if with_tail else []) + (["--last"] if with_last else [])
     if sum(x is not None for x in (offset, since, tail, last)) > 1:
         raise UsageError(f"use only one of {', '.join(names[:-1])} and {names[-1]}")
     if since is not None:
