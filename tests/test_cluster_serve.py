@@ -180,7 +180,7 @@ def test_mirror_local_to_cluster_to_local_is_byte_equal(kafka_server, klog_proc,
 
 
 @pytest.mark.slow
-def test_mirror_follow_killed_20_times_loses_nothing(kafka_server, tmp_path, data_dir):
+def test_mirror_follow_killed_20_times_loses_nothing(kafka_server, tmp_path, data_dir, replay_seed):
     """kill -9 at random moments while mirroring with --follow and records keep arriving: every
     record arrives, and duplicates stay within the documented window (one checkpoint interval)."""
     src = str(tmp_path / "src")
@@ -203,7 +203,7 @@ def test_mirror_follow_killed_20_times_loses_nothing(kafka_server, tmp_path, dat
     writer.start()
     env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir}
     cmd = [sys.executable, "-m", "klog", "mirror", src, kafka_server.bootstrap, "t", "--follow"]
-    rng = random.Random(14)
+    rng = random.Random(replay_seed(14))
     try:
         for _ in range(20):
             proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
