@@ -43,14 +43,13 @@ from klog.store.format import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    OFFSET_INDEX_ENTRY,
     SWAP_SUFFIX,
-    TIME_INDEX_ENTRY,
     TIME_INDEX_SUFFIX,
     TIMESTAMP_TYPE_MASK,
     parse_segment_base,
     segment_file_name,
 )
+from klog.store.index import IndexBuilder
 from klog.store.names import nofollow_opener
 from klog.store.retention import largest_timestamp
 
@@ -406,24 +405,8 @@ def _write_synced(path: str, data: bytes) -> None:
 
 def _index_entries(layout: list[tuple[int, BatchHeader]], base_offset: int,
                    interval_bytes: int) -> tuple[bytes, bytes]:
-    """Offset and time index for a sealed segment of these batches (the rule LogSegment.recover uses)."""
-    index: list[bytes] = []
-    times: list[bytes] = []
-    since_last = 0
-    max_ts, max_ts_offset, last_time_ts = -1, -1, -1
-    for pos, header in layout:
-        if header.max_timestamp > max_ts:
-            max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-        if since_last > interval_bytes:
-            index.append(OFFSET_INDEX_ENTRY.pack(header.last_offset - base_offset, pos))
-            if max_ts > last_time_ts:
-                times.append(TIME_INDEX_ENTRY.pack(max_ts, max_ts_offset - base_offset))
-                last_time_ts = max_ts
-            since_last = 0
-        since_last += header.size
-    if max_ts > last_time_ts:
-        times.append(TIME_INDEX_ENTRY.pack(max_ts, max_ts_offset - base_offset))
-    return b"".join(index), b"".join(times)
+    """Offset and time index for a sealed segment of these batches (index.IndexBuilder's rule)."""
+    return IndexBuilder(base_offset, interval_bytes).add_all(layout)
 
 
 # -- one partition -------------------------------------------------------------------------------

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from klog.store.format import NO_TIMESTAMP, OFFSET_INDEX_ENTRY, RELATIVE_OFFSET_MAX, TIME_INDEX_ENTRY
 from klog.store.names import nofollow_opener
+
+if TYPE_CHECKING:
+    from klog.store.codec import BatchHeader
 
 
 class _IndexFile:
@@ -110,13 +115,6 @@ class OffsetIndex(_IndexFile):
                 hi = mid - 1
         return found
 
-    def pack(self, last_offset: int, position: int) -> bytes:
-        last = self.last_entry()
-        rel = self.relative(last_offset)
-        if last is not None:
-            assert rel > last[0] and position > last[1], (self.path, last, rel, position)
-        return self.entry.pack(rel, position)
-
 
 class TimeIndex(_IndexFile):
     """Entries (timestamp int64, relativeOffset int32): max timestamp so far → the batch's last offset."""
@@ -143,14 +141,60 @@ class TimeIndex(_IndexFile):
         last = self.last_entry()
         return last[0] if last else -1
 
-    def pack_if_newer(self, timestamp: int, offset: int) -> bytes | None:
-        """Kafka's maybeAppend: only a timestamp above the last entry's gets an entry. An empty
-        index counts as (NO_TIMESTAMP, base offset), as in Kafka's lastEntry(), so batches
-        without timestamps (-1) get none."""
-        last = self.last_entry()
-        if timestamp <= (last[0] if last is not None else NO_TIMESTAMP):
+
+class IndexBuilder:
+    """Kafka's rule for index entries, in one place: appends (LogSegment.append), recovery's
+    rebuild (LogSegment.recover) and the cleaner's rewritten segments all add batches here.
+
+    Once more than `interval_bytes` of batches follow the last entry, the next batch gets an
+    offset entry (its last offset -> its position) and, if the segment's largest timestamp grew
+    since the last time entry, a time entry (that timestamp -> the offset holding it).
+    """
+
+    __slots__ = ("base_offset", "interval_bytes", "since_last", "max_timestamp", "offset_of_max_timestamp",
+                 "last_time_ts")
+
+    def __init__(self, base_offset: int, interval_bytes: int, since_last: int = 0, max_timestamp: int = -1,
+                 offset_of_max_timestamp: int = -1, last_time_ts: int = NO_TIMESTAMP) -> None:
+        self.base_offset = base_offset
+        self.interval_bytes = interval_bytes
+        self.since_last = since_last  # bytes of batches after the last offset entry
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.last_time_ts = last_time_ts  # the time index's last timestamp (NO_TIMESTAMP: none)
+
+    def add(self, position: int, last_offset: int, max_timestamp: int, size: int) -> tuple[bytes | None, bytes | None]:
+        """The batch at `position` was added: the (offset, time) index entries it gets, if any."""
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
+        index_entry = time_entry = None
+        if self.since_last > self.interval_bytes:
+            index_entry = OFFSET_INDEX_ENTRY.pack(last_offset - self.base_offset, position)
+            time_entry = self.time_entry()
+            self.since_last = 0
+        self.since_last += size
+        return index_entry, time_entry
+
+    def time_entry(self) -> bytes | None:
+        """A time entry for the largest timestamp so far, if the index does not hold it yet (also
+        a sealed segment's final entry)."""
+        if self.max_timestamp <= self.last_time_ts:
             return None
-        rel = self.relative(offset)
-        if last is not None and rel < last[1]:
-            return None
-        return self.entry.pack(timestamp, rel)
+        self.last_time_ts = self.max_timestamp
+        return TIME_INDEX_ENTRY.pack(self.max_timestamp, self.offset_of_max_timestamp - self.base_offset)
+
+    def add_all(self, batches: Iterable[tuple[int, BatchHeader]]) -> tuple[bytes, bytes]:
+        """Both index files of a whole segment of these (position, header) batches, ending with
+        the final time entry a sealed segment keeps (recovery's rebuild, the cleaner's output)."""
+        index: list[bytes] = []
+        times: list[bytes] = []
+        for position, header in batches:
+            index_entry, time_entry = self.add(position, header.last_offset, header.max_timestamp, header.size)
+            if index_entry is not None:
+                index.append(index_entry)
+                if time_entry is not None:
+                    times.append(time_entry)
+        final = self.time_entry()
+        if final is not None:
+            times.append(final)
+        return b"".join(index), b"".join(times)
