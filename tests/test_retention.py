@@ -327,7 +327,7 @@ def test_sigkill_during_retention_leaves_a_valid_log_and_the_next_writer_finishe
     import subprocess
     import sys
 
-    from klog.store.cleaner import CRASH_ENV
+    from klog.store.faults import CRASH_ENV
 
     with klog.open(data_dir) as store:
         store.create_topic("t", partitions=1, configs={"segment.bytes": "800", "retention.ms": "-1"})

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import bisect
 import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from klog.errors import CorruptLogError
-from klog.store import codec
+from klog.store import codec, faults
 from klog.store.codec import BatchHeader
 from klog.store.format import (
     CLEANED_SUFFIX,
@@ -58,26 +57,6 @@ if TYPE_CHECKING:
     from klog.store.segment import LogSegment
 
 READ_BYTES = 4 << 20  # batches are read 4 MiB at a time
-CRASH_ENV = "KLOG_CRASH_AT"  # test hook: "step" or "step:N" SIGKILLs this process at the Nth time it reaches step
-CRASH_STEPS = ("cleaned-partial", "cleaned-written", "swap-partial", "swap-renamed", "index-replaced",
-               "log-replaced", "before-checkpoint", "retention-log-start", "retention-renamed")
-_crash_hits: dict[str, int] = {}
-
-
-def crash_point(step: str) -> None:
-    """Die here (SIGKILL, no clean-up) if $KLOG_CRASH_AT names this step: crash tests use real kills."""
-    assert step in CRASH_STEPS, step
-    wanted = os.environ.get(CRASH_ENV)
-    if not wanted:
-        return
-    name, _, nth = wanted.partition(":")
-    if name != step:
-        return
-    _crash_hits[step] = _crash_hits.get(step, 0) + 1
-    if _crash_hits[step] >= int(nth or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 # -- recovery ------------------------------------------------------------------------------------
 def finish_interrupted_swaps(directory: str) -> list[str]:
     """Loader pass for a replica folder: finish or roll back swaps, drop `.cleaned`/`.deleted` files.
@@ -263,7 +242,7 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
                 if cleaned is not None:
                     cleaned.write(data)
                     if written == 0:
-                        crash_point("cleaned-partial")
+                        faults.point("cleaned-partial")
                 layout.append((written, fb.header if kept is None else codec.read_header(kept)))
                 written += len(data)
                 position = fb.position + len(fb.data)
@@ -379,20 +358,20 @@ def swap_in(segment: LogSegment, index_data: bytes, time_data: bytes) -> None:
     _write_synced(final[INDEX_SUFFIX] + CLEANED_SUFFIX, index_data)
     _write_synced(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, time_data)
     _fsync_dir(directory)
-    crash_point("cleaned-written")
+    faults.point("cleaned-written")
     os.replace(final[INDEX_SUFFIX] + CLEANED_SUFFIX, final[INDEX_SUFFIX] + SWAP_SUFFIX)
-    crash_point("swap-partial")
+    faults.point("swap-partial")
     os.replace(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX)
     os.replace(final[LOG_SUFFIX] + CLEANED_SUFFIX, final[LOG_SUFFIX] + SWAP_SUFFIX)  # the commit point
     _fsync_dir(directory)
-    crash_point("swap-renamed")
+    faults.point("swap-renamed")
     # indexes before the log: a reader notices the new log by its inode and then reloads the indexes
     os.replace(final[INDEX_SUFFIX] + SWAP_SUFFIX, final[INDEX_SUFFIX])
     os.replace(final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX, final[TIME_INDEX_SUFFIX])
-    crash_point("index-replaced")
+    faults.point("index-replaced")
     os.replace(final[LOG_SUFFIX] + SWAP_SUFFIX, final[LOG_SUFFIX])
     _fsync_dir(directory)
-    crash_point("log-replaced")
+    faults.point("log-replaced")
     segment.close()
 
 
@@ -424,7 +403,7 @@ def compact_replicas(replicas: list[PartitionLog], rng: CleanableRange, now_ms: 
             total = stats
         if on_replica is not None:
             on_replica(i, stats)
-    crash_point("before-checkpoint")
+    faults.point("before-checkpoint")
     return total
 
 

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from klog.store import faults
 from klog.store.format import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 
 if TYPE_CHECKING:
@@ -156,9 +157,7 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
             except FileNotFoundError:
                 pass
     fsync_dir(log.directory)
-    from klog.store.cleaner import crash_point
-
-    crash_point("retention-renamed")
+    faults.point("retention-renamed")
     for path in renamed:
         try:
             os.unlink(path)
