@@ -16,7 +16,7 @@ delete.retention.ms); a cleaning after that horizon drops the tombstone. Keyless
 Crash safety (Kafka's `.cleaned` -> `.swap` -> rename): a segment is rewritten into
 `<base>.{log,index,timeindex}.cleaned` (fsynced); the index files then the log are renamed to
 `.swap` (the `.log.cleaned` -> `.log.swap` rename is the commit point); then the indexes and last
-the log replace the originals with atomic renames. `finish_interrupted_swaps`, run when a writer
+the log replace the originals with atomic renames. `loader.finish_interrupted_swaps`, run when a writer
 opens a replica, rolls back an uncommitted swap (a `.log.cleaned` still exists) and finishes a
 committed one, so a kill at any point leaves either the old or the new segment.
 
@@ -39,17 +39,16 @@ from klog.store.format import (
     CLEANED_SUFFIX,
     COMPRESSION_CODEC_MASK,
     DELETE_HORIZON_FLAG_MASK,
-    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TIMESTAMP_TYPE_MASK,
-    parse_segment_base,
     segment_file_name,
 )
 from klog.store.index import IndexBuilder
-from klog.store.names import nofollow_opener
+from klog.store.loader import unlink_if_there
+from klog.store.names import fsync_dir, nofollow_opener
 from klog.store.retention import largest_timestamp
 
 if TYPE_CHECKING:
@@ -58,52 +57,6 @@ if TYPE_CHECKING:
 
 READ_BYTES = 4 << 20  # batches are read 4 MiB at a time
 # -- recovery ------------------------------------------------------------------------------------
-def finish_interrupted_swaps(directory: str) -> list[str]:
-    """Loader pass for a replica folder: finish or roll back swaps, drop `.cleaned`/`.deleted` files.
-
-    Returns what it did, one line per action (empty when the folder was clean).
-    """
-    try:
-        names = set(os.listdir(directory))
-    except FileNotFoundError:
-        return []
-    done: list[str] = []
-    swapped_bases = sorted({b for n in names if n.endswith(SWAP_SUFFIX) and (b := parse_segment_base(n)) is not None})
-    for base in swapped_bases:
-        log_name = segment_file_name(base, LOG_SUFFIX)
-        if log_name + CLEANED_SUFFIX in names:
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # not committed: back to the old segment
-                _unlink(os.path.join(directory, segment_file_name(base, suffix) + SWAP_SUFFIX))
-            done.append(f"rolled back the unfinished compaction of segment {base}")
-            continue
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # committed: finish it, the log last
-            path = os.path.join(directory, segment_file_name(base, suffix))
-            if os.path.exists(path + SWAP_SUFFIX):
-                os.replace(path + SWAP_SUFFIX, path)
-        done.append(f"finished the interrupted compaction of segment {base}")
-    for name in sorted(names):
-        if name.endswith(CLEANED_SUFFIX) or name.endswith(DELETED_SUFFIX):
-            _unlink(os.path.join(directory, name))
-            if name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
-                done.append(f"removed {name}")
-    if done or any(n.endswith(CLEANED_SUFFIX) for n in names):
-        _fsync_dir(directory)
-    return done
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _fsync_dir(path: str) -> None:
-    from klog.store.log import fsync_dir
-
-    fsync_dir(path)
-
-
 # -- what is cleanable ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CleanableRange:
@@ -257,7 +210,7 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
     except BaseException:
         if cleaned is not None:
             cleaned.close()
-            _unlink(segment.log_path + CLEANED_SUFFIX)
+            unlink_if_there(segment.log_path + CLEANED_SUFFIX)
         raise
     cleaned.close()
     stats.segments_rewritten += 1
@@ -357,20 +310,20 @@ def swap_in(segment: LogSegment, index_data: bytes, time_data: bytes) -> None:
              for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
     _write_synced(final[INDEX_SUFFIX] + CLEANED_SUFFIX, index_data)
     _write_synced(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, time_data)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     faults.point("cleaned-written")
     os.replace(final[INDEX_SUFFIX] + CLEANED_SUFFIX, final[INDEX_SUFFIX] + SWAP_SUFFIX)
     faults.point("swap-partial")
     os.replace(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX)
     os.replace(final[LOG_SUFFIX] + CLEANED_SUFFIX, final[LOG_SUFFIX] + SWAP_SUFFIX)  # the commit point
-    _fsync_dir(directory)
+    fsync_dir(directory)
     faults.point("swap-renamed")
     # indexes before the log: a reader notices the new log by its inode and then reloads the indexes
     os.replace(final[INDEX_SUFFIX] + SWAP_SUFFIX, final[INDEX_SUFFIX])
     os.replace(final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX, final[TIME_INDEX_SUFFIX])
     faults.point("index-replaced")
     os.replace(final[LOG_SUFFIX] + SWAP_SUFFIX, final[LOG_SUFFIX])
-    _fsync_dir(directory)
+    fsync_dir(directory)
     faults.point("log-replaced")
     segment.close()
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from klog.store import faults
 from klog.store.format import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from klog.store.names import fsync_dir
 
 if TYPE_CHECKING:
     from klog.store.log import PartitionLog
@@ -131,10 +132,8 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
     Kafka-style: each segment's files are renamed to `.deleted` (oldest segment first, `.log`
     first, so what remains is always a suffix), the directory is fsynced, then the files are
     unlinked. Readers in other processes that still hold a segment open keep reading it (POSIX).
-    A crash leaves `.deleted` files that the next writer's open removes (cleaner.finish_interrupted_swaps).
+    A crash leaves `.deleted` files that the next writer's open removes (loader.finish_interrupted_swaps).
     """
-    from klog.store.log import fsync_dir
-
     log.refresh_segments()
     doomed = []
     for i, base in enumerate(log.bases[:-1]):
