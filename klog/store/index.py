@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from klog.store.format import NO_TIMESTAMP, OFFSET_INDEX_ENTRY, RELATIVE_OFFSET_MAX, TIME_INDEX_ENTRY
+from klog.store.format import NO_TIMESTAMP, OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
 from klog.store.names import nofollow_opener
 
 if TYPE_CHECKING:
@@ -64,6 +64,22 @@ class _IndexFile:
     def entry_at(self, i: int) -> tuple[int, int]:
         return self.entry.unpack_from(self._data, i * self.entry.size)
 
+    def floor(self, key: int) -> int:
+        """Index of the last entry whose first field (relative offset, timestamp) is ≤ key; -1 if none."""
+        lo, hi = 0, self.entries - 1
+        found = -1
+        unpack = self.entry.unpack_from
+        size = self.entry.size
+        data = self._data
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if unpack(data, mid * size)[0] <= key:
+                found = mid
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return found
+
     def last_entry(self) -> tuple[int, int] | None:
         n = self.entries
         return self.entry_at(n - 1) if n else None
@@ -86,12 +102,6 @@ class _IndexFile:
             f.write(packed_entries)
         self._data = bytearray(packed_entries)
 
-    def relative(self, offset: int) -> int:
-        rel = offset - self.base_offset
-        if not 0 <= rel <= RELATIVE_OFFSET_MAX:
-            raise ValueError(f"offset {offset} does not fit as a relative offset of {self.base_offset}")
-        return rel
-
 
 class OffsetIndex(_IndexFile):
     """Entries (relativeOffset int32, position int32): a batch's last offset → its start."""
@@ -100,20 +110,8 @@ class OffsetIndex(_IndexFile):
 
     def lookup(self, offset: int) -> int:
         """Start position for a scan toward `offset`: the last entry ≤ offset, else 0."""
-        target = offset - self.base_offset
-        lo, hi = 0, self.entries - 1
-        found = 0
-        unpack = self.entry.unpack_from
-        data = self._data
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            rel, pos = unpack(data, mid * OFFSET_INDEX_ENTRY.size)
-            if rel <= target:
-                found = pos
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return found
+        i = self.floor(offset - self.base_offset)
+        return self.entry_at(i)[1] if i >= 0 else 0
 
 
 class TimeIndex(_IndexFile):
@@ -123,19 +121,8 @@ class TimeIndex(_IndexFile):
 
     def lookup(self, timestamp: int) -> int:
         """Offset to start a search for `timestamp`: the last entry with ts ≤ timestamp, else base."""
-        lo, hi = 0, self.entries - 1
-        found = self.base_offset
-        unpack = self.entry.unpack_from
-        data = self._data
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            ts, rel = unpack(data, mid * TIME_INDEX_ENTRY.size)
-            if ts <= timestamp:
-                found = self.base_offset + rel
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return found
+        i = self.floor(timestamp)
+        return self.base_offset + self.entry_at(i)[1] if i >= 0 else self.base_offset
 
     def last_timestamp(self) -> int:
         last = self.last_entry()

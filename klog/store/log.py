@@ -366,19 +366,25 @@ class PartitionLog:
         self._save_state(sync=True)
 
     # -- reading (any process) -----------------------------------------------------------------
+    def _segment_to_read(self, offset: int) -> LogSegment | None:
+        """The segment holding `offset` (the first one if `offset` is below the log), re-listing
+        the folder when the cached list may be stale; None for a log with no segment."""
+        segment = self.segment_for(offset)
+        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
+            self.refresh_segments()
+            segment = self.segment_for(offset)
+        if segment is None and self.bases:
+            segment = self.segments[self.bases[0]]
+        return segment
+
     def read(self, offset: int, upper: int, max_bytes: int = READ_BYTES_DEFAULT) -> list[FetchedBatch]:
         """CRC-checked batches holding offsets in [offset, upper), at least one if any exist."""
         if offset >= upper:
             return []
         offset_asked = offset
-        segment = self.segment_for(offset)
-        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
-            self.refresh_segments()
-            segment = self.segment_for(offset)
+        segment = self._segment_to_read(offset)
         if segment is None:
-            if not self.bases:
-                return []
-            segment = self.segments[self.bases[0]]
+            return []
         out: list[FetchedBatch] = []
         budget = max_bytes
         while segment is not None and budget > 0:
@@ -430,14 +436,9 @@ class PartitionLog:
         LogSegment.byte_range. The descriptor is a dup the caller closes."""
         if offset >= upper:
             return None
-        segment = self.segment_for(offset)
-        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
-            self.refresh_segments()
-            segment = self.segment_for(offset)
+        segment = self._segment_to_read(offset)
         if segment is None:
-            if not self.bases:
-                return None
-            segment = self.segments[self.bases[0]]
+            return None
         while segment is not None:
             try:
                 end = segment.file_size()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec, compression
 from klog.store.codec import BatchHeader, read_header
-from klog.store.format import CONTROL_FLAG_MASK, MAGIC_V2, RECORD_BATCH_OVERHEAD
+from klog.store.format import CONTROL_FLAG_MASK, MAGIC_V2, RECORD_BATCH_OVERHEAD, RELATIVE_OFFSET_MAX
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 
 MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key/value lengths, header count
@@ -107,6 +107,7 @@ def _unzigzag(raw: int) -> int:
 # _END1[b] / _END2[c][b]: how far past a length varint b (b, c) its record ends; _SKIP1[b] /
 # _SKIP2[c][b]: how far past a key or value length varint the next field starts (a negative
 # length is a null: nothing follows it).
+_KEY_AND_VALUE = (0, 1)  # two length-prefixed fields, stepped over alike
 _END1: list[int] = []
 _END2: list[list[int]] = []
 _SKIP1: list[int] = []
@@ -170,22 +171,15 @@ def record_structure_ok(data: bytes, pos: int, header: BatchHeader, consecutive:
                     pos += 3
             if consecutive and raw != want:
                 return False
-            b = data[pos]  # key
-            if b < 0x80:
-                pos += skip1[b]
-            else:
-                c = data[pos + 1]
-                if c >= 0x80:
-                    return False
-                pos += skip2[c][b]
-            b = data[pos]  # value
-            if b < 0x80:
-                pos += skip1[b]
-            else:
-                c = data[pos + 1]
-                if c >= 0x80:
-                    return False
-                pos += skip2[c][b]
+            for _ in _KEY_AND_VALUE:
+                b = data[pos]
+                if b < 0x80:
+                    pos += skip1[b]
+                else:
+                    c = data[pos + 1]
+                    if c >= 0x80:
+                        return False
+                    pos += skip2[c][b]
             if data[pos] or pos + 1 != end:  # no headers, and nothing left over
                 return False
             pos = end
@@ -249,7 +243,7 @@ class SegmentScan:
             self.next_offset = header.next_offset
 
     def _offsets_problem(self, header: BatchHeader) -> str | None:
-        if header.base_offset < self.base_offset or header.last_offset - self.base_offset > 2**31 - 1:
+        if header.base_offset < self.base_offset or header.last_offset - self.base_offset > RELATIVE_OFFSET_MAX:
             return f"offset {header.last_offset} out of range for the segment"
         expected = self.next_offset
         if expected is not None and header.base_offset < expected:
