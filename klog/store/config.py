@@ -85,7 +85,7 @@ CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("unclean.leader.election.enable", "false", _bool,
               "let an out-of-sync replica become leader (may lose records)"),
     ConfigKey("file.delete.delay.ms", "60000", _long(0),
-              "accepted as Kafka has it; klog unlinks .deleted files at once (open readers keep them, POSIX)"),
+              "how long a segment retention removed stays as .deleted files before they are unlinked"),
 )}
 
 
@@ -122,6 +122,7 @@ class LogConfig:
     compression_type: str = "producer"
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
+    file_delete_delay_ms: int = 60000
 
     @classmethod
     def from_configs(cls, configs: Mapping[str, str]) -> LogConfig:
@@ -147,4 +148,5 @@ _LOG_CONFIG_KEYS = {
     "compression_type": "compression.type",
     "cleanup_policy": "cleanup.policy",
     "min_insync_replicas": "min.insync.replicas",
+    "file_delete_delay_ms": "file.delete.delay.ms",
 }

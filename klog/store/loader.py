@@ -1,7 +1,8 @@
 """Opening a replica folder for writing, as named passes (Kafka's LogLoader):
 
 1. `finish_interrupted_swaps`: a compaction or retention killed mid-way is rolled back or
-   finished, and leftover `.cleaned` / `.deleted` files are removed;
+   finished, leftover `.cleaned` files are removed and `.deleted` ones once their
+   file.delete.delay.ms is over;
 2. `recover_tail`: Kafka's unclean-shutdown pass, each segment from the recovery point on is
    validated and cut at the first bad batch, and
 3. `delete_from`: segments past a cut (or overlapping the one before) are removed.
@@ -13,6 +14,7 @@ passes read, so none of them imports another (the log <-> cleaner <-> retention 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,8 +58,9 @@ def unlink_if_there(path: str) -> None:
 
 
 # -- pass 1 --------------------------------------------------------------------------------------
-def finish_interrupted_swaps(directory: str) -> list[str]:
-    """Finish or roll back the cleaner's swaps, drop `.cleaned`/`.deleted` files.
+def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0) -> list[str]:
+    """Finish or roll back the cleaner's swaps, drop `.cleaned` files and the `.deleted` ones
+    whose file.delete.delay.ms is over (remove_deleted_files).
 
     Returns what it did, one line per action (empty when the folder was clean).
     """
@@ -80,13 +83,46 @@ def finish_interrupted_swaps(directory: str) -> list[str]:
                 os.replace(path + SWAP_SUFFIX, path)
         done.append(f"finished the interrupted compaction of segment {base}")
     for name in sorted(names):
-        if name.endswith(CLEANED_SUFFIX) or name.endswith(DELETED_SUFFIX):
+        if name.endswith(CLEANED_SUFFIX):
             unlink_if_there(os.path.join(directory, name))
-            if name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
-                done.append(f"removed {name}")
     if done or any(n.endswith(CLEANED_SUFFIX) for n in names):
         fsync_dir(directory)
+    done += [f"removed {name}" for name in remove_deleted_files(directory, delete_delay_ms, names)
+             if name.endswith(LOG_SUFFIX + DELETED_SUFFIX)]
     return done
+
+
+def retire(paths: list[str]) -> None:
+    """Stamp files just renamed to `.deleted` with the time they were retired (their mtime), from
+    which their file.delete.delay.ms counts."""
+    for path in paths:
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            pass
+
+
+def remove_deleted_files(directory: str, delay_ms: int, names: set[str] | None = None) -> list[str]:
+    """Unlink the folder's `.deleted` files retired at least `delay_ms` ago (Kafka's
+    file.delete.delay.ms: a segment retention removed lingers that long, so a reader that found
+    it just before keeps its files; one left by a crash goes the same way). Returns their names."""
+    if names is None:
+        try:
+            names = set(os.listdir(directory))
+        except FileNotFoundError:
+            return []
+    removed = []
+    now = time.time()
+    for name in sorted(n for n in names if n.endswith(DELETED_SUFFIX)):
+        path = os.path.join(directory, name)
+        try:
+            if delay_ms and (now - os.stat(path).st_mtime) * 1000 < delay_ms:
+                continue
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
 
 
 # -- pass 2 --------------------------------------------------------------------------------------

@@ -173,7 +173,8 @@ class PartitionLog:
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
-        swaps = loader.finish_interrupted_swaps(self.directory)  # a compaction or retention killed mid-way
+        # a compaction or retention killed mid-way; expired .deleted files
+        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms)
         self.refresh_segments()
         report = RecoveryReport(reasons=swaps)
         if not self.bases:

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from klog.store import faults
+from klog.store import faults, loader
 from klog.store.format import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from klog.store.names import fsync_dir
 
@@ -130,9 +130,10 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
     """Delete the segments of `log` whose every offset is below `offset` (never the active one).
 
     Kafka-style: each segment's files are renamed to `.deleted` (oldest segment first, `.log`
-    first, so what remains is always a suffix), the directory is fsynced, then the files are
-    unlinked. Readers in other processes that still hold a segment open keep reading it (POSIX).
-    A crash leaves `.deleted` files that the next writer's open removes (loader.finish_interrupted_swaps).
+    first, so what remains is always a suffix), the directory is fsynced, and the files are
+    unlinked once file.delete.delay.ms has passed, by this or a later retention pass or writer
+    open (loader.remove_deleted_files; a crash's leftovers too). Readers that hold a segment
+    open keep reading it meanwhile (and after: POSIX).
     """
     log.refresh_segments()
     doomed = []
@@ -155,13 +156,10 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
                 renamed.append(path + DELETED_SUFFIX)
             except FileNotFoundError:
                 pass
+    loader.retire(renamed)
     fsync_dir(log.directory)
     faults.point("retention-renamed")
-    for path in renamed:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+    loader.remove_deleted_files(log.directory, log.config.file_delete_delay_ms)  # these, if the delay is 0
     log.refresh_segments()
     return DeletedSegments(doomed, size)
 
