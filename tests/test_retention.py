@@ -194,6 +194,13 @@ def test_deleted_segments_are_unlinked_after_file_delete_delay_ms(seg_topic):
     _age(deleted, 31)
     lifecycle.clean(store, "t")
     assert segment_files(store, "t", ".deleted") == []
+    lifecycle.delete_records(store, "t", before_offset=70)
+    deleted = [os.path.join(d, n) for n in segment_files(store, "t", ".deleted")]
+    assert deleted
+    _age(deleted, 31)
+    store.partition("t", 0).leader.deleted_files_due = time.time()  # a long-lived writer: due now
+    lifecycle.delete_records(store, "t", before_offset=71)  # deletes nothing new, sweeps what is due
+    assert segment_files(store, "t", ".deleted") == []
     retain(store, "t", file_delete_delay_ms=0)
     lifecycle.delete_records(store, "t", before_offset=90)
     assert segment_files(store, "t", ".deleted") == []

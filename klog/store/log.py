@@ -131,6 +131,7 @@ class PartitionLog:
         self._last_flush_ms = time.monotonic() * 1000
         self._dir_dirty = False
         self.recovery_point = 0
+        self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         self.refresh_segments()
 
     # -- segment list --------------------------------------------------------------------------

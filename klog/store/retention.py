@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -135,6 +136,9 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
     open (loader.remove_deleted_files; a crash's leftovers too). Readers that hold a segment
     open keep reading it meanwhile (and after: POSIX).
     """
+    if log.deleted_files_due is not None and time.time() >= log.deleted_files_due:
+        log.deleted_files_due = None  # a long-lived writer's own .deleted files, now due
+        loader.remove_deleted_files(log.directory, log.config.file_delete_delay_ms)
     log.refresh_segments()
     doomed = []
     for i, base in enumerate(log.bases[:-1]):
@@ -160,6 +164,8 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
     fsync_dir(log.directory)
     faults.point("retention-renamed")
     loader.remove_deleted_files(log.directory, log.config.file_delete_delay_ms)  # these, if the delay is 0
+    if log.config.file_delete_delay_ms and log.deleted_files_due is None:
+        log.deleted_files_due = time.time() + log.config.file_delete_delay_ms / 1000
     log.refresh_segments()
     return DeletedSegments(doomed, size)
 
