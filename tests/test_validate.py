@@ -18,7 +18,7 @@ def _batch(rng: random.Random, n: int) -> bytes:
     for i in range(n):
         key = None if rng.random() < 0.5 else rng.randbytes(rng.choice((0, 3, 200)))
         value = None if rng.random() < 0.1 else rng.randbytes(rng.choice((0, 10, 100, 300)))
-        headers = [("h", b"x")] if rng.random() < 0.1 else []
+        headers = [("h", b"x"), ("", None), ("trace", rng.randbytes(20))][:rng.choice((0, 0, 1, 3))]
         records.append((key, value, headers, 1_700_000_000_000 + rng.choice((0, i, 5000 * i))))
     return codec.encode_batch(records, 0)
 
@@ -35,6 +35,8 @@ def test_plain_batches_take_the_fast_walk() -> None:
     for n in (1, 64, 65, 9000):  # offset deltas of one, two and three bytes
         data = codec.encode_batch([(None, b"v" * 100, [], 1000) for _ in range(n)], 0)
         assert record_structure_ok(data, 0, codec.read_header(data), consecutive=True)
+    with_headers = codec.encode_batch([(b"k", b"v", [("trace", b"abc"), ("", None)], 1000)] * 3, 0)
+    assert record_structure_ok(with_headers, 0, codec.read_header(with_headers), consecutive=True)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -79,3 +81,14 @@ def test_a_record_longer_than_its_fields_is_refused() -> None:
     assert not record_structure_ok(bytes(data), 0, header, consecutive=True)
     problem = records_problem(bytes(data), 0, header, consecutive=True)
     assert problem is not None and "do not fill its declared length" in problem.text
+
+
+def test_a_negative_header_key_length_is_refused() -> None:
+    data = codec.encode_batch([(None, b"v", [("", b"x")], 1000)], 0)
+    at = data.index(b"\x02\x00\x02x")  # one header: key length 0, value length 1, "x"
+    bad = data[:at + 1] + b"\x01" + data[at + 2:]  # key length -1
+    header = codec.read_header(bad)
+    assert not _decodes(bad, header)
+    assert not record_structure_ok(bad, 0, header, consecutive=True)
+    problem = records_problem(bad, 0, header, consecutive=True)
+    assert problem is not None and "negative header key size" in problem.text

@@ -130,8 +130,8 @@ def record_structure_ok(data: bytes, pos: int, header: BatchHeader, consecutive:
     find out and say why. Raises what codec's records-section reader raises (decompression, count).
 
     Steps over each record's fields without building anything, the way the decoder reads them:
-    each record must end exactly where its length says, with no headers (a record with headers,
-    or a varint longer than the common widths, is left to the decoder).
+    each record must end exactly where its length says (a varint wider than the common widths,
+    such as a record over 8 KiB, leaves the batch to the decoder).
     """
     data, pos, stop = codec._records_section(data, pos, header)  # the decoder's own bounds and count check
     _step_tables()
@@ -180,12 +180,39 @@ def record_structure_ok(data: bytes, pos: int, header: BatchHeader, consecutive:
                     if c >= 0x80:
                         return False
                     pos += skip2[c][b]
-            if data[pos] or pos + 1 != end:  # no headers, and nothing left over
+            if data[pos]:
+                if _after_headers(data, pos) != end:  # -1 (not sure) never is
+                    return False
+            elif pos + 1 != end:  # no headers, and nothing left over
                 return False
             pos = end
     except IndexError:
         return False
     return pos == stop
+
+
+def _after_headers(data: bytes, pos: int) -> int:
+    """Where a record's headers at data[pos] end, stepped over by the decoder's rules (a count,
+    then per header a key length that may not be negative and a value length); -1 when they
+    may not be well-formed or use wider varints than the walk takes."""
+    b = data[pos]
+    if b >= 0x80 or b & 1:  # a count of 64 or more, or negative
+        return -1
+    pos += 1
+    skip1, skip2 = _SKIP1, _SKIP2
+    for _ in range(b >> 1):
+        for field in _KEY_AND_VALUE:
+            b = data[pos]
+            if b < 0x80:
+                if b & 1 and not field:  # a negative key length
+                    return -1
+                pos += skip1[b]
+            else:
+                c = data[pos + 1]
+                if c >= 0x80 or (b & 1 and not field):
+                    return -1
+                pos += skip2[c][b]
+    return pos
 
 
 # --- a segment, batch by batch ----------------------------------------------------------------
