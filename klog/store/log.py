@@ -49,11 +49,12 @@ class FetchedBatch:
     path: str | None = None  # the segment file, for error messages
 
     def records(self) -> list[codec.RecordOut]:
-        return self._decode(codec.decode_batch_records)
+        return self._decode(lambda data, pos, header: codec.decode_batch_records(data, pos, header, fast=True))
 
     def values(self, null: bytes | None = None) -> list[bytes | None]:
         """Only the values (`null` for a null one): what value-only output needs."""
-        return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null))
+        return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null,
+                                                                                    fast=True))
 
     def _decode(self, decoder: Callable[[bytes, int, BatchHeader], list[T]]) -> list[T]:
         try:
