@@ -4,9 +4,9 @@ The response is laid out by hand (the one place klog writes a Kafka body itself)
 partition's records go from the segment file to the socket with os.sendfile: only their length
 must be known up front. Everything else in the request is read with kio.
 
-Waiting: a fetch that has less than min_bytes waits up to max_wait_ms, woken at once by appends
-made through this server and, for appends by other processes (`klog produce`), by re-reading the
-partitions' high watermarks every POLL_S (a state-file read each: no busy loop).
+Waiting: a fetch that has less than min_bytes waits up to max_wait_ms on the server's one
+high-watermark watcher (klog/server/watcher.py), woken at once by appends made through this server
+to its partitions and, for appends by other processes (`klog produce`), by the watcher's poll.
 
 Fetch sessions (KIP-227) are declined as Kafka does when its cache is full: session id 0 in the
 answer, so clients send full fetch requests.
@@ -28,7 +28,6 @@ from klog.server.framing import FileRange, RawBody
 from klog.server.kafka import E, leader_epoch_error, response_for, topic_uuid
 
 FETCH = 1
-POLL_S = 0.02
 MAX_VERSION = 16  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
 
@@ -153,17 +152,6 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
     return out
 
 
-def _moved(ctx: RequestContext, marks: list[tuple[str, int, int]]) -> bool:
-    """Has any of these partitions' high watermark changed (or become unreadable)?"""
-    for topic, index, hw in marks:
-        try:
-            if ctx.server.appender.partition(topic, index).snapshot().high_watermark != hw:
-                return True
-        except (KlogError, OSError):
-            return True
-    return False
-
-
 def _close(answers: list[TopicAnswer]) -> None:
     for t in answers:
         for p in t.partitions:
@@ -188,16 +176,9 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         if total >= min_bytes or errors or deadline <= time.monotonic() or ctx.server.stopping:
             break
         _close(answers)
-        # wait for a high watermark to move: woken by this server's appends, and a state-file read
-        # per partition every POLL_S for other processes' (the full answer is rebuilt only then)
-        marks = [(t.name, p.partition, p.high_watermark) for t in answers for p in t.partitions if t.name]
-        while not ctx.server.stopping:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            await ctx.server.wait_appended(min(left, POLL_S))
-            if _moved(ctx, marks):
-                break
+        # until one of these partitions' high watermark moves (the full answer is rebuilt only then)
+        marks = {(t.name, p.partition): p.high_watermark for t in answers for p in t.partitions if t.name}
+        await ctx.server.watcher.wait(marks, deadline - time.monotonic())
     return _encode(mod, version, answers, E.none)
 
 

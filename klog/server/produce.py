@@ -77,7 +77,7 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
         ctx.log.info("produce to %s-%d from %s (client %s): %s: %s", topic, partition, ctx.client_host,
                      ctx.client_id, code.name, e)
         return code, None, str(e), e.record_index if isinstance(e, InvalidBatchError) else None
-    ctx.server.notify_appended()
+    ctx.server.notify_appended(topic, partition)
     return E.none, result, None, None
 
 
