@@ -81,7 +81,11 @@ class Server:
         self._own_store = store is None
         self.store = store
         self.workers = workers
-        self.executor: ThreadPoolExecutor | None = None
+        self.executor: ThreadPoolExecutor | None = None  # reads, metadata, groups, admin
+        # appends run in their own threads, one at most per partition (append_slot): produces stuck
+        # on a slow or stalled disk cannot take the threads that Metadata and Fetch answers need
+        self.append_executor: ThreadPoolExecutor | None = None
+        self._append_slots: dict[tuple[str, int], asyncio.Lock] = {}
         self.broker: BrokerInfo | None = None
         self.coordinator: Any = None
         self.handlers = dispatch.load_handlers()
@@ -115,6 +119,18 @@ class Server:
         assert self.watcher is not None
         self.watcher.notify(None if topic is None else (topic, partition))
 
+    def append_slot(self, topic: str, partition: int) -> asyncio.Lock:
+        """The partition's turn to append: produces for a partition whose append is in progress wait
+        here, on the event loop, not in a thread blocked on the partition's file lock."""
+        slot = self._append_slots.get((topic, partition))
+        if slot is None:
+            slot = self._append_slots[(topic, partition)] = asyncio.Lock()
+        return slot
+
+    async def run_append(self, fn: Any, *args: Any) -> Any:
+        """`fn(*args)` in the append threads."""
+        return await asyncio.get_running_loop().run_in_executor(self.append_executor, fn, *args)
+
     async def _read_marks(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The high watermarks of these partitions, read in the thread pool (one state-file pread each)."""
         def read() -> dict[tuple[str, int], int | None]:
@@ -137,6 +153,7 @@ class Server:
 
             self.store = Store(self.data_dir, on_warning=lambda m: log.warning("%s", m))
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve")
+        self.append_executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve-append")
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self.security = ServerSecurity(self.security_config, self.store)
@@ -151,6 +168,7 @@ class Server:
             for srv in self._servers:
                 srv.close()
             self.executor.shutdown(wait=False)
+            self.append_executor.shutdown(wait=False)
             if self._own_store:
                 self.store.close()
                 self.store = None
@@ -227,6 +245,8 @@ class Server:
                 await result
         if self.executor is not None:
             self.executor.shutdown(wait=True)
+        if self.append_executor is not None:
+            self.append_executor.shutdown(wait=True)
         if self.security is not None:
             self.security.close()
         if self._own_store and self.store is not None:
