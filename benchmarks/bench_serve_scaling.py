@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -35,21 +36,28 @@ def klog_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "klog", *args]
 
 
-def fetch_frame(topic: str, partition: int, offset: int, max_wait_ms: int, correlation: int = 1) -> bytes:
-    """A whole Fetch v12 request frame (size prefix included), written with kio."""
-    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+def fetch_frame(topic: str, partition: int, offset: int, max_wait_ms: int, topic_id: uuid.UUID | None = None) -> bytes:
+    """A whole Fetch request frame (size prefix included), written with kio: v12 naming the topic,
+    or v13 naming it by `topic_id`."""
     from kio.schema.request_header.v2.header import RequestHeader
     from kio.serial import entity_writer
     from kio.static.primitive import i32Timedelta
 
+    if topic_id is None:
+        from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+        named = {"topic": topic}
+    else:
+        from kio.schema.fetch.v13.request import FetchPartition, FetchRequest, FetchTopic
+        named = {"topic_id": topic_id}
     part = FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
                           log_start_offset=-1, partition_max_bytes=1 << 20)
     req = FetchRequest(replica_id=-1, max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
                        min_bytes=1, max_bytes=50 << 20, isolation_level=0, session_id=0, session_epoch=-1,
-                       topics=(FetchTopic(topic=topic, partitions=(part,)),), forgotten_topics_data=(), rack_id="")
+                       topics=(FetchTopic(**named, partitions=(part,)),), forgotten_topics_data=(), rack_id="")
     buf = io.BytesIO()
-    entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=1, request_api_version=12,
-                                                    correlation_id=correlation, client_id="bench"))
+    version = 12 if topic_id is None else 13
+    entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=1, request_api_version=version, correlation_id=1,
+                                                    client_id="bench"))
     entity_writer(FetchRequest)(buf, req)
     frame = buf.getvalue()
     return struct.pack(">i", len(frame)) + frame
@@ -108,11 +116,11 @@ def long_poll(serve: Serve, frames: list[bytes], seconds: float) -> tuple[float,
     return (serve.cpu_s() - cpu0) / (time.monotonic() - t0) * 100, answers
 
 
-def sequential_fetches(port: int, topic: str, n: int) -> float:
+def sequential_fetches(port: int, topic: str, n: int, topic_id: uuid.UUID | None = None) -> float:
     """Seconds for n Fetch requests of partition 0 from offset 0, one at a time on one connection."""
     import socket
 
-    frame = fetch_frame(topic, 0, 0, 500)
+    frame = fetch_frame(topic, 0, 0, 500, topic_id)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         start = time.perf_counter()
         for _ in range(n):
@@ -147,6 +155,18 @@ def main() -> None:
         for topic in ("one", "wide"):
             subprocess.run(klog_cmd("produce", topic, "-d", data, "--partition", "0"), input=b"x" * 100 + b"\n",
                            env=env, check=True, stdout=subprocess.DEVNULL)
+        import klog
+
+        with klog.open(data) as store:
+            one_id = uuid.UUID(store.topics.get("one").topic_id)
+        many = os.path.join(tmp, "many")  # "one" again, among 1,000 other topics
+        with klog.open(many) as store:
+            store.create_topic("one")
+            for i in range(1000):
+                store.create_topic(f"other-{i}")
+            many_id = uuid.UUID(store.topics.get("one").topic_id)
+        subprocess.run(klog_cmd("produce", "one", "-d", many), input=b"x" * 100 + b"\n", env=env, check=True,
+                       stdout=subprocess.DEVNULL)
         print(f"load average {os.getloadavg()[0]:.1f}")
         serve = Serve(data)
         try:
@@ -168,6 +188,18 @@ def main() -> None:
             wide.sort()
             print(f"fetch of partition 0: topic of 1 partition {one[len(one) // 2] * 1e6:.0f} us, "
                   f"of 1,000 partitions {wide[len(wide) // 2] * 1e6:.0f} us per request (median of {args.rounds})")
+            serve_many = Serve(many)
+            try:  # Fetch v13+ names topics by id: the store's 1,001 topics must not be listed per request
+                few, lots = [], []
+                for _ in range(args.rounds):
+                    few.append(sequential_fetches(serve.port, "one", args.fetches, one_id) / args.fetches)
+                    lots.append(sequential_fetches(serve_many.port, "one", args.fetches, many_id) / args.fetches)
+                few.sort()
+                lots.sort()
+                print(f"fetch v13 (topic by id): store of 3 topics {few[len(few) // 2] * 1e6:.0f} us, "
+                      f"of 1,001 topics {lots[len(lots) // 2] * 1e6:.0f} us per request (median of {args.rounds})")
+            finally:
+                serve_many.close()
         finally:
             serve.close()
         print(f"load average {os.getloadavg()[0]:.1f}")

@@ -25,7 +25,7 @@ from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, Unkno
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.framing import FileRange, RawBody
-from klog.server.kafka import E, leader_epoch_error, response_for, topic_uuid
+from klog.server.kafka import E, leader_epoch_error, response_for
 
 FETCH = 1
 MAX_VERSION = 16  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
@@ -129,14 +129,11 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
 
 def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
     budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
-    by_id = None
     committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     out = []
     for t in request.topics:
         if hasattr(t, "topic_id"):  # v13+: topics by id
-            if by_id is None:
-                by_id = {topic_uuid(m.topic_id): m.name for m in ctx.store.list_topics()}
-            name = by_id.get(t.topic_id)
+            name = ctx.server.topic_ids.name(t.topic_id)
             answer = TopicAnswer(name or "", topic_id=t.topic_id)
             if name is None:
                 answer.partitions = [PartitionAnswer(int(p.partition), E.unknown_topic_id) for p in t.partitions]

@@ -24,6 +24,7 @@ from typing import Any
 
 from klog.server import dispatch, framing
 from klog.server.context import BrokerInfo, RequestContext
+from klog.server.kafka import TopicIds
 from klog.server.security import (
     CLOSE_LINGER_MS,
     SASL_FRAME_BYTES_MAX,
@@ -105,6 +106,7 @@ class Server:
         self._servers: list[asyncio.base_events.Server] = []
         self._conn_security: dict[str, ConnectionSecurity] = {}  # by peer address (one per live connection)
         self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
+        self.topic_ids: TopicIds | None = None  # Fetch v13+ names topics by id
         self.watcher: HighWatermarkWatcher | None = None  # wakes long-polling fetches (one per server)
         self._checkpoints: asyncio.Task | None = None
 
@@ -189,6 +191,7 @@ class Server:
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
         self.watcher = HighWatermarkWatcher(self._read_marks, POLL_S)
+        self.topic_ids = TopicIds(self.store)
         self._checkpoints = asyncio.create_task(self._write_kafka_checkpoints())
 
     async def _write_kafka_checkpoints(self) -> None:
