@@ -136,12 +136,13 @@ def count_lines_cpu(args: list[str], env: dict, expected: int) -> tuple[float, f
     return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def confluent_consume(bootstrap: str, topic: str, n: int) -> float:
+def confluent_consume(bootstrap: str, topic: str, n: int, **config: object) -> float:
     """librdkafka's consumer in Python: consume(num_messages=10,000) batches from the beginning
     until n records arrived (no group: assigned partition 0)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-consume", "enable.auto.commit": False})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-consume", "enable.auto.commit": False,
+                         **config})
     got = 0
     start = time.perf_counter()
     try:
@@ -292,7 +293,8 @@ def main() -> None:
         f.write((b"x" * 100 + b"\n") * n)
     results: dict[str, list[float]] = {k: [] for k in ("serve_produce", "kcat_produce", "local_produce", "serve_fetch",
                                                         "local_fetch", "cpu_per_mib", "raw_fetch", "kcat_cpu_us",
-                                                        "kcat_fetch_short_wait", "confluent_fetch")}
+                                                        "kcat_fetch_short_wait", "confluent_fetch",
+                                                        "confluent_fetch_short_backoff")}
     serve_dir, local_dir = os.path.join(tmp, "serve"), os.path.join(tmp, "local")
     serve = Serve(serve_dir, env)
     try:
@@ -321,6 +323,10 @@ def main() -> None:
                     n / count_lines([*kcat_c, "-X", "fetch.wait.max.ms=10", "-X", "queued.min.messages=10000000"],
                                     env, n))
             results["confluent_fetch"].append(n / confluent_consume(serve.bootstrap, topic, n))
+            # librdkafka prefetches up to queued.min.messages (100,000) and, once there, pauses
+            # fetching for fetch.queue.backoff.ms (1 s by default) however fast the queue drains
+            results["confluent_fetch_short_backoff"].append(
+                n / confluent_consume(serve.bootstrap, topic, n, **{"fetch.queue.backoff.ms": 10}))
             results["raw_fetch"].append(n / raw_fetch(serve.port, topic, n))
             results["local_fetch"].append(n / count_lines(klog_cmd("consume", topic, "-d", local_dir), env, n))
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" if k not in ("cpu_per_mib", "kcat_cpu_us")
@@ -351,6 +357,7 @@ def main() -> None:
         print(f"fetch    the same, -X fetch.wait.max.ms=10 -X queued.min.messages=10000000 "
               f"{med['kcat_fetch_short_wait']:>12,.0f} records/s")
     print(f"fetch    klog serve + confluent consume(10,000)  {med['confluent_fetch']:>12,.0f} records/s")
+    print(f"fetch    the same, fetch.queue.backoff.ms=10     {med['confluent_fetch_short_backoff']:>12,.0f} records/s")
     print(f"fetch    klog serve, raw Fetch v12 of 1 MiB      {med['raw_fetch']:>12,.0f} records/s (no client parsing)")
     print(f"fetch    klog consume (local CLI)                {med['local_fetch']:>12,.0f} records/s")
     print(f"latency  serve, confluent producer -> consumer   p50 {pct(kafka_lat, 0.5):.1f} ms  "
