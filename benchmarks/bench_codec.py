@@ -15,7 +15,6 @@ values and no headers, so a batch is ~1.1 MiB.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
 import shutil
@@ -79,17 +78,6 @@ def bench_klog(repeat: int) -> dict[str, float]:
     }
 
 
-@contextlib.contextmanager
-def python_only():  # noqa: ANN201
-    """codec's pure-Python loops, as if aiokafka's compiled records were missing."""
-    saved = fastrecords._reader
-    fastrecords._reader = False
-    try:
-        yield
-    finally:
-        fastrecords._reader = saved
-
-
 def bench_compiled_vs_python(repeat: int) -> list[tuple[str, float, float]]:
     """(what, compiled ns/record, Python ns/record): medians of alternated runs, GC paused."""
     assert fastrecords.available()
@@ -117,7 +105,7 @@ def bench_compiled_vs_python(repeat: int) -> list[tuple[str, float, float]]:
                             fn()
                             fast_times.append(time.perf_counter() - t0)
                         else:
-                            with python_only():
+                            with fastrecords.python_only():
                                 t0 = time.perf_counter()
                                 fn()
                                 python_times.append(time.perf_counter() - t0)

@@ -4,7 +4,6 @@ and the Python decoder taking over whenever the compiled one refuses or is missi
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -167,17 +166,6 @@ def test_loading_the_reader_leaves_aiokafka_importable() -> None:
     assert done.stdout == "ok\n", done.stderr
 
 
-@contextlib.contextmanager
-def python_only() -> Iterator[None]:
-    """codec's pure-Python loops only, as if aiokafka were missing."""
-    saved = fastrecords._reader
-    fastrecords._reader = False
-    try:
-        yield
-    finally:
-        fastrecords._reader = saved
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=records_st, as_list=st.booleans(), data=st.data())
 def test_the_compiled_builder_writes_the_same_bytes(records, as_list, data) -> None:
@@ -187,7 +175,7 @@ def test_the_compiled_builder_writes_the_same_bytes(records, as_list, data) -> N
                                             max_size=len(records)).map(sorted))
     base = data.draw(st.sampled_from([records[0][3], TS]))
     fast = codec.encode_records(records, base, deltas)
-    with python_only():
+    with fastrecords.python_only():
         assert fast == codec.encode_records(records, base, deltas)
     # and the common case does go through the builder
     assert (fastrecords.encode_records(records, base, deltas) is None) == (base != records[0][3] or base == -1)
@@ -198,7 +186,7 @@ def test_what_the_builder_cannot_take_is_encoded_in_python() -> None:
                     [(None, b"v", [("\udcff", None)], TS)],  # a key only surrogateescape encodes
                     [(b"k", b"v", [], -1), (b"k", b"v", [], 5)]):  # first timestamp -1: "none yet" to it
         assert fastrecords.encode_records(records, records[0][3], None) is None
-        with python_only():
+        with fastrecords.python_only():
             want = codec.encode_batch(records)
         assert codec.encode_batch(records) == want
         header = codec.read_header(want)
