@@ -191,3 +191,20 @@ def test_what_the_builder_cannot_take_is_encoded_in_python() -> None:
         assert codec.encode_batch(records) == want
         header = codec.read_header(want)
         assert [r[3] for r in codec.decode_batch_records(want, 0, header)] == [b"v"] * len(records)
+
+
+def test_commands_load_the_compiled_records_only_when_a_batch_is_big(data_dir) -> None:
+    """`klog --help` and a consume of a few records never load aiokafka; a consume of a big batch
+    loads the extension module and not aiokafka's client (asyncio)."""
+    from tests.test_startup import imported_modules
+
+    assert imported_modules(["produce", "small"], data_dir, input=b"a\nb\n")[0] == 0
+    for args in (["--help"], ["consume", "small"]):
+        code, modules = imported_modules(args, data_dir)
+        assert code == 0 and "klog.cli.app" in modules
+        assert not {m for m in modules if m.startswith("aiokafka")}, args
+    lines = b"".join(b"%d\n" % i for i in range(1000))  # one batch (the fixture lowered FAST_MIN_RECORDS here only)
+    assert imported_modules(["produce", "big"], data_dir, input=lines)[0] == 0
+    code, modules = imported_modules(["consume", "big"], data_dir)
+    assert code == 0 and "aiokafka.record._crecords.default_records" in modules
+    assert "asyncio" not in modules and "aiokafka.client" not in modules
