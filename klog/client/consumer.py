@@ -198,6 +198,16 @@ class Consumer(ConsumerBase):
             out.extend(self._records(c, self._fetch(c)))
         return out
 
+    def poll_chunks(self) -> list[tuple[str, int, list]]:
+        """poll() without Record objects, for copying loops (klog mirror): (topic, partition,
+        (offset, timestamp, key, value, headers) tuples), one entry per batch."""
+        out = []
+        for c in self.cursors:
+            fetched = self._fetch(c)
+            if fetched is not None:
+                out += [(c.topic, c.partition, records) for _, records in fetched.record_runs()]
+        return out
+
     def _partition_stream(self, cursor: _Cursor) -> Iterator[Record]:
         while (fetched := self._fetch(cursor)) is not None:
             yield from self._records(cursor, fetched)

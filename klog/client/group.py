@@ -112,7 +112,8 @@ class GroupConfig:
 class GroupConsumer:
     def __init__(self, store, group: str, topics: list[str], config: GroupConfig | None = None, *,
                  on_assign: Callback | None = None, on_revoke: Callback | None = None, follow: bool = True,
-                 poll_interval_ms: int = POLL_INTERVAL_MS, **settings: object) -> None:
+                 poll_interval_ms: int = POLL_INTERVAL_MS, clock: Callable[[], float] = time.monotonic,
+                 **settings: object) -> None:
         validate_group_id(group)
         if not topics:
             raise UsageError("a group consumer needs at least one topic")
@@ -126,6 +127,7 @@ class GroupConsumer:
         self.on_revoke = on_revoke
         self.follow = follow
         self.poll_interval_ms = poll_interval_ms
+        self._now = clock  # seconds; tests step it instead of sleeping past a timeout
         self.meta = GroupsMeta(store.meta)
         self.eager = self.config.assignor in assignors.EAGER
         self.generation = -1  # not synced yet
@@ -137,8 +139,8 @@ class GroupConsumer:
         self._rebalancing = False
         self._closed = False
         self._last_check = 0.0
-        self._last_commit = time.monotonic()
-        self._last_poll = time.monotonic()
+        self._last_commit = self._now()
+        self._last_poll = self._now()
         self._lock = threading.Lock()
         self._expelled_id: str | None = None
         self._heartbeat_error: BaseException | None = None
@@ -171,7 +173,7 @@ class GroupConsumer:
                 member_id = self.member_id
             try:
                 self.meta.heartbeat(self.group, member_id, assignors.assign)
-                if time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000:
+                if self._now() - self._last_poll > self.config.max_poll_interval_ms / 1000:
                     # user code is stuck: leave (as Kafka's heartbeat thread does) so the others can take
                     # the partitions; its commits are fenced from now on and its next poll rejoins
                     self.meta.leave(self.group, member_id, assignors.assign)
@@ -204,7 +206,7 @@ class GroupConsumer:
         """Every poll_interval_ms, one LMDB read: sync if the generation moved or a partition we wait for
         was released (writes, which fsync, happen only then)."""
         self._check_membership()
-        now = time.monotonic()
+        now = time.monotonic()  # a throttle of LMDB reads, not a group timeout: real time
         if now - self._last_check < self.poll_interval_ms / 1000:
             return
         self._last_check = now
@@ -309,7 +311,7 @@ class GroupConsumer:
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         fetch = fetch or self._fetch
         while not self._closed:
-            self._last_poll = time.monotonic()
+            self._last_poll = self._now()
             self._maybe_sync()
             self._maybe_auto_commit()
             records = fetch()
@@ -408,13 +410,13 @@ class GroupConsumer:
             # the group moved on since our last poll, but nobody can take these partitions before we
             # release them (at our next poll), so they are still ours to commit: ownership is checked
             self.meta.sync(self.group, self.member_id, self.generation, assignors.assign, commits=payload)
-        self._last_commit = time.monotonic()
+        self._last_commit = self._now()
         return dict(offsets)
 
     def _maybe_auto_commit(self) -> None:
         if not self.config.enable_auto_commit or not self._consumed:
             return
-        if time.monotonic() - self._last_commit >= self.config.auto_commit_interval_ms / 1000:
+        if self._now() - self._last_commit >= self.config.auto_commit_interval_ms / 1000:
             self.commit({tp: o for tp, o in self._consumed.items() if tp in self._cursors})
 
     def committed(self) -> dict[TP, int]:
