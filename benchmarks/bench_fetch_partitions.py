@@ -22,7 +22,7 @@ import uuid
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.bench_serve import Serve  # noqa: E402
+from serve_process import Serve  # noqa: E402 - benchmarks/ is on sys.path when run as a script
 
 
 def main() -> None:
