@@ -46,7 +46,9 @@ def register(app: typer.Typer) -> None:
         = "max",
         rate: Annotated[float | None, typer.Option("--rate", help="At most N records per second.")] = None,
         group: Annotated[str | None, typer.Option("--group", "-G",
-                                                  help="Record progress as G: a rerun resumes, no duplicates.")]
+                                                  help="Record progress as G: a rerun resumes, no duplicates. DEST "
+                                                  "must be a local store (a cluster cannot show which records of a "
+                                                  "killed write landed; use klog mirror there).")]
         = None,
         as_json: Annotated[bool, typer.Option("--json", help="On stdout: the JSON envelope produce --input json "
                                               "reads.")] = False,

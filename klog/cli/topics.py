@@ -121,6 +121,8 @@ def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) 
         for row, ratio in zip(rows, ratios, strict=True):
             row.append(f"{ratio:.2f}")
     print_table(headings, rows)
+    if any(p.segments is None for p in info.partitions):  # a cluster: say why the column is empty
+        print("SEGMENTS -: a Kafka cluster does not report segment counts (no Kafka API gives them)")
 
 
 @app.command()

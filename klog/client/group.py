@@ -35,9 +35,7 @@ from klog.meta.groups import (
     tp_key,
     validate_group_id,
 )
-from klog.store.limits import FETCH_BYTES_MAX  # per partition per poll
-from klog.store.log import FetchedBatch
-from klog.store.partition import Partition
+from klog.store.reader import Fetched, PartitionReader
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # idle wait between fetches; also how soon a member notices a rebalance
@@ -111,20 +109,6 @@ class GroupConfig:
         return self
 
 
-@dataclass
-class _Cursor:
-    part: Partition
-    offset: int  # next offset to fetch
-    stable: StableView | None = None  # read_committed: aborted batches and the last stable offset
-
-    def end(self) -> int:
-        hw = self.part.high_watermark()
-        return hw if self.stable is None else self.stable.refresh(hw)
-
-    def skip(self, fb: FetchedBatch) -> bool:
-        return fb.header.is_control or (self.stable is not None and self.stable.aborted(fb.header))
-
-
 class GroupConsumer:
     def __init__(self, store, group: str, topics: list[str], config: GroupConfig | None = None, *,
                  on_assign: Callback | None = None, on_revoke: Callback | None = None, follow: bool = True,
@@ -147,7 +131,7 @@ class GroupConsumer:
         self.meta = GroupsMeta(store.meta)
         self.eager = self.config.assignor in assignors.EAGER
         self.generation = -1  # not synced yet
-        self._cursors: dict[TP, _Cursor] = {}
+        self._cursors: dict[TP, PartitionReader] = {}
         self._consumed: dict[TP, int] = {}  # offset after the last record handed out and processed
         self._in_hand: Record | None = None  # the record an iterator handed out last
         self._target: set[TP] = set()
@@ -264,7 +248,7 @@ class GroupConsumer:
         for tp in view.acquired:
             part = self.store.partition(*tp)
             stable = StableView(part.leader) if self.config.isolation_level == READ_COMMITTED else None
-            self._cursors[tp] = _Cursor(part, self._start_offset(tp, view.committed.get(tp)), stable)
+            self._cursors[tp] = PartitionReader(part, self._start_offset(tp, view.committed.get(tp)), stable=stable)
         if view.acquired and self.on_assign is not None:
             self.on_assign(sorted(view.acquired))
 
@@ -305,38 +289,17 @@ class GroupConsumer:
     def position(self, topic: str, partition: int) -> int:
         return self._cursors[(topic, partition)].offset
 
-    def _fetch_batches(self) -> list[tuple[TP, int, list[FetchedBatch]]]:
-        """One read per partition held: (partition, first offset wanted, batches); cursors move past them."""
-        out = []
-        for tp, cursor in self._cursors.items():
-            part = cursor.part
-            # retention or delete-records may have moved the log start past us: never hand out what is
-            # below it, even while its segment still exists
-            cursor.offset = max(cursor.offset, part.log_start_offset())
-            batches = part.read(cursor.offset, FETCH_BYTES_MAX, None if cursor.stable is None else cursor.end())
-            if batches:
-                out.append((tp, cursor.offset, batches))
-                cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
-        return out
+    def _fetches(self) -> list[tuple[TP, Fetched]]:
+        """One read per partition held; cursors move past what was read."""
+        return [(tp, fetched) for tp, cursor in self._cursors.items() if (fetched := cursor.fetch()) is not None]
 
     def _fetch(self) -> list[Record]:
-        out: list[Record] = []
-        for (topic, partition), low, batches in self._fetch_batches():
-            for fb in batches:
-                if self._cursors[(topic, partition)].skip(fb):
-                    continue
-                ts_type = fb.header.timestamp_type
-                out.extend(Record(topic, partition, o, ts, ts_type, k, v, h)
-                           for o, ts, k, v, h in fb.records() if o >= low)
-        return out
+        return [Record(topic, partition, o, ts, ts_type, k, v, h)
+                for (topic, partition), fetched in self._fetches()
+                for ts_type, records in fetched.record_runs() for o, ts, k, v, h in records]
 
     def _fetch_values(self) -> list[tuple[TP, list[bytes | None], int]]:
-        out = []
-        for tp, low, batches in self._fetch_batches():
-            skip = self._cursors[tp].skip
-            values = [v for fb in batches if not skip(fb) for o, _, _, v, _ in fb.records() if o >= low]
-            out.append((tp, values, batches[-1].header.next_offset))
-        return out
+        return [(tp, fetched.values(), fetched.next_offset) for tp, fetched in self._fetches()]
 
     def _caught_up(self) -> bool:
         if self._target - set(self._cursors) or self.meta.peek_generation(self.group) != self.generation:

@@ -52,6 +52,7 @@ from klog.store.format import (
     segment_file_name,
 )
 from klog.store.names import nofollow_opener
+from klog.store.reader import PartitionReader
 from klog.store.retention import largest_timestamp
 
 if TYPE_CHECKING:
@@ -181,16 +182,9 @@ def first_dirty_timestamp(log: PartitionLog, first_dirty: int) -> int:
 def build_offset_map(log: PartitionLog, start: int, end: int) -> dict[bytes, int]:
     """key -> the last offset holding it, over [start, end) of `log` (Kafka's SkimpyOffsetMap, unbounded)."""
     offsets: dict[bytes | None, int] = {}
-    offset = start
-    while offset < end:
-        batches = log.read(offset, end, READ_BYTES)
-        if not batches:
-            break
-        for fb in batches:
-            if fb.header.is_control:
-                continue
-            offsets.update((r[2], r[0]) for r in fb.records() if r[0] < end)
-        offset = batches[-1].header.next_offset
+    for fetched in PartitionReader(log, start, end, max_bytes=READ_BYTES):
+        for _, records in fetched.record_runs():
+            offsets.update((r[2], r[0]) for r in records)
     offsets.pop(None, None)
     return offsets  # type: ignore[return-value]
 

@@ -441,19 +441,35 @@ class PartitionLog:
         self._save_state(sync=True)
 
     # -- reading (any process) -----------------------------------------------------------------
+    def _first_segment(self, offset: int) -> LogSegment | None:
+        """The segment a read from `offset` starts in (the first one when `offset` is below the
+        log); the segment list is refreshed when it may be stale (a roll or deletion by a writer)."""
+        segment = self.segment_for(offset)
+        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
+            self.refresh_segments()
+            segment = self.segment_for(offset)
+        if segment is None and self.bases:
+            segment = self.segments[self.bases[0]]
+        return segment
+
+    def _next_segment(self, segment: LogSegment) -> LogSegment | None:
+        """The segment after `segment` (refreshing the list once when it was the last known)."""
+        nxt = bisect.bisect_right(self.bases, segment.base_offset)
+        if nxt >= len(self.bases):
+            self.refresh_segments()
+            nxt = bisect.bisect_right(self.bases, segment.base_offset)
+            if nxt >= len(self.bases):
+                return None
+        return self.segments[self.bases[nxt]]
+
     def read(self, offset: int, upper: int, max_bytes: int = READ_BYTES_DEFAULT) -> list[FetchedBatch]:
         """CRC-checked batches holding offsets in [offset, upper), at least one if any exist."""
         if offset >= upper:
             return []
         offset_asked = offset
-        segment = self.segment_for(offset)
-        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
-            self.refresh_segments()
-            segment = self.segment_for(offset)
+        segment = self._first_segment(offset)
         if segment is None:
-            if not self.bases:
-                return []
-            segment = self.segments[self.bases[0]]
+            return []
         out: list[FetchedBatch] = []
         budget = max_bytes
         while segment is not None and budget > 0:
@@ -471,15 +487,9 @@ class PartitionLog:
                     break  # damage ahead in this segment: never skip to the next one
             if offset >= upper:
                 break
-            nxt = bisect.bisect_right(self.bases, segment.base_offset)
-            if nxt >= len(self.bases):
-                self.refresh_segments()
-                nxt = bisect.bisect_right(self.bases, segment.base_offset)
-                if nxt >= len(self.bases):
-                    break
             if got and budget <= 0:
                 break
-            segment = self.segments[self.bases[nxt]]
+            segment = self._next_segment(segment)
         return _contiguous(out, offset_asked, self.bases[0] if self.bases else 0,
                            (lambda fb: self.cleaner_gap_ok(fb.path, fb.position)) if self.compacted else None)
 
@@ -505,14 +515,9 @@ class PartitionLog:
         LogSegment.byte_range. The descriptor is a dup the caller closes."""
         if offset >= upper:
             return None
-        segment = self.segment_for(offset)
-        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
-            self.refresh_segments()
-            segment = self.segment_for(offset)
+        segment = self._first_segment(offset)
         if segment is None:
-            if not self.bases:
-                return None
-            segment = self.segments[self.bases[0]]
+            return None
         while segment is not None:
             try:
                 end = segment.file_size()
@@ -522,13 +527,7 @@ class PartitionLog:
             if found is not None:
                 position, length, header = found
                 return ByteRange(segment.dup_read_fd(), position, length, header, segment.log_path)
-            nxt = bisect.bisect_right(self.bases, segment.base_offset)
-            if nxt >= len(self.bases):
-                self.refresh_segments()
-                nxt = bisect.bisect_right(self.bases, segment.base_offset)
-                if nxt >= len(self.bases):
-                    return None
-            segment = self.segments[self.bases[nxt]]
+            segment = self._next_segment(segment)
         return None
 
     def _read_segment(self, segment: LogSegment, offset: int, upper: int, budget: int) -> list[FetchedBatch]:
