@@ -7,6 +7,7 @@
   kcat -P of the same lines: librdkafka without a Python call per record),
   into `klog serve`; beside `klog produce` of the same N lines into the local store.
 - fetch: `kcat -C -e -o beginning` of those N records to /dev/null through the server (and the
+  kcat process's own CPU, the same without kcat's waits, a confluent-kafka consumer, and the
   server's CPU seconds per fetched MiB, from /proc); beside `klog consume` of the same topic.
 - latency: single records at low load (one every 5 ms), produce call -> consumer delivery, p50/p99;
   the Kafka pair (confluent producer acks=all, linger 0; confluent consumer long-polling) beside
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -82,13 +84,41 @@ def kcat_produce(bootstrap: str, topic: str, lines_path: str, n: int, data_dir: 
 
 
 def count_lines(args: list[str], env: dict, expected: int) -> float:
+    return count_lines_cpu(args, env, expected)[0]
+
+
+def count_lines_cpu(args: list[str], env: dict, expected: int) -> tuple[float, float]:
+    """(wall seconds, the child's user+sys CPU seconds) of a command printing `expected` lines."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     r = subprocess.run(args, capture_output=True, env=env)
     took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     got = r.stdout.count(b"\n")
     if r.returncode or got != expected:
         raise SystemExit(f"{' '.join(args)}: exit {r.returncode}, {got} lines of {expected}: {r.stderr[-300:]!r}")
-    return took
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def confluent_consume(bootstrap: str, topic: str, n: int, **config: object) -> float:
+    """librdkafka's consumer in Python: consume(num_messages=10,000) batches from the beginning
+    until n records arrived (no group: assigned partition 0)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-consume", "enable.auto.commit": False,
+                         **config})
+    got = 0
+    start = time.perf_counter()
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = start + 120
+        while got < n and time.perf_counter() < deadline:
+            got += sum(1 for m in consumer.consume(10_000, 1.0) if m.error() is None)
+    finally:
+        consumer.close()
+    if got != n:
+        raise SystemExit(f"confluent consume: {got} of {n} records")
+    return time.perf_counter() - start
 
 
 def raw_fetch(port: int, topic: str, n: int) -> float:
@@ -219,13 +249,16 @@ def main() -> None:
     ap.add_argument("--latency-samples", type=int, default=300)
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": REPO}
+    load_before = os.getloadavg()[0]
     n = args.records
     tmp = tempfile.mkdtemp(prefix="bench-serve-")
     lines_path = os.path.join(tmp, "lines")
     with open(lines_path, "wb") as f:
         f.write((b"x" * 100 + b"\n") * n)
     results: dict[str, list[float]] = {k: [] for k in ("serve_produce", "kcat_produce", "local_produce", "serve_fetch",
-                                                        "local_fetch", "cpu_per_mib", "raw_fetch")}
+                                                        "local_fetch", "cpu_per_mib", "raw_fetch", "kcat_cpu_us",
+                                                        "kcat_fetch_short_wait", "confluent_fetch",
+                                                        "confluent_fetch_short_backoff")}
     serve_dir, local_dir = os.path.join(tmp, "serve"), os.path.join(tmp, "local")
     serve = Serve(serve_dir, env)
     try:
@@ -239,15 +272,29 @@ def main() -> None:
                 results["kcat_produce"].append(n / kcat_produce(serve.bootstrap, f"kcat-{r}", lines_path, n,
                                                                 serve_dir, env))
             if KCAT:
+                kcat_c = [KCAT, "-b", serve.bootstrap, "-C", "-t", topic, "-e", "-o", "beginning", "-q", "-f", "%s\n"]
                 cpu0 = serve.cpu_s()
-                took = count_lines([KCAT, "-b", serve.bootstrap, "-C", "-t", topic, "-e", "-o", "beginning",
-                                    "-q", "-f", "%s\n"], env, n)
+                took, kcat_cpu = count_lines_cpu(kcat_c, env, n)
                 cpu = serve.cpu_s() - cpu0
                 results["serve_fetch"].append(n / took)
+                results["kcat_cpu_us"].append(kcat_cpu / n * 1e6)
                 results["cpu_per_mib"].append(cpu / (n * 170 / 2**20))  # ~170 B per 100-B record on disk
+                # the same without kcat's own waits: -e needs one empty fetch at the end, which waits
+                # fetch.wait.max.ms (500 ms by default, on Kafka as here), and when kcat prints slower
+                # than it fetches, librdkafka stops fetching at queued.min.messages (100,000) and
+                # looks again only about a second later
+                results["kcat_fetch_short_wait"].append(
+                    n / count_lines([*kcat_c, "-X", "fetch.wait.max.ms=10", "-X", "queued.min.messages=10000000"],
+                                    env, n))
+            results["confluent_fetch"].append(n / confluent_consume(serve.bootstrap, topic, n))
+            # librdkafka prefetches up to queued.min.messages (100,000) and, once there, pauses
+            # fetching for fetch.queue.backoff.ms (1 s by default) however fast the queue drains
+            results["confluent_fetch_short_backoff"].append(
+                n / confluent_consume(serve.bootstrap, topic, n, **{"fetch.queue.backoff.ms": 10}))
             results["raw_fetch"].append(n / raw_fetch(serve.port, topic, n))
             results["local_fetch"].append(n / count_lines(klog_cmd("consume", topic, "-d", local_dir), env, n))
-            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" if k != "cpu_per_mib" else f"{k} {v[-1]:.4f}"
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" if k not in ("cpu_per_mib", "kcat_cpu_us")
+                                                  else f"{k} {v[-1]:.4f}"
                                                   for k, v in results.items() if v), flush=True)
         lat_topic = "latency"
         subprocess.run(klog_cmd("topics", "create", lat_topic, "-d", serve_dir), env=env, check=True,
@@ -261,14 +308,20 @@ def main() -> None:
         serve.close()
         shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in results.items() if v}
-    print(f"\n{n:,} records of 100 B, medians of {args.rounds} rounds")
+    print(f"\n{n:,} records of 100 B, medians of {args.rounds} rounds; load average before/after "
+          f"{load_before:.1f}/{os.getloadavg()[0]:.1f}")
     print(f"produce  klog serve + confluent-kafka acks=all   {med['serve_produce']:>12,.0f} records/s")
     if "kcat_produce" in med:
         print(f"produce  klog serve + kcat -P -X acks=all        {med['kcat_produce']:>12,.0f} records/s")
     print(f"produce  klog produce (local CLI) acks=all       {med['local_produce']:>12,.0f} records/s")
     if "serve_fetch" in med:
         print(f"fetch    klog serve + kcat -C -e                 {med['serve_fetch']:>12,.0f} records/s "
-              f"(server CPU {med['cpu_per_mib'] * 1000:.1f} ms per MiB)")
+              f"(server CPU {med['cpu_per_mib'] * 1000:.1f} ms per MiB; "
+              f"kcat CPU {med['kcat_cpu_us']:.2f} us per record)")
+        print(f"fetch    the same, -X fetch.wait.max.ms=10 -X queued.min.messages=10000000 "
+              f"{med['kcat_fetch_short_wait']:>12,.0f} records/s")
+    print(f"fetch    klog serve + confluent consume(10,000)  {med['confluent_fetch']:>12,.0f} records/s")
+    print(f"fetch    the same, fetch.queue.backoff.ms=10     {med['confluent_fetch_short_backoff']:>12,.0f} records/s")
     print(f"fetch    klog serve, raw Fetch v12 of 1 MiB      {med['raw_fetch']:>12,.0f} records/s (no client parsing)")
     print(f"fetch    klog consume (local CLI)                {med['local_fetch']:>12,.0f} records/s")
     print(f"latency  serve, confluent producer -> consumer   p50 {pct(kafka_lat, 0.5):.1f} ms  "

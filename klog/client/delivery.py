@@ -177,7 +177,10 @@ def _copy_values(consumer, sink: _Sink, follow: bool, interval_ms: int,  # noqa:
             watch.check()
         for tp, values, next_offset in chunks:
             if values:
-                sink.write(b"\n".join(v or b"" for v in values) + b"\n")
+                if None in values:
+                    values = [v or b"" for v in values]
+                values.append(b"")  # the last line's newline, without copying the joined chunk
+                sink.write(b"\n".join(values))
             sink.written[tp] = next_offset
         if follow:
             sink.flush()

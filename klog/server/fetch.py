@@ -4,9 +4,9 @@ The response is laid out by hand (the one place klog writes a Kafka body itself)
 partition's records go from the segment file to the socket with os.sendfile: only their length
 must be known up front. Everything else in the request is read with kio.
 
-Waiting: a fetch that has less than min_bytes waits up to max_wait_ms, woken at once by appends
-made through this server and, for appends by other processes (`klog produce`), by re-reading the
-partitions' high watermarks every POLL_S (a state-file read each: no busy loop).
+Waiting: a fetch that has less than min_bytes waits up to max_wait_ms on the server's one
+high-watermark watcher (klog/server/watcher.py), woken at once by appends made through this server
+to its partitions and, for appends by other processes (`klog produce`), by the watcher's poll.
 
 Fetch sessions (KIP-227) are declined as Kafka does when its cache is full: session id 0 in the
 answer, so clients send full fetch requests.
@@ -25,10 +25,9 @@ from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, Unkno
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.framing import FileRange, RawBody
-from klog.server.kafka import E, leader_epoch_error, response_for, topic_uuid
+from klog.server.kafka import E, leader_epoch_error, response_for
 
 FETCH = 1
-POLL_S = 0.02
 MAX_VERSION = 16  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
 
@@ -130,14 +129,11 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
 
 def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
     budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
-    by_id = None
     committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     out = []
     for t in request.topics:
         if hasattr(t, "topic_id"):  # v13+: topics by id
-            if by_id is None:
-                by_id = {topic_uuid(m.topic_id): m.name for m in ctx.store.list_topics()}
-            name = by_id.get(t.topic_id)
+            name = ctx.server.topic_ids.name(t.topic_id)
             answer = TopicAnswer(name or "", topic_id=t.topic_id)
             if name is None:
                 answer.partitions = [PartitionAnswer(int(p.partition), E.unknown_topic_id) for p in t.partitions]
@@ -151,17 +147,6 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
             answer.partitions.append(pa)
         out.append(answer)
     return out
-
-
-def _moved(ctx: RequestContext, marks: list[tuple[str, int, int]]) -> bool:
-    """Has any of these partitions' high watermark changed (or become unreadable)?"""
-    for topic, index, hw in marks:
-        try:
-            if ctx.server.appender.partition(topic, index).snapshot().high_watermark != hw:
-                return True
-        except (KlogError, OSError):
-            return True
-    return False
 
 
 def _close(answers: list[TopicAnswer]) -> None:
@@ -188,16 +173,9 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         if total >= min_bytes or errors or deadline <= time.monotonic() or ctx.server.stopping:
             break
         _close(answers)
-        # wait for a high watermark to move: woken by this server's appends, and a state-file read
-        # per partition every POLL_S for other processes' (the full answer is rebuilt only then)
-        marks = [(t.name, p.partition, p.high_watermark) for t in answers for p in t.partitions if t.name]
-        while not ctx.server.stopping:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            await ctx.server.wait_appended(min(left, POLL_S))
-            if _moved(ctx, marks):
-                break
+        # until one of these partitions' high watermark moves (the full answer is rebuilt only then)
+        marks = {(t.name, p.partition): p.high_watermark for t in answers for p in t.partitions if t.name}
+        await ctx.server.watcher.wait(marks, deadline - time.monotonic())
     return _encode(mod, version, answers, E.none)
 
 

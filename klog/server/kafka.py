@@ -72,3 +72,29 @@ def leader_epoch_error(store: Any, topic: str, index: int, requested: Any) -> Er
     if int(requested) > current:
         return ErrorCode.unknown_leader_epoch
     return ErrorCode.none
+
+
+class TopicIds:
+    """Topic id -> name for requests that name topics by id (Fetch v13+), without listing every
+    topic of the store per request: a map rebuilt only when an id is not in it, each hit checked
+    against the topic's current metadata (a topic deleted, or created again under a new id, is not
+    answered under its old id). Used from the server's threads."""
+
+    def __init__(self, store: Any) -> None:
+        import threading
+
+        self._store = store
+        self._names: dict[uuid.UUID, str] = {}
+        self._lock = threading.Lock()
+
+    def name(self, topic_id: uuid.UUID) -> str | None:
+        name = self._names.get(topic_id)
+        if name is not None and self._current(name) == topic_id:
+            return name
+        with self._lock:
+            self._names = {topic_uuid(t.topic_id): t.name for t in self._store.list_topics()}
+            return self._names.get(topic_id)
+
+    def _current(self, name: str) -> uuid.UUID | None:
+        found = self._store.topics.find(name)  # one LMDB read: exact, even just after another process's change
+        return None if found is None else topic_uuid(found.topic_id)

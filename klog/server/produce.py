@@ -69,7 +69,8 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
         return E.corrupt_message, None, "no record batch", None
     appender = ctx.server.appender
     try:
-        result = await ctx.run_blocking(appender.append, topic, partition, bytes(records), acks)
+        async with ctx.server.append_slot(topic, partition):
+            result = await ctx.server.run_append(appender.append, topic, partition, bytes(records), acks)
     except (KlogError, OSError) as e:
         code = error_code(e)
         if isinstance(e, UnknownTopicError | UnknownPartitionError):
@@ -77,7 +78,7 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
         ctx.log.info("produce to %s-%d from %s (client %s): %s: %s", topic, partition, ctx.client_host,
                      ctx.client_id, code.name, e)
         return code, None, str(e), e.record_index if isinstance(e, InvalidBatchError) else None
-    ctx.server.notify_appended()
+    ctx.server.notify_appended(topic, partition)
     return E.none, result, None, None
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from klog.server import dispatch, framing
 from klog.server.context import BrokerInfo, RequestContext
+from klog.server.kafka import TopicIds
 from klog.server.security import (
     CLOSE_LINGER_MS,
     SASL_FRAME_BYTES_MAX,
@@ -33,6 +34,7 @@ from klog.server.security import (
     ServerSecurity,
     with_throttle,
 )
+from klog.server.watcher import HighWatermarkWatcher
 
 log = logging.getLogger("klog.serve")
 
@@ -43,6 +45,9 @@ SHUTDOWN_GRACE_S = 5.0
 # rewritten this often while serving, as a broker does (replica.high.watermark.checkpoint.interval.ms)
 KAFKA_CHECKPOINT_INTERVAL_S = 5.0
 _CHECKPOINT_TICK_S = 0.25
+# a long-polling fetch sees another process's append within this (one state-file read per watched
+# partition and tick, whatever the number of fetches waiting: klog/server/watcher.py)
+POLL_S = 0.02
 READ_AHEAD = 2  # requests parsed ahead per connection (each up to socket.request.max.bytes)
 
 
@@ -77,7 +82,11 @@ class Server:
         self._own_store = store is None
         self.store = store
         self.workers = workers
-        self.executor: ThreadPoolExecutor | None = None
+        self.executor: ThreadPoolExecutor | None = None  # reads, metadata, groups, admin
+        # appends run in their own threads, one at most per partition (append_slot): produces stuck
+        # on a slow or stalled disk cannot take the threads that Metadata and Fetch answers need
+        self.append_executor: ThreadPoolExecutor | None = None
+        self._append_slots: dict[tuple[str, int], asyncio.Lock] = {}
         self.broker: BrokerInfo | None = None
         self.coordinator: Any = None
         self.handlers = dispatch.load_handlers()
@@ -97,7 +106,8 @@ class Server:
         self._servers: list[asyncio.base_events.Server] = []
         self._conn_security: dict[str, ConnectionSecurity] = {}  # by peer address (one per live connection)
         self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
-        self._appended: asyncio.Event | None = None
+        self.topic_ids: TopicIds | None = None  # Fetch v13+ names topics by id
+        self.watcher: HighWatermarkWatcher | None = None  # wakes long-polling fetches (one per server)
         self._checkpoints: asyncio.Task | None = None
 
     @property
@@ -105,17 +115,38 @@ class Server:
         return self._stopping
 
     # -- appends and the fetches waiting for them ----------------------------------------------
-    def notify_appended(self) -> None:
-        """Wake fetches waiting in this process (other processes' appends are seen by polling)."""
-        assert self._appended is not None
-        self._appended.set()
-        self._appended = asyncio.Event()
+    def notify_appended(self, topic: str | None = None, partition: int = -1) -> None:
+        """Wake the fetches waiting on this partition (None: every waiting fetch). Other processes'
+        appends are seen by the watcher's poll (klog/server/watcher.py)."""
+        assert self.watcher is not None
+        self.watcher.notify(None if topic is None else (topic, partition))
 
-    async def wait_appended(self, timeout_s: float) -> None:
-        """Until an append in this process, or `timeout_s` (the caller re-checks the store)."""
-        assert self._appended is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._appended.wait(), timeout_s)
+    def append_slot(self, topic: str, partition: int) -> asyncio.Lock:
+        """The partition's turn to append: produces for a partition whose append is in progress wait
+        here, on the event loop, not in a thread blocked on the partition's file lock."""
+        slot = self._append_slots.get((topic, partition))
+        if slot is None:
+            slot = self._append_slots[(topic, partition)] = asyncio.Lock()
+        return slot
+
+    async def run_append(self, fn: Any, *args: Any) -> Any:
+        """`fn(*args)` in the append threads."""
+        return await asyncio.get_running_loop().run_in_executor(self.append_executor, fn, *args)
+
+    async def _read_marks(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        """The high watermarks of these partitions, read in the thread pool (one state-file pread each)."""
+        def read() -> dict[tuple[str, int], int | None]:
+            from klog.errors import KlogError
+
+            out: dict[tuple[str, int], int | None] = {}
+            for topic, index in keys:
+                try:
+                    out[(topic, index)] = self.appender.partition(topic, index).snapshot().high_watermark
+                except (KlogError, OSError):
+                    out[(topic, index)] = None
+            return out
+
+        return await asyncio.get_running_loop().run_in_executor(self.executor, read)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -124,6 +155,7 @@ class Server:
 
             self.store = Store(self.data_dir, on_warning=lambda m: log.warning("%s", m))
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve")
+        self.append_executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve-append")
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self.security = ServerSecurity(self.security_config, self.store)
@@ -138,6 +170,7 @@ class Server:
             for srv in self._servers:
                 srv.close()
             self.executor.shutdown(wait=False)
+            self.append_executor.shutdown(wait=False)
             if self._own_store:
                 self.store.close()
                 self.store = None
@@ -157,7 +190,8 @@ class Server:
         from klog.client.batches import RawAppender
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
-        self._appended = asyncio.Event()
+        self.watcher = HighWatermarkWatcher(self._read_marks, POLL_S)
+        self.topic_ids = TopicIds(self.store)
         self._checkpoints = asyncio.create_task(self._write_kafka_checkpoints())
 
     async def _write_kafka_checkpoints(self) -> None:
@@ -197,8 +231,8 @@ class Server:
             srv.close()
         if self._checkpoints is not None:
             self._checkpoints.cancel()
-        if self._appended is not None:
-            self.notify_appended()  # long-polling fetches answer now with what they have
+        if self.watcher is not None:
+            self.watcher.close()  # long-polling fetches answer now with what they have
         for task, busy in list(self._connections.items()):
             if not busy:
                 task.cancel()
@@ -214,6 +248,8 @@ class Server:
                 await result
         if self.executor is not None:
             self.executor.shutdown(wait=True)
+        if self.append_executor is not None:
+            self.append_executor.shutdown(wait=True)
         if self.security is not None:
             self.security.close()
         if self._own_store and self.store is not None:

@@ -1,0 +1,82 @@
+"""One stalled write must not stall everyone: produces stuck in the store (a disk that stopped
+answering, simulated by appends that block) leave other clients' Metadata and Fetch answered."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tests.serve_helpers import RawClient, batch, produce, produce_request_fields
+
+STALL_LIMIT_S = 30  # the simulated disk answers again after this at the latest
+
+
+def _fetch_fields(topic: str, partition: int, offset: int) -> dict:
+    import datetime
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+    from kio.static.primitive import i32Timedelta
+
+    part = FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                          log_start_offset=-1, partition_max_bytes=1 << 20)
+    return {"replica_id": -1, "max_wait": i32Timedelta.parse(datetime.timedelta(milliseconds=100)), "min_bytes": 1,
+            "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": (FetchTopic(topic=topic, partitions=(part,)),), "forgotten_topics_data": (), "rack_id": ""}
+
+
+def test_stalled_produces_do_not_stop_other_clients_metadata_and_fetch(kafka_server, store) -> None:
+    stuck_partitions = 12  # more than the server's worker threads
+    store.create_topic("stuck", partitions=stuck_partitions)
+    store.create_topic("free")
+    port = kafka_server.port
+    with RawClient(port) as client:
+        assert produce(client, "free", 0, batch([b"before"]))[0] == 0
+
+    release = threading.Event()
+    appender = kafka_server.appender
+    real_append = appender.append
+    entered = threading.Semaphore(0)
+
+    def stalling_append(topic, partition, data, acks):  # noqa: ANN001, ANN202 - the appender's own signature
+        if topic == "stuck":
+            entered.release()
+            release.wait(STALL_LIMIT_S)
+        return real_append(topic, partition, data, acks)
+
+    appender.append = stalling_append
+    answers: list[int] = []
+
+    def stuck_producer(partition: int) -> None:
+        with RawClient(port) as c:
+            c.sock.settimeout(STALL_LIMIT_S + 10)
+            resp = c.send(0, 9, **produce_request_fields(9, "stuck", partition, batch([b"late"])))
+            answers.append(int(resp.responses[0].partition_responses[0].error_code))
+
+    threads = [threading.Thread(target=stuck_producer, args=(p,)) for p in range(stuck_partitions)]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        stalled = 0
+        while stalled < 4 and time.monotonic() < deadline:  # several appends are stuck in the store
+            stalled += entered.acquire(timeout=0.5)
+        assert stalled >= 4
+        time.sleep(0.3)  # and the rest are queued behind them
+        with RawClient(port) as other:
+            other.sock.settimeout(5)
+            started = time.monotonic()
+            meta = other.send(3, 9, topics=None, allow_auto_topic_creation=False,
+                              include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+            fetched = other.send(1, 12, **_fetch_fields("free", 0, 0))
+            took = time.monotonic() - started
+        assert {str(t.name) for t in meta.topics} >= {"stuck", "free"}
+        part = fetched.responses[0].partitions[0]
+        assert int(part.error_code) == 0 and int(part.high_watermark) == 1
+        assert took < 3.0, f"Metadata and Fetch took {took:.1f} s while produces were stalled"
+        assert not answers  # the stalled produces are still stalled
+    finally:
+        release.set()
+        for t in threads:
+            t.join(STALL_LIMIT_S + 15)
+        appender.append = real_append
+    assert answers == [0] * stuck_partitions  # and each is answered once the disk is back
