@@ -236,7 +236,8 @@ def _write_last(store, names: list[str], options: dict, start, follow: bool, cou
 def _write(consumer, render, as_json: bool) -> None:
     """Stream records to a pipe or file; flush whenever the consumer would wait so -f output is immediate."""
     out = sys.stdout.buffer
-    if (render is None and not as_json and len(consumer.cursors) == 1 and consumer.record_filter is None
+    if (render is None and not as_json and (len(consumer.cursors) == 1 or consumer.merges_value_chunks)
+            and consumer.record_filter is None
             and consumer.until_ms is None and consumer.count is None):
         for values in consumer.value_chunks(null=b""):
             if values:

@@ -7,6 +7,7 @@ state files (one pread each) every poll_interval_ms and sleeping in between.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from klog.store.reader import Fetched, PartitionReader
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # -f latency budget is 100 ms p99; 20 ms polls cost ~50 preads/s per partition
+MERGED_CHUNK_VALUES = 4096  # value_chunks of several partitions: at least this many values a chunk
 TOPIC_CHECK_INTERVAL_S = 0.5  # a follower notices a deleted topic within this (one LMDB read per topic)
 
 
@@ -88,6 +90,9 @@ class ConsumerBase:
         self.count = count
         self.record_filter = record_filter
         self.merge = merge
+
+    # whether value_chunks serves several partitions (else only one: the CLI asks)
+    merges_value_chunks = False
 
     def _iterate(self) -> Iterator[Record]:
         raise NotImplementedError
@@ -177,19 +182,69 @@ class Consumer(ConsumerBase):
         return [Record(topic, partition, offset, ts, ts_type, key, value, headers)
                 for ts_type, records in fetched.record_runs() for offset, ts, key, value, headers in records]
 
+    merges_value_chunks = True  # merged as _iterate merges them
+
     def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
-        """Fast path for value-only output of one partition: lists of values (`null` for a null
-        one), no Record objects and no per-record tuples for batches wholly in range."""
-        assert len(self.cursors) == 1 and self.record_filter is None and self.until_ms is None and self.count is None
-        cursor = self.cursors[0]
+        """Fast path for value-only output: lists of values (`null` for a null one), in the order
+        iterating would give the records, without Record objects or per-record tuples."""
+        assert self.record_filter is None and self.until_ms is None and self.count is None
+        merged = self.merge and len(self.cursors) > 1
         while True:
-            fetched = self._fetch(cursor)
-            if fetched is None:
-                if not self.follow:
-                    return
-                self._wait_for_data()
-                continue
-            yield fetched.values(null)
+            if merged:
+                yield from self._merged_values(null)
+            else:
+                for c in self.cursors:
+                    while (fetched := self._fetch(c)) is not None:
+                        yield fetched.values(null)
+            if not self.follow or all(c.done for c in self.cursors):
+                return
+            self._wait_for_data()
+
+    def _merged_values(self, null: bytes | None) -> Iterator[list[bytes | None]]:
+        """One round of _iterate's heapq.merge by timestamp (ties: the earlier cursor first;
+        each partition fetched when its previous fetch is used up), emitted as runs: the values
+        of a partition that come before the head of every other partition go out in one slice."""
+        cursors = self.cursors
+        chunks: list[tuple[list[int], list[bytes | None], bool]] = [([], [], True)] * len(cursors)
+        positions = [0] * len(cursors)
+
+        def refill(k: int) -> bool:
+            while (fetched := self._fetch(cursors[k])) is not None:
+                ts, values = fetched.timestamps_values(null)
+                if ts:
+                    chunks[k] = ts, values, ts == sorted(ts)  # in time order: runs found by bisection
+                    positions[k] = 0
+                    return True
+            return False
+
+        heap = [(chunks[k][0][0], k) for k in range(len(cursors)) if refill(k)]
+        heapq.heapify(heap)
+        out: list[bytes | None] = []
+        while heap:
+            _, i = heapq.heappop(heap)
+            ts, values, ordered = chunks[i]
+            start = positions[i]
+            if not heap:
+                end = len(ts)
+            else:
+                bound = heap[0]  # (timestamp, cursor) of the next partition's head
+                if ordered:  # a tie goes to the earlier cursor
+                    end = (bisect.bisect_right if i < bound[1] else bisect.bisect_left)(ts, bound[0], start)
+                else:
+                    end = start + 1
+                    while end < len(ts) and (ts[end], i) < bound:
+                        end += 1
+            out += values[start:end] if start or end < len(values) else values
+            if end < len(ts):
+                positions[i] = end
+                heapq.heappush(heap, (ts[end], i))
+            elif refill(i):
+                heapq.heappush(heap, (chunks[i][0][0], i))
+            if len(out) >= MERGED_CHUNK_VALUES:
+                yield out
+                out = []
+        if out:
+            yield out
 
     def poll(self) -> list[Record]:
         """One fetch from every partition (no waiting); records in partition order."""

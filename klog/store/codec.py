@@ -567,6 +567,32 @@ def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes |
     return values
 
 
+def decode_batch_timestamps_values(buf: bytes, pos: int, header: BatchHeader, null: bytes | None = None, *,
+                                   fast: bool = False) -> tuple[list[int], list[bytes | None]]:
+    """The timestamps and the values (`null` for a null one) of every record of the batch, as two
+    lists: what merging several partitions' values in time order needs. The same checks and
+    errors as decode_batch_records (whose records it falls back to)."""
+    pair = None
+    if header.magic >= MAGIC_V2 and fast and fastrecords.wanted(header.records_count):
+        data, start, stop = _records_section(buf, pos, header)
+        # the reader's record objects are GC-tracked and all alive at once (see decode_batch_records)
+        pause_gc = header.records_count >= _GC_PAUSE_MIN_RECORDS and gc.isenabled()
+        if pause_gc:
+            gc.disable()
+        try:
+            pair = fastrecords.timestamps_values(buf, pos, data, start, stop)
+        finally:
+            if pause_gc:
+                gc.enable()
+    if pair is None:
+        records = decode_batch_records(buf, pos, header)
+        pair = [r[1] for r in records], [r[3] for r in records]
+    timestamps, values = pair
+    if null is not None and None in values:
+        values = [null if v is None else v for v in values]
+    return timestamps, values
+
+
 def _decode_headers(data: bytes, pos: int) -> tuple[list[Header], int]:
     count, pos = _varint32(data, pos)
     if count < 0:

@@ -49,6 +49,7 @@ _OVERREAD = 10
 _reader: Any = None  # the DefaultRecordBatch class once imported; False if it cannot be
 _builder: Any = None  # DefaultRecordBatchBuilder, imported with it
 _VALUE = attrgetter("value")
+_TIMESTAMP = attrgetter("timestamp")
 _RECORD = attrgetter("offset", "timestamp", "key", "value", "headers")
 
 
@@ -137,6 +138,19 @@ def values(buf: bytes | bytearray | memoryview, pos: int, data: bytes, start: in
         return list(map(_VALUE, _reader(_batch_buffer(buf, pos, data, start, stop))))
     except Exception:  # noqa: BLE001 - any refusal: the strict decoder decides and names it
         return None
+
+
+def timestamps_values(buf: bytes | bytearray | memoryview, pos: int, data: bytes, start: int,
+                      stop: int) -> tuple[list[int], list[bytes | None]] | None:
+    """The batch's timestamps and values, two lists (what merging several partitions' values by
+    time needs: no per-record tuples), or None as values()."""
+    if not available():
+        return None
+    try:
+        records = list(_reader(_batch_buffer(buf, pos, data, start, stop)))
+    except Exception:  # noqa: BLE001 - as values()
+        return None
+    return list(map(_TIMESTAMP, records)), list(map(_VALUE, records))
 
 
 def records(buf: bytes | bytearray | memoryview, pos: int, data: bytes, start: int,

@@ -56,7 +56,12 @@ class FetchedBatch:
         return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null,
                                                                                     fast=True))
 
-    def _decode(self, decoder: Callable[[bytes, int, BatchHeader], list[T]]) -> list[T]:
+    def timestamps_values(self, null: bytes | None = None) -> tuple[list[int], list[bytes | None]]:
+        """Timestamps and values, two lists: what merging partitions' values in time order needs."""
+        return self._decode(lambda data, pos, header: codec.decode_batch_timestamps_values(
+            data, pos, header, null, fast=True))
+
+    def _decode(self, decoder: Callable[[bytes, int, BatchHeader], T]) -> T:
         try:
             return decoder(self.data, 0, self.header)
         except (CorruptLogError, UnsupportedCodecError) as e:

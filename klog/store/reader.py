@@ -65,6 +65,21 @@ class Fetched:
                 out.extend(null if v is None else v for off, _, _, v, _ in fb.records() if self._in_range(off))
         return out
 
+    def timestamps_values(self, null: bytes | None = None) -> tuple[list[int], list[bytes | None]]:
+        """values(), with each value's timestamp in a second list (merging partitions by time)."""
+        timestamps: list[int] = []
+        values: list[bytes | None] = []
+        for fb in self.kept():
+            if self._whole(fb):
+                ts, vs = fb.timestamps_values(null)
+            else:
+                records = [r for r in fb.records() if self._in_range(r[0])]
+                ts = [r[1] for r in records]
+                vs = [null if r[3] is None else r[3] for r in records]
+            timestamps += ts
+            values += vs
+        return timestamps, values
+
 
 def _start_moved_to(position: int, log_start: int) -> int:
     return log_start
