@@ -9,7 +9,9 @@ command sees the same machine load:
   - `klog consume t > /dev/null` and its peer, SQLite's `select v from t` written to stdout
     (one write per 4,096 rows, as klog does);
   - `klog consume t --json` and its peer, the same select with one json.dumps per row;
-  - `klog produce t -K ,` (keyed lines) and `klog consume t --group g`, against the plain figures.
+  - `klog produce t -K ,` (keyed lines) and `klog consume t --group g`, against the plain figures;
+  - `klog consume t4 > /dev/null`: the same lines in a 4-partition topic (merged by timestamp),
+    against the one-partition consume.
 Figures are medians over the rounds, each as M records/s and as a ratio to its peer.
 
 klog runs with its bytecode cached, as an installed package has it (pip compiles on install): the
@@ -100,11 +102,15 @@ def main() -> None:
             env = {**base_env, "KLOG_DATA_DIR": os.path.join(d, f"data{r}"), "PYTHONPATH": args.repo}
             db = os.path.join(d, f"db{r}.sqlite")
             klog = [py, "-m", "klog"]
+            subprocess.run([*klog, "topics", "create", "t4", "--partitions", "4"], env=env, cwd=d, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             steps = {
                 "klog produce": ([*klog, "produce", "t"], lines),
                 "sqlite insert": ([py, "-c", SQLITE_INSERT, db], lines),
                 "klog produce -K": ([*klog, "produce", "k", "-K", ","], keyed),
                 "klog consume": ([*klog, "consume", "t"], None),
+                "klog produce (4 partitions)": ([*klog, "produce", "t4"], lines),
+                "klog consume (4 partitions)": ([*klog, "consume", "t4"], None),
                 "sqlite select": ([py, "-c", SQLITE_SELECT, db], None),
                 "klog consume --group": ([*klog, "consume", "t", "-G", f"g{r}"], None),
                 "klog consume --json": ([*klog, "consume", "t", "--json"], None),
@@ -122,7 +128,7 @@ def main() -> None:
     def row(name: str, peer: str | None = None) -> None:
         ratio = f"  {med[peer] / med[name]:.2f}x {peer}" if peer else ""
         cpu_ratio = f"  (CPU {med_cpu[peer] / med_cpu[name]:.2f}x)" if peer else ""
-        print(f"{name:22s} {n / med[name] / 1e6:5.2f} M records/s, CPU {med_cpu[name]:5.2f} s{ratio}{cpu_ratio}")
+        print(f"{name:27s} {n / med[name] / 1e6:5.2f} M records/s, CPU {med_cpu[name]:5.2f} s{ratio}{cpu_ratio}")
 
     print(f"{n:,} records of 100 B, median of {args.runs} alternated runs; load average "
           f"{os.getloadavg()[0]:.1f} at the end")
@@ -131,6 +137,7 @@ def main() -> None:
     row("klog produce -K", "klog produce")
     row("sqlite select")
     row("klog consume", "sqlite select")
+    row("klog consume (4 partitions)", "klog consume")
     row("klog consume --group", "klog consume")
     row("sqlite select json")
     row("klog consume --json", "sqlite select json")
