@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 
@@ -9,7 +10,7 @@ import pytest
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
-from klog.store.format import LENGTH_OFFSET
+from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, LENGTH_OFFSET
 from klog.store.validate import record_structure_ok, records_problem
 
 
@@ -92,3 +93,24 @@ def test_a_negative_header_key_length_is_refused() -> None:
     assert not record_structure_ok(bad, 0, header, consecutive=True)
     problem = records_problem(bad, 0, header, consecutive=True)
     assert problem is not None and "negative header key size" in problem.text
+
+
+def test_verify_names_a_crc_valid_batch_whose_records_are_malformed(klog_proc, data_dir) -> None:
+    """The CRC vouches only for the bytes: `klog verify` walks the records too (the validator's
+    SegmentScan) and names the batch, on one line per problem, exit 1."""
+    for i in range(3):  # three one-record batches
+        assert klog_proc("produce", "t", input=b"value-%d\n" % i).returncode == 0
+    log = os.path.join(data_dir, "logs", "t-0", f"{0:020d}.log")
+    with open(log, "rb") as f:
+        data = bytearray(f.read())
+    second = 12 + struct.unpack_from(">i", data, LENGTH_OFFSET)[0]
+    end = second + 12 + struct.unpack_from(">i", data, second + LENGTH_OFFSET)[0]
+    assert data[end - 1] == 0  # the second record's header count
+    data[end - 1] = 2  # one header, which is not there
+    struct.pack_into(">I", data, second + CRC_OFFSET, codec.crc32c(bytes(data[second + ATTRIBUTES_OFFSET:end])))
+    with open(log, "wb") as f:
+        f.write(data)
+    r = klog_proc("verify")
+    assert r.returncode == 1, r.stderr
+    lines = [line for line in r.stdout.decode().splitlines() if "malformed records" in line]
+    assert len(lines) == 1 and f"at position {second} (offset 1)" in lines[0], r.stdout
