@@ -11,7 +11,7 @@ import pytest
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
 from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, LENGTH_OFFSET
-from klog.store.validate import record_structure_ok, records_problem
+from klog.store.validate import SegmentScan, record_structure_ok, records_problem
 
 
 def _batch(rng: random.Random, n: int) -> bytes:
@@ -114,3 +114,25 @@ def test_verify_names_a_crc_valid_batch_whose_records_are_malformed(klog_proc, d
     assert r.returncode == 1, r.stderr
     lines = [line for line in r.stdout.decode().splitlines() if "malformed records" in line]
     assert len(lines) == 1 and f"at position {second} (offset 1)" in lines[0], r.stdout
+
+
+@pytest.mark.parametrize("chunk", [61, 100, 1000, 1 << 20])
+def test_segment_scan_reads_in_chunks_and_stops_at_a_torn_tail(monkeypatch, chunk: int) -> None:
+    """Batches of many sizes straddle the scan's read chunks (one larger than a chunk): every
+    whole batch is yielded at its position, and a torn last batch is the problem named."""
+    import klog.store.validate as validate_module
+
+    monkeypatch.setattr(validate_module, "SCAN_CHUNK_BYTES", chunk)
+    rng = random.Random(chunk)
+    batches, offset = [], 0
+    for _ in range(40):
+        n = rng.randint(1, 5)
+        batches.append(codec.encode_batch([(None, rng.randbytes(rng.choice((1, 50, 700))), [], 1000)] * n, offset))
+        offset += n
+    log = b"".join(batches)
+    torn = log + batches[0][:40]
+    scan = SegmentScan(lambda pos, n: torn[pos:pos + n], len(torn), 0, deep=True, gaps_ok=False)
+    positions = [pos for pos, _ in scan]
+    assert positions == [sum(map(len, batches[:i])) for i in range(len(batches))]
+    assert scan.valid_bytes == len(log) and scan.next_offset == offset
+    assert scan.problem == f"partial batch header at position {len(log)}"

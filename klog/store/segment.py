@@ -367,7 +367,7 @@ class LogSegment:
         fd = open_or_shed(self.log_path, os.O_RDONLY)
         try:
             scan = SegmentScan(lambda pos, n: os.pread(fd, n, pos), file_size, self.base_offset)
-            index_data, time_data = indexer.add_all((pos, header) for pos, header, _ in scan)
+            index_data, time_data = indexer.add_all(scan)
         finally:
             os.close(fd)
         valid, next_offset = scan.valid_bytes, scan.next_offset
