@@ -149,6 +149,14 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
     return out
 
 
+def _clear(answers: list[TopicAnswer]) -> None:
+    """The answers without their byte ranges (closed): what stays true of a partition with no data."""
+    for t in answers:
+        for p in t.partitions:
+            p.range = None
+            p.aborted = []
+
+
 def _close(answers: list[TopicAnswer]) -> None:
     for t in answers:
         for p in t.partitions:
@@ -175,7 +183,12 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         _close(answers)
         # until one of these partitions' high watermark moves (the full answer is rebuilt only then)
         marks = {(t.name, p.partition): p.high_watermark for t in answers for p in t.partitions if t.name}
-        await ctx.server.watcher.wait(marks, deadline - time.monotonic())
+        moved = await ctx.server.watcher.wait(marks, deadline - time.monotonic())
+        if not moved and total == 0 and not ctx.server.stopping:
+            # max_wait passed and nothing moved (as of the watcher's last poll): the empty answer
+            # stands, without reading every partition again (the common case of an idle consumer)
+            _clear(answers)
+            break
     return _encode(mod, version, answers, E.none)
 
 
