@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
+from serve_process import Serve, klog_cmd  # benchmarks/ is on sys.path when run as a script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def klog_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "klog", *args]
 
 
 def timed(args: list[str], env: dict, stdin_path: str | None = None, lines: int | None = None) -> float:
@@ -43,24 +39,6 @@ def timed(args: list[str], env: dict, stdin_path: str | None = None, lines: int 
     if got != lines:
         raise SystemExit(f"{' '.join(args[3:])}: {got} lines, expected {lines}")
     return took
-
-
-class Serve:
-    """`klog serve` on 127.0.0.1 and a free port, as its own process (stopped by close())."""
-
-    def __init__(self, data_dir: str, env: dict) -> None:
-        self.proc = subprocess.Popen(klog_cmd("serve", "--listen", "127.0.0.1:0", "-d", data_dir),
-                                     stderr=subprocess.PIPE, env=env, text=True)
-        line = self.proc.stderr.readline()
-        found = re.search(r"listening on (\S+:\d+)", line)
-        if not found:
-            self.close()
-            raise SystemExit(f"klog serve did not start: {line}")
-        self.bootstrap = found.group(1)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 def main() -> None:

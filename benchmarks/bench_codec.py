@@ -8,21 +8,25 @@ values and no headers, so a batch is ~1.1 MiB.
   * decode:  read_header + crc_ok + decode_batch_records          (target >= 0.8 M records/s)
   * read:    PartitionLog.read over a log of such batches, then FetchedBatch.records()
   * kafka-python: DefaultRecordBatchBuilder / DefaultRecordBatch on the same records
+  * compiled vs pure Python: klog's encode/decode through aiokafka's Cython builder and reader
+    (klog/store/fastrecords.py) against its own Python loops, alternated, medians
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from klog.store import codec  # noqa: E402
+from klog.store import codec, fastrecords  # noqa: E402
 from klog.store.config import LogConfig  # noqa: E402
 from klog.store.log import PartitionLog  # noqa: E402
 
@@ -73,6 +77,54 @@ def bench_klog(repeat: int) -> dict[str, float]:
         "klog decode (header + CRC + records)": best_rate(decode, RECORDS, repeat),
         "klog decode_batch_records only": best_rate(decode_only, RECORDS, repeat),
     }
+
+
+@contextlib.contextmanager
+def python_only():  # noqa: ANN201
+    """codec's pure-Python loops, as if aiokafka's compiled records were missing."""
+    saved = fastrecords._reader
+    fastrecords._reader = False
+    try:
+        yield
+    finally:
+        fastrecords._reader = saved
+
+
+def bench_compiled_vs_python(repeat: int) -> list[tuple[str, float, float]]:
+    """(what, compiled ns/record, Python ns/record): medians of alternated runs, GC paused."""
+    assert fastrecords.available()
+    plain = make_records()
+    keyed = [(b"key-%d" % i, VALUE, [("h", b"1")], TIMESTAMP + i % 7) for i in range(RECORDS)]
+    rows = []
+    for label, records in (("", plain), (", keys + 1 header", keyed)):
+        batch = codec.encode_batch(records)
+        header = codec.read_header(batch)
+        cases = {
+            f"encode_batch{label}": lambda records=records: codec.encode_batch(records),
+            f"decode_batch_values{label}": lambda b=batch, h=header: codec.decode_batch_values(b, 0, h, fast=True),
+            f"decode_batch_records{label}": lambda b=batch, h=header: codec.decode_batch_records(b, 0, h, fast=True),
+        }
+        for name, fn in cases.items():
+            fast_times, python_times = [], []
+            gc.disable()
+            try:
+                # alternated in blocks of 5 calls: one Python call right after a compiled one ran
+                # ~1.7x slower than in a row (allocator and cache state), which would flatter the C
+                for _ in range(max(1, repeat // 5)):
+                    for _ in range(5):
+                        t0 = time.perf_counter()
+                        fn()
+                        fast_times.append(time.perf_counter() - t0)
+                    with python_only():
+                        for _ in range(5):
+                            t0 = time.perf_counter()
+                            fn()
+                            python_times.append(time.perf_counter() - t0)
+            finally:
+                gc.enable()
+            rows.append((name, statistics.median(fast_times) / RECORDS * 1e9,
+                         statistics.median(python_times) / RECORDS * 1e9))
+    return rows
 
 
 def bench_read_path(batches: int, repeat: int) -> float:
@@ -150,6 +202,10 @@ def main() -> None:
     width = max(len(name) for name in results)
     for name, rate in results.items():
         print(f"{name:<{width}}  {rate / 1e6:6.3f} M records/s")
+    print(f"compiled (aiokafka's Cython records) vs klog's pure Python, ns/record, median of {repeat} alternated "
+          f"runs; load average {os.getloadavg()[0]:.1f}")
+    for name, fast, python in bench_compiled_vs_python(repeat):
+        print(f"  {name:<42} {fast:7.0f} vs {python:7.0f}  ({python / fast:.1f}x)")
 
 
 if __name__ == "__main__":

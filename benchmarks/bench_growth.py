@@ -4,7 +4,8 @@
 
 Each row sets a figure beside its peer measured in the same run:
   - many segments: producing 100-byte lines into a topic with segment.bytes small enough for
-    --segments segments, per record, against the same lines into one segment;
+    --segments segments: the last 25 k records' per-record cost against the first 25 k's, with
+    one segment's in the same (alternated) chunks, and what a roll costs;
   - 1,000 partitions: 100 k keyed records into a 1,000-partition topic against a 1-partition one;
   - creating --topics topics through the API: the last tenth against the first tenth;
   - --appends single-record batches into one partition (acks=1, no fsync per batch): the last
@@ -36,16 +37,31 @@ def produce_lines(store, topic: str, n: int) -> float:
     return time.perf_counter() - start
 
 
+CHUNK = 25_000  # records per timed chunk of the segments row
+
+
 def bench_segments(segments: int) -> None:
-    n = segments * 150  # ~150 records of 100 B per 16 kB batch, one batch per segment
+    """Flatness in one run: the per-record cost of the LAST 25 k records of a partition that
+    already has ~`segments` segments against its FIRST 25 k (same segment.bytes); beside it, one
+    segment (no roll) for the same chunks, whose difference per roll is what a roll costs."""
+    # ~150 records of 100 B per 16 kB batch, one batch per segment; whole chunks, at least two
+    n = max(2, -(-segments * 150 // CHUNK)) * CHUNK
     with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
         store.create_topic("one", configs=NO_FSYNC)
         store.create_topic("many", configs={**NO_FSYNC, "segment.bytes": "16384"})
-        one = produce_lines(store, "one", n)
-        many = produce_lines(store, "many", n)
-        count = len(store.partition("many", 0).leader.bases)
-    print(f"{n:,} records into {count:,} segments: {many / n * 1e6:.2f} us/record; into one segment "
-          f"{one / n * 1e6:.2f} us/record ({many / one:.2f}x)")
+        chunks: dict[str, list[float]] = {"one": [], "many": []}
+        rolls: list[int] = []
+        for _ in range(n // CHUNK):
+            for topic in ("one", "many"):  # alternated, chunk by chunk: the same machine load
+                chunks[topic].append(produce_lines(store, topic, CHUNK))
+            rolls.append(len(store.partition("many", 0).leader.bases))
+    first, last = chunks["many"][0] / CHUNK * 1e6, chunks["many"][-1] / CHUNK * 1e6
+    one_first, one_last = chunks["one"][0] / CHUNK * 1e6, chunks["one"][-1] / CHUNK * 1e6
+    per_roll = (chunks["many"][-1] - chunks["one"][-1]) / (rolls[-1] - rolls[-2]) * 1e6
+    print(f"{n:,} records into {rolls[-1]:,} segments of 16 kB: first {CHUNK:,} {first:.2f} us/record, last "
+          f"{CHUNK:,} (from {rolls[-2]:,} segments on) {last:.2f} us/record ({last / first:.2f}x); one segment, same "
+          f"chunks: {one_first:.2f} and {one_last:.2f} us/record; a roll costs ~{per_roll:.0f} us "
+          f"(the last chunk's extra time over one segment per roll)")
 
 
 def bench_partitions(n: int = 100_000) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import resource
 import shutil
 import socket
@@ -32,45 +31,10 @@ import tempfile
 import threading
 import time
 
+from serve_process import Serve, klog_cmd  # benchmarks/ is on sys.path when run as a script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KCAT = shutil.which("kcat")
-
-
-def klog_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "klog", *args]
-
-
-class Serve:
-    def __init__(self, data_dir: str, env: dict) -> None:
-        self.proc = subprocess.Popen(klog_cmd("serve", "--listen", "127.0.0.1:0", "-d", data_dir),
-                                     stderr=subprocess.PIPE, env=env, text=True)
-        line = self.proc.stderr.readline()
-        found = re.search(r"listening on (\S+:\d+)", line)
-        if not found:
-            self.close()
-            raise SystemExit(f"klog serve did not start: {line}")
-        self.bootstrap = found.group(1)
-        self.port = int(self.bootstrap.rsplit(":", 1)[1])
-
-    def cpu_s(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def rss_mib(self) -> float:
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def confluent_produce(bootstrap: str, topic: str, n: int) -> float:

@@ -145,3 +145,31 @@ def pytest_collection_modifyitems(config, items):
         name = f"{os.path.basename(str(item.path))}::{getattr(item, 'originalname', item.name)}"
         if name in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+# -- random schedules replay: KLOG_TEST_SEED, and the seed named in a failure's report ---------------
+SEED_ENV = "KLOG_TEST_SEED"
+
+
+@pytest.fixture
+def replay_seed(request):
+    """`replay_seed(default)` -> the seed a test's random schedule uses: $KLOG_TEST_SEED when set (to
+    replay a failure), else `default`. A failing test's report ends with the line that reproduces it."""
+
+    def choose(default: int) -> int:
+        text = os.environ.get(SEED_ENV, "").strip()
+        seed = int(text) if text else default
+        request.node.user_properties.append(("seed", seed))
+        return seed
+
+    return choose
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    seeds = [value for name, value in item.user_properties if name == "seed"]
+    if report.failed and seeds:
+        report.sections.append(("random schedule", f"reproduce with: {SEED_ENV}={seeds[-1]} "
+                                                   f"python -m pytest '{item.nodeid}'"))

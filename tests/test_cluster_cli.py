@@ -103,6 +103,28 @@ def test_mirror_between_local_stores_keeps_everything_and_resumes(klog_proc, tmp
     assert envelopes(dst, "orders") == envelopes(src, "orders")  # no duplicate, nothing missing
 
 
+def test_mirror_into_existing_topics_keeps_partitions_only_when_dest_has_them_all(klog_proc, tmp_path):
+    """DEST with more partitions: each record keeps its own. With fewer: the partitioner places every
+    record by its key (not partitions 0-1 kept and the rest squeezed), as a producer would."""
+    from klog.client.partitioner import partition_for_key
+
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    fill(src, "orders", 60)
+    with klog.open(dst) as s:
+        s.create_topic("wide.orders", 5)
+        s.create_topic("narrow.orders", 2)
+    for target in ("wide", "narrow"):
+        r = klog_proc("mirror", src, dst, "orders", "--rename", target + ".{topic}")
+        assert r.returncode == 0, r.stderr
+    with klog.open(src, create=False) as s, s.consumer("orders") as c:
+        placed = {r.key: r.partition for r in c}
+    with klog.open(dst, create=False) as s:
+        with s.consumer("wide.orders") as c:
+            assert {r.key: r.partition for r in c} == placed
+        with s.consumer("narrow.orders") as c:
+            assert {r.key: r.partition for r in c} == {k: partition_for_key(k, 2) for k in placed}
+
+
 def test_mirror_pattern_and_rename(klog_proc, tmp_path):
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
     fill(src, "logs.a", 5, partitions=1)

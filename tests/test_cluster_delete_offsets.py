@@ -52,12 +52,20 @@ def test_delete_offsets_errors_are_the_local_ones(kafka_server, klog_proc, data_
     assert committed(klog_proc, "g") == [("t", 0), ("t", 1)]
 
 
-def test_delete_offsets_refuses_tls_and_sasl_clusters():
-    """OffsetDelete goes over a plain socket: a cluster needing TLS or SASL is refused in one line."""
+def test_what_the_socket_path_cannot_speak_is_one_usage_line():
+    """OffsetDelete/DescribeLogDirs go over klog's own socket: settings it cannot honour are refused by name."""
     from klog.client.remote.target import ClusterTarget
-    from klog.client.remote.wire import check_plaintext
+    from klog.client.remote.wire import security
 
-    check_plaintext(ClusterTarget("h:9092", {"security.protocol": "plaintext"}))
-    for protocol in ("SSL", "SASL_SSL", "SASL_PLAINTEXT"):
-        with pytest.raises(UsageError, match=f"PLAINTEXT only, not security.protocol {protocol};"):
-            check_plaintext(ClusterTarget("h:9092", {"security.protocol": protocol}))
+    assert security(ClusterTarget("h:9092", {"security.protocol": "plaintext"})).tls is None
+    sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.username": "u", "sasl.password": "p"}
+    for props, text in (({"security.protocol": "QUIC"}, "unknown security.protocol 'QUIC'"),
+                        (sasl, "sasl.mechanism GSSAPI is not supported"),  # librdkafka's default mechanism
+                        ({**sasl, "sasl.mechanism": "OAUTHBEARER"}, "sasl.mechanism OAUTHBEARER is not supported"),
+                        ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}, "needs -X sasl.username"),
+                        ({"security.protocol": "SSL", "ssl.ca.location": "/nonexistent/ca.pem"},
+                         "cannot load the TLS files"),
+                        ({"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "dns"},
+                         "invalid ssl.endpoint.identification.algorithm")):
+        with pytest.raises(UsageError, match=text):
+            security(ClusterTarget("h:9092", props))

@@ -3,8 +3,13 @@ properties given on the command line or in a named cluster; wrong credentials ar
 
 from __future__ import annotations
 
+import json
+import re
 import time
 
+import pytest
+
+from klog.meta.groups import GroupsMeta
 from tests.test_cluster_cli import assert_one_line_error
 from tests.test_serve_security import certs, secure_store, serving  # noqa: F401 - fixtures
 
@@ -32,3 +37,66 @@ def _result(r):  # noqa: ANN001, ANN202 - a CompletedProcess as the cli fixture'
     from tests.conftest import Result
 
     return Result(r.returncode, r.stdout, r.stderr.decode())
+
+
+MTLS = "mtls"  # an SSL listener requiring a client certificate
+SECURED = [
+    ("SSL", []),
+    (MTLS, []),
+    ("SASL_PLAINTEXT", ["-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice",
+                        "-X", "sasl.password=alice-pw"]),
+    ("SASL_SSL", ["-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=bob", "-X", "sasl.password=bob-pw"]),
+    ("SASL_SSL", ["-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=bob", "-X", "sasl.password=bob-pw"]),
+]
+
+
+@pytest.mark.parametrize("protocol,sasl", SECURED, ids=["SSL", "SSL-client-certificate", "SASL_PLAINTEXT-SCRAM-256",
+                                                          "SASL_SSL-PLAIN", "SASL_SSL-SCRAM-512"])
+def test_delete_offsets_and_partition_sizes_over_tls_and_sasl(secure_store, certs, klog_proc, monkeypatch,  # noqa: F811
+                                                              protocol, sasl):
+    """OffsetDelete and DescribeLogDirs (klog's own socket, not librdkafka) honour the same -X settings."""
+    monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "8")
+    secure_store.create_topic("t", partitions=2)
+    with secure_store.producer() as p:
+        for i in range(10):
+            p.send("t", b"v%d" % i, partition=i % 2)
+    groups = GroupsMeta(secure_store.meta)
+    groups.set_offsets("g", {("t", 0): 3, ("t", 1): 4})
+    config, mtls = {}, protocol == MTLS
+    if mtls:
+        protocol, config = "SSL", {"ssl_cafile": certs.ca, "ssl_client_auth": "required"}
+        sasl = ["-X", f"ssl.certificate.location={certs.path('alice.pem')}",
+                "-X", f"ssl.key.location={certs.path('alice.key')}"]
+    with serving(secure_store, certs, protocol, **config) as server:
+        props = ["-X", f"security.protocol={protocol}", *sasl]
+        if "SSL" in protocol:
+            props += ["-X", f"ssl.ca.location={certs.ca}"]
+        address = server.addr[protocol]
+        r = klog_proc("topics", "describe", "t", "--json", "-b", address, *props, timeout=60)
+        assert r.returncode == 0, r.stderr
+        sizes = [p["size_bytes"] for p in json.loads(r.stdout)["partitions"]]
+        assert all(isinstance(s, int) and s > 0 for s in sizes), sizes  # not '-' (None): DescribeLogDirs answered
+        r = klog_proc("groups", "delete-offsets", "g", "--topic", "t:1", "-b", address, *props, timeout=60)
+        assert (r.returncode, r.stdout) == (0, b"Deleted 1 committed offset(s) of group g\n"), r.stderr
+    assert sorted(groups.committed("g")) == [("t", 0)]
+
+
+def test_socket_path_refusals_are_one_line(secure_store, certs):  # noqa: F811
+    """Wrong password, an untrusted server certificate, a mechanism the broker does not offer: one
+    error naming the broker and the reason, at once (not retried until the timeout)."""
+    from klog.client.remote.target import ClusterTarget
+    from klog.client.remote.wire import SecurityError, offset_delete
+
+    with serving(secure_store, certs, "SASL_SSL", sasl_mechanisms=("PLAIN",)) as server:
+        address = server.addr["SASL_SSL"]
+        base = {"security.protocol": "SASL_SSL", "ssl.ca.location": certs.ca, "sasl.username": "alice"}
+        for props, text in (({**base, "sasl.mechanism": "PLAIN", "sasl.password": "wrong"},
+                             "SASL authentication failed at Kafka broker 127.0.0.1:"),
+                            ({**base, "sasl.mechanism": "SCRAM-SHA-256", "sasl.password": "alice-pw"},
+                             "does not offer SASL mechanism SCRAM-SHA-256 (it offers PLAIN)"),
+                            ({**base, "ssl.ca.location": certs.path("other-ca.pem"), "sasl.mechanism": "PLAIN",
+                              "sasl.password": "alice-pw"}, "TLS handshake with Kafka broker 127.0.0.1:")):
+            started = time.monotonic()
+            with pytest.raises(SecurityError, match=re.escape(text)) as caught:
+                offset_delete(ClusterTarget(address, props), "g", "t", [0], timeout=8)
+            assert time.monotonic() - started < 5 and "\n" not in str(caught.value)

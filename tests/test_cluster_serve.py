@@ -130,6 +130,15 @@ def test_offsets_and_topics_list_describe_give_the_same_output(both, data_dir):
         [{k: p[k] for k in keep} for p in json.loads(local.stdout)["partitions"]]
 
 
+def test_topics_describe_says_why_segments_are_unknown_on_a_cluster(both, data_dir):
+    fill(data_dir, "a", 5, partitions=2)
+    r, local = both("topics", "describe", "a")
+    assert r.returncode == local.returncode == 0, r.stderr
+    note = b"SEGMENTS -: a Kafka cluster does not report segment counts (no Kafka API gives them)\n"
+    assert r.stdout.endswith(note) and note not in local.stdout
+    assert [line.split()[-1] for line in r.stdout.splitlines()[3:5]] == [b"-", b"-"]  # the column itself
+
+
 def test_topics_describe_configs(both, data_dir):
     needs_apis(DESCRIBE_CONFIGS)
     fill(data_dir, "a", 5)
@@ -171,7 +180,7 @@ def test_mirror_local_to_cluster_to_local_is_byte_equal(kafka_server, klog_proc,
 
 
 @pytest.mark.slow
-def test_mirror_follow_killed_20_times_loses_nothing(kafka_server, tmp_path, data_dir):
+def test_mirror_follow_killed_20_times_loses_nothing(kafka_server, tmp_path, data_dir, replay_seed):
     """kill -9 at random moments while mirroring with --follow and records keep arriving: every
     record arrives, and duplicates stay within the documented window (one checkpoint interval)."""
     src = str(tmp_path / "src")
@@ -194,7 +203,7 @@ def test_mirror_follow_killed_20_times_loses_nothing(kafka_server, tmp_path, dat
     writer.start()
     env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir}
     cmd = [sys.executable, "-m", "klog", "mirror", src, kafka_server.bootstrap, "t", "--follow"]
-    rng = random.Random(14)
+    rng = random.Random(replay_seed(14))
     try:
         for _ in range(20):
             proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
@@ -325,3 +334,15 @@ def test_produce_flags_land_the_same_records(kafka_server, klog_proc, data_dir):
         return sorted(out, key=lambda d: (d["partition"], d["offset"]))
 
     assert shape("via_cluster") == shape("direct")
+
+
+def test_produce_refused_record_names_its_line_and_keeps_those_before(kafka_server, klog_proc, data_dir):
+    """The bulk path through librdkafka reports which line the client refused, as the local store does."""
+    lines = b"a\nb\n" + b"x" * 3000 + b"\nc\n"
+    r = remote(kafka_server, klog_proc, "produce", "big", "-X", "message.max.bytes=1000", input=lines)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and err.count("\n") == 2, err  # 'created topic' and the error
+    assert "line 3: record is larger than the client's message.max.bytes" in err
+    assert "2 records before it were written" in err
+    with klog.open(data_dir, create=False) as s, s.consumer("big") as c:
+        assert [r.value for r in c] == [b"a", b"b"]

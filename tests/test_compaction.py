@@ -4,7 +4,7 @@ Method: keyed workloads are written over many tiny segments (segment.bytes of a 
 bytes), compacted with an injected clock, and read back through the public consumer; the model
 is "the last record of each key below the first uncleanable offset, and everything from there
 on", at the records' own offsets. Crash safety is proven with real SIGKILLs of a compacting
-child process at every named step of the swap (klog.store.cleaner.CRASH_STEPS, via
+child process at every named step of the swap (klog.store.faults.CRASH_STEPS, via
 $KLOG_CRASH_AT), then a writer opening the log. kafka-python decodes the rewritten segments.
 """
 
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import klog
 from klog.client import lifecycle
 from klog.client.verify import verify_store
-from klog.store.cleaner import CRASH_ENV, CRASH_STEPS
+from klog.store.faults import CRASH_ENV, CRASH_STEPS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = 1_700_000_000_000

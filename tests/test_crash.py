@@ -99,11 +99,11 @@ def check_log(values: list[tuple[int, bytes]], acked: dict[int, bytes]) -> None:
     assert not missing, f"{len(missing)} acknowledged records lost or moved, first at offset {min(missing)}"
 
 
-def test_sigkilled_producer_rf1_loses_no_acknowledged_record(tmp_path):
+def test_sigkilled_producer_rf1_loses_no_acknowledged_record(tmp_path, replay_seed):
     data = str(tmp_path / "data")
     with klog.open(data) as store:
         store.create_topic("c", configs={"segment.bytes": "40000", "index.interval.bytes": "1000"})
-    acked = crash_many_times(data, "c", "1", runs=40, seed=1)
+    acked = crash_many_times(data, "c", "1", runs=40, seed=replay_seed(1))
     with klog.open(data) as store:
         with store.producer() as p:  # the next writer recovers the tail and goes on
             p.send("c", value_of(999, 0), partition=0)
@@ -121,13 +121,13 @@ def replica_image(directory: str) -> list[tuple[str, bytes]]:
     return out
 
 
-def test_sigkilled_producer_rf3_acks_all_every_isr_replica_has_every_acknowledged_record(tmp_path):
+def test_sigkilled_producer_rf3_acks_all_every_isr_replica_has_every_acknowledged_record(tmp_path, replay_seed):
     data = str(tmp_path / "data")
     dirs = [str(tmp_path / f"disk{i}") for i in range(3)]
     with klog.Store(data, log_dirs=dirs) as store:
         store.create_topic("c3", replication_factor=3,
                            configs={"segment.bytes": "40000", "min.insync.replicas": "2"})
-    acked = crash_many_times(data, "c3", "all", runs=30, seed=3)
+    acked = crash_many_times(data, "c3", "all", runs=30, seed=replay_seed(3))
     with klog.open(data) as store:
         meta = store.topics.get("c3").partitions[0]
         assert sorted(meta.isr) == [0, 1, 2], "no directory failed, so no replica may leave the ISR"

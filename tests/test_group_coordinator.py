@@ -317,11 +317,12 @@ def test_static_leader_restart_keeps_the_generation_and_is_not_told_to_assign() 
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_random_operations_keep_the_invariants(seed: int) -> None:
+def test_random_operations_keep_the_invariants(seed: int, replay_seed) -> None:
     """Seeded random joins, syncs, heartbeats, leaves and clock jumps: every delayed reply is given
     exactly once (all of them once the clock has run past every timeout), and the group stays sane."""
     import random
 
+    seed = replay_seed(seed)
     rng = random.Random(seed)
     c, clock = make(delay=rng.choice([0, DELAY]))
     replies: list[Replies] = []

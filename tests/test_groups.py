@@ -18,7 +18,7 @@ import pytest
 from klog.client import assignors
 from klog.client import groups_admin as admin
 from klog.errors import GroupError, UsageError
-from klog.meta.groups import GroupFencedError, GroupsMeta, Member
+from klog.meta.groups import GroupFencedError, GroupsMeta, Member, now_ms
 
 SETTLE_ROUNDS_MAX = 300  # x 10 ms: a rebalance in one process needs a few polls
 
@@ -29,6 +29,19 @@ def fill(store, topic: str, partitions: int, per_partition: int) -> None:
         for i in range(per_partition):
             for part in range(partitions):
                 p.send(topic, b"%d-%d" % (part, i), partition=part, timestamp=1000 * (i + 1))
+
+
+class FakeClock:
+    """A monotonic clock in seconds that moves only when a test says so (no sleeping past a timeout)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def settle(consumers, done, seen=None) -> None:
@@ -92,11 +105,12 @@ def test_members_split_partitions_and_rebalance_on_join_and_leave(store, assigno
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_random_joins_leaves_and_writes_lose_nothing_and_repeat_nothing(store, seed) -> None:
+def test_random_joins_leaves_and_writes_lose_nothing_and_repeat_nothing(store, seed, replay_seed) -> None:
     """Seeded walk: members join (subscribing to t, u or both) and leave cleanly while records arrive;
     after each step no partition is held twice; at the end every record was seen exactly once."""
     import random
 
+    seed = replay_seed(seed)
     rng = random.Random(seed)
     assignor = assignors.NAMES[seed % len(assignors.NAMES)]
     store.create_topic("t", partitions=4)
@@ -190,9 +204,9 @@ def test_a_silent_member_is_expelled_and_its_commits_fenced(store) -> None:
     fill(store, "t", 2, 3)
     meta = GroupsMeta(store.meta)
     silent = Member.local("silent-1", "test", ["t"], "range", session_timeout_ms=200)
-    meta.join("g", silent, assignors.assign)  # joins, never heartbeats
+    silent.heartbeat_ms = now_ms() - 300  # its last heartbeat was one session timeout and more ago
+    GroupsMeta(store.meta, clock=lambda: silent.heartbeat_ms).join("g", silent, assignors.assign)  # then silence
     live = store.group_consumer("g", "t", session_timeout_ms=3000)
-    time.sleep(0.3)
     settle([live], lambda: len(live.assignment()) == 2)
     with pytest.raises(GroupFencedError, match="member silent-1 is no longer in group 'g'"):
         meta.commit("g", "silent-1", live.generation, {("t", 0): (1, "")})
@@ -216,11 +230,12 @@ def test_heartbeats_keep_a_busy_member_in_the_group_and_stop_on_close(store) -> 
 
 def test_a_member_that_stops_polling_leaves_after_max_poll_interval(store) -> None:
     fill(store, "t", 2, 3)
-    slow = store.group_consumer("g", "t", max_poll_interval_ms=300, heartbeat_interval_ms=50)
+    clock = FakeClock()
+    slow = store.group_consumer("g", "t", max_poll_interval_ms=300, heartbeat_interval_ms=50, clock=clock)
     busy = store.group_consumer("g", "t")
     settle([slow, busy], lambda: sizes([slow, busy]) == [1, 1])
     kept = slow.assignment()
-    time.sleep(0.6)  # "user code" that does not poll; its heartbeats alone do not keep it in the group
+    clock.advance(0.6)  # "user code" that does not poll; its heartbeats alone do not keep it in the group
     settle([busy], lambda: len(busy.assignment()) == 2)
     with pytest.raises(GroupFencedError, match="is no longer in group 'g'"):
         slow.commit({kept[0]: 1})
@@ -250,8 +265,6 @@ def test_a_member_whose_process_is_gone_is_expired_at_once(store) -> None:
 
 
 def test_liveness_rules_pid_start_time_and_other_hosts() -> None:
-    from klog.meta.groups import now_ms
-
     me = Member.local("m", "test", ["t"], "range", session_timeout_ms=60_000)
     assert me.alive(now_ms())
     reused = Member(**{**vars(me), "pid_start": (me.pid_start or 0) + 1})  # same pid, another process

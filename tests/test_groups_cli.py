@@ -383,3 +383,16 @@ def test_a_dry_run_reset_names_the_live_members_execute_would_be_refused_for(cli
         assert note.endswith("--execute will be refused until they stop")
     r = cli("groups", "reset-offsets", "g", "--topic", "t", "--to-earliest")
     assert "note:" not in r.stderr
+
+
+def test_group_values_resume_inside_a_batch_and_print_null_as_an_empty_line(cli) -> None:
+    """The values-only path of `consume --group`: a batch begun by an earlier run is cut at the
+    committed offset, whole batches are decoded values-only; a null value is an empty line."""
+    envelopes = [json.dumps({"value": None if i % 4 == 3 else str(i)}) for i in range(200)]
+    cli("produce", "t", "--input", "json", input="\n".join(envelopes).encode() + b"\n")
+    cli("produce", "t", input=b"".join(b"late%d\n" % i for i in range(100)))  # a second batch
+    first = cli("consume", "t", "-G", "a", "-n", "5")
+    rest = cli("consume", "t", "-G", "a")
+    want = [b"" if i % 4 == 3 else b"%d" % i for i in range(200)] + [b"late%d" % i for i in range(100)]
+    assert first.stdout.split(b"\n")[:-1] == want[:5]
+    assert rest.stdout.split(b"\n")[:-1] == want[5:]

@@ -381,12 +381,12 @@ def test_segments_roll_before_a_relative_offset_overflows(tmp_path, monkeypatch,
     """Kafka rolls when a batch's last offset no longer fits the segment's int32 relative offsets;
     with the limit made small, segments must roll at exactly those batches, and reads, timestamp
     lookups and both indexes must stay right (also after a recovery rebuilt the indexes)."""
-    import klog.store.index as index_module
     import klog.store.segment as segment_module
+    import klog.store.validate as validate_module
 
     limit = 9  # relative offsets 0..9: ten offsets per segment at most
     monkeypatch.setattr(segment_module, "RELATIVE_OFFSET_MAX", limit)
-    monkeypatch.setattr(index_module, "RELATIVE_OFFSET_MAX", limit)
+    monkeypatch.setattr(validate_module, "RELATIVE_OFFSET_MAX", limit)
     directory = str(tmp_path / "t-0")
     built = build_log(directory, 11, n_batches=45, segment_bytes=1 << 30, index_interval_bytes=0, max_records=4,
                       recover_at=(30,) if recover else ())

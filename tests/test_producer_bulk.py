@@ -67,3 +67,21 @@ def test_compacted_topic_refuses_a_keyless_record(store) -> None:
     store.create_topic("c", configs={"cleanup.policy": "compact"})
     with store.producer() as producer, pytest.raises(UsageError, match="needs a key"):
         producer.send_keyed("c", [(b"k", b"1"), (None, b"2")])
+
+
+def test_send_values_checks_as_send_keyed(store) -> None:
+    """send_values (the CLI's line mode) has its own loop: the same size limit, index and refusal."""
+    store.create_topic("big", configs={"max.message.bytes": "200"})
+    store.create_topic("c", configs={"cleanup.policy": "compact"})
+    store.create_topic("three", partitions=3)
+    with store.producer() as producer:
+        with pytest.raises(RecordTooLargeError) as e:
+            producer.send_values("big", [b"a", b"b", b"x" * 300, b"c"])
+        assert e.value.index == 2
+        with pytest.raises(UsageError, match="needs a key"):
+            producer.send_values("c", [b"1"])
+        producer.send_values("three", [b"%d" % i for i in range(500)])
+    assert _by_partition(store, "big") == {0: [(None, b"a"), (None, b"b")]}
+    got = _by_partition(store, "three")
+    assert sorted(v for rows in got.values() for _, v in rows) == sorted(b"%d" % i for i in range(500))
+    assert all([int(v) for _, v in rows] == sorted(int(v) for _, v in rows) for rows in got.values())

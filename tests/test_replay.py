@@ -271,10 +271,10 @@ def test_replay_rolling_dest_segments_runs_retention(store, group):
     assert values == [b"%04d" % i for i in range(300 - len(values), 300)]  # the newest records, in order
 
 
-def test_sigkilled_replays_resume_without_duplicates(store, data_dir):
+def test_sigkilled_replays_resume_without_duplicates(store, data_dir, replay_seed):
     fill(store, "src", 6000)
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
-    seed = random.randrange(10**6)
+    seed = replay_seed(random.randrange(10**6))
     rng = random.Random(seed)
     args = [sys.executable, "-m", "klog", "replay", "src", "--to", "dst", "--group", "g", "--keep-timestamps",
             "--rate", "2000"]

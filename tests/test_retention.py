@@ -160,8 +160,50 @@ def test_retention_by_time_on_real_segments(seg_topic):
     assert values(store, "t") == [b"value-%05d" % i for i in range(expected_start, 100)]
     kept = [f.base_offset for f in before if f.base_offset >= expected_start]
     assert segment_files(store, "t") == [f"{b:020d}.log" for b in kept]
-    assert segment_files(store, "t", ".deleted") == []
+    # file.delete.delay.ms (60 s, Kafka's default): the removed segments linger as .deleted files
+    gone = [f.base_offset for f in before if f.base_offset < expected_start]
+    assert segment_files(store, "t", ".log.deleted") == [f"{b:020d}.log.deleted" for b in gone]
     assert result[0].segments_deleted == len(before) - len(kept)
+
+
+def _age(paths, seconds):
+    past = time.time() - seconds
+    for path in paths:
+        os.utime(path, (past, past))
+
+
+def test_deleted_segments_are_unlinked_after_file_delete_delay_ms(seg_topic):
+    """Retention renames a segment's files to .deleted; a reader holding the old segment open
+    reads it whole; the files are unlinked by the first writer open (or retention pass) after
+    file.delete.delay.ms, not before; with 0 they go at once."""
+    store = seg_topic
+    retain(store, "t", file_delete_delay_ms=30_000)
+    fill(store, "t", 100)
+    d = store.partition("t", 0).leader.directory
+    first = os.path.join(d, segment_files(store, "t")[0])
+    with open(first, "rb") as reader:
+        lifecycle.delete_records(store, "t", before_offset=60)
+        deleted = [os.path.join(d, n) for n in segment_files(store, "t", ".deleted")]
+        assert any(p.endswith(".log.deleted") for p in deleted) and not os.path.exists(first)
+        assert b"value-00000" in reader.read()  # still readable through the open file
+    fill(store, "t", 1)  # a writer opens: the delay is not over
+    assert all(os.path.exists(p) for p in deleted)
+    _age(deleted, 29)
+    lifecycle.clean(store, "t")
+    assert all(os.path.exists(p) for p in deleted)
+    _age(deleted, 31)
+    lifecycle.clean(store, "t")
+    assert segment_files(store, "t", ".deleted") == []
+    lifecycle.delete_records(store, "t", before_offset=70)
+    deleted = [os.path.join(d, n) for n in segment_files(store, "t", ".deleted")]
+    assert deleted
+    _age(deleted, 31)
+    store.partition("t", 0).leader.deleted_files_due = time.time()  # a long-lived writer: due now
+    lifecycle.delete_records(store, "t", before_offset=71)  # deletes nothing new, sweeps what is due
+    assert segment_files(store, "t", ".deleted") == []
+    retain(store, "t", file_delete_delay_ms=0)
+    lifecycle.delete_records(store, "t", before_offset=90)
+    assert segment_files(store, "t", ".deleted") == []
 
 
 def test_retention_by_size_on_real_segments(seg_topic):
@@ -228,10 +270,15 @@ def test_leftover_deleted_files_are_removed_when_a_writer_opens(seg_topic):
     fill(store, "t", 30)
     d = store.partition("t", 0).leader.directory
     stray = os.path.join(d, f"{0:020d}.log.deleted")
-    with store.partition("t", 0).lock, open(stray, "wb") as f:  # left by a writer (lock held) killed mid-way
-        f.write(b"junk")
+    young = os.path.join(d, f"{0:020d}.index.deleted")
+    with store.partition("t", 0).lock:  # left by a writer (lock held) killed mid-way
+        for path in (stray, young):
+            with open(path, "wb") as f:
+                f.write(b"junk")
+    _age([stray], 61)
     fill(store, "t", 1)
     assert not os.path.exists(stray)
+    assert os.path.exists(young)  # file.delete.delay.ms (60 s) counts from its retirement
 
 
 # -- delete-records ------------------------------------------------------------------------------
@@ -327,10 +374,11 @@ def test_sigkill_during_retention_leaves_a_valid_log_and_the_next_writer_finishe
     import subprocess
     import sys
 
-    from klog.store.cleaner import CRASH_ENV
+    from klog.store.faults import CRASH_ENV
 
     with klog.open(data_dir) as store:
-        store.create_topic("t", partitions=1, configs={"segment.bytes": "800", "retention.ms": "-1"})
+        store.create_topic("t", partitions=1, configs={"segment.bytes": "800", "retention.ms": "-1",
+                                                       "file.delete.delay.ms": "0"})
         fill(store, "t", 100)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, CRASH_ENV: step, "PYTHONPATH": repo}

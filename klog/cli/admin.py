@@ -105,9 +105,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check every batch's CRC and every index; --repair fixes what it can and says what it did."""
         with open_store(data_dir, create=False, read_only=not repair) as store:
-            from klog.client.verify import verify_store
-
-            reports = verify_store(store, topic, repair=repair)
+            reports = store.verify(topic, repair=repair)
         bad = 0
         for r in reports:
             if as_json:
@@ -131,17 +129,7 @@ def _dump_paths(path: str, data_dir: str | None) -> list[str]:
     if os.path.exists(path):
         return [path]
     with open_store(data_dir, create=False, read_only=True) as store:
-        # <log dir>/TOPIC-P of a partition that never had a record: its folder comes with the first write
-        given = os.path.abspath(path)  # abspath also drops a trailing slash
-        parent = os.path.realpath(os.path.dirname(given))
-        if any(parent == os.path.realpath(store.data_dir.log_dir_path(d)) for d in store.log_dir_ids()):
-            path = os.path.basename(given)
-        # a partition that never had a record has no folder yet: nothing to dump
-        if store.has_topic(path):
-            folders = [store.partition(path, p).leader.directory for p in range(store.partition_count(path))]
-            return [f for f in folders if os.path.isdir(f)]
-        topic, _, number = path.rpartition("-")
-        if topic and number.isdigit() and store.has_topic(topic):
-            folder = store.partition(topic, int(number)).leader.directory
-            return [folder] if os.path.isdir(folder) else []
-    raise UsageError(f"'{path}' is neither a file, a folder, a topic nor TOPIC-PARTITION of the store")
+        folders = store.partition_folders(path)
+    if folders is None:
+        raise UsageError(f"'{path}' is neither a file, a folder, a topic nor TOPIC-PARTITION of the store")
+    return folders

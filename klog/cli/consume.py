@@ -10,6 +10,7 @@ import typer
 
 from klog.cli.app import DataDirOpt, open_store
 from klog.cli.output import FORMAT_HELP, compile_format, json_for_terminal, write_all
+from klog.cli.ranges import CountOpt, OffsetOpt, PartitionOpt, SinceOpt, TailOpt, UntilOpt
 from klog.client.envelope import record_json_line, record_to_json
 from klog.errors import UsageError
 
@@ -31,15 +32,14 @@ def register(app: typer.Typer) -> None:
         pattern: Annotated[str | None, typer.Option("--pattern", help="Also read topics whose whole name matches "
                                                     "REGEX ('orders.*', not 'orders').")] = None,
         follow: Annotated[bool, typer.Option("--follow", "-f", help="Wait for new records (like tail -f).")] = False,
-        offset: Annotated[str | None, typer.Option("--offset", "-o",
-                                                   help="beginning | end | N | -N (N back from the end).")] = None,
-        since: Annotated[str | None, typer.Option("--since", help="Start at a time: ISO, epoch ms, 15m ago.")] = None,
-        until: Annotated[str | None, typer.Option("--until", help="Stop before this time.")] = None,
-        tail: Annotated[int | None, typer.Option("--tail", help="Last N records of each partition.")] = None,
+        offset: OffsetOpt = None,
+        since: SinceOpt = None,
+        until: UntilOpt = None,
+        tail: TailOpt = None,
         last: Annotated[int | None, typer.Option("--last", help="The N newest records of the topics (all partitions), "
                                                  "in time order; with -f, then follow.")] = None,
-        count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after N records in all.")] = None,
-        partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
+        count: CountOpt = None,
+        partition: PartitionOpt = None,
         fmt: Annotated[str | None, typer.Option("--format", "-F", help="kcat-style format string (see above).")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="JSON lines: the envelope produce --input json reads.")]
         = False,
@@ -72,25 +72,13 @@ def register(app: typer.Typer) -> None:
                                                  "(also when TZ is set); UTC otherwise.")] = False,
         data_dir: DataDirOpt = None,
     ) -> None:
-        from klog.client.consumer import StartSpec
-        from klog.client.timespec import parse_time_ms
+        from klog.client.timespec import parse_range
 
         if not topics and not pattern:
             raise UsageError("give a topic to read (or --pattern REGEX)")
-        chosen = [x for x in (offset, since, tail, last) if x is not None]
-        if len(chosen) > 1:
-            raise UsageError("use only one of --offset, --since, --tail and --last")
+        start, until_ms = parse_range(offset, since, until, tail, last, with_last=True)
         if last is not None and (last < 0 or group is not None or exec_cmd is not None):
             raise UsageError("--last needs a count of 0 or more, and no --group or --exec")
-        if since is not None:
-            start = StartSpec("timestamp", parse_time_ms(since))
-        elif tail is not None or last is not None:
-            if (tail or 0) < 0:
-                raise UsageError("--tail needs a count of 0 or more")
-            start = StartSpec("tail", tail if tail is not None else last)
-        else:
-            start = StartSpec.parse(offset or "beginning")
-        until_ms = parse_time_ms(until) if until else None
         if count is not None and count < 0:
             raise UsageError("--count needs a count of 0 or more")
         record_filter = _record_filter(grep, grep_key, grep_header)
@@ -102,18 +90,22 @@ def register(app: typer.Typer) -> None:
             render, as_json = (lambda r: json_for_terminal(record_to_json(r)).encode() + b"\n"), False
         isolation, other_props = _isolation_level(prop or [])
         if group is not None or exec_cmd is not None:
-            from klog.cli.groups import consume_group, consume_options
+            from klog.client.delivery import deliver
 
-            props = consume_options(group, exec_cmd, batch, prop if group else other_props, offset,
-                                    (since, until, tail, partition))
+            props = _group_options(group, exec_cmd, batch, prop if group else other_props, offset,
+                                   (since, until, tail, partition))
+            line = render or (record_json_line if as_json else None)
             with open_store(data_dir, create=False) as store:
                 names = store.resolve_topics(topics or [], pattern)
-                line = render or (record_json_line if as_json else None)
+                flush_each_fetch = line is None and exec_cmd is None and on_terminal  # the readable view, per fetch
+                if flush_each_fetch:
+                    line = _terminal_line(len(names) > 1, no_color, local_time)
                 plain = None if group else store.consumer(*names, partitions=partition, start=start, until_ms=until_ms,
                                                           follow=follow, count=count, record_filter=record_filter,
                                                           isolation_level=isolation)
-                consume_group(store, group, names, props, line, follow, count, record_filter, exec_cmd, batch or 1,
-                              plain, no_color, local_time)
+                deliver(store, names, group=group, properties=props, line=line, follow=follow, count=count,
+                        record_filter=record_filter, exec_cmd=exec_cmd, batch=batch or 1, reader=plain,
+                        flush_each_fetch=flush_each_fetch)
             return
         if batch is not None or other_props:
             raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
@@ -134,6 +126,37 @@ def register(app: typer.Typer) -> None:
                 view.draw(consumer, write_stdout)
                 return
             _write(consumer, render, as_json)
+
+
+def _group_options(group: str | None, exec_cmd: str | None, batch: int | None, props: list[str] | None,
+                    offset: str | None, positional: tuple) -> dict[str, str]:
+    """Check the --group/--exec combination; returns the consumer properties (-X, plus -o as auto.offset.reset)."""
+    if batch is not None and (exec_cmd is None or batch < 1):
+        raise UsageError("--batch needs --exec and a count of 1 or more")
+    if group is None:
+        if props:
+            raise UsageError("--property needs --group")
+        return {}
+    if any(x is not None for x in positional):
+        raise UsageError("with --group the group decides partitions and start offsets: drop --since, --until, "
+                         "--tail and --partition")
+    from klog.client.pairs import parse_pairs
+
+    out: dict[str, str] = {}
+    if offset is not None:
+        if offset not in ("beginning", "earliest", "end", "latest"):
+            raise UsageError("with --group, --offset takes beginning or end (where to start without a committed "
+                             "offset)")
+        out["auto.offset.reset"] = "earliest" if offset in ("beginning", "earliest") else "latest"
+    return {**out, **parse_pairs(props, "--property")}
+
+
+def _terminal_line(show_topic: bool, no_color: bool, local_time: bool):  # noqa: ANN202
+    """The readable log view's line of a record, as bytes (a group member on a terminal)."""
+    from klog.cli.view import TerminalView, color_wanted, local_time_wanted
+
+    view = TerminalView(show_topic, color_wanted(no_color), local_time_wanted(local_time))
+    return lambda r: view.line(r).encode("utf-8", "replace")
 
 
 def _isolation_level(props: list[str]) -> tuple[str, list[str]]:

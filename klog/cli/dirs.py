@@ -15,28 +15,20 @@ app = typer.Typer(help="List, add and remove log directories (disks) of the stor
 @app.command("list")
 def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Each log directory's health (ok, missing, read-only, full, replaced), size and replica count."""
-    from klog.client.dirs import list_dirs
-
     with open_store(data_dir, create=False) as store:
-        infos = list_dirs(store)
-    if as_json:
-        for i in infos:
-            print(json.dumps(vars(i)))
-        return
-    from klog.cli.tables import human_size, on_terminal, print_table
+        infos = store.list_dirs()
+    from klog.cli.tables import human_size, on_terminal, print_listing
 
     size = human_size if on_terminal() else str
-    print_table(["ID", "PATH", "HEALTH", "SIZE", "REPLICAS", "LEADERS"],
-                [[i.id, i.path, i.health, size(i.size_bytes), i.replicas, i.leaders] for i in infos])
+    print_listing(infos, ["ID", "PATH", "HEALTH", "SIZE", "REPLICAS", "LEADERS"],
+                  lambda i: [i.id, i.path, i.health, size(i.size_bytes), i.replicas, i.leaders], as_json)
 
 
 @app.command()
 def add(path: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Add a log directory (an empty or new folder, typically on another disk)."""
-    from klog.client.dirs import add_dir
-
     with open_store(data_dir) as store:
-        info = add_dir(store, path)
+        info = store.add_dir(path)
     print(json.dumps(vars(info)) if as_json else f"Added log directory {info.id}: {info.path}")
 
 
@@ -47,10 +39,8 @@ def remove(
     as_json: JsonOpt = False,
 ) -> None:
     """Move every replica off a log directory (caught up first, nothing lost), then remove it."""
-    from klog.client.dirs import remove_dir
-
     with open_store(data_dir, create=False) as store:
-        moved = remove_dir(store, log_dir)
+        moved = store.remove_dir(log_dir)
     print(json.dumps({"removed": log_dir, "replicas_moved": moved}) if as_json
           else f"Removed log directory {log_dir} ({moved} replicas moved)")
 

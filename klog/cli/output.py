@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 
 # the JSON envelope lives in the library (klog.client.envelope); its names stay importable here
+from klog.client.delivery import WRITE_CHUNK_BYTES  # one write call never gets more than this
 from klog.client.envelope import bytes_to_json, json_to_bytes, record_json_line, record_to_json  # noqa: F401
 from klog.client.records import Record
 from klog.errors import UsageError
@@ -91,7 +92,6 @@ def terminal_safe(data: bytes) -> str:
     return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
 
 
-WRITE_CHUNK_BYTES = 1 << 20  # one write call never gets more than this (CPython's can return short past 2 GiB)
 
 
 def write_all(out, data: bytes) -> None:  # noqa: ANN001 - a binary stream (sys.stdout.buffer)

@@ -87,8 +87,10 @@ def register(app: typer.Typer) -> None:
 
         _FALLBACK_WARNED.clear()
         with open_store(data_dir) as store:
+            # no ack callback unless offsets are printed: on a cluster it is a Python call per record
             producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
-                                      batch_size=batch_size, on_ack=on_ack, on_create=on_create)
+                                      batch_size=batch_size, on_ack=on_ack if print_offsets else None,
+                                      on_create=on_create)
             sources = files or ["-"]
             line_no = 0
             try:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
+from klog.cli.ranges import CountOpt, OffsetOpt, PartitionOpt, SinceOpt, TailOpt, UntilOpt
 from klog.errors import UsageError
 
 
@@ -33,20 +34,21 @@ def register(app: typer.Typer) -> None:
         source: Annotated[str, typer.Argument(help="Topic to replay.")],
         to: Annotated[str | None, typer.Option("--to", help="Topic to write into (default: stdout). "
                                                "Created with SRC's partition count if missing.")] = None,
-        offset: Annotated[str | None, typer.Option("--offset", "-o",
-                                                   help="beginning | end | N | -N (N back from the end).")] = None,
-        since: Annotated[str | None, typer.Option("--since", help="Start at a time: ISO, epoch ms, 15m ago.")] = None,
-        until: Annotated[str | None, typer.Option("--until", help="Stop before this time.")] = None,
-        tail: Annotated[int | None, typer.Option("--tail", help="Last N records of each partition.")] = None,
-        count: Annotated[int | None, typer.Option("--count", "-n", help="Stop after N records in all.")] = None,
-        partition: Annotated[list[int] | None, typer.Option("--partition", "-p", help="Only this partition.")] = None,
+        offset: OffsetOpt = None,
+        since: SinceOpt = None,
+        until: UntilOpt = None,
+        tail: TailOpt = None,
+        count: CountOpt = None,
+        partition: PartitionOpt = None,
         keep_timestamps: Annotated[bool, typer.Option("--keep-timestamps",
                                                       help="Keep the original timestamps (default: now).")] = False,
         speed: Annotated[str, typer.Option("--speed", help="max, or a factor of the original pace: 1, 10, 0.5.")]
         = "max",
         rate: Annotated[float | None, typer.Option("--rate", help="At most N records per second.")] = None,
         group: Annotated[str | None, typer.Option("--group", "-G",
-                                                  help="Record progress as G: a rerun resumes, no duplicates.")]
+                                                  help="Record progress as G: a rerun resumes, no duplicates. DEST "
+                                                  "must be a local store (a cluster cannot show which records of a "
+                                                  "killed write landed; use klog mirror there).")]
         = None,
         as_json: Annotated[bool, typer.Option("--json", help="On stdout: the JSON envelope produce --input json "
                                               "reads.")] = False,
@@ -60,20 +62,10 @@ def register(app: typer.Typer) -> None:
         """Re-publish a range of SRC into DEST (or stdout), keys and headers kept, keyed records to
         their key's partition; --speed 1 keeps the original gaps between records (merged across
         partitions by timestamp)."""
-        from klog.client.consumer import StartSpec
         from klog.client.replay import Replayer
-        from klog.client.timespec import parse_time_ms
+        from klog.client.timespec import parse_range
 
-        if len([x for x in (offset, since, tail) if x is not None]) > 1:
-            raise UsageError("use only one of --offset, --since and --tail")
-        if since is not None:
-            start = StartSpec("timestamp", parse_time_ms(since))
-        elif tail is not None:
-            if tail < 0:
-                raise UsageError("--tail needs a count of 0 or more")
-            start = StartSpec("tail", tail)
-        else:
-            start = StartSpec.parse(offset or "beginning")
+        start, until_ms = parse_range(offset, since, until, tail)
         factor = parse_speed(speed)
         if to_store is not None and to is None:
             raise UsageError("--to-store needs --to DEST (the topic to write into)")
@@ -87,7 +79,7 @@ def register(app: typer.Typer) -> None:
                 dest_store = stack.enter_context(_open_dest_store(to_store, data_dir, dest_property))
             emit = None if to is not None else _stdout_writer(as_json, factor is not None or rate is not None)
             replayer = Replayer(store, source, to, partitions=partition, start=start,
-                                until_ms=parse_time_ms(until) if until else None, count=count,
+                                until_ms=until_ms, count=count,
                                 keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit,
                                 dest_store=dest_store)
             stack.callback(replayer.close)

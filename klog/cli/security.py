@@ -45,23 +45,21 @@ def users_add(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Add NAME (or replace its password); the password comes from a prompt or the first line of stdin."""
-    from klog.meta.credentials import CredentialsMeta, validate_mechanism, validate_user
+    from klog.meta.credentials import validate_mechanism, validate_user
 
     validate_user(name)
     mechanism = validate_mechanism(mechanism)
     password = _read_password(prompt=True)
     with open_store(data_dir) as store:
-        CredentialsMeta(store.meta).add(name, mechanism, password, iterations)
+        store.credentials.add(name, mechanism, password, iterations)
     print(f"Added user {name} ({mechanism})", file=sys.stderr)
 
 
 @users_app.command("list")
 def users_list(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Every user with its mechanisms and iterations (never a password or key)."""
-    from klog.meta.credentials import CredentialsMeta
-
     with open_store(data_dir, create=False, read_only=True) as store:
-        rows = CredentialsMeta(store.meta).list()
+        rows = store.credentials.list()
     if as_json:
         for user, mech, it in rows:
             print(json.dumps({"user": user, "mechanism": mech, "iterations": it}))
@@ -79,10 +77,8 @@ def users_delete(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Delete NAME's credentials (existing connections keep their session until they reconnect)."""
-    from klog.meta.credentials import CredentialsMeta
-
     with open_store(data_dir, create=False) as store:
-        removed = CredentialsMeta(store.meta).delete(name, mechanism)
+        removed = store.credentials.delete(name, mechanism)
     print(f"Deleted user {name} ({', '.join(removed)})", file=sys.stderr)
 
 
@@ -149,7 +145,6 @@ def acls_add(
     data_dir: DataDirOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Add ACLs: every principal x host x operation x resource given (as kafka-acls.sh --add)."""
-    from klog.meta.acls import AclsMeta
     from klog.security.acl import (
         CLUSTER_NAME,
         AclBinding,
@@ -189,7 +184,7 @@ def acls_add(
     bindings = [AclBinding(rt, name, pattern if rt != ResourceType.CLUSTER else PatternType.LITERAL, p, h, op, perm)
                 for rt, name, op in dict.fromkeys(plan) for p, h, perm in entries]
     with open_store(data_dir) as store:
-        added = AclsMeta(store.meta).add(bindings)
+        added = store.acls.add(bindings)
     if as_json:
         _print_acls(added, True)
     else:
@@ -225,11 +220,9 @@ def acls_list(
     operation: OneOperationOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """List ACLs (all, or those on the resources given)."""
-    from klog.meta.acls import AclsMeta
-
     filters = _filter_args(topic, group, cluster, transactional_id, resource_pattern_type, principal, operation)
     with open_store(data_dir, create=False, read_only=True) as store:
-        bindings = sorted({b for f in filters for b in AclsMeta(store.meta).list(f)})
+        bindings = sorted({b for f in filters for b in store.acls.list(f)})
     _print_acls(bindings, as_json)
 
 
@@ -243,13 +236,11 @@ def acls_remove(
     data_dir: DataDirOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Remove the ACLs matching the resources (and --principal / --operation) given."""
-    from klog.meta.acls import AclsMeta
-
     if not _resources(topic, group, cluster, transactional_id) and not force:
         raise UsageError("give a resource (--topic, --group, --cluster, --transactional-id) or --force")
     filters = _filter_args(topic, group, cluster, transactional_id, resource_pattern_type, principal, operation)
     with open_store(data_dir, create=False) as store:
-        removed = sorted({b for f in filters for b in AclsMeta(store.meta).remove(f)})
+        removed = sorted({b for f in filters for b in store.acls.remove(f)})
     if as_json:
         _print_acls(removed, True)
     else:
@@ -267,8 +258,6 @@ def acls_settings(
     data_dir: DataDirOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Show or change super.users and allow.everyone.if.no.acl.found (read by `klog serve` each second)."""
-    from klog.meta.acls import AclsMeta
-
     allow: bool | None | str = "keep"
     if allow_everyone_if_no_acl_found is not None:
         choices = {"true": True, "false": False, "auto": None}
@@ -277,7 +266,7 @@ def acls_settings(
         allow = choices[allow_everyone_if_no_acl_found.lower()]
     users = [] if no_super_users else super_user
     with open_store(data_dir) as store:
-        config = AclsMeta(store.meta).set_config(users, allow)
+        config = store.acls.set_config(users, allow)
     a = config.allow_everyone_if_no_acl_found
     doc = {"super.users": sorted(config.super_users),
            "allow.everyone.if.no.acl.found": "auto" if a is None else str(a).lower()}
@@ -319,8 +308,6 @@ def quotas_set(
     client_id: ClientOpt = None, client_default: ClientDefaultOpt = False, data_dir: DataDirOpt = None,
 ) -> None:
     """Set quotas of one entity (a user, a client id, or both; either may be the default)."""
-    from klog.meta.quotas import QuotasMeta
-
     e = _entity(user, user_default, client_id, client_default)
     values = {}
     for pair in quotas:
@@ -332,7 +319,7 @@ def quotas_set(
         if not eq:
             raise UsageError(f"invalid quota {pair!r}: use KEY=NUMBER")
     with open_store(data_dir) as store:
-        now = QuotasMeta(store.meta).alter(e, set_=values)
+        now = store.quotas.alter(e, set_=values)
     print(f"Quotas of {_entity_text(e)}: {json.dumps(now)}", file=sys.stderr)
 
 
@@ -343,21 +330,17 @@ def quotas_remove(
     client_id: ClientOpt = None, client_default: ClientDefaultOpt = False, data_dir: DataDirOpt = None,
 ) -> None:
     """Remove quotas of one entity."""
-    from klog.meta.quotas import QuotasMeta
-
     e = _entity(user, user_default, client_id, client_default)
     with open_store(data_dir) as store:
-        now = QuotasMeta(store.meta).alter(e, remove=keys)
+        now = store.quotas.alter(e, remove=keys)
     print(f"Quotas of {_entity_text(e)}: {json.dumps(now)}", file=sys.stderr)
 
 
 @quotas_app.command("list")
 def quotas_list(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Every entity with quotas."""
-    from klog.meta.quotas import QuotasMeta
-
     with open_store(data_dir, create=False, read_only=True) as store:
-        rows = sorted(QuotasMeta(store.meta).all().items(), key=lambda kv: _entity_text(kv[0]))
+        rows = sorted(store.quotas.all().items(), key=lambda kv: _entity_text(kv[0]))
     if as_json:
         for e, q in rows:
             print(json.dumps({"entity": {t: n for t, n in e}, "quotas": q}))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from klog.cli.output import terminal_safe
 
@@ -79,3 +80,16 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     else:
         lines = format_table(columns, rows, None)
     sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+def print_listing(items: Sequence[object], columns: Sequence[str], row: Callable[[Any], Sequence[object]],
+                  as_json: bool) -> None:
+    """A list command's output: with --json one JSON line per item (every field of the library's
+    dataclass), else a table of `row(item)` under `columns`."""
+    if as_json:
+        import json
+
+        for item in items:
+            print(json.dumps(vars(item)))
+        return
+    print_table(columns, [row(item) for item in items])

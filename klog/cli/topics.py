@@ -9,19 +9,14 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
-from klog.errors import UsageError
 
 app = typer.Typer(help="Create, list, describe, alter and delete topics.", no_args_is_help=True)
 
 
 def parse_configs(pairs: list[str] | None) -> dict[str, str]:
-    out = {}
-    for pair in pairs or []:
-        name, eq, value = pair.partition("=")
-        if not eq or not name:
-            raise UsageError(f"invalid --config '{pair}': use name=value")
-        out[name.strip()] = value.strip()
-    return out
+    from klog.client.pairs import parse_pairs
+
+    return parse_pairs(pairs, "--config")
 
 
 ConfigOpt = Annotated[list[str] | None, typer.Option("--config", "-c", help="Topic config name=value (repeatable).")]
@@ -94,9 +89,9 @@ def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) 
         configs = store.effective_configs(topic)
         ratios = None
         if "compact" in configs["cleanup.policy"]:
-            from klog.client.lifecycle import dirty_ratio
-
-            ratios = [dirty_ratio(store, topic, p.partition) for p in info.partitions]
+            ratios = [store.dirty_ratio(topic, p.partition) for p in info.partitions]
+            if None in ratios:  # a cluster's cleaner state is the broker's
+                ratios = None
     if as_json:
         doc = {"topic": info.name, "topic_id": info.topic_id, "replication_factor": info.replication_factor,
                "configs": info.configs, "partitions": [vars(p) for p in info.partitions]}
@@ -126,6 +121,8 @@ def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) 
         for row, ratio in zip(rows, ratios, strict=True):
             row.append(f"{ratio:.2f}")
     print_table(headings, rows)
+    if any(p.segments is None for p in info.partitions):  # a cluster: say why the column is empty
+        print("SEGMENTS -: a Kafka cluster does not report segment counts (no Kafka API gives them)")
 
 
 @app.command()
@@ -181,14 +178,8 @@ def reassign(
     as_json: JsonOpt = False,
 ) -> None:
     """Move replicas between log directories without losing or duplicating a record."""
-    from klog.client.replication import move_replica
-
     with open_store(data_dir, create=False) as store:
-        meta = store.topic(topic)
-        parts = partition if partition is not None else [
-            i for i, p in enumerate(meta.partitions) if source in p.replicas]
-        for p in parts:
-            move_replica(store, topic, p, source, target)
+        parts = store.reassign(topic, source, target, partition)
     if as_json:
         print(json.dumps({"topic": topic, "moved": parts, "from": source, "to": target}))
     else:
@@ -228,10 +219,8 @@ def clean(
     as_json: JsonOpt = False,
 ) -> None:
     """Apply retention (retention.ms, retention.bytes, log start) and compact where due, now."""
-    from klog.client.lifecycle import clean as clean_topics
-
     with open_store(data_dir, create=False) as store:
-        results = clean_topics(store, topic)
+        results = store.clean(topic)
     _print_cleanups(results, as_json, "Cleaned")
 
 
@@ -244,13 +233,12 @@ def delete_records(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete every record before an offset or a time (kafka-delete-records): moves the log start up."""
-    from klog.client.lifecycle import delete_records as delete
     from klog.client.timespec import parse_time_ms
 
     text = before.strip()
     kwargs = {"before_offset": int(text)} if text.isdigit() else {"before_ms": parse_time_ms(text)}
     with open_store(data_dir, create=False) as store:
-        results = delete(store, topic, partitions=partition, **kwargs)
+        results = store.delete_records(topic, partitions=partition, **kwargs)
     _print_cleanups(results, as_json, "Deleted records of")
 
 
@@ -261,10 +249,8 @@ def compact(
     as_json: JsonOpt = False,
 ) -> None:
     """Compact a topic now (cleanup.policy=compact): keep the latest value per key, offsets unchanged."""
-    from klog.client.lifecycle import compact as compact_topic
-
     with open_store(data_dir, create=False) as store:
-        results = compact_topic(store, topic)
+        results = store.compact(topic)
     _print_cleanups(results, as_json, "Compacted")
 
 

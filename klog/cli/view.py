@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from klog.cli.output import terminal_safe
+from klog.cli.output import WRITE_CHUNK_BYTES, terminal_safe
 from klog.client.records import Record
 
 RESET = "\x1b[0m"
@@ -26,7 +26,6 @@ STYLES = {
     "brace": "\x1b[1m", "jkey": "\x1b[1;34m", "str": "\x1b[32m", "number": "\x1b[1;36m",
     "true": "\x1b[3;92m", "false": "\x1b[3;91m", "null": "\x1b[3;35m",
 }
-WRITE_CHUNK_BYTES = 1 << 20
 FLUSH_LINES = 2048  # a burst is drawn in writes of this many lines at most
 SKIP_LAG = 250_000  # -f on a terminal: this many records behind (~5 s of drawing), skip ahead...
 KEEP_RECORDS = 10_000  # ...to the newest this many (split over the partitions)

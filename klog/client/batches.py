@@ -4,7 +4,7 @@ appended through the producer's path, with idempotent producers' sequence checks
 A batch from a Kafka client is appended as it came, its base offset stamped by the store (outside
 the CRC): no re-encode, unless the topic forces a timestamp type (LogAppendTime rewrites
 maxTimestamp and the CRC, as Kafka does) or a compression codec other than the batch's. Its records
-are parsed once, as Kafka's LogValidator does, with the store's one decoder (codec.decode_batch_records:
+are checked once, as Kafka's LogValidator does, by the store's one validator (klog.store.validate:
 varints and lengths in bounds, no bytes left over, the decompressed size bounded), and their offset
 deltas must run 0, 1, 2, ...: a CRC only proves the bytes arrived as the client sent them.
 """
@@ -17,21 +17,18 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from klog.errors import CorruptLogError, KlogError, RecordTooLargeError, UnsupportedCodecError
-from klog.store import codec, compression
+from klog.errors import KlogError, RecordTooLargeError
+from klog.store import codec, compression, validate
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
-    CONTROL_FLAG_MASK,
     CRC_OFFSET,
-    MAGIC_V2,
     MAX_TIMESTAMP_OFFSET,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
 )
 
-MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key/value lengths, header count
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
@@ -68,48 +65,24 @@ class UnknownProducerError(KlogError):
 
 
 def check_batch(data: bytes) -> BatchHeader:
-    """The header of `data`, which must be exactly one whole CRC-valid RecordBatch v2."""
-    if len(data) < RECORD_BATCH_OVERHEAD:
-        raise InvalidBatchError(f"record batch of {len(data)} bytes is shorter than its 61-byte header")
-    header = read_header(data)
-    if header.magic != MAGIC_V2:
-        raise InvalidBatchError(f"record batch magic {header.magic} (only v2 batches are accepted)", corrupt=False)
-    if header.size > len(data):
-        raise InvalidBatchError(f"record batch is cut short ({len(data)} of {header.size} bytes)")
-    if header.size < len(data):
-        if len(data) - header.size >= RECORD_BATCH_OVERHEAD:
-            raise InvalidBatchError("more than one record batch in one partition's data", corrupt=False)
-        raise InvalidBatchError(f"{len(data) - header.size} bytes after the record batch")
-    if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
-        raise InvalidBatchError(f"record count {header.records_count} does not match last offset delta "
-                                f"{header.last_offset_delta}")
-    if header.codec not in compression.CODEC_NAMES:
-        raise InvalidBatchError(f"unknown compression codec id {header.codec}", corrupt=False)
-    if not header.codec and header.records_count > (header.size - RECORD_BATCH_OVERHEAD) // MIN_RECORD_BYTES:
-        raise InvalidBatchError(f"{header.records_count} records cannot fit in a batch of {header.size} bytes")
-    if not codec.crc_ok(data, 0, header):
-        raise InvalidBatchError("record batch CRC mismatch")
-    if header.attributes & CONTROL_FLAG_MASK:
-        raise InvalidBatchError("clients may not write control batches", corrupt=False)
+    """The header of `data`, which must be exactly one whole CRC-valid RecordBatch v2 (the store's
+    validator, klog.store.validate); raises InvalidBatchError naming what is wrong."""
+    header, problem = validate.client_batch_problem(data)
+    if problem is not None:
+        raise InvalidBatchError(problem.text, corrupt=problem.corrupt)
+    assert header is not None
     check_records(data, header)
     return header
 
 
 def check_records(data: bytes, header: BatchHeader) -> None:
-    """Parse every record of the CRC-valid batch `data` (Kafka's LogValidator does too): a malformed
-    record is CORRUPT_MESSAGE, offset deltas other than 0, 1, 2, ... INVALID_RECORD naming the record."""
-    try:
-        records = codec.decode_batch_records(data, 0, header)
-    except (CorruptLogError, UnsupportedCodecError) as e:
-        # the decoder names the batch's base offset, which a client's batch does not have yet
-        message = str(e).removesuffix(f" (offset {header.base_offset})")
-        raise InvalidBatchError(f"record batch refused: {message}") from None
-    base = header.base_offset
-    offsets = [record[0] for record in records]
-    if offsets != list(range(base, base + len(offsets))):  # compared in C; the culprit found only when wrong
-        index = next(i for i, offset in enumerate(offsets) if offset != base + i)
-        raise InvalidBatchError(f"record {index} has offset delta {offsets[index] - base} (expected {index}): "
-                                "offsets inside a batch must be consecutive", corrupt=False, record_index=index)
+    """Every record of the CRC-valid batch `data` well-formed (Kafka's LogValidator checks them
+    too): a malformed record is CORRUPT_MESSAGE, offset deltas other than 0, 1, 2, ...
+    INVALID_RECORD naming the record."""
+    problem = validate.records_problem(data, 0, header, consecutive=True)
+    if problem is not None:
+        text = problem.text if problem.record_index is not None else f"record batch refused: {problem.text}"
+        raise InvalidBatchError(text, corrupt=problem.corrupt, record_index=problem.record_index)
 
 
 def with_log_append_time(data: bytes, now_ms: int) -> bytes:

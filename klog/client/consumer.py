@@ -11,13 +11,13 @@ import heapq
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Self
 
 from klog.client.records import Record
 from klog.client.store import resolve_partitions
 from klog.errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
-from klog.store.limits import FETCH_BYTES_MAX
-from klog.store.log import FetchedBatch
 from klog.store.partition import Partition
+from klog.store.reader import Fetched, PartitionReader
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # -f latency budget is 100 ms p99; 20 ms polls cost ~50 preads/s per partition
@@ -62,27 +62,64 @@ class StartSpec:
         raise AssertionError(self)
 
 
-@dataclass
-class _Cursor:
-    topic: str
-    partition: int
-    part: Partition
-    offset: int
-    stop: int | None  # exclusive end offset, None when following
-    stop_ts: int | None
-    done: bool = False
-    stable: StableView | None = None  # read_committed: aborted batches and the last stable offset
+class _Cursor(PartitionReader):
+    """A partition's read cursor, with what the consumer adds: --until's timestamp and done."""
 
-    def end(self) -> int:
-        """Where reading stops for now: the high watermark, or the last stable offset (read_committed)."""
-        hw = self.part.high_watermark()
-        return hw if self.stable is None else self.stable.refresh(hw)
-
-    def skip(self, fb: FetchedBatch) -> bool:
-        return fb.header.is_control or (self.stable is not None and self.stable.aborted(fb.header))
+    def __init__(self, topic: str, partition: int, part: Partition, stop_ts: int | None,
+                 stable: StableView | None) -> None:
+        super().__init__(part, 0, stable=stable)
+        self.topic = topic
+        self.partition = partition
+        self.stop_ts = stop_ts
+        self.done = False
 
 
-class Consumer:
+class ConsumerBase:
+    """What the local Consumer and the RemoteConsumer share: their settings, and how the records
+    they iterate are cut by --until, filtered and counted."""
+
+    def __init__(self, store, topics: list[str], start: StartSpec | str, until_ms: int | None, follow: bool,
+                 count: int | None, record_filter: Callable[[Record], bool] | None, merge: bool) -> None:
+        self.store = store
+        self.topics = topics
+        self.start = StartSpec.parse(start) if isinstance(start, str) else start
+        self.until_ms = until_ms
+        self.follow = follow
+        self.count = count
+        self.record_filter = record_filter
+        self.merge = merge
+
+    def _iterate(self) -> Iterator[Record]:
+        raise NotImplementedError
+
+    def _past_until(self, record: Record) -> bool:
+        """Is `record` at or after --until (left out)?"""
+        return record.timestamp >= self.until_ms  # type: ignore[operator]
+
+    def __iter__(self) -> Iterator[Record]:
+        emitted = 0
+        until = self.until_ms
+        for record in self._iterate():
+            if until is not None and self._past_until(record):
+                continue
+            if self.record_filter is not None and not self.record_filter(record):
+                continue
+            yield record
+            emitted += 1
+            if self.count is not None and emitted >= self.count:
+                return
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Consumer(ConsumerBase):
     def __init__(self, store, topics: list[str], *, partitions: list[int] | None = None,
                  start: StartSpec | str = "beginning", until_ms: int | None = None, follow: bool = False,
                  count: int | None = None, poll_interval_ms: int = POLL_INTERVAL_MS,
@@ -90,16 +127,10 @@ class Consumer:
                  isolation_level: str = READ_UNCOMMITTED) -> None:
         if isolation_level not in ISOLATION_LEVELS:
             raise UsageError(f"isolation.level must be {' or '.join(ISOLATION_LEVELS)}, not '{isolation_level}'")
+        super().__init__(store, topics, start, until_ms, follow, count, record_filter, merge)
         self.isolation_level = isolation_level
-        self.store = store
-        self.topics = topics
-        self.start = StartSpec.parse(start) if isinstance(start, str) else start
-        self.until_ms = until_ms
-        self.follow = follow
-        self.count = count
         self.poll_interval_ms = poll_interval_ms
-        self.record_filter = record_filter
-        self.merge = merge
+        self._past: set[tuple[str, int]] = set()  # partitions that reached --until
         self.cursors = [self._cursor(t, p) for t in topics for p in resolve_partitions(store, t, partitions)]
         # a follower out of records calls this before each poll with the seconds waited so far (0 first):
         # flush output, show a hint
@@ -108,9 +139,8 @@ class Consumer:
 
     def _cursor(self, topic: str, partition: int) -> _Cursor:
         part = self.store.partition(topic, partition)
-        cursor = _Cursor(topic, partition, part, 0, None, self.until_ms)
-        if self.isolation_level == READ_COMMITTED:
-            cursor.stable = StableView(part.leader)
+        cursor = _Cursor(topic, partition, part, self.until_ms,
+                         StableView(part.leader) if self.isolation_level == READ_COMMITTED else None)
         cursor.offset = self._start_offset(part, cursor.end())
         cursor.stop = None if self.follow else cursor.end()
         return cursor
@@ -129,41 +159,20 @@ class Consumer:
         return {(c.topic, c.partition): c.offset for c in self.cursors}
 
     # -- fetching ------------------------------------------------------------------------------
-    def _fetch(self, cursor: _Cursor) -> list[FetchedBatch]:
+    def _fetch(self, cursor: _Cursor) -> Fetched | None:
         if cursor.done:
-            return []
-        if cursor.stop is not None and cursor.offset >= cursor.stop:
+            return None
+        fetched = cursor.fetch()
+        if fetched is None and cursor.stop is not None and cursor.offset >= cursor.stop:
             cursor.done = True
-            return []
-        upper = cursor.stop if cursor.stable is None or cursor.stop is not None else cursor.end()
-        batches = cursor.part.read(cursor.offset, FETCH_BYTES_MAX, upper)
-        if not batches and cursor.offset < cursor.part.log_start_offset():
-            cursor.offset = cursor.part.log_start_offset()  # retention or delete-records moved the start
-            batches = cursor.part.read(cursor.offset, FETCH_BYTES_MAX, upper)
-        return batches
+        return fetched
 
-    def _records(self, cursor: _Cursor, batches: list[FetchedBatch]) -> list[Record]:
-        out = []
-        topic, partition, low = cursor.topic, cursor.partition, cursor.offset
-        stop = cursor.stop
-        for fb in batches:
-            ts_type = fb.header.timestamp_type
-            if cursor.skip(fb):
-                continue
-            header = fb.header
-            if header.magic >= 2 and header.base_offset >= low and (stop is None or header.last_offset < stop):
-                out += [Record(topic, partition, offset, ts, ts_type, key, value, headers)
-                        for offset, ts, key, value, headers in fb.records()]
-                continue
-            for offset, ts, key, value, headers in fb.records():
-                if offset < low or (stop is not None and offset >= stop):
-                    continue
-                out.append(Record(topic, partition, offset, ts, ts_type, key, value, headers))
-        if batches:
-            cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
-            if stop is not None:
-                cursor.offset = min(cursor.offset, stop)
-        return out
+    def _records(self, cursor: _Cursor, fetched: Fetched | None) -> list[Record]:
+        if fetched is None:
+            return []
+        topic, partition = cursor.topic, cursor.partition
+        return [Record(topic, partition, offset, ts, ts_type, key, value, headers)
+                for ts_type, records in fetched.record_runs() for offset, ts, key, value, headers in records]
 
     def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
         """Fast path for value-only output of one partition: lists of values (`null` for a null
@@ -171,27 +180,13 @@ class Consumer:
         assert len(self.cursors) == 1 and self.record_filter is None and self.until_ms is None and self.count is None
         cursor = self.cursors[0]
         while True:
-            batches = self._fetch(cursor)
-            if not batches:
+            fetched = self._fetch(cursor)
+            if fetched is None:
                 if not self.follow:
                     return
                 self._wait_for_data()
                 continue
-            low, stop = cursor.offset, cursor.stop
-            chunk = []
-            for fb in batches:
-                if cursor.skip(fb):
-                    continue
-                header = fb.header
-                if header.magic >= 2 and header.base_offset >= low and (stop is None or header.last_offset < stop):
-                    chunk.extend(fb.values(null))
-                else:  # the first or last batch of the range: only some of its records
-                    chunk.extend(null if v is None else v for off, _, _, v, _ in fb.records()
-                                 if off >= low and (stop is None or off < stop))
-            cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
-            if stop is not None:
-                cursor.offset = min(cursor.offset, stop)
-            yield chunk
+            yield fetched.values(null)
 
     def poll(self) -> list[Record]:
         """One fetch from every partition (no waiting); records in partition order."""
@@ -200,36 +195,33 @@ class Consumer:
             out.extend(self._records(c, self._fetch(c)))
         return out
 
-    def _partition_stream(self, cursor: _Cursor) -> Iterator[Record]:
-        while True:
-            batches = self._fetch(cursor)
-            if not batches:
-                return
-            yield from self._records(cursor, batches)
+    def poll_chunks(self) -> list[tuple[str, int, list]]:
+        """poll() without Record objects, for copying loops (klog mirror): (topic, partition,
+        (offset, timestamp, key, value, headers) tuples), one entry per batch."""
+        out = []
+        for c in self.cursors:
+            fetched = self._fetch(c)
+            if fetched is not None:
+                out += [(c.topic, c.partition, records) for _, records in fetched.record_runs()]
+        return out
 
-    def __iter__(self) -> Iterator[Record]:
-        emitted = 0
-        until = self.until_ms
-        past_until: set[tuple[str, int]] = set()
-        for record in self._iterate():
-            if until is not None:
-                # --until, as kcat's -o e@T: a partition stops at its first record at or after T
-                # (it is not read to its end, and -f does not wait on it)
-                where = (record.topic, record.partition)
-                if where in past_until:
-                    continue
-                if record.timestamp >= until:
-                    past_until.add(where)
-                    for c in self.cursors:
-                        if (c.topic, c.partition) == where:
-                            c.done = True
-                    continue
-            if self.record_filter is not None and not self.record_filter(record):
-                continue
-            yield record
-            emitted += 1
-            if self.count is not None and emitted >= self.count:
-                return
+    def _partition_stream(self, cursor: _Cursor) -> Iterator[Record]:
+        while (fetched := self._fetch(cursor)) is not None:
+            yield from self._records(cursor, fetched)
+
+    def _past_until(self, record: Record) -> bool:
+        """--until, as kcat's -o e@T: a partition stops at its first record at or after T (it is
+        not read to its end, and -f does not wait on it)."""
+        where = (record.topic, record.partition)
+        if where in self._past:
+            return True
+        if record.timestamp < self.until_ms:  # type: ignore[operator]
+            return False
+        self._past.add(where)
+        for c in self.cursors:
+            if (c.topic, c.partition) == where:
+                c.done = True
+        return True
 
     def _iterate(self) -> Iterator[Record]:
         while True:
@@ -265,12 +257,3 @@ class Consumer:
             if meta is None or meta.topic_id != topic_id:
                 raise UnknownTopicError(f"topic '{name}' was deleted while being followed"
                                         + (" (and created again: read it anew)" if meta is not None else ""))
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -35,9 +35,7 @@ from klog.meta.groups import (
     tp_key,
     validate_group_id,
 )
-from klog.store.limits import FETCH_BYTES_MAX  # per partition per poll
-from klog.store.log import FetchedBatch
-from klog.store.partition import Partition
+from klog.store.reader import Fetched, PartitionReader
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # idle wait between fetches; also how soon a member notices a rebalance
@@ -111,24 +109,11 @@ class GroupConfig:
         return self
 
 
-@dataclass
-class _Cursor:
-    part: Partition
-    offset: int  # next offset to fetch
-    stable: StableView | None = None  # read_committed: aborted batches and the last stable offset
-
-    def end(self) -> int:
-        hw = self.part.high_watermark()
-        return hw if self.stable is None else self.stable.refresh(hw)
-
-    def skip(self, fb: FetchedBatch) -> bool:
-        return fb.header.is_control or (self.stable is not None and self.stable.aborted(fb.header))
-
-
 class GroupConsumer:
     def __init__(self, store, group: str, topics: list[str], config: GroupConfig | None = None, *,
                  on_assign: Callback | None = None, on_revoke: Callback | None = None, follow: bool = True,
-                 poll_interval_ms: int = POLL_INTERVAL_MS, **settings: object) -> None:
+                 poll_interval_ms: int = POLL_INTERVAL_MS, clock: Callable[[], float] = time.monotonic,
+                 **settings: object) -> None:
         validate_group_id(group)
         if not topics:
             raise UsageError("a group consumer needs at least one topic")
@@ -142,10 +127,11 @@ class GroupConsumer:
         self.on_revoke = on_revoke
         self.follow = follow
         self.poll_interval_ms = poll_interval_ms
+        self._now = clock  # seconds; tests step it instead of sleeping past a timeout
         self.meta = GroupsMeta(store.meta)
         self.eager = self.config.assignor in assignors.EAGER
         self.generation = -1  # not synced yet
-        self._cursors: dict[TP, _Cursor] = {}
+        self._cursors: dict[TP, PartitionReader] = {}
         self._consumed: dict[TP, int] = {}  # offset after the last record handed out and processed
         self._in_hand: Record | None = None  # the record an iterator handed out last
         self._target: set[TP] = set()
@@ -153,8 +139,8 @@ class GroupConsumer:
         self._rebalancing = False
         self._closed = False
         self._last_check = 0.0
-        self._last_commit = time.monotonic()
-        self._last_poll = time.monotonic()
+        self._last_commit = self._now()
+        self._last_poll = self._now()
         self._lock = threading.Lock()
         self._expelled_id: str | None = None
         self._heartbeat_error: BaseException | None = None
@@ -187,7 +173,7 @@ class GroupConsumer:
                 member_id = self.member_id
             try:
                 self.meta.heartbeat(self.group, member_id, assignors.assign)
-                if time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000:
+                if self._now() - self._last_poll > self.config.max_poll_interval_ms / 1000:
                     # user code is stuck: leave (as Kafka's heartbeat thread does) so the others can take
                     # the partitions; its commits are fenced from now on and its next poll rejoins
                     self.meta.leave(self.group, member_id, assignors.assign)
@@ -220,7 +206,7 @@ class GroupConsumer:
         """Every poll_interval_ms, one LMDB read: sync if the generation moved or a partition we wait for
         was released (writes, which fsync, happen only then)."""
         self._check_membership()
-        now = time.monotonic()
+        now = time.monotonic()  # a throttle of LMDB reads, not a group timeout: real time
         if now - self._last_check < self.poll_interval_ms / 1000:
             return
         self._last_check = now
@@ -262,7 +248,7 @@ class GroupConsumer:
         for tp in view.acquired:
             part = self.store.partition(*tp)
             stable = StableView(part.leader) if self.config.isolation_level == READ_COMMITTED else None
-            self._cursors[tp] = _Cursor(part, self._start_offset(tp, view.committed.get(tp)), stable)
+            self._cursors[tp] = PartitionReader(part, self._start_offset(tp, view.committed.get(tp)), stable=stable)
         if view.acquired and self.on_assign is not None:
             self.on_assign(sorted(view.acquired))
 
@@ -303,38 +289,17 @@ class GroupConsumer:
     def position(self, topic: str, partition: int) -> int:
         return self._cursors[(topic, partition)].offset
 
-    def _fetch_batches(self) -> list[tuple[TP, int, list[FetchedBatch]]]:
-        """One read per partition held: (partition, first offset wanted, batches); cursors move past them."""
-        out = []
-        for tp, cursor in self._cursors.items():
-            part = cursor.part
-            # retention or delete-records may have moved the log start past us: never hand out what is
-            # below it, even while its segment still exists
-            cursor.offset = max(cursor.offset, part.log_start_offset())
-            batches = part.read(cursor.offset, FETCH_BYTES_MAX, None if cursor.stable is None else cursor.end())
-            if batches:
-                out.append((tp, cursor.offset, batches))
-                cursor.offset = max(cursor.offset, batches[-1].header.next_offset)
-        return out
+    def _fetches(self) -> list[tuple[TP, Fetched]]:
+        """One read per partition held; cursors move past what was read."""
+        return [(tp, fetched) for tp, cursor in self._cursors.items() if (fetched := cursor.fetch()) is not None]
 
     def _fetch(self) -> list[Record]:
-        out: list[Record] = []
-        for (topic, partition), low, batches in self._fetch_batches():
-            for fb in batches:
-                if self._cursors[(topic, partition)].skip(fb):
-                    continue
-                ts_type = fb.header.timestamp_type
-                out.extend(Record(topic, partition, o, ts, ts_type, k, v, h)
-                           for o, ts, k, v, h in fb.records() if o >= low)
-        return out
+        return [Record(topic, partition, o, ts, ts_type, k, v, h)
+                for (topic, partition), fetched in self._fetches()
+                for ts_type, records in fetched.record_runs() for o, ts, k, v, h in records]
 
     def _fetch_values(self) -> list[tuple[TP, list[bytes | None], int]]:
-        out = []
-        for tp, low, batches in self._fetch_batches():
-            skip = self._cursors[tp].skip
-            values = [v for fb in batches if not skip(fb) for o, _, _, v, _ in fb.records() if o >= low]
-            out.append((tp, values, batches[-1].header.next_offset))
-        return out
+        return [(tp, fetched.values(), fetched.next_offset) for tp, fetched in self._fetches()]
 
     def _caught_up(self) -> bool:
         if self._target - set(self._cursors) or self.meta.peek_generation(self.group) != self.generation:
@@ -346,7 +311,7 @@ class GroupConsumer:
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         fetch = fetch or self._fetch
         while not self._closed:
-            self._last_poll = time.monotonic()
+            self._last_poll = self._now()
             self._maybe_sync()
             self._maybe_auto_commit()
             records = fetch()
@@ -445,13 +410,13 @@ class GroupConsumer:
             # the group moved on since our last poll, but nobody can take these partitions before we
             # release them (at our next poll), so they are still ours to commit: ownership is checked
             self.meta.sync(self.group, self.member_id, self.generation, assignors.assign, commits=payload)
-        self._last_commit = time.monotonic()
+        self._last_commit = self._now()
         return dict(offsets)
 
     def _maybe_auto_commit(self) -> None:
         if not self.config.enable_auto_commit or not self._consumed:
             return
-        if time.monotonic() - self._last_commit >= self.config.auto_commit_interval_ms / 1000:
+        if self._now() - self._last_commit >= self.config.auto_commit_interval_ms / 1000:
             self.commit({tp: o for tp, o in self._consumed.items() if tp in self._cursors})
 
     def committed(self) -> dict[TP, int]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from klog.client.store import resolve_partitions
 from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
-from klog.store import cleaner, retention
+from klog.store import cleaner, faults, retention
 from klog.store.partition import Partition
 
 Clock = Callable[[], float]  # seconds, like time.time
@@ -67,7 +67,7 @@ def _apply_log_start(part: Partition, new_start: int, result: PartitionCleanup) 
     """Persist the new log start first (readers stop asking for what goes), then delete segments."""
     if new_start > part.snapshot().log_start_offset:
         part.set_log_start_offset(new_start)
-        cleaner.crash_point("retention-log-start")
+        faults.point("retention-log-start")
     for i, replica in enumerate(part.replicas):
         deleted = retention.delete_segments_below(replica, new_start)
         if i == 0:

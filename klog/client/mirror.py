@@ -63,7 +63,7 @@ class Mirror:
         self.follow = follow
         self.on_progress = on_progress
         self.stats = MirrorStats()
-        self._dest_counts: dict[str, int] = {}
+        self._keep_partition: dict[str, bool] = {}  # source topic -> copies keep their partition
         self._saved: dict[tuple[str, int], int] = {}  # the checkpoints DEST holds
 
     # -- setup ---------------------------------------------------------------------------------
@@ -76,7 +76,8 @@ class Mirror:
             configs = _set_configs(self.src, topic)
             self.dest.create_topic(target, count, configs=configs, exist_ok=True)
         self.dest.forget_topic_cache(target)
-        self._dest_counts[target] = self.dest.partition_count(target)
+        # DEST has every source partition: each record keeps its own; else DEST's partitioner places all
+        self._keep_partition[topic] = self.src.partition_count(topic) <= self.dest.partition_count(target)
 
     def _checkpoint_key(self, topic: str, partition: int) -> bytes:
         return json.dumps([self.mirror_id, topic, partition, self.rename(topic)]).encode()
@@ -141,13 +142,14 @@ class Mirror:
         unsaved = 0
         try:
             while True:
-                records = consumer.poll()
+                chunks = _poll(consumer)
+                records = sum(len(c[2]) for c in chunks)
                 now = time.monotonic()
                 if records:
                     last_record = now
-                    self._send(producer, records)
-                    unsaved += len(records)
-                    self.stats.records += len(records)
+                    self._send(producer, chunks)
+                    unsaved += records
+                    self.stats.records += records
                 if unsaved and (unsaved >= CHECKPOINT_RECORDS or now - last_checkpoint >= CHECKPOINT_INTERVAL_S
                                 or not records):
                     self._checkpoint(producer, consumer.positions())
@@ -184,21 +186,18 @@ class Mirror:
         if self.on_progress is not None:
             self.on_progress(self.stats)
 
-    def _send(self, producer, records: list) -> None:  # noqa: ANN001 - a producer
-        bulk = getattr(producer, "send_records", None)
-        if bulk is not None:  # the remote producer's path: one call per topic
-            by_topic: dict[str, list] = {}
-            for r in records:
-                by_topic.setdefault(r.topic, []).append(r)
-            for topic, group in by_topic.items():
-                target = self.rename(topic)
-                bulk(target, group, self.src.partition_count(topic) <= self._dest_counts[target])
-            return
-        rename, counts, send = self.rename, self._dest_counts, producer.send
-        for r in records:
-            target = rename(r.topic)
-            send(target, r.value, key=r.key, headers=r.headers or None,
-                 partition=r.partition if r.partition < counts[target] else None, timestamp=r.timestamp)
+    def _send(self, producer, chunks: list[tuple[str, int, list]]) -> None:  # noqa: ANN001 - a producer
+        """Each chunk's (offset, timestamp, key, value, headers) tuples to the renamed topic."""
+        bulk = getattr(producer, "send_tuples", None)  # the remote producer: one librdkafka call a record
+        for topic, partition, records in chunks:
+            target = self.rename(topic)
+            keep = self._keep_partition[topic]
+            if bulk is not None:
+                bulk(target, partition if keep else -1, records)
+                continue
+            send, p = producer.send, partition if keep else None
+            for _, ts, key, value, headers in records:
+                send(target, value, key=key, headers=headers or None, partition=p, timestamp=ts)
 
     def _checkpoint(self, producer, positions: dict[tuple[str, int], int]) -> None:  # noqa: ANN001
         """Wait for DEST to acknowledge what was sent, then record where each partition is."""
@@ -210,6 +209,18 @@ class Mirror:
         if changed:
             producer.flush()
             self._saved.update(changed)
+
+
+def _poll(consumer) -> list[tuple[str, int, list]]:  # noqa: ANN001 - a Consumer or RemoteConsumer
+    """(topic, partition, (offset, timestamp, key, value, headers) tuples) of one poll: the local
+    consumer gives them without building Records; a cluster's consumer gives Records, regrouped."""
+    chunks = getattr(consumer, "poll_chunks", None)
+    if chunks is not None:
+        return chunks()
+    from itertools import groupby
+
+    return [(t, p, [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in run])
+            for (t, p), run in groupby(consumer.poll(), key=lambda r: (r.topic, r.partition))]
 
 
 def _set_configs(store, topic: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, repeat
 from typing import Self
 
 from klog.client.partitioner import StickyPartitioner, partition_for_key
@@ -117,7 +117,7 @@ class Producer(ProducerBase):
         self._batches: dict[tuple[str, int], _Batch] = {}
         self._partition_counts: dict[str, int] = {}
         self._topic_settings: dict[str, tuple[int, int, int]] = {}
-        self._key_partitions: dict[tuple[str, bytes, int], int] = {}
+        self._key_partitions: dict[tuple[str, int], dict[bytes, int]] = {}  # (topic, count): key -> partition
         self._compacted_topics: dict[str, bool] = {}
         self.records_sent = 0
         from klog.client.replication import ReplicaManager
@@ -191,27 +191,53 @@ class Producer(ProducerBase):
         max.message.bytes raises RecordTooLargeError with `.index` its position in `pairs`,
         after every record before it was buffered.
         """
+        count, partition, hdrs, overhead, ts = self._bulk_start(topic, partition, headers, timestamp)
+        if pairs and self._compacted(topic) and any(k is None for k, _ in pairs):
+            raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
+        sizes = [(len(v) if v is not None else 0) + (len(k) if k is not None else 0) + overhead for k, v in pairs]
+        records = [(k, v, hdrs, ts) for k, v in pairs]
+        keyless = partition is None and count > 1 and all(k is None for k, _ in pairs)
+        self._send_records(topic, records, sizes, partition, count, keyless)
+
+    def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
+                    partition: int | None = None, timestamp: int | None = None) -> None:
+        """send_keyed with every key None, without building (None, value) pairs first (the CLI's
+        line mode: one pass per record fewer)."""
+        count, partition, hdrs, overhead, ts = self._bulk_start(topic, partition, headers, timestamp)
+        if values and self._compacted(topic):
+            raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
+        sizes = [(len(v) if v is not None else 0) + overhead for v in values]
+        records = [(None, v, hdrs, ts) for v in values]
+        self._send_records(topic, records, sizes, partition, count, True)
+
+    def _bulk_start(self, topic: str, partition: int | None, headers: Headers | None,
+                    timestamp: int | None) -> tuple[int, int | None, tuple, int, int]:
+        """What the bulk paths settle once per call: the partition count, the checked partition,
+        the shared headers, the per-record overhead estimate and the timestamp."""
         count = self.partitions_for(topic)
         if partition is not None:
             partition = check_partition(partition, topic, count)
-        if pairs and self._compacted(topic) and any(k is None for k, _ in pairs):
-            raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
-        max_bytes = self._topic_settings[topic][0]
         hdrs = tuple(headers or ())
         overhead = RECORD_OVERHEAD_BYTES_MAX + sum(len(h[0]) + len(h[1] or b"") + 10 for h in hdrs)
         ts = int(time.time() * 1000) if timestamp is None else check_timestamp(timestamp)
-        sizes = [(len(v) if v is not None else 0) + (len(k) if k is not None else 0) + overhead for k, v in pairs]
-        too_big = next((j for j, size in enumerate(sizes) if size + RECORD_BATCH_OVERHEAD > max_bytes), None)
-        if too_big is not None:
-            self.send_keyed(topic, pairs[:too_big], headers, partition, ts)
+        return count, partition, hdrs, overhead, ts
+
+    def _send_records(self, topic: str, records: list[RecordIn], sizes: list[int], partition: int | None,
+                      count: int, keyless: bool) -> None:
+        """Buffer the bulk paths' records (sizes: their estimates) into their partitions' batches;
+        keyless: no record has a key (the sticky partitioner places them all)."""
+        max_bytes = self._topic_settings[topic][0]
+        limit = max_bytes - RECORD_BATCH_OVERHEAD
+        if sizes and max(sizes) > limit:
+            too_big = next(j for j, size in enumerate(sizes) if size > limit)
+            self._send_records(topic, records[:too_big], sizes[:too_big], partition, count, keyless)
             error = RecordTooLargeError(f"record of {sizes[too_big]} bytes is larger than max.message.bytes "
                                         f"({max_bytes}) of topic '{topic}'")
             error.index = too_big  # type: ignore[attr-defined]
             raise error
-        records = [(k, v, hdrs, ts) for k, v in pairs]
         if partition is not None or count == 1:
             self._fill(topic, 0 if partition is None else partition, records, sizes, count, max_bytes)
-        elif all(k is None for k, _ in pairs):
+        elif keyless:
             self._fill(topic, None, records, sizes, count, max_bytes)
         else:
             for p, (group, group_sizes) in self._by_partition(topic, records, sizes, count).items():
@@ -220,26 +246,37 @@ class Producer(ProducerBase):
 
     def _by_partition(self, topic: str, records: list[RecordIn], sizes: list[int],
                       count: int) -> dict[int, tuple[list[RecordIn], list[int]]]:
-        """Records and sizes split by partition, each in input order."""
-        groups: dict[int, tuple[list[RecordIn], list[int]]] = {}
-        cache = self._key_partitions
-        if len(cache) > KEY_PARTITION_CACHE_MAX:
-            cache.clear()
-        sticky = self.sticky
-        for record, size in zip(records, sizes, strict=True):
-            key = record[0]
-            if key is None:
-                p = sticky.partition(topic, count)
-                sticky.produced(topic, size, count)
-            else:
-                p = cache.get((topic, key, count))
+        """Records and sizes split by partition, each in input order.
+
+        Partitions come from the per-key cache in one C-level pass (murmur2 only for new keys;
+        keyless records take the sticky partitioner's in order); then a stable sort by partition
+        and one slice per partition, instead of two appends per record."""
+        cache = self._key_partitions.get((topic, count))
+        if cache is None or len(cache) > KEY_PARTITION_CACHE_MAX:
+            cache = self._key_partitions[(topic, count)] = {}
+        keys = [record[0] for record in records]
+        parts = list(map(cache.get, keys, repeat(None)))
+        if None in parts:
+            sticky = self.sticky
+            for j, p in enumerate(parts):
                 if p is None:
-                    p = cache[(topic, key, count)] = partition_for_key(key, count)
-            group = groups.get(p)
-            if group is None:
-                group = groups[p] = ([], [])
-            group[0].append(record)
-            group[1].append(size)
+                    key = keys[j]
+                    if key is None:
+                        parts[j] = sticky.partition(topic, count)
+                        sticky.produced(topic, sizes[j], count)
+                    else:
+                        parts[j] = cache[key] = partition_for_key(key, count)
+        order = sorted(range(len(parts)), key=parts.__getitem__)
+        parts = list(map(parts.__getitem__, order))
+        records = list(map(records.__getitem__, order))
+        sizes = list(map(sizes.__getitem__, order))
+        groups: dict[int, tuple[list[RecordIn], list[int]]] = {}
+        lo = 0
+        while lo < len(parts):
+            p = parts[lo]
+            hi = bisect_right(parts, p, lo)
+            groups[p] = (records[lo:hi], sizes[lo:hi])
+            lo = hi
         return groups
 
     def _fill(self, topic: str, partition: int | None, records: list[RecordIn], sizes: list[int], count: int,

@@ -150,7 +150,8 @@ class Replayer:
         if dest is None and emit is None:
             raise UsageError("nothing to replay into: give a DEST topic or an emit callback")
         if group is not None and not getattr(dest_store, "is_local", True):
-            raise UsageError("--group needs a local DEST store (an exact resume relies on DEST's own log)")
+            raise UsageError("--group needs a local DEST store: a cluster cannot show which records of a killed "
+                             "write landed, so a resume could not avoid duplicates; use klog mirror (at-least-once)")
         self.store = store
         self.dest_store = dest_store
         self._producer = None  # a cluster DEST's producer

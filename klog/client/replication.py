@@ -23,6 +23,7 @@ from klog.store import health
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
 from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, AppendResult, LeaderAppendError
+from klog.store.reader import PartitionReader
 
 CATCH_UP_BYTES_PER_FETCH = 4 << 20
 DIVERGENCE_STEPS_MAX = 100_000  # bounded walk back over batches while looking for agreement
@@ -87,16 +88,10 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
     if epochs:
         _truncate_to_epoch_end(follower, epochs, leader_end)
     _truncate_divergent_suffix(leader, follower)
-    offset = follower.log_end_offset
-    while offset < leader_end:
-        batches = leader.read(offset, leader_end, CATCH_UP_BYTES_PER_FETCH)
-        if not batches:
-            break
-        for fb in batches:
-            if fb.header.base_offset < offset:
-                continue
-            follower.append(fb.data, fb.header)
-        offset = batches[-1].header.next_offset
+    for fetched in PartitionReader(leader, follower.log_end_offset, leader_end, max_bytes=CATCH_UP_BYTES_PER_FETCH):
+        for fb in fetched.batches:
+            if fb.header.base_offset >= fetched.low:  # (a batch the follower holds part of is not copied)
+                follower.append(fb.data, fb.header)
     follower.flush()
     return follower.log_end_offset
 

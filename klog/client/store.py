@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from klog.client.store_groups import GroupAdminMethods
 from klog.errors import KlogError, StorageError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.meta.db import MetaDB
 from klog.meta.topics import TopicMeta, TopicsMeta
@@ -54,7 +55,7 @@ def _log_warning(message: str) -> None:
     logging.getLogger("klog").warning(message)
 
 
-class Store:
+class Store(GroupAdminMethods):
     """Open (creating if needed) the klog store at `path` (default: $KLOG_DATA_DIR or XDG).
 
     `on_warning` receives what happens to replicas behind a call's back (a directory leaving the
@@ -371,6 +372,82 @@ class Store:
         from klog.client.group import GroupConsumer
 
         return GroupConsumer(self, group, list(topics), **kwargs)
+
+    # -- security state klog serve enforces (users, ACLs, quotas: klog.meta) -------------------
+    @property
+    def credentials(self):  # noqa: ANN201 - klog.meta.credentials.CredentialsMeta
+        """SCRAM users: add, list (never a password), delete."""
+        from klog.meta.credentials import CredentialsMeta
+
+        return CredentialsMeta(self.meta)
+
+    @property
+    def acls(self):  # noqa: ANN201 - klog.meta.acls.AclsMeta
+        """ACL bindings and the authorizer's settings (super users, allow when none match)."""
+        from klog.meta.acls import AclsMeta
+
+        return AclsMeta(self.meta)
+
+    @property
+    def quotas(self):  # noqa: ANN201 - klog.meta.quotas.QuotasMeta
+        """Client quotas per user / client id."""
+        from klog.meta.quotas import QuotasMeta
+
+        return QuotasMeta(self.meta)
+
+    # -- administration (groups: GroupAdminMethods; the work is in the modules named) -----------
+    def reassign(self, topic: str, source: int, target: int, partitions: Iterable[int] | None = None) -> list[int]:
+        """Move the replicas of `topic` (those of `partitions`, default every one with a replica in log
+        directory `source`) to log directory `target`, each caught up before the old one goes; returns
+        the partitions moved (klog.client.replication.move_replica)."""
+        from klog.client.replication import move_replica
+
+        meta = self.topic(topic)
+        parts = list(partitions) if partitions is not None else [
+            i for i, p in enumerate(meta.partitions) if source in p.replicas]
+        for p in parts:
+            move_replica(self, topic, p, source, target)
+        return parts
+
+    def verify(self, topic: str | None = None, repair: bool = False) -> list[dict]:
+        """Check every batch's CRC and every index (of `topic`, default all); see klog.client.verify."""
+        from klog.client.verify import verify_store
+
+        return verify_store(self, topic, repair=repair)
+
+    def list_dirs(self) -> list:
+        """Each log directory's health, size and replica counts (klog.client.dirs.LogDirInfo)."""
+        from klog.client.dirs import list_dirs
+
+        return list_dirs(self)
+
+    def add_dir(self, path: str):  # noqa: ANN201 - a klog.client.dirs.LogDirInfo
+        from klog.client.dirs import add_dir
+
+        return add_dir(self, path)
+
+    def remove_dir(self, log_dir_id: int) -> int:
+        """Move every replica off a log directory, then remove it; returns the replicas moved."""
+        from klog.client.dirs import remove_dir
+
+        return remove_dir(self, log_dir_id)
+
+    def partition_folders(self, name: str) -> list[str] | None:
+        """The leader replica folders `name` means: TOPIC (each partition's), TOPIC-P, or
+        <log dir>/TOPIC-P; only folders that exist (a partition never written has none). None when
+        `name` is neither a topic nor a partition of this store."""
+        given = os.path.abspath(name)  # abspath also drops a trailing slash
+        parent = os.path.realpath(os.path.dirname(given))
+        if any(parent == os.path.realpath(self.data_dir.log_dir_path(d)) for d in self.log_dir_ids()):
+            name = os.path.basename(given)
+        if self.has_topic(name):
+            folders = [self.partition(name, p).leader.directory for p in range(self.partition_count(name))]
+        else:
+            topic, _, number = name.rpartition("-")
+            if not (topic and number.isdigit() and self.has_topic(topic)):
+                return None
+            folders = [self.partition(topic, int(number)).leader.directory]
+        return [f for f in folders if os.path.isdir(f)]
 
 
 def _log_end(replica) -> int:

@@ -205,8 +205,12 @@ class GroupSnapshot:
 
 
 class GroupsMeta:
-    def __init__(self, db: MetaDB) -> None:
+    """`clock` gives epoch ms (heartbeats, session expiry, commit times); tests pass one that is
+    ahead or behind instead of sleeping past a session timeout."""
+
+    def __init__(self, db: MetaDB, clock: Callable[[], int] = now_ms) -> None:
         self.db = db
+        self.clock = clock
 
     # -- loading and saving inside a transaction ---------------------------------------------
     def _doc(self, txn, group: str) -> GroupDoc | None:
@@ -225,7 +229,7 @@ class GroupsMeta:
 
     def _maintain(self, txn, doc: GroupDoc, members: dict[str, Member], assign: AssignFn | None) -> bool:
         """Expire dead members and rebalance if membership or partition counts changed; True if it did."""
-        now = now_ms()
+        now = self.clock()
         for mid in [mid for mid, m in members.items() if not m.alive(now)]:
             self._remove_member(txn, doc, members, mid)
         counts = {t: self._partition_count(txn, t) for m in members.values() for t in m.topics}
@@ -278,9 +282,9 @@ class GroupsMeta:
     def join(self, group: str, member: Member, assign: AssignFn) -> GroupView:
         validate_group_id(group)
         with self.db.txn(write=True) as txn:
-            doc = self._doc(txn, group) or GroupDoc(group, created_ms=now_ms())
+            doc = self._doc(txn, group) or GroupDoc(group, created_ms=self.clock())
             members = self._members(txn, group)
-            now = now_ms()
+            now = self.clock()
             live = {mid: m for mid, m in members.items() if m.alive(now)}
             served = [m for m in live.values() if m.served_by is not None]
             if served:
@@ -304,7 +308,7 @@ class GroupsMeta:
             doc = self._doc(txn, group)
             members = self._members(txn, group)
             member = self._member_or_raise(doc, members, group, member_id)
-            member.heartbeat_ms = now_ms()
+            member.heartbeat_ms = self.clock()
             self._put_member(txn, group, member)
             self._maintain(txn, doc, members, assign)
             self._member_or_raise(doc, members, group, member_id)
@@ -333,12 +337,12 @@ class GroupsMeta:
             doc = self._doc(txn, group)
             members = self._members(txn, group)
             member = self._member_or_raise(doc, members, group, member_id)
-            member.heartbeat_ms = now_ms()
+            member.heartbeat_ms = self.clock()
             self._maintain(txn, doc, members, assign)
             self._member_or_raise(doc, members, group, member_id)
             if commits:
                 self._check_owner(doc, member_id, list(commits))
-                self._write_offsets(txn, group, commits, now_ms())
+                self._write_offsets(txn, group, commits, self.clock())
             for tp in release:
                 if doc.owners.get(tp_key(tp)) == member_id:
                     del doc.owners[tp_key(tp)]
@@ -374,7 +378,7 @@ class GroupsMeta:
                 raise GroupFencedError(f"commit rejected: generation {generation} of group '{group}' is fenced "
                                        f"(the group is at generation {doc.generation} after a rebalance)")
             self._check_owner(doc, member_id, list(offsets))
-            now = now_ms()
+            now = self.clock()
             member.heartbeat_ms = now
             self._put_member(txn, group, member)
             self._write_offsets(txn, group, offsets, now)
@@ -389,7 +393,7 @@ class GroupsMeta:
                 return  # already expired: nothing to give back, and its commits would be fenced
             if commits:
                 self._check_owner(doc, member_id, list(commits))
-                self._write_offsets(txn, group, commits, now_ms())
+                self._write_offsets(txn, group, commits, self.clock())
             self._remove_member(txn, doc, members, member_id)
             self._maintain(txn, doc, members, assign)
             self._save(txn, doc, members)
@@ -414,7 +418,7 @@ class GroupsMeta:
     def local_live_members(self, group: str) -> list[Member]:
         """Live members of klog's own group consumers (not Kafka clients of a server)."""
         with self.db.txn() as txn:
-            now = now_ms()
+            now = self.clock()
             return [m for m in self._members(txn, group).values() if m.served_by is None and m.alive(now)]
 
     def publish_served(self, group: str, served_by: str, generation: int, protocol: str | None,
@@ -427,8 +431,8 @@ class GroupsMeta:
             if doc is None:
                 if not members:
                     return  # nothing to show, and no group to create
-                doc = GroupDoc(group, created_ms=now_ms())
-            now = now_ms()
+                doc = GroupDoc(group, created_ms=self.clock())
+            now = self.clock()
             for mid, m in self._members(txn, group).items():
                 if m.served_by is not None or not m.alive(now):
                     self.db.delete(txn, "members", f"{group}\0{mid}")
@@ -450,7 +454,7 @@ class GroupsMeta:
         refused (GroupError) while klog's own consumers are live in the group."""
         validate_group_id(group)
         with self.db.txn(write=True) as txn:
-            now = now_ms()
+            now = self.clock()
             live = [m for m in self._members(txn, group).values() if m.served_by is None and m.alive(now)]
             if live:
                 raise GroupError(f"group '{group}' has {len(live)} live klog consumer(s)")
@@ -462,7 +466,7 @@ class GroupsMeta:
             doc = self._doc(txn, group)
             members = list(self._members(txn, group).values())
             offsets = self._all_offsets(txn, group)
-        now = now_ms()
+        now = self.clock()
         return GroupSnapshot(doc, members, [m for m in members if m.alive(now)], offsets)
 
     def group_ids(self) -> list[str]:
@@ -472,7 +476,7 @@ class GroupsMeta:
         return sorted(names)
 
     def _refuse_if_live(self, txn, group: str, what: str, topic: str | None = None) -> None:
-        now = now_ms()
+        now = self.clock()
         live = [m for m in self._members(txn, group).values() if m.alive(now) and (topic is None or topic in m.topics)]
         if live:
             who = ", ".join(f"{m.member_id} (Kafka client {m.client_id} at {m.host} via {m.served_by})"
@@ -485,7 +489,7 @@ class GroupsMeta:
         validate_group_id(group)
         with self.db.txn(write=True) as txn:
             self._refuse_if_live(txn, group, "reset offsets")
-            self._write_offsets(txn, group, {tp: (o, "") for tp, o in offsets.items()}, now_ms())
+            self._write_offsets(txn, group, {tp: (o, "") for tp, o in offsets.items()}, self.clock())
 
     def delete_group(self, group: str) -> int:
         """Delete the group, its (dead) members and its offsets; returns how many offsets went."""

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from klog.errors import KlogError, OffsetOutOfRangeError
+from klog.store.reader import PartitionReader
 
 FETCH_BYTES_MAX = 4 << 20  # per read(): ~40 k records of 100 bytes, a good Arrow batch for Spark
 
@@ -52,19 +53,13 @@ def read_range(data_dir: str, topic: str, partition: int, start: int, end: int, 
             stable = StableView(part.leader)
             end = min(end, stable.refresh(part.high_watermark()))
         end = min(end, part.high_watermark())
-        while offset < end:
-            batches = part.read(offset, FETCH_BYTES_MAX, upper=end)
-            if not batches:
-                low = part.log_start_offset()
-                if offset < low:  # retention moved the log start while we read
-                    offset = _checked_start(part, offset, fail_on_data_loss)
-                    continue
-                break
-            kept = batches if stable is None else [fb for fb in batches if not stable.aborted(fb.header)]
-            batch = to_record_batch(kept, topic, partition, offset, end, schema)
+        # retention moving the log start past us meanwhile: skipped, or an error with failOnDataLoss
+        reader = PartitionReader(part, offset, end, stable=stable, max_bytes=FETCH_BYTES_MAX,
+                                 on_start_moved=lambda at, _low: _checked_start(part, at, fail_on_data_loss))
+        for fetched in reader:
+            batch = to_record_batch(fetched.kept(), topic, partition, fetched.low, end, schema)
             if batch is not None:
                 yield batch
-            offset = max(offset, batches[-1].header.next_offset)
     finally:
         store.close()
 

@@ -52,37 +52,29 @@ class ExportSummary:
 
 def source_options(store, data_dir: str, req: RangeRequest) -> dict[str, str]:
     """The klog source options for a consume-style range (kcat's -o meanings, as `klog consume`)."""
-    from klog.client.consumer import StartSpec
-    from klog.client.timespec import parse_time_ms
+    from klog.client.store import resolve_partitions
+    from klog.client.timespec import parse_range
+    from klog.errors import OffsetOutOfRangeError
 
-    if req.offset is not None and req.since is not None:
-        raise UsageError("use only one of --offset and --since")
+    start, until_ms = parse_range(req.offset, req.since, req.until, with_tail=False)  # as consume and replay
     store.topic(req.topic)  # unknown topic: one clear line before Spark starts planning
-    count = store.partition_count(req.topic)
-    parts = sorted(set(req.partitions)) if req.partitions else list(range(count))
-    for p in parts:
-        if not 0 <= p < count:
-            raise UsageError(f"topic '{req.topic}' has no partition {p} (it has {count})")
+    parts = sorted(set(resolve_partitions(store, req.topic, req.partitions or None)))
     opts = {**location(data_dir), "assign": json.dumps({req.topic: parts})}
-    if req.since is not None:
-        opts["startingTimestamp"] = str(parse_time_ms(req.since))
+    if start.kind == "timestamp":
+        opts["startingTimestamp"] = str(start.value)
         opts["startingOffsetsByTimestampStrategy"] = "latest"  # as klog consume --since: nothing later, nothing read
-    elif req.offset is not None:
-        spec = StartSpec.parse(req.offset)
-        if spec.kind == "end":  # the ends now (a batch read refuses -1, latest, as Spark's does)
-            ends = {str(p): store.partition(req.topic, p).high_watermark() for p in parts}
-            opts["startingOffsets"] = json.dumps({req.topic: ends})
-        elif spec.kind in ("offset", "relative"):
-            starts = {}
-            for p in parts:
-                part = store.partition(req.topic, p)
-                low, high = part.log_start_offset(), part.high_watermark()
-                starts[str(p)] = max(low, spec.value) if spec.kind == "offset" else max(low, high - abs(spec.value))
-                if spec.kind == "offset" and spec.value > high:
-                    raise UsageError(f"offset {spec.value} is past the end ({high}) of {req.topic}-{p}")
-            opts["startingOffsets"] = json.dumps({req.topic: starts})
-    if req.until is not None:
-        opts["endingTimestamp"] = str(parse_time_ms(req.until))
+    elif start.kind in ("end", "offset", "relative"):  # the ends now (a batch read refuses -1, latest, as Spark's)
+        starts = {}
+        for p in parts:
+            part = store.partition(req.topic, p)
+            try:
+                starts[str(p)] = start.offset(part.log_start_offset(), part.high_watermark(), None,
+                                              f"{req.topic}-{p}")
+            except OffsetOutOfRangeError as e:
+                raise UsageError(str(e)) from None
+        opts["startingOffsets"] = json.dumps({req.topic: starts})
+    if until_ms is not None:
+        opts["endingTimestamp"] = str(until_ms)
     return opts
 
 

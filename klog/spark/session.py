@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from klog.errors import UsageError
 from klog.spark.java import find_java, require_pyspark
 from klog.spark.launch import check_master, gateway_exited, is_local, jvm_stderr, launch_error
 
@@ -41,13 +40,9 @@ class SessionSettings:
 
 def parse_conf(pairs: list[str] | None) -> dict[str, str]:
     """`--conf k=v` pairs, as spark-submit takes them."""
-    out = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"invalid --conf '{pair}': use KEY=VALUE, e.g. spark.driver.memory=4g")
-        out[key.strip()] = value
-    return out
+    from klog.client.pairs import parse_pairs
+
+    return parse_pairs(pairs, "--conf", "KEY=VALUE, e.g. spark.driver.memory=4g", strip_values=False)
 
 
 def master_of(settings: SessionSettings) -> str:

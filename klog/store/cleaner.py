@@ -16,7 +16,7 @@ delete.retention.ms); a cleaning after that horizon drops the tombstone. Keyless
 Crash safety (Kafka's `.cleaned` -> `.swap` -> rename): a segment is rewritten into
 `<base>.{log,index,timeindex}.cleaned` (fsynced); the index files then the log are renamed to
 `.swap` (the `.log.cleaned` -> `.log.swap` rename is the commit point); then the indexes and last
-the log replace the originals with atomic renames. `finish_interrupted_swaps`, run when a writer
+the log replace the originals with atomic renames. `loader.finish_interrupted_swaps`, run when a writer
 opens a replica, rolls back an uncommitted swap (a `.log.cleaned` still exists) and finishes a
 committed one, so a kill at any point leaves either the old or the new segment.
 
@@ -28,30 +28,28 @@ from __future__ import annotations
 
 import bisect
 import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from klog.errors import CorruptLogError
-from klog.store import codec
+from klog.store import codec, faults
 from klog.store.codec import BatchHeader
 from klog.store.format import (
     CLEANED_SUFFIX,
     COMPRESSION_CODEC_MASK,
     DELETE_HORIZON_FLAG_MASK,
-    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    OFFSET_INDEX_ENTRY,
     SWAP_SUFFIX,
-    TIME_INDEX_ENTRY,
     TIME_INDEX_SUFFIX,
     TIMESTAMP_TYPE_MASK,
-    parse_segment_base,
     segment_file_name,
 )
-from klog.store.names import nofollow_opener
+from klog.store.index import IndexBuilder
+from klog.store.loader import unlink_if_there
+from klog.store.names import fsync_dir, nofollow_opener
+from klog.store.reader import PartitionReader
 from klog.store.retention import largest_timestamp
 
 if TYPE_CHECKING:
@@ -59,73 +57,7 @@ if TYPE_CHECKING:
     from klog.store.segment import LogSegment
 
 READ_BYTES = 4 << 20  # batches are read 4 MiB at a time
-CRASH_ENV = "KLOG_CRASH_AT"  # test hook: "step" or "step:N" SIGKILLs this process at the Nth time it reaches step
-CRASH_STEPS = ("cleaned-partial", "cleaned-written", "swap-partial", "swap-renamed", "index-replaced",
-               "log-replaced", "before-checkpoint", "retention-log-start", "retention-renamed")
-_crash_hits: dict[str, int] = {}
-
-
-def crash_point(step: str) -> None:
-    """Die here (SIGKILL, no clean-up) if $KLOG_CRASH_AT names this step: crash tests use real kills."""
-    assert step in CRASH_STEPS, step
-    wanted = os.environ.get(CRASH_ENV)
-    if not wanted:
-        return
-    name, _, nth = wanted.partition(":")
-    if name != step:
-        return
-    _crash_hits[step] = _crash_hits.get(step, 0) + 1
-    if _crash_hits[step] >= int(nth or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 # -- recovery ------------------------------------------------------------------------------------
-def finish_interrupted_swaps(directory: str) -> list[str]:
-    """Loader pass for a replica folder: finish or roll back swaps, drop `.cleaned`/`.deleted` files.
-
-    Returns what it did, one line per action (empty when the folder was clean).
-    """
-    try:
-        names = set(os.listdir(directory))
-    except FileNotFoundError:
-        return []
-    done: list[str] = []
-    swapped_bases = sorted({b for n in names if n.endswith(SWAP_SUFFIX) and (b := parse_segment_base(n)) is not None})
-    for base in swapped_bases:
-        log_name = segment_file_name(base, LOG_SUFFIX)
-        if log_name + CLEANED_SUFFIX in names:
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # not committed: back to the old segment
-                _unlink(os.path.join(directory, segment_file_name(base, suffix) + SWAP_SUFFIX))
-            done.append(f"rolled back the unfinished compaction of segment {base}")
-            continue
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # committed: finish it, the log last
-            path = os.path.join(directory, segment_file_name(base, suffix))
-            if os.path.exists(path + SWAP_SUFFIX):
-                os.replace(path + SWAP_SUFFIX, path)
-        done.append(f"finished the interrupted compaction of segment {base}")
-    for name in sorted(names):
-        if name.endswith(CLEANED_SUFFIX) or name.endswith(DELETED_SUFFIX):
-            _unlink(os.path.join(directory, name))
-            if name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
-                done.append(f"removed {name}")
-    if done or any(n.endswith(CLEANED_SUFFIX) for n in names):
-        _fsync_dir(directory)
-    return done
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _fsync_dir(path: str) -> None:
-    from klog.store.log import fsync_dir
-
-    fsync_dir(path)
-
-
 # -- what is cleanable ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CleanableRange:
@@ -181,16 +113,9 @@ def first_dirty_timestamp(log: PartitionLog, first_dirty: int) -> int:
 def build_offset_map(log: PartitionLog, start: int, end: int) -> dict[bytes, int]:
     """key -> the last offset holding it, over [start, end) of `log` (Kafka's SkimpyOffsetMap, unbounded)."""
     offsets: dict[bytes | None, int] = {}
-    offset = start
-    while offset < end:
-        batches = log.read(offset, end, READ_BYTES)
-        if not batches:
-            break
-        for fb in batches:
-            if fb.header.is_control:
-                continue
-            offsets.update((r[2], r[0]) for r in fb.records() if r[0] < end)
-        offset = batches[-1].header.next_offset
+    for fetched in PartitionReader(log, start, end, max_bytes=READ_BYTES):
+        for _, records in fetched.record_runs():
+            offsets.update((r[2], r[0]) for r in records)
     offsets.pop(None, None)
     return offsets  # type: ignore[return-value]
 
@@ -264,7 +189,7 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
                 if cleaned is not None:
                     cleaned.write(data)
                     if written == 0:
-                        crash_point("cleaned-partial")
+                        faults.point("cleaned-partial")
                 layout.append((written, fb.header if kept is None else codec.read_header(kept)))
                 written += len(data)
                 position = fb.position + len(fb.data)
@@ -279,7 +204,7 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
     except BaseException:
         if cleaned is not None:
             cleaned.close()
-            _unlink(segment.log_path + CLEANED_SUFFIX)
+            unlink_if_there(segment.log_path + CLEANED_SUFFIX)
         raise
     cleaned.close()
     stats.segments_rewritten += 1
@@ -379,21 +304,21 @@ def swap_in(segment: LogSegment, index_data: bytes, time_data: bytes) -> None:
              for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
     _write_synced(final[INDEX_SUFFIX] + CLEANED_SUFFIX, index_data)
     _write_synced(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, time_data)
-    _fsync_dir(directory)
-    crash_point("cleaned-written")
+    fsync_dir(directory)
+    faults.point("cleaned-written")
     os.replace(final[INDEX_SUFFIX] + CLEANED_SUFFIX, final[INDEX_SUFFIX] + SWAP_SUFFIX)
-    crash_point("swap-partial")
+    faults.point("swap-partial")
     os.replace(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX)
     os.replace(final[LOG_SUFFIX] + CLEANED_SUFFIX, final[LOG_SUFFIX] + SWAP_SUFFIX)  # the commit point
-    _fsync_dir(directory)
-    crash_point("swap-renamed")
+    fsync_dir(directory)
+    faults.point("swap-renamed")
     # indexes before the log: a reader notices the new log by its inode and then reloads the indexes
     os.replace(final[INDEX_SUFFIX] + SWAP_SUFFIX, final[INDEX_SUFFIX])
     os.replace(final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX, final[TIME_INDEX_SUFFIX])
-    crash_point("index-replaced")
+    faults.point("index-replaced")
     os.replace(final[LOG_SUFFIX] + SWAP_SUFFIX, final[LOG_SUFFIX])
-    _fsync_dir(directory)
-    crash_point("log-replaced")
+    fsync_dir(directory)
+    faults.point("log-replaced")
     segment.close()
 
 
@@ -406,24 +331,8 @@ def _write_synced(path: str, data: bytes) -> None:
 
 def _index_entries(layout: list[tuple[int, BatchHeader]], base_offset: int,
                    interval_bytes: int) -> tuple[bytes, bytes]:
-    """Offset and time index for a sealed segment of these batches (the rule LogSegment.recover uses)."""
-    index: list[bytes] = []
-    times: list[bytes] = []
-    since_last = 0
-    max_ts, max_ts_offset, last_time_ts = -1, -1, -1
-    for pos, header in layout:
-        if header.max_timestamp > max_ts:
-            max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-        if since_last > interval_bytes:
-            index.append(OFFSET_INDEX_ENTRY.pack(header.last_offset - base_offset, pos))
-            if max_ts > last_time_ts:
-                times.append(TIME_INDEX_ENTRY.pack(max_ts, max_ts_offset - base_offset))
-                last_time_ts = max_ts
-            since_last = 0
-        since_last += header.size
-    if max_ts > last_time_ts:
-        times.append(TIME_INDEX_ENTRY.pack(max_ts, max_ts_offset - base_offset))
-    return b"".join(index), b"".join(times)
+    """Offset and time index for a sealed segment of these batches (index.IndexBuilder's rule)."""
+    return IndexBuilder(base_offset, interval_bytes).add_all(layout)
 
 
 # -- one partition -------------------------------------------------------------------------------
@@ -441,7 +350,7 @@ def compact_replicas(replicas: list[PartitionLog], rng: CleanableRange, now_ms: 
             total = stats
         if on_replica is not None:
             on_replica(i, stats)
-    crash_point("before-checkpoint")
+    faults.point("before-checkpoint")
     return total
 
 

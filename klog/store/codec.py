@@ -15,7 +15,7 @@ from typing import NamedTuple
 from crc32c import crc32c  # hardware CRC-32C (SSE 4.2 / ARMv8), software fallback inside
 
 from klog.errors import CompressionError, CorruptLogError, UnsupportedCodecError
-from klog.store import compression, legacy
+from klog.store import compression, fastrecords, legacy
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET,
@@ -261,7 +261,12 @@ def _encode_headers(headers: Sequence[Header]) -> bytes:
 def encode_records(records: Sequence[RecordIn], base_timestamp: int,
                    offset_deltas: Sequence[int] | None = None) -> bytes:
     """The records section of a batch: each record's length varint then its body. Offset deltas
-    are 0, 1, 2... unless given (a compacted batch keeps its survivors' own offsets)."""
+    are 0, 1, 2... unless given (a compacted batch keeps its survivors' own offsets).
+    Big batches go through the compiled builder (fastrecords), the same bytes."""
+    if fastrecords.wanted(len(records)):
+        fast = fastrecords.encode_records(records, base_timestamp, offset_deltas)
+        if fast is not None:
+            return fast
     _tables()
     out: list[bytes] = []
     append = out.append
@@ -393,8 +398,12 @@ def _records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, 
     return data, start, stop
 
 
-def decode_batch_records(buf: bytes, pos: int, header: BatchHeader) -> list[RecordOut]:
+def decode_batch_records(buf: bytes, pos: int, header: BatchHeader, *, fast: bool = False) -> list[RecordOut]:
     """Decode every record of the batch at buf[pos:]; the caller has already checked the CRC.
+
+    fast=True (the read path) decodes with the compiled reader when it imports (fastrecords.wanted:
+    from the first batch of FAST_MIN_RECORDS or more on), the same records; it also accepts a few malformations no
+    Kafka client writes (see fastrecords), so validators keep the strict default.
 
     Returns (offset, timestamp, key, value, headers) tuples; key, value and header values are
     `bytes` (or None), whatever buffer type `buf` is. Raises CorruptLogError (without a path; the
@@ -413,6 +422,10 @@ def decode_batch_records(buf: bytes, pos: int, header: BatchHeader) -> list[Reco
     if pause_gc:
         gc.disable()
     try:
+        if fast and fastrecords.wanted(header.records_count):
+            fast_records = fastrecords.records(buf, pos, data, start, stop)
+            if fast_records is not None:  # LogAppendTime applied already
+                return fast_records
         records, consumed_to = _decode_records(data, start, header.records_count, header.base_offset,
                                                header.base_timestamp)
     except (ValueError, IndexError) as e:
@@ -535,94 +548,23 @@ def _decode_records(data: bytes, pos: int, count: int, base_offset: int,
     return out, pos
 
 
-def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes | None = None) -> list[bytes | None]:
+def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes | None = None, *,
+                        fast: bool = False) -> list[bytes | None]:
     """The values of every record of the batch at buf[pos:], `null` for a null value: what
-    value-only output needs, without building a tuple, a headers list or timestamps per record.
+    value-only output needs. With the compiled reader (fast=True, see decode_batch_records) only
+    the values are built; otherwise this is decode_batch_records' one Python loop, values kept.
 
     The same checks as decode_batch_records (the CRC is the caller's), the same errors.
     """
-    if header.magic < MAGIC_V2:
-        return [null if r[3] is None else r[3] for r in legacy.records_of(buf, pos)]
-    data, start, stop = _records_section(buf, pos, header)
-    try:
-        values, consumed_to = _decode_values(data, start, header.records_count, null)
-    except (ValueError, IndexError) as e:
-        raise CorruptLogError(f"malformed records in batch: {e}", offset=header.base_offset) from None
-    if consumed_to != stop:
-        raise CorruptLogError("incorrect declared batch size", offset=header.base_offset)
+    values = None
+    if header.magic >= MAGIC_V2 and fast and fastrecords.wanted(header.records_count):
+        data, start, stop = _records_section(buf, pos, header)
+        values = fastrecords.values(buf, pos, data, start, stop)
+    if values is None:
+        values = [r[3] for r in decode_batch_records(buf, pos, header)]
+    if null is not None and None in values:
+        values = [null if v is None else v for v in values]
     return values
-
-
-def _decode_values(data: bytes, pos: int, count: int, null: bytes | None) -> tuple[list[bytes | None], int]:
-    """_decode_records' loop keeping only the values (the other varints are stepped over, with
-    the same width checks; headers are checked only when a record has some)."""
-    _tables()
-    zz = _ZIGZAG
-    zz2 = _ZIGZAG2
-    len2 = _LENGTH2
-    varint32 = _varint32
-    out: list[bytes | None] = []
-    append = out.append
-    for _ in repeat(None, count):
-        b = data[pos]
-        if b < 0x80:
-            end = pos + 1 + zz[b]
-            pos += 2
-        else:
-            c = data[pos + 1]
-            if c < 0x80:
-                end = pos + len2[c][b]
-                pos += 3
-            else:
-                n, pos = varint32(data, pos)
-                end = pos + n
-                pos += 1
-        # timestampDelta, offsetDelta: stepped over
-        if data[pos] < 0x80:
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            pos += 2
-        else:
-            pos = _varlong(data, pos)[1]
-        if data[pos] < 0x80:
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            pos += 2
-        else:
-            pos = varint32(data, pos)[1]
-        # key: stepped over
-        b = data[pos]
-        if b < 0x80:
-            n = zz[b]
-            pos += 1
-        else:
-            n, pos = varint32(data, pos)
-        if n > 0:
-            pos += n
-        # value
-        b = data[pos]
-        if b < 0x80:
-            n = zz[b]
-            pos += 1
-        else:
-            c = data[pos + 1]
-            if c < 0x80:
-                n = zz2[c][b]
-                pos += 2
-            else:
-                n, pos = varint32(data, pos)
-        if n < 0:
-            append(null)
-        else:
-            append(data[pos:pos + n])
-            pos += n
-        if data[pos] == 0 and pos + 1 == end:
-            pos = end
-        else:
-            pos = _decode_headers(data, pos)[1]
-            if pos != end:
-                raise ValueError("record fields do not fill its declared length")
-    return out, pos
 
 
 def _decode_headers(data: bytes, pos: int) -> tuple[list[Header], int]:

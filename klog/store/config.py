@@ -85,7 +85,7 @@ CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("unclean.leader.election.enable", "false", _bool,
               "let an out-of-sync replica become leader (may lose records)"),
     ConfigKey("file.delete.delay.ms", "60000", _long(0),
-              "accepted as Kafka has it; klog unlinks .deleted files at once (open readers keep them, POSIX)"),
+              "how long a segment retention removed stays as .deleted files before they are unlinked"),
 )}
 
 
@@ -122,25 +122,31 @@ class LogConfig:
     compression_type: str = "producer"
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
+    file_delete_delay_ms: int = 60000
 
     @classmethod
     def from_configs(cls, configs: Mapping[str, str]) -> LogConfig:
-        def get(name: str) -> object:
+        parsed = {}
+        for field_name, name in _LOG_CONFIG_KEYS.items():
             key = CONFIG_KEYS[name]
-            return key.parse(configs.get(name, key.default))
+            parsed[field_name] = key.parse(configs.get(name, key.default))
+        return cls(**parsed)  # type: ignore[arg-type]
 
-        return cls(
-            segment_bytes=get("segment.bytes"),  # type: ignore[arg-type]
-            segment_ms=get("segment.ms"),  # type: ignore[arg-type]
-            index_interval_bytes=get("index.interval.bytes"),  # type: ignore[arg-type]
-            segment_index_bytes=get("segment.index.bytes"),  # type: ignore[arg-type]
-            max_message_bytes=get("max.message.bytes"),  # type: ignore[arg-type]
-            flush_messages=get("flush.messages"),  # type: ignore[arg-type]
-            flush_ms=get("flush.ms"),  # type: ignore[arg-type]
-            retention_ms=get("retention.ms"),  # type: ignore[arg-type]
-            retention_bytes=get("retention.bytes"),  # type: ignore[arg-type]
-            timestamp_type=get("message.timestamp.type"),  # type: ignore[arg-type]
-            compression_type=get("compression.type"),  # type: ignore[arg-type]
-            cleanup_policy=get("cleanup.policy"),  # type: ignore[arg-type]
-            min_insync_replicas=get("min.insync.replicas"),  # type: ignore[arg-type]
-        )
+
+# LogConfig's fields and the topic config each is parsed from
+_LOG_CONFIG_KEYS = {
+    "segment_bytes": "segment.bytes",
+    "segment_ms": "segment.ms",
+    "index_interval_bytes": "index.interval.bytes",
+    "segment_index_bytes": "segment.index.bytes",
+    "max_message_bytes": "max.message.bytes",
+    "flush_messages": "flush.messages",
+    "flush_ms": "flush.ms",
+    "retention_ms": "retention.ms",
+    "retention_bytes": "retention.bytes",
+    "timestamp_type": "message.timestamp.type",
+    "compression_type": "compression.type",
+    "cleanup_policy": "cleanup.policy",
+    "min_insync_replicas": "min.insync.replicas",
+    "file_delete_delay_ms": "file.delete.delay.ms",
+}

@@ -53,6 +53,7 @@ BATCH_PREFIX = struct.Struct(">qiibI")
 assert BATCH_PREFIX.size == ATTRIBUTES_OFFSET
 BASE_OFFSET = struct.Struct(">q")
 INT32 = struct.Struct(">i")
+INT16 = struct.Struct(">h")
 
 # attributes (§1)
 COMPRESSION_CODEC_MASK = 0x07

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from klog.store.format import NO_TIMESTAMP, OFFSET_INDEX_ENTRY, RELATIVE_OFFSET_MAX, TIME_INDEX_ENTRY
+from klog.store.format import NO_TIMESTAMP, OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
 from klog.store.names import nofollow_opener
+
+if TYPE_CHECKING:
+    from klog.store.codec import BatchHeader
 
 
 class _IndexFile:
@@ -59,6 +64,22 @@ class _IndexFile:
     def entry_at(self, i: int) -> tuple[int, int]:
         return self.entry.unpack_from(self._data, i * self.entry.size)
 
+    def floor(self, key: int) -> int:
+        """Index of the last entry whose first field (relative offset, timestamp) is ≤ key; -1 if none."""
+        lo, hi = 0, self.entries - 1
+        found = -1
+        unpack = self.entry.unpack_from
+        size = self.entry.size
+        data = self._data
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if unpack(data, mid * size)[0] <= key:
+                found = mid
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return found
+
     def last_entry(self) -> tuple[int, int] | None:
         n = self.entries
         return self.entry_at(n - 1) if n else None
@@ -81,12 +102,6 @@ class _IndexFile:
             f.write(packed_entries)
         self._data = bytearray(packed_entries)
 
-    def relative(self, offset: int) -> int:
-        rel = offset - self.base_offset
-        if not 0 <= rel <= RELATIVE_OFFSET_MAX:
-            raise ValueError(f"offset {offset} does not fit as a relative offset of {self.base_offset}")
-        return rel
-
 
 class OffsetIndex(_IndexFile):
     """Entries (relativeOffset int32, position int32): a batch's last offset → its start."""
@@ -95,27 +110,8 @@ class OffsetIndex(_IndexFile):
 
     def lookup(self, offset: int) -> int:
         """Start position for a scan toward `offset`: the last entry ≤ offset, else 0."""
-        target = offset - self.base_offset
-        lo, hi = 0, self.entries - 1
-        found = 0
-        unpack = self.entry.unpack_from
-        data = self._data
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            rel, pos = unpack(data, mid * OFFSET_INDEX_ENTRY.size)
-            if rel <= target:
-                found = pos
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return found
-
-    def pack(self, last_offset: int, position: int) -> bytes:
-        last = self.last_entry()
-        rel = self.relative(last_offset)
-        if last is not None:
-            assert rel > last[0] and position > last[1], (self.path, last, rel, position)
-        return self.entry.pack(rel, position)
+        i = self.floor(offset - self.base_offset)
+        return self.entry_at(i)[1] if i >= 0 else 0
 
 
 class TimeIndex(_IndexFile):
@@ -125,32 +121,67 @@ class TimeIndex(_IndexFile):
 
     def lookup(self, timestamp: int) -> int:
         """Offset to start a search for `timestamp`: the last entry with ts ≤ timestamp, else base."""
-        lo, hi = 0, self.entries - 1
-        found = self.base_offset
-        unpack = self.entry.unpack_from
-        data = self._data
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            ts, rel = unpack(data, mid * TIME_INDEX_ENTRY.size)
-            if ts <= timestamp:
-                found = self.base_offset + rel
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return found
+        i = self.floor(timestamp)
+        return self.base_offset + self.entry_at(i)[1] if i >= 0 else self.base_offset
 
     def last_timestamp(self) -> int:
         last = self.last_entry()
         return last[0] if last else -1
 
-    def pack_if_newer(self, timestamp: int, offset: int) -> bytes | None:
-        """Kafka's maybeAppend: only a timestamp above the last entry's gets an entry. An empty
-        index counts as (NO_TIMESTAMP, base offset), as in Kafka's lastEntry(), so batches
-        without timestamps (-1) get none."""
-        last = self.last_entry()
-        if timestamp <= (last[0] if last is not None else NO_TIMESTAMP):
+
+class IndexBuilder:
+    """Kafka's rule for index entries, in one place: appends (LogSegment.append), recovery's
+    rebuild (LogSegment.recover) and the cleaner's rewritten segments all add batches here.
+
+    Once more than `interval_bytes` of batches follow the last entry, the next batch gets an
+    offset entry (its last offset -> its position) and, if the segment's largest timestamp grew
+    since the last time entry, a time entry (that timestamp -> the offset holding it).
+    """
+
+    __slots__ = ("base_offset", "interval_bytes", "since_last", "max_timestamp", "offset_of_max_timestamp",
+                 "last_time_ts")
+
+    def __init__(self, base_offset: int, interval_bytes: int, since_last: int = 0, max_timestamp: int = -1,
+                 offset_of_max_timestamp: int = -1, last_time_ts: int = NO_TIMESTAMP) -> None:
+        self.base_offset = base_offset
+        self.interval_bytes = interval_bytes
+        self.since_last = since_last  # bytes of batches after the last offset entry
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.last_time_ts = last_time_ts  # the time index's last timestamp (NO_TIMESTAMP: none)
+
+    def add(self, position: int, last_offset: int, max_timestamp: int, size: int) -> tuple[bytes | None, bytes | None]:
+        """The batch at `position` was added: the (offset, time) index entries it gets, if any."""
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
+        index_entry = time_entry = None
+        if self.since_last > self.interval_bytes:
+            index_entry = OFFSET_INDEX_ENTRY.pack(last_offset - self.base_offset, position)
+            time_entry = self.time_entry()
+            self.since_last = 0
+        self.since_last += size
+        return index_entry, time_entry
+
+    def time_entry(self) -> bytes | None:
+        """A time entry for the largest timestamp so far, if the index does not hold it yet (also
+        a sealed segment's final entry)."""
+        if self.max_timestamp <= self.last_time_ts:
             return None
-        rel = self.relative(offset)
-        if last is not None and rel < last[1]:
-            return None
-        return self.entry.pack(timestamp, rel)
+        self.last_time_ts = self.max_timestamp
+        return TIME_INDEX_ENTRY.pack(self.max_timestamp, self.offset_of_max_timestamp - self.base_offset)
+
+    def add_all(self, batches: Iterable[tuple[int, BatchHeader]]) -> tuple[bytes, bytes]:
+        """Both index files of a whole segment of these (position, header) batches, ending with
+        the final time entry a sealed segment keeps (recovery's rebuild, the cleaner's output)."""
+        index: list[bytes] = []
+        times: list[bytes] = []
+        for position, header in batches:
+            index_entry, time_entry = self.add(position, header.last_offset, header.max_timestamp, header.size)
+            if index_entry is not None:
+                index.append(index_entry)
+                if time_entry is not None:
+                    times.append(time_entry)
+        final = self.time_entry()
+        if final is not None:
+            times.append(final)
+        return b"".join(index), b"".join(times)

@@ -6,9 +6,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from klog.errors import CorruptLogError, KlogError, UnsupportedCodecError, UsageError
-from klog.store import codec, compression, txn
-from klog.store.format import LOG_SUFFIX, RECORD_BATCH_OVERHEAD, parse_segment_base
+from klog.errors import CorruptLogError, KlogError, UsageError
+from klog.store import codec, compression, txn, validate
+from klog.store.format import LOG_SUFFIX, parse_segment_base
 from klog.store.segment import LogSegment
 
 
@@ -31,9 +31,9 @@ def dump_path(path: str, deep: bool = True) -> Iterator[dict]:
         pos = 0
         while pos + codec.header_bytes(data, pos) <= len(data):
             header = codec.read_header(data, pos)
-            if header.size < codec.min_batch_size(header.magic) or pos + header.size > len(data):
+            if validate.framing_problem(header) or pos + header.size > len(data):
                 raise CorruptLogError("partial or invalid batch", seg_path, pos, header.base_offset)
-            valid = codec.crc_ok(data, pos, header)
+            valid = validate.crc_problem(data, pos, header) is None
             yield {"type": "batch", "base_offset": header.base_offset, "last_offset": header.last_offset,
                    "count": header.records_count, "position": pos, "size": header.size,
                    "max_timestamp": header.max_timestamp, "base_timestamp": header.base_timestamp,
@@ -65,49 +65,22 @@ class SegmentCheck:
 
 
 def check_segment(segment: LogSegment, gaps_ok: bool = False) -> SegmentCheck:
-    """Validate every batch (size, CRC, offsets) and both indexes against the log. `gaps_ok`: a
-    compacted topic's cleaned segment, where Kafka's cleaner leaves upward gaps between batches."""
+    """Validate every batch (size, CRC, records, offsets: validate.SegmentScan) and both indexes
+    against the log. `gaps_ok`: a compacted topic's cleaned segment, where Kafka's cleaner leaves
+    upward gaps between batches."""
     result = SegmentCheck(segment.base_offset)
-    end = segment.file_size()
+    scan = validate.SegmentScan(segment.read_bytes, segment.file_size(), segment.base_offset, deep=True,
+                                gaps_ok=gaps_ok)
     starts: dict[int, int] = {}  # position -> last offset
-    pos = 0
-    prev_next = None
     max_ts = -1
-    while pos < end:
-        head = segment.read_bytes(pos, RECORD_BATCH_OVERHEAD)
-        if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
-            result.log_problem = f"partial batch header at position {pos}"
-            break
-        header = codec.read_header(head)
-        if header.size < codec.min_batch_size(header.magic) or pos + header.size > end or header.magic > 2:
-            result.log_problem = f"partial or invalid batch at position {pos}"
-            break
-        data = segment.read_bytes(pos, header.size)
-        if header.magic < 2:
-            header = codec.read_header(data)  # Kafka's old message formats: parsed from the whole entry
-        if not codec.crc_ok(data, 0, header):
-            result.log_problem = f"CRC mismatch at position {pos} (offset {header.base_offset})"
-            break
-        try:  # the CRC does not vouch for the records' structure (or a compressed payload)
-            codec.decode_batch_records(data, 0, header)
-        except (CorruptLogError, UnsupportedCodecError) as e:
-            detail = str(e).removesuffix(f" (offset {header.base_offset})")
-            result.log_problem = f"{detail} at position {pos} (offset {header.base_offset})"
-            break
-        if prev_next is not None and header.base_offset < prev_next:
-            result.log_problem = f"offsets go backwards at position {pos}"
-            break
-        if prev_next is not None and header.base_offset > prev_next and not gaps_ok:  # klog's cleaner keeps emptied
-            # batches; Kafka's drops them (gaps_ok)
-            result.log_problem = f"offsets {prev_next}..{header.base_offset - 1} are missing at position {pos}"
-            break
+    for pos, header, _data in scan:
         if result.first_offset is None:
             result.first_offset = header.base_offset
         starts[pos] = header.last_offset
         max_ts = max(max_ts, header.max_timestamp)
-        prev_next = header.next_offset
-        result.valid_next_offset = prev_next
-        pos += header.size
+    result.log_problem = scan.problem
+    result.valid_next_offset = scan.next_offset
+    pos = scan.valid_bytes
     segment.offset_index.refresh()
     last = (-1, -1)
     for i in range(_used_entries(segment.offset_index)):

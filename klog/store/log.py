@@ -11,11 +11,11 @@ import bisect
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
-from klog.store import codec
+from klog.store import codec, loader
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import (
@@ -28,22 +28,14 @@ from klog.store.format import (
     parse_segment_base,
 )
 from klog.store.limits import FETCH_BYTES_MAX
-from klog.store.names import check_not_symlink
-from klog.store.segment import LogSegment, RecoveryResult, SegmentFds, keep_corrupt_bytes
+from klog.store.loader import RecoveryReport
+from klog.store.names import check_not_symlink, fsync_dir
+from klog.store.segment import LogSegment, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 
 T = TypeVar("T")
 
 READ_BYTES_DEFAULT = FETCH_BYTES_MAX
-
-
-def fsync_dir(path: str) -> None:
-    """Make a new or removed directory entry durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -57,11 +49,12 @@ class FetchedBatch:
     path: str | None = None  # the segment file, for error messages
 
     def records(self) -> list[codec.RecordOut]:
-        return self._decode(codec.decode_batch_records)
+        return self._decode(lambda data, pos, header: codec.decode_batch_records(data, pos, header, fast=True))
 
     def values(self, null: bytes | None = None) -> list[bytes | None]:
         """Only the values (`null` for a null one): what value-only output needs."""
-        return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null))
+        return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null,
+                                                                                    fast=True))
 
     def _decode(self, decoder: Callable[[bytes, int, BatchHeader], list[T]]) -> list[T]:
         try:
@@ -126,20 +119,6 @@ def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
         return False
 
 
-@dataclass
-class RecoveryReport:
-    """What opening a replica for writing repaired, for `klog verify` and tests."""
-
-    segments_recovered: list[int] = field(default_factory=list)
-    bytes_truncated: int = 0
-    segments_deleted: list[int] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-
-    @property
-    def repaired(self) -> bool:
-        return bool(self.bytes_truncated or self.segments_deleted)
-
-
 class PartitionLog:
     def __init__(self, directory: str, config: LogConfig | None = None) -> None:
         self.directory = directory
@@ -153,6 +132,7 @@ class PartitionLog:
         self._last_flush_ms = time.monotonic() * 1000
         self._dir_dirty = False
         self.recovery_point = 0
+        self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         self.refresh_segments()
 
     # -- segment list --------------------------------------------------------------------------
@@ -195,13 +175,12 @@ class PartitionLog:
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
-        from klog.store.cleaner import finish_interrupted_swaps  # (cleaner imports this module)
-
-        swaps = finish_interrupted_swaps(self.directory)  # a compaction or retention killed mid-way
+        # a compaction or retention killed mid-way; expired .deleted files
+        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms)
         self.refresh_segments()
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
-            self._new_segment(0)
+            self.new_segment(0)
             self._open_fds()
             self._save_state()
             return report
@@ -213,61 +192,10 @@ class PartitionLog:
                                    snap.log_end_offset)
             self.recovery_point = snap.recovery_point
         else:
-            self._recover(snap, report, committed_end)
+            loader.recover_tail(self, snap, report, committed_end)
+            self._save_state(sync=True)
         self._open_fds()
         return report
-
-    def _recover(self, snap: ReplicaSnapshot | None, report: RecoveryReport, committed_end: int | None = None) -> None:
-        """Kafka's unclean-shutdown pass: recover every segment from the recovery point on."""
-        recovery_point = snap.recovery_point if snap is not None and snap.boot_id == current_boot_id() else 0
-        if snap is not None and snap.boot_id != current_boot_id():
-            recovery_point = snap.recovery_point
-        start = self.segment_for(recovery_point) or self.segments[self.bases[0]]
-        previous_next: int | None = None
-        for base in [b for b in self.bases if b >= start.base_offset]:
-            segment = self.segments[base]
-            if previous_next is not None and base < previous_next:
-                self._delete_from(base, report, f"segment {base} overlaps the one before")
-                break
-            if previous_next is not None and base > previous_next and segment.file_size() == 0:
-                # a stray empty file past the log end (no roll makes one: a roll starts at the log
-                # end): adopting it would jump the log end over offsets that never existed
-                segment.delete_files()
-                report.segments_deleted.append(base)
-                report.reasons.append(f"{segment.log_path}: an empty segment past the log end ({previous_next}); "
-                                      f"removed")
-                fsync_dir(self.directory)
-                continue
-            result: RecoveryResult = segment.recover(committed_end)
-            report.segments_recovered.append(base)
-            if result.truncated_bytes:
-                report.bytes_truncated += result.truncated_bytes
-                report.reasons.append(f"{segment.log_path}: {result.reason}; cut {result.truncated_bytes} bytes")
-                later = [b for b in self.bases if b > base]
-                if later:
-                    self._delete_from(later[0], report, "after a truncated segment", committed_end)
-                break
-            if result.next_offset is not None:
-                previous_next = result.next_offset
-        self.refresh_segments()
-        active = self.active
-        if active.next_offset is None:
-            active.next_offset = active.base_offset  # an empty last segment: the log ends at its base
-        self.recovery_point = min(recovery_point, active.next_offset)
-        self._save_state(sync=True)
-
-    def _delete_from(self, base: int, report: RecoveryReport, why: str, committed_end: int | None = None) -> None:
-        for b in [b for b in self.bases if b >= base]:
-            segment = self.segments[b]
-            if committed_end is not None and b < committed_end and segment.file_size() > 0:
-                keep_corrupt_bytes(segment.log_path, 0, segment.file_size())  # acknowledged records
-            segment.delete_files()
-            report.segments_deleted.append(b)
-        report.reasons.append(f"deleted segments from {base}: {why}")
-        fsync_dir(self.directory)
-        self.refresh_segments()
-        if not self.bases:
-            self._new_segment(base)
 
     def _open_fds(self) -> None:
         if (self._fds is not None and self._fds_base == self.active.base_offset
@@ -278,7 +206,7 @@ class PartitionLog:
         self._fds = self.active.open_fds()
         self._fds_base = self.active.base_offset
 
-    def _new_segment(self, base: int) -> LogSegment:
+    def new_segment(self, base: int) -> LogSegment:
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
         segment.create_files()
         segment.next_offset = base
@@ -324,7 +252,7 @@ class PartitionLog:
         old.seal()
         if self._fds is not None:
             self._fds.fsync()  # the old segment is complete: make it durable before moving on
-        segment = self._new_segment(base)
+        segment = self.new_segment(base)
         self._open_fds()
         return segment
 
@@ -371,7 +299,7 @@ class PartitionLog:
         for b in self.bases:
             self.segments.pop(b).delete_files()
         self.bases = []
-        self._new_segment(base)
+        self.new_segment(base)
         self._open_fds()
         self._save_state()
 
@@ -441,19 +369,35 @@ class PartitionLog:
         self._save_state(sync=True)
 
     # -- reading (any process) -----------------------------------------------------------------
+    def _first_segment(self, offset: int) -> LogSegment | None:
+        """The segment a read from `offset` starts in (the first one when `offset` is below the
+        log); the segment list is refreshed when it may be stale (a roll or deletion by a writer)."""
+        segment = self.segment_for(offset)
+        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
+            self.refresh_segments()
+            segment = self.segment_for(offset)
+        if segment is None and self.bases:
+            segment = self.segments[self.bases[0]]
+        return segment
+
+    def _next_segment(self, segment: LogSegment) -> LogSegment | None:
+        """The segment after `segment` (refreshing the list once when it was the last known)."""
+        nxt = bisect.bisect_right(self.bases, segment.base_offset)
+        if nxt >= len(self.bases):
+            self.refresh_segments()
+            nxt = bisect.bisect_right(self.bases, segment.base_offset)
+            if nxt >= len(self.bases):
+                return None
+        return self.segments[self.bases[nxt]]
+
     def read(self, offset: int, upper: int, max_bytes: int = READ_BYTES_DEFAULT) -> list[FetchedBatch]:
         """CRC-checked batches holding offsets in [offset, upper), at least one if any exist."""
         if offset >= upper:
             return []
         offset_asked = offset
-        segment = self.segment_for(offset)
-        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
-            self.refresh_segments()
-            segment = self.segment_for(offset)
+        segment = self._first_segment(offset)
         if segment is None:
-            if not self.bases:
-                return []
-            segment = self.segments[self.bases[0]]
+            return []
         out: list[FetchedBatch] = []
         budget = max_bytes
         while segment is not None and budget > 0:
@@ -471,15 +415,9 @@ class PartitionLog:
                     break  # damage ahead in this segment: never skip to the next one
             if offset >= upper:
                 break
-            nxt = bisect.bisect_right(self.bases, segment.base_offset)
-            if nxt >= len(self.bases):
-                self.refresh_segments()
-                nxt = bisect.bisect_right(self.bases, segment.base_offset)
-                if nxt >= len(self.bases):
-                    break
             if got and budget <= 0:
                 break
-            segment = self.segments[self.bases[nxt]]
+            segment = self._next_segment(segment)
         return _contiguous(out, offset_asked, self.bases[0] if self.bases else 0,
                            (lambda fb: self.cleaner_gap_ok(fb.path, fb.position)) if self.compacted else None)
 
@@ -505,14 +443,9 @@ class PartitionLog:
         LogSegment.byte_range. The descriptor is a dup the caller closes."""
         if offset >= upper:
             return None
-        segment = self.segment_for(offset)
-        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
-            self.refresh_segments()
-            segment = self.segment_for(offset)
+        segment = self._first_segment(offset)
         if segment is None:
-            if not self.bases:
-                return None
-            segment = self.segments[self.bases[0]]
+            return None
         while segment is not None:
             try:
                 end = segment.file_size()
@@ -522,13 +455,7 @@ class PartitionLog:
             if found is not None:
                 position, length, header = found
                 return ByteRange(segment.dup_read_fd(), position, length, header, segment.log_path)
-            nxt = bisect.bisect_right(self.bases, segment.base_offset)
-            if nxt >= len(self.bases):
-                self.refresh_segments()
-                nxt = bisect.bisect_right(self.bases, segment.base_offset)
-                if nxt >= len(self.bases):
-                    return None
-            segment = self.segments[self.bases[nxt]]
+            segment = self._next_segment(segment)
         return None
 
     def _read_segment(self, segment: LogSegment, offset: int, upper: int, budget: int) -> list[FetchedBatch]:

@@ -107,3 +107,12 @@ def check_not_symlink(folder: str) -> None:
     if os.path.islink(folder):
         raise SymlinkError(f"{folder} is a symbolic link; klog keeps partitions only in real folders of a "
                               f"log directory (register other disks with klog dirs add)")
+
+
+def fsync_dir(path: str) -> None:
+    """Make a new, renamed or removed directory entry durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

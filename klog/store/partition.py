@@ -25,7 +25,11 @@ from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
 
 T = TypeVar("T")
+R = TypeVar("R")
 IDLE_FLUSH_MS_MAX = 7 * 24 * 3600 * 1000  # a longer flush.ms (the default is Long.MAX: never) arms no timer
+# a file that vanishes under a lookup (retention deleting a segment meanwhile) is looked up again this
+# often, then is an error: never "nothing there" (a consume --since that prints nothing and exits 0)
+ASKS_ON_VANISHED_FILE = 3
 FOLLOWER_THREADS = 4  # followers written at once; more replicas than this queue up
 _pool: futures.ThreadPoolExecutor | None = None
 
@@ -167,17 +171,22 @@ class Partition:
         record at or after that time" (a consume --since that prints nothing and exits 0)."""
         failure: KlogError | None = None
         for replica in self._present_replicas():
-            try:
-                return ask(replica)
-            except StorageError:
-                raise
-            except CorruptLogError as e:
-                failure = failure or e
-            except FileNotFoundError:
-                continue  # a segment removed by retention meanwhile, or a folder not yet made
-            except OSError as e:
-                failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
-                                                  f"{e.filename or replica.directory}: {e.strerror or e}")
+            for attempt in range(ASKS_ON_VANISHED_FILE):
+                try:
+                    return ask(replica)
+                except StorageError:
+                    raise
+                except CorruptLogError as e:
+                    failure = failure or e
+                except FileNotFoundError as e:
+                    if attempt + 1 < ASKS_ON_VANISHED_FILE:
+                        continue  # a segment removed by retention meanwhile: ask again (it re-lists the folder)
+                    failure = failure or StorageError(f"cannot read {self.topic}-{self.partition}: "
+                                                      f"{e.filename or replica.directory} keeps vanishing")
+                except OSError as e:
+                    failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
+                                                      f"{e.filename or replica.directory}: {e.strerror or e}")
+                break
         if failure is not None:
             raise failure
         return default
@@ -328,6 +337,25 @@ class Partition:
     # -- reading -------------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int = FETCH_BYTES_MAX, upper: int | None = None) -> list[FetchedBatch]:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
+        batches = self._from_replicas(offset, upper, lambda replica, bound: replica.read(offset, bound, max_bytes),
+                                      lambda got: (got[0].header, got[0].path, got[0].position), lambda got: None)
+        return batches or []
+
+    def byte_range(self, offset: int, max_bytes: int, upper: int | None = None) -> ByteRange | None:
+        """Like read(), but where the bytes are instead of the bytes (zero-copy fetch), with read()'s
+        rules. (The batches after the first are sent as they lie in one segment file: Kafka's
+        clients check their CRCs.)"""
+        return self._from_replicas(offset, upper, lambda replica, bound: replica.byte_range(offset, bound, max_bytes),
+                                   lambda got: (got.first, got.path, got.position), ByteRange.close)
+
+    def _from_replicas(self, offset: int, upper: int | None, ask: Callable[[PartitionLog, int], R | None],
+                       first_of: Callable[[R], tuple[codec.BatchHeader, str | None, int]],
+                       release: Callable[[R], None]) -> R | None:
+        """What `ask(replica, bound)` reads from `offset` below the high watermark (and `upper`),
+        from the leader or else the first in-sync replica that has the range intact (Kafka does
+        not do this; klog does). The answer starts at `offset` (or the log start): a read that
+        starts later, an I/O error, or a log that ends below the high watermark is an error,
+        never an empty answer (a silent short read)."""
         snap = self.reader_snapshot()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
             self.reload_replicas()
@@ -337,13 +365,11 @@ class Partition:
         hw = snap.high_watermark
         bound = hw if upper is None else min(hw, upper)
         if offset >= bound:
-            return []
+            return None
         failure: KlogError | None = None
         for replica in self.replicas:
-            # the leader first; a damaged, lost or short replica is served by an in-sync one
-            # that has the range intact (Kafka does not do this; klog does)
             try:
-                batches = replica.read(offset, bound, max_bytes)
+                got = ask(replica, bound)
             except CorruptLogError as e:
                 failure = failure or e
                 continue
@@ -353,18 +379,19 @@ class Partition:
                 failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
                                                   f"{e.filename or replica.directory}: {e.strerror or e}")
                 continue
-            if batches and (batches[0].header.base_offset <= offset or offset < self._published_log_start()
-                            or replica.cleaner_gap_ok(batches[0].path, batches[0].position)):
-                return batches
-            if batches:
-                first = batches[0]
-                failure = failure or CorruptLogError(
-                    f"offsets {offset}..{first.header.base_offset - 1} are missing", first.path, first.position,
-                    first.header.base_offset)
+            if not got:
+                continue
+            first, path, position = first_of(got)
+            if first.base_offset <= offset or offset < self._published_log_start() \
+                    or replica.cleaner_gap_ok(path, position):
+                return got
+            release(got)
+            failure = failure or CorruptLogError(f"offsets {offset}..{first.base_offset - 1} are missing", path,
+                                                 position, first.base_offset)
         if failure is not None:
             raise failure
         if offset < self._published_log_start():
-            return []  # retention or delete-records moved the start past `offset` meanwhile
+            return None  # retention or delete-records moved the start past `offset` meanwhile
         # every replica ends below the high watermark: records were acknowledged that no log holds
         raise CorruptLogError(f"the log of {self.topic}-{self.partition} ends before its high watermark {hw}: "
                               f"offsets from {offset} are missing", self.leader.directory)
@@ -372,46 +399,6 @@ class Partition:
     def _published_log_start(self) -> int:
         """The log start offset as retention and delete-records published it (the state file)."""
         return self.reader_snapshot().log_start_offset
-
-    def byte_range(self, offset: int, max_bytes: int, upper: int | None = None) -> ByteRange | None:
-        """Like read(), but where the bytes are instead of the bytes (zero-copy fetch), with read()'s
-        rules: the range starts at `offset` (or the log start), and an I/O error or a log that
-        ends below the high watermark is an error, never an empty answer. (The batches after the
-        first are sent as they lie in one segment file: Kafka's clients check their CRCs.)"""
-        snap = self.reader_snapshot()
-        if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
-            self.reload_replicas()
-            self.leader_epoch_loaded = snap.leader_epoch
-        bound = snap.high_watermark if upper is None else min(snap.high_watermark, upper)
-        if offset >= bound:
-            return None
-        failure: KlogError | None = None
-        for replica in self.replicas:
-            try:
-                found = replica.byte_range(offset, bound, max_bytes)
-            except CorruptLogError as e:
-                failure = failure or e
-                continue
-            except StorageError:
-                raise
-            except OSError as e:
-                failure = failure or StorageError(f"cannot read {self.topic}-{self.partition} from "
-                                                  f"{e.filename or replica.directory}: {e.strerror or e}")
-                continue
-            if found is None:
-                continue
-            if (found.first.base_offset <= offset or offset < self._published_log_start()
-                    or replica.cleaner_gap_ok(found.path, found.position)):
-                return found
-            found.close()
-            failure = failure or CorruptLogError(f"offsets {offset}..{found.first.base_offset - 1} are missing",
-                                                 found.path, found.position, found.first.base_offset)
-        if failure is not None:
-            raise failure
-        if offset < self._published_log_start():
-            return None
-        raise CorruptLogError(f"the log of {self.topic}-{self.partition} ends before its high watermark "
-                              f"{snap.high_watermark}: offsets from {offset} are missing", self.leader.directory)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         hw = self.high_watermark()

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from klog.store import faults, loader
 from klog.store.format import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from klog.store.names import fsync_dir
 
 if TYPE_CHECKING:
     from klog.store.log import PartitionLog
@@ -128,12 +131,14 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
     """Delete the segments of `log` whose every offset is below `offset` (never the active one).
 
     Kafka-style: each segment's files are renamed to `.deleted` (oldest segment first, `.log`
-    first, so what remains is always a suffix), the directory is fsynced, then the files are
-    unlinked. Readers in other processes that still hold a segment open keep reading it (POSIX).
-    A crash leaves `.deleted` files that the next writer's open removes (cleaner.finish_interrupted_swaps).
+    first, so what remains is always a suffix), the directory is fsynced, and the files are
+    unlinked once file.delete.delay.ms has passed, by this or a later retention pass or writer
+    open (loader.remove_deleted_files; a crash's leftovers too). Readers that hold a segment
+    open keep reading it meanwhile (and after: POSIX).
     """
-    from klog.store.log import fsync_dir
-
+    if log.deleted_files_due is not None and time.time() >= log.deleted_files_due:
+        log.deleted_files_due = None  # a long-lived writer's own .deleted files, now due
+        loader.remove_deleted_files(log.directory, log.config.file_delete_delay_ms)
     log.refresh_segments()
     doomed = []
     for i, base in enumerate(log.bases[:-1]):
@@ -155,15 +160,12 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
                 renamed.append(path + DELETED_SUFFIX)
             except FileNotFoundError:
                 pass
+    loader.retire(renamed)
     fsync_dir(log.directory)
-    from klog.store.cleaner import crash_point
-
-    crash_point("retention-renamed")
-    for path in renamed:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+    faults.point("retention-renamed")
+    loader.remove_deleted_files(log.directory, log.config.file_delete_delay_ms)  # these, if the delay is 0
+    if log.config.file_delete_delay_ms and log.deleted_files_due is None:
+        log.deleted_files_due = time.time() + log.config.file_delete_delay_ms / 1000
     log.refresh_segments()
     return DeletedSegments(doomed, size)
 

@@ -27,9 +27,10 @@ from klog.store.format import (
     TIME_INDEX_SUFFIX,
     segment_file_name,
 )
-from klog.store.index import OffsetIndex, TimeIndex
+from klog.store.index import IndexBuilder, OffsetIndex, TimeIndex
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
+from klog.store.validate import SegmentScan
 
 SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
@@ -112,10 +113,16 @@ class LogSegment:
         self._log_inode: int | None = None  # the .log the cached index entries belong to
         # writer state; valid only while the partition lock is held (see load_tail_state)
         self.size = 0
-        self.bytes_since_last_index_entry = 0
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = -1
+        self.indexer = IndexBuilder(base_offset, index_interval_bytes)
         self.next_offset: int | None = None
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.indexer.max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self.indexer.offset_of_max_timestamp
 
     # -- files ---------------------------------------------------------------------------------
     def create_files(self) -> None:
@@ -301,9 +308,8 @@ class LogSegment:
         self.offset_index.refresh()
         self.time_index.refresh()
         last = self.offset_index.last_entry()
-        self.bytes_since_last_index_entry = size - (last[1] if last else 0)
-        self.max_timestamp = max_timestamp
-        self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.indexer = IndexBuilder(self.base_offset, self.index_interval_bytes, size - (last[1] if last else 0),
+                                    max_timestamp, offset_of_max_timestamp, self.time_index.last_timestamp())
         self.next_offset = next_offset
 
     def can_hold(self, last_offset: int) -> bool:
@@ -317,16 +323,11 @@ class LogSegment:
         written = os.pwrite(fds.log, batch, position)
         if written != len(batch):
             raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-            self.offset_of_max_timestamp = header.last_offset
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append_raw(fds.index, self.offset_index.pack(header.last_offset, position))
-            packed = self.time_index.pack_if_newer(self.max_timestamp, self.offset_of_max_timestamp)
-            if packed is not None:
-                self.time_index.append_raw(fds.time_index, packed)
-            self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += len(batch)
+        index_entry, time_entry = self.indexer.add(position, header.last_offset, header.max_timestamp, len(batch))
+        if index_entry is not None:
+            self.offset_index.append_raw(fds.index, index_entry)
+            if time_entry is not None:
+                self.time_index.append_raw(fds.time_index, time_entry)
         self.size = position + len(batch)
         self.next_offset = header.next_offset
         return position
@@ -343,7 +344,8 @@ class LogSegment:
         self.time_index.refresh()
         if self.max_timestamp < 0:
             return
-        packed = self.time_index.pack_if_newer(self.max_timestamp, self.offset_of_max_timestamp)
+        self.indexer.last_time_ts = self.time_index.last_timestamp()  # another writer may have sealed it
+        packed = self.indexer.time_entry()
         if packed is not None:
             fd = open_nofollow(self.time_index.path, os.O_WRONLY | os.O_APPEND)
             try:
@@ -353,66 +355,20 @@ class LogSegment:
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self, committed_end: int | None = None) -> RecoveryResult:
-        """Kafka's LogSegment.recover: validate every batch (size, magic, CRC, offsets), truncate
-        at the first bad or partial one, and rebuild both indexes. Bytes cut from below
+        """Kafka's LogSegment.recover: validate every batch (validate.SegmentScan: size, magic, CRC,
+        offsets), truncate at the first bad or partial one, and rebuild both indexes
+        (index.IndexBuilder, the rule appends follow). Bytes cut from below
         `committed_end` (the high watermark: acknowledged records) are first kept in
         `<segment>.log.<position>.corrupt` beside it, for inspection."""
         file_size = self.file_size()
-        valid = 0
-        reason = None
-        index_entries: list[bytes] = []
-        time_entries: list[bytes] = []
-        since_last = 0
-        max_ts, max_ts_offset, last_time_ts = -1, -1, -1
-        next_offset = None
+        indexer = IndexBuilder(self.base_offset, self.index_interval_bytes)
         fd = open_or_shed(self.log_path, os.O_RDONLY)
         try:
-            pos = 0
-            while True:
-                if file_size - pos <= HEADER_SIZE_UP_TO_MAGIC:
-                    if file_size > pos:
-                        reason = f"partial batch header at position {pos}"
-                    break
-                head = os.pread(fd, RECORD_BATCH_OVERHEAD, pos)
-                if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
-                    reason = f"partial batch header at position {pos}"
-                    break
-                header = read_header(head)  # magic 0/1: framing only, until the whole entry is read
-                size = header.size
-                if header.magic > MAGIC_V2 or not codec.min_batch_size(header.magic) <= size <= BATCH_BYTES_MAX:
-                    reason = f"invalid batch header at position {pos}"
-                    break
-                if pos + size > file_size:
-                    reason = f"partial batch at position {pos}"
-                    break
-                data = os.pread(fd, size, pos)
-                if header.magic != MAGIC_V2:
-                    header = read_header(data)  # Kafka's old message formats are data (legacy.py)
-                if not codec.crc_ok(data, 0, header):
-                    reason = f"CRC mismatch in batch at position {pos} (offset {header.base_offset})"
-                    break
-                if not self.can_hold(header.last_offset) or header.base_offset < self.base_offset:
-                    reason = f"offset {header.last_offset} out of range for segment at position {pos}"
-                    break
-                if next_offset is not None and header.base_offset < next_offset:
-                    reason = f"offsets go backwards at position {pos}"
-                    break
-                if header.max_timestamp > max_ts:
-                    max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-                if since_last > self.index_interval_bytes:
-                    index_entries.append(self.offset_index.entry.pack(header.last_offset - self.base_offset, pos))
-                    if max_ts > last_time_ts:
-                        time_entries.append(self.time_index.entry.pack(max_ts, max_ts_offset - self.base_offset))
-                        last_time_ts = max_ts
-                    since_last = 0
-                since_last += size
-                next_offset = header.next_offset
-                pos += size
-                valid = pos
+            scan = SegmentScan(lambda pos, n: os.pread(fd, n, pos), file_size, self.base_offset)
+            index_data, time_data = indexer.add_all((pos, header) for pos, header, _ in scan)
         finally:
             os.close(fd)
-        if max_ts > last_time_ts:
-            time_entries.append(self.time_index.entry.pack(max_ts, max_ts_offset - self.base_offset))
+        valid, next_offset = scan.valid_bytes, scan.next_offset
         cut_from = next_offset if next_offset is not None else self.base_offset
         if valid < file_size and committed_end is not None and cut_from < committed_end:
             keep_corrupt_bytes(self.log_path, valid, file_size)
@@ -420,14 +376,12 @@ class LogSegment:
             with open(self.log_path, "r+b", opener=nofollow_opener) as f:
                 f.truncate(valid)
                 os.fsync(f.fileno())
-        self.offset_index.write_all(b"".join(index_entries))
-        # the final time entry is kept only on sealed segments; the active one re-adds it on seal
-        self.time_index.write_all(b"".join(time_entries))
+        self.offset_index.write_all(index_data)
+        self.time_index.write_all(time_data)
         self.size = valid
-        self.bytes_since_last_index_entry = since_last
-        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
+        self.indexer = indexer
         self.next_offset = next_offset
-        return RecoveryResult(valid, file_size - valid, next_offset, reason)
+        return RecoveryResult(valid, file_size - valid, next_offset, scan.problem)
 
     def truncate_to_position(self, position: int, next_offset: int | None) -> None:
         """Cut the log at position and drop index entries that point at or past it."""

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from klog.client.consumer import StartSpec
+from klog.client.consumer import ConsumerBase, StartSpec
 from klog.client.records import Record
 from klog.client.remote.errors import config_error, klog_error
 from klog.client.store import resolve_partitions
@@ -42,7 +42,7 @@ class _RemoteCursor:
         return self.stop is not None and self.offset >= self.stop and not self.buffer
 
 
-class RemoteConsumer:
+class RemoteConsumer(ConsumerBase):
     def __init__(self, store, topics: list[str], *, partitions: list[int] | None = None,
                  start: StartSpec | str = "beginning", until_ms: int | None = None, follow: bool = False,
                  count: int | None = None, poll_interval_ms: int = 0,
@@ -50,14 +50,7 @@ class RemoteConsumer:
                  isolation_level: str = "read_uncommitted") -> None:
         from confluent_kafka import Consumer, KafkaException
 
-        self.store = store
-        self.topics = topics
-        self.start = StartSpec.parse(start) if isinstance(start, str) else start
-        self.until_ms = until_ms
-        self.follow = follow
-        self.count = count
-        self.record_filter = record_filter
-        self.merge = merge
+        super().__init__(store, topics, start, until_ms, follow, count, record_filter, merge)
         self.cursors: list[_RemoteCursor] = []
         for t in topics:
             self.cursors.extend(self._cursors(t, partitions))
@@ -242,26 +235,8 @@ class RemoteConsumer:
                 check(bool(records))
                 yield from records
 
-    def __iter__(self) -> Iterator[Record]:
-        emitted = 0
-        for record in self._iterate():
-            if self.until_ms is not None and record.timestamp >= self.until_ms:
-                continue
-            if self.record_filter is not None and not self.record_filter(record):
-                continue
-            yield record
-            emitted += 1
-            if self.count is not None and emitted >= self.count:
-                return
-
     def close(self) -> None:
         try:
             self._consumer.close()
         except RuntimeError:
             pass  # closed already
-
-    def __enter__(self) -> RemoteConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

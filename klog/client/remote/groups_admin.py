@@ -163,7 +163,7 @@ def delete_offsets(store, group: str, scope: str) -> list[TP]:
     """As the local delete_offsets, through Kafka's OffsetDelete (a kio request: confluent-kafka lacks it)."""
     from klog.client.remote import wire
 
-    wire.check_plaintext(store.target)
+    wire.security(store.target)  # a setting this request cannot speak: refused before any change
     topic, partitions = parse_scope(scope)
     committed = _committed(store, group)
     held = {p for t, p in committed if t == topic}

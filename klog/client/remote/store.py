@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from klog.client.remote.errors import config_error, klog_error, unsupported
 from klog.client.remote.target import ClusterTarget, timeout_s
 from klog.client.store import PartitionInfo, TopicInfo, resolve_topic_names
+from klog.client.store_groups import GroupAdminMethods
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.store.config import CONFIG_KEYS, validate_configs
 from klog.store.names import validate_topic_name
@@ -44,7 +45,7 @@ class RemoteTopicInfo(TopicInfo):
         return None if any(s is None for s in sizes) else sum(sizes)
 
 
-class RemoteStore:
+class RemoteStore(GroupAdminMethods):
     """A Kafka cluster behind the Store interface. Opening it checks the cluster answers within
     the timeout, so an unreachable address is one error line, never a hang."""
 

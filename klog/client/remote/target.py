@@ -51,13 +51,10 @@ class ClusterTarget:
 
 
 def parse_properties(pairs: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs or []:
-        name, eq, value = pair.partition("=")
-        if not eq or not name.strip():
-            raise UsageError(f"invalid -X '{pair}': use name=value (a Kafka client property)")
-        out[name.strip()] = value
-    return out
+    """-X name=value Kafka client properties (values kept as typed)."""
+    from klog.client.pairs import parse_pairs
+
+    return parse_pairs(pairs, "-X", "name=value (a Kafka client property)", strip_values=False)
 
 
 def check_bootstrap(text: str) -> str:

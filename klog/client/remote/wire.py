@@ -1,16 +1,24 @@
-"""Kafka requests confluent-kafka does not offer (OffsetDelete), framed with kio over one plain
-socket: find the group's coordinator through the bootstrap servers, then ask it.
+"""Kafka requests confluent-kafka does not offer (OffsetDelete, DescribeLogDirs), framed with kio over
+one socket: find the group's coordinator through the bootstrap servers, then ask it.
 
-Plain TCP only: SSL and SASL need librdkafka's handshakes, so a cluster with another
-security.protocol is refused in one line rather than half-supported.
+The socket honours the librdkafka properties a user gives with -X, so these calls reach the same
+clusters the rest of klog does: `security.protocol` PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL;
+TLS with `ssl.ca.location` (or `ssl.ca.pem`; the system CAs otherwise), a client certificate
+(`ssl.certificate.location`, `ssl.key.location`, `ssl.key.password`),
+`ssl.endpoint.identification.algorithm` (https, the default, or none) and
+`enable.ssl.certificate.verification`; SASL (SaslHandshake v1 + SaslAuthenticate v1) with
+`sasl.mechanism(s)` PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 and `sasl.username`/`sasl.password`.
+Anything else librdkafka would need (GSSAPI, OAUTHBEARER) is refused in one line.
 """
 
 from __future__ import annotations
 
 import io
 import socket
+import ssl
 import struct
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from klog.errors import KlogError, UsageError
@@ -19,25 +27,98 @@ FIND_COORDINATOR_V = 1  # kept by every Kafka since 0.11 (4.0 dropped only v0); 
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 RETRY_PAUSE_S = 0.1
 CLIENT_ID = "klog"
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-def check_plaintext(target) -> None:  # noqa: ANN001 - ClusterTarget
-    protocol = target.properties.get("security.protocol", "PLAINTEXT")
-    if protocol.upper() != "PLAINTEXT":
-        raise UsageError(f"groups delete-offsets against a cluster speaks PLAINTEXT only, not security.protocol "
-                         f"{protocol}; use kafka-consumer-groups --delete-offsets there")
+class SecurityError(KlogError):
+    """TLS or SASL refused us: asking again (another bootstrap server, a retry) will not help."""
+
+
+@dataclass(frozen=True)
+class Security:
+    """How to open a broker connection: TLS context (or None) and SASL mechanism/credentials."""
+
+    tls: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = field(default="", repr=False)  # never in a repr or a log line
+
+
+def security(target) -> Security:  # noqa: ANN001 - ClusterTarget
+    """The connection settings target's -X properties ask for; UsageError (one line) for what this
+    socket path cannot do, naming the property."""
+    props = target.properties
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"unknown security.protocol '{props['security.protocol']}' (one of {', '.join(PROTOCOLS)})")
+    tls = _tls_context(props) if protocol.endswith("SSL") else None
+    if not protocol.startswith("SASL"):
+        return Security(tls)
+    mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "GSSAPI").upper()
+    if mechanism not in SASL_MECHANISMS:
+        raise UsageError(f"sasl.mechanism {mechanism} is not supported for this request (klog speaks "
+                         f"{', '.join(SASL_MECHANISMS)} here)")
+    if "sasl.username" not in props or "sasl.password" not in props:
+        raise UsageError(f"security.protocol {protocol} needs -X sasl.username=... and -X sasl.password=...")
+    return Security(tls, mechanism, props["sasl.username"], props["sasl.password"])
+
+
+def _tls_context(props: dict[str, str]) -> ssl.SSLContext:
+    import os
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        ca = props.get("ssl.ca.location")
+        if props.get("ssl.ca.pem"):
+            context.load_verify_locations(cadata=props["ssl.ca.pem"])
+        elif ca and ca != "probe":
+            context.load_verify_locations(capath=ca) if os.path.isdir(ca) else context.load_verify_locations(cafile=ca)
+        else:
+            context.load_default_certs()
+        cert = props.get("ssl.certificate.location")
+        if cert:
+            context.load_cert_chain(cert, props.get("ssl.key.location"), props.get("ssl.key.password"))
+    except (OSError, ssl.SSLError) as e:
+        raise UsageError(f"cannot load the TLS files named by -X ssl.*: {e.strerror or e}") from None
+    for name in ("ssl.certificate.pem", "ssl.key.pem", "ssl.keystore.location"):
+        if props.get(name):
+            raise UsageError(f"-X {name} is not supported for this request; use ssl.certificate.location "
+                             "and ssl.key.location")
+    algorithm = props.get("ssl.endpoint.identification.algorithm", "https").lower()
+    if algorithm not in ("https", "none"):
+        raise UsageError(f"invalid ssl.endpoint.identification.algorithm '{algorithm}' (https or none)")
+    context.check_hostname = algorithm == "https"
+    if props.get("enable.ssl.certificate.verification", "true").lower() in ("false", "0"):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 class Connection:
-    """One broker connection sending non-flexible kio requests (header v1, response header v0)."""
+    """One broker connection (TLS and SASL as `sec` says) sending non-flexible kio requests
+    (header v1, response header v0)."""
 
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+    def __init__(self, host: str, port: int, timeout: float, sec: Security | None = None) -> None:
         self.address = f"{host}:{port}"
+        sec = sec or Security()
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise KlogError(f"cannot reach Kafka broker {self.address}: {e.strerror or e}") from None
         self.correlation = 0
+        try:
+            if sec.tls is not None:
+                try:
+                    self.sock = sec.tls.wrap_socket(self.sock, server_hostname=host)
+                except (OSError, ssl.SSLError) as e:
+                    raise SecurityError(f"TLS handshake with Kafka broker {self.address} failed: "
+                                    f"{getattr(e, 'reason', None) or e}") from None
+            if sec.mechanism is not None:
+                self._authenticate(sec)
+        except BaseException:
+            self.sock.close()
+            raise
 
     def close(self) -> None:
         self.sock.close()
@@ -47,6 +128,41 @@ class Connection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _authenticate(self, sec: Security) -> None:
+        """SaslHandshake v1, then the mechanism's SaslAuthenticate v1 rounds (PLAIN: one; SCRAM: two)."""
+        from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
+        from kio.schema.sasl_authenticate.v1.response import SaslAuthenticateResponse
+        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+        from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+
+        assert sec.mechanism is not None
+        shake = self.call(SaslHandshakeRequest(mechanism=sec.mechanism), SaslHandshakeResponse)
+        if int(shake.error_code):
+            raise SecurityError(f"Kafka broker {self.address} does not offer SASL mechanism {sec.mechanism} "
+                            f"(it offers {', '.join(map(str, shake.mechanisms)) or 'none'})")
+
+        def round_trip(auth_bytes: bytes) -> bytes:
+            answer = self.call(SaslAuthenticateRequest(auth_bytes=auth_bytes), SaslAuthenticateResponse)
+            if int(answer.error_code):
+                raise SecurityError(f"SASL authentication failed at Kafka broker {self.address} ({sec.mechanism}, "
+                                f"user {sec.username}): {answer.error_message or error_name(int(answer.error_code))}")
+            return bytes(answer.auth_bytes)
+
+        if sec.mechanism == "PLAIN":
+            round_trip(b"\0" + sec.username.encode() + b"\0" + sec.password.encode())
+            return
+        from klog.security.scram import ScramClient, ScramError
+
+        scram = ScramClient(sec.mechanism, sec.username, sec.password)
+        try:
+            server_final = round_trip(scram.final(round_trip(scram.first())))
+            proven = scram.verify(server_final)
+        except (ScramError, KeyError, ValueError):
+            proven = False
+        if not proven:  # the broker could not prove it knows the credential: not the cluster we meant
+            raise SecurityError(f"SASL authentication failed at Kafka broker {self.address}: the broker's SCRAM "
+                            "answer does not prove it holds the credential")
 
     def call(self, request: Any, response_type: type) -> Any:
         from kio.schema.request_header.v1.header import RequestHeader
@@ -99,13 +215,16 @@ def find_coordinator(target, group: str, timeout: float) -> tuple[str, int]:  # 
     from kio.schema.find_coordinator.v1.response import FindCoordinatorResponse
     from kio.static.primitive import i8
 
+    sec = security(target)
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:
         for host, port in _servers(target.bootstrap):
             try:
-                with Connection(host, port, timeout) as conn:
+                with Connection(host, port, timeout, sec) as conn:
                     found = conn.call(FindCoordinatorRequest(key=group, key_type=i8(0)), FindCoordinatorResponse)
+            except SecurityError:
+                raise
             except KlogError as e:
                 last = str(e)
                 continue
@@ -132,13 +251,13 @@ def offset_delete(target, group: str, topic: str, partitions: list[int],  # noqa
     from kio.schema.offset_delete.v0.response import OffsetDeleteResponse
     from kio.static.primitive import i32
 
-    check_plaintext(target)
+    sec = security(target)
     request = OffsetDeleteRequest(group_id=group, topics=(OffsetDeleteRequestTopic(
         name=topic, partitions=tuple(OffsetDeleteRequestPartition(partition_index=i32(p)) for p in partitions)),))
     deadline = time.monotonic() + timeout
     while True:
         host, port = find_coordinator(target, group, timeout)
-        with Connection(host, port, timeout) as conn:
+        with Connection(host, port, timeout, sec) as conn:
             answer = conn.call(request, OffsetDeleteResponse)
         code = int(answer.error_code)
         if code not in RETRIABLE or time.monotonic() > deadline:  # a moved coordinator: ask again
@@ -159,17 +278,20 @@ def error_name(code: int) -> str:
 def partition_sizes(target, brokers: dict[int, tuple[str, int]],  # noqa: ANN001 - ClusterTarget
                     timeout: float) -> dict[tuple[str, int], dict[int, int]]:
     """DescribeLogDirs v1 (every topic) at each broker: (topic, partition) -> broker id -> bytes on
-    disk (a replica being moved, `is_future_key`, not counted twice). A broker
-    that cannot be asked (TLS/SASL, unreachable, refused) is left out: its replicas' sizes are unknown."""
+    disk (a replica being moved, `is_future_key`, not counted twice). A broker that cannot be asked
+    (unreachable, refused, a security setting this socket cannot speak) is left out: its replicas'
+    sizes are unknown."""
     from kio.schema.describe_log_dirs.v1.request import DescribeLogDirsRequest
     from kio.schema.describe_log_dirs.v1.response import DescribeLogDirsResponse
 
     out: dict[tuple[str, int], dict[int, int]] = {}
-    if target.properties.get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
+    try:
+        sec = security(target)
+    except UsageError:
         return out
     for broker, (host, port) in brokers.items():
         try:
-            with Connection(host, port, timeout) as conn:
+            with Connection(host, port, timeout, sec) as conn:
                 answer = conn.call(DescribeLogDirsRequest(topics=None), DescribeLogDirsResponse)
         except KlogError:
             continue

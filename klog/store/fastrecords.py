@@ -1,0 +1,160 @@
+"""The compiled record reader and writer: aiokafka's Cython DefaultRecordBatch and
+DefaultRecordBatchBuilder, for klog's read path and its producers' records sections.
+
+codec.decode_batch_values / decode_batch_records call this with `fast=True` (FetchedBatch, i.e.
+every consumer) once a batch holds FAST_MIN_RECORDS records; it decodes the records section
+3-6x faster than klog's pure-Python loop (benchmarks/bench_codec.py). klog keeps everything
+around it: the header, the CRC (crc32c), decompression with its 256 MiB cap (the C reader only
+ever sees an uncompressed records section) and the legacy magic 0/1 path.
+
+The pure-Python decoder stays the authority: any refusal here (or a failed import) returns
+None and the caller decodes the batch again in Python, which accepts it or raises klog's own
+error. What the C reader accepts that the strict decoder refuses, so validators (produce,
+verify, recovery) keep `fast=False`: int32 varints longer than 5 bytes or wider than 32 bits,
+and a record attributes byte >= 0x80 (read as a varint). No Kafka client writes either, and the
+CRC must match before a batch gets here.
+
+encode_records gives codec.encode_records' bytes 2-3x faster (the builder writes the same canonical
+varints); klog still writes the header, compresses and computes the CRC. Anything it cannot take
+as it is (a first timestamp of -1, which it reads as "none yet", non-bytes header values, header
+keys that are not UTF-8-encodable) returns None and codec's Python loop encodes the batch.
+
+Imported lazily, and only the reader: `import aiokafka.record._crecords` runs aiokafka's package
+__init__, which loads its whole client (asyncio included: ~60 ms, a sixth of a 1 M-record
+consume); _import_reader loads the one extension module (~15 ms) and leaves sys.modules as a
+plain import would have (a later `import aiokafka` runs its __init__ as usual). For those ~3 ms
+the package objects in sys.modules are bare: a first `import aiokafka` in another thread of the
+same process at that very moment would get one (klog's own threads never import aiokafka).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+from klog.store.format import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, INT16, RECORDS_OFFSET
+
+# Below this many records the Python loop costs less than the first import (tests force it).
+FAST_MIN_RECORDS = 64
+# The C reader may read a varint (<= 10 bytes) past the end of the buffer it is given before it
+# checks bounds: hand it a slice only if that many bytes follow it in the same object (a whole
+# `bytes` object is safe too: its trailing NUL ends any varint).
+_OVERREAD = 10
+
+_reader: Any = None  # the DefaultRecordBatch class once imported; False if it cannot be
+_builder: Any = None  # DefaultRecordBatchBuilder, imported with it
+_VALUE = attrgetter("value")
+_RECORD = attrgetter("offset", "timestamp", "key", "value", "headers")
+
+
+_READER_MODULE = "aiokafka.record._crecords.default_records"
+# the packages above it, whose __init__ files import aiokafka's client
+_PARENTS = ("aiokafka", "aiokafka.record", "aiokafka.record._crecords")
+
+
+def _import_reader() -> Any:
+    """aiokafka's default_records module without running its packages' __init__ files (see the module
+    docstring); the plain import if aiokafka is loaded already or its layout is not as expected."""
+    if _PARENTS[0] not in sys.modules:
+        stubs = []
+        try:
+            for name in _PARENTS:  # the package objects only, their __init__ not run
+                spec = importlib.util.find_spec(name)
+                if spec is None or spec.submodule_search_locations is None:
+                    raise ImportError(name)
+                sys.modules[name] = importlib.util.module_from_spec(spec)
+                stubs.append(name)
+            return importlib.import_module(_READER_MODULE)
+        except Exception:  # noqa: BLE001, S110 - any surprise: the plain import below decides
+            pass
+        finally:
+            for name in stubs:
+                del sys.modules[name]
+    return importlib.import_module(_READER_MODULE)
+
+
+def wanted(records_count: int) -> bool:
+    """Whether to decode a batch of this many records here: any batch once the reader is loaded
+    (below FAST_MIN_RECORDS the first import would cost more than the Python loop saves)."""
+    return records_count >= FAST_MIN_RECORDS or bool(_reader)
+
+
+def available() -> bool:
+    """Whether the compiled reader imports (importing it on first call)."""
+    global _reader, _builder
+    if _reader is None:
+        try:
+            module = _import_reader()
+            _builder = module.DefaultRecordBatchBuilder
+            _reader = module.DefaultRecordBatch
+        except (ImportError, AttributeError):
+            _reader = False
+    return _reader is not False
+
+
+def _batch_buffer(buf: bytes | bytearray | memoryview, pos: int, data: bytes, start: int,
+                  stop: int) -> bytes | memoryview:
+    """One whole batch, uncompressed, for the C reader: the original bytes when they can be
+    lent as they are, else klog's header (codec bits cleared) joined to the records section.
+    Raises ValueError for a records section cut short (the strict decoder names that)."""
+    if stop > len(data):
+        raise ValueError("truncated batch")
+    if data is buf:  # uncompressed `bytes`: no copy
+        if pos == 0 and stop == len(buf):
+            return buf
+        if stop + _OVERREAD <= len(buf):
+            return memoryview(buf)[pos:stop]
+    header = bytearray(memoryview(buf)[pos:pos + RECORDS_OFFSET])
+    (attributes,) = INT16.unpack_from(header, ATTRIBUTES_OFFSET)
+    INT16.pack_into(header, ATTRIBUTES_OFFSET, attributes & ~COMPRESSION_CODEC_MASK)
+    return b"".join((header, memoryview(data)[start:stop]))
+
+
+def values(buf: bytes | bytearray | memoryview, pos: int, data: bytes, start: int,
+           stop: int) -> list[bytes | None] | None:
+    """The batch's values (None for a null one), or None if the C reader is missing or refuses."""
+    if not available():
+        return None
+    try:
+        return list(map(_VALUE, _reader(_batch_buffer(buf, pos, data, start, stop))))
+    except Exception:  # noqa: BLE001 - any refusal: the strict decoder decides and names it
+        return None
+
+
+def records(buf: bytes | bytearray | memoryview, pos: int, data: bytes, start: int,
+            stop: int) -> list[tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]] | None:
+    """The batch's (offset, timestamp, key, value, headers) tuples, or None as values()."""
+    if not available():
+        return None
+    try:
+        return list(map(_RECORD, _reader(_batch_buffer(buf, pos, data, start, stop))))
+    except Exception:  # noqa: BLE001 - as values()
+        return None
+
+
+_NO_HEADERS: list = []  # the builder wants a list; it only reads it
+# magic 2, no compression (klog compresses), not transactional, no producer id/epoch/sequence, no
+# size limit (klog splits batches itself)
+_BUILDER_ARGS = (2, 0, 0, -1, -1, -1, 1 << 62)
+
+
+def encode_records(records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
+                   base_timestamp: int, offset_deltas: Sequence[int] | None) -> bytes | None:
+    """codec.encode_records' bytes, or None when the builder is missing or cannot take these."""
+    if not records or records[0][3] != base_timestamp or base_timestamp == -1 or not available():
+        return None  # the builder's base timestamp is its first record's; -1 means "not yet"
+    builder = _builder(*_BUILDER_ARGS)
+    append = builder.append
+    empty = _NO_HEADERS
+    deltas = range(len(records)) if offset_deltas is None else offset_deltas
+    try:
+        for delta, (key, value, headers, timestamp) in zip(deltas, records, strict=True):
+            append(delta, timestamp, key, value,
+                   headers if headers.__class__ is list else (list(headers) if headers else empty))
+        return bytes(memoryview(builder.build())[RECORDS_OFFSET:])
+    except Exception:  # noqa: BLE001 - e.g. a bytearray header value: the Python encoder takes it
+        return None

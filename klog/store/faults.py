@@ -1,0 +1,30 @@
+"""Crash points: the one seam where tests make a process die mid-operation (Kafka's tests inject
+faults the same way, by name). Production modules only call `point("name")`.
+
+$KLOG_CRASH_AT = "step" or "step:N" SIGKILLs the process the Nth time (default the first) it
+reaches `step`: crash tests use real kills, with no clean-up run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+CRASH_ENV = "KLOG_CRASH_AT"
+CRASH_STEPS = ("cleaned-partial", "cleaned-written", "swap-partial", "swap-renamed", "index-replaced",
+               "log-replaced", "before-checkpoint", "retention-log-start", "retention-renamed")
+_hits: dict[str, int] = {}
+
+
+def point(step: str) -> None:
+    """Die here if $KLOG_CRASH_AT names this step (and its count is reached)."""
+    assert step in CRASH_STEPS, step
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted:
+        return
+    name, _, nth = wanted.partition(":")
+    if name != step:
+        return
+    _hits[step] = _hits.get(step, 0) + 1
+    if _hits[step] >= int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)

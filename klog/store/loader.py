@@ -1,0 +1,184 @@
+"""Opening a replica folder for writing, as named passes (Kafka's LogLoader):
+
+1. `finish_interrupted_swaps`: a compaction or retention killed mid-way is rolled back or
+   finished, leftover `.cleaned` files are removed and `.deleted` ones once their
+   file.delete.delay.ms is over;
+2. `recover_tail`: Kafka's unclean-shutdown pass, each segment from the recovery point on is
+   validated and cut at the first bad batch, and
+3. `delete_from`: segments past a cut (or overlapping the one before) are removed.
+
+PartitionLog.open_for_write runs them; the cleaner and retention only write the files these
+passes read, so none of them imports another (the log <-> cleaner <-> retention cycle is gone).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from klog.store.format import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    parse_segment_base,
+    segment_file_name,
+)
+from klog.store.names import fsync_dir
+from klog.store.segment import keep_corrupt_bytes
+from klog.store.state import ReplicaSnapshot, current_boot_id
+
+if TYPE_CHECKING:
+    from klog.store.log import PartitionLog
+
+
+@dataclass
+class RecoveryReport:
+    """What opening a replica for writing repaired, for `klog verify` and tests."""
+
+    segments_recovered: list[int] = field(default_factory=list)
+    bytes_truncated: int = 0
+    segments_deleted: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.bytes_truncated or self.segments_deleted)
+
+
+def unlink_if_there(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+# -- pass 1 --------------------------------------------------------------------------------------
+def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0) -> list[str]:
+    """Finish or roll back the cleaner's swaps, drop `.cleaned` files and the `.deleted` ones
+    whose file.delete.delay.ms is over (remove_deleted_files).
+
+    Returns what it did, one line per action (empty when the folder was clean).
+    """
+    try:
+        names = set(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    done: list[str] = []
+    swapped_bases = sorted({b for n in names if n.endswith(SWAP_SUFFIX) and (b := parse_segment_base(n)) is not None})
+    for base in swapped_bases:
+        log_name = segment_file_name(base, LOG_SUFFIX)
+        if log_name + CLEANED_SUFFIX in names:
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # not committed: back to the old segment
+                unlink_if_there(os.path.join(directory, segment_file_name(base, suffix) + SWAP_SUFFIX))
+            done.append(f"rolled back the unfinished compaction of segment {base}")
+            continue
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # committed: finish it, the log last
+            path = os.path.join(directory, segment_file_name(base, suffix))
+            if os.path.exists(path + SWAP_SUFFIX):
+                os.replace(path + SWAP_SUFFIX, path)
+        done.append(f"finished the interrupted compaction of segment {base}")
+    for name in sorted(names):
+        if name.endswith(CLEANED_SUFFIX):
+            unlink_if_there(os.path.join(directory, name))
+    if done or any(n.endswith(CLEANED_SUFFIX) for n in names):
+        fsync_dir(directory)
+    done += [f"removed {name}" for name in remove_deleted_files(directory, delete_delay_ms, names)
+             if name.endswith(LOG_SUFFIX + DELETED_SUFFIX)]
+    return done
+
+
+def retire(paths: list[str]) -> None:
+    """Stamp files just renamed to `.deleted` with the time they were retired (their mtime), from
+    which their file.delete.delay.ms counts."""
+    for path in paths:
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            pass
+
+
+def remove_deleted_files(directory: str, delay_ms: int, names: set[str] | None = None) -> list[str]:
+    """Unlink the folder's `.deleted` files retired at least `delay_ms` ago (Kafka's
+    file.delete.delay.ms: a segment retention removed lingers that long, so a reader that found
+    it just before keeps its files; one left by a crash goes the same way). Returns their names."""
+    if names is None:
+        try:
+            names = set(os.listdir(directory))
+        except FileNotFoundError:
+            return []
+    removed = []
+    now = time.time()
+    for name in sorted(n for n in names if n.endswith(DELETED_SUFFIX)):
+        path = os.path.join(directory, name)
+        try:
+            if delay_ms and (now - os.stat(path).st_mtime) * 1000 < delay_ms:
+                continue
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
+
+
+# -- pass 2 --------------------------------------------------------------------------------------
+def recover_tail(log: PartitionLog, snap: ReplicaSnapshot | None, report: RecoveryReport,
+                 committed_end: int | None = None) -> None:
+    """Kafka's unclean-shutdown pass: recover every segment from the recovery point on."""
+    recovery_point = snap.recovery_point if snap is not None and snap.boot_id == current_boot_id() else 0
+    if snap is not None and snap.boot_id != current_boot_id():
+        recovery_point = snap.recovery_point
+    start = log.segment_for(recovery_point) or log.segments[log.bases[0]]
+    previous_next: int | None = None
+    for base in [b for b in log.bases if b >= start.base_offset]:
+        segment = log.segments[base]
+        if previous_next is not None and base < previous_next:
+            delete_from(log, base, report, f"segment {base} overlaps the one before")
+            break
+        if previous_next is not None and base > previous_next and segment.file_size() == 0:
+            # a stray empty file past the log end (no roll makes one: a roll starts at the log
+            # end): adopting it would jump the log end over offsets that never existed
+            segment.delete_files()
+            report.segments_deleted.append(base)
+            report.reasons.append(f"{segment.log_path}: an empty segment past the log end ({previous_next}); "
+                                  f"removed")
+            fsync_dir(log.directory)
+            continue
+        result = segment.recover(committed_end)
+        report.segments_recovered.append(base)
+        if result.truncated_bytes:
+            report.bytes_truncated += result.truncated_bytes
+            report.reasons.append(f"{segment.log_path}: {result.reason}; cut {result.truncated_bytes} bytes")
+            later = [b for b in log.bases if b > base]
+            if later:
+                delete_from(log, later[0], report, "after a truncated segment", committed_end)
+            break
+        if result.next_offset is not None:
+            previous_next = result.next_offset
+    log.refresh_segments()
+    active = log.active
+    if active.next_offset is None:
+        active.next_offset = active.base_offset  # an empty last segment: the log ends at its base
+    log.recovery_point = min(recovery_point, active.next_offset)
+
+
+# -- pass 3 --------------------------------------------------------------------------------------
+def delete_from(log: PartitionLog, base: int, report: RecoveryReport, why: str,
+                committed_end: int | None = None) -> None:
+    """Remove the segments from `base` on (keeping acknowledged bytes below `committed_end` in
+    `.corrupt` files); an emptied log starts a new segment at `base`."""
+    for b in [b for b in log.bases if b >= base]:
+        segment = log.segments[b]
+        if committed_end is not None and b < committed_end and segment.file_size() > 0:
+            keep_corrupt_bytes(segment.log_path, 0, segment.file_size())  # acknowledged records
+        segment.delete_files()
+        report.segments_deleted.append(b)
+    report.reasons.append(f"deleted segments from {base}: {why}")
+    fsync_dir(log.directory)
+    log.refresh_segments()
+    if not log.bases:
+        log.new_segment(base)

@@ -1,0 +1,139 @@
+"""PartitionReader: one read cursor over a partition (Kafka's fetch path).
+
+Every reader of the store (the consumer, the group consumer, Spark's executors, the cleaner's
+offset map, replica catch-up) reads the same way: batches from its position, below the high
+watermark (or the last stable offset, or its own stop), whole and without gaps, then moves past
+them. The whole-or-fail rules (CRC, continuity, a log that ends below the high watermark, an I/O
+error) live in Partition.read / PartitionLog.read; this class is the loop around them, and the
+one place that decides which records of a fetch are in range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from klog.store import codec
+from klog.store.limits import FETCH_BYTES_MAX
+from klog.store.log import FetchedBatch, PartitionLog
+from klog.store.partition import Partition
+from klog.store.txn import StableView
+
+
+@dataclass
+class Fetched:
+    """One fetch: the batches read, and the offsets [low, stop) the reader wanted of them."""
+
+    batches: list[FetchedBatch]  # never empty; control and aborted batches included (see kept)
+    low: int
+    stop: int | None
+    skip: Callable[[FetchedBatch], bool]
+
+    @property
+    def next_offset(self) -> int:
+        return self.batches[-1].header.next_offset
+
+    def kept(self) -> list[FetchedBatch]:
+        """The batches that hold records for the application (no control, no aborted batches)."""
+        skip = self.skip
+        return [fb for fb in self.batches if not skip(fb)]
+
+    def _whole(self, fb: FetchedBatch) -> bool:
+        """Is every record of `fb` in range? (Only the first and last batch of a fetch may not be;
+        a legacy magic 0/1 wrapper's inner offsets are checked one by one.)"""
+        h = fb.header
+        return h.magic >= 2 and h.base_offset >= self.low and (self.stop is None or h.last_offset < self.stop)
+
+    def _in_range(self, offset: int) -> bool:
+        return offset >= self.low and (self.stop is None or offset < self.stop)
+
+    def record_runs(self) -> Iterator[tuple[int, list[codec.RecordOut]]]:
+        """(timestamp type, records in range) for each kept batch."""
+        for fb in self.kept():
+            records = fb.records()
+            if not self._whole(fb):
+                records = [r for r in records if self._in_range(r[0])]
+            yield fb.header.timestamp_type, records
+
+    def values(self, null: bytes | None = None) -> list[bytes | None]:
+        """Only the values in range (`null` for a null one): no per-record tuples for whole batches."""
+        out: list[bytes | None] = []
+        for fb in self.kept():
+            if self._whole(fb):
+                out.extend(fb.values(null))
+            else:
+                out.extend(null if v is None else v for off, _, _, v, _ in fb.records() if self._in_range(off))
+        return out
+
+
+def _start_moved_to(position: int, log_start: int) -> int:
+    return log_start
+
+
+class PartitionReader:
+    """A position in one partition, read forward.
+
+    `stop` (exclusive) bounds the read; None reads up to the high watermark as it grows (a
+    follower). `stable` (read_committed) bounds it by the last stable offset and leaves aborted
+    batches out. When retention or delete-records moves the log start past the position,
+    `on_start_moved(position, log_start)` says where to go on (default: the log start; Spark's
+    failOnDataLoss raises instead): records below the log start are never handed out, even while
+    their segment still exists.
+    """
+
+    def __init__(self, part: Partition | PartitionLog, offset: int, stop: int | None = None, *,
+                 stable: StableView | None = None, max_bytes: int = FETCH_BYTES_MAX,
+                 on_start_moved: Callable[[int, int], int] = _start_moved_to) -> None:
+        self.part = part
+        self.offset = offset
+        self.stop = stop
+        self.stable = stable
+        self.max_bytes = max_bytes
+        self.on_start_moved = on_start_moved
+        if isinstance(part, PartitionLog):  # one replica (the cleaner, catch-up): the caller bounds it
+            assert stop is not None and stable is None, "a replica has no high watermark of its own"
+            self._read: Callable[[int, int | None], list[FetchedBatch]] = \
+                lambda offset, _upper: part.read(offset, stop, max_bytes)
+            self._log_start: Callable[[], int] | None = None
+        else:
+            self._read = lambda offset, upper: part.read(offset, max_bytes, upper)
+            self._log_start = part.log_start_offset
+
+    def end(self) -> int:
+        """Where reading stops for now: the high watermark, or the last stable offset (read_committed)."""
+        if isinstance(self.part, PartitionLog):
+            return self.stop  # type: ignore[return-value]
+        hw = self.part.high_watermark()
+        return hw if self.stable is None else self.stable.refresh(hw)
+
+    def skip(self, fb: FetchedBatch) -> bool:
+        """A batch no application sees: a transaction marker, or (read_committed) an aborted batch."""
+        return fb.header.is_control or (self.stable is not None and self.stable.aborted(fb.header))
+
+    def fetch(self) -> Fetched | None:
+        """The next batches from the position (None when there is nothing more for now), and the
+        position moved past them (never past `stop`)."""
+        if self.stop is not None and self.offset >= self.stop:
+            return None
+        upper = self.stop if self.stable is None or self.stop is not None else self.end()
+        while True:
+            if self._log_start is not None:
+                low = self._log_start()
+                if self.offset < low:
+                    self.offset = max(self.offset, self.on_start_moved(self.offset, low))
+            batches = self._read(self.offset, upper)
+            if batches:
+                break
+            # nothing: caught up, or the log start moved past us between the two reads (go again)
+            if self._log_start is None or self.offset >= self._log_start():
+                return None
+        fetched = Fetched(batches, self.offset, self.stop, self.skip)
+        self.offset = max(self.offset, fetched.next_offset)
+        if self.stop is not None:
+            self.offset = min(self.offset, self.stop)
+        return fetched
+
+    def __iter__(self) -> Iterator[Fetched]:
+        """Fetch until there is nothing more (up to `stop`, or the end as it is now)."""
+        while (fetched := self.fetch()) is not None:
+            yield fetched

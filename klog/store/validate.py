@@ -1,0 +1,280 @@
+"""klog's one batch validator (Kafka's RecordBatch.ensureValid and LogValidator), used by a
+client's batch on the way in (klog serve's Produce, client/batches.py), recovery
+(segment.recover), and `verify`/`dump` (inspect.py).
+
+Each check returns the one-line text of what is wrong (None: nothing), so every caller words a
+problem the same way and adds only where it is (a position, an offset).
+
+The record-structure check is a validate-only walk over the records (record_structure_ok): it
+steps over each field with the decoder's bounds and builds nothing per record, which costs a
+fraction of decoding them into tuples. Only when it finds a fault (or meets an encoding it does
+not take the fast way, such as a 3-byte record length) is the batch decoded by the store's one
+decoder (codec.decode_batch_records), which then names the fault in its own words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from klog.errors import CorruptLogError, UnsupportedCodecError
+from klog.store import codec, compression
+from klog.store.codec import BatchHeader, read_header
+from klog.store.format import CONTROL_FLAG_MASK, MAGIC_V2, RECORD_BATCH_OVERHEAD, RELATIVE_OFFSET_MAX
+from klog.store.limits import DECLARED_BATCH_BYTES_MAX
+
+MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key/value lengths, header count
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong with a batch: `corrupt` False means well-formed but not acceptable (Kafka's
+    INVALID_RECORD rather than CORRUPT_MESSAGE); `record_index` the record at fault, if one is."""
+
+    text: str
+    corrupt: bool = True
+    record_index: int | None = None
+
+
+# --- one batch, as a client sent it -----------------------------------------------------------
+def client_batch_problem(data: bytes) -> tuple[BatchHeader | None, Problem | None]:
+    """The header of `data` and what makes it unacceptable as exactly one whole CRC-valid
+    RecordBatch v2 written by a client (None: nothing), checked in Kafka's order."""
+    if len(data) < RECORD_BATCH_OVERHEAD:
+        return None, Problem(f"record batch of {len(data)} bytes is shorter than its 61-byte header")
+    header = read_header(data)
+    if header.magic != MAGIC_V2:
+        return header, Problem(f"record batch magic {header.magic} (only v2 batches are accepted)", corrupt=False)
+    if header.size > len(data):
+        return header, Problem(f"record batch is cut short ({len(data)} of {header.size} bytes)")
+    if header.size < len(data):
+        if len(data) - header.size >= RECORD_BATCH_OVERHEAD:
+            return header, Problem("more than one record batch in one partition's data", corrupt=False)
+        return header, Problem(f"{len(data) - header.size} bytes after the record batch")
+    if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
+        return header, Problem(f"record count {header.records_count} does not match last offset delta "
+                               f"{header.last_offset_delta}")
+    if header.codec not in compression.CODEC_NAMES:
+        return header, Problem(f"unknown compression codec id {header.codec}", corrupt=False)
+    if not header.codec and header.records_count > (header.size - RECORD_BATCH_OVERHEAD) // MIN_RECORD_BYTES:
+        return header, Problem(f"{header.records_count} records cannot fit in a batch of {header.size} bytes")
+    if not codec.crc_ok(data, 0, header):
+        return header, Problem("record batch CRC mismatch")
+    if header.attributes & CONTROL_FLAG_MASK:
+        return header, Problem("clients may not write control batches", corrupt=False)
+    return header, None
+
+
+# --- one batch's framing, CRC and records ------------------------------------------------------
+def framing_problem(header: BatchHeader, max_bytes: int = DECLARED_BATCH_BYTES_MAX) -> str | None:
+    """A header no batch of any Kafka format can have (magic, declared size)."""
+    if header.magic > MAGIC_V2 or not codec.min_batch_size(header.magic) <= header.size <= max_bytes:
+        return "invalid batch header"
+    return None
+
+
+def crc_problem(data: bytes | memoryview, pos: int, header: BatchHeader) -> str | None:
+    return None if codec.crc_ok(data, pos, header) else "CRC mismatch"
+
+
+def records_problem(data: bytes, pos: int, header: BatchHeader, consecutive: bool = False) -> Problem | None:
+    """What is wrong with the records of the CRC-valid batch at data[pos:] (None: nothing): their
+    structure (the decoder's rules: varints and lengths in bounds, records filling the batch
+    exactly, a bounded decompressed size) and, with `consecutive`, offset deltas other than
+    0, 1, 2, ... (a client's batch; a compacted one on disk has gaps)."""
+    try:
+        if header.magic == MAGIC_V2 and record_structure_ok(data, pos, header, consecutive):
+            return None
+        records = codec.decode_batch_records(data, pos, header)
+    except (CorruptLogError, UnsupportedCodecError) as e:
+        # the decoder names the batch's base offset; callers say where the batch is themselves
+        return Problem(str(e).removesuffix(f" (offset {header.base_offset})"))
+    if consecutive:
+        base = header.base_offset
+        offsets = [record[0] for record in records]
+        if offsets != list(range(base, base + len(offsets))):  # compared in C; the culprit found only if wrong
+            index = next(i for i, offset in enumerate(offsets) if offset != base + i)
+            return Problem(f"record {index} has offset delta {offsets[index] - base} (expected {index}): "
+                           "offsets inside a batch must be consecutive", corrupt=False, record_index=index)
+    return None
+
+
+def _unzigzag(raw: int) -> int:
+    return (raw >> 1) ^ -(raw & 1)
+
+
+# Step tables for the one- and two-byte varints nearly every record uses, built on first use:
+# _END1[b] / _END2[c][b]: how far past a length varint b (b, c) its record ends; _SKIP1[b] /
+# _SKIP2[c][b]: how far past a key or value length varint the next field starts (a negative
+# length is a null: nothing follows it).
+_KEY_AND_VALUE = (0, 1)  # two length-prefixed fields, stepped over alike
+_END1: list[int] = []
+_END2: list[list[int]] = []
+_SKIP1: list[int] = []
+_SKIP2: list[list[int]] = []
+
+
+def _step_tables() -> None:
+    if _SKIP2:
+        return
+    _END1.extend(1 + _unzigzag(b) for b in range(0x80))
+    _SKIP1.extend(1 + max(_unzigzag(b), 0) for b in range(0x80))
+    rows = [[0] * 0x80 + [_unzigzag((b & 0x7F) | (c << 7)) for b in range(0x80, 0x100)] for c in range(0x80)]
+    _END2.extend([2 + n for n in row] for row in rows)
+    _SKIP2.extend([2 + max(n, 0) for n in row] for row in rows)  # last: it says all are built
+
+
+def record_structure_ok(data: bytes, pos: int, header: BatchHeader, consecutive: bool = False) -> bool:
+    """True if the v2 batch's records are certainly well-formed (and, with `consecutive`, their
+    offset deltas run 0, 1, 2, ...); False if they may not be: the caller then decodes them to
+    find out and say why. Raises what codec's records-section reader raises (decompression, count).
+
+    Steps over each record's fields without building anything, the way the decoder reads them:
+    each record must end exactly where its length says (a varint wider than the common widths,
+    such as a record over 8 KiB, leaves the batch to the decoder).
+    """
+    data, pos, stop = codec._records_section(data, pos, header)  # the decoder's own bounds and count check
+    _step_tables()
+    end1, end2, skip1, skip2 = _END1, _END2, _SKIP1, _SKIP2
+    try:
+        for want in range(0, 2 * header.records_count, 2):  # zigzag of offset delta i is 2i
+            b = data[pos]  # length (then the attributes byte)
+            if b < 0x80:
+                end = pos + end1[b]
+                pos += 2
+            else:
+                c = data[pos + 1]
+                if c >= 0x80:
+                    return False
+                end = pos + end2[c][b]
+                pos += 3
+            if data[pos] < 0x80:  # timestampDelta
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                pos += 2
+            else:
+                return False
+            b = data[pos]  # offsetDelta: past 63 records two bytes, past 8191 three
+            if b < 0x80:
+                raw = b
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    raw = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    d = data[pos + 2]
+                    if d >= 0x80:
+                        return False
+                    raw = (b & 0x7F) | ((c & 0x7F) << 7) | (d << 14)
+                    pos += 3
+            if consecutive and raw != want:
+                return False
+            for _ in _KEY_AND_VALUE:
+                b = data[pos]
+                if b < 0x80:
+                    pos += skip1[b]
+                else:
+                    c = data[pos + 1]
+                    if c >= 0x80:
+                        return False
+                    pos += skip2[c][b]
+            if data[pos]:
+                if _after_headers(data, pos) != end:  # -1 (not sure) never is
+                    return False
+            elif pos + 1 != end:  # no headers, and nothing left over
+                return False
+            pos = end
+    except IndexError:
+        return False
+    return pos == stop
+
+
+def _after_headers(data: bytes, pos: int) -> int:
+    """Where a record's headers at data[pos] end, stepped over by the decoder's rules (a count,
+    then per header a key length that may not be negative and a value length); -1 when they
+    may not be well-formed or use wider varints than the walk takes."""
+    b = data[pos]
+    if b >= 0x80 or b & 1:  # a count of 64 or more, or negative
+        return -1
+    pos += 1
+    skip1, skip2 = _SKIP1, _SKIP2
+    for _ in range(b >> 1):
+        for field in _KEY_AND_VALUE:
+            b = data[pos]
+            if b < 0x80:
+                if b & 1 and not field:  # a negative key length
+                    return -1
+                pos += skip1[b]
+            else:
+                c = data[pos + 1]
+                if c >= 0x80 or (b & 1 and not field):
+                    return -1
+                pos += skip2[c][b]
+    return pos
+
+
+# --- a segment, batch by batch ----------------------------------------------------------------
+class SegmentScan:
+    """Walk a segment's batches from position 0, validating each (Kafka's LogSegment.recover loop):
+    iterate for (position, header, data) of each valid batch; afterwards `problem` says why the
+    walk stopped before `end` (None: it reached it) and `valid_bytes`/`next_offset` where it did.
+
+    `read(position, length)` reads the segment. `deep` also checks each batch's records
+    (verify; recovery trusts the CRC, as Kafka's does). `gaps_ok` False: offsets must follow on
+    from the previous batch exactly (a compacted segment may have upward gaps).
+    """
+
+    def __init__(self, read: Callable[[int, int], bytes], end: int, base_offset: int, *,
+                 deep: bool = False, gaps_ok: bool = True) -> None:
+        self.read = read
+        self.end = end
+        self.base_offset = base_offset
+        self.deep = deep
+        self.gaps_ok = gaps_ok
+        self.problem: str | None = None
+        self.valid_bytes = 0
+        self.next_offset: int | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, BatchHeader, bytes]]:
+        pos = 0
+        end = self.end
+        while pos < end:
+            head = self.read(pos, RECORD_BATCH_OVERHEAD)
+            if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
+                self.problem = f"partial batch header at position {pos}"
+                return
+            header = read_header(head)  # magic 0/1: framing only, until the whole entry is read
+            problem = framing_problem(header)
+            if problem is not None:
+                self.problem = f"{problem} at position {pos}"
+                return
+            if pos + header.size > end:
+                self.problem = f"partial batch at position {pos}"
+                return
+            data = self.read(pos, header.size)
+            if header.magic != MAGIC_V2:
+                header = read_header(data)  # Kafka's old message formats are data (legacy.py)
+            where = f"at position {pos} (offset {header.base_offset})"
+            problem = crc_problem(data, 0, header) or self._offsets_problem(header)
+            if problem is None and self.deep:
+                found = records_problem(data, 0, header)
+                problem = found.text if found is not None else None
+            if problem is not None:
+                self.problem = f"{problem} {where}"
+                return
+            yield pos, header, data
+            pos += header.size
+            self.valid_bytes = pos
+            self.next_offset = header.next_offset
+
+    def _offsets_problem(self, header: BatchHeader) -> str | None:
+        if header.base_offset < self.base_offset or header.last_offset - self.base_offset > RELATIVE_OFFSET_MAX:
+            return f"offset {header.last_offset} out of range for the segment"
+        expected = self.next_offset
+        if expected is not None and header.base_offset < expected:
+            return "offsets go backwards"
+        if expected is not None and header.base_offset > expected and not self.gaps_ok:
+            return f"offsets {expected}..{header.base_offset - 1} are missing"
+        return None
