@@ -127,6 +127,14 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
     return answer
 
 
+def _check_topic(ctx: RequestContext, topic: str) -> None:
+    """Once per topic and request: a topic another process deleted and created again is read afresh."""
+    try:
+        ctx.server.appender.check_topic(topic)
+    except (KlogError, OSError):
+        pass  # its partitions answer with the error
+
+
 def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
     budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
     committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
@@ -141,6 +149,7 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
                 continue
         else:
             answer = TopicAnswer(str(t.topic))
+        _check_topic(ctx, answer.name)
         for p in t.partitions:
             pa = _read_partition(ctx, answer.name, p, budget, committed)
             budget -= pa.size
