@@ -204,9 +204,10 @@ def produce_from(producer: Any, topic: str, *sources: Source, input_format: str 
     try:
         for source in sources or ("-",):
             ingest.feed(source)
-    finally:
-        # whole records read so far are written (an interrupt too); a partial line is not
-        producer.flush()
+    except KeyboardInterrupt:
+        producer.flush()  # whole records read so far are written; a partial line is not
+        raise
+    producer.flush()
     return IngestCounts(ingest.lines, producer.records_sent - before)
 
 
