@@ -15,6 +15,8 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 
 from klog.client.consumer import ConsumerBase, StartSpec
 from klog.client.records import Record
@@ -184,6 +186,67 @@ class RemoteConsumer(ConsumerBase):
             c.buffer.clear()
         out.extend(self._records(self._fetch(timeout)))
         return out
+
+    def poll_chunks(self, timeout: float = POLL_TIMEOUT_S) -> list[tuple[str, int, list]]:
+        """poll() without Record objects, for copying loops (klog mirror): (topic, partition,
+        (offset, timestamp, key, value, headers) tuples), one entry per run of one partition's
+        messages; the same interface as the local Consumer's. Each run is unpacked by C-level
+        passes (map over Message's methods), not a Python loop per record."""
+        from confluent_kafka import Message
+
+        if self._all_done():
+            return []
+        out = [(c.topic, c.partition, [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in c.buffer])
+               for c in self.cursors if c.buffer]
+        for c in self.cursors:
+            c.buffer.clear()
+        msgs = self._fetch(timeout)
+        ends = []
+        if any(map(Message.error, msgs)):  # partition ends (real errors were raised): dropped, and
+            # noted after the records before them (a partition's end moves its cursor to its stop)
+            ends = [(m.topic(), m.partition(), m.offset()) for m in msgs
+                    if m.error() is not None and m.error().code() == PARTITION_EOF]
+            msgs = [m for m in msgs if m.error() is None]
+        if msgs:
+            self._chunks(msgs, out)
+        for end in ends:
+            self._at_end(*end)
+        return out
+
+    def _chunks(self, msgs: list, out: list) -> None:
+        """Append the chunks of `msgs` (no errors among them) to `out`: one per run of a partition's
+        messages, in arrival order."""
+        from confluent_kafka import Message
+
+        partitions = list(map(Message.partition, msgs))
+        topics = list(map(Message.topic, msgs))
+        if partitions.count(partitions[0]) == len(msgs) and topics.count(topics[0]) == len(msgs):
+            runs = [((topics[0], partitions[0]), msgs)]  # the usual case: one fetch of one partition
+        else:
+            runs = [(tp, list(run)) for tp, run in groupby(msgs, key=lambda m: (m.topic(), m.partition()))]
+        for (topic, partition), run in runs:
+            chunk = self._chunk(topic, partition, run)
+            if chunk:
+                out.append((topic, partition, chunk))
+
+    def _chunk(self, topic: str, partition: int, msgs: list) -> list[tuple]:
+        """(offset, timestamp, key, value, headers) of one partition's messages below its stop and
+        from its position on; its cursor advances past them."""
+        from confluent_kafka import Message
+
+        c = self._by_tp.get((topic, partition))
+        if c is None:
+            return []
+        offsets = list(map(Message.offset, msgs))
+        if offsets[0] < c.offset or (c.stop is not None and offsets[-1] >= c.stop):
+            keep = [i for i, o in enumerate(offsets) if o >= c.offset and (c.stop is None or o < c.stop)]
+            msgs, offsets = [msgs[i] for i in keep], [offsets[i] for i in keep]
+            if not msgs:
+                return []
+        c.offset = offsets[-1] + 1
+        timestamps = list(map(itemgetter(1), map(Message.timestamp, msgs)))
+        return list(zip(offsets, timestamps, map(Message.key, msgs), map(Message.value, msgs),
+                        map(Message.headers, msgs), strict=True))
 
     def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
         """Value-only output of one partition: lists of values (`null` for a null one; no Record
