@@ -200,11 +200,11 @@ class RemoteConsumer(ConsumerBase):
                for c in self.cursors if c.buffer]
         for c in self.cursors:
             c.buffer.clear()
-        msgs = self._fetch(timeout)
+        msgs = self._consumer.consume(FETCH_MESSAGES, timeout)
         ends = []
-        if any(map(Message.error, msgs)):  # partition ends (real errors were raised): dropped, and
-            # noted after the records before them (a partition's end moves its cursor to its stop)
-            ends = [(m.topic(), m.partition(), m.offset()) for m in msgs
+        if any(map(Message.error, msgs)):  # real errors raised; partition ends dropped, and noted
+            # after the records before them (a partition's end moves its cursor to its stop)
+            ends = [(m.topic(), m.partition(), m.offset()) for m in self._fetched(msgs)
                     if m.error() is not None and m.error().code() == PARTITION_EOF]
             msgs = [m for m in msgs if m.error() is None]
         if msgs:
