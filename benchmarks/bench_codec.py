@@ -15,7 +15,6 @@ values and no headers, so a batch is ~1.1 MiB.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
 import shutil
@@ -79,17 +78,6 @@ def bench_klog(repeat: int) -> dict[str, float]:
     }
 
 
-@contextlib.contextmanager
-def python_only():  # noqa: ANN201
-    """codec's pure-Python loops, as if aiokafka's compiled records were missing."""
-    saved = fastrecords._reader
-    fastrecords._reader = False
-    try:
-        yield
-    finally:
-        fastrecords._reader = saved
-
-
 def bench_compiled_vs_python(repeat: int) -> list[tuple[str, float, float]]:
     """(what, compiled ns/record, Python ns/record): medians of alternated runs, GC paused."""
     assert fastrecords.available()
@@ -108,18 +96,19 @@ def bench_compiled_vs_python(repeat: int) -> list[tuple[str, float, float]]:
             fast_times, python_times = [], []
             gc.disable()
             try:
-                # alternated in blocks of 5 calls: one Python call right after a compiled one ran
-                # ~1.7x slower than in a row (allocator and cache state), which would flatter the C
-                for _ in range(max(1, repeat // 5)):
-                    for _ in range(5):
-                        t0 = time.perf_counter()
-                        fn()
-                        fast_times.append(time.perf_counter() - t0)
-                    with python_only():
-                        for _ in range(5):
+                # Python, compiled, Python: whole blocks (a Python call right after a compiled one
+                # ran ~1.7x slower than in a row, allocator and cache state, flattering the C)
+                for block in range(3):
+                    for _ in range(repeat):
+                        if block == 1:
                             t0 = time.perf_counter()
                             fn()
-                            python_times.append(time.perf_counter() - t0)
+                            fast_times.append(time.perf_counter() - t0)
+                        else:
+                            with fastrecords.python_only():
+                                t0 = time.perf_counter()
+                                fn()
+                                python_times.append(time.perf_counter() - t0)
             finally:
                 gc.enable()
             rows.append((name, statistics.median(fast_times) / RECORDS * 1e9,
@@ -202,8 +191,8 @@ def main() -> None:
     width = max(len(name) for name in results)
     for name, rate in results.items():
         print(f"{name:<{width}}  {rate / 1e6:6.3f} M records/s")
-    print(f"compiled (aiokafka's Cython records) vs klog's pure Python, ns/record, median of {repeat} alternated "
-          f"runs; load average {os.getloadavg()[0]:.1f}")
+    print(f"compiled (aiokafka's Cython records) vs klog's pure Python, ns/record, medians of {repeat} runs "
+          f"(Python, compiled, Python blocks); load average {os.getloadavg()[0]:.1f}")
     for name, fast, python in bench_compiled_vs_python(repeat):
         print(f"  {name:<42} {fast:7.0f} vs {python:7.0f}  ({python / fast:.1f}x)")
 

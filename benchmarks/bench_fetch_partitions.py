@@ -5,7 +5,7 @@
 Two topics in one store, `one` (1 partition) and `many` (--partitions), each with the same 1,000
 records of 100 B in partition 0; a `klog serve` answers Fetch requests for partition 0 of each,
 alternated on one connection (the peer of each `many` fetch is the `one` fetch beside it). Prints
-median latencies and their ratio. Also run with --version 13 (topics by id).
+median latencies and their ratio. Also run with --version 13 (topics by id), and --other-topics 1000.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import uuid
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.bench_serve import Serve  # noqa: E402
+from serve_process import Serve  # noqa: E402 - benchmarks/ is on sys.path when run as a script
 
 
 def main() -> None:
@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--fetches", type=int, default=300)
     parser.add_argument("--version", type=int, default=12)
+    parser.add_argument("--other-topics", type=int, default=0,
+                        help="empty topics beside them (v13+ fetches name topics by id, looked up among all)")
     args = parser.parse_args()
 
     from kio.index import load_payload_module
@@ -51,6 +53,8 @@ def main() -> None:
             with store.producer() as producer:
                 producer.send_values(name, values, partition=0)
             ids[name] = uuid.UUID(store.topic(name).topic_id)
+        for i in range(args.other_topics):
+            store.create_topic(f"other-{i}", partitions=1)
         store.close()
         env = {**os.environ, "PYTHONPATH": REPO}
         server = Serve(data_dir, env)
@@ -76,7 +80,8 @@ def main() -> None:
         finally:
             server.close()
     one, many = (statistics.median(times[n]) * 1000 for n in ("one", "many"))
-    print(f"Fetch v{args.version} of partition 0, 1,000 records, median of {args.fetches} alternated: "
+    others = f" ({args.other_topics} other topics)" if args.other_topics else ""
+    print(f"Fetch v{args.version} of partition 0, 1,000 records{others}, median of {args.fetches} alternated: "
           f"1 partition {one:.2f} ms, {args.partitions} partitions {many:.2f} ms ({many / one:.2f}x)")
 
 

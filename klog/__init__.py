@@ -22,6 +22,8 @@ _EXPORTS = {
     "StartSpec": "klog.client.consumer",
     "GroupConfig": "klog.client.group",
     "GroupConsumer": "klog.client.group",
+    "ResetSpec": "klog.client.groups_admin",  # store.plan_offset_reset's target
+    "deliver": "klog.client.delivery",  # consume --group/--exec's at-least-once delivery
     "PendingRecord": "klog.client.producer",
     "Producer": "klog.client.producer",
     "Record": "klog.client.records",

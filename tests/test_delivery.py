@@ -68,3 +68,10 @@ def test_exec_failure_commits_only_what_succeeded(store, tmp_path):
 def test_needs_a_group_or_a_reader(store):
     with pytest.raises(ValueError, match="group or a reader"):
         deliver(store, ["t"], exec_cmd="true")
+
+
+def test_exported_from_the_package():
+    import klog
+    from klog.client.groups_admin import ResetSpec
+
+    assert klog.deliver is deliver and klog.ResetSpec is ResetSpec

@@ -4,7 +4,6 @@ and the Python decoder taking over whenever the compiled one refuses or is missi
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -167,17 +166,6 @@ def test_loading_the_reader_leaves_aiokafka_importable() -> None:
     assert done.stdout == "ok\n", done.stderr
 
 
-@contextlib.contextmanager
-def python_only() -> Iterator[None]:
-    """codec's pure-Python loops only, as if aiokafka were missing."""
-    saved = fastrecords._reader
-    fastrecords._reader = False
-    try:
-        yield
-    finally:
-        fastrecords._reader = saved
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=records_st, as_list=st.booleans(), data=st.data())
 def test_the_compiled_builder_writes_the_same_bytes(records, as_list, data) -> None:
@@ -187,7 +175,7 @@ def test_the_compiled_builder_writes_the_same_bytes(records, as_list, data) -> N
                                             max_size=len(records)).map(sorted))
     base = data.draw(st.sampled_from([records[0][3], TS]))
     fast = codec.encode_records(records, base, deltas)
-    with python_only():
+    with fastrecords.python_only():
         assert fast == codec.encode_records(records, base, deltas)
     # and the common case does go through the builder
     assert (fastrecords.encode_records(records, base, deltas) is None) == (base != records[0][3] or base == -1)
@@ -198,8 +186,25 @@ def test_what_the_builder_cannot_take_is_encoded_in_python() -> None:
                     [(None, b"v", [("\udcff", None)], TS)],  # a key only surrogateescape encodes
                     [(b"k", b"v", [], -1), (b"k", b"v", [], 5)]):  # first timestamp -1: "none yet" to it
         assert fastrecords.encode_records(records, records[0][3], None) is None
-        with python_only():
+        with fastrecords.python_only():
             want = codec.encode_batch(records)
         assert codec.encode_batch(records) == want
         header = codec.read_header(want)
         assert [r[3] for r in codec.decode_batch_records(want, 0, header)] == [b"v"] * len(records)
+
+
+def test_commands_load_the_compiled_records_only_when_a_batch_is_big(data_dir) -> None:
+    """`klog --help` and a consume of a few records never load aiokafka; a consume of a big batch
+    loads the extension module and not aiokafka's client (asyncio)."""
+    from tests.test_startup import imported_modules
+
+    assert imported_modules(["produce", "small"], data_dir, input=b"a\nb\n")[0] == 0
+    for args in (["--help"], ["consume", "small"]):
+        code, modules = imported_modules(args, data_dir)
+        assert code == 0 and "klog.cli.app" in modules
+        assert not {m for m in modules if m.startswith("aiokafka")}, args
+    lines = b"".join(b"%d\n" % i for i in range(1000))  # one batch (the fixture lowered FAST_MIN_RECORDS here only)
+    assert imported_modules(["produce", "big"], data_dir, input=lines)[0] == 0
+    code, modules = imported_modules(["consume", "big"], data_dir)
+    assert code == 0 and "aiokafka.record._crecords.default_records" in modules
+    assert "asyncio" not in modules and "aiokafka.client" not in modules

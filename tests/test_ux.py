@@ -415,3 +415,14 @@ def test_no_color_drops_bold_from_help_too(data_dir):
     assert code == 0 and b"Usage:" in shown and b"\x1b[" not in shown
     code, shown, _ = on_a_terminal(["topics", "--help"], data_dir, {"NO_COLOR": ""})
     assert b"\x1b[1m" in shown
+
+
+def test_a_group_member_on_a_terminal_shows_the_log_view_and_commits(cli, data_dir):
+    """consume --group on a terminal draws the readable view (position, escaped value), as plain consume
+    does, and commits what it drew (klog.client.delivery with the CLI's terminal line)."""
+    cli("produce", "t", "-K:", input=b"k1:one\nk2:tw\x1bo\n")
+    code, shown, err = on_a_terminal(["consume", "t", "-G", "g", "--no-color"], data_dir)
+    text = shown.decode()
+    assert code == 0, err
+    assert "0@0  k1  one" in text and "0@1  k2  tw\\x1bo" in text and "\x1b" not in text
+    assert b'"committed": 2' in cli("groups", "describe", "g", "--json").stdout

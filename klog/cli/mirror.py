@@ -40,18 +40,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def open_endpoint(spec: str, data_dir: str | None, props: list[str] | None, create: bool):  # noqa: ANN201
-    from klog.cli.app import open_store
-    from klog.client.remote.target import parse_endpoint
-
-    where = parse_endpoint(spec, data_dir, props)
-    if isinstance(where, str):
-        return open_store(where, create=create)
-    from klog.client.remote.store import RemoteStore
-
-    return RemoteStore(where, on_warning=warn)
-
-
 def _mirror_id(spec: str, data_dir: str | None) -> str:
     """The source's identity in checkpoints: a store's real path, or the cluster's servers (however
     they were written: kafka://h:p and h:p are one source); a named cluster by its name."""
@@ -84,11 +72,12 @@ def register(app: typer.Typer) -> None:
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.client.mirror import Mirror, renamer
+        from klog.client.remote.target import open_endpoint
 
         renamer(rename)  # a bad template fails before anything opens
         with contextlib.ExitStack() as stack:
-            src = stack.enter_context(open_endpoint(source, data_dir, source_property, create=False))
-            dst = stack.enter_context(open_endpoint(dest, data_dir, dest_property, create=True))
+            src = stack.enter_context(open_endpoint(source, data_dir, source_property, create=False, on_warning=warn))
+            dst = stack.enter_context(open_endpoint(dest, data_dir, dest_property, create=True, on_warning=warn))
             progress = _Progress(sys.stderr.isatty())
             stack.enter_context(progress)
             job = Mirror(src, dst, topics or [], mirror_id=name or _mirror_id(source, data_dir), pattern=pattern,

@@ -62,6 +62,8 @@ def register(app: typer.Typer) -> None:
         """Re-publish a range of SRC into DEST (or stdout), keys and headers kept, keyed records to
         their key's partition; --speed 1 keeps the original gaps between records (merged across
         partitions by timestamp)."""
+        from klog.cli.app import warn
+        from klog.client.remote.target import open_endpoint
         from klog.client.replay import Replayer
         from klog.client.timespec import parse_range
 
@@ -76,7 +78,7 @@ def register(app: typer.Typer) -> None:
             store.topic(source)
             dest_store = None
             if to_store is not None and not _same_store(store, to_store, data_dir):
-                dest_store = stack.enter_context(_open_dest_store(to_store, data_dir, dest_property))
+                dest_store = stack.enter_context(open_endpoint(to_store, data_dir, dest_property, on_warning=warn))
             emit = None if to is not None else _stdout_writer(as_json, factor is not None or rate is not None)
             replayer = Replayer(store, source, to, partitions=partition, start=start,
                                 until_ms=until_ms, count=count,
@@ -91,21 +93,6 @@ def register(app: typer.Typer) -> None:
         if to is not None:
             skipped = f" ({stats.skipped} already replayed by group {group})" if stats.skipped else ""
             print(f"Replayed {stats.records} records from {source} into {to}{skipped}", file=sys.stderr)
-
-
-def _open_dest_store(spec: str, data_dir: str | None, props: list[str] | None):  # noqa: ANN202 - a store
-    """--to-store's store or cluster (opened directly: with -b, open_store means SRC's cluster)."""
-    from klog.cli.app import warn
-    from klog.client.remote.target import parse_endpoint
-
-    where = parse_endpoint(spec, data_dir, props)
-    if isinstance(where, str):
-        from klog.client.store import Store
-
-        return Store(where, create=True, on_warning=warn)
-    from klog.client.remote.store import RemoteStore
-
-    return RemoteStore(where, on_warning=warn)
 
 
 def _same_store(store, spec: str, data_dir: str | None) -> bool:  # noqa: ANN001 - Store or RemoteStore

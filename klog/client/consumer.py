@@ -97,8 +97,11 @@ class ConsumerBase:
         return record.timestamp >= self.until_ms  # type: ignore[operator]
 
     def __iter__(self) -> Iterator[Record]:
-        emitted = 0
         until = self.until_ms
+        if until is None and self.record_filter is None and self.count is None:
+            yield from self._iterate()  # nothing to check per record
+            return
+        emitted = 0
         for record in self._iterate():
             if until is not None and self._past_until(record):
                 continue

@@ -4,6 +4,7 @@ cluster's admin APIs for a RemoteStore). Imports are lazy: opening a store stays
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class GroupAdminMethods:
 
         return live_members(self, group)
 
-    def plan_offset_reset(self, group: str, spec: ResetSpec, scopes: list[str] = (),  # type: ignore[assignment]
+    def plan_offset_reset(self, group: str, spec: ResetSpec, scopes: Iterable[str] = (),
                           all_topics: bool = False) -> list[ResetRow]:
         """Where each committed offset of `scopes` (TOPIC or TOPIC:P,...) would go; nothing changes."""
         from klog.client.groups_admin import plan_reset

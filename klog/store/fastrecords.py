@@ -21,7 +21,7 @@ keys that are not UTF-8-encodable) returns None and codec's Python loop encodes 
 
 Imported lazily, and only the reader: `import aiokafka.record._crecords` runs aiokafka's package
 __init__, which loads its whole client (asyncio included: ~60 ms, a sixth of a 1 M-record
-consume); _import_reader loads the one extension module (~15 ms) and leaves sys.modules as a
+consume); _import_reader loads the one extension module (~3 ms in a klog command) and leaves sys.modules as a
 plain import would have (a later `import aiokafka` runs its __init__ as usual). For those ~3 ms
 the package objects in sys.modules are bare: a first `import aiokafka` in another thread of the
 same process at that very moment would get one (klog's own threads never import aiokafka).
@@ -29,10 +29,11 @@ same process at that very moment would get one (klog's own threads never import 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -75,6 +76,19 @@ def _import_reader() -> Any:
             for name in stubs:
                 del sys.modules[name]
     return importlib.import_module(_READER_MODULE)
+
+
+@contextlib.contextmanager
+def python_only() -> Iterator[None]:
+    """codec's pure-Python loops only, as if aiokafka were missing (for cross-checks and
+    benchmarks; not thread-safe)."""
+    global _reader
+    saved = _reader
+    _reader = False
+    try:
+        yield
+    finally:
+        _reader = saved
 
 
 def wanted(records_count: int) -> bool:

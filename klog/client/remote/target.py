@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from klog.errors import KlogError, UsageError
@@ -141,6 +142,20 @@ def parse_endpoint(spec: str, data_dir: str | None, properties: list[str] | None
     if props:
         raise UsageError(f"'{spec}' is a local store: Kafka client properties apply to clusters only")
     return spec
+
+
+def open_endpoint(spec: str, data_dir: str | None, properties: list[str] | None, create: bool = True,
+                  on_warning: Callable[[str], None] | None = None):  # noqa: ANN201 - Store or RemoteStore
+    """Open what parse_endpoint names: a local Store (created if `create`) or a cluster's RemoteStore
+    (mirror's SRC and DEST, replay's --to-store)."""
+    where = parse_endpoint(spec, data_dir, properties)
+    if isinstance(where, str):
+        from klog.client.store import Store
+
+        return Store(where, create=create, on_warning=on_warning)
+    from klog.client.remote.store import RemoteStore
+
+    return RemoteStore(where, on_warning=on_warning)
 
 
 def _looks_like_servers(spec: str) -> bool:
