@@ -192,6 +192,11 @@ class Partition:
         return default
 
     # -- writing -------------------------------------------------------------------------------
+    def unchanged_since_last_append(self) -> bool:
+        """Lock held: nobody (no other process, no other Partition object) held the lock since this
+        object's last clean append, so its replicas and their metadata are as that append left them."""
+        return self._appended_generation is not None and self._appended_generation == self.lock.previous_generation
+
     def open_for_write(self) -> None:
         """Lock held: bring every replica to a clean tail and the high watermark in line.
 
