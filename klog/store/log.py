@@ -245,6 +245,11 @@ class PartitionLog:
                 or segment.time_index.entries >= limit // TIME_INDEX_ENTRY.size)
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:
+        if segment.first_batch_max_timestamp is None:
+            segment.first_batch_max_timestamp = self._read_first_batch_max_timestamp(segment)
+        return segment.first_batch_max_timestamp
+
+    def _read_first_batch_max_timestamp(self, segment: LogSegment) -> int:
         head = segment.read_bytes(0, RECORD_BATCH_OVERHEAD)
         if len(head) < codec.header_bytes(head):
             head = segment.read_bytes(0, codec.header_bytes(head))  # a magic 0/1 entry, read whole
