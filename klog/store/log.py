@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
-from klog.store import codec, loader
+from klog.store import codec, loader, validate
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import (
@@ -136,6 +136,7 @@ class PartitionLog:
         self._unflushed_batches = 0
         self._last_flush_ms = time.monotonic() * 1000
         self._dir_dirty = False
+        self._parent_dirty = False  # this folder was created and its entry in the log dir is not fsynced yet
         self.recovery_point = 0
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         self.refresh_segments()
@@ -179,7 +180,9 @@ class PartitionLog:
             return RecoveryReport()
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
-            fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
+            # the new folder's entry in the log dir is fsynced by the first flush, which is what makes
+            # anything in it durable (Kafka's first flush does the same): ~2 ms per new partition
+            self._parent_dirty = True
         # a compaction or retention killed mid-way; expired .deleted files
         swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms)
         self.refresh_segments()
@@ -247,6 +250,11 @@ class PartitionLog:
                 or segment.time_index.entries >= limit // TIME_INDEX_ENTRY.size)
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:
+        if segment.first_batch_max_timestamp is None:
+            segment.first_batch_max_timestamp = self._read_first_batch_max_timestamp(segment)
+        return segment.first_batch_max_timestamp
+
+    def _read_first_batch_max_timestamp(self, segment: LogSegment) -> int:
         head = segment.read_bytes(0, RECORD_BATCH_OVERHEAD)
         if len(head) < codec.header_bytes(head):
             head = segment.read_bytes(0, codec.header_bytes(head))  # a magic 0/1 entry, read whole
@@ -335,6 +343,9 @@ class PartitionLog:
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False
+        if self._parent_dirty:
+            fsync_dir(os.path.dirname(self.directory))
+            self._parent_dirty = False
         self._unflushed_batches = 0
         self._last_flush_ms = time.monotonic() * 1000
         self.recovery_point = self.log_end_offset
@@ -347,6 +358,12 @@ class PartitionLog:
             self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
 
     def close(self) -> None:
+        if self._parent_dirty:  # created, never flushed: a clean close still makes the folder's entry durable
+            try:
+                fsync_dir(os.path.dirname(self.directory))
+            except OSError:
+                pass  # a failed directory: its replica leaves the ISR at the next append
+            self._parent_dirty = False
         if self._fds is not None:
             self._fds.close()
             self._fds = None
@@ -484,10 +501,11 @@ class PartitionLog:
                 header = read_header(chunk, at)
                 if header.base_offset >= upper and header.records_count >= 0:
                     return out
-                if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
+                problem = validate.framing_problem(header)
+                if problem is not None:
                     if out:
                         return out  # serve the batches before the damage; the next read reports it
-                    raise CorruptLogError("invalid batch size", segment.log_path, position + at, header.base_offset)
+                    raise CorruptLogError(problem, segment.log_path, position + at, header.base_offset)
                 if at + header.size > len(chunk):
                     if at == 0:  # one batch larger than the budget: read it whole
                         chunk = segment.read_bytes(position, header.size)
@@ -496,10 +514,11 @@ class PartitionLog:
                                                   segment.log_path, position, header.base_offset)
                         continue
                     break
-                if not codec.crc_ok(chunk, at, header):
+                problem = validate.crc_problem(chunk, at, header)
+                if problem is not None:
                     if out:
                         return out
-                    raise CorruptLogError("CRC mismatch", segment.log_path, position + at, header.base_offset)
+                    raise CorruptLogError(problem, segment.log_path, position + at, header.base_offset)
                 data = chunk[at:at + header.size] if (at or len(chunk) != header.size) else chunk
                 out.append(FetchedBatch(header, data, segment.base_offset, position + at, segment.log_path))
                 budget -= header.size
@@ -537,8 +556,9 @@ class PartitionLog:
                 last = (pos, header)
             if last is not None:
                 data = segment.read_bytes(last[0], last[1].size)
-                if not codec.crc_ok(data, 0, last[1]):
-                    raise CorruptLogError("CRC mismatch", segment.log_path, last[0], last[1].base_offset)
+                problem = validate.crc_problem(data, 0, last[1])
+                if problem is not None:
+                    raise CorruptLogError(problem, segment.log_path, last[0], last[1].base_offset)
                 return FetchedBatch(last[1], data, base, last[0], segment.log_path)
         return None
 

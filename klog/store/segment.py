@@ -30,7 +30,7 @@ from klog.store.format import (
 from klog.store.index import IndexBuilder, OffsetIndex, TimeIndex
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
-from klog.store.validate import SegmentScan
+from klog.store.validate import SegmentScan, framing_problem
 
 SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
@@ -115,6 +115,9 @@ class LogSegment:
         self.size = 0
         self.indexer = IndexBuilder(base_offset, index_interval_bytes)
         self.next_offset: int | None = None
+        # the first batch's max timestamp (segment.ms rolls by it): known when it is appended, else read
+        # once; forgotten whenever the size is set from outside (another writer, recovery, truncation)
+        self.first_batch_max_timestamp: int | None = None
 
     @property
     def max_timestamp(self) -> int:
@@ -196,8 +199,9 @@ class LogSegment:
             at = 0
             while at + codec.header_bytes(chunk, at) <= len(chunk):
                 header = read_header(chunk, at)
-                if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
-                    raise CorruptLogError("invalid batch header", self.log_path, pos + at, header.base_offset)
+                problem = framing_problem(header)
+                if problem is not None:
+                    raise CorruptLogError(problem, self.log_path, pos + at, header.base_offset)
                 if pos + at + header.size > end:
                     return
                 yield pos + at, header
@@ -235,8 +239,9 @@ class LogSegment:
                 if len(head) < need:
                     return
             header = read_header(head)
-            if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
-                raise CorruptLogError("invalid batch header", self.log_path, pos, header.base_offset)
+            problem = framing_problem(header)
+            if problem is not None:
+                raise CorruptLogError(problem, self.log_path, pos, header.base_offset)
             if pos + header.size > end:
                 return
             yield pos, header
@@ -305,6 +310,7 @@ class LogSegment:
                         next_offset: int | None) -> None:
         """Adopt the writer state another process (or recovery) left, without a scan."""
         self.size = size
+        self.first_batch_max_timestamp = None
         self.offset_index.refresh()
         self.time_index.refresh()
         last = self.offset_index.last_entry()
@@ -330,6 +336,8 @@ class LogSegment:
                 self.time_index.append_raw(fds.time_index, time_entry)
         self.size = position + len(batch)
         self.next_offset = header.next_offset
+        if position == 0:
+            self.first_batch_max_timestamp = header.max_timestamp
         return position
 
     def open_fds(self) -> SegmentFds:
@@ -365,7 +373,7 @@ class LogSegment:
         fd = open_or_shed(self.log_path, os.O_RDONLY)
         try:
             scan = SegmentScan(lambda pos, n: os.pread(fd, n, pos), file_size, self.base_offset)
-            index_data, time_data = indexer.add_all((pos, header) for pos, header, _ in scan)
+            index_data, time_data = indexer.add_all(scan)
         finally:
             os.close(fd)
         valid, next_offset = scan.valid_bytes, scan.next_offset
@@ -379,6 +387,7 @@ class LogSegment:
         self.offset_index.write_all(index_data)
         self.time_index.write_all(time_data)
         self.size = valid
+        self.first_batch_max_timestamp = None
         self.indexer = indexer
         self.next_offset = next_offset
         return RecoveryResult(valid, file_size - valid, next_offset, scan.problem)
