@@ -574,7 +574,7 @@ def decode_batch_timestamps_values(buf: bytes, pos: int, header: BatchHeader, nu
     errors as decode_batch_records (whose records it falls back to)."""
     pair = None
     if header.magic >= MAGIC_V2 and fast and fastrecords.wanted(header.records_count):
-        data, start, stop = _records_section(buf, pos, header)
+        data, start, stop = records_section(buf, pos, header)
         # the reader's record objects are GC-tracked and all alive at once (see decode_batch_records)
         pause_gc = header.records_count >= _GC_PAUSE_MIN_RECORDS and gc.isenabled()
         if pause_gc:
