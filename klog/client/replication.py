@@ -31,10 +31,12 @@ CATCH_UP_RETRY_S = 5.0  # after a failed catch-up (a full or broken disk), appen
 # Before an append, the full replica check (metadata from LMDB, election, catch-up, state writes:
 # ~200 us) runs only after an error, when another holder took the partition lock since this
 # process's last clean append (it may have elected, moved or cut replicas), when a replica is out
-# of the ISR (its catch-up must not wait), or when this long has passed. Otherwise only each
+# of the ISR (its catch-up must not wait), or when this long has passed (belt and braces: whatever
+# else changes the metadata holds the partition lock, and a failed leader shows in its directory's
+# health, so unclean.leader.election and the like are read again whenever they matter). Otherwise only each
 # replica's directory health is checked again (a read-only or full disk can still take writes
 # through files opened before; a replaced disk must not be written to) and the partition re-opened.
-REPLICA_RECHECK_S = 5.0
+REPLICA_RECHECK_S = 30.0
 
 Warn = Callable[[str], None]
 
