@@ -80,3 +80,34 @@ def test_an_append_through_the_server_wakes_its_partition_at_once() -> None:
     took, other_done = asyncio.run(main())
     assert took < 1.0
     assert not other_done
+
+
+def _fetch(client, topic: str, offset: int, min_bytes: int, max_wait_ms: int):  # noqa: ANN001, ANN202
+    import datetime
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+    from kio.static.primitive import i32Timedelta
+
+    part = FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                          log_start_offset=-1, partition_max_bytes=1 << 20)
+    resp = client.send(1, 12, replica_id=-1, max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
+                       min_bytes=min_bytes, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                       topics=(FetchTopic(topic=topic, partitions=(part,)),), forgotten_topics_data=(), rack_id="")
+    return resp.responses[0].partitions[0]
+
+
+def test_max_wait_answers_with_the_data_there_when_min_bytes_is_not_reached(kafka_server, store) -> None:
+    from tests.serve_helpers import RawClient, batch, produce
+
+    store.create_topic("few")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "few", 0, batch([b"one"]))[0] == 0
+        started = time.monotonic()
+        part = _fetch(client, "few", 0, 1 << 20, 300)  # wants 1 MiB, there are a few bytes
+        took = time.monotonic() - started
+        assert 0.25 < took < 5.0
+        assert int(part.high_watermark) == 1 and len(part.records) > 0  # what there is, at max_wait
+        started = time.monotonic()
+        part = _fetch(client, "few", 1, 1, 300)  # at the end: empty, at max_wait
+        assert 0.25 < time.monotonic() - started < 5.0
+        assert int(part.high_watermark) == 1 and not part.records

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 
@@ -9,8 +10,8 @@ import pytest
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
-from klog.store.format import LENGTH_OFFSET
-from klog.store.validate import record_structure_ok, records_problem
+from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, LENGTH_OFFSET
+from klog.store.validate import SegmentScan, record_structure_ok, records_problem
 
 
 def _batch(rng: random.Random, n: int) -> bytes:
@@ -92,3 +93,46 @@ def test_a_negative_header_key_length_is_refused() -> None:
     assert not record_structure_ok(bad, 0, header, consecutive=True)
     problem = records_problem(bad, 0, header, consecutive=True)
     assert problem is not None and "negative header key size" in problem.text
+
+
+def test_verify_names_a_crc_valid_batch_whose_records_are_malformed(klog_proc, data_dir) -> None:
+    """The CRC vouches only for the bytes: `klog verify` walks the records too (the validator's
+    SegmentScan) and names the batch, on one line per problem, exit 1."""
+    for i in range(3):  # three one-record batches
+        assert klog_proc("produce", "t", input=b"value-%d\n" % i).returncode == 0
+    log = os.path.join(data_dir, "logs", "t-0", f"{0:020d}.log")
+    with open(log, "rb") as f:
+        data = bytearray(f.read())
+    second = 12 + struct.unpack_from(">i", data, LENGTH_OFFSET)[0]
+    end = second + 12 + struct.unpack_from(">i", data, second + LENGTH_OFFSET)[0]
+    assert data[end - 1] == 0  # the second record's header count
+    data[end - 1] = 2  # one header, which is not there
+    struct.pack_into(">I", data, second + CRC_OFFSET, codec.crc32c(bytes(data[second + ATTRIBUTES_OFFSET:end])))
+    with open(log, "wb") as f:
+        f.write(data)
+    r = klog_proc("verify")
+    assert r.returncode == 1, r.stderr
+    lines = [line for line in r.stdout.decode().splitlines() if "malformed records" in line]
+    assert len(lines) == 1 and f"at position {second} (offset 1)" in lines[0], r.stdout
+
+
+@pytest.mark.parametrize("chunk", [61, 100, 1000, 1 << 20])
+def test_segment_scan_reads_in_chunks_and_stops_at_a_torn_tail(monkeypatch, chunk: int) -> None:
+    """Batches of many sizes straddle the scan's read chunks (one larger than a chunk): every
+    whole batch is yielded at its position, and a torn last batch is the problem named."""
+    import klog.store.validate as validate_module
+
+    monkeypatch.setattr(validate_module, "SCAN_CHUNK_BYTES", chunk)
+    rng = random.Random(chunk)
+    batches, offset = [], 0
+    for _ in range(40):
+        n = rng.randint(1, 5)
+        batches.append(codec.encode_batch([(None, rng.randbytes(rng.choice((1, 50, 700))), [], 1000)] * n, offset))
+        offset += n
+    log = b"".join(batches)
+    torn = log + batches[0][:40]
+    scan = SegmentScan(lambda pos, n: torn[pos:pos + n], len(torn), 0, deep=True, gaps_ok=False)
+    positions = [pos for pos, _ in scan]
+    assert positions == [sum(map(len, batches[:i])) for i in range(len(batches))]
+    assert scan.valid_bytes == len(log) and scan.next_offset == offset
+    assert scan.problem == f"partial batch header at position {len(log)}"

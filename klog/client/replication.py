@@ -20,6 +20,7 @@ from dataclasses import replace
 from klog.errors import KlogError, NotEnoughReplicasError, StorageError
 from klog.meta.topics import PartitionMeta
 from klog.store import health
+from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
 from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, AppendResult, LeaderAppendError
@@ -178,7 +179,7 @@ class ReplicaManager:
         topic_meta = store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta
-        unclean = topic_meta.configs.get("unclean.leader.election.enable", "false") == "true"
+        unclean = LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
         states = {d: dir_health(store, d) for d in meta.replicas}
         for d, state in states.items():
             if state == health.REPLACED:
@@ -311,7 +312,7 @@ class ReplicaManager:
         has, acks=0 without waiting for any fsync. Every in-sync replica gets the bytes either way."""
         store = self.store
         part = store.partition(topic, partition)
-        min_isr = int(store.effective_configs(topic)["min.insync.replicas"])
+        min_isr = store.log_config(topic).min_insync_replicas
         sync = SYNC_BY_ACKS[str(acks)]
         with part.lock:
             try:

@@ -397,8 +397,11 @@ async def delete_records(ctx: RequestContext, request: Any) -> Any:
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            err, low = await ctx.run_blocking(_delete_records, ctx, str(t.name), int(p.partition_index),
-                                              int(p.offset))
+            # a write to the partition: its turn among the appends, in the append threads (a partition
+            # whose append is stalled holds up this request, not a thread Metadata and Fetch need)
+            async with ctx.server.append_slot(str(t.name), int(p.partition_index)):
+                err, low = await ctx.server.run_append(_delete_records, ctx, str(t.name), int(p.partition_index),
+                                                       int(p.offset))
             parts.append(make(mod.DeleteRecordsPartitionResult, partition_index=p.partition_index, low_watermark=low,
                               error_code=err))
         topics.append(make(mod.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))

@@ -127,6 +127,14 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
     return answer
 
 
+def _check_topic(ctx: RequestContext, topic: str) -> None:
+    """Once per topic and request: a topic another process deleted and created again is read afresh."""
+    try:
+        ctx.server.appender.check_topic(topic)
+    except (KlogError, OSError):
+        pass  # its partitions answer with the error
+
+
 def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
     budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
     committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
@@ -141,12 +149,21 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
                 continue
         else:
             answer = TopicAnswer(str(t.topic))
+        _check_topic(ctx, answer.name)
         for p in t.partitions:
             pa = _read_partition(ctx, answer.name, p, budget, committed)
             budget -= pa.size
             answer.partitions.append(pa)
         out.append(answer)
     return out
+
+
+def _clear(answers: list[TopicAnswer]) -> None:
+    """The answers without their byte ranges (closed): what stays true of a partition with no data."""
+    for t in answers:
+        for p in t.partitions:
+            p.range = None
+            p.aborted = []
 
 
 def _close(answers: list[TopicAnswer]) -> None:
@@ -175,7 +192,12 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         _close(answers)
         # until one of these partitions' high watermark moves (the full answer is rebuilt only then)
         marks = {(t.name, p.partition): p.high_watermark for t in answers for p in t.partitions if t.name}
-        await ctx.server.watcher.wait(marks, deadline - time.monotonic())
+        moved = await ctx.server.watcher.wait(marks, deadline - time.monotonic())
+        if not moved and total == 0 and not ctx.server.stopping:
+            # max_wait passed and nothing moved (as of the watcher's last poll): the empty answer
+            # stands, without reading every partition again (the common case of an idle consumer)
+            _clear(answers)
+            break
     return _encode(mod, version, answers, E.none)
 
 

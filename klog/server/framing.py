@@ -174,12 +174,17 @@ TLS_CHUNK_BYTES = 1 << 20
 
 
 async def _send_through_tls(writer: Any, part: FileRange) -> None:
-    """A file range to a TLS connection: read (pread, the page cache) and write in bounded chunks."""
+    """A file range to a TLS connection: read and write in bounded chunks. The reads run in a
+    thread: a range no longer in the page cache would otherwise stop the event loop, and every
+    other connection with it, for the disk's time."""
+    import asyncio
     import os
 
+    loop = asyncio.get_running_loop()
     done = 0
     while done < part.count:
-        chunk = os.pread(part.fd, min(TLS_CHUNK_BYTES, part.count - done), part.offset + done)
+        chunk = await loop.run_in_executor(None, os.pread, part.fd, min(TLS_CHUNK_BYTES, part.count - done),
+                                           part.offset + done)
         if not chunk:  # the file shrank under us (retention): the frame is broken
             raise ConnectionError(f"read {done} of {part.count} bytes")
         writer.write(chunk)

@@ -139,6 +139,9 @@ class Server:
             from klog.errors import KlogError
 
             out: dict[tuple[str, int], int | None] = {}
+            for topic in {topic for topic, _ in keys}:  # once per topic, not per partition
+                with contextlib.suppress(KlogError, OSError):
+                    self.appender.check_topic(topic)
             for topic, index in keys:
                 try:
                     out[(topic, index)] = self.appender.partition(topic, index).snapshot().high_watermark

@@ -26,9 +26,12 @@ class _Waiter:
         self.marks = marks
         self.future = future
 
-    def wake(self) -> None:
+    def wake(self, moved: bool = True) -> None:
         if not self.future.done():
-            self.future.set_result(None)
+            self.future.set_result(moved)
+
+    def time_out(self) -> None:
+        self.wake(False)
 
 
 class HighWatermarkWatcher:
@@ -46,11 +49,12 @@ class HighWatermarkWatcher:
     def waiting(self) -> int:
         return len(self._everyone)
 
-    async def wait(self, marks: dict[Key, int], timeout_s: float) -> None:
+    async def wait(self, marks: dict[Key, int], timeout_s: float) -> bool:
         """Until one of these partitions' high watermark differs from its mark, notify() names it
-        (or names nothing), or `timeout_s` passes. The caller re-reads the store either way."""
+        (or names nothing): True; or `timeout_s` passes: False (as of the last poll, at most
+        `poll_s` ago, nothing moved)."""
         if timeout_s <= 0:
-            return
+            return False
         loop = asyncio.get_running_loop()
         waiter = _Waiter(marks, loop.create_future())
         self._everyone.add(waiter)
@@ -58,9 +62,9 @@ class HighWatermarkWatcher:
             self._by_key.setdefault(key, set()).add(waiter)
         if marks and (self._poller is None or self._poller.done()):
             self._poller = asyncio.create_task(self._poll())
-        timer = loop.call_later(timeout_s, waiter.wake)
+        timer = loop.call_later(timeout_s, waiter.time_out)
         try:
-            await waiter.future
+            return await waiter.future
         finally:
             timer.cancel()
             self._everyone.discard(waiter)

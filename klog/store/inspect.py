@@ -73,7 +73,7 @@ def check_segment(segment: LogSegment, gaps_ok: bool = False) -> SegmentCheck:
                                 gaps_ok=gaps_ok)
     starts: dict[int, int] = {}  # position -> last offset
     max_ts = -1
-    for pos, header, _data in scan:
+    for pos, header in scan:
         if result.first_offset is None:
             result.first_offset = header.base_offset
         starts[pos] = header.last_offset

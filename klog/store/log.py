@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
-from klog.store import codec, loader
+from klog.store import codec, loader, validate
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import (
@@ -496,10 +496,11 @@ class PartitionLog:
                 header = read_header(chunk, at)
                 if header.base_offset >= upper and header.records_count >= 0:
                     return out
-                if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
+                problem = validate.framing_problem(header)
+                if problem is not None:
                     if out:
                         return out  # serve the batches before the damage; the next read reports it
-                    raise CorruptLogError("invalid batch size", segment.log_path, position + at, header.base_offset)
+                    raise CorruptLogError(problem, segment.log_path, position + at, header.base_offset)
                 if at + header.size > len(chunk):
                     if at == 0:  # one batch larger than the budget: read it whole
                         chunk = segment.read_bytes(position, header.size)
@@ -508,10 +509,11 @@ class PartitionLog:
                                                   segment.log_path, position, header.base_offset)
                         continue
                     break
-                if not codec.crc_ok(chunk, at, header):
+                problem = validate.crc_problem(chunk, at, header)
+                if problem is not None:
                     if out:
                         return out
-                    raise CorruptLogError("CRC mismatch", segment.log_path, position + at, header.base_offset)
+                    raise CorruptLogError(problem, segment.log_path, position + at, header.base_offset)
                 data = chunk[at:at + header.size] if (at or len(chunk) != header.size) else chunk
                 out.append(FetchedBatch(header, data, segment.base_offset, position + at, segment.log_path))
                 budget -= header.size
@@ -549,8 +551,9 @@ class PartitionLog:
                 last = (pos, header)
             if last is not None:
                 data = segment.read_bytes(last[0], last[1].size)
-                if not codec.crc_ok(data, 0, last[1]):
-                    raise CorruptLogError("CRC mismatch", segment.log_path, last[0], last[1].base_offset)
+                problem = validate.crc_problem(data, 0, last[1])
+                if problem is not None:
+                    raise CorruptLogError(problem, segment.log_path, last[0], last[1].base_offset)
                 return FetchedBatch(last[1], data, base, last[0], segment.log_path)
         return None
 

@@ -30,7 +30,7 @@ from klog.store.format import (
 from klog.store.index import IndexBuilder, OffsetIndex, TimeIndex
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
-from klog.store.validate import SegmentScan
+from klog.store.validate import SegmentScan, framing_problem
 
 SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
@@ -199,8 +199,9 @@ class LogSegment:
             at = 0
             while at + codec.header_bytes(chunk, at) <= len(chunk):
                 header = read_header(chunk, at)
-                if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
-                    raise CorruptLogError("invalid batch header", self.log_path, pos + at, header.base_offset)
+                problem = framing_problem(header)
+                if problem is not None:
+                    raise CorruptLogError(problem, self.log_path, pos + at, header.base_offset)
                 if pos + at + header.size > end:
                     return
                 yield pos + at, header
@@ -238,8 +239,9 @@ class LogSegment:
                 if len(head) < need:
                     return
             header = read_header(head)
-            if header.size < codec.min_batch_size(header.magic) or header.magic > MAGIC_V2:
-                raise CorruptLogError("invalid batch header", self.log_path, pos, header.base_offset)
+            problem = framing_problem(header)
+            if problem is not None:
+                raise CorruptLogError(problem, self.log_path, pos, header.base_offset)
             if pos + header.size > end:
                 return
             yield pos, header
@@ -371,7 +373,7 @@ class LogSegment:
         fd = open_or_shed(self.log_path, os.O_RDONLY)
         try:
             scan = SegmentScan(lambda pos, n: os.pread(fd, n, pos), file_size, self.base_offset)
-            index_data, time_data = indexer.add_all((pos, header) for pos, header, _ in scan)
+            index_data, time_data = indexer.add_all(scan)
         finally:
             os.close(fd)
         valid, next_offset = scan.valid_bytes, scan.next_offset

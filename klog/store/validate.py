@@ -23,6 +23,7 @@ from klog.store.codec import BatchHeader, read_header
 from klog.store.format import CONTROL_FLAG_MASK, MAGIC_V2, RECORD_BATCH_OVERHEAD, RELATIVE_OFFSET_MAX
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 
+SCAN_CHUNK_BYTES = 1 << 20  # the segment is read 1 MiB at a time, not two preads per batch
 MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key/value lengths, header count
 
 
@@ -133,7 +134,7 @@ def record_structure_ok(data: bytes, pos: int, header: BatchHeader, consecutive:
     each record must end exactly where its length says (a varint wider than the common widths,
     such as a record over 8 KiB, leaves the batch to the decoder).
     """
-    data, pos, stop = codec._records_section(data, pos, header)  # the decoder's own bounds and count check
+    data, pos, stop = codec.records_section(data, pos, header)  # the decoder's own bounds and count check
     _step_tables()
     end1, end2, skip1, skip2 = _END1, _END2, _SKIP1, _SKIP2
     try:
@@ -218,7 +219,7 @@ def _after_headers(data: bytes, pos: int) -> int:
 # --- a segment, batch by batch ----------------------------------------------------------------
 class SegmentScan:
     """Walk a segment's batches from position 0, validating each (Kafka's LogSegment.recover loop):
-    iterate for (position, header, data) of each valid batch; afterwards `problem` says why the
+    iterate for (position, header) of each valid batch; afterwards `problem` says why the
     walk stopped before `end` (None: it reached it) and `valid_bytes`/`next_offset` where it did.
 
     `read(position, length)` reads the segment. `deep` also checks each batch's records
@@ -237,15 +238,18 @@ class SegmentScan:
         self.valid_bytes = 0
         self.next_offset: int | None = None
 
-    def __iter__(self) -> Iterator[tuple[int, BatchHeader, bytes]]:
+    def __iter__(self) -> Iterator[tuple[int, BatchHeader]]:
         pos = 0
         end = self.end
+        chunk, base = b"", 0  # the file's bytes [base, base + len(chunk)), read SCAN_CHUNK_BYTES at a time
         while pos < end:
-            head = self.read(pos, RECORD_BATCH_OVERHEAD)
-            if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
+            at = pos - base
+            if len(chunk) - at < min(codec.header_bytes(chunk, at), RECORD_BATCH_OVERHEAD) and base + len(chunk) < end:
+                chunk, base, at = self.read(pos, min(SCAN_CHUNK_BYTES, end - pos)), pos, 0
+            if len(chunk) - at < min(codec.header_bytes(chunk, at), RECORD_BATCH_OVERHEAD):
                 self.problem = f"partial batch header at position {pos}"
                 return
-            header = read_header(head)  # magic 0/1: framing only, until the whole entry is read
+            header = read_header(chunk, at)  # magic 0/1: maybe framing only, until the whole entry is read
             problem = framing_problem(header)
             if problem is not None:
                 self.problem = f"{problem} at position {pos}"
@@ -253,18 +257,21 @@ class SegmentScan:
             if pos + header.size > end:
                 self.problem = f"partial batch at position {pos}"
                 return
-            data = self.read(pos, header.size)
+            if at + header.size > len(chunk):
+                chunk, base, at = self.read(pos, max(header.size, min(SCAN_CHUNK_BYTES, end - pos))), pos, 0
+                if len(chunk) < header.size:  # the file shrank meanwhile
+                    self.problem = f"partial batch at position {pos}"
+                    return
             if header.magic != MAGIC_V2:
-                header = read_header(data)  # Kafka's old message formats are data (legacy.py)
-            where = f"at position {pos} (offset {header.base_offset})"
-            problem = crc_problem(data, 0, header) or self._offsets_problem(header)
+                header = read_header(chunk, at)  # Kafka's old message formats are data (legacy.py)
+            problem = crc_problem(chunk, at, header) or self._offsets_problem(header)
             if problem is None and self.deep:
-                found = records_problem(data, 0, header)
+                found = records_problem(chunk, at, header)
                 problem = found.text if found is not None else None
             if problem is not None:
-                self.problem = f"{problem} {where}"
+                self.problem = f"{problem} at position {pos} (offset {header.base_offset})"
                 return
-            yield pos, header, data
+            yield pos, header
             pos += header.size
             self.valid_bytes = pos
             self.next_offset = header.next_offset
