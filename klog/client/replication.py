@@ -32,10 +32,12 @@ CATCH_UP_RETRY_S = 5.0  # after a failed catch-up (a full or broken disk), appen
 # Before an append, the full replica check (metadata from LMDB, election, catch-up, state writes:
 # ~200 us) runs only after an error, when another holder took the partition lock since this
 # process's last clean append (it may have elected, moved or cut replicas), when a replica is out
-# of the ISR (its catch-up must not wait), or when this long has passed. Otherwise only each
+# of the ISR (its catch-up must not wait), or when this long has passed (belt and braces: whatever
+# else changes the metadata holds the partition lock, and a failed leader shows in its directory's
+# health, so unclean.leader.election and the like are read again whenever they matter). Otherwise only each
 # replica's directory health is checked again (a read-only or full disk can still take writes
 # through files opened before; a replaced disk must not be written to) and the partition re-opened.
-REPLICA_RECHECK_S = 5.0
+REPLICA_RECHECK_S = 30.0
 
 Warn = Callable[[str], None]
 
@@ -150,8 +152,6 @@ class ReplicaManager:
         # (topic, partition, log dir) -> when its append or catch-up last failed, in this process:
         # retrying on every append would cost a read of the whole lag and a warning per batch
         self._failed_at: dict[tuple[str, int, int], float] = {}
-        # (topic, partition) -> (the Partition, when its last full check ended, the metadata it left)
-        self._checked: dict[tuple[str, int], tuple[object, float, PartitionMeta]] = {}
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         return [self.store.data_dir.log_dir_path(d) for d in ids]
@@ -159,11 +159,12 @@ class ReplicaManager:
     def reconcile_if_due(self, topic: str, partition: int, part) -> PartitionMeta:
         """reconcile(), or when nothing can have changed since the last one (see REPLICA_RECHECK_S)
         only the cheap re-open of `part` (it checks the lock generation)."""
-        known = self._checked.get((topic, partition))
-        if (known is not None and known[0] is part and time.monotonic() - known[1] < REPLICA_RECHECK_S
-                and part.unchanged_since_last_append() and self._replicas_healthy(topic, partition, known[2])):
+        # kept on the Partition (one per store), so that every producer of the store shares it
+        known = part.replica_check
+        if (known is not None and time.monotonic() - known[0] < REPLICA_RECHECK_S
+                and part.unchanged_since_last_append() and self._replicas_healthy(topic, partition, known[1])):
             part.open_for_write()
-            return known[2]
+            return known[1]
         return self.reconcile(topic, partition, part)
 
     def _replicas_healthy(self, topic: str, partition: int, meta: PartitionMeta) -> bool:
@@ -171,12 +172,9 @@ class ReplicaManager:
         return all(dir_health(self.store, d) == health.OK
                    and os.path.isdir(replica_path(self.store, topic, partition, d)) for d in meta.replicas)
 
-    def forget_checks(self, topic: str, partition: int) -> None:
-        self._checked.pop((topic, partition), None)
-
     def reconcile(self, topic: str, partition: int, part) -> PartitionMeta:
         """Health, election, catch-up; leaves `part` configured as leader + ISR, opened for write."""
-        self._checked.pop((topic, partition), None)
+        part.replica_check = None
         store = self.store
         topic_meta = store.topics.get(topic)
         meta = topic_meta.partitions[partition]
@@ -227,7 +225,7 @@ class ReplicaManager:
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
         if len(meta.isr) == len(meta.replicas):
-            self._checked[(topic, partition)] = (part, time.monotonic(), meta)
+            part.replica_check = (time.monotonic(), meta)
         return meta
 
     def _restore_leader_tail(self, part, hw: int) -> None:
@@ -320,10 +318,10 @@ class ReplicaManager:
             try:
                 meta, result = self._append_with_failover(topic, partition, part, encoded, sync, acks, min_isr)
             except BaseException:
-                self.forget_checks(topic, partition)  # whatever failed, the next append checks everything
+                part.replica_check = None  # whatever failed, the next append checks everything
                 raise
             if result.failed_followers:
-                self.forget_checks(topic, partition)
+                part.replica_check = None
                 dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
                 lost = {dirs[i] for i in result.failed_followers}
                 for i, why in result.failed_followers.items():
@@ -353,7 +351,7 @@ class ReplicaManager:
                     ensure_min_isr(topic, partition, meta, min_isr)
                 return meta, part.append_batch(encoded, sync)
             except LeaderAppendError as e:
-                self.forget_checks(topic, partition)
+                part.replica_check = None
                 replicas = self.store.topics.get(topic).partitions[partition].replicas
                 failed = self._log_dir_of(part.leader, replicas)
                 stuck = {self._log_dir_of(r, replicas) for r in e.stuck}

@@ -108,6 +108,8 @@ class Partition:
         # the lock generation under which this object last appended cleanly (see open_for_write)
         self._appended_generation: int | None = None
         self._flush_timer: threading.Timer | None = None
+        # what the last full replica check left (client.replication): when it ended, and the metadata
+        self.replica_check: tuple[float, object] | None = None
         # what retention after a roll learnt about the oldest segment (client.lifecycle)
         self.retention_hint: tuple[int, tuple[int, int], int, int] | None = None
         self._closed = False
