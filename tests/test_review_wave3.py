@@ -269,3 +269,52 @@ def test_a_topic_deleted_while_a_fetch_waits_answers_it_and_the_watcher_goes_idl
     polls = kafka_server.watcher.polls
     time.sleep(0.5)
     assert kafka_server.watcher.waiting == 0 and kafka_server.watcher.polls == polls  # not spinning
+
+
+# -- 5. consume --group --exec and replay's range options ----------------------------------------
+def test_consume_group_exec_commits_after_each_success_and_a_failure_is_redone(klog_proc, data_dir, tmp_path):
+    assert klog_proc("produce", "jobs", input=b"a\nb\nbad\nc\nd\n").returncode == 0
+    out = tmp_path / "out"
+    failing = f'v=$(cat); [ "$v" != bad ] && echo "$KLOG_OFFSET $v" >> {out}'
+    first = klog_proc("consume", "jobs", "-G", "g", "--exec", failing)
+    err = first.stderr.decode()
+    assert first.returncode == 1 and "offset 2" in err and "Traceback" not in err
+    assert out.read_text().splitlines() == ["0 a", "1 b"]
+    (committed,) = json.loads(klog_proc("groups", "describe", "g", "--json").stdout)["partitions"]
+    assert (committed["committed"], committed["lag"]) == (2, 3)  # the failed record is not committed
+
+    batched = tmp_path / "batched"
+    second = klog_proc("consume", "jobs", "-G", "g", "--batch", "2", "--exec",
+                       f'echo "$KLOG_OFFSET:$KLOG_COUNT $(tr "\\n" ,)" >> {batched}')
+    assert second.returncode == 0, second.stderr
+    assert batched.read_text().splitlines() == ["2:2 bad,c,", "4:1 d,"]  # the failed record first
+    third = klog_proc("consume", "jobs", "-G", "g", "--exec", f"cat >> {tmp_path / 'never'}")
+    assert third.returncode == 0 and not (tmp_path / "never").exists()  # everything was committed
+
+
+def test_replay_range_options_to_stdout_and_into_a_topic(klog_proc, data_dir):
+    lines = b"".join(b'{"value": "%s", "timestamp": %d}\n' % (v, ts)
+                     for v, ts in ((b"a", 1000), (b"b", 2000), (b"c", 3000), (b"d", 4000)))
+    assert klog_proc("produce", "src", "--input", "json", input=lines).returncode == 0
+
+    def replay(*args: str) -> list[str]:
+        r = klog_proc("replay", "src", *args)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.decode().splitlines()
+
+    assert replay("--since", "2000", "--until", "4000") == ["b", "c"]  # --until excludes its time
+    assert replay("--since", "1970-01-01T00:00:03Z") == ["c", "d"]
+    assert replay("-o", "1", "-n", "2") == ["b", "c"]
+    assert replay("-o", "-1") == ["d"]
+    assert replay("--tail", "2") == ["c", "d"]
+    assert replay("--until", "1s") == ["a", "b", "c", "d"]  # a span: that long ago
+
+    both = klog_proc("replay", "src", "-o", "1", "--since", "2000")
+    assert both.returncode == 2 and b"use only one of" in both.stderr
+    bad = klog_proc("replay", "src", "--since", "yesterday")
+    assert bad.returncode == 2 and bad.stderr.decode().count("\n") == 1 and b"invalid time" in bad.stderr
+
+    into = klog_proc("replay", "src", "--to", "dst", "--since", "3000", "--keep-timestamps")
+    assert into.returncode == 0, into.stderr
+    got = klog_proc("consume", "dst", "-F", "%T %s\n").stdout.decode().splitlines()
+    assert got == ["3000 c", "4000 d"]
