@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from klog.store import codec, fastrecords
+from klog.store import codec, compression, fastrecords
 from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORDS_OFFSET
 from tests.conftest import REPO
 from tests.serve_helpers import RawClient, batch, produce
@@ -208,6 +208,36 @@ def test_serve_answers_corrupt_message_to_a_crc_valid_batch_with_broken_records(
             assert produce(client, "cm", 0, _broken_batch(count))[0] == 2  # CORRUPT_MESSAGE
         assert produce(client, "cm", 0, batch([b"sound"]))[0] == 0  # the connection keeps serving
     assert klog_proc("consume", "cm").stdout == b"sound\n"
+
+
+def _refit(buf: bytearray) -> bytes:
+    """The batch length and CRC made to match its (altered) bytes."""
+    struct.pack_into(">i", buf, 8, len(buf) - 12)
+    return _fixed_crc(buf)
+
+
+def _malformed(kind: str) -> bytes:
+    good = bytearray(batch([b"v%03d" % i for i in range(100)]))
+    if kind in compression.CODEC_IDS:  # the records section compressed, one record's length off by one
+        section = bytearray(good[RECORDS_OFFSET:])
+        section[0] += 2
+        codec_id = compression.CODEC_IDS[kind]
+        out = bytearray(good[:RECORDS_OFFSET]) + compression.compress(codec_id, bytes(section))
+        out[ATTRIBUTES_OFFSET + 1] |= codec_id
+        return _refit(out)
+    if kind == "trailing-byte":
+        return _refit(good + b"\0")
+    struct.pack_into(">i", good, RECORDS_OFFSET - 4, 101 if kind == "count-too-high" else 99)
+    return _refit(good)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "snappy", "lz4", "zstd", "count-too-high", "count-too-low", "trailing-byte"])
+def test_serve_refuses_other_crc_valid_malformed_batches(kafka_server, klog_proc, kind):
+    kafka_server.store.create_topic("mal")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "mal", 0, _malformed(kind))[0] == 2  # CORRUPT_MESSAGE
+        assert produce(client, "mal", 0, batch([b"sound"]))[0] == 0
+    assert klog_proc("consume", "mal").stdout == b"sound\n"
 
 
 # -- 4. the long-poll watcher --------------------------------------------------------------------
