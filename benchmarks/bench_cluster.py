@@ -7,7 +7,8 @@ serve (a benchmark, not a test: prints README figures).
 Workload: N 100-byte lines into a 1-partition topic. Each round alternates local and remote runs so
 both see the same load on a shared machine; the figures are medians of R rounds. Each remote
 produce goes to a fresh topic; each consume reads the whole topic to the end and exits (its line
-count is checked). The mirror copies the local topic into a fresh serve store each round; `klog
+count is checked). The mirrors copy the local topic into serve and the served one into the local store (a new
+topic each round); `klog
 replay` copies it within the local store, into serve (--to-store) and back from serve (-b).
 `--only replay` runs the replays alone (after the produces they read).
 """
@@ -59,7 +60,7 @@ def main() -> None:
         try:
             results: dict[str, list[float]] = {k: [] for k in (
                 "produce local", "produce remote", "consume local", "consume remote", "mirror local->serve",
-                "replay local->local", "replay local->serve", "replay serve->local")}
+                "mirror serve->local", "replay local->local", "replay local->serve", "replay serve->local")}
             if args.only == "replay":
                 timed(klog_cmd("produce", "t0", "-d", local), env, lines)
                 timed(klog_cmd("produce", "t0", "-b", server.bootstrap), env, lines)
@@ -73,6 +74,8 @@ def main() -> None:
                                                            lines=n))
                     results["mirror local->serve"].append(
                         timed(klog_cmd("mirror", local, server.bootstrap, "t0", "--rename", f"m{i}.{{topic}}"), env))
+                    results["mirror serve->local"].append(
+                        timed(klog_cmd("mirror", server.bootstrap, local, "t0", "--rename", f"b{i}.{{topic}}"), env))
                 for name, cmd in (
                         ("replay local->local", ("replay", "t0", "--to", f"r{i}", "-d", local)),
                         ("replay local->serve", ("replay", "t0", "--to", f"r{i}", "-d", local,

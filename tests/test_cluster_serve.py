@@ -346,3 +346,21 @@ def test_produce_refused_record_names_its_line_and_keeps_those_before(kafka_serv
     assert "2 records before it were written" in err
     with klog.open(data_dir, create=False) as s, s.consumer("big") as c:
         assert [r.value for r in c] == [b"a", b"b"]
+
+
+def test_produce_through_a_full_client_queue_keeps_every_line_in_order(kafka_server, klog_proc, data_dir):
+    """librdkafka's queue fills (a tiny -X queue.buffering.max.messages): the bulk path waits for
+    room at the refused record and goes on, so every line arrives once and in order, keyed or not."""
+    lines = b"".join(b"k%d:v%d\n" % (i % 3, i) for i in range(1000))
+    r = remote(kafka_server, klog_proc, "produce", "q", "-X", "queue.buffering.max.messages=7", input=lines)
+    assert r.returncode == 0, r.stderr
+    r = remote(kafka_server, klog_proc, "produce", "qk", "-K", ":", "-X", "queue.buffering.max.messages=7",
+               input=lines)
+    assert r.returncode == 0, r.stderr
+    with klog.open(data_dir, create=False) as s:
+        with s.consumer("q") as c:
+            assert [r.value for r in c] == lines.splitlines()
+        with s.consumer("qk", merge=False) as c:
+            got = [(r.key, r.value) for r in c]
+    assert sorted(got, key=lambda kv: int(kv[1][1:])) == [tuple(line.split(b":")) for line in lines.splitlines()]
+    assert all(int(a[1][1:]) < int(b[1][1:]) for a, b in zip(got, got[1:], strict=False) if a[0] == b[0])

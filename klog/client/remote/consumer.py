@@ -15,6 +15,8 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 
 from klog.client.consumer import ConsumerBase, StartSpec
 from klog.client.records import Record
@@ -23,7 +25,12 @@ from klog.client.store import resolve_partitions
 from klog.errors import KlogError
 
 FETCH_MESSAGES = 10_000  # records taken from librdkafka per call
+VALUES_FETCH_MESSAGES = 100_000  # ... by the values-only path (fewer calls; no Record per message)
 POLL_TIMEOUT_S = 0.1
+FETCH_PARTITION_BYTES = 16 << 20
+# a bounded read (no --follow) stops at the end offsets it started with, so a broker holding back
+# an answer for more data (librdkafka's default: up to 500 ms) only delays the records it has
+FETCH_WAIT_BOUNDED_MS = 10
 PARTITION_EOF = -191  # librdkafka's KafkaError._PARTITION_EOF (a constant: the module loads lazily)
 TIMESTAMP_TYPES = {0: 0, 1: 0, 2: 1}  # librdkafka's NOT_AVAILABLE, CREATE_TIME, LOG_APPEND_TIME -> ours
 
@@ -67,7 +74,11 @@ class RemoteConsumer(ConsumerBase):
             "fetch.queue.backoff.ms": 0,
             "enable.partition.eof": True,  # tells a bounded read it has seen everything (see _at_end)
             "queued.min.messages": 1_000_000,
+            # big fetches: librdkafka's default of 1 MiB a partition is ~10,000 records of 100 B per
+            # round trip, and a partition read alone waits on each one
+            "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
             "error_cb": store._on_error,
+            **({} if follow else {"fetch.wait.max.ms": FETCH_WAIT_BOUNDED_MS}),
         })
         try:
             self._consumer = Consumer(conf)
@@ -176,33 +187,105 @@ class RemoteConsumer(ConsumerBase):
         out.extend(self._records(self._fetch(timeout)))
         return out
 
+    def poll_chunks(self, timeout: float = POLL_TIMEOUT_S) -> list[tuple[str, int, list]]:
+        """poll() without Record objects, for copying loops (klog mirror): (topic, partition,
+        (offset, timestamp, key, value, headers) tuples), one entry per run of one partition's
+        messages; the same interface as the local Consumer's. Each run is unpacked by C-level
+        passes (map over Message's methods), not a Python loop per record."""
+        from confluent_kafka import Message
+
+        if self._all_done():
+            return []
+        out = [(c.topic, c.partition, [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in c.buffer])
+               for c in self.cursors if c.buffer]
+        for c in self.cursors:
+            c.buffer.clear()
+        msgs = self._consumer.consume(FETCH_MESSAGES, timeout)
+        ends = []
+        if any(map(Message.error, msgs)):  # real errors raised; partition ends dropped, and noted
+            # after the records before them (a partition's end moves its cursor to its stop)
+            ends = [(m.topic(), m.partition(), m.offset()) for m in self._fetched(msgs)
+                    if m.error() is not None and m.error().code() == PARTITION_EOF]
+            msgs = [m for m in msgs if m.error() is None]
+        if msgs:
+            self._chunks(msgs, out)
+        for end in ends:
+            self._at_end(*end)
+        return out
+
+    def _chunks(self, msgs: list, out: list) -> None:
+        """Append the chunks of `msgs` (no errors among them) to `out`: one per run of a partition's
+        messages, in arrival order."""
+        from confluent_kafka import Message
+
+        partitions = list(map(Message.partition, msgs))
+        topics = list(map(Message.topic, msgs))
+        if partitions.count(partitions[0]) == len(msgs) and topics.count(topics[0]) == len(msgs):
+            runs = [((topics[0], partitions[0]), msgs)]  # the usual case: one fetch of one partition
+        else:
+            runs = [(tp, list(run)) for tp, run in groupby(msgs, key=lambda m: (m.topic(), m.partition()))]
+        for (topic, partition), run in runs:
+            chunk = self._chunk(topic, partition, run)
+            if chunk:
+                out.append((topic, partition, chunk))
+
+    def _chunk(self, topic: str, partition: int, msgs: list) -> list[tuple]:
+        """(offset, timestamp, key, value, headers) of one partition's messages below its stop and
+        from its position on; its cursor advances past them."""
+        from confluent_kafka import Message
+
+        c = self._by_tp.get((topic, partition))
+        if c is None:
+            return []
+        offsets = list(map(Message.offset, msgs))
+        if offsets[0] < c.offset or (c.stop is not None and offsets[-1] >= c.stop):
+            keep = [i for i, o in enumerate(offsets) if o >= c.offset and (c.stop is None or o < c.stop)]
+            msgs, offsets = [msgs[i] for i in keep], [offsets[i] for i in keep]
+            if not msgs:
+                return []
+        c.offset = offsets[-1] + 1
+        timestamps = list(map(itemgetter(1), map(Message.timestamp, msgs)))
+        return list(zip(offsets, timestamps, map(Message.key, msgs), map(Message.value, msgs),
+                        map(Message.headers, msgs), strict=True))
+
     def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
         """Value-only output of one partition: lists of values (`null` for a null one; no Record
-        objects: the fast path). The same interface as the local Consumer's."""
+        objects: the fast path). The same interface as the local Consumer's.
+
+        Each fetch is checked and unpacked by C-level passes (map over Message's methods), not a
+        Python loop per record; the read ends at the stop offset it started with, without waiting
+        for a timeout."""
+        from confluent_kafka import Message
+
+        error_of, value_of = Message.error, Message.value
         cursor = self.cursors[0]
         stop = cursor.stop
         check = self._progress_guard()
         consume = self._consumer.consume
         while not cursor.done:
-            msgs = consume(FETCH_MESSAGES, POLL_TIMEOUT_S)
-            if msgs and any(m.error() is not None for m in msgs):
+            msgs = consume(VALUES_FETCH_MESSAGES, POLL_TIMEOUT_S)
+            if not msgs:
+                check(False)
+                continue
+            # any(), not list.count(None): KafkaError == None leaves a TypeError set (confluent-kafka 2.16)
+            if any(map(error_of, msgs)):
                 values = [null if r.value is None else r.value
                           for r in self._records(self._fetched(msgs))]  # the slow path: in order
-                check(bool(values) or cursor.done)
+                check(bool(values) or cursor.done)  # a repeated transport error is no progress
                 if values:
                     yield values
                 continue
-            check(bool(msgs))
-            if not msgs:
-                continue
+            check(True)
             last = msgs[-1].offset()
-            if stop is None or last < stop:
-                cursor.offset = max(cursor.offset, last + 1)
-                values = [m.value() for m in msgs]
-            else:
+            if stop is not None and last >= stop:
+                msgs = [m for m in msgs if m.offset() < stop]
                 cursor.offset = stop
-                values = [m.value() for m in msgs if m.offset() < stop]
-            yield values if null is None else [null if v is None else v for v in values]
+            else:
+                cursor.offset = max(cursor.offset, last + 1)
+            values = list(map(value_of, msgs))
+            if null is not None and None in values:
+                values = [null if v is None else v for v in values]
+            yield values
 
     def _fill(self, check: Callable[[bool], None]) -> None:
         """One fetch distributed into the partitions' buffers."""
