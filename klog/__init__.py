@@ -24,6 +24,9 @@ _EXPORTS = {
     "GroupConsumer": "klog.client.group",
     "ResetSpec": "klog.client.groups_admin",  # store.plan_offset_reset's target
     "deliver": "klog.client.delivery",  # consume --group/--exec's at-least-once delivery
+    "produce_from": "klog.client.ingest",  # produce's input: lines, -K, json, raw
+    "RecordFilter": "klog.client.filters",  # consume's --grep/--grep-key/--grep-header
+    "newest_records": "klog.client.newest",  # consume --last
     "PendingRecord": "klog.client.producer",
     "Producer": "klog.client.producer",
     "Record": "klog.client.records",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Annotated
 
@@ -72,6 +71,7 @@ def register(app: typer.Typer) -> None:
                                                  "(also when TZ is set); UTC otherwise.")] = False,
         data_dir: DataDirOpt = None,
     ) -> None:
+        from klog.client.filters import RecordFilter
         from klog.client.timespec import parse_range
 
         if not topics and not pattern:
@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--last needs a count of 0 or more, and no --group or --exec")
         if count is not None and count < 0:
             raise UsageError("--count needs a count of 0 or more")
-        record_filter = _record_filter(grep, grep_key, grep_header)
+        record_filter = RecordFilter.of(grep, grep_key, grep_header)
         if fmt is not None and as_json:
             raise UsageError("use --format or --json, not both")
         on_terminal = sys.stdout.isatty()
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
             options = {"partitions": partition, "until_ms": until_ms, "record_filter": record_filter,
                        "isolation_level": isolation}
             if last is not None:
-                _write_last(store, names, options, start, follow, count, render, as_json, (no_color, local_time))
+                _write_last(store, names, options, start.value, follow, count, render, as_json, (no_color, local_time))
                 return
             consumer = store.consumer(*names, start=start, follow=follow, count=count, **options)
             if count == 0:
@@ -175,46 +175,12 @@ def _isolation_level(props: list[str]) -> tuple[str, list[str]]:
     return level, rest
 
 
-def _record_filter(grep: str | None, grep_key: str | None, grep_header: str | None):  # noqa: ANN202
-    """A Record -> bool that every given --grep, --grep-key and --grep-header accepts (None: all)."""
-    tests = []
-    for flag, rx_text, field in (("--grep", grep, "value"), ("--grep-key", grep_key, "key"),
-                                 ("--grep-header", grep_header, "headers")):
-        if not rx_text:
-            continue
-        try:
-            rx = re.compile(rx_text.encode())
-        except re.error as e:
-            raise UsageError(f"invalid {flag} '{rx_text}': {e}") from None
-        if field == "headers":
-            tests.append(lambda r, rx=rx: any(rx.search(k.encode() + b"=" + (v or b"")) for k, v in r.headers))
-        else:
-            tests.append(lambda r, rx=rx, field=field: (getattr(r, field) is not None
-                                                        and rx.search(getattr(r, field)) is not None))
-    if not tests:
-        return None
-    if len(tests) == 1:
-        return tests[0]
-    return lambda r: all(t(r) for t in tests)
-
-
-def _write_last(store, names: list[str], options: dict, start, follow: bool, count: int | None, render,  # noqa: ANN001
+def _write_last(store, names: list[str], options: dict, n: int, follow: bool, count: int | None, render,  # noqa: ANN001
                 as_json: bool, view_options: tuple[bool, bool]) -> None:
-    """--last N: the N newest records of every partition, merged in time order and cut to the newest N
-    (the newest N of all are among them), then with -f whatever comes after the ends read."""
-    import collections
+    """--last N: the library's newest records, then with -f whatever comes after them."""
+    from klog.client.newest import newest_records
 
-    n = start.value
-    tails = store.consumer(*names, start=start, **options)
-    newest = list(collections.deque(tails, maxlen=n)) if n else []
-    if count is not None:
-        newest = newest[:count]
-    rest = None
-    if follow and (count is None or len(newest) < count):
-        rest = store.consumer(*names, start="end", follow=True, count=None if count is None else count - len(newest),
-                              **options)
-        for (topic, p), offset in tails.positions().items():
-            rest.seek(topic, p, offset)
+    newest, rest = newest_records(store, names, n, count=count, follow=follow, **options)
     if render is None and not as_json and sys.stdout.isatty():
         from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
 

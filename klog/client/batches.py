@@ -295,9 +295,9 @@ class RawAppender:
             raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
         self.check_topic(topic)
         part = self.partition(topic, partition)  # refreshes the topic's metadata when due
-        configs = self.store.effective_configs(topic)
-        max_bytes = int(configs["max.message.bytes"])
-        wanted_codec = configs["compression.type"]
+        config = self.store.log_config(topic)
+        max_bytes = config.max_message_bytes
+        wanted_codec = config.compression_type
         if wanted_codec != "producer" and compression.CODEC_IDS[wanted_codec] != header.codec:
             data = with_codec(data, header, compression.CODEC_IDS[wanted_codec])
             header = read_header(data)
@@ -305,7 +305,7 @@ class RawAppender:
             raise RecordTooLargeError(f"record batch of {len(data)} bytes is larger than max.message.bytes "
                                       f"({max_bytes}) of topic '{topic}'")
         append_time = -1
-        if configs["message.timestamp.type"] == "LogAppendTime":
+        if config.log_append_time:
             append_time = int(time.time() * 1000)
             data = with_log_append_time(data, append_time)
         key = (topic, partition)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from klog.client.store import resolve_partitions
 from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
 from klog.store import cleaner, faults, retention
+from klog.store.config import LogConfig
 from klog.store.partition import Partition
 
 Clock = Callable[[], float]  # seconds, like time.time
@@ -77,27 +78,27 @@ def _apply_log_start(part: Partition, new_start: int, result: PartitionCleanup) 
 
 
 def _retain(store, topic: str, part: Partition, now_ms: int, result: PartitionCleanup) -> None:
-    configs = store.effective_configs(topic)
+    config = store.log_config(topic)
     snap = part.snapshot()
     facts = retention.segment_facts(part.leader, lazy=True)
     cut = retention.retention_cut(
-        facts, now_ms=now_ms, retention_ms=int(configs["retention.ms"]),
-        retention_bytes=int(configs["retention.bytes"]), high_watermark=snap.high_watermark,
-        log_start_offset=snap.log_start_offset, delete_policy="delete" in configs["cleanup.policy"])
+        facts, now_ms=now_ms, retention_ms=config.retention_ms,
+        retention_bytes=config.retention_bytes, high_watermark=snap.high_watermark,
+        log_start_offset=snap.log_start_offset, delete_policy=config.deletes)
     _apply_log_start(part, cut, result)
 
 
 # -- compaction ----------------------------------------------------------------------------------
 def _compact(store, topic: str, part: Partition, now_ms: int, force: bool, result: PartitionCleanup) -> None:
-    configs = store.effective_configs(topic)
+    config = store.log_config(topic)
     checkpoint = _checkpoint(part)
     rng = cleaner.cleanable_range(part.leader, checkpoint.read(), part.high_watermark(), now_ms,
-                                  int(configs["min.compaction.lag.ms"]))
+                                  config.min_compaction_lag_ms)
     result.dirty_ratio = rng.dirty_ratio
     result.cleanable_end = rng.first_uncleanable
-    if not force and not _due(part, rng, now_ms, configs):
+    if not force and not _due(part, rng, now_ms, config):
         return
-    stats = cleaner.compact_replicas(part.replicas, rng, now_ms, int(configs["delete.retention.ms"]))
+    stats = cleaner.compact_replicas(part.replicas, rng, now_ms, config.delete_retention_ms)
     checkpoint.write(rng.first_uncleanable)
     result.compacted = True
     result.records_read = stats.records_read
@@ -106,14 +107,14 @@ def _compact(store, topic: str, part: Partition, now_ms: int, force: bool, resul
     result.segments_rewritten = stats.segments_rewritten
 
 
-def _due(part: Partition, rng: cleaner.CleanableRange, now_ms: int, configs: dict[str, str]) -> bool:
+def _due(part: Partition, rng: cleaner.CleanableRange, now_ms: int, config: LogConfig) -> bool:
     """min.cleanable.dirty.ratio reached, or a dirty record older than max.compaction.lag.ms."""
     if rng.dirty_bytes == 0:
         return False
-    if rng.dirty_ratio >= float(configs["min.cleanable.dirty.ratio"]):
+    if rng.dirty_ratio >= config.min_cleanable_dirty_ratio:
         return True
     first_ts = cleaner.first_dirty_timestamp(part.leader, rng.first_dirty)
-    return first_ts >= 0 and now_ms - first_ts > int(configs["max.compaction.lag.ms"])
+    return first_ts >= 0 and now_ms - first_ts > config.max_compaction_lag_ms
 
 
 # -- the public calls ----------------------------------------------------------------------------
@@ -122,7 +123,7 @@ def clean_partition(store, topic: str, partition: int, *, clock: Clock | None = 
     """Retention (by the topic's policy), then compaction if the topic is compacted and it is due
     (or `force_compact`). A producer's roll calls it with compact=False: cleaning may take long."""
     now_ms = _now_ms(clock)
-    policy = store.effective_configs(topic)["cleanup.policy"]
+    compacted = store.log_config(topic).compacted
     part = store.partition(topic, partition)
     with part.lock:
         part = _locked(store, topic, partition)
@@ -130,7 +131,7 @@ def clean_partition(store, topic: str, partition: int, *, clock: Clock | None = 
         result = PartitionCleanup(topic, partition, start, start)
         if retain:
             _retain(store, topic, part, now_ms, result)
-        if "compact" in policy and (compact or force_compact):
+        if compacted and (compact or force_compact):
             _compact(store, topic, part, now_ms, force_compact, result)
     return result
 
@@ -173,10 +174,10 @@ def _retention_not_due(store, topic: str, partition: int) -> bool:
     if hint is None:
         return False
     base, identity, largest_ms, next_base = hint
-    configs = store.effective_configs(topic)
-    if "delete" in configs["cleanup.policy"]:
-        retention_ms = int(configs["retention.ms"])
-        if int(configs["retention.bytes"]) >= 0 or (retention_ms >= 0 and _now_ms(None) - largest_ms > retention_ms):
+    config = store.log_config(topic)
+    if config.deletes:
+        retention_ms = config.retention_ms
+        if config.retention_bytes >= 0 or (retention_ms >= 0 and _now_ms(None) - largest_ms > retention_ms):
             return False
     if part.snapshot().log_start_offset >= next_base:
         return False
@@ -196,9 +197,9 @@ def clean(store, topic: str | None = None, *, clock: Clock | None = None) -> lis
 def compact(store, topic: str, *, clock: Clock | None = None,
             partitions: Iterable[int] | None = None) -> list[PartitionCleanup]:
     """`klog topics compact TOPIC`: compact now, whatever the dirty ratio (lag and active segment still hold)."""
-    if "compact" not in store.effective_configs(topic)["cleanup.policy"]:
-        raise UsageError(f"topic '{topic}' is not compacted (cleanup.policy="
-                         f"{store.effective_configs(topic)['cleanup.policy']}); "
+    config = store.log_config(topic)
+    if not config.compacted:
+        raise UsageError(f"topic '{topic}' is not compacted (cleanup.policy={config.cleanup_policy}); "
                          f"set it with: klog topics alter {topic} -c cleanup.policy=compact")
     return [clean_partition(store, topic, p, clock=clock, force_compact=True, retain=False)
             for p in resolve_partitions(store, topic, partitions)]
@@ -235,8 +236,8 @@ def delete_records(store, topic: str, *, before_offset: int | None = None, befor
 
 def dirty_ratio(store, topic: str, partition: int, *, clock: Clock | None = None) -> float:
     """The share of the cleanable log not yet compacted (0 when nothing is cleanable); read-only."""
-    configs = store.effective_configs(topic)
+    config = store.log_config(topic)
     part = store.partition(topic, partition)
     rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), part.high_watermark(), _now_ms(clock),
-                                  int(configs["min.compaction.lag.ms"]))
+                                  config.min_compaction_lag_ms)
     return rng.dirty_ratio

@@ -139,12 +139,12 @@ class Producer(ProducerBase):
                     self.on_create(topic)
             count = len(meta.partitions)
             self._partition_counts[topic] = count
-            configs = self.store.effective_configs(topic)
-            codec_name = configs["compression.type"]
+            config = self.store.log_config(topic)
+            codec_name = config.compression_type
             topic_codec = self.codec if codec_name == "producer" else compression.CODEC_IDS[codec_name]
-            ts_type = LOG_APPEND_TIME if configs["message.timestamp.type"] == "LogAppendTime" else CREATE_TIME
-            self._topic_settings[topic] = (int(configs["max.message.bytes"]), topic_codec, ts_type)
-            self._compacted_topics[topic] = "compact" in configs["cleanup.policy"]
+            ts_type = LOG_APPEND_TIME if config.log_append_time else CREATE_TIME
+            self._topic_settings[topic] = (config.max_message_bytes, topic_codec, ts_type)
+            self._compacted_topics[topic] = config.compacted
         return count
 
     def _compacted(self, topic: str) -> bool:

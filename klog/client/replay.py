@@ -194,12 +194,12 @@ class Replayer:
                        else self.store.topic_configs(self.source))
             store.create_topic(dest, partitions=len(source.partitions), configs=configs, exist_ok=True)
         self.dest_partitions = store.partition_count(dest)
-        configs = store.effective_configs(dest)
-        name = configs["compression.type"]
+        config = store.log_config(dest)
+        name = config.compression_type
         self.codec = compression.NONE if name == "producer" else compression.CODEC_IDS[name]
-        self.timestamp_type = LOG_APPEND_TIME if configs["message.timestamp.type"] == "LogAppendTime" else CREATE_TIME
-        self.max_bytes = int(configs["max.message.bytes"])
-        self.dest_compacted = "compact" in configs["cleanup.policy"]
+        self.timestamp_type = LOG_APPEND_TIME if config.log_append_time else CREATE_TIME
+        self.max_bytes = config.max_message_bytes
+        self.dest_compacted = config.compacted
         if not getattr(store, "is_local", True):  # a cluster: its producer; the broker batches and stamps
             self._producer = store.producer(acks=self.acks, on_warning=self.on_warning)
             return

@@ -20,6 +20,7 @@ from dataclasses import replace
 from klog.errors import KlogError, NotEnoughReplicasError, StorageError
 from klog.meta.topics import PartitionMeta
 from klog.store import health
+from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
 from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, AppendResult, LeaderAppendError
@@ -28,6 +29,13 @@ from klog.store.reader import PartitionReader
 CATCH_UP_BYTES_PER_FETCH = 4 << 20
 DIVERGENCE_STEPS_MAX = 100_000  # bounded walk back over batches while looking for agreement
 CATCH_UP_RETRY_S = 5.0  # after a failed catch-up (a full or broken disk), appends go on without retrying it
+# Before an append, the full replica check (metadata from LMDB, election, catch-up, state writes:
+# ~200 us) runs only after an error, when another holder took the partition lock since this
+# process's last clean append (it may have elected, moved or cut replicas), when a replica is out
+# of the ISR (its catch-up must not wait), or when this long has passed. Otherwise only each
+# replica's directory health is checked again (a read-only or full disk can still take writes
+# through files opened before; a replaced disk must not be written to) and the partition re-opened.
+REPLICA_RECHECK_S = 5.0
 
 Warn = Callable[[str], None]
 
@@ -142,17 +150,38 @@ class ReplicaManager:
         # (topic, partition, log dir) -> when its append or catch-up last failed, in this process:
         # retrying on every append would cost a read of the whole lag and a warning per batch
         self._failed_at: dict[tuple[str, int, int], float] = {}
+        # (topic, partition) -> (the Partition, when its last full check ended, the metadata it left)
+        self._checked: dict[tuple[str, int], tuple[object, float, PartitionMeta]] = {}
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         return [self.store.data_dir.log_dir_path(d) for d in ids]
 
+    def reconcile_if_due(self, topic: str, partition: int, part) -> PartitionMeta:
+        """reconcile(), or when nothing can have changed since the last one (see REPLICA_RECHECK_S)
+        only the cheap re-open of `part` (it checks the lock generation)."""
+        known = self._checked.get((topic, partition))
+        if (known is not None and known[0] is part and time.monotonic() - known[1] < REPLICA_RECHECK_S
+                and part.unchanged_since_last_append() and self._replicas_healthy(topic, partition, known[2])):
+            part.open_for_write()
+            return known[2]
+        return self.reconcile(topic, partition, part)
+
+    def _replicas_healthy(self, topic: str, partition: int, meta: PartitionMeta) -> bool:
+        """Every replica's directory is healthy and holds the partition's folder."""
+        return all(dir_health(self.store, d) == health.OK
+                   and os.path.isdir(replica_path(self.store, topic, partition, d)) for d in meta.replicas)
+
+    def forget_checks(self, topic: str, partition: int) -> None:
+        self._checked.pop((topic, partition), None)
+
     def reconcile(self, topic: str, partition: int, part) -> PartitionMeta:
         """Health, election, catch-up; leaves `part` configured as leader + ISR, opened for write."""
+        self._checked.pop((topic, partition), None)
         store = self.store
         topic_meta = store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta
-        unclean = topic_meta.configs.get("unclean.leader.election.enable", "false") == "true"
+        unclean = LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
         states = {d: dir_health(store, d) for d in meta.replicas}
         for d, state in states.items():
             if state == health.REPLACED:
@@ -197,6 +226,8 @@ class ReplicaManager:
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
+        if len(meta.isr) == len(meta.replicas):
+            self._checked[(topic, partition)] = (part, time.monotonic(), meta)
         return meta
 
     def _restore_leader_tail(self, part, hw: int) -> None:
@@ -283,11 +314,16 @@ class ReplicaManager:
         has, acks=0 without waiting for any fsync. Every in-sync replica gets the bytes either way."""
         store = self.store
         part = store.partition(topic, partition)
-        min_isr = int(store.effective_configs(topic)["min.insync.replicas"])
+        min_isr = store.log_config(topic).min_insync_replicas
         sync = SYNC_BY_ACKS[str(acks)]
         with part.lock:
-            meta, result = self._append_with_failover(topic, partition, part, encoded, sync, acks, min_isr)
+            try:
+                meta, result = self._append_with_failover(topic, partition, part, encoded, sync, acks, min_isr)
+            except BaseException:
+                self.forget_checks(topic, partition)  # whatever failed, the next append checks everything
+                raise
             if result.failed_followers:
+                self.forget_checks(topic, partition)
                 dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
                 lost = {dirs[i] for i in result.failed_followers}
                 for i, why in result.failed_followers.items():
@@ -309,14 +345,16 @@ class ReplicaManager:
         """A leader whose directory fails the append (EIO, ENOSPC, ...) leaves the ISR, an in-sync
         follower is elected (epoch + 1) and the batch is appended there: the write goes on while
         an in-sync replica is left, as in Kafka, where the producer's retry finds the new leader."""
-        replicas = self.store.topics.get(topic).partitions[partition].replicas
-        for _ in range(len(replicas) + 1):
+        attempts = 1
+        while True:
             try:
-                meta = self.reconcile(topic, partition, part)
+                meta = self.reconcile_if_due(topic, partition, part)
                 if sync == SYNC_ALL:
                     ensure_min_isr(topic, partition, meta, min_isr)
                 return meta, part.append_batch(encoded, sync)
             except LeaderAppendError as e:
+                self.forget_checks(topic, partition)
+                replicas = self.store.topics.get(topic).partitions[partition].replicas
                 failed = self._log_dir_of(part.leader, replicas)
                 stuck = {self._log_dir_of(r, replicas) for r in e.stuck}
                 current = self.store.topics.get(topic).partitions[partition]
@@ -331,6 +369,9 @@ class ReplicaManager:
                     self._failed_at[(topic, partition, d)] = time.monotonic()
                 self.store.topics.update_partition(topic, partition, replace(current, isr=rest))
                 self.store.forget_topic_cache(topic)
+                if attempts > len(replicas):
+                    break
+                attempts += 1
         raise StorageError(f"cannot append to {topic}-{partition}: every replica failed")
 
     def _log_dir_of(self, replica: PartitionLog, candidates: list[int]) -> int:

@@ -73,6 +73,8 @@ class Store(GroupAdminMethods):
         self.topics = TopicsMeta(self.meta)
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._topic_cache: dict[str, TopicMeta] = {}
+        # topic -> (the TopicMeta it was parsed from, its LogConfig): re-parsed when the metadata is re-read
+        self._log_configs: dict[str, tuple[TopicMeta, LogConfig]] = {}
         self.kafka_checkpoints_due = False  # a write happened that Kafka's checkpoint files must show
 
     # -- context -----------------------------------------------------------------------------
@@ -238,6 +240,15 @@ class Store(GroupAdminMethods):
         topic = self.topic(name)
         return {k: topic.configs.get(k, key.default) for k, key in CONFIG_KEYS.items()}
 
+    def log_config(self, name: str) -> LogConfig:
+        """The topic's configs, every key typed (parsed once per read of its metadata)."""
+        topic = self.topic(name)
+        cached = self._log_configs.get(name)
+        if cached is None or cached[0] is not topic:
+            cached = (topic, LogConfig.from_configs(topic.configs))
+            self._log_configs[name] = cached
+        return cached[1]
+
     # -- partitions --------------------------------------------------------------------------
     def partition(self, topic: str, partition: int) -> Partition:
         found = self._partitions.get((topic, partition))
@@ -249,7 +260,7 @@ class Store(GroupAdminMethods):
                                         f"(it has {len(meta.partitions)})")
         pm = meta.partitions[partition]
         p = Partition(topic, partition, self._leader_and_isr_dirs(pm), self.data_dir.state_dir,
-                      self.data_dir.lock_dir, LogConfig.from_configs(meta.configs))
+                      self.data_dir.lock_dir, self.log_config(topic))
         p.leader_epoch_loaded = p.snapshot().leader_epoch  # the epoch readers compare with (see Partition.read)
         p.reload_replicas = lambda: self._reload_replicas(p)
         self._partitions[(topic, partition)] = p

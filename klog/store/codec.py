@@ -368,7 +368,7 @@ _MIN_RECORD_BYTES = 7
 _GC_PAUSE_MIN_RECORDS = 512
 
 
-def _records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, int, int]:
+def records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, int, int]:
     """The v2 batch's records section as (bytes, start, stop), decompressed if need be; checks
     that the record count can fit (each record takes at least _MIN_RECORD_BYTES)."""
     end = pos + header.size
@@ -414,7 +414,7 @@ def decode_batch_records(buf: bytes, pos: int, header: BatchHeader, *, fast: boo
     """
     if header.magic < MAGIC_V2:
         return legacy.records_of(buf, pos)
-    data, start, stop = _records_section(buf, pos, header)
+    data, start, stop = records_section(buf, pos, header)
     # The loop allocates two tracked containers per record (the tuple and its headers list), so
     # on a big batch the cyclic GC would run every few hundred records and, as the list grows and
     # gets promoted, walk the whole heap; none of them can form a cycle, so pause it meanwhile.
@@ -558,7 +558,7 @@ def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes |
     """
     values = None
     if header.magic >= MAGIC_V2 and fast and fastrecords.wanted(header.records_count):
-        data, start, stop = _records_section(buf, pos, header)
+        data, start, stop = records_section(buf, pos, header)
         values = fastrecords.values(buf, pos, data, start, stop)
     if values is None:
         values = [r[3] for r in decode_batch_records(buf, pos, header)]

@@ -107,7 +107,8 @@ def validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class LogConfig:
-    """Parsed configs the storage layer acts on (the rest are read where they are used)."""
+    """A topic's configs parsed once: one typed field per key of CONFIG_KEYS (the defaults are
+    CONFIG_KEYS' defaults; a test keeps the two tables in step)."""
 
     segment_bytes: int = 1073741824
     segment_ms: int = 604800000
@@ -123,17 +124,45 @@ class LogConfig:
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
     file_delete_delay_ms: int = 60000
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    unclean_leader_election_enable: bool = False
 
     @classmethod
-    def from_configs(cls, configs: Mapping[str, str]) -> LogConfig:
+    def from_configs(cls, configs: Mapping[str, str], *, lenient: bool = False) -> LogConfig:
+        """Parse a topic's stored (already validated) configs; a missing key takes Kafka's default.
+        `lenient`: a value klog does not parse (a broker's, e.g. compression.type=uncompressed)
+        takes the default too instead of raising ValueError."""
         parsed = {}
         for field_name, name in _LOG_CONFIG_KEYS.items():
             key = CONFIG_KEYS[name]
-            parsed[field_name] = key.parse(configs.get(name, key.default))
+            try:
+                parsed[field_name] = key.parse(configs.get(name, key.default))
+            except ValueError:
+                if not lenient:
+                    raise
+                parsed[field_name] = key.parse(key.default)
         return cls(**parsed)  # type: ignore[arg-type]
 
+    @property
+    def compacted(self) -> bool:
+        """cleanup.policy is compact or compact,delete."""
+        return "compact" in self.cleanup_policy
 
-# LogConfig's fields and the topic config each is parsed from
+    @property
+    def deletes(self) -> bool:
+        """cleanup.policy is delete or compact,delete: time and size retention apply."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        """message.timestamp.type=LogAppendTime: appends stamp the broker's time."""
+        return self.timestamp_type == "LogAppendTime"
+
+
+# LogConfig's fields and the topic config each is parsed from (every key of CONFIG_KEYS)
 _LOG_CONFIG_KEYS = {
     "segment_bytes": "segment.bytes",
     "segment_ms": "segment.ms",
@@ -149,4 +178,9 @@ _LOG_CONFIG_KEYS = {
     "cleanup_policy": "cleanup.policy",
     "min_insync_replicas": "min.insync.replicas",
     "file_delete_delay_ms": "file.delete.delay.ms",
+    "delete_retention_ms": "delete.retention.ms",
+    "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
+    "min_compaction_lag_ms": "min.compaction.lag.ms",
+    "max_compaction_lag_ms": "max.compaction.lag.ms",
+    "unclean_leader_election_enable": "unclean.leader.election.enable",
 }

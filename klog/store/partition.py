@@ -192,6 +192,11 @@ class Partition:
         return default
 
     # -- writing -------------------------------------------------------------------------------
+    def unchanged_since_last_append(self) -> bool:
+        """Lock held: nobody (no other process, no other Partition object) held the lock since this
+        object's last clean append, so its replicas and their metadata are as that append left them."""
+        return self._appended_generation is not None and self._appended_generation == self.lock.previous_generation
+
     def open_for_write(self) -> None:
         """Lock held: bring every replica to a clean tail and the high watermark in line.
 
@@ -216,11 +221,14 @@ class Partition:
             # (retention publishes a new start before deleting); the epoch comes back from the
             # metadata at the next reconcile
             snap = PartitionSnapshot(hw, self.leader.first_offset(), 0)
-            if hw > 0 or snap.log_start_offset > 0:
+            holds = hw > 0 or snap.log_start_offset > 0
+            if holds:
                 self.state_rebuilt = (f"the state file of {self.topic}-{self.partition} ({self.state.path}) was "
                                       f"missing or damaged; rebuilt from the log (high watermark {hw}, "
                                       f"log start {snap.log_start_offset})")
-            self.state.write(snap, sync=True)
+            # a new partition's empty state need not be fsynced: lost, it reads as empty again (and
+            # publish() after the first append writes the real one)
+            self.state.write(snap, sync=holds)
         elif snap.high_watermark != hw:
             snap.high_watermark = hw
             self.state.write(snap)

@@ -115,6 +115,9 @@ class LogSegment:
         self.size = 0
         self.indexer = IndexBuilder(base_offset, index_interval_bytes)
         self.next_offset: int | None = None
+        # the first batch's max timestamp (segment.ms rolls by it): known when it is appended, else read
+        # once; forgotten whenever the size is set from outside (another writer, recovery, truncation)
+        self.first_batch_max_timestamp: int | None = None
 
     @property
     def max_timestamp(self) -> int:
@@ -307,6 +310,7 @@ class LogSegment:
                         next_offset: int | None) -> None:
         """Adopt the writer state another process (or recovery) left, without a scan."""
         self.size = size
+        self.first_batch_max_timestamp = None
         self.offset_index.refresh()
         self.time_index.refresh()
         last = self.offset_index.last_entry()
@@ -332,6 +336,8 @@ class LogSegment:
                 self.time_index.append_raw(fds.time_index, time_entry)
         self.size = position + len(batch)
         self.next_offset = header.next_offset
+        if position == 0:
+            self.first_batch_max_timestamp = header.max_timestamp
         return position
 
     def open_fds(self) -> SegmentFds:
@@ -381,6 +387,7 @@ class LogSegment:
         self.offset_index.write_all(index_data)
         self.time_index.write_all(time_data)
         self.size = valid
+        self.first_batch_max_timestamp = None
         self.indexer = indexer
         self.next_offset = next_offset
         return RecoveryResult(valid, file_size - valid, next_offset, scan.problem)

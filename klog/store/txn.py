@@ -115,7 +115,7 @@ _Event = tuple[int, int, int]
 
 def _segment_events(segment, end: int) -> list[_Event]:
     """The transactional batches of one segment (headers only; control batches decoded)."""
-    from klog.store import codec  # (codec is heavy on import; txn is imported by readers only)
+    from klog.store import codec, validate  # (codec is heavy on import; txn is imported by readers only)
 
     events: list[_Event] = []
     for pos, header in segment.iter_headers(0, end):
@@ -123,7 +123,7 @@ def _segment_events(segment, end: int) -> list[_Event]:
             continue
         if header.is_control:
             data = segment.read_bytes(pos, header.size)
-            records = codec.decode_batch_records(data, 0, header) if codec.crc_ok(data, 0, header) else []
+            records = ([] if validate.crc_problem(data, 0, header) else codec.decode_batch_records(data, 0, header))
             kind = DATA
             if records:
                 name, _ = control_marker(records[0][2], records[0][3])

@@ -134,7 +134,7 @@ def record_structure_ok(data: bytes, pos: int, header: BatchHeader, consecutive:
     each record must end exactly where its length says (a varint wider than the common widths,
     such as a record over 8 KiB, leaves the batch to the decoder).
     """
-    data, pos, stop = codec._records_section(data, pos, header)  # the decoder's own bounds and count check
+    data, pos, stop = codec.records_section(data, pos, header)  # the decoder's own bounds and count check
     _step_tables()
     end1, end2, skip1, skip2 = _END1, _END2, _SKIP1, _SKIP2
     try:

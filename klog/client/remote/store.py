@@ -11,7 +11,7 @@ from klog.client.remote.target import ClusterTarget, timeout_s
 from klog.client.store import PartitionInfo, TopicInfo, resolve_topic_names
 from klog.client.store_groups import GroupAdminMethods
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
-from klog.store.config import CONFIG_KEYS, validate_configs
+from klog.store.config import CONFIG_KEYS, LogConfig, validate_configs
 from klog.store.names import validate_topic_name
 
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")  # the cluster's own, not the user's
@@ -262,6 +262,11 @@ class RemoteStore(GroupAdminMethods):
     def effective_configs(self, name: str) -> dict[str, str]:
         self.topic(name)
         return self.topic_configs(name, effective=True)
+
+    def log_config(self, name: str) -> LogConfig:
+        """The topic's configs as the cluster reports them, every key typed (a value klog does
+        not know takes Kafka's default)."""
+        return LogConfig.from_configs(self.effective_configs(name), lenient=True)
 
     def offsets(self, topic: str, timestamp: int | None = None) -> dict[int, int | None]:
         """Per partition: earliest (timestamp -2), latest (None or -1), or first offset at a time."""
