@@ -84,7 +84,7 @@ class RemoteConsumer(ConsumerBase):
             self._consumer = Consumer(conf)
         except (KafkaException, ValueError, TypeError) as e:
             raise config_error(e) from None
-        self.isolation_level = str(conf["isolation.level"])  # the user's -X one wins, as librdkafka's does
+        self.isolation_level = isolation_level
         self._assigned = False  # assigned at the first consume: a read by Fetch requests never is
 
     # -- start offsets -------------------------------------------------------------------------
