@@ -364,27 +364,3 @@ def test_produce_through_a_full_client_queue_keeps_every_line_in_order(kafka_ser
             got = [(r.key, r.value) for r in c]
     assert sorted(got, key=lambda kv: int(kv[1][1:])) == [tuple(line.split(b":")) for line in lines.splitlines()]
     assert all(int(a[1][1:]) < int(b[1][1:]) for a, b in zip(got, got[1:], strict=False) if a[0] == b[0])
-
-
-def test_values_only_consume_by_fetch_requests_gives_the_stores_output(both, data_dir):
-    """The values-only read of one partition goes by Kafka Fetch requests decoded by the store's own
-    decoder (klog.client.remote.fetch): compressed batches, null values, a start inside a batch and
-    a stop below the end give the same bytes as the local store."""
-    from klog.client.remote.fetch import partition_values
-    from klog.client.remote.store import RemoteStore
-    from klog.client.remote.target import ClusterTarget
-
-    with klog.open(data_dir) as s:
-        s.create_topic("z", 1)
-        for codec_name in ("gzip", "none", "lz4"):
-            with s.producer(compression_type=codec_name, batch_size=700) as p:
-                for i in range(300):
-                    p.send("z", None if i % 11 == 0 else b"%s-%d" % (codec_name.encode(), i))
-    for args in (["consume", "z"], ["consume", "z", "-o", "45"], ["consume", "z", "-o", "-17"]):
-        r, local = both(*args)
-        assert r.returncode == local.returncode == 0, (args, r.stderr)
-        assert r.stdout == local.stdout and local.stdout.count(b"\n") > 10, args
-    with RemoteStore(ClusterTarget(both.bootstrap)) as remote_store:
-        chunks = list(partition_values(remote_store, "z", 0, 5, 600, b"-"))  # not the librdkafka fallback
-    values = [v for chunk, _ in chunks for v in chunk]
-    assert len(values) == 595 and chunks[-1][1] == 600 and values[0] == b"gzip-5" and values[6] == b"-"

@@ -84,8 +84,7 @@ class RemoteConsumer(ConsumerBase):
             self._consumer = Consumer(conf)
         except (KafkaException, ValueError, TypeError) as e:
             raise config_error(e) from None
-        self.isolation_level = isolation_level
-        self._assigned = False  # assigned at the first consume: a read by Fetch requests never is
+        self._assign()
 
     # -- start offsets -------------------------------------------------------------------------
     def _cursors(self, topic: str, wanted: list[int] | None) -> list[_RemoteCursor]:
@@ -102,7 +101,6 @@ class RemoteConsumer(ConsumerBase):
     def _assign(self) -> None:
         from confluent_kafka import TopicPartition
 
-        self._assigned = True
         self._consumer.assign([TopicPartition(c.topic, c.partition, c.offset) for c in self.cursors
                                if not c.done])
 
@@ -111,8 +109,7 @@ class RemoteConsumer(ConsumerBase):
         if c is not None:
             c.offset = offset
             c.buffer.clear()
-            if self._assigned:
-                self._assign()
+            self._assign()
 
     def positions(self) -> dict[tuple[str, int], int]:
         return {(c.topic, c.partition): c.buffer[0].offset if c.buffer else c.offset for c in self.cursors}
@@ -120,12 +117,7 @@ class RemoteConsumer(ConsumerBase):
     # -- fetching ------------------------------------------------------------------------------
     def _fetch(self, timeout: float = POLL_TIMEOUT_S) -> list:
         """Up to FETCH_MESSAGES messages, errors raised as klog's."""
-        return self._fetched(self._consume(FETCH_MESSAGES, timeout))
-
-    def _consume(self, count: int, timeout: float) -> list:
-        if not self._assigned:
-            self._assign()
-        return self._consumer.consume(count, timeout)
+        return self._fetched(self._consumer.consume(FETCH_MESSAGES, timeout))
 
     def _fetched(self, msgs: list) -> list:
         """`msgs`, once none is a real error (those are raised as klog's)."""
@@ -208,7 +200,7 @@ class RemoteConsumer(ConsumerBase):
                for c in self.cursors if c.buffer]
         for c in self.cursors:
             c.buffer.clear()
-        msgs = self._consume(FETCH_MESSAGES, timeout)
+        msgs = self._consumer.consume(FETCH_MESSAGES, timeout)
         ends = []
         if any(map(Message.error, msgs)):  # real errors raised; partition ends dropped, and noted
             # after the records before them (a partition's end moves its cursor to its stop)
@@ -268,20 +260,7 @@ class RemoteConsumer(ConsumerBase):
         error_of, value_of = Message.error, Message.value
         cursor = self.cursors[0]
         stop = cursor.stop
-        if stop is not None and self.isolation_level == "read_uncommitted":
-            from klog.client.remote.fetch import Unsupported, partition_values
-
-            try:
-                for values, next_offset in partition_values(self.store, cursor.topic, cursor.partition,
-                                                            cursor.offset, stop, null):
-                    cursor.offset = next_offset
-                    yield values
-                return
-            except Unsupported:
-                pass  # this socket cannot read it (security, an error before any record): librdkafka can
         check = self._progress_guard()
-        if not self._assigned:
-            self._assign()
         consume = self._consumer.consume
         while not cursor.done:
             msgs = consume(VALUES_FETCH_MESSAGES, POLL_TIMEOUT_S)

@@ -191,24 +191,6 @@ class Connection:
             raise KlogError(f"cannot read the answer of Kafka broker {self.address}: {e}") from None
         return body
 
-    def call_raw(self, api_key: int, version: int, body: bytes) -> memoryview:
-        """One non-flexible request whose body the caller encoded; the response body (after the
-        correlation id) as it came, for a caller that decodes it itself (Fetch: no kio import, and
-        its records not copied)."""
-        self.correlation += 1
-        client = CLIENT_ID.encode()
-        frame = struct.pack(">hhih", api_key, version, self.correlation, len(client)) + client + body
-        try:
-            self.sock.sendall(struct.pack(">i", len(frame)) + frame)
-            (size,) = struct.unpack(">i", self._exactly(4))
-            answer = self._exactly_into(size)
-        except OSError as e:
-            raise KlogError(f"Kafka broker {self.address} did not answer: {e.strerror or e}") from None
-        (correlation,) = struct.unpack_from(">i", answer)
-        if correlation != self.correlation:
-            raise KlogError(f"Kafka broker {self.address} answered another request ({correlation})")
-        return memoryview(answer)[4:]
-
     def _exactly(self, n: int) -> bytes:
         out = bytearray()
         while len(out) < n:
@@ -217,17 +199,6 @@ class Connection:
                 raise ConnectionError(0, "connection closed")
             out += chunk
         return bytes(out)
-
-    def _exactly_into(self, n: int) -> bytearray:
-        """n bytes received straight into one buffer (no chunk list, no join: answers of megabytes)."""
-        out = bytearray(n)
-        view, got = memoryview(out), 0
-        while got < n:
-            k = self.sock.recv_into(view[got:])
-            if not k:
-                raise ConnectionError(0, "connection closed")
-            got += k
-        return out
 
 
 def _servers(bootstrap: str) -> list[tuple[str, int]]:
