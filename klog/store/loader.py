@@ -25,6 +25,7 @@ from klog.store.format import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     parse_segment_base,
     segment_file_name,
 )
@@ -85,11 +86,24 @@ def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0) -> list[s
     for name in sorted(names):
         if name.endswith(CLEANED_SUFFIX):
             unlink_if_there(os.path.join(directory, name))
+    orphans = _orphaned_indexes(directory)
+    for name in orphans:  # as Kafka's LogLoader: an index whose log is gone (a kill between retention's renames)
+        unlink_if_there(os.path.join(directory, name))
+        done.append(f"removed orphaned index {name}")
     if done or any(n.endswith(CLEANED_SUFFIX) for n in names):
         fsync_dir(directory)
     done += [f"removed {name}" for name in remove_deleted_files(directory, delete_delay_ms, names)
              if name.endswith(LOG_SUFFIX + DELETED_SUFFIX)]
     return done
+
+
+def _orphaned_indexes(directory: str) -> list[str]:
+    """Index files (.index, .timeindex, .txnindex) of a base with no .log beside them."""
+    names = os.listdir(directory)
+    logs = {b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None}
+    return sorted(n for n in names if n.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
+                  and (b := parse_segment_base(n)) is not None and b not in logs
+                  and not os.path.islink(os.path.join(directory, n)))  # a planted link: refused by the open
 
 
 def retire(paths: list[str]) -> None:
