@@ -90,6 +90,7 @@ def test_describe_log_dirs_counts_live_segments_only(klog_proc, data_dir):
     assert [p.partition_size for p in topic.partitions] == [_live_log_bytes(folder)]
 
 
+@pytest.mark.slow
 def test_expired_deleted_files_go_at_the_next_writer_open_and_topics_delete_takes_them(klog_proc, data_dir):
     _with_deleted_files(klog_proc, "exp", delay_ms=300)
     folder = os.path.join(data_dir, "logs", "exp-0")
