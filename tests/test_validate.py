@@ -11,7 +11,7 @@ import pytest
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec
 from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, LENGTH_OFFSET
-from klog.store.validate import SegmentScan, record_structure_ok, records_problem
+from klog.store.validate import SegmentScan, high_attributes_record, record_structure_ok, records_problem
 
 
 def _batch(rng: random.Random, n: int) -> bytes:
@@ -55,7 +55,8 @@ def test_walk_accepts_only_what_the_decoder_accepts(seed: int) -> None:
         ok = _decodes(data, header)
         if record_structure_ok(data, 0, header, consecutive=True):
             assert ok
-        assert (records_problem(data, 0, header, consecutive=True) is None) == ok
+        client_ok = ok and high_attributes_record(data, 0, header) is None
+        assert (records_problem(data, 0, header, consecutive=True) is None) == client_ok
 
 
 def test_offset_delta_problem_names_the_record() -> None:
@@ -136,3 +137,30 @@ def test_segment_scan_reads_in_chunks_and_stops_at_a_torn_tail(monkeypatch, chun
     assert positions == [sum(map(len, batches[:i])) for i in range(len(batches))]
     assert scan.valid_bytes == len(log) and scan.next_offset == offset
     assert scan.problem == f"partial batch header at position {len(log)}"
+
+
+def test_a_record_attributes_byte_with_the_high_bit_is_refused_from_clients_only() -> None:
+    """The compiled reader reads a record's attributes byte as a varint, Kafka leaves it unused: a
+    byte >= 0x80 would be read two ways, so a client's batch with one is refused (naming the
+    record); a log that holds one is still valid to verify."""
+    import crcmod.predefined
+
+    from klog.client.batches import InvalidBatchError, check_batch
+
+    data = bytearray(codec.encode_batch([(b"k", b"v%d" % i, [], 1000 + i) for i in range(100)], 0))
+    header = codec.read_header(bytes(data))
+    section, start, _ = codec.records_section(bytes(data), 0, header)  # uncompressed: the batch itself
+    length0, body0 = codec.decode_varint(section, start)  # record 0: its length, then its body
+    body1 = codec.decode_varint(section, body0 + length0)[1]  # record 1's attributes byte
+    data[body1] = 0xFF
+    crc = crcmod.predefined.mkCrcFun("crc-32c")(bytes(data[ATTRIBUTES_OFFSET:]))
+    struct.pack_into(">I", data, CRC_OFFSET, crc)
+    data = bytes(data)
+    header = codec.read_header(data)
+    assert high_attributes_record(data, 0, header) == 1
+    assert not record_structure_ok(data, 0, header, consecutive=True)
+    problem = records_problem(data, 0, header, consecutive=True)
+    assert problem is not None and "record 1 has attributes byte" in problem.text
+    assert records_problem(data, 0, header) is None  # on disk (verify, recovery): Kafka-valid
+    with pytest.raises(InvalidBatchError, match="record 1 has attributes byte"):
+        check_batch(data)

@@ -10,9 +10,12 @@ ever sees an uncompressed records section) and the legacy magic 0/1 path.
 The pure-Python decoder stays the authority: any refusal here (or a failed import) returns
 None and the caller decodes the batch again in Python, which accepts it or raises klog's own
 error. What the C reader accepts that the strict decoder refuses, so validators (produce,
-verify, recovery) keep `fast=False`: int32 varints longer than 5 bytes or wider than 32 bits,
-and a record attributes byte >= 0x80 (read as a varint). No Kafka client writes either, and the
-CRC must match before a batch gets here.
+verify, recovery) keep `fast=False`: int32 varints longer than 5 bytes or wider than 32 bits.
+One byte the two read differently without a refusal: a record attributes byte >= 0x80, which the
+C reader reads as a varint (shifting the record's later fields) while Kafka and the strict decoder
+leave it unused. No Kafka client writes one; `klog serve` refuses a batch with one
+(validate.high_attributes_record), so only a foreign log written by an unusual client could hold
+one. The CRC must match before a batch gets here.
 
 encode_records gives codec.encode_records' bytes 2-3x faster (the builder writes the same canonical
 varints); klog still writes the header, compresses and computes the CRC. Anything it cannot take

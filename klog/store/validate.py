@@ -91,12 +91,32 @@ def records_problem(data: bytes, pos: int, header: BatchHeader, consecutive: boo
         # the decoder names the batch's base offset; callers say where the batch is themselves
         return Problem(str(e).removesuffix(f" (offset {header.base_offset})"))
     if consecutive:
+        index = high_attributes_record(data, pos, header)
+        if index is not None:
+            return Problem(f"record {index} has attributes byte >= 0x80: Kafka's record attributes are unused "
+                           "and clients write 0", record_index=index)
         base = header.base_offset
         offsets = [record[0] for record in records]
         if offsets != list(range(base, base + len(offsets))):  # compared in C; the culprit found only if wrong
             index = next(i for i, offset in enumerate(offsets) if offset != base + i)
             return Problem(f"record {index} has offset delta {offsets[index] - base} (expected {index}): "
                            "offsets inside a batch must be consecutive", corrupt=False, record_index=index)
+    return None
+
+
+def high_attributes_record(data: bytes, pos: int, header: BatchHeader) -> int | None:
+    """The index of the first record of the (decodable) v2 batch whose attributes byte is >= 0x80,
+    or None. Kafka leaves record attributes unused, and no client writes anything but 0; the
+    compiled reader (store/fastrecords.py) reads that byte as a varint, so a batch with such a byte
+    could be read differently by it and by the strict decoder: a client may not write one."""
+    if header.magic != MAGIC_V2:
+        return None
+    data, at, _ = codec.records_section(data, pos, header)
+    for index in range(header.records_count):
+        length, body = codec.decode_varint(data, at)
+        if data[body] >= 0x80:
+            return index
+        at = body + length
     return None
 
 
@@ -149,6 +169,8 @@ def record_structure_ok(data: bytes, pos: int, header: BatchHeader, consecutive:
                     return False
                 end = pos + end2[c][b]
                 pos += 3
+            if data[pos - 1] >= 0x80:  # attributes with the high bit: see high_attributes_record
+                return False
             if data[pos] < 0x80:  # timestampDelta
                 pos += 1
             elif data[pos + 1] < 0x80:
