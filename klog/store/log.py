@@ -136,7 +136,6 @@ class PartitionLog:
         self._unflushed_batches = 0
         self._last_flush_ms = time.monotonic() * 1000
         self._dir_dirty = False
-        self._parent_dirty = False  # this folder was created and its entry in the log dir is not fsynced yet
         self.recovery_point = 0
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         self.refresh_segments()
@@ -180,9 +179,7 @@ class PartitionLog:
             return RecoveryReport()
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
-            # the new folder's entry in the log dir is fsynced by the first flush, which is what makes
-            # anything in it durable (Kafka's first flush does the same): ~2 ms per new partition
-            self._parent_dirty = True
+            fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
         # a compaction or retention killed mid-way; expired .deleted files
         swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms)
         self.refresh_segments()
@@ -343,9 +340,6 @@ class PartitionLog:
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False
-        if self._parent_dirty:
-            fsync_dir(os.path.dirname(self.directory))
-            self._parent_dirty = False
         self._unflushed_batches = 0
         self._last_flush_ms = time.monotonic() * 1000
         self.recovery_point = self.log_end_offset
@@ -358,12 +352,6 @@ class PartitionLog:
             self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
 
     def close(self) -> None:
-        if self._parent_dirty:  # created, never flushed: a clean close still makes the folder's entry durable
-            try:
-                fsync_dir(os.path.dirname(self.directory))
-            except OSError:
-                pass  # a failed directory: its replica leaves the ISR at the next append
-            self._parent_dirty = False
         if self._fds is not None:
             self._fds.close()
             self._fds = None

@@ -223,14 +223,11 @@ class Partition:
             # (retention publishes a new start before deleting); the epoch comes back from the
             # metadata at the next reconcile
             snap = PartitionSnapshot(hw, self.leader.first_offset(), 0)
-            holds = hw > 0 or snap.log_start_offset > 0
-            if holds:
+            if hw > 0 or snap.log_start_offset > 0:
                 self.state_rebuilt = (f"the state file of {self.topic}-{self.partition} ({self.state.path}) was "
                                       f"missing or damaged; rebuilt from the log (high watermark {hw}, "
                                       f"log start {snap.log_start_offset})")
-            # a new partition's empty state need not be fsynced: lost, it reads as empty again (and
-            # publish() after the first append writes the real one)
-            self.state.write(snap, sync=holds)
+            self.state.write(snap, sync=True)
         elif snap.high_watermark != hw:
             snap.high_watermark = hw
             self.state.write(snap)
