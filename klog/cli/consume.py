@@ -213,6 +213,18 @@ def _write(consumer, render, as_json: bool) -> None:
                     out.flush()
         out.flush()
         return
+    if (as_json and render is None and not (consumer.merge and len(consumer.cursors) > 1)
+            and consumer.gives_record_runs and consumer.record_filter is None
+            and consumer.until_ms is None and consumer.count is None):
+        from klog.client.envelope import json_lines
+
+        for topic, partition, ts_type, records in consumer.record_runs():
+            if records:
+                write_all(out, json_lines(topic, partition, ts_type, records))
+                if consumer.follow:
+                    out.flush()
+        out.flush()
+        return
     if as_json:
         line = record_json_line
     elif render is not None:

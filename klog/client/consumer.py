@@ -93,6 +93,7 @@ class ConsumerBase:
 
     # whether value_chunks serves several partitions (else only one: the CLI asks)
     merges_value_chunks = False
+    gives_record_runs = False  # record_runs(): whole records of unmerged reads without Record objects
 
     def _iterate(self) -> Iterator[Record]:
         raise NotImplementedError
@@ -183,6 +184,7 @@ class Consumer(ConsumerBase):
                 for ts_type, records in fetched.record_runs() for offset, ts, key, value, headers in records]
 
     merges_value_chunks = True  # merged as _iterate merges them
+    gives_record_runs = True
 
     def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
         """Fast path for value-only output: lists of values (`null` for a null one), in the order
@@ -196,6 +198,21 @@ class Consumer(ConsumerBase):
                 for c in self.cursors:
                     while (fetched := self._fetch(c)) is not None:
                         yield fetched.values(null)
+            if not self.follow or all(c.done for c in self.cursors):
+                return
+            self._wait_for_data()
+
+    def record_runs(self) -> Iterator[tuple[str, int, int, list]]:
+        """Fast path for whole-record output of partitions read one after another (one partition,
+        or merge=False): (topic, partition, timestamp type, (offset, timestamp, key, value, headers)
+        tuples) per batch run, in the order iterating would give them, without Record objects."""
+        assert self.record_filter is None and self.until_ms is None and self.count is None
+        assert not (self.merge and len(self.cursors) > 1), "merged reads go record by record"
+        while True:
+            for c in self.cursors:
+                while (fetched := self._fetch(c)) is not None:
+                    for ts_type, records in fetched.record_runs():
+                        yield c.topic, c.partition, ts_type, records
             if not self.follow or all(c.done for c in self.cursors):
                 return
             self._wait_for_data()

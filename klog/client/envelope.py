@@ -67,6 +67,19 @@ def _bytes_text(data: bytes | None) -> str:
         return f'{{"base64": "{base64.b64encode(data).decode("ascii")}"}}'
 
 
+def json_lines(topic: str, partition: int, timestamp_type: int, records: list) -> bytes:
+    """record_json_line of each (offset, timestamp, key, value, headers) tuple of one partition's
+    run, joined: the same bytes, without a Record per record (`consume --json` of one partition)."""
+    head = f'{{"topic": {_string(topic)}, "partition": {partition}, "offset": '
+    ts_name = TIMESTAMP_TYPE_NAMES[timestamp_type]
+    bt = _bytes_text
+    return "".join([
+        f'{head}{offset}, "timestamp": {ts}, "timestamp_type": "{ts_name}", "key": {bt(key)}, '
+        f'"value": {bt(value)}, "headers": '
+        + (f'[{", ".join(f"[{_string(k)}, {bt(v)}]" for k, v in headers)}]}}\n' if headers else '[]}\n')
+        for offset, ts, key, value, headers in records]).encode()
+
+
 def record_json_line(r: Record) -> bytes:
     """record_to_json as a UTF-8 line."""
     return (record_to_json(r) + "\n").encode()
