@@ -21,7 +21,6 @@ import asyncio
 import datetime
 import io
 import os
-import re
 import struct
 import subprocess
 import sys
@@ -31,10 +30,7 @@ import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-
-
-def klog_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "klog", *args]
+from serve_process import Serve, klog_cmd  # noqa: E402 - benchmarks/ is on sys.path when run as a script
 
 
 def fetch_frame(topic: str, partition: int, offset: int, max_wait_ms: int, topic_id: uuid.UUID | None = None) -> bytes:
@@ -62,32 +58,6 @@ def fetch_frame(topic: str, partition: int, offset: int, max_wait_ms: int, topic
     entity_writer(FetchRequest)(buf, req)
     frame = buf.getvalue()
     return struct.pack(">i", len(frame)) + frame
-
-
-class Serve:
-    def __init__(self, data_dir: str) -> None:
-        env = {**os.environ, "PYTHONPATH": REPO}
-        self.proc = subprocess.Popen(klog_cmd("serve", "--listen", "127.0.0.1:0", "-d", data_dir),
-                                     stderr=subprocess.PIPE, env=env, text=True)
-        line = self.proc.stderr.readline()
-        found = re.search(r"listening on \S+:(\d+)", line)
-        if not found:
-            self.close()
-            raise SystemExit(f"klog serve did not start: {line}")
-        self.port = int(found.group(1))
-
-    def cpu_s(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 async def _long_poller(port: int, frame: bytes, stop_at: float, answers: list[int]) -> None:
@@ -169,7 +139,7 @@ def main() -> None:
         subprocess.run(klog_cmd("produce", "one", "-d", many), input=b"x" * 100 + b"\n", env=env, check=True,
                        stdout=subprocess.DEVNULL)
         print(f"load average {os.getloadavg()[0]:.1f}")
-        serve = Serve(data)
+        serve = Serve(data, env)
         try:
             for n in (0, 50, 200):
                 for spread in ((False, True) if n else (False,)):
@@ -189,7 +159,7 @@ def main() -> None:
             wide.sort()
             print(f"fetch of partition 0: topic of 1 partition {one[len(one) // 2] * 1e6:.0f} us, "
                   f"of 1,000 partitions {wide[len(wide) // 2] * 1e6:.0f} us per request (median of {args.rounds})")
-            serve_many = Serve(many)
+            serve_many = Serve(many, env)
             try:  # Fetch v13+ names topics by id: the store's 1,001 topics must not be listed per request
                 few, lots = [], []
                 for _ in range(args.rounds):
