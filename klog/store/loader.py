@@ -86,8 +86,8 @@ def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0) -> list[s
     for name in sorted(names):
         if name.endswith(CLEANED_SUFFIX):
             unlink_if_there(os.path.join(directory, name))
-    orphans = _orphaned_indexes(directory)
-    for name in orphans:  # as Kafka's LogLoader: an index whose log is gone (a kill between retention's renames)
+    # as Kafka's LogLoader: an index whose log is gone (a kill between retention's renames)
+    for name in _orphaned_indexes(directory, names, swapped_bases):
         unlink_if_there(os.path.join(directory, name))
         done.append(f"removed orphaned index {name}")
     if done or any(n.endswith(CLEANED_SUFFIX) for n in names):
@@ -97,10 +97,11 @@ def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0) -> list[s
     return done
 
 
-def _orphaned_indexes(directory: str) -> list[str]:
-    """Index files (.index, .timeindex, .txnindex) of a base with no .log beside them."""
-    names = os.listdir(directory)
+def _orphaned_indexes(directory: str, names: set[str], swapped_bases: list[int]) -> list[str]:
+    """Index files (.index, .timeindex, .txnindex) of a base with no .log beside them, from the
+    folder's listing (a finished or rolled-back swap leaves its base a .log)."""
     logs = {b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None}
+    logs.update(swapped_bases)
     return sorted(n for n in names if n.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
                   and (b := parse_segment_base(n)) is not None and b not in logs
                   and not os.path.islink(os.path.join(directory, n)))  # a planted link: refused by the open
