@@ -203,8 +203,7 @@ def _write(consumer, render, as_json: bool) -> None:
     """Stream records to a pipe or file; flush whenever the consumer would wait so -f output is immediate."""
     out = sys.stdout.buffer
     if (render is None and not as_json and (len(consumer.cursors) == 1 or consumer.merges_value_chunks)
-            and consumer.record_filter is None
-            and consumer.until_ms is None and consumer.count is None):
+            and consumer.takes_everything):
         for values in consumer.value_chunks(null=b""):
             if values:
                 values.append(b"")  # the last line's newline, without copying the joined chunk
@@ -214,8 +213,7 @@ def _write(consumer, render, as_json: bool) -> None:
         out.flush()
         return
     if (as_json and render is None and not (consumer.merge and len(consumer.cursors) > 1)
-            and consumer.gives_record_runs and consumer.record_filter is None
-            and consumer.until_ms is None and consumer.count is None):
+            and consumer.gives_record_runs and consumer.takes_everything):
         from klog.client.envelope import json_lines
 
         for topic, partition, ts_type, records in consumer.record_runs():

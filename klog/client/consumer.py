@@ -95,6 +95,11 @@ class ConsumerBase:
     merges_value_chunks = False
     gives_record_runs = False  # record_runs(): whole records of unmerged reads without Record objects
 
+    @property
+    def takes_everything(self) -> bool:
+        """No --until, filter or count: every record read is output (what the chunked fast paths need)."""
+        return self.record_filter is None and self.until_ms is None and self.count is None
+
     def _iterate(self) -> Iterator[Record]:
         raise NotImplementedError
 
@@ -189,7 +194,7 @@ class Consumer(ConsumerBase):
     def value_chunks(self, null: bytes | None = None) -> Iterator[list[bytes | None]]:
         """Fast path for value-only output: lists of values (`null` for a null one), in the order
         iterating would give the records, without Record objects or per-record tuples."""
-        assert self.record_filter is None and self.until_ms is None and self.count is None
+        assert self.takes_everything
         merged = self.merge and len(self.cursors) > 1
         while True:
             if merged:
@@ -206,7 +211,7 @@ class Consumer(ConsumerBase):
         """Fast path for whole-record output of partitions read one after another (one partition,
         or merge=False): (topic, partition, timestamp type, (offset, timestamp, key, value, headers)
         tuples) per batch run, in the order iterating would give them, without Record objects."""
-        assert self.record_filter is None and self.until_ms is None and self.count is None
+        assert self.takes_everything
         assert not (self.merge and len(self.cursors) > 1), "merged reads go record by record"
         while True:
             for c in self.cursors:
