@@ -186,19 +186,22 @@ class Connection:
         if correlation != self.correlation:
             raise KlogError(f"Kafka broker {self.address} answered another request ({correlation})")
         try:
-            body, _ = entity_reader(response_type)(answer, 4)
+            body, _ = entity_reader(response_type)(memoryview(answer).toreadonly(), 4)
         except Exception as e:  # noqa: BLE001 - kio's decode errors
             raise KlogError(f"cannot read the answer of Kafka broker {self.address}: {e}") from None
         return body
 
-    def _exactly(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
+    def _exactly(self, n: int) -> bytearray:
+        """n bytes received straight into one buffer (no chunk list, no join: Fetch answers are
+        megabytes)."""
+        out = bytearray(n)
+        view, got = memoryview(out), 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if not k:
                 raise ConnectionError(0, "connection closed")
-            out += chunk
-        return bytes(out)
+            got += k
+        return out
 
 
 def _servers(bootstrap: str) -> list[tuple[str, int]]:
