@@ -116,6 +116,7 @@ class Fetcher:
         return self._brokers[leader]
 
     def _connect(self, host: str, port: int) -> _Broker:
+        wire.load_kio()
         from kio.schema.api_versions.v2.request import ApiVersionsRequest
         from kio.schema.api_versions.v2.response import ApiVersionsResponse
 
