@@ -167,3 +167,13 @@ def test_tls_and_sasl_listeners_are_read_by_fetch_requests(secure_store, certs, 
         props["ssl.ca.location"] = certs.ca
     with serving(secure_store, certs, protocol, **config) as server:
         assert remote_values(server.addr[protocol], "t", props) == values
+
+
+def test_kio_loads_without_hypothesis_and_hypothesis_still_imports():
+    """wire.load_kio hides hypothesis from kio's import only (a klog command's ~0.16 s), and kio works."""
+    code = ("import sys\nfrom klog.client.remote.wire import load_kio\nload_kio()\n"
+            "from kio.static.primitive import i32\nimport kio.serial\nassert i32(5) == 5\n"
+            "assert 'hypothesis' not in sys.modules and sys.modules.get('kio.static._phantom')\n"
+            "import hypothesis\nprint('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, env={"PYTHONPATH": REPO}, timeout=60)
+    assert (r.returncode, r.stdout) == (0, b"ok\n"), r.stderr
