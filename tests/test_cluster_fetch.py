@@ -70,22 +70,15 @@ def test_not_leader_asks_the_metadata_again_and_goes_on(kafka_server, data_dir, 
     values = produce(data_dir, "t")
     monkeypatch.setattr(fetch_consumer, "PARTITION_BYTES", 4000)
     ask, answers = fetch.Fetcher._ask, iter([6, 74, 0, 0, 6, 0])  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH
-    lookups = []
-    leader = fetch.Fetcher._leader
 
     def flaky_ask(self, *args):  # noqa: ANN001, ANN202
         error = next(answers, 0)
         return fetch.PartitionAnswer(error, -1, -1, b"") if error else ask(self, *args)
 
-    def counted_leader(self, *args):  # noqa: ANN001, ANN202
-        lookups.append(args)
-        return leader(self, *args)
-
     monkeypatch.setattr(fetch.Fetcher, "_ask", flaky_ask)
-    monkeypatch.setattr(fetch.Fetcher, "_leader", counted_leader)
-    monkeypatch.setattr(RemoteStore, "_metadata", _counting(RemoteStore._metadata, metadata := []))
+    monkeypatch.setattr(RemoteStore, "leader", _counting(RemoteStore.leader, metadata := []))
     assert remote_values(kafka_server.bootstrap, "t") == values
-    assert sum(1 for m in metadata if m[1] == "t") == 4  # the first lookup, and once per moved leader
+    assert len(metadata) == 4  # the first lookup, and once per moved leader
 
 
 def _counting(method, calls: list):  # noqa: ANN001, ANN202
@@ -198,3 +191,16 @@ def test_old_message_formats_read_as_the_local_store_reads_them(kafka_server, da
             assert isinstance(c, FetchConsumer)
             remote = [(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers) for r in c]
         assert remote == local and len(local) == (10 if start == "beginning" else 5), (start, local)
+
+
+def test_a_lost_connection_is_opened_again_and_the_read_goes_on(kafka_server, data_dir, monkeypatch):
+    values = produce(data_dir, "t")
+    monkeypatch.setattr(fetch_consumer, "PARTITION_BYTES", 4000)
+    with RemoteStore(ClusterTarget(kafka_server.bootstrap)) as store, store.consumer("t") as c:
+        chunks = c.value_chunks()
+        got = list(next(chunks))
+        (broker,) = c._fetcher._brokers.values()
+        broker.conn.sock.close()  # as a broker restart would: the next request fails on this socket
+        got += [v for chunk in chunks for v in chunk]
+        assert c._fetcher._brokers and broker not in c._fetcher._brokers.values()  # a new connection
+    assert got == values

@@ -103,15 +103,12 @@ class Fetcher:
     def _leader(self, topic: str, partition: int) -> _Broker:
         leader = self._leaders.get((topic, partition))
         if leader is None or leader not in self._brokers:
-            md = self.store._metadata(topic)
-            found = md.topics.get(topic)
-            part = found.partitions.get(partition) if found is not None else None
-            if part is None or part.leader < 0 or part.leader not in md.brokers:
-                raise KlogError("the partition has no leader the cluster names")
-            leader = part.leader
+            found = self.store.leader(topic, partition)
+            if found is None:
+                raise KlogError("the cluster names no leader for it")
+            leader, host, port = found
             if leader not in self._brokers:
-                address = md.brokers[leader]
-                self._brokers[leader] = self._connect(address.host, address.port)
+                self._brokers[leader] = self._connect(host, port)
             self._leaders[(topic, partition)] = leader
         return self._brokers[leader]
 

@@ -96,6 +96,17 @@ class RemoteStore(GroupAdminMethods):
         except KafkaException as e:
             raise self.unreachable(e) from None
 
+    def leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
+        """(broker id, host, port) of the partition's leader as the cluster's metadata says now
+        (asked anew: a caller asks after a leader moved); None when it names no leader."""
+        md = self._metadata(topic)
+        found = md.topics.get(topic)
+        part = found.partitions.get(partition) if found is not None else None
+        if part is None or part.leader < 0 or part.leader not in md.brokers:
+            return None
+        broker = md.brokers[part.leader]
+        return part.leader, broker.host, broker.port
+
     def _topics(self) -> dict[str, RemoteTopic]:
         md = self._metadata(None)
         out = {}
