@@ -146,9 +146,12 @@ class GroupCoordinator:
             self._log_event(f"group '{r.group}': {len(r.partitions)} committed offset(s) expired "
                             f"(offsets.retention.minutes={self.retention_ms / 60_000:g})"
                             + ("; the group is Empty without offsets: removed" if r.group_removed else ""))
-            group = self.machine.groups.get(r.group)
-            if r.group_removed and group is not None and not group.members and not group.pending:
-                del self.machine.groups[r.group]  # Kafka: Dead; a new group of that id starts afresh
+        # Empty groups gone from the store (expired now, or by `klog groups clean`/`delete` elsewhere) are
+        # forgotten here too (Kafka: Dead), so ListGroups stops naming them and a new group starts afresh
+        stored = set(await asyncio.get_running_loop().run_in_executor(self.executor, self.meta.group_ids))
+        for gid in [gid for gid, g in self.machine.groups.items()
+                    if gid not in stored and not g.members and not g.pending]:
+            del self.machine.groups[gid]
         return results
 
     def _stable_subscription(self, group: Group) -> set[str] | None:
