@@ -144,7 +144,7 @@ def set_defaults(data_dir: str, **defaults: str) -> None:
     path = os.path.join(data_dir, "klog.json")
     with open(path) as f:
         doc = json.load(f)
-    doc["defaults"] = {k.replace("_", "."): v for k, v in defaults.items()}
+    doc["defaults"] = {k.replace("_", "."): v for k, v in defaults.items()}  # a_b_c=... is a.b.c
     with open(path, "w") as f:
         json.dump(doc, f)
 
@@ -284,3 +284,15 @@ def test_standalone_commits_expire_one_by_one_and_a_live_group_keeps_what_it_rea
         assert committed(server, "live", "t", 1) == [2]
     finally:
         live.close()
+
+
+def test_the_server_takes_its_retention_settings_from_the_store_defaults(data_dir):
+    from klog.server import Server
+
+    with klog.open(data_dir):
+        pass  # makes the store and its klog.json
+    set_defaults(data_dir, offsets_retention_minutes="2", offsets_retention_check_interval_ms="soon")
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        coordinator = server.coordinator
+        # a bad value: Kafka's default (a warning says so), as for the group.* settings
+        assert (coordinator.retention_ms, coordinator.retention_check_ms) == (120_000, 600_000)
