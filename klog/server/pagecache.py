@@ -56,5 +56,8 @@ def ensure_cached(byte_range: Any) -> bool:
     True if it had to be read in. Blocking: call it from a worker thread."""
     if is_cached(byte_range.fd, byte_range.position, byte_range.length):
         return False
-    load(byte_range.fd, byte_range.position, byte_range.length)
+    try:
+        load(byte_range.fd, byte_range.position, byte_range.length)
+    except OSError:  # an unreadable range: the send reports it (the answer is not decided here)
+        return False
     return True
