@@ -36,6 +36,9 @@ from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 T = TypeVar("T")
 
 READ_BYTES_DEFAULT = FETCH_BYTES_MAX
+# In a replica's folder: the log holds a record whose attributes byte is >= 0x80 (a foreign log:
+# `dirs import` found one), so its batches are decoded by the strict decoder only (see fastrecords)
+STRICT_RECORDS_MARKER = "klog-strict-records"
 
 
 @dataclass
@@ -47,19 +50,23 @@ class FetchedBatch:
     segment_base: int
     position: int
     path: str | None = None  # the segment file, for error messages
+    strict: bool = False  # the log is marked STRICT_RECORDS_MARKER: never the compiled reader
 
     def records(self) -> list[codec.RecordOut]:
-        return self._decode(lambda data, pos, header: codec.decode_batch_records(data, pos, header, fast=True))
+        fast = not self.strict
+        return self._decode(lambda data, pos, header: codec.decode_batch_records(data, pos, header, fast=fast))
 
     def values(self, null: bytes | None = None) -> list[bytes | None]:
         """Only the values (`null` for a null one): what value-only output needs."""
+        fast = not self.strict
         return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null,
-                                                                                    fast=True))
+                                                                                    fast=fast))
 
     def timestamps_values(self, null: bytes | None = None) -> tuple[list[int], list[bytes | None]]:
         """Timestamps and values, two lists: what merging partitions' values in time order needs."""
+        fast = not self.strict
         return self._decode(lambda data, pos, header: codec.decode_batch_timestamps_values(
-            data, pos, header, null, fast=True))
+            data, pos, header, null, fast=fast))
 
     def _decode(self, decoder: Callable[[bytes, int, BatchHeader], T]) -> T:
         try:
@@ -138,6 +145,7 @@ class PartitionLog:
         self._dir_dirty = False
         self.recovery_point = 0
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
+        self.strict_records = False  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
         self.refresh_segments()
 
     # -- segment list --------------------------------------------------------------------------
@@ -156,6 +164,18 @@ class PartitionLog:
             if base not in self.segments:
                 self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
         self.bases = bases
+        self.strict_records = STRICT_RECORDS_MARKER in names
+
+    def mark_strict_records(self) -> None:
+        """Make every later read of this log (in any process) use the strict decoder only: the log
+        holds a record attributes byte the compiled reader would read differently from Kafka."""
+        path = os.path.join(self.directory, STRICT_RECORDS_MARKER)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("a record's attributes byte is >= 0x80: klog reads this log with its strict decoder only\n")
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(self.directory)
+        self.strict_records = True
 
     def segment_for(self, offset: int) -> LogSegment | None:
         i = bisect.bisect_right(self.bases, offset) - 1
@@ -508,7 +528,8 @@ class PartitionLog:
                         return out
                     raise CorruptLogError(problem, segment.log_path, position + at, header.base_offset)
                 data = chunk[at:at + header.size] if (at or len(chunk) != header.size) else chunk
-                out.append(FetchedBatch(header, data, segment.base_offset, position + at, segment.log_path))
+                out.append(FetchedBatch(header, data, segment.base_offset, position + at, segment.log_path,
+                                        self.strict_records))
                 budget -= header.size
                 at += header.size
                 if budget <= 0:
@@ -547,7 +568,7 @@ class PartitionLog:
                 problem = validate.crc_problem(data, 0, last[1])
                 if problem is not None:
                     raise CorruptLogError(problem, segment.log_path, last[0], last[1].base_offset)
-                return FetchedBatch(last[1], data, base, last[0], segment.log_path)
+                return FetchedBatch(last[1], data, base, last[0], segment.log_path, self.strict_records)
         return None
 
     def first_offset(self) -> int:
