@@ -136,6 +136,24 @@ def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int,
     return batches
 
 
+def folder_log_bytes(directory: str) -> int:
+    """The bytes of a replica folder's segments, as Kafka's UnifiedLog.size counts them (the size
+    DescribeLogDirs reports): each `<base>.log` file; not the indexes, nor the `.deleted`,
+    `.cleaned` or `.swap` files retention and compaction leave for a while."""
+    total = 0
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        if entry.name.endswith(LOG_SUFFIX) and parse_segment_base(entry.name) is not None:
+            try:
+                total += entry.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:
+                pass  # deleted meanwhile
+    return total
+
+
 def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
     """Did a read of `segment` end before the segment's end (at damage, or as the file grew)?"""
     try:
