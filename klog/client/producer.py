@@ -7,11 +7,14 @@ partition and offset are known once its batch is acknowledged.
 
 from __future__ import annotations
 
+import gc
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
+from operator import add, itemgetter
 from typing import Self
 
 from klog.client.partitioner import StickyPartitioner, partition_for_key
@@ -56,7 +59,9 @@ class PendingRecord:
 @dataclass
 class _Batch:
     records: list[RecordIn] = field(default_factory=list)
-    pending: list[PendingRecord | None] = field(default_factory=list)
+    # position in the batch -> the send() record waiting for its metadata; the bulk paths add none
+    # (a list with a None per bulk record cost a pass per record when filling and when acknowledging)
+    pending: dict[int, PendingRecord] = field(default_factory=dict)
     estimated_bytes: int = 0
     first_ms: float = 0.0
 
@@ -171,8 +176,8 @@ class Producer(ProducerBase):
                                       f"of topic '{topic}'")
         batch = self._batch_for(topic, partition, size, max_bytes, ts)
         pending = PendingRecord(self, topic, partition, len(batch.records))
+        batch.pending[len(batch.records)] = pending
         batch.records.append((key, value, headers or (), ts))
-        batch.pending.append(pending)
         batch.estimated_bytes += size
         if sticky:
             self.sticky.produced(topic, size, count)
@@ -192,12 +197,16 @@ class Producer(ProducerBase):
         after every record before it was buffered.
         """
         count, partition, hdrs, overhead, ts = self._bulk_start(topic, partition, headers, timestamp)
-        if pairs and self._compacted(topic) and any(k is None for k, _ in pairs):
-            raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
-        sizes = [(len(v) if v is not None else 0) + (len(k) if k is not None else 0) + overhead for k, v in pairs]
-        records = [(k, v, hdrs, ts) for k, v in pairs]
-        keyless = partition is None and count > 1 and all(k is None for k, _ in pairs)
-        self._send_records(topic, records, sizes, partition, count, keyless)
+        with _gc_paused(len(pairs)):
+            # columns, each built by one C-level pass (no Python-level step per record)
+            keys = list(map(_FIRST, pairs))
+            values = list(map(_SECOND, pairs))
+            if pairs and self._compacted(topic) and None in keys:
+                raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
+            sizes = list(map(add, _sizes(keys, overhead), _sizes(values, 0)))
+            records = list(zip(keys, values, repeat(hdrs), repeat(ts)))
+            keyless = partition is None and count > 1 and keys.count(None) == len(keys)
+            self._send_records(topic, records, sizes, partition, count, keyless, keys)
 
     def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
                     partition: int | None = None, timestamp: int | None = None) -> None:
@@ -206,9 +215,10 @@ class Producer(ProducerBase):
         count, partition, hdrs, overhead, ts = self._bulk_start(topic, partition, headers, timestamp)
         if values and self._compacted(topic):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
-        sizes = [(len(v) if v is not None else 0) + overhead for v in values]
-        records = [(None, v, hdrs, ts) for v in values]
-        self._send_records(topic, records, sizes, partition, count, True)
+        with _gc_paused(len(values)):
+            sizes = _sizes(values, overhead)
+            records = list(zip(repeat(None), values, repeat(hdrs), repeat(ts)))
+            self._send_records(topic, records, sizes, partition, count, True)
 
     def _bulk_start(self, topic: str, partition: int | None, headers: Headers | None,
                     timestamp: int | None) -> tuple[int, int | None, tuple, int, int]:
@@ -223,14 +233,16 @@ class Producer(ProducerBase):
         return count, partition, hdrs, overhead, ts
 
     def _send_records(self, topic: str, records: list[RecordIn], sizes: list[int], partition: int | None,
-                      count: int, keyless: bool) -> None:
+                      count: int, keyless: bool, keys: list[bytes | None] | None = None) -> None:
         """Buffer the bulk paths' records (sizes: their estimates) into their partitions' batches;
-        keyless: no record has a key (the sticky partitioner places them all)."""
+        keyless: no record has a key (the sticky partitioner places them all); keys: the records'
+        keys when the caller has them as a list already."""
         max_bytes = self._topic_settings[topic][0]
         limit = max_bytes - RECORD_BATCH_OVERHEAD
         if sizes and max(sizes) > limit:
             too_big = next(j for j, size in enumerate(sizes) if size > limit)
-            self._send_records(topic, records[:too_big], sizes[:too_big], partition, count, keyless)
+            self._send_records(topic, records[:too_big], sizes[:too_big], partition, count, keyless,
+                               None if keys is None else keys[:too_big])
             error = RecordTooLargeError(f"record of {sizes[too_big]} bytes is larger than max.message.bytes "
                                         f"({max_bytes}) of topic '{topic}'")
             error.index = too_big  # type: ignore[attr-defined]
@@ -240,12 +252,12 @@ class Producer(ProducerBase):
         elif keyless:
             self._fill(topic, None, records, sizes, count, max_bytes)
         else:
-            for p, (group, group_sizes) in self._by_partition(topic, records, sizes, count).items():
+            for p, (group, group_sizes) in self._by_partition(topic, records, sizes, count, keys).items():
                 self._fill(topic, p, group, group_sizes, count, max_bytes)
         self._maybe_linger_flush()
 
-    def _by_partition(self, topic: str, records: list[RecordIn], sizes: list[int],
-                      count: int) -> dict[int, tuple[list[RecordIn], list[int]]]:
+    def _by_partition(self, topic: str, records: list[RecordIn], sizes: list[int], count: int,
+                      keys: list[bytes | None] | None = None) -> dict[int, tuple[list[RecordIn], list[int]]]:
         """Records and sizes split by partition, each in input order.
 
         Partitions come from the per-key cache in one C-level pass (murmur2 only for new keys;
@@ -254,7 +266,8 @@ class Producer(ProducerBase):
         cache = self._key_partitions.get((topic, count))
         if cache is None or len(cache) > KEY_PARTITION_CACHE_MAX:
             cache = self._key_partitions[(topic, count)] = {}
-        keys = [record[0] for record in records]
+        if keys is None:
+            keys = list(map(_FIRST, records))
         parts = list(map(cache.get, keys, repeat(None)))
         if None in parts:
             sticky = self.sticky
@@ -303,7 +316,6 @@ class Producer(ProducerBase):
                 j = i + 1  # at least one record per round (an empty batch takes even an oversized one)
             added = (ends[j - 1] - before) if j > i else 0
             batch.records += records[i:j]
-            batch.pending += [None] * (j - i)
             batch.estimated_bytes += added
             i = j
             if partition is None:
@@ -333,9 +345,10 @@ class Producer(ProducerBase):
 
     def flush(self) -> None:
         """Write every buffered batch and wait for its acknowledgement."""
-        while self._batches:
-            key = next(iter(self._batches))
-            self._write(key, self._batches.pop(key))
+        with _gc_paused(sum(len(b.records) for b in self._batches.values())):  # encoding allocates per record
+            while self._batches:
+                key = next(iter(self._batches))
+                self._write(key, self._batches.pop(key))
 
     # -- writing -------------------------------------------------------------------------------
     def _write(self, key: tuple[str, int], batch: _Batch) -> None:
@@ -346,8 +359,9 @@ class Producer(ProducerBase):
                                      log_append_time_ms=now_ms)
         if len(encoded) > max_bytes and len(batch.records) > 1:
             half = len(batch.records) // 2
-            self._write(key, _Batch(batch.records[:half], batch.pending[:half]))
-            self._write(key, _Batch(batch.records[half:], batch.pending[half:]))
+            pending = batch.pending
+            self._write(key, _Batch(batch.records[:half], {i: p for i, p in pending.items() if i < half}))
+            self._write(key, _Batch(batch.records[half:], {i - half: p for i, p in pending.items() if i >= half}))
             return
         part = self.store.partition(topic, partition)
         active_before = part.active_segment_base()
@@ -357,12 +371,43 @@ class Producer(ProducerBase):
 
             retain_after_roll(self.store, topic, partition, self.replicas.warn)
         self.records_sent += len(batch.records)
-        for i, pending in enumerate(batch.pending):
-            if pending is not None:
-                ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
-                pending.metadata = RecordMetadata(topic, partition, base_offset + i, ts)
+        for i, pending in batch.pending.items():
+            ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
+            pending.metadata = RecordMetadata(topic, partition, base_offset + i, ts)
         if self.on_ack is not None:
             self.on_ack(topic, partition, base_offset, len(batch.records))
+
+
+GC_PAUSE_MIN_RECORDS = 512
+
+
+@contextmanager
+def _gc_paused(records: int) -> Iterator[None]:
+    """The bulk paths allocate a tracked tuple per record (and the batches hold them until
+    written), so the cyclic GC would run every few hundred records and, as they are promoted, walk
+    the whole heap (~0.1 s of CPU per million lines); none of them can form a cycle, so it is
+    paused meanwhile, as codec.decode_records does. (It is process-wide: another thread's
+    gc.disable() meanwhile is undone at the end; only a collection's timing depends on it.)"""
+    if records < GC_PAUSE_MIN_RECORDS or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
+
+
+def _sizes(column: Sequence[bytes | None], base: int) -> list[int]:
+    """base + the length of each item (0 for None): C-level passes unless an item is None."""
+    try:
+        return list(map(base.__add__, map(len, column)))
+    except TypeError:  # a None (a tombstone's value, a keyless record's key)
+        return [base + (len(x) if x is not None else 0) for x in column]
 
 
 def _delta_fits(batch: _Batch, ts: int) -> bool:
