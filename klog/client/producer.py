@@ -345,7 +345,10 @@ class Producer(ProducerBase):
 
     def flush(self) -> None:
         """Write every buffered batch and wait for its acknowledgement."""
-        with _gc_paused(sum(len(b.records) for b in self._batches.values())):  # encoding allocates per record
+        if not self._batches:
+            return
+        # encoding allocates per record; and each log directory is checked once for all the batches
+        with _gc_paused(sum(len(b.records) for b in self._batches.values())), self.replicas.shared_dir_checks():
             while self._batches:
                 key = next(iter(self._batches))
                 self._write(key, self._batches.pop(key))
