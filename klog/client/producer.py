@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from typing import Self
 
-from klog.client.partitioner import StickyPartitioner, partition_for_key
+from klog.client.partitioner import StickyPartitioner, key_partitions, partition_for_key
 from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
 from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
 from klog.store import codec, compression
@@ -28,7 +28,6 @@ from klog.store.names import validate_topic_name
 RECORD_OVERHEAD_BYTES_MAX = 21 + 10  # length, attributes, ts delta, offset delta, key/value lengths, headers count
 BATCH_SIZE_DEFAULT = PRODUCER_BATCH_BYTES_DEFAULT
 ACKS = ("0", "1", "all")
-KEY_PARTITION_CACHE_MAX = 100_000  # distinct (topic, key) partitions remembered by the bulk path
 
 AckCallback = Callable[[str, int, int, int], None]  # topic, partition, base offset, record count
 
@@ -121,7 +120,6 @@ class Producer(ProducerBase):
         self._batches: dict[tuple[str, int], _Batch] = {}
         self._partition_counts: dict[str, int] = {}
         self._topic_settings: dict[str, tuple[int, int, int]] = {}
-        self._key_partitions: dict[tuple[str, int], dict[bytes, int]] = {}  # (topic, count): key -> partition
         self._compacted_topics: dict[str, bool] = {}
         self.records_sent = 0
         from klog.client.replication import ReplicaManager
@@ -259,9 +257,7 @@ class Producer(ProducerBase):
         Partitions come from the per-key cache in one C-level pass (murmur2 only for new keys;
         keyless records take the sticky partitioner's in order); then a stable sort by partition
         and one slice per partition, instead of two appends per record."""
-        cache = self._key_partitions.get((topic, count))
-        if cache is None or len(cache) > KEY_PARTITION_CACHE_MAX:
-            cache = self._key_partitions[(topic, count)] = {}
+        cache = key_partitions(count)
         keys = [record[0] for record in records]
         parts = list(map(cache.get, keys, repeat(None)))
         if None in parts:
