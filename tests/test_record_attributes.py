@@ -111,3 +111,19 @@ def test_sparks_arrow_reader_reads_kafkas_answer(imported, data_dir) -> None:
     batches = list(read_range(data_dir, "odd", 0, 0, COUNT, True, arrow_schema()))
     rows = [row for b in batches for row in b.to_pylist()]
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(o, k, v) for o, _, k, v in EXPECTED]
+
+
+def test_verify_finds_an_unmarked_log_and_repair_marks_it(cli, imported, store) -> None:
+    """A log with such a record that import did not see (put in the store by another tool)."""
+    from klog.store.log import STRICT_RECORDS_MARKER
+
+    folder = store.partition("odd", 0).leader.directory
+    os.unlink(os.path.join(folder, STRICT_RECORDS_MARKER))
+    r = cli("verify")
+    assert r.exit_code == 1 and "not marked for strict decoding (offset 0)" in r.out + r.stderr
+    r = cli("verify", "--repair")
+    assert "repaired: marked to be read with the strict decoder only" in r.out + r.stderr
+    assert os.path.exists(os.path.join(folder, STRICT_RECORDS_MARKER))
+    assert cli("verify").exit_code == 0
+    r = cli("consume", "odd", "-o", "earliest", "--json")
+    assert [json.loads(line)["key"] for line in r.out.splitlines()] == [KEY.decode()] * COUNT

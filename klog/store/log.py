@@ -209,6 +209,25 @@ class PartitionLog:
         fsync_dir(self.directory)
         self.strict_records = True
 
+    def first_high_attributes_offset(self) -> int | None:
+        """The offset of the first record whose attributes byte is >= 0x80, or None: a walk over
+        every record of every segment (for `dirs import` and `verify`; offset gaps a compacted
+        Kafka log has are no concern here, nor damage: every reader reports that)."""
+        self.refresh_segments()
+        for base in self.bases:
+            segment = self.segments[base]
+            for pos, header in segment.iter_headers(0, segment.file_size()):
+                data = segment.read_bytes(pos, header.size)
+                if validate.crc_problem(data, 0, header) is not None:
+                    continue
+                try:
+                    index = validate.high_attributes_record(data, 0, header)
+                    if index is not None:
+                        return codec.decode_batch_records(data, 0, header)[index][0]  # strict: Kafka's offset
+                except (CorruptLogError, UnsupportedCodecError):
+                    continue
+        return None
+
     def segment_for(self, offset: int) -> LogSegment | None:
         i = bisect.bisect_right(self.bases, offset) - 1
         return self.segments[self.bases[i]] if i >= 0 else None
