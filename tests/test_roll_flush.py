@@ -197,3 +197,26 @@ def test_kill_9_during_a_rolls_background_flush_keeps_every_acknowledged_record(
         assert len(records) >= acked_end
         assert [o for o, _ in records] == list(range(len(records)))
         assert all(v == b"%06d-" % o + b"x" * 200 for o, v in records[:acked_end])
+
+
+def test_a_writer_reopening_after_another_forgets_its_pending_flushes(tmp_path, gate):
+    """Another writer may truncate what this one sealed meanwhile: reopening (not trusted) must
+    not later move the recovery point to where a forgotten segment ended."""
+    directory = str(tmp_path / "t-0")
+    first = PartitionLog(directory, NO_FSYNC)
+    second = PartitionLog(directory, NO_FSYNC)
+    try:
+        first.open_for_write()
+        _roll_times(first, 2)
+        assert first.pending_flushes
+        threading.Timer(0.2, gate.set).start()
+        second.open_for_write()
+        second.truncate_to(1)
+        first.open_for_write()
+        assert not first.pending_flushes
+        _append(first)
+        assert first.recovery_point <= 1 and first.state.read().recovery_point <= 1
+    finally:
+        gate.set()
+        first.close()
+        second.close()

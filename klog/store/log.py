@@ -248,6 +248,7 @@ class PartitionLog:
         since (Partition's lock generation); an opened log then stays as it is."""
         if trusted and self._fds is not None and self.bases and self.active.next_offset is not None:
             return RecoveryReport()
+        self.drop_flushes()  # another writer may have truncated or replaced what they sealed
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
