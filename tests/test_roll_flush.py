@@ -220,3 +220,31 @@ def test_a_writer_reopening_after_another_forgets_its_pending_flushes(tmp_path, 
         gate.set()
         first.close()
         second.close()
+
+
+def test_the_recovery_point_never_skips_a_segment_a_killed_writer_left_unflushed(tmp_path, fsyncs, gate):
+    """The first writer dies with its roll's flush pending (its recovery point stays below the
+    sealed segment); the next writer's own background flushes must not move the recovery point
+    over that segment: only its flush(), which fsyncs it, may."""
+    directory = str(tmp_path / "t-0")
+    first = PartitionLog(directory, NO_FSYNC)
+    first.open_for_write()
+    _roll_times(first, 1)
+    _append(first)
+    first.pending_flushes.clear()  # as if killed: its flush never reports back
+    unflushed = first.bases[0]
+    second = PartitionLog(directory, NO_FSYNC)
+    try:
+        second.open_for_write()
+        assert second.recovery_point <= unflushed
+        gate.set()
+        _roll_times(second, 2)
+        second.finish_flushes()
+        assert second.recovery_point <= unflushed
+        fsyncs.clear()
+        second.flush()
+        assert second.segments[unflushed].log_path in {p for p, _ in fsyncs}
+        assert second.recovery_point == second.log_end_offset
+    finally:
+        first.close()
+        second.close()

@@ -48,9 +48,11 @@ ROLL_FLUSHES_PENDING_MAX = 4
 
 @dataclass
 class PendingFlush:
-    """A sealed segment being fsynced by the flusher: once done, the recovery point may pass `end`."""
+    """A sealed segment being fsynced by the flusher: once done, a recovery point that had
+    reached the segment (`start`) may pass it (`end`)."""
 
-    end: int  # the sealed segment's end offset: the base of the segment rolled after it
+    start: int  # the sealed segment's base offset
+    end: int  # its end offset: the base of the segment rolled after it
     future: Future
 
 
@@ -340,7 +342,8 @@ class PartitionLog:
         segment = self.new_segment(base)
         self._open_fds()
         if sealed is not None:
-            self.pending_flushes.append(PendingFlush(base, flusher.submit_sealed(sealed, self.directory)))
+            self.pending_flushes.append(PendingFlush(old.base_offset, base,
+                                                     flusher.submit_sealed(sealed, self.directory)))
             faults.point("roll-flush-pending")
             if len(self.pending_flushes) > ROLL_FLUSHES_PENDING_MAX:
                 self.collect_flushes(wait=len(self.pending_flushes) - ROLL_FLUSHES_PENDING_MAX)
@@ -348,8 +351,10 @@ class PartitionLog:
 
     def collect_flushes(self, wait: int = 0) -> None:
         """Move the recovery point past the sealed segments the flusher has fsynced, oldest first,
-        waiting for the first `wait` of them. A failed fsync stops the recovery point before that
-        segment for good: flush() then fsyncs it again itself, and raises if it fails again."""
+        waiting for the first `wait` of them; only from a recovery point inside or at the start of
+        the segment (one below it: a segment before, sealed by a writer killed with its flush
+        pending, is not known to be on disk). A failed fsync stops the recovery point before that
+        segment for good. flush() fsyncs what is left itself, and raises if that fails again."""
         pending = self.pending_flushes
         while pending and (wait > 0 or pending[0].future.done()):
             item = pending.pop(0)
@@ -357,7 +362,8 @@ class PartitionLog:
             if item.future.exception() is not None:
                 self.drop_flushes()
                 return
-            self.recovery_point = max(self.recovery_point, item.end)
+            if self.recovery_point >= item.start:
+                self.recovery_point = max(self.recovery_point, item.end)
 
     def drop_flushes(self) -> None:
         """Wait for every pending flush and forget them, the recovery point unmoved (a truncation
