@@ -4,6 +4,7 @@ a varint, which shifts the record's later fields. Every klog reader must give Ka
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import struct
@@ -13,7 +14,7 @@ import crcmod.predefined
 import pytest
 
 from klog.store import codec
-from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET
+from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORDS_OFFSET
 from tests.kafka_files import write_segment
 
 NOW = int(time.time() * 1000) - 60_000
@@ -35,14 +36,26 @@ def _high_attributes_batch(base_offset: int) -> bytes:
     return bytes(data)
 
 
+def _gzipped(batch: bytes) -> bytes:
+    """The same batch with its records section gzip-compressed (Python's gzip; CRC by crcmod):
+    the compiled reader sees the decompressed records, so it would misread them alike."""
+    body = gzip.compress(batch[RECORDS_OFFSET:])
+    data = bytearray(batch[:RECORDS_OFFSET]) + body
+    struct.pack_into(">h", data, ATTRIBUTES_OFFSET, 1)  # codec 1: gzip
+    struct.pack_into(">i", data, 8, len(data) - 12)  # batchLength: the bytes after it
+    struct.pack_into(">I", data, CRC_OFFSET, crcmod.predefined.mkCrcFun("crc-32c")(bytes(data[ATTRIBUTES_OFFSET:])))
+    return bytes(data)
+
+
 # Kafka's answer, (offset, timestamp, key, value) as the record's fields say
 EXPECTED = [(i, NOW, KEY, b"v%d" % i) for i in range(COUNT)]
 
 
-@pytest.fixture
-def imported(cli, tmp_path):
+@pytest.fixture(params=["uncompressed", "gzip"])
+def imported(cli, tmp_path, request):
     kafka_dir = tmp_path / "kafka-logs"
-    write_segment(str(kafka_dir / "odd-0"), 0, [_high_attributes_batch(0)])
+    batch = _high_attributes_batch(0)
+    write_segment(str(kafka_dir / "odd-0"), 0, [batch if request.param == "uncompressed" else _gzipped(batch)])
     r = cli("dirs", "import", str(kafka_dir))
     assert r.exit_code == 0, r.stderr
     assert "offset 0 has a record attributes byte >= 0x80" in r.out + r.stderr
@@ -56,6 +69,10 @@ def test_the_batch_is_read_differently_by_the_compiled_reader_alone() -> None:
     assert [r[:4] for r in codec.decode_batch_records(batch, 0, header)] == EXPECTED
     fast = codec.decode_batch_records(batch, 0, header, fast=True)
     assert [r[:4] for r in fast] != EXPECTED and fast[0][2] is None and fast[0][0] == 1
+    gzipped = _gzipped(batch)
+    header = codec.read_header(gzipped)
+    assert [r[:4] for r in codec.decode_batch_records(gzipped, 0, header)] == EXPECTED
+    assert [r[:4] for r in codec.decode_batch_records(gzipped, 0, header, fast=True)] == [r[:4] for r in fast]
 
 
 def test_consume_json_dump_and_group_read_kafkas_answer(cli, imported) -> None:
