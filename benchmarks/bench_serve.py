@@ -17,6 +17,10 @@
 - memory: the server's RSS idle, with 500 idle connections, and with 10 busy producers.
 
 Each round alternates the server and local runs; figures are medians of R rounds.
+
+`--produce-only`: the produce rows alone, each round alternating the server as it is with the same
+server checking every batch with the record walk only (validate.uniform_records_ok off: the
+previous validator), with the server's and the client's CPU seconds per run.
 """
 
 from __future__ import annotations
@@ -257,13 +261,78 @@ def memory(serve: Serve, bootstrap: str) -> tuple[float, float, float]:
     return idle, with_idle, peak[0]
 
 
+# the server with the one-pass check of uniform batches off: every batch takes the record walk
+WALK_ONLY_SERVER = ("import sys; import klog.store.validate as v; v.UNIFORM_MIN_RECORDS = 1 << 62; "
+                    "sys.argv[0] = 'klog'; from klog.cli.entry import main; main()")
+
+
+def self_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread: librdkafka's included
+    return usage.ru_utime + usage.ru_stime
+
+
+def produce_only(n: int, rounds: int, env: dict) -> None:
+    """confluent-kafka -> `klog serve` as it is and with the walk only, alternated; kcat -P; klog produce."""
+    load_before = os.getloadavg()[0]
+    tmp = tempfile.mkdtemp(prefix="bench-serve-produce-")
+    lines_path = os.path.join(tmp, "lines")
+    with open(lines_path, "wb") as f:
+        f.write((b"x" * 100 + b"\n") * n)
+    rows: dict[str, list[tuple[float, float, float]]] = {"one pass": [], "walk only": []}  # rate, server, client CPU
+    kcat_rates: list[float] = []
+    local_rates: list[float] = []
+    servers: dict[str, Serve] = {}
+    try:
+        for name, code in (("one pass", None), ("walk only", WALK_ONLY_SERVER)):
+            servers[name] = Serve(os.path.join(tmp, name.replace(" ", "-")), env, python_code=code)
+        for r in range(rounds):
+            order = list(servers) if r % 2 == 0 else list(reversed(servers))
+            for name in order:
+                serve = servers[name]
+                topic = f"bench-{r}"
+                subprocess.run(klog_cmd("topics", "create", topic, "-d", os.path.join(tmp, name.replace(" ", "-"))),
+                               env=env, check=True, stdout=subprocess.DEVNULL)
+                server0, client0 = serve.cpu_s(), self_cpu_s()
+                took = confluent_produce(serve.bootstrap, topic, n)
+                rows[name].append((n / took, serve.cpu_s() - server0, self_cpu_s() - client0))
+            if KCAT:
+                kcat_rates.append(n / kcat_produce(servers["one pass"].bootstrap, f"kcat-{r}", lines_path, n,
+                                                   os.path.join(tmp, "one-pass"), env))
+            local_rates.append(n / local_produce(os.path.join(tmp, "local"), f"bench-{r}", lines_path, env))
+            kcat_text = f", kcat -P {kcat_rates[-1]:,.0f}/s" if kcat_rates else ""
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1][0]:,.0f}/s (server {v[-1][1]:.2f} s, client "
+                                                  f"{v[-1][2]:.2f} s CPU)" for k, v in rows.items()) +
+                  f"{kcat_text}, klog produce {local_rates[-1]:,.0f}/s", flush=True)
+    finally:
+        for serve in servers.values():
+            serve.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\n{n:,} records of 100 B, medians of {rounds} alternated rounds; load average before/after "
+          f"{load_before:.1f}/{os.getloadavg()[0]:.1f}")
+    for name, values in rows.items():
+        rate, server, client = (statistics.median(v[i] for v in values) for i in range(3))
+        print(f"produce  confluent-kafka acks=all -> klog serve ({name:9}) {rate:>12,.0f} records/s  "
+              f"server CPU {server / n * 1e6:.2f} us/record, client CPU {client / n * 1e6:.2f} us/record "
+              f"({min(v[0] for v in values):,.0f}-{max(v[0] for v in values):,.0f})")
+    if kcat_rates:
+        print(f"produce  kcat -P -X acks=all -> klog serve             {statistics.median(kcat_rates):>12,.0f} "
+              "records/s")
+    print(f"produce  klog produce (local CLI) acks=all               {statistics.median(local_rates):>12,.0f} "
+          "records/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-samples", type=int, default=300)
+    ap.add_argument("--produce-only", action="store_true",
+                    help="only the produce rows, the server alternated with its walk-only validator")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": REPO}
+    if args.produce_only:
+        produce_only(args.records, args.rounds, env)
+        return
     load_before = os.getloadavg()[0]
     n = args.records
     tmp = tempfile.mkdtemp(prefix="bench-serve-")
