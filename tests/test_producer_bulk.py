@@ -85,3 +85,27 @@ def test_send_values_checks_as_send_keyed(store) -> None:
     got = _by_partition(store, "three")
     assert sorted(v for rows in got.values() for _, v in rows) == sorted(b"%d" % i for i in range(500))
     assert all([int(v) for _, v in rows] == sorted(int(v) for _, v in rows) for rows in got.values())
+
+
+def test_sent_records_among_bulk_ones_learn_their_offsets(store) -> None:
+    """send() and the bulk paths share a partition's batch: each PendingRecord gets its own offset."""
+    store.create_topic("m")
+    with store.producer() as producer:
+        producer.send_values("m", [b"a"] * 3)
+        first = producer.send("m", b"x")
+        producer.send_keyed("m", [(b"k", b"b"), (b"k", None)])
+        second = producer.send("m", b"y", key=b"k")
+    assert (first.offset, second.offset) == (3, 6)
+    assert _by_partition(store, "m") == {0: [(None, b"a")] * 3 + [(None, b"x"), (b"k", b"b"), (b"k", None),
+                                             (b"k", b"y")]}
+
+
+def test_tombstones_and_keyless_records_in_a_large_bulk_send(store) -> None:
+    """None keys and values (the sizes' slower path) in a send big enough to pause the GC."""
+    store.create_topic("t", partitions=4)
+    pairs = [(None if i % 5 == 0 else b"k%d" % (i % 11), None if i % 7 == 0 else b"%d" % i) for i in range(3000)]
+    with store.producer(batch_size=4000) as producer:
+        producer.send_keyed("t", pairs)
+    got = _by_partition(store, "t")
+    assert sorted(map(repr, (r for rows in got.values() for r in rows))) == sorted(map(repr, pairs))
+    assert all(k is None or partition_for_key(k, 4) == p for p, rows in got.items() for k, _ in rows)

@@ -85,6 +85,39 @@ def test_leader_failing_an_append_hands_over_to_a_follower_and_the_write_goes_on
         assert values == expected(200)
 
 
+def test_a_disk_failing_in_the_middle_of_a_flush_of_many_partitions_fails_over_each_of_them(rstore, monkeypatch):
+    """A producer's flush checks each log directory once for all its batches (not per append):
+    a directory failing meanwhile still moves every partition it leads to a follower, and every
+    record lands once."""
+    store, dirs = rstore
+    store.create_topic("w", partitions=6, replication_factor=2)
+    values = {p: [b"p%d-%d" % (p, i) for i in range(20)] for p in range(6)}
+    with store.producer() as producer:  # a first round: every partition's replica check is cached
+        for p in range(6):
+            producer.send_values("w", values[p][:10], partition=p)
+    failing = 1
+    real_append = PartitionLog.append
+
+    def failing_append(self, batch, header):
+        if self.directory.startswith(dirs[failing]):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_append(self, batch, header)
+
+    monkeypatch.setattr(PartitionLog, "append", failing_append)
+    warnings: list[str] = []
+    with store.producer(on_warning=warnings.append) as producer:
+        for p in range(6):
+            producer.send_values("w", values[p][10:], partition=p)
+    meta = store.topics.get("w")
+    assert any(failing in pm.replicas for pm in meta.partitions)
+    for p, pm in enumerate(meta.partitions):
+        assert failing not in pm.isr and pm.leader != failing, (p, pm)
+        with store.consumer("w", partitions=[p]) as consumer:
+            assert [r.value for r in consumer] == values[p], p
+    assert sum(f"log directory {failing} left the ISR" in w for w in warnings) == \
+        sum(failing in pm.replicas for pm in meta.partitions)
+
+
 def test_a_reader_kept_open_across_an_election_never_reads_the_deposed_leaders_tail(rstore):
     store, dirs = rstore
     store.create_topic("s", replication_factor=2)

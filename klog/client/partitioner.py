@@ -40,6 +40,20 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+KEY_PARTITIONS_MAX = 100_000  # keys remembered per partition count (murmur2 in Python: ~1 us a key)
+_key_partitions: dict[int, dict[bytes, int]] = {}
+
+
+def key_partitions(partitions: int) -> dict[bytes, int]:
+    """key -> partition_for_key(key, partitions), for the caller to read and fill: one memo per
+    process (a key's partition depends on nothing else), so a new producer does not hash again
+    the keys the last one did; emptied when it grows past KEY_PARTITIONS_MAX keys."""
+    cache = _key_partitions.get(partitions)
+    if cache is None or len(cache) > KEY_PARTITIONS_MAX:
+        cache = _key_partitions[partitions] = {}
+    return cache
+
+
 class StickyPartitioner:
     """Keyless records stick to one partition for `switch_bytes`, then move to another (KIP-794).
 

@@ -7,14 +7,16 @@ partition and offset are known once its batch is acknowledged.
 
 from __future__ import annotations
 
+import gc
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from typing import Self
 
-from klog.client.partitioner import StickyPartitioner, partition_for_key
+from klog.client.partitioner import StickyPartitioner, key_partitions, partition_for_key
 from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
 from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
 from klog.store import codec, compression
@@ -26,7 +28,6 @@ from klog.store.names import validate_topic_name
 RECORD_OVERHEAD_BYTES_MAX = 21 + 10  # length, attributes, ts delta, offset delta, key/value lengths, headers count
 BATCH_SIZE_DEFAULT = PRODUCER_BATCH_BYTES_DEFAULT
 ACKS = ("0", "1", "all")
-KEY_PARTITION_CACHE_MAX = 100_000  # distinct (topic, key) partitions remembered by the bulk path
 
 AckCallback = Callable[[str, int, int, int], None]  # topic, partition, base offset, record count
 
@@ -56,7 +57,9 @@ class PendingRecord:
 @dataclass
 class _Batch:
     records: list[RecordIn] = field(default_factory=list)
-    pending: list[PendingRecord | None] = field(default_factory=list)
+    # position in the batch -> the send() record waiting for its metadata; the bulk paths add none
+    # (a list with a None per bulk record cost a pass per record when filling and when acknowledging)
+    pending: dict[int, PendingRecord] = field(default_factory=dict)
     estimated_bytes: int = 0
     first_ms: float = 0.0
 
@@ -117,7 +120,6 @@ class Producer(ProducerBase):
         self._batches: dict[tuple[str, int], _Batch] = {}
         self._partition_counts: dict[str, int] = {}
         self._topic_settings: dict[str, tuple[int, int, int]] = {}
-        self._key_partitions: dict[tuple[str, int], dict[bytes, int]] = {}  # (topic, count): key -> partition
         self._compacted_topics: dict[str, bool] = {}
         self.records_sent = 0
         from klog.client.replication import ReplicaManager
@@ -171,8 +173,8 @@ class Producer(ProducerBase):
                                       f"of topic '{topic}'")
         batch = self._batch_for(topic, partition, size, max_bytes, ts)
         pending = PendingRecord(self, topic, partition, len(batch.records))
+        batch.pending[len(batch.records)] = pending
         batch.records.append((key, value, headers or (), ts))
-        batch.pending.append(pending)
         batch.estimated_bytes += size
         if sticky:
             self.sticky.produced(topic, size, count)
@@ -194,10 +196,13 @@ class Producer(ProducerBase):
         count, partition, hdrs, overhead, ts = self._bulk_start(topic, partition, headers, timestamp)
         if pairs and self._compacted(topic) and any(k is None for k, _ in pairs):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
-        sizes = [(len(v) if v is not None else 0) + (len(k) if k is not None else 0) + overhead for k, v in pairs]
-        records = [(k, v, hdrs, ts) for k, v in pairs]
-        keyless = partition is None and count > 1 and all(k is None for k, _ in pairs)
-        self._send_records(topic, records, sizes, partition, count, keyless)
+        with _gc_paused(len(pairs)):
+            # (list comprehensions: faster here than map/zip passes, which build more lists)
+            sizes = [(len(v) if v is not None else 0) + (len(k) if k is not None else 0) + overhead
+                     for k, v in pairs]
+            records = [(k, v, hdrs, ts) for k, v in pairs]
+            keyless = partition is None and count > 1 and all(k is None for k, _ in pairs)
+            self._send_records(topic, records, sizes, partition, count, keyless)
 
     def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
                     partition: int | None = None, timestamp: int | None = None) -> None:
@@ -206,9 +211,10 @@ class Producer(ProducerBase):
         count, partition, hdrs, overhead, ts = self._bulk_start(topic, partition, headers, timestamp)
         if values and self._compacted(topic):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
-        sizes = [(len(v) if v is not None else 0) + overhead for v in values]
-        records = [(None, v, hdrs, ts) for v in values]
-        self._send_records(topic, records, sizes, partition, count, True)
+        with _gc_paused(len(values)):
+            sizes = [(len(v) if v is not None else 0) + overhead for v in values]
+            records = [(None, v, hdrs, ts) for v in values]
+            self._send_records(topic, records, sizes, partition, count, True)
 
     def _bulk_start(self, topic: str, partition: int | None, headers: Headers | None,
                     timestamp: int | None) -> tuple[int, int | None, tuple, int, int]:
@@ -251,9 +257,7 @@ class Producer(ProducerBase):
         Partitions come from the per-key cache in one C-level pass (murmur2 only for new keys;
         keyless records take the sticky partitioner's in order); then a stable sort by partition
         and one slice per partition, instead of two appends per record."""
-        cache = self._key_partitions.get((topic, count))
-        if cache is None or len(cache) > KEY_PARTITION_CACHE_MAX:
-            cache = self._key_partitions[(topic, count)] = {}
+        cache = key_partitions(count)
         keys = [record[0] for record in records]
         parts = list(map(cache.get, keys, repeat(None)))
         if None in parts:
@@ -303,7 +307,6 @@ class Producer(ProducerBase):
                 j = i + 1  # at least one record per round (an empty batch takes even an oversized one)
             added = (ends[j - 1] - before) if j > i else 0
             batch.records += records[i:j]
-            batch.pending += [None] * (j - i)
             batch.estimated_bytes += added
             i = j
             if partition is None:
@@ -333,9 +336,13 @@ class Producer(ProducerBase):
 
     def flush(self) -> None:
         """Write every buffered batch and wait for its acknowledgement."""
-        while self._batches:
-            key = next(iter(self._batches))
-            self._write(key, self._batches.pop(key))
+        if not self._batches:
+            return
+        # encoding allocates per record; and each log directory is checked once for all the batches
+        with _gc_paused(sum(len(b.records) for b in self._batches.values())), self.replicas.shared_dir_checks():
+            while self._batches:
+                key = next(iter(self._batches))
+                self._write(key, self._batches.pop(key))
 
     # -- writing -------------------------------------------------------------------------------
     def _write(self, key: tuple[str, int], batch: _Batch) -> None:
@@ -346,8 +353,9 @@ class Producer(ProducerBase):
                                      log_append_time_ms=now_ms)
         if len(encoded) > max_bytes and len(batch.records) > 1:
             half = len(batch.records) // 2
-            self._write(key, _Batch(batch.records[:half], batch.pending[:half]))
-            self._write(key, _Batch(batch.records[half:], batch.pending[half:]))
+            pending = batch.pending
+            self._write(key, _Batch(batch.records[:half], {i: p for i, p in pending.items() if i < half}))
+            self._write(key, _Batch(batch.records[half:], {i - half: p for i, p in pending.items() if i >= half}))
             return
         part = self.store.partition(topic, partition)
         active_before = part.active_segment_base()
@@ -357,12 +365,31 @@ class Producer(ProducerBase):
 
             retain_after_roll(self.store, topic, partition, self.replicas.warn)
         self.records_sent += len(batch.records)
-        for i, pending in enumerate(batch.pending):
-            if pending is not None:
-                ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
-                pending.metadata = RecordMetadata(topic, partition, base_offset + i, ts)
+        for i, pending in batch.pending.items():
+            ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
+            pending.metadata = RecordMetadata(topic, partition, base_offset + i, ts)
         if self.on_ack is not None:
             self.on_ack(topic, partition, base_offset, len(batch.records))
+
+
+GC_PAUSE_MIN_RECORDS = 512
+
+
+@contextmanager
+def _gc_paused(records: int) -> Iterator[None]:
+    """The bulk paths allocate a tracked tuple per record (and the batches hold them until
+    written), so the cyclic GC would run every few hundred records and, as they are promoted, walk
+    the whole heap (~0.1 s of CPU per million lines); none of them can form a cycle, so it is
+    paused meanwhile, as codec.decode_records does. (It is process-wide: another thread's
+    gc.disable() meanwhile is undone at the end; only a collection's timing depends on it.)"""
+    if records < GC_PAUSE_MIN_RECORDS or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _delta_fits(batch: _Batch, ts: int) -> bool:

@@ -14,7 +14,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from klog.errors import KlogError, NotEnoughReplicasError, StorageError
@@ -95,6 +96,8 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
     does; a byte comparison of batches then confirms it. The caller holds the partition lock and
     has opened both logs for writing.
     """
+    if leader.strict_records and not follower.strict_records:
+        follower.mark_strict_records()  # the copy holds the same foreign records
     if epochs:
         _truncate_to_epoch_end(follower, epochs, leader_end)
     _truncate_divergent_suffix(leader, follower)
@@ -152,6 +155,33 @@ class ReplicaManager:
         # (topic, partition, log dir) -> when its append or catch-up last failed, in this process:
         # retrying on every append would cost a read of the whole lag and a warning per batch
         self._failed_at: dict[tuple[str, int, int], float] = {}
+        # log dir id -> (its path, its health), while a producer writes many batches in one go
+        # (see shared_dir_checks); None otherwise: every append checks its directories again
+        self._dir_checks: dict[int, tuple[str, str]] | None = None
+
+    @contextmanager
+    def shared_dir_checks(self) -> Iterator[None]:
+        """Within this block, each log directory's health is checked once, not once per append:
+        a producer's flush writes a batch to each of its partitions (1,000 partitions on one disk
+        were 1,000 checks of the same directory). A directory that fails meanwhile still fails
+        the append that meets it (LeaderAppendError), which clears what was learnt."""
+        outer = self._dir_checks is not None
+        if not outer:
+            self._dir_checks = {}
+        try:
+            yield
+        finally:
+            if not outer:
+                self._dir_checks = None
+
+    def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
+        checks = self._dir_checks
+        known = checks.get(log_dir_id) if checks is not None else None
+        if known is None:
+            known = (self.store.data_dir.log_dir_path(log_dir_id), dir_health(self.store, log_dir_id))
+            if checks is not None and known[1] == health.OK:
+                checks[log_dir_id] = known
+        return known
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         return [self.store.data_dir.log_dir_path(d) for d in ids]
@@ -169,8 +199,12 @@ class ReplicaManager:
 
     def _replicas_healthy(self, topic: str, partition: int, meta: PartitionMeta) -> bool:
         """Every replica's directory is healthy and holds the partition's folder."""
-        return all(dir_health(self.store, d) == health.OK
-                   and os.path.isdir(replica_path(self.store, topic, partition, d)) for d in meta.replicas)
+        name = partition_dir_name(topic, partition)
+        for d in meta.replicas:
+            path, state = self._dir_path_and_health(d)
+            if state != health.OK or not os.path.isdir(os.path.join(path, name)):
+                return False
+        return True
 
     def reconcile(self, topic: str, partition: int, part) -> PartitionMeta:
         """Health, election, catch-up; leaves `part` configured as leader + ISR, opened for write."""
@@ -319,9 +353,13 @@ class ReplicaManager:
                 meta, result = self._append_with_failover(topic, partition, part, encoded, sync, acks, min_isr)
             except BaseException:
                 part.replica_check = None  # whatever failed, the next append checks everything
+                if self._dir_checks is not None:
+                    self._dir_checks.clear()
                 raise
             if result.failed_followers:
                 part.replica_check = None
+                if self._dir_checks is not None:
+                    self._dir_checks.clear()
                 dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
                 lost = {dirs[i] for i in result.failed_followers}
                 for i, why in result.failed_followers.items():
@@ -352,6 +390,8 @@ class ReplicaManager:
                 return meta, part.append_batch(encoded, sync)
             except LeaderAppendError as e:
                 part.replica_check = None
+                if self._dir_checks is not None:
+                    self._dir_checks.clear()  # the other partitions of this flush check their directories again
                 replicas = self.store.topics.get(topic).partitions[partition].replicas
                 failed = self._log_dir_of(part.leader, replicas)
                 stuck = {self._log_dir_of(r, replicas) for r in e.stuck}

@@ -44,6 +44,11 @@ class FileLock:
             os.pwrite(self._fd, GENERATION.pack(self.generation), 0)
         self._depth += 1
 
+    @property
+    def held(self) -> bool:
+        """By this object (some thread of this process: the others wait on its RLock)."""
+        return self._depth > 0
+
     def release(self) -> None:
         assert self._depth > 0, self.path
         self._depth -= 1

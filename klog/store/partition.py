@@ -100,6 +100,7 @@ class Partition:
         self.replicas = [PartitionLog(os.path.join(d, name), config) for d in replica_dirs]
         self.state = PartitionState(os.path.join(state_dir, name + ".state"))
         self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
+        self.state.held = self._lock_generation_held
         self.last_recovery: list[RecoveryReport] = []
         self.state_rebuilt: str | None = None  # set by open_for_write when it had to: the caller warns
         # readers: the leader epoch the replica list was built for, and how to rebuild it when a
@@ -127,6 +128,10 @@ class Partition:
         for r in known.values():
             if r not in self.replicas:
                 r.close()
+
+    def _lock_generation_held(self) -> int | None:
+        lock = self.lock
+        return lock.generation if lock.held else None
 
     @property
     def leader(self) -> PartitionLog:
