@@ -204,3 +204,27 @@ def test_a_lost_connection_is_opened_again_and_the_read_goes_on(kafka_server, da
         got += [v for chunk in chunks for v in chunk]
         assert c._fetcher._brokers and broker not in c._fetcher._brokers.values()  # a new connection
     assert got == values
+
+
+def test_transaction_markers_are_skipped_and_read_committed_goes_by_librdkafka(kafka_server, data_dir, tmp_path,
+                                                                                 klog_proc):
+    """Control batches (COMMIT/ABORT markers) are not records: the Fetch reader leaves them out as
+    the local reader does (read_uncommitted: aborted records included); read_committed, through
+    librdkafka, stops at the open transaction and skips the aborted ones."""
+    from klog.client.importer import import_dirs
+    from tests.test_kafka_files import ALL_TXN_VALUES, COMMITTED_VALUES, _txn_folder
+
+    _txn_folder(tmp_path / "k", with_txn_index=True)
+    with klog.open(data_dir) as s:
+        import_dirs(s, [str(tmp_path / "k")])
+    with RemoteStore(ClusterTarget(kafka_server.bootstrap)) as store:
+        with store.consumer("tx") as c:
+            assert isinstance(c, FetchConsumer)
+            assert [(r.offset, r.value.decode()) for r in c] == [
+                (o, v) for o, v in zip((0, 1, 2, 3, 4, 6, 8, 9, 10), ALL_TXN_VALUES, strict=True)]
+        with store.consumer("tx", isolation_level="read_committed") as c:
+            assert [r.value.decode() for r in c] == COMMITTED_VALUES  # ends at the last stable offset
+    for args in (["consume", "tx", "--json"], ["consume", "tx", "-X", "isolation.level=read_committed", "--json"]):
+        remote, local = klog_proc(*args, "-b", kafka_server.bootstrap), klog_proc(*args)
+        assert remote.returncode == local.returncode == 0, (args, remote.stderr)
+        assert remote.stdout == local.stdout and local.stdout, args
