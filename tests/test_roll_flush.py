@@ -163,6 +163,7 @@ def test_flush_fsyncs_the_sealed_segments_a_killed_writer_left(tmp_path, fsyncs,
 
 
 PRODUCER = r"""
+import os
 import sys
 import klog
 
@@ -170,7 +171,8 @@ data = sys.argv[1]
 store = klog.open(data)
 if not store.has_topic("t"):
     store.create_topic("t", configs={"segment.bytes": "2000", "flush.messages": str(2**62)})
-with store.producer(acks="1", on_ack=lambda t, p, base, n: print(base, n, flush=True)) as p:
+# one write(2) per acknowledgement: a kill from the flusher thread cannot tear a line
+with store.producer(acks="1", on_ack=lambda t, p, base, n: os.write(1, b"%d %d\n" % (base, n))) as p:
     for i in range(100_000):
         p.send("t", b"%06d-" % i + b"x" * 200, partition=0)
         p.flush()
@@ -183,7 +185,9 @@ def test_kill_9_during_a_rolls_background_flush_keeps_every_acknowledged_record(
     env = {**os.environ, CRASH_ENV: step, "PYTHONPATH": REPO}
     proc = subprocess.run([sys.executable, "-c", PRODUCER, data], env=env, capture_output=True, timeout=120)
     assert proc.returncode == -9, (step, proc.returncode, proc.stderr[-2000:])
-    acked = [tuple(map(int, line.split())) for line in proc.stdout.decode().splitlines()]
+    lines = proc.stdout.decode().splitlines()
+    assert all(len(line.split()) == 2 for line in lines), lines[-3:]
+    acked = [tuple(map(int, line.split())) for line in lines]
     assert acked, "killed before the first acknowledgement"
     acked_end = acked[-1][0] + acked[-1][1]
     folder = os.path.join(data, "logs", "t-0")
