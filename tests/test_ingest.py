@@ -125,3 +125,29 @@ def test_a_pipe_that_goes_quiet_has_what_was_read_written_but_a_busy_one_is_not_
     producer.flush()
     assert len(values(store, "p")) == 100_002
     assert len(flushes) < 10, flushes  # one per 64 KiB read would be ~12
+
+
+@pytest.mark.parametrize("delimiter", [b"\n", b"\r\n", b"ab"])
+def test_lines_split_across_reads_of_any_size_come_out_whole(store, delimiter):
+    """However the input is cut into reads (a pipe hands over what it has), each record is one
+    whole line: a line, or a multi-byte delimiter, cut between two reads is joined again."""
+    import random
+
+    rng = random.Random(5)
+    records = [b"x" * rng.randrange(0, 50) + b"%d" % i for i in range(3000)]
+    data = delimiter.join(records)
+
+    class Trickle:
+        def __init__(self) -> None:
+            self.pos = 0
+
+        def read(self, n: int) -> bytes:
+            size = min(n, rng.choice([1, 2, 3, 7, 100, 4096]))
+            out = data[self.pos:self.pos + size]
+            self.pos += len(out)
+            return out
+
+    store.create_topic("s")
+    counts = produce_from(store.producer(), "s", Trickle(), delimiter=delimiter)
+    assert counts == (3000, 3000)
+    assert values(store, "s") == records

@@ -121,7 +121,12 @@ class Ingest:
                 if delim not in chunk and delim not in junction + chunk[:len(delim) - 1]:
                     pending.append(chunk)
                     continue
-                lines = b"".join([*pending, chunk]).split(delim)
+                if len(delim) == 1:  # no delimiter across the junction: split the chunk, not a copy of it
+                    lines = chunk.split(delim)
+                    if pending:
+                        lines[0] = b"".join([*pending, lines[0]])
+                else:
+                    lines = b"".join([*pending, chunk]).split(delim)
                 pending = [lines.pop()]
                 self._send_lines(lines)
                 drained = len(chunk) < READ_CHUNK_BYTES and not more_ready()
