@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["all", "replay"], default="all")
     args = parser.parse_args()
     n = args.records
+    load_before = os.getloadavg()[0]  # the figures move with the machine's load: printed with them
     with tempfile.TemporaryDirectory() as d:
         env = {**os.environ, "PYTHONPATH": REPO}
         env.pop("KLOG_BOOTSTRAP_SERVERS", None)
@@ -87,7 +88,8 @@ def main() -> None:
             server.close()
             shutil.rmtree(remote_dir, ignore_errors=True)
     rate = {k: n / statistics.median(v) / 1e6 for k, v in results.items() if v}
-    print(f"{n:,} records of 100 B, 1 partition, median of {args.rounds} alternated rounds (M records/s):")
+    print(f"{n:,} records of 100 B, 1 partition, median of {args.rounds} alternated rounds (M records/s), "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after:")
     for k, v in rate.items():
         print(f"  {k:<22} {v:.3f}")
     if "produce local" in rate:

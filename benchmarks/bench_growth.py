@@ -5,7 +5,8 @@
 Each row sets a figure beside its peer measured in the same run:
   - many segments: producing 100-byte lines into a topic with segment.bytes small enough for
     --segments segments: the last 25 k records' per-record cost against the first 25 k's, with
-    one segment's in the same (alternated) chunks, and what a roll costs;
+    one segment's in the same (alternated) chunks, and what a roll costs; with the sealed
+    segments' fsyncs in the background (klog's roll) and waited for by each roll (before it);
   - 1,000 partitions: 100 k keyed records into a 1,000-partition topic against a 1-partition one;
   - creating --topics topics through the API: the last tenth against the first tenth;
   - --appends single-record batches into one partition (acks=1, no fsync per batch): the last
@@ -44,25 +45,39 @@ CHUNK = 25_000  # records per timed chunk of the segments row
 def bench_segments(segments: int) -> None:
     """Flatness in one run: the per-record cost of the LAST 25 k records of a partition that
     already has ~`segments` segments against its FIRST 25 k (same segment.bytes); beside it, one
-    segment (no roll) for the same chunks, whose difference per roll is what a roll costs."""
+    segment (no roll) for the same chunks, whose difference per roll is what a roll costs; and
+    the same many-segment partition with every roll waiting for its sealed segment's fsync
+    (ROLL_FLUSHES_PENDING_MAX 0: klog before the background flusher), chunks alternated."""
+    from klog.store import log as log_module
+
+    background = log_module.ROLL_FLUSHES_PENDING_MAX
     # ~150 records of 100 B per 16 kB batch, one batch per segment; whole chunks, at least two
     n = max(2, -(-segments * 150 // CHUNK)) * CHUNK
     with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
         store.create_topic("one", configs=NO_FSYNC)
         store.create_topic("many", configs={**NO_FSYNC, "segment.bytes": "16384"})
-        chunks: dict[str, list[float]] = {"one": [], "many": []}
+        store.create_topic("sync", configs={**NO_FSYNC, "segment.bytes": "16384"})
+        chunks: dict[str, list[float]] = {"one": [], "many": [], "sync": []}
         rolls: list[int] = []
-        for _ in range(n // CHUNK):
-            for topic in ("one", "many"):  # alternated, chunk by chunk: the same machine load
-                chunks[topic].append(produce_lines(store, topic, CHUNK))
-            rolls.append(len(store.partition("many", 0).leader.bases))
-    first, last = chunks["many"][0] / CHUNK * 1e6, chunks["many"][-1] / CHUNK * 1e6
-    one_first, one_last = chunks["one"][0] / CHUNK * 1e6, chunks["one"][-1] / CHUNK * 1e6
-    per_roll = (chunks["many"][-1] - chunks["one"][-1]) / (rolls[-1] - rolls[-2]) * 1e6
-    print(f"{n:,} records into {rolls[-1]:,} segments of 16 kB: first {CHUNK:,} {first:.2f} us/record, last "
-          f"{CHUNK:,} (from {rolls[-2]:,} segments on) {last:.2f} us/record ({last / first:.2f}x); one segment, same "
-          f"chunks: {one_first:.2f} and {one_last:.2f} us/record; a roll costs ~{per_roll:.0f} us "
-          f"(the last chunk's extra time over one segment per roll)")
+        try:
+            for _ in range(n // CHUNK):
+                for topic in ("one", "many", "sync"):  # alternated, chunk by chunk: the same machine load
+                    log_module.ROLL_FLUSHES_PENDING_MAX = 0 if topic == "sync" else background
+                    chunks[topic].append(produce_lines(store, topic, CHUNK))
+                rolls.append(len(store.partition("many", 0).leader.bases))
+        finally:
+            log_module.ROLL_FLUSHES_PENDING_MAX = background
+    us = {topic: [t / CHUNK * 1e6 for t in times] for topic, times in chunks.items()}
+    new_rolls = rolls[-1] - rolls[-2]
+    for topic, how in (("many", "rolls flushed in the background"), ("sync", "each roll waiting for its fsync")):
+        first, last = us[topic][0], us[topic][-1]
+        per_roll = (chunks[topic][-1] - chunks["one"][-1]) / new_rolls * 1e6
+        print(f"{n:,} records into {rolls[-1]:,} segments of 16 kB, {how}: first {CHUNK:,} {first:.2f} us/record, "
+              f"last {CHUNK:,} (from {rolls[-2]:,} segments on) {last:.2f} us/record ({last / first:.2f}x; "
+              f"{last / us['one'][-1]:.2f}x one segment); a roll costs ~{per_roll:.0f} us")
+    print(f"one segment, same chunks: first {us['one'][0]:.2f}, last {us['one'][-1]:.2f} us/record; medians over "
+          f"all chunks: one {statistics.median(us['one']):.2f}, background {statistics.median(us['many']):.2f}, "
+          f"waiting {statistics.median(us['sync']):.2f} us/record")
 
 
 def bench_partitions(n: int = 100_000, rounds: int = 5) -> None:
@@ -132,8 +147,9 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--rows", default="segments,partitions,topics,appends",
                         help="which rows to run, comma-separated")
+    parser.add_argument("--only-segments", action="store_true", help="only the many-segments rows")
     args = parser.parse_args()
-    rows = set(args.rows.split(","))
+    rows = {"segments"} if args.only_segments else set(args.rows.split(","))
     if "segments" in rows:
         bench_segments(args.segments)
     if "partitions" in rows:

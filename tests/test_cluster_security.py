@@ -100,3 +100,42 @@ def test_socket_path_refusals_are_one_line(secure_store, certs):  # noqa: F811
             with pytest.raises(SecurityError, match=re.escape(text)) as caught:
                 offset_delete(ClusterTarget(address, props), "g", "t", [0], timeout=8)
             assert time.monotonic() - started < 5 and "\n" not in str(caught.value)
+
+
+def test_an_encrypted_client_key_and_an_inline_ca(secure_store, certs, klog_proc, monkeypatch, tmp_path):  # noqa: F811
+    """-X ssl.key.password opens an encrypted client key and -X ssl.ca.pem gives the CA inline, for
+    librdkafka (produce) and klog's own socket alike (consume by Fetch requests, DescribeLogDirs);
+    a wrong key password is one line."""
+    import subprocess
+
+    from klog.client.remote.fetch_consumer import FetchConsumer
+    from klog.client.remote.store import RemoteStore
+    from klog.client.remote.target import ClusterTarget
+
+    monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "6")
+    encrypted = str(tmp_path / "alice-encrypted.key")
+    subprocess.run(["openssl", "pkey", "-in", certs.path("alice.key"), "-aes256", "-passout", "pass:s3cret",
+                    "-out", encrypted], check=True, capture_output=True, timeout=60)
+    with open(encrypted) as f:
+        assert "ENCRYPTED" in f.read()
+    with open(certs.ca) as f:
+        ca_pem = f.read()
+    props = {"security.protocol": "SSL", "ssl.ca.pem": ca_pem, "ssl.certificate.location": certs.path("alice.pem"),
+             "ssl.key.location": encrypted, "ssl.key.password": "s3cret"}
+    with serving(secure_store, certs, "SSL", ssl_cafile=certs.ca, ssl_client_auth="required") as server:
+        address = server.addr["SSL"]
+        dash_x = [arg for k, v in props.items() for arg in ("-X", f"{k}={v}")]
+        r = klog_proc("produce", "enc", "-b", address, *dash_x, input=b"one\ntwo\n", timeout=60)
+        assert r.returncode == 0, r.stderr
+        r = klog_proc("consume", "enc", "-b", address, *dash_x, timeout=60)
+        assert (r.returncode, r.stdout) == (0, b"one\ntwo\n"), r.stderr
+        r = klog_proc("topics", "describe", "enc", "--json", "-b", address, *dash_x, timeout=60)
+        assert r.returncode == 0 and json.loads(r.stdout)["partitions"][0]["size_bytes"] > 0, r.stderr
+        with RemoteStore(ClusterTarget(address, props)) as store, store.consumer("enc") as c:
+            assert isinstance(c, FetchConsumer)  # klog's socket, not librdkafka
+            assert [r.value for r in c] == [b"one", b"two"]
+        wrong = [a.replace("ssl.key.password=s3cret", "ssl.key.password=wrong") for a in dash_x]
+        r = klog_proc("consume", "enc", "-b", address, *wrong, timeout=60)
+        text = r.stderr.decode()
+        assert r.returncode in (1, 2) and text.count("\n") == 1 and "Traceback" not in text, text
+        assert "ssl.key" in text, text  # librdkafka names the key it could not open

@@ -9,6 +9,7 @@ passes on random segment lists (hypothesis).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -416,3 +417,17 @@ def test_a_roll_after_delete_records_elsewhere_still_deletes_below_the_log_start
     first = segment_files(store, "t")[0]
     fill(store, "t", 30, ts=lambda i: now)
     assert segment_files(store, "t")[0] != first
+
+
+def test_dirs_list_counts_segment_bytes_as_topics_describe_and_kafka_do(seg_topic, cli):
+    """Kafka's DescribeLogDirs reports each replica's UnifiedLog.size: the bytes of its segments'
+    .log files. Segments retention removed and that wait out file.delete.delay.ms as .deleted
+    files, the indexes and klog's state files are in neither figure."""
+    fill(seg_topic, "t", 40)
+    assert cli("topics", "delete-records", "t", "--before", "25").exit_code == 0
+    assert segment_files(seg_topic, "t", ".log.deleted")  # still on disk for 60 s
+    folder = seg_topic.partition("t", 0).leader.directory
+    logs = sum(os.path.getsize(os.path.join(folder, n)) for n in segment_files(seg_topic, "t", ".log"))
+    listed = json.loads(cli("dirs", "list", "--json").out)["size_bytes"]
+    described = json.loads(cli("topics", "describe", "t", "--json").out)["partitions"][0]["size_bytes"]
+    assert listed == described == logs

@@ -165,6 +165,30 @@ def delete_offsets_(
         print(f"Deleted {len(gone)} committed offset(s) of group {group}")
 
 
+@app.command(help="Expire committed offsets now, as a Kafka broker (and klog serve, every "
+             "offsets.retention.check.interval.ms) does: an Empty group's offsets go together "
+             "offsets.retention.minutes (klog.json; 7 days) after it became Empty; offsets without a group "
+             "(standalone commits) each that long after their commit; a Stable group's offsets of topics it no "
+             "longer reads likewise. An Empty group left without offsets is removed.")
+def clean(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    with open_store(data_dir, create=False) as store:
+        results = store.expire_group_offsets()
+    for r in results:
+        if as_json:
+            print(json.dumps({"group": r.group, "expired": [list(tp) for tp in r.partitions],
+                              "removed": r.group_removed}))
+            continue
+        from klog.cli.output import terminal_safe
+
+        what = f"Expired {len(r.partitions)} committed offset(s) of group {terminal_safe(r.group.encode())}"
+        if r.partitions:
+            what += " (" + ", ".join(f"{t}-{p}" for t, p in r.partitions[:5]) + (", ..." if len(r.partitions) > 5
+                                                                                else "") + ")"
+        print(what + ("; removed the group (Empty, no offsets left)" if r.group_removed else ""), file=sys.stderr)
+    if not as_json:
+        print(f"{len(results)} group(s) changed", file=sys.stderr)
+
+
 def register(root: typer.Typer) -> None:
     """Add `klog groups ...` to the root app."""
     root.add_typer(app, name="groups")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from klog.client.replication import dir_health
 from klog.errors import UsageError
 from klog.store.format import parse_partition_dir
+from klog.store.log import folder_log_bytes
 
 
 @dataclass
@@ -18,17 +19,6 @@ class LogDirInfo:
     size_bytes: int
     replicas: int
     leaders: int
-
-
-def _folder_bytes(path: str) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:
-                pass
-    return total
 
 
 def list_dirs(store) -> list[LogDirInfo]:
@@ -44,7 +34,8 @@ def list_dirs(store) -> list[LogDirInfo]:
         path = store.data_dir.log_dir_path(d.id)
         size = 0
         if os.path.isdir(path):
-            size = sum(_folder_bytes(os.path.join(path, n)) for n in os.listdir(path)
+            # what Kafka's DescribeLogDirs counts (and `topics describe` too): segment logs only
+            size = sum(folder_log_bytes(os.path.join(path, n)) for n in os.listdir(path)
                        if parse_partition_dir(n) is not None)
         out.append(LogDirInfo(d.id, path, dir_health(store, d.id), size, counts.get(d.id, 0), leaders.get(d.id, 0)))
     return out

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from klog.client.store import resolve_partitions
 from klog.errors import GroupError, UsageError
-from klog.meta.groups import TP, GroupsMeta, GroupSnapshot, now_ms, tp_key
+from klog.meta.groups import TP, ExpiredOffsets, GroupsMeta, GroupSnapshot, now_ms, offsets_retention_setting, tp_key
 
 
 def _remote():  # noqa: ANN202 - the same functions over a cluster's admin APIs
@@ -248,6 +248,16 @@ def delete_offsets(store, group: str, scope: str) -> list[TP]:
         if not 0 <= p < count and p not in held:
             raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
     return GroupsMeta(store.meta).delete_offsets(group, topic, partitions)
+
+
+def expire_offsets(store) -> list[ExpiredOffsets]:
+    """Kafka's offset expiry, now: what `klog serve` runs every offsets.retention.check.interval.ms
+    (offsets.retention.minutes from the store's klog.json); Empty groups left without offsets go."""
+    if not getattr(store, "is_local", True):
+        raise UsageError("a Kafka cluster expires committed offsets itself (its offsets.retention.minutes)")
+    name = "offsets.retention.minutes"
+    retention_ms = offsets_retention_setting(name, store.data_dir.default(name))
+    return GroupsMeta(store.meta).expire_offsets(retention_ms)
 
 
 def live_members(store, group: str) -> list[MemberInfo]:

@@ -96,6 +96,8 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
     does; a byte comparison of batches then confirms it. The caller holds the partition lock and
     has opened both logs for writing.
     """
+    if leader.strict_records and not follower.strict_records:
+        follower.mark_strict_records()  # the copy holds the same foreign records
     if epochs:
         _truncate_to_epoch_end(follower, epochs, leader_end)
     _truncate_divergent_suffix(leader, follower)

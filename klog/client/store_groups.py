@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from klog.client.groups_admin import GroupDescription, GroupListing, MemberInfo, ResetRow, ResetSpec
-    from klog.meta.groups import TP
+    from klog.meta.groups import TP, ExpiredOffsets
 
 
 class GroupAdminMethods:
@@ -56,3 +56,9 @@ class GroupAdminMethods:
         from klog.client.groups_admin import delete_offsets
 
         return delete_offsets(self, group, scope)
+
+    def expire_group_offsets(self) -> list[ExpiredOffsets]:
+        """Expire committed offsets past offsets.retention.minutes now (Kafka's rule, KIP-211)."""
+        from klog.client.groups_admin import expire_offsets
+
+        return expire_offsets(self)

@@ -9,6 +9,9 @@ Keys (the dbs MetaDB opens):
 - members: `<group>\\0<member id>` -> Member: host, pid, boot id, topics, heartbeat time, ...
 - offsets: `<group>\\0<topic>\\0<partition, 10 digits>` -> committed offset, metadata, commit time
 
+Committed offsets expire as Kafka's do (KIP-211, `offsets.retention.minutes`): GroupsMeta.expire_offsets,
+run by `klog serve` every `offsets.retention.check.interval.ms` and by `klog groups clean`.
+
 Safety rests on `owners`: a member fetches a partition only while the group names it the owner.
 A rebalance only changes the *targets*; a partition moves when its owner releases it (after
 committing) and the new target member acquires it, or when its owner is expired as dead. So no
@@ -20,7 +23,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from klog.errors import GroupError, UsageError
@@ -44,6 +47,16 @@ AssignFn = Callable[[str, dict[str, list[str]], dict[str, int], dict[str, list[T
 GROUP_ID_BYTES_MAX = 399  # its metadata keys' prefix must survive LMDB key shortening (meta/db.py)
 GROUP_ID_CHARS_MAX = 255
 SESSION_TIMEOUT_MS_DEFAULT = 45_000  # Kafka's session.timeout.ms default
+OFFSETS_RETENTION_MINUTES_DEFAULT = 10_080  # Kafka's offsets.retention.minutes (7 days, since 2.0)
+OFFSETS_RETENTION_CHECK_MS_DEFAULT = 600_000  # Kafka's offsets.retention.check.interval.ms
+
+
+def offsets_retention_setting(name: str, text: str) -> int:
+    """`offsets.retention.minutes` as milliseconds, or `offsets.retention.check.interval.ms`, from
+    klog.json's text; at least 1, as Kafka requires (UsageError naming the setting otherwise)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise UsageError(f"klog.json default '{name}' must be a whole number of at least 1, not {text!r}")
+    return int(text) * (60_000 if name == "offsets.retention.minutes" else 1)
 
 
 def now_ms() -> int:
@@ -152,6 +165,9 @@ class GroupDoc:
     created_ms: int = 0
     rebalance_ms: int = 0
     served_by: str | None = None  # set while klog serve coordinates the group for Kafka clients
+    # when the group was last seen losing its last member (offset expiry counts from it); None while it
+    # has members, and in docs written before expiry existed (the first expiry pass then starts the count)
+    empty_ms: int | None = None
 
     def target(self, member_id: str) -> list[TP]:
         return [(t, p) for t, p in self.targets.get(member_id, [])]
@@ -165,6 +181,15 @@ class CommittedOffset:
     offset: int
     metadata: str
     commit_ms: int
+
+
+@dataclass(frozen=True)
+class ExpiredOffsets:
+    """What one expiry pass did to a group."""
+
+    group: str
+    partitions: list[TP]  # whose committed offsets expired
+    group_removed: bool  # Empty and left without offsets: deleted (Kafka: Dead)
 
 
 @dataclass(frozen=True)
@@ -240,6 +265,7 @@ class GroupsMeta:
         doc.partition_counts = counts
         if not members:
             doc.targets = {}
+            doc.empty_ms = now
             return True
         assert assign is not None and doc.assignor is not None
         subs = {mid: m.topics for mid, m in members.items()}
@@ -297,6 +323,7 @@ class GroupsMeta:
                 doc.assignor = member.assignor
                 doc.served_by = None
             members[member.member_id] = member
+            doc.empty_ms = None
             self._put_member(txn, group, member)
             self._maintain(txn, doc, members, assign)
             self._save(txn, doc, members)
@@ -414,6 +441,75 @@ class GroupsMeta:
             out[(topic, int(p))] = CommittedOffset(raw["offset"], raw.get("metadata", ""), raw["commit_ms"])
         return out
 
+    # -- expiry (Kafka's offsets.retention.minutes, KIP-211) ------------------------------------------
+    def expire_offsets(self, retention_ms: int, *, held: Mapping[str, Iterable[str] | None] | None = None,
+                       groups: Iterable[str] | None = None) -> list[ExpiredOffsets]:
+        """Delete the committed offsets that Kafka's offset expiry would delete now (self.clock()):
+
+        - a group with members in this store (klog consumers, or a server's Kafka clients), or in `held`
+          (a server's in-memory groups: group -> its Stable subscription, None while unknown): only
+          offsets of topics the Stable group does not subscribe to, `retention_ms` after their commit;
+        - an Empty group (it had members: a group document) loses all its offsets together,
+          `retention_ms` after it became Empty (or after its last commit, if that came later);
+        - offsets alone (standalone commits, `klog groups reset-offsets` of a new group, Kafka
+          clients with manual assignment): each `retention_ms` after its commit.
+
+        An Empty group left without offsets is removed (Kafka: Dead), so it is no longer listed.
+        One LMDB write transaction per group; returns the groups changed."""
+        if retention_ms < 0:
+            raise UsageError(f"offsets.retention.minutes must not be negative ({retention_ms} ms)")
+        held = {} if held is None else {g: None if t is None else set(t) for g, t in held.items()}
+        out = []
+        for group in sorted(set(self.group_ids() if groups is None else groups)):
+            with self.db.txn(write=True) as txn:
+                result = self._expire_group(txn, group, retention_ms, held)
+            if result is not None:
+                out.append(result)
+        return out
+
+    def _expire_group(self, txn, group: str, retention_ms: int,
+                      held: dict[str, set[str] | None]) -> ExpiredOffsets | None:
+        now = self.clock()
+        doc = self._doc(txn, group)
+        members = self._members(txn, group)
+        offsets = self._all_offsets(txn, group)
+        live = [m for m in members.values() if m.alive(now)]
+        in_use = bool(live) or group in held
+        if in_use:
+            subscribed = held[group] if group in held else self._stable_subscription(doc, members, live)
+            if subscribed is None:
+                return None
+            due = [tp for tp, c in offsets.items() if tp[0] not in subscribed and c.commit_ms + retention_ms <= now]
+        elif doc is not None:
+            if doc.empty_ms is None:  # first seen Empty (its last member was killed, or an older store): from now
+                doc.empty_ms = now
+                self.db.put_json(txn, "groups", group, asdict(doc))
+            since = max([doc.empty_ms, *(c.commit_ms for c in offsets.values())])
+            due = list(offsets) if since + retention_ms <= now else []
+        else:
+            due = [tp for tp, c in offsets.items() if c.commit_ms + retention_ms <= now]
+        for tp in due:
+            self.db.delete(txn, "offsets", _offset_key(group, tp))
+        removed = not in_use and doc is not None and len(due) == len(offsets)
+        if removed:
+            for mid in members:  # dead ones: the group is gone with them
+                self.db.delete(txn, "members", f"{group}\0{mid}")
+            self.db.delete(txn, "groups", group)
+        if not due and not removed:
+            return None
+        return ExpiredOffsets(group, sorted(due), removed)
+
+    def _stable_subscription(self, doc: GroupDoc | None, members: dict[str, Member],
+                             live: list[Member]) -> set[str] | None:
+        """Topics a Stable group of klog consumers reads; None when unknown (rebalancing, or a server's
+        Kafka clients, whose subscription only that server knows)."""
+        if doc is None or any(m.served_by is not None for m in live):
+            return None
+        snap = GroupSnapshot(doc, list(members.values()), live, {})
+        if snap.state != "Stable":
+            return None
+        return {t for m in live for t in m.topics}
+
     # -- Kafka-client groups coordinated by klog serve ----------------------------------------------
     def local_live_members(self, group: str) -> list[Member]:
         """Live members of klog's own group consumers (not Kafka clients of a server)."""
@@ -443,6 +539,10 @@ class GroupsMeta:
             doc.generation = generation
             doc.assignor = protocol
             doc.served_by = served_by if members else None
+            if members:
+                doc.empty_ms = None
+            elif doc.empty_ms is None:
+                doc.empty_ms = now
             stable = targets or {}
             doc.targets = {mid: [list(tp) for tp in sorted(stable.get(mid, []))] for mid in stable}
             doc.owners = {tp_key(tp): mid for mid, tps in stable.items() for tp in tps}

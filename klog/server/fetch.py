@@ -8,6 +8,9 @@ Waiting: a fetch that has less than min_bytes waits up to max_wait_ms on the ser
 high-watermark watcher (klog/server/watcher.py), woken at once by appends made through this server
 to its partitions and, for appends by other processes (`klog produce`), by the watcher's poll.
 
+Cold reads: a range not in the page cache is read in by the worker thread before the event loop
+sendfiles it (klog/server/pagecache.py), so a slow disk holds that fetch, not every connection.
+
 Fetch sessions (KIP-227) are declined as Kafka does when its cache is full: session id 0 in the
 answer, so clients send full fetch requests.
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError
+from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.framing import FileRange, RawBody
@@ -114,6 +118,8 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
         return answer
     try:
         answer.range = part.byte_range(offset, min(int(p.partition_max_bytes), budget), upper)
+        if answer.range is not None:
+            pagecache.ensure_cached(answer.range)  # the loop's sendfile must not wait for the disk
         if stable is not None and answer.range is not None:
             with lock:
                 aborted = stable.aborted_between(offset, upper)

@@ -8,19 +8,32 @@ consumers use. After every membership change the group's members and assignment 
 LMDB too (off the event loop, coalesced), so `klog groups list/describe` show Kafka-client groups and
 `klog groups reset-offsets --execute` is refused while their members are live. A group is either
 klog consumers' or Kafka clients' while it has live members: each side refuses to join the other's.
+Committed offsets expire as on a Kafka broker: every `offsets.retention.check.interval.ms` the
+coordinator runs the store's one expiry (GroupsMeta.expire_offsets), telling it which groups it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
 from typing import Any, NamedTuple
 
 from klog.errors import GroupError, KlogError, UsageError
-from klog.meta.groups import GroupsMeta, Member, now_ms, process_start_time, validate_group_id
+from klog.meta.groups import (
+    OFFSETS_RETENTION_CHECK_MS_DEFAULT,
+    OFFSETS_RETENTION_MINUTES_DEFAULT,
+    ExpiredOffsets,
+    GroupsMeta,
+    Member,
+    now_ms,
+    offsets_retention_setting,
+    process_start_time,
+    validate_group_id,
+)
 from klog.server import consumer_protocol
 from klog.server.context import RequestContext
 from klog.server.coordinator import COMPLETING, EMPTY, STABLE, Group, GroupStateMachine, JoinResult
@@ -53,12 +66,21 @@ class _Summary(NamedTuple):
 class GroupCoordinator:
     """The server's one coordinator: the state machine, its timer, and the LMDB side."""
 
-    def __init__(self, store: Any, broker: Any, executor: Any) -> None:
+    def __init__(self, store: Any, broker: Any, executor: Any, *, offsets_retention_ms: int | None = None,
+                 offsets_retention_check_ms: int | None = None, wall_clock: Any = None) -> None:
+        """`offsets_retention_ms`/`offsets_retention_check_ms` override klog.json's
+        offsets.retention.minutes/offsets.retention.check.interval.ms; `wall_clock` (epoch ms) dates
+        commits and expiry (tests move it forward instead of waiting days)."""
         self.store = store
         self.broker = broker
         self.executor = executor
         self._log = logging.getLogger("klog.serve")
-        self.meta = GroupsMeta(store.meta)
+        self.meta = GroupsMeta(store.meta) if wall_clock is None else GroupsMeta(store.meta, clock=wall_clock)
+        self.retention_ms = offsets_retention_ms if offsets_retention_ms is not None else self._retention_setting(
+            "offsets.retention.minutes", OFFSETS_RETENTION_MINUTES_DEFAULT * 60_000)
+        self.retention_check_ms = offsets_retention_check_ms if offsets_retention_check_ms is not None else \
+            self._retention_setting("offsets.retention.check.interval.ms", OFFSETS_RETENTION_CHECK_MS_DEFAULT)
+        self._expiry: asyncio.Task | None = None
         self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, log=self._log_event,
                                          **self._settings())
         pid = os.getpid()
@@ -91,6 +113,52 @@ class GroupCoordinator:
                                   "default", name, text)
         return out
 
+    def _retention_setting(self, name: str, default_ms: int) -> int:
+        text = self.store.data_dir.default(name)
+        try:
+            return offsets_retention_setting(name, text)
+        except UsageError as e:
+            self._log.warning("%s; using Kafka's default", e)
+            return default_ms
+
+    # -- offset expiry ------------------------------------------------------------------------------
+    def start_expiry(self) -> None:
+        """Expire committed offsets every offsets.retention.check.interval.ms, as a Kafka broker does."""
+        if self._expiry is None:
+            self._expiry = asyncio.get_running_loop().create_task(self._run_expiry())
+
+    async def _run_expiry(self) -> None:
+        while True:
+            await asyncio.sleep(self.retention_check_ms / 1000)
+            try:
+                await self.expire_offsets()
+            except Exception as e:  # noqa: BLE001 - the next check tries again; serving goes on
+                self._log.warning("offset expiry failed: %s: %s", type(e).__name__, e)
+
+    async def expire_offsets(self) -> list[ExpiredOffsets]:
+        """One expiry pass over the store's groups; the groups this server holds members of are passed
+        as held (with their subscription once Stable), and groups it removed are forgotten here too."""
+        await self.flush()
+        held = {gid: self._stable_subscription(g) for gid, g in self.machine.groups.items() if g.members}
+        expire = functools.partial(self.meta.expire_offsets, self.retention_ms, held=held)
+        results = await asyncio.get_running_loop().run_in_executor(self.executor, expire)
+        for r in results:
+            self._log_event(f"group '{r.group}': {len(r.partitions)} committed offset(s) expired "
+                            f"(offsets.retention.minutes={self.retention_ms / 60_000:g})"
+                            + ("; the group is Empty without offsets: removed" if r.group_removed else ""))
+        # Empty groups gone from the store (expired now, or by `klog groups clean`/`delete` elsewhere) are
+        # forgotten here too (Kafka: Dead), so ListGroups stops naming them and a new group starts afresh
+        stored = set(await asyncio.get_running_loop().run_in_executor(self.executor, self.meta.group_ids))
+        for gid in [gid for gid, g in self.machine.groups.items()
+                    if gid not in stored and not g.members and not g.pending]:
+            del self.machine.groups[gid]
+        return results
+
+    def _stable_subscription(self, group: Group) -> set[str] | None:
+        if group.state != STABLE or group.protocol_type != CONSUMER:
+            return None
+        return self.machine.subscribed_topics(group.group_id, consumer_protocol.subscription_topics)
+
     # -- timer ------------------------------------------------------------------------------------
     def started(self) -> None:
         """Start the timer task on first use (the coordinator is made before requests arrive)."""
@@ -113,11 +181,12 @@ class GroupCoordinator:
                 self._log.exception("group coordinator timer")
 
     async def close(self) -> None:
-        """Stop the timer and mark every member gone in LMDB (a clean stop frees the groups at once)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
+        """Stop the timers and mark every member gone in LMDB (a clean stop frees the groups at once)."""
+        for task in (self._timer, self._expiry):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for group in self.machine.groups.values():
             group.members.clear()
             self._dirty.add(group.group_id)

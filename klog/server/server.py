@@ -72,7 +72,12 @@ class Server:
     def __init__(self, data_dir: str | None = None, *, listen: tuple[str, int] = ("127.0.0.1", 9092),
                  advertised: tuple[str, int] | None = None, node_id: int = 0, store: Any = None,
                  request_bytes_max: int = REQUEST_BYTES_MAX, idle_ms: int = IDLE_MS_DEFAULT,
-                 workers: int = 8, security: SecurityConfig | None = None) -> None:
+                 workers: int = 8, security: SecurityConfig | None = None,
+                 offsets_retention_ms: int | None = None, offsets_retention_check_ms: int | None = None,
+                 wall_clock: Any = None) -> None:
+        """`offsets_retention_ms` and `offsets_retention_check_ms` override the store's
+        offsets.retention.minutes and offsets.retention.check.interval.ms (klog.json); `wall_clock`
+        (epoch ms) dates commits and their expiry (tests)."""
         self.data_dir = data_dir
         self.listen = listen
         self.advertised = advertised
@@ -89,6 +94,8 @@ class Server:
         self._append_slots: dict[tuple[str, int], asyncio.Lock] = {}
         self.broker: BrokerInfo | None = None
         self.coordinator: Any = None
+        self._group_settings = dict(offsets_retention_ms=offsets_retention_ms,
+                                    offsets_retention_check_ms=offsets_retention_check_ms, wall_clock=wall_clock)
         self.handlers = dispatch.load_handlers()
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
@@ -214,7 +221,9 @@ class Server:
     def _make_coordinator(self) -> Any:
         from klog.server.groups import GroupCoordinator
 
-        return GroupCoordinator(self.store, self.broker, self.executor)
+        coordinator = GroupCoordinator(self.store, self.broker, self.executor, **self._group_settings)
+        coordinator.start_expiry()
+        return coordinator
 
     def startup_line(self) -> str:
         assert self.broker is not None and self.store is not None

@@ -340,6 +340,8 @@ def compact_replicas(replicas: list[PartitionLog], rng: CleanableRange, now_ms: 
                      on_replica: Callable[[int, CleanStats], None] | None = None) -> CleanStats:
     """Clean every replica with one offset map built from the first (the leader): the same records
     stay in each. The caller holds the partition lock and persists rng.first_uncleanable afterwards."""
+    for replica in replicas:
+        replica.finish_flushes()  # the segments it rewrites are fsynced as they were sealed first
     leader = replicas[0]
     offset_map = build_offset_map(leader, rng.first_dirty, rng.first_uncleanable)
     total = CleanStats()

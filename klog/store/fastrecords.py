@@ -12,10 +12,13 @@ None and the caller decodes the batch again in Python, which accepts it or raise
 error. What the C reader accepts that the strict decoder refuses, so validators (produce,
 verify, recovery) keep `fast=False`: int32 varints longer than 5 bytes or wider than 32 bits.
 One byte the two read differently without a refusal: a record attributes byte >= 0x80, which the
-C reader reads as a varint (shifting the record's later fields) while Kafka and the strict decoder
-leave it unused. No Kafka client writes one; `klog serve` refuses a batch with one
-(validate.high_attributes_record), so only a foreign log written by an unusual client could hold
-one. The CRC must match before a batch gets here.
+C reader reads as a varint (shifting the record's later fields, silently when they still fill the
+record) while Kafka (an int8, unused) and the strict decoder leave it alone. No Kafka client
+writes one and `klog serve` refuses a batch with one (validate.high_attributes_record), so klog's
+own logs never hold one; `dirs import` walks every record of a foreign log and marks a partition
+holding one (PartitionLog.mark_strict_records), whose FetchedBatches then never come here. (A
+per-batch check on the read path would cost ~65 ns a record, more than this reader's decoding.)
+The CRC must match before a batch gets here.
 
 encode_records gives codec.encode_records' bytes 2-3x faster (the builder writes the same canonical
 varints); klog still writes the header, compresses and computes the CRC. Anything it cannot take

@@ -31,6 +31,9 @@ STORE_DEFAULTS = {
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
+    # committed offsets' expiry (klog/meta/groups.py: GroupsMeta.expire_offsets)
+    "offsets.retention.minutes": "10080",
+    "offsets.retention.check.interval.ms": "600000",
 }
 
 

@@ -11,11 +11,12 @@ import bisect
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
-from klog.store import codec, loader, validate
+from klog.store import codec, faults, flusher, loader, validate
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import (
@@ -36,6 +37,21 @@ from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 T = TypeVar("T")
 
 READ_BYTES_DEFAULT = FETCH_BYTES_MAX
+# In a replica's folder: the log holds a record whose attributes byte is >= 0x80 (a foreign log:
+# `dirs import` found one), so its batches are decoded by the strict decoder only (see fastrecords)
+STRICT_RECORDS_MARKER = "klog-strict-records"
+# Sealed segments whose background fsync may be under way at once, per log (each holds its three
+# descriptors until done); a roll past this waits for the oldest. 0: every roll waits for its
+# own flush, as before the flush moved to the background (benchmarks compare the two).
+ROLL_FLUSHES_PENDING_MAX = 4
+
+
+@dataclass
+class PendingFlush:
+    """A sealed segment being fsynced by the flusher: once done, the recovery point may pass `end`."""
+
+    end: int  # the sealed segment's end offset: the base of the segment rolled after it
+    future: Future
 
 
 @dataclass
@@ -47,19 +63,23 @@ class FetchedBatch:
     segment_base: int
     position: int
     path: str | None = None  # the segment file, for error messages
+    strict: bool = False  # the log is marked STRICT_RECORDS_MARKER: never the compiled reader
 
     def records(self) -> list[codec.RecordOut]:
-        return self._decode(lambda data, pos, header: codec.decode_batch_records(data, pos, header, fast=True))
+        fast = not self.strict
+        return self._decode(lambda data, pos, header: codec.decode_batch_records(data, pos, header, fast=fast))
 
     def values(self, null: bytes | None = None) -> list[bytes | None]:
         """Only the values (`null` for a null one): what value-only output needs."""
+        fast = not self.strict
         return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null,
-                                                                                    fast=True))
+                                                                                    fast=fast))
 
     def timestamps_values(self, null: bytes | None = None) -> tuple[list[int], list[bytes | None]]:
         """Timestamps and values, two lists: what merging partitions' values in time order needs."""
+        fast = not self.strict
         return self._decode(lambda data, pos, header: codec.decode_batch_timestamps_values(
-            data, pos, header, null, fast=True))
+            data, pos, header, null, fast=fast))
 
     def _decode(self, decoder: Callable[[bytes, int, BatchHeader], T]) -> T:
         try:
@@ -116,6 +136,24 @@ def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int,
     return batches
 
 
+def folder_log_bytes(directory: str) -> int:
+    """The bytes of a replica folder's segments, as Kafka's UnifiedLog.size counts them (the size
+    DescribeLogDirs reports): each `<base>.log` file; not the indexes, nor the `.deleted`,
+    `.cleaned` or `.swap` files retention and compaction leave for a while."""
+    total = 0
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        if entry.name.endswith(LOG_SUFFIX) and parse_segment_base(entry.name) is not None:
+            try:
+                total += entry.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:
+                pass  # deleted meanwhile
+    return total
+
+
 def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
     """Did a read of `segment` end before the segment's end (at damage, or as the file grew)?"""
     try:
@@ -138,6 +176,8 @@ class PartitionLog:
         self._dir_dirty = False
         self.recovery_point = 0
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
+        self.strict_records = False  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
+        self.pending_flushes: list[PendingFlush] = []  # oldest first (flusher.py)
         self.refresh_segments()
 
     # -- segment list --------------------------------------------------------------------------
@@ -156,6 +196,18 @@ class PartitionLog:
             if base not in self.segments:
                 self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
         self.bases = bases
+        self.strict_records = STRICT_RECORDS_MARKER in names
+
+    def mark_strict_records(self) -> None:
+        """Make every later read of this log (in any process) use the strict decoder only: the log
+        holds a record attributes byte the compiled reader would read differently from Kafka."""
+        path = os.path.join(self.directory, STRICT_RECORDS_MARKER)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("a record's attributes byte is >= 0x80: klog reads this log with its strict decoder only\n")
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(self.directory)
+        self.strict_records = True
 
     def segment_for(self, offset: int) -> LogSegment | None:
         i = bisect.bisect_right(self.bases, offset) - 1
@@ -258,13 +310,59 @@ class PartitionLog:
         return read_header(head).max_timestamp if len(head) >= codec.header_bytes(head) else -1
 
     def roll(self, base: int) -> LogSegment:
+        """Start a new segment at `base`. The sealed one is fsynced (with the folder) by the
+        background flusher, as Kafka's roll does; the recovery point passes it only once that is
+        done (collect_flushes), and flush() waits for it, so an fsynced append (acks=all,
+        flush.messages reached) is durable with everything before it when it returns."""
         old = self.active
         old.seal()
-        if self._fds is not None:
-            self._fds.fsync()  # the old segment is complete: make it durable before moving on
+        sealed, self._fds = self._fds, None
         segment = self.new_segment(base)
         self._open_fds()
+        if sealed is not None:
+            self.pending_flushes.append(PendingFlush(base, flusher.submit_sealed(sealed, self.directory)))
+            faults.point("roll-flush-pending")
+            if len(self.pending_flushes) > ROLL_FLUSHES_PENDING_MAX:
+                self.collect_flushes(wait=len(self.pending_flushes) - ROLL_FLUSHES_PENDING_MAX)
         return segment
+
+    def collect_flushes(self, wait: int = 0) -> None:
+        """Move the recovery point past the sealed segments the flusher has fsynced, oldest first,
+        waiting for the first `wait` of them. A failed fsync stops the recovery point before that
+        segment for good: flush() then fsyncs it again itself, and raises if it fails again."""
+        pending = self.pending_flushes
+        while pending and (wait > 0 or pending[0].future.done()):
+            item = pending.pop(0)
+            wait -= 1
+            if item.future.exception() is not None:
+                self.drop_flushes()
+                return
+            self.recovery_point = max(self.recovery_point, item.end)
+
+    def drop_flushes(self) -> None:
+        """Wait for every pending flush and forget them, the recovery point unmoved (a truncation
+        or a failed fsync: their ends may no longer be, or not yet be, durable offsets)."""
+        for item in self.pending_flushes:
+            item.future.exception()  # waits; the outcome no longer matters
+        self.pending_flushes = []
+
+    def finish_flushes(self, upto: int | None = None) -> None:
+        """Wait until the flusher is done with this log's sealed segments (those ending at or
+        below `upto`, if given): before retention deletes or compaction rewrites them."""
+        pending = self.pending_flushes
+        self.collect_flushes(wait=len(pending) if upto is None else sum(1 for p in pending if p.end <= upto))
+
+    def _sync_sealed_since_recovery_point(self) -> None:
+        """fsync the sealed segments holding offsets at or past the recovery point (Kafka's
+        flushUptoOffsetExclusive): those whose background flush failed, or that a writer before
+        this one sealed without its flush finishing. Usually none."""
+        first = max(bisect.bisect_right(self.bases, self.recovery_point) - 1, 0)
+        for base in self.bases[first:-1]:
+            fds = self.segments[base].open_fds()
+            try:
+                fds.fsync()
+            finally:
+                fds.close()
 
     def drop_empty_active(self, next_offset: int) -> bool:
         """A follower that started a segment its leader did not (a writer killed mid-roll, or a
@@ -276,6 +374,7 @@ class PartitionLog:
         previous = self.segments[self.bases[-2]]
         if previous.recover().next_offset != next_offset:
             return False  # a gap (compaction) before the empty segment: keep it
+        self.drop_flushes()
         if self._fds is not None:
             self._fds.close()
             self._fds = None
@@ -304,6 +403,7 @@ class PartitionLog:
         delete-records moved it): drop everything and begin at that offset (Kafka's
         truncateFullyAndStartAt; the leader's appends and compaction never leave a gap)."""
         assert self._fds is not None
+        self.drop_flushes()
         self._fds.close()
         self._fds = None
         for b in self.bases:
@@ -333,9 +433,11 @@ class PartitionLog:
     def flush(self) -> None:
         if self._fds is None:
             return
+        self.finish_flushes()
+        self._sync_sealed_since_recovery_point()
         # the log only: the active segment's indexes are rebuilt by recovery after a power cut
         # (a new boot always recovers from the recovery point, which is in the active segment or
-        # before it); a sealed segment's indexes are fsynced when it rolls
+        # before it); a sealed segment's indexes are fsynced with it (above, or by the flusher)
         os.fsync(self._fds.log)
         if self._dir_dirty:
             fsync_dir(self.directory)
@@ -346,12 +448,15 @@ class PartitionLog:
         self._save_state()
 
     def _save_state(self, sync: bool = False) -> None:
+        if self.pending_flushes:
+            self.collect_flushes()
         active = self.active
         self.state.write(ReplicaSnapshot(
             current_boot_id(), active.base_offset, active.size, active.next_offset or active.base_offset,
             self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
 
     def close(self) -> None:
+        self.drop_flushes()
         if self._fds is not None:
             self._fds.close()
             self._fds = None
@@ -361,6 +466,7 @@ class PartitionLog:
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch whose last offset ≥ offset (Kafka truncates whole batches)."""
+        self.drop_flushes()
         for base in [b for b in self.bases if b > offset and b != self.bases[0]]:
             self.segments[base].delete_files()
         self.refresh_segments()
@@ -508,7 +614,8 @@ class PartitionLog:
                         return out
                     raise CorruptLogError(problem, segment.log_path, position + at, header.base_offset)
                 data = chunk[at:at + header.size] if (at or len(chunk) != header.size) else chunk
-                out.append(FetchedBatch(header, data, segment.base_offset, position + at, segment.log_path))
+                out.append(FetchedBatch(header, data, segment.base_offset, position + at, segment.log_path,
+                                        self.strict_records))
                 budget -= header.size
                 at += header.size
                 if budget <= 0:
@@ -547,7 +654,7 @@ class PartitionLog:
                 problem = validate.crc_problem(data, 0, last[1])
                 if problem is not None:
                     raise CorruptLogError(problem, segment.log_path, last[0], last[1].base_offset)
-                return FetchedBatch(last[1], data, base, last[0], segment.log_path)
+                return FetchedBatch(last[1], data, base, last[0], segment.log_path, self.strict_records)
         return None
 
     def first_offset(self) -> int:

@@ -148,6 +148,7 @@ def delete_segments_below(log: PartitionLog, offset: int) -> DeletedSegments:
     if not doomed:
         return DeletedSegments([], 0)
     assert log.bases[-1] not in doomed
+    log.finish_flushes(upto=log.bases[len(doomed)])  # no fsync of theirs still under way
     size = 0
     renamed = []
     for base in doomed:

@@ -1,4 +1,6 @@
-"""RemoteConsumer: the Consumer interface over librdkafka's consumer.
+"""RemoteConsumer: the Consumer interface over librdkafka's consumer, for the reads the Fetch
+reader (fetch_consumer.FetchConsumer) leaves to it: read_committed, and clusters whose -X security
+settings klog's own socket cannot speak (RemoteStore.consumer decides).
 
 Partitions are assigned directly (no group join), at start offsets computed as the local consumer
 computes them. Without `follow` each partition is read to the high watermark it had at the start;

@@ -96,6 +96,17 @@ class RemoteStore(GroupAdminMethods):
         except KafkaException as e:
             raise self.unreachable(e) from None
 
+    def leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
+        """(broker id, host, port) of the partition's leader as the cluster's metadata says now
+        (asked anew: a caller asks after a leader moved); None when it names no leader."""
+        md = self._metadata(topic)
+        found = md.topics.get(topic)
+        part = found.partitions.get(partition) if found is not None else None
+        if part is None or part.leader < 0 or part.leader not in md.brokers:
+            return None
+        broker = md.brokers[part.leader]
+        return part.leader, broker.host, broker.port
+
     def _topics(self) -> dict[str, RemoteTopic]:
         md = self._metadata(None)
         out = {}
@@ -336,10 +347,27 @@ class RemoteStore(GroupAdminMethods):
 
         return RemoteProducer(self, **kwargs)
 
-    def consumer(self, *topics: str, **kwargs):  # noqa: ANN201 - see RemoteConsumer
+    def consumer(self, *topics: str, **kwargs):  # noqa: ANN201 - a FetchConsumer or RemoteConsumer
+        """Reads by Fetch requests decoded by the local store's reader (FetchConsumer) when klog's
+        own socket speaks the -X security settings; librdkafka's consumer (RemoteConsumer) for
+        read_committed and for what that socket cannot speak (GSSAPI, OAUTHBEARER, keystores)."""
+        if kwargs.get("isolation_level", "read_uncommitted") == "read_uncommitted" and self.fetch_reads():
+            from klog.client.remote.fetch_consumer import FetchConsumer
+
+            return FetchConsumer(self, list(topics), **kwargs)
         from klog.client.remote.consumer import RemoteConsumer
 
         return RemoteConsumer(self, list(topics), **kwargs)
+
+    def fetch_reads(self) -> bool:
+        """Can klog's own socket (wire.py) reach this cluster with its -X settings?"""
+        from klog.client.remote.wire import security
+
+        try:
+            security(self.target)
+        except UsageError:
+            return False
+        return True
 
     def group_consumer(self, group: str, *topics: str, **kwargs):  # noqa: ANN201 - see RemoteGroupConsumer
         from klog.client.remote.group import RemoteGroupConsumer

@@ -13,10 +13,12 @@ Anything else librdkafka would need (GSSAPI, OAUTHBEARER) is refused in one line
 
 from __future__ import annotations
 
+import importlib
 import io
 import socket
 import ssl
 import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,21 @@ RETRY_PAUSE_S = 0.1
 CLIENT_ID = "klog"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def load_kio() -> None:
+    """Import kio's base (once) without hypothesis. kio's phantom types import hypothesis whenever it
+    is installed (a test extra here) only to register strategies for property tests of kio itself:
+    ~70 ms of a klog command for nothing. Hidden from that one import (a None entry in
+    sys.modules makes `import hypothesis` raise ImportError, which kio expects), then restored.
+    A process that imported hypothesis already (pytest) imports kio as usual."""
+    if "kio.static._phantom" in sys.modules or "hypothesis" in sys.modules:
+        return
+    sys.modules["hypothesis"] = None  # type: ignore[assignment]
+    try:
+        importlib.import_module("kio.static._phantom")
+    finally:
+        del sys.modules["hypothesis"]
 
 
 class SecurityError(KlogError):
@@ -101,6 +118,7 @@ class Connection:
 
     def __init__(self, host: str, port: int, timeout: float, sec: Security | None = None) -> None:
         self.address = f"{host}:{port}"
+        load_kio()  # every kio request goes through a Connection
         sec = sec or Security()
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
@@ -186,19 +204,22 @@ class Connection:
         if correlation != self.correlation:
             raise KlogError(f"Kafka broker {self.address} answered another request ({correlation})")
         try:
-            body, _ = entity_reader(response_type)(answer, 4)
+            body, _ = entity_reader(response_type)(memoryview(answer).toreadonly(), 4)
         except Exception as e:  # noqa: BLE001 - kio's decode errors
             raise KlogError(f"cannot read the answer of Kafka broker {self.address}: {e}") from None
         return body
 
-    def _exactly(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
+    def _exactly(self, n: int) -> bytearray:
+        """n bytes received straight into one buffer (no chunk list, no join: Fetch answers are
+        megabytes)."""
+        out = bytearray(n)
+        view, got = memoryview(out), 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if not k:
                 raise ConnectionError(0, "connection closed")
-            out += chunk
-        return bytes(out)
+            got += k
+        return out
 
 
 def _servers(bootstrap: str) -> list[tuple[str, int]]:
@@ -211,6 +232,7 @@ def _servers(bootstrap: str) -> list[tuple[str, int]]:
 
 def find_coordinator(target, group: str, timeout: float) -> tuple[str, int]:  # noqa: ANN001 - ClusterTarget
     """(host, port) of the group's coordinator, asked of the bootstrap servers in turn."""
+    load_kio()
     from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
     from kio.schema.find_coordinator.v1.response import FindCoordinatorResponse
     from kio.static.primitive import i8
@@ -243,6 +265,7 @@ def find_coordinator(target, group: str, timeout: float) -> tuple[str, int]:  # 
 def offset_delete(target, group: str, topic: str, partitions: list[int],  # noqa: ANN001 - ClusterTarget
                   timeout: float) -> tuple[int, dict[int, int]]:
     """OffsetDelete at the group's coordinator: (top-level error code, partition -> error code)."""
+    load_kio()
     from kio.schema.offset_delete.v0.request import (
         OffsetDeleteRequest,
         OffsetDeleteRequestPartition,
@@ -267,6 +290,7 @@ def offset_delete(target, group: str, topic: str, partitions: list[int],  # noqa
 
 def error_name(code: int) -> str:
     """Kafka's name of an error code (GROUP_ID_NOT_FOUND), for one error line."""
+    load_kio()
     from kio.schema.errors import ErrorCode
 
     try:
@@ -281,6 +305,7 @@ def partition_sizes(target, brokers: dict[int, tuple[str, int]],  # noqa: ANN001
     disk (a replica being moved, `is_future_key`, not counted twice). A broker that cannot be asked
     (unreachable, refused, a security setting this socket cannot speak) is left out: its replicas'
     sizes are unknown."""
+    load_kio()
     from kio.schema.describe_log_dirs.v1.request import DescribeLogDirsRequest
     from kio.schema.describe_log_dirs.v1.response import DescribeLogDirsResponse
 

@@ -1,0 +1,197 @@
+"""FetchConsumer: the local Consumer's read loop over a cluster's partitions, read by Fetch requests.
+
+The local Consumer reads each partition through a PartitionReader over an object with the
+partition's read face (read, log_start_offset, high_watermark, offset_for_timestamp). FetchPartition
+is that face over Kafka Fetch requests (fetch.Fetcher), so `klog consume -b` without --group runs the
+code a local consume runs: the values-only and JSON fast paths (the store's compiled batch
+decoder), the merge by timestamp, -n, --since/--until, -f, and poll_chunks for klog mirror. Its
+output is the local store's by construction.
+
+read_committed stays on librdkafka (RemoteConsumer): skipping aborted transactions needs the
+aborted ranges each Fetch answer lists, which the local reader takes from the store instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from klog.client.consumer import Consumer, _Cursor
+from klog.client.records import Record
+from klog.client.remote.fetch import OFFSET_OUT_OF_RANGE, Fetcher, PartitionAnswer
+from klog.client.remote.wire import error_name
+from klog.errors import KlogError
+from klog.store import codec
+from klog.store.log import FetchedBatch
+from klog.store.txn import READ_UNCOMMITTED
+
+# a partition's share of one Fetch answer: ~150,000 records of 100 B a round trip (librdkafka's
+# default of 1 MiB makes a partition read alone wait on ten times as many)
+PARTITION_BYTES = 16 << 20
+# a batch bigger than the share is fetched with a doubled one, up to this (Kafka's KIP-74 brokers
+# send a first batch whole anyway)
+PARTITION_BYTES_MAX = 1 << 30
+# -f: how long the brokers may hold the fetches of all waiting partitions together when nothing is new
+FOLLOW_WAIT_MS = 100
+RETRY_PAUSE_S = 0.02
+
+
+def whole_batches(records: bytes, where: str) -> list[FetchedBatch]:
+    """The whole batches of a Fetch answer's records, CRC-checked (as the local store checks every
+    batch it reads). A batch cut at the end is left out: a broker cuts the last batch of a full
+    answer, and the next fetch starts at it."""
+    out: list[FetchedBatch] = []
+    pos, size = 0, len(records)
+    while pos < size and pos + codec.header_bytes(records, pos) <= size:
+        header = codec.read_header(records, pos)
+        if header.size < codec.min_batch_size(header.magic):
+            raise KlogError(f"{where}: a batch of {header.size} bytes at offset {header.base_offset} (too small "
+                            "to be one)")
+        end = pos + header.size
+        if end > size:
+            break
+        if not codec.crc_ok(records, pos, header):
+            raise KlogError(f"{where}: the batch at offset {header.base_offset} fails its CRC check")
+        out.append(FetchedBatch(header, records if pos == 0 and end == size else records[pos:end], 0, pos, where))
+        pos = end
+    return out
+
+
+class FetchPartition:
+    """One partition of a cluster, read by Fetch requests, with the face PartitionReader reads.
+
+    `low`/`high` are the log start and high watermark as last seen (ListOffsets at the start, then
+    each Fetch answer); `at` is the partition's first offset at the start timestamp, if one was asked."""
+
+    def __init__(self, fetcher: Fetcher, topic: str, partition: int, low: int, high: int,
+                 at: tuple[int, int | None] | None = None) -> None:
+        self.fetcher = fetcher
+        self.topic = topic
+        self.partition = partition
+        self.low = low
+        self.high = high
+        self._at = at
+        self._waited: tuple[int, PartitionAnswer] | None = None  # a follower's long poll, kept for read()
+        self._max_bytes = PARTITION_BYTES
+        self.where = f"{topic}-{partition} at {fetcher.store.target.label}"
+
+    def log_start_offset(self) -> int:
+        return self.low
+
+    def high_watermark(self) -> int:
+        return self.high
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        if self._at is not None and self._at[0] == timestamp:
+            return self._at[1]
+        return self.fetcher.store.offsets(self.topic, timestamp).get(self.partition)
+
+    def wait(self, offset: int, wait_ms: int) -> bool:
+        """Fetch from `offset`, letting the broker hold the answer up to `wait_ms` for new records;
+        kept for the next read. True when there is something to read (records, or an error)."""
+        answer = self.fetcher.fetch(self.topic, self.partition, offset, self._max_bytes, wait_ms)
+        self._waited = (offset, answer)
+        return bool(answer.records) or answer.error != 0
+
+    def read(self, offset: int, max_bytes: int, upper: int | None = None) -> list[FetchedBatch]:
+        """Batches holding offsets at or after `offset` (and below `upper`), at least one while the
+        partition has records there: a bounded read that gets none retries until the cluster
+        timeout and then fails, never a silent short read. (`max_bytes`, the local store's bound
+        for one read, is not the one here: a round trip costs more than a file read.)"""
+        deadline = time.monotonic() + self.fetcher.store.timeout
+        while True:
+            waited, self._waited = self._waited, None
+            answer = waited[1] if waited is not None and waited[0] == offset else \
+                self.fetcher.fetch(self.topic, self.partition, offset, self._max_bytes, 0)
+            if answer.error == OFFSET_OUT_OF_RANGE:
+                return self._out_of_range(offset)
+            if answer.error:
+                raise KlogError(f"cannot read {self.where}: {error_name(answer.error)}")
+            self.high = answer.high_watermark if answer.high_watermark >= 0 else self.high
+            self.low = answer.log_start_offset if answer.log_start_offset >= 0 else self.low
+            batches = [fb for fb in whole_batches(answer.records, self.where)
+                       if fb.header.next_offset > offset and (upper is None or fb.header.base_offset < upper)]
+            if batches:
+                return batches
+            if answer.records:  # only a cut batch: one bigger than the answer's share
+                if self._max_bytes >= PARTITION_BYTES_MAX:
+                    raise KlogError(f"cannot read {self.where}: a batch at offset {offset} is over "
+                                    f"{PARTITION_BYTES_MAX} bytes")
+                self._max_bytes *= 2
+                continue
+            if upper is None:
+                return []  # caught up (a follower waits for more)
+            if time.monotonic() > deadline:
+                raise KlogError(f"no records from {self.where} for {self.fetcher.store.timeout:g} s while "
+                                f"offsets {offset}..{upper - 1} were left to read")
+            time.sleep(RETRY_PAUSE_S)
+
+    def _out_of_range(self, offset: int) -> list[FetchedBatch]:
+        """OFFSET_OUT_OF_RANGE: below the log start (retention moved it) the reader goes on from the
+        new start, as it does locally (an empty answer and a higher log start tell it so)."""
+        store = self.fetcher.store
+        self.low = store.offsets(self.topic, -2)[self.partition] or 0
+        self.high = store.offsets(self.topic, -1)[self.partition] or 0
+        if offset < self.low:
+            return []
+        raise KlogError(f"offset {offset} of {self.where} is out of range (the partition holds "
+                        f"{self.low}..{self.high - 1})")
+
+
+class FetchConsumer(Consumer):
+    """The local Consumer over a cluster's partitions (FetchPartition): same arguments, same output.
+    Only read_uncommitted (see the module docstring)."""
+
+    def __init__(self, store, topics: list[str], *, isolation_level: str = READ_UNCOMMITTED,  # noqa: ANN001
+                 poll_interval_ms: int = 0, record_filter: Callable[[Record], bool] | None = None,
+                 **kwargs: object) -> None:
+        assert isolation_level == READ_UNCOMMITTED, "read_committed reads go through librdkafka"
+        self._fetcher = Fetcher(store)
+        self._topic_offsets: dict[str, tuple[dict, dict, dict]] = {}
+        try:
+            super().__init__(store, topics, record_filter=record_filter, **kwargs)  # type: ignore[arg-type]
+        except BaseException:
+            self._fetcher.close()
+            raise
+
+    def _cursor(self, topic: str, partition: int) -> _Cursor:
+        low, high, at = self._offsets(topic)
+        found = (self.start.value, at.get(partition)) if self.start.kind == "timestamp" else None
+        part = FetchPartition(self._fetcher, topic, partition, low[partition] or 0, high[partition] or 0, found)
+        cursor = _Cursor(topic, partition, part, self.until_ms, None)  # type: ignore[arg-type]
+        cursor.offset = self._start_offset(part, cursor.end())  # type: ignore[arg-type]
+        cursor.stop = None if self.follow else cursor.end()
+        return cursor
+
+    def _offsets(self, topic: str) -> tuple[dict, dict, dict]:
+        """The topic's log starts, ends and (a timestamp start) offsets at the time: ListOffsets once
+        a topic, not once a partition."""
+        if topic not in self._topic_offsets:
+            store = self.store
+            at = store.offsets(topic, self.start.value) if self.start.kind == "timestamp" else {}
+            self._topic_offsets[topic] = store.offsets(topic, -2), store.offsets(topic, -1), at
+        return self._topic_offsets[topic]
+
+    def _wait_for_data(self) -> None:
+        """-f: long-poll the partitions not done until one has records (or an error to report).
+        A topic deleted meanwhile ends the wait with the broker's error, after its retries."""
+        started = time.monotonic()
+        while True:
+            live = [c for c in self.cursors if not c.done]  # --until stops a partition for good
+            if not live:
+                return
+            wait_ms = max(1, FOLLOW_WAIT_MS // len(live))
+            if any(c.part.wait(c.offset, wait_ms) for c in live):  # type: ignore[attr-defined]
+                return
+            if self.on_wait is not None:
+                self.on_wait(time.monotonic() - started)
+
+    def poll(self, timeout: float | None = None) -> list[Record]:
+        """One fetch from every partition; `timeout` is accepted as RemoteConsumer's (no waiting here)."""
+        return super().poll()
+
+    def poll_chunks(self, timeout: float | None = None) -> list[tuple[str, int, list]]:
+        return super().poll_chunks()
+
+    def close(self) -> None:
+        self._fetcher.close()

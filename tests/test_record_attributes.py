@@ -1,0 +1,113 @@
+"""A record attributes byte >= 0x80 in a log imported from Kafka: Kafka reads the byte as an int8
+and leaves it unused (shared/kafka-log-format.md, "Record"); aiokafka's compiled reader reads it as
+a varint, which shifts the record's later fields. Every klog reader must give Kafka's answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+
+import crcmod.predefined
+import pytest
+
+from klog.store import codec
+from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET
+from tests.kafka_files import write_segment
+
+NOW = int(time.time() * 1000) - 60_000
+COUNT = 64  # a batch the compiled reader takes (fastrecords.FAST_MIN_RECORDS)
+KEY = b"\x01"  # read as the varint -1 (a null key) when the reader is one byte off
+
+
+def _high_attributes_batch(base_offset: int) -> bytes:
+    """COUNT records (key 0x01, value v<i>, one timestamp), every attributes byte 0x80, CRC-32C
+    by an independent implementation. Read one byte off, each record still fills its length
+    exactly (offset delta 1, key null, timestamp + i): a silent misreading, not a refusal."""
+    data = bytearray(codec.encode_batch([(KEY, b"v%d" % i, [], NOW) for i in range(COUNT)], base_offset))
+    section, at, _ = codec.records_section(bytes(data), 0, codec.read_header(bytes(data)))
+    for _ in range(COUNT):
+        length, body = codec.decode_varint(section, at)
+        data[body] = 0x80
+        at = body + length
+    struct.pack_into(">I", data, CRC_OFFSET, crcmod.predefined.mkCrcFun("crc-32c")(bytes(data[ATTRIBUTES_OFFSET:])))
+    return bytes(data)
+
+
+# Kafka's answer, (offset, timestamp, key, value) as the record's fields say
+EXPECTED = [(i, NOW, KEY, b"v%d" % i) for i in range(COUNT)]
+
+
+@pytest.fixture
+def imported(cli, tmp_path):
+    kafka_dir = tmp_path / "kafka-logs"
+    write_segment(str(kafka_dir / "odd-0"), 0, [_high_attributes_batch(0)])
+    r = cli("dirs", "import", str(kafka_dir))
+    assert r.exit_code == 0, r.stderr
+    assert "offset 0 has a record attributes byte >= 0x80" in r.out + r.stderr
+    return r
+
+
+def test_the_batch_is_read_differently_by_the_compiled_reader_alone() -> None:
+    """The premise: without the marker the compiled reader would answer differently."""
+    batch = _high_attributes_batch(0)
+    header = codec.read_header(batch)
+    assert [r[:4] for r in codec.decode_batch_records(batch, 0, header)] == EXPECTED
+    fast = codec.decode_batch_records(batch, 0, header, fast=True)
+    assert [r[:4] for r in fast] != EXPECTED and fast[0][2] is None and fast[0][0] == 1
+
+
+def test_consume_json_dump_and_group_read_kafkas_answer(cli, imported) -> None:
+    r = cli("consume", "odd", "-o", "earliest")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines() == [v for *_, v in EXPECTED]
+    r = cli("consume", "odd", "-o", "earliest", "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(line) for line in r.out.splitlines()]
+    assert [(d["offset"], d["timestamp"], d["key"], d["value"]) for d in rows] == [
+        (o, t, k.decode(), v.decode()) for o, t, k, v in EXPECTED]
+    r = cli("consume", "odd", "-G", "g", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert [json.loads(line)["offset"] for line in r.out.splitlines()] == list(range(COUNT))
+    r = cli("dump", "odd")
+    assert r.exit_code == 0, r.stderr
+    assert f"| offset: 63 timestamp: {NOW} key: \\x01 headers: [] payload: v63" in r.out
+    assert cli("verify").exit_code == 0
+
+
+def test_the_python_api_reads_kafkas_answer(store, imported) -> None:
+    with store.consumer("odd", start="earliest") as consumer:
+        assert [(r.offset, r.timestamp, r.key, r.value) for r in consumer] == EXPECTED
+
+
+def test_a_replica_caught_up_from_a_marked_log_is_marked_too(tmp_path) -> None:
+    """Replica catch-up copies the batches as they are, so the copy needs the mark as well."""
+    from klog.client.replication import catch_up
+    from klog.store.log import STRICT_RECORDS_MARKER, PartitionLog
+
+    leader_dir = str(tmp_path / "a" / "odd-0")
+    write_segment(leader_dir, 0, [_high_attributes_batch(0)])
+    leader, follower = PartitionLog(leader_dir), PartitionLog(str(tmp_path / "b" / "odd-0"))
+    try:
+        leader.open_for_write()
+        leader.mark_strict_records()
+        follower.open_for_write()
+        assert catch_up(leader, follower, leader.log_end_offset) == COUNT
+        assert os.path.exists(os.path.join(follower.directory, STRICT_RECORDS_MARKER))
+        assert [r[:4] for fb in follower.read(0, COUNT) for r in fb.records()] == EXPECTED
+        again = PartitionLog(follower.directory)  # another process: the mark is read from the folder
+        assert [r[:4] for fb in again.read(0, COUNT) for r in fb.records()] == EXPECTED
+        again.close()
+    finally:
+        leader.close()
+        follower.close()
+
+
+def test_sparks_arrow_reader_reads_kafkas_answer(imported, data_dir) -> None:
+    pytest.importorskip("pyarrow")
+    from klog.spark.arrow import arrow_schema, read_range
+
+    batches = list(read_range(data_dir, "odd", 0, 0, COUNT, True, arrow_schema()))
+    rows = [row for b in batches for row in b.to_pylist()]
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(o, k, v) for o, _, k, v in EXPECTED]
