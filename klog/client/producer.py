@@ -62,6 +62,11 @@ class _Batch:
     pending: dict[int, PendingRecord] = field(default_factory=dict)
     estimated_bytes: int = 0
     first_ms: float = 0.0
+    max_ts: int | None = None  # the records' largest timestamp, kept as they are added (not a pass at encoding)
+
+    def saw(self, ts: int) -> None:
+        if self.max_ts is None or ts > self.max_ts:
+            self.max_ts = ts
 
 
 def check_producer_options(acks: str, compression_type: str, batch_size: int) -> None:
@@ -175,6 +180,7 @@ class Producer(ProducerBase):
         pending = PendingRecord(self, topic, partition, len(batch.records))
         batch.pending[len(batch.records)] = pending
         batch.records.append((key, value, headers or (), ts))
+        batch.saw(ts)
         batch.estimated_bytes += size
         if sticky:
             self.sticky.produced(topic, size, count)
@@ -202,7 +208,7 @@ class Producer(ProducerBase):
                      for k, v in pairs]
             records = [(k, v, hdrs, ts) for k, v in pairs]
             keyless = partition is None and count > 1 and all(k is None for k, _ in pairs)
-            self._send_records(topic, records, sizes, partition, count, keyless)
+            self._send_records(topic, records, sizes, partition, count, keyless, ts)
 
     def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
                     partition: int | None = None, timestamp: int | None = None) -> None:
@@ -214,7 +220,7 @@ class Producer(ProducerBase):
         with _gc_paused(len(values)):
             sizes = [(len(v) if v is not None else 0) + overhead for v in values]
             records = [(None, v, hdrs, ts) for v in values]
-            self._send_records(topic, records, sizes, partition, count, True)
+            self._send_records(topic, records, sizes, partition, count, True, ts)
 
     def _bulk_start(self, topic: str, partition: int | None, headers: Headers | None,
                     timestamp: int | None) -> tuple[int, int | None, tuple, int, int]:
@@ -229,25 +235,26 @@ class Producer(ProducerBase):
         return count, partition, hdrs, overhead, ts
 
     def _send_records(self, topic: str, records: list[RecordIn], sizes: list[int], partition: int | None,
-                      count: int, keyless: bool) -> None:
-        """Buffer the bulk paths' records (sizes: their estimates) into their partitions' batches;
-        keyless: no record has a key (the sticky partitioner places them all)."""
+                      count: int, keyless: bool, ts: int) -> None:
+        """Buffer the bulk paths' records (sizes: their estimates; ts: the timestamp they all
+        carry) into their partitions' batches; keyless: no record has a key (the sticky
+        partitioner places them all)."""
         max_bytes = self._topic_settings[topic][0]
         limit = max_bytes - RECORD_BATCH_OVERHEAD
         if sizes and max(sizes) > limit:
             too_big = next(j for j, size in enumerate(sizes) if size > limit)
-            self._send_records(topic, records[:too_big], sizes[:too_big], partition, count, keyless)
+            self._send_records(topic, records[:too_big], sizes[:too_big], partition, count, keyless, ts)
             error = RecordTooLargeError(f"record of {sizes[too_big]} bytes is larger than max.message.bytes "
                                         f"({max_bytes}) of topic '{topic}'")
             error.index = too_big  # type: ignore[attr-defined]
             raise error
         if partition is not None or count == 1:
-            self._fill(topic, 0 if partition is None else partition, records, sizes, count, max_bytes)
+            self._fill(topic, 0 if partition is None else partition, records, sizes, count, max_bytes, ts)
         elif keyless:
-            self._fill(topic, None, records, sizes, count, max_bytes)
+            self._fill(topic, None, records, sizes, count, max_bytes, ts)
         else:
             for p, (group, group_sizes) in self._by_partition(topic, records, sizes, count).items():
-                self._fill(topic, p, group, group_sizes, count, max_bytes)
+                self._fill(topic, p, group, group_sizes, count, max_bytes, ts)
         self._maybe_linger_flush()
 
     def _by_partition(self, topic: str, records: list[RecordIn], sizes: list[int],
@@ -284,7 +291,7 @@ class Producer(ProducerBase):
         return groups
 
     def _fill(self, topic: str, partition: int | None, records: list[RecordIn], sizes: list[int], count: int,
-              max_bytes: int) -> None:
+              max_bytes: int, ts: int) -> None:
         """Add records (sizes: their estimates) to `partition`'s batch, or to the sticky
         partitioner's when None, writing each batch as it fills."""
         limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)
@@ -306,7 +313,9 @@ class Producer(ProducerBase):
             if j == i and (not batch.records or sizes[i] <= room):
                 j = i + 1  # at least one record per round (an empty batch takes even an oversized one)
             added = (ends[j - 1] - before) if j > i else 0
-            batch.records += records[i:j]
+            if j > i:
+                batch.records += records[i:j]
+                batch.saw(ts)
             batch.estimated_bytes += added
             i = j
             if partition is None:
@@ -350,7 +359,7 @@ class Producer(ProducerBase):
         max_bytes, topic_codec, ts_type = self._topic_settings[topic]
         now_ms = int(time.time() * 1000)
         encoded = codec.encode_batch(batch.records, 0, codec=topic_codec, timestamp_type=ts_type,
-                                     log_append_time_ms=now_ms)
+                                     log_append_time_ms=now_ms, max_timestamp=batch.max_ts)
         if len(encoded) > max_bytes and len(batch.records) > 1:
             half = len(batch.records) // 2
             pending = batch.pending
