@@ -125,3 +125,29 @@ def test_each_batch_header_carries_its_records_largest_timestamp(store) -> None:
     assert len(batches) > 3
     for fetched in batches:
         assert fetched.header.max_timestamp == max(r[1] for r in fetched.records())
+
+
+def test_send_values_cuts_the_batches_send_keyed_cuts(store) -> None:
+    """The one-partition values path sizes its batches from running totals of the lengths; the
+    keyed path from a size per record: the same records make the same batches."""
+    import random
+
+    rng = random.Random(3)
+    values = [b"v" * rng.randrange(0, 300) for _ in range(5000)]
+    store.create_topic("a")
+    store.create_topic("b")
+    for topic in ("a", "b"):
+        with store.producer(batch_size=7000) as producer:
+            for start in range(0, len(values), 700):  # calls that end mid-batch
+                chunk = values[start:start + 700]
+                if topic == "a":
+                    producer.send_values(topic, chunk, headers=[("h", b"x")], timestamp=1_000)
+                else:
+                    producer.send_keyed(topic, [(None, v) for v in chunk], headers=[("h", b"x")], timestamp=1_000)
+
+    def cuts(topic: str) -> list[tuple[int, int]]:
+        return [(b.header.base_offset, b.header.last_offset) for b in store.partition(topic, 0).read(0, 1 << 30)]
+
+    assert len(cuts("a")) > 10
+    assert cuts("a") == cuts("b")
+    assert [r.value for r in store.consumer("a")] == values

@@ -218,8 +218,21 @@ class Producer(ProducerBase):
         if values and self._compacted(topic):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
         with _gc_paused(len(values)):
-            sizes = [(len(v) if v is not None else 0) + overhead for v in values]
             records = [(None, v, hdrs, ts) for v in values]
+            if partition is not None or count == 1:
+                # one partition (the CLI's usual case): the batches are cut from the running total
+                # of the values' lengths (C-level passes), with no list of per-record sizes
+                try:
+                    lengths = list(map(len, values))
+                except TypeError:  # a None value (a tombstone)
+                    lengths = [len(v) if v is not None else 0 for v in values]
+                max_bytes = self._topic_settings[topic][0]
+                if not lengths or max(lengths) + overhead <= max_bytes - RECORD_BATCH_OVERHEAD:
+                    self._fill(topic, partition or 0, records, list(accumulate(lengths)), count, max_bytes, ts,
+                               overhead)
+                    self._maybe_linger_flush()
+                    return
+            sizes = [(len(v) if v is not None else 0) + overhead for v in values]
             self._send_records(topic, records, sizes, partition, count, True, ts)
 
     def _bulk_start(self, topic: str, partition: int | None, headers: Headers | None,
@@ -249,12 +262,13 @@ class Producer(ProducerBase):
             error.index = too_big  # type: ignore[attr-defined]
             raise error
         if partition is not None or count == 1:
-            self._fill(topic, 0 if partition is None else partition, records, sizes, count, max_bytes, ts)
+            self._fill(topic, 0 if partition is None else partition, records, list(accumulate(sizes)), count,
+                       max_bytes, ts)
         elif keyless:
-            self._fill(topic, None, records, sizes, count, max_bytes, ts)
+            self._fill(topic, None, records, list(accumulate(sizes)), count, max_bytes, ts)
         else:
             for p, (group, group_sizes) in self._by_partition(topic, records, sizes, count).items():
-                self._fill(topic, p, group, group_sizes, count, max_bytes, ts)
+                self._fill(topic, p, group, list(accumulate(group_sizes)), count, max_bytes, ts)
         self._maybe_linger_flush()
 
     def _by_partition(self, topic: str, records: list[RecordIn], sizes: list[int],
@@ -290,12 +304,16 @@ class Producer(ProducerBase):
             lo = hi
         return groups
 
-    def _fill(self, topic: str, partition: int | None, records: list[RecordIn], sizes: list[int], count: int,
-              max_bytes: int, ts: int) -> None:
-        """Add records (sizes: their estimates) to `partition`'s batch, or to the sticky
-        partitioner's when None, writing each batch as it fills."""
+    def _fill(self, topic: str, partition: int | None, records: list[RecordIn], totals: list[int], count: int,
+              max_bytes: int, ts: int, overhead: int = 0) -> None:
+        """Add records to `partition`'s batch, or to the sticky partitioner's when None, writing
+        each batch as it fills. Their size estimates are given as running totals: records[:j + 1]
+        estimate totals[j] + (j + 1) * overhead bytes."""
         limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)
-        ends = list(accumulate(sizes))  # ends[j]: bytes of records[:j + 1]
+
+        def upto(j: int) -> int:  # the estimate of records[:j + 1]
+            return totals[j] + (j + 1) * overhead if j >= 0 else 0
+
         i, n = 0, len(records)
         while i < n:
             p = partition if partition is not None else self.sticky.partition(topic, count)
@@ -308,11 +326,14 @@ class Producer(ProducerBase):
                 batch = self._batches[key] = _Batch(first_ms=time.monotonic() * 1000)
             room = limit - batch.estimated_bytes
             quota = room if partition is not None else min(room, self.sticky.remaining(topic))
-            before = ends[i - 1] if i else 0
-            j = bisect_right(ends, before + quota, i, n)
-            if j == i and (not batch.records or sizes[i] <= room):
+            before = upto(i - 1)
+            if overhead:  # (bisect's key is called only at its ~log2(n) probes)
+                j = bisect_right(range(n), before + quota, i, n, key=upto)
+            else:
+                j = bisect_right(totals, before + quota, i, n)
+            if j == i and (not batch.records or upto(i) - before <= room):
                 j = i + 1  # at least one record per round (an empty batch takes even an oversized one)
-            added = (ends[j - 1] - before) if j > i else 0
+            added = (upto(j - 1) - before) if j > i else 0
             if j > i:
                 batch.records += records[i:j]
                 batch.saw(ts)
@@ -320,7 +341,7 @@ class Producer(ProducerBase):
             i = j
             if partition is None:
                 self.sticky.produced(topic, added, count)
-            if i < n and batch.estimated_bytes + sizes[i] > limit:
+            if i < n and batch.estimated_bytes + upto(i) - upto(i - 1) > limit:
                 self._write(key, self._batches.pop(key))  # full: write it; otherwise it keeps filling
 
     def _batch_for(self, topic: str, partition: int, size: int, max_bytes: int, ts: int) -> _Batch:
