@@ -44,6 +44,19 @@ class FakeClock:
         self.now += seconds
 
 
+class MsClock:
+    """GroupsMeta's clock (epoch milliseconds) that moves only when a test says so."""
+
+    def __init__(self, start: int) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
 def settle(consumers, done, seen=None) -> None:
     """Poll every member until `done()`; after each round no partition may be held by two members."""
     for _ in range(SETTLE_ROUNDS_MAX):
@@ -214,14 +227,28 @@ def test_a_silent_member_is_expelled_and_its_commits_fenced(store) -> None:
 
 
 def test_heartbeats_keep_a_busy_member_in_the_group_and_stop_on_close(store) -> None:
+    """The group's clock moves only when the test says, by less than a session each time, and
+    only once the heartbeat thread has proved the member alive at the new time: a heartbeat
+    thread delayed on a loaded machine cannot make the member expire, a missing one fails."""
     import threading
 
     fill(store, "t", 2, 3)
-    c = store.group_consumer("g", "t", session_timeout_ms=300, heartbeat_interval_ms=50, enable_auto_commit=False)
+    clock = MsClock(now_ms())
+    c = store.group_consumer("g", "t", session_timeout_ms=300, heartbeat_interval_ms=50, enable_auto_commit=False,
+                             groups_clock=clock)
     settle([c], lambda: len(c.assignment()) == 2)
-    time.sleep(0.9)  # user code busy for 3 session timeouts; the background thread heartbeats meanwhile
-    other = store.group_consumer("g", "t")  # joining expires silent members: c must not be one
-    assert c.member_id in [m.member_id for m in GroupsMeta(store.meta).snapshot("g").members]
+    meta = GroupsMeta(store.meta, clock=clock)
+    for _ in range(9):  # user code busy for 3 session timeouts; the background thread heartbeats meanwhile
+        clock.advance(100)
+        for _ in range(500):  # bounded: 5 s of real time for one heartbeat (50 ms apart)
+            heard = {m.member_id: m.heartbeat_ms for m in meta.snapshot("g").members}
+            if heard.get(c.member_id, 0) >= clock.now:
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the heartbeat thread did not heartbeat within 5 s")
+    other = store.group_consumer("g", "t", groups_clock=clock)  # joining expires silent members: c must not be one
+    assert c.member_id in [m.member_id for m in meta.snapshot("g").members]
     assert c.commit({("t", 0): 2}) == {("t", 0): 2}
     c.close()
     other.close()

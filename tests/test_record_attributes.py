@@ -4,6 +4,7 @@ a varint, which shifts the record's later fields. Every klog reader must give Ka
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import struct
@@ -13,7 +14,7 @@ import crcmod.predefined
 import pytest
 
 from klog.store import codec
-from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET
+from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORDS_OFFSET
 from tests.kafka_files import write_segment
 
 NOW = int(time.time() * 1000) - 60_000
@@ -35,14 +36,26 @@ def _high_attributes_batch(base_offset: int) -> bytes:
     return bytes(data)
 
 
+def _gzipped(batch: bytes) -> bytes:
+    """The same batch with its records section gzip-compressed (Python's gzip; CRC by crcmod):
+    the compiled reader sees the decompressed records, so it would misread them alike."""
+    body = gzip.compress(batch[RECORDS_OFFSET:])
+    data = bytearray(batch[:RECORDS_OFFSET]) + body
+    struct.pack_into(">h", data, ATTRIBUTES_OFFSET, 1)  # codec 1: gzip
+    struct.pack_into(">i", data, 8, len(data) - 12)  # batchLength: the bytes after it
+    struct.pack_into(">I", data, CRC_OFFSET, crcmod.predefined.mkCrcFun("crc-32c")(bytes(data[ATTRIBUTES_OFFSET:])))
+    return bytes(data)
+
+
 # Kafka's answer, (offset, timestamp, key, value) as the record's fields say
 EXPECTED = [(i, NOW, KEY, b"v%d" % i) for i in range(COUNT)]
 
 
-@pytest.fixture
-def imported(cli, tmp_path):
+@pytest.fixture(params=["uncompressed", "gzip"])
+def imported(cli, tmp_path, request):
     kafka_dir = tmp_path / "kafka-logs"
-    write_segment(str(kafka_dir / "odd-0"), 0, [_high_attributes_batch(0)])
+    batch = _high_attributes_batch(0)
+    write_segment(str(kafka_dir / "odd-0"), 0, [batch if request.param == "uncompressed" else _gzipped(batch)])
     r = cli("dirs", "import", str(kafka_dir))
     assert r.exit_code == 0, r.stderr
     assert "offset 0 has a record attributes byte >= 0x80" in r.out + r.stderr
@@ -56,6 +69,10 @@ def test_the_batch_is_read_differently_by_the_compiled_reader_alone() -> None:
     assert [r[:4] for r in codec.decode_batch_records(batch, 0, header)] == EXPECTED
     fast = codec.decode_batch_records(batch, 0, header, fast=True)
     assert [r[:4] for r in fast] != EXPECTED and fast[0][2] is None and fast[0][0] == 1
+    gzipped = _gzipped(batch)
+    header = codec.read_header(gzipped)
+    assert [r[:4] for r in codec.decode_batch_records(gzipped, 0, header)] == EXPECTED
+    assert [r[:4] for r in codec.decode_batch_records(gzipped, 0, header, fast=True)] == [r[:4] for r in fast]
 
 
 def test_consume_json_dump_and_group_read_kafkas_answer(cli, imported) -> None:
@@ -111,3 +128,19 @@ def test_sparks_arrow_reader_reads_kafkas_answer(imported, data_dir) -> None:
     batches = list(read_range(data_dir, "odd", 0, 0, COUNT, True, arrow_schema()))
     rows = [row for b in batches for row in b.to_pylist()]
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(o, k, v) for o, _, k, v in EXPECTED]
+
+
+def test_verify_finds_an_unmarked_log_and_repair_marks_it(cli, imported, store) -> None:
+    """A log with such a record that import did not see (put in the store by another tool)."""
+    from klog.store.log import STRICT_RECORDS_MARKER
+
+    folder = store.partition("odd", 0).leader.directory
+    os.unlink(os.path.join(folder, STRICT_RECORDS_MARKER))
+    r = cli("verify")
+    assert r.exit_code == 1 and "not marked for strict decoding (offset 0)" in r.out + r.stderr
+    r = cli("verify", "--repair")
+    assert "repaired: marked to be read with the strict decoder only" in r.out + r.stderr
+    assert os.path.exists(os.path.join(folder, STRICT_RECORDS_MARKER))
+    assert cli("verify").exit_code == 0
+    r = cli("consume", "odd", "-o", "earliest", "--json")
+    assert [json.loads(line)["key"] for line in r.out.splitlines()] == [KEY.decode()] * COUNT

@@ -163,6 +163,7 @@ def test_flush_fsyncs_the_sealed_segments_a_killed_writer_left(tmp_path, fsyncs,
 
 
 PRODUCER = r"""
+import os
 import sys
 import klog
 
@@ -170,7 +171,8 @@ data = sys.argv[1]
 store = klog.open(data)
 if not store.has_topic("t"):
     store.create_topic("t", configs={"segment.bytes": "2000", "flush.messages": str(2**62)})
-with store.producer(acks="1", on_ack=lambda t, p, base, n: print(base, n, flush=True)) as p:
+# one write(2) per acknowledgement: a kill from the flusher thread cannot tear a line
+with store.producer(acks="1", on_ack=lambda t, p, base, n: os.write(1, b"%d %d\n" % (base, n))) as p:
     for i in range(100_000):
         p.send("t", b"%06d-" % i + b"x" * 200, partition=0)
         p.flush()
@@ -183,7 +185,9 @@ def test_kill_9_during_a_rolls_background_flush_keeps_every_acknowledged_record(
     env = {**os.environ, CRASH_ENV: step, "PYTHONPATH": REPO}
     proc = subprocess.run([sys.executable, "-c", PRODUCER, data], env=env, capture_output=True, timeout=120)
     assert proc.returncode == -9, (step, proc.returncode, proc.stderr[-2000:])
-    acked = [tuple(map(int, line.split())) for line in proc.stdout.decode().splitlines()]
+    lines = proc.stdout.decode().splitlines()
+    assert all(len(line.split()) == 2 for line in lines), lines[-3:]
+    acked = [tuple(map(int, line.split())) for line in lines]
     assert acked, "killed before the first acknowledgement"
     acked_end = acked[-1][0] + acked[-1][1]
     folder = os.path.join(data, "logs", "t-0")
@@ -197,3 +201,54 @@ def test_kill_9_during_a_rolls_background_flush_keeps_every_acknowledged_record(
         assert len(records) >= acked_end
         assert [o for o, _ in records] == list(range(len(records)))
         assert all(v == b"%06d-" % o + b"x" * 200 for o, v in records[:acked_end])
+
+
+def test_a_writer_reopening_after_another_forgets_its_pending_flushes(tmp_path, gate):
+    """Another writer may truncate what this one sealed meanwhile: reopening (not trusted) must
+    not later move the recovery point to where a forgotten segment ended."""
+    directory = str(tmp_path / "t-0")
+    first = PartitionLog(directory, NO_FSYNC)
+    second = PartitionLog(directory, NO_FSYNC)
+    try:
+        first.open_for_write()
+        _roll_times(first, 2)
+        assert first.pending_flushes
+        threading.Timer(0.2, gate.set).start()
+        second.open_for_write()
+        second.truncate_to(1)
+        first.open_for_write()
+        assert not first.pending_flushes
+        _append(first)
+        assert first.recovery_point <= 1 and first.state.read().recovery_point <= 1
+    finally:
+        gate.set()
+        first.close()
+        second.close()
+
+
+def test_the_recovery_point_never_skips_a_segment_a_killed_writer_left_unflushed(tmp_path, fsyncs, gate):
+    """The first writer dies with its roll's flush pending (its recovery point stays below the
+    sealed segment); the next writer's own background flushes must not move the recovery point
+    over that segment: only its flush(), which fsyncs it, may."""
+    directory = str(tmp_path / "t-0")
+    first = PartitionLog(directory, NO_FSYNC)
+    first.open_for_write()
+    _roll_times(first, 1)
+    _append(first)
+    first.pending_flushes.clear()  # as if killed: its flush never reports back
+    unflushed = first.bases[0]
+    second = PartitionLog(directory, NO_FSYNC)
+    try:
+        second.open_for_write()
+        assert second.recovery_point <= unflushed
+        gate.set()
+        _roll_times(second, 2)
+        second.finish_flushes()
+        assert second.recovery_point <= unflushed
+        fsyncs.clear()
+        second.flush()
+        assert second.segments[unflushed].log_path in {p for p, _ in fsyncs}
+        assert second.recovery_point == second.log_end_offset
+    finally:
+        first.close()
+        second.close()

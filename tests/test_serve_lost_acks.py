@@ -58,7 +58,11 @@ class CuttingProxy:
                 continue
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the server is stopping (the test's end): the client sees a close
+                client.close()
+                continue
             self.socks += [client, server]
             pending: list[int] = []  # correlation ids of produce requests to cut, in order
             self._spawn(self._upstream, client, server, pending)

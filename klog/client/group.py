@@ -113,7 +113,7 @@ class GroupConsumer:
     def __init__(self, store, group: str, topics: list[str], config: GroupConfig | None = None, *,
                  on_assign: Callback | None = None, on_revoke: Callback | None = None, follow: bool = True,
                  poll_interval_ms: int = POLL_INTERVAL_MS, clock: Callable[[], float] = time.monotonic,
-                 **settings: object) -> None:
+                 groups_clock: Callable[[], int] | None = None, **settings: object) -> None:
         validate_group_id(group)
         if not topics:
             raise UsageError("a group consumer needs at least one topic")
@@ -128,7 +128,9 @@ class GroupConsumer:
         self.follow = follow
         self.poll_interval_ms = poll_interval_ms
         self._now = clock  # seconds; tests step it instead of sleeping past a timeout
-        self.meta = GroupsMeta(store.meta)
+        # the group's session bookkeeping (epoch ms, GroupsMeta's clock); tests step it instead of
+        # waiting out session timeouts while the heartbeat thread runs
+        self.meta = GroupsMeta(store.meta) if groups_clock is None else GroupsMeta(store.meta, clock=groups_clock)
         self.eager = self.config.assignor in assignors.EAGER
         self.generation = -1  # not synced yet
         self._cursors: dict[TP, PartitionReader] = {}

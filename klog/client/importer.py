@@ -26,8 +26,8 @@ import os
 import shutil
 from dataclasses import dataclass, field, replace
 
-from klog.errors import CorruptLogError, KlogError, TopicExistsError, UnsupportedCodecError, UsageError
-from klog.store import checkpoints, codec, validate
+from klog.errors import KlogError, TopicExistsError, UsageError
+from klog.store import checkpoints
 from klog.store.format import (
     INDEX_SUFFIX,
     LEADER_EPOCH_CHECKPOINT,
@@ -40,7 +40,6 @@ from klog.store.format import (
     parse_partition_dir,
     parse_segment_base,
 )
-from klog.store.log import PartitionLog
 from klog.store.names import validate_topic_name
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
@@ -150,24 +149,6 @@ def _has_cleaner_gaps(log) -> bool:
     return False
 
 
-def _high_attributes_offset(log: PartitionLog) -> int | None:
-    """The offset of the first record whose attributes byte is >= 0x80, or None: a walk over
-    every record of every segment (recovery has just checked them; offset gaps a compacted
-    Kafka log has are no concern here)."""
-    log.refresh_segments()
-    for base in log.bases:
-        segment = log.segments[base]
-        for pos, header in segment.iter_headers(0, segment.file_size()):
-            data = segment.read_bytes(pos, header.size)
-            try:
-                index = validate.high_attributes_record(data, 0, header)
-                if index is not None:
-                    return codec.decode_batch_records(data, 0, header)[index][0]  # strict: Kafka's offset
-            except (CorruptLogError, UnsupportedCodecError):
-                continue  # undecodable: every reader reports it, whichever decoder it uses
-    return None
-
-
 def _log_start_offsets(log_dirs: set[str]) -> dict[tuple[str, int], int]:
     out: dict[tuple[str, int], int] = {}
     for d in log_dirs:
@@ -202,7 +183,7 @@ def _import_partition(store, topic: str, partition: int, source: str, log_start:
         part.open_for_write()
         for report in part.last_recovery:
             notes.extend(f"copy repaired: {r}" for r in report.reasons)
-        high = _high_attributes_offset(part.leader)
+        high = part.leader.first_high_attributes_offset()
         if high is not None:
             part.leader.mark_strict_records()
             notes.append(f"offset {high} has a record attributes byte >= 0x80 (unused by Kafka): "

@@ -16,6 +16,9 @@ from klog.store.inspect import check_segment
 from klog.store.segment import CORRUPT_SUFFIX
 
 DELETING_SUFFIX = ".deleting"  # Store.delete_topic's name for a folder on its way out
+# a foreign log (written into the store by another tool) holding a record attributes byte >= 0x80
+# that `dirs import` did not see (see PartitionLog.mark_strict_records)
+UNMARKED_HIGH_ATTRIBUTES = "a record attributes byte >= 0x80 in a log not marked for strict decoding"
 
 
 def verify_store(store, topic: str | None = None, repair: bool = False) -> list[dict]:
@@ -169,6 +172,12 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
                             f"at {expected}")
             cut_at = expected
             break
+    if not problems and not replica.strict_records:
+        high = replica.first_high_attributes_offset()
+        if high is not None:
+            problems.append(f"{replica.directory}: {UNMARKED_HIGH_ATTRIBUTES} (offset {high}): klog's compiled reader "
+                            "would read such a record differently from Kafka; --repair marks the partition to be "
+                            "read with the strict decoder")
     if not problems and snap is not None and (log_end or 0) < snap.high_watermark:
         problems.append(f"{replica.directory}: the log ends at offset {log_end or 0}, below the high watermark "
                         f"{snap.high_watermark}")
@@ -215,6 +224,10 @@ def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: in
     with part.lock:
         part.open_for_write()
         if cut_at is None:
+            if any(UNMARKED_HIGH_ATTRIBUTES in n for n in notes):
+                replica.mark_strict_records()
+                notes.append("repaired: marked to be read with the strict decoder only")
+                return True
             for base in list(replica.bases):
                 replica.segments[base].recover()
             notes.append("repaired: rebuilt indexes")

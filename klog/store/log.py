@@ -48,9 +48,11 @@ ROLL_FLUSHES_PENDING_MAX = 4
 
 @dataclass
 class PendingFlush:
-    """A sealed segment being fsynced by the flusher: once done, the recovery point may pass `end`."""
+    """A sealed segment being fsynced by the flusher: once done, a recovery point that had
+    reached the segment (`start`) may pass it (`end`)."""
 
-    end: int  # the sealed segment's end offset: the base of the segment rolled after it
+    start: int  # the sealed segment's base offset
+    end: int  # its end offset: the base of the segment rolled after it
     future: Future
 
 
@@ -209,6 +211,25 @@ class PartitionLog:
         fsync_dir(self.directory)
         self.strict_records = True
 
+    def first_high_attributes_offset(self) -> int | None:
+        """The offset of the first record whose attributes byte is >= 0x80, or None: a walk over
+        every record of every segment (for `dirs import` and `verify`; offset gaps a compacted
+        Kafka log has are no concern here, nor damage: every reader reports that)."""
+        self.refresh_segments()
+        for base in self.bases:
+            segment = self.segments[base]
+            for pos, header in segment.iter_headers(0, segment.file_size()):
+                data = segment.read_bytes(pos, header.size)
+                if validate.crc_problem(data, 0, header) is not None:
+                    continue
+                try:
+                    index = validate.high_attributes_record(data, 0, header)
+                    if index is not None:
+                        return codec.decode_batch_records(data, 0, header)[index][0]  # strict: Kafka's offset
+                except (CorruptLogError, UnsupportedCodecError):
+                    continue
+        return None
+
     def segment_for(self, offset: int) -> LogSegment | None:
         i = bisect.bisect_right(self.bases, offset) - 1
         return self.segments[self.bases[i]] if i >= 0 else None
@@ -229,6 +250,7 @@ class PartitionLog:
         since (Partition's lock generation); an opened log then stays as it is."""
         if trusted and self._fds is not None and self.bases and self.active.next_offset is not None:
             return RecoveryReport()
+        self.drop_flushes()  # another writer may have truncated or replaced what they sealed
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
@@ -320,7 +342,8 @@ class PartitionLog:
         segment = self.new_segment(base)
         self._open_fds()
         if sealed is not None:
-            self.pending_flushes.append(PendingFlush(base, flusher.submit_sealed(sealed, self.directory)))
+            self.pending_flushes.append(PendingFlush(old.base_offset, base,
+                                                     flusher.submit_sealed(sealed, self.directory)))
             faults.point("roll-flush-pending")
             if len(self.pending_flushes) > ROLL_FLUSHES_PENDING_MAX:
                 self.collect_flushes(wait=len(self.pending_flushes) - ROLL_FLUSHES_PENDING_MAX)
@@ -328,8 +351,10 @@ class PartitionLog:
 
     def collect_flushes(self, wait: int = 0) -> None:
         """Move the recovery point past the sealed segments the flusher has fsynced, oldest first,
-        waiting for the first `wait` of them. A failed fsync stops the recovery point before that
-        segment for good: flush() then fsyncs it again itself, and raises if it fails again."""
+        waiting for the first `wait` of them; only from a recovery point inside or at the start of
+        the segment (one below it: a segment before, sealed by a writer killed with its flush
+        pending, is not known to be on disk). A failed fsync stops the recovery point before that
+        segment for good. flush() fsyncs what is left itself, and raises if that fails again."""
         pending = self.pending_flushes
         while pending and (wait > 0 or pending[0].future.done()):
             item = pending.pop(0)
@@ -337,7 +362,8 @@ class PartitionLog:
             if item.future.exception() is not None:
                 self.drop_flushes()
                 return
-            self.recovery_point = max(self.recovery_point, item.end)
+            if self.recovery_point >= item.start:
+                self.recovery_point = max(self.recovery_point, item.end)
 
     def drop_flushes(self) -> None:
         """Wait for every pending flush and forget them, the recovery point unmoved (a truncation
