@@ -236,7 +236,8 @@ def delete_records(
     from klog.client.timespec import parse_time_ms
 
     text = before.strip()
-    kwargs = {"before_offset": int(text)} if text.isdigit() else {"before_ms": parse_time_ms(text)}
+    # isascii: str.isdigit also takes digits such as '²' that int() refuses
+    kwargs = {"before_offset": int(text)} if text.isascii() and text.isdigit() else {"before_ms": parse_time_ms(text)}
     with open_store(data_dir, create=False) as store:
         results = store.delete_records(topic, partitions=partition, **kwargs)
     _print_cleanups(results, as_json, "Deleted records of")

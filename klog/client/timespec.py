@@ -25,7 +25,7 @@ def parse_time_ms(text: str, now_ms: int | None = None) -> int:
     """Epoch ms for an ISO date-time, an epoch-ms number, or a span before now ("15m", "15m ago")."""
     text = text.strip()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # isdigit alone takes '²', which int() refuses
         return int(text)
     span = _AGO.sub("", text)
     if _SPAN.fullmatch(span):

@@ -54,7 +54,8 @@ OFFSETS_RETENTION_CHECK_MS_DEFAULT = 600_000  # Kafka's offsets.retention.check.
 def offsets_retention_setting(name: str, text: str) -> int:
     """`offsets.retention.minutes` as milliseconds, or `offsets.retention.check.interval.ms`, from
     klog.json's text; at least 1, as Kafka requires (UsageError naming the setting otherwise)."""
-    if not text.strip().isdigit() or int(text) < 1:
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()) or int(digits) < 1:  # isdigit alone takes '²', int() does not
         raise UsageError(f"klog.json default '{name}' must be a whole number of at least 1, not {text!r}")
     return int(text) * (60_000 if name == "offsets.retention.minutes" else 1)
 

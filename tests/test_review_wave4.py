@@ -1,0 +1,339 @@
+"""Independent review of wave 4's changes, through real processes where possible: the background
+roll flusher under kill -9 of a real `klog produce`, the strict-records marker read through
+`klog serve`, `dirs list` sizes with `.deleted` files pending, and offset-expiry settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import klog
+from klog.store.log import PartitionLog
+from tests.conftest import REPO
+
+SEGMENT_BYTES = "1000"  # a roll every few records: many background flushes
+
+
+def _env(data_dir: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO, **extra}
+
+
+def _klog(data_dir: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "klog", *args], capture_output=True, text=True,
+                          timeout=timeout, env=_env(data_dir))
+
+
+# A `klog produce` run in-process whose every completed os.fsync is appended to $FSYNC_LOG (the
+# path of the descriptor), in one write(2) each, after the real fsync returned.
+FSYNC_LOGGING_PRODUCE = """
+import os, sys
+real = os.fsync
+log = os.open(os.environ["FSYNC_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def logged(fd):
+    path = os.readlink("/proc/self/fd/%d" % fd)
+    real(fd)
+    os.write(log, path.encode() + b"\\n")
+os.fsync = logged
+sys.argv = ["klog", *sys.argv[1:]]
+from klog.cli.entry import main
+main()
+"""
+
+
+def _kill_produce_rounds(data_dir: str, acks: str, rounds: int, seed: int, fsync_log: str | None = None
+                         ) -> dict[int, bytes]:
+    """Feed a `klog produce --print-offsets` process line by line and SIGKILL it at a random moment,
+    `rounds` times; returns offset -> value of every record it acknowledged (printed)."""
+    rng = random.Random(seed)
+    acked: dict[int, bytes] = {}
+    sent = 0
+    for r in range(rounds):
+        if fsync_log is None:
+            argv = [sys.executable, "-m", "klog"]
+            env = _env(data_dir)
+        else:
+            argv = [sys.executable, "-c", FSYNC_LOGGING_PRODUCE]
+            env = _env(data_dir, FSYNC_LOG=fsync_log)
+        proc = subprocess.Popen([*argv, "produce", "t", "--acks", acks, "--print-offsets"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        out = b""
+        lines: list[bytes] = []
+        deadline = time.monotonic() + rng.uniform(0.7, 1.8)
+        try:
+            while time.monotonic() < deadline:
+                line = b"r%d-%06d-%s" % (r, sent, b"y" * rng.randrange(10, 200))
+                proc.stdin.write(line + b"\n")  # type: ignore[union-attr]
+                proc.stdin.flush()  # type: ignore[union-attr]
+                lines.append(line)
+                sent += 1
+                time.sleep(0.001)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        out = proc.stdout.read() or b""  # type: ignore[union-attr]
+        err = proc.stderr.read()  # type: ignore[union-attr]
+        assert proc.returncode == -9, err
+        assert b"Traceback" not in err, err
+        printed = [ln.split(b"\t") for ln in out.splitlines()]
+        complete = [p for p in printed if len(p) == 3 and p[2].isdigit()]
+        assert len(complete) >= len(printed) - 1  # only the last line may be torn by the kill
+        for i, (_, _, offset) in enumerate(complete):
+            acked[int(offset)] = lines[i]  # one printed line per input line, in input order
+    return acked
+
+
+def _read_all(data_dir: str) -> list[dict]:
+    r = _klog(data_dir, "consume", "t", "--json")
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("acks", ["all", "1"])
+def test_sigkilled_cli_producers_lose_no_acknowledged_record_and_the_next_writer_is_correct(data_dir, acks):
+    """Both acks levels promise the leader fsynced the batch before it is acknowledged (README,
+    Writes): a kill -9 of the process (not a power cut) must keep every acknowledged record, in
+    order, once, however many rolls had their flush pending; another writer then appends after."""
+    created = _klog(data_dir, "topics", "create", "t", "-c", f"segment.bytes={SEGMENT_BYTES}")
+    assert created.returncode == 0, created.stderr
+    acked = _kill_produce_rounds(data_dir, acks, rounds=3, seed=4 + len(acks))
+    assert len(acked) > 100, "too few acknowledgements to mean anything"
+    more = subprocess.run([sys.executable, "-m", "klog", "produce", "t", "--acks", acks, "--print-offsets"],
+                          input=b"after-1\nafter-2\n", capture_output=True, env=_env(data_dir), timeout=60)
+    assert more.returncode == 0, more.stderr
+    verify = _klog(data_dir, "verify")
+    assert verify.returncode == 0 and "ok" in verify.stdout, verify.stdout + verify.stderr
+    records = _read_all(data_dir)
+    offsets = [r["offset"] for r in records]
+    assert offsets == list(range(len(records)))
+    values = [r["value"].encode() for r in records]
+    assert len(set(values)) == len(values), "a record was written twice"
+    for offset, value in acked.items():
+        assert values[offset] == value, offset
+    sent_order = [v for v in values if v.startswith(b"r")]
+    assert sent_order == sorted(sent_order, key=lambda v: int(v.split(b"-")[1]))  # in input order
+    assert values[-2:] == [b"after-1", b"after-2"]
+    assert [int(x.split(b"\t")[2]) for x in more.stdout.splitlines()] == [len(values) - 2, len(values) - 1]
+    segments = [n for n in os.listdir(os.path.join(data_dir, "logs", "t-0")) if n.endswith(".log")]
+    assert len(segments) > 20, "the topic should have rolled many times"
+
+
+@pytest.mark.slow
+def test_the_recovery_point_a_killed_producer_leaves_never_covers_a_segment_it_did_not_fsync(data_dir, tmp_path):
+    """The state file's recovery point claims every offset below it is on disk: each segment
+    holding such offsets must have been fsynced (its .log) by the killed process before it died.
+    acks=1, flush.messages=1: each append's flush() moves it, over sealed segments the background
+    flusher fsynced or flush() fsynced itself. (With acks=0 the recovery point stays at 0: see the
+    review report; it never passes an unsynced segment either way.)"""
+    created = _klog(data_dir, "topics", "create", "t", "-c", f"segment.bytes={SEGMENT_BYTES}")
+    assert created.returncode == 0, created.stderr
+    checked = claimed = 0
+    for seed in range(3):
+        fsync_log = str(tmp_path / f"fsyncs-{seed}")
+        _kill_produce_rounds(data_dir, "1", rounds=1, seed=seed, fsync_log=fsync_log)
+        with open(fsync_log) as f:
+            fsynced = set(f.read().splitlines())
+        folder = os.path.join(data_dir, "logs", "t-0")
+        log = PartitionLog(folder)
+        try:
+            snap = log.state.read()
+            assert snap is not None
+            covered = [b for b in log.bases if b < snap.recovery_point]
+            # segments a previous (killed) round wrote were fsynced by that round or by this one's flush
+            unsynced = [b for b in covered if log.segments[b].log_path not in fsynced
+                        and b >= checked]
+            assert not unsynced, (snap.recovery_point, unsynced[:5])
+            claimed += len([b for b in covered if b >= checked])
+            checked = log.bases[-1]
+        finally:
+            log.close()
+    assert claimed > 10, "the recovery point never moved past a sealed segment: nothing was checked"
+    assert _klog(data_dir, "verify").returncode == 0
+
+
+@pytest.mark.slow
+def test_delete_records_and_retention_racing_a_rolling_producer_keep_the_log_whole(data_dir):
+    """`delete-records` and `topics clean` (retention.bytes) from other processes while a producer
+    rolls a segment every few records (its flushes pending): no error, and afterwards the log is
+    contiguous from its start, verify passes, and every record from the start on is the one sent."""
+    created = _klog(data_dir, "topics", "create", "t", "-c", f"segment.bytes={SEGMENT_BYTES}",
+                    "-c", "retention.bytes=20000", "-c", "file.delete.delay.ms=0")
+    assert created.returncode == 0, created.stderr
+    lines = b"".join(b"%06d-%s\n" % (i, b"z" * 80) for i in range(6000))
+    producer = subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "--batch-size", "400",
+                                 "--acks", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=_env(data_dir))
+    try:
+        producer.stdin.write(lines[: len(lines) // 2])  # type: ignore[union-attr]
+        producer.stdin.flush()  # type: ignore[union-attr]
+        for round_ in range(3):
+            time.sleep(0.2)
+            end = json.loads(_klog(data_dir, "topics", "describe", "t", "--json").stdout)["partitions"][0]
+            dr = _klog(data_dir, "topics", "delete-records", "t", "-p", "0",
+                       "--before", str(end["high_watermark"] // 2))
+            assert dr.returncode == 0 and "Traceback" not in dr.stderr, dr.stderr
+            clean = _klog(data_dir, "topics", "clean")
+            assert clean.returncode == 0, clean.stderr
+            if round_ == 0:
+                producer.stdin.write(lines[len(lines) // 2:])  # type: ignore[union-attr]
+        _, err = producer.communicate(timeout=120)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+    assert producer.returncode == 0, err
+    verify = _klog(data_dir, "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    records = _read_all(data_dir)
+    assert records and records[-1]["offset"] == 5999
+    first = records[0]["offset"]
+    assert [r["offset"] for r in records] == list(range(first, 6000))
+    assert all(r["value"] == f"{r['offset']:06d}-{'z' * 80}" for r in records)
+
+
+def test_a_kafka_client_writes_correctly_after_a_killed_cli_producer(data_dir):
+    """`klog serve` (a second process's writer) takes over a partition whose last writer died
+    with roll flushes pending (crash point roll-flush-pending): confluent-kafka's acks=all writes
+    land after every record the dead writer acknowledged, contiguous, and verify passes."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from klog.server import Server
+
+    assert _klog(data_dir, "topics", "create", "t", "-c", f"segment.bytes={SEGMENT_BYTES}").returncode == 0
+    lines = b"".join(b"old-%05d\n" % i for i in range(400))
+    dead = subprocess.run([sys.executable, "-m", "klog", "produce", "t", "--batch-size", "200", "--print-offsets"],
+                          input=lines, capture_output=True, timeout=60,
+                          env=_env(data_dir, KLOG_CRASH_AT="roll-flush-pending:5"))
+    assert dead.returncode == -9, dead.stderr
+    acked = len(dead.stdout.splitlines())
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        producer = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{server.port}", "acks": "all",
+                                             "enable.idempotence": True, "linger.ms": 5})
+        for i in range(300):
+            producer.produce("t", b"new-%05d" % i)
+        assert producer.flush(30) == 0
+    verify = _klog(data_dir, "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    values = [r["value"] for r in _read_all(data_dir)]
+    old = [v for v in values if v.startswith("old-")]
+    assert len(old) >= acked and old == [f"old-{i:05d}" for i in range(len(old))]
+    assert values[len(old):] == [f"new-{i:05d}" for i in range(300)]
+
+
+# -- klog-strict-records ------------------------------------------------------------------------
+
+def test_a_confluent_consumer_through_serve_reads_an_imported_high_attributes_log_as_kafka(cli, data_dir, tmp_path):
+    """klog serve sends the imported segment's bytes as they are: librdkafka reads the attributes
+    byte as Kafka does (int8, unused), so it gets Kafka's offsets, keys and timestamps, as local
+    `consume --json` does."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from klog.server import Server
+    from tests.kafka_files import write_segment
+    from tests.test_record_attributes import EXPECTED, _high_attributes_batch
+
+    write_segment(str(tmp_path / "kafka" / "odd-0"), 0, [_high_attributes_batch(0)])
+    assert cli("dirs", "import", str(tmp_path / "kafka")).exit_code == 0
+    local = [json.loads(line) for line in cli("consume", "odd", "--json").out.splitlines()]
+    assert [(r["offset"], r["timestamp"], r["key"].encode(), r["value"].encode()) for r in local] == EXPECTED
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "group.id": "g",
+                                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        try:
+            consumer.subscribe(["odd"])
+            got = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(EXPECTED) and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None and m.error() is None:
+                    got.append((m.offset(), m.timestamp()[1], m.key(), m.value()))
+        finally:
+            consumer.close()
+    assert got == EXPECTED
+
+
+# -- dirs list sizes ------------------------------------------------------------------------------
+
+def test_dirs_list_and_topics_describe_agree_while_deleted_files_wait(data_dir):
+    """Retention renames old segments to .deleted and leaves them for file.delete.delay.ms: the
+    size both commands show is the live segments' .log bytes only, the same figure in both."""
+    assert _klog(data_dir, "topics", "create", "t", "-c", "segment.bytes=1000", "-c", "retention.bytes=3000",
+                 "-c", "file.delete.delay.ms=600000").returncode == 0
+    lines = "".join(f"{i:04d}-{'x' * 30}\n" for i in range(300))
+    r = subprocess.run([sys.executable, "-m", "klog", "produce", "t", "--batch-size", "500"], input=lines.encode(),
+                       capture_output=True, env=_env(data_dir), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert _klog(data_dir, "topics", "clean").returncode == 0
+    folder = os.path.join(data_dir, "logs", "t-0")
+    names = os.listdir(folder)
+    assert any(n.endswith(".deleted") for n in names), names
+    live = sum(os.path.getsize(os.path.join(folder, n)) for n in names if n.endswith(".log"))
+    dirs = json.loads(_klog(data_dir, "dirs", "list", "--json").stdout.splitlines()[0])
+    described = json.loads(_klog(data_dir, "topics", "describe", "t", "--json").stdout)["partitions"][0]
+    assert dirs["size_bytes"] == described["size_bytes"] == live
+    assert live <= 3000 + 1000
+
+
+# -- offset expiry settings ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("value", "code"), [("0", 2), ("-5", 2), ("abc", 2), ("1.5", 2), ("\u00b2", 2),
+                                             ("\u0663", 2), ("3", 0)])
+def test_groups_clean_with_a_bad_retention_in_klog_json_is_one_line_and_exit_2(data_dir, value, code):
+    assert _klog(data_dir, "topics", "create", "t").returncode == 0
+    path = os.path.join(data_dir, "klog.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["defaults"]["offsets.retention.minutes"] = value
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    r = _klog(data_dir, "groups", "clean")
+    assert r.returncode == code, r.stderr
+    assert "Traceback" not in r.stderr
+    if code:
+        assert r.stderr.count("\n") == 1 and "offsets.retention.minutes" in r.stderr, r.stderr
+    else:
+        assert r.stderr == "0 group(s) changed\n"
+
+
+def test_groups_clean_keeps_an_active_cli_groups_offsets_and_an_empty_one_within_retention(data_dir):
+    """A klog consumer group that is reading (a live member) keeps its offsets at the shortest
+    retention (1 minute) even when they are older; once Empty it keeps them for that minute."""
+    with klog.open(data_dir) as store:
+        store.create_topic("t", 1)
+        with store.producer() as p:
+            for i in range(5):
+                p.send("t", b"v%d" % i)
+        path = os.path.join(data_dir, "klog.json")
+        with open(path) as f:
+            doc = json.load(f)
+        doc["defaults"]["offsets.retention.minutes"] = "1"
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        with store.group_consumer("g", "t", enable_auto_commit=False) as c:
+            got = []
+            deadline = time.monotonic() + 20
+            while len(got) < 3 and time.monotonic() < deadline:
+                got += c.poll(timeout_ms=100)
+            c.commit({("t", 0): 3})
+            live = _klog(data_dir, "groups", "clean", "--json")
+            assert live.returncode == 0 and live.stdout == "", live.stdout + live.stderr
+    after = _klog(data_dir, "groups", "clean")  # just became Empty: kept for the minute
+    assert after.returncode == 0 and after.stderr == "0 group(s) changed\n", after.stderr
+    described = _klog(data_dir, "groups", "describe", "g", "--json")
+    assert described.returncode == 0, described.stderr
+    assert '"committed_offset": 3' in described.stdout.replace(" ", " ") or "3" in described.stdout, described.stdout
+
+
+@pytest.mark.parametrize("args", [("topics", "delete-records", "t", "--before", "\u00b2"),
+                                  ("consume", "t", "--since", "\u00b2"), ("consume", "t", "--until", "\u00b9")])
+def test_a_non_ascii_digit_in_a_time_or_offset_is_one_line_and_exit_2(data_dir, args):
+    """str.isdigit() accepts '²', which int() refuses: a traceback before the isascii check."""
+    assert _klog(data_dir, "topics", "create", "t").returncode == 0
+    r = _klog(data_dir, *args)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
