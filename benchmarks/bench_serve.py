@@ -20,7 +20,8 @@ Each round alternates the server and local runs; figures are medians of R rounds
 
 `--produce-only`: the produce rows alone, each round alternating the server as it is with the same
 server checking every batch with the record walk only (validate.uniform_records_ok off: the
-previous validator), with the server's and the client's CPU seconds per run.
+previous validator), with the server's and the client's CPU seconds per run (confluent-kafka and
+kcat -P against both).
 """
 
 from __future__ import annotations
@@ -272,37 +273,40 @@ def self_cpu_s() -> float:
 
 
 def produce_only(n: int, rounds: int, env: dict) -> None:
-    """confluent-kafka -> `klog serve` as it is and with the walk only, alternated; kcat -P; klog produce."""
+    """confluent-kafka and kcat -P -> `klog serve` as it is and with the walk only, alternated; klog produce."""
     load_before = os.getloadavg()[0]
     tmp = tempfile.mkdtemp(prefix="bench-serve-produce-")
     lines_path = os.path.join(tmp, "lines")
     with open(lines_path, "wb") as f:
         f.write((b"x" * 100 + b"\n") * n)
-    rows: dict[str, list[tuple[float, float, float]]] = {"one pass": [], "walk only": []}  # rate, server, client CPU
-    kcat_rates: list[float] = []
+    names = ("one pass", "walk only")
+    rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in names}  # rate, server, client CPU s
+    kcat_rows: dict[str, list[tuple[float, float]]] = {k: [] for k in names}  # rate, server CPU s
     local_rates: list[float] = []
     servers: dict[str, Serve] = {}
+    dirs = {name: os.path.join(tmp, name.replace(" ", "-")) for name in names}
     try:
-        for name, code in (("one pass", None), ("walk only", WALK_ONLY_SERVER)):
-            servers[name] = Serve(os.path.join(tmp, name.replace(" ", "-")), env, python_code=code)
+        for name, code in zip(names, (None, WALK_ONLY_SERVER), strict=True):
+            servers[name] = Serve(dirs[name], env, python_code=code)
         for r in range(rounds):
-            order = list(servers) if r % 2 == 0 else list(reversed(servers))
-            for name in order:
+            for name in names if r % 2 == 0 else reversed(names):
                 serve = servers[name]
                 topic = f"bench-{r}"
-                subprocess.run(klog_cmd("topics", "create", topic, "-d", os.path.join(tmp, name.replace(" ", "-"))),
-                               env=env, check=True, stdout=subprocess.DEVNULL)
+                subprocess.run(klog_cmd("topics", "create", topic, "-d", dirs[name]), env=env, check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 server0, client0 = serve.cpu_s(), self_cpu_s()
                 took = confluent_produce(serve.bootstrap, topic, n)
                 rows[name].append((n / took, serve.cpu_s() - server0, self_cpu_s() - client0))
-            if KCAT:
-                kcat_rates.append(n / kcat_produce(servers["one pass"].bootstrap, f"kcat-{r}", lines_path, n,
-                                                   os.path.join(tmp, "one-pass"), env))
+                if KCAT:
+                    server0 = serve.cpu_s()
+                    took = kcat_produce(serve.bootstrap, f"kcat-{r}", lines_path, n, dirs[name], env)
+                    kcat_rows[name].append((n / took, serve.cpu_s() - server0))
             local_rates.append(n / local_produce(os.path.join(tmp, "local"), f"bench-{r}", lines_path, env))
-            kcat_text = f", kcat -P {kcat_rates[-1]:,.0f}/s" if kcat_rates else ""
-            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1][0]:,.0f}/s (server {v[-1][1]:.2f} s, client "
+            print(f"round {r + 1}: " + ", ".join(f"{k}: confluent {v[-1][0]:,.0f}/s (server {v[-1][1]:.2f} s, client "
                                                   f"{v[-1][2]:.2f} s CPU)" for k, v in rows.items()) +
-                  f"{kcat_text}, klog produce {local_rates[-1]:,.0f}/s", flush=True)
+                  "".join(f", {k}: kcat -P {v[-1][0]:,.0f}/s (server {v[-1][1]:.2f} s)"
+                          for k, v in kcat_rows.items() if v) +
+                  f", klog produce {local_rates[-1]:,.0f}/s", flush=True)
     finally:
         for serve in servers.values():
             serve.close()
@@ -314,9 +318,11 @@ def produce_only(n: int, rounds: int, env: dict) -> None:
         print(f"produce  confluent-kafka acks=all -> klog serve ({name:9}) {rate:>12,.0f} records/s  "
               f"server CPU {server / n * 1e6:.2f} us/record, client CPU {client / n * 1e6:.2f} us/record "
               f"({min(v[0] for v in values):,.0f}-{max(v[0] for v in values):,.0f})")
-    if kcat_rates:
-        print(f"produce  kcat -P -X acks=all -> klog serve             {statistics.median(kcat_rates):>12,.0f} "
-              "records/s")
+    for name, kvalues in kcat_rows.items():
+        if kvalues:
+            rate, server = (statistics.median(v[i] for v in kvalues) for i in range(2))
+            print(f"produce  kcat -P -X acks=all -> klog serve ({name:9})       {rate:>12,.0f} records/s  "
+                  f"server CPU {server / n * 1e6:.2f} us/record")
     print(f"produce  klog produce (local CLI) acks=all               {statistics.median(local_rates):>12,.0f} "
           "records/s")
 
