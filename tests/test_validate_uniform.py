@@ -91,3 +91,16 @@ def test_bytes_between_or_after_the_records_are_refused() -> None:
             assert not uniform_records_ok(junk, 0, len(junk), 20, consecutive)
     assert uniform_records_ok(section, 0, len(section), 20, False)
     assert not uniform_records_ok(section, 0, len(section), 19, False)  # the count must match too
+
+
+def test_a_shape_changing_inside_the_batch_is_left_to_the_walk() -> None:
+    # values of 100 then 101 bytes: the first record's shape, then another; and sizes that vary
+    # around 100 bytes, filling about what 100-byte records would
+    changing = codec.encode_batch([(None, b"x" * (100 if i < 50 else 101), [], BASE_TS) for i in range(100)], 0)
+    rng = random.Random(7)
+    varying = codec.encode_batch([(None, b"x" * rng.randint(80, 120), [], BASE_TS) for _ in range(500)], 0)
+    for data in (changing, varying):
+        header = codec.read_header(data)
+        for consecutive in (True, False):
+            assert not _uniform(data, consecutive)
+        assert record_structure_ok(data, 0, header, consecutive=True)

@@ -258,8 +258,10 @@ def _uniform_pattern(key_len: int, value_len: int) -> re.Pattern[bytes]:
             timestamp = _LAST if ts_bytes == 1 else _MORE + _LAST
             starts.append(re.escape(codec.encode_varint(record_len)) + b"\x00" + timestamp +
                           b"(?=" + _MORE * (od_bytes - 1) + _LAST + b")")
+    # `|.+`: where no record matches, the rest of the batch is one match with no offset delta
+    # (None), at once, instead of a search on through it (`.` with DOTALL: no byte is looked at)
     pattern = re.compile(b"(?:" + b"|".join(starts) + b")(" + _LAST + b"|" + _MORE + _LAST + b"|" + _MORE + _MORE +
-                         _LAST + b")" + fields + b"\x00", re.DOTALL)
+                         _LAST + b")" + fields + b"\x00|.+", re.DOTALL)
     if len(_uniform_patterns) >= _UNIFORM_PATTERNS_MAX:
         _uniform_patterns.clear()
     _uniform_patterns[(key_len, value_len)] = pattern
@@ -272,6 +274,25 @@ def _expected_offset_deltas(count: int) -> list[bytes]:
     if len(deltas) < count:  # a new list, swapped in whole: other threads may be reading the old one
         deltas = _offset_deltas = [codec.encode_varint(i) for i in range(max(count, 2 * len(deltas), 1 << 14))]
     return deltas[:count]
+
+
+def _uniform_size_fits(size: int, count: int, key_len: int, value_len: int) -> bool:
+    """Whether `count` records of this shape can fill `size` bytes: each record's size is fixed
+    but for its timestamp delta's width (1 or 2 bytes) and its offset delta's (1, 2 or 3 bytes
+    by its index). A batch of records of other sizes almost never lands in this window, so it
+    goes to the walk at once instead of after a pass that finds nothing."""
+    fields = sum(len(codec.encode_varint(n)) + max(n, 0) for n in (key_len, value_len))
+    low = high = 0
+    for od_bytes, first, end in ((1, 0, 64), (2, 64, 8192), (3, 8192, count)):
+        records = max(0, min(count, end) - first)
+        for ts_bytes in (1, 2):
+            record_len = 1 + ts_bytes + od_bytes + fields + 1
+            total = records * (len(codec.encode_varint(record_len)) + record_len)
+            if ts_bytes == 1:
+                low += total
+            else:
+                high += total
+    return low <= size <= high
 
 
 def uniform_records_ok(data: bytes, pos: int, stop: int, count: int, consecutive: bool = False) -> bool:
@@ -294,10 +315,13 @@ def uniform_records_ok(data: bytes, pos: int, stop: int, count: int, consecutive
     if not (-1 <= key_len <= UNIFORM_LENGTH_MAX and -1 <= value_len <= UNIFORM_LENGTH_MAX
             and max(key_len, 0) + max(value_len, 0) <= UNIFORM_LENGTH_MAX):
         return False
+    if not _uniform_size_fits(stop - pos, count, key_len, value_len):
+        return False  # records of other shapes: no pattern built, no pass made
     parts = _uniform_pattern(key_len, value_len).split(memoryview(data)[pos:stop])
     if len(parts) != 2 * count + 1 or any(parts[::2]):
         return False
-    return not consecutive or parts[1::2] == _expected_offset_deltas(count)
+    deltas = parts[1::2]
+    return deltas == _expected_offset_deltas(count) if consecutive else None not in deltas
 
 
 def _after_headers(data: bytes, pos: int) -> int:
