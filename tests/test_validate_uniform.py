@@ -104,3 +104,14 @@ def test_a_shape_changing_inside_the_batch_is_left_to_the_walk() -> None:
         for consecutive in (True, False):
             assert not _uniform(data, consecutive)
         assert record_structure_ok(data, 0, header, consecutive=True)
+
+
+def test_batches_over_the_record_cap_take_the_walk(monkeypatch) -> None:  # noqa: ANN001 - pytest fixture
+    from klog.store import validate
+
+    def refuse(*args: object) -> bool:
+        raise AssertionError("the one pass was tried")
+
+    data = _batch(validate.UNIFORM_MAX_RECORDS + 1, None, b"")
+    monkeypatch.setattr(validate, "uniform_records_ok", refuse)
+    assert record_structure_ok(data, 0, codec.read_header(data), consecutive=True)

@@ -161,8 +161,8 @@ def record_structure_ok(data: bytes, pos: int, header: BatchHeader, consecutive:
     such as a record over 8 KiB, leaves the batch to the decoder).
     """
     data, pos, stop = codec.records_section(data, pos, header)  # the decoder's own bounds and count check
-    if header.records_count >= UNIFORM_MIN_RECORDS and uniform_records_ok(data, pos, stop, header.records_count,
-                                                                          consecutive):
+    count = header.records_count
+    if UNIFORM_MIN_RECORDS <= count <= UNIFORM_MAX_RECORDS and uniform_records_ok(data, pos, stop, count, consecutive):
         return True
     _step_tables()
     end1, end2, skip1, skip2 = _END1, _END2, _SKIP1, _SKIP2
@@ -227,6 +227,9 @@ def record_structure_ok(data: bytes, pos: int, header: BatchHeader, consecutive:
 # Below this many records the walk costs little; a pattern is built (and cached) per key/value
 # length pair, for lengths whose varints take one or two bytes (the walk's own limit).
 UNIFORM_MIN_RECORDS = 16
+# Above this many the walk takes the batch: the pass's list holds two entries a record and the
+# expected offset deltas one bytes object each (a 100 MiB batch of empty records would be 15 M)
+UNIFORM_MAX_RECORDS = 1 << 15
 UNIFORM_LENGTH_MAX = 8191 - 16  # the record length varint stays within two bytes
 _UNIFORM_PATTERNS_MAX = 256
 _uniform_patterns: dict[tuple[int, int], re.Pattern[bytes]] = {}
@@ -272,7 +275,8 @@ def _expected_offset_deltas(count: int) -> list[bytes]:
     global _offset_deltas
     deltas = _offset_deltas
     if len(deltas) < count:  # a new list, swapped in whole: other threads may be reading the old one
-        deltas = _offset_deltas = [codec.encode_varint(i) for i in range(max(count, 2 * len(deltas), 1 << 14))]
+        size = max(count, min(2 * len(deltas), UNIFORM_MAX_RECORDS), 1 << 13)
+        deltas = _offset_deltas = [codec.encode_varint(i) for i in range(size)]
     return deltas[:count]
 
 
