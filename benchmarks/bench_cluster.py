@@ -10,7 +10,8 @@ produce goes to a fresh topic; each consume reads the whole topic to the end and
 count is checked). The mirrors copy the local topic into serve and the served one into the local store (a new
 topic each round); `klog
 replay` copies it within the local store, into serve (--to-store) and back from serve (-b).
-`--only replay` runs the replays alone (after the produces they read).
+`--only replay` runs the replays alone (after the produces they read); `--only consume --partitions P`
+runs `consume` and `consume --json` of one P-partition topic (keyed lines) alone.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["all", "replay"], default="all")
+    parser.add_argument("--only", choices=["all", "replay", "consume"], default="all")
+    parser.add_argument("--partitions", type=int, default=1,
+                        help="with --only consume: the topic's partitions (keyed lines spread the records)")
     args = parser.parse_args()
     n = args.records
     load_before = os.getloadavg()[0]  # the figures move with the machine's load: printed with them
@@ -62,6 +65,8 @@ def main() -> None:
             results: dict[str, list[float]] = {k: [] for k in (
                 "produce local", "produce remote", "consume local", "consume remote", "mirror local->serve",
                 "mirror serve->local", "replay local->local", "replay local->serve", "replay serve->local")}
+            if args.only == "consume":
+                results = consume_rounds(server, local, d, env, n, args.rounds, args.partitions)
             if args.only == "replay":
                 timed(klog_cmd("produce", "t0", "-d", local), env, lines)
                 timed(klog_cmd("produce", "t0", "-b", server.bootstrap), env, lines)
@@ -77,7 +82,7 @@ def main() -> None:
                         timed(klog_cmd("mirror", local, server.bootstrap, "t0", "--rename", f"m{i}.{{topic}}"), env))
                     results["mirror serve->local"].append(
                         timed(klog_cmd("mirror", server.bootstrap, local, "t0", "--rename", f"b{i}.{{topic}}"), env))
-                for name, cmd in (
+                for name, cmd in () if args.only == "consume" else (
                         ("replay local->local", ("replay", "t0", "--to", f"r{i}", "-d", local)),
                         ("replay local->serve", ("replay", "t0", "--to", f"r{i}", "-d", local,
                                                  "--to-store", server.bootstrap)),
@@ -88,13 +93,36 @@ def main() -> None:
             server.close()
             shutil.rmtree(remote_dir, ignore_errors=True)
     rate = {k: n / statistics.median(v) / 1e6 for k, v in results.items() if v}
-    print(f"{n:,} records of 100 B, 1 partition, median of {args.rounds} alternated rounds (M records/s), "
-          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after:")
+    print(f"{n:,} records of 100 B, {args.partitions} partition(s), median of {args.rounds} alternated rounds "
+          f"(M records/s), load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after:")
     for k, v in rate.items():
         print(f"  {k:<22} {v:.3f}")
+    if args.only == "consume":
+        plain, json_lines = (rate[f"{c} remote"] / rate[f"{c} local"] for c in ("consume", "consume --json"))
+        print(f"consume remote/local {plain:.2f}, --json {json_lines:.2f}")
     if "produce local" in rate:
         print(f"produce remote/local {rate['produce remote'] / rate['produce local']:.2f}, "
               f"consume remote/local {rate['consume remote'] / rate['consume local']:.2f}")
+
+
+def consume_rounds(server: Serve, local: str, d: str, env: dict, n: int, rounds: int,
+                   partitions: int) -> dict[str, list[float]]:
+    """`--only consume`: one topic of `partitions` partitions on each side, then `consume` and
+    `consume --json`, local and through the cluster, alternated in each round."""
+    keyed = os.path.join(d, "keyed")
+    with open(keyed, "wb") as f:  # ~100 B a record: a short key, ':', a 97-byte value
+        f.write(b"".join(b"%d:%097d\n" % (i % (2 * partitions), i) for i in range(n)))
+    for where in (("-d", local), ("-b", server.bootstrap)):
+        timed(klog_cmd("topics", "create", "t0", "-p", str(partitions), *where), env)
+        timed(klog_cmd("produce", "t0", "-K", ":", *where), env, keyed)
+    results: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for extra in ([], ["--json"]):
+            name = "consume --json" if extra else "consume"
+            for side, where in (("local", ("-d", local)), ("remote", ("-b", server.bootstrap))):
+                results.setdefault(f"{name} {side}", []).append(
+                    timed(klog_cmd("consume", "t0", *extra, *where), env, lines=n))
+    return results
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Cost that stays flat as the store grows (a benchmark, not a test: README figures).
 
-    python benchmarks/bench_growth.py [--segments N] [--appends N] [--topics N]
+    python benchmarks/bench_growth.py [--segments N] [--appends N] [--topics N] [--rows ROW,...]
 
 Each row sets a figure beside its peer measured in the same run:
   - many segments: producing 100-byte lines into a topic with segment.bytes small enough for
@@ -80,27 +80,33 @@ def bench_segments(segments: int) -> None:
           f"waiting {statistics.median(us['sync']):.2f} us/record")
 
 
-def bench_partitions(n: int = 100_000, rounds: int = 3) -> None:
+def bench_partitions(n: int = 100_000, rounds: int = 5) -> None:
     """The first round also creates every partition's folder and files; then `rounds` more,
-    alternated 1 / 1,000 partitions, each by a new producer of the same store: medians."""
+    alternated 1 / 1,000 partitions, each by a new producer of the same store: medians of the
+    wall time, and of the CPU time (the steadier figure on a shared machine), with the CPU time
+    split into sending (partitioning, batching) and the close's flush (encoding, appending)."""
     pairs = [(b"key-%d" % (i % 10_000), LINE) for i in range(n)]
     with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
-        times: dict[int, list[float]] = {1: [], 1000: []}
+        times: dict[int, list[tuple[float, float, float]]] = {1: [], 1000: []}
         for parts in (1, 1000):
             store.create_topic(f"p{parts}", partitions=parts, configs=NO_FSYNC)
         for _ in range(rounds + 1):
             for parts in (1, 1000):
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 with store.producer() as producer:
                     for i in range(0, n, 10_000):
                         producer.send_keyed(f"p{parts}", pairs[i:i + 10_000])
-                times[parts].append(time.perf_counter() - start)
-    one, many = times[1][0], times[1000][0]
+                    sent = time.process_time()
+                times[parts].append((time.perf_counter() - start, time.process_time() - cpu, sent - cpu))
+    one, many = times[1][0][0], times[1000][0][0]
     print(f"{n:,} keyed records into new partitions: 1 partition {one:.2f} s, 1,000 partitions {many:.2f} s "
           f"({many / one:.2f}x)")
-    one, many = statistics.median(times[1][1:]), statistics.median(times[1000][1:])
-    print(f"{n:,} keyed records again (median of {rounds}, alternated): 1 partition {one:.2f} s, "
-          f"1,000 partitions {many:.2f} s ({many / one:.2f}x)")
+    wall = {p: statistics.median(t[0] for t in ts[1:]) for p, ts in times.items()}
+    cpu = {p: statistics.median(t[1] for t in ts[1:]) for p, ts in times.items()}
+    send = {p: statistics.median(t[2] for t in ts[1:]) for p, ts in times.items()}
+    print(f"{n:,} keyed records again (median of {rounds}, alternated): 1 partition {wall[1]:.3f} s, "
+          f"1,000 partitions {wall[1000]:.3f} s ({wall[1000] / wall[1]:.2f}x); CPU {cpu[1]:.3f} vs "
+          f"{cpu[1000]:.3f} s ({cpu[1000] / cpu[1]:.2f}x), of which sending {send[1]:.3f} vs {send[1000]:.3f} s")
 
 
 def bench_topics(n: int) -> None:
@@ -139,14 +145,19 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=5000)
     parser.add_argument("--appends", type=int, default=100_000)
     parser.add_argument("--topics", type=int, default=1000)
+    parser.add_argument("--rows", default="segments,partitions,topics,appends",
+                        help="which rows to run, comma-separated")
     parser.add_argument("--only-segments", action="store_true", help="only the many-segments rows")
     args = parser.parse_args()
-    bench_segments(args.segments)
-    if args.only_segments:
-        return
-    bench_partitions()
-    bench_topics(args.topics)
-    bench_appends(args.appends)
+    rows = {"segments"} if args.only_segments else set(args.rows.split(","))
+    if "segments" in rows:
+        bench_segments(args.segments)
+    if "partitions" in rows:
+        bench_partitions()
+    if "topics" in rows:
+        bench_topics(args.topics)
+    if "appends" in rows:
+        bench_appends(args.appends)
 
 
 if __name__ == "__main__":

@@ -204,3 +204,74 @@ def test_a_lost_connection_is_opened_again_and_the_read_goes_on(kafka_server, da
         got += [v for chunk in chunks for v in chunk]
         assert c._fetcher._brokers and broker not in c._fetcher._brokers.values()  # a new connection
     assert got == values
+
+
+def test_transaction_markers_are_skipped_and_read_committed_goes_by_librdkafka(kafka_server, data_dir, tmp_path,
+                                                                                 klog_proc):
+    """Control batches (COMMIT/ABORT markers) are not records: the Fetch reader leaves them out as
+    the local reader does (read_uncommitted: aborted records included); read_committed, through
+    librdkafka, stops at the open transaction and skips the aborted ones."""
+    from klog.client.importer import import_dirs
+    from tests.test_kafka_files import ALL_TXN_VALUES, COMMITTED_VALUES, _txn_folder
+
+    _txn_folder(tmp_path / "k", with_txn_index=True)
+    with klog.open(data_dir) as s:
+        import_dirs(s, [str(tmp_path / "k")])
+    with RemoteStore(ClusterTarget(kafka_server.bootstrap)) as store:
+        with store.consumer("tx") as c:
+            assert isinstance(c, FetchConsumer)
+            assert [(r.offset, r.value.decode()) for r in c] == [
+                (o, v) for o, v in zip((0, 1, 2, 3, 4, 6, 8, 9, 10), ALL_TXN_VALUES, strict=True)]
+        with store.consumer("tx", isolation_level="read_committed") as c:
+            assert [r.value.decode() for r in c] == COMMITTED_VALUES  # ends at the last stable offset
+    for args in (["consume", "tx", "--json"], ["consume", "tx", "-X", "isolation.level=read_committed", "--json"]):
+        remote, local = klog_proc(*args, "-b", kafka_server.bootstrap), klog_proc(*args)
+        assert remote.returncode == local.returncode == 0, (args, remote.stderr)
+        assert remote.stdout == local.stdout and local.stdout, args
+
+
+def test_dash_x_client_id_names_klogs_own_requests():
+    """-X client.id is the client id of klog's own requests (Fetch, OffsetDelete, ...) as it is of
+    librdkafka's: broker quotas and logs go by it ('klog' without one)."""
+    assert _client_id_sent({"client.id": "billing-reader"}) == "billing-reader"
+    assert _client_id_sent({}) == "klog"
+
+
+def _client_id_sent(props: dict[str, str]) -> str:
+    """The client id in the header of a request klog's socket sends to a fake broker (which hangs
+    up without answering: one error line)."""
+    import socket
+    import struct
+    import threading
+
+    from kio.schema.api_versions.v2.request import ApiVersionsRequest
+    from kio.schema.api_versions.v2.response import ApiVersionsResponse
+
+    from klog.client.remote import wire
+    from klog.errors import KlogError
+
+    got: list[str] = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def fake_broker() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(10)
+                frame = b""
+                while len(frame) < 4 or len(frame) < 4 + struct.unpack_from(">i", frame)[0]:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    frame += chunk
+                (length,) = struct.unpack_from(">h", frame, 4 + 8)  # after api key, version, correlation id
+                got.append(frame[14:14 + length].decode())
+
+        thread = threading.Thread(target=fake_broker, daemon=True)
+        thread.start()
+        sec = wire.security(ClusterTarget(f"127.0.0.1:{port}", props))
+        with wire.Connection("127.0.0.1", port, 5, sec) as conn, pytest.raises(KlogError, match="did not answer"):
+            conn.call(ApiVersionsRequest(), ApiVersionsResponse)
+        thread.join(10)
+    assert len(got) == 1, got
+    return got[0]

@@ -87,3 +87,67 @@ def test_newest_records_are_the_newest_of_all_partitions_in_time_order(store):
     assert [r.value for r in newest] == [b"v26", b"v27", b"v28", b"v29"] and rest is None
     newest, _ = newest_records(store, ["n"], 4, count=2)
     assert [r.value for r in newest] == [b"v26", b"v27"]
+
+
+def test_a_pipe_that_goes_quiet_has_what_was_read_written_but_a_busy_one_is_not_flushed_per_read(store):
+    """Lines read from a pipe are written when the writer pauses (an interactive producer), not
+    only at its end; while more input is already waiting, no flush (acks=all: an fsync) per read."""
+    import threading
+    import time
+
+    from klog.client import ingest
+
+    store.create_topic("p")
+    producer = store.producer()
+    flushes: list[int] = []
+    real_flush = producer.flush
+    producer.flush = lambda: (flushes.append(producer.records_sent), real_flush())[1]  # type: ignore[method-assign]
+    read_end, write_end = os.pipe()
+    feeder = threading.Thread(target=ingest.Ingest(producer, "p").feed, args=(read_end,), daemon=True)
+    feeder.start()
+    try:
+        os.write(write_end, b"first\nsecond\n")
+        deadline = time.monotonic() + 10
+        while values(store, "p") != [b"first", b"second"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert values(store, "p") == [b"first", b"second"]  # the pipe is still open
+        flushes.clear()
+        # a burst larger than the pipe holds: the reader gets it in several reads, each with more
+        # waiting behind it (the writer blocks on the full pipe), so it need not flush until the end
+        burst = b"".join(b"%07d\n" % i for i in range(100_000))
+        os.write(write_end, burst)
+    finally:
+        os.close(write_end)
+    feeder.join(10)
+    os.close(read_end)
+    assert not feeder.is_alive()
+    producer.flush = real_flush  # type: ignore[method-assign]
+    producer.flush()
+    assert len(values(store, "p")) == 100_002
+    assert len(flushes) < 10, flushes  # one per 64 KiB read would be ~12
+
+
+@pytest.mark.parametrize("delimiter", [b"\n", b"\r\n", b"ab"])
+def test_lines_split_across_reads_of_any_size_come_out_whole(store, delimiter):
+    """However the input is cut into reads (a pipe hands over what it has), each record is one
+    whole line: a line, or a multi-byte delimiter, cut between two reads is joined again."""
+    import random
+
+    rng = random.Random(5)
+    records = [b"x" * rng.randrange(0, 50) + b"%d" % i for i in range(3000)]
+    data = delimiter.join(records)
+
+    class Trickle:
+        def __init__(self) -> None:
+            self.pos = 0
+
+        def read(self, n: int) -> bytes:
+            size = min(n, rng.choice([1, 2, 3, 7, 100, 4096]))
+            out = data[self.pos:self.pos + size]
+            self.pos += len(out)
+            return out
+
+    store.create_topic("s")
+    counts = produce_from(store.producer(), "s", Trickle(), delimiter=delimiter)
+    assert counts == (3000, 3000)
+    assert values(store, "s") == records

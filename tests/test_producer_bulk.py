@@ -109,3 +109,45 @@ def test_tombstones_and_keyless_records_in_a_large_bulk_send(store) -> None:
     got = _by_partition(store, "t")
     assert sorted(map(repr, (r for rows in got.values() for r in rows))) == sorted(map(repr, pairs))
     assert all(k is None or partition_for_key(k, 4) == p for p, rows in got.items() for k, _ in rows)
+
+
+def test_each_batch_header_carries_its_records_largest_timestamp(store) -> None:
+    """The producer keeps each batch's largest timestamp as records are added (send() and the bulk
+    paths mixed, a bulk send spread over several batches): the header says what a scan would."""
+    store.create_topic("ts")
+    with store.producer(batch_size=300) as producer:  # small batches: a bulk send spans several
+        producer.send("ts", b"a", timestamp=5_000)
+        producer.send("ts", b"b", timestamp=3_000)
+        producer.send_values("ts", [b"c" * 40] * 20, timestamp=4_000)
+        producer.send_keyed("ts", [(b"k", b"d")], timestamp=9_000)
+        producer.send("ts", b"e", timestamp=2_000)
+    batches = store.partition("ts", 0).read(0, 1 << 20)
+    assert len(batches) > 3
+    for fetched in batches:
+        assert fetched.header.max_timestamp == max(r[1] for r in fetched.records())
+
+
+def test_send_values_cuts_the_batches_send_keyed_cuts(store) -> None:
+    """The one-partition values path sizes its batches from running totals of the lengths; the
+    keyed path from a size per record: the same records make the same batches."""
+    import random
+
+    rng = random.Random(3)
+    values = [b"v" * rng.randrange(0, 300) for _ in range(5000)]
+    store.create_topic("a")
+    store.create_topic("b")
+    for topic in ("a", "b"):
+        with store.producer(batch_size=7000) as producer:
+            for start in range(0, len(values), 700):  # calls that end mid-batch
+                chunk = values[start:start + 700]
+                if topic == "a":
+                    producer.send_values(topic, chunk, headers=[("h", b"x")], timestamp=1_000)
+                else:
+                    producer.send_keyed(topic, [(None, v) for v in chunk], headers=[("h", b"x")], timestamp=1_000)
+
+    def cuts(topic: str) -> list[tuple[int, int]]:
+        return [(b.header.base_offset, b.header.last_offset) for b in store.partition(topic, 0).read(0, 1 << 30)]
+
+    assert len(cuts("a")) > 10
+    assert cuts("a") == cuts("b")
+    assert [r.value for r in store.consumer("a")] == values

@@ -62,6 +62,11 @@ class _Batch:
     pending: dict[int, PendingRecord] = field(default_factory=dict)
     estimated_bytes: int = 0
     first_ms: float = 0.0
+    max_ts: int | None = None  # the records' largest timestamp, kept as they are added (not a pass at encoding)
+
+    def saw(self, ts: int) -> None:
+        if self.max_ts is None or ts > self.max_ts:
+            self.max_ts = ts
 
 
 def check_producer_options(acks: str, compression_type: str, batch_size: int) -> None:
@@ -175,6 +180,7 @@ class Producer(ProducerBase):
         pending = PendingRecord(self, topic, partition, len(batch.records))
         batch.pending[len(batch.records)] = pending
         batch.records.append((key, value, headers or (), ts))
+        batch.saw(ts)
         batch.estimated_bytes += size
         if sticky:
             self.sticky.produced(topic, size, count)
@@ -202,7 +208,7 @@ class Producer(ProducerBase):
                      for k, v in pairs]
             records = [(k, v, hdrs, ts) for k, v in pairs]
             keyless = partition is None and count > 1 and all(k is None for k, _ in pairs)
-            self._send_records(topic, records, sizes, partition, count, keyless)
+            self._send_records(topic, records, sizes, partition, count, keyless, ts)
 
     def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
                     partition: int | None = None, timestamp: int | None = None) -> None:
@@ -212,9 +218,22 @@ class Producer(ProducerBase):
         if values and self._compacted(topic):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
         with _gc_paused(len(values)):
-            sizes = [(len(v) if v is not None else 0) + overhead for v in values]
             records = [(None, v, hdrs, ts) for v in values]
-            self._send_records(topic, records, sizes, partition, count, True)
+            if partition is not None or count == 1:
+                # one partition (the CLI's usual case): the batches are cut from the running total
+                # of the values' lengths (C-level passes), with no list of per-record sizes
+                try:
+                    lengths = list(map(len, values))
+                except TypeError:  # a None value (a tombstone)
+                    lengths = [len(v) if v is not None else 0 for v in values]
+                max_bytes = self._topic_settings[topic][0]
+                if not lengths or max(lengths) + overhead <= max_bytes - RECORD_BATCH_OVERHEAD:
+                    self._fill(topic, partition or 0, records, list(accumulate(lengths)), count, max_bytes, ts,
+                               overhead)
+                    self._maybe_linger_flush()
+                    return
+            sizes = [(len(v) if v is not None else 0) + overhead for v in values]
+            self._send_records(topic, records, sizes, partition, count, True, ts)
 
     def _bulk_start(self, topic: str, partition: int | None, headers: Headers | None,
                     timestamp: int | None) -> tuple[int, int | None, tuple, int, int]:
@@ -229,25 +248,27 @@ class Producer(ProducerBase):
         return count, partition, hdrs, overhead, ts
 
     def _send_records(self, topic: str, records: list[RecordIn], sizes: list[int], partition: int | None,
-                      count: int, keyless: bool) -> None:
-        """Buffer the bulk paths' records (sizes: their estimates) into their partitions' batches;
-        keyless: no record has a key (the sticky partitioner places them all)."""
+                      count: int, keyless: bool, ts: int) -> None:
+        """Buffer the bulk paths' records (sizes: their estimates; ts: the timestamp they all
+        carry) into their partitions' batches; keyless: no record has a key (the sticky
+        partitioner places them all)."""
         max_bytes = self._topic_settings[topic][0]
         limit = max_bytes - RECORD_BATCH_OVERHEAD
         if sizes and max(sizes) > limit:
             too_big = next(j for j, size in enumerate(sizes) if size > limit)
-            self._send_records(topic, records[:too_big], sizes[:too_big], partition, count, keyless)
+            self._send_records(topic, records[:too_big], sizes[:too_big], partition, count, keyless, ts)
             error = RecordTooLargeError(f"record of {sizes[too_big]} bytes is larger than max.message.bytes "
                                         f"({max_bytes}) of topic '{topic}'")
             error.index = too_big  # type: ignore[attr-defined]
             raise error
         if partition is not None or count == 1:
-            self._fill(topic, 0 if partition is None else partition, records, sizes, count, max_bytes)
+            self._fill(topic, 0 if partition is None else partition, records, list(accumulate(sizes)), count,
+                       max_bytes, ts)
         elif keyless:
-            self._fill(topic, None, records, sizes, count, max_bytes)
+            self._fill(topic, None, records, list(accumulate(sizes)), count, max_bytes, ts)
         else:
             for p, (group, group_sizes) in self._by_partition(topic, records, sizes, count).items():
-                self._fill(topic, p, group, group_sizes, count, max_bytes)
+                self._fill(topic, p, group, list(accumulate(group_sizes)), count, max_bytes, ts)
         self._maybe_linger_flush()
 
     def _by_partition(self, topic: str, records: list[RecordIn], sizes: list[int],
@@ -283,12 +304,16 @@ class Producer(ProducerBase):
             lo = hi
         return groups
 
-    def _fill(self, topic: str, partition: int | None, records: list[RecordIn], sizes: list[int], count: int,
-              max_bytes: int) -> None:
-        """Add records (sizes: their estimates) to `partition`'s batch, or to the sticky
-        partitioner's when None, writing each batch as it fills."""
+    def _fill(self, topic: str, partition: int | None, records: list[RecordIn], totals: list[int], count: int,
+              max_bytes: int, ts: int, overhead: int = 0) -> None:
+        """Add records to `partition`'s batch, or to the sticky partitioner's when None, writing
+        each batch as it fills. Their size estimates are given as running totals: records[:j + 1]
+        estimate totals[j] + (j + 1) * overhead bytes."""
         limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)
-        ends = list(accumulate(sizes))  # ends[j]: bytes of records[:j + 1]
+
+        def upto(j: int) -> int:  # the estimate of records[:j + 1]
+            return totals[j] + (j + 1) * overhead if j >= 0 else 0
+
         i, n = 0, len(records)
         while i < n:
             p = partition if partition is not None else self.sticky.partition(topic, count)
@@ -301,17 +326,22 @@ class Producer(ProducerBase):
                 batch = self._batches[key] = _Batch(first_ms=time.monotonic() * 1000)
             room = limit - batch.estimated_bytes
             quota = room if partition is not None else min(room, self.sticky.remaining(topic))
-            before = ends[i - 1] if i else 0
-            j = bisect_right(ends, before + quota, i, n)
-            if j == i and (not batch.records or sizes[i] <= room):
+            before = upto(i - 1)
+            if overhead:  # (bisect's key is called only at its ~log2(n) probes)
+                j = bisect_right(range(n), before + quota, i, n, key=upto)
+            else:
+                j = bisect_right(totals, before + quota, i, n)
+            if j == i and (not batch.records or upto(i) - before <= room):
                 j = i + 1  # at least one record per round (an empty batch takes even an oversized one)
-            added = (ends[j - 1] - before) if j > i else 0
-            batch.records += records[i:j]
+            added = (upto(j - 1) - before) if j > i else 0
+            if j > i:
+                batch.records += records[i:j]
+                batch.saw(ts)
             batch.estimated_bytes += added
             i = j
             if partition is None:
                 self.sticky.produced(topic, added, count)
-            if i < n and batch.estimated_bytes + sizes[i] > limit:
+            if i < n and batch.estimated_bytes + upto(i) - upto(i - 1) > limit:
                 self._write(key, self._batches.pop(key))  # full: write it; otherwise it keeps filling
 
     def _batch_for(self, topic: str, partition: int, size: int, max_bytes: int, ts: int) -> _Batch:
@@ -350,7 +380,7 @@ class Producer(ProducerBase):
         max_bytes, topic_codec, ts_type = self._topic_settings[topic]
         now_ms = int(time.time() * 1000)
         encoded = codec.encode_batch(batch.records, 0, codec=topic_codec, timestamp_type=ts_type,
-                                     log_append_time_ms=now_ms)
+                                     log_append_time_ms=now_ms, max_timestamp=batch.max_ts)
         if len(encoded) > max_bytes and len(batch.records) > 1:
             half = len(batch.records) // 2
             pending = batch.pending

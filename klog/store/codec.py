@@ -314,14 +314,17 @@ def encode_batch(
     timestamp_type: int = CREATE_TIME,
     log_append_time_ms: int | None = None,
     leader_epoch: int = KLOG_LEADER_EPOCH,
+    max_timestamp: int | None = None,
 ) -> bytes:
-    """Encode one RecordBatch v2 holding `records` (non-empty), offsets base_offset.."""
+    """Encode one RecordBatch v2 holding `records` (non-empty), offsets base_offset..;
+    `max_timestamp`: the records' largest timestamp when the caller kept it (saves a pass)."""
     count = len(records)
     if count == 0:
         raise ValueError("a batch needs at least one record")
     assert count <= RECORDS_PER_BATCH_MAX
     base_timestamp = records[0][3]
-    max_timestamp = max(map(_TIMESTAMP_OF, records))
+    if max_timestamp is None:
+        max_timestamp = max(map(_TIMESTAMP_OF, records))
     attributes = codec & COMPRESSION_CODEC_MASK
     if timestamp_type == LOG_APPEND_TIME:
         assert log_append_time_ms is not None

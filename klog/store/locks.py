@@ -28,6 +28,7 @@ class FileLock:
         self.generation = -1
         self.previous_generation = -1
         self._threads = threading.RLock()
+        self._owner: int | None = None  # the thread holding it (readers in other threads must not count as holders)
 
     def acquire(self) -> None:
         self._threads.acquire()  # flock excludes processes; this, the threads of one (the idle flusher)
@@ -42,16 +43,19 @@ class FileLock:
             self.previous_generation = found
             self.generation = (found + 1) & GENERATION_MASK
             os.pwrite(self._fd, GENERATION.pack(self.generation), 0)
+            self._owner = threading.get_ident()
         self._depth += 1
 
     @property
     def held(self) -> bool:
-        """By this object (some thread of this process: the others wait on its RLock)."""
-        return self._depth > 0
+        """By the calling thread, through this object."""
+        return self._depth > 0 and self._owner == threading.get_ident()
 
     def release(self) -> None:
         assert self._depth > 0, self.path
         self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
         if self._depth == 0 and self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._threads.release()
@@ -61,6 +65,7 @@ class FileLock:
             os.close(self._fd)
             self._fd = None
             self._depth = 0
+            self._owner = None
 
     def __enter__(self) -> FileLock:
         self.acquire()

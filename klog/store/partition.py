@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent import futures
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from klog.errors import CorruptLogError, KlogError, StateLostError, StorageError
 from klog.store import codec
@@ -23,6 +22,9 @@ from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.locks import FileLock
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
+
+if TYPE_CHECKING:
+    from concurrent import futures
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -37,6 +39,8 @@ _pool: futures.ThreadPoolExecutor | None = None
 def _follower_pool() -> futures.ThreadPoolExecutor:
     global _pool
     if _pool is None:
+        from concurrent import futures  # only with followers: ~5 ms of imports a one-replica command skips
+
         _pool = futures.ThreadPoolExecutor(FOLLOWER_THREADS, thread_name_prefix="klog-follower")
     return _pool
 
@@ -228,11 +232,15 @@ class Partition:
             # (retention publishes a new start before deleting); the epoch comes back from the
             # metadata at the next reconcile
             snap = PartitionSnapshot(hw, self.leader.first_offset(), 0)
-            if hw > 0 or snap.log_start_offset > 0:
+            rebuilt = hw > 0 or snap.log_start_offset > 0
+            if rebuilt:
                 self.state_rebuilt = (f"the state file of {self.topic}-{self.partition} ({self.state.path}) was "
                                       f"missing or damaged; rebuilt from the log (high watermark {hw}, "
                                       f"log start {snap.log_start_offset})")
-            self.state.write(snap, sync=True)
+            # a new partition's first state (all zeros) is not fsynced: lost, it reads as zeros
+            # again and is rebuilt the same way (an fsync per new partition: 1,000 of them when a
+            # producer first writes a 1,000-partition topic)
+            self.state.write(snap, sync=rebuilt)
         elif snap.high_watermark != hw:
             snap.high_watermark = hw
             self.state.write(snap)
@@ -258,7 +266,10 @@ class Partition:
         try:
             _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE)
         except OSError as e:
-            futures.wait(copies)
+            if copies:
+                from concurrent import futures
+
+                futures.wait(copies)
             stuck = [self.replicas[i] for i in self._undo_follower_copies(base)]
             why = f"{leader.directory}: {e.strerror or e}"
             raise LeaderAppendError(f"cannot append to the leader of {self.topic}-{self.partition} ({why})",

@@ -141,9 +141,10 @@ class PartitionState(_StructFile):
         super().__init__(fit_partition_file(path, self.SUFFIX))
         if self.path != path:
             _adopt_legacy(path, self.path)
-        # While the partition's lock is held (`held()`: the lock's generation, else None) no other
-        # process writes the file, and this process writes it through this object: what it last
-        # read or wrote in that hold is served from memory (an append read it three times).
+        # While the calling thread holds the partition's lock (`held()`: the lock's generation,
+        # else None) nobody else writes the file (other processes and threads wait for the lock),
+        # so what that thread last read or wrote in the hold is served from memory (an append read
+        # it three times). Other threads (a server's readers) read the file and leave this alone.
         self.held: Callable[[], int | None] = _not_held
         self._known: tuple[int, tuple] | None = None  # (lock generation, fields)
 
@@ -154,11 +155,14 @@ class PartitionState(_StructFile):
 
     def read_valid(self) -> PartitionSnapshot | None:
         generation = self.held()
+        if generation is None:
+            fields = self.read_fields()
+            return PartitionSnapshot(*fields) if fields else None
         known = self._known
-        if generation is not None and known is not None and known[0] == generation:
+        if known is not None and known[0] == generation:
             return PartitionSnapshot(*known[1])
         fields = self.read_fields()
-        self._known = (generation, fields) if generation is not None and fields else None
+        self._known = (generation, fields) if fields else None
         return PartitionSnapshot(*fields) if fields else None
 
     def write(self, snap: PartitionSnapshot, sync: bool = False) -> None:

@@ -60,6 +60,7 @@ class RemoteConsumer(ConsumerBase):
         from confluent_kafka import Consumer, KafkaException
 
         super().__init__(store, topics, start, until_ms, follow, count, record_filter, merge)
+        self.isolation_level = isolation_level
         self.cursors: list[_RemoteCursor] = []
         for t in topics:
             self.cursors.extend(self._cursors(t, partitions))
@@ -91,7 +92,10 @@ class RemoteConsumer(ConsumerBase):
     # -- start offsets -------------------------------------------------------------------------
     def _cursors(self, topic: str, wanted: list[int] | None) -> list[_RemoteCursor]:
         parts = resolve_partitions(self.store, topic, wanted)
-        low, high = self.store.offsets(topic, -2), self.store.offsets(topic, -1)
+        # read_committed ends at the last stable offset, as locally: a bounded read never waits on
+        # an open transaction's records (librdkafka does not hand them out before it ends)
+        low = self.store.offsets(topic, -2)
+        high = self.store.offsets(topic, -1, committed=self.isolation_level == "read_committed")
         at = self.store.offsets(topic, self.start.value) if self.start.kind == "timestamp" else {}
         out = []
         for p in parts:

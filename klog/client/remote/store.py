@@ -279,9 +279,11 @@ class RemoteStore(GroupAdminMethods):
         not know takes Kafka's default)."""
         return LogConfig.from_configs(self.effective_configs(name), lenient=True)
 
-    def offsets(self, topic: str, timestamp: int | None = None) -> dict[int, int | None]:
-        """Per partition: earliest (timestamp -2), latest (None or -1), or first offset at a time."""
-        from confluent_kafka import TopicPartition
+    def offsets(self, topic: str, timestamp: int | None = None,
+                committed: bool = False) -> dict[int, int | None]:
+        """Per partition: earliest (timestamp -2), latest (None or -1), or first offset at a time;
+        `committed`: as a read_committed consumer sees them (latest is the last stable offset)."""
+        from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         if timestamp == -2:
@@ -292,7 +294,8 @@ class RemoteStore(GroupAdminMethods):
             spec = OffsetSpec.for_timestamp(timestamp)
         count = self.partition_count(topic)
         request = {TopicPartition(topic, p): spec for p in range(count)}
-        result = self._wait(self.admin.list_offsets(request, request_timeout=self.timeout),
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        result = self._wait(self.admin.list_offsets(request, isolation_level=level, request_timeout=self.timeout),
                             f"cannot list offsets of '{topic}'")
         out = {tp.partition: (None if info.offset < 0 else info.offset) for tp, info in result.items()}
         if timestamp is None or timestamp < 0:  # earliest and latest always exist: -1 is no answer
@@ -351,13 +354,15 @@ class RemoteStore(GroupAdminMethods):
         """Reads by Fetch requests decoded by the local store's reader (FetchConsumer) when klog's
         own socket speaks the -X security settings; librdkafka's consumer (RemoteConsumer) for
         read_committed and for what that socket cannot speak (GSSAPI, OAUTHBEARER, keystores)."""
-        if kwargs.get("isolation_level", "read_uncommitted") == "read_uncommitted" and self.fetch_reads():
+        # the cluster's -X isolation.level wins, as it does in librdkafka's settings (client_config)
+        level = self.target.properties.get("isolation.level", kwargs.pop("isolation_level", "read_uncommitted"))
+        if level == "read_uncommitted" and self.fetch_reads():
             from klog.client.remote.fetch_consumer import FetchConsumer
 
             return FetchConsumer(self, list(topics), **kwargs)
         from klog.client.remote.consumer import RemoteConsumer
 
-        return RemoteConsumer(self, list(topics), **kwargs)
+        return RemoteConsumer(self, list(topics), isolation_level=level, **kwargs)
 
     def fetch_reads(self) -> bool:
         """Can klog's own socket (wire.py) reach this cluster with its -X settings?"""

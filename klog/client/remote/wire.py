@@ -28,7 +28,7 @@ from klog.errors import KlogError, UsageError
 FIND_COORDINATOR_V = 1  # kept by every Kafka since 0.11 (4.0 dropped only v0); not flexible
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 RETRY_PAUSE_S = 0.1
-CLIENT_ID = "klog"
+CLIENT_ID = "klog"  # unless -X client.id names another (quotas and broker logs go by it)
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -60,6 +60,7 @@ class Security:
     mechanism: str | None = None
     username: str = ""
     password: str = field(default="", repr=False)  # never in a repr or a log line
+    client_id: str = CLIENT_ID
 
 
 def security(target) -> Security:  # noqa: ANN001 - ClusterTarget
@@ -71,14 +72,15 @@ def security(target) -> Security:  # noqa: ANN001 - ClusterTarget
         raise UsageError(f"unknown security.protocol '{props['security.protocol']}' (one of {', '.join(PROTOCOLS)})")
     tls = _tls_context(props) if protocol.endswith("SSL") else None
     if not protocol.startswith("SASL"):
-        return Security(tls)
+        return Security(tls, client_id=props.get("client.id", CLIENT_ID))
     mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "GSSAPI").upper()
     if mechanism not in SASL_MECHANISMS:
         raise UsageError(f"sasl.mechanism {mechanism} is not supported for this request (klog speaks "
                          f"{', '.join(SASL_MECHANISMS)} here)")
     if "sasl.username" not in props or "sasl.password" not in props:
         raise UsageError(f"security.protocol {protocol} needs -X sasl.username=... and -X sasl.password=...")
-    return Security(tls, mechanism, props["sasl.username"], props["sasl.password"])
+    return Security(tls, mechanism, props["sasl.username"], props["sasl.password"],
+                    props.get("client.id", CLIENT_ID))
 
 
 def _tls_context(props: dict[str, str]) -> ssl.SSLContext:
@@ -120,6 +122,7 @@ class Connection:
         self.address = f"{host}:{port}"
         load_kio()  # every kio request goes through a Connection
         sec = sec or Security()
+        self.client_id = sec.client_id
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
@@ -191,7 +194,7 @@ class Connection:
         buf = io.BytesIO()
         entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=i16(request.__api_key__),
                                                         request_api_version=i16(request.__version__),
-                                                        correlation_id=i32(self.correlation), client_id=CLIENT_ID))
+                                                        correlation_id=i32(self.correlation), client_id=self.client_id))
         entity_writer(type(request))(buf, request)
         frame = buf.getvalue()
         try:
