@@ -422,3 +422,124 @@ def test_a_topic_deleted_while_consume_b_follows_it_ends_in_one_line_exit_1(serv
             proc.wait()
     text = err.decode()
     assert proc.returncode == 1 and text.count("\n") == 1 and "gone-0" in text and "Traceback" not in text, text
+
+
+# -- compaction and topic deletion racing a rolling producer --------------------------------------
+
+@pytest.mark.slow
+def test_compaction_racing_a_rolling_keyed_producer_keeps_each_keys_latest_value(data_dir):
+    """`topics clean` compacts (rewriting sealed segments whose flush may be pending in the
+    producer's process) while a keyed producer rolls every few records: the last value of every
+    key survives, offsets only grow, verify passes."""
+    created = _klog(data_dir, "topics", "create", "t", "-c", f"segment.bytes={SEGMENT_BYTES}",
+                    "-c", "cleanup.policy=compact", "-c", "min.cleanable.dirty.ratio=0.01",
+                    "-c", "min.compaction.lag.ms=0", "-c", "file.delete.delay.ms=0")
+    assert created.returncode == 0, created.stderr
+    lines = b"".join(b"k%d:%06d\n" % (i % 37, i) for i in range(8000))
+    producer = subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-K", ":", "--batch-size", "300",
+                                 "--acks", "1"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(data_dir))
+    compacted = 0
+    try:
+        producer.stdin.write(lines[: len(lines) // 2])  # type: ignore[union-attr]
+        producer.stdin.flush()  # type: ignore[union-attr]
+        for round_ in range(4):
+            time.sleep(0.3)
+            clean = _klog(data_dir, "topics", "clean")
+            assert clean.returncode == 0 and "Traceback" not in clean.stderr, clean.stderr
+            compacted += "Cleaned t-0" in clean.stderr
+            if round_ == 0:
+                producer.stdin.write(lines[len(lines) // 2:])  # type: ignore[union-attr]
+        _, err = producer.communicate(timeout=120)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+    assert producer.returncode == 0, err
+    assert compacted, "no compaction ran while the producer wrote: nothing raced"
+    assert _klog(data_dir, "topics", "clean").returncode == 0
+    verify = _klog(data_dir, "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    records = _read_all(data_dir)
+    offsets = [r["offset"] for r in records]
+    assert offsets == sorted(set(offsets)) and offsets[-1] == 7999
+    latest = {r["key"]: r["value"] for r in records}
+    assert latest == {f"k{i % 37}": f"{i:06d}" for i in range(8000 - 37, 8000)}
+
+
+def test_a_topic_deleted_under_a_rolling_producer_ends_it_in_one_line_and_leaves_nothing(data_dir):
+    """The producer's flusher may still hold the deleted folder's segments: the producer stops
+    with one line (exit 1), and no folder or file of the topic comes back."""
+    assert _klog(data_dir, "topics", "create", "t", "-c", f"segment.bytes={SEGMENT_BYTES}").returncode == 0
+    producer = subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "--batch-size", "300", "--acks", "0"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=_env(data_dir))
+    try:
+        i = 0
+        for phase in ("before", "after"):
+            if phase == "after":
+                deleted = _klog(data_dir, "topics", "delete", "t", "--yes")
+                assert deleted.returncode == 0, deleted.stderr
+            deadline = time.monotonic() + 0.8
+            while time.monotonic() < deadline:
+                try:
+                    producer.stdin.write(b"%06d-%s\n" % (i, b"x" * 40))  # type: ignore[union-attr]
+                    producer.stdin.flush()  # type: ignore[union-attr]
+                except BrokenPipeError:
+                    break
+                i += 1
+                time.sleep(0.001)
+        try:
+            producer.stdin.close()  # type: ignore[union-attr]
+        except BrokenPipeError:
+            pass
+        producer.wait(timeout=60)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+    err = producer.stderr.read().decode()  # type: ignore[union-attr]
+    assert producer.returncode == 1 and err == "klog: error: unknown topic 't'\n", err
+    assert not [n for n in os.listdir(os.path.join(data_dir, "logs")) if n.startswith("t-")]
+    assert _klog(data_dir, "verify").returncode == 0
+
+
+# -- offset expiry while a CLI group reads, through klog serve's periodic run -----------------------
+
+@pytest.mark.slow
+def test_serves_expiry_keeps_a_reading_cli_groups_offsets_and_drops_them_once_it_is_gone(data_dir):
+    """klog serve expires every 50 ms with a 300 ms retention: a `klog consume --group -f`
+    that committed seconds ago keeps its offsets while it runs; once it stopped and the
+    retention passed, the group is gone and a new member starts from the beginning."""
+    from klog.server import Server
+
+    with klog.open(data_dir) as s:
+        s.create_topic("t", 2)
+        with s.producer() as p:
+            for i in range(20):
+                p.send("t", b"a%d" % i, key=b"%d" % i)
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000, offsets_retention_ms=300,
+                offsets_retention_check_ms=50):
+        consumer = subprocess.Popen([sys.executable, "-m", "klog", "consume", "t", "--group", "g", "-f"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(data_dir))
+        try:
+            assert len([consumer.stdout.readline() for _ in range(20)]) == 20  # type: ignore[union-attr]
+            deadline = time.monotonic() + 20
+            first: dict = {}
+            while not first and time.monotonic() < deadline:  # its first commit (auto-commit)
+                described = json.loads(_klog(data_dir, "groups", "describe", "g", "--json").stdout)
+                if [p.get("committed") for p in described["partitions"]] == [10, 10]:
+                    first = {p["partition"]: p["commit_ms"] for p in described["partitions"]}
+            assert first, described
+            time.sleep(1.5)  # 30 expiry passes, past the 300 ms retention of that commit
+            described = json.loads(_klog(data_dir, "groups", "describe", "g", "--json").stdout)
+            assert described["state"] == "Stable"
+            assert [p["committed"] for p in described["partitions"]] == [10, 10], described
+        finally:
+            consumer.send_signal(signal.SIGINT)
+            consumer.communicate(timeout=30)
+        time.sleep(1.0)
+        listed = _klog(data_dir, "groups", "list")
+        assert listed.returncode == 0 and "\ng " not in listed.stdout and not any(
+            line.split()[:1] == ["g"] for line in listed.stdout.splitlines()), listed.stdout
+        again = _klog(data_dir, "consume", "t", "--group", "g", "-n", "20")
+        assert again.returncode == 0 and len(again.stdout.splitlines()) == 20
