@@ -591,3 +591,39 @@ def test_two_cli_producers_on_one_rolling_partition_one_killed_keep_every_acknow
         mine = [v for v in values if v.startswith(b"w%d-" % w)]
         assert mine == sorted(mine, key=lambda v: int(v.split(b"-")[1]))
     assert _klog(data_dir, "verify").returncode == 0
+
+
+@pytest.mark.slow
+def test_delete_records_through_serve_while_a_kafka_producer_rolls_the_partition(data_dir):
+    """In one process (klog serve): DeleteRecords moves the log start, deleting sealed segments
+    whose background flush the same server's appends left pending, while confluent-kafka keeps
+    producing with acks=all. Every record from the final log start on is the one sent, in order."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+
+    from klog.server import Server
+
+    assert _klog(data_dir, "topics", "create", "t", "-c", f"segment.bytes={SEGMENT_BYTES}",
+                 "-c", "file.delete.delay.ms=0").returncode == 0
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1,
+                                             "batch.size": 400, "enable.idempotence": True})
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        sent = flushed = 0
+        for _ in range(5):
+            for _ in range(400):
+                producer.produce("t", f"{sent:06d}-{'p' * 60}".encode(), partition=0)
+                sent += 1
+                producer.poll(0)
+            if flushed:  # while this round's batches are still being written
+                tp = confluent_kafka.TopicPartition("t", 0, flushed - 100)
+                assert admin.delete_records([tp])[tp].result(timeout=15).low_watermark == flushed - 100
+            assert producer.flush(30) == 0
+            flushed = sent
+    verify = _klog(data_dir, "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    records = _read_all(data_dir)
+    assert records[0]["offset"] <= sent - 500 and records[-1]["offset"] == sent - 1
+    assert all(r["value"] == f"{r['offset']:06d}-{'p' * 60}" for r in records)
+    assert [r["offset"] for r in records] == list(range(records[0]["offset"], sent))
