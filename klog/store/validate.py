@@ -305,7 +305,8 @@ def uniform_records_ok(data: bytes, pos: int, stop: int, count: int, consecutive
     ...); False says nothing (the walk decides).
 
     One Pattern.split in C: the records it matches come back with their offset deltas between
-    them, and everything it did not match as the pieces in between, which must all be empty."""
+    them; the pieces in between must all be empty, and where no record matches the rest of the
+    data is one last match without an offset delta (None), which fails the comparison."""
     try:
         _, at = codec.decode_varint(data, pos)  # the first record's length
         at += 1  # attributes (the pattern wants 0)
