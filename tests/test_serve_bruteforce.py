@@ -70,9 +70,10 @@ async def attack(port: int) -> list[tuple[int, float, bool]]:
     return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(ATTEMPTS))), 120)
 
 
-def metadata_latencies(port: int, seconds: float) -> list[float]:
-    """Metadata v1 round trips (all topics) on one connection for `seconds` (bounded)."""
-    out = []
+def metadata_latencies(port: int, seconds: float, out: list[float] | None = None) -> list[float]:
+    """Metadata v1 round trips (all topics) on one connection for `seconds` (bounded), appended to
+    `out` as they come (a probe thread's results stay visible if a later round trip fails)."""
+    out = [] if out is None else out
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         end = time.monotonic() + seconds
         corr = 0
@@ -103,7 +104,7 @@ def test_thousand_wrong_passwords_are_slow_and_do_not_slow_others(data_dir):
         import threading
 
         during: list[float] = []
-        probe = threading.Thread(target=lambda: during.extend(metadata_latencies(plain_port, 3.0)))
+        probe = threading.Thread(target=metadata_latencies, args=(plain_port, 3.0, during))
         started = time.monotonic()
         probe.start()
         results = asyncio.run(attack(sasl_port))
