@@ -161,7 +161,7 @@ def bench_appends(n: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--segments", type=int, default=5000)
-    parser.add_argument("--appends", type=int, default=100_000)
+    parser.add_argument("--appends", type=int, default=1_000_000)
     parser.add_argument("--topics", default="1000,5000", help="topic counts to create, comma-separated")
     parser.add_argument("--rows", default="segments,partitions,topics,appends",
                         help="which rows to run, comma-separated")

@@ -84,6 +84,16 @@ def test_a_store_from_before_the_index_gets_it_on_its_next_create(dstore):
     assert dstore.topics.index_problems() == []
 
 
+def test_verify_repair_builds_a_missing_index_without_calling_it_damage(dstore, cli):
+    dstore.create_topic("a", partitions=3)
+    forget_index(dstore)
+    r = cli("verify", "--repair", "--data-dir", dstore.path)
+    assert r.exit_code == 0 and "metadata" not in r.out
+    with dstore.meta.txn() as txn:
+        assert dstore.topics.index.current(txn)
+        assert dstore.topics.index.replica_counts(txn, [0, 1]) == {0: 2, 1: 1}
+
+
 def test_verify_reports_wrong_counts_and_repair_rebuilds_them(dstore, cli):
     dstore.create_topic("a", partitions=4)
     with dstore.meta.txn(write=True) as txn:  # as an older klog's reassign would leave it

@@ -58,6 +58,8 @@ def _placement_counts(store, repair: bool) -> list[dict]:
     topics themselves; --repair counts them again."""
     problems = store.topics.index_problems()
     if not problems:
+        if repair:
+            store.topics.rebuild_index(only_if_absent=True)  # nothing wrong: a store from before it gets one
         return []
     repaired = False
     if repair:

@@ -136,10 +136,14 @@ class TopicsMeta:
         with self.db.txn() as txn:
             return self.index.problems(txn, self._all(txn))
 
-    def rebuild_index(self) -> None:
-        """Count again from every topic (klog verify --repair)."""
+    def rebuild_index(self, only_if_absent: bool = False) -> None:
+        """Count again from every topic (klog verify --repair); `only_if_absent`: unless the index
+        is there and counts every topic (a store from before it gets one)."""
         with self.db.txn(write=True) as txn:
-            self.index.rebuild(txn, self._all(txn))
+            if only_if_absent:
+                self.index.ensure(txn, self._all(txn))
+            else:
+                self.index.rebuild(txn, self._all(txn))
 
     def add_partitions(self, name: str, total: int, log_dir_ids: list[int]) -> TopicMeta:
         with self.db.txn(write=True) as txn:
