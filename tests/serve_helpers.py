@@ -100,3 +100,30 @@ def produce(client: RawClient, topic: str, partition: int, records: bytes, versi
     resp = client.send(0, version, **produce_request_fields(version, topic, partition, records))
     p = resp.responses[0].partition_responses[0]
     return p.error_code, int(p.base_offset)
+
+
+def fetch_fields(topic: str, partition: int, offset: int) -> dict:
+    import datetime
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+    from kio.static.primitive import i32Timedelta
+
+    part = FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                          log_start_offset=-1, partition_max_bytes=1 << 20)
+    return {"replica_id": -1, "max_wait": i32Timedelta.parse(datetime.timedelta(milliseconds=100)), "min_bytes": 1,
+            "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": (FetchTopic(topic=topic, partitions=(part,)),), "forgotten_topics_data": (), "rack_id": ""}
+
+
+def another_client_answered(port: int) -> tuple[Any, Any, float]:
+    """Metadata (all topics) and a Fetch of topic 'free' partition 0 by a new client while the
+    server is busy with something stuck: (metadata, fetch answer, seconds both took)."""
+    import time
+
+    with RawClient(port) as other:
+        other.sock.settimeout(5)
+        started = time.monotonic()
+        meta = other.send(3, 9, topics=None, allow_auto_topic_creation=False,
+                          include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+        fetched = other.send(1, 12, **fetch_fields("free", 0, 0))
+        return meta, fetched, time.monotonic() - started

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 import pytest
 
 from klog.server import fetch as fetch_module
 from klog.server import pagecache
-from tests.serve_helpers import RawClient, batch, produce
-from tests.test_serve_stall import _fetch_fields
+from tests.serve_helpers import RawClient, another_client_answered, batch, fetch_fields, produce
 
 STALL_LIMIT_S = 30  # the simulated disk answers again after this at the latest
 
@@ -64,19 +62,13 @@ def test_a_fetch_stuck_on_the_disk_leaves_other_clients_answered(kafka_server, s
     def stuck_fetch() -> None:
         with RawClient(port) as c:
             c.sock.settimeout(STALL_LIMIT_S + 10)
-            answers.append(c.send(1, 12, **_fetch_fields("stuck", 0, 0)))
+            answers.append(c.send(1, 12, **fetch_fields("stuck", 0, 0)))
 
     thread = threading.Thread(target=stuck_fetch)
     thread.start()
     try:
         assert entered.wait(10), "the fetch never reached the disk"
-        with RawClient(port) as other:
-            other.sock.settimeout(5)
-            started = time.monotonic()
-            meta = other.send(3, 9, topics=None, allow_auto_topic_creation=False,
-                              include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
-            fetched = other.send(1, 12, **_fetch_fields("free", 0, 0))
-            took = time.monotonic() - started
+        meta, fetched, took = another_client_answered(port)
         assert {str(t.name) for t in meta.topics} >= {"stuck", "free"}
         part = fetched.responses[0].partitions[0]
         assert int(part.error_code) == 0 and b"warm" in bytes(part.records)

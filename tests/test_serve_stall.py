@@ -6,22 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
-from tests.serve_helpers import RawClient, batch, produce, produce_request_fields
+from tests.serve_helpers import RawClient, another_client_answered, batch, produce, produce_request_fields
 
 STALL_LIMIT_S = 30  # the simulated disk answers again after this at the latest
-
-
-def _fetch_fields(topic: str, partition: int, offset: int) -> dict:
-    import datetime
-
-    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
-    from kio.static.primitive import i32Timedelta
-
-    part = FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                          log_start_offset=-1, partition_max_bytes=1 << 20)
-    return {"replica_id": -1, "max_wait": i32Timedelta.parse(datetime.timedelta(milliseconds=100)), "min_bytes": 1,
-            "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-            "topics": (FetchTopic(topic=topic, partitions=(part,)),), "forgotten_topics_data": (), "rack_id": ""}
 
 
 def test_stalled_produces_do_not_stop_other_clients_metadata_and_fetch(kafka_server, store) -> None:
@@ -62,13 +49,7 @@ def test_stalled_produces_do_not_stop_other_clients_metadata_and_fetch(kafka_ser
             stalled += entered.acquire(timeout=0.5)
         assert stalled >= 4
         time.sleep(0.3)  # and the rest are queued behind them
-        with RawClient(port) as other:
-            other.sock.settimeout(5)
-            started = time.monotonic()
-            meta = other.send(3, 9, topics=None, allow_auto_topic_creation=False,
-                              include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
-            fetched = other.send(1, 12, **_fetch_fields("free", 0, 0))
-            took = time.monotonic() - started
+        meta, fetched, took = another_client_answered(port)
         assert {str(t.name) for t in meta.topics} >= {"stuck", "free"}
         part = fetched.responses[0].partitions[0]
         assert int(part.error_code) == 0 and int(part.high_watermark) == 1
