@@ -64,7 +64,7 @@ class StartSpec:
         raise AssertionError(self)
 
 
-class _Cursor(PartitionReader):
+class PartitionCursor(PartitionReader):
     """A partition's read cursor, with what the consumer adds: --until's timestamp and done."""
 
     def __init__(self, topic: str, partition: int, part: Partition, stop_ts: int | None,
@@ -151,9 +151,9 @@ class Consumer(ConsumerBase):
         self.on_wait: Callable[[float], None] | None = None
         self._topic_ids = {t: store.topic(t).topic_id for t in topics} if follow else {}
 
-    def _cursor(self, topic: str, partition: int) -> _Cursor:
+    def _cursor(self, topic: str, partition: int) -> PartitionCursor:
         part = self.store.partition(topic, partition)
-        cursor = _Cursor(topic, partition, part, self.until_ms,
+        cursor = PartitionCursor(topic, partition, part, self.until_ms,
                          StableView(part.leader) if self.isolation_level == READ_COMMITTED else None)
         cursor.offset = self._start_offset(part, cursor.end())
         cursor.stop = None if self.follow else cursor.end()
@@ -173,7 +173,7 @@ class Consumer(ConsumerBase):
         return {(c.topic, c.partition): c.offset for c in self.cursors}
 
     # -- fetching ------------------------------------------------------------------------------
-    def _fetch(self, cursor: _Cursor) -> Fetched | None:
+    def _fetch(self, cursor: PartitionCursor) -> Fetched | None:
         if cursor.done:
             return None
         fetched = cursor.fetch()
@@ -181,7 +181,7 @@ class Consumer(ConsumerBase):
             cursor.done = True
         return fetched
 
-    def _records(self, cursor: _Cursor, fetched: Fetched | None) -> list[Record]:
+    def _records(self, cursor: PartitionCursor, fetched: Fetched | None) -> list[Record]:
         if fetched is None:
             return []
         topic, partition = cursor.topic, cursor.partition
@@ -285,7 +285,7 @@ class Consumer(ConsumerBase):
                 out += [(c.topic, c.partition, records) for _, records in fetched.record_runs()]
         return out
 
-    def _partition_stream(self, cursor: _Cursor) -> Iterator[Record]:
+    def _partition_stream(self, cursor: PartitionCursor) -> Iterator[Record]:
         while (fetched := self._fetch(cursor)) is not None:
             yield from self._records(cursor, fetched)
 

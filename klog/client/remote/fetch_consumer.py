@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from klog.client.consumer import Consumer, _Cursor
+from klog.client.consumer import Consumer, PartitionCursor
 from klog.client.records import Record
 from klog.client.remote.fetch import OFFSET_OUT_OF_RANGE, Fetcher, PartitionAnswer
 from klog.client.remote.wire import error_name
@@ -156,11 +156,11 @@ class FetchConsumer(Consumer):
             self._fetcher.close()
             raise
 
-    def _cursor(self, topic: str, partition: int) -> _Cursor:
+    def _cursor(self, topic: str, partition: int) -> PartitionCursor:
         low, high, at = self._offsets(topic)
         found = (self.start.value, at.get(partition)) if self.start.kind == "timestamp" else None
         part = FetchPartition(self._fetcher, topic, partition, low[partition] or 0, high[partition] or 0, found)
-        cursor = _Cursor(topic, partition, part, self.until_ms, None)  # type: ignore[arg-type]
+        cursor = PartitionCursor(topic, partition, part, self.until_ms, None)  # type: ignore[arg-type]
         cursor.offset = self._start_offset(part, cursor.end())  # type: ignore[arg-type]
         cursor.stop = None if self.follow else cursor.end()
         return cursor
