@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from klog.client.remote import wire
-from klog.errors import KlogError
+from klog.errors import KlogError, UnknownTopicError
 
 FETCH = 1
 API_VERSIONS = 18
@@ -27,6 +27,7 @@ FETCH_VERSION_MAX = 11  # the newest Fetch without flexible encoding (wire.Conne
 FETCH_VERSION_MIN = 4  # the oldest Kafka 4.0 answers; record batches with magic 2 (Kafka 0.11+)
 RESPONSE_BYTES_MAX = 64 << 20  # one answer's bound (each partition's own bound is the caller's)
 RETRY_PAUSE_S = 0.05
+TOPIC_GONE_S = 1.0  # a topic the metadata has not named for this long was deleted
 OFFSET_OUT_OF_RANGE = 1
 # a leader that moved or is not ready, or a connection that failed: ask the metadata again and retry
 REFRESH_ERRORS = frozenset({3, 5, 6, 9, 13, 56, 74, 75})  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
@@ -76,6 +77,7 @@ class Fetcher:
         naming the partition, the cluster and the last reason; other partition errors are the caller's."""
         timeout = self.store.timeout
         deadline = time.monotonic() + timeout
+        missing_since: float | None = None
         while True:
             try:
                 answer = self._ask(self._leader(topic, partition), topic, partition, offset, max_bytes, wait_ms)
@@ -85,6 +87,14 @@ class Fetcher:
                 self._leaders.pop((topic, partition), None)
             except (wire.SecurityError, FetchUnsupported):
                 raise
+            except UnknownTopicError as e:
+                # deleted while being read: said at once once a second metadata answer agrees (one
+                # broker's metadata may lag a new topic's creation for a moment)
+                if missing_since is not None and time.monotonic() - missing_since >= TOPIC_GONE_S:
+                    raise UnknownTopicError(f"topic '{topic}' was deleted while being read: {topic}-{partition} "
+                                            f"is gone from {self.store.target.label}") from None
+                missing_since = missing_since if missing_since is not None else time.monotonic()
+                reason = str(e)
             except KlogError as e:
                 reason = str(e)
                 self._forget(topic, partition)

@@ -14,6 +14,8 @@ from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, Usa
 from klog.store.config import CONFIG_KEYS, LogConfig, validate_configs
 from klog.store.names import validate_topic_name
 
+UNKNOWN_TOPIC_OR_PARTITION = 3  # Kafka's error code in a topic's metadata
+
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")  # the cluster's own, not the user's
 
 
@@ -61,7 +63,10 @@ class RemoteStore(GroupAdminMethods):
         self.last_error: str | None = None
         self.path = target.bootstrap
         try:
-            self.admin = AdminClient(target.client_config(error_cb=self._on_error))
+            # a metadata lookup of one topic must not create it: librdkafka's admin handle is a
+            # producer, whose lookups ask a broker with auto.create.topics.enable to create the topic
+            self.admin = AdminClient(target.client_config(error_cb=self._on_error,
+                                                          **{"allow.auto.create.topics": False}))
         except (KafkaException, ValueError, TypeError) as e:
             raise config_error(e) from None
         self._metadata_cache: dict[str, RemoteTopic] = {}
@@ -98,10 +103,13 @@ class RemoteStore(GroupAdminMethods):
 
     def leader(self, topic: str, partition: int) -> tuple[int, str, int] | None:
         """(broker id, host, port) of the partition's leader as the cluster's metadata says now
-        (asked anew: a caller asks after a leader moved); None when it names no leader."""
+        (asked anew: a caller asks after a leader moved); None when it names no leader.
+        UnknownTopicError when the cluster does not know the topic (deleted since, or never made)."""
         md = self._metadata(topic)
         found = md.topics.get(topic)
-        part = found.partitions.get(partition) if found is not None else None
+        if found is None or found.error is not None and found.error.code() == UNKNOWN_TOPIC_OR_PARTITION:
+            raise UnknownTopicError(f"topic '{topic}' does not exist on {self.target.label}")
+        part = found.partitions.get(partition)
         if part is None or part.leader < 0 or part.leader not in md.brokers:
             return None
         broker = md.brokers[part.leader]
