@@ -42,15 +42,22 @@ def fsyncs(monkeypatch) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def gate(monkeypatch) -> threading.Event:
-    """The flusher waits for this before each sealed segment's fsync (bounded: 30 s)."""
+    """The flusher waits for this before each sealed segment's fsync, and before an untrusted
+    open's catch-up of sealed segments (bounded: 30 s)."""
     opened = threading.Event()
-    real = flusher._sync_sealed
+    real, real_files = flusher._sync_sealed, flusher.sync_segment_files
 
     def gated(fds, directory: str) -> None:  # noqa: ANN001 - SegmentFds
         opened.wait(30)
         real(fds, directory)
 
+    def gated_files(segments: list[tuple[str, ...]], directory: str | None = None) -> None:
+        if threading.current_thread().name.startswith("klog-flusher"):
+            opened.wait(30)
+        real_files(segments, directory)
+
     monkeypatch.setattr(flusher, "_sync_sealed", gated)
+    monkeypatch.setattr(flusher, "sync_segment_files", gated_files)
     yield opened
     opened.set()  # never leave the flusher thread waiting
 
@@ -141,17 +148,20 @@ def test_retention_and_truncation_wait_for_pending_flushes(tmp_path, fsyncs, gat
 
 def test_flush_fsyncs_the_sealed_segments_a_killed_writer_left(tmp_path, fsyncs, gate):
     """A writer killed with flushes pending left a recovery point below sealed segments: the next
-    writer's first flush fsyncs them itself (Kafka's flushUptoOffsetExclusive)."""
+    writer fsyncs them (in the background after its open, or at the latest in its first flush:
+    Kafka's flushUptoOffsetExclusive) before the recovery point passes them."""
     directory = str(tmp_path / "t-0")
     first = PartitionLog(directory, NO_FSYNC)
     first.open_for_write()
     _roll_times(first, 2)
     _append(first)
+    first.pending_flushes.clear()  # as if killed: its flushes never report back
+    gate.set()
     second = PartitionLog(directory, NO_FSYNC)
     try:
+        fsyncs.clear()
         second.open_for_write()
         assert second.recovery_point < second.bases[-1]
-        fsyncs.clear()
         second.flush()
         synced = {p for p, _ in fsyncs}
         assert {second.segments[b].log_path for b in second.bases} <= synced
@@ -241,14 +251,60 @@ def test_the_recovery_point_never_skips_a_segment_a_killed_writer_left_unflushed
     try:
         second.open_for_write()
         assert second.recovery_point <= unflushed
-        gate.set()
         _roll_times(second, 2)
+        second.collect_flushes()
+        assert second.recovery_point <= unflushed and second.state.read().recovery_point <= unflushed
+        assert second.segments[unflushed].log_path not in {p for p, _ in fsyncs}
+        gate.set()  # the open's catch-up fsyncs it, then the recovery point may pass it
         second.finish_flushes()
-        assert second.recovery_point <= unflushed
-        fsyncs.clear()
+        assert (second.segments[unflushed].log_path, "klog-flusher_0") in fsyncs
+        assert second.recovery_point == second.bases[-1]
         second.flush()
-        assert second.segments[unflushed].log_path in {p for p, _ in fsyncs}
         assert second.recovery_point == second.log_end_offset
     finally:
         first.close()
         second.close()
+
+
+def test_the_recovery_point_keeps_moving_across_an_untrusted_reopen(tmp_path, fsyncs):
+    """A reopen that is not trusted (a new producer's reconcile) drops the pending flushes; the
+    recovery point must still pass the sealed segments as they are fsynced, so the next fsynced
+    append costs O(1) fsyncs, not one per segment written since (acks=0, flush.messages > 1)."""
+    log = PartitionLog(str(tmp_path / "t-0"), NO_FSYNC)
+    try:
+        log.open_for_write()
+        _roll_times(log, 3)
+        log.open_for_write()  # untrusted, as reconcile() does: drops what is pending
+        _roll_times(log, 40)
+        log.finish_flushes()
+        assert log.recovery_point == log.bases[-1]
+        assert log.state.read().recovery_point >= log.bases[-(ROLL_FLUSHES_PENDING_MAX + 3)]  # saved at the last append
+        fsyncs.clear()
+        _append(log)
+        log.flush()
+        assert len(fsyncs) <= 2, fsyncs  # the active segment's log (and the folder)
+    finally:
+        log.close()
+
+
+def test_acks_0_rolls_then_a_new_producer_keep_the_recovery_point_moving(tmp_path, fsyncs):
+    """The reviewer's reproduction, smaller: acks=0 records over many rolls, then a one-record
+    acks=all produce from a new producer."""
+    with klog.open(str(tmp_path / "data")) as store:
+        store.create_topic("t", configs={"segment.bytes": "1200", "flush.messages": str(2**62)})
+        with store.producer(acks="0") as p:
+            for i in range(2000):
+                p.send("t", b"%06d-" % i + b"x" * 94, partition=0)
+                if i % 5 == 4:
+                    p.flush()  # a batch of 5 records: about 2 per segment
+        folder = os.path.join(str(tmp_path / "data"), "logs", "t-0")
+        raw = PartitionLog(folder)
+        bases, snap = raw.bases, raw.state.read()
+        raw.close()
+        assert len(bases) > 100
+        assert snap is not None and snap.recovery_point >= bases[-(ROLL_FLUSHES_PENDING_MAX + 3)]
+        fsyncs.clear()
+        with store.producer(acks="all") as p:
+            p.send("t", b"last", partition=0)
+            p.flush()
+        assert len(fsyncs) <= 3 * (ROLL_FLUSHES_PENDING_MAX + 3) + 4, len(fsyncs)

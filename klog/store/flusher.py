@@ -49,3 +49,25 @@ def _sync_sealed(fds: SegmentFds, directory: str) -> None:
 def submit_sealed(fds: SegmentFds, directory: str) -> futures.Future:
     """Flush a sealed segment in the background; `fds` now belong to the flusher."""
     return _executor().submit(_sync_sealed, fds, directory)
+
+
+def sync_segment_files(segments: list[tuple[str, ...]], directory: str | None = None) -> None:
+    """fsync each segment's files (log and indexes) by path, oldest first, then the folder if
+    given. Opened read-only, never created: a log deleted meanwhile (retention) raises; a missing
+    index (a foreign log's) is skipped, recovery rebuilds it."""
+    for log_path, *index_paths in segments:
+        faults.point("sealed-fsync")
+        for path in [log_path, *(p for p in index_paths if os.path.exists(p))]:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    if directory is not None:
+        fsync_dir(directory)
+
+
+def submit_catch_up(segments: list[tuple[str, ...]], directory: str) -> futures.Future:
+    """fsync, in the background, sealed segments a new writer found past the recovery point (a
+    previous writer's flushes dropped or killed): one job, holding no descriptor while queued."""
+    return _executor().submit(sync_segment_files, segments, directory)

@@ -48,11 +48,11 @@ ROLL_FLUSHES_PENDING_MAX = 4
 
 @dataclass
 class PendingFlush:
-    """A sealed segment being fsynced by the flusher: once done, a recovery point that had
-    reached the segment (`start`) may pass it (`end`)."""
+    """A sealed segment (or, after an untrusted open, a run of them) being fsynced by the flusher:
+    once done, a recovery point that had reached the first one (`start`) may pass them (`end`)."""
 
-    start: int  # the sealed segment's base offset
-    end: int  # its end offset: the base of the segment rolled after it
+    start: int  # the (first) sealed segment's base offset
+    end: int  # the end offset: the base of the segment after (the last) one
     future: Future
 
 
@@ -278,7 +278,21 @@ class PartitionLog:
             loader.recover_tail(self, snap, report, committed_end)
             self._save_state(sync=True)
         self._open_fds()
+        self._catch_up_sealed()
         return report
+
+    def _catch_up_sealed(self) -> None:
+        """After an untrusted open: the sealed segments from the recovery point up to the active
+        one (their flushes dropped above, or a killed writer's) are fsynced in the background, and
+        the recovery point passes them once that is done (collect_flushes), as after a roll."""
+        first = max(bisect.bisect_right(self.bases, self.recovery_point) - 1, 0)
+        sealed = self.bases[first:-1]
+        if sealed:
+            self.pending_flushes.append(PendingFlush(sealed[0], self.active.base_offset, flusher.submit_catch_up(
+                self._segment_files(sealed), self.directory)))
+
+    def _segment_files(self, bases: list[int]) -> list[tuple[str, ...]]:
+        return [(s.log_path, s.offset_index.path, s.time_index.path) for s in (self.segments[b] for b in bases)]
 
     def _open_fds(self) -> None:
         if (self._fds is not None and self._fds_base == self.active.base_offset
@@ -377,22 +391,17 @@ class PartitionLog:
         self.pending_flushes = []
 
     def finish_flushes(self, upto: int | None = None) -> None:
-        """Wait until the flusher is done with this log's sealed segments (those ending at or
+        """Wait until the flusher is done with this log's sealed segments (those holding offsets
         below `upto`, if given): before retention deletes or compaction rewrites them."""
         pending = self.pending_flushes
-        self.collect_flushes(wait=len(pending) if upto is None else sum(1 for p in pending if p.end <= upto))
+        self.collect_flushes(wait=len(pending) if upto is None else sum(1 for p in pending if p.start < upto))
 
     def _sync_sealed_since_recovery_point(self) -> None:
         """fsync the sealed segments holding offsets at or past the recovery point (Kafka's
         flushUptoOffsetExclusive): those whose background flush failed, or that a writer before
         this one sealed without its flush finishing. Usually none."""
         first = max(bisect.bisect_right(self.bases, self.recovery_point) - 1, 0)
-        for base in self.bases[first:-1]:
-            fds = self.segments[base].open_fds()
-            try:
-                fds.fsync()
-            finally:
-                fds.close()
+        flusher.sync_segment_files(self._segment_files(self.bases[first:-1]))
 
     def drop_empty_active(self, next_offset: int) -> bool:
         """A follower that started a segment its leader did not (a writer killed mid-roll, or a
