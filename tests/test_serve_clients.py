@@ -244,12 +244,16 @@ def test_klog_consume_follow_sees_records_produced_over_the_protocol(kafka_serve
     follower = subprocess.Popen([sys.executable, "-m", "klog", "consume", "tail", "-f"], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, env=env)
     try:
-        time.sleep(1.0)  # following from the (empty) end
-        assert confluent_produce(kafka_server.bootstrap, "tail", [b"over-the-wire"]) == []
-        got = []
+        got: list[bytes] = []
         reader = threading.Thread(target=lambda: got.append(follower.stdout.readline()))
         reader.start()
-        reader.join(10)
+        # the follower reads from the end once it has started (seconds on a loaded machine): a
+        # record produced before that is not its to print, so produce until it prints one (bounded)
+        for _ in range(30):
+            assert confluent_produce(kafka_server.bootstrap, "tail", [b"over-the-wire"]) == []
+            reader.join(1.0)
+            if not reader.is_alive():
+                break
         assert got == [b"over-the-wire\n"]
     finally:
         follower.terminate()
