@@ -1,6 +1,6 @@
 """Cost that stays flat as the store grows (a benchmark, not a test: README figures).
 
-    python benchmarks/bench_growth.py [--segments N] [--appends N] [--topics N] [--rows ROW,...]
+    python benchmarks/bench_growth.py [--segments N] [--appends N] [--topics N,...] [--rows ROW,...]
 
 Each row sets a figure beside its peer measured in the same run:
   - many segments: producing 100-byte lines into a topic with segment.bytes small enough for
@@ -8,7 +8,8 @@ Each row sets a figure beside its peer measured in the same run:
     one segment's in the same (alternated) chunks, and what a roll costs; with the sealed
     segments' fsyncs in the background (klog's roll) and waited for by each roll (before it);
   - 1,000 partitions: 100 k keyed records into a 1,000-partition topic against a 1-partition one;
-  - creating --topics topics through the API: the last tenth against the first tenth;
+  - creating --topics topics through the API (1,000 and 5,000): the last tenth's cost per create
+    against the first tenth's, wall and CPU;
   - --appends single-record batches into one partition (acks=1, no fsync per batch): the last
     tenth of the appends against the first tenth.
 """
@@ -109,42 +110,59 @@ def bench_partitions(n: int = 100_000, rounds: int = 5) -> None:
           f"{cpu[1000]:.3f} s ({cpu[1000] / cpu[1]:.2f}x), of which sending {send[1]:.3f} vs {send[1000]:.3f} s")
 
 
-def bench_topics(n: int) -> None:
+def _tenths(n: int, step) -> list[tuple[float, float]]:
+    """Call step(i) for i in range(n); the wall and CPU time of each tenth, in us per call."""
     tenth = max(1, n // 10)
-    with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
-        marks = []
-        start = time.perf_counter()
-        for i in range(n):
-            store.create_topic(f"t{i}")
-            if (i + 1) % tenth == 0:
-                marks.append(time.perf_counter())
-    first, last = marks[0] - start, marks[-1] - marks[-2]
-    print(f"creating {n:,} topics: {marks[-1] - start:.1f} s; last tenth {last:.2f} s vs first {first:.2f} s "
-          f"({last / first:.2f}x)")
+    out = []
+    wall, cpu = time.perf_counter(), time.process_time()
+    for i in range(n):
+        step(i)
+        if (i + 1) % tenth == 0:
+            wall2, cpu2 = time.perf_counter(), time.process_time()
+            out.append(((wall2 - wall) / tenth * 1e6, (cpu2 - cpu) / tenth * 1e6))
+            wall, cpu = wall2, cpu2
+    return out
+
+
+def _first_last(what: str, tenths: list[tuple[float, float]]) -> str:
+    (w0, c0), (w9, c9) = tenths[0], tenths[-1]
+    return (f"{what}: first tenth {w0:.0f} us wall / {c0:.0f} us CPU, last tenth {w9:.0f} / {c9:.0f} us "
+            f"({w9 / w0:.2f}x wall, {c9 / c0:.2f}x CPU); every tenth's CPU: "
+            + " ".join(f"{c:.0f}" for _, c in tenths))
+
+
+def bench_topics(counts: list[int]) -> None:
+    """Each create's cost at the start and the end of creating n topics in a new store (one
+    partition each). Wall time is mostly LMDB's commit (an fsync: noisy on a shared disk); the
+    CPU time shows whether the work per create grows with the topics already there."""
+    for n in counts:
+        with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
+            start = time.perf_counter()
+            tenths = _tenths(n, lambda i: store.create_topic(f"t{i}"))
+            total = time.perf_counter() - start
+        print(_first_last(f"creating {n:,} topics ({total:.1f} s), per create", tenths))
 
 
 def bench_appends(n: int) -> None:
-    tenth = max(1, n // 10)
+    """Single-record batches into one partition (acks=1, no fsync per batch), each flushed."""
     with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
         store.create_topic("t", configs=NO_FSYNC)
-        marks = []
         with store.producer(acks="1") as producer:
-            start = time.perf_counter()
-            for i in range(n):
+            def append(_i: int) -> None:
                 producer.send_values("t", [LINE])
                 producer.flush()
-                if (i + 1) % tenth == 0:
-                    marks.append(time.perf_counter())
-    first, last = marks[0] - start, marks[-1] - marks[-2]
-    print(f"{n:,} single-record appends: first tenth {first / tenth * 1e6:.0f} us/append, last tenth "
-          f"{last / tenth * 1e6:.0f} us/append ({last / first:.2f}x)")
+
+            start = time.perf_counter()
+            tenths = _tenths(n, append)
+            total = time.perf_counter() - start
+    print(_first_last(f"{n:,} single-record appends ({total:.0f} s), per append", tenths))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--segments", type=int, default=5000)
-    parser.add_argument("--appends", type=int, default=100_000)
-    parser.add_argument("--topics", type=int, default=1000)
+    parser.add_argument("--appends", type=int, default=1_000_000)
+    parser.add_argument("--topics", default="1000,5000", help="topic counts to create, comma-separated")
     parser.add_argument("--rows", default="segments,partitions,topics,appends",
                         help="which rows to run, comma-separated")
     parser.add_argument("--only-segments", action="store_true", help="only the many-segments rows")
@@ -155,7 +173,7 @@ def main() -> None:
     if "partitions" in rows:
         bench_partitions()
     if "topics" in rows:
-        bench_topics(args.topics)
+        bench_topics([int(n) for n in args.topics.split(",")])
     if "appends" in rows:
         bench_appends(args.appends)
 

@@ -17,6 +17,11 @@
 - memory: the server's RSS idle, with 500 idle connections, and with 10 busy producers.
 
 Each round alternates the server and local runs; figures are medians of R rounds.
+
+`--produce-only`: the produce rows alone, each round alternating the server as it is with the same
+server checking every batch with the record walk only (validate.uniform_records_ok off: the
+previous validator), with the server's and the client's CPU seconds per run (confluent-kafka and
+kcat -P against both).
 """
 
 from __future__ import annotations
@@ -257,13 +262,83 @@ def memory(serve: Serve, bootstrap: str) -> tuple[float, float, float]:
     return idle, with_idle, peak[0]
 
 
+# the server with the one-pass check of uniform batches off: every batch takes the record walk
+WALK_ONLY_SERVER = ("import sys; import klog.store.validate as v; v.UNIFORM_MIN_RECORDS = 1 << 62; "
+                    "sys.argv[0] = 'klog'; from klog.cli.entry import main; main()")
+
+
+def self_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread: librdkafka's included
+    return usage.ru_utime + usage.ru_stime
+
+
+def produce_only(n: int, rounds: int, env: dict) -> None:
+    """confluent-kafka and kcat -P -> `klog serve` as it is and with the walk only, alternated; klog produce."""
+    load_before = os.getloadavg()[0]
+    tmp = tempfile.mkdtemp(prefix="bench-serve-produce-")
+    lines_path = os.path.join(tmp, "lines")
+    with open(lines_path, "wb") as f:
+        f.write((b"x" * 100 + b"\n") * n)
+    names = ("one pass", "walk only")
+    rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in names}  # rate, server, client CPU s
+    kcat_rows: dict[str, list[tuple[float, float]]] = {k: [] for k in names}  # rate, server CPU s
+    local_rates: list[float] = []
+    servers: dict[str, Serve] = {}
+    dirs = {name: os.path.join(tmp, name.replace(" ", "-")) for name in names}
+    try:
+        for name, code in zip(names, (None, WALK_ONLY_SERVER), strict=True):
+            servers[name] = Serve(dirs[name], env, python_code=code)
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else reversed(names):
+                serve = servers[name]
+                topic = f"bench-{r}"
+                subprocess.run(klog_cmd("topics", "create", topic, "-d", dirs[name]), env=env, check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                server0, client0 = serve.cpu_s(), self_cpu_s()
+                took = confluent_produce(serve.bootstrap, topic, n)
+                rows[name].append((n / took, serve.cpu_s() - server0, self_cpu_s() - client0))
+                if KCAT:
+                    server0 = serve.cpu_s()
+                    took = kcat_produce(serve.bootstrap, f"kcat-{r}", lines_path, n, dirs[name], env)
+                    kcat_rows[name].append((n / took, serve.cpu_s() - server0))
+            local_rates.append(n / local_produce(os.path.join(tmp, "local"), f"bench-{r}", lines_path, env))
+            print(f"round {r + 1}: " + ", ".join(f"{k}: confluent {v[-1][0]:,.0f}/s (server {v[-1][1]:.2f} s, client "
+                                                  f"{v[-1][2]:.2f} s CPU)" for k, v in rows.items()) +
+                  "".join(f", {k}: kcat -P {v[-1][0]:,.0f}/s (server {v[-1][1]:.2f} s)"
+                          for k, v in kcat_rows.items() if v) +
+                  f", klog produce {local_rates[-1]:,.0f}/s", flush=True)
+    finally:
+        for serve in servers.values():
+            serve.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\n{n:,} records of 100 B, medians of {rounds} alternated rounds; load average before/after "
+          f"{load_before:.1f}/{os.getloadavg()[0]:.1f}")
+    for name, values in rows.items():
+        rate, server, client = (statistics.median(v[i] for v in values) for i in range(3))
+        print(f"produce  confluent-kafka acks=all -> klog serve ({name:9}) {rate:>12,.0f} records/s  "
+              f"server CPU {server / n * 1e6:.2f} us/record, client CPU {client / n * 1e6:.2f} us/record "
+              f"({min(v[0] for v in values):,.0f}-{max(v[0] for v in values):,.0f})")
+    for name, kvalues in kcat_rows.items():
+        if kvalues:
+            rate, server = (statistics.median(v[i] for v in kvalues) for i in range(2))
+            print(f"produce  kcat -P -X acks=all -> klog serve ({name:9})       {rate:>12,.0f} records/s  "
+                  f"server CPU {server / n * 1e6:.2f} us/record")
+    print(f"produce  klog produce (local CLI) acks=all               {statistics.median(local_rates):>12,.0f} "
+          "records/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-samples", type=int, default=300)
+    ap.add_argument("--produce-only", action="store_true",
+                    help="only the produce rows, the server alternated with its walk-only validator")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": REPO}
+    if args.produce_only:
+        produce_only(args.records, args.rounds, env)
+        return
     load_before = os.getloadavg()[0]
     n = args.records
     tmp = tempfile.mkdtemp(prefix="bench-serve-")

@@ -144,3 +144,30 @@ def test_verify_finds_an_unmarked_log_and_repair_marks_it(cli, imported, store) 
     assert cli("verify").exit_code == 0
     r = cli("consume", "odd", "-o", "earliest", "--json")
     assert [json.loads(line)["key"] for line in r.out.splitlines()] == [KEY.decode()] * COUNT
+
+
+def test_a_cluster_read_by_fetch_gives_kafkas_answer(imported, kafka_server) -> None:
+    """Through a cluster klog cannot mark the log, so the Fetch reader checks each batch's
+    attributes bytes before it lets the compiled reader take it: records, values and a merged
+    read all give Kafka's answer (they gave offsets 1, 1, ..., null keys and shifted timestamps)."""
+    from klog.client.remote.fetch_consumer import FetchConsumer
+    from klog.client.remote.store import RemoteStore
+    from klog.client.remote.target import ClusterTarget
+
+    with RemoteStore(ClusterTarget(kafka_server.bootstrap, {})) as remote:
+        with remote.consumer("odd", start="earliest") as consumer:
+            assert isinstance(consumer, FetchConsumer)
+            assert [(r.offset, r.timestamp, r.key, r.value) for r in consumer] == EXPECTED
+        with remote.consumer("odd", start="earliest") as consumer:
+            assert [v for chunk in consumer.value_chunks() for v in chunk] == [e[3] for e in EXPECTED]
+
+
+def test_plain_attributes_walks_the_records_lengths() -> None:
+    from klog.store import fastrecords
+
+    plain = codec.encode_batch([(KEY, b"v" * size, [], NOW) for size in (1, 70, 200, 9000)])
+    header = codec.read_header(plain)
+    assert fastrecords.plain_attributes(plain, RECORDS_OFFSET, 3)  # 1- and 2-byte lengths
+    assert not fastrecords.plain_attributes(plain, RECORDS_OFFSET, header.records_count)  # 8 KiB+: strict
+    assert not fastrecords.plain_attributes(_high_attributes_batch(0), RECORDS_OFFSET, COUNT)
+    assert not fastrecords.plain_attributes(plain[:RECORDS_OFFSET + 3], RECORDS_OFFSET, 3)  # cut

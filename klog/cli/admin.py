@@ -112,8 +112,11 @@ def register(app: typer.Typer) -> None:
                 print(json.dumps(r))
             else:
                 status = "ok" if r["ok"] else ("repaired" if r["repaired"] else "DAMAGED")
-                what = f"{r['topic']}-{r['partition']} replica" if r["topic"] is not None else "log directory"
-                print(f"{what} {r['log_dir']}: {status}"
+                if r["topic"] is not None:
+                    what = f"{r['topic']}-{r['partition']} replica {r['log_dir']}"
+                else:  # the store's own: a log directory's, or the metadata's (log_dir None)
+                    what = "metadata" if r["log_dir"] is None else f"log directory {r['log_dir']}"
+                print(f"{what}: {status}"
                       + (f" — {'; '.join(r['problems'])}" if r["problems"] else ""))
             bad += 0 if (r["ok"] or r["repaired"]) else 1
         if bad:

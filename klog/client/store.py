@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from klog.client.store_groups import GroupAdminMethods
 from klog.errors import KlogError, StorageError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.meta.db import MetaDB
-from klog.meta.topics import TopicMeta, TopicsMeta
+from klog.meta.topics import PARTITIONS_MAX, TopicMeta, TopicsMeta
 from klog.store.config import CONFIG_KEYS, LogConfig
-from klog.store.format import parse_partition_dir, partition_dir_name
+from klog.store.format import partition_dir_name
 from klog.store.layout import DataDir, default_data_dir
 from klog.store.names import partition_file_stem, validate_topic_name
 from klog.store.partition import Partition
@@ -124,7 +124,7 @@ class Store(GroupAdminMethods):
         rf = replication_factor if replication_factor is not None else int(
             self.data_dir.default("default.replication.factor"))
         if not adopt_folders and not (exist_ok and self.topics.find(name) is not None):
-            self._refuse_leftover_folders(name)
+            self._refuse_leftover_folders(name, range(min(partitions, PARTITIONS_MAX)))
         topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
                                    exist_ok=exist_ok)
         self._topic_cache.pop(name, None)
@@ -155,6 +155,7 @@ class Store(GroupAdminMethods):
                     delete_configs: Iterable[str] = ()) -> TopicMeta:
         topic = self.topics.get(name)
         if partitions is not None and partitions != len(topic.partitions):
+            self._refuse_leftover_folders(name, range(len(topic.partitions), min(partitions, PARTITIONS_MAX)))
             topic = self.topics.add_partitions(name, partitions, self.healthy_log_dir_ids())
         if set_configs or delete_configs:
             topic = self.topics.update_configs(name, set_configs or {}, list(delete_configs))
@@ -211,20 +212,21 @@ class Store(GroupAdminMethods):
         again by another process: the open files are the old topic's)."""
         self._forget(name)
 
-    def _refuse_leftover_folders(self, name: str) -> None:
-        """A folder named like one of the topic's partitions, holding files, in any log directory:
-        its metadata was lost (an emptied data.mdb) or a delete was cut short. Creating the topic
-        over it would bring old records back as new ones."""
+    def _refuse_leftover_folders(self, name: str, partitions: range) -> None:
+        """A folder of one of the partitions about to be created (or added), holding files, in any
+        log directory: its metadata was lost (an emptied data.mdb) or a delete was cut short.
+        Creating the partition over it would bring old records back as new ones. Only those
+        folders are looked for (not a listing of the log directory, which grows with the store)."""
         for log_dir in self.data_dir.log_dirs:
             root = self.data_dir.log_dir_path(log_dir.id)
-            try:
-                names = os.listdir(root)
-            except OSError:
-                continue
-            for n in names:
-                parsed = parse_partition_dir(n)
-                if parsed is not None and parsed[0] == name and os.listdir(os.path.join(root, n)):
-                    raise StorageError(f"cannot create topic '{name}': {os.path.join(root, n)} already holds a "
+            for p in partitions:
+                folder = os.path.join(root, partition_dir_name(name, p))
+                try:
+                    held = os.listdir(folder)
+                except OSError:  # none there (or not a folder: the partition's creation will say)
+                    continue
+                if held:
+                    raise StorageError(f"cannot create partition {name}-{p}: {folder} already holds a "
                                        f"partition no metadata names (lost metadata?); move it away first")
 
     def forget_topic_cache(self, name: str) -> None:

@@ -47,9 +47,27 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
             if repair:
                 reports.extend(_rejoin(store, name, p, part))
     if topic is None:
+        reports.extend(_placement_counts(store, repair))
         reports.extend(_unknown_partition_folders(store))
         reports.extend(_unfinished_deletes(store, repair))
     return reports
+
+
+def _placement_counts(store, repair: bool) -> list[dict]:
+    """The replica counts and name keys kept beside the topics (klog.meta.topic_index) against the
+    topics themselves; --repair counts them again."""
+    problems = store.topics.index_problems()
+    if not problems:
+        if repair:
+            store.topics.rebuild_index(only_if_absent=True)  # nothing wrong: a store from before it gets one
+        return []
+    repaired = False
+    if repair:
+        store.topics.rebuild_index()
+        repaired = True
+        problems.append("repaired: rebuilt the placement counts from the topics")
+    return [{"topic": None, "partition": None, "log_dir": None, "ok": False, "repaired": repaired,
+             "problems": problems}]
 
 
 def _unfinished_deletes(store, repair: bool) -> list[dict]:

@@ -10,8 +10,9 @@ from dataclasses import asdict, dataclass, field
 
 from klog.errors import InvalidConfigError, InvalidTopicError, TopicExistsError, UnknownTopicError, UsageError
 from klog.meta.db import MetaDB
+from klog.meta.topic_index import TopicIndex
 from klog.store.config import CONFIG_KEYS, validate_configs
-from klog.store.names import collision_key, validate_topic_name
+from klog.store.names import validate_topic_name
 
 PARTITIONS_MAX = 10_000
 
@@ -74,6 +75,7 @@ class TopicsMeta:
         # unchanged document (a byte comparison) is not parsed again. Callers must not mutate
         # what get/find return (they use dataclasses.replace and update_* instead).
         self._parsed: dict[str, tuple[bytes, TopicMeta]] = {}
+        self.index = TopicIndex(db)  # replica counts and names, so a create never reads every topic
 
     def get(self, name: str) -> TopicMeta:
         topic = self.find(name)
@@ -117,24 +119,31 @@ class TopicsMeta:
                 if exist_ok:
                     return TopicMeta.from_json(existing)
                 raise TopicExistsError(f"topic '{name}' already exists")
-            key = collision_key(name)
-            for other, _ in self.db.items_raw(txn, "topics"):
-                if collision_key(other) == key:
-                    raise InvalidTopicError(f"topic '{name}' collides with existing topic '{other}'")
-            counts = self._replica_counts(txn)
+            self.index.ensure(txn, self._all(txn))
+            other = self.index.name_holder(txn, name)
+            if other is not None:
+                raise InvalidTopicError(f"topic '{name}' collides with existing topic '{other}'")
+            counts = self.index.replica_counts(txn, log_dir_ids)
             placement = place_replicas(range(partitions), replication_factor, log_dir_ids, counts)
             topic = TopicMeta(name, str(uuid.uuid4()), int(time.time() * 1000), configs,
                               [PartitionMeta(r, r[0], list(r)) for r in placement])
             self.db.put_json(txn, "topics", name, asdict(topic))
+            self.index.added(txn, topic)
         return topic
 
-    def _replica_counts(self, txn) -> dict[int, int]:
-        counts: dict[int, int] = {}
-        for topic in self._all(txn):
-            for p in topic.partitions:
-                for d in p.replicas:
-                    counts[d] = counts.get(d, 0) + 1
-        return counts
+    def index_problems(self) -> list[str]:
+        """How the kept placement counts differ from the topics (klog verify); [] if they match."""
+        with self.db.txn() as txn:
+            return self.index.problems(txn, self._all(txn))
+
+    def rebuild_index(self, only_if_absent: bool = False) -> None:
+        """Count again from every topic (klog verify --repair); `only_if_absent`: unless the index
+        is there and counts every topic (a store from before it gets one)."""
+        with self.db.txn(write=True) as txn:
+            if only_if_absent:
+                self.index.ensure(txn, self._all(txn))
+            else:
+                self.index.rebuild(txn, self._all(txn))
 
     def add_partitions(self, name: str, total: int, log_dir_ids: list[int]) -> TopicMeta:
         with self.db.txn(write=True) as txn:
@@ -147,10 +156,13 @@ class TopicsMeta:
                 raise UsageError(f"topic '{name}' has {current} partitions; the new count must be larger")
             if total > PARTITIONS_MAX:
                 raise UsageError(f"partitions must be at most {PARTITIONS_MAX}")
-            counts = self._replica_counts(txn)
-            for r in place_replicas(range(current, total), topic.replication_factor, log_dir_ids, counts):
+            self.index.ensure(txn, self._all(txn))
+            counts = self.index.replica_counts(txn, log_dir_ids)
+            placed = place_replicas(range(current, total), topic.replication_factor, log_dir_ids, counts)
+            for r in placed:
                 topic.partitions.append(PartitionMeta(r, r[0], list(r)))
             self.db.put_json(txn, "topics", name, asdict(topic))
+            self.index.moved(txn, [], [d for r in placed for d in r])
         return topic
 
     def update_configs(self, name: str, set_configs: dict[str, str], delete: list[str]) -> TopicMeta:
@@ -174,6 +186,10 @@ class TopicsMeta:
             doc = self.db.get_json(txn, "topics", name)
             if doc is None:
                 raise UnknownTopicError(f"unknown topic '{name}'")
+            old = doc["partitions"][partition]["replicas"]
+            if old != meta.replicas:
+                self.index.ensure(txn, self._all(txn))
+                self.index.moved(txn, old, meta.replicas)
             doc["partitions"][partition] = asdict(meta)
             self.db.put_json(txn, "topics", name, doc)
 
@@ -182,5 +198,8 @@ class TopicsMeta:
             doc = self.db.get_json(txn, "topics", name)
             if doc is None:
                 raise UnknownTopicError(f"unknown topic '{name}'")
+            topic = TopicMeta.from_json(doc)
+            self.index.ensure(txn, self._all(txn))
             self.db.delete(txn, "topics", name)
-        return TopicMeta.from_json(doc)
+            self.index.removed(txn, topic)
+        return topic

@@ -401,12 +401,15 @@ def records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, i
     return data, start, stop
 
 
-def decode_batch_records(buf: bytes, pos: int, header: BatchHeader, *, fast: bool = False) -> list[RecordOut]:
+def decode_batch_records(buf: bytes, pos: int, header: BatchHeader, *, fast: bool = False,
+                         trust_attributes: bool = True) -> list[RecordOut]:
     """Decode every record of the batch at buf[pos:]; the caller has already checked the CRC.
 
     fast=True (the read path) decodes with the compiled reader when it imports (fastrecords.wanted:
     from the first batch of FAST_MIN_RECORDS or more on), the same records; it also accepts a few malformations no
     Kafka client writes (see fastrecords), so validators keep the strict default.
+    trust_attributes=False (batches from a cluster, whose logs klog cannot mark) first checks that
+    no record's attributes byte is >= 0x80, the one byte the two read differently.
 
     Returns (offset, timestamp, key, value, headers) tuples; key, value and header values are
     `bytes` (or None), whatever buffer type `buf` is. Raises CorruptLogError (without a path; the
@@ -425,7 +428,8 @@ def decode_batch_records(buf: bytes, pos: int, header: BatchHeader, *, fast: boo
     if pause_gc:
         gc.disable()
     try:
-        if fast and fastrecords.wanted(header.records_count):
+        if fast and fastrecords.wanted(header.records_count) and (
+                trust_attributes or fastrecords.plain_attributes(data, start, header.records_count)):
             fast_records = fastrecords.records(buf, pos, data, start, stop)
             if fast_records is not None:  # LogAppendTime applied already
                 return fast_records
@@ -552,7 +556,7 @@ def _decode_records(data: bytes, pos: int, count: int, base_offset: int,
 
 
 def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes | None = None, *,
-                        fast: bool = False) -> list[bytes | None]:
+                        fast: bool = False, trust_attributes: bool = True) -> list[bytes | None]:
     """The values of every record of the batch at buf[pos:], `null` for a null value: what
     value-only output needs. With the compiled reader (fast=True, see decode_batch_records) only
     the values are built; otherwise this is decode_batch_records' one Python loop, values kept.
@@ -562,7 +566,8 @@ def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes |
     values = None
     if header.magic >= MAGIC_V2 and fast and fastrecords.wanted(header.records_count):
         data, start, stop = records_section(buf, pos, header)
-        values = fastrecords.values(buf, pos, data, start, stop)
+        if trust_attributes or fastrecords.plain_attributes(data, start, header.records_count):
+            values = fastrecords.values(buf, pos, data, start, stop)
     if values is None:
         values = [r[3] for r in decode_batch_records(buf, pos, header)]
     if null is not None and None in values:
@@ -571,22 +576,24 @@ def decode_batch_values(buf: bytes, pos: int, header: BatchHeader, null: bytes |
 
 
 def decode_batch_timestamps_values(buf: bytes, pos: int, header: BatchHeader, null: bytes | None = None, *,
-                                   fast: bool = False) -> tuple[list[int], list[bytes | None]]:
+                                   fast: bool = False,
+                                   trust_attributes: bool = True) -> tuple[list[int], list[bytes | None]]:
     """The timestamps and the values (`null` for a null one) of every record of the batch, as two
     lists: what merging several partitions' values in time order needs. The same checks and
     errors as decode_batch_records (whose records it falls back to)."""
     pair = None
     if header.magic >= MAGIC_V2 and fast and fastrecords.wanted(header.records_count):
         data, start, stop = records_section(buf, pos, header)
-        # the reader's record objects are GC-tracked and all alive at once (see decode_batch_records)
-        pause_gc = header.records_count >= _GC_PAUSE_MIN_RECORDS and gc.isenabled()
-        if pause_gc:
-            gc.disable()
-        try:
-            pair = fastrecords.timestamps_values(buf, pos, data, start, stop)
-        finally:
+        if trust_attributes or fastrecords.plain_attributes(data, start, header.records_count):
+            # the reader's record objects are GC-tracked and all alive at once (see decode_batch_records)
+            pause_gc = header.records_count >= _GC_PAUSE_MIN_RECORDS and gc.isenabled()
             if pause_gc:
-                gc.enable()
+                gc.disable()
+            try:
+                pair = fastrecords.timestamps_values(buf, pos, data, start, stop)
+            finally:
+                if pause_gc:
+                    gc.enable()
     if pair is None:
         records = decode_batch_records(buf, pos, header)
         pair = [r[1] for r in records], [r[3] for r in records]

@@ -66,22 +66,26 @@ class FetchedBatch:
     position: int
     path: str | None = None  # the segment file, for error messages
     strict: bool = False  # the log is marked STRICT_RECORDS_MARKER: never the compiled reader
+    # False for a batch from a cluster (a log klog cannot mark): the compiled reader only after a
+    # check of the records' attributes bytes (fastrecords.plain_attributes)
+    trusted: bool = True
 
     def records(self) -> list[codec.RecordOut]:
-        fast = not self.strict
-        return self._decode(lambda data, pos, header: codec.decode_batch_records(data, pos, header, fast=fast))
+        fast, trust = not self.strict, self.trusted
+        return self._decode(lambda data, pos, header: codec.decode_batch_records(
+            data, pos, header, fast=fast, trust_attributes=trust))
 
     def values(self, null: bytes | None = None) -> list[bytes | None]:
         """Only the values (`null` for a null one): what value-only output needs."""
-        fast = not self.strict
-        return self._decode(lambda data, pos, header: codec.decode_batch_values(data, pos, header, null,
-                                                                                    fast=fast))
+        fast, trust = not self.strict, self.trusted
+        return self._decode(lambda data, pos, header: codec.decode_batch_values(
+            data, pos, header, null, fast=fast, trust_attributes=trust))
 
     def timestamps_values(self, null: bytes | None = None) -> tuple[list[int], list[bytes | None]]:
         """Timestamps and values, two lists: what merging partitions' values in time order needs."""
-        fast = not self.strict
+        fast, trust = not self.strict, self.trusted
         return self._decode(lambda data, pos, header: codec.decode_batch_timestamps_values(
-            data, pos, header, null, fast=fast))
+            data, pos, header, null, fast=fast, trust_attributes=trust))
 
     def _decode(self, decoder: Callable[[bytes, int, BatchHeader], T]) -> T:
         try:

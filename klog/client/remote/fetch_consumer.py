@@ -52,7 +52,9 @@ def whole_batches(records: bytes, where: str) -> list[FetchedBatch]:
             break
         if not codec.crc_ok(records, pos, header):
             raise KlogError(f"{where}: the batch at offset {header.base_offset} fails its CRC check")
-        out.append(FetchedBatch(header, records if pos == 0 and end == size else records[pos:end], 0, pos, where))
+        # trusted=False: the cluster's log may hold a record attributes byte >= 0x80 (see fastrecords)
+        out.append(FetchedBatch(header, records if pos == 0 and end == size else records[pos:end], 0, pos, where,
+                                trusted=False))
         pos = end
     return out
 
