@@ -22,7 +22,8 @@ def closed_port() -> int:
 
 @pytest.fixture
 def short_timeout(monkeypatch):
-    monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "2")
+    # A closed port refuses at once, so klog's wait for the cluster ends at its bound: keep the bound short.
+    monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "0.5")
 
 
 @pytest.mark.parametrize("args", [("consume", "t"), ("topics", "list"), ("offsets", "t"), ("produce", "t")])
@@ -30,8 +31,8 @@ def test_unreachable_cluster_is_one_line_within_the_timeout(cli, short_timeout, 
     address = f"127.0.0.1:{closed_port()}"
     started = time.monotonic()
     r = cli(*args, "--bootstrap-server", address, input=b"x\n")
-    assert time.monotonic() - started < 6
-    assert_one_line_error(r, 1, "cannot reach Kafka cluster", address, "within 2 s", "Connection refused")
+    assert time.monotonic() - started < 4  # the 0.5 s bound plus start-up on a loaded machine
+    assert_one_line_error(r, 1, "cannot reach Kafka cluster", address, "within 0.5 s", "Connection refused")
 
 
 def test_bootstrap_from_the_environment(cli, short_timeout, monkeypatch):

@@ -30,21 +30,22 @@ def _live_log_bytes(folder: str) -> int:
     return sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "*.log")))
 
 
-def _with_deleted_files(klog_proc, topic: str, delay_ms: int | None = None) -> None:
+def _with_deleted_files(cli, topic: str, delay_ms: int | None = None) -> None:
     """A topic whose retention has renamed segments to `.deleted` (several produce runs, one
-    segment each, then retention.bytes keeps the last ~2)."""
+    segment each, then retention.bytes keeps the last ~2). In-process runs of the same commands:
+    the tests' reads and kills are the real processes."""
     configs = ["-c", "segment.bytes=1024", "-c", "retention.bytes=2048"]
     if delay_ms is not None:
         configs += ["-c", f"file.delete.delay.ms={delay_ms}"]
-    assert klog_proc("topics", "create", topic, *configs).returncode == 0
+    assert cli("topics", "create", topic, *configs).exit_code == 0
     for i in range(6):
-        assert klog_proc("produce", topic, input=b"".join(b"%d-%d\n" % (i, n) for n in range(100))).returncode == 0
-    assert klog_proc("topics", "clean", topic).returncode == 0
+        assert cli("produce", topic, input=b"".join(b"%d-%d\n" % (i, n) for n in range(100))).exit_code == 0
+    assert cli("topics", "clean", topic).exit_code == 0
 
 
 # -- 1. file.delete.delay.ms ---------------------------------------------------------------------
-def test_deleted_files_are_ignored_by_verify_describe_dump_consume_and_import(klog_proc, data_dir, tmp_path):
-    _with_deleted_files(klog_proc, "ret")
+def test_deleted_files_are_ignored_by_verify_describe_dump_consume_and_import(cli, klog_proc, data_dir, tmp_path):
+    _with_deleted_files(cli, "ret")
     folder = os.path.join(data_dir, "logs", "ret-0")
     deleted = sorted(n for n in os.listdir(folder) if n.endswith(".deleted"))
     assert any(n.endswith(".log.deleted") for n in deleted)  # the default delay keeps them 60 s
@@ -78,10 +79,10 @@ def test_deleted_files_are_ignored_by_verify_describe_dump_consume_and_import(kl
     assert klog_proc("consume", "imp", "-d", other).stdout.decode().splitlines() == lines
 
 
-def test_describe_log_dirs_counts_live_segments_only(klog_proc, data_dir):
+def test_describe_log_dirs_counts_live_segments_only(cli, data_dir):
     from klog.server import Server
 
-    _with_deleted_files(klog_proc, "dl")
+    _with_deleted_files(cli, "dl")
     folder = os.path.join(data_dir, "logs", "dl-0")
     assert glob.glob(os.path.join(folder, "*.log.deleted"))
     with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server, RawClient(server.port) as client:
@@ -91,8 +92,9 @@ def test_describe_log_dirs_counts_live_segments_only(klog_proc, data_dir):
 
 
 @pytest.mark.slow
-def test_expired_deleted_files_go_at_the_next_writer_open_and_topics_delete_takes_them(klog_proc, data_dir):
-    _with_deleted_files(klog_proc, "exp", delay_ms=300)
+def test_expired_deleted_files_go_at_the_next_writer_open_and_topics_delete_takes_them(cli, klog_proc,
+                                                                                       data_dir):
+    _with_deleted_files(cli, "exp", delay_ms=300)
     folder = os.path.join(data_dir, "logs", "exp-0")
     assert glob.glob(os.path.join(folder, "*.deleted"))  # not yet: 300 ms
     time.sleep(0.5)
@@ -100,15 +102,15 @@ def test_expired_deleted_files_go_at_the_next_writer_open_and_topics_delete_take
     assert not glob.glob(os.path.join(folder, "*.deleted"))
     assert klog_proc("consume", "exp").stdout.decode().splitlines()[-1] == "more"
 
-    _with_deleted_files(klog_proc, "gone")
+    _with_deleted_files(cli, "gone")
     assert glob.glob(os.path.join(data_dir, "logs", "gone-0", "*.deleted"))
     assert klog_proc("topics", "delete", "gone", "--yes").returncode == 0
     assert not os.path.exists(os.path.join(data_dir, "logs", "gone-0"))
 
 
-def test_a_writer_killed_after_retention_reopens_clean(klog_proc, data_dir):
+def test_a_writer_killed_after_retention_reopens_clean(cli, klog_proc, data_dir):
     """kill -9 of a producer whose retention left `.deleted` files: the next run reads and writes."""
-    _with_deleted_files(klog_proc, "k9")
+    _with_deleted_files(cli, "k9")
     proc = subprocess.Popen([sys.executable, "-m", "klog", "produce", "k9"], stdin=subprocess.PIPE,
                             env=_env(data_dir), stderr=subprocess.DEVNULL)
     try:

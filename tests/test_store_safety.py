@@ -52,8 +52,8 @@ def _tree(path: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_reads_work_on_a_read_only_store_and_writes_say_why_not(klog_proc, data_dir, tmp_path):
-    assert klog_proc("produce", "t", input=b"a\nb\nc\n").returncode == 0
+def test_reads_work_on_a_read_only_store_and_writes_say_why_not(cli, klog_proc, data_dir, tmp_path):
+    assert cli("produce", "t", input=b"a\nb\nc\n").exit_code == 0
     results = _read_only_run(tmp_path, data_dir, data_dir, [
         (["consume", "t"], ""), (["topics", "list", "--json"], ""), (["topics", "describe", "t"], ""),
         (["verify"], ""), (["offsets", "t"], ""), (["produce", "t"], "d\n")])
@@ -64,8 +64,8 @@ def test_reads_work_on_a_read_only_store_and_writes_say_why_not(klog_proc, data_
     assert produce[0] == 1 and produce[2] == f"klog: error: data directory {data_dir} is not writable\n", produce
 
 
-def test_read_only_commands_change_nothing(klog_proc, data_dir):
-    assert klog_proc("produce", "t", input=b"a\nb\n").returncode == 0
+def test_read_only_commands_change_nothing(cli, klog_proc, data_dir):
+    assert cli("produce", "t", input=b"a\nb\n").exit_code == 0
     assert klog_proc("topics", "create", "never-written").returncode == 0
     os.unlink(os.path.join(data_dir, "locks", "t-0.lock"))
     lock_mdb = os.path.join("meta", "lock.mdb")  # LMDB's reader table: shared memory, not data
@@ -78,17 +78,17 @@ def test_read_only_commands_change_nothing(klog_proc, data_dir):
     assert after == before
 
 
-def test_a_lost_metadata_database_is_an_error_for_readers_not_an_empty_store(klog_proc, data_dir):
-    assert klog_proc("produce", "t", input=b"a\n").returncode == 0
+def test_a_lost_metadata_database_is_an_error_for_readers_not_an_empty_store(cli, klog_proc, data_dir):
+    assert cli("produce", "t", input=b"a\n").exit_code == 0
     shutil.rmtree(os.path.join(data_dir, "meta"))
     r = klog_proc("topics", "list")
     assert r.returncode == 1 and b"no metadata database" in r.stderr and r.stderr.count(b"\n") == 1
     assert not os.path.exists(os.path.join(data_dir, "meta")), "a read re-created the metadata"
 
 
-def test_an_emptied_data_mdb_fails_verify_and_produce_never_recreates_the_topic_over_old_records(klog_proc,
+def test_an_emptied_data_mdb_fails_verify_and_produce_never_recreates_the_topic_over_old_records(cli, klog_proc,
                                                                                                 data_dir):
-    assert klog_proc("produce", "t", input=b"old1\nold2\n").returncode == 0
+    assert cli("produce", "t", input=b"old1\nold2\n").exit_code == 0
     open(os.path.join(data_dir, "meta", "data.mdb"), "wb").close()
     for args in (["verify"], ["produce", "t"], ["topics", "list"]):
         r = klog_proc(*args, input=b"new\n")
@@ -105,8 +105,8 @@ def test_an_emptied_data_mdb_fails_verify_and_produce_never_recreates_the_topic_
     assert r.stderr.count(b"\n") == 1
 
 
-def test_garbage_in_data_mdb_is_one_line(klog_proc, data_dir):
-    assert klog_proc("produce", "t", input=b"a\n").returncode == 0
+def test_garbage_in_data_mdb_is_one_line(cli, klog_proc, data_dir):
+    assert cli("produce", "t", input=b"a\n").exit_code == 0
     path = os.path.join(data_dir, "meta", "data.mdb")
     with open(path, "r+b") as f:
         f.write(os.urandom(8192))
@@ -116,8 +116,8 @@ def test_garbage_in_data_mdb_is_one_line(klog_proc, data_dir):
         assert r.stderr.count(b"\n") == 1 and b"Traceback" not in r.stderr, (args, r.stderr)
 
 
-def test_delete_on_a_read_only_log_directory_deletes_nothing_and_says_so(klog_proc, data_dir, tmp_path):
-    assert klog_proc("produce", "t", input=b"a\nb\n").returncode == 0
+def test_delete_on_a_read_only_log_directory_deletes_nothing_and_says_so(cli, klog_proc, data_dir, tmp_path):
+    assert cli("produce", "t", input=b"a\nb\n").exit_code == 0
     results = _read_only_run(tmp_path, data_dir, os.path.join(data_dir, "logs"), [
         (["topics", "delete", "t", "--yes"], ""), (["consume", "t"], "")])
     delete, consume = results
@@ -125,12 +125,12 @@ def test_delete_on_a_read_only_log_directory_deletes_nothing_and_says_so(klog_pr
     assert consume[:2] == [0, "a\nb\n"], consume
 
 
-def test_a_delete_that_cannot_remove_everything_says_so_and_verify_repair_finishes_it(klog_proc, data_dir,
+def test_a_delete_that_cannot_remove_everything_says_so_and_verify_repair_finishes_it(cli, klog_proc, data_dir,
                                                                                     tmp_path):
     """The folders are renamed aside first; what cannot be removed afterwards (a read-only mount
     inside one) is named, never read as the topic again, reported by verify, and removed by
     verify --repair once it can be."""
-    assert klog_proc("produce", "t", input=b"a\n").returncode == 0
+    assert cli("produce", "t", input=b"a\n").exit_code == 0
     stuck = os.path.join(data_dir, "logs", "t-0", "stuck")  # a read-only mount inside the folder
     os.makedirs(stuck)
     open(os.path.join(stuck, "file"), "wb").close()
@@ -153,8 +153,8 @@ def test_a_delete_that_cannot_remove_everything_says_so_and_verify_repair_finish
 
 @pytest.mark.parametrize(("setting", "value"), [("log_dirs", "nope"), ("log_dirs", [{"id": "0", "path": "logs"}]),
                                                 ("defaults", {"num.partitions": "many"}), ("defaults", [])])
-def test_wrong_types_in_klog_json_are_one_line(klog_proc, data_dir, setting, value):
-    assert klog_proc("produce", "t", input=b"a\n").returncode == 0
+def test_wrong_types_in_klog_json_are_one_line(cli, klog_proc, data_dir, setting, value):
+    assert cli("produce", "t", input=b"a\n").exit_code == 0
     path = os.path.join(data_dir, "klog.json")
     with open(path) as f:
         doc = json.load(f)
@@ -178,8 +178,8 @@ def test_an_empty_data_dir_path_is_refused(klog_proc, tmp_path):
 
 @pytest.mark.parametrize("planted", ["00000000000000000000.log", "00000000000000000000.index",
                                      "00000000000000000000.timeindex", "klog-replica.state"])
-def test_a_symlink_planted_in_a_partition_folder_is_never_written_through(klog_proc, data_dir, tmp_path, planted):
-    assert klog_proc("topics", "create", "t").returncode == 0
+def test_a_symlink_planted_in_a_partition_folder_is_never_written_through(cli, klog_proc, data_dir, tmp_path, planted):
+    assert cli("topics", "create", "t").exit_code == 0
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious\n" * 100)
     folder = os.path.join(data_dir, "logs", "t-0")
@@ -190,8 +190,8 @@ def test_a_symlink_planted_in_a_partition_folder_is_never_written_through(klog_p
     assert victim.read_bytes() == b"precious\n" * 100
 
 
-def test_a_symlinked_partition_folder_is_refused(klog_proc, data_dir, tmp_path):
-    assert klog_proc("produce", "t", input=b"a\n").returncode == 0
+def test_a_symlinked_partition_folder_is_refused(cli, klog_proc, data_dir, tmp_path):
+    assert cli("produce", "t", input=b"a\n").exit_code == 0
     folder = os.path.join(data_dir, "logs", "t-0")
     elsewhere = str(tmp_path / "elsewhere")
     shutil.move(folder, elsewhere)
@@ -241,8 +241,8 @@ def test_errors_about_names_with_control_characters_stay_on_one_line(klog_proc):
         assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"\x1b" not in r.stderr, r.stderr
 
 
-def test_a_segment_name_beyond_int64_is_not_a_segment(klog_proc, data_dir):
-    assert klog_proc("produce", "t", input=b"1\n").returncode == 0
+def test_a_segment_name_beyond_int64_is_not_a_segment(cli, klog_proc, data_dir):
+    assert cli("produce", "t", input=b"1\n").exit_code == 0
     open(os.path.join(data_dir, "logs", "t-0", "99999999999999999999.log"), "wb").close()
     for args in (["produce", "t"], ["consume", "t"], ["verify"]):
         r = klog_proc(*args, input=b"2\n")
@@ -250,8 +250,8 @@ def test_a_segment_name_beyond_int64_is_not_a_segment(klog_proc, data_dir):
     assert klog_proc("consume", "t").stdout == b"1\n2\n"
 
 
-def test_a_stray_empty_segment_does_not_move_the_log_end(klog_proc, data_dir):
-    assert klog_proc("produce", "t", input=b"1\n2\n3\n").returncode == 0
+def test_a_stray_empty_segment_does_not_move_the_log_end(cli, klog_proc, data_dir):
+    assert cli("produce", "t", input=b"1\n2\n3\n").exit_code == 0
     open(os.path.join(data_dir, "logs", "t-0", "00000000001000000000.log"), "wb").close()
     r = klog_proc("verify")
     assert r.returncode == 1 and b"an empty segment at offset 1000000000" in r.stdout
