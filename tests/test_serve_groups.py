@@ -264,6 +264,7 @@ def test_group_offsets_are_klogs_lag_and_reset_moves_where_a_client_resumes(kafk
         again.consumer.close()
 
 
+@pytest.mark.slow  # ~3 s of a real client's group join; CI's full suite runs it
 def test_kafka_python_group_consumer(kafka_server, data_dir):
     from kafka import KafkaConsumer, TopicPartition
 
@@ -286,6 +287,7 @@ def test_kafka_python_group_consumer(kafka_server, data_dir):
     assert committed.returncode == 0 and committed.stdout.count('"lag": 0') == 2, committed.stdout
 
 
+@pytest.mark.slow  # ~3 s of a real client's group join; CI's full suite runs it
 def test_aiokafka_group_consumer(kafka_server):
     from aiokafka import AIOKafkaConsumer
 
