@@ -5,11 +5,13 @@ every acknowledged record."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -62,6 +64,17 @@ def gate(monkeypatch) -> threading.Event:
     opened.set()  # never leave the flusher thread waiting
 
 
+@contextlib.contextmanager
+def _writing_log(tmp_path) -> Iterator[PartitionLog]:  # noqa: ANN001
+    """t-0's log opened for writing without an fsync per batch (rolls flush in the background)."""
+    log = PartitionLog(str(tmp_path / "t-0"), NO_FSYNC)
+    try:
+        log.open_for_write()
+        yield log
+    finally:
+        log.close()
+
+
 def _append(log: PartitionLog, n: int = 1) -> None:
     for _ in range(n):
         batch = codec.encode_batch([(None, b"x" * 300, [], 1_700_000_000_000)], log.log_end_offset)
@@ -75,9 +88,7 @@ def _roll_times(log: PartitionLog, rolls: int) -> None:
 
 
 def test_the_recovery_point_passes_a_sealed_segment_only_after_its_fsync(tmp_path, fsyncs, gate):
-    log = PartitionLog(str(tmp_path / "t-0"), NO_FSYNC)
-    try:
-        log.open_for_write()
+    with _writing_log(tmp_path) as log:
         _roll_times(log, ROLL_FLUSHES_PENDING_MAX)
         _append(log)
         sealed = [log.segments[b].log_path for b in log.bases[:-1]]
@@ -92,43 +103,31 @@ def test_the_recovery_point_passes_a_sealed_segment_only_after_its_fsync(tmp_pat
         assert str(tmp_path / "t-0") + "/" in {p for p, _ in fsyncs}  # the folder, new entries included
         log.flush()
         assert log.state.read().recovery_point == log.log_end_offset
-    finally:
-        log.close()
 
 
 def test_flush_waits_for_the_sealed_segments_fsync(tmp_path, fsyncs, gate):
     """An fsynced append (acks=all, flush.messages) returns with everything before it durable."""
-    log = PartitionLog(str(tmp_path / "t-0"), NO_FSYNC)
-    try:
-        log.open_for_write()
+    with _writing_log(tmp_path) as log:
         _roll_times(log, 2)
         sealed = log.segments[log.bases[-2]].log_path
         threading.Timer(0.2, gate.set).start()
         log.flush()
         assert (sealed, "klog-flusher_0") in fsyncs and not log.pending_flushes
         assert log.recovery_point == log.log_end_offset
-    finally:
-        log.close()
 
 
 def test_a_roll_past_the_pending_bound_waits_for_the_oldest(tmp_path, gate):
-    log = PartitionLog(str(tmp_path / "t-0"), NO_FSYNC)
-    try:
-        log.open_for_write()
+    with _writing_log(tmp_path) as log:
         _roll_times(log, ROLL_FLUSHES_PENDING_MAX)
         assert len(log.pending_flushes) == ROLL_FLUSHES_PENDING_MAX
         threading.Timer(0.2, gate.set).start()
         _roll_times(log, 1)
         assert len(log.pending_flushes) <= ROLL_FLUSHES_PENDING_MAX
         assert log.recovery_point >= log.bases[1]
-    finally:
-        log.close()
 
 
 def test_retention_and_truncation_wait_for_pending_flushes(tmp_path, fsyncs, gate):
-    log = PartitionLog(str(tmp_path / "t-0"), NO_FSYNC)
-    try:
-        log.open_for_write()
+    with _writing_log(tmp_path) as log:
         _roll_times(log, 3)
         doomed = log.segments[log.bases[0]].log_path
         threading.Timer(0.2, gate.set).start()
@@ -142,8 +141,6 @@ def test_retention_and_truncation_wait_for_pending_flushes(tmp_path, fsyncs, gat
         log.truncate_to(log.bases[1])  # their ends are no longer offsets of this log
         assert not log.pending_flushes and all(p.future.done() for p in pending)
         assert log.recovery_point <= log.log_end_offset
-    finally:
-        log.close()
 
 
 def test_flush_fsyncs_the_sealed_segments_a_killed_writer_left(tmp_path, fsyncs, gate):
@@ -173,6 +170,7 @@ def test_flush_fsyncs_the_sealed_segments_a_killed_writer_left(tmp_path, fsyncs,
 
 
 PRODUCER = r"""
+import contextlib
 import os
 import sys
 import klog
@@ -270,9 +268,7 @@ def test_the_recovery_point_keeps_moving_across_an_untrusted_reopen(tmp_path, fs
     """A reopen that is not trusted (a new producer's reconcile) drops the pending flushes; the
     recovery point must still pass the sealed segments as they are fsynced, so the next fsynced
     append costs O(1) fsyncs, not one per segment written since (acks=0, flush.messages > 1)."""
-    log = PartitionLog(str(tmp_path / "t-0"), NO_FSYNC)
-    try:
-        log.open_for_write()
+    with _writing_log(tmp_path) as log:
         _roll_times(log, 3)
         log.open_for_write()  # untrusted, as reconcile() does: drops what is pending
         _roll_times(log, 40)
@@ -283,8 +279,6 @@ def test_the_recovery_point_keeps_moving_across_an_untrusted_reopen(tmp_path, fs
         _append(log)
         log.flush()
         assert len(fsyncs) <= 2, fsyncs  # the active segment's log (and the folder)
-    finally:
-        log.close()
 
 
 def test_acks_0_rolls_then_a_new_producer_keep_the_recovery_point_moving(tmp_path, fsyncs):
