@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -28,6 +29,25 @@ def _env(data_dir: str, **extra: str) -> dict[str, str]:
 def _klog(data_dir: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "klog", *args], capture_output=True, text=True,
                           timeout=timeout, env=_env(data_dir))
+
+
+def _race_a_producer(producer: subprocess.Popen, lines: bytes, rounds: int, pause_s: float,
+                     race: Callable[[int], None]) -> bytes:
+    """Feed a running `klog produce` half of `lines`, run `race` `rounds` times a pause apart (the
+    other half fed after the first), then end its input; its stderr. Killed if anything fails."""
+    try:
+        producer.stdin.write(lines[: len(lines) // 2])  # type: ignore[union-attr]
+        producer.stdin.flush()  # type: ignore[union-attr]
+        for round_ in range(rounds):
+            time.sleep(pause_s)
+            race(round_)
+            if round_ == 0:
+                producer.stdin.write(lines[len(lines) // 2:])  # type: ignore[union-attr]
+        return producer.communicate(timeout=120)[1]
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
 
 
 # A `klog produce` run in-process whose every completed os.fsync is appended to $FSYNC_LOG (the
@@ -171,24 +191,16 @@ def test_delete_records_and_retention_racing_a_rolling_producer_keep_the_log_who
     producer = subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "--batch-size", "400",
                                  "--acks", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=_env(data_dir))
-    try:
-        producer.stdin.write(lines[: len(lines) // 2])  # type: ignore[union-attr]
-        producer.stdin.flush()  # type: ignore[union-attr]
-        for round_ in range(3):
-            time.sleep(0.2)
-            end = json.loads(_klog(data_dir, "topics", "describe", "t", "--json").stdout)["partitions"][0]
-            dr = _klog(data_dir, "topics", "delete-records", "t", "-p", "0",
-                       "--before", str(end["high_watermark"] // 2))
-            assert dr.returncode == 0 and "Traceback" not in dr.stderr, dr.stderr
-            clean = _klog(data_dir, "topics", "clean")
-            assert clean.returncode == 0, clean.stderr
-            if round_ == 0:
-                producer.stdin.write(lines[len(lines) // 2:])  # type: ignore[union-attr]
-        _, err = producer.communicate(timeout=120)
-    finally:
-        if producer.poll() is None:
-            producer.kill()
-            producer.wait()
+
+    def race(_round: int) -> None:
+        end = json.loads(_klog(data_dir, "topics", "describe", "t", "--json").stdout)["partitions"][0]
+        dr = _klog(data_dir, "topics", "delete-records", "t", "-p", "0",
+                   "--before", str(end["high_watermark"] // 2))
+        assert dr.returncode == 0 and "Traceback" not in dr.stderr, dr.stderr
+        clean = _klog(data_dir, "topics", "clean")
+        assert clean.returncode == 0, clean.stderr
+
+    err = _race_a_producer(producer, lines, rounds=3, pause_s=0.2, race=race)
     assert producer.returncode == 0, err
     verify = _klog(data_dir, "verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -447,21 +459,14 @@ def test_compaction_racing_a_rolling_keyed_producer_keeps_each_keys_latest_value
     producer = subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-K", ":", "--batch-size", "300",
                                  "--acks", "1"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(data_dir))
     compacted = 0
-    try:
-        producer.stdin.write(lines[: len(lines) // 2])  # type: ignore[union-attr]
-        producer.stdin.flush()  # type: ignore[union-attr]
-        for round_ in range(4):
-            time.sleep(0.3)
-            clean = _klog(data_dir, "topics", "clean")
-            assert clean.returncode == 0 and "Traceback" not in clean.stderr, clean.stderr
-            compacted += "Cleaned t-0" in clean.stderr
-            if round_ == 0:
-                producer.stdin.write(lines[len(lines) // 2:])  # type: ignore[union-attr]
-        _, err = producer.communicate(timeout=120)
-    finally:
-        if producer.poll() is None:
-            producer.kill()
-            producer.wait()
+
+    def race(_round: int) -> None:
+        nonlocal compacted
+        clean = _klog(data_dir, "topics", "clean")
+        assert clean.returncode == 0 and "Traceback" not in clean.stderr, clean.stderr
+        compacted += "Cleaned t-0" in clean.stderr
+
+    err = _race_a_producer(producer, lines, rounds=4, pause_s=0.3, race=race)
     assert producer.returncode == 0, err
     assert compacted, "no compaction ran while the producer wrote: nothing raced"
     assert _klog(data_dir, "topics", "clean").returncode == 0
