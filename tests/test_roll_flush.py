@@ -143,16 +143,23 @@ def test_retention_and_truncation_wait_for_pending_flushes(tmp_path, fsyncs, gat
         assert log.recovery_point <= log.log_end_offset
 
 
+def _killed_writer(directory: str, rolls: int) -> PartitionLog:
+    """A writer that rolled `rolls` times, appended, and was killed with its roll flushes pending:
+    they never report back, so its recovery point stays below the sealed segments."""
+    first = PartitionLog(directory, NO_FSYNC)
+    first.open_for_write()
+    _roll_times(first, rolls)
+    _append(first)
+    first.pending_flushes.clear()
+    return first
+
+
 def test_flush_fsyncs_the_sealed_segments_a_killed_writer_left(tmp_path, fsyncs, gate):
     """A writer killed with flushes pending left a recovery point below sealed segments: the next
     writer fsyncs them (in the background after its open, or at the latest in its first flush:
     Kafka's flushUptoOffsetExclusive) before the recovery point passes them."""
     directory = str(tmp_path / "t-0")
-    first = PartitionLog(directory, NO_FSYNC)
-    first.open_for_write()
-    _roll_times(first, 2)
-    _append(first)
-    first.pending_flushes.clear()  # as if killed: its flushes never report back
+    first = _killed_writer(directory, rolls=2)
     gate.set()
     second = PartitionLog(directory, NO_FSYNC)
     try:
@@ -239,11 +246,7 @@ def test_the_recovery_point_never_skips_a_segment_a_killed_writer_left_unflushed
     sealed segment); the next writer's own background flushes must not move the recovery point
     over that segment: only its flush(), which fsyncs it, may."""
     directory = str(tmp_path / "t-0")
-    first = PartitionLog(directory, NO_FSYNC)
-    first.open_for_write()
-    _roll_times(first, 1)
-    _append(first)
-    first.pending_flushes.clear()  # as if killed: its flush never reports back
+    first = _killed_writer(directory, rolls=1)
     unflushed = first.bases[0]
     second = PartitionLog(directory, NO_FSYNC)
     try:
