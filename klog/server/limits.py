@@ -234,7 +234,7 @@ class _Walker:
 def error_response(api_key: int, version: int, error: Any, message: str) -> Any:
     """The response of (api_key, version) saying `error` wherever it has an error code, its arrays
     empty: for a request refused before parsing (its entries are not known)."""
-    from klog.server.kafka import response_module
+    from klog.protocol.kafka import response_module
 
     mod = response_module(api_key, version)
     cls = next(getattr(mod, n) for n in dir(mod) if n.endswith("Response")

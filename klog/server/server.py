@@ -22,10 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from klog.server import dispatch, framing
+from klog.protocol import framing
+from klog.protocol.apis import API_VERSIONS, PRODUCE
+from klog.protocol.kafka import TopicIds
+from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.context import BrokerInfo, RequestContext
-from klog.server.kafka import TopicIds
 from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
 from klog.server.security import (
     CLOSE_LINGER_MS,
@@ -129,7 +131,7 @@ class Server:
         self._acceptors: list[Acceptor] = []
         self._refusals = RateLimitedLog(log)
         self._conn_security: dict[str, ConnectionSecurity] = {}  # by peer address (one per live connection)
-        self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
+        self.appender: Any = None  # klog.broker.batches.RawAppender: every Produce goes through it
         self.topic_ids: TopicIds | None = None  # Fetch v13+ names topics by id
         self.watcher: HighWatermarkWatcher | None = None  # wakes long-polling fetches (one per server)
         self._checkpoints: asyncio.Task | None = None
@@ -215,7 +217,7 @@ class Server:
             self.brokers[lst] = BrokerInfo(self.node_id, adv_host, adv_port or self.ports[lst], cluster_id)
         self.broker = self.brokers[self.listeners[0]]
         self.coordinator = self._make_coordinator()
-        from klog.client.batches import RawAppender
+        from klog.broker.batches import RawAppender
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
         self.watcher = HighWatermarkWatcher(self._read_marks, POLL_S)
@@ -448,7 +450,7 @@ class Server:
         prefix = framing.read_prefix(frame)
         log.debug("%s: request key %d v%d #%d", peer, prefix.api_key, prefix.api_version, prefix.correlation_id)
         if not dispatch.supports(prefix.api_key, prefix.api_version):
-            if prefix.api_key == dispatch.API_VERSIONS_KEY:
+            if prefix.api_key == API_VERSIONS:
                 return _Parsed(prefix, None, None)  # answered in v0 with UNSUPPORTED_VERSION
             log.warning("%s (client %s): unsupported api key %d version %d, closing", peer,
                         framing.client_id_of(frame), prefix.api_key, prefix.api_version)
@@ -467,7 +469,7 @@ class Server:
             message = (f"{schema.__name__} v{prefix.api_version} has more than {self.limits.max_request_entries} "
                        "entries (klog serve --max-request-entries)")
             self._refusals.warning("%s (client %s): %s, refused", peer, framing.printable(client_id), message)
-            if prefix.api_key == API_PRODUCE and _produce_acks(frame, body_at, schema) == 0:
+            if prefix.api_key == PRODUCE and _produce_acks(frame, body_at, schema) == 0:
                 return None  # acks=0 expects no answer: closing is the only refusal it sees
             return _Parsed(prefix, client_id, None, len(frame), refusal=message)
         return _Parsed(prefix, client_id, request, len(frame), entries=entries)
@@ -544,8 +546,6 @@ class _Parsed:
     refusal: str | None = None  # a request refused unparsed (too many entries): INVALID_REQUEST, this message
     entries: int = 0  # array entries counted in it (0: not counted, a small frame)
 
-
-API_PRODUCE = 0
 
 
 def _produce_acks(frame: bytes, body_at: int, schema: type) -> int | None:
