@@ -16,7 +16,16 @@ from kio.static.constants import EntityType
 
 from klog.protocol.kafka import make
 from klog.store import codec
-from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET
+from klog.store.format import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    PRODUCER_ID_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    RECORDS_OFFSET,
+)
 
 
 def batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, sequence: int = -1,
@@ -194,3 +203,45 @@ def request_class(api_key: int, version: int) -> type:
     from kio.index import load_request_schema
 
     return load_request_schema(api_key, version)
+
+
+def _varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)  # zigzag
+    out = bytearray()
+    while z >= 0x80:
+        out.append(z & 0x7F | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def gzip_bomb_batch(records: int, value_bytes: int) -> bytes:
+    """A valid gzip RecordBatch v2 (base offset 0) of `records` records whose values are
+    `value_bytes` zero bytes each: kilobytes on the wire, records * value_bytes decompressed. Written
+    by streaming the zeros through zlib, never holding them."""
+    import zlib
+
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip stream
+    chunk = bytes(1 << 20)
+    parts = []
+    for i in range(records):
+        body_head = b"\0" + _varint(0) + _varint(i) + _varint(-1) + _varint(value_bytes)
+        length = len(body_head) + value_bytes + 1  # + the headers count
+        parts.append(squeeze.compress(_varint(length) + body_head))
+        left = value_bytes
+        while left:
+            n = min(left, len(chunk))
+            parts.append(squeeze.compress(chunk[:n]))
+            left -= n
+        parts.append(squeeze.compress(_varint(0)))
+    parts.append(squeeze.flush())
+    packed = b"".join(parts)
+    head = bytearray(batch([b"x"])[:RECORDS_OFFSET])
+    struct.pack_into(">i", head, LENGTH_OFFSET, len(head) + len(packed) - LOG_OVERHEAD)
+    (attributes,) = struct.unpack_from(">h", head, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", head, ATTRIBUTES_OFFSET, attributes & ~0x07 | 1)
+    struct.pack_into(">i", head, LAST_OFFSET_DELTA_OFFSET, records - 1)
+    struct.pack_into(">i", head, RECORDS_COUNT_OFFSET, records)
+    data = head + packed
+    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+    return bytes(data)
