@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import klog
+from tests.test_cli import assert_one_line_error
 
 
 def records(data_dir, topic):
@@ -22,3 +25,20 @@ def test_produce_to_a_cluster_says_the_cluster_created_the_topic(kafka_server, k
     assert r.returncode == 0, r.stderr
     line = r.stderr.decode().strip()
     assert "created by the cluster" in line and "store's defaults" not in line, line
+
+
+def test_options_of_every_command_work_before_the_command(cli, tmp_path):
+    other = str(tmp_path / "other")
+    assert cli("--data-dir", other, "produce", "t", input=b"a\n").exit_code == 0
+    r = cli("--data-dir", other, "topics", "list", "--json")
+    assert r.exit_code == 0 and json.loads(r.out)["topic"] == "t", r
+    assert cli("-d", other, "consume", "t").stdout == b"a\n"
+    assert cli(f"--data-dir={other}", "consume", "t").stdout == b"a\n"
+    assert cli("topics", "list", "--json").stdout == b""  # the default store (KLOG_DATA_DIR) has nothing
+
+
+def test_cluster_options_work_before_the_command(cli):
+    r = cli("-b", "127.0.0.1:1", "-X", "client.id=me", "topics", "list")
+    assert_one_line_error(r, 1, "cannot reach Kafka cluster", "127.0.0.1:1")
+    r = cli("--cluster", "nosuch", "consume", "t")
+    assert_one_line_error(r, 2, "nosuch")

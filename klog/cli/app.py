@@ -34,7 +34,8 @@ class ExitStatus(IntEnum):
 app = typer.Typer(
     name="klog",
     help="Apache Kafka's log model as a local, scriptable toolkit: topics, partitions and "
-         "Kafka-format segments in a data directory.",
+         "Kafka-format segments in a data directory. The options every command takes (--data-dir, "
+         "-b/--bootstrap-server, --cluster, -X) may come before the command or after it.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,
@@ -340,8 +341,11 @@ def _no_color_help() -> None:
 
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
+    from klog.cli.argv import move_global_options
+
     _no_color_help()
-    _register(_modules_for(sys.argv[1:] if args is None else list(args)))
+    args = move_global_options(sys.argv[1:] if args is None else list(args))
+    _register(_modules_for(args))
     with _Signals() as signals:
         return _run(args, signals)
 
