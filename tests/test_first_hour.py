@@ -42,3 +42,21 @@ def test_cluster_options_work_before_the_command(cli):
     assert_one_line_error(r, 1, "cannot reach Kafka cluster", "127.0.0.1:1")
     r = cli("--cluster", "nosuch", "consume", "t")
     assert_one_line_error(r, 2, "nosuch")
+
+
+# -- kcat habits ---------------------------------------------------------------------------------
+def test_kcat_consume_flags(cli):
+    assert cli("produce", "t", "-K", ":", input=b"k1:a\nk2:b\nk3:c\n").exit_code == 0
+    assert cli("consume", "-t", "t", "-c", "2", "-e", "-q").stdout == b"a\nb\n"
+    assert cli("consume", "t", "-K", "\\t", "-c", "1").stdout == b"k1\ta\n"
+    assert json.loads(cli("consume", "t", "-J", "-c", "1").out)["key"] == "k1"
+    assert_one_line_error(cli("consume", "t", "-e", "-f"), 2, "-e", "-f")
+    assert_one_line_error(cli("consume", "t", "-K", ":", "--format", "%s"), 2, "--format")
+
+
+def test_nul_separated_data_reads_back_nul_separated(cli):
+    assert cli("produce", "t", "-D", "\\0", input=b"one\nline\x00two\x00").exit_code == 0
+    assert cli("consume", "t", "-D", "\\0").stdout == b"one\nline\x00two\x00"
+    assert cli("consume", "t", "--format", "%s\\0").stdout == b"one\nline\x00two\x00"
+    assert cli("consume", "t", "--format", "%o\\x1e%s\\r\\n", "-c", "1").stdout == b"0\x1eone\nline\r\n"
+    assert cli("consume", "t", "--format", "\\\\%s\\n", "-c", "1").stdout == b"\\one\nline\n"

@@ -70,6 +70,7 @@ def one_line(message: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
 
 
+_quiet = False  # -q: warnings are not printed (they still count: a data loss still exits 1)
 _data_lost = False  # a warning reported committed records lost: the command exits 1 even if it did its work
 
 
@@ -79,7 +80,14 @@ def warn(message: str) -> None:
     from klog.client.replication import DATA_LOSS_PREFIX
 
     _data_lost = _data_lost or message.startswith(DATA_LOSS_PREFIX)
+    if _quiet:
+        return
     print(f"klog: warning: {one_line(message)}", file=sys.stderr)
+
+
+def set_quiet(quiet: bool = True) -> None:
+    global _quiet
+    _quiet = quiet
 
 
 def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201
@@ -353,6 +361,7 @@ def run(args: list[str] | None = None) -> int:
 def _run(args: list[str] | None, signals: _Signals) -> int:
     global _data_lost
     _data_lost = False
+    set_quiet(False)
     try:
         # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
         rv = app(args=args, standalone_mode=False)
