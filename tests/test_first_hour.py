@@ -60,3 +60,27 @@ def test_nul_separated_data_reads_back_nul_separated(cli):
     assert cli("consume", "t", "--format", "%s\\0").stdout == b"one\nline\x00two\x00"
     assert cli("consume", "t", "--format", "%o\\x1e%s\\r\\n", "-c", "1").stdout == b"0\x1eone\nline\r\n"
     assert cli("consume", "t", "--format", "\\\\%s\\n", "-c", "1").stdout == b"\\one\nline\n"
+
+
+# -- --last with --grep: grep | tail -n -------------------------------------------------------------
+def test_last_with_grep_shows_the_last_matches_of_the_topic(cli, monkeypatch):
+    from klog.client import newest
+
+    monkeypatch.setattr(newest, "FIRST_WINDOW", 16)  # several windows back from the end
+    lines = b"".join(b"match-%d\n" % i if i % 50 == 0 else b"noise-%d\n" % i for i in range(1000))
+    assert cli("topics", "create", "t", "--partitions", "1").exit_code == 0
+    assert cli("produce", "t", input=lines).exit_code == 0
+    r = cli("consume", "t", "--last", "3", "--grep", "match")
+    assert (r.exit_code, r.stdout) == (0, b"match-850\nmatch-900\nmatch-950\n")
+    r = cli("consume", "t", "--last", "50", "--grep", "match-[12]")
+    assert r.stdout == b"match-100\nmatch-150\nmatch-200\nmatch-250\n"  # fewer matches than asked: all of them
+    assert cli("consume", "t", "--last", "2", "--grep", "nothing").stdout == b""
+
+
+def test_last_with_grep_across_partitions_is_in_time_order(cli):
+    assert cli("topics", "create", "t", "--partitions", "3").exit_code == 0
+    for i in range(30):
+        line = b"hit-%d\n" % i if i % 4 == 0 else b"miss-%d\n" % i
+        assert cli("produce", "t", "-p", str(i % 3), input=line).exit_code == 0
+    r = cli("consume", "t", "--last", "4", "--grep", "hit")
+    assert r.stdout == b"hit-16\nhit-20\nhit-24\nhit-28\n"

@@ -40,7 +40,8 @@ def register(app: typer.Typer) -> None:
         until: UntilOpt = None,
         tail: TailOpt = None,
         last: Annotated[int | None, typer.Option("--last", help="The N newest records of the topics (all partitions), "
-                                                 "in time order; with -f, then follow.")] = None,
+                                                 "in time order (with --grep*: the N newest matches); with -f, "
+                                                 "then follow.")] = None,
         count: CountOpt = None,
         partition: PartitionOpt = None,
         fmt: Annotated[str | None, typer.Option("--format", "-F", help="kcat-style format string (see above).")] = None,
