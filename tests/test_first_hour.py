@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import klog
+from tests.conftest import REPO
 from tests.test_cli import assert_one_line_error
 
 
@@ -84,3 +88,57 @@ def test_last_with_grep_across_partitions_is_in_time_order(cli):
         assert cli("produce", "t", "-p", str(i % 3), input=line).exit_code == 0
     r = cli("consume", "t", "--last", "4", "--grep", "hit")
     assert r.stdout == b"hit-16\nhit-20\nhit-24\nhit-28\n"
+
+
+# -- help text ----------------------------------------------------------------------------------------
+def test_help_paragraphs_have_no_hard_line_breaks():
+    from klog.cli import gendocs
+
+    for path, cmd in gendocs.walk_commands(gendocs.cli_command()):
+        for paragraph in (cmd.help or "").split("\n\n"):
+            assert "\n" not in paragraph, f"`{path}` help breaks a line mid-paragraph: {paragraph!r}"
+
+
+def test_replay_help_names_its_arguments_as_they_are_spelled(klog_proc):
+    r = klog_proc("replay", "--help")
+    text = r.stdout.decode()
+    assert r.returncode == 0 and "SOURCE into the topic --to names" in text
+    assert "SRC" not in text and "DEST" not in text
+
+
+def run_on_terminal(args: list[str], data_dir: str, columns: int = 80) -> str:
+    """`klog ARGS` with stdout on a pseudo-terminal `columns` wide; what it printed."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO, "NO_COLOR": "1"}
+    env.pop("COLUMNS", None)
+    proc = subprocess.run([sys.executable, "-m", "klog", *args], stdout=child, stderr=subprocess.PIPE, env=env,
+                          timeout=60)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert proc.returncode == 0, proc.stderr
+    return out.decode().replace("\r\n", "\n")
+
+
+def test_topics_describe_at_80_columns_wraps_between_fields(cli, data_dir):
+    name = "orders-from-the-eu-west-shop"
+    assert cli("topics", "create", name, "-c", "retention.ms=3600000", "-c", "cleanup.policy=compact",
+               "-c", "max.message.bytes=2000000", "-c", "segment.bytes=1048576").exit_code == 0
+    lines = run_on_terminal(["topics", "describe", name], data_dir).splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0].startswith(f"Topic {name}  id ") and lines[1] == "partitions 1  replication factor 1", lines
+    assert lines[2].startswith("Configs: cleanup.policy=compact,") and lines[3].endswith("segment.bytes=1048576"), lines

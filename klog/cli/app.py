@@ -230,6 +230,7 @@ def _register(modules: set[str] | None = None) -> None:
             _registered.add(name)
             importlib.import_module(f"klog.cli.{name}").register(app)
     _keep_command_order(app)
+    _unwrap_help(app)
     _add_cluster_options(app)
     _guard_stdout(app)
 
@@ -245,6 +246,29 @@ def _keep_command_order(typer_app: typer.Typer) -> None:
 
     typer_app.registered_commands.sort(key=key)
     typer_app.registered_groups.sort(key=key)
+
+
+def unwrapped(text: str) -> str:
+    """Help text as paragraphs: a docstring's line breaks inside a sentence joined (help, man pages and
+    completion descriptions are wrapped to the reader's width; only blank lines separate paragraphs)."""
+    import inspect
+    import re
+
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text))
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def _unwrap_help(typer_app: typer.Typer) -> None:
+    for info in typer_app.registered_commands:
+        text = info.help or (info.callback.__doc__ if info.callback else None)
+        if text:
+            info.help = unwrapped(text)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            for holder in (group, group.typer_instance.info):
+                if isinstance(holder.help, str):
+                    holder.help = unwrapped(holder.help)
+            _unwrap_help(group.typer_instance)
 
 
 class StdoutClosed(Exception):  # noqa: N818 - an event, not a failure
