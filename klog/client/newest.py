@@ -45,7 +45,7 @@ def _newest_matches(store: Any, topics: list[str], n: int, options: dict[str, An
     if not getattr(store, "is_local", True):  # a cluster's consumer reads forward only: keep the last n seen
         reader = store.consumer(*topics, **options)
         return list(collections.deque(reader, maxlen=n)), reader.positions()
-    from klog.client.store import resolve_partitions
+    from klog.broker.resolve import resolve_partitions
 
     per_partition, ends = [], {}
     for topic in topics:
