@@ -18,14 +18,20 @@ from typing import Self
 
 from klog.client.partitioner import StickyPartitioner, key_partitions, partition_for_key
 from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
+from klog.client.writer import (
+    RECORD_OVERHEAD_BYTES_MAX,
+    PartitionWriter,
+    encode_fitting,
+    headers_bytes,
+    record_bytes,
+)
 from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
-from klog.store import codec, compression
+from klog.store import compression
 from klog.store.codec import RecordIn
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME, RECORD_BATCH_OVERHEAD
 from klog.store.limits import PRODUCER_BATCH_BYTES_DEFAULT
 from klog.store.names import validate_topic_name
 
-RECORD_OVERHEAD_BYTES_MAX = 21 + 10  # length, attributes, ts delta, offset delta, key/value lengths, headers count
 BATCH_SIZE_DEFAULT = PRODUCER_BATCH_BYTES_DEFAULT
 ACKS = ("0", "1", "all")
 
@@ -130,6 +136,7 @@ class Producer(ProducerBase):
         from klog.client.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=on_warning)
+        self.writer = PartitionWriter(store, self.replicas)
 
     # -- topics --------------------------------------------------------------------------------
     def partitions_for(self, topic: str) -> int:
@@ -170,8 +177,7 @@ class Producer(ProducerBase):
         if key is None and self._compacted(topic):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
         ts = int(time.time() * 1000) if timestamp is None else check_timestamp(timestamp)
-        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) \
-            + RECORD_OVERHEAD_BYTES_MAX + (sum(len(h[0]) + len(h[1] or b"") + 10 for h in headers) if headers else 0)
+        size = record_bytes(key, value, headers)
         max_bytes = self._topic_settings[topic][0]
         if size + RECORD_BATCH_OVERHEAD > max_bytes:
             raise RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes ({max_bytes}) "
@@ -243,7 +249,7 @@ class Producer(ProducerBase):
         if partition is not None:
             partition = check_partition(partition, topic, count)
         hdrs = tuple(headers or ())
-        overhead = RECORD_OVERHEAD_BYTES_MAX + sum(len(h[0]) + len(h[1] or b"") + 10 for h in hdrs)
+        overhead = RECORD_OVERHEAD_BYTES_MAX + headers_bytes(hdrs)
         ts = int(time.time() * 1000) if timestamp is None else check_timestamp(timestamp)
         return count, partition, hdrs, overhead, ts
 
@@ -379,27 +385,23 @@ class Producer(ProducerBase):
         topic, partition = key
         max_bytes, topic_codec, ts_type = self._topic_settings[topic]
         now_ms = int(time.time() * 1000)
-        encoded = codec.encode_batch(batch.records, 0, codec=topic_codec, timestamp_type=ts_type,
-                                     log_append_time_ms=now_ms, max_timestamp=batch.max_ts)
-        if len(encoded) > max_bytes and len(batch.records) > 1:
-            half = len(batch.records) // 2
-            pending = batch.pending
-            self._write(key, _Batch(batch.records[:half], {i: p for i, p in pending.items() if i < half}))
-            self._write(key, _Batch(batch.records[half:], {i - half: p for i, p in pending.items() if i >= half}))
-            return
-        part = self.store.partition(topic, partition)
-        active_before = part.active_segment_base()
-        base_offset = self.replicas.append(topic, partition, encoded, self.acks)
-        if active_before is not None and part.active_segment_base() != active_before:
-            from klog.client.lifecycle import retain_after_roll  # a roll: rare, and cleaning is heavier
+        for piece in encode_fitting(batch.records, codec_id=topic_codec, timestamp_type=ts_type, now_ms=now_ms,
+                                    max_bytes=max_bytes, max_timestamp=batch.max_ts):
+            base_offset = self.writer.append_batch(topic, partition, piece.data, self.acks)
+            self._acknowledged(topic, partition, batch, piece.start, piece.count, base_offset, now_ms, ts_type)
 
-            retain_after_roll(self.store, topic, partition, self.replicas.warn)
-        self.records_sent += len(batch.records)
-        for i, pending in batch.pending.items():
-            ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
-            pending.metadata = RecordMetadata(topic, partition, base_offset + i, ts)
+    def _acknowledged(self, topic: str, partition: int, batch: _Batch, start: int, count: int, base_offset: int,
+                      now_ms: int, ts_type: int) -> None:
+        """batch.records[start:start + count] are at base_offset..: fill in their PendingRecords."""
+        self.records_sent += count
+        if batch.pending:
+            end = start + count
+            for i, pending in batch.pending.items():
+                if start <= i < end:
+                    ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
+                    pending.metadata = RecordMetadata(topic, partition, base_offset + i - start, ts)
         if self.on_ack is not None:
-            self.on_ack(topic, partition, base_offset, len(batch.records))
+            self.on_ack(topic, partition, base_offset, count)
 
 
 GC_PAUSE_MIN_RECORDS = 512

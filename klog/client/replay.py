@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from klog.client.consumer import StartSpec
 from klog.client.partitioner import partition_for_key
 from klog.client.records import Record
+from klog.client.writer import EncodedPiece, PartitionWriter, encode_fitting, record_bytes
 from klog.errors import KlogError, RecordTooLargeError, UsageError
 from klog.store import codec, compression
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
@@ -44,7 +45,6 @@ from klog.store.names import FILE_NAME_BYTES_MAX, fit_stem
 
 BATCH_RECORDS_MAX = 10_000  # records per DEST batch
 BATCH_BYTES_MAX = 900_000  # under max.message.bytes' default (1048588)
-RECORD_OVERHEAD_BYTES = 40  # per-record framing estimate (varints, attributes, header lengths)
 SLEEP_MIN_S = 0.001  # waits shorter than this are not worth a sleep
 FLUSH_WAIT_MIN_S = 0.005  # a wait this long first writes what is due (records leave on time) ...
 LINGER_S = 0.05  # ... shorter waits write only when the buffer is this old (a batch per record costs fsyncs)
@@ -206,6 +206,7 @@ class Replayer:
         from klog.client.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=self.on_warning)
+        self.writer = PartitionWriter(store, self.replicas)
 
     def _resume(self) -> None:
         """Settle a write a kill interrupted, then start each source partition where it is done."""
@@ -300,9 +301,7 @@ class Replayer:
             pending = self._pending[q] = _Pending()
         pending.records.append((record.key, record.value, record.headers, ts))
         pending.sources.append((s, record.offset))
-        pending.size += (len(record.value) if record.value is not None else 0) + (
-            len(record.key) if record.key is not None else 0) + RECORD_OVERHEAD_BYTES + (
-            sum(len(k) + len(v or b"") for k, v in record.headers) if record.headers else 0)
+        pending.size += record_bytes(record.key, record.value, record.headers)
         if len(pending.records) >= BATCH_RECORDS_MAX or pending.size >= min(BATCH_BYTES_MAX, self.max_bytes // 2):
             self._flush(q)
 
@@ -339,44 +338,33 @@ class Replayer:
             self.stats.records += len(records)
             self.stats.batches += 1
             return
-        encoded = codec.encode_batch(records, 0, codec=self.codec, timestamp_type=self.timestamp_type,
-                                     log_append_time_ms=self.wall_ms())
-        if len(encoded) > self.max_bytes:
-            if len(records) == 1:
-                s, o = sources[0]
-                raise RecordTooLargeError(f"{self.source}-{s} offset {o} is {len(encoded)} bytes as a batch, more "
-                                          f"than max.message.bytes ({self.max_bytes}) of topic '{self.dest}'")
-            half = len(records) // 2
-            self._append(q, records[:half], sources[:half])
-            self._append(q, records[half:], sources[half:])
-            return
+        pieces = encode_fitting(records, codec_id=self.codec, timestamp_type=self.timestamp_type,
+                                now_ms=self.wall_ms(), max_bytes=self.max_bytes)
+        for piece in pieces:
+            if len(piece.data) > self.max_bytes:  # one record alone
+                s, o = sources[piece.start]
+                raise RecordTooLargeError(f"{self.source}-{s} offset {o} is {len(piece.data)} bytes as a batch, "
+                                          f"more than max.message.bytes ({self.max_bytes}) of topic '{self.dest}'")
+            self._append_piece(q, piece, sources[piece.start:piece.start + piece.count])
+
+    def _append_piece(self, q: int, piece: EncodedPiece, sources: list[tuple[int, int]]) -> None:
         progress = self.progress
-        part = self.dest_store.partition(self.dest, q)
-        active_before = part.active_segment_base()
-        if progress is None:
-            self.replicas.append(self.dest, q, encoded, self.acks)
-        else:
-            # under the partition's lock, so the intent names the exact offset the batch gets,
-            # whoever else writes to DEST
-            with part.lock:
-                self.replicas.reconcile(self.dest, q, part)
-                base = part.leader.log_end_offset
-                progress.intent = {"dest_partition": q, "dest_end": base, "crc": codec.read_header(encoded).crc,
+        before = None
+        if progress is not None:
+            def before(base: int) -> None:
+                # under the partition's lock, so the intent names the exact offset the batch gets,
+                # whoever else writes to DEST
+                progress.intent = {"dest_partition": q, "dest_end": base, "crc": codec.read_header(piece.data).crc,
                                    "sources": sources}
                 progress.save()
-                stamped = self.replicas.append(self.dest, q, encoded, self.acks)
-                assert stamped == base, (stamped, base)
-        self.stats.records += len(records)
+        self.writer.append_batch(self.dest, q, piece.data, self.acks, before=before)
+        self.stats.records += piece.count
         self.stats.batches += 1
         if progress is not None:
             progress.apply(q, sources)
             progress.intent = None
             progress.done = self._done_offsets()
             progress.save()
-        if active_before is not None and part.active_segment_base() != active_before:
-            from klog.client.lifecycle import retain_after_roll
-
-            retain_after_roll(self.dest_store, self.dest, q, self.replicas.warn)
 
     def _done_offsets(self) -> dict[int, int]:
         """Per source partition: every record below this offset is written (none is still buffered)."""
