@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 
 from klog.client.consumer import StartSpec
 from klog.client.partitioner import partition_for_key
+from klog.client.producer_settings import BUFFER_MEMORY_DEFAULT
 from klog.client.records import Record
-from klog.client.writer import EncodedPiece, PartitionWriter, encode_fitting, record_bytes
+from klog.client.writer import RECORD_OBJECT_BYTES, EncodedPiece, PartitionWriter, encode_fitting, record_bytes
 from klog.errors import KlogError, RecordTooLargeError, UsageError
 from klog.store import codec, compression
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
@@ -63,7 +64,11 @@ class ReplayStats:
 class _Pending:
     records: list[tuple] = field(default_factory=list)  # (key, value, headers, timestamp)
     sources: list[tuple[int, int]] = field(default_factory=list)  # (source partition, offset)
-    size: int = 0
+    size: int = 0  # the records' size estimate (writer.record_bytes)
+
+    def charge(self) -> int:
+        """What it counts against the replayer's buffer_memory."""
+        return self.size + len(self.records) * RECORD_OBJECT_BYTES
 
 
 class ReplayProgress:
@@ -131,6 +136,7 @@ class Replayer:
                  start: StartSpec | str = "beginning", until_ms: int | None = None, count: int | None = None,
                  keep_timestamps: bool = False, speed: float | None = None, rate: float | None = None,
                  group: str | None = None, acks: str = "all", dest_store=None,  # noqa: ANN001 - a Store or RemoteStore
+                 buffer_memory: int = BUFFER_MEMORY_DEFAULT,
                  emit: Callable[[Record], None] | None = None,
                  on_progress: Callable[[ReplayStats], None] | None = None,
                  on_warning: Callable[[str], None] | None = None,
@@ -170,6 +176,8 @@ class Replayer:
         self.consumer = store.consumer(source, partitions=partitions, start=start, until_ms=until_ms)
         self.progress: ReplayProgress | None = None
         self._pending: dict[int, _Pending] = {}
+        self.buffer_memory = buffer_memory  # what the DEST partitions' buffers hold at most, together
+        self._buffered = 0
         self._key_partition: dict[bytes, int] = {}
         self._seen_next: dict[int, int] = {}
         self._flushed_at = 0.0
@@ -301,9 +309,17 @@ class Replayer:
             pending = self._pending[q] = _Pending()
         pending.records.append((record.key, record.value, record.headers, ts))
         pending.sources.append((s, record.offset))
-        pending.size += record_bytes(record.key, record.value, record.headers)
+        size = record_bytes(record.key, record.value, record.headers)
+        pending.size += size
+        self._buffered += size + RECORD_OBJECT_BYTES
         if len(pending.records) >= BATCH_RECORDS_MAX or pending.size >= min(BATCH_BYTES_MAX, self.max_bytes // 2):
             self._flush(q)
+        elif self._buffered > self.buffer_memory:
+            # a wide DEST: the fullest buffers are written until half of buffer_memory is left
+            for fullest in sorted(self._pending, key=lambda k: self._pending[k].size, reverse=True):
+                self._flush(fullest)
+                if self._buffered <= self.buffer_memory // 2:
+                    break
 
     def _route(self, record: Record) -> int:
         key = record.key
@@ -326,6 +342,7 @@ class Replayer:
         pending = self._pending.pop(q, None)
         if pending is None or not pending.records:
             return
+        self._buffered -= pending.charge()
         self._append(q, pending.records, pending.sources)
         if self.on_progress is not None:
             self.on_progress(self.stats)

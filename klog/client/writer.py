@@ -19,6 +19,11 @@ from klog.store.format import CREATE_TIME
 # at most HEADER_OVERHEAD_BYTES_MAX to its key and value. Size estimates are upper bounds.
 RECORD_OVERHEAD_BYTES_MAX = 21 + 10
 HEADER_OVERHEAD_BYTES_MAX = 10
+# What a buffered record costs in memory beyond its size estimate: its tuple and the headers of its
+# key and value objects (sys.getsizeof: 72 + 33 + 33, less a shared timestamp). A writer's
+# buffer.memory counts it, so that the bound holds for the process's memory, not only for the
+# records' bytes.
+RECORD_OBJECT_BYTES = 100
 
 
 def headers_bytes(headers: Sequence[tuple[bytes, bytes | None]] | None) -> int:
@@ -81,3 +86,21 @@ class PartitionWriter:
         from klog.client.lifecycle import retain_after_roll  # a roll: rare, and cleaning is heavier
 
         retain_after_roll(self.store, topic, partition, self.replicas.warn)
+
+    def append_batches(self, topic: str, items: Sequence[tuple[int, Sequence[bytes]]], acks: str,
+                       acknowledged: Callable[[int, list[int]], None] | None = None) -> None:
+        """Append the batches of many partitions of `topic` in one call: items[i] is a partition
+        and its batches (in order), appended under one acquisition of its lock; each log directory
+        is checked once for them all. `acknowledged(i, base offsets)` runs as items[i]'s `acks`
+        are satisfied, before the next partition is written (an error leaves the rest unwritten)."""
+        store, replicas = self.store, self.replicas
+        with replicas.shared_dir_checks():
+            for i, (partition, batches) in enumerate(items):
+                part = store.partition(topic, partition)
+                active_before = part.active_segment_base()
+                with part.lock:
+                    bases = [replicas.append(topic, partition, encoded, acks) for encoded in batches]
+                if active_before is not None and part.active_segment_base() != active_before:
+                    self.after_roll(topic, partition)
+                if acknowledged is not None:
+                    acknowledged(i, bases)
