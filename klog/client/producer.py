@@ -16,10 +16,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from typing import Self
 
-from klog.client.partitioner import StickyPartitioner, key_partitions, partition_for_key
-from klog.client.producer_settings import BATCH_SIZE_DEFAULT, BUFFER_MEMORY_DEFAULT
-from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
-from klog.client.writer import (
+from klog.broker.writer import (
     RECORD_OBJECT_BYTES,
     RECORD_OVERHEAD_BYTES_MAX,
     PartitionWriter,
@@ -27,6 +24,9 @@ from klog.client.writer import (
     headers_bytes,
     record_bytes,
 )
+from klog.client.partitioner import StickyPartitioner, key_partitions, partition_for_key
+from klog.client.producer_settings import BATCH_SIZE_DEFAULT, BUFFER_MEMORY_DEFAULT
+from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
 from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
 from klog.store import compression
 from klog.store.codec import RecordIn
@@ -144,7 +144,7 @@ class Producer(ProducerBase):
         self._topic_settings: dict[str, tuple[int, int, int]] = {}
         self._compacted_topics: dict[str, bool] = {}
         self.records_sent = 0
-        from klog.client.replication import ReplicaManager
+        from klog.broker.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=on_warning)
         self.writer = PartitionWriter(store, self.replicas)

@@ -34,11 +34,11 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from klog.broker.writer import RECORD_OBJECT_BYTES, EncodedPiece, PartitionWriter, encode_fitting, record_bytes
 from klog.client.consumer import StartSpec
 from klog.client.partitioner import partition_for_key
 from klog.client.producer_settings import BUFFER_MEMORY_DEFAULT
 from klog.client.records import Record
-from klog.client.writer import RECORD_OBJECT_BYTES, EncodedPiece, PartitionWriter, encode_fitting, record_bytes
 from klog.errors import KlogError, RecordTooLargeError, UsageError
 from klog.store import codec, compression
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
@@ -211,7 +211,7 @@ class Replayer:
         if not getattr(store, "is_local", True):  # a cluster: its producer; the broker batches and stamps
             self._producer = store.producer(acks=self.acks, on_warning=self.on_warning)
             return
-        from klog.client.replication import ReplicaManager
+        from klog.broker.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=self.on_warning)
         self.writer = PartitionWriter(store, self.replicas)

@@ -236,8 +236,8 @@ class RawAppender:
     one at a time per partition (threads of one process share the partition's file lock)."""
 
     def __init__(self, store, warn=None) -> None:  # noqa: ANN001 - klog.Store, a warning callback
-        from klog.client.replication import ReplicaManager
-        from klog.client.writer import PartitionWriter
+        from klog.broker.replication import ReplicaManager
+        from klog.broker.writer import PartitionWriter
 
         self.store = store
         self.replicas = ReplicaManager(store, warn=warn)

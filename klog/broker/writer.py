@@ -83,7 +83,7 @@ class PartitionWriter:
         return base
 
     def after_roll(self, topic: str, partition: int) -> None:
-        from klog.client.lifecycle import retain_after_roll  # a roll: rare, and cleaning is heavier
+        from klog.broker.lifecycle import retain_after_roll  # a roll: rare, and cleaning is heavier
 
         retain_after_roll(self.store, topic, partition, self.replicas.warn)
 
