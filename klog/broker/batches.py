@@ -277,9 +277,11 @@ class RawAppender:
 
     def __init__(self, store, warn=None) -> None:  # noqa: ANN001 - klog.Store, a warning callback
         from klog.broker.replication import ReplicaManager
+        from klog.broker.writer import PartitionWriter
 
         self.store = store
         self.replicas = ReplicaManager(store, warn=warn)
+        self.writer = PartitionWriter(store, self.replicas)
         self.producers = ProducerStates()
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -370,11 +372,6 @@ class RawAppender:
                 self.producers.check(key, part, header, data)
             except DuplicateSequenceError as dup:
                 return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
-            active_before = part.active_segment_base()
-            base = self.replicas.append(topic, partition, data, acks)
+            base = self.writer.append_batch(topic, partition, data, acks)
             self.producers.appended(key, header, base)
-            if active_before is not None and part.active_segment_base() != active_before:
-                from klog.broker.lifecycle import retain_after_roll  # a roll: rare
-
-                retain_after_roll(self.store, topic, partition, self.replicas.warn)
             return RawAppendResult(base, append_time, part.log_start_offset())

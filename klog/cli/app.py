@@ -152,11 +152,16 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
 
         bootstrap, cluster = kwargs.pop("bootstrap_server"), kwargs.pop("cluster")
         props = kwargs["prop"] if has_x else kwargs.pop("client_property")
-        # consume's own -X are group settings on the local store: only with a cluster are they client properties
+        # consume's and produce's own -X are their settings on the local store: only with a cluster are
+        # they client properties (but a producer's buffer.memory stays klog's: it bounds klog's buffer)
+        from klog.client.producer_settings import SETTINGS
+
+        own = [p for p in props or [] if p.partition("=")[0].strip() in SETTINGS] if has_x else []
         target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster,
-                                props if (bootstrap or cluster or not has_x) else None)
+                                [p for p in props or [] if p not in own] if (bootstrap or cluster or not has_x)
+                                else None)
         if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
-            kwargs["prop"] = _group_settings(props) if kwargs.get("group") else None
+            kwargs["prop"] = (_group_settings(props) if kwargs.get("group") else None) or own or None
         _cluster_target = target
         try:
             return callback(*args, **kwargs)
