@@ -165,8 +165,8 @@ def test_tls_and_sasl_listeners_are_read_by_fetch_requests(secure_store, certs, 
 
 
 def test_kio_loads_without_hypothesis_and_hypothesis_still_imports():
-    """wire.load_kio hides hypothesis from kio's import only (a klog command's ~0.16 s), and kio works."""
-    code = ("import sys\nfrom klog.client.remote.wire import load_kio\nload_kio()\n"
+    """load_kio hides hypothesis from kio's import only (a klog command's ~0.16 s), and kio works."""
+    code = ("import sys\nfrom klog.protocol.loading import load_kio\nload_kio()\n"
             "from kio.static.primitive import i32\nimport kio.serial\nassert i32(5) == 5\n"
             "assert 'hypothesis' not in sys.modules and sys.modules.get('kio.static._phantom')\n"
             "import hypothesis\nprint('ok')\n")
@@ -178,7 +178,7 @@ def test_old_message_formats_read_as_the_local_store_reads_them(kafka_server, da
     """Magic 0/1 message sets (plain, and gzip/snappy/lz4 wrappers) then a v2 batch, imported from
     a Kafka folder: the Fetch reader gives the local consumer's records, from the start and from
     inside a compressed wrapper."""
-    from klog.client.importer import import_dirs
+    from klog.broker.importer import import_dirs
     from tests.test_kafka_files import _legacy_folder
 
     _legacy_folder(tmp_path / "k")
@@ -211,7 +211,7 @@ def test_transaction_markers_are_skipped_and_read_committed_goes_by_librdkafka(k
     """Control batches (COMMIT/ABORT markers) are not records: the Fetch reader leaves them out as
     the local reader does (read_uncommitted: aborted records included); read_committed, through
     librdkafka, stops at the open transaction and skips the aborted ones."""
-    from klog.client.importer import import_dirs
+    from klog.broker.importer import import_dirs
     from tests.test_kafka_files import ALL_TXN_VALUES, COMMITTED_VALUES, _txn_folder
 
     _txn_folder(tmp_path / "k", with_txn_index=True)

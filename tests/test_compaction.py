@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import klog
-from klog.client import lifecycle
-from klog.client.verify import verify_store
+from klog.broker import lifecycle
+from klog.broker.verify import verify_store
 from klog.store.faults import CRASH_ENV, CRASH_STEPS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -239,7 +239,7 @@ def test_compact_cli(store, cli):
 # -- crash safety: real SIGKILLs at every step ---------------------------------------------------
 CHILD = """
 import sys, klog
-from klog.client import lifecycle
+from klog.broker import lifecycle
 with klog.open(sys.argv[1]) as store:
     lifecycle.compact(store, "c", clock=lambda: %d / 1000)
 print("finished")

@@ -190,7 +190,7 @@ def test_read_committed_skips_aborted_transactions(cli, tmp_path, with_txn_index
 
 def test_txn_index_is_the_source_of_aborted_ranges(store, tmp_path):
     """A .txnindex, when present, is what Kafka uses: an entry there aborts even without a marker."""
-    from klog.client.importer import import_dirs
+    from klog.broker.importer import import_dirs
 
     folder = _txn_folder(tmp_path / "k", with_txn_index=True)
     with open(os.path.join(folder, "00000000000000000000.txnindex"), "ab") as f:
@@ -286,7 +286,7 @@ def test_old_formats_through_the_index_and_compaction(cli, store, tmp_path):
     folder = str(tmp_path / "k" / "cmp-0")
     write_segment(folder, 0, entries[:150])
     write_segment(folder, 350, entries[150:])  # entries[:150] hold offsets 0..349
-    from klog.client.importer import import_dirs
+    from klog.broker.importer import import_dirs
 
     import_dirs(store, [str(tmp_path / "k")])
     assert [(r.offset, r.value) for r in store.consumer("cmp", start="333")] == [
@@ -321,7 +321,7 @@ def test_serve_fetch_honours_isolation_level(kafka_server, store, tmp_path, isol
     """A Kafka client reading imported transactions through klog serve: read_committed gets the
     aborted transactions and the last stable offset in each Fetch answer and drops those records."""
     confluent = pytest.importorskip("confluent_kafka")
-    from klog.client.importer import import_dirs
+    from klog.broker.importer import import_dirs
 
     _txn_folder(tmp_path / "k", with_txn_index=False)
     import_dirs(store, [str(tmp_path / "k")])
@@ -371,7 +371,7 @@ def test_serve_keeps_kafkas_checkpoint_files_current(kafka_server, store, monkey
 def test_a_follower_ending_in_old_format_data_is_not_cut_by_leader_epochs(tmp_path, monkeypatch):
     """Magic 0/1 entries carry no leader epoch (-1): catching a follower up must not read that as
     'before every epoch' and cut it to the first epoch's start (then copy everything again)."""
-    from klog.client.replication import catch_up
+    from klog.broker.replication import catch_up
     from klog.store.log import PartitionLog
 
     leader_dir = _legacy_folder(tmp_path / "a")
@@ -392,7 +392,7 @@ def test_a_follower_ending_in_old_format_data_is_not_cut_by_leader_epochs(tmp_pa
 def test_serve_hands_old_format_segments_to_kafka_clients(kafka_server, store, tmp_path):
     """Fetch sends the segment bytes as they are; a Kafka client decodes v0/v1 message sets itself."""
     confluent = pytest.importorskip("confluent_kafka")
-    from klog.client.importer import import_dirs
+    from klog.broker.importer import import_dirs
 
     _legacy_folder(tmp_path / "k")
     import_dirs(store, [str(tmp_path / "k")])

@@ -100,7 +100,7 @@ def test_the_python_api_reads_kafkas_answer(store, imported) -> None:
 
 def test_a_replica_caught_up_from_a_marked_log_is_marked_too(tmp_path) -> None:
     """Replica catch-up copies the batches as they are, so the copy needs the mark as well."""
-    from klog.client.replication import catch_up
+    from klog.broker.replication import catch_up
     from klog.store.log import STRICT_RECORDS_MARKER, PartitionLog
 
     leader_dir = str(tmp_path / "a" / "odd-0")

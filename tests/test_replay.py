@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from klog.client import lifecycle
+from klog.broker import lifecycle
 from klog.client.partitioner import partition_for_key
 from klog.client.replay import Replayer
 

@@ -246,7 +246,7 @@ def test_retention_run_by_the_cli_prints_the_isr_shrink_it_causes(rstore, cli):
 NAMESPACE_SCENARIO = r"""
 import json, os, subprocess, sys
 import klog
-from klog.client.dirs import list_dirs
+from klog.broker.dirs import list_dirs
 
 base, mode = sys.argv[1], sys.argv[2]
 dirs = [os.path.join(base, f"disk{i}") for i in range(3)]
@@ -317,7 +317,7 @@ def test_verify_repair_catches_up_a_returned_replica_without_waiting_for_a_write
 
 def test_a_diverged_follower_is_cut_where_its_epoch_ended_on_the_leader(tmp_path, monkeypatch):
     """Kafka's OffsetsForLeaderEpoch: one step to the epoch's end, not a walk back batch by batch."""
-    from klog.client import replication
+    from klog.broker import replication
 
     leader, follower = PartitionLog(str(tmp_path / "a" / "t-0")), PartitionLog(str(tmp_path / "b" / "t-0"))
     for log in (leader, follower):

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import klog
-from klog.client import lifecycle
+from klog.broker import lifecycle
 from klog.errors import OffsetOutOfRangeError
 from klog.store.retention import SegmentFacts, retention_cut, segment_facts
 
@@ -364,7 +364,7 @@ def test_a_lagging_follower_behind_the_leaders_log_start_restarts_there(tmp_path
 
 RETENTION_CHILD = """
 import sys, klog
-from klog.client import lifecycle
+from klog.broker import lifecycle
 with klog.open(sys.argv[1]) as store:
     lifecycle.delete_records(store, "t", before_offset=int(sys.argv[2]))
 """

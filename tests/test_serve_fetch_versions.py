@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from klog.server.kafka import make
+from klog.protocol.kafka import make
 from tests.serve_helpers import RawClient
 
 pytest.importorskip("kio")

@@ -9,7 +9,7 @@ import datetime
 
 import pytest
 
-from klog.server.kafka import make
+from klog.protocol.kafka import make
 from tests.serve_helpers import RawClient
 
 pytest.importorskip("kio")

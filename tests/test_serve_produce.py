@@ -175,9 +175,9 @@ def test_min_insync_replicas_above_the_isr_refuses_acks_all(kafka_server, data_d
 
 
 def test_a_config_altered_by_another_process_applies_within_seconds(kafka_server, data_dir, monkeypatch):
-    import klog.client.batches
+    import klog.broker.batches
 
-    monkeypatch.setattr(klog.client.batches, "TOPIC_REFRESH_S", 0.2)
+    monkeypatch.setattr(klog.broker.batches, "TOPIC_REFRESH_S", 0.2)
     kafka_server.store.create_topic("alt")
     with RawClient(kafka_server.port) as client:
         assert produce(client, "alt", 0, batch([b"x" * 3000]))[0] == E.none
@@ -188,9 +188,9 @@ def test_a_config_altered_by_another_process_applies_within_seconds(kafka_server
 
 
 def test_topic_deleted_and_created_again_by_another_process(kafka_server, data_dir, monkeypatch):
-    import klog.client.batches
+    import klog.broker.batches
 
-    monkeypatch.setattr(klog.client.batches, "TOPIC_REFRESH_S", 0.1)
+    monkeypatch.setattr(klog.broker.batches, "TOPIC_REFRESH_S", 0.1)
     kafka_server.store.create_topic("re")
     with RawClient(kafka_server.port) as client:
         assert produce(client, "re", 0, batch([b"old"])) == (E.none, 0)

@@ -35,7 +35,7 @@ def _error(spark, data_dir, **options) -> Exception:
 
 
 def test_kafka_written_files_through_spark_in_both_isolation_levels(spark, store, data_dir, tmp_path):
-    from klog.client.importer import import_dirs
+    from klog.broker.importer import import_dirs
 
     _legacy_folder(tmp_path / "k")
     _txn_folder(tmp_path / "k", with_txn_index=False)
@@ -135,7 +135,7 @@ def test_export_text_never_writes_invalid_utf8(spark, store, data_dir, tmp_path)
 
 
 def test_stream_read_committed_stops_at_the_last_stable_offset(spark, store, data_dir, tmp_path):
-    from klog.client.importer import import_dirs
+    from klog.broker.importer import import_dirs
     from tests.test_spark_source import _stream
 
     _txn_folder(tmp_path / "k", with_txn_index=True)

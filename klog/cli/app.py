@@ -75,7 +75,7 @@ _data_lost = False  # a warning reported committed records lost: the command exi
 def warn(message: str) -> None:
     """Warnings of every command (a replica leaving the ISR, a new leader, ...), one line on stderr."""
     global _data_lost
-    from klog.client.replication import DATA_LOSS_PREFIX
+    from klog.broker.replication import DATA_LOSS_PREFIX
 
     _data_lost = _data_lost or message.startswith(DATA_LOSS_PREFIX)
     print(f"klog: warning: {one_line(message)}", file=sys.stderr)

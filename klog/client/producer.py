@@ -127,7 +127,7 @@ class Producer(ProducerBase):
         self._topic_settings: dict[str, tuple[int, int, int]] = {}
         self._compacted_topics: dict[str, bool] = {}
         self.records_sent = 0
-        from klog.client.replication import ReplicaManager
+        from klog.broker.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=on_warning)
 
@@ -391,7 +391,7 @@ class Producer(ProducerBase):
         active_before = part.active_segment_base()
         base_offset = self.replicas.append(topic, partition, encoded, self.acks)
         if active_before is not None and part.active_segment_base() != active_before:
-            from klog.client.lifecycle import retain_after_roll  # a roll: rare, and cleaning is heavier
+            from klog.broker.lifecycle import retain_after_roll  # a roll: rare, and cleaning is heavier
 
             retain_after_roll(self.store, topic, partition, self.replicas.warn)
         self.records_sent += len(batch.records)

@@ -203,7 +203,7 @@ class Replayer:
         if not getattr(store, "is_local", True):  # a cluster: its producer; the broker batches and stamps
             self._producer = store.producer(acks=self.acks, on_warning=self.on_warning)
             return
-        from klog.client.replication import ReplicaManager
+        from klog.broker.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=self.on_warning)
 
@@ -374,7 +374,7 @@ class Replayer:
             progress.done = self._done_offsets()
             progress.save()
         if active_before is not None and part.active_segment_base() != active_before:
-            from klog.client.lifecycle import retain_after_roll
+            from klog.broker.lifecycle import retain_after_roll
 
             retain_after_roll(self.dest_store, self.dest, q, self.replicas.warn)
 

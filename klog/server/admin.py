@@ -23,13 +23,22 @@ from klog.errors import (
     UnknownTopicError,
     UsageError,
 )
+from klog.protocol.apis import (
+    ALTER_CONFIGS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
+    INCREMENTAL_ALTER_CONFIGS,
+    OFFSET_FOR_LEADER_EPOCH,
+)
+from klog.protocol.kafka import NO_THROTTLE, ZERO_UUID, E, leader_epoch_error, make, response_for, topic_uuid
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, ZERO_UUID, E, leader_epoch_error, make, response_for, topic_uuid
 
-CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 19, 20, 21, 23
-DESCRIBE_CONFIGS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 32, 33, 35, 37
-INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SOURCE_TOPIC, SOURCE_DEFAULT = 1, 5  # DescribeConfigs config sources
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations

@@ -34,16 +34,27 @@ from klog.meta.groups import (
     process_start_time,
     validate_group_id,
 )
+from klog.protocol.apis import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+)
+from klog.protocol.framing import printable
+from klog.protocol.kafka import NO_THROTTLE, E, has_field, make, response_for
 from klog.server import consumer_protocol
 from klog.server.context import RequestContext
 from klog.server.coordinator import COMPLETING, EMPTY, STABLE, Group, GroupStateMachine, JoinResult
 from klog.server.dispatch import Handler
-from klog.server.framing import printable
-from klog.server.kafka import NO_THROTTLE, E, has_field, make, response_for
 from klog.store.state import current_boot_id
 
-FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP = 10, 11, 14, 12, 13
-OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 16, 15, 42, 47
 NOT_ASKED = -2147483648  # DescribeGroups' authorized_operations when the client did not ask
 OFFSET_METADATA_MAX = 4096  # Kafka's offset.metadata.max.bytes
 CONSUMER = "consumer"

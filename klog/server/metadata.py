@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from klog.errors import InvalidTopicError, KlogError, TopicExistsError
+from klog.protocol.apis import METADATA
+from klog.protocol.kafka import NO_THROTTLE, ZERO_UUID, E, make, response_for, topic_uuid
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, ZERO_UUID, E, make, response_for, topic_uuid
-
-METADATA = 3
 
 
 def topic_error(exc: Exception) -> E:

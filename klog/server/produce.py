@@ -1,5 +1,5 @@
 """Produce: each partition's batch is checked and appended as the client encoded it (see
-klog.client.batches); acks 0/1/-1 map onto klog's acks 0/1/all. acks=0 gets no response."""
+klog.broker.batches); acks 0/1/-1 map onto klog's acks 0/1/all. acks=0 gets no response."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import datetime
 from typing import Any
 
-from klog.client.batches import (
+from klog.broker.batches import (
     DuplicateSequenceError,
     InvalidBatchError,
     OutOfOrderSequenceError,
@@ -24,11 +24,11 @@ from klog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from klog.protocol.apis import PRODUCE
+from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, E, make, response_for
 
-PRODUCE = 0
 ACKS = {0: "0", 1: "1", -1: "all"}
 
 

@@ -3,7 +3,7 @@ is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as a
 
 Producer ids come from the clock (ms << 10 | a counter), so one started after a restart never
 meets an id whose sequences are still in the log; the sequence state itself lives in the log
-(klog.client.batches.ProducerStates)."""
+(klog.broker.batches.ProducerStates)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import threading
 import time
 from typing import Any
 
+from klog.protocol.apis import INIT_PRODUCER_ID
+from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, E, make, response_for
 
-INIT_PRODUCER_ID = 22
 EPOCH_MAX = 32767
 
 _counter = itertools.count()

@@ -10,18 +10,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from klog.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from klog.protocol.kafka import E, make, response_for
 from klog.security.scram import ScramError, ScramServer, check_password
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import E, make, response_for
-from klog.server.security import API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE, SASL_AUTH_ATTEMPTS_MAX
+from klog.server.security import SASL_AUTH_ATTEMPTS_MAX
 
 PLAIN_BYTES_MAX = 1024
 
 
 # v0 is advertised because librdkafka's feature check asks for it, but a v0 handshake (raw SASL tokens
 # outside Kafka's framing follow it; pre-1.0 clients) is refused; every current client sends v1.
-@register(API_SASL_HANDSHAKE, 0, 1)
+@register(SASL_HANDSHAKE, 0, 1)
 async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     security = ctx.server.security
@@ -62,7 +63,7 @@ def _plain(credentials: Any, token: bytes) -> str | None:
     return user if any(check_password(c, password) for c in creds) else None
 
 
-@register(API_SASL_AUTHENTICATE, 0, 2)
+@register(SASL_AUTHENTICATE, 0, 2)
 async def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     conn = ctx.security

@@ -22,9 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from klog.server import dispatch, framing
+from klog.protocol import framing
+from klog.protocol.apis import API_VERSIONS
+from klog.protocol.kafka import TopicIds
+from klog.server import dispatch
 from klog.server.context import BrokerInfo, RequestContext
-from klog.server.kafka import TopicIds
 from klog.server.security import (
     CLOSE_LINGER_MS,
     SASL_FRAME_BYTES_MAX,
@@ -118,7 +120,7 @@ class Server:
         self.brokers: dict[Listener, BrokerInfo] = {}
         self._servers: list[asyncio.base_events.Server] = []
         self._conn_security: dict[str, ConnectionSecurity] = {}  # by peer address (one per live connection)
-        self.appender: Any = None  # klog.client.batches.RawAppender: every Produce goes through it
+        self.appender: Any = None  # klog.broker.batches.RawAppender: every Produce goes through it
         self.topic_ids: TopicIds | None = None  # Fetch v13+ names topics by id
         self.watcher: HighWatermarkWatcher | None = None  # wakes long-polling fetches (one per server)
         self._checkpoints: asyncio.Task | None = None
@@ -203,7 +205,7 @@ class Server:
             self.brokers[lst] = BrokerInfo(self.node_id, adv_host, adv_port or self.ports[lst], cluster_id)
         self.broker = self.brokers[self.listeners[0]]
         self.coordinator = self._make_coordinator()
-        from klog.client.batches import RawAppender
+        from klog.broker.batches import RawAppender
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
         self.watcher = HighWatermarkWatcher(self._read_marks, POLL_S)
@@ -428,7 +430,7 @@ class Server:
         prefix = framing.read_prefix(frame)
         log.debug("%s: request key %d v%d #%d", peer, prefix.api_key, prefix.api_version, prefix.correlation_id)
         if not dispatch.supports(prefix.api_key, prefix.api_version):
-            if prefix.api_key == dispatch.API_VERSIONS_KEY:
+            if prefix.api_key == API_VERSIONS:
                 return _Parsed(prefix, None, None)  # answered in v0 with UNSUPPORTED_VERSION
             log.warning("%s (client %s): unsupported api key %d version %d, closing", peer,
                         framing.client_id_of(frame), prefix.api_key, prefix.api_version)

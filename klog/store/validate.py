@@ -1,5 +1,5 @@
 """klog's one batch validator (Kafka's RecordBatch.ensureValid and LogValidator), used by a
-client's batch on the way in (klog serve's Produce, client/batches.py), recovery
+client's batch on the way in (klog serve's Produce, broker/batches.py), recovery
 (segment.recover), and `verify`/`dump` (inspect.py).
 
 Each check returns the one-line text of what is wrong (None: nothing), so every caller words a

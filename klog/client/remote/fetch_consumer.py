@@ -19,8 +19,8 @@ from collections.abc import Callable
 from klog.client.consumer import Consumer, PartitionCursor
 from klog.client.records import Record
 from klog.client.remote.fetch import OFFSET_OUT_OF_RANGE, Fetcher, PartitionAnswer
-from klog.client.remote.wire import error_name
 from klog.errors import KlogError
+from klog.protocol.errors import error_name
 from klog.store import codec
 from klog.store.log import FetchedBatch
 from klog.store.txn import READ_UNCOMMITTED

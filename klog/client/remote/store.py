@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from klog.broker.resolve import resolve_topic_names
 from klog.client.remote.errors import config_error, klog_error, unsupported
 from klog.client.remote.target import ClusterTarget, timeout_s
-from klog.client.store import PartitionInfo, TopicInfo, resolve_topic_names
+from klog.client.store import PartitionInfo, TopicInfo
 from klog.client.store_groups import GroupAdminMethods
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.store.config import CONFIG_KEYS, LogConfig, validate_configs

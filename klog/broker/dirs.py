@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from klog.client.replication import dir_health
+from klog.broker.replication import dir_health
 from klog.errors import UsageError
 from klog.store.format import parse_partition_dir
 from klog.store.log import folder_log_bytes
@@ -50,7 +50,7 @@ def add_dir(store, path: str) -> LogDirInfo:
 
 def remove_dir(store, log_dir_id: int, warn=None) -> int:
     """Move every replica off the directory, then forget it; returns the replicas moved."""
-    from klog.client.replication import move_replica
+    from klog.broker.replication import move_replica
 
     others = [d for d in list_dirs(store) if d.id != log_dir_id and d.health == "ok"]
     moved = 0

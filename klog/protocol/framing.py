@@ -20,7 +20,6 @@ from kio.static.primitive import i32
 
 SIZE = struct.Struct(">i")
 PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version
-API_VERSIONS = 18
 
 _read_v1 = entity_reader(RequestHeaderV1)
 _read_v2 = entity_reader(RequestHeaderV2)

@@ -236,7 +236,7 @@ class RawAppender:
     one at a time per partition (threads of one process share the partition's file lock)."""
 
     def __init__(self, store, warn=None) -> None:  # noqa: ANN001 - klog.Store, a warning callback
-        from klog.client.replication import ReplicaManager
+        from klog.broker.replication import ReplicaManager
 
         self.store = store
         self.replicas = ReplicaManager(store, warn=warn)
@@ -318,7 +318,7 @@ class RawAppender:
             base = self.replicas.append(topic, partition, data, acks)
             self.producers.appended(key, header, base)
             if active_before is not None and part.active_segment_base() != active_before:
-                from klog.client.lifecycle import retain_after_roll  # a roll: rare
+                from klog.broker.lifecycle import retain_after_roll  # a roll: rare
 
                 retain_after_roll(self.store, topic, partition, self.replicas.warn)
             return RawAppendResult(base, append_time, part.log_start_offset())

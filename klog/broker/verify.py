@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from klog.client.replication import ReplicaManager, catch_up
+from klog.broker.replication import ReplicaManager, catch_up
 from klog.errors import KlogError
 from klog.store.inspect import check_segment
 from klog.store.segment import CORRUPT_SUFFIX

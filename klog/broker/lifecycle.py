@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from klog.client.store import resolve_partitions
+from klog.broker.resolve import resolve_partitions
 from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
 from klog.store import cleaner, faults, retention
 from klog.store.config import LogConfig
@@ -52,7 +52,7 @@ def _checkpoint(part: Partition) -> cleaner.CleanerCheckpoint:
 
 def _locked(store, topic: str, partition: int) -> Partition:
     """The partition, reconciled (leader + ISR opened for write); the caller holds part.lock."""
-    from klog.client.replication import ReplicaManager
+    from klog.broker.replication import ReplicaManager
 
     part = store.partition(topic, partition)
     ReplicaManager(store).reconcile(topic, partition, part)
