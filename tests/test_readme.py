@@ -13,6 +13,7 @@ non-zero exit fails the page, naming the block's line.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -89,6 +90,34 @@ def test_links_point_at_files_that_exist(page: Path) -> None:
         if not path.exists():
             broken.append(target)
     assert not broken, f"{page.name} links to missing {broken}"
+
+
+def resolves(dotted: str) -> bool:
+    """klog.store.reader.PartitionReader: import the longest module prefix, then look the rest up."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 1, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:n]))
+        except ImportError:
+            continue
+        for attr in parts[n:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: p.relative_to(REPO).as_posix())
+def test_named_files_and_modules_exist(page: Path) -> None:
+    """A module moved (klog/client -> klog/broker) or a test renamed leaves no stale name behind."""
+    text = page.read_text(encoding="utf-8")
+    files = set(re.findall(r"\b((?:klog|tests|benchmarks|samples|completions|man)/[\w./-]+\.\w+)", text))
+    missing = sorted(f for f in files if not (REPO / f).exists())
+    for name in sorted(set(re.findall(r"\bklog(?:\.[a-z_]+){2,}(?:\.[A-Z]\w*)?", text))):
+        if not resolves(name):
+            missing.append(name)
+    assert not missing, f"{page.name} names {missing}, which do not exist"
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.relative_to(REPO).as_posix())
