@@ -144,16 +144,25 @@ exec {sys.executable} -m klog "$@"
     script.chmod(0o755)
 
 
-def run_page(page: Path, tmp: Path) -> list[str]:
-    """Run the page's runnable blocks in order; the outputs, block by block."""
+def scratch_env(tmp: Path) -> tuple[dict[str, str], Path]:
+    """(environment, working folder) of a newcomer's shell: HOME, the default store and the working
+    folder all under `tmp`, `klog` on PATH running this checkout, samples/ as in a clone."""
     home, work = tmp / "home", tmp / "work"
-    home.mkdir()
-    work.mkdir()
-    (work / "samples").symlink_to(REPO / "samples")  # commands name the checkout's samples/ as a clone has them
-    klog_wrapper(tmp / "bin")
+    home.mkdir(exist_ok=True)
+    work.mkdir(exist_ok=True)
+    if not (work / "samples").exists():
+        (work / "samples").symlink_to(REPO / "samples")
+    if not (tmp / "bin").exists():
+        klog_wrapper(tmp / "bin")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KLOG_")}
     env.update(HOME=str(home), PATH=f"{tmp / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}", NO_COLOR="1",
                PYTHONPATH=str(REPO), COLUMNS="100")
+    return env, work
+
+
+def run_page(page: Path, tmp: Path) -> list[str]:
+    """Run the page's runnable blocks in order; the outputs, block by block."""
+    env, work = scratch_env(tmp)
     outputs = []
     for block in blocks(page):
         if block.lang not in RUNNABLE or block.not_run is not None:
