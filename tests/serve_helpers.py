@@ -8,13 +8,13 @@ import struct
 import time
 from typing import Any
 
-from kio.index import load_payload_module
 from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from klog.protocol.kafka import make
+from klog.protocol.schemas import payload_module as load_payload_module
 from klog.store import codec
 from klog.store.format import (
     ATTRIBUTES_OFFSET,

@@ -41,3 +41,11 @@ ALTER_CLIENT_QUOTAS = 49
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 DESCRIBE_CLUSTER = 60
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API key ("Produce", "ListOffsets"), or "api key N" for one we do not know."""
+    for name, value in globals().items():
+        if value == api_key and name.isupper() and isinstance(value, int):
+            return "".join(part.capitalize() for part in name.split("_"))
+    return f"api key {api_key}"

@@ -10,13 +10,14 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
+
+from klog.protocol.schemas import request_schema as load_request_schema
 
 SIZE = struct.Struct(">i")
 PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version

@@ -9,10 +9,11 @@ import uuid
 from types import ModuleType
 from typing import Any
 
-from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
+
+from klog.protocol.schemas import payload_module
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 ZERO_UUID = uuid.UUID(int=0)
@@ -21,7 +22,7 @@ E = ErrorCode
 
 @functools.cache
 def response_module(api_key: int, version: int) -> ModuleType:
-    return load_payload_module(api_key, version, EntityType.response)
+    return payload_module(api_key, version, EntityType.response)
 
 
 def response_for(request: Any) -> ModuleType:

@@ -57,7 +57,7 @@ def _invalidate(ctx: RequestContext) -> None:
     ctx.server.security.authorizer.invalidate()
 
 
-@register(CREATE_ACLS, 1, 3)
+@register(CREATE_ACLS, 0, 3)
 async def create_acls(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     allowed = _cluster_allowed(ctx, Operation.ALTER)
@@ -81,7 +81,7 @@ async def create_acls(ctx: RequestContext, request: Any) -> Any:
     return make(mod.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-@register(DESCRIBE_ACLS, 1, 3)
+@register(DESCRIBE_ACLS, 0, 3)
 async def describe_acls(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     if not _cluster_allowed(ctx, Operation.DESCRIBE):
@@ -104,7 +104,7 @@ async def describe_acls(ctx: RequestContext, request: Any) -> Any:
                 resources=resources)
 
 
-@register(DELETE_ACLS, 1, 3)
+@register(DELETE_ACLS, 0, 3)
 async def delete_acls(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     allowed = _cluster_allowed(ctx, Operation.ALTER)

@@ -96,12 +96,13 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool) -> tuple[E, st
         return error_of(e, partitions=True), str(e), None
 
 
-@register(CREATE_TOPICS, 2, 7)
+@register(CREATE_TOPICS, 0, 7)
 async def create_topics(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     results = []
     for t in request.topics:
-        err, message, meta = await ctx.run_blocking(_create_one, ctx, t, bool(request.validate_only))
+        validate_only = bool(getattr(request, "validate_only", False))  # v1+
+        err, message, meta = await ctx.run_blocking(_create_one, ctx, t, validate_only)
         configs = None
         if meta is not None and hasattr(mod, "CreatableTopicConfigs"):
             configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
@@ -134,7 +135,7 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> tuple[E
         return error_of(e), name, str(e), topic_id or ZERO_UUID
 
 
-@register(DELETE_TOPICS, 1, 6)
+@register(DELETE_TOPICS, 0, 6)
 async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     if hasattr(request, "topic_names"):
@@ -213,7 +214,7 @@ def _describe_resource(ctx: RequestContext, mod: Any, r: Any) -> Any:
                 resource_name=name, configs=entries)
 
 
-@register(DESCRIBE_CONFIGS, 1, 4)
+@register(DESCRIBE_CONFIGS, 0, 4)
 async def describe_configs(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     results = [await ctx.run_blocking(_describe_resource, ctx, mod, r) for r in request.resources]
@@ -331,7 +332,7 @@ def _folder_size(folder: str) -> int:
         return 0
 
 
-@register(DESCRIBE_LOG_DIRS, 1, 4)
+@register(DESCRIBE_LOG_DIRS, 0, 4)
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     if not ctx.authorize("DESCRIBE", "CLUSTER", "kafka-cluster"):
@@ -377,7 +378,7 @@ def _epoch_end(ctx: RequestContext, topic: str, index: int, epoch: int,
     return E.none, e, min(later[0], end) if later else end
 
 
-@register(OFFSET_FOR_LEADER_EPOCH, 2, 4)
+@register(OFFSET_FOR_LEADER_EPOCH, 0, 4)
 async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     topics = []

@@ -46,6 +46,12 @@ def supports(api_key: int, api_version: int) -> bool:
     return found is not None and found.min_version <= api_version <= found.max_version
 
 
+def accepted(api_key: int) -> str:
+    """The versions of `api_key` this server takes, for a log line ("v0-v11", "none")."""
+    found = HANDLERS.get(api_key)
+    return "none of its versions" if found is None else f"v{found.min_version}-v{found.max_version}"
+
+
 def _api_versions_module(version: int):  # noqa: ANN202 - a kio module
     from kio.index import load_payload_module
     from kio.static.constants import EntityType
@@ -63,7 +69,7 @@ def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> An
     return module.ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
-@register(API_VERSIONS, 0, 3)
+@register(API_VERSIONS, 0, 4)
 async def api_versions(ctx: RequestContext, request: Any) -> Any:
     return api_versions_response(ctx.api_version)
 

@@ -32,7 +32,7 @@ from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 
-MAX_VERSION = 16  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
+MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
 
 # read_committed fetches: one StableView per partition object (its per-segment scans are cached),

@@ -435,7 +435,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
     elif not _valid_group(group_id):
         error = E.invalid_group_id
     else:
-        error = coord.machine.check_commit(group_id, generation, request.member_id,
+        error = coord.machine.check_commit(group_id, generation, getattr(request, "member_id", ""),  # v0: none
                                            getattr(request, "group_instance_id", None))
     results = await ctx.run_blocking(_commit, ctx, coord, group_id, request.topics, error)
     return make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=_topic_results(
@@ -602,7 +602,11 @@ async def list_groups(ctx: RequestContext, request: Any) -> Any:
             states[gid] = group.state
             types[gid] = group.protocol_type or CONSUMER
     wanted = {s.lower() for s in getattr(request, "states_filter", ())}
-    listed = tuple(make(mod.ListedGroup, group_id=g, protocol_type=types[g], group_state=s)
+    # v5: a types filter; every group here is a classic one (KIP-848's consumer groups are not served)
+    kinds = {t.lower() for t in getattr(request, "types_filter", ())}
+    if kinds and "classic" not in kinds:
+        states = {}
+    listed = tuple(make(mod.ListedGroup, group_id=g, protocol_type=types[g], group_state=s, group_type="classic")
                    for g, s in sorted(states.items()) if s != "Dead" and (not wanted or s.lower() in wanted))
     return make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=E.none, groups=listed)
 
@@ -685,14 +689,14 @@ async def delete_groups(ctx: RequestContext, request: Any) -> Any:
 # Versions advertised: each one's fields are honoured (JoinGroup v4+ MEMBER_ID_REQUIRED, v5+ static
 # members, LeaveGroup v3+ batches, OffsetFetch v2+ all partitions and v8+ several groups, ...).
 GROUP_HANDLERS: dict[int, Handler] = {
-    FIND_COORDINATOR: Handler(find_coordinator, 0, 4),
+    FIND_COORDINATOR: Handler(find_coordinator, 0, 6),
     JOIN_GROUP: Handler(join_group, 0, 9),
     SYNC_GROUP: Handler(sync_group, 0, 5),
     HEARTBEAT: Handler(heartbeat, 0, 4),
     LEAVE_GROUP: Handler(leave_group, 0, 5),
-    OFFSET_COMMIT: Handler(offset_commit, 2, 8),
-    OFFSET_FETCH: Handler(offset_fetch, 1, 8),
-    LIST_GROUPS: Handler(list_groups, 0, 4),
+    OFFSET_COMMIT: Handler(offset_commit, 0, 9),
+    OFFSET_FETCH: Handler(offset_fetch, 0, 9),
+    LIST_GROUPS: Handler(list_groups, 0, 5),
     DESCRIBE_GROUPS: Handler(describe_groups, 0, 5),
     DELETE_GROUPS: Handler(delete_groups, 0, 2),
     OFFSET_DELETE: Handler(offset_delete, 0, 0),

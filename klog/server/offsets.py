@@ -12,6 +12,7 @@ from klog.server.context import RequestContext
 from klog.server.dispatch import register
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5  # v8, v9 (KIP-405, KIP-1005): no tiered storage here
 
 
 def max_timestamp_offset(part) -> tuple[int, int]:  # noqa: ANN001 - Partition
@@ -69,8 +70,10 @@ def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
                 return E.none, -1, stable.refresh(part.high_watermark()), epoch
         if timestamp == LATEST:
             return E.none, -1, part.high_watermark(), epoch
-        if timestamp == EARLIEST:
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):  # every segment is local: the same offset, as Kafka answers
             return E.none, -1, part.log_start_offset(), epoch
+        if timestamp == LATEST_TIERED:  # nothing tiered: Kafka answers no offset
+            return E.none, -1, -1, epoch
         if timestamp == MAX_TIMESTAMP:
             ts, offset = max_timestamp_offset(part)
             return E.none, ts, offset, epoch
@@ -96,12 +99,14 @@ def _list(ctx: RequestContext, request: Any, mod: Any) -> Any:
         for p in t.partitions:
             err, ts, offset, epoch = _answer(ctx, str(t.name), int(p.partition_index), int(p.timestamp), committed,
                                              getattr(p, "current_leader_epoch", None))
+            # v0 answers a list (Kafka 3.9 gives one offset to a max_num_offsets=1 client, as every one is)
             parts.append(make(mod.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=err,
-                              timestamp=ts, offset=offset, leader_epoch=epoch))
+                              timestamp=ts, offset=offset, leader_epoch=epoch,
+                              old_style_offsets=(offset,) if offset >= 0 and err == E.none else ()))
         topics.append(make(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
     return make(mod.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-@register(LIST_OFFSETS, 1, 7)
+@register(LIST_OFFSETS, 0, 9)
 async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     return await ctx.run_blocking(_list, ctx, request, response_for(request))

@@ -34,7 +34,7 @@ def new_producer_id() -> int:
         return (now << 10) | n
 
 
-@register(INIT_PRODUCER_ID, 0, 4)
+@register(INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     if request.transactional_id is not None:

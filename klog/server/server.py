@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from klog.protocol import framing
-from klog.protocol.apis import API_VERSIONS, PRODUCE
+from klog.protocol.apis import API_VERSIONS, PRODUCE, api_name
 from klog.protocol.kafka import TopicIds
 from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
@@ -452,8 +452,10 @@ class Server:
         if not dispatch.supports(prefix.api_key, prefix.api_version):
             if prefix.api_key == API_VERSIONS:
                 return _Parsed(prefix, None, None)  # answered in v0 with UNSUPPORTED_VERSION
-            log.warning("%s (client %s): unsupported api key %d version %d, closing", peer,
-                        framing.client_id_of(frame), prefix.api_key, prefix.api_version)
+            # at the default level: the client only sees a closed connection (Kafka closes too)
+            log.warning("%s (client %s): %s v%d is not supported (klog serve accepts %s), closing", peer,
+                        framing.client_id_of(frame), api_name(prefix.api_key), prefix.api_version,
+                        dispatch.accepted(prefix.api_key))
             return None
         try:
             client_id, body_at, schema = framing.parse_header(frame, prefix)

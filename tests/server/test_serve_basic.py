@@ -56,7 +56,7 @@ def test_api_versions_v0_lists_what_the_server_implements(kafka_server):
     assert corr == 42 and error == 0
     ranges = {struct.unpack_from(">hhh", frame, 10 + 6 * i)[0]: struct.unpack_from(">hhh", frame, 10 + 6 * i)[1:]
               for i in range(count)}
-    assert ranges[18] == (0, 3)
+    assert ranges[18] == (0, 4)
     assert 3 in ranges  # Metadata
 
 

@@ -13,10 +13,11 @@ from klog.protocol.kafka import make
 from tests.serve_helpers import RawClient
 
 pytest.importorskip("kio")
-from kio.index import load_payload_module  # noqa: E402
 from kio.schema.errors import ErrorCode as E  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
 from kio.static.primitive import i32Timedelta  # noqa: E402
+
+from klog.protocol.schemas import payload_module as load_payload_module  # noqa: E402
 
 
 @pytest.mark.parametrize("version", range(4, 17))

@@ -471,11 +471,12 @@ def kio_call(sock, request, correlation_id: int = 1):
     import io
     import struct
 
-    from kio.index import load_payload_module
     from kio.schema.request_header.v1.header import RequestHeader as V1
     from kio.schema.request_header.v2.header import RequestHeader as V2
     from kio.serial import entity_reader, entity_writer
     from kio.static.constants import EntityType
+
+    from klog.protocol.schemas import payload_module as load_payload_module
 
     header_type = V2 if request.__flexible__ else V1
     header = header_type(request_api_key=request.__api_key__, request_api_version=request.__version__,
@@ -686,9 +687,9 @@ def _sample_value(hint, kafka_type):
 
 def test_every_advertised_group_api_version_answers(kafka_server):
     """Each version in GROUP_HANDLERS parses a request and writes a response a client can read."""
-    from kio.index import load_payload_module
     from kio.static.constants import EntityType
 
+    from klog.protocol.schemas import payload_module as load_payload_module
     from klog.server.groups import GROUP_HANDLERS
 
     with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:

@@ -26,11 +26,12 @@ from klog.server.security import Listener, SecurityConfig
 
 def kio_request(sock: socket.socket, request, correlation_id: int = 1):
     """Send one kio request (header v2) and parse the response of the same version."""
-    from kio.index import load_payload_module
     from kio.schema.request_header.v2.header import RequestHeader
     from kio.serial import entity_reader, entity_writer
     from kio.static.constants import EntityType
     from kio.static.primitive import i32
+
+    from klog.protocol.schemas import payload_module as load_payload_module
 
     buf = io.BytesIO()
     entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=request.__api_key__,

@@ -1,0 +1,7 @@
+from .request import DescribeLogDirsRequest
+from .response import DescribeLogDirsResponse
+
+__all__ = (
+    "DescribeLogDirsRequest",
+    "DescribeLogDirsResponse",
+)

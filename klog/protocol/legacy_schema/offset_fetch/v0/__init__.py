@@ -1,0 +1,7 @@
+from .request import OffsetFetchRequest
+from .response import OffsetFetchResponse
+
+__all__ = (
+    "OffsetFetchRequest",
+    "OffsetFetchResponse",
+)
