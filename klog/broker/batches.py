@@ -335,6 +335,24 @@ class RawAppender:
         with self._guard:  # Store's partition cache is a plain dict
             return self.store.partition(topic, partition)
 
+    def append_message_set(self, topic: str, partition: int, data: bytes, acks: str) -> RawAppendResult:
+        """Append a magic 0/1 message set (Produce v0-v2) as Kafka 3.x does: up-converted to one v2
+        batch (klog.store.legacy), then appended like any batch. Its decompression is bounded by
+        max.message.bytes, as a v2 batch's is."""
+        from klog.errors import CorruptLogError, UnsupportedCodecError
+        from klog.store import legacy
+
+        max_bytes = self._max_message_bytes(topic)
+        with compression.expansion_limit(max_bytes) as bound:
+            try:
+                batch = legacy.to_v2_batch(data)
+            except (CorruptLogError, UnsupportedCodecError) as e:
+                if bound.exceeded:
+                    raise RecordTooLargeError(f"message set of {len(data)} bytes expands past max.message.bytes "
+                                              f"({max_bytes}) of topic '{topic}' when decompressed") from None
+                raise InvalidBatchError(f"message set refused: {e}") from None
+        return self.append(topic, partition, batch, acks)
+
     def append(self, topic: str, partition: int, data: bytes, acks: str) -> RawAppendResult:
         """Check and append one batch as a Kafka client sent it. Raises InvalidBatchError,
         RecordTooLargeError, the sequence errors above, and the store's errors."""

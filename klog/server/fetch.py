@@ -34,6 +34,9 @@ from klog.server.dispatch import register
 
 MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
+LAST_MESSAGE_SET_VERSION = 3  # Fetch v0-v3 read magic 0/1 message sets (Kafka 3.9 serves them, 4.0 does not)
+DOWN_CONVERT_BYTES_MAX = 1 << 20  # stored bytes converted per partition and request for such a client
+DOWN_CONVERSIONS = [0]  # partitions down-converted since start (Kafka's FetchMessageConversionsPerSec)
 
 # read_committed fetches: one StableView per partition object (its per-segment scans are cached),
 # each behind a lock since fetches are answered from several threads
@@ -50,9 +53,12 @@ class PartitionAnswer:
     range: Any = None  # klog.store.log.ByteRange
     last_stable_offset: int = -1
     aborted: list[tuple[int, int]] = field(default_factory=list)  # (producer id, first offset)
+    converted: bytes | None = None  # Fetch v0-v3: a message set down-converted from the stored batches
 
     @property
     def size(self) -> int:
+        if self.converted is not None:
+            return len(self.converted)
         return self.range.length if self.range is not None else 0
 
 
@@ -116,9 +122,16 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
             return answer
     if offset >= upper or budget <= 0:
         return answer
+    old_fetcher = ctx.api_version <= LAST_MESSAGE_SET_VERSION
+    wanted = min(int(p.partition_max_bytes), budget)
     try:
-        answer.range = part.byte_range(offset, min(int(p.partition_max_bytes), budget), upper)
-        if answer.range is not None:
+        if old_fetcher:  # converted in memory: a bounded chunk per partition and request, never a segment
+            wanted = min(wanted, DOWN_CONVERT_BYTES_MAX)
+        answer.range = part.byte_range(offset, wanted, upper)
+        if answer.range is not None and old_fetcher:
+            byte_range, answer.range = answer.range, None
+            answer.converted = _down_convert(byte_range, ctx.api_version, offset)
+        elif answer.range is not None:
             pagecache.ensure_cached(answer.range)  # the loop's sendfile must not wait for the disk
         if stable is not None and answer.range is not None:
             with lock:
@@ -131,6 +144,21 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
         ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
         answer.error = E.kafka_storage_error
     return answer
+
+
+def _down_convert(byte_range: Any, version: int, offset: int) -> bytes:
+    """The range's batches as the message set a Fetch v0-v3 client reads (magic 0 for v0-v1, 1 for
+    v2-v3), as Kafka 3.x down-converts; the range is closed."""
+    import os
+
+    from klog.store import legacy
+
+    try:
+        data = os.pread(byte_range.fd, byte_range.length, byte_range.position)
+    finally:
+        byte_range.close()
+    DOWN_CONVERSIONS[0] += 1
+    return legacy.from_v2_batches(data, legacy.MAGIC_V1 if version >= 2 else legacy.MAGIC_V0, offset)
 
 
 def _check_topic(ctx: RequestContext, topic: str) -> None:
@@ -168,7 +196,7 @@ def _clear(answers: list[TopicAnswer]) -> None:
     """The answers without their byte ranges (closed): what stays true of a partition with no data."""
     for t in answers:
         for p in t.partitions:
-            p.range = None
+            p.range = p.converted = None
             p.aborted = []
 
 
@@ -179,7 +207,7 @@ def _close(answers: list[TopicAnswer]) -> None:
                 p.range.close()
 
 
-@register(FETCH, 4, MAX_VERSION)
+@register(FETCH, 0, MAX_VERSION)
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     mod = response_for(request)
@@ -220,7 +248,7 @@ def _uvarint(n: int) -> bytes:
 def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> RawBody:
     flexible = version >= 12
     parts: list[bytes | FileRange] = []
-    head = bytearray(struct.pack(">i", 0))  # throttle_time_ms
+    head = bytearray(struct.pack(">i", 0) if version >= 1 else b"")  # throttle_time_ms (v1+)
     if version >= 7:
         head += struct.pack(">hi", int(error), 0)  # error code, session id 0: no session
     head += _uvarint(len(answers) + 1) if flexible else struct.pack(">i", len(answers))
@@ -234,19 +262,22 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
         buf += _uvarint(len(t.partitions) + 1) if flexible else struct.pack(">i", len(t.partitions))
         for p in t.partitions:
             buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
-            buf += struct.pack(">q", p.last_stable_offset)
-            if version >= 5:
-                buf += struct.pack(">q", p.log_start_offset)
-            buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
-            for producer_id, first_offset in p.aborted:
-                buf += struct.pack(">qq", producer_id, first_offset)
-                if flexible:
-                    buf += b"\0"  # the aborted transaction's tagged fields
+            if version >= 4:  # transactions' fields
+                buf += struct.pack(">q", p.last_stable_offset)
+                if version >= 5:
+                    buf += struct.pack(">q", p.log_start_offset)
+                buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
+                for producer_id, first_offset in p.aborted:
+                    buf += struct.pack(">qq", producer_id, first_offset)
+                    if flexible:
+                        buf += b"\0"  # the aborted transaction's tagged fields
             if version >= 11:
                 buf += struct.pack(">i", -1)  # preferred read replica: none
             size = p.size
             buf += _uvarint(size + 1) if flexible else struct.pack(">i", size)
-            if size:
+            if size and p.converted is not None:
+                buf += p.converted
+            elif size:
                 parts.append(bytes(buf))
                 parts.append(FileRange(p.range.fd, p.range.position, size, owner=p.range))
                 buf = bytearray()

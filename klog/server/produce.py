@@ -30,6 +30,7 @@ from klog.server.context import RequestContext
 from klog.server.dispatch import register
 
 ACKS = {0: "0", 1: "1", -1: "all"}
+LAST_MESSAGE_SET_VERSION = 2  # Produce v0-v2: magic 0/1 message sets (Kafka 3.9 serves them, 4.0 does not)
 SLICE_ENTRIES = 200  # partition entries handled between two turns of the other connections
 
 
@@ -69,9 +70,11 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
     if not records:
         return E.corrupt_message, None, "no record batch", None
     appender = ctx.server.appender
+    # v0-v2 carry magic 0/1 message sets: up-converted to a v2 batch in the append's thread
+    append = appender.append_message_set if ctx.api_version <= LAST_MESSAGE_SET_VERSION else appender.append
     try:
         async with ctx.server.append_slot(topic, partition):
-            result = await ctx.server.run_append(appender.append, topic, partition, bytes(records), acks)
+            result = await ctx.server.run_append(append, topic, partition, bytes(records), acks)
     except (KlogError, OSError) as e:
         code = error_code(e)
         if isinstance(e, UnknownTopicError | UnknownPartitionError):
@@ -83,7 +86,7 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
     return E.none, result, None, None
 
 
-@register(PRODUCE, 3, 11)  # v10-11 add only tagged answer fields (leader hints on errors), left out
+@register(PRODUCE, 0, 11)  # v10-11 add only tagged answer fields (leader hints on errors), left out
 async def produce(ctx: RequestContext, request: Any) -> Any:
     acks = ACKS.get(int(request.acks))
     mod = response_for(request)
@@ -95,7 +98,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             return E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)", None
         if not writable[topic]:
             return E.topic_authorization_failed, None, None, None
-        if request.transactional_id is not None:
+        if getattr(request, "transactional_id", None) is not None:  # v3+
             return (E.transactional_id_authorization_failed, None, "transactions are not supported by klog serve",
                     None)
         return await _append(ctx, topic, int(pdata.index), pdata.records, acks)

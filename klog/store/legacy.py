@@ -155,3 +155,89 @@ def header_fields(buf: bytes | memoryview, pos: int) -> tuple:
             count = -1
     return (base, size, NO_LEADER_EPOCH, magic, crc, attributes & 0x0F, offset - base, base_ts, timestamp,
             NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, count)
+
+
+# -- conversion for Kafka's oldest clients (klog serve's Produce v0-v2 and Fetch v0-v3) -------------
+# Kafka 3.x stores only v2 batches: message sets from old producers are validated and up-converted on
+# the way in, and old fetchers get message sets down-converted from the stored batches on the way out.
+
+def message_bytes(offset: int, timestamp: int, key: bytes | None, value: bytes | None, magic: int,
+                  attributes: int = 0) -> bytes:
+    """One uncompressed magic 0/1 log entry (its CRC-32 over magic..end)."""
+    body = bytearray(struct.pack(">bb", magic, attributes))
+    if magic == MAGIC_V1:
+        body += _TIMESTAMP.pack(timestamp)
+    for field in (key, value):
+        body += _LENGTH.pack(-1) if field is None else _LENGTH.pack(len(field)) + field
+    return struct.pack(">qiI", offset, len(body) + 4, zlib.crc32(body)) + bytes(body)
+
+
+def to_v2_batch(message_set: bytes) -> bytes:
+    """A Produce v0-v2 message set as the one RecordBatch v2 Kafka 3.x would store: every entry's CRC
+    and framing checked (CorruptLogError otherwise), compressed wrappers opened, the records' keys,
+    values and timestamps (magic 1: CreateTime, as Kafka keeps them; magic 0: none) in order, in the
+    set's codec (the broker recompresses per the topic's compression.type). The offsets the producer
+    put there are ignored: the log assigns them, as Kafka's LogValidator does."""
+    from klog.store import codec
+
+    buf = memoryview(message_set)
+    records: list = []
+    codecs: set[int] = set()
+    magics: set[int] = set()
+    pos = 0
+    while pos < len(buf):
+        if len(buf) - pos < LOG_OVERHEAD + 6:
+            raise CorruptLogError(f"message set ends in a partial message at byte {pos}")
+        _, size, crc, magic, attributes = _PREFIX.unpack_from(buf, pos)
+        if not is_legacy(magic):
+            raise CorruptLogError(f"message of magic {magic} in a Produce v0-v2 message set")
+        if not crc_ok(buf, pos, size, crc):
+            raise CorruptLogError(f"message at byte {pos}: CRC mismatch or truncated")
+        magics.add(magic)
+        codecs.add(attributes & COMPRESSION_CODEC_MASK)
+        append_time = magic == MAGIC_V1 and attributes & TIMESTAMP_TYPE_MASK
+        for _, timestamp, key, value, _ in records_of(buf, pos):
+            # a client's LogAppendTime means nothing: the topic's message.timestamp.type decides
+            records.append((key, value, [], NO_TIMESTAMP if append_time else timestamp))
+        pos += size + LOG_OVERHEAD
+    if not records:
+        raise CorruptLogError("empty message set")
+    if len(magics) > 1:
+        raise CorruptLogError("message set mixes magic 0 and 1")
+    return codec.encode_batch(records, 0, codec=max(codecs))
+
+
+def from_v2_batches(data: bytes | memoryview, magic: int, from_offset: int = 0) -> bytes:
+    """Stored batches (whole ones; a partial one at the end is left out, as clients drop it) as
+    an uncompressed magic 0/1 message set: what Fetch v0-v1 (magic 0) and v2-v3 (magic 1) read.
+    Records below `from_offset` and control batches (transaction markers) are left out and headers
+    dropped, as Kafka does. Old entries of an imported Kafka log are converted the same way."""
+    from klog.store import codec
+
+    out = []
+    pos = 0
+    view = memoryview(data)
+    while len(view) - pos >= LOG_OVERHEAD + 6:
+        if is_legacy(view[pos + MAGIC_OFFSET]):
+            size = _LENGTH.unpack_from(view, pos + 8)[0]
+            if pos + size + LOG_OVERHEAD > len(view):
+                break
+            out.extend(message_bytes(offset, ts, key, value, magic) for offset, ts, key, value, _
+                       in records_of(view, pos) if offset >= from_offset)
+            pos += size + LOG_OVERHEAD
+            continue
+        if len(view) - pos < codec.min_batch_size(2):
+            break
+        header = codec.read_header(view, pos)
+        end = pos + header.batch_length + LOG_OVERHEAD
+        if end > len(view):
+            break
+        if not header.is_control and header.last_offset >= from_offset:
+            append_time = header.attributes & TIMESTAMP_TYPE_MASK
+            attributes = TIMESTAMP_TYPE_MASK if append_time and magic == MAGIC_V1 else 0
+            for offset, timestamp, key, value, _ in codec.decode_batch_records(bytes(view[pos:end]), 0, header):
+                if offset >= from_offset:
+                    ts = header.max_timestamp if append_time else timestamp
+                    out.append(message_bytes(offset, ts, key, value, magic, attributes))
+        pos = end
+    return b"".join(out)

@@ -70,15 +70,11 @@ def advertised(port: int) -> dict[int, tuple[int, int]]:
     return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
 
 
-# Produce v0-v2 and Fetch v0-v3 carry magic 0/1 message sets: served once their conversion is in
-NOT_YET = {0: (3, 11), 1: (4, 17)}
-
-
 def test_every_kafka_3_9_version_is_advertised(kafka_server):
     ranges = advertised(kafka_server.port)
     short = {key: ranges.get(key) for key, want in KAFKA_3_9.items()
              if key not in ranges or ranges[key][0] > want[0] or ranges[key][1] < want[1]}
-    assert short == NOT_YET
+    assert short == {}
 
 
 @pytest.mark.parametrize("api_key", sorted(KAFKA_3_9))

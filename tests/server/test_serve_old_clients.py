@@ -1,0 +1,74 @@
+"""Kafka's oldest clients through klog serve, as Kafka 3.9 serves them: kafka-python pinned to
+api_version (0, 10) (Produce v2 with magic 1 message sets, Fetch v2 reading magic 1) and (0, 9)
+(magic 0: no timestamps). What they produce is stored as v2 batches (read back by klog itself
+and by a current client), and what they consume is down-converted from the stored batches."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+kafka = pytest.importorskip("kafka")
+
+N = 30
+
+
+def _records(magic: int) -> list[tuple[bytes | None, bytes, int]]:
+    base = 1_700_000_000_000
+    return [(None if i % 7 == 3 else b"k%d" % i, b"v%d-" % i + bytes(range(i % 256)), base + i * 1000 if magic else -1)
+            for i in range(N)]
+
+
+def _produce(bootstrap: str, topic: str, api_version: tuple, records: list, **extra) -> None:
+    p = kafka.KafkaProducer(bootstrap_servers=bootstrap, api_version=api_version, acks=1, **extra)
+    for key, value, ts in records:
+        p.send(topic, key=key, value=value, timestamp_ms=ts if ts >= 0 else None)
+    p.flush(timeout=20)
+    p.close(timeout=5)
+
+
+def _consume(bootstrap: str, topic: str, api_version: tuple, n: int) -> list[tuple[bytes | None, bytes, int]]:
+    c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, api_version=api_version, auto_offset_reset="earliest",
+                            enable_auto_commit=False, consumer_timeout_ms=1000)
+    c.assign([kafka.TopicPartition(topic, 0)])
+    out = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            for m in c:
+                out.append((m.key, m.value, m.timestamp))
+    finally:
+        c.close()
+    return out
+
+
+@pytest.mark.parametrize("api_version,magic", [((0, 10), 1), ((0, 9), 0)])
+@pytest.mark.parametrize("codec", [None, "gzip"])
+def test_old_kafka_python_round_trips(kafka_server, store, api_version, magic, codec):
+    topic = f"old-{magic}-{codec}"
+    store.create_topic(topic, partitions=1)
+    records = _records(magic)
+    _produce(kafka_server.bootstrap, topic, api_version, records, compression_type=codec)
+
+    got = _consume(kafka_server.bootstrap, topic, api_version, N)
+    want_ts = [ts for _, _, ts in records] if magic else [-1] * N
+    assert [(k, v) for k, v, _ in got] == [(k, v) for k, v, _ in records]
+    assert [ts for _, _, ts in got] == (want_ts if magic else [None] * N)  # magic 0 has no timestamp
+
+    # stored as v2 batches: klog reads the same keys, values and timestamps, offsets 0..N-1
+    stored = [r for batch in store.partition(topic, 0).read(0, max_bytes=1 << 20) for r in batch.records()]
+    assert [(o, k, v) for o, _, k, v, _ in stored] == [(i, k, v) for i, (k, v, _) in enumerate(records)]
+    assert [ts for _, ts, *_ in stored] == want_ts
+
+
+def test_a_new_client_reads_what_an_old_one_wrote_and_the_other_way(kafka_server, store):
+    ck = pytest.importorskip("confluent_kafka")
+    store.create_topic("mixed", partitions=1)
+    records = _records(1)
+    _produce(kafka_server.bootstrap, "mixed", (0, 10), records[:10])
+    p = ck.Producer({"bootstrap.servers": kafka_server.bootstrap})
+    for key, value, ts in records[10:]:
+        p.produce("mixed", key=key, value=value, timestamp=ts, partition=0)
+    assert p.flush(20) == 0
+    assert _consume(kafka_server.bootstrap, "mixed", (0, 10), N) == records
