@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from klog.errors import KlogError, RecordTooLargeError
 from klog.store import codec, compression, validate
 from klog.store.codec import BatchHeader, read_header
+from klog.store.config import LONG_MAX
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -43,6 +44,13 @@ class InvalidBatchError(KlogError):
         super().__init__(message)
         self.corrupt = corrupt  # False: well-formed but not acceptable (INVALID_RECORD)
         self.record_index = record_index  # the record at fault (Kafka's record_errors), if one is
+
+
+class InvalidTimestampError(InvalidBatchError):
+    """A CreateTime record outside the topic's message.timestamp.before/after.max.ms (INVALID_TIMESTAMP)."""
+
+    def __init__(self, message: str, record_index: int) -> None:
+        super().__init__(message, corrupt=False, record_index=record_index)
 
 
 class DuplicateSequenceError(KlogError):
@@ -106,6 +114,45 @@ def with_codec(data: bytes, header: BatchHeader, new_codec: int) -> bytes:
     buf = bytearray(codec.encode_header_fields(fixed) + packed)
     struct.pack_into(">I", buf, CRC_OFFSET, codec.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
     return bytes(buf)
+
+
+def with_max_timestamp(data: bytes, max_timestamp: int) -> bytes:
+    """The batch with its header's maxTimestamp set (it is under the CRC: recomputed)."""
+    buf = bytearray(data)
+    struct.pack_into(">q", buf, MAX_TIMESTAMP_OFFSET, max_timestamp)
+    struct.pack_into(">I", buf, CRC_OFFSET, codec.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def validated_for_topic(data: bytes, header: BatchHeader, config, now_ms: int) -> bytes:  # noqa: ANN001 - LogConfig
+    """What Kafka's LogValidator checks of a well-formed batch against its topic, and the batch as
+    it is to be stored: a record without a key refused in a compacted topic (INVALID_RECORD), CreateTime
+    timestamps outside message.timestamp.before/after.max.ms refused (INVALID_TIMESTAMP), and a header
+    whose maxTimestamp is below its first record's (sarama writes -1) set from the records, so the
+    time index finds them. The records are decoded only where one of these needs them: a well-formed
+    batch into a default topic costs nothing more."""
+    bounded = not config.log_append_time and (config.timestamp_before_max_ms < LONG_MAX
+                                               or config.timestamp_after_max_ms < LONG_MAX)
+    wrong_max = header.max_timestamp < header.base_timestamp and not config.log_append_time
+    if not (config.compacted or bounded or wrong_max):
+        return data
+    records = codec.decode_batch_records(data, 0, header)
+    if config.compacted:
+        for i, record in enumerate(records):
+            if record[2] is None:
+                raise InvalidBatchError(f"record {i} has no key: a compacted topic cannot accept it", corrupt=False,
+                                        record_index=i)
+    if bounded:
+        for i, record in enumerate(records):
+            ts = record[1]
+            if ts < now_ms - config.timestamp_before_max_ms or ts > now_ms + config.timestamp_after_max_ms:
+                raise InvalidTimestampError(
+                    f"record {i} has timestamp {ts}, outside message.timestamp.before.max.ms "
+                    f"({config.timestamp_before_max_ms}) / after.max.ms ({config.timestamp_after_max_ms}) "
+                    f"of the broker time {now_ms}", record_index=i)
+    if wrong_max:
+        return with_max_timestamp(data, max(record[1] for record in records))
+    return data
 
 
 @dataclass(slots=True)
@@ -380,6 +427,7 @@ class RawAppender:
         if len(data) > max_bytes:
             raise RecordTooLargeError(f"record batch of {len(data)} bytes is larger than max.message.bytes "
                                       f"({max_bytes}) of topic '{topic}'")
+        data = validated_for_topic(data, header, config, int(time.time() * 1000))
         append_time = -1
         if config.log_append_time:
             append_time = int(time.time() * 1000)

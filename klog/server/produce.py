@@ -10,6 +10,7 @@ from typing import Any
 from klog.broker.batches import (
     DuplicateSequenceError,
     InvalidBatchError,
+    InvalidTimestampError,
     OutOfOrderSequenceError,
     ProducerFencedError,
     RawAppendResult,
@@ -36,6 +37,8 @@ SLICE_ENTRIES = 200  # partition entries handled between two turns of the other 
 
 def error_code(exc: BaseException) -> E:
     """Kafka's error code for what an append raised."""
+    if isinstance(exc, InvalidTimestampError):
+        return E.invalid_timestamp
     if isinstance(exc, InvalidBatchError):
         return E.corrupt_message if exc.corrupt else E.invalid_record
     if isinstance(exc, NotEnoughReplicasError) and "after appending" in str(exc):

@@ -73,6 +73,10 @@ CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("max.message.bytes", str(MAX_MESSAGE_BYTES_DEFAULT), _long(0), "largest record batch accepted"),
     ConfigKey("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
               "CreateTime keeps the producer's time; LogAppendTime stamps the append time"),
+    ConfigKey("message.timestamp.before.max.ms", str(LONG_MAX), _long(0),
+              "refuse CreateTime records older than this (KIP-937)"),
+    ConfigKey("message.timestamp.after.max.ms", str(LONG_MAX), _long(0),
+              "refuse CreateTime records this far in the future (KIP-937)"),
     ConfigKey("compression.type", "producer", _choice(*CODECS), "codec for stored batches"),
     # klog writes with fsync after every append by default (Kafka's default is never; a broker
     # has replicas on other machines, klog's replicas may share a power supply).
@@ -120,6 +124,8 @@ class LogConfig:
     retention_ms: int = 604800000
     retention_bytes: int = -1
     timestamp_type: str = "CreateTime"
+    timestamp_before_max_ms: int = LONG_MAX
+    timestamp_after_max_ms: int = LONG_MAX
     compression_type: str = "producer"
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
@@ -174,6 +180,8 @@ _LOG_CONFIG_KEYS = {
     "retention_ms": "retention.ms",
     "retention_bytes": "retention.bytes",
     "timestamp_type": "message.timestamp.type",
+    "timestamp_before_max_ms": "message.timestamp.before.max.ms",
+    "timestamp_after_max_ms": "message.timestamp.after.max.ms",
     "compression_type": "compression.type",
     "cleanup_policy": "cleanup.policy",
     "min_insync_replicas": "min.insync.replicas",
