@@ -39,3 +39,4 @@ def test_the_check_reads_paths_and_modules_beside_their_package():
     text = "| `klog/broker` | replication (`replication.py`), `dirs.py` |\nsee klog/store/codec.py and tests/store\n"
     assert named_paths(text) == {"klog/broker", "klog/broker/replication.py", "klog/broker/dirs.py",
                                  "klog/store/codec.py", "tests/store"}
+

@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from klog.errors import KlogError, NotEnoughReplicasError, StorageError
+from klog.errors import KlogError, LeaderAppendError, NoLeaderError, NotEnoughReplicasError, StorageError
 from klog.meta.topics import PartitionMeta
 from klog.store import health
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
-from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, AppendResult, LeaderAppendError
+from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, AppendResult
 from klog.store.reader import PartitionReader
 
 CATCH_UP_BYTES_PER_FETCH = 4 << 20
@@ -41,10 +41,6 @@ CATCH_UP_RETRY_S = 5.0  # after a failed catch-up (a full or broken disk), appen
 REPLICA_RECHECK_S = 30.0
 
 Warn = Callable[[str], None]
-
-
-class NoLeaderError(KlogError):
-    """No in-sync replica of the partition is healthy, and unclean election is off."""
 
 
 def dir_health(store, log_dir_id: int) -> str:

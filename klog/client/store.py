@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -10,7 +9,7 @@ from dataclasses import dataclass, field
 
 from klog.broker.resolve import resolve_topic_names
 from klog.client.store_groups import GroupAdminMethods
-from klog.errors import KlogError, StorageError, UnknownPartitionError
+from klog.errors import KlogError, StorageError, UnknownPartitionError, log_warning
 from klog.meta.db import MetaDB
 from klog.meta.topics import PARTITIONS_MAX, TopicMeta, TopicsMeta
 from klog.store.config import CONFIG_KEYS, LogConfig
@@ -52,10 +51,6 @@ class TopicInfo:
         return sum(p.size_bytes for p in self.partitions)
 
 
-def _log_warning(message: str) -> None:
-    logging.getLogger("klog").warning(message)
-
-
 class Store(GroupAdminMethods):
     """Open (creating if needed) the klog store at `path` (default: $KLOG_DATA_DIR or XDG).
 
@@ -65,7 +60,7 @@ class Store(GroupAdminMethods):
 
     def __init__(self, path: str | None = None, create: bool = True, log_dirs: list[str] | None = None,
                  on_warning: Callable[[str], None] | None = None, read_only: bool = False) -> None:
-        self.warn = on_warning or _log_warning
+        self.warn = on_warning or log_warning
         self.read_only = read_only
         self.data_dir = DataDir.open(default_data_dir() if path is None else path, create=create,
                                      log_dirs=log_dirs, read_only=read_only)

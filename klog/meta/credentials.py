@@ -6,15 +6,11 @@ whichever of the user's credentials exists (the SCRAM keys are enough to verify 
 
 from __future__ import annotations
 
-from klog.errors import KlogError, UsageError
+from klog.errors import UnknownUserError, UsageError
 from klog.meta.db import MetaDB
 from klog.security.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential, make_credential
 
 USER_CHARS_MAX = 255
-
-
-class UnknownUserError(KlogError):
-    """No such SASL user (or not with that mechanism)."""
 
 
 def validate_user(name: str) -> None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from klog.errors import ScramError
 from klog.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from klog.protocol.kafka import E, make, response_for
-from klog.security.scram import ScramError, ScramServer, check_password
+from klog.security.scram import ScramServer, check_password
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.security import SASL_AUTH_ATTEMPTS_MAX

@@ -8,12 +8,11 @@ klog.errors.UsageError with one line naming the option.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from klog.errors import UsageError
+from klog.errors import UsageError, log_warning
 
 EARLIEST = -2  # Spark's per-partition JSON: -2 means earliest, -1 latest
 LATEST = -1
@@ -139,7 +138,7 @@ def _check_names(opts: dict[str, str], known: set[str], what: str) -> None:
 def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
-        logging.getLogger("klog").warning(message)
+        log_warning(message)
 
 
 def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> ReadOptions:

@@ -14,7 +14,13 @@ from typing import NamedTuple
 
 from crc32c import crc32c  # hardware CRC-32C (SSE 4.2 / ARMv8), software fallback inside
 
-from klog.errors import CompressionError, CorruptLogError, UnsupportedCodecError
+from klog.errors import (
+    CompressionError,
+    CorruptLogError,
+    DecompressionError,
+    UnknownCodecIdError,
+    UnsupportedCodecError,
+)
 from klog.store import compression, fastrecords, legacy
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
@@ -380,10 +386,10 @@ def records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, i
     if codec:
         try:
             data = compression.decompress(codec, memoryview(buf)[pos + RECORDS_OFFSET:end])
-        except compression.UnsupportedCodecError:
+        except UnknownCodecIdError:
             raise UnsupportedCodecError(
                 f"unsupported compression codec id {codec} (offset {header.base_offset})") from None
-        except compression.CompressionError as e:
+        except DecompressionError as e:
             raise CompressionError(str(e), offset=header.base_offset) from None
         start = 0
         stop = len(data)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from klog.errors import CorruptLogError, KlogError, StateLostError, StorageError
+from klog.errors import CorruptLogError, KlogError, LeaderAppendError, StateLostError, StorageError
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
@@ -62,15 +62,6 @@ SYNC_ALL = "all"        # acks=all: leader and every in-sync follower
 SYNC_LEADER = "leader"  # acks=1: the leader only
 SYNC_NONE = "none"      # acks=0: none
 SYNC_BY_ACKS = {"all": SYNC_ALL, "1": SYNC_LEADER, "0": SYNC_NONE}
-
-
-class LeaderAppendError(StorageError):
-    """The leader's directory failed an append; the followers were put back as they were."""
-
-    def __init__(self, message: str, why: str, stuck: list[PartitionLog] | None = None) -> None:
-        super().__init__(message)
-        self.why = why
-        self.stuck = stuck or []  # followers still holding the batch: they leave the ISR too
 
 
 def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHeader, new_segment: bool,

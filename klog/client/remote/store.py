@@ -11,7 +11,7 @@ from klog.client.remote.errors import config_error, klog_error, unsupported
 from klog.client.remote.target import ClusterTarget, timeout_s
 from klog.client.store import PartitionInfo, TopicInfo
 from klog.client.store_groups import GroupAdminMethods
-from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
+from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError, log_warning
 from klog.store.config import CONFIG_KEYS, LogConfig, validate_configs
 from klog.store.names import validate_topic_name
 
@@ -59,7 +59,7 @@ class RemoteStore(GroupAdminMethods):
         from confluent_kafka.admin import AdminClient
 
         self.target = target
-        self.warn = on_warning
+        self.warn = on_warning or log_warning
         self.timeout = timeout_s()
         self.last_error: str | None = None
         self.path = target.bootstrap
