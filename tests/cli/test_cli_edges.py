@@ -99,7 +99,7 @@ def test_consume_since_a_span_ago_as_the_help_says(cli, store):
     with store.producer() as p:
         p.send("ago", b"old", timestamp=now - 3_600_000)
         p.send("ago", b"new", timestamp=now + 60_000)
-    assert "15m ago" in cli("consume", "--help").out
+    assert "15m ago" in " ".join(cli("consume", "--help").out.replace("│", " ").split())  # wrapped or not
     r = cli("consume", "ago", "--since", "15m ago")
     assert (r.exit_code, r.stdout) == (0, b"new\n")
 

@@ -27,12 +27,21 @@ def short_timeout(monkeypatch):
 
 
 @pytest.mark.parametrize("args", [("consume", "t"), ("topics", "list"), ("offsets", "t"), ("produce", "t")])
-def test_unreachable_cluster_is_one_line_within_the_timeout(cli, short_timeout, args):
-    address = f"127.0.0.1:{closed_port()}"
+def test_a_refused_connection_fails_at_once_not_after_the_timeout(cli, args):
+    address = f"127.0.0.1:{closed_port()}"  # the default 10 s bound: a refusal must not wait for it
     started = time.monotonic()
     r = cli(*args, "--bootstrap-server", address, input=b"x\n")
-    assert time.monotonic() - started < 4  # the 0.5 s bound plus start-up on a loaded machine
-    assert_one_line_error(r, 1, "cannot reach Kafka cluster", address, "within 0.5 s", "Connection refused")
+    assert time.monotonic() - started < 5  # well under the 10 s bound, on a loaded machine
+    assert_one_line_error(r, 1, "cannot reach Kafka cluster", address, "connection refused")
+
+
+def test_a_silent_cluster_fails_after_the_timeout(cli, short_timeout):
+    with socket.socket() as silent:  # the kernel accepts connections; nobody ever answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        r = cli("topics", "list", "--bootstrap-server", address)
+    assert_one_line_error(r, 1, "cannot reach Kafka cluster", address, "within 0.5 s")
 
 
 def test_bootstrap_from_the_environment(cli, short_timeout, monkeypatch):

@@ -216,11 +216,15 @@ def test_group_resume_after_a_crash_around_an_append_writes_no_duplicates(store,
     real_append = replayer.replicas.append
     calls = [0]
 
-    def failing_append(*args):
+    def failing_append(*args, before=None):
         calls[0] += 1
         if calls[0] == 2 and when == "before":
-            raise Crash()  # killed with the intent saved, before the batch was written
-        result = real_append(*args)
+            def intent_then_crash(base):
+                before(base)
+                raise Crash()  # killed with the intent saved, before the batch was written
+
+            return real_append(*args, before=intent_then_crash)
+        result = real_append(*args, before=before)
         if calls[0] == 2 and when == "after":
             raise Crash()  # killed after the batch landed, before the progress was saved
         return result

@@ -373,3 +373,21 @@ def test_random_operations_keep_the_invariants(seed: int, replay_seed) -> None:
     check()
     assert all(len(r.got) == 1 for r in replies), [r.got for r in replies if len(r.got) != 1][:3]
     assert c.next_deadline() is None
+
+
+def test_a_group_at_group_max_size_refuses_new_members_and_new_member_ids():
+    """Kafka's group.max.size: a client joining over and over (each join's subscription goes back to the
+    leader in every rebalance) gets GROUP_MAX_SIZE_REACHED instead of growing the group without end."""
+    c, _ = make()
+    c.max_size = 3
+    first = [join(c) for _ in range(2)]  # members (waiting for the rebalance)
+    handed_out = join(c, require=True)  # KIP-394: a member id handed out counts too
+    assert handed_out.one.error == E.member_id_required
+    refused = join(c)
+    assert refused.one.error == E.group_max_size_reached
+    assert join(c, require=True).one.error == E.group_max_size_reached
+    assert len(c.groups["g"].members) + len(c.groups["g"].pending) == 3
+    assert all(not r.got for r in first)
+    # the member id handed out still joins: it is already counted
+    joined = join(c, member_id=handed_out.one.member_id)
+    assert not joined.got or joined.one.error != E.group_max_size_reached
