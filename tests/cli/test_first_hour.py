@@ -7,9 +7,8 @@ import os
 import subprocess
 import sys
 
-from tests.test_cli import assert_one_line_error
-
 import klog
+from tests.cli.test_cli import assert_one_line_error
 from tests.conftest import REPO
 
 
