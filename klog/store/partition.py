@@ -18,7 +18,7 @@ from klog.errors import CorruptLogError, KlogError, LeaderAppendError, StateLost
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
-from klog.store.limits import FETCH_BYTES_MAX
+from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.locks import FileLock
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
@@ -349,7 +349,8 @@ class Partition:
             self.state.write(snap, sync=True)
 
     # -- reading -------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int = FETCH_BYTES_MAX, upper: int | None = None) -> list[FetchedBatch]:
+    def read(self, offset: int, max_bytes: int = PARTITION_READ_BYTES_DEFAULT,
+             upper: int | None = None) -> list[FetchedBatch]:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
         batches = self._from_replicas(offset, upper, lambda replica, bound: replica.read(offset, bound, max_bytes),
                                       lambda got: (got[0].header, got[0].path, got[0].position), lambda got: None)
