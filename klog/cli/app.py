@@ -13,12 +13,15 @@ import os
 import sys
 from collections.abc import Callable
 from enum import IntEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from klog.cli import placeholders
 from klog.errors import KlogError
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 placeholders.apply()
 
@@ -90,7 +93,7 @@ def set_quiet(quiet: bool = True) -> None:
     _quiet = quiet
 
 
-def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201
+def open_store(data_dir: str | None, create: bool = True, read_only: bool = False) -> AnyStore:
     """The store, its warnings on stderr (producers, replays and moves made from it use them too);
     a Kafka cluster behind the same interface when the command was given one (see cluster_options).
     `read_only`: a command that only reads changes nothing and works on a read-only store."""

@@ -14,9 +14,13 @@ import datetime as dt
 import os
 import re
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from klog.cli.output import WRITE_CHUNK_BYTES, terminal_safe
 from klog.client.records import Record
+
+if TYPE_CHECKING:
+    from klog.client.consumer import ConsumerBase
 
 RESET = "\x1b[0m"
 STYLES = {
@@ -118,7 +122,7 @@ class TerminalView:
         return self._json_on[m.lastindex] + m[0] + self._reset
 
     # -- drawing -----------------------------------------------------------------------------------
-    def _keep_up(self, consumer, write: Callable[[bytes], object]) -> None:  # noqa: ANN001 - a Consumer
+    def _keep_up(self, consumer: ConsumerBase, write: Callable[[bytes], object]) -> None:
         """-f on a terminal that the log outruns: when more than SKIP_LAG records written since the view
         started wait, jump to the newest KEEP_RECORDS and say how many were skipped (a view must not fall
         minutes behind). What was there when it started (-o beginning) is drawn whole."""

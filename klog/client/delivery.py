@@ -18,10 +18,13 @@ import itertools
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from klog.client.records import Record
 from klog.errors import log_warning
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 COMMIT_INTERVAL_MS = 1000  # the output is flushed and offsets committed at least this often while records flow
 WRITE_CHUNK_BYTES = 1 << 20  # one write call never gets more than this (CPython's can return short past 2 GiB)
@@ -30,7 +33,7 @@ TP = tuple[str, int]
 Line = Callable[[Record], bytes]
 
 
-def deliver(store, topics: list[str], *, group: str | None = None,  # noqa: ANN001 - Store or RemoteStore
+def deliver(store: AnyStore, topics: list[str], *, group: str | None = None,
             properties: dict[str, str] | None = None, line: Line | None = None, follow: bool = False,
             count: int | None = None, record_filter: Callable[[Record], bool] | None = None,
             exec_cmd: str | None = None, batch: int = 1, reader: Iterable[Record] | None = None,

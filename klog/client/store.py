@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from klog.broker.resolve import resolve_topic_names
 from klog.client.store_groups import GroupAdminMethods
@@ -17,6 +18,12 @@ from klog.store.format import partition_dir_name
 from klog.store.layout import DataDir, default_data_dir
 from klog.store.names import partition_file_stem, validate_topic_name
 from klog.store.partition import Partition
+
+if TYPE_CHECKING:
+    from klog.client.consumer import Consumer
+    from klog.client.group import GroupConsumer
+    from klog.client.producer import Producer
+    from klog.client.replay import Replayer
 
 
 @dataclass
@@ -337,18 +344,18 @@ class Store(GroupAdminMethods):
         return resolve_topic_names(self, topics, pattern)
 
     # -- clients -----------------------------------------------------------------------------
-    def producer(self, **kwargs):  # noqa: ANN201 - see Producer
+    def producer(self, **kwargs: Any) -> Producer:
         from klog.client.producer import Producer
 
         return Producer(self, **kwargs)
 
-    def consumer(self, *topics: str, **kwargs):  # noqa: ANN201 - see Consumer
+    def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         from klog.client.consumer import Consumer
 
         return Consumer(self, list(topics), **kwargs)
 
     # -- lifecycle (klog.broker.lifecycle, klog.client.replay) -----------------------------------
-    def replayer(self, source: str, dest: str | None = None, **kwargs):  # noqa: ANN201 - see Replayer
+    def replayer(self, source: str, dest: str | None = None, **kwargs: Any) -> Replayer:
         from klog.client.replay import Replayer
 
         return Replayer(self, source, dest, **kwargs)
@@ -376,7 +383,7 @@ class Store(GroupAdminMethods):
 
         return dirty_ratio(self, topic, partition)
 
-    def group_consumer(self, group: str, *topics: str, **kwargs):  # noqa: ANN201 - see GroupConsumer
+    def group_consumer(self, group: str, *topics: str, **kwargs: Any) -> GroupConsumer:
         """Join consumer group `group` reading `topics` (see klog.client.group)."""
         from klog.client.group import GroupConsumer
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,6 +18,10 @@ import pyarrow.compute as pc
 from klog.errors import KlogError, OffsetOutOfRangeError
 from klog.store.limits import SPARK_PARTITION_READ_BYTES
 from klog.store.reader import PartitionReader
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
+    from klog.spark.options import ReadOptions, WriteOptions
 
 # Spark's Kafka source schema, with headers unless includeHeaders=false (klog's default is true:
 # Spark's is false)
@@ -63,7 +68,7 @@ def read_range(data_dir: str, topic: str, partition: int, start: int, end: int, 
         store.close()
 
 
-def open_options_store(opts):  # noqa: ANN001, ANN201 - Read/WriteOptions -> Store or RemoteStore
+def open_options_store(opts: ReadOptions | WriteOptions) -> AnyStore:
     """A cluster when the options carry kafka.bootstrap.servers (Spark's Kafka source option), else
     the dataDir store; executors call this too, with the options pickled to them."""
     props = dict(opts.kafka)

@@ -11,8 +11,12 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from klog.errors import UsageError, log_warning
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 EARLIEST = -2  # Spark's per-partition JSON: -2 means earliest, -1 latest
 LATEST = -1
@@ -102,7 +106,7 @@ def location(data_dir: str) -> dict[str, str]:
     return {"dataDir": data_dir, **cluster_options()}
 
 
-def open_store(data_dir: str):  # noqa: ANN201 - Store or RemoteStore
+def open_store(data_dir: str) -> AnyStore:
     """The driver's view of where the topics are (the cluster when one was given)."""
     if _cluster:
         from klog.client.remote.store import RemoteStore
