@@ -93,6 +93,20 @@ class RawClient:
         return out
 
 
+def fixed_crc(data: bytearray) -> bytes:
+    """`data` with its CRC recomputed in place (and returned as bytes)."""
+    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+    return bytes(data)
+
+
+def broken_records_batch(count: int = 100) -> bytes:
+    """A CRC-valid batch whose first record claims one byte more than it has."""
+    buf = bytearray(batch([b"value-%03d" % i for i in range(count)]))
+    assert buf[RECORDS_OFFSET] < 0x7E
+    buf[RECORDS_OFFSET] += 2  # zigzag: length + 1
+    return fixed_crc(buf)
+
+
 def produce_request_fields(version: int, topic: str, partition: int, records: bytes, acks: int = -1) -> dict:
     mod = load_payload_module(0, version, EntityType.request)
     import datetime
