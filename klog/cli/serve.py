@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import logging
 
-        from klog.server.security import SASL_MECHANISMS, SecurityConfig, parse_listener
+        from klog.server.listeners import SASL_MECHANISMS, SecurityConfig, parse_listener
 
         listeners = [parse_listener(text) for text in listen or ["127.0.0.1:9092"]]
         security = SecurityConfig(listeners, ssl_cert, ssl_key, ssl_ca, ssl_client_auth.lower(),

@@ -29,15 +29,9 @@ from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
-from klog.server.security import (
-    CLOSE_LINGER_MS,
-    SASL_FRAME_BYTES_MAX,
-    ConnectionSecurity,
-    Listener,
-    SecurityConfig,
-    ServerSecurity,
-    with_throttle,
-)
+from klog.server.listeners import Listener, SecurityConfig
+from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
+from klog.server.throttle import with_throttle
 from klog.server.watcher import HighWatermarkWatcher
 
 log = logging.getLogger("klog.serve")

@@ -26,7 +26,7 @@ from klog.meta.acls import AclsMeta
 from klog.meta.credentials import CredentialsMeta
 from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from klog.server import Server
-from klog.server.security import Listener, SecurityConfig
+from klog.server.listeners import Listener, SecurityConfig
 from tests.tls_certs import make_certs
 
 KCAT = shutil.which("kcat")
