@@ -118,8 +118,9 @@ class LeaderAppendError(StorageError):
         self.stuck = stuck or []  # followers (PartitionLogs) still holding the batch: they leave the ISR too
 
 
-class NoLeaderError(KlogError):
-    """No in-sync replica of the partition is healthy, and unclean election is off."""
+class NoLeaderError(StorageError):
+    """No in-sync replica of the partition is healthy, and unclean election is off: a storage
+    failure (full, read-only, missing directories), which Kafka's clients retry (KAFKA_STORAGE_ERROR)."""
 
 
 class NotEnoughReplicasError(KlogError):

@@ -154,6 +154,9 @@ class ReplicaManager:
         # log dir id -> (its path, its health), while a producer writes many batches in one go
         # (see shared_dir_checks); None otherwise: every append checks its directories again
         self._dir_checks: dict[int, tuple[str, str]] | None = None
+        # (topic, partition, log dir) -> the unhealthy state last warned of: a full disk is said once
+        # when it fills, not once per produce request while it stays full
+        self._said_unhealthy: dict[tuple[str, int, int], str] = {}
 
     @contextmanager
     def shared_dir_checks(self) -> Iterator[None]:
@@ -222,8 +225,12 @@ class ReplicaManager:
             if states[d] == health.OK and hw > 0 and not os.path.isdir(replica_path(store, topic, partition, d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
         healthy = {d for d, s in states.items() if s == health.OK}
-        for d in meta.isr:
-            if d not in healthy:
+        for d in meta.replicas:
+            said = self._said_unhealthy.get((topic, partition, d))
+            if d in healthy:
+                self._said_unhealthy.pop((topic, partition, d), None)
+            elif d in meta.isr and said != states[d]:
+                self._said_unhealthy[(topic, partition, d)] = states[d]
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
         elected = elect(meta, healthy, unclean)

@@ -12,6 +12,7 @@ import os
 
 from klog.broker.replication import ReplicaManager, catch_up
 from klog.errors import KlogError
+from klog.store.format import LOG_SUFFIX, parse_segment_base
 from klog.store.inspect import check_segment
 from klog.store.segment import CORRUPT_SUFFIX
 
@@ -41,8 +42,11 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
                           "problems": list(problems)}
                 if repair and problems:
                     healthy = next((r for _, r, (probs, _) in checked if not probs and r is not replica), None)
-                    report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"],
-                                                 snap.high_watermark if snap is not None else 0)
+                    try:
+                        report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"],
+                                                     snap.high_watermark if snap is not None else 0)
+                    except KlogError as e:  # e.g. a file klog will not write through (a symbolic link)
+                        report["problems"].append(f"not repaired: {e}")
                 reports.append(report)
             if repair:
                 reports.extend(_rejoin(store, name, p, part))
@@ -142,8 +146,9 @@ def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
         with part.lock:
             after = ReplicaManager(store).reconcile(topic, partition, part).isr
     except KlogError as e:  # e.g. no leader: reported, and the other partitions still get checked
+        # the partition's report, not one replica's (log_dir None)
         return [{"topic": topic, "partition": partition, "log_dir": None, "ok": False, "repaired": False,
-                 "problems": [str(e)]}]
+                 "problems": [f"cannot catch up its replicas: {e}"]}]
     return [{"topic": topic, "partition": partition, "log_dir": d, "ok": False, "repaired": True,
              "problems": ["repaired: caught up from the leader and rejoined the ISR"]}
             for d in after if d not in before]
@@ -158,7 +163,8 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
             return [], None  # a partition never written has no folder yet
         return [f"{replica.directory}: the partition folder is missing (high watermark {snap.high_watermark})"], 0
     replica.refresh_segments()
-    problems = _kept_corrupt_bytes(replica.directory)
+    problems = (_kept_corrupt_bytes(replica.directory) + _unreadable_segment_names(replica.directory)
+                + _symbolic_links(replica.directory))
     cut_at = None
     expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
     log_end = None
@@ -170,6 +176,10 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
         except OSError as e:  # unreadable (EIO, EACCES, not a file): damage a reader would hit too
             problems.append(f"{segment.log_path}: cannot read: {e.strerror or e}")
             cut_at = base if expected is None else min(base, expected)
+            break
+        except KlogError as e:  # an index that is a symbolic link, ...: this replica's problem, not verify's end
+            if str(e) not in problems:
+                problems.append(str(e))
             break
         problems.extend(_index_problem_lines(segment, check.index_problems))
         if (expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i)
@@ -212,6 +222,21 @@ def _kept_corrupt_bytes(folder: str) -> list[str]:
             out.append(f"{path}: {os.path.getsize(path)} bytes of acknowledged records that recovery cut from the "
                        f"log as damaged; inspect them, then delete the file")
     return out
+
+
+def _unreadable_segment_names(folder: str) -> list[str]:
+    """`.log` files no reader takes for a segment (a name that is no offset Kafka can have, such as
+    99999999999999999999.log): records in them are not part of the log, which must be said."""
+    return [f"{os.path.join(folder, name)}: not read as a segment (its name is not a 20-digit offset up to "
+            f"2^63-1); any records in it are not part of the log"
+            for name in sorted(os.listdir(folder)) if name.endswith(LOG_SUFFIX) and parse_segment_base(name) is None]
+
+
+def _symbolic_links(folder: str) -> list[str]:
+    """Files of the partition that are symbolic links: klog never reads or writes through one (a
+    writer refuses the partition), so each is named, even one a read would not reach."""
+    return [f"{os.path.join(folder, name)} is a symbolic link; klog never reads or writes through one"
+            for name in sorted(os.listdir(folder)) if os.path.islink(os.path.join(folder, name))]
 
 
 def _follows(first: int, expected: int, i: int) -> bool:

@@ -112,8 +112,9 @@ def register(app: typer.Typer) -> None:
                 print(json.dumps(r))
             else:
                 status = "ok" if r["ok"] else ("repaired" if r["repaired"] else "DAMAGED")
-                if r["topic"] is not None:
-                    what = f"{r['topic']}-{r['partition']} replica {r['log_dir']}"
+                if r["topic"] is not None:  # a replica's, or (log_dir None) the whole partition's
+                    what = f"{r['topic']}-{r['partition']}"
+                    what += "" if r["log_dir"] is None else f" replica {r['log_dir']}"
                 else:  # the store's own: a log directory's, or the metadata's (log_dir None)
                     what = "metadata" if r["log_dir"] is None else f"log directory {r['log_dir']}"
                 print(f"{what}: {status}"
