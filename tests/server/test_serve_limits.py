@@ -19,9 +19,8 @@ from kio.schema.errors import ErrorCode
 
 from klog.server import Server
 from klog.server.limits import ServeLimits
+from tests.conftest import REPO
 from tests.serve_helpers import RawClient, batch, produce
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _uvarint(n: int) -> bytes:

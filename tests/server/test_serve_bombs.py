@@ -14,9 +14,9 @@ import time
 import pytest
 
 from klog.store import compression
+from tests.conftest import REPO
 from tests.serve_helpers import RawClient, batch, gzip_bomb_batch, produce
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MESSAGE_TOO_LARGE = 10
 
 
