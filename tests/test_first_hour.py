@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import klog
-from tests.conftest import REPO
 from tests.cli.test_cli import assert_one_line_error
+from tests.conftest import REPO
 
 
 def records(data_dir, topic):
