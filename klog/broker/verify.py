@@ -52,7 +52,7 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
                 reports.extend(_rejoin(store, name, p, part))
     if topic is None:
         reports.extend(_placement_counts(store, repair))
-        reports.extend(_unknown_partition_folders(store))
+        reports.extend(_unknown_partition_folders(store, repair))
         reports.extend(_unfinished_deletes(store, repair))
     return reports
 
@@ -101,9 +101,11 @@ def _unfinished_deletes(store, repair: bool) -> list[dict]:
     return out
 
 
-def _unknown_partition_folders(store) -> list[dict]:
-    """Partition folders no topic owns (a Kafka broker's, copied in by hand): never touched, and
-    the report says how to adopt them."""
+def _unknown_partition_folders(store, repair: bool = False) -> list[dict]:
+    """Partition folders no topic owns: a Kafka broker's, copied in by hand, are never touched (the
+    report says how to adopt them); one holding no record at all (what a partition opened while
+    its topic was deleted leaves) keeps its name from being created again, and --repair removes it."""
+    import shutil
 
     from klog.store.format import LOG_SUFFIX, parse_partition_dir
 
@@ -123,7 +125,20 @@ def _unknown_partition_folders(store) -> list[dict]:
             meta = store.topics.find(t)
             if meta is not None and p < len(meta.partitions):
                 continue
-            if not any(f.endswith(LOG_SUFFIX) for f in os.listdir(folder)):
+            files = os.listdir(folder)
+            if not any(f.endswith(LOG_SUFFIX) for f in files):
+                continue
+            if all(os.path.getsize(os.path.join(folder, f)) == 0 for f in files if f.endswith(LOG_SUFFIX)):
+                problems = [f"{folder}: a partition folder no topic owns, without records (left by a topic delete)"]
+                repaired = False
+                if repair:
+                    errors: list[str] = []
+                    shutil.rmtree(folder, onerror=lambda _f, q, exc, errors=errors: errors.append(
+                        f"{q}: {exc[1].strerror or exc[1]}"))
+                    repaired = not errors
+                    problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
+                reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": repaired,
+                                "problems": problems})
                 continue
             reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": False,
                             "problems": [f"{folder}: a partition folder no topic of this store owns (left as it "

@@ -19,7 +19,7 @@ from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
-from klog.store.locks import FileLock
+from klog.store.locks import FileLock, PartitionClosedError
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
 
@@ -296,7 +296,11 @@ class Partition:
     def _idle_flush(self) -> None:
         if self._closed:
             return
-        with self.lock:
+        try:
+            self.lock.acquire()
+        except PartitionClosedError:  # closed since the check: nothing left to flush here
+            return
+        try:
             self._flush_timer = None
             if self._closed:
                 return
@@ -306,6 +310,8 @@ class Partition:
                 except OSError:
                     pass  # a failing directory: the next append finds it and drops the replica
             self._arm_idle_flush()  # bytes appended since the last fsync that are not due yet
+        finally:
+            self.lock.release()
 
     def active_segment_base(self) -> int | None:
         """The leader's active segment; an append that moves it rolled a segment."""
@@ -432,7 +438,9 @@ class Partition:
         self._closed = True
         if self._flush_timer is not None:
             self._flush_timer.cancel()
-        for replica in self.replicas:  # an idle flush under way meanwhile fails quietly (EBADF)
+        # the lock first: it waits for a writer holding it (an append, a flush) to finish, and any
+        # later one gets PartitionClosedError instead of writing through closed descriptors
+        self.lock.close()
+        for replica in self.replicas:
             replica.close()
         self.state.close()
-        self.lock.close()
