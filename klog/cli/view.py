@@ -15,7 +15,8 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from klog.cli.output import WRITE_CHUNK_BYTES, terminal_safe
+from klog.cli.output import terminal_safe
+from klog.client.delivery import WRITE_CHUNK_BYTES
 from klog.client.records import Record
 
 RESET = "\x1b[0m"

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -53,6 +51,8 @@ class TopicInfo:
 
 
 def _log_warning(message: str) -> None:
+    import logging  # here: only a store opened without on_warning logs (the CLI passes its own)
+
     logging.getLogger("klog").warning(message)
 
 
@@ -191,6 +191,8 @@ class Store(GroupAdminMethods):
         self.topics.delete(name)
         left: list[str] = []
         for _, aside in moved:
+            import shutil
+
             shutil.rmtree(aside, onerror=lambda _f, path, exc: left.append(f"{path}: {exc[1].strerror or exc[1]}"))
         for p in range(len(topic.partitions)):
             stem = partition_file_stem(name, p)
