@@ -251,9 +251,8 @@ def _no_color_help() -> None:
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error.
     consume and produce take the hot path (klog.cli.hot) when it can parse their arguments."""
-    from klog.cli.hot import run_hot
-
     from klog.cli.argv import move_global_options
+    from klog.cli.hot import run_hot
 
     args = move_global_options(sys.argv[1:] if args is None else list(args))
     code = run_hot(args)

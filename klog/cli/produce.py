@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt
+from klog.client.producer_settings import BATCH_SIZE_DEFAULT
 
 ACKS_HELP = ("all: wait until every in-sync replica has fsynced the batch (min.insync.replicas must hold); "
              "1: until the leader has; 0: for no fsync.")
@@ -43,9 +44,15 @@ def register(app: typer.Typer) -> None:
         compression: Annotated[str, typer.Option("--compression", "-z",
                                                  help="none, gzip, snappy, lz4 or zstd.")] = "none",
         linger_ms: Annotated[int, typer.Option("--linger-ms", help="Hold a partial batch up to this long.")] = 0,
-        batch_size: Annotated[int, typer.Option("--batch-size", help="Bytes per batch.")] = 1_000_000,
+        batch_size: Annotated[int, typer.Option("--batch-size", help="Bytes per batch and partition at most.")]
+        = BATCH_SIZE_DEFAULT,
         print_offsets: Annotated[bool, typer.Option("--print-offsets",
                                                     help="Print partition and offset of each record.")] = False,
+        prop: Annotated[list[str] | None, typer.Option("--property", "-X", help="A producer setting name=value: "
+                                                       "buffer.memory (bytes of records held before they are "
+                                                       "written, over all partitions; 33554432 by default). With "
+                                                       "a cluster (--bootstrap-server), any Kafka client property "
+                                                       "(security.protocol, sasl.*, ssl.*, ...).")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         options = dict(locals())  # the options, by name: the hot path calls run_produce the same way

@@ -7,12 +7,14 @@ import sys
 
 from klog.cli.session import current_cluster, open_store
 from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
+from klog.client.producer_settings import producer_settings
 
 
 def run_produce(*, topic, files, key_separator, key, delimiter, header, input_format,  # noqa: ANN001
-                partition, acks, compression, linger_ms, batch_size, print_offsets, data_dir) -> None:  # noqa: ANN001
+                partition, acks, compression, linger_ms, batch_size, print_offsets, prop, data_dir) -> None:  # noqa: ANN001
     """`klog produce` with its options as Python values (what Typer, or the hot path, parsed)."""
     check_options(input_format, key_separator or None, key, delimiter)
+    settings = producer_settings(prop)
     headers = parse_headers(header)
     delim = parse_delimiter(delimiter) if delimiter is not None else None
 
@@ -34,7 +36,7 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
         # no ack callback unless offsets are printed: on a cluster it is a Python call per record
         producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
                                   batch_size=batch_size, on_ack=on_ack if print_offsets else None,
-                                  on_create=on_create)
+                                  on_create=on_create, **settings)
         try:
             produce_from(producer, topic, *(files or ["-"]), input_format=input_format,
                          key_separator=key_separator.encode() if key_separator else None,

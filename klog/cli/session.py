@@ -79,15 +79,21 @@ def with_cluster(callback: Callable[..., Any], kwargs: dict[str, Any], has_x: bo
     global _cluster_target
     bootstrap, cluster = kwargs.pop("bootstrap_server"), kwargs.pop("cluster")
     props = kwargs["prop"] if has_x else kwargs.pop("client_property")
-    # consume's own -X are group settings on the local store: only with a cluster are they client properties
-    props = props if (bootstrap or cluster or not has_x) else None
+    # consume's and produce's own -X are their settings on the local store: only with a cluster are
+    # they client properties (but a producer's buffer.memory stays klog's: it bounds klog's buffer)
+    own: list[str] = []
+    if has_x and props:
+        from klog.client.producer_settings import SETTINGS
+
+        own = [p for p in props if p.partition("=")[0].strip() in SETTINGS]
+    cluster_props = [p for p in props or [] if p not in own] if (bootstrap or cluster or not has_x) else None
     target = None
-    if bootstrap or cluster or props:  # the local store needs none of the cluster machinery
+    if bootstrap or cluster or cluster_props:  # the local store needs none of the cluster machinery
         from klog.client.remote.target import resolve_target
 
-        target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster, props)
+        target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster, cluster_props)
     if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
-        kwargs["prop"] = _group_settings(props) if kwargs.get("group") else None
+        kwargs["prop"] = (_group_settings(props) if kwargs.get("group") else None) or own or None
     _cluster_target = target
     try:
         return callback(**kwargs)
