@@ -47,6 +47,9 @@ def register(app: typer.Typer) -> None:
         record_delim: Annotated[str | None, typer.Option("-D", help="End each record with DELIM instead of a newline "
                                                          "(kcat's -D: -D '\\0' reads back produce -D '\\0').")]
         = None,
+        skip_damaged: Annotated[bool, typer.Option("--skip-damaged", help="Read past damaged data: print every "
+                                                   "readable record, name each skipped range on stderr, exit 1.")]
+        = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr (errors still print).")]
         = False,
         grep: Annotated[str | None, typer.Option("--grep", "-g", help="Only records whose value matches REGEX.")]
@@ -81,4 +84,4 @@ def register(app: typer.Typer) -> None:
         options = dict(locals())  # the options, by name: the hot path calls run_consume the same way
         from klog.cli.consume_run import run_consume
 
-        run_consume(**options)
+        return run_consume(**options)

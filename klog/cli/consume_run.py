@@ -8,15 +8,17 @@ import sys
 from klog.cli.output import compile_format, json_for_terminal, write_all
 from klog.cli.session import open_store, set_quiet
 from klog.client.envelope import record_json_line, record_to_json
-from klog.errors import UsageError
+from klog.errors import CorruptLogError, UsageError
 
 WRITE_BUFFER_RECORDS = 4096
 
 
 def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, since, until, tail,  # noqa: ANN001
-                last, count, partition, fmt, as_json, key_delim, record_delim, quiet, grep, grep_key,  # noqa: ANN001
-                grep_header, group, exec_cmd, batch, prop, no_color, local_time, data_dir) -> None:  # noqa: ANN001
-    """`klog consume` with its options as Python values (what Typer, or the hot path, parsed)."""
+                last, count, partition, fmt, as_json, key_delim, record_delim, skip_damaged, quiet,  # noqa: ANN001
+                grep, grep_key, grep_header, group, exec_cmd, batch, prop, no_color, local_time,  # noqa: ANN001
+                data_dir) -> int | None:  # noqa: ANN001
+    """`klog consume` with its options as Python values (what Typer, or the hot path, parsed); 1 when
+    --skip-damaged skipped something."""
     from klog.client.filters import RecordFilter
     from klog.client.timespec import parse_range
 
@@ -41,6 +43,8 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
     if as_json and on_terminal:  # JSON escapes C0 controls itself; DEL and C1 controls too, here
         render, as_json = (lambda r: json_for_terminal(record_to_json(r)).encode() + b"\n"), False
     isolation, other_props = _isolation_level(prop or [])
+    if skip_damaged and (group is not None or exec_cmd is not None):
+        raise UsageError("--skip-damaged reads without --group or --exec")
     if group is not None or exec_cmd is not None:
         from klog.client.delivery import deliver
 
@@ -61,24 +65,55 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
         return
     if batch is not None or other_props:
         raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
-    with open_store(data_dir, create=False, read_only=True) as store:
-        names = store.resolve_topics(topics or [], pattern)
-        options = {"partitions": partition, "until_ms": until_ms, "record_filter": record_filter,
-                   "isolation_level": isolation}
-        if last is not None:
-            _write_last(store, names, options, start.value, follow, count, render, as_json, (no_color, local_time))
-            return
-        consumer = store.consumer(*names, start=start, follow=follow, count=count, **options)
-        if count == 0:
-            return
-        if render is None and not as_json and sys.stdout.isatty():
-            from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
+    if skip_damaged and last is not None:
+        raise UsageError("--skip-damaged reads forward: not with --last")
+    try:
+        with open_store(data_dir, create=False, read_only=True) as store:
+            names = store.resolve_topics(topics or [], pattern)
+            return _read(store, names, start, until_ms, follow, count, partition, record_filter, isolation, last,
+                         render, as_json, (no_color, local_time), skip_damaged)
+    except CorruptLogError as e:
+        raise CorruptLogError(f"{e}; {next_steps(topics or ['TOPIC'])}") from None
 
-            view = TerminalView(len(names) > 1, color_wanted(no_color), local_time_wanted(local_time))
-            view.draw(consumer, write_stdout)
-            return
+
+def next_steps(topics: list[str]) -> str:
+    """What to run when a reader meets damaged data (one line, after the error)."""
+    t = " ".join(topics)
+    return (f"read past it with 'klog consume {t} --skip-damaged', then drop it for good with "
+            f"'klog verify {t} --repair --discard-damaged'")
+
+
+def _read(store, names: list[str], start, until_ms: int | None, follow: bool, count: int | None,  # noqa: ANN001
+          partition, record_filter, isolation: str, last: int | None, render, as_json: bool,  # noqa: ANN001
+          view_options: tuple[bool, bool], skip_damaged: bool) -> int | None:
+    """consume without --group or --exec: the records to stdout; 1 when damaged ranges were skipped."""
+    options = {"partitions": partition, "until_ms": until_ms, "record_filter": record_filter,
+               "isolation_level": isolation}
+    if last is not None:
+        _write_last(store, names, options, start.value, follow, count, render, as_json, view_options)
+        return None
+    consumer = store.consumer(*names, start=start, follow=follow, count=count, **options)
+    skipped: list[str] = []
+    if skip_damaged:
+        if not hasattr(consumer, "on_damage"):
+            raise UsageError("--skip-damaged reads a local store, not a cluster")
+
+        def skip(topic: str, p: int, first: int, resume: int, error: CorruptLogError) -> None:
+            skipped.append(f"{topic}-{p}")
+            print(f"klog: skipped {topic}-{p} offsets {first}..{resume - 1}: damaged ({error.reason}, "
+                  f"{error.path})", file=sys.stderr)
+
+        consumer.on_damage = skip
+    if count == 0:
+        return None
+    if render is None and not as_json and sys.stdout.isatty():
+        from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
+
+        view = TerminalView(len(names) > 1, color_wanted(view_options[0]), local_time_wanted(view_options[1]))
+        view.draw(consumer, write_stdout)
+    else:
         _write(consumer, render, as_json)
-
+    return 1 if skipped else None
 
 def _kcat_format(fmt: str | None, key_delim: str | None, record_delim: str | None) -> str | None:
     """kcat's -K DELIM and -D DELIM as the --format string they stand for."""
