@@ -220,6 +220,12 @@ def _pipe_safe(callback: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def app_with(modules: set[str]) -> typer.Typer:
+    """The app with the commands of `modules` registered (klog.cli.hot reads the hot commands' spec)."""
+    _register(modules)
+    return app
+
+
 def full_app() -> typer.Typer:
     """The app with every command registered (for help, completion and generated docs)."""
     _register()

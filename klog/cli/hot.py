@@ -174,8 +174,7 @@ def build_spec() -> dict[str, Any]:
 
     from klog.cli import app as cli_app
 
-    cli_app._register(set(COMMANDS))  # noqa: SLF001 - the modules of the hot commands only
-    group = typer.main.get_command(cli_app.app)
+    group = typer.main.get_command(cli_app.app_with({"consume", "produce"}))
     spec: dict[str, Any] = {}
     for name in COMMANDS:
         cmd = group.commands[name]
