@@ -16,7 +16,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import Any
 
-from klog.errors import KlogError
+from klog.errors import CorruptLogError, KlogError
 
 
 class ExitStatus(IntEnum):
@@ -177,7 +177,10 @@ def exit_code(call: Callable[[], Any], signals: Signals) -> int:
         if isinstance(rv, int) and not isinstance(rv, bool):
             return signals.stopped() if rv == ExitStatus.INTERRUPTED else rv
     except KlogError as e:
-        print(f"klog: error: {one_line(str(e))}", file=sys.stderr)
+        hint = ""
+        if isinstance(e, CorruptLogError) and "klog verify" not in str(e):  # consume names its own next step
+            hint = "; 'klog verify --repair' says what is damaged and how to get past it"
+        print(f"klog: error: {one_line(str(e))}{hint}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return signals.stopped()

@@ -97,3 +97,9 @@ def test_after_delete_records_past_the_damage_verify_is_content(cli, data_dir):
     r = cli("verify", "t")
     assert (r.exit_code, r.out.strip()) == (0, "t-0 replica 0: ok"), r
     assert cli("consume", "t").stdout == b""
+
+
+def test_every_reader_of_damaged_data_names_the_way_out(cli, data_dir):
+    written(cli, 8)
+    damage(data_dir)
+    assert_one_line_error(cli("replay", "t", "--to", "copy"), 1, "CRC mismatch", "klog verify --repair")
