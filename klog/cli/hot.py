@@ -20,6 +20,7 @@ from typing import Any
 SPEC_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hot_spec.json")
 COMMANDS = {"consume": ("klog.cli.consume_run", "run_consume"),
             "produce": ("klog.cli.produce_run", "run_produce")}
+CLUSTER_PARAMS = {"bootstrap_server", "cluster", "client_property"}  # taken by session.with_cluster
 _INTEGER = re.compile(r"-?[0-9]+\Z")
 
 
@@ -55,6 +56,10 @@ def run_hot(args: list[str]) -> int | None:
 
     module, name = COMMANDS[args[0]]
     body = getattr(importlib.import_module(module), name)
+    code = body.__code__
+    takes = set(code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
+    if takes != set(kwargs) - CLUSTER_PARAMS:
+        return None  # a spec older than the code (not regenerated): Typer knows the options
     with session.Signals() as signals:
         return session.exit_code(
             lambda: session.pipe_safe(lambda: session.with_cluster(body, kwargs, spec["has_x"])), signals)

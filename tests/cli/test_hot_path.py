@@ -93,3 +93,17 @@ def test_typer_still_runs_the_hot_commands_the_same(cli, capfdbinary):
     capfdbinary.readouterr()
     assert app._typer_run(["consume", "t", "-K", ":", "-c", "1"]) in (None, 0)
     assert capfdbinary.readouterr().out == b"k:a\n"
+
+
+def test_a_missing_or_stale_spec_hands_the_command_to_typer(cli, monkeypatch, tmp_path):
+    import json
+
+    monkeypatch.setattr(hot, "SPEC_FILE", str(tmp_path / "missing.json"))
+    assert hot.run_hot(["consume", "t"]) is None
+    with open(hot.__file__.replace("hot.py", "hot_spec.json"), encoding="utf-8") as f:
+        spec = json.load(f)
+    gone = {**spec["consume"]["params"][-1], "name": "gone", "opts": ["--gone"]}
+    spec["consume"]["params"].append(gone)  # an option the command's body no longer takes
+    (tmp_path / "stale.json").write_text(json.dumps(spec), encoding="utf-8")
+    monkeypatch.setattr(hot, "SPEC_FILE", str(tmp_path / "stale.json"))
+    assert hot.run_hot(["consume", "t", "--gone", "x"]) is None
