@@ -103,3 +103,26 @@ def test_every_reader_of_damaged_data_names_the_way_out(cli, data_dir):
     written(cli, 8)
     damage(data_dir)
     assert_one_line_error(cli("replay", "t", "--to", "copy"), 1, "CRC mismatch", "klog verify --repair")
+
+
+def test_discard_damaged_asks_on_a_terminal(cli, data_dir):
+    import pty
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    written(cli, 8)
+    damage(data_dir)
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    for answer, code in ((b"n\n", 1), (b"y\n", 0)):
+        main, child = pty.openpty()
+        proc = subprocess.Popen([sys.executable, "-m", "klog", "verify", "t", "--repair", "--discard-damaged"],
+                                stdin=child, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        os.write(main, answer)
+        out, err = proc.communicate(timeout=60)
+        os.close(child)
+        os.close(main)
+        assert proc.returncode == code, (out, err)
+    assert b"discarded offsets 0.." in out
+    assert cli("consume", "t").exit_code == 0
