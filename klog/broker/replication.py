@@ -11,9 +11,7 @@ rejoin. Every change is a metadata transaction, so other processes see it at onc
 from __future__ import annotations
 
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -458,6 +456,9 @@ def move_replica(store, topic: str, partition: int, source: int, target: int, wa
         if os.path.isdir(old):
             # a short name (a 249-character topic's folder + a suffix would pass 255 bytes) that
             # never parses as a partition folder ("delete" is no partition number)
+            import shutil  # here (and uuid): only a replica move needs them, not every producer
+            import uuid
+
             doomed = os.path.join(os.path.dirname(old), f"klog-moved-{uuid.uuid4().hex}-delete")
             os.replace(old, doomed)
             shutil.rmtree(doomed, ignore_errors=True)

@@ -16,7 +16,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from klog.cli.output import WRITE_CHUNK_BYTES, terminal_safe
+from klog.cli.output import terminal_safe
+from klog.client.delivery import WRITE_CHUNK_BYTES
 from klog.client.records import Record
 
 if TYPE_CHECKING:

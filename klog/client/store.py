@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -222,6 +221,8 @@ class Store(GroupAdminMethods):
         self.topics.delete(name)
         left: list[str] = []
         for _, aside in moved:
+            import shutil
+
             shutil.rmtree(aside, onerror=lambda _f, path, exc: left.append(f"{path}: {exc[1].strerror or exc[1]}"))
         for p in range(len(topic.partitions)):
             stem = partition_file_stem(name, p)

@@ -11,9 +11,8 @@ import bisect
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec, faults, flusher, loader, validate
@@ -34,6 +33,9 @@ from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.segment import LogSegment, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 from klog.store.walk import framing_problem
+
+if TYPE_CHECKING:  # a reader never needs the flusher's futures (concurrent.futures imports logging)
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 
