@@ -340,17 +340,19 @@ class ReplicaManager:
         part.open_for_write()
         return meta
 
-    def append(self, topic: str, partition: int, encoded: bytes, acks: str) -> int:
+    def append(self, topic: str, partition: int, encoded: bytes, acks: str,
+               before: Callable[[int], None] | None = None) -> int:
         """Append one encoded batch; returns its base offset once `acks` is satisfied: acks=all
         when every in-sync replica has fsynced it (per the flush policy), acks=1 when the leader
-        has, acks=0 without waiting for any fsync. Every in-sync replica gets the bytes either way."""
+        has, acks=0 without waiting for any fsync. Every in-sync replica gets the bytes either way.
+        `before(base offset)` runs under the lock once the offset the batch gets is known."""
         store = self.store
         part = store.partition(topic, partition)
         min_isr = store.log_config(topic).min_insync_replicas
         sync = SYNC_BY_ACKS[str(acks)]
         with part.lock:
             try:
-                meta, result = self._append_with_failover(topic, partition, part, encoded, sync, acks, min_isr)
+                meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr, before)
             except BaseException:
                 part.replica_check = None  # whatever failed, the next append checks everything
                 if self._dir_checks is not None:
@@ -376,8 +378,8 @@ class ReplicaManager:
         return result.base_offset
 
 
-    def _append_with_failover(self, topic: str, partition: int, part, encoded: bytes, sync: str, acks: str,
-                              min_isr: int) -> tuple[PartitionMeta, AppendResult]:
+    def _append_with_failover(self, topic: str, partition: int, part, encoded: bytes, sync: str, min_isr: int,
+                              before: Callable[[int], None] | None) -> tuple[PartitionMeta, AppendResult]:
         """A leader whose directory fails the append (EIO, ENOSPC, ...) leaves the ISR, an in-sync
         follower is elected (epoch + 1) and the batch is appended there: the write goes on while
         an in-sync replica is left, as in Kafka, where the producer's retry finds the new leader."""
@@ -387,6 +389,8 @@ class ReplicaManager:
                 meta = self.reconcile_if_due(topic, partition, part)
                 if sync == SYNC_ALL:
                     ensure_min_isr(topic, partition, meta, min_isr)
+                if before is not None:
+                    before(part.leader.log_end_offset)
                 return meta, part.append_batch(encoded, sync)
             except LeaderAppendError as e:
                 part.replica_check = None
