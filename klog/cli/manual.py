@@ -41,7 +41,8 @@ STORE_FILES = (
 )
 COLOR_ENV = (("NO_COLOR", "Set to anything: no colours or bold on a terminal."),
              ("TZ", "Set: times on a terminal in the local time zone (as --local-time)."))
-CLUSTER_ENV = (("KLOG_CLUSTER_TIMEOUT", "Seconds before a cluster that does not answer is an error (10); a refused connection fails at once."),)
+CLUSTER_ENV = (("KLOG_CLUSTER_TIMEOUT", "Seconds before a cluster that does not answer is an error (10); "
+                                        "a refused connection fails at once."),)
 DIR_MODE_ENV = (("KLOG_DIR_MODE", "Mode of new store folders (default 0700; 2750 lets the group read)."),)
 SPARK_ENV = (("JAVA_HOME", "The Java 17+ that runs Spark (else java on PATH)."),
              ("KLOG_SPARK_CDS", "0: do not record Spark's JVM classes in ~/.cache/klog."),
