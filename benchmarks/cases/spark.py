@@ -22,7 +22,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from harness import REPO, Bench
+from harness import REPO, Bench, rate
 
 import klog
 
@@ -98,11 +98,11 @@ def run(bench: Bench) -> None:
         rows = direct_export(data_dir, "bench", os.path.join(d, "direct.parquet"))
         direct_s = time.perf_counter() - start
         assert rows == n
-        bench.line(f"direct (consumer -> pyarrow -> Parquet): {n / direct_s / 1e6:.2f} M records/s ({direct_s:.1f} s)")
+        bench.line(f"direct (consumer -> pyarrow -> Parquet): {rate(n, direct_s)} ({direct_s:.1f} s)")
 
         # a fresh cache folder: the first command records the JVM class archive, the next ones map it
         env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO, "XDG_CACHE_HOME": os.path.join(d, "c")}
-        for attempt in ("first ever (records the class archive)", "with the class archive", "again")[:bench.size(3, 1)]:
+        for attempt in ("first ever (records the class archive)", "with the class archive", "again")[:bench.size(3, 0)]:
             start = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "klog", "spark", "export", "tiny", "--out",
                                    os.path.join(d, "tiny"), "--overwrite"], env=env, capture_output=True, text=True)
@@ -120,13 +120,13 @@ def run(bench: Bench) -> None:
         bench.line(f"Spark session start + first tiny job: {startup_s:.1f} s "
               f"({spark.sparkContext.defaultParallelism} cores)")
         export(spark, data_dir, ExportRequest(RangeRequest("tiny"), "parquet", os.path.join(d, "warm")))
-        for attempt in ("first export in the session", "again (JIT-compiled JVM)"):
+        for attempt in ("first export in the session", "again (JIT-compiled JVM)")[:bench.size(2, 1)]:
             start = time.perf_counter()
             summary = export(spark, data_dir, ExportRequest(RangeRequest("bench"), "parquet",
                                                             os.path.join(d, "spark"), overwrite=True))
             spark_s = time.perf_counter() - start
             assert summary.records == n
-            bench.line(f"Spark export after start-up, {attempt}: {n / spark_s / 1e6:.2f} M records/s "
+            bench.line(f"Spark export after start-up, {attempt}: {rate(n, spark_s)} "
                        f"({spark_s:.1f} s), "
                   f"{direct_s / spark_s:.2f}x the direct path; {summary.files} files, {summary.bytes / 1e6:.0f} MB")
         spark.stop()
