@@ -1,7 +1,7 @@
 """The terminal log view of `klog consume`: one line per record, drawn without rich.
 
 Lines are built as strings with precomputed ANSI styles (rich's per-record Text objects drew about
-2.5 k records/s; see benchmarks/bench_viewer.py) and written in bursts: whatever the consumer hands
+2.5 k records/s; see benchmarks/cases/viewer.py) and written in bursts: whatever the consumer hands
 over before it would wait is drawn in one write, so a burst costs one terminal write per few
 thousand records, not one per record. Colours are the ones rich used (dim time, cyan position,
 bold yellow key, rich's JSON theme); NO_COLOR or --no-color draws plain text. Record bytes are

@@ -16,17 +16,17 @@ runs `consume` and `consume --json` of one P-partition topic (keyed lines) alone
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import subprocess
 import tempfile
 import time
+from types import SimpleNamespace
 
+from harness import REPO, Bench
+from harness import rate as rate_text
 from serve_process import Serve, klog_cmd  # benchmarks/ is on sys.path when run as a script
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def timed(args: list[str], env: dict, stdin_path: str | None = None, lines: int | None = None) -> float:
@@ -43,14 +43,8 @@ def timed(args: list[str], env: dict, stdin_path: str | None = None, lines: int 
     return took
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["all", "replay", "consume"], default="all")
-    parser.add_argument("--partitions", type=int, default=1,
-                        help="with --only consume: the topic's partitions (keyed lines spread the records)")
-    args = parser.parse_args()
+def run(bench: Bench) -> None:
+    args = SimpleNamespace(records=bench.size(1_000_000, 2_000), rounds=bench.rounds(3), only="all", partitions=1)
     n = args.records
     load_before = os.getloadavg()[0]  # the figures move with the machine's load: printed with them
     with tempfile.TemporaryDirectory() as d:
@@ -96,13 +90,13 @@ def main() -> None:
     print(f"{n:,} records of 100 B, {args.partitions} partition(s), median of {args.rounds} alternated rounds "
           f"(M records/s), load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after:")
     for k, v in rate.items():
-        print(f"  {k:<22} {v:.3f}")
+        bench.row(f"{k}, {n:,} records of 100 B, {args.partitions} partition(s)", rate_text(v * 1e6, 1))
     if args.only == "consume":
         plain, json_lines = (rate[f"{c} remote"] / rate[f"{c} local"] for c in ("consume", "consume --json"))
-        print(f"consume remote/local {plain:.2f}, --json {json_lines:.2f}")
+        bench.row("through the cluster / local", f"consume {plain:.2f}, --json {json_lines:.2f}")
     if "produce local" in rate:
-        print(f"produce remote/local {rate['produce remote'] / rate['produce local']:.2f}, "
-              f"consume remote/local {rate['consume remote'] / rate['consume local']:.2f}")
+        bench.row("through the cluster / local", f"produce {rate['produce remote'] / rate['produce local']:.2f}, "
+                  f"consume {rate['consume remote'] / rate['consume local']:.2f}")
 
 
 def consume_rounds(server: Serve, local: str, d: str, env: dict, n: int, rounds: int,
@@ -124,6 +118,3 @@ def consume_rounds(server: Serve, local: str, d: str, env: dict, n: int, rounds:
                     timed(klog_cmd("consume", "t0", *extra, *where), env, lines=n))
     return results
 
-
-if __name__ == "__main__":
-    main()

@@ -10,29 +10,20 @@ median latencies and their ratio. Also run with --version 13 (topics by id), and
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
+from types import SimpleNamespace
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
+from harness import REPO, Bench
 from serve_process import Serve  # noqa: E402 - benchmarks/ is on sys.path when run as a script
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--partitions", type=int, default=1000)
-    parser.add_argument("--fetches", type=int, default=300)
-    parser.add_argument("--version", type=int, default=12)
-    parser.add_argument("--other-topics", type=int, default=0,
-                        help="empty topics beside them (v13+ fetches name topics by id, looked up among all)")
-    args = parser.parse_args()
+def run(bench: Bench) -> None:
+    args = SimpleNamespace(partitions=bench.size(1000, 10), fetches=bench.size(300, 10), version=12, other_topics=0)
 
     from kio.index import load_payload_module
     from kio.static.constants import EntityType
@@ -81,9 +72,6 @@ def main() -> None:
             server.close()
     one, many = (statistics.median(times[n]) * 1000 for n in ("one", "many"))
     others = f" ({args.other_topics} other topics)" if args.other_topics else ""
-    print(f"Fetch v{args.version} of partition 0, 1,000 records{others}, median of {args.fetches} alternated: "
+    bench.line(f"Fetch v{args.version} of partition 0, 1,000 records{others}, median of {args.fetches} alternated: "
           f"1 partition {one:.2f} ms, {args.partitions} partitions {many:.2f} ms ({many / one:.2f}x)")
 
-
-if __name__ == "__main__":
-    main()

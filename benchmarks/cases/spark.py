@@ -1,6 +1,4 @@
-"""Exporting a topic to Parquet through Spark vs without it (a benchmark, not a test: figures for the README).
-
-    python benchmarks/bench_spark.py [--records N] [--partitions P]
+"""`klog spark export` to Parquet beside the same export without Spark, and Spark's fixed cost.
 
 Workload: N records (default 1,000,000) with 100-byte JSON values, null keys, in P partitions
 (default 1; Spark still uses both cores, since export splits ranges with minPartitions).
@@ -16,18 +14,17 @@ Both paths write the same columns: topic, partition, offset, timestamp, key, val
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
+from types import SimpleNamespace
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from harness import REPO, Bench, rate
 
-import klog  # noqa: E402
+import klog
 
 
 def make_topic(data_dir: str, topic: str, n: int, partitions: int) -> None:
@@ -79,13 +76,20 @@ def direct_export(data_dir: str, topic: str, out: str) -> int:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--partitions", type=int, default=1)
-    args = parser.parse_args()
+def run(bench: Bench) -> None:
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError:
+        bench.row("skipped", "needs the spark extra (pyspark, pyarrow)")
+        return
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        bench.row("skipped", "needs Java 17 or later")
+        return
+    args = SimpleNamespace(records=bench.size(1_000_000, 1_000), partitions=1)
     n = args.records
-    with tempfile.TemporaryDirectory() as d:
+    if True:
+        d = bench.tmp
         data_dir = os.path.join(d, "data")
         make_topic(data_dir, "bench", n, args.partitions)
         make_topic(data_dir, "tiny", 10, 1)
@@ -94,17 +98,17 @@ def main() -> None:
         rows = direct_export(data_dir, "bench", os.path.join(d, "direct.parquet"))
         direct_s = time.perf_counter() - start
         assert rows == n
-        print(f"direct (consumer -> pyarrow -> Parquet): {n / direct_s / 1e6:.2f} M records/s ({direct_s:.1f} s)")
+        bench.line(f"direct (consumer -> pyarrow -> Parquet): {rate(n, direct_s)} ({direct_s:.1f} s)")
 
         # a fresh cache folder: the first command records the JVM class archive, the next ones map it
         env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO, "XDG_CACHE_HOME": os.path.join(d, "c")}
-        for run in ("first ever (records the class archive)", "with the class archive", "again"):
+        for attempt in ("first ever (records the class archive)", "with the class archive", "again")[:bench.size(3, 0)]:
             start = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "klog", "spark", "export", "tiny", "--out",
                                    os.path.join(d, "tiny"), "--overwrite"], env=env, capture_output=True, text=True)
             one_shot_s = time.perf_counter() - start
             assert done.returncode == 0, done.stderr
-            print(f"one-shot `klog spark export` of 10 records, {run}: {one_shot_s:.1f} s")
+            bench.line(f"one-shot `klog spark export` of 10 records, {attempt}: {one_shot_s:.1f} s")
 
         from klog.spark.export import ExportRequest, RangeRequest, export
         from klog.spark.session import SessionSettings, start_session
@@ -113,19 +117,17 @@ def main() -> None:
         spark = start_session(SessionSettings(data_dir=data_dir, class_cache=False))
         spark.range(1).count()
         startup_s = time.perf_counter() - start
-        print(f"Spark session start + first tiny job: {startup_s:.1f} s "
+        bench.line(f"Spark session start + first tiny job: {startup_s:.1f} s "
               f"({spark.sparkContext.defaultParallelism} cores)")
         export(spark, data_dir, ExportRequest(RangeRequest("tiny"), "parquet", os.path.join(d, "warm")))
-        for run in ("first export in the session", "again (JIT-compiled JVM)"):
+        for attempt in ("first export in the session", "again (JIT-compiled JVM)")[:bench.size(2, 1)]:
             start = time.perf_counter()
             summary = export(spark, data_dir, ExportRequest(RangeRequest("bench"), "parquet",
                                                             os.path.join(d, "spark"), overwrite=True))
             spark_s = time.perf_counter() - start
             assert summary.records == n
-            print(f"Spark export after start-up, {run}: {n / spark_s / 1e6:.2f} M records/s ({spark_s:.1f} s), "
+            bench.line(f"Spark export after start-up, {attempt}: {rate(n, spark_s)} "
+                       f"({spark_s:.1f} s), "
                   f"{direct_s / spark_s:.2f}x the direct path; {summary.files} files, {summary.bytes / 1e6:.0f} MB")
         spark.stop()
 
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,5 @@
 """Replication cost: RF=3 acks=all on three log directories vs RF=1 (a benchmark, not a test).
 
-    python benchmarks/bench_replication.py [--records N] [--repeat K]
-
 Workload: 100-byte values, ~1 MiB batches, one partition, default flush policy (fsync of every
 replica per batch). Two layers, each RF=1 vs RF=3 (target: RF=3 >= 60% of RF=1):
 - store path: ReplicaManager.append of already-encoded batches (reconcile, leader append, copy
@@ -14,18 +12,14 @@ one device; with fsync per batch the store path is bound by that device, not by 
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
-import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from harness import Bench, Measure, rate, ratio
 
-import klog  # noqa: E402
-from klog.broker.replication import ReplicaManager  # noqa: E402
-from klog.store import codec  # noqa: E402
+import klog
+from klog.broker.replication import ReplicaManager
+from klog.store import codec
 
 PER_BATCH = 9_000  # ~1 MiB of 100-byte values
 
@@ -37,8 +31,8 @@ def open_store(root: str, rf: int, fsync: bool = True):
     return store
 
 
-def store_path(n: int, rf: int, fsync: bool = True) -> float:
-    with tempfile.TemporaryDirectory() as root:
+def store_path(root: str, n: int, rf: int, fsync: bool = True) -> float:
+    if True:
         store = open_store(root, rf, fsync)
         now = int(time.time() * 1000)
         batch = codec.encode_batch([(None, b"x" * 100, (), now)] * PER_BATCH)
@@ -52,8 +46,8 @@ def store_path(n: int, rf: int, fsync: bool = True) -> float:
         return n // PER_BATCH * PER_BATCH / seconds
 
 
-def producer_path(n: int, rf: int, acks: str = "all") -> float:
-    with tempfile.TemporaryDirectory() as root:
+def producer_path(root: str, n: int, rf: int, acks: str = "all") -> float:
+    if True:
         store = open_store(root, rf)
         values = [b"%099d" % i for i in range(n)]
         start = time.perf_counter()
@@ -66,26 +60,26 @@ def producer_path(n: int, rf: int, acks: str = "all") -> float:
         return n / seconds
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3, help="best of K runs")
-    args = parser.parse_args()
-    def no_fsync(n: int, rf: int) -> float:
-        return store_path(n, rf, fsync=False)
+def run(bench: Bench) -> None:
+    n = bench.size(1_000_000, 18_000)
+    rounds = 3
 
-    for name, fn in (("store path (ReplicaManager.append)", store_path),
-                     ("store path, no fsync (flush.messages=2^62)", no_fsync),
-                     ("producer (send_values)", producer_path)):
-        rf1 = max(fn(args.records, 1) for _ in range(args.repeat))
-        rf3 = max(fn(args.records, 3) for _ in range(args.repeat))
-        print(f"{name}: RF=1 {rf1 / 1e6:.2f} M records/s, RF=3 acks=all {rf3 / 1e6:.2f} M records/s "
-              f"({rf3 / rf1:.0%} of RF=1)")
-    # what acks=1 (the leader's fsync only) and acks=0 (none) save at RF=3
-    by_acks = {acks: max(producer_path(args.records, 3, acks) for _ in range(args.repeat))
-               for acks in ("all", "1", "0")}
-    print("producer RF=3 by acks: " + ", ".join(f"acks={a} {v / 1e6:.2f} M records/s" for a, v in by_acks.items()))
+    def no_fsync(root: str, n: int, rf: int) -> float:
+        return store_path(root, n, rf, fsync=False)
 
+    def per_second(fn, root: str, *args) -> Measure:  # noqa: ANN001 - a rate as a 'time' for the medians
+        return Measure(1 / fn(root, n, *args), 0)
 
-if __name__ == "__main__":
-    main()
+    for i, (name, fn) in enumerate((("store path (ReplicaManager.append)", store_path),
+                                    ("store path, no fsync (flush.messages=2^62)", no_fsync),
+                                    ("producer (send_values)", producer_path))):
+        runs = bench.alternate({f"rf{rf}": (lambda r, rf=rf, fn=fn, i=i: per_second(fn, f"{bench.tmp}/{i}-{rf}-{r}",
+                                                                                      rf))
+                                for rf in (1, 3)}, rounds=rounds)
+        rf1, rf3 = 1 / runs["rf1"].wall, 1 / runs["rf3"].wall
+        bench.row(f"RF=3 acks=all, {name}, {n:,} records of 100 B", rate(rf3, 1),
+                  ratio(rf3, rf1, "RF=1") + f" ({rate(rf1, 1)})")
+    by_acks = bench.alternate({acks: (lambda r, acks=acks: per_second(producer_path, f"{bench.tmp}/a{acks}-{r}", 3,
+                                                                      acks))
+                               for acks in ("all", "1", "0")}, rounds=rounds)
+    bench.row("RF=3 producer by acks", ", ".join(f"acks={a} {rate(1 / s.wall, 1)}" for a, s in by_acks.items()))

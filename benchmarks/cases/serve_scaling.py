@@ -16,20 +16,18 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime
 import io
 import os
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
+from types import SimpleNamespace
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from harness import REPO, Bench
 from serve_process import Serve, klog_cmd  # noqa: E402 - benchmarks/ is on sys.path when run as a script
 
 
@@ -111,16 +109,12 @@ def _exactly(sock: object, n: int) -> bytes:
     return bytes(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--fetches", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+def run(bench: Bench) -> None:
+    args = SimpleNamespace(seconds=10 if not bench.smoke else 0.3, fetches=bench.size(2000, 20), rounds=bench.rounds(3))
     env = {**os.environ, "PYTHONPATH": REPO}
     with tempfile.TemporaryDirectory(prefix="bench-serve-scaling-") as tmp:
         data = os.path.join(tmp, "data")
-        for topic, parts in (("one", 1), ("wide", 1000), ("idle", 200)):
+        for topic, parts in (("one", 1), ("wide", bench.size(1000, 10)), ("idle", bench.size(200, 10))):
             subprocess.run(klog_cmd("topics", "create", topic, "-p", str(parts), "-d", data), env=env, check=True,
                            stdout=subprocess.DEVNULL)
         for topic in ("one", "wide"):
@@ -133,7 +127,7 @@ def main() -> None:
         many = os.path.join(tmp, "many")  # "one" again, among 1,000 other topics
         with klog.open(many) as store:
             store.create_topic("one")
-            for i in range(1000):
+            for i in range(bench.size(1000, 10)):
                 store.create_topic(f"other-{i}")
             many_id = uuid.UUID(store.topics.get("one").topic_id)
         subprocess.run(klog_cmd("produce", "one", "-d", many), input=b"x" * 100 + b"\n", env=env, check=True,
@@ -141,14 +135,14 @@ def main() -> None:
         print(f"load average {os.getloadavg()[0]:.1f}")
         serve = Serve(data, env)
         try:
-            for n in (0, 50, 200):
+            for n in (0, bench.size(50, 5), bench.size(200, 10)):
                 for spread in ((False, True) if n else (False,)):
                     frames = [fetch_frame("idle", i if spread else 0, 0, 500) for i in range(n)]
                     runs = [long_poll(serve, frames, args.seconds) for _ in range(args.rounds)]
                     cpu = sorted(r[0] for r in runs)[len(runs) // 2]
                     where = "one partition each" if spread else "all on one partition"
-                    print(f"long poll  {n:>3} consumers ({where if n else 'none'}): server CPU {cpu:5.1f}% of a core, "
-                          f"{runs[0][1] / args.seconds:.0f} answers/s", flush=True)
+                    bench.line(f"long poll {n} consumers ({where if n else 'none'}): server CPU {cpu:5.1f}% of a core, "
+                          f"{runs[0][1] / args.seconds:.0f} answers/s")
             sequential_fetches(serve.port, "one", 50)  # warm both
             sequential_fetches(serve.port, "wide", 50)
             one, wide = [], []
@@ -157,8 +151,9 @@ def main() -> None:
                 wide.append(sequential_fetches(serve.port, "wide", args.fetches) / args.fetches)
             one.sort()
             wide.sort()
-            print(f"fetch of partition 0: topic of 1 partition {one[len(one) // 2] * 1e6:.0f} us, "
-                  f"of 1,000 partitions {wide[len(wide) // 2] * 1e6:.0f} us per request (median of {args.rounds})")
+            bench.line(f"fetch of partition 0: topic of 1 partition {one[len(one) // 2] * 1e6:.0f} us, "
+                  f"of {bench.size(1000, 10):,} partitions {wide[len(wide) // 2] * 1e6:.0f} us per request "
+                       f"(median of {args.rounds})")
             serve_many = Serve(many, env)
             try:  # Fetch v13+ names topics by id: the store's 1,001 topics must not be listed per request
                 few, lots = [], []
@@ -167,14 +162,12 @@ def main() -> None:
                     lots.append(sequential_fetches(serve_many.port, "one", args.fetches, many_id) / args.fetches)
                 few.sort()
                 lots.sort()
-                print(f"fetch v13 (topic by id): store of 3 topics {few[len(few) // 2] * 1e6:.0f} us, "
-                      f"of 1,001 topics {lots[len(lots) // 2] * 1e6:.0f} us per request (median of {args.rounds})")
+                bench.line(f"fetch v13 (topic by id): store of 3 topics {few[len(few) // 2] * 1e6:.0f} us, "
+                      f"of {bench.size(1000, 10) + 1:,} topics {lots[len(lots) // 2] * 1e6:.0f} us per request "
+                           f"(median of {args.rounds})")
             finally:
                 serve_many.close()
         finally:
             serve.close()
         print(f"load average {os.getloadavg()[0]:.1f}")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,5 @@
 """The terminal view of `klog consume`: records drawn per second on a pseudo-terminal.
 
-    python benchmarks/bench_viewer.py [--records N] [--runs R]
-
 A topic of N records (3 partitions; keys; half JSON values, half text) is read by `klog consume`
 with its stdout on a pty whose other end this process drains as fast as it can (a terminal that
 keeps up). Peers measured in the same run, alternated with it:
@@ -13,20 +11,16 @@ Python's start. Figures are medians of R alternated runs. Target: >= 50 k record
 
 from __future__ import annotations
 
-import argparse
 import os
 import pty
-import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from harness import Bench, Measure, rate
 
-import klog  # noqa: E402
+import klog
 
 RICH_PEER = r"""
 import sys, json
@@ -105,46 +99,38 @@ def on_pty(argv: list[str], env: dict[str, str]) -> tuple[float, bytes]:
     proc.stderr.close()
     os.close(leader)
     if code != 0:
-        raise SystemExit(f"{argv[:4]} exited {code}: {err.decode(errors='replace')}")
+        raise RuntimeError(f"{argv[:4]} exited {code}: {err.decode(errors='replace')}")
     return elapsed, b"".join(chunks)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=50_000)
-    ap.add_argument("--runs", type=int, default=5)
-    args = ap.parse_args()
-    n = args.records
-    with tempfile.TemporaryDirectory() as d:
-        data_dir = os.path.join(d, "store")
-        make_topic(data_dir, "view", n)
-        with klog.open(data_dir) as store:
-            store.create_topic("empty")
-        env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir}
-        env.pop("NO_COLOR", None)
-        klog_cmd = [sys.executable, "-m", "klog", "consume", "view"]
-        times: dict[str, list[float]] = {"klog": [], "rich": [], "cat": [], "startup": []}
-        shown_path = os.path.join(d, "shown.txt")
-        lines = 0
-        for _ in range(args.runs):
-            t, shown = on_pty(klog_cmd, env)
-            times["klog"].append(t)
-            lines = shown.count(b"\n")
-            with open(shown_path, "wb") as f:
-                f.write(shown)
-            times["rich"].append(on_pty([sys.executable, "-c", RICH_PEER, data_dir, "view"], env)[0])
-            times["cat"].append(on_pty(["cat", shown_path], env)[0])
-            times["startup"].append(on_pty([sys.executable, "-m", "klog", "consume", "empty"], env)[0])
-        if lines != n:
-            raise SystemExit(f"klog drew {lines} lines for {n} records")
-        med = {k: statistics.median(v) for k, v in times.items()}
-        startup = med["startup"]
-        print(f"{n} records on a pty, medians of {args.runs} alternated runs")
-        print(f"  klog consume (startup {startup:.2f} s): {med['klog']:.2f} s  = {n / med['klog']:,.0f} records/s "
-              f"end to end, {n / max(med['klog'] - startup, 1e-9):,.0f} records/s drawing")
-        print(f"  rich per record (previous view):  {med['rich']:.2f} s  = {n / med['rich']:,.0f} records/s end to end")
-        print(f"  cat of klog's output (pty ceiling): {med['cat']:.3f} s  = {n / med['cat']:,.0f} lines/s")
+def run(bench: Bench) -> None:
+    n = bench.size(50_000, 300)
+    data_dir = os.path.join(bench.tmp, "store")
+    make_topic(data_dir, "view", n)
+    with klog.open(data_dir) as store:
+        store.create_topic("empty")
+    env = {**bench.env, "KLOG_DATA_DIR": data_dir}
+    env.pop("NO_COLOR", None)
+    shown_path = os.path.join(bench.tmp, "shown.txt")
+    drawn: list[int] = []
 
+    def klog_view(r: int) -> Measure:
+        took, shown = on_pty(bench.klog("consume", "view"), env)
+        drawn.append(shown.count(b"\n"))
+        with open(shown_path, "wb") as f:
+            f.write(shown)
+        return Measure(took, 0)
 
-if __name__ == "__main__":
-    main()
+    runs = bench.alternate({
+        "klog": klog_view,
+        "rich": lambda r: Measure(on_pty([sys.executable, "-c", RICH_PEER, data_dir, "view"], env)[0], 0),
+        "startup": lambda r: Measure(on_pty(bench.klog("consume", "empty"), env)[0], 0),
+    }, rounds=5)
+    cat = Measure(on_pty(["cat", shown_path], env)[0], 0)
+    if set(drawn) != {n}:
+        raise RuntimeError(f"klog drew {drawn} lines for {n} records")
+    startup = runs["startup"].wall
+    drawing = max(runs["klog"].wall - startup, 1e-9)
+    bench.row(f"klog consume on a pty, {n:,} records, 3 partitions, half JSON: drawn (start-up {startup:.2f} s apart)",
+              rate(n, drawing), f"rich, one Text per record: {rate(n, runs['rich'].wall)} end to end; "
+              f"klog end to end {rate(n, runs['klog'].wall)}; cat of the same bytes {rate(n, cat.wall)}")

@@ -15,16 +15,15 @@ Medians of alternated rounds.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from harness import REPO, Bench
 
 import klog  # noqa: E402
 
@@ -127,10 +126,10 @@ def klog_commits(store, group: str) -> list[float]:
         c.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+def run(bench: Bench) -> None:
+    global COMMITS
+    COMMITS = bench.size(300, 20)
+    args = SimpleNamespace(rounds=bench.rounds(5))
     with tempfile.TemporaryDirectory() as d:
         with klog.open(d) as store:
             store.create_topic("t", partitions=PARTITIONS)
@@ -149,11 +148,8 @@ def main() -> None:
             proc.stderr.close()
     ms = lambda xs: statistics.median(xs) * 1000  # noqa: E731
     p99 = lambda xs: sorted(xs)[int(len(xs) * 0.99)] * 1000  # noqa: E731
-    print(f"rebalance after a clean leave, median of {args.rounds}: confluent-kafka via klog serve "
+    bench.line(f"rebalance after a clean leave, median of {args.rounds}: confluent-kafka via klog serve "
           f"{ms(kafka_times):.0f} ms, klog GroupConsumer {ms(klog_times):.0f} ms")
-    print(f"synchronous commit, {len(kafka_lat)} each: confluent-kafka via klog serve p50 {ms(kafka_lat):.2f} ms "
+    bench.line(f"synchronous commit, {len(kafka_lat)} each: confluent-kafka via klog serve p50 {ms(kafka_lat):.2f} ms "
           f"p99 {p99(kafka_lat):.2f} ms; klog GroupConsumer p50 {ms(klog_lat):.2f} ms p99 {p99(klog_lat):.2f} ms")
 
-
-if __name__ == "__main__":
-    main()

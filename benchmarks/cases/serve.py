@@ -26,7 +26,6 @@ kcat -P against both).
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import shutil
@@ -37,10 +36,11 @@ import sys
 import tempfile
 import threading
 import time
+from types import SimpleNamespace
 
+from harness import REPO, Bench
 from serve_process import Serve, klog_cmd  # benchmarks/ is on sys.path when run as a script
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KCAT = shutil.which("kcat")
 
 
@@ -327,14 +327,9 @@ def produce_only(n: int, rounds: int, env: dict) -> None:
           "records/s")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--latency-samples", type=int, default=300)
-    ap.add_argument("--produce-only", action="store_true",
-                    help="only the produce rows, the server alternated with its walk-only validator")
-    args = ap.parse_args()
+def run(bench: Bench) -> None:
+    args = SimpleNamespace(records=bench.size(1_000_000, 3_000), rounds=bench.rounds(3),
+                           latency_samples=bench.size(300, 10), produce_only=False)
     env = {**os.environ, "PYTHONPATH": REPO}
     if args.produce_only:
         produce_only(args.records, args.rounds, env)
@@ -393,7 +388,7 @@ def main() -> None:
             results["local_fetch"].append(n / count_lines(klog_cmd("consume", topic, "-d", local_dir), env, n))
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" if "cpu" not in k
                                                   else f"{k} {v[-1]:.4f}"
-                                                  for k, v in results.items() if v), flush=True)
+                                                  for k, v in results.items() if v))
         lat_topic = "latency"
         subprocess.run(klog_cmd("topics", "create", lat_topic, "-d", serve_dir), env=env, check=True,
                        stdout=subprocess.DEVNULL)
@@ -408,33 +403,32 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in results.items() if v}
     print(f"\n{n:,} records of 100 B, medians of {args.rounds} rounds; load average before/after "
           f"{load_before:.1f}/{os.getloadavg()[0]:.1f}")
-    print(f"produce  klog serve + confluent-kafka acks=all   {med['serve_produce']:>12,.0f} records/s")
+    bench.line(f"produce  klog serve + confluent-kafka acks=all   {med['serve_produce']:>12,.0f} records/s")
     if "kcat_produce" in med:
-        print(f"produce  klog serve + kcat -P -X acks=all        {med['kcat_produce']:>12,.0f} records/s")
-    print(f"produce  klog produce (local CLI) acks=all       {med['local_produce']:>12,.0f} records/s")
+        bench.line(f"produce  klog serve + kcat -P -X acks=all        {med['kcat_produce']:>12,.0f} records/s")
+    bench.line(f"produce  klog produce (local CLI) acks=all       {med['local_produce']:>12,.0f} records/s")
     if "kcat_devnull" in med:
         runs = results["kcat_devnull"]
-        print(f"fetch    klog serve + kcat -C -e -o beginning > /dev/null {med['kcat_devnull']:>12,.0f} records/s "
+        bench.line(f"fetch  klog serve + kcat -C -e -o beginning > /dev/null {med['kcat_devnull']:>12,.0f} records/s "
               f"(median of {len(runs)} runs, {min(runs):,.0f}-{max(runs):,.0f}; server CPU "
               f"{med['devnull_cpu_per_mib'] * 1000:.1f} ms per MiB; kcat CPU {med['devnull_kcat_cpu_us']:.2f} us "
               "per record)")
     if "serve_fetch" in med:
-        print(f"fetch    klog serve + kcat -C -e -f '%s\\n' | pipe {med['serve_fetch']:>12,.0f} records/s "
+        bench.line(f"fetch  klog serve + kcat -C -e -f '%s\\n' | pipe {med['serve_fetch']:>12,.0f} records/s "
               f"(server CPU {med['cpu_per_mib'] * 1000:.1f} ms per MiB; "
               f"kcat CPU {med['kcat_cpu_us']:.2f} us per record)")
-        print(f"fetch    the same, -X fetch.wait.max.ms=10 -X queued.min.messages=10000000 "
+        bench.line(f"fetch  the same, -X fetch.wait.max.ms=10 -X queued.min.messages=10000000 "
               f"{med['kcat_fetch_short_wait']:>12,.0f} records/s")
-    print(f"fetch    klog serve + confluent consume(10,000)  {med['confluent_fetch']:>12,.0f} records/s")
-    print(f"fetch    the same, fetch.queue.backoff.ms=10     {med['confluent_fetch_short_backoff']:>12,.0f} records/s")
-    print(f"fetch    klog serve, raw Fetch v12 of 1 MiB      {med['raw_fetch']:>12,.0f} records/s (no client parsing)")
-    print(f"fetch    klog consume (local CLI)                {med['local_fetch']:>12,.0f} records/s")
-    print(f"latency  serve, confluent producer -> consumer   p50 {pct(kafka_lat, 0.5):.1f} ms  "
+    bench.line(f"fetch  klog serve + confluent consume(10,000)  {med['confluent_fetch']:>12,.0f} records/s")
+    bench.line(f"fetch  the same, fetch.queue.backoff.ms=10     "
+               f"{med['confluent_fetch_short_backoff']:>12,.0f} records/s")
+    bench.line(f"fetch  klog serve, raw Fetch v12 of 1 MiB      {med['raw_fetch']:>12,.0f} records/s "
+               "(no client parsing)")
+    bench.line(f"fetch  klog consume (local CLI)                {med['local_fetch']:>12,.0f} records/s")
+    bench.line(f"latency  serve, confluent producer -> consumer   p50 {pct(kafka_lat, 0.5):.1f} ms  "
           f"p99 {pct(kafka_lat, 0.99):.1f} ms ({len(kafka_lat)} samples)")
-    print(f"latency  local, klog producer -> consume -f      p50 {pct(local_lat, 0.5):.1f} ms  "
+    bench.line(f"latency  local, klog producer -> consume -f      p50 {pct(local_lat, 0.5):.1f} ms  "
           f"p99 {pct(local_lat, 0.99):.1f} ms ({len(local_lat)} samples)")
-    print(f"memory   server RSS idle {idle:.0f} MiB, 500 idle connections {with_idle:.0f} MiB, "
+    bench.line(f"memory, klog serve RSS: idle {idle:.0f} MiB, 500 idle connections {with_idle:.0f} MiB, "
           f"10 busy producers {busy:.0f} MiB")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,4 @@
-"""Cost that stays flat as the store grows (a benchmark, not a test: README figures).
-
-    python benchmarks/bench_growth.py [--segments N] [--appends N] [--topics N,...] [--rows ROW,...]
+"""Cost that stays flat as the store grows: segments, partitions, topics, appends.
 
 Each row sets a figure beside its peer measured in the same run:
   - many segments: producing 100-byte lines into a topic with segment.bytes small enough for
@@ -16,17 +14,13 @@ Each row sets a figure beside its peer measured in the same run:
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from harness import Bench
 
-import klog  # noqa: E402
+import klog
 
 LINE = b"x" * 100
 NO_FSYNC = {"flush.messages": str(2**62)}
@@ -43,7 +37,7 @@ def produce_lines(store, topic: str, n: int) -> float:
 CHUNK = 25_000  # records per timed chunk of the segments row
 
 
-def bench_segments(segments: int) -> None:
+def bench_segments(bench: Bench, segments: int) -> None:
     """Flatness in one run: the per-record cost of the LAST 25 k records of a partition that
     already has ~`segments` segments against its FIRST 25 k (same segment.bytes); beside it, one
     segment (no roll) for the same chunks, whose difference per roll is what a roll costs; and
@@ -73,41 +67,41 @@ def bench_segments(segments: int) -> None:
     for topic, how in (("many", "rolls flushed in the background"), ("sync", "each roll waiting for its fsync")):
         first, last = us[topic][0], us[topic][-1]
         per_roll = (chunks[topic][-1] - chunks["one"][-1]) / new_rolls * 1e6
-        print(f"{n:,} records into {rolls[-1]:,} segments of 16 kB, {how}: first {CHUNK:,} {first:.2f} us/record, "
+        bench.line(f"{n:,} records into {rolls[-1]:,} segments of 16 kB, {how}: first {CHUNK:,} {first:.2f} us/record, "
               f"last {CHUNK:,} (from {rolls[-2]:,} segments on) {last:.2f} us/record ({last / first:.2f}x; "
               f"{last / us['one'][-1]:.2f}x one segment); a roll costs ~{per_roll:.0f} us")
-    print(f"one segment, same chunks: first {us['one'][0]:.2f}, last {us['one'][-1]:.2f} us/record; medians over "
+    bench.line(f"one segment, same chunks: first {us['one'][0]:.2f}, last {us['one'][-1]:.2f} us/record; medians over "
           f"all chunks: one {statistics.median(us['one']):.2f}, background {statistics.median(us['many']):.2f}, "
           f"waiting {statistics.median(us['sync']):.2f} us/record")
 
 
-def bench_partitions(n: int = 100_000, rounds: int = 5) -> None:
+def bench_partitions(bench: Bench, n: int, rounds: int, many: int = 1000) -> None:
     """The first round also creates every partition's folder and files; then `rounds` more,
-    alternated 1 / 1,000 partitions, each by a new producer of the same store: medians of the
+    alternated 1 / {many:,} partitions, each by a new producer of the same store: medians of the
     wall time, and of the CPU time (the steadier figure on a shared machine), with the CPU time
     split into sending (partitioning, batching) and the close's flush (encoding, appending)."""
     pairs = [(b"key-%d" % (i % 10_000), LINE) for i in range(n)]
     with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
-        times: dict[int, list[tuple[float, float, float]]] = {1: [], 1000: []}
-        for parts in (1, 1000):
+        times: dict[int, list[tuple[float, float, float]]] = {1: [], many: []}
+        for parts in (1, many):
             store.create_topic(f"p{parts}", partitions=parts, configs=NO_FSYNC)
         for _ in range(rounds + 1):
-            for parts in (1, 1000):
+            for parts in (1, many):
                 start, cpu = time.perf_counter(), time.process_time()
                 with store.producer() as producer:
                     for i in range(0, n, 10_000):
                         producer.send_keyed(f"p{parts}", pairs[i:i + 10_000])
                     sent = time.process_time()
                 times[parts].append((time.perf_counter() - start, time.process_time() - cpu, sent - cpu))
-    one, many = times[1][0][0], times[1000][0][0]
-    print(f"{n:,} keyed records into new partitions: 1 partition {one:.2f} s, 1,000 partitions {many:.2f} s "
-          f"({many / one:.2f}x)")
+    one_s, many_s = times[1][0][0], times[many][0][0]
+    bench.line(f"{n:,} keyed records into new partitions: 1 partition {one_s:.2f} s, {many:,} partitions "
+               f"{many_s:.2f} s ({many_s / one_s:.2f}x)")
     wall = {p: statistics.median(t[0] for t in ts[1:]) for p, ts in times.items()}
     cpu = {p: statistics.median(t[1] for t in ts[1:]) for p, ts in times.items()}
     send = {p: statistics.median(t[2] for t in ts[1:]) for p, ts in times.items()}
-    print(f"{n:,} keyed records again (median of {rounds}, alternated): 1 partition {wall[1]:.3f} s, "
-          f"1,000 partitions {wall[1000]:.3f} s ({wall[1000] / wall[1]:.2f}x); CPU {cpu[1]:.3f} vs "
-          f"{cpu[1000]:.3f} s ({cpu[1000] / cpu[1]:.2f}x), of which sending {send[1]:.3f} vs {send[1000]:.3f} s")
+    bench.line(f"{n:,} keyed records again (median of {rounds}, alternated): 1 partition {wall[1]:.3f} s, "
+          f"{many:,} partitions {wall[many]:.3f} s ({wall[many] / wall[1]:.2f}x); CPU {cpu[1]:.3f} vs "
+          f"{cpu[many]:.3f} s ({cpu[many] / cpu[1]:.2f}x), of which sending {send[1]:.3f} vs {send[many]:.3f} s")
 
 
 def _tenths(n: int, step) -> list[tuple[float, float]]:
@@ -131,7 +125,7 @@ def _first_last(what: str, tenths: list[tuple[float, float]]) -> str:
             + " ".join(f"{c:.0f}" for _, c in tenths))
 
 
-def bench_topics(counts: list[int]) -> None:
+def bench_topics(bench: Bench, counts: list[int]) -> None:
     """Each create's cost at the start and the end of creating n topics in a new store (one
     partition each). Wall time is mostly LMDB's commit (an fsync: noisy on a shared disk); the
     CPU time shows whether the work per create grows with the topics already there."""
@@ -140,10 +134,10 @@ def bench_topics(counts: list[int]) -> None:
             start = time.perf_counter()
             tenths = _tenths(n, lambda i: store.create_topic(f"t{i}"))
             total = time.perf_counter() - start
-        print(_first_last(f"creating {n:,} topics ({total:.1f} s), per create", tenths))
+        bench.line(_first_last(f"creating {n:,} topics ({total:.1f} s), per create", tenths))
 
 
-def bench_appends(n: int) -> None:
+def bench_appends(bench: Bench, n: int) -> None:
     """Single-record batches into one partition (acks=1, no fsync per batch), each flushed."""
     with tempfile.TemporaryDirectory() as d, klog.open(d) as store:
         store.create_topic("t", configs=NO_FSYNC)
@@ -155,28 +149,13 @@ def bench_appends(n: int) -> None:
             start = time.perf_counter()
             tenths = _tenths(n, append)
             total = time.perf_counter() - start
-    print(_first_last(f"{n:,} single-record appends ({total:.0f} s), per append", tenths))
+    bench.line(_first_last(f"{n:,} single-record appends ({total:.0f} s), per append", tenths))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--segments", type=int, default=5000)
-    parser.add_argument("--appends", type=int, default=1_000_000)
-    parser.add_argument("--topics", default="1000,5000", help="topic counts to create, comma-separated")
-    parser.add_argument("--rows", default="segments,partitions,topics,appends",
-                        help="which rows to run, comma-separated")
-    parser.add_argument("--only-segments", action="store_true", help="only the many-segments rows")
-    args = parser.parse_args()
-    rows = {"segments"} if args.only_segments else set(args.rows.split(","))
-    if "segments" in rows:
-        bench_segments(args.segments)
-    if "partitions" in rows:
-        bench_partitions()
-    if "topics" in rows:
-        bench_topics([int(n) for n in args.topics.split(",")])
-    if "appends" in rows:
-        bench_appends(args.appends)
-
-
-if __name__ == "__main__":
-    main()
+def run(bench: Bench) -> None:
+    global CHUNK
+    CHUNK = bench.size(25_000, 300)
+    bench_segments(bench, bench.size(5000, 4))
+    bench_partitions(bench, bench.size(100_000, 2_000), bench.rounds(5), many=bench.size(1000, 20))
+    bench_topics(bench, [bench.size(1000, 30), bench.size(5000, 60)])
+    bench_appends(bench, bench.size(1_000_000, 200))

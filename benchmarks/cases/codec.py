@@ -1,6 +1,4 @@
-"""Codec throughput: klog's encode, decode (with CRC) and read path, next to kafka-python's codec.
-
-Plain script: `PYTHONPATH=. python benchmarks/bench_codec.py [--quick]`. Prints records/s.
+"""Codec throughput: klog's encode, decode (with CRC) and read path, beside kafka-python's codec.
 
 Workload (the targets in the codec's brief): 10,000 records per batch with null keys, 100-byte
 values and no headers, so a batch is ~1.1 MiB.
@@ -14,20 +12,18 @@ values and no headers, so a batch is ~1.1 MiB.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import Bench, rate, ratio
 
-from klog.store import codec, fastrecords  # noqa: E402
-from klog.store.config import LogConfig  # noqa: E402
-from klog.store.log import PartitionLog  # noqa: E402
+from klog.store import codec, fastrecords
+from klog.store.config import LogConfig
+from klog.store.log import PartitionLog
 
 RECORDS = 10_000
 VALUE = bytes(range(100))
@@ -178,24 +174,15 @@ def bench_kafka_python(repeat: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    args = parser.parse_args()
-    repeat = 5 if args.quick else 20
-    print(f"python {sys.version.split()[0]}, crc32c hardware: {__import__('crc32c').hardware_based}")
-    print(f"{RECORDS} records/batch, null keys, {len(VALUE)}-byte values, no headers; best of {repeat}")
+def run(bench: Bench) -> None:
+    repeat = bench.size(20, 2)
     results = bench_klog(repeat)
-    results["klog PartitionLog.read + records()"] = bench_read_path(20 if args.quick else 50, max(2, repeat // 4))
+    results["klog PartitionLog.read + records()"] = bench_read_path(bench.size(50, 2), max(2, repeat // 4))
     results.update(bench_kafka_python(repeat))
-    width = max(len(name) for name in results)
-    for name, rate in results.items():
-        print(f"{name:<{width}}  {rate / 1e6:6.3f} M records/s")
-    print(f"compiled (aiokafka's Cython records) vs klog's pure Python, ns/record, medians of {repeat} runs "
-          f"(Python, compiled, Python blocks); load average {os.getloadavg()[0]:.1f}")
+    peer = results.get("kafka-python DefaultRecordBatchBuilder")
+    for name, per_s in results.items():
+        beside = ratio(per_s, peer, "kafka-python's builder") if peer and name == "klog encode_batch" else ""
+        bench.row(f"{name}, {RECORDS:,}-record batches of 100 B values (best of {repeat})", rate(per_s, 1), beside)
     for name, fast, python in bench_compiled_vs_python(repeat):
-        print(f"  {name:<42} {fast:7.0f} vs {python:7.0f}  ({python / fast:.1f}x)")
-
-
-if __name__ == "__main__":
-    main()
+        bench.row(f"{name}, ns per record: compiled (aiokafka's Cython records)", f"{fast:.0f} ns",
+                  f"{python / fast:.1f}x faster than klog's pure Python ({python:.0f} ns), alternated blocks")
