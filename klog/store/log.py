@@ -486,6 +486,23 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self._save_state()
 
+    def flush_due(self) -> bool:
+        """Would maybe_flush() fsync now (flush.messages reached, or flush.ms passed)?"""
+        return self._fds is not None and (self._unflushed_batches >= self.config.flush_messages
+                                          or time.monotonic() * 1000 - self._last_flush_ms >= self.config.flush_ms)
+
+    def mark_synced(self) -> None:
+        """Everything appended is durable (a syncfs of this log's filesystem just returned, see
+        klog.store.syncfs): flush()'s bookkeeping without its fsyncs."""
+        if self._fds is None:
+            return
+        self.finish_flushes()  # the background flushes of sealed segments: covered, but collected
+        self._dir_dirty = False
+        self._unflushed_batches = 0
+        self._last_flush_ms = time.monotonic() * 1000
+        self.recovery_point = self.log_end_offset
+        self._save_state()
+
     def _save_state(self, sync: bool = False) -> None:
         if self.pending_flushes:
             self.collect_flushes()

@@ -208,6 +208,12 @@ class Partition:
         object's last clean append, so its replicas and their metadata are as that append left them."""
         return self._appended_generation is not None and self._appended_generation == self.lock.previous_generation
 
+    def distrust(self) -> None:
+        """The next acquisition of the lock re-opens every replica from its files (a write whose
+        durability is unknown: a failed syncfs), as if another process had held the lock."""
+        self._appended_generation = None
+        self.replica_check = None
+
     def open_for_write(self) -> None:
         """Lock held: bring every replica to a clean tail and the high watermark in line.
 
