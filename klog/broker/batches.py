@@ -28,6 +28,7 @@ from klog.store.format import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
 )
+from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
 
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
@@ -161,9 +162,14 @@ class ProducerStates:
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
         entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
 
-    def check(self, key: tuple[str, int], part, header: BatchHeader) -> None:
-        """Raise if the batch must not be appended: a duplicate (with its original offset), a gap,
-        an older epoch. Lock held."""
+    def check(self, key: tuple[str, int], part, header: BatchHeader, data: bytes) -> None:
+        """Raise if the batch `data` must not be appended: a duplicate (with its original offset), a
+        gap, an older epoch. Lock held.
+
+        A duplicate is answered only for the same batch written before (read back from the log and
+        compared): sequence numbers alone are not proof, as another client may have sent a batch
+        under the same producer id, epoch and sequences, and acknowledging this one as a duplicate of
+        it would acknowledge records that are not in the log."""
         if header.producer_id < 0 or header.base_sequence < 0:
             return
         entry = self._load(key, part).get(header.producer_id)
@@ -183,6 +189,11 @@ class ProducerStates:
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
         for done in entry.recent:
             if done.first_seq == header.base_sequence and done.last_seq == last_seq:
+                if not _written_at(part, done.base_offset, data, header):
+                    raise OutOfOrderSequenceError(
+                        f"producer {header.producer_id} epoch {header.producer_epoch}: sequences "
+                        f"{done.first_seq}..{done.last_seq} are taken by a different batch at offset "
+                        f"{done.base_offset}; this one is not written")
                 raise DuplicateSequenceError(done.base_offset)
         expected = _seq_add(entry.recent[-1].last_seq, 1) if entry.recent else 0
         if header.base_sequence != expected:
@@ -194,6 +205,35 @@ class ProducerStates:
             states = self._by_partition.get(key)
             if states is not None:
                 self._record(states, header, base_offset)
+
+
+def _written_at(part, base_offset: int, data: bytes, header: BatchHeader) -> bool:  # noqa: ANN001 - Partition
+    """Is the batch in the log at `base_offset` the batch `data` (a client's retry of it)? Same
+    producer fields, sequences, record count, first timestamp and records: the header fields the
+    store rewrites (base offset, leader epoch, LogAppendTime's max timestamp and CRC) are left out,
+    and records recompressed to the topic's compression.type are compared decompressed."""
+    leader = part.leader
+    try:
+        found = leader.read(base_offset, base_offset + 1, max_bytes=len(data))
+    except (KlogError, OSError):
+        return False  # unreadable: not proof that this batch was written
+    if not found or found[0].header.base_offset != base_offset:
+        return False  # deleted since (retention, delete-records): nothing to compare with
+    stored, written = found[0].data, found[0].header
+
+    def same(*fields: str) -> bool:
+        return all(getattr(written, f) == getattr(header, f) for f in fields)
+
+    if not same("producer_id", "producer_epoch", "base_sequence", "last_offset_delta", "records_count",
+                "base_timestamp"):
+        return False
+    body, stored_body = memoryview(data)[RECORD_BATCH_OVERHEAD:], memoryview(stored)[RECORD_BATCH_OVERHEAD:]
+    if written.codec == header.codec and body == stored_body:
+        return True
+    try:
+        return compression.decompress(header.codec, body) == compression.decompress(written.codec, stored_body)
+    except (KlogError, ValueError):  # compression's errors are ValueErrors
+        return False
 
 
 def batch_headers(part, since_ms: int | None = None):  # noqa: ANN001, ANN201 - Partition -> Iterator[BatchHeader]
@@ -284,6 +324,12 @@ class RawAppender:
         with self._guard:
             self.producers.forget(topic)
 
+    def _max_message_bytes(self, topic: str) -> int:
+        try:
+            return self.store.log_config(topic).max_message_bytes
+        except KlogError:  # an unknown topic: the append's own checks say so
+            return MAX_MESSAGE_BYTES_DEFAULT
+
     def partition(self, topic: str, partition: int):  # noqa: ANN201 - Partition
         self._refresh_topic(topic)
         with self._guard:  # Store's partition cache is a plain dict
@@ -292,7 +338,17 @@ class RawAppender:
     def append(self, topic: str, partition: int, data: bytes, acks: str) -> RawAppendResult:
         """Check and append one batch as a Kafka client sent it. Raises InvalidBatchError,
         RecordTooLargeError, the sequence errors above, and the store's errors."""
-        header = check_batch(data)
+        # a compressed batch's records may not expand past max.message.bytes either: a few KB of
+        # zstd would otherwise cost hundreds of MB here, and every consumer as much again
+        max_bytes = self._max_message_bytes(topic)
+        with compression.expansion_limit(max_bytes) as bound:
+            try:
+                header = check_batch(data)
+            except InvalidBatchError:
+                if bound.exceeded:
+                    raise RecordTooLargeError(f"record batch of {len(data)} bytes expands past max.message.bytes "
+                                              f"({max_bytes}) of topic '{topic}' when decompressed") from None
+                raise
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
         self.check_topic(topic)
@@ -313,7 +369,7 @@ class RawAppender:
         key = (topic, partition)
         with self.lock_for(topic, partition):
             try:
-                self.producers.check(key, part, header)
+                self.producers.check(key, part, header, data)
             except DuplicateSequenceError as dup:
                 return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
             base = self.writer.append_batch(topic, partition, data, acks)

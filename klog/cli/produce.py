@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from klog.cli.app import DataDirOpt, open_store
+from klog.cli.app import DataDirOpt, current_cluster, open_store
 from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
 from klog.client.producer_settings import BATCH_SIZE_DEFAULT, producer_settings
 
@@ -22,7 +22,8 @@ PRODUCE_HELP = (
     "partition the topic lacks (a copy into an auto-created topic of num.partitions) goes where the partitioner "
     "puts it, with a warning; create the topic with enough partitions first to keep them. --input raw makes the "
     "whole input one record.\n\n"
-    "A missing topic is created with the store's defaults (auto.create.topics.enable) and a note on stderr."
+    "A missing topic is created with the store's defaults (auto.create.topics.enable) and a note on stderr; "
+    "on a cluster (--bootstrap-server), the cluster creates it with its own defaults if it allows."
 )
 
 
@@ -66,7 +67,11 @@ def register(app: typer.Typer) -> None:
                 sys.stdout.write("".join(f"{t}\t{p}\t{base + i}\n" for i in range(n)))
 
         def on_create(t: str) -> None:
-            print(f"klog: created topic '{t}' with the store's defaults", file=sys.stderr)
+            if current_cluster() is not None:  # the cluster made it, with its own settings
+                print(f"klog: topic '{t}' was created by the cluster (auto.create.topics.enable) with its "
+                      "defaults", file=sys.stderr)
+            else:
+                print(f"klog: created topic '{t}' with the store's defaults", file=sys.stderr)
 
         def on_warning(message: str) -> None:
             print(f"klog: warning: {message}", file=sys.stderr)

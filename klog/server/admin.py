@@ -334,6 +334,13 @@ def _folder_size(folder: str) -> int:
 @register(DESCRIBE_LOG_DIRS, 1, 4)
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
+    if not ctx.authorize("DESCRIBE", "CLUSTER", "kafka-cluster"):
+        # Kafka's rule: log directories (paths, sizes, every topic) are for principals with Describe on
+        # the cluster; v3+ say so, older versions get an empty list
+        ctx.log.info("%s (client %s): %s may not describe log dirs (Describe on the cluster)", ctx.client_host,
+                     ctx.client_id, ctx.principal)
+        return make(mod.DescribeLogDirsResponse, throttle_time=NO_THROTTLE, error_code=E.cluster_authorization_failed,
+                    results=())
     wanted = None
     if request.topics is not None:
         wanted = {str(t.topic): set(map(int, t.partitions)) or None for t in request.topics}
