@@ -7,6 +7,7 @@ The producer, replay and klog serve's Produce (RawAppender) all write here.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -69,6 +70,20 @@ SYNC_TOGETHER_MIN = 8
 # Partition locks one multi-partition append holds at once (each is an open file, held until the
 # group is synced: a writer of one of them waits that long)
 LOCKS_HELD_MAX = 256
+# A written partition keeps ~6 descriptors open (lock, states, the active segment's three files);
+# a writer keeps at most this share of the process's limit in recently written partitions and
+# closes the least recently written ones' beyond it (10,000 partitions ran out of descriptors)
+DESCRIPTORS_PER_PARTITION = 8
+OPEN_PARTITIONS_SHARE = 0.5
+
+
+def open_partitions_max() -> int:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(8, int(soft * OPEN_PARTITIONS_SHARE) // DESCRIPTORS_PER_PARTITION)
 
 BeforeAppend = Callable[[int], None]  # called under the partition lock with the offset the batch will get
 
@@ -79,6 +94,18 @@ class PartitionWriter:
     def __init__(self, store, replicas) -> None:  # noqa: ANN001 - klog.Store, ReplicaManager
         self.store = store
         self.replicas = replicas
+        self.open_max = open_partitions_max()
+        self._open: OrderedDict[tuple[str, int], object] = OrderedDict()  # written partitions, oldest first
+
+    def _written(self, topic: str, partition: int, part) -> None:  # noqa: ANN001 - a Partition
+        """Remember `part` as the most recently written; beyond open_max, close the files of the
+        least recently written one (it reopens them when written again)."""
+        key = (topic, partition)
+        self._open[key] = part
+        self._open.move_to_end(key)
+        while len(self._open) > self.open_max:
+            _, oldest = self._open.popitem(last=False)
+            oldest.release_files()
 
     def append_batch(self, topic: str, partition: int, encoded: bytes, acks: str,
                      before: BeforeAppend | None = None) -> int:
@@ -113,9 +140,9 @@ class PartitionWriter:
         with self.replicas.shared_dir_checks():
             if len(items) >= SYNC_TOGETHER_MIN and acks != "0" and syncfs.available():
                 order = sorted(range(len(items)), key=lambda i: items[i][0])
-                for at in range(0, len(order), LOCKS_HELD_MAX):
-                    self._append_together(topic, [(i, *items[i]) for i in order[at:at + LOCKS_HELD_MAX]], acks,
-                                          acknowledged)
+                step = min(LOCKS_HELD_MAX, self.open_max)
+                for at in range(0, len(order), step):
+                    self._append_together(topic, [(i, *items[i]) for i in order[at:at + step]], acks, acknowledged)
                 return
             for i, (partition, batches) in enumerate(items):
                 part = self.store.partition(topic, partition)
@@ -150,3 +177,4 @@ class PartitionWriter:
     def _after_append(self, topic: str, partition: int, part, active_before: int | None) -> None:  # noqa: ANN001
         if active_before is not None and part.active_segment_base() != active_before:
             self.after_roll(topic, partition)
+        self._written(topic, partition, part)

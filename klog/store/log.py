@@ -45,6 +45,8 @@ STRICT_RECORDS_MARKER = "klog-strict-records"
 # descriptors until done); a roll past this waits for the oldest. 0: every roll waits for its
 # own flush, as before the flush moved to the background (benchmarks compare the two).
 ROLL_FLUSHES_PENDING_MAX = 4
+# A flush.ms at or under this is kept by a timer (partition.py's idle flush), beyond it never
+FLUSH_MS_TIMED_MAX = 7 * 24 * 3600 * 1000
 
 
 @dataclass
@@ -511,6 +513,22 @@ class PartitionLog:
         self.state.write(ReplicaSnapshot(
             current_boot_id(), active.base_offset, active.size, active.next_offset or active.base_offset,
             self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
+
+    def release_files(self) -> bool:
+        """Close the descriptors kept between appends (the active segment's three, the state file,
+        the segments' read descriptors): they reopen on the next use, the next writer's open
+        re-reading the folder. Lock not held. False (nothing closed) while appended bytes wait
+        for a flush.ms fsync: closing would skip it."""
+        if self._unflushed_batches and self.config.flush_ms <= FLUSH_MS_TIMED_MAX:
+            return False
+        self.drop_flushes()
+        if self._fds is not None:
+            self._fds.close()
+            self._fds = None
+        for segment in self.segments.values():
+            segment.close()
+        self.state.close()
+        return True
 
     def close(self) -> None:
         self.drop_flushes()
