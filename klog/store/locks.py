@@ -6,6 +6,7 @@ import fcntl
 import os
 import struct
 import threading
+from collections.abc import Callable
 
 from klog.errors import UnknownPartitionError
 from klog.store.names import fit_partition_file, open_nofollow
@@ -74,6 +75,19 @@ class FileLock:
         if self._depth == 0 and self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._threads.release()
+
+    def run_if_idle(self, action: Callable[[], None]) -> bool:
+        """Run `action` unless a thread of this process holds the lock or is taking it (no thread
+        can take it meanwhile); returns whether it ran."""
+        if not self._threads.acquire(blocking=False):
+            return False
+        try:
+            if self._depth:
+                return False
+            action()
+            return True
+        finally:
+            self._threads.release()
 
     def close(self) -> None:
         """Close the lock file once no other thread holds the lock: a partition's files are closed
