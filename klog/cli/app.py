@@ -99,7 +99,8 @@ CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
                     ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
                     ("groups", "delete"), ("groups", "delete-offsets"), ("replay",), ("spark", "export"),
-                    ("spark", "sql"), ("spark", "stream"), ("spark", "run")}
+                    ("spark", "sql"), ("spark", "stream"), ("spark", "run"),
+                    ("connect", "run")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
 _cluster_target = None  # the ClusterTarget of the running command, None for the local store
@@ -205,6 +206,7 @@ COMMAND_MODULES = {
     "offsets": "admin", "dump": "admin", "verify": "admin",
     "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
     "clusters": "clusters", "users": "security", "acls": "security", "quotas": "security",
+    "connect": "connect",
 }
 _registered: set[str] = set()
 
