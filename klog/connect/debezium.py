@@ -85,8 +85,8 @@ class ExtractNewRecordState(Transform):
     @staticmethod
     def _meta(value: dict, record: ConnectRecord, name: str) -> tuple[object, dict]:
         """`op`, `ts_ms`, `source.<field>`, ... of the envelope, with the schema it has there."""
-        if name.startswith("source."):
-            inner = name[len("source."):]
+        if name.startswith("source.") or (name not in value and name in (value.get("source") or {})):
+            inner = name.removeprefix("source.")
             schema = fields_by_name(fields_by_name(record.value_schema).get("source")).get(inner) or primitive("string")
             return (value.get("source") or {}).get(inner), schema
         return value.get(name), fields_by_name(record.value_schema).get(name) or primitive("string")

@@ -330,8 +330,8 @@ def java_to_strftime(pattern: str) -> str:
 def format_millis(ms: int, pattern: str) -> str:
     when = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
     fmt = java_to_strftime(pattern)
-    text = when.strftime(fmt.replace("%f", "\0"))
-    return text.replace("\0", f"{ms % 1000:03d}")
+    text = when.strftime(fmt.replace("%f", "\x01"))  # strftime's %f is microseconds; Java's SSS millis
+    return text.replace("\x01", f"{ms % 1000:03d}")
 
 
 def parse_millis(text: str, pattern: str) -> int:
