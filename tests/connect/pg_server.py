@@ -48,7 +48,7 @@ class Database:
         conn = self.connect()
         try:
             with conn.cursor() as cur:
-                cur.execute(sql, params)
+                cur.execute(sql, params or None)  # no params: a % in the SQL is a modulo
                 return cur.fetchall() if cur.description else []
         finally:
             conn.close()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.connect.helpers import records, running, wait_for
 
 
@@ -26,7 +24,7 @@ def _changes(data_dir: str, topic: str) -> list[tuple]:
 def replay(data_dir: str, topic: str, key_cols: tuple[str, ...] = ("id",)) -> dict:
     """The table a consumer rebuilds from the topic: upsert on c/u/r, delete on d, clear on t."""
     state: dict = {}
-    for key, op, before, after in _changes(data_dir, topic):
+    for _key, op, before, after in _changes(data_dir, topic):
         if op in ("c", "u", "r"):
             state[tuple(after[k] for k in key_cols)] = after
         elif op == "d":

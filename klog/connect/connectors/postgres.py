@@ -173,8 +173,8 @@ class PostgresTask(SourceTask):
             return False
         return not any(p.fullmatch(schema) for p in self.schemas_out)
 
-    def _tables(self) -> list[tuple[str, str]]:
-        with self.conn.cursor() as q:
+    def _tables(self, conn=None) -> list[tuple[str, str]]:  # noqa: ANN001 - a psycopg2 connection
+        with (conn or self.conn).cursor() as q:
             q.execute("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                       "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
                       "AND n.nspname NOT LIKE 'pg_toast%%' AND n.nspname NOT LIKE 'pg_temp%%' ORDER BY 1, 2")
@@ -249,7 +249,7 @@ class PostgresTask(SourceTask):
                 q.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
                 q.execute("SELECT txid_current_if_assigned(), (EXTRACT(EPOCH FROM now()) * 1000)::bigint")
                 _, ts_ms = q.fetchone()
-            tables = self._tables()
+            tables = self._tables(snap)  # the tables of the snapshot, not those created since
             pending: ConnectRecord | None = None
             for schema, table in tables:
                 info = self._relation(self._catalog_relation(snap, schema, table))
