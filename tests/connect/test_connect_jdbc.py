@@ -116,7 +116,7 @@ def test_kill_9_during_a_sink_loses_and_duplicates_nothing(tmp_path, data_dir):
         proc = start_cli(data_dir, config)
         wait_started(proc)
         before = _offset(db) or 0
-        wait_for(lambda b=before: (_offset(db) or 0) > b or proc.poll() is not None, timeout=60)
+        wait_for(lambda b=before, p=proc: (_offset(db) or 0) > b or p.poll() is not None, timeout=60)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         killed_at.append(_offset(db))

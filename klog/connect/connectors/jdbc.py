@@ -6,7 +6,7 @@ delete.enabled (a tombstone deletes by key); auto.create and auto.evolve from th
 schemaless JSON, from the values); table.name.format with ${topic}.
 
 Exactly-once: each put() is one database transaction holding the rows and, in the table
-`__klog_connect_offsets` (klog.offsets.table), the next offset of every topic-partition it covers. At
+`__klog_connect_offsets` (exactly.once.offsets.table), the next offset of every topic-partition it covers. At
 start (open) the task reads them back and the worker skips what the database already holds, so a kill
 at any instant neither loses nor duplicates a row.
 """
@@ -174,7 +174,7 @@ class JdbcSinkTask(SinkTask):
     def start(self, props: dict[str, str]) -> None:
         self.c = JdbcSinkConnector.config_def.parse(props)
         self.dialect = make_dialect(self.c)
-        self.offsets_table = self.c["klog.offsets.table"]
+        self.offsets_table = self.c["exactly.once.offsets.table"]
         self.columns: dict[str, set[str]] = {}  # table → its columns, as last seen
         self.conn = None
         self._with_retries(self._ensure_offsets_table)
@@ -384,7 +384,7 @@ class JdbcSinkConnector(SinkConnector):
                   .define("batch.size", "int", 3000, at_least=1)
                   .define("max.retries", "int", 10, at_least=0).define("retry.backoff.ms", "long", 3000, at_least=0)
                   .define("quote.sql.identifiers", default="always", choices=("always", "never"))
-                  .define("klog.offsets.table", default="__klog_connect_offsets",
+                  .define("exactly.once.offsets.table", default="__klog_connect_offsets",
                           doc="klog: where the consumed offsets are stored with the rows (exactly-once)"))
     unimplemented = UNIMPLEMENTED
     task_class = JdbcSinkTask
