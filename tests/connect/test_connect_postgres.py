@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.connect.helpers import records, running, wait_for
 
 
@@ -71,3 +73,114 @@ def test_snapshot_then_streaming_with_debezium_envelopes(pg_db, data_dir):
     created = json.loads(records(data_dir, "shop.public.items")[2].value)["payload"]
     assert created["source"]["txId"] > 0 and created["source"]["lsn"] > 0 and created["ts_ms"] > 0
     assert replay(data_dir, "shop.public.items").keys() == table_state(pg_db, "items").keys()
+
+
+def filled(rows: dict, columns: list[str]) -> dict:
+    """Rows an event wrote before a column was added have no value for it: NULL, as in the table."""
+    return {k: {c: row.get(c) for c in columns} for k, row in rows.items()}
+
+
+@pytest.mark.slow
+def test_big_transaction_new_column_truncate_and_the_topic_replays_to_the_table(pg_db, data_dir):
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    config = cdc(pg_db, **{"skipped.operations": "none", "table.include.list": "public.t"})
+    with running(data_dir, config):
+        wait_for(lambda: records(data_dir, "connect-status"), what="the worker")
+        pg_db.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10000) g")  # one transaction
+        pg_db.execute("ALTER TABLE t ADD COLUMN extra int")
+        pg_db.execute("UPDATE t SET extra = id * 2 WHERE id <= 100")
+        pg_db.execute("DELETE FROM t WHERE id > 9000")
+        wait_for(lambda: len(replay(data_dir, "shop.public.t")) == 9000, timeout=60, what="the big transaction")
+        assert filled(replay(data_dir, "shop.public.t"), ["id", "v", "extra"]) == table_state(pg_db, "t")
+        pg_db.execute("TRUNCATE t")
+        pg_db.execute("INSERT INTO t VALUES (1, 'after truncate', 7)")
+        wait_for(lambda: len(replay(data_dir, "shop.public.t")) == 1, timeout=60, what="the truncate")
+    assert replay(data_dir, "shop.public.t") == table_state(pg_db, "t") == {
+        (1,): {"id": 1, "v": "after truncate", "extra": 7}}
+    ops = [op for _, op, _, _ in _changes(data_dir, "shop.public.t")]
+    assert ops.count("c") == 10001 and ops.count("t") == 1 and ops.count("u") == 100
+    schemas = [json.loads(r.value)["schema"] for r in records(data_dir, "shop.public.t") if r.value]
+    after_fields = [f["field"] for f in schemas[-1]["fields"][1]["fields"]]
+    assert after_fields == ["id", "v", "extra"]  # the new column followed
+
+
+def test_a_restart_resumes_with_no_gap_and_no_duplicate(pg_db, data_dir):
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    pg_db.execute("INSERT INTO t VALUES (1, 0)")
+    config = cdc(pg_db, **{"table.include.list": "public.t"})
+    with running(data_dir, config):
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) == 1, what="the snapshot")
+        for i in range(1, 4):
+            pg_db.execute("UPDATE t SET v = %s WHERE id = 1", (i,))
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) == 4)
+    for i in range(4, 7):  # while stopped: the slot keeps them
+        pg_db.execute("UPDATE t SET v = %s WHERE id = 1", (i,))
+    with running(data_dir, config):
+        pg_db.execute("UPDATE t SET v = 7 WHERE id = 1")
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) >= 8)
+    versions = [after["v"] for _, _, _, after in _changes(data_dir, "shop.public.t")]
+    assert versions == list(range(8))  # every change once, in commit order; no second snapshot
+
+
+def test_keys_debezium_has_and_klog_does_not_are_named(pg_db):
+    from klog.connect.worker import ignored_warning, validate
+
+    v = validate(cdc(pg_db, **{"heartbeat.interval.ms": "1000", "column.exclude.list": "public.t.secret"}))
+    assert "heartbeat.interval.ms" in ignored_warning(v) and "column.exclude.list" in ignored_warning(v)
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_load_keeps_every_change_in_commit_order_per_key(pg_db, data_dir, tmp_path):
+    """A loader commits 300 transactions (inserts, then updates bumping a version) while the connector
+    is SIGKILLed three times at random instants: every version of every key reaches the topic, first
+    seen in commit order, and the topic replays to the table."""
+    import random
+    import signal
+    import threading
+
+    from tests.connect.helpers import start_cli, stop_cli, wait_started, write_config
+
+    pg_db.execute("CREATE TABLE load (id int PRIMARY KEY, version int)")
+    config = write_config(str(tmp_path / "pg.json"), cdc(pg_db, **{"table.include.list": "public.load"}))
+    keys, rounds = 200, 150
+
+    def load() -> None:
+        conn = pg_db.connect(autocommit=False)
+        cur = conn.cursor()
+        for i in range(keys):
+            cur.execute("INSERT INTO load SELECT g, 0 FROM generate_series(%s, %s) g", (i * 100, i * 100 + 99))
+            conn.commit()
+        for r in range(1, rounds + 1):
+            cur.execute("UPDATE load SET version = %s WHERE id %% 100 = %s", (r, r % 100))
+            conn.commit()
+        conn.close()
+
+    loader = threading.Thread(target=load)
+    rng = random.Random(7)
+    proc = start_cli(data_dir, config)
+    wait_started(proc)
+    loader.start()
+    for _ in range(3):
+        wait_for(lambda p=proc: p.poll() is not None or len(records(data_dir, "connect-offsets")) > 0, timeout=60)
+        import time
+
+        time.sleep(rng.uniform(0.5, 2.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc = start_cli(data_dir, config)
+        wait_started(proc)
+    loader.join(timeout=300)
+    expected = table_state(pg_db, "load")
+    wait_for(lambda: replay(data_dir, "shop.public.load") == expected, timeout=180, what="the topic to catch up")
+    stop_cli(proc, signal.SIGTERM)
+    seen: dict = {}
+    for key, op, _, after in _changes(data_dir, "shop.public.load"):
+        if op in ("c", "r", "u"):
+            versions = seen.setdefault(key["id"], [])
+            if after["version"] not in versions:
+                versions.append(after["version"])
+    for key, versions in seen.items():
+        assert versions == sorted(versions), key  # first seen in commit order
+        want = {0} | {r for r in range(1, rounds + 1) if r % 100 == key % 100}
+        assert set(versions) == want, key  # every change present
+    assert len(seen) == keys * 100
