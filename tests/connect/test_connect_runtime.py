@@ -169,3 +169,39 @@ def test_without_tolerance_a_poison_record_fails_the_task_and_commits_nothing_pa
     with klog.open(data_dir) as s:
         committed = {p.partition: p.committed for p in s.describe_group("connect-sink").partitions}
     assert committed.get(0) in (None, 1)  # the poison record (offset 1) is not committed past
+
+
+@pytest.mark.slow
+def test_the_same_connectors_against_a_cluster(tmp_path, kafka_server):
+    """--bootstrap-server: the worker talks Kafka's protocol (here to klog serve); an independent client
+    (confluent-kafka) reads what the source wrote, and Connect's internal topics live on the cluster."""
+    from confluent_kafka import Consumer
+
+    from klog.client.remote.store import RemoteStore
+    from klog.client.remote.target import ClusterTarget
+    from klog.connect.worker import Worker
+
+    (tmp_path / "in.txt").write_text("x\ny\n")
+    out = tmp_path / "out.txt"
+    store = RemoteStore(ClusterTarget(kafka_server.bootstrap, {}))
+    worker = Worker(store, {"offset.flush.interval.ms": "200"})
+    try:
+        worker.start(worker.validate(_source(tmp_path)))
+        worker.start(worker.validate({"name": "back", "connector.class": "FileStreamSink", "topics": "lines",
+                                      "file": str(out), "value.converter": "string"}))
+        wait_for(lambda: out.exists() and out.read_text() == "x\ny\n", what="the round trip through the cluster")
+        assert {"connect-offsets", "connect-configs", "connect-status"} <= set(store.topic_names())
+    finally:
+        worker.stop()
+        store.close()
+    c = Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "check", "auto.offset.reset": "earliest"})
+    c.subscribe(["lines"])
+    got = []
+    for _ in range(100):
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.append(m.value())
+        if len(got) == 2:
+            break
+    c.close()
+    assert got == [b"x", b"y"]
