@@ -404,6 +404,7 @@ class Worker:
         self.status = storage.StatusStore(store, self.config["status.storage.topic"], worker_id)
         self.connectors: dict[str, tuple[Validated, Connector, list[TaskRunner]]] = {}
         self.failures: list[tuple[str, int, BaseException]] = []
+        self.stopped: dict[str, Validated] = {}  # connectors stopped by request (kept for a restart)
         self._lock = threading.Lock()
 
     def validate(self, props: dict[str, str]) -> Validated:
@@ -455,6 +456,79 @@ class Worker:
             r.join(timeout_s)
         connector.stop()
         self.status.put(name, "UNASSIGNED")
+        self.stopped[name] = v
+
+    # -- management (the REST API's verbs) ------------------------------------------------------------
+    def names(self) -> list[str]:
+        return sorted(set(self.connectors) | set(self.stopped))
+
+    def validated(self, name: str) -> Validated:
+        if name in self.connectors:
+            return self.connectors[name][0]
+        if name in self.stopped:
+            return self.stopped[name]
+        raise KeyError(name)
+
+    def put(self, props: dict[str, str]) -> bool:
+        """Create or reconfigure a connector (restarting it); True when it is new."""
+        v = self.validate(props)
+        new = v.name not in self.connectors and v.name not in self.stopped
+        if v.name in self.connectors:
+            self.stop_connector(v.name)
+        self.stopped.pop(v.name, None)
+        self.start(v)
+        return new
+
+    def restart(self, name: str) -> None:
+        v = self.validated(name)
+        if name in self.connectors:
+            self.stop_connector(name)
+        self.stopped.pop(name, None)
+        self.start(v)
+
+    def stop_only(self, name: str) -> None:
+        """PUT .../stop: tasks stopped, the config kept (Kafka 3.5's STOPPED target state)."""
+        if name in self.connectors:
+            self.stop_connector(name)
+        self.configs.put_target_state(name, "STOPPED")
+        self.status.put(name, "STOPPED")
+
+    def delete(self, name: str) -> None:
+        self.validated(name)
+        if name in self.connectors:
+            self.stop_connector(name)
+        self.stopped.pop(name, None)
+        self.configs.delete_connector(name)
+
+    def describe_status(self, name: str) -> dict:
+        v = self.validated(name)
+        if name in self.connectors:
+            runners = self.connectors[name][2]
+            paused = any(r.paused.is_set() for r in runners)
+            tasks = [{"id": r.task_id, "state": r.state, "worker_id": self.status.worker_id,
+                      **({"trace": r.trace} if r.trace else {})} for r in runners]
+            state = "PAUSED" if paused else ("FAILED" if tasks and all(t["state"] == "FAILED" for t in tasks)
+                                             else "RUNNING")
+        else:
+            tasks, state = [], self.configs.target_state(name) if self.configs.target_state(name) == "STOPPED" \
+                else "UNASSIGNED"
+        return {"name": name, "connector": {"state": state, "worker_id": self.status.worker_id}, "tasks": tasks,
+                "type": v.cls.kind}
+
+    def task_configs(self, name: str) -> list[dict[str, str]]:
+        if name not in self.connectors:
+            self.validated(name)
+            return []
+        return [r.props for r in self.connectors[name][2]]
+
+    def restart_task(self, name: str, task_id: int) -> None:
+        v, connector, runners = self.connectors[name]
+        old = runners[task_id]
+        old.stop_event.set()
+        old.join()
+        new = type(old)(self, v, task_id, old.props)
+        runners[task_id] = new
+        new.start()
 
     def stop(self) -> None:
         """Every task stopped after committing what it did (offsets of acknowledged records)."""

@@ -61,7 +61,7 @@ def write_config(path: str, config: dict) -> str:
 
 
 def start_cli(data_dir: str, *args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "klog", "connect", "run", *args],
+    return subprocess.Popen([sys.executable, "-m", "klog", "connect", "run", "--listen", "127.0.0.1:0", *args],
                             env={**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

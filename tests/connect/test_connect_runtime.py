@@ -17,6 +17,7 @@ def _source(tmp_path, **extra) -> dict:
             "topic": "lines", "value.converter": "org.apache.kafka.connect.storage.StringConverter", **extra}
 
 
+@pytest.mark.slow
 def test_sigterm_commits_offsets_and_a_restart_resumes(tmp_path, data_dir):
     (tmp_path / "in.txt").write_text("a\nb\n")
     cfg = write_config(str(tmp_path / "fs.json"), _source(tmp_path))
@@ -48,7 +49,7 @@ def test_sigterm_commits_offsets_and_a_restart_resumes(tmp_path, data_dir):
 ])
 def test_an_invalid_config_is_refused_naming_the_field(tmp_path, cli, change, field):
     config = {k: v for k, v in {**_source(tmp_path), **change}.items() if v is not None}
-    r = cli("connect", "run", write_config(str(tmp_path / "c.json"), config))
+    r = cli("connect", "run", "--listen", "none", write_config(str(tmp_path / "c.json"), config))
     assert r.exit_code == 2, r.stderr
     assert r.stderr.count("\n") == 1 and field in r.stderr and "Traceback" not in r.stderr
 
@@ -157,7 +158,7 @@ def test_without_tolerance_a_poison_record_fails_the_task_and_commits_nothing_pa
     config = write_config(str(tmp_path / "s.json"), {
         "name": "sink", "connector.class": "FileStreamSink", "topics": "in", "file": str(out),
         "value.converter": "json", "value.converter.schemas.enable": "false"})
-    r = cli("connect", "run", config)
+    r = cli("connect", "run", "--listen", "127.0.0.1:0", config)
     assert r.exit_code == 1
     assert "connector 'sink' task 0 failed" in r.stderr and "Tolerance exceeded" in r.stderr
     status = {json.loads(r.key) if r.key.startswith(b"[") else r.key.decode(): json.loads(r.value)
