@@ -71,13 +71,25 @@ class JsonConverter(Converter):
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if schema is None and value is None:
             return None  # a tombstone stays one
-        payload = to_json(schema, value, self.config["decimal.format"] == "numeric")
-        doc = {"schema": schema, "payload": payload} if self.config["schemas.enable"] else payload
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode()
+        numeric = self.config["decimal.format"] == "numeric"
+        if schema is not None:
+            convert = _compiled(schema, numeric)
+            payload = value if convert is None or value is None else convert(value)
+        else:
+            payload = to_json(None, value, numeric)
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+        if not self.config["schemas.enable"]:
+            return text.encode()
+        # the schema's JSON once per schema object (a connector reuses them): most of an envelope's bytes
+        return b'{"schema":' + _schema_json(schema) + b',"payload":' + text.encode() + b"}"
 
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
         if data is None:
             return None, None
+        if self.config["schemas.enable"]:
+            fast = _split_envelope(data)
+            if fast is not None:
+                return fast
         try:
             doc = json.loads(data)
         except (ValueError, UnicodeDecodeError) as e:
@@ -89,6 +101,67 @@ class JsonConverter(Converter):
                             "contain additional fields. If you are trying to deserialize plain JSON data, set "
                             "schemas.enable=false in your converter configuration.")
         return doc["schema"], from_json(doc["schema"], doc["payload"])
+
+
+_PARSED: dict[bytes, tuple[Schema, Any]] = {}  # a schema's JSON → (the schema, its compiled from_json)
+
+
+def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
+    """An envelope as JsonConverter writes it ({"schema":...,"payload":...}) parsed without parsing its
+    schema again when the same schema was seen before (every record of a table carries it); None when
+    the bytes are not in that shape (then the whole document is parsed)."""
+    if not data.startswith(b'{"schema":') or not data.endswith(b"}"):
+        return None
+    cut = data.find(b',"payload":')
+    if cut < 0:
+        return None
+    schema_text = data[10:cut]
+    hit = _PARSED.get(schema_text)
+    try:
+        if hit is None:
+            schema = json.loads(schema_text)
+            if not isinstance(schema, dict | type(None)):
+                return None
+            hit = (schema, None if schema is None else _compile_from(schema))
+            if len(_PARSED) >= CACHE_MAX:
+                _PARSED.clear()
+            _PARSED[schema_text] = hit
+        payload = json.loads(data[cut + 11:-1])
+    except (ValueError, UnicodeDecodeError):
+        return None  # e.g. a "payload" key inside the schema: the slow path decides
+    schema, convert = hit
+    return schema, payload if convert is None or payload is None else convert(payload)
+
+
+def _compile_from(schema: Schema):  # noqa: ANN202 - a payload → value function, or None (as is)
+    kind = schema.get("type")
+    if schema.get("name") == DECIMAL or kind == "bytes":
+        return lambda v: from_json(schema, v)
+    if kind == "struct":
+        todo = [(f["field"], c) for f in schema.get("fields", []) if (c := _compile_from(f)) is not None]
+        if not todo:
+            return None
+
+        def struct(v: Any) -> Any:
+            if not isinstance(v, dict):
+                return v
+            out = dict(v)
+            for name, c in todo:
+                x = v.get(name)
+                if x is not None:
+                    out[name] = c(x)
+            return out
+
+        return struct
+    if kind in ("array", "map"):
+        inner = schema.get("items" if kind == "array" else "values")
+        c = None if inner is None else _compile_from(inner)
+        if c is None:
+            return None
+        if kind == "array":
+            return lambda v: [None if x is None else c(x) for x in v] if isinstance(v, list) else v
+        return lambda v: {k: None if x is None else c(x) for k, x in v.items()} if isinstance(v, dict) else v
+    return None
 
 
 def _json_default(value: Any) -> Any:
@@ -110,6 +183,64 @@ def decimal_from_bytes(data: bytes, scale: int) -> decimal.Decimal:
 
 def _scale(schema: Schema) -> int:
     return int((schema.get("parameters") or {}).get("scale", 0))
+
+
+_SCHEMA_JSON: dict[int, tuple[Schema | None, bytes]] = {}
+_COMPILED: dict[tuple[int, bool], tuple[Schema, Any]] = {}
+CACHE_MAX = 4096
+
+
+def _schema_json(schema: Schema | None) -> bytes:
+    hit = _SCHEMA_JSON.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    data = json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(_SCHEMA_JSON) >= CACHE_MAX:
+        _SCHEMA_JSON.clear()
+    _SCHEMA_JSON[id(schema)] = (schema, data)  # the schema kept alive: its id cannot be reused meanwhile
+    return data
+
+
+def _compiled(schema: Schema, numeric: bool):  # noqa: ANN202 - a value → payload function, or None (as is)
+    hit = _COMPILED.get((id(schema), numeric))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    fn = _compile(schema, numeric)
+    if len(_COMPILED) >= CACHE_MAX:
+        _COMPILED.clear()
+    _COMPILED[(id(schema), numeric)] = (schema, fn)
+    return fn
+
+
+def _compile(schema: Schema, numeric: bool):  # noqa: ANN202
+    """to_json for one schema as a function, None where the value is already its JSON (most fields)."""
+    kind = schema.get("type")
+    if schema.get("name") == DECIMAL or kind == "bytes":
+        return lambda v: to_json(schema, v, numeric)
+    if kind == "struct":
+        subs = [(f["field"], _compile(f, numeric)) for f in schema.get("fields", [])]
+        if all(c is None for _, c in subs):
+            return None
+        todo = [(n, c) for n, c in subs if c is not None]
+
+        def struct(v: dict) -> dict:
+            out = dict(v)
+            for name, c in todo:
+                x = v.get(name)
+                if x is not None:
+                    out[name] = c(x)
+            return out
+
+        return struct
+    if kind in ("array", "map"):
+        inner = schema.get("items" if kind == "array" else "values")
+        c = None if inner is None else _compile(inner, numeric)
+        if c is None:
+            return None
+        if kind == "array":
+            return lambda v: [None if x is None else c(x) for x in v]
+        return lambda v: {k: None if x is None else c(x) for k, x in v.items()}
+    return None
 
 
 def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -> Any:
