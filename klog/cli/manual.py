@@ -111,6 +111,43 @@ kcat -b 127.0.0.1:9092 -L                    # from another shell: one broker, t
         exit_status=(("0", "Stopped by SIGTERM or Ctrl-C after answering the requests in flight."),),
         files=STORE_FILES, see_also=("klog-users", "klog-acls", "klog-quotas", "kcat"), doc="serve.md",
         not_run="listens on a fixed port until stopped"),
+    "klog connect": Entry(
+        examples="""klog connect run file-source.properties            # until Ctrl-C; offsets in connect-offsets
+klog connect run pg-cdc.json sqlite-sink.json -b kafka1:9092""",
+        files=STORE_FILES, see_also=("klog-connect-run",), doc="connect.md",
+        not_run="runs connectors until stopped (a database, a cluster)"),
+    "klog connect run": Entry(
+        examples="""klog connect run file-source.properties            # Kafka's FileStreamSource config as it is
+klog connect run pg-cdc.json sqlite-sink.json      # Debezium's and Confluent's configs
+klog connect run -w worker.properties sink.json    # worker settings: converters, offset.flush.interval.ms""",
+        exit_status=(("1", "A task failed and none is left running; its one-line reason on stderr."),
+                     ("2", "A config refused before anything started; the failing field named.")),
+        files=STORE_FILES, see_also=("klog-produce", "klog-consume"), doc="connect.md",
+        not_run="runs connectors until stopped (a database, a cluster)"),
+    "klog connect list": Entry(
+        examples="""klog connect list                                  # name, type, state, task states
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect list""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect status": Entry(
+        examples="""klog connect status shop-cdc                        # Kafka Connect's status JSON, traces included
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect status shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect pause": Entry(
+        examples="""klog connect pause shop-cdc
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect pause shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect resume": Entry(
+        examples="""klog connect resume shop-cdc
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect resume shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect restart": Entry(
+        examples="""klog connect restart shop-cdc                       # e.g. after a task FAILED
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect restart shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect delete": Entry(
+        examples="""klog connect delete shop-cdc                        # its offsets stay in connect-offsets
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect delete shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
     "klog mirror": Entry(
         examples="""klog mirror ~/.local/share/klog ~/copy orders    # store -> store, checkpointed
 klog mirror ~/.local/share/klog ~/copy orders    # a rerun copies only what is new
