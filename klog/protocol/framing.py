@@ -17,6 +17,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
+from klog.errors import FrameError
 from klog.protocol.schemas import request_schema as load_request_schema
 
 SIZE = struct.Struct(">i")
@@ -28,10 +29,6 @@ _write_v0 = entity_writer(ResponseHeaderV0)
 _write_v1 = entity_writer(ResponseHeaderV1)
 _readers: dict[type, Any] = {}
 _writers: dict[type, Any] = {}
-
-
-class FrameError(Exception):
-    """A frame that cannot be parsed: the connection is closed (Kafka does the same)."""
 
 
 @dataclass(frozen=True)
