@@ -72,3 +72,20 @@ def test_a_new_client_reads_what_an_old_one_wrote_and_the_other_way(kafka_server
         p.produce("mixed", key=key, value=value, timestamp=ts, partition=0)
     assert p.flush(20) == 0
     assert _consume(kafka_server.bootstrap, "mixed", (0, 10), N) == records
+
+
+def test_a_damaged_message_set_is_refused_and_nothing_is_stored(kafka_server, store):
+    from kio.schema.errors import ErrorCode
+
+    from klog.store import legacy
+    from tests.serve_helpers import RawClient, produce
+
+    store.create_topic("old", partitions=1)
+    good = legacy.message_bytes(0, 1_700_000_000_000, b"k", b"v", 1)
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # the CRC no longer matches
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "old", 0, bytes(bad), version=2)[0] == ErrorCode.corrupt_message
+        assert produce(client, "old", 0, good[:-3], version=2)[0] == ErrorCode.corrupt_message
+        assert produce(client, "old", 0, good + good, version=2) == (ErrorCode.none, 0)
+    assert store.offsets("old") == {0: 2}
