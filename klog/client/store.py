@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from klog.broker.resolve import resolve_topic_names
 from klog.client.store_groups import GroupAdminMethods
-from klog.errors import KlogError, StorageError, UnknownPartitionError, UnknownTopicError, log_warning
+from klog.errors import (
+    KlogError,
+    StorageError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    log_warning,
+)
 from klog.meta.db import MetaDB
 from klog.meta.topics import PARTITIONS_MAX, TopicMeta, TopicsMeta
 from klog.store.config import CONFIG_KEYS, LogConfig
@@ -140,7 +147,12 @@ class Store(GroupAdminMethods):
         rf = replication_factor if replication_factor is not None else int(
             self.data_dir.default("default.replication.factor"))
         with self._name_lock(name):  # never while a delete of the name is under way
-            if not adopt_folders and not (exist_ok and self.topics.find(name) is not None):
+            # the existence check first: an existing topic's own folders are not leftovers
+            # (Kafka answers TOPIC_ALREADY_EXISTS, and frameworks creating their topics at start expect it)
+            exists = self.topics.find(name) is not None
+            if exists and not exist_ok:
+                raise TopicExistsError(f"topic '{name}' already exists")
+            if not adopt_folders and not exists:
                 self._refuse_leftover_folders(name, range(min(partitions, PARTITIONS_MAX)))
             topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
                                        exist_ok=exist_ok)

@@ -289,9 +289,10 @@ class GroupsMeta:
                                      "or it left); it must rejoin")
         return member
 
-    def _write_offsets(self, txn, group: str, offsets: dict[TP, tuple[int, str]], now: int) -> None:
+    def _write_offsets(self, txn, group: str, offsets: dict[TP, tuple[int, str]], now: int,
+                       negative_ok: bool = False) -> None:
         for tp, (offset, metadata) in offsets.items():
-            if offset < 0:
+            if offset < 0 and not negative_ok:
                 raise UsageError(f"cannot commit negative offset {offset} for {tp[0]}-{tp[1]}")
             self.db.put_json(txn, "offsets", _offset_key(group, tp),
                              {"offset": offset, "metadata": metadata, "commit_ms": now})
@@ -541,7 +542,8 @@ class GroupsMeta:
             doc.partition_counts = {}
             self.db.put_json(txn, "groups", group, asdict(doc))
 
-    def store_offsets(self, group: str, offsets: dict[TP, tuple[int, str]], commit_ms: int | None = None) -> None:
+    def store_offsets(self, group: str, offsets: dict[TP, tuple[int, str]], commit_ms: int | None = None,
+                      negative_ok: bool = False) -> None:
         """Offsets committed by a Kafka client (the server has checked its member and generation);
         refused (GroupError) while klog's own consumers are live in the group."""
         validate_group_id(group)
@@ -550,7 +552,9 @@ class GroupsMeta:
             live = [m for m in self._members(txn, group).values() if m.served_by is None and m.alive(now)]
             if live:
                 raise GroupError(f"group '{group}' has {len(live)} live klog consumer(s)")
-            self._write_offsets(txn, group, offsets, now if commit_ms is None else commit_ms)
+            # negative_ok: a Kafka client's commit, stored as Kafka stores it (-1 "no position", or a
+            # client's reset marker); klog's own consumers read a negative one as no committed offset
+            self._write_offsets(txn, group, offsets, now if commit_ms is None else commit_ms, negative_ok)
 
     # -- admin ------------------------------------------------------------------------------------
     def snapshot(self, group: str) -> GroupSnapshot:

@@ -37,6 +37,7 @@ from klog.protocol.apis import (
 from klog.protocol.kafka import NO_THROTTLE, ZERO_UUID, E, leader_epoch_error, make, response_for, topic_uuid
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.store.names import INTERNAL_TOPICS
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SOURCE_TOPIC, SOURCE_DEFAULT = 1, 5  # DescribeConfigs config sources
@@ -76,6 +77,8 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool) -> tuple[E, st
         name = str(t.name)
         if not (ctx.authorize("CREATE", "CLUSTER", "kafka-cluster") or ctx.authorize("CREATE", "TOPIC", name)):
             return E.topic_authorization_failed, f"{ctx.principal} may not create topic '{name}'", None
+        if name in INTERNAL_TOPICS:
+            return E.invalid_request, f"creation of internal topic {name} is prohibited", None
         validate_topic_name(name)
         configs = validate_configs({c.name: c.value for c in t.configs if c.value is not None})
         partitions = None if int(t.num_partitions) == -1 else int(t.num_partitions)
@@ -126,6 +129,8 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> tuple[E
             name = found[0].name
         if not ctx.authorize("DELETE", "TOPIC", name):
             return E.topic_authorization_failed, name, f"{ctx.principal} may not delete it", topic_id or ZERO_UUID
+        if name in INTERNAL_TOPICS:
+            return E.invalid_request, name, f"deletion of internal topic {name} is prohibited", topic_id or ZERO_UUID
         ctx.server.appender.forget_topic(name)
         meta = store.delete_topic(name)
         ctx.log.info("deleted topic '%s' (client %s)", name, ctx.client_id)

@@ -463,8 +463,6 @@ def _commit(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, 
                 results[tp] = E.unknown_topic_or_partition
             elif len(metadata.encode()) > OFFSET_METADATA_MAX:
                 results[tp] = E.offset_metadata_too_large
-            elif int(p.committed_offset) < 0:
-                results[tp] = E.invalid_commit_offset_size
             else:
                 offsets[tp] = (int(p.committed_offset), metadata)
                 results[tp] = E.none
@@ -474,7 +472,7 @@ def _commit(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, 
     if offsets:
         assert coord is not None
         try:
-            coord.meta.store_offsets(group_id, offsets)
+            coord.meta.store_offsets(group_id, offsets, negative_ok=True)  # Kafka stores negative offsets
         except GroupError as e:
             ctx.log.info("OffsetCommit to group '%s' from %s refused: %s", group_id, printable(ctx.client_id), e)
             results.update({tp: E.unknown_member_id for tp in offsets})

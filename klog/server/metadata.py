@@ -13,6 +13,7 @@ from klog.protocol.apis import METADATA
 from klog.protocol.kafka import NO_THROTTLE, ZERO_UUID, E, make, response_for, topic_uuid
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.store.names import INTERNAL_TOPICS
 
 
 def topic_error(exc: Exception) -> E:
@@ -44,7 +45,8 @@ def _lookup(ctx: RequestContext, wanted: list[tuple[str | None, Any]] | None, au
             continue
         try:
             meta = store.topics.find(name)
-            if meta is None and auto_create and (ctx.authorize("CREATE", "CLUSTER", "kafka-cluster")
+            if meta is None and auto_create and name not in INTERNAL_TOPICS and (
+                    ctx.authorize("CREATE", "CLUSTER", "kafka-cluster")
                                                  or ctx.authorize("CREATE", "TOPIC", name)):
                 try:
                     meta = store.create_topic(name, exist_ok=True)
@@ -84,7 +86,7 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                                isr_nodes=(node,), offline_replicas=())
                           for i, pm in enumerate(meta.partitions))
         topics.append(make(mod.MetadataResponseTopic, error_code=err, name=name,
-                           topic_id=topic_uuid(tid) if tid else ZERO_UUID, is_internal=False,
+                           topic_id=topic_uuid(tid) if tid else ZERO_UUID, is_internal=name in INTERNAL_TOPICS,
                            partitions=parts))
     broker = make(mod.MetadataResponseBroker, node_id=node, host=ctx.broker.host, port=ctx.broker.port,
                   rack=ctx.broker.rack)

@@ -10,6 +10,9 @@ import re
 from klog.errors import InvalidTopicError, SymlinkError, UnsafePathError
 
 TOPIC_NAME_LENGTH_MAX = 249
+# Kafka's internal topics (Topic.INTERNAL_TOPICS): Kafka's coordinators own them, so klog serve never
+# creates them as ordinary topics, nor lets a client create or delete them
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 

@@ -189,3 +189,52 @@ def test_the_oldest_versions_do_their_work(kafka_server):
 
         resp = client.send(20, 0, topic_names=("old",), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)))
         assert resp.responses[0].error_code == ErrorCode.none
+
+
+def test_internal_topics_are_reserved_and_listed_as_internal(kafka_server, store):
+    """Burrow's Metadata for __consumer_offsets must not auto-create an ordinary topic; clients may not
+    create or delete Kafka's internal topics; one that exists (an old store's) is listed as internal."""
+    from kio.static.primitive import i32Timedelta
+
+    md = request_schema(3, 4)
+    topic_cls = typing.get_type_hints(md)["topics"].__args__[0].__args__[0]
+    with RawClient(kafka_server.port) as client:
+        resp = client.send(3, 4, topics=(topic_cls(name="__consumer_offsets"),), allow_auto_topic_creation=True)
+        assert resp.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+        assert not store.has_topic("__consumer_offsets")
+        created = _create(client, 2, "__transaction_state")
+        assert created.topics[0].error_code == ErrorCode.invalid_request
+        store.create_topic("__consumer_offsets", partitions=1)  # as an old klog auto-created it
+        resp = client.send(3, 4, topics=(topic_cls(name="__consumer_offsets"),), allow_auto_topic_creation=True)
+        assert (resp.topics[0].error_code, resp.topics[0].is_internal) == (ErrorCode.none, True)
+        resp = client.send(20, 1, topic_names=("__consumer_offsets",),
+                           timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)))
+        assert resp.responses[0].error_code == ErrorCode.invalid_request
+        assert store.has_topic("__consumer_offsets")
+
+
+def test_create_topics_on_a_topic_holding_records_answers_topic_already_exists(kafka_server, store):
+    from tests.serve_helpers import batch, produce
+
+    with RawClient(kafka_server.port) as client:
+        assert _create(client, 5, "busy").topics[0].error_code == ErrorCode.none
+        assert produce(client, "busy", 0, batch([b"a"]))[0] == ErrorCode.none
+        again = _create(client, 5, "busy").topics[0]
+        assert again.error_code == ErrorCode.topic_already_exists, again.error_message
+
+
+def test_negative_committed_offsets_are_stored_as_kafka_stores_them(kafka_server, store):
+    store.create_topic("neg", partitions=1)
+    with RawClient(kafka_server.port) as client:
+        oc = request_schema(8, 2)
+        t_cls = typing.get_type_hints(oc)["topics"].__args__[0]
+        p_cls = typing.get_type_hints(t_cls)["partitions"].__args__[0]
+        part = build(p_cls, partition_index=0, committed_offset=-1, committed_metadata="reset")
+        resp = client.send(8, 2, group_id="g", generation_id_or_member_epoch=-1, member_id="", retention_time=datetime.timedelta(milliseconds=-1),
+                           topics=(t_cls(name="neg", partitions=(part,)),))
+        assert resp.topics[0].partitions[0].error_code == ErrorCode.none
+        of = request_schema(9, 1)
+        t_cls = typing.get_type_hints(of)["topics"].__args__[0]
+        resp = client.send(9, 1, group_id="g", topics=(t_cls(name="neg", partition_indexes=(0,)),))
+        p = resp.topics[0].partitions[0]
+        assert (p.error_code, int(p.committed_offset), p.metadata) == (ErrorCode.none, -1, "reset")
