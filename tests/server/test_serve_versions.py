@@ -230,7 +230,8 @@ def test_negative_committed_offsets_are_stored_as_kafka_stores_them(kafka_server
         t_cls = typing.get_type_hints(oc)["topics"].__args__[0]
         p_cls = typing.get_type_hints(t_cls)["partitions"].__args__[0]
         part = build(p_cls, partition_index=0, committed_offset=-1, committed_metadata="reset")
-        resp = client.send(8, 2, group_id="g", generation_id_or_member_epoch=-1, member_id="", retention_time=datetime.timedelta(milliseconds=-1),
+        resp = client.send(8, 2, group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                           retention_time=datetime.timedelta(milliseconds=-1),
                            topics=(t_cls(name="neg", partitions=(part,)),))
         assert resp.topics[0].partitions[0].error_code == ErrorCode.none
         of = request_schema(9, 1)
