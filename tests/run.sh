@@ -18,6 +18,13 @@ if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null 2>&1 \
         || echo "tests/run.sh: kcat could not be installed; its tests will fail" >&2
 fi
+if [ ! -d /usr/share/gocode/src/github.com/Shopify/sarama ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    # Debian's Go Kafka clients (sarama 1.22, kafka-go 0.2.1), built offline by the klog serve tests
+    echo "tests/run.sh: installing Debian's golang, sarama and kafka-go for the old-client tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go \
+        golang-github-shopify-sarama-dev golang-github-segmentio-kafka-go-dev) >/dev/null 2>&1 \
+        || echo "tests/run.sh: the Go clients could not be installed; their tests skip" >&2
+fi
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     # ~40 s once: klog connect's CDC and JDBC tests start a throw-away PostgreSQL server (wal_level=logical)
     echo "tests/run.sh: installing Debian's postgresql for the klog connect tests" >&2
