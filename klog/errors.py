@@ -86,6 +86,11 @@ class StorageError(KlogError):
     """An I/O failure in a log directory (full, read-only, gone)."""
 
 
+class DataLossError(StorageError):
+    """Committed records were lost at recovery and nobody has acknowledged it yet: the partition
+    takes no writes until `klog verify --repair` does (klog.broker.data_loss)."""
+
+
 class NotEnoughReplicasError(KlogError):
     """Fewer in-sync replicas than min.insync.replicas for an acks=all write."""
 

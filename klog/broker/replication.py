@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from klog.errors import KlogError, NotEnoughReplicasError, StorageError
+from klog.broker import data_loss
+from klog.errors import DataLossError, KlogError, NotEnoughReplicasError, StorageError
 from klog.meta.topics import PartitionMeta
 from klog.store import health
 from klog.store.config import LogConfig
@@ -266,6 +267,10 @@ class ReplicaManager:
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
+        lost = data_loss.unacknowledged([r.directory for r in part.replicas])
+        if lost is not None:  # checked on every reconcile: part.replica_check stays unset meanwhile
+            raise DataLossError(f"{topic}-{partition} takes no writes: {lost}; new records would take the lost "
+                                f"offsets. Acknowledge the loss with: {data_loss.ACKNOWLEDGE_COMMAND}")
         if len(meta.isr) == len(meta.replicas):
             part.replica_check = (time.monotonic(), meta)
         return meta
@@ -290,9 +295,11 @@ class ReplicaManager:
                 raise LeaderAppendError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
                                         f"{e.strerror or e}", why) from None
         if leader.log_end_offset < hw:
-            self.warn(f"{DATA_LOSS_PREFIX}committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-"
-                      f"{part.partition} are gone from every replica; the bytes cut are kept in .corrupt files "
-                      f"in {leader.directory} (klog verify lists them)")
+            lost = (f"committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-{part.partition} are gone "
+                    f"from every replica; the bytes cut are kept in .corrupt files in {leader.directory} (klog verify "
+                    f"lists them)")
+            data_loss.record(leader.directory, lost)  # writes stop until the loss is acknowledged
+            self.warn(DATA_LOSS_PREFIX + lost)
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
         """A writer killed between the leader's append and a follower's left that follower short
