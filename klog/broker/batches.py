@@ -28,6 +28,7 @@ from klog.store.format import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
 )
+from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
 
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
@@ -276,9 +277,11 @@ class RawAppender:
 
     def __init__(self, store, warn=None) -> None:  # noqa: ANN001 - klog.Store, a warning callback
         from klog.broker.replication import ReplicaManager
+        from klog.broker.writer import PartitionWriter
 
         self.store = store
         self.replicas = ReplicaManager(store, warn=warn)
+        self.writer = PartitionWriter(store, self.replicas)
         self.producers = ProducerStates()
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -321,6 +324,12 @@ class RawAppender:
         with self._guard:
             self.producers.forget(topic)
 
+    def _max_message_bytes(self, topic: str) -> int:
+        try:
+            return self.store.log_config(topic).max_message_bytes
+        except KlogError:  # an unknown topic: the append's own checks say so
+            return MAX_MESSAGE_BYTES_DEFAULT
+
     def partition(self, topic: str, partition: int):  # noqa: ANN201 - Partition
         self._refresh_topic(topic)
         with self._guard:  # Store's partition cache is a plain dict
@@ -329,7 +338,17 @@ class RawAppender:
     def append(self, topic: str, partition: int, data: bytes, acks: str) -> RawAppendResult:
         """Check and append one batch as a Kafka client sent it. Raises InvalidBatchError,
         RecordTooLargeError, the sequence errors above, and the store's errors."""
-        header = check_batch(data)
+        # a compressed batch's records may not expand past max.message.bytes either: a few KB of
+        # zstd would otherwise cost hundreds of MB here, and every consumer as much again
+        max_bytes = self._max_message_bytes(topic)
+        with compression.expansion_limit(max_bytes) as bound:
+            try:
+                header = check_batch(data)
+            except InvalidBatchError:
+                if bound.exceeded:
+                    raise RecordTooLargeError(f"record batch of {len(data)} bytes expands past max.message.bytes "
+                                              f"({max_bytes}) of topic '{topic}' when decompressed") from None
+                raise
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
         self.check_topic(topic)
@@ -353,11 +372,6 @@ class RawAppender:
                 self.producers.check(key, part, header, data)
             except DuplicateSequenceError as dup:
                 return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
-            active_before = part.active_segment_base()
-            base = self.replicas.append(topic, partition, data, acks)
+            base = self.writer.append_batch(topic, partition, data, acks)
             self.producers.appended(key, header, base)
-            if active_before is not None and part.active_segment_base() != active_before:
-                from klog.broker.lifecycle import retain_after_roll  # a roll: rare
-
-                retain_after_roll(self.store, topic, partition, self.replicas.warn)
             return RawAppendResult(base, append_time, part.log_start_offset())

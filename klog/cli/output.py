@@ -3,28 +3,29 @@ kcat-style --format strings (the JSON envelope is klog.client.envelope)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Callable
 
 # the JSON envelope lives in the library (klog.client.envelope); its names stay importable here
-from klog.client.delivery import WRITE_CHUNK_BYTES  # one write call never gets more than this
 from klog.client.envelope import bytes_to_json, json_to_bytes, record_json_line, record_to_json  # noqa: F401
 from klog.client.records import Record
 from klog.errors import UsageError
 
 FORMAT_HELP = ("Format tokens (kcat style): %t topic, %p partition, %o offset, %k key, %s value, %K key size, "
                "%S value size, %h headers (k=v,k=v), %T timestamp (epoch ms), %I timestamp (ISO 8601 UTC), "
-               "%y timestamp type, \\n newline, \\t tab, %% percent.")
+               "%y timestamp type, \\n newline, \\t tab, \\r carriage return, \\0 NUL, \\xNN any byte, \\\\ backslash, "
+               "%% percent.")
 
 
 def iso(ts_ms: int) -> str:
+    import datetime as dt  # here: only %I needs it
+
     return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
 
 
 # -- --format ----------------------------------------------------------------------------------
-_TOKEN = re.compile(r"%[tpokKsShTIy%]|\\[nt\\]")
+_TOKEN = re.compile(r"%[tpokKsShTIy%]|\\(?:[ntr0\\]|x[0-9a-fA-F]{2})")
 
 
 def compile_format(fmt: str, escape: bool = False) -> Callable[[Record], bytes]:
@@ -53,9 +54,11 @@ def compile_format(fmt: str, escape: bool = False) -> Callable[[Record], bytes]:
 
 
 def _token_fn(token: str) -> Callable[[Record], bytes] | bytes:
-    literal = {"\\n": b"\n", "\\t": b"\t", "\\\\": b"\\", "%%": b"%"}
+    literal = {"\\n": b"\n", "\\t": b"\t", "\\r": b"\r", "\\0": b"\0", "\\\\": b"\\", "%%": b"%"}
     if token in literal:
         return literal[token]
+    if token.startswith("\\x"):
+        return bytes([int(token[2:], 16)])
     return {
         "%t": lambda r: r.topic.encode(),
         "%p": lambda r: str(r.partition).encode(),
@@ -97,6 +100,8 @@ def terminal_safe(data: bytes) -> str:
 def write_all(out, data: bytes) -> None:  # noqa: ANN001 - a binary stream (sys.stdout.buffer)
     """Write all of `data` to `out` in bounded chunks, checking each: a short count is retried,
     a zero count is an error (never a silent short output that exits 0)."""
+    from klog.client.delivery import WRITE_CHUNK_BYTES  # here: delivery's imports are not consume's
+
     view = memoryview(data)
     while view:
         chunk = view[:WRITE_CHUNK_BYTES]

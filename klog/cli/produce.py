@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
-from klog.cli.app import DataDirOpt, open_store
-from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
+from klog.cli.app import DataDirOpt
+from klog.client.producer_settings import BATCH_SIZE_DEFAULT
 
 ACKS_HELP = ("all: wait until every in-sync replica has fsynced the batch (min.insync.replicas must hold); "
              "1: until the leader has; 0: for no fsync.")
@@ -21,7 +20,8 @@ PRODUCE_HELP = (
     "partition the topic lacks (a copy into an auto-created topic of num.partitions) goes where the partitioner "
     "puts it, with a warning; create the topic with enough partitions first to keep them. --input raw makes the "
     "whole input one record.\n\n"
-    "A missing topic is created with the store's defaults (auto.create.topics.enable) and a note on stderr."
+    "A missing topic is created with the store's defaults (auto.create.topics.enable) and a note on stderr; "
+    "on a cluster (--bootstrap-server), the cluster creates it with its own defaults if it allows."
 )
 
 
@@ -44,34 +44,18 @@ def register(app: typer.Typer) -> None:
         compression: Annotated[str, typer.Option("--compression", "-z",
                                                  help="none, gzip, snappy, lz4 or zstd.")] = "none",
         linger_ms: Annotated[int, typer.Option("--linger-ms", help="Hold a partial batch up to this long.")] = 0,
-        batch_size: Annotated[int, typer.Option("--batch-size", help="Bytes per batch.")] = 1_000_000,
+        batch_size: Annotated[int, typer.Option("--batch-size", help="Bytes per batch and partition at most.")]
+        = BATCH_SIZE_DEFAULT,
         print_offsets: Annotated[bool, typer.Option("--print-offsets",
                                                     help="Print partition and offset of each record.")] = False,
+        prop: Annotated[list[str] | None, typer.Option("--property", "-X", help="A producer setting name=value: "
+                                                       "buffer.memory (bytes of records held before they are "
+                                                       "written, over all partitions; 33554432 by default). With "
+                                                       "a cluster (--bootstrap-server), any Kafka client property "
+                                                       "(security.protocol, sasl.*, ssl.*, ...).")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
-        check_options(input_format, key_separator or None, key, delimiter)
-        headers = parse_headers(header)
-        delim = parse_delimiter(delimiter) if delimiter is not None else None
+        options = dict(locals())  # the options, by name: the hot path calls run_produce the same way
+        from klog.cli.produce_run import run_produce
 
-        def on_ack(t: str, p: int, base: int, n: int) -> None:
-            if print_offsets:
-                sys.stdout.write("".join(f"{t}\t{p}\t{base + i}\n" for i in range(n)))
-
-        def on_create(t: str) -> None:
-            print(f"klog: created topic '{t}' with the store's defaults", file=sys.stderr)
-
-        def on_warning(message: str) -> None:
-            print(f"klog: warning: {message}", file=sys.stderr)
-
-        with open_store(data_dir) as store:
-            # no ack callback unless offsets are printed: on a cluster it is a Python call per record
-            producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
-                                      batch_size=batch_size, on_ack=on_ack if print_offsets else None,
-                                      on_create=on_create)
-            try:
-                produce_from(producer, topic, *(files or ["-"]), input_format=input_format,
-                             key_separator=key_separator.encode() if key_separator else None,
-                             key=key.encode() if key is not None else None, delimiter=delim, headers=headers,
-                             partition=partition, on_warning=on_warning)
-            finally:
-                sys.stdout.flush()
+        run_produce(**options)

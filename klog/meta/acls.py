@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from klog.errors import UsageError
+from klog.errors import AclError, UsageError
 from klog.meta.db import MetaDB
-from klog.security.acl import AclBinding, AclError, AclFilter, AuthorizerConfig
+from klog.security.acl import AclBinding, AclFilter, AuthorizerConfig
 
 _BINDING = "b\0"
 _CONFIG = "s\0config"

@@ -18,6 +18,8 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
+from klog.errors import FrameError
+
 SIZE = struct.Struct(">i")
 PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version
 
@@ -27,10 +29,6 @@ _write_v0 = entity_writer(ResponseHeaderV0)
 _write_v1 = entity_writer(ResponseHeaderV1)
 _readers: dict[type, Any] = {}
 _writers: dict[type, Any] = {}
-
-
-class FrameError(Exception):
-    """A frame that cannot be parsed: the connection is closed (Kafka does the same)."""
 
 
 @dataclass(frozen=True)
@@ -46,12 +44,21 @@ def read_prefix(frame: bytes) -> RequestPrefix:
     return RequestPrefix(*PREFIX.unpack_from(frame))
 
 
-def parse_request(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, Any]:
-    """(client id, request body) of a frame whose (api key, version) is known to be supported."""
+def parse_header(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, int, type]:
+    """(client id, where the body starts, the body's kio type) of a supported request's frame."""
     schema = load_request_schema(prefix.api_key, prefix.api_version)
     header_reader = _read_v2 if schema.__flexible__ else _read_v1
     try:
         header, used = header_reader(frame, 0)
+    except Exception as e:  # kio's DecodeError family
+        raise FrameError(f"cannot parse the header of api key {prefix.api_key} v{prefix.api_version}: {e}") from None
+    return header.client_id, used, schema
+
+
+def parse_request(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, Any]:
+    """(client id, request body) of a frame whose (api key, version) is known to be supported."""
+    client_id, used, schema = parse_header(frame, prefix)
+    try:
         reader = _readers.get(schema)
         if reader is None:
             reader = _readers[schema] = entity_reader(schema)
@@ -59,7 +66,7 @@ def parse_request(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, Any]
     except Exception as e:  # kio raises its DecodeError family, and ValueError on bad enums/utf-8
         raise FrameError(f"cannot parse {schema.__name__} v{prefix.api_version}: {e}") from None
     # trailing bytes are ignored, as Kafka's generated readers do (librdkafka's Metadata v12 has some)
-    return header.client_id, body
+    return client_id, body
 
 
 def client_id_of(frame: bytes) -> str | None:

@@ -11,14 +11,16 @@ client writes, so batches produced by klog are readable by Kafka and vice versa:
 * zstd   -- a standard zstd frame at Kafka's default level.
 """
 
+import contextlib
 import mmap
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeAlias
 
 import cramjam
 
+from klog.errors import DecompressionError, UnknownCodecIdError
 from klog.store.limits import DECOMPRESSED_BATCH_BYTES_MAX
 
 NONE = 0
@@ -36,23 +38,8 @@ CODEC_NAMES: dict[int, str] = {v: k for k, v in CODEC_IDS.items()}
 Bytes: TypeAlias = bytes | bytearray | memoryview
 
 
-class UnsupportedCodecError(ValueError):
-    """The codec id is not one Kafka defines (0-4)."""
-
-    def __init__(self, codec: int) -> None:
-        super().__init__(f"unsupported compression codec id {codec!r}")
-        self.codec = codec
-
-
-class CompressionError(ValueError):
-    """Compressed data could not be decoded (corrupt, truncated or not that codec)."""
-
-    def __init__(self, codec: int, detail: str) -> None:
-        name = CODEC_NAMES.get(codec, str(codec))
-        # Keep it one line: cramjam messages can carry newlines from the Rust side.
-        detail = " ".join(str(detail).split())
-        super().__init__(f"cannot decompress {name} data: {detail}")
-        self.codec = codec
+def _decompression_error(codec: int, detail: str) -> DecompressionError:
+    return DecompressionError(codec, CODEC_NAMES.get(codec, str(codec)), detail)
 
 
 def _view(data: Bytes) -> memoryview:
@@ -116,15 +103,15 @@ def _snappy_decompress(data: memoryview) -> bytes:
         # A block length can never start with 0x82 (it would be negative), so no ambiguity.
         if data[pos : pos + len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
             if end - pos < _XERIAL_HEADER_LEN:
-                raise CompressionError(SNAPPY, "truncated xerial header")
+                raise _decompression_error(SNAPPY, "truncated xerial header")
             pos += _XERIAL_HEADER_LEN
             continue
         if end - pos < 4:
-            raise CompressionError(SNAPPY, f"truncated xerial block length at offset {pos}")
+            raise _decompression_error(SNAPPY, f"truncated xerial block length at offset {pos}")
         (size,) = struct.unpack_from(">i", data, pos)
         pos += 4
         if size < 0 or size > end - pos:
-            raise CompressionError(SNAPPY, f"xerial block of {size} bytes at offset {pos} overruns input")
+            raise _decompression_error(SNAPPY, f"xerial block of {size} bytes at offset {pos} overruns input")
         out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + size])))
         pos += size
     return b"".join(out)
@@ -248,40 +235,99 @@ def compress(codec: int, data: Bytes) -> bytes:
     try:
         fn = _CODECS[codec][0]
     except (KeyError, TypeError):
-        raise UnsupportedCodecError(codec) from None
+        raise UnknownCodecIdError(codec) from None
     return fn(_view(data))
 
 
 # Bounded memory for any input: a 77 KB zstd batch can expand to 2.4 GB. A batch's records are
-# decompressed into a buffer of at most this many bytes; one that expands further is refused as
-# damage (CompressionError), whatever its compressed size.
+# decompressed into a buffer of at most `limit` bytes (the caller's: klog serve passes the topic's
+# max.message.bytes); one that expands further is refused as damage (DecompressionError) when the
+# buffer is full, never after expanding it, whatever its compressed size. Buffers larger than the
+# reused per-thread one come out of a process-wide budget, so many bombs at once cost at most
+# DECOMPRESSION_BYTES_IN_FLIGHT_MAX, not one limit per thread.
 
 _SMALL_OUTPUT_BYTES = 4 << 20  # most batches fit a reused buffer of this size: no allocation per batch
+DECOMPRESSION_BYTES_IN_FLIGHT_MAX = 512 << 20
 _local = threading.local()
 _TOO_SMALL = ("failed to write whole buffer", "smaller than required")
 
 
+class _Budget:
+    """Bytes of large decompression buffers in use by every thread; a thread waits for room."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self.peak = 0  # the most ever in use at once
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def reserve(self, n: int) -> Iterator[None]:
+        n = min(n, self.total)  # one buffer alone may use it all
+        with self._cond:
+            self._cond.wait_for(lambda: self.used + n <= self.total)
+            self.used += n
+            self.peak = max(self.peak, self.used)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= n
+                self._cond.notify_all()
+
+
+budget = _Budget(DECOMPRESSION_BYTES_IN_FLIGHT_MAX)
+
+
+class ExpansionLimit:
+    """What `expansion_limit` set: the bound, and whether a batch hit it (so the caller can say
+    MESSAGE_TOO_LARGE rather than corrupt)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.exceeded = False
+
+
+@contextlib.contextmanager
+def expansion_limit(limit: int) -> Iterator[ExpansionLimit]:
+    """Within this block, this thread's decompress() calls without a limit use `limit`."""
+    previous = getattr(_local, "bound", None)
+    bound = _local.bound = ExpansionLimit(limit)
+    try:
+        yield bound
+    finally:
+        _local.bound = previous
+
+
+def _expanded_past(codec: int, limit: int) -> DecompressionError:
+    bound = getattr(_local, "bound", None)
+    if bound is not None:
+        bound.exceeded = True
+    return _decompression_error(codec, f"the batch expands past {limit} bytes (klog's limit per batch)")
+
+
 def _into(fn_into: Callable, data: memoryview, codec: int, limit: int) -> bytes:
     """Decompress with `fn_into(input, output)` into a bounded buffer: a reused small one, then an
-    anonymous mapping of `limit` bytes (pages cost memory only once written)."""
+    anonymous mapping of `limit` bytes (pages cost memory only once written) out of the budget."""
     small = getattr(_local, "buf", None)
     if small is None:
         small = _local.buf = bytearray(_SMALL_OUTPUT_BYTES)
     try:
-        n = fn_into(data, memoryview(small))
+        n = fn_into(data, memoryview(small)[:limit])
         return bytes(memoryview(small)[:n])
     except cramjam.DecompressionError as exc:
         if not any(t in str(exc) for t in _TOO_SMALL):
             raise
-    with mmap.mmap(-1, limit) as big:
+        if limit <= len(small):
+            raise _expanded_past(codec, limit) from None
+    with budget.reserve(limit), mmap.mmap(-1, limit) as big:
         view = memoryview(big)
         try:
             n = fn_into(data, view)
             return bytes(view[:n])
         except cramjam.DecompressionError as exc:
             if any(t in str(exc) for t in _TOO_SMALL):
-                raise CompressionError(codec, f"the batch expands past {limit} bytes (klog's limit "
-                                              f"per batch)") from None
+                raise _expanded_past(codec, limit) from None
             raise
         finally:
             view.release()
@@ -295,7 +341,7 @@ def _snappy_raw_length(block: memoryview) -> int:
         if not block[i] & 0x80:
             return n
         shift += 7
-    raise CompressionError(SNAPPY, "bad snappy length header")
+    raise _decompression_error(SNAPPY, "bad snappy length header")
 
 
 def _bounded_snappy(data: memoryview, limit: int) -> bytes:
@@ -315,7 +361,7 @@ def _bounded_snappy(data: memoryview, limit: int) -> bytes:
             blocks.append(data[pos + 4:pos + 4 + size])
             pos += 4 + size
     if sum(_snappy_raw_length(b) for b in blocks) > limit:
-        raise CompressionError(SNAPPY, f"the batch expands past {limit} bytes (klog's limit per batch)")
+        raise _expanded_past(SNAPPY, limit)
     return _snappy_decompress(data)
 
 
@@ -327,16 +373,20 @@ _BOUNDED: dict[int, Callable[[memoryview, int], bytes]] = {
 }
 
 
-def decompress(codec: int, data: Bytes, limit: int = DECOMPRESSED_BATCH_BYTES_MAX) -> bytes:
-    """Decompress a batch's records section into at most `limit` bytes; raises CompressionError
-    on bad input or on data that would expand past the limit (never an unbounded allocation)."""
+def decompress(codec: int, data: Bytes, limit: int | None = None) -> bytes:
+    """Decompress a batch's records section into at most `limit` bytes (None: the enclosing
+    expansion_limit's, else DECOMPRESSED_BATCH_BYTES_MAX); raises DecompressionError on bad input or
+    on data that would expand past the limit (never an unbounded allocation)."""
+    if limit is None:
+        bound = getattr(_local, "bound", None)
+        limit = bound.limit if bound is not None else DECOMPRESSED_BATCH_BYTES_MAX
     try:
         fn = _CODECS[codec][1]
     except (KeyError, TypeError):
-        raise UnsupportedCodecError(codec) from None
+        raise UnknownCodecIdError(codec) from None
     try:
         if codec == NONE:
             return fn(_view(data))
         return _BOUNDED[codec](_view(data), limit)
     except cramjam.DecompressionError as exc:
-        raise CompressionError(codec, str(exc)) from exc
+        raise _decompression_error(codec, str(exc)) from exc

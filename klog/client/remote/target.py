@@ -10,8 +10,12 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from klog.errors import KlogError, UsageError
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 CLUSTERS_FILE = "clusters.json"
 TIMEOUT_S_DEFAULT = 10.0  # how long a command waits for an unreachable cluster before failing
@@ -49,6 +53,23 @@ class ClusterTarget:
     @property
     def label(self) -> str:
         return f"cluster '{self.name}' ({self.bootstrap})" if self.name else self.bootstrap
+
+
+def all_refused(bootstrap: str, timeout: float = 0.5) -> bool:
+    """Whether every bootstrap address refuses a TCP connection (nothing listens): an answer that
+    will not change by waiting, unlike silence (a firewall, a busy broker) or a TLS/SASL problem."""
+    import socket
+
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return False
+        except ConnectionRefusedError:
+            continue
+        except (OSError, ValueError):  # no answer, no route, unresolvable: not a refusal
+            return False
+    return True
 
 
 def parse_properties(pairs: list[str] | None) -> dict[str, str]:
@@ -145,7 +166,7 @@ def parse_endpoint(spec: str, data_dir: str | None, properties: list[str] | None
 
 
 def open_endpoint(spec: str, data_dir: str | None, properties: list[str] | None, create: bool = True,
-                  on_warning: Callable[[str], None] | None = None):  # noqa: ANN201 - Store or RemoteStore
+                  on_warning: Callable[[str], None] | None = None) -> AnyStore:
     """Open what parse_endpoint names: a local Store (created if `create`) or a cluster's RemoteStore
     (mirror's SRC and DEST, replay's --to-store)."""
     where = parse_endpoint(spec, data_dir, properties)
