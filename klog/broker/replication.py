@@ -281,8 +281,10 @@ class ReplicaManager:
         followers hold the same batches, so the longest one's tail is copied back, rather than
         every replica being cut to the leader's end. A replica that lost committed records is
         named in a warning (with RF=1 they are gone)."""
+        cut_by_recovery = False
         for replica, report in zip(part.replicas, part.last_recovery, strict=True):
             if report.repaired and replica.log_end_offset < hw:
+                cut_by_recovery = True
                 self.warn(f"recovery cut committed records of {replica.directory} from offset "
                           f"{replica.log_end_offset} (high watermark {hw}): {'; '.join(report.reasons)}")
         leader = part.leader
@@ -298,7 +300,8 @@ class ReplicaManager:
             lost = (f"committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-{part.partition} are gone "
                     f"from every replica; the bytes cut are kept in .corrupt files in {leader.directory} (klog verify "
                     f"lists them)")
-            data_loss.record(leader.directory, lost)  # writes stop until the loss is acknowledged
+            if cut_by_recovery:  # (an unclean election the topic allows loses records by the user's choice)
+                data_loss.record(leader.directory, lost)  # writes stop until the loss is acknowledged
             self.warn(DATA_LOSS_PREFIX + lost)
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
