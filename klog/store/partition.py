@@ -208,7 +208,7 @@ class Partition:
         def release() -> None:
             if self._flush_timer is None and all([r.release_files() for r in self.replicas]):
                 self.state.close()
-                self.lock.close()
+                self.lock.close_file()  # reopened by the next acquire (close() is for good)
 
         self.lock.run_if_idle(release)
 
