@@ -6,7 +6,6 @@ one-line message and an exit code (see klog/cli/app.py).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 
@@ -118,8 +117,9 @@ class LeaderAppendError(StorageError):
         self.stuck = stuck or []  # followers (PartitionLogs) still holding the batch: they leave the ISR too
 
 
-class NoLeaderError(KlogError):
-    """No in-sync replica of the partition is healthy, and unclean election is off."""
+class NoLeaderError(StorageError):
+    """No in-sync replica of the partition is healthy, and unclean election is off: a storage
+    failure (full, read-only, missing directories), which Kafka's clients retry (KAFKA_STORAGE_ERROR)."""
 
 
 class NotEnoughReplicasError(KlogError):
@@ -180,5 +180,7 @@ class FetchUnsupported(KlogError):
 def log_warning(message: str) -> None:
     """The library's one default for a warning no caller asked to receive (no `on_warning` given):
     the `klog` logger, which Python prints on stderr unless the application configures logging.
-    The CLI passes its own printer (klog/cli/app.py `warn`) everywhere instead."""
+    The CLI passes its own printer (klog/cli/session.py `warn`) everywhere instead."""
+    import logging  # here: logging costs the hot commands' start-up, and the CLI never logs
+
     logging.getLogger("klog").warning(message)

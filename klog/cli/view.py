@@ -1,7 +1,7 @@
 """The terminal log view of `klog consume`: one line per record, drawn without rich.
 
 Lines are built as strings with precomputed ANSI styles (rich's per-record Text objects drew about
-2.5 k records/s; see benchmarks/bench_viewer.py) and written in bursts: whatever the consumer hands
+2.5 k records/s; see benchmarks/cases/viewer.py) and written in bursts: whatever the consumer hands
 over before it would wait is drawn in one write, so a burst costs one terminal write per few
 thousand records, not one per record. Colours are the ones rich used (dim time, cyan position,
 bold yellow key, rich's JSON theme); NO_COLOR or --no-color draws plain text. Record bytes are
@@ -16,7 +16,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from klog.cli.output import WRITE_CHUNK_BYTES, terminal_safe
+from klog.cli.output import terminal_safe
+from klog.client.delivery import WRITE_CHUNK_BYTES
 from klog.client.records import Record
 
 if TYPE_CHECKING:

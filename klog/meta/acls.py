@@ -62,7 +62,8 @@ class AclsMeta:
         with self.db.txn(write=True) as txn:
             doc = self.db.get_json(txn, "acls", _CONFIG) or {}
             if super_users is not None:
-                users = sorted(set(super_users))
+                # Kafka's super.users is one string, principals separated by ';': take that form too
+                users = sorted({u.strip() for entry in super_users for u in entry.split(";") if u.strip()})
                 for u in users:
                     if ":" not in u or u.endswith(":"):
                         raise UsageError(f"super user {u!r} must be TYPE:NAME (User:admin)")

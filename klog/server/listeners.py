@@ -71,7 +71,7 @@ class SecurityConfig:
     ssl_cafile: str | None = None  # CAs trusted for client certificates
     ssl_client_auth: str = "none"  # none | requested | required (Kafka's ssl.client.auth)
     sasl_mechanisms: tuple[str, ...] = SASL_MECHANISMS
-    insecure: bool = False  # allow a non-loopback listener without TLS or SASL
+    insecure: bool = False  # allow a non-loopback listener without TLS (PLAINTEXT or SASL_PLAINTEXT)
     auth_failure_delay_ms: int = AUTH_FAILURE_DELAY_MS_DEFAULT
     quota_window_ms: int = 1000
     quota_samples: int = 11
@@ -81,9 +81,12 @@ class SecurityConfig:
         for lst in self.listeners:
             if lst.tls and not (self.ssl_certfile and self.ssl_keyfile):
                 raise UsageError(f"listener {lst} needs --ssl-cert and --ssl-key")
-            if not lst.tls and not lst.sasl and not is_loopback(lst.host) and not self.insecure:
+            if not lst.tls and not is_loopback(lst.host) and not self.insecure:
+                if lst.sasl:  # passwords (PLAIN) and everything after them cross the network in clear
+                    raise UsageError(f"listener {lst} would take passwords from other machines unencrypted; "
+                                     "use SASL_SSL, or --insecure to allow it")
                 raise UsageError(f"listener {lst} is reachable from other machines without TLS or SASL; "
-                                 "use SSL/SASL_SSL/SASL_PLAINTEXT, or --insecure to allow it")
+                                 "use SASL_SSL (or SSL), or --insecure to allow it")
         if self.ssl_client_auth not in ("none", "requested", "required"):
             raise UsageError("--ssl-client-auth must be none, requested or required")
         if self.ssl_client_auth != "none" and not self.ssl_cafile:
@@ -96,8 +99,9 @@ class SecurityConfig:
             raise UsageError("two listeners on the same address")
 
     def warnings(self) -> list[str]:
-        return [f"listener {lst} accepts unauthenticated, unencrypted connections from other machines (--insecure)"
-                for lst in self.listeners if not lst.tls and not lst.sasl and not is_loopback(lst.host)]
+        return [f"listener {lst} accepts " + ("passwords in clear text" if lst.sasl else "unauthenticated, "
+                "unencrypted connections") + " from other machines (--insecure)"
+                for lst in self.listeners if not lst.tls and not is_loopback(lst.host)]
 
 
 def principal_from_cert(cert: dict | None) -> str | None:

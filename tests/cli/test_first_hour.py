@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 import klog
 from tests.cli.test_cli import assert_one_line_error
@@ -142,3 +145,23 @@ def test_topics_describe_at_80_columns_wraps_between_fields(cli, data_dir):
     assert all(len(line) <= 80 for line in lines), lines
     assert lines[0].startswith(f"Topic {name}  id ") and lines[1] == "partitions 1  replication factor 1", lines
     assert lines[2].startswith("Configs: cleanup.policy=compact,") and lines[3].endswith("segment.bytes=1048576"), lines
+
+
+KCAT_FLAGS = [
+    ["-c", "3", "-e", "-q"],
+    ["-K", "\\t", "-e", "-q"],
+    ["-o", "-2", "-e", "-q", "-K", ":"],
+    ["-D", "|", "-e", "-q", "-c", "4"],  # (kcat itself fails to write a NUL -D: \\0 is checked above)
+]
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+@pytest.mark.parametrize("flags", KCAT_FLAGS, ids=" ".join)
+def test_kcat_flags_print_what_kcat_prints(kafka_server, cli, flags):
+    """kcat (through klog serve) and klog consume, given the same consume flags, print the same bytes."""
+    assert cli("produce", "t", "-K", ":", input=b"k1:a\nk2:b\nk3:line\\nwith\nk4:d\nk5:e\n").exit_code == 0
+    theirs = subprocess.run(["kcat", "-b", kafka_server.bootstrap, "-C", "-t", "t", *flags], capture_output=True,
+                            timeout=30)
+    assert theirs.returncode == 0, theirs.stderr
+    ours = cli("consume", "-t", "t", *flags)
+    assert (ours.exit_code, ours.stdout) == (0, theirs.stdout)

@@ -103,3 +103,19 @@ def test_replay_into_a_wide_topic_holds_at_most_buffer_memory(store):
     assert stats.batches > 50  # written before the end, not one batch per partition at the end
     assert max(seen) <= 20_000 + 300
     assert sum(store.partition("dst", q).high_watermark() for q in range(50)) == 2_000
+
+
+def test_a_writer_keeps_the_files_of_a_bounded_number_of_partitions_open(store):
+    """Past open_max written partitions, the least recently written ones' files are closed (10,000
+    partitions ran out of descriptors); they reopen, from their files, when written again."""
+    store.create_topic("t", partitions=40)
+    producer = Producer(store, acks="1")
+    producer.writer.open_max = 8
+    before = len(os.listdir("/proc/self/fd"))
+    for round_ in range(3):
+        producer.send_keyed("t", [(b"k%d" % i, b"r%d-%d" % (round_, i)) for i in range(400)])
+        producer.flush()
+        assert len(os.listdir("/proc/self/fd")) - before < 8 * 8 + 20
+    assert sum(store.partition("t", p).high_watermark() for p in range(40)) == 1200
+    values = sorted(r.value for r in store.consumer("t", start="beginning", follow=False))
+    assert values == sorted(b"r%d-%d" % (r, i) for r in range(3) for i in range(400))

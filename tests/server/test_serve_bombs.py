@@ -105,3 +105,33 @@ def test_large_decompression_buffers_share_one_process_wide_budget(monkeypatch):
     assert out == [10 << 20] * 4
     assert compression.budget.used == 0
     assert 0 < compression.budget.peak <= 12 << 20
+
+
+# -- klog dirs import ------------------------------------------------------------------------------
+def test_dirs_import_refuses_a_segment_holding_a_bomb_and_creates_nothing(cli, store, tmp_path):
+    import struct
+
+    from tests.kafka_files import v2_batch, write_segment
+
+    now = int(time.time() * 1000)
+    bomb = bytearray(gzip_bomb_batch(2, 8 << 20))  # 16 MiB of records in ~16 KB
+    struct.pack_into(">q", bomb, 0, 1)  # after the first batch (the base offset is outside the CRC)
+    write_segment(str(tmp_path / "k" / "bombed-0"), 0, [v2_batch(0, [(None, b"first", now)]), bytes(bomb)])
+    r = cli("dirs", "import", str(tmp_path / "k"))
+    assert r.exit_code == 1, r.out + r.stderr
+    assert "00000000000000000000.log: the batch at offset 1" in r.stderr and "decompression bomb" in r.stderr
+    assert "nothing imported" in r.stderr and "Traceback" not in r.stderr
+    assert not store.has_topic("bombed")
+
+
+def test_dirs_import_takes_compressed_batches_larger_than_max_message_bytes_at_real_ratios(cli, store, tmp_path):
+    """Kafka producers with a large batch.size write batches whose records pass 1 MiB once
+    decompressed: real data (here 2:1) is imported, only bomb ratios are refused."""
+    from tests.kafka_files import v2_batch, write_segment
+
+    now = int(time.time() * 1000)
+    values = [os.urandom(400_000).hex().encode() for _ in range(4)]  # 3.2 MB of records, ~1.6 MB gzip
+    write_segment(str(tmp_path / "k" / "big-0"), 0, [v2_batch(0, [(None, v, now) for v in values], codec=1)])
+    r = cli("dirs", "import", str(tmp_path / "k"))
+    assert r.exit_code == 0, r.out + r.stderr
+    assert "Imported big-0" in r.out

@@ -4,11 +4,11 @@ off when the process is out of file descriptors instead of logging a traceback l
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import threading
@@ -20,50 +20,7 @@ from kio.schema.errors import ErrorCode
 from klog.server import Server
 from klog.server.limits import ServeLimits
 from tests.conftest import REPO
-from tests.serve_helpers import RawClient, batch, produce
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _flexible_frame(api_key: int, version: int, body: bytes) -> bytes:
-    header = struct.pack(">hhih", api_key, version, 1, 7) + b"hostile" + b"\0"  # request header v2
-    return struct.pack(">i", len(header) + len(body)) + header + body
-
-
-def huge_produce(entries: int, acks: int = 1) -> bytes:
-    """Produce v9 to topic 'free' naming `entries` partition entries (partition 0, no records; 6 bytes
-    each), written by hand: kio's writer takes ~20 us per entry."""
-    entry = struct.pack(">i", 0) + _uvarint(1) + b"\0"
-    topic = _uvarint(5) + b"free" + _uvarint(entries + 1) + entry * entries + b"\0"
-    return _flexible_frame(0, 9, b"\0" + struct.pack(">hi", acks, 1000) + _uvarint(2) + topic + b"\0")
-
-
-def repeated_metadata(times: int) -> bytes:
-    """Metadata v9 naming topic 'free' `times` times."""
-    entry = _uvarint(5) + b"free" + b"\0"
-    return _flexible_frame(3, 9, _uvarint(times + 1) + entry * times + b"\0\0\0" + b"\0")
-
-
-def read_answer(sock: socket.socket) -> bytes:
-    size = struct.unpack(">i", _exactly(sock, 4))[0]
-    return _exactly(sock, size)
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(min(n - len(out), 1 << 20))
-        if not chunk:
-            raise ConnectionError("closed by the server")
-        out += chunk
-    return bytes(out)
+from tests.serve_helpers import RawClient, batch, huge_produce, produce, read_answer, repeated_metadata
 
 
 def metadata_of_free(client: RawClient):  # noqa: ANN201 - a kio response
@@ -284,3 +241,48 @@ def test_out_of_file_descriptors_backs_off_accepting_without_a_traceback_loop(da
     assert "Traceback" not in text, text[:2000]
     lines = [line for line in text.splitlines() if "cannot accept" in line]
     assert 1 <= len(lines) <= 3, text[:2000]
+
+
+# -- JoinGroup storms --------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_join_group_storm_stops_at_group_max_size_and_others_are_answered(kafka_server, store):
+    """One client joins one group 150 times with 26 KB subscriptions (group.max.size lowered to 100
+    for the test): the 50 beyond it are answered GROUP_MAX_SIZE_REACHED at once, another client's
+    Metadata is answered meanwhile, and the 100 members get their rebalance."""
+    import datetime as dt
+
+    from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.join_group.v3.response import JoinGroupResponse
+    from kio.static.primitive import i32Timedelta
+
+    store.create_topic("free")
+    kafka_server.coordinator.machine.max_size = 100
+    request = JoinGroupRequest(group_id="storm", session_timeout=i32Timedelta.parse(dt.timedelta(seconds=30)),
+                               rebalance_timeout=i32Timedelta.parse(dt.timedelta(seconds=5)), member_id="",
+                               protocol_type="consumer",
+                               protocols=(JoinGroupRequestProtocol(name="range", metadata=bytes(26_000)),))
+    from kio.schema.request_header.v1.header import RequestHeader
+    from kio.serial import entity_writer
+
+    clients = [RawClient(kafka_server.port) for _ in range(150)]
+    try:
+        for c in clients:  # sent, not yet read: the joins wait for the rebalance
+            c.correlation += 1
+            buf = io.BytesIO()
+            entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=11, request_api_version=3,
+                                                            correlation_id=c.correlation, client_id="storm"))
+            entity_writer(JoinGroupRequest)(buf, request)
+            c.send_raw(buf.getvalue())
+        with RawClient(kafka_server.port) as other:
+            started = time.monotonic()
+            assert [t.name for t in metadata_of_free(other).topics] == ["free"]
+            print(f"\nMetadata during the storm: {(time.monotonic() - started) * 1000:.1f} ms")
+        codes = []
+        for c in clients:
+            c.sock.settimeout(30)
+            codes.append(int(c.read(JoinGroupResponse).error_code))
+    finally:
+        for c in clients:
+            c.close()
+    assert codes.count(ErrorCode.group_max_size_reached.value) == 50, codes
+    assert codes.count(0) == 100, codes

@@ -59,6 +59,12 @@ class Victim:
         except Exception:  # noqa: BLE001 - a fatal idempotence error surfaces here as well: an error is fine
             self.failed.append(value)
 
+    def close(self) -> None:
+        """Drop the producer now (librdkafka would go on reconnecting to the stopped server)."""
+        self.producer.purge()
+        self.producer.flush(0)
+        del self.producer
+
 
 @pytest.mark.parametrize("attack", ["init-producer-id", "same-epoch-next-sequence", "next-epoch"])
 def test_another_client_naming_a_producer_id_never_gets_its_batches_acknowledged_unwritten(
@@ -78,6 +84,7 @@ def test_another_client_naming_a_producer_id_never_gets_its_batches_acknowledged
         assert produce(attacker, "v", 0, batch([b"evil"], producer_id=pid, epoch=epoch, sequence=next_seq))[0] == E.none
     for value in (b"m2", b"m3", b"m4"):
         victim.send(value)
+    victim.close()
     written = values(data_dir, "v")
     assert [v for v in victim.acked if v not in written] == []  # before: m2 or m3 acknowledged, not written
     assert sorted(written) == sorted(victim.acked + [b"evil"])  # and nothing written twice

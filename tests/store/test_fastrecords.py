@@ -208,7 +208,7 @@ def test_commands_load_the_compiled_records_only_when_a_batch_is_big(data_dir) -
     assert imported_modules(["produce", "small"], data_dir, input=b"a\nb\n")[0] == 0
     for args in (["--help"], ["consume", "small"]):
         code, modules = imported_modules(args, data_dir)
-        assert code == 0 and "klog.cli.app" in modules
+        assert code == 0 and "klog.cli.session" in modules
         assert not {m for m in modules if m.startswith("aiokafka")}, args
     lines = b"".join(b"%d\n" % i for i in range(1000))  # one batch (the fixture lowered FAST_MIN_RECORDS here only)
     assert imported_modules(["produce", "big"], data_dir, input=lines)[0] == 0
