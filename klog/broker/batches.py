@@ -303,7 +303,7 @@ class RawAppender:
             if now - self._topic_read.get(topic, 0.0) < TOPIC_REFRESH_S:
                 return
             self._topic_read[topic] = now
-            self.store.forget_topic_cache(topic)
+            self.store.forget_topic_metadata(topic)
         self.check_topic(topic)
 
     def check_topic(self, topic: str) -> None:
@@ -319,7 +319,7 @@ class RawAppender:
                 self.producers.forget(topic)
             self._topic_ids[topic] = topic_id
 
-    def forget_topic(self, topic: str) -> None:
+    def forget_producer_states(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
         with self._guard:
             self.producers.forget(topic)

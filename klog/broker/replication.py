@@ -261,7 +261,7 @@ class ReplicaManager:
         meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
         if meta != before:
             store.topics.update_partition(topic, partition, meta)
-            store.forget_topic_cache(topic)
+            store.forget_topic_metadata(topic)
         snap = part.snapshot()
         if snap.leader_epoch != meta.leader_epoch:
             snap.leader_epoch = meta.leader_epoch
@@ -392,7 +392,7 @@ class ReplicaManager:
                     self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
                 meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
                 store.topics.update_partition(topic, partition, meta)
-                store.forget_topic_cache(topic)
+                store.forget_topic_metadata(topic)
             if together is not None:
                 together.appended(part, meta, sync, min_isr, result.base_offset)
                 return result.base_offset
@@ -437,7 +437,7 @@ class ReplicaManager:
                 for d in {failed} | stuck:
                     self._failed_at[(topic, partition, d)] = time.monotonic()
                 self.store.topics.update_partition(topic, partition, replace(current, isr=rest))
-                self.store.forget_topic_cache(topic)
+                self.store.forget_topic_metadata(topic)
                 if attempts > len(replicas):
                     break
                 attempts += 1
@@ -542,7 +542,7 @@ def move_replica(store, topic: str, partition: int, source: int, target: int, wa
             new = replace(new, leader=leader, leader_epoch=meta.leader_epoch + 1,
                           epochs=[*meta.epochs, [meta.leader_epoch + 1, part.leader.log_end_offset]])
         store.topics.update_partition(topic, partition, new)
-        store.forget_topic_cache(topic)
+        store.forget_topic_metadata(topic)
         manager.reconcile(topic, partition, part)
         old = replica_path(store, topic, partition, source)
         if os.path.isdir(old):

@@ -82,7 +82,7 @@ class Mirror:
             count = self.src.partition_count(topic)
             configs = _set_configs(self.src, topic)
             self.dest.create_topic(target, count, configs=configs, exist_ok=True)
-        self.dest.forget_topic_cache(target)
+        self.dest.forget_topic_metadata(target)
         # DEST has every source partition: each record keeps its own; else DEST's partitioner places all
         self._keep_partition[topic] = self.src.partition_count(topic) <= self.dest.partition_count(target)
 

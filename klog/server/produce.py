@@ -75,7 +75,7 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
     except (KlogError, OSError) as e:
         code = error_code(e)
         if isinstance(e, UnknownTopicError | UnknownPartitionError):
-            ctx.store.forget_topic_cache(topic)  # created or grown by another process since?
+            ctx.store.forget_topic_metadata(topic)  # created or grown by another process since?
         ctx.log.info("produce to %s-%d from %s (client %s): %s: %s", topic, partition, ctx.client_host,
                      ctx.client_id, code.name, e)
         return code, None, str(e), e.record_index if isinstance(e, InvalidBatchError) else None
