@@ -1,8 +1,4 @@
-"""Many partitions at the cost of one? CPU and peak RSS of writing the same input into topics of
-1, 1,000 and 10,000 partitions (a benchmark, not a test: prints README figures).
-
-    python benchmarks/bench_partitions.py [--partitions 1,1000,10000] [--lines N] [--only CASES]
-                                          [--rounds R]
+"""Many partitions at the cost of one: CPU and peak RSS of writing one input into 1 to 10,000 partitions.
 
 Cases (each its own process, measured with wait4: user + system CPU seconds and ru_maxrss):
 - produce: `klog produce t` of N lines (keyless: the sticky partitioner fills one partition's batch
@@ -17,18 +13,14 @@ files), then `again` into the same topic (the steady state). Rounds alternate th
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from serve_process import Serve, klog_cmd  # noqa: E402 - benchmarks/ is on sys.path when run as a script
+from harness import Bench
+from serve_process import Serve, klog_cmd
 
 KEYS = 5000
 VALUE = b"x" * 100
@@ -121,37 +113,23 @@ def case_mirror(env: dict, work: str, partitions: int, path: str) -> dict[str, t
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--partitions", default="1,1000,10000")
-    parser.add_argument("--lines", type=int, default=200_000)
-    parser.add_argument("--only", default="produce,keyed,serve,mirror")
-    parser.add_argument("--rounds", type=int, default=1)
-    args = parser.parse_args()
-    counts = [int(p) for p in args.partitions.split(",")]
-    env = {**os.environ, "PYTHONPATH": REPO}
-    with tempfile.TemporaryDirectory(prefix="klog-bench-partitions-") as work:
-        plain, keyed = make_inputs(work, args.lines)
-        print(f"{args.lines:,} lines ({os.path.getsize(keyed) / 1e6:.0f} MB keyed), load "
-              f"{os.getloadavg()[0]:.1f}; CPU s / peak RSS MiB / wall s, new topic then again")
-        for case in args.only.split(","):
-            for r in range(args.rounds):
-                for partitions in counts if r % 2 == 0 else counts[::-1]:
-                    if case == "produce":
-                        got = case_produce(env, work, partitions, plain, keyed=False)
-                    elif case == "keyed":
-                        got = case_produce(env, work, partitions, keyed, keyed=True)
-                    elif case == "serve":
-                        got = case_serve(env, work, partitions, keyed)
-                    elif case == "mirror":
-                        got = case_mirror(env, work, partitions, keyed)
-                    else:
-                        raise SystemExit(f"unknown case {case}")
-                    cells = "  ".join(f"{label} {cpu:6.2f} / {rss:5.0f} / {wall:6.2f}"
-                                      for label, (cpu, rss, wall) in got.items())
-                    print(f"{case:8} {partitions:6,} partitions  {cells}  (load {os.getloadavg()[0]:.1f})",
-                          flush=True)
-
-
-if __name__ == "__main__":
-    main()
+def run(bench: Bench) -> None:
+    counts = [1, 1000, 10_000] if not bench.smoke else [1, 10]
+    lines = bench.size(200_000, 2_000)
+    env = {**bench.env}
+    work = bench.tmp
+    plain, keyed = make_inputs(work, lines)
+    for case in ("produce", "keyed", "serve", "mirror"):
+        for r in range(bench.rounds(1)):
+            for partitions in counts if r % 2 == 0 else counts[::-1]:
+                if case == "produce":
+                    got = case_produce(env, work, partitions, plain, keyed=False)
+                elif case == "keyed":
+                    got = case_produce(env, work, partitions, keyed, keyed=True)
+                elif case == "serve":
+                    got = case_serve(env, work, partitions, keyed)
+                else:
+                    got = case_mirror(env, work, partitions, keyed)
+                cells = "; ".join(f"{label}: CPU {cpu:.2f} s, peak RSS {rss:.0f} MiB, wall {wall:.2f} s"
+                                  for label, (cpu, rss, wall) in got.items())
+                bench.row(f"{case}, {lines:,} lines into {partitions:,} partitions (new topic; again)", cells)
