@@ -11,20 +11,18 @@ rejoin. Every change is a metadata transaction, so other processes see it at onc
 from __future__ import annotations
 
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from klog.errors import KlogError, NotEnoughReplicasError, StorageError
+from klog.errors import KlogError, LeaderAppendError, NoLeaderError, NotEnoughReplicasError, StorageError
 from klog.meta.topics import PartitionMeta
 from klog.store import health
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
-from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, SYNC_LEADER, SYNC_NONE, AppendResult, LeaderAppendError
+from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, SYNC_LEADER, SYNC_NONE, AppendResult
 from klog.store.reader import PartitionReader
 
 CATCH_UP_BYTES_PER_FETCH = 4 << 20
@@ -41,10 +39,6 @@ CATCH_UP_RETRY_S = 5.0  # after a failed catch-up (a full or broken disk), appen
 REPLICA_RECHECK_S = 30.0
 
 Warn = Callable[[str], None]
-
-
-class NoLeaderError(KlogError):
-    """No in-sync replica of the partition is healthy, and unclean election is off."""
 
 
 def dir_health(store, log_dir_id: int) -> str:
@@ -158,6 +152,9 @@ class ReplicaManager:
         # log dir id -> (its path, its health), while a producer writes many batches in one go
         # (see shared_dir_checks); None otherwise: every append checks its directories again
         self._dir_checks: dict[int, tuple[str, str]] | None = None
+        # (topic, partition, log dir) -> the unhealthy state last warned of: a full disk is said once
+        # when it fills, not once per produce request while it stays full
+        self._said_unhealthy: dict[tuple[str, int, int], str] = {}
 
     @contextmanager
     def shared_dir_checks(self) -> Iterator[None]:
@@ -230,8 +227,12 @@ class ReplicaManager:
             if states[d] == health.OK and hw > 0 and not os.path.isdir(replica_path(store, topic, partition, d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
         healthy = {d for d, s in states.items() if s == health.OK}
-        for d in meta.isr:
-            if d not in healthy:
+        for d in meta.replicas:
+            said = self._said_unhealthy.get((topic, partition, d))
+            if d in healthy:
+                self._said_unhealthy.pop((topic, partition, d), None)
+            elif d in meta.isr and said != states[d]:
+                self._said_unhealthy[(topic, partition, d)] = states[d]
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
         # the topic's configs are parsed only when an election may need unclean.leader.election
@@ -537,6 +538,9 @@ def move_replica(store, topic: str, partition: int, source: int, target: int, wa
         if os.path.isdir(old):
             # a short name (a 249-character topic's folder + a suffix would pass 255 bytes) that
             # never parses as a partition folder ("delete" is no partition number)
+            import shutil  # here (and uuid): only a replica move needs them, not every producer
+            import uuid
+
             doomed = os.path.join(os.path.dirname(old), f"klog-moved-{uuid.uuid4().hex}-delete")
             os.replace(old, doomed)
             shutil.rmtree(doomed, ignore_errors=True)

@@ -11,9 +11,8 @@ import bisect
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec, faults, flusher, loader, validate
@@ -28,16 +27,18 @@ from klog.store.format import (
     TIME_INDEX_ENTRY,
     parse_segment_base,
 )
-from klog.store.limits import FETCH_BYTES_MAX
+from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.segment import LogSegment, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 from klog.store.walk import framing_problem
 
+if TYPE_CHECKING:  # a reader never needs the flusher's futures (concurrent.futures imports logging)
+    from concurrent.futures import Future
+
 T = TypeVar("T")
 
-READ_BYTES_DEFAULT = FETCH_BYTES_MAX
 # In a replica's folder: the log holds a record whose attributes byte is >= 0x80 (a foreign log:
 # `dirs import` found one), so its batches are decoded by the strict decoder only (see fastrecords)
 STRICT_RECORDS_MARKER = "klog-strict-records"
@@ -581,7 +582,7 @@ class PartitionLog:
                 return None
         return self.segments[self.bases[nxt]]
 
-    def read(self, offset: int, upper: int, max_bytes: int = READ_BYTES_DEFAULT) -> list[FetchedBatch]:
+    def read(self, offset: int, upper: int, max_bytes: int = PARTITION_READ_BYTES_DEFAULT) -> list[FetchedBatch]:
         """CRC-checked batches holding offsets in [offset, upper), at least one if any exist."""
         if offset >= upper:
             return []
