@@ -281,7 +281,7 @@ class RawAppender:
 
         self.store = store
         self.replicas = ReplicaManager(store, warn=warn)
-        self.writer = PartitionWriter(store, self.replicas)
+        self.writer = PartitionWriter(store, self.replicas, release_files=False)
         self.producers = ProducerStates()
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()

@@ -180,13 +180,18 @@ class ReplicaManager:
                 self._dir_checks = None
 
     def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
+        return self.store.data_dir.log_dir_path(log_dir_id), self._health(log_dir_id)
+
+    def _health(self, log_dir_id: int) -> str:
+        """The log directory's health; within shared_dir_checks, a healthy one is checked once."""
         checks = self._dir_checks
         known = checks.get(log_dir_id) if checks is not None else None
-        if known is None:
-            known = (self.store.data_dir.log_dir_path(log_dir_id), dir_health(self.store, log_dir_id))
-            if checks is not None and known[1] == health.OK:
-                checks[log_dir_id] = known
-        return known
+        if known is not None:
+            return known[1]
+        state = dir_health(self.store, log_dir_id)
+        if checks is not None and state == health.OK:
+            checks[log_dir_id] = (self.store.data_dir.log_dir_path(log_dir_id), state)
+        return state
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         return [self.store.data_dir.log_dir_path(d) for d in ids]
@@ -218,8 +223,7 @@ class ReplicaManager:
         topic_meta = store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta
-        unclean = LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
-        states = {d: dir_health(store, d) for d in meta.replicas}
+        states = {d: self._health(d) for d in meta.replicas}
         for d, state in states.items():
             if state == health.REPLACED:
                 store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
@@ -239,6 +243,9 @@ class ReplicaManager:
                 self._said_unhealthy[(topic, partition, d)] = states[d]
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
+        # the topic's configs are parsed only when an election may need unclean.leader.election
+        unclean = (meta.leader not in healthy or meta.leader not in meta.isr) and \
+            LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
         elected = elect(meta, healthy, unclean)
         if elected is not None:
             meta = elected
