@@ -11,10 +11,12 @@ deltas must run 0, 1, 2, ...: a CRC only proves the bytes arrived as the client 
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from klog.errors import KlogError, RecordTooLargeError
@@ -62,6 +64,10 @@ class ProducerFencedError(KlogError):
 
 class UnknownProducerError(KlogError):
     """A sequence that is not 0 from a producer this partition has no state for."""
+
+
+class InvalidTxnStateError(KlogError):
+    """A transactional batch for a partition its transaction has not added (KIP-890: INVALID_TXN_STATE)."""
 
 
 def check_batch(data: bytes) -> BatchHeader:
@@ -245,6 +251,7 @@ class RawAppender:
         self._guard = threading.Lock()
         self._topic_read: dict[str, float] = {}
         self._topic_ids: dict[str, str | None] = {}
+        self._txn_views: dict[tuple[str, int], object] = {}
 
     def lock_for(self, topic: str, partition: int) -> threading.Lock:
         with self._guard:
@@ -275,24 +282,35 @@ class RawAppender:
             if self._topic_ids.get(topic, topic_id) != topic_id:
                 self.store.forget_topic(topic)
                 self.producers.forget(topic)
+                for key in [k for k in self._txn_views if k[0] == topic]:
+                    del self._txn_views[key]
             self._topic_ids[topic] = topic_id
 
     def forget_topic(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
         with self._guard:
             self.producers.forget(topic)
+            for key in [k for k in self._txn_views if k[0] == topic]:
+                del self._txn_views[key]
 
     def partition(self, topic: str, partition: int):  # noqa: ANN201 - Partition
         self._refresh_topic(topic)
         with self._guard:  # Store's partition cache is a plain dict
             return self.store.partition(topic, partition)
 
-    def append(self, topic: str, partition: int, data: bytes, acks: str) -> RawAppendResult:
+    def append(self, topic: str, partition: int, data: bytes, acks: str,
+               txn_check: Callable[[BatchHeader], None] | None = None) -> RawAppendResult:
         """Check and append one batch as a Kafka client sent it. Raises InvalidBatchError,
-        RecordTooLargeError, the sequence errors above, and the store's errors."""
+        RecordTooLargeError, the sequence errors above, and the store's errors. A transactional
+        batch needs `txn_check` (the coordinator's: is this partition in the producer's ongoing
+        transaction?), asked under the partition's lock, so no marker can come between the
+        check and the append."""
         header = check_batch(data)
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
-            raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
+            if txn_check is None:
+                raise InvalidBatchError("a transactional batch needs a transactional id in the request", corrupt=False)
+        else:
+            txn_check = None
         self.check_topic(topic)
         part = self.partition(topic, partition)  # refreshes the topic's metadata when due
         config = self.store.log_config(topic)
@@ -309,7 +327,9 @@ class RawAppender:
             append_time = int(time.time() * 1000)
             data = with_log_append_time(data, append_time)
         key = (topic, partition)
-        with self.lock_for(topic, partition):
+        with self.lock_for(topic, partition), part.lock if txn_check is not None else contextlib.nullcontext():
+            if txn_check is not None:
+                txn_check(header)
             try:
                 self.producers.check(key, part, header)
             except DuplicateSequenceError as dup:
@@ -322,3 +342,44 @@ class RawAppender:
 
                 retain_after_roll(self.store, topic, partition, self.replicas.warn)
             return RawAppendResult(base, append_time, part.log_start_offset())
+
+    # -- transaction markers (the coordinator's writes: klog.client.txn_coordinator) ------------------
+    def _txn_view(self, key: tuple[str, int], part):  # noqa: ANN001, ANN202 - Partition -> StableView
+        """The writer's incremental view of the partition's open transactions (one per leader)."""
+        from klog.store.txn import StableView
+
+        with self._guard:
+            view = self._txn_views.get(key)
+            if view is None or view.replica is not part.leader:
+                view = self._txn_views[key] = StableView(part.leader)
+            return view
+
+    def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, kind: int,
+                     coordinator_epoch: int, still_wanted: Callable[[], bool]) -> int | None:
+        """End `producer_id`'s transaction in the partition with a COMMIT/ABORT control batch, once:
+        nothing is written when the producer has no open transaction there (it wrote nothing, or
+        the marker is already in: a restart completing a commit). `still_wanted()` is asked under
+        the partition's lock (the coordinator's state may have moved on). An ABORT adds its range
+        to the segment's `.txnindex`. Returns the marker's offset, or None."""
+        from klog.store.txn import ABORT, append_txn_index, control_batch
+
+        part = self.partition(topic, partition)
+        with self.lock_for(topic, partition), part.lock:
+            view = self._txn_view((topic, partition), part)
+            view.refresh(2**62)  # everything in the leader's file: the lock is ours
+            if view.first_open_offset(producer_id) is None or not still_wanted():
+                return None
+            data = control_batch(producer_id, producer_epoch, kind, coordinator_epoch, int(time.time() * 1000))
+            base = self.replicas.append(topic, partition, data, "all")
+            view.refresh(2**62)
+            if kind == ABORT:
+                entry = next((a for a in reversed(view.aborted_txns) if a.last_offset == base), None)
+                segment_base = part.active_segment_base()
+                if entry is not None and segment_base is not None:
+                    for replica in part.replicas:
+                        try:
+                            append_txn_index(replica.directory, segment_base, entry)
+                        except OSError as e:  # the markers stay the truth: readers rebuild the range
+                            self.replicas.warn(f"{topic}-{partition}: .txnindex not written in "
+                                               f"{replica.directory}: {e}")
+            return base

@@ -1,5 +1,5 @@
-"""InitProducerId for idempotent producers. Transactions are not supported: a transactional id
-is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as a fatal error.
+"""InitProducerId for idempotent producers; one with a transactional id is the transaction
+coordinator's (klog.server.transactions).
 
 Producer ids come from the clock (ms << 10 | a counter), so one started after a restart never
 meets an id whose sequences are still in the log; the sequence state itself lives in the log
@@ -39,10 +39,9 @@ def new_producer_id() -> int:
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     if request.transactional_id is not None:
-        ctx.log.info("InitProducerId from %s (client %s): transactional id %r refused (no transactions)",
-                     ctx.client_host, ctx.client_id, request.transactional_id)
-        return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE,
-                    error_code=E.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
+        from klog.server.transactions import init_transactional_producer
+
+        return await init_transactional_producer(ctx, request)
     if not (ctx.authorize("IDEMPOTENT_WRITE", "CLUSTER", "kafka-cluster") or ctx.authorize_any("WRITE", "TOPIC")):
         return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                     error_code=E.cluster_authorization_failed, producer_id=-1, producer_epoch=-1)
