@@ -462,3 +462,35 @@ def test_abandoned_transaction_is_aborted_after_its_timeout(data_dir):
         with pytest.raises(tx.TxnStateError) as caught:
             coord.end_txn("to", ids.producer_id, ids.epoch, True)
         assert caught.value.code == tx.FENCED
+
+
+def test_marker_appended_but_unpublished_before_a_crash_is_made_visible(data_dir):
+    """Killed after a marker reached the file, before the high watermark was published: the
+    completion after restart must not take the marker as done while readers stay before it (the
+    transaction would hang every read_committed reader; found by the fault test)."""
+    from klog.client.batches import RawAppender
+    from klog.client.txn_coordinator import TxnCoordinator
+    from klog.meta import transactions as tx
+    from klog.server.producers import new_producer_id
+    from klog.store.txn import ABORT, StableView, control_batch
+
+    with klog.open(data_dir) as store:
+        store.create_topic("up")
+        appender = RawAppender(store)
+        coord = TxnCoordinator(store, appender, new_producer_id)
+        ids = coord.init_producer_id("up", 60_000)
+        coord.add_partitions("up", ids.producer_id, ids.epoch, [("up", 0)])
+        check = lambda h: coord.check_append("up", h.producer_id, h.producer_epoch, ("up", 0))  # noqa: E731
+        appender.append("up", 0, _txn_batch([b"x"], ids.producer_id, ids.epoch, 0), "all", check)
+        coord.meta.apply("up", lambda m, _t: (tx.end_transaction(m, ids.producer_id, ids.epoch, False, 0), m)[1])
+        part = store.partition("up", 0)
+        with part.lock:  # the marker's append, without the publish that would follow it
+            part.open_for_write()
+            part.append_batch(control_batch(ids.producer_id, ids.epoch, ABORT, 0, int(time.time() * 1000)))
+        assert part.high_watermark() == 1
+    with klog.open(data_dir) as store:
+        coord = TxnCoordinator(store, RawAppender(store), new_producer_id)
+        assert len(coord.recover()) == 1
+        part = store.partition("up", 0)
+        hw = part.high_watermark()
+        assert hw == 2 and StableView(part.leader).refresh(hw) == 2  # one marker, visible; nothing open

@@ -365,6 +365,10 @@ class RawAppender:
 
         part = self.partition(topic, partition)
         with self.lock_for(topic, partition), part.lock:
+            # recover the tail first: a writer killed after appending a marker and before publishing
+            # the high watermark left it in the file but invisible; this brings the high watermark
+            # over it (else the marker would count as written while readers stay before it)
+            self.replicas.reconcile_if_due(topic, partition, part)
             view = self._txn_view((topic, partition), part)
             view.refresh(2**62)  # everything in the leader's file: the lock is ours
             if view.first_open_offset(producer_id) is None or not still_wanted():
