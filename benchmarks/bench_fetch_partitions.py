@@ -39,7 +39,7 @@ def main() -> None:
     from kio.static.primitive import i32Timedelta
 
     import klog
-    from klog.server.kafka import make
+    from klog.protocol.kafka import make
     from tests.serve_helpers import RawClient
 
     mod = load_payload_module(1, args.version, EntityType.request)

@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import klog  # noqa: E402
-from klog.client import lifecycle  # noqa: E402
+from klog.broker import lifecycle  # noqa: E402
 from klog.store import codec  # noqa: E402
 
 BATCH_RECORDS = 10_000

@@ -1,4 +1,4 @@
-"""What parsing every record of an incoming batch (klog serve's Produce, klog.client.batches.check_records)
+"""What parsing every record of an incoming batch (klog serve's Produce, klog.broker.batches.check_records)
 costs on the produce path, beside the same path with only the CRC and header checks, and beside
 decoding every record into tuples (the check before klog.store.validate's validate-only walk).
 
@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import klog  # noqa: E402
-from klog.client import batches  # noqa: E402
+from klog.broker import batches  # noqa: E402
 from klog.store import codec, compression  # noqa: E402
 
 

@@ -56,7 +56,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         build(root, args.records)
         store = klog.open(os.path.join(root, "data"))
-        from klog.client.importer import import_dirs
+        from klog.broker.importer import import_dirs
 
         import_dirs(store, [os.path.join(root, "kafka")])
         times: dict[str, list[float]] = {"v2": [], "v1plain": [], "v1gzip": []}

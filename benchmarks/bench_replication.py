@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import klog  # noqa: E402
-from klog.client.replication import ReplicaManager  # noqa: E402
+from klog.broker.replication import ReplicaManager  # noqa: E402
 from klog.store import codec  # noqa: E402
 
 PER_BATCH = 9_000  # ~1 MiB of 100-byte values

@@ -89,7 +89,7 @@ def fill(data_dir: str, topic: str, batches: int) -> None:
     import klog
     from klog.store import codec
     from klog.store.txn import COMMIT, control_batch
-    from tests.test_serve_transactions import _txn_batch
+    from tests.server.test_serve_transactions import _txn_batch
 
     with klog.open(data_dir) as store:
         store.create_topic(topic, configs={"segment.bytes": str(1 << 30)})

@@ -37,7 +37,7 @@ _EXPORTS = {
     "KlogError": "klog.errors",
     "Replayer": "klog.client.replay",
     "ReplayStats": "klog.client.replay",
-    "PartitionCleanup": "klog.client.lifecycle",
+    "PartitionCleanup": "klog.broker.lifecycle",
     "Server": "klog.server.server",  # klog serve: the store over Kafka's protocol
     "serve": "klog.server.server",
 }

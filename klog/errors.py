@@ -64,6 +64,7 @@ class CorruptLogError(KlogError):
         if offset is not None:
             where.append(f"offset {offset}")
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.reason = message
         self.path = path
         self.position = position
         self.offset = offset

@@ -117,36 +117,6 @@ def pytest_make_collect_report(collector):
         report.longrepr = f"{collector.nodeid}: skipped at import in CI ({report.longrepr}); install the test extras"
 
 
-# -- the fast lane: `pytest -m "not slow and not spark"` ------------------------------------------
-# Multi-process proofs and fault loops that took over ~4 s each in a full run on the 2-core project
-# machine (--durations), marked here so their files stay as their owners wrote them; CI (tests/run.sh)
-# runs everything. A parametrized test is listed once, by its function name.
-SLOW_TESTS = {
-    "test_recovery.py::test_flipped_byte_anywhere_in_the_crc_covered_part_of_the_last_batch_drops_only_it",
-    "test_recovery.py::test_every_truncation_of_the_tail_keeps_exactly_the_whole_batches",
-    "test_crash.py::test_sigkilled_producer_rf1_loses_no_acknowledged_record",
-    "test_crash.py::test_sigkilled_producer_rf3_acks_all_every_isr_replica_has_every_acknowledged_record",
-    "test_cluster_serve.py::test_consume_flags_give_the_same_output",
-    "test_cluster_serve.py::test_offsets_and_topics_list_describe_give_the_same_output",
-    "test_cluster_serve.py::test_consume_errors_are_the_same",
-    "test_cluster_serve.py::test_produce_flags_land_the_same_records",
-    "test_serve_groups.py::test_a_killed_server_frees_its_groups_for_klog_admin",
-    "test_serve_groups.py::test_confluent_admin_lists_describes_and_deletes_groups_and_offsets",
-    "test_groups_cli.py::test_processes_split_partitions_rebalance_and_survive_sigkill",
-    "test_groups_cli.py::test_a_stalled_member_is_expelled_after_the_session_timeout_and_rejoins",
-    "test_samples.py::test_sample_script_runs",
-    "test_serve_robustness.py::test_fuzz_random_and_mutated_frames",
-    "test_replay.py::test_sigkilled_replays_resume_without_duplicates",
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        name = f"{os.path.basename(str(item.path))}::{getattr(item, 'originalname', item.name)}"
-        if name in SLOW_TESTS:
-            item.add_marker(pytest.mark.slow)
-
-
 # -- random schedules replay: KLOG_TEST_SEED, and the seed named in a failure's report ---------------
 SEED_ENV = "KLOG_TEST_SEED"
 

@@ -14,9 +14,18 @@ from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from klog.server.kafka import make
+from klog.protocol.kafka import make
 from klog.store import codec
-from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET
+from klog.store.format import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    PRODUCER_ID_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    RECORDS_OFFSET,
+)
 
 
 def batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, sequence: int = -1,
@@ -127,3 +136,112 @@ def another_client_answered(port: int) -> tuple[Any, Any, float]:
                           include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
         fetched = other.send(1, 12, **fetch_fields("free", 0, 0))
         return meta, fetched, time.monotonic() - started
+
+
+def sample_entity(cls: type, values: dict[str, Any]) -> Any:
+    """An instance of kio request type `cls` with every field filled: a field named in `values`
+    takes that value (in any nested entity), arrays hold one sample element, numbers are 0, strings
+    'x', ids `values['uuid']`, byte fields `values['records']`. Requests for APIs a test has never
+    seen, built from the schema alone (the ACL matrix over the server's whole API table)."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        default = _sample_value(hints[f.name], f.metadata.get("kafka_type"), values)
+        given = values.get(f.name, default)
+        # a name shared by fields of different types (SaslHandshake's mechanism is a string, the SCRAM
+        # APIs' an int) takes the value only where its type fits
+        fits = given is None or isinstance(given, type(default)) or isinstance(default, type(given))
+        out[f.name] = given if fits else default
+    return cls(**out)
+
+
+def _sample_value(hint: Any, kafka_type: str | None, values: dict[str, Any]) -> Any:
+    import dataclasses
+    import datetime
+    import types
+    import typing
+    import uuid
+
+    from kio.static.primitive import i32Timedelta, i64Timedelta
+
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):  # nullable: give it a value anyway
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        origin = typing.get_origin(hint)
+    if origin is tuple:
+        (inner, _) = typing.get_args(hint)
+        return (_sample_value(inner, kafka_type, values),)
+    if dataclasses.is_dataclass(hint):
+        return sample_entity(hint, values)
+    if kafka_type == "timedelta_i32":
+        return i32Timedelta.parse(datetime.timedelta(milliseconds=100))
+    if kafka_type == "timedelta_i64":
+        return i64Timedelta.parse(datetime.timedelta(milliseconds=100))
+    if kafka_type == "uuid":
+        return values.get("uuid", uuid.UUID(int=0))
+    if kafka_type in ("bytes", "records"):
+        return values.get("records", b"")
+    if kafka_type == "bool":
+        return False
+    if kafka_type == "string":
+        return values.get("string", "x")
+    if kafka_type in ("float64",):
+        return 0.0
+    if kafka_type and kafka_type.startswith(("int", "uint")):
+        return 0
+    if isinstance(hint, type) and issubclass(hint, str):
+        return values.get("string", "x")
+    if isinstance(hint, type) and issubclass(hint, int):
+        return 0
+    raise TypeError(f"no sample for {hint} ({kafka_type})")
+
+
+def request_class(api_key: int, version: int) -> type:
+    from kio.index import load_request_schema
+
+    return load_request_schema(api_key, version)
+
+
+def _varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)  # zigzag
+    out = bytearray()
+    while z >= 0x80:
+        out.append(z & 0x7F | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def gzip_bomb_batch(records: int, value_bytes: int) -> bytes:
+    """A valid gzip RecordBatch v2 (base offset 0) of `records` records whose values are
+    `value_bytes` zero bytes each: kilobytes on the wire, records * value_bytes decompressed. Written
+    by streaming the zeros through zlib, never holding them."""
+    import zlib
+
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip stream
+    chunk = bytes(1 << 20)
+    parts = []
+    for i in range(records):
+        body_head = b"\0" + _varint(0) + _varint(i) + _varint(-1) + _varint(value_bytes)
+        length = len(body_head) + value_bytes + 1  # + the headers count
+        parts.append(squeeze.compress(_varint(length) + body_head))
+        left = value_bytes
+        while left:
+            n = min(left, len(chunk))
+            parts.append(squeeze.compress(chunk[:n]))
+            left -= n
+        parts.append(squeeze.compress(_varint(0)))
+    parts.append(squeeze.flush())
+    packed = b"".join(parts)
+    head = bytearray(batch([b"x"])[:RECORDS_OFFSET])
+    struct.pack_into(">i", head, LENGTH_OFFSET, len(head) + len(packed) - LOG_OVERHEAD)
+    (attributes,) = struct.unpack_from(">h", head, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", head, ATTRIBUTES_OFFSET, attributes & ~0x07 | 1)
+    struct.pack_into(">i", head, LAST_OFFSET_DELTA_OFFSET, records - 1)
+    struct.pack_into(">i", head, RECORDS_COUNT_OFFSET, records)
+    data = head + packed
+    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+    return bytes(data)

@@ -102,3 +102,72 @@ def test_completion_script_drives_the_cli(shell: str, cli, monkeypatch, capsys) 
 
 def test_roff_text_keeps_backslashes_and_dots_literal() -> None:
     assert gendocs.roff_text("\\n newline\n.start\n'quote") == "\\en newline\n\\&.start\n\\&'quote"
+
+
+# -- the man pages' own sections (klog/cli/manual.py) ------------------------------------------
+MAN_SECTIONS = ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXAMPLES", "EXIT STATUS", "ENVIRONMENT", "FILES",
+                "SEE ALSO")
+
+
+def test_every_command_has_a_manual_entry_and_every_entry_a_command(cli) -> None:  # noqa: ANN001
+    from klog.cli.manual import MANUAL
+
+    paths = {path for path, _ in gendocs.walk_commands(cli)}
+    assert sorted(paths - set(MANUAL)) == [], "add the command's examples to klog/cli/manual.py"
+    assert sorted(set(MANUAL) - paths) == [], "klog/cli/manual.py describes commands that no longer exist"
+
+
+def test_man_pages_have_every_section_in_order() -> None:
+    for page in sorted((gendocs.REPO_ROOT / "man").glob("*.1")):
+        headings = re.findall(r"^\.SH (.+)$", page.read_text(encoding="utf-8"), flags=re.M)
+        present = [h for h in headings if h in MAN_SECTIONS]
+        assert present == list(MAN_SECTIONS), f"{page.name}: sections {headings}"
+
+
+def test_see_also_names_pages_that_exist() -> None:
+    for page in (gendocs.REPO_ROOT / "man").glob("*.1"):
+        text = page.read_text(encoding="utf-8")
+        see_also = text[text.index(".SH SEE ALSO"):]
+        for target in re.findall(r"\\fB(klog[^\\]*(?:\\-[^\\]*)*)\\fP\(1\)", see_also):
+            name = target.replace(r"\-", "-") + ".1"
+            assert (gendocs.REPO_ROOT / "man" / name).is_file(), f"{page.name} points at missing {name}"
+        doc = re.search(r"^(docs/\S+|README\.md) in klog's source", see_also, flags=re.M)
+        assert doc and (gendocs.REPO_ROOT / doc.group(1)).is_file(), f"{page.name}: its docs page is missing"
+
+
+@pytest.fixture(scope="module")
+def example_store(tmp_path_factory):  # noqa: ANN001, ANN201
+    """A scratch home whose default store holds what the examples name: orders (3 partitions, 300 keyed
+    records) and events."""
+    import subprocess
+
+    from test_readme import scratch_env
+
+    base = tmp_path_factory.mktemp("man-examples")
+    env, work = scratch_env(base)
+    setup = ("klog topics create orders -p 3 && seq 300 | awk '{print \"k\" $1 % 17 \":v\" $1}' | "
+             "klog produce orders -K: && printf 'a\\nb\\n' | klog produce events")
+    subprocess.run(["bash", "-e", "-o", "pipefail", "-c", setup], cwd=work, env=env, check=True,
+                   capture_output=True)
+    return base
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(__import__("klog.cli.manual", fromlist=["MANUAL"]).MANUAL))
+def test_man_page_examples_run(path: str, example_store, tmp_path) -> None:  # noqa: ANN001
+    """Every example line works against a scratch store, in a copy made for each command."""
+    import shutil
+    import subprocess
+
+    from test_readme import scratch_env
+
+    from klog.cli.manual import MANUAL
+
+    entry = MANUAL[path]
+    if entry.not_run:
+        pytest.skip(entry.not_run)
+    shutil.copytree(example_store, tmp_path, dirs_exist_ok=True, symlinks=True)
+    env, work = scratch_env(tmp_path)
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", entry.examples], cwd=work, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, f"{path}'s examples exit {done.returncode}:\n{done.stderr[-2000:]}"

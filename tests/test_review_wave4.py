@@ -248,7 +248,7 @@ def test_a_confluent_consumer_through_serve_reads_an_imported_high_attributes_lo
     confluent_kafka = pytest.importorskip("confluent_kafka")
     from klog.server import Server
     from tests.kafka_files import write_segment
-    from tests.test_record_attributes import EXPECTED, _high_attributes_batch
+    from tests.store.test_record_attributes import EXPECTED, _high_attributes_batch
 
     write_segment(str(tmp_path / "kafka" / "odd-0"), 0, [_high_attributes_batch(0)])
     assert cli("dirs", "import", str(tmp_path / "kafka")).exit_code == 0

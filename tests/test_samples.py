@@ -23,6 +23,7 @@ SCRIPTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_sample_script_runs(script, tmp_path):
     tools, expected = SCRIPTS[script]

@@ -34,7 +34,8 @@ class ExitStatus(IntEnum):
 app = typer.Typer(
     name="klog",
     help="Apache Kafka's log model as a local, scriptable toolkit: topics, partitions and "
-         "Kafka-format segments in a data directory.",
+         "Kafka-format segments in a data directory. The options every command takes (--data-dir, "
+         "-b/--bootstrap-server, --cluster, -X) may come before the command or after it.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,
@@ -69,16 +70,24 @@ def one_line(message: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
 
 
+_quiet = False  # -q: warnings are not printed (they still count: a data loss still exits 1)
 _data_lost = False  # a warning reported committed records lost: the command exits 1 even if it did its work
 
 
 def warn(message: str) -> None:
     """Warnings of every command (a replica leaving the ISR, a new leader, ...), one line on stderr."""
     global _data_lost
-    from klog.client.replication import DATA_LOSS_PREFIX
+    from klog.broker.replication import DATA_LOSS_PREFIX
 
     _data_lost = _data_lost or message.startswith(DATA_LOSS_PREFIX)
+    if _quiet:
+        return
     print(f"klog: warning: {one_line(message)}", file=sys.stderr)
+
+
+def set_quiet(quiet: bool = True) -> None:
+    global _quiet
+    _quiet = quiet
 
 
 def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201
@@ -143,11 +152,16 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
 
         bootstrap, cluster = kwargs.pop("bootstrap_server"), kwargs.pop("cluster")
         props = kwargs["prop"] if has_x else kwargs.pop("client_property")
-        # consume's own -X are group settings on the local store: only with a cluster are they client properties
+        # consume's and produce's own -X are their settings on the local store: only with a cluster are
+        # they client properties (but a producer's buffer.memory stays klog's: it bounds klog's buffer)
+        from klog.client.producer_settings import SETTINGS
+
+        own = [p for p in props or [] if p.partition("=")[0].strip() in SETTINGS] if has_x else []
         target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster,
-                                props if (bootstrap or cluster or not has_x) else None)
+                                [p for p in props or [] if p not in own] if (bootstrap or cluster or not has_x)
+                                else None)
         if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
-            kwargs["prop"] = _group_settings(props) if kwargs.get("group") else None
+            kwargs["prop"] = (_group_settings(props) if kwargs.get("group") else None) or own or None
         _cluster_target = target
         try:
             return callback(*args, **kwargs)
@@ -221,6 +235,7 @@ def _register(modules: set[str] | None = None) -> None:
             _registered.add(name)
             importlib.import_module(f"klog.cli.{name}").register(app)
     _keep_command_order(app)
+    _unwrap_help(app)
     _add_cluster_options(app)
     _guard_stdout(app)
 
@@ -236,6 +251,29 @@ def _keep_command_order(typer_app: typer.Typer) -> None:
 
     typer_app.registered_commands.sort(key=key)
     typer_app.registered_groups.sort(key=key)
+
+
+def unwrapped(text: str) -> str:
+    """Help text as paragraphs: a docstring's line breaks inside a sentence joined (help, man pages and
+    completion descriptions are wrapped to the reader's width; only blank lines separate paragraphs)."""
+    import inspect
+    import re
+
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text))
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def _unwrap_help(typer_app: typer.Typer) -> None:
+    for info in typer_app.registered_commands:
+        text = info.help or (info.callback.__doc__ if info.callback else None)
+        if text:
+            info.help = unwrapped(text)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            for holder in (group, group.typer_instance.info):
+                if isinstance(holder.help, str):
+                    holder.help = unwrapped(holder.help)
+            _unwrap_help(group.typer_instance)
 
 
 class StdoutClosed(Exception):  # noqa: N818 - an event, not a failure
@@ -340,8 +378,11 @@ def _no_color_help() -> None:
 
 def run(args: list[str] | None = None) -> int:
     """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
+    from klog.cli.argv import move_global_options
+
     _no_color_help()
-    _register(_modules_for(sys.argv[1:] if args is None else list(args)))
+    args = move_global_options(sys.argv[1:] if args is None else list(args))
+    _register(_modules_for(args))
     with _Signals() as signals:
         return _run(args, signals)
 
@@ -349,6 +390,7 @@ def run(args: list[str] | None = None) -> int:
 def _run(args: list[str] | None, signals: _Signals) -> int:
     global _data_lost
     _data_lost = False
+    set_quiet(False)
     try:
         # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
         rv = app(args=args, standalone_mode=False)

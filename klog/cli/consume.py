@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from klog.cli.app import DataDirOpt, open_store
+from klog.cli.app import DataDirOpt, open_store, set_quiet
 from klog.cli.output import FORMAT_HELP, compile_format, json_for_terminal, write_all
 from klog.cli.ranges import CountOpt, OffsetOpt, PartitionOpt, SinceOpt, TailOpt, UntilOpt
 from klog.client.envelope import record_json_line, record_to_json
@@ -28,19 +28,31 @@ def register(app: typer.Typer) -> None:
     @app.command(help=CONSUME_HELP)
     def consume(
         topics: Annotated[list[str] | None, typer.Argument(help="Topics to read.")] = None,
+        topic_opts: Annotated[list[str] | None, typer.Option("--topic", "-t", help="A topic to read, as kcat "
+                                                             "spells it (the same as the TOPIC argument).")] = None,
         pattern: Annotated[str | None, typer.Option("--pattern", help="Also read topics whose whole name matches "
                                                     "REGEX ('orders.*', not 'orders').")] = None,
         follow: Annotated[bool, typer.Option("--follow", "-f", help="Wait for new records (like tail -f).")] = False,
+        exit_at_end: Annotated[bool, typer.Option("--exit", "-e", help="Exit at the end of the topics (kcat's -e; "
+                                                  "what klog does without -f).")] = False,
         offset: OffsetOpt = None,
         since: SinceOpt = None,
         until: UntilOpt = None,
         tail: TailOpt = None,
         last: Annotated[int | None, typer.Option("--last", help="The N newest records of the topics (all partitions), "
-                                                 "in time order; with -f, then follow.")] = None,
+                                                 "in time order (with --grep*: the N newest matches); with -f, "
+                                                 "then follow.")] = None,
         count: CountOpt = None,
         partition: PartitionOpt = None,
         fmt: Annotated[str | None, typer.Option("--format", "-F", help="kcat-style format string (see above).")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="JSON lines: the envelope produce --input json reads.")]
+        as_json: Annotated[bool, typer.Option("--json", "-J", help="JSON lines: the envelope produce --input json "
+                                              "reads.")] = False,
+        key_delim: Annotated[str | None, typer.Option("-K", help="Print each record as key DELIM value (kcat's -K; "
+                                                      "escapes \\t \\0 \\xNN ...).")] = None,
+        record_delim: Annotated[str | None, typer.Option("-D", help="End each record with DELIM instead of a newline "
+                                                         "(kcat's -D: -D '\\0' reads back produce -D '\\0').")]
+        = None,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr (errors still print).")]
         = False,
         grep: Annotated[str | None, typer.Option("--grep", "-g", help="Only records whose value matches REGEX.")]
         = None,
@@ -74,8 +86,14 @@ def register(app: typer.Typer) -> None:
         from klog.client.filters import RecordFilter
         from klog.client.timespec import parse_range
 
+        topics = [*(topics or []), *(topic_opts or [])]
         if not topics and not pattern:
             raise UsageError("give a topic to read (or --pattern REGEX)")
+        if exit_at_end and follow:
+            raise UsageError("use -e (exit at the end) or -f (follow), not both")
+        if quiet:
+            set_quiet()
+        fmt = _kcat_format(fmt, key_delim, record_delim)
         start, until_ms = parse_range(offset, since, until, tail, last, with_last=True)
         if last is not None and (last < 0 or group is not None or exec_cmd is not None):
             raise UsageError("--last needs a count of 0 or more, and no --group or --exec")
@@ -126,6 +144,26 @@ def register(app: typer.Typer) -> None:
                 view.draw(consumer, write_stdout)
                 return
             _write(consumer, render, as_json)
+
+
+def _kcat_format(fmt: str | None, key_delim: str | None, record_delim: str | None) -> str | None:
+    """kcat's -K DELIM and -D DELIM as the --format string they stand for."""
+    if key_delim is None and record_delim is None:
+        return fmt
+    if fmt is not None:
+        raise UsageError("use --format or -K/-D, not both")
+    from klog.client.ingest import parse_delimiter
+
+    def escaped(text: str, option: str) -> str:
+        try:
+            raw = parse_delimiter(text)
+        except UsageError:
+            raise UsageError(f"invalid {option} '{text}': give a delimiter (escapes \\t \\0 \\xNN ...)") from None
+        return "".join(f"\\x{b:02x}" for b in raw)
+
+    key = f"%k{escaped(key_delim, '-K')}" if key_delim is not None else ""
+    end = escaped(record_delim, "-D") if record_delim is not None else "\\n"
+    return f"{key}%s{end}"
 
 
 def _group_options(group: str | None, exec_cmd: str | None, batch: int | None, props: list[str] | None,

@@ -58,7 +58,7 @@ def import_(
     keep their offsets; the data is readable at once (high watermark = log end). An existing
     topic is refused.
     """
-    from klog.client.importer import import_dirs
+    from klog.broker.importer import import_dirs
 
     with open_store(data_dir) as store:
         imported = import_dirs(store, paths)

@@ -134,7 +134,9 @@ def man_page(ctx, version: str) -> str:  # noqa: ANN001
     page.short_help = roff_text(get_short_help_str(cmd, limit=SHORT_HELP_CHARS_MAX))
     page.description = roff_text(cleandoc(cmd.help or ""))
     page.synopsis = " ".join(cmd.collect_usage_pieces(ctx))
-    page.options = [(opt, roff_text(text)) for opt, text in help_records(ctx, "option")]
+    # a group's only option is --help, which click-man leaves out: say it, so every page has OPTIONS
+    page.options = ([(opt, roff_text(text)) for opt, text in help_records(ctx, "option")]
+                    or [("-h, --help", "Show this message and exit.")])
     subcommands = {name: sub for name, sub in (getattr(cmd, "commands", None) or {}).items() if not sub.hidden}
     page.commands = [(name, roff_text(get_short_help_str(sub, limit=SHORT_HELP_CHARS_MAX)))
                      for name, sub in subcommands.items()]
@@ -143,7 +145,52 @@ def man_page(ctx, version: str) -> str:  # noqa: ANN001
     dashed = ctx.command_path.replace(" ", r"\-")
     for name in subcommands:
         text = text.replace(rf"See \fB{ctx.command_path}-{name}(1)\fP", rf"See \fB{dashed}\-{name}(1)\fP")
-    return insert_arguments_section(text, help_records(ctx, "argument"))
+    text = insert_arguments_section(text, help_records(ctx, "argument"))
+    return text + manual_sections(ctx, subcommands)
+
+
+def manual_sections(ctx, subcommands: dict) -> str:  # noqa: ANN001
+    """EXAMPLES, EXIT STATUS, ENVIRONMENT, FILES and SEE ALSO from klog/cli/manual.py, plus the
+    environment variables the command's own options read."""
+    from klog.cli.manual import EXIT_STATUS, MANUAL
+
+    path = ctx.command_path
+    entry = MANUAL[path]  # KeyError: a new command needs its entry in klog/cli/manual.py
+    lines = [".SH EXAMPLES", ".nf", roff_text(entry.examples.strip()), ".fi"]
+    if entry.not_run:
+        lines += [".PP", roff_text(f"(Not run by the tests: {entry.not_run}.)")]
+    lines.append(".SH EXIT STATUS")
+    specific = dict(entry.exit_status)
+    for code, text in EXIT_STATUS:
+        lines += [".TP", rf"\fB{code}\fP", roff_text(specific.pop(code, text))]
+    for code, text in specific.items():
+        lines += [".TP", rf"\fB{code}\fP", roff_text(text)]
+    lines.append(".SH ENVIRONMENT")
+    for name, text in [*option_environment(ctx), *entry.environment] or [("", "None.")]:
+        lines += [".TP", rf"\fB{name}\fP", roff_text(text)] if name else [roff_text(text)]
+    lines.append(".SH FILES")
+    for name, text in entry.files or (("", "None."),):
+        lines += [".TP", rf"\fI{roff_text(name)}\fP", roff_text(text)] if name else [roff_text(text)]
+    lines.append(".SH SEE ALSO")
+    parent = path.rsplit(" ", 1)[0] if " " in path else None
+    pages = [p for p in ([parent] if parent else []) + [f"{path} {name}" for name in subcommands]]
+    names = [man_page_name(p)[:-2] for p in pages] + list(entry.see_also)
+    refs = ", ".join(rf"\fB{name.replace('-', chr(92) + '-')}\fP(1)" for name in dict.fromkeys(names))
+    lines.append(refs + ("." if refs else ""))
+    doc = f"docs/{entry.doc}" if entry.doc else "README.md"
+    lines += [".PP", roff_text(f"{doc} in klog's source: the long form, with the reasons.")]
+    return "\n".join(lines) + "\n"
+
+
+def option_environment(ctx) -> list[tuple[str, str]]:  # noqa: ANN001
+    """(VARIABLE, what it sets) for each option that reads an environment variable."""
+    found = []
+    for param in ctx.command.params:
+        envvar = getattr(param, "envvar", None)
+        if envvar and not getattr(param, "hidden", False):
+            first = (param.help or "").split(". ")[0].rstrip(".")
+            found.append((envvar, f"As {max(param.opts, key=len)}: {first}."))
+    return found
 
 
 def help_records(ctx, kind: str) -> list[tuple[str, str]]:  # noqa: ANN001

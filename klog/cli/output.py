@@ -15,7 +15,8 @@ from klog.errors import UsageError
 
 FORMAT_HELP = ("Format tokens (kcat style): %t topic, %p partition, %o offset, %k key, %s value, %K key size, "
                "%S value size, %h headers (k=v,k=v), %T timestamp (epoch ms), %I timestamp (ISO 8601 UTC), "
-               "%y timestamp type, \\n newline, \\t tab, %% percent.")
+               "%y timestamp type, \\n newline, \\t tab, \\r carriage return, \\0 NUL, \\xNN any byte, \\\\ backslash, "
+               "%% percent.")
 
 
 def iso(ts_ms: int) -> str:
@@ -24,7 +25,7 @@ def iso(ts_ms: int) -> str:
 
 
 # -- --format ----------------------------------------------------------------------------------
-_TOKEN = re.compile(r"%[tpokKsShTIy%]|\\[nt\\]")
+_TOKEN = re.compile(r"%[tpokKsShTIy%]|\\(?:[ntr0\\]|x[0-9a-fA-F]{2})")
 
 
 def compile_format(fmt: str, escape: bool = False) -> Callable[[Record], bytes]:
@@ -53,9 +54,11 @@ def compile_format(fmt: str, escape: bool = False) -> Callable[[Record], bytes]:
 
 
 def _token_fn(token: str) -> Callable[[Record], bytes] | bytes:
-    literal = {"\\n": b"\n", "\\t": b"\t", "\\\\": b"\\", "%%": b"%"}
+    literal = {"\\n": b"\n", "\\t": b"\t", "\\r": b"\r", "\\0": b"\0", "\\\\": b"\\", "%%": b"%"}
     if token in literal:
         return literal[token]
+    if token.startswith("\\x"):
+        return bytes([int(token[2:], 16)])
     return {
         "%t": lambda r: r.topic.encode(),
         "%p": lambda r: str(r.partition).encode(),

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from klog.cli.app import DataDirOpt, open_store
+from klog.cli.app import DataDirOpt, current_cluster, open_store
 from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
+from klog.client.producer_settings import BATCH_SIZE_DEFAULT, producer_settings
 
 ACKS_HELP = ("all: wait until every in-sync replica has fsynced the batch (min.insync.replicas must hold); "
              "1: until the leader has; 0: for no fsync.")
@@ -21,7 +22,8 @@ PRODUCE_HELP = (
     "partition the topic lacks (a copy into an auto-created topic of num.partitions) goes where the partitioner "
     "puts it, with a warning; create the topic with enough partitions first to keep them. --input raw makes the "
     "whole input one record.\n\n"
-    "A missing topic is created with the store's defaults (auto.create.topics.enable) and a note on stderr."
+    "A missing topic is created with the store's defaults (auto.create.topics.enable) and a note on stderr; "
+    "on a cluster (--bootstrap-server), the cluster creates it with its own defaults if it allows."
 )
 
 
@@ -44,12 +46,19 @@ def register(app: typer.Typer) -> None:
         compression: Annotated[str, typer.Option("--compression", "-z",
                                                  help="none, gzip, snappy, lz4 or zstd.")] = "none",
         linger_ms: Annotated[int, typer.Option("--linger-ms", help="Hold a partial batch up to this long.")] = 0,
-        batch_size: Annotated[int, typer.Option("--batch-size", help="Bytes per batch.")] = 1_000_000,
+        batch_size: Annotated[int, typer.Option("--batch-size", help="Bytes per batch and partition at most.")]
+        = BATCH_SIZE_DEFAULT,
         print_offsets: Annotated[bool, typer.Option("--print-offsets",
                                                     help="Print partition and offset of each record.")] = False,
+        prop: Annotated[list[str] | None, typer.Option("--property", "-X", help="A producer setting name=value: "
+                                                       "buffer.memory (bytes of records held before they are "
+                                                       "written, over all partitions; 33554432 by default). With "
+                                                       "a cluster (--bootstrap-server), any Kafka client property "
+                                                       "(security.protocol, sasl.*, ssl.*, ...).")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         check_options(input_format, key_separator or None, key, delimiter)
+        settings = producer_settings(prop)
         headers = parse_headers(header)
         delim = parse_delimiter(delimiter) if delimiter is not None else None
 
@@ -58,7 +67,11 @@ def register(app: typer.Typer) -> None:
                 sys.stdout.write("".join(f"{t}\t{p}\t{base + i}\n" for i in range(n)))
 
         def on_create(t: str) -> None:
-            print(f"klog: created topic '{t}' with the store's defaults", file=sys.stderr)
+            if current_cluster() is not None:  # the cluster made it, with its own settings
+                print(f"klog: topic '{t}' was created by the cluster (auto.create.topics.enable) with its "
+                      "defaults", file=sys.stderr)
+            else:
+                print(f"klog: created topic '{t}' with the store's defaults", file=sys.stderr)
 
         def on_warning(message: str) -> None:
             print(f"klog: warning: {message}", file=sys.stderr)
@@ -67,7 +80,7 @@ def register(app: typer.Typer) -> None:
             # no ack callback unless offsets are printed: on a cluster it is a Python call per record
             producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
                                       batch_size=batch_size, on_ack=on_ack if print_offsets else None,
-                                      on_create=on_create)
+                                      on_create=on_create, **settings)
             try:
                 produce_from(producer, topic, *(files or ["-"]), input_format=input_format,
                              key_separator=key_separator.encode() if key_separator else None,

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
     def replay(
         source: Annotated[str, typer.Argument(help="Topic to replay.")],
         to: Annotated[str | None, typer.Option("--to", help="Topic to write into (default: stdout). "
-                                               "Created with SRC's partition count if missing.")] = None,
+                                               "Created with SOURCE's partition count if missing.")] = None,
         offset: OffsetOpt = None,
         since: SinceOpt = None,
         until: UntilOpt = None,
@@ -46,22 +46,23 @@ def register(app: typer.Typer) -> None:
         = "max",
         rate: Annotated[float | None, typer.Option("--rate", help="At most N records per second.")] = None,
         group: Annotated[str | None, typer.Option("--group", "-G",
-                                                  help="Record progress as G: a rerun resumes, no duplicates. DEST "
-                                                  "must be a local store (a cluster cannot show which records of a "
-                                                  "killed write landed; use klog mirror there).")]
+                                                  help="Record progress as G: a rerun resumes, no duplicates. The "
+                                                  "--to topic must be in a local store (a cluster cannot show "
+                                                  "which records of a killed write landed; use klog mirror "
+                                                  "there).")]
         = None,
         as_json: Annotated[bool, typer.Option("--json", help="On stdout: the JSON envelope produce --input json "
                                               "reads.")] = False,
         to_store: Annotated[str | None, typer.Option(
-            "--to-store", help="DEST's store when it is not SRC's: a store directory or a Kafka cluster "
+            "--to-store", help="The --to topic's store when it is not SOURCE's: a store directory or a Kafka cluster "
             "(kafka://HOST:PORT[,...], HOST:PORT, or @NAME).")] = None,
         dest_property: Annotated[list[str] | None, typer.Option(
             "--dest-property", help="Kafka client property name=value for a --to-store cluster.")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
-        """Re-publish a range of SRC into DEST (or stdout), keys and headers kept, keyed records to
-        their key's partition; --speed 1 keeps the original gaps between records (merged across
-        partitions by timestamp)."""
+        """Re-publish a range of SOURCE into the topic --to names (or stdout), keys and headers kept,
+        keyed records to their key's partition; --speed 1 keeps the original gaps between records
+        (merged across partitions by timestamp)."""
         from klog.cli.app import warn
         from klog.client.remote.target import open_endpoint
         from klog.client.replay import Replayer

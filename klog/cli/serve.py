@@ -63,6 +63,19 @@ def register(app: typer.Typer) -> None:
         auth_failure_delay_ms: Annotated[int, typer.Option(
             "--auth-failure-delay-ms", help="Delay before a failed authentication is answered and the "
             "connection closed (slows password guessing).")] = 1000,
+        max_connections: Annotated[int | None, typer.Option(
+            "--max-connections", help="Connections open at once, all clients together (Kafka's "
+            "max.connections; default: the open-file limit less a quarter kept for the store). Beyond it a "
+            "new connection is closed at once.")] = None,
+        max_connections_per_ip: Annotated[int | None, typer.Option(
+            "--max-connections-per-ip", help="Connections open at once from one address (Kafka's "
+            "max.connections.per.ip; default unbounded).")] = None,
+        max_connections_per_ip_overrides: Annotated[str, typer.Option(
+            "--max-connections-per-ip-overrides", help="Per-address exceptions, HOST:COUNT[,HOST:COUNT...] "
+            "(Kafka's max.connections.per.ip.overrides).")] = "",
+        max_request_entries: Annotated[int | None, typer.Option(
+            "--max-request-entries", help="Array entries one request may hold (partitions, topics, members, "
+            "all summed; default 20000); a request over it is answered INVALID_REQUEST unread.")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         import logging
@@ -82,9 +95,18 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--node-id must be 0 or more")
         logging.basicConfig(stream=sys.stderr, format="klog serve: %(message)s",
                             level=logging.INFO if verbose else logging.WARNING)
+        from klog.server.limits import ServeLimits, parse_overrides
         from klog.server.server import Server
 
-        server = Server(data_dir, listen=(host, port), advertised=advertised, node_id=node_id, security=security)
+        limits = ServeLimits(max_connections=max_connections, per_ip_overrides=parse_overrides(
+            max_connections_per_ip_overrides))
+        if max_connections_per_ip is not None:
+            limits.max_connections_per_ip = max_connections_per_ip
+        if max_request_entries is not None:
+            limits.max_request_entries = max_request_entries
+        limits.validate()
+        server = Server(data_dir, listen=(host, port), advertised=advertised, node_id=node_id, security=security,
+                        limits=limits)
 
         def started(s: Server) -> None:
             print(s.startup_line(), file=sys.stderr, flush=True)

@@ -82,6 +82,24 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     sys.stdout.write("".join(line + "\n" for line in lines))
 
 
+def packed(parts: Sequence[str], width: int | None, gap: str = GAP) -> list[str]:
+    """`parts` joined by `gap` into lines of at most `width` (None: one line); a part is never split,
+    so a heading wraps between its fields, not mid-word as the terminal would wrap it."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and (width is None or len(lines[-1]) + len(gap) + len(part) <= width):
+            lines[-1] += gap + part
+        else:
+            lines.append(part)
+    return lines
+
+
+def print_heading(parts: Sequence[str], gap: str = GAP) -> None:
+    """A heading line of fields (`Topic t  id ...  partitions 3`), wrapped between fields on a terminal."""
+    width = shutil.get_terminal_size().columns if on_terminal() else None
+    sys.stdout.write("".join(line + "\n" for line in packed(parts, width, gap)))
+
+
 def print_listing(items: Sequence[object], columns: Sequence[str], row: Callable[[Any], Sequence[object]],
                   as_json: bool) -> None:
     """A list command's output: with --json one JSON line per item (every field of the library's

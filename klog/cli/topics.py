@@ -99,12 +99,13 @@ def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) 
             part["dirty_ratio"] = round(ratio, 4)
         print(json.dumps(doc, default=str))
         return
-    from klog.cli.tables import print_table
+    from klog.cli.tables import print_heading, print_table
 
-    print(f"Topic {info.name}  id {info.topic_id}  partitions {len(info.partitions)}  "
-          f"replication factor {info.replication_factor}")
-    set_configs = ", ".join(f"{k}={v}" for k, v in sorted(info.configs.items())) or "(defaults)"
-    print(f"Configs: {set_configs}")
+    print_heading([f"Topic {info.name}", f"id {info.topic_id}", f"partitions {len(info.partitions)}",
+                   f"replication factor {info.replication_factor}"])
+    set_configs = [f"{k}={v}," for k, v in sorted(info.configs.items())] or ["(defaults)"]
+    set_configs[-1] = set_configs[-1].rstrip(",")
+    print_heading(["Configs:", *set_configs], gap=" ")
     del configs
     rows = [[p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
              p.leader_epoch, p.log_start_offset, p.high_watermark, p.log_end_offset, p.size_bytes, p.segments]

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Self
 
+from klog.broker.resolve import resolve_partitions
 from klog.client.records import Record
-from klog.client.store import resolve_partitions
 from klog.errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
 from klog.store.partition import Partition
 from klog.store.reader import Fetched, PartitionReader

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from klog.client.store import resolve_partitions
+from klog.broker.resolve import resolve_partitions
 from klog.errors import GroupError, UsageError
 from klog.meta.groups import TP, ExpiredOffsets, GroupsMeta, GroupSnapshot, now_ms, offsets_retention_setting, tp_key
 

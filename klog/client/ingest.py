@@ -106,7 +106,8 @@ class Ingest:
                 chunks = []
                 while chunk := read():
                     chunks.append(chunk)
-                self.producer.send(self.topic, b"".join(chunks), headers=self.headers, partition=self.partition)
+                self.producer.send(self.topic, b"".join(chunks), key=self.key, headers=self.headers,
+                                   partition=self.partition)
                 self.lines += 1
                 return
             delim = self.delim

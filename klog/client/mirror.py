@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
 
-from klog.client.store import resolve_topic_names
+from klog.broker.resolve import resolve_topic_names
 from klog.errors import UsageError
 
 CHECKPOINT_TOPIC = "__klog_mirror_checkpoints"

@@ -16,17 +16,28 @@ from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from typing import Self
 
+from klog.broker.writer import (
+    RECORD_OBJECT_BYTES,
+    RECORD_OVERHEAD_BYTES_MAX,
+    PartitionWriter,
+    encode_fitting,
+    headers_bytes,
+    record_bytes,
+)
 from klog.client.partitioner import StickyPartitioner, key_partitions, partition_for_key
+from klog.client.producer_settings import BATCH_SIZE_DEFAULT, BUFFER_MEMORY_DEFAULT
 from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
 from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
-from klog.store import codec, compression
+from klog.store import compression
 from klog.store.codec import RecordIn
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME, RECORD_BATCH_OVERHEAD
-from klog.store.limits import PRODUCER_BATCH_BYTES_DEFAULT
 from klog.store.names import validate_topic_name
 
-RECORD_OVERHEAD_BYTES_MAX = 21 + 10  # length, attributes, ts delta, offset delta, key/value lengths, headers count
-BATCH_SIZE_DEFAULT = PRODUCER_BATCH_BYTES_DEFAULT
+# Once buffer.memory is passed, the fullest batches are written until this share of it is left
+# buffered: one multi-partition write of many batches, not one batch per record added
+BUFFER_DRAIN_TO = 0.5
+# Partitions written per multi-partition append: what one failed append can leave unwritten
+WRITE_GROUP_MAX = 1024
 ACKS = ("0", "1", "all")
 
 AckCallback = Callable[[str, int, int, int], None]  # topic, partition, base offset, record count
@@ -69,7 +80,8 @@ class _Batch:
             self.max_ts = ts
 
 
-def check_producer_options(acks: str, compression_type: str, batch_size: int) -> None:
+def check_producer_options(acks: str, compression_type: str, batch_size: int,
+                           buffer_memory: int = BUFFER_MEMORY_DEFAULT) -> None:
     """The options every producer (local or remote) takes, checked the same way."""
     if str(acks) not in ACKS:
         raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
@@ -77,6 +89,8 @@ def check_producer_options(acks: str, compression_type: str, batch_size: int) ->
         raise UsageError(f"invalid compression '{compression_type}': use {', '.join(compression.CODEC_IDS)}")
     if batch_size < 1:
         raise UsageError("batch size must be positive")
+    if buffer_memory < 1:
+        raise UsageError("buffer.memory must be positive")
 
 
 class ProducerBase:
@@ -109,15 +123,18 @@ class ProducerBase:
 
 class Producer(ProducerBase):
     def __init__(self, store, *, acks: str = "all", compression_type: str = "none", linger_ms: int = 0,
-                 batch_size: int = BATCH_SIZE_DEFAULT, auto_create: bool | None = None,
-                 on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None,
+                 batch_size: int = BATCH_SIZE_DEFAULT, buffer_memory: int = BUFFER_MEMORY_DEFAULT,
+                 auto_create: bool | None = None, on_ack: AckCallback | None = None,
+                 on_create: Callable[[str], None] | None = None,
                  on_warning: Callable[[str], None] | None = None) -> None:
-        check_producer_options(acks, compression_type, batch_size)
+        check_producer_options(acks, compression_type, batch_size, buffer_memory)
         self.store = store
         self.acks = str(acks)
         self.codec = compression.CODEC_IDS[compression_type]
         self.linger_ms = linger_ms
         self.batch_size = batch_size
+        self.buffer_memory = buffer_memory  # bytes of unwritten records held at most (see RECORD_OBJECT_BYTES)
+        self._buffered = 0  # what the buffered records count against buffer_memory
         self.auto_create = store.auto_create_enabled() if auto_create is None else auto_create
         self.on_ack = on_ack
         self.on_create = on_create
@@ -127,9 +144,10 @@ class Producer(ProducerBase):
         self._topic_settings: dict[str, tuple[int, int, int]] = {}
         self._compacted_topics: dict[str, bool] = {}
         self.records_sent = 0
-        from klog.client.replication import ReplicaManager
+        from klog.broker.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=on_warning)
+        self.writer = PartitionWriter(store, self.replicas)
 
     # -- topics --------------------------------------------------------------------------------
     def partitions_for(self, topic: str) -> int:
@@ -170,8 +188,7 @@ class Producer(ProducerBase):
         if key is None and self._compacted(topic):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
         ts = int(time.time() * 1000) if timestamp is None else check_timestamp(timestamp)
-        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) \
-            + RECORD_OVERHEAD_BYTES_MAX + (sum(len(h[0]) + len(h[1] or b"") + 10 for h in headers) if headers else 0)
+        size = record_bytes(key, value, headers)
         max_bytes = self._topic_settings[topic][0]
         if size + RECORD_BATCH_OVERHEAD > max_bytes:
             raise RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes ({max_bytes}) "
@@ -182,9 +199,10 @@ class Producer(ProducerBase):
         batch.records.append((key, value, headers or (), ts))
         batch.saw(ts)
         batch.estimated_bytes += size
+        self._buffered += size + RECORD_OBJECT_BYTES
         if sticky:
             self.sticky.produced(topic, size, count)
-        self._maybe_linger_flush()
+        self._after_send()
         return pending
 
     def send_keyed(self, topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]],
@@ -230,7 +248,7 @@ class Producer(ProducerBase):
                 if not lengths or max(lengths) + overhead <= max_bytes - RECORD_BATCH_OVERHEAD:
                     self._fill(topic, partition or 0, records, list(accumulate(lengths)), count, max_bytes, ts,
                                overhead)
-                    self._maybe_linger_flush()
+                    self._after_send()
                     return
             sizes = [(len(v) if v is not None else 0) + overhead for v in values]
             self._send_records(topic, records, sizes, partition, count, True, ts)
@@ -243,7 +261,7 @@ class Producer(ProducerBase):
         if partition is not None:
             partition = check_partition(partition, topic, count)
         hdrs = tuple(headers or ())
-        overhead = RECORD_OVERHEAD_BYTES_MAX + sum(len(h[0]) + len(h[1] or b"") + 10 for h in hdrs)
+        overhead = RECORD_OVERHEAD_BYTES_MAX + headers_bytes(hdrs)
         ts = int(time.time() * 1000) if timestamp is None else check_timestamp(timestamp)
         return count, partition, hdrs, overhead, ts
 
@@ -269,7 +287,7 @@ class Producer(ProducerBase):
         else:
             for p, (group, group_sizes) in self._by_partition(topic, records, sizes, count).items():
                 self._fill(topic, p, group, list(accumulate(group_sizes)), count, max_bytes, ts)
-        self._maybe_linger_flush()
+        self._after_send()
 
     def _by_partition(self, topic: str, records: list[RecordIn], sizes: list[int],
                       count: int) -> dict[int, tuple[list[RecordIn], list[int]]]:
@@ -320,7 +338,7 @@ class Producer(ProducerBase):
             key = (topic, p)
             batch = self._batches.get(key)
             if batch is not None and not _delta_fits(batch, records[i][3]):
-                self._write(key, self._batches.pop(key))
+                self._write_now(key)
                 batch = None
             if batch is None:
                 batch = self._batches[key] = _Batch(first_ms=time.monotonic() * 1000)
@@ -338,11 +356,12 @@ class Producer(ProducerBase):
                 batch.records += records[i:j]
                 batch.saw(ts)
             batch.estimated_bytes += added
+            self._buffered += added + (j - i) * RECORD_OBJECT_BYTES
             i = j
             if partition is None:
                 self.sticky.produced(topic, added, count)
             if i < n and batch.estimated_bytes + upto(i) - upto(i - 1) > limit:
-                self._write(key, self._batches.pop(key))  # full: write it; otherwise it keeps filling
+                self._write_now(key)  # full: write it; otherwise it keeps filling
 
     def _batch_for(self, topic: str, partition: int, size: int, max_bytes: int, ts: int) -> _Batch:
         key = (topic, partition)
@@ -350,56 +369,94 @@ class Producer(ProducerBase):
         limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)
         if batch is not None and batch.records and (batch.estimated_bytes + size > limit
                                                     or not _delta_fits(batch, ts)):
-            self._write(key, self._batches.pop(key))
+            self._write_now(key)
             batch = None
         if batch is None:
             batch = _Batch(first_ms=time.monotonic() * 1000)
             self._batches[key] = batch
         return batch
 
-    def _maybe_linger_flush(self) -> None:
-        if self.linger_ms <= 0 or not self._batches:
-            return
-        now = time.monotonic() * 1000
-        for key in [k for k, b in self._batches.items() if now - b.first_ms >= self.linger_ms]:
-            self._write(key, self._batches.pop(key))
+    def _after_send(self) -> None:
+        """Write the batches linger.ms made due, then, past buffer.memory, the fullest ones."""
+        if self.linger_ms > 0 and self._batches:
+            now = time.monotonic() * 1000
+            self._write_many([k for k, b in self._batches.items() if now - b.first_ms >= self.linger_ms])
+        if self._buffered > self.buffer_memory:
+            self._relieve()
+
+    def _relieve(self) -> None:
+        """Past buffer.memory: write the fullest batches (in one multi-partition write) until
+        BUFFER_DRAIN_TO of it is left. A batch's size is how much it saves per write."""
+        target = self.buffer_memory * BUFFER_DRAIN_TO
+        batches = self._batches
+        keys = []
+        left = self._buffered
+        for key in sorted(batches, key=lambda k: batches[k].estimated_bytes, reverse=True):
+            keys.append(key)
+            left -= _charge(batches[key])
+            if left <= target:
+                break
+        self._write_many(keys)
 
     def flush(self) -> None:
         """Write every buffered batch and wait for its acknowledgement."""
-        if not self._batches:
+        self._write_many(list(self._batches))
+
+    def _write_now(self, key: tuple[str, int]) -> None:
+        """Write one partition's batch now (it is full, or the next record cannot join it)."""
+        batch = self._batches.pop(key)
+        self._buffered -= _charge(batch)
+        self._write(key, batch)
+
+    def _write_many(self, keys: list[tuple[str, int]]) -> None:
+        """Write these partitions' batches, each topic's in multi-partition appends of up to
+        WRITE_GROUP_MAX partitions. A batch leaves the buffer when its group is written: a
+        failure leaves the later groups buffered (a later flush writes them)."""
+        if not keys:
             return
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in keys:
+            by_topic.setdefault(topic, []).append(partition)
         # encoding allocates per record; and each log directory is checked once for all the batches
-        with _gc_paused(sum(len(b.records) for b in self._batches.values())), self.replicas.shared_dir_checks():
-            while self._batches:
-                key = next(iter(self._batches))
-                self._write(key, self._batches.pop(key))
+        with _gc_paused(sum(len(self._batches[k].records) for k in keys)), self.replicas.shared_dir_checks():
+            for topic, partitions in by_topic.items():
+                for at in range(0, len(partitions), WRITE_GROUP_MAX):
+                    group = [(p, self._batches.pop((topic, p))) for p in partitions[at:at + WRITE_GROUP_MAX]]
+                    self._buffered -= sum(_charge(b) for _, b in group)
+                    self._write_group(topic, group)
 
     # -- writing -------------------------------------------------------------------------------
     def _write(self, key: tuple[str, int], batch: _Batch) -> None:
-        topic, partition = key
+        self._write_group(key[0], [(key[1], batch)])
+
+    def _write_group(self, topic: str, group: list[tuple[int, _Batch]]) -> None:
+        """Encode the batches of `topic`'s partitions and append them in one multi-partition write."""
         max_bytes, topic_codec, ts_type = self._topic_settings[topic]
         now_ms = int(time.time() * 1000)
-        encoded = codec.encode_batch(batch.records, 0, codec=topic_codec, timestamp_type=ts_type,
-                                     log_append_time_ms=now_ms, max_timestamp=batch.max_ts)
-        if len(encoded) > max_bytes and len(batch.records) > 1:
-            half = len(batch.records) // 2
-            pending = batch.pending
-            self._write(key, _Batch(batch.records[:half], {i: p for i, p in pending.items() if i < half}))
-            self._write(key, _Batch(batch.records[half:], {i - half: p for i, p in pending.items() if i >= half}))
-            return
-        part = self.store.partition(topic, partition)
-        active_before = part.active_segment_base()
-        base_offset = self.replicas.append(topic, partition, encoded, self.acks)
-        if active_before is not None and part.active_segment_base() != active_before:
-            from klog.client.lifecycle import retain_after_roll  # a roll: rare, and cleaning is heavier
+        pieces = [(partition, batch, encode_fitting(batch.records, codec_id=topic_codec, timestamp_type=ts_type,
+                                                    now_ms=now_ms, max_bytes=max_bytes, max_timestamp=batch.max_ts))
+                  for partition, batch in group]
 
-            retain_after_roll(self.store, topic, partition, self.replicas.warn)
-        self.records_sent += len(batch.records)
-        for i, pending in batch.pending.items():
-            ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
-            pending.metadata = RecordMetadata(topic, partition, base_offset + i, ts)
+        def acknowledged(i: int, bases: list[int]) -> None:
+            partition, batch, encoded = pieces[i]
+            for piece, base_offset in zip(encoded, bases, strict=True):
+                self._acknowledged(topic, partition, batch, piece.start, piece.count, base_offset, now_ms, ts_type)
+
+        self.writer.append_batches(topic, [(p, [piece.data for piece in encoded]) for p, _, encoded in pieces],
+                                   self.acks, acknowledged)
+
+    def _acknowledged(self, topic: str, partition: int, batch: _Batch, start: int, count: int, base_offset: int,
+                      now_ms: int, ts_type: int) -> None:
+        """batch.records[start:start + count] are at base_offset..: fill in their PendingRecords."""
+        self.records_sent += count
+        if batch.pending:
+            end = start + count
+            for i, pending in batch.pending.items():
+                if start <= i < end:
+                    ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
+                    pending.metadata = RecordMetadata(topic, partition, base_offset + i - start, ts)
         if self.on_ack is not None:
-            self.on_ack(topic, partition, base_offset, len(batch.records))
+            self.on_ack(topic, partition, base_offset, count)
 
 
 GC_PAUSE_MIN_RECORDS = 512
@@ -420,6 +477,11 @@ def _gc_paused(records: int) -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _charge(batch: _Batch) -> int:
+    """What a buffered batch counts against buffer.memory."""
+    return batch.estimated_bytes + len(batch.records) * RECORD_OBJECT_BYTES
 
 
 def _delta_fits(batch: _Batch, ts: int) -> bool:

@@ -34,8 +34,10 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from klog.broker.writer import RECORD_OBJECT_BYTES, EncodedPiece, PartitionWriter, encode_fitting, record_bytes
 from klog.client.consumer import StartSpec
 from klog.client.partitioner import partition_for_key
+from klog.client.producer_settings import BUFFER_MEMORY_DEFAULT
 from klog.client.records import Record
 from klog.errors import KlogError, RecordTooLargeError, UsageError
 from klog.store import codec, compression
@@ -44,7 +46,6 @@ from klog.store.names import FILE_NAME_BYTES_MAX, fit_stem
 
 BATCH_RECORDS_MAX = 10_000  # records per DEST batch
 BATCH_BYTES_MAX = 900_000  # under max.message.bytes' default (1048588)
-RECORD_OVERHEAD_BYTES = 40  # per-record framing estimate (varints, attributes, header lengths)
 SLEEP_MIN_S = 0.001  # waits shorter than this are not worth a sleep
 FLUSH_WAIT_MIN_S = 0.005  # a wait this long first writes what is due (records leave on time) ...
 LINGER_S = 0.05  # ... shorter waits write only when the buffer is this old (a batch per record costs fsyncs)
@@ -63,7 +64,11 @@ class ReplayStats:
 class _Pending:
     records: list[tuple] = field(default_factory=list)  # (key, value, headers, timestamp)
     sources: list[tuple[int, int]] = field(default_factory=list)  # (source partition, offset)
-    size: int = 0
+    size: int = 0  # the records' size estimate (writer.record_bytes)
+
+    def charge(self) -> int:
+        """What it counts against the replayer's buffer_memory."""
+        return self.size + len(self.records) * RECORD_OBJECT_BYTES
 
 
 class ReplayProgress:
@@ -131,6 +136,7 @@ class Replayer:
                  start: StartSpec | str = "beginning", until_ms: int | None = None, count: int | None = None,
                  keep_timestamps: bool = False, speed: float | None = None, rate: float | None = None,
                  group: str | None = None, acks: str = "all", dest_store=None,  # noqa: ANN001 - a Store or RemoteStore
+                 buffer_memory: int = BUFFER_MEMORY_DEFAULT,
                  emit: Callable[[Record], None] | None = None,
                  on_progress: Callable[[ReplayStats], None] | None = None,
                  on_warning: Callable[[str], None] | None = None,
@@ -170,6 +176,8 @@ class Replayer:
         self.consumer = store.consumer(source, partitions=partitions, start=start, until_ms=until_ms)
         self.progress: ReplayProgress | None = None
         self._pending: dict[int, _Pending] = {}
+        self.buffer_memory = buffer_memory  # what the DEST partitions' buffers hold at most, together
+        self._buffered = 0
         self._key_partition: dict[bytes, int] = {}
         self._seen_next: dict[int, int] = {}
         self._flushed_at = 0.0
@@ -203,9 +211,10 @@ class Replayer:
         if not getattr(store, "is_local", True):  # a cluster: its producer; the broker batches and stamps
             self._producer = store.producer(acks=self.acks, on_warning=self.on_warning)
             return
-        from klog.client.replication import ReplicaManager
+        from klog.broker.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=self.on_warning)
+        self.writer = PartitionWriter(store, self.replicas)
 
     def _resume(self) -> None:
         """Settle a write a kill interrupted, then start each source partition where it is done."""
@@ -300,11 +309,17 @@ class Replayer:
             pending = self._pending[q] = _Pending()
         pending.records.append((record.key, record.value, record.headers, ts))
         pending.sources.append((s, record.offset))
-        pending.size += (len(record.value) if record.value is not None else 0) + (
-            len(record.key) if record.key is not None else 0) + RECORD_OVERHEAD_BYTES + (
-            sum(len(k) + len(v or b"") for k, v in record.headers) if record.headers else 0)
+        size = record_bytes(record.key, record.value, record.headers)
+        pending.size += size
+        self._buffered += size + RECORD_OBJECT_BYTES
         if len(pending.records) >= BATCH_RECORDS_MAX or pending.size >= min(BATCH_BYTES_MAX, self.max_bytes // 2):
             self._flush(q)
+        elif self._buffered > self.buffer_memory:
+            # a wide DEST: the fullest buffers are written until half of buffer_memory is left
+            for fullest in sorted(self._pending, key=lambda k: self._pending[k].size, reverse=True):
+                self._flush(fullest)
+                if self._buffered <= self.buffer_memory // 2:
+                    break
 
     def _route(self, record: Record) -> int:
         key = record.key
@@ -327,6 +342,7 @@ class Replayer:
         pending = self._pending.pop(q, None)
         if pending is None or not pending.records:
             return
+        self._buffered -= pending.charge()
         self._append(q, pending.records, pending.sources)
         if self.on_progress is not None:
             self.on_progress(self.stats)
@@ -339,44 +355,33 @@ class Replayer:
             self.stats.records += len(records)
             self.stats.batches += 1
             return
-        encoded = codec.encode_batch(records, 0, codec=self.codec, timestamp_type=self.timestamp_type,
-                                     log_append_time_ms=self.wall_ms())
-        if len(encoded) > self.max_bytes:
-            if len(records) == 1:
-                s, o = sources[0]
-                raise RecordTooLargeError(f"{self.source}-{s} offset {o} is {len(encoded)} bytes as a batch, more "
-                                          f"than max.message.bytes ({self.max_bytes}) of topic '{self.dest}'")
-            half = len(records) // 2
-            self._append(q, records[:half], sources[:half])
-            self._append(q, records[half:], sources[half:])
-            return
+        pieces = encode_fitting(records, codec_id=self.codec, timestamp_type=self.timestamp_type,
+                                now_ms=self.wall_ms(), max_bytes=self.max_bytes)
+        for piece in pieces:
+            if len(piece.data) > self.max_bytes:  # one record alone
+                s, o = sources[piece.start]
+                raise RecordTooLargeError(f"{self.source}-{s} offset {o} is {len(piece.data)} bytes as a batch, "
+                                          f"more than max.message.bytes ({self.max_bytes}) of topic '{self.dest}'")
+            self._append_piece(q, piece, sources[piece.start:piece.start + piece.count])
+
+    def _append_piece(self, q: int, piece: EncodedPiece, sources: list[tuple[int, int]]) -> None:
         progress = self.progress
-        part = self.dest_store.partition(self.dest, q)
-        active_before = part.active_segment_base()
-        if progress is None:
-            self.replicas.append(self.dest, q, encoded, self.acks)
-        else:
-            # under the partition's lock, so the intent names the exact offset the batch gets,
-            # whoever else writes to DEST
-            with part.lock:
-                self.replicas.reconcile(self.dest, q, part)
-                base = part.leader.log_end_offset
-                progress.intent = {"dest_partition": q, "dest_end": base, "crc": codec.read_header(encoded).crc,
+        before = None
+        if progress is not None:
+            def before(base: int) -> None:
+                # under the partition's lock, so the intent names the exact offset the batch gets,
+                # whoever else writes to DEST
+                progress.intent = {"dest_partition": q, "dest_end": base, "crc": codec.read_header(piece.data).crc,
                                    "sources": sources}
                 progress.save()
-                stamped = self.replicas.append(self.dest, q, encoded, self.acks)
-                assert stamped == base, (stamped, base)
-        self.stats.records += len(records)
+        self.writer.append_batch(self.dest, q, piece.data, self.acks, before=before)
+        self.stats.records += piece.count
         self.stats.batches += 1
         if progress is not None:
             progress.apply(q, sources)
             progress.intent = None
             progress.done = self._done_offsets()
             progress.save()
-        if active_before is not None and part.active_segment_base() != active_before:
-            from klog.client.lifecycle import retain_after_roll
-
-            retain_after_roll(self.dest_store, self.dest, q, self.replicas.warn)
 
     def _done_offsets(self) -> dict[int, int]:
         """Per source partition: every record below this offset is written (none is still buffered)."""

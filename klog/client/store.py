@@ -8,8 +8,9 @@ import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from klog.broker.resolve import resolve_topic_names
 from klog.client.store_groups import GroupAdminMethods
-from klog.errors import KlogError, StorageError, UnknownPartitionError, UnknownTopicError, UsageError
+from klog.errors import KlogError, StorageError, UnknownPartitionError
 from klog.meta.db import MetaDB
 from klog.meta.topics import PARTITIONS_MAX, TopicMeta, TopicsMeta
 from klog.store.config import CONFIG_KEYS, LogConfig
@@ -95,9 +96,9 @@ class Store(GroupAdminMethods):
 
     def write_kafka_checkpoints(self) -> None:
         """Kafka's checkpoint files in every log directory and partition folder (a broker can
-        adopt the directories); see klog.client.kafka_checkpoints. Failures warn: they never
+        adopt the directories); see klog.broker.kafka_checkpoints. Failures warn: they never
         undo or fail the write that made them due."""
-        from klog.client.kafka_checkpoints import write_kafka_checkpoints
+        from klog.broker.kafka_checkpoints import write_kafka_checkpoints
 
         try:
             write_kafka_checkpoints(self)
@@ -110,7 +111,7 @@ class Store(GroupAdminMethods):
 
     def healthy_log_dir_ids(self) -> list[int]:
         """The log directories new replicas may go to (a missing, read-only or full one may not)."""
-        from klog.client.replication import dir_health
+        from klog.broker.replication import dir_health
         from klog.store import health
 
         return [d for d in self.log_dir_ids() if dir_health(self, d) in (health.OK, health.REPLACED)]
@@ -351,32 +352,32 @@ class Store(GroupAdminMethods):
 
         return Consumer(self, list(topics), **kwargs)
 
-    # -- lifecycle (klog.client.lifecycle, klog.client.replay) -----------------------------------
+    # -- lifecycle (klog.broker.lifecycle, klog.client.replay) -----------------------------------
     def replayer(self, source: str, dest: str | None = None, **kwargs):  # noqa: ANN201 - see Replayer
         from klog.client.replay import Replayer
 
         return Replayer(self, source, dest, **kwargs)
 
     def clean(self, topic: str | None = None, **kwargs) -> list:
-        """Retention now (and compaction where due); see klog.client.lifecycle.clean."""
-        from klog.client.lifecycle import clean
+        """Retention now (and compaction where due); see klog.broker.lifecycle.clean."""
+        from klog.broker.lifecycle import clean
 
         self.kafka_checkpoints_due = True  # the log start may move
         return clean(self, topic, **kwargs)
 
     def compact(self, topic: str, **kwargs) -> list:
-        from klog.client.lifecycle import compact
+        from klog.broker.lifecycle import compact
 
         return compact(self, topic, **kwargs)
 
     def delete_records(self, topic: str, **kwargs) -> list:
-        from klog.client.lifecycle import delete_records
+        from klog.broker.lifecycle import delete_records
 
         self.kafka_checkpoints_due = True
         return delete_records(self, topic, **kwargs)
 
     def dirty_ratio(self, topic: str, partition: int) -> float:
-        from klog.client.lifecycle import dirty_ratio
+        from klog.broker.lifecycle import dirty_ratio
 
         return dirty_ratio(self, topic, partition)
 
@@ -412,8 +413,8 @@ class Store(GroupAdminMethods):
     def reassign(self, topic: str, source: int, target: int, partitions: Iterable[int] | None = None) -> list[int]:
         """Move the replicas of `topic` (those of `partitions`, default every one with a replica in log
         directory `source`) to log directory `target`, each caught up before the old one goes; returns
-        the partitions moved (klog.client.replication.move_replica)."""
-        from klog.client.replication import move_replica
+        the partitions moved (klog.broker.replication.move_replica)."""
+        from klog.broker.replication import move_replica
 
         meta = self.topic(topic)
         parts = list(partitions) if partitions is not None else [
@@ -423,25 +424,25 @@ class Store(GroupAdminMethods):
         return parts
 
     def verify(self, topic: str | None = None, repair: bool = False) -> list[dict]:
-        """Check every batch's CRC and every index (of `topic`, default all); see klog.client.verify."""
-        from klog.client.verify import verify_store
+        """Check every batch's CRC and every index (of `topic`, default all); see klog.broker.verify."""
+        from klog.broker.verify import verify_store
 
         return verify_store(self, topic, repair=repair)
 
     def list_dirs(self) -> list:
-        """Each log directory's health, size and replica counts (klog.client.dirs.LogDirInfo)."""
-        from klog.client.dirs import list_dirs
+        """Each log directory's health, size and replica counts (klog.broker.dirs.LogDirInfo)."""
+        from klog.broker.dirs import list_dirs
 
         return list_dirs(self)
 
-    def add_dir(self, path: str):  # noqa: ANN201 - a klog.client.dirs.LogDirInfo
-        from klog.client.dirs import add_dir
+    def add_dir(self, path: str):  # noqa: ANN201 - a klog.broker.dirs.LogDirInfo
+        from klog.broker.dirs import add_dir
 
         return add_dir(self, path)
 
     def remove_dir(self, log_dir_id: int) -> int:
         """Move every replica off a log directory, then remove it; returns the replicas moved."""
-        from klog.client.dirs import remove_dir
+        from klog.broker.dirs import remove_dir
 
         return remove_dir(self, log_dir_id)
 
@@ -478,33 +479,3 @@ def _log_end(replica) -> int:
         last = header
     return last.next_offset if last else seg.base_offset
 
-
-def resolve_topic_names(store, topics: Iterable[str] = (), pattern: str | None = None,
-                        exclude: Iterable[str] = ()) -> list[str]:
-    """The named topics (each must exist) plus every other topic of `store` (local or remote) whose
-    whole name matches `pattern`, except those in `exclude`; an error when that leaves none."""
-    import re
-
-    names = list(topics)
-    for n in names:
-        store.topic(n)
-    if pattern:
-        try:
-            rx = re.compile(pattern)
-        except re.error as e:
-            raise UsageError(f"invalid --pattern '{pattern}': {e}") from None
-        skip = set(exclude)
-        names += [t for t in store.topic_names() if rx.fullmatch(t) and t not in names and t not in skip]
-    if not names:
-        raise UnknownTopicError(f"no topic matches pattern '{pattern}'" if pattern else "no topic given")
-    return names
-
-
-def resolve_partitions(store, topic: str, wanted: Iterable[int] | None = None) -> list[int]:
-    """The partitions of `topic` asked for (all of them when None), each checked to exist."""
-    count = store.partition_count(topic)
-    parts = list(range(count)) if wanted is None else list(wanted)
-    for p in parts:
-        if not 0 <= p < count:
-            raise UsageError(f"topic '{topic}' has no partition {p} (it has {count})")
-    return parts

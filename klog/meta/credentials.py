@@ -1,16 +1,23 @@
 """SASL users in LMDB: salted SCRAM credentials per (user, mechanism), never a password.
 
 Key `<user>\\0<mechanism>` -> ScramCredential.to_json(). SASL/PLAIN checks a password against
-whichever of the user's credentials exists (the SCRAM keys are enough to verify it).
+whichever of the user's credentials exists (the SCRAM keys are enough to verify it). One more key,
+DECOY_SECRET_KEY (no user name can start with NUL), holds the store's random secret that unknown
+users' decoy credentials are derived from (klog.security.scram.decoy_credential).
 """
 
 from __future__ import annotations
 
-from klog.errors import KlogError, UsageError
+import base64
+import secrets
+
+from klog.errors import DataDirError, KlogError, UsageError
 from klog.meta.db import MetaDB
 from klog.security.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential, make_credential
 
 USER_CHARS_MAX = 255
+DECOY_SECRET_KEY = "\0decoy-secret"
+DECOY_SECRET_BYTES = 32
 
 
 class UnknownUserError(KlogError):
@@ -32,6 +39,26 @@ def validate_mechanism(mechanism: str) -> str:
 class CredentialsMeta:
     def __init__(self, db: MetaDB) -> None:
         self.db = db
+        self._decoy_secret: bytes | None = None
+
+    def decoy_secret(self) -> bytes:
+        """The store's secret for decoy credentials: made once, at random, and kept (so an unknown
+        user's salt is the same across restarts, as a real user's is). A read-only store without
+        one gets a secret for this process only."""
+        if self._decoy_secret is None:
+            with self.db.txn() as txn:
+                doc = self.db.get_json(txn, "credentials", DECOY_SECRET_KEY)
+            if doc is None:
+                try:
+                    with self.db.txn(write=True) as txn:  # one writer at a time: a racing process's wins
+                        doc = self.db.get_json(txn, "credentials", DECOY_SECRET_KEY)
+                        if doc is None:
+                            doc = {"secret": base64.b64encode(secrets.token_bytes(DECOY_SECRET_BYTES)).decode()}
+                            self.db.put_json(txn, "credentials", DECOY_SECRET_KEY, doc)
+                except DataDirError:  # opened read-only
+                    doc = {"secret": base64.b64encode(secrets.token_bytes(DECOY_SECRET_BYTES)).decode()}
+            self._decoy_secret = base64.b64decode(doc["secret"])
+        return self._decoy_secret
 
     def add(self, user: str, mechanism: str, password: str, iterations: int = 4096) -> ScramCredential:
         """Store (or replace) `user`'s credential for `mechanism` made from `password`."""
@@ -68,7 +95,7 @@ class CredentialsMeta:
         """(user, mechanism, iterations), sorted by user."""
         with self.db.txn() as txn:
             rows = [(key.partition("\0")[0], doc["mechanism"], doc["iterations"])
-                    for key, doc in self.db.items(txn, "credentials")]
+                    for key, doc in self.db.items(txn, "credentials") if key != DECOY_SECRET_KEY]
         return sorted(rows)
 
     def delete(self, user: str, mechanism: str | None = None) -> list[str]:

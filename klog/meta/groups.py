@@ -307,7 +307,7 @@ class GroupsMeta:
 
     def write_offsets(self, txn, group: str, offsets: dict[TP, tuple[int, str]], now: int) -> None:
         """Commit offsets inside the caller's LMDB write: a transaction's commit makes the offsets it
-        staged visible in the same write that completes it (klog.client.txn_coordinator)."""
+        staged visible in the same write that completes it (klog.broker.txn_coordinator)."""
         self._write_offsets(txn, group, offsets, now)
 
     # -- a member's life ------------------------------------------------------------------------

@@ -7,8 +7,9 @@ lets anyone log in without the password (RFC 5802 section 9).
 Exchange (one `ScramServer` per connection):
   client-first  "n,,n=<user>,r=<client nonce>"      -> server-first "r=<nonce>,s=<salt>,i=<iterations>"
   client-final  "c=biws,r=<nonce>,p=<proof>"          -> server-final "v=<server signature>"
-An unknown user gets a made-up salt so the exchange looks the same and fails at the proof
-(no user enumeration from the first answer).
+An unknown user gets a decoy credential (decoy_credential): a salt and keys derived from the
+store's secret, the same at every attempt as a real user's are, so the exchange looks the same and
+fails at the proof; and every exchange derives a decoy, known user or not, so both cost the same.
 """
 
 from __future__ import annotations
@@ -91,6 +92,25 @@ def credential_from_salted(mechanism: str, salt: bytes, iterations: int, salted:
     return ScramCredential(mechanism, salt, iterations, stored_key, server_key)
 
 
+def decoy_credential(secret: bytes, mechanism: str, user: str) -> ScramCredential:
+    """The credential an unknown user (or one without `mechanism`) is answered with: salt and keys
+    derived from `secret` (the store's, CredentialsMeta.decoy_secret) and the name, so the salt is
+    the same at every attempt, as a real user's is, and nobody without the secret can tell it from
+    one (a salt computed from the name alone told an attacker which names were not users). No
+    password matches its keys. Kafka's own default iteration count: what most users have."""
+    hash_name = _HASHES[mechanism]
+
+    def derive(label: str) -> bytes:
+        return _hmac(hash_name, secret, f"{label}\0{mechanism}\0{user}".encode())
+
+    return ScramCredential(mechanism, derive("salt")[:SALT_BYTES], ITERATIONS_DEFAULT, derive("stored key"),
+                           derive("server key"))
+
+
+# the decoy secret of a ScramServer given none (tests, tools): stable for the process's life only
+_PROCESS_SECRET = secrets.token_bytes(32)
+
+
 def check_password(credential: ScramCredential, password: str) -> bool:
     """Whether `password` is the one `credential` was made from (SASL/PLAIN checks against these)."""
     hash_name = _HASHES[credential.mechanism]
@@ -129,12 +149,13 @@ class ScramServer:
     """One SCRAM exchange: `first(client_first)`, then `final(client_final)`; `username` once done."""
 
     def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None],
-                 nonce: str | None = None) -> None:
+                 nonce: str | None = None, decoy_secret: bytes | None = None) -> None:
         if mechanism not in _HASHES:
             raise ValueError(f"unknown SCRAM mechanism {mechanism!r}")
         self.mechanism = mechanism
         self.hash_name = _HASHES[mechanism]
         self._lookup = lookup
+        self._decoy_secret = decoy_secret if decoy_secret is not None else _PROCESS_SECRET
         self._server_nonce = nonce if nonce is not None else secrets.token_urlsafe(NONCE_BYTES)
         self._state = "first"
         self._user: str | None = None
@@ -161,13 +182,10 @@ class ScramServer:
         if authzid and _decode_username(authzid[2:]) != user:
             raise ScramError("SCRAM authorization id differs from the user name")
         credential = self._lookup(user)
-        if credential is not None and credential.mechanism != self.mechanism:
-            credential = None
-        if credential is None:  # a decoy: same shape of answer, fails at the proof
-            credential = make_credential(self.mechanism, secrets.token_hex(16),
-                                         salt=hashlib.sha256(b"klog-decoy" + user.encode()).digest(),
-                                         iterations=ITERATIONS_MIN)
-            self._user = None
+        # derived for every user, known or not: the two paths do the same work (no timing tells them apart)
+        decoy = decoy_credential(self._decoy_secret, self.mechanism, user)
+        if credential is None or credential.mechanism != self.mechanism:
+            credential, self._user = decoy, None  # same shape of answer; fails at the proof
         else:
             self._user = user
         self._credential = credential

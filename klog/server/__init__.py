@@ -4,9 +4,10 @@
     with Server(data_dir, listen=("127.0.0.1", 0)) as server:   # runs in a background thread
         print(server.port)
 
-Layers: framing.py (size-prefixed frames, request/response headers via kio), dispatch.py (the
-registry: api key -> handler and its version range; ApiVersions is generated from it),
-context.py (what a handler gets), one module per family of APIs, server.py (asyncio listener).
+Layers: klog.protocol (framing: size-prefixed frames, request/response headers via kio; API
+keys; error codes), dispatch.py (the registry: api key -> handler and its version range;
+ApiVersions is generated from it), context.py (what a handler gets), one module per family of
+APIs, server.py (asyncio listener).
 kio is imported only here, never by `klog --help` or the other commands.
 """
 

@@ -11,6 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from klog.errors import KlogError
+from klog.protocol.apis import (
+    ALTER_CLIENT_QUOTAS,
+    ALTER_USER_SCRAM_CREDENTIALS,
+    CREATE_ACLS,
+    DELETE_ACLS,
+    DESCRIBE_ACLS,
+    DESCRIBE_CLIENT_QUOTAS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+)
+from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -23,10 +33,6 @@ from klog.security.acl import (
 )
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, E, make, response_for
-
-CREATE_ACLS, DESCRIBE_ACLS, DELETE_ACLS = 30, 29, 31
-DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 
 
 def _cluster_allowed(ctx: RequestContext, op: Operation) -> bool:
@@ -195,7 +201,6 @@ async def alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- SCRAM users -------------------------------------------------------------------------------------
-DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 SCRAM_CODES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # Kafka's ScramMechanism types
 SCRAM_TYPES = {name: code for code, name in SCRAM_CODES.items()}
 

@@ -23,13 +23,22 @@ from klog.errors import (
     UnknownTopicError,
     UsageError,
 )
+from klog.protocol.apis import (
+    ALTER_CONFIGS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
+    INCREMENTAL_ALTER_CONFIGS,
+    OFFSET_FOR_LEADER_EPOCH,
+)
+from klog.protocol.kafka import NO_THROTTLE, ZERO_UUID, E, leader_epoch_error, make, response_for, topic_uuid
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, ZERO_UUID, E, leader_epoch_error, make, response_for, topic_uuid
 
-CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 19, 20, 21, 23
-DESCRIBE_CONFIGS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 32, 33, 35, 37
-INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SOURCE_TOPIC, SOURCE_DEFAULT = 1, 5  # DescribeConfigs config sources
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
@@ -325,6 +334,13 @@ def _folder_size(folder: str) -> int:
 @register(DESCRIBE_LOG_DIRS, 1, 4)
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
+    if not ctx.authorize("DESCRIBE", "CLUSTER", "kafka-cluster"):
+        # Kafka's rule: log directories (paths, sizes, every topic) are for principals with Describe on
+        # the cluster; v3+ say so, older versions get an empty list
+        ctx.log.info("%s (client %s): %s may not describe log dirs (Describe on the cluster)", ctx.client_host,
+                     ctx.client_id, ctx.principal)
+        return make(mod.DescribeLogDirsResponse, throttle_time=NO_THROTTLE, error_code=E.cluster_authorization_failed,
+                    results=())
     wanted = None
     if request.topics is not None:
         wanted = {str(t.topic): set(map(int, t.partitions)) or None for t in request.topics}

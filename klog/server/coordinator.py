@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from kio.schema.errors import ErrorCode as E
+from klog.protocol.kafka import E
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
 
@@ -27,6 +27,10 @@ MIN_SESSION_TIMEOUT_MS = 6_000
 MAX_SESSION_TIMEOUT_MS = 1_800_000
 INITIAL_REBALANCE_DELAY_MS = 3_000
 GROUP_ID_CHARS_MAX = 255
+# Kafka's group.max.size (unbounded there for classic groups): members and member ids handed out but
+# not yet joined, per group. A bound: each member's subscription goes back to the leader in every
+# rebalance, so one client joining thousands of times makes every JoinGroup answer huge
+GROUP_MAX_SIZE = 1000
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,9 @@ class GroupStateMachine:
                  max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
                  initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS,
                  on_change: Callable[[Group], None] | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, max_size: int = GROUP_MAX_SIZE) -> None:
         self.clock = clock
+        self.max_size = max_size
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -159,6 +164,9 @@ class GroupStateMachine:
         member_id = f"{new.client_id or 'member'}-{uuid.uuid4()}"
         if new.instance_id is not None and new.instance_id in group.static:
             return self._replace_static(group, new, member_id, respond, now)
+        if len(group.members) + len(group.pending) >= self.max_size:
+            self.log(f"group {group.group_id}: {self.max_size} members (group.max.size), refusing a new one")
+            return respond(JoinResult(E.group_max_size_reached, member_id=""))
         if require_known and new.instance_id is None:
             # KIP-394: hand out the id first, so a client that retries after a timeout is not two members
             group.pending[member_id] = now + new.session_timeout_ms

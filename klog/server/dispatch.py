@@ -16,8 +16,9 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
+from klog.protocol.apis import API_VERSIONS
+from klog.protocol.kafka import NO_THROTTLE
 from klog.server.context import RequestContext
-from klog.server.kafka import NO_THROTTLE
 
 HandlerFn = Callable[[RequestContext, Any], Awaitable[Any]]
 
@@ -29,7 +30,6 @@ class Handler(NamedTuple):
 
 
 HANDLERS: dict[int, Handler] = {}
-API_VERSIONS_KEY = 18
 
 
 def register(api_key: int, min_version: int, max_version: int) -> Callable[[HandlerFn], HandlerFn]:
@@ -50,7 +50,7 @@ def _api_versions_module(version: int):  # noqa: ANN202 - a kio module
     from kio.index import load_payload_module
     from kio.static.constants import EntityType
 
-    return load_payload_module(API_VERSIONS_KEY, version, EntityType.response)
+    return load_payload_module(API_VERSIONS, version, EntityType.response)
 
 
 def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> Any:
@@ -63,7 +63,7 @@ def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> An
     return module.ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
-@register(API_VERSIONS_KEY, 0, 3)
+@register(API_VERSIONS, 0, 3)
 async def api_versions(ctx: RequestContext, request: Any) -> Any:
     return api_versions_response(ctx.api_version)
 

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError
+from klog.protocol.apis import FETCH
+from klog.protocol.framing import FileRange, RawBody
+from klog.protocol.kafka import E, leader_epoch_error, response_for
 from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.framing import FileRange, RawBody
-from klog.server.kafka import E, leader_epoch_error, response_for
 
-FETCH = 1
 MAX_VERSION = 16  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
 

@@ -34,16 +34,27 @@ from klog.meta.groups import (
     process_start_time,
     validate_group_id,
 )
+from klog.protocol.apis import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+)
+from klog.protocol.framing import printable
+from klog.protocol.kafka import NO_THROTTLE, E, has_field, make, response_for
 from klog.server import consumer_protocol
 from klog.server.context import RequestContext
 from klog.server.coordinator import COMPLETING, EMPTY, STABLE, Group, GroupStateMachine, JoinResult
 from klog.server.dispatch import Handler
-from klog.server.framing import printable
-from klog.server.kafka import NO_THROTTLE, E, has_field, make, response_for
 from klog.store.state import current_boot_id
 
-FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP = 10, 11, 14, 12, 13
-OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 16, 15, 42, 47
 NOT_ASKED = -2147483648  # DescribeGroups' authorized_operations when the client did not ask
 OFFSET_METADATA_MAX = 4096  # Kafka's offset.metadata.max.bytes
 CONSUMER = "consumer"
@@ -276,16 +287,32 @@ def _ms(value: Any) -> int:
 async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     b = ctx.broker
-    if has_field(request, "coordinator_keys"):  # v4+: a batch of keys
-        coords = tuple(make(mod.Coordinator, key=k, node_id=b.node_id, host=b.host, port=b.port,
-                            error_code=E.none, error_message=None) for k in request.coordinator_keys)
-        return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=coords)
     key_type = int(getattr(request, "key_type", 0))
-    error = E.none if key_type in (0, 1) else E.invalid_request
-    return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error,
-                error_message=None if error is E.none else f"unknown key type {key_type}",
-                node_id=b.node_id if error is E.none else -1, host=b.host if error is E.none else "",
-                port=b.port if error is E.none else -1)
+
+    def answer(key: str) -> tuple[E, str | None]:
+        # Kafka's checks: Describe on the group, or on the transactional id
+        if key_type == 0:
+            if not ctx.authorize("DESCRIBE", "GROUP", key):
+                return E.group_authorization_failed, None
+        elif key_type == 1:
+            if not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", key):
+                return E.transactional_id_authorization_failed, None
+        else:
+            return E.invalid_request, f"unknown key type {key_type}"
+        return E.none, None
+
+    if has_field(request, "coordinator_keys"):  # v4+: a batch of keys
+        coords = []
+        for k in request.coordinator_keys:
+            error, message = answer(str(k))
+            ok = error is E.none
+            coords.append(make(mod.Coordinator, key=k, node_id=b.node_id if ok else -1, host=b.host if ok else "",
+                               port=b.port if ok else -1, error_code=error, error_message=message))
+        return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(coords))
+    error, message = answer(str(request.key))
+    ok = error is E.none
+    return make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error, error_message=message,
+                node_id=b.node_id if ok else -1, host=b.host if ok else "", port=b.port if ok else -1)
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------------

@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from klog.errors import InvalidTopicError, KlogError, TopicExistsError
+from klog.protocol.apis import METADATA
+from klog.protocol.kafka import NO_THROTTLE, ZERO_UUID, E, make, response_for, topic_uuid
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, ZERO_UUID, E, make, response_for, topic_uuid
-
-METADATA = 3
 
 
 def topic_error(exc: Exception) -> E:
@@ -71,7 +70,8 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     if request.topics is None or (version == 0 and not request.topics):
         wanted = None
     else:
-        wanted = [(t.name, getattr(t, "topic_id", None)) for t in request.topics]
+        # a topic named twice is answered once, as Kafka does (it reads the names into a set)
+        wanted = list(dict.fromkeys((t.name, getattr(t, "topic_id", None)) for t in request.topics))
     auto = ctx.store.auto_create_enabled() and getattr(request, "allow_auto_topic_creation", True)
     found = await ctx.run_blocking(_lookup, ctx, wanted, auto)
     node = ctx.broker.node_id

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError
+from klog.protocol.apis import LIST_OFFSETS
+from klog.protocol.kafka import NO_THROTTLE, E, leader_epoch_error, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, E, leader_epoch_error, make, response_for
 
-LIST_OFFSETS = 2
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 

@@ -1,5 +1,5 @@
 """Produce: each partition's batch is checked and appended as the client encoded it (see
-klog.client.batches); acks 0/1/-1 map onto klog's acks 0/1/all. acks=0 gets no response."""
+klog.broker.batches); acks 0/1/-1 map onto klog's acks 0/1/all. acks=0 gets no response."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import datetime
 from typing import Any
 
-from klog.client.batches import (
+from klog.broker.batches import (
     DuplicateSequenceError,
     InvalidBatchError,
     InvalidTxnStateError,
@@ -25,12 +25,13 @@ from klog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from klog.protocol.apis import PRODUCE
+from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, E, make, response_for
 
-PRODUCE = 0
 ACKS = {0: "0", 1: "1", -1: "all"}
+SLICE_ENTRIES = 200  # partition entries handled between two turns of the other connections
 
 
 def error_code(exc: BaseException) -> E:
@@ -115,12 +116,20 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         # partitions append side by side (their fsyncs overlap in the thread pool)
         outcomes = await asyncio.gather(*(one(t, p) for t, p in work))
     else:  # a partition named twice: its batches in request order
-        outcomes = [await one(t, p) for t, p in work]
+        outcomes = []
+        for i, (t, p) in enumerate(work):
+            outcomes.append(await one(t, p))
+            if i % SLICE_ENTRIES == SLICE_ENTRIES - 1:
+                await asyncio.sleep(0)  # a refusal does not suspend: let the other connections in
     results = iter(outcomes)
     topics = []
+    done = 0
     for topic_data in request.topic_data:
         parts = []
         for pdata in topic_data.partition_data:
+            done += 1
+            if done % SLICE_ENTRIES == 0:
+                await asyncio.sleep(0)
             code, result, message, bad_record = next(results)
             # Kafka names the record that made it drop the batch (v8+)
             error_cls = getattr(mod, "BatchIndexAndErrorMessage", None)

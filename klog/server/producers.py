@@ -3,7 +3,8 @@ coordinator's (klog.server.transactions).
 
 Producer ids come from the clock (ms << 10 | a counter), so one started after a restart never
 meets an id whose sequences are still in the log; the sequence state itself lives in the log
-(klog.client.batches.ProducerStates)."""
+(klog.broker.batches.ProducerStates). Without a transactional id every InitProducerId gets a new
+id at epoch 0, as in Kafka: a named id and epoch are never bumped, whoever names them."""
 
 from __future__ import annotations
 
@@ -12,12 +13,10 @@ import threading
 import time
 from typing import Any
 
+from klog.protocol.apis import INIT_PRODUCER_ID
+from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, E, make, response_for
-
-INIT_PRODUCER_ID = 22
-EPOCH_MAX = 32767
 
 _counter = itertools.count()
 _lock = threading.Lock()
@@ -46,9 +45,11 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
         return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                     error_code=E.cluster_authorization_failed, producer_id=-1, producer_epoch=-1)
     pid, epoch = int(getattr(request, "producer_id", -1)), int(getattr(request, "producer_epoch", -1))
-    if pid >= 0 and 0 <= epoch < EPOCH_MAX:
-        pid, epoch = pid, epoch + 1  # KIP-360: the producer asks for its epoch to be bumped
-    else:
-        pid, epoch = new_producer_id(), 0
+    if (pid == -1) != (epoch == -1):  # Kafka: both given (KIP-360, v3+) or neither
+        return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                    error_code=E.invalid_request, producer_id=-1, producer_epoch=-1)
+    # Without a transactional id nothing proves the caller owns a producer id it names (ids are in
+    # every fetched batch header): like Kafka, a new id, never a bump of the named one, so no client
+    # can move another's epoch and then write sequences the owner's retries would match.
     return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=E.none,
-                producer_id=pid, producer_epoch=epoch)
+                producer_id=new_producer_id(), producer_epoch=0)

@@ -10,18 +10,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from klog.security.scram import ScramError, ScramServer, check_password
+from klog.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from klog.protocol.kafka import E, make, response_for
+from klog.security.scram import MECHANISMS, ScramError, ScramServer, check_password, decoy_credential
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import E, make, response_for
-from klog.server.security import API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE, SASL_AUTH_ATTEMPTS_MAX
+from klog.server.security import SASL_AUTH_ATTEMPTS_MAX
 
 PLAIN_BYTES_MAX = 1024
 
 
 # v0 is advertised because librdkafka's feature check asks for it, but a v0 handshake (raw SASL tokens
 # outside Kafka's framing follow it; pre-1.0 clients) is refused; every current client sends v1.
-@register(API_SASL_HANDSHAKE, 0, 1)
+@register(SASL_HANDSHAKE, 0, 1)
 async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     security = ctx.server.security
@@ -58,11 +59,15 @@ def _plain(credentials: Any, token: bytes) -> str | None:
         return None
     if not user or (authzid and authzid != user):
         return None
-    creds = credentials.for_user(user)
-    return user if any(check_password(c, password) for c in creds) else None
+    # one password check per mechanism, against the user's credential or a decoy: a user who does
+    # not exist (or has one mechanism only) costs the same PBKDF2 work as one who does
+    stored = {c.mechanism: c for c in credentials.for_user(user)}
+    secret = credentials.decoy_secret()
+    matches = [check_password(stored.get(m) or decoy_credential(secret, m, user), password) for m in MECHANISMS]
+    return user if any(matches) and stored else None
 
 
-@register(API_SASL_AUTHENTICATE, 0, 2)
+@register(SASL_AUTHENTICATE, 0, 2)
 async def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     conn = ctx.security
@@ -85,7 +90,8 @@ async def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
             done = True
         elif conn.sasl_state is None:
             mechanism = conn.mechanism
-            conn.sasl_state = ScramServer(mechanism, lambda u: security.credentials.get(u, mechanism))
+            conn.sasl_state = ScramServer(mechanism, lambda u: security.credentials.get(u, mechanism),
+                                          decoy_secret=security.credentials.decoy_secret())
             reply = await security.run_auth(conn.sasl_state.first, request.auth_bytes)
         else:
             reply = await security.run_auth(conn.sasl_state.final, request.auth_bytes)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klog.errors import UsageError
+from klog.protocol.apis import API_VERSIONS, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from klog.security.acl import AclBinding, AuthorizerConfig, Operation, ResourceType, authorize
 from klog.security.quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, QuotaManager
 from klog.security.scram import MECHANISMS as SCRAM_MECHANISMS
@@ -38,12 +39,7 @@ SASL_FRAME_BYTES_MAX = 512 * 1024  # Kafka's sasl.server.max.receive.size: no 10
 SASL_AUTH_ATTEMPTS_MAX = 4  # SaslAuthenticate rounds per connection (SCRAM needs 2)
 AUTH_THREADS = 1  # PBKDF2 for PLAIN and unknown SCRAM users: at most one core, whatever the guessing rate
 
-API_SASL_HANDSHAKE = 17
-API_SASL_AUTHENTICATE = 36
-API_VERSIONS = 18
-PRE_AUTH_APIS = frozenset({API_VERSIONS, API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE})
-API_PRODUCE = 0
-API_FETCH = 1
+PRE_AUTH_APIS = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 
 @dataclass(frozen=True)
@@ -272,10 +268,10 @@ class ServerSecurity:
         user = conn.principal.partition(":")[2]
         client = client_id or ""
         q = self.quotas
-        delay = 0 if api_key == API_FETCH else q.record(REQUEST_PERCENTAGE, user, client, handling_ms)
-        if api_key == API_PRODUCE:
+        delay = 0 if api_key == FETCH else q.record(REQUEST_PERCENTAGE, user, client, handling_ms)
+        if api_key == PRODUCE:
             delay = max(delay, q.record(PRODUCER_BYTE_RATE, user, client, request_bytes))
-        elif api_key == API_FETCH and response is not None:
+        elif api_key == FETCH and response is not None:
             delay = max(delay, q.record(CONSUMER_BYTE_RATE, user, client, _response_bytes(response)))
         return delay
 
@@ -356,7 +352,7 @@ def _per_group_guard(fn: Any, operation: Operation, names_field: str, answers_fi
 
     from kio.schema.errors import ErrorCode
 
-    from klog.server.kafka import response_for
+    from klog.protocol.kafka import response_for
 
     async def guarded(ctx: Any, request: Any) -> Any:
         names = getattr(request, names_field)
@@ -373,7 +369,7 @@ def _per_group_guard(fn: Any, operation: Operation, names_field: str, answers_fi
 
 
 def _describe_groups_guard(fn: Any) -> Any:
-    from klog.server.kafka import make
+    from klog.protocol.kafka import make
 
     return _per_group_guard(fn, Operation.DESCRIBE, "groups", "groups", lambda mod, g, error: make(
         mod.DescribedGroup, error_code=error, group_id=g, group_state="", protocol_type="", protocol_data="",
@@ -381,7 +377,7 @@ def _describe_groups_guard(fn: Any) -> Any:
 
 
 def _delete_groups_guard(fn: Any) -> Any:
-    from klog.server.kafka import make
+    from klog.protocol.kafka import make
 
     return _per_group_guard(fn, Operation.DELETE, "groups_names", "results", lambda mod, g, error: make(
         mod.DeletableGroupResult, group_id=g, error_code=error))

@@ -1,6 +1,6 @@
 """The transaction APIs of `klog serve` (KIP-98/447/890): InitProducerId with a transactional id,
 AddPartitionsToTxn (v0-4, v4's verify-only form included), AddOffsetsToTxn, TxnOffsetCommit and
-EndTxn, answered by the store's transaction coordinator (klog.client.txn_coordinator), which keeps
+EndTxn, answered by the store's transaction coordinator (klog.broker.txn_coordinator), which keeps
 its state in LMDB and writes the markers. The server runs its timer: abandoned transactions are
 aborted after their transaction.timeout.ms, and a Prepare* left by a crash is completed.
 
@@ -18,9 +18,9 @@ from typing import Any
 
 from klog.errors import KlogError
 from klog.meta.transactions import TxnStateError
+from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.kafka import NO_THROTTLE, E, make, response_for
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 CLUSTER = "kafka-cluster"
@@ -33,7 +33,7 @@ class TransactionService:
 
     def __init__(self, store: Any, appender: Any, executor: Any, *, clock: Any = None,
                  max_timeout_ms: int | None = None, cleanup_interval_ms: int | None = None) -> None:
-        from klog.client.txn_coordinator import CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT, TxnCoordinator, _setting
+        from klog.broker.txn_coordinator import CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT, TxnCoordinator, _setting
         from klog.server.producers import new_producer_id
 
         kwargs: dict[str, Any] = {"warn": lambda m: log.warning("%s", m)}

@@ -52,7 +52,7 @@ class ExportSummary:
 
 def source_options(store, data_dir: str, req: RangeRequest) -> dict[str, str]:
     """The klog source options for a consume-style range (kcat's -o meanings, as `klog consume`)."""
-    from klog.client.store import resolve_partitions
+    from klog.broker.resolve import resolve_partitions
     from klog.client.timespec import parse_range
     from klog.errors import OffsetOutOfRangeError
 

@@ -11,10 +11,11 @@ client writes, so batches produced by klog are readable by Kafka and vice versa:
 * zstd   -- a standard zstd frame at Kafka's default level.
 """
 
+import contextlib
 import mmap
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeAlias
 
 import cramjam
@@ -253,35 +254,94 @@ def compress(codec: int, data: Bytes) -> bytes:
 
 
 # Bounded memory for any input: a 77 KB zstd batch can expand to 2.4 GB. A batch's records are
-# decompressed into a buffer of at most this many bytes; one that expands further is refused as
-# damage (CompressionError), whatever its compressed size.
+# decompressed into a buffer of at most `limit` bytes (the caller's: klog serve passes the topic's
+# max.message.bytes); one that expands further is refused as damage (CompressionError) when the
+# buffer is full, never after expanding it, whatever its compressed size. Buffers larger than the
+# reused per-thread one come out of a process-wide budget, so many bombs at once cost at most
+# DECOMPRESSION_BYTES_IN_FLIGHT_MAX, not one limit per thread.
 
 _SMALL_OUTPUT_BYTES = 4 << 20  # most batches fit a reused buffer of this size: no allocation per batch
+DECOMPRESSION_BYTES_IN_FLIGHT_MAX = 512 << 20
 _local = threading.local()
 _TOO_SMALL = ("failed to write whole buffer", "smaller than required")
 
 
+class _Budget:
+    """Bytes of large decompression buffers in use by every thread; a thread waits for room."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self.peak = 0  # the most ever in use at once
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def reserve(self, n: int) -> Iterator[None]:
+        n = min(n, self.total)  # one buffer alone may use it all
+        with self._cond:
+            self._cond.wait_for(lambda: self.used + n <= self.total)
+            self.used += n
+            self.peak = max(self.peak, self.used)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= n
+                self._cond.notify_all()
+
+
+budget = _Budget(DECOMPRESSION_BYTES_IN_FLIGHT_MAX)
+
+
+class ExpansionLimit:
+    """What `expansion_limit` set: the bound, and whether a batch hit it (so the caller can say
+    MESSAGE_TOO_LARGE rather than corrupt)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.exceeded = False
+
+
+@contextlib.contextmanager
+def expansion_limit(limit: int) -> Iterator[ExpansionLimit]:
+    """Within this block, this thread's decompress() calls without a limit use `limit`."""
+    previous = getattr(_local, "bound", None)
+    bound = _local.bound = ExpansionLimit(limit)
+    try:
+        yield bound
+    finally:
+        _local.bound = previous
+
+
+def _expanded_past(codec: int, limit: int) -> CompressionError:
+    bound = getattr(_local, "bound", None)
+    if bound is not None:
+        bound.exceeded = True
+    return CompressionError(codec, f"the batch expands past {limit} bytes (klog's limit per batch)")
+
+
 def _into(fn_into: Callable, data: memoryview, codec: int, limit: int) -> bytes:
     """Decompress with `fn_into(input, output)` into a bounded buffer: a reused small one, then an
-    anonymous mapping of `limit` bytes (pages cost memory only once written)."""
+    anonymous mapping of `limit` bytes (pages cost memory only once written) out of the budget."""
     small = getattr(_local, "buf", None)
     if small is None:
         small = _local.buf = bytearray(_SMALL_OUTPUT_BYTES)
     try:
-        n = fn_into(data, memoryview(small))
+        n = fn_into(data, memoryview(small)[:limit])
         return bytes(memoryview(small)[:n])
     except cramjam.DecompressionError as exc:
         if not any(t in str(exc) for t in _TOO_SMALL):
             raise
-    with mmap.mmap(-1, limit) as big:
+        if limit <= len(small):
+            raise _expanded_past(codec, limit) from None
+    with budget.reserve(limit), mmap.mmap(-1, limit) as big:
         view = memoryview(big)
         try:
             n = fn_into(data, view)
             return bytes(view[:n])
         except cramjam.DecompressionError as exc:
             if any(t in str(exc) for t in _TOO_SMALL):
-                raise CompressionError(codec, f"the batch expands past {limit} bytes (klog's limit "
-                                              f"per batch)") from None
+                raise _expanded_past(codec, limit) from None
             raise
         finally:
             view.release()
@@ -315,7 +375,7 @@ def _bounded_snappy(data: memoryview, limit: int) -> bytes:
             blocks.append(data[pos + 4:pos + 4 + size])
             pos += 4 + size
     if sum(_snappy_raw_length(b) for b in blocks) > limit:
-        raise CompressionError(SNAPPY, f"the batch expands past {limit} bytes (klog's limit per batch)")
+        raise _expanded_past(SNAPPY, limit)
     return _snappy_decompress(data)
 
 
@@ -327,9 +387,13 @@ _BOUNDED: dict[int, Callable[[memoryview, int], bytes]] = {
 }
 
 
-def decompress(codec: int, data: Bytes, limit: int = DECOMPRESSED_BATCH_BYTES_MAX) -> bytes:
-    """Decompress a batch's records section into at most `limit` bytes; raises CompressionError
-    on bad input or on data that would expand past the limit (never an unbounded allocation)."""
+def decompress(codec: int, data: Bytes, limit: int | None = None) -> bytes:
+    """Decompress a batch's records section into at most `limit` bytes (None: the enclosing
+    expansion_limit's, else DECOMPRESSED_BATCH_BYTES_MAX); raises CompressionError on bad input or
+    on data that would expand past the limit (never an unbounded allocation)."""
+    if limit is None:
+        bound = getattr(_local, "bound", None)
+        limit = bound.limit if bound is not None else DECOMPRESSED_BATCH_BYTES_MAX
     try:
         fn = _CODECS[codec][1]
     except (KeyError, TypeError):

@@ -10,6 +10,7 @@ from klog.errors import CorruptLogError, KlogError, UsageError
 from klog.store import codec, compression, txn, validate
 from klog.store.format import LOG_SUFFIX, parse_segment_base
 from klog.store.segment import LogSegment
+from klog.store.walk import Tail, walk_batches
 
 
 def _segment_paths(path: str) -> list[str]:
@@ -26,33 +27,36 @@ def _segment_paths(path: str) -> list[str]:
 def dump_path(path: str, deep: bool = True) -> Iterator[dict]:
     for seg_path in _segment_paths(path):
         yield {"type": "segment", "path": seg_path}
-        with open(seg_path, "rb") as f:
-            data = f.read()
-        pos = 0
-        while pos + codec.header_bytes(data, pos) <= len(data):
-            header = codec.read_header(data, pos)
-            if validate.framing_problem(header) or pos + header.size > len(data):
-                raise CorruptLogError("partial or invalid batch", seg_path, pos, header.base_offset)
-            valid = validate.crc_problem(data, pos, header) is None
-            yield {"type": "batch", "base_offset": header.base_offset, "last_offset": header.last_offset,
-                   "count": header.records_count, "position": pos, "size": header.size,
-                   "max_timestamp": header.max_timestamp, "base_timestamp": header.base_timestamp,
-                   "compression": compression.CODEC_NAMES.get(header.codec, str(header.codec)),
-                   "timestamp_type": "LogAppendTime" if header.timestamp_type else "CreateTime",
-                   "crc": header.crc, "valid": valid, "leader_epoch": header.leader_epoch,
-                   "control": header.is_control, "magic": header.magic, "producer_id": header.producer_id,
-                   "producer_epoch": header.producer_epoch, "base_sequence": header.base_sequence,
-                   "transactional": txn.is_transactional(header.attributes)}
-            if deep and valid:
-                for offset, ts, key, value, headers in codec.decode_batch_records(data, pos, header):
-                    record = {"type": "record", "offset": offset, "timestamp": ts, "key": key, "value": value,
-                              "headers": headers}
-                    if header.is_control:  # kafka-dump-log: endTxnMarker: COMMIT coordinatorEpoch: N
-                        record["end_txn_marker"], record["coordinator_epoch"] = txn.control_marker(key, value)
-                    yield record
-            pos += header.size
-        if pos < len(data):  # a torn tail, or not a segment at all
-            raise CorruptLogError(f"partial batch header of {len(data) - pos} bytes", seg_path, pos)
+        with open(seg_path, "rb") as f:  # read a chunk at a time: a segment may be bigger than memory
+            size = os.fstat(f.fileno()).st_size
+            try:
+                for batch in walk_batches(lambda pos, n: os.pread(f.fileno(), n, pos), 0, size, tail=Tail.RAISE,
+                                          whole=True, path=seg_path):
+                    yield from _dump_batch(batch.chunk, batch.at, batch.header, batch.position, deep)
+            except CorruptLogError as e:
+                if e.reason.startswith("partial") and e.position is not None:  # a torn tail, or no segment at all
+                    raise CorruptLogError(f"{e.reason} of {size - e.position} bytes", seg_path, e.position) from None
+                raise
+
+
+def _dump_batch(data: bytes, pos: int, header: codec.BatchHeader, position: int, deep: bool) -> Iterator[dict]:
+    valid = validate.crc_problem(data, pos, header) is None
+    yield {"type": "batch", "base_offset": header.base_offset, "last_offset": header.last_offset,
+           "count": header.records_count, "position": position, "size": header.size,
+           "max_timestamp": header.max_timestamp, "base_timestamp": header.base_timestamp,
+           "compression": compression.CODEC_NAMES.get(header.codec, str(header.codec)),
+           "timestamp_type": "LogAppendTime" if header.timestamp_type else "CreateTime",
+           "crc": header.crc, "valid": valid, "leader_epoch": header.leader_epoch,
+           "control": header.is_control, "magic": header.magic, "producer_id": header.producer_id,
+           "producer_epoch": header.producer_epoch, "base_sequence": header.base_sequence,
+           "transactional": txn.is_transactional(header.attributes)}
+    if deep and valid:
+        for offset, ts, key, value, headers in codec.decode_batch_records(data, pos, header):
+            record = {"type": "record", "offset": offset, "timestamp": ts, "key": key, "value": value,
+                      "headers": headers}
+            if header.is_control:  # kafka-dump-log: endTxnMarker: COMMIT coordinatorEpoch: N
+                record["end_txn_marker"], record["coordinator_epoch"] = txn.control_marker(key, value)
+            yield record
 
 
 @dataclass

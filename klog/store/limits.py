@@ -9,6 +9,9 @@ from klog.store.format import RECORD_BATCH_OVERHEAD
 MAX_MESSAGE_BYTES_DEFAULT = 1_048_588
 # what a producer puts in one batch unless told otherwise: under MAX_MESSAGE_BYTES_DEFAULT
 PRODUCER_BATCH_BYTES_DEFAULT = 1_000_000
+# what a producer holds of records not yet written, over all its partitions (Kafka's
+# buffer.memory default); past it, the fullest batches are written
+PRODUCER_BUFFER_BYTES_DEFAULT = 32 << 20
 # one read of a partition by a consumer (Kafka's max.partition.fetch.bytes default); a larger
 # batch is still returned whole
 FETCH_BYTES_MAX = 1 << 20

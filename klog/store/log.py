@@ -33,6 +33,7 @@ from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.segment import LogSegment, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
+from klog.store.walk import framing_problem
 
 T = TypeVar("T")
 
@@ -592,6 +593,12 @@ class PartitionLog:
         active = self.segments.get(self.bases[-1]) if self.bases else None
         return position == 0 or active is None or path != active.log_path
 
+    def _gap_ok(self, segment: LogSegment) -> Callable[[int], bool] | None:
+        """Where in `segment` a batch may start above where the one before ended (compacted logs)."""
+        if not self.compacted:
+            return None
+        return lambda position: self.cleaner_gap_ok(segment.log_path, position)
+
     def byte_range(self, offset: int, upper: int, max_bytes: int) -> ByteRange | None:
         """Where the batches holding offsets in [offset, upper) lie, in one segment (a fetch
         answers from one segment, as Kafka's does), for sending without reading: see
@@ -606,7 +613,7 @@ class PartitionLog:
                 end = segment.file_size()
             except FileNotFoundError:
                 end = 0
-            found = segment.byte_range(offset, upper, max_bytes, end) if end else None
+            found = segment.byte_range(offset, upper, max_bytes, end, self._gap_ok(segment)) if end else None
             if found is not None:
                 position, length, header = found
                 return ByteRange(segment.dup_read_fd(), position, length, header, segment.log_path)
@@ -619,7 +626,7 @@ class PartitionLog:
             end = segment.file_size()
         except FileNotFoundError:
             return []
-        found = segment.position_for_offset(offset, end)
+        found = segment.first_batch(offset, end, self._gap_ok(segment))
         if found is None:
             return []
         position = found[0]
@@ -634,7 +641,7 @@ class PartitionLog:
                 header = read_header(chunk, at)
                 if header.base_offset >= upper and header.records_count >= 0:
                     return out
-                problem = validate.framing_problem(header)
+                problem = framing_problem(header)
                 if problem is not None:
                     if out:
                         return out  # serve the batches before the damage; the next read reports it

@@ -113,9 +113,9 @@ class Partition:
         # the lock generation under which this object last appended cleanly (see open_for_write)
         self._appended_generation: int | None = None
         self._flush_timer: threading.Timer | None = None
-        # what the last full replica check left (client.replication): when it ended, and the metadata
+        # what the last full replica check left (broker.replication): when it ended, and the metadata
         self.replica_check: tuple[float, object] | None = None
-        # what retention after a roll learnt about the oldest segment (client.lifecycle)
+        # what retention after a roll learnt about the oldest segment (broker.lifecycle)
         self.retention_hint: tuple[int, tuple[int, int], int, int] | None = None
         self._closed = False
         self.reload_replicas: Callable[[], None] | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from klog.errors import CorruptLogError
 from klog.store import codec
 from klog.store.limits import FETCH_BYTES_MAX
 from klog.store.log import FetchedBatch, PartitionLog
@@ -105,6 +106,7 @@ class PartitionReader:
         self.stable = stable
         self.max_bytes = max_bytes
         self.on_start_moved = on_start_moved
+        self._handed_end: int | None = None  # the offset after the last batch handed out
         if isinstance(part, PartitionLog):  # one replica (the cleaner, catch-up): the caller bounds it
             assert stop is not None and stable is None, "a replica has no high watermark of its own"
             self._read: Callable[[int, int | None], list[FetchedBatch]] = \
@@ -142,11 +144,29 @@ class PartitionReader:
             # nothing: caught up, or the log start moved past us between the two reads (go again)
             if self._log_start is None or self.offset >= self._log_start():
                 return None
-        fetched = Fetched(batches, self.offset, self.stop, self.skip)
+        fetched = Fetched(self._following(batches), self.offset, self.stop, self.skip)
+        self._handed_end = fetched.next_offset
         self.offset = max(self.offset, fetched.next_offset)
         if self.stop is not None:
             self.offset = min(self.offset, self.stop)
         return fetched
+
+    def _following(self, batches: list[FetchedBatch]) -> list[FetchedBatch]:
+        """`batches` up to the first that overlaps the one before it (or, at the start, the last
+        batch handed out): two batches claiming one offset mean a damaged base offset, whichever
+        store answered (a broker's fetch may start a batch early only at the position asked for,
+        not after a batch the reader already has). The overlapping batch is the next read's first,
+        and that read's error."""
+        end = self._handed_end if self.offset == self._handed_end else None
+        for i, fb in enumerate(batches):
+            h = fb.header
+            if end is not None and h.magic >= 2 and h.base_offset < end:
+                if i:
+                    return batches[:i]
+                raise CorruptLogError(f"offsets {h.base_offset}..{min(end, h.next_offset) - 1} are in two batches",
+                                      fb.path, fb.position, h.base_offset)
+            end = h.next_offset if h.magic >= 2 else None
+        return batches
 
     def __iter__(self) -> Iterator[Fetched]:
         """Fetch until there is nothing more (up to `stop`, or the end as it is now)."""

@@ -11,14 +11,13 @@ import errno
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from klog.errors import CorruptLogError, StorageError
 from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import (
-    HEADER_SIZE_UP_TO_MAGIC,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     MAGIC_V2,
@@ -30,9 +29,10 @@ from klog.store.format import (
 from klog.store.index import IndexBuilder, OffsetIndex, TimeIndex
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
-from klog.store.validate import SegmentScan, framing_problem
+from klog.store.validate import SegmentScan
+from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, follows, walk_batches
 
-SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
+GapOk = Callable[[int], bool]  # may the batch at this position start above where the one before ended?
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
 READ_FDS_MAX = 128  # open segment files kept by a process's readers (5,000 segments must not be 5,000 fds)
 
@@ -191,28 +191,8 @@ class LogSegment:
 
     def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each whole batch in [start, end); stops at a partial one."""
-        pos = start
-        want = SCAN_CHUNK_BYTES
-        while pos + HEADER_SIZE_UP_TO_MAGIC <= end:
-            chunk = self.read_bytes(pos, min(want, end - pos))
-            want = SCAN_CHUNK_BYTES
-            at = 0
-            while at + codec.header_bytes(chunk, at) <= len(chunk):
-                header = read_header(chunk, at)
-                problem = framing_problem(header)
-                if problem is not None:
-                    raise CorruptLogError(problem, self.log_path, pos + at, header.base_offset)
-                if pos + at + header.size > end:
-                    return
-                yield pos + at, header
-                at += header.size
-            if at == 0:
-                need = codec.header_bytes(chunk, 0)
-                if len(chunk) < need <= end - pos:  # a magic 0/1 entry larger than a chunk
-                    want = need
-                    continue
-                return
-            pos += at
+        for batch in walk_batches(self.read_bytes, start, end, path=self.log_path):
+            yield batch.position, batch.header
 
     def position_for_offset(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
         """Start of the first batch whose last offset ≥ offset, scanning from the index hint."""
@@ -228,54 +208,88 @@ class LogSegment:
     def walk_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """Like iter_headers, one header-sized pread per batch: for short walks (index hint to
         target) where reading the batches themselves would cost more than the headers."""
-        pos = start
-        while pos + HEADER_SIZE_UP_TO_MAGIC <= end:
-            head = self.read_bytes(pos, min(RECORD_BATCH_OVERHEAD, end - pos))
-            need = codec.header_bytes(head, 0)
-            if need > len(head):  # a magic 0/1 entry: its header is the whole entry
-                if pos + need > end:
-                    return
-                head = self.read_bytes(pos, need)
-                if len(head) < need:
-                    return
-            header = read_header(head)
-            problem = framing_problem(header)
-            if problem is not None:
-                raise CorruptLogError(problem, self.log_path, pos, header.base_offset)
-            if pos + header.size > end:
-                return
-            yield pos, header
-            pos += header.size
+        for batch in walk_batches(self.read_bytes, start, end, chunk_bytes=HEADER_CHUNK_BYTES, path=self.log_path):
+            yield batch.position, batch.header
 
-    def byte_range(self, offset: int, upper: int, max_bytes: int, end: int) -> tuple[int, int, BatchHeader] | None:
-        """(position, length, first header) of the whole batches from the one holding `offset` up
-        to the first batch at or above `upper`, cut at `max_bytes` but never below the first batch
-        (Kafka's fetch rule). A cut may end inside a batch; readers drop such a partial tail."""
+    def first_batch(self, offset: int, end: int, gap_ok: GapOk | None = None,
+                    chunk_bytes: int = SCAN_CHUNK_BYTES) -> tuple[int, BatchHeader] | None:
+        """Where a read from `offset` starts: the first batch whose last offset ≥ offset, checked
+        against the batch before it. The walk starts at the index entry below `offset`, so that
+        batch is seen: it must end where this one starts, and the segment's first batch must start
+        at the segment's base offset. A base offset raised or lowered by damage is then an error
+        whatever offset a read starts at, not records handed out under offsets that are not
+        theirs. `gap_ok(position)`: an upward gap is legal there (a compacted log)."""
         self.offset_index.refresh()
-        hint = self.offset_index.lookup(offset)
+        hint = self.offset_index.lookup(offset - 1)  # the entry's batch ends below `offset`
         if hint >= end or (hint and not self._hint_ok(hint, offset)):
             hint = 0
-        first = None
-        for pos, header in self.walk_headers(hint, end):
+        before = None
+        for batch in walk_batches(self.read_bytes, hint, end, chunk_bytes=chunk_bytes, path=self.log_path):
+            header = batch.header
             if header.last_offset >= offset:
-                first = (pos, header)
-                break
-        if first is None or first[1].base_offset >= upper:
+                self._check_follows(before, batch.position, header, gap_ok)
+                return batch.position, header
+            before = header
+        return None
+
+    def _check_follows(self, before: BatchHeader | None, position: int, header: BatchHeader,
+                       gap_ok: GapOk | None) -> None:
+        """Raise CorruptLogError if the batch at `position` cannot follow `before` (None: the batch
+        is the segment's first when `position` is 0; else unknown, as after a bad index entry)."""
+        if before is None:
+            if position or header.magic != MAGIC_V2 or header.base_offset == self.base_offset:
+                return
+            problem = f"the segment's first batch starts at offset {header.base_offset}, not {self.base_offset}"
+            if header.base_offset < self.base_offset:
+                raise CorruptLogError(problem, self.log_path, position, header.base_offset)
+        else:
+            problem = follows(before, header)
+            if problem is None:
+                return
+        if header.base_offset > (before.next_offset if before else self.base_offset) and gap_ok is not None \
+                and gap_ok(position):
+            return  # compacted: the offsets between were removed by the cleaner
+        raise CorruptLogError(problem, self.log_path, position, header.base_offset)
+
+    def byte_range(self, offset: int, upper: int, max_bytes: int, end: int,
+                   gap_ok: GapOk | None = None) -> tuple[int, int, BatchHeader] | None:
+        """(position, length, first header) of the whole batches from the one holding `offset` up
+        to the first batch at or above `upper`, up to `max_bytes` but never less than the first
+        batch (Kafka's fetch rule).
+
+        Every batch boundary in the range is checked by a header walk over it (the bytes are about
+        to be sent, so reading them costs little more than the sendfile): the range ends before
+        the first batch that does not follow on from the one before (the next fetch starts there
+        and fails); a first batch that does not follow its own predecessor is a CorruptLogError
+        (see first_batch)."""
+        found = self.first_batch(offset, end, gap_ok, chunk_bytes=HEADER_CHUNK_BYTES)
+        if found is None or found[1].base_offset >= upper:
             return None
-        start, header = first
-        limit = start + max(max_bytes, header.size)
-        # where offsets reach `upper`: from the index entry nearest below it, never past `limit`
-        stop_hint = max(start, self.offset_index.lookup(upper))
-        if stop_hint and stop_hint != start and not self._hint_ok(stop_hint, upper):
-            stop_hint = start
-        if stop_hint >= limit:
-            return start, limit - start, header
-        stop = stop_hint
-        for pos, h in self.walk_headers(stop_hint, end):
-            if h.base_offset >= upper or pos >= limit:
-                break
-            stop = pos + h.size
-        return start, min(stop, limit) - start, header
+        start, header = found
+        limit = min(end, start + max(max_bytes, header.size))
+        before, stop = None, start
+        try:
+            for batch in walk_batches(self.read_bytes, start, limit, path=self.log_path):
+                h = batch.header
+                if h.base_offset >= upper:
+                    break
+                if before is not None:
+                    self._check_follows(before, batch.position, h, gap_ok)
+                before, stop = h, batch.position + h.size
+            else:
+                if stop < limit < end and self._cut_batch_follows(before, stop, end, upper, gap_ok):
+                    stop = limit  # Kafka's fetch sends the last batch cut at the budget; clients drop it
+        except CorruptLogError:
+            pass  # damage after the first batch: the range ends before it, the next fetch starts there and fails
+        return start, stop - start, header
+
+    def _cut_batch_follows(self, before: BatchHeader | None, position: int, end: int, upper: int,
+                           gap_ok: GapOk | None) -> bool:
+        """Is the batch at `position` (cut by a fetch's budget) one to send the start of?"""
+        for batch in walk_batches(self.read_bytes, position, end, chunk_bytes=HEADER_CHUNK_BYTES, path=self.log_path):
+            self._check_follows(before, position, batch.header, gap_ok)
+            return batch.header.base_offset < upper
+        return False
 
     def _hint_ok(self, position: int, offset: int) -> bool:
         """An index entry points at a batch whose base offset lies in [segment base, offset]."""

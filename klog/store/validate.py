@@ -1,5 +1,5 @@
 """klog's one batch validator (Kafka's RecordBatch.ensureValid and LogValidator), used by a
-client's batch on the way in (klog serve's Produce, client/batches.py), recovery
+client's batch on the way in (klog serve's Produce, broker/batches.py), recovery
 (segment.recover), and `verify`/`dump` (inspect.py).
 
 Each check returns the one-line text of what is wrong (None: nothing), so every caller words a
@@ -27,9 +27,8 @@ from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec, compression
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import CONTROL_FLAG_MASK, MAGIC_V2, RECORD_BATCH_OVERHEAD, RELATIVE_OFFSET_MAX
-from klog.store.limits import DECLARED_BATCH_BYTES_MAX
+from klog.store.walk import SCAN_CHUNK_BYTES, Tail, walk_batches
 
-SCAN_CHUNK_BYTES = 1 << 20  # the segment is read 1 MiB at a time, not two preads per batch
 MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key/value lengths, header count
 
 
@@ -72,13 +71,7 @@ def client_batch_problem(data: bytes) -> tuple[BatchHeader | None, Problem | Non
     return header, None
 
 
-# --- one batch's framing, CRC and records ------------------------------------------------------
-def framing_problem(header: BatchHeader, max_bytes: int = DECLARED_BATCH_BYTES_MAX) -> str | None:
-    """A header no batch of any Kafka format can have (magic, declared size)."""
-    if header.magic > MAGIC_V2 or not codec.min_batch_size(header.magic) <= header.size <= max_bytes:
-        return "invalid batch header"
-    return None
-
+# --- one batch's framing (walk.py, where every walk checks it), CRC and records ---------------------
 
 def crc_problem(data: bytes | memoryview, pos: int, header: BatchHeader) -> str | None:
     return None if codec.crc_ok(data, pos, header) else "CRC mismatch"
@@ -376,42 +369,23 @@ class SegmentScan:
         self.next_offset: int | None = None
 
     def __iter__(self) -> Iterator[tuple[int, BatchHeader]]:
-        pos = 0
-        end = self.end
-        chunk, base = b"", 0  # the file's bytes [base, base + len(chunk)), read SCAN_CHUNK_BYTES at a time
-        while pos < end:
-            at = pos - base
-            if len(chunk) - at < min(codec.header_bytes(chunk, at), RECORD_BATCH_OVERHEAD) and base + len(chunk) < end:
-                chunk, base, at = self.read(pos, min(SCAN_CHUNK_BYTES, end - pos)), pos, 0
-            if len(chunk) - at < min(codec.header_bytes(chunk, at), RECORD_BATCH_OVERHEAD):
-                self.problem = f"partial batch header at position {pos}"
-                return
-            header = read_header(chunk, at)  # magic 0/1: maybe framing only, until the whole entry is read
-            problem = framing_problem(header)
-            if problem is not None:
-                self.problem = f"{problem} at position {pos}"
-                return
-            if pos + header.size > end:
-                self.problem = f"partial batch at position {pos}"
-                return
-            if at + header.size > len(chunk):
-                chunk, base, at = self.read(pos, max(header.size, min(SCAN_CHUNK_BYTES, end - pos))), pos, 0
-                if len(chunk) < header.size:  # the file shrank meanwhile
-                    self.problem = f"partial batch at position {pos}"
+        # SCAN_CHUNK_BYTES is read at each walk: tests shrink it to cross chunk boundaries
+        walk = walk_batches(self.read, 0, self.end, tail=Tail.RAISE, whole=True, chunk_bytes=SCAN_CHUNK_BYTES)
+        try:
+            for batch in walk:
+                header, pos = batch.header, batch.position
+                problem = crc_problem(batch.chunk, batch.at, header) or self._offsets_problem(header)
+                if problem is None and self.deep:
+                    found = records_problem(batch.chunk, batch.at, header)
+                    problem = found.text if found is not None else None
+                if problem is not None:
+                    self.problem = f"{problem} at position {pos} (offset {header.base_offset})"
                     return
-            if header.magic != MAGIC_V2:
-                header = read_header(chunk, at)  # Kafka's old message formats are data (legacy.py)
-            problem = crc_problem(chunk, at, header) or self._offsets_problem(header)
-            if problem is None and self.deep:
-                found = records_problem(chunk, at, header)
-                problem = found.text if found is not None else None
-            if problem is not None:
-                self.problem = f"{problem} at position {pos} (offset {header.base_offset})"
-                return
-            yield pos, header
-            pos += header.size
-            self.valid_bytes = pos
-            self.next_offset = header.next_offset
+                yield pos, header
+                self.valid_bytes = pos + header.size
+                self.next_offset = header.next_offset
+        except CorruptLogError as e:  # framing, or a batch cut by the end of the file
+            self.problem = f"{e.reason} at position {e.position}"
 
     def _offsets_problem(self, header: BatchHeader) -> str | None:
         if header.base_offset < self.base_offset or header.last_offset - self.base_offset > RELATIVE_OFFSET_MAX:

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
 
+from klog.broker.resolve import resolve_partitions
 from klog.client.consumer import ConsumerBase, StartSpec
 from klog.client.records import Record
 from klog.client.remote.errors import config_error, klog_error
-from klog.client.store import resolve_partitions
 from klog.errors import KlogError
 
 FETCH_MESSAGES = 10_000  # records taken from librdkafka per call

@@ -20,9 +20,10 @@ from typing import Any
 
 from klog.client.remote import wire
 from klog.errors import KlogError, UnknownTopicError
+from klog.protocol.apis import FETCH
+from klog.protocol.errors import error_name
+from klog.protocol.loading import load_kio
 
-FETCH = 1
-API_VERSIONS = 18
 FETCH_VERSION_MAX = 11  # the newest Fetch without flexible encoding (wire.Connection speaks header v1)
 FETCH_VERSION_MIN = 4  # the oldest Kafka 4.0 answers; record batches with magic 2 (Kafka 0.11+)
 RESPONSE_BYTES_MAX = 64 << 20  # one answer's bound (each partition's own bound is the caller's)
@@ -83,7 +84,7 @@ class Fetcher:
                 answer = self._ask(self._leader(topic, partition), topic, partition, offset, max_bytes, wait_ms)
                 if answer.error not in REFRESH_ERRORS:
                     return answer
-                reason = wire.error_name(answer.error)
+                reason = error_name(answer.error)
                 self._leaders.pop((topic, partition), None)
             except (wire.SecurityError, FetchUnsupported):
                 raise
@@ -123,7 +124,7 @@ class Fetcher:
         return self._brokers[leader]
 
     def _connect(self, host: str, port: int) -> _Broker:
-        wire.load_kio()
+        load_kio()
         from kio.schema.api_versions.v2.request import ApiVersionsRequest
         from kio.schema.api_versions.v2.response import ApiVersionsResponse
 

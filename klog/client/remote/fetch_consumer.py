@@ -19,11 +19,12 @@ from collections.abc import Callable
 from klog.client.consumer import Consumer, PartitionCursor
 from klog.client.records import Record
 from klog.client.remote.fetch import OFFSET_OUT_OF_RANGE, Fetcher, PartitionAnswer
-from klog.client.remote.wire import error_name
-from klog.errors import KlogError
+from klog.errors import CorruptLogError, KlogError
+from klog.protocol.errors import error_name
 from klog.store import codec
 from klog.store.log import FetchedBatch
 from klog.store.txn import READ_UNCOMMITTED
+from klog.store.walk import Tail, walk_batches
 
 # a partition's share of one Fetch answer: ~150,000 records of 100 B a round trip (librdkafka's
 # default of 1 MiB makes a partition read alone wait on ten times as many)
@@ -40,22 +41,19 @@ def whole_batches(records: bytes, where: str) -> list[FetchedBatch]:
     """The whole batches of a Fetch answer's records, CRC-checked (as the local store checks every
     batch it reads). A batch cut at the end is left out: a broker cuts the last batch of a full
     answer, and the next fetch starts at it."""
+    def read(position: int, length: int) -> bytes:
+        return records if position == 0 and length >= len(records) else records[position:position + length]
+
     out: list[FetchedBatch] = []
-    pos, size = 0, len(records)
-    while pos < size and pos + codec.header_bytes(records, pos) <= size:
-        header = codec.read_header(records, pos)
-        if header.size < codec.min_batch_size(header.magic):
-            raise KlogError(f"{where}: a batch of {header.size} bytes at offset {header.base_offset} (too small "
-                            "to be one)")
-        end = pos + header.size
-        if end > size:
-            break
-        if not codec.crc_ok(records, pos, header):
-            raise KlogError(f"{where}: the batch at offset {header.base_offset} fails its CRC check")
-        # trusted=False: the cluster's log may hold a record attributes byte >= 0x80 (see fastrecords)
-        out.append(FetchedBatch(header, records if pos == 0 and end == size else records[pos:end], 0, pos, where,
-                                trusted=False))
-        pos = end
+    try:
+        for batch in walk_batches(read, 0, len(records), tail=Tail.STOP, whole=True, chunk_bytes=len(records)):
+            header = batch.header
+            if not codec.crc_ok(batch.chunk, batch.at, header):
+                raise KlogError(f"{where}: the batch at offset {header.base_offset} fails its CRC check")
+            # trusted=False: the cluster's log may hold a record attributes byte >= 0x80 (see fastrecords)
+            out.append(FetchedBatch(header, batch.data(), 0, batch.position, where, trusted=False))
+    except CorruptLogError as e:
+        raise KlogError(f"{where}: {e.reason} at offset {e.offset} of the fetched records") from None
     return out
 
 

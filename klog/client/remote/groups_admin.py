@@ -188,8 +188,8 @@ GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, INVALID_GROUP_ID, UNKNOWN_TOPIC_O
 
 
 def _offset_delete_error(group: str, topic: str, code: int) -> Exception:
-    from klog.client.remote.wire import error_name
     from klog.errors import KlogError, UnknownTopicError
+    from klog.protocol.errors import error_name
 
     if code == GROUP_ID_NOT_FOUND:
         return GroupError(f"unknown group '{group}'")

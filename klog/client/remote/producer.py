@@ -14,6 +14,7 @@ from itertools import repeat
 from operator import itemgetter
 
 from klog.client.producer import ProducerBase, check_producer_options
+from klog.client.producer_settings import BATCH_SIZE_DEFAULT, BUFFER_MEMORY_DEFAULT
 from klog.client.records import Headers, check_partition, check_timestamp
 from klog.client.remote.errors import config_error, klog_error
 from klog.errors import KlogError, RecordTooLargeError, UnknownTopicError
@@ -27,12 +28,13 @@ AckCallback = Callable[[str, int, int, int], None]
 
 class RemoteProducer(ProducerBase):
     def __init__(self, store, *, acks: str = "all", compression_type: str = "none", linger_ms: int = 0,
-                 batch_size: int = 1_000_000, auto_create: bool | None = None,
-                 on_ack: AckCallback | None = None, on_create: Callable[[str], None] | None = None,
+                 batch_size: int = BATCH_SIZE_DEFAULT, buffer_memory: int = BUFFER_MEMORY_DEFAULT,
+                 auto_create: bool | None = None, on_ack: AckCallback | None = None,
+                 on_create: Callable[[str], None] | None = None,
                  on_warning: Callable[[str], None] | None = None) -> None:
         from confluent_kafka import KafkaException, Producer
 
-        check_producer_options(acks, compression_type, batch_size)
+        check_producer_options(acks, compression_type, batch_size, buffer_memory)
         self.store = store
         self.auto_create = True if auto_create is None else auto_create
         self.on_ack = on_ack
@@ -49,6 +51,7 @@ class RemoteProducer(ProducerBase):
             "batch.size": min(batch_size, 2_147_483_647),
             "partitioner": "murmur2_random",  # Kafka's Java default (librdkafka's own is CRC32)
             "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": max(1, buffer_memory >> 10),  # librdkafka's buffer.memory
             "message.timeout.ms": int(store.timeout * 3000),
             "delivery.report.only.error": on_ack is None,
             "on_delivery": self._delivered,

@@ -3,18 +3,22 @@ Kafka cluster, so commands pick a backend once and never fork per backend."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from klog.broker.resolve import resolve_topic_names
 from klog.client.remote.errors import config_error, klog_error, unsupported
-from klog.client.remote.target import ClusterTarget, timeout_s
-from klog.client.store import PartitionInfo, TopicInfo, resolve_topic_names
+from klog.client.remote.target import ClusterTarget, all_refused, timeout_s
+from klog.client.store import PartitionInfo, TopicInfo
 from klog.client.store_groups import GroupAdminMethods
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.store.config import CONFIG_KEYS, LogConfig, validate_configs
 from klog.store.names import validate_topic_name
 
 UNKNOWN_TOPIC_OR_PARTITION = 3  # Kafka's error code in a topic's metadata
+
+FIRST_TRY_S = 0.3  # the first metadata request's wait before checking whether the cluster refuses connections
 
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")  # the cluster's own, not the user's
 
@@ -71,7 +75,7 @@ class RemoteStore(GroupAdminMethods):
             raise config_error(e) from None
         self._metadata_cache: dict[str, RemoteTopic] = {}
         self._sizes: dict[tuple[str, int], dict[int, int]] | None = None  # DescribeLogDirs, asked once
-        self._metadata(None)  # reachable?
+        self._first_contact()
 
     # -- context -----------------------------------------------------------------------------
     def __enter__(self) -> RemoteStore:
@@ -91,6 +95,24 @@ class RemoteStore(GroupAdminMethods):
         reason = self.last_error or (str(e.args[0].str()) if e is not None and e.args and hasattr(e.args[0], "str")
                                      else "no answer")
         return KlogError(f"cannot reach Kafka cluster at {self.target.label} within {self.timeout:g} s: {reason}")
+
+    def _first_contact(self) -> None:
+        """Is the cluster there? librdkafka retries a refused connection until the timeout; a refusal
+        from every bootstrap address fails at once instead (silence still gets the whole timeout)."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self.admin.list_topics(timeout=max(0.01, min(FIRST_TRY_S, left)))
+                return
+            except KafkaException as e:
+                if deadline - time.monotonic() <= 0:
+                    raise self.unreachable(e) from None
+                if all_refused(self.target.bootstrap):
+                    raise KlogError(f"cannot reach Kafka cluster at {self.target.label}: connection refused "
+                                    "(nothing listens there)") from None
 
     # -- metadata ----------------------------------------------------------------------------
     def _metadata(self, topic: str | None):  # noqa: ANN202 - confluent_kafka ClusterMetadata

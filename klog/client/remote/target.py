@@ -51,6 +51,23 @@ class ClusterTarget:
         return f"cluster '{self.name}' ({self.bootstrap})" if self.name else self.bootstrap
 
 
+def all_refused(bootstrap: str, timeout: float = 0.5) -> bool:
+    """Whether every bootstrap address refuses a TCP connection (nothing listens): an answer that
+    will not change by waiting, unlike silence (a firewall, a busy broker) or a TLS/SASL problem."""
+    import socket
+
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return False
+        except ConnectionRefusedError:
+            continue
+        except (OSError, ValueError):  # no answer, no route, unresolvable: not a refusal
+            return False
+    return True
+
+
 def parse_properties(pairs: list[str] | None) -> dict[str, str]:
     """-X name=value Kafka client properties (values kept as typed)."""
     from klog.client.pairs import parse_pairs

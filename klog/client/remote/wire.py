@@ -13,17 +13,17 @@ Anything else librdkafka would need (GSSAPI, OAUTHBEARER) is refused in one line
 
 from __future__ import annotations
 
-import importlib
 import io
 import socket
 import ssl
 import struct
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from klog.errors import KlogError, UsageError
+from klog.protocol.errors import error_name
+from klog.protocol.loading import load_kio
 
 FIND_COORDINATOR_V = 1  # kept by every Kafka since 0.11 (4.0 dropped only v0); not flexible
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
@@ -31,21 +31,6 @@ RETRY_PAUSE_S = 0.1
 CLIENT_ID = "klog"  # unless -X client.id names another (quotas and broker logs go by it)
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-def load_kio() -> None:
-    """Import kio's base (once) without hypothesis. kio's phantom types import hypothesis whenever it
-    is installed (a test extra here) only to register strategies for property tests of kio itself:
-    ~70 ms of a klog command for nothing. Hidden from that one import (a None entry in
-    sys.modules makes `import hypothesis` raise ImportError, which kio expects), then restored.
-    A process that imported hypothesis already (pytest) imports kio as usual."""
-    if "kio.static._phantom" in sys.modules or "hypothesis" in sys.modules:
-        return
-    sys.modules["hypothesis"] = None  # type: ignore[assignment]
-    try:
-        importlib.import_module("kio.static._phantom")
-    finally:
-        del sys.modules["hypothesis"]
 
 
 class SecurityError(KlogError):
@@ -289,17 +274,6 @@ def offset_delete(target, group: str, topic: str, partitions: list[int],  # noqa
         if code not in RETRIABLE or time.monotonic() > deadline:  # a moved coordinator: ask again
             return code, {int(p.partition_index): int(p.error_code) for t in answer.topics for p in t.partitions}
         time.sleep(RETRY_PAUSE_S)
-
-
-def error_name(code: int) -> str:
-    """Kafka's name of an error code (GROUP_ID_NOT_FOUND), for one error line."""
-    load_kio()
-    from kio.schema.errors import ErrorCode
-
-    try:
-        return ErrorCode(code).name.upper()
-    except ValueError:
-        return f"error code {code}"
 
 
 def partition_sizes(target, brokers: dict[int, tuple[str, int]],  # noqa: ANN001 - ClusterTarget

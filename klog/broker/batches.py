@@ -1,0 +1,442 @@
+"""Record batches that arrive already encoded (klog serve's Produce): checked, adjusted in place,
+appended through the producer's path, with idempotent producers' sequence checks.
+
+A batch from a Kafka client is appended as it came, its base offset stamped by the store (outside
+the CRC): no re-encode, unless the topic forces a timestamp type (LogAppendTime rewrites
+maxTimestamp and the CRC, as Kafka does) or a compression codec other than the batch's. Its records
+are checked once, as Kafka's LogValidator does, by the store's one validator (klog.store.validate:
+varints and lengths in bounds, no bytes left over, the decompressed size bounded), and their offset
+deltas must run 0, 1, 2, ...: a CRC only proves the bytes arrived as the client sent them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from klog.errors import KlogError, RecordTooLargeError
+from klog.store import codec, compression, validate
+from klog.store.codec import BatchHeader, read_header
+from klog.store.format import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+)
+from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
+
+SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
+SEQUENCE_MAX = 2**31 - 1
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's configs may get
+
+
+class InvalidBatchError(KlogError):
+    """A batch that is not a valid RecordBatch v2 (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
+
+    def __init__(self, message: str, corrupt: bool = True, record_index: int | None = None) -> None:
+        super().__init__(message)
+        self.corrupt = corrupt  # False: well-formed but not acceptable (INVALID_RECORD)
+        self.record_index = record_index  # the record at fault (Kafka's record_errors), if one is
+
+
+class DuplicateSequenceError(KlogError):
+    """A retried batch already in the log: answered as a success with its original offsets."""
+
+    def __init__(self, base_offset: int) -> None:
+        super().__init__(f"duplicate batch (at offset {base_offset})")
+        self.base_offset = base_offset
+
+
+class OutOfOrderSequenceError(KlogError):
+    pass
+
+
+class ProducerFencedError(KlogError):
+    """A batch from an older epoch of a producer id (Kafka: INVALID_PRODUCER_EPOCH)."""
+
+
+class UnknownProducerError(KlogError):
+    """A sequence that is not 0 from a producer this partition has no state for."""
+
+
+class InvalidTxnStateError(KlogError):
+    """A transactional batch for a partition its transaction has not added (KIP-890: INVALID_TXN_STATE)."""
+
+
+def check_batch(data: bytes) -> BatchHeader:
+    """The header of `data`, which must be exactly one whole CRC-valid RecordBatch v2 (the store's
+    validator, klog.store.validate); raises InvalidBatchError naming what is wrong."""
+    header, problem = validate.client_batch_problem(data)
+    if problem is not None:
+        raise InvalidBatchError(problem.text, corrupt=problem.corrupt)
+    assert header is not None
+    check_records(data, header)
+    return header
+
+
+def check_records(data: bytes, header: BatchHeader) -> None:
+    """Every record of the CRC-valid batch `data` well-formed (Kafka's LogValidator checks them
+    too): a malformed record is CORRUPT_MESSAGE, offset deltas other than 0, 1, 2, ...
+    INVALID_RECORD naming the record."""
+    problem = validate.records_problem(data, 0, header, consecutive=True)
+    if problem is not None:
+        text = problem.text if problem.record_index is not None else f"record batch refused: {problem.text}"
+        raise InvalidBatchError(text, corrupt=problem.corrupt, record_index=problem.record_index)
+
+
+def with_log_append_time(data: bytes, now_ms: int) -> bytes:
+    """The batch with the LogAppendTime flag and maxTimestamp = now; both are under the CRC."""
+    buf = bytearray(data)
+    (attributes,) = struct.unpack_from(">h", buf, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    struct.pack_into(">q", buf, MAX_TIMESTAMP_OFFSET, now_ms)
+    struct.pack_into(">I", buf, CRC_OFFSET, codec.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def with_codec(data: bytes, header: BatchHeader, new_codec: int) -> bytes:
+    """The batch recompressed with `new_codec` (the topic's compression.type); header kept."""
+    body = memoryview(data)[RECORD_BATCH_OVERHEAD:]
+    raw = compression.decompress(header.codec, body) if header.codec else bytes(body)
+    packed = compression.compress(new_codec, raw) if new_codec else raw
+    attributes = (header.attributes & ~compression.CODEC_MASK) | new_codec
+    fixed = header._replace(attributes=attributes, batch_length=RECORD_BATCH_OVERHEAD - 12 + len(packed), crc=0)
+    buf = bytearray(codec.encode_header_fields(fixed) + packed)
+    struct.pack_into(">I", buf, CRC_OFFSET, codec.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+@dataclass(slots=True)
+class _Appended:
+    first_seq: int
+    last_seq: int
+    base_offset: int
+
+
+@dataclass(slots=True)
+class _ProducerEntry:
+    epoch: int
+    recent: deque  # of _Appended, the last SEQUENCES_KEPT
+
+
+def _seq_add(seq: int, delta: int) -> int:
+    """Sequences wrap at 2^31-1 back to 0 (Kafka's DefaultRecordBatch.incrementSequence)."""
+    return (seq + delta) % (SEQUENCE_MAX + 1)
+
+
+class ProducerStates:
+    """Per partition: each idempotent producer's epoch and last batches' sequence ranges.
+
+    Built from the log's batch headers the first time a partition is written by an idempotent
+    producer (Kafka rebuilds it the same way, from its snapshot plus the log tail): it survives a
+    restart and a kill -9 because the log is the only record of it.
+    """
+
+    def __init__(self) -> None:
+        self._by_partition: dict[tuple[str, int], dict[int, _ProducerEntry]] = {}
+
+    def forget(self, topic: str, partition: int | None = None) -> None:
+        for key in [k for k in self._by_partition if k[0] == topic and partition in (None, k[1])]:
+            del self._by_partition[key]
+
+    def _load(self, key: tuple[str, int], part) -> dict[int, _ProducerEntry]:
+        states = self._by_partition.get(key)
+        if states is None:
+            states = {}
+            # Kafka forgets a producer idle for producer.id.expiration.ms (1 day): older segments need
+            # not be read, which bounds the first idempotent write's scan of a long log
+            since = int(time.time() * 1000) - PRODUCER_ID_EXPIRATION_MS
+            for header in batch_headers(part, since_ms=since):
+                if header.producer_id >= 0 and header.base_sequence >= 0:
+                    self._record(states, header, header.base_offset)
+            self._by_partition[key] = states
+        return states
+
+    @staticmethod
+    def _record(states: dict[int, _ProducerEntry], header: BatchHeader, base_offset: int) -> None:
+        entry = states.get(header.producer_id)
+        if entry is None or header.producer_epoch > entry.epoch:
+            entry = states[header.producer_id] = _ProducerEntry(header.producer_epoch, deque(maxlen=SEQUENCES_KEPT))
+        last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
+        entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
+
+    def check(self, key: tuple[str, int], part, header: BatchHeader, data: bytes) -> None:
+        """Raise if the batch `data` must not be appended: a duplicate (with its original offset), a
+        gap, an older epoch. Lock held.
+
+        A duplicate is answered only for the same batch written before (read back from the log and
+        compared): sequence numbers alone are not proof, as another client may have sent a batch
+        under the same producer id, epoch and sequences, and acknowledging this one as a duplicate of
+        it would acknowledge records that are not in the log."""
+        if header.producer_id < 0 or header.base_sequence < 0:
+            return
+        entry = self._load(key, part).get(header.producer_id)
+        if entry is None:
+            if header.base_sequence != 0:
+                raise UnknownProducerError(f"producer {header.producer_id} has no state here and sent "
+                                           f"sequence {header.base_sequence} (expected 0)")
+            return
+        if header.producer_epoch < entry.epoch:
+            raise ProducerFencedError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
+                                      f"than {entry.epoch}")
+        if header.producer_epoch > entry.epoch:
+            if header.base_sequence != 0:
+                raise OutOfOrderSequenceError(f"producer {header.producer_id}: a new epoch must start at "
+                                              f"sequence 0, not {header.base_sequence}")
+            return
+        last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
+        for done in entry.recent:
+            if done.first_seq == header.base_sequence and done.last_seq == last_seq:
+                if not _written_at(part, done.base_offset, data, header):
+                    raise OutOfOrderSequenceError(
+                        f"producer {header.producer_id} epoch {header.producer_epoch}: sequences "
+                        f"{done.first_seq}..{done.last_seq} are taken by a different batch at offset "
+                        f"{done.base_offset}; this one is not written")
+                raise DuplicateSequenceError(done.base_offset)
+        expected = _seq_add(entry.recent[-1].last_seq, 1) if entry.recent else 0
+        if header.base_sequence != expected:
+            raise OutOfOrderSequenceError(f"producer {header.producer_id}: sequence {header.base_sequence}, "
+                                          f"expected {expected}")
+
+    def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int) -> None:
+        if header.producer_id >= 0 and header.base_sequence >= 0:
+            states = self._by_partition.get(key)
+            if states is not None:
+                self._record(states, header, base_offset)
+
+
+def _written_at(part, base_offset: int, data: bytes, header: BatchHeader) -> bool:  # noqa: ANN001 - Partition
+    """Is the batch in the log at `base_offset` the batch `data` (a client's retry of it)? Same
+    producer fields, sequences, record count, first timestamp and records: the header fields the
+    store rewrites (base offset, leader epoch, LogAppendTime's max timestamp and CRC) are left out,
+    and records recompressed to the topic's compression.type are compared decompressed."""
+    leader = part.leader
+    try:
+        found = leader.read(base_offset, base_offset + 1, max_bytes=len(data))
+    except (KlogError, OSError):
+        return False  # unreadable: not proof that this batch was written
+    if not found or found[0].header.base_offset != base_offset:
+        return False  # deleted since (retention, delete-records): nothing to compare with
+    stored, written = found[0].data, found[0].header
+
+    def same(*fields: str) -> bool:
+        return all(getattr(written, f) == getattr(header, f) for f in fields)
+
+    if not same("producer_id", "producer_epoch", "base_sequence", "last_offset_delta", "records_count",
+                "base_timestamp"):
+        return False
+    body, stored_body = memoryview(data)[RECORD_BATCH_OVERHEAD:], memoryview(stored)[RECORD_BATCH_OVERHEAD:]
+    if written.codec == header.codec and body == stored_body:
+        return True
+    try:
+        return compression.decompress(header.codec, body) == compression.decompress(written.codec, stored_body)
+    except (KlogError, ValueError):  # compression's errors are ValueErrors
+        return False
+
+
+def batch_headers(part, since_ms: int | None = None):  # noqa: ANN001, ANN201 - Partition -> Iterator[BatchHeader]
+    """The batch headers of the partition's leader, oldest first (header reads only). With
+    `since_ms`, segments whose newest time-index entry is older are skipped, counting back from
+    the newest segment (the first old one ends the walk: older segments are older still)."""
+    leader = part.leader
+    leader.refresh_segments()
+    bases = list(leader.bases)
+    if since_ms is not None:
+        keep = []
+        for base in reversed(bases):
+            keep.append(base)
+            segment = leader.segments[base]
+            segment.time_index.refresh()
+            last = segment.time_index.last_entry()
+            if last is not None and last[0] < since_ms and base != bases[-1]:
+                break
+        bases = keep[::-1]
+    for base in bases:
+        segment = leader.segments[base]
+        try:
+            end = segment.file_size()
+        except FileNotFoundError:
+            continue
+        for _, header in segment.iter_headers(0, end):
+            yield header
+
+
+@dataclass(frozen=True)
+class RawAppendResult:
+    base_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+class RawAppender:
+    """Appends client-encoded batches with the producer's ReplicaManager (the one write path),
+    one at a time per partition (threads of one process share the partition's file lock)."""
+
+    def __init__(self, store, warn=None) -> None:  # noqa: ANN001 - klog.Store, a warning callback
+        from klog.broker.replication import ReplicaManager
+        from klog.broker.writer import PartitionWriter
+
+        self.store = store
+        self.replicas = ReplicaManager(store, warn=warn)
+        self.writer = PartitionWriter(store, self.replicas)
+        self.producers = ProducerStates()
+        self._locks: dict[tuple[str, int], threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._topic_read: dict[str, float] = {}
+        self._topic_ids: dict[str, str | None] = {}
+        self._txn_views: dict[tuple[str, int], object] = {}
+
+    def lock_for(self, topic: str, partition: int) -> threading.Lock:
+        with self._guard:
+            lock = self._locks.get((topic, partition))
+            if lock is None:
+                lock = self._locks[(topic, partition)] = threading.Lock()
+            return lock
+
+    def _refresh_topic(self, topic: str) -> None:
+        """Re-read the topic's metadata at most every TOPIC_REFRESH_S: configs another process
+        altered, and a topic deleted and created again (check_topic does that part at once)."""
+        now = time.monotonic()
+        with self._guard:
+            if now - self._topic_read.get(topic, 0.0) < TOPIC_REFRESH_S:
+                return
+            self._topic_read[topic] = now
+            self.store.forget_topic_cache(topic)
+        self.check_topic(topic)
+
+    def check_topic(self, topic: str) -> None:
+        """Notice now a topic deleted and created again by another process (the files this process
+        holds open are the old topic's: an append there would be lost, a fetch would read the old
+        records): one LMDB read, 3-13 us, so callers make it once per topic per request, not per
+        partition."""
+        found = self.store.topics.find(topic)
+        topic_id = found.topic_id if found is not None else None
+        with self._guard:
+            if self._topic_ids.get(topic, topic_id) != topic_id:
+                self.store.forget_topic(topic)
+                self.producers.forget(topic)
+                for key in [k for k in self._txn_views if k[0] == topic]:
+                    del self._txn_views[key]
+            self._topic_ids[topic] = topic_id
+
+    def forget_topic(self, topic: str) -> None:
+        """The topic was altered or deleted: its producer states are rebuilt on next use."""
+        with self._guard:
+            self.producers.forget(topic)
+            for key in [k for k in self._txn_views if k[0] == topic]:
+                del self._txn_views[key]
+
+    def _max_message_bytes(self, topic: str) -> int:
+        try:
+            return self.store.log_config(topic).max_message_bytes
+        except KlogError:  # an unknown topic: the append's own checks say so
+            return MAX_MESSAGE_BYTES_DEFAULT
+
+    def partition(self, topic: str, partition: int):  # noqa: ANN201 - Partition
+        self._refresh_topic(topic)
+        with self._guard:  # Store's partition cache is a plain dict
+            return self.store.partition(topic, partition)
+
+    def append(self, topic: str, partition: int, data: bytes, acks: str,
+               txn_check: Callable[[BatchHeader], None] | None = None) -> RawAppendResult:
+        """Check and append one batch as a Kafka client sent it. Raises InvalidBatchError,
+        RecordTooLargeError, the sequence errors above, and the store's errors. A transactional
+        batch needs `txn_check` (the coordinator's: is this partition in the producer's ongoing
+        transaction?), asked under the partition's lock, so no marker can come between the
+        check and the append."""
+        # a compressed batch's records may not expand past max.message.bytes either: a few KB of
+        # zstd would otherwise cost hundreds of MB here, and every consumer as much again
+        max_bytes = self._max_message_bytes(topic)
+        with compression.expansion_limit(max_bytes) as bound:
+            try:
+                header = check_batch(data)
+            except InvalidBatchError:
+                if bound.exceeded:
+                    raise RecordTooLargeError(f"record batch of {len(data)} bytes expands past max.message.bytes "
+                                              f"({max_bytes}) of topic '{topic}' when decompressed") from None
+                raise
+        if header.attributes & TRANSACTIONAL_FLAG_MASK:
+            if txn_check is None:
+                raise InvalidBatchError("a transactional batch needs a transactional id in the request", corrupt=False)
+        else:
+            txn_check = None
+        self.check_topic(topic)
+        part = self.partition(topic, partition)  # refreshes the topic's metadata when due
+        config = self.store.log_config(topic)
+        max_bytes = config.max_message_bytes
+        wanted_codec = config.compression_type
+        if wanted_codec != "producer" and compression.CODEC_IDS[wanted_codec] != header.codec:
+            data = with_codec(data, header, compression.CODEC_IDS[wanted_codec])
+            header = read_header(data)
+        if len(data) > max_bytes:
+            raise RecordTooLargeError(f"record batch of {len(data)} bytes is larger than max.message.bytes "
+                                      f"({max_bytes}) of topic '{topic}'")
+        append_time = -1
+        if config.log_append_time:
+            append_time = int(time.time() * 1000)
+            data = with_log_append_time(data, append_time)
+        key = (topic, partition)
+        with self.lock_for(topic, partition), part.lock if txn_check is not None else contextlib.nullcontext():
+            if txn_check is not None:
+                txn_check(header)
+            try:
+                self.producers.check(key, part, header, data)
+            except DuplicateSequenceError as dup:
+                return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
+            base = self.writer.append_batch(topic, partition, data, acks)
+            self.producers.appended(key, header, base)
+            return RawAppendResult(base, append_time, part.log_start_offset())
+
+    # -- transaction markers (the coordinator's writes: klog.broker.txn_coordinator) ------------------
+    def _txn_view(self, key: tuple[str, int], part):  # noqa: ANN001, ANN202 - Partition -> StableView
+        """The writer's incremental view of the partition's open transactions (one per leader)."""
+        from klog.store.txn import StableView
+
+        with self._guard:
+            view = self._txn_views.get(key)
+            if view is None or view.replica is not part.leader:
+                view = self._txn_views[key] = StableView(part.leader)
+            return view
+
+    def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, kind: int,
+                     coordinator_epoch: int, still_wanted: Callable[[], bool]) -> int | None:
+        """End `producer_id`'s transaction in the partition with a COMMIT/ABORT control batch, once:
+        nothing is written when the producer has no open transaction there (it wrote nothing, or
+        the marker is already in: a restart completing a commit). `still_wanted()` is asked under
+        the partition's lock (the coordinator's state may have moved on). An ABORT adds its range
+        to the segment's `.txnindex`. Returns the marker's offset, or None."""
+        from klog.store.txn import ABORT, append_txn_index, control_batch
+
+        part = self.partition(topic, partition)
+        with self.lock_for(topic, partition), part.lock:
+            # recover the tail first: a writer killed after appending a marker and before publishing
+            # the high watermark left it in the file but invisible; this brings the high watermark
+            # over it (else the marker would count as written while readers stay before it)
+            self.replicas.reconcile_if_due(topic, partition, part)
+            view = self._txn_view((topic, partition), part)
+            view.refresh(2**62)  # everything in the leader's file: the lock is ours
+            if view.first_open_offset(producer_id) is None or not still_wanted():
+                return None
+            data = control_batch(producer_id, producer_epoch, kind, coordinator_epoch, int(time.time() * 1000))
+            base = self.writer.append_batch(topic, partition, data, "all")
+            view.refresh(2**62)
+            if kind == ABORT:
+                entry = next((a for a in reversed(view.aborted_txns) if a.last_offset == base), None)
+                segment_base = part.active_segment_base()
+                if entry is not None and segment_base is not None:
+                    for replica in part.replicas:
+                        try:
+                            append_txn_index(replica.directory, segment_base, entry)
+                        except OSError as e:  # the markers stay the truth: readers rebuild the range
+                            self.replicas.warn(f"{topic}-{partition}: .txnindex not written in "
+                                               f"{replica.directory}: {e}")
+            return base

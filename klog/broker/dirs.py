@@ -1,0 +1,69 @@
+"""Log directories: list with health, size and replica count (like kafka-log-dirs); add; remove."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from klog.broker.replication import dir_health
+from klog.errors import UsageError
+from klog.store.format import parse_partition_dir
+from klog.store.log import folder_log_bytes
+
+
+@dataclass
+class LogDirInfo:
+    id: int
+    path: str
+    health: str
+    size_bytes: int
+    replicas: int
+    leaders: int
+
+
+def list_dirs(store) -> list[LogDirInfo]:
+    counts: dict[int, int] = {}
+    leaders: dict[int, int] = {}
+    for topic in store.list_topics():
+        for pm in topic.partitions:
+            for d in pm.replicas:
+                counts[d] = counts.get(d, 0) + 1
+            leaders[pm.leader] = leaders.get(pm.leader, 0) + 1
+    out = []
+    for d in store.data_dir.log_dirs:
+        path = store.data_dir.log_dir_path(d.id)
+        size = 0
+        if os.path.isdir(path):
+            # what Kafka's DescribeLogDirs counts (and `topics describe` too): segment logs only
+            size = sum(folder_log_bytes(os.path.join(path, n)) for n in os.listdir(path)
+                       if parse_partition_dir(n) is not None)
+        out.append(LogDirInfo(d.id, path, dir_health(store, d.id), size, counts.get(d.id, 0), leaders.get(d.id, 0)))
+    return out
+
+
+def add_dir(store, path: str) -> LogDirInfo:
+    if os.path.isdir(path) and any(parse_partition_dir(n) for n in os.listdir(path)):
+        raise UsageError(f"{path} already holds partition folders; give an empty or new directory")
+    new = store.data_dir.add_log_dir(path)
+    return next(i for i in list_dirs(store) if i.id == new.id)
+
+
+def remove_dir(store, log_dir_id: int, warn=None) -> int:
+    """Move every replica off the directory, then forget it; returns the replicas moved."""
+    from klog.broker.replication import move_replica
+
+    others = [d for d in list_dirs(store) if d.id != log_dir_id and d.health == "ok"]
+    moved = 0
+    for topic in store.list_topics():
+        for p, pm in enumerate(topic.partitions):
+            if log_dir_id not in pm.replicas:
+                continue
+            choices = sorted((d for d in others if d.id not in pm.replicas), key=lambda d: (d.replicas, d.id))
+            if not choices:
+                raise UsageError(f"cannot remove log directory {log_dir_id}: no other healthy directory can "
+                                 f"take the replica of {topic.name}-{p}")
+            move_replica(store, topic.name, p, log_dir_id, choices[0].id, warn)
+            choices[0].replicas += 1
+            moved += 1
+    store.data_dir.remove_log_dir(log_dir_id)
+    return moved

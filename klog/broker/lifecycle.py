@@ -1,0 +1,243 @@
+"""Log lifecycle: retention, delete-records and compaction across all replicas of a partition.
+
+There is no broker daemon. These run when a producer rolls a segment (for the partition it
+rolled), on `klog topics clean|compact|delete-records`, and when called from Python. Each
+partition is handled under its write lock, after the same reconciliation a producer does
+(health, leader, ISR, catch-up), so every in-sync replica is changed the same way while no
+append runs; readers keep reading throughout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from klog.broker.resolve import resolve_partitions
+from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
+from klog.store import cleaner, faults, retention
+from klog.store.config import LogConfig
+from klog.store.partition import Partition
+
+Clock = Callable[[], float]  # seconds, like time.time
+
+
+@dataclass
+class PartitionCleanup:
+    """What one clean / compact / delete-records did to one partition."""
+
+    topic: str
+    partition: int
+    log_start_before: int
+    log_start_after: int
+    segments_deleted: int = 0
+    bytes_deleted: int = 0
+    compacted: bool = False
+    records_read: int = 0  # by the cleaner, in the segments it went through
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    segments_rewritten: int = 0
+    dirty_ratio: float | None = None  # before compaction, for compacted topics
+    cleanable_end: int | None = None  # compaction stops here: the active segment, the HW or min.compaction.lag.ms
+
+
+def _now_ms(clock: Clock | None) -> int:
+    return round((clock or time.time)() * 1000)
+
+
+def _checkpoint(part: Partition) -> cleaner.CleanerCheckpoint:
+    return cleaner.CleanerCheckpoint(part.state.path.removesuffix(".state") + ".cleaner")
+
+
+def _locked(store, topic: str, partition: int) -> Partition:
+    """The partition, reconciled (leader + ISR opened for write); the caller holds part.lock."""
+    from klog.broker.replication import ReplicaManager
+
+    part = store.partition(topic, partition)
+    ReplicaManager(store).reconcile(topic, partition, part)
+    return part
+
+
+def _topics(store, topic: str | None) -> list[str]:
+    return [topic] if topic is not None else store.topic_names()
+
+
+# -- retention -----------------------------------------------------------------------------------
+def _apply_log_start(part: Partition, new_start: int, result: PartitionCleanup) -> None:
+    """Persist the new log start first (readers stop asking for what goes), then delete segments."""
+    if new_start > part.snapshot().log_start_offset:
+        part.set_log_start_offset(new_start)
+        faults.point("retention-log-start")
+    for i, replica in enumerate(part.replicas):
+        deleted = retention.delete_segments_below(replica, new_start)
+        if i == 0:
+            result.segments_deleted += len(deleted.bases)
+            result.bytes_deleted += deleted.size_bytes
+    result.log_start_after = part.log_start_offset()
+
+
+def _retain(store, topic: str, part: Partition, now_ms: int, result: PartitionCleanup) -> None:
+    config = store.log_config(topic)
+    snap = part.snapshot()
+    facts = retention.segment_facts(part.leader, lazy=True)
+    cut = retention.retention_cut(
+        facts, now_ms=now_ms, retention_ms=config.retention_ms,
+        retention_bytes=config.retention_bytes, high_watermark=snap.high_watermark,
+        log_start_offset=snap.log_start_offset, delete_policy=config.deletes)
+    _apply_log_start(part, cut, result)
+
+
+# -- compaction ----------------------------------------------------------------------------------
+def _compact(store, topic: str, part: Partition, now_ms: int, force: bool, result: PartitionCleanup) -> None:
+    config = store.log_config(topic)
+    checkpoint = _checkpoint(part)
+    rng = cleaner.cleanable_range(part.leader, checkpoint.read(), part.high_watermark(), now_ms,
+                                  config.min_compaction_lag_ms)
+    result.dirty_ratio = rng.dirty_ratio
+    result.cleanable_end = rng.first_uncleanable
+    if not force and not _due(part, rng, now_ms, config):
+        return
+    stats = cleaner.compact_replicas(part.replicas, rng, now_ms, config.delete_retention_ms)
+    checkpoint.write(rng.first_uncleanable)
+    result.compacted = True
+    result.records_read = stats.records_read
+    result.records_removed = stats.records_removed
+    result.tombstones_removed = stats.tombstones_removed
+    result.segments_rewritten = stats.segments_rewritten
+
+
+def _due(part: Partition, rng: cleaner.CleanableRange, now_ms: int, config: LogConfig) -> bool:
+    """min.cleanable.dirty.ratio reached, or a dirty record older than max.compaction.lag.ms."""
+    if rng.dirty_bytes == 0:
+        return False
+    if rng.dirty_ratio >= config.min_cleanable_dirty_ratio:
+        return True
+    first_ts = cleaner.first_dirty_timestamp(part.leader, rng.first_dirty)
+    return first_ts >= 0 and now_ms - first_ts > config.max_compaction_lag_ms
+
+
+# -- the public calls ----------------------------------------------------------------------------
+def clean_partition(store, topic: str, partition: int, *, clock: Clock | None = None,
+                    force_compact: bool = False, retain: bool = True, compact: bool = True) -> PartitionCleanup:
+    """Retention (by the topic's policy), then compaction if the topic is compacted and it is due
+    (or `force_compact`). A producer's roll calls it with compact=False: cleaning may take long."""
+    now_ms = _now_ms(clock)
+    compacted = store.log_config(topic).compacted
+    part = store.partition(topic, partition)
+    with part.lock:
+        part = _locked(store, topic, partition)
+        start = part.log_start_offset()
+        result = PartitionCleanup(topic, partition, start, start)
+        if retain:
+            _retain(store, topic, part, now_ms, result)
+        if compacted and (compact or force_compact):
+            _compact(store, topic, part, now_ms, force_compact, result)
+    return result
+
+
+def retain_after_roll(store, topic: str, partition: int, warn: Callable[[str], None]) -> None:
+    """A writer's append rolled a segment (Partition.active_segment_base moved): the moment
+    retention runs, as no broker does it. Compaction is left to `klog topics clean|compact`, since
+    it may take long. A failure is a warning: the append succeeded, and the next roll tries again."""
+    try:
+        if _retention_not_due(store, topic, partition):
+            return
+        clean_partition(store, topic, partition, compact=False)
+        _remember_oldest(store.partition(topic, partition))
+    except (KlogError, OSError) as e:
+        warn(f"retention of {topic}-{partition} failed: {e}")
+
+
+# After a roll's retention, what the next roll needs to know that nothing is due yet, so that it
+# does not list and read a log of thousands of segments (which made every roll O(segments)):
+# Partition.retention_hint = (oldest segment's base, its log file's (device, inode), its largest
+# timestamp, the base of the segment after it). Kafka's passes delete a prefix; time retention
+# stops at the oldest segment that has not expired, and delete-records moves the log start past
+# the oldest segment's end: if neither holds for the oldest segment, nothing is due.
+
+
+def _remember_oldest(part: Partition) -> None:
+    log = part.leader
+    facts = retention.segment_facts(log, lazy=True)
+    if len(facts) < 2:
+        part.retention_hint = None  # only the active segment: the next roll checks again
+        return
+    st = os.stat(log.segments[facts[0].base_offset].log_path)
+    part.retention_hint = (facts[0].base_offset, (st.st_dev, st.st_ino), facts[0].largest_timestamp_ms,
+                         facts[1].base_offset)
+
+
+def _retention_not_due(store, topic: str, partition: int) -> bool:
+    part = store.partition(topic, partition)
+    hint = part.retention_hint
+    if hint is None:
+        return False
+    base, identity, largest_ms, next_base = hint
+    config = store.log_config(topic)
+    if config.deletes:
+        retention_ms = config.retention_ms
+        if config.retention_bytes >= 0 or (retention_ms >= 0 and _now_ms(None) - largest_ms > retention_ms):
+            return False
+    if part.snapshot().log_start_offset >= next_base:
+        return False
+    try:
+        st = os.stat(part.leader.segments[base].log_path)  # still there, and not rewritten (compaction)
+    except (KeyError, OSError):
+        return False
+    return (st.st_dev, st.st_ino) == identity
+
+
+def clean(store, topic: str | None = None, *, clock: Clock | None = None) -> list[PartitionCleanup]:
+    """`klog topics clean [TOPIC]`: retention everywhere, compaction where due."""
+    return [clean_partition(store, t, p, clock=clock)
+            for t in _topics(store, topic) for p in resolve_partitions(store, t, None)]
+
+
+def compact(store, topic: str, *, clock: Clock | None = None,
+            partitions: Iterable[int] | None = None) -> list[PartitionCleanup]:
+    """`klog topics compact TOPIC`: compact now, whatever the dirty ratio (lag and active segment still hold)."""
+    config = store.log_config(topic)
+    if not config.compacted:
+        raise UsageError(f"topic '{topic}' is not compacted (cleanup.policy={config.cleanup_policy}); "
+                         f"set it with: klog topics alter {topic} -c cleanup.policy=compact")
+    return [clean_partition(store, topic, p, clock=clock, force_compact=True, retain=False)
+            for p in resolve_partitions(store, topic, partitions)]
+
+
+def delete_records(store, topic: str, *, before_offset: int | None = None, before_ms: int | None = None,
+                   partitions: Iterable[int] | None = None) -> list[PartitionCleanup]:
+    """kafka-delete-records: move the log start up to `before_offset` (or to the first record at or
+    after `before_ms`) and delete the segments wholly below it. Records below it are never read again."""
+    if (before_offset is None) == (before_ms is None):
+        raise UsageError("give either an offset or a time to delete records before")
+    if before_offset is not None and before_offset < 0:
+        raise UsageError(f"invalid offset {before_offset}: use 0 or more")
+    out = []
+    for p in resolve_partitions(store, topic, partitions):
+        part = store.partition(topic, p)
+        with part.lock:
+            part = _locked(store, topic, p)
+            hw = part.high_watermark()
+            start = part.log_start_offset()
+            if before_offset is not None:
+                if before_offset > hw:
+                    raise OffsetOutOfRangeError(f"offset {before_offset} is past the high watermark ({hw}) "
+                                                f"of {topic}-{p}; nothing was deleted")
+                target = before_offset
+            else:
+                found = part.offset_for_timestamp(before_ms)
+                target = hw if found is None else found
+            result = PartitionCleanup(topic, p, start, start)
+            _apply_log_start(part, max(target, start), result)
+            out.append(result)
+    return out
+
+
+def dirty_ratio(store, topic: str, partition: int, *, clock: Clock | None = None) -> float:
+    """The share of the cleanable log not yet compacted (0 when nothing is cleanable); read-only."""
+    config = store.log_config(topic)
+    part = store.partition(topic, partition)
+    rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), part.high_watermark(), _now_ms(clock),
+                                  config.min_compaction_lag_ms)
+    return rng.dirty_ratio

@@ -1,0 +1,460 @@
+"""Leaders, in-sync replicas and catch-up: the decisions a Kafka controller and follower
+fetchers make, taken here by the writing process under the partition lock.
+
+Before each append the writer re-reads the partition's metadata (LMDB), checks the health of
+each replica's log directory, shrinks the ISR for failed ones, elects a new leader from the
+ISR when the leader's directory failed (bumping the leader epoch), catches up healthy
+out-of-sync replicas from the leader (truncating any divergent suffix first) and lets them
+rejoin. Every change is a metadata transaction, so other processes see it at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from klog.errors import KlogError, NotEnoughReplicasError, StorageError
+from klog.meta.topics import PartitionMeta
+from klog.store import health
+from klog.store.config import LogConfig
+from klog.store.format import partition_dir_name
+from klog.store.log import PartitionLog
+from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, AppendResult, LeaderAppendError
+from klog.store.reader import PartitionReader
+
+CATCH_UP_BYTES_PER_FETCH = 4 << 20
+DIVERGENCE_STEPS_MAX = 100_000  # bounded walk back over batches while looking for agreement
+CATCH_UP_RETRY_S = 5.0  # after a failed catch-up (a full or broken disk), appends go on without retrying it
+# Before an append, the full replica check (metadata from LMDB, election, catch-up, state writes:
+# ~200 us) runs only after an error, when another holder took the partition lock since this
+# process's last clean append (it may have elected, moved or cut replicas), when a replica is out
+# of the ISR (its catch-up must not wait), or when this long has passed (belt and braces: whatever
+# else changes the metadata holds the partition lock, and a failed leader shows in its directory's
+# health, so unclean.leader.election and the like are read again whenever they matter). Otherwise only each
+# replica's directory health is checked again (a read-only or full disk can still take writes
+# through files opened before; a replaced disk must not be written to) and the partition re-opened.
+REPLICA_RECHECK_S = 30.0
+
+Warn = Callable[[str], None]
+
+
+class NoLeaderError(KlogError):
+    """No in-sync replica of the partition is healthy, and unclean election is off."""
+
+
+def dir_health(store, log_dir_id: int) -> str:
+    data_dir = store.data_dir
+    try:
+        path = data_dir.log_dir_path(log_dir_id)
+    except KlogError:
+        return health.MISSING
+    identity = next((d.identity for d in data_dir.log_dirs if d.id == log_dir_id), None)
+    return health.check_log_dir(path, identity)
+
+
+def replica_path(store, topic: str, partition: int, log_dir_id: int) -> str:
+    return os.path.join(store.data_dir.log_dir_path(log_dir_id), partition_dir_name(topic, partition))
+
+
+def elect(meta: PartitionMeta, healthy: set[int], unclean: bool) -> PartitionMeta | None:
+    """The partition's metadata with failed replicas out of the ISR and a live leader; None if no change."""
+    isr = [r for r in meta.isr if r in healthy]
+    leader = meta.leader
+    epoch = meta.leader_epoch
+    if leader not in isr:
+        candidates = [r for r in meta.replicas if r in isr]
+        if not candidates and unclean:
+            candidates = [r for r in meta.replicas if r in healthy]
+            isr = candidates[:1]
+        if not candidates:
+            return replace(meta, isr=isr) if isr != meta.isr else None
+        leader = candidates[0]
+        epoch += 1
+    if (leader, isr, epoch) == (meta.leader, meta.isr, meta.leader_epoch):
+        return None
+    return replace(meta, leader=leader, isr=isr, leader_epoch=epoch)
+
+
+def ensure_min_isr(topic: str, partition: int, meta: PartitionMeta, min_isr: int) -> None:
+    if len(meta.isr) < min_isr:
+        raise NotEnoughReplicasError(
+            f"not enough in-sync replicas for {topic}-{partition}: ISR is [{','.join(map(str, meta.isr))}] "
+            f"but min.insync.replicas is {min_isr}; nothing was written")
+
+
+def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
+             epochs: list[list[int]] | None = None) -> int:
+    """Make follower a prefix-copy of leader up to leader_end; returns the follower's new log end.
+
+    `epochs` is the partition's leader-epoch history ([epoch, start offset], ...): the follower
+    is first cut to where its last epoch ended on the leader, as Kafka's OffsetsForLeaderEpoch
+    does; a byte comparison of batches then confirms it. The caller holds the partition lock and
+    has opened both logs for writing.
+    """
+    if leader.strict_records and not follower.strict_records:
+        follower.mark_strict_records()  # the copy holds the same foreign records
+    if epochs:
+        _truncate_to_epoch_end(follower, epochs, leader_end)
+    _truncate_divergent_suffix(leader, follower)
+    for fetched in PartitionReader(leader, follower.log_end_offset, leader_end, max_bytes=CATCH_UP_BYTES_PER_FETCH):
+        for fb in fetched.batches:
+            if fb.header.base_offset >= fetched.low:  # (a batch the follower holds part of is not copied)
+                follower.append(fb.data, fb.header)
+    follower.flush()
+    return follower.log_end_offset
+
+
+def epoch_end_offset(epochs: list[list[int]], epoch: int, leader_end: int) -> int:
+    """Where `epoch` ended on the leader: the start of the first later epoch, else its log end
+    (Kafka's OffsetsForLeaderEpoch answer for the largest epoch <= `epoch`)."""
+    if epoch < 0:  # a Kafka v0/v1 message set has no epoch: nothing to go by (the byte comparison decides)
+        return leader_end
+    later = [start for e, start in epochs if e > epoch]
+    return min(later) if later else leader_end
+
+
+def _truncate_to_epoch_end(follower: PartitionLog, epochs: list[list[int]], leader_end: int) -> None:
+    last = follower.last_batch()
+    if last is None:
+        return
+    end = epoch_end_offset(epochs, last.header.leader_epoch, leader_end)
+    if follower.log_end_offset > end:
+        follower.truncate_to(end)
+
+
+def _truncate_divergent_suffix(leader: PartitionLog, follower: PartitionLog) -> None:
+    """Walk back from the follower's end until its last batch is byte-for-byte the leader's."""
+    for _ in range(DIVERGENCE_STEPS_MAX):
+        end = follower.log_end_offset
+        if end == follower.first_offset():
+            return
+        last = follower.last_batch()
+        if last is None:
+            return
+        theirs = leader.read(last.header.base_offset, last.header.next_offset, 1)
+        if theirs and theirs[0].header.base_offset == last.header.base_offset and theirs[0].data == last.data:
+            return
+        follower.truncate_to(last.header.base_offset)
+    raise StorageError(f"could not find where {follower.directory} agrees with its leader")
+
+
+DATA_LOSS_PREFIX = "data loss: "  # a warning that starts so makes the command exit 1 (klog/cli/app.py)
+
+
+class ReplicaManager:
+    """Runs under a partition's lock: reconcile replicas with metadata, then append."""
+
+    def __init__(self, store, warn: Warn | None = None) -> None:
+        self.store = store
+        self.warn = warn or store.warn
+        # (topic, partition, log dir) -> when its append or catch-up last failed, in this process:
+        # retrying on every append would cost a read of the whole lag and a warning per batch
+        self._failed_at: dict[tuple[str, int, int], float] = {}
+        # log dir id -> (its path, its health), while a producer writes many batches in one go
+        # (see shared_dir_checks); None otherwise: every append checks its directories again
+        self._dir_checks: dict[int, tuple[str, str]] | None = None
+
+    @contextmanager
+    def shared_dir_checks(self) -> Iterator[None]:
+        """Within this block, each log directory's health is checked once, not once per append:
+        a producer's flush writes a batch to each of its partitions (1,000 partitions on one disk
+        were 1,000 checks of the same directory). A directory that fails meanwhile still fails
+        the append that meets it (LeaderAppendError), which clears what was learnt."""
+        outer = self._dir_checks is not None
+        if not outer:
+            self._dir_checks = {}
+        try:
+            yield
+        finally:
+            if not outer:
+                self._dir_checks = None
+
+    def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
+        checks = self._dir_checks
+        known = checks.get(log_dir_id) if checks is not None else None
+        if known is None:
+            known = (self.store.data_dir.log_dir_path(log_dir_id), dir_health(self.store, log_dir_id))
+            if checks is not None and known[1] == health.OK:
+                checks[log_dir_id] = known
+        return known
+
+    def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
+        return [self.store.data_dir.log_dir_path(d) for d in ids]
+
+    def reconcile_if_due(self, topic: str, partition: int, part) -> PartitionMeta:
+        """reconcile(), or when nothing can have changed since the last one (see REPLICA_RECHECK_S)
+        only the cheap re-open of `part` (it checks the lock generation)."""
+        # kept on the Partition (one per store), so that every producer of the store shares it
+        known = part.replica_check
+        if (known is not None and time.monotonic() - known[0] < REPLICA_RECHECK_S
+                and part.unchanged_since_last_append() and self._replicas_healthy(topic, partition, known[1])):
+            part.open_for_write()
+            return known[1]
+        return self.reconcile(topic, partition, part)
+
+    def _replicas_healthy(self, topic: str, partition: int, meta: PartitionMeta) -> bool:
+        """Every replica's directory is healthy and holds the partition's folder."""
+        name = partition_dir_name(topic, partition)
+        for d in meta.replicas:
+            path, state = self._dir_path_and_health(d)
+            if state != health.OK or not os.path.isdir(os.path.join(path, name)):
+                return False
+        return True
+
+    def reconcile(self, topic: str, partition: int, part) -> PartitionMeta:
+        """Health, election, catch-up; leaves `part` configured as leader + ISR, opened for write."""
+        part.replica_check = None
+        store = self.store
+        topic_meta = store.topics.get(topic)
+        meta = topic_meta.partitions[partition]
+        before = meta
+        unclean = LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
+        states = {d: dir_health(store, d) for d in meta.replicas}
+        for d, state in states.items():
+            if state == health.REPLACED:
+                store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
+                self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
+                meta = replace(meta, isr=[r for r in meta.isr if r != d])
+                states[d] = health.OK
+        hw = part.snapshot().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
+        for d in list(meta.isr):
+            if states[d] == health.OK and hw > 0 and not os.path.isdir(replica_path(store, topic, partition, d)):
+                meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
+        healthy = {d for d, s in states.items() if s == health.OK}
+        for d in meta.isr:
+            if d not in healthy:
+                self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
+                          f"({states[d]})")
+        elected = elect(meta, healthy, unclean)
+        if elected is not None:
+            meta = elected
+        if meta.leader not in healthy or meta.leader not in meta.isr:
+            raise NoLeaderError(f"no in-sync replica of {topic}-{partition} is available "
+                                f"(replicas {meta.replicas}: {', '.join(f'{d} {states[d]}' for d in meta.replicas)})")
+        part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [d for d in meta.isr if d != meta.leader]))
+        part.open_for_write()
+        if part.state_rebuilt:
+            self.warn(part.state_rebuilt)
+            part.state_rebuilt = None
+        self._restore_leader_tail(part, hw)
+        leader = part.leader
+        if meta.leader_epoch != before.leader_epoch:
+            meta = replace(meta, epochs=[*meta.epochs, [meta.leader_epoch, leader.log_end_offset]])
+            self.warn(f"{topic}-{partition}: replica in log directory {meta.leader} is the new leader "
+                      f"(epoch {meta.leader_epoch})")
+        meta = self._align_in_sync_followers(topic, partition, part, meta)
+        part.publish()  # open_for_write lowered the high watermark to the shortest replica's end
+        meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
+        if meta != before:
+            store.topics.update_partition(topic, partition, meta)
+            store.forget_topic_cache(topic)
+        snap = part.snapshot()
+        if snap.leader_epoch != meta.leader_epoch:
+            snap.leader_epoch = meta.leader_epoch
+            part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
+        part.leader_epoch_loaded = meta.leader_epoch
+        if len(meta.isr) == len(meta.replicas):
+            part.replica_check = (time.monotonic(), meta)
+        return meta
+
+    def _restore_leader_tail(self, part, hw: int) -> None:
+        """The leader can come out of recovery shorter than an in-sync follower: killed between
+        writes, or cut at a damaged batch below the high watermark after a power cut. In-sync
+        followers hold the same batches, so the longest one's tail is copied back, rather than
+        every replica being cut to the leader's end. A replica that lost committed records is
+        named in a warning (with RF=1 they are gone)."""
+        for replica, report in zip(part.replicas, part.last_recovery, strict=True):
+            if report.repaired and replica.log_end_offset < hw:
+                self.warn(f"recovery cut committed records of {replica.directory} from offset "
+                          f"{replica.log_end_offset} (high watermark {hw}): {'; '.join(report.reasons)}")
+        leader = part.leader
+        longest = max(part.replicas, key=lambda r: r.log_end_offset)
+        if longest.log_end_offset > leader.log_end_offset:
+            try:
+                catch_up(longest, leader, longest.log_end_offset)
+            except OSError as e:
+                why = f"{leader.directory}: {e.strerror or e}"
+                raise LeaderAppendError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
+                                        f"{e.strerror or e}", why) from None
+        if leader.log_end_offset < hw:
+            self.warn(f"{DATA_LOSS_PREFIX}committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-"
+                      f"{part.partition} are gone from every replica; the bytes cut are kept in .corrupt files "
+                      f"in {leader.directory} (klog verify lists them)")
+
+    def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
+        """A writer killed between the leader's append and a follower's left that follower short
+        (or, after an election, with a suffix the leader lacks): bring it to the leader's end
+        before the next append, which stamps the leader's next offset on every replica."""
+        leader = part.leader
+        end = leader.log_end_offset
+        dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+        lost = set()
+        for d, follower in zip(dirs[1:], part.replicas[1:], strict=True):
+            if follower.log_end_offset == end:
+                continue
+            try:
+                catch_up(leader, follower, end, meta.epochs)
+            except (OSError, KlogError) as e:
+                self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR: {e}")
+                lost.add(d)
+        if not lost:
+            return meta
+        meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
+        part.set_replica_dirs(self._dirs(topic, partition, [d for d in dirs if d not in lost]))
+        return meta
+
+    def _catch_up_out_of_sync(self, topic: str, partition: int, part, meta: PartitionMeta,
+                              healthy: set[int]) -> PartitionMeta:
+        leader = part.leader
+        before_isr = meta.isr
+        for d in meta.replicas:
+            if d in meta.isr or d not in healthy:
+                continue
+            failed_at = self._failed_at.get((topic, partition, d))
+            if failed_at is not None and time.monotonic() - failed_at < CATCH_UP_RETRY_S:
+                continue
+            follower = PartitionLog(replica_path(self.store, topic, partition, d), part.config)
+            try:
+                follower.open_for_write()
+                end = catch_up(leader, follower, leader.log_end_offset, meta.epochs)
+            except (OSError, KlogError) as e:
+                if failed_at is None:  # once per failure, not per retry
+                    self.warn(f"cannot catch up the replica of {topic}-{partition} in log directory {d}: {e} "
+                              f"(retrying every {CATCH_UP_RETRY_S:g} s)")
+                self._failed_at[(topic, partition, d)] = time.monotonic()
+                follower.close()
+                continue
+            self._failed_at.pop((topic, partition, d), None)
+            follower.close()
+            if end == leader.log_end_offset:
+                meta = replace(meta, isr=[r for r in meta.replicas if r in meta.isr or r == d])
+                self.warn(f"replica of {topic}-{partition} in log directory {d} caught up and rejoined the ISR")
+        if meta.isr == before_isr:
+            return meta  # nobody joined: `part` is already leader + ISR, opened (saves a re-open per append)
+        part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [r for r in meta.isr if r != meta.leader]))
+        part.open_for_write()
+        return meta
+
+    def append(self, topic: str, partition: int, encoded: bytes, acks: str,
+               before: Callable[[int], None] | None = None) -> int:
+        """Append one encoded batch; returns its base offset once `acks` is satisfied: acks=all
+        when every in-sync replica has fsynced it (per the flush policy), acks=1 when the leader
+        has, acks=0 without waiting for any fsync. Every in-sync replica gets the bytes either way.
+        `before(base offset)` runs under the lock once the offset the batch gets is known."""
+        store = self.store
+        part = store.partition(topic, partition)
+        min_isr = store.log_config(topic).min_insync_replicas
+        sync = SYNC_BY_ACKS[str(acks)]
+        with part.lock:
+            try:
+                meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr, before)
+            except BaseException:
+                part.replica_check = None  # whatever failed, the next append checks everything
+                if self._dir_checks is not None:
+                    self._dir_checks.clear()
+                raise
+            if result.failed_followers:
+                part.replica_check = None
+                if self._dir_checks is not None:
+                    self._dir_checks.clear()
+                dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+                lost = {dirs[i] for i in result.failed_followers}
+                for i, why in result.failed_followers.items():
+                    self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
+                    self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
+                meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
+                store.topics.update_partition(topic, partition, meta)
+                store.forget_topic_cache(topic)
+            part.publish()
+            if sync == SYNC_ALL and len(meta.isr) < min_isr:
+                raise NotEnoughReplicasError(
+                    f"{topic}-{partition}: the batch at offset {result.base_offset} reached only ISR "
+                    f"[{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
+        return result.base_offset
+
+
+    def _append_with_failover(self, topic: str, partition: int, part, encoded: bytes, sync: str, min_isr: int,
+                              before: Callable[[int], None] | None) -> tuple[PartitionMeta, AppendResult]:
+        """A leader whose directory fails the append (EIO, ENOSPC, ...) leaves the ISR, an in-sync
+        follower is elected (epoch + 1) and the batch is appended there: the write goes on while
+        an in-sync replica is left, as in Kafka, where the producer's retry finds the new leader."""
+        attempts = 1
+        while True:
+            try:
+                meta = self.reconcile_if_due(topic, partition, part)
+                if sync == SYNC_ALL:
+                    ensure_min_isr(topic, partition, meta, min_isr)
+                if before is not None:
+                    before(part.leader.log_end_offset)
+                return meta, part.append_batch(encoded, sync)
+            except LeaderAppendError as e:
+                part.replica_check = None
+                if self._dir_checks is not None:
+                    self._dir_checks.clear()  # the other partitions of this flush check their directories again
+                replicas = self.store.topics.get(topic).partitions[partition].replicas
+                failed = self._log_dir_of(part.leader, replicas)
+                stuck = {self._log_dir_of(r, replicas) for r in e.stuck}
+                current = self.store.topics.get(topic).partitions[partition]
+                rest = [d for d in current.isr if d != failed and d not in stuck]
+                if not rest:  # as in Kafka, the ISR never empties: the last replica keeps its place
+                    raise StorageError(str(e)) from None
+                self.warn(f"replica of {topic}-{partition} in log directory {failed} left the ISR: {e.why}")
+                for d in stuck:
+                    self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR: it holds "
+                              "a batch its leader failed to write and could not be cut back")
+                for d in {failed} | stuck:
+                    self._failed_at[(topic, partition, d)] = time.monotonic()
+                self.store.topics.update_partition(topic, partition, replace(current, isr=rest))
+                self.store.forget_topic_cache(topic)
+                if attempts > len(replicas):
+                    break
+                attempts += 1
+        raise StorageError(f"cannot append to {topic}-{partition}: every replica failed")
+
+    def _log_dir_of(self, replica: PartitionLog, candidates: list[int]) -> int:
+        root = os.path.dirname(replica.directory)
+        found = [d for d in candidates if self.store.data_dir.log_dir_path(d) == root]
+        assert len(found) == 1, (replica.directory, candidates)
+        return found[0]
+
+
+def move_replica(store, topic: str, partition: int, source: int, target: int, warn: Warn | None = None) -> None:
+    """Move one replica from log dir `source` to `target` without losing or duplicating a record:
+    the new replica is caught up and joins the ISR before the old one is dropped."""
+    manager = ReplicaManager(store, warn)
+    part = store.partition(topic, partition)
+    with part.lock:
+        meta = store.topics.get(topic).partitions[partition]
+        if source not in meta.replicas:
+            raise KlogError(f"{topic}-{partition} has no replica in log directory {source}")
+        if target in meta.replicas:
+            raise KlogError(f"{topic}-{partition} already has a replica in log directory {target}")
+        if dir_health(store, target) != health.OK:
+            raise KlogError(f"log directory {target} is not healthy ({dir_health(store, target)})")
+        store.topics.update_partition(topic, partition, replace(meta, replicas=[*meta.replicas, target]))
+        meta = manager.reconcile(topic, partition, part)
+        if target not in meta.isr:
+            raise StorageError(f"the new replica of {topic}-{partition} in log directory {target} "
+                               "could not catch up; nothing was moved")
+        replicas = [target if r == source else r for r in meta.replicas if r != target]
+        isr = [r for r in meta.isr if r != source]
+        new = replace(meta, replicas=replicas, isr=isr)
+        if meta.leader == source:
+            leader = next(r for r in replicas if r in isr)
+            new = replace(new, leader=leader, leader_epoch=meta.leader_epoch + 1,
+                          epochs=[*meta.epochs, [meta.leader_epoch + 1, part.leader.log_end_offset]])
+        store.topics.update_partition(topic, partition, new)
+        store.forget_topic_cache(topic)
+        manager.reconcile(topic, partition, part)
+        old = replica_path(store, topic, partition, source)
+        if os.path.isdir(old):
+            # a short name (a 249-character topic's folder + a suffix would pass 255 bytes) that
+            # never parses as a partition folder ("delete" is no partition number)
+            doomed = os.path.join(os.path.dirname(old), f"klog-moved-{uuid.uuid4().hex}-delete")
+            os.replace(old, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)

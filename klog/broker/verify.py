@@ -1,0 +1,259 @@
+"""`klog verify`: check every replica's batches and indexes; optionally repair.
+
+Repair rebuilds indexes and truncates a torn tail; a replica damaged before its tail is cut at
+the damage and re-copied from an in-sync replica that is intact (Kafka does not do this). It
+also catches up replicas that are out of sync but healthy again, which otherwise waits for the
+partition's next write.
+"""
+
+from __future__ import annotations
+
+import os
+
+from klog.broker.replication import ReplicaManager, catch_up
+from klog.errors import KlogError
+from klog.store.inspect import check_segment
+from klog.store.segment import CORRUPT_SUFFIX
+
+DELETING_SUFFIX = ".deleting"  # Store.delete_topic's name for a folder on its way out
+# a foreign log (written into the store by another tool) holding a record attributes byte >= 0x80
+# that `dirs import` did not see (see PartitionLog.mark_strict_records)
+UNMARKED_HIGH_ATTRIBUTES = "a record attributes byte >= 0x80 in a log not marked for strict decoding"
+
+
+def verify_store(store, topic: str | None = None, repair: bool = False) -> list[dict]:
+    topics = [topic] if topic else store.topic_names()
+    reports = []
+    for name in topics:
+        meta = store.topic(name)
+        for p in range(len(meta.partitions)):
+            part = store.partition(name, p)
+            pm = meta.partitions[p]
+            order = [pm.leader] + [r for r in pm.isr if r != pm.leader]
+            part.set_replica_dirs([store.data_dir.log_dir_path(d) for d in order])
+            snap = part.state.read_valid()
+            checked = [(d, replica, _check_replica(replica, snap)) for d, replica in zip(order, part.replicas,
+                                                                                         strict=True)]
+            state_problem = _check_state(part, snap)
+            for d, replica, (problems, fixable_at) in checked:
+                problems = problems + ([state_problem] if state_problem and d == pm.leader else [])
+                report = {"topic": name, "partition": p, "log_dir": d, "ok": not problems, "repaired": False,
+                          "problems": list(problems)}
+                if repair and problems:
+                    healthy = next((r for _, r, (probs, _) in checked if not probs and r is not replica), None)
+                    report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"],
+                                                 snap.high_watermark if snap is not None else 0)
+                reports.append(report)
+            if repair:
+                reports.extend(_rejoin(store, name, p, part))
+    if topic is None:
+        reports.extend(_placement_counts(store, repair))
+        reports.extend(_unknown_partition_folders(store))
+        reports.extend(_unfinished_deletes(store, repair))
+    return reports
+
+
+def _placement_counts(store, repair: bool) -> list[dict]:
+    """The replica counts and name keys kept beside the topics (klog.meta.topic_index) against the
+    topics themselves; --repair counts them again."""
+    problems = store.topics.index_problems()
+    if not problems:
+        if repair:
+            store.topics.rebuild_index(only_if_absent=True)  # nothing wrong: a store from before it gets one
+        return []
+    repaired = False
+    if repair:
+        store.topics.rebuild_index()
+        repaired = True
+        problems.append("repaired: rebuilt the placement counts from the topics")
+    return [{"topic": None, "partition": None, "log_dir": None, "ok": False, "repaired": repaired,
+             "problems": problems}]
+
+
+def _unfinished_deletes(store, repair: bool) -> list[dict]:
+    """Folders `klog topics delete` renamed aside but could not remove (a read-only disk, a
+    permission): never read as a topic, reported until removed; --repair removes them."""
+    import shutil
+
+    out = []
+    for d in store.log_dir_ids():
+        path = store.data_dir.log_dir_path(d)
+        try:
+            names = sorted(n for n in os.listdir(path) if n.endswith(DELETING_SUFFIX))
+        except OSError:
+            continue
+        for n in names:
+            folder = os.path.join(path, n)
+            problems = [f"{folder}: left over from a topic delete that could not remove it"]
+            repaired = False
+            if repair:
+                errors: list[str] = []
+                shutil.rmtree(folder, onerror=lambda _f, p, exc, errors=errors: errors.append(
+                    f"{p}: {exc[1].strerror or exc[1]}"))
+                repaired = not errors
+                problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
+            out.append({"topic": None, "partition": None, "log_dir": d, "ok": False, "repaired": repaired,
+                        "problems": problems})
+    return out
+
+
+def _unknown_partition_folders(store) -> list[dict]:
+    """Partition folders no topic owns (a Kafka broker's, copied in by hand): never touched, and
+    the report says how to adopt them."""
+
+    from klog.store.format import LOG_SUFFIX, parse_partition_dir
+
+    reports = []
+    for d in store.log_dir_ids():
+        path = store.data_dir.log_dir_path(d)
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            continue
+        for n in names:
+            parsed = parse_partition_dir(n)
+            folder = os.path.join(path, n)
+            if parsed is None or not os.path.isdir(folder):
+                continue
+            t, p = parsed
+            meta = store.topics.find(t)
+            if meta is not None and p < len(meta.partitions):
+                continue
+            if not any(f.endswith(LOG_SUFFIX) for f in os.listdir(folder)):
+                continue
+            reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": False,
+                            "problems": [f"{folder}: a partition folder no topic of this store owns (left as it "
+                                         f"is); adopt it with: klog dirs import {folder}"]})
+    return reports
+
+
+def _check_state(part, snap) -> str | None:
+    """The state file must be readable wherever the log holds data (the log end against the high
+    watermark is checked per replica)."""
+    if snap is None and part.holds_data():
+        return f"{part.state.path}: missing or damaged, so the high watermark is unknown"
+    return None
+
+
+def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
+    """Catch up the healthy out-of-sync replicas now; one report for each that rejoined."""
+    before = set(store.topics.get(topic).partitions[partition].isr)
+    try:
+        with part.lock:
+            after = ReplicaManager(store).reconcile(topic, partition, part).isr
+    except KlogError as e:  # e.g. no leader: reported, and the other partitions still get checked
+        return [{"topic": topic, "partition": partition, "log_dir": None, "ok": False, "repaired": False,
+                 "problems": [str(e)]}]
+    return [{"topic": topic, "partition": partition, "log_dir": d, "ok": False, "repaired": True,
+             "problems": ["repaired: caught up from the leader and rejoined the ISR"]}
+            for d in after if d not in before]
+
+
+def _check_replica(replica, snap) -> tuple[list[str], int | None]:
+    """Problems found, and the offset to truncate at when the log itself is damaged."""
+    if os.path.islink(replica.directory):
+        return [f"{replica.directory}: a symbolic link, not a partition folder (klog never follows it)"], None
+    if not os.path.isdir(replica.directory):
+        if snap is None or snap.high_watermark == 0:
+            return [], None  # a partition never written has no folder yet
+        return [f"{replica.directory}: the partition folder is missing (high watermark {snap.high_watermark})"], 0
+    replica.refresh_segments()
+    problems = _kept_corrupt_bytes(replica.directory)
+    cut_at = None
+    expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
+    log_end = None
+    for i, base in enumerate(replica.bases):
+        segment = replica.segments[base]
+        compacted, last = replica.compacted, i == len(replica.bases) - 1
+        try:
+            check = check_segment(segment, gaps_ok=compacted and not last)
+        except OSError as e:  # unreadable (EIO, EACCES, not a file): damage a reader would hit too
+            problems.append(f"{segment.log_path}: cannot read: {e.strerror or e}")
+            cut_at = base if expected is None else min(base, expected)
+            break
+        problems.extend(_index_problem_lines(segment, check.index_problems))
+        if (expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i)
+                and not (compacted and check.first_offset > expected)):  # Kafka's cleaner removed the offsets between
+            problems.append(f"{segment.log_path}: " + (f"offsets {expected}..{check.first_offset - 1} are missing"
+                            if check.first_offset > expected else f"overlaps the segment before (from {expected})"))
+            cut_at = expected
+            break
+        if check.log_problem:
+            last = i == len(replica.bases) - 1
+            problems.append(f"{segment.log_path}: {check.log_problem}" + ("" if last else " (before the log's tail)"))
+            cut_at = check.valid_next_offset if check.valid_next_offset is not None else base
+            break
+        if check.valid_next_offset is not None:
+            expected = log_end = check.valid_next_offset
+        elif i and expected is not None and base != expected:
+            problems.append(f"{segment.log_path}: an empty segment at offset {base}, but the log before it ends "
+                            f"at {expected}")
+            cut_at = expected
+            break
+    if not problems and not replica.strict_records:
+        high = replica.first_high_attributes_offset()
+        if high is not None:
+            problems.append(f"{replica.directory}: {UNMARKED_HIGH_ATTRIBUTES} (offset {high}): klog's compiled reader "
+                            "would read such a record differently from Kafka; --repair marks the partition to be "
+                            "read with the strict decoder")
+    if not problems and snap is not None and (log_end or 0) < snap.high_watermark:
+        problems.append(f"{replica.directory}: the log ends at offset {log_end or 0}, below the high watermark "
+                        f"{snap.high_watermark}")
+        cut_at = log_end or 0
+    return problems, cut_at
+
+
+def _kept_corrupt_bytes(folder: str) -> list[str]:
+    """`.corrupt` files recovery left: acknowledged records it had to cut (loud until deleted)."""
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(CORRUPT_SUFFIX):
+            path = os.path.join(folder, name)
+            out.append(f"{path}: {os.path.getsize(path)} bytes of acknowledged records that recovery cut from the "
+                       f"log as damaged; inspect them, then delete the file")
+    return out
+
+
+def _follows(first: int, expected: int, i: int) -> bool:
+    """A segment's first batch starts where the log before it ends (the first segment may also
+    start inside its first batch's range when delete-records moved the start into it)."""
+    return first == expected or (i == 0 and first < expected)
+
+
+def _index_problem_lines(segment, found: list[str]) -> list[str]:
+    """One line per index file (a broken index can have millions of bad entries), each under its
+    own path: time-index problems name the .timeindex."""
+    lines = []
+    for path, problems in ((segment.offset_index.path, [x for x in found if not x.startswith("time index")]),
+                           (segment.time_index.path, [x for x in found if x.startswith("time index")])):
+        if problems:
+            more = len(problems) - 1
+            lines.append(f"{path}: {len(problems)} index problems: {problems[0]}" + (f" (and {more} more)" if more
+                                                                                     else ""))
+    return lines
+
+
+def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: int) -> bool:
+    if cut_at is not None and healthy is None and cut_at < hw:
+        # cutting would drop committed records nobody else holds (and what follows the damage):
+        # leave the files for inspection; readers keep failing loudly at the damage
+        notes.append(f"not repaired: offsets {cut_at}..{hw - 1} are committed and no intact replica holds them")
+        return False
+    with part.lock:
+        part.open_for_write()
+        if cut_at is None:
+            if any(UNMARKED_HIGH_ATTRIBUTES in n for n in notes):
+                replica.mark_strict_records()
+                notes.append("repaired: marked to be read with the strict decoder only")
+                return True
+            for base in list(replica.bases):
+                replica.segments[base].recover()
+            notes.append("repaired: rebuilt indexes")
+            return True
+        replica.truncate_to(cut_at)
+        notes.append(f"repaired: truncated at offset {cut_at}")
+        if healthy is not None:
+            end = catch_up(healthy, replica, healthy.log_end_offset)
+            notes.append(f"repaired: re-copied offsets {cut_at}..{end} from {healthy.directory}")
+        part.publish()
+    return True

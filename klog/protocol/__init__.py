@@ -1,0 +1,4 @@
+"""Kafka's wire protocol as both ends of klog speak it: `klog serve` (klog.server) and the cluster
+client (klog.client.remote). API keys (apis), error codes by name (errors), loading kio without its
+test-only imports (loading), kio helpers one handler uses for every version (kafka), and the
+request/response framing (framing). Imports nothing of klog above klog.errors."""

@@ -1,0 +1,200 @@
+"""Kafka's framing: a 4-byte big-endian size, then a request header and body (kio types).
+
+Only the framing is hand-written; headers and bodies are kio's generated readers and writers.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
+
+SIZE = struct.Struct(">i")
+PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version
+
+_read_v1 = entity_reader(RequestHeaderV1)
+_read_v2 = entity_reader(RequestHeaderV2)
+_write_v0 = entity_writer(ResponseHeaderV0)
+_write_v1 = entity_writer(ResponseHeaderV1)
+_readers: dict[type, Any] = {}
+_writers: dict[type, Any] = {}
+
+
+class FrameError(Exception):
+    """A frame that cannot be parsed: the connection is closed (Kafka does the same)."""
+
+
+@dataclass(frozen=True)
+class RequestPrefix:
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+def read_prefix(frame: bytes) -> RequestPrefix:
+    if len(frame) < PREFIX.size:
+        raise FrameError(f"frame of {len(frame)} bytes is shorter than a request header")
+    return RequestPrefix(*PREFIX.unpack_from(frame))
+
+
+def parse_header(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, int, type]:
+    """(client id, where the body starts, the body's kio type) of a supported request's frame."""
+    schema = load_request_schema(prefix.api_key, prefix.api_version)
+    header_reader = _read_v2 if schema.__flexible__ else _read_v1
+    try:
+        header, used = header_reader(frame, 0)
+    except Exception as e:  # kio's DecodeError family
+        raise FrameError(f"cannot parse the header of api key {prefix.api_key} v{prefix.api_version}: {e}") from None
+    return header.client_id, used, schema
+
+
+def parse_request(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, Any]:
+    """(client id, request body) of a frame whose (api key, version) is known to be supported."""
+    client_id, used, schema = parse_header(frame, prefix)
+    try:
+        reader = _readers.get(schema)
+        if reader is None:
+            reader = _readers[schema] = entity_reader(schema)
+        body, _ = reader(frame, used)
+    except Exception as e:  # kio raises its DecodeError family, and ValueError on bad enums/utf-8
+        raise FrameError(f"cannot parse {schema.__name__} v{prefix.api_version}: {e}") from None
+    # trailing bytes are ignored, as Kafka's generated readers do (librdkafka's Metadata v12 has some)
+    return client_id, body
+
+
+def client_id_of(frame: bytes) -> str | None:
+    """The client id of a frame we cannot parse further (it sits at the same place in v1 and v2),
+    printable and short enough for a log line."""
+    try:
+        (n,) = struct.unpack_from(">h", frame, PREFIX.size)
+    except struct.error:
+        return None
+    if n < 0:
+        return None
+    return printable(frame[PREFIX.size + 2:PREFIX.size + 2 + min(n, 64)].decode("utf-8", "replace"))
+
+
+def printable(text: str | None) -> str | None:
+    """Text from a client, safe for one log line: control characters escaped, at most 64 chars."""
+    if text is None:
+        return None
+    text = text[:64]
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def header_bytes(correlation_id: int, response_type: type) -> bytes:
+    """The response header: v1 (tagged fields) for flexible responses, except ApiVersions (always v0)."""
+    buf = io.BytesIO()
+    if response_type.__header_schema__ is ResponseHeaderV1:
+        _write_v1(buf, ResponseHeaderV1(correlation_id=i32(correlation_id)))
+    else:
+        _write_v0(buf, ResponseHeaderV0(correlation_id=i32(correlation_id)))
+    return buf.getvalue()
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """A whole frame: size, response header, body."""
+    schema = type(response)
+    writer = _writers.get(schema)
+    if writer is None:
+        writer = _writers[schema] = entity_writer(schema)
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    buf.write(header_bytes(correlation_id, schema))
+    writer(buf, response)
+    frame = buf.getbuffer()
+    SIZE.pack_into(frame, 0, len(frame) - 4)
+    out = bytes(frame)
+    del frame
+    return out
+
+
+class _FdView:
+    """What loop.sendfile needs of a file: its descriptor (the segment's shared read fd: sendfile
+    takes an explicit offset, and the seek asyncio does afterwards is harmless to pread users)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def seek(self, *args: object) -> int:
+        return 0
+
+
+@dataclass
+class FileRange:
+    fd: int
+    offset: int
+    count: int
+    owner: Any = None  # closed once sent (or not): a klog.store.log.ByteRange holding a dup'ed fd
+
+
+@dataclass
+class RawBody:
+    """A response body already laid out as bytes and file ranges (the zero-copy fetch path):
+    the ranges go from the segment files to the socket with os.sendfile."""
+
+    response_type: type
+    parts: list[bytes | FileRange]
+
+    def size(self) -> int:
+        return sum(len(p) if isinstance(p, bytes) else p.count for p in self.parts)
+
+    def close(self) -> None:
+        for part in self.parts:
+            if isinstance(part, FileRange) and part.owner is not None:
+                part.owner.close()
+
+    async def send(self, writer: Any, correlation_id: int) -> None:
+        import asyncio
+
+        try:
+            header = header_bytes(correlation_id, self.response_type)
+            writer.write(SIZE.pack(len(header) + self.size()) + header)
+            loop = asyncio.get_running_loop()
+            for part in self.parts:
+                if isinstance(part, bytes):
+                    writer.write(part)
+                elif part.count and writer.get_extra_info("ssl_object") is not None:
+                    await _send_through_tls(writer, part)  # TLS encrypts in this process: no sendfile
+                elif part.count:
+                    await writer.drain()
+                    sent = await loop.sendfile(writer.transport, _FdView(part.fd), part.offset, part.count)
+                    if sent != part.count:  # the file shrank under us (retention): the frame is broken
+                        raise ConnectionError(f"sendfile sent {sent} of {part.count} bytes")
+            await writer.drain()
+        finally:
+            self.close()
+
+
+TLS_CHUNK_BYTES = 1 << 20
+
+
+async def _send_through_tls(writer: Any, part: FileRange) -> None:
+    """A file range to a TLS connection: read and write in bounded chunks. The reads run in a
+    thread: a range no longer in the page cache would otherwise stop the event loop, and every
+    other connection with it, for the disk's time."""
+    import asyncio
+    import os
+
+    loop = asyncio.get_running_loop()
+    done = 0
+    while done < part.count:
+        chunk = await loop.run_in_executor(None, os.pread, part.fd, min(TLS_CHUNK_BYTES, part.count - done),
+                                           part.offset + done)
+        if not chunk:  # the file shrank under us (retention): the frame is broken
+            raise ConnectionError(f"read {done} of {part.count} bytes")
+        writer.write(chunk)
+        done += len(chunk)
+        await writer.drain()

@@ -1,0 +1,296 @@
+"""What one client may cost everyone else: entries per request, connections per address and in all.
+
+Kafka has no bound on the entries of a request (its parsing runs on many threads); here requests are
+parsed by kio's native reader holding the interpreter for the whole frame (0.6 s for a Produce of
+1,000,000 partition entries), so a request's entries are counted first, by a walk over its schema
+that stops as soon as the count passes the limit, and a request over it is refused before it is
+parsed: INVALID_REQUEST, one log line, the connection keeps serving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import time
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from klog.errors import UsageError
+
+MAX_REQUEST_ENTRIES_DEFAULT = 20_000  # array entries in one request, all arrays summed
+UNBOUNDED = 2**31 - 1  # Kafka's default for max.connections and max.connections.per.ip
+# descriptors kept for the store (segments, indexes, locks, LMDB) when max.connections follows the
+# process's open-file limit: a quarter of it, at least this many
+STORE_FDS_MIN = 64
+REFUSAL_LOG_INTERVAL_S = 10.0  # one log line per this, with the count refused since the last one
+
+
+@dataclass
+class ServeLimits:
+    """`klog serve`'s bounds on connections and requests (docs/serve-limits.md)."""
+
+    max_connections: int | None = None  # None: what the open-file limit leaves (default_max_connections)
+    max_connections_per_ip: int = UNBOUNDED
+    per_ip_overrides: dict[str, int] = field(default_factory=dict)  # max.connections.per.ip.overrides
+    max_request_entries: int = MAX_REQUEST_ENTRIES_DEFAULT
+
+    def validate(self) -> None:
+        if self.max_connections is None:
+            self.max_connections = default_max_connections()
+        for name, value in (("--max-connections", self.max_connections),
+                            ("--max-connections-per-ip", self.max_connections_per_ip),
+                            ("--max-request-entries", self.max_request_entries)):
+            if value < 1:
+                raise UsageError(f"{name} must be 1 or more")
+        for host, value in self.per_ip_overrides.items():
+            if value < 0:
+                raise UsageError(f"--max-connections-per-ip-overrides: {host}:{value} must be 0 or more")
+
+    def per_ip(self, host: str) -> int:
+        return self.per_ip_overrides.get(host, self.max_connections_per_ip)
+
+
+def default_max_connections() -> int:
+    """Kafka's max.connections is unbounded, but past the process's open-file limit accepting fails
+    (EMFILE) and the store cannot open its files: the limit less what the store keeps."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= UNBOUNDED:
+        return UNBOUNDED
+    return max(1, soft - max(STORE_FDS_MIN, soft // 4))
+
+
+def parse_overrides(text: str) -> dict[str, int]:
+    """Kafka's max.connections.per.ip.overrides: 'host:count,host:count' ('[::1]:5' for IPv6)."""
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.isdigit():
+            raise UsageError(f"--max-connections-per-ip-overrides: '{item}' is not HOST:COUNT")
+        out[host.strip("[]")] = int(count)
+    return out
+
+
+class RateLimitedLog:
+    """One log line per interval for a repeated event, counting what it did not log."""
+
+    def __init__(self, log: Any, interval_s: float = REFUSAL_LOG_INTERVAL_S) -> None:
+        self._log = log
+        self._interval_s = interval_s
+        self._last = float("-inf")
+        self._suppressed = 0
+
+    def warning(self, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < self._interval_s:
+            self._suppressed += 1
+            return
+        suffix = f" ({self._suppressed} more since the last such line)" if self._suppressed else ""
+        self._log.warning(message + suffix, *args)
+        self._last, self._suppressed = now, 0
+
+
+# -- counting a request's entries without parsing it --------------------------------------------------
+class TooManyEntries(Exception):
+    pass
+
+
+class _Truncated(Exception):
+    pass
+
+
+_FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "timedelta_i32": 4, "int64": 8,
+          "timedelta_i64": 8, "float64": 8, "uuid": 16}
+
+
+def count_entries(frame: bytes, offset: int, schema: type, limit: int) -> int:
+    """The array entries of the request body of type `schema` at frame[offset:] (every array, nested
+    ones included), raising TooManyEntries as soon as they pass `limit`: the walk costs at most
+    `limit` entries' worth of work whatever the frame holds. A frame too short for its arrays
+    returns what was counted (kio's parse then refuses it)."""
+    walker = _Walker(frame, limit)
+    try:
+        walker.entity(schema, offset)
+    except (_Truncated, struct.error, IndexError):
+        pass
+    return walker.count
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    kafka_type: str | None  # primitives
+    entity: type | None  # nested entities
+    array: bool
+    optional: bool
+
+
+_layouts: dict[type, tuple[_Field, ...]] = {}
+
+
+def _is_optional(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _layout(cls: type) -> tuple[_Field, ...]:
+    found = _layouts.get(cls)
+    if found is not None:
+        return found
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if "tag" in f.metadata:  # tagged fields live in the tagged section, skipped whole
+            continue
+        hint, optional, array = hints[f.name], False, False
+        if _is_optional(hint):  # a nullable array or struct
+            hint, optional = next(a for a in typing.get_args(hint) if a is not type(None)), True
+        if typing.get_origin(hint) is tuple:
+            hint, array = typing.get_args(hint)[0], True
+        if _is_optional(hint):
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        entity = hint if dataclasses.is_dataclass(hint) else None
+        out.append(_Field(None if entity else f.metadata.get("kafka_type"), entity, array, optional))
+    _layouts[cls] = result = tuple(out)
+    return result
+
+
+class _Walker:
+    def __init__(self, frame: bytes, limit: int) -> None:
+        self.frame = frame
+        self.limit = limit
+        self.count = 0
+
+    def _uvarint(self, pos: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            if pos >= len(self.frame):
+                raise _Truncated
+            b = self.frame[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value, pos
+            shift += 7
+            if shift > 63:
+                raise _Truncated
+
+    def _length(self, pos: int, flexible: bool, wide: bool) -> tuple[int, int]:
+        """An array's, string's or bytes' length (-1: null) and where its content starts."""
+        if flexible:
+            n, pos = self._uvarint(pos)
+            return n - 1, pos
+        fmt = ">i" if wide else ">h"
+        (n,) = struct.unpack_from(fmt, self.frame, pos)
+        return n, pos + struct.calcsize(fmt)
+
+    def _add(self, n: int) -> None:
+        self.count += max(n, 0)
+        if self.count > self.limit:
+            raise TooManyEntries
+
+    def entity(self, cls: type, pos: int) -> int:
+        flexible = bool(getattr(cls, "__flexible__", False))
+        for f in _layout(cls):
+            if f.array:
+                n, pos = self._length(pos, flexible, wide=True)
+                self._add(n)
+                for _ in range(max(n, 0)):
+                    pos = self.entity(f.entity, pos) if f.entity else self.primitive(f.kafka_type, pos, flexible)
+            elif f.entity is not None:
+                if f.optional:  # a nullable struct: -1 absent, 1 present
+                    if self.frame[pos] == 0xFF:
+                        pos += 1
+                        continue
+                    pos += 1
+                pos = self.entity(f.entity, pos)
+            else:
+                pos = self.primitive(f.kafka_type, pos, flexible)
+            if pos > len(self.frame):
+                raise _Truncated
+        if flexible:  # tagged fields: count, then (tag, size, bytes) each
+            n, pos = self._uvarint(pos)
+            for _ in range(n):
+                _, pos = self._uvarint(pos)
+                size, pos = self._uvarint(pos)
+                pos += size
+        return pos
+
+    def primitive(self, kafka_type: str | None, pos: int, flexible: bool) -> int:
+        fixed = _FIXED.get(kafka_type or "")
+        if fixed is not None:
+            return pos + fixed
+        if kafka_type == "string":
+            n, pos = self._length(pos, flexible, wide=False)
+        elif kafka_type in ("bytes", "records"):
+            n, pos = self._length(pos, flexible, wide=True)
+        else:
+            raise _Truncated  # a type this walk does not know: leave the request to kio's parse
+        return pos + max(n, 0)
+
+
+# -- an answer for a request that is not parsed -------------------------------------------------------
+def error_response(api_key: int, version: int, error: Any, message: str) -> Any:
+    """The response of (api_key, version) saying `error` wherever it has an error code, its arrays
+    empty: for a request refused before parsing (its entries are not known)."""
+    from klog.protocol.kafka import response_module
+
+    mod = response_module(api_key, version)
+    cls = next(getattr(mod, n) for n in dir(mod) if n.endswith("Response")
+               and getattr(getattr(mod, n), "__api_key__", None) == api_key and dataclasses.is_dataclass(
+                   getattr(mod, n)) and getattr(mod, n).__name__.endswith("Response")
+               and _is_top(getattr(mod, n)))
+    from kio.schema.errors import ErrorCode
+
+    return _filled(cls, ErrorCode(int(error)), message)
+
+
+def _is_top(cls: type) -> bool:
+    from kio.static.constants import EntityType
+
+    return getattr(cls, "__type__", None) == EntityType.response
+
+
+def _filled(cls: type, error: Any, message: str) -> Any:
+    import datetime
+    import uuid
+
+    from kio.static.primitive import i32Timedelta, i64Timedelta
+
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            if f.name == "error_code":
+                values[f.name] = error
+            continue
+        hint, kafka_type = hints[f.name], f.metadata.get("kafka_type")
+        optional = _is_optional(hint)
+        if f.name == "error_code":
+            values[f.name] = error
+        elif f.name == "error_message":
+            values[f.name] = message
+        elif typing.get_origin(hint) is tuple:
+            values[f.name] = ()
+        elif optional:
+            values[f.name] = None
+        elif dataclasses.is_dataclass(hint):
+            values[f.name] = _filled(hint, error, message)
+        elif kafka_type == "timedelta_i32":
+            values[f.name] = i32Timedelta.parse(datetime.timedelta(0))
+        elif kafka_type == "timedelta_i64":
+            values[f.name] = i64Timedelta.parse(datetime.timedelta(0))
+        elif kafka_type == "uuid":
+            values[f.name] = uuid.UUID(int=0)
+        elif kafka_type == "string":
+            values[f.name] = ""
+        elif kafka_type in ("bytes", "records"):
+            values[f.name] = b""
+        elif kafka_type == "bool":
+            values[f.name] = False
+        elif kafka_type == "float64":
+            values[f.name] = 0.0
+        else:
+            values[f.name] = -1
+    return cls(**values)

@@ -1,0 +1,307 @@
+"""A roll hands the sealed segment's fsync to the background flusher (Kafka's roll: "flush-log"):
+the append that rolled does not wait for it, the recovery point passes the segment only once it
+is done, flush() (acks=all, flush.messages) waits for it, and a kill -9 at any point of it keeps
+every acknowledged record."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+import klog
+from klog.store import codec, flusher
+from klog.store.config import LogConfig
+from klog.store.faults import CRASH_ENV
+from klog.store.log import ROLL_FLUSHES_PENDING_MAX, PartitionLog
+from klog.store.retention import delete_segments_below
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+NO_FSYNC = LogConfig(segment_bytes=1000, flush_messages=2**62, file_delete_delay_ms=0)
+
+
+@pytest.fixture
+def fsyncs(monkeypatch) -> list[tuple[str, str]]:
+    """Every os.fsync from now on, as (path, thread name)."""
+    calls: list[tuple[str, str]] = []
+    real = os.fsync
+
+    def recording(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        calls.append((path if not stat.S_ISDIR(os.fstat(fd).st_mode) else path + "/", threading.current_thread().name))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    return calls
+
+
+@pytest.fixture
+def gate(monkeypatch) -> threading.Event:
+    """The flusher waits for this before each sealed segment's fsync, and before an untrusted
+    open's catch-up of sealed segments (bounded: 30 s)."""
+    opened = threading.Event()
+    real, real_files = flusher._sync_sealed, flusher.sync_segment_files
+
+    def gated(fds, directory: str) -> None:  # noqa: ANN001 - SegmentFds
+        opened.wait(30)
+        real(fds, directory)
+
+    def gated_files(segments: list[tuple[str, ...]], directory: str | None = None) -> None:
+        if threading.current_thread().name.startswith("klog-flusher"):
+            opened.wait(30)
+        real_files(segments, directory)
+
+    monkeypatch.setattr(flusher, "_sync_sealed", gated)
+    monkeypatch.setattr(flusher, "sync_segment_files", gated_files)
+    yield opened
+    opened.set()  # never leave the flusher thread waiting
+
+
+@contextlib.contextmanager
+def _writing_log(tmp_path) -> Iterator[PartitionLog]:  # noqa: ANN001
+    """t-0's log opened for writing without an fsync per batch (rolls flush in the background)."""
+    log = PartitionLog(str(tmp_path / "t-0"), NO_FSYNC)
+    try:
+        log.open_for_write()
+        yield log
+    finally:
+        log.close()
+
+
+def _append(log: PartitionLog, n: int = 1) -> None:
+    for _ in range(n):
+        batch = codec.encode_batch([(None, b"x" * 300, [], 1_700_000_000_000)], log.log_end_offset)
+        log.append(batch, codec.read_header(batch))
+
+
+def _roll_times(log: PartitionLog, rolls: int) -> None:
+    start = len(log.bases)
+    while len(log.bases) < start + rolls:
+        _append(log)
+
+
+def test_the_recovery_point_passes_a_sealed_segment_only_after_its_fsync(tmp_path, fsyncs, gate):
+    with _writing_log(tmp_path) as log:
+        _roll_times(log, ROLL_FLUSHES_PENDING_MAX)
+        _append(log)
+        sealed = [log.segments[b].log_path for b in log.bases[:-1]]
+        assert not [p for p, _ in fsyncs if p in sealed], "a roll waited for the sealed segment's fsync"
+        assert log.state.read().recovery_point == 0  # nothing fsynced yet: nothing claimed
+        gate.set()
+        log.finish_flushes()
+        fsynced_to = log.bases[-1]
+        _append(log)  # the next state write carries the new recovery point
+        assert log.state.read().recovery_point >= fsynced_to
+        assert {p for p, thread in fsyncs if thread.startswith("klog-flusher")} >= set(sealed)
+        assert str(tmp_path / "t-0") + "/" in {p for p, _ in fsyncs}  # the folder, new entries included
+        log.flush()
+        assert log.state.read().recovery_point == log.log_end_offset
+
+
+def test_flush_waits_for_the_sealed_segments_fsync(tmp_path, fsyncs, gate):
+    """An fsynced append (acks=all, flush.messages) returns with everything before it durable."""
+    with _writing_log(tmp_path) as log:
+        _roll_times(log, 2)
+        sealed = log.segments[log.bases[-2]].log_path
+        threading.Timer(0.2, gate.set).start()
+        log.flush()
+        assert (sealed, "klog-flusher_0") in fsyncs and not log.pending_flushes
+        assert log.recovery_point == log.log_end_offset
+
+
+def test_a_roll_past_the_pending_bound_waits_for_the_oldest(tmp_path, gate):
+    with _writing_log(tmp_path) as log:
+        _roll_times(log, ROLL_FLUSHES_PENDING_MAX)
+        assert len(log.pending_flushes) == ROLL_FLUSHES_PENDING_MAX
+        threading.Timer(0.2, gate.set).start()
+        _roll_times(log, 1)
+        assert len(log.pending_flushes) <= ROLL_FLUSHES_PENDING_MAX
+        assert log.recovery_point >= log.bases[1]
+
+
+def test_retention_and_truncation_wait_for_pending_flushes(tmp_path, fsyncs, gate):
+    with _writing_log(tmp_path) as log:
+        _roll_times(log, 3)
+        doomed = log.segments[log.bases[0]].log_path
+        threading.Timer(0.2, gate.set).start()
+        delete_segments_below(log, log.bases[1])
+        assert (doomed, "klog-flusher_0") in fsyncs  # fsynced before its files were renamed
+        assert all(p.end > log.bases[0] for p in log.pending_flushes)
+        gate.clear()
+        _roll_times(log, 2)
+        pending = list(log.pending_flushes)
+        threading.Timer(0.2, gate.set).start()
+        log.truncate_to(log.bases[1])  # their ends are no longer offsets of this log
+        assert not log.pending_flushes and all(p.future.done() for p in pending)
+        assert log.recovery_point <= log.log_end_offset
+
+
+def _killed_writer(directory: str, rolls: int) -> PartitionLog:
+    """A writer that rolled `rolls` times, appended, and was killed with its roll flushes pending:
+    they never report back, so its recovery point stays below the sealed segments."""
+    first = PartitionLog(directory, NO_FSYNC)
+    first.open_for_write()
+    _roll_times(first, rolls)
+    _append(first)
+    first.pending_flushes.clear()
+    return first
+
+
+def test_flush_fsyncs_the_sealed_segments_a_killed_writer_left(tmp_path, fsyncs, gate):
+    """A writer killed with flushes pending left a recovery point below sealed segments: the next
+    writer fsyncs them (in the background after its open, or at the latest in its first flush:
+    Kafka's flushUptoOffsetExclusive) before the recovery point passes them."""
+    directory = str(tmp_path / "t-0")
+    first = _killed_writer(directory, rolls=2)
+    gate.set()
+    second = PartitionLog(directory, NO_FSYNC)
+    try:
+        fsyncs.clear()
+        second.open_for_write()
+        assert second.recovery_point < second.bases[-1]
+        second.flush()
+        synced = {p for p, _ in fsyncs}
+        assert {second.segments[b].log_path for b in second.bases} <= synced
+        assert second.recovery_point == second.log_end_offset
+    finally:
+        gate.set()
+        first.close()
+        second.close()
+
+
+PRODUCER = r"""
+import contextlib
+import os
+import sys
+import klog
+
+data = sys.argv[1]
+store = klog.open(data)
+if not store.has_topic("t"):
+    store.create_topic("t", configs={"segment.bytes": "2000", "flush.messages": str(2**62)})
+# one write(2) per acknowledgement: a kill from the flusher thread cannot tear a line
+with store.producer(acks="1", on_ack=lambda t, p, base, n: os.write(1, b"%d %d\n" % (base, n))) as p:
+    for i in range(100_000):
+        p.send("t", b"%06d-" % i + b"x" * 200, partition=0)
+        p.flush()
+"""
+
+
+@pytest.mark.parametrize("step", ["roll-flush-pending:3", "sealed-fsync:3", "roll-flush-pending:40"])
+def test_kill_9_during_a_rolls_background_flush_keeps_every_acknowledged_record(tmp_path, step):
+    data = str(tmp_path / "data")
+    env = {**os.environ, CRASH_ENV: step, "PYTHONPATH": REPO}
+    proc = subprocess.run([sys.executable, "-c", PRODUCER, data], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -9, (step, proc.returncode, proc.stderr[-2000:])
+    lines = proc.stdout.decode().splitlines()
+    assert all(len(line.split()) == 2 for line in lines), lines[-3:]
+    acked = [tuple(map(int, line.split())) for line in lines]
+    assert acked, "killed before the first acknowledgement"
+    acked_end = acked[-1][0] + acked[-1][1]
+    folder = os.path.join(data, "logs", "t-0")
+    raw = PartitionLog(folder)
+    bases, snap = raw.bases, raw.state.read()
+    raw.close()
+    assert snap is not None and snap.recovery_point <= bases[-2]  # not past the unflushed sealed segment
+    with klog.open(data) as store:
+        with store.consumer("t", start="earliest") as consumer:
+            records = [(r.offset, r.value) for r in consumer]
+        assert len(records) >= acked_end
+        assert [o for o, _ in records] == list(range(len(records)))
+        assert all(v == b"%06d-" % o + b"x" * 200 for o, v in records[:acked_end])
+
+
+def test_a_writer_reopening_after_another_forgets_its_pending_flushes(tmp_path, gate):
+    """Another writer may truncate what this one sealed meanwhile: reopening (not trusted) must
+    not later move the recovery point to where a forgotten segment ended."""
+    directory = str(tmp_path / "t-0")
+    first = PartitionLog(directory, NO_FSYNC)
+    second = PartitionLog(directory, NO_FSYNC)
+    try:
+        first.open_for_write()
+        _roll_times(first, 2)
+        assert first.pending_flushes
+        threading.Timer(0.2, gate.set).start()
+        second.open_for_write()
+        second.truncate_to(1)
+        first.open_for_write()
+        assert not first.pending_flushes
+        _append(first)
+        assert first.recovery_point <= 1 and first.state.read().recovery_point <= 1
+    finally:
+        gate.set()
+        first.close()
+        second.close()
+
+
+def test_the_recovery_point_never_skips_a_segment_a_killed_writer_left_unflushed(tmp_path, fsyncs, gate):
+    """The first writer dies with its roll's flush pending (its recovery point stays below the
+    sealed segment); the next writer's own background flushes must not move the recovery point
+    over that segment: only its flush(), which fsyncs it, may."""
+    directory = str(tmp_path / "t-0")
+    first = _killed_writer(directory, rolls=1)
+    unflushed = first.bases[0]
+    second = PartitionLog(directory, NO_FSYNC)
+    try:
+        second.open_for_write()
+        assert second.recovery_point <= unflushed
+        _roll_times(second, 2)
+        second.collect_flushes()
+        assert second.recovery_point <= unflushed and second.state.read().recovery_point <= unflushed
+        assert second.segments[unflushed].log_path not in {p for p, _ in fsyncs}
+        gate.set()  # the open's catch-up fsyncs it, then the recovery point may pass it
+        second.finish_flushes()
+        assert (second.segments[unflushed].log_path, "klog-flusher_0") in fsyncs
+        assert second.recovery_point == second.bases[-1]
+        second.flush()
+        assert second.recovery_point == second.log_end_offset
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_recovery_point_keeps_moving_across_an_untrusted_reopen(tmp_path, fsyncs):
+    """A reopen that is not trusted (a new producer's reconcile) drops the pending flushes; the
+    recovery point must still pass the sealed segments as they are fsynced, so the next fsynced
+    append costs O(1) fsyncs, not one per segment written since (acks=0, flush.messages > 1)."""
+    with _writing_log(tmp_path) as log:
+        _roll_times(log, 3)
+        log.open_for_write()  # untrusted, as reconcile() does: drops what is pending
+        _roll_times(log, 40)
+        log.finish_flushes()
+        assert log.recovery_point == log.bases[-1]
+        assert log.state.read().recovery_point >= log.bases[-(ROLL_FLUSHES_PENDING_MAX + 3)]  # saved at the last append
+        fsyncs.clear()
+        _append(log)
+        log.flush()
+        assert len(fsyncs) <= 2, fsyncs  # the active segment's log (and the folder)
+
+
+def test_acks_0_rolls_then_a_new_producer_keep_the_recovery_point_moving(tmp_path, fsyncs):
+    """The reviewer's reproduction, smaller: acks=0 records over many rolls, then a one-record
+    acks=all produce from a new producer."""
+    with klog.open(str(tmp_path / "data")) as store:
+        store.create_topic("t", configs={"segment.bytes": "1200", "flush.messages": str(2**62)})
+        with store.producer(acks="0") as p:
+            for i in range(2000):
+                p.send("t", b"%06d-" % i + b"x" * 94, partition=0)
+                if i % 5 == 4:
+                    p.flush()  # a batch of 5 records: about 2 per segment
+        folder = os.path.join(str(tmp_path / "data"), "logs", "t-0")
+        raw = PartitionLog(folder)
+        bases, snap = raw.bases, raw.state.read()
+        raw.close()
+        assert len(bases) > 100
+        assert snap is not None and snap.recovery_point >= bases[-(ROLL_FLUSHES_PENDING_MAX + 3)]
+        fsyncs.clear()
+        with store.producer(acks="all") as p:
+            p.send("t", b"last", partition=0)
+            p.flush()
+        assert len(fsyncs) <= 3 * (ROLL_FLUSHES_PENDING_MAX + 3) + 4, len(fsyncs)
