@@ -45,11 +45,13 @@ class TxnCoordinator:
     """Thread-safe (every step is an LMDB transaction or holds a partition's lock); any number of
     these, in any processes, may serve the same store."""
 
-    def __init__(self, store, appender, new_pid: Callable[[], int], *,  # noqa: ANN001 - Store, RawAppender
+    def __init__(self, store, appender, new_pid: Callable[[], int] | None = None, *,  # noqa: ANN001 - Store, RawAppender
                  clock: Callable[[], int] = now_ms, max_timeout_ms: int | None = None,
                  warn: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.appender = appender
+        if new_pid is None:
+            from klog.broker.producer_ids import new_producer_id as new_pid
         self.new_pid = new_pid
         self.clock = clock
         self.meta = TransactionsMeta(store.meta)

@@ -342,7 +342,12 @@ class Store(GroupAdminMethods):
         return resolve_topic_names(self, topics, pattern)
 
     # -- clients -----------------------------------------------------------------------------
-    def producer(self, **kwargs):  # noqa: ANN201 - see Producer
+    def producer(self, transactional_id: str | None = None, **kwargs):  # noqa: ANN201 - see Producer
+        """A producer; with `transactional_id`, a transactional one (klog.client.transactional)."""
+        if transactional_id is not None:
+            from klog.client.transactional import TransactionalProducer
+
+            return TransactionalProducer(self, transactional_id, **kwargs)
         from klog.client.producer import Producer
 
         return Producer(self, **kwargs)

@@ -1,37 +1,18 @@
 """InitProducerId for idempotent producers; one with a transactional id is the transaction
 coordinator's (klog.server.transactions).
 
-Producer ids come from the clock (ms << 10 | a counter), so one started after a restart never
-meets an id whose sequences are still in the log; the sequence state itself lives in the log
-(klog.broker.batches.ProducerStates). Without a transactional id every InitProducerId gets a new
+Producer ids come from klog.broker.producer_ids (the clock). Without a transactional id every InitProducerId gets a new
 id at epoch 0, as in Kafka: a named id and epoch are never bumped, whoever names them."""
 
 from __future__ import annotations
 
-import itertools
-import threading
-import time
 from typing import Any
 
+from klog.broker.producer_ids import new_producer_id
 from klog.protocol.apis import INIT_PRODUCER_ID
 from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-
-_counter = itertools.count()
-_lock = threading.Lock()
-_last_ms = 0
-
-
-def new_producer_id() -> int:
-    global _last_ms
-    with _lock:
-        now = max(int(time.time() * 1000), _last_ms)
-        n = next(_counter) % 1024
-        if n == 1023:
-            now += 1  # 1024 ids used in this ms: borrow the next one
-        _last_ms = now
-        return (now << 10) | n
 
 
 @register(INIT_PRODUCER_ID, 0, 4)

@@ -33,8 +33,8 @@ class TransactionService:
 
     def __init__(self, store: Any, appender: Any, executor: Any, *, clock: Any = None,
                  max_timeout_ms: int | None = None, cleanup_interval_ms: int | None = None) -> None:
+        from klog.broker.producer_ids import new_producer_id
         from klog.broker.txn_coordinator import CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT, TxnCoordinator, _setting
-        from klog.server.producers import new_producer_id
 
         kwargs: dict[str, Any] = {"warn": lambda m: log.warning("%s", m)}
         if clock is not None:

@@ -290,3 +290,17 @@ class StableView:
         txns = self.aborted_txns
         at = bisect.bisect_left(txns, start, key=lambda a: a.last_offset)
         return [a for a in txns[at:] if a.first_offset < end]
+
+
+def as_transactional(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """A batch encoded at base offset 0 made a transactional producer's: attribute bit 4, the
+    producer id, epoch and base sequence, and the CRC over them again."""
+    from klog.store import codec
+    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET
+
+    buf = bytearray(data)
+    (attributes,) = struct.unpack_from(">h", buf, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, attributes | TRANSACTIONAL_FLAG_MASK)
+    struct.pack_into(">qhi", buf, PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+    struct.pack_into(">I", buf, CRC_OFFSET, codec.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)

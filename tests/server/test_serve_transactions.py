@@ -376,9 +376,9 @@ def test_restart_completes_a_prepared_commit_once(data_dir):
     """A crash after PrepareCommit was made durable, before the markers: the next server start
     writes them (once per partition), makes the staged offsets visible, and keeps fencing."""
     from klog.broker.batches import RawAppender
+    from klog.broker.producer_ids import new_producer_id
     from klog.broker.txn_coordinator import TxnCoordinator
     from klog.meta import transactions as tx
-    from klog.server.producers import new_producer_id
     from klog.store.txn import StableView
 
     with klog.open(data_dir) as store:
@@ -432,9 +432,9 @@ def test_abandoned_transaction_is_aborted_after_its_timeout(data_dir):
     """A producer that dies mid-transaction holds read_committed readers only until its
     transaction.timeout.ms: the coordinator aborts it and fences the epoch."""
     from klog.broker.batches import ProducerFencedError, RawAppender
+    from klog.broker.producer_ids import new_producer_id
     from klog.broker.txn_coordinator import TxnCoordinator
     from klog.meta import transactions as tx
-    from klog.server.producers import new_producer_id
     from klog.store.txn import StableView
 
     now = [1_000_000]
@@ -469,9 +469,9 @@ def test_marker_appended_but_unpublished_before_a_crash_is_made_visible(data_dir
     completion after restart must not take the marker as done while readers stay before it (the
     transaction would hang every read_committed reader; found by the fault test)."""
     from klog.broker.batches import RawAppender
+    from klog.broker.producer_ids import new_producer_id
     from klog.broker.txn_coordinator import TxnCoordinator
     from klog.meta import transactions as tx
-    from klog.server.producers import new_producer_id
     from klog.store.txn import ABORT, StableView, control_batch
 
     with klog.open(data_dir) as store:
