@@ -219,6 +219,7 @@ COMMAND_MODULES = {
     "offsets": "admin", "dump": "admin", "verify": "admin",
     "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
     "clusters": "clusters", "users": "security", "acls": "security", "quotas": "security",
+    "transactions": "transactions",
 }
 _registered: set[str] = set()
 

@@ -10,6 +10,7 @@ import typer
 from klog.cli.app import DataDirOpt, current_cluster, open_store
 from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
 from klog.client.producer_settings import BATCH_SIZE_DEFAULT, producer_settings
+from klog.errors import UsageError
 
 ACKS_HELP = ("all: wait until every in-sync replica has fsynced the batch (min.insync.replicas must hold); "
              "1: until the leader has; 0: for no fsync.")
@@ -55,9 +56,20 @@ def register(app: typer.Typer) -> None:
                                                        "written, over all partitions; 33554432 by default). With "
                                                        "a cluster (--bootstrap-server), any Kafka client property "
                                                        "(security.protocol, sasl.*, ssl.*, ...).")] = None,
+        transactional_id: Annotated[str | None, typer.Option(
+            "--transactional-id", help="Write the whole input as one transaction: read_committed readers see "
+            "all of it or, if this is killed or fails, none of it.")] = None,
+        transaction_records: Annotated[int | None, typer.Option(
+            "--transaction-records", min=1, help="With --transactional-id: commit every N records (long streams).")]
+        = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         check_options(input_format, key_separator or None, key, delimiter)
+        if transaction_records is not None and transactional_id is None:
+            raise UsageError("--transaction-records needs --transactional-id")
+        if transactional_id is not None and current_cluster() is not None:
+            raise UsageError("--transactional-id writes to the local store only (a cluster's transactions: use a "
+                             "Kafka client's transactional.id)")
         settings = producer_settings(prop)
         headers = parse_headers(header)
         delim = parse_delimiter(delimiter) if delimiter is not None else None
@@ -78,13 +90,23 @@ def register(app: typer.Typer) -> None:
 
         with open_store(data_dir) as store:
             # no ack callback unless offsets are printed: on a cluster it is a Python call per record
+            txn = {} if transactional_id is None else {"transactional_id": transactional_id,
+                                                        "transaction_records": transaction_records}
             producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
                                       batch_size=batch_size, on_ack=on_ack if print_offsets else None,
-                                      on_create=on_create, **settings)
+                                      on_create=on_create, **settings, **txn)
             try:
+                if txn:
+                    producer.begin()
                 produce_from(producer, topic, *(files or ["-"]), input_format=input_format,
                              key_separator=key_separator.encode() if key_separator else None,
                              key=key.encode() if key is not None else None, delimiter=delim, headers=headers,
                              partition=partition, on_warning=on_warning)
+                if txn:
+                    producer.commit()
+            except BaseException:
+                if txn and producer.in_transaction:
+                    producer.abort()  # all or nothing: a failed or interrupted input leaves none of it
+                raise
             finally:
                 sys.stdout.flush()

@@ -352,6 +352,24 @@ class Store(GroupAdminMethods):
 
         return Producer(self, **kwargs)
 
+    # -- transactions (klog.client.transactional) -------------------------------------------------
+    def list_transactions(self) -> list:
+        """Every transactional id's coordinator state (klog.meta.transactions.TxnMetadata)."""
+        from klog.client.transactional import list_transactions
+
+        return list_transactions(self)
+
+    def describe_transaction(self, transactional_id: str):  # noqa: ANN201 - TxnMetadata
+        from klog.client.transactional import describe_transaction
+
+        return describe_transaction(self, transactional_id)
+
+    def abort_transaction(self, transactional_id: str) -> bool:
+        """Abort a hanging transaction (ABORT markers, its producer fenced); False if none was open."""
+        from klog.client.transactional import abort_transaction
+
+        return abort_transaction(self, transactional_id, warn=self.warn)
+
     def consumer(self, *topics: str, **kwargs):  # noqa: ANN201 - see Consumer
         from klog.client.consumer import Consumer
 

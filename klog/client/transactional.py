@@ -35,7 +35,8 @@ class ProducerFencedError(KlogError):
 
 class TransactionalProducer(Producer):
     def __init__(self, store, transactional_id: str, *, transaction_timeout_ms: int = tx.TRANSACTION_TIMEOUT_MS_DEFAULT,
-                 **kwargs) -> None:  # noqa: ANN001, ANN003 - Store; Producer's options
+                 transaction_records: int | None = None, **kwargs) -> None:  # noqa: ANN001, ANN003 - Store; Producer's
+        """`transaction_records`: commit and begin anew every that many records sent (long streams)."""
         if kwargs.get("acks", "all") != "all":
             raise UsageError("a transactional producer writes with acks=all")
         super().__init__(store, **kwargs)
@@ -43,6 +44,11 @@ class TransactionalProducer(Producer):
         self.transactional_id = transactional_id
         self.appender = RawAppender(store, warn=kwargs.get("on_warning"))
         self.coordinator = TxnCoordinator(store, self.appender)
+        # no coordinator may be running (no klog serve): abort what abandoned producers left past
+        # their timeout, so read_committed readers of this store are not held by them
+        self.coordinator.tick()
+        self.transaction_records = transaction_records
+        self._sent_in_transaction = 0
         deadline = time.monotonic() + INIT_RETRY_S
         while True:
             try:
@@ -59,19 +65,50 @@ class TransactionalProducer(Producer):
         self._in_transaction = False
 
     # -- the transaction ------------------------------------------------------------------------
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_transaction
+
     def begin(self) -> None:
         if self._in_transaction:
             raise UsageError(f"transactional id '{self.transactional_id}': a transaction is already open")
         self._in_transaction = True
         self._added, self._groups = set(), set()
+        self._sent_in_transaction = 0
 
     def send(self, topic: str, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - Producer.send's
         self._require_transaction()
-        return super().send(topic, *args, **kwargs)
+        pending = super().send(topic, *args, **kwargs)
+        self._count_sent(1)
+        return pending
 
-    def send_keyed(self, topic: str, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def send_keyed(self, topic: str, pairs, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        for chunk in self._chunks(pairs):
+            super().send_keyed(topic, chunk, *args, **kwargs)
+            self._count_sent(len(chunk))
+
+    def send_values(self, topic: str, values, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        for chunk in self._chunks(values):
+            super().send_values(topic, chunk, *args, **kwargs)
+            self._count_sent(len(chunk))
+
+    def _chunks(self, items):  # noqa: ANN001, ANN202
+        """`items` cut where a transaction_records commit falls."""
         self._require_transaction()
-        super().send_keyed(topic, *args, **kwargs)
+        if self.transaction_records is None:
+            yield items
+            return
+        start = 0
+        while start < len(items):
+            room = self.transaction_records - self._sent_in_transaction
+            yield items[start:start + room]
+            start += room
+
+    def _count_sent(self, n: int) -> None:
+        self._sent_in_transaction += n
+        if self.transaction_records is not None and self._sent_in_transaction >= self.transaction_records:
+            self.commit()
+            self.begin()
 
     def send_offsets(self, group: str, offsets: dict[tuple[str, int], int], metadata: str = "") -> None:
         """Commit `group`'s offsets (the next offset to read, per (topic, partition)) with this
@@ -174,3 +211,21 @@ class TransactionalProducer(Producer):
                 self._sequences[key] = (seq + piece.count) % 2**31
                 self._acknowledged(topic, partition, batch, piece.start, piece.count, result.base_offset, now_ms,
                                    ts_type)
+
+
+# -- administration (`klog transactions`) ---------------------------------------------------------------
+def list_transactions(store) -> list[tx.TxnMetadata]:  # noqa: ANN001 - Store
+    return sorted(tx.TransactionsMeta(store.meta).all(), key=lambda m: m.transactional_id)
+
+
+def describe_transaction(store, transactional_id: str) -> tx.TxnMetadata:  # noqa: ANN001 - Store
+    meta = tx.TransactionsMeta(store.meta).get(transactional_id)
+    if meta is None:
+        raise UsageError(f"no transactional id '{transactional_id}' in this store")
+    return meta
+
+
+def abort_transaction(store, transactional_id: str, warn=None) -> bool:  # noqa: ANN001 - Store, callback
+    """Abort the id's ongoing transaction (markers written, producer fenced); False if none was open."""
+    describe_transaction(store, transactional_id)
+    return TxnCoordinator(store, RawAppender(store, warn=warn)).abort(transactional_id)
