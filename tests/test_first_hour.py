@@ -9,7 +9,7 @@ import sys
 
 import klog
 from tests.conftest import REPO
-from tests.test_cli import assert_one_line_error
+from tests.cli.test_cli import assert_one_line_error
 
 
 def records(data_dir, topic):
