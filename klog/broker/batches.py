@@ -168,6 +168,10 @@ class ProducerStates:
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
         entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
 
+    def states(self, key: tuple[str, int], part) -> dict[int, _ProducerEntry]:  # noqa: ANN001 - Partition
+        """The partition's producers, built from its log on first use. Lock held."""
+        return self._load(key, part)
+
     def check(self, key: tuple[str, int], part, header: BatchHeader, data: bytes) -> None:
         """Raise if the batch `data` must not be appended: a duplicate (with its original offset), a
         gap, an older epoch. Lock held.
@@ -395,6 +399,22 @@ class RawAppender:
             base = self.writer.append_batch(topic, partition, data, acks)
             self.producers.appended(key, header, base)
             return RawAppendResult(base, append_time, part.log_start_offset())
+
+    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence, start offset of its open transaction or -1) of each
+        producer the partition keeps state for (DescribeProducers)."""
+        part = self.partition(topic, partition)
+        key = (topic, partition)
+        with self.lock_for(topic, partition):
+            states = self.producers.states(key, part)
+            view = self._txn_view(key, part)
+            view.refresh(part.high_watermark())
+            out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, view.tracker.open.get(pid, -1))
+                   for pid, e in states.items()]
+            for pid, first in view.tracker.open.items():
+                if pid not in states:
+                    out.append((pid, -1, -1, first))
+        return sorted(out)
 
     # -- transaction markers (the coordinator's writes: klog.broker.txn_coordinator) ------------------
     def _txn_view(self, key: tuple[str, int], part):  # noqa: ANN001, ANN202 - Partition -> StableView

@@ -269,3 +269,114 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
                                                    error_code=code))
     return make(mod.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
         make(mod.TxnOffsetCommitResponseTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+
+
+# -- DescribeTransactions / ListTransactions / DescribeProducers (kafka-transactions.sh) -----------------
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
+
+
+def _datetime(ms: int) -> Any:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC) + datetime.timedelta(milliseconds=ms % 1000)
+
+
+def _all_transactions(ctx: RequestContext) -> list[Any]:
+    from klog.meta.transactions import TransactionsMeta
+
+    return list(TransactionsMeta(ctx.store.meta).all())
+
+
+@register(DESCRIBE_TRANSACTIONS, 0, 0)
+async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    try:
+        known = {m.transactional_id: m for m in await ctx.run_blocking(_all_transactions, ctx)}
+    except (KlogError, OSError):
+        known = None
+    states = []
+    for tid in request.transactional_ids:
+        meta = None
+        if known is None:
+            error = E.coordinator_not_available
+        elif not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", str(tid)):
+            error = E.transactional_id_authorization_failed
+        else:
+            meta = known.get(str(tid))
+            error = E.none if meta is not None else E.transactional_id_not_found
+        if meta is None:  # (start time 0, not Kafka's -1: clients ignore an errored entry's fields, and
+            # kio-based ones cannot read a negative time)
+            states.append(make(mod.TransactionState, error_code=error, transactional_id=tid, transaction_state="",
+                               transaction_timeout=i32ms(0), transaction_start_time=_datetime(0), producer_id=-1,
+                               producer_epoch=-1, topics=()))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for t, p in meta.tps():
+            by_topic.setdefault(t, []).append(p)
+        states.append(make(
+            mod.TransactionState, error_code=error, transactional_id=tid, transaction_state=meta.state,
+            transaction_timeout=i32ms(meta.timeout_ms), transaction_start_time=_datetime(meta.start_ms),
+            producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+            topics=tuple(make(mod.TopicData, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+    return make(mod.DescribeTransactionsResponse, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
+
+
+def i32ms(ms: int) -> Any:
+    import datetime
+
+    from kio.static.primitive import i32Timedelta
+
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+@register(LIST_TRANSACTIONS, 0, 0)
+async def list_transactions(ctx: RequestContext, request: Any) -> Any:
+    from klog.meta.transactions import VALID_PREVIOUS
+
+    mod = response_for(request)
+    wanted_states = {str(s) for s in request.state_filters}
+    wanted_pids = {int(p) for p in request.producer_id_filters}
+    try:
+        metas = await ctx.run_blocking(_all_transactions, ctx)
+        error = E.none
+    except (KlogError, OSError):
+        metas, error = [], E.coordinator_not_available
+    listed = tuple(make(mod.TransactionState, transactional_id=m.transactional_id, producer_id=m.producer_id,
+                        transaction_state=m.state)
+                   for m in metas
+                   if (not wanted_states or m.state in wanted_states)
+                   and (not wanted_pids or m.producer_id in wanted_pids)
+                   and ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", m.transactional_id))
+    return make(mod.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=error,
+                unknown_state_filters=tuple(s for s in wanted_states if s not in VALID_PREVIOUS),
+                transaction_states=listed)
+
+
+@register(DESCRIBE_PRODUCERS, 0, 0)
+async def describe_producers(ctx: RequestContext, request: Any) -> Any:
+    from klog.errors import UnknownPartitionError, UnknownTopicError
+
+    mod = response_for(request)
+    topics = []
+    for t in request.topics:
+        topic = str(t.name)
+        parts = []
+        for p in t.partition_indexes:
+            producers: list = []
+            error, message = E.none, None
+            if not ctx.authorize("READ", "TOPIC", topic):
+                error = E.topic_authorization_failed
+            else:
+                try:
+                    producers = await ctx.run_blocking(ctx.server.appender.active_producers, topic, int(p))
+                except (UnknownTopicError, UnknownPartitionError):
+                    error = E.unknown_topic_or_partition
+                except (KlogError, OSError) as e:
+                    error, message = E.kafka_storage_error, str(e)
+            parts.append(make(mod.PartitionResponse, partition_index=p, error_code=error, error_message=message,
+                              active_producers=tuple(make(
+                                  mod.ProducerState, producer_id=pid, producer_epoch=epoch, last_sequence=seq,
+                                  last_timestamp=-1, coordinator_epoch=-1, current_txn_start_offset=start)
+                                  for pid, epoch, seq, start in producers)))
+        topics.append(make(mod.TopicResponse, name=topic, partitions=tuple(parts)))
+    return make(mod.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

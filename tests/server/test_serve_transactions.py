@@ -494,3 +494,32 @@ def test_marker_appended_but_unpublished_before_a_crash_is_made_visible(data_dir
         part = store.partition("up", 0)
         hw = part.high_watermark()
         assert hw == 2 and StableView(part.leader).refresh(hw) == 2  # one marker, visible; nothing open
+
+
+def test_list_describe_transactions_and_producers(kafka_server):
+    """What kafka-transactions.sh asks: ListTransactions, DescribeTransactions (an open transaction's
+    state, producer and partitions) and DescribeProducers (where its open transaction begins)."""
+    from kio.schema.describe_producers.v0 import request as dp
+
+    kafka_server.store.create_topic("ad", 2)
+    with RawClient(kafka_server.port) as c:
+        r = _init(c, "admin-tx")
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        assert _add(c, "admin-tx", pid, epoch, "ad", (1,)) == {("ad", 1): E.none}
+        assert _produce_txn(c, "admin-tx", "ad", 1, _txn_batch([b"a", b"b"], pid, epoch, 0)) == E.none
+        listed = c.send(66, 0, state_filters=("Ongoing",), producer_id_filters=())
+        assert [(s.transactional_id, int(s.producer_id), s.transaction_state) for s in listed.transaction_states] == [
+            ("admin-tx", pid, "Ongoing")]
+        assert c.send(66, 0, state_filters=("CompleteCommit",), producer_id_filters=()).transaction_states == ()
+        found, missing = c.send(65, 0, transactional_ids=("admin-tx", "nobody")).transaction_states
+        assert (found.error_code, found.transaction_state, int(found.producer_id)) == (E.none, "Ongoing", pid)
+        assert [(t.topic, tuple(t.partitions)) for t in found.topics] == [("ad", (1,))]
+        assert missing.error_code == E.transactional_id_not_found
+        producers = c.send(61, 0, topics=(dp.TopicRequest(name="ad", partition_indexes=(0, 1)),))
+        p0, p1 = producers.topics[0].partitions
+        assert p0.active_producers == ()
+        (state,) = p1.active_producers
+        assert (int(state.producer_id), int(state.last_sequence), int(state.current_txn_start_offset)) == (pid, 1, 0)
+        assert _end(c, "admin-tx", pid, epoch, True) == E.none
+        producers = c.send(61, 0, topics=(dp.TopicRequest(name="ad", partition_indexes=(1,)),))
+        assert int(producers.topics[0].partitions[0].active_producers[0].current_txn_start_offset) == -1
