@@ -523,3 +523,19 @@ def test_list_describe_transactions_and_producers(kafka_server):
         assert _end(c, "admin-tx", pid, epoch, True) == E.none
         producers = c.send(61, 0, topics=(dp.TopicRequest(name="ad", partition_indexes=(1,)),))
         assert int(producers.topics[0].partitions[0].active_producers[0].current_txn_start_offset) == -1
+
+
+def test_kcat_transactional_producer(kafka_server):
+    """kcat -P -X transactional.id=...: its whole input is one transaction, committed at the end."""
+    import shutil
+    import subprocess
+
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed")
+    kafka_server.store.create_topic("kc")
+    done = subprocess.run(["kcat", "-P", "-b", kafka_server.bootstrap, "-t", "kc", "-X", "transactional.id=kc-1"],
+                          input=b"a\nb\n", capture_output=True, timeout=60)
+    assert done.returncode == 0 and b"Transaction successfully committed" in done.stderr, done.stderr
+    read = subprocess.run(["kcat", "-C", "-b", kafka_server.bootstrap, "-t", "kc", "-e", "-o", "beginning",
+                           "-X", "isolation.level=read_committed"], capture_output=True, timeout=60)
+    assert read.stdout == b"a\nb\n" and b"at offset 3" in read.stderr  # two records and the COMMIT marker
