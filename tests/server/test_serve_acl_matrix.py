@@ -214,6 +214,21 @@ def list_groups(server) -> bool:
     return "stored" in {g.group_id for g in listed.valid}
 
 
+def transactional_write(server) -> bool:
+    """A transactional producer: Write on its TransactionalId (InitProducerId, AddPartitionsToTxn, Produce,
+    EndTxn); without it, init_transactions fails with TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    producer = ck.Producer({**server.conf, "transactional.id": "tx-alice", "message.timeout.ms": 8000})
+    try:
+        producer.init_transactions(TIMEOUT_S)
+    except ck.KafkaException as e:
+        assert e.args[0].code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, e
+        return False
+    producer.begin_transaction()
+    producer.produce("t", b"in a transaction", partition=0)
+    producer.commit_transaction(TIMEOUT_S)
+    return True
+
+
 CASES = {  # name: (client action, ACLs given to alice in both runs, ACLs that make the difference)
     "topic-describe": (describe_topic, [], [allow(T, "t", Operation.DESCRIBE)]),
     "topic-write": (write, [], [allow(T, "t", Operation.WRITE)]),
@@ -231,6 +246,8 @@ CASES = {  # name: (client action, ACLs given to alice in both runs, ACLs that m
     "group-delete": (delete_group, [], [allow(G, "stored", Operation.DELETE)]),
     "group-list": (list_groups, [], [allow(G, "stored", Operation.DESCRIBE)]),
     "cluster-alter": (cluster_alter, [], [allow(C, CLUSTER_NAME, Operation.ALTER)]),
+    "transactional-id-write": (transactional_write, [allow(T, "t", Operation.DESCRIBE), allow(T, "t", Operation.WRITE)],
+                               [allow(ResourceType.TRANSACTIONAL_ID, "tx-alice", Operation.WRITE)]),
     "cluster-idempotent-write": (idempotent_write, [allow(T, "t", Operation.DESCRIBE)],
                                  [allow(C, CLUSTER_NAME, Operation.IDEMPOTENT_WRITE),
                                   allow(T, "t", Operation.WRITE)]),
