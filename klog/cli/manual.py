@@ -41,7 +41,8 @@ STORE_FILES = (
 )
 COLOR_ENV = (("NO_COLOR", "Set to anything: no colours or bold on a terminal."),
              ("TZ", "Set: times on a terminal in the local time zone (as --local-time)."))
-CLUSTER_ENV = (("KLOG_CLUSTER_TIMEOUT", "Seconds before a cluster that does not answer is an error (10)."),)
+CLUSTER_ENV = (("KLOG_CLUSTER_TIMEOUT", "Seconds before a cluster that does not answer is an error (10); "
+                                        "a refused connection fails at once."),)
 DIR_MODE_ENV = (("KLOG_DIR_MODE", "Mode of new store folders (default 0700; 2750 lets the group read)."),)
 SPARK_ENV = (("JAVA_HOME", "The Java 17+ that runs Spark (else java on PATH)."),
              ("KLOG_SPARK_CDS", "0: do not record Spark's JVM classes in ~/.cache/klog."),
@@ -73,7 +74,8 @@ klog consume orders --format '%p@%o %k=%s\\n'     # kcat-style format tokens
 klog consume orders --since '15m ago' --grep 'v1' # time ranges and filters
 klog consume orders --last 5                     # the 5 newest records of the topic
 klog consume orders --group billing -n 10        # as a consumer group member
-klog consume orders --json | head -1             # the envelope produce --input json reads""",
+klog consume orders --json | head -1             # the envelope produce --input json reads
+klog consume -t orders -c 3 -e -q -K ' => '      # kcat's spellings: -t, -c, -e, -q, -K""",
         exit_status=(("1", "A read that could not be completed (damage, a deleted topic, a failing "
                            "--exec command): never a silent short read."),),
         environment=COLOR_ENV + CLUSTER_ENV + (
@@ -109,6 +111,43 @@ kcat -b 127.0.0.1:9092 -L                    # from another shell: one broker, t
         exit_status=(("0", "Stopped by SIGTERM or Ctrl-C after answering the requests in flight."),),
         files=STORE_FILES, see_also=("klog-users", "klog-acls", "klog-quotas", "kcat"), doc="serve.md",
         not_run="listens on a fixed port until stopped"),
+    "klog connect": Entry(
+        examples="""klog connect run file-source.properties            # until Ctrl-C; offsets in connect-offsets
+klog connect run pg-cdc.json sqlite-sink.json -b kafka1:9092""",
+        files=STORE_FILES, see_also=("klog-connect-run",), doc="connect.md",
+        not_run="runs connectors until stopped (a database, a cluster)"),
+    "klog connect run": Entry(
+        examples="""klog connect run file-source.properties            # Kafka's FileStreamSource config as it is
+klog connect run pg-cdc.json sqlite-sink.json      # Debezium's and Confluent's configs
+klog connect run -w worker.properties sink.json    # worker settings: converters, offset.flush.interval.ms""",
+        exit_status=(("1", "A task failed and none is left running; its one-line reason on stderr."),
+                     ("2", "A config refused before anything started; the failing field named.")),
+        files=STORE_FILES, see_also=("klog-produce", "klog-consume"), doc="connect.md",
+        not_run="runs connectors until stopped (a database, a cluster)"),
+    "klog connect list": Entry(
+        examples="""klog connect list                                  # name, type, state, task states
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect list""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect status": Entry(
+        examples="""klog connect status shop-cdc                        # Kafka Connect's status JSON, traces included
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect status shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect pause": Entry(
+        examples="""klog connect pause shop-cdc
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect pause shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect resume": Entry(
+        examples="""klog connect resume shop-cdc
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect resume shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect restart": Entry(
+        examples="""klog connect restart shop-cdc                       # e.g. after a task FAILED
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect restart shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
+    "klog connect delete": Entry(
+        examples="""klog connect delete shop-cdc                        # its offsets stay in connect-offsets
+KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect delete shop-cdc""",
+        see_also=("klog-connect-run",), doc="connect.md", not_run="needs a running worker's REST API"),
     "klog mirror": Entry(
         examples="""klog mirror ~/.local/share/klog ~/copy orders    # store -> store, checkpointed
 klog mirror ~/.local/share/klog ~/copy orders    # a rerun copies only what is new

@@ -1,0 +1,127 @@
+"""klog connect against its peers, measured in the same run (a benchmark, not a test).
+
+    python benchmarks/bench_connect.py [--rows N]
+
+Starts a throw-away PostgreSQL (as tests/connect do) and measures:
+  - CDC: N rows committed in one transaction, then captured by the PostgresConnector (pgoutput,
+    JsonConverter with schemas, as Debezium writes them) until all N are in the topic, beside its peer
+    `psql -c "COPY t TO STDOUT" | klog produce` of the same rows (no envelope, no schema, no offsets);
+  - snapshot: the same N rows read by the initial snapshot of a fresh connector;
+  - sink: the N-record topic into SQLite and into PostgreSQL through the JDBC sink (ExtractNewRecordState,
+    upsert by key, offsets in the same transactions), beside a plain executemany of the same rows.
+Prints rows/s for each and the peak RSS of this process (flat with table size: the snapshot reads through
+a server-side cursor, the stream in batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import klog  # noqa: E402
+from tests.connect.helpers import running, wait_for  # noqa: E402
+from tests.connect.pg_server import PostgresServer, find_pg_bin  # noqa: E402
+
+
+def count(data_dir: str, topic: str) -> int:
+    with klog.open(data_dir) as s:
+        return s.describe_topic(topic).records if s.has_topic(topic) else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=100_000)
+    n = parser.parse_args().rows
+    server = PostgresServer(find_pg_bin() or sys.exit("no PostgreSQL binaries"))
+    server.start()
+    try:
+        db = server.database(server.create_database("bench"))
+        db.execute("CREATE TABLE t (id int PRIMARY KEY, name text, qty int, price numeric(10,2))")
+        base = {"topic.prefix": "b", "table.include.list": "public.t", "slot.name": "bench",
+                "publication.name": "bench"}
+        data_dir = tempfile.mkdtemp(prefix="klog-bench-")
+        with running(data_dir, db.debezium_config(name="cdc", **base), worker={"offset.flush.interval.ms": "2000"}):
+            wait_for(lambda: count(data_dir, "connect-status") > 0, timeout=60)
+            start = time.perf_counter()
+            db.execute(f"INSERT INTO t SELECT g, 'name-' || g, g % 100, g / 100.0 FROM generate_series(1, {n}) g")
+            wait_for(lambda: count(data_dir, "b.public.t") >= n, timeout=3600)
+            cdc_s = time.perf_counter() - start
+        peer_dir = tempfile.mkdtemp(prefix="klog-bench-peer-")
+        env = {**os.environ, "KLOG_DATA_DIR": peer_dir, "PYTHONPATH": REPO}
+        start = time.perf_counter()
+        psql = os.path.join(server.bin_dir, "psql")
+        subprocess.run(f'"{psql}" -h 127.0.0.1 -p {server.port} -U postgres -d {db.dbname} -c "COPY t TO STDOUT" '
+                       f"| {sys.executable} -m klog produce t", shell=True, check=True, env=env,
+                       stderr=subprocess.DEVNULL)
+        copy_s = time.perf_counter() - start
+
+        snap_dir = tempfile.mkdtemp(prefix="klog-bench-snap-")
+        start = time.perf_counter()
+        with running(snap_dir, db.debezium_config(name="snap", **{**base, "slot.name": "bench2"})):
+            wait_for(lambda: count(snap_dir, "b.public.t") >= n, timeout=3600)
+        snap_s = time.perf_counter() - start
+
+        unwrap = {"transforms": "u", "transforms.u.type": "io.debezium.transforms.ExtractNewRecordState",
+                  "topics": "b.public.t", "insert.mode": "upsert", "pk.mode": "record_key", "auto.create": "true",
+                  "delete.enabled": "true", "connector.class": "JdbcSinkConnector"}
+        lite = os.path.join(data_dir, "copy.db")
+        start = time.perf_counter()
+        with running(data_dir, {**unwrap, "name": "lite", "connection.url": f"jdbc:sqlite:{lite}",
+                                "table.name.format": "t"}):
+            wait_for(lambda: _sqlite_count(lite) >= n, timeout=3600)
+        lite_s = time.perf_counter() - start
+        start = time.perf_counter()
+        with running(data_dir, {**unwrap, "name": "pgcopy", "connection.url": db.jdbc_url,
+                                "table.name.format": "t_copy"}):
+            wait_for(lambda: _pg_count(db) >= n, timeout=3600)
+        pg_s = time.perf_counter() - start
+
+        rows = db.execute("SELECT id, name, qty, price FROM t")
+        start = time.perf_counter()
+        with sqlite3.connect(os.path.join(data_dir, "peer.db")) as conn:
+            conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, qty INTEGER, price NUMERIC)")
+            conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [(a, b, c, str(d)) for a, b, c, d in rows])
+        lite_peer_s = time.perf_counter() - start
+        start = time.perf_counter()
+        conn = db.connect(autocommit=False)
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE t_peer (id int PRIMARY KEY, name text, qty int, price numeric)")
+            cur.executemany("INSERT INTO t_peer VALUES (%s, %s, %s, %s)", rows)
+        conn.commit()
+        conn.close()
+        pg_peer_s = time.perf_counter() - start
+    finally:
+        server.stop()
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"rows: {n}")
+    print(f"CDC stream into a topic:        {n / cdc_s:>10,.0f} rows/s   (peer COPY | klog produce: {n / copy_s:,.0f})")
+    print(f"CDC initial snapshot:           {n / snap_s:>10,.0f} rows/s")
+    print(f"JDBC sink into SQLite:          {n / lite_s:>10,.0f} rows/s   (peer executemany: {n / lite_peer_s:,.0f})")
+    print(f"JDBC sink into PostgreSQL:      {n / pg_s:>10,.0f} rows/s   (peer executemany: {n / pg_peer_s:,.0f})")
+    print(f"peak RSS of this process:       {rss_mb:>10,.0f} MB")
+
+
+def _sqlite_count(path: str) -> int:
+    try:
+        with sqlite3.connect(path) as conn:
+            return conn.execute("SELECT count(*) FROM t").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def _pg_count(db) -> int:  # noqa: ANN001
+    rows = db.execute("SELECT to_regclass('t_copy') IS NOT NULL")
+    return db.execute("SELECT count(*) FROM t_copy")[0][0] if rows[0][0] else 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""`klog connect run CONFIG...`: Kafka Connect's standalone worker (klog.connect) in the foreground."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from klog.cli.app import DataDirOpt, open_store, warn
+
+app = typer.Typer(help="Kafka Connect: run connectors between topics and files, databases, HTTP endpoints "
+                       "(Kafka's FileStream, Confluent's JDBC sink and Debezium's PostgreSQL configs run as they are).",
+                  no_args_is_help=True)
+
+RUN_HELP = (
+    "Run connectors from their configs (JSON, or .properties as connect-standalone takes them) until Ctrl-C or "
+    "SIGTERM, which stop every task after committing its offsets. Source offsets, configs and statuses live in "
+    "the compacted topics connect-offsets, connect-configs and connect-status, so a restart resumes where it "
+    "stopped. An invalid config is refused before anything starts, naming the field (exit 2); keys klog does not "
+    "implement are named in one warning."
+)
+
+
+@app.command(help=RUN_HELP)
+def run(
+    configs: Annotated[list[str] | None, typer.Argument(help="Connector config files (.json or .properties).",
+                                                        metavar="CONFIG...")] = None,
+    listen: Annotated[str, typer.Option(
+        "--listen", help="HOST:PORT of Kafka Connect's REST API (connectors added, paused, restarted, deleted "
+        "while running; 'none' for no API). A port in use: a warning, and no API.")] = "127.0.0.1:8083",
+    worker_config: Annotated[str | None, typer.Option(
+        "--worker-config", "-w", help="Worker properties (key.converter, value.converter, offset.flush.interval.ms, "
+        "offset.storage.topic, ...), as connect-standalone's first file.")] = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    from klog.connect.config import load_config_file
+    from klog.connect.worker import WORKER, Worker, ignored_warning, validate
+    from klog.errors import KlogError, UsageError
+
+    if not configs and listen.lower() == "none":
+        raise UsageError("nothing to run: give connector configs, or keep the REST API (--listen) to add them")
+    worker_props = load_config_file(worker_config) if worker_config else {}
+    worker_parsed = WORKER.parse(worker_props)
+    validated = [validate(load_config_file(path), worker_parsed) for path in configs or []]  # all, first
+    names = [v.name for v in validated]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise UsageError(f"two configs name the same connector: {', '.join(twice)}")
+    for v in validated:
+        if (message := ignored_warning(v)) is not None:
+            warn(message)
+    store = open_store(data_dir)
+    try:
+        worker = Worker(store, worker_props, warn=warn)
+        rest = None
+        try:
+            for v in validated:
+                worker.start(v)
+            rest = _start_rest(worker, listen)
+            where = f"; REST API on http://{listen.rsplit(':', 1)[0]}:{rest.port}" if rest else ""
+            print(f"klog connect: running {', '.join(names) or 'no connector yet'}{where} (Ctrl-C stops)",
+                  file=sys.stderr)
+            while worker.alive() or (rest is not None and not _all_failed(worker)):
+                time.sleep(0.1)
+        finally:
+            if rest is not None:
+                rest.close()
+            worker.stop()
+    finally:
+        store.close()
+    if worker.failures:
+        name, task_id, error = worker.failures[0]
+        raise KlogError(f"connector '{name}' task {task_id} failed: {error}")
+
+
+def _all_failed(worker) -> bool:  # noqa: ANN001 - a Worker
+    """With the REST API up the worker keeps serving, unless every task it had has failed."""
+    return bool(worker.failures) and not worker.alive()
+
+
+def _start_rest(worker, listen: str):  # noqa: ANN001, ANN202 - a Worker; a RestServer or None
+    if listen.lower() == "none":
+        return None
+    from klog.connect.rest import RestServer
+    from klog.errors import UsageError
+
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--listen: use HOST:PORT, not '{listen}'")
+    try:
+        return RestServer(worker, host, int(port)).start()
+    except OSError as e:
+        warn(f"no REST API: cannot listen on {listen}: {e.strerror or e}")
+        return None
+
+
+# -- the REST API from the shell ------------------------------------------------------------------------
+UrlOpt = Annotated[str, typer.Option("--url", envvar="KLOG_CONNECT_URL", show_envvar=True,
+                                     help="The worker's REST API.")]
+DEFAULT_URL = "http://127.0.0.1:8083"
+
+
+def _call(url: str, method: str, path: str, body: object = None):  # noqa: ANN202 - parsed JSON or None
+    import json
+    import urllib.error
+    import urllib.request
+
+    from klog.errors import KlogError, UsageError
+
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            text = resp.read()
+    except urllib.error.HTTPError as e:
+        try:
+            message = json.loads(e.read()).get("message", e.reason)
+        except ValueError:
+            message = e.reason
+        raise (UsageError if e.code == 404 else KlogError)(str(message)) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise KlogError(f"no Connect worker answers at {url}: {getattr(e, 'reason', e)}") from None
+    return json.loads(text) if text else None
+
+
+@app.command("list")
+def list_(url: UrlOpt = DEFAULT_URL) -> None:
+    """The worker's connectors and their states."""
+    for name, info in sorted((_call(url, "GET", "/connectors?expand=status") or {}).items()):
+        status = info["status"]
+        tasks = ", ".join(f"{t['id']}:{t['state']}" for t in status["tasks"])
+        print(f"{name}\t{status['type']}\t{status['connector']['state']}\t{tasks}")
+
+
+@app.command()
+def status(name: str, url: UrlOpt = DEFAULT_URL) -> None:
+    """A connector's status as Kafka Connect reports it (JSON)."""
+    import json
+    from urllib.parse import quote
+
+    print(json.dumps(_call(url, "GET", f"/connectors/{quote(name, safe='')}/status"), indent=2))
+
+
+def _verb(method: str, suffix: str, done: str):  # noqa: ANN202
+    def command(name: str, url: UrlOpt = DEFAULT_URL) -> None:
+        from urllib.parse import quote
+
+        _call(url, method, f"/connectors/{quote(name, safe='')}{suffix}")
+        print(f"{done} connector {name}", file=sys.stderr)
+
+    return command
+
+
+app.command("pause", help="Pause a connector's tasks (they keep their place).")(_verb("PUT", "/pause", "Paused"))
+app.command("resume", help="Resume a paused connector.")(_verb("PUT", "/resume", "Resumed"))
+app.command("restart", help="Restart a connector and its tasks.")(_verb("POST", "/restart", "Restarted"))
+app.command("delete", help="Stop and remove a connector (its offsets stay).")(_verb("DELETE", "", "Deleted"))
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="connect")

@@ -1,0 +1,1 @@
+"""klog's own connectors (imported only when a config names one)."""

@@ -1,0 +1,409 @@
+"""A JDBC-style sink accepting Confluent's JdbcSinkConnector configs (io.confluent.connect.jdbc.JdbcSinkConnector),
+into PostgreSQL (`jdbc:postgresql://host:port/db`) and SQLite (`jdbc:sqlite:PATH`).
+
+insert.mode insert | upsert | update; pk.mode none | kafka | record_key | record_value with pk.fields;
+delete.enabled (a tombstone deletes by key); auto.create and auto.evolve from the record schema (or, for
+schemaless JSON, from the values); table.name.format with ${topic}.
+
+Exactly-once: each put() is one database transaction holding the rows and, in the table
+`__klog_connect_offsets` (exactly.once.offsets.table), the next offset of every topic-partition it covers. At
+start (open) the task reads them back and the worker skips what the database already holds, so a kill
+at any instant neither loses nor duplicates a row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+import time
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from klog.connect.api import TP, SinkConnector, SinkTask
+from klog.connect.config import ConfigDef
+from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, ConnectRecord, Schema, fields_by_name, infer_schema
+from klog.connect.errors import ConfigError, ConnectError, RetriableError
+
+KAFKA_PK = ["__connect_topic", "__connect_partition", "__connect_offset"]
+UNIMPLEMENTED = frozenset({"dialect.name", "table.types", "db.timezone", "mssql.use.merge.holdlock",
+                           "trim.sensitive.log", "sql.quote.identifiers", "connection.attempts",
+                           "connection.backoff.ms", "fields.whitelist"})
+
+
+def _url_check(url: str) -> str | None:
+    if url.startswith("jdbc:sqlite:") or url.startswith("jdbc:postgresql://"):
+        return None
+    return "klog's JDBC sink speaks jdbc:postgresql://HOST[:PORT]/DB and jdbc:sqlite:PATH"
+
+
+class Dialect:
+    param = "?"
+    types: dict[str, str] = {}
+
+    def connect(self):  # noqa: ANN201 - a DB-API connection with autocommit off
+        raise NotImplementedError
+
+    def operational_errors(self) -> tuple[type[BaseException], ...]:
+        raise NotImplementedError
+
+    def quote(self, name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def table(self, name: str) -> str:
+        return self.quote(name)
+
+    def sql_type(self, schema: Schema) -> str:
+        name = schema.get("name")
+        if name == DECIMAL:
+            return "NUMERIC"
+        if name in (DATE, TIME, TIMESTAMP):
+            return {DATE: "DATE", TIME: "TIME", TIMESTAMP: "TIMESTAMP"}[name]
+        return self.types.get(schema.get("type", "string"), "TEXT")
+
+    def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
+        raise NotImplementedError
+
+    def value(self, schema: Schema | None, value: Any) -> Any:
+        if value is None:
+            return None
+        name = (schema or {}).get("name")
+        if name == DATE and isinstance(value, int):
+            return dt.date(1970, 1, 1) + dt.timedelta(days=value)
+        if name == TIMESTAMP and isinstance(value, int):
+            return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=value)
+        if name == TIME and isinstance(value, int):
+            return (dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=value)).time()
+        if isinstance(value, dict | list):
+            from klog.connect.converters import _json_default
+
+            return json.dumps(value, separators=(",", ":"), default=_json_default)
+        return value
+
+
+class PostgresDialect(Dialect):
+    param = "%s"
+    types = {"int8": "SMALLINT", "int16": "SMALLINT", "int32": "INTEGER", "int64": "BIGINT", "float32": "REAL",
+             "float64": "DOUBLE PRECISION", "boolean": "BOOLEAN", "string": "TEXT", "bytes": "BYTEA"}
+
+    def __init__(self, url: str, user: str, password: str) -> None:
+        parsed = urlparse(url[len("jdbc:"):])
+        query = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+        self.dsn = {"host": parsed.hostname or "localhost", "port": parsed.port or 5432,
+                    "dbname": unquote(parsed.path.lstrip("/")) or "postgres",
+                    "user": user or query.get("user") or "postgres"}
+        if password or query.get("password"):
+            self.dsn["password"] = password or query["password"]
+        if query.get("sslmode"):
+            self.dsn["sslmode"] = query["sslmode"]
+
+    def connect(self):  # noqa: ANN201
+        import psycopg2
+
+        return psycopg2.connect(**self.dsn, connect_timeout=10)
+
+    def operational_errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg2
+
+        return (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+    def table(self, name: str) -> str:
+        parts = name.split(".")[-2:]  # catalog.schema.table as Confluent's TableId: the catalog is the database
+        return ".".join(self.quote(p) for p in parts)
+
+    def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
+        parts = table.split(".")[-2:]
+        schema, name = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+        if schema is None:
+            cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                        "AND table_schema = ANY(current_schemas(false))", (name,))
+        else:
+            cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                        "AND table_schema = %s", (name, schema))
+        cols = {r[0] for r in cur.fetchall()}
+        return cols or None
+
+
+class SqliteDialect(Dialect):
+    types = {"int8": "INTEGER", "int16": "INTEGER", "int32": "INTEGER", "int64": "INTEGER", "float32": "REAL",
+             "float64": "REAL", "boolean": "INTEGER", "string": "TEXT", "bytes": "BLOB"}
+
+    def __init__(self, url: str) -> None:
+        self.path = url[len("jdbc:sqlite:"):]
+
+    def connect(self):  # noqa: ANN201
+        import sqlite3
+
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level="DEFERRED")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")  # a committed batch and its offsets survive a crash together
+        return conn
+
+    def operational_errors(self) -> tuple[type[BaseException], ...]:
+        import sqlite3
+
+        return (sqlite3.OperationalError,)
+
+    def table(self, name: str) -> str:
+        return self.quote(name.split(".")[-1])  # SQLite has no schemas: the table part of Confluent's TableId
+
+    def sql_type(self, schema: Schema) -> str:
+        return "NUMERIC" if schema.get("name") == DECIMAL else self.types.get(schema.get("type", "string"), "TEXT")
+
+    def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
+        cur.execute(f"PRAGMA table_info({self.table(table)})")
+        cols = {r[1] for r in cur.fetchall()}
+        return cols or None
+
+    def value(self, schema: Schema | None, value: Any) -> Any:
+        if isinstance(value, decimal.Decimal):
+            return str(value)
+        out = super().value(schema, value)
+        return out.isoformat() if isinstance(out, dt.date | dt.time) else out
+
+
+def make_dialect(config: dict[str, Any]) -> Dialect:
+    url = config["connection.url"]
+    if url.startswith("jdbc:sqlite:"):
+        return SqliteDialect(url)
+    return PostgresDialect(url, config["connection.user"], config["connection.password"])
+
+
+class JdbcSinkTask(SinkTask):
+    def start(self, props: dict[str, str]) -> None:
+        self.c = JdbcSinkConnector.config_def.parse(props)
+        self.dialect = make_dialect(self.c)
+        self.offsets_table = self.c["exactly.once.offsets.table"]
+        self.columns: dict[str, set[str]] = {}  # table → its columns, as last seen
+        self.conn = None
+        self._with_retries(self._ensure_offsets_table)
+
+    # -- connection and retries ------------------------------------------------------------------
+    def _connection(self):  # noqa: ANN202
+        if self.conn is None:
+            self.conn = self.dialect.connect()
+        return self.conn
+
+    def _drop_connection(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001, S110 - the connection is already broken
+                pass
+        self.conn = None
+        self.columns.clear()
+
+    def _with_retries(self, fn, *args: Any) -> Any:  # noqa: ANN001
+        """fn(cursor, *args) in one transaction; a lost connection retried max.retries times."""
+        attempts = 0
+        while True:
+            try:
+                conn = self._connection()
+                cur = conn.cursor()
+                try:
+                    out = fn(cur, *args)
+                    conn.commit()
+                    return out
+                except BaseException:
+                    conn.rollback()
+                    raise
+                finally:
+                    cur.close()
+            except self.dialect.operational_errors() as e:
+                self._drop_connection()
+                attempts += 1
+                if attempts > self.c["max.retries"]:
+                    raise RetriableError(f"database error after {self.c['max.retries']} retries: "
+                                         f"{str(e).strip()}") from None
+                self.context.warn(f"connector '{self.context.connector_name}': database error, retry {attempts} of "
+                                  f"{self.c['max.retries']} in {self.c['retry.backoff.ms']} ms: {str(e).strip()}")
+                time.sleep(self.c["retry.backoff.ms"] / 1000)
+
+    def _ensure_offsets_table(self, cur) -> None:  # noqa: ANN001
+        t = self.dialect.table(self.offsets_table)
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {t} (connector TEXT NOT NULL, topic TEXT NOT NULL, "
+                    "kafka_partition INTEGER NOT NULL, next_offset BIGINT NOT NULL, "
+                    "PRIMARY KEY (connector, topic, kafka_partition))")
+
+    # -- the sink contract -------------------------------------------------------------------------
+    def open(self, partitions: list[TP]) -> None:
+        """The offsets the database holds: the worker resumes after them (exactly-once)."""
+        def read(cur) -> list:  # noqa: ANN001
+            p = self.dialect.param
+            cur.execute(f"SELECT topic, kafka_partition, next_offset FROM {self.dialect.table(self.offsets_table)} "
+                        f"WHERE connector = {p}", (self.context.connector_name,))
+            return cur.fetchall()
+
+        wanted = set(partitions)
+        for topic, partition, offset in self._with_retries(read):
+            if (topic, partition) in wanted:
+                self.context.offset((topic, partition), offset)
+
+    def put(self, records: list[ConnectRecord]) -> None:
+        if records:
+            self._with_retries(self._write, records)
+
+    def _write(self, cur, records: list[ConnectRecord]) -> None:  # noqa: ANN001
+        runs: list[tuple[tuple, list]] = []
+        next_offsets: dict[TP, int] = {}
+        for r in records:
+            op = self._statement(cur, r)
+            if op is not None:
+                if runs and runs[-1][0] == op[0]:
+                    runs[-1][1].append(op[1])
+                else:
+                    runs.append((op[0], [op[1]]))
+            next_offsets[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
+        for shape, rows in runs:
+            cur.executemany(shape[0], rows)
+        p = self.dialect.param
+        t = self.dialect.table(self.offsets_table)
+        cur.executemany(f"INSERT INTO {t} (connector, topic, kafka_partition, next_offset) VALUES ({p}, {p}, {p}, {p}) "
+                        "ON CONFLICT (connector, topic, kafka_partition) "
+                        "DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                        [(self.context.connector_name, tp[0], tp[1], o) for tp, o in next_offsets.items()])
+
+    def _statement(self, cur, r: ConnectRecord) -> tuple[tuple, tuple] | None:  # noqa: ANN001
+        """(sql and its shape, parameters) for one record, the table created or evolved first if allowed."""
+        c, d = self.c, self.dialect
+        table = c["table.name.format"].replace("${topic}", r.topic)
+        qtable = d.table(table)
+        pk_mode = c["pk.mode"]
+        if r.value is None:
+            if not c["delete.enabled"]:
+                raise ConnectError(f"Sink connector '{self.context.connector_name}' is configured with "
+                                   f"'delete.enabled=false' and therefore requires records with a non-null value, but "
+                                   f"found record at (topic='{r.topic}',partition={r.kafka_partition},"
+                                   f"offset={r.kafka_offset}) with a null value")
+            keys = self._key_values(r)
+            if table not in self.columns:
+                existing = d.existing_columns(cur, table)
+                if existing is None:
+                    return None  # nothing to delete from a table that does not exist
+                self.columns[table] = existing
+            where = " AND ".join(f"{d.quote(k)} = {d.param}" for k in keys)
+            return (f"DELETE FROM {qtable} WHERE {where}", "d"), tuple(v for _, v in keys.items())
+        value_schema = r.value_schema or infer_schema(r.value)
+        if not isinstance(r.value, dict) or (value_schema or {}).get("type") != "struct":
+            raise ConnectError(f"the JDBC sink needs a struct (or JSON object) value, found {type(r.value).__name__} "
+                               f"at "
+                               f"{r.topic}-{r.kafka_partition}@{r.kafka_offset}")
+        fields = fields_by_name(value_schema)
+        pk: dict[str, tuple[Schema | None, Any]] = {}
+        if pk_mode == "kafka":
+            names = c["pk.fields"] or KAFKA_PK
+            pk = {names[0]: ({"type": "string"}, r.topic), names[1]: ({"type": "int32"}, r.kafka_partition),
+                  names[2]: ({"type": "int64"}, r.kafka_offset)}
+        elif pk_mode == "record_key":
+            pk = {k: (self._key_schema(r, k), v) for k, v in self._key_values(r).items()}
+        elif pk_mode == "record_value":
+            names = c["pk.fields"] or list(fields)
+            pk = {n: (fields.get(n), r.value.get(n)) for n in names}
+        cols = {**pk, **{n: (f, r.value.get(n)) for n, f in fields.items() if n not in pk}}
+        self._ensure_table(cur, table, {n: s or {"type": "string"} for n, (s, _) in cols.items()}, list(pk))
+        names = list(cols)
+        params = tuple(d.value(s, v) for s, v in cols.values())
+        q = [d.quote(n) for n in names]
+        marks = ", ".join([d.param] * len(names))
+        mode = c["insert.mode"]
+        if mode == "insert":
+            return (f"INSERT INTO {qtable} ({', '.join(q)}) VALUES ({marks})", tuple(names)), params
+        non_key = [n for n in names if n not in pk]
+        if mode == "update":
+            sets = ", ".join(f"{d.quote(n)} = {d.param}" for n in non_key)
+            where = " AND ".join(f"{d.quote(n)} = {d.param}" for n in pk)
+            return (f"UPDATE {qtable} SET {sets} WHERE {where}", tuple(names), "u"), \
+                tuple(params[names.index(n)] for n in non_key) + tuple(params[names.index(n)] for n in pk)
+        conflict = ", ".join(d.quote(n) for n in pk)
+        sets = ", ".join(f"{d.quote(n)} = EXCLUDED.{d.quote(n)}" for n in non_key)
+        action = f"DO UPDATE SET {sets}" if non_key else "DO NOTHING"
+        return (f"INSERT INTO {qtable} ({', '.join(q)}) VALUES ({marks}) ON CONFLICT ({conflict}) {action}",
+                tuple(names), "upsert"), params
+
+    def _key_values(self, r: ConnectRecord) -> dict[str, Any]:
+        if self.c["pk.mode"] != "record_key":
+            raise ConnectError("deleting needs pk.mode=record_key")
+        if isinstance(r.key, dict):
+            names = self.c["pk.fields"] or list(r.key)
+            return {n: r.key.get(n) for n in names}
+        if r.key is None:
+            raise ConnectError(f"pk.mode=record_key and the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} "
+                               "has no key")
+        return {(self.c["pk.fields"] or ["__connect_key"])[0]: r.key}
+
+    @staticmethod
+    def _key_schema(r: ConnectRecord, name: str) -> Schema | None:
+        if r.key_schema is not None and r.key_schema.get("type") == "struct":
+            return fields_by_name(r.key_schema).get(name)
+        return r.key_schema or infer_schema(r.key.get(name) if isinstance(r.key, dict) else r.key)
+
+    def _ensure_table(self, cur, table: str, cols: dict[str, Schema], pk: list[str]) -> None:  # noqa: ANN001
+        known = self.columns.get(table)
+        if known is not None and set(cols) <= known:
+            return
+        d = self.dialect
+        existing = d.existing_columns(cur, table)
+        if existing is None:
+            if not self.c["auto.create"]:
+                raise ConnectError(f"Table {table} is missing and auto-creation is disabled (auto.create=false)")
+            defs = [f"{d.quote(n)} {d.sql_type(s)}{' NOT NULL' if n in pk else ''}" for n, s in cols.items()]
+            if pk:
+                defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {d.table(table)} ({', '.join(defs)})")
+            existing = set(cols)
+        missing = [n for n in cols if n not in existing]
+        if missing:
+            if not self.c["auto.evolve"]:
+                raise ConnectError(f"Table {table} is missing fields {missing} and auto-evolution is disabled "
+                                   "(auto.evolve=false)")
+            for n in missing:
+                cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN {d.quote(n)} {d.sql_type(cols[n])}")
+            existing |= set(missing)
+        self.columns[table] = existing
+
+    def flush(self, offsets: dict[TP, int]) -> None:
+        pass  # every put() committed its rows with their offsets
+
+    def stop(self) -> None:
+        self._drop_connection()
+
+
+class JdbcSinkConnector(SinkConnector):
+    java_classes = ("io.confluent.connect.jdbc.JdbcSinkConnector",)
+    short_names = ("jdbc-sink",)
+    config_def = (ConfigDef()
+                  .define("connection.url", check=_url_check).define("connection.user", default="")
+                  .define("connection.password", "password", "")
+                  .define("insert.mode", default="insert", choices=("insert", "upsert", "update"))
+                  .define("pk.mode", default="none", choices=("none", "kafka", "record_key", "record_value"))
+                  .define("pk.fields", "list", [])
+                  .define("delete.enabled", "boolean", False)
+                  .define("auto.create", "boolean", False).define("auto.evolve", "boolean", False)
+                  .define("table.name.format", default="${topic}")
+                  .define("batch.size", "int", 3000, at_least=1)
+                  .define("max.retries", "int", 10, at_least=0).define("retry.backoff.ms", "long", 3000, at_least=0)
+                  .define("quote.sql.identifiers", default="always", choices=("always", "never"))
+                  .define("exactly.once.offsets.table", default="__klog_connect_offsets",
+                          doc="klog: where the consumed offsets are stored with the rows (exactly-once)"))
+    unimplemented = UNIMPLEMENTED
+    task_class = JdbcSinkTask
+
+    def validate(self, config: dict[str, Any]) -> None:
+        if config["delete.enabled"] and config["pk.mode"] != "record_key":
+            raise ConfigError("delete.enabled", "true", "Primary key mode must be 'record_key' when delete support "
+                              "is enabled")
+        if config["insert.mode"] in ("upsert", "update") and config["pk.mode"] == "none":
+            raise ConfigError("pk.mode", "none", f"insert.mode={config['insert.mode']} needs a primary key mode")
+        if config["pk.mode"] == "kafka" and config["pk.fields"] and len(config["pk.fields"]) != 3:
+            raise ConfigError("pk.fields", ",".join(config["pk.fields"]), "pk.mode=kafka takes three names "
+                              "(topic, partition, offset)")
+        if re.match(r"jdbc:postgresql:", config["connection.url"]):
+            try:
+                import psycopg2  # noqa: F401
+            except ImportError:
+                raise ConfigError("connection.url", config["connection.url"],
+                                  "PostgreSQL needs psycopg2: pip install 'klog[connect]'") from None
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        return [dict(self.props) for _ in range(max_tasks)]

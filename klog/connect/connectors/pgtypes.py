@@ -1,0 +1,121 @@
+"""PostgreSQL column types as Debezium's PostgreSQL connector maps them to Connect schemas, and their
+text form (what pgoutput and `col::text` give) parsed into Connect values."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Callable
+from typing import Any
+
+from klog.connect.data import DECIMAL, Schema, primitive
+
+EPOCH = dt.datetime(1970, 1, 1)
+EPOCH_DATE = dt.date(1970, 1, 1)
+UNAVAILABLE = "__debezium_unavailable_value"  # Debezium's placeholder for an unchanged TOASTed value
+
+Parser = Callable[[str], Any]
+
+
+def _bool(text: str) -> bool:
+    return text in ("t", "true")
+
+
+def _bytea(text: str) -> bytes:
+    return bytes.fromhex(text[2:]) if text.startswith("\\x") else text.encode()
+
+
+def _date(text: str) -> int | None:
+    try:
+        return (dt.date.fromisoformat(text) - EPOCH_DATE).days
+    except ValueError:
+        return None  # infinity, BC dates
+
+
+def _timestamp_us(text: str) -> int | None:
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    delta = when - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _timestamp_ms(text: str) -> int | None:
+    us = _timestamp_us(text)
+    return None if us is None else us // 1000
+
+
+def _zoned(text: str) -> str | None:
+    try:
+        when = dt.datetime.fromisoformat(text if len(text) < 3 or text[-3] not in "+-" else text + ":00")
+    except ValueError:
+        return None
+    return when.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _time_us(text: str) -> int:
+    t = dt.time.fromisoformat(text[:15] if "+" not in text and "-" not in text else text.split("+")[0].split("-")[0])
+    return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
+
+
+def column_type(type_oid: int, typmod: int, decimal_mode: str = "precise") -> tuple[Schema, Parser]:
+    """The Connect schema (without "optional" set) and the text parser of a column."""
+    if type_oid == 16:
+        return primitive("boolean"), _bool
+    if type_oid == 21:
+        return primitive("int16"), int
+    if type_oid == 23:
+        return primitive("int32"), int
+    if type_oid in (20, 26):
+        return primitive("int64"), int
+    if type_oid == 700:
+        return primitive("float32"), float
+    if type_oid == 701:
+        return primitive("float64"), float
+    if type_oid == 1700:
+        return _numeric(typmod, decimal_mode)
+    if type_oid == 17:
+        return primitive("bytes"), _bytea
+    if type_oid == 1082:
+        return primitive("int32", name="io.debezium.time.Date", version=1), _date
+    if type_oid == 1114:
+        if 0 <= typmod <= 3:
+            return primitive("int64", name="io.debezium.time.Timestamp", version=1), _timestamp_ms
+        return primitive("int64", name="io.debezium.time.MicroTimestamp", version=1), _timestamp_us
+    if type_oid == 1184:
+        return primitive("string", name="io.debezium.time.ZonedTimestamp", version=1), _zoned
+    if type_oid == 1083:
+        return primitive("int64", name="io.debezium.time.MicroTime", version=1), _time_us
+    if type_oid == 2950:
+        return primitive("string", name="io.debezium.data.Uuid", version=1), str
+    if type_oid in (114, 3802):
+        return primitive("string", name="io.debezium.data.Json", version=1), str
+    if type_oid == 142:
+        return primitive("string", name="io.debezium.data.Xml", version=1), str
+    return primitive("string"), str  # text, varchar, char, name, enums, arrays, ...: their text form
+
+
+def _numeric(typmod: int, mode: str) -> tuple[Schema, Parser]:
+    if mode == "double":
+        return primitive("float64"), float
+    if mode == "string":
+        return primitive("string"), str
+    if typmod >= 4:  # numeric(p, s): typmod = (p << 16 | s) + 4
+        precision, scale = (typmod - 4) >> 16, (typmod - 4) & 0xFFFF
+        return (primitive("bytes", name=DECIMAL, version=1,
+                          parameters={"scale": str(scale), "connect.decimal.precision": str(precision)}),
+                decimal.Decimal)
+    # unconstrained numeric: Debezium's VariableScaleDecimal (the scale travels with each value)
+    schema = primitive("struct", name="io.debezium.data.VariableScaleDecimal", version=1,
+                       fields=[{**primitive("int32", False), "field": "scale"},
+                               {**primitive("bytes", False), "field": "value"}])
+    return schema, _variable_decimal
+
+
+def _variable_decimal(text: str) -> dict:
+    from klog.connect.converters import decimal_to_bytes
+
+    value = decimal.Decimal(text)
+    scale = max(0, -value.as_tuple().exponent) if isinstance(value.as_tuple().exponent, int) else 0
+    return {"scale": scale, "value": decimal_to_bytes(value, scale)}

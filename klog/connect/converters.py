@@ -1,0 +1,298 @@
+"""Converters between Connect data and record bytes: Kafka's StringConverter, ByteArrayConverter and
+JsonConverter (with or without the {"schema", "payload"} envelope), by their class names or short ones."""
+
+from __future__ import annotations
+
+import base64
+import decimal
+import json
+from typing import Any
+
+from klog.connect.config import ConfigDef, aliases
+from klog.connect.data import DECIMAL, Schema, primitive
+from klog.connect.errors import ConfigError, DataError
+
+
+class Converter:
+    java_class = ""
+    config_def = ConfigDef()
+
+    def __init__(self, props: dict[str, str], is_key: bool) -> None:
+        self.config = self.config_def.parse(props)
+        self.is_key = is_key
+
+    def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
+        raise NotImplementedError
+
+    def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
+        raise NotImplementedError
+
+
+class StringConverter(Converter):
+    java_class = "org.apache.kafka.connect.storage.StringConverter"
+    config_def = ConfigDef().define("converter.encoding", default="UTF-8")
+
+    def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if isinstance(value, dict | list):  # Kafka's Struct.toString is not parseable; JSON is
+            value = json.dumps(value, separators=(",", ":"), default=_json_default)
+        return str(value).encode(self.config["converter.encoding"])
+
+    def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
+        if data is None:
+            return primitive("string"), None
+        try:
+            return primitive("string"), data.decode(self.config["converter.encoding"])
+        except (UnicodeDecodeError, LookupError) as e:
+            raise DataError(f"failed to deserialize string: {e}") from None
+
+
+class ByteArrayConverter(Converter):
+    java_class = "org.apache.kafka.connect.converters.ByteArrayConverter"
+
+    def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
+        if value is None or isinstance(value, bytes):
+            return value
+        if isinstance(value, bytearray | memoryview):
+            return bytes(value)
+        raise DataError(f"ByteArrayConverter is not compatible with objects of type {type(value).__name__}")
+
+    def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
+        return primitive("bytes"), data
+
+
+class JsonConverter(Converter):
+    java_class = "org.apache.kafka.connect.json.JsonConverter"
+    config_def = (ConfigDef().define("schemas.enable", "boolean", True)
+                  .define("decimal.format", default="BASE64", choices=("base64", "numeric"))
+                  .define("schemas.cache.size", "int", 1000).define("replace.null.with.default", "boolean", True))
+
+    def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
+        if schema is None and value is None:
+            return None  # a tombstone stays one
+        numeric = self.config["decimal.format"] == "numeric"
+        if schema is not None:
+            convert = _compiled(schema, numeric)
+            payload = value if convert is None or value is None else convert(value)
+        else:
+            payload = to_json(None, value, numeric)
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+        if not self.config["schemas.enable"]:
+            return text.encode()
+        # the schema's JSON once per schema object (a connector reuses them): most of an envelope's bytes
+        return b'{"schema":' + _schema_json(schema) + b',"payload":' + text.encode() + b"}"
+
+    def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
+        if data is None:
+            return None, None
+        if self.config["schemas.enable"]:
+            fast = _split_envelope(data)
+            if fast is not None:
+                return fast
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise DataError(f"Converting byte[] to Kafka Connect data failed due to serialization error: {e}") from None
+        if not self.config["schemas.enable"]:
+            return None, doc
+        if not isinstance(doc, dict) or set(doc) != {"schema", "payload"}:
+            raise DataError('JsonConverter with schemas.enable requires "schema" and "payload" fields and may not '
+                            "contain additional fields. If you are trying to deserialize plain JSON data, set "
+                            "schemas.enable=false in your converter configuration.")
+        return doc["schema"], from_json(doc["schema"], doc["payload"])
+
+
+_PARSED: dict[bytes, tuple[Schema, Any]] = {}  # a schema's JSON → (the schema, its compiled from_json)
+
+
+def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
+    """An envelope as JsonConverter writes it ({"schema":...,"payload":...}) parsed without parsing its
+    schema again when the same schema was seen before (every record of a table carries it); None when
+    the bytes are not in that shape (then the whole document is parsed)."""
+    if not data.startswith(b'{"schema":') or not data.endswith(b"}"):
+        return None
+    cut = data.find(b',"payload":')
+    if cut < 0:
+        return None
+    schema_text = data[10:cut]
+    hit = _PARSED.get(schema_text)
+    try:
+        if hit is None:
+            schema = json.loads(schema_text)
+            if not isinstance(schema, dict | type(None)):
+                return None
+            hit = (schema, None if schema is None else _compile_from(schema))
+            if len(_PARSED) >= CACHE_MAX:
+                _PARSED.clear()
+            _PARSED[schema_text] = hit
+        payload = json.loads(data[cut + 11:-1])
+    except (ValueError, UnicodeDecodeError):
+        return None  # e.g. a "payload" key inside the schema: the slow path decides
+    schema, convert = hit
+    return schema, payload if convert is None or payload is None else convert(payload)
+
+
+def _compile_from(schema: Schema):  # noqa: ANN202 - a payload → value function, or None (as is)
+    kind = schema.get("type")
+    if schema.get("name") == DECIMAL or kind == "bytes":
+        return lambda v: from_json(schema, v)
+    if kind == "struct":
+        todo = [(f["field"], c) for f in schema.get("fields", []) if (c := _compile_from(f)) is not None]
+        if not todo:
+            return None
+
+        def struct(v: Any) -> Any:
+            if not isinstance(v, dict):
+                return v
+            out = dict(v)
+            for name, c in todo:
+                x = v.get(name)
+                if x is not None:
+                    out[name] = c(x)
+            return out
+
+        return struct
+    if kind in ("array", "map"):
+        inner = schema.get("items" if kind == "array" else "values")
+        c = None if inner is None else _compile_from(inner)
+        if c is None:
+            return None
+        if kind == "array":
+            return lambda v: [None if x is None else c(x) for x in v] if isinstance(v, list) else v
+        return lambda v: {k: None if x is None else c(x) for k, x in v.items()} if isinstance(v, dict) else v
+    return None
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def decimal_to_bytes(value: decimal.Decimal, scale: int) -> bytes:
+    unscaled = int(value.scaleb(scale).to_integral_value())
+    return unscaled.to_bytes(max(1, (unscaled.bit_length() + 8) // 8), "big", signed=True)
+
+
+def decimal_from_bytes(data: bytes, scale: int) -> decimal.Decimal:
+    return decimal.Decimal(int.from_bytes(data, "big", signed=True)).scaleb(-scale)
+
+
+def _scale(schema: Schema) -> int:
+    return int((schema.get("parameters") or {}).get("scale", 0))
+
+
+_SCHEMA_JSON: dict[int, tuple[Schema | None, bytes]] = {}
+_COMPILED: dict[tuple[int, bool], tuple[Schema, Any]] = {}
+CACHE_MAX = 4096
+
+
+def _schema_json(schema: Schema | None) -> bytes:
+    hit = _SCHEMA_JSON.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    data = json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(_SCHEMA_JSON) >= CACHE_MAX:
+        _SCHEMA_JSON.clear()
+    _SCHEMA_JSON[id(schema)] = (schema, data)  # the schema kept alive: its id cannot be reused meanwhile
+    return data
+
+
+def _compiled(schema: Schema, numeric: bool):  # noqa: ANN202 - a value → payload function, or None (as is)
+    hit = _COMPILED.get((id(schema), numeric))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    fn = _compile(schema, numeric)
+    if len(_COMPILED) >= CACHE_MAX:
+        _COMPILED.clear()
+    _COMPILED[(id(schema), numeric)] = (schema, fn)
+    return fn
+
+
+def _compile(schema: Schema, numeric: bool):  # noqa: ANN202
+    """to_json for one schema as a function, None where the value is already its JSON (most fields)."""
+    kind = schema.get("type")
+    if schema.get("name") == DECIMAL or kind == "bytes":
+        return lambda v: to_json(schema, v, numeric)
+    if kind == "struct":
+        subs = [(f["field"], _compile(f, numeric)) for f in schema.get("fields", [])]
+        if all(c is None for _, c in subs):
+            return None
+        todo = [(n, c) for n, c in subs if c is not None]
+
+        def struct(v: dict) -> dict:
+            out = dict(v)
+            for name, c in todo:
+                x = v.get(name)
+                if x is not None:
+                    out[name] = c(x)
+            return out
+
+        return struct
+    if kind in ("array", "map"):
+        inner = schema.get("items" if kind == "array" else "values")
+        c = None if inner is None else _compile(inner, numeric)
+        if c is None:
+            return None
+        if kind == "array":
+            return lambda v: [None if x is None else c(x) for x in v]
+        return lambda v: {k: None if x is None else c(x) for k, x in v.items()}
+    return None
+
+
+def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -> Any:
+    """A Connect value as JsonConverter's payload: bytes base64, decimals per decimal.format."""
+    if value is None or schema is None:
+        return value if not isinstance(value, bytes | bytearray | decimal.Decimal) else _json_default(value)
+    kind = schema.get("type")
+    if schema.get("name") == DECIMAL:
+        dec = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
+        return float(dec) if numeric_decimals else base64.b64encode(decimal_to_bytes(dec, _scale(schema))).decode()
+    if kind == "bytes":
+        return base64.b64encode(bytes(value)).decode() if isinstance(value, bytes | bytearray | memoryview) else value
+    if kind == "struct":
+        if not isinstance(value, dict):
+            raise DataError(f"a struct value must be a map, not {type(value).__name__}")
+        return {f["field"]: to_json(f, value.get(f["field"]), numeric_decimals) for f in schema.get("fields", [])}
+    if kind == "array":
+        return [to_json(schema.get("items"), v, numeric_decimals) for v in value]
+    if kind == "map":
+        return {k: to_json(schema.get("values"), v, numeric_decimals) for k, v in value.items()}
+    return value
+
+
+def from_json(schema: Schema | None, value: Any) -> Any:
+    """JsonConverter's payload as a Connect value (the inverse of to_json)."""
+    if value is None or schema is None:
+        return value
+    kind = schema.get("type")
+    if schema.get("name") == DECIMAL:
+        if isinstance(value, str):
+            return decimal_from_bytes(base64.b64decode(value), _scale(schema))
+        return decimal.Decimal(str(value))
+    if kind == "bytes" and isinstance(value, str):
+        return base64.b64decode(value)
+    if kind == "struct" and isinstance(value, dict):
+        return {f["field"]: from_json(f, value.get(f["field"])) for f in schema.get("fields", [])}
+    if kind == "array" and isinstance(value, list):
+        return [from_json(schema.get("items"), v) for v in value]
+    if kind == "map" and isinstance(value, dict):
+        return {k: from_json(schema.get("values"), v) for k, v in value.items()}
+    return value
+
+
+CONVERTERS: dict[str, type[Converter]] = {}
+for _cls, _short in ((StringConverter, "string"), (ByteArrayConverter, "bytes"), (JsonConverter, "json")):
+    for _name in aliases([_cls.java_class]) | {_short}:
+        CONVERTERS[_name] = _cls
+
+
+def make_converter(field_name: str, class_name: str, props: dict[str, str], is_key: bool) -> Converter:
+    cls = CONVERTERS.get(class_name)
+    if cls is None:
+        raise ConfigError(field_name, class_name, "unknown converter: use string, bytes, json or Kafka's class names "
+                          "(org.apache.kafka.connect.storage.StringConverter, ...)")
+    return cls(props, is_key)

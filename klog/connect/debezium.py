@@ -1,0 +1,92 @@
+"""Debezium's ExtractNewRecordState: a change event's envelope replaced by its row state.
+
+Both generations of its delete keys are accepted: `delete.tombstone.handling.mode` (Debezium 2.5+:
+tombstone | drop | rewrite | rewrite-with-tombstone | delete-to-tombstone) and the older
+`drop.tombstones` + `delete.handling.mode` (drop | rewrite | none). Without either, the newer default
+(tombstone: a delete becomes one tombstone) applies.
+"""
+
+from __future__ import annotations
+
+from klog.connect.config import ConfigDef
+from klog.connect.data import ConnectRecord, fields_by_name, primitive
+from klog.connect.transforms import Transform
+
+MODES = ("tombstone", "drop", "rewrite", "rewrite-with-tombstone", "delete-to-tombstone")
+
+
+class ExtractNewRecordState(Transform):
+    config_def = (ConfigDef().define("delete.tombstone.handling.mode", default=None, choices=MODES)
+                  .define("drop.tombstones", "boolean", None).define("delete.handling.mode", default=None,
+                                                                    choices=("drop", "rewrite", "none"))
+                  .define("add.fields", "list", []).define("add.headers", "list", [])
+                  .define("add.fields.prefix", default="__").define("add.headers.prefix", default="__")
+                  .define("route.by.field", default="").define("drop.fields.header.name", default=None)
+                  .define("drop.fields.from.key", "boolean", False)
+                  .define("replace.null.with.default", "boolean", True))
+
+    def configure(self) -> None:
+        c = self.config
+        if c["delete.tombstone.handling.mode"] is not None:
+            mode = c["delete.tombstone.handling.mode"]
+        elif c["drop.tombstones"] is not None or c["delete.handling.mode"] is not None:
+            old = c["delete.handling.mode"] or "drop"
+            keep_tombstones = c["drop.tombstones"] is False
+            mode = {("drop", False): "drop", ("drop", True): "tombstone",  # the delete dropped, its tombstone kept
+                    ("rewrite", False): "rewrite", ("rewrite", True): "rewrite-with-tombstone",
+                    ("none", False): "delete-to-tombstone-only", ("none", True): "delete-to-tombstone"}[
+                (old, keep_tombstones)]
+        else:
+            mode = "tombstone"
+        self.mode = mode
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        value = record.value
+        if value is None:  # Debezium's own tombstone after a delete
+            return record if self.mode in ("tombstone", "rewrite-with-tombstone", "delete-to-tombstone") else None
+        if not isinstance(value, dict) or "op" not in value or "after" not in value:
+            return record  # not a change event (a heartbeat, a schema change): untouched
+        op = value.get("op")
+        if op == "t" or op == "m":
+            return None  # truncates and messages have no row state
+        if op == "d":
+            if self.mode in ("drop", "tombstone"):
+                return None  # tombstone: Debezium's following tombstone carries the delete
+            if self.mode in ("delete-to-tombstone", "delete-to-tombstone-only"):
+                return record.new_record(value_schema=None, value=None)
+            row, row_schema = value.get("before"), fields_by_name(record.value_schema).get("before")
+        else:
+            row, row_schema = value.get("after"), fields_by_name(record.value_schema).get("after")
+        schema = None if row_schema is None else {k: v for k, v in row_schema.items() if k != "field"}
+        out = dict(row or {})
+        extra_fields = []
+        if self.mode.startswith("rewrite"):
+            out[self.config["add.fields.prefix"] + "deleted"] = "true" if op == "d" else "false"
+            extra_fields.append({**primitive("string"), "field": self.config["add.fields.prefix"] + "deleted"})
+        headers = list(record.headers)
+        for name in self.config["add.fields"]:
+            v, s = self._meta(value, record, name)
+            out[self._meta_name(self.config["add.fields.prefix"], name)] = v
+            field = self._meta_name(self.config["add.fields.prefix"], name)
+            extra_fields.append({**s, "optional": True, "field": field})
+        for name in self.config["add.headers"]:
+            from klog.connect.transforms import header_bytes
+
+            headers.append((self._meta_name(self.config["add.headers.prefix"], name),
+                            header_bytes(self._meta(value, record, name)[0])))
+        if schema is not None:
+            schema = {**schema, "fields": [*schema.get("fields", []), *extra_fields]}
+        return record.new_record(value_schema=schema, value=out, headers=headers)
+
+    @staticmethod
+    def _meta_name(prefix: str, name: str) -> str:
+        return prefix + name.replace(".", "_")
+
+    @staticmethod
+    def _meta(value: dict, record: ConnectRecord, name: str) -> tuple[object, dict]:
+        """`op`, `ts_ms`, `source.<field>`, ... of the envelope, with the schema it has there."""
+        if name.startswith("source.") or (name not in value and name in (value.get("source") or {})):
+            inner = name.removeprefix("source.")
+            schema = fields_by_name(fields_by_name(record.value_schema).get("source")).get(inner) or primitive("string")
+            return (value.get("source") or {}).get(inner), schema
+        return value.get(name), fields_by_name(record.value_schema).get(name) or primitive("string")

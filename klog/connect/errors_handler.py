@@ -1,0 +1,115 @@
+"""Kafka Connect's error handling: retries with backoff (`errors.retry.timeout`), tolerance
+(`errors.tolerance`), the log (`errors.log.enable`) and the dead letter queue with Kafka's error headers
+(`errors.deadletterqueue.*`, sink connectors)."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from klog.connect.errors import ConnectError, RetriableError
+
+SKIP = object()  # a failed record tolerated: go on without it
+HEADER_PREFIX = "__connect.errors."
+BACKOFF_START_S = 0.3
+
+
+class ToleranceExceeded(ConnectError):
+    pass
+
+
+class ErrorHandler:
+    def __init__(self, config: dict[str, Any], connector: str, task_id: int, warn: Callable[[str], None],
+                 dlq: DeadLetterQueue | None = None) -> None:
+        self.retry_timeout_ms = config["errors.retry.timeout"]
+        self.max_delay_s = config["errors.retry.delay.max.ms"] / 1000
+        self.tolerate = config["errors.tolerance"] == "all"
+        self.log = config["errors.log.enable"]
+        self.log_messages = config["errors.log.include.messages"]
+        self.connector = connector
+        self.task_id = task_id
+        self.warn = warn
+        self.dlq = dlq
+        self.failures = 0
+        self.stopping: Callable[[], bool] = lambda: False
+
+    def retrying(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args), RetriableError retried with backoff until errors.retry.timeout (-1: forever)."""
+        deadline = time.monotonic() + self.retry_timeout_ms / 1000
+        delay = BACKOFF_START_S
+        while True:
+            try:
+                return fn(*args)
+            except RetriableError as e:
+                if self.stopping() or (self.retry_timeout_ms != -1 and time.monotonic() + delay > deadline):
+                    raise ConnectError(f"{stage} failed after retrying for {self.retry_timeout_ms} ms "
+                                       f"(errors.retry.timeout): {e}") from e
+                self.warn(f"connector '{self.connector}' task {self.task_id}: {stage} failed, retrying in "
+                          f"{delay:.1f} s: {e}")
+                time.sleep(delay)
+                delay = min(delay * 2, self.max_delay_s)
+
+    def execute(self, stage: str, cls_name: str, fn: Callable[..., Any], *args: Any, raw: Any = None) -> Any:
+        """One record's converter or transform step: its result, or SKIP when it failed and failures are
+        tolerated (logged, and sent to the DLQ when one is configured); ToleranceExceeded otherwise."""
+        try:
+            return self.retrying(stage, fn, *args)
+        except Exception as e:  # noqa: BLE001 - any failure of a step is the record's, reported below
+            self.failures += 1
+            cause = e.__cause__ if isinstance(e, ConnectError) and e.__cause__ is not None else e
+            if not self.tolerate:
+                raise ToleranceExceeded(f"Tolerance exceeded in error handler: {stage} ({cls_name}) failed: "
+                                        f"{type(cause).__name__}: {cause}") from e
+            if self.log:
+                where = f" for {raw.topic}-{raw.partition}@{raw.offset}" if raw is not None else ""
+                self.warn(f"connector '{self.connector}' task {self.task_id}: {stage} ({cls_name}) failed{where}: "
+                          f"{cause}" + (f" (record: {raw!r})" if self.log_messages else ""))
+            if self.dlq is not None and raw is not None:
+                self.dlq.report(raw, stage, cls_name, cause, self.connector, self.task_id)
+            return SKIP
+
+
+class DeadLetterQueue:
+    """Failed records as they were consumed (key, value, headers), with Kafka's error headers when
+    errors.deadletterqueue.context.headers.enable is true."""
+
+    def __init__(self, store, topic: str, context_headers: bool, replication_factor: int) -> None:  # noqa: ANN001
+        from klog.connect.storage import ensure_topic
+
+        self.topic = topic
+        self.context_headers = context_headers
+        rf = replication_factor if replication_factor > 0 else None
+        if not store.has_topic(topic):
+            try:
+                store.create_topic(topic, partitions=1, replication_factor=rf, exist_ok=True)
+            except Exception:  # noqa: BLE001 - a replication factor the local store cannot have: its default
+                ensure_topic(store, topic, 1, compacted=False)
+        self.producer = store.producer()
+
+    def report(self, raw: Any, stage: str, cls_name: str, error: BaseException, connector: str, task_id: int) -> None:
+        headers = list(raw.headers or [])
+        if self.context_headers:
+            trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            for name, value in (("topic", raw.topic), ("partition", str(raw.partition)), ("offset", str(raw.offset)),
+                                ("connector.name", connector), ("task.id", str(task_id)), ("stage", stage),
+                                ("class.name", cls_name), ("exception.class.name", _java_name(error)),
+                                ("exception.message", str(error)), ("exception.stacktrace", trace)):
+                headers.append((HEADER_PREFIX + name, value.encode()))
+        self.producer.send(self.topic, raw.value, key=raw.key, headers=headers)
+
+    def flush(self) -> None:
+        self.producer.flush()
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def _java_name(error: BaseException) -> str:
+    """The exception's class as Kafka names its own (DataException for a record a converter refused)."""
+    from klog.connect.errors import DataError
+
+    if isinstance(error, DataError):
+        return "org.apache.kafka.connect.errors.DataException"
+    return f"{type(error).__module__}.{type(error).__qualname__}"

@@ -1,0 +1,212 @@
+"""Kafka Connect's REST API over a Worker (127.0.0.1:8083 by default), so existing Connect tooling works.
+
+GET/POST /connectors (?expand=status|info), GET/DELETE /connectors/{n}, GET/PUT /connectors/{n}/config,
+GET /connectors/{n}/status, GET /connectors/{n}/tasks, GET /connectors/{n}/tasks/{id}/status,
+POST /connectors/{n}/restart, POST /connectors/{n}/tasks/{id}/restart, PUT /connectors/{n}/pause|resume|stop,
+GET /connectors/{n}/offsets, GET /connector-plugins, PUT /connector-plugins/{plugin}/config/validate.
+Errors answer {"error_code": N, "message": ...} as Kafka Connect's do.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from klog.connect.errors import ConfigError
+from klog.errors import KlogError
+
+
+class HttpError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RestServer:
+    def __init__(self, worker, host: str = "127.0.0.1", port: int = 8083) -> None:  # noqa: ANN001 - a Worker
+        self.worker = worker
+        self.lock = threading.Lock()  # one management call at a time
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet: the worker prints what matters
+                pass
+
+            def _handle(self, method: str) -> None:
+                url = urlparse(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                try:
+                    payload = json.loads(body) if body else None
+                except ValueError:
+                    self._send(400, {"error_code": 400, "message": "the request body is not JSON"})
+                    return
+                try:
+                    with api.lock:
+                        code, out = api.route(method, [unquote(p) for p in url.path.strip("/").split("/") if p],
+                                              {k: v[0] for k, v in parse_qs(url.query).items()}, payload)
+                except HttpError as e:
+                    code, out = e.code, {"error_code": e.code, "message": str(e)}
+                except ConfigError as e:
+                    code, out = 400, {"error_code": 400, "message": str(e)}
+                except KlogError as e:
+                    code, out = 500, {"error_code": 500, "message": str(e)}
+                except Exception as e:  # noqa: BLE001 - one bad request must not take the API down
+                    code, out = 500, {"error_code": 500, "message": f"{type(e).__name__}: {e}"}
+                self._send(code, out)
+
+            def _send(self, code: int, out: Any) -> None:
+                data = b"" if out is None else json.dumps(out).encode()
+                self.send_response(code)
+                if data:
+                    self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's names
+                self._handle("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._handle("POST")
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self._handle("PUT")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._handle("DELETE")
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="klog-connect-rest", daemon=True)
+
+    def start(self) -> RestServer:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- routes ------------------------------------------------------------------------------------
+    def route(self, method: str, parts: list[str], query: dict[str, str], body: Any) -> tuple[int, Any]:
+        w = self.worker
+        if not parts:
+            from klog import __version__
+
+            return 200, {"version": __version__, "commit": "", "kafka_cluster_id": "klog"}
+        if parts == ["connector-plugins"] and method == "GET":
+            from klog.connect.api import load_class, plugin_names
+
+            return 200, [{"class": java, "type": load_class(spec).kind, "version": load_class(spec).version()}
+                         for java, spec in sorted(plugin_names().items())]
+        if len(parts) == 4 and parts[0] == "connector-plugins" and parts[2:] == ["config", "validate"] \
+                and method == "PUT":
+            return 200, self.validate(parts[1], body or {})
+        if parts[0] != "connectors":
+            raise HttpError(404, f"unknown resource /{'/'.join(parts)}")
+        if len(parts) == 1:
+            if method == "GET":
+                names = w.names()
+                expand = query.get("expand")
+                if expand in ("status", "info"):
+                    return 200, {n: ({"status": w.describe_status(n)} if expand == "status" else
+                                     {"info": self.info(n)}) for n in names}
+                return 200, names
+            if method == "POST":
+                if not isinstance(body, dict) or "name" not in body or not isinstance(body.get("config"), dict):
+                    raise HttpError(400, 'a connector is {"name": ..., "config": {...}}')
+                if body["name"] in w.names():
+                    raise HttpError(409, f"Connector {body['name']} already exists")
+                w.put({**{k: str(v) for k, v in body["config"].items()}, "name": body["name"]})
+                return 201, self.info(body["name"])
+            raise HttpError(405, f"{method} is not allowed on /connectors")
+        name = parts[1]
+        if name not in w.names() and not (len(parts) == 3 and parts[2] == "config" and method == "PUT"):
+            raise HttpError(404, f"Connector {name} not found")
+        rest = parts[2:]
+        if not rest:
+            if method == "GET":
+                return 200, self.info(name)
+            if method == "DELETE":
+                w.delete(name)
+                return 204, None
+        elif rest == ["config"]:
+            if method == "GET":
+                return 200, w.validated(name).props
+            if method == "PUT":
+                if not isinstance(body, dict):
+                    raise HttpError(400, "the config is a JSON object")
+                props = {k: str(v) for k, v in body.items()}
+                if props.get("name", name) != name:
+                    raise HttpError(400, "Connector name configuration (" + props["name"] + ") doesn't match "
+                                    "connector name in the URL (" + name + ")")
+                created = w.put({**props, "name": name})
+                return (201 if created else 200), self.info(name)
+        elif rest == ["status"] and method == "GET":
+            return 200, w.describe_status(name)
+        elif rest == ["tasks"] and method == "GET":
+            return 200, [{"id": {"connector": name, "task": i}, "config": c}
+                         for i, c in enumerate(w.task_configs(name))]
+        elif len(rest) == 3 and rest[0] == "tasks" and rest[2] in ("status", "restart"):
+            tasks = w.describe_status(name)["tasks"]
+            try:
+                task = tasks[int(rest[1])]
+            except (ValueError, IndexError):
+                raise HttpError(404, f"Task {name}-{rest[1]} not found") from None
+            if rest[2] == "status" and method == "GET":
+                return 200, task
+            if rest[2] == "restart" and method == "POST":
+                w.restart_task(name, task["id"])
+                return 204, None
+        elif rest == ["restart"] and method == "POST":
+            w.restart(name)
+            if query.get("includeTasks") == "true":
+                return 202, w.describe_status(name)
+            return 204, None
+        elif rest in (["pause"], ["resume"], ["stop"]) and method == "PUT":
+            {"pause": w.pause, "resume": w.resume, "stop": w.stop_only}[rest[0]](name)
+            return 202, None
+        elif rest == ["offsets"] and method == "GET":
+            return 200, {"offsets": [{"partition": json.loads(p), "offset": o}
+                                     for p, o in w.offsets.of(name).items()]}
+        raise HttpError(405 if rest else 404, f"{method} /{'/'.join(parts)} is not supported")
+
+    def info(self, name: str) -> dict:
+        v = self.worker.validated(name)
+        tasks = self.worker.task_configs(name)
+        return {"name": name, "config": v.props, "tasks": [{"connector": name, "task": i} for i in range(len(tasks))],
+                "type": v.cls.kind}
+
+    def validate(self, plugin: str, config: dict) -> dict:
+        """Kafka's ConfigInfos: every key of the connector and the runtime with its errors."""
+        from klog.connect.api import find_connector
+        from klog.connect.worker import SINK, SOURCE, validate
+
+        props = {k: str(v) for k, v in config.items()}
+        props.setdefault("connector.class", plugin)
+        cls = find_connector(props["connector.class"])
+        runtime = SOURCE if cls.kind == "source" else SINK
+        errors = {**runtime.errors(props), **cls.config_def.errors(props)}
+        if not errors:
+            try:
+                validate(props, self.worker.config)
+            except ConfigError as e:
+                errors[e.field] = str(e)
+        keys = {**runtime.keys, **cls.config_def.keys}
+        configs = [{"definition": {"name": k, "type": key.type.upper(), "required": key.default is not None
+                                   and key.default.__class__ is object, "default_value": None
+                                   if key.default.__class__ is object else key.default, "documentation": key.doc,
+                                   "group": None, "order": i},
+                    "value": {"name": k, "value": props.get(k), "recommended_values": list(key.choices or []),
+                              "errors": [errors[k]] if k in errors else [], "visible": True}}
+                   for i, (k, key) in enumerate(keys.items())]
+        for k in errors.keys() - keys.keys():
+            configs.append({"definition": {"name": k}, "value": {"name": k, "value": props.get(k),
+                                                                  "errors": [errors[k]], "visible": True}})
+        return {"name": cls.java_classes[0] if cls.java_classes else plugin, "error_count": len(errors),
+                "groups": ["Common"], "configs": configs}

@@ -1,0 +1,538 @@
+"""The worker: connectors started from their configs, each task run in its own thread.
+
+Source tasks: poll → transforms → converters → producer; every offset.flush.interval.ms (and at stop)
+the producer is flushed, then the offsets of the records it acknowledged are written to connect-offsets,
+then the task's commit(offsets) is called (a CDC source confirms its slot there).
+Sink tasks: a consumer group `connect-<name>` → converters → transforms → put(); every interval (and
+on a rebalance or stop) pre_commit/flush, then the consumer offsets are committed. At-least-once by
+construction; a sink that stores offsets with its data (the JDBC sink) makes it exactly-once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from klog.connect import storage
+from klog.connect.api import TP, Connector, OffsetReader, SinkTask, SourceTask, TaskContext, find_connector
+from klog.connect.config import ConfigDef, regex_check, substitute_env
+from klog.connect.converters import Converter, make_converter
+from klog.connect.data import ConnectRecord
+from klog.connect.errors import ConfigError, ConnectError
+from klog.connect.errors_handler import SKIP, DeadLetterQueue, ErrorHandler
+from klog.connect.transforms import Chain
+
+STATES = ("UNASSIGNED", "RUNNING", "PAUSED", "STOPPED", "FAILED", "RESTARTING")
+NAME_RE = re.compile(r"[^\x00-\x1f/\\]+")  # Kafka refuses control characters; a slash breaks the REST paths
+
+
+def _name_check(value: str) -> str | None:
+    return None if NAME_RE.fullmatch(value) else "a connector name needs at least one character and no control " \
+                                                  "character or slash"
+
+
+COMMON = (ConfigDef()
+          .define("name", check=_name_check, doc="the connector's name")
+          .define("connector.class", doc="FileStreamSource, JdbcSinkConnector, PostgresConnector, module.Class, ...")
+          .define("tasks.max", "int", 1, at_least=1)
+          .define("key.converter", default=None).define("value.converter", default=None)
+          .define("header.converter", default=None)
+          .define("transforms", "list", []).define("predicates", "list", [])
+          .define("errors.retry.timeout", "long", 0, check=lambda v: None if v >= -1 else "must be -1 or more")
+          .define("errors.retry.delay.max.ms", "long", 60000, at_least=1)
+          .define("errors.tolerance", default="none", choices=("none", "all"))
+          .define("errors.log.enable", "boolean", False).define("errors.log.include.messages", "boolean", False))
+SOURCE = COMMON.merged(ConfigDef()
+                       .define("topic.creation.default.partitions", "int", -1)
+                       .define("topic.creation.default.replication.factor", "int", -1)
+                       .define("offsets.storage.topic", default=None))
+SINK = COMMON.merged(ConfigDef()
+                     .define("topics", "list", [])
+                     .define("topics.regex", default="", check=lambda v: regex_check(v) if v else None)
+                     .define("errors.deadletterqueue.topic.name", default="")
+                     .define("errors.deadletterqueue.topic.replication.factor", "int", 3)
+                     .define("errors.deadletterqueue.context.headers.enable", "boolean", False))
+# keys of Kafka Connect's runtime klog accepts but does not implement (named in the warning)
+RUNTIME_UNIMPLEMENTED = {"config.action.reload", "exactly.once.support", "transaction.boundary",
+                         "transaction.boundary.interval.ms", "topic.creation.groups", "offsets.storage.topic",
+                         "header.converter"}
+KNOWN_PREFIXES = ("key.converter.", "value.converter.", "header.converter.", "transforms.", "predicates.",
+                  "consumer.override.", "producer.override.", "admin.override.", "topic.creation.")
+
+WORKER = (ConfigDef()
+          .define("key.converter", default="org.apache.kafka.connect.json.JsonConverter")
+          .define("value.converter", default="org.apache.kafka.connect.json.JsonConverter")
+          .define("offset.storage.topic", default=storage.OFFSETS_DEFAULT)
+          .define("config.storage.topic", default=storage.CONFIGS_DEFAULT)
+          .define("status.storage.topic", default=storage.STATUS_DEFAULT)
+          .define("offset.flush.interval.ms", "long", 10_000, at_least=1)
+          .define("group.id", default="connect-cluster")
+          .define("task.shutdown.graceful.timeout.ms", "long", 5000, at_least=0))
+
+
+@dataclass
+class Validated:
+    """A connector config checked end to end, ready to start (nothing started yet)."""
+
+    props: dict[str, str]
+    cls: type[Connector]
+    config: dict[str, Any]
+    ignored: list[str]  # keys named in the one warning
+
+    @property
+    def name(self) -> str:
+        return self.config["name"]
+
+
+def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Validated:
+    """ConfigError (naming the field) for a config that cannot run; nothing is started."""
+    props = substitute_env({k: str(v) for k, v in props.items()})
+    cls = find_connector(props.get("connector.class", ""))
+    runtime = SOURCE if cls.kind == "source" else SINK
+    config = runtime.parse(props)
+    if cls.kind == "sink":
+        if bool(config["topics"]) == bool(config["topics.regex"]):
+            raise ConfigError("topics", props.get("topics", ""), "a sink connector needs exactly one of topics "
+                              "and topics.regex")
+        dlq = config["errors.deadletterqueue.topic.name"]
+        if dlq and dlq in config["topics"]:
+            raise ConfigError("errors.deadletterqueue.topic.name", dlq, "the DLQ cannot be one of the topics read")
+    w = worker or WORKER.parse({})
+    for side in ("key", "value"):
+        make_converter(f"{side}.converter", config[f"{side}.converter"] or w[f"{side}.converter"],
+                       _converter_props(props, side, worker), side == "key")
+    Chain(props)
+    _check_connector(cls, props)
+    own = set(cls.config_def.keys)
+    ignored = sorted(k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
+                     or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES)))
+    return Validated(props, cls, config, ignored)
+
+
+def _check_connector(cls: type[Connector], props: dict[str, str]) -> None:
+    connector = cls()
+    connector.config = cls.config_def.parse(props)
+    connector.props = props
+    connector.validate(connector.config)
+
+
+def _converter_props(props: dict[str, str], side: str, worker: dict[str, Any] | None) -> dict[str, str]:
+    from klog.connect.config import with_prefix
+
+    base = dict((worker or {}).get(f"_{side}.converter.props", {}))
+    base.update(with_prefix(props, f"{side}.converter."))
+    return base
+
+
+def ignored_warning(v: Validated) -> str | None:
+    if not v.ignored:
+        return None
+    return (f"connector '{v.name}': klog does not implement these keys and ignores them: {', '.join(v.ignored)}")
+
+
+class TaskRunner(threading.Thread):
+    def __init__(self, worker: Worker, v: Validated, task_id: int, props: dict[str, str]) -> None:
+        super().__init__(name=f"klog-connect-{v.name}-{task_id}", daemon=True)
+        self.worker = worker
+        self.v = v
+        self.task_id = task_id
+        self.props = props
+        self.stop_event = threading.Event()
+        self.paused = threading.Event()
+        self.state = "UNASSIGNED"
+        self.trace: str | None = None
+        self.error: BaseException | None = None
+        config = v.config
+        w = worker.config
+        self.key_converter: Converter = make_converter("key.converter", config["key.converter"] or w["key.converter"],
+                                                       _converter_props(v.props, "key", w), True)
+        self.value_converter: Converter = make_converter(
+            "value.converter", config["value.converter"] or w["value.converter"], _converter_props(v.props, "value", w),
+            False)
+        self.chain = Chain(v.props)
+        self.flush_interval_s = w["offset.flush.interval.ms"] / 1000
+
+    def set_state(self, state: str, trace: str | None = None) -> None:
+        self.state, self.trace = state, trace
+        try:
+            self.worker.status.put(self.v.name, state, self.task_id, trace)
+        except Exception as e:  # noqa: BLE001 - the status topic is a report; the task goes on without it
+            self.worker.warn(f"cannot write the status of connector '{self.v.name}' task {self.task_id}: {e}")
+
+    def run(self) -> None:
+        try:
+            self.work()
+            if self.state not in ("FAILED",):
+                self.set_state("UNASSIGNED")
+        except BaseException as e:  # noqa: BLE001 - a task's failure is its status, reported by the worker
+            self.error = e
+            self.set_state("FAILED", "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+            self.worker.task_failed(self, e)
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+    def wait_if_paused(self) -> None:
+        if self.paused.is_set() and self.state != "PAUSED":
+            self.set_state("PAUSED")
+        while self.paused.is_set() and not self.stop_event.is_set():
+            time.sleep(0.05)
+        if self.state == "PAUSED" and not self.stop_event.is_set():
+            self.set_state("RUNNING")
+
+    def stopping(self) -> bool:
+        return self.stop_event.is_set()
+
+
+class SourceRunner(TaskRunner):
+    def work(self) -> None:
+        name = self.v.name
+        store = self.worker.store
+        offsets = self.worker.offsets
+        self.handler = ErrorHandler(self.v.config, name, self.task_id, self.worker.warn)
+        self.handler.stopping = self.stopping
+        self.producer = store.producer()
+        self.pending: dict[bytes, dict | None] = {}
+        self.committed: dict[str, dict] = {}
+        self.topics_seen: set[str] = set()
+        task: SourceTask = self.v.cls.task_class()
+        task.initialize(TaskContext(name, self.task_id, self.worker.warn,
+                                    OffsetReader(lambda partition: offsets.get(name, partition))))
+        task.start(self.props)
+        self.set_state("RUNNING")
+        last_commit = time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                self.wait_if_paused()
+                if self.stop_event.is_set():
+                    break
+                records = self.handler.retrying("TASK_POLL", task.poll) or []
+                for r in records:
+                    self.send(r)
+                if records:
+                    self.producer.flush()  # as Kafka's producer at linger.ms=0: sent now, not at the next commit
+                if time.monotonic() - last_commit >= self.flush_interval_s:
+                    self.commit(task)
+                    last_commit = time.monotonic()
+                if not records:
+                    time.sleep(0.01)
+            self.commit(task)
+        finally:
+            try:
+                task.stop()
+            finally:
+                self.producer.close()
+
+    def send(self, r: ConnectRecord) -> None:
+        h = self.handler
+        out = h.execute("TRANSFORMATION", "transforms", self.chain.apply, r) if self.chain else r
+        if out is not SKIP and out is not None:
+            key = h.execute("KEY_CONVERTER", type(self.key_converter).__name__, self.key_converter.from_connect,
+                            out.topic, out.key_schema, out.key)
+            value = SKIP if key is SKIP else h.execute(
+                "VALUE_CONVERTER", type(self.value_converter).__name__, self.value_converter.from_connect,
+                out.topic, out.value_schema, out.value)
+            if value is not SKIP:
+                self.ensure_topic(out.topic)
+                h.execute("KAFKA_PRODUCE", "producer", self.producer.send, out.topic, value, key,
+                          out.headers or None, out.kafka_partition, out.timestamp)
+        if r.source_partition is not None:
+            self.pending[storage.partition_key(self.v.name, r.source_partition)] = r.source_offset
+
+    def ensure_topic(self, topic: str) -> None:
+        if topic in self.topics_seen:
+            return
+        store = self.worker.store
+        if not store.has_topic(topic):
+            parts = self.v.config["topic.creation.default.partitions"]
+            rf = self.v.config["topic.creation.default.replication.factor"]
+            store.create_topic(topic, partitions=parts if parts > 0 else None,
+                               replication_factor=rf if rf > 0 else None, exist_ok=True)
+        self.topics_seen.add(topic)
+
+    def commit(self, task: SourceTask) -> None:
+        """Records acknowledged, then their offsets stored, then the task told (Kafka's order)."""
+        self.producer.flush()
+        if self.pending:
+            pending, self.pending = self.pending, {}
+            self.worker.offsets.put(self.v.name, pending)
+            for key, value in pending.items():
+                partition = json.dumps(json.loads(key)[1], sort_keys=True)
+                if value is None:
+                    self.committed.pop(partition, None)
+                else:
+                    self.committed[partition] = value
+            task.commit(dict(self.committed))
+
+
+class SinkRunner(TaskRunner):
+    def work(self) -> None:
+        from klog.client.group import GroupConfig
+
+        name, store, config = self.v.name, self.worker.store, self.v.config
+        dlq_topic = config["errors.deadletterqueue.topic.name"]
+        self.dlq = DeadLetterQueue(store, dlq_topic, config["errors.deadletterqueue.context.headers.enable"],
+                                   config["errors.deadletterqueue.topic.replication.factor"]) if dlq_topic else None
+        self.handler = ErrorHandler(config, name, self.task_id, self.worker.warn, self.dlq)
+        self.handler.stopping = self.stopping
+        topics = config["topics"] or store.resolve_topics(pattern=config["topics.regex"])
+        for t in topics:
+            storage.ensure_topic(store, t, 1, compacted=False) if not store.has_topic(t) else None
+        self.consumed: dict[TP, int] = {}
+        self.failed = False
+        self.skip_below: dict[TP, int] = {}
+        task: SinkTask = self.v.cls.task_class()
+        self.task = task
+
+        def errant(record: ConnectRecord, error: BaseException) -> None:
+            if self.dlq is None:
+                raise ConnectError(f"a record failed and no DLQ is configured: {error}") from error
+            self.dlq.report(record.raw, "TASK_PUT", self.v.cls.__name__, error, name, self.task_id)
+
+        self.context = TaskContext(name, self.task_id, self.worker.warn, errant_reporter=errant)
+        task.initialize(self.context)
+        task.start(self.props)
+        group = GroupConfig(enable_auto_commit=False, client_id=f"connector-consumer-{name}-{self.task_id}")
+        self.consumer = store.group_consumer(f"connect-{name}", *topics, config=group,
+                                             on_assign=self.assigned, on_revoke=self.revoked)
+        self.set_state("RUNNING")
+        last_commit = time.monotonic()
+        try:
+            for batch in self.consumer.batches(timeout_ms=100):
+                self.wait_if_paused()
+                if self.stop_event.is_set():
+                    break  # this batch is not processed: its offsets stay uncommitted
+                self.process(batch)
+                if time.monotonic() - last_commit >= self.flush_interval_s:
+                    self.commit()
+                    last_commit = time.monotonic()
+            self.commit()
+        except BaseException:
+            self.failed = True  # a revoke on the way out must not commit what the task may not hold
+            raise
+        finally:
+            try:
+                self.consumer.close()  # revokes: the task closes its partitions
+            finally:
+                task.stop()
+                if self.dlq is not None:
+                    self.dlq.close()
+
+    def process(self, batch: list) -> None:
+        h = self.handler
+        records = []
+        consumed = {}
+        for raw in batch:
+            tp = (raw.topic, raw.partition)
+            if raw.offset < self.skip_below.get(tp, -1):
+                continue  # the sink already holds it (offsets it stores itself)
+            consumed[tp] = raw.offset + 1
+            key_schema, key = self._convert(h, "KEY_CONVERTER", self.key_converter, raw, raw.key)
+            if key is SKIP:
+                continue
+            value_schema, value = self._convert(h, "VALUE_CONVERTER", self.value_converter, raw, raw.value)
+            if value is SKIP:
+                continue
+            record = ConnectRecord(raw.topic, raw.partition, key_schema, key, value_schema, value, raw.timestamp,
+                                   list(raw.headers or []), kafka_offset=raw.offset, raw=raw)
+            if self.chain:
+                record = h.execute("TRANSFORMATION", "transforms", self.chain.apply, record, raw=raw)
+                if record is SKIP or record is None:
+                    continue
+            records.append(record)
+        if records:
+            h.retrying("TASK_PUT", self.task.put, records)
+        self.consumed.update(consumed)  # only once put() took them
+
+    @staticmethod
+    def _convert(h: ErrorHandler, stage: str, converter: Converter, raw: Any, data: bytes | None) -> tuple:
+        out = h.execute(stage, type(converter).__name__, converter.to_connect, raw.topic, data, raw=raw)
+        return (None, SKIP) if out is SKIP else out
+
+    def commit(self, tps: list[TP] | None = None) -> None:
+        """DLQ flushed, the task flushed (pre_commit), then the consumer offsets committed."""
+        offsets = {tp: o for tp, o in self.consumed.items() if tps is None or tp in tps}
+        if not offsets:
+            return
+        if self.dlq is not None:
+            self.dlq.flush()
+        committed = self.handler.retrying("TASK_FLUSH", self.task.pre_commit, dict(offsets))
+        if committed:
+            from klog.meta.groups import GroupFencedError
+
+            try:
+                self.consumer.commit(committed)
+            except GroupFencedError as e:  # expelled: the next owner redoes these (the sink dedupes if it can)
+                self.worker.warn(str(e))
+
+    def assigned(self, tps: list[TP]) -> None:
+        self.context.rewinds.clear()
+        self.task.open(list(tps))
+        for tp, offset in self.context.rewinds.items():
+            self.skip_below[tp] = offset
+
+    def revoked(self, tps: list[TP]) -> None:
+        if not self.failed:
+            self.commit(list(tps))
+        self.task.close(list(tps))
+        for tp in tps:
+            self.consumed.pop(tp, None)
+            self.skip_below.pop(tp, None)
+
+
+class Worker:
+    """Connectors and their tasks in this process (connect-standalone's worker)."""
+
+    def __init__(self, store, worker_props: dict[str, str] | None = None,  # noqa: ANN001
+                 warn: Callable[[str], None] | None = None, worker_id: str = "klog") -> None:
+        from klog.connect.config import with_prefix
+
+        props = worker_props or {}
+        self.config = WORKER.parse(props)
+        for side in ("key", "value"):
+            self.config[f"_{side}.converter.props"] = with_prefix(props, f"{side}.converter.")
+        self.store = store
+        self.warn = warn or (lambda m: None)
+        self.offsets = storage.OffsetStore(store, self.config["offset.storage.topic"])
+        self.configs = storage.ConfigStore(store, self.config["config.storage.topic"])
+        self.status = storage.StatusStore(store, self.config["status.storage.topic"], worker_id)
+        self.connectors: dict[str, tuple[Validated, Connector, list[TaskRunner]]] = {}
+        self.failures: list[tuple[str, int, BaseException]] = []
+        self.stopped: dict[str, Validated] = {}  # connectors stopped by request (kept for a restart)
+        self._lock = threading.Lock()
+
+    def validate(self, props: dict[str, str]) -> Validated:
+        return validate(props, self.config)
+
+    def start(self, v: Validated) -> None:
+        if v.name in self.connectors:
+            raise ConfigError("name", v.name, "a connector of this name is running")
+        connector = v.cls()
+        connector.start(v.props)
+        tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+        self.configs.put_connector(v.name, v.props, tasks)
+        self.configs.put_target_state(v.name, "STARTED")
+        self.status.put(v.name, "RUNNING")
+        runner_cls = SourceRunner if v.cls.kind == "source" else SinkRunner
+        runners = [runner_cls(self, v, i, {**v.props, **t}) for i, t in enumerate(tasks)]
+        self.connectors[v.name] = (v, connector, runners)
+        for r in runners:
+            r.start()
+
+    def task_failed(self, runner: TaskRunner, error: BaseException) -> None:
+        with self._lock:
+            self.failures.append((runner.v.name, runner.task_id, error))
+        self.warn(f"connector '{runner.v.name}' task {runner.task_id} failed: {error}")
+
+    def runners(self) -> list[TaskRunner]:
+        return [r for _, _, runners in self.connectors.values() for r in runners]
+
+    def alive(self) -> bool:
+        return any(r.is_alive() for r in self.runners())
+
+    def pause(self, name: str) -> None:
+        for r in self.connectors[name][2]:
+            r.paused.set()
+        self.configs.put_target_state(name, "PAUSED")
+        self.status.put(name, "PAUSED")
+
+    def resume(self, name: str) -> None:
+        for r in self.connectors[name][2]:
+            r.paused.clear()
+        self.configs.put_target_state(name, "STARTED")
+        self.status.put(name, "RUNNING")
+
+    def stop_connector(self, name: str, timeout_s: float | None = None) -> None:
+        v, connector, runners = self.connectors.pop(name)
+        for r in runners:
+            r.stop_event.set()
+        for r in runners:
+            r.join(timeout_s)
+        connector.stop()
+        self.status.put(name, "UNASSIGNED")
+        self.stopped[name] = v
+
+    # -- management (the REST API's verbs) ------------------------------------------------------------
+    def names(self) -> list[str]:
+        return sorted(set(self.connectors) | set(self.stopped))
+
+    def validated(self, name: str) -> Validated:
+        if name in self.connectors:
+            return self.connectors[name][0]
+        if name in self.stopped:
+            return self.stopped[name]
+        raise KeyError(name)
+
+    def put(self, props: dict[str, str]) -> bool:
+        """Create or reconfigure a connector (restarting it); True when it is new."""
+        v = self.validate(props)
+        new = v.name not in self.connectors and v.name not in self.stopped
+        if v.name in self.connectors:
+            self.stop_connector(v.name)
+        self.stopped.pop(v.name, None)
+        self.start(v)
+        return new
+
+    def restart(self, name: str) -> None:
+        v = self.validated(name)
+        if name in self.connectors:
+            self.stop_connector(name)
+        self.stopped.pop(name, None)
+        self.start(v)
+
+    def stop_only(self, name: str) -> None:
+        """PUT .../stop: tasks stopped, the config kept (Kafka 3.5's STOPPED target state)."""
+        if name in self.connectors:
+            self.stop_connector(name)
+        self.configs.put_target_state(name, "STOPPED")
+        self.status.put(name, "STOPPED")
+
+    def delete(self, name: str) -> None:
+        self.validated(name)
+        if name in self.connectors:
+            self.stop_connector(name)
+        self.stopped.pop(name, None)
+        self.configs.delete_connector(name)
+
+    def describe_status(self, name: str) -> dict:
+        v = self.validated(name)
+        if name in self.connectors:
+            runners = self.connectors[name][2]
+            paused = any(r.paused.is_set() for r in runners)
+            tasks = [{"id": r.task_id, "state": r.state, "worker_id": self.status.worker_id,
+                      **({"trace": r.trace} if r.trace else {})} for r in runners]
+            state = "PAUSED" if paused else ("FAILED" if tasks and all(t["state"] == "FAILED" for t in tasks)
+                                             else "RUNNING")
+        else:
+            tasks, state = [], self.configs.target_state(name) if self.configs.target_state(name) == "STOPPED" \
+                else "UNASSIGNED"
+        return {"name": name, "connector": {"state": state, "worker_id": self.status.worker_id}, "tasks": tasks,
+                "type": v.cls.kind}
+
+    def task_configs(self, name: str) -> list[dict[str, str]]:
+        if name not in self.connectors:
+            self.validated(name)
+            return []
+        return [r.props for r in self.connectors[name][2]]
+
+    def restart_task(self, name: str, task_id: int) -> None:
+        v, connector, runners = self.connectors[name]
+        old = runners[task_id]
+        old.stop_event.set()
+        old.join()
+        new = type(old)(self, v, task_id, old.props)
+        runners[task_id] = new
+        new.start()
+
+    def stop(self) -> None:
+        """Every task stopped after committing what it did (offsets of acknowledged records)."""
+        for name in list(self.connectors):
+            self.stop_connector(name)
+        for s in (self.offsets, self.configs, self.status):
+            s.close()

@@ -1,0 +1,162 @@
+"""The JDBC sink with Confluent's configs: upserts and deletes by key, tables created and evolved, offsets
+stored in the database with the rows (exactly-once across kills), into SQLite and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+
+import pytest
+
+import klog
+from tests.connect.helpers import running, start_cli, values, wait_for, wait_started, write_config
+
+ROW_SCHEMA = {"type": "struct", "optional": False, "name": "row", "fields": [
+    {"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "name"}]}
+KEY_SCHEMA = {"type": "struct", "optional": False, "fields": [{"type": "int32", "optional": False, "field": "id"}]}
+
+
+def _send(data_dir, topic, items):
+    """(id, row or None) as JsonConverter-with-schema records; None is a tombstone."""
+    with klog.open(data_dir) as s:
+        s.create_topic(topic, partitions=1, exist_ok=True)
+        with s.producer() as p:
+            for key, row in items:
+                k = json.dumps({"schema": KEY_SCHEMA, "payload": {"id": key}}).encode()
+                v = None if row is None else json.dumps({"schema": ROW_SCHEMA, "payload": row}).encode()
+                p.send(topic, v, key=k)
+
+
+def sink_config(url, **extra) -> dict:
+    return {"name": "jdbc", "connector.class": "io.confluent.connect.jdbc.JdbcSinkConnector", "topics": "rows",
+            "connection.url": url, "insert.mode": "upsert", "pk.mode": "record_key", "delete.enabled": "true",
+            "auto.create": "true", "auto.evolve": "true", **extra}
+
+
+def sqlite_rows(path, table="rows"):
+    with sqlite3.connect(path) as conn:
+        return sorted(conn.execute(f'SELECT * FROM "{table}"').fetchall())
+
+
+def test_upsert_delete_and_offsets_in_the_database(tmp_path, data_dir):
+    db = str(tmp_path / "out.db")
+    _send(data_dir, "rows", [(1, {"id": 1, "name": "a"}), (2, {"id": 2, "name": "b"}), (1, {"id": 1, "name": "A"}),
+                             (2, None)])
+    with running(data_dir, sink_config(f"jdbc:sqlite:{db}")):
+        wait_for(lambda: _offset(db) == 4, what="the four records")
+    assert sqlite_rows(db) == [(1, "A")]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT connector, topic, kafka_partition, next_offset FROM __klog_connect_offsets") \
+            .fetchall() == [("jdbc", "rows", 0, 4)]
+
+
+def _offset(db):
+    try:
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT next_offset FROM __klog_connect_offsets").fetchall()
+        return rows[0][0] if rows else None
+    except sqlite3.OperationalError:
+        return None
+
+
+def test_offsets_in_the_database_win_over_the_groups(tmp_path, data_dir):
+    """The database's offsets are the truth: rows it holds are not written again even when the consumer
+    group's commit is behind (a kill between the database commit and the group commit)."""
+    db = str(tmp_path / "out.db")
+    _send(data_dir, "rows", [(1, {"id": 1, "name": "a"}), (2, {"id": 2, "name": "b"})])
+    config = sink_config(f"jdbc:sqlite:{db}", **{"insert.mode": "insert"})  # a duplicate insert would fail
+    with running(data_dir, config):
+        wait_for(lambda: _offset(db) == 2)
+    with klog.open(data_dir) as s:  # the group forgets: as if killed before committing
+        s.delete_group("connect-jdbc")
+    _send(data_dir, "rows", [(3, {"id": 3, "name": "c"})])
+    with running(data_dir, config) as w:
+        wait_for(lambda: _offset(db) == 3 or any(r.error for r in w.runners()))
+        assert not any(r.error for r in w.runners())
+    assert sqlite_rows(db) == [(1, "a"), (2, "b"), (3, "c")]
+
+
+def test_auto_evolve_adds_a_column_and_schemaless_json_is_inferred(tmp_path, data_dir):
+    db = str(tmp_path / "out.db")
+    with klog.open(data_dir) as s:
+        s.create_topic("rows", partitions=1)
+        with s.producer() as p:
+            p.send("rows", b'{"id": 1, "name": "a"}', key=b'{"id": 1}')
+            p.send("rows", b'{"id": 2, "name": "b", "score": 2.5}', key=b'{"id": 2}')
+    config = sink_config(f"jdbc:sqlite:{db}", **{"key.converter": "json", "value.converter": "json",
+                                                  "key.converter.schemas.enable": "false",
+                                                  "value.converter.schemas.enable": "false"})
+    with running(data_dir, config):
+        wait_for(lambda: _offset(db) == 2)
+    assert sqlite_rows(db) == [(1, "a", None), (2, "b", 2.5)]
+
+
+def test_invalid_sink_configs_name_the_field(tmp_path):
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import validate
+
+    with pytest.raises(ConfigError, match="delete.enabled"):
+        validate(sink_config("jdbc:sqlite:x.db", **{"pk.mode": "record_value"}))
+    with pytest.raises(ConfigError, match="connection.url"):
+        validate(sink_config("jdbc:mysql://h/db"))
+    with pytest.raises(ConfigError, match="insert.mode"):
+        validate(sink_config("jdbc:sqlite:x.db", **{"insert.mode": "merge"}))
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_sink_loses_and_duplicates_nothing(tmp_path, data_dir):
+    """SIGKILL the worker at several points of a long sink: the table ends with every row once."""
+    db = str(tmp_path / "out.db")
+    total = 20_000
+    _send(data_dir, "rows", [(i, {"id": i, "name": f"n{i}"}) for i in range(total)])
+    config = write_config(str(tmp_path / "sink.json"), sink_config(f"jdbc:sqlite:{db}", **{"insert.mode": "insert"}))
+    killed_at = []
+    for _ in range(3):
+        proc = start_cli(data_dir, config)
+        wait_started(proc)
+        before = _offset(db) or 0
+        wait_for(lambda b=before, p=proc: (_offset(db) or 0) > b or p.poll() is not None, timeout=60)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        killed_at.append(_offset(db))
+    assert any(o < total for o in killed_at), killed_at  # the kills landed mid-way
+    proc = start_cli(data_dir, config)
+    wait_started(proc)
+    wait_for(lambda: _offset(db) == total, timeout=120, what="every row")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute('SELECT count(*), count(DISTINCT id) FROM "rows"').fetchone() == (total, total)
+
+
+def test_cdc_topic_sinks_into_sqlite_and_postgresql_equal_to_the_source(pg_db, data_dir, tmp_path):
+    from tests.connect.test_connect_postgres import cdc, table_state
+
+    pg_db.execute("CREATE TABLE items (id int PRIMARY KEY, name text, qty int)")
+    pg_db.execute("INSERT INTO items SELECT g, 'n' || g, g FROM generate_series(1, 50) g")
+    unwrap = {"transforms": "unwrap", "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+              "topics": "shop.public.items"}
+    lite = str(tmp_path / "copy.db")
+    to_sqlite = {**sink_config(f"jdbc:sqlite:{lite}", **unwrap), "name": "to-sqlite",
+                 "table.name.format": "items"}
+    to_pg = {**sink_config(pg_db.jdbc_url, **unwrap), "name": "to-pg", "table.name.format": "items_copy"}
+    with running(data_dir, cdc(pg_db, **{"table.include.list": "public.items"}), to_sqlite, to_pg):
+        wait_for(lambda: len(values(data_dir, "shop.public.items")) >= 50, what="the snapshot")
+        pg_db.execute("UPDATE items SET qty = qty * 10 WHERE id % 3 = 0")
+        pg_db.execute("DELETE FROM items WHERE id % 5 = 0")
+        pg_db.execute("INSERT INTO items VALUES (100, 'hundred', 100)")
+        pg_db.execute("UPDATE items SET id = 101 WHERE id = 1")
+        expected = table_state(pg_db, "items")
+
+        def copies_match() -> bool:
+            try:
+                lite_rows = {(r[0],): dict(zip(("id", "name", "qty"), r, strict=True))
+                             for r in sqlite_rows(lite, "items")}
+            except sqlite3.OperationalError:
+                return False
+            pg_copy = table_state(pg_db, "items_copy") if pg_db.execute(
+                "SELECT to_regclass('items_copy') IS NOT NULL")[0][0] else {}
+            return lite_rows == expected and pg_copy == expected
+
+        wait_for(copies_match, timeout=60, what="both copies to equal the source table")

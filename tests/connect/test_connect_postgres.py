@@ -1,0 +1,186 @@
+"""PostgreSQL change data capture against a real server: Debezium's configs and envelopes, a snapshot
+then logical replication (pgoutput), the topic replaying to the table's exact final state, restarts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.connect.helpers import records, running, wait_for
+
+
+def _changes(data_dir: str, topic: str) -> list[tuple]:
+    """(key, op, before, after) of each record; tombstones as (key, None, None, None)."""
+    out = []
+    for r in records(data_dir, topic):
+        key = json.loads(r.key)["payload"] if r.key else None
+        if r.value is None:
+            out.append((key, None, None, None))
+            continue
+        p = json.loads(r.value)["payload"]
+        out.append((key, p["op"], p["before"], p["after"]))
+    return out
+
+
+def replay(data_dir: str, topic: str, key_cols: tuple[str, ...] = ("id",)) -> dict:
+    """The table a consumer rebuilds from the topic: upsert on c/u/r, delete on d, clear on t."""
+    state: dict = {}
+    for _key, op, before, after in _changes(data_dir, topic):
+        if op in ("c", "u", "r"):
+            state[tuple(after[k] for k in key_cols)] = after
+        elif op == "d":
+            state.pop(tuple(before[k] for k in key_cols), None)
+        elif op == "t":
+            state.clear()
+    return state
+
+
+def table_state(db, table: str, key_cols: tuple[str, ...] = ("id",)) -> dict:
+    cur = db.connect().cursor()
+    cur.execute(f"SELECT * FROM {table}")
+    cols = [d.name for d in cur.description]
+    rows = [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+    cur.connection.close()
+    return {tuple(r[k] for k in key_cols): r for r in rows}
+
+
+def cdc(db, **extra) -> dict:
+    return db.debezium_config(name="pg", **{"topic.prefix": "shop", "slot.name": "klog_slot",
+                                            "publication.name": "klog_pub", **extra})
+
+
+def test_snapshot_then_streaming_with_debezium_envelopes(pg_db, data_dir):
+    pg_db.execute("CREATE TABLE items (id int PRIMARY KEY, name text, price numeric(10,2), ok boolean)")
+    pg_db.execute("INSERT INTO items VALUES (1, 'one', 1.50, true), (2, 'two', 2.00, false)")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.items")) == 2, what="the snapshot")
+        pg_db.execute("INSERT INTO items VALUES (3, 'three', 3.25, true)")
+        pg_db.execute("UPDATE items SET name = 'uno' WHERE id = 1")
+        pg_db.execute("DELETE FROM items WHERE id = 2")
+        pg_db.execute("UPDATE items SET id = 30 WHERE id = 3")  # a primary key change
+        wait_for(lambda: len(records(data_dir, "shop.public.items")) == 9, what="the changes")
+    changes = _changes(data_dir, "shop.public.items")
+    assert [(k, op) for k, op, _, _ in changes] == [
+        ({"id": 1}, "r"), ({"id": 2}, "r"), ({"id": 3}, "c"), ({"id": 1}, "u"), ({"id": 2}, "d"), ({"id": 2}, None),
+        ({"id": 3}, "d"), ({"id": 3}, None), ({"id": 30}, "c")]
+    assert changes[4][2] == {"id": 2, "name": None, "price": None, "ok": None}  # REPLICA IDENTITY DEFAULT: the key
+    first = json.loads(records(data_dir, "shop.public.items")[0].value)
+    assert first["schema"]["name"] == "shop.public.items.Envelope"
+    source = first["payload"]["source"]
+    assert source["connector"] == "postgresql" and source["name"] == "shop" and source["table"] == "items"
+    assert source["snapshot"] == "true" and first["payload"]["after"]["price"] == "AJY="  # 1.50 as Decimal bytes
+    created = json.loads(records(data_dir, "shop.public.items")[2].value)["payload"]
+    assert created["source"]["txId"] > 0 and created["source"]["lsn"] > 0 and created["ts_ms"] > 0
+    assert replay(data_dir, "shop.public.items").keys() == table_state(pg_db, "items").keys()
+
+
+def filled(rows: dict, columns: list[str]) -> dict:
+    """Rows an event wrote before a column was added have no value for it: NULL, as in the table."""
+    return {k: {c: row.get(c) for c in columns} for k, row in rows.items()}
+
+
+@pytest.mark.slow
+def test_big_transaction_new_column_truncate_and_the_topic_replays_to_the_table(pg_db, data_dir):
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    config = cdc(pg_db, **{"skipped.operations": "none", "table.include.list": "public.t"})
+    with running(data_dir, config):
+        wait_for(lambda: records(data_dir, "connect-status"), what="the worker")
+        pg_db.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10000) g")  # one transaction
+        pg_db.execute("ALTER TABLE t ADD COLUMN extra int")
+        pg_db.execute("UPDATE t SET extra = id * 2 WHERE id <= 100")
+        pg_db.execute("DELETE FROM t WHERE id > 9000")
+        wait_for(lambda: len(replay(data_dir, "shop.public.t")) == 9000, timeout=60, what="the big transaction")
+        assert filled(replay(data_dir, "shop.public.t"), ["id", "v", "extra"]) == table_state(pg_db, "t")
+        pg_db.execute("TRUNCATE t")
+        pg_db.execute("INSERT INTO t VALUES (1, 'after truncate', 7)")
+        wait_for(lambda: len(replay(data_dir, "shop.public.t")) == 1, timeout=60, what="the truncate")
+    assert replay(data_dir, "shop.public.t") == table_state(pg_db, "t") == {
+        (1,): {"id": 1, "v": "after truncate", "extra": 7}}
+    ops = [op for _, op, _, _ in _changes(data_dir, "shop.public.t")]
+    assert ops.count("c") == 10001 and ops.count("t") == 1 and ops.count("u") == 100
+    schemas = [json.loads(r.value)["schema"] for r in records(data_dir, "shop.public.t") if r.value]
+    after_fields = [f["field"] for f in schemas[-1]["fields"][1]["fields"]]
+    assert after_fields == ["id", "v", "extra"]  # the new column followed
+
+
+def test_a_restart_resumes_with_no_gap_and_no_duplicate(pg_db, data_dir):
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    pg_db.execute("INSERT INTO t VALUES (1, 0)")
+    config = cdc(pg_db, **{"table.include.list": "public.t"})
+    with running(data_dir, config):
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) == 1, what="the snapshot")
+        for i in range(1, 4):
+            pg_db.execute("UPDATE t SET v = %s WHERE id = 1", (i,))
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) == 4)
+    for i in range(4, 7):  # while stopped: the slot keeps them
+        pg_db.execute("UPDATE t SET v = %s WHERE id = 1", (i,))
+    with running(data_dir, config):
+        pg_db.execute("UPDATE t SET v = 7 WHERE id = 1")
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) >= 8)
+    versions = [after["v"] for _, _, _, after in _changes(data_dir, "shop.public.t")]
+    assert versions == list(range(8))  # every change once, in commit order; no second snapshot
+
+
+def test_keys_debezium_has_and_klog_does_not_are_named(pg_db):
+    from klog.connect.worker import ignored_warning, validate
+
+    v = validate(cdc(pg_db, **{"heartbeat.interval.ms": "1000", "column.exclude.list": "public.t.secret"}))
+    assert "heartbeat.interval.ms" in ignored_warning(v) and "column.exclude.list" in ignored_warning(v)
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_load_keeps_every_change_in_commit_order_per_key(pg_db, data_dir, tmp_path):
+    """A loader commits 300 transactions (inserts, then updates bumping a version) while the connector
+    is SIGKILLed three times at random instants: every version of every key reaches the topic, first
+    seen in commit order, and the topic replays to the table."""
+    import random
+    import signal
+    import threading
+
+    from tests.connect.helpers import start_cli, stop_cli, wait_started, write_config
+
+    pg_db.execute("CREATE TABLE load (id int PRIMARY KEY, version int)")
+    config = write_config(str(tmp_path / "pg.json"), cdc(pg_db, **{"table.include.list": "public.load"}))
+    keys, rounds = 200, 150
+
+    def load() -> None:
+        conn = pg_db.connect(autocommit=False)
+        cur = conn.cursor()
+        for i in range(keys):
+            cur.execute("INSERT INTO load SELECT g, 0 FROM generate_series(%s, %s) g", (i * 100, i * 100 + 99))
+            conn.commit()
+        for r in range(1, rounds + 1):
+            cur.execute("UPDATE load SET version = %s WHERE id %% 100 = %s", (r, r % 100))
+            conn.commit()
+        conn.close()
+
+    loader = threading.Thread(target=load)
+    rng = random.Random(7)
+    proc = start_cli(data_dir, config)
+    wait_started(proc)
+    loader.start()
+    for _ in range(3):
+        wait_for(lambda p=proc: p.poll() is not None or len(records(data_dir, "connect-offsets")) > 0, timeout=60)
+        import time
+
+        time.sleep(rng.uniform(0.5, 2.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc = start_cli(data_dir, config)
+        wait_started(proc)
+    loader.join(timeout=300)
+    expected = table_state(pg_db, "load")
+    wait_for(lambda: replay(data_dir, "shop.public.load") == expected, timeout=180, what="the topic to catch up")
+    stop_cli(proc, signal.SIGTERM)
+    seen: dict = {}
+    for key, op, _, after in _changes(data_dir, "shop.public.load"):
+        if op in ("c", "r", "u"):
+            versions = seen.setdefault(key["id"], [])
+            if after["version"] not in versions:
+                versions.append(after["version"])
+    for key, versions in seen.items():
+        assert versions == sorted(versions), key  # first seen in commit order
+        want = {0} | {r for r in range(1, rounds + 1) if r % 100 == key % 100}
+        assert set(versions) == want, key  # every change present
+    assert len(seen) == keys * 100
