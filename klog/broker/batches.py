@@ -297,7 +297,6 @@ class RawAppender:
         self._guard = threading.Lock()
         self._topic_read: dict[str, float] = {}
         self._topic_ids: dict[str, str | None] = {}
-        self._txn_views: dict[tuple[str, int], object] = {}
 
     def lock_for(self, topic: str, partition: int) -> threading.Lock:
         with self._guard:
@@ -328,16 +327,12 @@ class RawAppender:
             if self._topic_ids.get(topic, topic_id) != topic_id:
                 self.store.forget_topic(topic)
                 self.producers.forget(topic)
-                for key in [k for k in self._txn_views if k[0] == topic]:
-                    del self._txn_views[key]
             self._topic_ids[topic] = topic_id
 
     def forget_topic(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
         with self._guard:
             self.producers.forget(topic)
-            for key in [k for k in self._txn_views if k[0] == topic]:
-                del self._txn_views[key]
 
     def _max_message_bytes(self, topic: str) -> int:
         try:
@@ -403,30 +398,22 @@ class RawAppender:
     def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int, int]]:
         """(producer id, epoch, last sequence, start offset of its open transaction or -1) of each
         producer the partition keeps state for (DescribeProducers)."""
+        from klog.broker.offsets import stable_view
+
         part = self.partition(topic, partition)
         key = (topic, partition)
         with self.lock_for(topic, partition):
             states = self.producers.states(key, part)
-            view = self._txn_view(key, part)
-            view.refresh(part.high_watermark())
-            out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, view.tracker.open.get(pid, -1))
+            view, view_lock = stable_view(part)
+            with view_lock:
+                view.refresh(part.high_watermark())
+                open_txns = dict(view.tracker.open)
+            out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, open_txns.get(pid, -1))
                    for pid, e in states.items()]
-            for pid, first in view.tracker.open.items():
-                if pid not in states:
-                    out.append((pid, -1, -1, first))
+            out += [(pid, -1, -1, first) for pid, first in open_txns.items() if pid not in states]
         return sorted(out)
 
     # -- transaction markers (the coordinator's writes: klog.broker.txn_coordinator) ------------------
-    def _txn_view(self, key: tuple[str, int], part):  # noqa: ANN001, ANN202 - Partition -> StableView
-        """The writer's incremental view of the partition's open transactions (one per leader)."""
-        from klog.store.txn import StableView
-
-        with self._guard:
-            view = self._txn_views.get(key)
-            if view is None or view.replica is not part.leader:
-                view = self._txn_views[key] = StableView(part.leader)
-            return view
-
     def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, kind: int,
                      coordinator_epoch: int, still_wanted: Callable[[], bool]) -> int | None:
         """End `producer_id`'s transaction in the partition with a COMMIT/ABORT control batch, once:
@@ -434,23 +421,28 @@ class RawAppender:
         the marker is already in: a restart completing a commit). `still_wanted()` is asked under
         the partition's lock (the coordinator's state may have moved on). An ABORT adds its range
         to the segment's `.txnindex`. Returns the marker's offset, or None."""
+        from klog.broker.offsets import stable_view
         from klog.store.txn import ABORT, append_txn_index, control_batch
 
         part = self.partition(topic, partition)
         with self.lock_for(topic, partition), part.lock:
             # recover the tail first: a writer killed after appending a marker and before publishing
             # the high watermark left it in the file but invisible; this brings the high watermark
-            # over it (else the marker would count as written while readers stay before it)
+            # over it (else the marker would count as written while readers stay before it). Then,
+            # with the lock held, the high watermark is the log's end.
             self.replicas.reconcile_if_due(topic, partition, part)
-            view = self._txn_view((topic, partition), part)
-            view.refresh(2**62)  # everything in the leader's file: the lock is ours
-            if view.first_open_offset(producer_id) is None or not still_wanted():
+            view, view_lock = stable_view(part)  # the one the partition's read_committed fetches use
+            with view_lock:
+                view.refresh(part.high_watermark())
+                open_at = view.first_open_offset(producer_id)
+            if open_at is None or not still_wanted():
                 return None
             data = control_batch(producer_id, producer_epoch, kind, coordinator_epoch, int(time.time() * 1000))
             base = self.writer.append_batch(topic, partition, data, "all")
-            view.refresh(2**62)
-            if kind == ABORT:
+            with view_lock:
+                view.refresh(part.high_watermark())
                 entry = next((a for a in reversed(view.aborted_txns) if a.last_offset == base), None)
+            if kind == ABORT:
                 segment_base = part.active_segment_base()
                 if entry is not None and segment_base is not None:
                     for replica in part.replicas:
