@@ -383,10 +383,33 @@ class Store(GroupAdminMethods):
         return resolve_topic_names(self, topics, pattern)
 
     # -- clients -----------------------------------------------------------------------------
-    def producer(self, **kwargs: Any) -> Producer:
+    def producer(self, transactional_id: str | None = None, **kwargs: Any) -> Producer:
+        """A producer; with `transactional_id`, a transactional one (klog.client.transactional)."""
+        if transactional_id is not None:
+            from klog.client.transactional import TransactionalProducer
+
+            return TransactionalProducer(self, transactional_id, **kwargs)
         from klog.client.producer import Producer
 
         return Producer(self, **kwargs)
+
+    # -- transactions (klog.client.transactional) -------------------------------------------------
+    def list_transactions(self) -> list:
+        """Every transactional id's coordinator state (klog.meta.transactions.TxnMetadata)."""
+        from klog.client.transactional import list_transactions
+
+        return list_transactions(self)
+
+    def describe_transaction(self, transactional_id: str):  # noqa: ANN201 - TxnMetadata
+        from klog.client.transactional import describe_transaction
+
+        return describe_transaction(self, transactional_id)
+
+    def abort_transaction(self, transactional_id: str) -> bool:
+        """Abort a hanging transaction (ABORT markers, its producer fenced); False if none was open."""
+        from klog.client.transactional import abort_transaction
+
+        return abort_transaction(self, transactional_id, warn=self.warn)
 
     def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         from klog.client.consumer import Consumer

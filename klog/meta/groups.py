@@ -296,6 +296,11 @@ class GroupsMeta:
             self.db.put_json(txn, "offsets", _offset_key(group, tp),
                              {"offset": offset, "metadata": metadata, "commit_ms": now})
 
+    def write_offsets(self, txn, group: str, offsets: dict[TP, tuple[int, str]], now: int) -> None:
+        """Commit offsets inside the caller's LMDB write: a transaction's commit makes the offsets it
+        staged visible in the same write that completes it (klog.broker.txn_coordinator)."""
+        self._write_offsets(txn, group, offsets, now)
+
     # -- a member's life ------------------------------------------------------------------------
     def join(self, group: str, member: Member, assign: AssignFn) -> GroupView:
         validate_group_id(group)
