@@ -6,6 +6,8 @@ one-line message and an exit code (see klog/cli/app.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KlogError(Exception):
     """Base class: an operating error a user can act on (bad input, bad disk, bad state)."""
@@ -78,6 +80,26 @@ class UnsupportedCodecError(KlogError):
     """A batch uses a compression codec klog does not know."""
 
 
+# klog.store.compression's two, raised where no log position is known (and ValueErrors, as a codec
+# library's are); the batch readers (codec.py, legacy.py) raise them again as the two above.
+class UnknownCodecIdError(ValueError):
+    """The codec id is not one Kafka defines (0-4)."""
+
+    def __init__(self, codec: int) -> None:
+        super().__init__(f"unsupported compression codec id {codec!r}")
+        self.codec = codec
+
+
+class DecompressionError(ValueError):
+    """Compressed data could not be decoded (corrupt, truncated or not that codec)."""
+
+    def __init__(self, codec: int, codec_name: str, detail: str) -> None:
+        # Keep it one line: cramjam messages can carry newlines from the Rust side.
+        detail = " ".join(str(detail).split())
+        super().__init__(f"cannot decompress {codec_name} data: {detail}")
+        self.codec = codec
+
+
 class DataDirError(KlogError):
     """The data directory is missing, unwritable or not a klog store."""
 
@@ -86,12 +108,34 @@ class StorageError(KlogError):
     """An I/O failure in a log directory (full, read-only, gone)."""
 
 
+class LeaderAppendError(StorageError):
+    """The leader's directory failed an append; the followers were put back as they were."""
+
+    def __init__(self, message: str, why: str, stuck: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.why = why
+        self.stuck = stuck or []  # followers (PartitionLogs) still holding the batch: they leave the ISR too
+
+
+class NoLeaderError(StorageError):
+    """No in-sync replica of the partition is healthy, and unclean election is off: a storage
+    failure (full, read-only, missing directories), which Kafka's clients retry (KAFKA_STORAGE_ERROR)."""
+
+
 class NotEnoughReplicasError(KlogError):
     """Fewer in-sync replicas than min.insync.replicas for an acks=all write."""
 
 
 class GroupError(KlogError):
     """A consumer-group operation was refused (live members, fenced generation, ...)."""
+
+
+class GroupFencedError(GroupError):
+    """An offset commit from an old generation, an expelled member, or for a partition not held."""
+
+
+class UnknownMemberError(GroupFencedError):
+    """The member was expelled (session expired) or left; it has to join again."""
 
 
 class SparkUnavailableError(KlogError):
@@ -105,3 +149,38 @@ class StateLostError(KlogError):
 
 class SymlinkError(KlogError):
     """A store file or partition folder is a symbolic link: klog never follows one out of the store."""
+
+
+# -- security: users, ACLs, SCRAM, and a cluster refusing TLS or SASL
+class UnknownUserError(KlogError):
+    """No such SASL user (or not with that mechanism)."""
+
+
+class AclError(ValueError):
+    """An ACL binding or filter that Kafka would refuse (unknown type, bad principal, ...)."""
+
+
+class ScramError(Exception):
+    """The exchange failed: malformed message, unknown user or wrong password (one answer for all)."""
+
+
+class SecurityError(KlogError):
+    """TLS or SASL refused us: asking again (another bootstrap server, a retry) will not help."""
+
+
+# -- the Kafka protocol
+class FrameError(Exception):
+    """A frame that cannot be parsed: the connection is closed (Kafka does the same)."""
+
+
+class FetchUnsupported(KlogError):
+    """The broker does not speak a Fetch version klog reads: asking again will not help."""
+
+
+def log_warning(message: str) -> None:
+    """The library's one default for a warning no caller asked to receive (no `on_warning` given):
+    the `klog` logger, which Python prints on stderr unless the application configures logging.
+    The CLI passes its own printer (klog/cli/session.py `warn`) everywhere instead."""
+    import logging  # here: logging costs the hot commands' start-up, and the CLI never logs
+
+    logging.getLogger("klog").warning(message)

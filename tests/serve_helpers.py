@@ -93,6 +93,20 @@ class RawClient:
         return out
 
 
+def fixed_crc(data: bytearray) -> bytes:
+    """`data` with its CRC recomputed in place (and returned as bytes)."""
+    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+    return bytes(data)
+
+
+def broken_records_batch(count: int = 100) -> bytes:
+    """A CRC-valid batch whose first record claims one byte more than it has."""
+    buf = bytearray(batch([b"value-%03d" % i for i in range(count)]))
+    assert buf[RECORDS_OFFSET] < 0x7E
+    buf[RECORDS_OFFSET] += 2  # zigzag: length + 1
+    return fixed_crc(buf)
+
+
 def produce_request_fields(version: int, topic: str, partition: int, records: bytes, acks: int = -1) -> dict:
     mod = load_payload_module(0, version, EntityType.request)
     import datetime
@@ -245,3 +259,47 @@ def gzip_bomb_batch(records: int, value_bytes: int) -> bytes:
     data = head + packed
     struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
     return bytes(data)
+
+
+# -- hostile requests, written by hand (kio's writer takes ~20 us per entry) ---------------------------
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _flexible_frame(api_key: int, version: int, body: bytes) -> bytes:
+    header = struct.pack(">hhih", api_key, version, 1, 7) + b"hostile" + b"\0"  # request header v2
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def huge_produce(entries: int, acks: int = 1) -> bytes:
+    """Produce v9 to topic 'free' naming `entries` partition entries (partition 0, no records; 6 bytes
+    each), written by hand: kio's writer takes ~20 us per entry."""
+    entry = struct.pack(">i", 0) + uvarint(1) + b"\0"
+    topic = uvarint(5) + b"free" + uvarint(entries + 1) + entry * entries + b"\0"
+    return _flexible_frame(0, 9, b"\0" + struct.pack(">hi", acks, 1000) + uvarint(2) + topic + b"\0")
+
+
+def repeated_metadata(times: int) -> bytes:
+    """Metadata v9 naming topic 'free' `times` times."""
+    entry = uvarint(5) + b"free" + b"\0"
+    return _flexible_frame(3, 9, uvarint(times + 1) + entry * times + b"\0\0\0" + b"\0")
+
+
+def read_answer(sock: Any) -> bytes:
+    size = struct.unpack(">i", _exactly(sock, 4))[0]
+    return _exactly(sock, size)
+
+
+def _exactly(sock: Any, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(min(n - len(out), 1 << 20))
+        if not chunk:
+            raise ConnectionError("closed by the server")
+        out += chunk
+    return bytes(out)

@@ -39,3 +39,18 @@ def test_the_check_reads_paths_and_modules_beside_their_package():
     text = "| `klog/broker` | replication (`replication.py`), `dirs.py` |\nsee klog/store/codec.py and tests/store\n"
     assert named_paths(text) == {"klog/broker", "klog/broker/replication.py", "klog/broker/dirs.py",
                                  "klog/store/codec.py", "tests/store"}
+
+
+
+# the checks of the whole repository, which belong to no one package
+ROOT_TESTS = {"test_architecture.py", "test_docs_fresh.py", "test_layering.py", "test_readme.py",
+              "test_replay_seed.py", "test_samples.py"}
+
+
+def test_test_files_sit_in_the_folder_of_their_package():
+    """tests/<package>/ mirrors klog/<package>/: a new test file goes beside the others of its feature."""
+    stray = sorted(p.name for p in (REPO / "tests").glob("test_*.py") if p.name not in ROOT_TESTS)
+    folders = sorted(p.name for p in (REPO / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+    assert not stray, f"move these into a folder of tests/ ({', '.join(folders)}): {', '.join(stray)}"
+    unmatched = [f for f in folders if not (REPO / "klog" / f).is_dir()]
+    assert not unmatched, f"folders of tests/ that mirror no package of klog/: {unmatched}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -77,6 +78,25 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
     text = README.read_text(encoding="utf-8")
     missing = [p.name for p in sorted(DOCS.glob("*.md")) if f"(docs/{p.name}" not in text]
     assert not missing, f"README.md links no {missing}"
+
+
+def test_the_cheat_sheet_has_a_row_for_every_kcat_flag() -> None:
+    """Each flag `kcat -h` lists appears in the first column of the README's kcat table."""
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.skip("kcat is not installed")
+    done = subprocess.run([kcat, "-h"], capture_output=True, text=True)
+    usage = done.stdout + done.stderr
+    flags = set(re.findall(r"^  (-[A-Za-z])\b", usage, flags=re.M))
+    if re.search(r"^  -C \| -P \| -L \| -Q", usage, flags=re.M):
+        flags |= {"-C", "-P", "-L", "-Q"}
+    text = README.read_text(encoding="utf-8")
+    table = text[text.index("| kcat | klog |"):]
+    table = table[:table.index("\n\n")]
+    first_column = " ".join(line.split("|")[1] for line in table.splitlines()[2:])
+    missing = sorted(f for f in flags if not re.search(rf"(?<![\w-]){f}(?!\w)", first_column))
+    assert len(flags) > 20, usage
+    assert not missing, f"the README's kcat table has no row for {missing}"
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.relative_to(REPO).as_posix())

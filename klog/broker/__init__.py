@@ -2,5 +2,6 @@
 metadata (klog.meta) and the user's Python API (klog.client): replication across log dirs
 (replication), producer state and the server's batch appends (batches), retention and compaction
 scheduling (lifecycle), verification (verify), importing Kafka's own log directories (importer),
-Kafka's checkpoint files (kafka_checkpoints), log dir moves (dirs), and which topics and partitions
-a request names (resolve). Imports store and meta, never client or a face (cli, server, spark)."""
+Kafka's checkpoint files (kafka_checkpoints), log dir moves and replica sizes (dirs), the offsets
+ListOffsets and read_committed need (offsets), the one partition writer (writer), and which topics
+and partitions a request names (resolve). Imports store and meta, never client or a face (cli, server, spark)."""

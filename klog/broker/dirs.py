@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from klog.broker.replication import dir_health
+from klog.broker.replication import dir_health, replica_path
 from klog.errors import UsageError
 from klog.store.format import parse_partition_dir
 from klog.store.log import folder_log_bytes
@@ -39,6 +39,15 @@ def list_dirs(store) -> list[LogDirInfo]:
                        if parse_partition_dir(n) is not None)
         out.append(LogDirInfo(d.id, path, dir_health(store, d.id), size, counts.get(d.id, 0), leaders.get(d.id, 0)))
     return out
+
+
+def replica_log_bytes(store, topic: str, partition: int, log_dir_id: int) -> int:
+    """One replica's size as Kafka reports it (UnifiedLog.size, DescribeLogDirs): its segments'
+    `.log` files in log directory `log_dir_id`, no indexes; 0 when the folder cannot be read."""
+    try:
+        return folder_log_bytes(replica_path(store, topic, partition, log_dir_id))
+    except OSError:
+        return 0
 
 
 def add_dir(store, path: str) -> LogDirInfo:

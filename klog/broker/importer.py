@@ -15,6 +15,8 @@ usable). For each `<topic>-<partition>` folder found:
 - the log start offset comes from the source directory's `log-start-offset-checkpoint` (else
   the first segment's base), the leader epochs from `leader-epoch-checkpoint`, and the high
   watermark is the log end, so everything is readable at once;
+- a compressed batch whose records expand past max.message.bytes and 100 times its own size (a
+  decompression bomb) refuses the whole import, before anything is created;
 - a partition holding a record whose attributes byte is >= 0x80 (unused by Kafka, written by no
   client, read differently by the compiled reader) is marked to be read by the strict decoder
   only (PartitionLog.mark_strict_records), and the import says so.
@@ -119,6 +121,10 @@ def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
         if store.has_topic(topic):
             raise TopicExistsError(f"topic '{topic}' already exists in the store; import does not merge logs "
                                    f"(delete it first or import into another data directory)")
+    for folder in folders.values():  # before anything is created: a refusal leaves the store as it was
+        problem = expansion_problem(folder)
+        if problem is not None:
+            raise KlogError(f"{problem}; nothing imported")
     start_offsets = _log_start_offsets({os.path.dirname(f) for f in folders.values()})
     for topic, count in sorted(topics.items()):
         store.create_topic(topic, count, replication_factor=1, adopt_folders=True)
@@ -133,6 +139,52 @@ def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
                 if item.topic == topic:
                     item.notes.append("offset gaps left by Kafka's log cleaner: topic set to cleanup.policy=compact")
     return imported
+
+
+# A compressed batch may expand to max.message.bytes, or to this many times its own size when that
+# is more: real data compresses 2-20x, a decompression bomb thousands of times (2 x 120 MiB of
+# records in 7.7 KB), which every consumer of the imported topic would have to hold in memory
+EXPANSION_RATIO_MAX = 100
+
+
+def expansion_problem(folder: str) -> str | None:
+    """The first compressed batch in the folder's segments whose records expand past
+    max(max.message.bytes, EXPANSION_RATIO_MAX x its size), named; None if there is none. Stops at
+    the first batch it cannot frame (a torn tail: recovery deals with it). Decompression stops at
+    the bound: a bomb costs no more memory than the bound."""
+    from klog.store import compression
+    from klog.store.codec import read_header
+    from klog.store.format import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD
+    from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
+
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(LOG_SUFFIX) or parse_segment_base(name) is None:
+            continue
+        path = os.path.join(folder, name)
+        with open(path, "rb") as f:
+            fd, size, pos = f.fileno(), os.fstat(f.fileno()).st_size, 0
+            while pos + RECORD_BATCH_OVERHEAD <= size:
+                head = os.pread(fd, RECORD_BATCH_OVERHEAD, pos)
+                try:
+                    header = read_header(head)
+                except Exception:  # noqa: BLE001 - not a batch: recovery reports it
+                    break
+                if header.size <= MAGIC_OFFSET or pos + header.size > size:
+                    break
+                if head[MAGIC_OFFSET] == 2 and header.codec:
+                    limit = max(MAX_MESSAGE_BYTES_DEFAULT, EXPANSION_RATIO_MAX * header.size)
+                    body = os.pread(fd, header.size - RECORD_BATCH_OVERHEAD, pos + RECORD_BATCH_OVERHEAD)
+                    with compression.expansion_limit(limit) as bound:
+                        try:
+                            compression.decompress(header.codec, body)
+                        except (compression.CompressionError, compression.UnsupportedCodecError):
+                            if bound.exceeded:
+                                return (f"{path}: the batch at offset {header.base_offset} ({header.size} bytes) "
+                                        f"expands past {limit} bytes (max.message.bytes, or "
+                                        f"{EXPANSION_RATIO_MAX}x its size): a decompression bomb")
+                            break  # damage: recovery reports it
+                pos += header.size
+    return None
 
 
 def _has_cleaner_gaps(log) -> bool:

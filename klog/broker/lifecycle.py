@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from klog.broker.resolve import resolve_partitions
-from klog.errors import KlogError, OffsetOutOfRangeError, UsageError
+from klog.errors import KlogError, OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.store import cleaner, faults, retention
 from klog.store.config import LogConfig
 from klog.store.partition import Partition
@@ -145,6 +145,8 @@ def retain_after_roll(store, topic: str, partition: int, warn: Callable[[str], N
             return
         clean_partition(store, topic, partition, compact=False)
         _remember_oldest(store.partition(topic, partition))
+    except (UnknownTopicError, UnknownPartitionError):
+        return  # deleted since the append: nothing is left to retain, and the next append says so
     except (KlogError, OSError) as e:
         warn(f"retention of {topic}-{partition} failed: {e}")
 

@@ -11,20 +11,18 @@ rejoin. Every change is a metadata transaction, so other processes see it at onc
 from __future__ import annotations
 
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from klog.errors import KlogError, NotEnoughReplicasError, StorageError
+from klog.errors import KlogError, LeaderAppendError, NoLeaderError, NotEnoughReplicasError, StorageError
 from klog.meta.topics import PartitionMeta
 from klog.store import health
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
-from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, AppendResult, LeaderAppendError
+from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, SYNC_LEADER, SYNC_NONE, AppendResult
 from klog.store.reader import PartitionReader
 
 CATCH_UP_BYTES_PER_FETCH = 4 << 20
@@ -41,10 +39,6 @@ CATCH_UP_RETRY_S = 5.0  # after a failed catch-up (a full or broken disk), appen
 REPLICA_RECHECK_S = 30.0
 
 Warn = Callable[[str], None]
-
-
-class NoLeaderError(KlogError):
-    """No in-sync replica of the partition is healthy, and unclean election is off."""
 
 
 def dir_health(store, log_dir_id: int) -> str:
@@ -158,6 +152,9 @@ class ReplicaManager:
         # log dir id -> (its path, its health), while a producer writes many batches in one go
         # (see shared_dir_checks); None otherwise: every append checks its directories again
         self._dir_checks: dict[int, tuple[str, str]] | None = None
+        # (topic, partition, log dir) -> the unhealthy state last warned of: a full disk is said once
+        # when it fills, not once per produce request while it stays full
+        self._said_unhealthy: dict[tuple[str, int, int], str] = {}
 
     @contextmanager
     def shared_dir_checks(self) -> Iterator[None]:
@@ -226,8 +223,12 @@ class ReplicaManager:
             if states[d] == health.OK and hw > 0 and not os.path.isdir(replica_path(store, topic, partition, d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
         healthy = {d for d, s in states.items() if s == health.OK}
-        for d in meta.isr:
-            if d not in healthy:
+        for d in meta.replicas:
+            said = self._said_unhealthy.get((topic, partition, d))
+            if d in healthy:
+                self._said_unhealthy.pop((topic, partition, d), None)
+            elif d in meta.isr and said != states[d]:
+                self._said_unhealthy[(topic, partition, d)] = states[d]
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
         elected = elect(meta, healthy, unclean)
@@ -341,18 +342,23 @@ class ReplicaManager:
         return meta
 
     def append(self, topic: str, partition: int, encoded: bytes, acks: str,
-               before: Callable[[int], None] | None = None) -> int:
+               before: Callable[[int], None] | None = None, together: SyncTogether | None = None) -> int:
         """Append one encoded batch; returns its base offset once `acks` is satisfied: acks=all
         when every in-sync replica has fsynced it (per the flush policy), acks=1 when the leader
         has, acks=0 without waiting for any fsync. Every in-sync replica gets the bytes either way.
-        `before(base offset)` runs under the lock once the offset the batch gets is known."""
+        `before(base offset)` runs under the lock once the offset the batch gets is known.
+
+        With `together` (the caller holds the partition's lock until together.finish()), the
+        batch is appended but neither synced nor published: finish() does both for every batch
+        of the group, and only then is `acks` satisfied."""
         store = self.store
         part = store.partition(topic, partition)
         min_isr = store.log_config(topic).min_insync_replicas
         sync = SYNC_BY_ACKS[str(acks)]
         with part.lock:
             try:
-                meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr, before)
+                meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr, before,
+                                                          SYNC_NONE if together is not None else sync)
             except BaseException:
                 part.replica_check = None  # whatever failed, the next append checks everything
                 if self._dir_checks is not None:
@@ -370,6 +376,9 @@ class ReplicaManager:
                 meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
                 store.topics.update_partition(topic, partition, meta)
                 store.forget_topic_cache(topic)
+            if together is not None:
+                together.appended(part, meta, sync, min_isr, result.base_offset)
+                return result.base_offset
             part.publish()
             if sync == SYNC_ALL and len(meta.isr) < min_isr:
                 raise NotEnoughReplicasError(
@@ -379,7 +388,8 @@ class ReplicaManager:
 
 
     def _append_with_failover(self, topic: str, partition: int, part, encoded: bytes, sync: str, min_isr: int,
-                              before: Callable[[int], None] | None) -> tuple[PartitionMeta, AppendResult]:
+                              before: Callable[[int], None] | None,
+                              append_sync: str) -> tuple[PartitionMeta, AppendResult]:
         """A leader whose directory fails the append (EIO, ENOSPC, ...) leaves the ISR, an in-sync
         follower is elected (epoch + 1) and the batch is appended there: the write goes on while
         an in-sync replica is left, as in Kafka, where the producer's retry finds the new leader."""
@@ -391,7 +401,7 @@ class ReplicaManager:
                     ensure_min_isr(topic, partition, meta, min_isr)
                 if before is not None:
                     before(part.leader.log_end_offset)
-                return meta, part.append_batch(encoded, sync)
+                return meta, part.append_batch(encoded, append_sync)
             except LeaderAppendError as e:
                 part.replica_check = None
                 if self._dir_checks is not None:
@@ -421,6 +431,72 @@ class ReplicaManager:
         found = [d for d in candidates if self.store.data_dir.log_dir_path(d) == root]
         assert len(found) == 1, (replica.directory, candidates)
         return found[0]
+
+
+class SyncTogether:
+    """The batches of a group of partitions appended under their locks (held by the caller until
+    finish()), made durable by one syncfs per filesystem instead of an fsync per replica file
+    (klog.store.syncfs), then published. Use only where syncfs.available()."""
+
+    def __init__(self, store) -> None:  # noqa: ANN001 - klog.Store
+        from klog.store.syncfs import SyncedTogether
+
+        paths = []
+        for d in store.data_dir.log_dirs:
+            try:
+                paths.append(store.data_dir.log_dir_path(d.id))
+            except KlogError:
+                continue  # a lost directory: its replicas' appends fail and say so
+        self._fds = SyncedTogether(paths)  # opened before the writes their syncfs must cover
+        self._appended: list[tuple[object, PartitionMeta, str, int, int]] = []
+
+    def appended(self, part, meta: PartitionMeta, sync: str, min_isr: int, base_offset: int) -> None:  # noqa: ANN001
+        self._appended.append((part, meta, sync, min_isr, base_offset))
+
+    def finish(self) -> None:
+        """Sync what the acks of the group's batches wait for (when the flush policy says so), then
+        publish every partition. A failed syncfs raises StorageError: nothing of the group is
+        acknowledged, and the next writer of each partition re-opens it from its files."""
+        try:
+            due: set[str] = set()
+            for part, _, sync, _, _ in self._appended:
+                scope = part.replicas if sync == SYNC_ALL else part.replicas[:1] if sync == SYNC_LEADER else []
+                if any(r.flush_due() for r in scope):
+                    due.update(os.path.dirname(r.directory) for r in scope)
+            synced = self._sync(due)
+            short = []
+            for part, meta, sync, min_isr, base_offset in self._appended:
+                for replica in part.replicas:
+                    if self._fds.devices.get(os.path.dirname(replica.directory)) in synced:
+                        replica.mark_synced()
+                part.publish()
+                if sync == SYNC_ALL and len(meta.isr) < min_isr:
+                    short.append(f"{part.topic}-{part.partition}: the batch at offset {base_offset} reached only "
+                                 f"ISR [{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after "
+                                 "appending")
+            if short:
+                raise NotEnoughReplicasError("; ".join(short))
+        finally:
+            self._fds.close()
+
+    def _sync(self, due: set[str]) -> set[int]:
+        unknown = due - set(self._fds.devices)
+        if unknown:  # a log directory that was not there when the group began: sync it now
+            from klog.store.names import fsync_dir
+
+            for path in unknown:
+                fsync_dir(path)
+            due = due - unknown
+        try:
+            return self._fds.sync(due)
+        except OSError as e:
+            for part, *_ in self._appended:
+                part.distrust()
+            raise StorageError(f"cannot make the batches of {len(self._appended)} partitions durable: syncfs of "
+                               f"{e.filename}: {e.strerror or e}; nothing of them was acknowledged") from None
+
+    def close(self) -> None:
+        self._fds.close()
 
 
 def move_replica(store, topic: str, partition: int, source: int, target: int, warn: Warn | None = None) -> None:
@@ -455,6 +531,9 @@ def move_replica(store, topic: str, partition: int, source: int, target: int, wa
         if os.path.isdir(old):
             # a short name (a 249-character topic's folder + a suffix would pass 255 bytes) that
             # never parses as a partition folder ("delete" is no partition number)
+            import shutil  # here (and uuid): only a replica move needs them, not every producer
+            import uuid
+
             doomed = os.path.join(os.path.dirname(old), f"klog-moved-{uuid.uuid4().hex}-delete")
             os.replace(old, doomed)
             shutil.rmtree(doomed, ignore_errors=True)

@@ -9,12 +9,15 @@ partition's next write.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 from klog.broker.replication import ReplicaManager, catch_up
 from klog.errors import KlogError
+from klog.store.format import LOG_SUFFIX, parse_segment_base
 from klog.store.inspect import check_segment
 from klog.store.segment import CORRUPT_SUFFIX
 
+DISCARDED_SUFFIX = ".discarded" + CORRUPT_SUFFIX  # bytes --discard-damaged moved aside: the user chose so
 DELETING_SUFFIX = ".deleting"  # Store.delete_topic's name for a folder on its way out
 # a foreign log (written into the store by another tool) holding a record attributes byte >= 0x80
 # that `dirs import` did not see (see PartitionLog.mark_strict_records)
@@ -41,14 +44,17 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
                           "problems": list(problems)}
                 if repair and problems:
                     healthy = next((r for _, r, (probs, _) in checked if not probs and r is not replica), None)
-                    report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"],
-                                                 snap.high_watermark if snap is not None else 0)
+                    try:
+                        report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"],
+                                                     snap.high_watermark if snap is not None else 0)
+                    except KlogError as e:  # e.g. a file klog will not write through (a symbolic link)
+                        report["problems"].append(f"not repaired: {e}")
                 reports.append(report)
             if repair:
                 reports.extend(_rejoin(store, name, p, part))
     if topic is None:
         reports.extend(_placement_counts(store, repair))
-        reports.extend(_unknown_partition_folders(store))
+        reports.extend(_unknown_partition_folders(store, repair))
         reports.extend(_unfinished_deletes(store, repair))
     return reports
 
@@ -97,9 +103,11 @@ def _unfinished_deletes(store, repair: bool) -> list[dict]:
     return out
 
 
-def _unknown_partition_folders(store) -> list[dict]:
-    """Partition folders no topic owns (a Kafka broker's, copied in by hand): never touched, and
-    the report says how to adopt them."""
+def _unknown_partition_folders(store, repair: bool = False) -> list[dict]:
+    """Partition folders no topic owns: a Kafka broker's, copied in by hand, are never touched (the
+    report says how to adopt them); one holding no record at all (what a partition opened while
+    its topic was deleted leaves) keeps its name from being created again, and --repair removes it."""
+    import shutil
 
     from klog.store.format import LOG_SUFFIX, parse_partition_dir
 
@@ -119,7 +127,20 @@ def _unknown_partition_folders(store) -> list[dict]:
             meta = store.topics.find(t)
             if meta is not None and p < len(meta.partitions):
                 continue
-            if not any(f.endswith(LOG_SUFFIX) for f in os.listdir(folder)):
+            files = os.listdir(folder)
+            if not any(f.endswith(LOG_SUFFIX) for f in files):
+                continue
+            if all(os.path.getsize(os.path.join(folder, f)) == 0 for f in files if f.endswith(LOG_SUFFIX)):
+                problems = [f"{folder}: a partition folder no topic owns, without records (left by a topic delete)"]
+                repaired = False
+                if repair:
+                    errors: list[str] = []
+                    shutil.rmtree(folder, onerror=lambda _f, q, exc, errors=errors: errors.append(
+                        f"{q}: {exc[1].strerror or exc[1]}"))
+                    repaired = not errors
+                    problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
+                reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": repaired,
+                                "problems": problems})
                 continue
             reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": False,
                             "problems": [f"{folder}: a partition folder no topic of this store owns (left as it "
@@ -142,8 +163,9 @@ def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
         with part.lock:
             after = ReplicaManager(store).reconcile(topic, partition, part).isr
     except KlogError as e:  # e.g. no leader: reported, and the other partitions still get checked
+        # the partition's report, not one replica's (log_dir None)
         return [{"topic": topic, "partition": partition, "log_dir": None, "ok": False, "repaired": False,
-                 "problems": [str(e)]}]
+                 "problems": [f"cannot catch up its replicas: {e}"]}]
     return [{"topic": topic, "partition": partition, "log_dir": d, "ok": False, "repaired": True,
              "problems": ["repaired: caught up from the leader and rejoined the ISR"]}
             for d in after if d not in before]
@@ -158,7 +180,8 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
             return [], None  # a partition never written has no folder yet
         return [f"{replica.directory}: the partition folder is missing (high watermark {snap.high_watermark})"], 0
     replica.refresh_segments()
-    problems = _kept_corrupt_bytes(replica.directory)
+    problems = (_kept_corrupt_bytes(replica.directory) + _unreadable_segment_names(replica.directory)
+                + _symbolic_links(replica.directory))
     cut_at = None
     expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
     log_end = None
@@ -171,6 +194,10 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
             problems.append(f"{segment.log_path}: cannot read: {e.strerror or e}")
             cut_at = base if expected is None else min(base, expected)
             break
+        except KlogError as e:  # an index that is a symbolic link, ...: this replica's problem, not verify's end
+            if str(e) not in problems:
+                problems.append(str(e))
+            break
         problems.extend(_index_problem_lines(segment, check.index_problems))
         if (expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i)
                 and not (compacted and check.first_offset > expected)):  # Kafka's cleaner removed the offsets between
@@ -178,6 +205,9 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
                             if check.first_offset > expected else f"overlaps the segment before (from {expected})"))
             cut_at = expected
             break
+        if check.log_problem and _below_log_start(replica, i, snap):
+            expected = log_end = replica.bases[i + 1] if i + 1 < len(replica.bases) else snap.high_watermark
+            continue  # delete-records moved the log start past this damage: no reader reaches it
         if check.log_problem:
             last = i == len(replica.bases) - 1
             problems.append(f"{segment.log_path}: {check.log_problem}" + ("" if last else " (before the log's tail)"))
@@ -196,22 +226,47 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
             problems.append(f"{replica.directory}: {UNMARKED_HIGH_ATTRIBUTES} (offset {high}): klog's compiled reader "
                             "would read such a record differently from Kafka; --repair marks the partition to be "
                             "read with the strict decoder")
-    if not problems and snap is not None and (log_end or 0) < snap.high_watermark:
-        problems.append(f"{replica.directory}: the log ends at offset {log_end or 0}, below the high watermark "
+    if log_end is None:  # no batch at all: the log ends where it must start (an empty log past a discard)
+        log_end = expected or 0
+    if not problems and snap is not None and log_end < snap.high_watermark:
+        problems.append(f"{replica.directory}: the log ends at offset {log_end}, below the high watermark "
                         f"{snap.high_watermark}")
-        cut_at = log_end or 0
+        cut_at = log_end
     return problems, cut_at
+
+
+def _below_log_start(replica, i: int, snap) -> bool:  # noqa: ANN001
+    """Is every offset of the replica's i-th segment below the log start (only its deletion is pending)?"""
+    if snap is None:
+        return False
+    end = replica.bases[i + 1] if i + 1 < len(replica.bases) else snap.high_watermark
+    return end <= snap.log_start_offset
 
 
 def _kept_corrupt_bytes(folder: str) -> list[str]:
     """`.corrupt` files recovery left: acknowledged records it had to cut (loud until deleted)."""
     out = []
     for name in sorted(os.listdir(folder)):
-        if name.endswith(CORRUPT_SUFFIX):
+        if name.endswith(CORRUPT_SUFFIX) and not name.endswith(DISCARDED_SUFFIX):
             path = os.path.join(folder, name)
             out.append(f"{path}: {os.path.getsize(path)} bytes of acknowledged records that recovery cut from the "
                        f"log as damaged; inspect them, then delete the file")
     return out
+
+
+def _unreadable_segment_names(folder: str) -> list[str]:
+    """`.log` files no reader takes for a segment (a name that is no offset Kafka can have, such as
+    99999999999999999999.log): records in them are not part of the log, which must be said."""
+    return [f"{os.path.join(folder, name)}: not read as a segment (its name is not a 20-digit offset up to "
+            f"2^63-1); any records in it are not part of the log"
+            for name in sorted(os.listdir(folder)) if name.endswith(LOG_SUFFIX) and parse_segment_base(name) is None]
+
+
+def _symbolic_links(folder: str) -> list[str]:
+    """Files of the partition that are symbolic links: klog never reads or writes through one (a
+    writer refuses the partition), so each is named, even one a read would not reach."""
+    return [f"{os.path.join(folder, name)} is a symbolic link; klog never reads or writes through one"
+            for name in sorted(os.listdir(folder)) if os.path.islink(os.path.join(folder, name))]
 
 
 def _follows(first: int, expected: int, i: int) -> bool:
@@ -237,7 +292,9 @@ def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: in
     if cut_at is not None and healthy is None and cut_at < hw:
         # cutting would drop committed records nobody else holds (and what follows the damage):
         # leave the files for inspection; readers keep failing loudly at the damage
-        notes.append(f"not repaired: offsets {cut_at}..{hw - 1} are committed and no intact replica holds them")
+        notes.append(f"not repaired: offsets {cut_at}..{hw - 1} are committed and no intact replica holds them; "
+                     f"read what is readable with 'klog consume {part.topic} --skip-damaged', then drop the damage "
+                     f"with 'klog verify {part.topic} --repair --discard-damaged'")
         return False
     with part.lock:
         part.open_for_write()
@@ -257,3 +314,103 @@ def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: in
             notes.append(f"repaired: re-copied offsets {cut_at}..{end} from {healthy.directory}")
         part.publish()
     return True
+
+
+# -- --discard-damaged: a way out when no intact replica holds the damaged records -------------------------
+@dataclass
+class Discard:
+    """What `verify --repair --discard-damaged` does to one partition: the damage starts at
+    `damaged_from`; the log start moves from `log_start` to `resume` (the first offset past the
+    damage it can still read), so offsets log_start..resume-1 are lost; the damaged bytes are kept
+    aside in a `.corrupt` file."""
+
+    topic: str
+    partition: int
+    log_start: int
+    damaged_from: int
+    resume: int
+    corrupt_files: list[str] = field(default_factory=list)
+
+    @property
+    def lost(self) -> str:
+        return f"{self.log_start}..{self.resume - 1}"
+
+
+def plan_discards(store, topic: str | None = None) -> list[Discard]:
+    """The partitions whose committed records are damaged with no intact replica to re-copy them
+    from, and what discarding the damage would lose (nothing is changed)."""
+    out = []
+    for name in [topic] if topic else store.topic_names():
+        meta = store.topic(name)
+        for p in range(len(meta.partitions)):
+            found = _damage(store, name, p, meta.partitions[p])
+            if found is not None:
+                out.append(found[0])
+    return out
+
+
+def _damage(store, name: str, p: int, pm):  # noqa: ANN001, ANN202 - (Discard, [(replica, segment base, position)])
+    part = store.partition(name, p)
+    order = [pm.leader] + [r for r in pm.isr if r != pm.leader]
+    part.set_replica_dirs([store.data_dir.log_dir_path(d) for d in order])
+    snap = part.state.read_valid()
+    if snap is None:
+        return None
+    checked = [(replica, _check_replica(replica, snap)) for replica in part.replicas]
+    if any(not problems for _, (problems, _) in checked):
+        return None  # an intact replica: plain --repair re-copies from it
+    cuts = [(replica, cut) for replica, (_, cut) in checked if cut is not None and cut < snap.high_watermark]
+    if len(cuts) != len(checked):
+        return None  # some replica's problem is not damaged records: --repair's business
+    places, resume = [], 0
+    for replica, cut in cuts:
+        replica.refresh_segments()
+        base = max((b for b in replica.bases if b <= cut), default=replica.bases[0])
+        later = [b for b in replica.bases if b > base]
+        resume = max(resume, later[0] if later else snap.high_watermark)
+        places.append((replica, base, _damage_position(replica.segments[base])))
+    cut_at = min(cut for _, cut in cuts)
+    return Discard(name, p, snap.log_start_offset, cut_at, min(resume, snap.high_watermark)), places
+
+
+def _damage_position(segment) -> int:  # noqa: ANN001 - a LogSegment
+    """Where the segment's valid bytes end (the walker every check uses)."""
+    from klog.store import validate
+
+    scan = validate.SegmentScan(segment.read_bytes, segment.file_size(), segment.base_offset, deep=True)
+    for _ in scan:
+        pass
+    return scan.valid_bytes
+
+
+def discard_damaged(store, topic: str | None = None) -> list[Discard]:
+    """Move each damaged range aside into a `.corrupt` file and the log start past it (delete-records'
+    way: the segments wholly below it go). Records below the new log start are lost: the Discards
+    say which."""
+    from klog.broker.lifecycle import PartitionCleanup, _apply_log_start
+    from klog.store.segment import keep_corrupt_bytes
+
+    done = []
+    for name in [topic] if topic else store.topic_names():
+        meta = store.topic(name)
+        for p in range(len(meta.partitions)):
+            found = _damage(store, name, p, meta.partitions[p])
+            if found is None:
+                continue
+            plan, places = found
+            part = store.partition(name, p)
+            with part.lock:
+                part.open_for_write()
+                for replica, base, position in places:
+                    segment = replica.segments[base]
+                    kept = keep_corrupt_bytes(segment.log_path, position, segment.file_size())
+                    named = kept[:-len(CORRUPT_SUFFIX)] + DISCARDED_SUFFIX
+                    os.replace(kept, named)
+                    plan.corrupt_files.append(named)
+                    if base == replica.bases[-1]:  # the active segment: cut it, go on in a new one past it
+                        segment.truncate_to_position(position, None)
+                        replica.roll(plan.resume)
+                _apply_log_start(part, plan.resume, PartitionCleanup(name, p, plan.log_start, plan.log_start))
+                part.publish()
+            done.append(plan)
+    return done

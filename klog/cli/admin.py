@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated
 
 import typer
 
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
+from klog.errors import UsageError
 
+DISCARD_HELP = ("With --repair, when no intact replica holds damaged records: move the damaged range aside "
+                "into a .corrupt file and the log start past it. Every offset below the new log start is lost "
+                "(said exactly); asks first unless --yes.")
 REPAIR_HELP = ("Rebuild indexes, truncate torn tails, re-copy damaged replicas from intact ones "
                "and catch up replicas that are out of sync.")
 
@@ -100,10 +105,17 @@ def register(app: typer.Typer) -> None:
     def verify(
         topic: Annotated[str | None, typer.Argument(help="Topic to check (all when omitted).")] = None,
         repair: Annotated[bool, typer.Option("--repair", help=REPAIR_HELP)] = False,
+        discard_damaged: Annotated[bool, typer.Option("--discard-damaged", help=DISCARD_HELP)] = False,
+        yes: Annotated[bool, typer.Option("--yes", "-y", help="Discard without asking.")] = False,
         data_dir: DataDirOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Check every batch's CRC and every index; --repair fixes what it can and says what it did."""
+        if discard_damaged:
+            if not repair:
+                raise UsageError("--discard-damaged is a repair: give --repair --discard-damaged")
+            with open_store(data_dir, create=False) as store:
+                _discard(store, topic, yes, as_json)
         with open_store(data_dir, create=False, read_only=not repair) as store:
             reports = store.verify(topic, repair=repair)
         bad = 0
@@ -112,8 +124,9 @@ def register(app: typer.Typer) -> None:
                 print(json.dumps(r))
             else:
                 status = "ok" if r["ok"] else ("repaired" if r["repaired"] else "DAMAGED")
-                if r["topic"] is not None:
-                    what = f"{r['topic']}-{r['partition']} replica {r['log_dir']}"
+                if r["topic"] is not None:  # a replica's, or (log_dir None) the whole partition's
+                    what = f"{r['topic']}-{r['partition']}"
+                    what += "" if r["log_dir"] is None else f" replica {r['log_dir']}"
                 else:  # the store's own: a log directory's, or the metadata's (log_dir None)
                     what = "metadata" if r["log_dir"] is None else f"log directory {r['log_dir']}"
                 print(f"{what}: {status}"
@@ -121,6 +134,30 @@ def register(app: typer.Typer) -> None:
             bad += 0 if (r["ok"] or r["repaired"]) else 1
         if bad:
             raise typer.Exit(1)
+
+
+def _discard(store, topic: str | None, yes: bool, as_json: bool) -> None:  # noqa: ANN001
+    """--discard-damaged: say what would be lost, ask (or take --yes), then discard and say what was."""
+    from klog.broker.verify import discard_damaged, plan_discards
+
+    plans = plan_discards(store, topic)
+    if not plans:
+        return
+    lost = "; ".join(f"{d.topic}-{d.partition} offsets {d.lost} (damaged from {d.damaged_from})" for d in plans)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"--discard-damaged would lose {lost} for good: add --yes (no terminal to ask on)")
+        if not typer.confirm(f"Discard {lost} for good? The damaged bytes are kept in .corrupt files", default=False):
+            raise typer.Exit(1)
+    for d in discard_damaged(store, topic):
+        if as_json:
+            print(json.dumps({"topic": d.topic, "partition": d.partition, "discarded": True,
+                              "lost_from": d.log_start, "lost_to": d.resume - 1, "damaged_from": d.damaged_from,
+                              "corrupt_files": d.corrupt_files}))
+        else:
+            print(f"{d.topic}-{d.partition}: discarded offsets {d.lost} (damaged from offset {d.damaged_from}); "
+                  f"the log now starts at {d.resume}; damaged bytes kept in {', '.join(d.corrupt_files)} "
+                  "(inspect them, then delete them)")
 
 
 def _dump_paths(path: str, data_dir: str | None) -> list[str]:

@@ -1,10 +1,5 @@
 """The `klog` command: Typer parsing and rendering only; every command is one library call.
-
-Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (Ctrl-C), 143 terminated
-(SIGTERM). Both signals stop every command the same way: records in hand are finished (a producer
-writes the whole lines it read, a group member commits what it printed and leaves its group), then
-one line on stderr.
-"""
+What a run shares with the hot path (the store, warnings, exit codes) is klog.cli.session."""
 
 from __future__ import annotations
 
@@ -12,23 +7,27 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from enum import IntEnum
 from typing import Annotated, Any
 
 import typer
 
 from klog.cli import placeholders
-from klog.errors import KlogError
+from klog.cli.session import (  # noqa: F401 - the names commands import from here
+    ExitStatus,
+    Signals,
+    StdoutClosed,
+    current_cluster,
+    exit_code,
+    finish,
+    one_line,
+    open_store,
+    pipe_safe,
+    set_quiet,
+    warn,
+    with_cluster,
+)
 
 placeholders.apply()
-
-
-class ExitStatus(IntEnum):
-    OK = 0
-    ERROR = 1
-    USAGE = 2
-    INTERRUPTED = 130
-    TERMINATED = 143
 
 
 app = typer.Typer(
@@ -62,47 +61,6 @@ DataDirOpt = Annotated[str | None, _DATA_DIR_OPTION]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def one_line(message: str) -> str:
-    """A message as exactly one line: control characters (a newline in a topic name, an escape
-    sequence in a path) are shown escaped, never acted on by the terminal."""
-    if message.isprintable():
-        return message
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
-
-
-_quiet = False  # -q: warnings are not printed (they still count: a data loss still exits 1)
-_data_lost = False  # a warning reported committed records lost: the command exits 1 even if it did its work
-
-
-def warn(message: str) -> None:
-    """Warnings of every command (a replica leaving the ISR, a new leader, ...), one line on stderr."""
-    global _data_lost
-    from klog.broker.replication import DATA_LOSS_PREFIX
-
-    _data_lost = _data_lost or message.startswith(DATA_LOSS_PREFIX)
-    if _quiet:
-        return
-    print(f"klog: warning: {one_line(message)}", file=sys.stderr)
-
-
-def set_quiet(quiet: bool = True) -> None:
-    global _quiet
-    _quiet = quiet
-
-
-def open_store(data_dir: str | None, create: bool = True, read_only: bool = False):  # noqa: ANN201
-    """The store, its warnings on stderr (producers, replays and moves made from it use them too);
-    a Kafka cluster behind the same interface when the command was given one (see cluster_options).
-    `read_only`: a command that only reads changes nothing and works on a read-only store."""
-    if _cluster_target is not None:
-        from klog.client.remote.store import RemoteStore
-
-        return RemoteStore(_cluster_target, on_warning=warn)
-    from klog.client.store import Store
-
-    return Store(data_dir, create=create, on_warning=warn, read_only=read_only)
-
-
 # -- the cluster backend: one option set, added to the commands that work against a cluster ----
 CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "list"), ("topics", "describe"), ("topics", "create"), ("topics", "alter"),
@@ -112,13 +70,6 @@ CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("connect", "run"), ("connect", "worker")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
-_cluster_target = None  # the ClusterTarget of the running command, None for the local store
-
-
-def current_cluster():  # noqa: ANN201 - the ClusterTarget the running command was given, or None
-    return _cluster_target
-
-
 def _cluster_parameters(has_x: bool) -> list:
     import inspect
 
@@ -147,41 +98,14 @@ def cluster_options(callback: Callable[..., Any]) -> Callable[..., Any]:
     extra = _cluster_parameters(has_x)
 
     @functools.wraps(callback)
-    def command(*args: Any, **kwargs: Any) -> Any:
-        global _cluster_target
-        from klog.client.remote.target import resolve_target
-
-        bootstrap, cluster = kwargs.pop("bootstrap_server"), kwargs.pop("cluster")
-        props = kwargs["prop"] if has_x else kwargs.pop("client_property")
-        # consume's and produce's own -X are their settings on the local store: only with a cluster are
-        # they client properties (but a producer's buffer.memory stays klog's: it bounds klog's buffer)
-        from klog.client.producer_settings import SETTINGS
-
-        own = [p for p in props or [] if p.partition("=")[0].strip() in SETTINGS] if has_x else []
-        target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster,
-                                [p for p in props or [] if p not in own] if (bootstrap or cluster or not has_x)
-                                else None)
-        if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
-            kwargs["prop"] = (_group_settings(props) if kwargs.get("group") else None) or own or None
-        _cluster_target = target
-        try:
-            return callback(*args, **kwargs)
-        finally:
-            _cluster_target = None
+    def command(**kwargs: Any) -> Any:
+        return with_cluster(callback, kwargs, has_x)
 
     command.__signature__ = sig.replace(parameters=[*sig.parameters.values(), *extra])  # type: ignore[attr-defined]
     command.__annotations__ = {**{p.name: p.annotation for p in sig.parameters.values()},
                                **{p.name: p.annotation for p in extra}}
     command._klog_cluster = True  # type: ignore[attr-defined]
     return command
-
-
-def _group_settings(props: list[str] | None) -> list[str] | None:
-    """The -X pairs klog's group member understands (the others are only for the Kafka client)."""
-    from klog.client.group import GroupConfig
-
-    kept = [p for p in props or [] if p.partition("=")[0].strip() in GroupConfig.PROPERTIES]
-    return kept or None
 
 
 def _add_cluster_options(typer_app: typer.Typer, path: tuple[str, ...] = ()) -> None:
@@ -278,10 +202,6 @@ def _unwrap_help(typer_app: typer.Typer) -> None:
             _unwrap_help(group.typer_instance)
 
 
-class StdoutClosed(Exception):  # noqa: N818 - an event, not a failure
-    """The reader of stdout went away (`klog consume t | head -1`)."""
-
-
 def _guard_stdout(typer_app: typer.Typer) -> None:
     """Wrap every command so a write to a closed stdout ends it quietly (exit 0). Typer itself
     turns a BrokenPipeError into exit 1 before run() could see it."""
@@ -296,27 +216,16 @@ def _guard_stdout(typer_app: typer.Typer) -> None:
 def _pipe_safe(callback: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(callback)  # Typer reads the wrapped signature and annotations
     def command(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return callback(*args, **kwargs)
-        except BrokenPipeError:
-            if not _stdout_closed():
-                raise  # another pipe (a --exec child's stdin): a real error
-            raise StdoutClosed from None
+        return pipe_safe(lambda: callback(*args, **kwargs))
 
     command._klog_guarded = True  # type: ignore[attr-defined]
     return command
 
 
-def _stdout_closed() -> bool:
-    """Whether stdout is a pipe (or socket) nobody reads any more: poll reports POLLERR (POLLHUP)."""
-    import select
-
-    try:
-        poller = select.poll()
-        poller.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
-    except (OSError, ValueError, AttributeError):  # no real stdout (captured): it cannot be a closed pipe
-        return False
+def app_with(modules: set[str]) -> typer.Typer:
+    """The app with the commands of `modules` registered (klog.cli.hot reads the hot commands' spec)."""
+    _register(modules)
+    return app
 
 
 def full_app() -> typer.Typer:
@@ -339,37 +248,6 @@ def _modules_for(args: list[str]) -> set[str] | None:
     return None
 
 
-class _Signals:
-    """SIGTERM raised as KeyboardInterrupt, so it unwinds like Ctrl-C (the main thread only)."""
-
-    terminated = False
-
-    def __enter__(self) -> _Signals:
-        import signal
-        import threading
-
-        self.terminated = False
-        self.old = None
-        if threading.current_thread() is threading.main_thread():
-            self.old = signal.signal(signal.SIGTERM, self._stop)
-        return self
-
-    def _stop(self, signum: int, frame: object) -> None:
-        self.terminated = True
-        raise KeyboardInterrupt
-
-    def __exit__(self, *exc: object) -> None:
-        import signal
-
-        if self.old is not None:
-            signal.signal(signal.SIGTERM, self.old)
-
-    def stopped(self) -> int:
-        """The exit code of a stop, its one line on stderr."""
-        print("klog: terminated" if self.terminated else "klog: interrupted", file=sys.stderr)
-        return ExitStatus.TERMINATED if self.terminated else ExitStatus.INTERRUPTED
-
-
 def _no_color_help() -> None:
     """NO_COLOR (https://no-color.org): Typer's help without bold and dim too, not only without colour."""
     if os.environ.get("NO_COLOR"):  # imports rich: only then
@@ -379,43 +257,32 @@ def _no_color_help() -> None:
 
 
 def run(args: list[str] | None = None) -> int:
-    """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error."""
+    """Run klog with `args` (default sys.argv[1:]); returns the exit code, prints one line per error.
+    consume and produce take the hot path (klog.cli.hot) when it can parse their arguments."""
     from klog.cli.argv import move_global_options
+    from klog.cli.hot import run_hot
 
-    _no_color_help()
     args = move_global_options(sys.argv[1:] if args is None else list(args))
+    code = run_hot(args)
+    if code is not None:
+        return code
+    _no_color_help()
     _register(_modules_for(args))
-    with _Signals() as signals:
-        return _run(args, signals)
+    with Signals() as signals:
+        return exit_code(lambda: _typer_run(args), signals)
 
 
-def _run(args: list[str] | None, signals: _Signals) -> int:
-    global _data_lost
-    _data_lost = False
-    set_quiet(False)
+def _typer_run(args: list[str]) -> int | None:
+    """Typer's run of `args`; its usage errors as one line, its Exit as its code."""
     try:
         # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
-        rv = app(args=args, standalone_mode=False)
-        if isinstance(rv, int) and not isinstance(rv, bool):
-            if rv == ExitStatus.INTERRUPTED:
-                return signals.stopped()
-            return rv
-    except KlogError as e:
-        print(f"klog: error: {one_line(str(e))}", file=sys.stderr)
-        return e.exit_code
-    except (KeyboardInterrupt, typer.Abort):
-        return signals.stopped()
-    except StdoutClosed:
-        _quiet_broken_pipe()
-        return ExitStatus.OK
+        return app(args=args, standalone_mode=False)
+    except typer.Abort:
+        raise KeyboardInterrupt from None
     except typer.Exit as e:
         return e.exit_code
     except typer.TyperException as e:  # Typer's own click: usage errors (bad option, missing argument)
         return _usage_error(e)
-    except OSError as e:
-        print(one_line(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")), file=sys.stderr)
-        return ExitStatus.ERROR
-    return ExitStatus.ERROR if _data_lost else ExitStatus.OK
 
 
 def _usage_error(e: typer.TyperException) -> int:
@@ -437,17 +304,4 @@ def main() -> None:
         done = complete()
         if done is not None:
             sys.exit(done)
-    code = run()
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _quiet_broken_pipe()
-    sys.exit(code)
-
-
-def _quiet_broken_pipe() -> None:
-    """`klog consume t | head -1`: the reader left; exit without Python's shutdown warning (what
-    is still buffered goes to /dev/null, as the Python docs on SIGPIPE recommend)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    finish(run())

@@ -17,6 +17,9 @@ def main() -> None:
             code = None
         if code is not None:
             sys.exit(code)
+    from klog.cli.hot import main_hot
+
+    main_hot()  # consume and produce, without building Typer's command; returns for everything else
     from klog.cli.app import main as run_cli
 
     run_cli()

@@ -14,7 +14,9 @@ filled from `typer.main.get_command(app)` the way `click_man.core.generate_man_p
 function is not called directly: it keeps options with `isinstance(x, click.Option)`, and Typer's
 vendored parameters are not `click.Option`s, so every OPTIONS section would come out empty. The date
 field is left empty and the source is `klog VERSION`, so the output is the same on every machine and every
-day.
+day. After the sections that come from `--help` (NAME, SYNOPSIS, DESCRIPTION, ARGUMENTS, OPTIONS,
+COMMANDS), each page gets EXAMPLES, EXIT STATUS, ENVIRONMENT, FILES and SEE ALSO from the command's entry
+in klog/cli/manual.py (a new command needs one: generation fails without it).
 
 Typer, click-man and the CLI are imported inside functions: click-man is a test extra, not a dependency.
 """

@@ -41,7 +41,8 @@ STORE_FILES = (
 )
 COLOR_ENV = (("NO_COLOR", "Set to anything: no colours or bold on a terminal."),
              ("TZ", "Set: times on a terminal in the local time zone (as --local-time)."))
-CLUSTER_ENV = (("KLOG_CLUSTER_TIMEOUT", "Seconds before a cluster that does not answer is an error (10)."),)
+CLUSTER_ENV = (("KLOG_CLUSTER_TIMEOUT", "Seconds before a cluster that does not answer is an error (10); "
+                                        "a refused connection fails at once."),)
 DIR_MODE_ENV = (("KLOG_DIR_MODE", "Mode of new store folders (default 0700; 2750 lets the group read)."),)
 SPARK_ENV = (("JAVA_HOME", "The Java 17+ that runs Spark (else java on PATH)."),
              ("KLOG_SPARK_CDS", "0: do not record Spark's JVM classes in ~/.cache/klog."),
@@ -73,7 +74,8 @@ klog consume orders --format '%p@%o %k=%s\\n'     # kcat-style format tokens
 klog consume orders --since '15m ago' --grep 'v1' # time ranges and filters
 klog consume orders --last 5                     # the 5 newest records of the topic
 klog consume orders --group billing -n 10        # as a consumer group member
-klog consume orders --json | head -1             # the envelope produce --input json reads""",
+klog consume orders --json | head -1             # the envelope produce --input json reads
+klog consume -t orders -c 3 -e -q -K ' => '      # kcat's spellings: -t, -c, -e, -q, -K""",
         exit_status=(("1", "A read that could not be completed (damage, a deleted topic, a failing "
                            "--exec command): never a silent short read."),),
         environment=COLOR_ENV + CLUSTER_ENV + (

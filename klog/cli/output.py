@@ -3,12 +3,10 @@ kcat-style --format strings (the JSON envelope is klog.client.envelope)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Callable
 
 # the JSON envelope lives in the library (klog.client.envelope); its names stay importable here
-from klog.client.delivery import WRITE_CHUNK_BYTES  # one write call never gets more than this
 from klog.client.envelope import bytes_to_json, json_to_bytes, record_json_line, record_to_json  # noqa: F401
 from klog.client.records import Record
 from klog.errors import UsageError
@@ -20,6 +18,8 @@ FORMAT_HELP = ("Format tokens (kcat style): %t topic, %p partition, %o offset, %
 
 
 def iso(ts_ms: int) -> str:
+    import datetime as dt  # here: only %I needs it
+
     return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
 
@@ -100,6 +100,8 @@ def terminal_safe(data: bytes) -> str:
 def write_all(out, data: bytes) -> None:  # noqa: ANN001 - a binary stream (sys.stdout.buffer)
     """Write all of `data` to `out` in bounded chunks, checking each: a short count is retried,
     a zero count is an error (never a silent short output that exits 0)."""
+    from klog.client.delivery import WRITE_CHUNK_BYTES  # here: delivery's imports are not consume's
+
     view = memoryview(data)
     while view:
         chunk = view[:WRITE_CHUNK_BYTES]

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
-from klog.cli.app import DataDirOpt, current_cluster, open_store
-from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
-from klog.client.producer_settings import BATCH_SIZE_DEFAULT, producer_settings
+from klog.cli.app import DataDirOpt
+from klog.client.producer_settings import BATCH_SIZE_DEFAULT
 
 ACKS_HELP = ("all: wait until every in-sync replica has fsynced the batch (min.insync.replicas must hold); "
              "1: until the leader has; 0: for no fsync.")
@@ -57,34 +55,7 @@ def register(app: typer.Typer) -> None:
                                                        "(security.protocol, sasl.*, ssl.*, ...).")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
-        check_options(input_format, key_separator or None, key, delimiter)
-        settings = producer_settings(prop)
-        headers = parse_headers(header)
-        delim = parse_delimiter(delimiter) if delimiter is not None else None
+        options = dict(locals())  # the options, by name: the hot path calls run_produce the same way
+        from klog.cli.produce_run import run_produce
 
-        def on_ack(t: str, p: int, base: int, n: int) -> None:
-            if print_offsets:
-                sys.stdout.write("".join(f"{t}\t{p}\t{base + i}\n" for i in range(n)))
-
-        def on_create(t: str) -> None:
-            if current_cluster() is not None:  # the cluster made it, with its own settings
-                print(f"klog: topic '{t}' was created by the cluster (auto.create.topics.enable) with its "
-                      "defaults", file=sys.stderr)
-            else:
-                print(f"klog: created topic '{t}' with the store's defaults", file=sys.stderr)
-
-        def on_warning(message: str) -> None:
-            print(f"klog: warning: {message}", file=sys.stderr)
-
-        with open_store(data_dir) as store:
-            # no ack callback unless offsets are printed: on a cluster it is a Python call per record
-            producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
-                                      batch_size=batch_size, on_ack=on_ack if print_offsets else None,
-                                      on_create=on_create, **settings)
-            try:
-                produce_from(producer, topic, *(files or ["-"]), input_format=input_format,
-                             key_separator=key_separator.encode() if key_separator else None,
-                             key=key.encode() if key is not None else None, delimiter=delim, headers=headers,
-                             partition=partition, on_warning=on_warning)
-            finally:
-                sys.stdout.flush()
+        run_produce(**options)

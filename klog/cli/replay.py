@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
 from klog.cli.ranges import CountOpt, OffsetOpt, PartitionOpt, SinceOpt, TailOpt, UntilOpt
 from klog.errors import UsageError
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 
 def parse_speed(text: str) -> float | None:
@@ -96,7 +99,7 @@ def register(app: typer.Typer) -> None:
             print(f"Replayed {stats.records} records from {source} into {to}{skipped}", file=sys.stderr)
 
 
-def _same_store(store, spec: str, data_dir: str | None) -> bool:  # noqa: ANN001 - Store or RemoteStore
+def _same_store(store: AnyStore, spec: str, data_dir: str | None) -> bool:
     """Does --to-store name SRC's own store (then DEST == SRC is refused as a replay into itself)?"""
     import os
 

@@ -193,7 +193,8 @@ def acls_add(
 
 def _filter_args(topic: Many, group: Many, cluster: bool, txn_ids: Many, pattern_type: str,
                  principal: str | None, operation: str | None) -> list:
-    from klog.security.acl import AclError, AclFilter, Operation, parse_operation
+    from klog.errors import AclError
+    from klog.security.acl import AclFilter, Operation, parse_operation
 
     pattern = _pattern(pattern_type, ("LITERAL", "PREFIXED", "MATCH", "ANY"))
     try:

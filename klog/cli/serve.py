@@ -58,8 +58,10 @@ def register(app: typer.Typer) -> None:
         sasl_mechanism: Annotated[list[str] | None, typer.Option(
             "--sasl-mechanism", help="SASL mechanisms offered (repeatable; default PLAIN, SCRAM-SHA-256, "
             "SCRAM-SHA-512; users from `klog users`).")] = None,
-        insecure: Annotated[bool, typer.Option("--insecure", help="Allow a PLAINTEXT listener on a non-loopback "
-                                               "address (anyone who reaches it is User:ANONYMOUS).")] = False,
+        insecure: Annotated[bool, typer.Option("--insecure", help="Allow a PLAINTEXT or SASL_PLAINTEXT "
+                                               "listener on a non-loopback address (PLAINTEXT: anyone who reaches "
+                                               "it is User:ANONYMOUS; SASL_PLAINTEXT: passwords cross the network "
+                                               "in clear text).")] = False,
         auth_failure_delay_ms: Annotated[int, typer.Option(
             "--auth-failure-delay-ms", help="Delay before a failed authentication is answered and the "
             "connection closed (slows password guessing).")] = 1000,
@@ -80,7 +82,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import logging
 
-        from klog.server.security import SASL_MECHANISMS, SecurityConfig, parse_listener
+        from klog.server.listeners import SASL_MECHANISMS, SecurityConfig, parse_listener
 
         listeners = [parse_listener(text) for text in listen or ["127.0.0.1:9092"]]
         security = SecurityConfig(listeners, ssl_cert, ssl_key, ssl_ca, ssl_client_auth.lower(),

@@ -1,7 +1,7 @@
 """The terminal log view of `klog consume`: one line per record, drawn without rich.
 
 Lines are built as strings with precomputed ANSI styles (rich's per-record Text objects drew about
-2.5 k records/s; see benchmarks/bench_viewer.py) and written in bursts: whatever the consumer hands
+2.5 k records/s; see benchmarks/cases/viewer.py) and written in bursts: whatever the consumer hands
 over before it would wait is drawn in one write, so a burst costs one terminal write per few
 thousand records, not one per record. Colours are the ones rich used (dim time, cyan position,
 bold yellow key, rich's JSON theme); NO_COLOR or --no-color draws plain text. Record bytes are
@@ -14,9 +14,14 @@ import datetime as dt
 import os
 import re
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from klog.cli.output import WRITE_CHUNK_BYTES, terminal_safe
+from klog.cli.output import terminal_safe
+from klog.client.delivery import WRITE_CHUNK_BYTES
 from klog.client.records import Record
+
+if TYPE_CHECKING:
+    from klog.client.consumer import ConsumerBase
 
 RESET = "\x1b[0m"
 STYLES = {
@@ -118,7 +123,7 @@ class TerminalView:
         return self._json_on[m.lastindex] + m[0] + self._reset
 
     # -- drawing -----------------------------------------------------------------------------------
-    def _keep_up(self, consumer, write: Callable[[bytes], object]) -> None:  # noqa: ANN001 - a Consumer
+    def _keep_up(self, consumer: ConsumerBase, write: Callable[[bytes], object]) -> None:
         """-f on a terminal that the log outruns: when more than SKIP_LAG records written since the view
         started wait, jump to the newest KEEP_RECORDS and say how many were skipped (a view must not fall
         minutes behind). What was there when it started (-o beginning) is drawn whole."""

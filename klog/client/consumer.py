@@ -16,7 +16,7 @@ from typing import Self
 
 from klog.broker.resolve import resolve_partitions
 from klog.client.records import Record
-from klog.errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
+from klog.errors import CorruptLogError, OffsetOutOfRangeError, UnknownTopicError, UsageError
 from klog.store.partition import Partition
 from klog.store.reader import Fetched, PartitionReader
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
@@ -149,6 +149,9 @@ class Consumer(ConsumerBase):
         # a follower out of records calls this before each poll with the seconds waited so far (0 first):
         # flush output, show a hint
         self.on_wait: Callable[[float], None] | None = None
+        # set, a damaged batch is skipped instead of raised: called with (topic, partition, first offset
+        # skipped, offset reading resumes at, the error) - `klog consume --skip-damaged`
+        self.on_damage: Callable[[str, int, int, int, CorruptLogError], None] | None = None
         self._topic_ids = {t: store.topic(t).topic_id for t in topics} if follow else {}
 
     def _cursor(self, topic: str, partition: int) -> PartitionCursor:
@@ -176,7 +179,16 @@ class Consumer(ConsumerBase):
     def _fetch(self, cursor: PartitionCursor) -> Fetched | None:
         if cursor.done:
             return None
-        fetched = cursor.fetch()
+        while True:
+            try:
+                fetched = cursor.fetch()
+                break
+            except CorruptLogError as e:
+                if self.on_damage is None:
+                    raise
+                resume = _past_damage(cursor, e)
+                self.on_damage(cursor.topic, cursor.partition, cursor.offset, resume, e)
+                cursor.offset = resume
         if fetched is None and cursor.stop is not None and cursor.offset >= cursor.stop:
             cursor.done = True
         return fetched
@@ -337,3 +349,20 @@ class Consumer(ConsumerBase):
             if meta is None or meta.topic_id != topic_id:
                 raise UnknownTopicError(f"topic '{name}' was deleted while being followed"
                                         + (" (and created again: read it anew)" if meta is not None else ""))
+
+
+def _past_damage(cursor: PartitionCursor, error: CorruptLogError) -> int:
+    """Where reading can go on after the damage `error` names: the next segment's first offset (a
+    segment is read from its start or an index entry, so its rest is out of reach), or the end."""
+    import os
+
+    folder, name = os.path.split(error.path or "")
+    bases = sorted(int(n[:-4]) for n in os.listdir(folder) if n.endswith(".log") and n[:-4].isdigit()) \
+        if folder else []
+    damaged = int(name[:-4]) if name.endswith(".log") and name[:-4].isdigit() else cursor.offset
+    resume = next((b for b in bases if b > max(damaged, cursor.offset)), None)
+    end = cursor.end() if cursor.stop is None else cursor.stop
+    resume = end if resume is None or resume > end else resume
+    if resume <= cursor.offset:
+        raise error
+    return resume

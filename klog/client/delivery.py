@@ -18,9 +18,13 @@ import itertools
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from klog.client.records import Record
+from klog.errors import log_warning
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 COMMIT_INTERVAL_MS = 1000  # the output is flushed and offsets committed at least this often while records flow
 WRITE_CHUNK_BYTES = 1 << 20  # one write call never gets more than this (CPython's can return short past 2 GiB)
@@ -29,7 +33,7 @@ TP = tuple[str, int]
 Line = Callable[[Record], bytes]
 
 
-def deliver(store, topics: list[str], *, group: str | None = None,  # noqa: ANN001 - Store or RemoteStore
+def deliver(store: AnyStore, topics: list[str], *, group: str | None = None,
             properties: dict[str, str] | None = None, line: Line | None = None, follow: bool = False,
             count: int | None = None, record_filter: Callable[[Record], bool] | None = None,
             exec_cmd: str | None = None, batch: int = 1, reader: Iterable[Record] | None = None,
@@ -48,7 +52,7 @@ def deliver(store, topics: list[str], *, group: str | None = None,  # noqa: ANN0
         out, text_out = sys.stdout.buffer, sys.stdout
     sink = _Sink(out, text_out)
     written = sink.written  # next offset per partition, for records out of our hands
-    warn = on_warning or getattr(store, "warn", None) or _stderr_warning
+    warn = on_warning or getattr(store, "warn", None) or log_warning
     consumer = None
 
     def commit_written(tps: list | None = None) -> None:
@@ -57,7 +61,7 @@ def deliver(store, topics: list[str], *, group: str | None = None,  # noqa: ANN0
         sink.flush()
         offsets = {tp: written.pop(tp) for tp in list(written) if tps is None or tp in tps}
         if offsets and consumer is not None:
-            from klog.meta.groups import GroupFencedError
+            from klog.errors import GroupFencedError
 
             try:
                 consumer.commit(offsets)
@@ -89,10 +93,6 @@ def deliver(store, topics: list[str], *, group: str | None = None,  # noqa: ANN0
     finally:
         if consumer is not None:
             consumer.close()  # on_revoke commits what was written; then it leaves the group
-
-
-def _stderr_warning(message: str) -> None:
-    print(f"klog: warning: {message}", file=sys.stderr)
 
 
 def _value_line(r: Record) -> bytes:

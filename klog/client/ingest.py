@@ -18,12 +18,11 @@ import os
 import select
 import stat
 import sys
-import warnings
 from collections.abc import Callable
 from typing import IO, Any, NamedTuple, Union
 
 from klog.client.envelope import parse_envelope
-from klog.errors import KlogError, RecordTooLargeError, UsageError
+from klog.errors import KlogError, RecordTooLargeError, UsageError, log_warning
 
 READ_CHUNK_BYTES = 1 << 20
 INPUT_FORMATS = ("lines", "json", "raw")
@@ -211,7 +210,7 @@ class Ingest:
         if self.on_warning is not None:
             self.on_warning(message)
         else:
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            log_warning(message)
 
 
 def produce_from(producer: Any, topic: str, *sources: Source, input_format: str = "lines",

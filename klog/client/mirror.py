@@ -19,9 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 from klog.broker.resolve import resolve_topic_names
 from klog.errors import UsageError
+
+if TYPE_CHECKING:
+    from klog.client.consumer import ConsumerBase
+    from klog.client.producer import Producer, ProducerBase
 
 CHECKPOINT_TOPIC = "__klog_mirror_checkpoints"
 CHECKPOINT_INTERVAL_S = 1.0  # the at-least-once window: a kill re-copies at most this much ...
@@ -114,7 +119,7 @@ class Mirror:
             self.stats.seconds = time.monotonic() - started
         return self.stats
 
-    def _open(self, names: list[str]):  # noqa: ANN202 - a Consumer or RemoteConsumer
+    def _open(self, names: list[str]) -> ConsumerBase:
         consumer = self.src.consumer(*names, start="beginning", follow=self.follow, merge=False)
         resumed = 0
         for (t, p), offset in self._saved.items():
@@ -132,7 +137,7 @@ class Mirror:
                 ends[(t, p)] = end or 0
         return {tp: end for tp, end in ends.items() if positions.get(tp, 0) < end}
 
-    def _copy(self, names: list[str], producer, started: float) -> None:  # noqa: ANN001 - a producer
+    def _copy(self, names: list[str], producer: ProducerBase, started: float) -> None:
         consumer = self._open(names)
         ends = None if self.follow else self._remaining(names, consumer.positions())
         if ends is not None:
@@ -188,7 +193,7 @@ class Mirror:
         if self.on_progress is not None:
             self.on_progress(self.stats)
 
-    def _send(self, producer, chunks: list[tuple[str, int, list]]) -> None:  # noqa: ANN001 - a producer
+    def _send(self, producer: ProducerBase, chunks: list[tuple[str, int, list]]) -> None:
         """Each chunk's (offset, timestamp, key, value, headers) tuples to the renamed topic."""
         bulk = getattr(producer, "send_tuples", None)  # the remote producer: one librdkafka call a record
         for topic, partition, records in chunks:
@@ -211,7 +216,7 @@ class Mirror:
             self._saved.update(changed)
 
 
-def _send_local(producer, topic: str, partition: int | None, records: list) -> None:  # noqa: ANN001 - a Producer
+def _send_local(producer: Producer, topic: str, partition: int | None, records: list) -> None:
     """(offset, timestamp, key, value, headers) tuples through the local producer's bulk path
     (send_keyed: no PendingRecord, no batch check per record), one call per run of records sharing
     a timestamp and headers (a busy source's records come ~a thousand to a millisecond)."""
@@ -221,7 +226,7 @@ def _send_local(producer, topic: str, partition: int | None, records: list) -> N
                             timestamp=ts)
 
 
-def _poll(consumer) -> list[tuple[str, int, list]]:  # noqa: ANN001 - a Consumer or RemoteConsumer
+def _poll(consumer: ConsumerBase) -> list[tuple[str, int, list]]:
     """(topic, partition, (offset, timestamp, key, value, headers) tuples) of one poll: both kinds
     of consumer give them without building a Record per record."""
     return consumer.poll_chunks()

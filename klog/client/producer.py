@@ -285,9 +285,37 @@ class Producer(ProducerBase):
         elif keyless:
             self._fill(topic, None, records, list(accumulate(sizes)), count, max_bytes, ts)
         else:
-            for p, (group, group_sizes) in self._by_partition(topic, records, sizes, count).items():
-                self._fill(topic, p, group, list(accumulate(group_sizes)), count, max_bytes, ts)
+            self._fill_groups(topic, self._by_partition(topic, records, sizes, count), count, max_bytes, ts)
         self._after_send()
+
+    def _fill_groups(self, topic: str, groups: dict[int, tuple[list[RecordIn], list[int]]], count: int,
+                     max_bytes: int, ts: int) -> None:
+        """_fill for each partition's group of records; a group that fits its partition's batch
+        whole (the usual case: an input chunk spread over many partitions is a few records each)
+        joins it in one step, without _fill's running totals and searches."""
+        limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)
+        batches = self._batches
+        now_ms = None
+        added_all = 0
+        for p, (group, group_sizes) in groups.items():
+            key = (topic, p)
+            batch = batches.get(key)
+            added = sum(group_sizes)
+            if batch is None:
+                if added > limit:
+                    self._fill(topic, p, group, list(accumulate(group_sizes)), count, max_bytes, ts)
+                    continue
+                if now_ms is None:
+                    now_ms = time.monotonic() * 1000
+                batch = batches[key] = _Batch(first_ms=now_ms)
+            elif batch.estimated_bytes + added > limit or not _delta_fits(batch, ts):
+                self._fill(topic, p, group, list(accumulate(group_sizes)), count, max_bytes, ts)
+                continue
+            batch.records += group
+            batch.saw(ts)
+            batch.estimated_bytes += added
+            added_all += added + len(group) * RECORD_OBJECT_BYTES
+        self._buffered += added_all
 
     def _by_partition(self, topic: str, records: list[RecordIn], sizes: list[int],
                       count: int) -> dict[int, tuple[list[RecordIn], list[int]]]:

@@ -33,6 +33,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from klog.broker.writer import RECORD_OBJECT_BYTES, EncodedPiece, PartitionWriter, encode_fitting, record_bytes
 from klog.client.consumer import StartSpec
@@ -43,6 +44,9 @@ from klog.errors import KlogError, RecordTooLargeError, UsageError
 from klog.store import codec, compression
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
 from klog.store.names import FILE_NAME_BYTES_MAX, fit_stem
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 BATCH_RECORDS_MAX = 10_000  # records per DEST batch
 BATCH_BYTES_MAX = 900_000  # under max.message.bytes' default (1048588)
@@ -135,7 +139,7 @@ class Replayer:
     def __init__(self, store, source: str, dest: str | None = None, *, partitions: list[int] | None = None,
                  start: StartSpec | str = "beginning", until_ms: int | None = None, count: int | None = None,
                  keep_timestamps: bool = False, speed: float | None = None, rate: float | None = None,
-                 group: str | None = None, acks: str = "all", dest_store=None,  # noqa: ANN001 - a Store or RemoteStore
+                 group: str | None = None, acks: str = "all", dest_store: AnyStore | None = None,
                  buffer_memory: int = BUFFER_MEMORY_DEFAULT,
                  emit: Callable[[Record], None] | None = None,
                  on_progress: Callable[[ReplayStats], None] | None = None,

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import shutil
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from klog.broker.resolve import resolve_topic_names
 from klog.client.store_groups import GroupAdminMethods
-from klog.errors import KlogError, StorageError, UnknownPartitionError
+from klog.errors import KlogError, StorageError, UnknownPartitionError, UnknownTopicError, log_warning
 from klog.meta.db import MetaDB
 from klog.meta.topics import PARTITIONS_MAX, TopicMeta, TopicsMeta
 from klog.store.config import CONFIG_KEYS, LogConfig
@@ -18,6 +18,12 @@ from klog.store.format import partition_dir_name
 from klog.store.layout import DataDir, default_data_dir
 from klog.store.names import partition_file_stem, validate_topic_name
 from klog.store.partition import Partition
+
+if TYPE_CHECKING:
+    from klog.client.consumer import Consumer
+    from klog.client.group import GroupConsumer
+    from klog.client.producer import Producer
+    from klog.client.replay import Replayer
 
 
 @dataclass
@@ -52,10 +58,6 @@ class TopicInfo:
         return sum(p.size_bytes for p in self.partitions)
 
 
-def _log_warning(message: str) -> None:
-    logging.getLogger("klog").warning(message)
-
-
 class Store(GroupAdminMethods):
     """Open (creating if needed) the klog store at `path` (default: $KLOG_DATA_DIR or XDG).
 
@@ -65,7 +67,7 @@ class Store(GroupAdminMethods):
 
     def __init__(self, path: str | None = None, create: bool = True, log_dirs: list[str] | None = None,
                  on_warning: Callable[[str], None] | None = None, read_only: bool = False) -> None:
-        self.warn = on_warning or _log_warning
+        self.warn = on_warning or log_warning
         self.read_only = read_only
         self.data_dir = DataDir.open(default_data_dir() if path is None else path, create=create,
                                      log_dirs=log_dirs, read_only=read_only)
@@ -77,6 +79,19 @@ class Store(GroupAdminMethods):
         # topic -> (the TopicMeta it was parsed from, its LogConfig): re-parsed when the metadata is re-read
         self._log_configs: dict[str, tuple[TopicMeta, LogConfig]] = {}
         self.kafka_checkpoints_due = False  # a write happened that Kafka's checkpoint files must show
+        # Topic lifecycle across this process's threads (klog serve answers requests in a pool):
+        # partitions are opened and forgotten under _opening; a topic being deleted opens no new
+        # partition; creates and deletes of one name run one at a time (_name_lock)
+        self._opening = threading.Lock()
+        self._deleting: set[str] = set()
+        self._name_locks: dict[str, threading.Lock] = {}
+
+    def _name_lock(self, name: str) -> threading.Lock:
+        with self._opening:
+            lock = self._name_locks.get(name)
+            if lock is None:
+                lock = self._name_locks[name] = threading.Lock()
+            return lock
 
     # -- context -----------------------------------------------------------------------------
     def __enter__(self) -> Store:
@@ -124,11 +139,12 @@ class Store(GroupAdminMethods):
         partitions = partitions if partitions is not None else int(self.data_dir.default("num.partitions"))
         rf = replication_factor if replication_factor is not None else int(
             self.data_dir.default("default.replication.factor"))
-        if not adopt_folders and not (exist_ok and self.topics.find(name) is not None):
-            self._refuse_leftover_folders(name, range(min(partitions, PARTITIONS_MAX)))
-        topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
-                                   exist_ok=exist_ok)
-        self._topic_cache.pop(name, None)
+        with self._name_lock(name):  # never while a delete of the name is under way
+            if not adopt_folders and not (exist_ok and self.topics.find(name) is not None):
+                self._refuse_leftover_folders(name, range(min(partitions, PARTITIONS_MAX)))
+            topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
+                                       exist_ok=exist_ok)
+            self._topic_cache.pop(name, None)
         self.kafka_checkpoints_due = True
         return topic
 
@@ -168,7 +184,21 @@ class Store(GroupAdminMethods):
         renamed aside (`.<topic id>.<partition>.deleting`, as Kafka renames to `-delete`), and if one cannot be, the
         others are put back and nothing is deleted. Only then does the metadata go, and the
         renamed folders are removed; any file that cannot be is named in a StorageError (a
-        folder under its `.deleting` name is never read as the topic again)."""
+        folder under its `.deleting` name is never read as the topic again).
+
+        In this process, no partition of the topic is opened meanwhile, its open partitions are
+        closed once no thread is writing them, and creates of the name wait for the delete."""
+        with self._name_lock(name):
+            with self._opening:
+                self._deleting.add(name)
+            try:
+                return self._delete_topic(name)
+            finally:
+                with self._opening:
+                    self._deleting.discard(name)
+                    self._topic_cache.pop(name, None)  # a stale copy cached while it went
+
+    def _delete_topic(self, name: str) -> TopicMeta:
         topic = self.topics.get(name)
         self._forget(name)
         self.kafka_checkpoints_due = True
@@ -191,6 +221,8 @@ class Store(GroupAdminMethods):
         self.topics.delete(name)
         left: list[str] = []
         for _, aside in moved:
+            import shutil
+
             shutil.rmtree(aside, onerror=lambda _f, path, exc: left.append(f"{path}: {exc[1].strerror or exc[1]}"))
         for p in range(len(topic.partitions)):
             stem = partition_file_stem(name, p)
@@ -235,9 +267,11 @@ class Store(GroupAdminMethods):
         self._topic_cache.pop(name, None)
 
     def _forget(self, name: str) -> None:
-        self._topic_cache.pop(name, None)
-        for key in [k for k in self._partitions if k[0] == name]:
-            self._partitions.pop(key).close()
+        with self._opening:
+            self._topic_cache.pop(name, None)
+            gone = [self._partitions.pop(k) for k in [k for k in self._partitions if k[0] == name]]
+        for part in gone:  # outside the lock: close waits for a writer of the partition to finish
+            part.close()
 
     def effective_configs(self, name: str) -> dict[str, str]:
         topic = self.topic(name)
@@ -257,17 +291,26 @@ class Store(GroupAdminMethods):
         found = self._partitions.get((topic, partition))
         if found is not None:
             return found
-        meta = self.topic(topic)
-        if not 0 <= partition < len(meta.partitions):
-            raise UnknownPartitionError(f"topic '{topic}' has no partition {partition} "
-                                        f"(it has {len(meta.partitions)})")
-        pm = meta.partitions[partition]
-        p = Partition(topic, partition, self._leader_and_isr_dirs(pm), self.data_dir.state_dir,
-                      self.data_dir.lock_dir, self.log_config(topic))
-        p.leader_epoch_loaded = p.snapshot().leader_epoch  # the epoch readers compare with (see Partition.read)
-        p.reload_replicas = lambda: self._reload_replicas(p)
-        self._partitions[(topic, partition)] = p
-        return p
+        with self._opening:
+            found = self._partitions.get((topic, partition))
+            if found is not None:
+                return found
+            if topic in self._deleting:
+                raise UnknownTopicError(f"unknown topic '{topic}' (being deleted)")
+            # the metadata as it is now, not a cached copy another thread may have read before a
+            # delete: a partition of a deleted topic opened here would bring its folder back
+            validate_topic_name(topic)
+            meta = self._topic_cache[topic] = self.topics.get(topic)
+            if not 0 <= partition < len(meta.partitions):
+                raise UnknownPartitionError(f"topic '{topic}' has no partition {partition} "
+                                            f"(it has {len(meta.partitions)})")
+            pm = meta.partitions[partition]
+            p = Partition(topic, partition, self._leader_and_isr_dirs(pm), self.data_dir.state_dir,
+                          self.data_dir.lock_dir, self.log_config(topic))
+            p.leader_epoch_loaded = p.snapshot().leader_epoch  # the epoch readers compare with (see Partition.read)
+            p.reload_replicas = lambda: self._reload_replicas(p)
+            self._partitions[(topic, partition)] = p
+            return p
 
     def _leader_and_isr_dirs(self, pm) -> list[str]:
         order = [pm.leader] + [r for r in pm.replicas if r != pm.leader and r in pm.isr]
@@ -342,18 +385,18 @@ class Store(GroupAdminMethods):
         return resolve_topic_names(self, topics, pattern)
 
     # -- clients -----------------------------------------------------------------------------
-    def producer(self, **kwargs):  # noqa: ANN201 - see Producer
+    def producer(self, **kwargs: Any) -> Producer:
         from klog.client.producer import Producer
 
         return Producer(self, **kwargs)
 
-    def consumer(self, *topics: str, **kwargs):  # noqa: ANN201 - see Consumer
+    def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         from klog.client.consumer import Consumer
 
         return Consumer(self, list(topics), **kwargs)
 
     # -- lifecycle (klog.broker.lifecycle, klog.client.replay) -----------------------------------
-    def replayer(self, source: str, dest: str | None = None, **kwargs):  # noqa: ANN201 - see Replayer
+    def replayer(self, source: str, dest: str | None = None, **kwargs: Any) -> Replayer:
         from klog.client.replay import Replayer
 
         return Replayer(self, source, dest, **kwargs)
@@ -381,7 +424,7 @@ class Store(GroupAdminMethods):
 
         return dirty_ratio(self, topic, partition)
 
-    def group_consumer(self, group: str, *topics: str, **kwargs):  # noqa: ANN201 - see GroupConsumer
+    def group_consumer(self, group: str, *topics: str, **kwargs: Any) -> GroupConsumer:
         """Join consumer group `group` reading `topics` (see klog.client.group)."""
         from klog.client.group import GroupConsumer
 

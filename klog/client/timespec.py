@@ -3,7 +3,6 @@ optionally followed by "ago": "15m ago")."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import time
 
@@ -31,6 +30,8 @@ def parse_time_ms(text: str, now_ms: int | None = None) -> int:
     if _SPAN.fullmatch(span):
         return now_ms - parse_span_ms(span)
     try:
+        import datetime as dt  # here: only an ISO time needs it
+
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"invalid time '{text}': use an ISO date-time, epoch milliseconds, "

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from klog.errors import UsageError
+from klog.errors import AclError, UsageError
 from klog.meta.db import MetaDB
-from klog.security.acl import AclBinding, AclError, AclFilter, AuthorizerConfig
+from klog.security.acl import AclBinding, AclFilter, AuthorizerConfig
 
 _BINDING = "b\0"
 _CONFIG = "s\0config"
@@ -62,7 +62,8 @@ class AclsMeta:
         with self.db.txn(write=True) as txn:
             doc = self.db.get_json(txn, "acls", _CONFIG) or {}
             if super_users is not None:
-                users = sorted(set(super_users))
+                # Kafka's super.users is one string, principals separated by ';': take that form too
+                users = sorted({u.strip() for entry in super_users for u in entry.split(";") if u.strip()})
                 for u in users:
                     if ":" not in u or u.endswith(":"):
                         raise UsageError(f"super user {u!r} must be TYPE:NAME (User:admin)")

@@ -11,17 +11,13 @@ from __future__ import annotations
 import base64
 import secrets
 
-from klog.errors import DataDirError, KlogError, UsageError
+from klog.errors import DataDirError, UnknownUserError, UsageError
 from klog.meta.db import MetaDB
 from klog.security.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential, make_credential
 
 USER_CHARS_MAX = 255
 DECOY_SECRET_KEY = "\0decoy-secret"
 DECOY_SECRET_BYTES = 32
-
-
-class UnknownUserError(KlogError):
-    """No such SASL user (or not with that mechanism)."""
 
 
 def validate_user(name: str) -> None:

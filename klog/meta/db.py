@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -32,6 +31,8 @@ def _key(key: str) -> bytes:
     raw = key.encode()
     if len(raw) <= KEY_BYTES_MAX:
         return raw
+    import hashlib  # here: a long key is rare, and hashlib's OpenSSL load is not free
+
     return raw[:LONG_KEY_KEPT_BYTES] + _LONG_KEY_MARK + hashlib.sha256(raw).digest()
 
 

@@ -26,20 +26,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from klog.errors import GroupError, UsageError
+from klog.errors import GroupError, GroupFencedError, UnknownMemberError, UsageError
 from klog.meta.db import MetaDB
 from klog.store.state import current_boot_id
 
-
 # Subclasses of klog.errors.GroupError (kept here, beside the only code that raises them).
-class GroupFencedError(GroupError):
-    """An offset commit from an old generation, an expelled member, or for a partition not held."""
-
-
-class UnknownMemberError(GroupFencedError):
-    """The member was expelled (session expired) or left; it has to join again."""
-
-
 TP = tuple[str, int]
 # (assignor name, member -> subscribed topics, topic -> partition count, member -> current target) -> targets
 AssignFn = Callable[[str, dict[str, list[str]], dict[str, int], dict[str, list[TP]]], dict[str, list[TP]]]

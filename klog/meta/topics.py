@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -125,6 +124,8 @@ class TopicsMeta:
                 raise InvalidTopicError(f"topic '{name}' collides with existing topic '{other}'")
             counts = self.index.replica_counts(txn, log_dir_ids)
             placement = place_replicas(range(partitions), replication_factor, log_dir_ids, counts)
+            import uuid  # here: only a creation needs it (and it imports platform)
+
             topic = TopicMeta(name, str(uuid.uuid4()), int(time.time() * 1000), configs,
                               [PartitionMeta(r, r[0], list(r)) for r in placement])
             self.db.put_json(txn, "topics", name, asdict(topic))

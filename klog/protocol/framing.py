@@ -18,6 +18,8 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
+from klog.errors import FrameError
+
 SIZE = struct.Struct(">i")
 PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version
 
@@ -27,10 +29,6 @@ _write_v0 = entity_writer(ResponseHeaderV0)
 _write_v1 = entity_writer(ResponseHeaderV1)
 _readers: dict[type, Any] = {}
 _writers: dict[type, Any] = {}
-
-
-class FrameError(Exception):
-    """A frame that cannot be parsed: the connection is closed (Kafka does the same)."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
+from klog.errors import AclError
+
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
 
@@ -79,10 +81,6 @@ VALID_OPERATIONS = {
                            Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE},
     ResourceType.TRANSACTIONAL_ID: {Operation.WRITE, Operation.DESCRIBE},
 }
-
-
-class AclError(ValueError):
-    """An ACL binding or filter that Kafka would refuse (unknown type, bad principal, ...)."""
 
 
 @dataclass(frozen=True, order=True)

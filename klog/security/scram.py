@@ -22,6 +22,8 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from klog.errors import ScramError
+
 # Kafka's mechanisms -> hashlib names. SHA-1 is RFC 5802's own test vector, not offered to clients.
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 _HASHES = {**MECHANISMS, "SCRAM-SHA-1": "sha1"}
@@ -31,10 +33,6 @@ ITERATIONS_MAX = 16384  # Kafka's upper bound
 SALT_BYTES = 32
 NONCE_BYTES = 24
 MESSAGE_BYTES_MAX = 4096  # a SCRAM message is a few hundred bytes; refuse anything larger unparsed
-
-
-class ScramError(Exception):
-    """The exchange failed: malformed message, unknown user or wrong password (one answer for all)."""
 
 
 @dataclass(frozen=True)

@@ -227,7 +227,7 @@ async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> 
 
 
 def _alter_scram(credentials: Any, deletions: Any, upsertions: Any) -> dict[str, tuple[E, str | None]]:
-    from klog.meta.credentials import UnknownUserError
+    from klog.errors import UnknownUserError
     from klog.security.scram import credential_from_salted
 
     out: dict[str, tuple[E, str | None]] = {}

@@ -9,7 +9,6 @@ client asks for is the number of log directories a partition is copied to (-1: t
 
 from __future__ import annotations
 
-import os
 import shutil
 from typing import Any
 
@@ -285,7 +284,7 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
 
 
 def _log_dirs(ctx: RequestContext, mod: Any, wanted: dict[str, set[int] | None] | None) -> list:
-    from klog.store.format import partition_dir_name
+    from klog.broker.dirs import replica_log_bytes
 
     store = ctx.store
     topics = store.list_topics()
@@ -301,8 +300,7 @@ def _log_dirs(ctx: RequestContext, mod: Any, wanted: dict[str, set[int] | None] 
             for i, pm in enumerate(meta.partitions):
                 if d not in pm.replicas or (only and i not in only):
                     continue
-                folder = os.path.join(path, partition_dir_name(meta.name, i))
-                size = _folder_size(folder)
+                size = replica_log_bytes(store, meta.name, i, d)
                 try:
                     part = ctx.server.appender.partition(meta.name, i)
                     lag = 0 if d in pm.isr else max(0, part.high_watermark())
@@ -320,15 +318,6 @@ def _log_dirs(ctx: RequestContext, mod: Any, wanted: dict[str, set[int] | None] 
         out.append(make(mod.DescribeLogDirsResult, error_code=err, log_dir=path, topics=tuple(per_topic),
                         total_bytes=total, usable_bytes=usable))
     return out
-
-
-def _folder_size(folder: str) -> int:
-    """The partition's size as Kafka reports it (UnifiedLog.size): its segments' .log files, no indexes
-    (so `topics list -b` shows the bytes `topics list` shows on the store)."""
-    try:
-        return sum(e.stat().st_size for e in os.scandir(folder) if e.is_file() and e.name.endswith(".log"))
-    except OSError:
-        return 0
 
 
 @register(DESCRIBE_LOG_DIRS, 1, 4)

@@ -90,7 +90,7 @@ def load_handlers() -> dict[int, Handler]:
             importlib.import_module(f"klog.server.{name}")
         for key, (fn, lo, hi) in GROUP_HANDLERS.items():
             HANDLERS[key] = Handler(fn, lo, hi)
-        from klog.server.security import guard_group_apis, guard_group_lists
+        from klog.server.group_guards import guard_group_apis, guard_group_lists
 
         guard_group_apis(HANDLERS)  # GROUP_AUTHORIZATION_FAILED under ACLs
         guard_group_lists(HANDLERS)

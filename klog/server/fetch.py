@@ -18,12 +18,11 @@ answer, so clients send full fetch requests.
 from __future__ import annotations
 
 import struct
-import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from klog.broker.offsets import stable_view
 from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError
 from klog.protocol.apis import FETCH
 from klog.protocol.framing import FileRange, RawBody
@@ -35,10 +34,6 @@ from klog.server.dispatch import register
 MAX_VERSION = 16  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
 
-# read_committed fetches: one StableView per partition object (its per-segment scans are cached),
-# each behind a lock since fetches are answered from several threads
-_stable_views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_stable_lock = threading.Lock()
 
 
 @dataclass
@@ -61,17 +56,6 @@ class TopicAnswer:
     name: str
     partitions: list[PartitionAnswer] = field(default_factory=list)
     topic_id: Any = None  # uuid.UUID: v13+ name topics by id
-
-
-def _stable(part: Any) -> tuple[Any, threading.Lock]:
-    from klog.store.txn import StableView
-
-    with _stable_lock:
-        found = _stable_views.get(part)
-        if found is None or found[0].replica is not part.leader:
-            found = (StableView(part.leader), threading.Lock())
-            _stable_views[part] = found
-        return found
 
 
 def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool) -> PartitionAnswer:
@@ -106,7 +90,7 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
         return answer
     stable = None
     if committed:  # read_committed: never past the last stable offset, and name the aborted transactions
-        stable, lock = _stable(part)
+        stable, lock = stable_view(part)
         try:
             with lock:
                 answer.last_stable_offset = upper = stable.refresh(hw)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from klog.broker.offsets import last_stable_offset, max_timestamp_offset
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError
 from klog.protocol.apis import LIST_OFFSETS
 from klog.protocol.kafka import NO_THROTTLE, E, leader_epoch_error, make, response_for
@@ -12,41 +13,6 @@ from klog.server.context import RequestContext
 from klog.server.dispatch import register
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
-
-
-def max_timestamp_offset(part) -> tuple[int, int]:  # noqa: ANN001 - Partition
-    """(timestamp, offset) of the record with the largest timestamp below the high watermark: the
-    headers of the active segment and of the sealed segment whose time index ends highest (a
-    sealed segment's last time-index entry is its largest timestamp, as in Kafka)."""
-    hw = part.high_watermark()
-    leader = part.leader
-    leader.refresh_segments()
-    if not leader.bases:
-        return -1, -1
-    sealed = []
-    for base in leader.bases[:-1]:
-        segment = leader.segments[base]
-        segment.time_index.refresh()
-        last = segment.time_index.last_entry()
-        if last is not None:
-            sealed.append((last[0], base))
-    scan = [max(sealed)[1]] if sealed else []
-    scan.append(leader.bases[-1])
-    best = None
-    for base in scan:
-        segment = leader.segments[base]
-        for _, header in segment.iter_headers(0, segment.file_size()):
-            if header.base_offset >= hw:
-                break
-            if best is None or header.max_timestamp > best.max_timestamp:
-                best = header
-    if best is None:
-        return -1, -1
-    for batch in part.read(best.base_offset, max_bytes=1, upper=best.next_offset):
-        for offset, timestamp, *_ in batch.records():
-            if timestamp == best.max_timestamp:
-                return timestamp, offset
-    return best.max_timestamp, best.last_offset
 
 
 def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
@@ -62,11 +28,7 @@ def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
             return fenced, -1, -1, -1
         epoch = part.snapshot().leader_epoch
         if timestamp == LATEST and committed:
-            from klog.server.fetch import _stable
-
-            stable, lock = _stable(part)
-            with lock:
-                return E.none, -1, stable.refresh(part.high_watermark()), epoch
+            return E.none, -1, last_stable_offset(part), epoch
         if timestamp == LATEST:
             return E.none, -1, part.high_watermark(), epoch
         if timestamp == EARLIEST:

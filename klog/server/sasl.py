@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from klog.errors import ScramError
 from klog.protocol.apis import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from klog.protocol.kafka import E, make, response_for
-from klog.security.scram import MECHANISMS, ScramError, ScramServer, check_password, decoy_credential
+from klog.security.scram import MECHANISMS, ScramServer, check_password, decoy_credential
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.security import SASL_AUTH_ATTEMPTS_MAX

@@ -29,15 +29,9 @@ from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
-from klog.server.security import (
-    CLOSE_LINGER_MS,
-    SASL_FRAME_BYTES_MAX,
-    ConnectionSecurity,
-    Listener,
-    SecurityConfig,
-    ServerSecurity,
-    with_throttle,
-)
+from klog.server.listeners import Listener, SecurityConfig
+from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
+from klog.server.throttle import with_throttle
 from klog.server.watcher import HighWatermarkWatcher
 
 log = logging.getLogger("klog.serve")
@@ -63,6 +57,7 @@ READ_BUFFER_BYTES = 1 << 20
 # than this are encoded there: kio's reader and writer take ~0.4 and ~20 us per entry, a whole
 # request at once; in a thread the event loop gets its turn every switch interval (5 ms)
 PARSE_INLINE_BYTES = 4096
+PARSE_THREADS = 2
 ENCODE_INLINE_ENTRIES = 1000
 
 
@@ -106,6 +101,9 @@ class Server:
         # appends run in their own threads, one at most per partition (append_slot): produces stuck
         # on a slow or stalled disk cannot take the threads that Metadata and Fetch answers need
         self.append_executor: ThreadPoolExecutor | None = None
+        # big requests parsed and big answers encoded here, not in the threads handlers need: many
+        # connections sending huge frames queue behind each other, not in front of Metadata
+        self.parse_executor: ThreadPoolExecutor | None = None
         self._append_slots: dict[tuple[str, int], asyncio.Lock] = {}
         self.broker: BrokerInfo | None = None
         self.coordinator: Any = None
@@ -185,6 +183,7 @@ class Server:
             self.store = Store(self.data_dir, on_warning=lambda m: log.warning("%s", m))
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve")
         self.append_executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve-append")
+        self.parse_executor = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="klog-serve-parse")
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self.security = ServerSecurity(self.security_config, self.store)
@@ -200,6 +199,7 @@ class Server:
                 acceptor.close()
             self.executor.shutdown(wait=False)
             self.append_executor.shutdown(wait=False)
+            self.parse_executor.shutdown(wait=False)
             if self._own_store:
                 self.store.close()
                 self.store = None
@@ -282,6 +282,8 @@ class Server:
             self.executor.shutdown(wait=True)
         if self.append_executor is not None:
             self.append_executor.shutdown(wait=True)
+        if self.parse_executor is not None:
+            self.parse_executor.shutdown(wait=True)
         if self.security is not None:
             self.security.close()
         if self._own_store and self.store is not None:
@@ -408,7 +410,7 @@ class Server:
             if frame is None:
                 item = None
             elif len(frame) > PARSE_INLINE_BYTES:  # in a thread: the loop keeps answering the others
-                item = await asyncio.get_running_loop().run_in_executor(self.executor, self._parse, frame, peer)
+                item = await asyncio.get_running_loop().run_in_executor(self.parse_executor, self._parse, frame, peer)
             else:
                 item = self._parse(frame, peer)
             if item is None:
@@ -518,7 +520,7 @@ class Server:
             await response.send(writer, prefix.correlation_id)
         else:
             if item.entries > ENCODE_INLINE_ENTRIES:  # a big answer is written in a thread, like its parse
-                data = await asyncio.get_running_loop().run_in_executor(self.executor, framing.encode_response,
+                data = await asyncio.get_running_loop().run_in_executor(self.parse_executor, framing.encode_response,
                                                                         prefix.correlation_id, response)
             else:
                 data = framing.encode_response(prefix.correlation_id, response)

@@ -10,14 +10,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from klog.errors import KlogError, OffsetOutOfRangeError
+from klog.store.limits import SPARK_PARTITION_READ_BYTES
 from klog.store.reader import PartitionReader
 
-FETCH_BYTES_MAX = 4 << 20  # per read(): ~40 k records of 100 bytes, a good Arrow batch for Spark
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
+    from klog.spark.options import ReadOptions, WriteOptions
 
 # Spark's Kafka source schema, with headers unless includeHeaders=false (klog's default is true:
 # Spark's is false)
@@ -54,7 +58,7 @@ def read_range(data_dir: str, topic: str, partition: int, start: int, end: int, 
             end = min(end, stable.refresh(part.high_watermark()))
         end = min(end, part.high_watermark())
         # retention moving the log start past us meanwhile: skipped, or an error with failOnDataLoss
-        reader = PartitionReader(part, offset, end, stable=stable, max_bytes=FETCH_BYTES_MAX,
+        reader = PartitionReader(part, offset, end, stable=stable, max_bytes=SPARK_PARTITION_READ_BYTES,
                                  on_start_moved=lambda at, _low: _checked_start(part, at, fail_on_data_loss))
         for fetched in reader:
             batch = to_record_batch(fetched.kept(), topic, partition, fetched.low, end, schema)
@@ -64,7 +68,7 @@ def read_range(data_dir: str, topic: str, partition: int, start: int, end: int, 
         store.close()
 
 
-def open_options_store(opts):  # noqa: ANN001, ANN201 - Read/WriteOptions -> Store or RemoteStore
+def open_options_store(opts: ReadOptions | WriteOptions) -> AnyStore:
     """A cluster when the options carry kafka.bootstrap.servers (Spark's Kafka source option), else
     the dataDir store; executors call this too, with the options pickled to them."""
     props = dict(opts.kafka)

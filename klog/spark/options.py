@@ -8,12 +8,15 @@ klog.errors.UsageError with one line naming the option.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from klog.errors import UsageError
+from klog.errors import UsageError, log_warning
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 EARLIEST = -2  # Spark's per-partition JSON: -2 means earliest, -1 latest
 LATEST = -1
@@ -103,7 +106,7 @@ def location(data_dir: str) -> dict[str, str]:
     return {"dataDir": data_dir, **cluster_options()}
 
 
-def open_store(data_dir: str):  # noqa: ANN201 - Store or RemoteStore
+def open_store(data_dir: str) -> AnyStore:
     """The driver's view of where the topics are (the cluster when one was given)."""
     if _cluster:
         from klog.client.remote.store import RemoteStore
@@ -139,7 +142,7 @@ def _check_names(opts: dict[str, str], known: set[str], what: str) -> None:
 def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
-        logging.getLogger("klog").warning(message)
+        log_warning(message)
 
 
 def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> ReadOptions:

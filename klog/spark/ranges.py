@@ -78,9 +78,9 @@ def end_offset(part, opts: ReadOptions) -> int:
     if opts.isolation_level != "read_committed" or not hasattr(part, "leader"):
         # a cluster's partition: its client (isolation.level from kafka.*) stops at the stable offset
         return hw
-    from klog.store.txn import StableView
+    from klog.broker.offsets import last_stable_offset
 
-    return StableView(part.leader).refresh(hw)
+    return last_stable_offset(part)
 
 
 def _names(tps: list[TopicPartition], shown_max: int = 8) -> str:

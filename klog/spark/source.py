@@ -15,6 +15,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -39,6 +40,9 @@ from klog.spark.arrow import (
 )
 from klog.spark.options import ReadOptions, WriteOptions, lower, parse_read_options, parse_write_options
 from klog.spark.sink import check_sink_schema, send_batches, stage_batches, staged_batches
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 
 class KlogDataSource(DataSource):
@@ -104,7 +108,7 @@ class RangePartition(InputPartition):
         self.range = r
 
 
-def _open_store(opts: ReadOptions | WriteOptions):  # noqa: ANN202 - klog Store or RemoteStore
+def _open_store(opts: ReadOptions | WriteOptions) -> AnyStore:
     """The store the options name: a cluster with kafka.bootstrap.servers, else the dataDir store."""
     return open_options_store(opts)
 

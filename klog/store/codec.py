@@ -12,9 +12,13 @@ from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
-from crc32c import crc32c  # hardware CRC-32C (SSE 4.2 / ARMv8), software fallback inside
-
-from klog.errors import CompressionError, CorruptLogError, UnsupportedCodecError
+from klog.errors import (
+    CompressionError,
+    CorruptLogError,
+    DecompressionError,
+    UnknownCodecIdError,
+    UnsupportedCodecError,
+)
 from klog.store import compression, fastrecords, legacy
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
@@ -42,6 +46,27 @@ from klog.store.format import (
     RECORDS_OFFSET,
     TIMESTAMP_TYPE_MASK,
 )
+
+
+def _load_crc32c():  # noqa: ANN202 - crc32c.crc32c
+    """crc32c's C function (hardware CRC-32C: SSE 4.2 / ARMv8, software fallback inside), loaded
+    without the package's __init__, which asks importlib.metadata for its own version: that imports
+    email, zipfile and argparse, a fifth of `klog consume`'s start-up."""
+    import importlib.machinery
+
+    try:
+        package = importlib.machinery.PathFinder.find_spec("crc32c")
+        spec = importlib.machinery.PathFinder.find_spec("crc32c._crc32c", package.submodule_search_locations)
+        module = spec.loader.create_module(spec)
+        spec.loader.exec_module(module)
+        return module.crc32c
+    except Exception:  # noqa: BLE001 - any other layout: the ordinary import
+        from crc32c import crc32c
+
+        return crc32c
+
+
+crc32c = _load_crc32c()
 
 # The `crc32c` package computes CRC-32C in hardware where the CPU can (61x crcmod's C table
 # here, and 58 % of a consume of 1 MB records was crcmod); the tests cross-check it against crcmod.
@@ -380,10 +405,10 @@ def records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, i
     if codec:
         try:
             data = compression.decompress(codec, memoryview(buf)[pos + RECORDS_OFFSET:end])
-        except compression.UnsupportedCodecError:
+        except UnknownCodecIdError:
             raise UnsupportedCodecError(
                 f"unsupported compression codec id {codec} (offset {header.base_offset})") from None
-        except compression.CompressionError as e:
+        except DecompressionError as e:
             raise CompressionError(str(e), offset=header.base_offset) from None
         start = 0
         stop = len(data)

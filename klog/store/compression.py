@@ -20,6 +20,7 @@ from typing import TypeAlias
 
 import cramjam
 
+from klog.errors import DecompressionError, UnknownCodecIdError
 from klog.store.limits import DECOMPRESSED_BATCH_BYTES_MAX
 
 NONE = 0
@@ -37,23 +38,8 @@ CODEC_NAMES: dict[int, str] = {v: k for k, v in CODEC_IDS.items()}
 Bytes: TypeAlias = bytes | bytearray | memoryview
 
 
-class UnsupportedCodecError(ValueError):
-    """The codec id is not one Kafka defines (0-4)."""
-
-    def __init__(self, codec: int) -> None:
-        super().__init__(f"unsupported compression codec id {codec!r}")
-        self.codec = codec
-
-
-class CompressionError(ValueError):
-    """Compressed data could not be decoded (corrupt, truncated or not that codec)."""
-
-    def __init__(self, codec: int, detail: str) -> None:
-        name = CODEC_NAMES.get(codec, str(codec))
-        # Keep it one line: cramjam messages can carry newlines from the Rust side.
-        detail = " ".join(str(detail).split())
-        super().__init__(f"cannot decompress {name} data: {detail}")
-        self.codec = codec
+def _decompression_error(codec: int, detail: str) -> DecompressionError:
+    return DecompressionError(codec, CODEC_NAMES.get(codec, str(codec)), detail)
 
 
 def _view(data: Bytes) -> memoryview:
@@ -117,15 +103,15 @@ def _snappy_decompress(data: memoryview) -> bytes:
         # A block length can never start with 0x82 (it would be negative), so no ambiguity.
         if data[pos : pos + len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
             if end - pos < _XERIAL_HEADER_LEN:
-                raise CompressionError(SNAPPY, "truncated xerial header")
+                raise _decompression_error(SNAPPY, "truncated xerial header")
             pos += _XERIAL_HEADER_LEN
             continue
         if end - pos < 4:
-            raise CompressionError(SNAPPY, f"truncated xerial block length at offset {pos}")
+            raise _decompression_error(SNAPPY, f"truncated xerial block length at offset {pos}")
         (size,) = struct.unpack_from(">i", data, pos)
         pos += 4
         if size < 0 or size > end - pos:
-            raise CompressionError(SNAPPY, f"xerial block of {size} bytes at offset {pos} overruns input")
+            raise _decompression_error(SNAPPY, f"xerial block of {size} bytes at offset {pos} overruns input")
         out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + size])))
         pos += size
     return b"".join(out)
@@ -249,13 +235,13 @@ def compress(codec: int, data: Bytes) -> bytes:
     try:
         fn = _CODECS[codec][0]
     except (KeyError, TypeError):
-        raise UnsupportedCodecError(codec) from None
+        raise UnknownCodecIdError(codec) from None
     return fn(_view(data))
 
 
 # Bounded memory for any input: a 77 KB zstd batch can expand to 2.4 GB. A batch's records are
 # decompressed into a buffer of at most `limit` bytes (the caller's: klog serve passes the topic's
-# max.message.bytes); one that expands further is refused as damage (CompressionError) when the
+# max.message.bytes); one that expands further is refused as damage (DecompressionError) when the
 # buffer is full, never after expanding it, whatever its compressed size. Buffers larger than the
 # reused per-thread one come out of a process-wide budget, so many bombs at once cost at most
 # DECOMPRESSION_BYTES_IN_FLIGHT_MAX, not one limit per thread.
@@ -313,11 +299,11 @@ def expansion_limit(limit: int) -> Iterator[ExpansionLimit]:
         _local.bound = previous
 
 
-def _expanded_past(codec: int, limit: int) -> CompressionError:
+def _expanded_past(codec: int, limit: int) -> DecompressionError:
     bound = getattr(_local, "bound", None)
     if bound is not None:
         bound.exceeded = True
-    return CompressionError(codec, f"the batch expands past {limit} bytes (klog's limit per batch)")
+    return _decompression_error(codec, f"the batch expands past {limit} bytes (klog's limit per batch)")
 
 
 def _into(fn_into: Callable, data: memoryview, codec: int, limit: int) -> bytes:
@@ -355,7 +341,7 @@ def _snappy_raw_length(block: memoryview) -> int:
         if not block[i] & 0x80:
             return n
         shift += 7
-    raise CompressionError(SNAPPY, "bad snappy length header")
+    raise _decompression_error(SNAPPY, "bad snappy length header")
 
 
 def _bounded_snappy(data: memoryview, limit: int) -> bytes:
@@ -389,7 +375,7 @@ _BOUNDED: dict[int, Callable[[memoryview, int], bytes]] = {
 
 def decompress(codec: int, data: Bytes, limit: int | None = None) -> bytes:
     """Decompress a batch's records section into at most `limit` bytes (None: the enclosing
-    expansion_limit's, else DECOMPRESSED_BATCH_BYTES_MAX); raises CompressionError on bad input or
+    expansion_limit's, else DECOMPRESSED_BATCH_BYTES_MAX); raises DecompressionError on bad input or
     on data that would expand past the limit (never an unbounded allocation)."""
     if limit is None:
         bound = getattr(_local, "bound", None)
@@ -397,10 +383,10 @@ def decompress(codec: int, data: Bytes, limit: int | None = None) -> bytes:
     try:
         fn = _CODECS[codec][1]
     except (KeyError, TypeError):
-        raise UnsupportedCodecError(codec) from None
+        raise UnknownCodecIdError(codec) from None
     try:
         if codec == NONE:
             return fn(_view(data))
         return _BOUNDED[codec](_view(data), limit)
     except cramjam.DecompressionError as exc:
-        raise CompressionError(codec, str(exc)) from exc
+        raise _decompression_error(codec, str(exc)) from exc

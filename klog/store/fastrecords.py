@@ -3,7 +3,7 @@ DefaultRecordBatchBuilder, for klog's read path and its producers' records secti
 
 codec.decode_batch_values / decode_batch_records call this with `fast=True` (FetchedBatch, i.e.
 every consumer) once a batch holds FAST_MIN_RECORDS records; it decodes the records section
-3-6x faster than klog's pure-Python loop (benchmarks/bench_codec.py). klog keeps everything
+3-6x faster than klog's pure-Python loop (benchmarks/cases/codec.py). klog keeps everything
 around it: the header, the CRC (crc32c), decompression with its 256 MiB cap (the C reader only
 ever sees an uncompressed records section) and the legacy magic 0/1 path.
 

@@ -11,11 +11,14 @@ when to wait (flush, truncation, retention, compaction, close, too many pending)
 from __future__ import annotations
 
 import os
-from concurrent import futures
+from typing import TYPE_CHECKING
 
 from klog.store import faults
 from klog.store.names import fsync_dir
 from klog.store.segment import SegmentFds
+
+if TYPE_CHECKING:  # the pool is made on the first roll: concurrent.futures imports logging
+    from concurrent import futures
 
 _pool: futures.ThreadPoolExecutor | None = None
 
@@ -23,6 +26,8 @@ _pool: futures.ThreadPoolExecutor | None = None
 def _executor() -> futures.ThreadPoolExecutor:
     global _pool
     if _pool is None:
+        from concurrent import futures
+
         _pool = futures.ThreadPoolExecutor(1, thread_name_prefix="klog-flusher")
     return _pool
 

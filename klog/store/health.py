@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import uuid
 
 from klog.errors import StorageError
 
@@ -25,6 +24,8 @@ REPLACED = "replaced"
 
 
 def write_identity(path: str) -> str:
+    import uuid  # here: written once per store (and uuid imports platform)
+
     ident = str(uuid.uuid4())
     tmp = os.path.join(path, ID_FILE + ".tmp")
     with open(tmp, "w") as f:

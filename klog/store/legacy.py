@@ -20,7 +20,13 @@ from __future__ import annotations
 import struct
 import zlib
 
-from klog.errors import CompressionError, CorruptLogError, UnsupportedCodecError
+from klog.errors import (
+    CompressionError,
+    CorruptLogError,
+    DecompressionError,
+    UnknownCodecIdError,
+    UnsupportedCodecError,
+)
 from klog.store import compression
 from klog.store.format import (
     COMPRESSION_CODEC_MASK,
@@ -96,9 +102,9 @@ def _decompress(codec: int, magic: int, value: bytes, offset: int) -> bytes:
         value = value[:descriptor_end - 1] + bytes((fixed,)) + value[descriptor_end:]
     try:
         return compression.decompress(codec, value)
-    except compression.UnsupportedCodecError:
+    except UnknownCodecIdError:
         raise UnsupportedCodecError(f"unsupported compression codec id {codec} (offset {offset})") from None
-    except compression.CompressionError as e:
+    except DecompressionError as e:
         raise CompressionError(str(e), offset=offset) from None
 
 

@@ -6,11 +6,19 @@ import fcntl
 import os
 import struct
 import threading
+from collections.abc import Callable
 
+from klog.errors import UnknownPartitionError
 from klog.store.names import fit_partition_file, open_nofollow
 
 GENERATION = struct.Struct(">Q")
 GENERATION_MASK = (1 << 64) - 1
+
+
+class PartitionClosedError(UnknownPartitionError):
+    """The partition was closed (its topic deleted, or forgotten to be opened again) while this
+    caller still held its object: nothing was done; open the partition again (a client sees
+    UNKNOWN_TOPIC_OR_PARTITION, refreshes its metadata and retries)."""
 
 
 class FileLock:
@@ -29,9 +37,14 @@ class FileLock:
         self.previous_generation = -1
         self._threads = threading.RLock()
         self._owner: int | None = None  # the thread holding it (readers in other threads must not count as holders)
+        self._closed = False
 
     def acquire(self) -> None:
         self._threads.acquire()  # flock excludes processes; this, the threads of one (the idle flusher)
+        if self._closed:
+            self._threads.release()
+            raise PartitionClosedError(f"partition closed meanwhile ({os.path.basename(self.path)[:-5]}): "
+                                       "its topic was deleted or re-created")
         if self._depth == 0:
             if self._fd is None:
                 self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
@@ -52,6 +65,9 @@ class FileLock:
         return self._depth > 0 and self._owner == threading.get_ident()
 
     def release(self) -> None:
+        if self._closed:  # closed by this thread while it held it (close waits for the others)
+            self._threads.release()
+            return
         assert self._depth > 0, self.path
         self._depth -= 1
         if self._depth == 0:
@@ -60,12 +76,29 @@ class FileLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._threads.release()
 
+    def run_if_idle(self, action: Callable[[], None]) -> bool:
+        """Run `action` unless a thread of this process holds the lock or is taking it (no thread
+        can take it meanwhile); returns whether it ran."""
+        if not self._threads.acquire(blocking=False):
+            return False
+        try:
+            if self._depth:
+                return False
+            action()
+            return True
+        finally:
+            self._threads.release()
+
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-            self._depth = 0
-            self._owner = None
+        """Close the lock file once no other thread holds the lock: a partition's files are closed
+        only when nobody is writing them; later acquire() calls raise PartitionClosedError."""
+        with self._threads:
+            self._closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+                self._depth = 0
+                self._owner = None
 
     def __enter__(self) -> FileLock:
         self.acquire()

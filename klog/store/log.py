@@ -11,9 +11,8 @@ import bisect
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec, faults, flusher, loader, validate
@@ -28,16 +27,18 @@ from klog.store.format import (
     TIME_INDEX_ENTRY,
     parse_segment_base,
 )
-from klog.store.limits import FETCH_BYTES_MAX
+from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.segment import LogSegment, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 from klog.store.walk import framing_problem
 
+if TYPE_CHECKING:  # a reader never needs the flusher's futures (concurrent.futures imports logging)
+    from concurrent.futures import Future
+
 T = TypeVar("T")
 
-READ_BYTES_DEFAULT = FETCH_BYTES_MAX
 # In a replica's folder: the log holds a record whose attributes byte is >= 0x80 (a foreign log:
 # `dirs import` found one), so its batches are decoded by the strict decoder only (see fastrecords)
 STRICT_RECORDS_MARKER = "klog-strict-records"
@@ -45,6 +46,8 @@ STRICT_RECORDS_MARKER = "klog-strict-records"
 # descriptors until done); a roll past this waits for the oldest. 0: every roll waits for its
 # own flush, as before the flush moved to the background (benchmarks compare the two).
 ROLL_FLUSHES_PENDING_MAX = 4
+# A flush.ms at or under this is kept by a timer (partition.py's idle flush), beyond it never
+FLUSH_MS_TIMED_MAX = 7 * 24 * 3600 * 1000
 
 
 @dataclass
@@ -487,6 +490,23 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self._save_state()
 
+    def flush_due(self) -> bool:
+        """Would maybe_flush() fsync now (flush.messages reached, or flush.ms passed)?"""
+        return self._fds is not None and (self._unflushed_batches >= self.config.flush_messages
+                                          or time.monotonic() * 1000 - self._last_flush_ms >= self.config.flush_ms)
+
+    def mark_synced(self) -> None:
+        """Everything appended is durable (a syncfs of this log's filesystem just returned, see
+        klog.store.syncfs): flush()'s bookkeeping without its fsyncs."""
+        if self._fds is None:
+            return
+        self.finish_flushes()  # the background flushes of sealed segments: covered, but collected
+        self._dir_dirty = False
+        self._unflushed_batches = 0
+        self._last_flush_ms = time.monotonic() * 1000
+        self.recovery_point = self.log_end_offset
+        self._save_state()
+
     def _save_state(self, sync: bool = False) -> None:
         if self.pending_flushes:
             self.collect_flushes()
@@ -494,6 +514,22 @@ class PartitionLog:
         self.state.write(ReplicaSnapshot(
             current_boot_id(), active.base_offset, active.size, active.next_offset or active.base_offset,
             self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
+
+    def release_files(self) -> bool:
+        """Close the descriptors kept between appends (the active segment's three, the state file,
+        the segments' read descriptors): they reopen on the next use, the next writer's open
+        re-reading the folder. Lock not held. False (nothing closed) while appended bytes wait
+        for a flush.ms fsync: closing would skip it."""
+        if self._unflushed_batches and self.config.flush_ms <= FLUSH_MS_TIMED_MAX:
+            return False
+        self.drop_flushes()
+        if self._fds is not None:
+            self._fds.close()
+            self._fds = None
+        for segment in self.segments.values():
+            segment.close()
+        self.state.close()
+        return True
 
     def close(self) -> None:
         self.drop_flushes()
@@ -546,7 +582,7 @@ class PartitionLog:
                 return None
         return self.segments[self.bases[nxt]]
 
-    def read(self, offset: int, upper: int, max_bytes: int = READ_BYTES_DEFAULT) -> list[FetchedBatch]:
+    def read(self, offset: int, upper: int, max_bytes: int = PARTITION_READ_BYTES_DEFAULT) -> list[FetchedBatch]:
         """CRC-checked batches holding offsets in [offset, upper), at least one if any exist."""
         if offset >= upper:
             return []

@@ -4,7 +4,6 @@ the guard that keeps paths inside the store."""
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
 
@@ -56,6 +55,8 @@ def fit_stem(stem: str) -> str:
     topic, dash, number = stem.rpartition("-")
     if not (dash and number.isdigit()):
         topic, number = stem, ""
+    import hashlib  # here: most commands never hash a long name
+
     digest = hashlib.sha256(topic.encode()).hexdigest()[:SHORT_HASH_CHARS]
     return f"{topic[:SHORT_PREFIX_CHARS]}~{digest}" + (f"-{number}" if number else "")
 

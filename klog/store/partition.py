@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from klog.errors import CorruptLogError, KlogError, StateLostError, StorageError
+from klog.errors import CorruptLogError, KlogError, LeaderAppendError, StateLostError, StorageError
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
-from klog.store.limits import FETCH_BYTES_MAX
-from klog.store.locks import FileLock
-from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
+from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
+from klog.store.locks import FileLock, PartitionClosedError
+from klog.store.log import FLUSH_MS_TIMED_MAX, ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 R = TypeVar("R")
-IDLE_FLUSH_MS_MAX = 7 * 24 * 3600 * 1000  # a longer flush.ms (the default is Long.MAX: never) arms no timer
+IDLE_FLUSH_MS_MAX = FLUSH_MS_TIMED_MAX  # a longer flush.ms (the default is Long.MAX: never) arms no timer
 # a file that vanishes under a lookup (retention deleting a segment meanwhile) is looked up again this
 # often, then is an error: never "nothing there" (a consume --since that prints nothing and exits 0)
 ASKS_ON_VANISHED_FILE = 3
@@ -62,15 +62,6 @@ SYNC_ALL = "all"        # acks=all: leader and every in-sync follower
 SYNC_LEADER = "leader"  # acks=1: the leader only
 SYNC_NONE = "none"      # acks=0: none
 SYNC_BY_ACKS = {"all": SYNC_ALL, "1": SYNC_LEADER, "0": SYNC_NONE}
-
-
-class LeaderAppendError(StorageError):
-    """The leader's directory failed an append; the followers were put back as they were."""
-
-    def __init__(self, message: str, why: str, stuck: list[PartitionLog] | None = None) -> None:
-        super().__init__(message)
-        self.why = why
-        self.stuck = stuck or []  # followers still holding the batch: they leave the ISR too
 
 
 def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHeader, new_segment: bool,
@@ -208,6 +199,25 @@ class Partition:
         object's last clean append, so its replicas and their metadata are as that append left them."""
         return self._appended_generation is not None and self._appended_generation == self.lock.previous_generation
 
+    def release_files(self) -> None:
+        """Close what a writer keeps open between appends (the lock file, the state file, each
+        replica's files): a process writing thousands of partitions would otherwise run out of
+        descriptors. Everything reopens on the next use; the next append re-opens the replicas
+        from their files, as after another writer. Not while this thread holds the lock, nor
+        while an idle flush is armed."""
+        def release() -> None:
+            if self._flush_timer is None and all([r.release_files() for r in self.replicas]):
+                self.state.close()
+                self.lock.close()
+
+        self.lock.run_if_idle(release)
+
+    def distrust(self) -> None:
+        """The next acquisition of the lock re-opens every replica from its files (a write whose
+        durability is unknown: a failed syncfs), as if another process had held the lock."""
+        self._appended_generation = None
+        self.replica_check = None
+
     def open_for_write(self) -> None:
         """Lock held: bring every replica to a clean tail and the high watermark in line.
 
@@ -305,7 +315,11 @@ class Partition:
     def _idle_flush(self) -> None:
         if self._closed:
             return
-        with self.lock:
+        try:
+            self.lock.acquire()
+        except PartitionClosedError:  # closed since the check: nothing left to flush here
+            return
+        try:
             self._flush_timer = None
             if self._closed:
                 return
@@ -315,6 +329,8 @@ class Partition:
                 except OSError:
                     pass  # a failing directory: the next append finds it and drops the replica
             self._arm_idle_flush()  # bytes appended since the last fsync that are not due yet
+        finally:
+            self.lock.release()
 
     def active_segment_base(self) -> int | None:
         """The leader's active segment; an append that moves it rolled a segment."""
@@ -358,7 +374,8 @@ class Partition:
             self.state.write(snap, sync=True)
 
     # -- reading -------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int = FETCH_BYTES_MAX, upper: int | None = None) -> list[FetchedBatch]:
+    def read(self, offset: int, max_bytes: int = PARTITION_READ_BYTES_DEFAULT,
+             upper: int | None = None) -> list[FetchedBatch]:
         """Batches at or after `offset`, below the high watermark (and `upper` if given)."""
         batches = self._from_replicas(offset, upper, lambda replica, bound: replica.read(offset, bound, max_bytes),
                                       lambda got: (got[0].header, got[0].path, got[0].position), lambda got: None)
@@ -440,7 +457,9 @@ class Partition:
         self._closed = True
         if self._flush_timer is not None:
             self._flush_timer.cancel()
-        for replica in self.replicas:  # an idle flush under way meanwhile fails quietly (EBADF)
+        # the lock first: it waits for a writer holding it (an append, a flush) to finish, and any
+        # later one gets PartitionClosedError instead of writing through closed descriptors
+        self.lock.close()
+        for replica in self.replicas:
             replica.close()
         self.state.close()
-        self.lock.close()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from klog.errors import CorruptLogError
 from klog.store import codec
-from klog.store.limits import FETCH_BYTES_MAX
+from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.log import FetchedBatch, PartitionLog
 from klog.store.partition import Partition
 from klog.store.txn import StableView
@@ -98,7 +98,7 @@ class PartitionReader:
     """
 
     def __init__(self, part: Partition | PartitionLog, offset: int, stop: int | None = None, *,
-                 stable: StableView | None = None, max_bytes: int = FETCH_BYTES_MAX,
+                 stable: StableView | None = None, max_bytes: int = PARTITION_READ_BYTES_DEFAULT,
                  on_start_moved: Callable[[int, int], int] = _start_moved_to) -> None:
         self.part = part
         self.offset = offset

@@ -20,8 +20,7 @@ import time
 import pytest
 
 import klog
-from klog.broker.replication import NoLeaderError
-from klog.errors import NotEnoughReplicasError
+from klog.errors import NoLeaderError, NotEnoughReplicasError
 from klog.store import codec
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog

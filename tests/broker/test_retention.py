@@ -9,8 +9,12 @@ passes on random segment lists (hypothesis).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -22,6 +26,8 @@ from klog.broker import lifecycle
 from klog.errors import OffsetOutOfRangeError
 from klog.store.retention import SegmentFacts, retention_cut, segment_facts
 from tests.conftest import REPO
+from tests.klog_processes import klog_env, run_klog
+from tests.serve_helpers import RawClient
 
 T0 = 1_700_000_000_000
 DAY = 86_400_000
@@ -431,3 +437,122 @@ def test_dirs_list_counts_segment_bytes_as_topics_describe_and_kafka_do(seg_topi
     listed = json.loads(cli("dirs", "list", "--json").out)["size_bytes"]
     described = json.loads(cli("topics", "describe", "t", "--json").out)["partitions"][0]["size_bytes"]
     assert listed == described == logs
+
+
+def _live_log_bytes(folder: str) -> int:
+    return sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "*.log")))
+
+
+def _with_deleted_files(cli, topic: str, delay_ms: int | None = None) -> None:
+    """A topic whose retention has renamed segments to `.deleted` (several produce runs, one
+    segment each, then retention.bytes keeps the last ~2). In-process runs of the same commands:
+    the tests' reads and kills are the real processes."""
+    configs = ["-c", "segment.bytes=1024", "-c", "retention.bytes=2048"]
+    if delay_ms is not None:
+        configs += ["-c", f"file.delete.delay.ms={delay_ms}"]
+    assert cli("topics", "create", topic, *configs).exit_code == 0
+    for i in range(6):
+        assert cli("produce", topic, input=b"".join(b"%d-%d\n" % (i, n) for n in range(100))).exit_code == 0
+    assert cli("topics", "clean", topic).exit_code == 0
+
+
+def test_deleted_files_are_ignored_by_verify_describe_dump_consume_and_import(cli, klog_proc, data_dir, tmp_path):
+    _with_deleted_files(cli, "ret")
+    folder = os.path.join(data_dir, "logs", "ret-0")
+    deleted = sorted(n for n in os.listdir(folder) if n.endswith(".deleted"))
+    assert any(n.endswith(".log.deleted") for n in deleted)  # the default delay keeps them 60 s
+
+    verify = klog_proc("verify", "ret")
+    assert verify.returncode == 0 and b"deleted" not in verify.stdout + verify.stderr
+
+    (described,) = json.loads(klog_proc("topics", "describe", "ret", "--json").stdout)["partitions"]
+    assert described["size_bytes"] == _live_log_bytes(folder)  # the live segments, not the retired ones
+    assert described["segments"] == len(glob.glob(os.path.join(folder, "*.log")))
+    start = json.loads(klog_proc("offsets", "ret", "--json").stdout)["earliest"]
+    assert start > 0
+
+    dump = klog_proc("dump", folder)
+    assert dump.returncode == 0
+    dumped = [line for line in dump.stdout.decode().splitlines() if line.startswith("Dumping")]
+    assert dumped and not any(line.endswith(".deleted") for line in dumped)
+
+    consumed = klog_proc("consume", "ret")
+    assert consumed.returncode == 0
+    lines = consumed.stdout.decode().splitlines()
+    assert len(lines) == 600 - start and lines[-1] == "5-99"
+
+    kafka = tmp_path / "kafka"
+    shutil.copytree(folder, kafka / "imp-0")
+    os.unlink(kafka / "imp-0" / "klog-replica.state")
+    other = str(tmp_path / "other")
+    imported = klog_proc("dirs", "import", str(kafka), "-d", other)
+    assert imported.returncode == 0, imported.stderr
+    assert not [n for n in os.listdir(os.path.join(other, "logs", "imp-0")) if n.endswith(".deleted")]
+    assert klog_proc("consume", "imp", "-d", other).stdout.decode().splitlines() == lines
+
+
+def test_describe_log_dirs_counts_live_segments_only(cli, data_dir):
+    from klog.server import Server
+
+    _with_deleted_files(cli, "dl")
+    folder = os.path.join(data_dir, "logs", "dl-0")
+    assert glob.glob(os.path.join(folder, "*.log.deleted"))
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server, RawClient(server.port) as client:
+        resp = client.send(35, 4, topics=None)
+    (topic,) = [t for r in resp.results for t in r.topics if t.name == "dl"]
+    assert [p.partition_size for p in topic.partitions] == [_live_log_bytes(folder)]
+
+
+@pytest.mark.slow
+def test_expired_deleted_files_go_at_the_next_writer_open_and_topics_delete_takes_them(cli, klog_proc,
+                                                                                       data_dir):
+    _with_deleted_files(cli, "exp", delay_ms=300)
+    folder = os.path.join(data_dir, "logs", "exp-0")
+    assert glob.glob(os.path.join(folder, "*.deleted"))  # not yet: 300 ms
+    time.sleep(0.5)
+    assert klog_proc("produce", "exp", input=b"more\n").returncode == 0  # a writer open removes them
+    assert not glob.glob(os.path.join(folder, "*.deleted"))
+    assert klog_proc("consume", "exp").stdout.decode().splitlines()[-1] == "more"
+
+    _with_deleted_files(cli, "gone")
+    assert glob.glob(os.path.join(data_dir, "logs", "gone-0", "*.deleted"))
+    assert klog_proc("topics", "delete", "gone", "--yes").returncode == 0
+    assert not os.path.exists(os.path.join(data_dir, "logs", "gone-0"))
+
+
+def test_a_writer_killed_after_retention_reopens_clean(cli, klog_proc, data_dir):
+    """kill -9 of a producer whose retention left `.deleted` files: the next run reads and writes."""
+    _with_deleted_files(cli, "k9")
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "produce", "k9"], stdin=subprocess.PIPE,
+                            env=klog_env(data_dir), stderr=subprocess.DEVNULL)
+    try:
+        proc.stdin.write(b"x\n" * 2000)
+        proc.stdin.flush()
+        time.sleep(1.0)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert klog_proc("verify", "k9").returncode == 0
+    assert klog_proc("produce", "k9", input=b"after\n").returncode == 0
+    out = klog_proc("consume", "k9")
+    assert out.returncode == 0 and out.stdout.decode().splitlines()[-1] == "after"
+
+
+def test_dirs_list_and_topics_describe_agree_while_deleted_files_wait(data_dir):
+    """Retention renames old segments to .deleted and leaves them for file.delete.delay.ms: the
+    size both commands show is the live segments' .log bytes only, the same figure in both."""
+    assert run_klog(data_dir, "topics", "create", "t", "-c", "segment.bytes=1000", "-c", "retention.bytes=3000",
+                 "-c", "file.delete.delay.ms=600000").returncode == 0
+    lines = "".join(f"{i:04d}-{'x' * 30}\n" for i in range(300))
+    r = subprocess.run([sys.executable, "-m", "klog", "produce", "t", "--batch-size", "500"], input=lines.encode(),
+                       capture_output=True, env=klog_env(data_dir), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert run_klog(data_dir, "topics", "clean").returncode == 0
+    folder = os.path.join(data_dir, "logs", "t-0")
+    names = os.listdir(folder)
+    assert any(n.endswith(".deleted") for n in names), names
+    live = sum(os.path.getsize(os.path.join(folder, n)) for n in names if n.endswith(".log"))
+    dirs = json.loads(run_klog(data_dir, "dirs", "list", "--json").stdout.splitlines()[0])
+    described = json.loads(run_klog(data_dir, "topics", "describe", "t", "--json").stdout)["partitions"][0]
+    assert dirs["size_bytes"] == described["size_bytes"] == live
+    assert live <= 3000 + 1000

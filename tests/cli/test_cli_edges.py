@@ -21,6 +21,7 @@ from klog.client.records import Record
 from klog.client.timespec import parse_time_ms
 from klog.errors import UsageError
 from tests.conftest import REPO
+from tests.klog_processes import run_klog
 
 
 # -- the producer API ----------------------------------------------------------------------------
@@ -160,3 +161,11 @@ def test_declining_delete_at_the_prompt_deletes_nothing(cli, data_dir):
     assert (code, err.strip()) == (0, b"Deleted topic keep")
     assert cli("topics", "list", "--json").stdout == b""
 
+
+@pytest.mark.parametrize("args", [("topics", "delete-records", "t", "--before", "\u00b2"),
+                                  ("consume", "t", "--since", "\u00b2"), ("consume", "t", "--until", "\u00b9")])
+def test_a_non_ascii_digit_in_a_time_or_offset_is_one_line_and_exit_2(data_dir, args):
+    """str.isdigit() accepts '²', which int() refuses: a traceback before the isascii check."""
+    assert run_klog(data_dir, "topics", "create", "t").returncode == 0
+    r = run_klog(data_dir, *args)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr

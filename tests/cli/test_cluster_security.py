@@ -85,7 +85,8 @@ def test_socket_path_refusals_are_one_line(secure_store, certs):  # noqa: F811
     """Wrong password, an untrusted server certificate, a mechanism the broker does not offer: one
     error naming the broker and the reason, at once (not retried until the timeout)."""
     from klog.client.remote.target import ClusterTarget
-    from klog.client.remote.wire import SecurityError, offset_delete
+    from klog.client.remote.wire import offset_delete
+    from klog.errors import SecurityError
 
     with serving(secure_store, certs, "SASL_SSL", sasl_mechanisms=("PLAIN",)) as server:
         address = server.addr["SASL_SSL"]

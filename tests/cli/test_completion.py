@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -15,7 +14,6 @@ import klog
 from tests.conftest import REPO
 
 COMPLETIONS = os.path.join(REPO, "completions")
-TAB_SECONDS_MAX = 0.150
 
 
 @pytest.fixture
@@ -63,16 +61,18 @@ def test_bash_completes_topics_groups_commands_and_values(shell_env):
 
 
 def test_a_tab_is_fast_and_reads_the_store_read_only(shell_env):
+    """A Tab skips Typer, rich and the rest of the CLI (what made it slow), and writes nothing. Its
+    time is a benchmark figure (benchmarks/run.py startup), not asserted here: a loaded machine's
+    scheduler would decide such an assertion, not the code."""
     meta = os.path.join(shell_env["KLOG_DATA_DIR"], "meta")
     before = os.stat(os.path.join(meta, "data.mdb")).st_mtime_ns  # lock.mdb: LMDB's reader table
     env = {**shell_env, "COMP_WORDS": "klog consume o", "COMP_CWORD": "2", "_KLOG_COMPLETE": "complete_bash"}
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        r = subprocess.run(["klog"], capture_output=True, env=env, timeout=30)
-        times.append(time.perf_counter() - start)
-        assert r.stdout.split() == [b"order-events", b"orders"], r.stderr
-    assert sorted(times)[2] <= TAB_SECONDS_MAX, times  # the median Tab, including Python's start
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "klog"], capture_output=True, env=env,
+                       timeout=30)
+    assert r.stdout.split() == [b"order-events", b"orders"], r.stderr
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in r.stderr.decode().splitlines()
+                if line.startswith("import time:")}
+    assert "klog" in imported and not imported & {"typer", "rich", "click", "pydantic"}, sorted(imported)
     assert os.stat(os.path.join(meta, "data.mdb")).st_mtime_ns == before
     missing = {**env, "KLOG_DATA_DIR": os.path.join(shell_env["KLOG_DATA_DIR"], "nope")}
     r = subprocess.run(["klog"], capture_output=True, env=missing, timeout=30)

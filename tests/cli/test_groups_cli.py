@@ -397,3 +397,23 @@ def test_group_values_resume_inside_a_batch_and_print_null_as_an_empty_line(cli)
     want = [b"" if i % 4 == 3 else b"%d" % i for i in range(200)] + [b"late%d" % i for i in range(100)]
     assert first.stdout.split(b"\n")[:-1] == want[:5]
     assert rest.stdout.split(b"\n")[:-1] == want[5:]
+
+
+def test_consume_group_exec_commits_after_each_success_and_a_failure_is_redone(klog_proc, data_dir, tmp_path):
+    assert klog_proc("produce", "jobs", input=b"a\nb\nbad\nc\nd\n").returncode == 0
+    out = tmp_path / "out"
+    failing = f'v=$(cat); [ "$v" != bad ] && echo "$KLOG_OFFSET $v" >> {out}'
+    first = klog_proc("consume", "jobs", "-G", "g", "--exec", failing)
+    err = first.stderr.decode()
+    assert first.returncode == 1 and "offset 2" in err and "Traceback" not in err
+    assert out.read_text().splitlines() == ["0 a", "1 b"]
+    (committed,) = json.loads(klog_proc("groups", "describe", "g", "--json").stdout)["partitions"]
+    assert (committed["committed"], committed["lag"]) == (2, 3)  # the failed record is not committed
+
+    batched = tmp_path / "batched"
+    second = klog_proc("consume", "jobs", "-G", "g", "--batch", "2", "--exec",
+                       f'echo "$KLOG_OFFSET:$KLOG_COUNT $(tr "\\n" ,)" >> {batched}')
+    assert second.returncode == 0, second.stderr
+    assert batched.read_text().splitlines() == ["2:2 bad,c,", "4:1 d,"]  # the failed record first
+    third = klog_proc("consume", "jobs", "-G", "g", "--exec", f"cat >> {tmp_path / 'never'}")
+    assert third.returncode == 0 and not (tmp_path / "never").exists()  # everything was committed

@@ -87,6 +87,14 @@ def test_acls_settings(cli, data_dir):
     _one_line_error(cli("acls", "settings", "--allow-everyone-if-no-acl-found", "maybe"), "must be true, false")
 
 
+def test_super_users_take_kafkas_semicolon_separated_list(cli, data_dir):
+    r = cli("acls", "settings", "--super-user", "User:a;User:b", "--super-user", " User:c ;")
+    assert r.out.splitlines()[0] == "super.users=User:a;User:b;User:c"  # three principals, not one "User:a;User:b"
+    with klog.open(data_dir) as store:
+        assert AclsMeta(store.meta).config().super_users == {"User:a", "User:b", "User:c"}
+    _one_line_error(cli("acls", "settings", "--super-user", "User:a;bob"), "super user 'bob' must be TYPE:NAME")
+
+
 def test_quotas(cli, data_dir):
     assert cli("quotas", "set", "--user", "alice", "producer_byte_rate=1024", "request_percentage=50").exit_code == 0
     assert cli("quotas", "set", "--user-default", "--client-id", "app", "consumer_byte_rate=1e6").exit_code == 0

@@ -16,6 +16,7 @@ from klog.client.remote.fetch_consumer import FetchConsumer
 from klog.client.remote.store import RemoteStore
 from klog.client.remote.target import ClusterTarget
 from tests.conftest import REPO
+from tests.klog_processes import klog_env, run_klog
 from tests.server.test_serve_security import certs, secure_store, serving  # noqa: F401 - fixtures
 
 
@@ -275,3 +276,94 @@ def _client_id_sent(props: dict[str, str]) -> str:
         thread.join(10)
     assert len(got) == 1, got
     return got[0]
+
+
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def served_mixed_topic(tmp_path_factory):
+    """A 3-partition topic of five codecs' batches, null keys and values, headers (one with a
+    null value), non-ASCII values, one timestamp per second; `klog serve` over it."""
+    from klog.server import Server
+
+    data = str(tmp_path_factory.mktemp("mixed") / "data")
+    with klog.open(data) as s:
+        s.create_topic("m", 3)
+        i = 0
+        for codec_name in ("none", "gzip", "snappy", "lz4", "zstd"):
+            with s.producer(compression_type=codec_name, batch_size=600) as p:
+                for _ in range(60):
+                    key = None if i % 7 == 0 else b"k%d" % (i % 13)
+                    value = None if i % 11 == 0 else f"v{i}-\u00e9".encode()
+                    headers = [("h", b"x%d" % i), ("n", None)] if i % 5 == 0 else []
+                    p.send("m", value, key=key, headers=headers, timestamp=T0 + i * 1000)
+                    i += 1
+    with Server(data, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        yield data, f"127.0.0.1:{server.port}"
+
+
+@pytest.mark.parametrize("args", [
+    ["--json"], [], ["-n", "5", "--json"], ["--tail", "3", "--json"], ["-o", "10", "--json"], ["-o", "-5", "--json"],
+    ["--since", str(T0 + 100_000), "--until", str(T0 + 200_000), "--json"], ["-p", "1", "--json"],
+    ["-p", "2", "-o", "7"], ["--format", "%p %o %k %s %T %h\\n"], ["-f", "-n", "20", "--json"],
+    ["--last", "4", "--json"], ["-p", "1", "--tail", "2"], ["-o", "end", "--json"], ["--json", "-n", "1000"],
+    ["-p", "9"], ["-o", "100000"],
+], ids=lambda a: " ".join(a) or "values")
+def test_consume_through_serve_prints_what_the_local_store_prints(served_mixed_topic, args):
+    data, bootstrap = served_mixed_topic
+    env = klog_env(data, KLOG_CLUSTER_TIMEOUT="5")
+    local = subprocess.run([sys.executable, "-m", "klog", "consume", "m", *args], env=env, capture_output=True,
+                           timeout=60)
+    remote = subprocess.run([sys.executable, "-m", "klog", "consume", "m", *args, "-b", bootstrap], env=env,
+                            capture_output=True, timeout=60)
+    assert (remote.returncode, remote.stdout, remote.stderr) == (local.returncode, local.stdout, local.stderr)
+    if args in (["--json"], []):
+        assert len(local.stdout.splitlines()) == 300
+
+
+def test_consume_from_an_unreachable_broker_is_one_line_within_the_timeout(data_dir):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    started = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "klog", "consume", "t", "-b", f"127.0.0.1:{port}"], capture_output=True,
+                       text=True, env=klog_env(data_dir, KLOG_CLUSTER_TIMEOUT="2"), timeout=60)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in r.stderr, r.stderr
+    assert time.monotonic() - started < 10
+
+
+def test_a_topic_deleted_while_consume_b_follows_it_ends_in_one_line_exit_1(served_mixed_topic, tmp_path):
+    """Locally: "topic 'm' was deleted while being followed" at once. Through a cluster: one line
+    saying so and naming the partition once the metadata has not named the topic for a second
+    (fetch.TOPIC_GONE_S), well before $KLOG_CLUSTER_TIMEOUT."""
+    data, bootstrap = served_mixed_topic
+    env = klog_env(data, KLOG_CLUSTER_TIMEOUT="30")
+    with klog.open(data) as s:
+        s.create_topic("gone", 1)
+        with s.producer() as p:
+            for i in range(10):
+                p.send("gone", b"g%d" % i)
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "gone", "-f", "-b", bootstrap], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for i in range(10):
+            assert proc.stdout.readline() == b"g%d\n" % i  # type: ignore[union-attr]
+        deleted = run_klog(data, "topics", "delete", "gone", "--yes")
+        assert deleted.returncode == 0, deleted.stderr
+        gone_at = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - gone_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = err.decode()
+    assert proc.returncode == 1 and text.count("\n") == 1 and "gone-0" in text and "Traceback" not in text, text
+    assert "was deleted while being read" in text and took < 15, (took, text)
+    # the reader's leader lookups must not have created it again (librdkafka's admin handle is a
+    # producer: its metadata lookup of one topic asks an auto-creating broker to create it)
+    with klog.open(data) as s:
+        assert not s.has_topic("gone")

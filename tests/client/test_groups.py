@@ -17,8 +17,8 @@ import pytest
 
 from klog.client import assignors
 from klog.client import groups_admin as admin
-from klog.errors import GroupError, UsageError
-from klog.meta.groups import GroupFencedError, GroupsMeta, Member, now_ms
+from klog.errors import GroupError, GroupFencedError, UsageError
+from klog.meta.groups import GroupsMeta, Member, now_ms
 
 SETTLE_ROUNDS_MAX = 300  # x 10 ms: a rebalance in one process needs a few polls
 

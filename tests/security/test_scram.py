@@ -7,7 +7,8 @@ import base64
 
 import pytest
 
-from klog.security.scram import ScramClient, ScramCredential, ScramError, ScramServer, check_password, make_credential
+from klog.errors import ScramError
+from klog.security.scram import ScramClient, ScramCredential, ScramServer, check_password, make_credential
 
 
 def _server(mechanism, salt_b64, nonce, users=("user",), password="pencil"):

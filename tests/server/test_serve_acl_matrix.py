@@ -20,7 +20,7 @@ from klog.meta.acls import AclsMeta
 from klog.meta.credentials import CredentialsMeta
 from klog.security.acl import CLUSTER_NAME, AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from klog.server import Server
-from klog.server.security import Listener, SecurityConfig
+from klog.server.listeners import Listener, SecurityConfig
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import admin as ck_admin  # noqa: E402

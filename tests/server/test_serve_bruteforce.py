@@ -20,7 +20,7 @@ import pytest
 import klog
 from klog.meta.credentials import CredentialsMeta
 from klog.server import Server
-from klog.server.security import Listener, SecurityConfig
+from klog.server.listeners import Listener, SecurityConfig
 
 DELAY_MS = 200
 ATTEMPTS = 1000

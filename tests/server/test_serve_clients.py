@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import time
 import pytest
 
 import klog
+from tests.conftest import REPO
+from tests.klog_processes import ROLLING_SEGMENT_BYTES, read_all, run_klog
 
 KCAT = shutil.which("kcat")
 ck = pytest.importorskip("confluent_kafka")
@@ -235,9 +238,7 @@ def test_concurrent_producers_through_server_and_locally(kafka_server, data_dir)
 
 
 def test_klog_consume_follow_sees_records_produced_over_the_protocol(kafka_server, data_dir):
-    import os
 
-    from tests.conftest import REPO
 
     kafka_server.store.create_topic("tail")
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
@@ -291,3 +292,39 @@ def test_fetches_cut_inside_a_batch_are_read_by_every_client(kafka_server, data_
             seen.extend(r.value for r in records)
     consumer.close()
     assert seen == values
+
+
+@pytest.mark.slow
+def test_delete_records_through_serve_while_a_kafka_producer_rolls_the_partition(data_dir):
+    """In one process (klog serve): DeleteRecords moves the log start, deleting sealed segments
+    whose background flush the same server's appends left pending, while confluent-kafka keeps
+    producing with acks=all. Every record from the final log start on is the one sent, in order."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+
+    from klog.server import Server
+
+    assert run_klog(data_dir, "topics", "create", "t", "-c", f"segment.bytes={ROLLING_SEGMENT_BYTES}",
+                 "-c", "file.delete.delay.ms=0").returncode == 0
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1,
+                                             "batch.size": 400, "enable.idempotence": True})
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        sent = flushed = 0
+        for _ in range(5):
+            for _ in range(400):
+                producer.produce("t", f"{sent:06d}-{'p' * 60}".encode(), partition=0)
+                sent += 1
+                producer.poll(0)
+            if flushed:  # while this round's batches are still being written
+                tp = confluent_kafka.TopicPartition("t", 0, flushed - 100)
+                assert admin.delete_records([tp])[tp].result(timeout=15).low_watermark == flushed - 100
+            assert producer.flush(30) == 0
+            flushed = sent
+    verify = run_klog(data_dir, "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    records = read_all(data_dir)
+    assert records[0]["offset"] <= sent - 500 and records[-1]["offset"] == sent - 1
+    assert all(r["value"] == f"{r['offset']:06d}-{'p' * 60}" for r in records)
+    assert [r["offset"] for r in records] == list(range(records[0]["offset"], sent))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import klog
 from klog.client import assignors
 from klog.meta.groups import GroupsMeta, Member, now_ms
 from tests.conftest import REPO
+from tests.klog_processes import klog_env, run_klog
 
 RETENTION_MS = 60_000
 pytestmark = pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
@@ -296,3 +298,91 @@ def test_the_server_takes_its_retention_settings_from_the_store_defaults(data_di
         coordinator = server.coordinator
         # a bad value: Kafka's default (a warning says so), as for the group.* settings
         assert (coordinator.retention_ms, coordinator.retention_check_ms) == (120_000, 600_000)
+
+
+@pytest.mark.parametrize(("value", "code"), [("0", 2), ("-5", 2), ("abc", 2), ("1.5", 2), ("\u00b2", 2),
+                                             ("\u0663", 2), ("3", 0)])
+def test_groups_clean_with_a_bad_retention_in_klog_json_is_one_line_and_exit_2(data_dir, value, code):
+    assert run_klog(data_dir, "topics", "create", "t").returncode == 0
+    path = os.path.join(data_dir, "klog.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["defaults"]["offsets.retention.minutes"] = value
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    r = run_klog(data_dir, "groups", "clean")
+    assert r.returncode == code, r.stderr
+    assert "Traceback" not in r.stderr
+    if code:
+        assert r.stderr.count("\n") == 1 and "offsets.retention.minutes" in r.stderr, r.stderr
+    else:
+        assert r.stderr == "0 group(s) changed\n"
+
+
+def test_groups_clean_keeps_an_active_cli_groups_offsets_and_an_empty_one_within_retention(data_dir):
+    """A klog consumer group that is reading (a live member) keeps its offsets at the shortest
+    retention (1 minute) even when they are older; once Empty it keeps them for that minute."""
+    with klog.open(data_dir) as store:
+        store.create_topic("t", 1)
+        with store.producer() as p:
+            for i in range(5):
+                p.send("t", b"v%d" % i)
+        path = os.path.join(data_dir, "klog.json")
+        with open(path) as f:
+            doc = json.load(f)
+        doc["defaults"]["offsets.retention.minutes"] = "1"
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        with store.group_consumer("g", "t", enable_auto_commit=False) as c:
+            got = []
+            deadline = time.monotonic() + 20
+            while len(got) < 3 and time.monotonic() < deadline:
+                got += c.poll(timeout_ms=100)
+            c.commit({("t", 0): 3})
+            live = run_klog(data_dir, "groups", "clean", "--json")
+            assert live.returncode == 0 and live.stdout == "", live.stdout + live.stderr
+    after = run_klog(data_dir, "groups", "clean")  # just became Empty: kept for the minute
+    assert after.returncode == 0 and after.stderr == "0 group(s) changed\n", after.stderr
+    described = run_klog(data_dir, "groups", "describe", "g", "--json")
+    assert described.returncode == 0, described.stderr
+    assert '"committed_offset": 3' in described.stdout.replace(" ", " ") or "3" in described.stdout, described.stdout
+
+
+@pytest.mark.slow
+def test_serves_expiry_keeps_a_reading_cli_groups_offsets_and_drops_them_once_it_is_gone(data_dir):
+    """klog serve expires every 50 ms with a 300 ms retention: a `klog consume --group -f`
+    that committed seconds ago keeps its offsets while it runs; once it stopped and the
+    retention passed, the group is gone and a new member starts from the beginning."""
+    from klog.server import Server
+
+    with klog.open(data_dir) as s:
+        s.create_topic("t", 2)
+        with s.producer() as p:
+            for i in range(20):
+                p.send("t", b"a%d" % i, key=b"%d" % i)
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000, offsets_retention_ms=300,
+                offsets_retention_check_ms=50):
+        consumer = subprocess.Popen([sys.executable, "-m", "klog", "consume", "t", "--group", "g", "-f"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=klog_env(data_dir))
+        try:
+            assert len([consumer.stdout.readline() for _ in range(20)]) == 20  # type: ignore[union-attr]
+            deadline = time.monotonic() + 20
+            first: dict = {}
+            while not first and time.monotonic() < deadline:  # its first commit (auto-commit)
+                described = json.loads(run_klog(data_dir, "groups", "describe", "g", "--json").stdout)
+                if [p.get("committed") for p in described["partitions"]] == [10, 10]:
+                    first = {p["partition"]: p["commit_ms"] for p in described["partitions"]}
+            assert first, described
+            time.sleep(1.5)  # 30 expiry passes, past the 300 ms retention of that commit
+            described = json.loads(run_klog(data_dir, "groups", "describe", "g", "--json").stdout)
+            assert described["state"] == "Stable"
+            assert [p["committed"] for p in described["partitions"]] == [10, 10], described
+        finally:
+            consumer.send_signal(signal.SIGINT)
+            consumer.communicate(timeout=30)
+        time.sleep(1.0)
+        listed = run_klog(data_dir, "groups", "list")
+        assert listed.returncode == 0 and "\ng " not in listed.stdout and not any(
+            line.split()[:1] == ["g"] for line in listed.stdout.splitlines()), listed.stdout
+        again = run_klog(data_dir, "consume", "t", "--group", "g", "-n", "20")
+        assert again.returncode == 0 and len(again.stdout.splitlines()) == 20

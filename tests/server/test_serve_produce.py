@@ -9,10 +9,16 @@ import pytest
 
 import klog
 from klog.server import Server
-from tests.serve_helpers import RawClient, batch, produce, produce_request_fields
+from tests.serve_helpers import RawClient, batch, fixed_crc, produce, produce_request_fields
 
 pytest.importorskip("kio")
+import datetime
+
 from kio.schema.errors import ErrorCode as E  # noqa: E402
+
+from klog.store import codec, compression
+from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORDS_OFFSET
+from tests.serve_helpers import broken_records_batch
 
 
 def values(data_dir: str, topic: str) -> list[bytes]:
@@ -122,7 +128,6 @@ def test_topic_compression_type_recompresses(kafka_server, data_dir):
 
 
 def test_transactional_init_producer_id_is_refused(kafka_server):
-    import datetime
 
     from kio.static.primitive import i32Timedelta
 
@@ -200,7 +205,7 @@ def test_topic_deleted_and_created_again_by_another_process(kafka_server, data_d
 
 
 def test_unknown_codec_and_impossible_record_count_are_refused(kafka_server, data_dir):
-    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORDS_COUNT_OFFSET
+    from klog.store.format import ATTRIBUTES_OFFSET, RECORDS_COUNT_OFFSET
 
     kafka_server.store.create_topic("bad")
 
@@ -209,7 +214,6 @@ def test_unknown_codec_and_impossible_record_count_are_refused(kafka_server, dat
         struct.pack_into(fmt, data, offset, value)
         if offset == RECORDS_COUNT_OFFSET:  # keep count and last offset delta consistent
             struct.pack_into(">i", data, 23, value - 1)
-        from klog.store import codec
 
         struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
         return bytes(data)
@@ -227,15 +231,6 @@ def test_produce_at_every_advertised_version(kafka_server, data_dir, version):
         assert produce(client, "pv", 0, batch([b"a", b"b"]), version=version) == (E.none, 0)
         assert produce(client, "pv", 0, batch([b"c"]), version=version) == (E.none, 2)
     assert values(data_dir, "pv") == [b"a", b"b", b"c"]
-
-
-def _fixed_crc(data: bytearray) -> bytes:
-    """`data` with its CRC recomputed in place (and returned as bytes)."""
-    from klog.store import codec
-    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET
-
-    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
-    return bytes(data)
 
 
 def test_malformed_records_inside_a_crc_valid_batch_are_refused(kafka_server, data_dir):
@@ -263,8 +258,8 @@ def test_malformed_records_inside_a_crc_valid_batch_are_refused(kafka_server, da
     repeated[second + 3] = 0
     with RawClient(kafka_server.port) as client:
         for bad in (longer, trailing, overrun):
-            assert produce(client, "m", 0, _fixed_crc(bad))[0] == E.corrupt_message
-        resp = client.send(0, 9, **produce_request_fields(9, "m", 0, _fixed_crc(repeated)))
+            assert produce(client, "m", 0, fixed_crc(bad))[0] == E.corrupt_message
+        resp = client.send(0, 9, **produce_request_fields(9, "m", 0, fixed_crc(repeated)))
         part = resp.responses[0].partition_responses[0]
         assert part.error_code == E.invalid_record
         assert [e.batch_index for e in part.record_errors] == [1]
@@ -280,7 +275,7 @@ def test_a_compressed_batch_whose_payload_is_not_its_codec_is_refused(kafka_serv
     garbage = bytearray(batch([b"x" * 40, b"y" * 40]))
     struct.pack_into(">h", garbage, ATTRIBUTES_OFFSET, 1)  # claims gzip; the records are plain
     with RawClient(kafka_server.port) as client:
-        assert produce(client, "z", 0, _fixed_crc(garbage))[0] == E.corrupt_message
+        assert produce(client, "z", 0, fixed_crc(garbage))[0] == E.corrupt_message
     assert values(data_dir, "z") == []
 
 
@@ -303,7 +298,7 @@ def test_kafka_python_batch_with_a_broken_record_and_a_fixed_crc_fails_its_send(
             broken.append(True)
             assert buf[RECORDS_OFFSET] < 0x7E  # a one-byte length: add one (zigzag +2)
             buf[RECORDS_OFFSET] += 2
-            _fixed_crc(buf)  # recomputes the CRC into buf
+            fixed_crc(buf)  # recomputes the CRC into buf
         return buf
 
     monkeypatch.setattr(DefaultRecordBatchBuilder, "build", build_broken)
@@ -316,3 +311,42 @@ def test_kafka_python_batch_with_a_broken_record_and_a_fixed_crc_fails_its_send(
     finally:
         producer.close(timeout=5)
     assert values(data_dir, "kpbad") == [b"second"]
+
+
+def test_serve_answers_corrupt_message_to_a_crc_valid_batch_with_broken_records(kafka_server, data_dir, klog_proc):
+    kafka_server.store.create_topic("cm")
+    with RawClient(kafka_server.port) as client:
+        for count in (3, 100):  # below and above the compiled reader's threshold
+            assert produce(client, "cm", 0, broken_records_batch(count))[0] == 2  # CORRUPT_MESSAGE
+        assert produce(client, "cm", 0, batch([b"sound"]))[0] == 0  # the connection keeps serving
+    assert klog_proc("consume", "cm").stdout == b"sound\n"
+
+
+def _refit(buf: bytearray) -> bytes:
+    """The batch length and CRC made to match its (altered) bytes."""
+    struct.pack_into(">i", buf, 8, len(buf) - 12)
+    return fixed_crc(buf)
+
+
+def _malformed(kind: str) -> bytes:
+    good = bytearray(batch([b"v%03d" % i for i in range(100)]))
+    if kind in compression.CODEC_IDS:  # the records section compressed, one record's length off by one
+        section = bytearray(good[RECORDS_OFFSET:])
+        section[0] += 2
+        codec_id = compression.CODEC_IDS[kind]
+        out = bytearray(good[:RECORDS_OFFSET]) + compression.compress(codec_id, bytes(section))
+        out[ATTRIBUTES_OFFSET + 1] |= codec_id
+        return _refit(out)
+    if kind == "trailing-byte":
+        return _refit(good + b"\0")
+    struct.pack_into(">i", good, RECORDS_OFFSET - 4, 101 if kind == "count-too-high" else 99)
+    return _refit(good)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "snappy", "lz4", "zstd", "count-too-high", "count-too-low", "trailing-byte"])
+def test_serve_refuses_other_crc_valid_malformed_batches(kafka_server, klog_proc, kind):
+    kafka_server.store.create_topic("mal")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "mal", 0, _malformed(kind))[0] == 2  # CORRUPT_MESSAGE
+        assert produce(client, "mal", 0, batch([b"sound"]))[0] == 0
+    assert klog_proc("consume", "mal").stdout == b"sound\n"

@@ -21,7 +21,7 @@ import klog
 from klog.meta.quotas import QuotasMeta
 from klog.security.quota import entity
 from klog.server import Server
-from klog.server.security import Listener, SecurityConfig
+from klog.server.listeners import Listener, SecurityConfig
 
 
 def kio_request(sock: socket.socket, request, correlation_id: int = 1):

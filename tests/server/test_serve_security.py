@@ -26,7 +26,7 @@ from klog.meta.acls import AclsMeta
 from klog.meta.credentials import CredentialsMeta
 from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from klog.server import Server
-from klog.server.security import Listener, SecurityConfig
+from klog.server.listeners import Listener, SecurityConfig
 from tests.tls_certs import make_certs
 
 KCAT = shutil.which("kcat")
@@ -286,6 +286,10 @@ def _kafka_python_describe_acls_refused(server, certs) -> None:
 def test_non_loopback_plaintext_needs_insecure(cli):
     r = cli("serve", "--listen", "PLAINTEXT://0.0.0.0:0")
     assert r.exit_code == 2 and "without TLS or SASL" in r.stderr and "--insecure" in r.stderr
+    assert "use SASL_SSL" in r.stderr and "SASL_PLAINTEXT" not in r.stderr  # never recommend clear-text passwords
+    r = cli("serve", "--listen", "SASL_PLAINTEXT://0.0.0.0:0")  # before: started without a word
+    assert r.exit_code == 2 and "passwords from other machines unencrypted" in r.stderr and "SASL_SSL" in r.stderr
+    assert "--insecure" in r.stderr
     r = cli("serve", "--listen", "SSL://127.0.0.1:0")
     assert r.exit_code == 2 and "needs --ssl-cert and --ssl-key" in r.stderr
     r = cli("serve", "--listen", "BOGUS://127.0.0.1:0")

@@ -4,9 +4,16 @@ polling costs per watched partition, not per waiting fetch, and it wakes only th
 from __future__ import annotations
 
 import asyncio
+import datetime
+import subprocess
+import sys
 import time
 
+import pytest
+
 from klog.server.watcher import HighWatermarkWatcher
+from tests.klog_processes import klog_env
+from tests.serve_helpers import RawClient, batch, produce
 
 
 class FakeStore:
@@ -97,7 +104,7 @@ def _fetch(client, topic: str, offset: int, min_bytes: int, max_wait_ms: int):  
 
 
 def test_max_wait_answers_with_the_data_there_when_min_bytes_is_not_reached(kafka_server, store) -> None:
-    from tests.serve_helpers import RawClient, batch, produce
+    from tests.serve_helpers import RawClient
 
     store.create_topic("few")
     with RawClient(kafka_server.port) as client:
@@ -111,3 +118,63 @@ def test_max_wait_answers_with_the_data_there_when_min_bytes_is_not_reached(kafk
         part = _fetch(client, "few", 1, 1, 300)  # at the end: empty, at max_wait
         assert 0.25 < time.monotonic() - started < 5.0
         assert int(part.high_watermark) == 1 and not part.records
+
+
+@pytest.mark.slow
+def test_a_waiting_confluent_consumer_is_woken_by_a_local_produce_in_another_process(kafka_server, data_dir):
+    confluent = pytest.importorskip("confluent_kafka")
+    kafka_server.store.create_topic("idle")
+    consumer = confluent.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "w",
+                                   "enable.auto.commit": False, "fetch.wait.max.ms": 10_000})
+    try:
+        consumer.assign([confluent.TopicPartition("idle", 0, 0)])
+        assert consumer.poll(1.0) is None  # connected, now long-polling an idle topic
+        time.sleep(0.5)
+        produced = subprocess.run([sys.executable, "-m", "klog", "produce", "idle"], input=b"hello\n",
+                                  env=klog_env(data_dir), capture_output=True, timeout=60)
+        written = time.monotonic()
+        assert produced.returncode == 0
+        message = None
+        deadline = written + 8
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.05)
+        received = time.time()
+    finally:
+        consumer.close()
+    assert message is not None and message.error() is None and message.value() == b"hello"
+    woken = received - message.timestamp()[1] / 1000  # from the append (CreateTime) to the consumer
+    assert woken < 2.0, f"woken {woken:.3f} s after the produce ended (the fetch waits up to 10 s)"
+
+
+def test_a_topic_deleted_while_a_fetch_waits_answers_it_and_the_watcher_goes_idle(kafka_server, data_dir):
+    import threading
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+    from kio.static.primitive import i32Timedelta
+
+    kafka_server.store.create_topic("doomed")
+    part = FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                          log_start_offset=-1, partition_max_bytes=1 << 20)
+    fields = dict(replica_id=-1, max_wait=i32Timedelta.parse(datetime.timedelta(seconds=8)), min_bytes=1,
+                  max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                  topics=(FetchTopic(topic="doomed", partitions=(part,)),), forgotten_topics_data=(), rack_id="")
+    with RawClient(kafka_server.port) as client:
+        answers: list = []
+        waiter = threading.Thread(target=lambda: answers.append(client.send(1, 12, **fields)))
+        waiter.start()
+        time.sleep(0.5)
+        assert kafka_server.watcher.waiting == 1
+        deleted = subprocess.run([sys.executable, "-m", "klog", "topics", "delete", "doomed", "--yes"],
+                                 env=klog_env(data_dir), capture_output=True, timeout=60)
+        assert deleted.returncode == 0, deleted.stderr
+        gone = time.monotonic()
+        waiter.join(8)
+        assert answers, "the fetch still waits after its topic was deleted"
+        assert time.monotonic() - gone < 3
+        assert answers[0].responses[0].partitions[0].error_code != 0
+        resp = client.send(3, 9, topics=None, allow_auto_topic_creation=False,
+                           include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+        assert "doomed" not in [t.name for t in resp.topics]  # still serving
+    polls = kafka_server.watcher.polls
+    time.sleep(0.5)
+    assert kafka_server.watcher.waiting == 0 and kafka_server.watcher.polls == polls  # not spinning

@@ -15,6 +15,7 @@ import pytest
 
 from klog.store import codec
 from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORDS_OFFSET
+from klog.store.log import PartitionLog
 from tests.kafka_files import write_segment
 
 NOW = int(time.time() * 1000) - 60_000
@@ -101,7 +102,7 @@ def test_the_python_api_reads_kafkas_answer(store, imported) -> None:
 def test_a_replica_caught_up_from_a_marked_log_is_marked_too(tmp_path) -> None:
     """Replica catch-up copies the batches as they are, so the copy needs the mark as well."""
     from klog.broker.replication import catch_up
-    from klog.store.log import STRICT_RECORDS_MARKER, PartitionLog
+    from klog.store.log import STRICT_RECORDS_MARKER
 
     leader_dir = str(tmp_path / "a" / "odd-0")
     write_segment(leader_dir, 0, [_high_attributes_batch(0)])
@@ -171,3 +172,32 @@ def test_plain_attributes_walks_the_records_lengths() -> None:
     assert not fastrecords.plain_attributes(plain, RECORDS_OFFSET, header.records_count)  # 8 KiB+: strict
     assert not fastrecords.plain_attributes(_high_attributes_batch(0), RECORDS_OFFSET, COUNT)
     assert not fastrecords.plain_attributes(plain[:RECORDS_OFFSET + 3], RECORDS_OFFSET, 3)  # cut
+
+
+def test_a_confluent_consumer_through_serve_reads_an_imported_high_attributes_log_as_kafka(cli, data_dir, tmp_path):
+    """klog serve sends the imported segment's bytes as they are: librdkafka reads the attributes
+    byte as Kafka does (int8, unused), so it gets Kafka's offsets, keys and timestamps, as local
+    `consume --json` does."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from klog.server import Server
+    from tests.kafka_files import write_segment
+    from tests.store.test_record_attributes import EXPECTED, _high_attributes_batch
+
+    write_segment(str(tmp_path / "kafka" / "odd-0"), 0, [_high_attributes_batch(0)])
+    assert cli("dirs", "import", str(tmp_path / "kafka")).exit_code == 0
+    local = [json.loads(line) for line in cli("consume", "odd", "--json").out.splitlines()]
+    assert [(r["offset"], r["timestamp"], r["key"].encode(), r["value"].encode()) for r in local] == EXPECTED
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "group.id": "g",
+                                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        try:
+            consumer.subscribe(["odd"])
+            got = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(EXPECTED) and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None and m.error() is None:
+                    got.append((m.offset(), m.timestamp()[1], m.key(), m.value()))
+        finally:
+            consumer.close()
+    assert got == EXPECTED

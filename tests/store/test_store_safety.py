@@ -244,10 +244,25 @@ def test_errors_about_names_with_control_characters_stay_on_one_line(klog_proc):
 def test_a_segment_name_beyond_int64_is_not_a_segment(cli, klog_proc, data_dir):
     assert cli("produce", "t", input=b"1\n").exit_code == 0
     open(os.path.join(data_dir, "logs", "t-0", "99999999999999999999.log"), "wb").close()
-    for args in (["produce", "t"], ["consume", "t"], ["verify"]):
+    for args in (["produce", "t"], ["consume", "t"]):
         r = klog_proc(*args, input=b"2\n")
         assert r.returncode == 0 and b"Traceback" not in r.stderr, (args, r.stderr)
     assert klog_proc("consume", "t").stdout == b"1\n2\n"
+    # but verify says so: records in such a file are not part of the log (before: "ok")
+    r = klog_proc("verify")
+    assert r.returncode == 1 and b"99999999999999999999.log: not read as a segment" in r.stdout, r.stdout
+
+
+def test_verify_reports_a_symlinked_index_under_its_replica(cli, klog_proc, data_dir, tmp_path):
+    assert cli("produce", "t", input=b"1\n").exit_code == 0
+    index = os.path.join(data_dir, "logs", "t-0", "00000000000000000000.index")
+    shutil.move(index, tmp_path / "elsewhere.index")
+    os.symlink(tmp_path / "elsewhere.index", index)
+    for args in (["verify"], ["verify", "--repair"]):
+        r = klog_proc(*args)
+        assert r.returncode == 1 and b"Traceback" not in r.stderr, (args, r.stderr)
+        assert r.stdout.startswith(b"t-0 replica 0: DAMAGED") and b"index is a symbolic link" in r.stdout, r.stdout
+        assert b"replica None" not in r.stdout  # before: verify stopped at the first such file, or said this
 
 
 def test_a_stray_empty_segment_does_not_move_the_log_end(cli, klog_proc, data_dir):

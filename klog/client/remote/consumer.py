@@ -25,11 +25,11 @@ from klog.client.consumer import ConsumerBase, StartSpec
 from klog.client.records import Record
 from klog.client.remote.errors import config_error, klog_error
 from klog.errors import KlogError
+from klog.store.limits import CLUSTER_PARTITION_FETCH_BYTES
 
 FETCH_MESSAGES = 10_000  # records taken from librdkafka per call
 VALUES_FETCH_MESSAGES = 100_000  # ... by the values-only path (fewer calls; no Record per message)
 POLL_TIMEOUT_S = 0.1
-FETCH_PARTITION_BYTES = 16 << 20
 # a bounded read (no --follow) stops at the end offsets it started with, so a broker holding back
 # an answer for more data (librdkafka's default: up to 500 ms) only delays the records it has
 FETCH_WAIT_BOUNDED_MS = 10
@@ -79,7 +79,7 @@ class RemoteConsumer(ConsumerBase):
             "queued.min.messages": 1_000_000,
             # big fetches: librdkafka's default of 1 MiB a partition is ~10,000 records of 100 B per
             # round trip, and a partition read alone waits on each one
-            "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
+            "max.partition.fetch.bytes": CLUSTER_PARTITION_FETCH_BYTES,
             "error_cb": store._on_error,
             **({} if follow else {"fetch.wait.max.ms": FETCH_WAIT_BOUNDED_MS}),
         })

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from klog.client.remote import wire
-from klog.errors import KlogError, UnknownTopicError
+from klog.errors import FetchUnsupported, KlogError, SecurityError, UnknownTopicError
 from klog.protocol.apis import FETCH
 from klog.protocol.errors import error_name
 from klog.protocol.loading import load_kio
@@ -35,10 +35,6 @@ REFRESH_ERRORS = frozenset({3, 5, 6, 9, 13, 56, 74, 75})  # UNKNOWN_TOPIC_OR_PAR
 # NOT_LEADER_OR_FOLLOWER, REPLICA_NOT_AVAILABLE, NETWORK_EXCEPTION, KAFKA_STORAGE_ERROR,
 # FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
 READ_UNCOMMITTED = 0
-
-
-class FetchUnsupported(KlogError):
-    """The broker does not speak a Fetch version klog reads: asking again will not help."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +82,7 @@ class Fetcher:
                     return answer
                 reason = error_name(answer.error)
                 self._leaders.pop((topic, partition), None)
-            except (wire.SecurityError, FetchUnsupported):
+            except (SecurityError, FetchUnsupported):
                 raise
             except UnknownTopicError as e:
                 # deleted while being read: said at once once a second metadata answer agrees (one

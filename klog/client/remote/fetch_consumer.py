@@ -22,13 +22,12 @@ from klog.client.remote.fetch import OFFSET_OUT_OF_RANGE, Fetcher, PartitionAnsw
 from klog.errors import CorruptLogError, KlogError
 from klog.protocol.errors import error_name
 from klog.store import codec
+from klog.store.limits import CLUSTER_PARTITION_FETCH_BYTES
 from klog.store.log import FetchedBatch
 from klog.store.txn import READ_UNCOMMITTED
 from klog.store.walk import Tail, walk_batches
 
-# a partition's share of one Fetch answer: ~150,000 records of 100 B a round trip (librdkafka's
-# default of 1 MiB makes a partition read alone wait on ten times as many)
-PARTITION_BYTES = 16 << 20
+PARTITION_BYTES = CLUSTER_PARTITION_FETCH_BYTES  # a partition's share of one Fetch answer
 # a batch bigger than the share is fetched with a doubled one, up to this (Kafka's KIP-74 brokers
 # send a first batch whole anyway)
 PARTITION_BYTES_MAX = 1 << 30

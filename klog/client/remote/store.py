@@ -6,15 +6,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from klog.broker.resolve import resolve_topic_names
 from klog.client.remote.errors import config_error, klog_error, unsupported
 from klog.client.remote.target import ClusterTarget, all_refused, timeout_s
 from klog.client.store import PartitionInfo, TopicInfo
 from klog.client.store_groups import GroupAdminMethods
-from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError
+from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError, UsageError, log_warning
 from klog.store.config import CONFIG_KEYS, LogConfig, validate_configs
 from klog.store.names import validate_topic_name
+
+if TYPE_CHECKING:
+    from klog.client.remote.consumer import RemoteConsumer
+    from klog.client.remote.fetch_consumer import FetchConsumer
+    from klog.client.remote.group import RemoteGroupConsumer
+    from klog.client.remote.producer import RemoteProducer
 
 UNKNOWN_TOPIC_OR_PARTITION = 3  # Kafka's error code in a topic's metadata
 
@@ -62,7 +69,7 @@ class RemoteStore(GroupAdminMethods):
         from confluent_kafka.admin import AdminClient
 
         self.target = target
-        self.warn = on_warning
+        self.warn = on_warning or log_warning
         self.timeout = timeout_s()
         self.last_error: str | None = None
         self.path = target.bootstrap
@@ -375,12 +382,12 @@ class RemoteStore(GroupAdminMethods):
         return None  # the cleaner's state is the broker's
 
     # -- clients -----------------------------------------------------------------------------
-    def producer(self, **kwargs):  # noqa: ANN201 - see RemoteProducer
+    def producer(self, **kwargs: Any) -> RemoteProducer:
         from klog.client.remote.producer import RemoteProducer
 
         return RemoteProducer(self, **kwargs)
 
-    def consumer(self, *topics: str, **kwargs):  # noqa: ANN201 - a FetchConsumer or RemoteConsumer
+    def consumer(self, *topics: str, **kwargs: Any) -> FetchConsumer | RemoteConsumer:
         """Reads by Fetch requests decoded by the local store's reader (FetchConsumer) when klog's
         own socket speaks the -X security settings; librdkafka's consumer (RemoteConsumer) for
         read_committed and for what that socket cannot speak (GSSAPI, OAUTHBEARER, keystores)."""
@@ -404,7 +411,7 @@ class RemoteStore(GroupAdminMethods):
             return False
         return True
 
-    def group_consumer(self, group: str, *topics: str, **kwargs):  # noqa: ANN201 - see RemoteGroupConsumer
+    def group_consumer(self, group: str, *topics: str, **kwargs: Any) -> RemoteGroupConsumer:
         from klog.client.remote.group import RemoteGroupConsumer
 
         return RemoteGroupConsumer(self, group, list(topics), **kwargs)

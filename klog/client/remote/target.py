@@ -10,8 +10,12 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from klog.errors import KlogError, UsageError
+
+if TYPE_CHECKING:
+    from klog.client.interface import AnyStore
 
 CLUSTERS_FILE = "clusters.json"
 TIMEOUT_S_DEFAULT = 10.0  # how long a command waits for an unreachable cluster before failing
@@ -162,7 +166,7 @@ def parse_endpoint(spec: str, data_dir: str | None, properties: list[str] | None
 
 
 def open_endpoint(spec: str, data_dir: str | None, properties: list[str] | None, create: bool = True,
-                  on_warning: Callable[[str], None] | None = None):  # noqa: ANN201 - Store or RemoteStore
+                  on_warning: Callable[[str], None] | None = None) -> AnyStore:
     """Open what parse_endpoint names: a local Store (created if `create`) or a cluster's RemoteStore
     (mirror's SRC and DEST, replay's --to-store)."""
     where = parse_endpoint(spec, data_dir, properties)

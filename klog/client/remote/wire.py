@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from klog.errors import KlogError, UsageError
+from klog.errors import KlogError, ScramError, SecurityError, UsageError
 from klog.protocol.errors import error_name
 from klog.protocol.loading import load_kio
 
@@ -31,10 +31,6 @@ RETRY_PAUSE_S = 0.1
 CLIENT_ID = "klog"  # unless -X client.id names another (quotas and broker logs go by it)
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-class SecurityError(KlogError):
-    """TLS or SASL refused us: asking again (another bootstrap server, a retry) will not help."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +154,7 @@ class Connection:
         if sec.mechanism == "PLAIN":
             round_trip(b"\0" + sec.username.encode() + b"\0" + sec.password.encode())
             return
-        from klog.security.scram import ScramClient, ScramError
+        from klog.security.scram import ScramClient
 
         scram = ScramClient(sec.mechanism, sec.username, sec.password)
         try:

@@ -1,0 +1,157 @@
+"""Many partitions at the cost of one? CPU and peak RSS of writing the same input into topics of
+1, 1,000 and 10,000 partitions (a benchmark, not a test: prints README figures).
+
+    python benchmarks/bench_partitions.py [--partitions 1,1000,10000] [--lines N] [--only CASES]
+                                          [--rounds R]
+
+Cases (each its own process, measured with wait4: user + system CPU seconds and ru_maxrss):
+- produce: `klog produce t` of N lines (keyless: the sticky partitioner fills one partition's batch
+  at a time);
+- keyed: `klog produce t -K:` of N `key:value` lines over 5,000 keys (every partition gets some);
+- serve: the same keyed records through `klog serve` from confluent-kafka (linger 50 ms: each
+  Produce request carries the batches of many partitions); the server's CPU and RSS (/proc);
+- mirror: `klog mirror SRC DEST t` of the keyed topic between two local stores.
+Each case writes into the topic twice: `first` into the new topic (it creates every partition's
+files), then `again` into the same topic (the steady state). Rounds alternate the partition counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from serve_process import Serve, klog_cmd  # noqa: E402 - benchmarks/ is on sys.path when run as a script
+
+KEYS = 5000
+VALUE = b"x" * 100
+
+
+def make_inputs(folder: str, lines: int) -> tuple[str, str]:
+    rng = random.Random(1)
+    plain, keyed = os.path.join(folder, "plain"), os.path.join(folder, "keyed")
+    with open(plain, "wb") as p, open(keyed, "wb") as k:
+        for start in range(0, lines, 10_000):
+            idx = range(start, min(lines, start + 10_000))
+            p.write(b"".join(b"%s %d\n" % (VALUE, i) for i in idx))
+            k.write(b"".join(b"k%d:%s %d\n" % (rng.randrange(KEYS), VALUE, i) for i in idx))
+    return plain, keyed
+
+
+def measured(args: list[str], env: dict, stdin_path: str | None = None) -> tuple[float, float, float]:
+    """(CPU seconds, peak RSS MiB, wall seconds) of one klog process."""
+    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(klog_cmd(*args), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        if stdin_path:
+            stdin.close()
+    wall = time.monotonic() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"klog {' '.join(args)} failed: {proc.stderr.read().decode()}")
+    proc.stderr.close()
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, wall
+
+
+def create(env: dict, data_dir: str, topic: str, partitions: int) -> None:
+    subprocess.run(klog_cmd("topics", "create", topic, "-p", str(partitions), "-d", data_dir), env=env, check=True,
+                   capture_output=True)
+
+
+def case_produce(env: dict, work: str, partitions: int, path: str, keyed: bool) -> dict[str, tuple]:
+    data_dir = os.path.join(work, "store")
+    create(env, data_dir, "t", partitions)
+    args = ["produce", "t", "-d", data_dir, *(["-K:"] if keyed else [])]
+    out = {"first": measured(args, env, path), "again": measured(args, env, path)}
+    shutil.rmtree(data_dir)
+    return out
+
+
+def case_serve(env: dict, work: str, partitions: int, path: str) -> dict[str, tuple]:
+    from confluent_kafka import Producer
+
+    data_dir = os.path.join(work, "store")
+    create(env, data_dir, "t", partitions)
+    with open(path, "rb") as f:
+        records = [line.rstrip(b"\n").split(b":", 1) for line in f]
+    serve = Serve(data_dir, env)
+    out = {}
+    try:
+        for label in ("first", "again"):
+            producer = Producer({"bootstrap.servers": serve.bootstrap, "linger.ms": 50, "acks": "all",
+                                 "partitioner": "murmur2_random", "queue.buffering.max.messages": 2_000_000,
+                                 "batch.size": 1_000_000, "log_level": 0})
+            cpu, start = serve.cpu_s(), time.monotonic()
+            for key, value in records:
+                while True:
+                    try:
+                        producer.produce("t", value, key)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            if producer.flush(300) != 0:
+                raise SystemExit("klog serve did not acknowledge every record")
+            out[label] = (serve.cpu_s() - cpu, serve.rss_mib(), time.monotonic() - start)
+    finally:
+        serve.close()
+    shutil.rmtree(data_dir)
+    return out
+
+
+def case_mirror(env: dict, work: str, partitions: int, path: str) -> dict[str, tuple]:
+    src, dest = os.path.join(work, "src"), os.path.join(work, "dest")
+    create(env, src, "t", partitions)
+    measured(["produce", "t", "-d", src, "-K:"], env, path)
+    out = {}
+    for label in ("first", "again"):  # again: a second mirror name copies everything once more
+        out[label] = measured(["mirror", src, dest, "t", "--name", label], env)
+    shutil.rmtree(src)
+    shutil.rmtree(dest)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", default="1,1000,10000")
+    parser.add_argument("--lines", type=int, default=200_000)
+    parser.add_argument("--only", default="produce,keyed,serve,mirror")
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    counts = [int(p) for p in args.partitions.split(",")]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    with tempfile.TemporaryDirectory(prefix="klog-bench-partitions-") as work:
+        plain, keyed = make_inputs(work, args.lines)
+        print(f"{args.lines:,} lines ({os.path.getsize(keyed) / 1e6:.0f} MB keyed), load "
+              f"{os.getloadavg()[0]:.1f}; CPU s / peak RSS MiB / wall s, new topic then again")
+        for case in args.only.split(","):
+            for r in range(args.rounds):
+                for partitions in counts if r % 2 == 0 else counts[::-1]:
+                    if case == "produce":
+                        got = case_produce(env, work, partitions, plain, keyed=False)
+                    elif case == "keyed":
+                        got = case_produce(env, work, partitions, keyed, keyed=True)
+                    elif case == "serve":
+                        got = case_serve(env, work, partitions, keyed)
+                    elif case == "mirror":
+                        got = case_mirror(env, work, partitions, keyed)
+                    else:
+                        raise SystemExit(f"unknown case {case}")
+                    cells = "  ".join(f"{label} {cpu:6.2f} / {rss:5.0f} / {wall:6.2f}"
+                                      for label, (cpu, rss, wall) in got.items())
+                    print(f"{case:8} {partitions:6,} partitions  {cells}  (load {os.getloadavg()[0]:.1f})",
+                          flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""The body of `klog produce` without Typer: klog.cli.produce declares its options, and the hot
+path (klog.cli.hot) calls run_produce directly."""
+
+from __future__ import annotations
+
+import sys
+
+from klog.cli.session import current_cluster, open_store
+from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
+from klog.client.producer_settings import producer_settings
+
+
+def run_produce(*, topic, files, key_separator, key, delimiter, header, input_format,  # noqa: ANN001
+                partition, acks, compression, linger_ms, batch_size, print_offsets, prop, data_dir) -> None:  # noqa: ANN001
+    """`klog produce` with its options as Python values (what Typer, or the hot path, parsed)."""
+    check_options(input_format, key_separator or None, key, delimiter)
+    settings = producer_settings(prop)
+    headers = parse_headers(header)
+    delim = parse_delimiter(delimiter) if delimiter is not None else None
+
+    def on_ack(t: str, p: int, base: int, n: int) -> None:
+        if print_offsets:
+            sys.stdout.write("".join(f"{t}\t{p}\t{base + i}\n" for i in range(n)))
+
+    def on_create(t: str) -> None:
+        if current_cluster() is not None:  # the cluster made it, with its own settings
+            print(f"klog: topic '{t}' was created by the cluster (auto.create.topics.enable) with its "
+                  "defaults", file=sys.stderr)
+        else:
+            print(f"klog: created topic '{t}' with the store's defaults", file=sys.stderr)
+
+    def on_warning(message: str) -> None:
+        print(f"klog: warning: {message}", file=sys.stderr)
+
+    with open_store(data_dir) as store:
+        # no ack callback unless offsets are printed: on a cluster it is a Python call per record
+        producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
+                                  batch_size=batch_size, on_ack=on_ack if print_offsets else None,
+                                  on_create=on_create, **settings)
+        try:
+            produce_from(producer, topic, *(files or ["-"]), input_format=input_format,
+                         key_separator=key_separator.encode() if key_separator else None,
+                         key=key.encode() if key is not None else None, delimiter=delim, headers=headers,
+                         partition=partition, on_warning=on_warning)
+        finally:
+            sys.stdout.flush()

@@ -1,0 +1,54 @@
+"""ACL authorization for `klog serve`'s handlers: the store's ACLs and authorizer settings, cached and
+reloaded at most every ACL_RELOAD_MS, decided by klog.security.acl (Kafka's AclAuthorizer rules)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from klog.security.acl import AclBinding, AuthorizerConfig, Operation, ResourceType, authorize
+
+ACL_RELOAD_MS = 1000  # ACLs, credentials and quotas changed by another process apply within this
+
+
+class Authorizer:
+    """The store's ACLs and settings, cached and reloaded at most every ACL_RELOAD_MS."""
+
+    def __init__(self, store: Any, reload_ms: int = ACL_RELOAD_MS) -> None:
+        from klog.meta.acls import AclsMeta
+
+        self.meta = AclsMeta(store.meta)
+        self.reload_ms = reload_ms
+        self._acls: list[AclBinding] = []
+        self._config = AuthorizerConfig()
+        self._loaded = float("-inf")
+
+    def invalidate(self) -> None:
+        self._loaded = float("-inf")
+
+    def _fresh(self) -> None:
+        now = time.monotonic() * 1000
+        if now - self._loaded >= self.reload_ms:
+            self._acls, self._config = self.meta.list(), self.meta.config()
+            self._loaded = now
+
+    def allows(self, principal: str, host: str, operation: Operation | str, resource_type: ResourceType | str,
+               name: str) -> bool:
+        self._fresh()
+        op = operation if isinstance(operation, Operation) else Operation[operation.upper()]
+        rt = resource_type if isinstance(resource_type, ResourceType) else ResourceType[resource_type.upper()]
+        return authorize(self._acls, self._config, principal, host, op, rt, name)
+
+    def allows_any(self, principal: str, host: str, operation: Operation | str,
+                   resource_type: ResourceType | str) -> bool:
+        """Some resource of the type allows it: a super user, an open table, or an ALLOW binding of the
+        operation (or All) for the principal (DENY bindings on narrower patterns are not subtracted)."""
+        self._fresh()
+        op = operation if isinstance(operation, Operation) else Operation[operation.upper()]
+        rt = resource_type if isinstance(resource_type, ResourceType) else ResourceType[resource_type.upper()]
+        if principal in self._config.super_users:
+            return True
+        if not self._acls and self._config.allow_everyone_if_no_acl_found is not False:
+            return True
+        return any(b.resource_type == rt and b.permission.name == "ALLOW" and b.operation in (op, Operation.ALL)
+                   and b.principal in (principal, "User:*") and b.host in (host, "*") for b in self._acls)

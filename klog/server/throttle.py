@@ -1,0 +1,36 @@
+"""Quota throttling in responses: how many bytes a response carries (a consumer's byte rate), and the
+response with Kafka's throttle_time set so the client backs off as Kafka's clients do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def response_bytes(response: Any) -> int:
+    size = getattr(response, "size", None)
+    if callable(size):  # framing.RawBody (zero-copy fetch)
+        return int(size())
+    return sum(len(r.records or b"") for t in getattr(response, "responses", ()) for r in t.partitions
+               if hasattr(r, "records"))
+
+
+def with_throttle(response: Any, throttle_ms: int) -> Any:
+    """`response` with throttle_time set (kio dataclass), or the raw fetch body's first field patched."""
+    if throttle_ms <= 0:
+        return response
+    import dataclasses
+    import datetime
+
+    if dataclasses.is_dataclass(response):
+        if not any(f.name == "throttle_time" for f in dataclasses.fields(response)):
+            return response
+        from kio.static.primitive import i32Timedelta
+
+        return dataclasses.replace(response, throttle_time=i32Timedelta.parse(
+            datetime.timedelta(milliseconds=min(throttle_ms, 2**31 - 1))))
+    parts = getattr(response, "parts", None)
+    rtype = getattr(response, "response_type", None)
+    if parts and isinstance(parts[0], bytes) and len(parts[0]) >= 4 and rtype is not None \
+            and dataclasses.fields(rtype)[0].name == "throttle_time":  # Fetch v1+: the body's first int32
+        parts[0] = min(throttle_ms, 2**31 - 1).to_bytes(4, "big") + parts[0][4:]
+    return response

@@ -1,0 +1,51 @@
+"""`python -m klog` as a real process from a test (this tree first on PYTHONPATH), and what the
+tests that race such processes share: one call, reading topic `t` back, feeding a rolling producer
+while something races it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from tests.conftest import REPO
+
+ROLLING_SEGMENT_BYTES = "1000"  # a roll every few records: many background flushes
+
+
+def klog_env(data_dir: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO, **extra}
+
+
+def run_klog(data_dir: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "klog", *args], capture_output=True, text=True,
+                          timeout=timeout, env=klog_env(data_dir))
+
+
+def read_all(data_dir: str) -> list[dict]:
+    """Topic `t`'s records as `klog consume --json` prints them."""
+    r = run_klog(data_dir, "consume", "t", "--json")
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def race_a_producer(producer: subprocess.Popen, lines: bytes, rounds: int, pause_s: float,
+                    race: Callable[[int], None]) -> bytes:
+    """Feed a running `klog produce` half of `lines`, run `race` `rounds` times a pause apart (the
+    other half fed after the first), then end its input; its stderr. Killed if anything fails."""
+    try:
+        producer.stdin.write(lines[: len(lines) // 2])  # type: ignore[union-attr]
+        producer.stdin.flush()  # type: ignore[union-attr]
+        for round_ in range(rounds):
+            time.sleep(pause_s)
+            race(round_)
+            if round_ == 0:
+                producer.stdin.write(lines[len(lines) // 2:])  # type: ignore[union-attr]
+        return producer.communicate(timeout=120)[1]
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
