@@ -124,6 +124,11 @@ klog connect run -w worker.properties sink.json    # worker settings: converters
                      ("2", "A config refused before anything started; the failing field named.")),
         files=STORE_FILES, see_also=("klog-produce", "klog-consume"), doc="connect.md",
         not_run="runs connectors until stopped (a database, a cluster)"),
+    "klog connect worker": Entry(
+        examples="""klog connect worker --group-id etl sink.json      # submits sink.json, runs its share of tasks
+klog connect worker --group-id etl                # another worker (here or on another machine)""",
+        files=STORE_FILES, see_also=("klog-connect-run",), doc="connect.md",
+        not_run="runs until stopped"),
     "klog connect list": Entry(
         examples="""klog connect list                                  # name, type, state, task states
 KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect list""",
