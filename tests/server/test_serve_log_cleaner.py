@@ -59,7 +59,6 @@ def low_watermark(bootstrap: str, topic: str) -> int:
         c.close()
 
 
-@pytest.mark.slow
 def test_a_compacted_topic_produced_through_serve_is_compacted_in_the_background(data_dir):
     with klog.open(data_dir) as store:
         store.create_topic("changelog", partitions=1, configs={
@@ -80,7 +79,6 @@ def test_a_compacted_topic_produced_through_serve_is_compacted_in_the_background
     assert not [v for _, v in records if v.startswith(b"v0-")], "the oldest duplicates are still there"
 
 
-@pytest.mark.slow
 def test_time_retention_runs_through_serve_without_new_appends(data_dir):
     with klog.open(data_dir) as store:
         store.create_topic("events", partitions=1, configs={"segment.bytes": "300", "retention.ms": "1500"})
@@ -97,16 +95,16 @@ def test_time_retention_runs_through_serve_without_new_appends(data_dir):
     assert low > 0, "no segment was deleted by the retention timer"
 
 
-@pytest.mark.slow
 def test_metadata_and_other_partitions_are_answered_while_the_cleaner_holds_a_partition(data_dir, monkeypatch):
     from klog.store import cleaner
 
-    inside, release = threading.Event(), threading.Event()
+    armed, inside, release = threading.Event(), threading.Event(), threading.Event()
     real = cleaner.compact_replicas
 
-    def slow_compaction(*args, **kwargs):  # the cleaner stays inside one partition (its lock held)
-        inside.set()
-        release.wait(20)
+    def slow_compaction(*args, **kwargs):  # once armed, the cleaner stays inside a partition (its lock held)
+        if armed.is_set():
+            inside.set()
+            release.wait(20)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(cleaner, "compact_replicas", slow_compaction)
@@ -118,6 +116,11 @@ def test_metadata_and_other_partitions_are_answered_while_the_cleaner_holds_a_pa
         try:
             produce(f"127.0.0.1:{server.port}", "changelog",
                     [(b"k%d" % k, b"v%d-%d" % (r, k)) for r in range(ROUNDS) for k in range(KEYS)])
+            armed.set()  # the next compaction holds the partition: make one due, a batch at a time
+            for _ in range(10):
+                if inside.wait(1):
+                    break
+                produce(f"127.0.0.1:{server.port}", "changelog", [(b"k0", b"dirty again")] * KEYS)
             assert inside.wait(20), "the cleaner never started compacting"
             meta, fetched, _ = another_client_answered(server.port)
             assert {t.name for t in meta.topics} >= {"changelog", "free"}
