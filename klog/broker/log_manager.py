@@ -28,13 +28,16 @@ Warn = Callable[[str], None]
 
 @dataclass
 class LogManager:
-    """What the passes remember between ticks: for compacted partitions found not due, the high
-    watermark then (nothing appended since and no time-based rule: still not due)."""
+    """What the passes remember between ticks, so that a partition nothing was appended to since
+    is not looked at again: the high watermark of compacted partitions found not due (without a
+    time-based rule), and of partitions found with their active segment alone."""
 
     store: object
     warn: Warn
     stop: threading.Event = field(default_factory=threading.Event)
     _not_due: dict[tuple[str, int], int] = field(default_factory=dict)
+    # partitions found with only their active segment, by their high watermark then
+    _one_segment: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def _partitions(self) -> list[tuple[str, int]]:
         out = []
@@ -53,12 +56,26 @@ class LogManager:
             if self.stop.is_set():
                 break
             try:
-                if lifecycle.retention_due(self.store, topic, partition):
-                    deleted += lifecycle.retain(self.store, topic, partition).segments_deleted
+                deleted += self._retain_if_due(topic, partition)
             except (UnknownTopicError, UnknownPartitionError):
                 continue
             except (KlogError, OSError) as e:  # the next pass tries again; the others go on
                 self.warn(f"retention of {topic}-{partition} failed: {e}")
+        return deleted
+
+    def _retain_if_due(self, topic: str, partition: int) -> int:
+        key = (topic, partition)
+        part = self.store.partition(topic, partition)
+        hw = part.high_watermark()
+        if self._one_segment.get(key) == hw:
+            return 0  # only the active segment, which retention never deletes, and nothing appended
+        if not lifecycle.retention_due(self.store, topic, partition):
+            return 0
+        deleted = lifecycle.retain(self.store, topic, partition).segments_deleted
+        if part.retention_hint is None:  # no sealed segment left
+            self._one_segment[key] = hw
+        else:
+            self._one_segment.pop(key, None)
         return deleted
 
     def compaction_pass(self) -> list[lifecycle.PartitionCleanup]:

@@ -71,3 +71,19 @@ def test_a_retention_pass_deletes_expired_segments_without_an_append(store):
     assert stopped.retention_pass() == 0  # stopped: nothing done
     assert LogManager(store, warn=print).retention_pass() >= 1
     assert store.partition("events", 0).log_start_offset() > start
+
+
+def test_a_retention_pass_leaves_unchanged_partitions_with_one_segment_alone(store, monkeypatch):
+    store.create_topic("small", partitions=3)
+    write(store, "small", rounds=2)
+    manager = LogManager(store, warn=print)
+    retained = []
+    real = lifecycle.retain
+    monkeypatch.setattr(lifecycle, "retain", lambda s, t, p: retained.append((t, p)) or real(s, t, p))
+    manager.retention_pass()
+    assert sorted(retained) == [("small", 0), ("small", 1), ("small", 2)]
+    manager.retention_pass()
+    assert len(retained) == 3, "a partition with only its active segment was locked again"
+    write(store, "small", rounds=1)
+    manager.retention_pass()
+    assert retained[3:] == [("small", 0)]
