@@ -29,13 +29,13 @@ Warn = Callable[[str], None]
 @dataclass
 class LogManager:
     """What the passes remember between ticks, so that a partition nothing was appended to since
-    is not looked at again: the high watermark of compacted partitions found not due (without a
-    time-based rule), and of partitions found with their active segment alone."""
+    is not looked at again: the high watermark and configs of compacted partitions found not due
+    (without a time-based rule), and of partitions found with their active segment alone."""
 
     store: object
     warn: Warn
     stop: threading.Event = field(default_factory=threading.Event)
-    _not_due: dict[tuple[str, int], int] = field(default_factory=dict)
+    _not_due: dict[tuple[str, int], tuple[int, object]] = field(default_factory=dict)
     # partitions found with only their active segment, by their high watermark then
     _one_segment: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -103,10 +103,10 @@ class LogManager:
         key = (topic, partition)
         hw = self.store.partition(topic, partition).high_watermark()
         timeless = config.min_compaction_lag_ms == 0 and config.max_compaction_lag_ms >= LONG_MAX
-        if timeless and self._not_due.get(key) == hw:
-            return None  # nothing appended since it was found not due
+        if timeless and self._not_due.get(key) == (hw, config):
+            return None  # nothing appended (nor configs altered) since it was found not due
         if not lifecycle.compaction_due(self.store, topic, partition):
-            self._not_due[key] = hw
+            self._not_due[key] = (hw, config)
             return None
         self._not_due.pop(key, None)
         result = lifecycle.clean_partition(self.store, topic, partition, retain=False)

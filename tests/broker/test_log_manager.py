@@ -55,6 +55,8 @@ def test_a_pass_over_an_unchanged_store_computes_nothing_again(store, monkeypatc
     write(store, "changelog", rounds=1)
     manager.compaction_pass()
     assert len(calls) == 2, "an appended partition was not looked at"
+    store.alter_topic("changelog", set_configs={"min.cleanable.dirty.ratio": "0.01"})
+    assert [r.topic for r in manager.compaction_pass()] == ["changelog"], "altered configs were not seen"
 
 
 def test_a_retention_pass_deletes_expired_segments_without_an_append(store):
