@@ -35,6 +35,8 @@ class LogManager:
     store: object
     warn: Warn
     stop: threading.Event = field(default_factory=threading.Event)
+    # notices a topic deleted and created again by another process (RawAppender.check_topic in serve)
+    check_topic: Callable[[str], None] | None = None
     _not_due: dict[tuple[str, int], tuple[int, object]] = field(default_factory=dict)
     # partitions found with only their active segment, by their high watermark then
     _one_segment: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -42,10 +44,15 @@ class LogManager:
     def _partitions(self) -> list[tuple[str, int]]:
         out = []
         for topic in self.store.topic_names():
+            self.store.forget_topic_metadata(topic)  # configs altered by another process count too
             try:
+                if self.check_topic is not None:
+                    self.check_topic(topic)
                 out += [(topic, p) for p in range(self.store.partition_count(topic))]
             except (UnknownTopicError, UnknownPartitionError):
                 continue  # deleted meanwhile
+            except (KlogError, OSError) as e:
+                self.warn(f"log cleaner: cannot read topic {topic}: {e}")
         return out
 
     def retention_pass(self) -> int:

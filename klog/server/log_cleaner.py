@@ -35,10 +35,10 @@ def interval_setting(store: Any, name: str, default_ms: int) -> int:
 class LogCleanerService:
     """The two timers and the thread they run the passes in."""
 
-    def __init__(self, store: Any, *, retention_check_ms: int | None = None, backoff_ms: int | None = None,
-                 compaction: bool | None = None) -> None:
+    def __init__(self, store: Any, *, check_topic: Any = None, retention_check_ms: int | None = None,
+                 backoff_ms: int | None = None, compaction: bool | None = None) -> None:
         """Arguments override klog.json's log.retention.check.interval.ms, log.cleaner.backoff.ms and
-        log.cleaner.enable (tests)."""
+        log.cleaner.enable (tests); `check_topic(name)` notices a topic re-created by another process."""
         self.store = store
         self.retention_check_ms = retention_check_ms or interval_setting(
             store, "log.retention.check.interval.ms", LOG_RETENTION_CHECK_MS_DEFAULT)
@@ -46,7 +46,7 @@ class LogCleanerService:
             store, "log.cleaner.backoff.ms", LOG_CLEANER_BACKOFF_MS_DEFAULT)
         self.compaction = compaction if compaction is not None else \
             store.data_dir.default("log.cleaner.enable").strip().lower() != "false"
-        self.manager = LogManager(store, warn=lambda m: log.warning("%s", m))
+        self.manager = LogManager(store, warn=lambda m: log.warning("%s", m), check_topic=check_topic)
         self._thread: ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task] = []
 

@@ -236,7 +236,8 @@ class Server:
         self._checkpoints = asyncio.create_task(self._write_kafka_checkpoints())
         from klog.server.log_cleaner import LogCleanerService
 
-        self.log_cleaner = LogCleanerService(self.store, **self._log_cleaner_settings)
+        self.log_cleaner = LogCleanerService(self.store, check_topic=self.appender.check_topic,
+                                             **self._log_cleaner_settings)
         self.log_cleaner.start()
 
     async def _write_kafka_checkpoints(self) -> None:
