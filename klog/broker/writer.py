@@ -95,6 +95,7 @@ def open_partitions_max() -> int:
         soft = 1 << 20
     return max(8, int(soft * OPEN_PARTITIONS_SHARE) // DESCRIPTORS_PER_PARTITION)
 
+
 BeforeAppend = Callable[[int], None]  # called under the partition lock with the offset the batch will get
 
 
