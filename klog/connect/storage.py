@@ -62,6 +62,15 @@ class KafkaTopicStore:
         self._producer = store.producer()
         self._lock = threading.Lock()
 
+    def reload(self) -> None:
+        """Read the topic again (what other workers wrote since)."""
+        data: dict[bytes, bytes | None] = {}
+        for key, value in read_all(self.store, self.topic):
+            if key is not None:
+                data[key] = value
+        with self._lock:
+            self.data = data
+
     def write(self, items: dict[bytes, bytes | None]) -> None:
         with self._lock:
             for key, value in items.items():
@@ -114,6 +123,19 @@ class ConfigStore(KafkaTopicStore):
 
     def delete_connector(self, name: str) -> None:
         self.write({f"connector-{name}".encode(): None, f"target-state-{name}".encode(): None})
+
+    def tasks(self, name: str) -> list[dict[str, str]]:
+        """The task configs the last commit record of `name` made current."""
+        commit = self.data.get(f"commit-{name}".encode())
+        if commit is None:
+            return []
+        out = []
+        for i in range(json.loads(commit)["tasks"]):
+            raw = self.data.get(f"task-{name}-{i}".encode())
+            if raw is None:
+                return []  # a commit whose tasks were compacted away: not runnable until written again
+            out.append(json.loads(raw)["properties"])
+        return out
 
     def connectors(self) -> dict[str, dict[str, str]]:
         out = {}
