@@ -152,7 +152,6 @@ def expansion_problem(folder: str) -> str | None:
     max(max.message.bytes, EXPANSION_RATIO_MAX x its size), named; None if there is none. Stops at
     the first batch it cannot frame (a torn tail: recovery deals with it). Decompression stops at
     the bound: a bomb costs no more memory than the bound."""
-    from klog.errors import DecompressionError, UnknownCodecIdError
     from klog.store import compression
     from klog.store.codec import read_header
     from klog.store.format import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD
