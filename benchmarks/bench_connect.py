@@ -9,8 +9,8 @@ Starts a throw-away PostgreSQL (as tests/connect do) and measures:
   - snapshot: the same N rows read by the initial snapshot of a fresh connector;
   - sink: the N-record topic into SQLite and into PostgreSQL through the JDBC sink (ExtractNewRecordState,
     upsert by key, offsets in the same transactions), beside a plain executemany of the same rows.
-Prints rows/s for each and the peak RSS of this process (flat with table size: the snapshot reads through
-a server-side cursor, the stream in batches).
+Prints rows/s for each and the peak RSS of this process up to the end of the connector runs (the snapshot
+reads through a server-side cursor, the stream and the sinks in batches).
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def main() -> None:
             wait_for(lambda: _pg_count(db) >= n, timeout=3600)
         pg_s = time.perf_counter() - start
 
+        connect_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the peers load rows
         rows = db.execute("SELECT id, name, qty, price FROM t")
         start = time.perf_counter()
         with sqlite3.connect(os.path.join(data_dir, "peer.db")) as conn:
@@ -101,13 +102,12 @@ def main() -> None:
         pg_peer_s = time.perf_counter() - start
     finally:
         server.stop()
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"rows: {n}")
     print(f"CDC stream into a topic:        {n / cdc_s:>10,.0f} rows/s   (peer COPY | klog produce: {n / copy_s:,.0f})")
     print(f"CDC initial snapshot:           {n / snap_s:>10,.0f} rows/s")
     print(f"JDBC sink into SQLite:          {n / lite_s:>10,.0f} rows/s   (peer executemany: {n / lite_peer_s:,.0f})")
     print(f"JDBC sink into PostgreSQL:      {n / pg_s:>10,.0f} rows/s   (peer executemany: {n / pg_peer_s:,.0f})")
-    print(f"peak RSS of this process:       {rss_mb:>10,.0f} MB")
+    print(f"peak RSS through the connectors:{connect_rss_mb:>10,.0f} MB (before the peers hold the rows)")
 
 
 def _sqlite_count(path: str) -> int:
