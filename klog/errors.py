@@ -108,6 +108,11 @@ class StorageError(KlogError):
     """An I/O failure in a log directory (full, read-only, gone)."""
 
 
+class DataLossError(StorageError):
+    """Committed records were lost at recovery and nobody has acknowledged it yet: the partition
+    takes no writes until `klog verify --repair` does (klog.broker.data_loss)."""
+
+
 class LeaderAppendError(StorageError):
     """The leader's directory failed an append; the followers were put back as they were."""
 

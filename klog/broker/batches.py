@@ -11,10 +11,12 @@ deltas must run 0, 1, 2, ...: a CRC only proves the bytes arrived as the client 
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from klog.errors import KlogError, RecordTooLargeError
@@ -63,6 +65,10 @@ class ProducerFencedError(KlogError):
 
 class UnknownProducerError(KlogError):
     """A sequence that is not 0 from a producer this partition has no state for."""
+
+
+class InvalidTxnStateError(KlogError):
+    """A transactional batch for a partition its transaction has not added (KIP-890: INVALID_TXN_STATE)."""
 
 
 def check_batch(data: bytes) -> BatchHeader:
@@ -161,6 +167,10 @@ class ProducerStates:
             entry = states[header.producer_id] = _ProducerEntry(header.producer_epoch, deque(maxlen=SEQUENCES_KEPT))
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
         entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
+
+    def states(self, key: tuple[str, int], part) -> dict[int, _ProducerEntry]:  # noqa: ANN001 - Partition
+        """The partition's producers, built from its log on first use. Lock held."""
+        return self._load(key, part)
 
     def check(self, key: tuple[str, int], part, header: BatchHeader, data: bytes) -> None:
         """Raise if the batch `data` must not be appended: a duplicate (with its original offset), a
@@ -281,7 +291,7 @@ class RawAppender:
 
         self.store = store
         self.replicas = ReplicaManager(store, warn=warn)
-        self.writer = PartitionWriter(store, self.replicas)
+        self.writer = PartitionWriter(store, self.replicas, release_files=False)
         self.producers = ProducerStates()
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -303,7 +313,7 @@ class RawAppender:
             if now - self._topic_read.get(topic, 0.0) < TOPIC_REFRESH_S:
                 return
             self._topic_read[topic] = now
-            self.store.forget_topic_cache(topic)
+            self.store.forget_topic_metadata(topic)
         self.check_topic(topic)
 
     def check_topic(self, topic: str) -> None:
@@ -319,7 +329,7 @@ class RawAppender:
                 self.producers.forget(topic)
             self._topic_ids[topic] = topic_id
 
-    def forget_topic(self, topic: str) -> None:
+    def forget_producer_states(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
         with self._guard:
             self.producers.forget(topic)
@@ -335,9 +345,13 @@ class RawAppender:
         with self._guard:  # Store's partition cache is a plain dict
             return self.store.partition(topic, partition)
 
-    def append(self, topic: str, partition: int, data: bytes, acks: str) -> RawAppendResult:
+    def append(self, topic: str, partition: int, data: bytes, acks: str,
+               txn_check: Callable[[BatchHeader], None] | None = None) -> RawAppendResult:
         """Check and append one batch as a Kafka client sent it. Raises InvalidBatchError,
-        RecordTooLargeError, the sequence errors above, and the store's errors."""
+        RecordTooLargeError, the sequence errors above, and the store's errors. A transactional
+        batch needs `txn_check` (the coordinator's: is this partition in the producer's ongoing
+        transaction?), asked under the partition's lock, so no marker can come between the
+        check and the append."""
         # a compressed batch's records may not expand past max.message.bytes either: a few KB of
         # zstd would otherwise cost hundreds of MB here, and every consumer as much again
         max_bytes = self._max_message_bytes(topic)
@@ -350,7 +364,10 @@ class RawAppender:
                                               f"({max_bytes}) of topic '{topic}' when decompressed") from None
                 raise
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
-            raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
+            if txn_check is None:
+                raise InvalidBatchError("a transactional batch needs a transactional id in the request", corrupt=False)
+        else:
+            txn_check = None
         self.check_topic(topic)
         part = self.partition(topic, partition)  # refreshes the topic's metadata when due
         config = self.store.log_config(topic)
@@ -367,7 +384,9 @@ class RawAppender:
             append_time = int(time.time() * 1000)
             data = with_log_append_time(data, append_time)
         key = (topic, partition)
-        with self.lock_for(topic, partition):
+        with self.lock_for(topic, partition), part.lock if txn_check is not None else contextlib.nullcontext():
+            if txn_check is not None:
+                txn_check(header)
             try:
                 self.producers.check(key, part, header, data)
             except DuplicateSequenceError as dup:
@@ -375,3 +394,61 @@ class RawAppender:
             base = self.writer.append_batch(topic, partition, data, acks)
             self.producers.appended(key, header, base)
             return RawAppendResult(base, append_time, part.log_start_offset())
+
+    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence, start offset of its open transaction or -1) of each
+        producer the partition keeps state for (DescribeProducers)."""
+        from klog.broker.offsets import stable_view
+
+        part = self.partition(topic, partition)
+        key = (topic, partition)
+        with self.lock_for(topic, partition):
+            states = self.producers.states(key, part)
+            view, view_lock = stable_view(part)
+            with view_lock:
+                view.refresh(part.high_watermark())
+                open_txns = dict(view.tracker.open)
+            out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, open_txns.get(pid, -1))
+                   for pid, e in states.items()]
+            out += [(pid, -1, -1, first) for pid, first in open_txns.items() if pid not in states]
+        return sorted(out)
+
+    # -- transaction markers (the coordinator's writes: klog.broker.txn_coordinator) ------------------
+    def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, kind: int,
+                     coordinator_epoch: int, still_wanted: Callable[[], bool]) -> int | None:
+        """End `producer_id`'s transaction in the partition with a COMMIT/ABORT control batch, once:
+        nothing is written when the producer has no open transaction there (it wrote nothing, or
+        the marker is already in: a restart completing a commit). `still_wanted()` is asked under
+        the partition's lock (the coordinator's state may have moved on). An ABORT adds its range
+        to the segment's `.txnindex`. Returns the marker's offset, or None."""
+        from klog.broker.offsets import stable_view
+        from klog.store.txn import ABORT, append_txn_index, control_batch
+
+        part = self.partition(topic, partition)
+        with self.lock_for(topic, partition), part.lock:
+            # recover the tail first: a writer killed after appending a marker and before publishing
+            # the high watermark left it in the file but invisible; this brings the high watermark
+            # over it (else the marker would count as written while readers stay before it). Then,
+            # with the lock held, the high watermark is the log's end.
+            self.replicas.reconcile_if_due(topic, partition, part)
+            view, view_lock = stable_view(part)  # the one the partition's read_committed fetches use
+            with view_lock:
+                view.refresh(part.high_watermark())
+                open_at = view.first_open_offset(producer_id)
+            if open_at is None or not still_wanted():
+                return None
+            data = control_batch(producer_id, producer_epoch, kind, coordinator_epoch, int(time.time() * 1000))
+            base = self.writer.append_batch(topic, partition, data, "all")
+            with view_lock:
+                view.refresh(part.high_watermark())
+                entry = next((a for a in reversed(view.aborted_txns) if a.last_offset == base), None)
+            if kind == ABORT:
+                segment_base = part.active_segment_base()
+                if entry is not None and segment_base is not None:
+                    for replica in part.replicas:
+                        try:
+                            append_txn_index(replica.directory, segment_base, entry)
+                        except OSError as e:  # the markers stay the truth: readers rebuild the range
+                            self.replicas.warn(f"{topic}-{partition}: .txnindex not written in "
+                                               f"{replica.directory}: {e}")
+            return base

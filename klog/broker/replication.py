@@ -16,7 +16,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from klog.errors import KlogError, LeaderAppendError, NoLeaderError, NotEnoughReplicasError, StorageError
+from klog.broker import data_loss
+from klog.errors import (
+    DataLossError,
+    KlogError,
+    LeaderAppendError,
+    NoLeaderError,
+    NotEnoughReplicasError,
+    StorageError,
+)
 from klog.meta.topics import PartitionMeta
 from klog.store import health
 from klog.store.config import LogConfig
@@ -172,13 +180,18 @@ class ReplicaManager:
                 self._dir_checks = None
 
     def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
+        return self.store.data_dir.log_dir_path(log_dir_id), self._health(log_dir_id)
+
+    def _health(self, log_dir_id: int) -> str:
+        """The log directory's health; within shared_dir_checks, a healthy one is checked once."""
         checks = self._dir_checks
         known = checks.get(log_dir_id) if checks is not None else None
-        if known is None:
-            known = (self.store.data_dir.log_dir_path(log_dir_id), dir_health(self.store, log_dir_id))
-            if checks is not None and known[1] == health.OK:
-                checks[log_dir_id] = known
-        return known
+        if known is not None:
+            return known[1]
+        state = dir_health(self.store, log_dir_id)
+        if checks is not None and state == health.OK:
+            checks[log_dir_id] = (self.store.data_dir.log_dir_path(log_dir_id), state)
+        return state
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         return [self.store.data_dir.log_dir_path(d) for d in ids]
@@ -210,8 +223,7 @@ class ReplicaManager:
         topic_meta = store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta
-        unclean = LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
-        states = {d: dir_health(store, d) for d in meta.replicas}
+        states = {d: self._health(d) for d in meta.replicas}
         for d, state in states.items():
             if state == health.REPLACED:
                 store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
@@ -231,6 +243,9 @@ class ReplicaManager:
                 self._said_unhealthy[(topic, partition, d)] = states[d]
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
+        # the topic's configs are parsed only when an election may need unclean.leader.election
+        unclean = (meta.leader not in healthy or meta.leader not in meta.isr) and \
+            LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
         elected = elect(meta, healthy, unclean)
         if elected is not None:
             meta = elected
@@ -253,12 +268,16 @@ class ReplicaManager:
         meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
         if meta != before:
             store.topics.update_partition(topic, partition, meta)
-            store.forget_topic_cache(topic)
+            store.forget_topic_metadata(topic)
         snap = part.snapshot()
         if snap.leader_epoch != meta.leader_epoch:
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
+        lost = data_loss.unacknowledged([r.directory for r in part.replicas])
+        if lost is not None:  # checked on every reconcile: part.replica_check stays unset meanwhile
+            raise DataLossError(f"{topic}-{partition} takes no writes: {lost}; new records would take the lost "
+                                f"offsets. Acknowledge the loss with: {data_loss.ACKNOWLEDGE_COMMAND}")
         if len(meta.isr) == len(meta.replicas):
             part.replica_check = (time.monotonic(), meta)
         return meta
@@ -269,8 +288,10 @@ class ReplicaManager:
         followers hold the same batches, so the longest one's tail is copied back, rather than
         every replica being cut to the leader's end. A replica that lost committed records is
         named in a warning (with RF=1 they are gone)."""
+        cut_by_recovery = False
         for replica, report in zip(part.replicas, part.last_recovery, strict=True):
             if report.repaired and replica.log_end_offset < hw:
+                cut_by_recovery = True
                 self.warn(f"recovery cut committed records of {replica.directory} from offset "
                           f"{replica.log_end_offset} (high watermark {hw}): {'; '.join(report.reasons)}")
         leader = part.leader
@@ -283,9 +304,12 @@ class ReplicaManager:
                 raise LeaderAppendError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
                                         f"{e.strerror or e}", why) from None
         if leader.log_end_offset < hw:
-            self.warn(f"{DATA_LOSS_PREFIX}committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-"
-                      f"{part.partition} are gone from every replica; the bytes cut are kept in .corrupt files "
-                      f"in {leader.directory} (klog verify lists them)")
+            lost = (f"committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-{part.partition} are gone "
+                    f"from every replica; the bytes cut are kept in .corrupt files in {leader.directory} (klog verify "
+                    f"lists them)")
+            if cut_by_recovery:  # (an unclean election the topic allows loses records by the user's choice)
+                data_loss.record(leader.directory, lost)  # writes stop until the loss is acknowledged
+            self.warn(DATA_LOSS_PREFIX + lost)
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
         """A writer killed between the leader's append and a follower's left that follower short
@@ -375,7 +399,7 @@ class ReplicaManager:
                     self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
                 meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
                 store.topics.update_partition(topic, partition, meta)
-                store.forget_topic_cache(topic)
+                store.forget_topic_metadata(topic)
             if together is not None:
                 together.appended(part, meta, sync, min_isr, result.base_offset)
                 return result.base_offset
@@ -420,7 +444,7 @@ class ReplicaManager:
                 for d in {failed} | stuck:
                     self._failed_at[(topic, partition, d)] = time.monotonic()
                 self.store.topics.update_partition(topic, partition, replace(current, isr=rest))
-                self.store.forget_topic_cache(topic)
+                self.store.forget_topic_metadata(topic)
                 if attempts > len(replicas):
                     break
                 attempts += 1
@@ -525,7 +549,7 @@ def move_replica(store, topic: str, partition: int, source: int, target: int, wa
             new = replace(new, leader=leader, leader_epoch=meta.leader_epoch + 1,
                           epochs=[*meta.epochs, [meta.leader_epoch + 1, part.leader.log_end_offset]])
         store.topics.update_partition(topic, partition, new)
-        store.forget_topic_cache(topic)
+        store.forget_topic_metadata(topic)
         manager.reconcile(topic, partition, part)
         old = replica_path(store, topic, partition, source)
         if os.path.isdir(old):

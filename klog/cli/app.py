@@ -144,6 +144,7 @@ COMMAND_MODULES = {
     "offsets": "admin", "dump": "admin", "verify": "admin",
     "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
     "clusters": "clusters", "users": "security", "acls": "security", "quotas": "security",
+    "transactions": "transactions",
     "connect": "connect",
 }
 _registered: set[str] = set()

@@ -84,10 +84,12 @@ class Server:
                  request_bytes_max: int = REQUEST_BYTES_MAX, idle_ms: int = IDLE_MS_DEFAULT,
                  workers: int = 8, security: SecurityConfig | None = None,
                  offsets_retention_ms: int | None = None, offsets_retention_check_ms: int | None = None,
-                 wall_clock: Any = None, limits: ServeLimits | None = None) -> None:
+                 wall_clock: Any = None, limits: ServeLimits | None = None,
+                 transactions: dict[str, Any] | None = None) -> None:
         """`offsets_retention_ms` and `offsets_retention_check_ms` override the store's
         offsets.retention.minutes and offsets.retention.check.interval.ms (klog.json); `wall_clock`
-        (epoch ms) dates commits and their expiry (tests)."""
+        (epoch ms) dates commits and their expiry (tests); `transactions`: the transaction
+        coordinator's clock, max_timeout_ms and cleanup_interval_ms (tests)."""
         self.data_dir = data_dir
         self.listen = listen
         self.advertised = advertised
@@ -130,6 +132,8 @@ class Server:
         self._refusals = RateLimitedLog(log)
         self._conn_security: dict[str, ConnectionSecurity] = {}  # by peer address (one per live connection)
         self.appender: Any = None  # klog.broker.batches.RawAppender: every Produce goes through it
+        self.transactions: Any = None  # klog.server.transactions.TransactionService
+        self._transaction_settings = transactions or {}
         self.topic_ids: TopicIds | None = None  # Fetch v13+ names topics by id
         self.watcher: HighWatermarkWatcher | None = None  # wakes long-polling fetches (one per server)
         self._checkpoints: asyncio.Task | None = None
@@ -220,6 +224,10 @@ class Server:
         from klog.broker.batches import RawAppender
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
+        from klog.server.transactions import TransactionService
+
+        self.transactions = TransactionService(self.store, self.appender, self.executor, **self._transaction_settings)
+        self.transactions.start()  # completes what a crash left half-done, then aborts abandoned transactions
         self.watcher = HighWatermarkWatcher(self._read_marks, POLL_S)
         self.topic_ids = TopicIds(self.store)
         self._checkpoints = asyncio.create_task(self._write_kafka_checkpoints())
@@ -274,6 +282,8 @@ class Server:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
+        if self.transactions is not None:
+            await self.transactions.close()
         if self.coordinator is not None and hasattr(self.coordinator, "close"):
             result = self.coordinator.close()
             if asyncio.iscoroutine(result):

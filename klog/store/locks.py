@@ -89,6 +89,14 @@ class FileLock:
         finally:
             self._threads.release()
 
+    def close_file(self) -> None:
+        """Close the lock file while nobody holds the lock (run_if_idle); unlike close(), the next
+        acquire() opens it again."""
+        assert self._depth == 0, self.path
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def close(self) -> None:
         """Close the lock file once no other thread holds the lock: a partition's files are closed
         only when nobody is writing them; later acquire() calls raise PartitionClosedError."""

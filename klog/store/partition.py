@@ -206,9 +206,9 @@ class Partition:
         from their files, as after another writer. Not while this thread holds the lock, nor
         while an idle flush is armed."""
         def release() -> None:
-            if self._flush_timer is None and all([r.release_files() for r in self.replicas]):
+            if not self._closed and self._flush_timer is None and all([r.release_files() for r in self.replicas]):
                 self.state.close()
-                self.lock.close()
+                self.lock.close_file()  # reopened by the next acquire (close() is for good)
 
         self.lock.run_if_idle(release)
 
