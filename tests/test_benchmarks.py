@@ -41,6 +41,14 @@ def test_every_case_is_listed_with_a_title() -> None:
         assert callable(getattr(module, "run", None)), f"benchmarks/cases/{name}.py needs run(bench)"
 
 
+def test_benchmarks_are_cases_of_the_one_harness() -> None:
+    """A new benchmark is a case in benchmarks/cases/ (see benchmarks/README.md, 'Adding a case'), not a
+    script with its own timing: only the harness, its runner and the serve helper live beside them."""
+    scripts = sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
+    assert scripts == ["harness.py", "run.py", "serve_process.py"], (
+        f"benchmarks/ holds {scripts}: make each benchmark a case in benchmarks/cases/ (benchmarks/README.md)")
+
+
 def test_smoke_runs_in_process_cases_and_writes_nothing() -> None:
     readme = (REPO / "benchmarks" / "README.md").read_bytes()
     done = smoke("codec", "validate_uniform")
