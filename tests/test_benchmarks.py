@@ -83,6 +83,7 @@ def test_a_full_run_replaces_only_its_own_rows(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_every_case_runs_in_smoke_mode() -> None:
     done = smoke()
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    first_error = done.stderr.find("Traceback")
+    assert done.returncode == 0, done.stderr[max(first_error, 0):][:6000]
     for name in load_run().case_names():
         assert f"== {name}:" in done.stdout
