@@ -140,4 +140,4 @@ def run(bench: Bench) -> None:
                               for label, (cpu, rss, wall) in got[p].items())
             bench.row(f"{case} of {lines:,} lines into {p:,} partitions (new topic, then again)", cells,
                       f"1 partition again {one:.2f} s CPU / {got[1]['again'][1]:.0f} MiB: "
-                      f"{got[p]['again'][0] / one:.2f}x CPU")
+                      + (f"{got[p]['again'][0] / one:.2f}x CPU" if one else "too little CPU to compare"))
