@@ -54,3 +54,11 @@ def test_test_files_sit_in_the_folder_of_their_package():
     assert not stray, f"move these into a folder of tests/ ({', '.join(folders)}): {', '.join(stray)}"
     unmatched = [f for f in folders if not (REPO / "klog" / f).is_dir()]
     assert not unmatched, f"folders of tests/ that mirror no package of klog/: {unmatched}"
+
+
+def test_no_merge_leftovers_in_the_tree():
+    """A conflicted merge's backups (*.orig, *.rej, *_BACKUP_*) committed by mistake."""
+    leftovers = sorted(str(p.relative_to(REPO)) for top in ("klog", "tests", "docs", "benchmarks")
+                       for pattern in ("*.orig", "*.rej", "*_BACKUP_*", "*_BASE_*", "*_LOCAL_*", "*_REMOTE_*")
+                       for p in (REPO / top).rglob(pattern))
+    assert not leftovers, leftovers

@@ -19,7 +19,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from klog.errors import KlogError, RecordTooLargeError
+from klog.errors import (
+    DuplicateSequenceError,
+    InvalidBatchError,
+    InvalidProducerEpochError,
+    KlogError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    UnknownProducerError,
+)
 from klog.store import codec, compression, validate
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import (
@@ -36,39 +44,6 @@ SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per produc
 SEQUENCE_MAX = 2**31 - 1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
 TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's configs may get
-
-
-class InvalidBatchError(KlogError):
-    """A batch that is not a valid RecordBatch v2 (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
-
-    def __init__(self, message: str, corrupt: bool = True, record_index: int | None = None) -> None:
-        super().__init__(message)
-        self.corrupt = corrupt  # False: well-formed but not acceptable (INVALID_RECORD)
-        self.record_index = record_index  # the record at fault (Kafka's record_errors), if one is
-
-
-class DuplicateSequenceError(KlogError):
-    """A retried batch already in the log: answered as a success with its original offsets."""
-
-    def __init__(self, base_offset: int) -> None:
-        super().__init__(f"duplicate batch (at offset {base_offset})")
-        self.base_offset = base_offset
-
-
-class OutOfOrderSequenceError(KlogError):
-    pass
-
-
-class ProducerFencedError(KlogError):
-    """A batch from an older epoch of a producer id (Kafka: INVALID_PRODUCER_EPOCH)."""
-
-
-class UnknownProducerError(KlogError):
-    """A sequence that is not 0 from a producer this partition has no state for."""
-
-
-class InvalidTxnStateError(KlogError):
-    """A transactional batch for a partition its transaction has not added (KIP-890: INVALID_TXN_STATE)."""
 
 
 def check_batch(data: bytes) -> BatchHeader:
@@ -189,7 +164,7 @@ class ProducerStates:
                                            f"sequence {header.base_sequence} (expected 0)")
             return
         if header.producer_epoch < entry.epoch:
-            raise ProducerFencedError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
+            raise InvalidProducerEpochError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
                                       f"than {entry.epoch}")
         if header.producer_epoch > entry.epoch:
             if header.base_sequence != 0:
@@ -348,7 +323,7 @@ class RawAppender:
     def append(self, topic: str, partition: int, data: bytes, acks: str,
                txn_check: Callable[[BatchHeader], None] | None = None) -> RawAppendResult:
         """Check and append one batch as a Kafka client sent it. Raises InvalidBatchError,
-        RecordTooLargeError, the sequence errors above, and the store's errors. A transactional
+        RecordTooLargeError, the producer errors of klog.errors, and the store's errors. A transactional
         batch needs `txn_check` (the coordinator's: is this partition in the producer's ongoing
         transaction?), asked under the partition's lock, so no marker can come between the
         check and the append."""

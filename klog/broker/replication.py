@@ -25,7 +25,7 @@ from klog.errors import (
     NotEnoughReplicasError,
     StorageError,
 )
-from klog.meta.topics import PartitionMeta
+from klog.meta.topics import PartitionMeta, TopicMeta
 from klog.store import health
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
@@ -160,6 +160,7 @@ class ReplicaManager:
         # log dir id -> (its path, its health), while a producer writes many batches in one go
         # (see shared_dir_checks); None otherwise: every append checks its directories again
         self._dir_checks: dict[int, tuple[str, str]] | None = None
+        self._group: SyncTogether | None = None  # the group of partitions being appended together, if any
         # (topic, partition, log dir) -> the unhealthy state last warned of: a full disk is said once
         # when it fills, not once per produce request while it stays full
         self._said_unhealthy: dict[tuple[str, int, int], str] = {}
@@ -182,6 +183,12 @@ class ReplicaManager:
     def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
         return self.store.data_dir.log_dir_path(log_dir_id), self._health(log_dir_id)
 
+    def _metadata_written(self, topic: str) -> None:
+        """A partition's metadata was written: caches of the topic's metadata read it again."""
+        self.store.forget_topic_metadata(topic)
+        if self._group is not None:
+            self._group.forget_topic_meta()
+
     def _health(self, log_dir_id: int) -> str:
         """The log directory's health; within shared_dir_checks, a healthy one is checked once."""
         checks = self._dir_checks
@@ -196,7 +203,8 @@ class ReplicaManager:
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         return [self.store.data_dir.log_dir_path(d) for d in ids]
 
-    def reconcile_if_due(self, topic: str, partition: int, part) -> PartitionMeta:
+    def reconcile_if_due(self, topic: str, partition: int, part,
+                         topic_meta: Callable[[], TopicMeta] | None = None) -> PartitionMeta:
         """reconcile(), or when nothing can have changed since the last one (see REPLICA_RECHECK_S)
         only the cheap re-open of `part` (it checks the lock generation)."""
         # kept on the Partition (one per store), so that every producer of the store shares it
@@ -205,7 +213,7 @@ class ReplicaManager:
                 and part.unchanged_since_last_append() and self._replicas_healthy(topic, partition, known[1])):
             part.open_for_write()
             return known[1]
-        return self.reconcile(topic, partition, part)
+        return self.reconcile(topic, partition, part, topic_meta)
 
     def _replicas_healthy(self, topic: str, partition: int, meta: PartitionMeta) -> bool:
         """Every replica's directory is healthy and holds the partition's folder."""
@@ -216,11 +224,14 @@ class ReplicaManager:
                 return False
         return True
 
-    def reconcile(self, topic: str, partition: int, part) -> PartitionMeta:
-        """Health, election, catch-up; leaves `part` configured as leader + ISR, opened for write."""
+    def reconcile(self, topic: str, partition: int, part,
+                  topic_meta: Callable[[], TopicMeta] | None = None) -> PartitionMeta:
+        """Health, election, catch-up; leaves `part` configured as leader + ISR, opened for write.
+        `topic_meta`: the topic's metadata as read under this partition's lock (a group of
+        partitions locked together reads it once for all, see SyncTogether)."""
         part.replica_check = None
         store = self.store
-        topic_meta = store.topics.get(topic)
+        topic_meta = topic_meta() if topic_meta is not None else store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta
         states = {d: self._health(d) for d in meta.replicas}
@@ -268,7 +279,7 @@ class ReplicaManager:
         meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
         if meta != before:
             store.topics.update_partition(topic, partition, meta)
-            store.forget_topic_metadata(topic)
+            self._metadata_written(topic)
         snap = part.snapshot()
         if snap.leader_epoch != meta.leader_epoch:
             snap.leader_epoch = meta.leader_epoch
@@ -379,48 +390,53 @@ class ReplicaManager:
         part = store.partition(topic, partition)
         min_isr = store.log_config(topic).min_insync_replicas
         sync = SYNC_BY_ACKS[str(acks)]
-        with part.lock:
-            try:
-                meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr, before,
-                                                          SYNC_NONE if together is not None else sync)
-            except BaseException:
-                part.replica_check = None  # whatever failed, the next append checks everything
-                if self._dir_checks is not None:
-                    self._dir_checks.clear()
-                raise
-            if result.failed_followers:
-                part.replica_check = None
-                if self._dir_checks is not None:
-                    self._dir_checks.clear()
-                dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
-                lost = {dirs[i] for i in result.failed_followers}
-                for i, why in result.failed_followers.items():
-                    self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
-                    self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
-                meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
-                store.topics.update_partition(topic, partition, meta)
-                store.forget_topic_metadata(topic)
-            if together is not None:
-                together.appended(part, meta, sync, min_isr, result.base_offset)
-                return result.base_offset
-            part.publish()
-            if sync == SYNC_ALL and len(meta.isr) < min_isr:
-                raise NotEnoughReplicasError(
-                    f"{topic}-{partition}: the batch at offset {result.base_offset} reached only ISR "
-                    f"[{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
+        self._group = together
+        try:
+            with part.lock:
+                try:
+                    meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr, before,
+                                                              SYNC_NONE if together is not None else sync, together)
+                except BaseException:
+                    part.replica_check = None  # whatever failed, the next append checks everything
+                    if self._dir_checks is not None:
+                        self._dir_checks.clear()
+                    raise
+                if result.failed_followers:
+                    part.replica_check = None
+                    if self._dir_checks is not None:
+                        self._dir_checks.clear()
+                    dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+                    lost = {dirs[i] for i in result.failed_followers}
+                    for i, why in result.failed_followers.items():
+                        self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
+                        self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
+                    meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
+                    store.topics.update_partition(topic, partition, meta)
+                    self._metadata_written(topic)
+                if together is not None:
+                    together.appended(part, meta, sync, min_isr, result.base_offset)
+                    return result.base_offset
+                part.publish()
+                if sync == SYNC_ALL and len(meta.isr) < min_isr:
+                    raise NotEnoughReplicasError(
+                        f"{topic}-{partition}: the batch at offset {result.base_offset} reached only ISR "
+                        f"[{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
+        finally:
+            self._group = None
         return result.base_offset
 
 
     def _append_with_failover(self, topic: str, partition: int, part, encoded: bytes, sync: str, min_isr: int,
-                              before: Callable[[int], None] | None,
-                              append_sync: str) -> tuple[PartitionMeta, AppendResult]:
+                              before: Callable[[int], None] | None, append_sync: str,
+                              together: SyncTogether | None) -> tuple[PartitionMeta, AppendResult]:
         """A leader whose directory fails the append (EIO, ENOSPC, ...) leaves the ISR, an in-sync
         follower is elected (epoch + 1) and the batch is appended there: the write goes on while
         an in-sync replica is left, as in Kafka, where the producer's retry finds the new leader."""
         attempts = 1
         while True:
             try:
-                meta = self.reconcile_if_due(topic, partition, part)
+                meta = self.reconcile_if_due(topic, partition, part,
+                                             together.topic_meta if together is not None else None)
                 if sync == SYNC_ALL:
                     ensure_min_isr(topic, partition, meta, min_isr)
                 if before is not None:
@@ -444,7 +460,7 @@ class ReplicaManager:
                 for d in {failed} | stuck:
                     self._failed_at[(topic, partition, d)] = time.monotonic()
                 self.store.topics.update_partition(topic, partition, replace(current, isr=rest))
-                self.store.forget_topic_metadata(topic)
+                self._metadata_written(topic)
                 if attempts > len(replicas):
                     break
                 attempts += 1
@@ -462,8 +478,13 @@ class SyncTogether:
     finish()), made durable by one syncfs per filesystem instead of an fsync per replica file
     (klog.store.syncfs), then published. Use only where syncfs.available()."""
 
-    def __init__(self, store) -> None:  # noqa: ANN001 - klog.Store
+    def __init__(self, store, topic: str) -> None:  # noqa: ANN001 - klog.Store
+        """Call with the locks of the group's partitions (of `topic`) taken, before appending."""
         from klog.store.syncfs import SyncedTogether
+
+        self.store = store
+        self.topic = topic
+        self._topic_meta: TopicMeta | None = None
 
         paths = []
         for d in store.data_dir.log_dirs:
@@ -473,6 +494,17 @@ class SyncTogether:
                 continue  # a lost directory: its replicas' appends fail and say so
         self._fds = SyncedTogether(paths)  # opened before the writes their syncfs must cover
         self._appended: list[tuple[object, PartitionMeta, str, int, int]] = []
+
+    def topic_meta(self) -> TopicMeta:
+        """The topic's metadata, read once for the group: every partition of it is locked, and a
+        partition's metadata changes only under its lock (by this group's own reconciles, which
+        write theirs back and keep them here)."""
+        if self._topic_meta is None:
+            self._topic_meta = self.store.topics.get(self.topic)
+        return self._topic_meta
+
+    def forget_topic_meta(self) -> None:
+        self._topic_meta = None
 
     def appended(self, part, meta: PartitionMeta, sync: str, min_isr: int, base_offset: int) -> None:  # noqa: ANN001
         self._appended.append((part, meta, sync, min_isr, base_offset))

@@ -112,13 +112,14 @@ class TxnCoordinator:
     def check_append(self, tid: str, producer_id: int, epoch: int, tp: TP) -> None:
         """A transactional batch may be appended to `tp` only while its transaction is ongoing and
         has added it (asked under the partition's lock, by RawAppender.append)."""
-        from klog.broker.batches import InvalidTxnStateError, ProducerFencedError
+        from klog.errors import InvalidProducerEpochError, InvalidTxnStateError
 
         meta = self.meta.get(tid)
         if meta is None or meta.producer_id != producer_id:
             raise InvalidTxnStateError(f"producer id {producer_id} does not hold transactional id '{tid}'")
         if epoch != meta.producer_epoch:
-            raise ProducerFencedError(f"transactional id '{tid}': epoch {epoch} is fenced by {meta.producer_epoch}")
+            raise InvalidProducerEpochError(f"transactional id '{tid}': epoch {epoch} is fenced by "
+                                            f"{meta.producer_epoch}")
         if meta.state != tx.ONGOING or list(tp) not in meta.partitions:
             raise InvalidTxnStateError(f"transactional id '{tid}' has not added {tp[0]}-{tp[1]} to an ongoing "
                                        f"transaction ({meta.state})")

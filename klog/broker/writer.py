@@ -95,6 +95,7 @@ def open_partitions_max() -> int:
         soft = 1 << 20
     return max(8, int(soft * OPEN_PARTITIONS_SHARE) // DESCRIPTORS_PER_PARTITION)
 
+
 BeforeAppend = Callable[[int], None]  # called under the partition lock with the offset the batch will get
 
 
@@ -175,10 +176,11 @@ class PartitionWriter:
         active_before = [part.active_segment_base() for part in parts]
         results: list[list[int]] = []
         with ExitStack() as held:
-            together = SyncTogether(store)
-            held.callback(together.close)
-            for (_, partition, batches), part in zip(group, parts, strict=True):
+            for part in parts:  # every lock first: the topic's metadata is then read once for them all
                 held.enter_context(part.lock)
+            together = SyncTogether(store, topic)
+            held.callback(together.close)
+            for (_, partition, batches) in group:
                 results.append([replicas.append(topic, partition, encoded, acks, together=together)
                                 for encoded in batches])
             together.finish()

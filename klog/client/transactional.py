@@ -22,15 +22,11 @@ from contextlib import contextmanager
 from klog.broker.batches import RawAppender
 from klog.broker.txn_coordinator import TxnCoordinator
 from klog.client.producer import Producer
-from klog.errors import KlogError, UsageError
+from klog.errors import InvalidProducerEpochError, ProducerFencedError, UsageError
 from klog.meta import transactions as tx
 from klog.store.txn import as_transactional
 
 INIT_RETRY_S = 30.0  # how long init waits for an older incarnation's transaction to finish aborting
-
-
-class ProducerFencedError(KlogError):
-    """Another producer with the same transactional id took over: this one can do nothing more."""
 
 
 class TransactionalProducer(Producer):
@@ -184,7 +180,6 @@ class TransactionalProducer(Producer):
     def _write_group(self, topic: str, group: list) -> None:
         """Each batch made transactional (id, epoch, sequence) and appended through the coordinator's
         check, after its partition joined the transaction."""
-        from klog.broker.batches import ProducerFencedError as EpochFenced
         from klog.broker.writer import encode_fitting
 
         new = [(topic, p) for p, _ in group if (topic, p) not in self._added]
@@ -205,7 +200,7 @@ class TransactionalProducer(Producer):
                 data = as_transactional(piece.data, self.producer_id, self.epoch, seq)
                 try:
                     result = self.appender.append(topic, partition, data, "all", check)
-                except EpochFenced as e:
+                except InvalidProducerEpochError as e:
                     self._in_transaction = False
                     raise ProducerFencedError(f"transactional id '{self.transactional_id}': {e}") from None
                 self._sequences[key] = (seq + piece.count) % 2**31

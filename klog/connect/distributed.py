@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from klog.connect.storage import ensure_topic
 from klog.connect.worker import SinkRunner, SourceRunner, TaskRunner, Validated, Worker
+from klog.errors import KlogError
 
 SLOTS = 256  # tasks one group can run (partitions of connect-tasks-<group>)
 REFRESH_S = 1.0  # how often a worker re-reads connect-configs for connectors added, changed or deleted
@@ -57,7 +58,11 @@ class DistributedWorker:
     def refresh(self) -> None:
         """The task table from connect-configs; tasks whose config changed are restarted."""
         configs = self.worker.configs
-        configs.reload()
+        try:
+            configs.reload()
+        except KlogError as e:  # a store hiccup: keep running what runs, read again at the next refresh
+            self.worker.warn(f"cannot re-read {configs.topic}: {e}")
+            return
         table = []
         for name, props in sorted(configs.connectors().items()):
             try:

@@ -43,8 +43,19 @@ def ensure_topic(store, name: str, partitions: int, compacted: bool = True) -> N
 
 def read_all(store, topic: str) -> list[tuple[bytes | None, bytes | None]]:  # noqa: ANN001
     """Every (key, value) of `topic` from its beginning to its end now, in offset order per partition."""
-    with store.consumer(topic) as consumer:
-        return [(r.key, r.value) for r in consumer]
+    from klog.errors import StateLostError
+
+    for attempt in range(2):
+        try:
+            with store.consumer(topic) as consumer:
+                return [(r.key, r.value) for r in consumer]
+        except StateLostError:
+            # another worker was killed between its append and its state file: rebuilt from the log (the
+            # local store only; a cluster's broker has no such gap)
+            if attempt or not hasattr(store, "verify"):
+                raise
+            store.verify(topic, repair=True)
+    return []
 
 
 class KafkaTopicStore:

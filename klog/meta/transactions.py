@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
-from klog.errors import KlogError, UsageError
+from klog.errors import TxnStateError, UsageError
 from klog.meta.db import MetaDB
 
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT = "Empty", "Ongoing", "PrepareCommit", "PrepareAbort"
@@ -54,14 +54,6 @@ INVALID_STATE = "invalid_txn_state"
 INVALID_TIMEOUT = "invalid_transaction_timeout"
 
 TP = tuple[str, int]
-
-
-class TxnStateError(KlogError):
-    """A transition Kafka's coordinator would refuse; `code` is the Kafka error's name."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def tp_key(tp: TP) -> str:

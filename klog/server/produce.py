@@ -7,22 +7,20 @@ import asyncio
 import datetime
 from typing import Any
 
-from klog.broker.batches import (
+from klog.broker.batches import RawAppendResult
+from klog.errors import (
     DuplicateSequenceError,
     InvalidBatchError,
-    InvalidTxnStateError,
-    OutOfOrderSequenceError,
-    ProducerFencedError,
-    RawAppendResult,
-    UnknownProducerError,
-)
-from klog.errors import (
+    InvalidProducerEpochError,
     InvalidTopicError,
+    InvalidTxnStateError,
     KlogError,
     NotEnoughReplicasError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     StorageError,
     UnknownPartitionError,
+    UnknownProducerError,
     UnknownTopicError,
 )
 from klog.protocol.apis import PRODUCE
@@ -47,7 +45,7 @@ def error_code(exc: BaseException) -> E:
                        (NotEnoughReplicasError, E.not_enough_replicas),
                        (OutOfOrderSequenceError, E.out_of_order_sequence_number),
                        (UnknownProducerError, E.unknown_producer_id),
-                       (ProducerFencedError, E.invalid_producer_epoch),
+                       (InvalidProducerEpochError, E.invalid_producer_epoch),
                        (InvalidTxnStateError, E.invalid_txn_state),
                        (DuplicateSequenceError, E.duplicate_sequence_number),
                        (StorageError, E.kafka_storage_error),

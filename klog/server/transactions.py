@@ -16,8 +16,7 @@ import contextlib
 import logging
 from typing import Any
 
-from klog.errors import KlogError
-from klog.meta.transactions import TxnStateError
+from klog.errors import KlogError, TxnStateError
 from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register

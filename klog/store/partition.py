@@ -14,12 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from klog.errors import CorruptLogError, KlogError, LeaderAppendError, StateLostError, StorageError
+from klog.errors import (
+    CorruptLogError,
+    KlogError,
+    LeaderAppendError,
+    PartitionClosedError,
+    StateLostError,
+    StorageError,
+)
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
-from klog.store.locks import FileLock, PartitionClosedError
+from klog.store.locks import FileLock
 from klog.store.log import FLUSH_MS_TIMED_MAX, ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
 

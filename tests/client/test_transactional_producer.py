@@ -12,8 +12,7 @@ from __future__ import annotations
 import pytest
 
 import klog
-from klog.client.transactional import ProducerFencedError
-from klog.errors import UsageError
+from klog.errors import ProducerFencedError, UsageError
 from klog.meta.groups import GroupsMeta
 
 

@@ -28,8 +28,14 @@ def _send(data_dir: str, start: int, stop: int) -> None:
 
 def _task_owners(data_dir: str) -> dict[int, str]:
     """task → worker_id of its latest RUNNING status."""
+    from klog.errors import StateLostError
+
     owners: dict[int, str] = {}
-    for r in records(data_dir, "connect-status"):
+    try:
+        status = records(data_dir, "connect-status")
+    except StateLostError:  # the killed worker's last status write: the next write rebuilds it
+        return {}
+    for r in status:
         key = r.key.decode()
         if key.startswith("status-task-jdbc-") and r.value is not None:
             doc = json.loads(r.value)

@@ -230,3 +230,16 @@ def test_retriable_failures_are_retried_until_errors_retry_timeout(data_dir):
         wait_for(lambda: runner.state == "FAILED")
     assert "errors.retry.timeout" in str(w.failures[0][2]) and "the database went away" in str(w.failures[0][2])
     assert "the database went away" in runner.trace
+
+
+def test_file_sink_rotates_by_size(tmp_path, data_dir):
+    _produce(data_dir, "in", [(None, f"line-{i:02d}".encode()) for i in range(10)])
+    out = tmp_path / "out.txt"
+    sink = {"name": "sink", "connector.class": "FileStreamSink", "topics": "in", "file": str(out),
+            "value.converter": "string", "file.rotate.bytes": "30"}
+    with running(data_dir, sink):
+        wait_for(lambda: sum(len(p.read_text().splitlines()) for p in tmp_path.glob("out.txt*")) == 10)
+    rotated = sorted(p for p in tmp_path.glob("out.txt.*"))
+    assert [p.stat().st_size for p in rotated] == [32, 32]  # 8 bytes a line: rotated once past 30
+    lines = [line for p in [*rotated, out] for line in p.read_text().splitlines()]
+    assert lines == [f"line-{i:02d}" for i in range(10)]

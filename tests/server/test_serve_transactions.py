@@ -431,9 +431,10 @@ class TxnCoordinatorState:
 def test_abandoned_transaction_is_aborted_after_its_timeout(data_dir):
     """A producer that dies mid-transaction holds read_committed readers only until its
     transaction.timeout.ms: the coordinator aborts it and fences the epoch."""
-    from klog.broker.batches import ProducerFencedError, RawAppender
+    from klog.broker.batches import RawAppender
     from klog.broker.producer_ids import new_producer_id
     from klog.broker.txn_coordinator import TxnCoordinator
+    from klog.errors import InvalidProducerEpochError
     from klog.meta import transactions as tx
     from klog.store.txn import StableView
 
@@ -457,7 +458,7 @@ def test_abandoned_transaction_is_aborted_after_its_timeout(data_dir):
         hw = store.partition("to", 0).high_watermark()
         assert view.refresh(hw) == hw == 2
         assert [(a.first_offset, a.last_offset) for a in view.aborted_txns] == [(0, 1)]
-        with pytest.raises(ProducerFencedError):
+        with pytest.raises(InvalidProducerEpochError):
             coord.check_append("to", ids.producer_id, ids.epoch, ("to", 0))
         with pytest.raises(tx.TxnStateError) as caught:
             coord.end_txn("to", ids.producer_id, ids.epoch, True)

@@ -1,6 +1,4 @@
-"""Transactions through `klog serve` (a benchmark, not a test: prints figures for docs/transactions.md).
-
-    python benchmarks/bench_transactions.py [--records N] [--commits C] [--rounds R]
+"""Transactions through `klog serve`: transactional beside idempotent produce, commit latency, fetch.
 
 - produce: confluent-kafka, N records of 100 B at acks=all, as transactions of 1,000 records, beside
   the same producer idempotent (enable.idempotence) without transactions: records/s of each.
@@ -15,18 +13,12 @@ Each figure is the median of R rounds.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
-import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from serve_process import Serve  # noqa: E402
+from harness import REPO, Bench, rate
+from serve_process import Serve
 
 
 def _env(data_dir: str) -> dict:
@@ -124,38 +116,35 @@ def fetch_latency(port: int, topic: str, isolation: int, samples: int = 50) -> f
         return statistics.median(times)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=50_000)
-    ap.add_argument("--commits", type=int, default=200)
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+def run(bench: Bench) -> None:
+    records, commits = bench.size(50_000, 500), bench.size(200, 5)
     rows: dict[str, list[float]] = {}
-    sizes = (10, 10_000, 100_000)
-    for _ in range(args.rounds):
-        with tempfile.TemporaryDirectory() as data_dir:
+    sizes = (10, 10_000, 100_000) if not bench.smoke else (10, 100)
+    for r in range(bench.rounds(3)):
+        data_dir = os.path.join(bench.tmp, f"round-{r}")
+        for n in sizes:
+            fill(data_dir, f"f{n}", n)
+        serve = Serve(data_dir, _env(data_dir))
+        try:
+            idem, txn = produce_rates(serve.bootstrap, records)
+            rows.setdefault("idempotent", []).append(idem)
+            rows.setdefault("transactional", []).append(txn)
+            lat = sorted(commit_latencies(serve.bootstrap, commits))
+            rows.setdefault("p50", []).append(1000 * lat[len(lat) // 2])
+            rows.setdefault("p99", []).append(1000 * lat[max(0, int(len(lat) * 0.99) - 1)])
             for n in sizes:
-                fill(data_dir, f"f{n}", n)
-            serve = Serve(data_dir, _env(data_dir))
-            try:
-                idem, txn = produce_rates(serve.bootstrap, args.records)
-                rows.setdefault("produce idempotent (records/s)", []).append(idem)
-                rows.setdefault("produce transactional, 1,000/txn (records/s)", []).append(txn)
-                lat = sorted(commit_latencies(serve.bootstrap, args.commits))
-                rows.setdefault("commit latency p50 (ms)", []).append(1000 * lat[len(lat) // 2])
-                rows.setdefault("commit latency p99 (ms)", []).append(1000 * lat[int(len(lat) * 0.99) - 1])
-                for n in sizes:
-                    for isolation, name in ((0, "read_uncommitted"), (1, "read_committed")):
-                        rows.setdefault(f"fetch after append, {n:,} batches, {name} (ms)", []).append(
-                            1000 * fetch_latency(serve.port, f"f{n}", isolation))
-            finally:
-                serve.close()
-    for name, values in rows.items():
-        print(f"{name:60s} {statistics.median(values):12.2f}")
-    idem = statistics.median(rows["produce idempotent (records/s)"])
-    txn = statistics.median(rows["produce transactional, 1,000/txn (records/s)"])
-    print(f"{'transactional / idempotent':60s} {txn / idem:12.2f}")
-
-
-if __name__ == "__main__":
-    main()
+                for isolation in (0, 1):
+                    rows.setdefault(f"fetch {n} {isolation}", []).append(
+                        1000 * fetch_latency(serve.port, f"f{n}", isolation))
+        finally:
+            serve.close()
+    med = {name: statistics.median(values) for name, values in rows.items()}
+    bench.row(f"produce through klog serve, confluent-kafka, acks=all, {records:,} records of 100 B, "
+              "transactions of 1,000", rate(med["transactional"], 1),
+              f"{med['transactional'] / med['idempotent']:.2f}x idempotent without transactions "
+              f"({rate(med['idempotent'], 1)})")
+    bench.row(f"commit_transaction() of 10 records, {commits} commits",
+              f"p50 {med['p50']:.1f} ms, p99 {med['p99']:.1f} ms")
+    for n in sizes:
+        bench.row(f"Fetch v12 right after an append, {n:,} batches in the active segment: read_committed",
+                  f"{med[f'fetch {n} 1']:.2f} ms", f"read_uncommitted: {med[f'fetch {n} 0']:.2f} ms")
