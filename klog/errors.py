@@ -41,6 +41,12 @@ class UnknownPartitionError(KlogError):
     """The partition does not exist in the topic."""
 
 
+class PartitionClosedError(UnknownPartitionError):
+    """The partition was closed (its topic deleted, or forgotten to be opened again) while this
+    caller still held its object: nothing was done; open the partition again (a client sees
+    UNKNOWN_TOPIC_OR_PARTITION, refreshes its metadata and retries)."""
+
+
 class TopicExistsError(KlogError):
     """A topic with this name already exists."""
 
@@ -108,6 +114,11 @@ class StorageError(KlogError):
     """An I/O failure in a log directory (full, read-only, gone)."""
 
 
+class DataLossError(StorageError):
+    """Committed records were lost at recovery and nobody has acknowledged it yet: the partition
+    takes no writes until `klog verify --repair` does (klog.broker.data_loss)."""
+
+
 class LeaderAppendError(StorageError):
     """The leader's directory failed an append; the followers were put back as they were."""
 
@@ -149,6 +160,59 @@ class StateLostError(KlogError):
 
 class SymlinkError(KlogError):
     """A store file or partition folder is a symbolic link: klog never follows one out of the store."""
+
+
+# -- producers: a batch the broker refuses, idempotence and transactions
+class InvalidBatchError(KlogError):
+    """A batch that is not a valid RecordBatch v2 (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
+
+    def __init__(self, message: str, corrupt: bool = True, record_index: int | None = None) -> None:
+        super().__init__(message)
+        self.corrupt = corrupt  # False: well-formed but not acceptable (INVALID_RECORD)
+        self.record_index = record_index  # the record at fault (Kafka's record_errors), if one is
+
+
+
+class InvalidTimestampError(InvalidBatchError):
+    """A CreateTime record outside the topic's message.timestamp.before/after.max.ms (INVALID_TIMESTAMP)."""
+
+    def __init__(self, message: str, record_index: int) -> None:
+        super().__init__(message, corrupt=False, record_index=record_index)
+
+class DuplicateSequenceError(KlogError):
+    """A retried batch already in the log: answered as a success with its original offsets."""
+
+    def __init__(self, base_offset: int) -> None:
+        super().__init__(f"duplicate batch (at offset {base_offset})")
+        self.base_offset = base_offset
+
+
+class OutOfOrderSequenceError(KlogError):
+    """A sequence that does not follow the producer's last one (Kafka: OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+
+
+class InvalidProducerEpochError(KlogError):
+    """A batch from an older epoch of a producer id (Kafka: INVALID_PRODUCER_EPOCH)."""
+
+
+class UnknownProducerError(KlogError):
+    """A sequence that is not 0 from a producer this partition has no state for."""
+
+
+class InvalidTxnStateError(KlogError):
+    """A transactional batch for a partition its transaction has not added (KIP-890: INVALID_TXN_STATE)."""
+
+
+class ProducerFencedError(KlogError):
+    """Another producer with the same transactional id took over: this one can do nothing more."""
+
+
+class TxnStateError(KlogError):
+    """A transition Kafka's coordinator would refuse; `code` is the Kafka error's name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 # -- security: users, ACLs, SCRAM, and a cluster refusing TLS or SASL

@@ -41,6 +41,14 @@ def test_every_case_is_listed_with_a_title() -> None:
         assert callable(getattr(module, "run", None)), f"benchmarks/cases/{name}.py needs run(bench)"
 
 
+def test_benchmarks_are_cases_of_the_one_harness() -> None:
+    """A new benchmark is a case in benchmarks/cases/ (see benchmarks/README.md, 'Adding a case'), not a
+    script with its own timing: only the harness, its runner and the serve helper live beside them."""
+    scripts = sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
+    assert scripts == ["harness.py", "run.py", "serve_process.py"], (
+        f"benchmarks/ holds {scripts}: make each benchmark a case in benchmarks/cases/ (benchmarks/README.md)")
+
+
 def test_smoke_runs_in_process_cases_and_writes_nothing() -> None:
     readme = (REPO / "benchmarks" / "README.md").read_bytes()
     done = smoke("codec", "validate_uniform")
@@ -75,6 +83,7 @@ def test_a_full_run_replaces_only_its_own_rows(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_every_case_runs_in_smoke_mode() -> None:
     done = smoke()
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    first_error = done.stderr.find("Traceback")
+    assert done.returncode == 0, done.stderr[max(first_error, 0):][:6000]
     for name in load_run().case_names():
         assert f"== {name}:" in done.stdout

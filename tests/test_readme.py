@@ -32,7 +32,7 @@ RUNNABLE = {"sh", "python"}
 # fences that show something other than a command (a file tree, a config file, output)
 SHOWN = {"text", "ini", "properties", "json", "csv", "toml"}
 NOT_RUN = re.compile(r"<!--\s*not-run:\s*(.*?)\s*-->")
-FENCE = re.compile(r"^```(\S*)\s*$")
+FENCE = re.compile(r"^( {0,3})```(\S*)\s*$")  # a fence inside a list item is indented
 FOLLOW_SECONDS = 2
 BLOCK_SECONDS = 180
 
@@ -55,12 +55,12 @@ def blocks(page: Path) -> list[Block]:
         if not m:
             i += 1
             continue
-        start, lang = i, m.group(1)
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
+        start, indent, lang = i, len(m.group(1)), m.group(2)
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].lstrip().startswith("```")), None)
         assert end is not None, f"{page.name}:{start + 1}: fence never closed"
         marker = NOT_RUN.search(lines[start - 1]) if start else None
-        found.append(Block(page, start + 1, lang, "\n".join(lines[start + 1:end]) + "\n",
-                           marker.group(1) if marker else None))
+        code = "\n".join(line[indent:] if line[:indent].isspace() else line for line in lines[start + 1:end])
+        found.append(Block(page, start + 1, lang, code + "\n", marker.group(1) if marker else None))
         i = end + 1
     return found
 

@@ -3,5 +3,7 @@ metadata (klog.meta) and the user's Python API (klog.client): replication across
 (replication), producer state and the server's batch appends (batches), retention and compaction
 scheduling (lifecycle), verification (verify), importing Kafka's own log directories (importer),
 Kafka's checkpoint files (kafka_checkpoints), log dir moves and replica sizes (dirs), the offsets
-ListOffsets and read_committed need (offsets), the one partition writer (writer), and which topics
-and partitions a request names (resolve). Imports store and meta, never client or a face (cli, server, spark)."""
+ListOffsets and read_committed need (offsets), the one partition writer (writer), the transaction
+coordinator (txn_coordinator) and producer ids (producer_ids), committed records found lost at
+recovery (data_loss), and which topics and partitions a request names (resolve).
+Imports store, security and meta; never client or a face (cli, server, spark, connect)."""

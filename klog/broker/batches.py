@@ -11,13 +11,24 @@ deltas must run 0, 1, 2, ...: a CRC only proves the bytes arrived as the client 
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from klog.errors import KlogError, RecordTooLargeError
+from klog.errors import (
+    DuplicateSequenceError,
+    InvalidBatchError,
+    InvalidProducerEpochError,
+    InvalidTimestampError,
+    KlogError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    UnknownProducerError,
+)
 from klog.store import codec, compression, validate
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LONG_MAX
@@ -35,42 +46,6 @@ SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per produc
 SEQUENCE_MAX = 2**31 - 1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
 TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's configs may get
-
-
-class InvalidBatchError(KlogError):
-    """A batch that is not a valid RecordBatch v2 (Kafka: CORRUPT_MESSAGE / INVALID_RECORD)."""
-
-    def __init__(self, message: str, corrupt: bool = True, record_index: int | None = None) -> None:
-        super().__init__(message)
-        self.corrupt = corrupt  # False: well-formed but not acceptable (INVALID_RECORD)
-        self.record_index = record_index  # the record at fault (Kafka's record_errors), if one is
-
-
-class InvalidTimestampError(InvalidBatchError):
-    """A CreateTime record outside the topic's message.timestamp.before/after.max.ms (INVALID_TIMESTAMP)."""
-
-    def __init__(self, message: str, record_index: int) -> None:
-        super().__init__(message, corrupt=False, record_index=record_index)
-
-
-class DuplicateSequenceError(KlogError):
-    """A retried batch already in the log: answered as a success with its original offsets."""
-
-    def __init__(self, base_offset: int) -> None:
-        super().__init__(f"duplicate batch (at offset {base_offset})")
-        self.base_offset = base_offset
-
-
-class OutOfOrderSequenceError(KlogError):
-    pass
-
-
-class ProducerFencedError(KlogError):
-    """A batch from an older epoch of a producer id (Kafka: INVALID_PRODUCER_EPOCH)."""
-
-
-class UnknownProducerError(KlogError):
-    """A sequence that is not 0 from a producer this partition has no state for."""
 
 
 def check_batch(data: bytes) -> BatchHeader:
@@ -209,6 +184,10 @@ class ProducerStates:
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
         entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
 
+    def states(self, key: tuple[str, int], part) -> dict[int, _ProducerEntry]:  # noqa: ANN001 - Partition
+        """The partition's producers, built from its log on first use. Lock held."""
+        return self._load(key, part)
+
     def check(self, key: tuple[str, int], part, header: BatchHeader, data: bytes) -> None:
         """Raise if the batch `data` must not be appended: a duplicate (with its original offset), a
         gap, an older epoch. Lock held.
@@ -226,7 +205,7 @@ class ProducerStates:
                                            f"sequence {header.base_sequence} (expected 0)")
             return
         if header.producer_epoch < entry.epoch:
-            raise ProducerFencedError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
+            raise InvalidProducerEpochError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
                                       f"than {entry.epoch}")
         if header.producer_epoch > entry.epoch:
             if header.base_sequence != 0:
@@ -328,7 +307,7 @@ class RawAppender:
 
         self.store = store
         self.replicas = ReplicaManager(store, warn=warn)
-        self.writer = PartitionWriter(store, self.replicas)
+        self.writer = PartitionWriter(store, self.replicas, release_files=False)
         self.producers = ProducerStates()
         self._locks: dict[tuple[str, int], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -350,7 +329,7 @@ class RawAppender:
             if now - self._topic_read.get(topic, 0.0) < TOPIC_REFRESH_S:
                 return
             self._topic_read[topic] = now
-            self.store.forget_topic_cache(topic)
+            self.store.forget_topic_metadata(topic)
         self.check_topic(topic)
 
     def check_topic(self, topic: str) -> None:
@@ -366,7 +345,7 @@ class RawAppender:
                 self.producers.forget(topic)
             self._topic_ids[topic] = topic_id
 
-    def forget_topic(self, topic: str) -> None:
+    def forget_producer_states(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
         with self._guard:
             self.producers.forget(topic)
@@ -382,7 +361,8 @@ class RawAppender:
         with self._guard:  # Store's partition cache is a plain dict
             return self.store.partition(topic, partition)
 
-    def append_message_set(self, topic: str, partition: int, data: bytes, acks: str) -> RawAppendResult:
+    def append_message_set(self, topic: str, partition: int, data: bytes, acks: str,
+                           txn_check: Callable[[BatchHeader], None] | None = None) -> RawAppendResult:
         """Append a magic 0/1 message set (Produce v0-v2) as Kafka 3.x does: up-converted to one v2
         batch (klog.store.legacy), then appended like any batch. Its decompression is bounded by
         max.message.bytes, as a v2 batch's is."""
@@ -398,11 +378,15 @@ class RawAppender:
                     raise RecordTooLargeError(f"message set of {len(data)} bytes expands past max.message.bytes "
                                               f"({max_bytes}) of topic '{topic}' when decompressed") from None
                 raise InvalidBatchError(f"message set refused: {e}") from None
-        return self.append(topic, partition, batch, acks)
+        return self.append(topic, partition, batch, acks, txn_check)
 
-    def append(self, topic: str, partition: int, data: bytes, acks: str) -> RawAppendResult:
+    def append(self, topic: str, partition: int, data: bytes, acks: str,
+               txn_check: Callable[[BatchHeader], None] | None = None) -> RawAppendResult:
         """Check and append one batch as a Kafka client sent it. Raises InvalidBatchError,
-        RecordTooLargeError, the sequence errors above, and the store's errors."""
+        RecordTooLargeError, the producer errors of klog.errors, and the store's errors. A transactional
+        batch needs `txn_check` (the coordinator's: is this partition in the producer's ongoing
+        transaction?), asked under the partition's lock, so no marker can come between the
+        check and the append."""
         # a compressed batch's records may not expand past max.message.bytes either: a few KB of
         # zstd would otherwise cost hundreds of MB here, and every consumer as much again
         max_bytes = self._max_message_bytes(topic)
@@ -415,7 +399,10 @@ class RawAppender:
                                               f"({max_bytes}) of topic '{topic}' when decompressed") from None
                 raise
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
-            raise InvalidBatchError("transactional batches are not supported by klog serve", corrupt=False)
+            if txn_check is None:
+                raise InvalidBatchError("a transactional batch needs a transactional id in the request", corrupt=False)
+        else:
+            txn_check = None
         self.check_topic(topic)
         part = self.partition(topic, partition)  # refreshes the topic's metadata when due
         config = self.store.log_config(topic)
@@ -433,7 +420,9 @@ class RawAppender:
             append_time = int(time.time() * 1000)
             data = with_log_append_time(data, append_time)
         key = (topic, partition)
-        with self.lock_for(topic, partition):
+        with self.lock_for(topic, partition), part.lock if txn_check is not None else contextlib.nullcontext():
+            if txn_check is not None:
+                txn_check(header)
             try:
                 self.producers.check(key, part, header, data)
             except DuplicateSequenceError as dup:
@@ -441,3 +430,61 @@ class RawAppender:
             base = self.writer.append_batch(topic, partition, data, acks)
             self.producers.appended(key, header, base)
             return RawAppendResult(base, append_time, part.log_start_offset())
+
+    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence, start offset of its open transaction or -1) of each
+        producer the partition keeps state for (DescribeProducers)."""
+        from klog.broker.offsets import stable_view
+
+        part = self.partition(topic, partition)
+        key = (topic, partition)
+        with self.lock_for(topic, partition):
+            states = self.producers.states(key, part)
+            view, view_lock = stable_view(part)
+            with view_lock:
+                view.refresh(part.high_watermark())
+                open_txns = dict(view.tracker.open)
+            out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, open_txns.get(pid, -1))
+                   for pid, e in states.items()]
+            out += [(pid, -1, -1, first) for pid, first in open_txns.items() if pid not in states]
+        return sorted(out)
+
+    # -- transaction markers (the coordinator's writes: klog.broker.txn_coordinator) ------------------
+    def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, kind: int,
+                     coordinator_epoch: int, still_wanted: Callable[[], bool]) -> int | None:
+        """End `producer_id`'s transaction in the partition with a COMMIT/ABORT control batch, once:
+        nothing is written when the producer has no open transaction there (it wrote nothing, or
+        the marker is already in: a restart completing a commit). `still_wanted()` is asked under
+        the partition's lock (the coordinator's state may have moved on). An ABORT adds its range
+        to the segment's `.txnindex`. Returns the marker's offset, or None."""
+        from klog.broker.offsets import stable_view
+        from klog.store.txn import ABORT, append_txn_index, control_batch
+
+        part = self.partition(topic, partition)
+        with self.lock_for(topic, partition), part.lock:
+            # recover the tail first: a writer killed after appending a marker and before publishing
+            # the high watermark left it in the file but invisible; this brings the high watermark
+            # over it (else the marker would count as written while readers stay before it). Then,
+            # with the lock held, the high watermark is the log's end.
+            self.replicas.reconcile_if_due(topic, partition, part)
+            view, view_lock = stable_view(part)  # the one the partition's read_committed fetches use
+            with view_lock:
+                view.refresh(part.high_watermark())
+                open_at = view.first_open_offset(producer_id)
+            if open_at is None or not still_wanted():
+                return None
+            data = control_batch(producer_id, producer_epoch, kind, coordinator_epoch, int(time.time() * 1000))
+            base = self.writer.append_batch(topic, partition, data, "all")
+            with view_lock:
+                view.refresh(part.high_watermark())
+                entry = next((a for a in reversed(view.aborted_txns) if a.last_offset == base), None)
+            if kind == ABORT:
+                segment_base = part.active_segment_base()
+                if entry is not None and segment_base is not None:
+                    for replica in part.replicas:
+                        try:
+                            append_txn_index(replica.directory, segment_base, entry)
+                        except OSError as e:  # the markers stay the truth: readers rebuild the range
+                            self.replicas.warn(f"{topic}-{partition}: .txnindex not written in "
+                                               f"{replica.directory}: {e}")
+            return base

@@ -28,7 +28,7 @@ import os
 import shutil
 from dataclasses import dataclass, field, replace
 
-from klog.errors import KlogError, TopicExistsError, UsageError
+from klog.errors import DecompressionError, KlogError, TopicExistsError, UnknownCodecIdError, UsageError
 from klog.store import checkpoints
 from klog.store.format import (
     INDEX_SUFFIX,
@@ -177,7 +177,7 @@ def expansion_problem(folder: str) -> str | None:
                     with compression.expansion_limit(limit) as bound:
                         try:
                             compression.decompress(header.codec, body)
-                        except (compression.CompressionError, compression.UnsupportedCodecError):
+                        except (DecompressionError, UnknownCodecIdError):
                             if bound.exceeded:
                                 return (f"{path}: the batch at offset {header.base_offset} ({header.size} bytes) "
                                         f"expands past {limit} bytes (max.message.bytes, or "
@@ -249,7 +249,7 @@ def _import_partition(store, topic: str, partition: int, source: str, log_start:
         epoch = epochs[-1][0] if epochs else meta.leader_epoch
         meta = replace(meta, leader_epoch=epoch, epochs=[list(e) for e in epochs] or meta.epochs)
         store.topics.update_partition(topic, partition, meta)
-        store.forget_topic_cache(topic)
+        store.forget_topic_metadata(topic)
         snap = part.snapshot()
         snap.high_watermark, snap.log_start_offset, snap.leader_epoch = end, start, epoch
         part.state.write(snap, sync=True)

@@ -1,10 +1,10 @@
 """Log lifecycle: retention, delete-records and compaction across all replicas of a partition.
 
-There is no broker daemon. These run when a producer rolls a segment (for the partition it
-rolled), on `klog topics clean|compact|delete-records`, and when called from Python. Each
-partition is handled under its write lock, after the same reconciliation a producer does
-(health, leader, ISR, catch-up), so every in-sync replica is changed the same way while no
-append runs; readers keep reading throughout.
+These run when a producer rolls a segment (for the partition it rolled), on `klog topics
+clean|compact|delete-records`, in `klog serve`'s log cleaner thread (klog.broker.log_manager), and
+when called from Python. Each partition is handled under its write lock, after the same
+reconciliation a producer does (health, leader, ISR, catch-up), so every in-sync replica is changed
+the same way while no append runs; readers keep reading throughout.
 """
 
 from __future__ import annotations
@@ -141,14 +141,24 @@ def retain_after_roll(store, topic: str, partition: int, warn: Callable[[str], N
     retention runs, as no broker does it. Compaction is left to `klog topics clean|compact`, since
     it may take long. A failure is a warning: the append succeeded, and the next roll tries again."""
     try:
-        if _retention_not_due(store, topic, partition):
-            return
-        clean_partition(store, topic, partition, compact=False)
-        _remember_oldest(store.partition(topic, partition))
+        if retention_due(store, topic, partition):
+            retain(store, topic, partition)
     except (UnknownTopicError, UnknownPartitionError):
         return  # deleted since the append: nothing is left to retain, and the next append says so
     except (KlogError, OSError) as e:
         warn(f"retention of {topic}-{partition} failed: {e}")
+
+
+def retention_due(store, topic: str, partition: int) -> bool:
+    """False when retention surely has nothing to do (cheap: see below); True when it may."""
+    return not _retention_not_due(store, topic, partition)
+
+
+def retain(store, topic: str, partition: int) -> PartitionCleanup:
+    """Retention of one partition (no compaction), remembering what makes the next check cheap."""
+    result = clean_partition(store, topic, partition, compact=False)
+    _remember_oldest(store.partition(topic, partition))
+    return result
 
 
 # After a roll's retention, what the next roll needs to know that nothing is due yet, so that it
@@ -236,10 +246,21 @@ def delete_records(store, topic: str, *, before_offset: int | None = None, befor
     return out
 
 
-def dirty_ratio(store, topic: str, partition: int, *, clock: Clock | None = None) -> float:
-    """The share of the cleanable log not yet compacted (0 when nothing is cleanable); read-only."""
+def _cleanable(store, topic: str, partition: int, now_ms: int) -> tuple[Partition, cleaner.CleanableRange]:
+    """The partition's cleanable range, read without its lock (segment sizes, the cleaner checkpoint)."""
     config = store.log_config(topic)
     part = store.partition(topic, partition)
-    rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), part.high_watermark(), _now_ms(clock),
-                                  config.min_compaction_lag_ms)
-    return rng.dirty_ratio
+    return part, cleaner.cleanable_range(part.leader, _checkpoint(part).read(), part.high_watermark(), now_ms,
+                                         config.min_compaction_lag_ms)
+
+
+def dirty_ratio(store, topic: str, partition: int, *, clock: Clock | None = None) -> float:
+    """The share of the cleanable log not yet compacted (0 when nothing is cleanable); read-only."""
+    return _cleanable(store, topic, partition, _now_ms(clock))[1].dirty_ratio
+
+
+def compaction_due(store, topic: str, partition: int, *, clock: Clock | None = None) -> bool:
+    """Whether `klog topics clean` would compact this partition now; read-only, without its lock."""
+    now_ms = _now_ms(clock)
+    part, rng = _cleanable(store, topic, partition, now_ms)
+    return _due(part, rng, now_ms, store.log_config(topic))

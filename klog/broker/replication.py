@@ -16,8 +16,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from klog.errors import KlogError, LeaderAppendError, NoLeaderError, NotEnoughReplicasError, StorageError
-from klog.meta.topics import PartitionMeta
+from klog.broker import data_loss
+from klog.errors import (
+    DataLossError,
+    KlogError,
+    LeaderAppendError,
+    NoLeaderError,
+    NotEnoughReplicasError,
+    StorageError,
+)
+from klog.meta.topics import PartitionMeta, TopicMeta
 from klog.store import health
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
@@ -152,6 +160,7 @@ class ReplicaManager:
         # log dir id -> (its path, its health), while a producer writes many batches in one go
         # (see shared_dir_checks); None otherwise: every append checks its directories again
         self._dir_checks: dict[int, tuple[str, str]] | None = None
+        self._group: SyncTogether | None = None  # the group of partitions being appended together, if any
         # (topic, partition, log dir) -> the unhealthy state last warned of: a full disk is said once
         # when it fills, not once per produce request while it stays full
         self._said_unhealthy: dict[tuple[str, int, int], str] = {}
@@ -172,18 +181,30 @@ class ReplicaManager:
                 self._dir_checks = None
 
     def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
+        return self.store.data_dir.log_dir_path(log_dir_id), self._health(log_dir_id)
+
+    def _metadata_written(self, topic: str) -> None:
+        """A partition's metadata was written: caches of the topic's metadata read it again."""
+        self.store.forget_topic_metadata(topic)
+        if self._group is not None:
+            self._group.forget_topic_meta()
+
+    def _health(self, log_dir_id: int) -> str:
+        """The log directory's health; within shared_dir_checks, a healthy one is checked once."""
         checks = self._dir_checks
         known = checks.get(log_dir_id) if checks is not None else None
-        if known is None:
-            known = (self.store.data_dir.log_dir_path(log_dir_id), dir_health(self.store, log_dir_id))
-            if checks is not None and known[1] == health.OK:
-                checks[log_dir_id] = known
-        return known
+        if known is not None:
+            return known[1]
+        state = dir_health(self.store, log_dir_id)
+        if checks is not None and state == health.OK:
+            checks[log_dir_id] = (self.store.data_dir.log_dir_path(log_dir_id), state)
+        return state
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         return [self.store.data_dir.log_dir_path(d) for d in ids]
 
-    def reconcile_if_due(self, topic: str, partition: int, part) -> PartitionMeta:
+    def reconcile_if_due(self, topic: str, partition: int, part,
+                         topic_meta: Callable[[], TopicMeta] | None = None) -> PartitionMeta:
         """reconcile(), or when nothing can have changed since the last one (see REPLICA_RECHECK_S)
         only the cheap re-open of `part` (it checks the lock generation)."""
         # kept on the Partition (one per store), so that every producer of the store shares it
@@ -192,7 +213,7 @@ class ReplicaManager:
                 and part.unchanged_since_last_append() and self._replicas_healthy(topic, partition, known[1])):
             part.open_for_write()
             return known[1]
-        return self.reconcile(topic, partition, part)
+        return self.reconcile(topic, partition, part, topic_meta)
 
     def _replicas_healthy(self, topic: str, partition: int, meta: PartitionMeta) -> bool:
         """Every replica's directory is healthy and holds the partition's folder."""
@@ -203,15 +224,17 @@ class ReplicaManager:
                 return False
         return True
 
-    def reconcile(self, topic: str, partition: int, part) -> PartitionMeta:
-        """Health, election, catch-up; leaves `part` configured as leader + ISR, opened for write."""
+    def reconcile(self, topic: str, partition: int, part,
+                  topic_meta: Callable[[], TopicMeta] | None = None) -> PartitionMeta:
+        """Health, election, catch-up; leaves `part` configured as leader + ISR, opened for write.
+        `topic_meta`: the topic's metadata as read under this partition's lock (a group of
+        partitions locked together reads it once for all, see SyncTogether)."""
         part.replica_check = None
         store = self.store
-        topic_meta = store.topics.get(topic)
+        topic_meta = topic_meta() if topic_meta is not None else store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta
-        unclean = LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
-        states = {d: dir_health(store, d) for d in meta.replicas}
+        states = {d: self._health(d) for d in meta.replicas}
         for d, state in states.items():
             if state == health.REPLACED:
                 store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
@@ -231,6 +254,9 @@ class ReplicaManager:
                 self._said_unhealthy[(topic, partition, d)] = states[d]
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
+        # the topic's configs are parsed only when an election may need unclean.leader.election
+        unclean = (meta.leader not in healthy or meta.leader not in meta.isr) and \
+            LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
         elected = elect(meta, healthy, unclean)
         if elected is not None:
             meta = elected
@@ -253,12 +279,16 @@ class ReplicaManager:
         meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
         if meta != before:
             store.topics.update_partition(topic, partition, meta)
-            store.forget_topic_cache(topic)
+            self._metadata_written(topic)
         snap = part.snapshot()
         if snap.leader_epoch != meta.leader_epoch:
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
+        lost = data_loss.unacknowledged([r.directory for r in part.replicas])
+        if lost is not None:  # checked on every reconcile: part.replica_check stays unset meanwhile
+            raise DataLossError(f"{topic}-{partition} takes no writes: {lost}; new records would take the lost "
+                                f"offsets. Acknowledge the loss with: {data_loss.ACKNOWLEDGE_COMMAND}")
         if len(meta.isr) == len(meta.replicas):
             part.replica_check = (time.monotonic(), meta)
         return meta
@@ -269,8 +299,10 @@ class ReplicaManager:
         followers hold the same batches, so the longest one's tail is copied back, rather than
         every replica being cut to the leader's end. A replica that lost committed records is
         named in a warning (with RF=1 they are gone)."""
+        cut_by_recovery = False
         for replica, report in zip(part.replicas, part.last_recovery, strict=True):
             if report.repaired and replica.log_end_offset < hw:
+                cut_by_recovery = True
                 self.warn(f"recovery cut committed records of {replica.directory} from offset "
                           f"{replica.log_end_offset} (high watermark {hw}): {'; '.join(report.reasons)}")
         leader = part.leader
@@ -283,9 +315,12 @@ class ReplicaManager:
                 raise LeaderAppendError(f"cannot restore the leader {leader.directory} from {longest.directory}: "
                                         f"{e.strerror or e}", why) from None
         if leader.log_end_offset < hw:
-            self.warn(f"{DATA_LOSS_PREFIX}committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-"
-                      f"{part.partition} are gone from every replica; the bytes cut are kept in .corrupt files "
-                      f"in {leader.directory} (klog verify lists them)")
+            lost = (f"committed records {leader.log_end_offset}..{hw - 1} of {part.topic}-{part.partition} are gone "
+                    f"from every replica; the bytes cut are kept in .corrupt files in {leader.directory} (klog verify "
+                    f"lists them)")
+            if cut_by_recovery:  # (an unclean election the topic allows loses records by the user's choice)
+                data_loss.record(leader.directory, lost)  # writes stop until the loss is acknowledged
+            self.warn(DATA_LOSS_PREFIX + lost)
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
         """A writer killed between the leader's append and a follower's left that follower short
@@ -355,48 +390,53 @@ class ReplicaManager:
         part = store.partition(topic, partition)
         min_isr = store.log_config(topic).min_insync_replicas
         sync = SYNC_BY_ACKS[str(acks)]
-        with part.lock:
-            try:
-                meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr, before,
-                                                          SYNC_NONE if together is not None else sync)
-            except BaseException:
-                part.replica_check = None  # whatever failed, the next append checks everything
-                if self._dir_checks is not None:
-                    self._dir_checks.clear()
-                raise
-            if result.failed_followers:
-                part.replica_check = None
-                if self._dir_checks is not None:
-                    self._dir_checks.clear()
-                dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
-                lost = {dirs[i] for i in result.failed_followers}
-                for i, why in result.failed_followers.items():
-                    self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
-                    self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
-                meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
-                store.topics.update_partition(topic, partition, meta)
-                store.forget_topic_cache(topic)
-            if together is not None:
-                together.appended(part, meta, sync, min_isr, result.base_offset)
-                return result.base_offset
-            part.publish()
-            if sync == SYNC_ALL and len(meta.isr) < min_isr:
-                raise NotEnoughReplicasError(
-                    f"{topic}-{partition}: the batch at offset {result.base_offset} reached only ISR "
-                    f"[{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
+        self._group = together
+        try:
+            with part.lock:
+                try:
+                    meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr, before,
+                                                              SYNC_NONE if together is not None else sync, together)
+                except BaseException:
+                    part.replica_check = None  # whatever failed, the next append checks everything
+                    if self._dir_checks is not None:
+                        self._dir_checks.clear()
+                    raise
+                if result.failed_followers:
+                    part.replica_check = None
+                    if self._dir_checks is not None:
+                        self._dir_checks.clear()
+                    dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+                    lost = {dirs[i] for i in result.failed_followers}
+                    for i, why in result.failed_followers.items():
+                        self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
+                        self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
+                    meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
+                    store.topics.update_partition(topic, partition, meta)
+                    self._metadata_written(topic)
+                if together is not None:
+                    together.appended(part, meta, sync, min_isr, result.base_offset)
+                    return result.base_offset
+                part.publish()
+                if sync == SYNC_ALL and len(meta.isr) < min_isr:
+                    raise NotEnoughReplicasError(
+                        f"{topic}-{partition}: the batch at offset {result.base_offset} reached only ISR "
+                        f"[{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
+        finally:
+            self._group = None
         return result.base_offset
 
 
     def _append_with_failover(self, topic: str, partition: int, part, encoded: bytes, sync: str, min_isr: int,
-                              before: Callable[[int], None] | None,
-                              append_sync: str) -> tuple[PartitionMeta, AppendResult]:
+                              before: Callable[[int], None] | None, append_sync: str,
+                              together: SyncTogether | None) -> tuple[PartitionMeta, AppendResult]:
         """A leader whose directory fails the append (EIO, ENOSPC, ...) leaves the ISR, an in-sync
         follower is elected (epoch + 1) and the batch is appended there: the write goes on while
         an in-sync replica is left, as in Kafka, where the producer's retry finds the new leader."""
         attempts = 1
         while True:
             try:
-                meta = self.reconcile_if_due(topic, partition, part)
+                meta = self.reconcile_if_due(topic, partition, part,
+                                             together.topic_meta if together is not None else None)
                 if sync == SYNC_ALL:
                     ensure_min_isr(topic, partition, meta, min_isr)
                 if before is not None:
@@ -420,7 +460,7 @@ class ReplicaManager:
                 for d in {failed} | stuck:
                     self._failed_at[(topic, partition, d)] = time.monotonic()
                 self.store.topics.update_partition(topic, partition, replace(current, isr=rest))
-                self.store.forget_topic_cache(topic)
+                self._metadata_written(topic)
                 if attempts > len(replicas):
                     break
                 attempts += 1
@@ -438,8 +478,13 @@ class SyncTogether:
     finish()), made durable by one syncfs per filesystem instead of an fsync per replica file
     (klog.store.syncfs), then published. Use only where syncfs.available()."""
 
-    def __init__(self, store) -> None:  # noqa: ANN001 - klog.Store
+    def __init__(self, store, topic: str) -> None:  # noqa: ANN001 - klog.Store
+        """Call with the locks of the group's partitions (of `topic`) taken, before appending."""
         from klog.store.syncfs import SyncedTogether
+
+        self.store = store
+        self.topic = topic
+        self._topic_meta: TopicMeta | None = None
 
         paths = []
         for d in store.data_dir.log_dirs:
@@ -449,6 +494,17 @@ class SyncTogether:
                 continue  # a lost directory: its replicas' appends fail and say so
         self._fds = SyncedTogether(paths)  # opened before the writes their syncfs must cover
         self._appended: list[tuple[object, PartitionMeta, str, int, int]] = []
+
+    def topic_meta(self) -> TopicMeta:
+        """The topic's metadata, read once for the group: every partition of it is locked, and a
+        partition's metadata changes only under its lock (by this group's own reconciles, which
+        write theirs back and keep them here)."""
+        if self._topic_meta is None:
+            self._topic_meta = self.store.topics.get(self.topic)
+        return self._topic_meta
+
+    def forget_topic_meta(self) -> None:
+        self._topic_meta = None
 
     def appended(self, part, meta: PartitionMeta, sync: str, min_isr: int, base_offset: int) -> None:  # noqa: ANN001
         self._appended.append((part, meta, sync, min_isr, base_offset))
@@ -525,7 +581,7 @@ def move_replica(store, topic: str, partition: int, source: int, target: int, wa
             new = replace(new, leader=leader, leader_epoch=meta.leader_epoch + 1,
                           epochs=[*meta.epochs, [meta.leader_epoch + 1, part.leader.log_end_offset]])
         store.topics.update_partition(topic, partition, new)
-        store.forget_topic_cache(topic)
+        store.forget_topic_metadata(topic)
         manager.reconcile(topic, partition, part)
         old = replica_path(store, topic, partition, source)
         if os.path.isdir(old):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from klog.broker import data_loss
 from klog.broker.replication import ReplicaManager, catch_up
 from klog.errors import KlogError
 from klog.store.format import LOG_SUFFIX, parse_segment_base
@@ -182,6 +183,9 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
     replica.refresh_segments()
     problems = (_kept_corrupt_bytes(replica.directory) + _unreadable_segment_names(replica.directory)
                 + _symbolic_links(replica.directory))
+    lost = data_loss.unacknowledged([replica.directory])
+    if lost is not None:
+        problems.append(f"{lost}; the partition takes no writes until --repair acknowledges the loss")
     cut_at = None
     expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
     log_end = None
@@ -298,6 +302,8 @@ def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: in
         return False
     with part.lock:
         part.open_for_write()
+        if data_loss.acknowledge(replica.directory) is not None:
+            notes.append(f"repaired: the loss is acknowledged; writes go on from offset {replica.log_end_offset}")
         if cut_at is None:
             if any(UNMARKED_HIGH_ATTRIBUTES in n for n in notes):
                 replica.mark_strict_records()

@@ -7,6 +7,7 @@ The producer, replay and klog serve's Produce (RawAppender) all write here.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -78,12 +79,22 @@ OPEN_PARTITIONS_SHARE = 0.5
 
 
 def open_partitions_max() -> int:
+    """How many written partitions a writer keeps open: its share of the descriptor limit, first
+    raised from the soft to the hard limit (as Go's runtime does: the soft 1,024 of many systems
+    is a compatibility default for select(), which klog does not use)."""
     import resource
 
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
     if soft == resource.RLIM_INFINITY:
         soft = 1 << 20
     return max(8, int(soft * OPEN_PARTITIONS_SHARE) // DESCRIPTORS_PER_PARTITION)
+
 
 BeforeAppend = Callable[[int], None]  # called under the partition lock with the offset the batch will get
 
@@ -91,10 +102,13 @@ BeforeAppend = Callable[[int], None]  # called under the partition lock with the
 class PartitionWriter:
     """Appends encoded batches through `replicas` (a ReplicaManager), running retention after a roll."""
 
-    def __init__(self, store, replicas) -> None:  # noqa: ANN001 - klog.Store, ReplicaManager
+    def __init__(self, store, replicas, *, release_files: bool = True) -> None:  # noqa: ANN001 - Store, ReplicaManager
+        """release_files=False: never close a written partition's files (klog serve, whose other
+        threads read the same partitions: a descriptor closed under a reader could be reused by
+        another open meanwhile; serve budgets its descriptors itself, server/limits.py)."""
         self.store = store
         self.replicas = replicas
-        self.open_max = open_partitions_max()
+        self.open_max = open_partitions_max() if release_files else sys.maxsize
         self._open: OrderedDict[tuple[str, int], object] = OrderedDict()  # written partitions, oldest first
 
     def _written(self, topic: str, partition: int, part) -> None:  # noqa: ANN001 - a Partition
@@ -162,10 +176,11 @@ class PartitionWriter:
         active_before = [part.active_segment_base() for part in parts]
         results: list[list[int]] = []
         with ExitStack() as held:
-            together = SyncTogether(store)
-            held.callback(together.close)
-            for (_, partition, batches), part in zip(group, parts, strict=True):
+            for part in parts:  # every lock first: the topic's metadata is then read once for them all
                 held.enter_context(part.lock)
+            together = SyncTogether(store, topic)
+            held.callback(together.close)
+            for (_, partition, batches) in group:
                 results.append([replicas.append(topic, partition, encoded, acks, together=together)
                                 for encoded in batches])
             together.finish()

@@ -75,6 +75,54 @@ def run(
         raise KlogError(f"connector '{name}' task {task_id} failed: {error}")
 
 
+WORKER_HELP = (
+    "A distributed worker: every `klog connect worker` of the same --group-id (on this machine or others, on "
+    "the same store or cluster) shares the connectors' tasks through Kafka's group protocol, and takes over the "
+    "tasks of a worker that stops or dies (after session.timeout.ms, 10 s by default, in --worker-config). "
+    "CONFIGs given here are submitted to the group (written to connect-configs) and run wherever the group "
+    "assigns their tasks. Ctrl-C or SIGTERM stops this worker's tasks after committing their offsets; the "
+    "others take them over."
+)
+
+
+@app.command(help=WORKER_HELP)
+def worker(
+    group_id: Annotated[str, typer.Option("--group-id", "-g", help="The workers' group (Kafka Connect's group.id).")],
+    configs: Annotated[list[str] | None, typer.Argument(help="Connector configs to submit to the group.",
+                                                        metavar="[CONFIG...]")] = None,
+    worker_config: Annotated[str | None, typer.Option(
+        "--worker-config", "-w", help="Worker properties (converters, offset.flush.interval.ms, "
+        "session.timeout.ms, consumer.session.timeout.ms, ...).")] = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    import os
+    import socket
+
+    from klog.connect.config import load_config_file
+    from klog.connect.distributed import DistributedWorker
+    from klog.connect.worker import WORKER, ignored_warning, validate
+
+    worker_props = load_config_file(worker_config) if worker_config else {}
+    worker_parsed = WORKER.parse(worker_props)
+    validated = [validate(load_config_file(path), worker_parsed) for path in configs or []]
+    for v in validated:
+        if (message := ignored_warning(v)) is not None:
+            warn(message)
+    store = open_store(data_dir)
+    try:
+        dw = DistributedWorker(store, group_id, worker_props, warn, worker_id=f"{socket.gethostname()}:{os.getpid()}")
+        try:
+            for v in validated:
+                dw.submit(v)
+            print(f"klog connect: worker {socket.gethostname()}:{os.getpid()} in group {group_id} (Ctrl-C stops)",
+                  file=sys.stderr)
+            dw.run()
+        finally:
+            dw.close()
+    finally:
+        store.close()
+
+
 def _all_failed(worker) -> bool:  # noqa: ANN001 - a Worker
     """With the REST API up the worker keeps serving, unless every task it had has failed."""
     return bool(worker.failures) and not worker.alive()

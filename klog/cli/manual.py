@@ -124,6 +124,11 @@ klog connect run -w worker.properties sink.json    # worker settings: converters
                      ("2", "A config refused before anything started; the failing field named.")),
         files=STORE_FILES, see_also=("klog-produce", "klog-consume"), doc="connect.md",
         not_run="runs connectors until stopped (a database, a cluster)"),
+    "klog connect worker": Entry(
+        examples="""klog connect worker --group-id etl sink.json      # submits sink.json, runs its share of tasks
+klog connect worker --group-id etl                # another worker (here or on another machine)""",
+        files=STORE_FILES, see_also=("klog-connect-run",), doc="connect.md",
+        not_run="runs until stopped"),
     "klog connect list": Entry(
         examples="""klog connect list                                  # name, type, state, task states
 KLOG_CONNECT_URL=http://127.0.0.1:8084 klog connect list""",
@@ -245,6 +250,22 @@ klog groups delete-offsets billing --topic orders""",
         environment=CLUSTER_ENV, files=STORE_FILES, doc="groups.md"),
     "klog groups clean": Entry(examples="klog groups clean      # expire old committed offsets now (cron it)",
                                files=STORE_FILES, doc="serve.md"),
+    "klog transactions": Entry(
+        examples="""seq 1 100 | klog produce events --transactional-id load-1   # all 100 or none
+klog transactions list
+klog transactions describe load-1""", files=STORE_FILES, see_also=("klog-produce", "klog-serve"),
+        doc="transactions.md"),
+    "klog transactions list": Entry(
+        examples="""seq 1 3 | klog produce events --transactional-id load-1
+klog transactions list          # state, producer id and epoch, open partitions""",
+        files=STORE_FILES, doc="transactions.md"),
+    "klog transactions describe": Entry(
+        examples="""seq 1 3 | klog produce events --transactional-id load-1
+klog transactions describe load-1 --json""", files=STORE_FILES, doc="transactions.md"),
+    "klog transactions abort": Entry(
+        examples="""seq 1 3 | klog produce events --transactional-id load-1
+klog transactions abort load-1  # a hanging transaction: ABORT markers, producer fenced""",
+        files=STORE_FILES, doc="transactions.md"),
     "klog clusters": Entry(
         examples="""klog clusters add prod -b kafka1:9093,kafka2:9093 -X security.protocol=SASL_SSL
 klog clusters list                    # secrets print as ***

@@ -69,6 +69,9 @@ def register(app: typer.Typer) -> None:
             "--source-property", help="Kafka client property name=value for a SRC cluster.")] = None,
         dest_property: Annotated[list[str] | None, typer.Option(
             "--dest-property", help="Kafka client property name=value for a DEST cluster.")] = None,
+        exactly_once: Annotated[bool, typer.Option(
+            "--exactly-once", help="Copy each record exactly once, also across kills: records and checkpoints are "
+            "committed together in transactions (DEST a local store; read DEST with read_committed).")] = False,
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.client.mirror import Mirror, renamer
@@ -81,7 +84,7 @@ def register(app: typer.Typer) -> None:
             progress = _Progress(sys.stderr.isatty())
             stack.enter_context(progress)
             job = Mirror(src, dst, topics or [], mirror_id=name or _mirror_id(source, data_dir), pattern=pattern,
-                         rename=rename, follow=follow, on_progress=progress.update)
+                         rename=rename, follow=follow, exactly_once=exactly_once, on_progress=progress.update)
             interrupted = False
             with _sigterm_as_interrupt():
                 try:

@@ -53,6 +53,12 @@ def register(app: typer.Typer) -> None:
                                                        "written, over all partitions; 33554432 by default). With "
                                                        "a cluster (--bootstrap-server), any Kafka client property "
                                                        "(security.protocol, sasl.*, ssl.*, ...).")] = None,
+        transactional_id: Annotated[str | None, typer.Option(
+            "--transactional-id", help="Write the whole input as one transaction: read_committed readers see "
+            "all of it or, if this is killed or fails, none of it.")] = None,
+        transaction_records: Annotated[int | None, typer.Option(
+            "--transaction-records", min=1, help="With --transactional-id: commit every N records (long streams).")]
+        = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         options = dict(locals())  # the options, by name: the hot path calls run_produce the same way

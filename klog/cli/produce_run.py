@@ -8,12 +8,21 @@ import sys
 from klog.cli.session import current_cluster, open_store
 from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
 from klog.client.producer_settings import producer_settings
+from klog.errors import UsageError
 
 
 def run_produce(*, topic, files, key_separator, key, delimiter, header, input_format,  # noqa: ANN001
-                partition, acks, compression, linger_ms, batch_size, print_offsets, prop, data_dir) -> None:  # noqa: ANN001
+                partition, acks, compression, linger_ms, batch_size, print_offsets, prop,  # noqa: ANN001
+                transactional_id, transaction_records, data_dir) -> None:  # noqa: ANN001
     """`klog produce` with its options as Python values (what Typer, or the hot path, parsed)."""
     check_options(input_format, key_separator or None, key, delimiter)
+    if transaction_records is not None and transactional_id is None:
+        raise UsageError("--transaction-records needs --transactional-id")
+    if transaction_records is not None and transaction_records < 1:
+        raise UsageError(f"--transaction-records must be at least 1, not {transaction_records}")
+    if transactional_id is not None and current_cluster() is not None:
+        raise UsageError("--transactional-id writes to the local store only (a cluster's transactions: use a "
+                         "Kafka client's transactional.id)")
     settings = producer_settings(prop)
     headers = parse_headers(header)
     delim = parse_delimiter(delimiter) if delimiter is not None else None
@@ -34,13 +43,23 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
 
     with open_store(data_dir) as store:
         # no ack callback unless offsets are printed: on a cluster it is a Python call per record
+        txn = {} if transactional_id is None else {"transactional_id": transactional_id,
+                                                    "transaction_records": transaction_records}
         producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
                                   batch_size=batch_size, on_ack=on_ack if print_offsets else None,
-                                  on_create=on_create, **settings)
+                                  on_create=on_create, **settings, **txn)
         try:
+            if txn:
+                producer.begin()
             produce_from(producer, topic, *(files or ["-"]), input_format=input_format,
                          key_separator=key_separator.encode() if key_separator else None,
                          key=key.encode() if key is not None else None, delimiter=delim, headers=headers,
                          partition=partition, on_warning=on_warning)
+            if txn:
+                producer.commit()
+        except BaseException:
+            if txn and producer.in_transaction:
+                producer.abort()  # all or nothing: a failed or interrupted input leaves none of it
+            raise
         finally:
             sys.stdout.flush()

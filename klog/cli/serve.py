@@ -25,8 +25,8 @@ SERVE_HELP = (
     "wire protocol, while local klog commands keep working on the same store.\n\n"
     "Produce (acks 0/1/all, idempotent producers, every codec), Fetch (long polling, zero-copy), ListOffsets, "
     "Metadata (auto-creates topics per the store's auto.create.topics.enable), consumer groups, and the admin "
-    "APIs for topics, partitions, configs, log directories and delete-records. Transactions are refused "
-    "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Try: kcat -b 127.0.0.1:9092 -L\n\n"
+    "APIs for topics, partitions, configs, log directories and delete-records, and transactions (exactly-once "
+    "producers, read_committed consumers; docs/transactions.md). Try: kcat -b 127.0.0.1:9092 -L\n\n"
     "Runs in the foreground with one start-up line on stderr. SIGTERM or Ctrl-C stops it cleanly: requests in "
     "flight are answered, files flushed and closed, exit 0. A port in use is exit 1."
 )

@@ -12,6 +12,7 @@ import heapq
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Self
 
 from klog.broker.resolve import resolve_partitions
@@ -26,40 +27,55 @@ MERGED_CHUNK_VALUES = 4096  # value_chunks of several partitions: at least this 
 TOPIC_CHECK_INTERVAL_S = 0.5  # a follower notices a deleted topic within this (one LMDB read per topic)
 
 
+class StartKind(StrEnum):
+    """Where a read starts (StartSpec.kind); a StrEnum, so each also equals its name as a string."""
+
+    BEGINNING = "beginning"  # the log start
+    END = "end"  # the high watermark: only what comes next
+    OFFSET = "offset"  # an absolute offset (value)
+    RELATIVE = "relative"  # value records before the end (kcat's -o -N)
+    TIMESTAMP = "timestamp"  # the first record at or after value (epoch ms)
+    TAIL = "tail"  # the last value records (--tail, --last)
+    COMMITTED = "committed"  # a group's committed offset
+
+
 @dataclass(frozen=True)
 class StartSpec:
     """Where to start: kcat's -o (beginning, end, N, -N), a timestamp, or last N (--tail)."""
 
-    kind: str = "beginning"  # beginning | end | offset | relative | timestamp | tail | committed
+    kind: StartKind = StartKind.BEGINNING
     value: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", StartKind(self.kind))  # a kind's name as a string works too
 
     @classmethod
     def parse(cls, text: str) -> StartSpec:
         text = text.strip()
         if text in ("beginning", "earliest", "start"):
-            return cls("beginning")
+            return cls(StartKind.BEGINNING)
         if text in ("end", "latest"):
-            return cls("end")
+            return cls(StartKind.END)
         try:
             n = int(text)
         except ValueError:
             raise UsageError(f"invalid offset '{text}': use beginning, end, N or -N") from None
-        return cls("relative", n) if text.startswith("-") else cls("offset", n)
+        return cls(StartKind.RELATIVE, n) if text.startswith("-") else cls(StartKind.OFFSET, n)
 
     def offset(self, low: int, high: int, found: int | None, where: str) -> int:
         """The first offset to read of a partition holding low..high (`where` names it in errors);
         `found` is the partition's first offset at or after the timestamp (kind "timestamp")."""
-        if self.kind == "beginning":
+        if self.kind is StartKind.BEGINNING:
             return low
-        if self.kind == "end":
+        if self.kind is StartKind.END:
             return high
-        if self.kind == "offset":
+        if self.kind is StartKind.OFFSET:
             if self.value > high:
                 raise OffsetOutOfRangeError(f"offset {self.value} is past the end ({high}) of {where}")
             return max(self.value, low)
-        if self.kind in ("relative", "tail"):
+        if self.kind in (StartKind.RELATIVE, StartKind.TAIL):
             return max(low, high - abs(self.value))
-        if self.kind == "timestamp":
+        if self.kind is StartKind.TIMESTAMP:
             return high if found is None else max(found, low)
         raise AssertionError(self)
 
@@ -163,7 +179,7 @@ class Consumer(ConsumerBase):
         return cursor
 
     def _start_offset(self, part: Partition, high: int) -> int:
-        found = part.offset_for_timestamp(self.start.value) if self.start.kind == "timestamp" else None
+        found = part.offset_for_timestamp(self.start.value) if self.start.kind is StartKind.TIMESTAMP else None
         return self.start.offset(part.log_start_offset(), high, found, f"{part.topic}-{part.partition}")
 
     def seek(self, topic: str, partition: int, offset: int) -> None:

@@ -9,6 +9,11 @@ Progress is checkpointed in DEST, in the compacted topic __klog_mirror_checkpoin
 mirrored partition: the next source offset), written only after DEST acknowledged the records
 before it. A stopped mirror resumes where it stopped, with no duplicate after a clean stop; a killed
 one copies again at most the records of one checkpoint interval (at-least-once).
+
+With `exactly_once` (a local DEST), the records copied since the last checkpoint and the checkpoint
+itself are one transaction (KIP-618's idea, as MirrorMaker 2 does it): after any kill, DEST's
+read_committed readers hold each source record exactly once, and the mirror resumes from the last
+committed checkpoint. A second mirror of the same name fences the first.
 """
 
 from __future__ import annotations
@@ -61,13 +66,17 @@ def renamer(template: str) -> Callable[[str], str]:
 
 class Mirror:
     def __init__(self, src, dest, topics: list[str], *, mirror_id: str, pattern: str | None = None,
-                 rename: str = "{topic}", follow: bool = False,
+                 rename: str = "{topic}", follow: bool = False, exactly_once: bool = False,
                  on_progress: Callable[[MirrorStats], None] | None = None) -> None:
+        if exactly_once and not getattr(dest, "is_local", True):
+            raise UsageError("--exactly-once needs a local store as DEST (a cluster's transactions are not "
+                             "used by klog mirror yet)")
         self.src, self.dest = src, dest
         self.wanted, self.pattern = topics, pattern
         self.mirror_id = mirror_id
         self.rename = renamer(rename)
         self.follow = follow
+        self.exactly_once = exactly_once
         self.on_progress = on_progress
         self.stats = MirrorStats()
         self._keep_partition: dict[str, bool] = {}  # source topic -> copies keep their partition
@@ -82,7 +91,7 @@ class Mirror:
             count = self.src.partition_count(topic)
             configs = _set_configs(self.src, topic)
             self.dest.create_topic(target, count, configs=configs, exist_ok=True)
-        self.dest.forget_topic_cache(target)
+        self.dest.forget_topic_metadata(target)
         # DEST has every source partition: each record keeps its own; else DEST's partitioner places all
         self._keep_partition[topic] = self.src.partition_count(topic) <= self.dest.partition_count(target)
 
@@ -94,7 +103,8 @@ class Mirror:
             self.dest.create_topic(CHECKPOINT_TOPIC, 1, configs={"cleanup.policy": "compact"}, exist_ok=True)
             return {}
         out: dict[tuple[str, int], int] = {}
-        with self.dest.consumer(CHECKPOINT_TOPIC, merge=False) as consumer:
+        isolation = {"isolation_level": "read_committed"} if self.exactly_once else {}
+        with self.dest.consumer(CHECKPOINT_TOPIC, merge=False, **isolation) as consumer:
             for r in consumer:
                 try:
                     mirror_id, topic, partition, target = json.loads(r.key or b"null")
@@ -112,12 +122,29 @@ class Mirror:
             self._ensure_dest(t)
         self._saved = self._load_checkpoints()
         self.stats.topics = list(names)
-        producer = self.dest.producer(acks="all", auto_create=False)
+        if self.exactly_once:
+            # opening it fences an earlier mirror of this name and aborts what it left open, before
+            # the checkpoints are read (so they are the last committed ones)
+            producer = self.dest.producer(transactional_id=self._transactional_id(), auto_create=False)
+            self._saved = self._load_checkpoints()
+            producer.begin()
+        else:
+            producer = self.dest.producer(acks="all", auto_create=False)
         try:
             self._copy(names, producer, started)
         finally:
             self.stats.seconds = time.monotonic() - started
+            if self.exactly_once:
+                producer.close()  # aborts the transaction begun after the last checkpoint (empty on a clean stop)
         return self.stats
+
+    def _transactional_id(self) -> str:
+        name = f"klog-mirror:{self.mirror_id}:{self.rename('{topic}')}"
+        if len(name.encode()) > 400:
+            import hashlib
+
+            name = "klog-mirror:" + hashlib.sha256(name.encode()).hexdigest()
+        return name
 
     def _open(self, names: list[str]) -> ConsumerBase:
         consumer = self.src.consumer(*names, start="beginning", follow=self.follow, merge=False)
@@ -205,15 +232,19 @@ class Mirror:
                 _send_local(producer, target, partition if keep else None, records)
 
     def _checkpoint(self, producer, positions: dict[tuple[str, int], int]) -> None:  # noqa: ANN001
-        """Wait for DEST to acknowledge what was sent, then record where each partition is."""
+        """Wait for DEST to acknowledge what was sent, then record where each partition is
+        (exactly once: both in one transaction, committed here)."""
         producer.flush()
         changed = {tp: off for tp, off in positions.items() if self._saved.get(tp) != off}
         for (t, p), offset in changed.items():
             producer.send(CHECKPOINT_TOPIC, json.dumps({"next_offset": offset}).encode(),
                           key=self._checkpoint_key(t, p), partition=0)
-        if changed:
+        if self.exactly_once:
+            producer.commit()
+            producer.begin()
+        elif changed:
             producer.flush()
-            self._saved.update(changed)
+        self._saved.update(changed)
 
 
 def _send_local(producer: Producer, topic: str, partition: int | None, records: list) -> None:

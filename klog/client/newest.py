@@ -6,7 +6,7 @@ import collections
 import heapq
 from typing import Any
 
-from klog.client.consumer import StartSpec
+from klog.client.consumer import StartKind, StartSpec
 from klog.client.records import Record
 
 FIRST_WINDOW = 4096  # records read back from a partition's end for a filtered --last; doubled each step
@@ -25,7 +25,7 @@ def newest_records(store: Any, topics: list[str], n: int, *, count: int | None =
     if options.get("record_filter") is not None and n:
         newest, ends = _newest_matches(store, topics, n, options)
     else:
-        tails = store.consumer(*topics, start=StartSpec("tail", n), **options)
+        tails = store.consumer(*topics, start=StartSpec(StartKind.TAIL, n), **options)
         newest = list(collections.deque(tails, maxlen=n)) if n else []
         ends = tails.positions()
     if count is not None:

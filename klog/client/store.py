@@ -188,7 +188,7 @@ class Store(GroupAdminMethods):
             topic = self.topics.add_partitions(name, partitions, self.healthy_log_dir_ids())
         if set_configs or delete_configs:
             topic = self.topics.update_configs(name, set_configs or {}, list(delete_configs))
-        self._forget(name)
+        self.forget_topic(name)
         return topic
 
     def delete_topic(self, name: str) -> TopicMeta:
@@ -212,7 +212,7 @@ class Store(GroupAdminMethods):
 
     def _delete_topic(self, name: str) -> TopicMeta:
         topic = self.topics.get(name)
-        self._forget(name)
+        self.forget_topic(name)
         self.kafka_checkpoints_due = True
         moved: list[tuple[str, str]] = []
         for p, pm in enumerate(topic.partitions):
@@ -252,11 +252,6 @@ class Store(GroupAdminMethods):
                                + (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
         return topic
 
-    def forget_topic(self, name: str) -> None:
-        """Drop everything cached about the topic, open partitions included (deleted and created
-        again by another process: the open files are the old topic's)."""
-        self._forget(name)
-
     def _refuse_leftover_folders(self, name: str, partitions: range) -> None:
         """A folder of one of the partitions about to be created (or added), holding files, in any
         log directory: its metadata was lost (an emptied data.mdb) or a delete was cut short.
@@ -274,11 +269,14 @@ class Store(GroupAdminMethods):
                     raise StorageError(f"cannot create partition {name}-{p}: {folder} already holds a "
                                        f"partition no metadata names (lost metadata?); move it away first")
 
-    def forget_topic_cache(self, name: str) -> None:
+    def forget_topic_metadata(self, name: str) -> None:
         """Metadata changed underneath (ISR, leader): re-read it next time."""
         self._topic_cache.pop(name, None)
 
-    def _forget(self, name: str) -> None:
+    def forget_topic(self, name: str) -> None:
+        """Drop everything cached about the topic, its open partitions closed (altered, deleted, or
+        deleted and created again by another process: the open files are the old topic's);
+        forget_topic_metadata drops only the metadata."""
         with self._opening:
             self._topic_cache.pop(name, None)
             gone = [self._partitions.pop(k) for k in [k for k in self._partitions if k[0] == name]]
@@ -331,7 +329,7 @@ class Store(GroupAdminMethods):
     def _reload_replicas(self, part: Partition) -> None:
         """A writer elected a new leader since `part` was opened: read from the new leader and
         ISR (a deposed leader may hold a batch nobody else has, above what was committed)."""
-        self.forget_topic_cache(part.topic)
+        self.forget_topic_metadata(part.topic)
         pm = self.topic(part.topic).partitions[part.partition]
         part.set_replica_dirs(self._leader_and_isr_dirs(pm))
 
@@ -397,10 +395,33 @@ class Store(GroupAdminMethods):
         return resolve_topic_names(self, topics, pattern)
 
     # -- clients -----------------------------------------------------------------------------
-    def producer(self, **kwargs: Any) -> Producer:
+    def producer(self, transactional_id: str | None = None, **kwargs: Any) -> Producer:
+        """A producer; with `transactional_id`, a transactional one (klog.client.transactional)."""
+        if transactional_id is not None:
+            from klog.client.transactional import TransactionalProducer
+
+            return TransactionalProducer(self, transactional_id, **kwargs)
         from klog.client.producer import Producer
 
         return Producer(self, **kwargs)
+
+    # -- transactions (klog.client.transactional) -------------------------------------------------
+    def list_transactions(self) -> list:
+        """Every transactional id's coordinator state (klog.meta.transactions.TxnMetadata)."""
+        from klog.client.transactional import list_transactions
+
+        return list_transactions(self)
+
+    def describe_transaction(self, transactional_id: str):  # noqa: ANN201 - TxnMetadata
+        from klog.client.transactional import describe_transaction
+
+        return describe_transaction(self, transactional_id)
+
+    def abort_transaction(self, transactional_id: str) -> bool:
+        """Abort a hanging transaction (ABORT markers, its producer fenced); False if none was open."""
+        from klog.client.transactional import abort_transaction
+
+        return abort_transaction(self, transactional_id, warn=self.warn)
 
     def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         from klog.client.consumer import Consumer

@@ -47,17 +47,17 @@ def parse_range(offset: str | None = None, since: str | None = None, until: str 
     """The one reading of the range options consume and replay share (-o, --since, --until, --tail,
     and consume's --last; Spark's export has no --tail): (StartSpec, until_ms or None). At most one start
     option may be given; `with_tail`/`with_last` name those in that error (the commands that have them)."""
-    from klog.client.consumer import StartSpec
+    from klog.client.consumer import StartKind, StartSpec
 
     names = ["--offset", "--since"] + (["--tail"] if with_tail else []) + (["--last"] if with_last else [])
     if sum(x is not None for x in (offset, since, tail, last)) > 1:
         raise UsageError(f"use only one of {', '.join(names[:-1])} and {names[-1]}")
     if since is not None:
-        start = StartSpec("timestamp", parse_time_ms(since))
+        start = StartSpec(StartKind.TIMESTAMP, parse_time_ms(since))
     elif tail is not None or last is not None:
         if tail is not None and tail < 0:
             raise UsageError("--tail needs a count of 0 or more")
-        start = StartSpec("tail", tail if tail is not None else last)
+        start = StartSpec(StartKind.TAIL, tail if tail is not None else last)
     else:
         start = StartSpec.parse(offset or "beginning")
     return start, (parse_time_ms(until) if until else None)

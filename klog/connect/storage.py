@@ -43,8 +43,19 @@ def ensure_topic(store, name: str, partitions: int, compacted: bool = True) -> N
 
 def read_all(store, topic: str) -> list[tuple[bytes | None, bytes | None]]:  # noqa: ANN001
     """Every (key, value) of `topic` from its beginning to its end now, in offset order per partition."""
-    with store.consumer(topic) as consumer:
-        return [(r.key, r.value) for r in consumer]
+    from klog.errors import StateLostError
+
+    for attempt in range(2):
+        try:
+            with store.consumer(topic) as consumer:
+                return [(r.key, r.value) for r in consumer]
+        except StateLostError:
+            # another worker was killed between its append and its state file: rebuilt from the log (the
+            # local store only; a cluster's broker has no such gap)
+            if attempt or not hasattr(store, "verify"):
+                raise
+            store.verify(topic, repair=True)
+    return []
 
 
 class KafkaTopicStore:
@@ -61,6 +72,15 @@ class KafkaTopicStore:
                 self.data[key] = value
         self._producer = store.producer()
         self._lock = threading.Lock()
+
+    def reload(self) -> None:
+        """Read the topic again (what other workers wrote since)."""
+        data: dict[bytes, bytes | None] = {}
+        for key, value in read_all(self.store, self.topic):
+            if key is not None:
+                data[key] = value
+        with self._lock:
+            self.data = data
 
     def write(self, items: dict[bytes, bytes | None]) -> None:
         with self._lock:
@@ -114,6 +134,19 @@ class ConfigStore(KafkaTopicStore):
 
     def delete_connector(self, name: str) -> None:
         self.write({f"connector-{name}".encode(): None, f"target-state-{name}".encode(): None})
+
+    def tasks(self, name: str) -> list[dict[str, str]]:
+        """The task configs the last commit record of `name` made current."""
+        commit = self.data.get(f"commit-{name}".encode())
+        if commit is None:
+            return []
+        out = []
+        for i in range(json.loads(commit)["tasks"]):
+            raw = self.data.get(f"task-{name}-{i}".encode())
+            if raw is None:
+                return []  # a commit whose tasks were compacted away: not runnable until written again
+            out.append(json.loads(raw)["properties"])
+        return out
 
     def connectors(self) -> dict[str, dict[str, str]]:
         out = {}

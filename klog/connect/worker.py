@@ -298,7 +298,7 @@ class SinkRunner(TaskRunner):
         self.context = TaskContext(name, self.task_id, self.worker.warn, errant_reporter=errant)
         task.initialize(self.context)
         task.start(self.props)
-        group = GroupConfig(enable_auto_commit=False, client_id=f"connector-consumer-{name}-{self.task_id}")
+        group = self.consumer_config(GroupConfig)
         self.consumer = store.group_consumer(f"connect-{name}", *topics, config=group,
                                              on_assign=self.assigned, on_revoke=self.revoked)
         self.set_state("RUNNING")
@@ -323,6 +323,19 @@ class SinkRunner(TaskRunner):
                 task.stop()
                 if self.dlq is not None:
                     self.dlq.close()
+
+    def consumer_config(self, group_config: type) -> Any:
+        """The sink's group settings: the worker's `consumer.*`, then the connector's `consumer.override.*`
+        (those klog's group member knows: session.timeout.ms, heartbeat.interval.ms, ...)."""
+        from klog.connect.config import with_prefix
+
+        props = {**with_prefix(self.worker.props, "consumer."), **with_prefix(self.v.props, "consumer.override.")}
+        known = {k: v for k, v in props.items() if k in group_config.PROPERTIES and k != "enable.auto.commit"}
+        config = group_config.from_properties(known)
+        config.enable_auto_commit = False  # offsets are committed after the task flushed
+        if "client.id" not in known:
+            config.client_id = f"connector-consumer-{self.v.name}-{self.task_id}"
+        return config
 
     def process(self, batch: list) -> None:
         h = self.handler
@@ -394,6 +407,7 @@ class Worker:
         from klog.connect.config import with_prefix
 
         props = worker_props or {}
+        self.props = props
         self.config = WORKER.parse(props)
         for side in ("key", "value"):
             self.config[f"_{side}.converter.props"] = with_prefix(props, f"{side}.converter.")

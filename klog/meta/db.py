@@ -13,10 +13,10 @@ import lmdb
 from klog.errors import DataDirError
 
 MAP_SIZE_BYTES = 1 << 32  # address space reserved, not disk used: LMDB files grow as needed
-DB_NAMES = ("topics", "groups", "members", "offsets", "credentials", "acls", "quotas", "topic_index")
+DB_NAMES = ("topics", "groups", "members", "offsets", "credentials", "acls", "quotas", "topic_index", "transactions")
 # added later (`klog serve`'s security; topic_index: see klog.meta.topic_index): a store last written
 # by an older klog lacks them, and a read-only open cannot create them, so there they read as empty
-LATER_DB_NAMES = frozenset({"credentials", "acls", "quotas", "topic_index"})
+LATER_DB_NAMES = frozenset({"credentials", "acls", "quotas", "topic_index", "transactions"})
 
 
 KEY_BYTES_MAX = 511  # LMDB's default maximum key size

@@ -244,7 +244,7 @@ class GroupsMeta:
         doc = self.db.get_json(txn, "topics", topic)
         return 0 if doc is None else len(doc["partitions"])
 
-    def _maintain(self, txn, doc: GroupDoc, members: dict[str, Member], assign: AssignFn | None) -> bool:
+    def _expire_and_rebalance(self, txn, doc: GroupDoc, members: dict[str, Member], assign: AssignFn | None) -> bool:
         """Expire dead members and rebalance if membership or partition counts changed; True if it did."""
         now = self.clock()
         for mid in [mid for mid, m in members.items() if not m.alive(now)]:
@@ -297,6 +297,11 @@ class GroupsMeta:
             self.db.put_json(txn, "offsets", _offset_key(group, tp),
                              {"offset": offset, "metadata": metadata, "commit_ms": now})
 
+    def write_offsets(self, txn, group: str, offsets: dict[TP, tuple[int, str]], now: int) -> None:
+        """Commit offsets inside the caller's LMDB write: a transaction's commit makes the offsets it
+        staged visible in the same write that completes it (klog.broker.txn_coordinator)."""
+        self._write_offsets(txn, group, offsets, now)
+
     # -- a member's life ------------------------------------------------------------------------
     def join(self, group: str, member: Member, assign: AssignFn) -> GroupView:
         validate_group_id(group)
@@ -318,7 +323,7 @@ class GroupsMeta:
             members[member.member_id] = member
             doc.empty_ms = None
             self._put_member(txn, group, member)
-            self._maintain(txn, doc, members, assign)
+            self._expire_and_rebalance(txn, doc, members, assign)
             self._save(txn, doc, members)
             return GroupView(doc.generation, doc.target(member.member_id), doc.owned_by(member.member_id))
 
@@ -330,7 +335,7 @@ class GroupsMeta:
             member = self._member_or_raise(doc, members, group, member_id)
             member.heartbeat_ms = self.clock()
             self._put_member(txn, group, member)
-            self._maintain(txn, doc, members, assign)
+            self._expire_and_rebalance(txn, doc, members, assign)
             self._member_or_raise(doc, members, group, member_id)
             self._save(txn, doc, members)
             return GroupView(doc.generation, doc.target(member_id), doc.owned_by(member_id))
@@ -358,7 +363,7 @@ class GroupsMeta:
             members = self._members(txn, group)
             member = self._member_or_raise(doc, members, group, member_id)
             member.heartbeat_ms = self.clock()
-            self._maintain(txn, doc, members, assign)
+            self._expire_and_rebalance(txn, doc, members, assign)
             self._member_or_raise(doc, members, group, member_id)
             if commits:
                 self._check_owner(doc, member_id, list(commits))
@@ -415,7 +420,7 @@ class GroupsMeta:
                 self._check_owner(doc, member_id, list(commits))
                 self._write_offsets(txn, group, commits, self.clock())
             self._remove_member(txn, doc, members, member_id)
-            self._maintain(txn, doc, members, assign)
+            self._expire_and_rebalance(txn, doc, members, assign)
             self._save(txn, doc, members)
 
     # -- offsets ----------------------------------------------------------------------------------

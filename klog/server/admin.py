@@ -131,7 +131,7 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> tuple[E
             return E.topic_authorization_failed, name, f"{ctx.principal} may not delete it", topic_id or ZERO_UUID
         if name in INTERNAL_TOPICS:
             return E.invalid_request, name, f"deletion of internal topic {name} is prohibited", topic_id or ZERO_UUID
-        ctx.server.appender.forget_topic(name)
+        ctx.server.appender.forget_producer_states(name)
         meta = store.delete_topic(name)
         ctx.log.info("deleted topic '%s' (client %s)", name, ctx.client_id)
         return E.none, name, None, topic_uuid(meta.topic_id)
@@ -166,7 +166,7 @@ def _grow(ctx: RequestContext, t: Any, validate_only: bool) -> tuple[E, str | No
             raise UsageError(f"topic '{t.name}' has {len(meta.partitions)} partitions; the new count must be larger")
         if not validate_only:
             store.alter_topic(str(t.name), partitions=int(t.count))
-            ctx.server.appender.forget_topic(str(t.name))
+            ctx.server.appender.forget_producer_states(str(t.name))
         return E.none, None
     except KlogError as e:
         return error_of(e, partitions=True), str(e)
@@ -252,7 +252,7 @@ def _alter(ctx: RequestContext, r: Any, validate_only: bool, incremental: bool) 
         if not validate_only:
             removed = [k for k in topic.configs if k not in wanted]
             store.alter_topic(name, set_configs=wanted, delete_configs=removed)
-            ctx.server.appender.forget_topic(name)
+            ctx.server.appender.forget_producer_states(name)
         return E.none, None
     except KlogError as e:
         return error_of(e), str(e)

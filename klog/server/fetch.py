@@ -81,7 +81,7 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
         hw = snap.high_watermark
         start = part.log_start_offset()
     except (UnknownTopicError, UnknownPartitionError):
-        ctx.store.forget_topic_cache(topic)
+        ctx.store.forget_topic_metadata(topic)
         answer.error = E.unknown_topic_or_partition
         return answer
     except (KlogError, OSError) as e:

@@ -490,8 +490,10 @@ def _topic_results(topic_cls: type, part_cls: type, results: dict[tuple[str, int
 
 
 def _fetch_group(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, wanted: Any,
-                 topic_cls: type, part_cls: type) -> tuple[E, tuple]:
-    """One group's committed offsets, for the topics/partitions asked (None: all it has)."""
+                 topic_cls: type, part_cls: type, require_stable: bool = False) -> tuple[E, tuple]:
+    """One group's committed offsets, for the topics/partitions asked (None: all it has). With
+    `require_stable` (KIP-447), a partition whose offset a transaction has staged but not yet
+    completed answers UNSTABLE_OFFSET_COMMIT (the client retries)."""
     if coord is None:
         return E.coordinator_not_available, ()
     if not _valid_group(group_id):
@@ -501,6 +503,11 @@ def _fetch_group(ctx: RequestContext, coord: GroupCoordinator | None, group_id: 
     except (KlogError, OSError) as e:
         ctx.log.warning("OffsetFetch of group '%s' failed: %s", group_id, e)
         return E.coordinator_not_available, ()
+    unstable: set[tuple[str, int]] = set()
+    if require_stable:
+        from klog.meta.transactions import TransactionsMeta
+
+        unstable = TransactionsMeta(ctx.store.meta).pending_offsets(group_id)
     if wanted is None:
         asked: dict[str, list[int]] = {}
         for topic, p in sorted(committed):
@@ -515,9 +522,11 @@ def _fetch_group(ctx: RequestContext, coord: GroupCoordinator | None, group_id: 
         visible = ctx.authorize("DESCRIBE", "TOPIC", topic)
         for p in parts:
             c = committed.get((topic, p)) if visible else None
+            error = E.none if visible else E.topic_authorization_failed
+            if visible and (topic, p) in unstable:
+                c, error = None, E.unstable_offset_commit
             entries.append(make(part_cls, partition_index=p, committed_offset=c.offset if c else -1,
-                                committed_leader_epoch=-1, metadata=c.metadata if c else "",
-                                error_code=E.none if visible else E.topic_authorization_failed))
+                                committed_leader_epoch=-1, metadata=c.metadata if c else "", error_code=error))
         topics.append(make(topic_cls, name=topic, partitions=tuple(entries)))
     return E.none, tuple(topics)
 
@@ -527,15 +536,17 @@ async def offset_fetch(ctx: RequestContext, request: Any) -> Any:
     coord = _coordinator(ctx)
     if coord is not None:
         await coord.flush()
+    stable = bool(getattr(request, "require_stable", False))  # v7+
     if has_field(request, "groups"):  # v8+: several groups at once
         groups = []
         for g in request.groups:
             error, topics = await ctx.run_blocking(_fetch_group, ctx, coord, str(g.group_id), g.topics,
-                                                   mod.OffsetFetchResponseTopics, mod.OffsetFetchResponsePartitions)
+                                                   mod.OffsetFetchResponseTopics, mod.OffsetFetchResponsePartitions,
+                                                   stable)
             groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id, topics=topics, error_code=error))
         return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
     error, topics = await ctx.run_blocking(_fetch_group, ctx, coord, str(request.group_id), request.topics,
-                                           mod.OffsetFetchResponseTopic, mod.OffsetFetchResponsePartition)
+                                           mod.OffsetFetchResponseTopic, mod.OffsetFetchResponsePartition, stable)
     return make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
 

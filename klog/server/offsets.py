@@ -46,7 +46,7 @@ def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
             return E.none, -1, -1, epoch
         return E.none, timestamp, max(found, part.log_start_offset()), epoch
     except (UnknownTopicError, UnknownPartitionError):
-        ctx.store.forget_topic_cache(topic)
+        ctx.store.forget_topic_metadata(topic)
         return E.unknown_topic_or_partition, -1, -1, -1
     except (KlogError, OSError) as e:
         ctx.log.warning("list offsets %s-%d: %s", topic, index, e)

@@ -7,22 +7,21 @@ import asyncio
 import datetime
 from typing import Any
 
-from klog.broker.batches import (
+from klog.broker.batches import RawAppendResult
+from klog.errors import (
     DuplicateSequenceError,
     InvalidBatchError,
+    InvalidProducerEpochError,
     InvalidTimestampError,
-    OutOfOrderSequenceError,
-    ProducerFencedError,
-    RawAppendResult,
-    UnknownProducerError,
-)
-from klog.errors import (
     InvalidTopicError,
+    InvalidTxnStateError,
     KlogError,
     NotEnoughReplicasError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     StorageError,
     UnknownPartitionError,
+    UnknownProducerError,
     UnknownTopicError,
 )
 from klog.protocol.apis import PRODUCE
@@ -50,7 +49,8 @@ def error_code(exc: BaseException) -> E:
                        (NotEnoughReplicasError, E.not_enough_replicas),
                        (OutOfOrderSequenceError, E.out_of_order_sequence_number),
                        (UnknownProducerError, E.unknown_producer_id),
-                       (ProducerFencedError, E.invalid_producer_epoch),
+                       (InvalidProducerEpochError, E.invalid_producer_epoch),
+                       (InvalidTxnStateError, E.invalid_txn_state),
                        (DuplicateSequenceError, E.duplicate_sequence_number),
                        (StorageError, E.kafka_storage_error),
                        (OSError, E.kafka_storage_error)):
@@ -69,7 +69,8 @@ def _timestamp(ms: int) -> Any:
 Outcome = tuple[E, RawAppendResult | None, str | None, int | None]  # code, result, message, bad record
 
 
-async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None, acks: str) -> Outcome:
+async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None, acks: str,
+                  txn_check: Any = None) -> Outcome:
     if not records:
         return E.corrupt_message, None, "no record batch", None
     appender = ctx.server.appender
@@ -77,11 +78,11 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
     append = appender.append_message_set if ctx.api_version <= LAST_MESSAGE_SET_VERSION else appender.append
     try:
         async with ctx.server.append_slot(topic, partition):
-            result = await ctx.server.run_append(append, topic, partition, bytes(records), acks)
+            result = await ctx.server.run_append(append, topic, partition, bytes(records), acks, txn_check)
     except (KlogError, OSError) as e:
         code = error_code(e)
         if isinstance(e, UnknownTopicError | UnknownPartitionError):
-            ctx.store.forget_topic_cache(topic)  # created or grown by another process since?
+            ctx.store.forget_topic_metadata(topic)  # created or grown by another process since?
         ctx.log.info("produce to %s-%d from %s (client %s): %s: %s", topic, partition, ctx.client_host,
                      ctx.client_id, code.name, e)
         return code, None, str(e), e.record_index if isinstance(e, InvalidBatchError) else None
@@ -95,16 +96,25 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     work = [(topic_data.name, pdata) for topic_data in request.topic_data for pdata in topic_data.partition_data]
     writable = {t: ctx.authorize("WRITE", "TOPIC", t) for t in {t for t, _ in work}}  # ACLs (security.py)
+    tid = getattr(request, "transactional_id", None)  # v3+
+    txn_allowed = tid is None or ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid)
+    service = getattr(ctx.server, "transactions", None)
+
+    def txn_check_for(topic: str, partition: int) -> Any:
+        """The coordinator's check of a transactional batch, made under the partition's lock."""
+        if tid is None or service is None:
+            return None
+        return lambda header: service.coordinator.check_append(tid, header.producer_id, header.producer_epoch,
+                                                               (topic, partition))
 
     async def one(topic: str, pdata: Any) -> Outcome:
         if acks is None:
             return E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)", None
         if not writable[topic]:
             return E.topic_authorization_failed, None, None, None
-        if getattr(request, "transactional_id", None) is not None:  # v3+
-            return (E.transactional_id_authorization_failed, None, "transactions are not supported by klog serve",
-                    None)
-        return await _append(ctx, topic, int(pdata.index), pdata.records, acks)
+        if not txn_allowed:
+            return E.transactional_id_authorization_failed, None, None, None
+        return await _append(ctx, topic, int(pdata.index), pdata.records, acks, txn_check_for(topic, int(pdata.index)))
 
     if len({(t, int(p.index)) for t, p in work}) == len(work):
         # partitions append side by side (their fsyncs overlap in the thread pool)

@@ -1,47 +1,27 @@
-"""InitProducerId for idempotent producers. Transactions are not supported: a transactional id
-is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as a fatal error.
+"""InitProducerId for idempotent producers; one with a transactional id is the transaction
+coordinator's (klog.server.transactions).
 
-Producer ids come from the clock (ms << 10 | a counter), so one started after a restart never
-meets an id whose sequences are still in the log; the sequence state itself lives in the log
-(klog.broker.batches.ProducerStates). Without a transactional id every InitProducerId gets a new
+Producer ids come from klog.broker.producer_ids (the clock). Without a transactional id every InitProducerId gets a new
 id at epoch 0, as in Kafka: a named id and epoch are never bumped, whoever names them."""
 
 from __future__ import annotations
 
-import itertools
-import threading
-import time
 from typing import Any
 
+from klog.broker.producer_ids import new_producer_id
 from klog.protocol.apis import INIT_PRODUCER_ID
 from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-
-_counter = itertools.count()
-_lock = threading.Lock()
-_last_ms = 0
-
-
-def new_producer_id() -> int:
-    global _last_ms
-    with _lock:
-        now = max(int(time.time() * 1000), _last_ms)
-        n = next(_counter) % 1024
-        if n == 1023:
-            now += 1  # 1024 ids used in this ms: borrow the next one
-        _last_ms = now
-        return (now << 10) | n
 
 
 @register(INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     if request.transactional_id is not None:
-        ctx.log.info("InitProducerId from %s (client %s): transactional id %r refused (no transactions)",
-                     ctx.client_host, ctx.client_id, request.transactional_id)
-        return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE,
-                    error_code=E.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
+        from klog.server.transactions import init_transactional_producer
+
+        return await init_transactional_producer(ctx, request)
     if not (ctx.authorize("IDEMPOTENT_WRITE", "CLUSTER", "kafka-cluster") or ctx.authorize_any("WRITE", "TOPIC")):
         return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                     error_code=E.cluster_authorization_failed, producer_id=-1, producer_epoch=-1)

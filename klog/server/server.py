@@ -84,10 +84,13 @@ class Server:
                  request_bytes_max: int = REQUEST_BYTES_MAX, idle_ms: int = IDLE_MS_DEFAULT,
                  workers: int = 8, security: SecurityConfig | None = None,
                  offsets_retention_ms: int | None = None, offsets_retention_check_ms: int | None = None,
-                 wall_clock: Any = None, limits: ServeLimits | None = None) -> None:
+                 wall_clock: Any = None, limits: ServeLimits | None = None,
+                 transactions: dict[str, Any] | None = None, log_cleaner: dict[str, Any] | None = None) -> None:
         """`offsets_retention_ms` and `offsets_retention_check_ms` override the store's
         offsets.retention.minutes and offsets.retention.check.interval.ms (klog.json); `wall_clock`
-        (epoch ms) dates commits and their expiry (tests)."""
+        (epoch ms) dates commits and their expiry (tests); `transactions`: the transaction
+        coordinator's clock, max_timeout_ms and cleanup_interval_ms (tests); `log_cleaner`: the log
+        cleaner's retention_check_ms, backoff_ms and compaction (klog/server/log_cleaner.py)."""
         self.data_dir = data_dir
         self.listen = listen
         self.advertised = advertised
@@ -130,9 +133,13 @@ class Server:
         self._refusals = RateLimitedLog(log)
         self._conn_security: dict[str, ConnectionSecurity] = {}  # by peer address (one per live connection)
         self.appender: Any = None  # klog.broker.batches.RawAppender: every Produce goes through it
+        self.transactions: Any = None  # klog.server.transactions.TransactionService
+        self._transaction_settings = transactions or {}
         self.topic_ids: TopicIds | None = None  # Fetch v13+ names topics by id
         self.watcher: HighWatermarkWatcher | None = None  # wakes long-polling fetches (one per server)
         self._checkpoints: asyncio.Task | None = None
+        self._log_cleaner_settings = log_cleaner or {}
+        self.log_cleaner: Any = None  # klog.server.log_cleaner.LogCleanerService
 
     @property
     def stopping(self) -> bool:
@@ -220,9 +227,18 @@ class Server:
         from klog.broker.batches import RawAppender
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
+        from klog.server.transactions import TransactionService
+
+        self.transactions = TransactionService(self.store, self.appender, self.executor, **self._transaction_settings)
+        self.transactions.start()  # completes what a crash left half-done, then aborts abandoned transactions
         self.watcher = HighWatermarkWatcher(self._read_marks, POLL_S)
         self.topic_ids = TopicIds(self.store)
         self._checkpoints = asyncio.create_task(self._write_kafka_checkpoints())
+        from klog.server.log_cleaner import LogCleanerService
+
+        self.log_cleaner = LogCleanerService(self.store, check_topic=self.appender.check_topic,
+                                             **self._log_cleaner_settings)
+        self.log_cleaner.start()
 
     async def _write_kafka_checkpoints(self) -> None:
         """Every KAFKA_CHECKPOINT_INTERVAL_S, Kafka's checkpoint files (only changed ones are rewritten)."""
@@ -274,6 +290,10 @@ class Server:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
+        if self.log_cleaner is not None:
+            await self.log_cleaner.close()
+        if self.transactions is not None:
+            await self.transactions.close()
         if self.coordinator is not None and hasattr(self.coordinator, "close"):
             result = self.coordinator.close()
             if asyncio.iscoroutine(result):

@@ -87,13 +87,14 @@ def read_range_remote(kafka: tuple, topic: str, partition: int, start: int, end:
                       schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Records with offsets in [start, end) of a cluster's partition, fetched over the Kafka protocol
     by this executor, as Arrow batches (one per fetch)."""
-    from klog.client.consumer import StartSpec
+    from klog.client.consumer import StartKind, StartSpec
     from klog.client.remote.store import RemoteStore
     from klog.client.remote.target import ClusterTarget, check_bootstrap
 
     props = dict(kafka)
     target = ClusterTarget(check_bootstrap(props.pop("bootstrap.servers")), props)
-    with RemoteStore(target) as store, store.consumer(topic, partitions=[partition], start=StartSpec("offset", start),
+    start_at = StartSpec(StartKind.OFFSET, start)
+    with RemoteStore(target) as store, store.consumer(topic, partitions=[partition], start=start_at,
                                                       merge=False) as consumer:
         cursor = consumer.cursors[0]
         cursor.stop = min(end, cursor.stop if cursor.stop is not None else end)

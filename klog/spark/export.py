@@ -53,6 +53,7 @@ class ExportSummary:
 def source_options(store, data_dir: str, req: RangeRequest) -> dict[str, str]:
     """The klog source options for a consume-style range (kcat's -o meanings, as `klog consume`)."""
     from klog.broker.resolve import resolve_partitions
+    from klog.client.consumer import StartKind
     from klog.client.timespec import parse_range
     from klog.errors import OffsetOutOfRangeError
 
@@ -60,11 +61,11 @@ def source_options(store, data_dir: str, req: RangeRequest) -> dict[str, str]:
     store.topic(req.topic)  # unknown topic: one clear line before Spark starts planning
     parts = sorted(set(resolve_partitions(store, req.topic, req.partitions or None)))
     opts = {**location(data_dir), "assign": json.dumps({req.topic: parts})}
-    if start.kind == "timestamp":
+    if start.kind is StartKind.TIMESTAMP:
         opts["startingTimestamp"] = str(start.value)
         opts["startingOffsetsByTimestampStrategy"] = "latest"  # as klog consume --since: nothing later, nothing read
-    elif start.kind in ("end", "offset", "relative"):  # the ends now (a batch read refuses -1, latest, as Spark's)
-        starts = {}
+    elif start.kind in (StartKind.END, StartKind.OFFSET, StartKind.RELATIVE):
+        starts = {}  # the ends now (a batch read refuses -1, latest, as Spark's)
         for p in parts:
             part = store.partition(req.topic, p)
             try:

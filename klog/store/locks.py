@@ -8,17 +8,11 @@ import struct
 import threading
 from collections.abc import Callable
 
-from klog.errors import UnknownPartitionError
+from klog.errors import PartitionClosedError
 from klog.store.names import fit_partition_file, open_nofollow
 
 GENERATION = struct.Struct(">Q")
 GENERATION_MASK = (1 << 64) - 1
-
-
-class PartitionClosedError(UnknownPartitionError):
-    """The partition was closed (its topic deleted, or forgotten to be opened again) while this
-    caller still held its object: nothing was done; open the partition again (a client sees
-    UNKNOWN_TOPIC_OR_PARTITION, refreshes its metadata and retries)."""
 
 
 class FileLock:
@@ -88,6 +82,14 @@ class FileLock:
             return True
         finally:
             self._threads.release()
+
+    def close_file(self) -> None:
+        """Close the lock file while nobody holds the lock (run_if_idle); unlike close(), the next
+        acquire() opens it again."""
+        assert self._depth == 0, self.path
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def close(self) -> None:
         """Close the lock file once no other thread holds the lock: a partition's files are closed

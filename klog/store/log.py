@@ -20,8 +20,6 @@ from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.format import (
     LOG_SUFFIX,
-    MAGIC_OFFSET,
-    MAGIC_V2,
     OFFSET_INDEX_ENTRY,
     RECORD_BATCH_OVERHEAD,
     TIME_INDEX_ENTRY,
@@ -32,7 +30,7 @@ from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.segment import LogSegment, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
-from klog.store.walk import framing_problem
+from klog.store.walk import Tail, walk_batches
 
 if TYPE_CHECKING:  # a reader never needs the flusher's futures (concurrent.futures imports logging)
     from concurrent.futures import Future
@@ -665,46 +663,25 @@ class PartitionLog:
         found = segment.first_batch(offset, end, self._gap_ok(segment))
         if found is None:
             return []
-        position = found[0]
         out: list[FetchedBatch] = []
-        while position < end and budget > 0:
-            want = max(min(budget, end - position), RECORD_BATCH_OVERHEAD)
-            chunk = segment.read_bytes(position, want)
-            at = 0
-            while at + codec.header_bytes(chunk, at) <= len(chunk) or (
-                    at == 0 and len(chunk) > MAGIC_OFFSET and chunk[MAGIC_OFFSET] < MAGIC_V2):
-                # (at 0, a magic 0/1 entry larger than the chunk gets framing only: read whole below)
-                header = read_header(chunk, at)
-                if header.base_offset >= upper and header.records_count >= 0:
-                    return out
-                problem = framing_problem(header)
+        walk = walk_batches(segment.read_bytes, found[0], end, tail=Tail.RAISE, whole=True,
+                            chunk_bytes=max(budget, RECORD_BATCH_OVERHEAD), path=segment.log_path,
+                            stop_before=lambda header: header.base_offset >= upper)
+        try:
+            for batch in walk:  # (one larger than the budget is read whole: a read returns at least one)
+                header = batch.header
+                problem = validate.crc_problem(batch.chunk, batch.at, header)
                 if problem is not None:
-                    if out:
-                        return out  # serve the batches before the damage; the next read reports it
-                    raise CorruptLogError(problem, segment.log_path, position + at, header.base_offset)
-                if at + header.size > len(chunk):
-                    if at == 0:  # one batch larger than the budget: read it whole
-                        chunk = segment.read_bytes(position, header.size)
-                        if len(chunk) < header.size:
-                            raise CorruptLogError("batch cut short below the high watermark",
-                                                  segment.log_path, position, header.base_offset)
-                        continue
-                    break
-                problem = validate.crc_problem(chunk, at, header)
-                if problem is not None:
-                    if out:
-                        return out
-                    raise CorruptLogError(problem, segment.log_path, position + at, header.base_offset)
-                data = chunk[at:at + header.size] if (at or len(chunk) != header.size) else chunk
-                out.append(FetchedBatch(header, data, segment.base_offset, position + at, segment.log_path,
+                    raise CorruptLogError(problem, segment.log_path, batch.position, header.base_offset)
+                out.append(FetchedBatch(header, batch.data(), segment.base_offset, batch.position, segment.log_path,
                                         self.strict_records))
                 budget -= header.size
-                at += header.size
                 if budget <= 0:
-                    return out
-            if at == 0:
-                break
-            position += at
+                    break
+        except CorruptLogError:
+            if out:
+                return out  # serve the batches before the damage; the next read reports it
+            raise
         return out
 
     def offset_for_timestamp(self, timestamp: int, upper: int) -> int | None:

@@ -14,12 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from klog.errors import CorruptLogError, KlogError, LeaderAppendError, StateLostError, StorageError
+from klog.errors import (
+    CorruptLogError,
+    KlogError,
+    LeaderAppendError,
+    PartitionClosedError,
+    StateLostError,
+    StorageError,
+)
 from klog.store import codec
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
-from klog.store.locks import FileLock, PartitionClosedError
+from klog.store.locks import FileLock
 from klog.store.log import FLUSH_MS_TIMED_MAX, ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
 
@@ -206,9 +213,9 @@ class Partition:
         from their files, as after another writer. Not while this thread holds the lock, nor
         while an idle flush is armed."""
         def release() -> None:
-            if self._flush_timer is None and all([r.release_files() for r in self.replicas]):
+            if not self._closed and self._flush_timer is None and all([r.release_files() for r in self.replicas]):
                 self.state.close()
-                self.lock.close()
+                self.lock.close_file()  # reopened by the next acquire (close() is for good)
 
         self.lock.run_if_idle(release)
 

@@ -205,12 +205,6 @@ class LogSegment:
                 return pos, header
         return None
 
-    def walk_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-        """Like iter_headers, one header-sized pread per batch: for short walks (index hint to
-        target) where reading the batches themselves would cost more than the headers."""
-        for batch in walk_batches(self.read_bytes, start, end, chunk_bytes=HEADER_CHUNK_BYTES, path=self.log_path):
-            yield batch.position, batch.header
-
     def first_batch(self, offset: int, end: int, gap_ok: GapOk | None = None,
                     chunk_bytes: int = SCAN_CHUNK_BYTES) -> tuple[int, BatchHeader] | None:
         """Where a read from `offset` starts: the first batch whose last offset ≥ offset, checked

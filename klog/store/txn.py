@@ -15,6 +15,7 @@ high watermark): read_committed readers never read past it.
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from collections.abc import Iterable
@@ -108,94 +109,198 @@ def aborted_filter(aborted: Iterable[AbortedTxn]):
     return is_aborted
 
 
-# per segment: (producer id, offset, kind) of each transactional batch, kind DATA or a marker
+def control_batch(producer_id: int, producer_epoch: int, kind: int, coordinator_epoch: int, timestamp_ms: int,
+                  leader_epoch: int = 0) -> bytes:
+    """An end-transaction marker as Kafka writes it: a control batch (attributes transactional |
+    control) of the producer's id and epoch, base sequence -1, holding one control record whose
+    key is (version 0, type) and value (version 0, coordinatorEpoch)."""
+    from klog.store import codec
+    from klog.store.format import CONTROL_FLAG_MASK
+
+    record = (_CONTROL_KEY.pack(0, kind), _CONTROL_VALUE.pack(0, coordinator_epoch), (), timestamp_ms)
+    return codec.write_batch([record], base_offset=0, attributes=TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK,
+                             last_offset_delta=0, base_timestamp=timestamp_ms, max_timestamp=timestamp_ms,
+                             leader_epoch=leader_epoch, producer_id=producer_id, producer_epoch=producer_epoch)
+
+
+def append_txn_index(folder: str, base_offset: int, entry: AbortedTxn) -> None:
+    """Append one AbortedTxn to the segment's `.txnindex` (Kafka's TransactionIndex.append). Not
+    fsynced: the markers are the truth, and readers add any entry a crash lost (StableView)."""
+    path = os.path.join(folder, segment_file_name(base_offset, TXN_INDEX_SUFFIX))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        if size % ABORTED_TXN.size:  # a torn entry from a crash: cut it off, Kafka's sanity check
+            os.ftruncate(fd, size - size % ABORTED_TXN.size)
+        os.write(fd, entry.pack())
+    finally:
+        os.close(fd)
+
+
+# the transactional batches of a scan, kind DATA or a marker
 DATA = -1
-_Event = tuple[int, int, int]
 
 
-def _segment_events(segment, end: int) -> list[_Event]:
-    """The transactional batches of one segment (headers only; control batches decoded)."""
+def _event(segment, pos: int, header) -> int | None:  # noqa: ANN001 - LogSegment, BatchHeader
+    """DATA, COMMIT or ABORT for a transactional batch (a control batch's record decoded), else None."""
+    if not is_transactional(header.attributes):
+        return None
+    if not header.is_control:
+        return DATA
     from klog.store import codec, validate  # (codec is heavy on import; txn is imported by readers only)
 
-    events: list[_Event] = []
-    for pos, header in segment.iter_headers(0, end):
-        if not is_transactional(header.attributes):
-            continue
-        if header.is_control:
-            data = segment.read_bytes(pos, header.size)
-            records = ([] if validate.crc_problem(data, 0, header) else codec.decode_batch_records(data, 0, header))
-            kind = DATA
-            if records:
-                name, _ = control_marker(records[0][2], records[0][3])
-                kind = COMMIT if name == "COMMIT" else ABORT if name == "ABORT" else DATA
-            if kind != DATA:
-                events.append((header.producer_id, header.base_offset, kind))
-        else:
-            events.append((header.producer_id, header.base_offset, DATA))
-    return events
+    data = segment.read_bytes(pos, header.size)
+    records = [] if validate.crc_problem(data, 0, header) else codec.decode_batch_records(data, 0, header)
+    if records:
+        name, _ = control_marker(records[0][2], records[0][3])
+        return COMMIT if name == "COMMIT" else ABORT if name == "ABORT" else None
+    return None
 
 
 class StableView:
     """read_committed over one replica (a PartitionLog): the last stable offset below a bound (the
-    high watermark) and which transactional batches were aborted. Aborted ranges come from each
-    segment's `.txnindex` when it has one, else from the markers; per-segment scans are cached by
-    the file's identity and size, so following a growing log rescans only the active segment."""
+    high watermark) and which transactional batches were aborted.
 
-    def __init__(self, replica) -> None:
+    Maintained incrementally, as Kafka's ProducerStateManager does: the first refresh walks the
+    batch headers of every segment once; each later one reads only the headers appended since
+    (usually none or a few), so a fetch costs the same at 100,000 batches as at 10. Aborted ranges
+    come from the ABORT markers, joined with each segment's `.txnindex` (a Kafka log compacted
+    after its transactions may keep the range there only). A segment that shrank or was replaced
+    (truncation, a swap) starts the walk over; segments deleted from the front (retention) only
+    drop the ranges that ended before the new log start."""
+
+    def __init__(self, replica) -> None:  # noqa: ANN001 - PartitionLog
         self.replica = replica
-        self._events: dict[int, tuple[tuple[int, int, int], list[_Event]]] = {}
-        self._key: tuple | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.tracker = TxnTracker()
+        self._seen: set[tuple[int, int]] = set()  # (producer id, marker offset) of the aborted ranges kept
+        self.aborted_txns: list[AbortedTxn] = []  # by marker offset
+        self._by_pid: dict[int, list[tuple[int, int]]] = {}
+        self._scan_base: int | None = None  # segment the walk is in
+        self._scan_pos = 0  # and where in it
+        self._scan_ino: int | None = None
+        self._next_offset = 0  # offsets below this are walked
+        self._indexed: set[int] = set()  # segments whose .txnindex was read
         self._lso = 0
-        self._is_aborted = aborted_filter(())
-        self.aborted_txns: list[AbortedTxn] = []  # as of the last refresh
+        self._front = 0  # the first segment as of the last refresh
+
+    def _add_aborted(self, entry: AbortedTxn) -> None:
+        key = (entry.producer_id, entry.last_offset)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        if self.aborted_txns and entry.last_offset < self.aborted_txns[-1].last_offset:
+            bisect.insort(self.aborted_txns, entry, key=lambda a: a.last_offset)
+        else:
+            self.aborted_txns.append(entry)
+        bisect.insort(self._by_pid.setdefault(entry.producer_id, []), (entry.first_offset, entry.last_offset))
+
+    def _prune(self, log_start_base: int) -> None:
+        """Retention removed the segments below `log_start_base`: their aborted ranges go too."""
+        cut = bisect.bisect_left([a.last_offset for a in self.aborted_txns], log_start_base)
+        if cut:
+            for entry in self.aborted_txns[:cut]:
+                self._seen.discard((entry.producer_id, entry.last_offset))
+                ranges = self._by_pid.get(entry.producer_id, [])
+                ranges.remove((entry.first_offset, entry.last_offset))
+            del self.aborted_txns[:cut]
+        self._indexed = {b for b in self._indexed if b >= log_start_base}
 
     def refresh(self, bound: int) -> int:
-        """Recompute for batches below `bound`; returns the last stable offset."""
+        """Walk the batches below `bound` not walked yet; returns the last stable offset."""
         replica = self.replica
         replica.refresh_segments()
-        stats = []
-        for base in replica.bases:
+        bases = replica.bases
+        if not bases:
+            self._reset()
+            self._lso = bound
+            return bound
+        if self._scan_base is not None and self._scan_base not in replica.segments:
+            if self._scan_base < bases[0]:  # everything walked so far was deleted: start at the new front
+                self._scan_base, self._scan_pos, self._scan_ino = None, 0, None
+                self._prune(bases[0])
+            else:
+                self._reset()
+        elif bases[0] > self._front:
+            self._prune(bases[0])
+        self._front = bases[0]
+        if self._scan_base is None:
+            self._scan_base = bases[0]
+        while True:
+            base = self._scan_base
             segment = replica.segments[base]
             try:
                 st = os.stat(segment.log_path)
-            except FileNotFoundError:
-                continue
-            stats.append((base, (st.st_ino, st.st_size, st.st_mtime_ns)))
-        key = (bound, tuple(stats))
-        if key == self._key:
-            return self._lso
-        tracker = TxnTracker()
-        aborted: list[AbortedTxn] = []
-        for base, ident in stats:
-            cached = self._events.get(base)
-            if cached is None or cached[0] != ident:
-                cached = (ident, _segment_events(replica.segments[base], ident[1]))
-                self._events[base] = cached
-            before = len(tracker.aborted)
-            for pid, offset, kind in cached[1]:
-                if offset >= bound:
+            except FileNotFoundError:  # deleted since the listing: look again next time
+                break
+            if self._scan_ino is not None and (st.st_ino != self._scan_ino or st.st_size < self._scan_pos):
+                self._reset()  # truncated or replaced: walk everything again
+                return self.refresh(bound)
+            self._scan_ino = st.st_ino
+            if base not in self._indexed:
+                self._indexed.add(base)
+                for entry in read_txn_index(replica.directory, base) or ():
+                    self._add_aborted(entry)
+            stopped = False
+            for pos, header in segment.iter_headers(self._scan_pos, st.st_size):
+                if header.base_offset >= bound:
+                    stopped = True
                     break
+                kind = _event(segment, pos, header)
                 if kind == DATA:
-                    tracker.data(pid, offset)
-                else:
-                    tracker.marker(pid, offset, kind)
-            from_index = read_txn_index(replica.directory, base)
-            aborted.extend(tracker.aborted[before:] if from_index is None else from_index)
-        for base in [b for b in self._events if b not in dict(stats)]:
-            del self._events[base]
-        unstable = tracker.first_unstable_offset()
-        self._lso = bound if unstable is None else min(bound, unstable)
-        self._is_aborted = aborted_filter(aborted)
-        self.aborted_txns = aborted
-        self._key = key
+                    self.tracker.data(header.producer_id, header.base_offset)
+                elif kind is not None:
+                    first = self.tracker.open.pop(header.producer_id, None)
+                    if kind == ABORT and first is not None:
+                        lso = self._first_unstable(header.base_offset + 1)
+                        self._add_aborted(AbortedTxn(header.producer_id, first, header.base_offset, lso))
+                self._scan_pos = pos + header.size
+                self._next_offset = header.next_offset
+            later = [b for b in bases if b > base]
+            if stopped or not later:
+                break
+            self._scan_base, self._scan_pos, self._scan_ino = later[0], 0, None
+        self._lso = self._first_unstable(bound)
         return self._lso
 
-    def aborted(self, header) -> bool:
+    def _first_unstable(self, bound: int) -> int:
+        open_txns = self.tracker.open
+        return min(bound, min(open_txns.values())) if open_txns else bound
+
+    def first_open_offset(self, producer_id: int) -> int | None:
+        """Where `producer_id`'s open transaction began (as of the last refresh), or None."""
+        return self.tracker.open.get(producer_id)
+
+    def aborted(self, header) -> bool:  # noqa: ANN001 - BatchHeader
         """Is this batch part of an aborted transaction (as of the last refresh)?"""
-        return is_transactional(header.attributes) and not header.is_control and self._is_aborted(
-            header.producer_id, header.base_offset)
+        if not is_transactional(header.attributes) or header.is_control:
+            return False
+        ranges = self._by_pid.get(header.producer_id)
+        if not ranges:
+            return False
+        offset = header.base_offset
+        at = bisect.bisect_right(ranges, (offset, 2**63)) - 1
+        return any(first <= offset <= last for first, last in ranges[max(0, at - 1):at + 1])
 
     def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions a fetch of [start, end) must name (Kafka's collectAbortedTransactions:
         those whose marker is at or after start and whose first offset is below end)."""
-        return [a for a in self.aborted_txns if a.last_offset >= start and a.first_offset < end]
+        txns = self.aborted_txns
+        at = bisect.bisect_left(txns, start, key=lambda a: a.last_offset)
+        return [a for a in txns[at:] if a.first_offset < end]
+
+
+def as_transactional(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """A batch encoded at base offset 0 made a transactional producer's: attribute bit 4, the
+    producer id, epoch and base sequence, and the CRC over them again."""
+    from klog.store import codec
+    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, PRODUCER_ID_OFFSET
+
+    buf = bytearray(data)
+    (attributes,) = struct.unpack_from(">h", buf, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, attributes | TRANSACTIONAL_FLAG_MASK)
+    struct.pack_into(">qhi", buf, PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+    struct.pack_into(">I", buf, CRC_OFFSET, codec.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)

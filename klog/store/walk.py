@@ -63,8 +63,11 @@ def framing_problem(header: BatchHeader, max_bytes: int = DECLARED_BATCH_BYTES_M
 
 
 def walk_batches(read: Read, start: int, end: int, *, tail: Tail = Tail.STOP, whole: bool = False,
-                 chunk_bytes: int = SCAN_CHUNK_BYTES, path: str | None = None) -> Iterator[Walked]:
-    """Each batch in [start, end), in order (see the module's docstring for the rules)."""
+                 chunk_bytes: int = SCAN_CHUNK_BYTES, path: str | None = None,
+                 stop_before: Callable[[BatchHeader], bool] | None = None) -> Iterator[Walked]:
+    """Each batch in [start, end), in order (see the module's docstring for the rules).
+    `stop_before(header)` True ends the walk at that batch, before its size is checked or its
+    bytes read (a reader's bound: the batch a writer is appending there may be partial)."""
     pos = start
     chunk, base = b"", start  # the range's bytes [base, base + len(chunk))
     while pos < end:
@@ -77,6 +80,8 @@ def walk_batches(read: Read, start: int, end: int, *, tail: Tail = Tail.STOP, wh
             if need > len(chunk):
                 return _cut(tail, path, pos, "partial batch header")
         header = read_header(chunk, at)
+        if stop_before is not None and stop_before(header):
+            return None
         problem = framing_problem(header)
         if problem is not None:
             raise CorruptLogError(problem, path, pos, header.base_offset)

@@ -39,7 +39,7 @@ def test_keyless_records_stick_then_spread_like_kip_794(cli, store):
     store.create_topic("spread", partitions=3)
     lines = b"".join(b"%099d\n" % i for i in range(10_000))  # ~1 MiB
     assert cli("produce", "spread", input=lines).exit_code == 0
-    store.forget_topic_cache("spread")
+    store.forget_topic_metadata("spread")
     per_partition = {p: [int(r.value) for r in store.consumer("spread", partitions=[p])] for p in range(3)}
     assert sorted(v for vs in per_partition.values() for v in vs) == list(range(10_000))
     for p, vs in per_partition.items():

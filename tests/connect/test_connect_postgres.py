@@ -45,6 +45,12 @@ def table_state(db, table: str, key_cols: tuple[str, ...] = ("id",)) -> dict:
     return {tuple(r[k] for k in key_cols): r for r in rows}
 
 
+def task_running(data_dir: str, name: str = "pg") -> bool:
+    states = [json.loads(r.value)["state"] for r in records(data_dir, "connect-status")
+              if r.key == f"status-task-{name}-0".encode() and r.value]
+    return bool(states) and states[-1] == "RUNNING"
+
+
 def cdc(db, **extra) -> dict:
     return db.debezium_config(name="pg", **{"topic.prefix": "shop", "slot.name": "klog_slot",
                                             "publication.name": "klog_pub", **extra})
@@ -85,7 +91,7 @@ def test_big_transaction_new_column_truncate_and_the_topic_replays_to_the_table(
     pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
     config = cdc(pg_db, **{"skipped.operations": "none", "table.include.list": "public.t"})
     with running(data_dir, config):
-        wait_for(lambda: records(data_dir, "connect-status"), what="the worker")
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
         pg_db.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10000) g")  # one transaction
         pg_db.execute("ALTER TABLE t ADD COLUMN extra int")
         pg_db.execute("UPDATE t SET extra = id * 2 WHERE id <= 100")

@@ -206,3 +206,40 @@ def test_the_same_connectors_against_a_cluster(tmp_path, kafka_server):
             break
     c.close()
     assert got == [b"x", b"y"]
+
+
+def test_retriable_failures_are_retried_until_errors_retry_timeout(data_dir):
+    """A sink whose system went away (RetriableError) is retried with backoff; within
+    errors.retry.timeout it recovers and nothing is lost, past it the task is FAILED with the reason."""
+    from tests.connect import flaky_sink
+
+    _produce(data_dir, "in", [(b"k", b'"v"')])
+    base = {"connector.class": "tests.connect.flaky_sink.FlakySink", "topics": "in", "key.converter": "string",
+            "value.converter": "json",
+            "value.converter.schemas.enable": "false", "errors.retry.delay.max.ms": "100"}
+    flaky_sink.STORED.clear()
+    flaky_sink.ATTEMPTS.clear()
+    with running(data_dir, {**base, "name": "recovers", "fail.times": "2", "errors.retry.timeout": "30000"}):
+        wait_for(lambda: flaky_sink.STORED == ["v"], what="the record after two failed attempts")
+    assert flaky_sink.ATTEMPTS == [1, 1, 1]
+    warnings: list = []
+    with running(data_dir, {**base, "name": "gives-up", "fail.times": "-1", "errors.retry.timeout": "500"},
+                 warnings=warnings) as w:
+        wait_for(lambda: w.failures, what="the task to fail")
+        runner = w.runners()[0]
+        wait_for(lambda: runner.state == "FAILED")
+    assert "errors.retry.timeout" in str(w.failures[0][2]) and "the database went away" in str(w.failures[0][2])
+    assert "the database went away" in runner.trace
+
+
+def test_file_sink_rotates_by_size(tmp_path, data_dir):
+    _produce(data_dir, "in", [(None, f"line-{i:02d}".encode()) for i in range(10)])
+    out = tmp_path / "out.txt"
+    sink = {"name": "sink", "connector.class": "FileStreamSink", "topics": "in", "file": str(out),
+            "value.converter": "string", "file.rotate.bytes": "30"}
+    with running(data_dir, sink):
+        wait_for(lambda: sum(len(p.read_text().splitlines()) for p in tmp_path.glob("out.txt*")) == 10)
+    rotated = sorted(p for p in tmp_path.glob("out.txt.*"))
+    assert [p.stat().st_size for p in rotated] == [32, 32]  # 8 bytes a line: rotated once past 30
+    lines = [line for p in [*rotated, out] for line in p.read_text().splitlines()]
+    assert lines == [f"line-{i:02d}" for i in range(10)]

@@ -214,6 +214,21 @@ def list_groups(server) -> bool:
     return "stored" in {g.group_id for g in listed.valid}
 
 
+def transactional_write(server) -> bool:
+    """A transactional producer: Write on its TransactionalId (InitProducerId, AddPartitionsToTxn, Produce,
+    EndTxn); without it, init_transactions fails with TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    producer = ck.Producer({**server.conf, "transactional.id": "tx-alice", "message.timeout.ms": 8000})
+    try:
+        producer.init_transactions(TIMEOUT_S)
+    except ck.KafkaException as e:
+        assert e.args[0].code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, e
+        return False
+    producer.begin_transaction()
+    producer.produce("t", b"in a transaction", partition=0)
+    producer.commit_transaction(TIMEOUT_S)
+    return True
+
+
 CASES = {  # name: (client action, ACLs given to alice in both runs, ACLs that make the difference)
     "topic-describe": (describe_topic, [], [allow(T, "t", Operation.DESCRIBE)]),
     "topic-write": (write, [], [allow(T, "t", Operation.WRITE)]),
@@ -231,6 +246,8 @@ CASES = {  # name: (client action, ACLs given to alice in both runs, ACLs that m
     "group-delete": (delete_group, [], [allow(G, "stored", Operation.DELETE)]),
     "group-list": (list_groups, [], [allow(G, "stored", Operation.DESCRIBE)]),
     "cluster-alter": (cluster_alter, [], [allow(C, CLUSTER_NAME, Operation.ALTER)]),
+    "transactional-id-write": (transactional_write, [allow(T, "t", Operation.DESCRIBE), allow(T, "t", Operation.WRITE)],
+                               [allow(ResourceType.TRANSACTIONAL_ID, "tx-alice", Operation.WRITE)]),
     "cluster-idempotent-write": (idempotent_write, [allow(T, "t", Operation.DESCRIBE)],
                                  [allow(C, CLUSTER_NAME, Operation.IDEMPOTENT_WRITE),
                                   allow(T, "t", Operation.WRITE)]),
@@ -267,6 +284,7 @@ OPEN_APIS = {
     36: "SaslAuthenticate: authentication itself",
     60: "DescribeCluster: the brokers' addresses, as Metadata gives them to anyone",
     16: "ListGroups: lists only the groups the principal may Describe (checked below)",
+    66: "ListTransactions: lists only the transactional ids the principal may Describe (checked below)",
 }
 
 
@@ -316,7 +334,8 @@ def test_every_api_refuses_a_principal_without_acls(closed_server, api_key):
 
     version = _api_table()[api_key].max_version
     fields = {"string": "t", "uuid": closed_server.topic_uuid, "records": batch([b"x"]), "acks": -1,
-              "replica_id": -1, "transactional_id": None, "resource_type": 2, "key_type": 0,
+              "replica_id": -1, "transactional_id": None if api_key in (0, 22) else "t", "resource_type": 2,
+              "key_type": 0,
               "resource_type_filter": 2, "pattern_type_filter": 3, "operation": 2, "permission_type": 3,
               "resource_pattern_type": 3, "mechanism": 1, "count": 2, "num_partitions": 1,
               "replication_factor": 1, "assignments": (), "group_instance_id": None}
@@ -331,6 +350,8 @@ def test_every_api_refuses_a_principal_without_acls(closed_server, api_key):
         assert not codes & AUTHZ_ERRORS, f"api {api_key} is listed open but refused: {codes}"
         if api_key == 16:
             assert response.groups == (), "ListGroups showed groups ANONYMOUS may not Describe"
+        if api_key == 66:
+            assert response.transaction_states == (), "ListTransactions showed ids ANONYMOUS may not Describe"
         return
     assert codes & AUTHZ_ERRORS, (f"api {api_key} v{version} ({type(request).__name__}) answered an unauthorised "
                                   f"principal without an authorization error: {response}")

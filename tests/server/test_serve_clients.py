@@ -261,14 +261,6 @@ def test_klog_consume_follow_sees_records_produced_over_the_protocol(kafka_serve
         follower.wait(10)
 
 
-def test_transactional_producer_fails_at_init_with_a_clear_fatal_error(kafka_server):
-    producer = ck.Producer({"bootstrap.servers": kafka_server.bootstrap, "transactional.id": "tx-1"})
-    with pytest.raises(ck.KafkaException) as caught:
-        producer.init_transactions(10)
-    err = caught.value.args[0]
-    assert err.code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()
-
-
 def test_fetches_cut_inside_a_batch_are_read_by_every_client(kafka_server, data_dir):
     """max.partition.fetch.bytes smaller than what follows: answers end inside a batch (as Kafka's
     do); each client drops the partial tail and asks again from there."""

@@ -33,7 +33,7 @@ def epoch3(kafka_server):
             producer.send("le", b"v%d" % i)
     pm = store.topic("le").partitions[0]
     store.topics.update_partition("le", 0, dataclasses.replace(pm, leader_epoch=EPOCH, epochs=[[0, 0], [EPOCH, 2]]))
-    store.forget_topic_cache("le")
+    store.forget_topic_metadata("le")
     part = store.partition("le", 0)  # and in its state file, as ReplicaManager.reconcile writes both
     snap = part.snapshot()
     snap.leader_epoch = EPOCH

@@ -127,14 +127,16 @@ def test_topic_compression_type_recompresses(kafka_server, data_dir):
     assert values(data_dir, "z") == [b"x" * 100, b"y"]
 
 
-def test_transactional_init_producer_id_is_refused(kafka_server):
-
+def test_init_producer_id_transactional_and_idempotent(kafka_server):
     from kio.static.primitive import i32Timedelta
 
     with RawClient(kafka_server.port) as client:
         resp = client.send(22, 4, transactional_id="tx", transaction_timeout=i32Timedelta.parse(
             datetime.timedelta(seconds=60)), producer_id=-1, producer_epoch=-1)
-        assert resp.error_code == E.transactional_id_authorization_failed
+        assert resp.error_code == E.none and resp.producer_epoch == 0
+        again = client.send(22, 4, transactional_id="tx", transaction_timeout=i32Timedelta.parse(
+            datetime.timedelta(seconds=60)), producer_id=-1, producer_epoch=-1)
+        assert (again.producer_id, again.producer_epoch) == (resp.producer_id, 1)  # the id kept, the epoch bumped
         resp = client.send(22, 4, transactional_id=None, transaction_timeout=i32Timedelta.parse(
             datetime.timedelta(seconds=60)), producer_id=-1, producer_epoch=-1)
         assert resp.error_code == E.none and resp.producer_id > 0 and resp.producer_epoch == 0

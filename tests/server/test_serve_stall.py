@@ -24,11 +24,11 @@ def test_stalled_produces_do_not_stop_other_clients_metadata_and_fetch(kafka_ser
     real_append = appender.append
     entered = threading.Semaphore(0)
 
-    def stalling_append(topic, partition, data, acks):  # noqa: ANN001, ANN202 - the appender's own signature
+    def stalling_append(topic, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - the appender's own
         if topic == "stuck":
             entered.release()
             release.wait(STALL_LIMIT_S)
-        return real_append(topic, partition, data, acks)
+        return real_append(topic, *args, **kwargs)
 
     appender.append = stalling_append
     answers: list[int] = []

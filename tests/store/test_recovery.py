@@ -383,7 +383,14 @@ def test_rf1_recovery_cutting_committed_records_says_so(data_dir, monkeypatch):
     reboot(monkeypatch)
     warnings: list[str] = []
     with klog.open(data_dir) as store:
-        with store.producer(on_warning=warnings.append) as p:
+        # and writes nothing at the lost offsets until the loss is acknowledged (klog.broker.data_loss)
+        with pytest.raises(klog.KlogError, match="one-0 takes no writes: committed records"):
+            with store.producer(on_warning=warnings.append) as p:
+                p.send("one", b"after", partition=0)
+        assert [r.value for r in store.consumer("one")] == [b"value-%08d" % i for i in range(offset)]
+        (report,) = store.verify("one", repair=True)
+        assert f"the loss is acknowledged; writes go on from offset {offset}" in "; ".join(report["problems"])
+        with store.producer() as p:
             p.send("one", b"after", partition=0)
         values = [r.value for r in store.consumer("one")]
     assert values == [b"value-%08d" % i for i in range(offset)] + [b"after"]

@@ -305,13 +305,24 @@ def test_a_flipped_byte_found_after_a_reboot_is_a_loud_loss_with_the_cut_bytes_k
     r = klog_proc("produce", "t", input=b"x\n")
     assert r.returncode == 1, r.stderr
     assert b"data loss: committed records 200..499 of t-0 are gone" in r.stderr
+    # the rule: nothing is written at the lost offsets until the loss is acknowledged, so a script
+    # that retries a produce that exited 1 writes nothing twice (before: x was written, exit 1)
+    assert b"t-0 takes no writes" in r.stderr and b"klog verify --repair" in r.stderr
+    assert klog_proc("produce", "t", input=b"x\n").returncode == 1  # the retry: refused again
+    assert klog_proc("consume", "t").stdout == b"".join(b"%d\n" % i for i in range(100)) * 2
     kept = os.path.join(folder, f"00000000000000000000.log.{pos}.corrupt")
     with open(kept, "rb") as f:
         assert f.read() == cut
     r = klog_proc("verify")
     assert r.returncode == 1 and b".corrupt: %d bytes of acknowledged records" % len(cut) in r.stdout
+    assert b"takes no writes until --repair acknowledges the loss" in r.stdout
     os.unlink(kept)
+    r = klog_proc("verify", "--repair")
+    assert r.returncode == 0 and b"the loss is acknowledged; writes go on from offset 200" in r.stdout, r.stdout
     assert klog_proc("verify").returncode == 0
+    r = klog_proc("produce", "t", input=b"x\n")
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    assert klog_proc("consume", "t", "-o", "200").stdout == b"x\n"
 
 
 def test_long_lines_and_delimiters_across_read_chunks_are_split_exactly(klog_proc, tmp_path):

@@ -145,7 +145,8 @@ def test_a_record_attributes_byte_with_the_high_bit_is_refused_from_clients_only
     record); a log that holds one is still valid to verify."""
     import crcmod.predefined
 
-    from klog.broker.batches import InvalidBatchError, check_batch
+    from klog.broker.batches import check_batch
+    from klog.errors import InvalidBatchError
 
     data = bytearray(codec.encode_batch([(b"k", b"v%d" % i, [], 1000 + i) for i in range(100)], 0))
     header = codec.read_header(bytes(data))

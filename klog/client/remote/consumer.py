@@ -21,7 +21,7 @@ from itertools import groupby
 from operator import itemgetter
 
 from klog.broker.resolve import resolve_partitions
-from klog.client.consumer import ConsumerBase, StartSpec
+from klog.client.consumer import ConsumerBase, StartKind, StartSpec
 from klog.client.records import Record
 from klog.client.remote.errors import config_error, klog_error
 from klog.errors import KlogError
@@ -96,7 +96,7 @@ class RemoteConsumer(ConsumerBase):
         # an open transaction's records (librdkafka does not hand them out before it ends)
         low = self.store.offsets(topic, -2)
         high = self.store.offsets(topic, -1, committed=self.isolation_level == "read_committed")
-        at = self.store.offsets(topic, self.start.value) if self.start.kind == "timestamp" else {}
+        at = self.store.offsets(topic, self.start.value) if self.start.kind is StartKind.TIMESTAMP else {}
         out = []
         for p in parts:
             lo, hi = low[p] or 0, high[p] or 0

@@ -94,13 +94,13 @@ class Fetcher:
                 reason = str(e)
             except KlogError as e:
                 reason = str(e)
-                self._forget(topic, partition)
+                self._drop_leader(topic, partition)
             if time.monotonic() > deadline:
                 raise KlogError(f"cannot read {topic}-{partition} from {self.store.target.label} within "
                                 f"{timeout:g} s: {reason}")
             time.sleep(RETRY_PAUSE_S)
 
-    def _forget(self, topic: str, partition: int) -> None:
+    def _drop_leader(self, topic: str, partition: int) -> None:
         """Drop the partition's leader and its connection: the next attempt asks and connects anew."""
         leader = self._leaders.pop((topic, partition), None)
         broker = self._brokers.pop(leader, None) if leader is not None else None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from klog.client.consumer import Consumer, PartitionCursor
+from klog.client.consumer import Consumer, PartitionCursor, StartKind
 from klog.client.records import Record
 from klog.client.remote.fetch import OFFSET_OUT_OF_RANGE, Fetcher, PartitionAnswer
 from klog.errors import CorruptLogError, KlogError
@@ -155,7 +155,7 @@ class FetchConsumer(Consumer):
 
     def _cursor(self, topic: str, partition: int) -> PartitionCursor:
         low, high, at = self._offsets(topic)
-        found = (self.start.value, at.get(partition)) if self.start.kind == "timestamp" else None
+        found = (self.start.value, at.get(partition)) if self.start.kind is StartKind.TIMESTAMP else None
         part = FetchPartition(self._fetcher, topic, partition, low[partition] or 0, high[partition] or 0, found)
         cursor = PartitionCursor(topic, partition, part, self.until_ms, None)  # type: ignore[arg-type]
         cursor.offset = self._start_offset(part, cursor.end())  # type: ignore[arg-type]
@@ -167,7 +167,7 @@ class FetchConsumer(Consumer):
         a topic, not once a partition."""
         if topic not in self._topic_offsets:
             store = self.store
-            at = store.offsets(topic, self.start.value) if self.start.kind == "timestamp" else {}
+            at = store.offsets(topic, self.start.value) if self.start.kind is StartKind.TIMESTAMP else {}
             self._topic_offsets[topic] = store.offsets(topic, -2), store.offsets(topic, -1), at
         return self._topic_offsets[topic]
 

@@ -100,7 +100,7 @@ class RemoteProducer(ProducerBase):
                 raise self.store.unreachable(e) from None
             tm = md.topics.get(topic)
             if tm is not None and tm.error is None and tm.partitions:
-                self.store.forget_topic_cache(topic)
+                self.store.forget_topic_metadata(topic)
                 return len(tm.partitions)
             if time.monotonic() > deadline:
                 raise UnknownTopicError(f"unknown topic '{topic}' ({self.store.target.label} did not create it: "

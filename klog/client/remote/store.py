@@ -179,7 +179,7 @@ class RemoteStore(GroupAdminMethods):
     def auto_create_enabled(self) -> bool:
         return True  # the producer asks for the topic; the cluster's auto.create.topics.enable decides
 
-    def forget_topic_cache(self, name: str) -> None:
+    def forget_topic_metadata(self, name: str) -> None:
         self._metadata_cache.pop(name, None)
 
     def resolve_topics(self, topics: Iterable[str] = (), pattern: str | None = None) -> list[str]:
@@ -220,7 +220,7 @@ class RemoteStore(GroupAdminMethods):
             if exist_ok and "already exists" in str(e):
                 return self._with_configs(self.topic(name))
             raise
-        self.forget_topic_cache(name)
+        self.forget_topic_metadata(name)
         topic = self._await_topic(name)
         topic.configs = dict(configs or {})
         return topic
@@ -245,7 +245,7 @@ class RemoteStore(GroupAdminMethods):
     def delete_topic(self, name: str) -> RemoteTopic:
         topic = self.topic(name)
         self._wait(self.admin.delete_topics([name], request_timeout=self.timeout), f"cannot delete topic '{name}'")
-        self.forget_topic_cache(name)
+        self.forget_topic_metadata(name)
         return topic
 
     def alter_topic(self, name: str, partitions: int | None = None, set_configs: dict[str, str] | None = None,
@@ -276,7 +276,7 @@ class RemoteStore(GroupAdminMethods):
             resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
             self._wait(self.admin.incremental_alter_configs([resource], request_timeout=self.timeout),
                        f"cannot alter topic '{name}'")
-        self.forget_topic_cache(name)
+        self.forget_topic_metadata(name)
         topic = self._await_partitions(name, partitions)
         topic.configs = self.topic_configs(name)
         return topic
@@ -286,7 +286,7 @@ class RemoteStore(GroupAdminMethods):
 
         deadline = time.monotonic() + self.timeout
         while True:
-            self.forget_topic_cache(name)
+            self.forget_topic_metadata(name)
             topic = self.topic(name)
             if count is None or len(topic.partitions) >= count or time.monotonic() > deadline:
                 return topic
@@ -343,7 +343,7 @@ class RemoteStore(GroupAdminMethods):
 
     def describe_topic(self, name: str) -> TopicInfo:
         topic = self.topic(name)
-        self.forget_topic_cache(name)
+        self.forget_topic_metadata(name)
         topic = self.topic(name)
         starts, ends = self.offsets(name, -2), self.offsets(name, -1)
         parts = [PartitionInfo(i, pm.leader, pm.replicas, pm.isr, None, starts[i] or 0, ends[i] or 0,  # type: ignore[arg-type]

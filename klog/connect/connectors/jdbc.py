@@ -136,7 +136,10 @@ class SqliteDialect(Dialect):
         import sqlite3
 
         conn = sqlite3.connect(self.path, timeout=30, isolation_level="DEFERRED")
-        conn.execute("PRAGMA journal_mode=WAL")
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")  # readers do not block the sink (and other tasks' writes)
+        except sqlite3.OperationalError:
+            pass  # another task is switching it at this instant: it will be WAL
         conn.execute("PRAGMA synchronous=FULL")  # a committed batch and its offsets survive a crash together
         return conn
 

@@ -1,34 +1,27 @@
-"""Many partitions at the cost of one? CPU and peak RSS of writing the same input into topics of
-1, 1,000 and 10,000 partitions (a benchmark, not a test: prints README figures).
+"""Many partitions at the cost of one: CPU and RSS of produce, -K, serve and mirror, 1 vs 1,000 vs 10,000.
 
-    python benchmarks/bench_partitions.py [--partitions 1,1000,10000] [--lines N] [--only CASES]
-                                          [--rounds R]
-
-Cases (each its own process, measured with wait4: user + system CPU seconds and ru_maxrss):
+The same input into topics of 1, 1,000 and 10,000 partitions (each run its own process, measured
+with wait4: user + system CPU seconds and ru_maxrss):
 - produce: `klog produce t` of N lines (keyless: the sticky partitioner fills one partition's batch
   at a time);
 - keyed: `klog produce t -K:` of N `key:value` lines over 5,000 keys (every partition gets some);
 - serve: the same keyed records through `klog serve` from confluent-kafka (linger 50 ms: each
   Produce request carries the batches of many partitions); the server's CPU and RSS (/proc);
 - mirror: `klog mirror SRC DEST t` of the keyed topic between two local stores.
-Each case writes into the topic twice: `first` into the new topic (it creates every partition's
-files), then `again` into the same topic (the steady state). Rounds alternate the partition counts.
+Each writes into the topic twice: `first` into the new topic (it creates every partition's files),
+then `again` (the steady state). The peer of each partition count is one partition, same run.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from serve_process import Serve, klog_cmd  # noqa: E402 - benchmarks/ is on sys.path when run as a script
+from harness import Bench
+from serve_process import Serve, klog_cmd
 
 KEYS = 5000
 VALUE = b"x" * 100
@@ -89,9 +82,16 @@ def case_serve(env: dict, work: str, partitions: int, path: str) -> dict[str, tu
     out = {}
     try:
         for label in ("first", "again"):
+            failed: list[str] = []
+
+            def delivered(err, _msg, failed=failed) -> None:  # noqa: ANN001 - librdkafka's error, message
+                if err is not None and len(failed) < 3:
+                    failed.append(str(err))
+
             producer = Producer({"bootstrap.servers": serve.bootstrap, "linger.ms": 50, "acks": "all",
                                  "partitioner": "murmur2_random", "queue.buffering.max.messages": 2_000_000,
-                                 "batch.size": 1_000_000, "log_level": 0})
+                                 "batch.size": 1_000_000, "log_level": 0, "on_delivery": delivered,
+                                 "message.timeout.ms": 120_000})
             cpu, start = serve.cpu_s(), time.monotonic()
             for key, value in records:
                 while True:
@@ -100,8 +100,8 @@ def case_serve(env: dict, work: str, partitions: int, path: str) -> dict[str, tu
                         break
                     except BufferError:
                         producer.poll(0.05)
-            if producer.flush(300) != 0:
-                raise SystemExit("klog serve did not acknowledge every record")
+            if producer.flush(300) != 0 or failed:
+                raise SystemExit(f"klog serve did not acknowledge every record: {failed}")
             out[label] = (serve.cpu_s() - cpu, serve.rss_mib(), time.monotonic() - start)
     finally:
         serve.close()
@@ -121,37 +121,23 @@ def case_mirror(env: dict, work: str, partitions: int, path: str) -> dict[str, t
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--partitions", default="1,1000,10000")
-    parser.add_argument("--lines", type=int, default=200_000)
-    parser.add_argument("--only", default="produce,keyed,serve,mirror")
-    parser.add_argument("--rounds", type=int, default=1)
-    args = parser.parse_args()
-    counts = [int(p) for p in args.partitions.split(",")]
-    env = {**os.environ, "PYTHONPATH": REPO}
-    with tempfile.TemporaryDirectory(prefix="klog-bench-partitions-") as work:
-        plain, keyed = make_inputs(work, args.lines)
-        print(f"{args.lines:,} lines ({os.path.getsize(keyed) / 1e6:.0f} MB keyed), load "
-              f"{os.getloadavg()[0]:.1f}; CPU s / peak RSS MiB / wall s, new topic then again")
-        for case in args.only.split(","):
-            for r in range(args.rounds):
-                for partitions in counts if r % 2 == 0 else counts[::-1]:
-                    if case == "produce":
-                        got = case_produce(env, work, partitions, plain, keyed=False)
-                    elif case == "keyed":
-                        got = case_produce(env, work, partitions, keyed, keyed=True)
-                    elif case == "serve":
-                        got = case_serve(env, work, partitions, keyed)
-                    elif case == "mirror":
-                        got = case_mirror(env, work, partitions, keyed)
-                    else:
-                        raise SystemExit(f"unknown case {case}")
-                    cells = "  ".join(f"{label} {cpu:6.2f} / {rss:5.0f} / {wall:6.2f}"
-                                      for label, (cpu, rss, wall) in got.items())
-                    print(f"{case:8} {partitions:6,} partitions  {cells}  (load {os.getloadavg()[0]:.1f})",
-                          flush=True)
-
-
-if __name__ == "__main__":
-    main()
+def run(bench: Bench) -> None:
+    lines = bench.size(200_000, 2_000)
+    counts = [1, 1000, 10_000] if not bench.smoke else [1, 10]
+    env = bench.env
+    plain, keyed = make_inputs(bench.tmp, lines)
+    cases = {"produce": lambda p: case_produce(env, bench.tmp, p, plain, keyed=False),
+             "keyed": lambda p: case_produce(env, bench.tmp, p, keyed, keyed=True),
+             "serve": lambda p: case_serve(env, bench.tmp, p, keyed),
+             "mirror": lambda p: case_mirror(env, bench.tmp, p, keyed)}
+    if bench.smoke:  # (each case works; a smoke run must stay short)
+        cases = {"keyed": cases["keyed"], "serve": cases["serve"]}
+    for case, measure in cases.items():
+        got = {p: measure(p) for p in counts}
+        one = got[1]["again"][0]
+        for p in counts[1:]:
+            cells = ", ".join(f"{label} {cpu:.2f} s CPU / {rss:.0f} MiB / {wall:.1f} s"
+                              for label, (cpu, rss, wall) in got[p].items())
+            bench.row(f"{case} of {lines:,} lines into {p:,} partitions (new topic, then again)", cells,
+                      f"1 partition again {one:.2f} s CPU / {got[1]['again'][1]:.0f} MiB: "
+                      + (f"{got[p]['again'][0] / one:.2f}x CPU" if one else "too little CPU to compare"))

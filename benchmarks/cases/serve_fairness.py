@@ -1,7 +1,4 @@
-"""One hostile client at full speed against `klog serve`; another client's Metadata latency (a
-benchmark, not a test: prints figures for the README).
-
-    python benchmarks/bench_serve_fairness.py [--seconds S]
+"""One hostile client at full speed against `klog serve`, beside another client's Metadata latency.
 
 The hostile connection sends, as fast as it is answered, Produce requests of 1,000,000 partition
 entries (refused unread: over --max-request-entries), Metadata naming one topic 500,000 times
@@ -13,21 +10,18 @@ Target (issue 23): the second client's p99 under 100 ms.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import statistics
-import sys
-import tempfile
 import threading
 import time
+from types import SimpleNamespace
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from harness import REPO, Bench
+from serve_process import Serve
 
-import klog  # noqa: E402
-from benchmarks.serve_process import Serve  # noqa: E402
-from tests.serve_helpers import RawClient, huge_produce, read_answer, repeated_metadata  # noqa: E402
+import klog
+from tests.serve_helpers import RawClient, huge_produce, read_answer, repeated_metadata
 
 
 def metadata_latencies(port: int, seconds: float) -> list[float]:
@@ -51,17 +45,16 @@ def summary(label: str, latencies: list[float]) -> str:
             f"p99 {p99 * 1000:.1f} ms, max {ordered[-1] * 1000:.1f} ms")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=10.0)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+def run(bench: Bench) -> None:
+    args = SimpleNamespace(seconds=bench.size(10, 1))
+    tmp = bench.tmp
+    if True:
         data = os.path.join(tmp, "data")
         with klog.open(data) as store:
             store.create_topic("free")
         server = Serve(data, {**os.environ, "PYTHONPATH": REPO})
         try:
-            print(summary("quiet", metadata_latencies(server.port, args.seconds)))
+            bench.line(summary("quiet", metadata_latencies(server.port, args.seconds)))
             frames = [huge_produce(1_000_000), repeated_metadata(500_000), huge_produce(19_000)]
             stop = threading.Event()
             answered = [0]
@@ -78,13 +71,10 @@ def main() -> None:
             time.sleep(0.5)
             cpu = server.cpu_s()
             latencies = metadata_latencies(server.port, args.seconds)
-            print(summary("one hostile client", latencies) + f"; hostile requests answered: {answered[0]}, "
-                  f"server CPU {(server.cpu_s() - cpu) / args.seconds * 100:.0f}%")
+            bench.line(summary("one hostile client", latencies) + f"; hostile requests answered: {answered[0]}, "
+                       f"server CPU {(server.cpu_s() - cpu) / args.seconds * 100:.0f}%")
             stop.set()
             attacker.join(60)
         finally:
             server.close()
 
-
-if __name__ == "__main__":
-    main()

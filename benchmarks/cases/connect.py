@@ -1,6 +1,4 @@
-"""klog connect against its peers, measured in the same run (a benchmark, not a test).
-
-    python benchmarks/bench_connect.py [--rows N]
+"""klog connect's Debezium CDC and JDBC sink beside COPY | klog produce and plain executemany.
 
 Starts a throw-away PostgreSQL (as tests/connect do) and measures:
   - CDC: N rows committed in one transaction, then captured by the PostgresConnector (pgoutput,
@@ -9,27 +7,24 @@ Starts a throw-away PostgreSQL (as tests/connect do) and measures:
   - snapshot: the same N rows read by the initial snapshot of a fresh connector;
   - sink: the N-record topic into SQLite and into PostgreSQL through the JDBC sink (ExtractNewRecordState,
     upsert by key, offsets in the same transactions), beside a plain executemany of the same rows.
-Prints rows/s for each and the peak RSS of this process (flat with table size: the snapshot reads through
-a server-side cursor, the stream in batches).
+Prints rows/s for each and the peak RSS of this process up to the end of the connector runs (the snapshot
+reads through a server-side cursor, the stream and the sinks in batches).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from harness import REPO, Bench, rate
 
-import klog  # noqa: E402
-from tests.connect.helpers import running, wait_for  # noqa: E402
-from tests.connect.pg_server import PostgresServer, find_pg_bin  # noqa: E402
+import klog
+from tests.connect.helpers import running, wait_for
+from tests.connect.pg_server import PostgresServer, find_pg_bin
 
 
 def count(data_dir: str, topic: str) -> int:
@@ -37,25 +32,27 @@ def count(data_dir: str, topic: str) -> int:
         return s.describe_topic(topic).records if s.has_topic(topic) else 0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=100_000)
-    n = parser.parse_args().rows
-    server = PostgresServer(find_pg_bin() or sys.exit("no PostgreSQL binaries"))
+def run(bench: Bench) -> None:
+    n = bench.size(100_000, 200)
+    pg_bin = find_pg_bin()
+    if not pg_bin:
+        bench.row("skipped", "needs PostgreSQL's binaries (as tests/connect do)")
+        return
+    server = PostgresServer(pg_bin)
     server.start()
     try:
         db = server.database(server.create_database("bench"))
         db.execute("CREATE TABLE t (id int PRIMARY KEY, name text, qty int, price numeric(10,2))")
         base = {"topic.prefix": "b", "table.include.list": "public.t", "slot.name": "bench",
                 "publication.name": "bench"}
-        data_dir = tempfile.mkdtemp(prefix="klog-bench-")
+        data_dir = os.path.join(bench.tmp, "cdc")
         with running(data_dir, db.debezium_config(name="cdc", **base), worker={"offset.flush.interval.ms": "2000"}):
             wait_for(lambda: count(data_dir, "connect-status") > 0, timeout=60)
             start = time.perf_counter()
             db.execute(f"INSERT INTO t SELECT g, 'name-' || g, g % 100, g / 100.0 FROM generate_series(1, {n}) g")
             wait_for(lambda: count(data_dir, "b.public.t") >= n, timeout=3600)
             cdc_s = time.perf_counter() - start
-        peer_dir = tempfile.mkdtemp(prefix="klog-bench-peer-")
+        peer_dir = os.path.join(bench.tmp, "peer")
         env = {**os.environ, "KLOG_DATA_DIR": peer_dir, "PYTHONPATH": REPO}
         start = time.perf_counter()
         psql = os.path.join(server.bin_dir, "psql")
@@ -64,7 +61,7 @@ def main() -> None:
                        stderr=subprocess.DEVNULL)
         copy_s = time.perf_counter() - start
 
-        snap_dir = tempfile.mkdtemp(prefix="klog-bench-snap-")
+        snap_dir = os.path.join(bench.tmp, "snap")
         start = time.perf_counter()
         with running(snap_dir, db.debezium_config(name="snap", **{**base, "slot.name": "bench2"})):
             wait_for(lambda: count(snap_dir, "b.public.t") >= n, timeout=3600)
@@ -85,6 +82,7 @@ def main() -> None:
             wait_for(lambda: _pg_count(db) >= n, timeout=3600)
         pg_s = time.perf_counter() - start
 
+        connect_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the peers load rows
         rows = db.execute("SELECT id, name, qty, price FROM t")
         start = time.perf_counter()
         with sqlite3.connect(os.path.join(data_dir, "peer.db")) as conn:
@@ -101,13 +99,14 @@ def main() -> None:
         pg_peer_s = time.perf_counter() - start
     finally:
         server.stop()
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"rows: {n}")
-    print(f"CDC stream into a topic:        {n / cdc_s:>10,.0f} rows/s   (peer COPY | klog produce: {n / copy_s:,.0f})")
-    print(f"CDC initial snapshot:           {n / snap_s:>10,.0f} rows/s")
-    print(f"JDBC sink into SQLite:          {n / lite_s:>10,.0f} rows/s   (peer executemany: {n / lite_peer_s:,.0f})")
-    print(f"JDBC sink into PostgreSQL:      {n / pg_s:>10,.0f} rows/s   (peer executemany: {n / pg_peer_s:,.0f})")
-    print(f"peak RSS of this process:       {rss_mb:>10,.0f} MB")
+    bench.row(f"CDC stream into a topic, {n:,} rows", rate(n, cdc_s).replace("records", "rows"),
+              f"COPY | klog produce: {rate(n, copy_s).replace('records', 'rows')}")
+    bench.row(f"CDC initial snapshot, {n:,} rows", rate(n, snap_s).replace("records", "rows"))
+    bench.row(f"JDBC sink into SQLite, {n:,} rows", rate(n, lite_s).replace("records", "rows"),
+              f"executemany: {rate(n, lite_peer_s).replace('records', 'rows')}")
+    bench.row(f"JDBC sink into PostgreSQL, {n:,} rows", rate(n, pg_s).replace("records", "rows"),
+              f"executemany: {rate(n, pg_peer_s).replace('records', 'rows')}")
+    bench.row("peak RSS through the connector runs (before the peers hold the rows)", f"{connect_rss_mb:,.0f} MB")
 
 
 def _sqlite_count(path: str) -> int:
@@ -122,6 +121,3 @@ def _pg_count(db) -> int:  # noqa: ANN001
     rows = db.execute("SELECT to_regclass('t_copy') IS NOT NULL")
     return db.execute("SELECT count(*) FROM t_copy")[0][0] if rows[0][0] else 0
 
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,240 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator): the state in LMDB
+(klog.meta.transactions), the markers in the partitions (RawAppender.write_marker).
+
+Every request is one LMDB write transaction over the transactional id's document, durable before
+the caller answers; ending a transaction is three steps, each safe to repeat:
+1. the document moves to PrepareCommit/PrepareAbort (durable: from here the outcome is decided),
+2. a COMMIT/ABORT marker goes to each partition of the transaction that still holds the producer's
+   open transaction (checked under the partition's lock: written once per partition),
+3. the document moves to CompleteCommit/CompleteAbort, and at commit the offsets staged by
+   TxnOffsetCommit become the group's committed offsets, in the same LMDB write.
+A crash between the steps leaves a Prepare* document, which `recover()` (run by `klog serve` at
+start and on every timer pass) finishes. `tick()` also aborts transactions open longer than their
+transaction.timeout.ms, bumping the epoch so the abandoned producer is fenced.
+
+Time comes from `clock` (epoch ms), so tests drive timeouts without sleeping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from klog.meta import transactions as tx
+from klog.meta.groups import GroupsMeta
+from klog.meta.transactions import TP, TransactionsMeta, TxnMetadata, TxnStateError
+
+TRANSACTION_MAX_TIMEOUT = "transaction.max.timeout.ms"
+CLEANUP_INTERVAL = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+CLEANUP_INTERVAL_MS_DEFAULT = 10_000  # Kafka's default
+PREPARE_STALE_MS = 5_000  # a Prepare* document not completed for this long is completed by whoever sees it
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class ProducerIdAndEpoch:
+    producer_id: int
+    epoch: int
+
+
+class TxnCoordinator:
+    """Thread-safe (every step is an LMDB transaction or holds a partition's lock); any number of
+    these, in any processes, may serve the same store."""
+
+    def __init__(self, store, appender, new_pid: Callable[[], int] | None = None, *,  # noqa: ANN001 - Store, RawAppender
+                 clock: Callable[[], int] = now_ms, max_timeout_ms: int | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.store = store
+        self.appender = appender
+        if new_pid is None:
+            from klog.broker.producer_ids import new_producer_id as new_pid
+        self.new_pid = new_pid
+        self.clock = clock
+        self.meta = TransactionsMeta(store.meta)
+        self.groups = GroupsMeta(store.meta)
+        self.max_timeout_ms = max_timeout_ms if max_timeout_ms is not None else _setting(
+            store, TRANSACTION_MAX_TIMEOUT, tx.MAX_TIMEOUT_MS_DEFAULT)
+        self.warn = warn or (lambda _m: None)
+        self.coordinator_epoch = self.meta.next_coordinator_epoch()
+
+    # -- the client's requests ----------------------------------------------------------------------
+    def init_producer_id(self, tid: str, timeout_ms: int, expected: tuple[int, int] | None = None
+                         ) -> ProducerIdAndEpoch:
+        """InitProducerId: the id and epoch to use; TxnStateError(CONCURRENT_TRANSACTIONS) after
+        aborting an older incarnation's transaction (the client retries)."""
+        tx.validate_transactional_id(tid)
+        now = self.clock()
+        saved = self.meta.apply(tid, lambda meta, _txn: tx.init_producer(
+            meta, tid, timeout_ms, expected, now, self.new_pid, self.max_timeout_ms, self.coordinator_epoch))
+        assert saved is not None
+        if saved.state == tx.PREPARE_ABORT:  # the previous incarnation's transaction, fenced
+            self._finish(saved)
+            raise TxnStateError(tx.CONCURRENT, f"transactional id '{tid}': the previous producer's transaction "
+                                               "was aborted; retry")
+        return ProducerIdAndEpoch(saved.producer_id, saved.producer_epoch)
+
+    def add_partitions(self, tid: str, producer_id: int, epoch: int, tps: list[TP]) -> None:
+        now = self.clock()
+        self._change(tid, lambda meta: tx.add_partitions(meta, producer_id, epoch, tps, now))
+
+    def verify_partitions(self, tid: str, producer_id: int, epoch: int, tps: list[TP]) -> dict[TP, str]:
+        return tx.verify_partitions(self.meta.get(tid), producer_id, epoch, tps)
+
+    def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str) -> None:
+        now = self.clock()
+        self._change(tid, lambda meta: tx.add_group(meta, producer_id, epoch, group, now))
+
+    def txn_offset_commit(self, tid: str, producer_id: int, epoch: int, group: str,
+                          offsets: dict[TP, tuple[int, str]]) -> None:
+        now = self.clock()
+        self._change(tid, lambda meta: tx.stage_offsets(meta, producer_id, epoch, group, offsets, now) or True)
+
+    def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> list[TP]:
+        """EndTxn: returns (the partitions marked) once the markers are written and the outcome is
+        durable."""
+        now = self.clock()
+        moved: list[bool] = []
+
+        def change(meta: TxnMetadata | None) -> bool:
+            moved.append(tx.end_transaction(meta, producer_id, epoch, commit, now))
+            return moved[-1]
+
+        saved = self._change(tid, change)
+        if moved and moved[-1] and saved is not None:
+            self._finish(saved)
+            return saved.tps()
+        return []
+
+    def check_append(self, tid: str, producer_id: int, epoch: int, tp: TP) -> None:
+        """A transactional batch may be appended to `tp` only while its transaction is ongoing and
+        has added it (asked under the partition's lock, by RawAppender.append)."""
+        from klog.errors import InvalidProducerEpochError, InvalidTxnStateError
+
+        meta = self.meta.get(tid)
+        if meta is None or meta.producer_id != producer_id:
+            raise InvalidTxnStateError(f"producer id {producer_id} does not hold transactional id '{tid}'")
+        if epoch != meta.producer_epoch:
+            raise InvalidProducerEpochError(f"transactional id '{tid}': epoch {epoch} is fenced by "
+                                            f"{meta.producer_epoch}")
+        if meta.state != tx.ONGOING or list(tp) not in meta.partitions:
+            raise InvalidTxnStateError(f"transactional id '{tid}' has not added {tp[0]}-{tp[1]} to an ongoing "
+                                       f"transaction ({meta.state})")
+
+    # -- admin and timers ----------------------------------------------------------------------------
+    def abort(self, tid: str) -> bool:
+        """Abort the ongoing transaction of `tid` (fencing its producer), as the timeout does; False
+        if it has none."""
+        now = self.clock()
+
+        def change(meta: TxnMetadata | None, _txn: object) -> TxnMetadata | None:
+            if meta is None or meta.state != tx.ONGOING:
+                return meta
+            tx.fence_and_abort(meta, now, self.coordinator_epoch)
+            return meta
+
+        saved = self.meta.apply(tid, change)
+        if saved is None or saved.state != tx.PREPARE_ABORT:
+            return False
+        self._finish(saved)
+        return True
+
+    def tick(self) -> list[str]:
+        """One timer pass: abort transactions past their timeout and finish Prepare* documents left
+        by a crash; returns what it did, one line each."""
+        done = []
+        now = self.clock()
+        for meta in self.meta.all():
+            try:
+                if meta.expired(now) and self.abort(meta.transactional_id):
+                    done.append(f"transactional id '{meta.transactional_id}': aborted after "
+                                f"transaction.timeout.ms={meta.timeout_ms} (producer epoch fenced)")
+                elif meta.state in tx.PREPARING and now - meta.update_ms >= PREPARE_STALE_MS:
+                    self._finish(meta)
+                    done.append(f"transactional id '{meta.transactional_id}': completed its {meta.state}")
+            except Exception as e:  # noqa: BLE001 - one id's trouble must not stop the others' timeouts
+                self.warn(f"transactional id '{meta.transactional_id}': {type(e).__name__}: {e}")
+        return done
+
+    def recover(self) -> list[str]:
+        """At start: finish every Prepare* document (a crash between deciding and completing)."""
+        done = []
+        for meta in self.meta.all():
+            if meta.state in tx.PREPARING:
+                self._finish(meta)
+                done.append(f"transactional id '{meta.transactional_id}': completed its {meta.state} after a restart")
+        return done
+
+    # -- internals -------------------------------------------------------------------------------------
+    def _change(self, tid: str, change: Callable[[TxnMetadata | None], bool]) -> TxnMetadata | None:
+        """Apply `change` (True: it altered the document) in one LMDB write; unchanged documents are
+        not rewritten."""
+        def apply(meta: TxnMetadata | None, _txn: object) -> TxnMetadata | None:
+            if change(meta):
+                return meta
+            raise _Unchanged(meta)
+
+        try:
+            return self.meta.apply(tid, apply)
+        except _Unchanged as same:
+            return same.meta
+
+    def _finish(self, meta: TxnMetadata) -> None:
+        """Steps 2 and 3: the markers, then Complete* (with the staged offsets at commit)."""
+        from klog.store.txn import ABORT, COMMIT
+
+        commit = meta.state == tx.PREPARE_COMMIT
+        kind = COMMIT if commit else ABORT
+        tid, pid, epoch = meta.transactional_id, meta.producer_id, meta.producer_epoch
+
+        def still_wanted() -> bool:
+            now = self.meta.get(tid)
+            return now is not None and (now.state, now.producer_id, now.producer_epoch) == (meta.state, pid, epoch)
+
+        for topic, partition in meta.tps():
+            try:
+                self.appender.write_marker(topic, partition, pid, epoch, kind, meta.coordinator_epoch, still_wanted)
+            except Exception as e:
+                from klog.errors import UnknownPartitionError, UnknownTopicError
+
+                if not isinstance(e, UnknownTopicError | UnknownPartitionError):
+                    raise  # the document stays Prepare*: the next pass tries again
+                self.warn(f"transactional id '{tid}': {topic}-{partition} is gone; no marker written")
+        now = self.clock()
+
+        def change(current: TxnMetadata | None, txn: object) -> TxnMetadata | None:
+            if current is None or (current.state, current.producer_id, current.producer_epoch) != (
+                    meta.state, pid, epoch):
+                raise _Unchanged(current)  # completed by someone else meanwhile
+            if commit:
+                for group, staged in current.offsets.items():
+                    offsets = {tx.key_tp(k): (int(v[0]), str(v[1] or "")) for k, v in staged.items()}
+                    self.groups.write_offsets(txn, group, offsets, now)
+            tx.complete(current, now)
+            return current
+
+        try:
+            self.meta.apply(tid, change)
+        except _Unchanged:
+            pass
+
+
+class _Unchanged(Exception):  # noqa: N818 - control flow inside one LMDB transaction (aborts it: nothing to write)
+    def __init__(self, meta: TxnMetadata | None) -> None:
+        self.meta = meta
+
+
+def _setting(store, name: str, default: int) -> int:  # noqa: ANN001 - Store
+    """A whole-millisecond store default from klog.json (Kafka's broker setting), or `default`."""
+    try:
+        text = store.data_dir.default(name)
+    except Exception:  # noqa: BLE001 - no such default
+        return default
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        return default
+    return value if value > 0 else default

@@ -1,0 +1,226 @@
+"""The library's transactional producer: `store.producer(transactional_id=...)`.
+
+Records sent between begin() and commit() are seen by read_committed readers all together or,
+after abort() (or a crash: the transaction times out), never; send_offsets() commits a consumer
+group's offsets in the same transaction (consume-transform-produce, exactly once). It shares the
+store's one transaction coordinator (klog.broker.txn_coordinator, state in LMDB) with `klog serve`,
+so a transactional id is fenced across processes and across Kafka clients and this API alike:
+a second producer opened with the same id aborts the first's open transaction and fences it.
+
+    with store.producer(transactional_id="orders-etl") as producer:
+        with producer.transaction():
+            producer.send("out", b"value")
+            producer.send_offsets("etl-group", {("in", 0): 42})
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from klog.broker.batches import RawAppender
+from klog.broker.txn_coordinator import TxnCoordinator
+from klog.client.producer import Producer
+from klog.errors import InvalidProducerEpochError, ProducerFencedError, UsageError
+from klog.meta import transactions as tx
+from klog.store.txn import as_transactional
+
+INIT_RETRY_S = 30.0  # how long init waits for an older incarnation's transaction to finish aborting
+
+
+class TransactionalProducer(Producer):
+    def __init__(self, store, transactional_id: str, *, transaction_timeout_ms: int = tx.TRANSACTION_TIMEOUT_MS_DEFAULT,
+                 transaction_records: int | None = None, **kwargs) -> None:  # noqa: ANN001, ANN003 - Store; Producer's
+        """`transaction_records`: commit and begin anew every that many records sent (long streams)."""
+        if kwargs.get("acks", "all") != "all":
+            raise UsageError("a transactional producer writes with acks=all")
+        super().__init__(store, **kwargs)
+        tx.validate_transactional_id(transactional_id)
+        self.transactional_id = transactional_id
+        self.appender = RawAppender(store, warn=kwargs.get("on_warning"))
+        self.coordinator = TxnCoordinator(store, self.appender)
+        # no coordinator may be running (no klog serve): abort what abandoned producers left past
+        # their timeout, so read_committed readers of this store are not held by them
+        self.coordinator.tick()
+        self.transaction_records = transaction_records
+        self._sent_in_transaction = 0
+        deadline = time.monotonic() + INIT_RETRY_S
+        while True:
+            try:
+                ids = self.coordinator.init_producer_id(transactional_id, transaction_timeout_ms)
+                break
+            except tx.TxnStateError as e:
+                if e.code != tx.CONCURRENT or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        self.producer_id, self.epoch = ids.producer_id, ids.epoch
+        self._sequences: dict[tuple[str, int], int] = {}
+        self._added: set[tuple[str, int]] = set()
+        self._groups: set[str] = set()
+        self._in_transaction = False
+
+    # -- the transaction ------------------------------------------------------------------------
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_transaction
+
+    def begin(self) -> None:
+        if self._in_transaction:
+            raise UsageError(f"transactional id '{self.transactional_id}': a transaction is already open")
+        self._in_transaction = True
+        self._added, self._groups = set(), set()
+        self._sent_in_transaction = 0
+
+    def send(self, topic: str, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - Producer.send's
+        self._require_transaction()
+        pending = super().send(topic, *args, **kwargs)
+        self._count_sent(1)
+        return pending
+
+    def send_keyed(self, topic: str, pairs, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        for chunk in self._chunks(pairs):
+            super().send_keyed(topic, chunk, *args, **kwargs)
+            self._count_sent(len(chunk))
+
+    def send_values(self, topic: str, values, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        for chunk in self._chunks(values):
+            super().send_values(topic, chunk, *args, **kwargs)
+            self._count_sent(len(chunk))
+
+    def _chunks(self, items):  # noqa: ANN001, ANN202
+        """`items` cut where a transaction_records commit falls."""
+        self._require_transaction()
+        if self.transaction_records is None:
+            yield items
+            return
+        start = 0
+        while start < len(items):
+            room = self.transaction_records - self._sent_in_transaction
+            yield items[start:start + room]
+            start += room
+
+    def _count_sent(self, n: int) -> None:
+        self._sent_in_transaction += n
+        if self.transaction_records is not None and self._sent_in_transaction >= self.transaction_records:
+            self.commit()
+            self.begin()
+
+    def send_offsets(self, group: str, offsets: dict[tuple[str, int], int], metadata: str = "") -> None:
+        """Commit `group`'s offsets (the next offset to read, per (topic, partition)) with this
+        transaction: visible when it commits, dropped when it aborts."""
+        self._require_transaction()
+        self._call(self.coordinator.add_offsets, self.transactional_id, self.producer_id, self.epoch, group)
+        self._groups.add(group)
+        self._call(self.coordinator.txn_offset_commit, self.transactional_id, self.producer_id, self.epoch, group,
+                   {tp: (int(o), metadata) for tp, o in offsets.items()})
+
+    def commit(self) -> None:
+        """Write what is buffered, then commit: every record sent in the transaction becomes
+        visible to read_committed readers at once."""
+        self._require_transaction()
+        try:
+            self.flush()
+        except ProducerFencedError:
+            self._batches.clear()
+            self._buffered = 0
+            raise
+        except BaseException:
+            if self._in_transaction:
+                self.abort()
+            raise
+        if self._added or self._groups:
+            self._call(self.coordinator.end_txn, self.transactional_id, self.producer_id, self.epoch, True)
+        self._in_transaction = False
+
+    def abort(self) -> None:
+        """Drop what is buffered and abort what was written: read_committed readers never see it."""
+        self._require_transaction()
+        self._batches.clear()
+        self._buffered = 0
+        if self._added or self._groups:
+            self._call(self.coordinator.end_txn, self.transactional_id, self.producer_id, self.epoch, False)
+        self._in_transaction = False
+
+    @contextmanager
+    def transaction(self) -> Iterator[TransactionalProducer]:
+        """begin(); the block; commit() — or abort() if the block raises."""
+        self.begin()
+        try:
+            yield self
+        except BaseException:
+            if self._in_transaction:
+                self.abort()
+            raise
+        self.commit()
+
+    def close(self) -> None:
+        if self._in_transaction:
+            self.abort()
+
+    def __exit__(self, exc_type, *exc: object) -> None:  # noqa: ANN001
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------------
+    def _require_transaction(self) -> None:
+        if not self._in_transaction:
+            raise UsageError(f"transactional id '{self.transactional_id}': call begin() (or use "
+                             "`with producer.transaction():`) before sending")
+
+    def _call(self, fn, *args):  # noqa: ANN001, ANN002, ANN202
+        try:
+            return fn(*args)
+        except tx.TxnStateError as e:
+            if e.code in (tx.FENCED, tx.INVALID_MAPPING):
+                self._in_transaction = False
+                raise ProducerFencedError(f"transactional id '{self.transactional_id}': fenced by a newer producer "
+                                          f"with the same id ({e})") from None
+            raise
+
+    def _write_group(self, topic: str, group: list) -> None:
+        """Each batch made transactional (id, epoch, sequence) and appended through the coordinator's
+        check, after its partition joined the transaction."""
+        from klog.broker.writer import encode_fitting
+
+        new = [(topic, p) for p, _ in group if (topic, p) not in self._added]
+        if new:
+            self._call(self.coordinator.add_partitions, self.transactional_id, self.producer_id, self.epoch, new)
+            self._added.update(new)
+        max_bytes, topic_codec, ts_type = self._topic_settings[topic]
+        now_ms = int(time.time() * 1000)
+        for partition, batch in group:
+            key = (topic, partition)
+
+            def check(header, key=key) -> None:  # noqa: ANN001
+                self.coordinator.check_append(self.transactional_id, header.producer_id, header.producer_epoch, key)
+
+            for piece in encode_fitting(batch.records, codec_id=topic_codec, timestamp_type=ts_type, now_ms=now_ms,
+                                        max_bytes=max_bytes, max_timestamp=batch.max_ts):
+                seq = self._sequences.get(key, 0)
+                data = as_transactional(piece.data, self.producer_id, self.epoch, seq)
+                try:
+                    result = self.appender.append(topic, partition, data, "all", check)
+                except InvalidProducerEpochError as e:
+                    self._in_transaction = False
+                    raise ProducerFencedError(f"transactional id '{self.transactional_id}': {e}") from None
+                self._sequences[key] = (seq + piece.count) % 2**31
+                self._acknowledged(topic, partition, batch, piece.start, piece.count, result.base_offset, now_ms,
+                                   ts_type)
+
+
+# -- administration (`klog transactions`) ---------------------------------------------------------------
+def list_transactions(store) -> list[tx.TxnMetadata]:  # noqa: ANN001 - Store
+    return sorted(tx.TransactionsMeta(store.meta).all(), key=lambda m: m.transactional_id)
+
+
+def describe_transaction(store, transactional_id: str) -> tx.TxnMetadata:  # noqa: ANN001 - Store
+    meta = tx.TransactionsMeta(store.meta).get(transactional_id)
+    if meta is None:
+        raise UsageError(f"no transactional id '{transactional_id}' in this store")
+    return meta
+
+
+def abort_transaction(store, transactional_id: str, warn=None) -> bool:  # noqa: ANN001 - Store, callback
+    """Abort the id's ongoing transaction (markers written, producer fenced); False if none was open."""
+    describe_transaction(store, transactional_id)
+    return TxnCoordinator(store, RawAppender(store, warn=warn)).abort(transactional_id)

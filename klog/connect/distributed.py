@@ -1,0 +1,134 @@
+"""Distributed workers: `klog connect worker --group-id G` processes, on one machine or many, share the
+connectors' tasks and take over those of a worker that dies.
+
+Kafka Connect's workers coordinate through Kafka's group protocol with an assignor of their own. klog
+reuses the consumer group protocol as it is, so the same membership, session timeouts and rebalances
+work on the local store and on any Kafka cluster: every task is a partition of the (never written)
+topic `connect-tasks-<group>`, and the partitions the group assigns to a worker are the tasks it runs.
+The tasks themselves come from connect-configs (every worker reads it; a config submitted to any worker
+is written there), so slot i is the i-th task of the connectors in name order.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from klog.connect.storage import ensure_topic
+from klog.connect.worker import SinkRunner, SourceRunner, TaskRunner, Validated, Worker
+from klog.errors import KlogError
+
+SLOTS = 256  # tasks one group can run (partitions of connect-tasks-<group>)
+REFRESH_S = 1.0  # how often a worker re-reads connect-configs for connectors added, changed or deleted
+
+
+class DistributedWorker:
+    def __init__(self, store, group_id: str, worker_props: dict[str, str] | None = None,  # noqa: ANN001
+                 warn: Callable[[str], None] | None = None, worker_id: str = "klog") -> None:
+        from klog.client.group import GroupConfig
+
+        props = {"offset.flush.interval.ms": "1000", **(worker_props or {})}
+        self.worker = Worker(store, props, warn, worker_id)
+        self.store = store
+        self.group_id = group_id
+        self.slots_topic = f"connect-tasks-{group_id}"
+        ensure_topic(store, self.slots_topic, SLOTS, compacted=False)
+        self.table: list[tuple[str, int, dict[str, str]]] = []  # slot → (connector, task id, task config)
+        self.validated: dict[str, Validated] = {}
+        self.owned: set[int] = set()
+        self.runners: dict[int, TaskRunner] = {}
+        self.lock = threading.RLock()
+        session = int(props.get("session.timeout.ms", "10000"))
+        config = GroupConfig(enable_auto_commit=False, client_id=worker_id, session_timeout_ms=session,
+                             heartbeat_interval_ms=max(10, min(3000, session // 3)),
+                             assignor="roundrobin")  # slot i to member i mod n: the first tasks spread
+        self.refresh()
+        self.consumer = store.group_consumer(group_id, self.slots_topic, config=config, on_assign=self._assigned,
+                                             on_revoke=self._revoked)
+
+    def submit(self, v: Validated) -> None:
+        """Write a connector's config and task configs (any worker may; all pick them up)."""
+        connector = v.cls()
+        connector.start(v.props)
+        tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+        self.worker.configs.put_connector(v.name, v.props, [{**v.props, **t} for t in tasks])
+        self.worker.configs.put_target_state(v.name, "STARTED")
+
+    def refresh(self) -> None:
+        """The task table from connect-configs; tasks whose config changed are restarted."""
+        configs = self.worker.configs
+        try:
+            configs.reload()
+        except KlogError as e:  # a store hiccup: keep running what runs, read again at the next refresh
+            self.worker.warn(f"cannot re-read {configs.topic}: {e}")
+            return
+        table = []
+        for name, props in sorted(configs.connectors().items()):
+            try:
+                self.validated[name] = self.worker.validate(props)
+            except Exception as e:  # noqa: BLE001 - one bad stored config must not stop the others
+                self.worker.warn(f"connector '{name}' is not run: {e}")
+                continue
+            for i, task in enumerate(configs.tasks(name)):
+                table.append((name, i, task))
+        with self.lock:
+            if table == self.table:
+                return
+            old, self.table = self.table, table[:SLOTS]
+            for slot in sorted(self.owned):
+                before = old[slot] if slot < len(old) else None
+                after = self.table[slot] if slot < len(self.table) else None
+                if before != after:
+                    self._stop(slot)
+                    if after is not None:
+                        self._start(slot)
+
+    def _start(self, slot: int) -> None:
+        if slot >= len(self.table) or slot in self.runners:
+            return
+        name, task_id, props = self.table[slot]
+        v = self.validated[name]
+        runner = (SourceRunner if v.cls.kind == "source" else SinkRunner)(self.worker, v, task_id, props)
+        self.runners[slot] = runner
+        runner.start()
+
+    def _stop(self, slot: int) -> None:
+        runner = self.runners.pop(slot, None)
+        if runner is not None:
+            runner.stop_event.set()
+            runner.join()
+
+    def _assigned(self, tps: list[tuple[str, int]]) -> None:
+        with self.lock:
+            for _, slot in tps:
+                self.owned.add(slot)
+                self._start(slot)
+
+    def _revoked(self, tps: list[tuple[str, int]]) -> None:
+        with self.lock:
+            for _, slot in tps:
+                self.owned.discard(slot)
+                self._stop(slot)  # committed before the slot is released: no two owners of a task
+
+    def running(self) -> list[tuple[str, int]]:
+        with self.lock:
+            return sorted((r.v.name, r.task_id) for r in self.runners.values() if r.is_alive())
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Until `stop` is set (or Ctrl-C): heartbeats and rebalances, configs re-read every second."""
+        last = time.monotonic()
+        for _ in self.consumer.batches(timeout_ms=200):  # the slots topic is empty: this drives the group
+            if stop is not None and stop.is_set():
+                break
+            if time.monotonic() - last >= REFRESH_S:
+                self.refresh()
+                last = time.monotonic()
+
+    def close(self) -> None:
+        with self.lock:
+            for slot in list(self.runners):
+                self._stop(slot)
+        self.consumer.close()
+        for s in (self.worker.offsets, self.worker.configs, self.worker.status):
+            s.close()

@@ -1,0 +1,381 @@
+"""The transaction APIs of `klog serve` (KIP-98/447/890): InitProducerId with a transactional id,
+AddPartitionsToTxn (v0-4, v4's verify-only form included), AddOffsetsToTxn, TxnOffsetCommit and
+EndTxn, answered by the store's transaction coordinator (klog.broker.txn_coordinator), which keeps
+its state in LMDB and writes the markers. The server runs its timer: abandoned transactions are
+aborted after their transaction.timeout.ms, and a Prepare* left by a crash is completed.
+
+ACLs as Kafka checks them: Write on the TransactionalId for every call, Write on each topic added,
+Read on the group (AddOffsetsToTxn, TxnOffsetCommit) and on each topic committed; AddPartitionsToTxn
+v4 is a broker's call (ClusterAction on the cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from klog.errors import KlogError, TxnStateError
+from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
+from klog.server.context import RequestContext
+from klog.server.dispatch import register
+
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
+CLUSTER = "kafka-cluster"
+log = logging.getLogger("klog.serve")
+
+
+# -- the server's coordinator and its timer ------------------------------------------------------------
+class TransactionService:
+    """The coordinator `klog serve` shares between connections, and its timer task."""
+
+    def __init__(self, store: Any, appender: Any, executor: Any, *, clock: Any = None,
+                 max_timeout_ms: int | None = None, cleanup_interval_ms: int | None = None) -> None:
+        from klog.broker.producer_ids import new_producer_id
+        from klog.broker.txn_coordinator import CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT, TxnCoordinator, _setting
+
+        kwargs: dict[str, Any] = {"warn": lambda m: log.warning("%s", m)}
+        if clock is not None:
+            kwargs["clock"] = clock
+        self.coordinator = TxnCoordinator(store, appender, new_producer_id, max_timeout_ms=max_timeout_ms, **kwargs)
+        self.executor = executor
+        self.interval_ms = cleanup_interval_ms or _setting(store, CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT)
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        first = True
+        while True:
+            try:
+                work = self.coordinator.recover if first else self.coordinator.tick
+                for line in await loop.run_in_executor(self.executor, work):
+                    log.info("%s", line)
+                first = False
+            except Exception as e:  # noqa: BLE001 - the next pass tries again; serving goes on
+                log.warning("transaction coordinator timer: %s: %s", type(e).__name__, e)
+            await asyncio.sleep(self.interval_ms / 1000)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+def _coordinator(ctx: RequestContext) -> Any:
+    service = getattr(ctx.server, "transactions", None)
+    return None if service is None else service.coordinator
+
+
+def _error(e: BaseException, version: int, fenced_from: int) -> E:
+    """Kafka's code for what the coordinator raised; PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to
+    clients older than `fenced_from` (the version that added it)."""
+    if isinstance(e, TxnStateError):
+        code = E[e.code]
+        if code is E.producer_fenced and version < fenced_from:
+            return E.invalid_producer_epoch
+        return code
+    return E.coordinator_not_available  # LMDB trouble: the client retries
+
+
+async def _call(ctx: RequestContext, fn: Any, *args: Any, fenced_from: int) -> tuple[E, Any]:
+    try:
+        return E.none, await ctx.run_blocking(fn, *args)
+    except (TxnStateError, KlogError, OSError) as e:
+        code = _error(e, ctx.api_version, fenced_from)
+        if not isinstance(e, TxnStateError):
+            ctx.log.warning("transaction request from %s (client %s): %s", ctx.client_host, ctx.client_id, e)
+        return code, None
+
+
+# -- InitProducerId (the transactional half; producers.py delegates here) ---------------------------------
+async def init_transactional_producer(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    tid = str(request.transactional_id)
+
+    def reply(error: E, pid: int = -1, epoch: int = -1) -> Any:
+        return make(mod.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error,
+                    producer_id=pid, producer_epoch=epoch)
+
+    coord = _coordinator(ctx)
+    if coord is None:
+        return reply(E.coordinator_not_available)
+    if not ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid):
+        return reply(E.transactional_id_authorization_failed)
+    pid, epoch = int(getattr(request, "producer_id", -1)), int(getattr(request, "producer_epoch", -1))
+    if (pid < 0) != (epoch < 0):
+        return reply(E.invalid_request)
+    timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+    error, result = await _call(ctx, coord.init_producer_id, tid, timeout_ms, None if pid < 0 else (pid, epoch),
+                                fenced_from=4)
+    if error is not E.none:
+        ctx.log.info("InitProducerId for transactional id %r from %s: %s", tid, ctx.client_host, error.name)
+        return reply(error)
+    return reply(E.none, result.producer_id, result.epoch)
+
+
+# -- AddPartitionsToTxn --------------------------------------------------------------------------------
+def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
+    store = ctx.store
+    try:
+        return store.has_topic(topic) and 0 <= partition < store.partition_count(topic)
+    except (KlogError, OSError):
+        return False
+
+
+async def _add_partitions_one(ctx: RequestContext, coord: Any, tid: str, pid: int, epoch: int, topics: Any,
+                              verify_only: bool) -> dict[tuple[str, int], E]:
+    """One transaction's partitions -> their error codes (Kafka's rules: any partition refused
+    leaves the others OPERATION_NOT_ATTEMPTED)."""
+    wanted = [(str(t.name), int(p)) for t in topics for p in t.partitions]
+    if not ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid):
+        return {tp: E.transactional_id_authorization_failed for tp in wanted}
+    bad: dict[tuple[str, int], E] = {}
+    for topic, p in wanted:
+        if not ctx.authorize("WRITE", "TOPIC", topic):
+            bad[(topic, p)] = E.topic_authorization_failed
+        elif not await ctx.run_blocking(_partition_exists, ctx, topic, p):
+            bad[(topic, p)] = E.unknown_topic_or_partition
+    if bad:
+        return {tp: bad.get(tp, E.operation_not_attempted) for tp in wanted}
+    if verify_only:
+        error, found = await _call(ctx, coord.verify_partitions, tid, pid, epoch, wanted, fenced_from=2)
+        if error is not E.none:
+            return {tp: error for tp in wanted}
+        return {tp: E[code] for tp, code in found.items()}
+    error, _ = await _call(ctx, coord.add_partitions, tid, pid, epoch, wanted, fenced_from=2)
+    return {tp: error for tp in wanted}
+
+
+def _topic_results(mod: Any, results: dict[tuple[str, int], E]) -> tuple:
+    by_topic: dict[str, list] = {}
+    for (topic, p), code in results.items():
+        by_topic.setdefault(topic, []).append(make(mod.AddPartitionsToTxnPartitionResult, partition_index=p,
+                                                   partition_error_code=code))
+    return tuple(make(mod.AddPartitionsToTxnTopicResult, name=t, results_by_partition=tuple(parts))
+                 for t, parts in by_topic.items())
+
+
+@register(ADD_PARTITIONS_TO_TXN, 0, 4)
+async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    coord = _coordinator(ctx)
+    if ctx.api_version >= 4:  # a broker's batch of transactions (KIP-890), verify-only or not
+        if not ctx.authorize("CLUSTER_ACTION", "CLUSTER", CLUSTER):
+            return make(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                        error_code=E.cluster_authorization_failed, results_by_transaction=())
+        out = []
+        for t in request.transactions:
+            if coord is None:
+                results = {(str(x.name), int(p)): E.coordinator_not_available for x in t.topics for p in x.partitions}
+            else:
+                results = await _add_partitions_one(ctx, coord, str(t.transactional_id), int(t.producer_id),
+                                                    int(t.producer_epoch), t.topics, bool(t.verify_only))
+            out.append(make(mod.AddPartitionsToTxnResult, transactional_id=t.transactional_id,
+                            topic_results=_topic_results(mod, results)))
+        return make(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE, error_code=E.none,
+                    results_by_transaction=tuple(out))
+    topics = request.v3_and_below_topics
+    if coord is None:
+        results = {(str(x.name), int(p)): E.coordinator_not_available for x in topics for p in x.partitions}
+    else:
+        results = await _add_partitions_one(ctx, coord, str(request.v3_and_below_transactional_id),
+                                            int(request.v3_and_below_producer_id),
+                                            int(request.v3_and_below_producer_epoch), topics, False)
+    return make(mod.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                results_by_topic_v3_and_below=_topic_results(mod, results))
+
+
+# -- AddOffsetsToTxn / EndTxn ------------------------------------------------------------------------
+@register(ADD_OFFSETS_TO_TXN, 0, 3)
+async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    tid, group = str(request.transactional_id), str(request.group_id)
+    coord = _coordinator(ctx)
+    if coord is None:
+        error = E.coordinator_not_available
+    elif not ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid):
+        error = E.transactional_id_authorization_failed
+    elif not ctx.authorize("READ", "GROUP", group):
+        error = E.group_authorization_failed
+    else:
+        error, _ = await _call(ctx, coord.add_offsets, tid, int(request.producer_id), int(request.producer_epoch),
+                               group, fenced_from=2)
+    return make(mod.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=error)
+
+
+@register(END_TXN, 0, 3)
+async def end_txn(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    tid = str(request.transactional_id)
+    coord = _coordinator(ctx)
+    if coord is None:
+        error = E.coordinator_not_available
+    elif not ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid):
+        error = E.transactional_id_authorization_failed
+    else:
+        error, touched = await _call(ctx, coord.end_txn, tid, int(request.producer_id),
+                                     int(request.producer_epoch), bool(request.committed), fenced_from=2)
+        for topic, partition in touched or ():
+            ctx.server.notify_appended(topic, partition)  # read_committed fetchers wait for the LSO to move
+    if error is not E.none:
+        ctx.log.info("EndTxn(%s) for transactional id %r from %s: %s",
+                     "commit" if request.committed else "abort", tid, ctx.client_host, error.name)
+    return make(mod.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=error)
+
+
+# -- TxnOffsetCommit ------------------------------------------------------------------------------------
+@register(TXN_OFFSET_COMMIT, 0, 3)
+async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    tid, group = str(request.transactional_id), str(request.group_id)
+    coord = _coordinator(ctx)
+    wanted = [(str(t.name), p) for t in request.topics for p in t.partitions]
+    error = E.none
+    if coord is None:
+        error = E.coordinator_not_available
+    elif not ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid):
+        error = E.transactional_id_authorization_failed
+    elif not ctx.authorize("READ", "GROUP", group):
+        error = E.group_authorization_failed
+    elif getattr(request, "member_id", "") and ctx.coordinator is not None:  # v3: the member's generation (KIP-447)
+        error = ctx.coordinator.machine.check_commit(group, int(request.generation_id), str(request.member_id),
+                                                     getattr(request, "group_instance_id", None))
+    results: dict[tuple[str, int], E] = {}
+    offsets: dict[tuple[str, int], tuple[int, str]] = {}
+    for topic, p in wanted:
+        tp = (topic, int(p.partition_index))
+        if error is not E.none:
+            results[tp] = error
+        elif not ctx.authorize("READ", "TOPIC", topic):
+            results[tp] = E.topic_authorization_failed
+        elif not await ctx.run_blocking(_partition_exists, ctx, topic, tp[1]):
+            results[tp] = E.unknown_topic_or_partition
+        else:
+            offsets[tp] = (int(p.committed_offset), p.committed_metadata or "")
+    if offsets:
+        code, _ = await _call(ctx, coord.txn_offset_commit, tid, int(request.producer_id),
+                              int(request.producer_epoch), group, offsets, fenced_from=2)
+        results.update({tp: code for tp in offsets})
+    by_topic: dict[str, list] = {}
+    for (topic, p), code in results.items():
+        by_topic.setdefault(topic, []).append(make(mod.TxnOffsetCommitResponsePartition, partition_index=p,
+                                                   error_code=code))
+    return make(mod.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        make(mod.TxnOffsetCommitResponseTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+
+
+# -- DescribeTransactions / ListTransactions / DescribeProducers (kafka-transactions.sh) -----------------
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
+
+
+def _datetime(ms: int) -> Any:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.UTC) + datetime.timedelta(milliseconds=ms % 1000)
+
+
+def _all_transactions(ctx: RequestContext) -> list[Any]:
+    from klog.meta.transactions import TransactionsMeta
+
+    return list(TransactionsMeta(ctx.store.meta).all())
+
+
+@register(DESCRIBE_TRANSACTIONS, 0, 0)
+async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    try:
+        known = {m.transactional_id: m for m in await ctx.run_blocking(_all_transactions, ctx)}
+    except (KlogError, OSError):
+        known = None
+    states = []
+    for tid in request.transactional_ids:
+        meta = None
+        if known is None:
+            error = E.coordinator_not_available
+        elif not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", str(tid)):
+            error = E.transactional_id_authorization_failed
+        else:
+            meta = known.get(str(tid))
+            error = E.none if meta is not None else E.transactional_id_not_found
+        if meta is None:  # (start time 0, not Kafka's -1: clients ignore an errored entry's fields, and
+            # kio-based ones cannot read a negative time)
+            states.append(make(mod.TransactionState, error_code=error, transactional_id=tid, transaction_state="",
+                               transaction_timeout=i32ms(0), transaction_start_time=_datetime(0), producer_id=-1,
+                               producer_epoch=-1, topics=()))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for t, p in meta.tps():
+            by_topic.setdefault(t, []).append(p)
+        states.append(make(
+            mod.TransactionState, error_code=error, transactional_id=tid, transaction_state=meta.state,
+            transaction_timeout=i32ms(meta.timeout_ms), transaction_start_time=_datetime(meta.start_ms),
+            producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+            topics=tuple(make(mod.TopicData, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+    return make(mod.DescribeTransactionsResponse, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
+
+
+def i32ms(ms: int) -> Any:
+    import datetime
+
+    from kio.static.primitive import i32Timedelta
+
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+@register(LIST_TRANSACTIONS, 0, 0)
+async def list_transactions(ctx: RequestContext, request: Any) -> Any:
+    from klog.meta.transactions import VALID_PREVIOUS
+
+    mod = response_for(request)
+    wanted_states = {str(s) for s in request.state_filters}
+    wanted_pids = {int(p) for p in request.producer_id_filters}
+    try:
+        metas = await ctx.run_blocking(_all_transactions, ctx)
+        error = E.none
+    except (KlogError, OSError):
+        metas, error = [], E.coordinator_not_available
+    listed = tuple(make(mod.TransactionState, transactional_id=m.transactional_id, producer_id=m.producer_id,
+                        transaction_state=m.state)
+                   for m in metas
+                   if (not wanted_states or m.state in wanted_states)
+                   and (not wanted_pids or m.producer_id in wanted_pids)
+                   and ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", m.transactional_id))
+    return make(mod.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=error,
+                unknown_state_filters=tuple(s for s in wanted_states if s not in VALID_PREVIOUS),
+                transaction_states=listed)
+
+
+@register(DESCRIBE_PRODUCERS, 0, 0)
+async def describe_producers(ctx: RequestContext, request: Any) -> Any:
+    from klog.errors import UnknownPartitionError, UnknownTopicError
+
+    mod = response_for(request)
+    topics = []
+    for t in request.topics:
+        topic = str(t.name)
+        parts = []
+        for p in t.partition_indexes:
+            producers: list = []
+            error, message = E.none, None
+            if not ctx.authorize("READ", "TOPIC", topic):
+                error = E.topic_authorization_failed
+            else:
+                try:
+                    producers = await ctx.run_blocking(ctx.server.appender.active_producers, topic, int(p))
+                except (UnknownTopicError, UnknownPartitionError):
+                    error = E.unknown_topic_or_partition
+                except (KlogError, OSError) as e:
+                    error, message = E.kafka_storage_error, str(e)
+            parts.append(make(mod.PartitionResponse, partition_index=p, error_code=error, error_message=message,
+                              active_producers=tuple(make(
+                                  mod.ProducerState, producer_id=pid, producer_epoch=epoch, last_sequence=seq,
+                                  last_timestamp=-1, coordinator_epoch=-1, current_txn_start_offset=start)
+                                  for pid, epoch, seq, start in producers)))
+        topics.append(make(mod.TopicResponse, name=topic, partitions=tuple(parts)))
+    return make(mod.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

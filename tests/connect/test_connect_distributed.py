@@ -1,0 +1,99 @@
+"""Distributed workers: three `klog connect worker` processes share six sink tasks; one is SIGKILLed,
+its tasks move to the others within the session timeout, and no record is lost (or written twice)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+import klog
+from tests.connect.helpers import REPO, records, wait_for, write_config
+from tests.connect.test_connect_jdbc import KEY_SCHEMA, ROW_SCHEMA
+
+
+def _send(data_dir: str, start: int, stop: int) -> None:
+    with klog.open(data_dir) as s:
+        s.create_topic("rows", partitions=6, exist_ok=True)
+        with s.producer() as p:
+            for i in range(start, stop):
+                p.send("rows", json.dumps({"schema": ROW_SCHEMA, "payload": {"id": i, "name": f"n{i}"}}).encode(),
+                       key=json.dumps({"schema": KEY_SCHEMA, "payload": {"id": i}}).encode())
+
+
+def _task_owners(data_dir: str) -> dict[int, str]:
+    """task → worker_id of its latest RUNNING status."""
+    from klog.errors import StateLostError
+
+    owners: dict[int, str] = {}
+    try:
+        status = records(data_dir, "connect-status")
+    except StateLostError:  # the killed worker's last status write: the next write rebuilds it
+        return {}
+    for r in status:
+        key = r.key.decode()
+        if key.startswith("status-task-jdbc-") and r.value is not None:
+            doc = json.loads(r.value)
+            task = int(key.rsplit("-", 1)[1])
+            if doc["state"] == "RUNNING":
+                owners[task] = doc["worker_id"]
+            elif owners.get(task) == doc["worker_id"]:
+                owners.pop(task)
+    return owners
+
+
+def _rows(db: str) -> tuple[int, int]:
+    try:
+        with sqlite3.connect(db, timeout=30) as conn:
+            return conn.execute('SELECT count(*), count(DISTINCT id) FROM "rows"').fetchone()
+    except sqlite3.OperationalError:
+        return (0, 0)
+
+
+@pytest.mark.slow
+def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir):
+    db = str(tmp_path / "out.db")
+    _send(data_dir, 0, 3000)
+    sink = write_config(str(tmp_path / "sink.json"), {
+        "name": "jdbc", "connector.class": "JdbcSinkConnector", "topics": "rows", "tasks.max": "6",
+        "connection.url": f"jdbc:sqlite:{db}", "insert.mode": "insert", "pk.mode": "record_key",
+        "auto.create": "true", "retry.backoff.ms": "200"})
+    props = tmp_path / "worker.properties"
+    props.write_text("session.timeout.ms=3000\nconsumer.session.timeout.ms=3000\noffset.flush.interval.ms=500\n")
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+
+    def worker(*configs: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "klog", "connect", "worker", "--group-id", "etl",
+                                 "-w", str(props), *configs], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    procs = [worker(sink), worker(), worker()]
+    try:
+        owners = wait_for(lambda: (o := _task_owners(data_dir)) and len(o) == 6 and len(set(o.values())) == 3 and o,
+                          timeout=120, what="six tasks spread over three workers")
+        assert sorted(owners) == list(range(6))
+        victim = procs[0]
+        victim_id = next(w for w in owners.values() if w.endswith(f":{victim.pid}"))
+        wait_for(lambda: _rows(db)[0] > 0, timeout=60, what="rows written")
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+        _send(data_dir, 3000, 6000)
+        moved = wait_for(lambda: (o := _task_owners(data_dir)) and len(o) == 6 and victim_id not in o.values() and o,
+                         timeout=90, what="the dead worker's tasks taken over")
+        assert len(set(moved.values())) == 2
+        wait_for(lambda: _rows(db) == (6000, 6000), timeout=120, what="every row once")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    assert _rows(db) == (6000, 6000)
