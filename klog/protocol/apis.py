@@ -48,4 +48,7 @@ def api_name(api_key: int) -> str:
     for name, value in globals().items():
         if value == api_key and name.isupper() and isinstance(value, int):
             return "".join(part.capitalize() for part in name.split("_"))
-    return f"api key {api_key}"
+    from kio.index import api_key_map  # a key klog has no constant for (only a log line asks)
+
+    name = api_key_map.get(api_key)
+    return f"api key {api_key}" if name is None else "".join(part.capitalize() for part in name.split("_"))
