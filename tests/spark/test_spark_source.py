@@ -292,12 +292,12 @@ def test_store_reads_do_not_need_the_environment(spark, orders, data_dir, monkey
 
 
 
-def test_readme_spark_example_runs(spark, store, data_dir, capsys) -> None:
-    """The README's data source example works as written (on a store with an `orders` topic)."""
+def test_docs_spark_example_runs(spark, store, data_dir, capsys) -> None:
+    """docs/spark.md's data source example works as written (on a store with an `orders` topic)."""
     import pathlib
     import re
 
-    readme = (pathlib.Path(REPO) / "README.md").read_text(encoding="utf-8")
+    readme = (pathlib.Path(REPO) / "docs" / "spark.md").read_text(encoding="utf-8")
     blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
               if 'format("klog")' in b and "kafka.bootstrap.servers" not in b]  # the cluster example needs one
     assert len(blocks) == 1
@@ -305,7 +305,7 @@ def test_readme_spark_example_runs(spark, store, data_dir, capsys) -> None:
     _produce(store, "orders", 0, 300)
     before = {p: store.partition("orders", p).high_watermark() for p in (0, 1)}
     try:
-        exec(compile(blocks[0].replace('"/data/klog"', repr(data_dir)), "README.md", "exec"), {})
+        exec(compile(blocks[0].replace('"/data/klog"', repr(data_dir)), "docs/spark.md", "exec"), {})
     finally:
         from klog.spark.session import register
 
