@@ -351,6 +351,7 @@ def test_compaction_racing_a_rolling_keyed_producer_keeps_each_keys_latest_value
     assert latest == {f"k{i % 37}": f"{i:06d}" for i in range(8000 - 37, 8000)}
 
 
+@pytest.mark.slow
 def test_a_topic_deleted_under_a_rolling_producer_ends_it_in_one_line_and_leaves_nothing(data_dir):
     """The producer's flusher may still hold the deleted folder's segments: the producer stops
     with one line (exit 1), and no folder or file of the topic comes back."""

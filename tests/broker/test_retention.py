@@ -401,6 +401,7 @@ def test_sigkill_during_retention_leaves_a_valid_log_and_the_next_writer_finishe
         assert values(store, "t") == [b"value-%05d" % i for i in range(55, 100)]
 
 
+@pytest.mark.slow
 def test_a_roll_after_the_oldest_segment_expires_still_deletes_it(seg_topic):
     """Rolls skip retention while the oldest segment has not expired (lifecycle's retention hint);
     once the wall clock passes its retention, the next roll deletes it."""
@@ -456,6 +457,7 @@ def _with_deleted_files(cli, topic: str, delay_ms: int | None = None) -> None:
     assert cli("topics", "clean", topic).exit_code == 0
 
 
+@pytest.mark.slow
 def test_deleted_files_are_ignored_by_verify_describe_dump_consume_and_import(cli, klog_proc, data_dir, tmp_path):
     _with_deleted_files(cli, "ret")
     folder = os.path.join(data_dir, "logs", "ret-0")
@@ -520,6 +522,7 @@ def test_expired_deleted_files_go_at_the_next_writer_open_and_topics_delete_take
     assert not os.path.exists(os.path.join(data_dir, "logs", "gone-0"))
 
 
+@pytest.mark.slow
 def test_a_writer_killed_after_retention_reopens_clean(cli, klog_proc, data_dir):
     """kill -9 of a producer whose retention left `.deleted` files: the next run reads and writes."""
     _with_deleted_files(cli, "k9")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import klog
 from klog.client.partitioner import partition_for_key
 from tests.conftest import REPO
@@ -298,6 +300,7 @@ def test_ctrl_c_during_produce_keeps_acknowledged_records(data_dir):
     assert values(data_dir, "sig") == [b"one", b"two"]
 
 
+@pytest.mark.slow
 def test_follow_sees_new_records(data_dir, klog_proc):
     klog_proc("topics", "create", "live")
     env = {**os.environ, "KLOG_DATA_DIR": data_dir}

@@ -14,6 +14,7 @@ from tests.cli.test_cluster_cli import assert_one_line_error
 from tests.server.test_serve_security import certs, secure_store, serving  # noqa: F401 - fixtures
 
 
+@pytest.mark.slow
 def test_sasl_ssl_through_dash_x_and_a_named_cluster(secure_store, certs, klog_proc, monkeypatch):  # noqa: F811
     monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "4")
     with serving(secure_store, certs, "SASL_SSL") as server:
@@ -103,6 +104,7 @@ def test_socket_path_refusals_are_one_line(secure_store, certs):  # noqa: F811
             assert time.monotonic() - started < 5 and "\n" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_an_encrypted_client_key_and_an_inline_ca(secure_store, certs, klog_proc, monkeypatch, tmp_path):  # noqa: F811
     """-X ssl.key.password opens an encrypted client key and -X ssl.ca.pem gives the CA inline, for
     librdkafka (produce) and klog's own socket alike (consume by Fetch requests, DescribeLogDirs);

@@ -148,6 +148,7 @@ def test_topics_describe_configs(both, data_dir):
     assert json.loads(r.stdout)["configs"] == json.loads(local.stdout)["configs"] == {"retention.ms": "86400000"}
 
 
+@pytest.mark.slow
 def test_topics_create_alter_delete_through_the_cluster(kafka_server, klog_proc, data_dir):
     needs_apis(CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS)
     r = remote(kafka_server, klog_proc, "topics", "create", "b", "-p", "2", "-c", "retention.ms=3600000", "--json")
@@ -166,6 +167,7 @@ def test_topics_create_alter_delete_through_the_cluster(kafka_server, klog_proc,
         assert not s.has_topic("b")
 
 
+@pytest.mark.slow
 def test_mirror_local_to_cluster_to_local_is_byte_equal(kafka_server, klog_proc, tmp_path, data_dir):
     src, back = str(tmp_path / "src"), str(tmp_path / "back")
     fill(src, "orders", 2000)
@@ -350,6 +352,7 @@ def test_produce_refused_record_names_its_line_and_keeps_those_before(kafka_serv
         assert [r.value for r in c] == [b"a", b"b"]
 
 
+@pytest.mark.slow
 def test_produce_through_a_full_client_queue_keeps_every_line_in_order(kafka_server, klog_proc, data_dir):
     """librdkafka's queue fills (a tiny -X queue.buffering.max.messages): the bulk path waits for
     room at the refused record and goes on, so every line arrives once and in order, keyed or not."""

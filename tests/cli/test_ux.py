@@ -133,6 +133,7 @@ def test_local_time_flag_and_tz(cli, data_dir, store):
     assert b"2023-11-14T22:13:20.123Z" in on_a_terminal(["consume", "when"], data_dir, {"TZ": ""})[1]
 
 
+@pytest.mark.slow
 def test_follow_on_a_terminal_hints_while_waiting_and_a_deleted_topic_ends_it(cli, data_dir):
     cli("produce", "gone", input=b"one\n")
 

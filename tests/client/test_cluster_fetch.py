@@ -119,6 +119,7 @@ def test_several_partitions_merge_and_follow_as_the_local_store(kafka_server, da
     assert sorted(v for v in followed[200:] if v) == sorted(v for _, _, _, v, _ in local[200:] if v)
 
 
+@pytest.mark.slow
 def test_a_broker_gone_mid_read_is_one_line_and_exit_1(data_dir, tmp_path):
     """`consume -f` whose broker stops: one error line naming the partition and the address, exit
     1, within the cluster timeout (not a hang, not a traceback)."""
@@ -335,6 +336,7 @@ def test_consume_from_an_unreachable_broker_is_one_line_within_the_timeout(data_
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.slow
 def test_a_topic_deleted_while_consume_b_follows_it_ends_in_one_line_exit_1(served_mixed_topic, tmp_path):
     """Locally: "topic 'm' was deleted while being followed" at once. Through a cluster: one line
     saying so and naming the partition once the metadata has not named the topic for a second

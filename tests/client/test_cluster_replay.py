@@ -3,6 +3,8 @@ same records, partitions and timestamps as the same replay on a local store."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cli.test_cluster_cli import envelopes, fill
 from tests.cli.test_cluster_serve import precreate_without_create_topics
 
@@ -12,6 +14,7 @@ def ok(r) -> str:  # noqa: ANN001 - CompletedProcess
     return r.stderr.decode()
 
 
+@pytest.mark.slow
 def test_replay_local_to_cluster_to_local_matches_a_local_replay(kafka_server, klog_proc, tmp_path, data_dir):
     src, back = str(tmp_path / "src"), str(tmp_path / "back")
     fill(src, "orders", 600)

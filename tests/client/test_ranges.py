@@ -46,6 +46,7 @@ def test_consume_and_replay_say_the_same(cli):
         assert "use only one of --offset, --since" in r.stderr
 
 
+@pytest.mark.slow
 def test_replay_range_options_to_stdout_and_into_a_topic(klog_proc, data_dir):
     lines = b"".join(b'{"value": "%s", "timestamp": %d}\n' % (v, ts)
                      for v, ts in ((b"a", 1000), (b"b", 2000), (b"c", 3000), (b"d", 4000)))

@@ -260,6 +260,7 @@ def _set_acls(server, bindings: list[AclBinding]) -> None:
     server.security.authorizer.invalidate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_acl_matrix(env, case):
     action, base, granting = CASES[case]

@@ -73,6 +73,7 @@ def test_confluent_idempotent_producer_every_codec_read_by_klog(kafka_server, da
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_klog_produce_read_by_confluent_consumer_and_kcat(kafka_server, data_dir):
     with klog.open(data_dir) as store:
         store.create_topic("local", partitions=2)

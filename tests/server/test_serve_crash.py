@@ -33,6 +33,7 @@ def start_server(data_dir: str, port: int) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_kill_9_during_produce_keeps_every_acknowledged_record(data_dir):
     port = free_port()
     with klog.open(data_dir) as store:

@@ -317,6 +317,7 @@ def test_aiokafka_group_consumer(kafka_server):
     assert sum(c.offset for c in committed.values()) == 30
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(KCAT is None, reason="kcat not installed")
 def test_kcat_balanced_consumer(kafka_server):
     produce(kafka_server, "kc", values(25), partitions=2)
@@ -397,6 +398,7 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(kafk
                     pass  # already closed
 
 
+@pytest.mark.slow
 def test_klog_consumers_and_kafka_clients_do_not_share_a_live_group(kafka_server):
     from confluent_kafka import KafkaError
 
@@ -541,6 +543,7 @@ def test_bad_group_requests_get_kafka_error_codes_on_a_connection_that_stays_usa
         assert kafka_server.coordinator.machine.groups == {}  # nothing kept for any of these
 
 
+@pytest.mark.slow
 def test_a_clean_stop_of_the_server_frees_its_groups(data_dir):
     from klog.meta.groups import GroupsMeta
     from klog.server import Server

@@ -79,6 +79,7 @@ def test_a_compacted_topic_produced_through_serve_is_compacted_in_the_background
     assert not [v for _, v in records if v.startswith(b"v0-")], "the oldest duplicates are still there"
 
 
+@pytest.mark.slow
 def test_time_retention_runs_through_serve_without_new_appends(data_dir):
     with klog.open(data_dir) as store:
         store.create_topic("events", partitions=1, configs={"segment.bytes": "300", "retention.ms": "1500"})

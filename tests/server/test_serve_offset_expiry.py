@@ -151,6 +151,7 @@ def set_defaults(data_dir: str, **defaults: str) -> None:
         json.dump(doc, f)
 
 
+@pytest.mark.slow
 def test_klog_groups_clean_expires_per_the_stores_retention(data_dir):
     with klog.open(data_dir) as store:
         store.create_topic("t", partitions=2)
@@ -216,6 +217,7 @@ def listed_groups(server) -> set[str]:
     return {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result(timeout=15).valid}
 
 
+@pytest.mark.slow
 def test_a_confluent_groups_offsets_expire_after_it_left_and_the_group_goes(expiring_server, data_dir):
     from confluent_kafka import Consumer, Producer
 

@@ -71,6 +71,7 @@ def test_idle_connection_is_closed_after_connections_max_idle(data_dir):
         assert healthy(server)
 
 
+@pytest.mark.slow
 def test_many_idle_connections_do_not_stop_others(kafka_server):
     socks = []
     try:

@@ -113,6 +113,7 @@ def test_sasl_ssl_right_credentials(secure_store, certs, mechanism, user, passwo
     pytest.param("PLAIN", "alice", "wrong", "Authentication failed", marks=pytest.mark.slow),
     ("OAUTHBEARER", "alice", "alice-pw", "mechanism"),  # not offered
 ])
+@pytest.mark.slow
 def test_sasl_ssl_refused(secure_store, certs, caplog, mechanism, user, password, expect):
     pytest.importorskip("confluent_kafka")
     with serving(secure_store, certs, "SASL_SSL") as server:
@@ -128,6 +129,7 @@ def test_sasl_ssl_refused(secure_store, certs, caplog, mechanism, user, password
         assert failures and failures[0].startswith("127.0.0.1 ")  # one line naming the client address
 
 
+@pytest.mark.slow
 def test_plaintext_client_on_a_tls_port_is_refused_and_others_still_served(secure_store, certs):
     pytest.importorskip("confluent_kafka")
     with serving(secure_store, certs, "SSL") as server:
@@ -168,6 +170,7 @@ def _mtls_conf(server, certs, name: str | None) -> dict:
     return conf
 
 
+@pytest.mark.slow
 def test_mtls_principal_from_certificate_and_bad_certificates_refused(secure_store, certs):
     pytest.importorskip("confluent_kafka")
     secure_store.create_topic("alices")
@@ -183,6 +186,7 @@ def test_mtls_principal_from_certificate_and_bad_certificates_refused(secure_sto
             assert md is None and errors, name
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(KCAT is None, reason="kcat not installed")
 def test_kcat_sasl_ssl_scram(secure_store, certs):
     secure_store.create_topic("kcat-topic")

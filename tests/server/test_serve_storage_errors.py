@@ -49,6 +49,7 @@ def test_a_full_disk_is_a_retriable_storage_error_said_once(kafka_server, full_d
         assert _warnings(caplog, "left the ISR (full)") == 2
 
 
+@pytest.mark.slow
 def test_confluent_kafka_retries_through_a_full_disk(kafka_server, full_disk, data_dir):
     ck = pytest.importorskip("confluent_kafka")
     import klog

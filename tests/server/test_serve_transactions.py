@@ -60,6 +60,7 @@ def _read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expec
     return got
 
 
+@pytest.mark.slow
 def test_confluent_commit_and_abort_read_committed(kafka_server):
     """Committed transactions are read whole by read_committed readers, aborted ones never; a
     read_uncommitted reader sees both (the control batches themselves are never handed out)."""
@@ -83,6 +84,7 @@ def test_confluent_commit_and_abort_read_committed(kafka_server):
     assert everything == sorted(committed + [b"a%d" % i for i in range(6)])
 
 
+@pytest.mark.slow
 def test_open_transaction_holds_read_committed_readers_at_its_start(kafka_server):
     """While a transaction is open, read_committed readers stop before its first record (the last
     stable offset), and records after it from other producers wait too; its commit releases all."""
@@ -189,6 +191,7 @@ def test_aiokafka_transactional_producer_and_send_offsets(kafka_server):
     assert committed[("ai", 0)].offset == 2
 
 
+@pytest.mark.slow
 def test_kafka_python_read_committed_skips_aborted_records(kafka_server):
     """kafka-python's own read_committed logic (the aborted transactions in our Fetch answers and
     the control batches in our logs) drops the aborted records; aiokafka's does too."""

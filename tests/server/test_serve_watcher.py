@@ -146,6 +146,7 @@ def test_a_waiting_confluent_consumer_is_woken_by_a_local_produce_in_another_pro
     assert woken < 2.0, f"woken {woken:.3f} s after the produce ended (the fetch waits up to 10 s)"
 
 
+@pytest.mark.slow
 def test_a_topic_deleted_while_a_fetch_waits_answers_it_and_the_watcher_goes_idle(kafka_server, data_dir):
     import threading
 

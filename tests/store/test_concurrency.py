@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 import klog
 from tests.conftest import REPO
 
@@ -36,6 +38,7 @@ with klog.open(data) as store, store.producer(batch_size=1500 + 700 * int(name[-
 """
 
 
+@pytest.mark.slow
 def test_four_writers_and_two_readers_on_one_partition(tmp_path):
     data = str(tmp_path / "data")
     with klog.open(data) as store:

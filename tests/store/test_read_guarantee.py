@@ -184,6 +184,7 @@ def test_stdout_writes_are_complete_even_when_the_stream_takes_part_of_a_chunk()
         write_all(stuck, b"x")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["zstd", "gzip", "lz4", "snappy"])
 def test_a_decompression_bomb_is_refused_in_bounded_memory(tmp_path, codec):
     """Guarantee 3: a small compressed batch that expands past klog's per-batch limit is damage,

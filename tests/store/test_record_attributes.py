@@ -174,6 +174,7 @@ def test_plain_attributes_walks_the_records_lengths() -> None:
     assert not fastrecords.plain_attributes(plain[:RECORDS_OFFSET + 3], RECORDS_OFFSET, 3)  # cut
 
 
+@pytest.mark.slow
 def test_a_confluent_consumer_through_serve_reads_an_imported_high_attributes_log_as_kafka(cli, data_dir, tmp_path):
     """klog serve sends the imported segment's bytes as they are: librdkafka reads the attributes
     byte as Kafka does (int8, unused), so it gets Kafka's offsets, keys and timestamps, as local

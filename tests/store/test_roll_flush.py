@@ -467,6 +467,7 @@ def test_delete_records_and_retention_racing_a_rolling_producer_keep_the_log_who
     assert all(r["value"] == f"{r['offset']:06d}-{'z' * 80}" for r in records)
 
 
+@pytest.mark.slow
 def test_a_kafka_client_writes_correctly_after_a_killed_cli_producer(data_dir):
     """`klog serve` (a second process's writer) takes over a partition whose last writer died
     with roll flushes pending (crash point roll-flush-pending): confluent-kafka's acks=all writes

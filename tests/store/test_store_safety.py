@@ -52,6 +52,7 @@ def _tree(path: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+@pytest.mark.slow
 def test_reads_work_on_a_read_only_store_and_writes_say_why_not(cli, klog_proc, data_dir, tmp_path):
     assert cli("produce", "t", input=b"a\nb\nc\n").exit_code == 0
     results = _read_only_run(tmp_path, data_dir, data_dir, [
@@ -64,6 +65,7 @@ def test_reads_work_on_a_read_only_store_and_writes_say_why_not(cli, klog_proc, 
     assert produce[0] == 1 and produce[2] == f"klog: error: data directory {data_dir} is not writable\n", produce
 
 
+@pytest.mark.slow
 def test_read_only_commands_change_nothing(cli, klog_proc, data_dir):
     assert cli("produce", "t", input=b"a\nb\n").exit_code == 0
     assert klog_proc("topics", "create", "never-written").returncode == 0
@@ -86,6 +88,7 @@ def test_a_lost_metadata_database_is_an_error_for_readers_not_an_empty_store(cli
     assert not os.path.exists(os.path.join(data_dir, "meta")), "a read re-created the metadata"
 
 
+@pytest.mark.slow
 def test_an_emptied_data_mdb_fails_verify_and_produce_never_recreates_the_topic_over_old_records(cli, klog_proc,
                                                                                                 data_dir):
     assert cli("produce", "t", input=b"old1\nold2\n").exit_code == 0
@@ -125,6 +128,7 @@ def test_delete_on_a_read_only_log_directory_deletes_nothing_and_says_so(cli, kl
     assert consume[:2] == [0, "a\nb\n"], consume
 
 
+@pytest.mark.slow
 def test_a_delete_that_cannot_remove_everything_says_so_and_verify_repair_finishes_it(cli, klog_proc, data_dir,
                                                                                     tmp_path):
     """The folders are renamed aside first; what cannot be removed afterwards (a read-only mount
@@ -276,6 +280,7 @@ def test_a_stray_empty_segment_does_not_move_the_log_end(cli, klog_proc, data_di
     assert klog_proc("verify").returncode == 0
 
 
+@pytest.mark.slow
 def test_a_flipped_byte_found_after_a_reboot_is_a_loud_loss_with_the_cut_bytes_kept(klog_proc, data_dir):
     """The next produce after a reboot cuts committed records at a flipped byte (Kafka's
     recovery): it exits 1, keeps the cut bytes in a .corrupt file, and verify reports it."""
