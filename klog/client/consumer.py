@@ -62,16 +62,17 @@ class StartSpec:
             raise UsageError(f"invalid offset '{text}': use beginning, end, N or -N") from None
         return cls(StartKind.RELATIVE, n) if text.startswith("-") else cls(StartKind.OFFSET, n)
 
-    def offset(self, low: int, high: int, found: int | None, where: str) -> int:
-        """The first offset to read of a partition holding low..high (`where` names it in errors);
-        `found` is the partition's first offset at or after the timestamp (kind "timestamp")."""
+    def offset(self, low: int, high: int, found: int | None, where: str, what: str = "offset") -> int:
+        """The first offset to read of a partition holding low..high (`where` names it in errors, `what`
+        the option that asked); `found` is the partition's first offset at or after the timestamp (kind
+        "timestamp")."""
         if self.kind is StartKind.BEGINNING:
             return low
         if self.kind is StartKind.END:
             return high
         if self.kind is StartKind.OFFSET:
             if self.value > high:
-                raise OffsetOutOfRangeError(f"offset {self.value} is past the end ({high}) of {where}")
+                raise OffsetOutOfRangeError(f"{what} {self.value} is past the end ({high}) of {where}")
             return max(self.value, low)
         if self.kind in (StartKind.RELATIVE, StartKind.TAIL):
             return max(low, high - abs(self.value))
