@@ -24,10 +24,11 @@ from klog.errors import (
 )
 from klog.store import codec
 from klog.store.config import LogConfig
+from klog.store.flush_pipeline import FLUSH_MS_TIMED_MAX
 from klog.store.format import partition_dir_name
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.locks import FileLock
-from klog.store.log import FLUSH_MS_TIMED_MAX, ByteRange, FetchedBatch, PartitionLog, RecoveryReport
+from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.state import PartitionSnapshot, PartitionState
 
 if TYPE_CHECKING:
