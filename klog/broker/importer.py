@@ -141,12 +141,6 @@ def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
     return imported
 
 
-# A compressed batch may expand to max.message.bytes, or to this many times its own size when that
-# is more: real data compresses 2-20x, a decompression bomb thousands of times (2 x 120 MiB of
-# records in 7.7 KB), which every consumer of the imported topic would have to hold in memory
-EXPANSION_RATIO_MAX = 100
-
-
 def expansion_problem(folder: str) -> str | None:
     """The first compressed batch in the folder's segments whose records expand past
     max(max.message.bytes, EXPANSION_RATIO_MAX x its size), named; None if there is none. Stops at
@@ -155,7 +149,7 @@ def expansion_problem(folder: str) -> str | None:
     from klog.store import compression
     from klog.store.codec import read_header
     from klog.store.format import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD
-    from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
+    from klog.store.limits import EXPANSION_RATIO_MAX, batch_expansion_bytes_max
 
     for name in sorted(os.listdir(folder)):
         if not name.endswith(LOG_SUFFIX) or parse_segment_base(name) is None:
@@ -172,7 +166,7 @@ def expansion_problem(folder: str) -> str | None:
                 if header.size <= MAGIC_OFFSET or pos + header.size > size:
                     break
                 if head[MAGIC_OFFSET] == 2 and header.codec:
-                    limit = max(MAX_MESSAGE_BYTES_DEFAULT, EXPANSION_RATIO_MAX * header.size)
+                    limit = batch_expansion_bytes_max(header.size)
                     body = os.pread(fd, header.size - RECORD_BATCH_OVERHEAD, pos + RECORD_BATCH_OVERHEAD)
                     with compression.expansion_limit(limit) as bound:
                         try:

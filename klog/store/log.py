@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
-from klog.store import codec, faults, flusher, loader, validate
+from klog.store import codec, compression, faults, flusher, loader, validate
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.flush_pipeline import FlushSchedule, PendingFlush, SealedFlushes
@@ -25,7 +25,12 @@ from klog.store.format import (
     TIME_INDEX_ENTRY,
     parse_segment_base,
 )
-from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
+from klog.store.limits import (
+    DECOMPRESSED_BATCH_BYTES_MAX,
+    MAX_MESSAGE_BYTES_DEFAULT,
+    PARTITION_READ_BYTES_DEFAULT,
+    batch_expansion_bytes_max,
+)
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.segment import LogSegment, SegmentFds
@@ -52,6 +57,7 @@ class FetchedBatch:
     # False for a batch from a cluster (a log klog cannot mark): the compiled reader only after a
     # check of the records' attributes bytes (fastrecords.plain_attributes)
     trusted: bool = True
+    max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT  # the topic's: how far a compressed batch may expand
 
     def records(self) -> list[codec.RecordOut]:
         fast, trust = not self.strict, self.trusted
@@ -72,7 +78,14 @@ class FetchedBatch:
 
     def _decode(self, decoder: Callable[[bytes, int, BatchHeader], T]) -> T:
         try:
-            return decoder(self.data, 0, self.header)
+            if not self.header.codec:
+                return decoder(self.data, 0, self.header)
+            # a decompression bomb already in a log (written before serve bounded Produce, or copied in)
+            # is refused at the bound, never expanded: the same rule as `dirs import`
+            limit = min(batch_expansion_bytes_max(self.header.size, self.max_message_bytes),
+                        DECOMPRESSED_BATCH_BYTES_MAX)
+            with compression.expansion_limit(limit):
+                return decoder(self.data, 0, self.header)
         except (CorruptLogError, UnsupportedCodecError) as e:
             # the codec knows the offset only; say where the batch is (a CRC-valid batch whose
             # records or compressed payload are garbage is damage, like a CRC mismatch)
@@ -637,7 +650,7 @@ class PartitionLog:
                 if problem is not None:
                     raise CorruptLogError(problem, segment.log_path, batch.position, header.base_offset)
                 out.append(FetchedBatch(header, batch.data(), segment.base_offset, batch.position, segment.log_path,
-                                        self.strict_records))
+                                        self.strict_records, max_message_bytes=self.config.max_message_bytes))
                 budget -= header.size
                 if budget <= 0:
                     break
@@ -676,7 +689,8 @@ class PartitionLog:
                 problem = validate.crc_problem(data, 0, last[1])
                 if problem is not None:
                     raise CorruptLogError(problem, segment.log_path, last[0], last[1].base_offset)
-                return FetchedBatch(last[1], data, base, last[0], segment.log_path, self.strict_records)
+                return FetchedBatch(last[1], data, base, last[0], segment.log_path, self.strict_records,
+                                    max_message_bytes=self.config.max_message_bytes)
         return None
 
     def first_offset(self) -> int:
