@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from klog.errors import DecompressionError, KlogError, TopicExistsError, UnknownCodecIdError, UsageError
 from klog.store import checkpoints
@@ -43,6 +44,9 @@ from klog.store.format import (
     parse_segment_base,
 )
 from klog.store.names import validate_topic_name
+
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _ENTRY_SIZE = {INDEX_SUFFIX: OFFSET_INDEX_ENTRY.size, TIME_INDEX_SUFFIX: TIME_INDEX_ENTRY.size}
@@ -107,7 +111,7 @@ def _copy_trimmed(src: str, dest: str, suffix: str) -> None:
 KAFKA_INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata")
 
 
-def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
+def import_dirs(store: BrokerStore, paths: list[str]) -> list[ImportedPartition]:
     """Import every partition folder under `paths` (see the module docstring)."""
     folders = {k: v for k, v in find_partition_folders(paths).items() if k[0] not in KAFKA_INTERNAL_TOPICS}
     if not folders:
@@ -204,7 +208,8 @@ def _log_start_offsets(log_dirs: set[str]) -> dict[tuple[str, int], int]:
     return out
 
 
-def _import_partition(store, topic: str, partition: int, source: str, log_start: int | None) -> ImportedPartition:
+def _import_partition(store: BrokerStore, topic: str, partition: int, source: str,
+                      log_start: int | None) -> ImportedPartition:
     part = store.partition(topic, partition)
     dest = part.leader.directory
     in_place = os.path.realpath(source) == os.path.realpath(dest)  # copied by hand into the log dir

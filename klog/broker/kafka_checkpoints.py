@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from klog.store import checkpoints, health
 from klog.store.format import (
@@ -28,6 +29,9 @@ from klog.store.format import (
     partition_dir_name,
 )
 from klog.store.state import ReplicaState
+
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
 
 META_PROPERTIES = "meta.properties"
 NODE_ID = 1  # a single broker; a broker adopting the directory with another node.id edits this line
@@ -49,7 +53,7 @@ def _write_if_changed(path: str, text: str) -> bool:
     return True
 
 
-def write_kafka_checkpoints(store) -> None:
+def write_kafka_checkpoints(store: BrokerStore) -> None:
     """Bring every log directory's and partition folder's Kafka checkpoint files up to date."""
     recovery: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
     replication: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
@@ -93,7 +97,7 @@ def write_kafka_checkpoints(store) -> None:
         _write_meta_properties(store, path)
 
 
-def _write_meta_properties(store, path: str) -> None:
+def _write_meta_properties(store: BrokerStore, path: str) -> None:
     target = os.path.join(path, META_PROPERTIES)
     if os.path.exists(target):
         return

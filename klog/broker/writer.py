@@ -12,10 +12,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klog.store import codec
 from klog.store.codec import RecordIn
 from klog.store.format import CREATE_TIME
+
+if TYPE_CHECKING:
+    from klog.broker.replication import ReplicaManager
+    from klog.broker.store_protocol import BrokerStore
+    from klog.store.partition import Partition
 
 # The most a record adds to its key and value in a batch: length, attributes, timestamp delta,
 # offset delta, key and value lengths (varints at their widest), headers count; each header adds
@@ -102,7 +108,7 @@ BeforeAppend = Callable[[int], None]  # called under the partition lock with the
 class PartitionWriter:
     """Appends encoded batches through `replicas` (a ReplicaManager), running retention after a roll."""
 
-    def __init__(self, store, replicas, *, release_files: bool = True) -> None:  # noqa: ANN001 - Store, ReplicaManager
+    def __init__(self, store: BrokerStore, replicas: ReplicaManager, *, release_files: bool = True) -> None:
         """release_files=False: never close a written partition's files (klog serve, whose other
         threads read the same partitions: a descriptor closed under a reader could be reused by
         another open meanwhile; serve budgets its descriptors itself, server/limits.py)."""
@@ -111,7 +117,7 @@ class PartitionWriter:
         self.open_max = open_partitions_max() if release_files else sys.maxsize
         self._open: OrderedDict[tuple[str, int], object] = OrderedDict()  # written partitions, oldest first
 
-    def _written(self, topic: str, partition: int, part) -> None:  # noqa: ANN001 - a Partition
+    def _written(self, topic: str, partition: int, part: Partition) -> None:
         """Remember `part` as the most recently written; beyond open_max, close the files of the
         least recently written one (it reopens them when written again)."""
         key = (topic, partition)
@@ -189,7 +195,7 @@ class PartitionWriter:
             if acknowledged is not None:
                 acknowledged(i, bases)
 
-    def _after_append(self, topic: str, partition: int, part, active_before: int | None) -> None:  # noqa: ANN001
+    def _after_append(self, topic: str, partition: int, part: Partition, active_before: int | None) -> None:
         if active_before is not None and part.active_segment_base() != active_before:
             self.after_roll(topic, partition)
         self._written(topic, partition, part)
