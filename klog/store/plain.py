@@ -9,9 +9,12 @@ class here writes its own `__init__` and names its fields once in `_fields`; `Pl
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-T = TypeVar("T", bound="Plain")
+if TYPE_CHECKING:  # a TypeVar bound by name compiles the name: the process's first compile() is ~2 ms
+    from typing import TypeVar
+
+    T = TypeVar("T", bound="Plain")
 
 
 class Plain:
