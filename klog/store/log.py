@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
@@ -28,6 +27,7 @@ from klog.store.format import (
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
+from klog.store.plain import Plain
 from klog.store.segment import LogSegment, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 from klog.store.walk import Tail, walk_batches
@@ -39,19 +39,22 @@ T = TypeVar("T")
 STRICT_RECORDS_MARKER = "klog-strict-records"
 
 
-@dataclass
-class FetchedBatch:
+class FetchedBatch(Plain):
     """One CRC-checked batch read from a replica."""
 
-    header: BatchHeader
-    data: bytes  # the whole batch, header included
-    segment_base: int
-    position: int
-    path: str | None = None  # the segment file, for error messages
-    strict: bool = False  # the log is marked STRICT_RECORDS_MARKER: never the compiled reader
-    # False for a batch from a cluster (a log klog cannot mark): the compiled reader only after a
-    # check of the records' attributes bytes (fastrecords.plain_attributes)
-    trusted: bool = True
+    _fields = ("header", "data", "segment_base", "position", "path", "strict", "trusted")
+
+    def __init__(self, header: BatchHeader, data: bytes, segment_base: int, position: int, path: str | None = None,
+                 strict: bool = False, trusted: bool = True) -> None:
+        self.header = header
+        self.data = data  # the whole batch, header included
+        self.segment_base = segment_base
+        self.position = position
+        self.path = path  # the segment file, for error messages
+        self.strict = strict  # the log is marked STRICT_RECORDS_MARKER: never the compiled reader
+        # False for a batch from a cluster (a log klog cannot mark): the compiled reader only after a
+        # check of the records' attributes bytes (fastrecords.plain_attributes)
+        self.trusted = trusted
 
     def records(self) -> list[codec.RecordOut]:
         fast, trust = not self.strict, self.trusted
@@ -80,15 +83,17 @@ class FetchedBatch:
             raise CorruptLogError(message, self.path, self.position, self.header.base_offset) from None
 
 
-@dataclass
-class ByteRange:
+class ByteRange(Plain):
     """Bytes of whole batches (maybe a cut last one) in a segment file, sent as they are."""
 
-    fd: int  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
-    position: int
-    length: int
-    first: BatchHeader
-    path: str
+    _fields = ("fd", "position", "length", "first", "path")
+
+    def __init__(self, fd: int, position: int, length: int, first: BatchHeader, path: str) -> None:
+        self.fd = fd  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
+        self.position = position
+        self.length = length
+        self.first = first
+        self.path = path
 
     def close(self) -> None:
         if self.fd >= 0:
