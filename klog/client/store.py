@@ -108,22 +108,25 @@ class Store(GroupAdminMethods):
         self.close()
 
     def close(self) -> None:
-        if self.kafka_checkpoints_due or any(p.last_recovery for p in self._partitions.values()):
+        written = {key for key, p in self._partitions.items() if p.last_recovery}
+        if self.kafka_checkpoints_due or written:
+            # only the written partitions' lines, unless topics or log starts changed meanwhile
+            self.write_kafka_checkpoints(None if self.kafka_checkpoints_due else written)
             self.kafka_checkpoints_due = False
-            self.write_kafka_checkpoints()
         for p in self._partitions.values():
             p.close()
         self._partitions.clear()
         self.meta.close()
 
-    def write_kafka_checkpoints(self) -> None:
+    def write_kafka_checkpoints(self, only: set[tuple[str, int]] | None = None) -> None:
         """Kafka's checkpoint files in every log directory and partition folder (a broker can
-        adopt the directories); see klog.broker.kafka_checkpoints. Failures warn: they never
-        undo or fail the write that made them due."""
+        adopt the directories), or only the lines and folders of the partitions `only` names;
+        see klog.broker.kafka_checkpoints. Failures warn: they never undo or fail the write that
+        made them due."""
         from klog.broker.kafka_checkpoints import write_kafka_checkpoints
 
         try:
-            write_kafka_checkpoints(self)
+            write_kafka_checkpoints(self, only)
         except (OSError, KlogError) as e:
             self.warn(f"cannot update Kafka's checkpoint files: {e}")
 
