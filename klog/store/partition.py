@@ -22,7 +22,7 @@ from klog.errors import (
     StateLostError,
     StorageError,
 )
-from klog.store import codec
+from klog.store import codec, faults
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
@@ -282,6 +282,8 @@ class Partition:
                   for r in self.replicas[1:]]
         try:
             _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE)
+            if base == 0:  # a new partition's first batch is in its log, its high watermark not yet published
+                faults.point("first-append")
         except OSError as e:
             if copies:
                 from concurrent import futures
