@@ -179,13 +179,11 @@ class PartitionLog:
         return self.sealed_flushes.pending
 
     # -- segment list --------------------------------------------------------------------------
-    def refresh_segments(self) -> None:
-        """Re-list the folder: other processes roll, delete and truncate segments."""
-        check_not_symlink(self.directory)
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            names = []
+    def refresh_segments(self, names: list[str] | set[str] | None = None) -> None:
+        """Re-list the folder: other processes roll, delete and truncate segments. `names`: a
+        listing the caller has just made (after check_not_symlink)."""
+        if names is None:
+            names = self._list()
         bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
         listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
         for base in [b for b in self.segments if b not in listed]:
@@ -195,6 +193,13 @@ class PartitionLog:
                 self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
         self.bases = bases
         self.strict_records = STRICT_RECORDS_MARKER in names
+
+    def _list(self) -> list[str]:
+        check_not_symlink(self.directory)
+        try:
+            return os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
 
     def mark_strict_records(self) -> None:
         """Make every later read of this log (in any process) use the strict decoder only: the log
@@ -250,9 +255,11 @@ class PartitionLog:
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
-        # a compaction or retention killed mid-way; expired .deleted files
-        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms)
-        self.refresh_segments()
+        # a compaction or retention killed mid-way; expired .deleted files. One listing serves
+        # both passes unless the first changed the segments (a finished swap)
+        names = self._list()
+        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, set(names))
+        self.refresh_segments(None if swaps else names)
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
             self.new_segment(0)
