@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from klog.client.producer import GC_PAUSE_MIN_RECORDS, _gc_paused
 from klog.connect import storage
 from klog.connect.api import TP, Connector, OffsetReader, SinkTask, SourceTask, TaskContext, find_connector
 from klog.connect.config import ConfigDef, regex_check, substitute_env
@@ -32,6 +33,9 @@ from klog.connect.transforms import Chain
 # at most FLUSH_LAG_S after the last write: fewer fsyncs under load, no extra latency when idle
 FLUSH_BATCH_RECORDS = 2048
 FLUSH_LAG_S = 0.2
+# Kafka producer properties klog's producers take, as `producer.*` (worker) / `producer.override.*`
+PRODUCER_SETTINGS = {"compression.type": ("compression_type", str), "batch.size": ("batch_size", int),
+                     "linger.ms": ("linger_ms", int), "acks": ("acks", str), "buffer.memory": ("buffer_memory", int)}
 STATES = ("UNASSIGNED", "RUNNING", "PAUSED", "STOPPED", "FAILED", "RESTARTING")
 NAME_RE = re.compile(r"[^\x00-\x1f/\\]+")  # Kafka refuses control characters; a slash breaks the REST paths
 
@@ -112,11 +116,37 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
         make_converter(f"{side}.converter", config[f"{side}.converter"] or w[f"{side}.converter"],
                        _converter_props(props, side, worker), side == "key")
     Chain(props)
+    if cls.kind == "source":
+        producer_settings({}, props)  # the override keys named when bad (the worker's are checked at its start)
     _check_connector(cls, props)
     own = set(cls.config_def.keys)
     ignored = sorted(k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
                      or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES)))
     return Validated(props, cls, config, ignored)
+
+
+def producer_settings(worker_props: dict[str, str], props: dict[str, str]) -> dict[str, Any]:
+    """The worker's `producer.*` settings, then the connector's `producer.override.*` (Kafka Connect's
+    order), those klog's producers take (compression.type, batch.size, linger.ms, acks, buffer.memory) as
+    producer keywords; ConfigError naming a bad one."""
+    from klog.client.producer import check_producer_options
+    from klog.connect.config import with_prefix
+    from klog.errors import UsageError
+
+    given = {**{k: ("producer." + k, v) for k, v in with_prefix(worker_props, "producer.").items()},
+             **{k: ("producer.override." + k, v) for k, v in with_prefix(props, "producer.override.").items()}}
+    out: dict[str, Any] = {}
+    for name, (key, value) in given.items():
+        if name not in PRODUCER_SETTINGS:
+            continue
+        keyword, kind = PRODUCER_SETTINGS[name]
+        try:
+            out[keyword] = kind(value)
+            check_producer_options(**{"acks": "all", "compression_type": "none", "batch_size": 1,
+                                      keyword: out[keyword]})
+        except (ValueError, UsageError) as e:
+            raise ConfigError(key, value, str(e) if isinstance(e, UsageError) else "must be a number") from None
+    return out
 
 
 def _check_connector(cls: type[Connector], props: dict[str, str]) -> None:
@@ -201,7 +231,7 @@ class SourceRunner(TaskRunner):
         offsets = self.worker.offsets
         self.handler = ErrorHandler(self.v.config, name, self.task_id, self.worker.warn)
         self.handler.stopping = self.stopping
-        self.producer = store.producer()
+        self.producer = store.producer(**producer_settings(self.worker.props, self.v.props))
         self.pending: dict[bytes, dict | None] = {}
         self.committed: dict[str, dict] = {}
         self.topics_seen: set[str] = set()
@@ -217,10 +247,13 @@ class SourceRunner(TaskRunner):
                 self.wait_if_paused()
                 if self.stop_event.is_set():
                     break
-                records = self.handler.retrying("TASK_POLL", task.poll) or []
-                if records:
-                    self.send_all(records)
-                    unflushed = True
+                # a poll's records die once sent and form no cycles: the cyclic GC, which would walk them
+                # every few hundred allocations, waits until they are handed over
+                with _gc_paused(GC_PAUSE_MIN_RECORDS):
+                    records = self.handler.retrying("TASK_POLL", task.poll) or []
+                    if records:
+                        self.send_all(records)
+                        unflushed = True
                 # durable now (as Kafka's producer at linger.ms=0 sends at once), unless the task has more
                 # waiting (a full batch) and the last write is recent: then one write covers several polls
                 if unflushed and (len(records) < FLUSH_BATCH_RECORDS or time.monotonic() - last_flush >= FLUSH_LAG_S):
@@ -477,6 +510,7 @@ class Worker:
         props = worker_props or {}
         self.props = props
         self.config = WORKER.parse(props)
+        producer_settings(props, {})  # a bad producer.* setting refused here, not in every task
         for side in ("key", "value"):
             self.config[f"_{side}.converter.props"] = with_prefix(props, f"{side}.converter.")
         self.store = store
