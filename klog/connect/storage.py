@@ -105,6 +105,16 @@ class OffsetStore(KafkaTopicStore):
         """`offsets`: partition key (partition_key()) → offset (None resets)."""
         self.write({k: None if v is None else compact_json(v) for k, v in offsets.items()})
 
+    def keys_of(self, connector: str) -> dict[bytes, dict]:
+        """The stored keys of `connector`'s partitions (as written: their JSON's key order is the
+        writer's) → the partition."""
+        out = {}
+        for key, value in self.data.items():
+            name, partition = json.loads(key)
+            if name == connector and value is not None:
+                out[key] = partition
+        return out
+
     def of(self, connector: str) -> dict[str, dict]:
         """Every stored offset of `connector`: source partition (as JSON text) → offset."""
         out = {}

@@ -559,6 +559,9 @@ class Worker:
         self.status.put(name, "PAUSED")
 
     def resume(self, name: str) -> None:
+        if name not in self.connectors:  # STOPPED: its tasks start again
+            self.restart(name)
+            return
         for r in self.connectors[name][2]:
             r.paused.clear()
         self.configs.put_target_state(name, "STARTED")
@@ -615,6 +618,29 @@ class Worker:
             self.stop_connector(name)
         self.stopped.pop(name, None)
         self.configs.delete_connector(name)
+
+    def target_state(self, name: str) -> str:
+        """STARTED, PAUSED or STOPPED, as the REST API's verbs left it."""
+        self.validated(name)
+        if name in self.connectors:
+            return "PAUSED" if any(r.paused.is_set() for r in self.connectors[name][2]) else "STARTED"
+        return self.configs.target_state(name)
+
+    # -- offsets (KIP-875): the REST API checks the connector is STOPPED before a change -----------
+    def connector_offsets(self, name: str) -> list[dict]:
+        from klog.connect.offsets import list_offsets
+
+        return list_offsets(self.store, self.offsets, name, self.validated(name).cls.kind)
+
+    def alter_offsets(self, name: str, body: Any) -> None:
+        from klog.connect.offsets import alter_offsets
+
+        alter_offsets(self.store, self.offsets, name, self.validated(name).cls.kind, body)
+
+    def reset_offsets(self, name: str) -> None:
+        from klog.connect.offsets import reset_offsets
+
+        reset_offsets(self.store, self.offsets, name, self.validated(name).cls.kind)
 
     def describe_status(self, name: str) -> dict:
         v = self.validated(name)
