@@ -27,7 +27,8 @@ class HttpError(Exception):
 
 
 class RestServer:
-    def __init__(self, worker, host: str = "127.0.0.1", port: int = 8083) -> None:  # noqa: ANN001 - a Worker
+    def __init__(self, worker, host: str = "127.0.0.1", port: int = 8083) -> None:  # noqa: ANN001
+        """`worker`: a Worker (standalone) or a GroupApi (a distributed worker's view of its group)."""
         self.worker = worker
         self.lock = threading.Lock()  # one management call at a time
         api = self
@@ -168,7 +169,8 @@ class RestServer:
                 w.restart_task(name, task["id"])
                 return 204, None
         elif rest == ["restart"] and method == "POST":
-            w.restart(name)
+            w.restart(name, include_tasks=query.get("includeTasks") == "true",
+                      only_failed=query.get("onlyFailed") == "true")
             if query.get("includeTasks") == "true":
                 return 202, w.describe_status(name)
             return 204, None

@@ -143,7 +143,28 @@ class ConfigStore(KafkaTopicStore):
         self.write({f"target-state-{name}".encode(): compact_json({"state": v1, "state.v2": state})})
 
     def delete_connector(self, name: str) -> None:
-        self.write({f"connector-{name}".encode(): None, f"target-state-{name}".encode(): None})
+        self.write({f"connector-{name}".encode(): None, f"target-state-{name}".encode(): None,
+                    f"restart-connector-{name}".encode(): None})
+
+    def put_restart(self, name: str, include_tasks: bool, only_failed: bool, task: int | None = None) -> None:
+        """Kafka's restart request record (`restart-connector-<name>`); each worker restarts what it runs
+        of the connector. klog adds a request id (the same request twice is two restarts) and, for one
+        task's restart, its number."""
+        import uuid
+
+        doc = {"include-tasks": include_tasks, "only-failed": only_failed, "klog.request": uuid.uuid4().hex}
+        if task is not None:
+            doc["klog.task"] = task
+        self.write({f"restart-connector-{name}".encode(): compact_json(doc)})
+
+    def restart_requests(self) -> dict[str, dict]:
+        """connector → its latest restart request."""
+        out = {}
+        for key, value in self.data.items():
+            text = key.decode(errors="replace")
+            if text.startswith("restart-connector-") and value is not None:
+                out[text[len("restart-connector-"):]] = json.loads(value)
+        return out
 
     def tasks(self, name: str) -> list[dict[str, str]]:
         """The task configs the last commit record of `name` made current."""
@@ -186,6 +207,7 @@ class StatusStore(KafkaTopicStore):
                                                 "generation": generation})})
 
     def get(self, name: str, task: int | None = None) -> dict | None:
+        """The latest status of the connector or one of its tasks, as this worker last read the topic."""
         key = f"status-connector-{name}" if task is None else f"status-task-{name}-{task}"
         raw = self.data.get(key.encode())
         return None if raw is None else json.loads(raw)

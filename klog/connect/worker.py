@@ -598,7 +598,8 @@ class Worker:
         self.start(v)
         return new
 
-    def restart(self, name: str) -> None:
+    def restart(self, name: str, include_tasks: bool = True, only_failed: bool = False) -> None:
+        """The connector and its tasks started again (one process holds both: restarted together)."""
         v = self.validated(name)
         if name in self.connectors:
             self.stop_connector(name)
