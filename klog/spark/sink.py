@@ -141,13 +141,19 @@ def send_transaction(store, opts: WriteOptions, batches: Iterable, batch_id: int
 
 
 def _test_crash_point(where: str, batch_id: int) -> None:
-    """Fault injection for the kill tests: KLOG_SPARK_SINK_KILL=WHERE:BATCH SIGKILLs this process's
-    group there: the driver, its JVM and the Python worker running this commit die at once."""
+    """Fault injection for the kill tests: KLOG_SPARK_SINK_KILL=WHERE:BATCH SIGKILLs, there, the driver
+    (started as a session leader, as the test does: its session holds the driver and its JVM) and this
+    Python worker's own process group (Spark's worker daemon and its workers) at once."""
     wanted = os.environ.get("KLOG_SPARK_SINK_KILL")
-    if wanted and wanted == f"{where}:{batch_id}":
-        import signal
+    if not wanted or wanted != f"{where}:{batch_id}":
+        return
+    import signal
 
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+    leader = os.getsid(0)
+    with open(f"/proc/{leader}/cmdline", "rb") as f:
+        if b"klog" in f.read():  # never a shell's session
+            os.killpg(leader, signal.SIGKILL)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 class StreamCommitter:
