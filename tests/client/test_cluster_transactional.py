@@ -81,3 +81,27 @@ def test_acks_other_than_all_is_refused_before_connecting():
 
     with pytest.raises(UsageError, match="acks=all"):
         RemoteTransactionalProducer(store, "x", acks="1")
+
+
+@pytest.mark.slow  # a group join (the coordinator's initial rebalance delay): ~4 s
+def test_consume_transform_produce_with_a_group_member(kafka_server, data_dir):
+    with klog.open(data_dir) as s:
+        s.create_topic("in", 1)
+        s.create_topic("out", 1)
+        with s.producer() as p:
+            p.send_values("in", [b"r%d" % i for i in range(10)])
+    with RemoteStore(ClusterTarget(kafka_server.bootstrap)) as store, \
+            store.producer(transactional_id="ctp") as producer:
+        consumer = store.group_consumer("ctp-group", "in", follow=False)
+        try:
+            for records in consumer.batches():
+                with producer.transaction():
+                    for r in records:
+                        producer.send("out", r.value.upper())
+                    last = records[-1]
+                    # the member's own metadata: its generation fences a zombie member (KIP-447)
+                    producer.send_offsets(consumer, {(last.topic, last.partition): last.offset + 1})
+        finally:
+            consumer.close()
+    assert _read_all(kafka_server.bootstrap, "out", 1, "read_committed", expect=10) == [b"R%d" % i for i in range(10)]
+    assert _committed_offset(kafka_server.bootstrap, "ctp-group", "in", 0) == 10
