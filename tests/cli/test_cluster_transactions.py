@@ -9,6 +9,7 @@ in-process `klog serve`; the reader is confluent-kafka's read_committed consumer
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -106,3 +107,44 @@ def test_mirror_exactly_once_to_a_cluster(kafka_server, tmp_path, data_dir, klog
     assert r.returncode == 0, r.stderr
     got = _read_all(kafka_server.bootstrap, "events", 2, "read_committed", expect=total, limit_s=60)
     assert len(got) == total and set(got) == {b"v%d" % i for i in range(total)}
+
+
+def test_consume_json_txn_fields_locally_and_through_a_cluster(kafka_server, cli, data_dir):
+    with klog.open(data_dir) as s:
+        s.create_topic("x", 1)
+        with s.producer(transactional_id="fields") as p:
+            with p.transaction():
+                p.send_values("x", [b"c1", b"c2"])
+            p.begin()
+            p.send("x", b"aborted")
+            p.flush()
+            p.abort()
+        with s.producer() as plain:
+            plain.send("x", b"plain")
+    r = cli("consume", "x", "--json", "--txn-fields")
+    assert r.exit_code == 0, r.stderr
+    lines = [json.loads(line) for line in r.out.splitlines()]
+    shown = [(d["offset"], d.get("value"), d["transactional"], d["control"], d.get("end_txn_marker")) for d in lines]
+    assert shown == [(0, "c1", True, False, None), (1, "c2", True, False, None), (2, None, True, True, "COMMIT"),
+                     (3, "aborted", True, False, None), (4, None, True, True, "ABORT"),
+                     (5, "plain", False, False, None)]
+    # the names and values `klog dump --json` gives the batches
+    batches = [json.loads(line) for line in cli("dump", "x-0", "--json", "--batches").out.splitlines()]
+    dumped = {b["base_offset"]: b for b in batches if b["type"] == "batch"}
+    for d in lines:
+        batch = max((b for off, b in dumped.items() if off <= d["offset"]), key=lambda b: b["base_offset"])
+        assert (d["producer_id"], d["producer_epoch"], d["transactional"], d["control"]) == (
+            batch["producer_id"], batch["producer_epoch"], batch["transactional"], batch["control"])
+    assert lines[0]["producer_id"] >= 0 and lines[5]["producer_id"] == -1
+    committed = cli("consume", "x", "--json", "--txn-fields", "-X", "isolation.level=read_committed")
+    assert [json.loads(line).get("value") for line in committed.out.splitlines()] == ["c1", "c2", None, None, "plain"]
+    # through a cluster klog's own Fetch reader decodes the same batches: the same lines
+    remote = cli("consume", "x", "--json", "--txn-fields", "-b", kafka_server.bootstrap)
+    assert remote.exit_code == 0, remote.stderr
+    assert remote.out == r.out
+    # librdkafka's consumer (read_committed through a cluster) does not give batch headers
+    r = cli("consume", "x", "--json", "--txn-fields", "-b", kafka_server.bootstrap,
+            "-X", "isolation.level=read_committed")
+    assert_one_line_error(r, 2, "librdkafka", "read_uncommitted")
+    assert_one_line_error(cli("consume", "x", "--txn-fields"), 2, "--json")
+    assert_one_line_error(cli("consume", "x", "--json", "--txn-fields", "--grep", "c"), 2, "--grep")
