@@ -252,6 +252,20 @@ class Consumer(ConsumerBase):
                 return
             self._wait_for_data()
 
+    def batch_runs(self, control: bool = False) -> Iterator[tuple[str, int, object, list]]:
+        """record_runs with each run's batch header (producer id and epoch, transactional, control)
+        in place of its timestamp type; with `control`, the transaction markers' batches too.
+        Partitions one after another (merge=False)."""
+        assert self.takes_everything
+        while True:
+            for c in self.cursors:
+                while (fetched := self._fetch(c)) is not None:
+                    for header, records in fetched.batch_runs(control):
+                        yield c.topic, c.partition, header, records
+            if not self.follow or all(c.done for c in self.cursors):
+                return
+            self._wait_for_data()
+
     def _merged_values(self, null: bytes | None) -> Iterator[list[bytes | None]]:
         """One round of _iterate's heapq.merge by timestamp (ties: the earlier cursor first;
         each partition fetched when its previous fetch is used up), emitted as runs: the values

@@ -38,6 +38,8 @@ STORE_DEFAULTS = {
     # ask for, and how often abandoned transactions are looked for and aborted
     "transaction.max.timeout.ms": "900000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    # a transactional id idle this long (no transaction open) is forgotten, with its producer id
+    "transactional.id.expiration.ms": "604800000",
     # klog serve's retention and compaction passes (klog/server/log_cleaner.py)
     "log.retention.check.interval.ms": "300000",
     "log.cleaner.backoff.ms": "15000",
