@@ -34,6 +34,8 @@ STORE_DEFAULTS = {
     # committed offsets' expiry (klog/meta/groups.py: GroupsMeta.expire_offsets)
     "offsets.retention.minutes": "10080",
     "offsets.retention.check.interval.ms": "600000",
+    # __consumer_offsets in Kafka's format, kept in step with LMDB by klog serve (klog/broker/offsets_topic.py)
+    "offsets.topic.num.partitions": "50",
     # transactions (klog/client/txn_coordinator.py): the longest transaction.timeout.ms a producer may
     # ask for, and how often abandoned transactions are looked for and aborted
     "transaction.max.timeout.ms": "900000",
