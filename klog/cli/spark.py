@@ -196,7 +196,9 @@ def register(app: typer.Typer) -> None:
         "value FROM source\". A --script file defines transform(df) -> df. Progress is kept in the checkpoint "
         "(default: <data dir>/spark/checkpoints/FROM--TO), so a restart goes on where the job stopped; output "
         "is exactly once per batch except when the job dies while writing one (then that batch may be written "
-        "twice). --available-now processes what is there and stops."))
+        "twice); with --transactional-id each batch is one transaction, exactly once for read_committed "
+        "readers even then. An aggregation (GROUP BY) needs --output-mode update or complete, or a "
+        "--watermark in append mode. --available-now processes what is there and stops."))
     def stream(
         source: Annotated[str, typer.Option("--from", help="Source topic.")],
         target: Annotated[str, typer.Option("--to", help="Target topic (created if missing and allowed).")],
@@ -213,6 +215,18 @@ def register(app: typer.Typer) -> None:
                                                       "| latest (a restart uses its checkpoint).")] = "earliest",
         max_records: Annotated[int | None, typer.Option("--max-records-per-batch",
                                                         help="Cap each micro-batch (maxOffsetsPerTrigger).")] = None,
+        output_mode: Annotated[str, typer.Option("--output-mode", help="append (new rows) | update (rows an "
+                                                 "aggregation changed) | complete (the whole result each "
+                                                 "batch): Spark's output modes; each row is one record.")]
+        = "append",
+        watermark: Annotated[str | None, typer.Option("--watermark", help="COLUMN,DELAY, e.g. 'timestamp,10 "
+                                                      "minutes': how late a record may be (Spark's "
+                                                      "withWatermark); lets append mode emit closed windows.")]
+        = None,
+        transactional_id: Annotated[str | None, typer.Option("--transactional-id", help="Write each "
+                                                             "micro-batch as one transaction with this id "
+                                                             "(exactly once for read_committed readers).")]
+        = None,
         master: MasterOpt = "local[*]",
         conf: ConfOpt = None,
         verbose: VerboseOpt = False,
@@ -222,7 +236,8 @@ def register(app: typer.Typer) -> None:
 
         settings = _settings(master, conf, verbose, data_dir)
         req = spark_stream.StreamRequest(source, target, sql_text, script, checkpoint, available_now,
-                                         trigger_seconds, starting_offsets, max_records)
+                                         trigger_seconds, starting_offsets, max_records, output_mode.lower(),
+                                         watermark, transactional_id)
         spark_stream.check_request(settings.data_dir, req)
         checkpoint_dir = checkpoint or spark_stream.default_checkpoint(settings.data_dir, source, target)
         with _session(settings) as spark:

@@ -11,7 +11,6 @@ import bisect
 import heapq
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Self
 
@@ -19,6 +18,7 @@ from klog.broker.resolve import resolve_partitions
 from klog.client.records import Record
 from klog.errors import CorruptLogError, OffsetOutOfRangeError, UnknownTopicError, UsageError
 from klog.store.partition import Partition
+from klog.store.plain import FrozenPlain
 from klog.store.reader import Fetched, PartitionReader
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
@@ -39,15 +39,16 @@ class StartKind(StrEnum):
     COMMITTED = "committed"  # a group's committed offset
 
 
-@dataclass(frozen=True)
-class StartSpec:
+class StartSpec(FrozenPlain):
     """Where to start: kcat's -o (beginning, end, N, -N), a timestamp, or last N (--tail)."""
 
-    kind: StartKind = StartKind.BEGINNING
-    value: int = 0
+    _fields = ("kind", "value")
+    kind: StartKind
+    value: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", StartKind(self.kind))  # a kind's name as a string works too
+    def __init__(self, kind: StartKind | str = StartKind.BEGINNING, value: int = 0) -> None:
+        object.__setattr__(self, "kind", StartKind(kind))  # a kind's name as a string works too
+        object.__setattr__(self, "value", value)
 
     @classmethod
     def parse(cls, text: str) -> StartSpec:
@@ -247,6 +248,20 @@ class Consumer(ConsumerBase):
                 while (fetched := self._fetch(c)) is not None:
                     for ts_type, records in fetched.record_runs():
                         yield c.topic, c.partition, ts_type, records
+            if not self.follow or all(c.done for c in self.cursors):
+                return
+            self._wait_for_data()
+
+    def batch_runs(self, control: bool = False) -> Iterator[tuple[str, int, object, list]]:
+        """record_runs with each run's batch header (producer id and epoch, transactional, control)
+        in place of its timestamp type; with `control`, the transaction markers' batches too.
+        Partitions one after another (merge=False)."""
+        assert self.takes_everything
+        while True:
+            for c in self.cursors:
+                while (fetched := self._fetch(c)) is not None:
+                    for header, records in fetched.batch_runs(control):
+                        yield c.topic, c.partition, header, records
             if not self.follow or all(c.done for c in self.cursors):
                 return
             self._wait_for_data()

@@ -8,11 +8,11 @@ the bookkeeping, and never touches a descriptor the log still writes to.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from klog.store import flusher
 from klog.store.config import LogConfig
+from klog.store.plain import Plain
 from klog.store.segment import SegmentFds
 
 if TYPE_CHECKING:  # a reader never needs the flusher's futures (concurrent.futures imports logging)
@@ -26,14 +26,16 @@ ROLL_FLUSHES_PENDING_MAX = 4
 FLUSH_MS_TIMED_MAX = 7 * 24 * 3600 * 1000
 
 
-@dataclass
-class PendingFlush:
+class PendingFlush(Plain):
     """A sealed segment (or, after an untrusted open, a run of them) being fsynced by the flusher:
     once done, a recovery point that had reached the first one (`start`) may pass them (`end`)."""
 
-    start: int  # the (first) sealed segment's base offset
-    end: int  # the end offset: the base of the segment after (the last) one
-    future: Future
+    _fields = ("start", "end", "future")
+
+    def __init__(self, start: int, end: int, future: Future) -> None:
+        self.start = start  # the (first) sealed segment's base offset
+        self.end = end  # the end offset: the base of the segment after (the last) one
+        self.future = future
 
 
 class SealedFlushes:

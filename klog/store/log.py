@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
@@ -33,6 +32,7 @@ from klog.store.limits import (
 )
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
+from klog.store.plain import Plain
 from klog.store.segment import LogSegment, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 from klog.store.walk import Tail, walk_batches
@@ -44,20 +44,24 @@ T = TypeVar("T")
 STRICT_RECORDS_MARKER = "klog-strict-records"
 
 
-@dataclass
-class FetchedBatch:
+class FetchedBatch(Plain):
     """One CRC-checked batch read from a replica."""
 
-    header: BatchHeader
-    data: bytes  # the whole batch, header included
-    segment_base: int
-    position: int
-    path: str | None = None  # the segment file, for error messages
-    strict: bool = False  # the log is marked STRICT_RECORDS_MARKER: never the compiled reader
-    # False for a batch from a cluster (a log klog cannot mark): the compiled reader only after a
-    # check of the records' attributes bytes (fastrecords.plain_attributes)
-    trusted: bool = True
-    max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT  # the topic's: how far a compressed batch may expand
+    _fields = ("header", "data", "segment_base", "position", "path", "strict", "trusted", "max_message_bytes")
+
+    def __init__(self, header: BatchHeader, data: bytes, segment_base: int, position: int, path: str | None = None,
+                 strict: bool = False, trusted: bool = True,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT) -> None:
+        self.header = header
+        self.data = data  # the whole batch, header included
+        self.segment_base = segment_base
+        self.position = position
+        self.path = path  # the segment file, for error messages
+        self.strict = strict  # the log is marked STRICT_RECORDS_MARKER: never the compiled reader
+        # False for a batch from a cluster (a log klog cannot mark): the compiled reader only after a
+        # check of the records' attributes bytes (fastrecords.plain_attributes)
+        self.trusted = trusted
+        self.max_message_bytes = max_message_bytes  # the topic's: how far a compressed batch may expand
 
     def records(self) -> list[codec.RecordOut]:
         fast, trust = not self.strict, self.trusted
@@ -93,15 +97,17 @@ class FetchedBatch:
             raise CorruptLogError(message, self.path, self.position, self.header.base_offset) from None
 
 
-@dataclass
-class ByteRange:
+class ByteRange(Plain):
     """Bytes of whole batches (maybe a cut last one) in a segment file, sent as they are."""
 
-    fd: int  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
-    position: int
-    length: int
-    first: BatchHeader
-    path: str
+    _fields = ("fd", "position", "length", "first", "path")
+
+    def __init__(self, fd: int, position: int, length: int, first: BatchHeader, path: str) -> None:
+        self.fd = fd  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
+        self.position = position
+        self.length = length
+        self.first = first
+        self.path = path
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -187,13 +193,11 @@ class PartitionLog:
         return self.sealed_flushes.pending
 
     # -- segment list --------------------------------------------------------------------------
-    def refresh_segments(self) -> None:
-        """Re-list the folder: other processes roll, delete and truncate segments."""
-        check_not_symlink(self.directory)
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            names = []
+    def refresh_segments(self, names: list[str] | set[str] | None = None) -> None:
+        """Re-list the folder: other processes roll, delete and truncate segments. `names`: a
+        listing the caller has just made (after check_not_symlink)."""
+        if names is None:
+            names = self._list()
         bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
         listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
         for base in [b for b in self.segments if b not in listed]:
@@ -203,6 +207,13 @@ class PartitionLog:
                 self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
         self.bases = bases
         self.strict_records = STRICT_RECORDS_MARKER in names
+
+    def _list(self) -> list[str]:
+        check_not_symlink(self.directory)
+        try:
+            return os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
 
     def mark_strict_records(self) -> None:
         """Make every later read of this log (in any process) use the strict decoder only: the log
@@ -258,9 +269,11 @@ class PartitionLog:
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
-        # a compaction or retention killed mid-way; expired .deleted files
-        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms)
-        self.refresh_segments()
+        # a compaction or retention killed mid-way; expired .deleted files. One listing serves
+        # both passes unless the first changed the segments (a finished swap)
+        names = self._list()
+        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, set(names))
+        self.refresh_segments(None if swaps else names)
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
             self.new_segment(0)
