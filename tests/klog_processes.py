@@ -25,6 +25,16 @@ def run_klog(data_dir: str, *args: str, timeout: float = 60) -> subprocess.Compl
                           timeout=timeout, env=klog_env(data_dir))
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """Kill `proc` if it still runs, reap it and close its pipes (a test's `finally`)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def read_all(data_dir: str) -> list[dict]:
     """Topic `t`'s records as `klog consume --json` prints them."""
     r = run_klog(data_dir, "consume", "t", "--json")

@@ -220,13 +220,7 @@ def request_class(api_key: int, version: int) -> type:
 
 
 def _varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)  # zigzag
-    out = bytearray()
-    while z >= 0x80:
-        out.append(z & 0x7F | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    return uvarint((n << 1) ^ (n >> 63))  # zigzag
 
 
 def gzip_bomb_batch(records: int, value_bytes: int) -> bytes:

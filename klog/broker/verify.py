@@ -88,7 +88,6 @@ def _placement_counts(store: BrokerStore, repair: bool) -> list[dict]:
 def _unfinished_deletes(store: BrokerStore, repair: bool) -> list[dict]:
     """Folders `klog topics delete` renamed aside but could not remove (a read-only disk, a
     permission): never read as a topic, reported until removed; --repair removes them."""
-    import shutil
 
     out = []
     for d in store.log_dir_ids():
@@ -99,24 +98,32 @@ def _unfinished_deletes(store: BrokerStore, repair: bool) -> list[dict]:
             continue
         for n in names:
             folder = os.path.join(path, n)
-            problems = [f"{folder}: left over from a topic delete that could not remove it"]
-            repaired = False
-            if repair:
-                errors: list[str] = []
-                shutil.rmtree(folder, onerror=lambda _f, p, exc, errors=errors: errors.append(
-                    f"{p}: {exc[1].strerror or exc[1]}"))
-                repaired = not errors
-                problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
-            out.append({"topic": None, "partition": None, "log_dir": d, "ok": False, "repaired": repaired,
-                        "problems": problems})
+            out.append(_leftover_folder(None, None, d, folder, "left over from a topic delete that could not remove "
+                                        "it", repair))
     return out
+
+
+def _leftover_folder(topic: str | None, partition: int | None, log_dir: int, folder: str, what: str,
+                     repair: bool) -> dict:
+    """The report of a folder klog left behind (`what` it is); with `repair`, the folder removed."""
+    import shutil
+
+    problems = [f"{folder}: {what}"]
+    repaired = False
+    if repair:
+        errors: list[str] = []
+        shutil.rmtree(folder, onerror=lambda _f, p, exc, errors=errors: errors.append(
+            f"{p}: {exc[1].strerror or exc[1]}"))
+        repaired = not errors
+        problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
+    return {"topic": topic, "partition": partition, "log_dir": log_dir, "ok": False, "repaired": repaired,
+            "problems": problems}
 
 
 def _unknown_partition_folders(store: BrokerStore, repair: bool = False) -> list[dict]:
     """Partition folders no topic owns: a Kafka broker's, copied in by hand, are never touched (the
     report says how to adopt them); one holding no record at all (what a partition opened while
     its topic was deleted leaves) keeps its name from being created again, and --repair removes it."""
-    import shutil
 
     from klog.store.format import LOG_SUFFIX, parse_partition_dir
 
@@ -140,16 +147,8 @@ def _unknown_partition_folders(store: BrokerStore, repair: bool = False) -> list
             if not any(f.endswith(LOG_SUFFIX) for f in files):
                 continue
             if all(os.path.getsize(os.path.join(folder, f)) == 0 for f in files if f.endswith(LOG_SUFFIX)):
-                problems = [f"{folder}: a partition folder no topic owns, without records (left by a topic delete)"]
-                repaired = False
-                if repair:
-                    errors: list[str] = []
-                    shutil.rmtree(folder, onerror=lambda _f, q, exc, errors=errors: errors.append(
-                        f"{q}: {exc[1].strerror or exc[1]}"))
-                    repaired = not errors
-                    problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
-                reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": repaired,
-                                "problems": problems})
+                reports.append(_leftover_folder(t, p, d, folder, "a partition folder no topic owns, without records "
+                                                "(left by a topic delete)", repair))
                 continue
             reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": False,
                             "problems": [f"{folder}: a partition folder no topic of this store owns (left as it "

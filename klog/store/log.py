@@ -509,13 +509,7 @@ class PartitionLog:
         for a flush.ms fsync: closing would skip it."""
         if self.flush_schedule.timed_wait():
             return False
-        self.drop_flushes()
-        if self._fds is not None:
-            self._fds.close()
-            self._fds = None
-        for segment in self.segments.values():
-            segment.close()
-        self.state.close()
+        self.close()
         return True
 
     def close(self) -> None:
