@@ -25,6 +25,17 @@ def run_klog(data_dir: str, *args: str, timeout: float = 60) -> subprocess.Compl
                           timeout=timeout, env=klog_env(data_dir))
 
 
+def wait_for(check: Callable[[], object], timeout: float = 30.0, what: str = "the condition") -> object:
+    """Poll `check` every 50 ms until it returns something true (returned), for at most `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 def stop(proc: subprocess.Popen) -> None:
     """Kill `proc` if it still runs, reap it and close its pipes (a test's `finally`)."""
     if proc.poll() is None:
