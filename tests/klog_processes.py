@@ -36,6 +36,19 @@ def wait_for(check: Callable[[], object], timeout: float = 30.0, what: str = "th
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def require_mount_namespace() -> None:
+    """Skip the test unless it may run commands in a private mount namespace (root and unshare(1))."""
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
+
+
 def stop(proc: subprocess.Popen) -> None:
     """Kill `proc` if it still runs, reap it and close its pipes (a test's `finally`)."""
     if proc.poll() is None:

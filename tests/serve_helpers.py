@@ -270,6 +270,18 @@ def _flexible_frame(api_key: int, version: int, body: bytes) -> bytes:
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 
+def kafka_python_commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+    """Commit `offsets` ((topic, partition) -> (offset, metadata)) as kafka-python's consumer of `group`."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    client = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        client.commit({TopicPartition(t, p): OffsetAndMetadata(o, m, -1) for (t, p), (o, m) in offsets.items()})
+    finally:
+        client.close()
+
+
 def huge_produce(entries: int, acks: int = 1) -> bytes:
     """Produce v9 to topic 'free' naming `entries` partition entries (partition 0, no records; 6 bytes
     each), written by hand: kio's writer takes ~20 us per entry."""
