@@ -30,6 +30,7 @@ from klog.protocol.kafka import E, leader_epoch_error, response_for
 from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.store.codec import encode_uvarint as _uvarint
 
 MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
@@ -220,15 +221,6 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- the response, by hand -------------------------------------------------------------------
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> RawBody:
     flexible = version >= 12
     parts: list[bytes | FileRange] = []
