@@ -256,13 +256,7 @@ def gzip_bomb_batch(records: int, value_bytes: int) -> bytes:
 
 
 # -- hostile requests, written by hand (kio's writer takes ~20 us per entry) ---------------------------
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+uvarint = codec.encode_uvarint
 
 
 def _flexible_frame(api_key: int, version: int, body: bytes) -> bytes:
