@@ -48,6 +48,16 @@ class FrozenPlain(Plain):
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"cannot delete field {name!r}")
 
+    def __reduce__(self) -> tuple:  # pickle and copy: unpickling would assign the fields
+        return _rebuild, (type(self), tuple(getattr(self, n) for n in self._fields))
+
+
+def _rebuild(cls: type[FrozenPlain], values: tuple) -> FrozenPlain:
+    obj = object.__new__(cls)
+    for name, value in zip(cls._fields, values, strict=True):
+        object.__setattr__(obj, name, value)
+    return obj
+
 
 def replace(obj: T, **changes: Any) -> T:
     """A copy of `obj` with `changes` (dataclasses.replace for a Plain record)."""
