@@ -4,6 +4,7 @@ frozen fields, replace, pickle and copy."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 
 import pytest
@@ -43,3 +44,14 @@ def test_replace_pickle_and_copy() -> None:
     for value in (pm, RecordMetadata("t", 1, 2, 3), LogConfig(segment_bytes=100)):
         for clone in (pickle.loads(pickle.dumps(value)), copy.copy(value), copy.deepcopy(value)):
             assert clone == value and type(clone) is type(value)
+
+
+def test_the_dataclasses_functions_still_take_them() -> None:
+    pm = PartitionMeta([0, 1], 0, [0, 1])
+    assert dataclasses.is_dataclass(pm) and [f.name for f in dataclasses.fields(PartitionMeta)] == list(pm._fields)
+    assert dataclasses.replace(pm, leader_epoch=3) == replace(pm, leader_epoch=3)
+    assert dataclasses.asdict(pm) == {"replicas": [0, 1], "leader": 0, "isr": [0, 1], "leader_epoch": 0,
+                                      "epochs": [[0, 0]]}
+    meta = RecordMetadata("t", 1, 2, 3)
+    assert dataclasses.replace(meta, offset=7) == RecordMetadata("t", 1, 7, 3)
+    assert dataclasses.astuple(LogConfig())[0] == LogConfig().segment_bytes
