@@ -62,16 +62,18 @@ def unlink_if_there(path: str) -> None:
 
 
 # -- pass 1 --------------------------------------------------------------------------------------
-def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0) -> list[str]:
+def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0, names: set[str] | None = None) -> list[str]:
     """Finish or roll back the cleaner's swaps, drop `.cleaned` files and the `.deleted` ones
-    whose file.delete.delay.ms is over (remove_deleted_files).
+    whose file.delete.delay.ms is over (remove_deleted_files). `names`: the folder's listing,
+    when the caller has just made it (one listing per open of a partition).
 
     Returns what it did, one line per action (empty when the folder was clean).
     """
-    try:
-        names = set(os.listdir(directory))
-    except FileNotFoundError:
-        return []
+    if names is None:
+        try:
+            names = set(os.listdir(directory))
+        except FileNotFoundError:
+            return []
     done: list[str] = []
     swapped_bases = sorted({b for n in names if n.endswith(SWAP_SUFFIX) and (b := parse_segment_base(n)) is not None})
     for base in swapped_bases:

@@ -21,12 +21,13 @@ from klog.errors import (
     StateLostError,
     StorageError,
 )
-from klog.store import codec
+from klog.store import codec, faults
 from klog.store.config import LogConfig
+from klog.store.flush_pipeline import FLUSH_MS_TIMED_MAX
 from klog.store.format import partition_dir_name
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.locks import FileLock
-from klog.store.log import FLUSH_MS_TIMED_MAX, ByteRange, FetchedBatch, PartitionLog, RecoveryReport
+from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.plain import FrozenPlain
 from klog.store.state import PartitionSnapshot, PartitionState
 
@@ -289,6 +290,8 @@ class Partition:
                   for r in self.replicas[1:]]
         try:
             _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE)
+            if base == 0:  # a new partition's first batch is in its log, its high watermark not yet published
+                faults.point("first-append")
         except OSError as e:
             if copies:
                 from concurrent import futures

@@ -59,6 +59,18 @@ class Fetched(Plain):
                 records = [r for r in records if self._in_range(r[0])]
             yield fb.header.timestamp_type, records
 
+    def batch_runs(self, control: bool = False) -> Iterator[tuple[codec.BatchHeader, list[codec.RecordOut]]]:
+        """(batch header, records in range) for each kept batch; with `control`, the transaction
+        markers' batches too (`klog consume --json --txn-fields`)."""
+        skip = self.skip
+        for fb in self.batches:
+            if skip(fb) and not (control and fb.header.is_control):
+                continue
+            records = fb.records()
+            if not self._whole(fb):
+                records = [r for r in records if self._in_range(r[0])]
+            yield fb.header, records
+
     def values(self, null: bytes | None = None) -> list[bytes | None]:
         """Only the values in range (`null` for a null one): no per-record tuples for whole batches."""
         out: list[bytes | None] = []
