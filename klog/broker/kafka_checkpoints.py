@@ -28,7 +28,7 @@ from klog.store.format import (
     parse_segment_base,
     partition_dir_name,
 )
-from klog.store.state import ReplicaState
+from klog.store.state import PartitionState, ReplicaState
 
 META_PROPERTIES = "meta.properties"
 NODE_ID = 1  # a single broker; a broker adopting the directory with another node.id edits this line
@@ -80,9 +80,18 @@ def write_kafka_checkpoints(store, only: set[tuple[str, int]] | None = None) -> 
             topic_id = None  # not a UUID (an old store's id): no partition.metadata
         for p in partitions:
             pm = topic.partitions[p]
-            part = store.partition(topic.name, p)
-            snap = part.snapshot()
-            opened = {r.directory: r for r in part.replicas}  # listed by this process's last open for write
+            part = store.opened_partition(topic.name, p)
+            if part is not None:
+                snap = part.snapshot()
+                opened = {r.directory: r for r in part.replicas}  # listed by this process's last open for write
+            else:  # read and closed: a walk of every partition must not keep each one's files open
+                state = PartitionState(os.path.join(store.data_dir.state_dir, partition_dir_name(topic.name, p)
+                                                    + PartitionState.SUFFIX))
+                try:
+                    snap = state.read()
+                finally:
+                    state.close()
+                opened = {}
             for d in pm.replicas:
                 folder = os.path.join(store.data_dir.log_dir_path(d), partition_dir_name(topic.name, p))
                 if not os.path.isdir(folder):
