@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 from klog.errors import KlogError
 from klog.store import checkpoints, health
@@ -149,6 +148,8 @@ def _write_meta_properties(store, path: str) -> None:
     target = os.path.join(path, META_PROPERTIES)
     if os.path.exists(target):
         return
+    import uuid  # here: only a log directory's first checkpoint needs it, not every produce
+
     ident = health.read_identity(path)
     directory = str(uuid.UUID(ident)) if ident else str(uuid.uuid4())
     cluster = str(uuid.uuid5(uuid.NAMESPACE_URL, "klog:" + os.path.realpath(store.path)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from klog.broker.resolve import resolve_topic_names
@@ -25,6 +24,7 @@ from klog.store.format import partition_dir_name
 from klog.store.layout import DataDir, default_data_dir
 from klog.store.names import partition_file_stem, validate_topic_name
 from klog.store.partition import Partition
+from klog.store.plain import Plain
 
 if TYPE_CHECKING:
     from klog.client.consumer import Consumer
@@ -33,28 +33,36 @@ if TYPE_CHECKING:
     from klog.client.replay import Replayer
 
 
-@dataclass
-class PartitionInfo:
-    partition: int
-    leader: int
-    replicas: list[int]
-    isr: list[int]
-    leader_epoch: int
-    log_start_offset: int
-    high_watermark: int
-    log_end_offset: int
-    size_bytes: int
-    segments: int
-    replica_log_end: dict[int, int] = field(default_factory=dict)
+class PartitionInfo(Plain):
+    _fields = __match_args__ = ("partition", "leader", "replicas", "isr", "leader_epoch", "log_start_offset",
+                                "high_watermark", "log_end_offset", "size_bytes", "segments", "replica_log_end")
+
+    def __init__(self, partition: int, leader: int, replicas: list[int], isr: list[int], leader_epoch: int,
+                 log_start_offset: int, high_watermark: int, log_end_offset: int, size_bytes: int, segments: int,
+                 replica_log_end: dict[int, int] | None = None) -> None:
+        self.partition = partition
+        self.leader = leader
+        self.replicas = replicas
+        self.isr = isr
+        self.leader_epoch = leader_epoch
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+        self.log_end_offset = log_end_offset
+        self.size_bytes = size_bytes
+        self.segments = segments
+        self.replica_log_end = {} if replica_log_end is None else replica_log_end
 
 
-@dataclass
-class TopicInfo:
-    name: str
-    topic_id: str
-    partitions: list[PartitionInfo]
-    replication_factor: int
-    configs: dict[str, str]  # only the ones set on the topic
+class TopicInfo(Plain):
+    _fields = __match_args__ = ("name", "topic_id", "partitions", "replication_factor", "configs")
+
+    def __init__(self, name: str, topic_id: str, partitions: list[PartitionInfo], replication_factor: int,
+                 configs: dict[str, str]) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.partitions = partitions
+        self.replication_factor = replication_factor
+        self.configs = configs  # only the ones set on the topic
 
     @property
     def records(self) -> int:
