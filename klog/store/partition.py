@@ -373,8 +373,13 @@ class Partition:
 
     def publish(self) -> None:
         """Lock held: make everything appended so far visible to readers."""
-        snap = self.state.read()
-        snap.high_watermark = min(r.log_end_offset for r in self.replicas)
+        snap = self.state.read_valid()
+        hw = min(r.log_end_offset for r in self.replicas)
+        if snap is None:
+            snap = PartitionSnapshot(hw, 0, 0)
+        elif snap.high_watermark == hw:
+            return  # (a writer's first open publishes what open_for_write just wrote: no second write)
+        snap.high_watermark = hw
         self.state.write(snap)
 
     def flush(self) -> None:
