@@ -85,14 +85,12 @@ def record_json_line(r: Record) -> bytes:
     return (record_to_json(r) + "\n").encode()
 
 
-class EnvelopeIn(NamedTuple):
-    """A record read from its JSON envelope: what a producer needs (offset and topic are ignored)."""
-
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    timestamp: int | None  # None: now
-    partition: int | None  # None: the partitioner's choice
+# A record read from its JSON envelope: what a producer needs (offset and topic are ignored);
+# timestamp None: now, partition None: the partitioner's choice. Types as values, not class
+# annotations, which NamedTuple would compile (see codec.BatchHeader).
+EnvelopeIn = NamedTuple("EnvelopeIn", [("key", bytes | None), ("value", bytes | None),  # noqa: UP014
+                                       ("headers", list[tuple[str, bytes | None]]), ("timestamp", int | None),
+                                       ("partition", int | None)])
 
 
 def parse_envelope(line: bytes | str) -> EnvelopeIn:

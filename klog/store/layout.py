@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 
 from klog.errors import DataDirError, UsageError
 from klog.store.health import write_identity
+from klog.store.plain import Plain
 
 CONFIG_NAME = "klog.json"
 LAYOUT_VERSION = 1
@@ -86,18 +86,22 @@ def default_data_dir() -> str:
     return os.path.join(base, "klog")
 
 
-@dataclass
-class LogDir:
-    id: int
-    path: str  # absolute, or relative to the data dir
-    identity: str | None = None  # the id written in the directory (health.py)
+class LogDir(Plain):
+    _fields = ("id", "path", "identity")
+
+    def __init__(self, id: int, path: str, identity: str | None = None) -> None:  # noqa: A002 - its JSON name
+        self.id = id
+        self.path = path  # absolute, or relative to the data dir
+        self.identity = identity  # the id written in the directory (health.py)
 
 
-@dataclass
-class DataDir:
-    path: str
-    log_dirs: list[LogDir] = field(default_factory=list)
-    defaults: dict[str, str] = field(default_factory=dict)
+class DataDir(Plain):
+    _fields = ("path", "log_dirs", "defaults")
+
+    def __init__(self, path: str, log_dirs: list[LogDir] | None = None, defaults: dict[str, str] | None = None) -> None:
+        self.path = path
+        self.log_dirs = [] if log_dirs is None else log_dirs
+        self.defaults = {} if defaults is None else defaults
 
     @property
     def meta_dir(self) -> str:

@@ -11,24 +11,27 @@ one place that decides which records of a fetch are in range.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from klog.errors import CorruptLogError
 from klog.store import codec
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.log import FetchedBatch, PartitionLog
 from klog.store.partition import Partition
+from klog.store.plain import Plain
 from klog.store.txn import StableView
 
 
-@dataclass
-class Fetched:
+class Fetched(Plain):
     """One fetch: the batches read, and the offsets [low, stop) the reader wanted of them."""
 
-    batches: list[FetchedBatch]  # never empty; control and aborted batches included (see kept)
-    low: int
-    stop: int | None
-    skip: Callable[[FetchedBatch], bool]
+    _fields = ("batches", "low", "stop", "skip")
+
+    def __init__(self, batches: list[FetchedBatch], low: int, stop: int | None,
+                 skip: Callable[[FetchedBatch], bool]) -> None:
+        self.batches = batches  # never empty; control and aborted batches included (see kept)
+        self.low = low
+        self.stop = stop
+        self.skip = skip
 
     @property
     def next_offset(self) -> int:
