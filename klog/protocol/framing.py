@@ -153,6 +153,7 @@ class RawBody:
 
     response_type: type
     parts: list[bytes | FileRange]
+    throttle_at: int | None = None  # where in parts[0] the int32 throttle time is, if not at its start
 
     def size(self) -> int:
         return sum(len(p) if isinstance(p, bytes) else p.count for p in self.parts)
