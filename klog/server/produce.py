@@ -32,7 +32,7 @@ from klog.server.produce_response import PartitionResult, ProduceAnswer
 
 ACKS = {0: "0", 1: "1", -1: "all"}
 LAST_MESSAGE_SET_VERSION = 2  # Produce v0-v2: magic 0/1 message sets (Kafka 3.9 serves them, 4.0 does not)
-SLICE_ENTRIES = 200  # partition entries handled between two turns of the other connections
+SLICE_ENTRIES = 64  # partition entries handled between two turns of the other connections (~0.3 ms)
 
 
 def error_code(exc: BaseException) -> E:
