@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klog.broker.offsets import stable_view
-from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError
+from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError, UnsupportedCodecError
 from klog.protocol.apis import FETCH
 from klog.protocol.framing import FileRange, RawBody
 from klog.protocol.kafka import E, leader_epoch_error, response_for
@@ -121,6 +121,9 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
             with lock:
                 aborted = stable.aborted_between(offset, upper)
             answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
+    except UnsupportedCodecError as e:  # a zstd batch for an old fetcher: Kafka's answer too
+        ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
+        answer.error = E.unsupported_compression_type
     except CorruptLogError as e:
         ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
         answer.error = E.corrupt_message
