@@ -103,6 +103,7 @@ def test_old_fetchers_get_compressed_batches_in_their_codec(kafka_server, store,
     from kio.static.constants import EntityType
     from kio.static.primitive import i32Timedelta
 
+    from klog.protocol.kafka import make
     from klog.protocol.schemas import payload_module as load_payload_module
     from klog.store import codec as klog_codec
     from tests.serve_helpers import RawClient, produce
@@ -138,3 +139,14 @@ def test_old_fetchers_get_compressed_batches_in_their_codec(kafka_server, store,
                 assert [(r.offset, r.value) for r in records] == list(enumerate(values))
             if magic:
                 assert [r.timestamp for r in records][-1] == 1_700_000_000_005
+        # a topic whose compression.type is zstd: no fetcher before v10 (KIP-110) gets anything
+        store.create_topic("z", partitions=1, configs={"compression.type": "zstd"})
+        for version in (fetch_version, 4, 9):
+            mod = load_payload_module(1, version, EntityType.request)
+            wanted = make(mod.FetchPartition, partition=0, fetch_offset=0, current_leader_epoch=-1,
+                          log_start_offset=-1, partition_max_bytes=1 << 20)
+            answer = client.send(1, version, replica_id=-1, min_bytes=1, max_bytes=1 << 20,
+                                 max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=10)),
+                                 topics=(mod.FetchTopic(topic="z", partitions=(wanted,)),),
+                                 isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=())
+            assert answer.responses[0].partitions[0].error_code == ErrorCode.unsupported_compression_type
