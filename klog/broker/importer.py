@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from klog.errors import DecompressionError, KlogError, TopicExistsError, UnknownCodecIdError, UsageError
 from klog.store import checkpoints
@@ -45,6 +45,7 @@ from klog.store.format import (
     parse_segment_base,
 )
 from klog.store.names import validate_topic_name
+from klog.store.plain import replace
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _ENTRY_SIZE = {INDEX_SUFFIX: OFFSET_INDEX_ENTRY.size, TIME_INDEX_SUFFIX: TIME_INDEX_ENTRY.size}

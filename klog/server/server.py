@@ -260,7 +260,7 @@ class Server:
                 log.warning("cannot update Kafka's checkpoint files: %s", e)
 
     def _make_coordinator(self) -> Any:
-        from klog.server.groups import GroupCoordinator
+        from klog.server.group_runtime import GroupCoordinator
 
         coordinator = GroupCoordinator(self.store, self.broker, self.executor, **self._group_settings)
         coordinator.start_expiry()
