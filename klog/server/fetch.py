@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klog.broker.offsets import stable_view
-from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError
+from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError, UnsupportedCodecError
 from klog.protocol.apis import FETCH
 from klog.protocol.framing import FileRange, RawBody
 from klog.protocol.kafka import E, leader_epoch_error, response_for
@@ -76,12 +76,25 @@ class TopicAnswer:
     topic_id: Any = None  # uuid.UUID: v13+ name topics by id
 
 
+ZSTD_FETCH_VERSION_MIN = 10  # KIP-110: older fetchers cannot be sent a zstd topic's batches
+
+
+def _zstd_topic(ctx: RequestContext, topic: str) -> bool:
+    try:
+        return ctx.store.log_config(topic).compression_type == "zstd"
+    except KlogError:
+        return False  # an unknown topic: the partition's own lookup answers
+
+
 def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool) -> PartitionAnswer:
     """One partition's answer: its offsets and where its bytes are (lock-free, any process)."""
     index = int(p.partition)
     answer = PartitionAnswer(index)
     if not ctx.authorize("READ", "TOPIC", topic):
         answer.error = E.topic_authorization_failed
+        return answer
+    if ctx.api_version < ZSTD_FETCH_VERSION_MIN and _zstd_topic(ctx, topic):  # Kafka 3.9's KafkaApis rule
+        answer.error = E.unsupported_compression_type
         return answer
     try:
         part = ctx.server.appender.partition(topic, index)
@@ -133,6 +146,9 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
             with lock:
                 aborted = stable.aborted_between(offset, upper)
             answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
+    except UnsupportedCodecError as e:  # a zstd batch for an old fetcher: Kafka's answer too
+        ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
+        answer.error = E.unsupported_compression_type
     except CorruptLogError as e:
         ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
         answer.error = E.corrupt_message
