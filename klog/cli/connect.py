@@ -93,6 +93,9 @@ def worker(
     worker_config: Annotated[str | None, typer.Option(
         "--worker-config", "-w", help="Worker properties (converters, offset.flush.interval.ms, "
         "session.timeout.ms, consumer.session.timeout.ms, ...).")] = None,
+    listen: Annotated[str, typer.Option(
+        "--listen", help="HOST:PORT of Kafka Connect's REST API for the whole group (any worker's serves it; "
+        "'none' for no API). A port in use: a warning, and no API.")] = "127.0.0.1:8083",
     data_dir: DataDirOpt = None,
 ) -> None:
     import os
@@ -111,13 +114,20 @@ def worker(
     store = open_store(data_dir)
     try:
         dw = DistributedWorker(store, group_id, worker_props, warn, worker_id=f"{socket.gethostname()}:{os.getpid()}")
+        rest = None
         try:
             for v in validated:
                 dw.submit(v)
-            print(f"klog connect: worker {socket.gethostname()}:{os.getpid()} in group {group_id} (Ctrl-C stops)",
-                  file=sys.stderr)
+            from klog.connect.group_api import GroupApi
+
+            rest = _start_rest(GroupApi(dw), listen)
+            where = f"; REST API on http://{listen.rsplit(':', 1)[0]}:{rest.port}" if rest else ""
+            print(f"klog connect: worker {socket.gethostname()}:{os.getpid()} in group {group_id}{where} "
+                  "(Ctrl-C stops)", file=sys.stderr)
             dw.run()
         finally:
+            if rest is not None:
+                rest.close()
             dw.close()
     finally:
         store.close()

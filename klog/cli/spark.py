@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt
+from klog.cli.env import current_env
 
 MasterOpt = Annotated[str, typer.Option("--master", help="Spark master URL: local[*] (all cores here), "
                                         "local[N], spark://host:7077, yarn, k8s://...")]
@@ -112,7 +113,7 @@ def register(app: typer.Typer) -> None:
         from klog.spark.export import ExportRequest, RangeRequest, check_request
         from klog.spark.export import export as run_export
 
-        settings = _settings(master, conf, verbose, data_dir, progress=sys.stderr.isatty())
+        settings = _settings(master, conf, verbose, data_dir, progress=current_env().stderr_tty)
         req = ExportRequest(RangeRequest(topic, offset, since, until, partition), to.lower(), out, value_format,
                             schema, partition_by or [], overwrite)
         check_request(settings.data_dir, req)
@@ -253,7 +254,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_rows(columns: list[str], rows) -> None:  # noqa: ANN001 - iterator of dicts
-    if sys.stdout.isatty():
+    if current_env().stdout_tty:
         from klog.cli.tables import print_table
 
         shown = []

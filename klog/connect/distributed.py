@@ -39,6 +39,8 @@ class DistributedWorker:
         self.owned: set[int] = set()
         self.runners: dict[int, TaskRunner] = {}
         self.lock = threading.RLock()
+        # restart requests already in connect-configs at start are old news: only later ones restart tasks
+        self.restarts_seen = {n: r.get("klog.request") for n, r in self.worker.configs.restart_requests().items()}
         session = int(props.get("session.timeout.ms", "10000"))
         config = GroupConfig(enable_auto_commit=False, client_id=worker_id, session_timeout_ms=session,
                              heartbeat_interval_ms=max(10, min(3000, session // 3)),
@@ -65,6 +67,8 @@ class DistributedWorker:
             return
         table = []
         for name, props in sorted(configs.connectors().items()):
+            if configs.target_state(name) == "STOPPED":
+                continue  # no tasks (Kafka writes none for a stopped connector) until it is resumed
             try:
                 self.validated[name] = self.worker.validate(props)
             except Exception as e:  # noqa: BLE001 - one bad stored config must not stop the others
@@ -73,23 +77,52 @@ class DistributedWorker:
             for i, task in enumerate(configs.tasks(name)):
                 table.append((name, i, task))
         with self.lock:
-            if table == self.table:
-                return
-            old, self.table = self.table, table[:SLOTS]
-            for slot in sorted(self.owned):
-                before = old[slot] if slot < len(old) else None
-                after = self.table[slot] if slot < len(self.table) else None
-                if before != after:
-                    self._stop(slot)
-                    if after is not None:
-                        self._start(slot)
+            if table != self.table:
+                old, self.table = self.table, table[:SLOTS]
+                for slot in sorted(self.owned):
+                    before = old[slot] if slot < len(old) else None
+                    after = self.table[slot] if slot < len(self.table) else None
+                    if before != after:
+                        self._stop(slot)
+                        if after is not None:
+                            self._start(slot)
+            self._restarts()
+            for runner in self.runners.values():
+                self._apply_target_state(runner)
+
+    def _apply_target_state(self, runner: TaskRunner) -> None:
+        if self.worker.configs.target_state(runner.v.name) == "PAUSED":
+            runner.paused.set()
+        else:
+            runner.paused.clear()
+
+    def _restarts(self) -> None:
+        """Restart requests (connect-configs' restart-connector-<name>) not seen yet: the tasks of that
+        connector this worker runs are restarted (only the failed ones with only-failed; one with klog.task)."""
+        for name, request in self.worker.configs.restart_requests().items():
+            rid = request.get("klog.request")
+            if self.restarts_seen.get(name) == rid:
+                continue
+            self.restarts_seen[name] = rid
+            if not request.get("include-tasks") and "klog.task" not in request:
+                continue  # the connector object only: klog's keep no state to restart
+            for slot, runner in list(self.runners.items()):
+                if runner.v.name != name or (request.get("only-failed") and runner.state != "FAILED"):
+                    continue
+                if "klog.task" in request and runner.task_id != request["klog.task"]:
+                    continue
+                self._stop(slot)
+                self._start(slot)
 
     def _start(self, slot: int) -> None:
         if slot >= len(self.table) or slot in self.runners:
             return
         name, task_id, props = self.table[slot]
         v = self.validated[name]
+        if v.cls.kind == "source":
+            self.worker.offsets.reload()  # the offsets the task's last owner (another worker) stored
         runner = (SourceRunner if v.cls.kind == "source" else SinkRunner)(self.worker, v, task_id, props)
+        self._apply_target_state(runner)
         self.runners[slot] = runner
         runner.start()
 

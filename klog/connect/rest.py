@@ -3,7 +3,8 @@
 GET/POST /connectors (?expand=status|info), GET/DELETE /connectors/{n}, GET/PUT /connectors/{n}/config,
 GET /connectors/{n}/status, GET /connectors/{n}/tasks, GET /connectors/{n}/tasks/{id}/status,
 POST /connectors/{n}/restart, POST /connectors/{n}/tasks/{id}/restart, PUT /connectors/{n}/pause|resume|stop,
-GET /connectors/{n}/offsets, GET /connector-plugins, PUT /connector-plugins/{plugin}/config/validate.
+GET/PATCH/DELETE /connectors/{n}/offsets (KIP-875), GET /connector-plugins,
+PUT /connector-plugins/{plugin}/config/validate.
 Errors answer {"error_code": N, "message": ...} as Kafka Connect's do.
 """
 
@@ -26,7 +27,8 @@ class HttpError(Exception):
 
 
 class RestServer:
-    def __init__(self, worker, host: str = "127.0.0.1", port: int = 8083) -> None:  # noqa: ANN001 - a Worker
+    def __init__(self, worker, host: str = "127.0.0.1", port: int = 8083) -> None:  # noqa: ANN001
+        """`worker`: a Worker (standalone) or a GroupApi (a distributed worker's view of its group)."""
         self.worker = worker
         self.lock = threading.Lock()  # one management call at a time
         api = self
@@ -78,6 +80,9 @@ class RestServer:
 
             def do_DELETE(self) -> None:  # noqa: N802
                 self._handle("DELETE")
+
+            def do_PATCH(self) -> None:  # noqa: N802
+                self._handle("PATCH")
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
@@ -164,17 +169,39 @@ class RestServer:
                 w.restart_task(name, task["id"])
                 return 204, None
         elif rest == ["restart"] and method == "POST":
-            w.restart(name)
+            w.restart(name, include_tasks=query.get("includeTasks") == "true",
+                      only_failed=query.get("onlyFailed") == "true")
             if query.get("includeTasks") == "true":
                 return 202, w.describe_status(name)
             return 204, None
         elif rest in (["pause"], ["resume"], ["stop"]) and method == "PUT":
             {"pause": w.pause, "resume": w.resume, "stop": w.stop_only}[rest[0]](name)
             return 202, None
-        elif rest == ["offsets"] and method == "GET":
-            return 200, {"offsets": [{"partition": json.loads(p), "offset": o}
-                                     for p, o in w.offsets.of(name).items()]}
+        elif rest == ["offsets"]:
+            return self.offsets(method, name, body)
         raise HttpError(405 if rest else 404, f"{method} /{'/'.join(parts)} is not supported")
+
+    def offsets(self, method: str, name: str, body: Any) -> tuple[int, Any]:
+        """KIP-875: GET any time; PATCH and DELETE only once the connector is STOPPED."""
+        from klog.connect import offsets
+
+        w = self.worker
+        if method == "GET":
+            return 200, {"offsets": w.connector_offsets(name)}
+        if method not in ("PATCH", "DELETE"):
+            raise HttpError(405, f"{method} is not allowed on /connectors/{name}/offsets")
+        if w.target_state(name) != "STOPPED":
+            raise HttpError(400, offsets.NOT_STOPPED.replace("{name}", name))
+        try:
+            if method == "PATCH":
+                w.alter_offsets(name, body)
+                return 200, {"message": offsets.ALTERED}
+            w.reset_offsets(name)
+            return 200, {"message": offsets.RESET}
+        except offsets.OffsetsError as e:
+            raise HttpError(400, str(e)) from None
+        except offsets.TasksStillRunning as e:
+            raise HttpError(409, str(e)) from None
 
     def info(self, name: str) -> dict:
         v = self.worker.validated(name)

@@ -105,6 +105,16 @@ class OffsetStore(KafkaTopicStore):
         """`offsets`: partition key (partition_key()) → offset (None resets)."""
         self.write({k: None if v is None else compact_json(v) for k, v in offsets.items()})
 
+    def keys_of(self, connector: str) -> dict[bytes, dict]:
+        """The stored keys of `connector`'s partitions (as written: their JSON's key order is the
+        writer's) → the partition."""
+        out = {}
+        for key, value in self.data.items():
+            name, partition = json.loads(key)
+            if name == connector and value is not None:
+                out[key] = partition
+        return out
+
     def of(self, connector: str) -> dict[str, dict]:
         """Every stored offset of `connector`: source partition (as JSON text) → offset."""
         out = {}
@@ -133,7 +143,28 @@ class ConfigStore(KafkaTopicStore):
         self.write({f"target-state-{name}".encode(): compact_json({"state": v1, "state.v2": state})})
 
     def delete_connector(self, name: str) -> None:
-        self.write({f"connector-{name}".encode(): None, f"target-state-{name}".encode(): None})
+        self.write({f"connector-{name}".encode(): None, f"target-state-{name}".encode(): None,
+                    f"restart-connector-{name}".encode(): None})
+
+    def put_restart(self, name: str, include_tasks: bool, only_failed: bool, task: int | None = None) -> None:
+        """Kafka's restart request record (`restart-connector-<name>`); each worker restarts what it runs
+        of the connector. klog adds a request id (the same request twice is two restarts) and, for one
+        task's restart, its number."""
+        import uuid
+
+        doc = {"include-tasks": include_tasks, "only-failed": only_failed, "klog.request": uuid.uuid4().hex}
+        if task is not None:
+            doc["klog.task"] = task
+        self.write({f"restart-connector-{name}".encode(): compact_json(doc)})
+
+    def restart_requests(self) -> dict[str, dict]:
+        """connector → its latest restart request."""
+        out = {}
+        for key, value in self.data.items():
+            text = key.decode(errors="replace")
+            if text.startswith("restart-connector-") and value is not None:
+                out[text[len("restart-connector-"):]] = json.loads(value)
+        return out
 
     def tasks(self, name: str) -> list[dict[str, str]]:
         """The task configs the last commit record of `name` made current."""
@@ -176,6 +207,7 @@ class StatusStore(KafkaTopicStore):
                                                 "generation": generation})})
 
     def get(self, name: str, task: int | None = None) -> dict | None:
+        """The latest status of the connector or one of its tasks, as this worker last read the topic."""
         key = f"status-connector-{name}" if task is None else f"status-task-{name}-{task}"
         raw = self.data.get(key.encode())
         return None if raw is None else json.loads(raw)

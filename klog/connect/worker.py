@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from klog.client.producer import GC_PAUSE_MIN_RECORDS, _gc_paused
 from klog.connect import storage
 from klog.connect.api import TP, Connector, OffsetReader, SinkTask, SourceTask, TaskContext, find_connector
 from klog.connect.config import ConfigDef, regex_check, substitute_env
@@ -28,6 +29,13 @@ from klog.connect.errors import ConfigError, ConnectError
 from klog.connect.errors_handler import SKIP, DeadLetterQueue, ErrorHandler
 from klog.connect.transforms import Chain
 
+# a poll that returned this many records (the source has more waiting) is flushed with a later one,
+# at most FLUSH_LAG_S after the last write: fewer fsyncs under load, no extra latency when idle
+FLUSH_BATCH_RECORDS = 2048
+FLUSH_LAG_S = 0.2
+# Kafka producer properties klog's producers take, as `producer.*` (worker) / `producer.override.*`
+PRODUCER_SETTINGS = {"compression.type": ("compression_type", str), "batch.size": ("batch_size", int),
+                     "linger.ms": ("linger_ms", int), "acks": ("acks", str), "buffer.memory": ("buffer_memory", int)}
 STATES = ("UNASSIGNED", "RUNNING", "PAUSED", "STOPPED", "FAILED", "RESTARTING")
 NAME_RE = re.compile(r"[^\x00-\x1f/\\]+")  # Kafka refuses control characters; a slash breaks the REST paths
 
@@ -108,11 +116,37 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
         make_converter(f"{side}.converter", config[f"{side}.converter"] or w[f"{side}.converter"],
                        _converter_props(props, side, worker), side == "key")
     Chain(props)
+    if cls.kind == "source":
+        producer_settings({}, props)  # the override keys named when bad (the worker's are checked at its start)
     _check_connector(cls, props)
     own = set(cls.config_def.keys)
     ignored = sorted(k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
                      or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES)))
     return Validated(props, cls, config, ignored)
+
+
+def producer_settings(worker_props: dict[str, str], props: dict[str, str]) -> dict[str, Any]:
+    """The worker's `producer.*` settings, then the connector's `producer.override.*` (Kafka Connect's
+    order), those klog's producers take (compression.type, batch.size, linger.ms, acks, buffer.memory) as
+    producer keywords; ConfigError naming a bad one."""
+    from klog.client.producer import check_producer_options
+    from klog.connect.config import with_prefix
+    from klog.errors import UsageError
+
+    given = {**{k: ("producer." + k, v) for k, v in with_prefix(worker_props, "producer.").items()},
+             **{k: ("producer.override." + k, v) for k, v in with_prefix(props, "producer.override.").items()}}
+    out: dict[str, Any] = {}
+    for name, (key, value) in given.items():
+        if name not in PRODUCER_SETTINGS:
+            continue
+        keyword, kind = PRODUCER_SETTINGS[name]
+        try:
+            out[keyword] = kind(value)
+            check_producer_options(**{"acks": "all", "compression_type": "none", "batch_size": 1,
+                                      keyword: out[keyword]})
+        except (ValueError, UsageError) as e:
+            raise ConfigError(key, value, str(e) if isinstance(e, UsageError) else "must be a number") from None
+    return out
 
 
 def _check_connector(cls: type[Connector], props: dict[str, str]) -> None:
@@ -197,7 +231,7 @@ class SourceRunner(TaskRunner):
         offsets = self.worker.offsets
         self.handler = ErrorHandler(self.v.config, name, self.task_id, self.worker.warn)
         self.handler.stopping = self.stopping
-        self.producer = store.producer()
+        self.producer = store.producer(**producer_settings(self.worker.props, self.v.props))
         self.pending: dict[bytes, dict | None] = {}
         self.committed: dict[str, dict] = {}
         self.topics_seen: set[str] = set()
@@ -206,17 +240,25 @@ class SourceRunner(TaskRunner):
                                     OffsetReader(lambda partition: offsets.get(name, partition))))
         task.start(self.props)
         self.set_state("RUNNING")
-        last_commit = time.monotonic()
+        last_commit = last_flush = time.monotonic()
+        unflushed = False
         try:
             while not self.stop_event.is_set():
                 self.wait_if_paused()
                 if self.stop_event.is_set():
                     break
-                records = self.handler.retrying("TASK_POLL", task.poll) or []
-                for r in records:
-                    self.send(r)
-                if records:
-                    self.producer.flush()  # as Kafka's producer at linger.ms=0: sent now, not at the next commit
+                # a poll's records die once sent and form no cycles: the cyclic GC, which would walk them
+                # every few hundred allocations, waits until they are handed over
+                with _gc_paused(GC_PAUSE_MIN_RECORDS):
+                    records = self.handler.retrying("TASK_POLL", task.poll) or []
+                    if records:
+                        self.send_all(records)
+                        unflushed = True
+                # durable now (as Kafka's producer at linger.ms=0 sends at once), unless the task has more
+                # waiting (a full batch) and the last write is recent: then one write covers several polls
+                if unflushed and (len(records) < FLUSH_BATCH_RECORDS or time.monotonic() - last_flush >= FLUSH_LAG_S):
+                    self.producer.flush()
+                    last_flush, unflushed = time.monotonic(), False
                 if time.monotonic() - last_commit >= self.flush_interval_s:
                     self.commit(task)
                     last_commit = time.monotonic()
@@ -228,6 +270,65 @@ class SourceRunner(TaskRunner):
                 task.stop()
             finally:
                 self.producer.close()
+
+    def send_all(self, records: list[ConnectRecord]) -> None:
+        """A poll's records transformed, converted and handed to the producer in runs sharing a topic,
+        partition and timestamp (one bulk append each, not one call per record).
+
+        The steps are pure, so when any record fails the whole poll is redone record by record through
+        the error handler (retries, errors.tolerance), which decides that record's fate."""
+        try:
+            out = self._converted(records)
+        except Exception:  # noqa: BLE001 - the slow path below reports it, per record
+            out = None
+        if out is None:
+            for r in records:
+                self.send(r)
+            return
+        producer, run, run_of = self.producer, [], None
+        for topic, partition, timestamp, headers, key, value in out:
+            if headers:  # headers are per record: sent alone (after the run before it, keeping the order)
+                if run:
+                    producer.send_keyed(run_of[0], run, None, run_of[1], run_of[2])
+                    run, run_of = [], None
+                producer.send(topic, value, key, headers, partition, timestamp)
+                continue
+            of = (topic, partition, timestamp)
+            if of != run_of:
+                if run:
+                    producer.send_keyed(run_of[0], run, None, run_of[1], run_of[2])
+                run, run_of = [], of
+            run.append((key, value))
+        if run:
+            producer.send_keyed(run_of[0], run, None, run_of[1], run_of[2])
+        self._note_offsets(records)
+
+    def _converted(self, records: list[ConnectRecord]) -> list[tuple] | None:
+        """(topic, partition, timestamp, headers, key bytes, value bytes) of each record the transforms
+        keep; an exception when any step fails (the caller then goes record by record)."""
+        chain, key_of, value_of = self.chain, self.key_converter.from_connect, self.value_converter.from_connect
+        out = []
+        for r in records:
+            if chain:
+                r = chain.apply(r)
+                if r is None:
+                    continue
+            topic = r.topic
+            if topic not in self.topics_seen:
+                self.ensure_topic(topic)
+            out.append((topic, r.kafka_partition, r.timestamp, r.headers, key_of(topic, r.key_schema, r.key),
+                        value_of(topic, r.value_schema, r.value)))
+        return out
+
+    def _note_offsets(self, records: list[ConnectRecord]) -> None:
+        """The last offset of each source partition in `records` becomes pending (a CDC poll has one
+        partition: one key built, not one per record)."""
+        last: dict[int, tuple[int, ConnectRecord]] = {}
+        for i, r in enumerate(records):
+            if r.source_partition is not None:
+                last[id(r.source_partition)] = (i, r)
+        for _, r in sorted(last.values(), key=lambda ir: ir[0]):  # equal partitions in separate dicts: the last wins
+            self.pending[storage.partition_key(self.v.name, r.source_partition)] = r.source_offset
 
     def send(self, r: ConnectRecord) -> None:
         h = self.handler
@@ -409,6 +510,7 @@ class Worker:
         props = worker_props or {}
         self.props = props
         self.config = WORKER.parse(props)
+        producer_settings(props, {})  # a bad producer.* setting refused here, not in every task
         for side in ("key", "value"):
             self.config[f"_{side}.converter.props"] = with_prefix(props, f"{side}.converter.")
         self.store = store
@@ -457,6 +559,9 @@ class Worker:
         self.status.put(name, "PAUSED")
 
     def resume(self, name: str) -> None:
+        if name not in self.connectors:  # STOPPED: its tasks start again
+            self.restart(name)
+            return
         for r in self.connectors[name][2]:
             r.paused.clear()
         self.configs.put_target_state(name, "STARTED")
@@ -493,7 +598,8 @@ class Worker:
         self.start(v)
         return new
 
-    def restart(self, name: str) -> None:
+    def restart(self, name: str, include_tasks: bool = True, only_failed: bool = False) -> None:
+        """The connector and its tasks started again (one process holds both: restarted together)."""
         v = self.validated(name)
         if name in self.connectors:
             self.stop_connector(name)
@@ -513,6 +619,29 @@ class Worker:
             self.stop_connector(name)
         self.stopped.pop(name, None)
         self.configs.delete_connector(name)
+
+    def target_state(self, name: str) -> str:
+        """STARTED, PAUSED or STOPPED, as the REST API's verbs left it."""
+        self.validated(name)
+        if name in self.connectors:
+            return "PAUSED" if any(r.paused.is_set() for r in self.connectors[name][2]) else "STARTED"
+        return self.configs.target_state(name)
+
+    # -- offsets (KIP-875): the REST API checks the connector is STOPPED before a change -----------
+    def connector_offsets(self, name: str) -> list[dict]:
+        from klog.connect.offsets import list_offsets
+
+        return list_offsets(self.store, self.offsets, name, self.validated(name).cls.kind)
+
+    def alter_offsets(self, name: str, body: Any) -> None:
+        from klog.connect.offsets import alter_offsets
+
+        alter_offsets(self.store, self.offsets, name, self.validated(name).cls.kind, body)
+
+    def reset_offsets(self, name: str) -> None:
+        from klog.connect.offsets import reset_offsets
+
+        reset_offsets(self.store, self.offsets, name, self.validated(name).cls.kind)
 
     def describe_status(self, name: str) -> dict:
         v = self.validated(name)

@@ -92,3 +92,59 @@ def test_plugins_and_validate(api):
 def test_the_cli_without_a_worker_says_so(cli):
     r = cli("connect", "list", "--url", "http://127.0.0.1:9")
     assert r.exit_code == 1 and "no Connect worker answers at http://127.0.0.1:9" in r.stderr
+
+
+def test_source_offsets_are_read_altered_and_reset_on_a_stopped_connector(api, tmp_path, data_dir):
+    """KIP-875 over HTTP: PATCH/DELETE refused while running; once stopped, PATCH moves the file position
+    (the resumed task reads from there again) and DELETE forgets it (read from the start)."""
+    (tmp_path / "in.txt").write_text("a\nb\n")
+    config = {"connector.class": "FileStreamSource", "file": str(tmp_path / "in.txt"), "topic": "lines",
+              "value.converter": "string"}
+    assert call(api, "POST", "/connectors", {"name": "fs", "config": config})[0] == 201
+    wait_for(lambda: call(api, "GET", "/connectors/fs/offsets")[1]["offsets"], what="an offset stored")
+    partition = {"filename": str(tmp_path / "in.txt")}
+    def stored() -> list:
+        return [(o["partition"], o["offset"]["position"]) for o in call(api, "GET", "/connectors/fs/offsets")[1][
+            "offsets"]]
+
+    wait_for(lambda: stored() == [(partition, 4)], what="both lines' offset")
+    code, body = call(api, "PATCH", "/connectors/fs/offsets", {"offsets": [{"partition": partition,
+                                                                            "offset": {"position": 2}}]})
+    assert code == 400 and "STOPPED" in body["message"]
+    assert call(api, "PUT", "/connectors/fs/stop")[0] == 202
+    assert call(api, "GET", "/connectors/fs/status")[1]["connector"]["state"] == "STOPPED"
+    assert call(api, "PATCH", "/connectors/fs/offsets", {"offsets": "all"})[0] == 400
+    assert call(api, "PATCH", "/connectors/fs/offsets", {"offsets": [{"partition": partition,
+                                                                      "offset": {"position": 2}}]}) == (
+        200, {"message": "The offsets for this connector have been altered successfully"})
+    assert stored() == [(partition, 2)]
+    assert call(api, "PUT", "/connectors/fs/resume")[0] == 202
+    wait_for(lambda: values(data_dir, "lines") == [b"a", b"b", b"b"], what="the line after the altered offset")
+    assert call(api, "PUT", "/connectors/fs/stop")[0] == 202
+    assert call(api, "DELETE", "/connectors/fs/offsets") == (
+        200, {"message": "The offsets for this connector have been reset successfully"})
+    assert call(api, "GET", "/connectors/fs/offsets") == (200, {"offsets": []})
+    assert call(api, "PUT", "/connectors/fs/resume")[0] == 202
+    wait_for(lambda: values(data_dir, "lines") == [b"a", b"b", b"b", b"a", b"b"], what="the file read again")
+
+
+def test_sink_offsets_are_the_consumer_groups(api, tmp_path, data_dir):
+    with klog.open(data_dir) as s, s.producer() as p:
+        for line in (b"x", b"y", b"z"):
+            p.send("words", line)
+    out = tmp_path / "out.txt"
+    config = {"connector.class": "FileStreamSink", "file": str(out), "topics": "words", "value.converter": "string"}
+    assert call(api, "POST", "/connectors", {"name": "sink", "config": config})[0] == 201
+    tp = {"kafka_topic": "words", "kafka_partition": 0}
+    wait_for(lambda: call(api, "GET", "/connectors/sink/offsets")[1] == {
+        "offsets": [{"partition": tp, "offset": {"kafka_offset": 3}}]}, what="the group's committed offset")
+    assert call(api, "PUT", "/connectors/sink/stop")[0] == 202
+    bad = {"offsets": [{"partition": {"kafka_topic": "words"}, "offset": {"kafka_offset": 1}}]}
+    assert call(api, "PATCH", "/connectors/sink/offsets", bad)[0] == 400
+    assert call(api, "PATCH", "/connectors/sink/offsets",
+                {"offsets": [{"partition": tp, "offset": {"kafka_offset": 1}}]})[0] == 200
+    assert call(api, "PUT", "/connectors/sink/resume")[0] == 202
+    wait_for(lambda: out.read_text().split() == ["x", "y", "z", "y", "z"], what="the records after offset 1 again")
+    assert call(api, "PUT", "/connectors/sink/stop")[0] == 202
+    assert call(api, "DELETE", "/connectors/sink/offsets")[0] == 200
+    assert call(api, "GET", "/connectors/sink/offsets") == (200, {"offsets": []})

@@ -46,6 +46,7 @@ def test_sigterm_commits_offsets_and_a_restart_resumes(tmp_path, data_dir):
                                                      "transforms.t.type"),
     ({"transforms": "t", "transforms.t.type": "org.apache.kafka.connect.transforms.RegexRouter",
       "transforms.t.regex": "("}, "transforms.t.regex"),
+    ({"producer.override.compression.type": "lz5"}, "producer.override.compression.type"),
 ])
 def test_an_invalid_config_is_refused_naming_the_field(tmp_path, cli, change, field):
     config = {k: v for k, v in {**_source(tmp_path), **change}.items() if v is not None}
@@ -243,3 +244,16 @@ def test_file_sink_rotates_by_size(tmp_path, data_dir):
     assert [p.stat().st_size for p in rotated] == [32, 32]  # 8 bytes a line: rotated once past 30
     lines = [line for p in [*rotated, out] for line in p.read_text().splitlines()]
     assert lines == [f"line-{i:02d}" for i in range(10)]
+
+
+def test_producer_overrides_reach_the_source_producer(tmp_path, data_dir):
+    """producer.override.compression.type (Kafka Connect's per-connector producer setting): the topic's
+    batches are written compressed and read back as the lines."""
+    import glob
+
+    (tmp_path / "in.txt").write_text("".join(f"line {i}\n" for i in range(50)))
+    with running(data_dir, _source(tmp_path, **{"producer.override.compression.type": "gzip"})):
+        wait_for(lambda: len(values(data_dir, "lines")) == 50, what="the lines")
+    assert values(data_dir, "lines") == [f"line {i}".encode() for i in range(50)]
+    logs = glob.glob(os.path.join(data_dir, "**", "lines-0", "*.log"), recursive=True)
+    assert logs and not any(b"line 49" in open(p, "rb").read() for p in logs)  # not stored as plain text

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from klog import __version__ as VERSION
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, regex_list_check
 from klog.connect.connectors import pgoutput
@@ -77,6 +78,7 @@ class PostgresTask(SourceTask):
         self.skipped = {s.strip() for s in c["skipped.operations"] if s.strip() and s.strip() != "none"}
         self.relations: dict[int, dict] = {}
         self.tx: pgoutput.Begin | None = None
+        self.tx_sources: dict[int, dict] = {}  # id(relation info) -> the source block of this transaction
         self.event = 0
         self.lsn_safe = 0  # the end LSN of the last transaction all of whose changes were handed over
         self.confirmed = 0
@@ -214,15 +216,28 @@ class PostgresTask(SourceTask):
                 row[name] = parser(text)
         return row
 
-    def _event(self, info: dict, op: str, before: dict | None, after: dict | None, ts_ms: int, snapshot: str,
-               tx_id: int | None, lsn: int, offset: dict) -> list[ConnectRecord]:
+    def _source(self, info: dict, ts_ms: int, snapshot: str, tx_id: int | None, lsn: int, lsn_safe: int) -> dict:
         rel = info["rel"]
+        return {"version": VERSION, "connector": "postgresql", "name": self.prefix,
+                "ts_ms": ts_ms, "snapshot": snapshot, "db": self.dbname,
+                "sequence": json.dumps([str(lsn_safe or ""), str(lsn)]),
+                "schema": rel.schema, "table": rel.table, "txId": tx_id, "lsn": lsn, "xmin": None}
+
+    def _tx_source(self, info: dict) -> dict:
+        """The source block of a streamed change: the same for every change of one table in one
+        transaction, so built once per (transaction, table) and shared by its records (values are
+        never changed in place: transforms build new ones)."""
+        source = self.tx_sources.get(id(info))
+        if source is None:
+            tx = self.tx
+            source = self.tx_sources[id(info)] = self._source(info, tx.commit_ts_us // 1000, "false", tx.xid,
+                                                              tx.final_lsn, self.lsn_safe)
+        return source
+
+    def _event(self, info: dict, op: str, before: dict | None, after: dict | None, ts_ms: int,
+               source: dict, offset: dict) -> list[ConnectRecord]:
         row = after if after is not None else before
-        key = {k: (row or {}).get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
-        source = {"version": self.context_version(), "connector": "postgresql", "name": self.prefix,
-                  "ts_ms": ts_ms, "snapshot": snapshot, "db": self.dbname,
-                  "sequence": json.dumps([str(offset.get("lsn_safe") or ""), str(lsn)]),
-                  "schema": rel.schema, "table": rel.table, "txId": tx_id, "lsn": lsn, "xmin": None}
+        key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
         value = {"before": before, "after": after, "source": source, "op": op, "ts_ms": int(time.time() * 1000),
                  "transaction": None}
         out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
@@ -231,12 +246,6 @@ class PostgresTask(SourceTask):
             out.append(ConnectRecord(info["topic"], None, info["key_schema"], key, None, None, ts_ms,
                                      source_partition=self.partition, source_offset=offset))
         return out
-
-    @staticmethod
-    def context_version() -> str:
-        from klog import __version__
-
-        return __version__
 
     # -- snapshot ---------------------------------------------------------------------------------
     def _snapshot(self, snapshot_name: str) -> Iterator[ConnectRecord]:
@@ -260,8 +269,8 @@ class PostgresTask(SourceTask):
                     for values in q:
                         offset = {"snapshot": True, "last_snapshot_record": False, "lsn": self.slot_lsn,
                                   "lsn_safe": self.slot_lsn, "ts_usec": ts_ms * 1000}
-                        record = self._event(info, "r", None, self._row(info, list(values)), ts_ms, "true", None,
-                                             self.slot_lsn, offset)[0]
+                        source = self._source(info, ts_ms, "true", None, self.slot_lsn, self.slot_lsn)
+                        record = self._event(info, "r", None, self._row(info, values), ts_ms, source, offset)[0]
                         if pending is not None:
                             yield pending
                         pending = record
@@ -325,8 +334,29 @@ class PostgresTask(SourceTask):
         return out
 
     def _handle(self, message: object) -> list[ConnectRecord]:
+        if type(message) is pgoutput.Change or type(message) is pgoutput.Truncate:
+            if self.tx is None:
+                return []
+            self.event += 1
+            tx = self.tx
+            if tx.final_lsn < self.skip_commit or (tx.final_lsn == self.skip_commit and self.event <= self.skip_events):
+                return []  # delivered before the restart
+            offset = {"lsn": tx.final_lsn, "lsn_commit": tx.final_lsn, "txId": tx.xid, "ts_usec": tx.commit_ts_us,
+                      "event": self.event, "lsn_safe": self.lsn_safe}
+            ts_ms = tx.commit_ts_us // 1000
+            if type(message) is pgoutput.Truncate:
+                if "t" in self.skipped:
+                    return []
+                out = []
+                for oid in message.relation_oids:
+                    info = self.relations.get(oid)
+                    if info is not None and info["wanted"]:
+                        out.extend(self._event(info, "t", None, None, ts_ms, self._tx_source(info), offset))
+                return out
+            return self._change(message, ts_ms, offset)
         if isinstance(message, pgoutput.Begin):
             self.tx, self.event = message, 0
+            self.tx_sources = {}
             return []
         if isinstance(message, pgoutput.Commit):
             # every change of this transaction was handed over: once a later record's offset is stored,
@@ -336,45 +366,32 @@ class PostgresTask(SourceTask):
             return []
         if isinstance(message, pgoutput.Relation):
             self.relations[message.oid] = self._relation(message)
+            self.tx_sources = {}
             return []
-        if isinstance(message, pgoutput.Change | pgoutput.Truncate) and self.tx is not None:
-            self.event += 1
-            tx = self.tx
-            if tx.final_lsn < self.skip_commit or (tx.final_lsn == self.skip_commit and self.event <= self.skip_events):
-                return []  # delivered before the restart
-            offset = {"lsn": tx.final_lsn, "lsn_commit": tx.final_lsn, "txId": tx.xid, "ts_usec": tx.commit_ts_us,
-                      "event": self.event, "lsn_safe": self.lsn_safe}
-            ts_ms = tx.commit_ts_us // 1000
-            if isinstance(message, pgoutput.Truncate):
-                if "t" in self.skipped:
-                    return []
-                out = []
-                for oid in message.relation_oids:
-                    info = self.relations.get(oid)
-                    if info is not None and info["wanted"]:
-                        out.extend(self._event(info, "t", None, None, ts_ms, "false", tx.xid, tx.final_lsn, offset))
-                return out
-            info = self.relations[message.relation_oid]
-            if not info["wanted"]:
-                return []
-            before, after = self._row(info, message.old), self._row(info, message.new)
-            if message.kind == "I":
-                return [] if "c" in self.skipped else self._event(info, "c", None, after, ts_ms, "false", tx.xid,
-                                                                  tx.final_lsn, offset)
-            if message.kind == "D":
-                return [] if "d" in self.skipped else self._event(info, "d", before, None, ts_ms, "false", tx.xid,
-                                                                  tx.final_lsn, offset)
-            if before is not None and info["keys"] and any(before.get(k) != after.get(k) for k in info["keys"]) \
-                    and message.old_is_key:
-                # a primary key change: Debezium's delete (+ tombstone) of the old key, create of the new
-                old = {n: before.get(n) for n in info["names"]}
-                return [*self._event(info, "d", old, None, ts_ms, "false", tx.xid, tx.final_lsn, offset),
-                        *self._event(info, "c", None, after, ts_ms, "false", tx.xid, tx.final_lsn, offset)]
-            if message.old_is_key:
-                before = None  # only the key was sent: Debezium's before is null under REPLICA IDENTITY DEFAULT
-            return [] if "u" in self.skipped else self._event(info, "u", before, after, ts_ms, "false", tx.xid,
-                                                              tx.final_lsn, offset)
         return []
+
+    def _change(self, message: pgoutput.Change, ts_ms: int, offset: dict) -> list[ConnectRecord]:
+        info = self.relations[message.relation_oid]
+        if not info["wanted"]:
+            return []
+        kind = message.kind
+        if kind == "I":
+            if "c" in self.skipped:
+                return []
+            return self._event(info, "c", None, self._row(info, message.new), ts_ms, self._tx_source(info), offset)
+        before, after = self._row(info, message.old), self._row(info, message.new)
+        source = self._tx_source(info)
+        if kind == "D":
+            return [] if "d" in self.skipped else self._event(info, "d", before, None, ts_ms, source, offset)
+        if before is not None and info["keys"] and any(before.get(k) != after.get(k) for k in info["keys"]) \
+                and message.old_is_key:
+            # a primary key change: Debezium's delete (+ tombstone) of the old key, create of the new
+            old = {n: before.get(n) for n in info["names"]}
+            return [*self._event(info, "d", old, None, ts_ms, source, offset),
+                    *self._event(info, "c", None, after, ts_ms, source, offset)]
+        if message.old_is_key:
+            before = None  # only the key was sent: Debezium's before is null under REPLICA IDENTITY DEFAULT
+        return [] if "u" in self.skipped else self._event(info, "u", before, after, ts_ms, source, offset)
 
     def commit(self, offsets: dict[str, dict]) -> None:
         offset = offsets.get(json.dumps(self.partition, sort_keys=True))

@@ -1,0 +1,103 @@
+"""Kafka Connect's REST API on distributed workers, with plain HTTP requests: any worker of the group
+lists, creates, pauses, stops, resumes and deletes the group's connectors; status names the worker each
+task runs on; the offsets endpoints work on a stopped connector whose tasks ran on another worker."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.connect.helpers import REPO, values, wait_for
+from tests.connect.test_connect_rest import call
+
+
+def _worker(data_dir: str, props: str) -> tuple[subprocess.Popen, str, str]:
+    """A `klog connect worker` with its REST API on an ephemeral port: (process, its URL, its worker id)."""
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "connect", "worker", "--group-id", "g", "-w", props,
+                             "--listen", "127.0.0.1:0"], env={**os.environ, "KLOG_DATA_DIR": data_dir,
+                                                              "PYTHONPATH": REPO},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline().decode()
+        found = re.search(r"worker (\S+) in group g; REST API on (http://\S+)", line)
+        if found:
+            return proc, found.group(2), found.group(1)
+        if not line:
+            break
+    proc.kill()
+    raise AssertionError("the worker did not start")
+
+
+def _source(tmp_path, name: str) -> dict:
+    path = tmp_path / f"{name}.txt"
+    path.write_text(f"{name}1\n{name}2\n")
+    return {"connector.class": "FileStreamSource", "file": str(path), "topic": f"t-{name}",
+            "value.converter": "string"}
+
+
+@pytest.mark.slow
+def test_every_worker_serves_the_groups_connectors(tmp_path, data_dir):
+    props = tmp_path / "worker.properties"
+    props.write_text("session.timeout.ms=3000\noffset.flush.interval.ms=200\n")
+    procs = []
+    try:
+        (w1, url1, id1), (w2, url2, id2) = (_worker(data_dir, str(props)), _worker(data_dir, str(props)))
+        procs = [w1, w2]
+        assert call(url1, "POST", "/connectors", {"name": "a", "config": _source(tmp_path, "a")})[0] == 201
+        assert call(url2, "POST", "/connectors", {"name": "b", "config": _source(tmp_path, "b")})[0] == 201
+        assert call(url2, "POST", "/connectors", {"name": "a", "config": _source(tmp_path, "a")})[0] == 409
+        assert call(url1, "GET", "/connectors") == call(url2, "GET", "/connectors") == (200, ["a", "b"])
+        wait_for(lambda: values(data_dir, "t-a") == [b"a1", b"a2"] and values(data_dir, "t-b") == [b"b1", b"b2"],
+                 timeout=60, what="both connectors' lines")
+
+        def owners() -> set:
+            found = set()
+            for name in ("a", "b"):
+                status = call(url1, "GET", f"/connectors/{name}/status")[1]
+                if status["tasks"] and status["tasks"][0]["state"] == "RUNNING":
+                    found.add(status["tasks"][0]["worker_id"])
+            return found
+
+        wait_for(lambda: owners() == {id1, id2}, timeout=60, what="one task on each worker")
+        assert call(url2, "GET", "/connectors/a/config")[1]["topic"] == "t-a"
+        assert call(url2, "GET", "/connectors/a/tasks")[1][0]["id"] == {"connector": "a", "task": 0}
+
+        assert call(url2, "PUT", "/connectors/a/pause")[0] == 202
+        wait_for(lambda: call(url1, "GET", "/connectors/a/status")[1]["tasks"][0]["state"] == "PAUSED",
+                 what="the task paused wherever it runs")
+        assert call(url1, "PUT", "/connectors/a/resume")[0] == 202
+        wait_for(lambda: call(url2, "GET", "/connectors/a/status")[1]["tasks"][0]["state"] == "RUNNING")
+
+        partition = {"filename": str(tmp_path / "a.txt")}
+        assert call(url1, "PATCH", "/connectors/a/offsets", {"offsets": []})[0] == 400  # not stopped
+        assert call(url2, "PUT", "/connectors/a/stop")[0] == 202
+        status = call(url1, "GET", "/connectors/a/status")[1]
+        assert status["connector"]["state"] == "STOPPED" and status["tasks"] == []
+        offsets = call(url1, "GET", "/connectors/a/offsets")[1]["offsets"]
+        assert [(o["partition"], o["offset"]["position"]) for o in offsets] == [(partition, 6)]
+        assert call(url1, "PATCH", "/connectors/a/offsets",
+                    {"offsets": [{"partition": partition, "offset": {"position": 3}}]})[0] == 200
+        assert call(url2, "PUT", "/connectors/a/resume")[0] == 202
+        wait_for(lambda: values(data_dir, "t-a") == [b"a1", b"a2", b"a2"], timeout=30,
+                 what="the line after the altered offset, read by whichever worker runs the task")
+
+        assert call(url2, "DELETE", "/connectors/b")[0] == 204
+        assert call(url1, "GET", "/connectors") == (200, ["a"])
+        assert call(url1, "GET", "/connectors/b/status")[0] == 404
+        wait_for(lambda: {t["worker_id"] for t in call(url1, "GET", "/connectors/a/status")[1]["tasks"]} <= {id1, id2})
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
