@@ -31,6 +31,12 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] &
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql) \
         >/dev/null 2>&1 || echo "tests/run.sh: postgresql could not be installed; its tests skip" >&2
 fi
+if { [ ! -x /usr/bin/Burrow ] || [ ! -e /usr/share/java/zookeeper.jar ]; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    # Burrow (the consumer-lag monitor, reads __consumer_offsets) and the ZooKeeper it keeps its state in
+    echo "tests/run.sh: installing Debian's burrow and zookeeper for the Burrow test" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends burrow \
+        zookeeper) >/dev/null 2>&1 || echo "tests/run.sh: burrow/zookeeper could not be installed; its test skips" >&2
+fi
 missing_shells=()
 for sh in zsh fish; do command -v "$sh" >/dev/null 2>&1 || missing_shells+=("$sh"); done
 if [ ${#missing_shells[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

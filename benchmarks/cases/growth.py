@@ -43,7 +43,7 @@ def bench_segments(bench: Bench, segments: int) -> None:
     segment (no roll) for the same chunks, whose difference per roll is what a roll costs; and
     the same many-segment partition with every roll waiting for its sealed segment's fsync
     (ROLL_FLUSHES_PENDING_MAX 0: klog before the background flusher), chunks alternated."""
-    from klog.store import log as log_module
+    from klog.store import flush_pipeline as log_module
 
     background = log_module.ROLL_FLUSHES_PENDING_MAX
     # ~150 records of 100 B per 16 kB batch, one batch per segment; whole chunks, at least two

@@ -387,6 +387,24 @@ class RawAppender:
         batch needs `txn_check` (the coordinator's: is this partition in the producer's ongoing
         transaction?), asked under the partition's lock, so no marker can come between the
         check and the append."""
+        header, data, append_time, txn_check = self._prepared(topic, data, txn_check, check_topic=True)
+        part = self.partition(topic, partition)  # refreshes the topic's metadata when due
+        key = (topic, partition)
+        with self.lock_for(topic, partition), part.lock if txn_check is not None else contextlib.nullcontext():
+            if txn_check is not None:
+                txn_check(header)
+            try:
+                self.producers.check(key, part, header, data)
+            except DuplicateSequenceError as dup:
+                return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
+            base = self.writer.append_batch(topic, partition, data, acks)
+            self.producers.appended(key, header, base)
+            return RawAppendResult(base, append_time, part.log_start_offset())
+
+    def _prepared(self, topic: str, data: bytes, txn_check: Callable[[BatchHeader], None] | None,
+                  check_topic: bool) -> tuple[BatchHeader, bytes, int, Callable[[BatchHeader], None] | None]:
+        """A client's batch checked against the topic's configs, as it will be appended: (its header,
+        its bytes, the log append time or -1, the txn_check it needs or None)."""
         # a compressed batch's records may not expand past max.message.bytes either: a few KB of
         # zstd would otherwise cost hundreds of MB here, and every consumer as much again
         max_bytes = self._max_message_bytes(topic)
@@ -403,8 +421,9 @@ class RawAppender:
                 raise InvalidBatchError("a transactional batch needs a transactional id in the request", corrupt=False)
         else:
             txn_check = None
-        self.check_topic(topic)
-        part = self.partition(topic, partition)  # refreshes the topic's metadata when due
+        if check_topic:
+            self.check_topic(topic)
+            self._refresh_topic(topic)
         config = self.store.log_config(topic)
         max_bytes = config.max_message_bytes
         wanted_codec = config.compression_type
@@ -419,17 +438,64 @@ class RawAppender:
         if config.log_append_time:
             append_time = int(time.time() * 1000)
             data = with_log_append_time(data, append_time)
-        key = (topic, partition)
-        with self.lock_for(topic, partition), part.lock if txn_check is not None else contextlib.nullcontext():
-            if txn_check is not None:
-                txn_check(header)
+        return header, data, append_time, txn_check
+
+    def append_many(self, topic: str, items: list[tuple[int, bytes]], acks: str) -> list[RawAppendResult | Exception]:
+        """Check and append the non-transactional batches of many partitions of `topic` (a Produce
+        request's), in one multi-partition write (PartitionWriter.append_batches: one lock
+        acquisition per partition, the metadata read once, one syncfs for many): each item's
+        result, or the exception that refused it. The topic is checked once; each batch is checked
+        as append() checks it, and its producer's sequence under the partition's lock."""
+        out: list[RawAppendResult | Exception | None] = [None] * len(items)
+        try:
+            self.check_topic(topic)
+            self._refresh_topic(topic)
+        except (KlogError, OSError) as e:
+            return [e] * len(items)
+        ready: list[tuple[int, int, BatchHeader, bytes, int]] = []  # (item, partition, header, data, append time)
+        for i, (partition, data) in enumerate(items):
             try:
-                self.producers.check(key, part, header, data)
-            except DuplicateSequenceError as dup:
-                return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
-            base = self.writer.append_batch(topic, partition, data, acks)
-            self.producers.appended(key, header, base)
-            return RawAppendResult(base, append_time, part.log_start_offset())
+                header, data, append_time, txn_check = self._prepared(topic, data, None, check_topic=False)
+                if txn_check is not None or header.attributes & TRANSACTIONAL_FLAG_MASK:
+                    raise InvalidBatchError("a transactional batch needs a transactional id in the request",
+                                            corrupt=False)
+                with self._guard:
+                    self.store.partition(topic, partition)  # an unknown partition is refused here
+                ready.append((i, partition, header, data, append_time))
+            except (KlogError, OSError) as e:
+                out[i] = e
+        ready.sort(key=lambda r: r[1])  # thread locks in partition order: never two waiting in a circle
+        with contextlib.ExitStack() as held:
+            writes: list[tuple[int, int, BatchHeader, bytes, int]] = []
+            for i, partition, header, data, append_time in ready:
+                held.enter_context(self.lock_for(topic, partition))
+                with self._guard:
+                    part = self.store.partition(topic, partition)
+                try:
+                    self.producers.check((topic, partition), part, header, data)
+                except DuplicateSequenceError as dup:
+                    out[i] = RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
+                    continue
+                except (KlogError, OSError) as e:
+                    out[i] = e
+                    continue
+                writes.append((i, partition, header, data, append_time))
+
+            def acknowledged(w: int, bases: list[int]) -> None:
+                i, partition, header, _, append_time = writes[w]
+                self.producers.appended((topic, partition), header, bases[0])
+                with self._guard:
+                    part = self.store.partition(topic, partition)
+                out[i] = RawAppendResult(bases[0], append_time, part.log_start_offset())
+
+            try:
+                self.writer.append_batches(topic, [(partition, [data]) for _, partition, _, data, _ in writes], acks,
+                                           acknowledged)
+            except (KlogError, OSError) as e:
+                for i, *_ in writes:
+                    if out[i] is None:
+                        out[i] = e  # not acknowledged: the client retries it
+        return out  # type: ignore[return-value]
 
     def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int, int]]:
         """(producer id, epoch, last sequence, start offset of its open transaction or -1) of each

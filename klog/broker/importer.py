@@ -3,7 +3,9 @@
 The source is only read: its files are copied into the store (a broker's directory stays
 usable). For each `<topic>-<partition>` folder found:
 
-- Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are left out;
+- Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are not imported as
+  topics; the committed offsets in `__consumer_offsets` become klog's groups' committed offsets
+  (import_kafka_offsets), and `klog serve` writes its own `__consumer_offsets` from them;
 - the topic is created with as many partitions as the highest partition number found + 1
   (replication factor 1; an existing topic is refused: import never merges logs);
 - segments (`.log`, `.index`, `.timeindex`, `.txnindex`) keep their names and offsets; an index
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from klog.errors import DecompressionError, KlogError, TopicExistsError, UnknownCodecIdError, UsageError
 from klog.store import checkpoints
@@ -43,6 +45,7 @@ from klog.store.format import (
     parse_segment_base,
 )
 from klog.store.names import validate_topic_name
+from klog.store.plain import replace
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _ENTRY_SIZE = {INDEX_SUFFIX: OFFSET_INDEX_ENTRY.size, TIME_INDEX_SUFFIX: TIME_INDEX_ENTRY.size}
@@ -255,3 +258,92 @@ def _import_partition(store, topic: str, partition: int, source: str, log_start:
         part.state.write(snap, sync=True)
         part.leader_epoch_loaded = epoch
     return ImportedPartition(topic, partition, source, copied, start, end, epoch, notes)
+
+
+# -- the broker's committed offsets (its __consumer_offsets partitions) ----------------------------
+@dataclass(frozen=True)
+class ImportedOffsets:
+    groups: int
+    offsets: int
+    skipped: int  # offsets of topics not in the store after the import (another broker's partitions)
+    unreadable: int = 0  # records that are not in Kafka's format (left out)
+
+
+def read_kafka_offsets(folders: list[str]) -> tuple[dict[tuple[str, str, int], tuple[int, str, int]], int]:
+    """(group, topic, partition) -> (offset, metadata, commit ms): what the `__consumer_offsets`
+    partition folders say last (Kafka's record format, klog.broker.group_records), tombstones and
+    aborted transactional commits (TxnOffsetCommit) applied as Kafka's coordinator applies them; and
+    how many records were not in Kafka's format (left out)."""
+    from klog.broker import group_records as gr
+    from klog.store import codec
+    from klog.store.format import CONTROL_FLAG_MASK, MAGIC_V2, TRANSACTIONAL_FLAG_MASK
+    from klog.store.walk import walk_batches
+
+    latest: dict[tuple[str, str, int], tuple[int, str, int]] = {}
+    unreadable = 0
+
+    def apply(key: bytes | None, value: bytes | None) -> None:
+        nonlocal unreadable
+        try:
+            decoded = gr.decode_key(key) if key else None
+            if not isinstance(decoded, gr.OffsetKey):
+                return  # group metadata and newer record types: klog keeps membership itself
+            tp = (decoded.group, decoded.topic, decoded.partition)
+            if value is None:
+                latest.pop(tp, None)
+            else:
+                v = gr.decode_offset_value(value)
+                latest[tp] = (v.offset, v.metadata, v.commit_ms)
+        except (KlogError, UnicodeDecodeError):
+            unreadable += 1
+
+    for folder in folders:
+        pending: dict[int, list[tuple[bytes | None, bytes | None]]] = {}  # producer id -> uncommitted records
+        for name in sorted(n for n in os.listdir(folder) if n.endswith(LOG_SUFFIX)):
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                for walked in walk_batches(lambda pos, n, fd=f.fileno(): os.pread(fd, n, pos), 0, size,
+                                           whole=True, path=path):
+                    header = walked.header
+                    if header.magic != MAGIC_V2:
+                        continue  # Kafka has written v2 batches here since 0.11
+                    records = codec.decode_batch_records(walked.data(), 0, header, trust_attributes=False)
+                    if header.attributes & CONTROL_FLAG_MASK:
+                        for _, _, key, _, _ in records:
+                            committed = key is not None and len(key) >= 4 and key[2:4] == b"\x00\x01"
+                            for k, v in pending.pop(header.producer_id, []):
+                                if committed:
+                                    apply(k, v)
+                        continue
+                    for _, _, key, value, _ in records:
+                        if header.attributes & TRANSACTIONAL_FLAG_MASK:
+                            pending.setdefault(header.producer_id, []).append((key, value))
+                        else:
+                            apply(key, value)
+    return latest, unreadable
+
+
+def import_kafka_offsets(store, paths: list[str]) -> ImportedOffsets | None:  # noqa: ANN001 - Store
+    """The committed offsets in the `__consumer_offsets` folders under `paths`, into klog's groups
+    (GroupsMeta, as a Kafka client's commit: negative offsets kept), for the topics the store has;
+    None when there are no such folders."""
+    from klog.meta.groups import GroupsMeta
+
+    folders = [f for (topic, _), f in sorted(find_partition_folders(paths).items()) if topic == "__consumer_offsets"]
+    if not folders:
+        return None
+    latest, unreadable = read_kafka_offsets(folders)
+    known = {t.name for t in store.list_topics()}
+    by_commit: dict[tuple[str, int], dict[tuple[str, int], tuple[int, str]]] = {}
+    skipped = 0
+    for (group, topic, partition), (offset, metadata, commit_ms) in latest.items():
+        if topic not in known:
+            skipped += 1
+            continue
+        by_commit.setdefault((group, commit_ms), {})[(topic, partition)] = (offset, metadata)
+    meta = GroupsMeta(store.meta)
+    for (group, commit_ms), offsets in sorted(by_commit.items()):
+        meta.store_offsets(group, offsets, commit_ms=commit_ms, negative_ok=True)
+    return ImportedOffsets(len({g for g, _ in by_commit}), sum(len(o) for o in by_commit.values()), skipped,
+                           unreadable)

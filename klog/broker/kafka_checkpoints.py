@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
+from klog.errors import KlogError
 from klog.store import checkpoints, health
 from klog.store.format import (
     LEADER_EPOCH_CHECKPOINT,
@@ -49,18 +49,39 @@ def _write_if_changed(path: str, text: str) -> bool:
     return True
 
 
-def write_kafka_checkpoints(store) -> None:
-    """Bring every log directory's and partition folder's Kafka checkpoint files up to date."""
-    recovery: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
-    replication: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
-    log_start: dict[int, dict[tuple[str, int], int]] = {d: {} for d in store.log_dir_ids()}
-    for topic in store.list_topics():
+def write_kafka_checkpoints(store, only: set[tuple[str, int]] | None = None) -> None:
+    """Bring every log directory's and partition folder's Kafka checkpoint files up to date.
+
+    `only`: the partitions written since the files were last brought up to date (a producer's
+    close): only their folders are visited and only their lines of the log directories' files
+    change, so the cost follows what was written, not the size of the store. A log directory
+    file that cannot be read as a checkpoint is rewritten from a walk of every partition."""
+    dirs = store.log_dir_ids()
+    recovery: dict[int, dict[tuple[str, int], int]] = {d: {} for d in dirs}
+    replication: dict[int, dict[tuple[str, int], int]] = {d: {} for d in dirs}
+    log_start: dict[int, dict[tuple[str, int], int]] = {d: {} for d in dirs}
+    if only is not None:
+        try:
+            known = {d: _read_dir_checkpoints(store, d) for d in dirs}
+        except (KlogError, OSError):
+            only = None  # a missing or foreign file: the full walk writes it afresh
+        else:
+            for d, (rec, rep, start) in known.items():
+                recovery[d], replication[d], log_start[d] = rec, rep, start
+                for key in only:
+                    for offsets in (rec, rep, start):
+                        offsets.pop(key, None)  # rewritten below where the replica is in this directory
+    topics = [(t, range(len(t.partitions))) for t in store.list_topics()] if only is None else _topics_of(store, only)
+    for topic, partitions in topics:
         try:
             topic_id = checkpoints.kafka_uuid(topic.topic_id)
         except (ValueError, TypeError, AttributeError):
             topic_id = None  # not a UUID (an old store's id): no partition.metadata
-        for p, pm in enumerate(topic.partitions):
-            snap = store.partition(topic.name, p).snapshot()
+        for p in partitions:
+            pm = topic.partitions[p]
+            part = store.partition(topic.name, p)
+            snap = part.snapshot()
+            opened = {r.directory: r for r in part.replicas}  # listed by this process's last open for write
             for d in pm.replicas:
                 folder = os.path.join(store.data_dir.log_dir_path(d), partition_dir_name(topic.name, p))
                 if not os.path.isdir(folder):
@@ -74,7 +95,8 @@ def write_kafka_checkpoints(store) -> None:
                 key = (topic.name, p)
                 recovery[d][key] = min(replica.recovery_point, end) if replica is not None else 0
                 replication[d][key] = min(snap.high_watermark, end)
-                first = _first_base(folder)
+                log = opened.get(folder)
+                first = log.bases[0] if log is not None and only is not None and log.bases else _first_base(folder)
                 if first is not None and snap.log_start_offset > first:
                     log_start[d][key] = snap.log_start_offset
                 epochs = [(e, o) for e, o in pm.epochs if o <= end]
@@ -83,7 +105,7 @@ def write_kafka_checkpoints(store) -> None:
                 if topic_id is not None:
                     _write_if_changed(os.path.join(folder, "partition.metadata"),
                                       f"version: 0\ntopic_id: {topic_id}\n")
-    for d in store.log_dir_ids():
+    for d in dirs:
         path = store.data_dir.log_dir_path(d)
         if not os.path.isdir(path):
             continue  # a lost directory: nothing to write into
@@ -93,10 +115,32 @@ def write_kafka_checkpoints(store) -> None:
         _write_meta_properties(store, path)
 
 
+def _read_dir_checkpoints(store, d: int) -> tuple[dict, dict, dict]:
+    """A log directory's three offset checkpoints as written last (KlogError if one is not there)."""
+    path = store.data_dir.log_dir_path(d)
+    return tuple(checkpoints.read_offsets(os.path.join(path, name))  # type: ignore[return-value]
+                 for name in (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT))
+
+
+def _topics_of(store, only: set[tuple[str, int]]) -> list:
+    """(TopicMeta, its partitions among `only`) for each topic still there."""
+    by_topic: dict[str, list[int]] = {}
+    for name, p in only:
+        by_topic.setdefault(name, []).append(p)
+    out = []
+    for name, partitions in sorted(by_topic.items()):
+        topic = store.topics.find(name)
+        if topic is not None:
+            out.append((topic, sorted(p for p in partitions if p < len(topic.partitions))))
+    return out
+
+
 def _write_meta_properties(store, path: str) -> None:
     target = os.path.join(path, META_PROPERTIES)
     if os.path.exists(target):
         return
+    import uuid  # here: only a log directory's first checkpoint needs it, not every produce
+
     ident = health.read_identity(path)
     directory = str(uuid.UUID(ident)) if ident else str(uuid.uuid4())
     cluster = str(uuid.uuid5(uuid.NAMESPACE_URL, "klog:" + os.path.realpath(store.path)))

@@ -14,7 +14,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 
 from klog.broker import data_loss
 from klog.errors import (
@@ -31,6 +30,7 @@ from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
 from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, SYNC_LEADER, SYNC_NONE, AppendResult
+from klog.store.plain import replace
 from klog.store.reader import PartitionReader
 
 CATCH_UP_BYTES_PER_FETCH = 4 << 20

@@ -10,9 +10,10 @@ from klog.errors import UnknownTopicError, UsageError
 
 
 def resolve_topic_names(store, topics: Iterable[str] = (), pattern: str | None = None,
-                        exclude: Iterable[str] = ()) -> list[str]:
+                        exclude: Iterable[str] = (), allow_none: bool = False) -> list[str]:
     """The named topics (each must exist) plus every other topic of `store` (local or remote) whose
-    whole name matches `pattern`, except those in `exclude`; an error when that leaves none."""
+    whole name matches `pattern`, except those in `exclude`; an error when that leaves none (unless
+    `allow_none`: a query whose pattern matches no topic yet)."""
     import re
 
     names = list(topics)
@@ -25,7 +26,7 @@ def resolve_topic_names(store, topics: Iterable[str] = (), pattern: str | None =
             raise UsageError(f"invalid --pattern '{pattern}': {e}") from None
         skip = set(exclude)
         names += [t for t in store.topic_names() if rx.fullmatch(t) and t not in names and t not in skip]
-    if not names:
+    if not names and not allow_none:
         raise UnknownTopicError(f"no topic matches pattern '{pattern}'" if pattern else "no topic given")
     return names
 

@@ -11,11 +11,11 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 
 from klog.store import codec
 from klog.store.codec import RecordIn
 from klog.store.format import CREATE_TIME
+from klog.store.plain import FrozenPlain
 
 # The most a record adds to its key and value in a batch: length, attributes, timestamp delta,
 # offset delta, key and value lengths (varints at their widest), headers count; each header adds
@@ -40,13 +40,18 @@ def record_bytes(key: bytes | None, value: bytes | None, headers: Sequence | Non
             + RECORD_OVERHEAD_BYTES_MAX + headers_bytes(headers))
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedPiece:
+class EncodedPiece(FrozenPlain):
     """Records[start:start + count] of what was given, encoded at base offset 0."""
 
+    __slots__ = _fields = ("start", "count", "data")
     start: int
     count: int
     data: bytes
+
+    def __init__(self, start: int, count: int, data: bytes) -> None:
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "data", data)
 
 
 def encode_fitting(records: Sequence[RecordIn], *, codec_id: int, max_bytes: int, now_ms: int,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Annotated
 
 import typer
 
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
+from klog.cli.env import current_env
 from klog.errors import UsageError
 
 DISCARD_HELP = ("With --repair, when no intact replica holds damaged records: move the damaged range aside "
@@ -145,7 +145,7 @@ def _discard(store, topic: str | None, yes: bool, as_json: bool) -> None:  # noq
         return
     lost = "; ".join(f"{d.topic}-{d.partition} offsets {d.lost} (damaged from {d.damaged_from})" for d in plans)
     if not yes:
-        if not sys.stdin.isatty():
+        if not current_env().stdin_tty:
             raise UsageError(f"--discard-damaged would lose {lost} for good: add --yes (no terminal to ask on)")
         if not typer.confirm(f"Discard {lost} for good? The damaged bytes are kept in .corrupt files", default=False):
             raise typer.Exit(1)

@@ -4,19 +4,23 @@ path (klog.cli.hot) calls run_consume directly."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from klog.cli.output import compile_format, json_for_terminal, write_all
+from klog.cli.env import Env, current_env
+from klog.cli.output import OutputFormat, RecordOutput, record_output, terminal_view
 from klog.cli.session import open_store, set_quiet
-from klog.client.envelope import record_json_line, record_to_json
+from klog.client.record_writer import write_newest, write_records
 from klog.errors import CorruptLogError, UsageError
 
-WRITE_BUFFER_RECORDS = 4096
+if TYPE_CHECKING:
+    from klog.cli.view import TerminalView
+    from klog.client.record_writer import Line
 
 
 def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, since, until, tail,  # noqa: ANN001
                 last, count, partition, fmt, as_json, key_delim, record_delim, skip_damaged, quiet,  # noqa: ANN001
                 grep, grep_key, grep_header, group, exec_cmd, batch, prop, no_color, local_time,  # noqa: ANN001
-                data_dir) -> int | None:  # noqa: ANN001
+                data_dir, txn_fields=False) -> int | None:  # noqa: ANN001
     """`klog consume` with its options as Python values (what Typer, or the hot path, parsed); 1 when
     --skip-damaged skipped something."""
     from klog.client.filters import RecordFilter
@@ -36,12 +40,10 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
     if count is not None and count < 0:
         raise UsageError("--count needs a count of 0 or more")
     record_filter = RecordFilter.of(grep, grep_key, grep_header)
-    if fmt is not None and as_json:
-        raise UsageError("use --format or --json, not both")
-    on_terminal = sys.stdout.isatty()
-    render = compile_format(fmt, escape=on_terminal) if fmt is not None else None
-    if as_json and on_terminal:  # JSON escapes C0 controls itself; DEL and C1 controls too, here
-        render, as_json = (lambda r: json_for_terminal(record_to_json(r)).encode() + b"\n"), False
+    env = current_env()
+    output = record_output(env, fmt, as_json)  # the one choice: view, JSON, --format or raw values
+    if txn_fields:
+        _check_txn_fields(as_json, last, group, exec_cmd, count, until_ms, record_filter)
     isolation, other_props = _isolation_level(prop or [])
     if skip_damaged and (group is not None or exec_cmd is not None):
         raise UsageError("--skip-damaged reads without --group or --exec")
@@ -50,12 +52,13 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
 
         props = _group_options(group, exec_cmd, batch, prop if group else other_props, offset,
                                (since, until, tail, partition))
-        line = render or (record_json_line if as_json else None)
+        # the readable view flushed per fetch; a command (--exec) gets values, not the view
+        flush_each_fetch = output.format is OutputFormat.VIEW and exec_cmd is None
+        line = None if output.format in (OutputFormat.VIEW, OutputFormat.RAW) else output.render()
         with open_store(data_dir, create=False) as store:
             names = store.resolve_topics(topics or [], pattern)
-            flush_each_fetch = line is None and exec_cmd is None and on_terminal  # the readable view, per fetch
             if flush_each_fetch:
-                line = _terminal_line(len(names) > 1, no_color, local_time)
+                line = _view_line(terminal_view(env, len(names) > 1, no_color, local_time))
             plain = None if group else store.consumer(*names, partitions=partition, start=start, until_ms=until_ms,
                                                       follow=follow, count=count, record_filter=record_filter,
                                                       isolation_level=isolation)
@@ -70,8 +73,10 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
     try:
         with open_store(data_dir, create=False, read_only=True) as store:
             names = store.resolve_topics(topics or [], pattern)
+            if txn_fields:
+                return _write_txn_fields(store, names, start, follow, partition, isolation, env.stdout_tty)
             return _read(store, names, start, until_ms, follow, count, partition, record_filter, isolation, last,
-                         render, as_json, (no_color, local_time), skip_damaged)
+                         (env, output, no_color, local_time), skip_damaged)
     except CorruptLogError as e:
         raise CorruptLogError(f"{e}; {next_steps(topics or ['TOPIC'])}") from None
 
@@ -84,13 +89,13 @@ def next_steps(topics: list[str]) -> str:
 
 
 def _read(store, names: list[str], start, until_ms: int | None, follow: bool, count: int | None,  # noqa: ANN001
-          partition, record_filter, isolation: str, last: int | None, render, as_json: bool,  # noqa: ANN001
-          view_options: tuple[bool, bool], skip_damaged: bool) -> int | None:
+          partition, record_filter, isolation: str, last: int | None,  # noqa: ANN001
+          shown: tuple[Env, RecordOutput, bool, bool], skip_damaged: bool) -> int | None:
     """consume without --group or --exec: the records to stdout; 1 when damaged ranges were skipped."""
     options = {"partitions": partition, "until_ms": until_ms, "record_filter": record_filter,
                "isolation_level": isolation}
     if last is not None:
-        _write_last(store, names, options, start.value, follow, count, render, as_json, view_options)
+        _write_last(store, names, options, start.value, follow, count, shown)
         return None
     consumer = store.consumer(*names, start=start, follow=follow, count=count, **options)
     skipped: list[str] = []
@@ -106,14 +111,49 @@ def _read(store, names: list[str], start, until_ms: int | None, follow: bool, co
         consumer.on_damage = skip
     if count == 0:
         return None
-    if render is None and not as_json and sys.stdout.isatty():
-        from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
+    env, output, no_color, local_time = shown
+    if output.format is OutputFormat.VIEW:
+        from klog.cli.view import write_stdout
 
-        view = TerminalView(len(names) > 1, color_wanted(view_options[0]), local_time_wanted(view_options[1]))
-        view.draw(consumer, write_stdout)
+        terminal_view(env, len(names) > 1, no_color, local_time).draw(consumer, write_stdout)
     else:
-        _write(consumer, render, as_json)
+        write_records(consumer, sys.stdout.buffer, output.line, output.as_json)
     return 1 if skipped else None
+
+def _check_txn_fields(as_json: bool, last, group, exec_cmd, count, until_ms, record_filter) -> None:  # noqa: ANN001
+    if not as_json:
+        raise UsageError("--txn-fields adds to --json: give --json too")
+    if last is not None or group is not None or exec_cmd is not None or count is not None or until_ms is not None \
+            or record_filter is not None:
+        raise UsageError("--txn-fields reads whole batches: not with --last, --group, --exec, --count, --until or "
+                         "--grep*")
+
+
+def _write_txn_fields(store, names: list[str], start, follow: bool, partition, isolation: str,  # noqa: ANN001
+                      on_terminal: bool) -> None:
+    """consume --json --txn-fields: each batch's records with its producer fields, and the markers."""
+    from klog.cli.output import json_for_terminal
+    from klog.client.envelope import txn_json_lines
+    from klog.client.record_writer import write_all
+
+    consumer = store.consumer(*names, start=start, follow=follow, partitions=partition, isolation_level=isolation,
+                              merge=False)
+    if not hasattr(consumer, "batch_runs"):  # librdkafka's consumer: read_committed through a cluster
+        consumer.close()
+        raise UsageError("--txn-fields needs batch headers, which librdkafka's consumer does not give: through a "
+                         "cluster it works with isolation.level=read_uncommitted (klog's own Fetch reader)")
+    out = sys.stdout.buffer
+    with consumer:
+        for topic, p, header, records in consumer.batch_runs(control=True):
+            if records:
+                lines = txn_json_lines(topic, p, header, records)
+                if on_terminal:  # JSON escapes C0 controls itself; DEL and C1 controls too, there
+                    lines = json_for_terminal(lines.decode()).encode()
+                write_all(out, lines)
+                if follow:
+                    out.flush()
+    out.flush()
+
 
 def _kcat_format(fmt: str | None, key_delim: str | None, record_delim: str | None) -> str | None:
     """kcat's -K DELIM and -D DELIM as the --format string they stand for."""
@@ -158,11 +198,8 @@ def _group_options(group: str | None, exec_cmd: str | None, batch: int | None, p
     return {**out, **parse_pairs(props, "--property")}
 
 
-def _terminal_line(show_topic: bool, no_color: bool, local_time: bool):  # noqa: ANN202
+def _view_line(view: TerminalView) -> Line:
     """The readable log view's line of a record, as bytes (a group member on a terminal)."""
-    from klog.cli.view import TerminalView, color_wanted, local_time_wanted
-
-    view = TerminalView(show_topic, color_wanted(no_color), local_time_wanted(local_time))
     return lambda r: view.line(r).encode("utf-8", "replace")
 
 
@@ -182,69 +219,19 @@ def _isolation_level(props: list[str]) -> tuple[str, list[str]]:
     return level, rest
 
 
-def _write_last(store, names: list[str], options: dict, n: int, follow: bool, count: int | None, render,  # noqa: ANN001
-                as_json: bool, view_options: tuple[bool, bool]) -> None:
+def _write_last(store, names: list[str], options: dict, n: int, follow: bool, count: int | None,  # noqa: ANN001
+                shown: tuple[Env, RecordOutput, bool, bool]) -> None:
     """--last N: the library's newest records, then with -f whatever comes after them."""
     from klog.client.newest import newest_records
 
     newest, rest = newest_records(store, names, n, count=count, follow=follow, **options)
-    if render is None and not as_json and sys.stdout.isatty():
-        from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
+    env, output, no_color, local_time = shown
+    if output.format is OutputFormat.VIEW:
+        from klog.cli.view import write_stdout
 
-        view = TerminalView(len(names) > 1, color_wanted(view_options[0]), local_time_wanted(view_options[1]))
+        view = terminal_view(env, len(names) > 1, no_color, local_time)
         view.draw(newest, write_stdout)
         if rest is not None:
             view.draw(rest, write_stdout)
         return
-    if as_json:
-        line = record_json_line
-    else:
-        line = render or (lambda r: (r.value or b"") + b"\n")
-    write_all(sys.stdout.buffer, b"".join(line(r) for r in newest))
-    sys.stdout.buffer.flush()
-    if rest is not None:
-        _write(rest, render, as_json)
-
-
-def _write(consumer, render, as_json: bool) -> None:
-    """Stream records to a pipe or file; flush whenever the consumer would wait so -f output is immediate."""
-    out = sys.stdout.buffer
-    if (render is None and not as_json and (len(consumer.cursors) == 1 or consumer.merges_value_chunks)
-            and consumer.takes_everything):
-        for values in consumer.value_chunks(null=b""):
-            if values:
-                values.append(b"")  # the last line's newline, without copying the joined chunk
-                write_all(out, b"\n".join(values))
-                if consumer.follow:
-                    out.flush()
-        out.flush()
-        return
-    if (as_json and render is None and not (consumer.merge and len(consumer.cursors) > 1)
-            and consumer.gives_record_runs and consumer.takes_everything):
-        from klog.client.envelope import json_lines
-
-        for topic, partition, ts_type, records in consumer.record_runs():
-            if records:
-                write_all(out, json_lines(topic, partition, ts_type, records))
-                if consumer.follow:
-                    out.flush()
-        out.flush()
-        return
-    if as_json:
-        line = record_json_line
-    elif render is not None:
-        line = render
-    else:
-        def line(r) -> bytes:
-            return (r.value or b"") + b"\n"
-    buf: list[bytes] = []
-    follow = consumer.follow
-    for r in consumer:
-        buf.append(line(r))
-        if follow or len(buf) >= WRITE_BUFFER_RECORDS:
-            write_all(out, b"".join(buf))
-            buf.clear()
-            if follow:
-                out.flush()
-    write_all(out, b"".join(buf))
-    out.flush()
+    write_newest(newest, rest, sys.stdout.buffer, output.line, output.as_json)

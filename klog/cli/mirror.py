@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, warn
+from klog.cli.env import current_env
 
 MIRROR_HELP = (
     "Copy topics from SRC to DEST, each a local store (a directory) or a Kafka cluster "
@@ -71,7 +72,7 @@ def register(app: typer.Typer) -> None:
             "--dest-property", help="Kafka client property name=value for a DEST cluster.")] = None,
         exactly_once: Annotated[bool, typer.Option(
             "--exactly-once", help="Copy each record exactly once, also across kills: records and checkpoints are "
-            "committed together in transactions (DEST a local store; read DEST with read_committed).")] = False,
+            "committed together in transactions (read DEST with read_committed).")] = False,
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.client.mirror import Mirror, renamer
@@ -81,7 +82,7 @@ def register(app: typer.Typer) -> None:
         with contextlib.ExitStack() as stack:
             src = stack.enter_context(open_endpoint(source, data_dir, source_property, create=False, on_warning=warn))
             dst = stack.enter_context(open_endpoint(dest, data_dir, dest_property, create=True, on_warning=warn))
-            progress = _Progress(sys.stderr.isatty())
+            progress = _Progress(current_env().stderr_tty)
             stack.enter_context(progress)
             job = Mirror(src, dst, topics or [], mirror_id=name or _mirror_id(source, data_dir), pattern=pattern,
                          rename=rename, follow=follow, exactly_once=exactly_once, on_progress=progress.update)

@@ -1,15 +1,25 @@
-"""Rendering records and tables: raw values on a pipe, a readable log on a terminal,
-kcat-style --format strings (the JSON envelope is klog.client.envelope)."""
+"""Rendering records: the one choice between the terminal view, JSON, a --format string and raw
+values (record_output, made once per command from its Env), kcat-style --format strings, and
+escaping for a terminal (the JSON envelope is klog.client.envelope; writing records out is
+klog.client.record_writer)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 # the JSON envelope lives in the library (klog.client.envelope); its names stay importable here
 from klog.client.envelope import bytes_to_json, json_to_bytes, record_json_line, record_to_json  # noqa: F401
+from klog.client.record_writer import Line, value_line
 from klog.client.records import Record
 from klog.errors import UsageError
+from klog.store.plain import FrozenPlain
+
+if TYPE_CHECKING:
+    from klog.cli.env import Env
+    from klog.cli.view import TerminalView
 
 FORMAT_HELP = ("Format tokens (kcat style): %t topic, %p partition, %o offset, %k key, %s value, %K key size, "
                "%S value size, %h headers (k=v,k=v), %T timestamp (epoch ms), %I timestamp (ISO 8601 UTC), "
@@ -22,6 +32,57 @@ def iso(ts_ms: int) -> str:
 
     return dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
+
+
+# -- the one output choice ---------------------------------------------------------------------
+class OutputFormat(StrEnum):
+    """How records leave a command."""
+
+    VIEW = "view"  # the readable log (klog.cli.view): stdout is a terminal, no --json or --format
+    JSON = "json"  # the JSON envelope, one line a record (--json)
+    FORMAT = "format"  # a kcat-style --format string
+    RAW = "raw"  # each value alone on a line: a pipe or a file
+
+
+class RecordOutput(FrozenPlain):
+    """The output a command chose: its format, and `line` where a record is rendered here (None: the
+    library's own fast paths write values, or JSON lines a run at a time)."""
+
+    __slots__ = _fields = ("format", "line")
+
+    def __init__(self, format: OutputFormat, line: Line | None = None) -> None:  # noqa: A002 - the field's name
+        object.__setattr__(self, "format", format)
+        object.__setattr__(self, "line", line)
+
+    @property
+    def as_json(self) -> bool:
+        return self.format is OutputFormat.JSON
+
+    def render(self) -> Line:
+        """A record as bytes, whatever the format but VIEW (whose lines TerminalView draws)."""
+        assert self.format is not OutputFormat.VIEW, "the terminal view draws its own lines"
+        return self.line or (record_json_line if self.as_json else value_line)
+
+
+def record_output(env: Env, fmt: str | None = None, as_json: bool = False) -> RecordOutput:
+    """The one choice of how records are written: --format, else --json, else the terminal view on a
+    terminal and raw values elsewhere. On a terminal, record data is escaped (it must not drive it)."""
+    if fmt is not None and as_json:
+        raise UsageError("use --format or --json, not both")
+    if fmt is not None:
+        return RecordOutput(OutputFormat.FORMAT, compile_format(fmt, escape=env.stdout_tty))
+    if as_json:
+        if env.stdout_tty:  # JSON escapes C0 controls itself; DEL and C1 controls too, here
+            return RecordOutput(OutputFormat.JSON, lambda r: json_for_terminal(record_to_json(r)).encode() + b"\n")
+        return RecordOutput(OutputFormat.JSON)
+    return RecordOutput(OutputFormat.VIEW if env.stdout_tty else OutputFormat.RAW)
+
+
+def terminal_view(env: Env, show_topic: bool, no_color: bool = False, local_time: bool = False) -> TerminalView:
+    """The readable log view for this environment (--no-color, NO_COLOR; --local-time, TZ)."""
+    from klog.cli.view import TerminalView
+
+    return TerminalView(show_topic, env.color(no_color), env.local_time(local_time))
 
 
 # -- --format ----------------------------------------------------------------------------------
@@ -93,24 +154,3 @@ def terminal_safe(data: bytes) -> str:
     """Decode for display (invalid UTF-8 as U+FFFD) with control characters escaped (\\x07)."""
     text = data.decode("utf-8", errors="replace")
     return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
-
-
-
-
-def write_all(out, data: bytes) -> None:  # noqa: ANN001 - a binary stream (sys.stdout.buffer)
-    """Write all of `data` to `out` in bounded chunks, checking each: a short count is retried,
-    a zero count is an error (never a silent short output that exits 0)."""
-    from klog.client.delivery import WRITE_CHUNK_BYTES  # here: delivery's imports are not consume's
-
-    view = memoryview(data)
-    while view:
-        chunk = view[:WRITE_CHUNK_BYTES]
-        n = out.write(chunk)
-        if n is None:  # a non-blocking stream that would block: wait and retry the same bytes
-            n = 0
-        if n == 0:
-            out.flush()
-            n = out.write(chunk) or 0
-            if n == 0:
-                raise OSError(f"stdout accepted none of {len(chunk)} bytes")
-        view = view[n:]

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from klog.cli.app import DataDirOpt, open_store
+from klog.cli.env import Env, current_env
 from klog.cli.ranges import CountOpt, OffsetOpt, PartitionOpt, SinceOpt, TailOpt, UntilOpt
 from klog.errors import UsageError
 
 if TYPE_CHECKING:
     from klog.client.interface import AnyStore
+    from klog.client.records import Record
 
 
 def parse_speed(text: str) -> float | None:
@@ -83,13 +86,14 @@ def register(app: typer.Typer) -> None:
             dest_store = None
             if to_store is not None and not _same_store(store, to_store, data_dir):
                 dest_store = stack.enter_context(open_endpoint(to_store, data_dir, dest_property, on_warning=warn))
-            emit = None if to is not None else _stdout_writer(as_json, factor is not None or rate is not None)
+            env = current_env()
+            emit = None if to is not None else _stdout_writer(env, as_json, factor is not None or rate is not None)
             replayer = Replayer(store, source, to, partitions=partition, start=start,
                                 until_ms=until_ms, count=count,
                                 keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit,
                                 dest_store=dest_store)
             stack.callback(replayer.close)
-            if to is not None and sys.stderr.isatty():
+            if to is not None and env.stderr_tty:
                 stats = _run_with_progress(replayer)
             else:
                 stats = replayer.run()
@@ -111,31 +115,25 @@ def _same_store(store: AnyStore, spec: str, data_dir: str | None) -> bool:
     return where is not None and not isinstance(where, str) and where.bootstrap == store.target.bootstrap
 
 
-def _stdout_writer(as_json: bool, paced: bool):  # noqa: ANN202 - Record -> None
-    from klog.cli.output import write_all
+def _stdout_writer(env: Env, as_json: bool, paced: bool) -> Callable[[Record], None]:
+    """Each replayed record to stdout as consume would show it (record_output: the view on a terminal,
+    --json, raw values), flushed per record when paced (records leave at their replay time)."""
+    from klog.cli.output import OutputFormat, record_output, terminal_view
+    from klog.client.record_writer import write_all
 
-    out = sys.stdout.buffer
-    if not as_json and sys.stdout.isatty():
-        from klog.cli.view import TerminalView, color_wanted, local_time_wanted, write_stdout
+    output = record_output(env, None, as_json)
+    if output.format is OutputFormat.VIEW:
+        from klog.cli.view import write_stdout
 
-        view = TerminalView(False, color_wanted(False), local_time_wanted(False))
+        view = terminal_view(env, False)
         return lambda r: write_stdout(view.line(r).encode("utf-8", "replace"))
-    if as_json:
-        from klog.cli.output import json_for_terminal, record_to_json
+    out, line = sys.stdout.buffer, output.render()
 
-        safe = json_for_terminal if sys.stdout.isatty() else str  # DEL and C1 controls escaped on a terminal
-
-        def write(r) -> None:
-            write_all(out, safe(record_to_json(r)).encode() + b"\n")
-            if paced:
-                out.flush()  # records leave at their replay time
-        return write
-
-    def write_value(r) -> None:
-        write_all(out, (r.value or b"") + b"\n")
+    def write(r: Record) -> None:
+        write_all(out, line(r))
         if paced:
             out.flush()
-    return write_value
+    return write
 
 
 def _run_with_progress(replayer):  # noqa: ANN001, ANN202 - Replayer -> ReplayStats

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
+from klog.cli.env import current_env
 from klog.errors import UsageError
 
 users_app = typer.Typer(help="SASL users (SCRAM-SHA-256/512, also checked for PLAIN): add, list, delete.",
@@ -23,7 +24,7 @@ MechanismOpt = Annotated[str, typer.Option("--mechanism", "-m", help="SCRAM-SHA-
 
 def _read_password(prompt: bool) -> str:
     """From a prompt (twice) on a terminal, else the first line of stdin: never from argv."""
-    if prompt and sys.stdin.isatty():
+    if prompt and current_env().stdin_tty:
         import getpass
 
         first = getpass.getpass("Password: ")

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt
+from klog.cli.env import current_env
 
 MasterOpt = Annotated[str, typer.Option("--master", help="Spark master URL: local[*] (all cores here), "
                                         "local[N], spark://host:7077, yarn, k8s://...")]
@@ -112,7 +113,7 @@ def register(app: typer.Typer) -> None:
         from klog.spark.export import ExportRequest, RangeRequest, check_request
         from klog.spark.export import export as run_export
 
-        settings = _settings(master, conf, verbose, data_dir, progress=sys.stderr.isatty())
+        settings = _settings(master, conf, verbose, data_dir, progress=current_env().stderr_tty)
         req = ExportRequest(RangeRequest(topic, offset, since, until, partition), to.lower(), out, value_format,
                             schema, partition_by or [], overwrite)
         check_request(settings.data_dir, req)
@@ -195,7 +196,9 @@ def register(app: typer.Typer) -> None:
         "value FROM source\". A --script file defines transform(df) -> df. Progress is kept in the checkpoint "
         "(default: <data dir>/spark/checkpoints/FROM--TO), so a restart goes on where the job stopped; output "
         "is exactly once per batch except when the job dies while writing one (then that batch may be written "
-        "twice). --available-now processes what is there and stops."))
+        "twice); with --transactional-id each batch is one transaction, exactly once for read_committed "
+        "readers even then. An aggregation (GROUP BY) needs --output-mode update or complete, or a "
+        "--watermark in append mode. --available-now processes what is there and stops."))
     def stream(
         source: Annotated[str, typer.Option("--from", help="Source topic.")],
         target: Annotated[str, typer.Option("--to", help="Target topic (created if missing and allowed).")],
@@ -212,6 +215,18 @@ def register(app: typer.Typer) -> None:
                                                       "| latest (a restart uses its checkpoint).")] = "earliest",
         max_records: Annotated[int | None, typer.Option("--max-records-per-batch",
                                                         help="Cap each micro-batch (maxOffsetsPerTrigger).")] = None,
+        output_mode: Annotated[str, typer.Option("--output-mode", help="append (new rows) | update (rows an "
+                                                 "aggregation changed) | complete (the whole result each "
+                                                 "batch): Spark's output modes; each row is one record.")]
+        = "append",
+        watermark: Annotated[str | None, typer.Option("--watermark", help="COLUMN,DELAY, e.g. 'timestamp,10 "
+                                                      "minutes': how late a record may be (Spark's "
+                                                      "withWatermark); lets append mode emit closed windows.")]
+        = None,
+        transactional_id: Annotated[str | None, typer.Option("--transactional-id", help="Write each "
+                                                             "micro-batch as one transaction with this id "
+                                                             "(exactly once for read_committed readers).")]
+        = None,
         master: MasterOpt = "local[*]",
         conf: ConfOpt = None,
         verbose: VerboseOpt = False,
@@ -221,7 +236,8 @@ def register(app: typer.Typer) -> None:
 
         settings = _settings(master, conf, verbose, data_dir)
         req = spark_stream.StreamRequest(source, target, sql_text, script, checkpoint, available_now,
-                                         trigger_seconds, starting_offsets, max_records)
+                                         trigger_seconds, starting_offsets, max_records, output_mode.lower(),
+                                         watermark, transactional_id)
         spark_stream.check_request(settings.data_dir, req)
         checkpoint_dir = checkpoint or spark_stream.default_checkpoint(settings.data_dir, source, target)
         with _session(settings) as spark:
@@ -238,7 +254,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_rows(columns: list[str], rows) -> None:  # noqa: ANN001 - iterator of dicts
-    if sys.stdout.isatty():
+    if current_env().stdout_tty:
         from klog.cli.tables import print_table
 
         shown = []

@@ -11,13 +11,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from klog.cli.env import current_env
 from klog.cli.output import terminal_safe
 
 GAP = "  "
 
 
 def on_terminal() -> bool:
-    return sys.stdout.isatty()
+    return current_env().stdout_tty
 
 
 def human_size(n: int) -> str:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
+from klog.cli.env import current_env
 
 app = typer.Typer(help="Create, list, describe, alter and delete topics.", no_args_is_help=True)
 
@@ -159,7 +160,7 @@ def delete(
     """Delete a topic and all its data (asks first on a terminal)."""
     with open_store(data_dir, create=False) as store:
         store.topic(topic)
-        if not yes and sys.stdin.isatty() and not confirm_delete(topic):
+        if not yes and current_env().stdin_tty and not confirm_delete(topic):
             print("klog: aborted, nothing deleted", file=sys.stderr)
             raise typer.Exit(1)
         store.delete_topic(topic)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from klog.cli.output import terminal_safe
-from klog.client.delivery import WRITE_CHUNK_BYTES
+from klog.client.record_writer import WRITE_CHUNK_BYTES
 from klog.client.records import Record
 
 if TYPE_CHECKING:
@@ -50,16 +50,6 @@ def write_stdout(data: bytes) -> None:
     while view:
         written = os.write(1, view[:WRITE_CHUNK_BYTES])
         view = view[written:]
-
-
-def color_wanted(no_color: bool) -> bool:
-    """Colour unless --no-color or NO_COLOR (any non-empty value, https://no-color.org) says not."""
-    return not no_color and not os.environ.get("NO_COLOR")
-
-
-def local_time_wanted(local_time: bool) -> bool:
-    """--local-time, or TZ set in the environment: times in the local zone; otherwise UTC (Z)."""
-    return local_time or bool(os.environ.get("TZ"))
 
 
 class TerminalView:

@@ -11,7 +11,6 @@ import bisect
 import heapq
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Self
 
@@ -19,6 +18,7 @@ from klog.broker.resolve import resolve_partitions
 from klog.client.records import Record
 from klog.errors import CorruptLogError, OffsetOutOfRangeError, UnknownTopicError, UsageError
 from klog.store.partition import Partition
+from klog.store.plain import FrozenPlain
 from klog.store.reader import Fetched, PartitionReader
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
@@ -39,15 +39,16 @@ class StartKind(StrEnum):
     COMMITTED = "committed"  # a group's committed offset
 
 
-@dataclass(frozen=True)
-class StartSpec:
+class StartSpec(FrozenPlain):
     """Where to start: kcat's -o (beginning, end, N, -N), a timestamp, or last N (--tail)."""
 
-    kind: StartKind = StartKind.BEGINNING
-    value: int = 0
+    _fields = ("kind", "value")
+    kind: StartKind
+    value: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", StartKind(self.kind))  # a kind's name as a string works too
+    def __init__(self, kind: StartKind | str = StartKind.BEGINNING, value: int = 0) -> None:
+        object.__setattr__(self, "kind", StartKind(kind))  # a kind's name as a string works too
+        object.__setattr__(self, "value", value)
 
     @classmethod
     def parse(cls, text: str) -> StartSpec:
@@ -62,16 +63,17 @@ class StartSpec:
             raise UsageError(f"invalid offset '{text}': use beginning, end, N or -N") from None
         return cls(StartKind.RELATIVE, n) if text.startswith("-") else cls(StartKind.OFFSET, n)
 
-    def offset(self, low: int, high: int, found: int | None, where: str) -> int:
-        """The first offset to read of a partition holding low..high (`where` names it in errors);
-        `found` is the partition's first offset at or after the timestamp (kind "timestamp")."""
+    def offset(self, low: int, high: int, found: int | None, where: str, what: str = "offset") -> int:
+        """The first offset to read of a partition holding low..high (`where` names it in errors, `what`
+        the option that asked); `found` is the partition's first offset at or after the timestamp (kind
+        "timestamp")."""
         if self.kind is StartKind.BEGINNING:
             return low
         if self.kind is StartKind.END:
             return high
         if self.kind is StartKind.OFFSET:
             if self.value > high:
-                raise OffsetOutOfRangeError(f"offset {self.value} is past the end ({high}) of {where}")
+                raise OffsetOutOfRangeError(f"{what} {self.value} is past the end ({high}) of {where}")
             return max(self.value, low)
         if self.kind in (StartKind.RELATIVE, StartKind.TAIL):
             return max(low, high - abs(self.value))
@@ -246,6 +248,20 @@ class Consumer(ConsumerBase):
                 while (fetched := self._fetch(c)) is not None:
                     for ts_type, records in fetched.record_runs():
                         yield c.topic, c.partition, ts_type, records
+            if not self.follow or all(c.done for c in self.cursors):
+                return
+            self._wait_for_data()
+
+    def batch_runs(self, control: bool = False) -> Iterator[tuple[str, int, object, list]]:
+        """record_runs with each run's batch header (producer id and epoch, transactional, control)
+        in place of its timestamp type; with `control`, the transaction markers' batches too.
+        Partitions one after another (merge=False)."""
+        assert self.takes_everything
+        while True:
+            for c in self.cursors:
+                while (fetched := self._fetch(c)) is not None:
+                    for header, records in fetched.batch_runs(control):
+                        yield c.topic, c.partition, header, records
             if not self.follow or all(c.done for c in self.cursors):
                 return
             self._wait_for_data()

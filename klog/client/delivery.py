@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from klog.client.record_writer import WRITE_CHUNK_BYTES, value_line
 from klog.client.records import Record
 from klog.errors import log_warning
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from klog.client.interface import AnyStore
 
 COMMIT_INTERVAL_MS = 1000  # the output is flushed and offsets committed at least this often while records flow
-WRITE_CHUNK_BYTES = 1 << 20  # one write call never gets more than this (CPython's can return short past 2 GiB)
 
 TP = tuple[str, int]
 Line = Callable[[Record], bytes]
@@ -87,16 +87,12 @@ def deliver(store: AnyStore, topics: list[str], *, group: str | None = None,
             if exec_cmd:
                 emit = _exec_emitter(exec_cmd, batch, sink, commit_written, consumer is not None)
             else:
-                emit = _output_emitter(sink, line or _value_line, follow or flush_each_fetch)
+                emit = _output_emitter(sink, line or value_line, follow or flush_each_fetch)
             _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written, watch)
         commit_written()
     finally:
         if consumer is not None:
             consumer.close()  # on_revoke commits what was written; then it leaves the group
-
-
-def _value_line(r: Record) -> bytes:
-    return (r.value or b"") + b"\n"
 
 
 class _Sink:

@@ -19,7 +19,7 @@ import select
 import stat
 import sys
 from collections.abc import Callable
-from typing import IO, Any, NamedTuple, Union
+from typing import IO, Any, NamedTuple
 
 from klog.client.envelope import parse_envelope
 from klog.errors import KlogError, RecordTooLargeError, UsageError, log_warning
@@ -27,12 +27,11 @@ from klog.errors import KlogError, RecordTooLargeError, UsageError, log_warning
 READ_CHUNK_BYTES = 1 << 20
 INPUT_FORMATS = ("lines", "json", "raw")
 
-Source = Union[str, "os.PathLike[str]", int, IO[bytes]]
+Source = str | os.PathLike | int | IO[bytes]  # a path, a file descriptor or a binary file
 
-
-class IngestCounts(NamedTuple):
-    lines: int  # input lines (records for raw) read, blank JSON lines included
-    records: int  # records handed to the producer
+# lines: input lines (records for raw) read, blank JSON lines included; records: handed to the
+# producer. Types as values, not class annotations, which NamedTuple would compile (codec.BatchHeader).
+IngestCounts = NamedTuple("IngestCounts", [("lines", int), ("records", int)])  # noqa: UP014
 
 
 def parse_headers(pairs: list[str] | None) -> list[tuple[str, bytes]]:

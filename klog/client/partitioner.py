@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -70,7 +68,12 @@ class StickyPartitioner:
     def partition(self, topic: str, partitions: int) -> int:
         p = self._current.get(topic)
         if p is None or p >= partitions:
-            p = random.randrange(partitions)
+            if partitions == 1:
+                p = 0  # without importing random (~1 ms of a one-line `klog produce`)
+            else:
+                import random
+
+                p = random.randrange(partitions)
             self._current[topic] = p
             self._produced[topic] = 0
         return p
@@ -87,5 +90,7 @@ class StickyPartitioner:
             return
         self._produced[topic] = 0
         if partitions > 1:
+            import random
+
             current = self._current.get(topic, 0)
             self._current[topic] = random.choice([p for p in range(partitions) if p != current])

@@ -12,7 +12,6 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from typing import Self
 
@@ -32,6 +31,7 @@ from klog.store import compression
 from klog.store.codec import RecordIn
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME, RECORD_BATCH_OVERHEAD
 from klog.store.names import validate_topic_name
+from klog.store.plain import Plain
 
 # Once buffer.memory is passed, the fullest batches are written until this share of it is left
 # buffered: one multi-partition write of many batches, not one batch per record added
@@ -43,15 +43,18 @@ ACKS = ("0", "1", "all")
 AckCallback = Callable[[str, int, int, int], None]  # topic, partition, base offset, record count
 
 
-@dataclass(slots=True)
-class PendingRecord:
+class PendingRecord(Plain):
     """A sent record; `metadata` is filled in once its batch is acknowledged."""
 
-    producer: Producer
-    topic: str
-    partition: int
-    index: int  # position in its batch
-    metadata: RecordMetadata | None = None
+    __slots__ = _fields = ("producer", "topic", "partition", "index", "metadata")
+
+    def __init__(self, producer: Producer, topic: str, partition: int, index: int,
+                 metadata: RecordMetadata | None = None) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.partition = partition
+        self.index = index  # position in its batch
+        self.metadata = metadata
 
     def get(self) -> RecordMetadata:
         """Flush if needed and return where the record landed."""
@@ -65,15 +68,18 @@ class PendingRecord:
         return self.get().offset
 
 
-@dataclass
-class _Batch:
-    records: list[RecordIn] = field(default_factory=list)
-    # position in the batch -> the send() record waiting for its metadata; the bulk paths add none
-    # (a list with a None per bulk record cost a pass per record when filling and when acknowledging)
-    pending: dict[int, PendingRecord] = field(default_factory=dict)
-    estimated_bytes: int = 0
-    first_ms: float = 0.0
-    max_ts: int | None = None  # the records' largest timestamp, kept as they are added (not a pass at encoding)
+class _Batch(Plain):
+    _fields = ("records", "pending", "estimated_bytes", "first_ms", "max_ts")
+
+    def __init__(self, records: list[RecordIn] | None = None, pending: dict[int, PendingRecord] | None = None,
+                 estimated_bytes: int = 0, first_ms: float = 0.0, max_ts: int | None = None) -> None:
+        self.records = [] if records is None else records
+        # position in the batch -> the send() record waiting for its metadata; the bulk paths add none
+        # (a list with a None per bulk record cost a pass per record when filling and when acknowledging)
+        self.pending = {} if pending is None else pending
+        self.estimated_bytes = estimated_bytes
+        self.first_ms = first_ms
+        self.max_ts = max_ts  # the records' largest timestamp, kept as they are added (not a pass at encoding)
 
     def saw(self, ts: int) -> None:
         if self.max_ts is None or ts > self.max_ts:

@@ -3,38 +3,48 @@
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 
 from klog.errors import UsageError
 from klog.store.format import TIMESTAMP_TYPE_NAMES
+from klog.store.plain import FrozenPlain, Plain
 
 Headers = list[tuple[str, bytes | None]]
 
 
-@dataclass(slots=True)
-class Record:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int  # epoch milliseconds
-    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
+class Record(Plain):
+    __slots__ = _fields = __match_args__ = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key",
+                                            "value", "headers")
+
+    def __init__(self, topic: str, partition: int, offset: int, timestamp: int, timestamp_type: int,
+                 key: bytes | None, value: bytes | None, headers: Headers) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp  # epoch milliseconds
+        self.timestamp_type = timestamp_type  # 0 CreateTime, 1 LogAppendTime
+        self.key = key
+        self.value = value
+        self.headers = headers
 
     @property
     def timestamp_type_name(self) -> str:
         return TIMESTAMP_TYPE_NAMES[self.timestamp_type]
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
+class RecordMetadata(FrozenPlain):
     """Where an acknowledged record landed."""
 
+    __slots__ = _fields = __match_args__ = ("topic", "partition", "offset", "timestamp")
     topic: str
     partition: int
     offset: int
     timestamp: int
+
+    def __init__(self, topic: str, partition: int, offset: int, timestamp: int) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "offset", offset)
+        object.__setattr__(self, "timestamp", timestamp)
 
 
 # -- what a producer accepts -------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from klog.broker.resolve import resolve_topic_names
@@ -25,6 +24,7 @@ from klog.store.format import partition_dir_name
 from klog.store.layout import DataDir, default_data_dir
 from klog.store.names import partition_file_stem, validate_topic_name
 from klog.store.partition import Partition
+from klog.store.plain import Plain
 
 if TYPE_CHECKING:
     from klog.client.consumer import Consumer
@@ -33,28 +33,36 @@ if TYPE_CHECKING:
     from klog.client.replay import Replayer
 
 
-@dataclass
-class PartitionInfo:
-    partition: int
-    leader: int
-    replicas: list[int]
-    isr: list[int]
-    leader_epoch: int
-    log_start_offset: int
-    high_watermark: int
-    log_end_offset: int
-    size_bytes: int
-    segments: int
-    replica_log_end: dict[int, int] = field(default_factory=dict)
+class PartitionInfo(Plain):
+    _fields = __match_args__ = ("partition", "leader", "replicas", "isr", "leader_epoch", "log_start_offset",
+                                "high_watermark", "log_end_offset", "size_bytes", "segments", "replica_log_end")
+
+    def __init__(self, partition: int, leader: int, replicas: list[int], isr: list[int], leader_epoch: int,
+                 log_start_offset: int, high_watermark: int, log_end_offset: int, size_bytes: int, segments: int,
+                 replica_log_end: dict[int, int] | None = None) -> None:
+        self.partition = partition
+        self.leader = leader
+        self.replicas = replicas
+        self.isr = isr
+        self.leader_epoch = leader_epoch
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+        self.log_end_offset = log_end_offset
+        self.size_bytes = size_bytes
+        self.segments = segments
+        self.replica_log_end = {} if replica_log_end is None else replica_log_end
 
 
-@dataclass
-class TopicInfo:
-    name: str
-    topic_id: str
-    partitions: list[PartitionInfo]
-    replication_factor: int
-    configs: dict[str, str]  # only the ones set on the topic
+class TopicInfo(Plain):
+    _fields = __match_args__ = ("name", "topic_id", "partitions", "replication_factor", "configs")
+
+    def __init__(self, name: str, topic_id: str, partitions: list[PartitionInfo], replication_factor: int,
+                 configs: dict[str, str]) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.partitions = partitions
+        self.replication_factor = replication_factor
+        self.configs = configs  # only the ones set on the topic
 
     @property
     def records(self) -> int:
@@ -108,22 +116,25 @@ class Store(GroupAdminMethods):
         self.close()
 
     def close(self) -> None:
-        if self.kafka_checkpoints_due or any(p.last_recovery for p in self._partitions.values()):
+        written = {key for key, p in self._partitions.items() if p.last_recovery}
+        if self.kafka_checkpoints_due or written:
+            # only the written partitions' lines, unless topics or log starts changed meanwhile
+            self.write_kafka_checkpoints(None if self.kafka_checkpoints_due else written)
             self.kafka_checkpoints_due = False
-            self.write_kafka_checkpoints()
         for p in self._partitions.values():
             p.close()
         self._partitions.clear()
         self.meta.close()
 
-    def write_kafka_checkpoints(self) -> None:
+    def write_kafka_checkpoints(self, only: set[tuple[str, int]] | None = None) -> None:
         """Kafka's checkpoint files in every log directory and partition folder (a broker can
-        adopt the directories); see klog.broker.kafka_checkpoints. Failures warn: they never
-        undo or fail the write that made them due."""
+        adopt the directories), or only the lines and folders of the partitions `only` names;
+        see klog.broker.kafka_checkpoints. Failures warn: they never undo or fail the write that
+        made them due."""
         from klog.broker.kafka_checkpoints import write_kafka_checkpoints
 
         try:
-            write_kafka_checkpoints(self)
+            write_kafka_checkpoints(self, only)
         except (OSError, KlogError) as e:
             self.warn(f"cannot update Kafka's checkpoint files: {e}")
 
@@ -211,9 +222,50 @@ class Store(GroupAdminMethods):
                     self._topic_cache.pop(name, None)  # a stale copy cached while it went
 
     def _delete_topic(self, name: str) -> TopicMeta:
+        from contextlib import ExitStack
+
+        from klog.broker.writer import open_partitions_max
+        from klog.store.locks import FileLock
+
         topic = self.topics.get(name)
+        open_partitions_max()  # (raises the descriptor limit: one lock file is held per partition)
         self.forget_topic(name)
         self.kafka_checkpoints_due = True
+        with ExitStack() as held:
+            # Every partition's lock, in partition order, across the renames and the metadata
+            # delete: a writer in any process then either finished its append before, or finds
+            # the topic gone under its lock (it reads the metadata there) and never brings a
+            # folder or state file back. (Another process may add partitions meanwhile: their
+            # locks are taken too.)
+            locks: list[FileLock] = []
+            while True:
+                for p in range(len(locks), len(topic.partitions)):
+                    lock = FileLock(os.path.join(self.data_dir.lock_dir, partition_dir_name(name, p) + ".lock"))
+                    held.enter_context(lock)
+                    locks.append(lock)
+                now = self.topics.find(name)
+                if now is None or now.topic_id != topic.topic_id:
+                    raise UnknownTopicError(f"unknown topic '{name}' (deleted meanwhile by another process)")
+                topic = now
+                if len(topic.partitions) <= len(locks):
+                    break
+            moved = self._move_partition_folders_aside(name, topic)
+            left = self._remove_partition_files(name, topic, (".state", ".cleaner"))
+            self.topics.delete(name)
+            # unlinked while held: a writer waiting on one locks the file then at the path (FileLock)
+            left += self._remove_partition_files(name, topic, (".lock",))
+        for _, aside in moved:
+            import shutil
+
+            shutil.rmtree(aside, onerror=lambda _f, path, exc: left.append(f"{path}: {exc[1].strerror or exc[1]}"))
+        if left:
+            raise StorageError(f"deleted topic '{name}', but could not remove {len(left)} file(s): {left[0]}"
+                               + (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
+        return topic
+
+    def _move_partition_folders_aside(self, name: str, topic: TopicMeta) -> list[tuple[str, str]]:
+        """Rename every replica folder of the topic to `.<topic id>.<partition>.deleting`, or, if
+        one cannot be, put the others back and raise StorageError."""
         moved: list[tuple[str, str]] = []
         for p, pm in enumerate(topic.partitions):
             for d in pm.replicas:
@@ -230,27 +282,22 @@ class Store(GroupAdminMethods):
                     raise StorageError(f"cannot delete topic '{name}': {folder}: {e.strerror}; "
                                        f"nothing was deleted") from None
                 moved.append((folder, aside))
-        self.topics.delete(name)
-        left: list[str] = []
-        for _, aside in moved:
-            import shutil
+        return moved
 
-            shutil.rmtree(aside, onerror=lambda _f, path, exc: left.append(f"{path}: {exc[1].strerror or exc[1]}"))
+    def _remove_partition_files(self, name: str, topic: TopicMeta, suffixes: tuple[str, ...]) -> list[str]:
+        """Unlink the topic's files of these suffixes in state/ and locks/; what could not be, described."""
+        left: list[str] = []
         for p in range(len(topic.partitions)):
             stem = partition_file_stem(name, p)
-            for path in (os.path.join(self.data_dir.state_dir, stem + ".state"),
-                         os.path.join(self.data_dir.state_dir, stem + ".cleaner"),
-                         os.path.join(self.data_dir.lock_dir, stem + ".lock")):
+            for suffix in suffixes:
+                folder = self.data_dir.lock_dir if suffix == ".lock" else self.data_dir.state_dir
                 try:
-                    os.unlink(path)
+                    os.unlink(os.path.join(folder, stem + suffix))
                 except FileNotFoundError:
                     pass
                 except OSError as e:
-                    left.append(f"{path}: {e.strerror}")
-        if left:
-            raise StorageError(f"deleted topic '{name}', but could not remove {len(left)} file(s): {left[0]}"
-                               + (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
-        return topic
+                    left.append(f"{os.path.join(folder, stem + suffix)}: {e.strerror}")
+        return left
 
     def _refuse_leftover_folders(self, name: str, partitions: range) -> None:
         """A folder of one of the partitions about to be created (or added), holding files, in any

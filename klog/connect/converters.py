@@ -6,11 +6,14 @@ from __future__ import annotations
 import base64
 import decimal
 import json
+from collections.abc import Callable
 from typing import Any
 
 from klog.connect.config import ConfigDef, aliases
 from klog.connect.data import DECIMAL, Schema, primitive
 from klog.connect.errors import ConfigError, DataError
+
+ValueFn = Callable[[Any], Any]  # one value's conversion; None in its place: the value passes as is
 
 
 class Converter:
@@ -133,18 +136,29 @@ def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
     return schema, payload if convert is None or payload is None else convert(payload)
 
 
-def _compile_from(schema: Schema):  # noqa: ANN202 - a payload → value function, or None (as is)
+def _compile_from(schema: Schema) -> ValueFn | None:
+    """from_json for one schema as a function (a payload → its value)."""
+    return _compile_walk(schema, lambda part: lambda v: from_json(part, v), lenient=True)
+
+
+def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn], lenient: bool) -> ValueFn | None:
+    """One conversion over a schema's value as a function, None where every part passes as is (most
+    fields). `leaf(schema)` converts one decimal or bytes part. `lenient` passes a value of the wrong
+    shape through (reading: the payload is what it is); otherwise a struct that is not a map is a
+    DataError, so the record goes to the dead letter queue (writing)."""
     kind = schema.get("type")
     if schema.get("name") == DECIMAL or kind == "bytes":
-        return lambda v: from_json(schema, v)
+        return leaf(schema)
     if kind == "struct":
-        todo = [(f["field"], c) for f in schema.get("fields", []) if (c := _compile_from(f)) is not None]
+        todo = [(f["field"], c) for f in schema.get("fields", []) if (c := _compile_walk(f, leaf, lenient)) is not None]
         if not todo:
             return None
 
         def struct(v: Any) -> Any:
             if not isinstance(v, dict):
-                return v
+                if lenient:
+                    return v
+                raise DataError(f"a struct value must be a map, not {type(v).__name__}")
             out = dict(v)
             for name, c in todo:
                 x = v.get(name)
@@ -155,12 +169,13 @@ def _compile_from(schema: Schema):  # noqa: ANN202 - a payload → value functio
         return struct
     if kind in ("array", "map"):
         inner = schema.get("items" if kind == "array" else "values")
-        c = None if inner is None else _compile_from(inner)
+        c = None if inner is None else _compile_walk(inner, leaf, lenient)
         if c is None:
             return None
         if kind == "array":
-            return lambda v: [None if x is None else c(x) for x in v] if isinstance(v, list) else v
-        return lambda v: {k: None if x is None else c(x) for k, x in v.items()} if isinstance(v, dict) else v
+            return lambda v: v if lenient and not isinstance(v, list) else [None if x is None else c(x) for x in v]
+        return lambda v: v if lenient and not isinstance(v, dict) else {k: None if x is None else c(x)
+                                                                         for k, x in v.items()}
     return None
 
 
@@ -201,7 +216,8 @@ def _schema_json(schema: Schema | None) -> bytes:
     return data
 
 
-def _compiled(schema: Schema, numeric: bool):  # noqa: ANN202 - a value → payload function, or None (as is)
+def _compiled(schema: Schema, numeric: bool) -> ValueFn | None:
+    """_compile's function for a schema object, cached by identity (a connector reuses its schemas)."""
     hit = _COMPILED.get((id(schema), numeric))
     if hit is not None and hit[0] is schema:
         return hit[1]
@@ -212,35 +228,9 @@ def _compiled(schema: Schema, numeric: bool):  # noqa: ANN202 - a value → payl
     return fn
 
 
-def _compile(schema: Schema, numeric: bool):  # noqa: ANN202
+def _compile(schema: Schema, numeric: bool) -> ValueFn | None:
     """to_json for one schema as a function, None where the value is already its JSON (most fields)."""
-    kind = schema.get("type")
-    if schema.get("name") == DECIMAL or kind == "bytes":
-        return lambda v: to_json(schema, v, numeric)
-    if kind == "struct":
-        subs = [(f["field"], _compile(f, numeric)) for f in schema.get("fields", [])]
-        if all(c is None for _, c in subs):
-            return None
-        todo = [(n, c) for n, c in subs if c is not None]
-
-        def struct(v: dict) -> dict:
-            out = dict(v)
-            for name, c in todo:
-                x = v.get(name)
-                if x is not None:
-                    out[name] = c(x)
-            return out
-
-        return struct
-    if kind in ("array", "map"):
-        inner = schema.get("items" if kind == "array" else "values")
-        c = None if inner is None else _compile(inner, numeric)
-        if c is None:
-            return None
-        if kind == "array":
-            return lambda v: [None if x is None else c(x) for x in v]
-        return lambda v: {k: None if x is None else c(x) for k, x in v.items()}
-    return None
+    return _compile_walk(schema, lambda part: lambda v: to_json(part, v, numeric), lenient=False)
 
 
 def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -> Any:

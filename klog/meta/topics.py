@@ -5,33 +5,49 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
 
 from klog.errors import InvalidConfigError, InvalidTopicError, TopicExistsError, UnknownTopicError, UsageError
 from klog.meta.db import MetaDB
 from klog.meta.topic_index import TopicIndex
 from klog.store.config import CONFIG_KEYS, validate_configs
 from klog.store.names import validate_topic_name
+from klog.store.plain import Plain
 
 PARTITIONS_MAX = 10_000
 
 
-@dataclass
-class PartitionMeta:
-    replicas: list[int]  # log dir ids; the first is the preferred leader
-    leader: int
-    isr: list[int]
-    leader_epoch: int = 0
-    epochs: list[list[int]] = field(default_factory=lambda: [[0, 0]])  # [epoch, start offset]
+class PartitionMeta(Plain):
+    """Changed with klog.store.plain.replace, stored as as_json()."""
+
+    _fields = ("replicas", "leader", "isr", "leader_epoch", "epochs")
+
+    def __init__(self, replicas: list[int], leader: int, isr: list[int], leader_epoch: int = 0,
+                 epochs: list[list[int]] | None = None) -> None:
+        self.replicas = replicas  # log dir ids; the first is the preferred leader
+        self.leader = leader
+        self.isr = isr
+        self.leader_epoch = leader_epoch
+        self.epochs = [[0, 0]] if epochs is None else epochs  # [epoch, start offset]
+
+    def as_json(self) -> dict:
+        return {"replicas": list(self.replicas), "leader": self.leader, "isr": list(self.isr),
+                "leader_epoch": self.leader_epoch, "epochs": [list(e) for e in self.epochs]}
 
 
-@dataclass
-class TopicMeta:
-    name: str
-    topic_id: str
-    created_ms: int
-    configs: dict[str, str]
-    partitions: list[PartitionMeta]
+class TopicMeta(Plain):
+    _fields = ("name", "topic_id", "created_ms", "configs", "partitions")
+
+    def __init__(self, name: str, topic_id: str, created_ms: int, configs: dict[str, str],
+                 partitions: list[PartitionMeta]) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.created_ms = created_ms
+        self.configs = configs
+        self.partitions = partitions
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "topic_id": self.topic_id, "created_ms": self.created_ms,
+                "configs": dict(self.configs), "partitions": [p.as_json() for p in self.partitions]}
 
     @property
     def replication_factor(self) -> int:
@@ -72,7 +88,7 @@ class TopicsMeta:
         # name -> (the stored JSON, its parse): a writer re-reads its topic before every append,
         # and parsing a 1,000-partition document each time was 76 % of a keyed produce; an
         # unchanged document (a byte comparison) is not parsed again. Callers must not mutate
-        # what get/find return (they use dataclasses.replace and update_* instead).
+        # what get/find return (they use klog.store.plain.replace and update_* instead).
         self._parsed: dict[str, tuple[bytes, TopicMeta]] = {}
         self.index = TopicIndex(db)  # replica counts and names, so a create never reads every topic
 
@@ -128,7 +144,7 @@ class TopicsMeta:
 
             topic = TopicMeta(name, str(uuid.uuid4()), int(time.time() * 1000), configs,
                               [PartitionMeta(r, r[0], list(r)) for r in placement])
-            self.db.put_json(txn, "topics", name, asdict(topic))
+            self.db.put_json(txn, "topics", name, topic.as_json())
             self.index.added(txn, topic)
         return topic
 
@@ -162,7 +178,7 @@ class TopicsMeta:
             placed = place_replicas(range(current, total), topic.replication_factor, log_dir_ids, counts)
             for r in placed:
                 topic.partitions.append(PartitionMeta(r, r[0], list(r)))
-            self.db.put_json(txn, "topics", name, asdict(topic))
+            self.db.put_json(txn, "topics", name, topic.as_json())
             self.index.moved(txn, [], [d for r in placed for d in r])
         return topic
 
@@ -179,7 +195,7 @@ class TopicsMeta:
             for k in delete:
                 topic.configs.pop(k, None)
             topic.configs.update(set_configs)
-            self.db.put_json(txn, "topics", name, asdict(topic))
+            self.db.put_json(txn, "topics", name, topic.as_json())
         return topic
 
     def update_partition(self, name: str, partition: int, meta: PartitionMeta) -> None:
@@ -191,7 +207,7 @@ class TopicsMeta:
             if old != meta.replicas:
                 self.index.ensure(txn, self._all(txn))
                 self.index.moved(txn, old, meta.replicas)
-            doc["partitions"][partition] = asdict(meta)
+            doc["partitions"][partition] = meta.as_json()
             self.db.put_json(txn, "topics", name, doc)
 
     def delete(self, name: str) -> TopicMeta:

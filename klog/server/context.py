@@ -38,7 +38,7 @@ class RequestContext:
     api_version: int
     executor: Executor
     log: logging.Logger
-    coordinator: Any = None  # klog.server.groups.GroupCoordinator, shared by every connection
+    coordinator: Any = None  # klog.server.group_runtime.GroupCoordinator, shared by every connection
     principal: str = ANONYMOUS
     correlation_id: int = 0
     server: Any = field(default=None, repr=False)  # klog.server.server.Server (shared state: producers, waiters)

@@ -5,7 +5,8 @@ A handler is `async fn(ctx: RequestContext, request) -> response | None`: `reque
 response are kio dataclasses of the request's version (`None`: send nothing, as for acks=0
 produce); a handler may also return a framing.RawBody whose bytes go out as they are (fetch's
 zero-copy path). This package's handler modules register with @register; groups.py exports
-`GROUP_HANDLERS` (the same shape) and the `GroupCoordinator` the server shares between connections.
+`GROUP_HANDLERS` (the same shape); group_runtime.py the `GroupCoordinator` the server shares between
+connections.
 """
 
 from __future__ import annotations

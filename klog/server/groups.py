@@ -1,37 +1,23 @@
 """The group APIs of `klog serve`: FindCoordinator (always this node), JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
-OffsetDelete.
+OffsetDelete: each request checked and answered here, membership kept by the server's one
+GroupCoordinator (group_runtime.py: the state machine, its timer, offset expiry, LMDB publishing).
 
-Membership lives in memory (coordinator.GroupStateMachine, driven by one timer task); committed
-offsets are klog's LMDB offsets (klog.meta.groups), the ones `klog groups` and klog's own group
-consumers use. After every membership change the group's members and assignment are published to
-LMDB too (off the event loop, coalesced), so `klog groups list/describe` show Kafka-client groups and
-`klog groups reset-offsets --execute` is refused while their members are live. A group is either
-klog consumers' or Kafka clients' while it has live members: each side refuses to join the other's.
-Committed offsets expire as on a Kafka broker: every `offsets.retention.check.interval.ms` the
-coordinator runs the store's one expiry (GroupsMeta.expire_offsets), telling it which groups it holds.
+Committed offsets are klog's LMDB offsets (klog.meta.groups), the ones `klog groups` and klog's own
+group consumers use, so `klog groups list/describe` show Kafka-client groups and `klog groups
+reset-offsets --execute` is refused while their members are live. A group is either klog consumers'
+or Kafka clients' while it has live members: each side refuses to join the other's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import logging
-import os
-import time
-from typing import Any, NamedTuple
+from typing import Any
 
 from klog.errors import GroupError, KlogError, UsageError
 from klog.meta.groups import (
-    OFFSETS_RETENTION_CHECK_MS_DEFAULT,
-    OFFSETS_RETENTION_MINUTES_DEFAULT,
-    ExpiredOffsets,
     GroupsMeta,
     Member,
-    now_ms,
-    offsets_retention_setting,
-    process_start_time,
     validate_group_id,
 )
 from klog.protocol.apis import (
@@ -51,213 +37,12 @@ from klog.protocol.framing import printable
 from klog.protocol.kafka import NO_THROTTLE, E, has_field, make, response_for
 from klog.server import consumer_protocol
 from klog.server.context import RequestContext
-from klog.server.coordinator import COMPLETING, EMPTY, STABLE, Group, GroupStateMachine, JoinResult
+from klog.server.coordinator import COMPLETING, EMPTY, STABLE, JoinResult
 from klog.server.dispatch import Handler
-from klog.store.state import current_boot_id
+from klog.server.group_runtime import CONSUMER, GroupCoordinator
 
 NOT_ASKED = -2147483648  # DescribeGroups' authorized_operations when the client did not ask
 OFFSET_METADATA_MAX = 4096  # Kafka's offset.metadata.max.bytes
-CONSUMER = "consumer"
-
-
-def _monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-class _Summary(NamedTuple):
-    """What LMDB is told about a group (taken on the event loop, written in the thread pool)."""
-
-    group_id: str
-    generation: int
-    protocol: str | None
-    members: list[Member]
-    targets: dict[str, list[tuple[str, int]]] | None  # None: not stable (no assignment to show)
-
-
-class GroupCoordinator:
-    """The server's one coordinator: the state machine, its timer, and the LMDB side."""
-
-    def __init__(self, store: Any, broker: Any, executor: Any, *, offsets_retention_ms: int | None = None,
-                 offsets_retention_check_ms: int | None = None, wall_clock: Any = None) -> None:
-        """`offsets_retention_ms`/`offsets_retention_check_ms` override klog.json's
-        offsets.retention.minutes/offsets.retention.check.interval.ms; `wall_clock` (epoch ms) dates
-        commits and expiry (tests move it forward instead of waiting days)."""
-        self.store = store
-        self.broker = broker
-        self.executor = executor
-        self._log = logging.getLogger("klog.serve")
-        self.meta = GroupsMeta(store.meta) if wall_clock is None else GroupsMeta(store.meta, clock=wall_clock)
-        self.retention_ms = offsets_retention_ms if offsets_retention_ms is not None else self._retention_setting(
-            "offsets.retention.minutes", OFFSETS_RETENTION_MINUTES_DEFAULT * 60_000)
-        self.retention_check_ms = offsets_retention_check_ms if offsets_retention_check_ms is not None else \
-            self._retention_setting("offsets.retention.check.interval.ms", OFFSETS_RETENTION_CHECK_MS_DEFAULT)
-        self._expiry: asyncio.Task | None = None
-        self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, log=self._log_event,
-                                         **self._settings())
-        pid = os.getpid()
-        self.served_by = f"klog serve pid {pid}"
-        self._pid_start = process_start_time(pid)
-        self._boot_id = current_boot_id().hex()
-        self._timer: asyncio.Task | None = None
-        self._wake: asyncio.Event | None = None
-        self._dirty: set[str] = set()
-        self._writer: asyncio.Task | None = None
-
-    def _log_event(self, text: str) -> None:
-        """The state machine's lines (member ids and protocol names come from clients: escaped)."""
-        self._log.info("%s", text if text.isprintable() else text.encode("unicode_escape").decode("ascii"))
-
-    def _settings(self) -> dict[str, int]:
-        """Kafka's broker settings for groups, from the store defaults (klog.json)."""
-        out = {}
-        for name, attr in (("group.initial.rebalance.delay.ms", "initial_rebalance_delay_ms"),
-                           ("group.min.session.timeout.ms", "min_session_timeout_ms"),
-                           ("group.max.session.timeout.ms", "max_session_timeout_ms")):
-            text = self.store.data_dir.default(name)
-            try:
-                value = int(text)
-                if value < 0:
-                    raise ValueError
-                out[attr] = value
-            except ValueError:
-                self._log.warning("klog.json: %s must be a whole number of milliseconds, not %r; using Kafka's "
-                                  "default", name, text)
-        return out
-
-    def _retention_setting(self, name: str, default_ms: int) -> int:
-        text = self.store.data_dir.default(name)
-        try:
-            return offsets_retention_setting(name, text)
-        except UsageError as e:
-            self._log.warning("%s; using Kafka's default", e)
-            return default_ms
-
-    # -- offset expiry ------------------------------------------------------------------------------
-    def start_expiry(self) -> None:
-        """Expire committed offsets every offsets.retention.check.interval.ms, as a Kafka broker does."""
-        if self._expiry is None:
-            self._expiry = asyncio.get_running_loop().create_task(self._run_expiry())
-
-    async def _run_expiry(self) -> None:
-        while True:
-            await asyncio.sleep(self.retention_check_ms / 1000)
-            try:
-                await self.expire_offsets()
-            except Exception as e:  # noqa: BLE001 - the next check tries again; serving goes on
-                self._log.warning("offset expiry failed: %s: %s", type(e).__name__, e)
-
-    async def expire_offsets(self) -> list[ExpiredOffsets]:
-        """One expiry pass over the store's groups; the groups this server holds members of are passed
-        as held (with their subscription once Stable), and groups it removed are forgotten here too."""
-        await self.flush()
-        held = {gid: self._stable_subscription(g) for gid, g in self.machine.groups.items() if g.members}
-        expire = functools.partial(self.meta.expire_offsets, self.retention_ms, held=held)
-        results = await asyncio.get_running_loop().run_in_executor(self.executor, expire)
-        for r in results:
-            self._log_event(f"group '{r.group}': {len(r.partitions)} committed offset(s) expired "
-                            f"(offsets.retention.minutes={self.retention_ms / 60_000:g})"
-                            + ("; the group is Empty without offsets: removed" if r.group_removed else ""))
-        # Empty groups gone from the store (expired now, or by `klog groups clean`/`delete` elsewhere) are
-        # forgotten here too (Kafka: Dead), so ListGroups stops naming them and a new group starts afresh
-        stored = set(await asyncio.get_running_loop().run_in_executor(self.executor, self.meta.group_ids))
-        for gid in [gid for gid, g in self.machine.groups.items()
-                    if gid not in stored and not g.members and not g.pending]:
-            del self.machine.groups[gid]
-        return results
-
-    def _stable_subscription(self, group: Group) -> set[str] | None:
-        if group.state != STABLE or group.protocol_type != CONSUMER:
-            return None
-        return self.machine.subscribed_topics(group.group_id, consumer_protocol.subscription_topics)
-
-    # -- timer ------------------------------------------------------------------------------------
-    def started(self) -> None:
-        """Start the timer task on first use (the coordinator is made before requests arrive)."""
-        if self._timer is None:
-            self._wake = asyncio.Event()
-            self._timer = asyncio.get_running_loop().create_task(self._run_timer())
-
-    async def _run_timer(self) -> None:
-        """Sleeps until the next session/rebalance deadline or a change, then lets the machine act."""
-        assert self._wake is not None
-        while True:
-            self._wake.clear()
-            deadline = self.machine.next_deadline()
-            timeout = None if deadline is None else max(0, deadline - _monotonic_ms()) / 1000
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            try:
-                self.machine.tick()
-            except Exception:  # a bug must not stop every group's timeouts for good
-                self._log.exception("group coordinator timer")
-
-    async def close(self) -> None:
-        """Stop the timers and mark every member gone in LMDB (a clean stop frees the groups at once)."""
-        for task in (self._timer, self._expiry):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        for group in self.machine.groups.values():
-            group.members.clear()
-            self._dirty.add(group.group_id)
-        if self._dirty:
-            with contextlib.suppress(RuntimeError):  # no running loop: nothing more to write
-                await self._write_dirty()
-
-    # -- publishing to LMDB ---------------------------------------------------------------------------
-    def _changed(self, group: Group) -> None:
-        self._dirty.add(group.group_id)
-        if self._wake is not None:
-            self._wake.set()
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_dirty())
-
-    async def _write_dirty(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._dirty:
-            ids = sorted(self._dirty)
-            self._dirty.clear()
-            summaries = [self._summary(gid) for gid in ids]  # taken on the loop: consistent
-            try:
-                await loop.run_in_executor(self.executor, self._publish, summaries)
-            except (KlogError, OSError) as e:
-                self._log.warning("could not record groups %s in the store: %s", ", ".join(ids), e)
-
-    async def flush(self) -> None:
-        """Until every change so far is in LMDB (before admin actions that read it back)."""
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
-
-    def _summary(self, group_id: str) -> _Summary:
-        group = self.machine.groups.get(group_id)
-        if group is None:
-            return _Summary(group_id, 0, None, [], None)
-        members = []
-        wall, clock = now_ms(), _monotonic_ms()
-        for m in group.members.values():
-            topics = []
-            if group.protocol_type == CONSUMER and m.protocols:
-                topics = consumer_protocol.subscription_topics(
-                    m.metadata(group.protocol_name) if group.protocol_name in m.names() else m.protocols[0][1])
-            members.append(Member(m.member_id, m.client_id, m.client_host, os.getpid(), self._pid_start,
-                                  self._boot_id, topics, group.protocol_name or m.names()[0],
-                                  m.session_timeout_ms, wall - (clock - m.joined), wall, group.generation,
-                                  self.served_by))
-        targets = None
-        if group.state == STABLE and group.protocol_type == CONSUMER:
-            targets = {m.member_id: consumer_protocol.assignment_partitions(m.assignment)
-                       for m in group.members.values()}
-        return _Summary(group_id, group.generation, group.protocol_name, members, targets)
-
-    def _publish(self, summaries: list[_Summary]) -> None:
-        for s in summaries:
-            self.meta.publish_served(s.group_id, self.served_by, s.generation, s.protocol, s.members, s.targets)
-
-    def state(self, group_id: str) -> str | None:
-        group = self.machine.groups.get(group_id)
-        return None if group is None else group.state
-
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     coord = ctx.coordinator
@@ -711,4 +496,4 @@ GROUP_HANDLERS: dict[int, Handler] = {
     OFFSET_DELETE: Handler(offset_delete, 0, 0),
 }
 
-__all__ = ["GROUP_HANDLERS", "GroupCoordinator"]
+__all__ = ["GROUP_HANDLERS"]

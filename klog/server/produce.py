@@ -4,6 +4,7 @@ klog.broker.batches); acks 0/1/-1 map onto klog's acks 0/1/all. acks=0 gets no r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 from typing import Any
 
@@ -80,14 +81,31 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
         async with ctx.server.append_slot(topic, partition):
             result = await ctx.server.run_append(append, topic, partition, bytes(records), acks, txn_check)
     except (KlogError, OSError) as e:
-        code = error_code(e)
-        if isinstance(e, UnknownTopicError | UnknownPartitionError):
-            ctx.store.forget_topic_metadata(topic)  # created or grown by another process since?
-        ctx.log.info("produce to %s-%d from %s (client %s): %s: %s", topic, partition, ctx.client_host,
-                     ctx.client_id, code.name, e)
-        return code, None, str(e), e.record_index if isinstance(e, InvalidBatchError) else None
-    ctx.server.notify_appended(topic, partition)
-    return E.none, result, None, None
+        return _outcome(ctx, topic, partition, e)
+    return _outcome(ctx, topic, partition, result)
+
+
+def _outcome(ctx: RequestContext, topic: str, partition: int, got: RawAppendResult | BaseException) -> Outcome:
+    if not isinstance(got, BaseException):
+        ctx.server.notify_appended(topic, partition)
+        return E.none, got, None, None
+    code = error_code(got)
+    if isinstance(got, UnknownTopicError | UnknownPartitionError):
+        ctx.store.forget_topic_metadata(topic)  # created or grown by another process since?
+    ctx.log.info("produce to %s-%d from %s (client %s): %s: %s", topic, partition, ctx.client_host,
+                 ctx.client_id, code.name, got)
+    return code, None, str(got), got.record_index if isinstance(got, InvalidBatchError) else None
+
+
+async def _append_many(ctx: RequestContext, topic: str, items: list[tuple[int, bytes]], acks: str) -> list[Outcome]:
+    """The batches of many partitions of `topic` in one multi-partition append (RawAppender.append_many:
+    one lock acquisition per partition, one metadata check, one syncfs), after taking each
+    partition's append slot in partition order (two such requests never wait in a circle)."""
+    async with contextlib.AsyncExitStack() as slots:
+        for partition in sorted({p for p, _ in items}):
+            await slots.enter_async_context(ctx.server.append_slot(topic, partition))
+        got = await ctx.server.run_append(ctx.server.appender.append_many, topic, items, acks)
+    return [_outcome(ctx, topic, p, g) for (p, _), g in zip(items, got, strict=True)]
 
 
 @register(PRODUCE, 0, 11)  # v10-11 add only tagged answer fields (leader hints on errors), left out
@@ -117,8 +135,25 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         return await _append(ctx, topic, int(pdata.index), pdata.records, acks, txn_check_for(topic, int(pdata.index)))
 
     if len({(t, int(p.index)) for t, p in work}) == len(work):
-        # partitions append side by side (their fsyncs overlap in the thread pool)
-        outcomes = await asyncio.gather(*(one(t, p) for t, p in work))
+        # a topic's plain batches (v3+, not transactional) in one multi-partition append; the
+        # rest append side by side (their fsyncs overlap in the thread pool)
+        many: dict[str, list[int]] = {}
+        if acks is not None and tid is None and ctx.api_version > LAST_MESSAGE_SET_VERSION:
+            for i, (t, p) in enumerate(work):
+                if writable[t] and p.records:
+                    many.setdefault(t, []).append(i)
+        many = {t: idx for t, idx in many.items() if len(idx) > 1}
+        grouped = {i for idx in many.values() for i in idx}
+        singles = [i for i in range(len(work)) if i not in grouped]
+        got = await asyncio.gather(*(one(*work[i]) for i in singles),
+                                   *(_append_many(ctx, t, [(int(work[i][1].index), bytes(work[i][1].records))
+                                                           for i in idx], acks) for t, idx in many.items()))
+        outcomes: list[Any] = [None] * len(work)
+        for i, outcome in zip(singles, got, strict=False):
+            outcomes[i] = outcome
+        for idx, results in zip(many.values(), got[len(singles):], strict=True):
+            for i, outcome in zip(idx, results, strict=True):
+                outcomes[i] = outcome
     else:  # a partition named twice: its batches in request order
         outcomes = []
         for i, (t, p) in enumerate(work):

@@ -19,6 +19,7 @@ _EXPORTS = {
     "spark_session": "klog.spark.session",
     "register": "klog.spark.session",
     "KlogDataSource": "klog.spark.source",
+    "ForeachBatchSink": "klog.spark.sink",
 }
 
 

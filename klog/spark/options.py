@@ -44,7 +44,7 @@ _warned: set[str] = set()
 # means for a partition ("error", Spark's default, fails the query; "latest" starts at the end)
 TIMESTAMP_STRATEGIES = ("error", "latest")
 WRITE_OPTIONS = {"topic", "datadir", "compression", "checkpointlocation", "queryname", "path", "acks",
-                 "includeheaders"}
+                 "includeheaders", "transactional.id", "transaction.timeout.ms", "batchid"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,9 @@ class WriteOptions:
     acks: str = "all"
     checkpoint: str | None = None
     kafka: tuple[tuple[str, str], ...] = ()
+    transactional_id: str | None = None  # each write (a batch write, a micro-batch) is one transaction
+    transaction_timeout_ms: int | None = None
+    batch_id: int | None = None  # batch writes in foreachBatch: the micro-batch, written once
 
 
 def lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -213,8 +216,30 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     acks = opts.get("acks", "all")
     if acks not in ("0", "1", "all"):
         raise UsageError(f"invalid acks '{acks}': use 0, 1 or all")
+    tid = opts.get("transactional.id") or None
+    timeout = _positive_int(opts, "transaction.timeout.ms", "transaction.timeout.ms")
+    if tid is not None:
+        from klog.meta.transactions import validate_transactional_id
+
+        validate_transactional_id(tid)
+        if "kafka.bootstrap.servers" in opts:
+            raise UsageError("option transactional.id works on a local store (dataDir), not through "
+                             "kafka.bootstrap.servers")
+        if acks != "all":
+            raise UsageError(f"option transactional.id needs acks=all (got acks={acks})")
+    elif timeout is not None:
+        raise UsageError("option transaction.timeout.ms needs transactional.id")
+    batch_id = None
+    if "batchid" in opts:
+        try:
+            batch_id = int(opts["batchid"])
+        except ValueError:
+            batch_id = -1
+        if batch_id < 0:
+            raise UsageError(f"invalid batchId '{opts['batchid']}': use the foreachBatch batch id (0 or more)")
     return WriteOptions(resolve_data_dir(opts.get("datadir")), opts.get("topic") or opts.get("path") or None,
-                        codec, acks, opts.get("checkpointlocation") or None, kafka_options(opts))
+                        codec, acks, opts.get("checkpointlocation") or None, kafka_options(opts), tid, timeout,
+                        batch_id)
 
 
 def _parse_assign(text: str) -> dict[str, tuple[int, ...]]:

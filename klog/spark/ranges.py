@@ -6,9 +6,10 @@ nor above its high watermark; `minPartitions` splits big ranges so every core ge
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from klog.broker.resolve import resolve_partitions, resolve_topic_names
+from klog.client.consumer import StartKind, StartSpec
 from klog.errors import OffsetOutOfRangeError, UnknownTopicError, UsageError
 from klog.spark.options import EARLIEST, LATEST, OffsetsSpec, ReadOptions
 
@@ -34,18 +35,19 @@ def topic_partitions(store, opts: ReadOptions) -> list[TopicPartition]:
     if opts.assign:
         out = []
         for topic, parts in opts.assign.items():
-            count = _partition_count(store, topic)
-            for p in parts:
-                if p >= count:
-                    raise UsageError(f"assign: topic '{topic}' has no partition {p} (it has {count})")
-                out.append((topic, p))
+            _require_topic(store, topic)
+            try:
+                out += [(topic, p) for p in resolve_partitions(store, topic, parts)]
+            except UsageError as e:
+                raise UsageError(f"assign: {e}") from None
         return out
+    for topic in opts.subscribe:
+        _require_topic(store, topic)
+    # a pattern that matches nothing yet is an empty query, as in Spark's Kafka source
+    topics = resolve_topic_names(store, opts.subscribe, opts.pattern, allow_none=True)
     if opts.pattern is not None:
-        rx = re.compile(opts.pattern)
-        topics = sorted(t for t in store.topic_names() if rx.fullmatch(t))
-    else:
-        topics = list(opts.subscribe)
-    return [(t, p) for t in topics for p in range(_partition_count(store, t))]
+        topics.sort()
+    return [(t, p) for t in topics for p in resolve_partitions(store, t)]
 
 
 def checked_partitions(store, opts: ReadOptions) -> list[TopicPartition]:
@@ -89,10 +91,10 @@ def _names(tps: list[TopicPartition], shown_max: int = 8) -> str:
     return ", ".join(names[:shown_max]) + (f" and {more} more" if more > 0 else "")
 
 
-def _partition_count(store, topic: str) -> int:
+def _require_topic(store, topic: str) -> None:
+    """Spark's wording for a topic that is not there (the store's own differs, local and remote)."""
     if not store.has_topic(topic):
         raise UnknownTopicError(f"topic '{topic}' does not exist")
-    return store.partition_count(topic)
 
 
 def position(store, tp: TopicPartition, spec: OffsetsSpec, ms: int | dict | None, default: int,
@@ -102,33 +104,35 @@ def position(store, tp: TopicPartition, spec: OffsetsSpec, ms: int | dict | None
     part = store.partition(*tp)
     low = part.log_start_offset()
     high = part.high_watermark() if opts is None else end_offset(part, opts)
-    if ms is not None:
-        when = ms if isinstance(ms, int) else ms.get(tp[0], {}).get(tp[1])
-        if when is not None:
-            found = part.offset_for_timestamp(when)
-            if found is None and no_match == "error":
-                raise OffsetOutOfRangeError(
-                    f"{tp[0]}-{tp[1]} has no record at or after {when} (the starting time); set "
-                    "startingOffsetsByTimestampStrategy=latest to start such partitions at their end")
-            return high if found is None else max(found, low)  # nothing at or after it: the end
+    start = _start_spec(tp, spec, ms, default)
+    found = None
+    if start.kind is StartKind.TIMESTAMP:
+        found = part.offset_for_timestamp(start.value)
+        if found is None and no_match == "error":
+            raise OffsetOutOfRangeError(
+                f"{tp[0]}-{tp[1]} has no record at or after {start.value} (the starting time); set "
+                "startingOffsetsByTimestampStrategy=latest to start such partitions at their end")
+    elif start.kind is StartKind.OFFSET and start.value < low and fail_on_data_loss:
+        raise OffsetOutOfRangeError(f"{what} {start.value} of {tp[0]}-{tp[1]} is below its log start offset {low} "
+                                    "(those records are gone; set failOnDataLoss=false to skip them)")
+    return start.offset(low, high, found, f"{tp[0]}-{tp[1]}", what)
+
+
+def _start_spec(tp: TopicPartition, spec: OffsetsSpec, ms: int | dict | None, default: int) -> StartSpec:
+    """One partition's position as the consumers' StartSpec: a timestamp (wins when given), earliest
+    or latest, or its entry of the per-partition JSON (-2 earliest, -1 latest, `default` when absent)."""
+    when = ms if isinstance(ms, int) or ms is None else ms.get(tp[0], {}).get(tp[1])
+    if when is not None:
+        return StartSpec(StartKind.TIMESTAMP, when)
+    if isinstance(spec, dict):
+        value = spec.get(tp[0], {}).get(tp[1], default)
+        spec = "earliest" if value == EARLIEST else "latest" if value == LATEST else value
     if spec == "earliest":
-        return low
+        return StartSpec(StartKind.BEGINNING)
     if spec == "latest":
-        return high
-    assert isinstance(spec, dict)
-    value = spec.get(tp[0], {}).get(tp[1], default)
-    if value == EARLIEST:
-        return low
-    if value == LATEST:
-        return high
-    if value > high:
-        raise OffsetOutOfRangeError(f"{what} {value} is past the end ({high}) of {tp[0]}-{tp[1]}")
-    if value < low:
-        if fail_on_data_loss:
-            raise OffsetOutOfRangeError(f"{what} {value} of {tp[0]}-{tp[1]} is below its log start offset {low} "
-                                        "(those records are gone; set failOnDataLoss=false to skip them)")
-        return low
-    return value
+        return StartSpec(StartKind.END)
+    assert isinstance(spec, int), spec
+    return StartSpec(StartKind.OFFSET, spec)
 
 
 def plan(store, opts: ReadOptions) -> list[OffsetRange]:

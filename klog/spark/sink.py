@@ -69,28 +69,143 @@ def _millis_list(batch) -> list | None:  # noqa: ANN001
 
 def send_batches(store, opts: WriteOptions, batches: Iterable) -> int:
     """Produce every row of the Arrow batches with acks per the options; returns the row count."""
-    sent = 0
     with store.producer(acks=opts.acks, compression_type=opts.compression) as producer:
-        for batch in batches:
-            n = batch.num_rows
-            if not n:
-                continue
-            values = _binary_list(batch, "value")
-            keys = _binary_list(batch, "key") or [None] * n
-            names = batch.schema.names
-            topics = batch.column("topic").to_pylist() if "topic" in names and not opts.topic else [opts.topic] * n
-            parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
-            stamps = _millis_list(batch) or [None] * n
-            headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
-            for value, key, topic, part, ts, hs in zip(values, keys, topics, parts, stamps, headers, strict=True):
-                if topic is None:
-                    if not opts.topic:
-                        raise UsageError("a row has a null topic and there is no 'topic' option")
-                    topic = opts.topic
-                producer.send(topic, value, key=key, partition=part, timestamp=ts,
-                              headers=[(h["key"], h["value"]) for h in hs] if hs else None)
-            sent += n
-    return sent
+        return send_rows(producer, opts, batches)[0]
+
+
+def send_rows(producer, opts: WriteOptions, batches: Iterable) -> tuple[int, set[str]]:  # noqa: ANN001 - Producer
+    """Send every row of the Arrow batches through `producer`; returns the row count and the topics written."""
+    sent, written = 0, set()
+    for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
+        values = _binary_list(batch, "value")
+        keys = _binary_list(batch, "key") or [None] * n
+        names = batch.schema.names
+        topics = batch.column("topic").to_pylist() if "topic" in names and not opts.topic else [opts.topic] * n
+        parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
+        stamps = _millis_list(batch) or [None] * n
+        headers = batch.column("headers").to_pylist() if "headers" in names else [None] * n
+        for value, key, topic, part, ts, hs in zip(values, keys, topics, parts, stamps, headers, strict=True):
+            if topic is None:
+                if not opts.topic:
+                    raise UsageError("a row has a null topic and there is no 'topic' option")
+                topic = opts.topic
+            producer.send(topic, value, key=key, partition=part, timestamp=ts,
+                          headers=[(h["key"], h["value"]) for h in hs] if hs else None)
+            written.add(topic)
+        sent += n
+    return sent, written
+
+
+# -- exactly once: a write as one transaction, the batch id committed with it ------------------------
+def sink_group(transactional_id: str) -> str:
+    """The consumer group whose committed offset records the sink's last committed Spark batch."""
+    return f"{transactional_id}.spark-sink"
+
+
+def last_committed_batch(store, transactional_id: str) -> int | None:  # noqa: ANN001 - Store
+    """The last batch id committed with `transactional_id` (None before the first): the group's highest
+    committed offset is that batch id + 1. Read after the producer's init, which ends (aborts) what an
+    older incarnation left open, so it is the last *committed* one."""
+    from klog.errors import GroupError
+
+    try:
+        rows = store.describe_group(sink_group(transactional_id)).partitions
+    except GroupError:
+        return None
+    offsets = [r.committed for r in rows if r.committed is not None]
+    return max(offsets) - 1 if offsets else None
+
+
+def send_transaction(store, opts: WriteOptions, batches: Iterable, batch_id: int | None = None) -> int | None:  # noqa: ANN001
+    """All rows in one transaction with opts.transactional_id; with a batch id, that id is committed
+    in the same transaction and a batch id already committed writes nothing (a replay after a crash).
+    Returns the rows written, None for a skipped replay."""
+    extra = {} if opts.transaction_timeout_ms is None else {"transaction_timeout_ms": opts.transaction_timeout_ms}
+    with store.producer(transactional_id=opts.transactional_id, compression_type=opts.compression,
+                        **extra) as producer:
+        if batch_id is not None:
+            last = last_committed_batch(store, opts.transactional_id)
+            if last is not None and batch_id <= last:
+                return None
+        with producer.transaction():
+            sent, written = send_rows(producer, opts, batches)
+            if batch_id is not None and written:
+                producer.flush()
+                _test_crash_point("flushed", batch_id)
+                producer.send_offsets(sink_group(opts.transactional_id), {(min(written), 0): batch_id + 1},
+                                      metadata=f"spark batch {batch_id}")
+        return sent
+
+
+def _test_crash_point(where: str, batch_id: int) -> None:
+    """Fault injection for the kill tests: KLOG_SPARK_SINK_KILL=WHERE:BATCH SIGKILLs, there, the driver
+    (started as a session leader, as the test does: its session holds the driver and its JVM) and this
+    Python worker's own process group (Spark's worker daemon and its workers) at once."""
+    wanted = os.environ.get("KLOG_SPARK_SINK_KILL")
+    if not wanted or wanted != f"{where}:{batch_id}":
+        return
+    import signal
+
+    leader = os.getsid(0)
+    with open(f"/proc/{leader}/cmdline", "rb") as f:
+        if b"klog" in f.read():  # never a shell's session
+            os.killpg(leader, signal.SIGKILL)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+class StreamCommitter:
+    """The driver's commit of a micro-batch whose tasks staged their rows (stage_batches).
+
+    With a transactional id: the rows and the batch id in one transaction, a replayed batch skipped
+    (exactly once, even when the driver dies inside the commit). Without one: the rows produced, then
+    a marker file for the batch in the checkpoint, a replayed batch with a marker skipped (exactly
+    once except when the driver dies between the first record and the marker). No checkpoint, no
+    transactional id: every replay is written again.
+    """
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+        base = (os.path.join(opts.checkpoint, "klog-sink") if opts.checkpoint
+                else os.path.join(opts.data_dir, "spark", "staging", uuid.uuid4().hex))
+        self.staging_dir = os.path.join(base, "staging")
+        self.commits_dir = os.path.join(base, "commits") if opts.checkpoint else None
+
+    def commit(self, store, paths: list[str], batch_id: int) -> None:  # noqa: ANN001 - Store
+        if self.opts.transactional_id is not None:
+            send_transaction(store, self.opts, staged_batches(paths), batch_id)
+        else:
+            marker = os.path.join(self.commits_dir, str(batch_id)) if self.commits_dir else None
+            if marker is None or not os.path.exists(marker):
+                send_batches(store, self.opts, staged_batches(paths))
+                if marker is not None:
+                    _write_marker(marker)
+        discard(paths)
+
+
+def discard(paths: Iterable[str]) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _write_marker(path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write("done\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def stage_batches(directory: str, batches: Iterator) -> tuple[str | None, int]:
@@ -128,3 +243,27 @@ def staged_batches(paths: list[str]) -> Iterator:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)
+
+
+class ForeachBatchSink:
+    """The klog sink as a `foreachBatch` function, for the output mode `format("klog")` cannot take:
+
+        counts.writeStream.outputMode("update").foreachBatch(
+            ForeachBatchSink(topic="counts", checkpointLocation=ckpt, **{"transactional.id": "counts"})
+        ).option("checkpointLocation", ckpt).start()
+
+    Spark asks a data source for Update mode through a JVM interface its Python data sources do not
+    implement, so `writeStream.format("klog").outputMode("update")` is refused by Spark itself;
+    Spark's Kafka sink appends each updated row, and so does this. It takes the sink's options and
+    writes each micro-batch as a batch write with the `batchId` option: tasks stage, the driver
+    commits, with the stream writer's exactly-once rules.
+    """
+
+    def __init__(self, **options: str) -> None:
+        from klog.spark.options import parse_write_options
+
+        parse_write_options(options)  # a bad option fails now, not at the first batch
+        self.options = {k: str(v) for k, v in options.items()}
+
+    def __call__(self, df, batch_id: int) -> None:  # noqa: ANN001 - DataFrame
+        df.write.format("klog").options(**self.options).option("batchId", str(batch_id)).mode("append").save()

@@ -10,6 +10,7 @@ object here is pickled to Spark's Python workers, so they hold plain data only (
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import uuid
@@ -39,7 +40,15 @@ from klog.spark.arrow import (
     read_range_remote,
 )
 from klog.spark.options import ReadOptions, WriteOptions, lower, parse_read_options, parse_write_options
-from klog.spark.sink import check_sink_schema, send_batches, stage_batches, staged_batches
+from klog.spark.sink import (
+    StreamCommitter,
+    check_sink_schema,
+    discard,
+    send_batches,
+    send_transaction,
+    stage_batches,
+    staged_batches,
+)
 
 if TYPE_CHECKING:
     from klog.client.interface import AnyStore
@@ -220,80 +229,77 @@ class WrittenMessage(WriterCommitMessage):
     records: int
 
 
-class KlogBatchWriter(DataSourceArrowWriter):
-    """Each task produces its rows with acks=all; keyed rows land where Kafka's partitioner puts them.
-
-    Like Spark's Kafka sink this is at-least-once: a task Spark retries writes its rows again.
-    """
-
-    def __init__(self, opts: WriteOptions) -> None:
-        self.opts = opts
-
-    def write(self, iterator: Iterator) -> WrittenMessage:
-        with _open_store(self.opts) as store:
-            return WrittenMessage(send_batches(store, self.opts, iterator))
-
-
 @dataclass
 class StagedMessage(WriterCommitMessage):
     path: str | None
     records: int
 
 
-class KlogStreamWriter(DataSourceStreamArrowWriter):
-    """Tasks stage their rows as Arrow files; the driver's commit(batch id) produces them and marks the
-    batch done in the query's checkpoint, so a batch Spark replays after a restart is not written twice.
+class KlogBatchWriter(DataSourceArrowWriter):
+    """Each task produces its rows with acks=all; keyed rows land where Kafka's partitioner puts them.
 
-    Exactly-once except when the driver dies inside a commit, after producing part of a batch and
-    before its commit marker: the replayed batch is then written again (at-least-once). Without a
-    checkpointLocation option there are no markers and every replay is written again.
+    Like Spark's Kafka sink this is at-least-once: a task Spark retries writes its rows again. With
+    the transactional.id option, tasks stage their rows and the driver's commit produces them all in
+    one transaction: the write is all or nothing for read_committed readers, and retried tasks'
+    rows are not repeated. With batchId (a foreachBatch micro-batch), the driver's commit follows
+    the stream writer's rules (StreamCommitter): a batch id already committed is not written again.
     """
 
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
-        base = (os.path.join(opts.checkpoint, "klog-sink") if opts.checkpoint
-                else os.path.join(opts.data_dir, "spark", "staging", uuid.uuid4().hex))
-        self.staging_dir = os.path.join(base, "staging")
-        self.commits_dir = os.path.join(base, "commits") if opts.checkpoint else None
+        self.staged = opts.transactional_id is not None or opts.batch_id is not None
+        self.staging_dir = os.path.join(opts.data_dir, "spark", "staging", uuid.uuid4().hex)
+
+    def write(self, iterator: Iterator) -> WrittenMessage | StagedMessage:
+        if self.staged:
+            return StagedMessage(*stage_batches(self.staging_dir, iterator))
+        with _open_store(self.opts) as store:
+            return WrittenMessage(send_batches(store, self.opts, iterator))
+
+    def commit(self, messages: list) -> None:
+        if not self.staged:
+            return
+        paths = _staged_paths(messages)
+        try:
+            with _open_store(self.opts) as store:
+                if self.opts.batch_id is not None:
+                    StreamCommitter(self.opts).commit(store, paths, self.opts.batch_id)
+                else:
+                    send_transaction(store, self.opts, staged_batches(paths))
+        finally:
+            _discard_staging(paths, self.staging_dir)
+
+    def abort(self, messages: list) -> None:
+        _discard_staging(_staged_paths(messages), self.staging_dir)
+
+
+def _staged_paths(messages: list) -> list[str]:
+    return [m.path for m in messages if isinstance(m, StagedMessage) and m.path]
+
+
+def _discard_staging(paths: list[str], directory: str) -> None:
+    discard(paths)
+    with contextlib.suppress(OSError):  # a failed task's file may remain: then the directory stays
+        os.rmdir(directory)
+
+
+class KlogStreamWriter(DataSourceStreamArrowWriter):
+    """Tasks stage their rows as Arrow files; the driver's commit(batch id) produces them (in one
+    transaction with the transactional.id option) and records the batch id, so a batch Spark
+    replays after a restart is not written twice (klog.spark.sink.StreamCommitter says when)."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+        self.committer = StreamCommitter(opts)
+        self.staging_dir = self.committer.staging_dir
 
     def write(self, iterator: Iterator) -> StagedMessage:
         path, records = stage_batches(self.staging_dir, iterator)
         return StagedMessage(path, records)
 
     def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
-        marker = os.path.join(self.commits_dir, str(batchId)) if self.commits_dir else None
-        paths = [m.path for m in messages if m is not None and m.path]
-        if marker is None or not os.path.exists(marker):
-            with _open_store(self.opts) as store:
-                send_batches(store, self.opts, staged_batches(paths))
-            if marker is not None:
-                _write_marker(marker)
-        for path in paths:
-            _unlink(path)
+        with _open_store(self.opts) as store:
+            self.committer.commit(store, _staged_paths(messages), batchId)
 
     def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
-        for m in messages:
-            if m is not None and m.path:
-                _unlink(m.path)
-
-
-def _write_marker(path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write("done\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        discard(_staged_paths(messages))

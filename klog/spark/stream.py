@@ -17,6 +17,8 @@ from klog.errors import UsageError
 from klog.spark.options import location, open_store
 
 SOURCE_VIEW = "source"
+OUTPUT_MODES = ("append", "update", "complete")
+VIEW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
 @dataclass
@@ -30,6 +32,9 @@ class StreamRequest:
     trigger_seconds: float = 1.0
     starting_offsets: str = "earliest"
     max_records_per_batch: int | None = None
+    output_mode: str = "append"
+    watermark: str | None = None  # "COLUMN,DELAY", e.g. "timestamp,10 minutes"
+    transactional_id: str | None = None
 
 
 @dataclass
@@ -66,8 +71,45 @@ def check_request(data_dir: str, req: StreamRequest) -> None:
         raise UsageError(f"no such script: {req.script}")
     if req.starting_offsets not in ("earliest", "latest"):
         raise UsageError(f"invalid --starting-offsets '{req.starting_offsets}': use earliest or latest")
+    if req.output_mode not in OUTPUT_MODES:
+        raise UsageError(f"invalid --output-mode '{req.output_mode}': use {', '.join(OUTPUT_MODES)}")
+    if req.watermark is not None:
+        parse_watermark(req.watermark)
+    if req.transactional_id is not None:
+        from klog.meta.transactions import validate_transactional_id
+
+        validate_transactional_id(req.transactional_id)
     with open_store(data_dir) as store:
         store.topic(req.source)  # an unknown source topic: one line before Spark plans anything
+
+
+def parse_watermark(text: str) -> tuple[str, str]:
+    """--watermark COLUMN,DELAY (Spark's withWatermark(column, delay)): ("timestamp", "10 minutes")."""
+    column, _, delay = text.partition(",")
+    column, delay = column.strip(), delay.strip()
+    if not column or not delay:
+        raise UsageError(f"invalid --watermark '{text}': use COLUMN,DELAY such as 'timestamp,10 minutes'")
+    if column not in VIEW_COLUMNS:
+        raise UsageError(f"invalid --watermark '{text}': the source view's time column is 'timestamp' "
+                         f"(columns: {', '.join(VIEW_COLUMNS)})")
+    return column, delay
+
+
+def _refused(req: StreamRequest, exc: Exception) -> Exception:
+    """Spark's refusal of the query (an analysis error: a mode it cannot run, a bad watermark) as one
+    usage line naming the option; other errors as they are."""
+    from pyspark.errors import AnalysisException, IllegalArgumentException, ParseException
+
+    from klog.spark.failures import from_spark
+
+    if not isinstance(exc, (AnalysisException, IllegalArgumentException, ParseException)):
+        return exc
+    message = str(from_spark(exc)).removeprefix("Spark: ")
+    lowered = message.lower()
+    hint = ""
+    if req.output_mode == "append" and "output mode" in lowered and "aggregation" in lowered:
+        hint = " (use --output-mode update or complete, or --watermark)"
+    return UsageError(f"Spark refuses this query in --output-mode {req.output_mode}: {message.rstrip(';')}{hint}")
 
 
 def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - StreamingQuery
@@ -80,6 +122,18 @@ def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - S
         reader = reader.option("maxOffsetsPerTrigger", str(req.max_records_per_batch))
     view = reader.load().selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "topic",
                                     "partition", "offset", "timestamp", "timestampType", "headers")
+    if req.watermark is not None:
+        try:
+            view = view.withWatermark(*parse_watermark(req.watermark))
+        except Exception as e:  # noqa: BLE001 - Spark's error for a delay it cannot parse
+            from pyspark.errors import PySparkException
+
+            if not isinstance(e, PySparkException):
+                raise
+            from klog.spark.failures import from_spark
+
+            raise UsageError(f"invalid --watermark '{req.watermark}': "
+                             f"{str(from_spark(e)).removeprefix('Spark: ')}") from None
     view.createOrReplaceTempView(SOURCE_VIEW)
     if re.fullmatch(r"[A-Za-z_]\w*", req.source):
         view.createOrReplaceTempView(req.source)
@@ -87,12 +141,23 @@ def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - S
         view.createOrReplaceTempView(f"`{req.source}`")
     out = to_sink_frame(_transform(spark, view, req))
     checkpoint = req.checkpoint or default_checkpoint(data_dir, req.source, req.target)
-    writer = (out.writeStream.format("klog").option("topic", req.target).options(**location(data_dir))
-              .option("checkpointLocation", checkpoint).queryName(f"klog_{req.source}_to_{req.target}"
-                                                                  .replace("-", "_").replace(".", "_")))
+    sink = {"topic": req.target, **location(data_dir), "checkpointLocation": checkpoint}
+    if req.transactional_id is not None:
+        sink["transactional.id"] = req.transactional_id
+    if req.output_mode == "update":  # Spark refuses format("klog") in Update mode (see ForeachBatchSink)
+        from klog.spark.sink import ForeachBatchSink
+
+        writer = out.writeStream.foreachBatch(ForeachBatchSink(**sink))
+    else:
+        writer = out.writeStream.format("klog").options(**sink)
+    writer = (writer.outputMode(req.output_mode).option("checkpointLocation", checkpoint)
+              .queryName(f"klog_{req.source}_to_{req.target}".replace("-", "_").replace(".", "_")))
     writer = writer.trigger(availableNow=True) if req.available_now \
         else writer.trigger(processingTime=f"{req.trigger_seconds} seconds")
-    return writer.start()
+    try:
+        return writer.start()
+    except Exception as e:
+        raise _refused(req, e) from None
 
 
 def wait(query, poll_seconds: float = 0.5) -> bool:  # noqa: ANN001 - StreamingQuery

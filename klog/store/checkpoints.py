@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import os
-import uuid
 
 from klog.errors import KlogError
 
@@ -79,4 +78,15 @@ def offsets_text(offsets: dict[tuple[str, int], int]) -> str:
 
 def kafka_uuid(value: str) -> str:
     """A UUID as Kafka prints it: URL-safe base64 of its 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(uuid.UUID(value).bytes).decode().rstrip("=")
+    digits = value.replace("-", "")
+    raw = b""
+    if len(digits) == 32:  # the usual spelling, read without importing uuid (every produce writes this)
+        try:
+            raw = bytes.fromhex(digits)
+        except ValueError:
+            pass
+    if len(raw) != 16:
+        import uuid
+
+        raw = uuid.UUID(value).bytes  # its other spellings ({...}, urn:uuid:), or uuid's error
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")

@@ -16,12 +16,25 @@ import mmap
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from typing import TypeAlias
-
-import cramjam
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from klog.errors import DecompressionError, UnknownCodecIdError
 from klog.store.limits import DECOMPRESSED_BATCH_BYTES_MAX
+
+if TYPE_CHECKING:
+    import cramjam
+else:
+    class _LazyCramjam:
+        """cramjam, imported at the first compressed batch: an uncompressed read or write (`klog
+        consume t -n 1` in a shell loop) does not load the library (~1 ms)."""
+
+        def __getattr__(self, name: str) -> Any:
+            import cramjam as module
+
+            globals()["cramjam"] = module  # from now on the module itself
+            return getattr(module, name)
+
+    cramjam = _LazyCramjam()
 
 NONE = 0
 GZIP = 1

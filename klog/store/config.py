@@ -6,21 +6,27 @@ Values are kept as strings in metadata (as Kafka does) and parsed here into a Lo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from klog.errors import InvalidConfigError
 from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
+from klog.store.plain import FrozenPlain
 
 LONG_MAX = 2**63 - 1
 CODECS = ("producer", "none", "gzip", "snappy", "lz4", "zstd")
 
 
-@dataclass(frozen=True)
-class ConfigKey:
+class ConfigKey(FrozenPlain):
+    _fields = ("name", "default", "parse", "doc")
     name: str
     default: str
     parse: Callable[[str], object]
     doc: str
+
+    def __init__(self, name: str, default: str, parse: Callable[[str], object], doc: str) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "default", default)
+        object.__setattr__(self, "parse", parse)
+        object.__setattr__(self, "doc", doc)
 
 
 def _long(minimum: int) -> Callable[[str], int]:
@@ -109,10 +115,9 @@ def validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-@dataclass(frozen=True)
-class LogConfig:
+class LogConfig(FrozenPlain):
     """A topic's configs parsed once: one typed field per key of CONFIG_KEYS (the defaults are
-    CONFIG_KEYS' defaults; a test keeps the two tables in step)."""
+    CONFIG_KEYS' defaults; a test keeps the two tables in step). Made with keyword arguments."""
 
     segment_bytes: int = 1073741824
     segment_ms: int = 604800000
@@ -135,6 +140,13 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     unclean_leader_election_enable: bool = False
+    _fields = tuple(__annotations__)  # the fields above, in order
+
+    def __init__(self, **values: object) -> None:
+        for name in self._fields:
+            object.__setattr__(self, name, values.pop(name) if name in values else getattr(LogConfig, name))
+        if values:
+            raise TypeError(f"LogConfig has no field {sorted(values)[0]!r}")
 
     @classmethod
     def from_configs(cls, configs: Mapping[str, str], *, lenient: bool = False) -> LogConfig:

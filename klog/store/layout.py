@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 
 from klog.errors import DataDirError, UsageError
 from klog.store.health import write_identity
+from klog.store.plain import Plain
 
 CONFIG_NAME = "klog.json"
 LAYOUT_VERSION = 1
@@ -34,10 +34,14 @@ STORE_DEFAULTS = {
     # committed offsets' expiry (klog/meta/groups.py: GroupsMeta.expire_offsets)
     "offsets.retention.minutes": "10080",
     "offsets.retention.check.interval.ms": "600000",
+    # __consumer_offsets in Kafka's format, kept in step with LMDB by klog serve (klog/broker/offsets_topic.py)
+    "offsets.topic.num.partitions": "50",
     # transactions (klog/client/txn_coordinator.py): the longest transaction.timeout.ms a producer may
     # ask for, and how often abandoned transactions are looked for and aborted
     "transaction.max.timeout.ms": "900000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    # a transactional id idle this long (no transaction open) is forgotten, with its producer id
+    "transactional.id.expiration.ms": "604800000",
     # klog serve's retention and compaction passes (klog/server/log_cleaner.py)
     "log.retention.check.interval.ms": "300000",
     "log.cleaner.backoff.ms": "15000",
@@ -86,18 +90,22 @@ def default_data_dir() -> str:
     return os.path.join(base, "klog")
 
 
-@dataclass
-class LogDir:
-    id: int
-    path: str  # absolute, or relative to the data dir
-    identity: str | None = None  # the id written in the directory (health.py)
+class LogDir(Plain):
+    _fields = ("id", "path", "identity")
+
+    def __init__(self, id: int, path: str, identity: str | None = None) -> None:  # noqa: A002 - its JSON name
+        self.id = id
+        self.path = path  # absolute, or relative to the data dir
+        self.identity = identity  # the id written in the directory (health.py)
 
 
-@dataclass
-class DataDir:
-    path: str
-    log_dirs: list[LogDir] = field(default_factory=list)
-    defaults: dict[str, str] = field(default_factory=dict)
+class DataDir(Plain):
+    _fields = ("path", "log_dirs", "defaults")
+
+    def __init__(self, path: str, log_dirs: list[LogDir] | None = None, defaults: dict[str, str] | None = None) -> None:
+        self.path = path
+        self.log_dirs = [] if log_dirs is None else log_dirs
+        self.defaults = {} if defaults is None else defaults
 
     @property
     def meta_dir(self) -> str:

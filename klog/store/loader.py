@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from klog.store.format import (
@@ -30,6 +29,7 @@ from klog.store.format import (
     segment_file_name,
 )
 from klog.store.names import fsync_dir
+from klog.store.plain import Plain
 from klog.store.segment import keep_corrupt_bytes
 from klog.store.state import ReplicaSnapshot, current_boot_id
 
@@ -37,14 +37,17 @@ if TYPE_CHECKING:
     from klog.store.log import PartitionLog
 
 
-@dataclass
-class RecoveryReport:
+class RecoveryReport(Plain):
     """What opening a replica for writing repaired, for `klog verify` and tests."""
 
-    segments_recovered: list[int] = field(default_factory=list)
-    bytes_truncated: int = 0
-    segments_deleted: list[int] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
+    _fields = ("segments_recovered", "bytes_truncated", "segments_deleted", "reasons")
+
+    def __init__(self, segments_recovered: list[int] | None = None, bytes_truncated: int = 0,
+                 segments_deleted: list[int] | None = None, reasons: list[str] | None = None) -> None:
+        self.segments_recovered = [] if segments_recovered is None else segments_recovered
+        self.bytes_truncated = bytes_truncated
+        self.segments_deleted = [] if segments_deleted is None else segments_deleted
+        self.reasons = [] if reasons is None else reasons
 
     @property
     def repaired(self) -> bool:
@@ -59,16 +62,18 @@ def unlink_if_there(path: str) -> None:
 
 
 # -- pass 1 --------------------------------------------------------------------------------------
-def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0) -> list[str]:
+def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0, names: set[str] | None = None) -> list[str]:
     """Finish or roll back the cleaner's swaps, drop `.cleaned` files and the `.deleted` ones
-    whose file.delete.delay.ms is over (remove_deleted_files).
+    whose file.delete.delay.ms is over (remove_deleted_files). `names`: the folder's listing,
+    when the caller has just made it (one listing per open of a partition).
 
     Returns what it did, one line per action (empty when the folder was clean).
     """
-    try:
-        names = set(os.listdir(directory))
-    except FileNotFoundError:
-        return []
+    if names is None:
+        try:
+            names = set(os.listdir(directory))
+        except FileNotFoundError:
+            return []
     done: list[str] = []
     swapped_bases = sorted({b for n in names if n.endswith(SWAP_SUFFIX) and (b := parse_segment_base(n)) is not None})
     for base in swapped_bases:

@@ -40,9 +40,7 @@ class FileLock:
             raise PartitionClosedError(f"partition closed meanwhile ({os.path.basename(self.path)[:-5]}): "
                                        "its topic was deleted or re-created")
         if self._depth == 0:
-            if self._fd is None:
-                self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self._lock_the_file_at_path()
             try:
                 found = GENERATION.unpack(os.pread(self._fd, GENERATION.size, 0))[0]
             except struct.error:  # a new (empty) lock file
@@ -52,6 +50,28 @@ class FileLock:
             os.pwrite(self._fd, GENERATION.pack(self.generation), 0)
             self._owner = threading.get_ident()
         self._depth += 1
+
+    def _lock_the_file_at_path(self) -> None:
+        """flock the file now at self.path: a topic delete (in any process) unlinks the lock files
+        while holding them, so a writer that waited on the old file locks the one at the path
+        instead (two holders of two files would be two writers of one partition)."""
+        try:
+            while True:
+                if self._fd is None:
+                    self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                held = os.fstat(self._fd)
+                try:
+                    there = os.stat(self.path, follow_symlinks=False)
+                    if (held.st_ino, held.st_dev) == (there.st_ino, there.st_dev):
+                        return
+                except FileNotFoundError:
+                    pass  # unlinked meanwhile: open it again
+                os.close(self._fd)  # (closing releases the flock)
+                self._fd = None
+        except BaseException:
+            self._threads.release()
+            raise
 
     @property
     def held(self) -> bool:

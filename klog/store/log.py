@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import bisect
 import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec, faults, flusher, loader, validate
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
+from klog.store.flush_pipeline import FlushSchedule, PendingFlush, SealedFlushes
 from klog.store.format import (
     LOG_SUFFIX,
     OFFSET_INDEX_ENTRY,
@@ -28,49 +27,34 @@ from klog.store.format import (
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
+from klog.store.plain import Plain
 from klog.store.segment import LogSegment, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 from klog.store.walk import Tail, walk_batches
-
-if TYPE_CHECKING:  # a reader never needs the flusher's futures (concurrent.futures imports logging)
-    from concurrent.futures import Future
 
 T = TypeVar("T")
 
 # In a replica's folder: the log holds a record whose attributes byte is >= 0x80 (a foreign log:
 # `dirs import` found one), so its batches are decoded by the strict decoder only (see fastrecords)
 STRICT_RECORDS_MARKER = "klog-strict-records"
-# Sealed segments whose background fsync may be under way at once, per log (each holds its three
-# descriptors until done); a roll past this waits for the oldest. 0: every roll waits for its
-# own flush, as before the flush moved to the background (benchmarks compare the two).
-ROLL_FLUSHES_PENDING_MAX = 4
-# A flush.ms at or under this is kept by a timer (partition.py's idle flush), beyond it never
-FLUSH_MS_TIMED_MAX = 7 * 24 * 3600 * 1000
 
 
-@dataclass
-class PendingFlush:
-    """A sealed segment (or, after an untrusted open, a run of them) being fsynced by the flusher:
-    once done, a recovery point that had reached the first one (`start`) may pass them (`end`)."""
-
-    start: int  # the (first) sealed segment's base offset
-    end: int  # the end offset: the base of the segment after (the last) one
-    future: Future
-
-
-@dataclass
-class FetchedBatch:
+class FetchedBatch(Plain):
     """One CRC-checked batch read from a replica."""
 
-    header: BatchHeader
-    data: bytes  # the whole batch, header included
-    segment_base: int
-    position: int
-    path: str | None = None  # the segment file, for error messages
-    strict: bool = False  # the log is marked STRICT_RECORDS_MARKER: never the compiled reader
-    # False for a batch from a cluster (a log klog cannot mark): the compiled reader only after a
-    # check of the records' attributes bytes (fastrecords.plain_attributes)
-    trusted: bool = True
+    _fields = ("header", "data", "segment_base", "position", "path", "strict", "trusted")
+
+    def __init__(self, header: BatchHeader, data: bytes, segment_base: int, position: int, path: str | None = None,
+                 strict: bool = False, trusted: bool = True) -> None:
+        self.header = header
+        self.data = data  # the whole batch, header included
+        self.segment_base = segment_base
+        self.position = position
+        self.path = path  # the segment file, for error messages
+        self.strict = strict  # the log is marked STRICT_RECORDS_MARKER: never the compiled reader
+        # False for a batch from a cluster (a log klog cannot mark): the compiled reader only after a
+        # check of the records' attributes bytes (fastrecords.plain_attributes)
+        self.trusted = trusted
 
     def records(self) -> list[codec.RecordOut]:
         fast, trust = not self.strict, self.trusted
@@ -99,15 +83,17 @@ class FetchedBatch:
             raise CorruptLogError(message, self.path, self.position, self.header.base_offset) from None
 
 
-@dataclass
-class ByteRange:
+class ByteRange(Plain):
     """Bytes of whole batches (maybe a cut last one) in a segment file, sent as they are."""
 
-    fd: int  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
-    position: int
-    length: int
-    first: BatchHeader
-    path: str
+    _fields = ("fd", "position", "length", "first", "path")
+
+    def __init__(self, fd: int, position: int, length: int, first: BatchHeader, path: str) -> None:
+        self.fd = fd  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
+        self.position = position
+        self.length = length
+        self.first = first
+        self.path = path
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -179,23 +165,25 @@ class PartitionLog:
         self.state = ReplicaState(os.path.join(directory, ReplicaState.FILE_NAME))
         self._fds: SegmentFds | None = None
         self._fds_base = -1
-        self._unflushed_batches = 0
-        self._last_flush_ms = time.monotonic() * 1000
+        self.flush_schedule = FlushSchedule(self.config)  # when appends are due for an fsync
+        self.sealed_flushes = SealedFlushes()  # sealed segments the flusher is fsyncing
         self._dir_dirty = False
         self.recovery_point = 0
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         self.strict_records = False  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
-        self.pending_flushes: list[PendingFlush] = []  # oldest first (flusher.py)
         self.refresh_segments()
 
+    @property
+    def pending_flushes(self) -> list[PendingFlush]:
+        """The sealed segments' fsyncs under way, oldest first (flush_pipeline.py)."""
+        return self.sealed_flushes.pending
+
     # -- segment list --------------------------------------------------------------------------
-    def refresh_segments(self) -> None:
-        """Re-list the folder: other processes roll, delete and truncate segments."""
-        check_not_symlink(self.directory)
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            names = []
+    def refresh_segments(self, names: list[str] | set[str] | None = None) -> None:
+        """Re-list the folder: other processes roll, delete and truncate segments. `names`: a
+        listing the caller has just made (after check_not_symlink)."""
+        if names is None:
+            names = self._list()
         bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
         listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
         for base in [b for b in self.segments if b not in listed]:
@@ -205,6 +193,13 @@ class PartitionLog:
                 self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
         self.bases = bases
         self.strict_records = STRICT_RECORDS_MARKER in names
+
+    def _list(self) -> list[str]:
+        check_not_symlink(self.directory)
+        try:
+            return os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
 
     def mark_strict_records(self) -> None:
         """Make every later read of this log (in any process) use the strict decoder only: the log
@@ -260,9 +255,11 @@ class PartitionLog:
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
             fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
-        # a compaction or retention killed mid-way; expired .deleted files
-        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms)
-        self.refresh_segments()
+        # a compaction or retention killed mid-way; expired .deleted files. One listing serves
+        # both passes unless the first changed the segments (a finished swap)
+        names = self._list()
+        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, set(names))
+        self.refresh_segments(None if swaps else names)
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
             self.new_segment(0)
@@ -290,8 +287,8 @@ class PartitionLog:
         first = max(bisect.bisect_right(self.bases, self.recovery_point) - 1, 0)
         sealed = self.bases[first:-1]
         if sealed:
-            self.pending_flushes.append(PendingFlush(sealed[0], self.active.base_offset, flusher.submit_catch_up(
-                self._segment_files(sealed), self.directory)))
+            self.sealed_flushes.submit_catch_up(self._segment_files(sealed), self.directory, sealed[0],
+                                                self.active.base_offset)
 
     def _segment_files(self, bases: list[int]) -> list[tuple[str, ...]]:
         return [(s.log_path, s.offset_index.path, s.time_index.path) for s in (self.segments[b] for b in bases)]
@@ -362,41 +359,25 @@ class PartitionLog:
         segment = self.new_segment(base)
         self._open_fds()
         if sealed is not None:
-            self.pending_flushes.append(PendingFlush(old.base_offset, base,
-                                                     flusher.submit_sealed(sealed, self.directory)))
+            self.sealed_flushes.submit_sealed(sealed, self.directory, old.base_offset, base)
             faults.point("roll-flush-pending")
-            if len(self.pending_flushes) > ROLL_FLUSHES_PENDING_MAX:
-                self.collect_flushes(wait=len(self.pending_flushes) - ROLL_FLUSHES_PENDING_MAX)
+            if self.sealed_flushes.over_limit():
+                self.collect_flushes(wait=self.sealed_flushes.over_limit())
         return segment
 
     def collect_flushes(self, wait: int = 0) -> None:
-        """Move the recovery point past the sealed segments the flusher has fsynced, oldest first,
-        waiting for the first `wait` of them; only from a recovery point inside or at the start of
-        the segment (one below it: a segment before, sealed by a writer killed with its flush
-        pending, is not known to be on disk). A failed fsync stops the recovery point before that
-        segment for good. flush() fsyncs what is left itself, and raises if that fails again."""
-        pending = self.pending_flushes
-        while pending and (wait > 0 or pending[0].future.done()):
-            item = pending.pop(0)
-            wait -= 1
-            if item.future.exception() is not None:
-                self.drop_flushes()
-                return
-            if self.recovery_point >= item.start:
-                self.recovery_point = max(self.recovery_point, item.end)
+        """Move the recovery point past the sealed segments the flusher has fsynced, waiting for
+        the first `wait` of them (SealedFlushes.collect). flush() fsyncs what a failed one left."""
+        self.recovery_point = self.sealed_flushes.collect(self.recovery_point, wait)
 
     def drop_flushes(self) -> None:
-        """Wait for every pending flush and forget them, the recovery point unmoved (a truncation
-        or a failed fsync: their ends may no longer be, or not yet be, durable offsets)."""
-        for item in self.pending_flushes:
-            item.future.exception()  # waits; the outcome no longer matters
-        self.pending_flushes = []
+        """Wait for every pending flush and forget them, the recovery point unmoved."""
+        self.sealed_flushes.drop()
 
     def finish_flushes(self, upto: int | None = None) -> None:
         """Wait until the flusher is done with this log's sealed segments (those holding offsets
         below `upto`, if given): before retention deletes or compaction rewrites them."""
-        pending = self.pending_flushes
-        self.collect_flushes(wait=len(pending) if upto is None else sum(1 for p in pending if p.start < upto))
+        self.collect_flushes(wait=self.sealed_flushes.below(upto))
 
     def _sync_sealed_since_recovery_point(self) -> None:
         """fsync the sealed segments holding offsets at or past the recovery point (Kafka's
@@ -435,7 +416,7 @@ class PartitionLog:
         if self.should_roll(header):
             self.roll(header.base_offset)
         position = self.active.append(self._fds, batch, header)
-        self._unflushed_batches += 1
+        self.flush_schedule.appended()
         self._save_state()
         return position
 
@@ -457,9 +438,7 @@ class PartitionLog:
     def maybe_flush(self, by_count: bool = True) -> bool:
         """fsync per flush.messages / flush.ms; returns True if it did. `by_count=False` (a write
         whose acks do not wait for this replica) leaves only flush.ms, the time bound."""
-        now_ms = time.monotonic() * 1000
-        if ((by_count and self._unflushed_batches >= self.config.flush_messages)
-                or now_ms - self._last_flush_ms >= self.config.flush_ms):
+        if self.flush_schedule.due(by_count):
             self.flush()
             return True
         return False
@@ -467,9 +446,7 @@ class PartitionLog:
     def flush_due_in_ms(self) -> float | None:
         """None when every appended byte is fsynced; else how long until flush.ms makes the
         unsynced ones due (0 or less: due now)."""
-        if self._unflushed_batches == 0 or self._fds is None:
-            return None
-        return self.config.flush_ms - (time.monotonic() * 1000 - self._last_flush_ms)
+        return None if self._fds is None else self.flush_schedule.due_in_ms()
 
     def flush(self) -> None:
         if self._fds is None:
@@ -483,15 +460,11 @@ class PartitionLog:
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False
-        self._unflushed_batches = 0
-        self._last_flush_ms = time.monotonic() * 1000
-        self.recovery_point = self.log_end_offset
-        self._save_state()
+        self._mark_flushed()
 
     def flush_due(self) -> bool:
         """Would maybe_flush() fsync now (flush.messages reached, or flush.ms passed)?"""
-        return self._fds is not None and (self._unflushed_batches >= self.config.flush_messages
-                                          or time.monotonic() * 1000 - self._last_flush_ms >= self.config.flush_ms)
+        return self._fds is not None and self.flush_schedule.due()
 
     def mark_synced(self) -> None:
         """Everything appended is durable (a syncfs of this log's filesystem just returned, see
@@ -500,13 +473,15 @@ class PartitionLog:
             return
         self.finish_flushes()  # the background flushes of sealed segments: covered, but collected
         self._dir_dirty = False
-        self._unflushed_batches = 0
-        self._last_flush_ms = time.monotonic() * 1000
+        self._mark_flushed()
+
+    def _mark_flushed(self) -> None:
+        self.flush_schedule.synced()
         self.recovery_point = self.log_end_offset
         self._save_state()
 
     def _save_state(self, sync: bool = False) -> None:
-        if self.pending_flushes:
+        if self.sealed_flushes.pending:
             self.collect_flushes()
         active = self.active
         self.state.write(ReplicaSnapshot(
@@ -518,7 +493,7 @@ class PartitionLog:
         the segments' read descriptors): they reopen on the next use, the next writer's open
         re-reading the folder. Lock not held. False (nothing closed) while appended bytes wait
         for a flush.ms fsync: closing would skip it."""
-        if self._unflushed_batches and self.config.flush_ms <= FLUSH_MS_TIMED_MAX:
+        if self.flush_schedule.timed_wait():
             return False
         self.drop_flushes()
         if self._fds is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from klog.errors import (
@@ -22,12 +21,14 @@ from klog.errors import (
     StateLostError,
     StorageError,
 )
-from klog.store import codec
+from klog.store import codec, faults
 from klog.store.config import LogConfig
+from klog.store.flush_pipeline import FLUSH_MS_TIMED_MAX
 from klog.store.format import partition_dir_name
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.locks import FileLock
-from klog.store.log import FLUSH_MS_TIMED_MAX, ByteRange, FetchedBatch, PartitionLog, RecoveryReport
+from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
+from klog.store.plain import FrozenPlain
 from klog.store.state import PartitionSnapshot, PartitionState
 
 if TYPE_CHECKING:
@@ -83,12 +84,19 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
     replica.maybe_flush(by_count=sync)  # flush.ms holds whatever acks waits for
 
 
-@dataclass(frozen=True)
-class AppendResult:
+class AppendResult(FrozenPlain):
+    _fields = ("base_offset", "last_offset", "log_append_time_ms", "failed_followers")
     base_offset: int
     last_offset: int
     log_append_time_ms: int | None
     failed_followers: dict[int, str]  # replica index -> why its append failed (it leaves the ISR)
+
+    def __init__(self, base_offset: int, last_offset: int, log_append_time_ms: int | None,
+                 failed_followers: dict[int, str]) -> None:
+        object.__setattr__(self, "base_offset", base_offset)
+        object.__setattr__(self, "last_offset", last_offset)
+        object.__setattr__(self, "log_append_time_ms", log_append_time_ms)
+        object.__setattr__(self, "failed_followers", failed_followers)
 
 
 class Partition:
@@ -282,6 +290,8 @@ class Partition:
                   for r in self.replicas[1:]]
         try:
             _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE)
+            if base == 0:  # a new partition's first batch is in its log, its high watermark not yet published
+                faults.point("first-append")
         except OSError as e:
             if copies:
                 from concurrent import futures

@@ -11,24 +11,27 @@ one place that decides which records of a fetch are in range.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from klog.errors import CorruptLogError
 from klog.store import codec
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.log import FetchedBatch, PartitionLog
 from klog.store.partition import Partition
+from klog.store.plain import Plain
 from klog.store.txn import StableView
 
 
-@dataclass
-class Fetched:
+class Fetched(Plain):
     """One fetch: the batches read, and the offsets [low, stop) the reader wanted of them."""
 
-    batches: list[FetchedBatch]  # never empty; control and aborted batches included (see kept)
-    low: int
-    stop: int | None
-    skip: Callable[[FetchedBatch], bool]
+    _fields = ("batches", "low", "stop", "skip")
+
+    def __init__(self, batches: list[FetchedBatch], low: int, stop: int | None,
+                 skip: Callable[[FetchedBatch], bool]) -> None:
+        self.batches = batches  # never empty; control and aborted batches included (see kept)
+        self.low = low
+        self.stop = stop
+        self.skip = skip
 
     @property
     def next_offset(self) -> int:
@@ -55,6 +58,18 @@ class Fetched:
             if not self._whole(fb):
                 records = [r for r in records if self._in_range(r[0])]
             yield fb.header.timestamp_type, records
+
+    def batch_runs(self, control: bool = False) -> Iterator[tuple[codec.BatchHeader, list[codec.RecordOut]]]:
+        """(batch header, records in range) for each kept batch; with `control`, the transaction
+        markers' batches too (`klog consume --json --txn-fields`)."""
+        skip = self.skip
+        for fb in self.batches:
+            if skip(fb) and not (control and fb.header.is_control):
+                continue
+            records = fb.records()
+            if not self._whole(fb):
+                records = [r for r in records if self._in_range(r[0])]
+            yield fb.header, records
 
     def values(self, null: bytes | None = None) -> list[bytes | None]:
         """Only the values in range (`null` for a null one): no per-record tuples for whole batches."""

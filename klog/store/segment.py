@@ -12,7 +12,6 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from klog.errors import CorruptLogError, StorageError
 from klog.store import codec
@@ -29,6 +28,7 @@ from klog.store.format import (
 from klog.store.index import IndexBuilder, OffsetIndex, TimeIndex
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
+from klog.store.plain import Plain
 from klog.store.validate import SegmentScan
 from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, follows, walk_batches
 
@@ -88,14 +88,16 @@ def open_or_shed(path: str, flags: int, mode: int = FILE_MODE) -> int:
     raise AssertionError("unreachable")
 
 
-@dataclass
-class RecoveryResult:
+class RecoveryResult(Plain):
     """What LogSegment.recover found: valid bytes kept, bytes cut, and why."""
 
-    valid_bytes: int
-    truncated_bytes: int
-    next_offset: int | None
-    reason: str | None
+    _fields = ("valid_bytes", "truncated_bytes", "next_offset", "reason")
+
+    def __init__(self, valid_bytes: int, truncated_bytes: int, next_offset: int | None, reason: str | None) -> None:
+        self.valid_bytes = valid_bytes
+        self.truncated_bytes = truncated_bytes
+        self.next_offset = next_offset
+        self.reason = reason
 
 
 class LogSegment:
@@ -437,13 +439,15 @@ def keep_corrupt_bytes(log_path: str, start: int, end: int) -> str:
     return path
 
 
-@dataclass
-class SegmentFds:
+class SegmentFds(Plain):
     """The writer's open descriptors of the active segment."""
 
-    log: int
-    index: int
-    time_index: int
+    _fields = ("log", "index", "time_index")
+
+    def __init__(self, log: int, index: int, time_index: int) -> None:
+        self.log = log
+        self.index = index
+        self.time_index = time_index
 
     def close(self) -> None:
         for fd in (self.log, self.index, self.time_index):

@@ -19,9 +19,9 @@ import os
 import struct
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 
 from klog.store.names import fit_partition_file, open_nofollow
+from klog.store.plain import Plain
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -98,18 +98,22 @@ def _values(snap: object) -> tuple:
 @functools.cache
 def _fields_getter(cls: type) -> operator.attrgetter:
     """One C-level call for every field (a getattr per field cost a Python step each, twice per append)."""
-    return operator.attrgetter(*(f.name for f in fields(cls)))
+    return operator.attrgetter(*cls._fields)
 
 
-@dataclass
-class ReplicaSnapshot:
-    boot_id: bytes
-    active_base: int
-    valid_size: int
-    log_end_offset: int
-    recovery_point: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
+class ReplicaSnapshot(Plain):
+    _fields = ("boot_id", "active_base", "valid_size", "log_end_offset", "recovery_point", "max_timestamp",
+               "offset_of_max_timestamp")
+
+    def __init__(self, boot_id: bytes, active_base: int, valid_size: int, log_end_offset: int, recovery_point: int,
+                 max_timestamp: int, offset_of_max_timestamp: int) -> None:
+        self.boot_id = boot_id
+        self.active_base = active_base
+        self.valid_size = valid_size
+        self.log_end_offset = log_end_offset
+        self.recovery_point = recovery_point
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
 
 
 class ReplicaState(_StructFile):
@@ -124,11 +128,13 @@ class ReplicaState(_StructFile):
         self.write_fields(*_values(snap), sync=sync)
 
 
-@dataclass
-class PartitionSnapshot:
-    high_watermark: int
-    log_start_offset: int
-    leader_epoch: int
+class PartitionSnapshot(Plain):
+    _fields = ("high_watermark", "log_start_offset", "leader_epoch")
+
+    def __init__(self, high_watermark: int, log_start_offset: int, leader_epoch: int) -> None:
+        self.high_watermark = high_watermark
+        self.log_start_offset = log_start_offset
+        self.leader_epoch = leader_epoch
 
 
 class PartitionState(_StructFile):

@@ -19,9 +19,9 @@ import bisect
 import os
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from klog.store.format import TRANSACTIONAL_FLAG_MASK, TXN_INDEX_SUFFIX, segment_file_name
+from klog.store.plain import FrozenPlain
 
 ABORT = 0
 COMMIT = 1
@@ -47,12 +47,18 @@ def is_transactional(attributes: int) -> bool:
     return bool(attributes & TRANSACTIONAL_FLAG_MASK)
 
 
-@dataclass(frozen=True)
-class AbortedTxn:
+class AbortedTxn(FrozenPlain):
+    _fields = ("producer_id", "first_offset", "last_offset", "last_stable_offset")
     producer_id: int
     first_offset: int
     last_offset: int  # the ABORT marker's offset
-    last_stable_offset: int = -1
+    last_stable_offset: int
+
+    def __init__(self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int = -1) -> None:
+        object.__setattr__(self, "producer_id", producer_id)
+        object.__setattr__(self, "first_offset", first_offset)
+        object.__setattr__(self, "last_offset", last_offset)
+        object.__setattr__(self, "last_stable_offset", last_stable_offset)
 
     def pack(self) -> bytes:
         return ABORTED_TXN.pack(0, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)

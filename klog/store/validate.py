@@ -21,25 +21,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec, compression
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import CONTROL_FLAG_MASK, MAGIC_V2, RECORD_BATCH_OVERHEAD, RELATIVE_OFFSET_MAX
+from klog.store.plain import FrozenPlain
 from klog.store.walk import SCAN_CHUNK_BYTES, Tail, walk_batches
 
 MIN_RECORD_BYTES = 7  # length, attributes, timestamp and offset deltas, key/value lengths, header count
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(FrozenPlain):
     """What is wrong with a batch: `corrupt` False means well-formed but not acceptable (Kafka's
     INVALID_RECORD rather than CORRUPT_MESSAGE); `record_index` the record at fault, if one is."""
 
+    _fields = ("text", "corrupt", "record_index")
     text: str
-    corrupt: bool = True
-    record_index: int | None = None
+    corrupt: bool
+    record_index: int | None
+
+    def __init__(self, text: str, corrupt: bool = True, record_index: int | None = None) -> None:
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "corrupt", corrupt)
+        object.__setattr__(self, "record_index", record_index)
 
 
 # --- one batch, as a client sent it -----------------------------------------------------------

@@ -19,7 +19,6 @@ batches already yielded. CRCs and records are the caller's to check (validate.py
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from enum import Enum
 
 from klog.errors import CorruptLogError
@@ -27,6 +26,7 @@ from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import HEADER_SIZE_UP_TO_MAGIC, MAGIC_V2, RECORD_BATCH_OVERHEAD
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
+from klog.store.plain import Plain
 
 SCAN_CHUNK_BYTES = 1 << 20  # headers are parsed from 1 MiB reads, not one pread each
 HEADER_CHUNK_BYTES = RECORD_BATCH_OVERHEAD  # one header-sized read per batch
@@ -39,15 +39,17 @@ class Tail(Enum):
     RAISE = "raise"
 
 
-@dataclass(slots=True)
-class Walked:
+class Walked(Plain):
     """One batch: where it starts, its header, and the chunk holding it from `at` (its header at
     least; the whole batch when the walk was asked for whole batches)."""
 
-    position: int
-    header: BatchHeader
-    chunk: bytes
-    at: int
+    __slots__ = _fields = ("position", "header", "chunk", "at")
+
+    def __init__(self, position: int, header: BatchHeader, chunk: bytes, at: int) -> None:
+        self.position = position
+        self.header = header
+        self.chunk = chunk
+        self.at = at
 
     def data(self) -> bytes:
         """The whole batch's bytes (a walk with whole=True)."""

@@ -54,11 +54,14 @@ def test_no_heavy_imports(data_dir, args):
 
 
 # What a hot command never needs: Typer and what it brings, the cluster client, and the standard
-# library modules that a package's version lookup, a logger, a thread pool or a date would pull in
-# (a producer does use uuid: Kafka's partition.metadata names the topic id).
+# library modules that a package's version lookup, a logger, a thread pool or a date would pull in;
+# nor dataclasses (it imports inspect, ast and tokenize, and each dataclass compiles its methods:
+# the store's record classes are klog.store.plain's), uuid (only a topic's creation and a log
+# directory's first meta.properties make one) or random (a topic of one partition needs no choice).
 NOT_HOT = ("typer", "pydantic", "pydantic_core", "rich", "click", "annotated_types", "confluent_kafka",
            "klog.cli.app", "klog.client.remote", "importlib.metadata", "email", "argparse", "zipfile", "logging",
-           "concurrent", "hashlib", "shutil", "datetime")
+           "concurrent", "hashlib", "shutil", "datetime", "dataclasses", "inspect", "ast", "tokenize", "uuid",
+           "random")
 
 
 @pytest.mark.parametrize("args", [

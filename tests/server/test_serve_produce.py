@@ -352,3 +352,40 @@ def test_serve_refuses_other_crc_valid_malformed_batches(kafka_server, klog_proc
         assert produce(client, "mal", 0, _malformed(kind))[0] == 2  # CORRUPT_MESSAGE
         assert produce(client, "mal", 0, batch([b"sound"]))[0] == 0
     assert klog_proc("consume", "mal").stdout == b"sound\n"
+
+
+def test_a_request_for_many_partitions_is_one_multi_partition_append(kafka_server, data_dir, monkeypatch):
+    """A Produce naming 20 partitions of a topic appends them in one call (one lock acquisition
+    each, one metadata check, one syncfs); each partition keeps its own answer: sequence checks
+    (a retried batch is a duplicate answered with its first offset), a refused batch, an unknown
+    partition, all in the same request."""
+    from kio.schema.produce.v9 import request as req
+
+    kafka_server.store.create_topic("wide", 20)
+    calls: list[int] = []
+    real = kafka_server.appender.append_many
+    monkeypatch.setattr(kafka_server.appender, "append_many",
+                        lambda topic, items, acks: calls.append(len(items)) or real(topic, items, acks))
+    bad = bytearray(batch([b"x"]))
+    bad[-1] ^= 0xFF
+
+    def request(entries: list[tuple[int, bytes]]) -> list[tuple[int, object, int]]:
+        fields = produce_request_fields(9, "wide", 0, b"")
+        fields["topic_data"] = (req.TopicProduceData(name="wide", partition_data=tuple(
+            req.PartitionProduceData(index=p, records=r) for p, r in entries)),)
+        with RawClient(kafka_server.port) as client:
+            resp = client.send(0, 9, **fields)
+        return [(int(p.index), p.error_code, int(p.base_offset)) for p in resp.responses[0].partition_responses]
+
+    first = [(p, batch([b"p%d-a" % p, b"p%d-b" % p], producer_id=5, epoch=0, sequence=0)) for p in range(18)]
+    assert request([*first, (18, bytes(bad)), (25, batch([b"nowhere"]))]) == [
+        *[(p, E.none, 0) for p in range(18)], (18, E.corrupt_message, -1), (25, E.unknown_topic_or_partition, -1)]
+    second = [(p, batch([b"p%d-c" % p], producer_id=5, epoch=0, sequence=2)) for p in range(0, 18, 2)]
+    retried = first[1::2]  # a retry whose answer was lost: acknowledged again, written once
+    assert request(second + retried) == [*[(p, E.none, 2) for p in range(0, 18, 2)],
+                                         *[(p, E.none, 0) for p in range(1, 18, 2)]]
+    assert calls == [20, 18]
+    with klog.open(data_dir) as store:
+        for p in range(18):
+            assert [r.value for r in store.consumer("wide", partitions=[p])] == (
+                [b"p%d-a" % p, b"p%d-b" % p] + ([b"p%d-c" % p] if p % 2 == 0 else []))

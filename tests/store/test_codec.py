@@ -178,6 +178,13 @@ def test_varint_round_trip(n: int) -> None:
     assert codec.decode_varint(enc, 0) == (n, len(enc))
 
 
+def test_the_encoders_varint_tables_hold_encode_varints_bytes() -> None:
+    """The tables are built without calling encode_varint per entry (start-up): the same bytes."""
+    codec._encode_tables()
+    assert codec._VARINT == [codec.encode_varint(n) for n in range(1 << 14)]
+    assert codec._SIGNED_VARINT == [codec.encode_varint(d) for d in range(-(1 << 13), 1 << 13)]
+
+
 @pytest.mark.parametrize("raw", [b"", b"\x80", b"\xff\xff", b"\xff" * 11, b"\xff" * 10 + b"\x7f"],
                          ids=["empty", "cut-1", "cut-2", "eleven-bytes", "wider-than-64-bits"])
 def test_decode_varint_rejects_garbage(raw: bytes) -> None:

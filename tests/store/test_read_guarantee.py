@@ -171,8 +171,7 @@ class _ShortWriter:
 
 def test_stdout_writes_are_complete_even_when_the_stream_takes_part_of_a_chunk():
     """Guarantee 4: consume printed 2,147,479,552 of 2,516,582,426 bytes and exited 0."""
-    from klog.cli.output import write_all
-    from klog.client.delivery import WRITE_CHUNK_BYTES
+    from klog.client.record_writer import WRITE_CHUNK_BYTES, write_all
 
     data = os.urandom(3 * WRITE_CHUNK_BYTES + 12345)
     out = _ShortWriter(WRITE_CHUNK_BYTES - 7)

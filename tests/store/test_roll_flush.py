@@ -23,7 +23,8 @@ import klog
 from klog.store import codec, flusher
 from klog.store.config import LogConfig
 from klog.store.faults import CRASH_ENV
-from klog.store.log import ROLL_FLUSHES_PENDING_MAX, PartitionLog
+from klog.store.flush_pipeline import ROLL_FLUSHES_PENDING_MAX
+from klog.store.log import PartitionLog
 from klog.store.retention import delete_segments_below
 from tests.conftest import REPO
 from tests.klog_processes import ROLLING_SEGMENT_BYTES, klog_env, race_a_producer, read_all, run_klog

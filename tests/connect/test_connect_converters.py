@@ -1,0 +1,28 @@
+"""JsonConverter's compiled struct walk, one loop for both directions: writing refuses a struct value
+that is not a map (a DataError: the record goes to the dead letter queue), reading passes a payload of
+the wrong shape through as it is."""
+
+import pytest
+
+from klog.connect.converters import JsonConverter
+from klog.connect.errors import DataError
+
+SCHEMA = {"type": "struct", "fields": [{"field": "id", "type": "int32"}, {"field": "blob", "type": "bytes"}]}
+
+
+def test_writing_a_struct_that_is_not_a_map_is_a_data_error() -> None:
+    conv = JsonConverter({}, is_key=False)
+    assert conv.from_connect("t", SCHEMA, {"id": 1, "blob": b"\x00"}).endswith(b'"payload":{"id":1,"blob":"AA=="}}')
+    with pytest.raises(DataError, match="a struct value must be a map, not str"):
+        conv.from_connect("t", SCHEMA, "not a struct")
+
+
+def test_reading_a_payload_that_is_not_a_map_passes_it_through() -> None:
+    conv = JsonConverter({}, is_key=False)
+    row = {"id": 1, "blob": b"\x00"}
+    assert conv.to_connect("t", conv.from_connect("t", SCHEMA, row))[1] == row
+    envelope = b'{"schema":' + conv.from_connect("t", SCHEMA, None).split(b',"payload"')[0][10:] + b',"payload":"odd"}'
+    assert conv.to_connect("t", envelope)[1] == "odd"
+    arrays = {"type": "array", "items": {"type": "bytes"}}
+    odd = b'{"schema":{"type":"array","items":{"type":"bytes"}},"payload":{"a":1}}'
+    assert conv.to_connect("t", odd) == (arrays, {"a": 1})

@@ -1,0 +1,203 @@
+"""The klog Spark sink's transactions and output modes, and `klog spark stream`'s modes.
+
+Goal: with `transactional.id` a write (a batch write, each micro-batch) is one transaction and a
+micro-batch Spark replays after a crash is not written again, so a read_committed reader sees each
+output record exactly once, also when the driver is SIGKILLed inside a commit; Update and Complete
+output modes work (Spark's Kafka sink has them); a query Spark refuses in a mode is one line, exit 2.
+Method: one shared SparkSession (the `spark` fixture) for the in-process cases; the kill case runs
+`klog spark stream` as a real process that is SIGKILLed at the worst instant (the sink's test hook,
+after the batch's records are in the log and before its commit) and restarted from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from klog.spark.failures import from_spark  # noqa: E402
+from klog.spark.sink import last_committed_batch  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+from tests.conftest import REPO  # noqa: E402 - after the importorskip
+
+
+def _produce(store, topic: str, start: int, stop: int, keys: int = 3, timestamp=None) -> None:  # noqa: ANN001
+    with store.producer() as producer:
+        for i in range(start, stop):
+            producer.send(topic, f"rec-{i}".encode(), key=f"k{i % keys}".encode(),
+                          timestamp=None if timestamp is None else timestamp(i))
+
+
+def _values(store, topic: str, committed: bool = True) -> list[str]:
+    level = "read_committed" if committed else "read_uncommitted"
+    return sorted(r.value.decode() for r in store.consumer(topic, isolation_level=level))
+
+
+def _stream(spark, data_dir: str, checkpoint: str, tid: str, **reader) -> int:  # noqa: ANN001
+    """One availableNow run of in -> up (values upper-cased) in transactions; returns the input rows."""
+    df = (spark.readStream.format("klog").option("subscribe", "in").option("dataDir", data_dir)
+          .option("startingOffsets", "earliest").options(**reader).load()
+          .selectExpr("key", "upper(CAST(value AS STRING)) AS value"))
+    query = (df.writeStream.format("klog").option("topic", "up").option("dataDir", data_dir)
+             .option("transactional.id", tid).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None
+    return sum(p.numInputRows for p in query.recentProgress)
+
+
+@pytest.mark.slow
+def test_stream_batches_are_transactions_and_a_replay_is_skipped(spark, store, data_dir, tmp_path) -> None:
+    store.create_topic("in", partitions=2)
+    store.create_topic("up", partitions=2)
+    checkpoint = str(tmp_path / "ckpt")
+    _produce(store, "in", 0, 30)
+    assert _stream(spark, data_dir, checkpoint, "up-etl", maxOffsetsPerTrigger="15") == 30
+    expected = sorted(f"REC-{i}" for i in range(30))
+    assert _values(store, "up") == expected
+    assert last_committed_batch(store, "up-etl") == 1  # batches 0 and 1 committed with their transactions
+    assert store.describe_transaction("up-etl").state == "CompleteCommit"
+    # Spark replays a batch whose commit it did not log (its driver died after the sink's commit)
+    commits = os.path.join(checkpoint, "commits")
+    for name in ("1", ".1.crc"):
+        os.unlink(os.path.join(commits, name))
+    assert _stream(spark, data_dir, checkpoint, "up-etl", maxOffsetsPerTrigger="15") == 15  # Spark re-ran it
+    assert _values(store, "up") == expected  # the topic has it once
+    assert _values(store, "up", committed=False) == expected
+
+
+@pytest.mark.slow
+def test_batch_write_is_all_or_nothing(spark, store, data_dir) -> None:
+    rows = [(f"v{i}", "a") for i in range(50)]
+    spark.createDataFrame(rows, "value string, topic string").write.format("klog") \
+        .option("dataDir", data_dir).option("transactional.id", "load").mode("append").save()
+    assert _values(store, "a") == sorted(v for v, _ in rows)
+    # the last row has no topic: the write fails after the first 50 rows were produced
+    bad = spark.createDataFrame([*rows, ("lost", None)], "value string, topic string").coalesce(1)
+    with pytest.raises(Exception) as info:
+        bad.write.format("klog").option("dataDir", data_dir).option("transactional.id", "load") \
+            .mode("append").save()
+    assert "null topic" in str(from_spark(info.value))
+    assert _values(store, "a") == sorted(v for v, _ in rows)  # read_committed: none of the failed write
+    assert not os.listdir(os.path.join(data_dir, "spark", "staging"))  # staged files removed
+
+
+@pytest.fixture
+def few_shuffle_partitions(spark):
+    """Stateful queries plan one state store per shuffle partition: 2 instead of klog's 8 here."""
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    yield
+    from klog.spark.session import SHUFFLE_PARTITIONS
+
+    spark.conf.set("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("few_shuffle_partitions")
+def test_update_and_complete_modes_and_refusals(cli, spark, store, data_dir) -> None:
+    store.create_topic("clicks", partitions=2)
+    _produce(store, "clicks", 0, 9)  # k0, k1, k2 three times each
+    count = "SELECT key, CAST(count(*) AS STRING) AS value FROM source GROUP BY key"
+    refused = cli("spark", "stream", "--from", "clicks", "--to", "counts", "--available-now", "--sql", count)
+    assert refused.exit_code == 2, refused.stderr
+    assert "Spark refuses this query in --output-mode append" in refused.stderr
+    assert "use --output-mode update or complete" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+    update = ("spark", "stream", "--from", "clicks", "--to", "counts", "--available-now", "--sql", count,
+              "--output-mode", "update", "--transactional-id", "counter")
+    assert cli(*update).exit_code == 0
+    _produce(store, "clicks", 9, 11)  # k0 and k1 once more; k2 unchanged
+    result = cli(*update)
+    assert result.exit_code == 0, result.stderr
+    got = [(r.key.decode(), r.value.decode()) for r in store.consumer("counts", isolation_level="read_committed")]
+    assert sorted(got[:3]) == [("k0", "3"), ("k1", "3"), ("k2", "3")]
+    assert sorted(got[3:]) == [("k0", "4"), ("k1", "4")]  # update mode: only the keys that changed
+
+    complete = cli("spark", "stream", "--from", "clicks", "--to", "totals", "--available-now", "--sql", count,
+                   "--output-mode", "complete")
+    assert complete.exit_code == 0, complete.stderr
+    assert sorted((r.key.decode(), r.value.decode()) for r in store.consumer("totals")) == \
+        [("k0", "4"), ("k1", "4"), ("k2", "3")]
+
+    no_aggregate = cli("spark", "stream", "--from", "clicks", "--to", "x", "--available-now", "--sql",
+                       "SELECT value FROM source", "--output-mode", "complete")
+    assert no_aggregate.exit_code == 2, no_aggregate.stderr
+    assert "--output-mode complete" in no_aggregate.stderr
+    assert len(no_aggregate.stderr.strip().splitlines()) == 1, no_aggregate.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("few_shuffle_partitions")
+def test_watermark_lets_append_mode_emit_closed_windows(cli, spark, store) -> None:
+    t0 = 1_700_000_040_000  # a minute boundary
+    store.create_topic("hits", partitions=1)
+    _produce(store, "hits", 0, 3, timestamp=lambda i: t0 + [0, 10_000, 300_000][i])
+    window = ("SELECT CAST(window.start AS STRING) AS key, CAST(count(*) AS STRING) AS value FROM source "
+              "GROUP BY window(timestamp, '1 minute')")
+    result = cli("spark", "stream", "--from", "hits", "--to", "per-minute", "--available-now", "--sql", window,
+                 "--watermark", "timestamp,1 minute")
+    assert result.exit_code == 0, result.stderr
+    # the first minute closed (the watermark passed it); the last one is still open
+    assert [r.value for r in store.consumer("per-minute")] == [b"2"]
+    bad = cli("spark", "stream", "--from", "hits", "--to", "x", "--available-now", "--sql", window,
+              "--watermark", "timestamp,soon")
+    assert bad.exit_code == 2, bad.stderr
+    assert "invalid --watermark 'timestamp,soon'" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--output-mode", "sometimes"), "invalid --output-mode 'sometimes': use append, update, complete"),
+    (("--watermark", "timestamp"), "invalid --watermark 'timestamp': use COLUMN,DELAY"),
+    (("--watermark", "ts,1 minute"), "the source view's time column is 'timestamp'"),
+])
+def test_mode_option_errors_come_before_java(store, data_dir, args, message) -> None:
+    store.create_topic("in", partitions=1)
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    run = subprocess.run([sys.executable, "-m", "klog", "spark", "stream", "--from", "in", "--to", "out", "--sql",
+                          "SELECT value FROM source", *args], capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert message in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+@pytest.mark.slow
+def test_driver_killed_inside_a_commit_then_restarted_writes_each_record_once(store, data_dir, tmp_path) -> None:
+    """SIGKILL of the `klog spark stream` driver after batch 1's records are in the log and before its
+    transaction commits; the restart from the checkpoint aborts that transaction and writes batch 1 again."""
+    store.create_topic("in", partitions=2)
+    _produce(store, "in", 0, 40)
+    args = [sys.executable, "-m", "klog", "spark", "stream", "--from", "in", "--to", "out", "--available-now",
+            "--sql", "SELECT key, upper(value) AS value FROM source", "--max-records-per-batch", "15",
+            "--transactional-id", "exactly", "--checkpoint", str(tmp_path / "ckpt"), "--master", "local[1]"]
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO, "KLOG_SPARK_CDS": "0"}
+    for kill in ("flushed:1", ""):
+        proc = subprocess.Popen(args, env={**env, "KLOG_SPARK_SINK_KILL": kill}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=240)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the JVM it started, if it outlived its driver
+            except ProcessLookupError:
+                pass
+        if kill:
+            assert proc.returncode == -signal.SIGKILL, err
+            assert len(_values(store, "out", committed=False)) == 30  # batch 0, and batch 1 uncommitted
+            assert len(_values(store, "out")) == 15
+        else:
+            assert proc.returncode == 0, err
+    expected = sorted(f"REC-{i}" for i in range(40))
+    assert _values(store, "out") == expected  # exactly once for read_committed readers
+    assert len(_values(store, "out", committed=False)) == 55  # the aborted copy of batch 1 is in the log
+    assert json.dumps(last_committed_batch(store, "exactly")) == "2"
