@@ -113,35 +113,43 @@ class OffsetsTopicMirror:
             seen = self._lmdb_txn()
             if seen == self._seen_txn and not force:
                 return 0
-            count = self._count or self.partitions
-            wanted = self._wanted(count)
-            if not self._open(bool(wanted)):
-                self._seen_txn = seen
-                return 0
-            if count != self._count:
-                wanted = self._wanted(self._count)
-            written = self._written
-            changes: dict[int, list[tuple[bytes, bytes | None]]] = {}
-            for key, w in wanted.items():
-                if written.get(key) != w.value:
-                    changes.setdefault(w.partition, []).append((key, w.value))
-            for key in [k for k in written if k not in wanted]:
-                group = _group_of(key)
-                if group is not None:
-                    changes.setdefault(gr.partition_for(group, self._count), []).append((key, None))
-            now = int(time.time() * 1000)
-            total = 0
-            for partition, records in sorted(changes.items()):
-                batch = encode_batch([(k, v, (), now) for k, v in records], 0)
-                self.writer.append_batch(gr.OFFSETS_TOPIC, partition, batch, "1")
-                for k, v in records:
-                    if v is None:
-                        written.pop(k, None)
-                    else:
-                        written[k] = v
-                total += len(records)
+            try:
+                return self._sync(seen)
+            except BaseException:
+                self._written, self._count = None, 0  # read the topic afresh next time
+                raise
+
+    def _sync(self, seen: int) -> int:
+        """One pass (sync holds the lock): what changed, appended per partition."""
+        count = self._count or self.partitions
+        wanted = self._wanted(count)
+        if not self._open(bool(wanted)):
             self._seen_txn = seen
-            return total
+            return 0
+        if count != self._count:
+            wanted = self._wanted(self._count)
+        written = self._written
+        changes: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for key, w in wanted.items():
+            if written.get(key) != w.value:
+                changes.setdefault(w.partition, []).append((key, w.value))
+        for key in [k for k in written if k not in wanted]:
+            group = _group_of(key)
+            if group is not None:
+                changes.setdefault(gr.partition_for(group, self._count), []).append((key, None))
+        now = int(time.time() * 1000)
+        total = 0
+        for partition, records in sorted(changes.items()):
+            batch = encode_batch([(k, v, (), now) for k, v in records], 0)
+            self.writer.append_batch(gr.OFFSETS_TOPIC, partition, batch, "1")
+            for k, v in records:
+                if v is None:
+                    written.pop(k, None)
+                else:
+                    written[k] = v
+            total += len(records)
+        self._seen_txn = seen
+        return total
 
 
 def _group_of(key: bytes) -> str | None:

@@ -502,14 +502,22 @@ class PartitionLog:
             current_boot_id(), active.base_offset, active.size, active.next_offset or active.base_offset,
             self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
 
-    def release_files(self) -> bool:
+    def release_files(self, readers_too: bool = True) -> bool:
         """Close the descriptors kept between appends (the active segment's three, the state file,
         the segments' read descriptors): they reopen on the next use, the next writer's open
         re-reading the folder. Lock not held. False (nothing closed) while appended bytes wait
-        for a flush.ms fsync: closing would skip it."""
+        for a flush.ms fsync: closing would skip it. readers_too=False: the segments' read
+        descriptors stay (other threads may be reading through them: klog serve)."""
         if self.flush_schedule.timed_wait():
             return False
-        self.close()
+        self.drop_flushes()
+        if self._fds is not None:
+            self._fds.close()
+            self._fds = None
+        if readers_too:
+            for segment in self.segments.values():
+                segment.close()
+        self.state.close()
         return True
 
     def close(self) -> None:

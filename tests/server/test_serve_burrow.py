@@ -11,6 +11,7 @@ where it may (root, apt), and the test is skipped with the reason where they are
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -54,6 +55,18 @@ def wait_port(port: int, proc: subprocess.Popen, what: str, log: str, timeout: f
     pytest.fail(f"{what} did not listen on {port} within {timeout} s")
 
 
+def wait_serving(port: int, proc: subprocess.Popen, log: str, timeout: float = 30) -> None:
+    """ZooKeeper listens before it serves sessions (a client then gets EOF): wait for 'imok'."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(b"ruok")
+            if s.recv(4) == b"imok":
+                return
+        time.sleep(0.1)
+    pytest.fail(f"ZooKeeper never answered ruok: {open(log, errors='replace').read()[-2000:]}")
+
+
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -70,7 +83,8 @@ def zookeeper(tmp_path):
     (root / "data").mkdir(parents=True)
     port = free_port()
     (root / "zoo.cfg").write_text(f"tickTime=500\ndataDir={root / 'data'}\nclientPort={port}\n"
-                                  "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n")
+                                  "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+                                  "4lw.commands.whitelist=ruok\n")
     log = str(root / "zk.out")
     with open(log, "wb") as out:
         proc = subprocess.Popen(["java", "-Xmx64m", "-cp", ZOOKEEPER_JAR,
@@ -78,6 +92,7 @@ def zookeeper(tmp_path):
                                 stdout=out, stderr=subprocess.STDOUT, cwd=root)
     try:
         wait_port(port, proc, "ZooKeeper", log)
+        wait_serving(port, proc, log)
         yield f"127.0.0.1:{port}"
     finally:
         stop(proc)

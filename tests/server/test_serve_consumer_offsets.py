@@ -184,6 +184,16 @@ def test_consumer_offsets_hold_every_groups_commits_in_kafkas_format(kafka_serve
     state = latest_offsets(read_topic(kafka_server.bootstrap), partitions)
     assert {k for k in state if k[1] == "cli-group"} == set()
     assert {k: v[:3] for k, v in state.items() if k[0] == "offset"} == lmdb_offsets(store, ["kafka-group"])
+
+    # clients cannot write into it (Kafka: "Cannot append to internal topic")
+    from kio.schema.errors import ErrorCode
+
+    from klog.store.codec import encode_batch
+    from tests.serve_helpers import RawClient, produce
+
+    with RawClient(kafka_server.port) as raw:
+        forged = encode_batch([(b"\x00\x01forged", b"x", (), 0)], 0)
+        assert produce(raw, TOPIC, 0, forged)[0] == ErrorCode.invalid_topic_exception
     store.close()
 
 
