@@ -32,6 +32,7 @@ from klog.store.state import PartitionState, ReplicaState
 
 if TYPE_CHECKING:
     from klog.broker.store_protocol import BrokerStore
+    from klog.store.syncfs import SyncedTogether
 
 META_PROPERTIES = "meta.properties"
 NODE_ID = 1  # a single broker; a broker adopting the directory with another node.id edits this line
@@ -58,7 +59,7 @@ def _write_if_changed(path: str, text: str, synced: set[str] | None = None) -> b
     return True
 
 
-def _sync_written(together, written: set[str]) -> None:  # noqa: ANN001 - a SyncedTogether or None
+def _sync_written(together: SyncedTogether | None, written: set[str]) -> None:
     """One syncfs per filesystem for the files written without fsync (`together`: opened on the
     log directories before the writes, so a writeback error among them is reported), or an fsync
     each where syncfs is missing."""
@@ -71,7 +72,7 @@ def _sync_written(together, written: set[str]) -> None:  # noqa: ANN001 - a Sync
         checkpoints.fsync_path(path)
 
 
-def _synced_together(store: BrokerStore):  # noqa: ANN202 - a SyncedTogether or None
+def _synced_together(store: BrokerStore) -> SyncedTogether | None:
     from klog.store import syncfs
 
     if not syncfs.available():
@@ -94,7 +95,8 @@ def write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | Non
             together.close()
 
 
-def _write_kafka_checkpoints(store, only: set[tuple[str, int]] | None, together) -> None:  # noqa: ANN001
+def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | None,
+                             together: SyncedTogether | None) -> None:
     dirs = store.log_dir_ids()
     recovery: dict[int, dict[tuple[str, int], int]] = {d: {} for d in dirs}
     replication: dict[int, dict[tuple[str, int], int]] = {d: {} for d in dirs}
