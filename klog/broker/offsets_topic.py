@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from klog.broker import group_records as gr
@@ -65,6 +66,7 @@ class OffsetsTopicMirror:
         self._count = 0
         self._seen_txn: int | None = None
         self._lock = threading.Lock()
+        self.on_append: Callable[[int], None] | None = None  # called with each partition written
 
     def _lmdb_txn(self) -> int:
         return int(self.store.meta.env.info()["last_txnid"])
@@ -135,6 +137,8 @@ class OffsetsTopicMirror:
         for partition, records in sorted(changes.items()):
             batch = encode_batch([(k, v, (), now) for k, v in records], 0)
             self.writer.append_batch(gr.OFFSETS_TOPIC, partition, batch, "1")
+            if self.on_append is not None:
+                self.on_append(partition)
             for k, v in records:
                 if v is None:
                     written.pop(k, None)

@@ -11,7 +11,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from klog.broker.group_records import OFFSETS_TOPIC_PARTITIONS_DEFAULT
+from klog.broker.group_records import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS_DEFAULT
 from klog.broker.offsets_topic import OffsetsTopicMirror
 
 log = logging.getLogger("klog.serve")
@@ -20,7 +20,8 @@ SYNC_INTERVAL_S = 0.25
 
 
 class OffsetsTopicService:
-    def __init__(self, store: Any, writer: Any, interval_s: float = SYNC_INTERVAL_S) -> None:
+    def __init__(self, store: Any, writer: Any, interval_s: float = SYNC_INTERVAL_S, notify: Any = None) -> None:
+        """`notify(topic, partition)`: wakes the fetches waiting on a partition (run on the loop)."""
         from klog.server.log_cleaner import interval_setting
 
         partitions = interval_setting(store, "offsets.topic.num.partitions", OFFSETS_TOPIC_PARTITIONS_DEFAULT)
@@ -29,8 +30,13 @@ class OffsetsTopicService:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="klog-serve-offsets-topic")
         self._task: asyncio.Task | None = None
         self._failing = False
+        self._notify = notify
 
     def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._notify is not None:  # readers tailing the topic (Burrow) see a commit at once
+            notify = self._notify
+            self.mirror.on_append = lambda p: loop.call_soon_threadsafe(notify, OFFSETS_TOPIC, p)
         self._task = asyncio.create_task(self._run())
 
     def sync(self) -> None:
