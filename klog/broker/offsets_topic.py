@@ -22,9 +22,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klog.broker import group_records as gr
 from klog.store.codec import encode_batch
+
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
+    from klog.broker.writer import PartitionWriter
+    from klog.meta.groups import GroupDoc, Member
 
 log = logging.getLogger("klog.serve")
 
@@ -37,7 +43,7 @@ class _Wanted:
     value: bytes
 
 
-def group_record(doc, members, now: int) -> gr.GroupRecord:  # noqa: ANN001 - GroupDoc, [Member]
+def group_record(doc: GroupDoc, members: list[Member], now: int) -> gr.GroupRecord:
     """The GroupMetadataValue of a group as LMDB has it: its live members (Kafka's leader is the
     first to join), their subscriptions and the assignment of the current generation."""
     live = sorted((m for m in members if m.alive(now)), key=lambda m: (m.joined_ms, m.member_id))
@@ -55,7 +61,8 @@ class OffsetsTopicMirror:
     `store`'s LMDB groups. `partitions`: offsets.topic.num.partitions for a topic created here
     (an existing topic keeps its own count, as Kafka's does)."""
 
-    def __init__(self, store, writer, partitions: int = gr.OFFSETS_TOPIC_PARTITIONS_DEFAULT) -> None:  # noqa: ANN001
+    def __init__(self, store: BrokerStore, writer: PartitionWriter,
+                 partitions: int = gr.OFFSETS_TOPIC_PARTITIONS_DEFAULT) -> None:
         from klog.meta.groups import GroupsMeta
 
         self.store = store
@@ -157,7 +164,7 @@ def _group_of(key: bytes) -> str | None:
     return None if decoded is None else decoded.group
 
 
-def read_latest(store, partitions: int) -> dict[bytes, bytes]:  # noqa: ANN001 - Store
+def read_latest(store: BrokerStore, partitions: int) -> dict[bytes, bytes]:
     """The topic's latest value per key (tombstoned keys dropped), read from its log start."""
     out: dict[bytes, bytes] = {}
     for index in range(partitions):

@@ -23,6 +23,7 @@ import urllib.request
 import pytest
 
 from tests.klog_processes import run_klog
+from tests.serve_helpers import kafka_python_commit
 
 BURROW = shutil.which("Burrow") or "/usr/bin/Burrow"
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
@@ -174,8 +175,7 @@ def poll(fn, what: str, log: str, timeout: float = 30):  # noqa: ANN001, ANN201
 
 
 def test_burrow_lists_topics_groups_and_the_lag_klog_shows(kafka_server, zookeeper, tmp_path, data_dir):
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.structs import OffsetAndMetadata
+    from kafka import KafkaProducer
 
     import klog
 
@@ -196,12 +196,7 @@ def test_burrow_lists_topics_groups_and_the_lag_klog_shows(kafka_server, zookeep
         # both partitions' end offsets known to Burrow before the commits it will read
         poll(lambda: get(api + "/topic/events").get("offsets") == [5, 5], "the end offsets of 'events'", log)
         # a Kafka client's commits (through klog serve) and klog's own consumer group (LMDB, no server)
-        client = KafkaConsumer(bootstrap_servers=kafka_server.bootstrap, group_id="billing", enable_auto_commit=False)
-        try:
-            client.commit({TopicPartition("events", 0): OffsetAndMetadata(2, "", -1),
-                           TopicPartition("events", 1): OffsetAndMetadata(4, "", -1)})
-        finally:
-            client.close()
+        kafka_python_commit(kafka_server.bootstrap, "billing", {("events", 0): (2, ""), ("events", 1): (4, "")})
         done = run_klog(data_dir, "consume", "events", "-G", "audit", "-n", "3", "-e")
         assert done.returncode == 0, done.stderr
 
