@@ -21,9 +21,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klog.broker import group_records as gr
 from klog.store.codec import encode_batch
+
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
+    from klog.broker.writer import PartitionWriter
+    from klog.meta.groups import GroupDoc, Member
 
 log = logging.getLogger("klog.serve")
 
@@ -36,7 +42,7 @@ class _Wanted:
     value: bytes
 
 
-def group_record(doc, members, now: int) -> gr.GroupRecord:  # noqa: ANN001 - GroupDoc, [Member]
+def group_record(doc: GroupDoc, members: list[Member], now: int) -> gr.GroupRecord:
     """The GroupMetadataValue of a group as LMDB has it: its live members (Kafka's leader is the
     first to join), their subscriptions and the assignment of the current generation."""
     live = sorted((m for m in members if m.alive(now)), key=lambda m: (m.joined_ms, m.member_id))
@@ -54,7 +60,8 @@ class OffsetsTopicMirror:
     `store`'s LMDB groups. `partitions`: offsets.topic.num.partitions for a topic created here
     (an existing topic keeps its own count, as Kafka's does)."""
 
-    def __init__(self, store, writer, partitions: int = gr.OFFSETS_TOPIC_PARTITIONS_DEFAULT) -> None:  # noqa: ANN001
+    def __init__(self, store: BrokerStore, writer: PartitionWriter,
+                 partitions: int = gr.OFFSETS_TOPIC_PARTITIONS_DEFAULT) -> None:
         from klog.meta.groups import GroupsMeta
 
         self.store = store
@@ -106,35 +113,43 @@ class OffsetsTopicMirror:
             seen = self._lmdb_txn()
             if seen == self._seen_txn and not force:
                 return 0
-            count = self._count or self.partitions
-            wanted = self._wanted(count)
-            if not self._open(bool(wanted)):
-                self._seen_txn = seen
-                return 0
-            if count != self._count:
-                wanted = self._wanted(self._count)
-            written = self._written
-            changes: dict[int, list[tuple[bytes, bytes | None]]] = {}
-            for key, w in wanted.items():
-                if written.get(key) != w.value:
-                    changes.setdefault(w.partition, []).append((key, w.value))
-            for key in [k for k in written if k not in wanted]:
-                group = _group_of(key)
-                if group is not None:
-                    changes.setdefault(gr.partition_for(group, self._count), []).append((key, None))
-            now = int(time.time() * 1000)
-            total = 0
-            for partition, records in sorted(changes.items()):
-                batch = encode_batch([(k, v, (), now) for k, v in records], 0)
-                self.writer.append_batch(gr.OFFSETS_TOPIC, partition, batch, "1")
-                for k, v in records:
-                    if v is None:
-                        written.pop(k, None)
-                    else:
-                        written[k] = v
-                total += len(records)
+            try:
+                return self._sync(seen)
+            except BaseException:
+                self._written, self._count = None, 0  # read the topic afresh next time
+                raise
+
+    def _sync(self, seen: int) -> int:
+        """One pass (sync holds the lock): what changed, appended per partition."""
+        count = self._count or self.partitions
+        wanted = self._wanted(count)
+        if not self._open(bool(wanted)):
             self._seen_txn = seen
-            return total
+            return 0
+        if count != self._count:
+            wanted = self._wanted(self._count)
+        written = self._written
+        changes: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for key, w in wanted.items():
+            if written.get(key) != w.value:
+                changes.setdefault(w.partition, []).append((key, w.value))
+        for key in [k for k in written if k not in wanted]:
+            group = _group_of(key)
+            if group is not None:
+                changes.setdefault(gr.partition_for(group, self._count), []).append((key, None))
+        now = int(time.time() * 1000)
+        total = 0
+        for partition, records in sorted(changes.items()):
+            batch = encode_batch([(k, v, (), now) for k, v in records], 0)
+            self.writer.append_batch(gr.OFFSETS_TOPIC, partition, batch, "1")
+            for k, v in records:
+                if v is None:
+                    written.pop(k, None)
+                else:
+                    written[k] = v
+            total += len(records)
+        self._seen_txn = seen
+        return total
 
 
 def _group_of(key: bytes) -> str | None:
@@ -145,7 +160,7 @@ def _group_of(key: bytes) -> str | None:
     return None if decoded is None else decoded.group
 
 
-def read_latest(store, partitions: int) -> dict[bytes, bytes]:  # noqa: ANN001 - Store
+def read_latest(store: BrokerStore, partitions: int) -> dict[bytes, bytes]:
     """The topic's latest value per key (tombstoned keys dropped), read from its log start."""
     out: dict[bytes, bytes] = {}
     for index in range(partitions):

@@ -52,6 +52,9 @@ def test_produce_through_a_cluster_is_one_transaction(kafka_server, klog_proc, d
 def test_refusals_through_a_cluster(kafka_server, cli):
     r = cli("produce", "t", "--transactional-id", "x", "--acks", "1", "-b", kafka_server.bootstrap, input=b"a\n")
     assert_one_line_error(r, 2, "acks=all")
+    r = cli("produce", "t", "--transactional-id", "x", "-X", "transaction.timeout.ms=99999999",
+            "-b", kafka_server.bootstrap, input=b"a\n")  # above the store's transaction.max.timeout.ms
+    assert_one_line_error(r, 2, "transactional id 'x'", "transaction.timeout.ms")
 
 
 @pytest.mark.slow  # a producer killed mid-input, a second run, read_committed reads: ~3 s

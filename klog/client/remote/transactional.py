@@ -134,15 +134,19 @@ class RemoteTransactionalProducer(TransactionFlow, RemoteProducer):
                 err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
                 if err is None:
                     raise klog_error(e, f"transactional id '{self.transactional_id}': cannot {what}") from None
-                if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
-                                  KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) or (
-                        err.fatal() and err.code() != KafkaError._TIMED_OUT):
+                code, label = err.code(), f"transactional id '{self.transactional_id}'"
+                if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
                     self._in_transaction = False
-                    if err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-                        raise KlogError(f"transactional id '{self.transactional_id}': not authorized "
-                                        f"({err.str()})") from None
-                    raise ProducerFencedError(f"transactional id '{self.transactional_id}': fenced by a newer "
-                                              f"producer with the same id ({err.str()})") from None
+                    raise ProducerFencedError(f"{label}: fenced by a newer producer with the same id "
+                                              f"({err.str()})") from None
+                if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+                    raise UsageError(f"{label}: transaction.timeout.ms is above what the cluster allows "
+                                     f"({err.str()})") from None
+                if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                    raise KlogError(f"{label}: not authorized ({err.str()})") from None
+                if err.fatal():  # the producer cannot go on (librdkafka says why)
+                    self._in_transaction = False
+                    raise KlogError(f"{label}: cannot {what}: {err.str()}") from None
                 if err.retriable() and time.monotonic() < deadline:
                     time.sleep(0.1)
                     continue
