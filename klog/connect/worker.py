@@ -339,11 +339,14 @@ class SourceRunner(TaskRunner):
         tc = self.transaction_context
         try:
             while not self.stop_event.is_set():
+                if self.paused.is_set():
+                    self.commit_transaction(task)  # not held open (past its timeout) while paused
                 self.wait_if_paused()
                 if self.stop_event.is_set():
                     break
                 with _gc_paused(GC_PAUSE_MIN_RECORDS):
                     records = self.handler.retrying("TASK_POLL", task.poll) or []
+                    polled = bool(records)
                     if tc is not None:
                         if tc.before_poll:
                             tc.before_poll = False
@@ -362,7 +365,7 @@ class SourceRunner(TaskRunner):
                         self.send_in_transaction(records)
                 if self.boundary == "poll" or (self.boundary == "interval" and time.monotonic() - opened >= interval_s):
                     self.commit_transaction(task)
-                if not records:
+                if not polled:
                     time.sleep(0.01)
             self.commit_transaction(task)  # a clean stop: what was polled is committed
         finally:
