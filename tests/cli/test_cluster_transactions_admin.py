@@ -1,0 +1,91 @@
+"""`klog transactions list|describe|abort -b` (kafka-transactions.sh's requests) and a transactional
+producer without Write on its TransactionalId, through a cluster.
+
+Goal: through `--bootstrap-server` the verbs print what they print on the local store, and `abort`
+ends a hanging transaction so read_committed readers get past it. Method: `klog serve` in this
+process; the hanging transaction is confluent-kafka's transactional producer that never commits;
+the reader is confluent-kafka's read_committed consumer, not ours.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import klog
+from klog.security.acl import Operation, ResourceType
+from tests.cli.test_cli import assert_one_line_error
+from tests.server.test_serve_acl_matrix import T, _set_acls, allow, env  # noqa: F401 - env is a fixture
+from tests.server.test_serve_transactions import _read_all
+
+ck = pytest.importorskip("confluent_kafka")
+
+
+def _hanging(bootstrap: str, tid: str, conf: dict | None = None):  # noqa: ANN202 - a confluent Producer
+    """A committed record on h-0, then a transaction left open on h-0 and h-1, then a plain record
+    on h-0 behind it (a read_committed reader stops before the open transaction's first record)."""
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                            "transaction.timeout.ms": 60_000, **(conf or {})})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("h", b"committed", partition=0)
+    producer.commit_transaction(10)
+    producer.begin_transaction()
+    producer.produce("h", b"hanging-0", partition=0)
+    producer.produce("h", b"hanging-1", partition=1)
+    producer.flush(10)
+    plain = ck.Producer({"bootstrap.servers": bootstrap, **(conf or {})})
+    plain.produce("h", b"after", partition=0)
+    plain.flush(10)
+    return producer
+
+
+@pytest.mark.slow  # a transactional producer, five CLI calls through -b, two read_committed reads: ~3.5 s
+def test_list_describe_abort_through_a_cluster(kafka_server, cli, data_dir):
+    with klog.open(data_dir) as s:
+        s.create_topic("h", 2)
+    b = kafka_server.bootstrap
+    producer = _hanging(b, "stuck")
+    try:
+        r = cli("transactions", "list", "-b", b, "--json")
+        assert r.exit_code == 0, r.stderr
+        listed = [json.loads(line) for line in r.out.splitlines()]
+        local = [json.loads(line) for line in cli("transactions", "list", "--json").out.splitlines()]
+        assert listed == local  # the same documents as from the store itself
+        assert [(d["transactional_id"], d["state"], d["partitions"]) for d in listed] == [
+            ("stuck", "Ongoing", ["h-0", "h-1"])]
+        table = cli("transactions", "list", "-b", b)
+        assert table.out.split("\n")[0].split() == ["TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH",
+                                                    "TIMEOUT-MS", "PARTITIONS"]
+        assert "stuck" in table.out and "h-0,h-1" in table.out
+        r = cli("transactions", "describe", "stuck", "-b", b, "--json")
+        assert r.exit_code == 0, r.stderr
+        assert json.loads(r.out) == json.loads(cli("transactions", "describe", "stuck", "--json").out)
+        assert json.loads(r.out)["timeout_ms"] == 60_000
+        # the open transaction holds read_committed readers before its first record
+        assert _read_all(b, "h", 2, "read_committed", limit_s=3) == [b"committed"]
+        r = cli("transactions", "abort", "stuck", "-b", b)
+        assert r.exit_code == 0 and "transaction aborted" in r.stderr, r.stderr
+        got = _read_all(b, "h", 2, "read_committed", expect=2)
+        assert sorted(got) == [b"after", b"committed"]  # past the aborted records, never showing them
+        r = cli("transactions", "abort", "stuck", "-b", b)  # nothing left open in the partitions
+        assert r.exit_code == 0 and "no ongoing transaction" in r.stderr, r.stderr
+    finally:
+        producer.purge()
+    assert_one_line_error(cli("transactions", "describe", "nobody", "-b", b), 2, "no transactional id 'nobody'")
+
+
+def test_transactional_producer_without_write_on_its_id(env, cli):  # noqa: F811 - the env fixture
+    """SASL principal alice may write topic t but not use transactional id 'tx-alice': `klog produce
+    --transactional-id` through -b is one line, exit 1; with Write on the id it commits."""
+    props = ["-b", env.conf["bootstrap.servers"], "-X", "security.protocol=SASL_PLAINTEXT",
+             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=pw"]
+    _set_acls(env, [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE)])
+    r = cli("produce", "t", "--transactional-id", "tx-alice", *props, input=b"refused\n")
+    assert_one_line_error(r, 1, "transactional id 'tx-alice'", "not authorized")
+    _set_acls(env, [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE)]
+              + [allow(ResourceType.TRANSACTIONAL_ID, "tx-alice", Operation.WRITE)])
+    r = cli("produce", "t", "--transactional-id", "tx-alice", *props, input=b"accepted\n")
+    assert r.exit_code == 0, r.stderr
+
