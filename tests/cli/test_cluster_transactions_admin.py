@@ -9,6 +9,7 @@ the reader is confluent-kafka's read_committed consumer, not ours.
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -20,13 +21,14 @@ from tests.server.test_serve_acl_matrix import T, _set_acls, allow, env  # noqa:
 from tests.server.test_serve_transactions import _read_all
 
 ck = pytest.importorskip("confluent_kafka")
+QUIET = {"log_level": 0}  # librdkafka's own lines (reconnects) would land in later tests' stderr
 
 
 def _hanging(bootstrap: str, tid: str, conf: dict | None = None):  # noqa: ANN202 - a confluent Producer
     """A committed record on h-0, then a transaction left open on h-0 and h-1, then a plain record
     on h-0 behind it (a read_committed reader stops before the open transaction's first record)."""
     producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
-                            "transaction.timeout.ms": 60_000, **(conf or {})})
+                            "transaction.timeout.ms": 60_000, **QUIET, **(conf or {})})
     producer.init_transactions(10)
     producer.begin_transaction()
     producer.produce("h", b"committed", partition=0)
@@ -35,7 +37,7 @@ def _hanging(bootstrap: str, tid: str, conf: dict | None = None):  # noqa: ANN20
     producer.produce("h", b"hanging-0", partition=0)
     producer.produce("h", b"hanging-1", partition=1)
     producer.flush(10)
-    plain = ck.Producer({"bootstrap.servers": bootstrap, **(conf or {})})
+    plain = ck.Producer({"bootstrap.servers": bootstrap, **QUIET, **(conf or {})})
     plain.produce("h", b"after", partition=0)
     plain.flush(10)
     return producer
@@ -46,6 +48,8 @@ def test_list_describe_abort_through_a_cluster(kafka_server, cli, data_dir):
     with klog.open(data_dir) as s:
         s.create_topic("h", 2)
     b = kafka_server.bootstrap
+    done = ck.Producer({"bootstrap.servers": b, "transactional.id": "done", **QUIET})
+    done.init_transactions(10)  # an id with no transaction open (Empty: no start time)
     producer = _hanging(b, "stuck")
     try:
         r = cli("transactions", "list", "-b", b, "--json")
@@ -54,7 +58,7 @@ def test_list_describe_abort_through_a_cluster(kafka_server, cli, data_dir):
         local = [json.loads(line) for line in cli("transactions", "list", "--json").out.splitlines()]
         assert listed == local  # the same documents as from the store itself
         assert [(d["transactional_id"], d["state"], d["partitions"]) for d in listed] == [
-            ("stuck", "Ongoing", ["h-0", "h-1"])]
+            ("done", "Empty", []), ("stuck", "Ongoing", ["h-0", "h-1"])]
         table = cli("transactions", "list", "-b", b)
         assert table.out.split("\n")[0].split() == ["TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH",
                                                     "TIMEOUT-MS", "PARTITIONS"]
@@ -71,8 +75,12 @@ def test_list_describe_abort_through_a_cluster(kafka_server, cli, data_dir):
         assert sorted(got) == [b"after", b"committed"]  # past the aborted records, never showing them
         r = cli("transactions", "abort", "stuck", "-b", b)  # nothing left open in the partitions
         assert r.exit_code == 0 and "no ongoing transaction" in r.stderr, r.stderr
+        r = cli("transactions", "abort", "done", "-b", b)
+        assert r.exit_code == 0 and "no ongoing transaction" in r.stderr, r.stderr
     finally:
         producer.purge()
+        del producer, done
+        gc.collect()  # librdkafka clients gone before the server: none reconnects and logs into later tests
     assert_one_line_error(cli("transactions", "describe", "nobody", "-b", b), 2, "no transactional id 'nobody'")
 
 

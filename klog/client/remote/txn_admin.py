@@ -16,6 +16,8 @@ producer comes back, and the markers it writes then change nothing."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 from typing import Any
 
 from klog.client.remote import wire
@@ -43,23 +45,45 @@ class _Connections(contextlib.ExitStack):
         return self.open[(host, port)]
 
 
-def _start_ms(when: Any) -> int:
-    return int(when.timestamp() * 1000) if when is not None else -1
+@functools.cache
+def _describe_response() -> type:
+    """kio's DescribeTransactionsResponse v0 with the start time read as the int64 it is on the wire:
+    Kafka sends -1 for an id with no transaction open, which kio's datetime field refuses."""
+    from kio.schema.describe_transactions.v0 import response
+    from kio.static.primitive import i64
+
+    state = _variant(response.TransactionState, "transaction_start_time", i64, {"kafka_type": "int64"})
+    base = response.DescribeTransactionsResponse
+    states = next(f for f in dataclasses.fields(base) if f.name == "transaction_states")
+    return _variant(base, "transaction_states", tuple[state, ...], states.metadata)
+
+
+def _variant(base: type, name: str, kind: Any, metadata: Any) -> type:
+    """A copy of kio's generated dataclass `base` with field `name` of another type (kio reads a
+    dataclass by its fields' types and kafka_type metadata)."""
+    spec = []
+    for f in dataclasses.fields(base):
+        extra = {} if f.default is dataclasses.MISSING else {"default": f.default}
+        kind_f, meta_f = (kind, metadata) if f.name == name else (f.type, f.metadata)
+        spec.append((f.name, kind_f, dataclasses.field(metadata=meta_f, **extra)))
+    namespace = {k: getattr(base, k) for k in ("__type__", "__version__", "__flexible__", "__api_key__",
+                                               "__header_schema__")}
+    return dataclasses.make_dataclass(base.__name__, spec, namespace=namespace, frozen=True, slots=True,
+                                      kw_only=True)
 
 
 def _meta(state: Any) -> TxnMetadata:
     return TxnMetadata(
         transactional_id=str(state.transactional_id), producer_id=int(state.producer_id),
         producer_epoch=int(state.producer_epoch), timeout_ms=int(state.transaction_timeout.total_seconds() * 1000),
-        state=str(state.transaction_state), start_ms=_start_ms(state.transaction_start_time),
+        state=str(state.transaction_state), start_ms=int(state.transaction_start_time),
         partitions=sorted([str(t.topic), int(p)] for t in state.topics for p in t.partitions))
 
 
 def _describe_at(conn: wire.Connection, ids: list[str], label: str) -> list[TxnMetadata]:
     from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
-    from kio.schema.describe_transactions.v0.response import DescribeTransactionsResponse
 
-    answer = conn.call(DescribeTransactionsRequest(transactional_ids=tuple(ids)), DescribeTransactionsResponse)
+    answer = conn.call(DescribeTransactionsRequest(transactional_ids=tuple(ids)), _describe_response())
     out = []
     for state in answer.transaction_states:
         code, tid = int(state.error_code), str(state.transactional_id)
