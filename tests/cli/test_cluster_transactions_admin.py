@@ -15,7 +15,7 @@ import json
 import pytest
 
 import klog
-from klog.security.acl import Operation, ResourceType
+from klog.security.acl import CLUSTER_NAME, Operation, ResourceType
 from tests.cli.test_cli import assert_one_line_error
 from tests.server.test_serve_acl_matrix import T, _set_acls, allow, env  # noqa: F401 - env is a fixture
 from tests.server.test_serve_transactions import _read_all
@@ -96,4 +96,33 @@ def test_transactional_producer_without_write_on_its_id(env, cli):  # noqa: F811
               + [allow(ResourceType.TRANSACTIONAL_ID, "tx-alice", Operation.WRITE)])
     r = cli("produce", "t", "--transactional-id", "tx-alice", *props, input=b"accepted\n")
     assert r.exit_code == 0, r.stderr
+
+
+def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env fixture
+    """Through -b the verbs are authorized as kafka-transactions.sh's requests are: an id alice may not
+    Describe is not listed and not described; abort writes markers, which needs ClusterAction."""
+    props = ["-b", env.conf["bootstrap.servers"], "-X", "security.protocol=SASL_PLAINTEXT",
+             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=pw"]
+    topic = [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE, Operation.READ)]
+    tid = allow(ResourceType.TRANSACTIONAL_ID, "tx-open", Operation.WRITE)
+    _set_acls(env, [*topic, tid])
+    producer = ck.Producer({**env.conf, "transactional.id": "tx-open", "transaction.timeout.ms": 60_000})
+    try:
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        producer.produce("t", b"open", partition=0)
+        producer.flush(10)
+        r = cli("transactions", "abort", "tx-open", *props)
+        assert_one_line_error(r, 1, "t-0", "not authorized", "ClusterAction")
+        _set_acls(env, topic)  # no ACL on the id: not listed, not described
+        r = cli("transactions", "list", "--json", *props)
+        assert r.exit_code == 0 and r.out == "", r.stderr
+        assert_one_line_error(cli("transactions", "describe", "tx-open", *props), 1, "tx-open", "not authorized")
+        _set_acls(env, [*topic, tid, allow(ResourceType.CLUSTER, CLUSTER_NAME, Operation.CLUSTER_ACTION)])
+        r = cli("transactions", "abort", "tx-open", *props)
+        assert r.exit_code == 0 and "transaction aborted" in r.stderr, r.stderr
+    finally:
+        producer.purge()
+        del producer
+        gc.collect()
 

@@ -217,6 +217,7 @@ def _servers(bootstrap: str) -> list[tuple[str, int]]:
 
 
 GROUP, TRANSACTION = 0, 1  # FindCoordinator's key types
+NOT_AUTHORIZED = {30: "Group", 53: "TransactionalId"}  # GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 def find_coordinator(target, group: str, timeout: float,  # noqa: ANN001 - ClusterTarget
@@ -246,6 +247,9 @@ def find_coordinator(target, group: str, timeout: float,  # noqa: ANN001 - Clust
             code = int(found.error_code)
             if code == 0:
                 return str(found.host), int(found.port)
+            if code in NOT_AUTHORIZED:
+                raise KlogError(f"{what} '{group}': not authorized at {target.label} ({error_name(code)}: "
+                                f"Describe on the {NOT_AUTHORIZED[code]} is needed)")
             if code not in RETRIABLE:
                 raise KlogError(f"cannot find the coordinator of {what} '{group}': {error_name(code)}")
             last = error_name(code)
