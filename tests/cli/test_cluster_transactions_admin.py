@@ -112,6 +112,8 @@ def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env 
         producer.begin_transaction()
         producer.produce("t", b"open", partition=0)
         producer.flush(10)
+        r = cli("transactions", "describe", "tx-open", "--json", *props)  # Write on the id implies Describe
+        assert r.exit_code == 0 and json.loads(r.out)["partitions"] == ["t-0"], r.stderr
         r = cli("transactions", "abort", "tx-open", *props)
         assert_one_line_error(r, 1, "t-0", "not authorized", "ClusterAction")
         _set_acls(env, topic)  # no ACL on the id: not listed, not described
