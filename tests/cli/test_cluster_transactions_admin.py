@@ -128,3 +128,33 @@ def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env 
         del producer
         gc.collect()
 
+
+
+def test_describe_asks_again_while_the_coordinator_moves(monkeypatch):
+    """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS: FindCoordinator and DescribeTransactions again,
+    within the cluster timeout; then one error line."""
+    from types import SimpleNamespace
+
+    from klog.client.remote import txn_admin, wire
+    from klog.errors import KlogError
+    from klog.meta.transactions import TxnMetadata
+
+    answers = iter(["moved", "moved", TxnMetadata("x", 7, 0, 1000)])
+    found: list[str] = []
+
+    def describe_at(conn, ids, label):  # noqa: ANN001, ANN202
+        answer = next(answers)
+        if answer == "moved":
+            raise txn_admin._Retriable("cannot describe transactional id 'x': NOT_COORDINATOR")
+        return [answer]
+
+    monkeypatch.setattr(wire, "find_coordinator", lambda *a: found.append("asked") or ("127.0.0.1", 1))
+    monkeypatch.setattr(txn_admin, "_describe_at", describe_at)
+    monkeypatch.setattr(txn_admin._Connections, "to", lambda self, host, port: None)
+    monkeypatch.setattr(wire, "RETRY_PAUSE_S", 0)
+    store = SimpleNamespace(target=SimpleNamespace(label="test", properties={}), timeout=5)
+    assert txn_admin.describe_transaction(store, "x").producer_id == 7 and len(found) == 3
+    store.timeout = 0
+    answers = iter(["moved"] * 2)
+    with pytest.raises(KlogError, match="did not settle"):
+        txn_admin.describe_transaction(store, "x")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import time
 from typing import Any
 
 from klog.client.remote import wire
@@ -93,7 +94,8 @@ def _describe_at(conn: wire.Connection, ids: list[str], label: str) -> list[TxnM
             raise KlogError(f"transactional id '{tid}': not authorized to describe it at {label} "
                             "(Describe on the TransactionalId)")
         if code:
-            raise KlogError(f"cannot describe transactional id '{tid}' at {label}: {error_name(code)}")
+            error = _Retriable if code in wire.RETRIABLE else KlogError
+            raise error(f"cannot describe transactional id '{tid}' at {label}: {error_name(code)}")
         out.append(_meta(state))
     return out
 
@@ -120,10 +122,24 @@ def list_transactions(store) -> list[TxnMetadata]:  # noqa: ANN001 - RemoteStore
 
 
 def describe_transaction(store, transactional_id: str) -> TxnMetadata:  # noqa: ANN001 - RemoteStore
+    """At the id's coordinator; asked again (within the cluster timeout) when the coordinator moved
+    or is loading its state."""
     load_kio()
-    host, port = wire.find_coordinator(store.target, transactional_id, store.timeout, wire.TRANSACTION)
-    with _Connections(store) as conns:
-        return _describe_at(conns.to(host, port), [transactional_id], store.target.label)[0]
+    deadline = time.monotonic() + store.timeout
+    while True:
+        host, port = wire.find_coordinator(store.target, transactional_id, store.timeout, wire.TRANSACTION)
+        try:
+            with _Connections(store) as conns:
+                return _describe_at(conns.to(host, port), [transactional_id], store.target.label)[0]
+        except _Retriable:
+            if time.monotonic() > deadline:
+                raise KlogError(f"cannot describe transactional id '{transactional_id}' at {store.target.label}: "
+                                f"its coordinator did not settle within {store.timeout:g} s") from None
+            time.sleep(wire.RETRY_PAUSE_S)
+
+
+class _Retriable(KlogError):
+    """The coordinator moved or is loading: ask again."""
 
 
 def abort_transaction(store, transactional_id: str) -> bool:  # noqa: ANN001 - RemoteStore
