@@ -328,8 +328,9 @@ class Producer(ProducerBase):
         """Records and sizes split by partition, each in input order.
 
         Partitions come from the per-key cache in one C-level pass (murmur2 only for new keys;
-        keyless records take the sticky partitioner's in order); then a stable sort by partition
-        and one slice per partition, instead of two appends per record."""
+        keyless records take the sticky partitioner's in order); then one pass appends each
+        record to its partition's group (half the CPU of a stable sort by partition and a slice
+        per partition: this pass is most of what routing costs)."""
         cache = key_partitions(count)
         keys = [record[0] for record in records]
         parts = list(map(cache.get, keys, repeat(None)))
@@ -343,17 +344,15 @@ class Producer(ProducerBase):
                         sticky.produced(topic, sizes[j], count)
                     else:
                         parts[j] = cache[key] = partition_for_key(key, count)
-        order = sorted(range(len(parts)), key=parts.__getitem__)
-        parts = list(map(parts.__getitem__, order))
-        records = list(map(records.__getitem__, order))
-        sizes = list(map(sizes.__getitem__, order))
         groups: dict[int, tuple[list[RecordIn], list[int]]] = {}
-        lo = 0
-        while lo < len(parts):
-            p = parts[lo]
-            hi = bisect_right(parts, p, lo)
-            groups[p] = (records[lo:hi], sizes[lo:hi])
-            lo = hi
+        get = groups.get
+        for p, record, size in zip(parts, records, sizes, strict=True):
+            group = get(p)
+            if group is None:
+                groups[p] = ([record], [size])
+            else:
+                group[0].append(record)
+                group[1].append(size)
         return groups
 
     def _fill(self, topic: str, partition: int | None, records: list[RecordIn], totals: list[int], count: int,

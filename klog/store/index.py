@@ -15,10 +15,26 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from klog.store.format import NO_TIMESTAMP, OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
-from klog.store.names import nofollow_opener
+from klog.store.names import nofollow_opener, open_nofollow
 
 if TYPE_CHECKING:
     from klog.store.codec import BatchHeader
+
+
+def _pread_upto(fd: int, count: int, offset: int) -> bytes:
+    """Up to `count` bytes at `offset` (fewer at the end of the file), as a file's read() gives."""
+    first = os.pread(fd, count, offset)
+    if len(first) == count or not first:
+        return first
+    parts = [first]
+    got = len(first)
+    while got < count:
+        more = os.pread(fd, count - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 class _IndexFile:
@@ -48,12 +64,16 @@ class _IndexFile:
         size -= size % self.entry.size
         if size == len(self._data):
             return
-        with open(self.path, "rb", opener=nofollow_opener) as f:
+        # os.pread on a bare descriptor: a buffered file object cost ~4 more system calls and
+        # ~15 us of Python per refresh, paid for both indexes at each partition's first open
+        fd = open_nofollow(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
             if size > len(self._data):
-                f.seek(len(self._data))
-                self._data += f.read(size - len(self._data))
+                self._data += _pread_upto(fd, size - len(self._data), len(self._data))
             else:
-                self._data = bytearray(f.read(size))
+                self._data = bytearray(_pread_upto(fd, size, 0))
+        finally:
+            os.close(fd)
         # a file shorter than expected (truncated concurrently) keeps whole entries only
         del self._data[len(self._data) - len(self._data) % self.entry.size:]
 
