@@ -47,11 +47,15 @@ def _write_if_changed(path: str, text: str, synced: set[str] | None = None) -> b
     """`synced`: write without fsyncs and add the log directory to it (the caller syncs each
     once: a new partition's two files cost four fsyncs, 4,000 for a producer's first write into
     1,000 partitions); None: fsynced here."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == text:
+    wanted = text.encode()
+    try:  # (bytes through a bare descriptor: a text-mode open cost ~4 times as much, twice per partition)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if os.pread(fd, len(wanted) + 1, 0) == wanted:
                 return False
-    except (OSError, UnicodeDecodeError):
+        finally:
+            os.close(fd)
+    except OSError:
         pass
     checkpoints.write_atomically(path, text, sync=synced is None)
     if synced is not None:

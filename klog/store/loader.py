@@ -74,6 +74,8 @@ def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0, names: se
             names = set(os.listdir(directory))
         except FileNotFoundError:
             return []
+    if _nothing_unfinished(names):
+        return []  # (the usual folder: this check alone, at every first open of every partition)
     done: list[str] = []
     swapped_bases = sorted({b for n in names if n.endswith(SWAP_SUFFIX) and (b := parse_segment_base(n)) is not None})
     for base in swapped_bases:
@@ -100,6 +102,20 @@ def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0, names: se
     done += [f"removed {name}" for name in remove_deleted_files(directory, delete_delay_ms, names)
              if name.endswith(LOG_SUFFIX + DELETED_SUFFIX)]
     return done
+
+
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+def _nothing_unfinished(names: set[str]) -> bool:
+    """No swap, `.cleaned` or `.deleted` file, and every index file has its `.log` beside it:
+    finish_interrupted_swaps would do nothing."""
+    for name in names:
+        if name.endswith((SWAP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)):
+            return False
+        if name.endswith(_INDEX_SUFFIXES) and name[:name.rindex(".")] + LOG_SUFFIX not in names:
+            return False
+    return True
 
 
 def _orphaned_indexes(directory: str, names: set[str], swapped_bases: list[int]) -> list[str]:

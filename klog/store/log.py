@@ -273,7 +273,7 @@ class PartitionLog:
             self._open_fds()
             self._save_state()
             return report
-        snap = self.state.read()
+        snap = self.state.read(write_next=True)  # (every open for write writes it after the append)
         active = self.active
         if (snap is not None and snap.boot_id == current_boot_id() and snap.active_base == active.base_offset
                 and snap.valid_size == active.file_size()):
@@ -350,9 +350,17 @@ class PartitionLog:
         return segment.first_batch_max_timestamp
 
     def _read_first_batch_max_timestamp(self, segment: LogSegment) -> int:
-        head = segment.read_bytes(0, RECORD_BATCH_OVERHEAD)
+        # the active segment through the writer's own descriptor (a read descriptor opened for
+        # this alone cost an open per partition at its first append, and kept one more file open)
+        fds = self._fds
+        if fds is not None and segment is self.active and self._fds_base == segment.base_offset:
+            def read(position: int, length: int) -> bytes:
+                return os.pread(fds.log, length, position)
+        else:
+            read = segment.read_bytes
+        head = read(0, RECORD_BATCH_OVERHEAD)
         if len(head) < codec.header_bytes(head):
-            head = segment.read_bytes(0, codec.header_bytes(head))  # a magic 0/1 entry, read whole
+            head = read(0, codec.header_bytes(head))  # a magic 0/1 entry, read whole
         return read_header(head).max_timestamp if len(head) >= codec.header_bytes(head) else -1
 
     def roll(self, base: int) -> LogSegment:

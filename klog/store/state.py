@@ -66,9 +66,12 @@ class _StructFile:
             self._fd = None
             self._writable = False
 
-    def read_fields(self) -> tuple | None:
-        """The fields, or None if the file is missing, short or fails its CRC."""
-        fd = self._open(write=False)
+    def read_fields(self, write_next: bool = False) -> tuple | None:
+        """The fields, or None if the file is missing, short or fails its CRC. write_next: the
+        caller writes the file next (a writer's open), so it is opened for writing at once (a
+        missing one is created empty, which reads as missing): one open, not a read-only one
+        then a read-write one."""
+        fd = self._open(write=write_next)
         if fd is None:
             return None
         data = os.pread(fd, self.layout.size + 4, 0)
@@ -120,8 +123,8 @@ class ReplicaState(_StructFile):
     FILE_NAME = "klog-replica.state"
     layout = struct.Struct(">16sqqqqqq")
 
-    def read(self) -> ReplicaSnapshot | None:
-        fields = self.read_fields()
+    def read(self, write_next: bool = False) -> ReplicaSnapshot | None:
+        fields = self.read_fields(write_next)
         return ReplicaSnapshot(*fields) if fields else None
 
     def write(self, snap: ReplicaSnapshot, sync: bool = False) -> None:
