@@ -9,10 +9,13 @@ if [ ! -x .venv/bin/python ]; then
     echo "tests/run.sh: first run: creating .venv and installing klog with pyspark (~3 min, mostly the" \
          "~320 MB pyspark download; pip's progress follows)" >&2
     "$PY" -m venv .venv
-    .venv/bin/python -m pip install --progress-bar on --disable-pip-version-check -e '.[test,spark]' >&2
+    .venv/bin/python -m pip install --progress-bar on --disable-pip-version-check -e '.[test,spark,streams-test]' >&2
 else
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,spark]'
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,spark,streams-test]'
 fi
+# quixstreams (the exactly-once stream framework test) caps confluent-kafka below klog's: its own
+# dependencies come with the streams-test extra above, quixstreams itself without them
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps 'quixstreams==3.28.1'  # the version its dependencies above were read from
 if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "tests/run.sh: installing Debian's kcat for the Kafka-protocol tests" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat) >/dev/null 2>&1 \
@@ -31,6 +34,12 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] &
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql) \
         >/dev/null 2>&1 || echo "tests/run.sh: postgresql could not be installed; its tests skip" >&2
 fi
+if { [ ! -x /usr/bin/Burrow ] || [ ! -e /usr/share/java/zookeeper.jar ]; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    # Burrow (the consumer-lag monitor, reads __consumer_offsets) and the ZooKeeper it keeps its state in
+    echo "tests/run.sh: installing Debian's burrow and zookeeper for the Burrow test" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends burrow \
+        zookeeper) >/dev/null 2>&1 || echo "tests/run.sh: burrow/zookeeper could not be installed; its test skips" >&2
+fi
 missing_shells=()
 for sh in zsh fish; do command -v "$sh" >/dev/null 2>&1 || missing_shells+=("$sh"); done
 if [ ${#missing_shells[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -39,4 +48,7 @@ if [ ${#missing_shells[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_shells[@]}" >/dev/null 2>&1 \
         || echo "tests/run.sh: ${missing_shells[*]} could not be installed; their completion tests skip" >&2
 fi
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# two workers (pytest-xdist): most of the suite waits on subprocesses, servers and fsyncs, so two
+# cores run it in about half the time; --dist loadgroup keeps the Spark tests on one worker (one JVM)
+# and the PostgreSQL ones on one (one server). `bash tests/run.sh -n 0` runs it in one process.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup "$@"

@@ -3,7 +3,9 @@
 The source is only read: its files are copied into the store (a broker's directory stays
 usable). For each `<topic>-<partition>` folder found:
 
-- Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are left out;
+- Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are not imported as
+  topics; the committed offsets in `__consumer_offsets` become klog's groups' committed offsets
+  (import_kafka_offsets), and `klog serve` writes its own `__consumer_offsets` from them;
 - the topic is created with as many partitions as the highest partition number found + 1
   (replication factor 1; an existing topic is refused: import never merges logs);
 - segments (`.log`, `.index`, `.timeindex`, `.txnindex`) keep their names and offsets; an index
@@ -27,6 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from klog.errors import DecompressionError, KlogError, TopicExistsError, UnknownCodecIdError, UsageError
 from klog.store import checkpoints
@@ -44,6 +47,9 @@ from klog.store.format import (
 )
 from klog.store.names import validate_topic_name
 from klog.store.plain import replace
+
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _ENTRY_SIZE = {INDEX_SUFFIX: OFFSET_INDEX_ENTRY.size, TIME_INDEX_SUFFIX: TIME_INDEX_ENTRY.size}
@@ -108,7 +114,7 @@ def _copy_trimmed(src: str, dest: str, suffix: str) -> None:
 KAFKA_INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata")
 
 
-def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
+def import_dirs(store: BrokerStore, paths: list[str]) -> list[ImportedPartition]:
     """Import every partition folder under `paths` (see the module docstring)."""
     folders = {k: v for k, v in find_partition_folders(paths).items() if k[0] not in KAFKA_INTERNAL_TOPICS}
     if not folders:
@@ -142,12 +148,6 @@ def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
     return imported
 
 
-# A compressed batch may expand to max.message.bytes, or to this many times its own size when that
-# is more: real data compresses 2-20x, a decompression bomb thousands of times (2 x 120 MiB of
-# records in 7.7 KB), which every consumer of the imported topic would have to hold in memory
-EXPANSION_RATIO_MAX = 100
-
-
 def expansion_problem(folder: str) -> str | None:
     """The first compressed batch in the folder's segments whose records expand past
     max(max.message.bytes, EXPANSION_RATIO_MAX x its size), named; None if there is none. Stops at
@@ -156,7 +156,7 @@ def expansion_problem(folder: str) -> str | None:
     from klog.store import compression
     from klog.store.codec import read_header
     from klog.store.format import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD
-    from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
+    from klog.store.limits import EXPANSION_RATIO_MAX, batch_expansion_bytes_max
 
     for name in sorted(os.listdir(folder)):
         if not name.endswith(LOG_SUFFIX) or parse_segment_base(name) is None:
@@ -173,7 +173,7 @@ def expansion_problem(folder: str) -> str | None:
                 if header.size <= MAGIC_OFFSET or pos + header.size > size:
                     break
                 if head[MAGIC_OFFSET] == 2 and header.codec:
-                    limit = max(MAX_MESSAGE_BYTES_DEFAULT, EXPANSION_RATIO_MAX * header.size)
+                    limit = batch_expansion_bytes_max(header.size)
                     body = os.pread(fd, header.size - RECORD_BATCH_OVERHEAD, pos + RECORD_BATCH_OVERHEAD)
                     with compression.expansion_limit(limit) as bound:
                         try:
@@ -211,7 +211,8 @@ def _log_start_offsets(log_dirs: set[str]) -> dict[tuple[str, int], int]:
     return out
 
 
-def _import_partition(store, topic: str, partition: int, source: str, log_start: int | None) -> ImportedPartition:
+def _import_partition(store: BrokerStore, topic: str, partition: int, source: str,
+                      log_start: int | None) -> ImportedPartition:
     part = store.partition(topic, partition)
     dest = part.leader.directory
     in_place = os.path.realpath(source) == os.path.realpath(dest)  # copied by hand into the log dir
@@ -256,3 +257,92 @@ def _import_partition(store, topic: str, partition: int, source: str, log_start:
         part.state.write(snap, sync=True)
         part.leader_epoch_loaded = epoch
     return ImportedPartition(topic, partition, source, copied, start, end, epoch, notes)
+
+
+# -- the broker's committed offsets (its __consumer_offsets partitions) ----------------------------
+@dataclass(frozen=True)
+class ImportedOffsets:
+    groups: int
+    offsets: int
+    skipped: int  # offsets of topics not in the store after the import (another broker's partitions)
+    unreadable: int = 0  # records that are not in Kafka's format (left out)
+
+
+def read_kafka_offsets(folders: list[str]) -> tuple[dict[tuple[str, str, int], tuple[int, str, int]], int]:
+    """(group, topic, partition) -> (offset, metadata, commit ms): what the `__consumer_offsets`
+    partition folders say last (Kafka's record format, klog.broker.group_records), tombstones and
+    aborted transactional commits (TxnOffsetCommit) applied as Kafka's coordinator applies them; and
+    how many records were not in Kafka's format (left out)."""
+    from klog.broker import group_records as gr
+    from klog.store import codec
+    from klog.store.format import CONTROL_FLAG_MASK, MAGIC_V2, TRANSACTIONAL_FLAG_MASK
+    from klog.store.walk import walk_batches
+
+    latest: dict[tuple[str, str, int], tuple[int, str, int]] = {}
+    unreadable = 0
+
+    def apply(key: bytes | None, value: bytes | None) -> None:
+        nonlocal unreadable
+        try:
+            decoded = gr.decode_key(key) if key else None
+            if not isinstance(decoded, gr.OffsetKey):
+                return  # group metadata and newer record types: klog keeps membership itself
+            tp = (decoded.group, decoded.topic, decoded.partition)
+            if value is None:
+                latest.pop(tp, None)
+            else:
+                v = gr.decode_offset_value(value)
+                latest[tp] = (v.offset, v.metadata, v.commit_ms)
+        except (KlogError, UnicodeDecodeError):
+            unreadable += 1
+
+    for folder in folders:
+        pending: dict[int, list[tuple[bytes | None, bytes | None]]] = {}  # producer id -> uncommitted records
+        for name in sorted(n for n in os.listdir(folder) if n.endswith(LOG_SUFFIX)):
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                for walked in walk_batches(lambda pos, n, fd=f.fileno(): os.pread(fd, n, pos), 0, size,
+                                           whole=True, path=path):
+                    header = walked.header
+                    if header.magic != MAGIC_V2:
+                        continue  # Kafka has written v2 batches here since 0.11
+                    records = codec.decode_batch_records(walked.data(), 0, header, trust_attributes=False)
+                    if header.attributes & CONTROL_FLAG_MASK:
+                        for _, _, key, _, _ in records:
+                            committed = key is not None and len(key) >= 4 and key[2:4] == b"\x00\x01"
+                            for k, v in pending.pop(header.producer_id, []):
+                                if committed:
+                                    apply(k, v)
+                        continue
+                    for _, _, key, value, _ in records:
+                        if header.attributes & TRANSACTIONAL_FLAG_MASK:
+                            pending.setdefault(header.producer_id, []).append((key, value))
+                        else:
+                            apply(key, value)
+    return latest, unreadable
+
+
+def import_kafka_offsets(store: BrokerStore, paths: list[str]) -> ImportedOffsets | None:
+    """The committed offsets in the `__consumer_offsets` folders under `paths`, into klog's groups
+    (GroupsMeta, as a Kafka client's commit: negative offsets kept), for the topics the store has;
+    None when there are no such folders."""
+    from klog.meta.groups import GroupsMeta
+
+    folders = [f for (topic, _), f in sorted(find_partition_folders(paths).items()) if topic == "__consumer_offsets"]
+    if not folders:
+        return None
+    latest, unreadable = read_kafka_offsets(folders)
+    known = {t.name for t in store.list_topics()}
+    by_commit: dict[tuple[str, int], dict[tuple[str, int], tuple[int, str]]] = {}
+    skipped = 0
+    for (group, topic, partition), (offset, metadata, commit_ms) in latest.items():
+        if topic not in known:
+            skipped += 1
+            continue
+        by_commit.setdefault((group, commit_ms), {})[(topic, partition)] = (offset, metadata)
+    meta = GroupsMeta(store.meta)
+    for (group, commit_ms), offsets in sorted(by_commit.items()):
+        meta.store_offsets(group, offsets, commit_ms=commit_ms, negative_ok=True)
+    return ImportedOffsets(len({g for g, _ in by_commit}), sum(len(o) for o in by_commit.values()), skipped,
+                           unreadable)

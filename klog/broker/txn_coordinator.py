@@ -20,14 +20,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klog.meta import transactions as tx
 from klog.meta.groups import GroupsMeta
 from klog.meta.transactions import TP, TransactionsMeta, TxnMetadata, TxnStateError
 
+if TYPE_CHECKING:
+    from klog.broker.batches import RawAppender
+    from klog.broker.store_protocol import BrokerStore
+
 TRANSACTION_MAX_TIMEOUT = "transaction.max.timeout.ms"
 CLEANUP_INTERVAL = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
 CLEANUP_INTERVAL_MS_DEFAULT = 10_000  # Kafka's default
+ID_EXPIRATION = "transactional.id.expiration.ms"
 PREPARE_STALE_MS = 5_000  # a Prepare* document not completed for this long is completed by whoever sees it
 
 
@@ -45,9 +51,9 @@ class TxnCoordinator:
     """Thread-safe (every step is an LMDB transaction or holds a partition's lock); any number of
     these, in any processes, may serve the same store."""
 
-    def __init__(self, store, appender, new_pid: Callable[[], int] | None = None, *,  # noqa: ANN001 - Store, RawAppender
+    def __init__(self, store: BrokerStore, appender: RawAppender, new_pid: Callable[[], int] | None = None, *,
                  clock: Callable[[], int] = now_ms, max_timeout_ms: int | None = None,
-                 warn: Callable[[str], None] | None = None) -> None:
+                 id_expiration_ms: int | None = None, warn: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.appender = appender
         if new_pid is None:
@@ -58,6 +64,8 @@ class TxnCoordinator:
         self.groups = GroupsMeta(store.meta)
         self.max_timeout_ms = max_timeout_ms if max_timeout_ms is not None else _setting(
             store, TRANSACTION_MAX_TIMEOUT, tx.MAX_TIMEOUT_MS_DEFAULT)
+        self.id_expiration_ms = id_expiration_ms if id_expiration_ms is not None else _setting(
+            store, ID_EXPIRATION, tx.ID_EXPIRATION_MS_DEFAULT)
         self.warn = warn or (lambda _m: None)
         self.coordinator_epoch = self.meta.next_coordinator_epoch()
 
@@ -155,9 +163,29 @@ class TxnCoordinator:
                 elif meta.state in tx.PREPARING and now - meta.update_ms >= PREPARE_STALE_MS:
                     self._finish(meta)
                     done.append(f"transactional id '{meta.transactional_id}': completed its {meta.state}")
+                elif meta.idle_expired(now, self.id_expiration_ms) and self._expire(meta.transactional_id, now):
+                    done.append(f"transactional id '{meta.transactional_id}': expired after "
+                                f"transactional.id.expiration.ms={self.id_expiration_ms} idle (producer id "
+                                f"{meta.producer_id} forgotten)")
             except Exception as e:  # noqa: BLE001 - one id's trouble must not stop the others' timeouts
                 self.warn(f"transactional id '{meta.transactional_id}': {type(e).__name__}: {e}")
         return done
+
+    def _expire(self, tid: str, now: int) -> bool:
+        """Forget an idle transactional id (its document, so its producer id and epoch): a later
+        producer of the id starts anew, and one still holding the old producer id is refused
+        (INVALID_PRODUCER_ID_MAPPING), as in Kafka. Checked again inside the write: an id taken up
+        meanwhile stays."""
+        def change(meta: TxnMetadata | None, _txn: object) -> TxnMetadata | None:
+            if meta is None or not meta.idle_expired(now, self.id_expiration_ms):
+                raise _Unchanged(meta)
+            return None
+
+        try:
+            self.meta.apply(tid, change)
+        except _Unchanged:
+            return False
+        return True
 
     def recover(self) -> list[str]:
         """At start: finish every Prepare* document (a crash between deciding and completing)."""
@@ -227,7 +255,7 @@ class _Unchanged(Exception):  # noqa: N818 - control flow inside one LMDB transa
         self.meta = meta
 
 
-def _setting(store, name: str, default: int) -> int:  # noqa: ANN001 - Store
+def _setting(store: BrokerStore, name: str, default: int) -> int:
     """A whole-millisecond store default from klog.json (Kafka's broker setting), or `default`."""
     try:
         text = store.data_dir.default(name)

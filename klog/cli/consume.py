@@ -42,6 +42,11 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str | None, typer.Option("--format", "-F", help="kcat-style format string (see above).")] = None,
         as_json: Annotated[bool, typer.Option("--json", "-J", help="JSON lines: the envelope produce --input json "
                                               "reads.")] = False,
+        txn_fields: Annotated[bool, typer.Option("--txn-fields", help="With --json: each record's producer_id, "
+                                                 "producer_epoch, transactional and control (its batch's, as klog "
+                                                 "dump names them), and the COMMIT/ABORT markers as lines of their "
+                                                 "own (end_txn_marker, coordinator_epoch); partitions one after "
+                                                 "another.")] = False,
         key_delim: Annotated[str | None, typer.Option("-K", help="Print each record as key DELIM value (kcat's -K; "
                                                       "escapes \\t \\0 \\xNN ...).")] = None,
         record_delim: Annotated[str | None, typer.Option("-D", help="End each record with DELIM instead of a newline "

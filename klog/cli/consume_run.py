@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, since, until, tail,  # noqa: ANN001
                 last, count, partition, fmt, as_json, key_delim, record_delim, skip_damaged, quiet,  # noqa: ANN001
                 grep, grep_key, grep_header, group, exec_cmd, batch, prop, no_color, local_time,  # noqa: ANN001
-                data_dir) -> int | None:  # noqa: ANN001
+                data_dir, txn_fields=False) -> int | None:  # noqa: ANN001
     """`klog consume` with its options as Python values (what Typer, or the hot path, parsed); 1 when
     --skip-damaged skipped something."""
     from klog.client.filters import RecordFilter
@@ -42,6 +42,8 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
     record_filter = RecordFilter.of(grep, grep_key, grep_header)
     env = current_env()
     output = record_output(env, fmt, as_json)  # the one choice: view, JSON, --format or raw values
+    if txn_fields:
+        _check_txn_fields(as_json, last, group, exec_cmd, count, until_ms, record_filter)
     isolation, other_props = _isolation_level(prop or [])
     if skip_damaged and (group is not None or exec_cmd is not None):
         raise UsageError("--skip-damaged reads without --group or --exec")
@@ -71,6 +73,8 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
     try:
         with open_store(data_dir, create=False, read_only=True) as store:
             names = store.resolve_topics(topics or [], pattern)
+            if txn_fields:
+                return _write_txn_fields(store, names, start, follow, partition, isolation, env.stdout_tty)
             return _read(store, names, start, until_ms, follow, count, partition, record_filter, isolation, last,
                          (env, output, no_color, local_time), skip_damaged)
     except CorruptLogError as e:
@@ -115,6 +119,41 @@ def _read(store, names: list[str], start, until_ms: int | None, follow: bool, co
     else:
         write_records(consumer, sys.stdout.buffer, output.line, output.as_json)
     return 1 if skipped else None
+
+def _check_txn_fields(as_json: bool, last, group, exec_cmd, count, until_ms, record_filter) -> None:  # noqa: ANN001
+    if not as_json:
+        raise UsageError("--txn-fields adds to --json: give --json too")
+    if last is not None or group is not None or exec_cmd is not None or count is not None or until_ms is not None \
+            or record_filter is not None:
+        raise UsageError("--txn-fields reads whole batches: not with --last, --group, --exec, --count, --until or "
+                         "--grep*")
+
+
+def _write_txn_fields(store, names: list[str], start, follow: bool, partition, isolation: str,  # noqa: ANN001
+                      on_terminal: bool) -> None:
+    """consume --json --txn-fields: each batch's records with its producer fields, and the markers."""
+    from klog.cli.output import json_for_terminal
+    from klog.client.envelope import txn_json_lines
+    from klog.client.record_writer import write_all
+
+    consumer = store.consumer(*names, start=start, follow=follow, partitions=partition, isolation_level=isolation,
+                              merge=False)
+    if not hasattr(consumer, "batch_runs"):  # librdkafka's consumer: read_committed through a cluster
+        consumer.close()
+        raise UsageError("--txn-fields needs batch headers, which librdkafka's consumer does not give: through a "
+                         "cluster it works with isolation.level=read_uncommitted (klog's own Fetch reader)")
+    out = sys.stdout.buffer
+    with consumer:
+        for topic, p, header, records in consumer.batch_runs(control=True):
+            if records:
+                lines = txn_json_lines(topic, p, header, records)
+                if on_terminal:  # JSON escapes C0 controls itself; DEL and C1 controls too, there
+                    lines = json_for_terminal(lines.decode()).encode()
+                write_all(out, lines)
+                if follow:
+                    out.flush()
+    out.flush()
+
 
 def _kcat_format(fmt: str | None, key_delim: str | None, record_delim: str | None) -> str | None:
     """kcat's -K DELIM and -D DELIM as the --format string they stand for."""

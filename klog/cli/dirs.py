@@ -52,16 +52,18 @@ def import_(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Adopt a Kafka broker's log directory: topics, offsets, leader epochs, log start offsets.
+    """Adopt a Kafka broker's log directory: topics, offsets, leader epochs, log start offsets, and
+    the groups' committed offsets from its __consumer_offsets.
 
     The source is only read (its files are copied). Segments of every message format (v0, v1, v2)
     keep their offsets; the data is readable at once (high watermark = log end). An existing
     topic is refused.
     """
-    from klog.broker.importer import import_dirs
+    from klog.broker.importer import import_dirs, import_kafka_offsets
 
     with open_store(data_dir) as store:
         imported = import_dirs(store, paths)
+        offsets = import_kafka_offsets(store, paths)  # the broker's committed offsets come along
     for i in imported:
         if as_json:
             print(json.dumps(vars(i)))
@@ -70,6 +72,14 @@ def import_(
               f"{i.log_start_offset}..{i.log_end_offset}, leader epoch {i.leader_epoch}")
         for note in i.notes:
             print(f"  {note}")
+    if offsets is not None:
+        if as_json:
+            print(json.dumps({"committed_offsets": vars(offsets)}))
+        else:
+            print(f"Imported {offsets.offsets} committed offsets of {offsets.groups} groups from __consumer_offsets"
+                  + (f" ({offsets.skipped} of topics not imported left out)" if offsets.skipped else ""))
+            if offsets.unreadable:
+                print(f"  {offsets.unreadable} records of __consumer_offsets not in Kafka's format were left out")
 
 
 @app.command()

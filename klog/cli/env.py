@@ -9,17 +9,24 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import IO
 
+from klog.store.plain import FrozenPlain
 
-@dataclass(frozen=True)
-class Env:
-    stdin_tty: bool = False
-    stdout_tty: bool = False
-    stderr_tty: bool = False
-    no_color: bool = False  # NO_COLOR is set to something (https://no-color.org)
-    tz_set: bool = False  # TZ is set: times in the local zone
+
+class Env(FrozenPlain):
+    """Which standard streams are terminals, NO_COLOR and TZ (a plain record: the hot path skips dataclasses)."""
+
+    __slots__ = _fields = ("stdin_tty", "stdout_tty", "stderr_tty", "no_color", "tz_set")
+
+    def __init__(self, stdin_tty: bool = False, stdout_tty: bool = False, stderr_tty: bool = False,
+                 no_color: bool = False, tz_set: bool = False) -> None:
+        set_field = object.__setattr__
+        set_field(self, "stdin_tty", stdin_tty)
+        set_field(self, "stdout_tty", stdout_tty)
+        set_field(self, "stderr_tty", stderr_tty)
+        set_field(self, "no_color", no_color)  # NO_COLOR is set to something (https://no-color.org)
+        set_field(self, "tz_set", tz_set)  # TZ is set: times in the local zone
 
     def color(self, no_color_flag: bool = False) -> bool:
         """Colour unless --no-color or NO_COLOR says not."""

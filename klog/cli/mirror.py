@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
             "--dest-property", help="Kafka client property name=value for a DEST cluster.")] = None,
         exactly_once: Annotated[bool, typer.Option(
             "--exactly-once", help="Copy each record exactly once, also across kills: records and checkpoints are "
-            "committed together in transactions (DEST a local store; read DEST with read_committed).")] = False,
+            "committed together in transactions (read DEST with read_committed).")] = False,
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.client.mirror import Mirror, renamer

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ from klog.client.envelope import bytes_to_json, json_to_bytes, record_json_line,
 from klog.client.record_writer import Line, value_line
 from klog.client.records import Record
 from klog.errors import UsageError
+from klog.store.plain import FrozenPlain
 
 if TYPE_CHECKING:
     from klog.cli.env import Env
@@ -44,13 +44,15 @@ class OutputFormat(StrEnum):
     RAW = "raw"  # each value alone on a line: a pipe or a file
 
 
-@dataclass(frozen=True)
-class RecordOutput:
+class RecordOutput(FrozenPlain):
     """The output a command chose: its format, and `line` where a record is rendered here (None: the
     library's own fast paths write values, or JSON lines a run at a time)."""
 
-    format: OutputFormat
-    line: Line | None = None
+    __slots__ = _fields = ("format", "line")
+
+    def __init__(self, format: OutputFormat, line: Line | None = None) -> None:  # noqa: A002 - the field's name
+        object.__setattr__(self, "format", format)
+        object.__setattr__(self, "line", line)
 
     @property
     def as_json(self) -> bool:

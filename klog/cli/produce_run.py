@@ -20,9 +20,6 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
         raise UsageError("--transaction-records needs --transactional-id")
     if transaction_records is not None and transaction_records < 1:
         raise UsageError(f"--transaction-records must be at least 1, not {transaction_records}")
-    if transactional_id is not None and current_cluster() is not None:
-        raise UsageError("--transactional-id writes to the local store only (a cluster's transactions: use a "
-                         "Kafka client's transactional.id)")
     settings = producer_settings(prop)
     headers = parse_headers(header)
     delim = parse_delimiter(delimiter) if delimiter is not None else None

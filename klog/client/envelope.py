@@ -67,17 +67,39 @@ def _bytes_text(data: bytes | None) -> str:
         return f'{{"base64": "{base64.b64encode(data).decode("ascii")}"}}'
 
 
-def json_lines(topic: str, partition: int, timestamp_type: int, records: list) -> bytes:
+def json_lines(topic: str, partition: int, timestamp_type: int, records: list, more: str = "") -> bytes:
     """record_json_line of each (offset, timestamp, key, value, headers) tuple of one partition's
-    run, joined: the same bytes, without a Record per record (`consume --json` of one partition)."""
+    run, joined: the same bytes, without a Record per record (`consume --json` of one partition).
+    `more`: JSON members added to every line (', "name": value', ...)."""
     head = f'{{"topic": {_string(topic)}, "partition": {partition}, "offset": '
     ts_name = TIMESTAMP_TYPE_NAMES[timestamp_type]
     bt = _bytes_text
+    end = more + "}\n"
     return "".join([
         f'{head}{offset}, "timestamp": {ts}, "timestamp_type": "{ts_name}", "key": {bt(key)}, '
         f'"value": {bt(value)}, "headers": '
-        + (f'[{", ".join(f"[{_string(k)}, {bt(v)}]" for k, v in headers)}]}}\n' if headers else '[]}\n')
+        + (f'[{", ".join(f"[{_string(k)}, {bt(v)}]" for k, v in headers)}]{end}' if headers else '[]' + end)
         for offset, ts, key, value, headers in records]).encode()
+
+
+def txn_json_lines(topic: str, partition: int, header, records: list) -> bytes:  # noqa: ANN001 - BatchHeader
+    """json_lines with the batch's producer fields, named as `klog dump --json` names them
+    (producer_id, producer_epoch, transactional, control); a transaction marker's line has
+    end_txn_marker and coordinator_epoch in place of key, value and headers."""
+    from klog.store.txn import control_marker, is_transactional
+
+    more = (f', "producer_id": {header.producer_id}, "producer_epoch": {header.producer_epoch}, '
+            f'"transactional": {"true" if is_transactional(header.attributes) else "false"}, ')
+    if not header.is_control:
+        return json_lines(topic, partition, header.timestamp_type, records, more + '"control": false')
+    ts_name = TIMESTAMP_TYPE_NAMES[header.timestamp_type]
+    lines = []
+    for offset, ts, key, value, _ in records:
+        marker, coordinator_epoch = control_marker(key, value)
+        lines.append(f'{{"topic": {_string(topic)}, "partition": {partition}, "offset": {offset}, "timestamp": {ts}, '
+                     f'"timestamp_type": "{ts_name}"{more}"control": true, "end_txn_marker": "{marker}", '
+                     f'"coordinator_epoch": {coordinator_epoch}}}\n')
+    return "".join(lines).encode()
 
 
 def record_json_line(r: Record) -> bytes:

@@ -10,7 +10,7 @@ mirrored partition: the next source offset), written only after DEST acknowledge
 before it. A stopped mirror resumes where it stopped, with no duplicate after a clean stop; a killed
 one copies again at most the records of one checkpoint interval (at-least-once).
 
-With `exactly_once` (a local DEST), the records copied since the last checkpoint and the checkpoint
+With `exactly_once` (DEST a local store or a cluster), the records copied since the last checkpoint and the checkpoint
 itself are one transaction (KIP-618's idea, as MirrorMaker 2 does it): after any kill, DEST's
 read_committed readers hold each source record exactly once, and the mirror resumes from the last
 committed checkpoint. A second mirror of the same name fences the first.
@@ -68,9 +68,6 @@ class Mirror:
     def __init__(self, src, dest, topics: list[str], *, mirror_id: str, pattern: str | None = None,
                  rename: str = "{topic}", follow: bool = False, exactly_once: bool = False,
                  on_progress: Callable[[MirrorStats], None] | None = None) -> None:
-        if exactly_once and not getattr(dest, "is_local", True):
-            raise UsageError("--exactly-once needs a local store as DEST (a cluster's transactions are not "
-                             "used by klog mirror yet)")
         self.src, self.dest = src, dest
         self.wanted, self.pattern = topics, pattern
         self.mirror_id = mirror_id

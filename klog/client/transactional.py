@@ -16,12 +16,11 @@ a second producer opened with the same id aborts the first's open transaction an
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from klog.broker.batches import RawAppender
 from klog.broker.txn_coordinator import TxnCoordinator
 from klog.client.producer import Producer
+from klog.client.transaction_flow import TransactionFlow
 from klog.errors import InvalidProducerEpochError, ProducerFencedError, UsageError
 from klog.meta import transactions as tx
 from klog.store.txn import as_transactional
@@ -29,7 +28,7 @@ from klog.store.txn import as_transactional
 INIT_RETRY_S = 30.0  # how long init waits for an older incarnation's transaction to finish aborting
 
 
-class TransactionalProducer(Producer):
+class TransactionalProducer(TransactionFlow, Producer):
     def __init__(self, store, transactional_id: str, *, transaction_timeout_ms: int = tx.TRANSACTION_TIMEOUT_MS_DEFAULT,
                  transaction_records: int | None = None, **kwargs) -> None:  # noqa: ANN001, ANN003 - Store; Producer's
         """`transaction_records`: commit and begin anew every that many records sent (long streams)."""
@@ -60,51 +59,9 @@ class TransactionalProducer(Producer):
         self._groups: set[str] = set()
         self._in_transaction = False
 
-    # -- the transaction ------------------------------------------------------------------------
-    @property
-    def in_transaction(self) -> bool:
-        return self._in_transaction
-
-    def begin(self) -> None:
-        if self._in_transaction:
-            raise UsageError(f"transactional id '{self.transactional_id}': a transaction is already open")
-        self._in_transaction = True
+    # -- the transaction (begin, the block, transaction_records: klog.client.transaction_flow) ------
+    def _begin(self) -> None:
         self._added, self._groups = set(), set()
-        self._sent_in_transaction = 0
-
-    def send(self, topic: str, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - Producer.send's
-        self._require_transaction()
-        pending = super().send(topic, *args, **kwargs)
-        self._count_sent(1)
-        return pending
-
-    def send_keyed(self, topic: str, pairs, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
-        for chunk in self._chunks(pairs):
-            super().send_keyed(topic, chunk, *args, **kwargs)
-            self._count_sent(len(chunk))
-
-    def send_values(self, topic: str, values, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
-        for chunk in self._chunks(values):
-            super().send_values(topic, chunk, *args, **kwargs)
-            self._count_sent(len(chunk))
-
-    def _chunks(self, items):  # noqa: ANN001, ANN202
-        """`items` cut where a transaction_records commit falls."""
-        self._require_transaction()
-        if self.transaction_records is None:
-            yield items
-            return
-        start = 0
-        while start < len(items):
-            room = self.transaction_records - self._sent_in_transaction
-            yield items[start:start + room]
-            start += room
-
-    def _count_sent(self, n: int) -> None:
-        self._sent_in_transaction += n
-        if self.transaction_records is not None and self._sent_in_transaction >= self.transaction_records:
-            self.commit()
-            self.begin()
 
     def send_offsets(self, group: str, offsets: dict[tuple[str, int], int], metadata: str = "") -> None:
         """Commit `group`'s offsets (the next offset to read, per (topic, partition)) with this
@@ -142,31 +99,7 @@ class TransactionalProducer(Producer):
             self._call(self.coordinator.end_txn, self.transactional_id, self.producer_id, self.epoch, False)
         self._in_transaction = False
 
-    @contextmanager
-    def transaction(self) -> Iterator[TransactionalProducer]:
-        """begin(); the block; commit() — or abort() if the block raises."""
-        self.begin()
-        try:
-            yield self
-        except BaseException:
-            if self._in_transaction:
-                self.abort()
-            raise
-        self.commit()
-
-    def close(self) -> None:
-        if self._in_transaction:
-            self.abort()
-
-    def __exit__(self, exc_type, *exc: object) -> None:  # noqa: ANN001
-        self.close()
-
     # -- internals ------------------------------------------------------------------------------
-    def _require_transaction(self) -> None:
-        if not self._in_transaction:
-            raise UsageError(f"transactional id '{self.transactional_id}': call begin() (or use "
-                             "`with producer.transaction():`) before sending")
-
     def _call(self, fn, *args):  # noqa: ANN001, ANN002, ANN202
         try:
             return fn(*args)

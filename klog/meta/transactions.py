@@ -43,6 +43,7 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 TRANSACTION_TIMEOUT_MS_DEFAULT = 60_000  # the producers' transaction.timeout.ms default
 MAX_TIMEOUT_MS_DEFAULT = 900_000  # the broker's transaction.max.timeout.ms default
+ID_EXPIRATION_MS_DEFAULT = 604_800_000  # the broker's transactional.id.expiration.ms default (7 days)
 TRANSACTIONAL_ID_CHARS_MAX = 249 * 4  # bounded so its LMDB key needs no shortening
 
 # Kafka's error names (kio ErrorCode members)
@@ -98,6 +99,11 @@ class TxnMetadata:
 
     def expired(self, now: int) -> bool:
         return self.state == ONGOING and self.start_ms >= 0 and now > self.start_ms + self.timeout_ms
+
+    def idle_expired(self, now: int, expiration_ms: int) -> bool:
+        """Kafka's removeExpiredTransactionalIds condition: no transaction open or ending, and no
+        change for transactional.id.expiration.ms."""
+        return self.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and self.update_ms <= now - expiration_ms
 
 
 # -- the pure transitions (Kafka's TransactionCoordinator handlers) ------------------------------------

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klog.broker.offsets import stable_view
-from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError
+from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError, UnsupportedCodecError
 from klog.protocol.apis import FETCH
 from klog.protocol.framing import FileRange, RawBody
 from klog.protocol.kafka import E, leader_epoch_error, response_for
 from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.store.codec import encode_uvarint as _uvarint
 
 MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
@@ -75,12 +76,25 @@ class TopicAnswer:
     topic_id: Any = None  # uuid.UUID: v13+ name topics by id
 
 
+ZSTD_FETCH_VERSION_MIN = 10  # KIP-110: older fetchers cannot be sent a zstd topic's batches
+
+
+def _zstd_topic(ctx: RequestContext, topic: str) -> bool:
+    try:
+        return ctx.store.log_config(topic).compression_type == "zstd"
+    except KlogError:
+        return False  # an unknown topic: the partition's own lookup answers
+
+
 def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool) -> PartitionAnswer:
     """One partition's answer: its offsets and where its bytes are (lock-free, any process)."""
     index = int(p.partition)
     answer = PartitionAnswer(index)
     if not ctx.authorize("READ", "TOPIC", topic):
         answer.error = E.topic_authorization_failed
+        return answer
+    if ctx.api_version < ZSTD_FETCH_VERSION_MIN and _zstd_topic(ctx, topic):  # Kafka 3.9's KafkaApis rule
+        answer.error = E.unsupported_compression_type
         return answer
     try:
         part = ctx.server.appender.partition(topic, index)
@@ -132,6 +146,9 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
             with lock:
                 aborted = stable.aborted_between(offset, upper)
             answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
+    except UnsupportedCodecError as e:  # a zstd batch for an old fetcher: Kafka's answer too
+        ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
+        answer.error = E.unsupported_compression_type
     except CorruptLogError as e:
         ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
         answer.error = E.corrupt_message
@@ -254,15 +271,6 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- the response, by hand -------------------------------------------------------------------
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> RawBody:
     flexible = version >= 12
     parts: list[bytes | FileRange] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from klog.broker.group_records import OFFSETS_TOPIC
 from klog.broker.offsets import last_stable_offset, max_timestamp_offset
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError
 from klog.protocol.apis import LIST_OFFSETS
@@ -54,6 +55,8 @@ def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
 
 
 def _list(ctx: RequestContext, request: Any, mod: Any) -> Any:
+    if ctx.server.offsets_topic is not None and any(str(t.name) == OFFSETS_TOPIC for t in request.topics):
+        ctx.server.offsets_topic.sync()  # a reader starting now sees every commit made before it
     topics = []
     committed = int(getattr(request, "isolation_level", 0)) == 1  # ListOffsets v2+
     for t in request.topics:

@@ -29,6 +29,7 @@ from klog.protocol.kafka import E, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.produce_response import PartitionResult, ProduceAnswer
+from klog.store.names import INTERNAL_TOPICS
 
 ACKS = {0: "0", 1: "1", -1: "all"}
 LAST_MESSAGE_SET_VERSION = 2  # Produce v0-v2: magic 0/1 message sets (Kafka 3.9 serves them, 4.0 does not)
@@ -107,6 +108,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     work = [(topic_data.name, pdata) for topic_data in request.topic_data for pdata in topic_data.partition_data]
     writable = {t: ctx.authorize("WRITE", "TOPIC", t) for t in {t for t, _ in work}}  # ACLs (security.py)
+    internal = {t for t in writable if t in INTERNAL_TOPICS}  # the broker's own (__consumer_offsets): Kafka refuses
     tid = getattr(request, "transactional_id", None)  # v3+
     txn_allowed = tid is None or ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid)
     service = getattr(ctx.server, "transactions", None)
@@ -123,6 +125,8 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             return E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)", None
         if not writable[topic]:
             return E.topic_authorization_failed, None, None, None
+        if topic in internal:
+            return E.invalid_topic_exception, None, f"cannot append to internal topic {topic}", None
         if not txn_allowed:
             return E.transactional_id_authorization_failed, None, None, None
         return await _append(ctx, topic, int(pdata.index), pdata.records, acks, txn_check_for(topic, int(pdata.index)))
@@ -133,7 +137,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         many: dict[str, list[int]] = {}
         if acks is not None and tid is None and ctx.api_version > LAST_MESSAGE_SET_VERSION:
             for i, (t, p) in enumerate(work):
-                if writable[t] and p.records:
+                if writable[t] and p.records and t not in internal:
                     many.setdefault(t, []).append(i)
         many = {t: idx for t, idx in many.items() if len(idx) > 1}
         grouped = {i for idx in many.values() for i in idx}

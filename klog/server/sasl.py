@@ -1,4 +1,4 @@
-"""SaslHandshake (v1) and SaslAuthenticate (v0-2): PLAIN and SCRAM-SHA-256/512.
+"""SaslHandshake (v0-1) and SaslAuthenticate (v0-2): PLAIN and SCRAM-SHA-256/512.
 
 A failed authentication is answered with SASL_AUTHENTICATION_FAILED after the configured delay
 (so guessing is slow; other connections are not held up, the delay is an asyncio sleep), logged in
@@ -21,19 +21,15 @@ from klog.server.security import SASL_AUTH_ATTEMPTS_MAX
 PLAIN_BYTES_MAX = 1024
 
 
-# v0 is advertised because librdkafka's feature check asks for it, but a v0 handshake (raw SASL tokens
-# outside Kafka's framing follow it; pre-1.0 clients) is refused; every current client sends v1.
+# v0 (Kafka 0.10.0-0.10.2 clients, and kafka-python configured with such an api_version): the SASL
+# tokens that follow go without Kafka's framing, each a size-prefixed frame both ways
+# (server.raw_sasl_token); v1 wraps them in SaslAuthenticate requests (KIP-152).
 @register(SASL_HANDSHAKE, 0, 1)
 async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     security = ctx.server.security
     enabled = tuple(security.config.sasl_mechanisms)
     conn = ctx.security
-    if ctx.api_version == 0:
-        ctx.log.warning("%s (client %s): SaslHandshake v0 (raw SASL tokens) is not supported, closing",
-                        ctx.client_host, ctx.client_id)
-        conn.close_after_response = True
-        return make(mod.SaslHandshakeResponse, error_code=E.unsupported_sasl_mechanism, mechanisms=enabled)
     if conn is None or not conn.listener.sasl or conn.authenticated or conn.mechanism is not None:
         ctx.log.warning("%s (client %s): SaslHandshake not expected here, closing", ctx.client_host, ctx.client_id)
         conn.close_after_response = True
@@ -44,6 +40,7 @@ async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
         conn.close_after_response = True
         return make(mod.SaslHandshakeResponse, error_code=E.unsupported_sasl_mechanism, mechanisms=enabled)
     conn.mechanism = request.mechanism
+    conn.raw_sasl = ctx.api_version == 0
     return make(mod.SaslHandshakeResponse, error_code=E.none, mechanisms=enabled)
 
 

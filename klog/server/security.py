@@ -51,6 +51,7 @@ class ConnectionSecurity:
     sasl_state: Any = None  # a ScramServer while a SCRAM exchange runs
     sasl_rounds: int = 0
     close_after_response: bool = False
+    raw_sasl: bool = False  # SaslHandshake v0 succeeded: SASL tokens follow without Kafka's framing
 
 
 class ServerSecurity:

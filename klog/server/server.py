@@ -142,6 +142,7 @@ class Server:
         self._checkpoints: asyncio.Task | None = None
         self._log_cleaner_settings = log_cleaner or {}
         self.log_cleaner: Any = None  # klog.server.log_cleaner.LogCleanerService
+        self.offsets_topic: Any = None  # klog.server.offsets_topic.OffsetsTopicService (__consumer_offsets)
 
     @property
     def stopping(self) -> bool:
@@ -241,6 +242,10 @@ class Server:
         self.log_cleaner = LogCleanerService(self.store, check_topic=self.appender.check_topic,
                                              **self._log_cleaner_settings)
         self.log_cleaner.start()
+        from klog.server.offsets_topic import OffsetsTopicService
+
+        self.offsets_topic = OffsetsTopicService(self.store, self.appender.writer)
+        self.offsets_topic.start()
 
     async def _write_kafka_checkpoints(self) -> None:
         """Every KAFKA_CHECKPOINT_INTERVAL_S, Kafka's checkpoint files (only changed ones are rewritten)."""
@@ -294,6 +299,8 @@ class Server:
                 await asyncio.wait(pending, timeout=1.0)
         if self.log_cleaner is not None:
             await self.log_cleaner.close()
+        if self.offsets_topic is not None:
+            await self.offsets_topic.close()
         if self.transactions is not None:
             await self.transactions.close()
         if self.coordinator is not None and hasattr(self.coordinator, "close"):
@@ -435,8 +442,11 @@ class Server:
         room like the requests: the handler loop takes everything queued before it)."""
         while not self._stopping:
             frame = await self._read_frame(reader, peer)
+            conn = self._conn_security.get(peer)
             if frame is None:
                 item = None
+            elif conn is not None and conn.raw_sasl and not conn.authenticated:
+                item = raw_sasl_token(frame)  # after a SaslHandshake v0: a SASL token without Kafka's framing
             elif len(frame) > PARSE_INLINE_BYTES:  # in a thread: the loop keeps answering the others
                 item = await asyncio.get_running_loop().run_in_executor(self.parse_executor, self._parse, frame, peer)
             else:
@@ -550,6 +560,12 @@ class Server:
         if response is None:
             return await self._mute(throttle_ms)
         response = with_throttle(response, throttle_ms)
+        if item.raw_sasl:  # answered as it came: the server's token, size-prefixed; a failure closes
+            if response.error_code != 0:
+                return False
+            writer.write(framing.SIZE.pack(len(response.auth_bytes)) + response.auth_bytes)
+            await writer.drain()
+            return True
         if isinstance(response, framing.RawBody):
             await response.send(writer, prefix.correlation_id)
         else:
@@ -581,6 +597,19 @@ class _Parsed:
     frame_bytes: int = 0  # the request's size (producer byte-rate quotas)
     refusal: str | None = None  # a request refused unparsed (too many entries): INVALID_REQUEST, this message
     entries: int = 0  # array entries counted in it (0: not counted, a small frame)
+    raw_sasl: bool = False  # a SASL token after SaslHandshake v0, handled as a SaslAuthenticate v0
+
+
+def raw_sasl_token(frame: bytes) -> _Parsed:
+    """A raw SASL token (pre-KIP-152 framing, after SaslHandshake v0) as the SaslAuthenticate v0
+    request it stands for, so one handler authenticates both."""
+    from kio.index import load_payload_module
+    from kio.static.constants import EntityType
+
+    from klog.protocol.apis import SASL_AUTHENTICATE
+
+    request = load_payload_module(SASL_AUTHENTICATE, 0, EntityType.request).SaslAuthenticateRequest(auth_bytes=frame)
+    return _Parsed(framing.RequestPrefix(SASL_AUTHENTICATE, 0, -1), None, request, len(frame), raw_sasl=True)
 
 
 

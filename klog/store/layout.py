@@ -34,10 +34,14 @@ STORE_DEFAULTS = {
     # committed offsets' expiry (klog/meta/groups.py: GroupsMeta.expire_offsets)
     "offsets.retention.minutes": "10080",
     "offsets.retention.check.interval.ms": "600000",
+    # __consumer_offsets in Kafka's format, kept in step with LMDB by klog serve (klog/broker/offsets_topic.py)
+    "offsets.topic.num.partitions": "50",
     # transactions (klog/client/txn_coordinator.py): the longest transaction.timeout.ms a producer may
     # ask for, and how often abandoned transactions are looked for and aborted
     "transaction.max.timeout.ms": "900000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    # a transactional id idle this long (no transaction open) is forgotten, with its producer id
+    "transactional.id.expiration.ms": "604800000",
     # klog serve's retention and compaction passes (klog/server/log_cleaner.py)
     "log.retention.check.interval.ms": "300000",
     "log.cleaner.backoff.ms": "15000",

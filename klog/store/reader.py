@@ -59,6 +59,18 @@ class Fetched(Plain):
                 records = [r for r in records if self._in_range(r[0])]
             yield fb.header.timestamp_type, records
 
+    def batch_runs(self, control: bool = False) -> Iterator[tuple[codec.BatchHeader, list[codec.RecordOut]]]:
+        """(batch header, records in range) for each kept batch; with `control`, the transaction
+        markers' batches too (`klog consume --json --txn-fields`)."""
+        skip = self.skip
+        for fb in self.batches:
+            if skip(fb) and not (control and fb.header.is_control):
+                continue
+            records = fb.records()
+            if not self._whole(fb):
+                records = [r for r in records if self._in_range(r[0])]
+            yield fb.header, records
+
     def values(self, null: bytes | None = None) -> list[bytes | None]:
         """Only the values in range (`null` for a null one): no per-record tuples for whole batches."""
         out: list[bytes | None] = []
@@ -116,7 +128,7 @@ class PartitionReader:
                 lambda offset, _upper: part.read(offset, stop, max_bytes)
             self._log_start: Callable[[], int] | None = None
         else:
-            self._read = lambda offset, upper: part.read(offset, max_bytes, upper)
+            self._read = lambda offset, upper: part.read(offset, self.max_bytes, upper)  # a cursor may grow it
             self._log_start = part.log_start_offset
 
     def end(self) -> int:

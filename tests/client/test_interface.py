@@ -14,7 +14,6 @@ from klog.client.store import Store
 EXTRA = {
     ("Store", "create_topic", "adopt_folders"),  # a local store can adopt folders `klog dirs import` left
     ("RemoteStore", "offsets", "committed"),  # a cluster's read_committed end (the LSO)
-    ("Store", "producer", "transactional_id"),  # the local store's transactional producer (klog.client.transactional)
 }
 
 

@@ -372,3 +372,64 @@ def test_scram_users_through_the_protocol(secure_store, certs):
             assert f.result(timeout=TIMEOUT_S) is None
     assert CredentialsMeta(secure_store.meta).for_user("carol") == []
     assert "hunter" not in str(CredentialsMeta(secure_store.meta).list())
+
+
+def test_sasl_handshake_v0_raw_tokens_with_kafka_python(secure_store, certs, monkeypatch):
+    """kafka-python told the broker is Kafka 0.10.0 sends SaslHandshake v0, then its SASL tokens raw
+    (size-prefixed, no request header; KIP-152's SaslAuthenticate came in 1.0): PLAIN and SCRAM
+    authenticate through them, a wrong password is refused."""
+    kafka = pytest.importorskip("kafka")
+    from klog.server import server as server_module
+
+    raw = []
+    real = server_module.raw_sasl_token
+    monkeypatch.setattr(server_module, "raw_sasl_token", lambda frame: raw.append(len(frame)) or real(frame))
+    secure_store.create_topic("v0-topic")
+    with serving(secure_store, certs, "SASL_SSL") as server:
+        def consumer(mechanism: str, password: str):  # noqa: ANN202
+            context = ssl.create_default_context(cafile=certs.ca)
+            return kafka.KafkaConsumer(bootstrap_servers=server.addr["SASL_SSL"], security_protocol="SASL_SSL",
+                                       ssl_context=context, sasl_mechanism=mechanism, api_version=(0, 10, 0),
+                                       sasl_plain_username="alice", sasl_plain_password=password,
+                                       request_timeout_ms=10_000)
+
+        for mechanism, tokens in (("PLAIN", 1), ("SCRAM-SHA-256", 2)):
+            raw.clear()
+            c = consumer(mechanism, "alice-pw")
+            try:
+                assert "v0-topic" in c.topics()
+            finally:
+                c.close()
+            assert len(raw) >= tokens, (mechanism, raw)  # the tokens came raw, not in SaslAuthenticate
+
+
+def test_sasl_handshake_v0_wrong_password_closes_as_kafka_does(secure_store, certs):
+    """A raw token with a wrong password gets no answer but the close (v0 has no error field; Kafka
+    closes too), a right one an empty token, after which requests are served."""
+    import socket
+    import struct
+
+    def frame(api_key: int, version: int, body: bytes) -> bytes:
+        data = struct.pack(">hhih", api_key, version, 7, 2) + b"id" + body
+        return struct.pack(">i", len(data)) + data
+
+    def read_frame(sock: socket.socket) -> bytes:
+        head = sock.recv(4, socket.MSG_WAITALL)
+        if len(head) < 4:
+            return b""
+        return sock.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
+
+    with serving(secure_store, certs, "SASL_PLAINTEXT") as server:
+        host, port = server.addr["SASL_PLAINTEXT"].rsplit(":", 1)
+        for password, answered in ((b"wrong", False), (b"alice-pw", True)):
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(frame(17, 0, struct.pack(">h", 5) + b"PLAIN"))  # SaslHandshake v0
+                assert struct.unpack_from(">ih", read_frame(sock)) == (7, 0)
+                token = b"\0alice\0" + password
+                sock.sendall(struct.pack(">i", len(token)) + token)  # raw, no request header
+                if not answered:
+                    assert sock.recv(4) == b""  # closed, after the failure delay
+                    continue
+                assert sock.recv(4, socket.MSG_WAITALL) == b"\0\0\0\0"  # PLAIN's empty server token
+                sock.sendall(frame(3, 0, struct.pack(">i", 0)))  # Metadata v0, no topics
+                assert struct.unpack_from(">i", read_frame(sock))[0] == 7

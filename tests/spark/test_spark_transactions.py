@@ -81,8 +81,9 @@ def test_batch_write_is_all_or_nothing(spark, store, data_dir) -> None:
     spark.createDataFrame(rows, "value string, topic string").write.format("klog") \
         .option("dataDir", data_dir).option("transactional.id", "load").mode("append").save()
     assert _values(store, "a") == sorted(v for v, _ in rows)
-    # the last row has no topic: the write fails after the first 50 rows were produced
-    bad = spark.createDataFrame([*rows, ("lost", None)], "value string, topic string").coalesce(1)
+    # the last row has no topic: the write fails after 1.1 MB of rows were sent (a 1 MB batch written)
+    big = [(f"big{i}" + "x" * 1000, "a") for i in range(1100)]
+    bad = spark.createDataFrame([*big, ("lost", None)], "value string, topic string").coalesce(1)
     with pytest.raises(Exception) as info:
         bad.write.format("klog").option("dataDir", data_dir).option("transactional.id", "load") \
             .mode("append").save()

@@ -172,6 +172,11 @@ class RemoteGroupConsumer:
             yield from records
 
     # -- committing ------------------------------------------------------------------------------
+    def consumer_group_metadata(self) -> object:
+        """This member's group, generation and member id, for a transactional producer's
+        send_offsets (the cluster fences a member that lost its partitions, KIP-447)."""
+        return self._consumer.consumer_group_metadata()
+
     def commit(self, offsets: dict[TP, int] | None = None, metadata: str = "") -> dict[TP, int]:
         from confluent_kafka import KafkaException, TopicPartition
 

@@ -31,7 +31,9 @@ class RemoteProducer(ProducerBase):
                  batch_size: int = BATCH_SIZE_DEFAULT, buffer_memory: int = BUFFER_MEMORY_DEFAULT,
                  auto_create: bool | None = None, on_ack: AckCallback | None = None,
                  on_create: Callable[[str], None] | None = None,
-                 on_warning: Callable[[str], None] | None = None) -> None:
+                 on_warning: Callable[[str], None] | None = None,
+                 extra_config: dict[str, object] | None = None) -> None:
+        """`extra_config`: librdkafka settings of a kind of producer (the transactional one's id)."""
         from confluent_kafka import KafkaException, Producer
 
         check_producer_options(acks, compression_type, batch_size, buffer_memory)
@@ -56,6 +58,7 @@ class RemoteProducer(ProducerBase):
             "delivery.report.only.error": on_ack is None,
             "on_delivery": self._delivered,
             "error_cb": store._on_error,
+            **(extra_config or {}),
         })
         try:
             self._producer = Producer(conf)

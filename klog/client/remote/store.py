@@ -382,7 +382,12 @@ class RemoteStore(GroupAdminMethods):
         return None  # the cleaner's state is the broker's
 
     # -- clients -----------------------------------------------------------------------------
-    def producer(self, **kwargs: Any) -> RemoteProducer:
+    def producer(self, transactional_id: str | None = None, **kwargs: Any) -> RemoteProducer:
+        """A producer; with `transactional_id`, a transactional one (klog.client.remote.transactional)."""
+        if transactional_id is not None:
+            from klog.client.remote.transactional import RemoteTransactionalProducer
+
+            return RemoteTransactionalProducer(self, transactional_id, **kwargs)
         from klog.client.remote.producer import RemoteProducer
 
         return RemoteProducer(self, **kwargs)
