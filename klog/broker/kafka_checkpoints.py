@@ -32,6 +32,7 @@ from klog.store.state import PartitionState, ReplicaState
 
 if TYPE_CHECKING:
     from klog.broker.store_protocol import BrokerStore
+    from klog.store.syncfs import SyncedTogether
 
 META_PROPERTIES = "meta.properties"
 NODE_ID = 1  # a single broker; a broker adopting the directory with another node.id edits this line
@@ -94,7 +95,8 @@ def write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | Non
             together.close()
 
 
-def _write_kafka_checkpoints(store, only: set[tuple[str, int]] | None, together) -> None:  # noqa: ANN001
+def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | None,
+                             together: SyncedTogether | None) -> None:
     dirs = store.log_dir_ids()
     recovery: dict[int, dict[tuple[str, int], int]] = {d: {} for d in dirs}
     replication: dict[int, dict[tuple[str, int], int]] = {d: {} for d in dirs}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -72,24 +73,37 @@ class OffsetsTopicMirror:
         self._count = 0
         self._seen_txn: int | None = None
         self._lock = threading.Lock()
+        self._encoded: dict[tuple[str, str, int], tuple[bytes, bytes, _Wanted]] = {}  # by LMDB key
+        self._encoded_for = 0  # the partition count _encoded was computed for
+        self.on_append: Callable[[int], None] | None = None  # called with each partition written
 
     def _lmdb_txn(self) -> int:
         return int(self.store.meta.env.info()["last_txnid"])
 
     def _wanted(self, partitions: int) -> dict[bytes, _Wanted]:
+        """Every record the topic should end with, by key. An offset's record is encoded again only
+        when its stored JSON changed (a pass over 10,000 unchanged offsets stays cheap)."""
+        import json
+
         from klog.meta.groups import now_ms
 
-        now = now_ms()
         out: dict[bytes, _Wanted] = {}
-        for group in self.groups.group_ids():
-            snap = self.groups.snapshot(group)
-            p = gr.partition_for(group, partitions)
-            for (topic, index), c in snap.offsets.items():
-                out[gr.offset_commit_key(group, topic, index)] = _Wanted(
-                    p, gr.offset_commit_value(c.offset, c.metadata, c.commit_ms))
-            if snap.doc is not None:
-                value = gr.group_metadata_value(group_record(snap.doc, snap.members, now))
-                out[gr.group_metadata_key(group)] = _Wanted(p, value)
+        cache = self._encoded if self._encoded_for == partitions else {}
+        fresh: dict[tuple[str, str, int], tuple[bytes, bytes, _Wanted]] = {}
+        for group, topic, index, raw in self.groups.raw_offsets():
+            hit = cache.get((group, topic, index))
+            if hit is None or hit[0] != raw:
+                c = json.loads(raw)
+                hit = (raw, gr.offset_commit_key(group, topic, index), _Wanted(
+                    gr.partition_for(group, partitions),
+                    gr.offset_commit_value(c["offset"], c.get("metadata", ""), c["commit_ms"])))
+            fresh[(group, topic, index)] = hit
+            out[hit[1]] = hit[2]
+        self._encoded, self._encoded_for = fresh, partitions
+        now = now_ms()
+        for doc, members in self.groups.groups_with_members():
+            value = gr.group_metadata_value(group_record(doc, members, now))
+            out[gr.group_metadata_key(doc.group)] = _Wanted(gr.partition_for(doc.group, partitions), value)
         return out
 
     def _open(self, wanted_any: bool) -> bool:
@@ -142,6 +156,8 @@ class OffsetsTopicMirror:
         for partition, records in sorted(changes.items()):
             batch = encode_batch([(k, v, (), now) for k, v in records], 0)
             self.writer.append_batch(gr.OFFSETS_TOPIC, partition, batch, "1")
+            if self.on_append is not None:
+                self.on_append(partition)
             for k, v in records:
                 if v is None:
                     written.pop(k, None)

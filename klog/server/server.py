@@ -244,7 +244,7 @@ class Server:
         self.log_cleaner.start()
         from klog.server.offsets_topic import OffsetsTopicService
 
-        self.offsets_topic = OffsetsTopicService(self.store, self.appender.writer)
+        self.offsets_topic = OffsetsTopicService(self.store, self.appender.writer, notify=self.notify_appended)
         self.offsets_topic.start()
 
     async def _write_kafka_checkpoints(self) -> None:
