@@ -143,3 +143,14 @@ def pytest_runtest_makereport(item, call):
     if report.failed and seeds:
         report.sections.append(("random schedule", f"reproduce with: {SEED_ENV}={seeds[-1]} "
                                                    f"python -m pytest '{item.nodeid}'"))
+
+
+# -- CI runs the suite on two workers (pytest-xdist, --dist loadgroup): what shares one costly ------------
+# process runs on one worker, so the JVM and the PostgreSQL server each start once
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("spark") or "spark" in names:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif "pg_server" in names or "pg_db" in names:
+            item.add_marker(pytest.mark.xdist_group("postgres"))

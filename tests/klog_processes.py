@@ -25,6 +25,40 @@ def run_klog(data_dir: str, *args: str, timeout: float = 60) -> subprocess.Compl
                           timeout=timeout, env=klog_env(data_dir))
 
 
+def wait_for(check: Callable[[], object], timeout: float = 30.0, what: str = "the condition") -> object:
+    """Poll `check` every 50 ms until it returns something true (returned), for at most `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def require_mount_namespace() -> None:
+    """Skip the test unless it may run commands in a private mount namespace (root and unshare(1))."""
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill `proc` if it still runs, reap it and close its pipes (a test's `finally`)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def read_all(data_dir: str) -> list[dict]:
     """Topic `t`'s records as `klog consume --json` prints them."""
     r = run_klog(data_dir, "consume", "t", "--json")

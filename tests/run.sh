@@ -48,4 +48,7 @@ if [ ${#missing_shells[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_shells[@]}" >/dev/null 2>&1 \
         || echo "tests/run.sh: ${missing_shells[*]} could not be installed; their completion tests skip" >&2
 fi
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# two workers (pytest-xdist): most of the suite waits on subprocesses, servers and fsyncs, so two
+# cores run it in about half the time; --dist loadgroup keeps the Spark tests on one worker (one JVM)
+# and the PostgreSQL ones on one (one server). `bash tests/run.sh -n 0` runs it in one process.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup "$@"

@@ -220,13 +220,7 @@ def request_class(api_key: int, version: int) -> type:
 
 
 def _varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)  # zigzag
-    out = bytearray()
-    while z >= 0x80:
-        out.append(z & 0x7F | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    return uvarint((n << 1) ^ (n >> 63))  # zigzag
 
 
 def gzip_bomb_batch(records: int, value_bytes: int) -> bytes:
@@ -262,18 +256,24 @@ def gzip_bomb_batch(records: int, value_bytes: int) -> bytes:
 
 
 # -- hostile requests, written by hand (kio's writer takes ~20 us per entry) ---------------------------
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+uvarint = codec.encode_uvarint
 
 
 def _flexible_frame(api_key: int, version: int, body: bytes) -> bytes:
     header = struct.pack(">hhih", api_key, version, 1, 7) + b"hostile" + b"\0"  # request header v2
     return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def kafka_python_commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+    """Commit `offsets` ((topic, partition) -> (offset, metadata)) as kafka-python's consumer of `group`."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    client = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        client.commit({TopicPartition(t, p): OffsetAndMetadata(o, m, -1) for (t, p), (o, m) in offsets.items()})
+    finally:
+        client.close()
 
 
 def huge_produce(entries: int, acks: int = 1) -> bytes:

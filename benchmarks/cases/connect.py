@@ -7,8 +7,11 @@ Starts a throw-away PostgreSQL (as tests/connect do) and measures:
   - snapshot: the same N rows read by the initial snapshot of a fresh connector;
   - sink: the N-record topic into SQLite and into PostgreSQL through the JDBC sink (ExtractNewRecordState,
     upsert by key, offsets in the same transactions), beside a plain executemany of the same rows.
-Prints rows/s for each and the peak RSS of this process up to the end of the connector runs (the snapshot
-reads through a server-side cursor, the stream and the sinks in batches).
+The stream is also measured schemaless and zstd-compressed (the envelope's schema is most of a
+record's bytes), and the peak RSS is taken after a tenth of the rows and after all of them (flat: the
+stream holds a poll's records, not the table). Prints rows/s for each and the peak RSS of this process
+up to the end of the connector runs (the snapshot reads through a server-side cursor, the stream and the
+sinks in batches).
 """
 
 from __future__ import annotations
@@ -42,16 +45,33 @@ def run(bench: Bench) -> None:
     server.start()
     try:
         db = server.database(server.create_database("bench"))
-        db.execute("CREATE TABLE t (id int PRIMARY KEY, name text, qty int, price numeric(10,2))")
+
+        def stream(table: str, rows: int, **extra: str) -> float:
+            """Seconds from the INSERT of `rows` rows (one transaction) until all are in the topic."""
+            db.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, name text, qty int, price numeric(10,2))")
+            config = db.debezium_config(name=table, **{"topic.prefix": "b", "table.include.list": f"public.{table}",
+                                                       "slot.name": table, "publication.name": table,
+                                                       "publication.autocreate.mode": "filtered", **extra})
+            where = os.path.join(bench.tmp, table)
+            with running(where, config, worker={"offset.flush.interval.ms": "2000"}):
+                wait_for(lambda: count(where, "connect-status") > 0, timeout=60)
+                start = time.perf_counter()
+                db.execute(f"INSERT INTO {table} SELECT g, 'name-' || g, g % 100, g / 100.0 "
+                           f"FROM generate_series(1, {rows}) g")
+                wait_for(lambda: count(where, f"b.public.{table}") >= rows, timeout=3600)
+                return time.perf_counter() - start
+
+        # memory flat with table size: the peak RSS after a tenth of the rows, then after all of them
+        stream("small", max(1, n // 10))
+        small_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        cdc_s = stream("t", n)
+        big_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        schemaless_s = stream("plain", n, **{"key.converter.schemas.enable": "false",
+                                              "value.converter.schemas.enable": "false"})
+        zstd_s = stream("packed", n, **{"producer.override.compression.type": "zstd"})
         base = {"topic.prefix": "b", "table.include.list": "public.t", "slot.name": "bench",
                 "publication.name": "bench"}
-        data_dir = os.path.join(bench.tmp, "cdc")
-        with running(data_dir, db.debezium_config(name="cdc", **base), worker={"offset.flush.interval.ms": "2000"}):
-            wait_for(lambda: count(data_dir, "connect-status") > 0, timeout=60)
-            start = time.perf_counter()
-            db.execute(f"INSERT INTO t SELECT g, 'name-' || g, g % 100, g / 100.0 FROM generate_series(1, {n}) g")
-            wait_for(lambda: count(data_dir, "b.public.t") >= n, timeout=3600)
-            cdc_s = time.perf_counter() - start
+        data_dir = os.path.join(bench.tmp, "t")
         peer_dir = os.path.join(bench.tmp, "peer")
         env = {**os.environ, "KLOG_DATA_DIR": peer_dir, "PYTHONPATH": REPO}
         start = time.perf_counter()
@@ -99,8 +119,14 @@ def run(bench: Bench) -> None:
         pg_peer_s = time.perf_counter() - start
     finally:
         server.stop()
-    bench.row(f"CDC stream into a topic, {n:,} rows", rate(n, cdc_s).replace("records", "rows"),
-              f"COPY | klog produce: {rate(n, copy_s).replace('records', 'rows')}")
+    copy = f"COPY | klog produce: {rate(n, copy_s).replace('records', 'rows')}"
+    bench.row(f"CDC stream into a topic, {n:,} rows (JSON with schemas, as Debezium's default)",
+              rate(n, cdc_s).replace("records", "rows"), copy)
+    bench.row(f"CDC stream, schemaless JSON, {n:,} rows", rate(n, schemaless_s).replace("records", "rows"), copy)
+    bench.row(f"CDC stream, JSON with schemas, producer.override.compression.type=zstd, {n:,} rows",
+              rate(n, zstd_s).replace("records", "rows"), copy)
+    bench.row(f"CDC peak RSS after {max(1, n // 10):,} rows, then after {n:,} more",
+              f"{small_rss_mb:,.0f} MB, {big_rss_mb:,.0f} MB")
     bench.row(f"CDC initial snapshot, {n:,} rows", rate(n, snap_s).replace("records", "rows"))
     bench.row(f"JDBC sink into SQLite, {n:,} rows", rate(n, lite_s).replace("records", "rows"),
               f"executemany: {rate(n, lite_peer_s).replace('records', 'rows')}")

@@ -32,12 +32,7 @@ def produce_rates(bootstrap: str, records: int) -> tuple[float, float]:
     idem = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     started = time.perf_counter()
     for _ in range(records):
-        while True:
-            try:
-                idem.produce("idem", value)
-                break
-            except BufferError:
-                idem.poll(0.01)
+        _produce(idem, "idem", value)
     idem.flush(60)
     idem_rate = records / (time.perf_counter() - started)
     txn = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{time.monotonic_ns()}",
@@ -47,15 +42,20 @@ def produce_rates(bootstrap: str, records: int) -> tuple[float, float]:
     for start in range(0, records, 1000):
         txn.begin_transaction()
         for _ in range(min(1000, records - start)):
-            while True:
-                try:
-                    txn.produce("txn", value)
-                    break
-                except BufferError:
-                    txn.poll(0.01)
+            _produce(txn, "txn", value)
         txn.commit_transaction(60)
     txn_rate = records / (time.perf_counter() - started)
     return idem_rate, txn_rate
+
+
+def _produce(producer, topic: str, value: bytes) -> None:  # noqa: ANN001 - a confluent_kafka.Producer
+    """One record, waiting (polling delivery reports) while the producer's queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value)
+            return
+        except BufferError:
+            producer.poll(0.01)
 
 
 def commit_latencies(bootstrap: str, commits: int) -> list[float]:

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klog.errors import (
     DuplicateSequenceError,
@@ -41,6 +42,13 @@ from klog.store.format import (
     TRANSACTIONAL_FLAG_MASK,
 )
 from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from klog.broker.store_protocol import BrokerStore
+    from klog.store.config import LogConfig
+    from klog.store.partition import Partition
 
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
@@ -99,7 +107,7 @@ def with_max_timestamp(data: bytes, max_timestamp: int) -> bytes:
     return bytes(buf)
 
 
-def validated_for_topic(data: bytes, header: BatchHeader, config, now_ms: int) -> bytes:  # noqa: ANN001 - LogConfig
+def validated_for_topic(data: bytes, header: BatchHeader, config: LogConfig, now_ms: int) -> bytes:
     """What Kafka's LogValidator checks of a well-formed batch against its topic, and the batch as
     it is to be stored: a record without a key refused in a compacted topic (INVALID_RECORD), CreateTime
     timestamps outside message.timestamp.before/after.max.ms refused (INVALID_TIMESTAMP), and a header
@@ -184,7 +192,7 @@ class ProducerStates:
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
         entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
 
-    def states(self, key: tuple[str, int], part) -> dict[int, _ProducerEntry]:  # noqa: ANN001 - Partition
+    def states(self, key: tuple[str, int], part: Partition) -> dict[int, _ProducerEntry]:
         """The partition's producers, built from its log on first use. Lock held."""
         return self._load(key, part)
 
@@ -233,7 +241,7 @@ class ProducerStates:
                 self._record(states, header, base_offset)
 
 
-def _written_at(part, base_offset: int, data: bytes, header: BatchHeader) -> bool:  # noqa: ANN001 - Partition
+def _written_at(part: Partition, base_offset: int, data: bytes, header: BatchHeader) -> bool:
     """Is the batch in the log at `base_offset` the batch `data` (a client's retry of it)? Same
     producer fields, sequences, record count, first timestamp and records: the header fields the
     store rewrites (base offset, leader epoch, LogAppendTime's max timestamp and CRC) are left out,
@@ -262,7 +270,7 @@ def _written_at(part, base_offset: int, data: bytes, header: BatchHeader) -> boo
         return False
 
 
-def batch_headers(part, since_ms: int | None = None):  # noqa: ANN001, ANN201 - Partition -> Iterator[BatchHeader]
+def batch_headers(part: Partition, since_ms: int | None = None) -> Iterator[BatchHeader]:
     """The batch headers of the partition's leader, oldest first (header reads only). With
     `since_ms`, segments whose newest time-index entry is older are skipped, counting back from
     the newest segment (the first old one ends the walk: older segments are older still)."""
@@ -301,7 +309,7 @@ class RawAppender:
     """Appends client-encoded batches with the producer's ReplicaManager (the one write path),
     one at a time per partition (threads of one process share the partition's file lock)."""
 
-    def __init__(self, store, warn=None) -> None:  # noqa: ANN001 - klog.Store, a warning callback
+    def __init__(self, store: BrokerStore, warn: Callable[[str], None] | None = None) -> None:
         from klog.broker.replication import ReplicaManager
         from klog.broker.writer import PartitionWriter
 
@@ -356,7 +364,7 @@ class RawAppender:
         except KlogError:  # an unknown topic: the append's own checks say so
             return MAX_MESSAGE_BYTES_DEFAULT
 
-    def partition(self, topic: str, partition: int):  # noqa: ANN201 - Partition
+    def partition(self, topic: str, partition: int) -> Partition:
         self._refresh_topic(topic)
         with self._guard:  # Store's partition cache is a plain dict
             return self.store.partition(topic, partition)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klog.broker.replication import dir_health, replica_path
 from klog.errors import UsageError
 from klog.store.format import parse_partition_dir
 from klog.store.log import folder_log_bytes
+
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
 
 
 @dataclass
@@ -21,7 +25,7 @@ class LogDirInfo:
     leaders: int
 
 
-def list_dirs(store) -> list[LogDirInfo]:
+def list_dirs(store: BrokerStore) -> list[LogDirInfo]:
     counts: dict[int, int] = {}
     leaders: dict[int, int] = {}
     for topic in store.list_topics():
@@ -41,7 +45,7 @@ def list_dirs(store) -> list[LogDirInfo]:
     return out
 
 
-def replica_log_bytes(store, topic: str, partition: int, log_dir_id: int) -> int:
+def replica_log_bytes(store: BrokerStore, topic: str, partition: int, log_dir_id: int) -> int:
     """One replica's size as Kafka reports it (UnifiedLog.size, DescribeLogDirs): its segments'
     `.log` files in log directory `log_dir_id`, no indexes; 0 when the folder cannot be read."""
     try:
@@ -50,14 +54,14 @@ def replica_log_bytes(store, topic: str, partition: int, log_dir_id: int) -> int
         return 0
 
 
-def add_dir(store, path: str) -> LogDirInfo:
+def add_dir(store: BrokerStore, path: str) -> LogDirInfo:
     if os.path.isdir(path) and any(parse_partition_dir(n) for n in os.listdir(path)):
         raise UsageError(f"{path} already holds partition folders; give an empty or new directory")
     new = store.data_dir.add_log_dir(path)
     return next(i for i in list_dirs(store) if i.id == new.id)
 
 
-def remove_dir(store, log_dir_id: int, warn=None) -> int:
+def remove_dir(store: BrokerStore, log_dir_id: int, warn=None) -> int:
     """Move every replica off the directory, then forget it; returns the replicas moved."""
     from klog.broker.replication import move_replica
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from klog.errors import DecompressionError, KlogError, TopicExistsError, UnknownCodecIdError, UsageError
 from klog.store import checkpoints
@@ -46,6 +47,9 @@ from klog.store.format import (
 )
 from klog.store.names import validate_topic_name
 from klog.store.plain import replace
+
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
 
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _ENTRY_SIZE = {INDEX_SUFFIX: OFFSET_INDEX_ENTRY.size, TIME_INDEX_SUFFIX: TIME_INDEX_ENTRY.size}
@@ -110,7 +114,7 @@ def _copy_trimmed(src: str, dest: str, suffix: str) -> None:
 KAFKA_INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata")
 
 
-def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
+def import_dirs(store: BrokerStore, paths: list[str]) -> list[ImportedPartition]:
     """Import every partition folder under `paths` (see the module docstring)."""
     folders = {k: v for k, v in find_partition_folders(paths).items() if k[0] not in KAFKA_INTERNAL_TOPICS}
     if not folders:
@@ -144,12 +148,6 @@ def import_dirs(store, paths: list[str]) -> list[ImportedPartition]:
     return imported
 
 
-# A compressed batch may expand to max.message.bytes, or to this many times its own size when that
-# is more: real data compresses 2-20x, a decompression bomb thousands of times (2 x 120 MiB of
-# records in 7.7 KB), which every consumer of the imported topic would have to hold in memory
-EXPANSION_RATIO_MAX = 100
-
-
 def expansion_problem(folder: str) -> str | None:
     """The first compressed batch in the folder's segments whose records expand past
     max(max.message.bytes, EXPANSION_RATIO_MAX x its size), named; None if there is none. Stops at
@@ -158,7 +156,7 @@ def expansion_problem(folder: str) -> str | None:
     from klog.store import compression
     from klog.store.codec import read_header
     from klog.store.format import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD
-    from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
+    from klog.store.limits import EXPANSION_RATIO_MAX, batch_expansion_bytes_max
 
     for name in sorted(os.listdir(folder)):
         if not name.endswith(LOG_SUFFIX) or parse_segment_base(name) is None:
@@ -175,7 +173,7 @@ def expansion_problem(folder: str) -> str | None:
                 if header.size <= MAGIC_OFFSET or pos + header.size > size:
                     break
                 if head[MAGIC_OFFSET] == 2 and header.codec:
-                    limit = max(MAX_MESSAGE_BYTES_DEFAULT, EXPANSION_RATIO_MAX * header.size)
+                    limit = batch_expansion_bytes_max(header.size)
                     body = os.pread(fd, header.size - RECORD_BATCH_OVERHEAD, pos + RECORD_BATCH_OVERHEAD)
                     with compression.expansion_limit(limit) as bound:
                         try:
@@ -213,7 +211,8 @@ def _log_start_offsets(log_dirs: set[str]) -> dict[tuple[str, int], int]:
     return out
 
 
-def _import_partition(store, topic: str, partition: int, source: str, log_start: int | None) -> ImportedPartition:
+def _import_partition(store: BrokerStore, topic: str, partition: int, source: str,
+                      log_start: int | None) -> ImportedPartition:
     part = store.partition(topic, partition)
     dest = part.leader.directory
     in_place = os.path.realpath(source) == os.path.realpath(dest)  # copied by hand into the log dir
@@ -324,7 +323,7 @@ def read_kafka_offsets(folders: list[str]) -> tuple[dict[tuple[str, str, int], t
     return latest, unreadable
 
 
-def import_kafka_offsets(store, paths: list[str]) -> ImportedOffsets | None:  # noqa: ANN001 - Store
+def import_kafka_offsets(store: BrokerStore, paths: list[str]) -> ImportedOffsets | None:
     """The committed offsets in the `__consumer_offsets` folders under `paths`, into klog's groups
     (GroupsMeta, as a Kafka client's commit: negative offsets kept), for the topics the store has;
     None when there are no such folders."""

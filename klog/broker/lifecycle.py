@@ -13,12 +13,16 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klog.broker.resolve import resolve_partitions
 from klog.errors import KlogError, OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError, UsageError
 from klog.store import cleaner, faults, retention
 from klog.store.config import LogConfig
 from klog.store.partition import Partition
+
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
 
 Clock = Callable[[], float]  # seconds, like time.time
 
@@ -50,7 +54,7 @@ def _checkpoint(part: Partition) -> cleaner.CleanerCheckpoint:
     return cleaner.CleanerCheckpoint(part.state.path.removesuffix(".state") + ".cleaner")
 
 
-def _locked(store, topic: str, partition: int) -> Partition:
+def _locked(store: BrokerStore, topic: str, partition: int) -> Partition:
     """The partition, reconciled (leader + ISR opened for write); the caller holds part.lock."""
     from klog.broker.replication import ReplicaManager
 
@@ -59,7 +63,7 @@ def _locked(store, topic: str, partition: int) -> Partition:
     return part
 
 
-def _topics(store, topic: str | None) -> list[str]:
+def _topics(store: BrokerStore, topic: str | None) -> list[str]:
     return [topic] if topic is not None else store.topic_names()
 
 
@@ -77,7 +81,7 @@ def _apply_log_start(part: Partition, new_start: int, result: PartitionCleanup) 
     result.log_start_after = part.log_start_offset()
 
 
-def _retain(store, topic: str, part: Partition, now_ms: int, result: PartitionCleanup) -> None:
+def _retain(store: BrokerStore, topic: str, part: Partition, now_ms: int, result: PartitionCleanup) -> None:
     config = store.log_config(topic)
     snap = part.snapshot()
     facts = retention.segment_facts(part.leader, lazy=True)
@@ -89,7 +93,8 @@ def _retain(store, topic: str, part: Partition, now_ms: int, result: PartitionCl
 
 
 # -- compaction ----------------------------------------------------------------------------------
-def _compact(store, topic: str, part: Partition, now_ms: int, force: bool, result: PartitionCleanup) -> None:
+def _compact(store: BrokerStore, topic: str, part: Partition, now_ms: int, force: bool,
+             result: PartitionCleanup) -> None:
     config = store.log_config(topic)
     checkpoint = _checkpoint(part)
     rng = cleaner.cleanable_range(part.leader, checkpoint.read(), part.high_watermark(), now_ms,
@@ -118,7 +123,7 @@ def _due(part: Partition, rng: cleaner.CleanableRange, now_ms: int, config: LogC
 
 
 # -- the public calls ----------------------------------------------------------------------------
-def clean_partition(store, topic: str, partition: int, *, clock: Clock | None = None,
+def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Clock | None = None,
                     force_compact: bool = False, retain: bool = True, compact: bool = True) -> PartitionCleanup:
     """Retention (by the topic's policy), then compaction if the topic is compacted and it is due
     (or `force_compact`). A producer's roll calls it with compact=False: cleaning may take long."""
@@ -136,7 +141,7 @@ def clean_partition(store, topic: str, partition: int, *, clock: Clock | None = 
     return result
 
 
-def retain_after_roll(store, topic: str, partition: int, warn: Callable[[str], None]) -> None:
+def retain_after_roll(store: BrokerStore, topic: str, partition: int, warn: Callable[[str], None]) -> None:
     """A writer's append rolled a segment (Partition.active_segment_base moved): the moment
     retention runs, as no broker does it. Compaction is left to `klog topics clean|compact`, since
     it may take long. A failure is a warning: the append succeeded, and the next roll tries again."""
@@ -149,12 +154,12 @@ def retain_after_roll(store, topic: str, partition: int, warn: Callable[[str], N
         warn(f"retention of {topic}-{partition} failed: {e}")
 
 
-def retention_due(store, topic: str, partition: int) -> bool:
+def retention_due(store: BrokerStore, topic: str, partition: int) -> bool:
     """False when retention surely has nothing to do (cheap: see below); True when it may."""
     return not _retention_not_due(store, topic, partition)
 
 
-def retain(store, topic: str, partition: int) -> PartitionCleanup:
+def retain(store: BrokerStore, topic: str, partition: int) -> PartitionCleanup:
     """Retention of one partition (no compaction), remembering what makes the next check cheap."""
     result = clean_partition(store, topic, partition, compact=False)
     _remember_oldest(store.partition(topic, partition))
@@ -180,7 +185,7 @@ def _remember_oldest(part: Partition) -> None:
                          facts[1].base_offset)
 
 
-def _retention_not_due(store, topic: str, partition: int) -> bool:
+def _retention_not_due(store: BrokerStore, topic: str, partition: int) -> bool:
     part = store.partition(topic, partition)
     hint = part.retention_hint
     if hint is None:
@@ -200,13 +205,13 @@ def _retention_not_due(store, topic: str, partition: int) -> bool:
     return (st.st_dev, st.st_ino) == identity
 
 
-def clean(store, topic: str | None = None, *, clock: Clock | None = None) -> list[PartitionCleanup]:
+def clean(store: BrokerStore, topic: str | None = None, *, clock: Clock | None = None) -> list[PartitionCleanup]:
     """`klog topics clean [TOPIC]`: retention everywhere, compaction where due."""
     return [clean_partition(store, t, p, clock=clock)
             for t in _topics(store, topic) for p in resolve_partitions(store, t, None)]
 
 
-def compact(store, topic: str, *, clock: Clock | None = None,
+def compact(store: BrokerStore, topic: str, *, clock: Clock | None = None,
             partitions: Iterable[int] | None = None) -> list[PartitionCleanup]:
     """`klog topics compact TOPIC`: compact now, whatever the dirty ratio (lag and active segment still hold)."""
     config = store.log_config(topic)
@@ -217,7 +222,7 @@ def compact(store, topic: str, *, clock: Clock | None = None,
             for p in resolve_partitions(store, topic, partitions)]
 
 
-def delete_records(store, topic: str, *, before_offset: int | None = None, before_ms: int | None = None,
+def delete_records(store: BrokerStore, topic: str, *, before_offset: int | None = None, before_ms: int | None = None,
                    partitions: Iterable[int] | None = None) -> list[PartitionCleanup]:
     """kafka-delete-records: move the log start up to `before_offset` (or to the first record at or
     after `before_ms`) and delete the segments wholly below it. Records below it are never read again."""
@@ -246,7 +251,7 @@ def delete_records(store, topic: str, *, before_offset: int | None = None, befor
     return out
 
 
-def _cleanable(store, topic: str, partition: int, now_ms: int) -> tuple[Partition, cleaner.CleanableRange]:
+def _cleanable(store: BrokerStore, topic: str, partition: int, now_ms: int) -> tuple[Partition, cleaner.CleanableRange]:
     """The partition's cleanable range, read without its lock (segment sizes, the cleaner checkpoint)."""
     config = store.log_config(topic)
     part = store.partition(topic, partition)
@@ -254,12 +259,12 @@ def _cleanable(store, topic: str, partition: int, now_ms: int) -> tuple[Partitio
                                          config.min_compaction_lag_ms)
 
 
-def dirty_ratio(store, topic: str, partition: int, *, clock: Clock | None = None) -> float:
+def dirty_ratio(store: BrokerStore, topic: str, partition: int, *, clock: Clock | None = None) -> float:
     """The share of the cleanable log not yet compacted (0 when nothing is cleanable); read-only."""
     return _cleanable(store, topic, partition, _now_ms(clock))[1].dirty_ratio
 
 
-def compaction_due(store, topic: str, partition: int, *, clock: Clock | None = None) -> bool:
+def compaction_due(store: BrokerStore, topic: str, partition: int, *, clock: Clock | None = None) -> bool:
     """Whether `klog topics clean` would compact this partition now; read-only, without its lock."""
     now_ms = _now_ms(clock)
     part, rng = _cleanable(store, topic, partition, now_ms)

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from klog.store.partition import Partition
 
 _stable_views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _stable_lock = threading.Lock()
 
 
-def max_timestamp_offset(part) -> tuple[int, int]:  # noqa: ANN001 - Partition
+def max_timestamp_offset(part: Partition) -> tuple[int, int]:
     """(timestamp, offset) of the record with the largest timestamp below the high watermark: the
     headers of the active segment and of the sealed segment whose time index ends highest (a
     sealed segment's last time-index entry is its largest timestamp, as in Kafka)."""

@@ -20,10 +20,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klog.broker import group_records as gr
 from klog.store.codec import encode_batch
+
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
+    from klog.broker.writer import PartitionWriter
+    from klog.meta.groups import GroupDoc, Member
 
 log = logging.getLogger("klog.serve")
 
@@ -36,7 +43,7 @@ class _Wanted:
     value: bytes
 
 
-def group_record(doc, members, now: int) -> gr.GroupRecord:  # noqa: ANN001 - GroupDoc, [Member]
+def group_record(doc: GroupDoc, members: list[Member], now: int) -> gr.GroupRecord:
     """The GroupMetadataValue of a group as LMDB has it: its live members (Kafka's leader is the
     first to join), their subscriptions and the assignment of the current generation."""
     live = sorted((m for m in members if m.alive(now)), key=lambda m: (m.joined_ms, m.member_id))
@@ -54,7 +61,8 @@ class OffsetsTopicMirror:
     `store`'s LMDB groups. `partitions`: offsets.topic.num.partitions for a topic created here
     (an existing topic keeps its own count, as Kafka's does)."""
 
-    def __init__(self, store, writer, partitions: int = gr.OFFSETS_TOPIC_PARTITIONS_DEFAULT) -> None:  # noqa: ANN001
+    def __init__(self, store: BrokerStore, writer: PartitionWriter,
+                 partitions: int = gr.OFFSETS_TOPIC_PARTITIONS_DEFAULT) -> None:
         from klog.meta.groups import GroupsMeta
 
         self.store = store
@@ -65,24 +73,37 @@ class OffsetsTopicMirror:
         self._count = 0
         self._seen_txn: int | None = None
         self._lock = threading.Lock()
+        self._encoded: dict[tuple[str, str, int], tuple[bytes, bytes, _Wanted]] = {}  # by LMDB key
+        self._encoded_for = 0  # the partition count _encoded was computed for
+        self.on_append: Callable[[int], None] | None = None  # called with each partition written
 
     def _lmdb_txn(self) -> int:
         return int(self.store.meta.env.info()["last_txnid"])
 
     def _wanted(self, partitions: int) -> dict[bytes, _Wanted]:
+        """Every record the topic should end with, by key. An offset's record is encoded again only
+        when its stored JSON changed (a pass over 10,000 unchanged offsets stays cheap)."""
+        import json
+
         from klog.meta.groups import now_ms
 
-        now = now_ms()
         out: dict[bytes, _Wanted] = {}
-        for group in self.groups.group_ids():
-            snap = self.groups.snapshot(group)
-            p = gr.partition_for(group, partitions)
-            for (topic, index), c in snap.offsets.items():
-                out[gr.offset_commit_key(group, topic, index)] = _Wanted(
-                    p, gr.offset_commit_value(c.offset, c.metadata, c.commit_ms))
-            if snap.doc is not None:
-                value = gr.group_metadata_value(group_record(snap.doc, snap.members, now))
-                out[gr.group_metadata_key(group)] = _Wanted(p, value)
+        cache = self._encoded if self._encoded_for == partitions else {}
+        fresh: dict[tuple[str, str, int], tuple[bytes, bytes, _Wanted]] = {}
+        for group, topic, index, raw in self.groups.raw_offsets():
+            hit = cache.get((group, topic, index))
+            if hit is None or hit[0] != raw:
+                c = json.loads(raw)
+                hit = (raw, gr.offset_commit_key(group, topic, index), _Wanted(
+                    gr.partition_for(group, partitions),
+                    gr.offset_commit_value(c["offset"], c.get("metadata", ""), c["commit_ms"])))
+            fresh[(group, topic, index)] = hit
+            out[hit[1]] = hit[2]
+        self._encoded, self._encoded_for = fresh, partitions
+        now = now_ms()
+        for doc, members in self.groups.groups_with_members():
+            value = gr.group_metadata_value(group_record(doc, members, now))
+            out[gr.group_metadata_key(doc.group)] = _Wanted(gr.partition_for(doc.group, partitions), value)
         return out
 
     def _open(self, wanted_any: bool) -> bool:
@@ -106,35 +127,45 @@ class OffsetsTopicMirror:
             seen = self._lmdb_txn()
             if seen == self._seen_txn and not force:
                 return 0
-            count = self._count or self.partitions
-            wanted = self._wanted(count)
-            if not self._open(bool(wanted)):
-                self._seen_txn = seen
-                return 0
-            if count != self._count:
-                wanted = self._wanted(self._count)
-            written = self._written
-            changes: dict[int, list[tuple[bytes, bytes | None]]] = {}
-            for key, w in wanted.items():
-                if written.get(key) != w.value:
-                    changes.setdefault(w.partition, []).append((key, w.value))
-            for key in [k for k in written if k not in wanted]:
-                group = _group_of(key)
-                if group is not None:
-                    changes.setdefault(gr.partition_for(group, self._count), []).append((key, None))
-            now = int(time.time() * 1000)
-            total = 0
-            for partition, records in sorted(changes.items()):
-                batch = encode_batch([(k, v, (), now) for k, v in records], 0)
-                self.writer.append_batch(gr.OFFSETS_TOPIC, partition, batch, "1")
-                for k, v in records:
-                    if v is None:
-                        written.pop(k, None)
-                    else:
-                        written[k] = v
-                total += len(records)
+            try:
+                return self._sync(seen)
+            except BaseException:
+                self._written, self._count = None, 0  # read the topic afresh next time
+                raise
+
+    def _sync(self, seen: int) -> int:
+        """One pass (sync holds the lock): what changed, appended per partition."""
+        count = self._count or self.partitions
+        wanted = self._wanted(count)
+        if not self._open(bool(wanted)):
             self._seen_txn = seen
-            return total
+            return 0
+        if count != self._count:
+            wanted = self._wanted(self._count)
+        written = self._written
+        changes: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for key, w in wanted.items():
+            if written.get(key) != w.value:
+                changes.setdefault(w.partition, []).append((key, w.value))
+        for key in [k for k in written if k not in wanted]:
+            group = _group_of(key)
+            if group is not None:
+                changes.setdefault(gr.partition_for(group, self._count), []).append((key, None))
+        now = int(time.time() * 1000)
+        total = 0
+        for partition, records in sorted(changes.items()):
+            batch = encode_batch([(k, v, (), now) for k, v in records], 0)
+            self.writer.append_batch(gr.OFFSETS_TOPIC, partition, batch, "1")
+            if self.on_append is not None:
+                self.on_append(partition)
+            for k, v in records:
+                if v is None:
+                    written.pop(k, None)
+                else:
+                    written[k] = v
+            total += len(records)
+        self._seen_txn = seen
+        return total
 
 
 def _group_of(key: bytes) -> str | None:
@@ -145,7 +176,7 @@ def _group_of(key: bytes) -> str | None:
     return None if decoded is None else decoded.group
 
 
-def read_latest(store, partitions: int) -> dict[bytes, bytes]:  # noqa: ANN001 - Store
+def read_latest(store: BrokerStore, partitions: int) -> dict[bytes, bytes]:
     """The topic's latest value per key (tombstoned keys dropped), read from its log start."""
     out: dict[bytes, bytes] = {}
     for index in range(partitions):

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from klog.broker import data_loss
 from klog.errors import (
@@ -33,6 +34,10 @@ from klog.store.partition import SYNC_ALL, SYNC_BY_ACKS, SYNC_LEADER, SYNC_NONE,
 from klog.store.plain import replace
 from klog.store.reader import PartitionReader
 
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
+    from klog.store.partition import Partition
+
 CATCH_UP_BYTES_PER_FETCH = 4 << 20
 DIVERGENCE_STEPS_MAX = 100_000  # bounded walk back over batches while looking for agreement
 CATCH_UP_RETRY_S = 5.0  # after a failed catch-up (a full or broken disk), appends go on without retrying it
@@ -49,7 +54,7 @@ REPLICA_RECHECK_S = 30.0
 Warn = Callable[[str], None]
 
 
-def dir_health(store, log_dir_id: int) -> str:
+def dir_health(store: BrokerStore, log_dir_id: int) -> str:
     data_dir = store.data_dir
     try:
         path = data_dir.log_dir_path(log_dir_id)
@@ -59,7 +64,7 @@ def dir_health(store, log_dir_id: int) -> str:
     return health.check_log_dir(path, identity)
 
 
-def replica_path(store, topic: str, partition: int, log_dir_id: int) -> str:
+def replica_path(store: BrokerStore, topic: str, partition: int, log_dir_id: int) -> str:
     return os.path.join(store.data_dir.log_dir_path(log_dir_id), partition_dir_name(topic, partition))
 
 
@@ -151,7 +156,7 @@ DATA_LOSS_PREFIX = "data loss: "  # a warning that starts so makes the command e
 class ReplicaManager:
     """Runs under a partition's lock: reconcile replicas with metadata, then append."""
 
-    def __init__(self, store, warn: Warn | None = None) -> None:
+    def __init__(self, store: BrokerStore, warn: Warn | None = None) -> None:
         self.store = store
         self.warn = warn or store.warn
         # (topic, partition, log dir) -> when its append or catch-up last failed, in this process:
@@ -478,7 +483,7 @@ class SyncTogether:
     finish()), made durable by one syncfs per filesystem instead of an fsync per replica file
     (klog.store.syncfs), then published. Use only where syncfs.available()."""
 
-    def __init__(self, store, topic: str) -> None:  # noqa: ANN001 - klog.Store
+    def __init__(self, store: BrokerStore, topic: str) -> None:
         """Call with the locks of the group's partitions (of `topic`) taken, before appending."""
         from klog.store.syncfs import SyncedTogether
 
@@ -506,7 +511,7 @@ class SyncTogether:
     def forget_topic_meta(self) -> None:
         self._topic_meta = None
 
-    def appended(self, part, meta: PartitionMeta, sync: str, min_isr: int, base_offset: int) -> None:  # noqa: ANN001
+    def appended(self, part: Partition, meta: PartitionMeta, sync: str, min_isr: int, base_offset: int) -> None:
         self._appended.append((part, meta, sync, min_isr, base_offset))
 
     def finish(self) -> None:
@@ -555,7 +560,8 @@ class SyncTogether:
         self._fds.close()
 
 
-def move_replica(store, topic: str, partition: int, source: int, target: int, warn: Warn | None = None) -> None:
+def move_replica(store: BrokerStore, topic: str, partition: int, source: int, target: int,
+                 warn: Warn | None = None) -> None:
     """Move one replica from log dir `source` to `target` without losing or duplicating a record:
     the new replica is caught up and joins the ISR before the old one is dropped."""
     manager = ReplicaManager(store, warn)

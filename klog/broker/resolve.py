@@ -5,11 +5,15 @@ matches, every partition when none is named. Over any store, local or remote (du
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from klog.errors import UnknownTopicError, UsageError
 
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import TopicLookup
 
-def resolve_topic_names(store, topics: Iterable[str] = (), pattern: str | None = None,
+
+def resolve_topic_names(store: TopicLookup, topics: Iterable[str] = (), pattern: str | None = None,
                         exclude: Iterable[str] = (), allow_none: bool = False) -> list[str]:
     """The named topics (each must exist) plus every other topic of `store` (local or remote) whose
     whole name matches `pattern`, except those in `exclude`; an error when that leaves none (unless
@@ -31,7 +35,7 @@ def resolve_topic_names(store, topics: Iterable[str] = (), pattern: str | None =
     return names
 
 
-def resolve_partitions(store, topic: str, wanted: Iterable[int] | None = None) -> list[int]:
+def resolve_partitions(store: TopicLookup, topic: str, wanted: Iterable[int] | None = None) -> list[int]:
     """The partitions of `topic` asked for (all of them when None), each checked to exist."""
     count = store.partition_count(topic)
     parts = list(range(count)) if wanted is None else list(wanted)

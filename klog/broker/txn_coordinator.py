@@ -20,10 +20,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from klog.meta import transactions as tx
 from klog.meta.groups import GroupsMeta
 from klog.meta.transactions import TP, TransactionsMeta, TxnMetadata, TxnStateError
+
+if TYPE_CHECKING:
+    from klog.broker.batches import RawAppender
+    from klog.broker.store_protocol import BrokerStore
 
 TRANSACTION_MAX_TIMEOUT = "transaction.max.timeout.ms"
 CLEANUP_INTERVAL = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
@@ -46,7 +51,7 @@ class TxnCoordinator:
     """Thread-safe (every step is an LMDB transaction or holds a partition's lock); any number of
     these, in any processes, may serve the same store."""
 
-    def __init__(self, store, appender, new_pid: Callable[[], int] | None = None, *,  # noqa: ANN001 - Store, RawAppender
+    def __init__(self, store: BrokerStore, appender: RawAppender, new_pid: Callable[[], int] | None = None, *,
                  clock: Callable[[], int] = now_ms, max_timeout_ms: int | None = None,
                  id_expiration_ms: int | None = None, warn: Callable[[str], None] | None = None) -> None:
         self.store = store
@@ -250,7 +255,7 @@ class _Unchanged(Exception):  # noqa: N818 - control flow inside one LMDB transa
         self.meta = meta
 
 
-def _setting(store, name: str, default: int) -> int:  # noqa: ANN001 - Store
+def _setting(store: BrokerStore, name: str, default: int) -> int:
     """A whole-millisecond store default from klog.json (Kafka's broker setting), or `default`."""
     try:
         text = store.data_dir.default(name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from klog.broker import data_loss
 from klog.broker.replication import ReplicaManager, catch_up
@@ -18,6 +19,13 @@ from klog.store.format import LOG_SUFFIX, parse_segment_base
 from klog.store.inspect import check_segment
 from klog.store.segment import CORRUPT_SUFFIX
 
+if TYPE_CHECKING:
+    from klog.broker.store_protocol import BrokerStore
+    from klog.meta.topics import PartitionMeta
+    from klog.store.log import PartitionLog
+    from klog.store.segment import LogSegment
+    from klog.store.state import PartitionSnapshot
+
 DISCARDED_SUFFIX = ".discarded" + CORRUPT_SUFFIX  # bytes --discard-damaged moved aside: the user chose so
 DELETING_SUFFIX = ".deleting"  # Store.delete_topic's name for a folder on its way out
 # a foreign log (written into the store by another tool) holding a record attributes byte >= 0x80
@@ -25,7 +33,7 @@ DELETING_SUFFIX = ".deleting"  # Store.delete_topic's name for a folder on its w
 UNMARKED_HIGH_ATTRIBUTES = "a record attributes byte >= 0x80 in a log not marked for strict decoding"
 
 
-def verify_store(store, topic: str | None = None, repair: bool = False) -> list[dict]:
+def verify_store(store: BrokerStore, topic: str | None = None, repair: bool = False) -> list[dict]:
     topics = [topic] if topic else store.topic_names()
     reports = []
     for name in topics:
@@ -60,7 +68,7 @@ def verify_store(store, topic: str | None = None, repair: bool = False) -> list[
     return reports
 
 
-def _placement_counts(store, repair: bool) -> list[dict]:
+def _placement_counts(store: BrokerStore, repair: bool) -> list[dict]:
     """The replica counts and name keys kept beside the topics (klog.meta.topic_index) against the
     topics themselves; --repair counts them again."""
     problems = store.topics.index_problems()
@@ -77,10 +85,9 @@ def _placement_counts(store, repair: bool) -> list[dict]:
              "problems": problems}]
 
 
-def _unfinished_deletes(store, repair: bool) -> list[dict]:
+def _unfinished_deletes(store: BrokerStore, repair: bool) -> list[dict]:
     """Folders `klog topics delete` renamed aside but could not remove (a read-only disk, a
     permission): never read as a topic, reported until removed; --repair removes them."""
-    import shutil
 
     out = []
     for d in store.log_dir_ids():
@@ -91,24 +98,32 @@ def _unfinished_deletes(store, repair: bool) -> list[dict]:
             continue
         for n in names:
             folder = os.path.join(path, n)
-            problems = [f"{folder}: left over from a topic delete that could not remove it"]
-            repaired = False
-            if repair:
-                errors: list[str] = []
-                shutil.rmtree(folder, onerror=lambda _f, p, exc, errors=errors: errors.append(
-                    f"{p}: {exc[1].strerror or exc[1]}"))
-                repaired = not errors
-                problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
-            out.append({"topic": None, "partition": None, "log_dir": d, "ok": False, "repaired": repaired,
-                        "problems": problems})
+            out.append(_leftover_folder(None, None, d, folder, "left over from a topic delete that could not remove "
+                                        "it", repair))
     return out
 
 
-def _unknown_partition_folders(store, repair: bool = False) -> list[dict]:
+def _leftover_folder(topic: str | None, partition: int | None, log_dir: int, folder: str, what: str,
+                     repair: bool) -> dict:
+    """The report of a folder klog left behind (`what` it is); with `repair`, the folder removed."""
+    import shutil
+
+    problems = [f"{folder}: {what}"]
+    repaired = False
+    if repair:
+        errors: list[str] = []
+        shutil.rmtree(folder, onerror=lambda _f, p, exc, errors=errors: errors.append(
+            f"{p}: {exc[1].strerror or exc[1]}"))
+        repaired = not errors
+        problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
+    return {"topic": topic, "partition": partition, "log_dir": log_dir, "ok": False, "repaired": repaired,
+            "problems": problems}
+
+
+def _unknown_partition_folders(store: BrokerStore, repair: bool = False) -> list[dict]:
     """Partition folders no topic owns: a Kafka broker's, copied in by hand, are never touched (the
     report says how to adopt them); one holding no record at all (what a partition opened while
     its topic was deleted leaves) keeps its name from being created again, and --repair removes it."""
-    import shutil
 
     from klog.store.format import LOG_SUFFIX, parse_partition_dir
 
@@ -132,16 +147,8 @@ def _unknown_partition_folders(store, repair: bool = False) -> list[dict]:
             if not any(f.endswith(LOG_SUFFIX) for f in files):
                 continue
             if all(os.path.getsize(os.path.join(folder, f)) == 0 for f in files if f.endswith(LOG_SUFFIX)):
-                problems = [f"{folder}: a partition folder no topic owns, without records (left by a topic delete)"]
-                repaired = False
-                if repair:
-                    errors: list[str] = []
-                    shutil.rmtree(folder, onerror=lambda _f, q, exc, errors=errors: errors.append(
-                        f"{q}: {exc[1].strerror or exc[1]}"))
-                    repaired = not errors
-                    problems.append("repaired: removed" if repaired else f"still cannot remove: {errors[0]}")
-                reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": repaired,
-                                "problems": problems})
+                reports.append(_leftover_folder(t, p, d, folder, "a partition folder no topic owns, without records "
+                                                "(left by a topic delete)", repair))
                 continue
             reports.append({"topic": t, "partition": p, "log_dir": d, "ok": False, "repaired": False,
                             "problems": [f"{folder}: a partition folder no topic of this store owns (left as it "
@@ -157,7 +164,7 @@ def _check_state(part, snap) -> str | None:
     return None
 
 
-def _rejoin(store, topic: str, partition: int, part) -> list[dict]:
+def _rejoin(store: BrokerStore, topic: str, partition: int, part) -> list[dict]:
     """Catch up the healthy out-of-sync replicas now; one report for each that rejoined."""
     before = set(store.topics.get(topic).partitions[partition].isr)
     try:
@@ -239,7 +246,7 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
     return problems, cut_at
 
 
-def _below_log_start(replica, i: int, snap) -> bool:  # noqa: ANN001
+def _below_log_start(replica: PartitionLog, i: int, snap: PartitionSnapshot | None) -> bool:
     """Is every offset of the replica's i-th segment below the log start (only its deletion is pending)?"""
     if snap is None:
         return False
@@ -342,7 +349,7 @@ class Discard:
         return f"{self.log_start}..{self.resume - 1}"
 
 
-def plan_discards(store, topic: str | None = None) -> list[Discard]:
+def plan_discards(store: BrokerStore, topic: str | None = None) -> list[Discard]:
     """The partitions whose committed records are damaged with no intact replica to re-copy them
     from, and what discarding the damage would lose (nothing is changed)."""
     out = []
@@ -355,7 +362,10 @@ def plan_discards(store, topic: str | None = None) -> list[Discard]:
     return out
 
 
-def _damage(store, name: str, p: int, pm):  # noqa: ANN001, ANN202 - (Discard, [(replica, segment base, position)])
+def _damage(store: BrokerStore, name: str, p: int,
+            pm: PartitionMeta) -> tuple[Discard, list[tuple[PartitionLog, int, int]]] | None:
+    """The damaged range of a partition every replica of which is cut below its high watermark, and
+    where each replica's damage starts (replica, segment base, position); None otherwise."""
     part = store.partition(name, p)
     order = [pm.leader] + [r for r in pm.isr if r != pm.leader]
     part.set_replica_dirs([store.data_dir.log_dir_path(d) for d in order])
@@ -379,7 +389,7 @@ def _damage(store, name: str, p: int, pm):  # noqa: ANN001, ANN202 - (Discard, [
     return Discard(name, p, snap.log_start_offset, cut_at, min(resume, snap.high_watermark)), places
 
 
-def _damage_position(segment) -> int:  # noqa: ANN001 - a LogSegment
+def _damage_position(segment: LogSegment) -> int:
     """Where the segment's valid bytes end (the walker every check uses)."""
     from klog.store import validate
 
@@ -389,7 +399,7 @@ def _damage_position(segment) -> int:  # noqa: ANN001 - a LogSegment
     return scan.valid_bytes
 
 
-def discard_damaged(store, topic: str | None = None) -> list[Discard]:
+def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discard]:
     """Move each damaged range aside into a `.corrupt` file and the log start past it (delete-records'
     way: the segments wholly below it go). Records below the new log start are lost: the Discards
     say which."""

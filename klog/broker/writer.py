@@ -7,15 +7,21 @@ The producer, replay and klog serve's Produce (RawAppender) all write here.
 
 from __future__ import annotations
 
-import sys
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 from klog.store import codec
 from klog.store.codec import RecordIn
 from klog.store.format import CREATE_TIME
 from klog.store.plain import FrozenPlain
+
+if TYPE_CHECKING:
+    from klog.broker.replication import ReplicaManager
+    from klog.broker.store_protocol import BrokerStore
+    from klog.store.partition import Partition
 
 # The most a record adds to its key and value in a batch: length, attributes, timestamp delta,
 # offset delta, key and value lengths (varints at their widest), headers count; each header adds
@@ -107,24 +113,29 @@ BeforeAppend = Callable[[int], None]  # called under the partition lock with the
 class PartitionWriter:
     """Appends encoded batches through `replicas` (a ReplicaManager), running retention after a roll."""
 
-    def __init__(self, store, replicas, *, release_files: bool = True) -> None:  # noqa: ANN001 - Store, ReplicaManager
-        """release_files=False: never close a written partition's files (klog serve, whose other
-        threads read the same partitions: a descriptor closed under a reader could be reused by
-        another open meanwhile; serve budgets its descriptors itself, server/limits.py)."""
+    def __init__(self, store: BrokerStore, replicas: ReplicaManager, *, release_files: bool = True) -> None:
+        """release_files=False: of the least recently written partitions, close only the writer's
+        own descriptors, never those readers use (klog serve, whose other threads read the same
+        partitions: a descriptor closed under a reader could be reused by another open meanwhile).
+        Either way a writer keeps open_partitions_max() partitions open for writing (serve held
+        six descriptors for every partition it ever wrote: 10,000 partitions ran out of them)."""
         self.store = store
         self.replicas = replicas
-        self.open_max = open_partitions_max() if release_files else sys.maxsize
+        self.readers_too = release_files
+        self.open_max = open_partitions_max()
         self._open: OrderedDict[tuple[str, int], object] = OrderedDict()  # written partitions, oldest first
+        self._open_guard = threading.Lock()
 
-    def _written(self, topic: str, partition: int, part) -> None:  # noqa: ANN001 - a Partition
+    def _written(self, topic: str, partition: int, part: Partition) -> None:
         """Remember `part` as the most recently written; beyond open_max, close the files of the
         least recently written one (it reopens them when written again)."""
         key = (topic, partition)
-        self._open[key] = part
-        self._open.move_to_end(key)
-        while len(self._open) > self.open_max:
-            _, oldest = self._open.popitem(last=False)
-            oldest.release_files()
+        with self._open_guard:  # (klog serve appends from several threads)
+            self._open[key] = part
+            self._open.move_to_end(key)
+            released = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - self.open_max)]
+        for oldest in released:
+            oldest.release_files(self.readers_too)
 
     def append_batch(self, topic: str, partition: int, encoded: bytes, acks: str,
                      before: BeforeAppend | None = None) -> int:
@@ -194,7 +205,7 @@ class PartitionWriter:
             if acknowledged is not None:
                 acknowledged(i, bases)
 
-    def _after_append(self, topic: str, partition: int, part, active_before: int | None) -> None:  # noqa: ANN001
+    def _after_append(self, topic: str, partition: int, part: Partition, active_before: int | None) -> None:
         if active_before is not None and part.active_segment_base() != active_before:
             self.after_roll(topic, partition)
         self._written(topic, partition, part)

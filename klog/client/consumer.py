@@ -25,6 +25,7 @@ from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, S
 POLL_INTERVAL_MS = 20  # -f latency budget is 100 ms p99; 20 ms polls cost ~50 preads/s per partition
 MERGED_CHUNK_VALUES = 4096  # value_chunks of several partitions: at least this many values a chunk
 TOPIC_CHECK_INTERVAL_S = 0.5  # a follower notices a deleted topic within this (one LMDB read per topic)
+FIRST_READ_BYTES = 64 << 10  # a partition's first read (then doubled up to the full read size): -n 1 reads little
 
 
 class StartKind(StrEnum):
@@ -83,15 +84,28 @@ class StartSpec(FrozenPlain):
 
 
 class PartitionCursor(PartitionReader):
-    """A partition's read cursor, with what the consumer adds: --until's timestamp and done."""
+    """A partition's read cursor, with what the consumer adds: --until's timestamp and done.
+
+    `first_bytes`: the first read's size, doubled at each read up to the full size, so that
+    `klog consume t -n 1` decodes one small read of a big topic, not a megabyte of records (a long
+    read pays four more reads)."""
 
     def __init__(self, topic: str, partition: int, part: Partition, stop_ts: int | None,
-                 stable: StableView | None) -> None:
+                 stable: StableView | None, first_bytes: int | None = None) -> None:
         super().__init__(part, 0, stable=stable)
         self.topic = topic
         self.partition = partition
         self.stop_ts = stop_ts
         self.done = False
+        self._full_bytes = self.max_bytes
+        if first_bytes is not None:
+            self.max_bytes = min(first_bytes, self._full_bytes)
+
+    def fetch(self) -> Fetched | None:
+        fetched = super().fetch()
+        if self.max_bytes < self._full_bytes:
+            self.max_bytes = min(2 * self.max_bytes, self._full_bytes)
+        return fetched
 
 
 class ConsumerBase:
@@ -175,7 +189,8 @@ class Consumer(ConsumerBase):
     def _cursor(self, topic: str, partition: int) -> PartitionCursor:
         part = self.store.partition(topic, partition)
         cursor = PartitionCursor(topic, partition, part, self.until_ms,
-                         StableView(part.leader) if self.isolation_level == READ_COMMITTED else None)
+                                 StableView(part.leader) if self.isolation_level == READ_COMMITTED else None,
+                                 first_bytes=FIRST_READ_BYTES)
         cursor.offset = self._start_offset(part, cursor.end())
         cursor.stop = None if self.follow else cursor.end()
         return cursor
@@ -330,8 +345,13 @@ class Consumer(ConsumerBase):
         return out
 
     def _partition_stream(self, cursor: PartitionCursor) -> Iterator[Record]:
+        topic, partition = cursor.topic, cursor.partition
         while (fetched := self._fetch(cursor)) is not None:
-            yield from self._records(cursor, fetched)
+            # a Record per record as it is asked for (a list of a read's records first made
+            # `klog consume t -n 1` build ~10,000 of them from one big batch)
+            for ts_type, records in fetched.record_runs():
+                for offset, ts, key, value, headers in records:
+                    yield Record(topic, partition, offset, ts, ts_type, key, value, headers)
 
     def _past_until(self, record: Record) -> bool:
         """--until, as kcat's -o e@T: a partition stops at its first record at or after T (it is

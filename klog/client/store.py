@@ -369,6 +369,10 @@ class Store(GroupAdminMethods):
             self._partitions[(topic, partition)] = p
             return p
 
+    def opened_partition(self, topic: str, partition: int) -> Partition | None:
+        """The partition if this Store has it open, else None (nothing is opened)."""
+        return self._partitions.get((topic, partition))
+
     def _leader_and_isr_dirs(self, pm) -> list[str]:
         order = [pm.leader] + [r for r in pm.replicas if r != pm.leader and r in pm.isr]
         return [self.data_dir.log_dir_path(d) for d in order]

@@ -71,20 +71,25 @@ class JsonConverter(Converter):
                   .define("decimal.format", default="BASE64", choices=("base64", "numeric"))
                   .define("schemas.cache.size", "int", 1000).define("replace.null.with.default", "boolean", True))
 
+    def __init__(self, props: dict[str, str], is_key: bool) -> None:
+        super().__init__(props, is_key)
+        # read once, not per record (a source writes every record through here)
+        self.numeric = self.config["decimal.format"] == "numeric"
+        self.schemas = self.config["schemas.enable"]
+
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if schema is None and value is None:
             return None  # a tombstone stays one
-        numeric = self.config["decimal.format"] == "numeric"
         if schema is not None:
-            convert = _compiled(schema, numeric)
+            convert = _compiled(schema, self.numeric)
             payload = value if convert is None or value is None else convert(value)
         else:
-            payload = to_json(None, value, numeric)
-        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=_json_default)
-        if not self.config["schemas.enable"]:
-            return text.encode()
+            payload = to_json(None, value, self.numeric)
+        text = _ENCODE(payload).encode()
+        if not self.schemas:
+            return text
         # the schema's JSON once per schema object (a connector reuses them): most of an envelope's bytes
-        return b'{"schema":' + _schema_json(schema) + b',"payload":' + text.encode() + b"}"
+        return b'{"schema":' + _schema_json(schema) + b',"payload":' + text + b"}"
 
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
         if data is None:
@@ -187,6 +192,10 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# one encoder for every record (json.dumps with options builds a new one per call)
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
+
+
 def decimal_to_bytes(value: decimal.Decimal, scale: int) -> bytes:
     unscaled = int(value.scaleb(scale).to_integral_value())
     return unscaled.to_bytes(max(1, (unscaled.bit_length() + 8) // 8), "big", signed=True)
@@ -230,7 +239,23 @@ def _compiled(schema: Schema, numeric: bool) -> ValueFn | None:
 
 def _compile(schema: Schema, numeric: bool) -> ValueFn | None:
     """to_json for one schema as a function, None where the value is already its JSON (most fields)."""
-    return _compile_walk(schema, lambda part: lambda v: to_json(part, v, numeric), lenient=False)
+    return _compile_walk(schema, lambda part: _to_json_leaf(part, numeric), lenient=False)
+
+
+def _to_json_leaf(part: Schema, numeric: bool) -> ValueFn:
+    """to_json of one decimal or bytes part; a base64 Decimal with its scale read once (a CDC source
+    writes one per numeric column and row)."""
+    if part.get("name") == DECIMAL and not numeric:
+        scale = _scale(part)
+        b64 = base64.b64encode
+
+        def base64_decimal(v: Any) -> Any:
+            if type(v) is decimal.Decimal:
+                return b64(decimal_to_bytes(v, scale)).decode()
+            return to_json(part, v, numeric)
+
+        return base64_decimal
+    return lambda v: to_json(part, v, numeric)
 
 
 def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -> Any:

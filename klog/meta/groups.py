@@ -570,6 +570,22 @@ class GroupsMeta:
         now = self.clock()
         return GroupSnapshot(doc, members, [m for m in members if m.alive(now)], offsets)
 
+    def raw_offsets(self) -> list[tuple[str, str, int, bytes]]:
+        """Every committed offset as (group, topic, partition, its stored JSON), in one read: for a
+        caller that caches what it derives per stored value (klog.broker.offsets_topic)."""
+        with self.db.txn() as txn:
+            out = []
+            for key, raw in self.db.items_raw(txn, "offsets"):
+                group, topic, p = key.split("\0")
+                out.append((group, topic, int(p), raw))
+            return out
+
+    def groups_with_members(self) -> list[tuple[GroupDoc, list[Member]]]:
+        """Every group document with its members (live or not), in one read."""
+        with self.db.txn() as txn:
+            docs = [GroupDoc(**raw) for _, raw in self.db.items(txn, "groups")]
+            return [(doc, list(self._members(txn, doc.group).values())) for doc in docs]
+
     def group_ids(self) -> list[str]:
         with self.db.txn() as txn:
             names = {k for k, _ in self.db.items(txn, "groups")}

@@ -25,6 +25,7 @@ LEGACY_VERSIONS: dict[int, range] = {
     19: range(0, 2),   # CreateTopics v0-v1
     20: range(0, 1),   # DeleteTopics v0
     23: range(0, 2),   # OffsetForLeaderEpoch v0-v1
+    27: range(0, 1),   # WriteTxnMarkers v0
     29: range(0, 1),   # DescribeAcls v0
     30: range(0, 1),   # CreateAcls v0
     31: range(0, 1),   # DeleteAcls v0

@@ -70,9 +70,21 @@ def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> An
     return module.ApiVersionsResponse(error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
+_encoded: dict[tuple[int, tuple], tuple[type, bytes]] = {}  # (version, the ranges) -> the answer's type, body
+
+
 @register(API_VERSIONS, 0, 4)
 async def api_versions(ctx: RequestContext, request: Any) -> Any:
-    return api_versions_response(ctx.api_version)
+    """Every client sends this first, on every connection: its body is encoded once per version
+    (kio's writer takes ~0.4 ms for the ~70 ranges), then sent as bytes."""
+    from klog.protocol.framing import RawBody, encode_body
+
+    key = (ctx.api_version, tuple(HANDLERS.items()))
+    found = _encoded.get(key)
+    if found is None:
+        response = api_versions_response(ctx.api_version)
+        found = _encoded[key] = (type(response), encode_body(response))
+    return RawBody(found[0], [found[1]])
 
 
 def unsupported_api_versions() -> Any:

@@ -156,6 +156,29 @@ def _layout(cls: type) -> tuple[_Field, ...]:
     return result
 
 
+_STRING, _BYTES = -1, -2  # the length-prefixed field kinds of _flat's ops (>0: that many fixed bytes)
+_I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
+_flats: dict[type, tuple[int, ...] | None] = {}
+
+
+def _flat(cls: type) -> tuple[int, ...] | None:
+    """An entity of primitives only, as the sizes of its fields (adjacent fixed ones summed), else None."""
+    if cls in _flats:
+        return _flats[cls]
+    ops: list[int] | None = []
+    for f in _layout(cls):
+        fixed = _FIXED.get(f.kafka_type or "")
+        if f.array or f.entity is not None or (fixed is None and f.kafka_type not in ("string", "bytes", "records")):
+            ops = None
+            break
+        if fixed is not None and ops and ops[-1] > 0:
+            ops[-1] += fixed
+        else:
+            ops.append(fixed if fixed is not None else (_STRING if f.kafka_type == "string" else _BYTES))
+    _flats[cls] = result = tuple(ops) if ops is not None else None
+    return result
+
+
 class _Walker:
     def __init__(self, frame: bytes, limit: int) -> None:
         self.frame = frame
@@ -196,6 +219,10 @@ class _Walker:
             if f.array:
                 n, pos = self._length(pos, flexible, wide=True)
                 self._add(n)
+                flat = _flat(f.entity) if f.entity else None
+                if flat is not None:
+                    pos = self._flat_entries(n, flat, flexible, pos)
+                    continue
                 for _ in range(max(n, 0)):
                     pos = self.entity(f.entity, pos) if f.entity else self.primitive(f.kafka_type, pos, flexible)
             elif f.entity is not None:
@@ -215,6 +242,40 @@ class _Walker:
                 _, pos = self._uvarint(pos)
                 size, pos = self._uvarint(pos)
                 pos += size
+        return pos
+
+    def _flat_entries(self, n: int, ops: tuple[int, ...], flexible: bool, pos: int) -> int:
+        """Past `n` entries of an entity holding no array or entity (a Produce's partition entries,
+        a Metadata request's topics): one tight loop over its fields' sizes, ~4x faster than
+        entity() an entry (the walk is what a request of many entries costs before it is parsed)."""
+        frame, size, uvarint = self.frame, len(self.frame), self._uvarint
+        unpack_h, unpack_i = _I16.unpack_from, _I32.unpack_from
+        for _ in range(max(n, 0)):
+            for op in ops:
+                if op > 0:  # fixed bytes
+                    pos += op
+                elif flexible:  # compact string or bytes: uvarint length + 1
+                    if pos < size and frame[pos] < 0x80:
+                        length, pos = frame[pos] - 1, pos + 1
+                    else:
+                        length, pos = uvarint(pos)
+                        length -= 1
+                    pos += max(length, 0)
+                elif op == _STRING:
+                    pos += 2 + max(unpack_h(frame, pos)[0], 0)
+                else:
+                    pos += 4 + max(unpack_i(frame, pos)[0], 0)
+            if flexible:  # tagged fields: count, then (tag, size, bytes) each
+                if pos < size and frame[pos] == 0:
+                    pos += 1
+                else:
+                    count, pos = uvarint(pos)
+                    for _ in range(count):
+                        _, pos = uvarint(pos)
+                        length, pos = uvarint(pos)
+                        pos += length
+            if pos > size:
+                raise _Truncated
         return pos
 
     def primitive(self, kafka_type: str | None, pos: int, flexible: bool) -> int:

@@ -114,9 +114,11 @@ class ServerSecurity:
                     response: Any, handling_ms: float) -> int:
         """Record this request's use against the quotas that apply; the longest throttle in ms.
         Fetch is left out of request_percentage: its time is mostly the long-poll wait, not work."""
+        q = self.quotas
+        if not q.quotas():  # none set (the common case): nothing to record, no lookups per request
+            return 0
         user = conn.principal.partition(":")[2]
         client = client_id or ""
-        q = self.quotas
         delay = 0 if api_key == FETCH else q.record(REQUEST_PERCENTAGE, user, client, handling_ms)
         if api_key == PRODUCE:
             delay = max(delay, q.record(PRODUCER_BYTE_RATE, user, client, request_bytes))

@@ -21,7 +21,7 @@ def with_throttle(response: Any, throttle_ms: int) -> Any:
     import dataclasses
     import datetime
 
-    if dataclasses.is_dataclass(response):
+    if dataclasses.is_dataclass(response) and not hasattr(response, "parts"):  # a kio answer, not a RawBody
         if not any(f.name == "throttle_time" for f in dataclasses.fields(response)):
             return response
         from kio.static.primitive import i32Timedelta
@@ -30,6 +30,10 @@ def with_throttle(response: Any, throttle_ms: int) -> Any:
             datetime.timedelta(milliseconds=min(throttle_ms, 2**31 - 1))))
     parts = getattr(response, "parts", None)
     rtype = getattr(response, "response_type", None)
+    at = getattr(response, "throttle_at", None)
+    if at is not None and parts and isinstance(parts[0], bytes):  # Produce: after the partitions
+        parts[0] = parts[0][:at] + min(throttle_ms, 2**31 - 1).to_bytes(4, "big") + parts[0][at + 4:]
+        return response
     if parts and isinstance(parts[0], bytes) and len(parts[0]) >= 4 and rtype is not None \
             and dataclasses.fields(rtype)[0].name == "throttle_time":  # Fetch v1+: the body's first int32
         parts[0] = min(throttle_ms, 2**31 - 1).to_bytes(4, "big") + parts[0][4:]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from klog.errors import KlogError, TxnStateError
@@ -21,7 +22,7 @@ from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 
-ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 CLUSTER = "kafka-cluster"
 log = logging.getLogger("klog.serve")
 
@@ -161,7 +162,7 @@ def _topic_results(mod: Any, results: dict[tuple[str, int], E]) -> tuple:
                  for t, parts in by_topic.items())
 
 
-@register(ADD_PARTITIONS_TO_TXN, 0, 4)
+@register(ADD_PARTITIONS_TO_TXN, 0, 5)
 async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     coord = _coordinator(ctx)
@@ -192,7 +193,7 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- AddOffsetsToTxn / EndTxn ------------------------------------------------------------------------
-@register(ADD_OFFSETS_TO_TXN, 0, 3)
+@register(ADD_OFFSETS_TO_TXN, 0, 4)
 async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     tid, group = str(request.transactional_id), str(request.group_id)
@@ -209,7 +210,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     return make(mod.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=error)
 
 
-@register(END_TXN, 0, 3)
+@register(END_TXN, 0, 4)
 async def end_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     tid = str(request.transactional_id)
@@ -229,8 +230,48 @@ async def end_txn(ctx: RequestContext, request: Any) -> Any:
     return make(mod.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=error)
 
 
+# -- WriteTxnMarkers ------------------------------------------------------------------------------------
+def _write_marker(ctx: RequestContext, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
+                  coordinator_epoch: int) -> E:
+    from klog.errors import UnknownPartitionError, UnknownTopicError
+    from klog.store.txn import ABORT, COMMIT
+
+    try:
+        ctx.server.appender.write_marker(topic, partition, producer_id, epoch, COMMIT if commit else ABORT,
+                                         coordinator_epoch, lambda: True)
+    except (UnknownTopicError, UnknownPartitionError):
+        return E.unknown_topic_or_partition
+    except (KlogError, OSError) as e:
+        ctx.log.warning("WriteTxnMarkers %s-%d: %s", topic, partition, e)
+        return E.kafka_storage_error
+    return E.none
+
+
+@register(WRITE_TXN_MARKERS, 0, 1)
+async def write_txn_markers(ctx: RequestContext, request: Any) -> Any:
+    """A transaction coordinator's markers (broker to broker in Kafka): each partition where the
+    producer has a transaction open gets its COMMIT/ABORT marker, once (a repeat writes nothing)."""
+    mod = response_for(request)
+    allowed = ctx.authorize("CLUSTER_ACTION", "CLUSTER", CLUSTER)
+    out = []
+    for m in request.markers:
+        topics = []
+        for t in m.topics:
+            parts = []
+            for p in t.partition_indexes:
+                error = E.cluster_authorization_failed if not allowed else await ctx.run_blocking(
+                    _write_marker, ctx, str(t.name), int(p), int(m.producer_id), int(m.producer_epoch),
+                    bool(m.transaction_result), int(m.coordinator_epoch))
+                if error is E.none:
+                    ctx.server.notify_appended(str(t.name), int(p))  # read_committed fetchers: the LSO moved
+                parts.append(make(mod.WritableTxnMarkerPartitionResult, partition_index=p, error_code=error))
+            topics.append(make(mod.WritableTxnMarkerTopicResult, name=t.name, partitions=tuple(parts)))
+        out.append(make(mod.WritableTxnMarkerResult, producer_id=m.producer_id, topics=tuple(topics)))
+    return make(mod.WriteTxnMarkersResponse, markers=tuple(out))
+
+
 # -- TxnOffsetCommit ------------------------------------------------------------------------------------
-@register(TXN_OFFSET_COMMIT, 0, 3)
+@register(TXN_OFFSET_COMMIT, 0, 4)
 async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     tid, group = str(request.transactional_id), str(request.group_id)
@@ -328,13 +369,17 @@ def i32ms(ms: int) -> Any:
     return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
 
 
-@register(LIST_TRANSACTIONS, 0, 0)
+@register(LIST_TRANSACTIONS, 0, 1)
 async def list_transactions(ctx: RequestContext, request: Any) -> Any:
     from klog.meta.transactions import VALID_PREVIOUS
 
     mod = response_for(request)
     wanted_states = {str(s) for s in request.state_filters}
     wanted_pids = {int(p) for p in request.producer_id_filters}
+    # v1 (KIP-994): only transactions running longer than this, as Kafka 3.9 filters (-1: all)
+    duration = int(getattr(request, "duration_filter", -1))
+    coord = _coordinator(ctx)
+    now = coord.clock() if coord is not None and hasattr(coord, "clock") else int(time.time() * 1000)
     try:
         metas = await ctx.run_blocking(_all_transactions, ctx)
         error = E.none
@@ -345,6 +390,7 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Any:
                    for m in metas
                    if (not wanted_states or m.state in wanted_states)
                    and (not wanted_pids or m.producer_id in wanted_pids)
+                   and (duration < 0 or now - m.start_ms > duration)
                    and ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", m.transactional_id))
     return make(mod.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=error,
                 unknown_state_filters=tuple(s for s in wanted_states if s not in VALID_PREVIOUS),

@@ -52,20 +52,34 @@ def read_leader_epochs(path: str) -> list[tuple[int, int]]:
         raise KlogError(f"{path}: an epoch or offset is not a number") from None
 
 
-def write_atomically(path: str, text: str) -> None:
+def write_atomically(path: str, text: str, sync: bool = True) -> None:
     """A tmp file, fsync, rename over `path`, fsync the folder (Kafka's CheckpointFile.write; the
-    tmp name carries the process id, since several klog processes may write at once)."""
+    tmp name carries the process id, since several klog processes may write at once). sync=False:
+    no fsyncs, the caller makes many such files durable at once (one syncfs)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if not sync:
+        return
     fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file written with write_atomically(sync=False), and its folder (the rename)."""
+    for target, flags in ((path, os.O_RDONLY), (os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)):
+        fd = os.open(target, flags)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def checkpoint_text(entries: list[str]) -> str:

@@ -85,13 +85,16 @@ RECORDS_PER_BATCH_MAX = 2**31 - 1
 # --- varints (zigzag, protobuf base-128) ------------------------------------------------------
 def encode_varint(n: int) -> bytes:
     """Zigzag varlong/varint encoding (the same bytes for both when n fits an int32)."""
-    z = (n << 1) ^ (n >> 63)
-    z &= 0xFFFFFFFFFFFFFFFF
+    return encode_uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def encode_uvarint(n: int) -> bytes:
+    """Unsigned varint encoding (protobuf's; the flexible protocol versions' lengths and counts)."""
     out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
     return bytes(out)
 
 

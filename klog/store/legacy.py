@@ -213,11 +213,33 @@ def to_v2_batch(message_set: bytes) -> bytes:
     return codec.encode_batch(records, 0, codec=max(codecs))
 
 
+def wrapper_bytes(records: list[tuple[int, int, bytes | None, bytes | None]], magic: int, codec: int,
+                  append_time: int | None = None) -> bytes:
+    """A compressed magic 0/1 wrapper message holding `records` (offset, timestamp, key, value), as
+    Kafka's MemoryRecordsBuilder writes one: inner offsets absolute (magic 0) or relative to the
+    first (magic 1), the wrapper at the last offset with the largest timestamp (or `append_time`,
+    LogAppendTime), the value compressed with `codec` (LZ4 with magic 0: the frame header checksum
+    over the magic number too, as Kafka 0.8-0.9 wrote it; KAFKA-3160)."""
+    first = records[0][0]
+    type_bit = TIMESTAMP_TYPE_MASK if append_time is not None and magic == MAGIC_V1 else 0
+    inner = b"".join(message_bytes(offset - first if magic == MAGIC_V1 else offset,
+                                   append_time if append_time is not None else ts, key, value, magic, type_bit)
+                     for offset, ts, key, value in records)
+    value = compression.compress(codec, inner)
+    if codec == compression.LZ4 and magic == MAGIC_V0:
+        value = value[:6] + bytes(((compression._xxh32(value[:6]) >> 8) & 0xFF,)) + value[7:]
+    wrapper_ts = append_time if append_time is not None else max(ts for _, ts, _, _ in records)
+    return message_bytes(records[-1][0], wrapper_ts, None, value, magic, codec | type_bit)
+
+
 def from_v2_batches(data: bytes | memoryview, magic: int, from_offset: int = 0) -> bytes:
     """Stored batches (whole ones; a partial one at the end is left out, as clients drop it) as
-    an uncompressed magic 0/1 message set: what Fetch v0-v1 (magic 0) and v2-v3 (magic 1) read.
-    Records below `from_offset` and control batches (transaction markers) are left out and headers
-    dropped, as Kafka does. Old entries of an imported Kafka log are converted the same way."""
+    a magic 0/1 message set: what Fetch v0-v1 (magic 0) and v2-v3 (magic 1) read, as Kafka's
+    RecordsUtil.downConvert makes it: an uncompressed batch becomes one message per record (those
+    below `from_offset` left out), a compressed one a wrapper message in the same codec with all
+    its records (UnsupportedCodecError for zstd, which magic 0/1 cannot hold: Kafka answers
+    UNSUPPORTED_COMPRESSION_TYPE); control batches (transaction markers) are left out and headers
+    dropped. Old entries of an imported Kafka log are converted the same way."""
     from klog.store import codec
 
     out = []
@@ -238,7 +260,16 @@ def from_v2_batches(data: bytes | memoryview, magic: int, from_offset: int = 0) 
         end = pos + header.batch_length + LOG_OVERHEAD
         if end > len(view):
             break
-        if not header.is_control and header.last_offset >= from_offset:
+        batch_codec = header.attributes & COMPRESSION_CODEC_MASK
+        if not header.is_control and header.last_offset >= from_offset and batch_codec:
+            if batch_codec == compression.ZSTD:
+                raise UnsupportedCodecError(f"a zstd batch at offset {header.base_offset} cannot be down-converted "
+                                            f"to magic {magic}")
+            records = [r[:4] for r in codec.decode_batch_records(bytes(view[pos:end]), 0, header)]
+            if records:
+                append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+                out.append(wrapper_bytes(records, magic, batch_codec, append_time))
+        elif not header.is_control and header.last_offset >= from_offset:
             append_time = header.attributes & TIMESTAMP_TYPE_MASK
             attributes = TIMESTAMP_TYPE_MASK if append_time and magic == MAGIC_V1 else 0
             for offset, timestamp, key, value, _ in codec.decode_batch_records(bytes(view[pos:end]), 0, header):

@@ -25,6 +25,17 @@ CLUSTER_PARTITION_FETCH_BYTES = 16 << 20
 DECLARED_BATCH_BYTES_MAX = 1 << 30
 # a compressed batch may not expand beyond this (a decompression bomb is damage)
 DECOMPRESSED_BATCH_BYTES_MAX = 256 << 20
+# A compressed batch may expand to its topic's max.message.bytes, or to this many times its own size
+# when that is more: real data compresses 2-20x, a decompression bomb thousands of times (2 x 120 MiB
+# of records in 7.7 KB), which every reader of the batch would otherwise hold in memory
+EXPANSION_RATIO_MAX = 100
+
+
+def batch_expansion_bytes_max(batch_bytes: int, max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT) -> int:
+    """How far a compressed batch of `batch_bytes` may expand before it counts as a decompression bomb
+    (`dirs import` refuses such a batch, readers report it as damage)."""
+    return max(max_message_bytes, EXPANSION_RATIO_MAX * batch_bytes)
+
 
 assert PRODUCER_BATCH_BYTES_DEFAULT + RECORD_BATCH_OVERHEAD <= MAX_MESSAGE_BYTES_DEFAULT
 # a default batch fits one read

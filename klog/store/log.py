@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from klog.errors import CorruptLogError, UnsupportedCodecError
-from klog.store import codec, faults, flusher, loader, validate
+from klog.store import codec, compression, faults, flusher, loader, validate
 from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.flush_pipeline import FlushSchedule, PendingFlush, SealedFlushes
@@ -24,7 +24,12 @@ from klog.store.format import (
     TIME_INDEX_ENTRY,
     parse_segment_base,
 )
-from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
+from klog.store.limits import (
+    DECOMPRESSED_BATCH_BYTES_MAX,
+    MAX_MESSAGE_BYTES_DEFAULT,
+    PARTITION_READ_BYTES_DEFAULT,
+    batch_expansion_bytes_max,
+)
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.plain import Plain
@@ -42,10 +47,11 @@ STRICT_RECORDS_MARKER = "klog-strict-records"
 class FetchedBatch(Plain):
     """One CRC-checked batch read from a replica."""
 
-    _fields = ("header", "data", "segment_base", "position", "path", "strict", "trusted")
+    _fields = ("header", "data", "segment_base", "position", "path", "strict", "trusted", "max_message_bytes")
 
     def __init__(self, header: BatchHeader, data: bytes, segment_base: int, position: int, path: str | None = None,
-                 strict: bool = False, trusted: bool = True) -> None:
+                 strict: bool = False, trusted: bool = True,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT) -> None:
         self.header = header
         self.data = data  # the whole batch, header included
         self.segment_base = segment_base
@@ -55,6 +61,7 @@ class FetchedBatch(Plain):
         # False for a batch from a cluster (a log klog cannot mark): the compiled reader only after a
         # check of the records' attributes bytes (fastrecords.plain_attributes)
         self.trusted = trusted
+        self.max_message_bytes = max_message_bytes  # the topic's: how far a compressed batch may expand
 
     def records(self) -> list[codec.RecordOut]:
         fast, trust = not self.strict, self.trusted
@@ -75,7 +82,14 @@ class FetchedBatch(Plain):
 
     def _decode(self, decoder: Callable[[bytes, int, BatchHeader], T]) -> T:
         try:
-            return decoder(self.data, 0, self.header)
+            if not self.header.codec:
+                return decoder(self.data, 0, self.header)
+            # a decompression bomb already in a log (written before serve bounded Produce, or copied in)
+            # is refused at the bound, never expanded: the same rule as `dirs import`
+            limit = min(batch_expansion_bytes_max(self.header.size, self.max_message_bytes),
+                        DECOMPRESSED_BATCH_BYTES_MAX)
+            with compression.expansion_limit(limit):
+                return decoder(self.data, 0, self.header)
         except (CorruptLogError, UnsupportedCodecError) as e:
             # the codec knows the offset only; say where the batch is (a CRC-valid batch whose
             # records or compressed payload are garbage is damage, like a CRC mismatch)
@@ -488,19 +502,21 @@ class PartitionLog:
             current_boot_id(), active.base_offset, active.size, active.next_offset or active.base_offset,
             self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
 
-    def release_files(self) -> bool:
+    def release_files(self, readers_too: bool = True) -> bool:
         """Close the descriptors kept between appends (the active segment's three, the state file,
         the segments' read descriptors): they reopen on the next use, the next writer's open
         re-reading the folder. Lock not held. False (nothing closed) while appended bytes wait
-        for a flush.ms fsync: closing would skip it."""
+        for a flush.ms fsync: closing would skip it. readers_too=False: the segments' read
+        descriptors stay (other threads may be reading through them: klog serve)."""
         if self.flush_schedule.timed_wait():
             return False
         self.drop_flushes()
         if self._fds is not None:
             self._fds.close()
             self._fds = None
-        for segment in self.segments.values():
-            segment.close()
+        if readers_too:
+            for segment in self.segments.values():
+                segment.close()
         self.state.close()
         return True
 
@@ -649,7 +665,7 @@ class PartitionLog:
                 if problem is not None:
                     raise CorruptLogError(problem, segment.log_path, batch.position, header.base_offset)
                 out.append(FetchedBatch(header, batch.data(), segment.base_offset, batch.position, segment.log_path,
-                                        self.strict_records))
+                                        self.strict_records, max_message_bytes=self.config.max_message_bytes))
                 budget -= header.size
                 if budget <= 0:
                     break
@@ -688,7 +704,8 @@ class PartitionLog:
                 problem = validate.crc_problem(data, 0, last[1])
                 if problem is not None:
                     raise CorruptLogError(problem, segment.log_path, last[0], last[1].base_offset)
-                return FetchedBatch(last[1], data, base, last[0], segment.log_path, self.strict_records)
+                return FetchedBatch(last[1], data, base, last[0], segment.log_path, self.strict_records,
+                                    max_message_bytes=self.config.max_message_bytes)
         return None
 
     def first_offset(self) -> int:

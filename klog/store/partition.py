@@ -214,15 +214,19 @@ class Partition:
         object's last clean append, so its replicas and their metadata are as that append left them."""
         return self._appended_generation is not None and self._appended_generation == self.lock.previous_generation
 
-    def release_files(self) -> None:
+    def release_files(self, readers_too: bool = True) -> None:
         """Close what a writer keeps open between appends (the lock file, the state file, each
         replica's files): a process writing thousands of partitions would otherwise run out of
         descriptors. Everything reopens on the next use; the next append re-opens the replicas
         from their files, as after another writer. Not while this thread holds the lock, nor
-        while an idle flush is armed."""
+        while an idle flush is armed. readers_too=False: only the writer's own descriptors (the
+        lock file, the replicas' write descriptors and replica state files); what readers in
+        other threads use (the partition's state file, segments' read descriptors) stays open."""
         def release() -> None:
-            if not self._closed and self._flush_timer is None and all([r.release_files() for r in self.replicas]):
-                self.state.close()
+            if not self._closed and self._flush_timer is None and all(
+                    [r.release_files(readers_too) for r in self.replicas]):
+                if readers_too:
+                    self.state.close()
                 self.lock.close_file()  # reopened by the next acquire (close() is for good)
 
         self.lock.run_if_idle(release)
@@ -369,8 +373,13 @@ class Partition:
 
     def publish(self) -> None:
         """Lock held: make everything appended so far visible to readers."""
-        snap = self.state.read()
-        snap.high_watermark = min(r.log_end_offset for r in self.replicas)
+        snap = self.state.read_valid()
+        hw = min(r.log_end_offset for r in self.replicas)
+        if snap is None:
+            snap = PartitionSnapshot(hw, 0, 0)
+        elif snap.high_watermark == hw:
+            return  # (a writer's first open publishes what open_for_write just wrote: no second write)
+        snap.high_watermark = hw
         self.state.write(snap)
 
     def flush(self) -> None:

@@ -4,7 +4,9 @@ A dataclass compiles its methods when its class is created (~0.5 ms each; the ho
 about 25 record classes) and `dataclasses` imports inspect, ast, dis and tokenize (~5 ms). A record
 class here writes its own `__init__` and names its fields once in `_fields`; `Plain` gives it the
 `repr` and `==` a dataclass would generate, `FrozenPlain` adds the hash and refuses assignment
-(what `frozen=True` does), and `replace` is `dataclasses.replace` for them.
+(what `frozen=True` does), and `replace` is `dataclasses.replace` for them. `dataclasses.fields`,
+`replace`, `asdict` and `is_dataclass` still take them: their `__dataclass_fields__` is built when
+first asked for (importing dataclasses then, not at start-up).
 """
 
 from __future__ import annotations
@@ -17,11 +19,27 @@ if TYPE_CHECKING:  # a TypeVar bound by name compiles the name: the process's fi
     T = TypeVar("T", bound="Plain")
 
 
+class _DataclassFields:
+    """A record class's `__dataclass_fields__`, made on first use and then kept on the class."""
+
+    def __get__(self, obj: object, cls: type[Plain]) -> dict:
+        import dataclasses
+
+        fields = {}
+        for name in cls._fields:
+            f = dataclasses.field()
+            f.name, f.type, f._field_type = name, object, dataclasses._FIELD  # type: ignore[attr-defined]
+            fields[name] = f
+        cls.__dataclass_fields__ = fields  # type: ignore[attr-defined]
+        return fields
+
+
 class Plain:
     """`repr` and `==` from `_fields`, as a dataclass has them; unhashable, like a mutable dataclass."""
 
     __slots__ = ()
     _fields: tuple[str, ...] = ()
+    __dataclass_fields__ = _DataclassFields()
 
     def __repr__(self) -> str:
         return f"{type(self).__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self._fields)})"
@@ -47,6 +65,16 @@ class FrozenPlain(Plain):
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple:  # pickle and copy: unpickling would assign the fields
+        return _rebuild, (type(self), tuple(getattr(self, n) for n in self._fields))
+
+
+def _rebuild(cls: type[FrozenPlain], values: tuple) -> FrozenPlain:
+    obj = object.__new__(cls)
+    for name, value in zip(cls._fields, values, strict=True):
+        object.__setattr__(obj, name, value)
+    return obj
 
 
 def replace(obj: T, **changes: Any) -> T:

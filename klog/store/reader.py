@@ -128,7 +128,7 @@ class PartitionReader:
                 lambda offset, _upper: part.read(offset, stop, max_bytes)
             self._log_start: Callable[[], int] | None = None
         else:
-            self._read = lambda offset, upper: part.read(offset, max_bytes, upper)
+            self._read = lambda offset, upper: part.read(offset, self.max_bytes, upper)  # a cursor may grow it
             self._log_start = part.log_start_offset
 
     def end(self) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -24,6 +23,7 @@ from klog.client.consumer import StartSpec
 from klog.store import codec
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
+from tests.klog_processes import require_mount_namespace
 
 
 @pytest.fixture
@@ -275,11 +275,7 @@ print(json.dumps(out))
 
 
 def _run_in_mount_namespace(tmp_path, mode: str) -> dict:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare(1) for a private mount namespace")
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
+    require_mount_namespace()
     script = tmp_path / "scenario.py"
     script.write_text(NAMESPACE_SCENARIO)
     r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, str(script),

@@ -328,45 +328,46 @@ def test_delete_records_cli(seg_topic, cli):
     assert '"log_start_offset": 12' in r.out
 
 
-def test_retention_keeps_replicas_consistent_and_a_new_follower_starts_at_the_log_start(tmp_path):
-    import shutil
-
-    dirs = [str(tmp_path / f"disk{i}") for i in range(2)]
-    with klog.Store(str(tmp_path / "data"), log_dirs=dirs) as store:
+@pytest.fixture
+def replicated(tmp_path):
+    """A store on two disks with topic `r`: one partition on both, small segments, no time retention."""
+    with klog.Store(str(tmp_path / "data"), log_dirs=[str(tmp_path / f"disk{i}") for i in range(2)]) as store:
         store.create_topic("r", partitions=1, replication_factor=2,
                            configs={"segment.bytes": "800", "retention.ms": "-1"})
-        fill(store, "r", 60)
-        lifecycle.delete_records(store, "r", before_offset=33)
-        part = store.partition("r", 0)
-        lists = [[n for n in sorted(os.listdir(r.directory)) if n.endswith(".log")] for r in part.replicas]
-        assert len(part.replicas) == 2 and lists[0] == lists[1]
-        follower = part.replicas[1].directory
-        shutil.rmtree(follower)  # a lost disk: the follower is rebuilt from the leader's log start
-        fill(store, "r", 5)
-        assert [r.offset for r in store.consumer("r")] == list(range(33, 65))
-        rebuilt = [int(n[:20]) for n in os.listdir(follower) if n.endswith(".log")]
-        assert min(rebuilt) >= part.leader.bases[0]
-        assert sorted(store.topics.get("r").partitions[0].isr) == [0, 1]  # caught up and back in sync
+        yield store
 
 
-def test_a_lagging_follower_behind_the_leaders_log_start_restarts_there(tmp_path):
-    dirs = [str(tmp_path / f"disk{i}") for i in range(2)]
-    with klog.Store(str(tmp_path / "data"), log_dirs=dirs) as store:
-        store.create_topic("r", partitions=1, replication_factor=2,
-                           configs={"segment.bytes": "800", "retention.ms": "-1"})
-        fill(store, "r", 20)
-        meta = store.topics.get("r").partitions[0]
-        away = store.data_dir.log_dir_path(next(d for d in meta.replicas if d != meta.leader))
-        os.rename(away, away + ".unplugged")  # the follower's disk is gone: it leaves the ISR at 20
-        fill(store, "r", 40)
-        lifecycle.delete_records(store, "r", before_offset=45)  # past the follower's end
-        os.rename(away + ".unplugged", away)  # back: the next writer catches it up from the log start
-        fill(store, "r", 1)
-        assert sorted(store.topics.get("r").partitions[0].isr) == [0, 1]
-        leader = store.partition("r", 0).leader
-        follower = next(r for r in store.partition("r", 0).replicas if r is not leader)
-        assert follower.first_offset() == leader.first_offset() > 20
-        assert follower.log_end_offset == leader.log_end_offset == 61
+def test_retention_keeps_replicas_consistent_and_a_new_follower_starts_at_the_log_start(replicated):
+    store = replicated
+    fill(store, "r", 60)
+    lifecycle.delete_records(store, "r", before_offset=33)
+    part = store.partition("r", 0)
+    lists = [[n for n in sorted(os.listdir(r.directory)) if n.endswith(".log")] for r in part.replicas]
+    assert len(part.replicas) == 2 and lists[0] == lists[1]
+    follower = part.replicas[1].directory
+    shutil.rmtree(follower)  # a lost disk: the follower is rebuilt from the leader's log start
+    fill(store, "r", 5)
+    assert [r.offset for r in store.consumer("r")] == list(range(33, 65))
+    rebuilt = [int(n[:20]) for n in os.listdir(follower) if n.endswith(".log")]
+    assert min(rebuilt) >= part.leader.bases[0]
+    assert sorted(store.topics.get("r").partitions[0].isr) == [0, 1]  # caught up and back in sync
+
+
+def test_a_lagging_follower_behind_the_leaders_log_start_restarts_there(replicated):
+    store = replicated
+    fill(store, "r", 20)
+    meta = store.topics.get("r").partitions[0]
+    away = store.data_dir.log_dir_path(next(d for d in meta.replicas if d != meta.leader))
+    os.rename(away, away + ".unplugged")  # the follower's disk is gone: it leaves the ISR at 20
+    fill(store, "r", 40)
+    lifecycle.delete_records(store, "r", before_offset=45)  # past the follower's end
+    os.rename(away + ".unplugged", away)  # back: the next writer catches it up from the log start
+    fill(store, "r", 1)
+    assert sorted(store.topics.get("r").partitions[0].isr) == [0, 1]
+    leader = store.partition("r", 0).leader
+    follower = next(r for r in store.partition("r", 0).replicas if r is not leader)
+    assert follower.first_offset() == leader.first_offset() > 20
+    assert follower.log_end_offset == leader.log_end_offset == 61
 
 
 RETENTION_CHILD = """

@@ -15,6 +15,7 @@ import pytest
 
 import klog
 from tests.conftest import REPO
+from tests.klog_processes import stop
 
 
 def test_a_too_large_line_is_one_line_and_keeps_the_lines_before(cli, data_dir):
@@ -158,11 +159,7 @@ def test_follow_on_a_pipe_of_a_deleted_topic_exits_1(data_dir, cli, extra):
         assert proc.stderr.read() == (b"klog: error: topic 'gone' was deleted while being followed (and created "
                                       b"again: read it anew)\n")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        stop(proc)
 
 
 # -- tables, sizes, escaping -------------------------------------------------------------------------
@@ -240,11 +237,7 @@ def test_sigterm_and_ctrl_c_stop_plain_and_group_consumers_alike(cli, data_dir):
                 proc.send_signal(sig)
                 assert (proc.wait(timeout=20), proc.stderr.read()) == (code, said), (extra, sig)
             finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-                proc.stdout.close()
-                proc.stderr.close()
+                stop(proc)
 
 
 # -- what users reach for ----------------------------------------------------------------------------

@@ -8,22 +8,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from contextlib import contextmanager
 
 import klog
+from tests.klog_processes import wait_for  # noqa: F401 - the connect tests import it from here
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def wait_for(check: Callable[[], object], timeout: float = 30.0, what: str = "the condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @contextmanager

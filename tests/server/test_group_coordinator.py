@@ -4,6 +4,7 @@ LMDB record of the groups it serves."""
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode as E
@@ -211,12 +212,18 @@ def test_sync_waiters_get_rebalance_in_progress_when_a_member_joins_mid_sync() -
     assert waiting.one.error == E.rebalance_in_progress
 
 
-def test_static_member_restart_keeps_its_assignment_without_rebalance() -> None:
+def two_static_members(other: str) -> tuple[GroupStateMachine, Any, Any]:
+    """Group "g" of two static members ("i-lead" joined first, then `other`), past the rebalance delay."""
     c, clock = make()
     lead = join(c, instance="i-lead")
-    st = join(c, instance="i-1")
+    second = join(c, instance=other)
     clock.now += DELAY
     c.tick()
+    return c, lead, second
+
+
+def test_static_member_restart_keeps_its_assignment_without_rebalance() -> None:
+    c, lead, st = two_static_members("i-1")
     gen = st.one.generation
     sync(c, gen, st.one.member_id)
     sync(c, gen, lead.one.member_id, {st.one.member_id: b"p0", lead.one.member_id: b"p1"})
@@ -297,11 +304,7 @@ def test_requests_naming_unknown_groups_leave_nothing_behind() -> None:
 
 
 def test_static_leader_restart_keeps_the_generation_and_is_not_told_to_assign() -> None:
-    c, clock = make()
-    lead = join(c, instance="i-lead")
-    other = join(c, instance="i-2")
-    clock.now += DELAY
-    c.tick()
+    c, lead, other = two_static_members("i-2")
     leader_id = lead.one.leader
     restarting = "i-lead" if leader_id == lead.one.member_id else "i-2"
     gen = lead.one.generation

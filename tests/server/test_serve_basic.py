@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
+from tests.serve_helpers import read_answer
 
 KCAT = shutil.which("kcat")
 
@@ -29,19 +30,7 @@ def request(sock: socket.socket, api_key: int, version: int, correlation_id: int
     return read_frame(sock)
 
 
-def read_frame(sock: socket.socket) -> bytes:
-    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
-    return recv_exactly(sock, size)
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
+read_frame = read_answer  # one response frame, read whole
 
 
 def connect(server) -> socket.socket:

@@ -17,6 +17,7 @@ import pytest
 
 from klog.meta.groups import GroupsMeta
 from tests.klog_processes import run_klog
+from tests.serve_helpers import kafka_python_commit
 
 kafka = pytest.importorskip("kafka")
 pytestmark = pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
@@ -147,8 +148,7 @@ def lmdb_offsets(store, groups) -> dict:
 
 @pytest.mark.slow
 def test_consumer_offsets_hold_every_groups_commits_in_kafkas_format(kafka_server, data_dir):
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-    from kafka.structs import OffsetAndMetadata
+    from kafka import KafkaProducer
 
     import klog
 
@@ -160,13 +160,8 @@ def test_consumer_offsets_hold_every_groups_commits_in_kafkas_format(kafka_serve
     producer.flush()
     producer.close()
     # a Kafka client's commits, one with metadata
-    client = KafkaConsumer(bootstrap_servers=kafka_server.bootstrap, group_id="kafka-group",
-                           enable_auto_commit=False)
-    try:
-        client.commit({TopicPartition("orders", 0): OffsetAndMetadata(3, "from kafka-python", -1),
-                       TopicPartition("orders", 2): OffsetAndMetadata(4, "", -1)})
-    finally:
-        client.close()
+    kafka_python_commit(kafka_server.bootstrap, "kafka-group",
+                        {("orders", 0): (3, "from kafka-python"), ("orders", 2): (4, "")})
     # klog's own consumer group, committing through LMDB without the server
     done = run_klog(data_dir, "consume", "orders", "-G", "cli-group", "-n", "5", "-e")
     assert done.returncode == 0, done.stderr
@@ -189,6 +184,16 @@ def test_consumer_offsets_hold_every_groups_commits_in_kafkas_format(kafka_serve
     state = latest_offsets(read_topic(kafka_server.bootstrap), partitions)
     assert {k for k in state if k[1] == "cli-group"} == set()
     assert {k: v[:3] for k, v in state.items() if k[0] == "offset"} == lmdb_offsets(store, ["kafka-group"])
+
+    # clients cannot write into it (Kafka: "Cannot append to internal topic")
+    from kio.schema.errors import ErrorCode
+
+    from klog.store.codec import encode_batch
+    from tests.serve_helpers import RawClient, produce
+
+    with RawClient(kafka_server.port) as raw:
+        forged = encode_batch([(b"\x00\x01forged", b"x", (), 0)], 0)
+        assert produce(raw, TOPIC, 0, forged)[0] == ErrorCode.invalid_topic_exception
     store.close()
 
 

@@ -99,6 +99,16 @@ class Tracker:
                 self.failed_commits += 1
 
 
+def close_all(trackers: tuple[Tracker | None, ...]) -> None:
+    """Close each tracker's consumer (None: never made; one closed already is skipped)."""
+    for t in trackers:
+        if t is not None:
+            try:
+                t.consumer.close()
+            except RuntimeError:
+                pass  # already closed
+
+
 def poll_until(trackers: list[Tracker], done, seconds: float, what: str, extra=lambda: None) -> None:
     deadline = time.monotonic() + seconds
     for _ in range(int(seconds * 50)):
@@ -200,11 +210,7 @@ def test_confluent_group_of_three_rebalances_on_leave_and_on_sigkill(kafka_serve
         assert set(a.values) | set(b.values) | set(child.values) == set(values(300)) | set(values(60, "w"))
     finally:
         child.kill()
-        for t in (a, b):
-            try:
-                t.consumer.close()
-            except RuntimeError:
-                pass  # already closed
+        close_all((a, b))
     described = klog_cli(data_dir, "groups", "describe", "three", "--json")
     assert described.returncode == 0 and '"lag": 0' in described.stdout and '"lag": 1' not in described.stdout
 
@@ -228,12 +234,7 @@ def test_confluent_assignors_share_partitions(kafka_server, strategy):
         b.consumer.close()  # a clean leave: a takes b's partitions (incrementally with cooperative-sticky)
         poll_until([a], lambda: a.assigned == set(range(4)), 30, "a to take b's partitions")
     finally:
-        for t in (a, b):
-            if t is not None:
-                try:
-                    t.consumer.close()
-                except RuntimeError:
-                    pass  # already closed
+        close_all((a, b))
 
 
 @pytest.mark.slow
@@ -390,12 +391,7 @@ def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(kafk
         poll_until([again, b], lambda: again.assigned == held_by_a, 20, "the restarted member's partitions")
         assert group.generation == generation and b.assigned == b_before
     finally:
-        for t in (a, b, again):
-            if t is not None:
-                try:
-                    t.consumer.close()
-                except RuntimeError:
-                    pass  # already closed
+        close_all((a, b, again))
 
 
 @pytest.mark.slow

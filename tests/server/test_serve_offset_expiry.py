@@ -23,7 +23,7 @@ import klog
 from klog.client import assignors
 from klog.meta.groups import GroupsMeta, Member, now_ms
 from tests.conftest import REPO
-from tests.klog_processes import klog_env, run_klog
+from tests.klog_processes import klog_env, run_klog, wait_for
 
 RETENTION_MS = 60_000
 pytestmark = pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
@@ -173,14 +173,7 @@ def test_klog_groups_clean_expires_per_the_stores_retention(data_dir):
 
 
 # -- klog serve, real clients ----------------------------------------------------------------------------
-def until(condition, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {seconds} s: {what}")
+until = wait_for  # (condition, seconds, what)
 
 
 @pytest.fixture

@@ -89,3 +89,64 @@ def test_a_damaged_message_set_is_refused_and_nothing_is_stored(kafka_server, st
         assert produce(client, "old", 0, good[:-3], version=2)[0] == ErrorCode.corrupt_message
         assert produce(client, "old", 0, good + good, version=2) == (ErrorCode.none, 0)
     assert store.offsets("old") == {0: 2}
+
+
+@pytest.mark.parametrize("fetch_version,magic", [(0, 0), (2, 1)])
+def test_old_fetchers_get_compressed_batches_in_their_codec(kafka_server, store, fetch_version, magic):
+    """Kafka's RecordsUtil.downConvert: a compressed v2 batch becomes one wrapper message in the same
+    codec (its last offset, its records inside), read here by kafka-python's own record reader; a
+    zstd batch cannot be one (UNSUPPORTED_COMPRESSION_TYPE), an uncompressed one stays uncompressed."""
+    import datetime
+
+    from kafka.record import MemoryRecords
+    from kio.schema.errors import ErrorCode
+    from kio.static.constants import EntityType
+    from kio.static.primitive import i32Timedelta
+
+    from klog.protocol.kafka import make
+    from klog.protocol.schemas import payload_module as load_payload_module
+    from klog.store import codec as klog_codec
+    from tests.serve_helpers import RawClient, produce
+
+    req = load_payload_module(1, fetch_version, EntityType.request)
+    values = [b"value-%d" % i * 5 for i in range(6)]
+    with RawClient(kafka_server.port) as client:
+        for name, codec_id in (("none", 0), ("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4)):
+            store.create_topic(f"c-{name}", partitions=1)
+            batch = klog_codec.encode_batch([(b"k", v, (), 1_700_000_000_000 + i) for i, v in enumerate(values)], 0,
+                                            codec=codec_id)
+            assert produce(client, f"c-{name}", 0, batch) == (ErrorCode.none, 0)
+            part = req.FetchPartition(partition=0, fetch_offset=2, partition_max_bytes=1 << 20)
+            answer = client.send(1, fetch_version, replica_id=-1, min_bytes=1,
+                                 max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=10)),
+                                 topics=(req.FetchTopic(topic=f"c-{name}", partitions=(part,)),))
+            got = answer.responses[0].partitions[0]
+            if name == "zstd":
+                assert got.error_code == ErrorCode.unsupported_compression_type
+                continue
+            assert got.error_code == ErrorCode.none
+            entries = MemoryRecords(got.records)
+            batches = []
+            while (b := entries.next_batch()) is not None:
+                batches.append(b)
+            assert {b.magic for b in batches} == {magic}
+            records = [r for b in batches for r in b]
+            if codec_id == 0:  # one message per record, from the fetch offset on
+                assert [b.compression_type for b in batches] == [0] * 4
+                assert [(r.offset, r.value) for r in records] == list(enumerate(values))[2:]
+            else:  # one wrapper: the whole batch (clients skip what is below their offset)
+                assert [b.compression_type for b in batches] == [codec_id]
+                assert [(r.offset, r.value) for r in records] == list(enumerate(values))
+            if magic:
+                assert [r.timestamp for r in records][-1] == 1_700_000_000_005
+        # a topic whose compression.type is zstd: no fetcher before v10 (KIP-110) gets anything
+        store.create_topic("z", partitions=1, configs={"compression.type": "zstd"})
+        for version in (fetch_version, 4, 9):
+            mod = load_payload_module(1, version, EntityType.request)
+            wanted = make(mod.FetchPartition, partition=0, fetch_offset=0, current_leader_epoch=-1,
+                          log_start_offset=-1, partition_max_bytes=1 << 20)
+            answer = client.send(1, version, replica_id=-1, min_bytes=1, max_bytes=1 << 20,
+                                 max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=10)),
+                                 topics=(mod.FetchTopic(topic="z", partitions=(wanted,)),),
+                                 isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=())
+            assert answer.responses[0].partitions[0].error_code == ErrorCode.unsupported_compression_type

@@ -389,3 +389,25 @@ def test_a_request_for_many_partitions_is_one_multi_partition_append(kafka_serve
         for p in range(18):
             assert [r.value for r in store.consumer("wide", partitions=[p])] == (
                 [b"p%d-a" % p, b"p%d-b" % p] + ([b"p%d-c" % p] if p % 2 == 0 else []))
+
+
+def test_serve_keeps_only_its_recently_written_partitions_open_for_writing(kafka_server, data_dir, monkeypatch):
+    """klog serve held six descriptors for every partition it ever wrote (10,000 partitions ran out
+    of them and every record timed out): past its budget it closes the writer's own files of the
+    least recently written partitions (lock, write descriptors, replica state), while readers'
+    stay; and a walk writing Kafka's checkpoint files opens no partition."""
+    store = kafka_server.store
+    store.create_topic("many", 16)
+    monkeypatch.setattr(kafka_server.appender.writer, "open_max", 4)
+    with RawClient(kafka_server.port) as client:
+        for rnd in range(2):
+            for p in range(16):
+                assert produce(client, "many", p, batch([b"%d-%d" % (p, rnd)])) == (E.none, rnd)
+    locked = [p for p in range(16) if store.partition("many", p).lock._fd is not None]
+    assert len(locked) == 4, locked
+    with klog.open(data_dir) as other:
+        assert sorted(r.value for r in other.consumer("many")) == sorted(
+            b"%d-%d" % (p, rnd) for p in range(16) for rnd in range(2))
+        other.create_topic("idle", 50)
+        other.write_kafka_checkpoints()
+        assert [p for p in range(50) if other.opened_partition("idle", p) is not None] == []

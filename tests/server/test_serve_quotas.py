@@ -22,6 +22,7 @@ from klog.meta.quotas import QuotasMeta
 from klog.security.quota import entity
 from klog.server import Server
 from klog.server.listeners import Listener, SecurityConfig
+from tests.serve_helpers import read_answer
 
 
 def kio_request(sock: socket.socket, request, correlation_id: int = 1):
@@ -40,8 +41,7 @@ def kio_request(sock: socket.socket, request, correlation_id: int = 1):
     entity_writer(type(request))(buf, request)
     frame = buf.getvalue()
     sock.sendall(struct.pack(">i", len(frame)) + frame)
-    size = struct.unpack(">i", _recv(sock, 4))[0]
-    body = _recv(sock, size)
+    body = read_answer(sock)
     module = load_payload_module(int(request.__api_key__), int(request.__version__), EntityType.response)
     response_type = next(v for k, v in vars(module).items() if k.endswith("Response") and isinstance(v, type))
     assert struct.unpack_from(">i", body)[0] == correlation_id
@@ -49,14 +49,6 @@ def kio_request(sock: socket.socket, request, correlation_id: int = 1):
     return response
 
 
-def _recv(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
 
 
 def test_alter_and_describe_client_quotas_over_the_protocol(kafka_server, data_dir):

@@ -515,6 +515,11 @@ def test_list_describe_transactions_and_producers(kafka_server):
         assert [(s.transactional_id, int(s.producer_id), s.transaction_state) for s in listed.transaction_states] == [
             ("admin-tx", pid, "Ongoing")]
         assert c.send(66, 0, state_filters=("CompleteCommit",), producer_id_filters=()).transaction_states == ()
+        # v1's duration filter (KIP-994): only transactions running longer than it
+        def running_longer_than(ms: int) -> int:
+            return len(c.send(66, 1, state_filters=(), producer_id_filters=(), duration_filter=ms).transaction_states)
+
+        assert (running_longer_than(-1), running_longer_than(3_600_000)) == (1, 0)
         found, missing = c.send(65, 0, transactional_ids=("admin-tx", "nobody")).transaction_states
         assert (found.error_code, found.transaction_state, int(found.producer_id)) == (E.none, "Ongoing", pid)
         assert [(t.topic, tuple(t.partitions)) for t in found.topics] == [("ad", (1,))]
@@ -527,6 +532,38 @@ def test_list_describe_transactions_and_producers(kafka_server):
         assert _end(c, "admin-tx", pid, epoch, True) == E.none
         producers = c.send(61, 0, topics=(dp.TopicRequest(name="ad", partition_indexes=(1,)),))
         assert int(producers.topics[0].partitions[0].active_producers[0].current_txn_start_offset) == -1
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_write_txn_markers_ends_an_open_transaction_in_the_named_partitions(kafka_server, version):
+    """WriteTxnMarkers (v0 from Kafka 3.9's oldest schemas, v1 flexible): a COMMIT marker where the
+    producer has records open moves the last stable offset over them; a repeat writes nothing."""
+    from kio.static.constants import EntityType
+
+    from klog.broker.offsets import last_stable_offset
+    from klog.protocol.schemas import payload_module
+
+    req = payload_module(27, version, EntityType.request)
+    store = kafka_server.store
+    store.create_topic("wm", 2)
+    with RawClient(kafka_server.port) as c:
+        r = _init(c, "wm-tx")
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        assert _add(c, "wm-tx", pid, epoch, "wm", (0,)) == {("wm", 0): E.none}
+        assert _produce_txn(c, "wm-tx", "wm", 0, _txn_batch([b"a", b"b"], pid, epoch, 0)) == E.none
+        part = store.partition("wm", 0)
+        assert last_stable_offset(part) == 0  # open
+        marker = req.WritableTxnMarker(producer_id=pid, producer_epoch=epoch, transaction_result=True,
+                                       coordinator_epoch=0, topics=(req.WritableTxnMarkerTopic(
+                                           name="wm", partition_indexes=(0, 1)),))
+        for _ in range(2):
+            answer = c.send(27, version, markers=(marker,))
+            [result] = answer.markers
+            assert int(result.producer_id) == pid
+            assert [(int(p.partition_index), p.error_code) for p in result.topics[0].partitions] == [
+                (0, E.none), (1, E.none)]
+            assert part.high_watermark() == 3 and last_stable_offset(part) == 3  # a, b and one marker
+        assert store.partition("wm", 1).high_watermark() == 0  # nothing was open there
 
 
 def test_kcat_transactional_producer(kafka_server):

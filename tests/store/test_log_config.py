@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import klog
@@ -10,8 +12,8 @@ from klog.store.config import CONFIG_KEYS, LogConfig
 
 def test_log_config_has_a_typed_field_for_every_topic_config_with_its_default():
     defaults = LogConfig.from_configs({})
-    assert len(LogConfig._fields) == len(CONFIG_KEYS)
-    assert defaults == LogConfig()  # the class's defaults are the table's defaults
+    assert len(dataclasses.fields(LogConfig)) == len(CONFIG_KEYS)
+    assert defaults == LogConfig()  # the dataclass defaults are the table's defaults
     assert defaults.min_cleanable_dirty_ratio == 0.5 and defaults.unclean_leader_election_enable is False
     assert (defaults.compacted, defaults.deletes, defaults.log_append_time) == (False, True, False)
 

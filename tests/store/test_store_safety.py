@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
+from tests.klog_processes import require_mount_namespace
 
 IN_NAMESPACE = r"""
 import json, subprocess, sys
@@ -30,11 +31,7 @@ print(json.dumps(out))
 
 def _read_only_run(tmp_path, data_dir: str, target: str, commands: list[tuple[list[str], str]]) -> list:
     """Run klog commands with `target` (the store or one of its folders) mounted read-only."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare(1) for a private mount namespace")
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
+    require_mount_namespace()
     script = tmp_path / "ns.py"
     script.write_text(IN_NAMESPACE)
     r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, str(script), data_dir, target,

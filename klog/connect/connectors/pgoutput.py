@@ -127,11 +127,20 @@ def read_tuple(data: bytes, pos: int, count: int | None = None) -> tuple[list, i
     return out, pos
 
 
+INSERT_TUPLE_AT = 8  # 'I', the relation oid, 'N', the column count: the values start here
+
+
+def insert_head(payload: bytes) -> tuple[int, int]:
+    """An Insert message's relation oid and column count."""
+    oid, _, count = _CHANGE_HEAD(payload, 1)
+    return oid, count
+
+
 def decode(payload: bytes) -> object | None:
     kind = payload[:1]
     if kind == b"I":  # the commonest message, without the Reader
-        oid, _, count = _CHANGE_HEAD(payload, 1)
-        return Change("I", oid, None, read_tuple(payload, 8, count)[0])
+        oid, count = insert_head(payload)
+        return Change("I", oid, None, read_tuple(payload, INSERT_TUPLE_AT, count)[0])
     r = Reader(payload)
     kind = r.byte()
     if kind == "B":

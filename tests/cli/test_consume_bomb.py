@@ -1,0 +1,44 @@
+"""A decompression bomb already in a store (written before klog serve bounded Produce, or copied in)
+costs a reader no memory: `klog consume --json` refuses the batch at its bound (the topic's
+max.message.bytes, or 100 times the batch's size: the rule `dirs import` applies) with one line
+naming the batch's offset, and exits 1. Measured as the reader's peak RSS, not time."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import klog
+from tests.conftest import REPO
+from tests.serve_helpers import gzip_bomb_batch
+
+# the reader's peak RSS is read in a parent that runs it: ru_maxrss of its children
+PROBE = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True); "
+         "sys.stdout.write(f'{r.returncode} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n'); "
+         "sys.stderr.write(r.stderr.decode() + r.stdout.decode()[-2000:])")
+RSS_KB_MAX = 200_000  # klog's own start-up is ~60 MB; the batch expanded costs 64 MiB, its JSON ~400 MB more
+
+
+@pytest.mark.slow  # ~2.7 s: a 64 MiB gzip bomb made, a klog process started
+def test_consume_json_refuses_a_bomb_in_the_store_in_bounded_memory(tmp_path) -> None:
+    data_dir = str(tmp_path / "data")
+    bomb = gzip_bomb_batch(2, 32 << 20)  # 64 MiB of records in ~64 KB: under the 256 MiB cap per batch
+    with klog.open(data_dir) as store:
+        store.create_topic("t")
+        with store.producer() as p:
+            p.send("t", b"before")
+        part = store.partition("t", 0)
+        with part.lock:
+            part.open_for_write()
+            part.append_batch(bomb)
+            part.publish()
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    r = subprocess.run([sys.executable, "-c", PROBE, sys.executable, "-m", "klog", "consume", "t", "--json"],
+                       capture_output=True, env=env, timeout=120)
+    code, rss_kb = map(int, r.stdout.split())
+    error = r.stderr.decode()
+    assert code == 1, error
+    assert "offset 1" in error and "expands past" in error and "Traceback" not in error, error
+    assert '"value": "before"' in error  # the record before the bomb came out first
+    assert rss_kb < RSS_KB_MAX, rss_kb
