@@ -59,7 +59,7 @@ def _write_if_changed(path: str, text: str, synced: set[str] | None = None) -> b
     return True
 
 
-def _sync_written(together, written: set[str]) -> None:  # noqa: ANN001 - a SyncedTogether or None
+def _sync_written(together: SyncedTogether | None, written: set[str]) -> None:
     """One syncfs per filesystem for the files written without fsync (`together`: opened on the
     log directories before the writes, so a writeback error among them is reported), or an fsync
     each where syncfs is missing."""
@@ -72,7 +72,7 @@ def _sync_written(together, written: set[str]) -> None:  # noqa: ANN001 - a Sync
         checkpoints.fsync_path(path)
 
 
-def _synced_together(store: BrokerStore):  # noqa: ANN202 - a SyncedTogether or None
+def _synced_together(store: BrokerStore) -> SyncedTogether | None:
     from klog.store import syncfs
 
     if not syncfs.available():

@@ -200,7 +200,8 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
         segment = replica.segments[base]
         compacted, last = replica.compacted, i == len(replica.bases) - 1
         try:
-            check = check_segment(segment, gaps_ok=compacted and not last)
+            check = check_segment(segment, gaps_ok=compacted and not last,
+                                  max_message_bytes=replica.config.max_message_bytes)
         except OSError as e:  # unreadable (EIO, EACCES, not a file): damage a reader would hit too
             problems.append(f"{segment.log_path}: cannot read: {e.strerror or e}")
             cut_at = base if expected is None else min(base, expected)
@@ -384,16 +385,17 @@ def _damage(store: BrokerStore, name: str, p: int,
         base = max((b for b in replica.bases if b <= cut), default=replica.bases[0])
         later = [b for b in replica.bases if b > base]
         resume = max(resume, later[0] if later else snap.high_watermark)
-        places.append((replica, base, _damage_position(replica.segments[base])))
+        places.append((replica, base, _damage_position(replica.segments[base], replica.config.max_message_bytes)))
     cut_at = min(cut for _, cut in cuts)
     return Discard(name, p, snap.log_start_offset, cut_at, min(resume, snap.high_watermark)), places
 
 
-def _damage_position(segment: LogSegment) -> int:
+def _damage_position(segment: LogSegment, max_message_bytes: int) -> int:
     """Where the segment's valid bytes end (the walker every check uses)."""
     from klog.store import validate
 
-    scan = validate.SegmentScan(segment.read_bytes, segment.file_size(), segment.base_offset, deep=True)
+    scan = validate.SegmentScan(segment.read_bytes, segment.file_size(), segment.base_offset, deep=True,
+                                max_message_bytes=max_message_bytes)
     for _ in scan:
         pass
     return scan.valid_bytes

@@ -1,5 +1,5 @@
-"""The environment a command runs in, read once per command: which standard streams are terminals,
-NO_COLOR and TZ. Commands ask an Env (current_env()) instead of sys.stdout.isatty() and os.environ
+"""The environment a command runs in, read once per command: which standard streams are terminals
+(and stdout's width), NO_COLOR and TZ. Commands ask an Env (current_env()) instead of sys.stdout.isatty() and os.environ
 themselves, and pass it down; tests substitute one (substitute_env) to see what a terminal gets.
 Cheap to import: the hot consume path builds one."""
 
@@ -35,6 +35,15 @@ class Env(FrozenPlain):
     def local_time(self, local_time_flag: bool = False) -> bool:
         """--local-time, or TZ set: times in the local zone; otherwise UTC (Z)."""
         return local_time_flag or self.tz_set
+
+    def width(self) -> int | None:
+        """The terminal's width in columns (COLUMNS, else the terminal's) when stdout is one; None in a
+        pipe, where tables keep every row on one line for awk."""
+        if not self.stdout_tty:
+            return None
+        import shutil  # here: the hot commands never draw a table
+
+        return shutil.get_terminal_size().columns
 
 
 _substitute: Env | None = None

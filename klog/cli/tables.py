@@ -5,8 +5,6 @@ Every cell is shown with control characters escaped (data must not drive the ter
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -75,11 +73,8 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[object]], width
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    if on_terminal():
-        width = shutil.get_terminal_size().columns
-        lines = format_table(columns, rows, width, bold=not os.environ.get("NO_COLOR"))
-    else:
-        lines = format_table(columns, rows, None)
+    env = current_env()
+    lines = format_table(columns, rows, env.width(), bold=env.stdout_tty and env.color())
     sys.stdout.write("".join(line + "\n" for line in lines))
 
 
@@ -97,8 +92,7 @@ def packed(parts: Sequence[str], width: int | None, gap: str = GAP) -> list[str]
 
 def print_heading(parts: Sequence[str], gap: str = GAP) -> None:
     """A heading line of fields (`Topic t  id ...  partitions 3`), wrapped between fields on a terminal."""
-    width = shutil.get_terminal_size().columns if on_terminal() else None
-    sys.stdout.write("".join(line + "\n" for line in packed(parts, width, gap)))
+    sys.stdout.write("".join(line + "\n" for line in packed(parts, current_env().width(), gap)))
 
 
 def print_listing(items: Sequence[object], columns: Sequence[str], row: Callable[[Any], Sequence[object]],

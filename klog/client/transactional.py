@@ -52,7 +52,10 @@ class TransactionalProducer(TransactionFlow, Producer):
             except tx.TxnStateError as e:
                 if e.code != tx.CONCURRENT or time.monotonic() > deadline:
                     raise
-                time.sleep(0.05)
+                time.sleep(0.1)
+                # a commit or abort its producer was killed in the middle of is completed by whoever
+                # sees it once it is PREPARE_STALE_MS old: without a klog serve, that is this loop
+                self.coordinator.tick()
         self.producer_id, self.epoch = ids.producer_id, ids.epoch
         self._sequences: dict[tuple[str, int], int] = {}
         self._added: set[tuple[str, int]] = set()

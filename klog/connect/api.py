@@ -82,8 +82,27 @@ class TaskContext:
         self.errant_record_reporter = errant_reporter  # sink tasks: send one record to the DLQ
         self.rewinds: dict[TP, int] = {}  # offsets a sink task asked to resume from (Kafka's context.offset)
 
+        # source tasks under transaction.boundary=connector: where the task ends each transaction
+        self.transaction_context: TransactionContext | None = None
+
     def offset(self, tp: TP, offset: int) -> None:
         self.rewinds[tp] = offset
+
+
+class TransactionContext:
+    """Kafka's TransactionContext (KIP-618): a source task with transaction.boundary=connector says where
+    a transaction ends. commit_transaction(record): right after that record (of the records its poll
+    returns); commit_transaction(): the open transaction before this poll's records."""
+
+    def __init__(self) -> None:
+        self.after: set[int] = set()  # id() of records that end a transaction
+        self.before_poll = False
+
+    def commit_transaction(self, record: ConnectRecord | None = None) -> None:
+        if record is None:
+            self.before_poll = True
+        else:
+            self.after.add(id(record))
 
 
 class Task:

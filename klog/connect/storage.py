@@ -47,7 +47,8 @@ def read_all(store, topic: str) -> list[tuple[bytes | None, bytes | None]]:  # n
 
     for attempt in range(2):
         try:
-            with store.consumer(topic) as consumer:
+            # read_committed: offsets a transactional source task wrote are there only once committed
+            with store.consumer(topic, isolation_level="read_committed") as consumer:
                 return [(r.key, r.value) for r in consumer]
         except StateLostError:
             # another worker was killed between its append and its state file: rebuilt from the log (the
@@ -87,6 +88,11 @@ class KafkaTopicStore:
             for key, value in items.items():
                 self._producer.send(self.topic, value, key=key)
             self._producer.flush()
+            self.data.update(items)
+
+    def remember(self, items: dict[bytes, bytes | None]) -> None:
+        """What another producer wrote to the topic (a transactional source task's offsets), known here."""
+        with self._lock:
             self.data.update(items)
 
     def close(self) -> None:

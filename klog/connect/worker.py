@@ -21,7 +21,16 @@ from typing import Any
 
 from klog.client.producer import GC_PAUSE_MIN_RECORDS, _gc_paused
 from klog.connect import storage
-from klog.connect.api import TP, Connector, OffsetReader, SinkTask, SourceTask, TaskContext, find_connector
+from klog.connect.api import (
+    TP,
+    Connector,
+    OffsetReader,
+    SinkTask,
+    SourceTask,
+    TaskContext,
+    TransactionContext,
+    find_connector,
+)
 from klog.connect.config import ConfigDef, regex_check, substitute_env
 from klog.connect.converters import Converter, make_converter
 from klog.connect.data import ConnectRecord
@@ -57,6 +66,9 @@ COMMON = (ConfigDef()
           .define("errors.tolerance", default="none", choices=("none", "all"))
           .define("errors.log.enable", "boolean", False).define("errors.log.include.messages", "boolean", False))
 SOURCE = COMMON.merged(ConfigDef()
+                       .define("exactly.once.support", default="requested", choices=("requested", "required"))
+                       .define("transaction.boundary", default="poll", choices=("poll", "interval", "connector"))
+                       .define("transaction.boundary.interval.ms", "long", None)
                        .define("topic.creation.default.partitions", "int", -1)
                        .define("topic.creation.default.replication.factor", "int", -1)
                        .define("offsets.storage.topic", default=None))
@@ -67,8 +79,7 @@ SINK = COMMON.merged(ConfigDef()
                      .define("errors.deadletterqueue.topic.replication.factor", "int", 3)
                      .define("errors.deadletterqueue.context.headers.enable", "boolean", False))
 # keys of Kafka Connect's runtime klog accepts but does not implement (named in the warning)
-RUNTIME_UNIMPLEMENTED = {"config.action.reload", "exactly.once.support", "transaction.boundary",
-                         "transaction.boundary.interval.ms", "topic.creation.groups", "offsets.storage.topic",
+RUNTIME_UNIMPLEMENTED = {"config.action.reload", "topic.creation.groups", "offsets.storage.topic",
                          "header.converter"}
 KNOWN_PREFIXES = ("key.converter.", "value.converter.", "header.converter.", "transforms.", "predicates.",
                   "consumer.override.", "producer.override.", "admin.override.", "topic.creation.")
@@ -81,6 +92,7 @@ WORKER = (ConfigDef()
           .define("status.storage.topic", default=storage.STATUS_DEFAULT)
           .define("offset.flush.interval.ms", "long", 10_000, at_least=1)
           .define("group.id", default="connect-cluster")
+          .define("exactly.once.source.support", default="disabled", choices=("disabled", "enabled", "preparing"))
           .define("task.shutdown.graceful.timeout.ms", "long", 5000, at_least=0))
 
 
@@ -118,6 +130,9 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
     Chain(props)
     if cls.kind == "source":
         producer_settings({}, props)  # the override keys named when bad (the worker's are checked at its start)
+        if config["exactly.once.support"] == "required" and w["exactly.once.source.support"] != "enabled":
+            raise ConfigError("exactly.once.support", "required", "needs the worker's exactly.once.source.support="
+                              "enabled")
     _check_connector(cls, props)
     own = set(cls.config_def.keys)
     ignored = sorted(k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
@@ -147,6 +162,28 @@ def producer_settings(worker_props: dict[str, str], props: dict[str, str]) -> di
         except (ValueError, UsageError) as e:
             raise ConfigError(key, value, str(e) if isinstance(e, UsageError) else "must be a number") from None
     return out
+
+
+def _await_half_done_commit(store, tid: str, stopping: Callable[[], bool]) -> None:  # noqa: ANN001
+    """A worker killed in the middle of committing leaves its transactional id PrepareCommit (or
+    PrepareAbort) in a local store; the next producer's start completes such a document once it is
+    stale (klog.broker.txn_coordinator.PREPARE_STALE_MS), and refuses to start before: wait that long
+    instead of failing. (A cluster's coordinator completes it itself.)"""
+    if not getattr(store, "is_local", True):
+        return
+    from klog.broker.txn_coordinator import PREPARE_STALE_MS
+    from klog.errors import UsageError
+    from klog.meta.transactions import PREPARING
+
+    try:
+        meta = store.describe_transaction(tid)
+    except UsageError:
+        return  # a new transactional id
+    if meta.state in PREPARING:
+        wait_s = (meta.update_ms + PREPARE_STALE_MS) / 1000 - time.time() + 0.05
+        deadline = time.monotonic() + max(0.0, wait_s)
+        while time.monotonic() < deadline and not stopping():
+            time.sleep(0.05)
 
 
 def _check_connector(cls: type[Connector], props: dict[str, str]) -> None:
@@ -231,14 +268,33 @@ class SourceRunner(TaskRunner):
         offsets = self.worker.offsets
         self.handler = ErrorHandler(self.v.config, name, self.task_id, self.worker.warn)
         self.handler.stopping = self.stopping
-        self.producer = store.producer(**producer_settings(self.worker.props, self.v.props))
+        settings = producer_settings(self.worker.props, self.v.props)
+        # exactly once (KIP-618): records and their offsets written in one Kafka transaction per boundary
+        self.transactional = self.worker.config["exactly.once.source.support"] == "enabled"
+        self.boundary = self.v.config["transaction.boundary"]
+        if self.transactional:
+            tid = f"{self.worker.config['group.id']}-{name}-{self.task_id}"
+            _await_half_done_commit(store, tid, self.stopping)
+            self.producer = store.producer(transactional_id=tid, **settings)
+            # only now (the last incarnation's transaction committed or aborted by the producer's start) do
+            # connect-offsets' read_committed contents say what was delivered: read them again
+            offsets.reload()
+        else:
+            self.producer = store.producer(**settings)
         self.pending: dict[bytes, dict | None] = {}
         self.committed: dict[str, dict] = {}
         self.topics_seen: set[str] = set()
         task: SourceTask = self.v.cls.task_class()
-        task.initialize(TaskContext(name, self.task_id, self.worker.warn,
-                                    OffsetReader(lambda partition: offsets.get(name, partition))))
+        context = TaskContext(name, self.task_id, self.worker.warn,
+                              OffsetReader(lambda partition: offsets.get(name, partition)))
+        self.transaction_context = None
+        if self.transactional and self.boundary == "connector":
+            self.transaction_context = context.transaction_context = TransactionContext()
+        task.initialize(context)
         task.start(self.props)
+        if self.transactional:
+            self.work_transactional(task)
+            return
         self.set_state("RUNNING")
         last_commit = last_flush = time.monotonic()
         unflushed = False
@@ -270,6 +326,83 @@ class SourceRunner(TaskRunner):
                 task.stop()
             finally:
                 self.producer.close()
+
+    def work_transactional(self, task: SourceTask) -> None:
+        """The poll loop with exactly-once delivery: each transaction holds its records and, written last,
+        their offsets (to connect-offsets), so a kill at any instant leaves both or neither; the task is
+        told (commit) after each. transaction.boundary: each poll, every ...interval.ms (default the
+        offset flush interval), or where the task says (connector: a CDC source's database transactions)."""
+        self.set_state("RUNNING")
+        interval_s = (self.v.config["transaction.boundary.interval.ms"] or
+                      self.worker.config["offset.flush.interval.ms"]) / 1000
+        opened = time.monotonic()
+        tc = self.transaction_context
+        try:
+            while not self.stop_event.is_set():
+                if self.paused.is_set():
+                    self.commit_transaction(task)  # not held open (past its timeout) while paused
+                self.wait_if_paused()
+                if self.stop_event.is_set():
+                    break
+                with _gc_paused(GC_PAUSE_MIN_RECORDS):
+                    records = self.handler.retrying("TASK_POLL", task.poll) or []
+                    polled = bool(records)
+                    if tc is not None:
+                        if tc.before_poll:
+                            tc.before_poll = False
+                            self.commit_transaction(task)
+                        start = 0
+                        for i, r in enumerate(records):
+                            if id(r) in tc.after:
+                                self.send_in_transaction(records[start:i + 1])
+                                self.commit_transaction(task)
+                                start = i + 1
+                        tc.after.clear()
+                        records = records[start:]
+                    if records:
+                        if not self.producer.in_transaction:
+                            opened = time.monotonic()
+                        self.send_in_transaction(records)
+                if self.boundary == "poll" or (self.boundary == "interval" and time.monotonic() - opened >= interval_s):
+                    self.commit_transaction(task)
+                if not polled:
+                    time.sleep(0.01)
+            self.commit_transaction(task)  # a clean stop: what was polled is committed
+        finally:
+            try:
+                task.stop()
+            finally:
+                self.producer.close()
+
+    def send_in_transaction(self, records: list[ConnectRecord]) -> None:
+        if records:
+            if not self.producer.in_transaction:
+                self.producer.begin()
+            self.send_all(records)
+
+    def commit_transaction(self, task: SourceTask) -> None:
+        """The open transaction's offsets written into it, then committed; the task told."""
+        producer = self.producer
+        if not producer.in_transaction:
+            return
+        offsets_topic = self.worker.offsets.topic
+        items = {k: None if v is None else storage.compact_json(v) for k, v in self.pending.items()}
+        for key, value in items.items():
+            producer.send(offsets_topic, value, key=key)
+        producer.commit()
+        self.worker.offsets.remember(items)
+        pending, self.pending = self.pending, {}
+        self._committed(pending)
+        if pending:
+            task.commit(dict(self.committed))
+
+    def _committed(self, pending: dict[bytes, dict | None]) -> None:
+        for key, value in pending.items():
+            partition = json.dumps(json.loads(key)[1], sort_keys=True)
+            if value is None:
+                self.committed.pop(partition, None)
+            else:
+                self.committed[partition] = value
 
     def send_all(self, records: list[ConnectRecord]) -> None:
         """A poll's records transformed, converted and handed to the producer in runs sharing a topic,
@@ -363,12 +496,7 @@ class SourceRunner(TaskRunner):
         if self.pending:
             pending, self.pending = self.pending, {}
             self.worker.offsets.put(self.v.name, pending)
-            for key, value in pending.items():
-                partition = json.dumps(json.loads(key)[1], sort_keys=True)
-                if value is None:
-                    self.committed.pop(partition, None)
-                else:
-                    self.committed[partition] = value
+            self._committed(pending)
             task.commit(dict(self.committed))
 
 
@@ -439,6 +567,41 @@ class SinkRunner(TaskRunner):
         return config
 
     def process(self, batch: list) -> None:
+        """A consumed batch converted, transformed and put; the consumed offsets noted once put() took it.
+
+        The steps are pure: they run over the whole batch without the error handler's per-record
+        bookkeeping, and only when one fails is the batch redone record by record through the handler
+        (retries, errors.tolerance, the DLQ), which decides that record's fate."""
+        try:
+            records, consumed = self._process_fast(batch)
+        except Exception:  # noqa: BLE001 - the per-record path below reports it
+            self._process_each(batch)
+            return
+        if records:
+            self.handler.retrying("TASK_PUT", self.task.put, records)
+        self.consumed.update(consumed)
+
+    def _process_fast(self, batch: list) -> tuple[list[ConnectRecord], dict[TP, int]]:
+        key_of, value_of, chain, skip_below = (self.key_converter.to_connect, self.value_converter.to_connect,
+                                               self.chain, self.skip_below)
+        records, consumed = [], {}
+        for raw in batch:
+            tp = (raw.topic, raw.partition)
+            if skip_below and raw.offset < skip_below.get(tp, -1):
+                continue
+            consumed[tp] = raw.offset + 1
+            key_schema, key = key_of(raw.topic, raw.key)
+            value_schema, value = value_of(raw.topic, raw.value)
+            record = ConnectRecord(raw.topic, raw.partition, key_schema, key, value_schema, value, raw.timestamp,
+                                   list(raw.headers or []), kafka_offset=raw.offset, raw=raw)
+            if chain:
+                record = chain.apply(record)
+                if record is None:
+                    continue
+            records.append(record)
+        return records, consumed
+
+    def _process_each(self, batch: list) -> None:
         h = self.handler
         records = []
         consumed = {}

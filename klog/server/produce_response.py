@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass
 
 from klog.protocol.framing import RawBody
+from klog.store.codec import encode_uvarint as _uvarint
 
 FIRST_FLEXIBLE = 9
 _ENTRY = struct.Struct(">ihq")  # index, error code, base offset
@@ -29,17 +30,6 @@ class PartitionResult:
     log_start_offset: int = -1
     record_errors: tuple[tuple[int, str | None], ...] = ()  # (batch index, message): v8+
     error_message: str | None = None  # v8+
-
-
-def _uvarint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _string(text: str | None, flexible: bool) -> bytes:

@@ -90,6 +90,8 @@ def encode_varint(n: int) -> bytes:
 
 def encode_uvarint(n: int) -> bytes:
     """Unsigned varint encoding (protobuf's; the flexible protocol versions' lengths and counts)."""
+    if n < 0x80:
+        return bytes((n,))  # most lengths and counts: one byte
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

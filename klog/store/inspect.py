@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from klog.errors import CorruptLogError, KlogError, UsageError
 from klog.store import codec, compression, txn, validate
 from klog.store.format import LOG_SUFFIX, parse_segment_base
+from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
 from klog.store.segment import LogSegment
 from klog.store.walk import Tail, walk_batches
 
@@ -68,13 +69,14 @@ class SegmentCheck:
     index_problems: list[str] = field(default_factory=list)
 
 
-def check_segment(segment: LogSegment, gaps_ok: bool = False) -> SegmentCheck:
+def check_segment(segment: LogSegment, gaps_ok: bool = False,
+                  max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT) -> SegmentCheck:
     """Validate every batch (size, CRC, records, offsets: validate.SegmentScan) and both indexes
     against the log. `gaps_ok`: a compacted topic's cleaned segment, where Kafka's cleaner leaves
-    upward gaps between batches."""
+    upward gaps between batches. `max_message_bytes`: the topic's (how far a batch may expand)."""
     result = SegmentCheck(segment.base_offset)
     scan = validate.SegmentScan(segment.read_bytes, segment.file_size(), segment.base_offset, deep=True,
-                                gaps_ok=gaps_ok)
+                                gaps_ok=gaps_ok, max_message_bytes=max_message_bytes)
     starts: dict[int, int] = {}  # position -> last offset
     max_ts = -1
     for pos, header in scan:

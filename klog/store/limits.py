@@ -37,6 +37,12 @@ def batch_expansion_bytes_max(batch_bytes: int, max_message_bytes: int = MAX_MES
     return max(max_message_bytes, EXPANSION_RATIO_MAX * batch_bytes)
 
 
+def read_expansion_bytes_max(batch_bytes: int, max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT) -> int:
+    """The bound a reader (consume, verify) decompresses a stored batch to: batch_expansion_bytes_max,
+    never past DECOMPRESSED_BATCH_BYTES_MAX."""
+    return min(batch_expansion_bytes_max(batch_bytes, max_message_bytes), DECOMPRESSED_BATCH_BYTES_MAX)
+
+
 assert PRODUCER_BATCH_BYTES_DEFAULT + RECORD_BATCH_OVERHEAD <= MAX_MESSAGE_BYTES_DEFAULT
 # a default batch fits one read
 assert MAX_MESSAGE_BYTES_DEFAULT <= PARTITION_READ_BYTES_DEFAULT + RECORD_BATCH_OVERHEAD + 12

@@ -24,12 +24,7 @@ from klog.store.format import (
     TIME_INDEX_ENTRY,
     parse_segment_base,
 )
-from klog.store.limits import (
-    DECOMPRESSED_BATCH_BYTES_MAX,
-    MAX_MESSAGE_BYTES_DEFAULT,
-    PARTITION_READ_BYTES_DEFAULT,
-    batch_expansion_bytes_max,
-)
+from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT, PARTITION_READ_BYTES_DEFAULT, read_expansion_bytes_max
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.plain import Plain
@@ -86,9 +81,7 @@ class FetchedBatch(Plain):
                 return decoder(self.data, 0, self.header)
             # a decompression bomb already in a log (written before serve bounded Produce, or copied in)
             # is refused at the bound, never expanded: the same rule as `dirs import`
-            limit = min(batch_expansion_bytes_max(self.header.size, self.max_message_bytes),
-                        DECOMPRESSED_BATCH_BYTES_MAX)
-            with compression.expansion_limit(limit):
+            with compression.expansion_limit(read_expansion_bytes_max(self.header.size, self.max_message_bytes)):
                 return decoder(self.data, 0, self.header)
         except (CorruptLogError, UnsupportedCodecError) as e:
             # the codec knows the offset only; say where the batch is (a CRC-valid batch whose

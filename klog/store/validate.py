@@ -26,6 +26,7 @@ from klog.errors import CorruptLogError, UnsupportedCodecError
 from klog.store import codec, compression
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import CONTROL_FLAG_MASK, MAGIC_V2, RECORD_BATCH_OVERHEAD, RELATIVE_OFFSET_MAX
+from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT, read_expansion_bytes_max
 from klog.store.plain import FrozenPlain
 from klog.store.walk import SCAN_CHUNK_BYTES, Tail, walk_batches
 
@@ -358,12 +359,16 @@ class SegmentScan:
     walk stopped before `end` (None: it reached it) and `valid_bytes`/`next_offset` where it did.
 
     `read(position, length)` reads the segment. `deep` also checks each batch's records
-    (verify; recovery trusts the CRC, as Kafka's does). `gaps_ok` False: offsets must follow on
-    from the previous batch exactly (a compacted segment may have upward gaps).
+    (verify; recovery trusts the CRC, as Kafka's does), a compressed batch decompressed only up to
+    what readers allow it (limits.read_expansion_bytes_max, from the topic's `max_message_bytes`).
+    `gaps_ok` False: offsets must follow on from the previous batch exactly (a compacted segment may
+    have upward gaps).
     """
 
     def __init__(self, read: Callable[[int, int], bytes], end: int, base_offset: int, *,
-                 deep: bool = False, gaps_ok: bool = True) -> None:
+                 deep: bool = False, gaps_ok: bool = True,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT) -> None:
+        self.max_message_bytes = max_message_bytes
         self.read = read
         self.end = end
         self.base_offset = base_offset
@@ -381,7 +386,7 @@ class SegmentScan:
                 header, pos = batch.header, batch.position
                 problem = crc_problem(batch.chunk, batch.at, header) or self._offsets_problem(header)
                 if problem is None and self.deep:
-                    found = records_problem(batch.chunk, batch.at, header)
+                    found = self._records_problem(batch.chunk, batch.at, header)
                     problem = found.text if found is not None else None
                 if problem is not None:
                     self.problem = f"{problem} at position {pos} (offset {header.base_offset})"
@@ -391,6 +396,12 @@ class SegmentScan:
                 self.next_offset = header.next_offset
         except CorruptLogError as e:  # framing, or a batch cut by the end of the file
             self.problem = f"{e.reason} at position {e.position}"
+
+    def _records_problem(self, data: bytes, pos: int, header: BatchHeader) -> Problem | None:
+        if not header.codec:
+            return records_problem(data, pos, header)
+        with compression.expansion_limit(read_expansion_bytes_max(header.size, self.max_message_bytes)):
+            return records_problem(data, pos, header)
 
     def _offsets_problem(self, header: BatchHeader) -> str | None:
         if header.base_offset < self.base_offset or header.last_offset - self.base_offset > RELATIVE_OFFSET_MAX:

@@ -1,7 +1,8 @@
 """A decompression bomb already in a store (written before klog serve bounded Produce, or copied in)
 costs a reader no memory: `klog consume --json` refuses the batch at its bound (the topic's
 max.message.bytes, or 100 times the batch's size: the rule `dirs import` applies) with one line
-naming the batch's offset, and exits 1. Measured as the reader's peak RSS, not time."""
+naming the batch's offset, and exits 1; `klog verify` reports it as damage under the same bound.
+Measured as each process's peak RSS, not time."""
 
 import os
 import subprocess
@@ -33,12 +34,21 @@ def test_consume_json_refuses_a_bomb_in_the_store_in_bounded_memory(tmp_path) ->
             part.open_for_write()
             part.append_batch(bomb)
             part.publish()
-    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
-    r = subprocess.run([sys.executable, "-c", PROBE, sys.executable, "-m", "klog", "consume", "t", "--json"],
-                       capture_output=True, env=env, timeout=120)
-    code, rss_kb = map(int, r.stdout.split())
-    error = r.stderr.decode()
+    code, rss_kb, error = _run(data_dir, "consume", "t", "--json")
     assert code == 1, error
     assert "offset 1" in error and "expands past" in error and "Traceback" not in error, error
     assert '"value": "before"' in error  # the record before the bomb came out first
     assert rss_kb < RSS_KB_MAX, rss_kb
+    # verify reports the batch as the damage consume's message sends the user to it for
+    code, rss_kb, said = _run(data_dir, "verify", "t")
+    assert code == 1 and "DAMAGED" in said and "expands past" in said and "(offset 1)" in said, said
+    assert rss_kb < RSS_KB_MAX, rss_kb
+
+
+def _run(data_dir: str, *args: str) -> tuple[int, int, str]:
+    """`klog ARGS`: its exit code, its peak RSS in KiB, and what it wrote (stderr, then stdout's tail)."""
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    r = subprocess.run([sys.executable, "-c", PROBE, sys.executable, "-m", "klog", *args],
+                       capture_output=True, env=env, timeout=120)
+    code, rss_kb = map(int, r.stdout.split())
+    return code, rss_kb, r.stderr.decode()

@@ -50,3 +50,16 @@ def test_a_substituted_terminal_gets_the_view_and_a_pipe_the_values(cli, store) 
         shown = cli("consume", "t", "--no-color")
     assert shown.exit_code == 0 and b"hello" in shown.stdout and shown.stdout != b"hello\n"
     assert current_env() is not TERMINAL
+
+
+def test_tables_take_the_width_from_the_env(monkeypatch, capsys) -> None:
+    from klog.cli.tables import print_heading
+
+    monkeypatch.setenv("COLUMNS", "20")
+    assert PIPE.width() is None and TERMINAL.width() == 20
+    parts = ["Topic orders", "partitions 3", "replication 1"]
+    print_heading(parts)
+    assert capsys.readouterr().out == "Topic orders  partitions 3  replication 1\n"  # a pipe: one line
+    with substitute_env(TERMINAL):
+        print_heading(parts)
+    assert capsys.readouterr().out == "Topic orders\npartitions 3\nreplication 1\n"  # wrapped between fields

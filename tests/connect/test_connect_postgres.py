@@ -228,3 +228,82 @@ def test_kill_9_during_a_100000_row_load_keeps_every_change_in_commit_order_per_
         want += [-1] if key == rows - 1 else []
         assert versions == want, key  # every change present, first seen in commit order
     assert state == {k: v["version"] for (k,), v in table_state(pg_db, "load").items()}
+
+
+@pytest.mark.slow
+def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kill_9(pg_db, data_dir, tmp_path):
+    """exactly.once.source.support=enabled, transaction.boundary=connector: each database transaction's
+    changes and their offset are one Kafka transaction. SIGKILLs during a load leave a read_committed
+    reader every change exactly once (no duplicate, no gap), each database transaction whole."""
+    import random
+    import signal
+    import threading
+    import time
+
+    import klog
+    from tests.connect.helpers import start_cli, stop_cli, wait_started, write_config
+
+    pg_db.execute("CREATE TABLE eos (id int PRIMARY KEY, version int)")
+    config = write_config(str(tmp_path / "pg.json"), cdc(pg_db, **{
+        "table.include.list": "public.eos", "transaction.boundary": "connector", "exactly.once.support": "required",
+        "key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false"}))
+    worker = write_config(str(tmp_path / "worker.json"), {"exactly.once.source.support": "enabled"})
+    rows, per_tx, hot, rounds = 5_000, 250, 500, 30
+    last_tx: list[int] = []
+
+    def load() -> None:
+        conn = pg_db.connect(autocommit=False)
+        cur = conn.cursor()
+        for i in range(0, rows, per_tx):
+            cur.execute("INSERT INTO eos SELECT g, 0 FROM generate_series(%s, %s) g", (i, i + per_tx - 1))
+            conn.commit()
+            time.sleep(0.01)
+        for r in range(1, rounds + 1):
+            cur.execute("UPDATE eos SET version = %s WHERE id < %s AND id %% 5 = %s", (r, hot, r % 5))
+            conn.commit()
+        cur.execute("UPDATE eos SET version = -1 WHERE id = 0 RETURNING txid_current()")
+        last_tx.append(cur.fetchone()[0])
+        conn.commit()
+        conn.close()
+
+    def run() -> object:
+        proc = start_cli(data_dir, "--worker-config", worker, config)
+        wait_started(proc)
+        return proc
+
+    def committed(topic: str) -> list:
+        with klog.open(data_dir) as s:
+            return list(s.consumer(topic, isolation_level="read_committed")) if s.has_topic(topic) else []
+
+    proc = run()
+    wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+    loader = threading.Thread(target=load)
+    loader.start()
+    rng = random.Random(3)
+    for _ in range(2):
+        stored = len(committed("connect-offsets"))
+        wait_for(lambda p=proc, n=stored: p.poll() is not None or len(committed("connect-offsets")) > n, timeout=60,
+                 what="a transaction committed before the kill")
+        time.sleep(rng.uniform(0.05, 0.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc = run()
+    loader.join(timeout=120)
+    assert last_tx, "the loader did not finish"
+    try:
+        wait_for(lambda: any(json.loads(r.value).get("txId") == last_tx[0] for r in committed("connect-offsets")[-3:]),
+                 timeout=120, what="the last transaction's offset")
+    except AssertionError as e:
+        _, err = stop_cli(proc, signal.SIGKILL)
+        raise AssertionError(f"{e}; the worker said: {err[-3000:]}") from None
+    code, err = stop_cli(proc, signal.SIGTERM)
+    assert code == 143, err
+    changes = [json.loads(r.value) for r in committed("shop.public.eos") if r.value is not None]
+    seen = [(c["after"]["id"], c["after"]["version"]) for c in changes]
+    assert len(seen) == len(set(seen))  # exactly once: no change twice, even across the kills
+    want = {(k, 0) for k in range(rows)} | {(k, r) for r in range(1, rounds + 1) for k in range(hot) if k % 5 == r % 5}
+    assert set(seen) == want | {(0, -1)}
+    by_tx: dict = {}
+    for c in changes:
+        by_tx.setdefault(c["source"]["txId"], []).append(c)
+    assert sorted(len(v) for v in by_tx.values()) == sorted([per_tx] * (rows // per_tx) + [hot // 5] * rounds + [1])

@@ -58,9 +58,9 @@ def test_an_invalid_config_is_refused_naming_the_field(tmp_path, cli, change, fi
 def test_keys_klog_does_not_implement_are_named_in_one_warning(tmp_path, data_dir):
     from klog.connect.worker import ignored_warning, validate
 
-    v = validate({**_source(tmp_path), "exactly.once.support": "required", "batch.size": "10", "fancy.key": "1"})
+    v = validate({**_source(tmp_path), "config.action.reload": "none", "batch.size": "10", "fancy.key": "1"})
     message = ignored_warning(v)
-    assert message is not None and "exactly.once.support" in message and "fancy.key" in message
+    assert message is not None and "config.action.reload" in message and "fancy.key" in message
     assert "batch.size" not in message  # a key the connector implements
 
 

@@ -321,3 +321,26 @@ def test_delete_records_through_serve_while_a_kafka_producer_rolls_the_partition
     assert records[0]["offset"] <= sent - 500 and records[-1]["offset"] == sent - 1
     assert all(r["value"] == f"{r['offset']:06d}-{'p' * 60}" for r in records)
     assert [r["offset"] for r in records] == list(range(records[0]["offset"], sent))
+
+
+def test_kafka_python_idempotent_produce_into_many_partitions_is_one_append_per_request(kafka_server, data_dir,
+                                                                                         monkeypatch):
+    """kafka-python gathers a connection's batches of many partitions into one Produce request:
+    klog serve appends them in one multi-partition write (RawAppender.append_many), and every
+    record lands once, in order, in its partition."""
+    kafka = pytest.importorskip("kafka")
+    kafka_server.store.create_topic("kpw", 12)
+    sizes: list[int] = []
+    real = kafka_server.appender.append_many
+    monkeypatch.setattr(kafka_server.appender, "append_many",
+                        lambda topic, items, acks: sizes.append(len(items)) or real(topic, items, acks))
+    producer = kafka.KafkaProducer(bootstrap_servers=kafka_server.bootstrap, acks="all", enable_idempotence=True,
+                                   linger_ms=100, request_timeout_ms=10_000)
+    for i in range(600):
+        producer.send("kpw", value=b"v-%d" % i, partition=i % 12)
+    producer.flush(timeout=20)
+    producer.close(timeout=5)
+    assert sizes and max(sizes) > 1, sizes
+    with klog.open(data_dir) as store:
+        for p in range(12):
+            assert [r.value for r in store.consumer("kpw", partitions=[p])] == [b"v-%d" % i for i in range(p, 600, 12)]

@@ -179,6 +179,7 @@ class JdbcSinkTask(SinkTask):
         self.dialect = make_dialect(self.c)
         self.offsets_table = self.c["exactly.once.offsets.table"]
         self.columns: dict[str, set[str]] = {}  # table → its columns, as last seen
+        self.statements: dict[tuple, tuple] = {}  # (table, columns, key columns) -> its INSERT statement
         self.conn = None
         self._with_retries(self._ensure_offsets_table)
 
@@ -307,22 +308,32 @@ class JdbcSinkTask(SinkTask):
         self._ensure_table(cur, table, {n: s or {"type": "string"} for n, (s, _) in cols.items()}, list(pk))
         names = list(cols)
         params = tuple(d.value(s, v) for s, v in cols.values())
+        mode = c["insert.mode"]
+        if mode != "update":  # the statement is the same for every record of a table's shape: built once
+            cache_key = (qtable, tuple(names), tuple(pk))
+            shape = self.statements.get(cache_key)
+            if shape is None:
+                shape = self.statements[cache_key] = self._shape(qtable, names, pk, mode)
+            return shape, params
+        non_key = [n for n in names if n not in pk]
+        sets = ", ".join(f"{d.quote(n)} = {d.param}" for n in non_key)
+        where = " AND ".join(f"{d.quote(n)} = {d.param}" for n in pk)
+        return (f"UPDATE {qtable} SET {sets} WHERE {where}", tuple(names), "u"), \
+            tuple(params[names.index(n)] for n in non_key) + tuple(params[names.index(n)] for n in pk)
+
+    def _shape(self, qtable: str, names: list[str], pk: dict, mode: str) -> tuple:
+        """The INSERT (insert.mode=insert) or INSERT ... ON CONFLICT (upsert) of these columns."""
+        d = self.dialect
         q = [d.quote(n) for n in names]
         marks = ", ".join([d.param] * len(names))
-        mode = c["insert.mode"]
         if mode == "insert":
-            return (f"INSERT INTO {qtable} ({', '.join(q)}) VALUES ({marks})", tuple(names)), params
+            return f"INSERT INTO {qtable} ({', '.join(q)}) VALUES ({marks})", tuple(names)
         non_key = [n for n in names if n not in pk]
-        if mode == "update":
-            sets = ", ".join(f"{d.quote(n)} = {d.param}" for n in non_key)
-            where = " AND ".join(f"{d.quote(n)} = {d.param}" for n in pk)
-            return (f"UPDATE {qtable} SET {sets} WHERE {where}", tuple(names), "u"), \
-                tuple(params[names.index(n)] for n in non_key) + tuple(params[names.index(n)] for n in pk)
         conflict = ", ".join(d.quote(n) for n in pk)
         sets = ", ".join(f"{d.quote(n)} = EXCLUDED.{d.quote(n)}" for n in non_key)
         action = f"DO UPDATE SET {sets}" if non_key else "DO NOTHING"
         return (f"INSERT INTO {qtable} ({', '.join(q)}) VALUES ({marks}) ON CONFLICT ({conflict}) {action}",
-                tuple(names), "upsert"), params
+                tuple(names), "upsert")
 
     def _key_values(self, r: ConnectRecord) -> dict[str, Any]:
         if self.c["pk.mode"] != "record_key":

@@ -298,12 +298,17 @@ class PostgresTask(SourceTask):
     def poll(self) -> list[ConnectRecord]:
         if self.snapshot_rows is not None:
             out = []
+            tc = self.context.transaction_context  # transaction.boundary=connector: a snapshot batch each
             for record in self.snapshot_rows:
                 out.append(record)
                 if len(out) >= self.c["max.batch.size"]:
+                    if tc is not None:
+                        tc.commit_transaction(out[-1])
                     return out
             self.snapshot_rows = None
             if out:
+                if tc is not None:
+                    tc.commit_transaction(out[-1])
                 return out
         if self.initial_only:
             time.sleep(0.1)
@@ -333,6 +338,11 @@ class PostgresTask(SourceTask):
                     out.extend(self._insert(payload))  # most of a load: decoded straight into its record
                 else:
                     out.extend(self._handle(pgoutput.decode(bytes(payload))))
+                    if payload[:1] == b"C" and self.context.transaction_context is not None:
+                        # transaction.boundary=connector: one Kafka transaction per database transaction
+                        # (after its last record, or before this poll's if that went out in an earlier one)
+                        tc = self.context.transaction_context
+                        tc.commit_transaction(out[-1]) if out else tc.commit_transaction()
         except psycopg2.Error as e:
             raise ConnectError(f"PostgreSQL replication failed: {str(e).strip()}") from None
         return out
