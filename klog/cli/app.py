@@ -67,7 +67,8 @@ CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
                     ("groups", "delete"), ("groups", "delete-offsets"), ("replay",), ("spark", "export"),
                     ("spark", "sql"), ("spark", "stream"), ("spark", "run"),
-                    ("connect", "run"), ("connect", "worker")}
+                    ("connect", "run"), ("connect", "worker"),
+                    ("transactions", "list"), ("transactions", "describe"), ("transactions", "abort")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
 def _cluster_parameters(has_x: bool) -> list:

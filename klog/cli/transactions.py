@@ -53,11 +53,14 @@ def describe(transactional_id: str, data_dir: DataDirOpt = None, as_json: JsonOp
 @app.command()
 def abort(transactional_id: str, data_dir: DataDirOpt = None) -> None:
     """Abort the ongoing transaction of TRANSACTIONAL_ID (a hanging one holds every read_committed reader at
-    its first record): ABORT markers go to its partitions and its producer is fenced."""
+    its first record): ABORT markers go to its partitions and its producer is fenced. Through a cluster (-b),
+    as kafka-transactions.sh: the markers go to each partition's leader (ClusterAction needed there)."""
     with open_store(data_dir, create=False) as store:
         aborted = store.abort_transaction(transactional_id)
-    print(f"transactional id '{transactional_id}': " + ("transaction aborted, producer fenced" if aborted
-                                                       else "no ongoing transaction"), file=sys.stderr)
+        # through a cluster, as kafka-transactions.sh: markers only (the coordinator ends its side)
+        done = ("transaction aborted, producer fenced" if getattr(store, "is_local", True)
+                else "transaction aborted (ABORT markers written)")
+    print(f"transactional id '{transactional_id}': " + (done if aborted else "no ongoing transaction"), file=sys.stderr)
 
 
 def register(root: typer.Typer) -> None:

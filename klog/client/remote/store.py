@@ -382,6 +382,23 @@ class RemoteStore(GroupAdminMethods):
         return None  # the cleaner's state is the broker's
 
     # -- clients -----------------------------------------------------------------------------
+    # -- transactions (kafka-transactions.sh's requests: klog.client.remote.txn_admin) ------------
+    def list_transactions(self) -> list:
+        from klog.client.remote.txn_admin import list_transactions
+
+        return list_transactions(self)
+
+    def describe_transaction(self, transactional_id: str):  # noqa: ANN201 - TxnMetadata
+        from klog.client.remote.txn_admin import describe_transaction
+
+        return describe_transaction(self, transactional_id)
+
+    def abort_transaction(self, transactional_id: str) -> bool:
+        """ABORT markers where the id's transaction is open; False if none was open."""
+        from klog.client.remote.txn_admin import abort_transaction
+
+        return abort_transaction(self, transactional_id)
+
     def producer(self, transactional_id: str | None = None, **kwargs: Any) -> RemoteProducer:
         """A producer; with `transactional_id`, a transactional one (klog.client.remote.transactional)."""
         if transactional_id is not None:

@@ -96,8 +96,8 @@ def _tls_context(props: dict[str, str]) -> ssl.SSLContext:
 
 
 class Connection:
-    """One broker connection (TLS and SASL as `sec` says) sending non-flexible kio requests
-    (header v1, response header v0)."""
+    """One broker connection (TLS and SASL as `sec` says) sending kio requests with the headers their
+    schema names (v1 and response v0; v2 and response v1 for flexible versions)."""
 
     def __init__(self, host: str, port: int, timeout: float, sec: Security | None = None) -> None:
         self.address = f"{host}:{port}"
@@ -167,13 +167,13 @@ class Connection:
                             "answer does not prove it holds the credential")
 
     def call(self, request: Any, response_type: type) -> Any:
-        from kio.schema.request_header.v1.header import RequestHeader
         from kio.serial import entity_reader, entity_writer
         from kio.static.primitive import i16, i32
 
         self.correlation += 1
         buf = io.BytesIO()
-        entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=i16(request.__api_key__),
+        header = type(request).__header_schema__  # v1, or v2 (tagged fields) for a flexible request
+        entity_writer(header)(buf, header(request_api_key=i16(request.__api_key__),
                                                         request_api_version=i16(request.__version__),
                                                         correlation_id=i32(self.correlation), client_id=self.client_id))
         entity_writer(type(request))(buf, request)
@@ -188,7 +188,9 @@ class Connection:
         if correlation != self.correlation:
             raise KlogError(f"Kafka broker {self.address} answered another request ({correlation})")
         try:
-            body, _ = entity_reader(response_type)(memoryview(answer).toreadonly(), 4)
+            view = memoryview(answer).toreadonly()
+            _, start = entity_reader(response_type.__header_schema__)(view, 0)  # v0, or v1 with tagged fields
+            body, _ = entity_reader(response_type)(view, start)
         except Exception as e:  # noqa: BLE001 - kio's decode errors
             raise KlogError(f"cannot read the answer of Kafka broker {self.address}: {e}") from None
         return body
@@ -214,21 +216,29 @@ def _servers(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-def find_coordinator(target, group: str, timeout: float) -> tuple[str, int]:  # noqa: ANN001 - ClusterTarget
-    """(host, port) of the group's coordinator, asked of the bootstrap servers in turn."""
+GROUP, TRANSACTION = 0, 1  # FindCoordinator's key types
+NOT_AUTHORIZED = {30: "Group", 53: "TransactionalId"}  # GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def find_coordinator(target, group: str, timeout: float,  # noqa: ANN001 - ClusterTarget
+                     key_type: int = GROUP) -> tuple[str, int]:
+    """(host, port) of the coordinator of a group (or, key_type TRANSACTION, of a transactional id),
+    asked of the bootstrap servers in turn."""
     load_kio()
     from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
     from kio.schema.find_coordinator.v1.response import FindCoordinatorResponse
     from kio.static.primitive import i8
 
     sec = security(target)
+    what = "group" if key_type == GROUP else "transactional id"
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:
         for host, port in _servers(target.bootstrap):
             try:
                 with Connection(host, port, timeout, sec) as conn:
-                    found = conn.call(FindCoordinatorRequest(key=group, key_type=i8(0)), FindCoordinatorResponse)
+                    found = conn.call(FindCoordinatorRequest(key=group, key_type=i8(key_type)),
+                                      FindCoordinatorResponse)
             except SecurityError:
                 raise
             except KlogError as e:
@@ -237,11 +247,14 @@ def find_coordinator(target, group: str, timeout: float) -> tuple[str, int]:  # 
             code = int(found.error_code)
             if code == 0:
                 return str(found.host), int(found.port)
+            if code in NOT_AUTHORIZED:
+                raise KlogError(f"{what} '{group}': not authorized at {target.label} ({error_name(code)}: "
+                                f"Describe on the {NOT_AUTHORIZED[code]} is needed)")
             if code not in RETRIABLE:
-                raise KlogError(f"cannot find the coordinator of group '{group}': {error_name(code)}")
+                raise KlogError(f"cannot find the coordinator of {what} '{group}': {error_name(code)}")
             last = error_name(code)
         if time.monotonic() > deadline:
-            raise KlogError(f"cannot find the coordinator of group '{group}' at {target.label} "
+            raise KlogError(f"cannot find the coordinator of {what} '{group}' at {target.label} "
                             f"within {timeout:g} s: {last}")
         time.sleep(RETRY_PAUSE_S)
 

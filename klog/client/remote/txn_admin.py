@@ -1,0 +1,229 @@
+"""`klog transactions list|describe|abort` through a cluster, as kafka-transactions.sh does them:
+ListTransactions at every broker (each answers for the transactional ids it coordinates) with
+DescribeTransactions at the same broker; describe = FindCoordinator(TRANSACTION) +
+DescribeTransactions; abort = DescribeProducers at each partition's leader (the producer's epoch and
+the coordinator epoch of its open transaction there), then WriteTxnMarkers(ABORT) to that leader, as
+Kafka's Admin.abortTransaction does. confluent-kafka's AdminClient has none of these calls: kio's
+request types over wire.Connection (so -X security settings are honoured).
+
+The answers are klog.meta.transactions.TxnMetadata, as the local store's, so the CLI prints the same
+tables; what a cluster does not say (the consumer groups of a transaction) is empty.
+
+An abort through a cluster writes the markers and leaves the coordinator's state alone (Kafka's
+admin abort does the same): the coordinator ends its side when the transaction times out or the
+producer comes back, and the markers it writes then change nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import time
+from typing import Any
+
+from klog.client.remote import wire
+from klog.errors import KlogError, UsageError
+from klog.meta.transactions import TxnMetadata
+from klog.protocol.errors import error_name
+from klog.protocol.loading import load_kio
+
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_NOT_FOUND = 53, 105
+CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 31, 29
+ONGOING = "Ongoing"
+NO_TXN = -1  # DescribeProducers' current_txn_start_offset when the producer has none open there
+
+
+class _Connections(contextlib.ExitStack):
+    """One connection per broker address for the length of one admin call."""
+
+    def __init__(self, store) -> None:  # noqa: ANN001 - RemoteStore
+        super().__init__()
+        self.store, self.security, self.open = store, wire.security(store.target), {}
+
+    def to(self, host: str, port: int) -> wire.Connection:
+        if (host, port) not in self.open:
+            self.open[(host, port)] = self.enter_context(wire.Connection(host, port, self.store.timeout, self.security))
+        return self.open[(host, port)]
+
+
+@functools.cache
+def _describe_response() -> type:
+    """kio's DescribeTransactionsResponse v0 with the start time read as the int64 it is on the wire:
+    Kafka sends -1 for an id with no transaction open, which kio's datetime field refuses."""
+    from kio.schema.describe_transactions.v0 import response
+    from kio.static.primitive import i64
+
+    state = _variant(response.TransactionState, "transaction_start_time", i64, {"kafka_type": "int64"})
+    base = response.DescribeTransactionsResponse
+    states = next(f for f in dataclasses.fields(base) if f.name == "transaction_states")
+    return _variant(base, "transaction_states", tuple[state, ...], states.metadata)
+
+
+def _variant(base: type, name: str, kind: Any, metadata: Any) -> type:
+    """A copy of kio's generated dataclass `base` with field `name` of another type (kio reads a
+    dataclass by its fields' types and kafka_type metadata)."""
+    spec = []
+    for f in dataclasses.fields(base):
+        extra = {} if f.default is dataclasses.MISSING else {"default": f.default}
+        kind_f, meta_f = (kind, metadata) if f.name == name else (f.type, f.metadata)
+        spec.append((f.name, kind_f, dataclasses.field(metadata=meta_f, **extra)))
+    namespace = {k: getattr(base, k) for k in ("__type__", "__version__", "__flexible__", "__api_key__",
+                                               "__header_schema__")}
+    return dataclasses.make_dataclass(base.__name__, spec, namespace=namespace, frozen=True, slots=True,
+                                      kw_only=True)
+
+
+def _meta(state: Any) -> TxnMetadata:
+    return TxnMetadata(
+        transactional_id=str(state.transactional_id), producer_id=int(state.producer_id),
+        producer_epoch=int(state.producer_epoch), timeout_ms=int(state.transaction_timeout.total_seconds() * 1000),
+        state=str(state.transaction_state), start_ms=int(state.transaction_start_time),
+        partitions=sorted([str(t.topic), int(p)] for t in state.topics for p in t.partitions))
+
+
+def _describe_at(conn: wire.Connection, ids: list[str], label: str) -> list[TxnMetadata]:
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+
+    answer = conn.call(DescribeTransactionsRequest(transactional_ids=tuple(ids)), _describe_response())
+    out = []
+    for state in answer.transaction_states:
+        code, tid = int(state.error_code), str(state.transactional_id)
+        if code == TRANSACTIONAL_ID_NOT_FOUND:
+            raise UsageError(f"no transactional id '{tid}' at {label}")
+        if code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            raise KlogError(f"transactional id '{tid}': not authorized to describe it at {label} "
+                            "(Describe on the TransactionalId)")
+        if code:
+            error = _Retriable if code in wire.RETRIABLE else KlogError
+            raise error(f"cannot describe transactional id '{tid}' at {label}: {error_name(code)}")
+        out.append(_meta(state))
+    return out
+
+
+def list_transactions(store) -> list[TxnMetadata]:  # noqa: ANN001 - RemoteStore
+    """Every transactional id the cluster's brokers coordinate (that the principal may Describe)."""
+    load_kio()
+    from kio.schema.list_transactions.v0.request import ListTransactionsRequest
+    from kio.schema.list_transactions.v0.response import ListTransactionsResponse
+
+    brokers = store._metadata(None).brokers
+    out: list[TxnMetadata] = []
+    with _Connections(store) as conns:
+        for broker in sorted(brokers.values(), key=lambda b: b.id):
+            conn = conns.to(broker.host, broker.port)
+            listed = conn.call(ListTransactionsRequest(), ListTransactionsResponse)
+            if int(listed.error_code):
+                raise KlogError(f"cannot list transactions at Kafka broker {conn.address}: "
+                                f"{error_name(int(listed.error_code))}")
+            ids = [str(s.transactional_id) for s in listed.transaction_states]
+            if ids:  # the broker that lists an id coordinates it: described there
+                out += _describe_at(conn, ids, store.target.label)
+    return sorted(out, key=lambda m: m.transactional_id)
+
+
+def describe_transaction(store, transactional_id: str) -> TxnMetadata:  # noqa: ANN001 - RemoteStore
+    """At the id's coordinator; asked again (within the cluster timeout) when the coordinator moved
+    or is loading its state."""
+    load_kio()
+    deadline = time.monotonic() + store.timeout
+    while True:
+        host, port = wire.find_coordinator(store.target, transactional_id, store.timeout, wire.TRANSACTION)
+        try:
+            with _Connections(store) as conns:
+                return _describe_at(conns.to(host, port), [transactional_id], store.target.label)[0]
+        except _Retriable:
+            if time.monotonic() > deadline:
+                raise KlogError(f"cannot describe transactional id '{transactional_id}' at {store.target.label}: "
+                                f"its coordinator did not settle within {store.timeout:g} s") from None
+            time.sleep(wire.RETRY_PAUSE_S)
+
+
+class _Retriable(KlogError):
+    """The coordinator moved or is loading: ask again."""
+
+
+def abort_transaction(store, transactional_id: str) -> bool:  # noqa: ANN001 - RemoteStore
+    """ABORT markers at every partition where the id's producer has a transaction open; False when
+    it has none open (the coordinator says it is not Ongoing, or no partition holds one)."""
+    meta = describe_transaction(store, transactional_id)
+    if meta.state != ONGOING or not meta.partitions:
+        return False
+    by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for topic, partition in meta.tps():
+        leader = store.leader(topic, partition)
+        if leader is None:
+            raise KlogError(f"partition {topic}-{partition} has no leader at {store.target.label}: "
+                            "cannot abort its transaction now")
+        by_leader.setdefault((leader[1], leader[2]), []).append((topic, partition))
+    written = 0
+    with _Connections(store) as conns:
+        for (host, port), tps in by_leader.items():
+            conn = conns.to(host, port)
+            for (epoch, coordinator_epoch), open_tps in _open_transactions(conn, meta.producer_id, tps).items():
+                written += _write_abort(conn, meta.producer_id, epoch, coordinator_epoch, open_tps)
+    return written > 0
+
+
+def _by_topic(tps: list[tuple[str, int]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for topic, partition in tps:
+        out.setdefault(topic, []).append(partition)
+    return out
+
+
+def _partition_error(tp: str, code: int, doing: str) -> KlogError:
+    if code == TOPIC_AUTHORIZATION_FAILED:
+        return KlogError(f"partition {tp}: not authorized to {doing} (Read on the topic)")
+    if code == CLUSTER_AUTHORIZATION_FAILED:
+        return KlogError(f"partition {tp}: not authorized to {doing} (ClusterAction on the cluster)")
+    return KlogError(f"partition {tp}: cannot {doing}: {error_name(code)}")
+
+
+def _open_transactions(conn: wire.Connection, producer_id: int,
+                       tps: list[tuple[str, int]]) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """DescribeProducers at one leader: (producer epoch, coordinator epoch) -> the partitions where
+    `producer_id` has a transaction open."""
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+    from kio.schema.describe_producers.v0.response import DescribeProducersResponse
+    from kio.static.primitive import i32
+
+    request = DescribeProducersRequest(topics=tuple(
+        TopicRequest(name=t, partition_indexes=tuple(i32(p) for p in ps)) for t, ps in _by_topic(tps).items()))
+    answer = conn.call(request, DescribeProducersResponse)
+    out: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for topic in answer.topics:
+        for part in topic.partitions:
+            tp = (str(topic.name), int(part.partition_index))
+            if int(part.error_code):
+                raise _partition_error(f"{tp[0]}-{tp[1]}", int(part.error_code), "describe its producers")
+            for producer in part.active_producers:
+                if int(producer.producer_id) == producer_id and int(producer.current_txn_start_offset) != NO_TXN:
+                    # Kafka's TransactionsCommand: an unknown coordinator epoch (-1) is sent as 0
+                    key = (int(producer.producer_epoch), max(0, int(producer.coordinator_epoch)))
+                    out.setdefault(key, []).append(tp)
+    return out
+
+
+def _write_abort(conn: wire.Connection, producer_id: int, epoch: int, coordinator_epoch: int,
+                 tps: list[tuple[str, int]]) -> int:
+    from kio.schema.write_txn_markers.v1.request import (
+        WritableTxnMarker,
+        WritableTxnMarkerTopic,
+        WriteTxnMarkersRequest,
+    )
+    from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
+    from kio.static.primitive import i16, i32, i64
+
+    marker = WritableTxnMarker(
+        producer_id=i64(producer_id), producer_epoch=i16(epoch), transaction_result=False,
+        coordinator_epoch=i32(coordinator_epoch),
+        topics=tuple(WritableTxnMarkerTopic(name=t, partition_indexes=tuple(i32(p) for p in ps))
+                     for t, ps in _by_topic(tps).items()))
+    answer = conn.call(WriteTxnMarkersRequest(markers=(marker,)), WriteTxnMarkersResponse)
+    for result in answer.markers:
+        for topic in result.topics:
+            for part in topic.partitions:
+                if int(part.error_code):
+                    raise _partition_error(f"{topic.name}-{part.partition_index}", int(part.error_code),
+                                           "write its ABORT marker")
+    return len(tps)

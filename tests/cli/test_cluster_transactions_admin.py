@@ -1,0 +1,160 @@
+"""`klog transactions list|describe|abort -b` (kafka-transactions.sh's requests) and a transactional
+producer without Write on its TransactionalId, through a cluster.
+
+Goal: through `--bootstrap-server` the verbs print what they print on the local store, and `abort`
+ends a hanging transaction so read_committed readers get past it. Method: `klog serve` in this
+process; the hanging transaction is confluent-kafka's transactional producer that never commits;
+the reader is confluent-kafka's read_committed consumer, not ours.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import pytest
+
+import klog
+from klog.security.acl import CLUSTER_NAME, Operation, ResourceType
+from tests.cli.test_cli import assert_one_line_error
+from tests.server.test_serve_acl_matrix import T, _set_acls, allow, env  # noqa: F401 - env is a fixture
+from tests.server.test_serve_transactions import _read_all
+
+ck = pytest.importorskip("confluent_kafka")
+QUIET = {"log_level": 0}  # librdkafka's own lines (reconnects) would land in later tests' stderr
+
+
+def _hanging(bootstrap: str, tid: str, conf: dict | None = None):  # noqa: ANN202 - a confluent Producer
+    """A committed record on h-0, then a transaction left open on h-0 and h-1, then a plain record
+    on h-0 behind it (a read_committed reader stops before the open transaction's first record)."""
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                            "transaction.timeout.ms": 60_000, **QUIET, **(conf or {})})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("h", b"committed", partition=0)
+    producer.commit_transaction(10)
+    producer.begin_transaction()
+    producer.produce("h", b"hanging-0", partition=0)
+    producer.produce("h", b"hanging-1", partition=1)
+    producer.flush(10)
+    plain = ck.Producer({"bootstrap.servers": bootstrap, **QUIET, **(conf or {})})
+    plain.produce("h", b"after", partition=0)
+    plain.flush(10)
+    return producer
+
+
+@pytest.mark.slow  # a transactional producer, five CLI calls through -b, two read_committed reads: ~3.5 s
+def test_list_describe_abort_through_a_cluster(kafka_server, cli, data_dir):
+    with klog.open(data_dir) as s:
+        s.create_topic("h", 2)
+    b = kafka_server.bootstrap
+    done = ck.Producer({"bootstrap.servers": b, "transactional.id": "done", **QUIET})
+    done.init_transactions(10)  # an id with no transaction open (Empty: no start time)
+    producer = _hanging(b, "stuck")
+    try:
+        r = cli("transactions", "list", "-b", b, "--json")
+        assert r.exit_code == 0, r.stderr
+        listed = [json.loads(line) for line in r.out.splitlines()]
+        local = [json.loads(line) for line in cli("transactions", "list", "--json").out.splitlines()]
+        assert listed == local  # the same documents as from the store itself
+        assert [(d["transactional_id"], d["state"], d["partitions"]) for d in listed] == [
+            ("done", "Empty", []), ("stuck", "Ongoing", ["h-0", "h-1"])]
+        table = cli("transactions", "list", "-b", b)
+        assert table.out.split("\n")[0].split() == ["TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH",
+                                                    "TIMEOUT-MS", "PARTITIONS"]
+        assert "stuck" in table.out and "h-0,h-1" in table.out
+        r = cli("transactions", "describe", "stuck", "-b", b, "--json")
+        assert r.exit_code == 0, r.stderr
+        assert json.loads(r.out) == json.loads(cli("transactions", "describe", "stuck", "--json").out)
+        assert json.loads(r.out)["timeout_ms"] == 60_000
+        # the open transaction holds read_committed readers before its first record
+        assert _read_all(b, "h", 2, "read_committed", limit_s=3) == [b"committed"]
+        r = cli("transactions", "abort", "stuck", "-b", b)
+        assert r.exit_code == 0 and "transaction aborted" in r.stderr, r.stderr
+        got = _read_all(b, "h", 2, "read_committed", expect=2)
+        assert sorted(got) == [b"after", b"committed"]  # past the aborted records, never showing them
+        r = cli("transactions", "abort", "stuck", "-b", b)  # nothing left open in the partitions
+        assert r.exit_code == 0 and "no ongoing transaction" in r.stderr, r.stderr
+        r = cli("transactions", "abort", "done", "-b", b)
+        assert r.exit_code == 0 and "no ongoing transaction" in r.stderr, r.stderr
+    finally:
+        producer.purge()
+        del producer, done
+        gc.collect()  # librdkafka clients gone before the server: none reconnects and logs into later tests
+    assert_one_line_error(cli("transactions", "describe", "nobody", "-b", b), 2, "no transactional id 'nobody'")
+
+
+def test_transactional_producer_without_write_on_its_id(env, cli):  # noqa: F811 - the env fixture
+    """SASL principal alice may write topic t but not use transactional id 'tx-alice': `klog produce
+    --transactional-id` through -b is one line, exit 1; with Write on the id it commits."""
+    props = ["-b", env.conf["bootstrap.servers"], "-X", "security.protocol=SASL_PLAINTEXT",
+             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=pw"]
+    _set_acls(env, [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE)])
+    r = cli("produce", "t", "--transactional-id", "tx-alice", *props, input=b"refused\n")
+    assert_one_line_error(r, 1, "transactional id 'tx-alice'", "not authorized")
+    _set_acls(env, [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE)]
+              + [allow(ResourceType.TRANSACTIONAL_ID, "tx-alice", Operation.WRITE)])
+    r = cli("produce", "t", "--transactional-id", "tx-alice", *props, input=b"accepted\n")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env fixture
+    """Through -b the verbs are authorized as kafka-transactions.sh's requests are: an id alice may not
+    Describe is not listed and not described; abort writes markers, which needs ClusterAction."""
+    props = ["-b", env.conf["bootstrap.servers"], "-X", "security.protocol=SASL_PLAINTEXT",
+             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=pw"]
+    topic = [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE, Operation.READ)]
+    tid = allow(ResourceType.TRANSACTIONAL_ID, "tx-open", Operation.WRITE)
+    _set_acls(env, [*topic, tid])
+    producer = ck.Producer({**env.conf, "transactional.id": "tx-open", "transaction.timeout.ms": 60_000})
+    try:
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        producer.produce("t", b"open", partition=0)
+        producer.flush(10)
+        r = cli("transactions", "describe", "tx-open", "--json", *props)  # Write on the id implies Describe
+        assert r.exit_code == 0 and json.loads(r.out)["partitions"] == ["t-0"], r.stderr
+        r = cli("transactions", "abort", "tx-open", *props)
+        assert_one_line_error(r, 1, "t-0", "not authorized", "ClusterAction")
+        _set_acls(env, topic)  # no ACL on the id: not listed, not described
+        r = cli("transactions", "list", "--json", *props)
+        assert r.exit_code == 0 and r.out == "", r.stderr
+        assert_one_line_error(cli("transactions", "describe", "tx-open", *props), 1, "tx-open", "not authorized")
+        _set_acls(env, [*topic, tid, allow(ResourceType.CLUSTER, CLUSTER_NAME, Operation.CLUSTER_ACTION)])
+        r = cli("transactions", "abort", "tx-open", *props)
+        assert r.exit_code == 0 and "transaction aborted" in r.stderr, r.stderr
+    finally:
+        producer.purge()
+        del producer
+        gc.collect()
+
+
+
+def test_describe_asks_again_while_the_coordinator_moves(monkeypatch):
+    """NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS: FindCoordinator and DescribeTransactions again,
+    within the cluster timeout; then one error line."""
+    from types import SimpleNamespace
+
+    from klog.client.remote import txn_admin, wire
+    from klog.errors import KlogError
+    from klog.meta.transactions import TxnMetadata
+
+    answers = iter(["moved", "moved", TxnMetadata("x", 7, 0, 1000)])
+    found: list[str] = []
+
+    def describe_at(conn, ids, label):  # noqa: ANN001, ANN202
+        answer = next(answers)
+        if answer == "moved":
+            raise txn_admin._Retriable("cannot describe transactional id 'x': NOT_COORDINATOR")
+        return [answer]
+
+    monkeypatch.setattr(wire, "find_coordinator", lambda *a: found.append("asked") or ("127.0.0.1", 1))
+    monkeypatch.setattr(txn_admin, "_describe_at", describe_at)
+    monkeypatch.setattr(txn_admin._Connections, "to", lambda self, host, port: None)
+    monkeypatch.setattr(wire, "RETRY_PAUSE_S", 0)
+    store = SimpleNamespace(target=SimpleNamespace(label="test", properties={}), timeout=5)
+    assert txn_admin.describe_transaction(store, "x").producer_id == 7 and len(found) == 3
+    store.timeout = 0
+    answers = iter(["moved"] * 2)
+    with pytest.raises(KlogError, match="did not settle"):
+        txn_admin.describe_transaction(store, "x")
