@@ -65,15 +65,26 @@ class _IndexFile:
         if size == len(self._data):
             return
         # os.pread on a bare descriptor: a buffered file object cost ~4 more system calls and
-        # ~15 us of Python per refresh, paid for both indexes at each partition's first open
+        # ~15 us of Python per refresh
         fd = open_nofollow(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            if size > len(self._data):
-                self._data += _pread_upto(fd, size - len(self._data), len(self._data))
-            else:
-                self._data = bytearray(_pread_upto(fd, size, 0))
+            self._load(fd, size)
         finally:
             os.close(fd)
+
+    def refresh_from(self, fd: int) -> None:
+        """refresh() through an open descriptor of the file (a writer's: no open and close, at
+        each partition's first open for writing)."""
+        size = os.fstat(fd).st_size
+        size -= size % self.entry.size
+        if size != len(self._data):
+            self._load(fd, size)
+
+    def _load(self, fd: int, size: int) -> None:
+        if size > len(self._data):
+            self._data += _pread_upto(fd, size - len(self._data), len(self._data))
+        else:
+            self._data = bytearray(_pread_upto(fd, size, 0))
         # a file shorter than expected (truncated concurrently) keeps whole entries only
         del self._data[len(self._data) - len(self._data) % self.entry.size:]
 

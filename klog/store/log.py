@@ -277,13 +277,14 @@ class PartitionLog:
         active = self.active
         if (snap is not None and snap.boot_id == current_boot_id() and snap.active_base == active.base_offset
                 and snap.valid_size == active.file_size()):
+            self._open_fds()  # first: the index tails are read through its descriptors
             active.load_tail_state(snap.valid_size, snap.max_timestamp, snap.offset_of_max_timestamp,
-                                   snap.log_end_offset)
+                                   snap.log_end_offset, self._fds)
             self.recovery_point = snap.recovery_point
         else:
             loader.recover_tail(self, snap, report, committed_end)
             self._save_state(sync=True)
-        self._open_fds()
+            self._open_fds()
         self._catch_up_sealed()
         return report
 

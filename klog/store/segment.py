@@ -317,12 +317,17 @@ class LogSegment:
 
     # -- writing (partition lock held) -------------------------------------------------------
     def load_tail_state(self, size: int, max_timestamp: int, offset_of_max_timestamp: int,
-                        next_offset: int | None) -> None:
-        """Adopt the writer state another process (or recovery) left, without a scan."""
+                        next_offset: int | None, fds: SegmentFds | None = None) -> None:
+        """Adopt the writer state another process (or recovery) left, without a scan. `fds`:
+        this segment's writer descriptors, through which the indexes are read (no open each)."""
         self.size = size
         self.first_batch_max_timestamp = None
-        self.offset_index.refresh()
-        self.time_index.refresh()
+        if fds is not None:
+            self.offset_index.refresh_from(fds.index)
+            self.time_index.refresh_from(fds.time_index)
+        else:
+            self.offset_index.refresh()
+            self.time_index.refresh()
         last = self.offset_index.last_entry()
         self.indexer = IndexBuilder(self.base_offset, self.index_interval_bytes, size - (last[1] if last else 0),
                                     max_timestamp, offset_of_max_timestamp, self.time_index.last_timestamp())
@@ -353,8 +358,9 @@ class LogSegment:
     def open_fds(self) -> SegmentFds:
         return SegmentFds(
             open_or_shed(self.log_path, os.O_RDWR | os.O_CREAT),
-            open_or_shed(self.offset_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
-            open_or_shed(self.time_index.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+            # read-write (appends only): load_tail_state reads the indexes' tails through them
+            open_or_shed(self.offset_index.path, os.O_RDWR | os.O_APPEND | os.O_CREAT),
+            open_or_shed(self.time_index.path, os.O_RDWR | os.O_APPEND | os.O_CREAT),
         )
 
     def seal(self) -> None:
