@@ -222,9 +222,6 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         from klog.meta.transactions import validate_transactional_id
 
         validate_transactional_id(tid)
-        if "kafka.bootstrap.servers" in opts:
-            raise UsageError("option transactional.id works on a local store (dataDir), not through "
-                             "kafka.bootstrap.servers")
         if acks != "all":
             raise UsageError(f"option transactional.id needs acks=all (got acks={acks})")
     elif timeout is not None:
