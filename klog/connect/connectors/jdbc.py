@@ -342,10 +342,12 @@ class JdbcSinkTask(SinkTask):
         """Remember how a record of r's layout (topic, value and key schema objects) becomes its
         statement's parameters, so the next ones skip _statement's per-record work. Only where the
         layout alone decides the columns: a struct key with its schema, or no key columns from the key."""
+        if r.value_schema is None:
+            return  # schemaless: the columns come from each value (infer_schema), no layout to remember
         pk_mode, pk_fields = self.c["pk.mode"], self.c["pk.fields"]
         if pk_mode == "record_key" and (r.key_schema is None or r.key_schema.get("type") != "struct"
-                                        or not isinstance(r.key, dict) or list(r.key) != [f["field"] for f in
-                                                                                          r.key_schema["fields"]]):
+                                        or not isinstance(r.key, dict)
+                                        or list(r.key) != [f.get("field") for f in r.key_schema.get("fields", [])]):
             return
         if pk_mode == "record_value" and not pk_fields and list(pk_schemas) != list(fields):
             return
@@ -366,9 +368,8 @@ class JdbcSinkTask(SinkTask):
             else:
                 schema, source = fields[n], "value"
             getters.append((n, source, schema, (schema or {}).get("name") in logical))
-        plain = (str, int, float, bool, type(None))
+        plain = (str, int, float, bool, type(None))  # what every dialect's value() passes as it is
         value_of = d.value
-
         by_key = pk_mode == "record_key"
 
         def params(rec: ConnectRecord) -> tuple | None:
