@@ -65,6 +65,9 @@ class Dialect:
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         raise NotImplementedError
 
+    def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
+        cur.executemany(sql, rows)
+
     def value(self, schema: Schema | None, value: Any) -> Any:
         if value is None:
             return None
@@ -107,6 +110,12 @@ class PostgresDialect(Dialect):
         import psycopg2
 
         return (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+    def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
+        """psycopg2's executemany is a round trip per row; execute_batch sends pages of statements."""
+        from psycopg2.extras import execute_batch
+
+        execute_batch(cur, sql, rows, page_size=500)
 
     def table(self, name: str) -> str:
         parts = name.split(".")[-2:]  # catalog.schema.table as Confluent's TableId: the catalog is the database
@@ -275,7 +284,7 @@ class JdbcSinkTask(SinkTask):
                     runs.append((op[0], [op[1]]))
             next_offsets[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
         for shape, rows in runs:
-            cur.executemany(shape[0], rows)
+            self.dialect.executemany(cur, shape[0], rows)
         p = self.dialect.param
         t = self.dialect.table(self.offsets_table)
         cur.executemany(f"INSERT INTO {t} (connector, topic, kafka_partition, next_offset) VALUES ({p}, {p}, {p}, {p}) "
