@@ -6,7 +6,8 @@ Starts a throw-away PostgreSQL (as tests/connect do) and measures:
     `psql -c "COPY t TO STDOUT" | klog produce` of the same rows (no envelope, no schema, no offsets);
   - snapshot: the same N rows read by the initial snapshot of a fresh connector;
   - sink: the N-record topic into SQLite and into PostgreSQL through the JDBC sink (ExtractNewRecordState,
-    upsert by key, offsets in the same transactions), beside a plain executemany of the same rows.
+    upsert by key, offsets in the same transactions), beside a plain executemany of the same rows (and,
+    for PostgreSQL, psycopg2's execute_batch, which the sink uses).
 The stream is also measured schemaless and zstd-compressed (the envelope's schema is most of a
 record's bytes), and the peak RSS is taken after a tenth of the rows and after all of them (flat: the
 stream holds a poll's records, not the table). Prints rows/s for each and the peak RSS of this process
@@ -117,6 +118,16 @@ def run(bench: Bench) -> None:
         conn.commit()
         conn.close()
         pg_peer_s = time.perf_counter() - start
+        from psycopg2.extras import execute_batch
+
+        start = time.perf_counter()
+        conn = db.connect(autocommit=False)
+        with conn.cursor() as cur:  # what the sink uses for PostgreSQL: pages of statements, not a trip per row
+            cur.execute("CREATE TABLE t_peer2 (id int PRIMARY KEY, name text, qty int, price numeric)")
+            execute_batch(cur, "INSERT INTO t_peer2 VALUES (%s, %s, %s, %s)", rows, page_size=500)
+        conn.commit()
+        conn.close()
+        pg_batch_s = time.perf_counter() - start
     finally:
         server.stop()
     copy = f"COPY | klog produce: {rate(n, copy_s).replace('records', 'rows')}"
@@ -131,7 +142,8 @@ def run(bench: Bench) -> None:
     bench.row(f"JDBC sink into SQLite, {n:,} rows", rate(n, lite_s).replace("records", "rows"),
               f"executemany: {rate(n, lite_peer_s).replace('records', 'rows')}")
     bench.row(f"JDBC sink into PostgreSQL, {n:,} rows", rate(n, pg_s).replace("records", "rows"),
-              f"executemany: {rate(n, pg_peer_s).replace('records', 'rows')}")
+              f"executemany: {rate(n, pg_peer_s).replace('records', 'rows')}, execute_batch: "
+              f"{rate(n, pg_batch_s).replace('records', 'rows')}")
     bench.row("peak RSS through the connector runs (before the peers hold the rows)", f"{connect_rss_mb:,.0f} MB")
 
 

@@ -214,7 +214,8 @@ def _verb(method: str, suffix: str, done: str):  # noqa: ANN202
 
 app.command("pause", help="Pause a connector's tasks (they keep their place).")(_verb("PUT", "/pause", "Paused"))
 app.command("resume", help="Resume a paused connector.")(_verb("PUT", "/resume", "Resumed"))
-app.command("restart", help="Restart a connector and its tasks.")(_verb("POST", "/restart", "Restarted"))
+app.command("restart", help="Restart a connector and its tasks.")(
+    _verb("POST", "/restart?includeTasks=true", "Restarted"))
 app.command("delete", help="Stop and remove a connector (its offsets stay).")(_verb("DELETE", "", "Deleted"))
 
 

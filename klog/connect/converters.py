@@ -134,11 +134,25 @@ def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
             if len(_PARSED) >= CACHE_MAX:
                 _PARSED.clear()
             _PARSED[schema_text] = hit
-        payload = json.loads(data[cut + 11:-1])
+        payload = _loads(data[cut + 11:-1])
     except (ValueError, UnicodeDecodeError):
         return None  # e.g. a "payload" key inside the schema: the slow path decides
     schema, convert = hit
     return schema, payload if convert is None or payload is None else convert(payload)
+
+
+_SCAN = json.JSONDecoder().scan_once
+
+
+def _loads(data: bytes) -> Any:
+    """json.loads(data) for UTF-8 JSON without its per-call work (encoding detection, the whitespace
+    checks): the C scanner over the text, json.loads itself when the value does not span all of it."""
+    text = data.decode()
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ValueError("not a JSON value") from None
+    return value if end == len(text) else json.loads(text)
 
 
 def _compile_from(schema: Schema) -> ValueFn | None:

@@ -39,7 +39,20 @@ class ConnectRecord:
     raw: Any = None  # the Kafka record a sink record came from (for the DLQ)
 
     def new_record(self, **changes: Any) -> ConnectRecord:
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes` (dataclasses.replace, without its per-call introspection: every
+        transformed record goes through here)."""
+        if not changes.keys() <= _RECORD_FIELDS:
+            raise TypeError(f"ConnectRecord has no field {sorted(changes.keys() - _RECORD_FIELDS)[0]!r}")
+        c = changes.get
+        return ConnectRecord(c("topic", self.topic), c("kafka_partition", self.kafka_partition),
+                             c("key_schema", self.key_schema), c("key", self.key),
+                             c("value_schema", self.value_schema), c("value", self.value),
+                             c("timestamp", self.timestamp), c("headers", self.headers),
+                             c("source_partition", self.source_partition), c("source_offset", self.source_offset),
+                             c("kafka_offset", self.kafka_offset), c("raw", self.raw))
+
+
+_RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(ConnectRecord))
 
 
 def primitive(type_: str, optional: bool = True, name: str | None = None, **extra: Any) -> Schema:

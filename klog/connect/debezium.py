@@ -39,6 +39,7 @@ class ExtractNewRecordState(Transform):
         else:
             mode = "tombstone"
         self.mode = mode
+        self._row_schemas: dict[tuple[int, str], tuple[dict | None, dict | None]] = {}
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
         value = record.value
@@ -54,29 +55,54 @@ class ExtractNewRecordState(Transform):
                 return None  # tombstone: Debezium's following tombstone carries the delete
             if self.mode in ("delete-to-tombstone", "delete-to-tombstone-only"):
                 return record.new_record(value_schema=None, value=None)
-            row, row_schema = value.get("before"), fields_by_name(record.value_schema).get("before")
+            row, side = value.get("before"), "before"
         else:
-            row, row_schema = value.get("after"), fields_by_name(record.value_schema).get("after")
+            row, side = value.get("after"), "after"
+        if not self.config["add.fields"] and not self.mode.startswith("rewrite"):
+            # the common case: the row as it is, with its schema taken once per envelope schema (one
+            # object for every record of a table), so the sink sees one schema object per layout
+            return record.new_record(value_schema=self._row_schema(record.value_schema, side),
+                                     value=row if type(row) is dict else dict(row or {}),
+                                     headers=self._headers(value, record))
+        row_schema = fields_by_name(record.value_schema).get(side)
         schema = None if row_schema is None else {k: v for k, v in row_schema.items() if k != "field"}
         out = dict(row or {})
         extra_fields = []
         if self.mode.startswith("rewrite"):
             out[self.config["add.fields.prefix"] + "deleted"] = "true" if op == "d" else "false"
             extra_fields.append({**primitive("string"), "field": self.config["add.fields.prefix"] + "deleted"})
-        headers = list(record.headers)
         for name in self.config["add.fields"]:
             v, s = self._meta(value, record, name)
             out[self._meta_name(self.config["add.fields.prefix"], name)] = v
             field = self._meta_name(self.config["add.fields.prefix"], name)
             extra_fields.append({**s, "optional": True, "field": field})
-        for name in self.config["add.headers"]:
-            from klog.connect.transforms import header_bytes
-
-            headers.append((self._meta_name(self.config["add.headers.prefix"], name),
-                            header_bytes(self._meta(value, record, name)[0])))
         if schema is not None:
             schema = {**schema, "fields": [*schema.get("fields", []), *extra_fields]}
-        return record.new_record(value_schema=schema, value=out, headers=headers)
+        return record.new_record(value_schema=schema, value=out, headers=self._headers(value, record))
+
+    def _headers(self, value: dict, record: ConnectRecord) -> list:
+        if not self.config["add.headers"]:
+            return list(record.headers)
+        from klog.connect.transforms import header_bytes
+
+        headers = list(record.headers)
+        for name in self.config["add.headers"]:
+            headers.append((self._meta_name(self.config["add.headers.prefix"], name),
+                            header_bytes(self._meta(value, record, name)[0])))
+        return headers
+
+    def _row_schema(self, envelope: dict | None, side: str) -> dict | None:
+        """The schema of the envelope's `before` or `after` as a value schema, one object per envelope
+        schema object (kept with it, so its id is never reused for another)."""
+        hit = self._row_schemas.get((id(envelope), side))
+        if hit is not None and hit[0] is envelope:
+            return hit[1]
+        row_schema = fields_by_name(envelope).get(side)
+        schema = None if row_schema is None else {k: v for k, v in row_schema.items() if k != "field"}
+        if len(self._row_schemas) >= 1024:
+            self._row_schemas.clear()
+        self._row_schemas[(id(envelope), side)] = (envelope, schema)
+        return schema
 
     @staticmethod
     def _meta_name(prefix: str, name: str) -> str:

@@ -6,7 +6,8 @@ reuses the consumer group protocol as it is, so the same membership, session tim
 work on the local store and on any Kafka cluster: every task is a partition of the (never written)
 topic `connect-tasks-<group>`, and the partitions the group assigns to a worker are the tasks it runs.
 The tasks themselves come from connect-configs (every worker reads it; a config submitted to any worker
-is written there), so slot i is the i-th task of the connectors in name order.
+is written there), so slot i is the i-th task of the connectors in name order; a stopped connector keeps
+its slots (idle), so stopping one moves no other connector's task.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class DistributedWorker:
         self.group_id = group_id
         self.slots_topic = f"connect-tasks-{group_id}"
         ensure_topic(store, self.slots_topic, SLOTS, compacted=False)
-        self.table: list[tuple[str, int, dict[str, str]]] = []  # slot → (connector, task id, task config)
+        # slot → (connector, task id, task config, whether it runs: not when the connector is stopped)
+        self.table: list[tuple[str, int, dict[str, str], bool]] = []
         self.validated: dict[str, Validated] = {}
         self.owned: set[int] = set()
         self.runners: dict[int, TaskRunner] = {}
@@ -65,17 +67,20 @@ class DistributedWorker:
         except KlogError as e:  # a store hiccup: keep running what runs, read again at the next refresh
             self.worker.warn(f"cannot re-read {configs.topic}: {e}")
             return
+        # Every connector's tasks keep their slots whatever its state: a stopped (or unrunnable) connector's
+        # slots stay reserved, idle, so stopping one does not renumber the others' slots and move their
+        # tasks to other workers (Kafka's incremental cooperative assignor likewise keeps assignments).
         table = []
         for name, props in sorted(configs.connectors().items()):
-            if configs.target_state(name) == "STOPPED":
-                continue  # no tasks (Kafka writes none for a stopped connector) until it is resumed
-            try:
-                self.validated[name] = self.worker.validate(props)
-            except Exception as e:  # noqa: BLE001 - one bad stored config must not stop the others
-                self.worker.warn(f"connector '{name}' is not run: {e}")
-                continue
+            run = configs.target_state(name) != "STOPPED"  # no tasks run (Kafka writes none) until resumed
+            if run:
+                try:
+                    self.validated[name] = self.worker.validate(props)
+                except Exception as e:  # noqa: BLE001 - one bad stored config must not stop the others
+                    self.worker.warn(f"connector '{name}' is not run: {e}")
+                    run = False
             for i, task in enumerate(configs.tasks(name)):
-                table.append((name, i, task))
+                table.append((name, i, task, run))
         with self.lock:
             if table != self.table:
                 old, self.table = self.table, table[:SLOTS]
@@ -84,8 +89,7 @@ class DistributedWorker:
                     after = self.table[slot] if slot < len(self.table) else None
                     if before != after:
                         self._stop(slot)
-                        if after is not None:
-                            self._start(slot)
+                        self._start(slot)
             self._restarts()
             for runner in self.runners.values():
                 self._apply_target_state(runner)
@@ -115,9 +119,9 @@ class DistributedWorker:
                 self._start(slot)
 
     def _start(self, slot: int) -> None:
-        if slot >= len(self.table) or slot in self.runners:
+        if slot >= len(self.table) or slot in self.runners or not self.table[slot][3]:
             return
-        name, task_id, props = self.table[slot]
+        name, task_id, props, _ = self.table[slot]
         v = self.validated[name]
         if v.cls.kind == "source":
             self.worker.offsets.reload()  # the offsets the task's last owner (another worker) stored

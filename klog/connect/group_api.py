@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from klog.connect.distributed import REFRESH_S, DistributedWorker
-from klog.connect.worker import Validated
+from klog.connect.worker import Validated, restart_plan
 
 STOP_WAIT_S = 10.0  # how long a stop waits for every worker to report the connector's tasks gone
 
@@ -102,9 +102,20 @@ class GroupApi:
         status.reload()
         return any((status.get(name, i) or {}).get("state") in ("RUNNING", "PAUSED") for i in range(count))
 
-    def restart(self, name: str, include_tasks: bool = True, only_failed: bool = False) -> None:
-        self.validated(name)
+    def restart(self, name: str, include_tasks: bool = False, only_failed: bool = False) -> dict:
+        """Written to connect-configs; each worker restarts what it runs of the plan (KIP-745)."""
+        connector_too, _, planned = restart_plan(self.describe_status(name), include_tasks, only_failed)
+        if connector_too and self.worker.configs.target_state(name) != "STOPPED":
+            # the connector instance lives only while it splits the work: a new one may split it anew
+            v = self.validated(name)
+            connector = v.cls()
+            connector.start(v.props)
+            tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+            connector.stop()
+            if [{**v.props, **t} for t in tasks] != self.worker.configs.tasks(name):
+                self.dw.submit(v)
         self.worker.configs.put_restart(name, include_tasks, only_failed)
+        return planned
 
     def restart_task(self, name: str, task_id: int) -> None:
         self.worker.configs.put_restart(name, True, False, task_id)

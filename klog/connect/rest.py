@@ -169,11 +169,11 @@ class RestServer:
                 w.restart_task(name, task["id"])
                 return 204, None
         elif rest == ["restart"] and method == "POST":
-            w.restart(name, include_tasks=query.get("includeTasks") == "true",
-                      only_failed=query.get("onlyFailed") == "true")
-            if query.get("includeTasks") == "true":
-                return 202, w.describe_status(name)
-            return 204, None
+            include_tasks, only_failed = query.get("includeTasks") == "true", query.get("onlyFailed") == "true"
+            planned = w.restart(name, include_tasks=include_tasks, only_failed=only_failed)
+            if include_tasks or only_failed:  # KIP-745: the plan, RESTARTING on what restarts
+                return 202, planned
+            return 204, None  # the connector instance only, as before KIP-745
         elif rest in (["pause"], ["resume"], ["stop"]) and method == "PUT":
             {"pause": w.pause, "resume": w.resume, "stop": w.stop_only}[rest[0]](name)
             return 202, None

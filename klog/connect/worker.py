@@ -663,6 +663,18 @@ class SinkRunner(TaskRunner):
             self.skip_below.pop(tp, None)
 
 
+def restart_plan(status: dict, include_tasks: bool, only_failed: bool) -> tuple[bool, list[int], dict]:
+    """Kafka's RestartPlan for `status` (a ConnectorStateInfo): whether the connector instance restarts,
+    which task ids do, and the status to answer with, RESTARTING on each of those."""
+    connector_too = not only_failed or status["connector"]["state"] == "FAILED"
+    task_ids = [t["id"] for t in status["tasks"] if include_tasks and (not only_failed or t["state"] == "FAILED")]
+    planned = {**status, "connector": {**status["connector"]}, "tasks": [
+        {**t, "state": "RESTARTING"} if t["id"] in task_ids else dict(t) for t in status["tasks"]]}
+    if connector_too:
+        planned["connector"]["state"] = "RESTARTING"
+    return connector_too, task_ids, planned
+
+
 class Worker:
     """Connectors and their tasks in this process (connect-standalone's worker)."""
 
@@ -761,13 +773,33 @@ class Worker:
         self.start(v)
         return new
 
-    def restart(self, name: str, include_tasks: bool = True, only_failed: bool = False) -> None:
-        """The connector and its tasks started again (one process holds both: restarted together)."""
+    def restart(self, name: str, include_tasks: bool = False, only_failed: bool = False) -> dict:
+        """POST .../restart (KIP-745): the connector instance (unless only_failed and it has not failed),
+        its tasks only with include_tasks (only the FAILED ones with only_failed). A connector that is
+        not running (stopped) starts again whole. Returns the status with RESTARTING on what restarts."""
         v = self.validated(name)
-        if name in self.connectors:
-            self.stop_connector(name)
-        self.stopped.pop(name, None)
-        self.start(v)
+        if name not in self.connectors:
+            self.stopped.pop(name, None)
+            self.start(v)
+            return self.describe_status(name)
+        connector_too, task_ids, planned = restart_plan(self.describe_status(name), include_tasks, only_failed)
+        if connector_too:
+            _, old, runners = self.connectors[name]
+            old.stop()
+            connector = v.cls()
+            connector.start(v.props)
+            tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+            self.connectors[name] = (v, connector, runners)
+            if [{**v.props, **t} for t in tasks] != [r.props for r in runners]:
+                # the new instance splits the work differently: its tasks replace the old ones (Kafka's
+                # reconfiguration after a connector restart)
+                self.stop_connector(name)
+                self.stopped.pop(name, None)
+                self.start(v)
+                return planned
+        for task_id in task_ids:
+            self.restart_task(name, task_id)
+        return planned
 
     def stop_only(self, name: str) -> None:
         """PUT .../stop: tasks stopped, the config kept (Kafka 3.5's STOPPED target state)."""

@@ -26,3 +26,22 @@ def test_reading_a_payload_that_is_not_a_map_passes_it_through() -> None:
     arrays = {"type": "array", "items": {"type": "bytes"}}
     odd = b'{"schema":{"type":"array","items":{"type":"bytes"}},"payload":{"a":1}}'
     assert conv.to_connect("t", odd) == (arrays, {"a": 1})
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    (b'{"schema":{"type":"int32"},"payload":5}', 5),
+    (b'{"schema":{"type":"int32"},"payload": 5 }', 5),  # whitespace: the plain parse decides
+    (b'{"schema":{"type":"string"},"payload":"caf\xc3\xa9 \\u00e9"}', "caf\u00e9 \u00e9"),
+    (b'{"schema":{"type":"struct","fields":[{"type":"string","field":"a"}]},"payload":{"a":"x"}}', {"a": "x"}),
+    (b'{"schema":{"type":"int32"},"payload":null}', None),
+])
+def test_envelopes_read_as_json_reads_them(data: bytes, expected: object) -> None:
+    assert JsonConverter({}, False).to_connect("t", data)[1] == expected
+
+
+@pytest.mark.parametrize("data", [b'{"schema":{"type":"int32"},"payload":1 2}',
+                                  b'{"schema":{"type":"int32"},"payload":[1}',
+                                  b'{"schema":{"type":"int32"},"payload":\xff}'])
+def test_a_broken_payload_is_a_data_error(data: bytes) -> None:
+    with pytest.raises(DataError):
+        JsonConverter({}, False).to_connect("t", data)

@@ -160,3 +160,33 @@ def test_cdc_topic_sinks_into_sqlite_and_postgresql_equal_to_the_source(pg_db, d
             return lite_rows == expected and pg_copy == expected
 
         wait_for(copies_match, timeout=60, what="both copies to equal the source table")
+
+
+def test_rows_of_changing_layouts_in_one_batch_and_a_poison_record(tmp_path, data_dir):
+    """One batch mixing two layouts of a table (a column added, then the first layout again), a delete,
+    and a record that is not JSON: each row lands as its own layout says (the per-layout statement
+    plans never apply one layout's columns to another), the poison record goes to the DLQ."""
+    db = str(tmp_path / "out.db")
+    wide = {**ROW_SCHEMA, "fields": [*ROW_SCHEMA["fields"], {"type": "int64", "optional": True, "field": "score"}]}
+    poison = b'{"schema": {"type": "struct"'
+
+    def envelope(schema: dict, payload: object) -> bytes:
+        return json.dumps({"schema": schema, "payload": payload}).encode()
+
+    with klog.open(data_dir) as s:
+        s.create_topic("rows", partitions=1)
+        with s.producer() as p:
+            for key, value in [(1, envelope(ROW_SCHEMA, {"id": 1, "name": "a"})),
+                               (2, envelope(wide, {"id": 2, "name": "b", "score": 20})),
+                               (3, envelope(ROW_SCHEMA, {"id": 3, "name": "c"})),
+                               (9, poison),
+                               (1, envelope(wide, {"id": 1, "name": "A", "score": 10})),
+                               (3, None),
+                               (4, envelope(ROW_SCHEMA, {"id": 4, "name": None}))]:
+                p.send("rows", value, key=envelope(KEY_SCHEMA, {"id": key}))
+    config = sink_config(f"jdbc:sqlite:{db}", **{"errors.tolerance": "all",
+                                                  "errors.deadletterqueue.topic.name": "dlq"})
+    with running(data_dir, config):
+        wait_for(lambda: _offset(db) == 7, what="the seven records")
+    assert sqlite_rows(db) == [(1, "A", 10), (2, "b", 20), (4, None, None)]
+    assert values(data_dir, "dlq") == [poison]
