@@ -102,9 +102,8 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
         if fenced != E.none:
             answer.error = fenced
             return answer
-        snap = part.snapshot()
-        hw = snap.high_watermark
-        start = part.log_start_offset()
+        snap = part.reader_snapshot()  # read once: the answer's offsets and the read's bound agree
+        hw, start = snap.high_watermark, snap.log_start_offset
     except (UnknownTopicError, UnknownPartitionError):
         ctx.store.forget_topic_metadata(topic)
         answer.error = E.unknown_topic_or_partition
@@ -136,12 +135,10 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
     try:
         if old_fetcher:  # converted in memory: a bounded chunk per partition and request, never a segment
             wanted = min(wanted, DOWN_CONVERT_BYTES_MAX)
-        answer.range = part.byte_range(offset, wanted, upper)
+        answer.range = part.byte_range(offset, wanted, upper, snap)
         if answer.range is not None and old_fetcher:
             byte_range, answer.range = answer.range, None
             answer.converted = _down_convert(byte_range, ctx.api_version, offset)
-        elif answer.range is not None:
-            pagecache.ensure_cached(answer.range)  # the loop's sendfile must not wait for the disk
         if stable is not None and answer.range is not None:
             with lock:
                 aborted = stable.aborted_between(offset, upper)
@@ -202,6 +199,8 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
             if pa.range is not None and pa.range.length <= min(INLINE_RANGE_BYTES, inline_left):
                 _read_inline(ctx, answer.name, pa)
                 inline_left -= pa.size
+            elif pa.range is not None:
+                pagecache.ensure_cached(pa.range)  # the loop's sendfile must not wait for the disk
             budget -= pa.size
             answer.partitions.append(pa)
         out.append(answer)

@@ -407,22 +407,25 @@ class Partition:
                                       lambda got: (got[0].header, got[0].path, got[0].position), lambda got: None)
         return batches or []
 
-    def byte_range(self, offset: int, max_bytes: int, upper: int | None = None) -> ByteRange | None:
+    def byte_range(self, offset: int, max_bytes: int, upper: int | None = None,
+                   snap: PartitionSnapshot | None = None) -> ByteRange | None:
         """Like read(), but where the bytes are instead of the bytes (zero-copy fetch), with read()'s
         rules. (The batches after the first are sent as they lie in one segment file: Kafka's
-        clients check their CRCs.)"""
+        clients check their CRCs.) `snap`: the reader_snapshot() the caller just took for the
+        same answer (a fetch's high watermark), so the state file is read once per partition."""
         return self._from_replicas(offset, upper, lambda replica, bound: replica.byte_range(offset, bound, max_bytes),
-                                   lambda got: (got.first, got.path, got.position), ByteRange.close)
+                                   lambda got: (got.first, got.path, got.position), ByteRange.close, snap)
 
     def _from_replicas(self, offset: int, upper: int | None, ask: Callable[[PartitionLog, int], R | None],
                        first_of: Callable[[R], tuple[codec.BatchHeader, str | None, int]],
-                       release: Callable[[R], None]) -> R | None:
+                       release: Callable[[R], None], snap: PartitionSnapshot | None = None) -> R | None:
         """What `ask(replica, bound)` reads from `offset` below the high watermark (and `upper`),
         from the leader or else the first in-sync replica that has the range intact (Kafka does
         not do this; klog does). The answer starts at `offset` (or the log start): a read that
         starts later, an I/O error, or a log that ends below the high watermark is an error,
         never an empty answer (a silent short read)."""
-        snap = self.reader_snapshot()
+        if snap is None:
+            snap = self.reader_snapshot()
         if snap.leader_epoch != self.leader_epoch_loaded and self.reload_replicas is not None:
             self.reload_replicas()
             # the state file's epoch, not the metadata's: a writer killed between writing the two

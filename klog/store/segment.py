@@ -34,7 +34,19 @@ from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, follows, walk_
 
 GapOk = Callable[[int], bool]  # may the batch at this position start above where the one before ended?
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
-READ_FDS_MAX = 128  # open segment files kept by a process's readers (5,000 segments must not be 5,000 fds)
+READ_FDS_MIN = 128  # open segment files kept by a process's readers (5,000 segments must not be 5,000 fds)
+READ_FDS_MAX = 4096
+READ_FDS_SHARE = 16  # ... up to this fraction of the open-file limit: a fetch of 500 partitions would
+# otherwise open and close each one's segment every time (two system calls per partition)
+
+
+def _read_fds_capacity() -> int:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return READ_FDS_MAX
+    return max(READ_FDS_MIN, min(READ_FDS_MAX, soft // READ_FDS_SHARE))
 
 
 class _ReadFdCache:
@@ -53,6 +65,8 @@ class _ReadFdCache:
         """`segment` was just read: keep it, and close the least recently read beyond capacity."""
         self.open[segment] = None
         self.open.move_to_end(segment)
+        if len(self.open) > self.capacity:
+            self.capacity = _read_fds_capacity()  # the limit may have been raised since (a writer raises it)
         while len(self.open) > self.capacity:
             oldest, _ = self.open.popitem(last=False)
             oldest._close_read_fd()
@@ -69,7 +83,7 @@ class _ReadFdCache:
         self.open.pop(segment, None)
 
 
-_read_fds = _ReadFdCache(READ_FDS_MAX)
+_read_fds = _ReadFdCache(_read_fds_capacity())
 
 
 def open_or_shed(path: str, flags: int, mode: int = FILE_MODE) -> int:
@@ -215,8 +229,10 @@ class LogSegment:
         at the segment's base offset. A base offset raised or lowered by damage is then an error
         whatever offset a read starts at, not records handed out under offsets that are not
         theirs. `gap_ok(position)`: an upward gap is legal there (a compacted log)."""
-        self.offset_index.refresh()
-        hint = self.offset_index.lookup(offset - 1)  # the entry's batch ends below `offset`
+        hint = 0
+        if offset > self.base_offset:  # (at or below the base no entry can help: no index read)
+            self.offset_index.refresh()
+            hint = self.offset_index.lookup(offset - 1)  # the entry's batch ends below `offset`
         if hint >= end or (hint and not self._hint_ok(hint, offset)):
             hint = 0
         before = None
@@ -263,14 +279,15 @@ class LogSegment:
             return None
         start, header = found
         limit = min(end, start + max(max_bytes, header.size))
-        before, stop = None, start
+        # the first batch is whole and checked (first_batch): the walk starts after it, so a
+        # one-batch range (a consumer at the log's end) costs no second read
+        before, stop = header, start + header.size
         try:
-            for batch in walk_batches(self.read_bytes, start, limit, path=self.log_path):
+            for batch in walk_batches(self.read_bytes, stop, limit, path=self.log_path):
                 h = batch.header
                 if h.base_offset >= upper:
                     break
-                if before is not None:
-                    self._check_follows(before, batch.position, h, gap_ok)
+                self._check_follows(before, batch.position, h, gap_ok)
                 before, stop = h, batch.position + h.size
             else:
                 if stop < limit < end and self._cut_batch_follows(before, stop, end, upper, gap_ok):
