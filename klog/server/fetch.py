@@ -86,8 +86,10 @@ def _zstd_topic(ctx: RequestContext, topic: str) -> bool:
         return False  # an unknown topic: the partition's own lookup answers
 
 
-def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool) -> PartitionAnswer:
-    """One partition's answer: its offsets and where its bytes are (lock-free, any process)."""
+def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool,
+                    inline_max: int = 0) -> PartitionAnswer:
+    """One partition's answer: its offsets and where its bytes are (lock-free, any process); a
+    range of at most `inline_max` bytes comes read (ByteRange.data)."""
     index = int(p.partition)
     answer = PartitionAnswer(index)
     if not ctx.authorize("READ", "TOPIC", topic):
@@ -135,7 +137,7 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
     try:
         if old_fetcher:  # converted in memory: a bounded chunk per partition and request, never a segment
             wanted = min(wanted, DOWN_CONVERT_BYTES_MAX)
-        answer.range = part.byte_range(offset, wanted, upper, snap)
+        answer.range = part.byte_range(offset, wanted, upper, snap, 0 if old_fetcher else inline_max)
         if answer.range is not None and old_fetcher:
             byte_range, answer.range = answer.range, None
             answer.converted = _down_convert(byte_range, ctx.api_version, offset)
@@ -195,8 +197,9 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
             answer = TopicAnswer(str(t.topic))
         _check_topic(ctx, answer.name)
         for p in t.partitions:
-            pa = _read_partition(ctx, answer.name, p, budget, committed)
-            if pa.range is not None and pa.range.length <= min(INLINE_RANGE_BYTES, inline_left):
+            inline_max = min(INLINE_RANGE_BYTES, inline_left)
+            pa = _read_partition(ctx, answer.name, p, budget, committed, inline_max)
+            if pa.range is not None and pa.range.length <= inline_max:
                 _read_inline(ctx, answer.name, pa)
                 inline_left -= pa.size
             elif pa.range is not None:
@@ -208,11 +211,13 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
 
 
 def _read_inline(ctx: RequestContext, topic: str, answer: PartitionAnswer) -> None:
-    """The answer's range read into memory (it was checked batch by batch when it was found: the
-    same bytes go out as sendfile would send); the range is closed."""
+    """The answer's range read into memory, unless the store read it already (it was checked batch
+    by batch when it was found: the same bytes go out as sendfile would send); the range is closed."""
     byte_range, answer.range = answer.range, None
     try:
-        data = _pread(byte_range.fd, byte_range.length, byte_range.position)
+        data = byte_range.data
+        if data is None:
+            data = _pread(byte_range.fd, byte_range.length, byte_range.position)
     except OSError as e:
         ctx.log.warning("fetch %s-%d: %s", topic, answer.partition, e)
         answer.error = E.kafka_storage_error

@@ -93,14 +93,18 @@ class FetchedBatch(Plain):
 class ByteRange(Plain):
     """Bytes of whole batches (maybe a cut last one) in a segment file, sent as they are."""
 
-    _fields = ("fd", "position", "length", "first", "path")
+    _fields = ("fd", "position", "length", "first", "path", "data")
 
-    def __init__(self, fd: int, position: int, length: int, first: BatchHeader, path: str) -> None:
+    def __init__(self, fd: int, position: int, length: int, first: BatchHeader, path: str,
+                 data: bytes | None = None) -> None:
         self.fd = fd  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
         self.position = position
         self.length = length
         self.first = first
         self.path = path
+        # the bytes, already read (a small range: see PartitionLog.byte_range's read_max); fd is then -1
+        # (a file cut meanwhile reads short: the caller compares len(data) with length)
+        self.data = data
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -626,10 +630,12 @@ class PartitionLog:
             return None
         return lambda position: self.cleaner_gap_ok(segment.log_path, position)
 
-    def byte_range(self, offset: int, upper: int, max_bytes: int) -> ByteRange | None:
+    def byte_range(self, offset: int, upper: int, max_bytes: int, read_max: int = 0) -> ByteRange | None:
         """Where the batches holding offsets in [offset, upper) lie, in one segment (a fetch
         answers from one segment, as Kafka's does), for sending without reading: see
-        LogSegment.byte_range. The descriptor is a dup the caller closes."""
+        LogSegment.byte_range. The descriptor is a dup the caller closes. A range of at most
+        `read_max` bytes comes read instead (ByteRange.data, no descriptor): a caller that copies
+        small ranges saves a dup, a close and a read per range."""
         if offset >= upper:
             return None
         segment = self._first_segment(offset)
@@ -643,6 +649,9 @@ class PartitionLog:
             found = segment.byte_range(offset, upper, max_bytes, end, self._gap_ok(segment)) if end else None
             if found is not None:
                 position, length, header = found
+                if length <= read_max:
+                    return ByteRange(-1, position, length, header, segment.log_path,
+                                     segment.read_bytes(position, length))
                 return ByteRange(segment.dup_read_fd(), position, length, header, segment.log_path)
             segment = self._next_segment(segment)
         return None

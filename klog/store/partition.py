@@ -408,12 +408,14 @@ class Partition:
         return batches or []
 
     def byte_range(self, offset: int, max_bytes: int, upper: int | None = None,
-                   snap: PartitionSnapshot | None = None) -> ByteRange | None:
+                   snap: PartitionSnapshot | None = None, read_max: int = 0) -> ByteRange | None:
         """Like read(), but where the bytes are instead of the bytes (zero-copy fetch), with read()'s
         rules. (The batches after the first are sent as they lie in one segment file: Kafka's
         clients check their CRCs.) `snap`: the reader_snapshot() the caller just took for the
-        same answer (a fetch's high watermark), so the state file is read once per partition."""
-        return self._from_replicas(offset, upper, lambda replica, bound: replica.byte_range(offset, bound, max_bytes),
+        same answer (a fetch's high watermark), so the state file is read once per partition.
+        `read_max`: see PartitionLog.byte_range."""
+        return self._from_replicas(offset, upper,
+                                   lambda replica, bound: replica.byte_range(offset, bound, max_bytes, read_max),
                                    lambda got: (got.first, got.path, got.position), ByteRange.close, snap)
 
     def _from_replicas(self, offset: int, upper: int | None, ask: Callable[[PartitionLog, int], R | None],
