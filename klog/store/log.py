@@ -646,12 +646,11 @@ class PartitionLog:
                 end = segment.file_size()
             except FileNotFoundError:
                 end = 0
-            found = segment.byte_range(offset, upper, max_bytes, end, self._gap_ok(segment)) if end else None
+            found = segment.byte_range(offset, upper, max_bytes, end, self._gap_ok(segment), read_max) if end else None
             if found is not None:
-                position, length, header = found
-                if length <= read_max:
-                    return ByteRange(-1, position, length, header, segment.log_path,
-                                     segment.read_bytes(position, length))
+                position, length, header, data = found
+                if data is not None:
+                    return ByteRange(-1, position, length, header, segment.log_path, data)
                 return ByteRange(segment.dup_read_fd(), position, length, header, segment.log_path)
             segment = self._next_segment(segment)
         return None

@@ -30,7 +30,7 @@ from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
 from klog.store.plain import Plain
 from klog.store.validate import SegmentScan
-from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, follows, walk_batches
+from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Walked, follows, walk_batches
 
 GapOk = Callable[[int], bool]  # may the batch at this position start above where the one before ended?
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
@@ -223,6 +223,11 @@ class LogSegment:
 
     def first_batch(self, offset: int, end: int, gap_ok: GapOk | None = None,
                     chunk_bytes: int = SCAN_CHUNK_BYTES) -> tuple[int, BatchHeader] | None:
+        found = self._first_walked(offset, end, gap_ok, chunk_bytes)
+        return (found.position, found.header) if found is not None else None
+
+    def _first_walked(self, offset: int, end: int, gap_ok: GapOk | None = None,
+                      chunk_bytes: int = SCAN_CHUNK_BYTES) -> Walked | None:
         """Where a read from `offset` starts: the first batch whose last offset ≥ offset, checked
         against the batch before it. The walk starts at the index entry below `offset`, so that
         batch is seen: it must end where this one starts, and the segment's first batch must start
@@ -240,7 +245,7 @@ class LogSegment:
             header = batch.header
             if header.last_offset >= offset:
                 self._check_follows(before, batch.position, header, gap_ok)
-                return batch.position, header
+                return batch
             before = header
         return None
 
@@ -263,8 +268,8 @@ class LogSegment:
             return  # compacted: the offsets between were removed by the cleaner
         raise CorruptLogError(problem, self.log_path, position, header.base_offset)
 
-    def byte_range(self, offset: int, upper: int, max_bytes: int, end: int,
-                   gap_ok: GapOk | None = None) -> tuple[int, int, BatchHeader] | None:
+    def byte_range(self, offset: int, upper: int, max_bytes: int, end: int, gap_ok: GapOk | None = None,
+                   read_max: int = 0) -> tuple[int, int, BatchHeader, bytes | None] | None:
         """(position, length, first header) of the whole batches from the one holding `offset` up
         to the first batch at or above `upper`, up to `max_bytes` but never less than the first
         batch (Kafka's fetch rule).
@@ -273,11 +278,14 @@ class LogSegment:
         to be sent, so reading them costs little more than the sendfile): the range ends before
         the first batch that does not follow on from the one before (the next fetch starts there
         and fails); a first batch that does not follow its own predecessor is a CorruptLogError
-        (see first_batch)."""
-        found = self.first_batch(offset, end, gap_ok, chunk_bytes=HEADER_CHUNK_BYTES)
-        if found is None or found[1].base_offset >= upper:
+        (see first_batch).
+
+        A range of at most `read_max` bytes comes with its bytes (else None): the walk to the first
+        batch reads `read_max` bytes at once, so a range within them costs no read of its own."""
+        found = self._first_walked(offset, end, gap_ok, chunk_bytes=max(HEADER_CHUNK_BYTES, read_max))
+        if found is None or found.header.base_offset >= upper:
             return None
-        start, header = found
+        start, header = found.position, found.header
         limit = min(end, start + max(max_bytes, header.size))
         # the first batch is whole and checked (first_batch): the walk starts after it, so a
         # one-batch range (a consumer at the log's end) costs no second read
@@ -294,7 +302,12 @@ class LogSegment:
                     stop = limit  # Kafka's fetch sends the last batch cut at the budget; clients drop it
         except CorruptLogError:
             pass  # damage after the first batch: the range ends before it, the next fetch starts there and fails
-        return start, stop - start, header
+        length = stop - start
+        if length > read_max:
+            return start, length, header, None
+        chunk, at = found.chunk, found.at
+        data = chunk[at:at + length] if at + length <= len(chunk) else self.read_bytes(start, length)
+        return start, length, header, data
 
     def _cut_batch_follows(self, before: BatchHeader | None, position: int, end: int, upper: int,
                            gap_ok: GapOk | None) -> bool:

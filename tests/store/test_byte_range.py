@@ -7,11 +7,15 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
+
 import klog
 from klog.store.codec import read_header
 
 
-def test_byte_range_matches_read(tmp_path):
+# read_max: a range up to that size comes read (ByteRange.data, a fetch's small ranges), else as a descriptor
+@pytest.mark.parametrize("read_max", [0, 16 << 10])
+def test_byte_range_matches_read(tmp_path, read_max):
     rng = random.Random(7)
     with klog.open(str(tmp_path / "d")) as store:
         store.create_topic("r", configs={"segment.bytes": "20000", "retention.ms": "-1"})
@@ -27,12 +31,16 @@ def test_byte_range_matches_read(tmp_path):
             offset = rng.randrange(hw)
             upper = rng.randint(offset + 1, hw)
             max_bytes = rng.choice([1, 500, 4000, 30000, 1 << 20])
-            found = part.byte_range(offset, max_bytes, upper)
+            found = part.byte_range(offset, max_bytes, upper, read_max=read_max)
             assert found is not None
+            assert (found.data is not None) == (found.length <= read_max)
             try:
-                data = os.pread(found.fd, found.length, found.position)
+                data = found.data if found.data is not None else os.pread(found.fd, found.length, found.position)
             finally:
                 found.close()
+            with open(found.path, "rb") as f:  # the bytes as they lie in the segment, whichever way they came
+                f.seek(found.position)
+                assert data == f.read(found.length)
             expected = part.read(offset, max_bytes=1 << 30, upper=upper)
             # whole batches in the range are read()'s, in order, from the one holding `offset`
             pos, got = 0, []
