@@ -18,7 +18,7 @@ CLEANER_CHECK_INTERVAL_MS = 300  # LogCleaner's
 
 class Throttler:
     """`maybe_throttle(n)` after n bytes of I/O; sleeps (by `sleep`, seconds) when ahead of the rate.
-    `observed_bytes` and `slept_s` add up what it saw and how long it made its callers wait."""
+    `observed_bytes` and `slept_s` add up what it saw and the sleeps it asked for (a stop may cut one short)."""
 
     def __init__(self, bytes_per_second: float, *, check_interval_ms: int = CLEANER_CHECK_INTERVAL_MS,
                  clock: Callable[[], float] = time.monotonic,
