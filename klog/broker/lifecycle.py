@@ -20,6 +20,7 @@ from klog.errors import KlogError, OffsetOutOfRangeError, UnknownPartitionError,
 from klog.store import cleaner, faults, retention
 from klog.store.config import LogConfig
 from klog.store.partition import Partition
+from klog.store.throttle import Throttler
 
 if TYPE_CHECKING:
     from klog.broker.store_protocol import BrokerStore
@@ -94,7 +95,7 @@ def _retain(store: BrokerStore, topic: str, part: Partition, now_ms: int, result
 
 # -- compaction ----------------------------------------------------------------------------------
 def _compact(store: BrokerStore, topic: str, part: Partition, now_ms: int, force: bool,
-             result: PartitionCleanup) -> None:
+             result: PartitionCleanup, throttler: Throttler | None) -> None:
     config = store.log_config(topic)
     checkpoint = _checkpoint(part)
     rng = cleaner.cleanable_range(part.leader, checkpoint.read(), part.high_watermark(), now_ms,
@@ -103,7 +104,7 @@ def _compact(store: BrokerStore, topic: str, part: Partition, now_ms: int, force
     result.cleanable_end = rng.first_uncleanable
     if not force and not _due(part, rng, now_ms, config):
         return
-    stats = cleaner.compact_replicas(part.replicas, rng, now_ms, config.delete_retention_ms)
+    stats = cleaner.compact_replicas(part.replicas, rng, now_ms, config.delete_retention_ms, throttler=throttler)
     checkpoint.write(rng.first_uncleanable)
     result.compacted = True
     result.records_read = stats.records_read
@@ -124,9 +125,11 @@ def _due(part: Partition, rng: cleaner.CleanableRange, now_ms: int, config: LogC
 
 # -- the public calls ----------------------------------------------------------------------------
 def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Clock | None = None,
-                    force_compact: bool = False, retain: bool = True, compact: bool = True) -> PartitionCleanup:
+                    force_compact: bool = False, retain: bool = True, compact: bool = True,
+                    throttler: Throttler | None = None) -> PartitionCleanup:
     """Retention (by the topic's policy), then compaction if the topic is compacted and it is due
-    (or `force_compact`). A producer's roll calls it with compact=False: cleaning may take long."""
+    (or `force_compact`). A producer's roll calls it with compact=False: cleaning may take long.
+    `throttler` paces the compaction's reads and writes (log.cleaner.io.max.bytes.per.second)."""
     now_ms = _now_ms(clock)
     compacted = store.log_config(topic).compacted
     part = store.partition(topic, partition)
@@ -137,7 +140,7 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
         if retain:
             _retain(store, topic, part, now_ms, result)
         if compacted and (compact or force_compact):
-            _compact(store, topic, part, now_ms, force_compact, result)
+            _compact(store, topic, part, now_ms, force_compact, result, throttler)
     return result
 
 
@@ -205,20 +208,21 @@ def _retention_not_due(store: BrokerStore, topic: str, partition: int) -> bool:
     return (st.st_dev, st.st_ino) == identity
 
 
-def clean(store: BrokerStore, topic: str | None = None, *, clock: Clock | None = None) -> list[PartitionCleanup]:
+def clean(store: BrokerStore, topic: str | None = None, *, clock: Clock | None = None,
+          throttler: Throttler | None = None) -> list[PartitionCleanup]:
     """`klog topics clean [TOPIC]`: retention everywhere, compaction where due."""
-    return [clean_partition(store, t, p, clock=clock)
+    return [clean_partition(store, t, p, clock=clock, throttler=throttler)
             for t in _topics(store, topic) for p in resolve_partitions(store, t, None)]
 
 
 def compact(store: BrokerStore, topic: str, *, clock: Clock | None = None,
-            partitions: Iterable[int] | None = None) -> list[PartitionCleanup]:
+            partitions: Iterable[int] | None = None, throttler: Throttler | None = None) -> list[PartitionCleanup]:
     """`klog topics compact TOPIC`: compact now, whatever the dirty ratio (lag and active segment still hold)."""
     config = store.log_config(topic)
     if not config.compacted:
         raise UsageError(f"topic '{topic}' is not compacted (cleanup.policy={config.cleanup_policy}); "
                          f"set it with: klog topics alter {topic} -c cleanup.policy=compact")
-    return [clean_partition(store, topic, p, clock=clock, force_compact=True, retain=False)
+    return [clean_partition(store, topic, p, clock=clock, force_compact=True, retain=False, throttler=throttler)
             for p in resolve_partitions(store, topic, partitions)]
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from klog.broker import lifecycle
 from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError
 from klog.store.config import LONG_MAX
+from klog.store.throttle import Throttler
 
 LOG_RETENTION_CHECK_MS_DEFAULT = 300_000  # Kafka's log.retention.check.interval.ms
 LOG_CLEANER_BACKOFF_MS_DEFAULT = 15_000  # Kafka's log.cleaner.backoff.ms
@@ -37,6 +38,8 @@ class LogManager:
     stop: threading.Event = field(default_factory=threading.Event)
     # notices a topic deleted and created again by another process (RawAppender.check_topic in serve)
     check_topic: Callable[[str], None] | None = None
+    # paces compaction's I/O (log.cleaner.io.max.bytes.per.second); None: as fast as it goes
+    throttler: Throttler | None = None
     _not_due: dict[tuple[str, int], tuple[int, object]] = field(default_factory=dict)
     # partitions found with only their active segment, by their high watermark then
     _one_segment: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -116,5 +119,5 @@ class LogManager:
             self._not_due[key] = (hw, config)
             return None
         self._not_due.pop(key, None)
-        result = lifecycle.clean_partition(self.store, topic, partition, retain=False)
+        result = lifecycle.clean_partition(self.store, topic, partition, retain=False, throttler=self.throttler)
         return result if result.compacted else None

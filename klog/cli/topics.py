@@ -20,6 +20,10 @@ def parse_configs(pairs: list[str] | None) -> dict[str, str]:
     return parse_pairs(pairs, "--config")
 
 
+IoRateOpt = Annotated[float | None, typer.Option(
+    "--io-max-bytes-per-second", metavar="BYTES",
+    help="Pace compaction's reads and writes to this many bytes per second (log.cleaner.io.max.bytes.per.second); "
+         "default: as fast as the disk goes.")]
 ConfigOpt = Annotated[list[str] | None, typer.Option("--config", "-c", help="Topic config name=value (repeatable).")]
 
 
@@ -217,12 +221,14 @@ def _print_cleanups(results, as_json: bool, verb: str) -> None:
 @app.command()
 def clean(
     topic: Annotated[str | None, typer.Argument(help="Only this topic (default: every topic).")] = None,
+    io_max_bytes_per_second: IoRateOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Apply retention (retention.ms, retention.bytes, log start) and compact where due, now."""
+    throttler = _io_throttler(io_max_bytes_per_second)
     with open_store(data_dir, create=False) as store:
-        results = store.clean(topic)
+        results = store.clean(topic, throttler=throttler)
     _print_cleanups(results, as_json, "Cleaned")
 
 
@@ -248,13 +254,27 @@ def delete_records(
 @app.command()
 def compact(
     topic: str,
+    io_max_bytes_per_second: IoRateOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compact a topic now (cleanup.policy=compact): keep the latest value per key, offsets unchanged."""
+    throttler = _io_throttler(io_max_bytes_per_second)
     with open_store(data_dir, create=False) as store:
-        results = store.compact(topic)
+        results = store.compact(topic, throttler=throttler)
     _print_cleanups(results, as_json, "Compacted")
+
+
+def _io_throttler(rate: float | None):  # noqa: ANN202 - klog.store.throttle.Throttler | None, loaded lazily
+    if rate is None:
+        return None
+    if not rate > 0:
+        from klog.errors import UsageError
+
+        raise UsageError(f"--io-max-bytes-per-second must be above 0, not {rate:g}")
+    from klog.store.throttle import cleaner_throttler
+
+    return cleaner_throttler(rate)
 
 
 def register(root: typer.Typer) -> None:

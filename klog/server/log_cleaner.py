@@ -1,6 +1,7 @@
 """`klog serve` keeps its logs itself, as a Kafka broker's LogManager and LogCleaner do: retention
 every `log.retention.check.interval.ms`, compaction of compacted topics that are due every
-`log.cleaner.backoff.ms` (`log.cleaner.enable=false` turns compaction off), klog.json's defaults.
+`log.cleaner.backoff.ms` (`log.cleaner.enable=false` turns compaction off), compaction's reads and
+writes paced to `log.cleaner.io.max.bytes.per.second` (Kafka's Throttler), klog.json's defaults.
 
 Both passes (klog.broker.log_manager) run in one thread of their own, never in the threads that
 answer requests, one partition at a time: a client's request waits for a partition's lock at most
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from klog.broker.log_manager import LOG_CLEANER_BACKOFF_MS_DEFAULT, LOG_RETENTION_CHECK_MS_DEFAULT, LogManager
+from klog.store.throttle import KAFKA_UNLIMITED, cleaner_throttler
 
 log = logging.getLogger("klog.serve")
 
@@ -32,13 +34,30 @@ def interval_setting(store: Any, name: str, default_ms: int) -> int:
     return default_ms
 
 
+def rate_setting(store: Any, name: str) -> float:
+    """klog.json's `name` in bytes per second (a number above 0); Kafka's unlimited default, with one
+    warning line, when it is not one."""
+    text = store.data_dir.default(name)
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = 0.0
+    if rate > 0:  # NaN and negatives fail too
+        return rate
+    log.warning("klog.json default '%s' must be a number of bytes per second above 0, not %r; using "
+                "Kafka's default (no throttle)", name, text)
+    return KAFKA_UNLIMITED
+
+
 class LogCleanerService:
     """The two timers and the thread they run the passes in."""
 
     def __init__(self, store: Any, *, check_topic: Any = None, retention_check_ms: int | None = None,
-                 backoff_ms: int | None = None, compaction: bool | None = None) -> None:
-        """Arguments override klog.json's log.retention.check.interval.ms, log.cleaner.backoff.ms and
-        log.cleaner.enable (tests); `check_topic(name)` notices a topic re-created by another process."""
+                 backoff_ms: int | None = None, compaction: bool | None = None,
+                 io_max_bytes_per_second: float | None = None) -> None:
+        """Arguments override klog.json's log.retention.check.interval.ms, log.cleaner.backoff.ms,
+        log.cleaner.enable and log.cleaner.io.max.bytes.per.second (tests); `check_topic(name)`
+        notices a topic re-created by another process."""
         self.store = store
         self.retention_check_ms = retention_check_ms or interval_setting(
             store, "log.retention.check.interval.ms", LOG_RETENTION_CHECK_MS_DEFAULT)
@@ -47,6 +66,9 @@ class LogCleanerService:
         self.compaction = compaction if compaction is not None else \
             store.data_dir.default("log.cleaner.enable").strip().lower() != "false"
         self.manager = LogManager(store, warn=lambda m: log.warning("%s", m), check_topic=check_topic)
+        rate = io_max_bytes_per_second or rate_setting(store, "log.cleaner.io.max.bytes.per.second")
+        # a stop ends a throttled sleep at once: close() need not wait out the rate
+        self.manager.throttler = cleaner_throttler(rate, sleep=self.manager.stop.wait)
         self._thread: ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task] = []
 

@@ -51,6 +51,7 @@ from klog.store.loader import unlink_if_there
 from klog.store.names import fsync_dir, nofollow_opener
 from klog.store.reader import PartitionReader
 from klog.store.retention import largest_timestamp
+from klog.store.throttle import Throttler
 
 if TYPE_CHECKING:
     from klog.store.log import PartitionLog
@@ -110,10 +111,13 @@ def first_dirty_timestamp(log: PartitionLog, first_dirty: int) -> int:
 
 
 # -- the offset map ------------------------------------------------------------------------------
-def build_offset_map(log: PartitionLog, start: int, end: int) -> dict[bytes, int]:
+def build_offset_map(log: PartitionLog, start: int, end: int,
+                     throttler: Throttler | None = None) -> dict[bytes, int]:
     """key -> the last offset holding it, over [start, end) of `log` (Kafka's SkimpyOffsetMap, unbounded)."""
     offsets: dict[bytes | None, int] = {}
     for fetched in PartitionReader(log, start, end, max_bytes=READ_BYTES):
+        if throttler is not None:
+            throttler.maybe_throttle(sum(len(fb.data) for fb in fetched.batches))
         for _, records in fetched.record_runs():
             offsets.update((r[2], r[0]) for r in records)
     offsets.pop(None, None)
@@ -146,7 +150,8 @@ class DirtySurvivors:
 
 
 def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms: int, delete_retention_ms: int,
-              stats: CleanStats | None = None, first_dirty: int | None = None) -> CleanStats:
+              stats: CleanStats | None = None, first_dirty: int | None = None,
+              throttler: Throttler | None = None) -> CleanStats:
     """Rewrite every sealed segment of `log` that lies wholly below `end` (the first uncleanable offset);
     offset_map covers [first_dirty, end) (first_dirty None: no shortcut for dirty batches)."""
     stats = stats or CleanStats()
@@ -156,13 +161,14 @@ def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms:
     for i, base in enumerate(bases[:-1]):
         if bases[i + 1] > end:
             break
-        clean_segment(log, log.segments[base], offset_map, now_ms, delete_retention_ms, stats, survivors)
+        clean_segment(log, log.segments[base], offset_map, now_ms, delete_retention_ms, stats, survivors, throttler)
     log.refresh_segments()
     return stats
 
 
 def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes, int], now_ms: int,
-                  delete_retention_ms: int, stats: CleanStats, survivors: DirtySurvivors | None = None) -> bool:
+                  delete_retention_ms: int, stats: CleanStats, survivors: DirtySurvivors | None = None,
+                  throttler: Throttler | None = None) -> bool:
     """Rewrite one segment if anything in it goes (or needs a delete horizon); True if it did.
 
     Streams: batches are read 4 MiB at a time, and the `.cleaned` file is opened at the first
@@ -180,20 +186,24 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
             batches = [b for b in log.read(offset, end_offset, READ_BYTES) if b.segment_base == segment.base_offset]
             if not batches:
                 break
+            chunk_out = 0  # bytes of this chunk written to the .cleaned file
             for fb in batches:
                 kept = _cleaned_batch(fb, offset_map, now_ms, delete_retention_ms, stats, survivors)
                 if kept is not None and cleaned is None:
                     cleaned = open(segment.log_path + CLEANED_SUFFIX, "wb", opener=nofollow_opener)  # noqa: SIM115
-                    _copy_range(segment, cleaned, fb.position)  # the unchanged batches before this one
+                    _copy_range(segment, cleaned, fb.position, throttler)  # the unchanged batches before this one
                 data = fb.data if kept is None else kept
                 if cleaned is not None:
                     cleaned.write(data)
+                    chunk_out += len(data)
                     if written == 0:
                         faults.point("cleaned-partial")
                 layout.append((written, fb.header if kept is None else codec.read_header(kept)))
                 written += len(data)
                 position = fb.position + len(fb.data)
             offset = batches[-1].header.next_offset
+            if throttler is not None:  # the chunk read, and what of it went to the .cleaned file
+                throttler.maybe_throttle(sum(len(fb.data) for fb in batches) + chunk_out)
         if position != size:  # damage the reads stopped at: never rewrite (and so cut) a segment we could not read
             raise CorruptLogError("cannot compact a damaged segment (klog verify --repair)", segment.log_path,
                                   position)
@@ -227,7 +237,8 @@ def _cleaned_batch(fb, offset_map: dict[bytes, int], now_ms: int, delete_retenti
     return _clean_batch(header, fb.records(), offset_map, now_ms, delete_retention_ms, stats)
 
 
-def _copy_range(segment: LogSegment, out, length: int) -> None:  # noqa: ANN001 - a binary file
+def _copy_range(segment: LogSegment, out, length: int,  # noqa: ANN001 - a binary file
+                throttler: Throttler | None = None) -> None:
     position = 0
     while position < length:
         chunk = segment.read_bytes(position, min(READ_BYTES, length - position))
@@ -235,6 +246,8 @@ def _copy_range(segment: LogSegment, out, length: int) -> None:  # noqa: ANN001 
             raise CorruptLogError("segment shrank while being compacted", segment.log_path, position)
         out.write(chunk)
         position += len(chunk)
+        if throttler is not None:
+            throttler.maybe_throttle(2 * len(chunk))  # read, then written
 
 
 def _segment_end_offset(log: PartitionLog, segment: LogSegment) -> int:
@@ -337,17 +350,18 @@ def _index_entries(layout: list[tuple[int, BatchHeader]], base_offset: int,
 
 # -- one partition -------------------------------------------------------------------------------
 def compact_replicas(replicas: list[PartitionLog], rng: CleanableRange, now_ms: int, delete_retention_ms: int,
-                     on_replica: Callable[[int, CleanStats], None] | None = None) -> CleanStats:
+                     on_replica: Callable[[int, CleanStats], None] | None = None,
+                     throttler: Throttler | None = None) -> CleanStats:
     """Clean every replica with one offset map built from the first (the leader): the same records
     stay in each. The caller holds the partition lock and persists rng.first_uncleanable afterwards."""
     for replica in replicas:
         replica.finish_flushes()  # the segments it rewrites are fsynced as they were sealed first
     leader = replicas[0]
-    offset_map = build_offset_map(leader, rng.first_dirty, rng.first_uncleanable)
+    offset_map = build_offset_map(leader, rng.first_dirty, rng.first_uncleanable, throttler)
     total = CleanStats()
     for i, replica in enumerate(replicas):
         stats = clean_log(replica, offset_map, rng.first_uncleanable, now_ms, delete_retention_ms,
-                          first_dirty=rng.first_dirty)
+                          first_dirty=rng.first_dirty, throttler=throttler)
         if i == 0:
             total = stats
         if on_replica is not None:

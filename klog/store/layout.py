@@ -46,6 +46,7 @@ STORE_DEFAULTS = {
     "log.retention.check.interval.ms": "300000",
     "log.cleaner.backoff.ms": "15000",
     "log.cleaner.enable": "true",
+    "log.cleaner.io.max.bytes.per.second": "1.7976931348623157E308",  # Kafka's: Double.MaxValue, no throttle
 }
 
 

@@ -128,3 +128,69 @@ def test_metadata_and_other_partitions_are_answered_while_the_cleaner_holds_a_pa
             assert fetched.error_code == 0
         finally:
             release.set()
+
+
+def test_a_throttled_compaction_paces_its_io_and_serve_keeps_answering(data_dir, monkeypatch):
+    """log.cleaner.io.max.bytes.per.second: the cleaner sleeps between chunks (here held inside its
+    first sleep, the partition's lock held); Metadata, and Fetches of that very partition and of
+    another, are answered meanwhile; closing the server ends the sleep instead of waiting it out."""
+    from klog.server import log_cleaner
+    from klog.store.throttle import Throttler
+    from tests.serve_helpers import RawClient, fetch_fields
+
+    inside, release = threading.Event(), threading.Event()
+    made: list[Throttler] = []
+
+    def held_throttler(rate, sleep):  # the real Throttler, its first sleep held until released
+        def first_sleep_held(seconds: float) -> None:
+            inside.set()
+            release.wait(20)
+            sleep(seconds)
+
+        made.append(Throttler(rate, sleep=first_sleep_held))
+        return made[-1]
+
+    monkeypatch.setattr(log_cleaner, "cleaner_throttler", held_throttler)
+    with klog.open(data_dir) as store:
+        store.create_topic("changelog", partitions=1, configs={
+            "cleanup.policy": "compact", "segment.bytes": "300", "min.cleanable.dirty.ratio": "0.01"})
+        store.create_topic("free", partitions=1)
+        with store.producer() as p:
+            for r in range(ROUNDS):
+                for k in range(KEYS):
+                    p.send("changelog", b"v%d-%d" % (r, k), key=b"k%d" % k, partition=0)
+                p.flush()
+        store.data_dir.defaults["log.cleaner.io.max.bytes.per.second"] = "100"
+        store.data_dir.save()
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000, log_cleaner={"backoff_ms": 100}) as server:
+        try:
+            assert inside.wait(20), "the throttled cleaner never slept"
+            assert made[0].bytes_per_second == 100  # read from klog.json
+            meta, fetched, _ = another_client_answered(server.port)
+            assert {t.name for t in meta.topics} >= {"changelog", "free"}
+            assert fetched.error_code == 0
+            with RawClient(server.port) as client:
+                client.sock.settimeout(5)
+                answer = client.send(1, 12, **fetch_fields("changelog", 0, 0))
+            [part] = answer.responses[0].partitions
+            assert part.error_code == 0 and part.records, "the partition being compacted could not be fetched"
+        finally:
+            release.set()
+    assert made[0].observed_bytes > 0
+    with klog.open(data_dir) as store:  # the partition being cleaned was finished, not waited for
+        assert store.dirty_ratio("changelog", 0) < 0.5
+
+
+def test_the_io_rate_setting_is_read_and_a_bad_one_warns_and_means_no_throttle(store, caplog):
+    from klog.server.log_cleaner import LogCleanerService, rate_setting
+    from klog.store.throttle import KAFKA_UNLIMITED
+
+    name = "log.cleaner.io.max.bytes.per.second"
+    assert LogCleanerService(store).manager.throttler is None  # Kafka's default: unlimited
+    store.data_dir.defaults[name] = "1048576"
+    assert LogCleanerService(store).manager.throttler.bytes_per_second == 1048576
+    for bad in ("fast", "0", "-5", "nan"):
+        store.data_dir.defaults[name] = bad
+        caplog.clear()
+        assert rate_setting(store, name) == KAFKA_UNLIMITED
+        assert f"'{name}' must be a number of bytes per second above 0, not {bad!r}" in caplog.text
