@@ -291,7 +291,7 @@ class LogSegment:
         # one-batch range (a consumer at the log's end) costs no second read
         before, stop = header, start + header.size
         try:
-            for batch in walk_batches(self.read_bytes, stop, limit, path=self.log_path):
+            for batch in walk_batches(self.read_bytes, stop, limit, path=self.log_path) if stop < limit else ():
                 h = batch.header
                 if h.base_offset >= upper:
                     break
