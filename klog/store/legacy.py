@@ -261,6 +261,10 @@ def from_v2_batches(data: bytes | memoryview, magic: int, from_offset: int = 0) 
         if end > len(view):
             break
         batch_codec = header.attributes & COMPRESSION_CODEC_MASK
+        if batch_codec == compression.LZ4 and magic == MAGIC_V0:
+            # Kafka sends magic 0 LZ4 with Kafka 0.8's broken frame checksum (KAFKA-3160), which
+            # readers that check it (sarama, whose defaults fetch magic 0) refuse: uncompressed instead
+            batch_codec = 0
         if not header.is_control and header.last_offset >= from_offset and batch_codec:
             if batch_codec == compression.ZSTD:
                 raise UnsupportedCodecError(f"a zstd batch at offset {header.base_offset} cannot be down-converted "

@@ -12,20 +12,10 @@ import pytest
 from klog.broker import lifecycle
 from klog.broker.log_manager import LogManager
 from klog.store.throttle import Throttler
+from tests.fake_clock import FakeClock
 
 MB = 1 << 20
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": str(512 << 10), "min.cleanable.dirty.ratio": "0.01"}
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def write_3mb(store, topic: str) -> int:

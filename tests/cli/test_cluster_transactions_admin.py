@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 
 import pytest
 
@@ -106,7 +107,10 @@ def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env 
     topic = [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE, Operation.READ)]
     tid = allow(ResourceType.TRANSACTIONAL_ID, "tx-open", Operation.WRITE)
     _set_acls(env, [*topic, tid])
-    producer = ck.Producer({**env.conf, "transactional.id": "tx-open", "transaction.timeout.ms": 60_000})
+    # its log to Python's logging: once the id's ACL goes, librdkafka's background thread logs a FATAL
+    # line, which on this process's stderr would land in the command's captured error output
+    producer = ck.Producer({**env.conf, "transactional.id": "tx-open", "transaction.timeout.ms": 60_000},
+                           logger=logging.getLogger("tx-open-producer"))
     try:
         producer.init_transactions(10)
         producer.begin_transaction()

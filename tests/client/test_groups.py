@@ -19,6 +19,7 @@ from klog.client import assignors
 from klog.client import groups_admin as admin
 from klog.errors import GroupError, GroupFencedError, UsageError
 from klog.meta.groups import GroupsMeta, Member, now_ms
+from tests.fake_clock import FakeClock
 
 SETTLE_ROUNDS_MAX = 300  # x 10 ms: a rebalance in one process needs a few polls
 
@@ -29,19 +30,6 @@ def fill(store, topic: str, partitions: int, per_partition: int) -> None:
         for i in range(per_partition):
             for part in range(partitions):
                 p.send(topic, b"%d-%d" % (part, i), partition=part, timestamp=1000 * (i + 1))
-
-
-class FakeClock:
-    """A monotonic clock in seconds that moves only when a test says so (no sleeping past a timeout)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class MsClock:
@@ -257,7 +245,7 @@ def test_heartbeats_keep_a_busy_member_in_the_group_and_stop_on_close(store) -> 
 
 def test_a_member_that_stops_polling_leaves_after_max_poll_interval(store) -> None:
     fill(store, "t", 2, 3)
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     slow = store.group_consumer("g", "t", max_poll_interval_ms=300, heartbeat_interval_ms=50, clock=clock)
     busy = store.group_consumer("g", "t")
     settle([slow, busy], lambda: sizes([slow, busy]) == [1, 1])

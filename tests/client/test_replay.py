@@ -24,6 +24,7 @@ from klog.broker import lifecycle
 from klog.client.partitioner import partition_for_key
 from klog.client.replay import Replayer
 from tests.conftest import REPO
+from tests.fake_clock import FakeClock
 
 T0 = 1_700_000_000_000
 
@@ -52,21 +53,6 @@ def digest(per_partition):
     return h.hexdigest()
 
 
-class FakeClock:
-    def __init__(self):
-        self.now = 100.0
-        self.sleeps = []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        assert seconds > 0
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-# -- content ---------------------------------------------------------------------------------------
 def test_dest_content_hash_equals_src_for_the_whole_log(store):
     fill(store, "src", 500)
     stats = Replayer(store, "src", "dst", keep_timestamps=True).run()
@@ -154,7 +140,7 @@ def paced(store, speed=None, rate=None, dest=None, source="src"):
     with store.producer() as p:
         for i, gap in enumerate(GAPS_MS):  # alternate partitions: the merge by timestamp makes the order
             p.send(source, b"%d" % i, partition=i % 2, timestamp=T0 + gap)
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     emitted = []
     replayer = Replayer(store, source, dest, speed=speed, rate=rate, clock=clock, sleep=clock.sleep,
                         emit=None if dest else (lambda r: emitted.append((clock(), r.timestamp))))

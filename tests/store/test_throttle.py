@@ -8,17 +8,7 @@ import threading
 import pytest
 
 from klog.store.throttle import KAFKA_UNLIMITED, Throttler, cleaner_throttler
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from tests.fake_clock import FakeClock
 
 
 def test_it_sleeps_until_the_bytes_seen_match_the_rate():
