@@ -218,16 +218,14 @@ def wrapper_bytes(records: list[tuple[int, int, bytes | None, bytes | None]], ma
     """A compressed magic 0/1 wrapper message holding `records` (offset, timestamp, key, value), as
     Kafka's MemoryRecordsBuilder writes one: inner offsets absolute (magic 0) or relative to the
     first (magic 1), the wrapper at the last offset with the largest timestamp (or `append_time`,
-    LogAppendTime), the value compressed with `codec` (LZ4 with magic 0: the frame header checksum
-    over the magic number too, as Kafka 0.8-0.9 wrote it; KAFKA-3160)."""
+    LogAppendTime), the value compressed with `codec` (never LZ4 with magic 0: from_v2_batches sends
+    those records uncompressed)."""
     first = records[0][0]
     type_bit = TIMESTAMP_TYPE_MASK if append_time is not None and magic == MAGIC_V1 else 0
     inner = b"".join(message_bytes(offset - first if magic == MAGIC_V1 else offset,
                                    append_time if append_time is not None else ts, key, value, magic, type_bit)
                      for offset, ts, key, value in records)
     value = compression.compress(codec, inner)
-    if codec == compression.LZ4 and magic == MAGIC_V0:
-        value = value[:6] + bytes(((compression._xxh32(value[:6]) >> 8) & 0xFF,)) + value[7:]
     wrapper_ts = append_time if append_time is not None else max(ts for _, ts, _, _ in records)
     return message_bytes(records[-1][0], wrapper_ts, None, value, magic, codec | type_bit)
 
