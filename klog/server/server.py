@@ -133,7 +133,6 @@ class Server:
         self.gate = ConnectionGate(self.limits)
         self._acceptors: list[Acceptor] = []
         self._refusals = RateLimitedLog(log)
-        self._conn_security: dict[str, ConnectionSecurity] = {}  # by peer address (one per live connection)
         self.appender: Any = None  # klog.broker.batches.RawAppender: every Produce goes through it
         self.transactions: Any = None  # klog.server.transactions.TransactionService
         self._transaction_settings = transactions or {}
@@ -396,10 +395,11 @@ class Server:
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         log.info("connection from %s", peer_text)
         assert self.security is not None
-        self._conn_security[peer_text] = self.security.connection(listener or self.listeners[0],
-                                                             peer_text.rpartition(":")[0], writer.transport)
+        # carried with the connection, never looked up by address: one client port may hold
+        # connections to two listeners at once (Linux shares a local port across destinations)
+        conn = self.security.connection(listener or self.listeners[0], peer_text.rpartition(":")[0], writer.transport)
         try:
-            await self._serve_connection(reader, writer, task, peer_text)
+            await self._serve_connection(reader, writer, task, peer_text, conn)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -408,7 +408,6 @@ class Server:
             log.error("%s: closing connection after an internal error: %s: %s", peer_text, type(e).__name__, e)
         finally:
             self._connections.pop(task, None)
-            self._conn_security.pop(peer_text, None)
             self.gate.release(host)
             writer.close()
             with contextlib.suppress(Exception):
@@ -416,11 +415,11 @@ class Server:
             log.info("connection from %s closed", peer_text)
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                                task: asyncio.Task, peer: str) -> None:
+                                task: asyncio.Task, peer: str, conn: ConnectionSecurity) -> None:
         """Requests are read and parsed one or two ahead (overlapping the network and parsing with
         the store's fsync of the request before) but handled and answered strictly in order."""
         queue: asyncio.Queue = asyncio.Queue(maxsize=READ_AHEAD)
-        reading = asyncio.create_task(self._read_requests(reader, queue, peer))
+        reading = asyncio.create_task(self._read_requests(reader, queue, peer, conn))
         try:
             while not self._stopping:
                 item = await queue.get()
@@ -428,7 +427,7 @@ class Server:
                     return
                 self._connections[task] = True
                 try:
-                    if not await self._answer(item, writer, peer):
+                    if not await self._answer(item, writer, peer, conn):
                         return
                 finally:
                     self._connections[task] = False
@@ -437,15 +436,15 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reading
 
-    async def _read_requests(self, reader: asyncio.StreamReader, queue: asyncio.Queue, peer: str) -> None:
+    async def _read_requests(self, reader: asyncio.StreamReader, queue: asyncio.Queue, peer: str,
+                             conn: ConnectionSecurity) -> None:
         """Frames -> parsed requests on `queue`, then None when the connection must end (waiting for
         room like the requests: the handler loop takes everything queued before it)."""
         while not self._stopping:
-            frame = await self._read_frame(reader, peer)
-            conn = self._conn_security.get(peer)
+            frame = await self._read_frame(reader, peer, conn)
             if frame is None:
                 item = None
-            elif conn is not None and conn.raw_sasl and not conn.authenticated:
+            elif conn.raw_sasl and not conn.authenticated:
                 item = raw_sasl_token(frame)  # after a SaslHandshake v0: a SASL token without Kafka's framing
             elif len(frame) > PARSE_INLINE_BYTES:  # in a thread: the loop keeps answering the others
                 item = await asyncio.get_running_loop().run_in_executor(self.parse_executor, self._parse, frame, peer)
@@ -456,7 +455,7 @@ class Server:
             await queue.put(item)
         await queue.put(None)
 
-    async def _read_frame(self, reader: asyncio.StreamReader, peer: str) -> bytes | None:
+    async def _read_frame(self, reader: asyncio.StreamReader, peer: str, conn: ConnectionSecurity) -> bytes | None:
         idle_s = self.idle_ms / 1000
         try:
             # asyncio.timeout, not wait_for: wait_for wraps the read in a task of its own (two per
@@ -473,8 +472,7 @@ class Server:
         except ConnectionError:
             return None
         (size,) = framing.SIZE.unpack(head)
-        conn = self._conn_security.get(peer)
-        if conn is not None and not conn.authenticated and size > SASL_FRAME_BYTES_MAX:
+        if not conn.authenticated and size > SASL_FRAME_BYTES_MAX:
             log.warning("%s: request of %d bytes before SASL authentication (at most %d), closing", peer, size,
                         SASL_FRAME_BYTES_MAX)
             return None
@@ -520,10 +518,9 @@ class Server:
             return _Parsed(prefix, client_id, None, len(frame), refusal=message)
         return _Parsed(prefix, client_id, request, len(frame), entries=entries)
 
-    async def _answer(self, item: _Parsed, writer: asyncio.StreamWriter, peer: str) -> bool:
+    async def _answer(self, item: _Parsed, writer: asyncio.StreamWriter, peer: str, conn: ConnectionSecurity) -> bool:
         """Handle one parsed request and send its answer; False closes the connection."""
         prefix, client_id, request = item.prefix, item.client_id, item.request
-        conn = self._conn_security[peer]
         assert self.security is not None
         if not self.security.gate(conn, prefix.api_key):  # here, not when read ahead: SASL may finish between
             log.warning("%s (client %s): api key %d before SASL authentication, closing", peer,

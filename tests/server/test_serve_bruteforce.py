@@ -120,3 +120,48 @@ def test_thousand_wrong_passwords_are_slow_and_do_not_slow_others(data_dir):
     print(f"1000 guesses in {elapsed:.1f} s; metadata p50 {p50_before * 1000:.1f} ms before, "
           f"{p50_during * 1000:.1f} ms during (p95 {sorted(during)[int(len(during) * 0.95)] * 1000:.1f} ms)")
     assert p50_during <= max(5 * p50_before, 0.05)
+
+
+def _connect_from(local_port: int, server_port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.settimeout(10)
+    sock.bind(("127.0.0.1", local_port))
+    sock.connect(("127.0.0.1", server_port))
+    return sock
+
+
+def _round_trip(sock: socket.socket, frame: bytes) -> bytes:
+    sock.sendall(frame)
+    head = sock.recv(4, socket.MSG_WAITALL)
+    assert len(head) == 4, "the server closed the connection instead of answering"
+    return sock.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
+
+
+def test_one_client_port_on_two_listeners_keeps_two_identities(data_dir):
+    """Linux lets one local port hold connections to two listeners at once (the brute-force test
+    above met it by chance): a failed login on the SASL listener must not close, or authenticate,
+    the same port's PLAINTEXT connection, and neither may take the other's identity."""
+    with klog.open(data_dir) as store:
+        CredentialsMeta(store.meta).add("alice", "SCRAM-SHA-256", "the-right-one")
+        store.create_topic("t")
+    cfg = SecurityConfig([Listener("SASL_PLAINTEXT", "127.0.0.1", 0), Listener("PLAINTEXT", "127.0.0.1", 0)],
+                         auth_failure_delay_ms=10)
+    with Server(data_dir, security=cfg, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        sasl_port, plain_port = (server.ports[lst] for lst in server.listeners)
+        with socket.socket() as probe:  # a free local port to share
+            probe.bind(("127.0.0.1", 0))
+            local_port = probe.getsockname()[1]
+        plain = _connect_from(local_port, plain_port)
+        sasl = _connect_from(local_port, sasl_port)
+        with plain, sasl:
+            metadata = _frame(3, 1, 1, struct.pack(">i", -1))
+            assert struct.unpack_from(">i", _round_trip(plain, metadata))[0] == 1
+            handshake = _round_trip(sasl, _frame(17, 1, 1, _string("PLAIN")))
+            assert struct.unpack_from(">ih", handshake) == (1, 0)
+            token = b"\0alice\0wrong"
+            answer = _round_trip(sasl, _frame(36, 0, 2, struct.pack(">i", len(token)) + token))
+            assert struct.unpack_from(">h", answer, 4)[0] == 58  # SASL_AUTHENTICATION_FAILED
+            assert sasl.recv(1) == b""  # and closed
+            # the PLAINTEXT connection on the same client port still answers
+            assert struct.unpack_from(">i", _round_trip(plain, _frame(3, 1, 2, struct.pack(">i", -1))))[0] == 2
