@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from klog.errors import GroupError, GroupFencedError, UnknownMemberError, UsageError
+from klog.meta.change_log import drop_through, read_changes
 from klog.meta.db import MetaDB
 from klog.store.state import current_boot_id
 
@@ -219,6 +220,17 @@ class GroupSnapshot:
                 if self.doc.owners.get(tp_key(tp)) != mid:
                     return "PreparingRebalance"
         return "Stable"
+
+
+@dataclass
+class GroupChanges:
+    """GroupsMeta.changes_since: as of LMDB transaction `upto`; `complete` False when the change log no
+    longer reaches back (read everything instead)."""
+
+    upto: int
+    complete: bool
+    offsets: dict[tuple[str, str, int], bytes | None] = field(default_factory=dict)  # stored JSON; None: deleted
+    groups: dict[str, tuple[GroupDoc, list[Member]] | None] = field(default_factory=dict)  # None: deleted
 
 
 class GroupsMeta:
@@ -579,6 +591,27 @@ class GroupsMeta:
                 group, topic, p = key.split("\0")
                 out.append((group, topic, int(p), raw))
             return out
+
+    def changes_since(self, after: int) -> GroupChanges:
+        """What changed in groups and offsets after LMDB transaction `after` (klog.meta.change_log),
+        with the changed offsets' stored JSON and the changed groups, in one read."""
+        with self.db.txn() as txn:
+            changes = read_changes(self.db, txn, after)
+            out = GroupChanges(changes.upto, changes.complete)
+            if not changes.complete:
+                return out
+            for key in changes.keys["offsets"]:
+                group, topic, p = key.split("\0")
+                out.offsets[(group, topic, int(p))] = self.db.get_raw(txn, "offsets", key)
+            for group in changes.keys["groups"] | {k.split("\0", 1)[0] for k in changes.keys["members"]}:
+                doc = self._doc(txn, group)
+                out.groups[group] = None if doc is None else (doc, list(self._members(txn, group).values()))
+            return out
+
+    def forget_changes(self, upto: int) -> None:
+        """Drop the change log's entries up to LMDB transaction `upto`, applied by its reader."""
+        with self.db.txn(write=True) as txn:
+            drop_through(self.db, txn, upto)
 
     def groups_with_members(self) -> list[tuple[GroupDoc, list[Member]]]:
         """Every group document with its members (live or not), in one read."""
