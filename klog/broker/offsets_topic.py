@@ -19,6 +19,7 @@ would make of them anyway; without a running server the topic waits for the next
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
@@ -48,16 +49,22 @@ class _Wanted:
 
 
 def group_record(doc: GroupDoc, members: list[Member], now: int) -> gr.GroupRecord:
-    """The GroupMetadataValue of a group as LMDB has it: its live members (Kafka's leader is the
-    first to join), their subscriptions and the assignment of the current generation."""
+    """The GroupMetadataValue of a group as LMDB has it: its live members, each with the protocol
+    metadata and assignment its client sent (klog serve's Kafka clients), or those klog's own consumers
+    amount to (their topics, the assignment of the current generation); the leader the server chose,
+    else the first member to join (Kafka's choice)."""
     live = sorted((m for m in members if m.alive(now)), key=lambda m: (m.joined_ms, m.member_id))
-    records = [gr.MemberRecord(m.member_id, m.client_id, m.host, m.session_timeout_ms,
-                               gr.consumer_subscription(m.topics), gr.consumer_assignment(doc.target(m.member_id)),
-                               m.session_timeout_ms)
-               for m in live]
+    records = [gr.MemberRecord(
+        m.member_id, m.client_id, m.host, m.session_timeout_ms,
+        base64.b64decode(m.metadata_b64) if m.metadata_b64 is not None else gr.consumer_subscription(m.topics),
+        base64.b64decode(m.assignment_b64) if m.assignment_b64 is not None else
+        gr.consumer_assignment(doc.target(m.member_id)),
+        m.rebalance_timeout_ms if m.rebalance_timeout_ms >= 0 else m.session_timeout_ms, m.instance_id)
+        for m in live]
+    leader = doc.leader if doc.leader in {m.member_id for m in live} else live[0].member_id if live else None
     state_ms = doc.empty_ms if not live and doc.empty_ms is not None else doc.rebalance_ms or doc.created_ms
-    return gr.GroupRecord("consumer", doc.generation, (doc.assignor or None) if live else None,
-                          live[0].member_id if live else None, state_ms, records)
+    return gr.GroupRecord(doc.protocol_type or "consumer", doc.generation, (doc.assignor or None) if live else None,
+                          leader, state_ms, records)
 
 
 class OffsetsTopicMirror:

@@ -124,6 +124,13 @@ class Member:
     heartbeat_ms: int
     generation: int = 0  # the last generation this member synced to
     served_by: str | None = None  # "klog serve pid N": a Kafka client the server coordinates in memory
+    # a Kafka client's own bytes, base64 (what __consumer_offsets' GroupMetadataValue carries): its
+    # protocol metadata for the group's protocol (a consumer's ConsumerProtocolSubscription, user data
+    # and all) and the assignment its leader gave it; None for klog's own consumers
+    metadata_b64: str | None = None
+    assignment_b64: str | None = None
+    rebalance_timeout_ms: int = -1
+    instance_id: str | None = None  # group.instance.id (static membership)
 
     @classmethod
     def local(cls, member_id: str, client_id: str, topics: list[str], assignor: str,
@@ -161,6 +168,9 @@ class GroupDoc:
     # when the group was last seen losing its last member (offset expiry counts from it); None while it
     # has members, and in docs written before expiry existed (the first expiry pass then starts the count)
     empty_ms: int | None = None
+    # a group klog serve coordinates: its protocol type ("consumer", "connect", ...) and leader member
+    protocol_type: str | None = None
+    leader: str | None = None
 
     def target(self, member_id: str) -> list[TP]:
         return [(t, p) for t, p in self.targets.get(member_id, [])]
@@ -528,7 +538,8 @@ class GroupsMeta:
             return [m for m in self._members(txn, group).values() if m.served_by is None and m.alive(now)]
 
     def publish_served(self, group: str, served_by: str, generation: int, protocol: str | None,
-                       members: list[Member], targets: dict[str, list[TP]] | None) -> None:
+                       members: list[Member], targets: dict[str, list[TP]] | None, *,
+                       protocol_type: str | None = None, leader: str | None = None) -> None:
         """klog serve's record of a group it coordinates in memory, where `klog groups` reads groups:
         its members (live while the server process is) and, once stable (`targets` not None), who
         holds which partition. Members of klog's own consumers are left alone."""
@@ -548,6 +559,7 @@ class GroupsMeta:
                 doc.rebalance_ms = now
             doc.generation = generation
             doc.assignor = protocol
+            doc.protocol_type, doc.leader = protocol_type, leader
             doc.served_by = served_by if members else None
             if members:
                 doc.empty_ms = None
