@@ -15,19 +15,21 @@ delete.retention.ms); a cleaning after that horizon drops the tombstone. Keyless
 
 Off the lock (Kafka's Cleaner and UnifiedLog.replaceSegments): the offset map and the rewritten
 segments are built without the partition's lock, from segments the writer no longer appends to (the
-active segment is never cleaned), each rewrite into a `<base>.log.<pid>-<n>.cleaning` file of its
-own; the lock is taken only to check that every segment read is still the one read (retention,
-delete-records, a truncation or another cleaner may have changed them: then the cleaning is
-abandoned, and the next pass cleans again) and to swap the rewrites in. A produce to the partition
-waits for the swap at most, never for the cleaning.
+active segment is never cleaned), each rewrite (log, offset index, time index) into
+`<base>.{log,index,timeindex}.<pid>-<n>.cleaning` files of its own, fsynced; the lock is taken only
+to check that every segment read is still the one read (retention, delete-records, a truncation or
+another cleaner may have changed them: then the cleaning is abandoned and done again) and to swap
+the rewrites in. A produce to the partition waits for the swap at most (renames and three directory
+fsyncs per replica), never for the cleaning.
 
-Crash safety (Kafka's `.cleaned` -> `.swap` -> rename): under the lock, the fsynced rewrite is
-renamed to `<base>.log.cleaned` and the indexes written as `.cleaned` (fsynced); the index files then
-the log are renamed to `.swap` (the `.log.cleaned` -> `.log.swap` rename is the commit point); then
-the indexes and last the log replace the originals with atomic renames. `loader.finish_interrupted_swaps`,
-run when a writer opens a replica, rolls back an uncommitted swap (a `.log.cleaned` still exists) and
-finishes a committed one, so a kill at any point leaves either the old or the new segment. A killed
-cleaning's `.cleaning` files are removed by the next cleaning of the partition (remove_stale_temps).
+Crash safety (Kafka's `.cleaned` -> `.swap` -> rename), under the lock, each step for every segment
+before the next: the rewrites are renamed to `<base>.{log,index,timeindex}.cleaned` (the directory
+fsynced); the index files then the log are renamed to `.swap` (a segment's `.log.cleaned` ->
+`.log.swap` rename is its commit point; the directory fsynced); then the indexes and last the log
+replace the originals with atomic renames. `loader.finish_interrupted_swaps`, run when a writer opens
+a replica, rolls back a segment's uncommitted swap (a `.log.cleaned` still exists) and finishes a
+committed one, so a kill at any point leaves each segment either old or new. A killed cleaning's
+`.cleaning` files are removed by the next cleaning of the partition (remove_stale_temps).
 
 Each segment is rewritten on its own (Kafka also merges small neighbours; klog does not), and
 only if something in it changes.
@@ -193,14 +195,19 @@ def sealed_bases(log: PartitionLog, end: int) -> list[int]:
     return out
 
 
+SWAPPED_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+
 @dataclass(frozen=True)
 class CleanedSegment:
-    """A segment rewritten into `temp_path` (fsynced), with its indexes, waiting to be swapped in."""
+    """A segment rewritten, with its indexes, into temporary files (fsynced) waiting to be swapped in."""
 
     base_offset: int
-    temp_path: str
-    index_data: bytes
-    time_data: bytes
+    directory: str
+    temps: tuple[str, ...]  # the log's, the offset index's, the time index's (SWAPPED_SUFFIXES)
+
+    def final(self, suffix: str) -> str:
+        return os.path.join(self.directory, segment_file_name(self.base_offset, suffix))
 
 
 _temp_counter = itertools.count()
@@ -208,22 +215,26 @@ _temps_in_progress: set[str] = set()  # this process's cleanings under way (othe
 _temps_lock = threading.Lock()
 
 
-def _new_temp_path(segment: LogSegment) -> str:
-    """`<base>.log.<pid>-<n>.cleaning`: unique per cleaning, so that two cleaners (serve's, a `klog topics
-    compact`) never write one file, and not `.cleaned`, which a writer's recovery deletes (a writer may
-    open the log while it is being cleaned: the cleaner does not hold the partition's lock)."""
-    path = f"{segment.log_path}.{os.getpid()}-{next(_temp_counter)}{CLEANING_SUFFIX}"
+def _new_temps(segment: LogSegment) -> tuple[str, ...]:
+    """`<base>.{log,index,timeindex}.<pid>-<n>.cleaning`: unique per cleaning, so that two cleaners
+    (serve's, a `klog topics compact`) never write one file, and not `.cleaned`, which a writer's
+    recovery deletes (a writer may open the log while it is being cleaned: the cleaner does not hold
+    the partition's lock)."""
+    tag = f".{os.getpid()}-{next(_temp_counter)}{CLEANING_SUFFIX}"
+    paths = tuple(os.path.join(segment.directory, segment_file_name(segment.base_offset, s)) + tag
+                  for s in SWAPPED_SUFFIXES)
     with _temps_lock:
-        _temps_in_progress.add(path)
-    return path
+        _temps_in_progress.update(paths)
+    return paths
 
 
 def discard(cleaned: list[CleanedSegment]) -> None:
     """Remove the temporary files of cleanings not swapped in (a no-op for those that were)."""
     for c in cleaned:
-        unlink_if_there(c.temp_path)
+        for path in c.temps:
+            unlink_if_there(path)
         with _temps_lock:
-            _temps_in_progress.discard(c.temp_path)
+            _temps_in_progress.difference_update(c.temps)
 
 
 def remove_stale_temps(directory: str) -> list[str]:
@@ -269,8 +280,8 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
     size plus one (position, header) pair per batch, whatever segment.bytes is."""
     size = segment.file_size()
     layout: list[tuple[int, BatchHeader]] = []  # (position in the output, header) of each batch
-    cleaned = None  # the temporary file, once something changed
-    temp_path = ""
+    cleaned = None  # the temporary log file, once something changed
+    temps: tuple[str, ...] = ()
     written = 0
     offset = segment.base_offset
     end_offset = _segment_end_offset(log, segment)
@@ -284,8 +295,8 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
             for fb in batches:
                 kept = _cleaned_batch(fb, offset_map, now_ms, delete_retention_ms, stats, survivors)
                 if kept is not None and cleaned is None:
-                    temp_path = _new_temp_path(segment)
-                    cleaned = open(temp_path, "wb", opener=nofollow_opener)  # noqa: SIM115
+                    temps = _new_temps(segment)
+                    cleaned = open(temps[0], "wb", opener=nofollow_opener)  # noqa: SIM115
                     _copy_range(segment, cleaned, fb.position, throttler)  # the unchanged batches before this one
                 data = fb.data if kept is None else kept
                 if cleaned is not None:
@@ -306,18 +317,20 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
             return None
         cleaned.flush()
         os.fsync(cleaned.fileno())
+        cleaned.close()
+        index_data, time_data = _index_entries(layout, segment.base_offset, log.config.index_interval_bytes)
+        _write_synced(temps[1], index_data)
+        _write_synced(temps[2], time_data)
     except BaseException:
         if cleaned is not None:
             cleaned.close()
-            discard([CleanedSegment(segment.base_offset, temp_path, b"", b"")])
+            discard([CleanedSegment(segment.base_offset, segment.directory, temps)])
         raise
-    cleaned.close()
     stats.segments_rewritten += 1
     stats.bytes_before += size
     stats.bytes_after += written
     stats.rewritten_bases.append(segment.base_offset)
-    return CleanedSegment(segment.base_offset, temp_path,
-                          *_index_entries(layout, segment.base_offset, log.config.index_interval_bytes))
+    return CleanedSegment(segment.base_offset, segment.directory, temps)
 
 
 def _cleaned_batch(fb, offset_map: dict[bytes, int], now_ms: int, delete_retention_ms: int,  # noqa: ANN001
@@ -404,33 +417,35 @@ def encode_cleaned_batch(header: BatchHeader, records: list, horizon: int | None
 
 
 # -- the swap ------------------------------------------------------------------------------------
-def swap_in(segment: LogSegment, cleaned: CleanedSegment) -> None:
-    """Replace `segment`'s files by the fsynced rewrite (renamed to `.log.cleaned`) and its index
-    entries, crash-safely (see the module doc). The partition's lock is held."""
-    directory = segment.directory
-    final = {s: os.path.join(directory, segment_file_name(segment.base_offset, s))
-             for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
-    os.replace(cleaned.temp_path, final[LOG_SUFFIX] + CLEANED_SUFFIX)  # made durable by the fsync_dir below
-    with _temps_lock:
-        _temps_in_progress.discard(cleaned.temp_path)
-    _write_synced(final[INDEX_SUFFIX] + CLEANED_SUFFIX, cleaned.index_data)
-    _write_synced(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, cleaned.time_data)
-    fsync_dir(directory)
-    faults.point("cleaned-written")
-    os.replace(final[INDEX_SUFFIX] + CLEANED_SUFFIX, final[INDEX_SUFFIX] + SWAP_SUFFIX)
-    faults.point("swap-partial")
-    os.replace(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX)
-    os.replace(final[LOG_SUFFIX] + CLEANED_SUFFIX, final[LOG_SUFFIX] + SWAP_SUFFIX)  # the commit point
-    fsync_dir(directory)
-    faults.point("swap-renamed")
-    # indexes before the log: a reader notices the new log by its inode and then reloads the indexes
-    os.replace(final[INDEX_SUFFIX] + SWAP_SUFFIX, final[INDEX_SUFFIX])
-    os.replace(final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX, final[TIME_INDEX_SUFFIX])
-    faults.point("index-replaced")
-    os.replace(final[LOG_SUFFIX] + SWAP_SUFFIX, final[LOG_SUFFIX])
-    fsync_dir(directory)
-    faults.point("log-replaced")
-    segment.close()
+def swap_in(log: PartitionLog, cleaned: list[CleanedSegment]) -> None:
+    """Replace the segments of `log` by their fsynced rewrites, crash-safely (see the module doc), each
+    step for every segment before the next, so that the partition's lock (held) costs three directory
+    fsyncs, not three per segment."""
+    if not cleaned:
+        return
+    for c in cleaned:  # the state recovery rolls back: a .log.cleaned
+        for suffix, temp in zip(SWAPPED_SUFFIXES, c.temps, strict=True):
+            os.replace(temp, c.final(suffix) + CLEANED_SUFFIX)
+        with _temps_lock:
+            _temps_in_progress.difference_update(c.temps)
+        faults.point("cleaned-written")
+    fsync_dir(log.directory)
+    for c in cleaned:
+        os.replace(c.final(INDEX_SUFFIX) + CLEANED_SUFFIX, c.final(INDEX_SUFFIX) + SWAP_SUFFIX)
+        faults.point("swap-partial")
+        os.replace(c.final(TIME_INDEX_SUFFIX) + CLEANED_SUFFIX, c.final(TIME_INDEX_SUFFIX) + SWAP_SUFFIX)
+        os.replace(c.final(LOG_SUFFIX) + CLEANED_SUFFIX, c.final(LOG_SUFFIX) + SWAP_SUFFIX)  # its commit point
+        faults.point("swap-renamed")
+    fsync_dir(log.directory)
+    for c in cleaned:
+        # indexes before the log: a reader notices the new log by its inode and then reloads the indexes
+        os.replace(c.final(INDEX_SUFFIX) + SWAP_SUFFIX, c.final(INDEX_SUFFIX))
+        os.replace(c.final(TIME_INDEX_SUFFIX) + SWAP_SUFFIX, c.final(TIME_INDEX_SUFFIX))
+        faults.point("index-replaced")
+        os.replace(c.final(LOG_SUFFIX) + SWAP_SUFFIX, c.final(LOG_SUFFIX))
+        faults.point("log-replaced")
+        log.segments[c.base_offset].close()
+    fsync_dir(log.directory)
 
 
 def _write_synced(path: str, data: bytes) -> None:
@@ -540,9 +555,8 @@ def swap_cleaned(replicas: list[PartitionLog], cleaning: Cleaning, log_start: in
         return False
     for replica, part in zip(replicas, cleaning.replicas, strict=True):
         replica.refresh_segments()
-        for cleaned in part.cleaned:
-            if cleaned.base_offset in replica.segments:  # else deleted below the log start meanwhile
-                swap_in(replica.segments[cleaned.base_offset], cleaned)
+        # a segment gone is one deleted below the log start meanwhile (its rewrite is discarded)
+        swap_in(replica, [c for c in part.cleaned if c.base_offset in replica.segments])
         replica.refresh_segments()
     return True
 
