@@ -24,9 +24,10 @@ _ENTRY = struct.Struct(">QI")  # transaction id, counter within it
 PRUNED_KEY = b"\x00"  # sorts before every entry; its value: the last transaction id dropped (">Q")
 CHANGE_LOG_MAX = 100_000
 CHANGE_LOG_KEEP = 50_000  # what a writer that found the log full leaves of it
-_PRUNE_CHECK_EVERY = 64  # transactions: how often a writer looks at the log's size
+_PRUNE_CHECK_EVERY = 64  # how often (in its transactions that log changes) a writer looks at the log's size
 
 _counters: dict[str, tuple[int, int]] = {}  # environment path -> (transaction id, entries it logged)
+_logged_txns: dict[str, int] = {}  # environment path -> transactions this process logged changes in
 
 
 def log_change(db: Any, txn: Any, table: str, key: str) -> None:
@@ -40,8 +41,10 @@ def log_change(db: Any, txn: Any, table: str, key: str) -> None:
     n = n + 1 if last_tid == tid else 0
     _counters[db.path] = (tid, n)
     txn.put(_ENTRY.pack(tid, n), LOGGED_TABLES[table] + key.encode(), db=handle)
-    if n == 0 and tid % _PRUNE_CHECK_EVERY == 0 and txn.stat(handle)["entries"] > CHANGE_LOG_MAX:
-        _drop_oldest(txn, handle, txn.stat(handle)["entries"] - CHANGE_LOG_KEEP)
+    if n == 0:
+        _logged_txns[db.path] = logged = _logged_txns.get(db.path, 0) + 1
+        if logged % _PRUNE_CHECK_EVERY == 0 and txn.stat(handle)["entries"] > CHANGE_LOG_MAX:
+            _drop_oldest(txn, handle, txn.stat(handle)["entries"] - CHANGE_LOG_KEEP)
 
 
 def _drop_oldest(txn: Any, handle: Any, count: int) -> None:
