@@ -102,7 +102,7 @@ def test_metadata_and_other_partitions_are_answered_while_the_cleaner_holds_a_pa
     armed, inside, release = threading.Event(), threading.Event(), threading.Event()
     real = cleaner.build_cleaning
 
-    def slow_compaction(*args, **kwargs):  # once armed, the cleaner stays inside a partition (its lock held)
+    def slow_compaction(*args, **kwargs):  # once armed, the cleaner stays inside a partition
         if armed.is_set():
             inside.set()
             release.wait(20)
@@ -117,7 +117,7 @@ def test_metadata_and_other_partitions_are_answered_while_the_cleaner_holds_a_pa
         try:
             produce(f"127.0.0.1:{server.port}", "changelog",
                     [(b"k%d" % k, b"v%d-%d" % (r, k)) for r in range(ROUNDS) for k in range(KEYS)])
-            armed.set()  # the next compaction holds the partition: make one due, a batch at a time
+            armed.set()  # the next compaction stays in the partition: make one due, a batch at a time
             for _ in range(10):
                 if inside.wait(1):
                     break
