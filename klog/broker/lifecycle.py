@@ -183,6 +183,7 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
         result.cleanings_abandoned += 1
         plan = None
         if result.cleanings_abandoned < CLEANING_ATTEMPTS:
+            part = store.partition(topic, partition)  # anew: a config change meanwhile closes the old object
             with part.lock:
                 part = _locked(store, topic, partition)
                 plan = _plan_compaction(store, topic, part, now_ms, force_compact, result)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
+
 import klog
 from klog.broker import lifecycle
 from klog.broker.verify import verify_store
@@ -52,7 +54,7 @@ class HeldCompaction:
     def _run(self, store: klog.Store, topic: str, throttler: Throttler) -> None:
         try:
             self.results += lifecycle.compact(store, topic, clock=clock_at(NOW), throttler=throttler)
-        except BaseException as e:  # noqa: BLE001 - reported by finish()
+        except BaseException as e:  # noqa: BLE001 - reported by release()
             self.errors.append(e)
 
     def release(self):
@@ -88,16 +90,24 @@ def test_a_produce_to_the_partition_being_compacted_completes_while_the_compacti
     assert all(r["ok"] for r in verify_store(store))
 
 
-def test_delete_records_during_a_compaction_keeps_the_swap_above_the_new_log_start(store):
+@pytest.mark.parametrize("how", ["delete-records", "retention"])
+def test_log_start_moved_during_a_compaction_keeps_the_swap_above_it(store, how):
+    """delete-records, or size retention (cleanup.policy=compact,delete), deletes the oldest segments
+    while the cleaning reads them: what is left above the new log start is the compacted model."""
     store.create_topic("c", partitions=1, configs=COMPACTED)
     written = write(store, "c", [(b"k%d" % (i % 6), b"v%03d" % i) for i in range(150)], per_batch=2)
     boundary = active_base(store, "c")
     leader = store.partition("c", 0).leader
     cut = leader.bases[3]  # three whole segments go
+    kept_bytes = sum(leader.segments[b].file_size() for b in leader.bases[3:])
     held = HeldCompaction(store, "c")
     try:
-        [deleted] = lifecycle.delete_records(store, "c", before_offset=cut)
-        assert deleted.segments_deleted == 3
+        if how == "delete-records":
+            [moved] = lifecycle.delete_records(store, "c", before_offset=cut)
+        else:
+            store.alter_topic("c", set_configs={"cleanup.policy": "compact,delete", "retention.bytes": str(kept_bytes)})
+            moved = lifecycle.retain(store, "c", 0)
+        assert moved.segments_deleted == 3 and moved.log_start_after == cut
         later = write(store, "c", [(b"k0", b"after")])
     finally:
         result = held.release()
