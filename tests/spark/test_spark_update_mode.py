@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from klog.spark import jar  # noqa: E402
+from klog.spark import ForeachBatchSink, jar  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -31,14 +31,17 @@ def _produce(store, topic: str, keys: list[str]) -> None:  # noqa: ANN001
             producer.send(topic, f"click-{i}".encode(), key=key.encode())
 
 
-def _run(spark, data_dir: str, checkpoint: str, mode: str, sink: dict[str, str]) -> None:  # noqa: ANN001
-    """One availableNow run of a count per key, clicks -> counts, 5 input records per micro-batch."""
+def _run(spark, data_dir: str, checkpoint: str, mode: str, sink: dict[str, str], foreach_batch: bool) -> None:  # noqa: ANN001
+    """One availableNow run of a count per key, clicks -> counts, 5 input records per micro-batch;
+    through format("klog") or (foreach_batch) klog's sink for sessions without the jar."""
     counts = (spark.readStream.format("klog").option("subscribe", "clicks").option("dataDir", data_dir)
               .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "5").load()
               .groupBy("key").count().selectExpr("key", "CAST(count AS STRING) AS value"))
-    query = (counts.writeStream.format("klog").outputMode(mode).option("topic", "counts")
-             .option("dataDir", data_dir).options(**sink).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
+    options = {"topic": "counts", "dataDir": data_dir, **sink, "checkpointLocation": checkpoint}
+    writer = counts.writeStream.outputMode(mode).option("checkpointLocation", checkpoint)
+    writer = writer.foreachBatch(ForeachBatchSink(**options)) if foreach_batch \
+        else writer.format("klog").options(**options)
+    query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
     assert query.exception() is None
     assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [5, 2]
@@ -50,17 +53,19 @@ def _seen(store) -> list[tuple[str, str]]:  # noqa: ANN001
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("few_shuffle_partitions")
-@pytest.mark.parametrize(("mode", "sink"), [
-    ("update", {}),
-    ("update", {"transactional.id": "click-counter"}),
-    ("complete", {}),
-], ids=["update", "update-transactional", "complete"])
-def test_streaming_aggregation_reaches_the_topic(spark, store, data_dir, tmp_path, mode, sink) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(("mode", "sink", "foreach_batch"), [
+    ("update", {}, False),
+    ("update", {"transactional.id": "click-counter"}, False),
+    ("complete", {}, False),
+    ("update", {"transactional.id": "click-counter"}, True),
+], ids=["update", "update-transactional", "complete", "update-foreachBatch"])
+def test_streaming_aggregation_reaches_the_topic(spark, store, data_dir, tmp_path, mode, sink,  # noqa: ANN001
+                                                 foreach_batch) -> None:
     assert jar.update_mode_available(spark)  # the session helper put the jar on the driver's classpath
     store.create_topic("clicks", partitions=1)  # one partition: the first batch is the first 5 clicks
     store.create_topic("counts", partitions=1)  # one partition: the order the batches wrote
     _produce(store, "clicks", ["a", "b", "a", "c", "a"] + ["b", "d"])  # then b changes, d is new
-    _run(spark, data_dir, str(tmp_path / "ckpt"), mode, sink)
+    _run(spark, data_dir, str(tmp_path / "ckpt"), mode, sink, foreach_batch)
     seen = _seen(store)
     first, second = seen[:3], seen[3:]
     assert sorted(first) == [("a", "3"), ("b", "1"), ("c", "1")]
