@@ -86,7 +86,12 @@ def build(path: str = JAR_PATH, javac: str = "javac") -> dict[str, bytes]:
 
 
 def with_jar(conf: dict[str, str]) -> dict[str, str]:
-    """Spark conf with klog-spark.jar added to spark.jars (after any jars the user gave)."""
+    """Spark conf with klog-spark.jar added to spark.jars (after any jars the user gave), on Spark 4:
+    the jar extends Spark-internal classes (checked against pyspark 4.0 and 4.3)."""
+    import pyspark
+
+    if not pyspark.__version__.startswith("4."):
+        return conf
     jars = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
     if JAR_PATH not in jars:
         jars.append(JAR_PATH)

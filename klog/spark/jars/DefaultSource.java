@@ -43,7 +43,13 @@ public class DefaultSource extends PythonDataSourceV2 {
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-        return new UpdateAsAppendTable(this, shortName, schema);
+        try {
+            return new UpdateAsAppendTable(this, shortName, schema);
+        } catch (LinkageError e) {
+            // a Spark whose Python table differs from the one this was compiled against (4.0 to 4.3):
+            // format("klog") still works, as the plain Python data source, without Update mode
+            return super.getTable(schema, partitioning, properties);
+        }
     }
 
     /** Spark's table for a Python data source, with a write builder that also takes Update mode. */
