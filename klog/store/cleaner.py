@@ -17,10 +17,11 @@ Off the lock (Kafka's Cleaner and UnifiedLog.replaceSegments): the offset map an
 segments are built without the partition's lock, from segments the writer no longer appends to (the
 active segment is never cleaned), each rewrite (log, offset index, time index) into
 `<base>.{log,index,timeindex}.<pid>-<n>-<token>.cleaning` files of its own, fsynced; the lock is taken only
-to check that every segment read is still the one read (retention, delete-records, a truncation or
-another cleaner may have changed them: then the cleaning is abandoned and done again) and to swap
-the rewrites in. A produce to the partition waits for the swap at most (renames and three directory
-fsyncs per replica), never for the cleaning.
+to check that every segment read is still the one read (segments retention or delete-records
+removed below the log start meanwhile are skipped; any other change, a truncation or another
+cleaner's swap, abandons the cleaning, which is done again) and to swap the rewrites in. A
+produce to the partition waits for the swap at most (renames and three directory fsyncs per
+replica), never for the cleaning.
 
 Crash safety (Kafka's `.cleaned` -> `.swap` -> rename), under the lock, each step for every segment
 before the next: the rewrites are renamed to `<base>.{log,index,timeindex}.cleaned` (the directory
@@ -174,8 +175,17 @@ def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms:
     out: list[CleanedSegment] = []
     try:
         for base in sealed_bases(log, end) if bases is None else bases:
-            cleaned = clean_segment(log, log.segments[base], offset_map, now_ms, delete_retention_ms, stats,
-                                    survivors, throttler)
+            segment = log.segments[base]
+            try:
+                cleaned = clean_segment(log, segment, offset_map, now_ms, delete_retention_ms, stats,
+                                        survivors, throttler)
+            except (OSError, CorruptLogError):
+                if os.path.exists(segment.log_path):
+                    raise
+                # removed meanwhile (retention or delete-records took the oldest segments, the lock not
+                # held): skipped; swap_cleaned's check then tells a removal below the log start (the
+                # rest is swapped in) from any other (the cleaning is abandoned)
+                continue
             if cleaned is not None:
                 out.append(cleaned)
     except BaseException:
