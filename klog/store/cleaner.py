@@ -175,7 +175,9 @@ def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms:
     out: list[CleanedSegment] = []
     try:
         for base in sealed_bases(log, end) if bases is None else bases:
-            segment = log.segments[base]
+            segment = log.segments.get(base)
+            if segment is None:  # the view saw it removed (re-listed): as below
+                continue
             try:
                 cleaned = clean_segment(log, segment, offset_map, now_ms, delete_retention_ms, stats,
                                         survivors, throttler)
