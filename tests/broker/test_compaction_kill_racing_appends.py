@@ -38,10 +38,11 @@ with klog.open(sys.argv[1]) as store, store.producer() as p:
 """
 
 CLEANER = """
-import sys, klog
+import sys, time, klog
 from klog.broker import lifecycle
 from klog.store.throttle import Throttler
 with klog.open(sys.argv[1]) as store:
+    print(time.monotonic(), flush=True)  # the cleaning begins
     lifecycle.compact(store, "c", clock=lambda: NOW / 1000, throttler=Throttler(40000, check_interval_ms=0))
 print("finished")
 """
@@ -73,11 +74,11 @@ def test_a_compaction_killed_while_another_process_appends_loses_no_acknowledged
                                 stdout=subprocess.PIPE, stderr=errors)
     try:
         acked = _lines(producer, 5)
-        began = time.monotonic()
         cleaner = subprocess.run([sys.executable, "-c", CLEANER.replace("NOW", str(NOW)), data],
                                  env={**env, CRASH_ENV: step}, capture_output=True, timeout=60)
         assert cleaner.returncode == -9, (cleaner.returncode, cleaner.stderr.decode()[-500:])
         killed = time.monotonic()
+        began = float(cleaner.stdout.split()[0])
         acked += _lines(producer, 20)  # the producer goes on past the killed cleaner (and its lock)
         open(stop, "w").close()
         acked += producer.stdout.read().splitlines()  # (through its buffer, which readline filled)
