@@ -30,6 +30,7 @@ from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.connection import FrameProtocol
 from klog.server.context import BrokerInfo, RequestContext
+from klog.server.hop import in_thread
 from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
 from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
@@ -158,7 +159,7 @@ class Server:
 
     async def run_append(self, fn: Any, *args: Any) -> Any:
         """`fn(*args)` in the append threads."""
-        return await asyncio.get_running_loop().run_in_executor(self.append_executor, fn, *args)
+        return await in_thread(self.append_executor, fn, *args)
 
     async def _read_marks(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The high watermarks of these partitions, read in the thread pool (one state-file pread each)."""
