@@ -6,7 +6,9 @@ what the idle server spent in that time (its background ticks: checkpoints, the 
 first), and the kinds alternate round by round. Beside them, in the same run, ApiVersions: the cost of the
 request loop itself (read, parse, answer) with no work in the handler, the floor of every figure.
 
-- round: Produce v9 of one 100-byte record (acks=1) to `one`, then Fetch v12 of that offset.
+- round: Produce v9 of one 100-byte record (acks=all) to `one`, then Fetch v12 of that offset; beside
+  it the same round on `nofsync`, a topic with flush.messages at its maximum (Kafka's default: no
+  fsync per append; klog's default fsyncs every appended batch), which says what the fsync costs.
 - empty fetch: Fetch v12 at the end of `one` with max_wait 0.
 - wide fetch: Fetch v12 of every partition of `wide` (--partitions, one 100-byte record each, from
   offset 0): the per-partition figure is (wide - 1-partition fetch) / (partitions - 1).
@@ -76,33 +78,35 @@ def run(bench: Bench) -> None:
     data = os.path.join(bench.tmp, "data")
     with klog.open(data) as store:
         store.create_topic("one")
+        store.create_topic("nofsync", configs={"flush.messages": str(2**63 - 1)})
         store.create_topic("wide", partitions=partitions)
         with store.producer() as producer:
             for p in range(partitions):
                 producer.send_values("wide", [b"%099d" % p], partition=p)
     server = Serve(data, {**os.environ, "PYTHONPATH": REPO})
     record = batch([b"x" * 100])
-    produce = _frame(0, 9, **produce_request_fields(9, "one", 0, record, acks=1))
+    produce = {t: _frame(0, 9, **produce_request_fields(9, t, 0, record, acks=-1)) for t in ("one", "nofsync")}
     api_versions = _frame(18, 3, client_software_name="bench", client_software_version="1")
     wide = _fetch("wide", range(partitions), 0)
     narrow = _fetch("wide", range(1), 0)
     try:
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
-            offset = [0]
+            offset = {"one": 0, "nofsync": 0}
 
             def ask(frame: bytes) -> bytes:
                 sock.sendall(frame)
                 return _answer(sock)
 
-            def produce_fetch() -> None:
-                ask(produce)
-                ask(_fetch("one", range(1), offset[0]))
-                offset[0] += 1
+            def produce_fetch(topic: str) -> None:
+                ask(produce[topic])
+                ask(_fetch(topic, range(1), offset[topic]))
+                offset[topic] += 1
 
             kinds = {
                 "ApiVersions": (lambda: ask(api_versions), n),
-                "produce+fetch round": (produce_fetch, n),
-                "empty Fetch": (lambda: ask(_fetch("one", range(1), offset[0])), n),
+                "produce+fetch round": (lambda: produce_fetch("one"), n),
+                "round, no fsync": (lambda: produce_fetch("nofsync"), n),
+                "empty Fetch": (lambda: ask(_fetch("one", range(1), offset["one"])), n),
                 "Fetch of 1 partition": (lambda: ask(narrow), n),
                 f"Fetch of {partitions} partitions": (lambda: ask(wide), max(4, n // 20)),
             }
@@ -128,6 +132,8 @@ def run(bench: Bench) -> None:
     bench.line(f"server CPU per ApiVersions (the request loop's floor): {floor * 1e6:.0f} us")
     bench.line(f"server CPU per single-record produce+fetch round: {med['produce+fetch round'] * 1e3:.2f} ms",
                f"{floor * 2e6:.0f} us for two ApiVersions")
+    bench.line(f"server CPU per round without fsync (flush.messages max): {med['round, no fsync'] * 1e3:.2f} ms",
+               f"{(med['produce+fetch round'] - med['round, no fsync']) * 1e6:.0f} us: the fsync's part of the round")
     bench.line(f"server CPU per empty Fetch: {med['empty Fetch'] * 1e6:.0f} us", f"{floor * 1e6:.0f} us ApiVersions")
     one, many = med["Fetch of 1 partition"], med[f"Fetch of {partitions} partitions"]
     bench.line(f"server CPU per partition in a Fetch of {partitions} partitions (1 record each): "
