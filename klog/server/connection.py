@@ -90,7 +90,8 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
                 break
             if have - start - 4 < size:
                 break
-            self._frames.append(bytes(buf[start + 4:start + 4 + size]))
+            with memoryview(buf) as view:  # one copy of the frame (a bytearray slice would make two)
+                self._frames.append(bytes(view[start + 4:start + 4 + size]))
             start += 4 + size
         if start:
             del buf[:start]
