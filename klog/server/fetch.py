@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klog.broker.offsets import stable_view
-from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError, UnsupportedCodecError
+from klog.errors import (
+    CorruptLogError,
+    KlogError,
+    StorageError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    UnsupportedCodecError,
+)
 from klog.protocol.apis import FETCH
 from klog.protocol.framing import FileRange, RawBody
 from klog.protocol.kafka import E, leader_epoch_error, response_for
@@ -44,11 +51,10 @@ DOWN_CONVERSIONS = [0]  # partitions down-converted since start (Kafka's FetchMe
 # does whatever passes INLINE_BYTES_MAX in one answer (memory held per answer stays bounded).
 INLINE_RANGE_BYTES = 16 << 10
 INLINE_BYTES_MAX = 1 << 20
-_pread = os.pread  # (a test makes it read short)
 
 
 
-@dataclass
+@dataclass(slots=True)
 class PartitionAnswer:
     partition: int
     error: E = E.none
@@ -56,16 +62,16 @@ class PartitionAnswer:
     log_start_offset: int = -1
     range: Any = None  # klog.store.log.ByteRange
     last_stable_offset: int = -1
-    aborted: list[tuple[int, int]] = field(default_factory=list)  # (producer id, first offset)
+    aborted: list[tuple[int, int]] | tuple[()] = ()  # (producer id, first offset)
     converted: bytes | None = None  # Fetch v0-v3: a message set down-converted from the stored batches
     inline: bytes | None = None  # a small range's bytes, read by the worker thread (INLINE_RANGE_BYTES)
 
     @property
     def size(self) -> int:
-        if self.converted is not None:
-            return len(self.converted)
         if self.inline is not None:
             return len(self.inline)
+        if self.converted is not None:
+            return len(self.converted)
         return self.range.length if self.range is not None else 0
 
 
@@ -86,24 +92,32 @@ def _zstd_topic(ctx: RequestContext, topic: str) -> bool:
         return False  # an unknown topic: the partition's own lookup answers
 
 
+def _topic_refused(ctx: RequestContext, topic: str) -> E:
+    """What every partition of `topic` answers before its own state is looked at (decided once per
+    topic and request): not authorized, or a zstd topic for a fetcher that cannot read zstd."""
+    if not ctx.authorize("READ", "TOPIC", topic):
+        return E.topic_authorization_failed
+    if ctx.api_version < ZSTD_FETCH_VERSION_MIN and _zstd_topic(ctx, topic):  # Kafka 3.9's KafkaApis rule
+        return E.unsupported_compression_type
+    return E.none
+
+
 def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool,
-                    inline_max: int = 0) -> PartitionAnswer:
+                    inline_max: int = 0, refresh: bool = True) -> PartitionAnswer:
     """One partition's answer: its offsets and where its bytes are (lock-free, any process); a
-    range of at most `inline_max` bytes comes read (ByteRange.data)."""
+    range of at most `inline_max` bytes comes read (`inline`), checked batch by batch as the
+    store found it: the same bytes sendfile would send. `refresh`: the topic's metadata may be
+    re-read first (once per topic and request is enough: see RawAppender.partition)."""
     index = int(p.partition)
     answer = PartitionAnswer(index)
-    if not ctx.authorize("READ", "TOPIC", topic):
-        answer.error = E.topic_authorization_failed
-        return answer
-    if ctx.api_version < ZSTD_FETCH_VERSION_MIN and _zstd_topic(ctx, topic):  # Kafka 3.9's KafkaApis rule
-        answer.error = E.unsupported_compression_type
-        return answer
     try:
-        part = ctx.server.appender.partition(topic, index)
-        fenced = leader_epoch_error(ctx.store, topic, index, getattr(p, "current_leader_epoch", None))  # v9+
-        if fenced != E.none:
-            answer.error = fenced
-            return answer
+        part = ctx.server.appender.partition(topic, index, refresh)
+        requested = getattr(p, "current_leader_epoch", None)  # v9+
+        if requested is not None and requested >= 0:
+            fenced = leader_epoch_error(ctx.store, topic, index, requested)
+            if fenced != E.none:
+                answer.error = fenced
+                return answer
         snap = part.reader_snapshot()  # read once: the answer's offsets and the read's bound agree
         hw, start = snap.high_watermark, snap.log_start_offset
     except (UnknownTopicError, UnknownPartitionError):
@@ -137,11 +151,19 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
     try:
         if old_fetcher:  # converted in memory: a bounded chunk per partition and request, never a segment
             wanted = min(wanted, DOWN_CONVERT_BYTES_MAX)
-        answer.range = part.byte_range(offset, wanted, upper, snap, 0 if old_fetcher else inline_max)
-        if answer.range is not None and old_fetcher:
-            byte_range, answer.range = answer.range, None
-            answer.converted = _down_convert(byte_range, ctx.api_version, offset)
-        if stable is not None and answer.range is not None:
+        found = part.byte_range(offset, wanted, upper, snap, 0 if old_fetcher else inline_max)
+        if found is None:
+            return answer
+        if old_fetcher:
+            answer.converted = _down_convert(found, ctx.api_version, offset)
+        elif found.data is not None:  # read by the store (no descriptor to close)
+            if len(found.data) != found.length:  # the file shrank under us (retention): not a short answer
+                raise StorageError(f"read {len(found.data)} of {found.length} bytes at {found.position} "
+                                   f"of {found.path}")
+            answer.inline = found.data
+        else:
+            answer.range = found
+        if stable is not None:
             with lock:
                 aborted = stable.aborted_between(offset, upper)
             answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
@@ -160,8 +182,6 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
 def _down_convert(byte_range: Any, version: int, offset: int) -> bytes:
     """The range's batches as the message set a Fetch v0-v3 client reads (magic 0 for v0-v1, 1 for
     v2-v3), as Kafka 3.x down-converts; the range is closed."""
-    import os
-
     from klog.store import legacy
 
     try:
@@ -195,40 +215,28 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
                 continue
         else:
             answer = TopicAnswer(str(t.topic))
+        out.append(answer)
+        refused = _topic_refused(ctx, answer.name)
+        if refused != E.none:
+            answer.partitions = [PartitionAnswer(int(p.partition), refused) for p in t.partitions]
+            continue
         _check_topic(ctx, answer.name)
+        refresh = True
+        partitions = answer.partitions
         for p in t.partitions:
-            inline_max = min(INLINE_RANGE_BYTES, inline_left)
-            pa = _read_partition(ctx, answer.name, p, budget, committed, inline_max)
-            if pa.range is not None and pa.range.length <= inline_max:
-                _read_inline(ctx, answer.name, pa)
-                inline_left -= pa.size
+            inline_max = INLINE_RANGE_BYTES if inline_left >= INLINE_RANGE_BYTES else inline_left
+            pa = _read_partition(ctx, answer.name, p, budget, committed, inline_max, refresh)
+            refresh = False
+            if pa.inline is not None:
+                inline_left -= len(pa.inline)
+                budget -= len(pa.inline)
             elif pa.range is not None:
                 pagecache.ensure_cached(pa.range)  # the loop's sendfile must not wait for the disk
-            budget -= pa.size
-            answer.partitions.append(pa)
-        out.append(answer)
+                budget -= pa.range.length
+            elif pa.converted is not None:
+                budget -= len(pa.converted)
+            partitions.append(pa)
     return out
-
-
-def _read_inline(ctx: RequestContext, topic: str, answer: PartitionAnswer) -> None:
-    """The answer's range read into memory, unless the store read it already (it was checked batch
-    by batch when it was found: the same bytes go out as sendfile would send); the range is closed."""
-    byte_range, answer.range = answer.range, None
-    try:
-        data = byte_range.data
-        if data is None:
-            data = _pread(byte_range.fd, byte_range.length, byte_range.position)
-    except OSError as e:
-        ctx.log.warning("fetch %s-%d: %s", topic, answer.partition, e)
-        answer.error = E.kafka_storage_error
-        return
-    finally:
-        byte_range.close()
-    if len(data) != byte_range.length:  # the file shrank under us (retention): not a short answer
-        ctx.log.warning("fetch %s-%d: read %d of %d bytes", topic, answer.partition, len(data), byte_range.length)
-        answer.error = E.kafka_storage_error
-        return
-    answer.inline = data
 
 
 def _clear(answers: list[TopicAnswer]) -> None:
@@ -236,7 +244,7 @@ def _clear(answers: list[TopicAnswer]) -> None:
     for t in answers:
         for p in t.partitions:
             p.range = p.converted = p.inline = None
-            p.aborted = []
+            p.aborted = ()
 
 
 def _close(answers: list[TopicAnswer]) -> None:

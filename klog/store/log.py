@@ -643,7 +643,7 @@ class PartitionLog:
             return None
         while segment is not None:
             try:
-                end = segment.file_size()
+                end = segment.read_size()
             except FileNotFoundError:
                 end = 0
             found = segment.byte_range(offset, upper, max_bytes, end, self._gap_ok(segment), read_max) if end else None

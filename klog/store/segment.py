@@ -190,6 +190,20 @@ class LogSegment:
             self._log_inode = st.st_ino
         return st.st_size
 
+    def read_size(self) -> int:
+        """file_size(), for a reader about to read through the cached descriptor: an fstat of it
+        while the file it holds is still linked (no path walk: a wide fetch asks once per
+        partition); else (not open, replaced by the cleaner, unlinked) file_size(), which
+        notices. (A segment retention renamed to .deleted keeps being read, as Kafka reads one
+        until file.delete.delay.ms: its offsets are below the log start the caller checked.)"""
+        with _read_fds.lock:  # the cache may close the descriptor (and its number be reused) otherwise
+            fd = self._read_fd
+            if fd is not None:
+                st = os.fstat(fd)
+                if st.st_nlink:
+                    return st.st_size
+        return self.file_size()
+
     def delete_files(self) -> None:
         self.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
