@@ -283,6 +283,9 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- the response, by hand -------------------------------------------------------------------
+_PARTITION_V5 = struct.Struct(">ihqqq")  # partition index, error code, high watermark, last stable offset, log start
+
+
 def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> RawBody:
     flexible = version >= 12
     parts: list[bytes | FileRange] = []
@@ -299,11 +302,14 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
             buf += (_uvarint(len(name) + 1) if flexible else struct.pack(">h", len(name))) + name
         buf += _uvarint(len(t.partitions) + 1) if flexible else struct.pack(">i", len(t.partitions))
         for p in t.partitions:
-            buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
+            if version >= 5:  # (index, error, high watermark, last stable offset, log start: one pack)
+                buf += _PARTITION_V5.pack(p.partition, int(p.error), p.high_watermark, p.last_stable_offset,
+                                          p.log_start_offset)
+            else:
+                buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
+                if version >= 4:
+                    buf += struct.pack(">q", p.last_stable_offset)
             if version >= 4:  # transactions' fields
-                buf += struct.pack(">q", p.last_stable_offset)
-                if version >= 5:
-                    buf += struct.pack(">q", p.log_start_offset)
                 buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
                 for producer_id, first_offset in p.aborted:
                     buf += struct.pack(">qq", producer_id, first_offset)
@@ -313,10 +319,10 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
                 buf += struct.pack(">i", -1)  # preferred read replica: none
             size = p.size
             buf += _uvarint(size + 1) if flexible else struct.pack(">i", size)
-            if size and p.converted is not None:
-                buf += p.converted
-            elif size and p.inline is not None:
+            if size and p.inline is not None:
                 buf += p.inline
+            elif size and p.converted is not None:
+                buf += p.converted
             elif size:
                 parts.append(bytes(buf))
                 parts.append(FileRange(p.range.fd, p.range.position, size, owner=p.range))

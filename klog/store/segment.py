@@ -63,8 +63,11 @@ class _ReadFdCache:
 
     def use(self, segment: LogSegment) -> None:
         """`segment` was just read: keep it, and close the least recently read beyond capacity."""
-        self.open[segment] = None
-        self.open.move_to_end(segment)
+        try:
+            self.open.move_to_end(segment)  # kept already (every read but a segment's first)
+            return
+        except KeyError:
+            self.open[segment] = None
         if len(self.open) > self.capacity:
             self.capacity = _read_fds_capacity()  # the limit may have been raised since (a writer raises it)
         while len(self.open) > self.capacity:
@@ -217,7 +220,11 @@ class LogSegment:
         if position < 0:  # a garbage index entry must not become EINVAL (or a read of the wrong place)
             raise CorruptLogError("negative file position", self.log_path, position)
         with _read_fds.lock:
-            return os.pread(self.read_fd(), length, position)
+            fd = self._read_fd
+            if fd is None:
+                return os.pread(self.read_fd(), length, position)
+            _read_fds.use(self)
+            return os.pread(fd, length, position)
 
     def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each whole batch in [start, end); stops at a partial one."""
@@ -300,10 +307,11 @@ class LogSegment:
         if found is None or found.header.base_offset >= upper:
             return None
         start, header = found.position, found.header
-        limit = min(end, start + max(max_bytes, header.size))
+        size = header.size
+        limit = min(end, start + (max_bytes if max_bytes > size else size))
         # the first batch is whole and checked (first_batch): the walk starts after it, so a
         # one-batch range (a consumer at the log's end) costs no second read
-        before, stop = header, start + header.size
+        before, stop = header, start + size
         try:
             for batch in walk_batches(self.read_bytes, stop, limit, path=self.log_path) if stop < limit else ():
                 h = batch.header
