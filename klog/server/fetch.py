@@ -108,7 +108,7 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
     range of at most `inline_max` bytes comes read (`inline`), checked batch by batch as the
     store found it: the same bytes sendfile would send. `refresh`: the topic's metadata may be
     re-read first (once per topic and request is enough: see RawAppender.partition)."""
-    index = int(p.partition)
+    index = p.partition
     answer = PartitionAnswer(index)
     try:
         part = ctx.server.appender.partition(topic, index, refresh)
@@ -130,7 +130,7 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
         return answer
     answer.high_watermark, answer.log_start_offset = hw, start
     answer.last_stable_offset = upper = hw  # klog serve writes no transactions; imported logs may hold some
-    offset = int(p.fetch_offset)
+    offset = p.fetch_offset
     if offset < start or offset > hw:
         answer.error = E.offset_out_of_range
         return answer
@@ -147,7 +147,9 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
     if offset >= upper or budget <= 0:
         return answer
     old_fetcher = ctx.api_version <= LAST_MESSAGE_SET_VERSION
-    wanted = min(int(p.partition_max_bytes), budget)
+    wanted = p.partition_max_bytes
+    if wanted > budget:
+        wanted = budget
     try:
         if old_fetcher:  # converted in memory: a bounded chunk per partition and request, never a segment
             wanted = min(wanted, DOWN_CONVERT_BYTES_MAX)
@@ -310,7 +312,10 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
                 if version >= 4:
                     buf += struct.pack(">q", p.last_stable_offset)
             if version >= 4:  # transactions' fields
-                buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
+                if not p.aborted:
+                    buf += b"\1" if flexible else b"\0\0\0\0"  # none (a compact array's count is n + 1)
+                else:
+                    buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
                 for producer_id, first_offset in p.aborted:
                     buf += struct.pack(">qq", producer_id, first_offset)
                     if flexible:
@@ -318,7 +323,12 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
             if version >= 11:
                 buf += struct.pack(">i", -1)  # preferred read replica: none
             size = p.size
-            buf += _uvarint(size + 1) if flexible else struct.pack(">i", size)
+            if not flexible:
+                buf += struct.pack(">i", size)
+            elif size < 0x3FFF:  # (the usual: a two-byte varint, without a call)
+                buf += bytes((size + 1,)) if size < 0x7F else bytes(((size + 1) & 0x7F | 0x80, (size + 1) >> 7))
+            else:
+                buf += _uvarint(size + 1)
             if size and p.inline is not None:
                 buf += p.inline
             elif size and p.converted is not None:
