@@ -60,3 +60,28 @@ def test_byte_range_matches_read(tmp_path, read_max):
             elif len(got) < len(expected) and found.path == expected[len(got)].path:
                 # stopped early in the same segment: only because max_bytes would be passed
                 assert len(data) + len(expected[len(got)].data) > max_bytes
+
+
+def test_a_segment_replaced_under_an_open_reader_is_read_from_the_new_file(tmp_path):
+    """The cleaner swaps a segment's `.log` for its rewrite (os.replace) while readers hold the old
+    file open: byte_range, which takes a segment's size from the descriptor it reads through, must
+    notice (the old file is unlinked) and read the new one, not the old file's bytes and size."""
+    with klog.open(str(tmp_path / "d")) as store:
+        store.create_topic("s", configs={"segment.bytes": "2000"})
+        with store.producer() as producer:
+            for i in range(40):
+                producer.send("s", b"v%05d" % i + b"x" * 100)
+                producer.flush()  # a batch each
+        part = store.partition("s", 0)
+        hw = part.high_watermark()
+        before = part.byte_range(0, 1 << 20, hw, read_max=16 << 10)  # opens the first segment for reading
+        first = read_header(before.data)
+        assert before.length > first.size, "the first segment holds several batches"
+        with open(before.path, "rb") as f:
+            kept = f.read(first.size)
+        swap = before.path + ".swap"
+        with open(swap, "wb") as f:  # the rewrite: only the first batch is left
+            f.write(kept)
+        os.replace(swap, before.path)
+        after = part.byte_range(0, 1 << 20, hw, read_max=16 << 10)
+        assert after is not None and after.data == kept and after.length == first.size
