@@ -4,7 +4,8 @@ Workload: N 100-byte values over P partitions (10,000-record batches); both read
 exit; the group run commits (after flushing stdout) at least once a second and at the end, and its
 committed offsets are checked to cover every record. Rebalance: one `klog consume -G g -f` process
 holds 6 partitions; a second joins (from its join, as LMDB records it, to both holding three), then
-the first leaves on SIGTERM (from the signal to the second holding all six).
+the first leaves on SIGTERM (from the signal to the second holding all six). The __consumer_offsets
+pass: the CPU of klog serve's pass that brings the topic in step after one commit.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import signal
 import subprocess
 import time
 
-from harness import Bench, rate, ratio
+from harness import Bench, Samples, rate, ratio
 
 import klog
 from klog.meta.groups import GroupsMeta
@@ -97,8 +98,30 @@ def rebalance(bench: Bench) -> None:
               f"{join_s * 1000:.0f} ms / {leave_s * 1000:.0f} ms")
 
 
+def offsets_topic_pass(bench: Bench, offsets: int) -> None:
+    """klog serve's __consumer_offsets pass after one commit, with `offsets` committed offsets stored."""
+    from klog.broker.batches import RawAppender
+    from klog.broker.offsets_topic import OffsetsTopicMirror
+
+    with klog.open(f"{bench.tmp}/offsets-topic") as store:
+        store.create_topic("t", partitions=100)
+        meta = GroupsMeta(store.meta)
+        for g in range(max(1, offsets // 100)):
+            meta.store_offsets(f"g{g}", {("t", p): (p, "") for p in range(100)})
+        mirror = OffsetsTopicMirror(store, RawAppender(store).writer)
+        first = bench.call(mirror.sync)
+        passes = Samples()
+        for i in range(bench.rounds(20)):
+            meta.store_offsets("g0", {("t", 3): (1000 + i, "")})
+            passes.append(bench.call(mirror.sync))
+    bench.row(f"__consumer_offsets pass after one commit, {offsets:,} offsets stored",
+              f"{passes.cpu * 1000:.2f} ms CPU ({passes.wall * 1000:.2f} ms)",
+              f"the first pass, comparing everything: {first.wall:.2f} s")
+
+
 def run(bench: Bench) -> None:
     n = bench.size(1_000_000, 4_000)
     throughput(bench, n, 1)
     throughput(bench, n, 4)
     rebalance(bench)
+    offsets_topic_pass(bench, bench.size(10_000, 200))

@@ -5,10 +5,12 @@ compaction (offset map over the dirty part + rewrite of every sealed segment); t
 read by the cleaner per second. Replay: SRC of N keyed records (1,000 keys, a header, 3
 partitions); plain consume-then-produce (Consumer -> Producer.send per record, original timestamps)
 beside Replayer at --speed max with --keep-timestamps, each into a fresh topic, alternated.
+A produce during a compaction: the time of one single-record produce to the partition being compacted.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from harness import Bench, rate, ratio
@@ -16,6 +18,7 @@ from harness import Bench, rate, ratio
 import klog
 from klog.broker import lifecycle
 from klog.store import codec
+from klog.store.throttle import Throttler
 
 BATCH_RECORDS = 10_000
 
@@ -48,6 +51,33 @@ def compaction(bench: Bench, n: int, keys: int) -> None:
                   f"{cleaned.segments_rewritten} segments rewritten)")
 
 
+def produce_during_compaction(bench: Bench, n: int, keys: int) -> None:
+    """One single-record produce to a partition while it is being compacted at 2 MB/s
+    (log.cleaner.io.max.bytes.per.second): the cleaning runs without the partition's lock."""
+    with klog.open(f"{bench.tmp}/during") as store:
+        segment_bytes = str(bench.size(1 << 20, 64 << 10))
+        store.create_topic("c", configs={"cleanup.policy": "compact", "segment.bytes": segment_bytes,
+                                         "retention.ms": "-1"})
+        fill(store, "c", n, keys)
+        started = threading.Event()
+
+        class Started(Throttler):
+            def maybe_throttle(self, observed: int) -> None:
+                started.set()
+                super().maybe_throttle(observed)
+
+        cleaner = threading.Thread(target=lambda: lifecycle.compact(store, "c", throttler=Started(2 << 20)))
+        cleaner.start()
+        while cleaner.is_alive() and not started.wait(0.05):
+            pass
+        with store.producer() as p:
+            took = bench.call(lambda: (p.send("c", b"x", key=b"key-000001", partition=0), p.flush()))
+        still = cleaner.is_alive()
+        cleaner.join()
+    bench.row(f"a produce while its partition ({n:,} records) is compacted at 2 MB/s",
+              f"{took.wall * 1000:.1f} ms" + ("" if still else " (the compaction ended first)"))
+
+
 def replay(bench: Bench, n: int) -> None:
     with klog.open(f"{bench.tmp}/replay") as store:
         store.create_topic("src", partitions=3, configs={"retention.ms": "-1"})
@@ -75,4 +105,5 @@ def replay(bench: Bench, n: int) -> None:
 
 def run(bench: Bench) -> None:
     compaction(bench, bench.size(1_000_000, 5_000), bench.size(10_000, 100))
+    produce_during_compaction(bench, bench.size(100_000, 5_000), bench.size(100, 10))
     replay(bench, bench.size(300_000, 3_000))

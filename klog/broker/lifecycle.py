@@ -2,9 +2,11 @@
 
 These run when a producer rolls a segment (for the partition it rolled), on `klog topics
 clean|compact|delete-records`, in `klog serve`'s log cleaner thread (klog.broker.log_manager), and
-when called from Python. Each partition is handled under its write lock, after the same
+when called from Python. Each partition is changed under its write lock, after the same
 reconciliation a producer does (health, leader, ISR, catch-up), so every in-sync replica is changed
-the same way while no append runs; readers keep reading throughout.
+the same way while no append runs; readers keep reading throughout. Compaction holds the lock only
+to pick what to clean and to swap the cleaned segments in: the cleaning itself runs without it
+(klog.store.cleaner), so appends to the partition go on meanwhile.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ class PartitionCleanup:
     segments_rewritten: int = 0
     dirty_ratio: float | None = None  # before compaction, for compacted topics
     cleanable_end: int | None = None  # compaction stops here: the active segment, the HW or min.compaction.lag.ms
+    cleanings_abandoned: int = 0  # the segments changed under a cleaning (retention, another cleaner): redone
+
+
+CLEANING_ATTEMPTS = 3  # a partition whose segments keep changing under the cleaner waits for the next pass
 
 
 def _now_ms(clock: Clock | None) -> int:
@@ -94,23 +100,52 @@ def _retain(store: BrokerStore, topic: str, part: Partition, now_ms: int, result
 
 
 # -- compaction ----------------------------------------------------------------------------------
-def _compact(store: BrokerStore, topic: str, part: Partition, now_ms: int, force: bool,
-             result: PartitionCleanup, throttler: Throttler | None) -> None:
+@dataclass(frozen=True)
+class _CompactionPlan:
+    rng: cleaner.CleanableRange
+    replicas: list[tuple[str, LogConfig]]  # (directory, config) of each replica, the leader first
+
+
+def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: int, force: bool,
+                     result: PartitionCleanup) -> _CompactionPlan | None:
+    """Lock held: what to clean, if compaction is due; the sealed segments fsynced first."""
     config = store.log_config(topic)
-    checkpoint = _checkpoint(part)
-    rng = cleaner.cleanable_range(part.leader, checkpoint.read(), part.high_watermark(), now_ms,
+    rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), part.high_watermark(), now_ms,
                                   config.min_compaction_lag_ms)
     result.dirty_ratio = rng.dirty_ratio
     result.cleanable_end = rng.first_uncleanable
     if not force and not _due(part, rng, now_ms, config):
-        return
-    stats = cleaner.compact_replicas(part.replicas, rng, now_ms, config.delete_retention_ms, throttler=throttler)
-    checkpoint.write(rng.first_uncleanable)
+        return None
+    for replica in part.replicas:
+        replica.finish_flushes()  # the segments it rewrites are fsynced as they were sealed first
+    return _CompactionPlan(rng, [(r.directory, r.config) for r in part.replicas])
+
+
+def _compact(store: BrokerStore, topic: str, partition: int, plan: _CompactionPlan, now_ms: int,
+             result: PartitionCleanup, throttler: Throttler | None) -> bool:
+    """Clean without the partition's lock (appends go on), then take it to swap the result in;
+    False if the segments changed meanwhile (nothing swapped in)."""
+    config = store.log_config(topic)
+    cleaning = cleaner.build_cleaning(plan.replicas, plan.rng, now_ms, config.delete_retention_ms, throttler)
+    try:
+        if cleaning.abandoned:
+            return False
+        part = store.partition(topic, partition)
+        with part.lock:
+            part = _locked(store, topic, partition)
+            if not cleaner.swap_cleaned(part.replicas, cleaning, part.log_start_offset()):
+                return False
+            faults.point("before-checkpoint")
+            _checkpoint(part).write(plan.rng.first_uncleanable)
+    finally:
+        cleaning.discard()
+    stats = cleaning.stats
     result.compacted = True
     result.records_read = stats.records_read
     result.records_removed = stats.records_removed
     result.tombstones_removed = stats.tombstones_removed
     result.segments_rewritten = stats.segments_rewritten
+    return True
 
 
 def _due(part: Partition, rng: cleaner.CleanableRange, now_ms: int, config: LogConfig) -> bool:
@@ -133,6 +168,7 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
     now_ms = _now_ms(clock)
     compacted = store.log_config(topic).compacted
     part = store.partition(topic, partition)
+    plan = None
     with part.lock:
         part = _locked(store, topic, partition)
         start = part.log_start_offset()
@@ -140,7 +176,17 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
         if retain:
             _retain(store, topic, part, now_ms, result)
         if compacted and (compact or force_compact):
-            _compact(store, topic, part, now_ms, force_compact, result, throttler)
+            plan = _plan_compaction(store, topic, part, now_ms, force_compact, result)
+    # the cleaning itself runs without the lock, so produces are not held up; segments changed
+    # under it (retention, delete-records, another cleaner) make it start over from a new plan
+    while plan is not None and not _compact(store, topic, partition, plan, now_ms, result, throttler):
+        result.cleanings_abandoned += 1
+        plan = None
+        if result.cleanings_abandoned < CLEANING_ATTEMPTS:
+            part = store.partition(topic, partition)  # anew: a config change meanwhile closes the old object
+            with part.lock:
+                part = _locked(store, topic, partition)
+                plan = _plan_compaction(store, topic, part, now_ms, force_compact, result)
     return result
 
 

@@ -3,7 +3,7 @@
 `min.cleanable.dirty.ratio` (or `max.compaction.lag.ms`) says so, one pass every `log.cleaner.backoff.ms`.
 
 Both passes go one partition at a time through klog.broker.lifecycle (the code `klog topics clean`
-runs), so a partition's lock is held exactly as long as there, and released between partitions. They
+runs): retention under the partition's lock, compaction taking it only to plan and to swap in. They
 are meant for one dedicated thread (klog/server/log_cleaner.py runs them for `klog serve`); `stop`
 is checked between partitions. A partition is looked at cheaply first (its state file's high
 watermark, its segments' sizes) and left alone unless something is due, so a pass over a store

@@ -11,12 +11,15 @@ from typing import Any
 import lmdb
 
 from klog.errors import DataDirError
+from klog.meta.change_log import LOGGED_TABLES, log_change
 
 MAP_SIZE_BYTES = 1 << 32  # address space reserved, not disk used: LMDB files grow as needed
-DB_NAMES = ("topics", "groups", "members", "offsets", "credentials", "acls", "quotas", "topic_index", "transactions")
-# added later (`klog serve`'s security; topic_index: see klog.meta.topic_index): a store last written
-# by an older klog lacks them, and a read-only open cannot create them, so there they read as empty
-LATER_DB_NAMES = frozenset({"credentials", "acls", "quotas", "topic_index", "transactions"})
+DB_NAMES = ("topics", "groups", "members", "offsets", "credentials", "acls", "quotas", "topic_index", "transactions",
+            "group_changes")
+# added later (`klog serve`'s security; topic_index: see klog.meta.topic_index; group_changes: see
+# klog.meta.change_log): a store last written by an older klog lacks them, and a read-only open
+# cannot create them, so there they read as empty
+LATER_DB_NAMES = frozenset({"credentials", "acls", "quotas", "topic_index", "transactions", "group_changes"})
 
 
 KEY_BYTES_MAX = 511  # LMDB's default maximum key size
@@ -128,9 +131,14 @@ class MetaDB:
         if len(key.encode()) > KEY_BYTES_MAX:
             value = {"k": key, "v": value}  # the key itself, which its LMDB key no longer spells
         txn.put(_key(key), json.dumps(value, separators=(",", ":")).encode(), db=self.dbs[db])
+        if db in LOGGED_TABLES:
+            log_change(self, txn, db, key)
 
     def delete(self, txn: lmdb.Transaction, db: str, key: str) -> bool:
-        return txn.delete(_key(key), db=self.dbs[db])
+        deleted = txn.delete(_key(key), db=self.dbs[db])
+        if deleted and db in LOGGED_TABLES:
+            log_change(self, txn, db, key)
+        return deleted
 
     def items(self, txn: lmdb.Transaction, db: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
         for k, v in self.items_raw(txn, db, prefix):

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from klog.errors import GroupError, GroupFencedError, UnknownMemberError, UsageError
+from klog.meta.change_log import drop_through, read_changes
 from klog.meta.db import MetaDB
 from klog.store.state import current_boot_id
 
@@ -123,6 +124,13 @@ class Member:
     heartbeat_ms: int
     generation: int = 0  # the last generation this member synced to
     served_by: str | None = None  # "klog serve pid N": a Kafka client the server coordinates in memory
+    # a Kafka client's own bytes, base64 (what __consumer_offsets' GroupMetadataValue carries): its
+    # protocol metadata for the group's protocol (a consumer's ConsumerProtocolSubscription, user data
+    # and all) and the assignment its leader gave it; None for klog's own consumers
+    metadata_b64: str | None = None
+    assignment_b64: str | None = None
+    rebalance_timeout_ms: int = -1
+    instance_id: str | None = None  # group.instance.id (static membership)
 
     @classmethod
     def local(cls, member_id: str, client_id: str, topics: list[str], assignor: str,
@@ -160,6 +168,9 @@ class GroupDoc:
     # when the group was last seen losing its last member (offset expiry counts from it); None while it
     # has members, and in docs written before expiry existed (the first expiry pass then starts the count)
     empty_ms: int | None = None
+    # a group klog serve coordinates: its protocol type ("consumer", "connect", ...) and leader member
+    protocol_type: str | None = None
+    leader: str | None = None
 
     def target(self, member_id: str) -> list[TP]:
         return [(t, p) for t, p in self.targets.get(member_id, [])]
@@ -219,6 +230,17 @@ class GroupSnapshot:
                 if self.doc.owners.get(tp_key(tp)) != mid:
                     return "PreparingRebalance"
         return "Stable"
+
+
+@dataclass
+class GroupChanges:
+    """GroupsMeta.changes_since: as of LMDB transaction `upto`; `complete` False when the change log no
+    longer reaches back (read everything instead)."""
+
+    upto: int
+    complete: bool
+    offsets: dict[tuple[str, str, int], bytes | None] = field(default_factory=dict)  # stored JSON; None: deleted
+    groups: dict[str, tuple[GroupDoc, list[Member]] | None] = field(default_factory=dict)  # None: deleted
 
 
 class GroupsMeta:
@@ -516,7 +538,8 @@ class GroupsMeta:
             return [m for m in self._members(txn, group).values() if m.served_by is None and m.alive(now)]
 
     def publish_served(self, group: str, served_by: str, generation: int, protocol: str | None,
-                       members: list[Member], targets: dict[str, list[TP]] | None) -> None:
+                       members: list[Member], targets: dict[str, list[TP]] | None, *,
+                       protocol_type: str | None = None, leader: str | None = None) -> None:
         """klog serve's record of a group it coordinates in memory, where `klog groups` reads groups:
         its members (live while the server process is) and, once stable (`targets` not None), who
         holds which partition. Members of klog's own consumers are left alone."""
@@ -536,6 +559,7 @@ class GroupsMeta:
                 doc.rebalance_ms = now
             doc.generation = generation
             doc.assignor = protocol
+            doc.protocol_type, doc.leader = protocol_type, leader
             doc.served_by = served_by if members else None
             if members:
                 doc.empty_ms = None
@@ -579,6 +603,27 @@ class GroupsMeta:
                 group, topic, p = key.split("\0")
                 out.append((group, topic, int(p), raw))
             return out
+
+    def changes_since(self, after: int) -> GroupChanges:
+        """What changed in groups and offsets after LMDB transaction `after` (klog.meta.change_log),
+        with the changed offsets' stored JSON and the changed groups, in one read."""
+        with self.db.txn() as txn:
+            changes = read_changes(self.db, txn, after)
+            out = GroupChanges(changes.upto, changes.complete)
+            if not changes.complete:
+                return out
+            for key in changes.keys["offsets"]:
+                group, topic, p = key.split("\0")
+                out.offsets[(group, topic, int(p))] = self.db.get_raw(txn, "offsets", key)
+            for group in changes.keys["groups"] | {k.split("\0", 1)[0] for k in changes.keys["members"]}:
+                doc = self._doc(txn, group)
+                out.groups[group] = None if doc is None else (doc, list(self._members(txn, group).values()))
+            return out
+
+    def forget_changes(self, upto: int) -> None:
+        """Drop the change log's entries up to LMDB transaction `upto`, applied by its reader."""
+        with self.db.txn(write=True) as txn:
+            drop_through(self.db, txn, upto)
 
     def groups_with_members(self) -> list[tuple[GroupDoc, list[Member]]]:
         """Every group document with its members (live or not), in one read."""

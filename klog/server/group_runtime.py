@@ -8,6 +8,7 @@ groups` sees Kafka-client groups. The protocol handlers that drive it are in gro
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import logging
@@ -45,6 +46,12 @@ class _Summary(NamedTuple):
     protocol: str | None
     members: list[Member]
     targets: dict[str, list[tuple[str, int]]] | None  # None: not stable (no assignment to show)
+    protocol_type: str | None = None
+    leader: str | None = None
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 class GroupCoordinator:
@@ -209,23 +216,27 @@ class GroupCoordinator:
         members = []
         wall, clock = now_ms(), _monotonic_ms()
         for m in group.members.values():
-            topics = []
-            if group.protocol_type == CONSUMER and m.protocols:
-                topics = consumer_protocol.subscription_topics(
-                    m.metadata(group.protocol_name) if group.protocol_name in m.names() else m.protocols[0][1])
+            metadata = m.metadata(group.protocol_name) if group.protocol_name in m.names() else \
+                m.protocols[0][1] if m.protocols else b""
+            topics = consumer_protocol.subscription_topics(metadata) if group.protocol_type == CONSUMER and \
+                m.protocols else []
+            # the member's own bytes go to LMDB too: __consumer_offsets' group record carries them
             members.append(Member(m.member_id, m.client_id, m.client_host, os.getpid(), self._pid_start,
                                   self._boot_id, topics, group.protocol_name or m.names()[0],
                                   m.session_timeout_ms, wall - (clock - m.joined), wall, group.generation,
-                                  self.served_by))
+                                  self.served_by, metadata_b64=_b64(metadata), assignment_b64=_b64(m.assignment),
+                                  rebalance_timeout_ms=m.rebalance_timeout_ms, instance_id=m.instance_id))
         targets = None
         if group.state == STABLE and group.protocol_type == CONSUMER:
             targets = {m.member_id: consumer_protocol.assignment_partitions(m.assignment)
                        for m in group.members.values()}
-        return _Summary(group_id, group.generation, group.protocol_name, members, targets)
+        return _Summary(group_id, group.generation, group.protocol_name, members, targets, group.protocol_type,
+                        group.leader)
 
     def _publish(self, summaries: list[_Summary]) -> None:
         for s in summaries:
-            self.meta.publish_served(s.group_id, self.served_by, s.generation, s.protocol, s.members, s.targets)
+            self.meta.publish_served(s.group_id, self.served_by, s.generation, s.protocol, s.members, s.targets,
+                                     protocol_type=s.protocol_type, leader=s.leader)
 
     def state(self, group_id: str) -> str | None:
         group = self.machine.groups.get(group_id)

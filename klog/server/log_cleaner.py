@@ -4,8 +4,9 @@ every `log.retention.check.interval.ms`, compaction of compacted topics that are
 writes paced to `log.cleaner.io.max.bytes.per.second` (Kafka's Throttler), klog.json's defaults.
 
 Both passes (klog.broker.log_manager) run in one thread of their own, never in the threads that
-answer requests, one partition at a time: a client's request waits for a partition's lock at most
-as long as it would behind `klog topics clean`, and Metadata or other partitions not at all.
+answer requests, one partition at a time. Compaction holds a partition's lock only to plan and to
+swap the cleaned segments in (klog.store.cleaner), so a produce to the partition being compacted
+waits for the swap at most, and Metadata or other partitions not at all.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class LogCleanerService:
                      r.records_read, r.segments_rewritten)
 
     async def close(self) -> None:
-        """Stop between partitions; a partition being cleaned is finished (its lock released)."""
+        """Stop between partitions; a partition being cleaned is finished (a throttled sleep cut short)."""
         self.manager.stop.set()
         for task in self._tasks:
             task.cancel()

@@ -1,7 +1,7 @@
 """klog serve keeps `__consumer_offsets` in step with LMDB's groups (klog/broker/offsets_topic.py):
 every SYNC_INTERVAL_S it looks whether LMDB changed (one environment read) and, if so, writes what
-changed, in a thread of its own; a ListOffsets of the topic brings it in step first, so a reader
-that starts after a commit sees it."""
+changed (LMDB's change log names the keys), in a thread of its own; a ListOffsets of the topic
+brings it in step first, so a reader that starts after a commit sees it."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ class OffsetsTopicService:
         while True:
             started = loop.time()
             await loop.run_in_executor(self._thread, self.sync)
-            # a pass over many offsets costs (~65 ms for 10,000, one changed): at most a sixth of a core
+            # a pass reads only what changed (~0.7 ms of CPU for one changed offset among 10,000), but the
+            # first compares everything (~0.6 s for 10,000): whatever a pass costs, at most a sixth of a core
             await asyncio.sleep(max(self.interval_s, PASS_SHARE_INVERSE * (loop.time() - started)))
 
     async def close(self) -> None:

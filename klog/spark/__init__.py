@@ -6,7 +6,9 @@
 
 In a session of your own, PySpark 4 finds the source by itself when klog is installed (the
 top-level pyspark_klog module); `klog.spark.register(spark, data_dir)` also makes data_dir the
-default store. Importing this package does not import pyspark; its modules do when used.
+default store. writeStream.format("klog").outputMode("update") also needs klog's jar on the driver's
+classpath (start_session adds it; in your own session: spark.jars = klog.spark.jar.JAR_PATH).
+Importing this package does not import pyspark; its modules do when used.
 """
 
 from __future__ import annotations

@@ -117,7 +117,9 @@ def _builder_conf(settings: SessionSettings, work_dir: str, jvm_options: str = "
     if "spark.driver.extraJavaOptions" in user:  # keep klog's log settings beside the user's JVM options
         user["spark.driver.extraJavaOptions"] += " " + conf["spark.driver.extraJavaOptions"]
     conf.update(user)
-    return conf
+    from klog.spark.jar import with_jar
+
+    return with_jar(conf)  # format("klog") takes Update mode (klog/spark/jars/DefaultSource.java)
 
 
 def _work_dir() -> str:

@@ -246,17 +246,18 @@ def staged_batches(paths: list[str]) -> Iterator:
 
 
 class ForeachBatchSink:
-    """The klog sink as a `foreachBatch` function, for the output mode `format("klog")` cannot take:
+    """The klog sink as a `foreachBatch` function, for Update mode in a session without klog's jar:
 
         counts.writeStream.outputMode("update").foreachBatch(
             ForeachBatchSink(topic="counts", checkpointLocation=ckpt, **{"transactional.id": "counts"})
         ).option("checkpointLocation", ckpt).start()
 
     Spark asks a data source for Update mode through a JVM interface its Python data sources do not
-    implement, so `writeStream.format("klog").outputMode("update")` is refused by Spark itself;
-    Spark's Kafka sink appends each updated row, and so does this. It takes the sink's options and
-    writes each micro-batch as a batch write with the `batchId` option: tasks stage, the driver
-    commits, with the stream writer's exactly-once rules.
+    implement; klog-spark.jar (klog/spark/jar.py) adds it, and without that jar on the driver's
+    classpath Spark refuses `writeStream.format("klog").outputMode("update")`. Spark's Kafka sink
+    appends each updated row, and so does this. It takes the sink's options and writes each
+    micro-batch as a batch write with the `batchId` option: tasks stage, the driver commits, with
+    the stream writer's exactly-once rules.
     """
 
     def __init__(self, **options: str) -> None:

@@ -144,7 +144,9 @@ def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - S
     sink = {"topic": req.target, **location(data_dir), "checkpointLocation": checkpoint}
     if req.transactional_id is not None:
         sink["transactional.id"] = req.transactional_id
-    if req.output_mode == "update":  # Spark refuses format("klog") in Update mode (see ForeachBatchSink)
+    from klog.spark.jar import update_mode_available
+
+    if req.output_mode == "update" and not update_mode_available(spark):  # a session without klog's jar
         from klog.spark.sink import ForeachBatchSink
 
         writer = out.writeStream.foreachBatch(ForeachBatchSink(**sink))

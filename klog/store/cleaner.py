@@ -13,12 +13,23 @@ Tombstones (null values) survive `delete.retention.ms` (KIP-534): the first clea
 batch holding a tombstone sets the batch's delete horizon (attribute bit 6; baseTimestamp = now +
 delete.retention.ms); a cleaning after that horizon drops the tombstone. Keyless records are dropped.
 
-Crash safety (Kafka's `.cleaned` -> `.swap` -> rename): a segment is rewritten into
-`<base>.{log,index,timeindex}.cleaned` (fsynced); the index files then the log are renamed to
-`.swap` (the `.log.cleaned` -> `.log.swap` rename is the commit point); then the indexes and last
-the log replace the originals with atomic renames. `loader.finish_interrupted_swaps`, run when a writer
-opens a replica, rolls back an uncommitted swap (a `.log.cleaned` still exists) and finishes a
-committed one, so a kill at any point leaves either the old or the new segment.
+Off the lock (Kafka's Cleaner and UnifiedLog.replaceSegments): the offset map and the rewritten
+segments are built without the partition's lock, from segments the writer no longer appends to (the
+active segment is never cleaned), each rewrite (log, offset index, time index) into
+`<base>.{log,index,timeindex}.<pid>-<n>.cleaning` files of its own, fsynced; the lock is taken only
+to check that every segment read is still the one read (retention, delete-records, a truncation or
+another cleaner may have changed them: then the cleaning is abandoned and done again) and to swap
+the rewrites in. A produce to the partition waits for the swap at most (renames and three directory
+fsyncs per replica), never for the cleaning.
+
+Crash safety (Kafka's `.cleaned` -> `.swap` -> rename), under the lock, each step for every segment
+before the next: the rewrites are renamed to `<base>.{log,index,timeindex}.cleaned` (the directory
+fsynced); the index files then the log are renamed to `.swap` (a segment's `.log.cleaned` ->
+`.log.swap` rename is its commit point; the directory fsynced); then the indexes and last the log
+replace the originals with atomic renames. `loader.finish_interrupted_swaps`, run when a writer opens
+a replica, rolls back a segment's uncommitted swap (a `.log.cleaned` still exists) and finishes a
+committed one, so a kill at any point leaves each segment either old or new. A killed cleaning's
+`.cleaning` files are removed by the next cleaning of the partition (remove_stale_temps).
 
 Each segment is rewritten on its own (Kafka also merges small neighbours; klog does not), and
 only if something in it changes.
@@ -27,14 +38,16 @@ only if something in it changes.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
-from collections.abc import Callable
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from klog.errors import CorruptLogError
 from klog.store import codec, faults
 from klog.store.codec import BatchHeader
+from klog.store.config import LogConfig
 from klog.store.format import (
     CLEANED_SUFFIX,
     COMPRESSION_CODEC_MASK,
@@ -48,16 +61,17 @@ from klog.store.format import (
 )
 from klog.store.index import IndexBuilder
 from klog.store.loader import unlink_if_there
+from klog.store.log import PartitionLog
 from klog.store.names import fsync_dir, nofollow_opener
 from klog.store.reader import PartitionReader
 from klog.store.retention import largest_timestamp
 from klog.store.throttle import Throttler
 
 if TYPE_CHECKING:
-    from klog.store.log import PartitionLog
     from klog.store.segment import LogSegment
 
 READ_BYTES = 4 << 20  # batches are read 4 MiB at a time
+CLEANING_SUFFIX = ".cleaning"  # a segment being rewritten, before the swap (see _new_temp_path)
 # -- recovery ------------------------------------------------------------------------------------
 # -- what is cleanable ---------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -151,32 +165,123 @@ class DirtySurvivors:
 
 def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms: int, delete_retention_ms: int,
               stats: CleanStats | None = None, first_dirty: int | None = None,
-              throttler: Throttler | None = None) -> CleanStats:
-    """Rewrite every sealed segment of `log` that lies wholly below `end` (the first uncleanable offset);
-    offset_map covers [first_dirty, end) (first_dirty None: no shortcut for dirty batches)."""
+              throttler: Throttler | None = None, bases: list[int] | None = None) -> list[CleanedSegment]:
+    """Rewrite, into temporary files beside them, every sealed segment of `log` that lies wholly below
+    `end` (the first uncleanable offset), or those of `bases`; offset_map covers [first_dirty, end)
+    (first_dirty None: no shortcut for dirty batches). Nothing is swapped in (swap_cleaned does that)."""
     stats = stats or CleanStats()
     survivors = None if first_dirty is None else DirtySurvivors(first_dirty, sorted(offset_map.values()))
-    log.refresh_segments()
+    out: list[CleanedSegment] = []
+    try:
+        for base in sealed_bases(log, end) if bases is None else bases:
+            cleaned = clean_segment(log, log.segments[base], offset_map, now_ms, delete_retention_ms, stats,
+                                    survivors, throttler)
+            if cleaned is not None:
+                out.append(cleaned)
+    except BaseException:
+        discard(out)
+        raise
+    return out
+
+
+def sealed_bases(log: PartitionLog, end: int) -> list[int]:
+    """The bases of the segments lying wholly below `end` (never the active one)."""
     bases = log.bases
+    out = []
     for i, base in enumerate(bases[:-1]):
         if bases[i + 1] > end:
             break
-        clean_segment(log, log.segments[base], offset_map, now_ms, delete_retention_ms, stats, survivors, throttler)
-    log.refresh_segments()
-    return stats
+        out.append(base)
+    return out
+
+
+SWAPPED_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+
+@dataclass(frozen=True)
+class CleanedSegment:
+    """A segment rewritten, with its indexes, into temporary files (fsynced) waiting to be swapped in."""
+
+    base_offset: int
+    directory: str
+    temps: tuple[str, ...]  # the log's, the offset index's, the time index's (SWAPPED_SUFFIXES)
+
+    def final(self, suffix: str) -> str:
+        return os.path.join(self.directory, segment_file_name(self.base_offset, suffix))
+
+
+_temp_counter = itertools.count()
+_temps_in_progress: set[str] = set()  # this process's cleanings under way (other threads may run one)
+_temps_lock = threading.Lock()
+
+
+def _new_temps(segment: LogSegment) -> tuple[str, ...]:
+    """`<base>.{log,index,timeindex}.<pid>-<n>.cleaning`: unique per cleaning, so that two cleaners
+    (serve's, a `klog topics compact`) never write one file, and not `.cleaned`, which a writer's
+    recovery deletes (a writer may open the log while it is being cleaned: the cleaner does not hold
+    the partition's lock)."""
+    tag = f".{os.getpid()}-{next(_temp_counter)}{CLEANING_SUFFIX}"
+    paths = tuple(os.path.join(segment.directory, segment_file_name(segment.base_offset, s)) + tag
+                  for s in SWAPPED_SUFFIXES)
+    with _temps_lock:
+        _temps_in_progress.update(paths)
+    return paths
+
+
+def discard(cleaned: list[CleanedSegment]) -> None:
+    """Remove the temporary files of cleanings not swapped in (a no-op for those that were)."""
+    for c in cleaned:
+        for path in c.temps:
+            unlink_if_there(path)
+        with _temps_lock:
+            _temps_in_progress.difference_update(c.temps)
+
+
+def remove_stale_temps(directory: str) -> list[str]:
+    """Delete the `.cleaning` files a killed cleaner left: those of a process that is gone, and this
+    process's own that no cleaning under way owns."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        if not name.endswith(CLEANING_SUFFIX):
+            continue
+        path = os.path.join(directory, name)
+        owner = name[:-len(CLEANING_SUFFIX)].rsplit(".", 1)[-1].partition("-")[0]
+        with _temps_lock:
+            ours = path in _temps_in_progress
+        if ours or (owner.isdigit() and int(owner) != os.getpid() and _process_alive(int(owner))):
+            continue
+        unlink_if_there(path)
+        removed.append(name)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process: alive
+    return True
 
 
 def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes, int], now_ms: int,
                   delete_retention_ms: int, stats: CleanStats, survivors: DirtySurvivors | None = None,
-                  throttler: Throttler | None = None) -> bool:
-    """Rewrite one segment if anything in it goes (or needs a delete horizon); True if it did.
+                  throttler: Throttler | None = None) -> CleanedSegment | None:
+    """Rewrite one segment into a temporary file if anything in it goes (or needs a delete horizon);
+    what to swap in, or None if it stays as it is.
 
-    Streams: batches are read 4 MiB at a time, and the `.cleaned` file is opened at the first
+    Streams: batches are read 4 MiB at a time, and the temporary file is opened at the first
     change (the unchanged batches before it are copied over), so memory stays bounded by the read
     size plus one (position, header) pair per batch, whatever segment.bytes is."""
     size = segment.file_size()
     layout: list[tuple[int, BatchHeader]] = []  # (position in the output, header) of each batch
-    cleaned = None  # the .log.cleaned file, once something changed
+    cleaned = None  # the temporary log file, once something changed
+    temps: tuple[str, ...] = ()
     written = 0
     offset = segment.base_offset
     end_offset = _segment_end_offset(log, segment)
@@ -186,11 +291,12 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
             batches = [b for b in log.read(offset, end_offset, READ_BYTES) if b.segment_base == segment.base_offset]
             if not batches:
                 break
-            chunk_out = 0  # bytes of this chunk written to the .cleaned file
+            chunk_out = 0  # bytes of this chunk written to the temporary file
             for fb in batches:
                 kept = _cleaned_batch(fb, offset_map, now_ms, delete_retention_ms, stats, survivors)
                 if kept is not None and cleaned is None:
-                    cleaned = open(segment.log_path + CLEANED_SUFFIX, "wb", opener=nofollow_opener)  # noqa: SIM115
+                    temps = _new_temps(segment)
+                    cleaned = open(temps[0], "wb", opener=nofollow_opener)  # noqa: SIM115
                     _copy_range(segment, cleaned, fb.position, throttler)  # the unchanged batches before this one
                 data = fb.data if kept is None else kept
                 if cleaned is not None:
@@ -202,27 +308,29 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
                 written += len(data)
                 position = fb.position + len(fb.data)
             offset = batches[-1].header.next_offset
-            if throttler is not None:  # the chunk read, and what of it went to the .cleaned file
+            if throttler is not None:  # the chunk read, and what of it went to the temporary file
                 throttler.maybe_throttle(sum(len(fb.data) for fb in batches) + chunk_out)
         if position != size:  # damage the reads stopped at: never rewrite (and so cut) a segment we could not read
             raise CorruptLogError("cannot compact a damaged segment (klog verify --repair)", segment.log_path,
                                   position)
         if cleaned is None:
-            return False
+            return None
         cleaned.flush()
         os.fsync(cleaned.fileno())
+        cleaned.close()
+        index_data, time_data = _index_entries(layout, segment.base_offset, log.config.index_interval_bytes)
+        _write_synced(temps[1], index_data)
+        _write_synced(temps[2], time_data)
     except BaseException:
         if cleaned is not None:
             cleaned.close()
-            unlink_if_there(segment.log_path + CLEANED_SUFFIX)
+            discard([CleanedSegment(segment.base_offset, segment.directory, temps)])
         raise
-    cleaned.close()
     stats.segments_rewritten += 1
     stats.bytes_before += size
     stats.bytes_after += written
     stats.rewritten_bases.append(segment.base_offset)
-    swap_in(segment, *_index_entries(layout, segment.base_offset, log.config.index_interval_bytes))
-    return True
+    return CleanedSegment(segment.base_offset, segment.directory, temps)
 
 
 def _cleaned_batch(fb, offset_map: dict[bytes, int], now_ms: int, delete_retention_ms: int,  # noqa: ANN001
@@ -309,30 +417,35 @@ def encode_cleaned_batch(header: BatchHeader, records: list, horizon: int | None
 
 
 # -- the swap ------------------------------------------------------------------------------------
-def swap_in(segment: LogSegment, index_data: bytes, time_data: bytes) -> None:
-    """Replace `segment`'s files by its fsynced `.log.cleaned` and these index entries, crash-safely
-    (see the module doc)."""
-    directory = segment.directory
-    final = {s: os.path.join(directory, segment_file_name(segment.base_offset, s))
-             for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
-    _write_synced(final[INDEX_SUFFIX] + CLEANED_SUFFIX, index_data)
-    _write_synced(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, time_data)
-    fsync_dir(directory)
-    faults.point("cleaned-written")
-    os.replace(final[INDEX_SUFFIX] + CLEANED_SUFFIX, final[INDEX_SUFFIX] + SWAP_SUFFIX)
-    faults.point("swap-partial")
-    os.replace(final[TIME_INDEX_SUFFIX] + CLEANED_SUFFIX, final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX)
-    os.replace(final[LOG_SUFFIX] + CLEANED_SUFFIX, final[LOG_SUFFIX] + SWAP_SUFFIX)  # the commit point
-    fsync_dir(directory)
-    faults.point("swap-renamed")
-    # indexes before the log: a reader notices the new log by its inode and then reloads the indexes
-    os.replace(final[INDEX_SUFFIX] + SWAP_SUFFIX, final[INDEX_SUFFIX])
-    os.replace(final[TIME_INDEX_SUFFIX] + SWAP_SUFFIX, final[TIME_INDEX_SUFFIX])
-    faults.point("index-replaced")
-    os.replace(final[LOG_SUFFIX] + SWAP_SUFFIX, final[LOG_SUFFIX])
-    fsync_dir(directory)
-    faults.point("log-replaced")
-    segment.close()
+def swap_in(log: PartitionLog, cleaned: list[CleanedSegment]) -> None:
+    """Replace the segments of `log` by their fsynced rewrites, crash-safely (see the module doc), each
+    step for every segment before the next, so that the partition's lock (held) costs three directory
+    fsyncs, not three per segment."""
+    if not cleaned:
+        return
+    for c in cleaned:  # the state recovery rolls back: a .log.cleaned
+        for suffix, temp in zip(SWAPPED_SUFFIXES, c.temps, strict=True):
+            os.replace(temp, c.final(suffix) + CLEANED_SUFFIX)
+        with _temps_lock:
+            _temps_in_progress.difference_update(c.temps)
+        faults.point("cleaned-written")
+    fsync_dir(log.directory)
+    for c in cleaned:
+        os.replace(c.final(INDEX_SUFFIX) + CLEANED_SUFFIX, c.final(INDEX_SUFFIX) + SWAP_SUFFIX)
+        faults.point("swap-partial")
+        os.replace(c.final(TIME_INDEX_SUFFIX) + CLEANED_SUFFIX, c.final(TIME_INDEX_SUFFIX) + SWAP_SUFFIX)
+        os.replace(c.final(LOG_SUFFIX) + CLEANED_SUFFIX, c.final(LOG_SUFFIX) + SWAP_SUFFIX)  # its commit point
+        faults.point("swap-renamed")
+    fsync_dir(log.directory)
+    for c in cleaned:
+        # indexes before the log: a reader notices the new log by its inode and then reloads the indexes
+        os.replace(c.final(INDEX_SUFFIX) + SWAP_SUFFIX, c.final(INDEX_SUFFIX))
+        os.replace(c.final(TIME_INDEX_SUFFIX) + SWAP_SUFFIX, c.final(TIME_INDEX_SUFFIX))
+        faults.point("index-replaced")
+        os.replace(c.final(LOG_SUFFIX) + SWAP_SUFFIX, c.final(LOG_SUFFIX))
+        faults.point("log-replaced")
+        log.segments[c.base_offset].close()
+    fsync_dir(log.directory)
 
 
 def _write_synced(path: str, data: bytes) -> None:
@@ -349,25 +462,103 @@ def _index_entries(layout: list[tuple[int, BatchHeader]], base_offset: int,
 
 
 # -- one partition -------------------------------------------------------------------------------
-def compact_replicas(replicas: list[PartitionLog], rng: CleanableRange, now_ms: int, delete_retention_ms: int,
-                     on_replica: Callable[[int, CleanStats], None] | None = None,
-                     throttler: Throttler | None = None) -> CleanStats:
-    """Clean every replica with one offset map built from the first (the leader): the same records
-    stay in each. The caller holds the partition lock and persists rng.first_uncleanable afterwards."""
-    for replica in replicas:
-        replica.finish_flushes()  # the segments it rewrites are fsynced as they were sealed first
-    leader = replicas[0]
-    offset_map = build_offset_map(leader, rng.first_dirty, rng.first_uncleanable, throttler)
-    total = CleanStats()
-    for i, replica in enumerate(replicas):
-        stats = clean_log(replica, offset_map, rng.first_uncleanable, now_ms, delete_retention_ms,
-                          first_dirty=rng.first_dirty, throttler=throttler)
-        if i == 0:
-            total = stats
-        if on_replica is not None:
-            on_replica(i, stats)
-    faults.point("before-checkpoint")
-    return total
+Identity = tuple[int, int, int, int]  # a log file's (device, inode, size, mtime ns)
+
+
+def _identity(path: str) -> Identity | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class ReplicaCleaning:
+    """One replica's part of a cleaning: the segments it read (by identity) and what it rewrote."""
+
+    directory: str
+    identities: dict[int, Identity]  # base -> its log file when the cleaning began, every segment below the end
+    ends: dict[int, int]  # base -> the next segment's base
+    cleaned: list[CleanedSegment] = field(default_factory=list)
+    stats: CleanStats = field(default_factory=CleanStats)
+
+    def changed(self, log_start: int) -> bool:
+        """Anything read was rewritten, truncated or deleted since, other than segments retention or
+        delete-records removed below `log_start` (a prefix: what the cleaning took from them is gone too)."""
+        for base, identity in self.identities.items():
+            now = _identity(os.path.join(self.directory, segment_file_name(base, LOG_SUFFIX)))
+            if now != identity and not (now is None and self.ends[base] <= log_start):
+                return True
+        return False
+
+
+@dataclass
+class Cleaning:
+    """The cleaned segments of every replica, built without the partition's lock, to be swapped in under it."""
+
+    replicas: list[ReplicaCleaning]
+    abandoned: bool = False  # the segments changed while they were read: nothing to swap in
+
+    @property
+    def stats(self) -> CleanStats:
+        return self.replicas[0].stats if self.replicas else CleanStats()
+
+    def discard(self) -> None:
+        for r in self.replicas:
+            discard(r.cleaned)
+
+
+def build_cleaning(replicas: list[tuple[str, LogConfig]], rng: CleanableRange, now_ms: int, delete_retention_ms: int,
+                   throttler: Throttler | None = None) -> Cleaning:
+    """Kafka's Cleaner.clean, off the log's lock: one offset map built from the first replica (the
+    leader), then every replica's sealed segments below rng.first_uncleanable rewritten into temporary
+    files with it (the same records stay in each). Reads go through logs of its own: the writer only
+    appends to the active segment, which is never cleaned. `replicas`: (directory, config) of each;
+    the caller fsynced their sealed segments (finish_flushes) under the lock first."""
+    views = [PartitionLog(directory, config) for directory, config in replicas]
+    cleaning = Cleaning([])
+    try:
+        for view in views:
+            remove_stale_temps(view.directory)
+            bases = sealed_bases(view, rng.first_uncleanable)
+            identities = {b: i for b in bases if (i := _identity(view.segments[b].log_path)) is not None}
+            ends = {b: view.bases[view.bases.index(b) + 1] for b in identities}
+            cleaning.replicas.append(ReplicaCleaning(view.directory, identities, ends))
+        try:
+            offset_map = build_offset_map(views[0], rng.first_dirty, rng.first_uncleanable, throttler)
+            for view, replica in zip(views, cleaning.replicas, strict=True):
+                replica.cleaned = clean_log(view, offset_map, rng.first_uncleanable, now_ms, delete_retention_ms,
+                                            replica.stats, first_dirty=rng.first_dirty, throttler=throttler,
+                                            bases=list(replica.identities))
+        except (OSError, CorruptLogError):
+            if not any(r.changed(-1) for r in cleaning.replicas):
+                raise  # damage, not a race
+            cleaning.discard()  # retention or another cleaner moved the segments while they were read
+            cleaning.abandoned = True
+    except BaseException:
+        cleaning.discard()
+        raise
+    finally:
+        for view in views:
+            view.close()
+    return cleaning
+
+
+def swap_cleaned(replicas: list[PartitionLog], cleaning: Cleaning, log_start: int) -> bool:
+    """Kafka's replaceSegments, under the partition's lock: if every segment the cleaning read is
+    still the one it read (or went below `log_start`), swap each cleaned segment in (crash-safely,
+    see the module doc) and True; else nothing, and False (the next pass cleans again)."""
+    if ([r.directory for r in replicas] != [c.directory for c in cleaning.replicas]
+            or any(c.changed(log_start) for c in cleaning.replicas)):
+        cleaning.abandoned = True
+        return False
+    for replica, part in zip(replicas, cleaning.replicas, strict=True):
+        replica.refresh_segments()
+        # a segment gone is one deleted below the log start meanwhile (its rewrite is discarded)
+        swap_in(replica, [c for c in part.cleaned if c.base_offset in replica.segments])
+        replica.refresh_segments()
+    return True
 
 
 # -- the cleaner checkpoint ----------------------------------------------------------------------

@@ -281,6 +281,8 @@ def test_sigkill_during_compaction_leaves_old_or_new_segments_and_loses_nothing(
         lifecycle.compact(store, "c", clock=clock_at(now))
         assert strip_headers(read(store, "c"))[:-1] == model
         assert all(r["ok"] for r in verify_store(store))
+        # and removes what the killed cleaning left (it writes without the partition's lock)
+        assert [n for n in os.listdir(folder) if n.endswith(".cleaning")] == []
 
 
 def test_describe_json_has_the_dirty_ratio_of_compacted_topics_only(store, cli):

@@ -203,3 +203,73 @@ def test_java_hash_vectors():
     assert java_hash("hello") == 99162322
     assert java_hash("polygenelubricants") == -(2**31)  # Utils.abs maps it to 0
     assert kafka_partition("polygenelubricants", 50) == 0
+
+
+def subscription_topics(data: bytes) -> list[str]:
+    """ConsumerProtocolSubscription (any version 0-3): version, then the topics come first."""
+    b = Buf(data)
+    assert 0 <= b.fixed("h") <= 3
+    return [b.string() for _ in range(b.fixed("i"))]
+
+
+def assignment_partitions(data: bytes) -> set[tuple[str, int]]:
+    """ConsumerProtocolAssignment (any version 0-3): version, then [topic, [partition]]."""
+    b = Buf(data)
+    assert 0 <= b.fixed("h") <= 3
+    out = set()
+    for _ in range(b.fixed("i")):
+        topic = b.string()
+        out |= {(topic, b.fixed("i")) for _ in range(b.fixed("i"))}
+    return out
+
+
+@pytest.mark.slow
+def test_group_records_carry_each_members_subscription_and_assignment(data_dir):
+    """A confluent-kafka group of two: GroupMetadataValue v3 names both members with their client ids,
+    the subscription each sent (its topic) and the assignment its leader gave it, as Kafka writes them."""
+    import confluent_kafka as ck
+
+    import klog
+    from klog.server import Server
+
+    with klog.open(data_dir) as store:
+        store.create_topic("orders", partitions=4)
+        store.data_dir.defaults["group.initial.rebalance.delay.ms"] = "0"
+        store.data_dir.save()
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        bootstrap = f"127.0.0.1:{server.port}"
+        consumers = [ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "pair", "client.id": name,
+                                  "enable.auto.commit": False}) for name in ("alpha", "beta")]
+        try:
+            for c in consumers:
+                c.subscribe(["orders"])
+            got: dict[str, set] = {}
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                for c in consumers:
+                    c.poll(0.1)
+                got = {c.memberid(): {(tp.topic, tp.partition) for tp in c.assignment()} for c in consumers}
+                members = []
+                if all(got.values()) and len(got) == 2:
+                    state = latest_offsets(read_topic(bootstrap), 50)
+                    group = state.get(("group", "pair"))
+                    members = [] if group is None else group[5]
+                    if {m[0] for m in members} == set(got) and all(m[7] for m in members):
+                        break
+            assert group is not None and group[0] == "consumer" and group[2] in ("range", "roundrobin")
+            live = server.coordinator.machine.groups["pair"]  # what the clients sent, as the server got it
+            assert group[3] == live.leader  # the member the coordinator made leader
+            by_id = {m[0]: m for m in members}
+            assert set(by_id) == set(got)
+            assert sorted(by_id[c.memberid()][2] for c in consumers) == ["alpha", "beta"]
+            for member_id, assigned in got.items():
+                member = by_id[member_id]
+                assert subscription_topics(member[6]) == ["orders"]
+                assert assignment_partitions(member[7]) == assigned
+                sent = live.members[member_id]  # byte for byte, user data and all, as Kafka stores them
+                assert (member[6], member[7]) == (sent.metadata(group[2]), sent.assignment)
+                assert member[4] == 300_000  # rebalance timeout: librdkafka's max.poll.interval.ms
+            assert set().union(*got.values()) == {("orders", p) for p in range(4)}
+        finally:
+            for c in consumers:
+                c.close()

@@ -100,15 +100,15 @@ def test_metadata_and_other_partitions_are_answered_while_the_cleaner_holds_a_pa
     from klog.store import cleaner
 
     armed, inside, release = threading.Event(), threading.Event(), threading.Event()
-    real = cleaner.compact_replicas
+    real = cleaner.build_cleaning
 
-    def slow_compaction(*args, **kwargs):  # once armed, the cleaner stays inside a partition (its lock held)
+    def slow_compaction(*args, **kwargs):  # once armed, the cleaner stays inside a partition
         if armed.is_set():
             inside.set()
             release.wait(20)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(cleaner, "compact_replicas", slow_compaction)
+    monkeypatch.setattr(cleaner, "build_cleaning", slow_compaction)
     with klog.open(data_dir) as store:
         store.create_topic("changelog", partitions=1, configs={
             "cleanup.policy": "compact", "segment.bytes": "300", "min.cleanable.dirty.ratio": "0.01"})
@@ -117,7 +117,7 @@ def test_metadata_and_other_partitions_are_answered_while_the_cleaner_holds_a_pa
         try:
             produce(f"127.0.0.1:{server.port}", "changelog",
                     [(b"k%d" % k, b"v%d-%d" % (r, k)) for r in range(ROUNDS) for k in range(KEYS)])
-            armed.set()  # the next compaction holds the partition: make one due, a batch at a time
+            armed.set()  # the next compaction stays in the partition: make one due, a batch at a time
             for _ in range(10):
                 if inside.wait(1):
                     break
@@ -132,8 +132,9 @@ def test_metadata_and_other_partitions_are_answered_while_the_cleaner_holds_a_pa
 
 def test_a_throttled_compaction_paces_its_io_and_serve_keeps_answering(data_dir, monkeypatch):
     """log.cleaner.io.max.bytes.per.second: the cleaner sleeps between chunks (here held inside its
-    first sleep, the partition's lock held); Metadata, and Fetches of that very partition and of
-    another, are answered meanwhile; closing the server ends the sleep instead of waiting it out."""
+    first sleep); Metadata, Fetches of that very partition and of another, and a Produce to the
+    partition being compacted are answered meanwhile (the cleaning does not hold the partition's
+    lock); closing the server ends the sleep instead of waiting it out."""
     from klog.server import log_cleaner
     from klog.store.throttle import Throttler
     from tests.serve_helpers import RawClient, fetch_fields
@@ -174,6 +175,10 @@ def test_a_throttled_compaction_paces_its_io_and_serve_keeps_answering(data_dir,
                 answer = client.send(1, 12, **fetch_fields("changelog", 0, 0))
             [part] = answer.responses[0].partitions
             assert part.error_code == 0 and part.records, "the partition being compacted could not be fetched"
+            p = ck.Producer({"bootstrap.servers": f"127.0.0.1:{server.port}", "linger.ms": 0})
+            p.produce("changelog", b"during", key=b"k0", partition=0)
+            assert p.flush(10) == 0, "the produce to the partition being compacted waited for the compaction"
+            assert not release.is_set()  # the compaction is still held in its sleep: it is running
         finally:
             release.set()
     assert made[0].observed_bytes > 0

@@ -488,6 +488,7 @@ def test_session_settings_and_a_users_conf(spark, tmp_path) -> None:
     """klog's session: UI off, a local driver on loopback, Spark's logs at WARN (INFO with --verbose, with
     stack traces); --conf adds to that, and a user's extraJavaOptions keep klog's log settings."""
     from klog.cli.spark import _settings
+    from klog.spark.jar import JAR_PATH
     from klog.spark.session import _builder_conf
 
     # the running (shared) session was built this way
@@ -503,7 +504,8 @@ def test_session_settings_and_a_users_conf(spark, tmp_path) -> None:
 
     for verbose, level in ((False, "warn"), (True, "info")):
         settings = _settings("local[2]", ["spark.driver.extraJavaOptions=-Duser.flag=a=b -Xss4m",
-                                          "spark.sql.shuffle.partitions=3", "spark.executor.memory=2g"],
+                                          "spark.sql.shuffle.partitions=3", "spark.executor.memory=2g",
+                                          "spark.jars=/opt/theirs.jar"],
                              verbose, str(tmp_path / "data"))
         work = tmp_path / str(verbose)
         work.mkdir()
@@ -511,6 +513,7 @@ def test_session_settings_and_a_users_conf(spark, tmp_path) -> None:
         assert conf["spark.ui.enabled"] == "false" and conf["spark.master"] == "local[2]"
         assert (conf["spark.driver.host"], conf["spark.driver.bindAddress"]) == ("127.0.0.1", "127.0.0.1")
         assert (conf["spark.sql.shuffle.partitions"], conf["spark.executor.memory"]) == ("3", "2g")  # user's win
+        assert conf["spark.jars"] == f"/opt/theirs.jar,{JAR_PATH}"  # klog's jar (Update mode) beside the user's
         java = conf["spark.driver.extraJavaOptions"].split()
         assert java[:2] == ["-Duser.flag=a=b", "-Xss4m"] and "-XX:SharedArchiveFile=/tmp/x.jsa" in java
         properties = log4j_of(conf)

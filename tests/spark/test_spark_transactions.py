@@ -91,16 +91,6 @@ def test_batch_write_is_all_or_nothing(spark, store, data_dir) -> None:
     assert not os.listdir(os.path.join(data_dir, "spark", "staging"))  # staged files removed
 
 
-@pytest.fixture
-def few_shuffle_partitions(spark):
-    """Stateful queries plan one state store per shuffle partition: 2 instead of klog's 8 here."""
-    spark.conf.set("spark.sql.shuffle.partitions", "2")
-    yield
-    from klog.spark.session import SHUFFLE_PARTITIONS
-
-    spark.conf.set("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("few_shuffle_partitions")
 def test_update_and_complete_modes_and_refusals(cli, spark, store, data_dir) -> None:
