@@ -202,10 +202,12 @@ def _check_topic(ctx: RequestContext, topic: str) -> None:
         pass  # its partitions answer with the error
 
 
-def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
-    budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
+def _collect(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer], int, bool]:
+    """Every partition's answer: (the answers, the bytes they carry, whether any is an error)."""
+    budget = start_budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
     committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     inline_left = INLINE_BYTES_MAX
+    errors = False
     out = []
     for t in request.topics:
         if hasattr(t, "topic_id"):  # v13+: topics by id
@@ -213,6 +215,7 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
             answer = TopicAnswer(name or "", topic_id=t.topic_id)
             if name is None:
                 answer.partitions = [PartitionAnswer(int(p.partition), E.unknown_topic_id) for p in t.partitions]
+                errors = errors or bool(answer.partitions)
                 out.append(answer)
                 continue
         else:
@@ -221,6 +224,7 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
         refused = _topic_refused(ctx, answer.name)
         if refused != E.none:
             answer.partitions = [PartitionAnswer(int(p.partition), refused) for p in t.partitions]
+            errors = errors or bool(answer.partitions)
             continue
         _check_topic(ctx, answer.name)
         refresh = True
@@ -237,8 +241,10 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
                 budget -= pa.range.length
             elif pa.converted is not None:
                 budget -= len(pa.converted)
+            if pa.error:
+                errors = True
             partitions.append(pa)
-    return out
+    return out, start_budget - budget, errors
 
 
 def _clear(answers: list[TopicAnswer]) -> None:
@@ -267,9 +273,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     deadline = time.monotonic() + wait_s
     min_bytes = max(1, int(request.min_bytes))
     while True:
-        answers = await ctx.run_blocking(_collect, ctx, request)
-        total = sum(p.size for t in answers for p in t.partitions)
-        errors = any(p.error != E.none for t in answers for p in t.partitions)
+        answers, total, errors = await ctx.run_blocking(_collect, ctx, request)
         if total >= min_bytes or errors or deadline <= time.monotonic() or ctx.server.stopping:
             break
         _close(answers)
