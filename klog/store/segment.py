@@ -130,6 +130,9 @@ class LogSegment:
                                     base_offset)
         self._read_fd: int | None = None
         self._log_inode: int | None = None  # the .log the cached index entries belong to
+        # (offset, position) where the last byte_range ended: the batch a consumer asks for next
+        # starts there, found without the offset index (see _first_walked)
+        self._read_end: tuple[int, int] | None = None
         # writer state; valid only while the partition lock is held (see load_tail_state)
         self.size = 0
         self.indexer = IndexBuilder(base_offset, index_interval_bytes)
@@ -190,6 +193,7 @@ class LogSegment:
                 self.close()
                 self.offset_index.forget()
                 self.time_index.forget()
+                self._read_end = None
             self._log_inode = st.st_ino
         return st.st_size
 
@@ -255,6 +259,14 @@ class LogSegment:
         at the segment's base offset. A base offset raised or lowered by damage is then an error
         whatever offset a read starts at, not records handed out under offsets that are not
         theirs. `gap_ok(position)`: an upward gap is legal there (a compacted log)."""
+        known = self._read_end
+        if known is not None and known[0] == offset and 0 < known[1] < end:
+            # where the last range ended, its last batch checked then: a consumer's next fetch
+            # starts there (no index read), if a batch starting exactly at `offset` is still there
+            for batch in walk_batches(self.read_bytes, known[1], end, chunk_bytes=chunk_bytes, path=self.log_path):
+                if batch.header.base_offset == offset:
+                    return batch
+                break
         hint = 0
         if offset > self.base_offset:  # (at or below the base no entry can help: no index read)
             self.offset_index.refresh()
@@ -312,6 +324,7 @@ class LogSegment:
         # the first batch is whole and checked (first_batch): the walk starts after it, so a
         # one-batch range (a consumer at the log's end) costs no second read
         before, stop = header, start + size
+        whole_end = stop  # where the last whole batch of the range ends
         try:
             for batch in walk_batches(self.read_bytes, stop, limit, path=self.log_path) if stop < limit else ():
                 h = batch.header
@@ -319,11 +332,13 @@ class LogSegment:
                     break
                 self._check_follows(before, batch.position, h, gap_ok)
                 before, stop = h, batch.position + h.size
+                whole_end = stop
             else:
                 if stop < limit < end and self._cut_batch_follows(before, stop, end, upper, gap_ok):
                     stop = limit  # Kafka's fetch sends the last batch cut at the budget; clients drop it
         except CorruptLogError:
             pass  # damage after the first batch: the range ends before it, the next fetch starts there and fails
+        self._read_end = (before.next_offset, whole_end)
         length = stop - start
         if length > read_max:
             return start, length, header, None

@@ -85,3 +85,41 @@ def test_a_segment_replaced_under_an_open_reader_is_read_from_the_new_file(tmp_p
         os.replace(swap, before.path)
         after = part.byte_range(0, 1 << 20, hw, read_max=16 << 10)
         assert after is not None and after.data == kept and after.length == first.size
+
+
+@pytest.mark.parametrize("read_max", [0, 16 << 10])
+def test_a_consumer_reading_on_gets_reads_batches_without_the_offset_index(tmp_path, monkeypatch, read_max):
+    """A consumer's next fetch starts where its last range ended: byte_range finds that batch from
+    where it left off (no offset index read), and the ranges, end to end, are read()'s batches."""
+    from klog.store.index import OffsetIndex
+
+    with klog.open(str(tmp_path / "d")) as store:
+        store.create_topic("c", configs={"segment.bytes": "8000", "index.interval.bytes": "500"})
+        with store.producer() as producer:
+            for i in range(300):
+                producer.send("c", b"v%05d" % i + b"x" * (i % 50))
+                if i % 3 == 0:
+                    producer.flush()
+        part = store.partition("c", 0)
+        hw = part.high_watermark()
+        assert len(part.leader.bases) >= 3
+        index_reads = []
+        real = OffsetIndex.refresh
+        monkeypatch.setattr(OffsetIndex, "refresh", lambda self: (index_reads.append(1), real(self))[1])
+        offset, got = 0, []
+        for _ in range(hw):  # bounded: each range holds at least one batch
+            if offset >= hw:
+                break
+            found = part.byte_range(offset, 700, hw, read_max=read_max)
+            try:
+                data = found.data if found.data is not None else os.pread(found.fd, found.length, found.position)
+            finally:
+                found.close()
+            pos = 0
+            while pos + 61 <= len(data) and pos + read_header(data, pos).size <= len(data):
+                header = read_header(data, pos)
+                got.append(data[pos:pos + header.size])
+                offset = header.next_offset
+                pos += header.size
+        assert got == [b.data for b in part.read(0, max_bytes=1 << 30, upper=hw)]
+        assert len(index_reads) <= len(part.leader.bases), "each next fetch read the offset index"
