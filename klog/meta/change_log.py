@@ -24,7 +24,7 @@ _ENTRY = struct.Struct(">QI")  # transaction id, counter within it
 PRUNED_KEY = b"\x00"  # sorts before every entry; its value: the last transaction id dropped (">Q")
 CHANGE_LOG_MAX = 100_000
 CHANGE_LOG_KEEP = 50_000  # what a writer that found the log full leaves of it
-_PRUNE_CHECK_EVERY = 64  # how often (in its transactions that log changes) a writer looks at the log's size
+_PRUNE_CHECK_EVERY = 64  # how often (in its logging transactions, and at its first) a writer looks at the log size
 
 _counters: dict[str, tuple[int, int]] = {}  # environment path -> (transaction id, entries it logged)
 _logged_txns: dict[str, int] = {}  # environment path -> transactions this process logged changes in
@@ -43,7 +43,9 @@ def log_change(db: Any, txn: Any, table: str, key: str) -> None:
     txn.put(_ENTRY.pack(tid, n), LOGGED_TABLES[table] + key.encode(), db=handle)
     if n == 0:
         _logged_txns[db.path] = logged = _logged_txns.get(db.path, 0) + 1
-        if logged % _PRUNE_CHECK_EVERY == 0 and txn.stat(handle)["entries"] > CHANGE_LOG_MAX:
+        # a process's first too: `klog consume -g`, `klog groups reset-offsets` commit a few times and
+        # exit, and without a server only they trim the log (txn.stat is ~1 us: the check is cheap)
+        if (logged == 1 or logged % _PRUNE_CHECK_EVERY == 0) and txn.stat(handle)["entries"] > CHANGE_LOG_MAX:
             _drop_oldest(txn, handle, txn.stat(handle)["entries"] - CHANGE_LOG_KEEP)
 
 

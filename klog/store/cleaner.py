@@ -16,11 +16,12 @@ delete.retention.ms); a cleaning after that horizon drops the tombstone. Keyless
 Off the lock (Kafka's Cleaner and UnifiedLog.replaceSegments): the offset map and the rewritten
 segments are built without the partition's lock, from segments the writer no longer appends to (the
 active segment is never cleaned), each rewrite (log, offset index, time index) into
-`<base>.{log,index,timeindex}.<pid>-<n>.cleaning` files of its own, fsynced; the lock is taken only
-to check that every segment read is still the one read (retention, delete-records, a truncation or
-another cleaner may have changed them: then the cleaning is abandoned and done again) and to swap
-the rewrites in. A produce to the partition waits for the swap at most (renames and three directory
-fsyncs per replica), never for the cleaning.
+`<base>.{log,index,timeindex}.<pid>-<n>-<token>.cleaning` files of its own, fsynced; the lock is taken only
+to check that every segment read is still the one read (segments retention or delete-records
+removed below the log start meanwhile are skipped; any other change, a truncation or another
+cleaner's swap, abandons the cleaning, which is done again) and to swap the rewrites in. A
+produce to the partition waits for the swap at most (renames and three directory fsyncs per
+replica), never for the cleaning.
 
 Crash safety (Kafka's `.cleaned` -> `.swap` -> rename), under the lock, each step for every segment
 before the next: the rewrites are renamed to `<base>.{log,index,timeindex}.cleaned` (the directory
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
     from klog.store.segment import LogSegment
 
 READ_BYTES = 4 << 20  # batches are read 4 MiB at a time
-CLEANING_SUFFIX = ".cleaning"  # a segment being rewritten, before the swap (see _new_temp_path)
+CLEANING_SUFFIX = ".cleaning"  # a segment being rewritten, before the swap (see _new_temps)
 # -- recovery ------------------------------------------------------------------------------------
 # -- what is cleanable ---------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -174,8 +175,19 @@ def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms:
     out: list[CleanedSegment] = []
     try:
         for base in sealed_bases(log, end) if bases is None else bases:
-            cleaned = clean_segment(log, log.segments[base], offset_map, now_ms, delete_retention_ms, stats,
-                                    survivors, throttler)
+            segment = log.segments.get(base)
+            if segment is None:  # the view saw it removed (re-listed): as below
+                continue
+            try:
+                cleaned = clean_segment(log, segment, offset_map, now_ms, delete_retention_ms, stats,
+                                        survivors, throttler)
+            except (OSError, CorruptLogError):
+                if os.path.exists(segment.log_path):
+                    raise
+                # removed meanwhile (retention or delete-records took the oldest segments, the lock not
+                # held): skipped; swap_cleaned's check then tells a removal below the log start (the
+                # rest is swapped in) from any other (the cleaning is abandoned)
+                continue
             if cleaned is not None:
                 out.append(cleaned)
     except BaseException:
@@ -216,11 +228,12 @@ _temps_lock = threading.Lock()
 
 
 def _new_temps(segment: LogSegment) -> tuple[str, ...]:
-    """`<base>.{log,index,timeindex}.<pid>-<n>.cleaning`: unique per cleaning, so that two cleaners
-    (serve's, a `klog topics compact`) never write one file, and not `.cleaned`, which a writer's
-    recovery deletes (a writer may open the log while it is being cleaned: the cleaner does not hold
-    the partition's lock)."""
-    tag = f".{os.getpid()}-{next(_temp_counter)}{CLEANING_SUFFIX}"
+    """`<base>.{log,index,timeindex}.<pid>-<n>-<token>.cleaning`: unique per cleaning, so that two
+    cleaners (serve's, a `klog topics compact`) never write one file, and not `.cleaned`, which a
+    writer's recovery deletes (a writer may open the log while it is being cleaned: the cleaner does
+    not hold the partition's lock). The random token: two processes of two pid namespaces sharing
+    the data directory may have the same pid and counter (the files are created exclusively too)."""
+    tag = f".{os.getpid()}-{next(_temp_counter)}-{os.urandom(4).hex()}{CLEANING_SUFFIX}"
     paths = tuple(os.path.join(segment.directory, segment_file_name(segment.base_offset, s)) + tag
                   for s in SWAPPED_SUFFIXES)
     with _temps_lock:
@@ -296,7 +309,7 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
                 kept = _cleaned_batch(fb, offset_map, now_ms, delete_retention_ms, stats, survivors)
                 if kept is not None and cleaned is None:
                     temps = _new_temps(segment)
-                    cleaned = open(temps[0], "wb", opener=nofollow_opener)  # noqa: SIM115
+                    cleaned = open(temps[0], "xb", opener=nofollow_opener)  # noqa: SIM115
                     _copy_range(segment, cleaned, fb.position, throttler)  # the unchanged batches before this one
                 data = fb.data if kept is None else kept
                 if cleaned is not None:
@@ -449,7 +462,7 @@ def swap_in(log: PartitionLog, cleaned: list[CleanedSegment]) -> None:
 
 
 def _write_synced(path: str, data: bytes) -> None:
-    with open(path, "wb", opener=nofollow_opener) as f:
+    with open(path, "xb", opener=nofollow_opener) as f:  # a .cleaning file: never another cleaner's
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
