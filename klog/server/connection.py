@@ -139,6 +139,20 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
             self.transport.resume_reading()  # type: ignore[union-attr]
         return frame
 
+    def queued_frame(self, api_key: int, api_version: int) -> bytes | None:
+        """The next frame, taken only when it is already here and is a request of `api_key` v`api_version`
+        (the request loop's lookahead: pipelined Produce requests appended together)."""
+        if not self._frames or len(self._frames[0]) < framing.PREFIX.size:
+            return None
+        prefix = framing.read_prefix(self._frames[0])
+        if prefix.api_key != api_key or prefix.api_version != api_version:
+            return None
+        frame = self._frames.popleft()
+        if self._paused_reading and len(self._frames) < READ_AHEAD and not self.ended:
+            self._paused_reading = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        return frame
+
     def idle_problem(self) -> str:
         """What an idle close interrupts: nothing, or a request still arriving."""
         if len(self._buffer) >= 4:

@@ -102,10 +102,34 @@ async def _append_many(ctx: RequestContext, topic: str, items: list[tuple[int, b
     return [_outcome(ctx, topic, p, g) for (p, _), g in zip(items, got, strict=True)]
 
 
+async def produce_group(ctxs: list[RequestContext], requests: list[Any]) -> list[Any]:
+    """Pipelined Produce requests of one connection (klog serve's request loop groups those already
+    queued) handled as one request: their partitions' batches in one multi-partition append per
+    topic (one syncfs for them all, where one request each would cost an fsync, a thread hop and
+    a turn of the loop), each answered with its own entries. A partition named twice among them
+    appends in request order (produce's serial path); transactional requests, or differing acks,
+    are handled one after another."""
+    from types import SimpleNamespace
+
+    first = requests[0]
+    if any(getattr(r, "transactional_id", None) is not None or r.acks != first.acks for r in requests):
+        return [await produce(c, r) for c, r in zip(ctxs, requests, strict=True)]
+    merged = SimpleNamespace(acks=first.acks, transactional_id=None,
+                             topic_data=[t for r in requests for t in r.topic_data])
+    outcomes = await produce(ctxs[0], merged, outcomes_only=True)  # (one connection: one principal)
+    answers = []
+    at = 0
+    for ctx, request in zip(ctxs, requests, strict=True):
+        n = sum(len(t.partition_data) for t in request.topic_data)
+        answers.append(await _answer_of(ctx, request, outcomes[at:at + n]))
+        at += n
+    return answers
+
+
 @register(PRODUCE, 0, 11)  # v10-11 add only tagged answer fields (leader hints on errors), left out
-async def produce(ctx: RequestContext, request: Any) -> Any:
+async def produce(ctx: RequestContext, request: Any, outcomes_only: bool = False) -> Any:
+    """The answer to `request` (None for acks=0); outcomes_only: its entries' outcomes, in order."""
     acks = ACKS.get(int(request.acks))
-    mod = response_for(request)
     work = [(topic_data.name, pdata) for topic_data in request.topic_data for pdata in topic_data.partition_data]
     writable = {t: ctx.authorize("WRITE", "TOPIC", t) for t in {t for t, _ in work}}  # ACLs (security.py)
     internal = {t for t in writable if t in INTERNAL_TOPICS}  # the broker's own (__consumer_offsets): Kafka refuses
@@ -160,8 +184,16 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             outcomes.append(await one(t, p))
             if i % SLICE_ENTRIES == SLICE_ENTRIES - 1:
                 await asyncio.sleep(0)  # a refusal does not suspend: let the other connections in
+    if outcomes_only:
+        return outcomes
+    return await _answer_of(ctx, request, outcomes)
+
+
+async def _answer_of(ctx: RequestContext, request: Any, outcomes: list[Any]) -> Any:
+    """The Produce answer of `request` from its entries' outcomes (None for acks=0)."""
     if request.acks == 0:
         return None
+    mod = response_for(request)
     # the answer is written entry by entry, by hand (produce_response.py: kio's writer costs ~20 us
     # an entry), yielding to the other connections every SLICE_ENTRIES entries
     results = iter(outcomes)

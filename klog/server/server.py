@@ -53,6 +53,7 @@ POLL_S = 0.02
 # than this are encoded there: kio's reader and writer take ~0.4 and ~20 us per entry, a whole
 # request at once; in a thread the event loop gets its turn every switch interval (5 ms)
 PARSE_INLINE_BYTES = 4096
+PRODUCE_GROUP_MAX = 64  # pipelined Produce requests of a connection appended as one (one syncfs)
 PARSE_THREADS = 2
 ENCODE_INLINE_ENTRIES = 1000
 SWITCH_INTERVAL_S = 0.001  # sys.setswitchinterval in the `klog serve` process (see run())
@@ -449,6 +450,14 @@ class Server:
                     item = await loop.run_in_executor(self.parse_executor, self._parse, frame, peer)
                 else:
                     item = self._parse(frame, peer)
+                while item is not None and self._groupable(item, conn):  # pipelined Produce requests
+                    group, item = await self._produce_group(item, proto, peer)
+                    if not await self._answer_group(group, writer, peer, conn):
+                        return
+                    if item is None or item is _NO_ITEM:
+                        break
+                if item is _NO_ITEM:
+                    continue
                 if item is None or not await self._answer(item, writer, peer, conn):
                     return
             finally:
@@ -546,12 +555,85 @@ class Server:
             return False
         return await self._mute(throttle_ms)
 
+    def _groupable(self, item: _Parsed, conn: ConnectionSecurity) -> bool:
+        """Whether queued Produce requests may join `item` (not under quotas: each request's
+        throttle mutes the connection before the next is read, as Kafka's channel muting does)."""
+        assert self.security is not None
+        return (item.prefix.api_key == PRODUCE and item.request is not None and item.refusal is None
+                and not item.raw_sasl and conn.authenticated and not self.security.quotas.quotas())
+
+    async def _produce_group(self, first: _Parsed, proto: FrameProtocol, peer: str) -> tuple[list[_Parsed], Any]:
+        """`first` and the Produce requests of its version already queued behind it (librdkafka
+        sends one partition per request: a wide topic's requests come in a burst), up to
+        PRODUCE_GROUP_MAX; and the request read after them that cannot join (None: the connection
+        must close after answering these, _NO_ITEM: none)."""
+        group = [first]
+        while len(group) < PRODUCE_GROUP_MAX:
+            frame = proto.queued_frame(PRODUCE, first.prefix.api_version)
+            if frame is None:
+                return group, _NO_ITEM
+            if len(frame) > PARSE_INLINE_BYTES:
+                parsed = await asyncio.get_running_loop().run_in_executor(self.parse_executor, self._parse, frame,
+                                                                          peer)
+            else:
+                parsed = self._parse(frame, peer)
+            if parsed is None or parsed.request is None or parsed.refusal is not None:
+                return group, parsed
+            group.append(parsed)
+        return group, _NO_ITEM
+
+    async def _answer_group(self, items: list[_Parsed], writer: asyncio.StreamWriter, peer: str,
+                            conn: ConnectionSecurity) -> bool:
+        """Produce requests handled as one (klog.server.produce.produce_group: one multi-partition
+        append) and answered one by one, in order, as _answer answers each; False closes."""
+        from klog.server.produce import produce_group
+
+        if len(items) == 1:
+            return await self._answer(items[0], writer, peer, conn)
+        assert self.security is not None and self.broker is not None and self.executor is not None
+        if not all(self.security.gate(conn, item.prefix.api_key) for item in items):
+            log.warning("%s (client %s): api key %d before SASL authentication, closing", peer,
+                        framing.printable(items[0].client_id), PRODUCE)
+            return False
+        ctxs = [RequestContext(store=self.store, broker=self.brokers.get(conn.listener, self.broker),
+                               client_id=item.client_id, client_host=peer.rpartition(":")[0],
+                               api_version=item.prefix.api_version, executor=self.executor, log=log,
+                               coordinator=self.coordinator, correlation_id=item.prefix.correlation_id, server=self,
+                               principal=conn.principal, security=conn) for item in items]
+        started = time.monotonic()
+        try:
+            answers = await produce_group(ctxs, [item.request for item in items])
+        except (TypeError, ValueError, AttributeError) as e:  # a well-framed request holding nonsense
+            log.warning("%s (client %s): Produce v%d cannot be handled (%s: %s), closing", peer,
+                        framing.printable(items[0].client_id), items[0].prefix.api_version, type(e).__name__, e)
+            return False
+        elapsed_ms = (time.monotonic() - started) * 1000 / len(items)
+        throttle_ms = 0
+        for item, answer in zip(items, answers, strict=True):
+            throttle = self.security.throttle_ms(conn, item.client_id, PRODUCE, item.frame_bytes, answer, elapsed_ms)
+            throttle_ms = max(throttle_ms, throttle)
+            if answer is None:  # acks=0
+                continue
+            answer = with_throttle(answer, throttle)
+            if isinstance(answer, framing.RawBody):
+                await answer.send(writer, item.prefix.correlation_id)
+            else:
+                writer.write(framing.encode_response(item.prefix.correlation_id, answer))
+                await writer.drain()
+        if conn.close_after_response:
+            await asyncio.sleep(CLOSE_LINGER_MS / 1000)
+            return False
+        return await self._mute(throttle_ms)
+
     async def _mute(self, throttle_ms: int) -> bool:
         """A throttled connection reads nothing more until its throttle time is over (Kafka mutes
         the channel; clients since KIP-219 also wait on their side)."""
         if throttle_ms > 0:
             await asyncio.sleep(throttle_ms / 1000)
         return True
+
+
+_NO_ITEM: Any = object()  # (_produce_group: no request was read past the group)
 
 
 @dataclass(frozen=True, slots=True)
