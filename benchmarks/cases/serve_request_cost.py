@@ -11,6 +11,10 @@ request loop itself (read, parse, answer) with no work in the handler, the floor
 - wide fetch: Fetch v12 of every partition of `wide` (--partitions, one 100-byte record each, from
   offset 0): the per-partition figure is (wide - 1-partition fetch) / (partitions - 1).
 Targets (issue 26): <= 0.5 ms per round, <= 20 us per partition.
+
+Before/after in one run: KLOG_BENCH_BASELINE=<another checkout> (e.g. main's) starts a second server
+from that checkout's code over a copy of the same store, and its 1- and many-partition Fetches join
+the alternation; its per-partition figure is printed beside this checkout's.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import datetime
 import io
 import os
+import shutil
 import socket
 import statistics
 import struct
@@ -80,19 +85,26 @@ def run(bench: Bench) -> None:
         with store.producer() as producer:
             for p in range(partitions):
                 producer.send_values("wide", [b"%099d" % p], partition=p)
-    server = Serve(data, {**os.environ, "PYTHONPATH": REPO})
+    baseline_repo = os.environ.get("KLOG_BENCH_BASELINE")
+    if baseline_repo:
+        shutil.copytree(data, os.path.join(bench.tmp, "baseline"))
+    # (the working directory comes first on a `python -m` path: a neutral one, so each server runs its own code)
+    server = Serve(data, {**os.environ, "PYTHONPATH": REPO}, cwd=bench.tmp)
+    baseline = Serve(os.path.join(bench.tmp, "baseline"), {**os.environ, "PYTHONPATH": baseline_repo},
+                     cwd=bench.tmp) if baseline_repo else None
     record = batch([b"x" * 100])
     produce = _frame(0, 9, **produce_request_fields(9, "one", 0, record, acks=1))
     api_versions = _frame(18, 3, client_software_name="bench", client_software_version="1")
     wide = _fetch("wide", range(partitions), 0)
     narrow = _fetch("wide", range(1), 0)
     try:
-        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        with socket.create_connection(("127.0.0.1", server.port)) as sock, \
+                (socket.create_connection(("127.0.0.1", baseline.port)) if baseline else socket.socket()) as other:
             offset = [0]
 
-            def ask(frame: bytes) -> bytes:
-                sock.sendall(frame)
-                return _answer(sock)
+            def ask(frame: bytes, to: socket.socket = sock) -> bytes:
+                to.sendall(frame)
+                return _answer(to)
 
             def produce_fetch() -> None:
                 ask(produce)
@@ -106,6 +118,11 @@ def run(bench: Bench) -> None:
                 "Fetch of 1 partition": (lambda: ask(narrow), n),
                 f"Fetch of {partitions} partitions": (lambda: ask(wide), max(4, n // 20)),
             }
+            servers = {k: server for k in kinds}
+            if baseline:
+                kinds["baseline: Fetch of 1 partition"] = (lambda: ask(narrow, other), n)
+                kinds["baseline: wide Fetch"] = (lambda: ask(wide, other), max(4, n // 20))
+                servers.update({k: baseline for k in kinds if k.startswith("baseline")})
             for fn, _ in kinds.values():  # warm: imports, first opens
                 fn()
             idle_s = bench.size(10, 1)
@@ -115,13 +132,16 @@ def run(bench: Bench) -> None:
             per: dict[str, list[float]] = {k: [] for k in kinds}
             for _ in range(bench.rounds(5)):
                 for name, (fn, count) in kinds.items():
-                    cpu, started = server.cpu_s(), time.monotonic()
+                    measured = servers[name]
+                    cpu, started = measured.cpu_s(), time.monotonic()
                     for _ in range(count):
                         fn()
                     background = idle_rate * (time.monotonic() - started)
-                    per[name].append((server.cpu_s() - cpu - background) / count)
+                    per[name].append((measured.cpu_s() - cpu - background) / count)
     finally:
         server.close()
+        if baseline:
+            baseline.close()
     med = {k: statistics.median(v) for k, v in per.items()}
     floor = med["ApiVersions"]
     bench.line(f"idle server's CPU (subtracted): {idle_rate * 100:.1f}% of a core")
@@ -130,6 +150,9 @@ def run(bench: Bench) -> None:
                f"{floor * 2e6:.0f} us for two ApiVersions")
     bench.line(f"server CPU per empty Fetch: {med['empty Fetch'] * 1e6:.0f} us", f"{floor * 1e6:.0f} us ApiVersions")
     one, many = med["Fetch of 1 partition"], med[f"Fetch of {partitions} partitions"]
+    beside = f"{one * 1e6:.0f} us for the whole 1-partition Fetch"
+    if baseline:
+        was = (med["baseline: wide Fetch"] - med["baseline: Fetch of 1 partition"]) / (partitions - 1)
+        beside += f"; {was * 1e6:.1f} us in {baseline_repo}"
     bench.line(f"server CPU per partition in a Fetch of {partitions} partitions (1 record each): "
-               f"{(many - one) / (partitions - 1) * 1e6:.1f} us",
-               f"{one * 1e6:.0f} us for the whole 1-partition Fetch")
+               f"{(many - one) / (partitions - 1) * 1e6:.1f} us", beside)

@@ -558,11 +558,14 @@ class PartitionLog:
     # -- reading (any process) -----------------------------------------------------------------
     def _first_segment(self, offset: int) -> LogSegment | None:
         """The segment a read from `offset` starts in (the first one when `offset` is below the
-        log); the segment list is refreshed when it may be stale (a roll or deletion by a writer)."""
+        log); the segment list is refreshed when no segment known starts at or below `offset` (a
+        segment past the last known is found by _next_segment, which refreshes the list)."""
+        bases = self.bases
+        i = bisect.bisect_right(bases, offset) - 1
+        if i >= 0:  # (segment_for, inline: a wide fetch asks once per partition)
+            return self.segments[bases[i]]
+        self.refresh_segments()
         segment = self.segment_for(offset)
-        if segment is None or (self.bases and offset >= self.bases[-1] and segment is not self.active):
-            self.refresh_segments()
-            segment = self.segment_for(offset)
         if segment is None and self.bases:
             segment = self.segments[self.bases[0]]
         return segment
@@ -643,7 +646,7 @@ class PartitionLog:
             return None
         while segment is not None:
             try:
-                end = segment.file_size()
+                end = segment.read_size()
             except FileNotFoundError:
                 end = 0
             found = segment.byte_range(offset, upper, max_bytes, end, self._gap_ok(segment), read_max) if end else None

@@ -63,8 +63,11 @@ class _ReadFdCache:
 
     def use(self, segment: LogSegment) -> None:
         """`segment` was just read: keep it, and close the least recently read beyond capacity."""
-        self.open[segment] = None
-        self.open.move_to_end(segment)
+        try:
+            self.open.move_to_end(segment)  # kept already (every read but a segment's first)
+            return
+        except KeyError:
+            self.open[segment] = None
         if len(self.open) > self.capacity:
             self.capacity = _read_fds_capacity()  # the limit may have been raised since (a writer raises it)
         while len(self.open) > self.capacity:
@@ -127,6 +130,9 @@ class LogSegment:
                                     base_offset)
         self._read_fd: int | None = None
         self._log_inode: int | None = None  # the .log the cached index entries belong to
+        # (offset, position) where the last byte_range ended: the batch a consumer asks for next
+        # starts there, found without the offset index (see _first_walked)
+        self._read_end: tuple[int, int] | None = None
         # writer state; valid only while the partition lock is held (see load_tail_state)
         self.size = 0
         self.indexer = IndexBuilder(base_offset, index_interval_bytes)
@@ -187,8 +193,23 @@ class LogSegment:
                 self.close()
                 self.offset_index.forget()
                 self.time_index.forget()
+                self._read_end = None
             self._log_inode = st.st_ino
         return st.st_size
+
+    def read_size(self) -> int:
+        """file_size(), for a reader about to read through the cached descriptor: an fstat of it
+        while the file it holds is still linked (no path walk: a wide fetch asks once per
+        partition); else (not open, replaced by the cleaner, unlinked) file_size(), which
+        notices. (A segment retention renamed to .deleted keeps being read, as Kafka reads one
+        until file.delete.delay.ms: its offsets are below the log start the caller checked.)"""
+        with _read_fds.lock:  # the cache may close the descriptor (and its number be reused) otherwise
+            fd = self._read_fd
+            if fd is not None:
+                st = os.fstat(fd)
+                if st.st_nlink:
+                    return st.st_size
+        return self.file_size()
 
     def delete_files(self) -> None:
         self.close()
@@ -203,7 +224,11 @@ class LogSegment:
         if position < 0:  # a garbage index entry must not become EINVAL (or a read of the wrong place)
             raise CorruptLogError("negative file position", self.log_path, position)
         with _read_fds.lock:
-            return os.pread(self.read_fd(), length, position)
+            fd = self._read_fd
+            if fd is None:
+                return os.pread(self.read_fd(), length, position)
+            _read_fds.use(self)
+            return os.pread(fd, length, position)
 
     def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each whole batch in [start, end); stops at a partial one."""
@@ -234,6 +259,14 @@ class LogSegment:
         at the segment's base offset. A base offset raised or lowered by damage is then an error
         whatever offset a read starts at, not records handed out under offsets that are not
         theirs. `gap_ok(position)`: an upward gap is legal there (a compacted log)."""
+        known = self._read_end
+        if known is not None and known[0] == offset and 0 < known[1] < end:
+            # where the last range ended, its last batch checked then: a consumer's next fetch
+            # starts there (no index read), if a batch starting exactly at `offset` is still there
+            for batch in walk_batches(self.read_bytes, known[1], end, chunk_bytes=chunk_bytes, path=self.log_path):
+                if batch.header.base_offset == offset:
+                    return batch
+                break
         hint = 0
         if offset > self.base_offset:  # (at or below the base no entry can help: no index read)
             self.offset_index.refresh()
@@ -286,10 +319,12 @@ class LogSegment:
         if found is None or found.header.base_offset >= upper:
             return None
         start, header = found.position, found.header
-        limit = min(end, start + max(max_bytes, header.size))
+        size = header.size
+        limit = min(end, start + (max_bytes if max_bytes > size else size))
         # the first batch is whole and checked (first_batch): the walk starts after it, so a
         # one-batch range (a consumer at the log's end) costs no second read
-        before, stop = header, start + header.size
+        before, stop = header, start + size
+        whole_end = stop  # where the last whole batch of the range ends
         try:
             for batch in walk_batches(self.read_bytes, stop, limit, path=self.log_path) if stop < limit else ():
                 h = batch.header
@@ -297,11 +332,13 @@ class LogSegment:
                     break
                 self._check_follows(before, batch.position, h, gap_ok)
                 before, stop = h, batch.position + h.size
+                whole_end = stop
             else:
                 if stop < limit < end and self._cut_batch_follows(before, stop, end, upper, gap_ok):
                     stop = limit  # Kafka's fetch sends the last batch cut at the budget; clients drop it
         except CorruptLogError:
             pass  # damage after the first batch: the range ends before it, the next fetch starts there and fails
+        self._read_end = (before.next_offset, whole_end)
         length = stop - start
         if length > read_max:
             return start, length, header, None
