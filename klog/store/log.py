@@ -713,12 +713,16 @@ class PartitionLog:
         self.refresh_segments()
         for base in self.bases:
             segment = self.segments[base]
-            end = segment.file_size()
+            segment.file_size()  # (a swapped segment's indexes reload)
             segment.time_index.refresh()
             last = segment.time_index.last_entry()
             if last is not None and last[0] < timestamp and base != self.bases[-1]:
                 continue  # the sealed segment's final entry holds its max timestamp
-            found = segment.offset_for_timestamp(timestamp, end)
+            opened, end = segment.pin()  # one file for the walk (a cleaner's swap meanwhile is the next one's)
+            try:
+                found = segment.offset_for_timestamp(timestamp, end, opened)
+            finally:
+                opened.release()
             if found is not None:
                 return found if found < upper else None
         return None

@@ -30,7 +30,7 @@ from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
 from klog.store.plain import Plain
 from klog.store.validate import SegmentScan
-from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Walked, follows, walk_batches
+from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Read, Walked, follows, walk_batches
 
 GapOk = Callable[[int], bool]  # may the batch at this position start above where the one before ended?
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
@@ -128,8 +128,9 @@ class OpenLog:
     def release(self) -> None:
         with _read_fds.lock:
             self.pins -= 1
-            if self.pins == 0 and self.retired:
-                os.close(self.fd)
+            last = self.pins == 0 and self.retired
+        if last:  # (no read can pin it again; the close, which may free a swapped file's blocks, is not
+            os.close(self.fd)  # made under the lock the event loop's release of a sent range takes)
 
     def _retire(self) -> None:
         """Its segment closes it (lock held): now, or at the last release if a read holds it."""
@@ -190,17 +191,27 @@ class LogSegment:
             os.close(fd)
 
     def _open_read(self) -> OpenLog:
-        """The `.log` open for reading, pinned (call with _read_fds.lock held; release it)."""
-        opened = self._read
-        if opened is None:
-            opened = self._read = OpenLog(open_or_shed(self.log_path, os.O_RDONLY))
-        opened.pins += 1
-        _read_fds.use(self)
+        """The `.log` open for reading, pinned (the caller releases it)."""
+        with _read_fds.lock:
+            opened = self._read
+            if opened is not None:
+                opened.pins += 1
+                _read_fds.use(self)
+                return opened
+        fd = open_or_shed(self.log_path, os.O_RDONLY)  # (not under the lock: a slow disk holds this read only)
+        with _read_fds.lock:
+            opened = self._read
+            if opened is None:
+                opened = self._read = OpenLog(fd)
+                fd = -1
+            opened.pins += 1
+            _read_fds.use(self)
+        if fd >= 0:
+            os.close(fd)  # another read opened it meanwhile
         return opened
 
     def _pin_stat(self) -> tuple[OpenLog, os.stat_result]:
-        with _read_fds.lock:
-            opened = self._open_read()
+        opened = self._open_read()
         try:
             return opened, os.fstat(opened.fd)
         except BaseException:
@@ -268,25 +279,26 @@ class LogSegment:
         """One pread of the `.log` (for reads that need no one file across calls: see pin)."""
         if position < 0:  # a garbage index entry must not become EINVAL (or a read of the wrong place)
             raise CorruptLogError("negative file position", self.log_path, position)
-        with _read_fds.lock:
-            opened = self._open_read()
+        opened = self._open_read()
         try:
             return os.pread(opened.fd, length, position)
         finally:
             opened.release()
 
-    def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of each whole batch in [start, end); stops at a partial one."""
-        for batch in walk_batches(self.read_bytes, start, end, path=self.log_path):
+    def iter_headers(self, start: int, end: int, read: Read | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each whole batch in [start, end); stops at a partial one. `read`:
+        a pinned file's (OpenLog.read), for a walk that must stay in one file."""
+        for batch in walk_batches(read or self.read_bytes, start, end, path=self.log_path):
             yield batch.position, batch.header
 
-    def position_for_offset(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
+    def position_for_offset(self, offset: int, end: int, read: Read | None = None) -> tuple[int, BatchHeader] | None:
         """Start of the first batch whose last offset ≥ offset, scanning from the index hint."""
+        read = read or self.read_bytes
         self.offset_index.refresh()
         start = self.offset_index.lookup(offset)
-        if start >= end or (start and not self._hint_ok(start, offset, self.read_bytes)):
+        if start >= end or (start and not self._hint_ok(start, offset, read)):
             start = 0  # a stale index entry (a swap in progress): scan from the start
-        for pos, header in self.iter_headers(start, end):
+        for pos, header in self.iter_headers(start, end, read):
             if header.last_offset >= offset:
                 return pos, header
         return None
@@ -405,7 +417,7 @@ class LogSegment:
             return batch.header.base_offset < upper
         return False
 
-    def _hint_ok(self, position: int, offset: int, read: Callable[[int, int], bytes]) -> bool:
+    def _hint_ok(self, position: int, offset: int, read: Read) -> bool:
         """An index entry points at a batch whose base offset lies in [segment base, offset]."""
         if position < 0:
             return False
@@ -417,17 +429,19 @@ class LogSegment:
         header = read_header(head)
         return header.magic <= MAGIC_V2 and self.base_offset <= header.base_offset <= offset
 
-    def offset_for_timestamp(self, timestamp: int, end: int) -> int | None:
-        """First offset whose record timestamp ≥ timestamp, or None if none here."""
+    def offset_for_timestamp(self, timestamp: int, end: int, opened: OpenLog) -> int | None:
+        """First offset whose record timestamp ≥ timestamp, or None if none here; read from
+        `opened` (pinned by the caller, with `end` its size)."""
+        read = opened.read
         self.time_index.refresh()
         hint_offset = self.time_index.lookup(timestamp)
-        found = self.position_for_offset(hint_offset, end)
+        found = self.position_for_offset(hint_offset, end, read)
         if found is None:
             return None
-        for pos, header in self.iter_headers(found[0], end):
+        for pos, header in self.iter_headers(found[0], end, read):
             if header.max_timestamp < timestamp:
                 continue
-            data = self.read_bytes(pos, header.size)
+            data = read(pos, header.size)
             for offset, ts, *_ in codec.decode_batch_records(data, 0, header):
                 if ts >= timestamp:
                     return offset

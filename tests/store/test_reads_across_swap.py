@@ -94,18 +94,19 @@ def test_a_fetch_range_swapped_before_it_is_sent_is_sent_whole(store):
     assert not _deleted_files_open()
 
 
-def _swap_once_located(monkeypatch, log, base: int, swap):  # noqa: ANN001, ANN202
-    """Run swap() once, right after a read located its first batch in segment `base`; its results."""
-    first_batch = LogSegment.first_batch
+def _swap_once_located(monkeypatch, log, base: int, swap, locate: str = "first_batch"):  # noqa: ANN001, ANN202
+    """Run swap() once, right after a read located its first batch in segment `base` (by the
+    LogSegment method `locate`); its results."""
+    located = getattr(LogSegment, locate)
     swapped = []
 
     def located_then_swap(segment: LogSegment, *args, **kwargs):  # noqa: ANN202
-        found = first_batch(segment, *args, **kwargs)
+        found = located(segment, *args, **kwargs)
         if not swapped and segment is log.segments.get(base):
             swapped.append(swap())
         return found
 
-    monkeypatch.setattr(LogSegment, "first_batch", located_then_swap)
+    monkeypatch.setattr(LogSegment, locate, located_then_swap)
     return swapped
 
 
@@ -147,3 +148,15 @@ def test_a_read_whose_descriptor_the_cache_sheds_after_another_process_swapped_r
     monkeypatch.undo()
     # the next read notices the swap (the indexes reload) and reads the compacted file
     assert _as_written(log.read(base, after, 1 << 20), written)
+
+
+def test_a_lookup_by_timestamp_whose_segment_is_swapped_mid_walk_finds_the_offset(store, monkeypatch):
+    """ListOffsets by time (and consumers starting at a time): the walk from the index hint."""
+    written, log = _compacted_log(store)
+    base, after = log.bases[2], log.bases[3]
+    wanted = (base + after) // 2
+    swapped = _swap_once_located(monkeypatch, log, base, lambda: lifecycle.compact(store, "c", clock=clock_at(NOW)),
+                                 "position_for_offset")
+    assert log.offset_for_timestamp(written[wanted][3], log.bases[-1] + 1000) == wanted
+    assert swapped and swapped[0][0].segments_rewritten
+    assert not _deleted_files_open()
