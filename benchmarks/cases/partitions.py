@@ -9,7 +9,9 @@ with wait4: user + system CPU seconds and ru_maxrss):
   Produce request carries the batches of many partitions); the server's CPU and RSS (/proc);
 - mirror: `klog mirror SRC DEST t` of the keyed topic between two local stores.
 Each writes into the topic twice: `first` into the new topic (it creates every partition's files),
-then `again` (the steady state). The peer of each partition count is one partition, same run.
+then `again` (the steady state). The peer of each partition count is one partition, same run. For
+produce and -K, `again` is the median of alternated rounds over every partition count (the load of
+a shared machine moves CPU time by ±20% from one run to the next).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import time
 
@@ -62,12 +65,23 @@ def create(env: dict, data_dir: str, topic: str, partitions: int) -> None:
                    capture_output=True)
 
 
-def case_produce(env: dict, work: str, partitions: int, path: str, keyed: bool) -> dict[str, tuple]:
-    data_dir = os.path.join(work, "store")
-    create(env, data_dir, "t", partitions)
-    args = ["produce", "t", "-d", data_dir, *(["-K:"] if keyed else [])]
-    out = {"first": measured(args, env, path), "again": measured(args, env, path)}
-    shutil.rmtree(data_dir)
+def case_produce(env: dict, work: str, counts: list[int], path: str, keyed: bool,
+                 rounds: int) -> dict[int, dict[str, tuple]]:
+    """Per partition count: `first` into a new topic, then `again`: the median of `rounds`
+    alternated runs (each count in turn, the order rotating)."""
+    args = {p: ["produce", "t", "-d", os.path.join(work, f"store-{p}"), *(["-K:"] if keyed else [])] for p in counts}
+    out: dict[int, dict[str, tuple]] = {}
+    for p in counts:
+        create(env, os.path.join(work, f"store-{p}"), "t", p)
+        out[p] = {"first": measured(args[p], env, path)}
+    again: dict[int, list[tuple[float, float, float]]] = {p: [] for p in counts}
+    for r in range(rounds):
+        shift = r % len(counts)
+        for p in counts[shift:] + counts[:shift]:
+            again[p].append(measured(args[p], env, path))
+    for p in counts:
+        out[p]["again"] = tuple(statistics.median(m[i] for m in again[p]) for i in range(3))
+        shutil.rmtree(os.path.join(work, f"store-{p}"))
     return out
 
 
@@ -126,18 +140,20 @@ def run(bench: Bench) -> None:
     counts = [1, 1000, 10_000] if not bench.smoke else [1, 10]
     env = bench.env
     plain, keyed = make_inputs(bench.tmp, lines)
-    cases = {"produce": lambda p: case_produce(env, bench.tmp, p, plain, keyed=False),
-             "keyed": lambda p: case_produce(env, bench.tmp, p, keyed, keyed=True),
-             "serve": lambda p: case_serve(env, bench.tmp, p, keyed),
-             "mirror": lambda p: case_mirror(env, bench.tmp, p, keyed)}
+    rounds = bench.rounds(5)
+    cases = {"produce": lambda: case_produce(env, bench.tmp, counts, plain, False, rounds),
+             "keyed": lambda: case_produce(env, bench.tmp, counts, keyed, True, rounds),
+             "serve": lambda: {p: case_serve(env, bench.tmp, p, keyed) for p in counts},
+             "mirror": lambda: {p: case_mirror(env, bench.tmp, p, keyed) for p in counts}}
     if bench.smoke:  # (each case works; a smoke run must stay short)
         cases = {"keyed": cases["keyed"], "serve": cases["serve"]}
     for case, measure in cases.items():
-        got = {p: measure(p) for p in counts}
+        got = measure()
         one = got[1]["again"][0]
         for p in counts[1:]:
             cells = ", ".join(f"{label} {cpu:.2f} s CPU / {rss:.0f} MiB / {wall:.1f} s"
                               for label, (cpu, rss, wall) in got[p].items())
-            bench.row(f"{case} of {lines:,} lines into {p:,} partitions (new topic, then again)", cells,
+            again = f"again (median of {rounds})" if case in ("produce", "keyed") and rounds > 1 else "again"
+            bench.row(f"{case} of {lines:,} lines into {p:,} partitions (new topic, then {again})", cells,
                       f"1 partition again {one:.2f} s CPU / {got[1]['again'][1]:.0f} MiB: "
                       + (f"{got[p]['again'][0] / one:.2f}x CPU" if one else "too little CPU to compare"))

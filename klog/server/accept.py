@@ -84,15 +84,14 @@ class ConnectionGate:
 
 
 class Acceptor:
-    """Accepts on one listening socket until closed; each admitted connection becomes a stream pair
-    handed to `on_connection(reader, writer)` (which must call gate.release when it ends)."""
+    """Accepts on one listening socket until closed; each admitted connection gets a protocol from
+    `protocol_factory()` (whose connection must call gate.release when it ends)."""
 
-    def __init__(self, sock: socket.socket, gate: ConnectionGate, on_connection: Callable[..., Any],
-                 read_limit: int, tls: Any = None) -> None:
+    def __init__(self, sock: socket.socket, gate: ConnectionGate, protocol_factory: Callable[[], asyncio.Protocol],
+                 tls: Any = None) -> None:
         self.sock = sock
         self.gate = gate
-        self.on_connection = on_connection
-        self.read_limit = read_limit
+        self.protocol_factory = protocol_factory
         self.tls = tls
         self._task: asyncio.Task | None = None
         self._closed = False
@@ -137,13 +136,11 @@ class Acceptor:
             task.add_done_callback(self._handoffs.discard)
 
     async def _hand_off(self, conn: socket.socket, host: str) -> None:
-        """The accepted socket as a (reader, writer) pair; TLS is negotiated here, not in the accept loop."""
+        """The accepted socket with its protocol; TLS is negotiated here, not in the accept loop."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=self.read_limit)
-        protocol = asyncio.StreamReaderProtocol(reader, self.on_connection)
         try:
             conn.setblocking(False)
-            await loop.connect_accepted_socket(lambda: protocol, conn, ssl=self.tls,
+            await loop.connect_accepted_socket(self.protocol_factory, conn, ssl=self.tls,
                                                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if self.tls else None)
         except (OSError, asyncio.CancelledError, Exception) as e:  # noqa: BLE001 - a failed handshake: that client only
             log.info("connection from %s failed before its first request: %s", host, e)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from klog.server.hop import in_thread
 
 T = TypeVar("T")
 
@@ -70,5 +71,4 @@ class RequestContext:
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` in the server's thread pool, awaited."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+        return await in_thread(self.executor, functools.partial(fn, *args, **kwargs) if kwargs else fn, *args)

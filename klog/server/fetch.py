@@ -300,6 +300,8 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
         head += struct.pack(">hi", int(error), 0)  # error code, session id 0: no session
     head += _uvarint(len(answers) + 1) if flexible else struct.pack(">i", len(answers))
     buf = head
+    replica = struct.pack(">i", -1) if version >= 11 else b""  # preferred read replica (v11+): none
+    no_aborted = (b"\1" if flexible else b"\0\0\0\0") + replica  # an empty aborted list (compact: n + 1)
     for t in answers:
         if version >= 13:
             buf += t.topic_id.bytes
@@ -315,17 +317,15 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
                 buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
                 if version >= 4:
                     buf += struct.pack(">q", p.last_stable_offset)
-            if version >= 4:  # transactions' fields
-                if not p.aborted:
-                    buf += b"\1" if flexible else b"\0\0\0\0"  # none (a compact array's count is n + 1)
-                else:
-                    buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
+            if version >= 4 and not p.aborted:
+                buf += no_aborted  # (and the preferred read replica, v11+)
+            elif version >= 4:  # transactions' fields
+                buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
                 for producer_id, first_offset in p.aborted:
                     buf += struct.pack(">qq", producer_id, first_offset)
                     if flexible:
                         buf += b"\0"  # the aborted transaction's tagged fields
-            if version >= 11:
-                buf += struct.pack(">i", -1)  # preferred read replica: none
+                buf += replica
             size = p.size
             if not flexible:
                 buf += struct.pack(">i", size)

@@ -28,7 +28,9 @@ from klog.protocol.apis import API_VERSIONS, PRODUCE, api_name
 from klog.protocol.kafka import TopicIds
 from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
+from klog.server.connection import FrameProtocol
 from klog.server.context import BrokerInfo, RequestContext
+from klog.server.hop import in_thread
 from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
 from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
@@ -47,13 +49,6 @@ _CHECKPOINT_TICK_S = 0.25
 # a long-polling fetch sees another process's append within this (one state-file read per watched
 # partition and tick, whatever the number of fetches waiting: klog/server/watcher.py)
 POLL_S = 0.02
-READ_AHEAD = 2  # requests parsed ahead per connection (each up to socket.request.max.bytes)
-# asyncio StreamReader limit: reading pauses when a connection's unread buffer passes twice this.
-# 1 MiB, not 64 KiB: a 1 MiB Produce request (librdkafka's batch.size) arrives without a pause and
-# resume of the socket (epoll_ctl calls, wake-ups) every 128 KiB, ~8% of the server's CPU per
-# produced record (bench: 0.37 -> 0.34 s per 1 M records); a frame being read is held whole
-# (readexactly) whatever this is, so memory per connection is bounded by the request size as before
-READ_BUFFER_BYTES = 1 << 20
 # requests larger than this are parsed in the thread pool, and answers to requests of more entries
 # than this are encoded there: kio's reader and writer take ~0.4 and ~20 us per entry, a whole
 # request at once; in a thread the event loop gets its turn every switch interval (5 ms)
@@ -164,7 +159,7 @@ class Server:
 
     async def run_append(self, fn: Any, *args: Any) -> Any:
         """`fn(*args)` in the append threads."""
-        return await asyncio.get_running_loop().run_in_executor(self.append_executor, fn, *args)
+        return await in_thread(self.append_executor, fn, *args)
 
     async def _read_marks(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The high watermarks of these partitions, read in the thread pool (one state-file pread each)."""
@@ -200,8 +195,8 @@ class Server:
             for lst in self.listeners:
                 tls = self.security.ssl_context() if lst.tls else None
                 socks = listening_sockets(lst.host, lst.port)
-                self._acceptors += [Acceptor(sock, self.gate, functools.partial(self._connection, listener=lst),
-                                             READ_BUFFER_BYTES, tls) for sock in socks]
+                self._acceptors += [Acceptor(sock, self.gate, functools.partial(self._protocol, lst), tls)
+                                    for sock in socks]
                 self.ports[lst] = socks[0].getsockname()[1]
         except OSError:  # address in use, unknown host: nothing stays open
             for acceptor in self._acceptors:
@@ -381,8 +376,24 @@ class Server:
         self._thread = None
 
     # -- connections -------------------------------------------------------------------------
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          listener: Listener | None = None) -> None:
+    def _protocol(self, listener: Listener) -> FrameProtocol:
+        """A new connection's protocol (klog/server/connection.py): frames cut as bytes arrive."""
+        proto: FrameProtocol
+
+        def size_problem(size: int) -> str | None:
+            authenticated = proto.security.authenticated if proto.security is not None else not listener.sasl
+            if not authenticated and size > SASL_FRAME_BYTES_MAX:
+                return f"request of {size} bytes before SASL authentication (at most {SASL_FRAME_BYTES_MAX})"
+            if size < framing.PREFIX.size or size > self.request_bytes_max:
+                return f"invalid request size {size} (socket.request.max.bytes is {self.request_bytes_max})"
+            return None
+
+        proto = FrameProtocol(functools.partial(self._connection, listener=listener), size_problem)
+        return proto
+
+    async def _connection(self, proto: FrameProtocol, listener: Listener | None = None) -> None:
+        writer = proto.writer
+        assert writer is not None
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
@@ -398,8 +409,10 @@ class Server:
         # carried with the connection, never looked up by address: one client port may hold
         # connections to two listeners at once (Linux shares a local port across destinations)
         conn = self.security.connection(listener or self.listeners[0], peer_text.rpartition(":")[0], writer.transport)
+        proto.security = conn  # its frame-size bound before SASL (size_problem)
+        proto.close_when_idle(self.idle_ms / 1000)
         try:
-            await self._serve_connection(reader, writer, task, peer_text, conn)
+            await self._serve_connection(proto, writer, task, peer_text, conn)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -414,78 +427,33 @@ class Server:
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
             log.info("connection from %s closed", peer_text)
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                                task: asyncio.Task, peer: str, conn: ConnectionSecurity) -> None:
-        """Requests are read and parsed one or two ahead (overlapping the network and parsing with
-        the store's fsync of the request before) but handled and answered strictly in order."""
-        queue: asyncio.Queue = asyncio.Queue(maxsize=READ_AHEAD)
-        reading = asyncio.create_task(self._read_requests(reader, queue, peer, conn))
-        try:
-            while not self._stopping:
-                item = await queue.get()
-                if item is None:
-                    return
-                self._connections[task] = True
-                try:
-                    if not await self._answer(item, writer, peer, conn):
-                        return
-                finally:
-                    self._connections[task] = False
-        finally:
-            reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reading
-
-    async def _read_requests(self, reader: asyncio.StreamReader, queue: asyncio.Queue, peer: str,
-                             conn: ConnectionSecurity) -> None:
-        """Frames -> parsed requests on `queue`, then None when the connection must end (waiting for
-        room like the requests: the handler loop takes everything queued before it)."""
+    async def _serve_connection(self, proto: FrameProtocol, writer: asyncio.StreamWriter, task: asyncio.Task,
+                                peer: str, conn: ConnectionSecurity) -> None:
+        """Requests handled and answered strictly in order; the protocol holds the next frames
+        meanwhile (pipelining), each parsed when its turn comes (a SASL handshake before it may
+        change how it is read)."""
+        loop = asyncio.get_running_loop()
         while not self._stopping:
-            frame = await self._read_frame(reader, peer, conn)
+            frame = await proto.next_frame()
             if frame is None:
-                item = None
-            elif conn.raw_sasl and not conn.authenticated:
-                item = raw_sasl_token(frame)  # after a SaslHandshake v0: a SASL token without Kafka's framing
-            elif len(frame) > PARSE_INLINE_BYTES:  # in a thread: the loop keeps answering the others
-                item = await asyncio.get_running_loop().run_in_executor(self.parse_executor, self._parse, frame, peer)
-            else:
-                item = self._parse(frame, peer)
-            if item is None:
-                break
-            await queue.put(item)
-        await queue.put(None)
-
-    async def _read_frame(self, reader: asyncio.StreamReader, peer: str, conn: ConnectionSecurity) -> bytes | None:
-        idle_s = self.idle_ms / 1000
-        try:
-            # asyncio.timeout, not wait_for: wait_for wraps the read in a task of its own (two per
-            # request, ~10% of a small request's CPU); a timeout is one timer handle
-            async with asyncio.timeout(idle_s):
-                head = await reader.readexactly(4)
-        except TimeoutError:
-            log.info("%s: idle for %d ms (connections.max.idle.ms), closing", peer, self.idle_ms)
-            return None
-        except asyncio.IncompleteReadError as e:
-            if e.partial:
-                log.warning("%s: truncated frame size, closing", peer)
-            return None
-        except ConnectionError:
-            return None
-        (size,) = framing.SIZE.unpack(head)
-        if not conn.authenticated and size > SASL_FRAME_BYTES_MAX:
-            log.warning("%s: request of %d bytes before SASL authentication (at most %d), closing", peer, size,
-                        SASL_FRAME_BYTES_MAX)
-            return None
-        if size < framing.PREFIX.size or size > self.request_bytes_max:
-            log.warning("%s: invalid request size %d (socket.request.max.bytes is %d), closing",
-                        peer, size, self.request_bytes_max)
-            return None
-        try:
-            async with asyncio.timeout(idle_s):
-                return await reader.readexactly(size)
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-            log.warning("%s: truncated request (%d bytes announced), closing", peer, size)
-            return None
+                if proto.idled and not proto.end_reason:
+                    log.info("%s: idle for %d ms (connections.max.idle.ms), closing", peer, self.idle_ms)
+                elif proto.end_reason:
+                    log.warning("%s: %s, closing", peer, proto.end_reason)
+                return
+            self._connections[task] = proto.busy = True
+            try:
+                if conn.raw_sasl and not conn.authenticated:
+                    item = raw_sasl_token(frame)  # after a SaslHandshake v0: a SASL token without Kafka's framing
+                elif len(frame) > PARSE_INLINE_BYTES:  # in a thread: the loop keeps answering the others
+                    item = await loop.run_in_executor(self.parse_executor, self._parse, frame, peer)
+                else:
+                    item = self._parse(frame, peer)
+                if item is None or not await self._answer(item, writer, peer, conn):
+                    return
+            finally:
+                self._connections[task] = proto.busy = False
+                proto.last_active = loop.time()
 
     def _parse(self, frame: bytes, peer: str) -> _Parsed | None:
         """The request in `frame`, or None (logged) when the connection must close."""

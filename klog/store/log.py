@@ -184,6 +184,9 @@ class PartitionLog:
         self.flush_schedule = FlushSchedule(self.config)  # when appends are due for an fsync
         self.sealed_flushes = SealedFlushes()  # sealed segments the flusher is fsyncing
         self._dir_dirty = False
+        # the folder was created by this object and its entry in the log directory is not yet
+        # durable: the next flush fsyncs the log directory, or a syncfs covers it (mark_synced)
+        self._parent_dirty = False
         self.recovery_point = 0
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         self.strict_records = False  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
@@ -270,7 +273,10 @@ class PartitionLog:
         self.drop_flushes()  # another writer may have truncated or replaced what they sealed
         if not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
-            fsync_dir(os.path.dirname(self.directory))  # the new folder's entry in the log dir
+            # the new folder's entry in the log dir: made durable with the first flush (an fsync
+            # here was 1,000 fsyncs of one directory at a producer's first write into 1,000
+            # partitions; a group synced by syncfs needs none)
+            self._parent_dirty = True
         # a compaction or retention killed mid-way; expired .deleted files. One listing serves
         # both passes unless the first changed the segments (a finished swap)
         names = self._list()
@@ -278,8 +284,7 @@ class PartitionLog:
         self.refresh_segments(None if swaps else names)
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
-            self.new_segment(0)
-            self._open_fds()
+            self.new_segment(0, writing=True)
             self._save_state()
             return report
         snap = self.state.read(write_next=True)  # (every open for write writes it after the append)
@@ -319,9 +324,19 @@ class PartitionLog:
         self._fds = self.active.open_fds()
         self._fds_base = self.active.base_offset
 
-    def new_segment(self, base: int) -> LogSegment:
+    def new_segment(self, base: int, writing: bool = False) -> LogSegment:
+        """Create the segment's three files; writing=True: through the writer's descriptors,
+        kept open as the active segment's (an open to create each file, then another to append,
+        cost six opens per new segment: 6,000 at a producer's first write into 1,000 partitions)."""
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
-        segment.create_files()
+        if writing:
+            if self._fds is not None:
+                self._fds.close()
+            self._fds = None
+            self._fds = segment.open_fds()
+            self._fds_base = base
+        else:
+            segment.create_files()
         segment.next_offset = base
         self.segments[base] = segment
         self.bases = sorted(self.segments)
@@ -381,8 +396,7 @@ class PartitionLog:
         old = self.active
         old.seal()
         sealed, self._fds = self._fds, None
-        segment = self.new_segment(base)
-        self._open_fds()
+        segment = self.new_segment(base, writing=True)
         if sealed is not None:
             self.sealed_flushes.submit_sealed(sealed, self.directory, old.base_offset, base)
             faults.point("roll-flush-pending")
@@ -456,8 +470,7 @@ class PartitionLog:
         for b in self.bases:
             self.segments.pop(b).delete_files()
         self.bases = []
-        self.new_segment(base)
-        self._open_fds()
+        self.new_segment(base, writing=True)
         self._save_state()
 
     def maybe_flush(self, by_count: bool = True) -> bool:
@@ -485,6 +498,9 @@ class PartitionLog:
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False
+        if self._parent_dirty:
+            fsync_dir(os.path.dirname(self.directory))
+            self._parent_dirty = False
         self._mark_flushed()
 
     def flush_due(self) -> bool:
@@ -497,7 +513,7 @@ class PartitionLog:
         if self._fds is None:
             return
         self.finish_flushes()  # the background flushes of sealed segments: covered, but collected
-        self._dir_dirty = False
+        self._dir_dirty = self._parent_dirty = False
         self._mark_flushed()
 
     def _mark_flushed(self) -> None:

@@ -55,6 +55,23 @@ def test_a_new_partition_folder_and_every_new_segment_have_their_directory_fsync
         assert rolls >= 5
 
 
+
+def test_a_write_into_many_new_partitions_makes_their_folders_durable_with_one_syncfs(store, fsyncs):
+    from klog.store import syncfs
+
+    if not syncfs.available():
+        pytest.skip("needs syncfs (Linux 5.8+)")
+    store.create_topic("wide", partitions=16)
+    log_dir = os.path.realpath(store.data_dir.log_dir_path(0))
+    with store.producer() as producer:
+        producer.send_keyed("wide", [(b"k%d" % i, b"v%d" % i) for i in range(200)])
+        producer.flush()  # acks=all: durable when it returns
+    assert all(os.path.isdir(os.path.join(log_dir, f"wide-{p}")) for p in range(16))
+    # the 16 new folders' entries: covered by the group's syncfs, not an fsync of the log dir each
+    assert [path for path, is_dir in fsyncs if is_dir and path == log_dir] == []
+    with store.consumer("wide") as consumer:
+        assert sorted(r.value for r in consumer) == sorted(b"v%d" % i for i in range(200))
+
 def log_fsyncs(calls: list[tuple[str, bool]]) -> int:
     return sum(1 for path, is_dir in calls if not is_dir and path.endswith(".log"))
 

@@ -1,0 +1,163 @@
+"""One client connection as an asyncio Protocol: bytes in, whole size-prefixed frames out.
+
+`data_received` cuts the incoming bytes into frames as they arrive (no reader task, no queue, no
+StreamReader `readexactly` per frame with a timeout around each): the connection's request loop
+(klog/server/server.py) takes a frame already there without suspending, so a small request costs
+one turn of the event loop to arrive and one to be answered, instead of three. Frames are answered
+in order, one at a time; up to READ_AHEAD whole frames wait here (pipelining), then reading pauses
+until the request loop catches up, so memory per connection stays bounded by the request size.
+
+Writing goes through an ordinary asyncio.StreamWriter (flow control: FlowControlMixin), so
+handlers, sendfile and TLS see the same writer as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from klog.protocol import framing
+
+READ_AHEAD = 2  # whole frames held per connection before reading pauses
+
+
+class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
+    """Cuts a connection's bytes into frames. `size_problem(size)` names why an announced frame
+    size is refused (None: fine), checked as soon as the 4-byte prefix is in; `on_connection(self)`
+    is started as the connection's task once the transport is ready (after a TLS handshake)."""
+
+    def __init__(self, on_connection: Callable[[FrameProtocol], Coroutine[Any, Any, None]],
+                 size_problem: Callable[[int], str | None]) -> None:
+        super().__init__()
+        self._on_connection = on_connection
+        self._size_problem = size_problem
+        self._buffer = bytearray()
+        self._frames: collections.deque[bytes] = collections.deque()
+        self._waiter: asyncio.Future | None = None
+        self._closed: asyncio.Future = self._loop.create_future()
+        self._paused_reading = False
+        self.ended = False  # no frame will follow those queued
+        self.end_reason: str | None = None  # why (logged by the request loop at warning level), None: a clean end
+        self.transport: asyncio.Transport | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.task: asyncio.Task | None = None
+        self.security: Any = None  # the connection's klog.server.security.ConnectionSecurity, once its task runs
+        self.last_active = self._loop.time()
+        self.busy = False  # a request is being handled: not idle, whatever the time since its bytes came
+        self.idled = False  # ended by connections.max.idle.ms
+        self._idle_s = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    def close_when_idle(self, idle_s: float) -> None:
+        """End the connection after `idle_s` with no bytes in and no request being handled: one
+        timer per connection, re-armed when it fires early, never a timer per request."""
+        self._idle_s = idle_s
+        self._idle_timer = self._loop.call_at(self.last_active + idle_s, self._idle_check)
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        if self.ended:
+            return
+        due = self.last_active + self._idle_s
+        if self.busy or due > self._loop.time():
+            self._idle_timer = self._loop.call_at(max(due, self._loop.time() + 0.001) if not self.busy
+                                                  else self._loop.time() + self._idle_s, self._idle_check)
+            return
+        self.idled = True
+        self._end(self.idle_problem() or None)
+
+    # -- asyncio's side ------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.writer = asyncio.StreamWriter(transport, self, None, self._loop)
+        self.task = self._loop.create_task(self._on_connection(self))
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended:
+            return
+        self.last_active = self._loop.time()
+        buf = self._buffer
+        buf += data
+        start, have = 0, len(buf)
+        while have - start >= 4:
+            (size,) = framing.SIZE.unpack_from(buf, start)
+            problem = self._size_problem(size)
+            if problem is not None:
+                self._end(problem)
+                break
+            if have - start - 4 < size:
+                break
+            with memoryview(buf) as view:  # one copy of the frame (a bytearray slice would make two)
+                self._frames.append(bytes(view[start + 4:start + 4 + size]))
+            start += 4 + size
+        if start:
+            del buf[:start]
+        if self._frames:
+            if len(self._frames) >= READ_AHEAD and not self._paused_reading:
+                self._paused_reading = True
+                self.transport.pause_reading()  # type: ignore[union-attr]
+            self._wake()
+
+    def eof_received(self) -> bool:
+        if self._buffer and not self.ended:
+            self._end("truncated frame size" if len(self._buffer) < 4 else
+                      f"truncated request ({framing.SIZE.unpack_from(self._buffer)[0]} bytes announced)")
+        self._end(None)
+        # half-closed: the queued requests are still answered (over TLS asyncio closes anyway)
+        return self.transport is None or self.transport.get_extra_info("sslcontext") is None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self._end(None)
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future:
+        return self._closed
+
+    # -- the request loop's side ---------------------------------------------------------------
+    async def next_frame(self) -> bytes | None:
+        """The next whole frame (without suspending when one is there), or None once the
+        connection ended (end_reason says why)."""
+        while not self._frames:
+            if self.ended:
+                return None
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        frame = self._frames.popleft()
+        if self._paused_reading and len(self._frames) < READ_AHEAD and not self.ended:
+            self._paused_reading = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        return frame
+
+    def idle_problem(self) -> str:
+        """What an idle close interrupts: nothing, or a request still arriving."""
+        if len(self._buffer) >= 4:
+            return f"truncated request ({framing.SIZE.unpack_from(self._buffer)[0]} bytes announced)"
+        return ""
+
+    def drop_queued(self) -> None:
+        self._frames.clear()
+
+    def _end(self, reason: str | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self.end_reason = reason
+        self._buffer = bytearray()
+        if reason is not None and self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()  # nothing more is read from a connection about to close
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
