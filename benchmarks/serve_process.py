@@ -16,13 +16,14 @@ def klog_cmd(*args: str) -> list[str]:
 class Serve:
     """`klog serve -d data_dir` listening on 127.0.0.1:0; `bootstrap` is its address. close() stops it."""
 
-    def __init__(self, data_dir: str, env: dict, python_code: str | None = None) -> None:
+    def __init__(self, data_dir: str, env: dict, python_code: str | None = None, cwd: str | None = None) -> None:
         """`python_code`: run that (`python -c`, argv as klog's) instead of `python -m klog`, e.g.
-        to change a module setting of the server for a comparison."""
+        to change a module setting of the server for a comparison. `cwd`: the server's working
+        directory (it comes first on its import path: a checkout there is the code that runs)."""
         args = klog_cmd("serve", "--listen", "127.0.0.1:0", "-d", data_dir)
         if python_code is not None:
             args[1:3] = ["-c", python_code]
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, env=env, text=True)
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, env=env, text=True, cwd=cwd)
         line = self.proc.stderr.readline()
         found = re.search(r"listening on (\S+:\d+)", line)
         if not found:

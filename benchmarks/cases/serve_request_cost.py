@@ -16,6 +16,10 @@ request loop itself (read, parse, answer) with no work in the handler, the floor
   400-byte frame at once, and after one hop to a thread pool (a no-op call): what any asyncio
   server pays on this machine per request and per thread hop, before doing any work.
 Targets (issue 26): <= 0.5 ms per round, <= 20 us per partition.
+
+Before/after in one run: KLOG_BENCH_BASELINE=<another checkout> (e.g. main's) starts a second server
+from that checkout's code over a copy of the same store, and its 1- and many-partition Fetches join
+the alternation; its per-partition figure is printed beside this checkout's.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import datetime
 import io
 import os
+import shutil
 import socket
 import statistics
 import struct
@@ -132,7 +137,13 @@ def run(bench: Bench) -> None:
         with store.producer() as producer:
             for p in range(partitions):
                 producer.send_values("wide", [b"%099d" % p], partition=p)
-    server = Serve(data, {**os.environ, "PYTHONPATH": REPO})
+    baseline_repo = os.environ.get("KLOG_BENCH_BASELINE")
+    if baseline_repo:
+        shutil.copytree(data, os.path.join(bench.tmp, "baseline"))
+    # (the working directory comes first on a `python -m` path: a neutral one, so each server runs its own code)
+    server = Serve(data, {**os.environ, "PYTHONPATH": REPO}, cwd=bench.tmp)
+    baseline = Serve(os.path.join(bench.tmp, "baseline"), {**os.environ, "PYTHONPATH": baseline_repo},
+                     cwd=bench.tmp) if baseline_repo else None
     floors = [_Floor(0), _Floor(1)]
     record = batch([b"x" * 100])
     produce = {t: _frame(0, 9, **produce_request_fields(9, t, 0, record, acks=-1)) for t in ("one", "nofsync")}
@@ -142,12 +153,13 @@ def run(bench: Bench) -> None:
     try:
         with socket.create_connection(("127.0.0.1", server.port)) as sock, \
                 socket.create_connection(("127.0.0.1", floors[0].port)) as floor0, \
-                socket.create_connection(("127.0.0.1", floors[1].port)) as floor1:
+                socket.create_connection(("127.0.0.1", floors[1].port)) as floor1, \
+                (socket.create_connection(("127.0.0.1", baseline.port)) if baseline else socket.socket()) as other:
             offset = {"one": 0, "nofsync": 0}
 
-            def ask(frame: bytes) -> bytes:
-                sock.sendall(frame)
-                return _answer(sock)
+            def ask(frame: bytes, to: socket.socket = sock) -> bytes:
+                to.sendall(frame)
+                return _answer(to)
 
             def produce_fetch(topic: str) -> None:
                 ask(produce[topic])
@@ -162,6 +174,11 @@ def run(bench: Bench) -> None:
                 "Fetch of 1 partition": (lambda: ask(narrow), n),
                 f"Fetch of {partitions} partitions": (lambda: ask(wide), max(4, n // 20)),
             }
+            servers = {k: server for k in kinds}
+            if baseline:
+                kinds["baseline: Fetch of 1 partition"] = (lambda: ask(narrow, other), n)
+                kinds["baseline: wide Fetch"] = (lambda: ask(wide, other), max(4, n // 20))
+                servers.update({k: baseline for k in kinds if k.startswith("baseline")})
             floor_kinds = {"floor": (floor0, floors[0]), "floor, one hop": (floor1, floors[1])}
 
             def ask_floor(conn: socket.socket) -> None:
@@ -176,11 +193,12 @@ def run(bench: Bench) -> None:
             per: dict[str, list[float]] = {k: [] for k in [*kinds, *floor_kinds]}
             for _ in range(bench.rounds(5)):
                 for name, (fn, count) in kinds.items():
-                    cpu, started = server.cpu_s(), time.monotonic()
+                    measured = servers[name]
+                    cpu, started = measured.cpu_s(), time.monotonic()
                     for _ in range(count):
                         fn()
                     background = idle_rate * (time.monotonic() - started)
-                    per[name].append((server.cpu_s() - cpu - background) / count)
+                    per[name].append((measured.cpu_s() - cpu - background) / count)
                 for name, (conn, proc) in floor_kinds.items():
                     cpu = proc.cpu_s()
                     for _ in range(n):
@@ -188,6 +206,8 @@ def run(bench: Bench) -> None:
                     per[name].append((proc.cpu_s() - cpu) / n)
     finally:
         server.close()
+        if baseline:
+            baseline.close()
         for floor in floors:
             floor.close()
     med = {k: statistics.median(v) for k, v in per.items()}
@@ -204,6 +224,9 @@ def run(bench: Bench) -> None:
     bench.line(f"CPU per thread hop of a bare asyncio server (a no-op run_in_executor): "
                f"{(med['floor, one hop'] - med['floor']) * 1e6:.0f} us", "a produce+fetch round makes two")
     one, many = med["Fetch of 1 partition"], med[f"Fetch of {partitions} partitions"]
+    beside = f"{one * 1e6:.0f} us for the whole 1-partition Fetch"
+    if baseline:
+        was = (med["baseline: wide Fetch"] - med["baseline: Fetch of 1 partition"]) / (partitions - 1)
+        beside += f"; {was * 1e6:.1f} us in {baseline_repo}"
     bench.line(f"server CPU per partition in a Fetch of {partitions} partitions (1 record each): "
-               f"{(many - one) / (partitions - 1) * 1e6:.1f} us",
-               f"{one * 1e6:.0f} us for the whole 1-partition Fetch")
+               f"{(many - one) / (partitions - 1) * 1e6:.1f} us", beside)

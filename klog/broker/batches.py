@@ -371,8 +371,11 @@ class RawAppender:
         except KlogError:  # an unknown topic: the append's own checks say so
             return MAX_MESSAGE_BYTES_DEFAULT
 
-    def partition(self, topic: str, partition: int) -> Partition:
-        self._refresh_topic(topic)
+    def partition(self, topic: str, partition: int, refresh: bool = True) -> Partition:
+        """`refresh` False: the caller refreshed the topic just before (a fetch of many partitions
+        of one topic refreshes once, not once per partition)."""
+        if refresh:
+            self._refresh_topic(topic)
         with self._guard:  # Store's partition cache is a plain dict
             return self.store.partition(topic, partition)
 

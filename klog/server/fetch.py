@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klog.broker.offsets import stable_view
-from klog.errors import CorruptLogError, KlogError, UnknownPartitionError, UnknownTopicError, UnsupportedCodecError
+from klog.errors import (
+    CorruptLogError,
+    KlogError,
+    StorageError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    UnsupportedCodecError,
+)
 from klog.protocol.apis import FETCH
 from klog.protocol.framing import FileRange, RawBody
 from klog.protocol.kafka import E, leader_epoch_error, response_for
@@ -44,11 +51,10 @@ DOWN_CONVERSIONS = [0]  # partitions down-converted since start (Kafka's FetchMe
 # does whatever passes INLINE_BYTES_MAX in one answer (memory held per answer stays bounded).
 INLINE_RANGE_BYTES = 16 << 10
 INLINE_BYTES_MAX = 1 << 20
-_pread = os.pread  # (a test makes it read short)
 
 
 
-@dataclass
+@dataclass(slots=True)
 class PartitionAnswer:
     partition: int
     error: E = E.none
@@ -56,16 +62,16 @@ class PartitionAnswer:
     log_start_offset: int = -1
     range: Any = None  # klog.store.log.ByteRange
     last_stable_offset: int = -1
-    aborted: list[tuple[int, int]] = field(default_factory=list)  # (producer id, first offset)
+    aborted: list[tuple[int, int]] | tuple[()] = ()  # (producer id, first offset)
     converted: bytes | None = None  # Fetch v0-v3: a message set down-converted from the stored batches
     inline: bytes | None = None  # a small range's bytes, read by the worker thread (INLINE_RANGE_BYTES)
 
     @property
     def size(self) -> int:
-        if self.converted is not None:
-            return len(self.converted)
         if self.inline is not None:
             return len(self.inline)
+        if self.converted is not None:
+            return len(self.converted)
         return self.range.length if self.range is not None else 0
 
 
@@ -86,24 +92,32 @@ def _zstd_topic(ctx: RequestContext, topic: str) -> bool:
         return False  # an unknown topic: the partition's own lookup answers
 
 
-def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool,
-                    inline_max: int = 0) -> PartitionAnswer:
-    """One partition's answer: its offsets and where its bytes are (lock-free, any process); a
-    range of at most `inline_max` bytes comes read (ByteRange.data)."""
-    index = int(p.partition)
-    answer = PartitionAnswer(index)
+def _topic_refused(ctx: RequestContext, topic: str) -> E:
+    """What every partition of `topic` answers before its own state is looked at (decided once per
+    topic and request): not authorized, or a zstd topic for a fetcher that cannot read zstd."""
     if not ctx.authorize("READ", "TOPIC", topic):
-        answer.error = E.topic_authorization_failed
-        return answer
+        return E.topic_authorization_failed
     if ctx.api_version < ZSTD_FETCH_VERSION_MIN and _zstd_topic(ctx, topic):  # Kafka 3.9's KafkaApis rule
-        answer.error = E.unsupported_compression_type
-        return answer
+        return E.unsupported_compression_type
+    return E.none
+
+
+def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool,
+                    inline_max: int = 0, refresh: bool = True) -> PartitionAnswer:
+    """One partition's answer: its offsets and where its bytes are (lock-free, any process); a
+    range of at most `inline_max` bytes comes read (`inline`), checked batch by batch as the
+    store found it: the same bytes sendfile would send. `refresh`: the topic's metadata may be
+    re-read first (once per topic and request is enough: see RawAppender.partition)."""
+    index = p.partition
+    answer = PartitionAnswer(index)
     try:
-        part = ctx.server.appender.partition(topic, index)
-        fenced = leader_epoch_error(ctx.store, topic, index, getattr(p, "current_leader_epoch", None))  # v9+
-        if fenced != E.none:
-            answer.error = fenced
-            return answer
+        part = ctx.server.appender.partition(topic, index, refresh)
+        requested = getattr(p, "current_leader_epoch", None)  # v9+
+        if requested is not None and requested >= 0:
+            fenced = leader_epoch_error(ctx.store, topic, index, requested)
+            if fenced != E.none:
+                answer.error = fenced
+                return answer
         snap = part.reader_snapshot()  # read once: the answer's offsets and the read's bound agree
         hw, start = snap.high_watermark, snap.log_start_offset
     except (UnknownTopicError, UnknownPartitionError):
@@ -116,7 +130,7 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
         return answer
     answer.high_watermark, answer.log_start_offset = hw, start
     answer.last_stable_offset = upper = hw  # klog serve writes no transactions; imported logs may hold some
-    offset = int(p.fetch_offset)
+    offset = p.fetch_offset
     if offset < start or offset > hw:
         answer.error = E.offset_out_of_range
         return answer
@@ -133,15 +147,25 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
     if offset >= upper or budget <= 0:
         return answer
     old_fetcher = ctx.api_version <= LAST_MESSAGE_SET_VERSION
-    wanted = min(int(p.partition_max_bytes), budget)
+    wanted = p.partition_max_bytes
+    if wanted > budget:
+        wanted = budget
     try:
         if old_fetcher:  # converted in memory: a bounded chunk per partition and request, never a segment
             wanted = min(wanted, DOWN_CONVERT_BYTES_MAX)
-        answer.range = part.byte_range(offset, wanted, upper, snap, 0 if old_fetcher else inline_max)
-        if answer.range is not None and old_fetcher:
-            byte_range, answer.range = answer.range, None
-            answer.converted = _down_convert(byte_range, ctx.api_version, offset)
-        if stable is not None and answer.range is not None:
+        found = part.byte_range(offset, wanted, upper, snap, 0 if old_fetcher else inline_max)
+        if found is None:
+            return answer
+        if old_fetcher:
+            answer.converted = _down_convert(found, ctx.api_version, offset)
+        elif found.data is not None:  # read by the store (no descriptor to close)
+            if len(found.data) != found.length:  # the file shrank under us (retention): not a short answer
+                raise StorageError(f"read {len(found.data)} of {found.length} bytes at {found.position} "
+                                   f"of {found.path}")
+            answer.inline = found.data
+        else:
+            answer.range = found
+        if stable is not None:
             with lock:
                 aborted = stable.aborted_between(offset, upper)
             answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
@@ -160,8 +184,6 @@ def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, commit
 def _down_convert(byte_range: Any, version: int, offset: int) -> bytes:
     """The range's batches as the message set a Fetch v0-v3 client reads (magic 0 for v0-v1, 1 for
     v2-v3), as Kafka 3.x down-converts; the range is closed."""
-    import os
-
     from klog.store import legacy
 
     try:
@@ -180,10 +202,12 @@ def _check_topic(ctx: RequestContext, topic: str) -> None:
         pass  # its partitions answer with the error
 
 
-def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
-    budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
+def _collect(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer], int, bool]:
+    """Every partition's answer: (the answers, the bytes they carry, whether any is an error)."""
+    budget = start_budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
     committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     inline_left = INLINE_BYTES_MAX
+    errors = False
     out = []
     for t in request.topics:
         if hasattr(t, "topic_id"):  # v13+: topics by id
@@ -191,44 +215,36 @@ def _collect(ctx: RequestContext, request: Any) -> list[TopicAnswer]:
             answer = TopicAnswer(name or "", topic_id=t.topic_id)
             if name is None:
                 answer.partitions = [PartitionAnswer(int(p.partition), E.unknown_topic_id) for p in t.partitions]
+                errors = errors or bool(answer.partitions)
                 out.append(answer)
                 continue
         else:
             answer = TopicAnswer(str(t.topic))
+        out.append(answer)
+        refused = _topic_refused(ctx, answer.name)
+        if refused != E.none:
+            answer.partitions = [PartitionAnswer(int(p.partition), refused) for p in t.partitions]
+            errors = errors or bool(answer.partitions)
+            continue
         _check_topic(ctx, answer.name)
+        refresh = True
+        partitions = answer.partitions
         for p in t.partitions:
-            inline_max = min(INLINE_RANGE_BYTES, inline_left)
-            pa = _read_partition(ctx, answer.name, p, budget, committed, inline_max)
-            if pa.range is not None and pa.range.length <= inline_max:
-                _read_inline(ctx, answer.name, pa)
-                inline_left -= pa.size
+            inline_max = INLINE_RANGE_BYTES if inline_left >= INLINE_RANGE_BYTES else inline_left
+            pa = _read_partition(ctx, answer.name, p, budget, committed, inline_max, refresh)
+            refresh = False
+            if pa.inline is not None:
+                inline_left -= len(pa.inline)
+                budget -= len(pa.inline)
             elif pa.range is not None:
                 pagecache.ensure_cached(pa.range)  # the loop's sendfile must not wait for the disk
-            budget -= pa.size
-            answer.partitions.append(pa)
-        out.append(answer)
-    return out
-
-
-def _read_inline(ctx: RequestContext, topic: str, answer: PartitionAnswer) -> None:
-    """The answer's range read into memory, unless the store read it already (it was checked batch
-    by batch when it was found: the same bytes go out as sendfile would send); the range is closed."""
-    byte_range, answer.range = answer.range, None
-    try:
-        data = byte_range.data
-        if data is None:
-            data = _pread(byte_range.fd, byte_range.length, byte_range.position)
-    except OSError as e:
-        ctx.log.warning("fetch %s-%d: %s", topic, answer.partition, e)
-        answer.error = E.kafka_storage_error
-        return
-    finally:
-        byte_range.close()
-    if len(data) != byte_range.length:  # the file shrank under us (retention): not a short answer
-        ctx.log.warning("fetch %s-%d: read %d of %d bytes", topic, answer.partition, len(data), byte_range.length)
-        answer.error = E.kafka_storage_error
-        return
-    answer.inline = data
+                budget -= pa.range.length
+            elif pa.converted is not None:
+                budget -= len(pa.converted)
+            if pa.error:
+                errors = True
+            partitions.append(pa)
+    return out, start_budget - budget, errors
 
 
 def _clear(answers: list[TopicAnswer]) -> None:
@@ -236,7 +252,7 @@ def _clear(answers: list[TopicAnswer]) -> None:
     for t in answers:
         for p in t.partitions:
             p.range = p.converted = p.inline = None
-            p.aborted = []
+            p.aborted = ()
 
 
 def _close(answers: list[TopicAnswer]) -> None:
@@ -257,9 +273,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     deadline = time.monotonic() + wait_s
     min_bytes = max(1, int(request.min_bytes))
     while True:
-        answers = await ctx.run_blocking(_collect, ctx, request)
-        total = sum(p.size for t in answers for p in t.partitions)
-        errors = any(p.error != E.none for t in answers for p in t.partitions)
+        answers, total, errors = await ctx.run_blocking(_collect, ctx, request)
         if total >= min_bytes or errors or deadline <= time.monotonic() or ctx.server.stopping:
             break
         _close(answers)
@@ -275,6 +289,9 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- the response, by hand -------------------------------------------------------------------
+_PARTITION_V5 = struct.Struct(">ihqqq")  # partition index, error code, high watermark, last stable offset, log start
+
+
 def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> RawBody:
     flexible = version >= 12
     parts: list[bytes | FileRange] = []
@@ -283,6 +300,8 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
         head += struct.pack(">hi", int(error), 0)  # error code, session id 0: no session
     head += _uvarint(len(answers) + 1) if flexible else struct.pack(">i", len(answers))
     buf = head
+    replica = struct.pack(">i", -1) if version >= 11 else b""  # preferred read replica (v11+): none
+    no_aborted = (b"\1" if flexible else b"\0\0\0\0") + replica  # an empty aborted list (compact: n + 1)
     for t in answers:
         if version >= 13:
             buf += t.topic_id.bytes
@@ -291,24 +310,33 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
             buf += (_uvarint(len(name) + 1) if flexible else struct.pack(">h", len(name))) + name
         buf += _uvarint(len(t.partitions) + 1) if flexible else struct.pack(">i", len(t.partitions))
         for p in t.partitions:
-            buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
-            if version >= 4:  # transactions' fields
-                buf += struct.pack(">q", p.last_stable_offset)
-                if version >= 5:
-                    buf += struct.pack(">q", p.log_start_offset)
+            if version >= 5:  # (index, error, high watermark, last stable offset, log start: one pack)
+                buf += _PARTITION_V5.pack(p.partition, int(p.error), p.high_watermark, p.last_stable_offset,
+                                          p.log_start_offset)
+            else:
+                buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
+                if version >= 4:
+                    buf += struct.pack(">q", p.last_stable_offset)
+            if version >= 4 and not p.aborted:
+                buf += no_aborted  # (and the preferred read replica, v11+)
+            elif version >= 4:  # transactions' fields
                 buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
                 for producer_id, first_offset in p.aborted:
                     buf += struct.pack(">qq", producer_id, first_offset)
                     if flexible:
                         buf += b"\0"  # the aborted transaction's tagged fields
-            if version >= 11:
-                buf += struct.pack(">i", -1)  # preferred read replica: none
+                buf += replica
             size = p.size
-            buf += _uvarint(size + 1) if flexible else struct.pack(">i", size)
-            if size and p.converted is not None:
-                buf += p.converted
-            elif size and p.inline is not None:
+            if not flexible:
+                buf += struct.pack(">i", size)
+            elif size < 0x3FFF:  # (the usual: a two-byte varint, without a call)
+                buf += bytes((size + 1,)) if size < 0x7F else bytes(((size + 1) & 0x7F | 0x80, (size + 1) >> 7))
+            else:
+                buf += _uvarint(size + 1)
+            if size and p.inline is not None:
                 buf += p.inline
+            elif size and p.converted is not None:
+                buf += p.converted
             elif size:
                 parts.append(bytes(buf))
                 parts.append(FileRange(p.range.fd, p.range.position, size, owner=p.range))

@@ -238,6 +238,9 @@ class BatchHeader(NamedTuple("BatchHeader", [
         return bool(self.attributes & DELETE_HORIZON_FLAG_MASK)
 
 
+_new_header = tuple.__new__
+
+
 def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at pos (the caller made sure header_bytes(buf, pos) bytes are there).
 
@@ -251,7 +254,7 @@ def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
             return BatchHeader(offset, length, legacy.NO_LEADER_EPOCH, buf[pos + MAGIC_OFFSET], 0, 0, 0,
                                -1, -1, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, -1)
         return BatchHeader._make(legacy.header_fields(buf, pos))
-    return BatchHeader._make(BATCH_HEADER.unpack_from(buf, pos))
+    return _new_header(BatchHeader, BATCH_HEADER.unpack_from(buf, pos))  # BatchHeader._make, without its Python frame
 
 
 def header_bytes(buf: bytes | memoryview, pos: int = 0) -> int:

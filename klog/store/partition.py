@@ -8,6 +8,7 @@ that is not completely written (and replicated).
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from collections.abc import Callable
@@ -97,6 +98,9 @@ class AppendResult(FrozenPlain):
         object.__setattr__(self, "last_offset", last_offset)
         object.__setattr__(self, "log_append_time_ms", log_append_time_ms)
         object.__setattr__(self, "failed_followers", failed_followers)
+
+
+_RANGE_START = operator.attrgetter("first", "path", "position")  # a ByteRange's first batch, where it is
 
 
 class Partition:
@@ -416,7 +420,7 @@ class Partition:
         `read_max`: see PartitionLog.byte_range."""
         return self._from_replicas(offset, upper,
                                    lambda replica, bound: replica.byte_range(offset, bound, max_bytes, read_max),
-                                   lambda got: (got.first, got.path, got.position), ByteRange.close, snap)
+                                   _RANGE_START, ByteRange.close, snap)
 
     def _from_replicas(self, offset: int, upper: int | None, ask: Callable[[PartitionLog, int], R | None],
                        first_of: Callable[[R], tuple[codec.BatchHeader, str | None, int]],

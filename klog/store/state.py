@@ -71,16 +71,16 @@ class _StructFile:
         caller writes the file next (a writer's open), so it is opened for writing at once (a
         missing one is created empty, which reads as missing): one open, not a read-only one
         then a read-write one."""
-        fd = self._open(write=write_next)
-        if fd is None:
+        fd = self._fd
+        if fd is None or (write_next and not self._writable):  # (a reader's every read: no call)
+            fd = self._open(write=write_next)
+            if fd is None:
+                return None
+        layout = self.layout
+        data = os.pread(fd, layout.size + 4, 0)
+        if len(data) != layout.size + 4 or zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "big"):
             return None
-        data = os.pread(fd, self.layout.size + 4, 0)
-        if len(data) != self.layout.size + 4:
-            return None
-        body, crc = data[:-4], int.from_bytes(data[-4:], "big")
-        if zlib.crc32(body) != crc:
-            return None
-        return self.layout.unpack(body)
+        return layout.unpack_from(data)
 
     def write_fields(self, *fields: int | bytes, sync: bool = False) -> None:
         body = self.layout.pack(*fields)

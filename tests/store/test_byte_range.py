@@ -60,3 +60,66 @@ def test_byte_range_matches_read(tmp_path, read_max):
             elif len(got) < len(expected) and found.path == expected[len(got)].path:
                 # stopped early in the same segment: only because max_bytes would be passed
                 assert len(data) + len(expected[len(got)].data) > max_bytes
+
+
+def test_a_segment_replaced_under_an_open_reader_is_read_from_the_new_file(tmp_path):
+    """The cleaner swaps a segment's `.log` for its rewrite (os.replace) while readers hold the old
+    file open: byte_range, which takes a segment's size from the descriptor it reads through, must
+    notice (the old file is unlinked) and read the new one, not the old file's bytes and size."""
+    with klog.open(str(tmp_path / "d")) as store:
+        store.create_topic("s", configs={"segment.bytes": "2000"})
+        with store.producer() as producer:
+            for i in range(40):
+                producer.send("s", b"v%05d" % i + b"x" * 100)
+                producer.flush()  # a batch each
+        part = store.partition("s", 0)
+        hw = part.high_watermark()
+        before = part.byte_range(0, 1 << 20, hw, read_max=16 << 10)  # opens the first segment for reading
+        first = read_header(before.data)
+        assert before.length > first.size, "the first segment holds several batches"
+        with open(before.path, "rb") as f:
+            kept = f.read(first.size)
+        swap = before.path + ".swap"
+        with open(swap, "wb") as f:  # the rewrite: only the first batch is left
+            f.write(kept)
+        os.replace(swap, before.path)
+        after = part.byte_range(0, 1 << 20, hw, read_max=16 << 10)
+        assert after is not None and after.data == kept and after.length == first.size
+
+
+@pytest.mark.parametrize("read_max", [0, 16 << 10])
+def test_a_consumer_reading_on_gets_reads_batches_without_the_offset_index(tmp_path, monkeypatch, read_max):
+    """A consumer's next fetch starts where its last range ended: byte_range finds that batch from
+    where it left off (no offset index read), and the ranges, end to end, are read()'s batches."""
+    from klog.store.index import OffsetIndex
+
+    with klog.open(str(tmp_path / "d")) as store:
+        store.create_topic("c", configs={"segment.bytes": "8000", "index.interval.bytes": "500"})
+        with store.producer() as producer:
+            for i in range(300):
+                producer.send("c", b"v%05d" % i + b"x" * (i % 50))
+                if i % 3 == 0:
+                    producer.flush()
+        part = store.partition("c", 0)
+        hw = part.high_watermark()
+        assert len(part.leader.bases) >= 3
+        index_reads = []
+        real = OffsetIndex.refresh
+        monkeypatch.setattr(OffsetIndex, "refresh", lambda self: (index_reads.append(1), real(self))[1])
+        offset, got = 0, []
+        for _ in range(hw):  # bounded: each range holds at least one batch
+            if offset >= hw:
+                break
+            found = part.byte_range(offset, 700, hw, read_max=read_max)
+            try:
+                data = found.data if found.data is not None else os.pread(found.fd, found.length, found.position)
+            finally:
+                found.close()
+            pos = 0
+            while pos + 61 <= len(data) and pos + read_header(data, pos).size <= len(data):
+                header = read_header(data, pos)
+                got.append(data[pos:pos + header.size])
+                offset = header.next_offset
+                pos += header.size
+        assert got == [b.data for b in part.read(0, max_bytes=1 << 30, upper=hw)]
+        assert len(index_reads) <= len(part.leader.bases), "each next fetch read the offset index"

@@ -26,10 +26,15 @@ PER_WRITER = 15_000
 RECORD = re.compile(r"(cli|py)(\d)-(\d{6})\Z")
 
 PY_WRITER = r"""
+import os
 import sys
+import time
 import klog
 
-data, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data, name, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+deadline = time.monotonic() + 60
+while not os.path.exists(go) and time.monotonic() < deadline:  # start with the others
+    time.sleep(0.005)
 with klog.open(data) as store, store.producer(batch_size=1500 + 700 * int(name[-1])) as p:
     for i in range(n):
         p.send("c", b"%s-%06d" % (name.encode(), i), partition=0)
@@ -77,19 +82,36 @@ def test_four_writers_and_two_readers_on_one_partition(tmp_path):
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
 
-    writers = []
+    # every writer starts, then all are let go at once (on a loaded machine, writers started one
+    # after another could each finish before the next began, and nothing would be tested)
+    go = tmp_path / "go"
+    writers, feeds = [], []
     for w in range(2):
-        path = tmp_path / f"cli{w}.txt"
-        path.write_bytes(b"".join(b"cli%d-%06d\n" % (w, i) for i in range(PER_WRITER)))
-        args = [sys.executable, "-m", "klog", "produce", "c", str(path), "-p", "0", "--batch-size", str(900 + 1300 * w)]
+        args = [sys.executable, "-m", "klog", "produce", "c", "-p", "0", "--batch-size", str(900 + 1300 * w)]
         if w:
             args += ["-z", "zstd"]
-        writers.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
-        writers.append(subprocess.Popen([sys.executable, "-c", PY_WRITER, data, f"py{w}", str(PER_WRITER)],
+        cli = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        writers.append(cli)
+        feeds.append((cli, b"".join(b"cli%d-%06d\n" % (w, i) for i in range(PER_WRITER))))
+        writers.append(subprocess.Popen([sys.executable, "-c", PY_WRITER, data, f"py{w}", str(PER_WRITER), str(go)],
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
-    for proc in writers:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()
+    go.touch()
+    outcomes: dict[int, tuple[int, bytes]] = {}
+
+    def run(i: int, proc: subprocess.Popen, data_in: bytes | None) -> None:
+        _, err = proc.communicate(input=data_in, timeout=120)
+        outcomes[i] = (proc.returncode, err)
+
+    inputs = dict(feeds)
+    runners = [threading.Thread(target=run, args=(i, proc, inputs.get(proc)), daemon=True)
+               for i, proc in enumerate(writers)]
+    for t in runners:
+        t.start()
+    for t in runners:
+        t.join(timeout=150)
+    assert len(outcomes) == len(writers), "a writer did not finish"
+    for code, err in outcomes.values():
+        assert code == 0, err.decode()
     polled_while_writing = len(polled)
     writers_done.set()
     follower.join(timeout=60)
