@@ -6,7 +6,11 @@ answered read_committed fetches with CorruptLogError. The scan pins the file it 
 
 from __future__ import annotations
 
+import os
+
 from klog.broker import lifecycle
+from klog.broker.offsets import max_timestamp_offset
+from klog.store import walk as walk_module
 from klog.store.segment import LogSegment
 from klog.store.txn import StableView
 from tests.broker.test_compaction import clock_at
@@ -37,3 +41,32 @@ def test_a_read_committed_scan_resuming_in_a_segment_swapped_under_it_reads_one_
     monkeypatch.undo()
     assert view.refresh(hw) == hw  # the next fetch notices the rewritten file and walks it from the start
     assert view._scan_base == log.bases[-1]
+
+
+def _swap_mid_walk(monkeypatch, store, log, base: int) -> list:  # noqa: ANN001
+    """Compact `c` once, after a walk of segment `base`'s headers has read its first 64-byte chunk
+    (headers are parsed from small reads here, so the walk reads on after the swap)."""
+    monkeypatch.setitem(walk_module.walk_batches.__kwdefaults__, "chunk_bytes", 64)
+    walk = LogSegment.iter_headers
+    swapped = []
+
+    def walk_swapping(segment: LogSegment, *args, **kwargs):  # noqa: ANN202
+        for i, found in enumerate(walk(segment, *args, **kwargs)):
+            if i == 1 and not swapped and segment is log.segments.get(base):
+                swapped.append(lifecycle.compact(store, "c", clock=clock_at(NOW)))
+            yield found
+
+    monkeypatch.setattr(LogSegment, "iter_headers", walk_swapping)
+    return swapped
+
+
+def test_the_offset_of_the_largest_timestamp_is_found_across_a_swap_of_the_segment_walked(store, monkeypatch):
+    """ListOffsets' -3 (MAX_TIMESTAMP) walks a sealed segment's headers off the partition's lock."""
+    written, log = _compacted_log(store)
+    newest = max(written, key=lambda w: w[3])
+    scanned = log.bases[-2]  # the sealed segment whose time index ends highest
+    inode = os.stat(log.segments[scanned].log_path).st_ino
+    swapped = _swap_mid_walk(monkeypatch, store, log, scanned)
+    assert max_timestamp_offset(store.partition("c", 0)) == (newest[3], newest[0])
+    assert swapped and os.stat(log.segments[scanned].log_path).st_ino != inode, "the walked segment was swapped"
+    assert not _deleted_files_open()
