@@ -2,7 +2,9 @@
 transactions a Fetch answers with) keeps where it stopped in a segment between fetches. A
 compaction swapping that segment between the scan's look at the file and its reads put the
 rewritten file under a position found in the old one: a shifted header, so an undamaged log
-answered read_committed fetches with CorruptLogError. The scan pins the file it walks."""
+answered read_committed fetches with CorruptLogError. The scan pins the file it walks, as do
+the other walks of a segment's headers off the partition's lock (ListOffsets' MAX_TIMESTAMP,
+`klog verify`'s walk of every record)."""
 
 from __future__ import annotations
 
@@ -69,4 +71,15 @@ def test_the_offset_of_the_largest_timestamp_is_found_across_a_swap_of_the_segme
     swapped = _swap_mid_walk(monkeypatch, store, log, scanned)
     assert max_timestamp_offset(store.partition("c", 0)) == (newest[3], newest[0])
     assert swapped and os.stat(log.segments[scanned].log_path).st_ino != inode, "the walked segment was swapped"
+    assert not _deleted_files_open()
+
+
+def test_verifys_walk_of_every_record_across_a_swap_reports_no_damage(store, monkeypatch):
+    """`klog verify` walks every batch (records whose attributes byte is >= 0x80) off the lock."""
+    _, log = _compacted_log(store)
+    base = log.bases[2]
+    inode = os.stat(log.segments[base].log_path).st_ino
+    swapped = _swap_mid_walk(monkeypatch, store, log, base)
+    assert log.first_high_attributes_offset() is None
+    assert swapped and os.stat(log.segments[base].log_path).st_ino != inode
     assert not _deleted_files_open()
