@@ -83,3 +83,20 @@ def test_verifys_walk_of_every_record_across_a_swap_reports_no_damage(store, mon
     assert log.first_high_attributes_offset() is None
     assert swapped and os.stat(log.segments[base].log_path).st_ino != inode
     assert not _deleted_files_open()
+
+
+def test_producer_state_rebuilt_from_batch_headers_across_a_swap_reads_one_file(store, monkeypatch):
+    """An idempotent producer's first append (and DescribeProducers) rebuild producer state from
+    every batch header (klog.broker.batches.batch_headers), holding no partition lock."""
+    from klog.broker.batches import batch_headers
+
+    _, log = _compacted_log(store)
+    part = store.partition("c", 0)
+    expected = [(h.base_offset, h.last_offset) for h in batch_headers(part)]
+    base = log.bases[2]
+    swapped = _swap_mid_walk(monkeypatch, store, log, base)
+    walked = [(h.base_offset, h.last_offset) for h in batch_headers(part)]
+    assert swapped and swapped[0][0].segments_rewritten
+    # the walk read the old file whole: the batches it found are the ones before the swap
+    assert walked == expected
+    assert not _deleted_files_open()
