@@ -289,12 +289,11 @@ def batch_headers(part: Partition, since_ms: int | None = None) -> Iterator[Batc
         bases = keep[::-1]
     for base in bases:
         segment = leader.segments[base]
-        try:
-            end = segment.file_size()
+        try:  # pinned: a cleaner's swap during this walk (no partition lock held) must not shift it
+            for _, header in segment.pinned_headers():
+                yield header
         except FileNotFoundError:
             continue
-        for _, header in segment.iter_headers(0, end):
-            yield header
 
 
 @dataclass(frozen=True)

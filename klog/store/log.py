@@ -237,9 +237,19 @@ class PartitionLog:
         Kafka log has are no concern here, nor damage: every reader reports that)."""
         self.refresh_segments()
         for base in self.bases:
-            segment = self.segments[base]
-            for pos, header in segment.iter_headers(0, segment.file_size()):
-                data = segment.read_bytes(pos, header.size)
+            found = self._first_high_attributes_in(self.segments[base])
+            if found is not None:
+                return found
+        return None
+
+    @staticmethod
+    def _first_high_attributes_in(segment: LogSegment) -> int | None:
+        # one pinned file for the walk and its reads: `verify` runs it off the partition's lock,
+        # and a swap meanwhile would put the rewritten file under the positions found in the old
+        opened, size = segment.pin()
+        try:
+            for pos, header in segment.iter_headers(0, size, opened.read):
+                data = opened.read(pos, header.size)
                 if validate.crc_problem(data, 0, header) is not None:
                     continue
                 try:
@@ -248,6 +258,8 @@ class PartitionLog:
                         return codec.decode_batch_records(data, 0, header)[index][0]  # strict: Kafka's offset
                 except (CorruptLogError, UnsupportedCodecError):
                     continue
+        finally:
+            opened.release()
         return None
 
     def segment_for(self, offset: int) -> LogSegment | None:

@@ -291,6 +291,16 @@ class LogSegment:
         for batch in walk_batches(read or self.read_bytes, start, end, path=self.log_path):
             yield batch.position, batch.header
 
+    def pinned_headers(self, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """iter_headers over the whole `.log` (or its first `end` bytes), every read from one
+        pinned file (pin): for a walk off the partition's lock, which a cleaner's swap meanwhile
+        would otherwise shift onto the rewritten file. The pin goes when the walk ends or is dropped."""
+        opened, size = self.pin()
+        try:
+            yield from self.iter_headers(0, size if end is None else min(end, size), opened.read)
+        finally:
+            opened.release()
+
     def position_for_offset(self, offset: int, end: int, read: Read | None = None) -> tuple[int, BatchHeader] | None:
         """Start of the first batch whose last offset ≥ offset, scanning from the index hint."""
         read = read or self.read_bytes
