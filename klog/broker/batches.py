@@ -289,12 +289,11 @@ def batch_headers(part: Partition, since_ms: int | None = None) -> Iterator[Batc
         bases = keep[::-1]
     for base in bases:
         segment = leader.segments[base]
-        try:
-            end = segment.file_size()
+        try:  # pinned: a cleaner's swap during this walk (no partition lock held) must not shift it
+            for _, header in segment.pinned_headers():
+                yield header
         except FileNotFoundError:
             continue
-        for _, header in segment.iter_headers(0, end):
-            yield header
 
 
 @dataclass(frozen=True)
@@ -321,6 +320,9 @@ class RawAppender:
         self._guard = threading.Lock()
         self._topic_read: dict[str, float] = {}
         self._topic_ids: dict[str, str | None] = {}
+        # topic -> the metadata's last write id when check_topic last read it: unchanged, the topic
+        # cannot have been deleted or created again since (any process's change is a write)
+        self._topic_checked: dict[str, int] = {}
 
     def lock_for(self, topic: str, partition: int) -> threading.Lock:
         with self._guard:
@@ -344,7 +346,10 @@ class RawAppender:
         """Notice now a topic deleted and created again by another process (the files this process
         holds open are the old topic's: an append there would be lost, a fetch would read the old
         records): one LMDB read, 3-13 us, so callers make it once per topic per request, not per
-        partition."""
+        partition. Skipped while the metadata has had no write since the last look (~1 us)."""
+        written = self.store.meta.last_write()  # read before the lookup: a write after it shows next time
+        if self._topic_checked.get(topic) == written:
+            return
         found = self.store.topics.find(topic)
         topic_id = found.topic_id if found is not None else None
         with self._guard:
@@ -352,6 +357,7 @@ class RawAppender:
                 self.store.forget_topic(topic)
                 self.producers.forget(topic)
             self._topic_ids[topic] = topic_id
+            self._topic_checked[topic] = written
 
     def forget_producer_states(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""

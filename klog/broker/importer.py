@@ -194,8 +194,7 @@ def _has_cleaner_gaps(log) -> bool:
     log.refresh_segments()
     expected = None
     for base in log.bases[:-1]:
-        segment = log.segments[base]
-        for _, header in segment.iter_headers(0, segment.file_size()):
+        for _, header in log.segments[base].pinned_headers():
             if expected is not None and header.base_offset > expected:
                 return True
             expected = header.next_offset

@@ -36,8 +36,7 @@ def max_timestamp_offset(part: Partition) -> tuple[int, int]:
     scan.append(leader.bases[-1])
     best = None
     for base in scan:
-        segment = leader.segments[base]
-        for _, header in segment.iter_headers(0, segment.file_size()):
+        for _, header in leader.segments[base].pinned_headers():  # (off the lock: a swap may come)
             if header.base_offset >= hw:
                 break
             if best is None or header.max_timestamp > best.max_timestamp:

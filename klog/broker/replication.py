@@ -54,12 +54,14 @@ REPLICA_RECHECK_S = 30.0
 Warn = Callable[[str], None]
 
 
-def dir_health(store: BrokerStore, log_dir_id: int) -> str:
+def dir_health(store: BrokerStore, log_dir_id: int, path: str | None = None) -> str:
+    """`path`: the directory's, when the caller has it already."""
     data_dir = store.data_dir
-    try:
-        path = data_dir.log_dir_path(log_dir_id)
-    except KlogError:
-        return health.MISSING
+    if path is None:
+        try:
+            path = data_dir.log_dir_path(log_dir_id)
+        except KlogError:
+            return health.MISSING
     identity = next((d.identity for d in data_dir.log_dirs if d.id == log_dir_id), None)
     return health.check_log_dir(path, identity)
 
@@ -186,7 +188,8 @@ class ReplicaManager:
                 self._dir_checks = None
 
     def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
-        return self.store.data_dir.log_dir_path(log_dir_id), self._health(log_dir_id)
+        path = self.store.data_dir.log_dir_path(log_dir_id)
+        return path, self._health(log_dir_id, path)
 
     def _metadata_written(self, topic: str) -> None:
         """A partition's metadata was written: caches of the topic's metadata read it again."""
@@ -194,15 +197,15 @@ class ReplicaManager:
         if self._group is not None:
             self._group.forget_topic_meta()
 
-    def _health(self, log_dir_id: int) -> str:
+    def _health(self, log_dir_id: int, path: str | None = None) -> str:
         """The log directory's health; within shared_dir_checks, a healthy one is checked once."""
         checks = self._dir_checks
         known = checks.get(log_dir_id) if checks is not None else None
         if known is not None:
             return known[1]
-        state = dir_health(self.store, log_dir_id)
+        state = dir_health(self.store, log_dir_id, path)
         if checks is not None and state == health.OK:
-            checks[log_dir_id] = (self.store.data_dir.log_dir_path(log_dir_id), state)
+            checks[log_dir_id] = (path or self.store.data_dir.log_dir_path(log_dir_id), state)
         return state
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:

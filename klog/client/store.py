@@ -602,7 +602,7 @@ def _log_end(replica) -> int:
     if snap is not None and snap.active_base == seg.base_offset and snap.valid_size == end:
         return snap.log_end_offset
     last = None
-    for _, header in seg.iter_headers(0, end):
+    for _, header in seg.pinned_headers(end):  # (a roll and a compaction may come during a long walk)
         last = header
     return last.next_offset if last else seg.base_offset
 

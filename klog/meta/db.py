@@ -112,6 +112,14 @@ class MetaDB:
         except lmdb.Error as e:
             raise DataDirError(f"metadata error in {self.path}: {_why(e)}") from None
 
+    def last_write(self) -> int:
+        """The id of the last committed write transaction, by any process: equal ids mean nothing
+        was written in between (LMDB's meta page, read from the shared map: no transaction, ~1 us)."""
+        try:
+            return int(self.env.info()["last_txnid"])
+        except lmdb.Error as e:  # closed meanwhile
+            raise DataDirError(f"metadata error in {self.path}: {_why(e)}") from None
+
     def get_raw(self, txn: lmdb.Transaction, db: str, key: str) -> bytes | None:
         raw = txn.get(_key(key), db=self.dbs[db])
         if raw is not None and len(key.encode()) > KEY_BYTES_MAX:

@@ -143,7 +143,7 @@ class FileRange:
     fd: int
     offset: int
     count: int
-    owner: Any = None  # closed once sent (or not): a klog.store.log.ByteRange holding a dup'ed fd
+    owner: Any = None  # closed once sent (or not): a klog.store.log.ByteRange pinning the segment's fd
 
 
 @dataclass

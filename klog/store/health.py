@@ -68,10 +68,16 @@ def _identity(path: str) -> str | None:
 
 
 def check_log_dir(path: str, expected_id: str | None) -> str:
-    if not os.path.isdir(path):
+    """The directory's state; a writer asks before every append, so a healthy directory costs
+    three system calls: the id file's stat (there, so the directory is), access, statvfs."""
+    if expected_id is not None:
+        ident = _identity(path)
+        if ident is None:
+            return REPLACED if os.path.isdir(path) else MISSING
+        if ident != expected_id:
+            return REPLACED
+    elif not os.path.isdir(path):
         return MISSING
-    if expected_id is not None and _identity(path) != expected_id:
-        return REPLACED
     if not os.access(path, os.W_OK):
         return READ_ONLY
     try:

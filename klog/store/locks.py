@@ -24,11 +24,17 @@ class FileLock:
         self.path = fit_partition_file(path, ".lock")
         self._fd: int | None = None
         self._depth = 0
-        # Every acquisition (by any process) counts itself in the lock file's first 8 bytes:
-        # `previous_generation` is the count this holder found, `generation` the one it wrote.
-        # A holder that finds the count it wrote last time knows nobody else held the lock since.
-        self.generation = -1
-        self.previous_generation = -1
+        # Every change of hands (by any process, or another FileLock object) counts itself in the
+        # lock file's first 8 bytes. A holder that finds the count it wrote last time knows nobody
+        # else held the lock since, and leaves it as it is (one pread, no write: each count is
+        # written by one acquisition, so every other holder finds a count not its own and writes
+        # the next). `generation` names this hold: (the count, this object's hold number; its
+        # own holds in between, the cleaner's say, count too); `previous_generation` the last
+        # hold's, when no one else held the lock since (else the count found is not this one's).
+        self._count = -1
+        self._holds = 0
+        self.generation: tuple[int, int] = (-1, 0)
+        self.previous_generation: tuple[int, int] = (-1, -1)
         self._threads = threading.RLock()
         self._owner: int | None = None  # the thread holding it (readers in other threads must not count as holders)
         self._closed = False
@@ -40,31 +46,38 @@ class FileLock:
             raise PartitionClosedError(f"partition closed meanwhile ({os.path.basename(self.path)[:-5]}): "
                                        "its topic was deleted or re-created")
         if self._depth == 0:
-            self._lock_the_file_at_path()
-            try:
-                found = GENERATION.unpack(os.pread(self._fd, GENERATION.size, 0))[0]
-            except struct.error:  # a new (empty) lock file
-                found = 0
-            self.previous_generation = found
-            self.generation = (found + 1) & GENERATION_MASK
-            os.pwrite(self._fd, GENERATION.pack(self.generation), 0)
+            found = self._lock_the_file_at_path()
+            self.previous_generation = (found, self._holds)
+            if found != self._count:
+                self._count = (found + 1) & GENERATION_MASK
+                os.pwrite(self._fd, GENERATION.pack(self._count), 0)
+            self._holds += 1
+            self.generation = (self._count, self._holds)
             self._owner = threading.get_ident()
         self._depth += 1
 
-    def _lock_the_file_at_path(self) -> None:
-        """flock the file now at self.path: a topic delete (in any process) unlinks the lock files
-        while holding them, so a writer that waited on the old file locks the one at the path
-        instead (two holders of two files would be two writers of one partition)."""
+    def _lock_the_file_at_path(self) -> int:
+        """flock the file now at self.path; the count found in it. A topic delete (in any process)
+        unlinks the lock files while holding them, so a writer that waited on the old file locks
+        the one at the path instead (two holders of two files would be two writers of one
+        partition). That delete's acquisition wrote a new count, so a file still holding the count
+        this object wrote was not unlinked since: then no stat is needed."""
         try:
             while True:
                 if self._fd is None:
                     self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
+                try:
+                    found = GENERATION.unpack(os.pread(self._fd, GENERATION.size, 0))[0]
+                except struct.error:  # a new (empty) lock file
+                    found = 0
+                if found == self._count:  # nobody held it since this object did
+                    return found
                 held = os.fstat(self._fd)
                 try:
                     there = os.stat(self.path, follow_symlinks=False)
                     if (held.st_ino, held.st_dev) == (there.st_ino, there.st_dev):
-                        return
+                        return found
                 except FileNotFoundError:
                     pass  # unlinked meanwhile: open it again
                 os.close(self._fd)  # (closing releases the flock)

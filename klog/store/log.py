@@ -28,7 +28,7 @@ from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT, PARTITION_READ_BYTES_DE
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.plain import Plain
-from klog.store.segment import LogSegment, SegmentFds
+from klog.store.segment import LogSegment, OpenLog, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
 from klog.store.walk import Tail, walk_batches
 
@@ -95,9 +95,12 @@ class ByteRange(Plain):
 
     _fields = ("fd", "position", "length", "first", "path", "data")
 
-    def __init__(self, fd: int, position: int, length: int, first: BatchHeader, path: str,
+    def __init__(self, opened: OpenLog | None, position: int, length: int, first: BatchHeader, path: str,
                  data: bytes | None = None) -> None:
-        self.fd = fd  # a dup of the segment's read descriptor: valid even if the segment is closed meanwhile
+        # the segment's read descriptor, pinned until close(): the file the positions were found in,
+        # even if the cleaner swaps the segment (or the cache closes it) before the range is sent
+        self.opened = opened
+        self.fd = opened.fd if opened is not None else -1
         self.position = position
         self.length = length
         self.first = first
@@ -107,9 +110,11 @@ class ByteRange(Plain):
         self.data = data
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
+        opened = self.opened
+        if opened is not None:
+            self.opened = None
             self.fd = -1
+            opened.release()
 
 
 def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int,
@@ -232,9 +237,19 @@ class PartitionLog:
         Kafka log has are no concern here, nor damage: every reader reports that)."""
         self.refresh_segments()
         for base in self.bases:
-            segment = self.segments[base]
-            for pos, header in segment.iter_headers(0, segment.file_size()):
-                data = segment.read_bytes(pos, header.size)
+            found = self._first_high_attributes_in(self.segments[base])
+            if found is not None:
+                return found
+        return None
+
+    @staticmethod
+    def _first_high_attributes_in(segment: LogSegment) -> int | None:
+        # one pinned file for the walk and its reads: `verify` runs it off the partition's lock,
+        # and a swap meanwhile would put the rewritten file under the positions found in the old
+        opened, size = segment.pin()
+        try:
+            for pos, header in segment.iter_headers(0, size, opened.read):
+                data = opened.read(pos, header.size)
                 if validate.crc_problem(data, 0, header) is not None:
                     continue
                 try:
@@ -243,6 +258,8 @@ class PartitionLog:
                         return codec.decode_batch_records(data, 0, header)[index][0]  # strict: Kafka's offset
                 except (CorruptLogError, UnsupportedCodecError):
                     continue
+        finally:
+            opened.release()
         return None
 
     def segment_for(self, offset: int) -> LogSegment | None:
@@ -652,9 +669,10 @@ class PartitionLog:
     def byte_range(self, offset: int, upper: int, max_bytes: int, read_max: int = 0) -> ByteRange | None:
         """Where the batches holding offsets in [offset, upper) lie, in one segment (a fetch
         answers from one segment, as Kafka's does), for sending without reading: see
-        LogSegment.byte_range. The descriptor is a dup the caller closes. A range of at most
-        `read_max` bytes comes read instead (ByteRange.data, no descriptor): a caller that copies
-        small ranges saves a dup, a close and a read per range."""
+        LogSegment.byte_range. The descriptor is the segment's, pinned (the walk and the send use
+        one file whatever a cleaner swaps meanwhile) until the caller closes the range. A range of
+        at most `read_max` bytes comes read instead (ByteRange.data, nothing pinned): a caller that
+        copies small ranges saves a read per range."""
         if offset >= upper:
             return None
         segment = self._first_segment(offset)
@@ -662,29 +680,43 @@ class PartitionLog:
             return None
         while segment is not None:
             try:
-                end = segment.read_size()
+                opened, end = segment.pin()
             except FileNotFoundError:
-                end = 0
-            found = segment.byte_range(offset, upper, max_bytes, end, self._gap_ok(segment), read_max) if end else None
+                opened, end = None, 0
+            found = None
+            try:
+                if end:
+                    found = segment.byte_range(opened, offset, upper, max_bytes, end, self._gap_ok(segment), read_max)
+            finally:
+                if opened is not None and (found is None or found[3] is not None):
+                    opened.release()  # (else the range holds the pin until it is sent)
             if found is not None:
                 position, length, header, data = found
                 if data is not None:
-                    return ByteRange(-1, position, length, header, segment.log_path, data)
-                return ByteRange(segment.dup_read_fd(), position, length, header, segment.log_path)
+                    return ByteRange(None, position, length, header, segment.log_path, data)
+                return ByteRange(opened, position, length, header, segment.log_path)
             segment = self._next_segment(segment)
         return None
 
     def _read_segment(self, segment: LogSegment, offset: int, upper: int, budget: int) -> list[FetchedBatch]:
-        """Batches from `offset`; stops before a damaged batch if it has some to return (else raises)."""
+        """Batches from `offset`; stops before a damaged batch if it has some to return (else raises).
+        The whole walk reads one open file (pinned: a cleaner's swap meanwhile is the next read's)."""
         try:
-            end = segment.file_size()
+            opened, end = segment.pin()
         except FileNotFoundError:
             return []
-        found = segment.first_batch(offset, end, self._gap_ok(segment))
+        try:
+            return self._read_pinned(segment, opened, offset, upper, budget, end)
+        finally:
+            opened.release()
+
+    def _read_pinned(self, segment: LogSegment, opened: OpenLog, offset: int, upper: int, budget: int,
+                     end: int) -> list[FetchedBatch]:
+        found = segment.first_batch(opened, offset, end, self._gap_ok(segment))
         if found is None:
             return []
         out: list[FetchedBatch] = []
-        walk = walk_batches(segment.read_bytes, found[0], end, tail=Tail.RAISE, whole=True,
+        walk = walk_batches(opened.read, found[0], end, tail=Tail.RAISE, whole=True,
                             chunk_bytes=max(budget, RECORD_BATCH_OVERHEAD), path=segment.log_path,
                             stop_before=lambda header: header.base_offset >= upper)
         try:
@@ -709,12 +741,16 @@ class PartitionLog:
         self.refresh_segments()
         for base in self.bases:
             segment = self.segments[base]
-            end = segment.file_size()
+            segment.file_size()  # (a swapped segment's indexes reload)
             segment.time_index.refresh()
             last = segment.time_index.last_entry()
             if last is not None and last[0] < timestamp and base != self.bases[-1]:
                 continue  # the sealed segment's final entry holds its max timestamp
-            found = segment.offset_for_timestamp(timestamp, end)
+            opened, end = segment.pin()  # one file for the walk (a cleaner's swap meanwhile is the next one's)
+            try:
+                found = segment.offset_for_timestamp(timestamp, end, opened)
+            finally:
+                opened.release()
             if found is not None:
                 return found if found < upper else None
         return None

@@ -121,7 +121,7 @@ class Partition:
         # writer elected a new leader (a reader kept open must not read a deposed leader's tail)
         self.leader_epoch_loaded = 0
         # the lock generation under which this object last appended cleanly (see open_for_write)
-        self._appended_generation: int | None = None
+        self._appended_generation: tuple[int, int] | None = None
         self._flush_timer: threading.Timer | None = None
         # what the last full replica check left (broker.replication): when it ended, and the metadata
         self.replica_check: tuple[float, object] | None = None
@@ -143,7 +143,7 @@ class Partition:
             if r not in self.replicas:
                 r.close()
 
-    def _lock_generation_held(self) -> int | None:
+    def _lock_generation_held(self) -> tuple[int, int] | None:
         lock = self.lock
         return lock.generation if lock.held else None
 

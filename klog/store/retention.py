@@ -78,7 +78,7 @@ def largest_timestamp(segment, size: int, sealed: bool = True) -> int:  # noqa: 
     if sealed and last is not None:
         return last[0]
     largest = last[0] if last is not None else -1
-    for _, header in segment.iter_headers(0, size):
+    for _, header in segment.pinned_headers(size):  # (off the lock from _remember_oldest, compaction_due)
         largest = max(largest, header.max_timestamp)
     return largest
 

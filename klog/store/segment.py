@@ -30,7 +30,7 @@ from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
 from klog.store.plain import Plain
 from klog.store.validate import SegmentScan
-from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Walked, follows, walk_batches
+from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Read, Walked, follows, walk_batches
 
 GapOk = Callable[[int], bool]  # may the batch at this position start above where the one before ended?
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
@@ -52,8 +52,9 @@ def _read_fds_capacity() -> int:
 class _ReadFdCache:
     """A bounded, least-recently-used set of segments whose `.log` is open for reading.
 
-    Every pread happens under the lock, so an fd is never closed (and its number reused by
-    another file) while a thread reads through it; reads are short, so the lock costs little.
+    A read pins the open file it reads (OpenLog) under the lock; a close (eviction here, the
+    cleaner's swap, retention) of a pinned one waits for its last release, so a descriptor is
+    never closed (and its number reused by another file) while a thread reads through it.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -105,6 +106,40 @@ def open_or_shed(path: str, flags: int, mode: int = FILE_MODE) -> int:
     raise AssertionError("unreachable")
 
 
+class OpenLog:
+    """One open of a segment's `.log` for reading, shared by the reads of it (the cache's
+    descriptor). A read pins it (LogSegment.pin) for its whole walk, and a served fetch until
+    its range is sent: a close meanwhile (the cleaner's swap replacing the file, the cache's
+    eviction) only retires it, and the last release closes it (the old file's disk space is
+    freed then). So every position a read found is read (and sent) from the file it was found
+    in, never from a rewritten file opened at the same path. Pins are counted under the cache's
+    lock; the preads through a pinned descriptor need no lock."""
+
+    __slots__ = ("fd", "pins", "retired")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pins = 0
+        self.retired = False  # closed by its segment: the descriptor goes with the last release
+
+    def read(self, position: int, length: int) -> bytes:
+        return os.pread(self.fd, length, position)
+
+    def release(self) -> None:
+        with _read_fds.lock:
+            self.pins -= 1
+            last = self.pins == 0 and self.retired
+        if last:  # (no read can pin it again; the close, which may free a swapped file's blocks, is not
+            os.close(self.fd)  # made under the lock the event loop's release of a sent range takes)
+
+    def _retire(self) -> None:
+        """Its segment closes it (lock held): now, or at the last release if a read holds it."""
+        if self.pins:
+            self.retired = True
+        else:
+            os.close(self.fd)
+
+
 class RecoveryResult(Plain):
     """What LogSegment.recover found: valid bytes kept, bytes cut, and why."""
 
@@ -128,11 +163,11 @@ class LogSegment:
                                         base_offset)
         self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
                                     base_offset)
-        self._read_fd: int | None = None
+        self._read: OpenLog | None = None  # the `.log` open for reading (in _read_fds)
         self._log_inode: int | None = None  # the .log the cached index entries belong to
-        # (offset, position) where the last byte_range ended: the batch a consumer asks for next
-        # starts there, found without the offset index (see _first_walked)
-        self._read_end: tuple[int, int] | None = None
+        # (offset, position, the OpenLog read) where the last byte_range ended: the batch a consumer
+        # asks for next starts there, found without the offset index (see _first_walked)
+        self._read_end: tuple[int, int, OpenLog] | None = None
         # writer state; valid only while the partition lock is held (see load_tail_state)
         self.size = 0
         self.indexer = IndexBuilder(base_offset, index_interval_bytes)
@@ -155,30 +190,60 @@ class LogSegment:
             fd = open_nofollow(path, os.O_CREAT | os.O_WRONLY)
             os.close(fd)
 
-    def read_fd(self) -> int:
-        """The `.log` open for reading (call with _read_fds.lock held; the cache may close it later)."""
-        if self._read_fd is None:
-            self._read_fd = open_or_shed(self.log_path, os.O_RDONLY)
-            if self._log_inode is None:
-                self._log_inode = os.fstat(self._read_fd).st_ino
-        _read_fds.use(self)
-        return self._read_fd
-
-    def dup_read_fd(self) -> int:
-        """A descriptor of the `.log` the caller owns (and closes): the cache may close its own."""
+    def _open_read(self) -> OpenLog:
+        """The `.log` open for reading, pinned (the caller releases it)."""
         with _read_fds.lock:
-            fd = self.read_fd()
-            try:
-                return os.dup(fd)
-            except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE) and _read_fds.shed():
-                    return os.dup(self.read_fd())
-                raise
+            opened = self._read
+            if opened is not None:
+                opened.pins += 1
+                _read_fds.use(self)
+                return opened
+        fd = open_or_shed(self.log_path, os.O_RDONLY)  # (not under the lock: a slow disk holds this read only)
+        with _read_fds.lock:
+            opened = self._read
+            if opened is None:
+                opened = self._read = OpenLog(fd)
+                fd = -1
+            opened.pins += 1
+            _read_fds.use(self)
+        if fd >= 0:
+            os.close(fd)  # another read opened it meanwhile
+        return opened
+
+    def _pin_stat(self) -> tuple[OpenLog, os.stat_result]:
+        opened = self._open_read()
+        try:
+            return opened, os.fstat(opened.fd)
+        except BaseException:
+            opened.release()
+            raise
+
+    def pin(self) -> tuple[OpenLog, int]:
+        """The `.log` pinned for one read (the caller releases it), and its size: every pread of
+        the read goes through it, so a cleaner's swap meanwhile cannot put another file under the
+        positions the read found. The size is an fstat of the descriptor (no path walk: a wide
+        fetch asks once per partition). A descriptor whose file is no longer linked (replaced by
+        the cleaner, deleted) is let go once, for the file now at the path (file_size notices the
+        swap: the indexes reload); one opened on another file than the indexes belong to (another
+        process swapped it while the cache had closed ours) reloads them. (A segment retention
+        renamed to .deleted keeps being read, as Kafka reads one until file.delete.delay.ms: its
+        offsets are below the log start the caller checked.)"""
+        opened, st = self._pin_stat()
+        if st.st_nlink and st.st_ino == self._log_inode:
+            return opened, st.st_size
+        if not st.st_nlink:
+            opened.release()
+            self.file_size()  # it notices the swap (FileNotFoundError: the segment was deleted)
+            opened, st = self._pin_stat()  # (unlinked again: another swap; still one file to read)
+        if st.st_ino != self._log_inode:
+            self._adopt(st.st_ino)
+        return opened, st.st_size
 
     def _close_read_fd(self) -> None:
-        if self._read_fd is not None:
-            os.close(self._read_fd)
-            self._read_fd = None
+        opened = self._read
+        if opened is not None:
+            self._read = None
+            opened._retire()
 
     def close(self) -> None:
         with _read_fds.lock:
@@ -189,27 +254,17 @@ class LogSegment:
         st = os.stat(self.log_path)
         if st.st_ino != self._log_inode:
             if self._log_inode is not None:
-                # the cleaner swapped in a rewritten file (indexes first, then the log): reopen, reload
-                self.close()
-                self.offset_index.forget()
-                self.time_index.forget()
-                self._read_end = None
-            self._log_inode = st.st_ino
+                self.close()  # the cleaner swapped in a rewritten file (indexes first, then the log): reopen
+            self._adopt(st.st_ino)
         return st.st_size
 
-    def read_size(self) -> int:
-        """file_size(), for a reader about to read through the cached descriptor: an fstat of it
-        while the file it holds is still linked (no path walk: a wide fetch asks once per
-        partition); else (not open, replaced by the cleaner, unlinked) file_size(), which
-        notices. (A segment retention renamed to .deleted keeps being read, as Kafka reads one
-        until file.delete.delay.ms: its offsets are below the log start the caller checked.)"""
-        with _read_fds.lock:  # the cache may close the descriptor (and its number be reused) otherwise
-            fd = self._read_fd
-            if fd is not None:
-                st = os.fstat(fd)
-                if st.st_nlink:
-                    return st.st_size
-        return self.file_size()
+    def _adopt(self, inode: int) -> None:
+        """The `.log` is now the file `inode`: the cached index entries were another file's."""
+        if self._log_inode is not None:
+            self.offset_index.forget()
+            self.time_index.forget()
+            self._read_end = None
+        self._log_inode = inode
 
     def delete_files(self) -> None:
         self.close()
@@ -221,37 +276,51 @@ class LogSegment:
 
     # -- reading -------------------------------------------------------------------------------
     def read_bytes(self, position: int, length: int) -> bytes:
+        """One pread of the `.log` (for reads that need no one file across calls: see pin)."""
         if position < 0:  # a garbage index entry must not become EINVAL (or a read of the wrong place)
             raise CorruptLogError("negative file position", self.log_path, position)
-        with _read_fds.lock:
-            fd = self._read_fd
-            if fd is None:
-                return os.pread(self.read_fd(), length, position)
-            _read_fds.use(self)
-            return os.pread(fd, length, position)
+        opened = self._open_read()
+        try:
+            return os.pread(opened.fd, length, position)
+        finally:
+            opened.release()
 
-    def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of each whole batch in [start, end); stops at a partial one."""
-        for batch in walk_batches(self.read_bytes, start, end, path=self.log_path):
+    def iter_headers(self, start: int, end: int, read: Read | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each whole batch in [start, end); stops at a partial one. `read`:
+        a pinned file's (OpenLog.read), for a walk that must stay in one file."""
+        for batch in walk_batches(read or self.read_bytes, start, end, path=self.log_path):
             yield batch.position, batch.header
 
-    def position_for_offset(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
+    def pinned_headers(self, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """iter_headers over the whole `.log` (or its first `end` bytes), every read from one
+        pinned file (pin): for a walk off the partition's lock, which a cleaner's swap meanwhile
+        would otherwise shift onto the rewritten file. The pin goes when the walk ends or is dropped."""
+        opened, size = self.pin()
+        try:
+            yield from self.iter_headers(0, size if end is None else min(end, size), opened.read)
+        finally:
+            opened.release()
+
+    def position_for_offset(self, offset: int, end: int, read: Read | None = None) -> tuple[int, BatchHeader] | None:
         """Start of the first batch whose last offset ≥ offset, scanning from the index hint."""
+        read = read or self.read_bytes
         self.offset_index.refresh()
         start = self.offset_index.lookup(offset)
-        if start >= end or (start and not self._hint_ok(start, offset)):
+        if start >= end or (start and not self._hint_ok(start, offset, read)):
             start = 0  # a stale index entry (a swap in progress): scan from the start
-        for pos, header in self.iter_headers(start, end):
+        for pos, header in self.iter_headers(start, end, read):
             if header.last_offset >= offset:
                 return pos, header
         return None
 
-    def first_batch(self, offset: int, end: int, gap_ok: GapOk | None = None,
+    def first_batch(self, opened: OpenLog, offset: int, end: int, gap_ok: GapOk | None = None,
                     chunk_bytes: int = SCAN_CHUNK_BYTES) -> tuple[int, BatchHeader] | None:
-        found = self._first_walked(offset, end, gap_ok, chunk_bytes)
+        """(position, header) of the batch a read from `offset` starts at, in `opened` (pinned:
+        the read goes on through it), below `end`: see _first_walked."""
+        found = self._first_walked(opened, offset, end, gap_ok, chunk_bytes)
         return (found.position, found.header) if found is not None else None
 
-    def _first_walked(self, offset: int, end: int, gap_ok: GapOk | None = None,
+    def _first_walked(self, opened: OpenLog, offset: int, end: int, gap_ok: GapOk | None = None,
                       chunk_bytes: int = SCAN_CHUNK_BYTES) -> Walked | None:
         """Where a read from `offset` starts: the first batch whose last offset ≥ offset, checked
         against the batch before it. The walk starts at the index entry below `offset`, so that
@@ -259,11 +328,13 @@ class LogSegment:
         at the segment's base offset. A base offset raised or lowered by damage is then an error
         whatever offset a read starts at, not records handed out under offsets that are not
         theirs. `gap_ok(position)`: an upward gap is legal there (a compacted log)."""
+        read = opened.read
         known = self._read_end
-        if known is not None and known[0] == offset and 0 < known[1] < end:
-            # where the last range ended, its last batch checked then: a consumer's next fetch
-            # starts there (no index read), if a batch starting exactly at `offset` is still there
-            for batch in walk_batches(self.read_bytes, known[1], end, chunk_bytes=chunk_bytes, path=self.log_path):
+        if known is not None and known[0] == offset and known[2] is opened and 0 < known[1] < end:
+            # where the last range ended (in this same open file), its last batch checked then: a
+            # consumer's next fetch starts there (no index read), if a batch starting exactly at
+            # `offset` is still there
+            for batch in walk_batches(read, known[1], end, chunk_bytes=chunk_bytes, path=self.log_path):
                 if batch.header.base_offset == offset:
                     return batch
                 break
@@ -271,10 +342,10 @@ class LogSegment:
         if offset > self.base_offset:  # (at or below the base no entry can help: no index read)
             self.offset_index.refresh()
             hint = self.offset_index.lookup(offset - 1)  # the entry's batch ends below `offset`
-        if hint >= end or (hint and not self._hint_ok(hint, offset)):
+        if hint >= end or (hint and not self._hint_ok(hint, offset, read)):
             hint = 0
         before = None
-        for batch in walk_batches(self.read_bytes, hint, end, chunk_bytes=chunk_bytes, path=self.log_path):
+        for batch in walk_batches(read, hint, end, chunk_bytes=chunk_bytes, path=self.log_path):
             header = batch.header
             if header.last_offset >= offset:
                 self._check_follows(before, batch.position, header, gap_ok)
@@ -301,7 +372,8 @@ class LogSegment:
             return  # compacted: the offsets between were removed by the cleaner
         raise CorruptLogError(problem, self.log_path, position, header.base_offset)
 
-    def byte_range(self, offset: int, upper: int, max_bytes: int, end: int, gap_ok: GapOk | None = None,
+    def byte_range(self, opened: OpenLog, offset: int, upper: int, max_bytes: int, end: int,
+                   gap_ok: GapOk | None = None,
                    read_max: int = 0) -> tuple[int, int, BatchHeader, bytes | None] | None:
         """(position, length, first header) of the whole batches from the one holding `offset` up
         to the first batch at or above `upper`, up to `max_bytes` but never less than the first
@@ -314,8 +386,9 @@ class LogSegment:
         (see first_batch).
 
         A range of at most `read_max` bytes comes with its bytes (else None): the walk to the first
-        batch reads `read_max` bytes at once, so a range within them costs no read of its own."""
-        found = self._first_walked(offset, end, gap_ok, chunk_bytes=max(HEADER_CHUNK_BYTES, read_max))
+        batch reads `read_max` bytes at once, so a range within them costs no read of its own.
+        Every read is of `opened` (pinned by the caller, who sends the range from it)."""
+        found = self._first_walked(opened, offset, end, gap_ok, chunk_bytes=max(HEADER_CHUNK_BYTES, read_max))
         if found is None or found.header.base_offset >= upper:
             return None
         start, header = found.position, found.header
@@ -326,7 +399,7 @@ class LogSegment:
         before, stop = header, start + size
         whole_end = stop  # where the last whole batch of the range ends
         try:
-            for batch in walk_batches(self.read_bytes, stop, limit, path=self.log_path) if stop < limit else ():
+            for batch in walk_batches(opened.read, stop, limit, path=self.log_path) if stop < limit else ():
                 h = batch.header
                 if h.base_offset >= upper:
                     break
@@ -334,31 +407,31 @@ class LogSegment:
                 before, stop = h, batch.position + h.size
                 whole_end = stop
             else:
-                if stop < limit < end and self._cut_batch_follows(before, stop, end, upper, gap_ok):
+                if stop < limit < end and self._cut_batch_follows(opened, before, stop, end, upper, gap_ok):
                     stop = limit  # Kafka's fetch sends the last batch cut at the budget; clients drop it
         except CorruptLogError:
             pass  # damage after the first batch: the range ends before it, the next fetch starts there and fails
-        self._read_end = (before.next_offset, whole_end)
+        self._read_end = (before.next_offset, whole_end, opened)
         length = stop - start
         if length > read_max:
             return start, length, header, None
         chunk, at = found.chunk, found.at
-        data = chunk[at:at + length] if at + length <= len(chunk) else self.read_bytes(start, length)
+        data = chunk[at:at + length] if at + length <= len(chunk) else opened.read(start, length)
         return start, length, header, data
 
-    def _cut_batch_follows(self, before: BatchHeader | None, position: int, end: int, upper: int,
+    def _cut_batch_follows(self, opened: OpenLog, before: BatchHeader | None, position: int, end: int, upper: int,
                            gap_ok: GapOk | None) -> bool:
         """Is the batch at `position` (cut by a fetch's budget) one to send the start of?"""
-        for batch in walk_batches(self.read_bytes, position, end, chunk_bytes=HEADER_CHUNK_BYTES, path=self.log_path):
+        for batch in walk_batches(opened.read, position, end, chunk_bytes=HEADER_CHUNK_BYTES, path=self.log_path):
             self._check_follows(before, position, batch.header, gap_ok)
             return batch.header.base_offset < upper
         return False
 
-    def _hint_ok(self, position: int, offset: int) -> bool:
+    def _hint_ok(self, position: int, offset: int, read: Read) -> bool:
         """An index entry points at a batch whose base offset lies in [segment base, offset]."""
         if position < 0:
             return False
-        head = self.read_bytes(position, RECORD_BATCH_OVERHEAD)
+        head = read(position, RECORD_BATCH_OVERHEAD)
         if len(head) < min(codec.header_bytes(head), RECORD_BATCH_OVERHEAD):
             return False
         # (a magic 0/1 entry longer than `head` parses as framing only: its own offset, which for a
@@ -366,17 +439,19 @@ class LogSegment:
         header = read_header(head)
         return header.magic <= MAGIC_V2 and self.base_offset <= header.base_offset <= offset
 
-    def offset_for_timestamp(self, timestamp: int, end: int) -> int | None:
-        """First offset whose record timestamp ≥ timestamp, or None if none here."""
+    def offset_for_timestamp(self, timestamp: int, end: int, opened: OpenLog) -> int | None:
+        """First offset whose record timestamp ≥ timestamp, or None if none here; read from
+        `opened` (pinned by the caller, with `end` its size)."""
+        read = opened.read
         self.time_index.refresh()
         hint_offset = self.time_index.lookup(timestamp)
-        found = self.position_for_offset(hint_offset, end)
+        found = self.position_for_offset(hint_offset, end, read)
         if found is None:
             return None
-        for pos, header in self.iter_headers(found[0], end):
+        for pos, header in self.iter_headers(found[0], end, read):
             if header.max_timestamp < timestamp:
                 continue
-            data = self.read_bytes(pos, header.size)
+            data = read(pos, header.size)
             for offset, ts, *_ in codec.decode_batch_records(data, 0, header):
                 if ts >= timestamp:
                     return offset

@@ -154,8 +154,8 @@ class PartitionState(_StructFile):
         # else None) nobody else writes the file (other processes and threads wait for the lock),
         # so what that thread last read or wrote in the hold is served from memory (an append read
         # it three times). Other threads (a server's readers) read the file and leave this alone.
-        self.held: Callable[[], int | None] = _not_held
-        self._known: tuple[int, tuple] | None = None  # (lock generation, fields)
+        self.held: Callable[[], tuple[int, int] | None] = _not_held
+        self._known: tuple[tuple[int, int], tuple] | None = None  # (lock generation, fields)
 
     def read(self) -> PartitionSnapshot:
         """The state, or zeros if the file is missing or damaged (writers rebuild it: see

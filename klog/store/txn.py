@@ -147,15 +147,16 @@ def append_txn_index(folder: str, base_offset: int, entry: AbortedTxn) -> None:
 DATA = -1
 
 
-def _event(segment, pos: int, header) -> int | None:  # noqa: ANN001 - LogSegment, BatchHeader
-    """DATA, COMMIT or ABORT for a transactional batch (a control batch's record decoded), else None."""
+def _event(opened, pos: int, header) -> int | None:  # noqa: ANN001 - segment.OpenLog, BatchHeader
+    """DATA, COMMIT or ABORT for a transactional batch (a control batch's record decoded, from the
+    pinned file its header was found in), else None."""
     if not is_transactional(header.attributes):
         return None
     if not header.is_control:
         return DATA
     from klog.store import codec, validate  # (codec is heavy on import; txn is imported by readers only)
 
-    data = segment.read_bytes(pos, header.size)
+    data = opened.read(pos, header.size)
     records = [] if validate.crc_problem(data, 0, header) else codec.decode_batch_records(data, 0, header)
     if records:
         name, _ = control_marker(records[0][2], records[0][3])
@@ -238,38 +239,51 @@ class StableView:
             base = self._scan_base
             segment = replica.segments[base]
             try:
-                st = os.stat(segment.log_path)
+                # One file for the walk: a cleaner's swap meanwhile would put the rewritten file
+                # under _scan_pos, a position in the old one (a shifted header: "damage")
+                opened, size = segment.pin()
             except FileNotFoundError:  # deleted since the listing: look again next time
                 break
-            if self._scan_ino is not None and (st.st_ino != self._scan_ino or st.st_size < self._scan_pos):
+            try:
+                inode = segment._log_inode  # (pin made it the pinned file's: no fstat more per refresh)
+                replaced = self._scan_ino is not None and (inode != self._scan_ino or size < self._scan_pos)
+                if not replaced:
+                    self._scan_ino = inode
+                    stopped = self._walk(segment, opened, size, bound)
+            finally:
+                opened.release()
+            if replaced:
                 self._reset()  # truncated or replaced: walk everything again
                 return self.refresh(bound)
-            self._scan_ino = st.st_ino
-            if base not in self._indexed:
-                self._indexed.add(base)
-                for entry in read_txn_index(replica.directory, base) or ():
-                    self._add_aborted(entry)
-            stopped = False
-            for pos, header in segment.iter_headers(self._scan_pos, st.st_size):
-                if header.base_offset >= bound:
-                    stopped = True
-                    break
-                kind = _event(segment, pos, header)
-                if kind == DATA:
-                    self.tracker.data(header.producer_id, header.base_offset)
-                elif kind is not None:
-                    first = self.tracker.open.pop(header.producer_id, None)
-                    if kind == ABORT and first is not None:
-                        lso = self._first_unstable(header.base_offset + 1)
-                        self._add_aborted(AbortedTxn(header.producer_id, first, header.base_offset, lso))
-                self._scan_pos = pos + header.size
-                self._next_offset = header.next_offset
             later = [b for b in bases if b > base]
             if stopped or not later:
                 break
             self._scan_base, self._scan_pos, self._scan_ino = later[0], 0, None
         self._lso = self._first_unstable(bound)
         return self._lso
+
+    def _walk(self, segment, opened, size: int, bound: int) -> bool:  # noqa: ANN001 - LogSegment, OpenLog
+        """Walk the pinned file `opened` (`size` bytes) from _scan_pos up to `bound`; True if
+        the walk stopped at the bound."""
+        base = segment.base_offset
+        if base not in self._indexed:
+            self._indexed.add(base)
+            for entry in read_txn_index(self.replica.directory, base) or ():
+                self._add_aborted(entry)
+        for pos, header in segment.iter_headers(self._scan_pos, size, opened.read):
+            if header.base_offset >= bound:
+                return True
+            kind = _event(opened, pos, header)
+            if kind == DATA:
+                self.tracker.data(header.producer_id, header.base_offset)
+            elif kind is not None:
+                first = self.tracker.open.pop(header.producer_id, None)
+                if kind == ABORT and first is not None:
+                    lso = self._first_unstable(header.base_offset + 1)
+                    self._add_aborted(AbortedTxn(header.producer_id, first, header.base_offset, lso))
+            self._scan_pos = pos + header.size
+            self._next_offset = header.next_offset
+        return False
 
     def _first_unstable(self, bound: int) -> int:
         open_txns = self.tracker.open
