@@ -4,8 +4,9 @@
 StreamReader `readexactly` per frame with a timeout around each): the connection's request loop
 (klog/server/server.py) takes a frame already there without suspending, so a small request costs
 one turn of the event loop to arrive and one to be answered, instead of three. Frames are answered
-in order, one at a time; up to READ_AHEAD whole frames wait here (pipelining), then reading pauses
-until the request loop catches up, so memory per connection stays bounded by the request size.
+in order, one at a time; up to READ_AHEAD whole frames (or more small ones, up to READ_AHEAD_FRAMES
+within READ_AHEAD_BYTES) wait here (pipelining), then reading pauses until the request loop catches
+up, so memory per connection stays bounded by the request size.
 
 Writing goes through an ordinary asyncio.StreamWriter (flow control: FlowControlMixin), so
 handlers, sendfile and TLS see the same writer as before.
@@ -20,7 +21,11 @@ from typing import Any
 
 from klog.protocol import framing
 
-READ_AHEAD = 2  # whole frames held per connection before reading pauses
+READ_AHEAD = 2  # whole frames held per connection before reading pauses...
+# ...unless they are small: then up to READ_AHEAD_FRAMES of them within READ_AHEAD_BYTES (librdkafka
+# sends one partition per Produce request: a wide topic's burst is read ahead and appended together)
+READ_AHEAD_FRAMES = 64
+READ_AHEAD_BYTES = 1 << 20
 
 
 class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
@@ -35,6 +40,7 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
         self._size_problem = size_problem
         self._buffer = bytearray()
         self._frames: collections.deque[bytes] = collections.deque()
+        self._queued_bytes = 0  # of the frames held
         self._waiter: asyncio.Future | None = None
         self._closed: asyncio.Future = self._loop.create_future()
         self._paused_reading = False
@@ -92,11 +98,12 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
                 break
             with memoryview(buf) as view:  # one copy of the frame (a bytearray slice would make two)
                 self._frames.append(bytes(view[start + 4:start + 4 + size]))
+            self._queued_bytes += size
             start += 4 + size
         if start:
             del buf[:start]
         if self._frames:
-            if len(self._frames) >= READ_AHEAD and not self._paused_reading:
+            if self._read_ahead_full() and not self._paused_reading:
                 self._paused_reading = True
                 self.transport.pause_reading()  # type: ignore[union-attr]
             self._wake()
@@ -134,7 +141,8 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
             finally:
                 self._waiter = None
         frame = self._frames.popleft()
-        if self._paused_reading and len(self._frames) < READ_AHEAD and not self.ended:
+        self._queued_bytes -= len(frame)
+        if self._paused_reading and not self._read_ahead_full() and not self.ended:
             self._paused_reading = False
             self.transport.resume_reading()  # type: ignore[union-attr]
         return frame
@@ -148,10 +156,15 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
         if prefix.api_key != api_key or prefix.api_version != api_version:
             return None
         frame = self._frames.popleft()
-        if self._paused_reading and len(self._frames) < READ_AHEAD and not self.ended:
+        self._queued_bytes -= len(frame)
+        if self._paused_reading and not self._read_ahead_full() and not self.ended:
             self._paused_reading = False
             self.transport.resume_reading()  # type: ignore[union-attr]
         return frame
+
+    def _read_ahead_full(self) -> bool:
+        held = len(self._frames)
+        return held >= READ_AHEAD and (held >= READ_AHEAD_FRAMES or self._queued_bytes >= READ_AHEAD_BYTES)
 
     def idle_problem(self) -> str:
         """What an idle close interrupts: nothing, or a request still arriving."""
@@ -161,6 +174,7 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
 
     def drop_queued(self) -> None:
         self._frames.clear()
+        self._queued_bytes = 0
 
     def _end(self, reason: str | None) -> None:
         if self.ended:

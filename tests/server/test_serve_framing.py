@@ -17,7 +17,7 @@ from tests.serve_helpers import batch, produce_request_fields, request_class
 
 pytest.importorskip("kio")
 
-PIPELINED = 40  # more than the frames a connection holds before it stops reading (READ_AHEAD)
+PIPELINED = 100  # more than the frames a connection holds before it stops reading (READ_AHEAD_FRAMES)
 
 
 def api_versions_v0(correlation_id: int) -> bytes:
