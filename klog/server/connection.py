@@ -140,12 +140,7 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
                 await self._waiter
             finally:
                 self._waiter = None
-        frame = self._frames.popleft()
-        self._queued_bytes -= len(frame)
-        if self._paused_reading and not self._read_ahead_full() and not self.ended:
-            self._paused_reading = False
-            self.transport.resume_reading()  # type: ignore[union-attr]
-        return frame
+        return self._take()
 
     def queued_frame(self, api_key: int, api_version: int) -> bytes | None:
         """The next frame, taken only when it is already here and is a request of `api_key` v`api_version`
@@ -155,6 +150,10 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
         prefix = framing.read_prefix(self._frames[0])
         if prefix.api_key != api_key or prefix.api_version != api_version:
             return None
+        return self._take()
+
+    def _take(self) -> bytes:
+        """The first held frame, resuming reading once there is room again."""
         frame = self._frames.popleft()
         self._queued_bytes -= len(frame)
         if self._paused_reading and not self._read_ahead_full() and not self.ended:

@@ -34,6 +34,14 @@ from tests.broker.test_compaction import (
 NOW = T0 + 10**6
 
 
+def compacted_topic(store: klog.Store) -> tuple[list, int]:
+    """Topic `c` (compacted, small segments) holding 150 records over 6 keys, in batches of two:
+    what was written, and the base offset of its active segment."""
+    store.create_topic("c", partitions=1, configs=COMPACTED)
+    written = write(store, "c", [(b"k%d" % (i % 6), b"v%03d" % i) for i in range(150)], per_batch=2)
+    return written, active_base(store, "c")
+
+
 class HeldCompaction:
     """`lifecycle.compact` in a thread, held in its throttler's first sleep until release()."""
 
@@ -72,9 +80,7 @@ def in_thread(work) -> threading.Thread:
 
 
 def test_a_produce_to_the_partition_being_compacted_completes_while_the_compaction_runs(store):
-    store.create_topic("c", partitions=1, configs=COMPACTED)
-    written = write(store, "c", [(b"k%d" % (i % 6), b"v%03d" % i) for i in range(150)], per_batch=2)
-    boundary = active_base(store, "c")
+    written, boundary = compacted_topic(store)
     held = HeldCompaction(store, "c")
     try:
         later: list = []
@@ -94,9 +100,7 @@ def test_a_produce_to_the_partition_being_compacted_completes_while_the_compacti
 def test_log_start_moved_during_a_compaction_keeps_the_swap_above_it(store, how):
     """delete-records, or size retention (cleanup.policy=compact,delete), deletes the oldest segments
     while the cleaning reads them: what is left above the new log start is the compacted model."""
-    store.create_topic("c", partitions=1, configs=COMPACTED)
-    written = write(store, "c", [(b"k%d" % (i % 6), b"v%03d" % i) for i in range(150)], per_batch=2)
-    boundary = active_base(store, "c")
+    written, boundary = compacted_topic(store)
     leader = store.partition("c", 0).leader
     cut = leader.bases[3]  # three whole segments go
     kept_bytes = sum(leader.segments[b].file_size() for b in leader.bases[3:])
@@ -118,9 +122,7 @@ def test_log_start_moved_during_a_compaction_keeps_the_swap_above_it(store, how)
 
 
 def test_a_compaction_whose_segments_another_cleaner_rewrote_meanwhile_is_dropped_and_redone(store):
-    store.create_topic("c", partitions=1, configs=COMPACTED)
-    written = write(store, "c", [(b"k%d" % (i % 6), b"v%03d" % i) for i in range(150)], per_batch=2)
-    boundary = active_base(store, "c")
+    written, boundary = compacted_topic(store)
     held = HeldCompaction(store, "c")
     try:
         with klog.open(store.path) as other:  # another process's cleaner runs to the end meanwhile

@@ -12,16 +12,14 @@ import pytest
 
 from klog.broker.verify import verify_store
 from klog.store.faults import CRASH_ENV
-from tests.broker.test_compaction import COMPACTED, active_base, expected_after, read, strip_headers, write
-from tests.broker.test_compaction_off_lock import HeldCompaction
+from tests.broker.test_compaction import active_base, expected_after, read, strip_headers
+from tests.broker.test_compaction_off_lock import HeldCompaction, compacted_topic
 from tests.klog_processes import klog_env
 
 
 @pytest.mark.slow
 def test_a_compaction_held_off_lock_while_another_process_produces_and_rolls_is_swapped_in_once(store):
-    store.create_topic("c", partitions=1, configs=COMPACTED)
-    written = write(store, "c", [(b"k%d" % (i % 6), b"v%03d" % i) for i in range(150)], per_batch=2)
-    boundary = active_base(store, "c")
+    written, boundary = compacted_topic(store)
     held = HeldCompaction(store, "c")
     try:
         lines = b"".join(b"p%d:w%03d\n" % (i, i) for i in range(60))  # keys of their own: none is cleaned away
@@ -55,9 +53,7 @@ with klog.open(sys.argv[1]) as store, store.producer() as p:
 def test_a_producer_killed_at_a_roll_while_a_compaction_is_held_off_lock_loses_nothing(store):
     """The writer dies with a sealed segment's fsync pending: the compaction's swap, after the
     recovery its lock brings, keeps every acknowledged record and the compacted model."""
-    store.create_topic("c", partitions=1, configs=COMPACTED)
-    written = write(store, "c", [(b"k%d" % (i % 6), b"v%03d" % i) for i in range(150)], per_batch=2)
-    boundary = active_base(store, "c")
+    written, boundary = compacted_topic(store)
     held = HeldCompaction(store, "c")
     try:
         env = {**klog_env(store.path), CRASH_ENV: "roll-flush-pending:3"}

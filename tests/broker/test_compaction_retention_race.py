@@ -10,15 +10,13 @@ import pytest
 
 from klog.broker import lifecycle
 from klog.broker.verify import verify_store
-from tests.broker.test_compaction import COMPACTED, active_base, expected_after, read, strip_headers, write
-from tests.broker.test_compaction_off_lock import HeldCompaction
+from tests.broker.test_compaction import expected_after, read, strip_headers
+from tests.broker.test_compaction_off_lock import HeldCompaction, compacted_topic
 
 
 @pytest.mark.parametrize("how", ["delete-records", "retention"])
 def test_segments_removed_below_the_log_start_during_a_compaction_are_skipped_not_redone(store, how):
-    store.create_topic("c", partitions=1, configs=COMPACTED)
-    written = write(store, "c", [(b"k%d" % (i % 6), b"v%03d" % i) for i in range(150)], per_batch=2)
-    boundary = active_base(store, "c")
+    written, boundary = compacted_topic(store)
     leader = store.partition("c", 0).leader
     cut = leader.bases[3]
     kept_bytes = sum(leader.segments[b].file_size() for b in leader.bases[3:])
