@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -190,6 +191,11 @@ class PartitionLog:
         self.recovery_point = 0
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         self.strict_records = False  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
+        # Readers in other threads of the process (klog serve, a program that consumes while it
+        # produces) re-list the folder on this same object while its writer adds a segment: the
+        # listing and the writer's change are taken one at a time, or a listing made before the
+        # writer's new segment would drop it (and close its files) after it was added.
+        self._listing = threading.Lock()
         self.refresh_segments()
 
     @property
@@ -201,17 +207,18 @@ class PartitionLog:
     def refresh_segments(self, names: list[str] | set[str] | None = None) -> None:
         """Re-list the folder: other processes roll, delete and truncate segments. `names`: a
         listing the caller has just made (after check_not_symlink)."""
-        if names is None:
-            names = self._list()
-        bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
-        listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
-        for base in [b for b in self.segments if b not in listed]:
-            self.segments.pop(base).close()
-        for base in bases:
-            if base not in self.segments:
-                self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
-        self.bases = bases
-        self.strict_records = STRICT_RECORDS_MARKER in names
+        with self._listing:
+            if names is None:
+                names = self._list()
+            bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
+            listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
+            for base in [b for b in self.segments if b not in listed]:
+                self.segments.pop(base).close()
+            for base in bases:
+                if base not in self.segments:
+                    self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
+            self.bases = bases
+            self.strict_records = STRICT_RECORDS_MARKER in names
 
     def _list(self) -> list[str]:
         check_not_symlink(self.directory)
@@ -341,17 +348,18 @@ class PartitionLog:
         kept open as the active segment's (an open to create each file, then another to append,
         cost six opens per new segment: 6,000 at a producer's first write into 1,000 partitions)."""
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
-        if writing:
-            if self._fds is not None:
-                self._fds.close()
-            self._fds = None
-            self._fds = segment.open_fds()
-            self._fds_base = base
-        else:
-            segment.create_files()
-        segment.next_offset = base
-        self.segments[base] = segment
-        self.bases = sorted(self.segments)
+        with self._listing:  # (the file and its place in the list appear together to readers)
+            if writing:
+                if self._fds is not None:
+                    self._fds.close()
+                self._fds = None
+                self._fds = segment.open_fds()
+                self._fds_base = base
+            else:
+                segment.create_files()
+            segment.next_offset = base
+            self.segments[base] = segment
+            self.bases = sorted(self.segments)
         self._dir_dirty = True
         return segment
 
@@ -479,9 +487,10 @@ class PartitionLog:
         self.drop_flushes()
         self._fds.close()
         self._fds = None
-        for b in self.bases:
-            self.segments.pop(b).delete_files()
-        self.bases = []
+        with self._listing:
+            for b in self.bases:
+                self.segments.pop(b).delete_files()
+            self.bases = []
         self.new_segment(base, writing=True)
         self._save_state()
 

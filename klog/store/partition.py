@@ -163,6 +163,12 @@ class Partition:
         if snap is not None:
             return snap
         if self.holds_data():
+            # a writer creating the partition may have published its first state and appended
+            # between the two looks (it writes the state before the first byte of data), so
+            # the state is only lost if it is still missing once data was seen
+            snap = self.state.read_valid()
+            if snap is not None:
+                return snap
             raise StateLostError(f"the state file of {self.topic}-{self.partition} ({self.state.path}) is missing "
                                  f"or damaged, so its high watermark is unknown; `klog verify --repair` or the next "
                                  f"write rebuilds it from the log")

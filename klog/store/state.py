@@ -17,6 +17,7 @@ import functools
 import operator
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Callable
 
@@ -43,28 +44,38 @@ class _StructFile:
         self.path = path
         self._fd: int | None = None
         self._writable = False
+        # Readers in other threads pread the descriptor they found in self._fd without a lock: a
+        # descriptor replaced by a writer's read-write one stays open until close() (closed at
+        # once, its number could be reused by another open, and a reader would check a stranger's
+        # bytes: a torn-looking file, "state lost"). _opening keeps two first opens from racing.
+        self._replaced: list[int] = []
+        self._opening = threading.Lock()
 
     def _open(self, write: bool) -> int | None:
         """The file, read-only until a write needs it: readers never create it (a read-only
         command changes nothing, and works on a read-only store). None: it does not exist."""
-        if self._fd is not None and (self._writable or not write):
-            return self._fd
-        flags = (os.O_RDWR | os.O_CREAT) if write else os.O_RDONLY
-        try:
-            fd = open_nofollow(self.path, flags)  # the umask decides the mode (group-shared stores)
-        except FileNotFoundError:
-            if write:
-                raise
-            return None
-        self.close()
-        self._fd, self._writable = fd, write
-        return fd
+        with self._opening:
+            fd = self._fd
+            if fd is not None and (self._writable or not write):
+                return fd
+            flags = (os.O_RDWR | os.O_CREAT) if write else os.O_RDONLY
+            try:
+                new = open_nofollow(self.path, flags)  # the umask decides the mode (group-shared stores)
+            except FileNotFoundError:
+                if write:
+                    raise
+                return None
+            if fd is not None:
+                self._replaced.append(fd)  # (once per object: a read-write descriptor is never replaced)
+            self._fd, self._writable = new, write
+            return new
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-            self._writable = False
+        with self._opening:
+            fds = self._replaced + ([self._fd] if self._fd is not None else [])
+            self._fd, self._writable, self._replaced = None, False, []
+        for fd in fds:
+            os.close(fd)
 
     def read_fields(self, write_next: bool = False) -> tuple | None:
         """The fields, or None if the file is missing, short or fails its CRC. write_next: the
