@@ -18,6 +18,7 @@ from typing import Self
 from klog.broker.writer import (
     RECORD_OBJECT_BYTES,
     RECORD_OVERHEAD_BYTES_MAX,
+    EncodedPiece,
     PartitionWriter,
     encode_fitting,
     headers_bytes,
@@ -28,7 +29,7 @@ from klog.client.producer_settings import BATCH_SIZE_DEFAULT, BUFFER_MEMORY_DEFA
 from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
 from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
 from klog.store import compression
-from klog.store.codec import RecordIn
+from klog.store.codec import RecordIn, RecordsBuilder, write_section
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME, RECORD_BATCH_OVERHEAD
 from klog.store.names import validate_topic_name
 from klog.store.plain import Plain
@@ -71,11 +72,13 @@ class PendingRecord(Plain):
 class _Batch(Plain):
     _fields = ("records", "pending", "estimated_bytes", "first_ms", "max_ts")
 
-    def __init__(self, records: list[RecordIn] | None = None, pending: dict[int, PendingRecord] | None = None,
+    def __init__(self, records: RecordsBuilder | None = None,
+                 pending: dict[int, tuple[PendingRecord, int]] | None = None,
                  estimated_bytes: int = 0, first_ms: float = 0.0, max_ts: int | None = None) -> None:
-        self.records = [] if records is None else records
-        # position in the batch -> the send() record waiting for its metadata; the bulk paths add none
-        # (a list with a None per bulk record cost a pass per record when filling and when acknowledging)
+        self.records = RecordsBuilder() if records is None else records  # encoded as they arrive
+        # position in the batch -> the send() record waiting for its metadata, and its timestamp; the
+        # bulk paths add none (a list with a None per bulk record cost a pass per record when filling
+        # and when acknowledging)
         self.pending = {} if pending is None else pending
         self.estimated_bytes = estimated_bytes
         self.first_ms = first_ms
@@ -200,9 +203,9 @@ class Producer(ProducerBase):
             raise RecordTooLargeError(f"record of {size} bytes is larger than max.message.bytes ({max_bytes}) "
                                       f"of topic '{topic}'")
         batch = self._batch_for(topic, partition, size, max_bytes, ts)
-        pending = PendingRecord(self, topic, partition, len(batch.records))
-        batch.pending[len(batch.records)] = pending
-        batch.records.append((key, value, headers or (), ts))
+        pending = PendingRecord(self, topic, partition, batch.records.count)
+        batch.pending[batch.records.count] = (pending, ts)
+        batch.records.add(((key, value, headers or (), ts),))
         batch.saw(ts)
         batch.estimated_bytes += size
         self._buffered += size + RECORD_OBJECT_BYTES
@@ -317,7 +320,7 @@ class Producer(ProducerBase):
             elif batch.estimated_bytes + added > limit or not _delta_fits(batch, ts):
                 self._fill(topic, p, group, list(accumulate(group_sizes)), count, max_bytes, ts)
                 continue
-            batch.records += group
+            batch.records.add(group)
             batch.saw(ts)
             batch.estimated_bytes += added
             added_all += added + len(group) * RECORD_OBJECT_BYTES
@@ -382,11 +385,11 @@ class Producer(ProducerBase):
                 j = bisect_right(range(n), before + quota, i, n, key=upto)
             else:
                 j = bisect_right(totals, before + quota, i, n)
-            if j == i and (not batch.records or upto(i) - before <= room):
+            if j == i and (not batch.records.count or upto(i) - before <= room):
                 j = i + 1  # at least one record per round (an empty batch takes even an oversized one)
             added = (upto(j - 1) - before) if j > i else 0
             if j > i:
-                batch.records += records[i:j]
+                batch.records.add(records[i:j])
                 batch.saw(ts)
             batch.estimated_bytes += added
             self._buffered += added + (j - i) * RECORD_OBJECT_BYTES
@@ -400,7 +403,7 @@ class Producer(ProducerBase):
         key = (topic, partition)
         batch = self._batches.get(key)
         limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)
-        if batch is not None and batch.records and (batch.estimated_bytes + size > limit
+        if batch is not None and batch.records.count and (batch.estimated_bytes + size > limit
                                                     or not _delta_fits(batch, ts)):
             self._write_now(key)
             batch = None
@@ -451,7 +454,7 @@ class Producer(ProducerBase):
         for topic, partition in keys:
             by_topic.setdefault(topic, []).append(partition)
         # encoding allocates per record; and each log directory is checked once for all the batches
-        with _gc_paused(sum(len(self._batches[k].records) for k in keys)), self.replicas.shared_dir_checks():
+        with _gc_paused(sum(self._batches[k].records.count for k in keys)), self.replicas.shared_dir_checks():
             for topic, partitions in by_topic.items():
                 for at in range(0, len(partitions), WRITE_GROUP_MAX):
                     group = [(p, self._batches.pop((topic, p))) for p in partitions[at:at + WRITE_GROUP_MAX]]
@@ -464,11 +467,9 @@ class Producer(ProducerBase):
 
     def _write_group(self, topic: str, group: list[tuple[int, _Batch]]) -> None:
         """Encode the batches of `topic`'s partitions and append them in one multi-partition write."""
-        max_bytes, topic_codec, ts_type = self._topic_settings[topic]
         now_ms = int(time.time() * 1000)
-        pieces = [(partition, batch, encode_fitting(batch.records, codec_id=topic_codec, timestamp_type=ts_type,
-                                                    now_ms=now_ms, max_bytes=max_bytes, max_timestamp=batch.max_ts))
-                  for partition, batch in group]
+        pieces = [(partition, batch, self._encoded(topic, batch, now_ms)) for partition, batch in group]
+        ts_type = self._topic_settings[topic][2]
 
         def acknowledged(i: int, bases: list[int]) -> None:
             partition, batch, encoded = pieces[i]
@@ -478,15 +479,27 @@ class Producer(ProducerBase):
         self.writer.append_batches(topic, [(p, [piece.data for piece in encoded]) for p, _, encoded in pieces],
                                    self.acks, acknowledged)
 
+    def _encoded(self, topic: str, batch: _Batch, now_ms: int) -> list[EncodedPiece]:
+        """The batch as one encoded batch, or pieces that each fit max.message.bytes (see encode_fitting)."""
+        max_bytes, topic_codec, ts_type = self._topic_settings[topic]
+        records = batch.records
+        section = records.section()
+        encoded = write_section(section, records.count, base_timestamp=records.first_ts, max_timestamp=batch.max_ts,
+                                codec=topic_codec, timestamp_type=ts_type, log_append_time_ms=now_ms)
+        if len(encoded) <= max_bytes or records.count == 1:
+            return [EncodedPiece(0, records.count, encoded)]
+        return encode_fitting(records.records(section), codec_id=topic_codec, max_bytes=max_bytes, now_ms=now_ms,
+                              timestamp_type=ts_type)
+
     def _acknowledged(self, topic: str, partition: int, batch: _Batch, start: int, count: int, base_offset: int,
                       now_ms: int, ts_type: int) -> None:
         """batch.records[start:start + count] are at base_offset..: fill in their PendingRecords."""
         self.records_sent += count
         if batch.pending:
             end = start + count
-            for i, pending in batch.pending.items():
+            for i, (pending, sent_ts) in batch.pending.items():
                 if start <= i < end:
-                    ts = now_ms if ts_type == LOG_APPEND_TIME else batch.records[i][3]
+                    ts = now_ms if ts_type == LOG_APPEND_TIME else sent_ts
                     pending.metadata = RecordMetadata(topic, partition, base_offset + i - start, ts)
         if self.on_ack is not None:
             self.on_ack(topic, partition, base_offset, count)
@@ -514,9 +527,9 @@ def _gc_paused(records: int) -> Iterator[None]:
 
 def _charge(batch: _Batch) -> int:
     """What a buffered batch counts against buffer.memory."""
-    return batch.estimated_bytes + len(batch.records) * RECORD_OBJECT_BYTES
+    return batch.estimated_bytes + batch.records.count * RECORD_OBJECT_BYTES
 
 
 def _delta_fits(batch: _Batch, ts: int) -> bool:
     """A record's timestamp is stored as an int64 delta from its batch's first one."""
-    return not batch.records or abs(ts - batch.records[0][3]) <= TIMESTAMP_MAX
+    return not batch.records.count or abs(ts - batch.records.first_ts) <= TIMESTAMP_MAX

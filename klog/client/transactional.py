@@ -116,13 +116,11 @@ class TransactionalProducer(TransactionFlow, Producer):
     def _write_group(self, topic: str, group: list) -> None:
         """Each batch made transactional (id, epoch, sequence) and appended through the coordinator's
         check, after its partition joined the transaction."""
-        from klog.broker.writer import encode_fitting
-
         new = [(topic, p) for p, _ in group if (topic, p) not in self._added]
         if new:
             self._call(self.coordinator.add_partitions, self.transactional_id, self.producer_id, self.epoch, new)
             self._added.update(new)
-        max_bytes, topic_codec, ts_type = self._topic_settings[topic]
+        ts_type = self._topic_settings[topic][2]
         now_ms = int(time.time() * 1000)
         for partition, batch in group:
             key = (topic, partition)
@@ -130,8 +128,7 @@ class TransactionalProducer(TransactionFlow, Producer):
             def check(header, key=key) -> None:  # noqa: ANN001
                 self.coordinator.check_append(self.transactional_id, header.producer_id, header.producer_epoch, key)
 
-            for piece in encode_fitting(batch.records, codec_id=topic_codec, timestamp_type=ts_type, now_ms=now_ms,
-                                        max_bytes=max_bytes, max_timestamp=batch.max_ts):
+            for piece in self._encoded(topic, batch, now_ms):
                 seq = self._sequences.get(key, 0)
                 data = as_transactional(piece.data, self.producer_id, self.epoch, seq)
                 try:

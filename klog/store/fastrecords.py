@@ -217,19 +217,42 @@ _NO_HEADERS: list = []  # the builder wants a list; it only reads it
 _BUILDER_ARGS = (2, 0, 0, -1, -1, -1, 1 << 62)
 
 
+def new_builder() -> Any:
+    """A compiled records builder (klog writes the header: only its records section is used), or
+    None when the compiled module is missing. Its first record's timestamp must not be -1."""
+    return _builder(*_BUILDER_ARGS) if available() else None
+
+
+def append_records(builder: Any, records: Sequence[tuple[bytes | None, bytes | None,
+                                                           Sequence[tuple[str, bytes | None]], int]],
+                   deltas: Sequence[int]) -> int:
+    """Append `records` to `builder` at these offset deltas; returns how many it took (it stops at
+    the first it refuses, e.g. a bytearray header value, which leaves the builder unchanged)."""
+    append = builder.append
+    empty = _NO_HEADERS
+    done = 0
+    try:
+        for delta, (key, value, headers, timestamp) in zip(deltas, records, strict=True):
+            append(delta, timestamp, key, value,
+                   headers if headers.__class__ is list else (list(headers) if headers else empty))
+            done += 1
+    except Exception:  # noqa: BLE001 - the Python encoder takes (or names) what the builder refuses
+        pass
+    return done
+
+
+def built_section(builder: Any) -> bytes:
+    """The records section of what `builder` holds (after build(), the builder takes no more)."""
+    return bytes(memoryview(builder.build())[RECORDS_OFFSET:])
+
+
 def encode_records(records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
                    base_timestamp: int, offset_deltas: Sequence[int] | None) -> bytes | None:
     """codec.encode_records' bytes, or None when the builder is missing or cannot take these."""
     if not records or records[0][3] != base_timestamp or base_timestamp == -1 or not available():
         return None  # the builder's base timestamp is its first record's; -1 means "not yet"
-    builder = _builder(*_BUILDER_ARGS)
-    append = builder.append
-    empty = _NO_HEADERS
+    builder = new_builder()
     deltas = range(len(records)) if offset_deltas is None else offset_deltas
-    try:
-        for delta, (key, value, headers, timestamp) in zip(deltas, records, strict=True):
-            append(delta, timestamp, key, value,
-                   headers if headers.__class__ is list else (list(headers) if headers else empty))
-        return bytes(memoryview(builder.build())[RECORDS_OFFSET:])
-    except Exception:  # noqa: BLE001 - e.g. a bytearray header value: the Python encoder takes it
-        return None
+    if append_records(builder, records, deltas) < len(records):
+        return None  # e.g. a bytearray header value: the Python encoder takes it
+    return built_section(builder)

@@ -1,0 +1,72 @@
+"""codec.RecordsBuilder (a producer batch encoded as its records arrive) writes the bytes of
+encode_records over all its records at once, in Python alone: whatever the adds, a record the
+compiled builder refuses midway, or records appended straight through its `append`."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from klog.store import codec, fastrecords
+from tests.store.test_codec import TS
+from tests.store.test_fastrecords import records_st
+
+
+def python_bytes(records: list) -> bytes:
+    with fastrecords.python_only():
+        return codec.encode_records(records, records[0][3])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=records_st, data=st.data())
+def test_adds_in_any_pieces_write_the_bytes_of_one_encoding(records, data) -> None:
+    assert fastrecords.available()  # loaded: even a few records go through the compiled builder
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(records)), max_size=4)))
+    refused = data.draw(st.none() | st.integers(0, len(records) - 1))
+    if refused is not None:  # a bytearray header value: the compiled builder refuses it
+        key, value, _, ts = records[refused]
+        records[refused] = (key, value, [("h", bytearray(b"x"))], ts)
+    builder = codec.RecordsBuilder()
+    for start, stop in zip([0, *cuts], [*cuts, len(records)], strict=True):
+        builder.add(records[start:stop])
+    assert builder.count == len(records)
+    section = builder.section()
+    assert section == python_bytes(records)
+    assert [r[:2] for r in builder.records(section)] == [r[:2] for r in records]
+
+
+def test_small_batches_stay_in_python_until_they_grow() -> None:
+    """A one-line produce must not load the compiled module; a batch that grows moves to it."""
+    saved = fastrecords._reader
+    records = [(b"k%d" % i, b"v" * i, (), TS + i) for i in range(200)]
+    try:
+        fastrecords._reader = None  # not loaded yet
+        builder = codec.RecordsBuilder()
+        builder.add(records[:3])
+        assert builder.append is None and fastrecords._reader is None
+        builder.add(records[3:])  # past FAST_MIN_RECORDS: the three kept so far move into the builder
+        assert builder.append is not None
+    finally:
+        fastrecords._reader = saved
+    assert builder.section() == python_bytes(records)
+
+
+def test_appending_through_the_compiled_builder_and_adding_mix() -> None:
+    """The producer's keyed path appends straight through `append` (offset delta `count`)."""
+    records = [(b"k%d" % i, b"v%d" % i, (), TS + i % 3) for i in range(300)]
+    builder = codec.RecordsBuilder()
+    builder.add(records[:100])
+    assert builder.go_fast()
+    for key, value, _, ts in records[100:200]:
+        builder.append(builder.count, ts, key, value, [])
+        builder.count += 1
+    builder.add(records[200:])
+    assert builder.section() == python_bytes(records)
+
+
+def test_a_first_timestamp_of_minus_one_is_encoded_in_python() -> None:
+    records = [(b"k", b"v", (), -1)] + [(b"k", b"v", (), TS)] * 100
+    builder = codec.RecordsBuilder()
+    builder.add(records)
+    assert not builder.go_fast()
+    assert builder.section() == python_bytes(records)
