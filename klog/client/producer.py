@@ -13,6 +13,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import accumulate, repeat
+from operator import itemgetter
 from typing import Self
 
 from klog.broker.writer import (
@@ -28,7 +29,7 @@ from klog.client.partitioner import StickyPartitioner, key_partitions, partition
 from klog.client.producer_settings import BATCH_SIZE_DEFAULT, BUFFER_MEMORY_DEFAULT
 from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
 from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
-from klog.store import compression
+from klog.store import compression, fastrecords
 from klog.store.codec import RecordIn, RecordsBuilder, write_section
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME, RECORD_BATCH_OVERHEAD
 from klog.store.names import validate_topic_name
@@ -230,6 +231,9 @@ class Producer(ProducerBase):
         if pairs and self._compacted(topic) and any(k is None for k, _ in pairs):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
         with _gc_paused(len(pairs)):
+            if partition is None and count > 1 and self._send_routed(topic, pairs, count, hdrs, ts, overhead):
+                self._after_send()
+                return
             # (list comprehensions: faster here than map/zip passes, which build more lists)
             sizes = [(len(v) if v is not None else 0) + (len(k) if k is not None else 0) + overhead
                      for k, v in pairs]
@@ -296,6 +300,77 @@ class Producer(ProducerBase):
         else:
             self._fill_groups(topic, self._by_partition(topic, records, sizes, count), count, max_bytes, ts)
         self._after_send()
+
+    def _send_routed(self, topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]], count: int,
+                     hdrs: tuple, ts: int, overhead: int) -> bool:
+        """send_keyed into a topic of many partitions in one pass over the records: each is routed
+        (murmur2, once per distinct key) and appended to its partition's compiled builder, no
+        record tuples, no groups, no encoding at flush (scattered among a thousand partitions',
+        those cost ~2x the encoding itself). A batch whose builder grew within the largest record
+        of its limit is written and a new one started. Returns False, having buffered nothing,
+        when these records need the general path: a key that is None or not bytes, a value not
+        bytes, a record that may not fit max.message.bytes, headers or a timestamp the compiled
+        builder does not take, or too few records to load it."""
+        if not fastrecords.wanted(len(pairs)) or not fastrecords.available() or ts < 0:
+            return False
+        keys = list(map(_KEY, pairs))
+        if set(map(type, keys)) != _BYTES or not set(map(type, map(_VALUE, pairs))) <= _BYTES_OR_NONE:
+            return False
+        hd = _builder_headers(hdrs)
+        max_bytes = self._topic_settings[topic][0]
+        biggest = max(map(len, keys)) + max(map(len, filter(None, map(_VALUE, pairs))), default=0) + overhead
+        if hd is None or biggest > max_bytes - RECORD_BATCH_OVERHEAD:
+            return False
+        threshold = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD) - biggest  # (the builder's size
+        # counts the batch header: the limit's RECORD_BATCH_OVERHEAD)
+        cache = key_partitions(count)
+        parts = list(map(cache.get, keys))
+        if None in parts:
+            for j, p in enumerate(parts):
+                if p is None:
+                    key = keys[j]
+                    p = parts[j] = cache.get(key)
+                    if p is None:
+                        parts[j] = cache[key] = partition_for_key(key, count)
+        # partition -> [append, records, size, its _Batch, size and records before these]
+        slots: dict[int, list] = {}
+        stale = []
+        for (t, p), batch in self._batches.items():
+            if t == topic:
+                records = batch.records
+                if not records.count or abs(ts - records.first_ts) > TIMESTAMP_MAX or not records.go_fast():
+                    stale.append(p)  # (rare) written first: a new batch takes these records
+                else:
+                    size = records.size()
+                    slots[p] = [records.append, records.count, records.size, batch, size, records.count]
+        for p in stale:
+            self._write_now((topic, p))
+        get = slots.get
+        for (key, value), p in zip(pairs, parts, strict=True):
+            slot = get(p)
+            if slot is None or slot[2]() > threshold:
+                slot = slots[p] = self._slot(topic, p, slot, ts)
+            n = slot[1]
+            slot[0](n, ts, key, value, hd)
+            slot[1] = n + 1
+        added = 0
+        for slot in slots.values():
+            if slot[1] != slot[5]:
+                added += _synced(slot, ts)
+        self._buffered += added
+        return True
+
+    def _slot(self, topic: str, partition: int, full: list | None, ts: int) -> list:
+        """_send_routed's new batch for `partition`, after writing the `full` one."""
+        if full is not None:
+            self._buffered += _synced(full, ts)
+            self._write_now((topic, partition))
+        batch = self._batches[(topic, partition)] = _Batch(first_ms=time.monotonic() * 1000)
+        records = batch.records
+        records.first_ts = ts
+        records.go_fast()
+        size = records.size()
+        return [records.append, 0, records.size, batch, size, 0]
 
     def _fill_groups(self, topic: str, groups: dict[int, tuple[list[RecordIn], list[int]]], count: int,
                      max_bytes: int, ts: int) -> None:
@@ -523,6 +598,34 @@ def _gc_paused(records: int) -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+_KEY, _VALUE = itemgetter(0), itemgetter(1)
+_BYTES = {bytes}
+_BYTES_OR_NONE = {bytes, type(None)}
+
+
+def _builder_headers(hdrs: tuple) -> list | None:
+    """Shared headers as the compiled builder takes them, or None if it would refuse them."""
+    for hkey, hvalue in hdrs:
+        if hkey.__class__ is not str or (hvalue is not None and hvalue.__class__ is not bytes):
+            return None
+        try:
+            hkey.encode()
+        except UnicodeEncodeError:  # a key only surrogateescape encodes: the Python encoder's
+            return None
+    return list(hdrs)
+
+
+def _synced(slot: list, ts: int) -> int:
+    """Bring a _send_routed slot's batch up to date (its records appended, at `ts`); returns what
+    they add to the producer's buffered bytes."""
+    appended, size, batch, size_before, before = slot[1], slot[2](), slot[3], slot[4], slot[5]
+    batch.records.appended(appended)
+    batch.estimated_bytes += size - size_before
+    batch.saw(ts)
+    slot[4], slot[5] = size, appended
+    return size - size_before + (appended - before) * RECORD_OBJECT_BYTES
 
 
 def _charge(batch: _Batch) -> int:

@@ -465,6 +465,10 @@ class RecordsBuilder:
         if self.append is not None:
             self._fast_count = self.count
 
+    def appended(self, count: int) -> None:
+        """A caller appended through `append` (offset deltas up to count - 1): it holds `count` records."""
+        self.count = self._fast_count = count
+
     def section(self) -> bytes:
         """The records section (once: the compiled builder takes no more after it)."""
         self._sync()
