@@ -118,6 +118,7 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                         offsets.pop(key, None)  # rewritten below where the replica is in this directory
     topics = [(t, range(len(t.partitions))) for t in store.list_topics()] if only is None else _topics_of(store, only)
     unsynced: set[str] = set()  # the partition folders' files: made durable together below
+    dir_paths = {d: store.data_dir.log_dir_path(d) for d in dirs}  # (once, not per replica)
     for topic, partitions in topics:
         try:
             topic_id = checkpoints.kafka_uuid(topic.topic_id)
@@ -137,20 +138,24 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                 finally:
                     state.close()
                 opened = {}
+            name = partition_dir_name(topic.name, p)
             for d in pm.replicas:
-                folder = os.path.join(store.data_dir.log_dir_path(d), partition_dir_name(topic.name, p))
+                folder = os.path.join(dir_paths.get(d) or store.data_dir.log_dir_path(d), name)
                 if not os.path.isdir(folder):
                     continue
-                state = ReplicaState(os.path.join(folder, ReplicaState.FILE_NAME))
-                try:
-                    replica = state.read()
-                finally:
-                    state.close()
+                log = opened.get(folder)
+                if log is not None:  # its state file's open descriptor (written in place: current)
+                    replica = log.state.read()
+                else:
+                    state = ReplicaState(os.path.join(folder, ReplicaState.FILE_NAME))
+                    try:
+                        replica = state.read()
+                    finally:
+                        state.close()
                 end = replica.log_end_offset if replica is not None else 0
                 key = (topic.name, p)
                 recovery[d][key] = min(replica.recovery_point, end) if replica is not None else 0
                 replication[d][key] = min(snap.high_watermark, end)
-                log = opened.get(folder)
                 first = log.bases[0] if log is not None and only is not None and log.bases else _first_base(folder)
                 if first is not None and snap.log_start_offset > first:
                     log_start[d][key] = snap.log_start_offset
