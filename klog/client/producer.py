@@ -548,6 +548,8 @@ class Producer(ProducerBase):
 
     def _write_group(self, topic: str, group: list[tuple[int, _Batch]]) -> None:
         """Encode the batches of `topic`'s partitions and append them in one multi-partition write."""
+        if len(group) > 1:
+            self.store.open_partitions(topic, [partition for partition, _ in group])  # (one metadata read)
         now_ms = int(time.time() * 1000)
         pieces = [(partition, batch, self._encoded(topic, batch, now_ms)) for partition, batch in group]
         ts_type = self._topic_settings[topic][2]
