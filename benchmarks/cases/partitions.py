@@ -6,12 +6,17 @@ with wait4: user + system CPU seconds and ru_maxrss):
   at a time);
 - keyed: `klog produce t -K:` of N `key:value` lines over 5,000 keys (every partition gets some);
 - serve: the same keyed records through `klog serve` from confluent-kafka (linger 50 ms; librdkafka
-  sends one partition per Produce request, so a wide topic is a burst of small pipelined requests); the server's CPU and RSS (/proc);
+  sends one partition per Produce request, so a wide topic is a burst of small pipelined requests);
+  the server's CPU and RSS (/proc);
 - mirror: `klog mirror SRC DEST t` of the keyed topic between two local stores.
 Each writes into the topic twice: `first` into the new topic (it creates every partition's files),
 then `again` (the steady state). The peer of each partition count is one partition, same run. For
 produce and -K, `again` is the median of alternated rounds over every partition count (the load of
 a shared machine moves CPU time by ±20% from one run to the next).
+
+Before/after in one run: KLOG_BENCH_BASELINE=<another checkout> (e.g. main's) runs produce and -K
+from that checkout too, on stores of its own, its rounds alternated with this tree's; its rows say
+"baseline". KLOG_BENCH_PARTITIONS_ONLY=keyed,produce runs only those of the four.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ def measured(args: list[str], env: dict, stdin_path: str | None = None) -> tuple
     start = time.monotonic()
     try:
         proc = subprocess.Popen(klog_cmd(*args), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env=env)
+                                env=env, cwd=NEUTRAL_CWD)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     finally:
@@ -62,26 +67,34 @@ def measured(args: list[str], env: dict, stdin_path: str | None = None) -> tuple
 
 def create(env: dict, data_dir: str, topic: str, partitions: int) -> None:
     subprocess.run(klog_cmd("topics", "create", topic, "-p", str(partitions), "-d", data_dir), env=env, check=True,
-                   capture_output=True)
+                   capture_output=True, cwd=NEUTRAL_CWD)
 
 
-def case_produce(env: dict, work: str, counts: list[int], path: str, keyed: bool,
-                 rounds: int) -> dict[int, dict[str, tuple]]:
-    """Per partition count: `first` into a new topic, then `again`: the median of `rounds`
-    alternated runs (each count in turn, the order rotating)."""
-    args = {p: ["produce", "t", "-d", os.path.join(work, f"store-{p}"), *(["-K:"] if keyed else [])] for p in counts}
-    out: dict[int, dict[str, tuple]] = {}
-    for p in counts:
-        create(env, os.path.join(work, f"store-{p}"), "t", p)
-        out[p] = {"first": measured(args[p], env, path)}
-    again: dict[int, list[tuple[float, float, float]]] = {p: [] for p in counts}
+# (`python -m klog` puts the working directory first on sys.path: a folder without a checkout, so each
+# process runs the code its PYTHONPATH names)
+NEUTRAL_CWD = "/"
+
+
+def case_produce(envs: dict[str, dict], work: str, counts: list[int], path: str, keyed: bool,
+                 rounds: int) -> dict[str, dict[int, dict[str, tuple]]]:
+    """Per tree (envs: label -> its environment) and partition count: `first` into a new topic,
+    then `again`: the median of `rounds` alternated runs (each tree and count in turn, the order
+    rotating)."""
+    runs = [(tree, p) for p in counts for tree in envs]
+    args = {(tree, p): ["produce", "t", "-d", os.path.join(work, f"store-{tree}-{p}"), *(["-K:"] if keyed else [])]
+            for tree, p in runs}
+    out: dict[str, dict[int, dict[str, tuple]]] = {tree: {} for tree in envs}
+    for tree, p in runs:
+        create(envs[tree], os.path.join(work, f"store-{tree}-{p}"), "t", p)
+        out[tree][p] = {"first": measured(args[tree, p], envs[tree], path)}
+    again: dict[tuple[str, int], list[tuple[float, float, float]]] = {run: [] for run in runs}
     for r in range(rounds):
-        shift = r % len(counts)
-        for p in counts[shift:] + counts[:shift]:
-            again[p].append(measured(args[p], env, path))
-    for p in counts:
-        out[p]["again"] = tuple(statistics.median(m[i] for m in again[p]) for i in range(3))
-        shutil.rmtree(os.path.join(work, f"store-{p}"))
+        shift = r % len(runs)
+        for tree, p in runs[shift:] + runs[:shift]:
+            again[tree, p].append(measured(args[tree, p], envs[tree], path))
+    for tree, p in runs:
+        out[tree][p]["again"] = tuple(statistics.median(m[i] for m in again[tree, p]) for i in range(3))
+        shutil.rmtree(os.path.join(work, f"store-{tree}-{p}"))
     return out
 
 
@@ -139,21 +152,29 @@ def run(bench: Bench) -> None:
     lines = bench.size(200_000, 2_000)
     counts = [1, 1000, 10_000] if not bench.smoke else [1, 10]
     env = bench.env
+    envs = {"": env}
+    baseline = os.environ.get("KLOG_BENCH_BASELINE")
+    if baseline:
+        envs["baseline"] = {**env, "PYTHONPATH": os.path.abspath(baseline)}
     plain, keyed = make_inputs(bench.tmp, lines)
     rounds = bench.rounds(5)
-    cases = {"produce": lambda: case_produce(env, bench.tmp, counts, plain, False, rounds),
-             "keyed": lambda: case_produce(env, bench.tmp, counts, keyed, True, rounds),
-             "serve": lambda: {p: case_serve(env, bench.tmp, p, keyed) for p in counts},
-             "mirror": lambda: {p: case_mirror(env, bench.tmp, p, keyed) for p in counts}}
+    cases = {"produce": lambda: case_produce(envs, bench.tmp, counts, plain, False, rounds),
+             "keyed": lambda: case_produce(envs, bench.tmp, counts, keyed, True, rounds),
+             "serve": lambda: {"": {p: case_serve(env, bench.tmp, p, keyed) for p in counts}},
+             "mirror": lambda: {"": {p: case_mirror(env, bench.tmp, p, keyed) for p in counts}}}
     if bench.smoke:  # (each case works; a smoke run must stay short)
         cases = {"keyed": cases["keyed"], "serve": cases["serve"]}
+    only = os.environ.get("KLOG_BENCH_PARTITIONS_ONLY")
+    if only:
+        cases = {name: measure for name, measure in cases.items() if name in only.split(",")}
     for case, measure in cases.items():
-        got = measure()
-        one = got[1]["again"][0]
-        for p in counts[1:]:
-            cells = ", ".join(f"{label} {cpu:.2f} s CPU / {rss:.0f} MiB / {wall:.1f} s"
-                              for label, (cpu, rss, wall) in got[p].items())
-            again = f"again (median of {rounds})" if case in ("produce", "keyed") and rounds > 1 else "again"
-            bench.row(f"{case} of {lines:,} lines into {p:,} partitions (new topic, then {again})", cells,
-                      f"1 partition again {one:.2f} s CPU / {got[1]['again'][1]:.0f} MiB: "
-                      + (f"{got[p]['again'][0] / one:.2f}x CPU" if one else "too little CPU to compare"))
+        for tree, got in measure().items():
+            one = got[1]["again"][0]
+            for p in counts[1:]:
+                cells = ", ".join(f"{label} {cpu:.2f} s CPU / {rss:.0f} MiB / {wall:.1f} s"
+                                  for label, (cpu, rss, wall) in got[p].items())
+                again = f"again (median of {rounds})" if case in ("produce", "keyed") and rounds > 1 else "again"
+                bench.row(f"{case} of {lines:,} lines into {p:,} partitions (new topic, then {again})"
+                          + (f", {tree} ({baseline})" if tree else ""), cells,
+                          f"1 partition again {one:.2f} s CPU / {got[1]['again'][1]:.0f} MiB: "
+                          + (f"{got[p]['again'][0] / one:.2f}x CPU" if one else "too little CPU to compare"))
