@@ -281,14 +281,20 @@ def batch_headers(part: Partition, since_ms: int | None = None) -> Iterator[Batc
         keep = []
         for base in reversed(bases):
             keep.append(base)
-            segment = leader.segments[base]
+            segment = leader.segments.get(base)
+            if segment is None:
+                continue  # (removed meanwhile: see below)
             segment.time_index.refresh()
             last = segment.time_index.last_entry()
             if last is not None and last[0] < since_ms and base != bases[-1]:
                 break
         bases = keep[::-1]
     for base in bases:
-        segment = leader.segments[base]
+        # (no lock held: retention in another thread of this process may have taken the segment
+        # out of the list since `bases` was read; then it is gone like a file deleted meanwhile)
+        segment = leader.segments.get(base)
+        if segment is None:
+            continue
         try:  # pinned: a cleaner's swap during this walk (no partition lock held) must not shift it
             for _, header in segment.pinned_headers():
                 yield header
