@@ -168,8 +168,11 @@ class ProducerStates:
         self._by_partition: dict[tuple[str, int], dict[int, _ProducerEntry]] = {}
 
     def forget(self, topic: str, partition: int | None = None) -> None:
-        for key in [k for k in self._by_partition if k[0] == topic and partition in (None, k[1])]:
-            del self._by_partition[key]
+        # list(): one step for the GIL. Appends in other threads (klog serve's append workers) add
+        # partitions meanwhile (_load, under their partition's lock only): iterating the dict
+        # itself raised "dictionary changed size during iteration" into a topic's alter or delete
+        for key in [k for k in list(self._by_partition) if k[0] == topic and partition in (None, k[1])]:
+            self._by_partition.pop(key, None)
 
     def _load(self, key: tuple[str, int], part) -> dict[int, _ProducerEntry]:
         states = self._by_partition.get(key)
