@@ -317,3 +317,55 @@ def test_a_lookup_while_another_thread_drops_the_cached_entries_finds_an_entry(t
     else:
         assert index.lookup(1030) == 300
 
+
+
+# -- retention's and the cleaner's walks off the partition's lock --------------------------------
+def test_retention_remembering_the_oldest_segment_while_another_thread_deletes_it(store, monkeypatch):
+    """retain() (a writer's roll, klog serve's log cleaner) notes the oldest segment after taking
+    the lock off; delete-records or retention in another thread deletes it meanwhile. The
+    KeyError escaped from the roll's append (an acknowledged write answered as failed: the
+    client's retry wrote it twice) or ended the log cleaner's retention pass."""
+    from klog.broker import lifecycle
+    from klog.store import retention
+
+    _segmented(store, "o")
+    part = store.partition("o", 0)
+    third = part.leader.bases[2]
+    real = retention.segment_facts
+    hooked = []
+
+    def facts_then_delete_records_meanwhile(log, lazy=False):  # noqa: ANN001, ANN202
+        facts = real(log, lazy)
+        if not part.lock.held and not hooked:  # (the off-lock look, not retention's own)
+            hooked.append(True)
+            _in_thread(lambda: store.delete_records("o", before_offset=third))
+        return facts
+
+    monkeypatch.setattr(retention, "segment_facts", facts_then_delete_records_meanwhile)
+    lifecycle.retain(store, "o", 0)
+    assert hooked and part.leader.bases[0] == third
+    assert part.retention_hint is None or part.retention_hint[0] == third  # never the deleted segment
+
+
+def test_the_dirty_ratio_read_while_another_thread_deletes_segments(store):
+    """klog serve's log cleaner reads each partition's cleanable range without its lock, while
+    delete-records or a roll's retention (another thread) deletes the oldest segments: the
+    KeyError ended the whole compaction pass ('log compaction pass failed')."""
+    from klog.broker import lifecycle
+
+    _segmented(store, "d")
+    part = store.partition("d", 0)
+    log = part.leader
+    first = log.segments[log.bases[0]]
+    third = log.bases[2]
+    real = first.file_size
+
+    def size_then_delete_records_meanwhile() -> int:
+        first.file_size = real  # type: ignore[method-assign]
+        size = real()
+        _in_thread(lambda: store.delete_records("d", before_offset=third))
+        return size
+
+    first.file_size = size_then_delete_records_meanwhile  # type: ignore[method-assign]
+    ratio = lifecycle.dirty_ratio(store, "d", 0)
+    assert log.bases[0] == third and 0 <= ratio <= 1
