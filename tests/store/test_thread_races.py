@@ -434,3 +434,28 @@ def test_a_partition_released_while_its_idle_flush_is_armed_is_released_after_it
     assert not timer.is_alive() and idle._flush_timer is None
     assert idle.lock._fd is None and idle.leader._fds is None
     producer.close()
+
+
+@pytest.mark.xfail(strict=True, reason="Partition.close (an alter in another thread) closes the state file a "
+                                       "reader thread is about to pread (fix: state.py, see the report)")
+def test_a_topic_altered_under_a_reader_gives_it_no_bad_descriptor(store, monkeypatch):
+    """klog serve: a fetch reads a partition's high watermark while an AlterConfigs (another
+    thread) re-opens the topic (Store.alter_topic closes its open partitions): the fetch's pread
+    of the closed state descriptor failed with EBADF (or read whatever file took the number)."""
+    store.create_topic("a")
+    with store.producer(linger_ms=0) as producer:
+        producer.send("a", b"one")
+    reader = store.partition("a", 0)
+    reader.state.close()
+    assert reader.high_watermark() == 1
+    readers_fd = reader.state._fd
+
+    def altered_meanwhile() -> None:
+        _in_thread(lambda: store.alter_topic("a", set_configs={"retention.ms": "3600000"}))
+
+    monkeypatch.setattr(state_module, "os", _OsWithHook(readers_fd, altered_meanwhile))
+    try:
+        assert reader.high_watermark() == 1
+    finally:
+        monkeypatch.undo()
+        reader.state.close()  # (reopened by the read after the partition was closed)
