@@ -230,15 +230,14 @@ def append_records(builder: Any, records: Sequence[tuple[bytes | None, bytes | N
     the first it refuses, e.g. a bytearray header value, which leaves the builder unchanged)."""
     append = builder.append
     empty = _NO_HEADERS
-    done = 0
+    delta = None
     try:
         for delta, (key, value, headers, timestamp) in zip(deltas, records, strict=True):
             append(delta, timestamp, key, value,
                    headers if headers.__class__ is list else (list(headers) if headers else empty))
-            done += 1
     except Exception:  # noqa: BLE001 - the Python encoder takes (or names) what the builder refuses
-        pass
-    return done
+        return deltas.index(delta) if delta is not None else 0  # (deltas increase: the refused one's place)
+    return len(records)
 
 
 def built_section(builder: Any) -> bytes:
