@@ -400,16 +400,16 @@ def _framed(body: bytes, count: int, *, base_offset: int, attributes: int, last_
 
 
 class RecordsBuilder:
-    """A producer batch's records section, encoded as its records arrive rather than when the batch
-    is written: encoding a record while its bytes are fresh costs about half as much as walking a
-    partition's records, scattered among a thousand others', at flush (klog produce -K into 1,000
-    partitions). The bytes are encode_records' of them all at once.
+    """A producer batch's records section; the bytes are encode_records' of them all at once.
 
-    The compiled builder takes the records while it can (from the first add of FAST_MIN_RECORDS
-    records, or once the compiled module is loaded: a one-line produce does not import it); from
-    the first record it refuses, the rest are kept as tuples and encoded by encode_records at the
-    end. `append` and `size` are the compiled builder's methods while it takes records (None
-    otherwise): a caller appending records itself passes offset delta `count` and bumps `count`."""
+    Records added are kept as tuples and encoded when the batch is written (one batch at a time,
+    sequentially: the cheapest for a partition that fills its batches in turn), unless go_fast()
+    started the compiled builder: from then on they are encoded as they arrive, which costs about
+    half as much as walking a partition's records, scattered among a thousand others', at flush
+    (klog produce -K into 1,000 partitions). From the first record the compiled builder refuses,
+    the rest are kept as tuples again. `append` and `size` are the compiled builder's methods while
+    it takes records (None otherwise): a caller appending records itself passes offset delta `count`
+    and calls appended()."""
 
     __slots__ = ("count", "first_ts", "append", "size", "_fast", "_fast_count", "_tail", "_refused")
 
@@ -428,7 +428,7 @@ class RecordsBuilder:
             return
         if self.count == 0:
             self.first_ts = records[0][3]
-        if self.append is not None or self.go_fast(len(records)):
+        if self.append is not None:
             self._sync()
             taken = fastrecords.append_records(self._fast, records, range(self.count, self.count + len(records)))
             self.count += taken
@@ -441,15 +441,13 @@ class RecordsBuilder:
         self._tail.extend(records)
         self.count += len(records)
 
-    def go_fast(self, more: int = 0) -> bool:
-        """Whether the compiled builder takes the next records (starting it if it should: the
-        batch holds none yet, or only records it took before)."""
+    def go_fast(self) -> bool:
+        """Whether the compiled builder takes the next records, starting it (with the records kept
+        so far) if it can: the compiled module is there and took every record so far."""
         if self.append is not None:
             return True
-        if self._refused or self.first_ts == -1:
-            return False  # -1 as a first timestamp means "none yet" to it
-        if not (fastrecords.wanted(self.count + more) and fastrecords.available()):
-            return False
+        if self._refused or self.first_ts is None or self.first_ts == -1 or not fastrecords.available():
+            return False  # -1 as a first timestamp means "none yet" to it (None: no first record yet)
         fast = fastrecords.new_builder()
         if self._tail:
             if fastrecords.append_records(fast, self._tail, range(len(self._tail))) < len(self._tail):

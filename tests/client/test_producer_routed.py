@@ -109,8 +109,9 @@ def test_a_routed_batch_decodes_to_what_was_sent() -> None:
     """The section a RecordsBuilder holds after appends straight through `append` decodes back."""
     builder = codec.RecordsBuilder()
     builder.add([(b"a", b"1", (), 5)] * 64)
+    assert builder.go_fast()
     for i in range(10):
         builder.append(builder.count, 7, b"k%d" % i, b"v", [])
-        builder.count += 1
+        builder.appended(builder.count + 1)
     records = builder.records(builder.section())
     assert records[64:] == [(b"k%d" % i, b"v", [], 7) for i in range(10)]

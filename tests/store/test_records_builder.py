@@ -26,8 +26,11 @@ def test_adds_in_any_pieces_write_the_bytes_of_one_encoding(records, data) -> No
     if refused is not None:  # a bytearray header value: the compiled builder refuses it
         key, value, _, ts = records[refused]
         records[refused] = (key, value, [("h", bytearray(b"x"))], ts)
+    fast_from = data.draw(st.integers(0, len(cuts) + 1))  # the piece from which they are encoded as they arrive
     builder = codec.RecordsBuilder()
-    for start, stop in zip([0, *cuts], [*cuts, len(records)], strict=True):
+    for piece, (start, stop) in enumerate(zip([0, *cuts], [*cuts, len(records)], strict=True)):
+        if piece == fast_from:
+            builder.go_fast()
         builder.add(records[start:stop])
     assert builder.count == len(records)
     section = builder.section()
@@ -35,19 +38,14 @@ def test_adds_in_any_pieces_write_the_bytes_of_one_encoding(records, data) -> No
     assert [r[:2] for r in builder.records(section)] == [r[:2] for r in records]
 
 
-def test_small_batches_stay_in_python_until_they_grow() -> None:
-    """A one-line produce must not load the compiled module; a batch that grows moves to it."""
-    saved = fastrecords._reader
+def test_added_records_are_encoded_at_the_end_unless_the_compiled_builder_started() -> None:
     records = [(b"k%d" % i, b"v" * i, (), TS + i) for i in range(200)]
-    try:
-        fastrecords._reader = None  # not loaded yet
-        builder = codec.RecordsBuilder()
-        builder.add(records[:3])
-        assert builder.append is None and fastrecords._reader is None
-        builder.add(records[3:])  # past FAST_MIN_RECORDS: the three kept so far move into the builder
-        assert builder.append is not None
-    finally:
-        fastrecords._reader = saved
+    builder = codec.RecordsBuilder()
+    builder.add(records[:3])
+    assert builder.append is None  # kept as tuples: a one-partition batch is encoded once, when written
+    builder.add(records[3:100])
+    assert builder.go_fast()  # the kept ones move into the compiled builder
+    builder.add(records[100:])
     assert builder.section() == python_bytes(records)
 
 
@@ -59,7 +57,7 @@ def test_appending_through_the_compiled_builder_and_adding_mix() -> None:
     assert builder.go_fast()
     for key, value, _, ts in records[100:200]:
         builder.append(builder.count, ts, key, value, [])
-        builder.count += 1
+        builder.appended(builder.count + 1)
     builder.add(records[200:])
     assert builder.section() == python_bytes(records)
 
