@@ -156,6 +156,7 @@ class Producer(ProducerBase):
         self._topic_settings: dict[str, tuple[int, int, int]] = {}
         self._compacted_topics: dict[str, bool] = {}
         self.records_sent = 0
+        self._routed_away = 0  # records of the current _send_routed call in batches it wrote already
         from klog.broker.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=on_warning)
@@ -234,15 +235,25 @@ class Producer(ProducerBase):
         if pairs and self._compacted(topic) and any(k is None for k, _ in pairs):
             raise UsageError(f"topic '{topic}' is compacted: every record needs a key")
         with _gc_paused(len(pairs)):
-            if partition is None and count > 1 and self._send_routed(topic, pairs, count, hdrs, ts, overhead):
+            routed = 0
+            if partition is None and count > 1:
+                routed = self._send_routed(topic, pairs, count, hdrs, ts, overhead)
+            if routed == len(pairs):
                 self._after_send()
                 return
+            if routed:  # the compiled builder refused a record: it and those after it take the general path
+                pairs = pairs[routed:]
             # (list comprehensions: faster here than map/zip passes, which build more lists)
             sizes = [(len(v) if v is not None else 0) + (len(k) if k is not None else 0) + overhead
                      for k, v in pairs]
             records = [(k, v, hdrs, ts) for k, v in pairs]
             keyless = partition is None and count > 1 and all(k is None for k, _ in pairs)
-            self._send_records(topic, records, sizes, partition, count, keyless, ts)
+            try:
+                self._send_records(topic, records, sizes, partition, count, keyless, ts)
+            except RecordTooLargeError as e:
+                if routed:
+                    e.index += routed  # type: ignore[attr-defined]
+                raise
 
     def send_values(self, topic: str, values: Sequence[bytes], headers: Headers | None = None,
                     partition: int | None = None, timestamp: int | None = None) -> None:
@@ -305,36 +316,45 @@ class Producer(ProducerBase):
         self._after_send()
 
     def _send_routed(self, topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]], count: int,
-                     hdrs: tuple, ts: int, overhead: int) -> bool:
+                     hdrs: tuple, ts: int, overhead: int) -> int:
         """send_keyed into a topic of many partitions in one pass over the records: each is routed
         (murmur2, once per distinct key) and appended to its partition's compiled builder, no
         record tuples, no groups, no encoding at flush (scattered among a thousand partitions',
         those cost ~2x the encoding itself). A batch whose builder grew within the largest record
-        of its limit is written and a new one started. Returns False, having buffered nothing,
-        when these records need the general path: a key that is None or not bytes, a value not
+        of its limit is written and a new one started. Returns how many of the records it
+        buffered, the first ones: none when they need the general path (a key that is None or not
         bytes, a record that may not fit max.message.bytes, headers or a timestamp the compiled
-        builder does not take, or too few records to load it."""
+        builder does not take, too few records to load it), those before the first value the
+        compiled builder refuses (not bytes-like)."""
         if not fastrecords.wanted(len(pairs)) or not fastrecords.available() or ts < 0:
-            return False
-        keys = list(map(_KEY, pairs))
-        if set(map(type, keys)) != _BYTES or not set(map(type, map(_VALUE, pairs))) <= _BYTES_OR_NONE:
-            return False
+            return 0
         hd = _builder_headers(hdrs)
+        if hd is None:
+            return 0
+        keys = list(map(_KEY, pairs))
         max_bytes = self._topic_settings[topic][0]
-        biggest = max(map(len, keys)) + max(map(len, filter(None, map(_VALUE, pairs))), default=0) + overhead
-        if hd is None or biggest > max_bytes - RECORD_BATCH_OVERHEAD:
-            return False
+        try:  # (no pass per record for the types: a key murmur2 cannot hash and a None key are refused
+            # below, before any record is buffered; a value the builder refuses stops the loop)
+            cache = key_partitions(count)
+            parts = list(map(cache.get, keys))
+            if None in parts:
+                for j, p in enumerate(parts):
+                    if p is None:
+                        key = keys[j]
+                        p = parts[j] = cache.get(key)
+                        if p is None:
+                            parts[j] = cache[key] = partition_for_key(key, count)
+            biggest = max(map(len, keys)) + overhead
+            try:
+                biggest += max(map(len, map(_VALUE, pairs)))
+            except TypeError:  # a None value (a tombstone)
+                biggest += max(map(len, filter(None, map(_VALUE, pairs))), default=0)
+        except TypeError:
+            return 0
+        if biggest > max_bytes - RECORD_BATCH_OVERHEAD:
+            return 0
         threshold = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD) - biggest  # (the builder's size
         # counts the batch header: the limit's RECORD_BATCH_OVERHEAD)
-        cache = key_partitions(count)
-        parts = list(map(cache.get, keys))
-        if None in parts:
-            for j, p in enumerate(parts):
-                if p is None:
-                    key = keys[j]
-                    p = parts[j] = cache.get(key)
-                    if p is None:
-                        parts[j] = cache[key] = partition_for_key(key, count)
         # partition -> [append, records, size, its _Batch, size and records before these], for the
         # partitions these records go to (not every open batch: 10,000 partitions, ~9,000 records a call)
         slots: dict[int, list] = {}
@@ -351,23 +371,37 @@ class Producer(ProducerBase):
                 size = records.size()
                 slots[p] = [records.append, records.count, records.size, batch, size, records.count]
         get = slots.get
-        for (key, value), p in zip(pairs, parts, strict=True):
-            slot = get(p)
-            if slot is None or slot[2]() > threshold:
-                slot = slots[p] = self._slot(topic, p, slot, ts)
-            n = slot[1]
-            slot[0](n, ts, key, value, hd)
-            slot[1] = n + 1
-        added = 0
-        for slot in slots.values():
-            if slot[1] != slot[5]:
-                added += _synced(slot, ts)
-        self._buffered += added
-        return True
+        self._routed_away = 0
+        slot, n, size = None, -1, -1
+        done = False
+        try:
+            for (key, value), p in zip(pairs, parts, strict=True):
+                slot = get(p)
+                if slot is None or (size := slot[2]()) > threshold:
+                    slot = slots[p] = self._slot(topic, p, slot, ts)
+                    size = slot[4]
+                n = slot[1]
+                slot[0](n, ts, key, value, hd)
+                slot[1] = n + 1
+            done = True
+        except TypeError:  # a value the builder refuses (it is left as it was): the general path from it on
+            pass
+        finally:
+            # whatever stopped the loop (even Ctrl-C), each batch counts the records its builder holds
+            if not done and slot is not None and slot[1] == n and slot[2]() != size:
+                slot[1] = n + 1  # stopped between the append and its count
+            added, taken = 0, self._routed_away
+            for slot in slots.values():
+                if slot[1] != slot[5]:
+                    taken += slot[1] - slot[5]
+                    added += _synced(slot, ts)
+            self._buffered += added
+        return len(pairs) if done else taken
 
     def _slot(self, topic: str, partition: int, full: list | None, ts: int) -> list:
         """_send_routed's new batch for `partition`, after writing the `full` one."""
         if full is not None:
+            self._routed_away += full[1] - full[5]  # (what the call buffered, written before its end)
             self._buffered += _synced(full, ts)
             self._write_now((topic, partition))
         batch = self._batches[(topic, partition)] = _Batch(first_ms=time.monotonic() * 1000)
@@ -610,8 +644,6 @@ def _gc_paused(records: int) -> Iterator[None]:
 
 
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
-_BYTES = {bytes}
-_BYTES_OR_NONE = {bytes, type(None)}
 
 
 def _builder_headers(hdrs: tuple) -> list | None:
