@@ -27,7 +27,6 @@ from klog.broker.offsets import stable_view
 from klog.errors import (
     CorruptLogError,
     KlogError,
-    StorageError,
     UnknownPartitionError,
     UnknownTopicError,
     UnsupportedCodecError,
@@ -39,6 +38,7 @@ from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.store.codec import encode_uvarint as _uvarint
+from klog.store.topic_read import AT_RANGE, AT_STATE, RangeRead, read_ranges
 
 MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
@@ -102,83 +102,108 @@ def _topic_refused(ctx: RequestContext, topic: str) -> E:
     return E.none
 
 
-def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool,
-                    inline_max: int = 0, refresh: bool = True) -> PartitionAnswer:
-    """One partition's answer: its offsets and where its bytes are (lock-free, any process); a
-    range of at most `inline_max` bytes comes read (`inline`), checked batch by batch as the
-    store found it: the same bytes sendfile would send. `refresh`: the topic's metadata may be
-    re-read first (once per topic and request is enough: see RawAppender.partition)."""
-    index = p.partition
-    answer = PartitionAnswer(index)
-    try:
-        part = ctx.server.appender.partition(topic, index, refresh)
-        requested = getattr(p, "current_leader_epoch", None)  # v9+
-        if requested is not None and requested >= 0:
-            fenced = leader_epoch_error(ctx.store, topic, index, requested)
-            if fenced != E.none:
-                answer.error = fenced
-                return answer
-        snap = part.reader_snapshot()  # read once: the answer's offsets and the read's bound agree
-        hw, start = snap.high_watermark, snap.log_start_offset
-    except (UnknownTopicError, UnknownPartitionError):
-        ctx.store.forget_topic_metadata(topic)
-        answer.error = E.unknown_topic_or_partition
-        return answer
-    except (KlogError, OSError) as e:
-        ctx.log.warning("fetch %s-%d: %s", topic, index, e)
-        answer.error = E.kafka_storage_error
-        return answer
-    answer.high_watermark, answer.log_start_offset = hw, start
-    answer.last_stable_offset = upper = hw  # klog serve writes no transactions; imported logs may hold some
-    offset = p.fetch_offset
-    if offset < start or offset > hw:
-        answer.error = E.offset_out_of_range
-        return answer
-    stable = None
-    if committed:  # read_committed: never past the last stable offset, and name the aborted transactions
-        stable, lock = stable_view(part)
-        try:
-            with lock:
-                answer.last_stable_offset = upper = stable.refresh(hw)
-        except (KlogError, OSError) as e:
-            ctx.log.warning("fetch %s-%d: %s", topic, index, e)
-            answer.error = E.kafka_storage_error
-            return answer
-    if offset >= upper or budget <= 0:
-        return answer
+def _stable_bound(part: Any, hw: int) -> int:
+    """read_committed: the last stable offset, the bound of the partition's read."""
+    stable, lock = stable_view(part)
+    with lock:
+        return stable.refresh(hw)
+
+
+def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[PartitionAnswer], budget: int,
+                committed: bool, inline_left: int) -> tuple[int, int, bool]:
+    """The answers of `asked` (a request topic's partitions) appended to `out`, in order: each
+    partition's offsets and where its bytes are (lock-free, any process: klog.store.topic_read, one
+    loop over the topic); a range of at most INLINE_RANGE_BYTES comes read (`inline`), checked batch
+    by batch as the store found it: the same bytes sendfile would send. Returns (the budget left,
+    the inline bytes left, whether any partition failed)."""
+    appender = ctx.server.appender
     old_fetcher = ctx.api_version <= LAST_MESSAGE_SET_VERSION
-    wanted = p.partition_max_bytes
-    if wanted > budget:
-        wanted = budget
-    try:
+    errors = False
+    reads: list[tuple[PartitionAnswer, RangeRead]] = []
+    refresh = True  # the topic's metadata may be re-read first: once per topic and request (RawAppender.partition)
+    for p in asked:
+        index = p.partition
+        answer = PartitionAnswer(index)
+        out.append(answer)
+        try:
+            part = appender.partition(topic, index, refresh)
+            refresh = False
+            requested = getattr(p, "current_leader_epoch", None)  # v9+
+            if requested is not None and requested >= 0:
+                fenced = leader_epoch_error(ctx.store, topic, index, requested)
+                if fenced != E.none:
+                    answer.error = fenced
+                    errors = True
+                    continue
+        except (KlogError, OSError) as e:
+            answer.error = _state_error(ctx, topic, index, e)
+            errors = True
+            continue
+        wanted = p.partition_max_bytes
         if old_fetcher:  # converted in memory: a bounded chunk per partition and request, never a segment
             wanted = min(wanted, DOWN_CONVERT_BYTES_MAX)
-        found = part.byte_range(offset, wanted, upper, snap, 0 if old_fetcher else inline_max)
-        if found is None:
-            return answer
-        if old_fetcher:
-            answer.converted = _down_convert(found, ctx.api_version, offset)
-        elif found.data is not None:  # read by the store (no descriptor to close)
-            if len(found.data) != found.length:  # the file shrank under us (retention): not a short answer
-                raise StorageError(f"read {len(found.data)} of {found.length} bytes at {found.position} "
-                                   f"of {found.path}")
-            answer.inline = found.data
-        else:
-            answer.range = found
-        if stable is not None:
-            with lock:
-                aborted = stable.aborted_between(offset, upper)
-            answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
-    except UnsupportedCodecError as e:  # a zstd batch for an old fetcher: Kafka's answer too
-        ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
-        answer.error = E.unsupported_compression_type
-    except CorruptLogError as e:
-        ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
-        answer.error = E.corrupt_message
-    except (OSError, KlogError) as e:  # unreadable, too many open files, lost state: an error, not "no data"
-        ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
-        answer.error = E.kafka_storage_error
-    return answer
+        reads.append((answer, RangeRead(part, p.fetch_offset, wanted)))
+    bound = _stable_bound if committed else None
+    if not old_fetcher:
+        budget, inline_left = read_ranges([r for _, r in reads], budget, INLINE_RANGE_BYTES, inline_left, bound)
+    for answer, r in reads:
+        if old_fetcher:  # one at a time: what the conversion makes of a range is what the budget pays
+            read_ranges((r,), budget, bound=bound)
+        answer.high_watermark, answer.log_start_offset, answer.last_stable_offset = \
+            r.high_watermark, r.log_start_offset, r.upper
+        if r.error is not None:
+            errors = True
+            if r.failed_at == AT_RANGE:
+                answer.error = _read_error(ctx, topic, answer.partition, r.offset, r.error)
+            else:
+                answer.error = _state_error(ctx, topic, answer.partition, r.error, r.failed_at == AT_STATE)
+            continue
+        if r.out_of_range:
+            answer.error = E.offset_out_of_range
+            errors = True
+            continue
+        found = r.range
+        if found is None and r.data is None:
+            continue
+        try:
+            if old_fetcher:
+                answer.converted = _down_convert(found, ctx.api_version, r.offset)
+                budget -= len(answer.converted)
+            elif found is not None:
+                answer.range = found
+                pagecache.ensure_cached(found)  # the loop's sendfile must not wait for the disk
+            else:
+                answer.inline = r.data
+            if committed:
+                stable, lock = stable_view(r.part)
+                with lock:
+                    aborted = stable.aborted_between(r.offset, r.upper)
+                answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
+        except (OSError, KlogError) as e:
+            answer.error = _read_error(ctx, topic, answer.partition, r.offset, e)
+            errors = True
+    return budget, inline_left, errors
+
+
+def _state_error(ctx: RequestContext, topic: str, index: int, e: BaseException, lookup: bool = True) -> E:
+    """A partition whose state (or, `lookup` False, read_committed bound) could not be read."""
+    if lookup and isinstance(e, (UnknownTopicError, UnknownPartitionError)):
+        ctx.store.forget_topic_metadata(topic)
+        return E.unknown_topic_or_partition
+    ctx.log.warning("fetch %s-%d: %s", topic, index, e)
+    return E.kafka_storage_error
+
+
+def _read_error(ctx: RequestContext, topic: str, index: int, offset: int, e: BaseException) -> E:
+    """A partition whose range could not be read: damage is CORRUPT_MESSAGE, a zstd batch for an
+    old fetcher Kafka's answer too; unreadable, too many open files, lost state: an error, never
+    "no data"."""
+    ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
+    if isinstance(e, UnsupportedCodecError):
+        return E.unsupported_compression_type
+    if isinstance(e, CorruptLogError):
+        return E.corrupt_message
+    return E.kafka_storage_error
 
 
 def _down_convert(byte_range: Any, version: int, offset: int) -> bytes:
@@ -227,23 +252,9 @@ def _collect(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer], int,
             errors = errors or bool(answer.partitions)
             continue
         _check_topic(ctx, answer.name)
-        refresh = True
-        partitions = answer.partitions
-        for p in t.partitions:
-            inline_max = INLINE_RANGE_BYTES if inline_left >= INLINE_RANGE_BYTES else inline_left
-            pa = _read_partition(ctx, answer.name, p, budget, committed, inline_max, refresh)
-            refresh = False
-            if pa.inline is not None:
-                inline_left -= len(pa.inline)
-                budget -= len(pa.inline)
-            elif pa.range is not None:
-                pagecache.ensure_cached(pa.range)  # the loop's sendfile must not wait for the disk
-                budget -= pa.range.length
-            elif pa.converted is not None:
-                budget -= len(pa.converted)
-            if pa.error:
-                errors = True
-            partitions.append(pa)
+        budget, inline_left, failed = _read_topic(ctx, answer.name, t.partitions, answer.partitions, budget,
+                                                  committed, inline_left)
+        errors = errors or failed
     return out, start_budget - budget, errors
 
 

@@ -18,7 +18,9 @@ from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import (
     INDEX_SUFFIX,
+    LOG_OVERHEAD,
     LOG_SUFFIX,
+    MAGIC_OFFSET,
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
     RELATIVE_OFFSET_MAX,
@@ -138,6 +140,20 @@ class OpenLog:
             self.retired = True
         else:
             os.close(self.fd)
+
+
+def _first_step(read: Read, position: int, end: int, chunk_bytes: int, path: str) -> Walked | None:
+    """The first batch walk_batches(read, position, end) would yield, without a generator per
+    read: a v2 header within the walker's bounds, whole below `end`, is taken from the one read
+    the walker makes; anything else (a magic 0/1 entry, damage, a cut batch) goes to the walker
+    itself, which decides it (one pread more, off the common path)."""
+    chunk = read(position, min(chunk_bytes, end - position))  # (chunk_bytes >= a v2 header: the walker's read)
+    if len(chunk) >= RECORD_BATCH_OVERHEAD and chunk[MAGIC_OFFSET] == MAGIC_V2:
+        header = read_header(chunk)
+        size = header.batch_length + LOG_OVERHEAD
+        if RECORD_BATCH_OVERHEAD <= size <= DECLARED_BATCH_BYTES_MAX and position + size <= end:
+            return Walked(position, header, chunk, 0)
+    return next(walk_batches(read, position, end, chunk_bytes=chunk_bytes, path=path), None)
 
 
 class RecoveryResult(Plain):
@@ -334,18 +350,27 @@ class LogSegment:
             # where the last range ended (in this same open file), its last batch checked then: a
             # consumer's next fetch starts there (no index read), if a batch starting exactly at
             # `offset` is still there
-            for batch in walk_batches(read, known[1], end, chunk_bytes=chunk_bytes, path=self.log_path):
-                if batch.header.base_offset == offset:
-                    return batch
-                break
+            batch = _first_step(read, known[1], end, chunk_bytes, self.log_path)
+            if batch is not None and batch.header.base_offset == offset:
+                return batch
         hint = 0
         if offset > self.base_offset:  # (at or below the base no entry can help: no index read)
             self.offset_index.refresh()
             hint = self.offset_index.lookup(offset - 1)  # the entry's batch ends below `offset`
         if hint >= end or (hint and not self._hint_ok(hint, offset, read)):
             hint = 0
-        before = None
-        for batch in walk_batches(read, hint, end, chunk_bytes=chunk_bytes, path=self.log_path):
+        first = _first_step(read, hint, end, chunk_bytes, self.log_path)
+        if first is None:
+            return None
+        header = first.header
+        if header.last_offset >= offset:  # (the usual: the batch the walk starts at is the one)
+            if not hint and header.base_offset != self.base_offset:  # (else _check_follows has nothing to say)
+                self._check_follows(None, 0, header, gap_ok)
+            return first
+        before = header  # the walk goes on after it, from the bytes already read
+        for batch in walk_batches(read, first.position + header.batch_length + LOG_OVERHEAD, end,
+                                  chunk_bytes=chunk_bytes, path=self.log_path,
+                                  read_ahead=(first.position - first.at, first.chunk)):
             header = batch.header
             if header.last_offset >= offset:
                 self._check_follows(before, batch.position, header, gap_ok)
@@ -399,7 +424,9 @@ class LogSegment:
         before, stop = header, start + size
         whole_end = stop  # where the last whole batch of the range ends
         try:
-            for batch in walk_batches(opened.read, stop, limit, path=self.log_path) if stop < limit else ():
+            walk = walk_batches(opened.read, stop, limit, path=self.log_path,
+                                read_ahead=(start - found.at, found.chunk)) if stop < limit else ()
+            for batch in walk:  # (the batches within the first read are not read again)
                 h = batch.header
                 if h.base_offset >= upper:
                     break

@@ -1,0 +1,161 @@
+"""Where a topic's partitions' bytes are, for many partitions in one loop (a served Fetch).
+
+A consumer's Fetch names hundreds of partitions, most with a batch or two to send. Each one's
+answer is its state (high watermark, log start), then the byte range from its fetch offset:
+Partition.byte_range's rules. Asked partition by partition, that is ~10 calls deep per
+partition (Partition, its replica, the segment); read_ranges takes the usual case of each
+partition inline, in one loop over the topic:
+
+- the state file read once (one pread: the answer's offsets and the read's bound agree);
+- the leader's segment holding the offset (one bisect), pinned (LogSegment.pin: the file the
+  range is found in is the one sent, whatever a compaction swaps meanwhile);
+- the range from the batch holding the offset (LogSegment.byte_range: every batch boundary in the
+  range checked by a header walk, the first batch against the one before it).
+
+Whatever is not that usual case goes to Partition.byte_range, which decides it with its full rules:
+a state file missing or damaged (lost state), a leader epoch that moved (the replicas reloaded),
+an offset below the leader's first segment or past the segment found, any error reading the
+leader (an in-sync follower may have the range intact), a range that starts above the offset (a
+compacted log's gap, the log start moved). So there is one set of read rules, and a Fetch of one
+partition is this loop over one partition.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+
+from klog.errors import KlogError, StorageError
+from klog.store.log import ByteRange
+from klog.store.partition import Partition
+from klog.store.state import PartitionSnapshot
+
+# where a RangeRead failed: reading the state, bounding the read (read_committed), reading the range
+AT_STATE, AT_BOUND, AT_RANGE = 1, 2, 3
+
+
+class RangeRead:
+    """One partition's part of a read_ranges call: what is asked, then what was found."""
+
+    __slots__ = ("part", "offset", "max_bytes", "high_watermark", "log_start_offset", "upper", "range", "data",
+                 "out_of_range", "error", "failed_at")
+
+    def __init__(self, part: Partition, offset: int, max_bytes: int) -> None:
+        self.part = part
+        self.offset = offset
+        self.max_bytes = max_bytes  # the partition's own bound; the call's budget may lower it
+        self.high_watermark = -1  # (set once the state is read)
+        self.log_start_offset = -1
+        self.upper = -1  # the read's bound: the high watermark, or what `bound` made of it
+        self.range: ByteRange | None = None  # where the bytes are (pinned until closed)
+        self.data: bytes | None = None  # ... or the bytes, read (a small range: see read_ranges' read_max)
+        self.out_of_range = False  # the offset is below the log start or past the high watermark
+        self.error: BaseException | None = None  # KlogError or OSError, raised where failed_at says
+        self.failed_at = 0
+
+    @property
+    def length(self) -> int:
+        data = self.data
+        if data is not None:
+            return len(data)
+        return self.range.length if self.range is not None else 0
+
+
+def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read_total: int = 0,
+                bound: Callable[[Partition, int], int] | None = None) -> tuple[int, int]:
+    """Fill in each of `reads` in order: the partition's state, then (its offset within
+    [log start, high watermark], and below `bound(part, high watermark)` when given: a
+    read_committed fetch's last stable offset) where its bytes from the offset are, as
+    Partition.byte_range finds them. `budget`: the bytes all the ranges may take (each range at
+    least its first batch while any budget is left, as Kafka's fetch does); a range of at most
+    `read_max` bytes comes read (RangeRead.data), while the bytes read stay within `read_total`.
+    Errors are the partition's own (RangeRead.error), never the call's. Returns what is left of
+    `budget` and of `read_total`."""
+    for r in reads:
+        part = r.part
+        offset = r.offset
+        try:
+            fields = part.state.read_fields()  # (a reader's state: the file; read_valid's cache is the writer's)
+            if fields is not None:
+                hw, start, epoch = fields
+                snap = None
+            else:  # missing or damaged: reader_snapshot says whether that is a lost state or a new partition
+                snap = part.reader_snapshot()
+                hw, start, epoch = snap.high_watermark, snap.log_start_offset, snap.leader_epoch
+        except (KlogError, OSError) as e:
+            r.error, r.failed_at = e, AT_STATE
+            continue
+        r.high_watermark, r.log_start_offset, r.upper = hw, start, hw
+        if offset < start or offset > hw:
+            r.out_of_range = True
+            continue
+        upper = hw
+        if bound is not None:
+            try:
+                r.upper = upper = bound(part, hw)
+            except (KlogError, OSError) as e:
+                r.error, r.failed_at = e, AT_BOUND
+                continue
+        if offset >= upper or budget <= 0:
+            continue
+        max_bytes = r.max_bytes if r.max_bytes < budget else budget
+        small = (read_max if read_max <= read_total else read_total) if read_max > 0 else 0
+        try:
+            found = None
+            if epoch == part.leader_epoch_loaded or part.reload_replicas is None:
+                found = _from_leader(part, offset, upper, max_bytes, small)
+            if found is None:  # anything but the usual case: the partition's own rules decide
+                if snap is None:
+                    snap = PartitionSnapshot(hw, start, epoch)
+                found = part.byte_range(offset, max_bytes, upper, snap, small)
+                if found is not None and found.data is not None:
+                    if len(found.data) != found.length:  # the file shrank under the read (retention)
+                        raise StorageError(f"read {len(found.data)} of {found.length} bytes at {found.position} "
+                                           f"of {found.path}")
+                    found = found.data
+        except (KlogError, OSError) as e:
+            r.error, r.failed_at = e, AT_RANGE
+            continue
+        if found is None:
+            continue
+        if found.__class__ is bytes:
+            r.data = found
+            budget -= len(found)
+            read_total -= len(found)
+        else:
+            r.range = found
+            budget -= found.length
+    return budget, read_total
+
+
+def _from_leader(part: Partition, offset: int, upper: int, max_bytes: int, read_max: int) -> ByteRange | bytes | None:
+    """The range from the leader's segment holding `offset` (bytes when read: at most `read_max`),
+    if it starts with the batch holding `offset`; None for everything else (the caller asks
+    Partition.byte_range, which decides it)."""
+    leader = part.replicas[0]
+    bases = leader.bases
+    i = bisect.bisect_right(bases, offset) - 1
+    if i < 0:
+        return None  # below the first segment known: the list may be stale, or the log start moved
+    segment = leader.segments[bases[i]]
+    try:
+        opened, end = segment.pin()
+    except (KlogError, OSError):
+        return None  # (a segment deleted meanwhile, no descriptor left: the partition's rules decide)
+    found = None
+    try:
+        if end:
+            found = segment.byte_range(opened, offset, upper, max_bytes, end,
+                                       leader._gap_ok(segment) if leader.compacted else None, read_max)
+    except (KlogError, OSError):
+        found = None  # damage, an I/O error: Partition.byte_range reads the followers too
+    if found is None or found[2].base_offset > offset:
+        opened.release()
+        return None  # past this segment's batches, or a gap before the first one found
+    position, length, header, data = found
+    if data is not None:
+        opened.release()
+        if len(data) != length:  # the file shrank under the read (retention): asked again, then an error
+            return None
+        return data
+    return ByteRange(opened, position, length, header, segment.log_path)
