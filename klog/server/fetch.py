@@ -54,22 +54,27 @@ INLINE_BYTES_MAX = 1 << 20
 
 
 
-@dataclass(slots=True)
-class PartitionAnswer:
-    partition: int
-    error: E = E.none
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    range: Any = None  # klog.store.log.ByteRange
-    last_stable_offset: int = -1
-    aborted: list[tuple[int, int]] | tuple[()] = ()  # (producer id, first offset)
-    converted: bytes | None = None  # Fetch v0-v3: a message set down-converted from the stored batches
-    inline: bytes | None = None  # a small range's bytes, read by the worker thread (INLINE_RANGE_BYTES)
+class PartitionAnswer(RangeRead):
+    """One partition's answer: the store's read of it (RangeRead: its offsets, where its bytes are
+    or the bytes of a small range, `upper` the last stable offset), and what the protocol adds."""
+
+    __slots__ = ("partition", "error", "aborted", "converted")
+
+    def __init__(self, partition: int, error: E = E.none) -> None:
+        RangeRead.__init__(self)
+        self.partition = partition
+        self.error = error
+        self.aborted: list[tuple[int, int]] | tuple[()] = ()  # (producer id, first offset)
+        self.converted: bytes | None = None  # Fetch v0-v3: a message set down-converted from the stored batches
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.upper
 
     @property
     def size(self) -> int:
-        if self.inline is not None:
-            return len(self.inline)
+        if self.data is not None:
+            return len(self.data)
         if self.converted is not None:
             return len(self.converted)
         return self.range.length if self.range is not None else 0
@@ -113,20 +118,20 @@ def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[Partition
                 committed: bool, inline_left: int) -> tuple[int, int, bool]:
     """The answers of `asked` (a request topic's partitions) appended to `out`, in order: each
     partition's offsets and where its bytes are (lock-free, any process: klog.store.topic_read, one
-    loop over the topic); a range of at most INLINE_RANGE_BYTES comes read (`inline`), checked batch
+    loop over the topic); a range of at most INLINE_RANGE_BYTES comes read (`data`), checked batch
     by batch as the store found it: the same bytes sendfile would send. Returns (the budget left,
     the inline bytes left, whether any partition failed)."""
     appender = ctx.server.appender
     old_fetcher = ctx.api_version <= LAST_MESSAGE_SET_VERSION
     errors = False
-    reads: list[tuple[PartitionAnswer, RangeRead]] = []
+    reads: list[PartitionAnswer] = []
     refresh = True  # the topic's metadata may be re-read first: once per topic and request (RawAppender.partition)
     for p in asked:
         index = p.partition
         answer = PartitionAnswer(index)
         out.append(answer)
         try:
-            part = appender.partition(topic, index, refresh)
+            answer.part = appender.partition(topic, index, refresh)
             refresh = False
             requested = getattr(p, "current_leader_epoch", None)  # v9+
             if requested is not None and requested >= 0:
@@ -139,48 +144,46 @@ def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[Partition
             answer.error = _state_error(ctx, topic, index, e)
             errors = True
             continue
-        wanted = p.partition_max_bytes
-        if old_fetcher:  # converted in memory: a bounded chunk per partition and request, never a segment
-            wanted = min(wanted, DOWN_CONVERT_BYTES_MAX)
-        reads.append((answer, RangeRead(part, p.fetch_offset, wanted)))
+        answer.offset = p.fetch_offset
+        # Fetch v0-v3: converted in memory, a bounded chunk per partition and request, never a segment
+        answer.max_bytes = min(p.partition_max_bytes, DOWN_CONVERT_BYTES_MAX) if old_fetcher else p.partition_max_bytes
+        reads.append(answer)
     bound = _stable_bound if committed else None
     if not old_fetcher:
-        budget, inline_left = read_ranges([r for _, r in reads], budget, INLINE_RANGE_BYTES, inline_left, bound)
-    for answer, r in reads:
+        budget, inline_left = read_ranges(reads, budget, INLINE_RANGE_BYTES, inline_left, bound)
+    for answer in reads:
         if old_fetcher:  # one at a time: what the conversion makes of a range is what the budget pays
-            read_ranges((r,), budget, bound=bound)
-        answer.high_watermark, answer.log_start_offset, answer.last_stable_offset = \
-            r.high_watermark, r.log_start_offset, r.upper
-        if r.error is not None:
+            read_ranges((answer,), budget, bound=bound)
+        elif answer.data is not None and not committed:
+            continue  # (the usual: its bytes are read, nothing more to do)
+        if answer.failure is not None:
             errors = True
-            if r.failed_at == AT_RANGE:
-                answer.error = _read_error(ctx, topic, answer.partition, r.offset, r.error)
+            if answer.failed_at == AT_RANGE:
+                answer.error = _read_error(ctx, topic, answer.partition, answer.offset, answer.failure)
             else:
-                answer.error = _state_error(ctx, topic, answer.partition, r.error, r.failed_at == AT_STATE)
+                answer.error = _state_error(ctx, topic, answer.partition, answer.failure, answer.failed_at == AT_STATE)
             continue
-        if r.out_of_range:
+        if answer.out_of_range:
             answer.error = E.offset_out_of_range
             errors = True
             continue
-        found = r.range
-        if found is None and r.data is None:
+        found = answer.range
+        if found is None and answer.data is None:
             continue
         try:
             if old_fetcher:
-                answer.converted = _down_convert(found, ctx.api_version, r.offset)
+                answer.range = None
+                answer.converted = _down_convert(found, ctx.api_version, answer.offset)
                 budget -= len(answer.converted)
             elif found is not None:
-                answer.range = found
                 pagecache.ensure_cached(found)  # the loop's sendfile must not wait for the disk
-            else:
-                answer.inline = r.data
             if committed:
-                stable, lock = stable_view(r.part)
+                stable, lock = stable_view(answer.part)
                 with lock:
-                    aborted = stable.aborted_between(r.offset, r.upper)
+                    aborted = stable.aborted_between(answer.offset, answer.upper)
                 answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
         except (OSError, KlogError) as e:
-            answer.error = _read_error(ctx, topic, answer.partition, r.offset, e)
+            answer.error = _read_error(ctx, topic, answer.partition, answer.offset, e)
             errors = True
     return budget, inline_left, errors
 
@@ -262,7 +265,7 @@ def _clear(answers: list[TopicAnswer]) -> None:
     """The answers without their byte ranges (closed): what stays true of a partition with no data."""
     for t in answers:
         for p in t.partitions:
-            p.range = p.converted = p.inline = None
+            p.range = p.converted = p.data = None
             p.aborted = ()
 
 
@@ -344,8 +347,8 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
                 buf += bytes((size + 1,)) if size < 0x7F else bytes(((size + 1) & 0x7F | 0x80, (size + 1) >> 7))
             else:
                 buf += _uvarint(size + 1)
-            if size and p.inline is not None:
-                buf += p.inline
+            if size and p.data is not None:
+                buf += p.data
             elif size and p.converted is not None:
                 buf += p.converted
             elif size:

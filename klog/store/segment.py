@@ -142,18 +142,19 @@ class OpenLog:
             os.close(self.fd)
 
 
-def _first_step(read: Read, position: int, end: int, chunk_bytes: int, path: str) -> Walked | None:
-    """The first batch walk_batches(read, position, end) would yield, without a generator per
-    read: a v2 header within the walker's bounds, whole below `end`, is taken from the one read
+def _first_step(opened: OpenLog, position: int, end: int, chunk_bytes: int, path: str) -> Walked | None:
+    """The first batch walk_batches(opened.read, position, end) would yield, without a generator
+    per read: a v2 header within the walker's bounds, whole below `end`, is taken from the one read
     the walker makes; anything else (a magic 0/1 entry, damage, a cut batch) goes to the walker
     itself, which decides it (one pread more, off the common path)."""
-    chunk = read(position, min(chunk_bytes, end - position))  # (chunk_bytes >= a v2 header: the walker's read)
+    n = end - position
+    chunk = opened.read(position, chunk_bytes if chunk_bytes < n else n)
     if len(chunk) >= RECORD_BATCH_OVERHEAD and chunk[MAGIC_OFFSET] == MAGIC_V2:
         header = read_header(chunk)
         size = header.batch_length + LOG_OVERHEAD
         if RECORD_BATCH_OVERHEAD <= size <= DECLARED_BATCH_BYTES_MAX and position + size <= end:
             return Walked(position, header, chunk, 0)
-    return next(walk_batches(read, position, end, chunk_bytes=chunk_bytes, path=path), None)
+    return next(walk_batches(opened.read, position, end, chunk_bytes=chunk_bytes, path=path), None)
 
 
 class RecoveryResult(Plain):
@@ -244,7 +245,23 @@ class LogSegment:
         process swapped it while the cache had closed ours) reloads them. (A segment retention
         renamed to .deleted keeps being read, as Kafka reads one until file.delete.delay.ms: its
         offsets are below the log start the caller checked.)"""
-        opened, st = self._pin_stat()
+        cache = _read_fds
+        with cache.lock:  # (the usual case inline, _open_read's first lines: a wide fetch pins per partition)
+            opened = self._read
+            if opened is not None:
+                opened.pins += 1
+                try:
+                    cache.open.move_to_end(self)  # (_ReadFdCache.use of a segment it keeps)
+                except KeyError:
+                    cache.use(self)
+        if opened is not None:
+            try:
+                st = os.fstat(opened.fd)
+            except BaseException:
+                opened.release()
+                raise
+        else:
+            opened, st = self._pin_stat()
         if st.st_nlink and st.st_ino == self._log_inode:
             return opened, st.st_size
         if not st.st_nlink:
@@ -350,7 +367,7 @@ class LogSegment:
             # where the last range ended (in this same open file), its last batch checked then: a
             # consumer's next fetch starts there (no index read), if a batch starting exactly at
             # `offset` is still there
-            batch = _first_step(read, known[1], end, chunk_bytes, self.log_path)
+            batch = _first_step(opened, known[1], end, chunk_bytes, self.log_path)
             if batch is not None and batch.header.base_offset == offset:
                 return batch
         hint = 0
@@ -359,11 +376,11 @@ class LogSegment:
             hint = self.offset_index.lookup(offset - 1)  # the entry's batch ends below `offset`
         if hint >= end or (hint and not self._hint_ok(hint, offset, read)):
             hint = 0
-        first = _first_step(read, hint, end, chunk_bytes, self.log_path)
+        first = _first_step(opened, hint, end, chunk_bytes, self.log_path)
         if first is None:
             return None
         header = first.header
-        if header.last_offset >= offset:  # (the usual: the batch the walk starts at is the one)
+        if header.base_offset + header.last_offset_delta >= offset:  # (its last offset: the usual case)
             if not hint and header.base_offset != self.base_offset:  # (else _check_follows has nothing to say)
                 self._check_follows(None, 0, header, gap_ok)
             return first
@@ -413,32 +430,38 @@ class LogSegment:
         A range of at most `read_max` bytes comes with its bytes (else None): the walk to the first
         batch reads `read_max` bytes at once, so a range within them costs no read of its own.
         Every read is of `opened` (pinned by the caller, who sends the range from it)."""
-        found = self._first_walked(opened, offset, end, gap_ok, chunk_bytes=max(HEADER_CHUNK_BYTES, read_max))
-        if found is None or found.header.base_offset >= upper:
+        found = self._first_walked(opened, offset, end, gap_ok,
+                                   read_max if read_max > HEADER_CHUNK_BYTES else HEADER_CHUNK_BYTES)
+        if found is None:
             return None
         start, header = found.position, found.header
-        size = header.size
-        limit = min(end, start + (max_bytes if max_bytes > size else size))
+        if header.base_offset >= upper:
+            return None
+        size = header.batch_length + LOG_OVERHEAD  # (header.size, without a call)
         # the first batch is whole and checked (first_batch): the walk starts after it, so a
         # one-batch range (a consumer at the log's end) costs no second read
         before, stop = header, start + size
         whole_end = stop  # where the last whole batch of the range ends
-        try:
-            walk = walk_batches(opened.read, stop, limit, path=self.log_path,
-                                read_ahead=(start - found.at, found.chunk)) if stop < limit else ()
-            for batch in walk:  # (the batches within the first read are not read again)
-                h = batch.header
-                if h.base_offset >= upper:
-                    break
-                self._check_follows(before, batch.position, h, gap_ok)
-                before, stop = h, batch.position + h.size
-                whole_end = stop
-            else:
-                if stop < limit < end and self._cut_batch_follows(opened, before, stop, end, upper, gap_ok):
-                    stop = limit  # Kafka's fetch sends the last batch cut at the budget; clients drop it
-        except CorruptLogError:
-            pass  # damage after the first batch: the range ends before it, the next fetch starts there and fails
-        self._read_end = (before.next_offset, whole_end, opened)
+        limit = start + (max_bytes if max_bytes > size else size)
+        if limit > end:
+            limit = end
+        if stop < limit:
+            try:
+                walk = walk_batches(opened.read, stop, limit, path=self.log_path,
+                                    read_ahead=(start - found.at, found.chunk))
+                for batch in walk:  # (the batches within the first read are not read again)
+                    h = batch.header
+                    if h.base_offset >= upper:
+                        break
+                    self._check_follows(before, batch.position, h, gap_ok)
+                    before, stop = h, batch.position + h.size
+                    whole_end = stop
+                else:
+                    if stop < limit < end and self._cut_batch_follows(opened, before, stop, end, upper, gap_ok):
+                        stop = limit  # Kafka's fetch sends the last batch cut at the budget; clients drop it
+            except CorruptLogError:
+                pass  # damage after the first batch: the range ends before it, the next fetch starts there and fails
+        self._read_end = (before.base_offset + before.last_offset_delta + 1, whole_end, opened)  # (its next offset)
         length = stop - start
         if length > read_max:
             return start, length, header, None

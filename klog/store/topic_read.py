@@ -35,12 +35,13 @@ AT_STATE, AT_BOUND, AT_RANGE = 1, 2, 3
 
 
 class RangeRead:
-    """One partition's part of a read_ranges call: what is asked, then what was found."""
+    """One partition's part of a read_ranges call: what is asked, then what was found. (A served
+    Fetch's answer extends it: klog.server.fetch.PartitionAnswer.)"""
 
     __slots__ = ("part", "offset", "max_bytes", "high_watermark", "log_start_offset", "upper", "range", "data",
-                 "out_of_range", "error", "failed_at")
+                 "out_of_range", "failure", "failed_at")
 
-    def __init__(self, part: Partition, offset: int, max_bytes: int) -> None:
+    def __init__(self, part: Partition | None = None, offset: int = 0, max_bytes: int = 0) -> None:
         self.part = part
         self.offset = offset
         self.max_bytes = max_bytes  # the partition's own bound; the call's budget may lower it
@@ -50,15 +51,8 @@ class RangeRead:
         self.range: ByteRange | None = None  # where the bytes are (pinned until closed)
         self.data: bytes | None = None  # ... or the bytes, read (a small range: see read_ranges' read_max)
         self.out_of_range = False  # the offset is below the log start or past the high watermark
-        self.error: BaseException | None = None  # KlogError or OSError, raised where failed_at says
+        self.failure: BaseException | None = None  # a KlogError or OSError, raised where failed_at says
         self.failed_at = 0
-
-    @property
-    def length(self) -> int:
-        data = self.data
-        if data is not None:
-            return len(data)
-        return self.range.length if self.range is not None else 0
 
 
 def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read_total: int = 0,
@@ -69,8 +63,9 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
     Partition.byte_range finds them. `budget`: the bytes all the ranges may take (each range at
     least its first batch while any budget is left, as Kafka's fetch does); a range of at most
     `read_max` bytes comes read (RangeRead.data), while the bytes read stay within `read_total`.
-    Errors are the partition's own (RangeRead.error), never the call's. Returns what is left of
-    `budget` and of `read_total`."""
+    Failures are the partition's own (RangeRead.failure), never the call's. Returns what is left
+    of `budget` and of `read_total`."""
+    bisect_right = bisect.bisect_right
     for r in reads:
         part = r.part
         offset = r.offset
@@ -83,40 +78,66 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
                 snap = part.reader_snapshot()
                 hw, start, epoch = snap.high_watermark, snap.log_start_offset, snap.leader_epoch
         except (KlogError, OSError) as e:
-            r.error, r.failed_at = e, AT_STATE
+            r.failure, r.failed_at = e, AT_STATE
             continue
-        r.high_watermark, r.log_start_offset, r.upper = hw, start, hw
+        r.high_watermark = r.upper = upper = hw
+        r.log_start_offset = start
         if offset < start or offset > hw:
             r.out_of_range = True
             continue
-        upper = hw
         if bound is not None:
             try:
                 r.upper = upper = bound(part, hw)
             except (KlogError, OSError) as e:
-                r.error, r.failed_at = e, AT_BOUND
+                r.failure, r.failed_at = e, AT_BOUND
                 continue
         if offset >= upper or budget <= 0:
             continue
         max_bytes = r.max_bytes if r.max_bytes < budget else budget
         small = (read_max if read_max <= read_total else read_total) if read_max > 0 else 0
+        # the usual case, inline: the leader's segment holding `offset`, pinned, and the range in it
+        # from the batch holding `offset` (LogSegment.byte_range: its header walk and continuity
+        # checks); found stays None for anything else, which Partition.byte_range decides
+        found = None
+        if epoch == part.leader_epoch_loaded or part.reload_replicas is None:  # (else: the replicas reload)
+            leader = part.replicas[0]
+            bases = leader.bases
+            i = bisect_right(bases, offset) - 1
+            if i >= 0:  # (below the first segment known: the list may be stale, or the log start moved)
+                segment = leader.segments[bases[i]]
+                try:
+                    opened, end = segment.pin()
+                except (KlogError, OSError):  # a segment deleted meanwhile, no descriptor left
+                    opened, end = None, 0
+                if end:
+                    try:
+                        got = segment.byte_range(opened, offset, upper, max_bytes, end,
+                                                 leader._gap_ok(segment) if leader.compacted else None, small)
+                    except (KlogError, OSError):  # damage, an I/O error: an in-sync follower may have it intact
+                        got = None
+                    if got is not None and got[2].base_offset <= offset:  # (else a gap before it, or none here)
+                        data = got[3]
+                        if data is None:
+                            found = ByteRange(opened, got[0], got[1], got[2], segment.log_path)
+                            opened = None  # (the range holds the pin until it is sent)
+                        elif len(data) == got[1]:  # (shorter: the file shrank under the read; asked again)
+                            found = data
+                if opened is not None:
+                    opened.release()
         try:
-            found = None
-            if epoch == part.leader_epoch_loaded or part.reload_replicas is None:
-                found = _from_leader(part, offset, upper, max_bytes, small)
             if found is None:  # anything but the usual case: the partition's own rules decide
                 if snap is None:
                     snap = PartitionSnapshot(hw, start, epoch)
                 found = part.byte_range(offset, max_bytes, upper, snap, small)
-                if found is not None and found.data is not None:
+                if found is None:
+                    continue
+                if found.data is not None:
                     if len(found.data) != found.length:  # the file shrank under the read (retention)
                         raise StorageError(f"read {len(found.data)} of {found.length} bytes at {found.position} "
                                            f"of {found.path}")
                     found = found.data
         except (KlogError, OSError) as e:
-            r.error, r.failed_at = e, AT_RANGE
-            continue
-        if found is None:
+            r.failure, r.failed_at = e, AT_RANGE
             continue
         if found.__class__ is bytes:
             r.data = found
@@ -126,36 +147,3 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
             r.range = found
             budget -= found.length
     return budget, read_total
-
-
-def _from_leader(part: Partition, offset: int, upper: int, max_bytes: int, read_max: int) -> ByteRange | bytes | None:
-    """The range from the leader's segment holding `offset` (bytes when read: at most `read_max`),
-    if it starts with the batch holding `offset`; None for everything else (the caller asks
-    Partition.byte_range, which decides it)."""
-    leader = part.replicas[0]
-    bases = leader.bases
-    i = bisect.bisect_right(bases, offset) - 1
-    if i < 0:
-        return None  # below the first segment known: the list may be stale, or the log start moved
-    segment = leader.segments[bases[i]]
-    try:
-        opened, end = segment.pin()
-    except (KlogError, OSError):
-        return None  # (a segment deleted meanwhile, no descriptor left: the partition's rules decide)
-    found = None
-    try:
-        if end:
-            found = segment.byte_range(opened, offset, upper, max_bytes, end,
-                                       leader._gap_ok(segment) if leader.compacted else None, read_max)
-    except (KlogError, OSError):
-        found = None  # damage, an I/O error: Partition.byte_range reads the followers too
-    if found is None or found[2].base_offset > offset:
-        opened.release()
-        return None  # past this segment's batches, or a gap before the first one found
-    position, length, header, data = found
-    if data is not None:
-        opened.release()
-        if len(data) != length:  # the file shrank under the read (retention): asked again, then an error
-            return None
-        return data
-    return ByteRange(opened, position, length, header, segment.log_path)
