@@ -32,7 +32,7 @@ from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
 from klog.store.plain import Plain
 from klog.store.validate import SegmentScan
-from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Read, Walked, follows, walk_batches
+from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Read, follows, walk_batches
 
 GapOk = Callable[[int], bool]  # may the batch at this position start above where the one before ended?
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
@@ -142,7 +142,10 @@ class OpenLog:
             os.close(self.fd)
 
 
-def _first_step(opened: OpenLog, position: int, end: int, chunk_bytes: int, path: str) -> Walked | None:
+Found = tuple[int, BatchHeader, bytes, int]  # where a read starts: position, header, the chunk holding it from `at`
+
+
+def _first_step(opened: OpenLog, position: int, end: int, chunk_bytes: int, path: str) -> Found | None:
     """The first batch walk_batches(opened.read, position, end) would yield, without a generator
     per read: a v2 header within the walker's bounds, whole below `end`, is taken from the one read
     the walker makes; anything else (a magic 0/1 entry, damage, a cut batch) goes to the walker
@@ -153,8 +156,10 @@ def _first_step(opened: OpenLog, position: int, end: int, chunk_bytes: int, path
         header = read_header(chunk)
         size = header.batch_length + LOG_OVERHEAD
         if RECORD_BATCH_OVERHEAD <= size <= DECLARED_BATCH_BYTES_MAX and position + size <= end:
-            return Walked(position, header, chunk, 0)
-    return next(walk_batches(opened.read, position, end, chunk_bytes=chunk_bytes, path=path), None)
+            return position, header, chunk, 0
+    for batch in walk_batches(opened.read, position, end, chunk_bytes=chunk_bytes, path=path):
+        return batch.position, batch.header, batch.chunk, batch.at
+    return None
 
 
 class RecoveryResult(Plain):
@@ -351,10 +356,10 @@ class LogSegment:
         """(position, header) of the batch a read from `offset` starts at, in `opened` (pinned:
         the read goes on through it), below `end`: see _first_walked."""
         found = self._first_walked(opened, offset, end, gap_ok, chunk_bytes)
-        return (found.position, found.header) if found is not None else None
+        return (found[0], found[1]) if found is not None else None
 
     def _first_walked(self, opened: OpenLog, offset: int, end: int, gap_ok: GapOk | None = None,
-                      chunk_bytes: int = SCAN_CHUNK_BYTES) -> Walked | None:
+                      chunk_bytes: int = SCAN_CHUNK_BYTES) -> Found | None:
         """Where a read from `offset` starts: the first batch whose last offset ≥ offset, checked
         against the batch before it. The walk starts at the index entry below `offset`, so that
         batch is seen: it must end where this one starts, and the segment's first batch must start
@@ -367,31 +372,30 @@ class LogSegment:
             # where the last range ended (in this same open file), its last batch checked then: a
             # consumer's next fetch starts there (no index read), if a batch starting exactly at
             # `offset` is still there
-            batch = _first_step(opened, known[1], end, chunk_bytes, self.log_path)
-            if batch is not None and batch.header.base_offset == offset:
-                return batch
+            found = _first_step(opened, known[1], end, chunk_bytes, self.log_path)
+            if found is not None and found[1].base_offset == offset:
+                return found
         hint = 0
         if offset > self.base_offset:  # (at or below the base no entry can help: no index read)
             self.offset_index.refresh()
             hint = self.offset_index.lookup(offset - 1)  # the entry's batch ends below `offset`
         if hint >= end or (hint and not self._hint_ok(hint, offset, read)):
             hint = 0
-        first = _first_step(opened, hint, end, chunk_bytes, self.log_path)
-        if first is None:
+        found = _first_step(opened, hint, end, chunk_bytes, self.log_path)
+        if found is None:
             return None
-        header = first.header
+        position, header, chunk, at = found
         if header.base_offset + header.last_offset_delta >= offset:  # (its last offset: the usual case)
             if not hint and header.base_offset != self.base_offset:  # (else _check_follows has nothing to say)
                 self._check_follows(None, 0, header, gap_ok)
-            return first
+            return found
         before = header  # the walk goes on after it, from the bytes already read
-        for batch in walk_batches(read, first.position + header.batch_length + LOG_OVERHEAD, end,
-                                  chunk_bytes=chunk_bytes, path=self.log_path,
-                                  read_ahead=(first.position - first.at, first.chunk)):
+        for batch in walk_batches(read, position + header.batch_length + LOG_OVERHEAD, end, chunk_bytes=chunk_bytes,
+                                  path=self.log_path, read_ahead=(position - at, chunk)):
             header = batch.header
             if header.last_offset >= offset:
                 self._check_follows(before, batch.position, header, gap_ok)
-                return batch
+                return batch.position, header, batch.chunk, batch.at
             before = header
         return None
 
@@ -434,7 +438,7 @@ class LogSegment:
                                    read_max if read_max > HEADER_CHUNK_BYTES else HEADER_CHUNK_BYTES)
         if found is None:
             return None
-        start, header = found.position, found.header
+        start, header, chunk, at = found
         if header.base_offset >= upper:
             return None
         size = header.batch_length + LOG_OVERHEAD  # (header.size, without a call)
@@ -447,8 +451,7 @@ class LogSegment:
             limit = end
         if stop < limit:
             try:
-                walk = walk_batches(opened.read, stop, limit, path=self.log_path,
-                                    read_ahead=(start - found.at, found.chunk))
+                walk = walk_batches(opened.read, stop, limit, path=self.log_path, read_ahead=(start - at, chunk))
                 for batch in walk:  # (the batches within the first read are not read again)
                     h = batch.header
                     if h.base_offset >= upper:
@@ -465,7 +468,6 @@ class LogSegment:
         length = stop - start
         if length > read_max:
             return start, length, header, None
-        chunk, at = found.chunk, found.at
         data = chunk[at:at + length] if at + length <= len(chunk) else opened.read(start, length)
         return start, length, header, data
 
