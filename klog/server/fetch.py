@@ -325,7 +325,7 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
         buf += _uvarint(len(t.partitions) + 1) if flexible else struct.pack(">i", len(t.partitions))
         for p in t.partitions:
             if version >= 5:  # (index, error, high watermark, last stable offset, log start: one pack)
-                buf += _PARTITION_V5.pack(p.partition, int(p.error), p.high_watermark, p.last_stable_offset,
+                buf += _PARTITION_V5.pack(p.partition, int(p.error), p.high_watermark, p.upper,  # (the LSO)
                                           p.log_start_offset)
             else:
                 buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
@@ -340,15 +340,16 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
                     if flexible:
                         buf += b"\0"  # the aborted transaction's tagged fields
                 buf += replica
-            size = p.size
+            data = p.data  # (PartitionAnswer.size, without a call for the usual answer)
+            size = len(data) if data is not None else p.size
             if not flexible:
                 buf += struct.pack(">i", size)
             elif size < 0x3FFF:  # (the usual: a two-byte varint, without a call)
                 buf += bytes((size + 1,)) if size < 0x7F else bytes(((size + 1) & 0x7F | 0x80, (size + 1) >> 7))
             else:
                 buf += _uvarint(size + 1)
-            if size and p.data is not None:
-                buf += p.data
+            if size and data is not None:
+                buf += data
             elif size and p.converted is not None:
                 buf += p.converted
             elif size:
