@@ -103,8 +103,10 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
             leader = part.replicas[0]
             bases = leader.bases
             i = bisect_right(bases, offset) - 1
-            if i >= 0:  # (below the first segment known: the list may be stale, or the log start moved)
-                segment = leader.segments[bases[i]]
+            # (below the first segment known: the list may be stale, or the log start moved; none:
+            # another thread's listing dropped it meanwhile)
+            segment = leader.segments.get(bases[i]) if i >= 0 else None
+            if segment is not None:
                 try:
                     opened, end = segment.pin()
                 except (KlogError, OSError):  # a segment deleted meanwhile, no descriptor left

@@ -125,3 +125,38 @@ def test_offsets_outside_the_log_and_the_budget(tmp_path):
         assert budget == 100 - len(reads[2].data) and left == (1 << 20) - len(reads[2].data)
         again = [RangeRead(parts[2], 0, 1 << 20)]
         assert read_ranges(again, 0, 16 << 10, 1 << 20) == (0, 1 << 20) and again[0].data is None  # no budget left
+
+
+def test_a_range_found_in_the_loop_is_sent_from_the_file_its_positions_were_found_in(store, monkeypatch):
+    """A compaction swapping the segment between the loop's walk and the range handed out: the
+    range's positions are read (and would be sent) from the file they were found in."""
+    from klog.broker import lifecycle
+    from klog.store import codec
+    from klog.store.segment import LogSegment
+    from tests.broker.test_compaction import COMPACTED, T0, clock_at, write
+    from tests.store.test_reads_across_swap import _deleted_files_open
+
+    store.create_topic("c", partitions=1, configs=COMPACTED)
+    write(store, "c", [(b"k%d" % (i % 4), b"v%03d" % i) for i in range(150)])
+    part = store.partition("c", 0)
+    base, after = part.leader.bases[2], part.leader.bases[3]
+    walk = LogSegment.byte_range
+    swapped = []
+
+    def walk_then_swap(segment: LogSegment, *args, **kwargs):  # noqa: ANN202
+        found = walk(segment, *args, **kwargs)
+        if not swapped:  # the cleaner thread's swap lands between the walk and the range handed out
+            swapped.append(lifecycle.compact(store, "c", clock=clock_at(T0 + 10**6)))
+        return found
+
+    monkeypatch.setattr(LogSegment, "byte_range", walk_then_swap)
+    [r] = reads = [RangeRead(part, (base + after) // 2, 1 << 20)]
+    read_ranges(reads, 1 << 30)
+    assert swapped and swapped[0][0].segments_rewritten
+    assert r.failure is None and r.range is not None
+    try:
+        assert codec.read_header(os.pread(r.range.fd, r.range.length, r.range.position)) == r.range.first
+        assert _deleted_files_open(), "the old file is kept open for the range"
+    finally:
+        r.range.close()
+    assert not _deleted_files_open(), "the old file is closed with the last range sent from it"
