@@ -58,14 +58,16 @@ class PartitionAnswer(RangeRead):
     """One partition's answer: the store's read of it (RangeRead: its offsets, where its bytes are
     or the bytes of a small range, `upper` the last stable offset), and what the protocol adds."""
 
-    __slots__ = ("partition", "error", "aborted", "converted")
+    error = E.none
+    aborted: list[tuple[int, int]] | tuple[()] = ()  # (producer id, first offset)
+    converted: bytes | None = None  # Fetch v0-v3: a message set down-converted from the stored batches
+    part = None  # (what RangeRead asks: set for the partitions read)
+    offset = max_bytes = 0
 
     def __init__(self, partition: int, error: E = E.none) -> None:
-        RangeRead.__init__(self)
         self.partition = partition
-        self.error = error
-        self.aborted: list[tuple[int, int]] | tuple[()] = ()  # (producer id, first offset)
-        self.converted: bytes | None = None  # Fetch v0-v3: a message set down-converted from the stored batches
+        if error:
+            self.error = error
 
     @property
     def last_stable_offset(self) -> int:

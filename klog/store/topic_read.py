@@ -36,23 +36,22 @@ AT_STATE, AT_BOUND, AT_RANGE = 1, 2, 3
 
 class RangeRead:
     """One partition's part of a read_ranges call: what is asked, then what was found. (A served
-    Fetch's answer extends it: klog.server.fetch.PartitionAnswer.)"""
+    Fetch's answer extends it: klog.server.fetch.PartitionAnswer.) What is not found keeps the
+    class's value: an answer is made per partition and request, so only what differs is set."""
 
-    __slots__ = ("part", "offset", "max_bytes", "high_watermark", "log_start_offset", "upper", "range", "data",
-                 "out_of_range", "failure", "failed_at")
+    high_watermark = -1  # (set once the state is read)
+    log_start_offset = -1
+    upper = -1  # the read's bound: the high watermark, or what `bound` made of it
+    range: ByteRange | None = None  # where the bytes are (pinned until closed)
+    data: bytes | None = None  # ... or the bytes, read (a small range: see read_ranges' read_max)
+    out_of_range = False  # the offset is below the log start or past the high watermark
+    failure: BaseException | None = None  # a KlogError or OSError, raised where failed_at says
+    failed_at = 0
 
     def __init__(self, part: Partition | None = None, offset: int = 0, max_bytes: int = 0) -> None:
         self.part = part
         self.offset = offset
         self.max_bytes = max_bytes  # the partition's own bound; the call's budget may lower it
-        self.high_watermark = -1  # (set once the state is read)
-        self.log_start_offset = -1
-        self.upper = -1  # the read's bound: the high watermark, or what `bound` made of it
-        self.range: ByteRange | None = None  # where the bytes are (pinned until closed)
-        self.data: bytes | None = None  # ... or the bytes, read (a small range: see read_ranges' read_max)
-        self.out_of_range = False  # the offset is below the log start or past the high watermark
-        self.failure: BaseException | None = None  # a KlogError or OSError, raised where failed_at says
-        self.failed_at = 0
 
 
 def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read_total: int = 0,
