@@ -49,8 +49,6 @@ def _segmented(store, topic: str, records: int = 30, partitions: int = 1) -> Non
 
 
 # -- the segment dict changing under a reader's walk over it -------------------------------------
-@pytest.mark.xfail(strict=True, reason="PartitionLog.size_bytes iterates self.segments while a writer in "
-                                       "another thread adds a segment (fix: log.py, see the report)")
 def test_a_size_asked_while_the_writer_rolls_is_a_size_not_a_runtime_error(store):
     """describe_topic / Partition.size_bytes in one thread, a roll in another: 'dictionary
     changed size during iteration' escaped to the user before."""
@@ -80,8 +78,6 @@ def test_a_size_asked_while_the_writer_rolls_is_a_size_not_a_runtime_error(store
     assert size > 0
 
 
-@pytest.mark.xfail(strict=True, reason="Partition.holds_data iterates replica.segments while a writer in "
-                                       "another thread adds a segment (fix: partition.py, see the report)")
 def test_holds_data_asked_while_the_writer_rolls_answers(store):
     """reader_snapshot asks holds_data when it finds no state file (a partition being created
     by a writer in another thread: the f0a6591 case); a roll meanwhile must not raise."""
@@ -101,8 +97,6 @@ def test_holds_data_asked_while_the_writer_rolls_answers(store):
 
 
 
-@pytest.mark.xfail(strict=True, reason="PartitionLog.release_files iterates self.segments while a reader "
-                                       "thread's re-listing adds one (fix: log.py, see the report)")
 def test_a_producer_releasing_files_while_a_reader_relists_does_not_raise(store):
     """The producer (PartitionWriter._written) closes an idle partition's files while a consumer
     thread re-lists the folder and finds a segment another process rolled: the producer's
@@ -132,8 +126,6 @@ def _segments_pass_under(log, offset: int) -> None:  # noqa: ANN001 - a Partitio
     _in_thread(lambda: delete_segments_below(log, offset))
 
 
-@pytest.mark.xfail(strict=True, reason="PartitionLog._first_segment looks a base up in self.segments after "
-                                       "retention in another thread removed it: KeyError (fix: log.py)")
 def test_a_read_while_retention_deletes_its_first_segment_reads_on_not_key_error(store, monkeypatch):
     _segmented(store, "r")
     part = store.partition("r", 0)
@@ -156,8 +148,6 @@ def test_a_read_while_retention_deletes_its_first_segment_reads_on_not_key_error
     assert got[0].header.base_offset in (0, second)  # the old first segment's records, or the new start's
 
 
-@pytest.mark.xfail(strict=True, reason="max_timestamp_offset (broker/offsets.py) looks a base up in "
-                                       "segments after retention removed it: KeyError (fix: log.py)")
 def test_list_offsets_max_timestamp_while_retention_deletes_segments(store):
     """ListOffsets MAX_TIMESTAMP walks the sealed segments' time indexes off the partition's
     lock; retention in the append worker deletes a prefix of them meanwhile."""
@@ -229,8 +219,6 @@ def _still(fd: int, path: str) -> bool:
         return False
 
 
-@pytest.mark.xfail(strict=True, reason="Partition.release_files(readers_too=True) closes the state file a "
-                                       "reader thread is about to pread (fix: state.py, see the report)")
 def test_a_producer_releasing_a_partitions_files_under_a_reader_gives_it_no_other_partitions_state(
         store, monkeypatch):
     """A program consumes partition 0 in one thread while its producer (another thread) writes
@@ -369,8 +357,6 @@ def test_the_dirty_ratio_read_while_another_thread_deletes_segments(store):
     assert log.bases[0] == third and 0 <= ratio <= 1
 
 
-@pytest.mark.xfail(strict=True, reason="PartitionLog.read checks its first batch against the log's first "
-                                       "segment after the read, not while it ran (fix: log.py, see the report)")
 def test_a_read_from_the_log_start_while_retention_moves_it_is_no_damage(store, monkeypatch):
     """A consumer reads from the log start while retention (a roll in the producer's thread)
     deletes the oldest segment: the batches it read from that segment's file are whole and
@@ -397,8 +383,6 @@ def test_a_read_from_the_log_start_while_retention_moves_it_is_no_damage(store, 
     assert offsets == sorted(offsets) and got[-1].header.next_offset == part.high_watermark()
 
 
-@pytest.mark.xfail(strict=True, reason="PartitionLog.size_bytes fails on a segment retention renamed "
-                                       "before it re-lists (fix: log.py, see the report)")
 def test_a_size_asked_while_retention_deletes_a_segment_is_a_size(store):
     """describe_topic in one thread while retention in another has renamed the oldest segment
     but not yet re-listed the folder (it fsyncs the folder in between): 'cannot read t-0: ...
@@ -412,8 +396,6 @@ def test_a_size_asked_while_retention_deletes_a_segment_is_a_size(store):
 
 
 # -- the idle flush timer thread and the writer's release of idle partitions ----------------------
-@pytest.mark.xfail(strict=True, reason="a partition whose release meets an armed idle flush is never "
-                                       "released afterwards (fix: partition.py, see the report)")
 def test_a_partition_released_while_its_idle_flush_is_armed_is_released_after_it(store):
     """A producer writing more partitions than it keeps open (acks=0, flush.ms set) releases the
     least recently written one while its idle flush timer waits: the release is skipped (it
@@ -434,8 +416,6 @@ def test_a_partition_released_while_its_idle_flush_is_armed_is_released_after_it
     producer.close()
 
 
-@pytest.mark.xfail(strict=True, reason="Partition.close (an alter in another thread) closes the state file a "
-                                       "reader thread is about to pread (fix: state.py, see the report)")
 def test_a_topic_altered_under_a_reader_gives_it_no_bad_descriptor(store, monkeypatch):
     """klog serve: a fetch reads a partition's high watermark while an AlterConfigs (another
     thread) re-opens the topic (Store.alter_topic closes its open partitions): the fetch's pread
