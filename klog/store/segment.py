@@ -418,6 +418,27 @@ class LogSegment:
             return  # compacted: the offsets between were removed by the cleaner
         raise CorruptLogError(problem, self.log_path, position, header.base_offset)
 
+    def pinned_range(self, offset: int, upper: int, max_bytes: int, gap_ok: GapOk | None = None,
+                     read_max: int = 0) -> tuple[OpenLog | None, int, int, BatchHeader, bytes | None] | None:
+        """byte_range over this segment's `.log`, pinned for it (pin): (the OpenLog the range
+        keeps pinned until the caller has sent it and releases it, or None when the range came
+        read; position, length, first header, the bytes or None). None when the segment holds no
+        batch from `offset` below `upper`, or is gone (deleted meanwhile)."""
+        try:
+            opened, end = self.pin()
+        except FileNotFoundError:
+            return None
+        found = None
+        try:
+            if end:
+                found = self.byte_range(opened, offset, upper, max_bytes, end, gap_ok, read_max)
+        finally:
+            if found is None or found[3] is not None:
+                opened.release()  # (else the range holds the pin until it is sent)
+        if found is None:
+            return None
+        return (opened if found[3] is None else None, *found)
+
     def byte_range(self, opened: OpenLog, offset: int, upper: int, max_bytes: int, end: int,
                    gap_ok: GapOk | None = None,
                    read_max: int = 0) -> tuple[int, int, BatchHeader, bytes | None] | None:

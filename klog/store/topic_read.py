@@ -7,10 +7,10 @@ partition (Partition, its replica, the segment); read_ranges takes the usual cas
 partition inline, in one loop over the topic:
 
 - the state file read once (one pread: the answer's offsets and the read's bound agree);
-- the leader's segment holding the offset (one bisect), pinned (LogSegment.pin: the file the
-  range is found in is the one sent, whatever a compaction swaps meanwhile);
-- the range from the batch holding the offset (LogSegment.byte_range: every batch boundary in the
-  range checked by a header walk, the first batch against the one before it).
+- the leader's segment holding the offset (one bisect), and the range in it from the batch
+  holding the offset (LogSegment.pinned_range: the file pinned, so the one the range is found in
+  is the one sent whatever a compaction swaps meanwhile; every batch boundary in the range
+  checked by a header walk, the first batch against the one before it).
 
 Whatever is not that usual case goes to Partition.byte_range, which decides it with its full rules:
 a state file missing or damaged (lost state), a leader epoch that moved (the replicas reloaded),
@@ -94,9 +94,9 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
             continue
         max_bytes = r.max_bytes if r.max_bytes < budget else budget
         small = (read_max if read_max <= read_total else read_total) if read_max > 0 else 0
-        # the usual case, inline: the leader's segment holding `offset`, pinned, and the range in it
-        # from the batch holding `offset` (LogSegment.byte_range: its header walk and continuity
-        # checks); found stays None for anything else, which Partition.byte_range decides
+        # the usual case, inline: the range in the leader's segment holding `offset`, from the batch
+        # holding it (LogSegment.pinned_range: the pin, the header walk and its continuity checks);
+        # found stays None for anything else, which Partition.byte_range decides
         found = None
         if epoch == part.leader_epoch_loaded or part.reload_replicas is None:  # (else: the replicas reload)
             leader = part.replicas[0]
@@ -107,24 +107,19 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
             segment = leader.segments.get(bases[i]) if i >= 0 else None
             if segment is not None:
                 try:
-                    opened, end = segment.pin()
-                except (KlogError, OSError):  # a segment deleted meanwhile, no descriptor left
-                    opened, end = None, 0
-                if end:
-                    try:
-                        got = segment.byte_range(opened, offset, upper, max_bytes, end,
-                                                 leader._gap_ok(segment) if leader.compacted else None, small)
-                    except (KlogError, OSError):  # damage, an I/O error: an in-sync follower may have it intact
-                        got = None
-                    if got is not None and got[2].base_offset <= offset:  # (else a gap before it, or none here)
-                        data = got[3]
-                        if data is None:
-                            found = ByteRange(opened, got[0], got[1], got[2], segment.log_path)
-                            opened = None  # (the range holds the pin until it is sent)
-                        elif len(data) == got[1]:  # (shorter: the file shrank under the read; asked again)
-                            found = data
-                if opened is not None:
-                    opened.release()
+                    got = segment.pinned_range(offset, upper, max_bytes,
+                                               leader._gap_ok(segment) if leader.compacted else None, small)
+                except (KlogError, OSError):  # damage, an I/O error: an in-sync follower may have it intact
+                    got = None
+                if got is not None:
+                    opened, position, length, header, data = got
+                    if header.base_offset > offset:  # a gap before it: not the usual case
+                        if opened is not None:
+                            opened.release()
+                    elif data is None:  # (the range holds the pin until it is sent)
+                        found = ByteRange(opened, position, length, header, segment.log_path)
+                    elif len(data) == length:  # (shorter: the file shrank under the read; asked again)
+                        found = data
         try:
             if found is None:  # anything but the usual case: the partition's own rules decide
                 if snap is None:
