@@ -12,6 +12,11 @@ Each writes into the topic twice: `first` into the new topic (it creates every p
 then `again` (the steady state). The peer of each partition count is one partition, same run. For
 produce and -K, `again` is the median of alternated rounds over every partition count (the load of
 a shared machine moves CPU time by ±20% from one run to the next).
+
+Before/after in one run: KLOG_BENCH_BASELINE=<another checkout> (e.g. main's) runs produce and -K
+from that checkout's code too, its `again` rounds alternated with this tree's, each count in its own
+store; its figures are printed beside this tree's. KLOG_BENCH_PARTITION_COUNTS (e.g. `1,1000`) and
+KLOG_BENCH_PARTITION_CASES (e.g. `keyed,serve`) narrow a run.
 """
 
 from __future__ import annotations
@@ -41,13 +46,15 @@ def make_inputs(folder: str, lines: int) -> tuple[str, str]:
     return plain, keyed
 
 
-def measured(args: list[str], env: dict, stdin_path: str | None = None) -> tuple[float, float, float]:
-    """(CPU seconds, peak RSS MiB, wall seconds) of one klog process."""
+def measured(args: list[str], env: dict, stdin_path: str | None = None, cwd: str | None = None
+             ) -> tuple[float, float, float]:
+    """(CPU seconds, peak RSS MiB, wall seconds) of one klog process. `cwd`: a neutral working
+    directory, so that the PYTHONPATH of `env` decides which checkout runs."""
     stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
     start = time.monotonic()
     try:
         proc = subprocess.Popen(klog_cmd(*args), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env=env)
+                                env=env, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     finally:
@@ -66,22 +73,29 @@ def create(env: dict, data_dir: str, topic: str, partitions: int) -> None:
 
 
 def case_produce(env: dict, work: str, counts: list[int], path: str, keyed: bool,
-                 rounds: int) -> dict[int, dict[str, tuple]]:
-    """Per partition count: `first` into a new topic, then `again`: the median of `rounds`
-    alternated runs (each count in turn, the order rotating)."""
-    args = {p: ["produce", "t", "-d", os.path.join(work, f"store-{p}"), *(["-K:"] if keyed else [])] for p in counts}
-    out: dict[int, dict[str, tuple]] = {}
-    for p in counts:
-        create(env, os.path.join(work, f"store-{p}"), "t", p)
-        out[p] = {"first": measured(args[p], env, path)}
-    again: dict[int, list[tuple[float, float, float]]] = {p: [] for p in counts}
+                 rounds: int, envs: dict[str, dict] | None = None) -> dict[str, dict[int, dict[str, tuple]]]:
+    """Per checkout (`envs`: name -> its environment; this tree's alone by default) and partition
+    count: `first` into a new topic, then `again`: the median of `rounds` alternated runs (each
+    checkout and count in turn, the order rotating)."""
+    envs = envs or {"": env}
+    keys = [(name, p) for p in counts for name in envs]
+
+    def folder(name: str, p: int) -> str:
+        return os.path.join(work, f"store-{name or 'this'}-{p}")
+
+    args = {(n, p): ["produce", "t", "-d", folder(n, p), *(["-K:"] if keyed else [])] for n, p in keys}
+    out: dict[str, dict[int, dict[str, tuple]]] = {n: {} for n in envs}
+    for n, p in keys:
+        create(envs[n], folder(n, p), "t", p)
+        out[n][p] = {"first": measured(args[(n, p)], envs[n], path, cwd=work)}
+    again: dict[tuple[str, int], list[tuple[float, float, float]]] = {k: [] for k in keys}
     for r in range(rounds):
-        shift = r % len(counts)
-        for p in counts[shift:] + counts[:shift]:
-            again[p].append(measured(args[p], env, path))
-    for p in counts:
-        out[p]["again"] = tuple(statistics.median(m[i] for m in again[p]) for i in range(3))
-        shutil.rmtree(os.path.join(work, f"store-{p}"))
+        shift = r % len(keys)
+        for k in keys[shift:] + keys[:shift]:
+            again[k].append(measured(args[k], envs[k[0]], path, cwd=work))
+    for n, p in keys:
+        out[n][p]["again"] = tuple(statistics.median(m[i] for m in again[(n, p)]) for i in range(3))
+        shutil.rmtree(folder(n, p))
     return out
 
 
@@ -138,17 +152,37 @@ def case_mirror(env: dict, work: str, partitions: int, path: str) -> dict[str, t
 def run(bench: Bench) -> None:
     lines = bench.size(200_000, 2_000)
     counts = [1, 1000, 10_000] if not bench.smoke else [1, 10]
+    if os.environ.get("KLOG_BENCH_PARTITION_COUNTS"):
+        counts = [int(c) for c in os.environ["KLOG_BENCH_PARTITION_COUNTS"].split(",")]
     env = bench.env
+    envs = {"": env}
+    baseline_repo = os.environ.get("KLOG_BENCH_BASELINE")
+    if baseline_repo:
+        envs["baseline"] = {**env, "PYTHONPATH": baseline_repo}
     plain, keyed = make_inputs(bench.tmp, lines)
     rounds = bench.rounds(5)
-    cases = {"produce": lambda: case_produce(env, bench.tmp, counts, plain, False, rounds),
-             "keyed": lambda: case_produce(env, bench.tmp, counts, keyed, True, rounds),
+    produced: dict[str, dict[str, dict[int, dict[str, tuple]]]] = {}
+
+    def produce_case(name: str, path: str, keyed_input: bool) -> dict[int, dict[str, tuple]]:
+        produced[name] = case_produce(env, bench.tmp, counts, path, keyed_input, rounds, envs)
+        return produced[name][""]
+
+    cases = {"produce": lambda: produce_case("produce", plain, False),
+             "keyed": lambda: produce_case("keyed", keyed, True),
              "serve": lambda: {p: case_serve(env, bench.tmp, p, keyed) for p in counts},
              "mirror": lambda: {p: case_mirror(env, bench.tmp, p, keyed) for p in counts}}
     if bench.smoke:  # (each case works; a smoke run must stay short)
         cases = {"keyed": cases["keyed"], "serve": cases["serve"]}
+    if os.environ.get("KLOG_BENCH_PARTITION_CASES"):
+        cases = {c: cases[c] for c in os.environ["KLOG_BENCH_PARTITION_CASES"].split(",")}
     for case, measure in cases.items():
         got = measure()
+        if baseline_repo and case in produced:
+            base = produced[case]["baseline"]
+            for p in counts:
+                mine, was = got[p]["again"], base[p]["again"]
+                bench.line(f"{case} into {p:,} partitions, again: {mine[0]:.2f} s CPU / {mine[1]:.0f} MiB here, "
+                           f"{was[0]:.2f} s CPU / {was[1]:.0f} MiB in {baseline_repo} ({mine[0] / was[0]:.2f}x CPU)")
         one = got[1]["again"][0]
         for p in counts[1:]:
             cells = ", ".join(f"{label} {cpu:.2f} s CPU / {rss:.0f} MiB / {wall:.1f} s"
