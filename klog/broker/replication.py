@@ -188,6 +188,10 @@ class ReplicaManager:
                 self._dir_checks = None
 
     def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
+        checks = self._dir_checks
+        known = checks.get(log_dir_id) if checks is not None else None
+        if known is not None:  # (within shared_dir_checks: once per directory, not per partition)
+            return known
         path = self.store.data_dir.log_dir_path(log_dir_id)
         return path, self._health(log_dir_id, path)
 
@@ -553,12 +557,12 @@ class SyncTogether:
             for part, _, sync, _, _ in self._appended:
                 scope = part.replicas if sync == SYNC_ALL else part.replicas[:1] if sync == SYNC_LEADER else []
                 if any(r.flush_due() for r in scope):
-                    due.update(os.path.dirname(r.directory) for r in scope)
+                    due.update(r.log_dir for r in scope)
             synced = self._sync(due)
             short = []
             for part, meta, sync, min_isr, base_offset in self._appended:
                 for replica in part.replicas:
-                    if self._fds.devices.get(os.path.dirname(replica.directory)) in synced:
+                    if self._fds.devices.get(replica.log_dir) in synced:
                         replica.mark_synced(settle=False)  # (its state file: the append settled it)
                 part.publish()
                 if sync == SYNC_ALL and len(meta.isr) < min_isr:

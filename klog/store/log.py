@@ -185,6 +185,7 @@ def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
 class PartitionLog:
     def __init__(self, directory: str, config: LogConfig | None = None) -> None:
         self.directory = directory
+        self.log_dir = os.path.dirname(directory)  # the log directory (disk) the replica is on
         self.config = config or LogConfig()
         self.segments: dict[int, LogSegment] = {}
         self.bases: list[int] = []

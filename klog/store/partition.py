@@ -304,14 +304,14 @@ class Partition:
         per-batch cost grow with the number of segments). Otherwise recovery keeps what it cuts
         from below the published high watermark in `.corrupt` files."""
         lock = self.lock
-        trusted = self._appended_generation == lock.previous_generation
+        appended, self._appended_generation = self._appended_generation, None  # until this hold's append succeeds
+        trusted = appended == lock.previous_generation
         if trusted:
             self.state.carry(lock.previous_generation, lock.generation)  # (no re-read of the state file)
-        if not trusted and self._appended_generation is not None:  # another writer took a turn since ours
+            if self._eager_state_opens:
+                self._eager_state_opens -= 1
+        elif appended is not None:  # another writer took a turn since this object's last append
             self._eager_state_opens = EAGER_STATE_OPENS
-        self._appended_generation = None  # until this acquisition's append succeeds
-        if trusted and self._eager_state_opens:
-            self._eager_state_opens -= 1
         committed = None
         if not trusted:
             published = self.state.read_valid()
@@ -442,7 +442,8 @@ class Partition:
     def publish(self) -> None:
         """Lock held: make everything appended so far visible to readers."""
         snap = self.state.read_valid()
-        hw = min(r.log_end_offset for r in self.replicas)
+        replicas = self.replicas
+        hw = replicas[0].log_end_offset if len(replicas) == 1 else min(r.log_end_offset for r in replicas)
         if snap is None:
             snap = PartitionSnapshot(hw, 0, 0)
         elif snap.high_watermark == hw:
