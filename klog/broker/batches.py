@@ -168,8 +168,11 @@ class ProducerStates:
         self._by_partition: dict[tuple[str, int], dict[int, _ProducerEntry]] = {}
 
     def forget(self, topic: str, partition: int | None = None) -> None:
-        for key in [k for k in self._by_partition if k[0] == topic and partition in (None, k[1])]:
-            del self._by_partition[key]
+        # list(): one step for the GIL. Appends in other threads (klog serve's append workers) add
+        # partitions meanwhile (_load, under their partition's lock only): iterating the dict
+        # itself raised "dictionary changed size during iteration" into a topic's alter or delete
+        for key in [k for k in list(self._by_partition) if k[0] == topic and partition in (None, k[1])]:
+            self._by_partition.pop(key, None)
 
     def _load(self, key: tuple[str, int], part) -> dict[int, _ProducerEntry]:
         states = self._by_partition.get(key)
@@ -281,14 +284,20 @@ def batch_headers(part: Partition, since_ms: int | None = None) -> Iterator[Batc
         keep = []
         for base in reversed(bases):
             keep.append(base)
-            segment = leader.segments[base]
+            segment = leader.segments.get(base)
+            if segment is None:
+                continue  # (removed meanwhile: see below)
             segment.time_index.refresh()
             last = segment.time_index.last_entry()
             if last is not None and last[0] < since_ms and base != bases[-1]:
                 break
         bases = keep[::-1]
     for base in bases:
-        segment = leader.segments[base]
+        # (no lock held: retention in another thread of this process may have taken the segment
+        # out of the list since `bases` was read; then it is gone like a file deleted meanwhile)
+        segment = leader.segments.get(base)
+        if segment is None:
+            continue
         try:  # pinned: a cleaner's swap during this walk (no partition lock held) must not shift it
             for _, header in segment.pinned_headers():
                 yield header

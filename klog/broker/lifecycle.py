@@ -229,9 +229,15 @@ def _remember_oldest(part: Partition) -> None:
     if len(facts) < 2:
         part.retention_hint = None  # only the active segment: the next roll checks again
         return
-    st = os.stat(log.segments[facts[0].base_offset].log_path)
-    part.retention_hint = (facts[0].base_offset, (st.st_dev, st.st_ino), facts[0].largest_timestamp_ms,
-                         facts[1].base_offset)
+    oldest = facts[0]
+    try:
+        # (the lock is off: retention or delete-records in another thread may delete it meanwhile)
+        st = os.stat(oldest.segment.log_path)  # type: ignore[attr-defined]  # (lazy: retention._LazyFacts)
+        largest_ms = oldest.largest_timestamp_ms
+    except FileNotFoundError:
+        part.retention_hint = None  # gone meanwhile: the next roll checks again
+        return
+    part.retention_hint = (oldest.base_offset, (st.st_dev, st.st_ino), largest_ms, facts[1].base_offset)
 
 
 def _retention_not_due(store: BrokerStore, topic: str, partition: int) -> bool:

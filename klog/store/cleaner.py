@@ -39,6 +39,7 @@ only if something in it changes.
 from __future__ import annotations
 
 import bisect
+import errno
 import itertools
 import os
 import threading
@@ -91,17 +92,37 @@ class CleanableRange:
         return self.dirty_bytes / total if total else 0.0
 
 
+RANGE_ATTEMPTS = 3  # looks at a log whose segments retention keeps deleting under the look, then an error
+
+
 def cleanable_range(log: PartitionLog, first_dirty: int, high_watermark: int, now_ms: int,
                     min_compaction_lag_ms: int = 0) -> CleanableRange:
-    """Kafka's LogCleanerManager.cleanableOffsets + dirty ratio, on whole segments of `log`."""
+    """Kafka's LogCleanerManager.cleanableOffsets + dirty ratio, on whole segments of `log`. Read
+    without the partition's lock (klog serve's log cleaner, compaction_due): a segment that
+    retention or delete-records in another thread deletes meanwhile makes it look again."""
+    for attempt in range(RANGE_ATTEMPTS):
+        try:
+            return _cleanable_range(log, first_dirty, high_watermark, now_ms, min_compaction_lag_ms)
+        except FileNotFoundError:
+            if attempt + 1 == RANGE_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _cleanable_range(log: PartitionLog, first_dirty: int, high_watermark: int, now_ms: int,
+                     min_compaction_lag_ms: int) -> CleanableRange:
     log.refresh_segments()
     bases = log.bases
     if not bases:  # never written
         return CleanableRange(0, 0, 0, 0, 0)
-    sizes = {b: log.segments[b].file_size() for b in bases}
+    segments = [log.segments.get(b) for b in bases]
+    if None in segments:  # taken out of the list since `bases` was read
+        raise FileNotFoundError(errno.ENOENT, "a segment was deleted meanwhile", log.directory)
+    by_base = dict(zip(bases, segments, strict=True))
+    sizes = {b: s.file_size() for b, s in by_base.items()}
     uncleanable = bases[-1]  # the active segment
     for i, base in enumerate(bases[:-1]):
-        segment = log.segments[base]
+        segment = by_base[base]
         too_young = (min_compaction_lag_ms > 0
                      and largest_timestamp(segment, sizes[base]) > now_ms - min_compaction_lag_ms)
         if bases[i + 1] > high_watermark or too_young:

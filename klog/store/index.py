@@ -4,13 +4,17 @@ klog writes index files trimmed (no preallocated zero tail): every byte is a rea
 several processes can share them with plain appends and Kafka reads them as-is. An index is
 never the source of truth: recovery rebuilds it from the `.log`, so it carries no checksum.
 
-Readers cache the entries and re-read only the tail that grew since they last looked.
+Readers cache the entries and re-read only the tail that grew since they last looked. Threads
+share one cache (klog serve's readers, its append worker and cleaner): a lookup works on the
+entries as they were when it began (`_data` is replaced, never cut in place), and a tail read is
+added only to the entries it was read after.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -48,6 +52,7 @@ class _IndexFile:
         # a bytearray grows in place (amortised O(1) per entry); `bytes +=` copied the whole
         # index on every append (25 k / 50 k / 100 k appends took 1 / 6 / 23 s in one process)
         self._data = bytearray()
+        self._growing = threading.Lock()  # a tail added to `_data` (a reader's load, the writer's append)
 
     def forget(self) -> None:
         """Drop the cached entries (the file was replaced); the next refresh reloads them."""
@@ -81,12 +86,19 @@ class _IndexFile:
             self._load(fd, size)
 
     def _load(self, fd: int, size: int) -> None:
-        if size > len(self._data):
-            self._data += _pread_upto(fd, size - len(self._data), len(self._data))
+        data = self._data
+        have = len(data)
+        if size > have:
+            tail = _pread_upto(fd, size - have, have)
+            tail = tail[:len(tail) - len(tail) % self.entry.size]  # (a file cut meanwhile: whole entries only)
+            with self._growing:
+                # not if another thread grew or replaced the entries meanwhile (a duplicated tail,
+                # or one of a file the cleaner has since replaced): the next refresh looks again
+                if self._data is data and len(data) == have:
+                    data += tail
         else:
-            self._data = bytearray(_pread_upto(fd, size, 0))
-        # a file shorter than expected (truncated concurrently) keeps whole entries only
-        del self._data[len(self._data) - len(self._data) % self.entry.size:]
+            loaded = _pread_upto(fd, size, 0)
+            self._data = bytearray(loaded[:len(loaded) - len(loaded) % self.entry.size])
 
     @property
     def entries(self) -> int:
@@ -95,13 +107,22 @@ class _IndexFile:
     def entry_at(self, i: int) -> tuple[int, int]:
         return self.entry.unpack_from(self._data, i * self.entry.size)
 
-    def floor(self, key: int) -> int:
-        """Index of the last entry whose first field (relative offset, timestamp) is ≤ key; -1 if none."""
-        lo, hi = 0, self.entries - 1
-        found = -1
+    def floor_entry(self, key: int) -> tuple[int, int] | None:
+        """The last entry whose first field (relative offset, timestamp) is ≤ key, or None; found
+        and read in one version of the entries (another thread may replace them meanwhile)."""
+        data = self._data
+        i = self.floor(key, data)
+        return self.entry.unpack_from(data, i * self.entry.size) if i >= 0 else None
+
+    def floor(self, key: int, data: bytearray | None = None) -> int:
+        """Index of the last entry whose first field (relative offset, timestamp) is ≤ key; -1 if
+        none; in `data` if given (a version of the entries the caller reads the entry from)."""
+        if data is None:
+            data = self._data
         unpack = self.entry.unpack_from
         size = self.entry.size
-        data = self._data
+        lo, hi = 0, len(data) // size - 1
+        found = -1
         while lo <= hi:
             mid = (lo + hi) // 2
             if unpack(data, mid * size)[0] <= key:
@@ -112,20 +133,22 @@ class _IndexFile:
         return found
 
     def last_entry(self) -> tuple[int, int] | None:
-        n = self.entries
-        return self.entry_at(n - 1) if n else None
+        data = self._data  # (one version: another thread may replace it meanwhile)
+        n = len(data) // self.entry.size
+        return self.entry.unpack_from(data, (n - 1) * self.entry.size) if n else None
 
     # -- writing -----------------------------------------------------------------------------
     def append_raw(self, fd: int, packed: bytes) -> None:
-        written = os.write(fd, packed)
-        assert written == len(packed), (self.path, written)
-        self._data += packed
+        with self._growing:  # (a reader's load between the write and the add would add it twice)
+            written = os.write(fd, packed)
+            assert written == len(packed), (self.path, written)
+            self._data += packed
 
     def truncate_entries(self, keep: int) -> None:
         assert keep >= 0
         with open(self.path, "r+b", opener=nofollow_opener) as f:
             f.truncate(keep * self.entry.size)
-        del self._data[keep * self.entry.size:]
+        self._data = self._data[:keep * self.entry.size]  # (a copy: lookups under way keep theirs)
 
     def write_all(self, packed_entries: bytes) -> None:
         """Replace the whole file (recovery's rebuild)."""
@@ -141,8 +164,8 @@ class OffsetIndex(_IndexFile):
 
     def lookup(self, offset: int) -> int:
         """Start position for a scan toward `offset`: the last entry ≤ offset, else 0."""
-        i = self.floor(offset - self.base_offset)
-        return self.entry_at(i)[1] if i >= 0 else 0
+        found = self.floor_entry(offset - self.base_offset)
+        return found[1] if found is not None else 0
 
 
 class TimeIndex(_IndexFile):
@@ -152,8 +175,8 @@ class TimeIndex(_IndexFile):
 
     def lookup(self, timestamp: int) -> int:
         """Offset to start a search for `timestamp`: the last entry with ts ≤ timestamp, else base."""
-        i = self.floor(timestamp)
-        return self.base_offset + self.entry_at(i)[1] if i >= 0 else self.base_offset
+        found = self.floor_entry(timestamp)
+        return self.base_offset + found[1] if found is not None else self.base_offset
 
     def last_timestamp(self) -> int:
         last = self.last_entry()

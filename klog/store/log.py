@@ -182,12 +182,28 @@ def _stopped_early(segment: LogSegment, last: FetchedBatch) -> bool:
         return False
 
 
+class _Segments(dict):
+    """base offset -> LogSegment. Readers in other threads take a base from `bases` and look it up
+    here with no lock; retention, a compaction's swap or another reader's re-listing may have
+    removed it meanwhile. Such a base reads as a segment whose files are gone (FileNotFoundError
+    at its first look, which every reader handles as a segment deleted by another process),
+    never as KeyError. (get() and `in` still say what the list holds.)"""
+
+    def __init__(self, directory: str, index_interval_bytes: int) -> None:
+        super().__init__()
+        self.directory = directory
+        self.index_interval_bytes = index_interval_bytes
+
+    def __missing__(self, base: int) -> LogSegment:
+        return LogSegment(self.directory, base, self.index_interval_bytes)
+
+
 class PartitionLog:
     def __init__(self, directory: str, config: LogConfig | None = None) -> None:
         self.directory = directory
         self.log_dir = os.path.dirname(directory)  # the log directory (disk) the replica is on
         self.config = config or LogConfig()
-        self.segments: dict[int, LogSegment] = {}
+        self.segments: dict[int, LogSegment] = _Segments(directory, self.config.index_interval_bytes)
         self.bases: list[int] = []
         self.state = ReplicaState(os.path.join(directory, ReplicaState.FILE_NAME))
         self._fds: SegmentFds | None = None
@@ -298,7 +314,13 @@ class PartitionLog:
         return self.segments[self.bases[-1]]
 
     def size_bytes(self) -> int:
-        return sum(s.file_size() for s in self.segments.values())
+        total = 0
+        for segment in list(self.segments.values()):  # (a copy: a roll in another thread adds one)
+            try:
+                total += segment.file_size()
+            except FileNotFoundError:
+                pass  # deleted meanwhile (retention in another thread, before it re-lists): not in the log
+        return total
 
     # -- writing (lock held) -------------------------------------------------------------------
     def open_for_write(self, committed_end: int | None = None, trusted: bool = False) -> RecoveryReport:
@@ -628,7 +650,7 @@ class PartitionLog:
             self._fds.close()
             self._fds = None
         if readers_too:
-            for segment in self.segments.values():
+            for segment in list(self.segments.values()):
                 segment.close()
         self.state.close()
         return True
@@ -638,7 +660,7 @@ class PartitionLog:
         if self._fds is not None:
             self._fds.close()
             self._fds = None
-        for segment in self.segments.values():
+        for segment in list(self.segments.values()):
             segment.close()
         self.state.close()
 
@@ -695,6 +717,7 @@ class PartitionLog:
         segment = self._first_segment(offset)
         if segment is None:
             return []
+        first_base = self.bases[0] if self.bases else 0
         out: list[FetchedBatch] = []
         budget = max_bytes
         while segment is not None and budget > 0:
@@ -715,7 +738,11 @@ class PartitionLog:
             if got and budget <= 0:
                 break
             segment = self._next_segment(segment)
-        return _contiguous(out, offset_asked, self.bases[0] if self.bases else 0,
+        # a read from below the log starts at its first segment: the one first when the read began,
+        # or (retention in another thread deleting it meanwhile, before it was read) when it ended
+        if out and out[0].segment_base != first_base and out[0].segment_base == (self.bases[0] if self.bases else 0):
+            first_base = out[0].segment_base
+        return _contiguous(out, offset_asked, first_base,
                            (lambda fb: self.cleaner_gap_ok(fb.path, fb.position)) if self.compacted else None)
 
     @property

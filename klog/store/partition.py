@@ -144,6 +144,9 @@ class Partition:
         self._appended_generation: tuple[int, int] | None = None
         self._eager_state_opens = 0  # see EAGER_STATE_OPENS
         self._flush_timer: threading.Timer | None = None
+        # release_files(readers_too) asked for while an idle flush was armed (it declined: closing
+        # would skip the fsync): the idle flush releases the files once it has run
+        self._release_after_flush: bool | None = None
         # what the last full replica check left (broker.replication): when it ended, and the metadata
         self.replica_check: tuple[float, object] | None = None
         # what retention after a roll learnt about the oldest segment (broker.lifecycle)
@@ -199,7 +202,7 @@ class Partition:
         for replica in self._present_replicas():
             replica.refresh_segments()
             try:
-                if any(seg.file_size() > 0 for seg in replica.segments.values()):
+                if any(seg.file_size() > 0 for seg in list(replica.segments.values())):  # (a roll may add one)
                     return True
             except OSError:
                 return True  # cannot tell: assume the worst
@@ -254,13 +257,17 @@ class Partition:
         lock file, the replicas' write descriptors and replica state files); what readers in
         other threads use (the partition's state file, segments' read descriptors) stays open."""
         def release() -> None:
-            if self._closed or self._flush_timer is not None:
+            if self._closed:
                 return
-            self._settle_states()
-            if all([r.release_files(readers_too) for r in self.replicas]):
-                if readers_too:
-                    self.state.close()
-                self.lock.close_file()  # reopened by the next acquire (close() is for good)
+            if self._flush_timer is None:
+                self._settle_states()  # (the next writer, in any process, then adopts the logs without a check)
+            if self._flush_timer is not None or not all([r.release_files(readers_too) for r in self.replicas]):
+                self._release_after_flush = readers_too  # (the writer forgets this partition: nobody else would)
+                return
+            self._release_after_flush = None
+            if readers_too:
+                self.state.close()
+            self.lock.close_file()  # reopened by the next acquire (close() is for good)
 
         self.lock.run_if_idle(release)
 
@@ -381,6 +388,7 @@ class Partition:
             self.replicas = [r for i, r in enumerate(self.replicas) if i not in failed]
         else:
             self._appended_generation = self.lock.generation
+        self._release_after_flush = None  # written again: the writer keeps it open (or asks again)
         self._arm_idle_flush()
         return AppendResult(base, header.last_offset, None, failed)
 
@@ -420,6 +428,9 @@ class Partition:
             self._arm_idle_flush()  # bytes appended since the last fsync that are not due yet
         finally:
             self.lock.release()
+        release = self._release_after_flush
+        if release is not None and self._flush_timer is None:
+            self.release_files(release)  # what the writer asked for while this flush was armed
 
     def active_segment_base(self) -> int | None:
         """The leader's active segment; an append that moves it rolled a segment."""

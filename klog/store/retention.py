@@ -44,8 +44,11 @@ def segment_facts(log: PartitionLog, lazy: bool = False) -> list[SegmentFacts]:
     stat and read every one of them (that made each roll O(segments)).
     """
     log.refresh_segments()
-    last = log.bases[-1] if log.bases else None
-    facts = [_LazyFacts(log.segments[base], base != last) for base in log.bases]
+    bases = log.bases
+    last = bases[-1] if bases else None
+    # (off the partition's lock, another thread's retention may take segments out meanwhile: those
+    # are left out here, and their files, gone, are the caller's FileNotFoundError)
+    facts = [_LazyFacts(segment, base != last) for base in bases if (segment := log.segments.get(base)) is not None]
     if lazy:
         return facts  # type: ignore[return-value]  # the same attributes, read on demand
     return [SegmentFacts(f.base_offset, f.size_bytes, f.largest_timestamp_ms) for f in facts]

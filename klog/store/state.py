@@ -50,6 +50,12 @@ class _StructFile:
         # bytes: a torn-looking file, "state lost"). _opening keeps two first opens from racing.
         self._replaced: list[int] = []
         self._opening = threading.Lock()
+        # close() from another thread (a writer releasing an idle partition's files: the Python
+        # API's producer) may close the descriptor a reader found between its look and its pread:
+        # a read that sees this count move across its pread read nothing it can trust (EBADF, or
+        # the bytes of whatever file got the number meanwhile: another partition's state) and
+        # reads again. (A count, not a lock: two lock calls per read cost readers ~40%.)
+        self._closes = 0
 
     def _open(self, write: bool) -> int | None:
         """The file, read-only until a write needs it: readers never create it (a read-only
@@ -72,6 +78,7 @@ class _StructFile:
 
     def close(self) -> None:
         with self._opening:
+            self._closes += 1  # (before the descriptors go: see __init__)
             fds = self._replaced + ([self._fd] if self._fd is not None else [])
             self._fd, self._writable, self._replaced = None, False, []
         for fd in fds:
@@ -82,13 +89,21 @@ class _StructFile:
         caller writes the file next (a writer's open), so it is opened for writing at once (a
         missing one is created empty, which reads as missing): one open, not a read-only one
         then a read-write one."""
+        closes = self._closes
         fd = self._fd
         if fd is None or (write_next and not self._writable):  # (a reader's every read: no call)
             fd = self._open(write=write_next)
             if fd is None:
                 return None
         layout = self.layout
-        data = os.pread(fd, layout.size + 4, 0)
+        try:
+            data = os.pread(fd, layout.size + 4, 0)
+        except OSError:
+            if self._closes == closes:
+                raise
+            return self.read_fields(write_next)  # closed under the pread by another thread: again
+        if self._closes != closes:
+            return self.read_fields(write_next)  # maybe another file's bytes (see __init__): again
         if len(data) != layout.size + 4 or zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "big"):
             return None
         return layout.unpack_from(data)
