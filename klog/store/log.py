@@ -357,6 +357,7 @@ class PartitionLog:
             active.load_tail_state(snap.valid_size, snap.max_timestamp, snap.offset_of_max_timestamp,
                                    snap.log_end_offset, self._fds)
             self.recovery_point = snap.recovery_point
+            self._state_lag = self._state_lag_bytes = 0  # (the file describes the log as it is)
         elif same and snap.valid_size < size and self._adopt_appended_tail(snap, size):
             self.recovery_point = snap.recovery_point
         else:
