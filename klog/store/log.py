@@ -505,8 +505,10 @@ class PartitionLog:
         """fsync the sealed segments holding offsets at or past the recovery point (Kafka's
         flushUptoOffsetExclusive): those whose background flush failed, or that a writer before
         this one sealed without its flush finishing. Usually none."""
-        first = max(bisect.bisect_right(self.bases, self.recovery_point) - 1, 0)
-        flusher.sync_segment_files(self._segment_files(self.bases[first:-1]))
+        bases = self.bases
+        first = max(bisect.bisect_right(bases, self.recovery_point) - 1, 0)
+        if first < len(bases) - 1:  # (usually the recovery point is in the active segment: none)
+            flusher.sync_segment_files(self._segment_files(bases[first:-1]))
 
     def drop_empty_active(self, next_offset: int) -> bool:
         """A follower that started a segment its leader did not (a writer killed mid-roll, or a
@@ -595,7 +597,8 @@ class PartitionLog:
         one, which only scans more."""
         if self._fds is None:
             return
-        self.finish_flushes()
+        if self.sealed_flushes.pending:
+            self.finish_flushes()
         self._sync_sealed_since_recovery_point()
         # the log only: the active segment's indexes are rebuilt by recovery after a power cut
         # (a new boot always recovers from the recovery point, which is in the active segment or
