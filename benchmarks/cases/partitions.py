@@ -106,7 +106,7 @@ def case_serve(env: dict, work: str, partitions: int, path: str) -> dict[str, tu
     create(env, data_dir, "t", partitions)
     with open(path, "rb") as f:
         records = [line.rstrip(b"\n").split(b":", 1) for line in f]
-    serve = Serve(data_dir, env)
+    serve = Serve(data_dir, env, cwd=work)  # (a neutral directory: the PYTHONPATH of env decides the code)
     out = {}
     try:
         for label in ("first", "again"):
@@ -167,9 +167,16 @@ def run(bench: Bench) -> None:
         produced[name] = case_produce(env, bench.tmp, counts, path, keyed_input, rounds, envs)
         return produced[name][""]
 
+    def serve_case() -> dict[int, dict[str, tuple]]:
+        # with a baseline: its server over the same input right after this tree's, each count in turn
+        for name in ("", *(["baseline"] if baseline_repo else [])):
+            got = {p: case_serve(envs[name], bench.tmp, p, keyed) for p in counts}
+            produced.setdefault("serve", {})[name] = got
+        return produced["serve"][""]
+
     cases = {"produce": lambda: produce_case("produce", plain, False),
              "keyed": lambda: produce_case("keyed", keyed, True),
-             "serve": lambda: {p: case_serve(env, bench.tmp, p, keyed) for p in counts},
+             "serve": lambda: serve_case(),
              "mirror": lambda: {p: case_mirror(env, bench.tmp, p, keyed) for p in counts}}
     if bench.smoke:  # (each case works; a smoke run must stay short)
         cases = {"keyed": cases["keyed"], "serve": cases["serve"]}
