@@ -27,7 +27,6 @@ from klog.broker.offsets import stable_view
 from klog.errors import (
     CorruptLogError,
     KlogError,
-    StorageError,
     UnknownPartitionError,
     UnknownTopicError,
     UnsupportedCodecError,
@@ -39,6 +38,7 @@ from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.store.codec import encode_uvarint as _uvarint
+from klog.store.topic_read import AT_RANGE, AT_STATE, RangeRead, read_ranges
 
 MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
@@ -54,22 +54,29 @@ INLINE_BYTES_MAX = 1 << 20
 
 
 
-@dataclass(slots=True)
-class PartitionAnswer:
-    partition: int
-    error: E = E.none
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    range: Any = None  # klog.store.log.ByteRange
-    last_stable_offset: int = -1
+class PartitionAnswer(RangeRead):
+    """One partition's answer: the store's read of it (RangeRead: its offsets, where its bytes are
+    or the bytes of a small range, `upper` the last stable offset), and what the protocol adds."""
+
+    error = E.none
     aborted: list[tuple[int, int]] | tuple[()] = ()  # (producer id, first offset)
     converted: bytes | None = None  # Fetch v0-v3: a message set down-converted from the stored batches
-    inline: bytes | None = None  # a small range's bytes, read by the worker thread (INLINE_RANGE_BYTES)
+    part = None  # (what RangeRead asks: set for the partitions read)
+    offset = max_bytes = 0
+
+    def __init__(self, partition: int, error: E = E.none) -> None:
+        self.partition = partition
+        if error:
+            self.error = error
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.upper
 
     @property
     def size(self) -> int:
-        if self.inline is not None:
-            return len(self.inline)
+        if self.data is not None:
+            return len(self.data)
         if self.converted is not None:
             return len(self.converted)
         return self.range.length if self.range is not None else 0
@@ -102,83 +109,106 @@ def _topic_refused(ctx: RequestContext, topic: str) -> E:
     return E.none
 
 
-def _read_partition(ctx: RequestContext, topic: str, p: Any, budget: int, committed: bool,
-                    inline_max: int = 0, refresh: bool = True) -> PartitionAnswer:
-    """One partition's answer: its offsets and where its bytes are (lock-free, any process); a
-    range of at most `inline_max` bytes comes read (`inline`), checked batch by batch as the
-    store found it: the same bytes sendfile would send. `refresh`: the topic's metadata may be
-    re-read first (once per topic and request is enough: see RawAppender.partition)."""
-    index = p.partition
-    answer = PartitionAnswer(index)
-    try:
-        part = ctx.server.appender.partition(topic, index, refresh)
-        requested = getattr(p, "current_leader_epoch", None)  # v9+
-        if requested is not None and requested >= 0:
-            fenced = leader_epoch_error(ctx.store, topic, index, requested)
-            if fenced != E.none:
-                answer.error = fenced
-                return answer
-        snap = part.reader_snapshot()  # read once: the answer's offsets and the read's bound agree
-        hw, start = snap.high_watermark, snap.log_start_offset
-    except (UnknownTopicError, UnknownPartitionError):
-        ctx.store.forget_topic_metadata(topic)
-        answer.error = E.unknown_topic_or_partition
-        return answer
-    except (KlogError, OSError) as e:
-        ctx.log.warning("fetch %s-%d: %s", topic, index, e)
-        answer.error = E.kafka_storage_error
-        return answer
-    answer.high_watermark, answer.log_start_offset = hw, start
-    answer.last_stable_offset = upper = hw  # klog serve writes no transactions; imported logs may hold some
-    offset = p.fetch_offset
-    if offset < start or offset > hw:
-        answer.error = E.offset_out_of_range
-        return answer
-    stable = None
-    if committed:  # read_committed: never past the last stable offset, and name the aborted transactions
-        stable, lock = stable_view(part)
-        try:
-            with lock:
-                answer.last_stable_offset = upper = stable.refresh(hw)
-        except (KlogError, OSError) as e:
-            ctx.log.warning("fetch %s-%d: %s", topic, index, e)
-            answer.error = E.kafka_storage_error
-            return answer
-    if offset >= upper or budget <= 0:
-        return answer
+def _stable_bound(part: Any, hw: int) -> int:
+    """read_committed: the last stable offset, the bound of the partition's read."""
+    stable, lock = stable_view(part)
+    with lock:
+        return stable.refresh(hw)
+
+
+def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[PartitionAnswer], budget: int,
+                committed: bool, inline_left: int) -> tuple[int, int, bool]:
+    """The answers of `asked` (a request topic's partitions) appended to `out`, in order: each
+    partition's offsets and where its bytes are (lock-free, any process: klog.store.topic_read, one
+    loop over the topic); a range of at most INLINE_RANGE_BYTES comes read (`data`), checked batch
+    by batch as the store found it: the same bytes sendfile would send. Returns (the budget left,
+    the inline bytes left, whether any partition failed)."""
+    appender = ctx.server.appender
     old_fetcher = ctx.api_version <= LAST_MESSAGE_SET_VERSION
-    wanted = p.partition_max_bytes
-    if wanted > budget:
-        wanted = budget
-    try:
-        if old_fetcher:  # converted in memory: a bounded chunk per partition and request, never a segment
-            wanted = min(wanted, DOWN_CONVERT_BYTES_MAX)
-        found = part.byte_range(offset, wanted, upper, snap, 0 if old_fetcher else inline_max)
-        if found is None:
-            return answer
-        if old_fetcher:
-            answer.converted = _down_convert(found, ctx.api_version, offset)
-        elif found.data is not None:  # read by the store (no descriptor to close)
-            if len(found.data) != found.length:  # the file shrank under us (retention): not a short answer
-                raise StorageError(f"read {len(found.data)} of {found.length} bytes at {found.position} "
-                                   f"of {found.path}")
-            answer.inline = found.data
-        else:
-            answer.range = found
-        if stable is not None:
-            with lock:
-                aborted = stable.aborted_between(offset, upper)
-            answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
-    except UnsupportedCodecError as e:  # a zstd batch for an old fetcher: Kafka's answer too
-        ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
-        answer.error = E.unsupported_compression_type
-    except CorruptLogError as e:
-        ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
-        answer.error = E.corrupt_message
-    except (OSError, KlogError) as e:  # unreadable, too many open files, lost state: an error, not "no data"
-        ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
-        answer.error = E.kafka_storage_error
-    return answer
+    errors = False
+    reads: list[PartitionAnswer] = []
+    refresh = True  # the topic's metadata may be re-read first: once per topic and request (RawAppender.partition)
+    for p in asked:
+        index = p.partition
+        answer = PartitionAnswer(index)
+        out.append(answer)
+        try:
+            answer.part = appender.partition(topic, index, refresh)
+            refresh = False
+            requested = getattr(p, "current_leader_epoch", None)  # v9+
+            if requested is not None and requested >= 0:
+                fenced = leader_epoch_error(ctx.store, topic, index, requested)
+                if fenced != E.none:
+                    answer.error = fenced
+                    errors = True
+                    continue
+        except (KlogError, OSError) as e:
+            answer.error = _state_error(ctx, topic, index, e)
+            errors = True
+            continue
+        answer.offset = p.fetch_offset
+        # Fetch v0-v3: converted in memory, a bounded chunk per partition and request, never a segment
+        answer.max_bytes = min(p.partition_max_bytes, DOWN_CONVERT_BYTES_MAX) if old_fetcher else p.partition_max_bytes
+        reads.append(answer)
+    bound = _stable_bound if committed else None
+    if not old_fetcher:
+        budget, inline_left = read_ranges(reads, budget, INLINE_RANGE_BYTES, inline_left, bound)
+    for answer in reads:
+        if old_fetcher:  # one at a time: what the conversion makes of a range is what the budget pays
+            read_ranges((answer,), budget, bound=bound)
+        elif answer.data is not None and not committed:
+            continue  # (the usual: its bytes are read, nothing more to do)
+        if answer.failure is not None:
+            errors = True
+            if answer.failed_at == AT_RANGE:
+                answer.error = _read_error(ctx, topic, answer.partition, answer.offset, answer.failure)
+            else:
+                answer.error = _state_error(ctx, topic, answer.partition, answer.failure, answer.failed_at == AT_STATE)
+            continue
+        if answer.out_of_range:
+            answer.error = E.offset_out_of_range
+            errors = True
+            continue
+        found = answer.range
+        if found is None and answer.data is None:
+            continue
+        try:
+            if old_fetcher:
+                answer.range = None
+                answer.converted = _down_convert(found, ctx.api_version, answer.offset)
+                budget -= len(answer.converted)
+            elif found is not None:
+                pagecache.ensure_cached(found)  # the loop's sendfile must not wait for the disk
+            if committed:
+                stable, lock = stable_view(answer.part)
+                with lock:
+                    aborted = stable.aborted_between(answer.offset, answer.upper)
+                answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
+        except (OSError, KlogError) as e:
+            answer.error = _read_error(ctx, topic, answer.partition, answer.offset, e)
+            errors = True
+    return budget, inline_left, errors
+
+
+def _state_error(ctx: RequestContext, topic: str, index: int, e: BaseException, lookup: bool = True) -> E:
+    """A partition whose state (or, `lookup` False, read_committed bound) could not be read."""
+    if lookup and isinstance(e, (UnknownTopicError, UnknownPartitionError)):
+        ctx.store.forget_topic_metadata(topic)
+        return E.unknown_topic_or_partition
+    ctx.log.warning("fetch %s-%d: %s", topic, index, e)
+    return E.kafka_storage_error
+
+
+def _read_error(ctx: RequestContext, topic: str, index: int, offset: int, e: BaseException) -> E:
+    """A partition whose range could not be read: damage is CORRUPT_MESSAGE, a zstd batch for an
+    old fetcher Kafka's answer too; unreadable, too many open files, lost state: an error, never
+    "no data"."""
+    ctx.log.warning("fetch %s-%d at %d: %s", topic, index, offset, e)
+    if isinstance(e, UnsupportedCodecError):
+        return E.unsupported_compression_type
+    if isinstance(e, CorruptLogError):
+        return E.corrupt_message
+    return E.kafka_storage_error
 
 
 def _down_convert(byte_range: Any, version: int, offset: int) -> bytes:
@@ -227,23 +257,9 @@ def _collect(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer], int,
             errors = errors or bool(answer.partitions)
             continue
         _check_topic(ctx, answer.name)
-        refresh = True
-        partitions = answer.partitions
-        for p in t.partitions:
-            inline_max = INLINE_RANGE_BYTES if inline_left >= INLINE_RANGE_BYTES else inline_left
-            pa = _read_partition(ctx, answer.name, p, budget, committed, inline_max, refresh)
-            refresh = False
-            if pa.inline is not None:
-                inline_left -= len(pa.inline)
-                budget -= len(pa.inline)
-            elif pa.range is not None:
-                pagecache.ensure_cached(pa.range)  # the loop's sendfile must not wait for the disk
-                budget -= pa.range.length
-            elif pa.converted is not None:
-                budget -= len(pa.converted)
-            if pa.error:
-                errors = True
-            partitions.append(pa)
+        budget, inline_left, failed = _read_topic(ctx, answer.name, t.partitions, answer.partitions, budget,
+                                                  committed, inline_left)
+        errors = errors or failed
     return out, start_budget - budget, errors
 
 
@@ -251,7 +267,7 @@ def _clear(answers: list[TopicAnswer]) -> None:
     """The answers without their byte ranges (closed): what stays true of a partition with no data."""
     for t in answers:
         for p in t.partitions:
-            p.range = p.converted = p.inline = None
+            p.range = p.converted = p.data = None
             p.aborted = ()
 
 
@@ -311,7 +327,7 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
         buf += _uvarint(len(t.partitions) + 1) if flexible else struct.pack(">i", len(t.partitions))
         for p in t.partitions:
             if version >= 5:  # (index, error, high watermark, last stable offset, log start: one pack)
-                buf += _PARTITION_V5.pack(p.partition, int(p.error), p.high_watermark, p.last_stable_offset,
+                buf += _PARTITION_V5.pack(p.partition, int(p.error), p.high_watermark, p.upper,  # (the LSO)
                                           p.log_start_offset)
             else:
                 buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
@@ -326,15 +342,16 @@ def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> Raw
                     if flexible:
                         buf += b"\0"  # the aborted transaction's tagged fields
                 buf += replica
-            size = p.size
+            data = p.data  # (PartitionAnswer.size, without a call for the usual answer)
+            size = len(data) if data is not None else p.size
             if not flexible:
                 buf += struct.pack(">i", size)
             elif size < 0x3FFF:  # (the usual: a two-byte varint, without a call)
                 buf += bytes((size + 1,)) if size < 0x7F else bytes(((size + 1) & 0x7F | 0x80, (size + 1) >> 7))
             else:
                 buf += _uvarint(size + 1)
-            if size and p.inline is not None:
-                buf += p.inline
+            if size and data is not None:
+                buf += data
             elif size and p.converted is not None:
                 buf += p.converted
             elif size:

@@ -18,7 +18,9 @@ from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
 from klog.store.format import (
     INDEX_SUFFIX,
+    LOG_OVERHEAD,
     LOG_SUFFIX,
+    MAGIC_OFFSET,
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
     RELATIVE_OFFSET_MAX,
@@ -30,7 +32,7 @@ from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
 from klog.store.plain import Plain
 from klog.store.validate import SegmentScan
-from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Read, Walked, follows, walk_batches
+from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Read, follows, walk_batches
 
 GapOk = Callable[[int], bool]  # may the batch at this position start above where the one before ended?
 BATCH_BYTES_MAX = DECLARED_BATCH_BYTES_MAX
@@ -140,6 +142,26 @@ class OpenLog:
             os.close(self.fd)
 
 
+Found = tuple[int, BatchHeader, bytes, int]  # where a read starts: position, header, the chunk holding it from `at`
+
+
+def _first_step(opened: OpenLog, position: int, end: int, chunk_bytes: int, path: str) -> Found | None:
+    """The first batch walk_batches(opened.read, position, end) would yield, without a generator
+    per read: a v2 header within the walker's bounds, whole below `end`, is taken from the one read
+    the walker makes; anything else (a magic 0/1 entry, damage, a cut batch) goes to the walker
+    itself, which decides it (one pread more, off the common path)."""
+    n = end - position
+    chunk = opened.read(position, chunk_bytes if chunk_bytes < n else n)
+    if len(chunk) >= RECORD_BATCH_OVERHEAD and chunk[MAGIC_OFFSET] == MAGIC_V2:
+        header = read_header(chunk)
+        size = header.batch_length + LOG_OVERHEAD
+        if RECORD_BATCH_OVERHEAD <= size <= DECLARED_BATCH_BYTES_MAX and position + size <= end:
+            return position, header, chunk, 0
+    for batch in walk_batches(opened.read, position, end, chunk_bytes=chunk_bytes, path=path):
+        return batch.position, batch.header, batch.chunk, batch.at
+    return None
+
+
 class RecoveryResult(Plain):
     """What LogSegment.recover found: valid bytes kept, bytes cut, and why."""
 
@@ -228,7 +250,23 @@ class LogSegment:
         process swapped it while the cache had closed ours) reloads them. (A segment retention
         renamed to .deleted keeps being read, as Kafka reads one until file.delete.delay.ms: its
         offsets are below the log start the caller checked.)"""
-        opened, st = self._pin_stat()
+        cache = _read_fds
+        with cache.lock:  # (the usual case inline, _open_read's first lines: a wide fetch pins per partition)
+            opened = self._read
+            if opened is not None:
+                opened.pins += 1
+                try:
+                    cache.open.move_to_end(self)  # (_ReadFdCache.use of a segment it keeps)
+                except KeyError:
+                    cache.use(self)
+        if opened is not None:
+            try:
+                st = os.fstat(opened.fd)
+            except BaseException:
+                opened.release()
+                raise
+        else:
+            opened, st = self._pin_stat()
         if st.st_nlink and st.st_ino == self._log_inode:
             return opened, st.st_size
         if not st.st_nlink:
@@ -318,10 +356,10 @@ class LogSegment:
         """(position, header) of the batch a read from `offset` starts at, in `opened` (pinned:
         the read goes on through it), below `end`: see _first_walked."""
         found = self._first_walked(opened, offset, end, gap_ok, chunk_bytes)
-        return (found.position, found.header) if found is not None else None
+        return (found[0], found[1]) if found is not None else None
 
     def _first_walked(self, opened: OpenLog, offset: int, end: int, gap_ok: GapOk | None = None,
-                      chunk_bytes: int = SCAN_CHUNK_BYTES) -> Walked | None:
+                      chunk_bytes: int = SCAN_CHUNK_BYTES) -> Found | None:
         """Where a read from `offset` starts: the first batch whose last offset ≥ offset, checked
         against the batch before it. The walk starts at the index entry below `offset`, so that
         batch is seen: it must end where this one starts, and the segment's first batch must start
@@ -334,22 +372,30 @@ class LogSegment:
             # where the last range ended (in this same open file), its last batch checked then: a
             # consumer's next fetch starts there (no index read), if a batch starting exactly at
             # `offset` is still there
-            for batch in walk_batches(read, known[1], end, chunk_bytes=chunk_bytes, path=self.log_path):
-                if batch.header.base_offset == offset:
-                    return batch
-                break
+            found = _first_step(opened, known[1], end, chunk_bytes, self.log_path)
+            if found is not None and found[1].base_offset == offset:
+                return found
         hint = 0
         if offset > self.base_offset:  # (at or below the base no entry can help: no index read)
             self.offset_index.refresh()
             hint = self.offset_index.lookup(offset - 1)  # the entry's batch ends below `offset`
         if hint >= end or (hint and not self._hint_ok(hint, offset, read)):
             hint = 0
-        before = None
-        for batch in walk_batches(read, hint, end, chunk_bytes=chunk_bytes, path=self.log_path):
+        found = _first_step(opened, hint, end, chunk_bytes, self.log_path)
+        if found is None:
+            return None
+        position, header, chunk, at = found
+        if header.base_offset + header.last_offset_delta >= offset:  # (its last offset: the usual case)
+            if not hint and header.base_offset != self.base_offset:  # (else _check_follows has nothing to say)
+                self._check_follows(None, 0, header, gap_ok)
+            return found
+        before = header  # the walk goes on after it, from the bytes already read
+        for batch in walk_batches(read, position + header.batch_length + LOG_OVERHEAD, end, chunk_bytes=chunk_bytes,
+                                  path=self.log_path, read_ahead=(position - at, chunk)):
             header = batch.header
             if header.last_offset >= offset:
                 self._check_follows(before, batch.position, header, gap_ok)
-                return batch
+                return batch.position, header, batch.chunk, batch.at
             before = header
         return None
 
@@ -372,6 +418,27 @@ class LogSegment:
             return  # compacted: the offsets between were removed by the cleaner
         raise CorruptLogError(problem, self.log_path, position, header.base_offset)
 
+    def pinned_range(self, offset: int, upper: int, max_bytes: int, gap_ok: GapOk | None = None,
+                     read_max: int = 0) -> tuple[OpenLog | None, int, int, BatchHeader, bytes | None] | None:
+        """byte_range over this segment's `.log`, pinned for it (pin): (the OpenLog the range
+        keeps pinned until the caller has sent it and releases it, or None when the range came
+        read; position, length, first header, the bytes or None). None when the segment holds no
+        batch from `offset` below `upper`, or is gone (deleted meanwhile)."""
+        try:
+            opened, end = self.pin()
+        except FileNotFoundError:
+            return None
+        found = None
+        try:
+            if end:
+                found = self.byte_range(opened, offset, upper, max_bytes, end, gap_ok, read_max)
+        finally:
+            if found is None or found[3] is not None:
+                opened.release()  # (else the range holds the pin until it is sent)
+        if found is None:
+            return None
+        return (opened if found[3] is None else None, *found)
+
     def byte_range(self, opened: OpenLog, offset: int, upper: int, max_bytes: int, end: int,
                    gap_ok: GapOk | None = None,
                    read_max: int = 0) -> tuple[int, int, BatchHeader, bytes | None] | None:
@@ -388,34 +455,40 @@ class LogSegment:
         A range of at most `read_max` bytes comes with its bytes (else None): the walk to the first
         batch reads `read_max` bytes at once, so a range within them costs no read of its own.
         Every read is of `opened` (pinned by the caller, who sends the range from it)."""
-        found = self._first_walked(opened, offset, end, gap_ok, chunk_bytes=max(HEADER_CHUNK_BYTES, read_max))
-        if found is None or found.header.base_offset >= upper:
+        found = self._first_walked(opened, offset, end, gap_ok,
+                                   read_max if read_max > HEADER_CHUNK_BYTES else HEADER_CHUNK_BYTES)
+        if found is None:
             return None
-        start, header = found.position, found.header
-        size = header.size
-        limit = min(end, start + (max_bytes if max_bytes > size else size))
+        start, header, chunk, at = found
+        if header.base_offset >= upper:
+            return None
+        size = header.batch_length + LOG_OVERHEAD  # (header.size, without a call)
         # the first batch is whole and checked (first_batch): the walk starts after it, so a
         # one-batch range (a consumer at the log's end) costs no second read
         before, stop = header, start + size
         whole_end = stop  # where the last whole batch of the range ends
-        try:
-            for batch in walk_batches(opened.read, stop, limit, path=self.log_path) if stop < limit else ():
-                h = batch.header
-                if h.base_offset >= upper:
-                    break
-                self._check_follows(before, batch.position, h, gap_ok)
-                before, stop = h, batch.position + h.size
-                whole_end = stop
-            else:
-                if stop < limit < end and self._cut_batch_follows(opened, before, stop, end, upper, gap_ok):
-                    stop = limit  # Kafka's fetch sends the last batch cut at the budget; clients drop it
-        except CorruptLogError:
-            pass  # damage after the first batch: the range ends before it, the next fetch starts there and fails
-        self._read_end = (before.next_offset, whole_end, opened)
+        limit = start + (max_bytes if max_bytes > size else size)
+        if limit > end:
+            limit = end
+        if stop < limit:
+            try:
+                walk = walk_batches(opened.read, stop, limit, path=self.log_path, read_ahead=(start - at, chunk))
+                for batch in walk:  # (the batches within the first read are not read again)
+                    h = batch.header
+                    if h.base_offset >= upper:
+                        break
+                    self._check_follows(before, batch.position, h, gap_ok)
+                    before, stop = h, batch.position + h.size
+                    whole_end = stop
+                else:
+                    if stop < limit < end and self._cut_batch_follows(opened, before, stop, end, upper, gap_ok):
+                        stop = limit  # Kafka's fetch sends the last batch cut at the budget; clients drop it
+            except CorruptLogError:
+                pass  # damage after the first batch: the range ends before it, the next fetch starts there and fails
+        self._read_end = (before.base_offset + before.last_offset_delta + 1, whole_end, opened)  # (its next offset)
         length = stop - start
         if length > read_max:
             return start, length, header, None
-        chunk, at = found.chunk, found.at
         data = chunk[at:at + length] if at + length <= len(chunk) else opened.read(start, length)
         return start, length, header, data
 

@@ -66,12 +66,15 @@ def framing_problem(header: BatchHeader, max_bytes: int = DECLARED_BATCH_BYTES_M
 
 def walk_batches(read: Read, start: int, end: int, *, tail: Tail = Tail.STOP, whole: bool = False,
                  chunk_bytes: int = SCAN_CHUNK_BYTES, path: str | None = None,
-                 stop_before: Callable[[BatchHeader], bool] | None = None) -> Iterator[Walked]:
+                 stop_before: Callable[[BatchHeader], bool] | None = None,
+                 read_ahead: tuple[int, bytes] | None = None) -> Iterator[Walked]:
     """Each batch in [start, end), in order (see the module's docstring for the rules).
     `stop_before(header)` True ends the walk at that batch, before its size is checked or its
-    bytes read (a reader's bound: the batch a writer is appending there may be partial)."""
+    bytes read (a reader's bound: the batch a writer is appending there may be partial).
+    `read_ahead`: (position, bytes) the caller already read of the file, at or before `start`
+    (a walk that goes on where the caller's own look ended, without reading them again)."""
     pos = start
-    chunk, base = b"", start  # the range's bytes [base, base + len(chunk))
+    base, chunk = read_ahead or (start, b"")  # the range's bytes [base, base + len(chunk))
     while pos < end:
         at = pos - base
         if at + codec.header_bytes(chunk, at) > len(chunk):
