@@ -784,22 +784,10 @@ class PartitionLog:
         if segment is None:
             return None
         while segment is not None:
-            try:
-                opened, end = segment.pin()
-            except FileNotFoundError:
-                opened, end = None, 0
-            found = None
-            try:
-                if end:
-                    found = segment.byte_range(opened, offset, upper, max_bytes, end, self._gap_ok(segment), read_max)
-            finally:
-                if opened is not None and (found is None or found[3] is not None):
-                    opened.release()  # (else the range holds the pin until it is sent)
+            found = segment.pinned_range(offset, upper, max_bytes, self._gap_ok(segment), read_max)
             if found is not None:
-                position, length, header, data = found
-                if data is not None:
-                    return ByteRange(None, position, length, header, segment.log_path, data)
-                return ByteRange(opened, position, length, header, segment.log_path)
+                opened, position, length, header, data = found
+                return ByteRange(opened, position, length, header, segment.log_path, data)
             segment = self._next_segment(segment)
         return None
 
