@@ -6,8 +6,7 @@ with wait4: user + system CPU seconds and ru_maxrss):
   at a time);
 - keyed: `klog produce t -K:` of N `key:value` lines over 5,000 keys (every partition gets some);
 - serve: the same keyed records through `klog serve` from confluent-kafka (linger 50 ms; librdkafka
-  sends one partition per Produce request, so a wide topic is a burst of small pipelined requests);
-  the server's CPU and RSS (/proc);
+  sends one partition per Produce request, so a wide topic is a burst of small pipelined requests); the server's CPU and RSS (/proc);
 - mirror: `klog mirror SRC DEST t` of the keyed topic between two local stores.
 Each writes into the topic twice: `first` into the new topic (it creates every partition's files),
 then `again` (the steady state). The peer of each partition count is one partition, same run. For
@@ -15,8 +14,9 @@ produce and -K, `again` is the median of alternated rounds over every partition 
 a shared machine moves CPU time by ±20% from one run to the next).
 
 Before/after in one run: KLOG_BENCH_BASELINE=<another checkout> (e.g. main's) runs produce and -K
-from that checkout too, on stores of its own, its rounds alternated with this tree's; its rows say
-"baseline". KLOG_BENCH_PARTITIONS_ONLY=keyed,produce runs only those of the four.
+from that checkout's code too, its `again` rounds alternated with this tree's, each count in its own
+store; its figures are printed beside this tree's. KLOG_BENCH_PARTITION_COUNTS (e.g. `1,1000`) and
+KLOG_BENCH_PARTITION_CASES (e.g. `keyed,serve`) narrow a run.
 """
 
 from __future__ import annotations
@@ -46,13 +46,15 @@ def make_inputs(folder: str, lines: int) -> tuple[str, str]:
     return plain, keyed
 
 
-def measured(args: list[str], env: dict, stdin_path: str | None = None) -> tuple[float, float, float]:
-    """(CPU seconds, peak RSS MiB, wall seconds) of one klog process."""
+def measured(args: list[str], env: dict, stdin_path: str | None = None, cwd: str | None = None
+             ) -> tuple[float, float, float]:
+    """(CPU seconds, peak RSS MiB, wall seconds) of one klog process. `cwd`: a neutral working
+    directory, so that the PYTHONPATH of `env` decides which checkout runs."""
     stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
     start = time.monotonic()
     try:
         proc = subprocess.Popen(klog_cmd(*args), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env=env, cwd=NEUTRAL_CWD)
+                                env=env, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     finally:
@@ -67,34 +69,33 @@ def measured(args: list[str], env: dict, stdin_path: str | None = None) -> tuple
 
 def create(env: dict, data_dir: str, topic: str, partitions: int) -> None:
     subprocess.run(klog_cmd("topics", "create", topic, "-p", str(partitions), "-d", data_dir), env=env, check=True,
-                   capture_output=True, cwd=NEUTRAL_CWD)
+                   capture_output=True)
 
 
-# (`python -m klog` puts the working directory first on sys.path: a folder without a checkout, so each
-# process runs the code its PYTHONPATH names)
-NEUTRAL_CWD = "/"
+def case_produce(env: dict, work: str, counts: list[int], path: str, keyed: bool,
+                 rounds: int, envs: dict[str, dict] | None = None) -> dict[str, dict[int, dict[str, tuple]]]:
+    """Per checkout (`envs`: name -> its environment; this tree's alone by default) and partition
+    count: `first` into a new topic, then `again`: the median of `rounds` alternated runs (each
+    checkout and count in turn, the order rotating)."""
+    envs = envs or {"": env}
+    keys = [(name, p) for p in counts for name in envs]
 
+    def folder(name: str, p: int) -> str:
+        return os.path.join(work, f"store-{name or 'this'}-{p}")
 
-def case_produce(envs: dict[str, dict], work: str, counts: list[int], path: str, keyed: bool,
-                 rounds: int) -> dict[str, dict[int, dict[str, tuple]]]:
-    """Per tree (envs: label -> its environment) and partition count: `first` into a new topic,
-    then `again`: the median of `rounds` alternated runs (each tree and count in turn, the order
-    rotating)."""
-    runs = [(tree, p) for p in counts for tree in envs]
-    args = {(tree, p): ["produce", "t", "-d", os.path.join(work, f"store-{tree}-{p}"), *(["-K:"] if keyed else [])]
-            for tree, p in runs}
-    out: dict[str, dict[int, dict[str, tuple]]] = {tree: {} for tree in envs}
-    for tree, p in runs:
-        create(envs[tree], os.path.join(work, f"store-{tree}-{p}"), "t", p)
-        out[tree][p] = {"first": measured(args[tree, p], envs[tree], path)}
-    again: dict[tuple[str, int], list[tuple[float, float, float]]] = {run: [] for run in runs}
+    args = {(n, p): ["produce", "t", "-d", folder(n, p), *(["-K:"] if keyed else [])] for n, p in keys}
+    out: dict[str, dict[int, dict[str, tuple]]] = {n: {} for n in envs}
+    for n, p in keys:
+        create(envs[n], folder(n, p), "t", p)
+        out[n][p] = {"first": measured(args[(n, p)], envs[n], path, cwd=work)}
+    again: dict[tuple[str, int], list[tuple[float, float, float]]] = {k: [] for k in keys}
     for r in range(rounds):
-        shift = r % len(runs)
-        for tree, p in runs[shift:] + runs[:shift]:
-            again[tree, p].append(measured(args[tree, p], envs[tree], path))
-    for tree, p in runs:
-        out[tree][p]["again"] = tuple(statistics.median(m[i] for m in again[tree, p]) for i in range(3))
-        shutil.rmtree(os.path.join(work, f"store-{tree}-{p}"))
+        shift = r % len(keys)
+        for k in keys[shift:] + keys[:shift]:
+            again[k].append(measured(args[k], envs[k[0]], path, cwd=work))
+    for n, p in keys:
+        out[n][p]["again"] = tuple(statistics.median(m[i] for m in again[(n, p)]) for i in range(3))
+        shutil.rmtree(folder(n, p))
     return out
 
 
@@ -105,7 +106,7 @@ def case_serve(env: dict, work: str, partitions: int, path: str) -> dict[str, tu
     create(env, data_dir, "t", partitions)
     with open(path, "rb") as f:
         records = [line.rstrip(b"\n").split(b":", 1) for line in f]
-    serve = Serve(data_dir, env)
+    serve = Serve(data_dir, env, cwd=work)  # (a neutral directory: the PYTHONPATH of env decides the code)
     out = {}
     try:
         for label in ("first", "again"):
@@ -151,30 +152,49 @@ def case_mirror(env: dict, work: str, partitions: int, path: str) -> dict[str, t
 def run(bench: Bench) -> None:
     lines = bench.size(200_000, 2_000)
     counts = [1, 1000, 10_000] if not bench.smoke else [1, 10]
+    if os.environ.get("KLOG_BENCH_PARTITION_COUNTS"):
+        counts = [int(c) for c in os.environ["KLOG_BENCH_PARTITION_COUNTS"].split(",")]
     env = bench.env
     envs = {"": env}
-    baseline = os.environ.get("KLOG_BENCH_BASELINE")
-    if baseline:
-        envs["baseline"] = {**env, "PYTHONPATH": os.path.abspath(baseline)}
+    baseline_repo = os.environ.get("KLOG_BENCH_BASELINE")
+    if baseline_repo:
+        envs["baseline"] = {**env, "PYTHONPATH": baseline_repo}
     plain, keyed = make_inputs(bench.tmp, lines)
     rounds = bench.rounds(5)
-    cases = {"produce": lambda: case_produce(envs, bench.tmp, counts, plain, False, rounds),
-             "keyed": lambda: case_produce(envs, bench.tmp, counts, keyed, True, rounds),
-             "serve": lambda: {"": {p: case_serve(env, bench.tmp, p, keyed) for p in counts}},
-             "mirror": lambda: {"": {p: case_mirror(env, bench.tmp, p, keyed) for p in counts}}}
+    produced: dict[str, dict[str, dict[int, dict[str, tuple]]]] = {}
+
+    def produce_case(name: str, path: str, keyed_input: bool) -> dict[int, dict[str, tuple]]:
+        produced[name] = case_produce(env, bench.tmp, counts, path, keyed_input, rounds, envs)
+        return produced[name][""]
+
+    def serve_case() -> dict[int, dict[str, tuple]]:
+        # with a baseline: its server over the same input right after this tree's, each count in turn
+        for name in ("", *(["baseline"] if baseline_repo else [])):
+            got = {p: case_serve(envs[name], bench.tmp, p, keyed) for p in counts}
+            produced.setdefault("serve", {})[name] = got
+        return produced["serve"][""]
+
+    cases = {"produce": lambda: produce_case("produce", plain, False),
+             "keyed": lambda: produce_case("keyed", keyed, True),
+             "serve": lambda: serve_case(),
+             "mirror": lambda: {p: case_mirror(env, bench.tmp, p, keyed) for p in counts}}
     if bench.smoke:  # (each case works; a smoke run must stay short)
         cases = {"keyed": cases["keyed"], "serve": cases["serve"]}
-    only = os.environ.get("KLOG_BENCH_PARTITIONS_ONLY")
-    if only:
-        cases = {name: measure for name, measure in cases.items() if name in only.split(",")}
+    if os.environ.get("KLOG_BENCH_PARTITION_CASES"):
+        cases = {c: cases[c] for c in os.environ["KLOG_BENCH_PARTITION_CASES"].split(",")}
     for case, measure in cases.items():
-        for tree, got in measure().items():
-            one = got[1]["again"][0]
-            for p in counts[1:]:
-                cells = ", ".join(f"{label} {cpu:.2f} s CPU / {rss:.0f} MiB / {wall:.1f} s"
-                                  for label, (cpu, rss, wall) in got[p].items())
-                again = f"again (median of {rounds})" if case in ("produce", "keyed") and rounds > 1 else "again"
-                bench.row(f"{case} of {lines:,} lines into {p:,} partitions (new topic, then {again})"
-                          + (f", {tree} ({baseline})" if tree else ""), cells,
-                          f"1 partition again {one:.2f} s CPU / {got[1]['again'][1]:.0f} MiB: "
-                          + (f"{got[p]['again'][0] / one:.2f}x CPU" if one else "too little CPU to compare"))
+        got = measure()
+        if baseline_repo and case in produced:
+            base = produced[case]["baseline"]
+            for p in counts:
+                mine, was = got[p]["again"], base[p]["again"]
+                bench.line(f"{case} into {p:,} partitions, again: {mine[0]:.2f} s CPU / {mine[1]:.0f} MiB here, "
+                           f"{was[0]:.2f} s CPU / {was[1]:.0f} MiB in {baseline_repo} ({mine[0] / was[0]:.2f}x CPU)")
+        one = got[1]["again"][0]
+        for p in counts[1:]:
+            cells = ", ".join(f"{label} {cpu:.2f} s CPU / {rss:.0f} MiB / {wall:.1f} s"
+                              for label, (cpu, rss, wall) in got[p].items())
+            again = f"again (median of {rounds})" if case in ("produce", "keyed") and rounds > 1 else "again"
+            bench.row(f"{case} of {lines:,} lines into {p:,} partitions (new topic, then {again})", cells,
+                      f"1 partition again {one:.2f} s CPU / {got[1]['again'][1]:.0f} MiB: "
+                      + (f"{got[p]['again'][0] / one:.2f}x CPU" if one else "too little CPU to compare"))

@@ -161,10 +161,11 @@ def run(bench: Bench) -> None:
                 to.sendall(frame)
                 return _answer(to)
 
-            def produce_fetch(topic: str) -> None:
-                ask(produce[topic])
-                ask(_fetch(topic, range(1), offset[topic]))
-                offset[topic] += 1
+            def produce_fetch(topic: str, to: socket.socket = sock) -> None:
+                key = topic if to is sock else f"baseline {topic}"  # (each server has its own store)
+                ask(produce[topic], to)
+                ask(_fetch(topic, range(1), offset.setdefault(key, 0)), to)
+                offset[key] += 1
 
             kinds = {
                 "ApiVersions": (lambda: ask(api_versions), n),
@@ -178,6 +179,8 @@ def run(bench: Bench) -> None:
             if baseline:
                 kinds["baseline: Fetch of 1 partition"] = (lambda: ask(narrow, other), n)
                 kinds["baseline: wide Fetch"] = (lambda: ask(wide, other), max(4, n // 20))
+                kinds["baseline: produce+fetch round"] = (lambda: produce_fetch("one", other), n)
+                kinds["baseline: round, no fsync"] = (lambda: produce_fetch("nofsync", other), n)
                 servers.update({k: baseline for k in kinds if k.startswith("baseline")})
             floor_kinds = {"floor": (floor0, floors[0]), "floor, one hop": (floor1, floors[1])}
 
@@ -218,6 +221,10 @@ def run(bench: Bench) -> None:
                f"{floor * 2e6:.0f} us for two ApiVersions")
     bench.line(f"server CPU per round without fsync (flush.messages max): {med['round, no fsync'] * 1e3:.2f} ms",
                f"{(med['produce+fetch round'] - med['round, no fsync']) * 1e6:.0f} us: the fsync's part of the round")
+    if baseline:
+        for kind in ("produce+fetch round", "round, no fsync"):
+            bench.line(f"server CPU per {kind} in {baseline_repo}: {med['baseline: ' + kind] * 1e3:.2f} ms",
+                       f"{med[kind] * 1e3:.2f} ms here ({med[kind] / med['baseline: ' + kind]:.2f}x)")
     bench.line(f"server CPU per empty Fetch: {med['empty Fetch'] * 1e6:.0f} us", f"{floor * 1e6:.0f} us ApiVersions")
     bench.line(f"CPU per request of a bare asyncio Protocol answering at once (this machine's floor): "
                f"{med['floor'] * 1e6:.0f} us", f"{floor * 1e6:.0f} us klog's ApiVersions")

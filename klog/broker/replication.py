@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -188,6 +188,10 @@ class ReplicaManager:
                 self._dir_checks = None
 
     def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
+        checks = self._dir_checks
+        known = checks.get(log_dir_id) if checks is not None else None
+        if known is not None:  # (within shared_dir_checks: once per directory, not per partition)
+            return known
         path = self.store.data_dir.log_dir_path(log_dir_id)
         return path, self._health(log_dir_id, path)
 
@@ -394,57 +398,84 @@ class ReplicaManager:
         With `together` (the caller holds the partition's lock until together.finish()), the
         batch is appended but neither synced nor published: finish() does both for every batch
         of the group, and only then is `acks` satisfied."""
+        return self.append_batches(topic, partition, [encoded], acks, before, together)[0]
+
+    def append_batches(self, topic: str, partition: int, batches: Sequence[bytes], acks: str,
+                       before: Callable[[int], None] | None = None,
+                       together: SyncTogether | None = None) -> list[int]:
+        """append() of several batches of one partition under one hold of its lock: the replicas
+        are checked once (reconcile_if_due; again only after a failover), the batches appended in
+        order, synced once after the last (flush.messages counts each of them) and published
+        once; returns their base offsets once `acks` is satisfied for all of them."""
+        if not batches:
+            return []
         store = self.store
         part = store.partition(topic, partition)
         min_isr = store.log_config(topic).min_insync_replicas
         sync = SYNC_BY_ACKS[str(acks)]
         self._group = together
+        bases: list[int] = []
         try:
             with part.lock:
+                meta: PartitionMeta | None = None
                 try:
-                    meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr, before,
-                                                              SYNC_NONE if together is not None else sync, together)
+                    for i, encoded in enumerate(batches):
+                        # only the last batch's append syncs (with `together`, finish() does)
+                        append_sync = SYNC_NONE if together is not None or i < len(batches) - 1 else sync
+                        meta, result = self._append_with_failover(topic, partition, part, encoded, sync, min_isr,
+                                                                  before, append_sync, together, meta)
+                        if result.failed_followers:
+                            meta = self._drop_failed_followers(topic, partition, part, meta, result)
+                        bases.append(result.base_offset)
                 except BaseException:
                     part.replica_check = None  # whatever failed, the next append checks everything
                     if self._dir_checks is not None:
                         self._dir_checks.clear()
                     raise
-                if result.failed_followers:
-                    part.replica_check = None
-                    if self._dir_checks is not None:
-                        self._dir_checks.clear()
-                    dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
-                    lost = {dirs[i] for i in result.failed_followers}
-                    for i, why in result.failed_followers.items():
-                        self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
-                        self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
-                    meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
-                    store.topics.update_partition(topic, partition, meta)
-                    self._metadata_written(topic)
+                assert meta is not None
                 if together is not None:
-                    together.appended(part, meta, sync, min_isr, result.base_offset)
-                    return result.base_offset
+                    together.appended(part, meta, sync, min_isr, bases[0])
+                    return bases
                 part.publish()
                 if sync == SYNC_ALL and len(meta.isr) < min_isr:
                     raise NotEnoughReplicasError(
-                        f"{topic}-{partition}: the batch at offset {result.base_offset} reached only ISR "
-                        f"[{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
+                        f"{topic}-{partition}: the batch at offset {bases[0]} reached only "
+                        f"ISR [{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
         finally:
             self._group = None
-        return result.base_offset
+        return bases
 
+    def _drop_failed_followers(self, topic: str, partition: int, part, meta: PartitionMeta,
+                               result: AppendResult) -> PartitionMeta:
+        """Followers whose append failed leave the ISR (the metadata is written at once)."""
+        part.replica_check = None
+        if self._dir_checks is not None:
+            self._dir_checks.clear()
+        dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+        lost = {dirs[i] for i in result.failed_followers}
+        for i, why in result.failed_followers.items():
+            self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
+            self._failed_at[(topic, partition, dirs[i])] = time.monotonic()
+        meta = replace(meta, isr=[d for d in meta.isr if d not in lost])
+        self.store.topics.update_partition(topic, partition, meta)
+        self._metadata_written(topic)
+        return meta
 
     def _append_with_failover(self, topic: str, partition: int, part, encoded: bytes, sync: str, min_isr: int,
                               before: Callable[[int], None] | None, append_sync: str,
-                              together: SyncTogether | None) -> tuple[PartitionMeta, AppendResult]:
+                              together: SyncTogether | None,
+                              checked: PartitionMeta | None = None) -> tuple[PartitionMeta, AppendResult]:
         """A leader whose directory fails the append (EIO, ENOSPC, ...) leaves the ISR, an in-sync
         follower is elected (epoch + 1) and the batch is appended there: the write goes on while
-        an in-sync replica is left, as in Kafka, where the producer's retry finds the new leader."""
+        an in-sync replica is left, as in Kafka, where the producer's retry finds the new leader.
+        `checked`: the metadata an earlier append of this hold of the lock reconciled (nothing
+        can have changed since but what that append's own errors said): no check again."""
         attempts = 1
         while True:
             try:
-                meta = self.reconcile_if_due(topic, partition, part,
-                                             together.topic_meta if together is not None else None)
+                meta = checked if checked is not None else self.reconcile_if_due(
+                    topic, partition, part, together.topic_meta if together is not None else None)
+                checked = None  # (a failover below reconciles again)
                 if sync == SYNC_ALL:
                     ensure_min_isr(topic, partition, meta, min_isr)
                 if before is not None:
@@ -526,13 +557,13 @@ class SyncTogether:
             for part, _, sync, _, _ in self._appended:
                 scope = part.replicas if sync == SYNC_ALL else part.replicas[:1] if sync == SYNC_LEADER else []
                 if any(r.flush_due() for r in scope):
-                    due.update(os.path.dirname(r.directory) for r in scope)
+                    due.update(r.log_dir for r in scope)
             synced = self._sync(due)
             short = []
             for part, meta, sync, min_isr, base_offset in self._appended:
                 for replica in part.replicas:
-                    if self._fds.devices.get(os.path.dirname(replica.directory)) in synced:
-                        replica.mark_synced()
+                    if self._fds.devices.get(replica.log_dir) in synced:
+                        replica.mark_synced(settle=False)  # (its state file: the append settled it)
                 part.publish()
                 if sync == SYNC_ALL and len(meta.isr) < min_isr:
                     short.append(f"{part.topic}-{part.partition}: the batch at offset {base_offset} reached only "

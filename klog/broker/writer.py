@@ -177,8 +177,7 @@ class PartitionWriter:
             for i, (partition, batches) in enumerate(items):
                 part = self.store.partition(topic, partition)
                 active_before = part.active_segment_base()
-                with part.lock:
-                    bases = [self.replicas.append(topic, partition, encoded, acks) for encoded in batches]
+                bases = self.replicas.append_batches(topic, partition, batches, acks)
                 self._after_append(topic, partition, part, active_before)
                 if acknowledged is not None:
                     acknowledged(i, bases)
@@ -197,8 +196,7 @@ class PartitionWriter:
             together = SyncTogether(store, topic)
             held.callback(together.close)
             for (_, partition, batches) in group:
-                results.append([replicas.append(topic, partition, encoded, acks, together=together)
-                                for encoded in batches])
+                results.append(replicas.append_batches(topic, partition, batches, acks, together=together))
             together.finish()
         for (i, partition, _), part, before, bases in zip(group, parts, active_before, results, strict=True):
             self._after_append(topic, partition, part, before)

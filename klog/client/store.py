@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from klog.broker.resolve import resolve_topic_names
 from klog.client.store_groups import GroupAdminMethods
 from klog.errors import (
+    CorruptLogError,
     KlogError,
     StorageError,
     TopicExistsError,
@@ -133,6 +134,9 @@ class Store(GroupAdminMethods):
         made them due."""
         from klog.broker.kafka_checkpoints import write_kafka_checkpoints
 
+        for key, p in list(self._partitions.items()):
+            if only is None or key in only:
+                p.settle_states()  # the replica state files the recovery points and log ends are read from
         try:
             write_kafka_checkpoints(self, only)
         except (OSError, KlogError) as e:
@@ -620,8 +624,15 @@ def _log_end(replica) -> int:
         return 0
     seg = replica.segments[replica.bases[-1]]
     end = seg.file_size()
-    if snap is not None and snap.active_base == seg.base_offset and snap.valid_size == end:
-        return snap.log_end_offset
+    if snap is not None and snap.active_base == seg.base_offset and snap.valid_size <= end:
+        # the writer lets the state lag a few batches (klog.store.log.STATE_LAG_BATCHES_MAX): walk those
+        last_end = snap.log_end_offset
+        try:
+            for _, header in seg.iter_headers(snap.valid_size, end):
+                last_end = header.next_offset
+            return last_end
+        except CorruptLogError:
+            pass  # not where a batch starts: a stale state (the scan below decides)
     last = None
     for _, header in seg.pinned_headers(end):  # (a roll and a compaction may come during a long walk)
         last = header

@@ -155,7 +155,9 @@ async def produce(ctx: RequestContext, request: Any, outcomes_only: bool = False
             return E.transactional_id_authorization_failed, None, None, None
         return await _append(ctx, topic, int(pdata.index), pdata.records, acks, txn_check_for(topic, int(pdata.index)))
 
-    if len({(t, int(p.index)) for t, p in work}) == len(work):
+    if len(work) == 1:  # (a single-partition producer: nothing to group)
+        outcomes: list[Any] = [await one(*work[0])]
+    elif len({(t, int(p.index)) for t, p in work}) == len(work):
         # a topic's plain batches (v3+, not transactional) in one multi-partition append; the
         # rest append side by side (their fsyncs overlap in the thread pool)
         many: dict[str, list[int]] = {}
@@ -172,7 +174,7 @@ async def produce(ctx: RequestContext, request: Any, outcomes_only: bool = False
         # one append (a single-partition producer): awaited as it is, no task of its own for gather
         # to make and wait on (two turns of the event loop less per Produce)
         got = [await appends[0]] if len(appends) == 1 else await asyncio.gather(*appends)
-        outcomes: list[Any] = [None] * len(work)
+        outcomes = [None] * len(work)
         for i, outcome in zip(singles, got, strict=False):
             outcomes[i] = outcome
         for idx, results in zip(many.values(), got[len(singles):], strict=True):

@@ -17,6 +17,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from klog.errors import CorruptLogError
 from klog.store.format import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -32,9 +33,12 @@ from klog.store.names import fsync_dir
 from klog.store.plain import Plain
 from klog.store.segment import keep_corrupt_bytes
 from klog.store.state import ReplicaSnapshot, current_boot_id
+from klog.store.validate import crc_problem
+from klog.store.walk import Tail, walk_batches
 
 if TYPE_CHECKING:
     from klog.store.log import PartitionLog
+    from klog.store.segment import LogSegment
 
 
 class RecoveryReport(Plain):
@@ -200,6 +204,32 @@ def recover_tail(log: PartitionLog, snap: ReplicaSnapshot | None, report: Recove
     if active.next_offset is None:
         active.next_offset = active.base_offset  # an empty last segment: the log ends at its base
     log.recovery_point = min(recovery_point, active.next_offset)
+
+
+def appended_tail(fd: int, active: LogSegment, snap: ReplicaSnapshot, size: int) -> tuple[int, int, int, int] | None:
+    """The batches from snap.valid_size to `size` of the active segment (read through `fd`, the
+    writer's descriptor), appended after the replica state was last written (same boot, same
+    active segment): (next offset, max timestamp, its offset, batches) once each is whole, passes
+    its CRC and starts where the one before ended; None otherwise (the caller recovers the
+    segment: a kill -9 in the middle of an append cuts its batch). The index entries their
+    appends wrote are in the index files already; a kill between a batch and its entry leaves
+    the index sparser, never wrong (entries are written after their batch)."""
+    expected, max_timestamp, offset_of_max = snap.log_end_offset, snap.max_timestamp, snap.offset_of_max_timestamp
+    batches = 0
+    try:
+        for batch in walk_batches(lambda pos, n: os.pread(fd, n, pos), snap.valid_size, size, tail=Tail.RAISE,
+                                  whole=True):
+            header = batch.header
+            if (header.base_offset != expected or not active.can_hold(header.last_offset)
+                    or crc_problem(batch.chunk, batch.at, header) is not None):
+                return None
+            if header.max_timestamp > max_timestamp:  # (IndexBuilder.add's rule)
+                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+            expected = header.next_offset
+            batches += 1
+    except CorruptLogError:
+        return None
+    return expected, max_timestamp, offset_of_max, batches
 
 
 # -- pass 3 --------------------------------------------------------------------------------------

@@ -39,14 +39,19 @@ class FileLock:
         self._owner: int | None = None  # the thread holding it (readers in other threads must not count as holders)
         self._closed = False
 
-    def acquire(self) -> None:
+    def acquire(self, blocking: bool = True) -> bool:
+        """blocking=False: only if no other process holds the file lock now (returns whether it
+        took the lock; other threads of this process are still waited for)."""
         self._threads.acquire()  # flock excludes processes; this, the threads of one (the idle flusher)
         if self._closed:
             self._threads.release()
             raise PartitionClosedError(f"partition closed meanwhile ({os.path.basename(self.path)[:-5]}): "
                                        "its topic was deleted or re-created")
         if self._depth == 0:
-            found = self._lock_the_file_at_path()
+            found = self._lock_the_file_at_path(blocking)
+            if found is None:
+                self._threads.release()
+                return False
             self.previous_generation = (found, self._holds)
             if found != self._count:
                 self._count = (found + 1) & GENERATION_MASK
@@ -55,18 +60,23 @@ class FileLock:
             self.generation = (self._count, self._holds)
             self._owner = threading.get_ident()
         self._depth += 1
+        return True
 
-    def _lock_the_file_at_path(self) -> int:
+    def _lock_the_file_at_path(self, blocking: bool = True) -> int | None:
         """flock the file now at self.path; the count found in it. A topic delete (in any process)
         unlinks the lock files while holding them, so a writer that waited on the old file locks
         the one at the path instead (two holders of two files would be two writers of one
         partition). That delete's acquisition wrote a new count, so a file still holding the count
-        this object wrote was not unlinked since: then no stat is needed."""
+        this object wrote was not unlinked since: then no stat is needed. None: blocking=False and
+        another process holds it."""
         try:
             while True:
                 if self._fd is None:
                     self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
-                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return None  # (blocking=False: another process holds it)
                 try:
                     found = GENERATION.unpack(os.pread(self._fd, GENERATION.size, 0))[0]
                 except struct.error:  # a new (empty) lock file

@@ -35,6 +35,15 @@ from klog.store.walk import Tail, walk_batches
 
 T = TypeVar("T")
 
+# The replica state file (klog-replica.state) lets the next writer adopt the log without a scan.
+# An appender that settles it itself (Partition: append(settle=False), then settle_state) lets it
+# describe a tail up to this many batches (or bytes) old: the next writer that finds it behind
+# validates only the batches after it (loader.adopt_appended_tail), where a state written at every
+# append cost a pwrite and ~10 us of Python each time. A roll, a truncation and a recovery write it
+# at once (the next writer would otherwise recover whole segments).
+STATE_LAG_BATCHES_MAX = 32
+STATE_LAG_BYTES_MAX = 1 << 20
+
 # In a replica's folder: the log holds a record whose attributes byte is >= 0x80 (a foreign log:
 # `dirs import` found one), so its batches are decoded by the strict decoder only (see fastrecords)
 STRICT_RECORDS_MARKER = "klog-strict-records"
@@ -192,6 +201,7 @@ class _Segments(dict):
 class PartitionLog:
     def __init__(self, directory: str, config: LogConfig | None = None) -> None:
         self.directory = directory
+        self.log_dir = os.path.dirname(directory)  # the log directory (disk) the replica is on
         self.config = config or LogConfig()
         self.segments: dict[int, LogSegment] = _Segments(directory, self.config.index_interval_bytes)
         self.bases: list[int] = []
@@ -205,6 +215,16 @@ class PartitionLog:
         # durable: the next flush fsyncs the log directory, or a syncfs covers it (mark_synced)
         self._parent_dirty = False
         self.recovery_point = 0
+        # batches and bytes appended since the replica state file last described this log, and
+        # whether it names an older active segment (see STATE_LAG_BATCHES_MAX)
+        self._state_lag = 0
+        self._state_lag_bytes = 0
+        self._state_old_segment = False
+        # set by a Partition for its replicas: appends leave the replica state file to its
+        # settle_state() (or the next flush()); and, for one append, the header whose roll the
+        # caller has just decided (should_roll is not asked twice)
+        self.defer_state = False
+        self.roll_decided: BatchHeader | None = None
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         self.strict_records = False  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
         # Readers in other threads of the process (klog serve, a program that consumes while it
@@ -330,11 +350,15 @@ class PartitionLog:
             return report
         snap = self.state.read(write_next=True)  # (every open for write writes it after the append)
         active = self.active
-        if (snap is not None and snap.boot_id == current_boot_id() and snap.active_base == active.base_offset
-                and snap.valid_size == active.file_size()):
+        same = snap is not None and snap.boot_id == current_boot_id() and snap.active_base == active.base_offset
+        size = active.file_size() if same else -1
+        if same and snap.valid_size == size:
             self._open_fds()  # first: the index tails are read through its descriptors
             active.load_tail_state(snap.valid_size, snap.max_timestamp, snap.offset_of_max_timestamp,
                                    snap.log_end_offset, self._fds)
+            self.recovery_point = snap.recovery_point
+            self._state_lag = self._state_lag_bytes = 0  # (the file describes the log as it is)
+        elif same and snap.valid_size < size and self._adopt_appended_tail(snap, size):
             self.recovery_point = snap.recovery_point
         else:
             loader.recover_tail(self, snap, report, committed_end)
@@ -342,6 +366,22 @@ class PartitionLog:
             self._open_fds()
         self._catch_up_sealed()
         return report
+
+    def _adopt_appended_tail(self, snap: ReplicaSnapshot, size: int) -> bool:
+        """The state describes the active segment up to snap.valid_size, and the file is longer:
+        batches a writer appended after it last wrote the state (see STATE_LAG_BATCHES_MAX). In
+        this boot they are in the page cache as written, so the tail they form is checked (whole
+        batches, CRCs, offsets following on) and adopted; False (a batch cut by a kill -9, or
+        anything else): the caller recovers the segment."""
+        self._open_fds()
+        assert self._fds is not None
+        found = loader.appended_tail(self._fds.log, self.active, snap, size)
+        if found is None:
+            return False
+        next_offset, max_timestamp, offset_of_max_timestamp, batches = found
+        self.active.load_tail_state(size, max_timestamp, offset_of_max_timestamp, next_offset, self._fds)
+        self._state_lag, self._state_lag_bytes = batches, size - snap.valid_size
+        return True
 
     def _catch_up_sealed(self) -> None:
         """After an untrusted open: the sealed segments from the recovery point up to the active
@@ -383,6 +423,7 @@ class PartitionLog:
             self.segments[base] = segment
             self.bases = sorted(self.segments)
         self._dir_dirty = True
+        self._state_old_segment = True
         return segment
 
     @property
@@ -464,8 +505,10 @@ class PartitionLog:
         """fsync the sealed segments holding offsets at or past the recovery point (Kafka's
         flushUptoOffsetExclusive): those whose background flush failed, or that a writer before
         this one sealed without its flush finishing. Usually none."""
-        first = max(bisect.bisect_right(self.bases, self.recovery_point) - 1, 0)
-        flusher.sync_segment_files(self._segment_files(self.bases[first:-1]))
+        bases = self.bases
+        first = max(bisect.bisect_right(bases, self.recovery_point) - 1, 0)
+        if first < len(bases) - 1:  # (usually the recovery point is in the active segment: none)
+            flusher.sync_segment_files(self._segment_files(bases[first:-1]))
 
     def drop_empty_active(self, next_offset: int) -> bool:
         """A follower that started a segment its leader did not (a writer killed mid-roll, or a
@@ -489,17 +532,35 @@ class PartitionLog:
         return True
 
     def append(self, batch: bytes, header: BatchHeader) -> int:
-        """Append an already-stamped batch at the log end; returns its position."""
+        """Append an already-stamped batch at the log end; returns its position. With
+        defer_state, the replica state file is left to settle_state() or the next flush()."""
         assert self._fds is not None, "open_for_write first"
         if header.base_offset > self.log_end_offset:
             self._start_at(header.base_offset)
         assert header.base_offset == self.log_end_offset, (header.base_offset, self.log_end_offset)
-        if self.should_roll(header):
+        decided, self.roll_decided = self.roll_decided, None
+        if decided is not header and self.should_roll(header):
             self.roll(header.base_offset)
         position = self.active.append(self._fds, batch, header)
         self.flush_schedule.appended()
-        self._save_state()
+        if not self.defer_state:
+            self._save_state()
+        else:
+            self._state_lag += 1
+            self._state_lag_bytes += len(batch)
         return position
+
+    def settle_state(self, now: bool = False) -> None:
+        """Write the replica state file if appends left it behind by more than it may lag (see
+        STATE_LAG_BATCHES_MAX), or named an older active segment, or at all when `now`."""
+        if self._state_lag and (now or self._state_old_segment or self._state_lag >= STATE_LAG_BATCHES_MAX
+                                or self._state_lag_bytes >= STATE_LAG_BYTES_MAX):
+            self._save_state()
+
+    @property
+    def state_lags(self) -> bool:
+        """Appends the replica state file does not describe yet (settle_state(now=True) writes it)."""
+        return self._state_lag > 0
 
     def _start_at(self, base: int) -> None:
         """A follower copying a leader whose log starts past the follower's end (retention or
@@ -516,11 +577,12 @@ class PartitionLog:
         self.new_segment(base, writing=True)
         self._save_state()
 
-    def maybe_flush(self, by_count: bool = True) -> bool:
+    def maybe_flush(self, by_count: bool = True, settle: bool = True) -> bool:
         """fsync per flush.messages / flush.ms; returns True if it did. `by_count=False` (a write
-        whose acks do not wait for this replica) leaves only flush.ms, the time bound."""
+        whose acks do not wait for this replica) leaves only flush.ms, the time bound. settle:
+        see flush()."""
         if self.flush_schedule.due(by_count):
-            self.flush()
+            self.flush(settle)
             return True
         return False
 
@@ -529,10 +591,14 @@ class PartitionLog:
         unsynced ones due (0 or less: due now)."""
         return None if self._fds is None else self.flush_schedule.due_in_ms()
 
-    def flush(self) -> None:
+    def flush(self, settle: bool = True) -> None:
+        """fsync what was appended. settle=False: the new recovery point goes to the replica state
+        file with its next write (settle_state); until then a power cut recovers from an older
+        one, which only scans more."""
         if self._fds is None:
             return
-        self.finish_flushes()
+        if self.sealed_flushes.pending:
+            self.finish_flushes()
         self._sync_sealed_since_recovery_point()
         # the log only: the active segment's indexes are rebuilt by recovery after a power cut
         # (a new boot always recovers from the recovery point, which is in the active segment or
@@ -544,25 +610,26 @@ class PartitionLog:
         if self._parent_dirty:
             fsync_dir(os.path.dirname(self.directory))
             self._parent_dirty = False
-        self._mark_flushed()
+        self._mark_flushed(settle)
 
     def flush_due(self) -> bool:
         """Would maybe_flush() fsync now (flush.messages reached, or flush.ms passed)?"""
         return self._fds is not None and self.flush_schedule.due()
 
-    def mark_synced(self) -> None:
+    def mark_synced(self, settle: bool = True) -> None:
         """Everything appended is durable (a syncfs of this log's filesystem just returned, see
-        klog.store.syncfs): flush()'s bookkeeping without its fsyncs."""
+        klog.store.syncfs): flush()'s bookkeeping without its fsyncs. settle: see flush()."""
         if self._fds is None:
             return
         self.finish_flushes()  # the background flushes of sealed segments: covered, but collected
         self._dir_dirty = self._parent_dirty = False
-        self._mark_flushed()
+        self._mark_flushed(settle)
 
-    def _mark_flushed(self) -> None:
+    def _mark_flushed(self, settle: bool = True) -> None:
         self.flush_schedule.synced()
         self.recovery_point = self.log_end_offset
-        self._save_state()
+        if settle:
+            self._save_state()
 
     def _save_state(self, sync: bool = False) -> None:
         if self.sealed_flushes.pending:
@@ -571,6 +638,8 @@ class PartitionLog:
         self.state.write(ReplicaSnapshot(
             current_boot_id(), active.base_offset, active.size, active.next_offset or active.base_offset,
             self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
+        self._state_lag = self._state_lag_bytes = 0
+        self._state_old_segment = False
 
     def release_files(self, readers_too: bool = True) -> bool:
         """Close the descriptors kept between appends (the active segment's three, the state file,
@@ -715,22 +784,10 @@ class PartitionLog:
         if segment is None:
             return None
         while segment is not None:
-            try:
-                opened, end = segment.pin()
-            except FileNotFoundError:
-                opened, end = None, 0
-            found = None
-            try:
-                if end:
-                    found = segment.byte_range(opened, offset, upper, max_bytes, end, self._gap_ok(segment), read_max)
-            finally:
-                if opened is not None and (found is None or found[3] is not None):
-                    opened.release()  # (else the range holds the pin until it is sent)
+            found = segment.pinned_range(offset, upper, max_bytes, self._gap_ok(segment), read_max)
             if found is not None:
-                position, length, header, data = found
-                if data is not None:
-                    return ByteRange(None, position, length, header, segment.log_path, data)
-                return ByteRange(opened, position, length, header, segment.log_path)
+                opened, position, length, header, data = found
+                return ByteRange(opened, position, length, header, segment.log_path, data)
             segment = self._next_segment(segment)
         return None
 

@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 R = TypeVar("R")
+# After another writer took a turn between two of this object's appends, the replica state files
+# are written at every append until this many opens went by without one: writers taking turns find
+# them current, with no tail to check (loader.appended_tail); a writer that has the partition to
+# itself lets them lag (see log.py)
+EAGER_STATE_OPENS = 64
 IDLE_FLUSH_MS_MAX = FLUSH_MS_TIMED_MAX  # a longer flush.ms (the default is Long.MAX: never) arms no timer
 # a file that vanishes under a lookup (retention deleting a segment meanwhile) is looked up again this
 # often, then is an error: never "nothing there" (a consume --since that prints nothing and exits 0)
@@ -74,15 +79,30 @@ SYNC_BY_ACKS = {"all": SYNC_ALL, "1": SYNC_LEADER, "0": SYNC_NONE}
 
 
 def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHeader, new_segment: bool,
-                      sync: bool) -> None:
+                      sync: bool, eager_state: bool, leader: bool = False) -> None:
     """Append, starting a new segment exactly where the leader starts one (a writer killed in the
-    middle of a roll leaves one replica an empty new segment the others lack)."""
-    if new_segment and replica.active.size > 0 and not replica.should_roll(header):
-        replica.roll(header.base_offset)
-    elif not new_segment and replica.active.size == 0:
+    middle of a roll leaves one replica an empty new segment the others lack). The replica state
+    file is written once, after the flush (it carries the recovery point), and only when it lags
+    too far (PartitionLog.settle_state) unless `eager_state`. leader: `new_segment` is this
+    replica's own should_roll, not asked again (a follower's own rule still applies to it)."""
+    active = replica.active
+    if new_segment:
+        if active.size > 0:
+            replica.roll(header.base_offset)
+    elif active.size == 0:
         replica.drop_empty_active(header.base_offset)  # it rolled where the leader did not
+    if leader:
+        replica.roll_decided = header
     replica.append(batch, header)
-    replica.maybe_flush(by_count=sync)  # flush.ms holds whatever acks waits for
+    replica.maybe_flush(by_count=sync, settle=False)  # flush.ms holds whatever acks waits for
+    replica.settle_state(eager_state)
+
+
+def _replica_log(directory: str, config: LogConfig) -> PartitionLog:
+    """A replica of a Partition: its appends leave the replica state file to settle_state()."""
+    log = PartitionLog(directory, config)
+    log.defer_state = True
+    return log
 
 
 class AppendResult(FrozenPlain):
@@ -111,7 +131,7 @@ class Partition:
         self.partition = partition
         self.config = config
         name = partition_dir_name(topic, partition)
-        self.replicas = [PartitionLog(os.path.join(d, name), config) for d in replica_dirs]
+        self.replicas = [_replica_log(os.path.join(d, name), config) for d in replica_dirs]
         self.state = PartitionState(os.path.join(state_dir, name + ".state"))
         self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
         self.state.held = self._lock_generation_held
@@ -122,6 +142,7 @@ class Partition:
         self.leader_epoch_loaded = 0
         # the lock generation under which this object last appended cleanly (see open_for_write)
         self._appended_generation: tuple[int, int] | None = None
+        self._eager_state_opens = 0  # see EAGER_STATE_OPENS
         self._flush_timer: threading.Timer | None = None
         # release_files(readers_too) asked for while an idle flush was armed (it declined: closing
         # would skip the fsync): the idle flush releases the files once it has run
@@ -138,7 +159,7 @@ class Partition:
         assert replica_dirs
         name = partition_dir_name(self.topic, self.partition)
         known = {os.path.dirname(r.directory): r for r in self.replicas}
-        replicas = [known.get(d) or PartitionLog(os.path.join(d, name), self.config) for d in replica_dirs]
+        replicas = [known.get(d) or _replica_log(os.path.join(d, name), self.config) for d in replica_dirs]
         if replicas != self.replicas:
             self._appended_generation = None  # a replica joined or left: open every one afresh
         self.replicas = replicas
@@ -238,6 +259,8 @@ class Partition:
         def release() -> None:
             if self._closed:
                 return
+            if self._flush_timer is None:
+                self._settle_states()  # (the next writer, in any process, then adopts the logs without a check)
             if self._flush_timer is not None or not all([r.release_files(readers_too) for r in self.replicas]):
                 self._release_after_flush = readers_too  # (the writer forgets this partition: nobody else would)
                 return
@@ -247,6 +270,31 @@ class Partition:
             self.lock.close_file()  # reopened by the next acquire (close() is for good)
 
         self.lock.run_if_idle(release)
+
+    def settle_states(self) -> None:
+        """Bring the replicas' state files up to date (see log.STATE_LAG_BATCHES_MAX) unless a
+        thread of this process or another process holds the lock: before the files are closed,
+        or read by others (Kafka's checkpoint files take the recovery points from them)."""
+        if not self._closed and any(r.state_lags for r in self.replicas):
+            self.lock.run_if_idle(self._settle_states)
+
+    def _settle_states(self) -> None:
+        """Lock not held by this process. Written only where this object's append was the last
+        hold of the lock (in any process): another writer's appends since would make its view
+        stale, and a stale state must never look current."""
+        if self._appended_generation is None or not any(r.state_lags for r in self.replicas):
+            return
+        if not self.lock.acquire(blocking=False):
+            return  # another writer has it: it checks the short tail the files do not describe
+        try:
+            if self._appended_generation == self.lock.previous_generation:
+                for replica in self.replicas:
+                    replica.settle_state(now=True)
+                self._appended_generation = self.lock.generation
+        except OSError:
+            self._appended_generation = None  # the next writer checks the tail (or recovers)
+        finally:
+            self.lock.release()
 
     def distrust(self) -> None:
         """The next acquisition of the lock re-opens every replica from its files (a write whose
@@ -262,8 +310,15 @@ class Partition:
         that append left them: their folders are not listed again (a listing per append made the
         per-batch cost grow with the number of segments). Otherwise recovery keeps what it cuts
         from below the published high watermark in `.corrupt` files."""
-        trusted = self._appended_generation == self.lock.previous_generation
-        self._appended_generation = None  # until this acquisition's append succeeds
+        lock = self.lock
+        appended, self._appended_generation = self._appended_generation, None  # until this hold's append succeeds
+        trusted = appended == lock.previous_generation
+        if trusted:
+            self.state.carry(lock.previous_generation, lock.generation)  # (no re-read of the state file)
+            if self._eager_state_opens:
+                self._eager_state_opens -= 1
+        elif appended is not None:  # another writer took a turn since this object's last append
+            self._eager_state_opens = EAGER_STATE_OPENS
         committed = None
         if not trusted:
             published = self.state.read_valid()
@@ -307,10 +362,11 @@ class Partition:
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)
         new_segment = leader.active.size == 0 or leader.should_roll(header)
-        copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment, sync == SYNC_ALL)
+        eager = self._eager_state_opens > 0
+        copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment, sync == SYNC_ALL, eager)
                   for r in self.replicas[1:]]
         try:
-            _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE)
+            _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE, eager, leader=True)
             if base == 0:  # a new partition's first batch is in its log, its high watermark not yet published
                 faults.point("first-append")
         except OSError as e:
@@ -362,6 +418,8 @@ class Partition:
             self._flush_timer = None
             if self._closed:
                 return
+            if self._appended_generation == self.lock.previous_generation:
+                self._appended_generation = self.lock.generation  # (an fsync changes nothing the next append re-reads)
             for replica in self.replicas:
                 try:
                     replica.maybe_flush(by_count=False)
@@ -395,7 +453,8 @@ class Partition:
     def publish(self) -> None:
         """Lock held: make everything appended so far visible to readers."""
         snap = self.state.read_valid()
-        hw = min(r.log_end_offset for r in self.replicas)
+        replicas = self.replicas
+        hw = replicas[0].log_end_offset if len(replicas) == 1 else min(r.log_end_offset for r in replicas)
         if snap is None:
             snap = PartitionSnapshot(hw, 0, 0)
         elif snap.high_watermark == hw:
@@ -506,6 +565,7 @@ class Partition:
         return self._first_readable(lambda r: r.size_bytes(), 0)
 
     def close(self) -> None:
+        self.settle_states()  # (the next writer, in any process, then adopts the logs without a check)
         self._closed = True
         if self._flush_timer is not None:
             self._flush_timer.cancel()

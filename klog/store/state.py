@@ -200,6 +200,13 @@ class PartitionState(_StructFile):
         self._known = (generation, fields) if fields else None
         return PartitionSnapshot(*fields) if fields else None
 
+    def carry(self, previous: tuple[int, int], generation: tuple[int, int]) -> None:
+        """The lock passed from hold `previous` straight to `generation` (no other holder in
+        between): what was known in the one is still the file's content in the other."""
+        known = self._known
+        if known is not None and known[0] == previous:
+            self._known = (generation, known[1])
+
     def write(self, snap: PartitionSnapshot, sync: bool = False) -> None:
         values = _values(snap)
         self._known = None  # a failed write leaves the file unknown

@@ -49,3 +49,45 @@ def test_the_state_file_is_served_from_memory_only_to_the_thread_holding_the_loc
             assert part.snapshot().high_watermark == 2
         assert part.state.held() is None
         assert part.state.read_valid() is None  # outside the hold: the file as it is (zeroed: damaged)
+
+
+def test_several_batches_of_a_partition_in_one_hold_are_checked_synced_and_published_once(tmp_path, monkeypatch):
+    """ReplicaManager.append_batches: the replica check (reconcile_if_due) runs once for all of
+    them, one fsync after the last makes them all durable (flush.messages=1 counts each), the high
+    watermark moves once; the offsets follow on and every batch reads back."""
+    import os
+
+    from klog.broker.replication import ReplicaManager
+    from klog.broker.writer import PartitionWriter
+    from klog.store import codec
+
+    with klog.Store(str(tmp_path / "data")) as store:
+        store.create_topic("g")
+        writer = PartitionWriter(store, ReplicaManager(store))
+        batches = [codec.encode_batch([(None, b"v%d-%d" % (b, i), [], 1_700_000_000_000) for i in range(3)], 0)
+                   for b in range(4)]
+        writer.append_batches("g", [(0, [batches[0]])], "all")  # (the first open checks everything)
+        calls = {"checks": 0, "fsyncs": 0, "publishes": 0}
+        real_check, real_fsync = ReplicaManager.reconcile_if_due, os.fsync
+        real_publish = type(store.partition("g", 0)).publish
+
+        def check(self, *a, **k):
+            calls["checks"] += 1
+            return real_check(self, *a, **k)
+
+        def fsync(fd):
+            calls["fsyncs"] += 1
+            real_fsync(fd)
+
+        def publish(self):
+            calls["publishes"] += 1
+            real_publish(self)
+
+        monkeypatch.setattr(ReplicaManager, "reconcile_if_due", check)
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(type(store.partition("g", 0)), "publish", publish)
+        acked = []
+        writer.append_batches("g", [(0, batches[1:])], "all", lambda i, bases: acked.append(bases))
+        assert calls == {"checks": 1, "fsyncs": 1, "publishes": 1}
+        assert acked == [[3, 6, 9]]
+        assert [r.value for r in store.consumer("g")] == [b"v%d-%d" % (b, i) for b in range(4) for i in range(3)]
