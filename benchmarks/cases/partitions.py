@@ -189,7 +189,8 @@ def run(bench: Bench) -> None:
             for p in counts:
                 mine, was = got[p]["again"], base[p]["again"]
                 bench.line(f"{case} into {p:,} partitions, again: {mine[0]:.2f} s CPU / {mine[1]:.0f} MiB here, "
-                           f"{was[0]:.2f} s CPU / {was[1]:.0f} MiB in {baseline_repo} ({mine[0] / was[0]:.2f}x CPU)")
+                           f"{was[0]:.2f} s CPU / {was[1]:.0f} MiB in {baseline_repo} "
+                           + (f"({mine[0] / was[0]:.2f}x CPU)" if was[0] else "(too little CPU to compare)"))
         one = got[1]["again"][0]
         for p in counts[1:]:
             cells = ", ".join(f"{label} {cpu:.2f} s CPU / {rss:.0f} MiB / {wall:.1f} s"
