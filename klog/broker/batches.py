@@ -356,10 +356,15 @@ class RawAppender:
         holds open are the old topic's: an append there would be lost, a fetch would read the old
         records): one LMDB read, 3-13 us, so callers make it once per topic per request, not per
         partition. Skipped while the metadata has had no write since the last look (~1 us)."""
-        written = self.store.meta.last_write()  # read before the lookup: a write after it shows next time
-        if self._topic_checked.get(topic) == written:
+        if self._topic_checked.get(topic) == self.store.meta.last_write():
             return
-        found = self.store.topics.find(topic)
+        # the snapshot the lookup reads names what it saw, not last_write(): LMDB writes a commit's
+        # meta page (which last_write reads) before it lets new readers see the commit, so a
+        # lookup begun in between misses a delete last_write already counts, and recording that
+        # count would skip every later check (a deleted topic served from its old files for good)
+        with self.store.meta.txn() as txn:
+            written = txn.id()
+            found = self.store.topics.find(topic, txn)
         topic_id = found.topic_id if found is not None else None
         with self._guard:
             if self._topic_ids.get(topic, topic_id) != topic_id:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from klog.errors import InvalidConfigError, InvalidTopicError, TopicExistsError, UnknownTopicError, UsageError
 from klog.meta.db import MetaDB
@@ -12,6 +13,9 @@ from klog.meta.topic_index import TopicIndex
 from klog.store.config import CONFIG_KEYS, validate_configs
 from klog.store.names import validate_topic_name
 from klog.store.plain import Plain
+
+if TYPE_CHECKING:
+    import lmdb
 
 PARTITIONS_MAX = 10_000
 
@@ -98,9 +102,13 @@ class TopicsMeta:
             raise UnknownTopicError(f"unknown topic '{name}'")
         return topic
 
-    def find(self, name: str) -> TopicMeta | None:
-        with self.db.txn() as txn:
+    def find(self, name: str, txn: lmdb.Transaction | None = None) -> TopicMeta | None:
+        """`txn`: read in the caller's transaction (its snapshot), else in one of its own."""
+        if txn is not None:
             raw = self.db.get_raw(txn, "topics", name)
+        else:
+            with self.db.txn() as own:
+                raw = self.db.get_raw(own, "topics", name)
         if raw is None:
             self._parsed.pop(name, None)
             return None
