@@ -96,7 +96,7 @@ class OffsetsTopicMirror:
         self.full_passes = 0  # reconciliations with everything in LMDB (start-up, a change log cut short)
 
     def _lmdb_txn(self) -> int:
-        return int(self.store.meta.env.info()["last_txnid"])
+        return self.store.meta.last_write()  # (what the reads after it see at least: see last_write)
 
     def _wanted(self, partitions: int) -> dict[bytes, _Wanted]:
         """Every record the topic should end with, by key."""

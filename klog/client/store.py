@@ -20,7 +20,7 @@ from klog.errors import (
 )
 from klog.meta.db import MetaDB
 from klog.meta.topics import PARTITIONS_MAX, TopicMeta, TopicsMeta
-from klog.store.config import CONFIG_KEYS, LogConfig
+from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.layout import DataDir, default_data_dir
 from klog.store.names import partition_file_stem, validate_topic_name
@@ -335,8 +335,7 @@ class Store(GroupAdminMethods):
             part.close()
 
     def effective_configs(self, name: str) -> dict[str, str]:
-        topic = self.topic(name)
-        return {k: topic.configs.get(k, key.default) for k, key in CONFIG_KEYS.items()}
+        return self.topic(name).effective_configs()
 
     def log_config(self, name: str) -> LogConfig:
         """The topic's configs, every key typed (parsed once per read of its metadata)."""

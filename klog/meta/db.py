@@ -113,10 +113,13 @@ class MetaDB:
             raise DataDirError(f"metadata error in {self.path}: {_why(e)}") from None
 
     def last_write(self) -> int:
-        """The id of the last committed write transaction, by any process: equal ids mean nothing
-        was written in between (LMDB's meta page, read from the shared map: no transaction, ~1 us)."""
+        """The id of the last write transaction, by any process, that a read begun now sees: equal
+        ids mean nothing was written in between. (Not env.info()'s last_txnid: LMDB writes a
+        commit's meta page before it lets new readers see the commit, so that id can name a write
+        the reads that follow do not show yet, and a caller recording it as seen would miss it.)"""
         try:
-            return int(self.env.info()["last_txnid"])
+            with self.env.begin() as txn:
+                return txn.id()
         except lmdb.Error as e:  # closed meanwhile
             raise DataDirError(f"metadata error in {self.path}: {_why(e)}") from None
 

@@ -57,6 +57,11 @@ class TopicMeta(Plain):
     def replication_factor(self) -> int:
         return len(self.partitions[0].replicas) if self.partitions else 0
 
+    def effective_configs(self) -> dict[str, str]:
+        """Every config key: the topic's own value, else the default."""
+        configs = self.configs
+        return {k: configs.get(k, key.default) for k, key in CONFIG_KEYS.items()}
+
     @classmethod
     def from_json(cls, doc: dict) -> TopicMeta:
         return cls(doc["name"], doc["topic_id"], doc["created_ms"], doc["configs"],

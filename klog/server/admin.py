@@ -107,10 +107,11 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         err, message, meta = await ctx.run_blocking(_create_one, ctx, t, validate_only)
         configs = None
         if meta is not None and hasattr(mod, "CreatableTopicConfigs"):
+            # the configs as created, not read again: a delete from another client may come first
             configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
                                  config_source=SOURCE_TOPIC if k in meta.configs else SOURCE_DEFAULT,
                                  is_sensitive=False)
-                            for k, v in sorted(ctx.store.effective_configs(meta.name).items()))
+                            for k, v in sorted(meta.effective_configs().items()))
         results.append(make(mod.CreatableTopicResult, name=t.name,
                             topic_id=topic_uuid(meta.topic_id) if meta else ZERO_UUID, error_code=err,
                             error_message=message, topic_config_error_code=0,

@@ -7,6 +7,7 @@ kept flat, with lookup tables for the one- and two-byte varints that nearly ever
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Sequence
 from itertools import repeat
 from operator import itemgetter
@@ -126,24 +127,37 @@ _ZERO = b"\x00"
 _ATTRIBUTES = b"\x00"
 
 
+# Threads (a program's producers, klog serve's workers) may ask for the tables at once: one builds
+# them, and each table appears whole (a table extended item by item from a generator was seen
+# half-built by another thread: IndexError in an encode).
+_TABLES_BUILT = threading.Lock()
+
+
 def _encode_tables() -> None:
     if _SIGNED_VARINT:
         return
-    # the varint of each zigzagged value z < 2**15 (encode_varint's bytes, built 3x faster than
-    # calling it per entry): _VARINT[n] is that of z = 2n, _SIGNED_VARINT[d + 2**13] that of d's zigzag
-    raw = [bytes((z,)) for z in range(0x80)]
-    raw += [bytes(((z & 0x7F) | 0x80, z >> 7)) for z in range(0x80, 1 << 14)]
-    raw += [bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, z >> 14)) for z in range(1 << 14, 1 << 15)]
-    _VARINT.extend(raw[0:2 * _VARINT_TABLE_SIZE:2])
-    _SIGNED_VARINT.extend(raw[(d << 1) ^ (d >> 63)] for d in range(-_SIGNED_HALF, _SIGNED_HALF))  # last: built
+    with _TABLES_BUILT:
+        if _SIGNED_VARINT:
+            return
+        # the varint of each zigzagged value z < 2**15 (encode_varint's bytes, built 3x faster than
+        # calling it per entry): _VARINT[n] is that of z = 2n, _SIGNED_VARINT[d + 2**13] that of d's zigzag
+        raw = [bytes((z,)) for z in range(0x80)]
+        raw += [bytes(((z & 0x7F) | 0x80, z >> 7)) for z in range(0x80, 1 << 14)]
+        raw += [bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, z >> 14)) for z in range(1 << 14, 1 << 15)]
+        _VARINT.extend(raw[0:2 * _VARINT_TABLE_SIZE:2])
+        # last, from a list (one step under the GIL): a non-empty table says both are whole
+        _SIGNED_VARINT.extend([raw[(d << 1) ^ (d >> 63)] for d in range(-_SIGNED_HALF, _SIGNED_HALF)])
 
 
 def _decode_tables() -> None:
     if _LENGTH2:
         return
-    _ZIGZAG2.extend([0] * 0x80 + [_unzigzag((b & 0x7F) | (c << 7)) for b in range(0x80, 0x100)]
-                    for c in range(0x80))
-    _LENGTH2.extend([v + 2 for v in row] for row in _ZIGZAG2)  # last: it says both are built
+    with _TABLES_BUILT:
+        if _LENGTH2:
+            return
+        rows = [[0] * 0x80 + [_unzigzag((b & 0x7F) | (c << 7)) for b in range(0x80, 0x100)] for c in range(0x80)]
+        _ZIGZAG2.extend(rows)
+        _LENGTH2.extend([[v + 2 for v in row] for row in rows])  # last, from a list: it says both are whole
 
 
 def _varint(n: int) -> bytes:
