@@ -111,19 +111,10 @@ def _fetch_frame(topic: str, partitions: range) -> bytes:
 
 def _ask(sock: socket.socket, frame: bytes) -> int:
     """Send `frame`, read the whole answer; its size."""
-    def exactly(n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = sock.recv(min(n - len(out), 1 << 20))
-            if not chunk:
-                raise ConnectionError("closed by the server")
-            out += chunk
-        return bytes(out)
+    from tests.serve_helpers import read_answer
 
     sock.sendall(frame)
-    size = struct.unpack(">i", exactly(4))[0]
-    exactly(size)
-    return size
+    return len(read_answer(sock))
 
 
 def _wide(bench: Bench) -> None:

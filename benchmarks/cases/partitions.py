@@ -6,7 +6,8 @@ with wait4: user + system CPU seconds and ru_maxrss):
   at a time);
 - keyed: `klog produce t -K:` of N `key:value` lines over 5,000 keys (every partition gets some);
 - serve: the same keyed records through `klog serve` from confluent-kafka (linger 50 ms; librdkafka
-  sends one partition per Produce request, so a wide topic is a burst of small pipelined requests); the server's CPU and RSS (/proc);
+  sends one partition per Produce request, so a wide topic is a burst of small pipelined requests);
+  the server's CPU and RSS (/proc);
 - mirror: `klog mirror SRC DEST t` of the keyed topic between two local stores.
 Each writes into the topic twice: `first` into the new topic (it creates every partition's files),
 then `again` (the steady state). The peer of each partition count is one partition, same run. For

@@ -111,16 +111,9 @@ class _Floor:
 
 
 def _answer(sock: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("closed by the server")
-            out += chunk
-        return bytes(out)
+    from tests.serve_helpers import read_answer
 
-    return exactly(struct.unpack(">i", exactly(4))[0])
+    return read_answer(sock)
 
 
 def run(bench: Bench) -> None:

@@ -89,24 +89,15 @@ def sequential_fetches(port: int, topic: str, n: int, topic_id: uuid.UUID | None
     """Seconds for n Fetch requests of partition 0 from offset 0, one at a time on one connection."""
     import socket
 
+    from tests.serve_helpers import read_answer
+
     frame = fetch_frame(topic, 0, 0, 500, topic_id)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         start = time.perf_counter()
         for _ in range(n):
             sock.sendall(frame)
-            size = struct.unpack(">i", _exactly(sock, 4))[0]
-            _exactly(sock, size)
+            read_answer(sock)
         return time.perf_counter() - start
-
-
-def _exactly(sock: object, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))  # type: ignore[attr-defined]
-        if not chunk:
-            raise ConnectionError("closed by the server")
-        out += chunk
-    return bytes(out)
 
 
 def run(bench: Bench) -> None:
