@@ -39,21 +39,21 @@ def _in_thread(work) -> None:  # noqa: ANN001 - a callable
         raise failure[0]
 
 
-def _segmented(store, topic: str, records: int = 30, partitions: int = 1) -> None:  # noqa: ANN001
-    """A topic whose partition 0 has several segments (about 10 records each)."""
+def _segmented(store, topic: str, records: int = 30, partitions: int = 1):  # noqa: ANN001, ANN202
+    """A topic whose partition 0 has several segments (about 10 records each); that partition."""
     store.create_topic(topic, partitions=partitions, configs={"segment.bytes": "700", "retention.ms": "-1"})
     with store.producer(linger_ms=0) as producer:
         for i in range(records):
             producer.send(topic, b"record-%03d" % i + b"." * 40, partition=0)
             producer.flush()
+    return store.partition(topic, 0)
 
 
 # -- the segment dict changing under a reader's walk over it -------------------------------------
 def test_a_size_asked_while_the_writer_rolls_is_a_size_not_a_runtime_error(store):
     """describe_topic / Partition.size_bytes in one thread, a roll in another: 'dictionary
     changed size during iteration' escaped to the user before."""
-    _segmented(store, "t")
-    part = store.partition("t", 0)
+    part = _segmented(store, "t")
     first = part.leader.segments[part.leader.bases[0]]
     real = first.file_size
     rolled = []
@@ -81,8 +81,7 @@ def test_a_size_asked_while_the_writer_rolls_is_a_size_not_a_runtime_error(store
 def test_holds_data_asked_while_the_writer_rolls_answers(store):
     """reader_snapshot asks holds_data when it finds no state file (a partition being created
     by a writer in another thread: the f0a6591 case); a roll meanwhile must not raise."""
-    _segmented(store, "h")
-    part = store.partition("h", 0)
+    part = _segmented(store, "h")
     first = part.leader.segments[part.leader.bases[0]]
     rolled = []
 
@@ -101,8 +100,7 @@ def test_a_producer_releasing_files_while_a_reader_relists_does_not_raise(store)
     """The producer (PartitionWriter._written) closes an idle partition's files while a consumer
     thread re-lists the folder and finds a segment another process rolled: the producer's
     flush raised 'dictionary changed size during iteration'."""
-    _segmented(store, "l")
-    part = store.partition("l", 0)
+    part = _segmented(store, "l")
     log = part.leader
     first = log.segments[log.bases[0]]
     real = first.close
@@ -127,8 +125,7 @@ def _segments_pass_under(log, offset: int) -> None:  # noqa: ANN001 - a Partitio
 
 
 def test_a_read_while_retention_deletes_its_first_segment_reads_on_not_key_error(store, monkeypatch):
-    _segmented(store, "r")
-    part = store.partition("r", 0)
+    part = _segmented(store, "r")
     log = part.leader
     assert len(log.bases) >= 3
     second = log.bases[1]
@@ -153,8 +150,7 @@ def test_list_offsets_max_timestamp_while_retention_deletes_segments(store):
     lock; retention in the append worker deletes a prefix of them meanwhile."""
     from klog.broker.offsets import max_timestamp_offset
 
-    _segmented(store, "m")
-    part = store.partition("m", 0)
+    part = _segmented(store, "m")
     log = part.leader
     first = log.segments[log.bases[0]]
     third = log.bases[2]
@@ -176,8 +172,7 @@ def test_producer_state_walk_while_retention_deletes_segments(store):
     listed at its start; retention deleting the next ones meanwhile must end the walk cleanly."""
     from klog.broker.batches import batch_headers
 
-    _segmented(store, "b")
-    part = store.partition("b", 0)
+    part = _segmented(store, "b")
     log = part.leader
     first = log.segments[log.bases[0]]
     third = log.bases[2]
@@ -314,8 +309,7 @@ def test_retention_remembering_the_oldest_segment_while_another_thread_deletes_i
     from klog.broker import lifecycle
     from klog.store import retention
 
-    _segmented(store, "o")
-    part = store.partition("o", 0)
+    part = _segmented(store, "o")
     third = part.leader.bases[2]
     real = retention.segment_facts
     hooked = []
@@ -339,8 +333,7 @@ def test_the_dirty_ratio_read_while_another_thread_deletes_segments(store):
     KeyError ended the whole compaction pass ('log compaction pass failed')."""
     from klog.broker import lifecycle
 
-    _segmented(store, "d")
-    part = store.partition("d", 0)
+    part = _segmented(store, "d")
     log = part.leader
     first = log.segments[log.bases[0]]
     third = log.bases[2]
@@ -362,8 +355,7 @@ def test_a_read_from_the_log_start_while_retention_moves_it_is_no_damage(store, 
     deletes the oldest segment: the batches it read from that segment's file are whole and
     were the log's start when read, but were judged against the new first segment: a spurious
     CorruptLogError ('batch does not follow offset N') on an undamaged log."""
-    _segmented(store, "c")
-    part = store.partition("c", 0)
+    part = _segmented(store, "c")
     log = part.leader
     second = log.bases[1]
     real = log_module._stopped_early
@@ -387,8 +379,7 @@ def test_a_size_asked_while_retention_deletes_a_segment_is_a_size(store):
     """describe_topic in one thread while retention in another has renamed the oldest segment
     but not yet re-listed the folder (it fsyncs the folder in between): 'cannot read t-0: ...
     keeps vanishing' (StorageError), though nothing is lost."""
-    _segmented(store, "z")
-    part = store.partition("z", 0)
+    part = _segmented(store, "z")
     log = part.leader
     first = log.segments[log.bases[0]]
     os.rename(first.log_path, first.log_path + ".deleted")  # (retention's rename; its re-listing comes later)
