@@ -492,6 +492,22 @@ class RecordsBuilder:
         tail = encode_records(self._tail, self.first_ts, range(base, base + len(self._tail)) if base else None)
         return head + tail if head else tail
 
+    def whole_batch(self, max_timestamp: int) -> bytearray | None:
+        """The uncompressed create-time batch write_section would give, taken as it is from the
+        compiled builder's buffer, header and CRC included: no copy of the records section, no
+        second CRC over it (the builder's covers the same header fields and records), and a
+        bytearray, which the store stamps in place. None when the builder does not hold every
+        record, or its header is not write_section's (then section() and write_section)."""
+        if not self.count or (self._fast is not None if self._tail else self._fast is None) or (
+                self._tail and not self.go_fast()):
+            return None  # (go_fast: the records kept as tuples, appended to a new builder in one pass)
+        built = fastrecords.built_batch(self._fast, CRC_COVERED_HEADER.pack(
+            CREATE_TIME, self.count - 1, self.first_ts, max_timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+            NO_SEQUENCE, self.count), KLOG_LEADER_EPOCH)
+        if built is not None:
+            self.append = self.size = self._fast = None  # (it takes no more, and is freed with its batch)
+        return built
+
     def records(self, section: bytes) -> list[RecordIn]:
         """The records back from their section (to split a batch that passed max.message.bytes)."""
         out, _ = _decode_records(section, 0, self.count, 0, self.first_ts)

@@ -45,7 +45,14 @@ from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Any
 
-from klog.store.format import ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, INT16, RECORDS_OFFSET
+from klog.store.format import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    INT16,
+    INT32,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    RECORDS_OFFSET,
+)
 
 # Below this many records the Python loop costs less than the first import (tests force it).
 FAST_MIN_RECORDS = 64
@@ -243,6 +250,17 @@ def append_records(builder: Any, records: Sequence[tuple[bytes | None, bytes | N
 def built_section(builder: Any) -> bytes:
     """The records section of what `builder` holds (after build(), the builder takes no more)."""
     return bytes(memoryview(builder.build())[RECORDS_OFFSET:])
+
+
+def built_batch(builder: Any, covered_header: bytes, leader_epoch: int) -> bytearray | None:
+    """The batch `builder` holds, as its buffer (no copy), if the header fields its CRC covers are
+    `covered_header` (klog's CRC_COVERED_HEADER bytes for it), with `leader_epoch` stamped (outside
+    the CRC); None otherwise. (After build(), the builder takes no more.)"""
+    built = builder.build()
+    if built[ATTRIBUTES_OFFSET:RECORDS_OFFSET] != covered_header:
+        return None
+    INT32.pack_into(built, PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+    return built
 
 
 def encode_records(records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],

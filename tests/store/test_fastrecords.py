@@ -278,3 +278,47 @@ def test_consume_of_a_crc_valid_batch_with_broken_records_fails_in_one_line(klog
     assert out.returncode == 1, (out.returncode, out.stdout[:200], err)
     assert err.count("\n") == 1 and err.startswith("klog: ") and "Traceback" not in err
     assert b"value-" not in out.stdout  # no wrong records before the failure
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=records_st, routed=st.integers(0, 30))
+def test_a_batch_taken_whole_from_the_builder_is_what_write_section_writes(records, routed) -> None:
+    """RecordsBuilder.whole_batch (the producer's uncompressed create-time batches, with no copy):
+    the bytes write_section writes around the Python encoder's section, CRC included, whether the
+    records were kept as tuples or appended straight through the builder; or None where the
+    builder cannot take them."""
+    routed = min(routed, len(records) - 1)
+    builder = codec.RecordsBuilder()
+    builder.add(records[:len(records) - routed])
+    if routed and builder.go_fast():
+        for key, value, headers, ts in records[len(records) - routed:]:
+            builder.append(builder.count, ts, key, value, list(headers))
+            builder.appended(builder.count + 1)
+    elif routed:
+        builder.add(records[len(records) - routed:])
+    max_ts = max(ts for *_, ts in records)
+    with fastrecords.python_only():
+        want = codec.write_section(codec.encode_records(records, records[0][3], None), len(records),
+                                   base_timestamp=records[0][3], max_timestamp=max_ts)
+    got = builder.whole_batch(max_ts)
+    if got is None:
+        assert fastrecords.encode_records(records, records[0][3], None) is None
+        assert codec.write_section(builder.section(), len(records), base_timestamp=records[0][3],
+                                   max_timestamp=max_ts) == want
+    else:
+        assert isinstance(got, bytearray) and got == want
+
+
+def test_a_builder_whose_header_differs_is_not_taken_whole() -> None:
+    """A max timestamp other than the records' (or records partly in Python): None, and the
+    records section is still there whole."""
+    records = [(b"k%d" % i, b"v" * i, [], TS + i) for i in range(70)]
+    builder = codec.RecordsBuilder()
+    builder.add(records)
+    assert builder.whole_batch(TS) is None  # the records' largest is TS + 69
+    assert builder.section() == codec.encode_records(records, TS, None)
+    mixed = codec.RecordsBuilder()
+    mixed.add(records[:10])
+    assert mixed.go_fast()
+    mixed.add([(b"k", b"v", [("h", bytearray(b"x"))], TS)])  # refused by the builder: kept as a tuple
+    assert mixed.whole_batch(TS + 9) is None
