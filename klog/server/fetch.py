@@ -136,7 +136,7 @@ def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[Partition
     the inline bytes left, whether any partition failed). `nowait`: on the event loop (see
     _collect_inline), raising WouldBlock for anything not cached in this process."""
     appender = ctx.server.appender
-    opened = _open_partitions(ctx.store) if nowait else None
+    opened = _open_partitions(ctx.store)
     old_fetcher = ctx.api_version <= LAST_MESSAGE_SET_VERSION
     errors = False
     reads: list[PartitionAnswer] = []
@@ -146,16 +146,20 @@ def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[Partition
         answer = PartitionAnswer(index)
         out.append(answer)
         try:
-            if opened is not None:
-                answer.part = opened.get((topic, index))
-                if answer.part is None:
-                    raise WouldBlock  # (its first touch opens files: the thread's)
-            else:
-                answer.part = appender.partition(topic, index, refresh)
+            # (open already, the usual case: a dict look-up, no lock, no call; the first partition
+            # refreshes the topic's metadata when due, off the loop)
+            answer.part = None if refresh else opened.get((topic, index))
+            if answer.part is None:
+                if nowait:
+                    answer.part = opened.get((topic, index))
+                    if answer.part is None:
+                        raise WouldBlock  # (its first touch opens files: the thread's)
+                else:
+                    answer.part = appender.partition(topic, index, refresh)
                 refresh = False
             requested = getattr(p, "current_leader_epoch", None)  # v9+
             if requested is not None and requested >= 0:
-                if opened is not None and topic not in ctx.store._topic_cache:
+                if nowait and topic not in ctx.store._topic_cache:
                     raise WouldBlock  # (the epoch is in the topic's metadata: not read on the loop)
                 fenced = leader_epoch_error(ctx.store, topic, index, requested)
                 if fenced != E.none:
