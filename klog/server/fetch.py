@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from klog.broker.batches import TOPIC_REFRESH_S
 from klog.broker.offsets import stable_view
 from klog.errors import (
     CorruptLogError,
@@ -41,6 +42,7 @@ from klog.errors import (
 from klog.protocol.apis import FETCH
 from klog.protocol.framing import FileRange, RawBody
 from klog.protocol.kafka import E, leader_epoch_error, response_for, topic_uuid
+from klog.security.acl import Operation, ResourceType
 from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
@@ -113,7 +115,7 @@ def _zstd_topic(ctx: RequestContext, topic: str) -> bool:
 def _topic_refused(ctx: RequestContext, topic: str) -> E:
     """What every partition of `topic` answers before its own state is looked at (decided once per
     topic and request): not authorized, or a zstd topic for a fetcher that cannot read zstd."""
-    if not ctx.authorize("READ", "TOPIC", topic):
+    if not ctx.authorize(Operation.READ, ResourceType.TOPIC, topic):  # (the enums: no name look-up per request)
         return E.topic_authorization_failed
     if ctx.api_version < ZSTD_FETCH_VERSION_MIN and _zstd_topic(ctx, topic):  # Kafka 3.9's KafkaApis rule
         return E.unsupported_compression_type
@@ -274,8 +276,6 @@ def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
     security = getattr(ctx.server, "security", None)
     if security is not None and time.monotonic() * 1000 - security.authorizer._loaded >= security.authorizer.reload_ms:
         return None  # (ACLs to read again)
-    from klog.broker.batches import TOPIC_REFRESH_S
-
     written = store.meta.last_write()
     now = time.monotonic()
     checked, refreshed, ids = appender._topic_checked, appender._topic_read, appender._topic_ids
