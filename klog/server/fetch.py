@@ -290,16 +290,18 @@ def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
                 return None
         if checked.get(name) != written or now - refreshed.get(name, 0.0) >= TOPIC_REFRESH_S:
             return None
+        if ctx.api_version < ZSTD_FETCH_VERSION_MIN and name not in store._topic_cache:
+            return None  # (a v4-v9 fetcher: the topic's compression.type is asked, from its cached metadata only)
         names[topic_id if topic_id is not None else name] = name
     return names
 
 
 def _collect_inline(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer], int, bool] | None:
-    """_collect on the event loop, or None when the thread pool must answer: an old fetcher (v0-v9:
-    down-conversion, zstd checks), read_committed, more than LOOP_PARTITIONS_MAX partitions, a topic
+    """_collect on the event loop, or None when the thread pool must answer: an old fetcher (v0-v3:
+    down-conversion), read_committed, more than LOOP_PARTITIONS_MAX partitions, a topic
     whose metadata this process must read, or a partition not open, not cached, not the usual read
     (read_ranges' WouldBlock)."""
-    if not NOWAIT or ctx.api_version < ZSTD_FETCH_VERSION_MIN \
+    if not NOWAIT or ctx.api_version <= LAST_MESSAGE_SET_VERSION \
             or int(getattr(request, "isolation_level", 0)) == READ_COMMITTED \
             or sum(len(t.partitions) for t in request.topics) > LOOP_PARTITIONS_MAX:
         return None

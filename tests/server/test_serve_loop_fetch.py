@@ -11,6 +11,7 @@ import types
 
 import pytest
 
+from klog.protocol.kafka import make as make_entity
 from klog.server import fetch as fetch_module
 from klog.store import topic_read
 from tests.serve_helpers import RawClient, batch, produce
@@ -205,3 +206,38 @@ def test_the_loops_reads_leave_a_consumers_next_read_its_shortcut(kafka_server, 
             [answer] = _partitions(_fetch(client, "tail", {0: i}))
             assert b"t%d" % i in answer[4] and b"t%d" % (i - 1) not in answer[4]
         assert where == ["loop"] * 3
+
+
+def _fetch_v(client: RawClient, version: int, topic: str, offset: int):
+    """A Fetch of partition 0 in `version` (v4-v9: no session, no topic id)."""
+    import importlib
+
+    from kio.static.primitive import i32Timedelta
+
+    mod = importlib.import_module(f"kio.schema.fetch.v{version}.request")
+    part = make_entity(mod.FetchPartition, partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                       last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+    return client.send(1, version, replica_id=-1, max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=1,
+                       max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                       topics=(make_entity(mod.FetchTopic, topic=topic, partitions=(part,)),),
+                       forgotten_topics_data=(), rack_id="")
+
+
+def test_an_older_fetcher_is_answered_on_the_loop_and_refused_a_zstd_topic_there_too(kafka_server, store, where,
+                                                                                     monkeypatch):
+    store.create_topic("plain")
+    store.create_topic("zstd", configs={"compression.type": "zstd"})
+    with RawClient(kafka_server.port) as client:
+        for topic in ("plain", "zstd"):
+            assert produce(client, topic, 0, batch([b"for v4"]))[0] == 0
+            _fetch_v(client, 4, topic, 0)
+            _fetch_v(client, 4, topic, 0)  # (its metadata cached by the first: the compression type's check)
+        where.clear()
+        plain = _fetch_v(client, 4, "plain", 0)
+        refused = _fetch_v(client, 9, "zstd", 0)
+        assert where == ["loop", "loop"]
+        assert b"for v4" in bytes(plain.responses[0].partitions[0].records)
+        assert int(refused.responses[0].partitions[0].error_code) == 76  # UNSUPPORTED_COMPRESSION_TYPE
+        with monkeypatch.context() as m:
+            m.setattr(fetch_module, "_collect_inline", lambda ctx, request: None)
+            assert _fetch_v(client, 4, "plain", 0) == plain and _fetch_v(client, 9, "zstd", 0) == refused
