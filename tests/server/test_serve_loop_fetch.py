@@ -241,3 +241,48 @@ def test_an_older_fetcher_is_answered_on_the_loop_and_refused_a_zstd_topic_there
         with monkeypatch.context() as m:
             m.setattr(fetch_module, "_collect_inline", lambda ctx, request: None)
             assert _fetch_v(client, 4, "plain", 0) == plain and _fetch_v(client, 9, "zstd", 0) == refused
+
+
+def test_a_consumer_tailing_a_partition_being_written_gets_every_record_once_in_order(kafka_server, store, where):
+    import threading
+
+    from klog.store import codec
+
+    store.create_topic("busy")
+    count = 150
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "busy", 0, batch([b"r0"]))[0] == 0
+        _fetch(client, "busy", {0: 0})
+    where.clear()
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with RawClient(kafka_server.port) as producer:
+                for i in range(1, count):
+                    assert produce(producer, "busy", 0, batch([b"r%d" % i]))[0] == 0
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            failures.append(e)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    seen: list[bytes] = []
+    try:
+        with RawClient(kafka_server.port) as consumer:
+            for _ in range(20 * count):  # (bounded: each round is one Fetch)
+                if len(seen) >= count:
+                    break
+                [(_, error, _, _, records)] = _partitions(_fetch(consumer, "busy", {0: len(seen)}))
+                assert error == 0
+                pos = 0
+                while pos < len(records):  # (whole batches: a fetch sends whole ones below the end)
+                    header = codec.read_header(records, pos)
+                    seen.extend(r[3] for r in codec.decode_batch_records(records, pos, header) if r[0] >= len(seen))
+                    pos += header.size
+    finally:
+        writer.join(30)
+    assert not failures
+    assert seen == [b"r%d" % i for i in range(count)]
+    # (most on the loop: a consumer at the log's end reads where its last range ended; the metadata's
+    # and ACLs' periodic re-reads go to the pool)
+    assert where.count("loop") > where.count("pool")
