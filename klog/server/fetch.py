@@ -13,7 +13,7 @@ open in this process, its state and bytes in the page cache, each range small: s
 _collect_inline) is answered on the event loop, without the thread hop (~140 us of CPU on a small
 VM, more than the rest of an empty Fetch). Everything else is collected in the server's thread
 pool as before: a partition's first touch, metadata to read, a cold page, a large range (sent
-by sendfile), read_committed, down-conversion, any error.
+by sendfile), transactions to walk (read_committed), down-conversion, any error.
 
 Cold reads: a range not in the page cache is read in by the worker thread before the event loop
 sendfiles it (klog/server/pagecache.py), so a slow disk holds that fetch, not every connection.
@@ -129,6 +129,37 @@ def _stable_bound(part: Any, hw: int) -> int:
         return stable.refresh(hw)
 
 
+def _stable_bound_nowait(part: Any, hw: int) -> int:
+    """_stable_bound on the event loop: the last stable offset as the partition's StableView knows
+    it, when its last refresh walked every batch below `hw` (nothing appended since: the high
+    watermark only grows) in the segment file it still reads (none replaced); else WouldBlock (a
+    refresh lists the folder and reads headers: the pool's). The view's lock is not waited for."""
+    stable, lock = stable_view(part)
+    if not lock.acquire(blocking=False):
+        raise WouldBlock  # (a thread refreshes it)
+    try:
+        base = stable._scan_base
+        segment = part.leader.segments.get(base) if base is not None else None
+        if segment is None or stable._next_offset < hw or segment._log_inode != stable._scan_ino:
+            raise WouldBlock
+        return stable._first_unstable(hw)
+    finally:
+        lock.release()
+
+
+def _aborted(part: Any, offset: int, upper: int, nowait: bool) -> list[tuple[int, int]]:
+    """read_committed: (producer id, first offset) of the aborted transactions a read of
+    [offset, upper) names. `nowait`: on the event loop, WouldBlock rather than wait for the lock."""
+    stable, lock = stable_view(part)
+    if not lock.acquire(blocking=not nowait):
+        raise WouldBlock
+    try:
+        aborted = stable.aborted_between(offset, upper)
+    finally:
+        lock.release()
+    return [(a.producer_id, a.first_offset) for a in aborted]
+
+
 def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[PartitionAnswer], budget: int,
                 committed: bool, inline_left: int, nowait: bool = False) -> tuple[int, int, bool]:
     """The answers of `asked` (a request topic's partitions) appended to `out`, in order: each
@@ -178,7 +209,7 @@ def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[Partition
         # Fetch v0-v3: converted in memory, a bounded chunk per partition and request, never a segment
         answer.max_bytes = min(p.partition_max_bytes, DOWN_CONVERT_BYTES_MAX) if old_fetcher else p.partition_max_bytes
         reads.append(answer)
-    bound = _stable_bound if committed else None
+    bound = (_stable_bound_nowait if nowait else _stable_bound) if committed else None
     if not old_fetcher:  # (nowait: no failure, no range nor conversion come back; an offset out of range may)
         budget, inline_left = read_ranges(reads, budget, INLINE_RANGE_BYTES, inline_left, bound, nowait)
     for answer in reads:
@@ -208,10 +239,7 @@ def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[Partition
             elif found is not None:
                 pagecache.ensure_cached(found)  # the loop's sendfile must not wait for the disk
             if committed:
-                stable, lock = stable_view(answer.part)
-                with lock:
-                    aborted = stable.aborted_between(answer.offset, answer.upper)
-                answer.aborted = [(a.producer_id, a.first_offset) for a in aborted]
+                answer.aborted = _aborted(answer.part, answer.offset, answer.upper, nowait)
         except (OSError, KlogError) as e:
             answer.error = _read_error(ctx, topic, answer.partition, answer.offset, e)
             errors = True
@@ -298,11 +326,10 @@ def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
 
 def _collect_inline(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer], int, bool] | None:
     """_collect on the event loop, or None when the thread pool must answer: an old fetcher (v0-v3:
-    down-conversion), read_committed, more than LOOP_PARTITIONS_MAX partitions, a topic
+    down-conversion), more than LOOP_PARTITIONS_MAX partitions, a topic
     whose metadata this process must read, or a partition not open, not cached, not the usual read
     (read_ranges' WouldBlock)."""
     if not NOWAIT or ctx.api_version <= LAST_MESSAGE_SET_VERSION \
-            or int(getattr(request, "isolation_level", 0)) == READ_COMMITTED \
             or sum(len(t.partitions) for t in request.topics) > LOOP_PARTITIONS_MAX:
         return None
     try:

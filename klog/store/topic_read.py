@@ -160,8 +160,8 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
     least its first batch while any budget is left, as Kafka's fetch does); a range of at most
     `read_max` bytes comes read (RangeRead.data), while the bytes read stay within `read_total`.
     Failures are the partition's own (RangeRead.failure), never the call's. Returns what is left
-    of `budget` and of `read_total`. `nowait`: see the module's docstring (raises WouldBlock; no
-    `bound`, no failure recorded, no range left pinned)."""
+    of `budget` and of `read_total`. `nowait`: see the module's docstring (raises WouldBlock, as
+    `bound` may; no failure recorded, no range left pinned)."""
     bisect_right = bisect.bisect_right
     for r in reads:
         part = r.part
@@ -172,19 +172,29 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
             r.log_start_offset = start
             if offset < start or offset > hw:
                 r.out_of_range = True
-            elif offset < hw and budget > 0:
-                if epoch != part.leader_epoch_loaded and part.reload_replicas is not None:
-                    raise WouldBlock  # (the replicas reload)
+                continue
+            # (a new leader epoch: the replicas reload, and a truncation may have come with it)
+            moved = epoch != part.leader_epoch_loaded and part.reload_replicas is not None
+            upper = hw
+            if bound is not None:  # (it raises WouldBlock itself for what it cannot say without waiting)
+                if moved:
+                    raise WouldBlock
+                try:
+                    r.upper = upper = bound(part, hw)
+                except (KlogError, OSError) as e:
+                    raise WouldBlock from e
+            if offset < upper and budget > 0:
                 leader = part.replicas[0]
-                if leader.compacted:
-                    raise WouldBlock  # (its gaps are checked against the cleaner's records)
+                if moved or leader.compacted:  # (a compacted log's gaps are checked against the cleaner's records)
+                    raise WouldBlock
                 bases = leader.bases
                 i = bisect_right(bases, offset) - 1
                 segment = leader.segments.get(bases[i]) if i >= 0 else None
                 small = read_max if read_max <= read_total else read_total
                 if segment is None or small <= 0:
                     raise WouldBlock
-                data = _small_range_nowait(segment, offset, hw, r.max_bytes if r.max_bytes < budget else budget, small)
+                data = _small_range_nowait(segment, offset, upper, r.max_bytes if r.max_bytes < budget else budget,
+                                           small)
                 r.data = data
                 budget -= len(data)
                 read_total -= len(data)

@@ -137,7 +137,7 @@ def test_a_large_range_or_a_wide_fetch_goes_to_the_pool(kafka_server, store, whe
         assert where == ["loop"] and small == wide[1:]
 
 
-def test_a_read_committed_fetch_and_a_fetch_from_mid_segment_go_to_the_pool(kafka_server, store, where):
+def test_a_fetch_from_mid_segment_goes_to_the_pool(kafka_server, store, where):
     store.create_topic("mid")
     with RawClient(kafka_server.port) as client:
         for i in range(4):
@@ -145,10 +145,51 @@ def test_a_read_committed_fetch_and_a_fetch_from_mid_segment_go_to_the_pool(kafk
         _fetch(client, "mid", {0: 0})
         where.clear()
         middle = _partitions(_fetch(client, "mid", {0: 2}))  # (not where a read ended: the index is looked up)
-        committed = _partitions(_fetch(client, "mid", {0: 0}, isolation_level=1))  # (the stable offset: the pool's)
-        assert where == ["pool", "pool"]
+        assert where == ["pool"]
         assert b"m2" in middle[0][4] and b"m1" not in middle[0][4]
-        assert committed == _partitions(_fetch(client, "mid", {0: 0})) and b"m3" in committed[0][4]
+
+
+def test_read_committed_on_the_loop_names_the_stable_offset_and_aborted_transactions_as_the_pool(
+        kafka_server, store, where, monkeypatch):
+    from tests.server.test_serve_transactions import _add, _end, _init, _produce_txn, _txn_batch
+
+    store.create_topic("txn")
+    with RawClient(kafka_server.port) as client:
+        ids = {}
+        for tid in ("aborts", "stays-open"):
+            answer = _init(client, tid)
+            ids[tid] = (int(answer.producer_id), int(answer.producer_epoch))
+        assert produce(client, "txn", 0, batch([b"before"]))[0] == 0
+        pid, epoch = ids["aborts"]
+        _add(client, "aborts", pid, epoch, "txn", (0,))
+        assert _produce_txn(client, "aborts", "txn", 0, _txn_batch([b"aborted"], pid, epoch, 0)) == 0
+        assert _end(client, "aborts", pid, epoch, commit=False) == 0  # (offsets 1, and its marker 2)
+        assert produce(client, "txn", 0, batch([b"between"]))[0] == 0
+        pid, epoch = ids["stays-open"]
+        _add(client, "stays-open", pid, epoch, "txn", (0,))
+        assert _produce_txn(client, "stays-open", "txn", 0, _txn_batch([b"open"], pid, epoch, 0)) == 0  # offset 4
+
+        def committed():  # noqa: ANN202
+            return _fetch(client, "txn", {0: 0}, isolation_level=1)
+
+        committed()  # (the pool's: the partition's first read, its transactions walked)
+        where.clear()
+        looped = committed()
+        assert where == ["loop"]
+        [p] = looped.responses[0].partitions
+        assert int(p.high_watermark) == 5 and int(p.last_stable_offset) == 4
+        assert [(int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions] == [(ids["aborts"][0], 1)]
+        assert b"before" in bytes(p.records) and b"open" not in bytes(p.records)
+        with monkeypatch.context() as m:
+            m.setattr(fetch_module, "_collect_inline", lambda ctx, request: None)
+            assert committed() == looped
+        # the open transaction commits: the stable offset moves, walked first by the pool
+        assert _end(client, "stays-open", pid, epoch, commit=True) == 0
+        where.clear()
+        after = [committed() for _ in range(2)]
+        assert where == ["pool", "loop"] and after[0] == after[1]
+        [p] = after[1].responses[0].partitions
+        assert int(p.last_stable_offset) == int(p.high_watermark) == 6 and b"open" in bytes(p.records)
 
 
 def test_a_fetch_by_topic_id_is_answered_on_the_loop(kafka_server, store, where):
