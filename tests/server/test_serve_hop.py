@@ -55,3 +55,38 @@ def test_the_pool_stays_within_its_threads_and_shutdown_finishes_the_queue():
     assert not any(t.is_alive() for t in pool._threads)
     with pytest.raises(RuntimeError, match="after shutdown"):
         pool.submit(int)
+
+
+def test_calls_one_after_another_stay_on_one_warm_thread():
+    """The thread idle for the shortest time takes the next call: a connection's hops, one after
+    another, run on one thread (round-robin over the idle ones would wake a cold one each time)."""
+    pool = HopPool(4, thread_name_prefix="test-hop")
+    started = threading.Barrier(4, timeout=5)
+    try:
+        for f in [pool.submit(started.wait) for _ in range(4)]:  # four threads, all busy at once
+            f.result(5)
+        assert len(pool._threads) == 4
+
+        async def main() -> set[str]:
+            return {await in_thread(pool, lambda: threading.current_thread().name) for _ in range(20)}
+
+        assert len(asyncio.run(main())) == 1
+    finally:
+        pool.shutdown(wait=True)
+
+
+def test_an_answer_to_a_closed_loop_does_not_lose_the_thread():
+    """A call still running when its server's loop closes: its answer is dropped, and the thread
+    takes the next call (it is not left on the idle stack dead)."""
+    pool = HopPool(1, thread_name_prefix="test-hop")
+    release = threading.Event()
+
+    async def start() -> None:
+        in_thread(pool, release.wait, 5)  # not awaited: the loop closes with it running
+
+    try:
+        asyncio.run(start())
+        release.set()
+        assert pool.submit(lambda: 42).result(5) == 42
+    finally:
+        pool.shutdown(wait=True)
