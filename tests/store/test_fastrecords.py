@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from klog import errors
 from klog.store import codec, compression, fastrecords
+from klog.store.format import RECORD_BATCH_OVERHEAD
 from klog.store.log import FetchedBatch
 from tests.serve_helpers import broken_records_batch
 from tests.store.test_codec import ALL_CODECS, BAD_RECORDS, GOLDEN, TS, V, make_batch, raw_record
@@ -307,6 +308,9 @@ def test_a_batch_taken_whole_from_the_builder_is_what_write_section_writes(recor
                                    max_timestamp=max_ts) == want
     else:
         assert isinstance(got, bytearray) and got == want
+        # (what the producer decodes to split a batch past max.message.bytes)
+        assert builder.records(bytes(memoryview(got)[RECORD_BATCH_OVERHEAD:])) == [
+            (key, value, list(headers), ts) for key, value, headers, ts in records]
 
 
 def test_a_builder_whose_header_differs_is_not_taken_whole() -> None:
