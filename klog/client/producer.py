@@ -606,8 +606,8 @@ class Producer(ProducerBase):
             if whole is not None:
                 if len(whole) <= max_bytes or records.count == 1:
                     return [EncodedPiece(0, records.count, whole)]
-                return encode_fitting(records.records(bytes(memoryview(whole)[RECORD_BATCH_OVERHEAD:])),
-                                      codec_id=topic_codec, max_bytes=max_bytes, now_ms=now_ms, timestamp_type=ts_type)
+                return encode_fitting(records.records(records.section()), codec_id=topic_codec, max_bytes=max_bytes,
+                                      now_ms=now_ms, timestamp_type=ts_type)
         section = records.section()
         encoded = write_section(section, records.count, base_timestamp=records.first_ts, max_timestamp=batch.max_ts,
                                 codec=topic_codec, timestamp_type=ts_type, log_append_time_ms=now_ms)

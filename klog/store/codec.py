@@ -425,7 +425,7 @@ class RecordsBuilder:
     it takes records (None otherwise): a caller appending records itself passes offset delta `count`
     and calls appended()."""
 
-    __slots__ = ("count", "first_ts", "append", "size", "_fast", "_fast_count", "_tail", "_refused")
+    __slots__ = ("count", "first_ts", "append", "size", "_fast", "_fast_count", "_tail", "_refused", "_whole")
 
     def __init__(self) -> None:
         self.count = 0
@@ -436,6 +436,7 @@ class RecordsBuilder:
         self._fast_count = 0  # records it holds (the first ones); count - _fast_count are in _tail
         self._tail: list[RecordIn] = []
         self._refused = False  # the compiled builder refused a record of this batch: Python for the rest
+        self._whole: bytearray | None = None  # what whole_batch() gave (the builder is not built again)
 
     def add(self, records: Sequence[RecordIn]) -> None:
         if not records:
@@ -483,6 +484,8 @@ class RecordsBuilder:
 
     def section(self) -> bytes:
         """The records section (once: the compiled builder takes no more after it)."""
+        if self._whole is not None:  # (its records, which stamping a base offset leaves as they are)
+            return bytes(memoryview(self._whole)[RECORDS_OFFSET:])
         self._sync()
         head = fastrecords.built_section(self._fast) if self._fast is not None and self._fast_count > 0 else b""
         self.append = self.size = None
@@ -498,14 +501,17 @@ class RecordsBuilder:
         second CRC over it (the builder's covers the same header fields and records), and a
         bytearray, which the store stamps in place. None when the builder does not hold every
         record, or its header is not write_section's (then section() and write_section)."""
+        if self._whole is not None:
+            return self._whole
         if not self.count or (self._fast is not None if self._tail else self._fast is None) or (
                 self._tail and not self.go_fast()):
             return None  # (go_fast: the records kept as tuples, appended to a new builder in one pass)
         built = fastrecords.built_batch(self._fast, CRC_COVERED_HEADER.pack(
             CREATE_TIME, self.count - 1, self.first_ts, max_timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
             NO_SEQUENCE, self.count), KLOG_LEADER_EPOCH)
-        if built is not None:
-            self.append = self.size = self._fast = None  # (it takes no more, and is freed with its batch)
+        if built is not None:  # (the builder takes no more; building it again would rewrite that header)
+            self.append = self.size = self._fast = None
+            self._whole = built
         return built
 
     def records(self, section: bytes) -> list[RecordIn]:

@@ -151,3 +151,18 @@ def test_send_values_cuts_the_batches_send_keyed_cuts(store) -> None:
     assert len(cuts("a")) > 10
     assert cuts("a") == cuts("b")
     assert [r.value for r in store.consumer("a")] == values
+
+
+def test_a_batch_larger_than_estimated_is_split_to_fit_max_message_bytes(store) -> None:
+    """Header keys are estimated by their length in characters: two-byte ones make the encoded
+    batch (taken whole from the compiled builder) larger than max.message.bytes; it is split into
+    batches that fit, every record once, in order."""
+    store.create_topic("t", configs={"max.message.bytes": "3000"})
+    headers = [("é" * 40, b"v")]
+    with store.producer() as producer:
+        for i in range(100):
+            producer.send("t", b"%03d" % i, key=b"k", headers=headers)
+    batches = list(store.partition("t", 0).read(0, 1 << 30))
+    assert len(batches) > 1 and max(fetched.header.size for fetched in batches) <= 3000
+    got = [value for fetched in batches for _, _, _, value, _ in fetched.records()]
+    assert got == [b"%03d" % i for i in range(100)]
