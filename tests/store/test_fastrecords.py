@@ -281,7 +281,7 @@ def test_consume_of_a_crc_valid_batch_with_broken_records_fails_in_one_line(klog
     assert b"value-" not in out.stdout  # no wrong records before the failure
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=records_st, routed=st.integers(0, 30))
 def test_a_batch_taken_whole_from_the_builder_is_what_write_section_writes(records, routed) -> None:
     """RecordsBuilder.whole_batch (the producer's uncompressed create-time batches, with no copy):
