@@ -153,3 +153,36 @@ def test_bytes_like_values_are_routed_as_the_general_path_writes_them(store, mon
         store.create_topic(topic, partitions=4)
         _produce(store, topic, routed, [(pairs, None)], monkeypatch)
     assert _partitions(store, "routed", 4) == _partitions(store, "general", 4)
+
+
+def test_routed_calls_between_other_sends_and_writes_keep_every_batch_whole(store) -> None:
+    """A routed call reuses the slots the last one left (_routes) only while nothing else touched
+    the batches: send(), a general-path call, a flush or buffer.memory writing some in between
+    make it set them up again; every record lands once, in order per partition, at consecutive
+    offsets, and a flush leaves no batch referenced."""
+    store.create_topic("t", partitions=6)
+    pairs = _pairs(6000, keys=23)
+    producer = Producer(store, acks="0", buffer_memory=120_000)
+    sent = []
+    for i in range(0, len(pairs), 500):
+        chunk = pairs[i:i + 500]
+        producer.send_keyed("t", chunk)
+        sent += chunk
+        assert producer._buffered == sum(b.charged for b in producer._batches.values())
+        if i % 1500 == 0:
+            key, value = pairs[i]
+            producer.send("t", value, key=key)  # per-record: into the batch a slot holds
+            sent.append((key, value))
+        if i % 2000 == 500:
+            producer.send_keyed("t", chunk[:10], headers=[("h", bytearray(b"x"))])  # the general path
+            sent += chunk[:10]
+        if i % 2500 == 1000:
+            producer.flush()
+            assert not producer._routes and not producer._batches
+    producer.flush()
+    assert not producer._routes
+    got = _partitions(store, "t", 6)
+    for p, rows in got.items():
+        assert [(key, value) for _, key, value, _, _ in rows] == [
+            (k, v) for k, v in sent if partition_for_key(k, 6) == p]
+        assert [offset for offset, *_ in rows] == list(range(len(rows)))
