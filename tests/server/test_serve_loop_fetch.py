@@ -118,6 +118,28 @@ def test_a_read_that_would_wait_for_the_disk_is_answered_by_the_pool(kafka_serve
         assert disk.refused and where == ["pool"]  # (the loop asked the cache, then handed it over)
 
 
+def test_a_filesystem_without_rwf_nowait_turns_the_loops_reads_off(kafka_server, store, where, monkeypatch):
+    import errno
+
+    store.create_topic("nofs")
+    monkeypatch.setattr(topic_read, "NOWAIT", True)  # (restored after the test)
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "nofs", 0, batch([b"plain"]))[0] == 0
+        _fetch(client, "nofs", {0: 0})
+
+        asked = []
+
+        def unsupported(fd, buffers, offset, flags):  # noqa: ANN001, ANN202
+            asked.append(fd)
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+        monkeypatch.setattr(topic_read, "os", types.SimpleNamespace(preadv=unsupported, RWF_NOWAIT=os.RWF_NOWAIT))
+        where.clear()
+        answers = [_partitions(_fetch(client, "nofs", {0: 0})) for _ in range(2)]
+        assert where == ["pool", "pool"] and not topic_read.NOWAIT and len(asked) == 1  # (the second did not ask)
+        assert answers[0] == answers[1] and b"plain" in answers[0][0][4]
+
+
 def test_a_large_range_or_a_wide_fetch_goes_to_the_pool(kafka_server, store, where, monkeypatch):
     monkeypatch.setattr(fetch_module, "LOOP_PARTITIONS_MAX", 2)
     store.create_topic("big", partitions=3)
