@@ -96,6 +96,10 @@ class TopicIds:
             self._names = {topic_uuid(t.topic_id): t.name for t in self._store.list_topics()}
             return self._names.get(topic_id)
 
+    def known_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name last seen for `topic_id`, reading nothing (the caller checks it is current)."""
+        return self._names.get(topic_id)
+
     def _current(self, name: str) -> uuid.UUID | None:
         found = self._store.topics.find(name)  # one LMDB read: exact, even just after another process's change
         return None if found is None else topic_uuid(found.topic_id)

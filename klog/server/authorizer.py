@@ -26,6 +26,11 @@ class Authorizer:
     def invalidate(self) -> None:
         self._loaded = float("-inf")
 
+    @property
+    def reload_due(self) -> bool:
+        """Whether the next check reads the ACLs again (a read the event loop leaves to a thread)."""
+        return time.monotonic() * 1000 - self._loaded >= self.reload_ms
+
     def _fresh(self) -> None:
         now = time.monotonic() * 1000
         if now - self._loaded >= self.reload_ms:

@@ -139,11 +139,10 @@ def _stable_bound_nowait(part: Any, hw: int) -> int:
     if not lock.acquire(blocking=False):
         raise WouldBlock  # (a thread refreshes it)
     try:
-        base = stable._scan_base
-        segment = part.leader.segments.get(base) if base is not None else None
-        if segment is None or stable._next_offset < hw or segment._log_inode != stable._scan_ino:
+        lso = stable.known_lso(hw)
+        if lso is None:
             raise WouldBlock
-        return stable._first_unstable(hw)
+        return lso
     finally:
         lock.release()
 
@@ -303,7 +302,7 @@ def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
     appender = ctx.server.appender
     store = ctx.store
     security = getattr(ctx.server, "security", None)
-    if security is not None and time.monotonic() * 1000 - security.authorizer._loaded >= security.authorizer.reload_ms:
+    if security is not None and security.authorizer.reload_due:
         return None  # (ACLs to read again)
     written = store.meta.last_write()
     now = time.monotonic()
@@ -314,7 +313,7 @@ def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
         if topic_id is None:
             name = str(t.topic)
         else:  # (TopicIds.name reads the metadata: the id check_topic last saw stands, unchanged since)
-            name = ctx.server.topic_ids._names.get(topic_id)
+            name = ctx.server.topic_ids.known_name(topic_id)
             if name is None or ids.get(name) is None or topic_uuid(ids[name]) != topic_id:
                 return None
         if checked.get(name) != written or now - refreshed.get(name, 0.0) >= TOPIC_REFRESH_S:

@@ -285,6 +285,17 @@ class StableView:
             self._next_offset = header.next_offset
         return False
 
+    def known_lso(self, bound: int) -> int | None:
+        """The last stable offset below `bound` as the last refresh left it, without reading
+        anything: None unless that refresh walked every batch below `bound` (the high watermark only
+        grows: nothing appended since) in the segment file it still reads (none replaced or
+        deleted). For the event loop, which must not list folders or read headers."""
+        base = self._scan_base
+        segment = self.replica.segments.get(base) if base is not None else None
+        if segment is None or self._next_offset < bound or segment._log_inode != self._scan_ino:
+            return None
+        return self._first_unstable(bound)
+
     def _first_unstable(self, bound: int) -> int:
         open_txns = self.tracker.open
         return min(bound, min(open_txns.values())) if open_txns else bound
