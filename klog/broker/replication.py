@@ -255,7 +255,8 @@ class ReplicaManager:
                 states[d] = health.OK
         hw = part.snapshot().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
         for d in list(meta.isr):
-            if states[d] == health.OK and hw > 0 and not os.path.isdir(replica_path(store, topic, partition, d)):
+            if states[d] == health.OK and hw > 0 and not part.replica_folder_present(
+                    replica_path(store, topic, partition, d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
         healthy = {d for d, s in states.items() if s == health.OK}
         for d in meta.replicas:
@@ -297,7 +298,9 @@ class ReplicaManager:
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
-        lost = data_loss.unacknowledged([r.directory for r in part.replicas])
+        # (a folder the open for write just listed shows whether the marker is there: no look)
+        lost = data_loss.unacknowledged([r.directory for r in part.replicas
+                                         if r.listed_names is None or data_loss.MARKER in r.listed_names])
         if lost is not None:  # checked on every reconcile: part.replica_check stays unset meanwhile
             raise DataLossError(f"{topic}-{partition} takes no writes: {lost}; new records would take the lost "
                                 f"offsets. Acknowledge the loss with: {data_loss.ACKNOWLEDGE_COMMAND}")
@@ -332,6 +335,7 @@ class ReplicaManager:
                     f"lists them)")
             if cut_by_recovery:  # (an unclean election the topic allows loses records by the user's choice)
                 data_loss.record(leader.directory, lost)  # writes stop until the loss is acknowledged
+                leader.listed_names = None  # (the listing predates the marker: reconcile looks for it)
             self.warn(DATA_LOSS_PREFIX + lost)
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:

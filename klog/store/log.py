@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import stat
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -232,6 +233,13 @@ class PartitionLog:
         # listing and the writer's change are taken one at a time, or a listing made before the
         # writer's new segment would drop it (and close its files) after it was added.
         self._listing = threading.Lock()
+        # the folder's names as the last open for write listed them (None: that open listed
+        # nothing, the log being as this object left it): what else is in the folder is known
+        # without a look (the data-loss marker, broker/data_loss.py)
+        self.listed_names: set[str] | None = None
+        # (token, lstat of the folder or None) from probe_folder(): the next open_for_write with
+        # the same token (the same hold of the partition's lock) uses it instead of a look of its own
+        self._probed: tuple[object, os.stat_result | None] | None = None
         self.refresh_segments()
 
     @property
@@ -323,16 +331,44 @@ class PartitionLog:
         return total
 
     # -- writing (lock held) -------------------------------------------------------------------
-    def open_for_write(self, committed_end: int | None = None, trusted: bool = False) -> RecoveryReport:
+    def probe_folder(self, token: object) -> bool:
+        """Lock held: is the replica's folder there (as os.path.isdir says)? The look serves the
+        next open_for_write(token=`token`) too: one lstat for both."""
+        try:
+            found = os.lstat(self.directory)
+        except FileNotFoundError:
+            found = None
+        self._probed = (token, found)
+        if found is None:
+            return False
+        return stat.S_ISDIR(found.st_mode) or (stat.S_ISLNK(found.st_mode) and os.path.isdir(self.directory))
+
+    def open_for_write(self, committed_end: int | None = None, trusted: bool = False,
+                       token: object = None) -> RecoveryReport:
         """Adopt the state the last writer left, recovering the tail if it did not finish.
         Recovery keeps what it cuts from below `committed_end` in `.corrupt` files.
 
         trusted: the caller knows this object was the last writer and nothing changed the folder
-        since (Partition's lock generation); an opened log then stays as it is."""
+        since (Partition's lock generation); an opened log then stays as it is. token: names
+        this hold of the lock (see probe_folder)."""
+        probed, self._probed = self._probed, None
         if trusted and self._fds is not None and self.bases and self.active.next_offset is not None:
+            self.listed_names = None
             return RecoveryReport()
+        self.listed_names = None
         self.drop_flushes()  # another writer may have truncated or replaced what they sealed
-        if not os.path.isdir(self.directory):
+        # one lstat says whether the folder is there and is no link (the caller's own look at it,
+        # probe_folder, when made in this hold of the lock)
+        if probed is not None and probed[0] == token:
+            found = probed[1]
+        else:
+            try:
+                found = os.lstat(self.directory)
+            except FileNotFoundError:
+                found = None
+        if found is not None and stat.S_ISLNK(found.st_mode):
+            check_not_symlink(self.directory)  # (raises)
+        if found is None or not stat.S_ISDIR(found.st_mode):
             os.makedirs(self.directory, exist_ok=True)
             # the new folder's entry in the log dir: made durable with the first flush (an fsync
             # here was 1,000 fsyncs of one directory at a producer's first write into 1,000
@@ -340,9 +376,14 @@ class PartitionLog:
             self._parent_dirty = True
         # a compaction or retention killed mid-way; expired .deleted files. One listing serves
         # both passes unless the first changed the segments (a finished swap)
-        names = self._list()
-        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, set(names))
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            names = []
+        listed = set(names)
+        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, listed)
         self.refresh_segments(None if swaps else names)
+        self.listed_names = None if swaps else listed
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
             self.new_segment(0, writing=True)

@@ -248,6 +248,14 @@ class Partition:
         object's last clean append, so its replicas and their metadata are as that append left them."""
         return self._appended_generation is not None and self._appended_generation == self.lock.previous_generation
 
+    def replica_folder_present(self, directory: str) -> bool:
+        """Lock held: is the replica folder `directory` there? For a replica of this object, the
+        look is the one its next open_for_write in this hold makes anyway (PartitionLog.probe_folder)."""
+        for replica in self.replicas:
+            if replica.directory == directory:
+                return replica.probe_folder(self.lock.generation)
+        return os.path.isdir(directory)
+
     def release_files(self, readers_too: bool = True) -> None:
         """Close what a writer keeps open between appends (the lock file, the state file, each
         replica's files): a process writing thousands of partitions would otherwise run out of
@@ -323,7 +331,8 @@ class Partition:
         if not trusted:
             published = self.state.read_valid()
             committed = published.high_watermark if published is not None else None
-        self.last_recovery = [r.open_for_write(committed, trusted=trusted) for r in self.replicas]
+        token = lock.generation
+        self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token) for r in self.replicas]
         ends = [r.log_end_offset for r in self.replicas]
         hw = min(ends)
         snap = self.state.read_valid()

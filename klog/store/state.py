@@ -13,6 +13,7 @@ Each record carries a CRC; a torn or foreign file reads as "unknown", which forc
 
 from __future__ import annotations
 
+import errno
 import functools
 import operator
 import os
@@ -76,6 +77,24 @@ class _StructFile:
             self._fd, self._writable = new, write
             return new
 
+    def _open_existing_for_write(self) -> int | None:
+        """The file read-write when it is there and may be written (its holder writes it next);
+        None when it is missing, or read-only (a read-only store, a file not the user's): the
+        caller opens it as a reader would. Nothing is created."""
+        with self._opening:
+            if self._fd is not None:
+                return self._fd if self._writable else None
+            try:
+                new = open_nofollow(self.path, os.O_RDWR)
+            except (FileNotFoundError, PermissionError):
+                return None
+            except OSError as e:
+                if e.errno == errno.EROFS:
+                    return None
+                raise
+            self._fd, self._writable = new, True
+            return new
+
     def close(self) -> None:
         with self._opening:
             self._closes += 1  # (before the descriptors go: see __init__)
@@ -84,15 +103,18 @@ class _StructFile:
         for fd in fds:
             os.close(fd)
 
-    def read_fields(self, write_next: bool = False) -> tuple | None:
+    def read_fields(self, write_next: bool = False, may_write: bool = False) -> tuple | None:
         """The fields, or None if the file is missing, short or fails its CRC. write_next: the
         caller writes the file next (a writer's open), so it is opened for writing at once (a
         missing one is created empty, which reads as missing): one open, not a read-only one
-        then a read-write one."""
+        then a read-write one. may_write: the caller may write it later (its lock's holder), so
+        a first open is read-write where the file is there and writable (nothing is created)."""
         closes = self._closes
         fd = self._fd
         if fd is None or (write_next and not self._writable):  # (a reader's every read: no call)
-            fd = self._open(write=write_next)
+            fd = self._open_existing_for_write() if may_write and fd is None and not write_next else None
+            if fd is None:
+                fd = self._open(write=write_next)
             if fd is None:
                 return None
         layout = self.layout
@@ -196,7 +218,7 @@ class PartitionState(_StructFile):
         known = self._known
         if known is not None and known[0] == generation:
             return PartitionSnapshot(*known[1])
-        fields = self.read_fields()
+        fields = self.read_fields(may_write=True)  # (the holder writes it next, as a rule)
         self._known = (generation, fields) if fields else None
         return PartitionSnapshot(*fields) if fields else None
 
