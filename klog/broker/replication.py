@@ -441,6 +441,7 @@ class ReplicaManager:
                     together.appended(part, meta, sync, min_isr, bases[0])
                     return bases
                 part.publish()
+                part.settle_first_hold()
                 if sync == SYNC_ALL and len(meta.isr) < min_isr:
                     raise NotEnoughReplicasError(
                         f"{topic}-{partition}: the batch at offset {bases[0]} reached only "
@@ -569,6 +570,7 @@ class SyncTogether:
                     if self._fds.devices.get(replica.log_dir) in synced:
                         replica.mark_synced(settle=False)  # (its state file: the append settled it)
                 part.publish()
+                part.settle_first_hold()
                 if sync == SYNC_ALL and len(meta.isr) < min_isr:
                     short.append(f"{part.topic}-{part.partition}: the batch at offset {base_offset} reached only "
                                  f"ISR [{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after "

@@ -237,6 +237,8 @@ class PartitionLog:
         # nothing, the log being as this object left it): what else is in the folder is known
         # without a look (the data-loss marker, broker/data_loss.py)
         self.listed_names: set[str] | None = None
+        # what this object last wrote to the replica state file (Partition.written_states)
+        self.state_written: ReplicaSnapshot | None = None
         # (token, lstat of the folder or None) from probe_folder(): the next open_for_write with
         # the same token (the same hold of the partition's lock) uses it instead of a look of its own
         self._probed: tuple[object, os.stat_result | None] | None = None
@@ -676,9 +678,12 @@ class PartitionLog:
         if self.sealed_flushes.pending:
             self.collect_flushes()
         active = self.active
-        self.state.write(ReplicaSnapshot(
-            current_boot_id(), active.base_offset, active.size, active.next_offset or active.base_offset,
-            self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
+        snap = ReplicaSnapshot(current_boot_id(), active.base_offset, active.size,
+                               active.next_offset or active.base_offset, self.recovery_point, active.max_timestamp,
+                               active.offset_of_max_timestamp)
+        self.state_written = None  # (a failed write leaves the file unknown)
+        self.state.write(snap, sync=sync)
+        self.state_written = snap
         self._state_lag = self._state_lag_bytes = 0
         self._state_old_segment = False
 

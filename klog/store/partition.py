@@ -30,7 +30,7 @@ from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.locks import FileLock
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.plain import FrozenPlain
-from klog.store.state import PartitionSnapshot, PartitionState
+from klog.store.state import PartitionSnapshot, PartitionState, ReplicaSnapshot
 
 if TYPE_CHECKING:
     from concurrent import futures
@@ -143,6 +143,9 @@ class Partition:
         # the lock generation under which this object last appended cleanly (see open_for_write)
         self._appended_generation: tuple[int, int] | None = None
         self._eager_state_opens = 0  # see EAGER_STATE_OPENS
+        # this hold of the lock is the first since the object last appended (its first ever, as a
+        # rule): its appends settle the replica state files before the lock goes (settle_first_hold)
+        self._first_hold = False
         self._flush_timer: threading.Timer | None = None
         # release_files(readers_too) asked for while an idle flush was armed (it declined: closing
         # would skip the fsync): the idle flush releases the files once it has run
@@ -321,6 +324,7 @@ class Partition:
         lock = self.lock
         appended, self._appended_generation = self._appended_generation, None  # until this hold's append succeeds
         trusted = appended == lock.previous_generation
+        self._first_hold = appended is None
         if trusted:
             self.state.carry(lock.previous_generation, lock.generation)  # (no re-read of the state file)
             if self._eager_state_opens:
@@ -354,6 +358,35 @@ class Partition:
         elif snap.high_watermark != hw:
             snap.high_watermark = hw
             self.state.write(snap)
+
+    def written_states(self) -> tuple[PartitionSnapshot, dict[str, ReplicaSnapshot]] | None:
+        """The partition state and each replica's state file (by folder) as this object's last
+        hold of the lock left them, when that hold appended, every replica's state file is
+        settled, and nobody (in any process) took the lock since (FileLock.unchanged_since_held);
+        else None: read the files. Lock not held by this process."""
+        generation = self._appended_generation
+        if generation is None or generation != self.lock.generation or self._closed:
+            return None
+        replicas = {}
+        for replica in self.replicas:
+            written = replica.state_written
+            if written is None or replica.state_lags:
+                return None
+            replicas[replica.directory] = written
+        snap = self.state.known_at(generation)
+        if snap is None or not self.lock.unchanged_since_held():
+            return None
+        return snap, replicas
+
+    def settle_first_hold(self) -> None:
+        """Lock held, this hold's appends done (and synced, if they were): a first hold writes the
+        replica state files now (a pwrite each) rather than leaving them to settle_states() at
+        close, which takes the lock again for them (a producer writing 1,000 partitions once each
+        took each lock twice). Later holds let them lag (see STATE_LAG_BATCHES_MAX)."""
+        if self._first_hold and self._appended_generation == self.lock.generation:
+            self._first_hold = False
+            for replica in self.replicas:
+                replica.settle_state(now=True)
 
     def append_batch(self, batch: bytes, sync: str = SYNC_ALL) -> AppendResult:
         """Stamp `batch` (encoded at base offset 0) with the next offsets and append it everywhere,

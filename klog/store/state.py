@@ -222,6 +222,11 @@ class PartitionState(_StructFile):
         self._known = (generation, fields) if fields else None
         return PartitionSnapshot(*fields) if fields else None
 
+    def known_at(self, generation: tuple[int, int]) -> PartitionSnapshot | None:
+        """The state as the hold `generation` of the lock last read or wrote it, if known."""
+        known = self._known
+        return PartitionSnapshot(*known[1]) if known is not None and known[0] == generation else None
+
     def carry(self, previous: tuple[int, int], generation: tuple[int, int]) -> None:
         """The lock passed from hold `previous` straight to `generation` (no other holder in
         between): what was known in the one is still the file's content in the other."""
