@@ -199,13 +199,22 @@ class _Segments(dict):
         return LogSegment(self.directory, base, self.index_interval_bytes)
 
 
+# The attributes a PartitionLog made with listed=False gets from its first listing (see __getattr__)
+_LISTED_ATTRIBUTES = frozenset(("segments", "bases", "strict_records"))
+
+
 class PartitionLog:
-    def __init__(self, directory: str, config: LogConfig | None = None) -> None:
+    segments: dict[int, LogSegment]  # base offset -> segment, and the bases in order (refresh_segments)
+    bases: list[int]
+    strict_records: bool  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
+
+    def __init__(self, directory: str, config: LogConfig | None = None, listed: bool = True) -> None:
+        """listed=False: the folder is listed at the first use of the segment list, not now (a
+        writer's open for write lists it under the lock anyway: a producer's first write into
+        1,000 partitions listed each folder twice)."""
         self.directory = directory
         self.log_dir = os.path.dirname(directory)  # the log directory (disk) the replica is on
         self.config = config or LogConfig()
-        self.segments: dict[int, LogSegment] = _Segments(directory, self.config.index_interval_bytes)
-        self.bases: list[int] = []
         self.state = ReplicaState(os.path.join(directory, ReplicaState.FILE_NAME))
         self._fds: SegmentFds | None = None
         self._fds_base = -1
@@ -227,7 +236,6 @@ class PartitionLog:
         self.defer_state = False
         self.roll_decided: BatchHeader | None = None
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
-        self.strict_records = False  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
         # Readers in other threads of the process (klog serve, a program that consumes while it
         # produces) re-list the folder on this same object while its writer adds a segment: the
         # listing and the writer's change are taken one at a time, or a listing made before the
@@ -242,7 +250,21 @@ class PartitionLog:
         # (token, lstat of the folder or None) from probe_folder(): the next open_for_write with
         # the same token (the same hold of the partition's lock) uses it instead of a look of its own
         self._probed: tuple[object, os.stat_result | None] | None = None
-        self.refresh_segments()
+        self.rolls = 0  # segments this object rolled (a writer runs retention after an append that rolled)
+        if listed:
+            self.refresh_segments()
+
+    def __getattr__(self, name: str) -> object:
+        """Only for attributes not set: a listed=False log's segment list, listed at its first use."""
+        if name in _LISTED_ATTRIBUTES and "_listing" in self.__dict__:
+            self.refresh_segments()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _listed_segments(self) -> list[LogSegment]:
+        """The segments known, without listing the folder for them (to close them)."""
+        segments = self.__dict__.get("segments")
+        return list(segments.values()) if segments is not None else []
 
     @property
     def pending_flushes(self) -> list[PendingFlush]:
@@ -258,11 +280,15 @@ class PartitionLog:
                 names = self._list()
             bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
             listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
-            for base in [b for b in self.segments if b not in listed]:
-                self.segments.pop(base).close()
+            segments = self.__dict__.get("segments")
+            if segments is None:  # (the first listing of a listed=False log: see __getattr__)
+                segments = _Segments(self.directory, self.config.index_interval_bytes)
+            for base in [b for b in segments if b not in listed]:
+                segments.pop(base).close()
             for base in bases:
-                if base not in self.segments:
-                    self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
+                if base not in segments:
+                    segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
+            self.segments = segments
             self.bases = bases
             self.strict_records = STRICT_RECORDS_MARKER in names
 
@@ -523,6 +549,7 @@ class PartitionLog:
         old.seal()
         sealed, self._fds = self._fds, None
         segment = self.new_segment(base, writing=True)
+        self.rolls += 1
         if sealed is not None:
             self.sealed_flushes.submit_sealed(sealed, self.directory, old.base_offset, base)
             faults.point("roll-flush-pending")
@@ -700,7 +727,7 @@ class PartitionLog:
             self._fds.close()
             self._fds = None
         if readers_too:
-            for segment in list(self.segments.values()):
+            for segment in self._listed_segments():
                 segment.close()
         self.state.close()
         return True
@@ -710,7 +737,7 @@ class PartitionLog:
         if self._fds is not None:
             self._fds.close()
             self._fds = None
-        for segment in list(self.segments.values()):
+        for segment in self._listed_segments():
             segment.close()
         self.state.close()
 

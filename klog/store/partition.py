@@ -100,7 +100,7 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
 
 def _replica_log(directory: str, config: LogConfig) -> PartitionLog:
     """A replica of a Partition: its appends leave the replica state file to settle_state()."""
-    log = PartitionLog(directory, config)
+    log = PartitionLog(directory, config, listed=False)  # (listed by its open for write, or its first read)
     log.defer_state = True
     return log
 
@@ -143,6 +143,7 @@ class Partition:
         # the lock generation under which this object last appended cleanly (see open_for_write)
         self._appended_generation: tuple[int, int] | None = None
         self._eager_state_opens = 0  # see EAGER_STATE_OPENS
+        self.rolls = 0  # segments the leader rolled at this object's appends (a writer runs retention after one)
         # this hold of the lock is the first since the object last appended (its first ever, as a
         # rule): its appends settle the replica state files before the lock goes (settle_first_hold)
         self._first_hold = False
@@ -404,6 +405,7 @@ class Partition:
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)
         new_segment = leader.active.size == 0 or leader.should_roll(header)
+        rolls = new_segment and leader.active.size > 0
         eager = self._eager_state_opens > 0
         copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment, sync == SYNC_ALL, eager)
                   for r in self.replicas[1:]]
@@ -420,6 +422,8 @@ class Partition:
             why = f"{leader.directory}: {e.strerror or e}"
             raise LeaderAppendError(f"cannot append to the leader of {self.topic}-{self.partition} ({why})",
                                     why, stuck) from None
+        if rolls:
+            self.rolls += 1
         failed: dict[int, str] = {}
         for i, copy in enumerate(copies, start=1):
             try:
@@ -475,7 +479,7 @@ class Partition:
             self.release_files(release)  # what the writer asked for while this flush was armed
 
     def active_segment_base(self) -> int | None:
-        """The leader's active segment; an append that moves it rolled a segment."""
+        """The leader's active segment."""
         bases = self.leader.bases
         return bases[-1] if bases else None
 
