@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import types
 import typing
@@ -603,33 +604,46 @@ def test_kafka_python_and_aiokafka_members_share_and_hand_over_partitions(kafka_
     settings = dict(bootstrap_servers=kafka_server.bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
                     session_timeout_ms=SESSION_MS, heartbeat_interval_ms=200)
 
-    def kp_poll(consumers, got) -> None:
-        for c in consumers:
-            for msgs in c.poll(timeout_ms=50).values():
-                got.extend(m.value for m in msgs)
+    # each kafka-python consumer polls in its own thread: one thread polling both made the first
+    # block in JoinGroup while the second, not polled, could only be dropped by the session timeout
+    # (8-45 s a run, close to the bound)
+    def poll_until(consumer, got: list, lock: threading.Lock, stop: threading.Event) -> None:
+        while not stop.is_set():
+            for msgs in consumer.poll(timeout_ms=50).values():
+                with lock:
+                    got.extend(m.value for m in msgs)
 
+    def wait_for(done, seconds: float = 60) -> None:
+        deadline = time.monotonic() + seconds  # bounded in time: a loaded machine
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    parts = lambda c: {tp.partition for tp in c.assignment()}  # noqa: E731
     got: list[bytes] = []
+    lock = threading.Lock()
     a = KafkaConsumer("two", group_id="kp-two", **settings)
     b = KafkaConsumer("two", group_id="kp-two", **settings)
+    stop_a, stop_b = threading.Event(), threading.Event()
+    threads = [threading.Thread(target=poll_until, args=(c, got, lock, stop), daemon=True)
+               for c, stop in ((a, stop_a), (b, stop_b))]
     try:
-        deadline = time.monotonic() + 60  # bounded in time, not only in polls: a loaded machine
-        for _ in range(10_000):
-            kp_poll([a, b], got)
-            if len(got) >= 60 and a.assignment() and b.assignment() or time.monotonic() > deadline:
-                break
-        parts = lambda c: {tp.partition for tp in c.assignment()}  # noqa: E731
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(got) >= 60 and parts(a) and parts(b) and len(parts(a) | parts(b)) == 4)
         assert parts(a) | parts(b) == set(range(4)) and not parts(a) & parts(b)
-        assert sorted(got) == sorted(values(60))
-        a.commit()
+        with lock:
+            assert sorted(got) == sorted(values(60))
+        stop_b.set()
+        threads[1].join(10)
         b.commit()
         b.close()
-        deadline = time.monotonic() + 60
-        for _ in range(10_000):
-            kp_poll([a], got)
-            if parts(a) == set(range(4)) or time.monotonic() > deadline:
-                break
+        wait_for(lambda: parts(a) == set(range(4)))
         assert parts(a) == set(range(4))
     finally:
+        stop_a.set()
+        stop_b.set()
+        for t in threads:
+            t.join(10)
         a.close()
         b.close()
 
