@@ -247,7 +247,8 @@ class ReplicaManager:
         meta = topic_meta.partitions[partition]
         before = meta
         states = {d: self._health(d) for d in meta.replicas}
-        for d, state in states.items():
+        all_ok = all(state == health.OK for state in states.values())
+        for d, state in () if all_ok else states.items():  # (the usual case: every directory healthy)
             if state == health.REPLACED:
                 store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
                 self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
@@ -258,8 +259,8 @@ class ReplicaManager:
             if states[d] == health.OK and hw > 0 and not part.replica_folder_present(
                     replica_path(store, topic, partition, d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
-        healthy = {d for d, s in states.items() if s == health.OK}
-        for d in meta.replicas:
+        healthy = set(states) if all_ok else {d for d, s in states.items() if s == health.OK}
+        for d in meta.replicas if self._said_unhealthy or not all_ok else ():
             said = self._said_unhealthy.get((topic, partition, d))
             if d in healthy:
                 self._said_unhealthy.pop((topic, partition, d), None)
@@ -267,12 +268,14 @@ class ReplicaManager:
                 self._said_unhealthy[(topic, partition, d)] = states[d]
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
-        # the topic's configs are parsed only when an election may need unclean.leader.election
-        unclean = (meta.leader not in healthy or meta.leader not in meta.isr) and \
-            LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
-        elected = elect(meta, healthy, unclean)
-        if elected is not None:
-            meta = elected
+        # no election when the leader and every in-sync replica are healthy (elect would change nothing)
+        if meta.leader not in meta.isr or not all(r in healthy for r in meta.isr):
+            # the topic's configs are parsed only when an election may need unclean.leader.election
+            unclean = (meta.leader not in healthy or meta.leader not in meta.isr) and \
+                LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
+            elected = elect(meta, healthy, unclean)
+            if elected is not None:
+                meta = elected
         if meta.leader not in healthy or meta.leader not in meta.isr:
             raise NoLeaderError(f"no in-sync replica of {topic}-{partition} is available "
                                 f"(replicas {meta.replicas}: {', '.join(f'{d} {states[d]}' for d in meta.replicas)})")
@@ -289,8 +292,9 @@ class ReplicaManager:
                       f"(epoch {meta.leader_epoch})")
         meta = self._align_in_sync_followers(topic, partition, part, meta)
         part.publish()  # open_for_write lowered the high watermark to the shortest replica's end
-        meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
-        if meta != before:
+        if len(meta.isr) < len(meta.replicas):  # (else nobody is out of sync)
+            meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
+        if meta is not before and meta != before:
             store.topics.update_partition(topic, partition, meta)
             self._metadata_written(topic)
         snap = part.snapshot()
