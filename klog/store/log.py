@@ -199,15 +199,7 @@ class _Segments(dict):
         return LogSegment(self.directory, base, self.index_interval_bytes)
 
 
-# The attributes a PartitionLog made with listed=False gets from its first listing (see __getattr__)
-_LISTED_ATTRIBUTES = frozenset(("segments", "bases", "strict_records"))
-
-
 class PartitionLog:
-    segments: dict[int, LogSegment]  # base offset -> segment, and the bases in order (refresh_segments)
-    bases: list[int]
-    strict_records: bool  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
-
     def __init__(self, directory: str, config: LogConfig | None = None, listed: bool = True) -> None:
         """listed=False: the folder is listed at the first use of the segment list, not now (a
         writer's open for write lists it under the lock anyway: a producer's first write into
@@ -251,19 +243,40 @@ class PartitionLog:
         # the same token (the same hold of the partition's lock) uses it instead of a look of its own
         self._probed: tuple[object, os.stat_result | None] | None = None
         self.rolls = 0  # segments this object rolled (a writer runs retention after an append that rolled)
+        # the segment list (refresh_segments); None until the first listing of a listed=False log
+        self._segments: _Segments | None = None
+        self._bases: list[int] | None = None
+        self._strict_records = False
         if listed:
             self.refresh_segments()
 
-    def __getattr__(self, name: str) -> object:
-        """Only for attributes not set: a listed=False log's segment list, listed at its first use."""
-        if name in _LISTED_ATTRIBUTES and "_listing" in self.__dict__:
+    # (properties, not __getattr__: a class with __getattr__ makes every attribute read slower)
+    @property
+    def segments(self) -> dict[int, LogSegment]:
+        """Base offset -> segment, as the folder was last listed (listed now if it never was)."""
+        if self._bases is None:
             self.refresh_segments()
-            return self.__dict__[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self._segments  # type: ignore[return-value]
+
+    @property
+    def bases(self) -> list[int]:
+        """The segments' base offsets in order, as the folder was last listed (listed now if it never was)."""
+        bases = self._bases
+        if bases is None:
+            self.refresh_segments()
+            bases = self._bases
+        return bases  # type: ignore[return-value]
+
+    @property
+    def strict_records(self) -> bool:
+        """STRICT_RECORDS_MARKER is in the folder (as last listed)."""
+        if self._bases is None:
+            self.refresh_segments()
+        return self._strict_records
 
     def _listed_segments(self) -> list[LogSegment]:
         """The segments known, without listing the folder for them (to close them)."""
-        segments = self.__dict__.get("segments")
+        segments = self._segments
         return list(segments.values()) if segments is not None else []
 
     @property
@@ -280,17 +293,17 @@ class PartitionLog:
                 names = self._list()
             bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
             listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
-            segments = self.__dict__.get("segments")
-            if segments is None:  # (the first listing of a listed=False log: see __getattr__)
+            segments = self._segments
+            if segments is None:  # (the first listing of a listed=False log)
                 segments = _Segments(self.directory, self.config.index_interval_bytes)
             for base in [b for b in segments if b not in listed]:
                 segments.pop(base).close()
             for base in bases:
                 if base not in segments:
                     segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
-            self.segments = segments
-            self.bases = bases
-            self.strict_records = STRICT_RECORDS_MARKER in names
+            self._segments = segments
+            self._bases = bases
+            self._strict_records = STRICT_RECORDS_MARKER in names
 
     def _list(self) -> list[str]:
         check_not_symlink(self.directory)
@@ -308,7 +321,7 @@ class PartitionLog:
             f.flush()
             os.fsync(f.fileno())
         fsync_dir(self.directory)
-        self.strict_records = True
+        self._strict_records = True
 
     def first_high_attributes_offset(self) -> int | None:
         """The offset of the first record whose attributes byte is >= 0x80, or None: a walk over
@@ -347,7 +360,10 @@ class PartitionLog:
 
     @property
     def active(self) -> LogSegment:
-        return self.segments[self.bases[-1]]
+        bases = self._bases
+        if bases is None:
+            bases = self.bases  # (lists the folder)
+        return self._segments[bases[-1]]  # type: ignore[index]
 
     def size_bytes(self) -> int:
         total = 0
@@ -479,6 +495,8 @@ class PartitionLog:
         kept open as the active segment's (an open to create each file, then another to append,
         cost six opens per new segment: 6,000 at a producer's first write into 1,000 partitions)."""
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        if self._bases is None:
+            self.refresh_segments()  # (a first listing, not under _listing below: it takes it)
         with self._listing:  # (the file and its place in the list appear together to readers)
             if writing:
                 if self._fds is not None:
@@ -490,7 +508,7 @@ class PartitionLog:
                 segment.create_files()
             segment.next_offset = base
             self.segments[base] = segment
-            self.bases = sorted(self.segments)
+            self._bases = sorted(self.segments)
         self._dir_dirty = True
         self._state_old_segment = True
         return segment
@@ -640,10 +658,11 @@ class PartitionLog:
         self.drop_flushes()
         self._fds.close()
         self._fds = None
+        bases, segments = self.bases, self.segments  # (listed before _listing is taken)
         with self._listing:
-            for b in self.bases:
-                self.segments.pop(b).delete_files()
-            self.bases = []
+            for b in bases:
+                segments.pop(b).delete_files()
+            self._bases = []
         self.new_segment(base, writing=True)
         self._save_state()
 
