@@ -170,11 +170,11 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                 if first is not None and snap.log_start_offset > first:
                     log_start[d][key] = snap.log_start_offset
                 epochs = [(e, o) for e, o in pm.epochs if o <= end]
-                try:
-                    _write_if_changed(os.path.join(folder, LEADER_EPOCH_CHECKPOINT),
+                try:  # (`folder` is a join's: a separator and the name make the file's path)
+                    _write_if_changed(folder + os.sep + LEADER_EPOCH_CHECKPOINT,
                                       checkpoints.checkpoint_text([f"{e} {o}" for e, o in epochs]), unsynced)
                     if topic_id is not None:
-                        _write_if_changed(os.path.join(folder, "partition.metadata"),
+                        _write_if_changed(folder + os.sep + "partition.metadata",
                                           f"version: 0\ntopic_id: {topic_id}\n", unsynced)
                 except FileNotFoundError:
                     if os.path.isdir(folder):

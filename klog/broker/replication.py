@@ -213,7 +213,9 @@ class ReplicaManager:
         return state
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
-        return [self.store.data_dir.log_dir_path(d) for d in ids]
+        """The log directories' paths (as the directory checks of shared_dir_checks found them, if they did)."""
+        checks = self._dir_checks or {}
+        return [known[0] if (known := checks.get(d)) is not None else self.store.data_dir.log_dir_path(d) for d in ids]
 
     def reconcile_if_due(self, topic: str, partition: int, part,
                          topic_meta: Callable[[], TopicMeta] | None = None) -> PartitionMeta:
@@ -256,8 +258,8 @@ class ReplicaManager:
                 states[d] = health.OK
         hw = part.snapshot().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
         for d in list(meta.isr):
-            if states[d] == health.OK and hw > 0 and not part.replica_folder_present(
-                    replica_path(store, topic, partition, d)):
+            if states[d] == health.OK and hw > 0 and \
+                    not part.replica_folder_present(self._dirs(topic, partition, [d])[0]):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
         healthy = set(states) if all_ok else {d for d, s in states.items() if s == health.OK}
         for d in meta.replicas if self._said_unhealthy or not all_ok else ():

@@ -162,7 +162,7 @@ class Partition:
         """Leader first, then the in-sync followers; keeps the open logs it already has."""
         assert replica_dirs
         name = partition_dir_name(self.topic, self.partition)
-        known = {os.path.dirname(r.directory): r for r in self.replicas}
+        known = {r.log_dir: r for r in self.replicas}
         replicas = [known.get(d) or _replica_log(os.path.join(d, name), self.config) for d in replica_dirs]
         if replicas != self.replicas:
             self._appended_generation = None  # a replica joined or left: open every one afresh
@@ -252,13 +252,14 @@ class Partition:
         object's last clean append, so its replicas and their metadata are as that append left them."""
         return self._appended_generation is not None and self._appended_generation == self.lock.previous_generation
 
-    def replica_folder_present(self, directory: str) -> bool:
-        """Lock held: is the replica folder `directory` there? For a replica of this object, the
-        look is the one its next open_for_write in this hold makes anyway (PartitionLog.probe_folder)."""
+    def replica_folder_present(self, log_dir: str) -> bool:
+        """Lock held: is the partition's folder in log directory `log_dir` there? For a replica of
+        this object, the look is the one its next open_for_write in this hold makes anyway
+        (PartitionLog.probe_folder)."""
         for replica in self.replicas:
-            if replica.directory == directory:
+            if replica.log_dir == log_dir:
                 return replica.probe_folder(self.lock.generation)
-        return os.path.isdir(directory)
+        return os.path.isdir(os.path.join(log_dir, partition_dir_name(self.topic, self.partition)))
 
     def release_files(self, readers_too: bool = True) -> None:
         """Close what a writer keeps open between appends (the lock file, the state file, each
