@@ -401,6 +401,7 @@ class PartitionLog:
             return RecoveryReport()
         self.listed_names = None
         self.drop_flushes()  # another writer may have truncated or replaced what they sealed
+        self.state.relink()  # (its folder deleted with its topic since: the file now at the path)
         # one lstat says whether the folder is there and is no link (the caller's own look at it,
         # probe_folder, when made in this hold of the lock)
         if probed is not None and probed[0] == token:

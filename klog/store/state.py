@@ -95,6 +95,20 @@ class _StructFile:
             self._fd, self._writable = new, True
             return new
 
+    def relink(self) -> None:
+        """Close a descriptor kept open from before if its file was unlinked since (a topic
+        deleted, and maybe created again, by another process): the next use opens the file now
+        at the path. One fstat; none when nothing is open."""
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            unlinked = os.fstat(fd).st_nlink == 0
+        except OSError:
+            unlinked = True  # (closed meanwhile by another thread: open it again)
+        if unlinked:
+            self.close()
+
     def close(self) -> None:
         with self._opening:
             self._closes += 1  # (before the descriptors go: see __init__)
@@ -103,12 +117,17 @@ class _StructFile:
         for fd in fds:
             os.close(fd)
 
-    def read_fields(self, write_next: bool = False, may_write: bool = False) -> tuple | None:
+    def read_fields(self, write_next: bool = False, may_write: bool = False, relink: bool = False) -> tuple | None:
         """The fields, or None if the file is missing, short or fails its CRC. write_next: the
         caller writes the file next (a writer's open), so it is opened for writing at once (a
         missing one is created empty, which reads as missing): one open, not a read-only one
         then a read-write one. may_write: the caller may write it later (its lock's holder), so
-        a first open is read-write where the file is there and writable (nothing is created)."""
+        a first open is read-write where the file is there and writable (nothing is created).
+        relink: a descriptor kept open from before is first checked for its file having been
+        unlinked since (a topic deleted, and maybe created again, by another process): then
+        the file now at the path is read (one fstat; none when nothing is open yet)."""
+        if relink:
+            self.relink()
         closes = self._closes
         fd = self._fd
         if fd is None or (write_next and not self._writable):  # (a reader's every read: no call)
@@ -218,7 +237,7 @@ class PartitionState(_StructFile):
         known = self._known
         if known is not None and known[0] == generation:
             return PartitionSnapshot(*known[1])
-        fields = self.read_fields(may_write=True)  # (the holder writes it next, as a rule)
+        fields = self.read_fields(may_write=True, relink=True)  # (the holder writes it next, as a rule)
         self._known = (generation, fields) if fields else None
         return PartitionSnapshot(*fields) if fields else None
 

@@ -81,3 +81,26 @@ def test_the_close_reads_the_state_files_when_another_writer_came_after(data_dir
     finally:
         first.close()
     assert ["w", "0", "9"] in read_checkpoint(checkpoint, 3)  # not the 4 the first Store appended up to
+
+
+def test_a_store_writes_into_a_topic_another_store_deleted_and_created_again(data_dir):
+    """Its partition's state files, kept open since its last write, were unlinked with the old
+    topic: under the lock it reads the ones now at the path (the old high watermark read through a
+    stale descriptor made the new topic's missing folder look deleted: "no in-sync replica")."""
+    _fill(data_dir)
+    first = klog.open(data_dir)
+    try:
+        with first.producer() as p:
+            p.send("w", b"old", partition=0)
+        with klog.open(data_dir) as other:
+            other.delete_topic("w")
+            other.create_topic("w", PARTITIONS)
+        with first.producer() as p:
+            p.send("w", b"new", partition=0)
+    finally:
+        first.close()
+    folder = os.path.join(data_dir, "logs", "w-0")
+    snap = ReplicaState(os.path.join(folder, ReplicaState.FILE_NAME)).read()
+    assert snap is not None and snap.log_end_offset == 1  # the new folder's, not the unlinked one's
+    with klog.open(data_dir) as store:
+        assert [r.value for r in store.consumer("w")] == [b"new"]
