@@ -18,8 +18,8 @@ request loop itself (read, parse, answer) with no work in the handler, the floor
 Targets (issue 26): <= 0.5 ms per round, <= 20 us per partition.
 
 Before/after in one run: KLOG_BENCH_BASELINE=<another checkout> (e.g. main's) starts a second server
-from that checkout's code over a copy of the same store, and its 1- and many-partition Fetches join
-the alternation; its per-partition figure is printed beside this checkout's.
+from that checkout's code over a copy of the same store, and its rounds, empty Fetch and 1- and
+many-partition Fetches join the alternation; its figures are printed beside this checkout's.
 """
 
 from __future__ import annotations
@@ -170,6 +170,8 @@ def run(bench: Bench) -> None:
             }
             servers = {k: server for k in kinds}
             if baseline:
+                kinds["baseline: empty Fetch"] = (lambda: ask(_fetch("one", range(1), offset.get("baseline one", 0)),
+                                                              other), n)
                 kinds["baseline: Fetch of 1 partition"] = (lambda: ask(narrow, other), n)
                 kinds["baseline: wide Fetch"] = (lambda: ask(wide, other), max(4, n // 20))
                 kinds["baseline: produce+fetch round"] = (lambda: produce_fetch("one", other), n)
@@ -218,7 +220,10 @@ def run(bench: Bench) -> None:
         for kind in ("produce+fetch round", "round, no fsync"):
             bench.line(f"server CPU per {kind} in {baseline_repo}: {med['baseline: ' + kind] * 1e3:.2f} ms",
                        f"{med[kind] * 1e3:.2f} ms here ({med[kind] / med['baseline: ' + kind]:.2f}x)")
-    bench.line(f"server CPU per empty Fetch: {med['empty Fetch'] * 1e6:.0f} us", f"{floor * 1e6:.0f} us ApiVersions")
+    beside = f"{floor * 1e6:.0f} us ApiVersions"
+    if baseline:
+        beside += f"; {med['baseline: empty Fetch'] * 1e6:.0f} us in {baseline_repo}"
+    bench.line(f"server CPU per empty Fetch: {med['empty Fetch'] * 1e6:.0f} us", beside)
     bench.line(f"CPU per request of a bare asyncio Protocol answering at once (this machine's floor): "
                f"{med['floor'] * 1e6:.0f} us", f"{floor * 1e6:.0f} us klog's ApiVersions")
     bench.line(f"CPU per thread hop of a bare asyncio server (a no-op run_in_executor): "

@@ -142,6 +142,10 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
                 self._waiter = None
         return self._take()
 
+    def has_frames(self) -> bool:
+        """Whether a whole frame is already here, waiting."""
+        return bool(self._frames)
+
     def queued_frame(self, api_key: int, api_version: int) -> bytes | None:
         """The next frame, taken only when it is already here and is a request of `api_key` v`api_version`
         (the request loop's lookahead: pipelined Produce requests appended together)."""

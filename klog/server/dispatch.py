@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
 from klog.protocol.apis import API_VERSIONS
+from klog.protocol.framing import RawBody, encode_body
 from klog.protocol.kafka import NO_THROTTLE
 from klog.server.context import RequestContext
 
@@ -31,12 +32,15 @@ class Handler(NamedTuple):
 
 
 HANDLERS: dict[int, Handler] = {}
+_generation = 0  # bumped whenever an API is registered: the encoded ApiVersions answers depend on the ranges
 
 
 def register(api_key: int, min_version: int, max_version: int) -> Callable[[HandlerFn], HandlerFn]:
     """Decorator for the handlers of this package's modules (collected by load_handlers)."""
     def wrap(fn: HandlerFn) -> HandlerFn:
+        global _generation
         HANDLERS[api_key] = Handler(fn, min_version, max_version)
+        _generation += 1
         return fn
 
     return wrap
@@ -71,19 +75,21 @@ def api_versions_response(version: int, error: ErrorCode = ErrorCode.none) -> An
 
 
 _encoded: dict[tuple[int, tuple], tuple[type, bytes]] = {}  # (version, the ranges) -> the answer's type, body
+_encoded_now: dict[tuple[int, int], tuple[type, bytes]] = {}  # (version, _generation) -> the same, per request
 
 
 @register(API_VERSIONS, 0, 4)
 async def api_versions(ctx: RequestContext, request: Any) -> Any:
     """Every client sends this first, on every connection: its body is encoded once per version
     (kio's writer takes ~0.4 ms for the ~70 ranges), then sent as bytes."""
-    from klog.protocol.framing import RawBody, encode_body
-
-    key = (ctx.api_version, tuple(HANDLERS.items()))
-    found = _encoded.get(key)
+    found = _encoded_now.get((ctx.api_version, _generation))
     if found is None:
-        response = api_versions_response(ctx.api_version)
-        found = _encoded[key] = (type(response), encode_body(response))
+        key = (ctx.api_version, tuple((k, h.min_version, h.max_version) for k, h in HANDLERS.items()))
+        found = _encoded.get(key)
+        if found is None:
+            response = api_versions_response(ctx.api_version)
+            found = _encoded[key] = (type(response), encode_body(response))
+        _encoded_now[(ctx.api_version, _generation)] = found
     return RawBody(found[0], [found[1]])
 
 
@@ -98,7 +104,7 @@ _loaded = False
 
 def load_handlers() -> dict[int, Handler]:
     """Import every handler module once (each registers itself) and merge the group APIs."""
-    global _loaded
+    global _loaded, _generation
     if not _loaded:
         _loaded = True
         import importlib
@@ -110,6 +116,7 @@ def load_handlers() -> dict[int, Handler]:
             importlib.import_module(f"klog.server.{name}")
         for key, (fn, lo, hi) in GROUP_HANDLERS.items():
             HANDLERS[key] = Handler(fn, lo, hi)
+        _generation += 1
         from klog.server.group_guards import guard_group_apis, guard_group_lists
 
         guard_group_apis(HANDLERS)  # GROUP_AUTHORIZATION_FAILED under ACLs

@@ -28,7 +28,7 @@ from klog.protocol.apis import PRODUCE
 from klog.protocol.kafka import E, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.produce_response import PartitionResult, ProduceAnswer
+from klog.server.produce_response import PartitionResult, ProduceAnswer, single_answer
 from klog.store.names import INTERNAL_TOPICS
 
 ACKS = {0: "0", 1: "1", -1: "all"}
@@ -126,34 +126,65 @@ async def produce_group(ctxs: list[RequestContext], requests: list[Any]) -> list
     return answers
 
 
+def _refusal(request: Any, acks: str | None, topic: str, writable: bool, txn_allowed: bool) -> Outcome | None:
+    """Why an entry of `request` for `topic` is refused before any append (None: it may append)."""
+    if acks is None:
+        return E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)", None
+    if not writable:
+        return E.topic_authorization_failed, None, None, None
+    if topic in INTERNAL_TOPICS:  # the broker's own (__consumer_offsets): Kafka refuses
+        return E.invalid_topic_exception, None, f"cannot append to internal topic {topic}", None
+    if not txn_allowed:
+        return E.transactional_id_authorization_failed, None, None, None
+    return None
+
+
+def _txn_check(ctx: RequestContext, tid: str | None, topic: str, partition: int) -> Any:
+    """The coordinator's check of a transactional batch, made under the partition's lock."""
+    service = getattr(ctx.server, "transactions", None)
+    if tid is None or service is None:
+        return None
+    return lambda header: service.coordinator.check_append(tid, header.producer_id, header.producer_epoch,
+                                                           (topic, partition))
+
+
+async def _produce_one(ctx: RequestContext, request: Any, acks: str | None, topic: str, pdata: Any) -> Any:
+    """A Produce of one partition (what most producers send): the general path's checks in its order,
+    without its bookkeeping for many entries, answered with one packed entry."""
+    writable = ctx.authorize("WRITE", "TOPIC", topic)  # ACLs (security.py)
+    tid = getattr(request, "transactional_id", None)  # v3+
+    txn_allowed = tid is None or ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid)
+    index = int(pdata.index)
+    outcome = _refusal(request, acks, topic, writable, txn_allowed) or \
+        await _append(ctx, topic, index, pdata.records, acks, _txn_check(ctx, tid, topic, index))  # type: ignore[arg-type]
+    if request.acks == 0:
+        return None
+    code, result, message, bad_record = outcome
+    if result is not None and message is None:
+        return single_answer(ctx.api_version, topic, index, result.base_offset, result.log_append_time_ms,
+                             result.log_start_offset, response_for(request).ProduceResponse)
+    return await _answer_of(ctx, request, [outcome])
+
+
 @register(PRODUCE, 0, 11)  # v10-11 add only tagged answer fields (leader hints on errors), left out
 async def produce(ctx: RequestContext, request: Any, outcomes_only: bool = False) -> Any:
     """The answer to `request` (None for acks=0); outcomes_only: its entries' outcomes, in order."""
     acks = ACKS.get(int(request.acks))
+    if not outcomes_only and len(request.topic_data) == 1 and len(request.topic_data[0].partition_data) == 1:
+        return await _produce_one(ctx, request, acks, request.topic_data[0].name,
+                                  request.topic_data[0].partition_data[0])
     work = [(topic_data.name, pdata) for topic_data in request.topic_data for pdata in topic_data.partition_data]
     writable = {t: ctx.authorize("WRITE", "TOPIC", t) for t in {t for t, _ in work}}  # ACLs (security.py)
-    internal = {t for t in writable if t in INTERNAL_TOPICS}  # the broker's own (__consumer_offsets): Kafka refuses
+    internal = {t for t in writable if t in INTERNAL_TOPICS}
     tid = getattr(request, "transactional_id", None)  # v3+
     txn_allowed = tid is None or ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid)
-    service = getattr(ctx.server, "transactions", None)
-
-    def txn_check_for(topic: str, partition: int) -> Any:
-        """The coordinator's check of a transactional batch, made under the partition's lock."""
-        if tid is None or service is None:
-            return None
-        return lambda header: service.coordinator.check_append(tid, header.producer_id, header.producer_epoch,
-                                                               (topic, partition))
 
     async def one(topic: str, pdata: Any) -> Outcome:
-        if acks is None:
-            return E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)", None
-        if not writable[topic]:
-            return E.topic_authorization_failed, None, None, None
-        if topic in internal:
-            return E.invalid_topic_exception, None, f"cannot append to internal topic {topic}", None
-        if not txn_allowed:
-            return E.transactional_id_authorization_failed, None, None, None
-        return await _append(ctx, topic, int(pdata.index), pdata.records, acks, txn_check_for(topic, int(pdata.index)))
+        refused = _refusal(request, acks, topic, writable[topic], txn_allowed)
+        if refused is not None:
+            return refused
+        index = int(pdata.index)
+        return await _append(ctx, topic, index, pdata.records, acks, _txn_check(ctx, tid, topic, index))  # type: ignore[arg-type]
 
     if len(work) == 1:  # (a single-partition producer: nothing to group)
         outcomes: list[Any] = [await one(*work[0])]

@@ -96,3 +96,35 @@ class ProduceAnswer:
         if self.flexible:
             buf += b"\0"  # the response's tagged fields
         return RawBody(response_type, [bytes(buf)], throttle_at=throttle_at)
+
+
+_single_heads: dict[tuple[int, str], bytes] = {}  # (version, topic) -> an answer's bytes before its entry
+_SINGLE_HEADS_MAX = 4096
+
+
+def single_answer(version: int, topic: str, index: int, base_offset: int, log_append_time_ms: int,
+                  log_start_offset: int, response_type: type) -> RawBody:
+    """The answer of a Produce of one partition that appended (no error, no message): the bytes
+    ProduceAnswer writes for it, its topic's part laid out once per (version, topic)."""
+    head = _single_heads.get((version, topic))
+    if head is None:
+        if len(_single_heads) >= _SINGLE_HEADS_MAX:  # (topics named by clients: bounded)
+            _single_heads.clear()
+        answer = ProduceAnswer(version, 1)
+        answer.topic(topic, 1)
+        head = _single_heads[(version, topic)] = bytes(answer.buf)
+    flexible = version >= FIRST_FLEXIBLE
+    entry = _ENTRY.pack(index, 0, base_offset)
+    if version >= 2:
+        entry += _I64.pack(log_append_time_ms)
+    if version >= 5:
+        entry += _I64.pack(log_start_offset)
+    if version >= 8:
+        entry += b"\1\0" if flexible else b"\0\0\0\0\xff\xff"  # no record errors, no message
+    if flexible:
+        entry += b"\0\0"  # the partition's and the topic's tagged fields
+    if version < 1:
+        return RawBody(response_type, [head + entry])
+    # throttle time 0 (patched by throttle.with_throttle at throttle_at), then the response's tagged fields
+    return RawBody(response_type, [head + entry + (b"\0\0\0\0\0" if flexible else b"\0\0\0\0")],
+                   throttle_at=len(head) + len(entry))

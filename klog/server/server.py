@@ -30,7 +30,7 @@ from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.connection import FrameProtocol
 from klog.server.context import BrokerInfo, RequestContext
-from klog.server.hop import in_thread
+from klog.server.hop import HopPool, in_thread
 from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
 from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
@@ -98,10 +98,10 @@ class Server:
         self._own_store = store is None
         self.store = store
         self.workers = workers
-        self.executor: ThreadPoolExecutor | None = None  # reads, metadata, groups, admin
+        self.executor: HopPool | None = None  # reads, metadata, groups, admin
         # appends run in their own threads, one at most per partition (append_slot): produces stuck
         # on a slow or stalled disk cannot take the threads that Metadata and Fetch answers need
-        self.append_executor: ThreadPoolExecutor | None = None
+        self.append_executor: HopPool | None = None
         # big requests parsed and big answers encoded here, not in the threads handlers need: many
         # connections sending huge frames queue behind each other, not in front of Metadata
         self.parse_executor: ThreadPoolExecutor | None = None
@@ -186,8 +186,8 @@ class Server:
             from klog.client.store import Store
 
             self.store = Store(self.data_dir, on_warning=lambda m: log.warning("%s", m))
-        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve")
-        self.append_executor = ThreadPoolExecutor(self.workers, thread_name_prefix="klog-serve-append")
+        self.executor = HopPool(self.workers, thread_name_prefix="klog-serve")
+        self.append_executor = HopPool(self.workers, thread_name_prefix="klog-serve-append")
         self.parse_executor = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="klog-serve-parse")
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -450,7 +450,8 @@ class Server:
                     item = await loop.run_in_executor(self.parse_executor, self._parse, frame, peer)
                 else:
                     item = self._parse(frame, peer)
-                while item is not None and self._groupable(item, conn):  # pipelined Produce requests
+                # pipelined Produce requests (none queued behind this one: answered as any request)
+                while item is not None and proto.has_frames() and self._groupable(item, conn):
                     group, item = await self._produce_group(item, proto, peer)
                     if not await self._answer_group(group, writer, peer, conn):
                         return
@@ -481,7 +482,7 @@ class Server:
             # each entry takes a byte at least: a small body cannot hold many (nor cost much to parse)
             entries = count_entries(frame, body_at, schema, self.limits.max_request_entries) \
                 if len(frame) - body_at > min(ENCODE_INLINE_ENTRIES, self.limits.max_request_entries) else 0
-            client_id, request = framing.parse_request(frame, prefix)
+            request = framing.parse_body(frame, body_at, schema, prefix.api_version)
         except framing.FrameError as e:
             log.warning("%s (client %s): %s, closing", peer, framing.client_id_of(frame), e)
             return None
@@ -515,12 +516,11 @@ class Server:
             await writer.drain()
             return True
         assert self.broker is not None and self.executor is not None
-        ctx = RequestContext(store=self.store, broker=self.broker, client_id=client_id,
-                             client_host=peer.rpartition(":")[0], api_version=prefix.api_version,
+        ctx = RequestContext(store=self.store, broker=self.brokers.get(conn.listener, self.broker),
+                             client_id=client_id, client_host=conn.peer_host, api_version=prefix.api_version,
                              executor=self.executor, log=log, coordinator=self.coordinator,
                              correlation_id=prefix.correlation_id, server=self, principal=conn.principal,
                              security=conn)
-        ctx.broker = self.brokers.get(conn.listener, self.broker)
         handler = self.handlers[prefix.api_key]
         started = time.monotonic()
         try:
@@ -533,7 +533,8 @@ class Server:
                                                 (time.monotonic() - started) * 1000)
         if response is None:
             return await self._mute(throttle_ms)
-        response = with_throttle(response, throttle_ms)
+        if throttle_ms > 0:
+            response = with_throttle(response, throttle_ms)
         if item.raw_sasl:  # answered as it came: the server's token, size-prefixed; a failure closes
             if response.error_code != 0:
                 return False
@@ -548,12 +549,11 @@ class Server:
                                                                         prefix.correlation_id, response)
             else:
                 data = framing.encode_response(prefix.correlation_id, response)
-            writer.write(data)
-            await writer.drain()
+            await framing.write_frame(writer, data)
         if conn.close_after_response:  # linger so the client reads the refusal before it sees the close
             await asyncio.sleep(CLOSE_LINGER_MS / 1000)
             return False
-        return await self._mute(throttle_ms)
+        return await self._mute(throttle_ms) if throttle_ms > 0 else True
 
     def _groupable(self, item: _Parsed, conn: ConnectionSecurity) -> bool:
         """Whether queued Produce requests may join `item` (not under quotas: each request's

@@ -18,20 +18,117 @@ an offset below the leader's first segment or past the segment found, any error 
 leader (an in-sync follower may have the range intact), a range that starts above the offset (a
 compacted log's gap, the log start moved). So there is one set of read rules, and a Fetch of one
 partition is this loop over one partition.
+
+`nowait`: the same loop for a caller that must not wait for the disk (a server's event loop).
+Every read is a preadv with RWF_NOWAIT (page cache only), through descriptors already open, and
+only the usual case is taken: a range of at most `read_max` bytes, read, in a segment whose read
+needs no index lookup (the consumer's next fetch, where the last range ended, or a segment's
+start). Anything else (a page not cached, a file or index to open, a state not known, a range to
+sendfile, a compacted log, any error) raises WouldBlock, and the caller asks again without
+`nowait` from a thread, where the rules above decide it.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
+import zlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from klog.errors import KlogError, StorageError
 from klog.store.log import ByteRange
 from klog.store.partition import Partition
+from klog.store.segment import LogSegment, OpenLog
 from klog.store.state import PartitionSnapshot
 
 # where a RangeRead failed: reading the state, bounding the read (read_committed), reading the range
 AT_STATE, AT_BOUND, AT_RANGE = 1, 2, 3
+NOWAIT = hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT")  # (Linux >= 4.14: else nothing reads `nowait`)
+
+
+class WouldBlock(Exception):
+    """A `nowait` read_ranges met something it does not do without waiting: ask from a thread."""
+
+
+class _NoWaitLog:
+    """A pinned OpenLog read with RWF_NOWAIT: what LogSegment.byte_range reads through (its
+    `opened`), raising WouldBlock for a page not in the cache (the kernel reads none of it) and
+    for a short read below `end` (part of the range cached: a short read is not the file's end)."""
+
+    __slots__ = ("fd", "end")
+
+    def __init__(self, opened: OpenLog, end: int) -> None:
+        self.fd = opened.fd
+        self.end = end
+
+    def read(self, position: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        buf = bytearray(length)
+        try:
+            n = os.preadv(self.fd, (buf,), position, os.RWF_NOWAIT)
+        except OSError as e:  # EAGAIN (not cached), EOPNOTSUPP (a filesystem without it), anything
+            raise WouldBlock from e
+        if n < length and position + n < self.end:
+            raise WouldBlock
+        return bytes(buf) if n == length else bytes(memoryview(buf)[:n])
+
+
+def _state_nowait(state: Any) -> tuple:
+    """PartitionState.read_fields through its open descriptor with RWF_NOWAIT; WouldBlock where
+    that is not the usual case (not open in this process, not cached, missing or damaged, closed
+    under the read)."""
+    fd = state._fd
+    if fd is None:
+        raise WouldBlock
+    closes = state._closes
+    layout = state.layout
+    buf = bytearray(layout.size + 4)
+    try:
+        n = os.preadv(fd, (buf,), 0, os.RWF_NOWAIT)
+    except OSError as e:
+        raise WouldBlock from e
+    if state._closes != closes or n != len(buf) or zlib.crc32(memoryview(buf)[:-4]) != int.from_bytes(buf[-4:], "big"):
+        raise WouldBlock
+    return layout.unpack_from(buf)
+
+
+def _small_range_nowait(segment: LogSegment, offset: int, upper: int, max_bytes: int, read_max: int) -> bytes:
+    """The bytes of LogSegment.pinned_range(offset, upper, max_bytes, read_max=read_max) when they
+    are at most `read_max` and cached, read without waiting: see the module's `nowait`. The walk
+    stops past `read_max` (a range longer than that is the thread's, sent by sendfile): the range
+    it finds within that bound is the one the whole walk finds."""
+    if segment._read is None:  # (pin would open the file)
+        raise WouldBlock
+    try:
+        opened, end = segment.pin()
+    except OSError as e:
+        raise WouldBlock from e
+    view = _NoWaitLog(opened, end)
+    try:
+        # where the last range ended, in this file: what the walk starts from without the index
+        # (LogSegment._first_walked); the view stands for `opened` in it for this read
+        known = segment._read_end
+        if known is not None and known[0] == offset and known[2] is opened and 0 < known[1] < end:
+            segment._read_end = (known[0], known[1], view)  # type: ignore[assignment]
+        elif offset > segment.base_offset:
+            raise WouldBlock  # (the index is looked up: maybe an open, a read of it)
+        found = segment.byte_range(view, offset, upper, read_max + 1 if read_max < max_bytes else max_bytes,  # type: ignore[arg-type]
+                                   end, None, read_max)
+    except (KlogError, OSError) as e:
+        raise WouldBlock from e
+    finally:
+        known = segment._read_end
+        if known is not None and known[2] is view:
+            segment._read_end = (known[0], known[1], opened)
+        opened.release()
+    if found is None:
+        raise WouldBlock
+    _, length, header, data = found
+    if data is None or header.base_offset > offset or len(data) != length:
+        raise WouldBlock
+    return data
 
 
 class RangeRead:
@@ -55,7 +152,7 @@ class RangeRead:
 
 
 def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read_total: int = 0,
-                bound: Callable[[Partition, int], int] | None = None) -> tuple[int, int]:
+                bound: Callable[[Partition, int], int] | None = None, nowait: bool = False) -> tuple[int, int]:
     """Fill in each of `reads` in order: the partition's state, then (its offset within
     [log start, high watermark], and below `bound(part, high watermark)` when given: a
     read_committed fetch's last stable offset) where its bytes from the offset are, as
@@ -63,11 +160,45 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
     least its first batch while any budget is left, as Kafka's fetch does); a range of at most
     `read_max` bytes comes read (RangeRead.data), while the bytes read stay within `read_total`.
     Failures are the partition's own (RangeRead.failure), never the call's. Returns what is left
-    of `budget` and of `read_total`."""
+    of `budget` and of `read_total`. `nowait`: see the module's docstring (raises WouldBlock, as
+    `bound` may; no failure recorded, no range left pinned)."""
     bisect_right = bisect.bisect_right
     for r in reads:
         part = r.part
         offset = r.offset
+        if nowait:
+            hw, start, epoch = _state_nowait(part.state)
+            r.high_watermark = r.upper = hw
+            r.log_start_offset = start
+            if offset < start or offset > hw:
+                r.out_of_range = True
+                continue
+            # (a new leader epoch: the replicas reload, and a truncation may have come with it)
+            moved = epoch != part.leader_epoch_loaded and part.reload_replicas is not None
+            upper = hw
+            if bound is not None:  # (it raises WouldBlock itself for what it cannot say without waiting)
+                if moved:
+                    raise WouldBlock
+                try:
+                    r.upper = upper = bound(part, hw)
+                except (KlogError, OSError) as e:
+                    raise WouldBlock from e
+            if offset < upper and budget > 0:
+                leader = part.replicas[0]
+                if moved or leader.compacted:  # (a compacted log's gaps are checked against the cleaner's records)
+                    raise WouldBlock
+                bases = leader.bases
+                i = bisect_right(bases, offset) - 1
+                segment = leader.segments.get(bases[i]) if i >= 0 else None
+                small = read_max if read_max <= read_total else read_total
+                if segment is None or small <= 0:
+                    raise WouldBlock
+                data = _small_range_nowait(segment, offset, upper, r.max_bytes if r.max_bytes < budget else budget,
+                                           small)
+                r.data = data
+                budget -= len(data)
+                read_total -= len(data)
+            continue
         try:
             fields = part.state.read_fields()  # (a reader's state: the file; read_valid's cache is the writer's)
             if fields is not None:

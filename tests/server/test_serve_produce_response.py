@@ -11,7 +11,7 @@ import pytest
 from klog.protocol.framing import encode_body
 from klog.protocol.kafka import make
 from klog.protocol.schemas import payload_module
-from klog.server.produce_response import PartitionResult, ProduceAnswer
+from klog.server.produce_response import PartitionResult, ProduceAnswer, single_answer
 from klog.server.throttle import with_throttle
 from tests.serve_helpers import RawClient, huge_produce, read_answer
 
@@ -65,6 +65,21 @@ def test_produce_answer_is_kios_encoding(version, throttle_ms):
             answer.partition(p)
     body = with_throttle(answer.finish(mod.ProduceResponse), throttle_ms)
     assert body.parts == [_kio_answer(version, throttle_ms)]
+
+
+@pytest.mark.parametrize("version", range(0, 12))
+@pytest.mark.parametrize("throttle_ms", [0, 1234])
+@pytest.mark.parametrize("topic", ["orders", "\u00e9v\u00e9nements"])
+def test_a_one_partition_answer_is_the_general_answer(version, throttle_ms, topic):
+    """The answer packed for a Produce of one partition (the usual request) is the general one's bytes."""
+    mod = payload_module(0, version, EntityType.response)
+    general = ProduceAnswer(version, 1)
+    general.topic(topic, 1)
+    general.partition(PartitionResult(3, 0, 41, APPENDED_AT, 5))
+    expected = with_throttle(general.finish(mod.ProduceResponse), throttle_ms)
+    for _ in range(2):  # laid out, then from the cache of its topic's part
+        packed = with_throttle(single_answer(version, topic, 3, 41, APPENDED_AT, 5, mod.ProduceResponse), throttle_ms)
+        assert packed.parts == expected.parts
 
 
 def test_a_produce_of_many_entries_is_answered_entry_for_entry(kafka_server):
