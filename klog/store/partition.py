@@ -303,6 +303,8 @@ class Partition:
             if self._appended_generation == self.lock.previous_generation:
                 for replica in self.replicas:
                     replica.settle_state(now=True)
+                # (the partition state is as that append left it: known to written_states still)
+                self.state.carry(self.lock.previous_generation, self.lock.generation)
                 self._appended_generation = self.lock.generation
         except OSError:
             self._appended_generation = None  # the next writer checks the tail (or recovers)
