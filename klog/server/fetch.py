@@ -46,8 +46,9 @@ from klog.security.acl import Operation, ResourceType
 from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.store import topic_read
 from klog.store.codec import encode_uvarint as _uvarint
-from klog.store.topic_read import AT_RANGE, AT_STATE, NOWAIT, RangeRead, WouldBlock, read_ranges
+from klog.store.topic_read import AT_RANGE, AT_STATE, RangeRead, WouldBlock, read_ranges
 
 MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
 READ_COMMITTED = 1  # the request's isolation_level
@@ -329,7 +330,7 @@ def _collect_inline(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer
     down-conversion), more than LOOP_PARTITIONS_MAX partitions, a topic
     whose metadata this process must read, or a partition not open, not cached, not the usual read
     (read_ranges' WouldBlock)."""
-    if not NOWAIT or ctx.api_version <= LAST_MESSAGE_SET_VERSION \
+    if not topic_read.NOWAIT or ctx.api_version <= LAST_MESSAGE_SET_VERSION \
             or sum(len(t.partitions) for t in request.topics) > LOOP_PARTITIONS_MAX:
         return None
     try:

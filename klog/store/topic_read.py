@@ -31,6 +31,7 @@ sendfile, a compacted log, any error) raises WouldBlock, and the caller asks aga
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import zlib
 from collections.abc import Callable, Sequence
@@ -44,11 +45,21 @@ from klog.store.state import PartitionSnapshot
 
 # where a RangeRead failed: reading the state, bounding the read (read_committed), reading the range
 AT_STATE, AT_BOUND, AT_RANGE = 1, 2, 3
-NOWAIT = hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT")  # (Linux >= 4.14: else nothing reads `nowait`)
+# Linux >= 4.14 (else nothing reads `nowait`); False too once a filesystem refused the flag
+NOWAIT = hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT")
 
 
 class WouldBlock(Exception):
     """A `nowait` read_ranges met something it does not do without waiting: ask from a thread."""
+
+
+def _refused(e: OSError) -> WouldBlock:
+    """WouldBlock for a failed RWF_NOWAIT read; a filesystem that does not take the flag (EOPNOTSUPP)
+    turns NOWAIT off, so callers stop asking (every read there would fail the same way)."""
+    global NOWAIT
+    if e.errno == errno.EOPNOTSUPP:
+        NOWAIT = False
+    return WouldBlock()
 
 
 class _NoWaitLog:
@@ -69,7 +80,7 @@ class _NoWaitLog:
         try:
             n = os.preadv(self.fd, (buf,), position, os.RWF_NOWAIT)
         except OSError as e:  # EAGAIN (not cached), EOPNOTSUPP (a filesystem without it), anything
-            raise WouldBlock from e
+            raise _refused(e) from e
         if n < length and position + n < self.end:
             raise WouldBlock
         return bytes(buf) if n == length else bytes(memoryview(buf)[:n])
@@ -88,7 +99,7 @@ def _state_nowait(state: Any) -> tuple:
     try:
         n = os.preadv(fd, (buf,), 0, os.RWF_NOWAIT)
     except OSError as e:
-        raise WouldBlock from e
+        raise _refused(e) from e
     if state._closes != closes or n != len(buf) or zlib.crc32(memoryview(buf)[:-4]) != int.from_bytes(buf[-4:], "big"):
         raise WouldBlock
     return layout.unpack_from(buf)
