@@ -28,7 +28,7 @@ from klog.store.format import (
     parse_segment_base,
     partition_dir_name,
 )
-from klog.store.state import PartitionState, ReplicaState
+from klog.store.state import PartitionState, ReplicaSnapshot, ReplicaState
 
 if TYPE_CHECKING:
     from klog.broker.store_protocol import BrokerStore
@@ -127,8 +127,15 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
         for p in partitions:
             pm = topic.partitions[p]
             part = store.opened_partition(topic.name, p)
+            written: dict[str, ReplicaSnapshot] = {}
             if part is not None:
-                snap = part.snapshot()
+                # the states as this process's last append left them, while nobody else wrote since
+                # (no read of the state files, nor a look for the folders: they were just written)
+                known = part.written_states()
+                if known is not None:
+                    snap, written = known
+                else:
+                    snap = part.snapshot()
                 opened = {r.directory: r for r in part.replicas}  # listed by this process's last open for write
             else:  # read and closed: a walk of every partition must not keep each one's files open
                 state = PartitionState(os.path.join(store.data_dir.state_dir, partition_dir_name(topic.name, p)
@@ -141,10 +148,13 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
             name = partition_dir_name(topic.name, p)
             for d in pm.replicas:
                 folder = os.path.join(dir_paths.get(d) or store.data_dir.log_dir_path(d), name)
-                if not os.path.isdir(folder):
+                replica = written.get(folder)
+                if replica is None and not os.path.isdir(folder):
                     continue
                 log = opened.get(folder)
-                if log is not None:  # its state file's open descriptor (written in place: current)
+                if replica is not None:
+                    pass
+                elif log is not None:  # its state file's open descriptor (written in place: current)
                     replica = log.state.read()
                 else:
                     state = ReplicaState(os.path.join(folder, ReplicaState.FILE_NAME))
@@ -160,11 +170,17 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                 if first is not None and snap.log_start_offset > first:
                     log_start[d][key] = snap.log_start_offset
                 epochs = [(e, o) for e, o in pm.epochs if o <= end]
-                _write_if_changed(os.path.join(folder, LEADER_EPOCH_CHECKPOINT),
-                                  checkpoints.checkpoint_text([f"{e} {o}" for e, o in epochs]), unsynced)
-                if topic_id is not None:
-                    _write_if_changed(os.path.join(folder, "partition.metadata"),
-                                      f"version: 0\ntopic_id: {topic_id}\n", unsynced)
+                try:  # (`folder` is a join's: a separator and the name make the file's path)
+                    _write_if_changed(folder + os.sep + LEADER_EPOCH_CHECKPOINT,
+                                      checkpoints.checkpoint_text([f"{e} {o}" for e, o in epochs]), unsynced)
+                    if topic_id is not None:
+                        _write_if_changed(folder + os.sep + "partition.metadata",
+                                          f"version: 0\ntopic_id: {topic_id}\n", unsynced)
+                except FileNotFoundError:
+                    if os.path.isdir(folder):
+                        raise
+                    for offsets in (recovery[d], replication[d], log_start[d]):  # gone since (moved, deleted)
+                        offsets.pop(key, None)
     _sync_written(together, unsynced)  # before the log directories' files, as each was fsynced before
     for d in dirs:
         path = store.data_dir.log_dir_path(d)

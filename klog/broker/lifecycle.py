@@ -191,7 +191,7 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
 
 
 def retain_after_roll(store: BrokerStore, topic: str, partition: int, warn: Callable[[str], None]) -> None:
-    """A writer's append rolled a segment (Partition.active_segment_base moved): the moment
+    """A writer's append rolled a segment (Partition.rolls moved): the moment
     retention runs, as no broker does it. Compaction is left to `klog topics clean|compact`, since
     it may take long. A failure is a warning: the append succeeded, and the next roll tries again."""
     try:

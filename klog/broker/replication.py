@@ -213,7 +213,9 @@ class ReplicaManager:
         return state
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
-        return [self.store.data_dir.log_dir_path(d) for d in ids]
+        """The log directories' paths (as the directory checks of shared_dir_checks found them, if they did)."""
+        checks = self._dir_checks or {}
+        return [known[0] if (known := checks.get(d)) is not None else self.store.data_dir.log_dir_path(d) for d in ids]
 
     def reconcile_if_due(self, topic: str, partition: int, part,
                          topic_meta: Callable[[], TopicMeta] | None = None) -> PartitionMeta:
@@ -247,7 +249,8 @@ class ReplicaManager:
         meta = topic_meta.partitions[partition]
         before = meta
         states = {d: self._health(d) for d in meta.replicas}
-        for d, state in states.items():
+        all_ok = all(state == health.OK for state in states.values())
+        for d, state in () if all_ok else states.items():  # (the usual case: every directory healthy)
             if state == health.REPLACED:
                 store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
                 self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
@@ -255,10 +258,11 @@ class ReplicaManager:
                 states[d] = health.OK
         hw = part.snapshot().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
         for d in list(meta.isr):
-            if states[d] == health.OK and hw > 0 and not os.path.isdir(replica_path(store, topic, partition, d)):
+            if states[d] == health.OK and hw > 0 and \
+                    not part.replica_folder_present(self._dirs(topic, partition, [d])[0]):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
-        healthy = {d for d, s in states.items() if s == health.OK}
-        for d in meta.replicas:
+        healthy = set(states) if all_ok else {d for d, s in states.items() if s == health.OK}
+        for d in meta.replicas if self._said_unhealthy or not all_ok else ():
             said = self._said_unhealthy.get((topic, partition, d))
             if d in healthy:
                 self._said_unhealthy.pop((topic, partition, d), None)
@@ -266,12 +270,14 @@ class ReplicaManager:
                 self._said_unhealthy[(topic, partition, d)] = states[d]
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
-        # the topic's configs are parsed only when an election may need unclean.leader.election
-        unclean = (meta.leader not in healthy or meta.leader not in meta.isr) and \
-            LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
-        elected = elect(meta, healthy, unclean)
-        if elected is not None:
-            meta = elected
+        # no election when the leader and every in-sync replica are healthy (elect would change nothing)
+        if meta.leader not in meta.isr or not all(r in healthy for r in meta.isr):
+            # the topic's configs are parsed only when an election may need unclean.leader.election
+            unclean = (meta.leader not in healthy or meta.leader not in meta.isr) and \
+                LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
+            elected = elect(meta, healthy, unclean)
+            if elected is not None:
+                meta = elected
         if meta.leader not in healthy or meta.leader not in meta.isr:
             raise NoLeaderError(f"no in-sync replica of {topic}-{partition} is available "
                                 f"(replicas {meta.replicas}: {', '.join(f'{d} {states[d]}' for d in meta.replicas)})")
@@ -288,8 +294,9 @@ class ReplicaManager:
                       f"(epoch {meta.leader_epoch})")
         meta = self._align_in_sync_followers(topic, partition, part, meta)
         part.publish()  # open_for_write lowered the high watermark to the shortest replica's end
-        meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
-        if meta != before:
+        if len(meta.isr) < len(meta.replicas):  # (else nobody is out of sync)
+            meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
+        if meta is not before and meta != before:
             store.topics.update_partition(topic, partition, meta)
             self._metadata_written(topic)
         snap = part.snapshot()
@@ -297,7 +304,9 @@ class ReplicaManager:
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
-        lost = data_loss.unacknowledged([r.directory for r in part.replicas])
+        # (a folder the open for write just listed shows whether the marker is there: no look)
+        lost = data_loss.unacknowledged([r.directory for r in part.replicas
+                                         if r.listed_names is None or data_loss.MARKER in r.listed_names])
         if lost is not None:  # checked on every reconcile: part.replica_check stays unset meanwhile
             raise DataLossError(f"{topic}-{partition} takes no writes: {lost}; new records would take the lost "
                                 f"offsets. Acknowledge the loss with: {data_loss.ACKNOWLEDGE_COMMAND}")
@@ -332,6 +341,7 @@ class ReplicaManager:
                     f"lists them)")
             if cut_by_recovery:  # (an unclean election the topic allows loses records by the user's choice)
                 data_loss.record(leader.directory, lost)  # writes stop until the loss is acknowledged
+                leader.listed_names = None  # (the listing predates the marker: reconcile looks for it)
             self.warn(DATA_LOSS_PREFIX + lost)
 
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
@@ -437,6 +447,7 @@ class ReplicaManager:
                     together.appended(part, meta, sync, min_isr, bases[0])
                     return bases
                 part.publish()
+                part.settle_first_hold()
                 if sync == SYNC_ALL and len(meta.isr) < min_isr:
                     raise NotEnoughReplicasError(
                         f"{topic}-{partition}: the batch at offset {bases[0]} reached only "
@@ -565,6 +576,7 @@ class SyncTogether:
                     if self._fds.devices.get(replica.log_dir) in synced:
                         replica.mark_synced(settle=False)  # (its state file: the append settled it)
                 part.publish()
+                part.settle_first_hold()
                 if sync == SYNC_ALL and len(meta.isr) < min_isr:
                     short.append(f"{part.topic}-{part.partition}: the batch at offset {base_offset} reached only "
                                  f"ISR [{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after "

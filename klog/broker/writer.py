@@ -141,9 +141,9 @@ class PartitionWriter:
                      before: BeforeAppend | None = None) -> int:
         """Append one batch; returns its base offset once `acks` is satisfied."""
         part = self.store.partition(topic, partition)
-        active_before = part.active_segment_base()
+        rolls = part.rolls
         base = self.replicas.append(topic, partition, encoded, acks, before=before)
-        self._after_append(topic, partition, part, active_before)
+        self._after_append(topic, partition, part, rolls)
         return base
 
     def after_roll(self, topic: str, partition: int) -> None:
@@ -176,9 +176,9 @@ class PartitionWriter:
                 return
             for i, (partition, batches) in enumerate(items):
                 part = self.store.partition(topic, partition)
-                active_before = part.active_segment_base()
+                rolls = part.rolls
                 bases = self.replicas.append_batches(topic, partition, batches, acks)
-                self._after_append(topic, partition, part, active_before)
+                self._after_append(topic, partition, part, rolls)
                 if acknowledged is not None:
                     acknowledged(i, bases)
 
@@ -188,7 +188,7 @@ class PartitionWriter:
 
         store, replicas = self.store, self.replicas
         parts = [store.partition(topic, partition) for _, partition, _ in group]
-        active_before = [part.active_segment_base() for part in parts]
+        rolls_before = [part.rolls for part in parts]
         results: list[list[int]] = []
         with ExitStack() as held:
             for part in parts:  # every lock first: the topic's metadata is then read once for them all
@@ -198,12 +198,12 @@ class PartitionWriter:
             for (_, partition, batches) in group:
                 results.append(replicas.append_batches(topic, partition, batches, acks, together=together))
             together.finish()
-        for (i, partition, _), part, before, bases in zip(group, parts, active_before, results, strict=True):
+        for (i, partition, _), part, before, bases in zip(group, parts, rolls_before, results, strict=True):
             self._after_append(topic, partition, part, before)
             if acknowledged is not None:
                 acknowledged(i, bases)
 
-    def _after_append(self, topic: str, partition: int, part: Partition, active_before: int | None) -> None:
-        if active_before is not None and part.active_segment_base() != active_before:
+    def _after_append(self, topic: str, partition: int, part: Partition, rolls_before: int) -> None:
+        if part.rolls != rolls_before:  # the append rolled a segment
             self.after_roll(topic, partition)
         self._written(topic, partition, part)

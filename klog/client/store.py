@@ -388,7 +388,10 @@ class Store(GroupAdminMethods):
         pm = meta.partitions[partition]
         p = Partition(topic, partition, self._leader_and_isr_dirs(pm), self.data_dir.state_dir,
                       self.data_dir.lock_dir, config)
-        p.leader_epoch_loaded = p.snapshot().leader_epoch  # the epoch readers compare with (see Partition.read)
+        # the epoch readers compare with (see Partition.read): the metadata's the replica list was
+        # built from (no read of the state file per partition opened; one that lags the metadata,
+        # a writer killed between the two, costs one reload)
+        p.leader_epoch_loaded = pm.leader_epoch
         p.reload_replicas = lambda: self._reload_replicas(p)
         self._partitions[(topic, partition)] = p
         return p

@@ -67,7 +67,7 @@ class FileLock:
         unlinks the lock files while holding them, so a writer that waited on the old file locks
         the one at the path instead (two holders of two files would be two writers of one
         partition). That delete's acquisition wrote a new count, so a file still holding the count
-        this object wrote was not unlinked since: then no stat is needed. None: blocking=False and
+        this object wrote was not unlinked since: then no fstat is needed. None: blocking=False and
         another process holds it."""
         try:
             while True:
@@ -83,18 +83,28 @@ class FileLock:
                     found = 0
                 if found == self._count:  # nobody held it since this object did
                     return found
-                held = os.fstat(self._fd)
-                try:
-                    there = os.stat(self.path, follow_symlinks=False)
-                    if (held.st_ino, held.st_dev) == (there.st_ino, there.st_dev):
-                        return found
-                except FileNotFoundError:
-                    pass  # unlinked meanwhile: open it again
-                os.close(self._fd)  # (closing releases the flock)
+                # still linked: the file at the path (klog unlinks lock files, never renames
+                # them), so one fstat says it (no stat of the path beside it)
+                if os.fstat(self._fd).st_nlink > 0:
+                    return found
+                os.close(self._fd)  # unlinked meanwhile: open it again (closing releases the flock)
                 self._fd = None
         except BaseException:
             self._threads.release()
             raise
+
+    def unchanged_since_held(self) -> bool:
+        """Not held now, by anyone in this process: has nobody (in any process) taken the lock
+        since this object last held it? One pread of the lock file's count, no lock taken: the
+        answer can be overtaken at once, as any look without the lock."""
+        fd = self._fd
+        if fd is None or self._depth or self._closed:
+            return False
+        try:
+            found = GENERATION.unpack(os.pread(fd, GENERATION.size, 0))[0]
+        except (OSError, struct.error):
+            return False
+        return found == self._count
 
     @property
     def held(self) -> bool:

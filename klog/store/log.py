@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import stat
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -199,12 +200,13 @@ class _Segments(dict):
 
 
 class PartitionLog:
-    def __init__(self, directory: str, config: LogConfig | None = None) -> None:
+    def __init__(self, directory: str, config: LogConfig | None = None, listed: bool = True) -> None:
+        """listed=False: the folder is listed at the first use of the segment list, not now (a
+        writer's open for write lists it under the lock anyway: a producer's first write into
+        1,000 partitions listed each folder twice)."""
         self.directory = directory
         self.log_dir = os.path.dirname(directory)  # the log directory (disk) the replica is on
         self.config = config or LogConfig()
-        self.segments: dict[int, LogSegment] = _Segments(directory, self.config.index_interval_bytes)
-        self.bases: list[int] = []
         self.state = ReplicaState(os.path.join(directory, ReplicaState.FILE_NAME))
         self._fds: SegmentFds | None = None
         self._fds_base = -1
@@ -226,13 +228,56 @@ class PartitionLog:
         self.defer_state = False
         self.roll_decided: BatchHeader | None = None
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
-        self.strict_records = False  # STRICT_RECORDS_MARKER is in the folder (refresh_segments)
         # Readers in other threads of the process (klog serve, a program that consumes while it
         # produces) re-list the folder on this same object while its writer adds a segment: the
         # listing and the writer's change are taken one at a time, or a listing made before the
         # writer's new segment would drop it (and close its files) after it was added.
         self._listing = threading.Lock()
-        self.refresh_segments()
+        # the folder's names as the last open for write listed them (None: that open listed
+        # nothing, the log being as this object left it): what else is in the folder is known
+        # without a look (the data-loss marker, broker/data_loss.py)
+        self.listed_names: set[str] | None = None
+        # what this object last wrote to the replica state file (Partition.written_states)
+        self.state_written: ReplicaSnapshot | None = None
+        # (token, lstat of the folder or None) from probe_folder(): the next open_for_write with
+        # the same token (the same hold of the partition's lock) uses it instead of a look of its own
+        self._probed: tuple[object, os.stat_result | None] | None = None
+        self.rolls = 0  # segments this object rolled (a writer runs retention after an append that rolled)
+        # the segment list (refresh_segments); None until the first listing of a listed=False log
+        self._segments: _Segments | None = None
+        self._bases: list[int] | None = None
+        self._strict_records = False
+        if listed:
+            self.refresh_segments()
+
+    # (properties, not __getattr__: a class with __getattr__ makes every attribute read slower)
+    @property
+    def segments(self) -> dict[int, LogSegment]:
+        """Base offset -> segment, as the folder was last listed (listed now if it never was)."""
+        if self._bases is None:
+            self.refresh_segments()
+        return self._segments  # type: ignore[return-value]
+
+    @property
+    def bases(self) -> list[int]:
+        """The segments' base offsets in order, as the folder was last listed (listed now if it never was)."""
+        bases = self._bases
+        if bases is None:
+            self.refresh_segments()
+            bases = self._bases
+        return bases  # type: ignore[return-value]
+
+    @property
+    def strict_records(self) -> bool:
+        """STRICT_RECORDS_MARKER is in the folder (as last listed)."""
+        if self._bases is None:
+            self.refresh_segments()
+        return self._strict_records
+
+    def _listed_segments(self) -> list[LogSegment]:
+        """The segments known, without listing the folder for them (to close them)."""
+        segments = self._segments
+        return list(segments.values()) if segments is not None else []
 
     @property
     def pending_flushes(self) -> list[PendingFlush]:
@@ -248,13 +293,17 @@ class PartitionLog:
                 names = self._list()
             bases = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := parse_segment_base(n)) is not None)
             listed = set(bases)  # `base not in bases` on the list was O(n^2) with thousands of segments
-            for base in [b for b in self.segments if b not in listed]:
-                self.segments.pop(base).close()
+            segments = self._segments
+            if segments is None:  # (the first listing of a listed=False log)
+                segments = _Segments(self.directory, self.config.index_interval_bytes)
+            for base in [b for b in segments if b not in listed]:
+                segments.pop(base).close()
             for base in bases:
-                if base not in self.segments:
-                    self.segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
-            self.bases = bases
-            self.strict_records = STRICT_RECORDS_MARKER in names
+                if base not in segments:
+                    segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
+            self._segments = segments
+            self._bases = bases
+            self._strict_records = STRICT_RECORDS_MARKER in names
 
     def _list(self) -> list[str]:
         check_not_symlink(self.directory)
@@ -272,7 +321,7 @@ class PartitionLog:
             f.flush()
             os.fsync(f.fileno())
         fsync_dir(self.directory)
-        self.strict_records = True
+        self._strict_records = True
 
     def first_high_attributes_offset(self) -> int | None:
         """The offset of the first record whose attributes byte is >= 0x80, or None: a walk over
@@ -311,7 +360,10 @@ class PartitionLog:
 
     @property
     def active(self) -> LogSegment:
-        return self.segments[self.bases[-1]]
+        bases = self._bases
+        if bases is None:
+            bases = self.bases  # (lists the folder)
+        return self._segments[bases[-1]]  # type: ignore[index]
 
     def size_bytes(self) -> int:
         total = 0
@@ -323,16 +375,45 @@ class PartitionLog:
         return total
 
     # -- writing (lock held) -------------------------------------------------------------------
-    def open_for_write(self, committed_end: int | None = None, trusted: bool = False) -> RecoveryReport:
+    def probe_folder(self, token: object) -> bool:
+        """Lock held: is the replica's folder there (as os.path.isdir says)? The look serves the
+        next open_for_write(token=`token`) too: one lstat for both."""
+        try:
+            found = os.lstat(self.directory)
+        except FileNotFoundError:
+            found = None
+        self._probed = (token, found)
+        if found is None:
+            return False
+        return stat.S_ISDIR(found.st_mode) or (stat.S_ISLNK(found.st_mode) and os.path.isdir(self.directory))
+
+    def open_for_write(self, committed_end: int | None = None, trusted: bool = False,
+                       token: object = None) -> RecoveryReport:
         """Adopt the state the last writer left, recovering the tail if it did not finish.
         Recovery keeps what it cuts from below `committed_end` in `.corrupt` files.
 
         trusted: the caller knows this object was the last writer and nothing changed the folder
-        since (Partition's lock generation); an opened log then stays as it is."""
+        since (Partition's lock generation); an opened log then stays as it is. token: names
+        this hold of the lock (see probe_folder)."""
+        probed, self._probed = self._probed, None
         if trusted and self._fds is not None and self.bases and self.active.next_offset is not None:
+            self.listed_names = None
             return RecoveryReport()
+        self.listed_names = None
         self.drop_flushes()  # another writer may have truncated or replaced what they sealed
-        if not os.path.isdir(self.directory):
+        self.state.relink()  # (its folder deleted with its topic since: the file now at the path)
+        # one lstat says whether the folder is there and is no link (the caller's own look at it,
+        # probe_folder, when made in this hold of the lock)
+        if probed is not None and probed[0] == token:
+            found = probed[1]
+        else:
+            try:
+                found = os.lstat(self.directory)
+            except FileNotFoundError:
+                found = None
+        if found is not None and stat.S_ISLNK(found.st_mode):
+            check_not_symlink(self.directory)  # (raises)
+        if found is None or not stat.S_ISDIR(found.st_mode):
             os.makedirs(self.directory, exist_ok=True)
             # the new folder's entry in the log dir: made durable with the first flush (an fsync
             # here was 1,000 fsyncs of one directory at a producer's first write into 1,000
@@ -340,9 +421,14 @@ class PartitionLog:
             self._parent_dirty = True
         # a compaction or retention killed mid-way; expired .deleted files. One listing serves
         # both passes unless the first changed the segments (a finished swap)
-        names = self._list()
-        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, set(names))
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            names = []
+        listed = set(names)
+        swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, listed)
         self.refresh_segments(None if swaps else names)
+        self.listed_names = None if swaps else listed
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
             self.new_segment(0, writing=True)
@@ -410,6 +496,8 @@ class PartitionLog:
         kept open as the active segment's (an open to create each file, then another to append,
         cost six opens per new segment: 6,000 at a producer's first write into 1,000 partitions)."""
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        if self._bases is None:
+            self.refresh_segments()  # (a first listing, not under _listing below: it takes it)
         with self._listing:  # (the file and its place in the list appear together to readers)
             if writing:
                 if self._fds is not None:
@@ -421,7 +509,7 @@ class PartitionLog:
                 segment.create_files()
             segment.next_offset = base
             self.segments[base] = segment
-            self.bases = sorted(self.segments)
+            self._bases = sorted(self.segments)
         self._dir_dirty = True
         self._state_old_segment = True
         return segment
@@ -480,6 +568,7 @@ class PartitionLog:
         old.seal()
         sealed, self._fds = self._fds, None
         segment = self.new_segment(base, writing=True)
+        self.rolls += 1
         if sealed is not None:
             self.sealed_flushes.submit_sealed(sealed, self.directory, old.base_offset, base)
             faults.point("roll-flush-pending")
@@ -570,10 +659,11 @@ class PartitionLog:
         self.drop_flushes()
         self._fds.close()
         self._fds = None
+        bases, segments = self.bases, self.segments  # (listed before _listing is taken)
         with self._listing:
-            for b in self.bases:
-                self.segments.pop(b).delete_files()
-            self.bases = []
+            for b in bases:
+                segments.pop(b).delete_files()
+            self._bases = []
         self.new_segment(base, writing=True)
         self._save_state()
 
@@ -635,9 +725,12 @@ class PartitionLog:
         if self.sealed_flushes.pending:
             self.collect_flushes()
         active = self.active
-        self.state.write(ReplicaSnapshot(
-            current_boot_id(), active.base_offset, active.size, active.next_offset or active.base_offset,
-            self.recovery_point, active.max_timestamp, active.offset_of_max_timestamp), sync=sync)
+        snap = ReplicaSnapshot(current_boot_id(), active.base_offset, active.size,
+                               active.next_offset or active.base_offset, self.recovery_point, active.max_timestamp,
+                               active.offset_of_max_timestamp)
+        self.state_written = None  # (a failed write leaves the file unknown)
+        self.state.write(snap, sync=sync)
+        self.state_written = snap
         self._state_lag = self._state_lag_bytes = 0
         self._state_old_segment = False
 
@@ -654,7 +747,7 @@ class PartitionLog:
             self._fds.close()
             self._fds = None
         if readers_too:
-            for segment in list(self.segments.values()):
+            for segment in self._listed_segments():
                 segment.close()
         self.state.close()
         return True
@@ -664,7 +757,7 @@ class PartitionLog:
         if self._fds is not None:
             self._fds.close()
             self._fds = None
-        for segment in list(self.segments.values()):
+        for segment in self._listed_segments():
             segment.close()
         self.state.close()
 

@@ -30,7 +30,7 @@ from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.locks import FileLock
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.plain import FrozenPlain
-from klog.store.state import PartitionSnapshot, PartitionState
+from klog.store.state import PartitionSnapshot, PartitionState, ReplicaSnapshot
 
 if TYPE_CHECKING:
     from concurrent import futures
@@ -100,7 +100,7 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
 
 def _replica_log(directory: str, config: LogConfig) -> PartitionLog:
     """A replica of a Partition: its appends leave the replica state file to settle_state()."""
-    log = PartitionLog(directory, config)
+    log = PartitionLog(directory, config, listed=False)  # (listed by its open for write, or its first read)
     log.defer_state = True
     return log
 
@@ -143,6 +143,10 @@ class Partition:
         # the lock generation under which this object last appended cleanly (see open_for_write)
         self._appended_generation: tuple[int, int] | None = None
         self._eager_state_opens = 0  # see EAGER_STATE_OPENS
+        self.rolls = 0  # segments the leader rolled at this object's appends (a writer runs retention after one)
+        # this hold of the lock is the first since the object last appended (its first ever, as a
+        # rule): its appends settle the replica state files before the lock goes (settle_first_hold)
+        self._first_hold = False
         self._flush_timer: threading.Timer | None = None
         # release_files(readers_too) asked for while an idle flush was armed (it declined: closing
         # would skip the fsync): the idle flush releases the files once it has run
@@ -158,7 +162,7 @@ class Partition:
         """Leader first, then the in-sync followers; keeps the open logs it already has."""
         assert replica_dirs
         name = partition_dir_name(self.topic, self.partition)
-        known = {os.path.dirname(r.directory): r for r in self.replicas}
+        known = {r.log_dir: r for r in self.replicas}
         replicas = [known.get(d) or _replica_log(os.path.join(d, name), self.config) for d in replica_dirs]
         if replicas != self.replicas:
             self._appended_generation = None  # a replica joined or left: open every one afresh
@@ -248,6 +252,15 @@ class Partition:
         object's last clean append, so its replicas and their metadata are as that append left them."""
         return self._appended_generation is not None and self._appended_generation == self.lock.previous_generation
 
+    def replica_folder_present(self, log_dir: str) -> bool:
+        """Lock held: is the partition's folder in log directory `log_dir` there? For a replica of
+        this object, the look is the one its next open_for_write in this hold makes anyway
+        (PartitionLog.probe_folder)."""
+        for replica in self.replicas:
+            if replica.log_dir == log_dir:
+                return replica.probe_folder(self.lock.generation)
+        return os.path.isdir(os.path.join(log_dir, partition_dir_name(self.topic, self.partition)))
+
     def release_files(self, readers_too: bool = True) -> None:
         """Close what a writer keeps open between appends (the lock file, the state file, each
         replica's files): a process writing thousands of partitions would otherwise run out of
@@ -290,6 +303,8 @@ class Partition:
             if self._appended_generation == self.lock.previous_generation:
                 for replica in self.replicas:
                     replica.settle_state(now=True)
+                # (the partition state is as that append left it: known to written_states still)
+                self.state.carry(self.lock.previous_generation, self.lock.generation)
                 self._appended_generation = self.lock.generation
         except OSError:
             self._appended_generation = None  # the next writer checks the tail (or recovers)
@@ -313,6 +328,7 @@ class Partition:
         lock = self.lock
         appended, self._appended_generation = self._appended_generation, None  # until this hold's append succeeds
         trusted = appended == lock.previous_generation
+        self._first_hold = appended is None
         if trusted:
             self.state.carry(lock.previous_generation, lock.generation)  # (no re-read of the state file)
             if self._eager_state_opens:
@@ -323,7 +339,8 @@ class Partition:
         if not trusted:
             published = self.state.read_valid()
             committed = published.high_watermark if published is not None else None
-        self.last_recovery = [r.open_for_write(committed, trusted=trusted) for r in self.replicas]
+        token = lock.generation
+        self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token) for r in self.replicas]
         ends = [r.log_end_offset for r in self.replicas]
         hw = min(ends)
         snap = self.state.read_valid()
@@ -346,6 +363,35 @@ class Partition:
             snap.high_watermark = hw
             self.state.write(snap)
 
+    def written_states(self) -> tuple[PartitionSnapshot, dict[str, ReplicaSnapshot]] | None:
+        """The partition state and each replica's state file (by folder) as this object's last
+        hold of the lock left them, when that hold appended, every replica's state file is
+        settled, and nobody (in any process) took the lock since (FileLock.unchanged_since_held);
+        else None: read the files. Lock not held by this process."""
+        generation = self._appended_generation
+        if generation is None or generation != self.lock.generation or self._closed:
+            return None
+        replicas = {}
+        for replica in self.replicas:
+            written = replica.state_written
+            if written is None or replica.state_lags:
+                return None
+            replicas[replica.directory] = written
+        snap = self.state.known_at(generation)
+        if snap is None or not self.lock.unchanged_since_held():
+            return None
+        return snap, replicas
+
+    def settle_first_hold(self) -> None:
+        """Lock held, this hold's appends done (and synced, if they were): a first hold writes the
+        replica state files now (a pwrite each) rather than leaving them to settle_states() at
+        close, which takes the lock again for them (a producer writing 1,000 partitions once each
+        took each lock twice). Later holds let them lag (see STATE_LAG_BATCHES_MAX)."""
+        if self._first_hold and self._appended_generation == self.lock.generation:
+            self._first_hold = False
+            for replica in self.replicas:
+                replica.settle_state(now=True)
+
     def append_batch(self, batch: bytes, sync: str = SYNC_ALL) -> AppendResult:
         """Stamp `batch` (encoded at base offset 0) with the next offsets and append it everywhere,
         fsyncing the replicas `sync` names (SYNC_ALL, SYNC_LEADER or SYNC_NONE) per the flush policy.
@@ -362,6 +408,7 @@ class Partition:
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)
         new_segment = leader.active.size == 0 or leader.should_roll(header)
+        rolls = new_segment and leader.active.size > 0
         eager = self._eager_state_opens > 0
         copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment, sync == SYNC_ALL, eager)
                   for r in self.replicas[1:]]
@@ -378,6 +425,8 @@ class Partition:
             why = f"{leader.directory}: {e.strerror or e}"
             raise LeaderAppendError(f"cannot append to the leader of {self.topic}-{self.partition} ({why})",
                                     why, stuck) from None
+        if rolls:
+            self.rolls += 1
         failed: dict[int, str] = {}
         for i, copy in enumerate(copies, start=1):
             try:
@@ -433,7 +482,7 @@ class Partition:
             self.release_files(release)  # what the writer asked for while this flush was armed
 
     def active_segment_base(self) -> int | None:
-        """The leader's active segment; an append that moves it rolled a segment."""
+        """The leader's active segment."""
         bases = self.leader.bases
         return bases[-1] if bases else None
 

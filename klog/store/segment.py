@@ -180,11 +180,11 @@ class LogSegment:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
-        self.offset_index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)),
-                                        base_offset)
-        self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
-                                    base_offset)
+        # (one join for the three: a segment object is made for every segment of every folder listed)
+        stem = os.path.join(directory, segment_file_name(base_offset, ""))
+        self.log_path = stem + LOG_SUFFIX
+        self.offset_index = OffsetIndex(stem + INDEX_SUFFIX, base_offset)
+        self.time_index = TimeIndex(stem + TIME_INDEX_SUFFIX, base_offset)
         self._read: OpenLog | None = None  # the `.log` open for reading (in _read_fds)
         self._log_inode: int | None = None  # the .log the cached index entries belong to
         # (offset, position, the OpenLog read) where the last byte_range ended: the batch a consumer

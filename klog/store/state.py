@@ -13,6 +13,7 @@ Each record carries a CRC; a torn or foreign file reads as "unknown", which forc
 
 from __future__ import annotations
 
+import errno
 import functools
 import operator
 import os
@@ -76,6 +77,38 @@ class _StructFile:
             self._fd, self._writable = new, write
             return new
 
+    def _open_existing_for_write(self) -> int | None:
+        """The file read-write when it is there and may be written (its holder writes it next);
+        None when it is missing, or read-only (a read-only store, a file not the user's): the
+        caller opens it as a reader would. Nothing is created."""
+        with self._opening:
+            if self._fd is not None:
+                return self._fd if self._writable else None
+            try:
+                new = open_nofollow(self.path, os.O_RDWR)
+            except (FileNotFoundError, PermissionError):
+                return None
+            except OSError as e:
+                if e.errno == errno.EROFS:
+                    return None
+                raise
+            self._fd, self._writable = new, True
+            return new
+
+    def relink(self) -> None:
+        """Close a descriptor kept open from before if its file was unlinked since (a topic
+        deleted, and maybe created again, by another process): the next use opens the file now
+        at the path. One fstat; none when nothing is open."""
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            unlinked = os.fstat(fd).st_nlink == 0
+        except OSError:
+            unlinked = True  # (closed meanwhile by another thread: open it again)
+        if unlinked:
+            self.close()
+
     def close(self) -> None:
         with self._opening:
             self._closes += 1  # (before the descriptors go: see __init__)
@@ -84,15 +117,23 @@ class _StructFile:
         for fd in fds:
             os.close(fd)
 
-    def read_fields(self, write_next: bool = False) -> tuple | None:
+    def read_fields(self, write_next: bool = False, may_write: bool = False, relink: bool = False) -> tuple | None:
         """The fields, or None if the file is missing, short or fails its CRC. write_next: the
         caller writes the file next (a writer's open), so it is opened for writing at once (a
         missing one is created empty, which reads as missing): one open, not a read-only one
-        then a read-write one."""
+        then a read-write one. may_write: the caller may write it later (its lock's holder), so
+        a first open is read-write where the file is there and writable (nothing is created).
+        relink: a descriptor kept open from before is first checked for its file having been
+        unlinked since (a topic deleted, and maybe created again, by another process): then
+        the file now at the path is read (one fstat; none when nothing is open yet)."""
+        if relink:
+            self.relink()
         closes = self._closes
         fd = self._fd
         if fd is None or (write_next and not self._writable):  # (a reader's every read: no call)
-            fd = self._open(write=write_next)
+            fd = self._open_existing_for_write() if may_write and fd is None and not write_next else None
+            if fd is None:
+                fd = self._open(write=write_next)
             if fd is None:
                 return None
         layout = self.layout
@@ -196,9 +237,14 @@ class PartitionState(_StructFile):
         known = self._known
         if known is not None and known[0] == generation:
             return PartitionSnapshot(*known[1])
-        fields = self.read_fields()
+        fields = self.read_fields(may_write=True, relink=True)  # (the holder writes it next, as a rule)
         self._known = (generation, fields) if fields else None
         return PartitionSnapshot(*fields) if fields else None
+
+    def known_at(self, generation: tuple[int, int]) -> PartitionSnapshot | None:
+        """The state as the hold `generation` of the lock last read or wrote it, if known."""
+        known = self._known
+        return PartitionSnapshot(*known[1]) if known is not None and known[0] == generation else None
 
     def carry(self, previous: tuple[int, int], generation: tuple[int, int]) -> None:
         """The lock passed from hold `previous` straight to `generation` (no other holder in

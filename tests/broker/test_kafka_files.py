@@ -451,9 +451,12 @@ def test_a_producer_updates_only_the_checkpoint_lines_of_partitions_it_wrote(cli
     log_dir = os.path.dirname(klog_folder(cli, "x"))
     replication = os.path.join(log_dir, "replication-offset-checkpoint")
     assert read_checkpoint(replication, 3) == [["wide", str(p), "2"] for p in range(4)]
-    visited: list[str] = []
-    real_isdir = os.path.isdir
-    monkeypatch.setattr(os.path, "isdir", lambda path: visited.append(path) or real_isdir(path))
+    from klog.broker import kafka_checkpoints
+
+    visited: list[str] = []  # the partition folders whose checkpoint files the close looks at
+    real_write = kafka_checkpoints._write_if_changed
+    monkeypatch.setattr(kafka_checkpoints, "_write_if_changed",
+                        lambda path, *a: visited.append(os.path.dirname(path)) or real_write(path, *a))
     with Store(store.path) as again, again.producer() as p:
         p.send("wide", b"more", partition=2)
     assert {os.path.basename(v) for v in visited if os.path.basename(v).startswith("wide-")} == {"wide-2"}
