@@ -504,8 +504,9 @@ class RecordsBuilder:
         if self._whole is not None:
             return self._whole
         if not self.count or (self._fast is not None if self._tail else self._fast is None) or (
-                self._tail and not self.go_fast()):
-            return None  # (go_fast: the records kept as tuples, appended to a new builder in one pass)
+                self._tail and not (fastrecords.wanted(self.count) and self.go_fast())):
+            return None  # (go_fast: the records kept as tuples, appended to a new builder in one pass;
+            # not for a few, which would load the compiled module for less than its import costs)
         built = fastrecords.built_batch(self._fast, CRC_COVERED_HEADER.pack(
             CREATE_TIME, self.count - 1, self.first_ts, max_timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
             NO_SEQUENCE, self.count), KLOG_LEADER_EPOCH)
