@@ -373,6 +373,17 @@ class RawAppender:
             self._topic_ids[topic] = topic_id
             self._topic_checked[topic] = written
 
+    def topic_current(self, topic: str, written: int, now: float) -> bool:
+        """Whether what this process knows of `topic` still stands without reading anything: its
+        check_topic saw the metadata as of `written` (the metadata's last write id, read by the
+        caller) and its periodic re-read (TOPIC_REFRESH_S) is not due at `now`. For the event loop,
+        which must not read LMDB tables."""
+        return self._topic_checked.get(topic) == written and now - self._topic_read.get(topic, 0.0) < TOPIC_REFRESH_S
+
+    def known_topic_id(self, topic: str) -> str | None:
+        """The topic id check_topic last saw for `topic` (None: none seen, or no such topic)."""
+        return self._topic_ids.get(topic)
+
     def forget_producer_states(self, topic: str) -> None:
         """The topic was altered or deleted: its producer states are rebuilt on next use."""
         with self._guard:

@@ -175,6 +175,15 @@ class Store(GroupAdminMethods):
         self.kafka_checkpoints_due = True
         return topic
 
+    def cached_topic(self, name: str) -> TopicMeta | None:
+        """The topic's metadata if this Store holds it already, reading nothing."""
+        return self._topic_cache.get(name)
+
+    def opened_partitions(self) -> dict:
+        """The partitions open in this Store, by (topic, partition): a look that never opens one
+        (`partition()` opens files and reads metadata), for the event loop."""
+        return self._partitions
+
     def topic(self, name: str) -> TopicMeta:
         cached = self._topic_cache.get(name)
         if cached is None:

@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from klog.broker.batches import TOPIC_REFRESH_S
 from klog.broker.offsets import stable_view
 from klog.errors import (
     CorruptLogError,
@@ -192,7 +191,7 @@ def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[Partition
                 refresh = False
             requested = getattr(p, "current_leader_epoch", None)  # v9+
             if requested is not None and requested >= 0:
-                if nowait and topic not in ctx.store._topic_cache:
+                if nowait and ctx.store.cached_topic(topic) is None:
                     raise WouldBlock  # (the epoch is in the topic's metadata: not read on the loop)
                 fenced = leader_epoch_error(ctx.store, topic, index, requested)
                 if fenced != E.none:
@@ -291,7 +290,7 @@ def _check_topic(ctx: RequestContext, topic: str) -> None:
 def _open_partitions(store: Any) -> dict:
     """The partitions this process has open, by (topic, partition): Store.partition opens one that
     is not (files, metadata), so the event loop looks here instead."""
-    return store._partitions
+    return store.opened_partitions()
 
 
 def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
@@ -306,7 +305,6 @@ def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
         return None  # (ACLs to read again)
     written = store.meta.last_write()
     now = time.monotonic()
-    checked, refreshed, ids = appender._topic_checked, appender._topic_read, appender._topic_ids
     names: dict = {}
     for t in request.topics:
         topic_id = getattr(t, "topic_id", None)
@@ -314,11 +312,12 @@ def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
             name = str(t.topic)
         else:  # (TopicIds.name reads the metadata: the id check_topic last saw stands, unchanged since)
             name = ctx.server.topic_ids.known_name(topic_id)
-            if name is None or ids.get(name) is None or topic_uuid(ids[name]) != topic_id:
+            known = appender.known_topic_id(name) if name is not None else None
+            if known is None or topic_uuid(known) != topic_id:
                 return None
-        if checked.get(name) != written or now - refreshed.get(name, 0.0) >= TOPIC_REFRESH_S:
+        if not appender.topic_current(name, written, now):
             return None
-        if ctx.api_version < ZSTD_FETCH_VERSION_MIN and name not in store._topic_cache:
+        if ctx.api_version < ZSTD_FETCH_VERSION_MIN and store.cached_topic(name) is None:
             return None  # (a v4-v9 fetcher: the topic's compression.type is asked, from its cached metadata only)
         names[topic_id if topic_id is not None else name] = name
     return names

@@ -47,7 +47,6 @@ def where(kafka_server, monkeypatch):
 
     monkeypatch.setattr(kafka_server.security.authorizer, "reload_ms", 3_600_000)
     monkeypatch.setattr(batches, "TOPIC_REFRESH_S", 3600.0)
-    monkeypatch.setattr(fetch_module, "TOPIC_REFRESH_S", 3600.0)
     seen: list[str] = []
     real = fetch_module._collect
 
