@@ -36,6 +36,7 @@ from klog.store.reader import PartitionReader
 
 if TYPE_CHECKING:
     from klog.broker.store_protocol import BrokerStore
+    from klog.store.layout import LogDir
     from klog.store.partition import Partition
 
 CATCH_UP_BYTES_PER_FETCH = 4 << 20
@@ -171,6 +172,9 @@ class ReplicaManager:
         # (topic, partition, log dir) -> the unhealthy state last warned of: a full disk is said once
         # when it fills, not once per produce request while it stays full
         self._said_unhealthy: dict[tuple[str, int, int], str] = {}
+        # (topic, partition) -> the paths _replicas_healthy looks at (see _replica_places)
+        self._places: dict[tuple[str, int], tuple[list[LogDir], int, list[int], list[tuple[LogDir, str, str, str]]]] \
+            = {}
 
     @contextmanager
     def shared_dir_checks(self) -> Iterator[None]:
@@ -186,14 +190,6 @@ class ReplicaManager:
         finally:
             if not outer:
                 self._dir_checks = None
-
-    def _dir_path_and_health(self, log_dir_id: int) -> tuple[str, str]:
-        checks = self._dir_checks
-        known = checks.get(log_dir_id) if checks is not None else None
-        if known is not None:  # (within shared_dir_checks: once per directory, not per partition)
-            return known
-        path = self.store.data_dir.log_dir_path(log_dir_id)
-        return path, self._health(log_dir_id, path)
 
     def _metadata_written(self, topic: str) -> None:
         """A partition's metadata was written: caches of the topic's metadata read it again."""
@@ -230,13 +226,46 @@ class ReplicaManager:
         return self.reconcile(topic, partition, part, topic_meta)
 
     def _replicas_healthy(self, topic: str, partition: int, meta: PartitionMeta) -> bool:
-        """Every replica's directory is healthy and holds the partition's folder."""
-        name = partition_dir_name(topic, partition)
-        for d in meta.replicas:
-            path, state = self._dir_path_and_health(d)
-            if state != health.OK or not os.path.isdir(os.path.join(path, name)):
+        """Every replica's directory is healthy and holds the partition's folder. The same look
+        as dir_health's, before every append: so the paths it looks at are worked out once per
+        partition (they were a third of the look's cost), while the system calls all stay."""
+        places = self._replica_places(topic, partition, meta.replicas)
+        if places is None:
+            return False
+        checks = self._dir_checks
+        for log_dir, path, id_file, folder in places:
+            known = checks.get(log_dir.id) if checks is not None else None
+            if known is not None:  # (within shared_dir_checks: once per directory, not per partition)
+                state = known[1]
+            else:
+                state = health.check_log_dir(path, log_dir.identity, id_file)
+                if checks is not None and state == health.OK:
+                    checks[log_dir.id] = (path, state)
+            if state != health.OK or not os.path.isdir(folder):
                 return False
         return True
+
+    def _replica_places(self, topic: str, partition: int,
+                        replicas: list[int]) -> list[tuple[LogDir, str, str, str]] | None:
+        """Each replica's log directory (its LogDir, read live: a replaced disk gets a new identity),
+        path, id file and the partition's folder in it; worked out again when the data dir's list
+        of log directories or the partition's replicas change."""
+        log_dirs = self.store.data_dir.log_dirs
+        known = self._places.get((topic, partition))
+        if known is not None and known[0] is log_dirs and known[1] == len(log_dirs) and known[2] == replicas:
+            return known[3]
+        name = partition_dir_name(topic, partition)
+        places = []
+        for d in replicas:
+            log_dir = next((x for x in log_dirs if x.id == d), None)
+            if log_dir is None:
+                return None
+            path = self.store.data_dir.log_dir_path(d)
+            places.append((log_dir, path, os.path.join(path, health.ID_FILE), os.path.join(path, name)))
+        if len(self._places) >= 10_000:  # (bounded: a broker with more partitions than this re-works some)
+            self._places.clear()
+        self._places[(topic, partition)] = (log_dirs, len(log_dirs), list(replicas), places)
+        return places
 
     def reconcile(self, topic: str, partition: int, part,
                   topic_meta: Callable[[], TopicMeta] | None = None) -> PartitionMeta:

@@ -51,10 +51,11 @@ def read_identity(path: str) -> str | None:
 _identities: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}
 
 
-def _identity(path: str) -> str | None:
-    """read_identity, re-read only when the id file's stat changed (a new disk is a new device)."""
+def _identity(path: str, id_file: str | None = None) -> str | None:
+    """read_identity, re-read only when the id file's stat changed (a new disk is a new device).
+    `id_file`: os.path.join(path, ID_FILE), when the caller has it already."""
     try:
-        st = os.stat(os.path.join(path, ID_FILE))
+        st = os.stat(id_file or os.path.join(path, ID_FILE))
     except OSError:
         _identities.pop(path, None)
         return None
@@ -67,11 +68,12 @@ def _identity(path: str) -> str | None:
     return ident
 
 
-def check_log_dir(path: str, expected_id: str | None) -> str:
+def check_log_dir(path: str, expected_id: str | None, id_file: str | None = None) -> str:
     """The directory's state; a writer asks before every append, so a healthy directory costs
-    three system calls: the id file's stat (there, so the directory is), access, statvfs."""
+    three system calls: the id file's stat (there, so the directory is), access, statvfs.
+    `id_file`: os.path.join(path, ID_FILE), when the caller has it already."""
     if expected_id is not None:
-        ident = _identity(path)
+        ident = _identity(path, id_file)
         if ident is None:
             return REPLACED if os.path.isdir(path) else MISSING
         if ident != expected_id:

@@ -91,3 +91,46 @@ def test_several_batches_of_a_partition_in_one_hold_are_checked_synced_and_publi
         assert calls == {"checks": 1, "fsyncs": 1, "publishes": 1}
         assert acked == [[3, 6, 9]]
         assert [r.value for r in store.consumer("g")] == [b"v%d-%d" % (b, i) for b in range(4) for i in range(3)]
+
+
+def test_a_directory_replaced_or_a_folder_deleted_mid_stream_is_noticed_by_the_very_next_append(tmp_path):
+    """The look before each append works out its paths once per partition (ReplicaManager._replica_places)
+    but still looks at the directories themselves every time: one long-lived writer, a follower's disk
+    swapped for a new one (its id file differs) and later another follower's folder deleted, each
+    between two appends; each is noticed by the append right after it, and every record reads back."""
+    import os
+    import shutil
+
+    from klog.broker.replication import ReplicaManager
+    from klog.broker.writer import PartitionWriter
+    from klog.store import codec, health
+    from klog.store.format import partition_dir_name
+
+    dirs = [str(tmp_path / f"disk{i}") for i in range(3)]
+    warnings: list[str] = []
+    with klog.Store(str(tmp_path / "data"), log_dirs=dirs, on_warning=warnings.append) as store:
+        store.create_topic("h", replication_factor=3)
+        meta = store.topics.get("h").partitions[0]
+        replaced, emptied = [d for d in meta.replicas if d != meta.leader]
+        writer = PartitionWriter(store, ReplicaManager(store, warn=warnings.append))
+
+        def append(i: int) -> None:
+            writer.append_batch("h", 0, codec.encode_batch([(None, b"v%d" % i, [], 1_700_000_000_000)], 0), "all")
+
+        for i in range(3):
+            append(i)
+        assert warnings == []
+        shutil.rmtree(dirs[replaced])  # a new, empty disk in its place
+        os.makedirs(dirs[replaced])
+        health.write_identity(dirs[replaced])
+        append(3)
+        assert warnings == [f"log directory {replaced} was replaced by a new one; its replicas will be caught up",
+                            f"replica of h-0 in log directory {replaced} caught up and rejoined the ISR"]
+        shutil.rmtree(os.path.join(dirs[emptied], partition_dir_name("h", 0)))
+        append(4)
+        assert warnings[2:] == [f"replica of h-0 in log directory {emptied} caught up and rejoined the ISR"]
+        for i in range(5, 8):
+            append(i)
+        after = store.describe_topic("h").partitions[0]
+        assert after.replica_log_end == {d: 8 for d in meta.replicas}  # both caught up again
+        assert [r.value for r in store.consumer("h")] == [b"v%d" % i for i in range(8)]

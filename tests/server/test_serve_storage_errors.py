@@ -22,8 +22,8 @@ def full_disk(monkeypatch):
     full = threading.Event()
     real = health.check_log_dir
 
-    def check(path: str, expected_id: str | None) -> str:
-        return health.FULL if full.is_set() else real(path, expected_id)
+    def check(path: str, expected_id: str | None, *rest: str | None) -> str:
+        return health.FULL if full.is_set() else real(path, expected_id, *rest)
 
     monkeypatch.setattr(health, "check_log_dir", check)
     return full
