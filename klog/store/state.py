@@ -149,6 +149,24 @@ class _StructFile:
             return None
         return layout.unpack_from(data)
 
+    def read_fields_nowait(self) -> tuple | None:
+        """The fields through the descriptor this process has open, read with RWF_NOWAIT (an event
+        loop's read: the page cache or nothing): None when none is open, when it is closed under
+        the read, or when the bytes are short or fail their CRC (the caller then reads in a thread,
+        as read_fields does). The read's OSError (EAGAIN: not cached) is the caller's."""
+        fd = self._fd
+        if fd is None:
+            return None
+        closes = self._closes
+        layout = self.layout
+        buf = bytearray(layout.size + 4)
+        n = os.preadv(fd, (buf,), 0, os.RWF_NOWAIT)
+        if self._closes != closes or n != len(buf):
+            return None  # (closed under the read: maybe another file's bytes; or short)
+        if zlib.crc32(memoryview(buf)[:-4]) != int.from_bytes(buf[-4:], "big"):
+            return None
+        return layout.unpack_from(buf)
+
     def write_fields(self, *fields: int | bytes, sync: bool = False) -> None:
         body = self.layout.pack(*fields)
         fd = self._open(write=True)

@@ -33,7 +33,6 @@ from __future__ import annotations
 import bisect
 import errno
 import os
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -90,19 +89,13 @@ def _state_nowait(state: Any) -> tuple:
     """PartitionState.read_fields through its open descriptor with RWF_NOWAIT; WouldBlock where
     that is not the usual case (not open in this process, not cached, missing or damaged, closed
     under the read)."""
-    fd = state._fd
-    if fd is None:
-        raise WouldBlock
-    closes = state._closes
-    layout = state.layout
-    buf = bytearray(layout.size + 4)
     try:
-        n = os.preadv(fd, (buf,), 0, os.RWF_NOWAIT)
+        fields = state.read_fields_nowait()
     except OSError as e:
         raise _refused(e) from e
-    if state._closes != closes or n != len(buf) or zlib.crc32(memoryview(buf)[:-4]) != int.from_bytes(buf[-4:], "big"):
+    if fields is None:
         raise WouldBlock
-    return layout.unpack_from(buf)
+    return fields
 
 
 def _small_range_nowait(segment: LogSegment, offset: int, upper: int, max_bytes: int, read_max: int) -> bytes:

@@ -87,24 +87,26 @@ def test_a_warm_fetch_is_answered_on_the_loop_as_the_pool_answers_it(kafka_serve
         assert [p[1] for p in _partitions(_fetch(client, "warm", {0: 7, 1: 5}))] == [1, 1]  # OFFSET_OUT_OF_RANGE
 
 
+_REAL_PREADV = os.preadv
+
+
 class _ColdDisk:
-    """os for klog.store.topic_read, whose preadv with RWF_NOWAIT finds `what` not cached: the
-    state file ('state', the first read of a Fetch), a segment's pages ('segment'), or part of them
-    ('partly': a short read)."""
+    """os.preadv for the event loop's reads, finding `what` not cached with RWF_NOWAIT: the state
+    file ('state', the first read of a Fetch: klog.store.state), a segment's pages ('segment':
+    klog.store.topic_read), or part of them ('partly': a short read)."""
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self.RWF_NOWAIT = os.RWF_NOWAIT
         self.refused = 0
 
-    def preadv(self, fd: int, buffers, offset: int, flags: int) -> int:  # noqa: ANN001
+    def preadv(self, fd: int, buffers, offset: int, flags: int = 0) -> int:  # noqa: ANN001
         size = sum(len(b) for b in buffers)
         segment = size > 64  # (a state file is a few dozen bytes; a segment read is a chunk)
-        if self.what == "state" or (segment and self.what == "segment"):
+        if flags & os.RWF_NOWAIT and (segment and self.what == "segment" or not segment and self.what == "state"):
             self.refused += 1
             raise BlockingIOError(11, "Resource temporarily unavailable")
-        n = os.preadv(fd, buffers, offset)
-        if segment and self.what == "partly" and n > 1:
+        n = _REAL_PREADV(fd, buffers, offset, flags)
+        if flags & os.RWF_NOWAIT and segment and self.what == "partly" and n > 1:
             self.refused += 1
             return n // 2
         return n
@@ -119,7 +121,7 @@ def test_a_read_that_would_wait_for_the_disk_is_answered_by_the_pool(kafka_serve
         expected = _by_pool(monkeypatch, client, "cold", {0: 0})
         assert b"cold-49" in expected[0][4]
         disk = _ColdDisk(what)
-        monkeypatch.setattr(topic_read, "os", types.SimpleNamespace(preadv=disk.preadv, RWF_NOWAIT=os.RWF_NOWAIT))
+        monkeypatch.setattr(os, "preadv", disk.preadv)  # (every module's: the state's read and the segment's)
         where.clear()
         assert _partitions(_fetch(client, "cold", {0: 0})) == expected
         assert disk.refused and where == ["pool"]  # (the loop asked the cache, then handed it over)
