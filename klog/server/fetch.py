@@ -168,7 +168,7 @@ def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[Partition
     the inline bytes left, whether any partition failed). `nowait`: on the event loop (see
     _collect_inline), raising WouldBlock for anything not cached in this process."""
     appender = ctx.server.appender
-    opened = _open_partitions(ctx.store)
+    opened = ctx.store.opened_partitions()  # (a look that never opens one: the event loop's)
     old_fetcher = ctx.api_version <= LAST_MESSAGE_SET_VERSION
     errors = False
     reads: list[PartitionAnswer] = []
@@ -285,12 +285,6 @@ def _check_topic(ctx: RequestContext, topic: str) -> None:
         ctx.server.appender.check_topic(topic)
     except (KlogError, OSError):
         pass  # its partitions answer with the error
-
-
-def _open_partitions(store: Any) -> dict:
-    """The partitions this process has open, by (topic, partition): Store.partition opens one that
-    is not (files, metadata), so the event loop looks here instead."""
-    return store.opened_partitions()
 
 
 def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:

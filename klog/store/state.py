@@ -145,7 +145,12 @@ class _StructFile:
             return self.read_fields(write_next)  # closed under the pread by another thread: again
         if self._closes != closes:
             return self.read_fields(write_next)  # maybe another file's bytes (see __init__): again
-        if len(data) != layout.size + 4 or zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "big"):
+        return self._fields_of(data)
+
+    def _fields_of(self, data: bytes | bytearray) -> tuple | None:
+        """The fields of the file's bytes as read, or None if they are short or fail their CRC."""
+        layout = self.layout
+        if len(data) != layout.size + 4 or zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "big"):
             return None
         return layout.unpack_from(data)
 
@@ -158,14 +163,11 @@ class _StructFile:
         if fd is None:
             return None
         closes = self._closes
-        layout = self.layout
-        buf = bytearray(layout.size + 4)
+        buf = bytearray(self.layout.size + 4)
         n = os.preadv(fd, (buf,), 0, os.RWF_NOWAIT)
         if self._closes != closes or n != len(buf):
             return None  # (closed under the read: maybe another file's bytes; or short)
-        if zlib.crc32(memoryview(buf)[:-4]) != int.from_bytes(buf[-4:], "big"):
-            return None
-        return layout.unpack_from(buf)
+        return self._fields_of(buf)
 
     def write_fields(self, *fields: int | bytes, sync: bool = False) -> None:
         body = self.layout.pack(*fields)
