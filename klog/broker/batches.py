@@ -330,7 +330,7 @@ class PendingAppend:
 
     def __init__(self, owner: RawAppender, topic: str, partition: int, part: Partition, header: BatchHeader,
                  base_offset: int, append_time: int, together: Any, rolls_before: int,
-                 held: contextlib.ExitStack) -> None:
+                 thread_lock: threading.Lock) -> None:
         self.owner = owner
         self.topic = topic
         self.partition = partition
@@ -341,7 +341,7 @@ class PendingAppend:
         self.together = together
         self.rolled = False  # (after done(): the append started a segment, retention is due)
         self._rolls_before = rolls_before
-        self._held = held
+        self._thread_lock = thread_lock  # (and the partition's file lock: both released by done())
         self.fds: list[int] | None = together.fsyncs()
 
     def flush(self) -> None:
@@ -357,7 +357,8 @@ class PendingAppend:
             owner.producers.appended(key, self.header, self.base_offset)
             log_start = part.log_start_offset()  # (the lock held: the state just written, no read)
         finally:
-            self._held.close()
+            part.lock.release()
+            self._thread_lock.release()
         self.rolled = part.rolls != self._rolls_before
         owner.writer.note_written(self.topic, self.partition, part)
         return RawAppendResult(self.base_offset, self.append_time, log_start)
@@ -540,27 +541,34 @@ class RawAppender:
         key = (topic, partition)
         if header.producer_id >= 0 and not self.producers.loaded(key):
             return None
-        with contextlib.ExitStack() as held:
-            thread_lock = self._lock_taken_now(topic, partition)
-            if thread_lock is None:
-                return None
-            held.callback(thread_lock.release)
+        thread_lock = self._lock_taken_now(topic, partition)
+        if thread_lock is None:
+            return None
+        pending = None
+        try:
             try:  # (under the thread lock only, as append() checks it)
                 self.producers.check(key, part, header, data)
             except DuplicateSequenceError as dup:
                 return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
             if not part.lock.acquire(blocking=False, wait_threads=False):
                 return None
-            held.callback(part.lock.release)
-            meta = self.replicas.checked_recently(topic, partition, part)
-            if meta is None:
-                return None
-            together = self._sync_after(store, topic)
-            rolls = part.rolls
-            base = self.replicas.append_batches(topic, partition, [data], acks, together=together, checked=meta)[0]
-            return PendingAppend(self, topic, partition, part, header, base, append_time, together, rolls,
-                                 held.pop_all())
-        return None  # (not reached: every path above returns; for type checkers)
+            try:
+                meta = self.replicas.checked_recently(topic, partition, part)
+                if meta is None:
+                    return None
+                together = self._sync_after(store, topic)
+                rolls = part.rolls
+                base = self.replicas.append_batches(topic, partition, [data], acks, together=together,
+                                                    checked=meta)[0]
+                pending = PendingAppend(self, topic, partition, part, header, base, append_time, together, rolls,
+                                        thread_lock)
+                return pending
+            finally:
+                if pending is None:
+                    part.lock.release()
+        finally:
+            if pending is None:
+                thread_lock.release()
 
     def _prepared(self, topic: str, data: bytes, txn_check: Callable[[BatchHeader], None] | None,
                   check_topic: bool) -> tuple[BatchHeader, bytes, int, Callable[[BatchHeader], None] | None]:
