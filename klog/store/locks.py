@@ -92,6 +92,13 @@ class FileLock:
                     return found
                 os.close(self._fd)  # unlinked meanwhile: open it again (closing releases the flock)
                 self._fd = None
+                # the new file's counts start again and can reach the one this object wrote in the
+                # old file (a topic deleted and created again, another process's writes since):
+                # that must not read as "nobody held it since" (an append trusting its open files
+                # would go to the deleted ones, acknowledged and lost), and this hold must write a
+                # count of its own, so that the other writer does not trust its files either
+                self._count = -1
+                self._holds += 1  # (previous_generation then names no hold of this object's)
         except BaseException:
             self._threads.release()
             raise

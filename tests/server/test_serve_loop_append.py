@@ -212,3 +212,44 @@ def test_the_loop_never_waits_on_the_appenders_guard(kafka_server, store, begun)
             client.sock.settimeout(5)
             assert produce(client, "t", 0, batch([b"meanwhile"])) == (0, 2)
     assert begun[-1] == "loop"
+
+
+@pytest.mark.parametrize("path", ["loop", "thread"])
+def test_a_topic_created_again_between_the_check_and_the_lock_gets_the_batch(data_dir, monkeypatch, path):
+    """Another process deletes the topic, creates it again and writes to it just after this
+    server's append checked the topic and before it takes the partition's lock. The new lock
+    file's count can then equal the one the server wrote in the old one (each starts at 1): that
+    must not read as "nobody held the lock since", or the batch goes to the deleted files,
+    acknowledged and lost."""
+    import klog
+    from klog.server import Server
+
+    if path == "thread":
+        monkeypatch.setenv(loop_fsync.DISABLE_ENV, "1")
+    monkeypatch.setattr(batches, "TOPIC_REFRESH_S", 3600.0)
+    with klog.open(data_dir) as first:
+        first.create_topic("t")
+    armed: list[int] = []
+    # the loop path checks the topic, then tries the locks; the threads' checks the topic, then wait for them
+    name = "_lock_taken_now" if path == "loop" else "lock_for"
+    real = getattr(batches.RawAppender, name)
+
+    def in_the_window(self, topic, partition):  # noqa: ANN001
+        if armed:
+            armed.clear()
+            with klog.open(data_dir) as other:
+                other.delete_topic("t")
+                other.create_topic("t")
+                with other.producer() as producer:
+                    producer.send("t", b"new", partition=0)
+        return real(self, topic, partition)
+
+    monkeypatch.setattr(batches.RawAppender, name, in_the_window)
+    with Server(data_dir, listen=("127.0.0.1", 0)) as server, RawClient(server.port) as client:
+        assert [produce(client, "t", 0, batch([b"old-%d" % i])) for i in range(2)] == [(0, 0), (0, 1)]
+        armed.append(1)
+        code, offset = produce(client, "t", 0, batch([b"racer"]))
+    with klog.open(data_dir) as reader:
+        values = _values(reader, "t")
+    assert code == 0 and values[offset] == b"racer"
+    assert values == [b"new", b"racer"]
