@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import functools
 import hashlib
 import logging
@@ -176,17 +177,19 @@ class Server:
             return started
         fut = self._loop.create_future()
         fds = started.fds
-        if fds is None or not self.loop_fsync.room(len(fds)):  # more than fsyncs: a thread's (rare)
-            task = asyncio.ensure_future(self._flush_in_thread(started, fut))
-            self._flushing.add(task)
-            task.add_done_callback(self._flushing.discard)
-        elif not fds:  # (acks=0, or flush.messages not reached)
+        if fds == []:  # (acks=0, or flush.messages not reached)
             self._appended_on_loop(started, fut, None)
-        else:
+            return fut
+        if fds is not None and self.loop_fsync.room(len(fds)):
             try:
                 self.loop_fsync.sync_then(fds, functools.partial(self._appended_on_loop, started, fut))
-            except OSError as e:
-                self._appended_on_loop(started, fut, e)
+                return fut
+            except OSError as e:  # not submitted (nothing queued): the batch is fine, a thread fsyncs it
+                log.debug("io_uring submission failed (%s): the fsync goes to a thread", e)
+        # more than fsyncs (rare), the ring full, or its submission refused: a thread's
+        task = asyncio.ensure_future(self._flush_in_thread(started, fut))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
         return fut
 
     async def _flush_in_thread(self, pending: Any, fut: asyncio.Future) -> None:
@@ -195,6 +198,8 @@ class Server:
             await self.run_append(pending.flush)
         except OSError as e:
             error = e
+        except Exception as e:  # noqa: BLE001 - whatever the flush raised, done() must run: it holds the locks
+            error = OSError(errno.EIO, f"flush failed: {e}")
         self._appended_on_loop(pending, fut, error)
 
     def _appended_on_loop(self, pending: Any, fut: asyncio.Future, error: OSError | None) -> None:
@@ -206,10 +211,10 @@ class Server:
             if not fut.done():
                 fut.set_exception(e)
             return
-        if pending.rolled:  # retention after a new segment reads and deletes files: a thread's work
-            self.append_executor.submit(self.appender.writer.after_roll, pending.topic, pending.partition)
         if not fut.done():
             fut.set_result(result)
+        if pending.rolled:  # retention after a new segment reads and deletes files: a thread's work
+            self.append_executor.submit(self.appender.writer.after_roll, pending.topic, pending.partition)
 
     async def _read_marks(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The high watermarks of these partitions, read in the thread pool (one state-file pread each)."""

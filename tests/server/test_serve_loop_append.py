@@ -253,3 +253,55 @@ def test_a_topic_created_again_between_the_check_and_the_lock_gets_the_batch(dat
         values = _values(reader, "t")
     assert code == 0 and values[offset] == b"racer"
     assert values == [b"new", b"racer"]
+
+
+def test_an_fsync_the_ring_refuses_is_made_in_a_thread(kafka_server, store, begun, monkeypatch):
+    """io_uring_enter refusing the submission (EAGAIN, EBUSY, ENOMEM...) says nothing about the
+    batch, already written: a thread fsyncs it and it is acknowledged (it used to be refused with
+    KAFKA_STORAGE_ERROR, and every append after it as long as the ring refused)."""
+    import errno
+
+    store.create_topic("t")
+    flushed: list[int] = []
+    real_flush = batches.PendingAppend.flush
+    monkeypatch.setattr(batches.PendingAppend, "flush", lambda self: flushed.append(1) or real_flush(self))
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "t", 0, batch([b"one"])) == (0, 0)
+        real = uring.Ring.fsync
+
+        def refused(self, fd, token):  # noqa: ANN001
+            raise OSError(errno.EAGAIN, "io_uring_enter: try again")
+
+        monkeypatch.setattr(uring.Ring, "fsync", refused)
+        assert produce(client, "t", 0, batch([b"two"])) == (0, 1)
+        assert flushed == [1]
+        monkeypatch.setattr(uring.Ring, "fsync", real)
+        assert produce(client, "t", 0, batch([b"three"])) == (0, 2)
+    assert begun == ["thread", "loop", "loop"] and flushed == [1]
+    assert _values(store, "t") == [b"one", b"two", b"three"]
+
+
+def test_a_thread_flush_that_raises_anything_still_unlocks_and_answers(kafka_server, store, begun, monkeypatch):
+    """Whatever the thread's flush of a batch appended on the loop raises, the completion runs:
+    the producer is answered and the partition's locks (held by the loop since the append) go;
+    an unexpected error left the request unanswered and the partition locked for good."""
+    from klog.broker import replication
+
+    store.create_topic("t")
+    with RawClient(kafka_server.port) as client:
+        client.sock.settimeout(5)
+        assert produce(client, "t", 0, batch([b"one"])) == (0, 0)
+        fsyncs, flush = replication.SyncAfter.fsyncs, replication.SyncAfter.flush
+        monkeypatch.setattr(replication.SyncAfter, "fsyncs", lambda self: None)  # (the thread's flush)
+
+        def broken(self):  # noqa: ANN001
+            raise ValueError("not an OSError")
+
+        monkeypatch.setattr(replication.SyncAfter, "flush", broken)
+        assert produce(client, "t", 0, batch([b"two"]))[0] == 56  # KAFKA_STORAGE_ERROR
+        monkeypatch.setattr(replication.SyncAfter, "fsyncs", fsyncs)
+        monkeypatch.setattr(replication.SyncAfter, "flush", flush)
+        code, offset = produce(client, "t", 0, batch([b"three"]))
+    assert begun[:2] == ["thread", "loop"] and code == 0
+    values = _values(store, "t")  # ("two" was never acknowledged: kept or not, "three" follows)
+    assert values[0] == b"one" and values[offset] == b"three"
