@@ -1,0 +1,280 @@
+"""klog serve's appends on the event loop (the fsync through io_uring) under stress: writers of one
+partition at once (raw connections, an idempotent Kafka producer, a `klog produce` process), kill -9
+of the server mid-stream, and the topic deleted and created again by another writer meanwhile. Every
+acknowledged record is there once, at the offset it was acknowledged with, in whole batches."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import klog
+from tests.klog_processes import klog_env, run_klog, stop
+from tests.serve_helpers import RawClient, batch, produce
+from tests.server.test_serve_crash import free_port, start_server
+from tests.server.test_serve_loop_append import _has_io_uring, _values, begun  # noqa: F401 - `begun`: a fixture
+
+pytestmark = pytest.mark.skipif(not _has_io_uring(), reason="no io_uring on this kernel (or forbidden): "
+                                "every append takes the append threads")
+
+Acked = list[tuple[list[bytes], int, float]]  # (a batch's values, its acknowledged base offset, when sent)
+
+
+def _hammer(port: int, name: bytes, acked: Acked, failed: list, until: threading.Event, count_max: int,
+            seconds: float, topic: str = "t", reconnect: bool = False) -> None:
+    """Produce batches of 1-3 records (values `name-j-k`) over one connection until `until` is set,
+    `count_max` were sent or `seconds` passed; each acknowledged batch in `acked`, each refusal
+    (error code) or lost connection in `failed`. `reconnect`: a lost connection is opened again."""
+    deadline = time.monotonic() + seconds
+    client: RawClient | None = None
+    j = 0
+    try:
+        while j < count_max and not until.is_set() and time.monotonic() < deadline:
+            if client is None:
+                try:
+                    client = RawClient(port)
+                except OSError:
+                    if not reconnect:
+                        raise
+                    time.sleep(0.05)
+                    continue
+            values = [b"%s-%05d-%d" % (name, j, k) for k in range(1 + j % 3)]
+            j += 1
+            sent = time.monotonic()
+            try:
+                code, base = produce(client, topic, 0, batch(values))
+            except OSError as e:  # (ConnectionError too: the server went away mid-request)
+                client.close()
+                client = None
+                failed.append(e)
+                if not reconnect:
+                    return
+                continue
+            if code == 0:
+                acked.append((values, base, sent))
+            else:
+                failed.append(code)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _assert_at_their_offsets(values: list[bytes], acked: Acked) -> None:
+    """Each acknowledged batch is in the log whole, at the offsets it was acknowledged with."""
+    for sent, base, _ in acked:
+        assert values[base:base + len(sent)] == sent, (base, sent, values[base:base + len(sent)])
+
+
+def _ring_submissions(fd: int, pid: int | str = "self") -> int:
+    """How many fsyncs an io_uring has been handed (the kernel's count, /proc fdinfo SqTail)."""
+    with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+        for line in f:
+            if line.startswith("SqTail:"):
+                return int(line.split()[1])
+    raise AssertionError("no SqTail in the io_uring's fdinfo")
+
+
+def _server_ring(pid: int) -> int:
+    """The io_uring descriptor of process `pid` (klog serve has one)."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[io_uring]":
+                return int(fd)
+        except OSError:
+            continue
+    raise AssertionError(f"process {pid} has no io_uring")
+
+
+def _watch_high_watermark(data_dir: str, until: threading.Event, seen: list[int]) -> None:
+    """Read partition t-0's high watermark as a consumer in another process would (its own Store,
+    the state file) until `until` is set: what each look found, in order."""
+    with klog.open(data_dir) as reader:
+        part = reader.partition("t", 0)
+        deadline = time.monotonic() + 30
+        while not until.is_set() and time.monotonic() < deadline:
+            seen.append(part.reader_snapshot().high_watermark)
+            time.sleep(0.0005)
+
+
+def _verify(data_dir: str) -> None:
+    out = run_klog(data_dir, "verify", "-d", data_dir)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_writers_of_one_partition_interleave_whole_batches_and_lose_nothing(kafka_server, store, begun,  # noqa: F811
+                                                                           data_dir):
+    """Three raw connections, an idempotent confluent-kafka producer and a `klog produce` process
+    write partition 0 of one topic at once: the server's appends take the loop where the locks
+    are free and the threads where they are not, the other process waits for its turn."""
+    ck = pytest.importorskip("confluent_kafka")
+    store.create_topic("t")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "t", 0, batch([b"warm"])) == (0, 0)  # (opens the partition: a thread's)
+    ring = kafka_server.loop_fsync.ring
+    ring_before = _ring_submissions(ring.fd)
+    lines = b"".join(b"p-%05d\n" % i for i in range(300))
+    other = subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-p", "0", "--batch-size", "40"],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             env=klog_env(data_dir))
+    acked: list[Acked] = [[] for _ in range(3)]
+    failed: list = []
+    delivered: list[tuple[bytes, int]] = []
+    done = threading.Event()
+
+    def kafka_producer() -> None:
+        producer = ck.Producer({"bootstrap.servers": kafka_server.bootstrap, "enable.idempotence": True,
+                                "acks": "all", "linger.ms": 1, "message.timeout.ms": 20000})
+
+        def on_delivery(err, msg) -> None:  # noqa: ANN001
+            (failed.append(err) if err else delivered.append((msg.value(), msg.offset())))
+
+        for i in range(300):
+            producer.produce("t", value=b"k-%05d" % i, partition=0, on_delivery=on_delivery)
+            producer.poll(0)
+            if i % 10 == 9:
+                time.sleep(0.002)  # (a stream of small batches, not one big one)
+        assert producer.flush(20) == 0
+
+    threads = [threading.Thread(target=_hammer, args=(kafka_server.port, b"c%d" % i, acked[i], failed, done,
+                                                      400, 15)) for i in range(3)]
+    threads.append(threading.Thread(target=kafka_producer))
+    marks: list[int] = []
+    threads.append(threading.Thread(target=_watch_high_watermark, args=(data_dir, done, marks)))
+    try:
+        for t in threads:
+            t.start()
+        other.stdin.write(lines)  # type: ignore[union-attr]
+        other.stdin.close()  # type: ignore[union-attr]
+        assert other.wait(30) == 0, other.stderr.read()  # type: ignore[union-attr]
+    finally:
+        done.set()  # (the raw connections stop once the other process is done)
+        for t in threads:
+            t.join(30)
+        stop(other)
+    assert not any(t.is_alive() for t in threads)
+    assert not failed
+    # published only once appended and synced, by each writer in turn: it never goes back (a
+    # writer publishing its own view after another's turn would take the other's records back)
+    assert len(marks) > 100 and marks == sorted(marks)
+    values = _values(store, "t")
+    assert len(values) == len(set(values))  # each record once
+    for one in acked:
+        _assert_at_their_offsets(values, one)
+    assert all(values[offset] == value for value, offset in delivered) and len(delivered) == 300
+    assert [v for v in values if v.startswith(b"p-")] == lines.split()  # the other process's, in order
+    assert len(values) == 1 + 300 + 300 + sum(len(s) for one in acked for s, _, _ in one)  # nothing else
+    _verify(data_dir)
+    # the loop's own appends, each fsynced through the ring before its answer, beside the threads'
+    loop = begun.count("loop")
+    assert loop >= 50, begun
+    assert 0 < _ring_submissions(ring.fd) - ring_before <= loop
+
+
+@pytest.mark.slow
+def test_kill_9_while_appending_on_the_loop_keeps_every_acknowledged_record(data_dir):
+    """`klog serve` (a process) killed with SIGKILL twice while three connections produce to one
+    partition (the loop's appends: the server's io_uring counts their fsyncs); each acknowledged
+    batch is there after the restarts, whole, at its offset, once; `klog verify` passes."""
+    port = free_port()
+    with klog.open(data_dir) as s:
+        s.create_topic("t")
+    server = start_server(data_dir, port)
+    acked: list[Acked] = [[] for _ in range(3)]
+    failed: list = []
+    done = threading.Event()
+    threads = [threading.Thread(target=_hammer, args=(port, b"w%d" % i, acked[i], failed, done, 100_000, 40),
+                                kwargs={"reconnect": True}) for i in range(3)]
+    kills = 0
+    try:
+        for t in threads:
+            t.start()
+        for _ in range(2):
+            target = sum(map(len, acked)) + 300
+            deadline = time.monotonic() + 20
+            while sum(map(len, acked)) < target and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert sum(map(len, acked)) >= target, "the producers made no progress"
+            assert _ring_submissions(_server_ring(server.pid), server.pid) >= 100  # appended on the loop
+            server.send_signal(signal.SIGKILL)  # mid-stream: appends and fsyncs in flight
+            server.wait(10)
+            kills += 1
+            server = start_server(data_dir, port)
+        target = sum(map(len, acked)) + 100  # the producers go on against the restarted server
+        deadline = time.monotonic() + 20
+        while sum(map(len, acked)) < target and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(15)
+        finally:
+            stop(server)
+    assert kills == 2 and not any(t.is_alive() for t in threads)
+    assert sum(map(len, acked)) >= 700
+    assert all(isinstance(f, OSError) for f in failed), failed  # (lost connections only, no error answer)
+    with klog.open(data_dir) as s:
+        values = _values(s, "t")
+    assert len(values) == len(set(values))
+    for one in acked:
+        _assert_at_their_offsets(values, one)
+    _verify(data_dir)
+
+
+@pytest.mark.slow
+def test_a_topic_deleted_and_created_again_meanwhile_loses_nothing_of_the_new_one(kafka_server, store,
+                                                                                   begun,  # noqa: F811
+                                                                                   data_dir):
+    """Another writer (its own Store: its own locks, as another process) deletes the topic and
+    creates it again four times while two connections produce to it through the loop. Nothing
+    waits for good; what was acknowledged after the last re-creation is in the new topic at its
+    offset, the other writer's first record after it too, and no acknowledged record sits in the
+    new topic's files anywhere but at the offset it was acknowledged with."""
+    store.create_topic("t")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "t", 0, batch([b"warm"])) == (0, 0)
+    acked: list[Acked] = [[] for _ in range(2)]
+    failed: list = []
+    done = threading.Event()
+    threads = [threading.Thread(target=_hammer, args=(kafka_server.port, b"c%d" % i, acked[i], failed, done,
+                                                      3000, 15)) for i in range(2)]
+    recreated = 0.0
+    try:
+        for t in threads:
+            t.start()
+        for round_ in range(4):
+            time.sleep(0.15)
+            with klog.open(data_dir) as other:
+                other.delete_topic("t")
+                other.create_topic("t", exist_ok=True)  # (exist_ok: a produce may not create it, but be safe)
+                with other.producer() as producer:
+                    producer.send("t", b"other-%d" % round_, partition=0)
+            recreated = time.monotonic()
+            loop_before = begun.count("loop")
+        time.sleep(0.3)  # the connections go on into the last topic
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+    assert not any(t.is_alive() for t in threads)  # nothing waited for good
+    values = _values(store, "t")
+    assert b"other-3" in values and len(values) == len(set(values))
+    after = [a for one in acked for a in one if a[2] > recreated]
+    assert len(after) >= 10  # (the connections kept writing into the new topic)
+    _assert_at_their_offsets(values, after)  # every one sent after the last re-creation
+    found = {v: i for i, v in enumerate(values)}
+    for sent, base, _ in (a for one in acked for a in one):  # any other one there is at its offset
+        if sent[0] in found:
+            assert found[sent[0]] == base and values[base:base + len(sent)] == sent
+    assert all(isinstance(f, int) for f in failed)  # (refusals while the topic was gone: answered)
+    assert begun.count("loop") - loop_before >= 10  # the new topic's appends took the loop again
+    _verify(data_dir)
