@@ -305,3 +305,38 @@ def test_a_thread_flush_that_raises_anything_still_unlocks_and_answers(kafka_ser
     assert begun[:2] == ["thread", "loop"] and code == 0
     values = _values(store, "t")  # ("two" was never acknowledged: kept or not, "three" follows)
     assert values[0] == b"one" and values[offset] == b"three"
+
+
+def test_a_server_stopped_during_an_fsync_answers_it_and_leaves_the_partition_unlocked(data_dir, monkeypatch):
+    """Stopping lets the append whose fsync is in flight finish: its producer is answered, the
+    batch is published, and the partition's lock is free for the next writer (another process)."""
+    import klog
+    from klog.server import Server
+
+    monkeypatch.setattr(batches, "TOPIC_REFRESH_S", 3600.0)
+    with klog.open(data_dir) as first:
+        first.create_topic("t")
+    real = loop_fsync.LoopFsync.sync_then
+    submitted: list[int] = []
+
+    def late(self, fds, then):  # noqa: ANN001 - the fsync handed to the kernel 0.3 s late
+        def submit() -> None:
+            submitted.append(len(fds))
+            real(self, fds, then)
+
+        self.loop.call_later(0.3, submit)
+
+    answer: list = []
+    with Server(data_dir, listen=("127.0.0.1", 0)) as server, RawClient(server.port) as client:
+        assert produce(client, "t", 0, batch([b"one"])) == (0, 0)
+        monkeypatch.setattr(loop_fsync.LoopFsync, "sync_then", late)
+        sender = threading.Thread(target=lambda: answer.append(produce(client, "t", 0, batch([b"two"]))))
+        sender.start()
+        time.sleep(0.1)  # (its fsync waiting)
+        server.close()
+        sender.join(10)
+    assert submitted == [1] and answer == [(0, 1)]
+    with klog.open(data_dir) as other:  # another writer: the lock is free, the batch published
+        with other.producer() as producer:
+            producer.send("t", b"three", partition=0)
+        assert _values(other, "t") == [b"one", b"two", b"three"]
