@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import struct
 import threading
 from collections.abc import Callable
@@ -57,7 +58,11 @@ class FileLock:
                 return False
             self.previous_generation = (found, self._holds)
             if found != self._count:
-                self._count = (found + 1) & GENERATION_MASK
+                # a new lock file's count starts anywhere, not at 1: a topic deleted and created
+                # again (by any process) gets a new file, and a holder of the old one (whose
+                # descriptor was closed meanwhile: PartitionWriter's least recently written)
+                # must not find its own count there again and trust its view of the old files
+                self._count = (found + 1) & GENERATION_MASK if found else secrets.randbits(64)
                 os.pwrite(self._fd, GENERATION.pack(self._count), 0)
             self._holds += 1
             self.generation = (self._count, self._holds)

@@ -214,13 +214,16 @@ def test_the_loop_never_waits_on_the_appenders_guard(kafka_server, store, begun)
     assert begun[-1] == "loop"
 
 
+@pytest.mark.parametrize("evicted", [False, True])
 @pytest.mark.parametrize("path", ["loop", "thread"])
-def test_a_topic_created_again_between_the_check_and_the_lock_gets_the_batch(data_dir, monkeypatch, path):
+def test_a_topic_created_again_between_the_check_and_the_lock_gets_the_batch(data_dir, monkeypatch, path, evicted):
     """Another process deletes the topic, creates it again and writes to it just after this
     server's append checked the topic and before it takes the partition's lock. The new lock
-    file's count can then equal the one the server wrote in the old one (each starts at 1): that
-    must not read as "nobody held the lock since", or the batch goes to the deleted files,
-    acknowledged and lost."""
+    file's count must not be one the server's lock wrote in the old file (each used to start at 1),
+    whether the server still held the old file open or had closed it (`evicted`: the writer's
+    least recently written partition): that read as "nobody held the lock since", and the batch
+    went to the deleted files (acknowledged and lost) or was acknowledged with the new topic's
+    high watermark left below it (invisible to consumers)."""
     import klog
     from klog.server import Server
 
@@ -229,6 +232,7 @@ def test_a_topic_created_again_between_the_check_and_the_lock_gets_the_batch(dat
     monkeypatch.setattr(batches, "TOPIC_REFRESH_S", 3600.0)
     with klog.open(data_dir) as first:
         first.create_topic("t")
+        first.create_topic("u")
     armed: list[int] = []
     # the loop path checks the topic, then tries the locks; the threads' checks the topic, then wait for them
     name = "_lock_taken_now" if path == "loop" else "lock_for"
@@ -246,12 +250,19 @@ def test_a_topic_created_again_between_the_check_and_the_lock_gets_the_batch(dat
 
     monkeypatch.setattr(batches.RawAppender, name, in_the_window)
     with Server(data_dir, listen=("127.0.0.1", 0)) as server, RawClient(server.port) as client:
+        if evicted:
+            server.appender.writer.open_max = 1
         assert [produce(client, "t", 0, batch([b"old-%d" % i])) for i in range(2)] == [(0, 0), (0, 1)]
+        if evicted:  # t-0's files closed, its lock file too (it stays open in the store)
+            assert produce(client, "u", 0, batch([b"u"])) == (0, 0)
+            assert server.store.opened_partitions()[("t", 0)].lock._fd is None
         armed.append(1)
         code, offset = produce(client, "t", 0, batch([b"racer"]))
+        with klog.open(data_dir) as reader:  # acknowledged: a consumer sees it at once
+            assert code == 0 and reader.partition("t", 0).reader_snapshot().high_watermark == offset + 1
     with klog.open(data_dir) as reader:
         values = _values(reader, "t")
-    assert code == 0 and values[offset] == b"racer"
+    assert values[offset] == b"racer"
     assert values == [b"new", b"racer"]
 
 

@@ -85,3 +85,45 @@ def test_a_lock_file_unlinked_by_its_holder_is_left_for_the_one_at_the_path(tmp_
     with lock:
         held, there = os.fstat(lock._fd), os.stat(path)
         assert (held.st_ino, held.st_dev) == (there.st_ino, there.st_dev)
+
+
+def _new_file_holding(path: str, count: int) -> None:
+    """The topic created again, its lock file already counting (another process's holds)."""
+    with open(path, "wb") as f:
+        f.write(count.to_bytes(8, "big"))
+
+
+def test_a_new_lock_file_at_the_path_never_reads_as_unchanged(tmp_path):
+    """Whatever count the new file holds (one equal to this object's own, written by other holds
+    of the new file), the first hold after the old file was unlinked sees that others held the
+    lock, and writes a count of its own (the other writer then sees this hold too)."""
+    path = str(tmp_path / "t-0.lock")
+    lock, deleter = FileLock(path), FileLock(path)
+    with lock:
+        appended = lock.generation  # keeps its descriptor open
+    with deleter:
+        os.unlink(path)
+    _new_file_holding(path, appended[0])
+    with lock:
+        assert lock.previous_generation != appended
+        written = lock.generation[0]
+    assert written != appended[0] and int.from_bytes(open(path, "rb").read(8), "big") == written
+
+
+def test_a_new_lock_file_never_starts_at_a_count_a_closed_holder_wrote(tmp_path):
+    """A holder that closed its descriptor (a writer's least recently written partition) and
+    opens the file at the path again cannot tell a new file from its own: the counts of each new
+    file start anywhere, so a new file's holds never give it back its own count."""
+    path = str(tmp_path / "t-0.lock")
+    lock, deleter = FileLock(path), FileLock(path)
+    with lock:
+        appended = lock.generation
+    lock.close_file()
+    with deleter:
+        os.unlink(path)
+    another = FileLock(path)  # the topic created again, written once by another process
+    with another:
+        pass
+    another.close()
+    with lock:
+        assert lock.previous_generation != appended
