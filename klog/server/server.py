@@ -56,6 +56,11 @@ POLL_S = 0.02
 PARSE_INLINE_BYTES = 4096
 PRODUCE_GROUP_MAX = 64  # pipelined Produce requests of a connection appended as one (one syncfs)
 PARSE_THREADS = 2
+# the flushes of batches appended on the event loop that io_uring cannot make (a roll's: the sealed
+# segment and the folder too; a full ring) run in threads of their own, never the append threads:
+# those may all be waiting for partition locks the loop holds until these very flushes are done
+# (retention after a roll waits for the next append's lock), which then never ran
+FLUSH_THREADS = 2
 ENCODE_INLINE_ENTRIES = 1000
 SWITCH_INTERVAL_S = 0.001  # sys.setswitchinterval in the `klog serve` process (see run())
 
@@ -106,6 +111,7 @@ class Server:
         # big requests parsed and big answers encoded here, not in the threads handlers need: many
         # connections sending huge frames queue behind each other, not in front of Metadata
         self.parse_executor: ThreadPoolExecutor | None = None
+        self.flush_executor: HopPool | None = None  # see FLUSH_THREADS
         self._append_slots: dict[tuple[str, int], asyncio.Lock] = {}
         self.broker: BrokerInfo | None = None
         self.coordinator: Any = None
@@ -195,7 +201,7 @@ class Server:
     async def _flush_in_thread(self, pending: Any, fut: asyncio.Future) -> None:
         error: OSError | None = None
         try:
-            await self.run_append(pending.flush)
+            await in_thread(self.flush_executor, pending.flush)  # (never waits for a lock: see FLUSH_THREADS)
         except OSError as e:
             error = e
         except Exception as e:  # noqa: BLE001 - whatever the flush raised, done() must run: it holds the locks
@@ -242,6 +248,7 @@ class Server:
             self.store = Store(self.data_dir, on_warning=lambda m: log.warning("%s", m))
         self.executor = HopPool(self.workers, thread_name_prefix="klog-serve")
         self.append_executor = HopPool(self.workers, thread_name_prefix="klog-serve-append")
+        self.flush_executor = HopPool(FLUSH_THREADS, thread_name_prefix="klog-serve-flush")
         self.parse_executor = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="klog-serve-parse")
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -367,6 +374,8 @@ class Server:
             self.executor.shutdown(wait=True)
         if self.append_executor is not None:
             self.append_executor.shutdown(wait=True)
+        if self.flush_executor is not None:
+            self.flush_executor.shutdown(wait=True)
         if self.parse_executor is not None:
             self.parse_executor.shutdown(wait=True)
         if self.security is not None:

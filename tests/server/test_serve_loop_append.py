@@ -351,3 +351,41 @@ def test_a_server_stopped_during_an_fsync_answers_it_and_leaves_the_partition_un
         with other.producer() as producer:
             producer.send("t", b"three", partition=0)
         assert _values(other, "t") == [b"one", b"two", b"three"]
+
+
+def test_a_flush_the_ring_cannot_make_never_waits_behind_append_threads_waiting_for_its_lock(data_dir, monkeypatch):
+    """A batch appended on the loop whose flush takes a thread (a roll's: the sealed segment and
+    the folder too) holds the partition's locks until that flush is done. The append threads may
+    all be waiting for those locks meanwhile (retention after the previous roll, 8 of them with 8
+    partitions rolling at once): a flush queued behind them never ran, and every append of the
+    server waited for good. Here one append thread, taken by such a wait."""
+    import klog
+    from klog.broker import replication
+    from klog.server import Server
+
+    monkeypatch.setattr(batches, "TOPIC_REFRESH_S", 3600.0)
+    with klog.open(data_dir) as first:
+        first.create_topic("t")
+    real = Server._flush_in_thread
+
+    async def behind_a_waiter(self, pending, fut):  # noqa: ANN001
+        waiting = threading.Event()
+
+        def wait_for_the_lock() -> None:  # (as retention after a roll does)
+            waiting.set()
+            with pending.part.lock:
+                pass
+
+        self.append_executor.submit(wait_for_the_lock)
+        assert waiting.wait(5)  # the only append thread now waits for the lock the loop holds
+        await real(self, pending, fut)
+
+    with Server(data_dir, listen=("127.0.0.1", 0), workers=1) as server, RawClient(server.port) as client:
+        client.sock.settimeout(5)
+        assert produce(client, "t", 0, batch([b"one"])) == (0, 0)
+        monkeypatch.setattr(replication.SyncAfter, "fsyncs", lambda self: None)  # (a flush for a thread)
+        monkeypatch.setattr(Server, "_flush_in_thread", behind_a_waiter)
+        assert produce(client, "t", 0, batch([b"two"])) == (0, 1)
+        assert produce(client, "t", 0, batch([b"three"])) == (0, 2)
+    with klog.open(data_dir) as reader:
+        assert _values(reader, "t") == [b"one", b"two", b"three"]

@@ -15,6 +15,7 @@ import time
 import pytest
 
 import klog
+from klog.store import codec
 from tests.klog_processes import klog_env, run_klog, stop
 from tests.serve_helpers import RawClient, batch, produce
 from tests.server.test_serve_crash import free_port, start_server
@@ -278,3 +279,33 @@ def test_a_topic_deleted_and_created_again_meanwhile_loses_nothing_of_the_new_on
     assert all(isinstance(f, int) for f in failed)  # (refusals while the topic was gone: answered)
     assert begun.count("loop") - loop_before >= 10  # the new topic's appends took the loop again
     _verify(data_dir)
+
+
+@pytest.mark.slow
+def test_many_partitions_rolling_at_once_never_wait_for_good(kafka_server, store, begun):  # noqa: F811
+    """40 connections, each producing to its own partition of a topic whose every batch starts a
+    segment (each flush then more than the ring's fsync: a thread's) and whose retention runs
+    after each roll (in the append threads, waiting for the partition's lock the loop holds until
+    that flush is done): every batch is answered, none refused, and each partition holds its own."""
+    partitions, rounds = 40, 8
+    store.create_topic("t", partitions=partitions, configs={"segment.bytes": "100", "retention.bytes": "300"})
+    answered: dict[int, list] = {p: [] for p in range(partitions)}
+
+    def produce_to(p: int) -> None:
+        with RawClient(kafka_server.port) as client:
+            client.sock.settimeout(10)
+            for i in range(rounds):
+                answered[p].append(produce(client, "t", p, batch([b"%02d-%d" % (p, i) + b"x" * 200])))
+
+    threads = [threading.Thread(target=produce_to, args=(p,)) for p in range(partitions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert all(answered[p] == [(0, i) for i in range(rounds)] for p in range(partitions)), answered
+    assert begun.count("loop") >= partitions // 2  # (the rest took threads: a retention held the lock)
+    for p in (0, partitions - 1):  # retention kept the last ~300 bytes of each
+        part = store.partition("t", p)
+        last = [v for b in part.read(part.log_start_offset()) for v in codec.decode_batch_values(b.data, 0, b.header)]
+        assert last and last[-1].startswith(b"%02d-%d" % (p, rounds - 1))
