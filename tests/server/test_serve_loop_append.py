@@ -389,3 +389,56 @@ def test_a_flush_the_ring_cannot_make_never_waits_behind_append_threads_waiting_
         assert produce(client, "t", 0, batch([b"three"])) == (0, 2)
     with klog.open(data_dir) as reader:
         assert _values(reader, "t") == [b"one", b"two", b"three"]
+
+
+def test_every_batch_answered_from_the_loop_was_fsynced_first(kafka_server, store, begun, monkeypatch):
+    """What a power cut needs (kill -9 keeps the page cache, so only this says it): when a batch
+    appended on the loop is published and answered, an fsync of its log file that began after the
+    batch was written has completed (through the ring, or in a thread after a roll)."""
+    from klog.server import Server
+
+    synced: dict[tuple[int, int], int] = {}  # (device, inode) -> bytes an fsync that completed covered
+    submitted: dict[int, tuple[tuple[int, int], int]] = {}
+    checked: list[bool] = []
+
+    def covered(fd: int) -> tuple[tuple[int, int], int]:
+        st = os.fstat(fd)
+        return (st.st_dev, st.st_ino), st.st_size
+
+    real_submit, real_reap, real_fsync = uring.Ring.fsync, uring.Ring.completions, os.fsync
+
+    def submit(self, fd, token):  # noqa: ANN001
+        submitted[token] = covered(fd)
+        real_submit(self, fd, token)
+
+    def reap(self):  # noqa: ANN001
+        done = real_reap(self)
+        for token, res in done:
+            key, size = submitted.pop(token)
+            if res == 0:
+                synced[key] = max(synced.get(key, 0), size)
+        return done
+
+    def fsync(fd: int) -> None:
+        key, size = covered(fd)
+        real_fsync(fd)
+        synced[key] = max(synced.get(key, 0), size)
+
+    real_appended = Server._appended_on_loop
+
+    def appended(self, pending, fut, error):  # noqa: ANN001
+        if error is None:  # (the locks still held: the log file ends with this batch)
+            key, size = covered(pending.part.leader._fds.log)
+            checked.append(synced.get(key, 0) >= size)
+        real_appended(self, pending, fut, error)
+
+    monkeypatch.setattr(uring.Ring, "fsync", submit)
+    monkeypatch.setattr(uring.Ring, "completions", reap)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(Server, "_appended_on_loop", appended)
+    store.create_topic("t", configs={"segment.bytes": "1000"})  # (a roll every few batches: thread flushes too)
+    with RawClient(kafka_server.port) as client:
+        for i in range(30):
+            assert produce(client, "t", 0, batch([b"%02d" % i + b"x" * 200]))[0] == 0
+    assert len(checked) >= 15 and all(checked), checked
+    assert _values(store, "t")[-1].startswith(b"29")
