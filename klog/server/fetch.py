@@ -1,8 +1,8 @@
 """Fetch: long polling, and zero-copy answers.
 
-The response is laid out by hand (the one place klog writes a Kafka body itself) because each
-partition's records go from the segment file to the socket with os.sendfile: only their length
-must be known up front. Everything else in the request is read with kio.
+The response is laid out by hand (klog/server/fetch_response.py) because each partition's records
+go from the segment file to the socket with os.sendfile: only their length must be known up front.
+Everything else in the request is read with kio.
 
 Waiting: a fetch that has less than min_bytes waits up to max_wait_ms on the server's one
 high-watermark watcher (klog/server/watcher.py), woken at once by appends made through this server
@@ -25,7 +25,6 @@ answer, so clients send full fetch requests.
 from __future__ import annotations
 
 import os
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,14 +38,14 @@ from klog.errors import (
     UnsupportedCodecError,
 )
 from klog.protocol.apis import FETCH
-from klog.protocol.framing import FileRange, RawBody
+from klog.protocol.framing import RawBody
 from klog.protocol.kafka import E, leader_epoch_error, response_for, topic_uuid
 from klog.security.acl import Operation, ResourceType
 from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.server.fetch_response import encode, encode_one
 from klog.store import topic_read
-from klog.store.codec import encode_uvarint as _uvarint
 from klog.store.topic_read import AT_RANGE, AT_STATE, RangeRead, WouldBlock, read_ranges
 
 MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
@@ -389,7 +388,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     if version >= 7 and int(request.session_id) != 0:
         # we never hand out a session, so a client naming one is out of date with us
-        return _encode(mod, version, [], E.fetch_session_id_not_found)
+        return encode(mod.FetchResponse, version, [], E.fetch_session_id_not_found)
     wait_s = max(0, request.max_wait.total_seconds())
     deadline = time.monotonic() + wait_s
     min_bytes = max(1, int(request.min_bytes))
@@ -409,68 +408,14 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
             # stands, without reading every partition again (the common case of an idle consumer)
             _clear(answers)
             break
-    return _encode(mod, version, answers, E.none)
+    return _answer(mod.FetchResponse, version, answers)
 
 
-# -- the response, by hand -------------------------------------------------------------------
-_PARTITION_V5 = struct.Struct(">ihqqq")  # partition index, error code, high watermark, last stable offset, log start
-
-
-def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> RawBody:
-    flexible = version >= 12
-    parts: list[bytes | FileRange] = []
-    head = bytearray(struct.pack(">i", 0) if version >= 1 else b"")  # throttle_time_ms (v1+)
-    if version >= 7:
-        head += struct.pack(">hi", int(error), 0)  # error code, session id 0: no session
-    head += _uvarint(len(answers) + 1) if flexible else struct.pack(">i", len(answers))
-    buf = head
-    replica = struct.pack(">i", -1) if version >= 11 else b""  # preferred read replica (v11+): none
-    no_aborted = (b"\1" if flexible else b"\0\0\0\0") + replica  # an empty aborted list (compact: n + 1)
-    for t in answers:
-        if version >= 13:
-            buf += t.topic_id.bytes
-        else:
-            name = t.name.encode()
-            buf += (_uvarint(len(name) + 1) if flexible else struct.pack(">h", len(name))) + name
-        buf += _uvarint(len(t.partitions) + 1) if flexible else struct.pack(">i", len(t.partitions))
-        for p in t.partitions:
-            if version >= 5:  # (index, error, high watermark, last stable offset, log start: one pack)
-                buf += _PARTITION_V5.pack(p.partition, int(p.error), p.high_watermark, p.upper,  # (the LSO)
-                                          p.log_start_offset)
-            else:
-                buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
-                if version >= 4:
-                    buf += struct.pack(">q", p.last_stable_offset)
-            if version >= 4 and not p.aborted:
-                buf += no_aborted  # (and the preferred read replica, v11+)
-            elif version >= 4:  # transactions' fields
-                buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
-                for producer_id, first_offset in p.aborted:
-                    buf += struct.pack(">qq", producer_id, first_offset)
-                    if flexible:
-                        buf += b"\0"  # the aborted transaction's tagged fields
-                buf += replica
-            data = p.data  # (PartitionAnswer.size, without a call for the usual answer)
-            size = len(data) if data is not None else p.size
-            if not flexible:
-                buf += struct.pack(">i", size)
-            elif size < 0x3FFF:  # (the usual: a two-byte varint, without a call)
-                buf += bytes((size + 1,)) if size < 0x7F else bytes(((size + 1) & 0x7F | 0x80, (size + 1) >> 7))
-            else:
-                buf += _uvarint(size + 1)
-            if size and data is not None:
-                buf += data
-            elif size and p.converted is not None:
-                buf += p.converted
-            elif size:
-                parts.append(bytes(buf))
-                parts.append(FileRange(p.range.fd, p.range.position, size, owner=p.range))
-                buf = bytearray()
-            if flexible:
-                buf += b"\0"  # the partition's tagged fields
-        if flexible:
-            buf += b"\0"  # the topic's tagged fields
-    if flexible:
-        buf += b"\0"  # the response's tagged fields
-    parts.append(bytes(buf))
-    return RawBody(mod.FetchResponse, parts)
+def _answer(response_type: type, version: int, answers: list[TopicAnswer]) -> RawBody:
+    """The response: encode_one's for the usual answer to a consumer (one partition, its bytes
+    read or none, no aborted transactions), else encode's."""
+    if len(answers) == 1 and version >= 4 and len(answers[0].partitions) == 1:
+        p = answers[0].partitions[0]
+        if p.range is None and p.converted is None and not p.aborted:
+            return encode_one(response_type, version, answers[0], p)
+    return encode(response_type, version, answers)
