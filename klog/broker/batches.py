@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from klog.errors import (
     DuplicateSequenceError,
@@ -237,6 +237,10 @@ class ProducerStates:
             raise OutOfOrderSequenceError(f"producer {header.producer_id}: sequence {header.base_sequence}, "
                                           f"expected {expected}")
 
+    def loaded(self, key: tuple[str, int]) -> bool:
+        """Are the partition's producer states built (check() reads no log)?"""
+        return key in self._by_partition
+
     def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int) -> None:
         if header.producer_id >= 0 and header.base_sequence >= 0:
             states = self._by_partition.get(key)
@@ -313,13 +317,62 @@ class RawAppendResult:
     duplicate: bool = False
 
 
+# klog serve's event loop appends a batch itself (its fsync through io_uring) only up to this size:
+# an append's CPU (the CRC check, the copy into the page cache) grows with it, and the loop serves
+# every other connection meanwhile; larger batches go to the append threads
+LOOP_APPEND_BYTES_MAX = 64 * 1024
+
+
+class PendingAppend:
+    """A batch appended by RawAppender.append_begin, its locks held, waiting for its fsyncs:
+    the caller fsyncs `fds` (or, when None, calls flush() in a thread), then done() on the thread
+    that began it."""
+
+    def __init__(self, owner: RawAppender, topic: str, partition: int, part: Partition, header: BatchHeader,
+                 base_offset: int, append_time: int, together: Any, rolls_before: int,
+                 thread_lock: threading.Lock) -> None:
+        self.owner = owner
+        self.topic = topic
+        self.partition = partition
+        self.part = part
+        self.header = header
+        self.base_offset = base_offset
+        self.append_time = append_time
+        self.together = together
+        self.rolled = False  # (after done(): the append started a segment, retention is due)
+        self._rolls_before = rolls_before
+        self._thread_lock = thread_lock  # (and the partition's file lock: both released by done())
+        self.fds: list[int] | None = together.fsyncs()
+
+    def flush(self) -> None:
+        """The flushes `fds` could not name (any thread; raises OSError)."""
+        self.together.flush()
+
+    def done(self, error: OSError | None = None) -> RawAppendResult:
+        """After the fsyncs (`error`: the first that failed, then StorageError is raised and nothing
+        is acknowledged): publish the batch, record it for its producer, release the locks."""
+        owner, part, key = self.owner, self.part, (self.topic, self.partition)
+        try:
+            self.together.synced(error)
+            owner.producers.appended(key, self.header, self.base_offset)
+            log_start = part.log_start_offset()  # (the lock held: the state just written, no read)
+        finally:
+            part.lock.release()
+            self._thread_lock.release()
+        self.rolled = part.rolls != self._rolls_before
+        owner.writer.note_written(self.topic, self.partition, part)
+        return RawAppendResult(self.base_offset, self.append_time, log_start)
+
+
 class RawAppender:
     """Appends client-encoded batches with the producer's ReplicaManager (the one write path),
     one at a time per partition (threads of one process share the partition's file lock)."""
 
     def __init__(self, store: BrokerStore, warn: Callable[[str], None] | None = None) -> None:
-        from klog.broker.replication import ReplicaManager
+        from klog.broker.replication import ReplicaManager, SyncAfter
         from klog.broker.writer import PartitionWriter
+
+        self._sync_after = SyncAfter
 
         self.store = store
         self.replicas = ReplicaManager(store, warn=warn)
@@ -339,6 +392,21 @@ class RawAppender:
             if lock is None:
                 lock = self._locks[(topic, partition)] = threading.Lock()
             return lock
+
+    def _lock_taken_now(self, topic: str, partition: int) -> threading.Lock | None:
+        """lock_for's lock, taken, or None where taking it (or the guard) would wait. The event
+        loop must not wait on the guard either: check_topic holds it while closing a deleted
+        topic's partitions, which waits for a writer to finish, and a writer whose fsync is in
+        flight finishes on the loop."""
+        lock = self._locks.get((topic, partition))
+        if lock is None:
+            if not self._guard.acquire(blocking=False):
+                return None
+            try:
+                lock = self._locks.setdefault((topic, partition), threading.Lock())
+            finally:
+                self._guard.release()
+        return lock if lock.acquire(blocking=False) else None
 
     def _refresh_topic(self, topic: str) -> None:
         """Re-read the topic's metadata at most every TOPIC_REFRESH_S: configs another process
@@ -442,6 +510,65 @@ class RawAppender:
             base = self.writer.append_batch(topic, partition, data, acks)
             self.producers.appended(key, header, base)
             return RawAppendResult(base, append_time, part.log_start_offset())
+
+    def append_begin(self, topic: str, partition: int, data: bytes,
+                     acks: str) -> RawAppendResult | PendingAppend | None:
+        """append() for an event loop, which must not wait: checked and appended under the locks
+        (kept), published once its fsyncs are made (PendingAppend), or a duplicate's answer. None,
+        with nothing done, where any step could wait or take long: a topic whose metadata another
+        process may have changed or whose re-read is due, a partition not open yet, with followers
+        (their copies go to threads), a lock another thread or process holds, a reconcile due, a
+        producer whose state is not built, a compressed, transactional or large batch, acks=0,
+        flush.messages or flush.ms set (appends left unsynced fill the page cache with dirty pages,
+        and a writer among many dirty pages may be made to wait). Raises what append() raises for
+        a refused batch."""
+        store = self.store
+        part = store.opened_partitions().get((topic, partition))
+        # every batch fsynced (klog's default, flush.messages=1): the loop's own writes leave
+        # next to nothing dirty in the page cache, so they are not the ones the kernel throttles
+        if (part is None or len(part.replicas) != 1 or acks == "0" or part.config.flush_messages != 1
+                or part.config.flush_ms != LONG_MAX
+                or len(data) > LOOP_APPEND_BYTES_MAX or len(data) < RECORD_BATCH_OVERHEAD
+                or store.cached_topic(topic) is None
+                or not self.topic_current(topic, store.meta.last_write(), time.monotonic())):
+            return None
+        (attributes,) = struct.unpack_from(">h", data, ATTRIBUTES_OFFSET)
+        if attributes & (compression.CODEC_MASK | TRANSACTIONAL_FLAG_MASK):
+            return None
+        if store.log_config(topic).compression_type not in ("producer", "uncompressed"):
+            return None
+        header, data, append_time, _ = self._prepared(topic, data, None, check_topic=False)
+        key = (topic, partition)
+        if header.producer_id >= 0 and not self.producers.loaded(key):
+            return None
+        thread_lock = self._lock_taken_now(topic, partition)
+        if thread_lock is None:
+            return None
+        pending = None
+        try:
+            try:  # (under the thread lock only, as append() checks it)
+                self.producers.check(key, part, header, data)
+            except DuplicateSequenceError as dup:
+                return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
+            if not part.lock.acquire(blocking=False, wait_threads=False):
+                return None
+            try:
+                meta = self.replicas.checked_recently(topic, partition, part)
+                if meta is None:
+                    return None
+                together = self._sync_after(store, topic)
+                rolls = part.rolls
+                base = self.replicas.append_batches(topic, partition, [data], acks, together=together,
+                                                    checked=meta)[0]
+                pending = PendingAppend(self, topic, partition, part, header, base, append_time, together, rolls,
+                                        thread_lock)
+                return pending
+            finally:
+                if pending is None:
+                    part.lock.release()
+        finally:
+            if pending is None:
+                thread_lock.release()
 
     def _prepared(self, topic: str, data: bytes, txn_check: Callable[[BatchHeader], None] | None,
                   check_topic: bool) -> tuple[BatchHeader, bytes, int, Callable[[BatchHeader], None] | None]:

@@ -218,12 +218,20 @@ class ReplicaManager:
         """reconcile(), or when nothing can have changed since the last one (see REPLICA_RECHECK_S)
         only the cheap re-open of `part` (it checks the lock generation)."""
         # kept on the Partition (one per store), so that every producer of the store shares it
+        checked = self.checked_recently(topic, partition, part)
+        return checked if checked is not None else self.reconcile(topic, partition, part, topic_meta)
+
+    def checked_recently(self, topic: str, partition: int, part) -> PartitionMeta | None:
+        """Lock held: the metadata of the last reconcile when nothing can have changed since (see
+        REPLICA_RECHECK_S), `part` re-opened cheaply (it checks the lock generation); None when a
+        reconcile is due (it reads and may write the metadata: klog serve's event loop leaves
+        that to a thread)."""
         known = part.replica_check
         if (known is not None and time.monotonic() - known[0] < REPLICA_RECHECK_S
                 and part.unchanged_since_last_append() and self._replicas_healthy(topic, partition, known[1])):
             part.open_for_write()
             return known[1]
-        return self.reconcile(topic, partition, part, topic_meta)
+        return None
 
     def _replicas_healthy(self, topic: str, partition: int, meta: PartitionMeta) -> bool:
         """Every replica's directory is healthy and holds the partition's folder. The same look
@@ -441,11 +449,12 @@ class ReplicaManager:
 
     def append_batches(self, topic: str, partition: int, batches: Sequence[bytes], acks: str,
                        before: Callable[[int], None] | None = None,
-                       together: SyncTogether | None = None) -> list[int]:
+                       together: SyncTogether | None = None, checked: PartitionMeta | None = None) -> list[int]:
         """append() of several batches of one partition under one hold of its lock: the replicas
         are checked once (reconcile_if_due; again only after a failover), the batches appended in
         order, synced once after the last (flush.messages counts each of them) and published
-        once; returns their base offsets once `acks` is satisfied for all of them."""
+        once; returns their base offsets once `acks` is satisfied for all of them. `checked`:
+        what checked_recently() returned under the lock the caller holds (no second look)."""
         if not batches:
             return []
         store = self.store
@@ -456,7 +465,7 @@ class ReplicaManager:
         bases: list[int] = []
         try:
             with part.lock:
-                meta: PartitionMeta | None = None
+                meta: PartitionMeta | None = checked
                 try:
                     for i, encoded in enumerate(batches):
                         # only the last batch's append syncs (with `together`, finish() does)
@@ -599,21 +608,27 @@ class SyncTogether:
                 if any(r.flush_due() for r in scope):
                     due.update(r.log_dir for r in scope)
             synced = self._sync(due)
-            short = []
-            for part, meta, sync, min_isr, base_offset in self._appended:
+            for part, *_ in self._appended:
                 for replica in part.replicas:
                     if self._fds.devices.get(replica.log_dir) in synced:
                         replica.mark_synced(settle=False)  # (its state file: the append settled it)
-                part.publish()
-                part.settle_first_hold()
-                if sync == SYNC_ALL and len(meta.isr) < min_isr:
-                    short.append(f"{part.topic}-{part.partition}: the batch at offset {base_offset} reached only "
-                                 f"ISR [{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after "
-                                 "appending")
-            if short:
-                raise NotEnoughReplicasError("; ".join(short))
+            self.publish()
         finally:
             self._fds.close()
+
+    def publish(self) -> None:
+        """Every batch of the group synced as its acks ask: make them visible to readers (raises
+        NotEnoughReplicasError for an acks=all batch an ISR below min.insync.replicas took)."""
+        short = []
+        for part, meta, sync, min_isr, base_offset in self._appended:
+            part.publish()
+            part.settle_first_hold()
+            if sync == SYNC_ALL and len(meta.isr) < min_isr:
+                short.append(f"{part.topic}-{part.partition}: the batch at offset {base_offset} reached only "
+                             f"ISR [{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after "
+                             "appending")
+        if short:
+            raise NotEnoughReplicasError("; ".join(short))
 
     def _sync(self, due: set[str]) -> set[int]:
         unknown = due - set(self._fds.devices)
@@ -633,6 +648,68 @@ class SyncTogether:
 
     def close(self) -> None:
         self._fds.close()
+
+
+class SyncAfter(SyncTogether):
+    """A partition's batch appended under its lock (held by the caller until synced() or
+    finish()), its fsyncs made by the caller, then published: klog serve's event loop hands the
+    fsync of the active segment to io_uring instead of a thread (klog.server.loop_fsync).
+    fsyncs() says which descriptors that is; when a flush has more to do (a sealed segment not yet
+    fsynced, a new folder or file name to make durable) it says None and finish() does it all."""
+
+    def __init__(self, store: BrokerStore, topic: str) -> None:  # (no syncfs descriptors)
+        self.store = store
+        self.topic = topic
+        self._topic_meta = None
+        self._appended = []
+        self._due: list[PartitionLog] = []
+
+    def fsyncs(self) -> list[int] | None:
+        """The descriptors whose fsync is all the acks of the appended batches wait for (none: no
+        flush is due), or None when a flush has more to do (then finish())."""
+        due, fds = [], []
+        for part, _, sync, _, _ in self._appended:
+            scope = part.replicas if sync == SYNC_ALL else part.replicas[:1] if sync == SYNC_LEADER else []
+            for replica in scope:
+                if replica.flush_due():
+                    fd = replica.active_log_fd_to_sync()
+                    if fd is None:
+                        return None
+                    due.append(replica)
+                    fds.append(fd)
+        self._due = due
+        return fds
+
+    def synced(self, error: OSError | None = None) -> None:
+        """The caller's fsyncs of fsyncs() returned (`error`: the first that failed): publish, or
+        raise StorageError with nothing acknowledged (the next writer re-opens from the files)."""
+        if error is not None:
+            for part, *_ in self._appended:
+                part.distrust()
+            raise StorageError(f"cannot make the batch of {self.topic} durable: fsync failed: "
+                               f"{error.strerror or error}; it was not acknowledged")
+        for replica in self._due:
+            replica.mark_synced(settle=False)  # (its state file: the append settled it)
+        self.publish()
+
+    def flush(self) -> None:
+        """Instead of the caller's fsyncs: every flush the acks wait for, as flush() makes it
+        (raises OSError); then synced(). Any thread: the caller's still holds the lock."""
+        self._due = []
+        for part, _, sync, _, _ in self._appended:
+            scope = part.replicas if sync == SYNC_ALL else part.replicas[:1] if sync == SYNC_LEADER else []
+            for replica in scope:
+                replica.maybe_flush(by_count=True, settle=False)
+
+    def finish(self) -> None:
+        try:
+            self.flush()
+        except OSError as e:
+            self.synced(e)
+        self.synced()
+
+    def close(self) -> None:
+        pass
 
 
 def move_replica(store: BrokerStore, topic: str, partition: int, source: int, target: int,

@@ -126,7 +126,7 @@ class PartitionWriter:
         self._open: OrderedDict[tuple[str, int], object] = OrderedDict()  # written partitions, oldest first
         self._open_guard = threading.Lock()
 
-    def _written(self, topic: str, partition: int, part: Partition) -> None:
+    def note_written(self, topic: str, partition: int, part: Partition) -> None:
         """Remember `part` as the most recently written; beyond open_max, close the files of the
         least recently written one (it reopens them when written again)."""
         key = (topic, partition)
@@ -206,4 +206,4 @@ class PartitionWriter:
     def _after_append(self, topic: str, partition: int, part: Partition, rolls_before: int) -> None:
         if part.rolls != rolls_before:  # the append rolled a segment
             self.after_roll(topic, partition)
-        self._written(topic, partition, part)
+        self.note_written(topic, partition, part)

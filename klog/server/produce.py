@@ -73,7 +73,15 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
     append = appender.append_message_set if ctx.api_version <= LAST_MESSAGE_SET_VERSION else appender.append
     try:
         async with ctx.server.append_slot(topic, partition):
-            result = await ctx.server.run_append(append, topic, partition, bytes(records), acks, txn_check)
+            # a plain batch into a partition this server is writing: appended here on the loop,
+            # its fsync through io_uring (no thread hop); anything else in an append thread
+            data = bytes(records)
+            started = None if txn_check is not None or ctx.api_version <= LAST_MESSAGE_SET_VERSION else \
+                ctx.server.begin_append_on_loop(topic, partition, data, acks)
+            if started is None:
+                result = await ctx.server.run_append(append, topic, partition, data, acks, txn_check)
+            else:
+                result = started if isinstance(started, RawAppendResult) else await started
     except (KlogError, OSError) as e:
         return _outcome(ctx, topic, partition, e)
     return _outcome(ctx, topic, partition, result)

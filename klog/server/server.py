@@ -130,6 +130,8 @@ class Server:
         self._acceptors: list[Acceptor] = []
         self._refusals = RateLimitedLog(log)
         self.appender: Any = None  # klog.broker.batches.RawAppender: every Produce goes through it
+        self.loop_fsync: Any = None  # klog.server.loop_fsync.LoopFsync: fsyncs the event loop awaits
+        self._flushing: set[asyncio.Task] = set()  # appends begun on the loop, flushed in a thread
         self.transactions: Any = None  # klog.server.transactions.TransactionService
         self._transaction_settings = transactions or {}
         self.topic_ids: TopicIds | None = None  # Fetch v13+ names topics by id
@@ -161,6 +163,53 @@ class Server:
     async def run_append(self, fn: Any, *args: Any) -> Any:
         """`fn(*args)` in the append threads."""
         return await in_thread(self.append_executor, fn, *args)
+
+    def begin_append_on_loop(self, topic: str, partition: int, records: bytes, acks: str) -> Any:
+        """The append of one batch begun here on the event loop, where nothing in it would wait
+        (RawAppender.append_begin): its result, or a future of it (completed by the fsync's
+        completion through io_uring: no thread, no task); None where the append threads must do
+        it. Raises what the append raises."""
+        if not self.loop_fsync.available:
+            return None
+        started = self.appender.append_begin(topic, partition, records, acks)
+        if started is None or not hasattr(started, "done"):
+            return started
+        fut = self._loop.create_future()
+        fds = started.fds
+        if fds is None or not self.loop_fsync.room(len(fds)):  # more than fsyncs: a thread's (rare)
+            task = asyncio.ensure_future(self._flush_in_thread(started, fut))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+        elif not fds:  # (acks=0, or flush.messages not reached)
+            self._appended_on_loop(started, fut, None)
+        else:
+            try:
+                self.loop_fsync.sync_then(fds, functools.partial(self._appended_on_loop, started, fut))
+            except OSError as e:
+                self._appended_on_loop(started, fut, e)
+        return fut
+
+    async def _flush_in_thread(self, pending: Any, fut: asyncio.Future) -> None:
+        error: OSError | None = None
+        try:
+            await self.run_append(pending.flush)
+        except OSError as e:
+            error = e
+        self._appended_on_loop(pending, fut, error)
+
+    def _appended_on_loop(self, pending: Any, fut: asyncio.Future, error: OSError | None) -> None:
+        """The fsyncs of a batch appended on the loop are done: publish it (whether or not its
+        producer still waits: the locks must go) and answer."""
+        try:
+            result = pending.done(error)
+        except BaseException as e:  # noqa: BLE001 - the append's error is the producer's answer
+            if not fut.done():
+                fut.set_exception(e)
+            return
+        if pending.rolled:  # retention after a new segment reads and deletes files: a thread's work
+            self.append_executor.submit(self.appender.writer.after_roll, pending.topic, pending.partition)
+        if not fut.done():
+            fut.set_result(result)
 
     async def _read_marks(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The high watermarks of these partitions, read in the thread pool (one state-file pread each)."""
@@ -225,6 +274,9 @@ class Server:
         from klog.broker.batches import RawAppender
 
         self.appender = RawAppender(self.store, warn=lambda m: log.warning("%s", m))
+        from klog.server.loop_fsync import LoopFsync
+
+        self.loop_fsync = LoopFsync(self._loop)
         from klog.server.transactions import TransactionService
 
         self.transactions = TransactionService(self.store, self.appender, self.executor, **self._transaction_settings)
@@ -302,6 +354,10 @@ class Server:
             result = self.coordinator.close()
             if asyncio.iscoroutine(result):
                 await result
+        if self._flushing:
+            await asyncio.wait(list(self._flushing), timeout=SHUTDOWN_GRACE_S)
+        if self.loop_fsync is not None:
+            await self.loop_fsync.close()
         if self.executor is not None:
             self.executor.shutdown(wait=True)
         if self.append_executor is not None:

@@ -39,10 +39,13 @@ class FileLock:
         self._owner: int | None = None  # the thread holding it (readers in other threads must not count as holders)
         self._closed = False
 
-    def acquire(self, blocking: bool = True) -> bool:
+    def acquire(self, blocking: bool = True, wait_threads: bool = True) -> bool:
         """blocking=False: only if no other process holds the file lock now (returns whether it
-        took the lock; other threads of this process are still waited for)."""
-        self._threads.acquire()  # flock excludes processes; this, the threads of one (the idle flusher)
+        took the lock; other threads of this process are still waited for, unless wait_threads
+        is False too: an event loop that must not wait at all)."""
+        # flock excludes processes; this, the threads of one (the idle flusher)
+        if not self._threads.acquire(blocking=wait_threads or blocking):
+            return False
         if self._closed:
             self._threads.release()
             raise PartitionClosedError(f"partition closed meanwhile ({os.path.basename(self.path)[:-5]}): "

@@ -702,6 +702,15 @@ class PartitionLog:
             self._parent_dirty = False
         self._mark_flushed(settle)
 
+    def active_log_fd_to_sync(self) -> int | None:
+        """The descriptor whose fsync is all flush() would do now (the active segment's log), or
+        None when it has more to do (sealed segments to fsync, a folder whose names changed):
+        a caller that fsyncs it elsewhere (klog serve's io_uring) then calls mark_synced()."""
+        if (self._fds is None or self.sealed_flushes.pending or self._dir_dirty or self._parent_dirty
+                or self.recovery_point < self.active.base_offset):
+            return None
+        return self._fds.log
+
     def flush_due(self) -> bool:
         """Would maybe_flush() fsync now (flush.messages reached, or flush.ms passed)?"""
         return self._fds is not None and self.flush_schedule.due()
