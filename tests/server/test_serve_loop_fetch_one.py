@@ -52,7 +52,8 @@ def ways(kafka_server, monkeypatch):
     return seen
 
 
-def _fetch(client: RawClient, version: int, topic: str, offset: int, epoch: int = -1, topic_id: uuid.UUID | None = None):
+def _fetch(client: RawClient, version: int, topic: str, offset: int, epoch: int = -1,
+           topic_id: uuid.UUID | None = None):
     mod = payload_module(1, version, EntityType.request)
     part = make(mod.FetchPartition, partition=0, current_leader_epoch=epoch, fetch_offset=offset,
                 last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
