@@ -39,7 +39,8 @@ from klog.errors import (
 )
 from klog.protocol.apis import FETCH
 from klog.protocol.framing import RawBody
-from klog.protocol.kafka import E, leader_epoch_error, response_for, topic_uuid
+from klog.protocol.kafka import E, leader_epoch_error, topic_uuid
+from klog.protocol.schemas import response_schema
 from klog.security.acl import Operation, ResourceType
 from klog.server import pagecache
 from klog.server.context import RequestContext
@@ -433,10 +434,10 @@ def _close(answers: list[TopicAnswer]) -> None:
 @register(FETCH, 0, MAX_VERSION)
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
-    mod = response_for(request)
+    response_type = response_schema(FETCH, version)  # (cached per version)
     if version >= 7 and int(request.session_id) != 0:
         # we never hand out a session, so a client naming one is out of date with us
-        return encode(mod.FetchResponse, version, [], E.fetch_session_id_not_found)
+        return encode(response_type, version, [], E.fetch_session_id_not_found)
     wait_s = max(0, request.max_wait.total_seconds())
     deadline = time.monotonic() + wait_s
     min_bytes = max(1, int(request.min_bytes))
@@ -456,7 +457,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
             # stands, without reading every partition again (the common case of an idle consumer)
             _clear(answers)
             break
-    return _answer(mod.FetchResponse, version, answers)
+    return _answer(response_type, version, answers)
 
 
 def _answer(response_type: type, version: int, answers: list[TopicAnswer]) -> RawBody:
