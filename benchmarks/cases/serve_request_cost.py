@@ -247,7 +247,8 @@ def run(bench: Bench) -> None:
     bench.line(f"CPU per request of a bare asyncio Protocol answering at once (this machine's floor): "
                f"{med['floor'] * 1e6:.0f} us", f"{floor * 1e6:.0f} us klog's ApiVersions")
     bench.line(f"CPU per thread hop of a bare asyncio server (a no-op run_in_executor): "
-               f"{(med['floor, one hop'] - med['floor']) * 1e6:.0f} us", "a produce+fetch round makes two")
+               f"{(med['floor, one hop'] - med['floor']) * 1e6:.0f} us",
+               "a produce+fetch round makes none where io_uring takes the fsync, one where an append thread does")
     one, many = med["Fetch of 1 partition"], med[f"Fetch of {partitions} partitions"]
     beside = f"{one * 1e6:.0f} us for the whole 1-partition Fetch"
     if baseline:
