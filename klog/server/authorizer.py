@@ -9,6 +9,7 @@ from typing import Any
 from klog.security.acl import AclBinding, AuthorizerConfig, Operation, ResourceType, authorize
 
 ACL_RELOAD_MS = 1000  # ACLs, credentials and quotas changed by another process apply within this
+ANSWERS_MAX = 4096  # decisions remembered between reloads (principals, hosts and names come from clients: bounded)
 
 
 class Authorizer:
@@ -22,6 +23,9 @@ class Authorizer:
         self._acls: list[AclBinding] = []
         self._config = AuthorizerConfig()
         self._loaded = float("-inf")
+        # the decisions made with these ACLs: every request asks again (a consumer's Fetch, a
+        # Produce), and the answer only changes with the ACLs, which a reload replaces with it
+        self._answers: dict[tuple, bool] = {}
 
     def invalidate(self) -> None:
         self._loaded = float("-inf")
@@ -34,15 +38,25 @@ class Authorizer:
     def _fresh(self) -> None:
         now = time.monotonic() * 1000
         if now - self._loaded >= self.reload_ms:
-            self._acls, self._config = self.meta.list(), self.meta.config()
+            acls, config = self.meta.list(), self.meta.config()
+            # (the decisions last: a thread that took the old ones stores its answer there, unused)
+            self._acls, self._config, self._answers = acls, config, {}
             self._loaded = now
 
     def allows(self, principal: str, host: str, operation: Operation | str, resource_type: ResourceType | str,
                name: str) -> bool:
         self._fresh()
-        op = operation if isinstance(operation, Operation) else Operation[operation.upper()]
-        rt = resource_type if isinstance(resource_type, ResourceType) else ResourceType[resource_type.upper()]
-        return authorize(self._acls, self._config, principal, host, op, rt, name)
+        answers = self._answers  # (before the ACLs: see _fresh)
+        key = (principal, host, operation, resource_type, name)
+        found = answers.get(key)
+        if found is None:
+            op = operation if isinstance(operation, Operation) else Operation[operation.upper()]
+            rt = resource_type if isinstance(resource_type, ResourceType) else ResourceType[resource_type.upper()]
+            found = authorize(self._acls, self._config, principal, host, op, rt, name)
+            if len(answers) >= ANSWERS_MAX:  # (read at call time: tests lower it)
+                answers.clear()
+            answers[key] = found
+        return found
 
     def allows_any(self, principal: str, host: str, operation: Operation | str,
                    resource_type: ResourceType | str) -> bool:

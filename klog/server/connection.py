@@ -86,22 +86,33 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
             return
         self.last_active = self._loop.time()
         buf = self._buffer
-        buf += data
-        start, have = 0, len(buf)
-        while have - start >= 4:
-            (size,) = framing.SIZE.unpack_from(buf, start)
+        if not buf and len(data) >= 4 and len(data) - 4 == framing.SIZE.unpack_from(data)[0]:
+            # the usual read: one whole frame, nothing held before it (taken as it is, not copied
+            # into the buffer and out again)
+            size = len(data) - 4
             problem = self._size_problem(size)
             if problem is not None:
                 self._end(problem)
-                break
-            if have - start - 4 < size:
-                break
-            with memoryview(buf) as view:  # one copy of the frame (a bytearray slice would make two)
-                self._frames.append(bytes(view[start + 4:start + 4 + size]))
-            self._queued_bytes += size
-            start += 4 + size
-        if start:
-            del buf[:start]
+            else:
+                self._frames.append(bytes(data[4:]))  # (bytes of bytes: the slice itself)
+                self._queued_bytes += size
+        else:
+            buf += data
+            start, have = 0, len(buf)
+            while have - start >= 4:
+                (size,) = framing.SIZE.unpack_from(buf, start)
+                problem = self._size_problem(size)
+                if problem is not None:
+                    self._end(problem)
+                    break
+                if have - start - 4 < size:
+                    break
+                with memoryview(buf) as view:  # one copy of the frame (a bytearray slice would make two)
+                    self._frames.append(bytes(view[start + 4:start + 4 + size]))
+                self._queued_bytes += size
+                start += 4 + size
+            if start:
+                del buf[:start]
         if self._frames:
             if self._read_ahead_full() and not self._paused_reading:
                 self._paused_reading = True

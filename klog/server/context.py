@@ -44,22 +44,15 @@ class RequestContext:
     correlation_id: int = 0
     server: Any = field(default=None, repr=False)  # klog.server.server.Server (shared state: producers, waiters)
     security: Any = None  # klog.server.security.ConnectionSecurity: listener, principal, SASL state
-    # answers of authorize() for this request: a Fetch of 500 partitions of one topic asks once
-    _authorized: dict = field(default_factory=dict, repr=False)
 
     def authorize(self, operation: Any, resource_type: Any, name: str) -> bool:
         """Whether the caller may do `operation` ('WRITE' or klog.security.acl.Operation) on the
-        resource ('TOPIC', 'GROUP', 'CLUSTER', 'TRANSACTIONAL_ID'), by the store's ACLs (decided
-        once per request and resource)."""
+        resource ('TOPIC', 'GROUP', 'CLUSTER', 'TRANSACTIONAL_ID'), by the store's ACLs (the
+        Authorizer decides each question once per load of the ACLs)."""
         security = getattr(self.server, "security", None)
         if security is None:
             return True
-        key = (self.principal, operation, resource_type, name)  # SaslAuthenticate changes the principal
-        found = self._authorized.get(key)
-        if found is None:
-            found = self._authorized[key] = security.authorizer.allows(self.principal, self.client_host,
-                                                                       operation, resource_type, name)
-        return found
+        return security.authorizer.allows(self.principal, self.client_host, operation, resource_type, name)
 
     def authorize_any(self, operation: Any, resource_type: Any) -> bool:
         """Whether the caller may do `operation` on some resource of the type (an idempotent producer

@@ -1,8 +1,8 @@
 """Fetch: long polling, and zero-copy answers.
 
-The response is laid out by hand (the one place klog writes a Kafka body itself) because each
-partition's records go from the segment file to the socket with os.sendfile: only their length
-must be known up front. Everything else in the request is read with kio.
+The response is laid out by hand (klog/server/fetch_response.py) because each partition's records
+go from the segment file to the socket with os.sendfile: only their length must be known up front.
+Everything else in the request is read with kio.
 
 Waiting: a fetch that has less than min_bytes waits up to max_wait_ms on the server's one
 high-watermark watcher (klog/server/watcher.py), woken at once by appends made through this server
@@ -25,7 +25,6 @@ answer, so clients send full fetch requests.
 from __future__ import annotations
 
 import os
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,14 +38,15 @@ from klog.errors import (
     UnsupportedCodecError,
 )
 from klog.protocol.apis import FETCH
-from klog.protocol.framing import FileRange, RawBody
-from klog.protocol.kafka import E, leader_epoch_error, response_for, topic_uuid
+from klog.protocol.framing import RawBody
+from klog.protocol.kafka import E, leader_epoch_error, topic_uuid
+from klog.protocol.schemas import response_schema
 from klog.security.acl import Operation, ResourceType
 from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.server.fetch_response import encode, encode_one
 from klog.store import topic_read
-from klog.store.codec import encode_uvarint as _uvarint
 from klog.store.topic_read import AT_RANGE, AT_STATE, RangeRead, WouldBlock, read_ranges
 
 MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
@@ -292,29 +292,71 @@ def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
     metadata cached and unchanged since this process last looked (the metadata's last write id,
     one LMDB meta page read: no table read), the reading of it not due again, the caller's ACLs
     loaded; None otherwise (the thread pool answers)."""
-    appender = ctx.server.appender
-    store = ctx.store
     security = getattr(ctx.server, "security", None)
     if security is not None and security.authorizer.reload_due:
         return None  # (ACLs to read again)
-    written = store.meta.last_write()
+    written = ctx.store.meta.last_write()
     now = time.monotonic()
     names: dict = {}
     for t in request.topics:
-        topic_id = getattr(t, "topic_id", None)
-        if topic_id is None:
-            name = str(t.topic)
-        else:  # (TopicIds.name reads the metadata: the id check_topic last saw stands, unchanged since)
-            name = ctx.server.topic_ids.known_name(topic_id)
-            known = appender.known_topic_id(name) if name is not None else None
-            if known is None or topic_uuid(known) != topic_id:
-                return None
-        if not appender.topic_current(name, written, now):
+        name = _loop_topic(ctx, t, written, now)
+        if name is None:
             return None
-        if ctx.api_version < ZSTD_FETCH_VERSION_MIN and store.cached_topic(name) is None:
-            return None  # (a v4-v9 fetcher: the topic's compression.type is asked, from its cached metadata only)
+        topic_id = getattr(t, "topic_id", None)
         names[topic_id if topic_id is not None else name] = name
     return names
+
+
+def _loop_topic(ctx: RequestContext, t: Any, written: int, now: float) -> str | None:
+    """The name of the request's topic `t`, if the event loop may answer for it (see _loop_topics)."""
+    appender = ctx.server.appender
+    topic_id = getattr(t, "topic_id", None)
+    if topic_id is None:
+        name = str(t.topic)
+    else:  # (TopicIds.name reads the metadata: the id check_topic last saw stands, unchanged since)
+        name = ctx.server.topic_ids.known_name(topic_id)
+        known = appender.known_topic_id(name) if name is not None else None
+        if known is None or topic_uuid(known) != topic_id:
+            return None
+    if not appender.topic_current(name, written, now):
+        return None
+    if ctx.api_version < ZSTD_FETCH_VERSION_MIN and ctx.store.cached_topic(name) is None:
+        return None  # (a v4-v9 fetcher: the topic's compression.type is asked, from its cached metadata only)
+    return name
+
+
+def _collect_one(ctx: RequestContext, request: Any, t: Any) -> tuple[list[TopicAnswer], int, bool] | None:
+    """_collect_inline's answer to a consumer's usual Fetch: one partition of one topic (`t`), read
+    uncommitted, allowed, at the partition's current leader epoch (or none named), open in this
+    process: what _loop_topics, _collect and _read_topic make of it, without their loops and
+    bookkeeping over topics and partitions (about a third of the handler's time for one
+    partition). None: anything else, which they decide. Raises WouldBlock as they do."""
+    security = getattr(ctx.server, "security", None)
+    if security is not None and security.authorizer.reload_due:
+        return None
+    store = ctx.store
+    name = _loop_topic(ctx, t, store.meta.last_write(), time.monotonic())
+    if name is None or _topic_refused(ctx, name) != E.none:
+        return None
+    (p,) = t.partitions
+    index = p.partition
+    part = store.opened_partitions().get((name, index))
+    if part is None:
+        return None
+    requested = getattr(p, "current_leader_epoch", None)  # v9+
+    if requested is not None and requested >= 0:
+        try:
+            if store.cached_topic(name) is None or leader_epoch_error(store, name, index, requested) != E.none:
+                return None
+        except (KlogError, OSError):
+            return None
+    answer = PartitionAnswer(index)
+    answer.part, answer.offset, answer.max_bytes = part, p.fetch_offset, p.partition_max_bytes
+    budget = int(request.max_bytes)
+    left, _ = read_ranges((answer,), budget, INLINE_RANGE_BYTES, LOOP_BYTES_MAX, None, True)
+    if answer.out_of_range:
+        answer.error = E.offset_out_of_range
+    return [TopicAnswer(name, [answer], topic_id=getattr(t, "topic_id", None))], budget - left, answer.out_of_range
 
 
 def _collect_inline(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer], int, bool] | None:
@@ -322,10 +364,16 @@ def _collect_inline(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer
     down-conversion), more than LOOP_PARTITIONS_MAX partitions, a topic
     whose metadata this process must read, or a partition not open, not cached, not the usual read
     (read_ranges' WouldBlock)."""
-    if not topic_read.NOWAIT or ctx.api_version <= LAST_MESSAGE_SET_VERSION \
-            or sum(len(t.partitions) for t in request.topics) > LOOP_PARTITIONS_MAX:
+    if not topic_read.NOWAIT or ctx.api_version <= LAST_MESSAGE_SET_VERSION:
         return None
+    topics = request.topics
     try:
+        if len(topics) == 1 and len(topics[0].partitions) == 1 and int(request.isolation_level) != READ_COMMITTED:
+            found = _collect_one(ctx, request, topics[0])
+            if found is not None:
+                return found
+        elif sum(len(t.partitions) for t in topics) > LOOP_PARTITIONS_MAX:
+            return None
         names = _loop_topics(ctx, request)
         if names is None:
             return None
@@ -386,10 +434,10 @@ def _close(answers: list[TopicAnswer]) -> None:
 @register(FETCH, 0, MAX_VERSION)
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
-    mod = response_for(request)
+    response_type = response_schema(FETCH, version)  # (cached per version)
     if version >= 7 and int(request.session_id) != 0:
         # we never hand out a session, so a client naming one is out of date with us
-        return _encode(mod, version, [], E.fetch_session_id_not_found)
+        return encode(response_type, version, [], E.fetch_session_id_not_found)
     wait_s = max(0, request.max_wait.total_seconds())
     deadline = time.monotonic() + wait_s
     min_bytes = max(1, int(request.min_bytes))
@@ -409,68 +457,14 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
             # stands, without reading every partition again (the common case of an idle consumer)
             _clear(answers)
             break
-    return _encode(mod, version, answers, E.none)
+    return _answer(response_type, version, answers)
 
 
-# -- the response, by hand -------------------------------------------------------------------
-_PARTITION_V5 = struct.Struct(">ihqqq")  # partition index, error code, high watermark, last stable offset, log start
-
-
-def _encode(mod: Any, version: int, answers: list[TopicAnswer], error: E) -> RawBody:
-    flexible = version >= 12
-    parts: list[bytes | FileRange] = []
-    head = bytearray(struct.pack(">i", 0) if version >= 1 else b"")  # throttle_time_ms (v1+)
-    if version >= 7:
-        head += struct.pack(">hi", int(error), 0)  # error code, session id 0: no session
-    head += _uvarint(len(answers) + 1) if flexible else struct.pack(">i", len(answers))
-    buf = head
-    replica = struct.pack(">i", -1) if version >= 11 else b""  # preferred read replica (v11+): none
-    no_aborted = (b"\1" if flexible else b"\0\0\0\0") + replica  # an empty aborted list (compact: n + 1)
-    for t in answers:
-        if version >= 13:
-            buf += t.topic_id.bytes
-        else:
-            name = t.name.encode()
-            buf += (_uvarint(len(name) + 1) if flexible else struct.pack(">h", len(name))) + name
-        buf += _uvarint(len(t.partitions) + 1) if flexible else struct.pack(">i", len(t.partitions))
-        for p in t.partitions:
-            if version >= 5:  # (index, error, high watermark, last stable offset, log start: one pack)
-                buf += _PARTITION_V5.pack(p.partition, int(p.error), p.high_watermark, p.upper,  # (the LSO)
-                                          p.log_start_offset)
-            else:
-                buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
-                if version >= 4:
-                    buf += struct.pack(">q", p.last_stable_offset)
-            if version >= 4 and not p.aborted:
-                buf += no_aborted  # (and the preferred read replica, v11+)
-            elif version >= 4:  # transactions' fields
-                buf += _uvarint(len(p.aborted) + 1) if flexible else struct.pack(">i", len(p.aborted))
-                for producer_id, first_offset in p.aborted:
-                    buf += struct.pack(">qq", producer_id, first_offset)
-                    if flexible:
-                        buf += b"\0"  # the aborted transaction's tagged fields
-                buf += replica
-            data = p.data  # (PartitionAnswer.size, without a call for the usual answer)
-            size = len(data) if data is not None else p.size
-            if not flexible:
-                buf += struct.pack(">i", size)
-            elif size < 0x3FFF:  # (the usual: a two-byte varint, without a call)
-                buf += bytes((size + 1,)) if size < 0x7F else bytes(((size + 1) & 0x7F | 0x80, (size + 1) >> 7))
-            else:
-                buf += _uvarint(size + 1)
-            if size and data is not None:
-                buf += data
-            elif size and p.converted is not None:
-                buf += p.converted
-            elif size:
-                parts.append(bytes(buf))
-                parts.append(FileRange(p.range.fd, p.range.position, size, owner=p.range))
-                buf = bytearray()
-            if flexible:
-                buf += b"\0"  # the partition's tagged fields
-        if flexible:
-            buf += b"\0"  # the topic's tagged fields
-    if flexible:
-        buf += b"\0"  # the response's tagged fields
-    parts.append(bytes(buf))
-    return RawBody(mod.FetchResponse, parts)
+def _answer(response_type: type, version: int, answers: list[TopicAnswer]) -> RawBody:
+    """The response: encode_one's for the usual answer to a consumer (one partition, its bytes
+    read or none, no aborted transactions), else encode's."""
+    if len(answers) == 1 and version >= 4 and len(answers[0].partitions) == 1:
+        p = answers[0].partitions[0]
+        if p.range is None and p.converted is None and not p.aborted:
+            return encode_one(response_type, version, answers[0], p)
+    return encode(response_type, version, answers)

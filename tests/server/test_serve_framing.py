@@ -122,6 +122,22 @@ def test_an_oversized_frame_is_refused_before_its_bytes_arrive(kafka_server, cap
     assert any("invalid request size" in r.getMessage() for r in caplog.records)
 
 
+def test_a_whole_frame_read_at_once_is_sized_checked_as_any(kafka_server, caplog):
+    """One read holding exactly one whole frame (the usual request, taken without the buffer): a
+    request after one answered, then a frame too short for a request header, refused and closed."""
+    caplog.set_level(logging.WARNING, logger="klog.serve")
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        for i in range(3):
+            sock.sendall(api_versions_v0(i))
+            assert read_answers(sock, 1) == [i]
+        sock.sendall(struct.pack(">i", 2) + b"\0\x12")
+        assert closed(sock)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any("invalid request size 2" in r.getMessage() for r in caplog.records):
+        time.sleep(0.02)
+    assert any("invalid request size 2" in r.getMessage() for r in caplog.records)
+
+
 def test_a_request_left_half_sent_is_closed_by_the_idle_timeout(data_dir, caplog):
     caplog.set_level(logging.INFO, logger="klog.serve")
     with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=300) as server:

@@ -48,14 +48,21 @@ def where(kafka_server, monkeypatch):
     monkeypatch.setattr(kafka_server.security.authorizer, "reload_ms", 3_600_000)
     monkeypatch.setattr(batches, "TOPIC_REFRESH_S", 3600.0)
     seen: list[str] = []
-    real = fetch_module._collect
+    real, real_one = fetch_module._collect, fetch_module._collect_one
 
     def recording(ctx, request, loop_names=None):  # noqa: ANN001
         answer = real(ctx, request, loop_names)
         seen.append("loop" if loop_names is not None else "pool")
         return answer
 
+    def recording_one(ctx, request, t):  # noqa: ANN001 - the one-partition way, on the loop too
+        answer = real_one(ctx, request, t)
+        if answer is not None:
+            seen.append("loop")
+        return answer
+
     monkeypatch.setattr(fetch_module, "_collect", recording)
+    monkeypatch.setattr(fetch_module, "_collect_one", recording_one)
     return seen
 
 
