@@ -199,22 +199,27 @@ class ProducerStates:
         """The partition's producers, built from its log on first use. Lock held."""
         return self._load(key, part)
 
-    def check(self, key: tuple[str, int], part, header: BatchHeader, data: bytes) -> None:
+    def check(self, key: tuple[str, int], part, header: BatchHeader, data: bytes, built_only: bool = False) -> bool:
         """Raise if the batch `data` must not be appended: a duplicate (with its original offset), a
-        gap, an older epoch. Lock held.
+        gap, an older epoch. Lock held. built_only: return False, checking nothing, where the
+        partition's states are not built (building them reads the log: not the event loop's work);
+        else True.
 
         A duplicate is answered only for the same batch written before (read back from the log and
         compared): sequence numbers alone are not proof, as another client may have sent a batch
         under the same producer id, epoch and sequences, and acknowledging this one as a duplicate of
         it would acknowledge records that are not in the log."""
         if header.producer_id < 0 or header.base_sequence < 0:
-            return
-        entry = self._load(key, part).get(header.producer_id)
+            return True
+        states = self._by_partition.get(key) if built_only else self._load(key, part)
+        if states is None:
+            return False  # (forgotten since the caller's look: an alter or delete of the topic)
+        entry = states.get(header.producer_id)
         if entry is None:
             if header.base_sequence != 0:
                 raise UnknownProducerError(f"producer {header.producer_id} has no state here and sent "
                                            f"sequence {header.base_sequence} (expected 0)")
-            return
+            return True
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpochError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
                                       f"than {entry.epoch}")
@@ -222,7 +227,7 @@ class ProducerStates:
             if header.base_sequence != 0:
                 raise OutOfOrderSequenceError(f"producer {header.producer_id}: a new epoch must start at "
                                               f"sequence 0, not {header.base_sequence}")
-            return
+            return True
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
         for done in entry.recent:
             if done.first_seq == header.base_sequence and done.last_seq == last_seq:
@@ -236,6 +241,7 @@ class ProducerStates:
         if header.base_sequence != expected:
             raise OutOfOrderSequenceError(f"producer {header.producer_id}: sequence {header.base_sequence}, "
                                           f"expected {expected}")
+        return True
 
     def loaded(self, key: tuple[str, int]) -> bool:
         """Are the partition's producer states built (check() reads no log)?"""
@@ -547,7 +553,8 @@ class RawAppender:
         pending = None
         try:
             try:  # (under the thread lock only, as append() checks it)
-                self.producers.check(key, part, header, data)
+                if not self.producers.check(key, part, header, data, built_only=True):
+                    return None
             except DuplicateSequenceError as dup:
                 return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
             if not part.lock.acquire(blocking=False, wait_threads=False):

@@ -442,3 +442,36 @@ def test_every_batch_answered_from_the_loop_was_fsynced_first(kafka_server, stor
             assert produce(client, "t", 0, batch([b"%02d" % i + b"x" * 200]))[0] == 0
     assert len(checked) >= 15 and all(checked), checked
     assert _values(store, "t")[-1].startswith(b"29")
+
+
+def test_producer_states_forgotten_meanwhile_are_built_by_a_thread_not_the_loop(kafka_server, store, begun,
+                                                                                monkeypatch):
+    """The topic altered (or deleted) in another thread just after the loop saw its partition's
+    producer states built: building them again reads the log's batch headers (a day's worth), a
+    thread's work; the loop's append leaves it to the threads rather than doing it."""
+    store.create_topic("t")
+    pid = 777
+    loads: list[str] = []
+    real_load = batches.ProducerStates._load
+
+    def load(self, key, part):  # noqa: ANN001
+        if key not in self._by_partition:
+            loads.append(threading.current_thread().name)
+        return real_load(self, key, part)
+
+    monkeypatch.setattr(batches.ProducerStates, "_load", load)
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "t", 0, batch([b"a"], producer_id=pid, epoch=0, sequence=0)) == (0, 0)
+        real_lock = batches.RawAppender._lock_taken_now
+
+        def forgotten_meanwhile(self, topic, partition):  # noqa: ANN001 - as forget_producer_states does
+            self.producers.forget(topic)
+            return real_lock(self, topic, partition)
+
+        monkeypatch.setattr(batches.RawAppender, "_lock_taken_now", forgotten_meanwhile)
+        assert produce(client, "t", 0, batch([b"b"], producer_id=pid, epoch=0, sequence=1)) == (0, 1)
+        monkeypatch.setattr(batches.RawAppender, "_lock_taken_now", real_lock)
+        assert produce(client, "t", 0, batch([b"c"], producer_id=pid, epoch=0, sequence=2)) == (0, 2)
+    assert begun == ["thread", "thread", "loop"]
+    assert len(loads) == 2 and all(name.startswith("klog-serve-append") for name in loads), loads
+    assert _values(store, "t") == [b"a", b"b", b"c"]
