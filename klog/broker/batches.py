@@ -522,7 +522,8 @@ class RawAppender:
         """append() for an event loop, which must not wait: checked and appended under the locks
         (kept), published once its fsyncs are made (PendingAppend), or a duplicate's answer. None,
         with nothing done, where any step could wait or take long: a topic whose metadata another
-        process may have changed or whose re-read is due, a partition not open yet, with followers
+        process may have changed or whose re-read is due, a partition not open yet (or its files
+        closed since: PartitionWriter's least recently written), with followers
         (their copies go to threads), a lock another thread or process holds, a reconcile due, a
         producer whose state is not built, a compressed, transactional or large batch, acks=0,
         flush.messages or flush.ms set (appends left unsynced fill the page cache with dirty pages,
@@ -560,6 +561,9 @@ class RawAppender:
             if not part.lock.acquire(blocking=False, wait_threads=False):
                 return None
             try:
+                # (under the lock: release_files closes them only while nobody holds it)
+                if not part.leader.files_open:
+                    return None
                 meta = self.replicas.checked_recently(topic, partition, part)
                 if meta is None:
                     return None

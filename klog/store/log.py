@@ -702,6 +702,13 @@ class PartitionLog:
             self._parent_dirty = False
         self._mark_flushed(settle)
 
+    @property
+    def files_open(self) -> bool:
+        """Are the active segment's write descriptors open (the next append re-opens nothing)?
+        Closed: a writer's least recently written partition (release_files); its next open for
+        write lists the folder and reads the state and index tails again."""
+        return self._fds is not None
+
     def active_log_fd_to_sync(self) -> int | None:
         """The descriptor whose fsync is all flush() would do now (the active segment's log), or
         None when it has more to do (sealed segments to fsync, a folder whose names changed):

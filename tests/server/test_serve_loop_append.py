@@ -475,3 +475,19 @@ def test_producer_states_forgotten_meanwhile_are_built_by_a_thread_not_the_loop(
     assert begun == ["thread", "thread", "loop"]
     assert len(loads) == 2 and all(name.startswith("klog-serve-append") for name in loads), loads
     assert _values(store, "t") == [b"a", b"b", b"c"]
+
+
+def test_a_partition_whose_files_were_closed_is_opened_again_by_a_thread(kafka_server, store, begun):
+    """Beyond open_partitions_max() written partitions, the least recently written one has its
+    files closed; opening them again lists its folder and reads its state and index tails (work
+    that grows with its segments): a thread's, the loop's appends go on once it is open."""
+    store.create_topic("t")
+    store.create_topic("u")
+    kafka_server.appender.writer.open_max = 1
+    with RawClient(kafka_server.port) as client:
+        assert [produce(client, "t", 0, batch([b"t%d" % i])) for i in range(2)] == [(0, 0), (0, 1)]
+        assert produce(client, "u", 0, batch([b"u"])) == (0, 0)  # t-0's files closed
+        assert not kafka_server.store.opened_partitions()[("t", 0)].leader.files_open
+        assert [produce(client, "t", 0, batch([b"t%d" % i])) for i in range(2, 4)] == [(0, 2), (0, 3)]
+    assert begun == ["thread", "loop", "thread", "thread", "loop"]
+    assert _values(store, "t") == [b"t0", b"t1", b"t2", b"t3"]
