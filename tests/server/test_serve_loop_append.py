@@ -367,17 +367,19 @@ def test_a_flush_the_ring_cannot_make_never_waits_behind_append_threads_waiting_
     with klog.open(data_dir) as first:
         first.create_topic("t")
     real = Server._flush_in_thread
+    waiters: list[threading.Event] = []
 
     async def behind_a_waiter(self, pending, fut):  # noqa: ANN001
-        waiting = threading.Event()
+        if not waiters:  # (once: the next batch's flush finds the thread free again)
+            waiters.append(threading.Event())
 
-        def wait_for_the_lock() -> None:  # (as retention after a roll does)
-            waiting.set()
-            with pending.part.lock:
-                pass
+            def wait_for_the_lock() -> None:  # (as retention after a roll does)
+                waiters[0].set()
+                with pending.part.lock:
+                    pass
 
-        self.append_executor.submit(wait_for_the_lock)
-        assert waiting.wait(5)  # the only append thread now waits for the lock the loop holds
+            self.append_executor.submit(wait_for_the_lock)
+            waiters[0].wait(5)  # the only append thread now waits for the lock the loop holds
         await real(self, pending, fut)
 
     with Server(data_dir, listen=("127.0.0.1", 0), workers=1) as server, RawClient(server.port) as client:
@@ -387,6 +389,7 @@ def test_a_flush_the_ring_cannot_make_never_waits_behind_append_threads_waiting_
         monkeypatch.setattr(Server, "_flush_in_thread", behind_a_waiter)
         assert produce(client, "t", 0, batch([b"two"])) == (0, 1)
         assert produce(client, "t", 0, batch([b"three"])) == (0, 2)
+    assert waiters and waiters[0].is_set()
     with klog.open(data_dir) as reader:
         assert _values(reader, "t") == [b"one", b"two", b"three"]
 
