@@ -309,3 +309,56 @@ def test_many_partitions_rolling_at_once_never_wait_for_good(kafka_server, store
         part = store.partition("t", p)
         last = [v for b in part.read(part.log_start_offset()) for v in codec.decode_batch_values(b.data, 0, b.header)]
         assert last and last[-1].startswith(b"%02d-%d" % (p, rounds - 1))
+
+
+@pytest.mark.slow
+def test_plain_batches_on_the_loop_beside_transactions_keep_read_committed_whole(kafka_server, store,
+                                                                                  begun):  # noqa: F811
+    """Two connections append plain batches on the loop while a transactional confluent-kafka
+    producer writes the same partition, committing and aborting in turn (its batches and markers
+    in the threads): a read_committed reader gets every acknowledged plain record once and each
+    committed transaction whole, never an aborted one."""
+    pytest.importorskip("confluent_kafka")
+    from tests.server.test_serve_transactions import _read_all, _txn_producer
+
+    store.create_topic("t")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "t", 0, batch([b"warm"])) == (0, 0)
+    acked: list[Acked] = [[] for _ in range(2)]
+    failed: list = []
+    done = threading.Event()
+    threads = [threading.Thread(target=_hammer, args=(kafka_server.port, b"c%d" % i, acked[i], failed, done,
+                                                      3000, 20)) for i in range(2)]
+    committed: list[bytes] = []
+    aborted: list[bytes] = []
+    try:
+        for t in threads:
+            t.start()
+        producer = _txn_producer(kafka_server.bootstrap, "tx-beside-the-loop")
+        for round_ in range(4):
+            producer.begin_transaction()
+            values = [b"tx%d-%d" % (round_, i) for i in range(5)]
+            for v in values:
+                producer.produce("t", value=v, partition=0)
+                producer.poll(0)
+                time.sleep(0.01)  # (plain batches between the transaction's)
+            producer.flush(20)
+            if round_ % 2:
+                producer.abort_transaction(20)
+                aborted += values
+            else:
+                producer.commit_transaction(20)
+                committed += values
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+    assert not any(t.is_alive() for t in threads) and not failed
+    plain = [v for one in acked for sent, _, _ in one for v in sent]
+    got = _read_all(kafka_server.bootstrap, "t", 1, "read_committed", expect=1 + len(plain) + len(committed))
+    assert len(got) == len(set(got)) and set(got) == {b"warm", *plain, *committed}
+    assert [v for v in got if v.startswith(b"tx")] == committed  # whole, in order, the aborted ones never
+    values = _values(store, "t")
+    for one in acked:
+        _assert_at_their_offsets(values, one)
+    assert begun.count("loop") >= 20
