@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import secrets
 import struct
 import threading
 from collections.abc import Callable
@@ -62,7 +61,7 @@ class FileLock:
                 # again (by any process) gets a new file, and a holder of the old one (whose
                 # descriptor was closed meanwhile: PartitionWriter's least recently written)
                 # must not find its own count there again and trust its view of the old files
-                self._count = (found + 1) & GENERATION_MASK if found else secrets.randbits(64)
+                self._count = (found + 1) & GENERATION_MASK if found else GENERATION.unpack(os.urandom(8))[0]
                 os.pwrite(self._fd, GENERATION.pack(self._count), 0)
             self._holds += 1
             self.generation = (self._count, self._holds)
