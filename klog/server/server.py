@@ -37,6 +37,7 @@ from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
 from klog.server.throttle import with_throttle
 from klog.server.watcher import HighWatermarkWatcher
+from klog.store import faults
 
 log = logging.getLogger("klog.serve")
 
@@ -217,6 +218,7 @@ class Server:
             if not fut.done():
                 fut.set_exception(e)
             return
+        faults.point("loop-append-published")  # (tests: a kill -9 between the publish and the answer)
         if not fut.done():
             fut.set_result(result)
         if pending.rolled:  # retention after a new segment reads and deletes files: a thread's work

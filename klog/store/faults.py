@@ -13,7 +13,7 @@ import signal
 CRASH_ENV = "KLOG_CRASH_AT"
 CRASH_STEPS = ("cleaned-partial", "cleaned-written", "swap-partial", "swap-renamed", "index-replaced",
                "log-replaced", "before-checkpoint", "retention-log-start", "retention-renamed",
-               "roll-flush-pending", "sealed-fsync", "first-append")
+               "roll-flush-pending", "sealed-fsync", "first-append", "loop-append-published")
 _hits: dict[str, int] = {}
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import klog
 from klog.store import codec
+from klog.store.faults import CRASH_ENV
 from tests.klog_processes import klog_env, run_klog, stop
 from tests.serve_helpers import RawClient, batch, produce
 from tests.server.test_serve_crash import free_port, start_server
@@ -362,3 +363,65 @@ def test_plain_batches_on_the_loop_beside_transactions_keep_read_committed_whole
     for one in acked:
         _assert_at_their_offsets(values, one)
     assert begun.count("loop") >= 20
+
+
+@pytest.mark.slow
+def test_killed_between_publish_and_answer_an_idempotent_producers_retry_is_not_written_twice(data_dir,
+                                                                                               monkeypatch):
+    """`klog serve` killed (SIGKILL, by its own crash point) after a loop append published a batch
+    and before it answered: the idempotent confluent-kafka producer (acks=all, several requests
+    in flight) sends that batch again to the restarted server, which finds it in the log (the
+    producer's state rebuilt from it) and answers it as written: every acknowledged record is
+    there, none twice, and the loop appends again after the restart."""
+    ck = pytest.importorskip("confluent_kafka")
+    port = free_port()
+    with klog.open(data_dir) as s:
+        s.create_topic("t")
+    monkeypatch.setenv(CRASH_ENV, "loop-append-published:40")
+    server = start_server(data_dir, port)
+    monkeypatch.delenv(CRASH_ENV)
+    acked: list[bytes] = []
+    failed: list = []
+
+    def on_delivery(err, msg) -> None:  # noqa: ANN001
+        (failed.append(err) if err else acked.append(msg.value()))
+
+    producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{port}", "acks": "all", "enable.idempotence": True,
+                            "linger.ms": 1, "message.timeout.ms": 30000, "reconnect.backoff.ms": 50,
+                            "reconnect.backoff.max.ms": 200})
+    sent = 0
+
+    def send() -> None:
+        nonlocal sent
+        producer.produce("t", value=b"r-%06d" % sent, partition=0, on_delivery=on_delivery)
+        sent += 1
+        producer.poll(0)
+        if sent % 5 == 0:
+            time.sleep(0.002)  # (many small requests, several in flight: not one big batch)
+
+    try:
+        send()
+        assert producer.flush(20) == 0  # (its producer id first: then a stream of small requests)
+        deadline = time.monotonic() + 30
+        while server.poll() is None and time.monotonic() < deadline:
+            send()
+        assert server.wait(10) == -signal.SIGKILL  # at its 40th loop append, published, not answered
+        at_kill = len(acked)
+        server = start_server(data_dir, port)
+        send()
+        assert producer.flush(30) == 0  # what was in flight, sent again to the restarted server
+        for _ in range(300):  # and the producer goes on
+            send()
+        assert producer.flush(30) == 0
+        assert _ring_submissions(_server_ring(server.pid), server.pid) >= 10  # the loop again, after its restart
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(15)
+        finally:
+            stop(server)
+    assert not failed and len(acked) == sent and len(acked) > at_kill
+    with klog.open(data_dir) as s:
+        values = _values(s, "t")
+    assert sorted(values) == sorted(acked)  # nothing acknowledged lost, nothing twice, nothing else
+    _verify(data_dir)
