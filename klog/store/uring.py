@@ -11,8 +11,10 @@ ctypes and its queues are read and written through mmap, as liburing does (witho
 Only IORING_OP_FSYNC is used. Where the kernel lacks io_uring or forbids it (seccomp, the
 io_uring_disabled sysctl), Ring.open() returns None and callers keep their thread.
 
-Memory order: the submission tail is stored before io_uring_enter, a system call, and completions
-are read after the descriptor polled readable, so both sides are ordered by a system call.
+Memory order: the submission tail is stored before io_uring_enter, a system call; completions are
+read after the descriptor polled readable, and on x86-64 (the only architecture the ring is opened
+on) loads are not reordered with other loads, so an entry is never read before the tail that
+publishes it.
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ class Ring:
     @classmethod
     def open(cls, entries: int = 64) -> Ring | None:
         """A ring of `entries` submissions, or None where this kernel or its policy has none."""
-        if not hasattr(os, "preadv") or os.uname().sysname != "Linux":
+        # x86-64 only: its stores and loads are ordered as the ring's protocol needs without the
+        # barriers Python cannot issue (elsewhere a completion could be read before its entry)
+        if os.uname().sysname != "Linux" or os.uname().machine not in ("x86_64", "amd64"):
             return None
         try:
             syscall = _syscall()
