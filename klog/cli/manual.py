@@ -109,6 +109,8 @@ klog replay orders --since 10m --speed 10 --json | tail -1   # to stdout""",
 klog serve --listen 0.0.0.0:9092 --advertised-listener kafka.example.com:9092 --insecure -v
 kcat -b 127.0.0.1:9092 -L                    # from another shell: one broker, the store's topics""",
         exit_status=(("0", "Stopped by SIGTERM or Ctrl-C after answering the requests in flight."),),
+        environment=(("KLOG_SERVE_NO_IO_URING", "Set to anything: every append takes an append thread, none is "
+                      "appended on the event loop with its fsync through io_uring."),),
         files=STORE_FILES, see_also=("klog-users", "klog-acls", "klog-quotas", "kcat"), doc="serve.md",
         not_run="listens on a fixed port until stopped"),
     "klog connect": Entry(
