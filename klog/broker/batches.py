@@ -346,6 +346,7 @@ class PendingAppend:
         self.append_time = append_time
         self.together = together
         self.rolled = False  # (after done(): the append started a segment, retention is due)
+        self.to_release: list[Partition] = []  # (after done(): partitions whose files to close, in a thread)
         self._rolls_before = rolls_before
         self._thread_lock = thread_lock  # (and the partition's file lock: both released by done())
         self.fds: list[int] | None = together.fsyncs()
@@ -366,7 +367,9 @@ class PendingAppend:
             part.lock.release()
             self._thread_lock.release()
         self.rolled = part.rolls != self._rolls_before
-        owner.writer.note_written(self.topic, self.partition, part)
+        # (the least recently written partitions' files, beyond what a writer keeps open, are
+        # closed by the caller's thread: closing may wait for a sealed segment's fsync)
+        self.to_release = owner.writer.note_written(self.topic, self.partition, part, release=False)
         return RawAppendResult(self.base_offset, self.append_time, log_start)
 
 

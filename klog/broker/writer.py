@@ -126,15 +126,25 @@ class PartitionWriter:
         self._open: OrderedDict[tuple[str, int], object] = OrderedDict()  # written partitions, oldest first
         self._open_guard = threading.Lock()
 
-    def note_written(self, topic: str, partition: int, part: Partition) -> None:
+    def note_written(self, topic: str, partition: int, part: Partition, release: bool = True) -> list[Partition]:
         """Remember `part` as the most recently written; beyond open_max, close the files of the
-        least recently written one (it reopens them when written again)."""
+        least recently written one (it reopens them when written again). release=False: return
+        those partitions for the caller to release_files() (an event loop hands that to a thread:
+        closing may wait for a sealed segment's background fsync)."""
         key = (topic, partition)
         with self._open_guard:  # (klog serve appends from several threads)
             self._open[key] = part
             self._open.move_to_end(key)
             released = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - self.open_max)]
+        if not release:
+            return released
         for oldest in released:
+            oldest.release_files(self.readers_too)
+        return []
+
+    def release_files(self, parts: list[Partition]) -> None:
+        """What note_written(release=False) returned."""
+        for oldest in parts:
             oldest.release_files(self.readers_too)
 
     def append_batch(self, topic: str, partition: int, encoded: bytes, acks: str,

@@ -223,6 +223,8 @@ class Server:
             fut.set_result(result)
         if pending.rolled:  # retention after a new segment reads and deletes files: a thread's work
             self.append_executor.submit(self.appender.writer.after_roll, pending.topic, pending.partition)
+        if pending.to_release:  # closing may wait for a sealed segment's background fsync
+            self.append_executor.submit(self.appender.writer.release_files, pending.to_release)
 
     async def _read_marks(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The high watermarks of these partitions, read in the thread pool (one state-file pread each)."""

@@ -494,3 +494,34 @@ def test_a_partition_whose_files_were_closed_is_opened_again_by_a_thread(kafka_s
         assert [produce(client, "t", 0, batch([b"t%d" % i])) for i in range(2, 4)] == [(0, 2), (0, 3)]
     assert begun == ["thread", "loop", "thread", "thread", "loop"]
     assert _values(store, "t") == [b"t0", b"t1", b"t2", b"t3"]
+
+
+def test_files_a_loop_append_pushes_out_of_the_writers_open_set_are_closed_by_a_thread(kafka_server, store, begun,
+                                                                                        monkeypatch):
+    """Closing a partition's files may wait for its sealed segments' background fsync: the loop
+    hands that to a thread."""
+    import threading
+
+    from klog.store.partition import Partition
+
+    store.create_topic("t")
+    store.create_topic("u")
+    closed_in: list[str] = []
+    real = Partition.release_files
+
+    def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        closed_in.append(threading.current_thread().name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Partition, "release_files", recording)
+    with RawClient(kafka_server.port) as client:
+        for topic in ("t", "u"):
+            assert [produce(client, topic, 0, batch([b"%d" % i]))[0] for i in range(2)] == [0, 0]
+        kafka_server.appender.writer.open_max = 1  # (as if the descriptor budget were reached)
+        assert produce(client, "u", 0, batch([b"last"])) == (0, 2)
+        deadline = time.monotonic() + 5
+        while not closed_in and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert begun[-1] == "loop"
+    assert closed_in and "klog-serve-loop" not in closed_in, closed_in
+    assert not kafka_server.store.opened_partitions()[("t", 0)].leader.files_open
