@@ -303,3 +303,32 @@ def _exactly(sock: Any, n: int) -> bytes:
             raise ConnectionError("closed by the server")
         out += chunk
     return bytes(out)
+
+
+def record_fetch_ways(server: Any, monkeypatch: Any, one: str = "one") -> list[str]:
+    """Which way each Fetch to `server` is collected, in order: 'pool' (the thread pool), 'loop' (the
+    general way on the event loop) or `one` (the one-partition way, also on the loop). The periodic
+    re-reads of the ACLs (every second) and of a topic's metadata (every 5 s) each send one Fetch to
+    the pool: pushed out of the test's way, so a slow machine does not see one land between two asserts."""
+    from klog.broker import batches
+    from klog.server import fetch as fetch_module
+
+    monkeypatch.setattr(server.security.authorizer, "reload_ms", 3_600_000)
+    monkeypatch.setattr(batches, "TOPIC_REFRESH_S", 3600.0)
+    seen: list[str] = []
+    real, real_one = fetch_module._collect, fetch_module._collect_one
+
+    def collect(ctx: Any, request: Any, loop_names: Any = None) -> Any:
+        answer = real(ctx, request, loop_names)
+        seen.append("loop" if loop_names is not None else "pool")
+        return answer
+
+    def collect_one(ctx: Any, request: Any, t: Any) -> Any:
+        answer = real_one(ctx, request, t)
+        if answer is not None:
+            seen.append(one)
+        return answer
+
+    monkeypatch.setattr(fetch_module, "_collect", collect)
+    monkeypatch.setattr(fetch_module, "_collect_one", collect_one)
+    return seen

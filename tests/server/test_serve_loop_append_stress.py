@@ -67,6 +67,15 @@ def _hammer(port: int, name: bytes, acked: Acked, failed: list, until: threading
             client.close()
 
 
+def _hammers(port: int, failed: list, done: threading.Event, n: int, count_max: int, seconds: float,
+             prefix: bytes = b"c", reconnect: bool = False) -> tuple[list[Acked], list[threading.Thread]]:
+    """`n` _hammer threads (not started; values `<prefix><i>-j-k`) and their acknowledged lists."""
+    acked: list[Acked] = [[] for _ in range(n)]
+    threads = [threading.Thread(target=_hammer, args=(port, prefix + b"%d" % i, acked[i], failed, done, count_max,
+                                                      seconds), kwargs={"reconnect": reconnect}) for i in range(n)]
+    return acked, threads
+
+
 def _assert_at_their_offsets(values: list[bytes], acked: Acked) -> None:
     """Each acknowledged batch is in the log whole, at the offsets it was acknowledged with."""
     for sent, base, _ in acked:
@@ -125,7 +134,6 @@ def test_writers_of_one_partition_interleave_whole_batches_and_lose_nothing(kafk
     other = subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-p", "0", "--batch-size", "40"],
                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              env=klog_env(data_dir))
-    acked: list[Acked] = [[] for _ in range(3)]
     failed: list = []
     delivered: list[tuple[bytes, int]] = []
     done = threading.Event()
@@ -144,8 +152,7 @@ def test_writers_of_one_partition_interleave_whole_batches_and_lose_nothing(kafk
                 time.sleep(0.002)  # (a stream of small batches, not one big one)
         assert producer.flush(20) == 0
 
-    threads = [threading.Thread(target=_hammer, args=(kafka_server.port, b"c%d" % i, acked[i], failed, done,
-                                                      400, 15)) for i in range(3)]
+    acked, threads = _hammers(kafka_server.port, failed, done, 3, 400, 15)
     threads.append(threading.Thread(target=kafka_producer))
     marks: list[int] = []
     threads.append(threading.Thread(target=_watch_high_watermark, args=(data_dir, done, marks)))
@@ -188,11 +195,9 @@ def test_kill_9_while_appending_on_the_loop_keeps_every_acknowledged_record(data
     with klog.open(data_dir) as s:
         s.create_topic("t")
     server = start_server(data_dir, port)
-    acked: list[Acked] = [[] for _ in range(3)]
     failed: list = []
     done = threading.Event()
-    threads = [threading.Thread(target=_hammer, args=(port, b"w%d" % i, acked[i], failed, done, 100_000, 40),
-                                kwargs={"reconnect": True}) for i in range(3)]
+    acked, threads = _hammers(port, failed, done, 3, 100_000, 40, prefix=b"w", reconnect=True)
     kills = 0
     try:
         for t in threads:
@@ -244,11 +249,9 @@ def test_a_topic_deleted_and_created_again_meanwhile_loses_nothing_of_the_new_on
     store.create_topic("t")
     with RawClient(kafka_server.port) as client:
         assert produce(client, "t", 0, batch([b"warm"])) == (0, 0)
-    acked: list[Acked] = [[] for _ in range(2)]
     failed: list = []
     done = threading.Event()
-    threads = [threading.Thread(target=_hammer, args=(kafka_server.port, b"c%d" % i, acked[i], failed, done,
-                                                      3000, 15)) for i in range(2)]
+    acked, threads = _hammers(kafka_server.port, failed, done, 2, 3000, 15)
     recreated = 0.0
     try:
         for t in threads:
@@ -325,11 +328,9 @@ def test_plain_batches_on_the_loop_beside_transactions_keep_read_committed_whole
     store.create_topic("t")
     with RawClient(kafka_server.port) as client:
         assert produce(client, "t", 0, batch([b"warm"])) == (0, 0)
-    acked: list[Acked] = [[] for _ in range(2)]
     failed: list = []
     done = threading.Event()
-    threads = [threading.Thread(target=_hammer, args=(kafka_server.port, b"c%d" % i, acked[i], failed, done,
-                                                      3000, 20)) for i in range(2)]
+    acked, threads = _hammers(kafka_server.port, failed, done, 2, 3000, 20)
     committed: list[bytes] = []
     aborted: list[bytes] = []
     try:

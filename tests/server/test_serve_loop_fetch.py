@@ -15,7 +15,7 @@ import pytest
 from klog.protocol.kafka import make as make_entity
 from klog.server import fetch as fetch_module
 from klog.store import topic_read
-from tests.serve_helpers import RawClient, batch, produce
+from tests.serve_helpers import RawClient, batch, produce, record_fetch_ways
 
 pytestmark = pytest.mark.skipif(not topic_read.NOWAIT, reason="no preadv RWF_NOWAIT here: every Fetch takes the pool")
 
@@ -40,30 +40,8 @@ def _partitions(answer) -> list[tuple]:  # noqa: ANN001 - a FetchResponse
 
 @pytest.fixture
 def where(kafka_server, monkeypatch):
-    """Where each Fetch was collected: 'loop' or 'pool', in order. (The periodic re-reads of the
-    ACLs, every second, and of a topic's metadata, every 5 s, send one Fetch to the pool each:
-    pushed out of the test's way, so a slow machine does not see one land between two asserts.)"""
-    from klog.broker import batches
-
-    monkeypatch.setattr(kafka_server.security.authorizer, "reload_ms", 3_600_000)
-    monkeypatch.setattr(batches, "TOPIC_REFRESH_S", 3600.0)
-    seen: list[str] = []
-    real, real_one = fetch_module._collect, fetch_module._collect_one
-
-    def recording(ctx, request, loop_names=None):  # noqa: ANN001
-        answer = real(ctx, request, loop_names)
-        seen.append("loop" if loop_names is not None else "pool")
-        return answer
-
-    def recording_one(ctx, request, t):  # noqa: ANN001 - the one-partition way, on the loop too
-        answer = real_one(ctx, request, t)
-        if answer is not None:
-            seen.append("loop")
-        return answer
-
-    monkeypatch.setattr(fetch_module, "_collect", recording)
-    monkeypatch.setattr(fetch_module, "_collect_one", recording_one)
-    return seen
+    """Where each Fetch was collected: 'loop' (either way on the event loop) or 'pool', in order."""
+    return record_fetch_ways(kafka_server, monkeypatch, one="loop")
 
 
 def _by_pool(monkeypatch, client: RawClient, topic: str, offsets: dict[int, int], **kw) -> list[tuple]:

@@ -13,7 +13,7 @@ import pytest
 from klog.protocol.kafka import make
 from klog.server import fetch as fetch_module
 from klog.store import topic_read
-from tests.serve_helpers import RawClient, batch, produce
+from tests.serve_helpers import RawClient, batch, produce, record_fetch_ways
 
 pytest.importorskip("kio")
 from kio.schema.errors import ErrorCode as E  # noqa: E402
@@ -27,29 +27,8 @@ pytestmark = pytest.mark.skipif(not topic_read.NOWAIT, reason="no preadv RWF_NOW
 
 @pytest.fixture
 def ways(kafka_server, monkeypatch):
-    """Which way each Fetch was answered: 'one', 'loop' (the general way on the loop) or 'pool'.
-    (The periodic re-reads of the ACLs and of a topic's metadata pushed out of the test's way.)"""
-    from klog.broker import batches
-
-    monkeypatch.setattr(kafka_server.security.authorizer, "reload_ms", 3_600_000)
-    monkeypatch.setattr(batches, "TOPIC_REFRESH_S", 3600.0)
-    seen: list[str] = []
-    real, real_one = fetch_module._collect, fetch_module._collect_one
-
-    def collect(ctx, request, loop_names=None):  # noqa: ANN001
-        answer = real(ctx, request, loop_names)
-        seen.append("loop" if loop_names is not None else "pool")
-        return answer
-
-    def collect_one(ctx, request, t):  # noqa: ANN001
-        answer = real_one(ctx, request, t)
-        if answer is not None:
-            seen.append("one")
-        return answer
-
-    monkeypatch.setattr(fetch_module, "_collect", collect)
-    monkeypatch.setattr(fetch_module, "_collect_one", collect_one)
-    return seen
+    """Which way each Fetch was answered: 'one', 'loop' (the general way on the loop) or 'pool'."""
+    return record_fetch_ways(kafka_server, monkeypatch)
 
 
 def _fetch(client: RawClient, version: int, topic: str, offset: int, epoch: int = -1,
