@@ -243,10 +243,6 @@ class ProducerStates:
                                           f"expected {expected}")
         return True
 
-    def loaded(self, key: tuple[str, int]) -> bool:
-        """Are the partition's producer states built (check() reads no log)?"""
-        return key in self._by_partition
-
     def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int) -> None:
         if header.producer_id >= 0 and header.base_sequence >= 0:
             states = self._by_partition.get(key)
@@ -549,8 +545,6 @@ class RawAppender:
             return None
         header, data, append_time, _ = self._prepared(topic, data, None, check_topic=False)
         key = (topic, partition)
-        if header.producer_id >= 0 and not self.producers.loaded(key):
-            return None
         thread_lock = self._lock_taken_now(topic, partition)
         if thread_lock is None:
             return None

@@ -168,7 +168,7 @@ class ReplicaManager:
         # log dir id -> (its path, its health), while a producer writes many batches in one go
         # (see shared_dir_checks); None otherwise: every append checks its directories again
         self._dir_checks: dict[int, tuple[str, str]] | None = None
-        self._group: SyncTogether | None = None  # the group of partitions being appended together, if any
+        self._group: DeferredSync | None = None  # the group of partitions being appended together, if any
         # (topic, partition, log dir) -> the unhealthy state last warned of: a full disk is said once
         # when it fills, not once per produce request while it stays full
         self._said_unhealthy: dict[tuple[str, int, int], str] = {}
@@ -436,7 +436,7 @@ class ReplicaManager:
         return meta
 
     def append(self, topic: str, partition: int, encoded: bytes, acks: str,
-               before: Callable[[int], None] | None = None, together: SyncTogether | None = None) -> int:
+               before: Callable[[int], None] | None = None, together: DeferredSync | None = None) -> int:
         """Append one encoded batch; returns its base offset once `acks` is satisfied: acks=all
         when every in-sync replica has fsynced it (per the flush policy), acks=1 when the leader
         has, acks=0 without waiting for any fsync. Every in-sync replica gets the bytes either way.
@@ -449,7 +449,7 @@ class ReplicaManager:
 
     def append_batches(self, topic: str, partition: int, batches: Sequence[bytes], acks: str,
                        before: Callable[[int], None] | None = None,
-                       together: SyncTogether | None = None, checked: PartitionMeta | None = None) -> list[int]:
+                       together: DeferredSync | None = None, checked: PartitionMeta | None = None) -> list[int]:
         """append() of several batches of one partition under one hold of its lock: the replicas
         are checked once (reconcile_if_due; again only after a failover), the batches appended in
         order, synced once after the last (flush.messages counts each of them) and published
@@ -512,7 +512,7 @@ class ReplicaManager:
 
     def _append_with_failover(self, topic: str, partition: int, part, encoded: bytes, sync: str, min_isr: int,
                               before: Callable[[int], None] | None, append_sync: str,
-                              together: SyncTogether | None,
+                              together: DeferredSync | None,
                               checked: PartitionMeta | None = None) -> tuple[PartitionMeta, AppendResult]:
         """A leader whose directory fails the append (EIO, ENOSPC, ...) leaves the ISR, an in-sync
         follower is elected (epoch + 1) and the batch is appended there: the write goes on while
@@ -561,27 +561,20 @@ class ReplicaManager:
         return found[0]
 
 
-class SyncTogether:
+def _sync_scope(part: Partition, sync: str) -> list[PartitionLog]:
+    """The replicas whose fsync a batch's acks wait for (SYNC_ALL, SYNC_LEADER or SYNC_NONE)."""
+    return part.replicas if sync == SYNC_ALL else part.replicas[:1] if sync == SYNC_LEADER else []
+
+
+class DeferredSync:
     """The batches of a group of partitions appended under their locks (held by the caller until
-    finish()), made durable by one syncfs per filesystem instead of an fsync per replica file
-    (klog.store.syncfs), then published. Use only where syncfs.available()."""
+    they are published), synced by the caller's means, then published; a subclass says how."""
 
     def __init__(self, store: BrokerStore, topic: str) -> None:
-        """Call with the locks of the group's partitions (of `topic`) taken, before appending."""
-        from klog.store.syncfs import SyncedTogether
-
         self.store = store
         self.topic = topic
         self._topic_meta: TopicMeta | None = None
-
-        paths = []
-        for d in store.data_dir.log_dirs:
-            try:
-                paths.append(store.data_dir.log_dir_path(d.id))
-            except KlogError:
-                continue  # a lost directory: its replicas' appends fail and say so
-        self._fds = SyncedTogether(paths)  # opened before the writes their syncfs must cover
-        self._appended: list[tuple[object, PartitionMeta, str, int, int]] = []
+        self._appended: list[tuple[Partition, PartitionMeta, str, int, int]] = []
 
     def topic_meta(self) -> TopicMeta:
         """The topic's metadata, read once for the group: every partition of it is locked, and a
@@ -597,25 +590,6 @@ class SyncTogether:
     def appended(self, part: Partition, meta: PartitionMeta, sync: str, min_isr: int, base_offset: int) -> None:
         self._appended.append((part, meta, sync, min_isr, base_offset))
 
-    def finish(self) -> None:
-        """Sync what the acks of the group's batches wait for (when the flush policy says so), then
-        publish every partition. A failed syncfs raises StorageError: nothing of the group is
-        acknowledged, and the next writer of each partition re-opens it from its files."""
-        try:
-            due: set[str] = set()
-            for part, _, sync, _, _ in self._appended:
-                scope = part.replicas if sync == SYNC_ALL else part.replicas[:1] if sync == SYNC_LEADER else []
-                if any(r.flush_due() for r in scope):
-                    due.update(r.log_dir for r in scope)
-            synced = self._sync(due)
-            for part, *_ in self._appended:
-                for replica in part.replicas:
-                    if self._fds.devices.get(replica.log_dir) in synced:
-                        replica.mark_synced(settle=False)  # (its state file: the append settled it)
-            self.publish()
-        finally:
-            self._fds.close()
-
     def publish(self) -> None:
         """Every batch of the group synced as its acks ask: make them visible to readers (raises
         NotEnoughReplicasError for an acks=all batch an ISR below min.insync.replicas took)."""
@@ -629,6 +603,44 @@ class SyncTogether:
                              "appending")
         if short:
             raise NotEnoughReplicasError("; ".join(short))
+
+
+class SyncTogether(DeferredSync):
+    """The batches of a group of partitions appended under their locks (held by the caller until
+    finish()), made durable by one syncfs per filesystem instead of an fsync per replica file
+    (klog.store.syncfs), then published. Use only where syncfs.available()."""
+
+    def __init__(self, store: BrokerStore, topic: str) -> None:
+        """Call with the locks of the group's partitions (of `topic`) taken, before appending."""
+        from klog.store.syncfs import SyncedTogether
+
+        super().__init__(store, topic)
+        paths = []
+        for d in store.data_dir.log_dirs:
+            try:
+                paths.append(store.data_dir.log_dir_path(d.id))
+            except KlogError:
+                continue  # a lost directory: its replicas' appends fail and say so
+        self._fds = SyncedTogether(paths)  # opened before the writes their syncfs must cover
+
+    def finish(self) -> None:
+        """Sync what the acks of the group's batches wait for (when the flush policy says so), then
+        publish every partition. A failed syncfs raises StorageError: nothing of the group is
+        acknowledged, and the next writer of each partition re-opens it from its files."""
+        try:
+            due: set[str] = set()
+            for part, _, sync, _, _ in self._appended:
+                scope = _sync_scope(part, sync)
+                if any(r.flush_due() for r in scope):
+                    due.update(r.log_dir for r in scope)
+            synced = self._sync(due)
+            for part, *_ in self._appended:
+                for replica in part.replicas:
+                    if self._fds.devices.get(replica.log_dir) in synced:
+                        replica.mark_synced(settle=False)  # (its state file: the append settled it)
+            self.publish()
+        finally:
+            self._fds.close()
 
     def _sync(self, due: set[str]) -> set[int]:
         unknown = due - set(self._fds.devices)
@@ -650,18 +662,15 @@ class SyncTogether:
         self._fds.close()
 
 
-class SyncAfter(SyncTogether):
+class SyncAfter(DeferredSync):
     """A partition's batch appended under its lock (held by the caller until synced() or
     finish()), its fsyncs made by the caller, then published: klog serve's event loop hands the
     fsync of the active segment to io_uring instead of a thread (klog.server.loop_fsync).
     fsyncs() says which descriptors that is; when a flush has more to do (a sealed segment not yet
-    fsynced, a new folder or file name to make durable) it says None and finish() does it all."""
+    fsynced, a new folder or file name to make durable) it says None and flush() does it all."""
 
-    def __init__(self, store: BrokerStore, topic: str) -> None:  # (no syncfs descriptors)
-        self.store = store
-        self.topic = topic
-        self._topic_meta = None
-        self._appended = []
+    def __init__(self, store: BrokerStore, topic: str) -> None:
+        super().__init__(store, topic)
         self._due: list[PartitionLog] = []
 
     def fsyncs(self) -> list[int] | None:
@@ -669,8 +678,7 @@ class SyncAfter(SyncTogether):
         flush is due), or None when a flush has more to do (then finish())."""
         due, fds = [], []
         for part, _, sync, _, _ in self._appended:
-            scope = part.replicas if sync == SYNC_ALL else part.replicas[:1] if sync == SYNC_LEADER else []
-            for replica in scope:
+            for replica in _sync_scope(part, sync):
                 if replica.flush_due():
                     fd = replica.active_log_fd_to_sync()
                     if fd is None:
@@ -694,22 +702,12 @@ class SyncAfter(SyncTogether):
 
     def flush(self) -> None:
         """Instead of the caller's fsyncs: every flush the acks wait for, as flush() makes it
-        (raises OSError); then synced(). Any thread: the caller's still holds the lock."""
+        (raises OSError); the caller then calls synced(). Any thread: the caller's still holds
+        the lock."""
         self._due = []
         for part, _, sync, _, _ in self._appended:
-            scope = part.replicas if sync == SYNC_ALL else part.replicas[:1] if sync == SYNC_LEADER else []
-            for replica in scope:
+            for replica in _sync_scope(part, sync):
                 replica.maybe_flush(by_count=True, settle=False)
-
-    def finish(self) -> None:
-        try:
-            self.flush()
-        except OSError as e:
-            self.synced(e)
-        self.synced()
-
-    def close(self) -> None:
-        pass
 
 
 def move_replica(store: BrokerStore, topic: str, partition: int, source: int, target: int,

@@ -9,6 +9,7 @@ the GIL, and wakes the loop again).
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import itertools
 import logging
@@ -65,7 +66,7 @@ class LoopFsync:
                 if i == 0:
                     raise
                 # some are queued: the rest count as failed, `then` runs once those complete
-                failed.append(OSError(5, "fsync: could not be submitted", f"descriptor {fd}"))
+                failed.append(OSError(errno.EIO, "fsync: could not be submitted", f"descriptor {fd}"))
                 left[0] -= len(fds) - i
                 return
             self._waiting[token] = functools.partial(one_done, fd)
@@ -95,4 +96,4 @@ class LoopFsync:
         self.ring = None
         waiting, self._waiting = self._waiting, {}
         for done in waiting.values():
-            done(-5)  # EIO: never acknowledged
+            done(-errno.EIO)  # never acknowledged
