@@ -174,15 +174,13 @@ class RawBody:
         import asyncio
 
         parts = self.parts
-        if len(parts) == 1 and parts[0].__class__ is bytes:  # (the usual answer: one piece of bytes)
+        # bytes only (Produce, small fetches; usually one piece): one write, a drain only when the
+        # transport could not send it all (as write_frame, without its coroutine)
+        if len(parts) == 1 and parts[0].__class__ is bytes or not any(isinstance(p, FileRange) for p in parts):
             header = header_bytes(correlation_id, self.response_type)
-            writer.write(b"".join((SIZE.pack(len(header) + len(parts[0])), header, parts[0])))
-            if writer.transport.get_write_buffer_size():  # (as write_frame, without its coroutine)
+            writer.write(b"".join([SIZE.pack(len(header) + sum(map(len, parts))), header, *parts]))
+            if writer.transport.get_write_buffer_size():
                 await writer.drain()
-            return
-        if not any(isinstance(part, FileRange) for part in parts):  # bytes only (Produce, small fetches): one write
-            header = header_bytes(correlation_id, self.response_type)
-            await write_frame(writer, b"".join([SIZE.pack(len(header) + sum(map(len, parts))), header, *parts]))
             return
         try:
             header = header_bytes(correlation_id, self.response_type)
