@@ -582,17 +582,10 @@ class RawAppender:
                   check_topic: bool) -> tuple[BatchHeader, bytes, int, Callable[[BatchHeader], None] | None]:
         """A client's batch checked against the topic's configs, as it will be appended: (its header,
         its bytes, the log append time or -1, the txn_check it needs or None)."""
-        # a compressed batch's records may not expand past max.message.bytes either: a few KB of
-        # zstd would otherwise cost hundreds of MB here, and every consumer as much again
-        max_bytes = self._max_message_bytes(topic)
-        with compression.expansion_limit(max_bytes) as bound:
-            try:
-                header = check_batch(data)
-            except InvalidBatchError:
-                if bound.exceeded:
-                    raise RecordTooLargeError(f"record batch of {len(data)} bytes expands past max.message.bytes "
-                                              f"({max_bytes}) of topic '{topic}' when decompressed") from None
-                raise
+        if len(data) > ATTRIBUTES_OFFSET + 1 and not data[ATTRIBUTES_OFFSET + 1] & compression.CODEC_MASK:
+            header = check_batch(data)  # uncompressed (the attributes' low byte): nothing expands, no bound
+        else:
+            header = self._checked_compressed(topic, data)
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             if txn_check is None:
                 raise InvalidBatchError("a transactional batch needs a transactional id in the request", corrupt=False)
@@ -616,6 +609,20 @@ class RawAppender:
             append_time = int(time.time() * 1000)
             data = with_log_append_time(data, append_time)
         return header, data, append_time, txn_check
+
+    def _checked_compressed(self, topic: str, data: bytes) -> BatchHeader:
+        """check_batch of a compressed batch, its decompression bounded: its records may not expand
+        past max.message.bytes either (a few KB of zstd would otherwise cost hundreds of MB here,
+        and every consumer as much again)."""
+        max_bytes = self._max_message_bytes(topic)
+        with compression.expansion_limit(max_bytes) as bound:
+            try:
+                return check_batch(data)
+            except InvalidBatchError:
+                if bound.exceeded:
+                    raise RecordTooLargeError(f"record batch of {len(data)} bytes expands past max.message.bytes "
+                                              f"({max_bytes}) of topic '{topic}' when decompressed") from None
+                raise
 
     def append_many(self, topic: str, items: list[tuple[int, bytes]], acks: str) -> list[RawAppendResult | Exception]:
         """Check and append the non-transactional batches of many partitions of `topic` (a Produce
