@@ -8,6 +8,12 @@ in order, one at a time; up to READ_AHEAD whole frames (or more small ones, up t
 within READ_AHEAD_BYTES) wait here (pipelining), then reading pauses until the request loop catches
 up, so memory per connection stays bounded by the request size.
 
+A request arriving while the request loop is parked with nothing else queued is begun right in
+`data_received` (`start_eagerly`, as Python 3.12's eager tasks would): one that completes without
+waiting is answered there, without waking the loop at all; one that waits is handed to the loop as a
+`Begun`, which the loop awaits as if it had started the request itself. A turn of the event loop
+(~10 us of CPU) saved per request.
+
 Writing goes through an ordinary asyncio.StreamWriter (flow control: FlowControlMixin), so
 handlers, sendfile and TLS see the same writer as before.
 """
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from klog.protocol import framing
@@ -42,6 +48,10 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
         self._frames: collections.deque[bytes] = collections.deque()
         self._queued_bytes = 0  # of the frames held
         self._waiter: asyncio.Future | None = None
+        self._begun: Begun | None = None  # a request begun in data_received, for the request loop to take over
+        # the request loop's: the coroutine handling a frame, begun in data_received; None where the loop
+        # must take the frame itself. It returns True when the connection carries on
+        self.start_eagerly: Callable[[bytes], Coroutine[Any, Any, bool] | None] | None = None
         self._closed: asyncio.Future = self._loop.create_future()
         self._paused_reading = False
         self.ended = False  # no frame will follow those queued
@@ -114,6 +124,9 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
             if start:
                 del buf[:start]
         if self._frames:
+            if (len(self._frames) == 1 and self.start_eagerly is not None and self._waiter is not None
+                    and not self._waiter.done() and not self.ended and self._begin(self._frames[0])):
+                return
             if self._read_ahead_full() and not self._paused_reading:
                 self._paused_reading = True
                 self.transport.pause_reading()  # type: ignore[union-attr]
@@ -139,19 +152,52 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
     def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future:
         return self._closed
 
+    def _begin(self, frame: bytes) -> bool:
+        """Start the request in `frame`, the only one here, while the request loop is parked (nothing
+        in flight on this connection): answered here if nothing in it waits, else handed to the loop
+        where it waits (a Begun). False: the loop takes the frame as usual."""
+        coro = self.start_eagerly(frame)  # type: ignore[misc]
+        if coro is None:
+            return False
+        self._take()
+        try:
+            yielded = coro.send(None)
+        except StopIteration as done:
+            if done.value is True:
+                return True  # answered: the loop stays parked
+            self._begun = Begun(result=done.value)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as e:  # noqa: BLE001 - raised where the loop awaits it, as if the loop had run it
+            self._begun = Begun(error=e)
+        else:
+            self._begun = Begun(coro, yielded)
+        self._wake()
+        return True
+
     # -- the request loop's side ---------------------------------------------------------------
-    async def next_frame(self) -> bytes | None:
-        """The next whole frame (without suspending when one is there), or None once the
-        connection ended (end_reason says why)."""
-        while not self._frames:
+    async def next_frame(self) -> bytes | Begun | None:
+        """The next whole frame (without suspending when one is there), a request begun when it
+        arrived (to await: its outcome), or None once the connection ended (end_reason says why)."""
+        while True:
+            if self._begun is not None:  # (before the frames: they came after it)
+                begun, self._begun = self._begun, None
+                return begun
+            if self._frames:
+                return self._take()
             if self.ended:
                 return None
             self._waiter = self._loop.create_future()
             try:
                 await self._waiter
+            except BaseException as e:
+                if self._begun is None:
+                    raise
+                # cancelled after a request was begun for this loop: the request gets the cancellation
+                begun, self._begun = self._begun, None
+                return begun.interrupted(e)
             finally:
                 self._waiter = None
-        return self._take()
 
     def has_frames(self) -> bool:
         """Whether a whole frame is already here, waiting."""
@@ -203,3 +249,57 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+
+class Begun:
+    """A request begun in `data_received` (FrameProtocol.start_eagerly), taken over by the request
+    loop: awaiting it is awaiting its coroutine from where it stopped (the value it yielded goes to
+    the loop's task first, then what the task sends or throws goes to the coroutine: `yield from`),
+    or gives the result it already returned, or raises what it already raised."""
+
+    __slots__ = ("_coro", "_yielded", "_thrown", "_result", "_error")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any] | None = None, yielded: Any = None, *,
+                 result: Any = None, error: BaseException | None = None) -> None:
+        self._coro = coro
+        self._yielded = yielded
+        self._thrown: BaseException | None = None
+        self._result = result
+        self._error = error
+
+    def interrupted(self, error: BaseException) -> Begun:
+        """This, with `error` (the loop's task cancelled before it took the request over) thrown
+        into the request first, as a task's cancellation reaches the request it is running."""
+        if self._coro is not None:
+            if isinstance(error, asyncio.CancelledError) and isinstance(self._yielded, asyncio.Future):
+                self._yielded.cancel()  # what it waits on, as Task.cancel cancels it
+            self._thrown = error
+        return self
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, self._coro = self._coro, None
+        if coro is None:
+            error, self._error = self._error, None
+            if error is not None:
+                raise error
+            return self._result
+        yielded, thrown = self._yielded, self._thrown
+        self._yielded = self._thrown = None
+        sent = None
+        while True:
+            if thrown is None:
+                try:
+                    sent = yield yielded
+                except GeneratorExit:
+                    coro.close()
+                    raise
+                except BaseException as e:  # noqa: BLE001 - thrown in by the task (a cancellation): the request's
+                    thrown = e
+            try:
+                if thrown is None:
+                    yielded = coro.send(sent)
+                else:
+                    error, thrown = thrown, None
+                    yielded = coro.throw(error)
+            except StopIteration as done:
+                return done.value

@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ from klog.protocol.apis import API_VERSIONS, PRODUCE, api_name
 from klog.protocol.kafka import TopicIds
 from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
-from klog.server.connection import FrameProtocol
+from klog.server.connection import Begun, FrameProtocol
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.hop import HopPool, in_thread
 from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
@@ -506,38 +507,60 @@ class Server:
                                 peer: str, conn: ConnectionSecurity) -> None:
         """Requests handled and answered strictly in order; the protocol holds the next frames
         meanwhile (pipelining), each parsed when its turn comes (a SASL handshake before it may
-        change how it is read)."""
-        loop = asyncio.get_running_loop()
-        while not self._stopping:
-            frame = await proto.next_frame()
-            if frame is None:
-                if proto.idled and not proto.end_reason:
-                    log.info("%s: idle for %d ms (connections.max.idle.ms), closing", peer, self.idle_ms)
-                elif proto.end_reason:
-                    log.warning("%s: %s, closing", peer, proto.end_reason)
-                return
-            self._connections[task] = proto.busy = True
-            try:
-                if conn.raw_sasl and not conn.authenticated:
-                    item = raw_sasl_token(frame)  # after a SaslHandshake v0: a SASL token without Kafka's framing
-                elif len(frame) > PARSE_INLINE_BYTES:  # in a thread: the loop keeps answering the others
-                    item = await loop.run_in_executor(self.parse_executor, self._parse, frame, peer)
-                else:
-                    item = self._parse(frame, peer)
-                # pipelined Produce requests (none queued behind this one: answered as any request)
-                while item is not None and proto.has_frames() and self._groupable(item, conn):
-                    group, item = await self._produce_group(item, proto, peer)
-                    if not await self._answer_group(group, writer, peer, conn):
-                        return
-                    if item is None or item is _NO_ITEM:
-                        break
-                if item is _NO_ITEM:
-                    continue
-                if item is None or not await self._answer(item, writer, peer, conn):
+        change how it is read). A request arriving while this loop waits, with nothing else
+        queued, is begun as it arrives (start_eagerly): one turn of the event loop less."""
+
+        def start_eagerly(frame: bytes) -> Coroutine[Any, Any, bool] | None:
+            # not: a raw SASL token or a big frame (their parse differs), nor once stopping (no new request)
+            if self._stopping or len(frame) > PARSE_INLINE_BYTES or (conn.raw_sasl and not conn.authenticated):
+                return None
+            return self._request(frame, proto, writer, task, peer, conn)
+
+        proto.start_eagerly = start_eagerly
+        try:
+            while not self._stopping:
+                frame = await proto.next_frame()
+                if frame is None:
+                    if proto.idled and not proto.end_reason:
+                        log.info("%s: idle for %d ms (connections.max.idle.ms), closing", peer, self.idle_ms)
+                    elif proto.end_reason:
+                        log.warning("%s: %s, closing", peer, proto.end_reason)
                     return
-            finally:
-                self._connections[task] = proto.busy = False
-                proto.last_active = loop.time()
+                if isinstance(frame, Begun):  # begun as it arrived: its outcome
+                    if not await frame:
+                        return
+                elif not await self._request(frame, proto, writer, task, peer, conn):
+                    return
+        finally:
+            proto.start_eagerly = None
+
+    async def _request(self, frame: bytes, proto: FrameProtocol, writer: asyncio.StreamWriter, task: asyncio.Task,
+                       peer: str, conn: ConnectionSecurity) -> bool:
+        """The request in `frame` handled and answered (with the Produce requests queued behind it
+        that join it); False: the connection must close. Run by the request loop, or begun in
+        FrameProtocol.data_received when it arrived while the loop waited (nothing in it may need
+        the current task or a context variable: there is none)."""
+        self._connections[task] = proto.busy = True
+        try:
+            if conn.raw_sasl and not conn.authenticated:
+                item = raw_sasl_token(frame)  # after a SaslHandshake v0: a SASL token without Kafka's framing
+            elif len(frame) > PARSE_INLINE_BYTES:  # in a thread: the loop keeps answering the others
+                item = await self._loop.run_in_executor(self.parse_executor, self._parse, frame, peer)
+            else:
+                item = self._parse(frame, peer)
+            # pipelined Produce requests (none queued behind this one: answered as any request)
+            while item is not None and proto.has_frames() and self._groupable(item, conn):
+                group, item = await self._produce_group(item, proto, peer)
+                if not await self._answer_group(group, writer, peer, conn):
+                    return False
+                if item is None or item is _NO_ITEM:
+                    break
+            if item is _NO_ITEM:
+                return True
+            return item is not None and await self._answer(item, writer, peer, conn)
+        finally:
+            self._connections[task] = proto.busy = False
+            proto.last_active = self._loop.time()
 
     def _parse(self, frame: bytes, peer: str) -> _Parsed | None:
         """The request in `frame`, or None (logged) when the connection must close."""
