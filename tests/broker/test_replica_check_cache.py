@@ -95,7 +95,7 @@ def test_several_batches_of_a_partition_in_one_hold_are_checked_synced_and_publi
 
 def test_a_directory_replaced_or_a_folder_deleted_mid_stream_is_noticed_by_the_very_next_append(tmp_path):
     """The look before each append works out its paths once per partition (ReplicaManager._replica_places)
-    but still looks at the directories themselves every time: one long-lived writer, a follower's disk
+    but still looks for the partition's folder every time: one long-lived writer, a follower's disk
     swapped for a new one (its id file differs) and later another follower's folder deleted, each
     between two appends; each is noticed by the append right after it, and every record reads back."""
     import os
@@ -134,3 +134,53 @@ def test_a_directory_replaced_or_a_folder_deleted_mid_stream_is_noticed_by_the_v
         after = store.describe_topic("h").partitions[0]
         assert after.replica_log_end == {d: 8 for d in meta.replicas}  # both caught up again
         assert [r.value for r in store.consumer("h")] == [b"v%d" % i for i in range(8)]
+
+
+def test_a_healthy_directory_is_trusted_briefly_and_a_full_one_refused_once_that_passed(tmp_path, monkeypatch):
+    """Between full replica checks, a directory found healthy is trusted for HEALTHY_TRUSTED_S
+    (its health is read once for many appends in that time); a disk that fills is refused by the
+    first append after it, with nothing appended, and a failed append looks at every directory
+    again at once."""
+    import pytest
+
+    from klog.broker import replication
+    from klog.broker.replication import ReplicaManager
+    from klog.broker.writer import PartitionWriter
+    from klog.errors import KlogError
+    from klog.store import codec, health
+
+    reads: list[str] = []
+    full = False
+    real = health.check_log_dir
+
+    def check(path: str, expected_id: str | None, *rest: str | None) -> str:
+        reads.append(path)
+        return health.FULL if full else real(path, expected_id, *rest)
+
+    monkeypatch.setattr(health, "check_log_dir", check)
+    clock = [1000.0]
+    monkeypatch.setattr(replication.time, "monotonic", lambda: clock[0])
+    with klog.Store(str(tmp_path / "data")) as store:
+        store.create_topic("h")
+        writer = PartitionWriter(store, ReplicaManager(store))
+
+        def append(i: int) -> None:
+            writer.append_batch("h", 0, codec.encode_batch([(None, b"v%d" % i, [], 1_700_000_000_000)], 0), "all")
+
+        append(0)  # the full check (reconcile)
+        reads.clear()
+        for i in range(1, 6):
+            append(i)
+        assert len(reads) == 1  # read once, then trusted
+        clock[0] += replication.HEALTHY_TRUSTED_S / 2
+        append(6)
+        assert len(reads) == 1
+        clock[0] += replication.HEALTHY_TRUSTED_S
+        full = True
+        with pytest.raises(KlogError, match="full"):
+            append(7)
+        with pytest.raises(KlogError, match="full"):
+            append(8)  # not trusted again: looked at on every append while it stays full
+        full = False
+        append(9)
+        assert [r.value for r in store.consumer("h")] == [b"v%d" % i for i in (0, 1, 2, 3, 4, 5, 6, 9)]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
+from klog.broker.replication import HEALTHY_TRUSTED_S
 from klog.store import health
 from tests.serve_helpers import RawClient, batch, produce
 
@@ -16,10 +18,17 @@ pytest.importorskip("kio")
 from kio.schema.errors import ErrorCode as E  # noqa: E402
 
 
+class _Switch(threading.Event):
+    def set(self) -> None:
+        super().set()
+        time.sleep(HEALTHY_TRUSTED_S * 2)  # a directory found healthy is trusted this long
+
+
 @pytest.fixture
 def full_disk(monkeypatch):
-    """A switch: while set, every log directory reads as full (under health's 1 MiB free)."""
-    full = threading.Event()
+    """A switch: while set, every log directory reads as full (under health's 1 MiB free), from
+    the first append after the set."""
+    full = _Switch()
     real = health.check_log_dir
 
     def check(path: str, expected_id: str | None, *rest: str | None) -> str:
