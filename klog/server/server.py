@@ -555,9 +555,10 @@ class Server:
                     return False
                 if item is None or item is _NO_ITEM:
                     break
+            # (stopping: the loop ends after this request, whoever ran it)
             if item is _NO_ITEM:
-                return True
-            return item is not None and await self._answer(item, writer, peer, conn)
+                return not self._stopping
+            return item is not None and await self._answer(item, writer, peer, conn) and not self._stopping
         finally:
             self._connections[task] = proto.busy = False
             proto.last_active = self._loop.time()
