@@ -304,9 +304,9 @@ class Begun:
         request has already ended (nothing to throw it into)."""
         if self._coro is None:
             return False
-        if isinstance(error, asyncio.CancelledError) and isinstance(self._yielded, asyncio.Future):
-            self._yielded.cancel()  # what it waits on, as Task.cancel cancels it
-        self._thrown = error
+        if not (isinstance(error, asyncio.CancelledError) and asyncio.isfuture(self._yielded)
+                and self._yielded.cancel()):  # (as Task.cancel: what it waits on is cancelled, if it can be)
+            self._thrown = error
         return True
 
     def __await__(self) -> Generator[Any, Any, Any]:
