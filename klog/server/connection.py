@@ -181,8 +181,8 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
         except BaseException as e:  # noqa: BLE001 - raised where the loop awaits it, as if the loop had run it
             self._begun = Begun(error=e)
         else:
-            if getattr(yielded, "_asyncio_future_blocking", False) and asyncio.isfuture(yielded) \
-                    and yielded.get_loop() is self._loop:
+            # (an asyncio future of this loop, awaited: what Task.__step would wait for; not a Task)
+            if type(yielded) is asyncio.Future and yielded._asyncio_future_blocking and yielded._loop is self._loop:
                 yielded._asyncio_future_blocking = False
                 self._driven = (coro, yielded)
                 yielded.add_done_callback(self._resume)
