@@ -369,3 +369,21 @@ def test_stopping_answers_a_long_polling_fetch_and_closes_its_connection(kafka_s
         assert _closed(client.sock)
         stopped.join(timeout=15)
         assert not stopped.is_alive()
+
+
+def test_nothing_a_request_runs_needs_the_current_task_or_a_context_variable():
+    """A begun request runs outside any task (in data_received, then in its futures' callbacks):
+    asyncio.timeout, TaskGroup and current_task() fail there, and a context variable set there lands
+    in the transport's reader context, shared by every request. Only the connection's task itself
+    (Server._connection) may use them."""
+    import re
+    from pathlib import Path
+
+    import klog
+
+    root = Path(klog.__file__).parent
+    found = [(str(path.relative_to(root)), line.strip())
+             for package in ("server", "protocol", "broker") for path in sorted((root / package).rglob("*.py"))
+             for line in path.read_text().splitlines()
+             if re.search(r"current_task\(|asyncio\.timeout|timeout_at\(|TaskGroup|ContextVar", line)]
+    assert found == [("server/server.py", "task = asyncio.current_task()")]  # (in Server._connection)
