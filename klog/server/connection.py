@@ -300,10 +300,11 @@ class Begun:
 
     def interrupted(self, error: BaseException) -> bool:
         """Throw `error` (the loop's task cancelled before it took the request over) into the
-        request first, as a task's cancellation reaches the request it is running. False: the
-        request has already ended (nothing to throw it into)."""
+        request first, as a task's cancellation reaches the request it is running. A request that
+        already failed keeps its failure (raised instead: logged, not swallowed by a cancellation
+        that came after it). False: the request already ended otherwise (nothing to throw it into)."""
         if self._coro is None:
-            return False
+            return self._error is not None
         if not (isinstance(error, asyncio.CancelledError) and asyncio.isfuture(self._yielded)
                 and self._yielded.cancel()):  # (as Task.cancel: what it waits on is cancelled, if it can be)
             self._thrown = error

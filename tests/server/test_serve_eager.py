@@ -387,3 +387,21 @@ def test_nothing_a_request_runs_needs_the_current_task_or_a_context_variable():
              for line in path.read_text().splitlines()
              if re.search(r"current_task\(|asyncio\.timeout|timeout_at\(|TaskGroup|ContextVar", line)]
     assert found == [("server/server.py", "task = asyncio.current_task()")]  # (in Server._connection)
+
+
+def test_a_begun_request_that_failed_is_reported_even_when_the_loop_is_cancelled_before_it_looks():
+    """The request failed (a handler's bug) and its connection's loop is cancelled (the server
+    stopping: the loop is not busy any more) before the loop took the failure over: the failure
+    still reaches the loop (logged as an internal error), it is not swallowed by the cancellation."""
+    async def main() -> None:
+        c = _Connection()
+        await c.parked()
+        bug = RuntimeError("a bug")
+        c.outcome[1] = bug
+        c.proto.data_received(_frame(1))  # fails at once: handed to the loop, which has not run yet
+        c.proto.task.cancel()
+        await c.parked()
+        assert c.events == ["start 1"]
+        assert c.ended is bug and c.proto.task.exception() is bug
+
+    asyncio.run(main())
