@@ -373,9 +373,10 @@ def test_stopping_answers_a_long_polling_fetch_and_closes_its_connection(kafka_s
 
 def test_nothing_a_request_runs_needs_the_current_task_or_a_context_variable():
     """A begun request runs outside any task (in data_received, then in its futures' callbacks):
-    asyncio.timeout, TaskGroup and current_task() fail there, and a context variable set there lands
-    in the transport's reader context, shared by every request. Only the connection's task itself
-    (Server._connection) may use them."""
+    asyncio.timeout, TaskGroup and current_task() fail there (and asyncio.wait_for from Python 3.12 on:
+    it is asyncio.timeout there), and a context variable set there lands in the transport's reader
+    context, shared by every request. Only tasks of their own may use them: the connection's
+    (Server._connection) and the group coordinator's timer."""
     import re
     from pathlib import Path
 
@@ -383,10 +384,13 @@ def test_nothing_a_request_runs_needs_the_current_task_or_a_context_variable():
 
     root = Path(klog.__file__).parent
     found = [(str(path.relative_to(root)), line.strip())
-             for package in ("server", "protocol", "broker") for path in sorted((root / package).rglob("*.py"))
-             for line in path.read_text().splitlines()
-             if re.search(r"current_task\(|asyncio\.timeout|timeout_at\(|TaskGroup|ContextVar", line)]
-    assert found == [("server/server.py", "task = asyncio.current_task()")]  # (in Server._connection)
+             for package in ("server", "protocol", "broker", "security")
+             for path in sorted((root / package).rglob("*.py")) for line in path.read_text().splitlines()
+             if re.search(r"current_task\(|asyncio\.timeout|timeout_at\(|TaskGroup|ContextVar|asyncio\.wait_for\(",
+                          line)]
+    assert found == [("server/group_runtime.py", "await asyncio.wait_for(self._wake.wait(), timeout)"),  # (_run_timer)
+                     ("server/server.py", "task = asyncio.current_task()"),  # (in Server._connection)
+                     ("server/server.py", "await asyncio.wait_for(writer.wait_closed(), 1.0)")]
 
 
 def test_a_begun_request_that_failed_is_reported_even_when_the_loop_is_cancelled_before_it_looks():
