@@ -221,7 +221,12 @@ class FrameProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
             self._waiter = self._loop.create_future()
             try:
                 await self._waiter
-            except BaseException as e:
+            except GeneratorExit:  # (the task destroyed while it waits: the request ends with it)
+                begun = self._take_over()
+                if begun is not None:
+                    begun.close()
+                raise
+            except asyncio.CancelledError as e:
                 # cancelled while a request begun here is in flight: the request gets the cancellation
                 begun = self._take_over()
                 if begun is None or not begun.interrupted(e):
@@ -309,6 +314,12 @@ class Begun:
                 and self._yielded.cancel()):  # (as Task.cancel: what it waits on is cancelled, if it can be)
             self._thrown = error
         return True
+
+    def close(self) -> None:
+        """Close the request's coroutine, never to be awaited (its cleanup runs)."""
+        coro, self._coro = self._coro, None
+        if coro is not None:
+            coro.close()
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coro, self._coro = self._coro, None

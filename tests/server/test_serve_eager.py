@@ -409,3 +409,27 @@ def test_a_begun_request_that_failed_is_reported_even_when_the_loop_is_cancelled
         assert c.ended is bug and c.proto.task.exception() is bug
 
     asyncio.run(main())
+
+
+def test_closing_the_loop_s_coroutine_closes_the_begun_request_too():
+    """The request loop destroyed while it waits (its coroutine closed, as the garbage collector
+    closes a pending task's): the request begun meanwhile is closed with it (its cleanup runs), not
+    left waiting on its future nor answered with "coroutine ignored GeneratorExit"."""
+    async def main() -> None:
+        c = _Connection()
+        await c.parked()
+        c.proto.task.cancel()  # (this test drives the protocol's side by hand)
+        await c.parked()
+        proto = c.proto
+        proto.start_eagerly = c._request
+        waiting = proto.next_frame()
+        assert waiting.send(None) is proto._waiter  # parked, as the loop's task would be
+        waits = c.waits[1] = asyncio.get_running_loop().create_future()
+        proto.data_received(_frame(1))
+        waiting.close()  # (raises RuntimeError if next_frame ignores GeneratorExit)
+        assert c.events == ["start 1", "1: GeneratorExit"]
+        waits.set_result("late")
+        await c.parked()
+        assert c.events == ["start 1", "1: GeneratorExit"]  # nothing resumed it
+
+    asyncio.run(main())
