@@ -141,6 +141,8 @@ def test_a_healthy_directory_is_trusted_briefly_and_a_full_one_refused_once_that
     (its health is read once for many appends in that time); a disk that fills is refused by the
     first append after it, with nothing appended, and a failed append looks at every directory
     again at once."""
+    import types
+
     import pytest
 
     from klog.broker import replication
@@ -159,7 +161,8 @@ def test_a_healthy_directory_is_trusted_briefly_and_a_full_one_refused_once_that
 
     monkeypatch.setattr(health, "check_log_dir", check)
     clock = [1000.0]
-    monkeypatch.setattr(replication.time, "monotonic", lambda: clock[0])
+    # (replication's own clock only: the process's time.monotonic stays real for everything else)
+    monkeypatch.setattr(replication, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     with klog.Store(str(tmp_path / "data")) as store:
         store.create_topic("h")
         writer = PartitionWriter(store, ReplicaManager(store))
