@@ -209,14 +209,25 @@ def run(bench: Bench) -> None:
             time.sleep(idle_s)
             idle_rate = (_cpu_s(server.proc.pid) - cpu) / (time.monotonic() - started)  # CPU s per s
             per: dict[str, list[float]] = {k: [] for k in [*kinds, *floor_kinds]}
-            for _ in range(bench.rounds(5)):
-                for name, (fn, count) in kinds.items():
-                    measured = servers[name]
-                    cpu, started = _cpu_s(measured.proc.pid), time.monotonic()
-                    for _ in range(count):
-                        fn()
-                    background = idle_rate * (time.monotonic() - started)
-                    per[name].append((_cpu_s(measured.proc.pid) - cpu - background) / count)
+            # each kind beside its baseline's, in turn, the order flipped every round: what runs just
+            # before a measurement (the other server's, a wide Fetch) moves its figure, so neither
+            # side always comes first
+            twins = {"empty Fetch": "baseline: empty Fetch", "Fetch of 1 partition": "baseline: Fetch of 1 partition",
+                     f"Fetch of {partitions} partitions": "baseline: wide Fetch",
+                     "produce+fetch round": "baseline: produce+fetch round",
+                     "round, no fsync": "baseline: round, no fsync"}
+            groups = [[name, twins[name]] if name in twins and twins[name] in kinds else [name]
+                      for name in kinds if not name.startswith("baseline")]
+            for turn in range(bench.rounds(6)):
+                for group in groups:
+                    for name in (group if turn % 2 == 0 else group[::-1]):
+                        fn, count = kinds[name]
+                        measured = servers[name]
+                        cpu, started = _cpu_s(measured.proc.pid), time.monotonic()
+                        for _ in range(count):
+                            fn()
+                        background = idle_rate * (time.monotonic() - started)
+                        per[name].append((_cpu_s(measured.proc.pid) - cpu - background) / count)
                 for name, (conn, proc) in floor_kinds.items():
                     cpu = proc.cpu_s()
                     for _ in range(n):
