@@ -3,7 +3,8 @@
 One raw connection (frames written once with kio, so the client costs little) against a `klog
 serve` process; the server's CPU is read from /proc before and after N requests of a kind, less
 what the idle server spent in that time (its background ticks: checkpoints, the log cleaner, measured
-first), and the kinds alternate round by round. Beside them, in the same run, ApiVersions: the cost of the
+first), and the kinds alternate round by round, each beside its baseline's (below) with the order
+flipped every round. Beside them, in the same run, ApiVersions: the cost of the
 request loop itself (read, parse, answer) with no work in the handler, the floor of every figure.
 
 - round: Produce v9 of one 100-byte record (acks=all) to `one`, then Fetch v12 of that offset; beside
