@@ -683,8 +683,8 @@ class SyncTogether(DeferredSync):
 
 
 class SyncAfter(DeferredSync):
-    """A partition's batch appended under its lock (held by the caller until synced() or
-    finish()), its fsyncs made by the caller, then published: klog serve's event loop hands the
+    """A partition's batch appended under its lock (held by the caller until synced()), its
+    fsyncs made by the caller (or by flush(), in a thread), then published: klog serve's event loop hands the
     fsync of the active segment to io_uring instead of a thread (klog.server.loop_fsync).
     fsyncs() says which descriptors that is; when a flush has more to do (a sealed segment not yet
     fsynced, a new folder or file name to make durable) it says None and flush() does it all."""
@@ -695,7 +695,7 @@ class SyncAfter(DeferredSync):
 
     def fsyncs(self) -> list[int] | None:
         """The descriptors whose fsync is all the acks of the appended batches wait for (none: no
-        flush is due), or None when a flush has more to do (then finish())."""
+        flush is due), or None when a flush has more to do (then flush(), then synced())."""
         due, fds = [], []
         for part, _, sync, _, _ in self._appended:
             for replica in _sync_scope(part, sync):

@@ -138,8 +138,7 @@ class PartitionWriter:
             released = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - self.open_max)]
         if not release:
             return released
-        for oldest in released:
-            oldest.release_files(self.readers_too)
+        self.release_files(released)
         return []
 
     def release_files(self, parts: list[Partition]) -> None:

@@ -21,6 +21,7 @@ from klog.store.codec import encode_uvarint as _uvarint
 
 FIRST_FLEXIBLE = 12
 _PARTITION_V5 = struct.Struct(">ihqqq")  # partition index, error code, high watermark, last stable offset, log start
+_PARTITION_V4 = struct.Struct(">ihqq")  # partition index, error code, high watermark, last stable offset
 
 
 def encode(response_type: type, version: int, answers: list[Any], error: int = 0) -> RawBody:
@@ -45,10 +46,10 @@ def encode(response_type: type, version: int, answers: list[Any], error: int = 0
             if version >= 5:  # (index, error, high watermark, last stable offset, log start: one pack)
                 buf += _PARTITION_V5.pack(p.partition, int(p.error), p.high_watermark, p.upper,  # (the LSO)
                                           p.log_start_offset)
+            elif version == 4:
+                buf += _PARTITION_V4.pack(p.partition, int(p.error), p.high_watermark, p.upper)  # (the LSO)
             else:
                 buf += struct.pack(">ihq", p.partition, int(p.error), p.high_watermark)
-                if version >= 4:
-                    buf += struct.pack(">q", p.last_stable_offset)
             if version >= 4 and not p.aborted:
                 buf += no_aborted  # (and the preferred read replica, v11+)
             elif version >= 4:  # transactions' fields
@@ -84,7 +85,6 @@ def encode(response_type: type, version: int, answers: list[Any], error: int = 0
     return RawBody(response_type, parts)
 
 
-_PARTITION_V4 = struct.Struct(">ihqq")  # partition index, error code, high watermark, last stable offset
 _I32 = struct.Struct(">i")
 _one_heads: dict[tuple[int, Any], bytes] = {}  # (version, topic name or id) -> the answer's bytes before its partition
 _ONE_HEADS_MAX = 4096

@@ -67,6 +67,13 @@ def _hammer(port: int, name: bytes, acked: Acked, failed: list, until: threading
             client.close()
 
 
+def _warm_topic(kafka_server, store) -> None:  # noqa: ANN001 - the fixtures
+    """Topic `t`, its partition 0 opened by one produce (a thread's: the loop appends from then on)."""
+    store.create_topic("t")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "t", 0, batch([b"warm"])) == (0, 0)
+
+
 def _hammers(port: int, failed: list, done: threading.Event, n: int, count_max: int, seconds: float,
              prefix: bytes = b"c", reconnect: bool = False) -> tuple[list[Acked], list[threading.Thread]]:
     """`n` _hammer threads (not started; values `<prefix><i>-j-k`) and their acknowledged lists."""
@@ -125,9 +132,7 @@ def test_writers_of_one_partition_interleave_whole_batches_and_lose_nothing(kafk
     write partition 0 of one topic at once: the server's appends take the loop where the locks
     are free and the threads where they are not, the other process waits for its turn."""
     ck = pytest.importorskip("confluent_kafka")
-    store.create_topic("t")
-    with RawClient(kafka_server.port) as client:
-        assert produce(client, "t", 0, batch([b"warm"])) == (0, 0)  # (opens the partition: a thread's)
+    _warm_topic(kafka_server, store)
     ring = kafka_server.loop_fsync.ring
     ring_before = _ring_submissions(ring.fd)
     lines = b"".join(b"p-%05d\n" % i for i in range(300))
@@ -246,9 +251,7 @@ def test_a_topic_deleted_and_created_again_meanwhile_loses_nothing_of_the_new_on
     waits for good; what was acknowledged after the last re-creation is in the new topic at its
     offset, the other writer's first record after it too, and no acknowledged record sits in the
     new topic's files anywhere but at the offset it was acknowledged with."""
-    store.create_topic("t")
-    with RawClient(kafka_server.port) as client:
-        assert produce(client, "t", 0, batch([b"warm"])) == (0, 0)
+    _warm_topic(kafka_server, store)
     failed: list = []
     done = threading.Event()
     acked, threads = _hammers(kafka_server.port, failed, done, 2, 3000, 15)
@@ -325,9 +328,7 @@ def test_plain_batches_on_the_loop_beside_transactions_keep_read_committed_whole
     pytest.importorskip("confluent_kafka")
     from tests.server.test_serve_transactions import _read_all, _txn_producer
 
-    store.create_topic("t")
-    with RawClient(kafka_server.port) as client:
-        assert produce(client, "t", 0, batch([b"warm"])) == (0, 0)
+    _warm_topic(kafka_server, store)
     failed: list = []
     done = threading.Event()
     acked, threads = _hammers(kafka_server.port, failed, done, 2, 3000, 20)
