@@ -166,9 +166,10 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                 key = (topic.name, p)
                 recovery[d][key] = min(replica.recovery_point, end) if replica is not None else 0
                 replication[d][key] = min(snap.high_watermark, end)
-                first = log.bases[0] if log is not None and only is not None and log.bases else _first_base(folder)
-                if first is not None and snap.log_start_offset > first:
-                    log_start[d][key] = snap.log_start_offset
+                if snap.log_start_offset > 0:  # (else no segment starts below it: no look at the folder)
+                    first = log.bases[0] if log is not None and only is not None and log.bases else _first_base(folder)
+                    if first is not None and snap.log_start_offset > first:
+                        log_start[d][key] = snap.log_start_offset
                 epochs = [(e, o) for e, o in pm.epochs if o <= end]
                 try:  # (`folder` is a join's: a separator and the name make the file's path)
                     _write_if_changed(folder + os.sep + LEADER_EPOCH_CHECKPOINT,

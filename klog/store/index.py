@@ -77,13 +77,14 @@ class _IndexFile:
         finally:
             os.close(fd)
 
-    def refresh_from(self, fd: int) -> None:
+    def refresh_from(self, fd: int) -> int:
         """refresh() through an open descriptor of the file (a writer's: no open and close, at
-        each partition's first open for writing)."""
-        size = os.fstat(fd).st_size
-        size -= size % self.entry.size
+        each partition's first open for writing); returns the file's size."""
+        file_size = os.fstat(fd).st_size
+        size = file_size - file_size % self.entry.size
         if size != len(self._data):
             self._load(fd, size)
+        return file_size
 
     def _load(self, fd: int, size: int) -> None:
         data = self._data
@@ -138,11 +139,16 @@ class _IndexFile:
         return self.entry.unpack_from(data, (n - 1) * self.entry.size) if n else None
 
     # -- writing -----------------------------------------------------------------------------
-    def append_raw(self, fd: int, packed: bytes) -> None:
+    def append_raw(self, fd: int, packed: bytes, at: int | None = None) -> None:
+        """Append an entry through `fd` (O_APPEND). `at`: where the file ends before it, as the
+        writer knows (LogSegment.index_bytes): the cached entries take it only if they are the
+        whole file up to there (a writer that adopted the file without reading it leaves them to
+        the next refresh, which loads what they lack)."""
         with self._growing:  # (a reader's load between the write and the add would add it twice)
             written = os.write(fd, packed)
             assert written == len(packed), (self.path, written)
-            self._data += packed
+            if at is None or len(self._data) == at:
+                self._data += packed
 
     def truncate_entries(self, keep: int) -> None:
         assert keep >= 0

@@ -78,7 +78,7 @@ def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0, names: se
             names = set(os.listdir(directory))
         except FileNotFoundError:
             return []
-    if _nothing_unfinished(names):
+    if nothing_unfinished(names):
         return []  # (the usual folder: this check alone, at every first open of every partition)
     done: list[str] = []
     swapped_bases = sorted({b for n in names if n.endswith(SWAP_SUFFIX) and (b := parse_segment_base(n)) is not None})
@@ -111,7 +111,7 @@ def finish_interrupted_swaps(directory: str, delete_delay_ms: int = 0, names: se
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
-def _nothing_unfinished(names: set[str]) -> bool:
+def nothing_unfinished(names: set[str]) -> bool:
     """No swap, `.cleaned` or `.deleted` file, and every index file has its `.log` beside it:
     finish_interrupted_swaps would do nothing."""
     for name in names:

@@ -11,6 +11,7 @@ import bisect
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -20,18 +21,22 @@ from klog.store.codec import BatchHeader, read_header
 from klog.store.config import LogConfig
 from klog.store.flush_pipeline import FlushSchedule, PendingFlush, SealedFlushes
 from klog.store.format import (
+    INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
     LOG_SUFFIX,
     OFFSET_INDEX_ENTRY,
     RECORD_BATCH_OVERHEAD,
     TIME_INDEX_ENTRY,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     parse_segment_base,
 )
 from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT, PARTITION_READ_BYTES_DEFAULT, read_expansion_bytes_max
 from klog.store.loader import RecoveryReport
 from klog.store.names import check_not_symlink, fsync_dir
 from klog.store.plain import Plain
-from klog.store.segment import LogSegment, OpenLog, SegmentFds
-from klog.store.state import ReplicaSnapshot, ReplicaState, current_boot_id
+from klog.store.segment import CORRUPT_SUFFIX, LogSegment, OpenLog, SegmentFds
+from klog.store.state import ReplicaSnapshot, ReplicaState, ReplicaTrust, current_boot_id
 from klog.store.walk import Tail, walk_batches
 
 T = TypeVar("T")
@@ -48,6 +53,29 @@ STATE_LAG_BYTES_MAX = 1 << 20
 # In a replica's folder: the log holds a record whose attributes byte is >= 0x80 (a foreign log:
 # `dirs import` found one), so its batches are decoded by the strict decoder only (see fastrecords)
 STRICT_RECORDS_MARKER = "klog-strict-records"
+
+# A folder whose mtime is this recent may still change within the same timestamp (a file system
+# stamps changes with a clock that ticks every few ms, or in whole seconds): its mtime proves
+# nothing yet, and a writer does not record it for the next one to trust (see ReplicaTrust)
+FOLDER_SETTLED_NS = 50_000_000
+FOLDER_SETTLED_WHOLE_SECONDS_NS = 3_000_000_000  # (an mtime in whole seconds: FAT, ext3's small inodes)
+# what may be in a replica's folder that a writer's open would not act on (else it is listed at
+# every open: swaps, `.deleted` files, the data-loss marker, whatever else someone put there)
+_QUIET_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, CORRUPT_SUFFIX)
+_QUIET_NAMES = frozenset({ReplicaState.FILE_NAME, LEADER_EPOCH_CHECKPOINT, "partition.metadata",
+                          STRICT_RECORDS_MARKER})
+
+
+def _quiet_folder(names: set[str]) -> bool:
+    """Nothing in the folder's listing that an open for write would finish, remove or stop at."""
+    return (all(n in _QUIET_NAMES or n.endswith(_QUIET_SUFFIXES) for n in names)
+            and loader.nothing_unfinished(names))
+
+
+def _settled(mtime_ns: int) -> bool:
+    """Is a folder's mtime old enough that any later change in it gets another (see FOLDER_SETTLED_NS)?"""
+    margin = FOLDER_SETTLED_WHOLE_SECONDS_NS if mtime_ns % 1_000_000_000 == 0 else FOLDER_SETTLED_NS
+    return mtime_ns <= time.time_ns() - margin
 
 
 class FetchedBatch(Plain):
@@ -247,6 +275,16 @@ class PartitionLog:
         self._segments: _Segments | None = None
         self._bases: list[int] | None = None
         self._strict_records = False
+        # the list holds the active segment only: an open for write adopted it from the replica
+        # state file without listing the folder (the first use of the whole list lists it)
+        self._partial = False
+        # (inode, mtime) of the folder as this object's last open for write found it, when its names
+        # were known then and held nothing an open acts on: the replica state file records them
+        # for the next writer while the folder still has them (see ReplicaTrust)
+        self._folder_seen: tuple[int, int] | None = None
+        # what the folder's Kafka checkpoint files hold (broker.kafka_checkpoints' digest), as a
+        # trusted record said (None: unknown)
+        self.checkpoints_digest: int | None = None
         if listed:
             self.refresh_segments()
 
@@ -254,7 +292,7 @@ class PartitionLog:
     @property
     def segments(self) -> dict[int, LogSegment]:
         """Base offset -> segment, as the folder was last listed (listed now if it never was)."""
-        if self._bases is None:
+        if self._bases is None or self._partial:
             self.refresh_segments()
         return self._segments  # type: ignore[return-value]
 
@@ -262,7 +300,7 @@ class PartitionLog:
     def bases(self) -> list[int]:
         """The segments' base offsets in order, as the folder was last listed (listed now if it never was)."""
         bases = self._bases
-        if bases is None:
+        if bases is None or self._partial:
             self.refresh_segments()
             bases = self._bases
         return bases  # type: ignore[return-value]
@@ -303,6 +341,7 @@ class PartitionLog:
                     segments[base] = LogSegment(self.directory, base, self.config.index_interval_bytes)
             self._segments = segments
             self._bases = bases
+            self._partial = False
             self._strict_records = STRICT_RECORDS_MARKER in names
 
     def _list(self) -> list[str]:
@@ -396,7 +435,7 @@ class PartitionLog:
         since (Partition's lock generation); an opened log then stays as it is. token: names
         this hold of the lock (see probe_folder)."""
         probed, self._probed = self._probed, None
-        if trusted and self._fds is not None and self.bases and self.active.next_offset is not None:
+        if trusted and self._fds is not None and self._bases and self.active.next_offset is not None:
             self.listed_names = None
             return RecoveryReport()
         self.listed_names = None
@@ -413,12 +452,18 @@ class PartitionLog:
                 found = None
         if found is not None and stat.S_ISLNK(found.st_mode):
             check_not_symlink(self.directory)  # (raises)
+        self._folder_seen = None
+        self.checkpoints_digest = None
         if found is None or not stat.S_ISDIR(found.st_mode):
             os.makedirs(self.directory, exist_ok=True)
             # the new folder's entry in the log dir: made durable with the first flush (an fsync
             # here was 1,000 fsyncs of one directory at a producer's first write into 1,000
             # partitions; a group synced by syncfs needs none)
             self._parent_dirty = True
+            found = None
+        snap = self.state.read(write_next=True)  # (every open for write writes it after the append)
+        if found is not None and snap is not None and self._adopt_trusted(snap, found):
+            return RecoveryReport()
         # a compaction or retention killed mid-way; expired .deleted files. One listing serves
         # both passes unless the first changed the segments (a finished swap)
         try:
@@ -429,12 +474,13 @@ class PartitionLog:
         swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, listed)
         self.refresh_segments(None if swaps else names)
         self.listed_names = None if swaps else listed
+        if found is not None and not swaps and _settled(found.st_mtime_ns) and _quiet_folder(listed):
+            self._folder_seen = (found.st_ino, found.st_mtime_ns)
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
             self.new_segment(0, writing=True)
             self._save_state()
             return report
-        snap = self.state.read(write_next=True)  # (every open for write writes it after the append)
         active = self.active
         same = snap is not None and snap.boot_id == current_boot_id() and snap.active_base == active.base_offset
         size = active.file_size() if same else -1
@@ -452,6 +498,60 @@ class PartitionLog:
             self._open_fds()
         self._catch_up_sealed()
         return report
+
+    def _adopt_trusted(self, snap: ReplicaSnapshot, folder: os.stat_result) -> bool:
+        """Adopt the log as the replica state file's ReplicaTrust describes it, when the files are
+        provably as its writer left them: the same boot, the folder's inode and mtime unchanged
+        (no file created, renamed or removed since), and the active segment's `.log` (inode, size,
+        mtime) and indexes (sizes) as recorded, by an fstat of each descriptor the append needs
+        anyway. Then the open is the state read and the three opens: no listing, no index read.
+        False (nothing adopted, nothing left open): the caller checks the log as before."""
+        trust = snap.trust
+        if (trust is None or trust.folder_mtime_ns != folder.st_mtime_ns or trust.folder_ino != folder.st_ino
+                or snap.boot_id != current_boot_id() or snap.recovery_point < snap.active_base):
+            return False  # (a recovery point behind the active segment: sealed ones await their fsync)
+        base = snap.active_base
+        segments = self._segments
+        segment = segments.get(base) if segments is not None else None
+        if segment is None:
+            segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        fds = segment.open_fds()
+        try:
+            log = os.fstat(fds.log)
+            same = (log.st_ino == trust.log_ino and log.st_size == snap.valid_size
+                    and log.st_mtime_ns == trust.log_mtime_ns
+                    and os.fstat(fds.index).st_size == trust.index_bytes
+                    and os.fstat(fds.time_index).st_size == trust.time_index_bytes)
+        except BaseException:
+            fds.close()
+            raise
+        if not same:
+            fds.close()
+            return False
+        with self._listing:  # (readers in other threads see the list and the segment change together)
+            if self._fds is not None:
+                self._fds.close()
+            self._fds, self._fds_base = fds, base
+            if segments is None:
+                segments = _Segments(self.directory, self.config.index_interval_bytes)
+            segments[base] = segment
+            self._segments = segments
+            self._bases = [base]
+            self._partial = True
+            self._strict_records = bool(trust.flags & ReplicaTrust.STRICT_RECORDS)
+        first = trust.first_batch_max_timestamp if trust.flags & ReplicaTrust.FIRST_BATCH_KNOWN else None
+        segment.adopt_trusted(snap.valid_size, snap.log_end_offset, snap.max_timestamp, snap.offset_of_max_timestamp,
+                              trust.index_bytes, trust.time_index_bytes, trust.since_last, trust.last_time_ts, first)
+        self.recovery_point = snap.recovery_point
+        self._state_lag = self._state_lag_bytes = 0
+        self._state_old_segment = False
+        # its names are as the record's writer knew them, among which no data-loss marker (a folder
+        # holding anything but the log's own files is never recorded): nothing to look for
+        self.listed_names = frozenset()
+        self._folder_seen = (folder.st_ino, folder.st_mtime_ns)
+        self.checkpoints_digest = (trust.checkpoints_digest if trust.flags & ReplicaTrust.CHECKPOINTS_KNOWN
+                                   else None)
+        return True
 
     def _adopt_appended_tail(self, snap: ReplicaSnapshot, size: int) -> bool:
         """The state describes the active segment up to snap.valid_size, and the file is longer:
@@ -496,7 +596,7 @@ class PartitionLog:
         kept open as the active segment's (an open to create each file, then another to append,
         cost six opens per new segment: 6,000 at a producer's first write into 1,000 partitions)."""
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
-        if self._bases is None:
+        if self._bases is None or self._partial:
             self.refresh_segments()  # (a first listing, not under _listing below: it takes it)
         with self._listing:  # (the file and its place in the list appear together to readers)
             if writing:
@@ -505,6 +605,9 @@ class PartitionLog:
                 self._fds = None
                 self._fds = segment.open_fds()
                 self._fds_base = base
+                # (an fstat each: a file left by a writer killed in a roll may hold entries already)
+                segment.index_bytes = os.fstat(self._fds.index).st_size
+                segment.time_index_bytes = os.fstat(self._fds.time_index).st_size
             else:
                 segment.create_files()
             segment.next_offset = base
@@ -537,8 +640,8 @@ class PartitionLog:
     def _index_full(self, segment: LogSegment) -> bool:
         """Kafka's offsetIndex.isFull / timeIndex.isFull: segment.index.bytes holds no more entries."""
         limit = self.config.segment_index_bytes
-        return (segment.offset_index.entries >= limit // OFFSET_INDEX_ENTRY.size
-                or segment.time_index.entries >= limit // TIME_INDEX_ENTRY.size)
+        index_entries, time_entries = segment.index_entries()
+        return index_entries >= limit // OFFSET_INDEX_ENTRY.size or time_entries >= limit // TIME_INDEX_ENTRY.size
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:
         if segment.first_batch_max_timestamp is None:
@@ -594,9 +697,11 @@ class PartitionLog:
         """fsync the sealed segments holding offsets at or past the recovery point (Kafka's
         flushUptoOffsetExclusive): those whose background flush failed, or that a writer before
         this one sealed without its flush finishing. Usually none."""
+        if self.recovery_point >= self.active.base_offset:
+            return  # (the usual case: the recovery point is in the active segment, no listing needed)
         bases = self.bases
         first = max(bisect.bisect_right(bases, self.recovery_point) - 1, 0)
-        if first < len(bases) - 1:  # (usually the recovery point is in the active segment: none)
+        if first < len(bases) - 1:
             flusher.sync_segment_files(self._segment_files(bases[first:-1]))
 
     def drop_empty_active(self, next_offset: int) -> bool:
@@ -743,12 +848,42 @@ class PartitionLog:
         active = self.active
         snap = ReplicaSnapshot(current_boot_id(), active.base_offset, active.size,
                                active.next_offset or active.base_offset, self.recovery_point, active.max_timestamp,
-                               active.offset_of_max_timestamp)
+                               active.offset_of_max_timestamp, self._trust(active))
         self.state_written = None  # (a failed write leaves the file unknown)
         self.state.write(snap, sync=sync)
         self.state_written = snap
         self._state_lag = self._state_lag_bytes = 0
         self._state_old_segment = False
+
+    def _trust(self, active: LogSegment) -> ReplicaTrust | None:
+        """What the replica state file records for the next writer to adopt the log by (see
+        ReplicaTrust), or None when this object cannot vouch for it: the folder's names unknown
+        or changed since its open (an lstat: a roll, retention, a swap, anyone), the index sizes
+        unknown, or the active segment not open. One lstat and one fstat."""
+        seen = self._folder_seen
+        fds = self._fds
+        if (seen is None or fds is None or self._fds_base != active.base_offset or active.index_bytes is None
+                or active.time_index_bytes is None):
+            return None
+        try:
+            folder = os.lstat(self.directory)
+            log = os.fstat(fds.log)
+        except OSError:
+            return None
+        if folder.st_ino != seen[0] or folder.st_mtime_ns != seen[1]:
+            self._folder_seen = None
+            return None
+        if log.st_size != active.size:
+            return None
+        first = active.first_batch_max_timestamp
+        digest = self.checkpoints_digest
+        flags = ((ReplicaTrust.FIRST_BATCH_KNOWN if first is not None else 0)
+                 | (ReplicaTrust.STRICT_RECORDS if self._strict_records else 0)
+                 | (ReplicaTrust.CHECKPOINTS_KNOWN if digest is not None else 0))
+        indexer = active.indexer
+        return ReplicaTrust(seen[0], seen[1], log.st_ino, log.st_mtime_ns, active.index_bytes, active.time_index_bytes,
+                            indexer.since_last, indexer.last_time_ts, first if first is not None else -1,
+                            digest or 0, flags)
 
     def release_files(self, readers_too: bool = True) -> bool:
         """Close the descriptors kept between appends (the active segment's three, the state file,

@@ -22,8 +22,10 @@ from klog.store.format import (
     LOG_SUFFIX,
     MAGIC_OFFSET,
     MAGIC_V2,
+    OFFSET_INDEX_ENTRY,
     RECORD_BATCH_OVERHEAD,
     RELATIVE_OFFSET_MAX,
+    TIME_INDEX_ENTRY,
     TIME_INDEX_SUFFIX,
     segment_file_name,
 )
@@ -197,6 +199,10 @@ class LogSegment:
         # the first batch's max timestamp (segment.ms rolls by it): known when it is appended, else read
         # once; forgotten whenever the size is set from outside (another writer, recovery, truncation)
         self.first_batch_max_timestamp: int | None = None
+        # the sizes of the `.index` and `.timeindex` files as the writer knows them (None: unknown):
+        # what the replica state file records for the next writer, and where appends go
+        self.index_bytes: int | None = None
+        self.time_index_bytes: int | None = None
 
     @property
     def max_timestamp(self) -> int:
@@ -538,15 +544,36 @@ class LogSegment:
         self.size = size
         self.first_batch_max_timestamp = None
         if fds is not None:
-            self.offset_index.refresh_from(fds.index)
-            self.time_index.refresh_from(fds.time_index)
+            self.index_bytes = self.offset_index.refresh_from(fds.index)
+            self.time_index_bytes = self.time_index.refresh_from(fds.time_index)
         else:
             self.offset_index.refresh()
             self.time_index.refresh()
+            self.index_bytes = self.time_index_bytes = None
         last = self.offset_index.last_entry()
         self.indexer = IndexBuilder(self.base_offset, self.index_interval_bytes, size - (last[1] if last else 0),
                                     max_timestamp, offset_of_max_timestamp, self.time_index.last_timestamp())
         self.next_offset = next_offset
+
+    def adopt_trusted(self, size: int, next_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
+                      index_bytes: int, time_index_bytes: int, since_last: int, last_time_ts: int,
+                      first_batch_max_timestamp: int | None) -> None:
+        """load_tail_state from what the last writer recorded (ReplicaTrust), the caller having
+        checked the files against it: no index read. The cached index entries stay as they are
+        (a prefix of the files: append_raw's `at` keeps them so)."""
+        self.size = size
+        self.next_offset = next_offset
+        self.first_batch_max_timestamp = first_batch_max_timestamp
+        self.index_bytes = index_bytes
+        self.time_index_bytes = time_index_bytes
+        self.indexer = IndexBuilder(self.base_offset, self.index_interval_bytes, since_last, max_timestamp,
+                                    offset_of_max_timestamp, last_time_ts)
+
+    def index_entries(self) -> tuple[int, int]:
+        """(offset index entries, time index entries) as the writer knows the files."""
+        index, time_ = self.index_bytes, self.time_index_bytes
+        return (index // OFFSET_INDEX_ENTRY.size if index is not None else self.offset_index.entries,
+                time_ // TIME_INDEX_ENTRY.size if time_ is not None else self.time_index.entries)
 
     def can_hold(self, last_offset: int) -> bool:
         return last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
@@ -561,9 +588,15 @@ class LogSegment:
             raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
         index_entry, time_entry = self.indexer.add(position, header.last_offset, header.max_timestamp, len(batch))
         if index_entry is not None:
-            self.offset_index.append_raw(fds.index, index_entry)
+            at = self.index_bytes
+            self.offset_index.append_raw(fds.index, index_entry, at)
+            if at is not None:
+                self.index_bytes = at + len(index_entry)
             if time_entry is not None:
-                self.time_index.append_raw(fds.time_index, time_entry)
+                at = self.time_index_bytes
+                self.time_index.append_raw(fds.time_index, time_entry, at)
+                if at is not None:
+                    self.time_index_bytes = at + len(time_entry)
         self.size = position + len(batch)
         self.next_offset = header.next_offset
         if position == 0:
@@ -591,6 +624,7 @@ class LogSegment:
                 self.time_index.append_raw(fd, packed)
             finally:
                 os.close(fd)
+            self.time_index_bytes = None  # (sealed: no writer appends to it again)
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self, committed_end: int | None = None) -> RecoveryResult:
@@ -617,6 +651,7 @@ class LogSegment:
                 os.fsync(f.fileno())
         self.offset_index.write_all(index_data)
         self.time_index.write_all(time_data)
+        self.index_bytes, self.time_index_bytes = len(index_data), len(time_data)
         self.size = valid
         self.first_batch_max_timestamp = None
         self.indexer = indexer

@@ -40,6 +40,7 @@ def current_boot_id() -> bytes:
 
 class _StructFile:
     layout: struct.Struct  # fields, then a crc32 of them
+    tail_size = 0  # bytes a newer version adds after them (read in the same pread; see ReplicaState)
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -126,6 +127,12 @@ class _StructFile:
         relink: a descriptor kept open from before is first checked for its file having been
         unlinked since (a topic deleted, and maybe created again, by another process): then
         the file now at the path is read (one fstat; none when nothing is open yet)."""
+        data = self.read_data(write_next, may_write, relink)
+        return self._fields_of(data) if data is not None else None
+
+    def read_data(self, write_next: bool = False, may_write: bool = False, relink: bool = False) -> bytes | None:
+        """The file's bytes as read_fields reads them (the fields, their CRC and tail_size more),
+        or None if the file is missing."""
         if relink:
             self.relink()
         closes = self._closes
@@ -136,21 +143,25 @@ class _StructFile:
                 fd = self._open(write=write_next)
             if fd is None:
                 return None
-        layout = self.layout
         try:
-            data = os.pread(fd, layout.size + 4, 0)
+            data = os.pread(fd, self.layout.size + 4 + self.tail_size, 0)
         except OSError:
             if self._closes == closes:
                 raise
-            return self.read_fields(write_next)  # closed under the pread by another thread: again
+            return self.read_data(write_next)  # closed under the pread by another thread: again
         if self._closes != closes:
-            return self.read_fields(write_next)  # maybe another file's bytes (see __init__): again
-        return self._fields_of(data)
+            return self.read_data(write_next)  # maybe another file's bytes (see __init__): again
+        return data
 
     def _fields_of(self, data: bytes | bytearray) -> tuple | None:
-        """The fields of the file's bytes as read, or None if they are short or fail their CRC."""
+        """The fields of the file's bytes as read, or None if they are short or fail their CRC
+        (what a newer version added after them is not looked at: see ReplicaState)."""
         layout = self.layout
-        if len(data) != layout.size + 4 or zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "big"):
+        n = layout.size + 4
+        if len(data) != n and (len(data) < n or not self.tail_size):
+            return None
+        view = memoryview(data)
+        if zlib.crc32(view[:n - 4]) != int.from_bytes(view[n - 4:n], "big"):
             return None
         return layout.unpack_from(data)
 
@@ -196,7 +207,7 @@ class ReplicaSnapshot(Plain):
                "offset_of_max_timestamp")
 
     def __init__(self, boot_id: bytes, active_base: int, valid_size: int, log_end_offset: int, recovery_point: int,
-                 max_timestamp: int, offset_of_max_timestamp: int) -> None:
+                 max_timestamp: int, offset_of_max_timestamp: int, trust: ReplicaTrust | None = None) -> None:
         self.boot_id = boot_id
         self.active_base = active_base
         self.valid_size = valid_size
@@ -204,18 +215,93 @@ class ReplicaSnapshot(Plain):
         self.recovery_point = recovery_point
         self.max_timestamp = max_timestamp
         self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.trust = trust  # what a writer recorded to be trusted by the next one (None: nothing)
+
+
+class ReplicaTrust(Plain):
+    """What the last writer saw of the files a snapshot describes, so that the next writer's open
+    can adopt the log without reading it again (PartitionLog.open_for_write): the folder (its
+    inode and mtime, which any file created, renamed or removed in it changes), the active
+    segment's `.log` (inode, mtime; the snapshot has its size) and its two indexes (sizes), and
+    the writer state a read of them would give (the bytes after the last offset-index entry, the
+    time index's last timestamp, the first batch's max timestamp). The next writer compares them
+    with the lstat it makes of the folder and an fstat of each descriptor it opens anyway; any
+    difference, and it checks the log as before. A writer records the folder only when it knew
+    its names (listed in its hold, or trusted so) and saw nothing a full open would act on."""
+
+    _fields = ("folder_ino", "folder_mtime_ns", "log_ino", "log_mtime_ns", "index_bytes", "time_index_bytes",
+               "since_last", "last_time_ts", "first_batch_max_timestamp", "checkpoints_digest", "flags")
+    FIRST_BATCH_KNOWN = 1  # first_batch_max_timestamp is the first batch's (else read it when needed)
+    STRICT_RECORDS = 2  # the folder holds log.STRICT_RECORDS_MARKER
+    CHECKPOINTS_KNOWN = 4  # checkpoints_digest names what the Kafka checkpoint files in the folder hold
+
+    def __init__(self, folder_ino: int, folder_mtime_ns: int, log_ino: int, log_mtime_ns: int, index_bytes: int,
+                 time_index_bytes: int, since_last: int, last_time_ts: int, first_batch_max_timestamp: int,
+                 checkpoints_digest: int, flags: int) -> None:
+        self.folder_ino = folder_ino
+        self.folder_mtime_ns = folder_mtime_ns
+        self.log_ino = log_ino
+        self.log_mtime_ns = log_mtime_ns
+        self.index_bytes = index_bytes
+        self.time_index_bytes = time_index_bytes
+        self.since_last = since_last
+        self.last_time_ts = last_time_ts
+        self.first_batch_max_timestamp = first_batch_max_timestamp
+        self.checkpoints_digest = checkpoints_digest
+        self.flags = flags
 
 
 class ReplicaState(_StructFile):
+    """Version 1 (what every klog reads): the snapshot's fields and their CRC, 68 bytes. Version 2
+    adds a ReplicaTrust after them, tagged and with a CRC over both parts: older code reads the
+    first 68 bytes as ever (and writing only those leaves a tail whose CRC no longer matches:
+    ignored), newer code reads both in one pread."""
+
     FILE_NAME = "klog-replica.state"
     layout = struct.Struct(">16sqqqqqq")
+    TRUST_TAG = b"KRT2"
+    trust_layout = struct.Struct(">4sQqQqqqqqqII")
+    tail_size = trust_layout.size + 4
 
     def read(self, write_next: bool = False) -> ReplicaSnapshot | None:
-        fields = self.read_fields(write_next)
-        return ReplicaSnapshot(*fields) if fields else None
+        data = self.read_data(write_next)
+        if data is None:
+            return None
+        fields = self._fields_of(data)
+        if not fields:
+            return None
+        return ReplicaSnapshot(*fields, self._trust_of(data))
+
+    def _trust_of(self, data: bytes) -> ReplicaTrust | None:
+        start = self.layout.size + 4
+        end = start + self.trust_layout.size
+        if len(data) != end + 4 or data[start:start + 4] != self.TRUST_TAG:
+            return None
+        view = memoryview(data)
+        if zlib.crc32(view[:end]) != int.from_bytes(view[end:], "big"):
+            return None
+        return ReplicaTrust(*self.trust_layout.unpack_from(data, start)[1:])
 
     def write(self, snap: ReplicaSnapshot, sync: bool = False) -> None:
-        self.write_fields(*_values(snap), sync=sync)
+        trust = snap.trust
+        if trust is None:
+            trust = _NO_TRUST
+        body = self.layout.pack(*_values(snap))
+        data = bytearray(body)
+        data += zlib.crc32(body).to_bytes(4, "big")
+        data += self.trust_layout.pack(self.TRUST_TAG, *_values(trust))
+        data += zlib.crc32(data).to_bytes(4, "big")
+        fd = self._open(write=True)
+        assert fd is not None
+        if os.pwrite(fd, data, 0) != len(data):
+            raise OSError(f"short write to {self.path}")
+        if sync:
+            os.fsync(fd)
+
+
+# a record that trusts nothing (folder inode 0: no folder has it), written when a writer knows too
+# little: its tail must not keep an older writer's trust
+_NO_TRUST = ReplicaTrust(0, 0, 0, 0, -1, -1, 0, -1, -1, 0, 0)
 
 
 class PartitionSnapshot(Plain):
