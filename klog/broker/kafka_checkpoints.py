@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
 from typing import TYPE_CHECKING
 
 from klog.errors import KlogError
@@ -128,6 +129,7 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
             pm = topic.partitions[p]
             part = store.opened_partition(topic.name, p)
             written: dict[str, ReplicaSnapshot] = {}
+            known = None
             if part is not None:
                 # the states as this process's last append left them, while nobody else wrote since
                 # (no read of the state files, nor a look for the folders: they were just written)
@@ -170,18 +172,27 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                     first = log.bases[0] if log is not None and only is not None and log.bases else _first_base(folder)
                     if first is not None and snap.log_start_offset > first:
                         log_start[d][key] = snap.log_start_offset
-                epochs = [(e, o) for e, o in pm.epochs if o <= end]
+                epochs = checkpoints.checkpoint_text([f"{e} {o}" for e, o in pm.epochs if o <= end])
+                metadata = f"version: 0\ntopic_id: {topic_id}\n" if topic_id is not None else ""
+                digest = zlib.crc32(metadata.encode(), zlib.crc32(epochs.encode()))
+                # the folder's files hold these texts already, as its open for write was shown (the
+                # replica state file's record: see PartitionLog.checkpoints_digest), and nobody took
+                # the partition's lock since: no look at them
+                if known is not None and log is not None and log.checkpoints_digest == digest:
+                    continue
                 try:  # (`folder` is a join's: a separator and the name make the file's path)
-                    _write_if_changed(folder + os.sep + LEADER_EPOCH_CHECKPOINT,
-                                      checkpoints.checkpoint_text([f"{e} {o}" for e, o in epochs]), unsynced)
+                    changed = _write_if_changed(folder + os.sep + LEADER_EPOCH_CHECKPOINT, epochs, unsynced)
                     if topic_id is not None:
-                        _write_if_changed(folder + os.sep + "partition.metadata",
-                                          f"version: 0\ntopic_id: {topic_id}\n", unsynced)
+                        changed = _write_if_changed(folder + os.sep + "partition.metadata", metadata,
+                                                    unsynced) or changed
                 except FileNotFoundError:
                     if os.path.isdir(folder):
                         raise
                     for offsets in (recovery[d], replication[d], log_start[d]):  # gone since (moved, deleted)
                         offsets.pop(key, None)
+                    continue
+                if known is not None and log is not None and not changed:
+                    log.note_checkpoints(digest)  # (a file written changed the folder: nothing to record)
     _sync_written(together, unsynced)  # before the log directories' files, as each was fsynced before
     for d in dirs:
         path = store.data_dir.log_dir_path(d)

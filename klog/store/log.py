@@ -72,10 +72,11 @@ def _quiet_folder(names: set[str]) -> bool:
             and loader.nothing_unfinished(names))
 
 
-def _settled(mtime_ns: int) -> bool:
-    """Is a folder's mtime old enough that any later change in it gets another (see FOLDER_SETTLED_NS)?"""
+def _settled(mtime_ns: int, before_ns: int) -> bool:
+    """Is a folder's mtime, seen by an lstat made after `before_ns` (time.time_ns()), old enough
+    that any change in the folder after that lstat gets another (see FOLDER_SETTLED_NS)?"""
     margin = FOLDER_SETTLED_WHOLE_SECONDS_NS if mtime_ns % 1_000_000_000 == 0 else FOLDER_SETTLED_NS
-    return mtime_ns <= time.time_ns() - margin
+    return mtime_ns <= before_ns - margin
 
 
 class FetchedBatch(Plain):
@@ -267,9 +268,10 @@ class PartitionLog:
         self.listed_names: set[str] | None = None
         # what this object last wrote to the replica state file (Partition.written_states)
         self.state_written: ReplicaSnapshot | None = None
-        # (token, lstat of the folder or None) from probe_folder(): the next open_for_write with
-        # the same token (the same hold of the partition's lock) uses it instead of a look of its own
-        self._probed: tuple[object, os.stat_result | None] | None = None
+        # (token, lstat of the folder or None, the time just before it) from probe_folder(): the next
+        # open_for_write with the same token (the same hold of the partition's lock) uses it
+        # instead of a look of its own
+        self._probed: tuple[object, os.stat_result | None, int] | None = None
         self.rolls = 0  # segments this object rolled (a writer runs retention after an append that rolled)
         # the segment list (refresh_segments); None until the first listing of a listed=False log
         self._segments: _Segments | None = None
@@ -361,6 +363,7 @@ class PartitionLog:
             os.fsync(f.fileno())
         fsync_dir(self.directory)
         self._strict_records = True
+        self._folder_seen = None
 
     def first_high_attributes_offset(self) -> int | None:
         """The offset of the first record whose attributes byte is >= 0x80, or None: a walk over
@@ -417,11 +420,12 @@ class PartitionLog:
     def probe_folder(self, token: object) -> bool:
         """Lock held: is the replica's folder there (as os.path.isdir says)? The look serves the
         next open_for_write(token=`token`) too: one lstat for both."""
+        before = time.time_ns()
         try:
             found = os.lstat(self.directory)
         except FileNotFoundError:
             found = None
-        self._probed = (token, found)
+        self._probed = (token, found, before)
         if found is None:
             return False
         return stat.S_ISDIR(found.st_mode) or (stat.S_ISLNK(found.st_mode) and os.path.isdir(self.directory))
@@ -444,8 +448,9 @@ class PartitionLog:
         # one lstat says whether the folder is there and is no link (the caller's own look at it,
         # probe_folder, when made in this hold of the lock)
         if probed is not None and probed[0] == token:
-            found = probed[1]
+            found, before = probed[1], probed[2]
         else:
+            before = time.time_ns()
             try:
                 found = os.lstat(self.directory)
             except FileNotFoundError:
@@ -474,7 +479,7 @@ class PartitionLog:
         swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, listed)
         self.refresh_segments(None if swaps else names)
         self.listed_names = None if swaps else listed
-        if found is not None and not swaps and _settled(found.st_mtime_ns) and _quiet_folder(listed):
+        if found is not None and not swaps and _settled(found.st_mtime_ns, before) and _quiet_folder(listed):
             self._folder_seen = (found.st_ino, found.st_mtime_ns)
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
@@ -493,6 +498,7 @@ class PartitionLog:
         elif same and snap.valid_size < size and self._adopt_appended_tail(snap, size):
             self.recovery_point = snap.recovery_point
         else:
+            self._folder_seen = None  # (recovery may remove segments or keep cut bytes beside them)
             loader.recover_tail(self, snap, report, committed_end)
             self._save_state(sync=True)
             self._open_fds()
@@ -615,6 +621,7 @@ class PartitionLog:
             self._bases = sorted(self.segments)
         self._dir_dirty = True
         self._state_old_segment = True
+        self._folder_seen = None  # (its names changed: the next open lists them)
         return segment
 
     @property
@@ -715,6 +722,7 @@ class PartitionLog:
         if previous.recover().next_offset != next_offset:
             return False  # a gap (compaction) before the empty segment: keep it
         self.drop_flushes()
+        self._folder_seen = None
         if self._fds is not None:
             self._fds.close()
             self._fds = None
@@ -858,20 +866,19 @@ class PartitionLog:
     def _trust(self, active: LogSegment) -> ReplicaTrust | None:
         """What the replica state file records for the next writer to adopt the log by (see
         ReplicaTrust), or None when this object cannot vouch for it: the folder's names unknown
-        or changed since its open (an lstat: a roll, retention, a swap, anyone), the index sizes
-        unknown, or the active segment not open. One lstat and one fstat."""
+        or changed by this object since its open, the index sizes unknown, or the active segment
+        not open. One fstat (the `.log`'s mtime). The folder is recorded as the open found it:
+        a change since (by anyone: another thread's retention, a checkpoint file renamed by
+        another process) gave it another mtime (_settled), so the next writer finds the record
+        stale and checks everything."""
         seen = self._folder_seen
         fds = self._fds
         if (seen is None or fds is None or self._fds_base != active.base_offset or active.index_bytes is None
                 or active.time_index_bytes is None):
             return None
         try:
-            folder = os.lstat(self.directory)
             log = os.fstat(fds.log)
         except OSError:
-            return None
-        if folder.st_ino != seen[0] or folder.st_mtime_ns != seen[1]:
-            self._folder_seen = None
             return None
         if log.st_size != active.size:
             return None
@@ -884,6 +891,16 @@ class PartitionLog:
         return ReplicaTrust(seen[0], seen[1], log.st_ino, log.st_mtime_ns, active.index_bytes, active.time_index_bytes,
                             indexer.since_last, indexer.last_time_ts, first if first is not None else -1,
                             digest or 0, flags)
+
+    def note_checkpoints(self, digest: int) -> None:
+        """The folder's Kafka checkpoint files were just read and hold what `digest` names (lock
+        not held): the next write of the replica state file records it, with the folder's mtime
+        it is valid for (a file rewritten since, by anyone, changes the folder's mtime: then it is
+        not recorded). The log's lock holder (settle_states, at close) writes it then."""
+        if self.checkpoints_digest != digest:
+            self.checkpoints_digest = digest
+            if self._folder_seen is not None and self._fds is not None:
+                self._state_lag = max(self._state_lag, 1)
 
     def release_files(self, readers_too: bool = True) -> bool:
         """Close the descriptors kept between appends (the active segment's three, the state file,
@@ -915,6 +932,7 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Drop every batch whose last offset ≥ offset (Kafka truncates whole batches)."""
         self.drop_flushes()
+        self._folder_seen = None
         for base in [b for b in self.bases if b > offset and b != self.bases[0]]:
             self.segments[base].delete_files()
         self.refresh_segments()
