@@ -511,7 +511,8 @@ class PartitionLog:
         (no file created, renamed or removed since), and the active segment's `.log` (inode, size,
         mtime) and indexes (sizes) as recorded, by an fstat of each descriptor the append needs
         anyway. Then the open is the state read and the three opens: no listing, no index read.
-        False (nothing adopted, nothing left open): the caller checks the log as before."""
+        False (nothing adopted; the descriptors opened are the writer's, which the full check
+        keeps when its listing finds that same file active): the caller checks the log as before."""
         trust = snap.trust
         if (trust is None or trust.folder_mtime_ns != folder.st_mtime_ns or trust.folder_ino != folder.st_ino
                 or snap.boot_id != current_boot_id() or snap.recovery_point < snap.active_base):
@@ -531,13 +532,12 @@ class PartitionLog:
         except BaseException:
             fds.close()
             raise
+        if self._fds is not None:
+            self._fds.close()
+        self._fds, self._fds_base = fds, base
         if not same:
-            fds.close()
-            return False
+            return False  # (the full check keeps these descriptors if the listing finds the same file active)
         with self._listing:  # (readers in other threads see the list and the segment change together)
-            if self._fds is not None:
-                self._fds.close()
-            self._fds, self._fds_base = fds, base
             if segments is None:
                 segments = _Segments(self.directory, self.config.index_interval_bytes)
             segments[base] = segment
