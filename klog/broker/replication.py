@@ -507,7 +507,7 @@ class ReplicaManager:
                     together.appended(part, meta, sync, min_isr, bases[0])
                     return bases
                 part.publish()
-                part.settle_first_hold()
+                part.settle_early_holds()
                 if sync == SYNC_ALL and len(meta.isr) < min_isr:
                     raise NotEnoughReplicasError(
                         f"{topic}-{partition}: the batch at offset {bases[0]} reached only "
@@ -616,7 +616,7 @@ class DeferredSync:
         short = []
         for part, meta, sync, min_isr, base_offset in self._appended:
             part.publish()
-            part.settle_first_hold()
+            part.settle_early_holds()
             if sync == SYNC_ALL and len(meta.isr) < min_isr:
                 short.append(f"{part.topic}-{part.partition}: the batch at offset {base_offset} reached only "
                              f"ISR [{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after "

@@ -42,6 +42,12 @@ R = TypeVar("R")
 # them current, with no tail to check (loader.appended_tail); a writer that has the partition to
 # itself lets them lag (see log.py)
 EAGER_STATE_OPENS = 64
+# The first holds of the lock in which an object appends (counted from its first open, or from
+# another writer's turn) write the replica state files at their end, before the lock goes: a
+# producer that writes each partition in a few flushes then leaves nothing for its close to settle
+# under a second hold of each lock (a run of 400,000 lines into 1,000 partitions, two flushes each,
+# took most locks three times). Later holds let them lag (see log.STATE_LAG_BATCHES_MAX).
+SETTLED_HOLDS = 4
 IDLE_FLUSH_MS_MAX = FLUSH_MS_TIMED_MAX  # a longer flush.ms (the default is Long.MAX: never) arms no timer
 # a file that vanishes under a lookup (retention deleting a segment meanwhile) is looked up again this
 # often, then is an error: never "nothing there" (a consume --since that prints nothing and exits 0)
@@ -144,9 +150,9 @@ class Partition:
         self._appended_generation: tuple[int, int] | None = None
         self._eager_state_opens = 0  # see EAGER_STATE_OPENS
         self.rolls = 0  # segments the leader rolled at this object's appends (a writer runs retention after one)
-        # this hold of the lock is the first since the object last appended (its first ever, as a
-        # rule): its appends settle the replica state files before the lock goes (settle_first_hold)
-        self._first_hold = False
+        # holds left whose appends settle the replica state files before the lock goes (see
+        # SETTLED_HOLDS and settle_early_holds)
+        self._settled_holds_left = 0
         self._flush_timer: threading.Timer | None = None
         # release_files(readers_too) asked for while an idle flush was armed (it declined: closing
         # would skip the fsync): the idle flush releases the files once it has run
@@ -328,7 +334,8 @@ class Partition:
         lock = self.lock
         appended, self._appended_generation = self._appended_generation, None  # until this hold's append succeeds
         trusted = appended == lock.previous_generation
-        self._first_hold = appended is None
+        if appended is None:  # (its first hold, as a rule: see SETTLED_HOLDS)
+            self._settled_holds_left = SETTLED_HOLDS
         if trusted:
             self.state.carry(lock.previous_generation, lock.generation)  # (no re-read of the state file)
             if self._eager_state_opens:
@@ -382,13 +389,14 @@ class Partition:
             return None
         return snap, replicas
 
-    def settle_first_hold(self) -> None:
-        """Lock held, this hold's appends done (and synced, if they were): a first hold writes the
-        replica state files now (a pwrite each) rather than leaving them to settle_states() at
-        close, which takes the lock again for them (a producer writing 1,000 partitions once each
-        took each lock twice). Later holds let them lag (see STATE_LAG_BATCHES_MAX)."""
-        if self._first_hold and self._appended_generation == self.lock.generation:
-            self._first_hold = False
+    def settle_early_holds(self) -> None:
+        """Lock held, this hold's appends done (and synced, if they were): one of the first holds
+        (SETTLED_HOLDS) writes the replica state files now (a pwrite each) rather than leaving them
+        to settle_states() at close, which takes the lock again for them (a producer writing 1,000
+        partitions once each took each lock twice). Later holds let them lag (see
+        STATE_LAG_BATCHES_MAX)."""
+        if self._settled_holds_left > 0 and self._appended_generation == self.lock.generation:
+            self._settled_holds_left -= 1
             for replica in self.replicas:
                 replica.settle_state(now=True)
 

@@ -15,10 +15,11 @@ import pytest
 
 import klog
 from klog.store.log import STATE_LAG_BATCHES_MAX
+from klog.store.partition import SETTLED_HOLDS
 from klog.store.state import PartitionState, ReplicaState
 from tests.conftest import REPO
 
-WARM = 3  # a writer's first appends (its first open checks the files)
+WARM = SETTLED_HOLDS  # a writer's first appends (its first open checks the files, its first holds settle them)
 
 
 def _append(store, values: list[bytes]) -> None:
