@@ -522,6 +522,9 @@ class PartitionLog:
         segment = segments.get(base) if segments is not None else None
         if segment is None:
             segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        else:  # (kept from before another writer's turn: what its readers cached may be of files since rewritten)
+            segment.offset_index.forget()
+            segment.time_index.forget()
         fds = segment.open_fds()
         try:
             log = os.fstat(fds.log)

@@ -1,0 +1,99 @@
+"""Writers whose opens adopt each partition from the last writer's trust record (folders last changed
+long ago, so the record is made and trusted), three at once into the same partitions, one killed
+with SIGKILL mid-run: whole batches interleave, nothing acknowledged is lost, nothing is written
+twice, and the next writer after the kill finds what it left (a tail the record does not describe)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import klog
+from tests.conftest import REPO
+
+PARTITIONS = 12
+WRITERS = 3
+LINES = 30_000
+
+
+def _age_folders(data_dir: str) -> None:
+    old = time.time_ns() - 10 * 10**9
+    logs = os.path.join(data_dir, "logs")
+    for name in os.listdir(logs):
+        if name.startswith("t-"):
+            os.utime(os.path.join(logs, name), ns=(old, old))
+
+
+def _produce_once(data_dir: str, tag: bytes) -> None:
+    with klog.open(data_dir) as store, store.producer() as p:
+        for i in range(PARTITIONS):
+            p.send("t", tag, partition=i)
+
+
+@pytest.mark.slow
+def test_trusting_writers_interleave_whole_batches_and_lose_nothing_under_sigkill(tmp_path, monkeypatch):
+    data_dir = str(tmp_path / "data")
+    with klog.open(data_dir) as store:
+        store.create_topic("t", PARTITIONS)
+    _produce_once(data_dir, b"seed-0")  # creates every folder's files
+    _age_folders(data_dir)
+    _produce_once(data_dir, b"seed-1")  # lists them once more, and records them
+    listed: list[str] = []
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(str(path)) or real(path))
+    _produce_once(data_dir, b"seed-2")
+    monkeypatch.undo()
+    assert not [p for p in listed if os.path.basename(p).startswith("t-")]  # the writers below trust too
+
+    env = {**os.environ, "PYTHONPATH": REPO}
+    procs = []
+    for w in range(WRITERS):
+        path = str(tmp_path / f"in{w}")
+        with open(path, "wb") as f:
+            f.write(b"".join(b"k%d:w%d-%d\n" % (i % 97, w, i) for i in range(LINES)))
+        procs.append(subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-d", data_dir, "-K:",
+                                       "--print-offsets", "-X", "buffer.memory=16384", path], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    victim = procs[0]
+    first = victim.stdout.readline()
+    assert first, victim.stderr.read().decode()
+    time.sleep(0.2)
+    victim.send_signal(signal.SIGKILL)
+    acked_lines = [first] + victim.stdout.read().splitlines()
+    victim.wait(timeout=30)
+    for proc in procs[1:]:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+    acked = {(int(p), int(o)) for _, p, o in (line.split(b"\t") for line in acked_lines if line.count(b"\t") == 2)}
+    assert acked
+
+    _produce_once(data_dir, b"after")  # the next writer after the kill: it must find where the logs end
+    with klog.open(data_dir) as store:
+        seen: dict[int, list[int]] = {w: [] for w in range(WRITERS)}
+        values_at: dict[tuple[int, int], bytes] = {}
+        for p in range(PARTITIONS):
+            part = store.partition("t", p)
+            hw, offset, last = part.high_watermark(), 0, {}
+            while offset < hw:
+                for fb in part.read(offset):
+                    batch = [r[3] for r in fb.records()]
+                    writers = {v.split(b"-")[0] for v in batch}
+                    assert len(writers) == 1, f"a batch of partition {p} mixes {writers}"
+                    for v in batch:
+                        values_at[(p, offset)] = v
+                        offset += 1
+                        if v.startswith(b"w"):
+                            w, i = (int(x) for x in v[1:].split(b"-"))
+                            assert i > last.get(w, -1), f"writer {w}'s record {i} out of order or twice in {p}"
+                            last[w] = i
+                            seen[w].append(i)
+            assert values_at[(p, hw - 1)] == b"after"
+        for w in range(1, WRITERS):
+            assert sorted(seen[w]) == list(range(LINES)), f"writer {w} lost records"
+        for p, o in acked:
+            assert values_at.get((p, o), b"").startswith(b"w0-"), f"acknowledged {p}/{o} of the killed writer is gone"
