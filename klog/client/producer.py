@@ -38,6 +38,9 @@ from klog.store.plain import Plain
 # Once buffer.memory is passed, the fullest batches are written until this share of it is left
 # buffered: one multi-partition write of many batches, not one batch per record added
 BUFFER_DRAIN_TO = 0.5
+# _send_routed checks a record's size estimate where it joins a batch only when shared headers
+# make the estimate exceed its encoded size by this much more than a record without headers
+HEADERS_SLACK_CHECKED = 40
 # Partitions written per multi-partition append: what one failed append can leave unwritten
 WRITE_GROUP_MAX = 1024
 ACKS = ("0", "1", "all")
@@ -324,12 +327,13 @@ class Producer(ProducerBase):
         """send_keyed into a topic of many partitions in one pass over the records: each is routed
         (murmur2, once per distinct key) and appended to its partition's compiled builder, no
         record tuples, no groups, no encoding at flush (scattered among a thousand partitions',
-        those cost ~2x the encoding itself). A batch whose builder grew within the largest record
-        of its limit is written and a new one started. Returns how many of the records it
+        those cost ~2x the encoding itself). Each builder refuses a record that would take its
+        batch past the batch limit (new_builder's `limit`: no size check per record here); that
+        batch is then written and a new one takes the record. Returns how many of the records it
         buffered, the first ones: none when they need the general path (a key that is None or not
-        bytes, a record that may not fit max.message.bytes, headers or a timestamp the compiled
-        builder does not take, too few records to load it), those before the first value the
-        compiled builder refuses (not bytes-like)."""
+        bytes, headers or a timestamp the compiled builder does not take, too few records to load
+        it), those before the first value the compiled builder refuses (not bytes-like) or the
+        first record larger than max.message.bytes (the general path names it)."""
         if not fastrecords.wanted(len(pairs)) or not fastrecords.available() or ts < 0:
             return 0
         hd = _builder_headers(hdrs)
@@ -337,8 +341,12 @@ class Producer(ProducerBase):
             return 0
         keys = list(map(_KEY, pairs))
         max_bytes = self._topic_settings[topic][0]
-        try:  # (no pass per record for the types: a key murmur2 cannot hash and a None key are refused
-            # below, before any record is buffered; a value the builder refuses stops the loop)
+        # a record's size estimate (what send() checks against max.message.bytes) is checked where
+        # it starts a batch; one joining a batch is smaller than that batch's limit by at least the
+        # first record (>= 7 bytes encoded) and the header, more than its estimate exceeds its
+        # encoded size by (<= 24 bytes) unless headers add more: then every record is checked first
+        largest = max_bytes - RECORD_BATCH_OVERHEAD - overhead  # the largest key and value together
+        try:  # (a key murmur2 cannot hash and a None key are refused here, before any record is buffered)
             cache = key_partitions(count)
             parts = list(map(cache.get, keys))
             if None in parts:
@@ -348,17 +356,17 @@ class Producer(ProducerBase):
                         p = parts[j] = cache.get(key)
                         if p is None:
                             parts[j] = cache[key] = partition_for_key(key, count)
-            biggest = max(map(len, keys)) + overhead
-            try:
-                biggest += max(map(len, map(_VALUE, pairs)))
-            except TypeError:  # a None value (a tombstone)
-                biggest += max(map(len, filter(None, map(_VALUE, pairs))), default=0)
+            if hdrs and overhead - RECORD_OVERHEAD_BYTES_MAX > HEADERS_SLACK_CHECKED:
+                biggest = max(map(len, keys))
+                try:
+                    biggest += max(map(len, map(_VALUE, pairs)))
+                except TypeError:  # a None value (a tombstone)
+                    biggest += max(map(len, filter(None, map(_VALUE, pairs))), default=0)
+                if biggest > largest:
+                    return 0
         except TypeError:
             return 0
-        if biggest > max_bytes - RECORD_BATCH_OVERHEAD:
-            return 0
-        threshold = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD) - biggest  # (the builder's size
-        # counts the batch header: the limit's RECORD_BATCH_OVERHEAD)
+        limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)  # a batch's bytes, header included
         # partition -> [append, records, size, its _Batch, size and records before these], for the
         # partitions these records go to (not every open batch: 10,000 partitions, ~9,000 records a call)
         touched = set(parts)
@@ -370,31 +378,38 @@ class Producer(ProducerBase):
                 continue
             records = batch.records
             if (not records.count or not -TIMESTAMP_MAX <= ts - records.first_ts <= TIMESTAMP_MAX
-                    or records.append is None and not records.go_fast()):
+                    or records.append is None and not records.go_fast(limit)):
                 self._write_now((topic, p))  # (rare) a new batch takes these records
-            else:
+            else:  # (a builder that holds records was started here, with this limit)
                 size = records.size()
                 slots[p] = [records.append, records.count, records.size, batch, size, records.count]
         get = slots.get
         self._routed_away = 0
-        slot, n, size = None, -1, -1
+        slot, p = None, -1
         done = False
         try:
             for (key, value), p in zip(pairs, parts, strict=True):
                 slot = get(p)
-                if slot is None or (size := slot[2]()) > threshold:
-                    slot = slots[p] = self._slot(topic, p, slot, ts)
-                    size = slot[4]
-                n = slot[1]
-                slot[0](n, ts, key, value, hd)
-                slot[1] = n + 1
-            done = True
+                if slot is not None:
+                    n = slot[1]
+                    if slot[0](n, ts, key, value, hd) is not None:
+                        slot[1] = n + 1
+                        continue
+                # no batch yet, or the record would take it past its limit: a new batch takes it
+                if len(key) + (len(value) if value is not None else 0) > largest:
+                    break  # (before the full batch is written: it stays buffered)
+                slot = slots[p] = self._slot(topic, p, slot, ts, limit)
+                slot[0](0, ts, key, value, hd)
+                slot[1] = 1
+            else:
+                done = True
         except TypeError:  # a value the builder refuses (it is left as it was): the general path from it on
             pass
         finally:
-            # whatever stopped the loop (even Ctrl-C), each batch counts the records its builder holds
-            if not done and slot is not None and slot[1] == n and slot[2]() != size:
-                slot[1] = n + 1  # stopped between the append and its count
+            # whatever stopped the loop (even Ctrl-C between an append and its count), each batch
+            # counts the records its builder holds
+            if not done and slot is not None and batches.get((topic, p)) is slot[3]:
+                slot[1] = fastrecords.held_records(slot[0].__self__)
             added, taken = 0, self._routed_away
             get = slots.get
             for p in touched:
@@ -407,8 +422,9 @@ class Producer(ProducerBase):
             self._routes[topic] = slots  # (this call wrote batches only through _slot, which replaced them)
         return len(pairs) if done else taken
 
-    def _slot(self, topic: str, partition: int, full: list | None, ts: int) -> list:
-        """_send_routed's new batch for `partition`, after writing the `full` one."""
+    def _slot(self, topic: str, partition: int, full: list | None, ts: int, limit: int) -> list:
+        """_send_routed's new batch for `partition`, after writing the `full` one; its builder
+        refuses records past `limit` bytes (see fastrecords.new_builder)."""
         if full is not None:
             self._routed_away += full[1] - full[5]  # (what the call buffered, written before its end)
             self._buffered += _synced(full, ts)
@@ -416,7 +432,7 @@ class Producer(ProducerBase):
         batch = self._batches[(topic, partition)] = _Batch(first_ms=time.monotonic() * 1000)
         records = batch.records
         records.first_ts = ts
-        records.go_fast()
+        records.go_fast(limit)
         size = records.size()
         return [records.append, 0, records.size, batch, size, 0]
 

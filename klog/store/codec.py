@@ -456,14 +456,15 @@ class RecordsBuilder:
         self._tail.extend(records)
         self.count += len(records)
 
-    def go_fast(self) -> bool:
+    def go_fast(self, limit: int | None = None) -> bool:
         """Whether the compiled builder takes the next records, starting it (with the records kept
-        so far) if it can: the compiled module is there and took every record so far."""
+        so far) if it can: the compiled module is there and took every record so far. `limit`:
+        a new builder's (see fastrecords.new_builder)."""
         if self.append is not None:
             return True
         if self._refused or self.first_ts is None or self.first_ts == -1 or not fastrecords.available():
             return False  # -1 as a first timestamp means "none yet" to it (None: no first record yet)
-        fast = fastrecords.new_builder()
+        fast = fastrecords.new_builder(limit)
         if self._tail:
             if fastrecords.append_records(fast, self._tail, range(len(self._tail))) < len(self._tail):
                 self._refused = True

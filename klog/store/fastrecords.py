@@ -219,15 +219,27 @@ def records(buf: bytes | bytearray | memoryview, pos: int, data: bytes, start: i
 
 
 _NO_HEADERS: list = []  # the builder wants a list; it only reads it
-# magic 2, no compression (klog compresses), not transactional, no producer id/epoch/sequence, no
-# size limit (klog splits batches itself)
-_BUILDER_ARGS = (2, 0, 0, -1, -1, -1, 1 << 62)
+# magic 2, no compression (klog compresses), not transactional, no producer id/epoch/sequence
+_BUILDER_ARGS = (2, 0, 0, -1, -1, -1)
+_NO_LIMIT = 1 << 62
+# where the batch header holds its record count
+_RECORD_COUNT_OFFSET = RECORDS_OFFSET - 4
 
 
-def new_builder() -> Any:
+def new_builder(limit: int | None = None) -> Any:
     """A compiled records builder (klog writes the header: only its records section is used), or
-    None when the compiled module is missing. Its first record's timestamp must not be -1."""
-    return _builder(*_BUILDER_ARGS) if available() else None
+    None when the compiled module is missing. Its first record's timestamp must not be -1.
+
+    `limit`: the most bytes its batch (header included) may hold. Its append() then returns None
+    instead of taking a record that would pass it, leaving the builder as it was (the size check
+    costs nothing there: the builder sizes every record anyway); its first record it always takes."""
+    return _builder(*_BUILDER_ARGS, _NO_LIMIT if limit is None else limit + 1) if available() else None
+
+
+def held_records(builder: Any) -> int:
+    """How many records `builder` holds (from the header build() writes; it still takes records after)."""
+    (count,) = INT32.unpack_from(builder.build(), _RECORD_COUNT_OFFSET)
+    return count
 
 
 def append_records(builder: Any, records: Sequence[tuple[bytes | None, bytes | None,
@@ -240,11 +252,14 @@ def append_records(builder: Any, records: Sequence[tuple[bytes | None, bytes | N
     delta = None
     try:
         for delta, (key, value, headers, timestamp) in zip(deltas, records, strict=True):
-            append(delta, timestamp, key, value,
-                   headers if headers.__class__ is list else (list(headers) if headers else empty))
+            if append(delta, timestamp, key, value,
+                      headers if headers.__class__ is list else (list(headers) if headers else empty)) is None:
+                break  # past the builder's limit (see new_builder)
+        else:
+            return len(records)
     except Exception:  # noqa: BLE001 - the Python encoder takes (or names) what the builder refuses
-        return deltas.index(delta) if delta is not None else 0  # (deltas increase: the refused one's place)
-    return len(records)
+        pass
+    return deltas.index(delta) if delta is not None else 0  # (deltas increase: the refused one's place)
 
 
 def built_section(builder: Any) -> bytes:
