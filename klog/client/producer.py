@@ -236,7 +236,8 @@ class Producer(ProducerBase):
         key; skipped for a one-partition topic); keyless records follow the sticky partitioner.
         Each partition receives its records in input order. A record larger than
         max.message.bytes raises RecordTooLargeError with `.index` its position in `pairs`,
-        after every record before it was buffered.
+        after every record before it was buffered; so does a value that is not bytes-like, with
+        TypeError, in a topic of several partitions.
         """
         count, partition, hdrs, overhead, ts = self._bulk_start(topic, partition, headers, timestamp)
         if pairs and self._compacted(topic) and any(k is None for k, _ in pairs):
@@ -332,8 +333,9 @@ class Producer(ProducerBase):
         batch is then written and a new one takes the record. Returns how many of the records it
         buffered, the first ones: none when they need the general path (a key that is None or not
         bytes, headers or a timestamp the compiled builder does not take, too few records to load
-        it), those before the first value the compiled builder refuses (not bytes-like) or the
-        first record larger than max.message.bytes (the general path names it)."""
+        it), those before the first record larger than max.message.bytes (the general path names
+        it). A value that is not bytes-like raises TypeError (`.index`: its place in `pairs`), the
+        records before it buffered."""
         if not fastrecords.wanted(len(pairs)) or not fastrecords.available() or ts < 0:
             return 0
         hd = _builder_headers(hdrs)
@@ -387,6 +389,7 @@ class Producer(ProducerBase):
         self._routed_away = 0
         slot, p = None, -1
         done = False
+        refused: object = _NOTHING
         try:
             for (key, value), p in zip(pairs, parts, strict=True):
                 slot = get(p)
@@ -403,8 +406,10 @@ class Producer(ProducerBase):
                 slot[1] = 1
             else:
                 done = True
-        except TypeError:  # a value the builder refuses (it is left as it was): the general path from it on
-            pass
+        except TypeError:  # a value the builder refuses (it is left as it was, the record not buffered)
+            refused = value
+            if slot is not None and not slot[1] and batches.get((topic, p)) is slot[3]:
+                del batches[(topic, p)], slots[p]  # the batch it was to start
         finally:
             # whatever stopped the loop (even Ctrl-C between an append and its count), each batch
             # counts the records its builder holds
@@ -420,6 +425,10 @@ class Producer(ProducerBase):
             self._buffered += added
         if done:
             self._routes[topic] = slots  # (this call wrote batches only through _slot, which replaced them)
+        elif refused is not _NOTHING:  # (buffered as it is, it would fail its whole batch's write)
+            error = TypeError(f"record {taken}: a value must be bytes-like or None, not {type(refused).__name__}")
+            error.index = taken  # type: ignore[attr-defined]
+            raise error
         return len(pairs) if done else taken
 
     def _slot(self, topic: str, partition: int, full: list | None, ts: int, limit: int) -> list:
@@ -687,6 +696,7 @@ def _gc_paused(records: int) -> Iterator[None]:
 
 
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
+_NOTHING = object()
 
 
 def _builder_headers(hdrs: tuple) -> list | None:
