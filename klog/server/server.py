@@ -30,7 +30,7 @@ from klog.protocol.apis import API_VERSIONS, PRODUCE, api_name
 from klog.protocol.kafka import TopicIds
 from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
-from klog.server.connection import Begun, FrameProtocol
+from klog.server.connection import Begun, FrameProtocol, complete, direct_future
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.hop import HopPool, in_thread
 from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
@@ -183,7 +183,7 @@ class Server:
         started = self.appender.append_begin(topic, partition, records, acks)
         if started is None or not hasattr(started, "done"):
             return started
-        fut = self._loop.create_future()
+        fut = direct_future(self._loop)
         fds = started.fds
         if fds == []:  # (acks=0, or flush.messages not reached)
             self._appended_on_loop(started, fut, None)
@@ -216,16 +216,14 @@ class Server:
         try:
             result = pending.done(error)
         except BaseException as e:  # noqa: BLE001 - the append's error is the producer's answer
-            if not fut.done():
-                fut.set_exception(e)
+            complete(fut, error=e)
             return
         faults.point("loop-append-published")  # (tests: a kill -9 between the publish and the answer)
-        if not fut.done():
-            fut.set_result(result)
         if pending.rolled:  # retention after a new segment reads and deletes files: a thread's work
             self.append_executor.submit(self.appender.writer.after_roll, pending.topic, pending.partition)
         if pending.to_release:  # closing may wait for a sealed segment's background fsync
             self.append_executor.submit(self.appender.writer.release_files, pending.to_release)
+        complete(fut, result)  # (last: the producer's answer may be written from here)
 
     async def _read_marks(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The high watermarks of these partitions, read in the thread pool (one state-file pread each)."""

@@ -15,8 +15,9 @@ import pytest
 
 from klog.protocol.apis import API_VERSIONS, FETCH, PRODUCE
 from klog.server import Server
+from klog.server import connection as connection_module
 from klog.server import server as server_module
-from klog.server.connection import Begun, FrameProtocol
+from klog.server.connection import Begun, FrameProtocol, complete, direct_future
 from klog.server.listeners import Listener, SecurityConfig
 from tests.serve_helpers import RawClient, batch, fetch_fields, produce, produce_request_fields, read_answer
 
@@ -433,3 +434,103 @@ def test_closing_the_loop_s_coroutine_closes_the_begun_request_too():
         assert c.events == ["start 1", "1: GeneratorExit"]  # nothing resumed it
 
     asyncio.run(main())
+
+
+# -- futures completed directly (an fsync's completion): the request goes on inside complete() ----
+def test_a_request_waiting_for_a_direct_future_goes_on_inside_complete():
+    async def main() -> None:
+        c = _Connection()
+        await c.parked()
+        fut = c.waits[1] = direct_future(asyncio.get_running_loop())
+        c.proto.data_received(_frame(1))
+        assert c.events == ["start 1"]
+        complete(fut, "x")
+        assert c.events == ["start 1", "got x", "done 1"]  # before any turn of the loop
+        assert fut not in connection_module._direct
+        await c.parked()
+        assert c.taken == []
+        c.proto.task.cancel()
+
+    asyncio.run(main())
+
+
+def test_a_direct_future_s_error_reaches_the_request_and_the_loop_judges_it():
+    async def main() -> None:
+        c = _Connection()
+        await c.parked()
+        fut = c.waits[1] = direct_future(asyncio.get_running_loop())
+        c.proto.data_received(_frame(1))
+        complete(fut, error=OSError("fsync failed"))
+        assert c.events == ["start 1", "1: OSError"]
+        await c.parked()
+        assert isinstance(c.taken[0], Begun) and isinstance(c.ended, OSError)
+        assert isinstance(c.proto.task.exception(), OSError)
+
+    asyncio.run(main())
+
+
+def test_a_request_taken_over_by_the_loop_waits_for_its_direct_future_as_for_any():
+    async def main() -> None:
+        c = _Connection()
+        await c.parked()
+        fut = c.waits[1] = direct_future(asyncio.get_running_loop())
+        c.proto.data_received(_frame(1))
+        c.proto.data_received(_frame(2))  # the loop takes request 1 over
+        await c.parked()
+        assert isinstance(c.taken[0], Begun) and connection_module._direct[fut] is None
+        complete(fut, "x")
+        assert c.events == ["start 1"]  # the task goes on from the future's callback, as a task does
+        await c.parked()
+        assert c.events == ["start 1", "got x", "done 1", "start 2", "done 2"]
+        assert fut not in connection_module._direct
+        c.proto.task.cancel()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("taken_over", [False, True])
+def test_a_cancelled_request_s_direct_future_completes_later_without_effect(taken_over):
+    async def main() -> None:
+        c = _Connection()
+        await c.parked()
+        fut = c.waits[1] = direct_future(asyncio.get_running_loop())
+        c.proto.data_received(_frame(1))
+        if taken_over:
+            c.proto.data_received(_frame(2))
+            await c.parked()
+        c.proto.task.cancel()
+        await c.parked()
+        assert c.events == ["start 1", "1: CancelledError"] and fut.cancelled()
+        complete(fut, "late")  # (the fsync completes after the cancellation: nothing to resume)
+        await c.parked()
+        assert c.events == ["start 1", "1: CancelledError"] and fut not in connection_module._direct
+
+    asyncio.run(main())
+
+
+def test_a_produce_is_answered_from_its_fsync_s_completion(kafka_server, monkeypatch):
+    """The answer is written inside the completion's callback (Server._appended_on_loop, called by
+    LoopFsync's reader), not a turn of the event loop later from the future's callbacks."""
+    if not kafka_server.loop_fsync.available:
+        pytest.skip("no io_uring here: appends fsync in a thread")
+    written_inside: list[bool] = []
+    writes = [0]
+    original_write = asyncio.selector_events._SelectorSocketTransport.write
+    original_appended = Server._appended_on_loop
+
+    def write(self, data):  # noqa: ANN001, ANN202
+        writes[0] += 1
+        return original_write(self, data)
+
+    def appended(self, *args):  # noqa: ANN001, ANN202
+        before = writes[0]
+        original_appended(self, *args)
+        written_inside.append(writes[0] > before)
+
+    monkeypatch.setattr(asyncio.selector_events._SelectorSocketTransport, "write", write)
+    monkeypatch.setattr(Server, "_appended_on_loop", appended)
+    kafka_server.store.create_topic("direct")
+    with RawClient(kafka_server.port) as client:
+        for i in range(4):  # (the first opens the partition: in a thread)
+            assert produce(client, "direct", 0, batch([b"v%d" % i])) == (0, i)
+    assert len(written_inside) >= 3 and all(written_inside)
