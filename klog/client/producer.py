@@ -341,7 +341,6 @@ class Producer(ProducerBase):
         hd = _builder_headers(hdrs)
         if hd is None:
             return 0
-        keys = list(map(_KEY, pairs))
         max_bytes = self._topic_settings[topic][0]
         # a record's size estimate (what send() checks against max.message.bytes) is checked where
         # it starts a batch; one joining a batch is smaller than that batch's limit by at least the
@@ -350,16 +349,16 @@ class Producer(ProducerBase):
         largest = max_bytes - RECORD_BATCH_OVERHEAD - overhead  # the largest key and value together
         try:  # (a key murmur2 cannot hash and a None key are refused here, before any record is buffered)
             cache = key_partitions(count)
-            parts = list(map(cache.get, keys))
+            parts = list(map(cache.get, map(_KEY, pairs)))
             if None in parts:
                 for j, p in enumerate(parts):
                     if p is None:
-                        key = keys[j]
+                        key = pairs[j][0]
                         p = parts[j] = cache.get(key)
                         if p is None:
                             parts[j] = cache[key] = partition_for_key(key, count)
             if hdrs and overhead - RECORD_OVERHEAD_BYTES_MAX > HEADERS_SLACK_CHECKED:
-                biggest = max(map(len, keys))
+                biggest = max(map(len, map(_KEY, pairs)))
                 try:
                     biggest += max(map(len, map(_VALUE, pairs)))
                 except TypeError:  # a None value (a tombstone)
