@@ -215,20 +215,22 @@ def _interrupt_after_append(n: int):  # noqa: ANN202
 def test_ctrl_c_between_an_append_and_its_count_loses_and_repeats_nothing(store) -> None:
     """The builder holds the record the interrupted loop had not counted yet: its batch counts it,
     so a flush writes whole batches holding exactly the input's first records, in order."""
-    store.create_topic("t", partitions=8)
     pairs = [(b"k%d" % (i % 29), b"%05d" % i + b"x" * 60) for i in range(3000)]
     for n in (1, 700, 2500):
         topic = f"t{n}"
         store.create_topic(topic, partitions=8)
         producer = Producer(store, batch_size=1000)
         tracer, sys = _interrupt_after_append(n)
+        before = sys.gettrace()  # (a coverage tool's, say: given back after)
         sys.settrace(tracer)
         try:
             producer.send_keyed(topic, pairs)
         except KeyboardInterrupt:
             pass
+        else:
+            raise AssertionError("not interrupted")
         finally:
-            sys.settrace(None)
+            sys.settrace(before)
         producer.flush()
         got = sorted(int(value[:5]) for rows in _partitions(store, topic, 8).values() for _, _, value, _, _ in rows)
         assert producer.records_sent == len(got)
