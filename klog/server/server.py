@@ -12,6 +12,7 @@ import base64
 import contextlib
 import errno
 import functools
+import gc
 import hashlib
 import logging
 import os
@@ -403,6 +404,11 @@ class Server:
 
         async def main() -> None:
             await self.start()
+            # what start-up made (modules, kio's types, the store) lives as long as the server: kept
+            # out of the collector's generations, whose full collections would otherwise walk it all
+            # again and again while requests come
+            gc.collect()
+            gc.freeze()
             if on_started is not None:
                 on_started(self)
             loop = asyncio.get_running_loop()
