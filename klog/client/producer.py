@@ -596,6 +596,13 @@ class Producer(ProducerBase):
         """Write every buffered batch and wait for its acknowledgement."""
         self._write_many(list(self._batches))
 
+    def _drop_buffered(self) -> None:
+        """Forget every buffered record unwritten (an aborted transaction's), the routed calls'
+        slots with them: a slot left would have the next call append into a dropped batch."""
+        self._batches.clear()
+        self._routes.clear()
+        self._buffered = 0
+
     def _write_now(self, key: tuple[str, int]) -> None:
         """Write one partition's batch now (it is full, or the next record cannot join it)."""
         self._unrouted()
