@@ -163,13 +163,14 @@ class Ingest:
             if sep is None and key is None:
                 producer.send_values(self.topic, lines, headers=self.headers, partition=self.partition)
             else:
-                pairs = []
-                for line in lines:
-                    if sep is None:
-                        pairs.append((key, line))
-                    else:
+                if sep is None:
+                    pairs = [(key, line) for line in lines]
+                else:  # (a loop, not a comprehension over partition()'s triples: that builds them all first)
+                    pairs = []
+                    append = pairs.append
+                    for line in lines:
                         line_key, found, value = line.partition(sep)
-                        pairs.append((line_key, value) if found else (None, line))
+                        append((line_key, value) if found else (None, line))
                 producer.send_keyed(self.topic, pairs, headers=self.headers, partition=self.partition)
         except RecordTooLargeError as e:
             index = getattr(e, "index", None)

@@ -38,6 +38,9 @@ from klog.store.plain import Plain
 # Once buffer.memory is passed, the fullest batches are written until this share of it is left
 # buffered: one multi-partition write of many batches, not one batch per record added
 BUFFER_DRAIN_TO = 0.5
+# _send_routed checks a record's size estimate where it joins a batch only when shared headers
+# make the estimate exceed its encoded size by this much more than a record without headers
+HEADERS_SLACK_CHECKED = 40
 # Partitions written per multi-partition append: what one failed append can leave unwritten
 WRITE_GROUP_MAX = 1024
 ACKS = ("0", "1", "all")
@@ -233,7 +236,8 @@ class Producer(ProducerBase):
         key; skipped for a one-partition topic); keyless records follow the sticky partitioner.
         Each partition receives its records in input order. A record larger than
         max.message.bytes raises RecordTooLargeError with `.index` its position in `pairs`,
-        after every record before it was buffered.
+        after every record before it was buffered; so does a value that is not bytes-like, with
+        TypeError, in a topic of several partitions.
         """
         count, partition, hdrs, overhead, ts = self._bulk_start(topic, partition, headers, timestamp)
         if pairs and self._compacted(topic) and any(k is None for k, _ in pairs):
@@ -324,41 +328,46 @@ class Producer(ProducerBase):
         """send_keyed into a topic of many partitions in one pass over the records: each is routed
         (murmur2, once per distinct key) and appended to its partition's compiled builder, no
         record tuples, no groups, no encoding at flush (scattered among a thousand partitions',
-        those cost ~2x the encoding itself). A batch whose builder grew within the largest record
-        of its limit is written and a new one started. Returns how many of the records it
+        those cost ~2x the encoding itself). Each builder refuses a record that would take its
+        batch past the batch limit (new_builder's `limit`: no size check per record here); that
+        batch is then written and a new one takes the record. Returns how many of the records it
         buffered, the first ones: none when they need the general path (a key that is None or not
-        bytes, a record that may not fit max.message.bytes, headers or a timestamp the compiled
-        builder does not take, too few records to load it), those before the first value the
-        compiled builder refuses (not bytes-like)."""
+        bytes, headers or a timestamp the compiled builder does not take, too few records to load
+        it), those before the first record larger than max.message.bytes (the general path names
+        it). A value that is not bytes-like raises TypeError (`.index`: its place in `pairs`), the
+        records before it buffered."""
         if not fastrecords.wanted(len(pairs)) or not fastrecords.available() or ts < 0:
             return 0
         hd = _builder_headers(hdrs)
         if hd is None:
             return 0
-        keys = list(map(_KEY, pairs))
         max_bytes = self._topic_settings[topic][0]
-        try:  # (no pass per record for the types: a key murmur2 cannot hash and a None key are refused
-            # below, before any record is buffered; a value the builder refuses stops the loop)
+        # a record's size estimate (what send() checks against max.message.bytes) is checked where
+        # it starts a batch; one joining a batch is smaller than that batch's limit by at least the
+        # first record (>= 7 bytes encoded) and the header, more than its estimate exceeds its
+        # encoded size by (<= 24 bytes) unless headers add more: then every record is checked first
+        largest = max_bytes - RECORD_BATCH_OVERHEAD - overhead  # the largest key and value together
+        try:  # (a key murmur2 cannot hash and a None key are refused here, before any record is buffered)
             cache = key_partitions(count)
-            parts = list(map(cache.get, keys))
+            parts = list(map(cache.get, map(_KEY, pairs)))
             if None in parts:
                 for j, p in enumerate(parts):
                     if p is None:
-                        key = keys[j]
+                        key = pairs[j][0]
                         p = parts[j] = cache.get(key)
                         if p is None:
                             parts[j] = cache[key] = partition_for_key(key, count)
-            biggest = max(map(len, keys)) + overhead
-            try:
-                biggest += max(map(len, map(_VALUE, pairs)))
-            except TypeError:  # a None value (a tombstone)
-                biggest += max(map(len, filter(None, map(_VALUE, pairs))), default=0)
+            if hdrs and overhead - RECORD_OVERHEAD_BYTES_MAX > HEADERS_SLACK_CHECKED:
+                biggest = max(map(len, map(_KEY, pairs)))
+                try:
+                    biggest += max(map(len, map(_VALUE, pairs)))
+                except TypeError:  # a None value (a tombstone)
+                    biggest += max(map(len, filter(None, map(_VALUE, pairs))), default=0)
+                if biggest > largest:
+                    return 0
         except TypeError:
             return 0
-        if biggest > max_bytes - RECORD_BATCH_OVERHEAD:
-            return 0
-        threshold = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD) - biggest  # (the builder's size
-        # counts the batch header: the limit's RECORD_BATCH_OVERHEAD)
+        limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)  # a batch's bytes, header included
         # partition -> [append, records, size, its _Batch, size and records before these], for the
         # partitions these records go to (not every open batch: 10,000 partitions, ~9,000 records a call)
         touched = set(parts)
@@ -370,31 +379,41 @@ class Producer(ProducerBase):
                 continue
             records = batch.records
             if (not records.count or not -TIMESTAMP_MAX <= ts - records.first_ts <= TIMESTAMP_MAX
-                    or records.append is None and not records.go_fast()):
+                    or records.append is None and not records.go_fast(limit)):
                 self._write_now((topic, p))  # (rare) a new batch takes these records
-            else:
+            else:  # (a builder that holds records was started here, with this limit)
                 size = records.size()
                 slots[p] = [records.append, records.count, records.size, batch, size, records.count]
         get = slots.get
         self._routed_away = 0
-        slot, n, size = None, -1, -1
+        slot, p = None, -1
         done = False
+        refused: object = _NOTHING
         try:
             for (key, value), p in zip(pairs, parts, strict=True):
                 slot = get(p)
-                if slot is None or (size := slot[2]()) > threshold:
-                    slot = slots[p] = self._slot(topic, p, slot, ts)
-                    size = slot[4]
-                n = slot[1]
-                slot[0](n, ts, key, value, hd)
-                slot[1] = n + 1
-            done = True
-        except TypeError:  # a value the builder refuses (it is left as it was): the general path from it on
-            pass
+                if slot is not None:
+                    n = slot[1]
+                    if slot[0](n, ts, key, value, hd) is not None:
+                        slot[1] = n + 1
+                        continue
+                # no batch yet, or the record would take it past its limit: a new batch takes it
+                if len(key) + (len(value) if value is not None else 0) > largest:
+                    break  # (before the full batch is written: it stays buffered)
+                slot = slots[p] = self._slot(topic, p, slot, ts, limit)
+                slot[0](0, ts, key, value, hd)
+                slot[1] = 1
+            else:
+                done = True
+        except TypeError:  # a value the builder refuses (it is left as it was, the record not buffered)
+            refused = value
+            if slot is not None and not slot[1] and batches.get((topic, p)) is slot[3]:
+                del batches[(topic, p)], slots[p]  # the batch it was to start
         finally:
-            # whatever stopped the loop (even Ctrl-C), each batch counts the records its builder holds
-            if not done and slot is not None and slot[1] == n and slot[2]() != size:
-                slot[1] = n + 1  # stopped between the append and its count
+            # whatever stopped the loop (even Ctrl-C between an append and its count), each batch
+            # counts the records its builder holds
+            if not done and slot is not None and batches.get((topic, p)) is slot[3]:
+                slot[1] = fastrecords.held_records(slot[0].__self__)
             added, taken = 0, self._routed_away
             get = slots.get
             for p in touched:
@@ -405,10 +424,15 @@ class Producer(ProducerBase):
             self._buffered += added
         if done:
             self._routes[topic] = slots  # (this call wrote batches only through _slot, which replaced them)
+        elif refused is not _NOTHING:  # (buffered as it is, it would fail its whole batch's write)
+            error = TypeError(f"record {taken}: a value must be bytes-like or None, not {type(refused).__name__}")
+            error.index = taken  # type: ignore[attr-defined]
+            raise error
         return len(pairs) if done else taken
 
-    def _slot(self, topic: str, partition: int, full: list | None, ts: int) -> list:
-        """_send_routed's new batch for `partition`, after writing the `full` one."""
+    def _slot(self, topic: str, partition: int, full: list | None, ts: int, limit: int) -> list:
+        """_send_routed's new batch for `partition`, after writing the `full` one; its builder
+        refuses records past `limit` bytes (see fastrecords.new_builder)."""
         if full is not None:
             self._routed_away += full[1] - full[5]  # (what the call buffered, written before its end)
             self._buffered += _synced(full, ts)
@@ -416,7 +440,7 @@ class Producer(ProducerBase):
         batch = self._batches[(topic, partition)] = _Batch(first_ms=time.monotonic() * 1000)
         records = batch.records
         records.first_ts = ts
-        records.go_fast()
+        records.go_fast(limit)
         size = records.size()
         return [records.append, 0, records.size, batch, size, 0]
 
@@ -572,6 +596,13 @@ class Producer(ProducerBase):
         """Write every buffered batch and wait for its acknowledgement."""
         self._write_many(list(self._batches))
 
+    def _drop_buffered(self) -> None:
+        """Forget every buffered record unwritten (an aborted transaction's), the routed calls'
+        slots with them: a slot left would have the next call append into a dropped batch."""
+        self._batches.clear()
+        self._routes.clear()
+        self._buffered = 0
+
     def _write_now(self, key: tuple[str, int]) -> None:
         """Write one partition's batch now (it is full, or the next record cannot join it)."""
         self._unrouted()
@@ -671,6 +702,7 @@ def _gc_paused(records: int) -> Iterator[None]:
 
 
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
+_NOTHING = object()
 
 
 def _builder_headers(hdrs: tuple) -> list | None:

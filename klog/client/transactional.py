@@ -82,8 +82,7 @@ class TransactionalProducer(TransactionFlow, Producer):
         try:
             self.flush()
         except ProducerFencedError:
-            self._batches.clear()
-            self._buffered = 0
+            self._drop_buffered()
             raise
         except BaseException:
             if self._in_transaction:
@@ -96,8 +95,7 @@ class TransactionalProducer(TransactionFlow, Producer):
     def abort(self) -> None:
         """Drop what is buffered and abort what was written: read_committed readers never see it."""
         self._require_transaction()
-        self._batches.clear()
-        self._buffered = 0
+        self._drop_buffered()
         if self._added or self._groups:
             self._call(self.coordinator.end_txn, self.transactional_id, self.producer_id, self.epoch, False)
         self._in_transaction = False

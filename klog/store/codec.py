@@ -456,14 +456,15 @@ class RecordsBuilder:
         self._tail.extend(records)
         self.count += len(records)
 
-    def go_fast(self) -> bool:
+    def go_fast(self, limit: int | None = None) -> bool:
         """Whether the compiled builder takes the next records, starting it (with the records kept
-        so far) if it can: the compiled module is there and took every record so far."""
+        so far) if it can: the compiled module is there and took every record so far. `limit`:
+        a new builder's (see fastrecords.new_builder)."""
         if self.append is not None:
             return True
         if self._refused or self.first_ts is None or self.first_ts == -1 or not fastrecords.available():
             return False  # -1 as a first timestamp means "none yet" to it (None: no first record yet)
-        fast = fastrecords.new_builder()
+        fast = fastrecords.new_builder(limit)
         if self._tail:
             if fastrecords.append_records(fast, self._tail, range(len(self._tail))) < len(self._tail):
                 self._refused = True
@@ -496,11 +497,10 @@ class RecordsBuilder:
         return head + tail if head else tail
 
     def whole_batch(self, max_timestamp: int) -> bytearray | None:
-        """The uncompressed create-time batch write_section would give, taken as it is from the
-        compiled builder's buffer, header and CRC included: no copy of the records section, no
-        second CRC over it (the builder's covers the same header fields and records), and a
+        """The uncompressed create-time batch write_section would give, in the compiled builder's
+        buffer, its header and CRC written there: no copy of the records section, and a
         bytearray, which the store stamps in place. None when the builder does not hold every
-        record, or its header is not write_section's (then section() and write_section)."""
+        record (then section() and write_section)."""
         if self._whole is not None:
             return self._whole
         if not self.count or (self._fast is not None if self._tail else self._fast is None) or (
@@ -510,9 +510,8 @@ class RecordsBuilder:
         built = fastrecords.built_batch(self._fast, CRC_COVERED_HEADER.pack(
             CREATE_TIME, self.count - 1, self.first_ts, max_timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
             NO_SEQUENCE, self.count), KLOG_LEADER_EPOCH)
-        if built is not None:  # (the builder takes no more; building it again would rewrite that header)
-            self.append = self.size = self._fast = None
-            self._whole = built
+        self.append = self.size = self._fast = None  # (it takes no more: its buffer is the batch)
+        self._whole = built
         return built
 
     def records(self, section: bytes) -> list[RecordIn]:

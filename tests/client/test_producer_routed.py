@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from klog.client.partitioner import partition_for_key
 from klog.client.producer import Producer
+from klog.errors import RecordTooLargeError
 from klog.store import codec
 
 
@@ -186,3 +187,124 @@ def test_routed_calls_between_other_sends_and_writes_keep_every_batch_whole(stor
         assert [(key, value) for _, key, value, _, _ in rows] == [
             (k, v) for k, v in sent if partition_for_key(k, 6) == p]
         assert [offset for offset, *_ in rows] == list(range(len(rows)))
+
+
+def _interrupt_after_append(n: int):  # noqa: ANN202
+    """A tracer that raises KeyboardInterrupt in _send_routed right after its n-th append through a
+    batch's builder, before the batch counts it (where a Ctrl-C can land too)."""
+    import inspect
+    import sys
+
+    lines, first = inspect.getsourcelines(Producer._send_routed)
+    target = first + next(i for i, line in enumerate(lines) if line.strip() == "slot[1] = n + 1")
+    seen = [0]
+
+    def local(frame, event, arg):  # noqa: ANN001, ANN202
+        if event == "line" and frame.f_lineno == target:
+            seen[0] += 1
+            if seen[0] == n:
+                raise KeyboardInterrupt
+        return local
+
+    def tracer(frame, event, arg):  # noqa: ANN001, ANN202
+        return local if frame.f_code is Producer._send_routed.__code__ else None
+
+    return tracer, sys
+
+
+def test_ctrl_c_between_an_append_and_its_count_loses_and_repeats_nothing(store) -> None:
+    """The builder holds the record the interrupted loop had not counted yet: its batch counts it,
+    so a flush writes whole batches holding exactly the input's first records, in order."""
+    pairs = [(b"k%d" % (i % 29), b"%05d" % i + b"x" * 60) for i in range(3000)]
+    for n in (1, 700, 2500):
+        topic = f"t{n}"
+        store.create_topic(topic, partitions=8)
+        producer = Producer(store, batch_size=1000)
+        tracer, sys = _interrupt_after_append(n)
+        before = sys.gettrace()  # (a coverage tool's, say: given back after)
+        sys.settrace(tracer)
+        try:
+            producer.send_keyed(topic, pairs)
+        except KeyboardInterrupt:
+            pass
+        else:
+            raise AssertionError("not interrupted")
+        finally:
+            sys.settrace(before)
+        producer.flush()
+        got = sorted(int(value[:5]) for rows in _partitions(store, topic, 8).values() for _, _, value, _, _ in rows)
+        assert producer.records_sent == len(got)
+        assert got == list(range(len(got)))
+        assert n < len(got) < 3000  # (records that started batches are not counted in n)
+
+
+def test_a_record_past_max_message_bytes_mid_input_is_named_and_those_before_it_are_written(store) -> None:
+    """Its size estimate decides, as for send(): here its encoded size would fit a batch, its
+    estimate (what any record is checked against) does not."""
+    store.create_topic("t", partitions=4, configs={"max.message.bytes": "1000"})
+    big = (b"k1", b"b" * (1000 - 61 - 31 - 2 + 1))  # estimate: key + value + 31 bytes, one too many
+    with store.producer() as producer:
+        try:
+            producer.send("t", big[1], key=big[0])
+        except RecordTooLargeError:
+            pass
+        else:
+            raise AssertionError("send() took it")
+    pairs = [(b"k%d" % (i % 5), b"%05d" % i) for i in range(300)]
+    pairs[200] = big
+    producer = Producer(store)
+    try:
+        producer.send_keyed("t", pairs)
+    except RecordTooLargeError as e:
+        assert e.index == 200  # type: ignore[attr-defined]
+    else:
+        raise AssertionError("not refused")
+    producer.flush()
+    rows = _partitions(store, "t", 4)
+    assert sorted(int(value) for r in rows.values() for _, _, value, _, _ in r) == list(range(200))
+    for p, got in rows.items():
+        assert [(k, v) for _, k, v, _, _ in got] == [(k, v) for k, v in pairs[:200] if partition_for_key(k, 4) == p]
+
+
+def test_a_value_of_the_wrong_type_mid_input_is_named_and_the_producer_goes_on(store) -> None:
+    """The records before it are buffered once and written by the next flush; it and those after
+    are not (buffered, it would fail its whole batch's write)."""
+    store.create_topic("t", partitions=4)
+    pairs = [(b"k%d" % (i % 7), b"%05d" % i) for i in range(300)]
+    for bad in (150, 0):  # (0: it was to start its partition's batch)
+        wrong = list(pairs)
+        wrong[bad] = (b"k3", "text")  # type: ignore[assignment]
+        producer = Producer(store)
+        try:
+            producer.send_keyed("t", wrong)
+        except TypeError as e:
+            assert e.index == bad and "str" in str(e)  # type: ignore[attr-defined]
+        else:
+            raise AssertionError("not refused")
+        assert producer._buffered == sum(b.charged for b in producer._batches.values())
+        assert all(b.records.count for b in producer._batches.values())
+        producer.send_keyed("t", pairs[bad + 1:])
+        producer.flush()
+        assert producer.records_sent == len(pairs) - 1
+    rows = _partitions(store, "t", 4)
+    want = [v for k, v in pairs[:150] + pairs[151:] + pairs[1:]]
+    assert sorted(v for r in rows.values() for _, _, v, _, _ in r) == sorted(want)
+    for p, got in rows.items():
+        assert [v for _, _, v, _, _ in got] == [v for k, v in pairs[:150] + pairs[151:] + pairs[1:]
+                                                if partition_for_key(k, 4) == p]
+
+
+def test_routed_batches_with_tombstones_stay_within_max_message_bytes_and_hold_every_record_once(store) -> None:
+    store.create_topic("t", partitions=6, configs={"max.message.bytes": "1500"})
+    pairs = _pairs(4000, keys=31)
+    with store.producer(batch_size=100_000) as producer:
+        for i in range(0, len(pairs), 900):
+            producer.send_keyed("t", pairs[i:i + 900])
+    sizes = _batch_sizes(store, "t", 6)
+    assert max(sizes) <= 1500
+    assert sum(sizes) / len(sizes) > 1500 - 200  # (filled up to the limit, not a largest record short of it)
+    rows = _partitions(store, "t", 6)
+    for p, got in rows.items():
+        assert [(k, v) for _, k, v, _, _ in got] == [(k, v) for k, v in pairs if partition_for_key(k, 6) == p]
+        assert [offset for offset, *_ in got] == list(range(len(got)))
+    assert sum(v is None for r in rows.values() for _, _, v, _, _ in r) == sum(v is None for _, v in pairs)

@@ -42,6 +42,20 @@ def test_commit_abort_and_exception(data_dir):
         assert uncommitted == [b"aborted", b"c0", b"c1", b"c2", b"c3", b"raised"]
 
 
+def test_bulk_sends_after_an_abort_are_committed(data_dir):
+    """Keyed bulk sends into a topic of several partitions (routed straight into each partition's
+    batch): an abort drops what was buffered, and the next transaction's records all land."""
+    with klog.open(data_dir) as store:
+        store.create_topic("t", 4)
+        with store.producer(transactional_id="lib-bulk") as producer:
+            producer.begin()
+            producer.send_keyed("t", [(b"k%d" % (i % 9), b"dropped-%d" % i) for i in range(200)])
+            producer.abort()
+            with producer.transaction():
+                producer.send_keyed("t", [(b"k%d" % (i % 9), b"kept-%d" % i) for i in range(200)])
+        assert sorted(_committed_values(store, "t")) == sorted(b"kept-%d" % i for i in range(200))
+
+
 def test_send_offsets_commit_with_the_transaction(data_dir):
     with klog.open(data_dir) as store:
         store.create_topic("out")

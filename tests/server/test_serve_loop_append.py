@@ -510,8 +510,10 @@ def test_files_a_loop_append_pushes_out_of_the_writers_open_set_are_closed_by_a_
     real = Partition.release_files
 
     def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
-        closed_in.append(threading.current_thread().name)
-        return real(self, *args, **kwargs)
+        try:
+            return real(self, *args, **kwargs)
+        finally:  # (once closed: the answer may reach the client before the thread is done)
+            closed_in.append(threading.current_thread().name)
 
     monkeypatch.setattr(Partition, "release_files", recording)
     with RawClient(kafka_server.port) as client:

@@ -315,14 +315,18 @@ def test_a_batch_taken_whole_from_the_builder_is_what_write_section_writes(recor
             (key, value, list(headers), ts) for key, value, headers, ts in records]
 
 
-def test_a_builder_whose_header_differs_is_not_taken_whole() -> None:
-    """A max timestamp other than the records' (or records partly in Python): None, and the
-    records section is still there whole."""
+def test_a_whole_batch_has_the_header_it_is_given_and_records_partly_in_python_are_not_taken_whole() -> None:
+    """klog writes the header (the builder's build() and its CRC are never asked for): the max
+    timestamp it is given is the batch's, as write_section writes it; records partly in Python:
+    None, and the records section is still there whole."""
     records = [(b"k%d" % i, b"v" * i, [], TS + i) for i in range(70)]
     builder = codec.RecordsBuilder()
     builder.add(records)
-    assert builder.whole_batch(TS) is None  # the records' largest is TS + 69
-    assert builder.section() == codec.encode_records(records, TS, None)
+    with fastrecords.python_only():
+        section = codec.encode_records(records, TS, None)
+    assert builder.whole_batch(TS + 100) == codec.write_section(section, 70, base_timestamp=TS,
+                                                                max_timestamp=TS + 100)
+    assert builder.section() == section
     mixed = codec.RecordsBuilder()
     mixed.add(records[:10])
     assert mixed.go_fast()

@@ -68,3 +68,30 @@ def test_a_first_timestamp_of_minus_one_is_encoded_in_python() -> None:
     builder.add(records)
     assert not builder.go_fast()
     assert builder.section() == python_bytes(records)
+
+
+def test_a_builder_with_a_limit_takes_records_up_to_it_and_the_rest_are_kept_as_tuples() -> None:
+    """A routed batch's builder refuses the record that would pass its limit (leaving itself as
+    it was); records added to it through add() past that point are kept and encoded in Python:
+    none is lost, the bytes are one encoding's."""
+    records = [(b"k%d" % i, b"v" * 40, [], TS + i) for i in range(20)]
+    builder = codec.RecordsBuilder()
+    builder.add(records[:1])
+    assert builder.go_fast(limit=300)
+    builder.add(records[1:])
+    assert builder.count == 20
+    assert builder.append is None  # it stopped at its limit: the rest are tuples
+    section = builder.section()
+    assert section == python_bytes(records)
+
+
+def test_held_records_counts_what_the_builder_holds_and_it_takes_more_after() -> None:
+    fast = fastrecords.new_builder(limit=1000)
+    assert fastrecords.held_records(fast) == 0
+    for i in range(3):
+        assert fast.append(i, TS, b"k", b"v", []) is not None
+    assert fastrecords.held_records(fast) == 3
+    assert fast.append(3, TS, b"k", b"v" * 2000, []) is None  # past the limit: refused, left as it was
+    assert fast.append(3, TS, b"k", b"v", []) is not None
+    assert fastrecords.held_records(fast) == 4
+    assert fastrecords.new_builder(limit=10).append(0, TS, b"k", b"v" * 100, []) is not None  # the first, always

@@ -213,6 +213,11 @@ def test_a_folder_changed_just_before_is_not_recorded(tmp_path):
     """Its mtime may not change again within the file system's clock tick: nothing to trust yet."""
     folder = str(tmp_path / "t-0")
     _write(folder)
+    recent = time.time_ns() + 60 * 10**9  # (never settled however slow the machine: a clock a minute ahead)
+    os.utime(folder, ns=(recent, recent))
     _write(folder)
     snap = _state(folder)
     assert snap.trust is not None and snap.trust.folder_ino == 0
+    _age(folder)  # once settled, the next writer records it
+    _write(folder)
+    assert _state(folder).trust.folder_ino == os.stat(folder).st_ino
