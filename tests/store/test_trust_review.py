@@ -165,3 +165,21 @@ def test_a_backup_restored_over_the_folder_with_its_mtimes_is_not_trusted(folder
         reader.close()
     # every record just acknowledged reads back at its offset (main: from 36, after the newer segment)
     assert read == [(o, b"v%d-7-" % o + b"x" * 90) for o in range(start, start + 9)]
+
+
+
+def test_a_folder_changed_during_a_writers_hold_is_listed_by_the_next_open(folder, listings):  # noqa: F811
+    """Another process's close renames a Kafka checkpoint file into the folder (no partition lock:
+    see kafka_checkpoints) while this writer holds the log, within the same clock tick as the
+    writer's state write: the record names the folder as the writer's open found it (settled,
+    older than any change since), so the next open lists the folder."""
+    from klog.store import checkpoints
+
+    log, _ = _open(folder)
+    assert folder not in listings  # (trusted)
+    checkpoints.write_atomically(os.path.join(folder, "leader-epoch-checkpoint"), checkpoints.checkpoint_text(["0 0"]))
+    _append(log, 1)  # (its state write records the trust)
+    log.close()
+    reopened, _ = _open(folder)
+    assert folder in listings and reopened.log_end_offset == 27
+    reopened.close()
