@@ -176,9 +176,11 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                 metadata = f"version: 0\ntopic_id: {topic_id}\n" if topic_id is not None else ""
                 digest = zlib.crc32(metadata.encode(), zlib.crc32(epochs.encode()))
                 # the folder's files hold these texts already, as its open for write was shown (the
-                # replica state file's record: see PartitionLog.checkpoints_digest), and nobody took
-                # the partition's lock since: no look at them
-                if known is not None and log is not None and log.checkpoints_digest == digest:
+                # replica state file's record: see PartitionLog.checkpoints_digest), nobody took
+                # the partition's lock since, and nothing was renamed into the folder meanwhile
+                # (these files are rewritten without the lock: a close in another process): no look at them
+                if (known is not None and log is not None and log.checkpoints_digest == digest
+                        and log.folder_as_seen()):
                     continue
                 try:  # (`folder` is a join's: a separator and the name make the file's path)
                     changed = _write_if_changed(folder + os.sep + LEADER_EPOCH_CHECKPOINT, epochs, unsynced)

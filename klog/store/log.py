@@ -895,6 +895,18 @@ class PartitionLog:
                             indexer.since_last, indexer.last_time_ts, first if first is not None else -1,
                             digest or 0, flags)
 
+    def folder_as_seen(self) -> bool:
+        """Is the folder still as this object's last open for write found it (its inode and
+        mtime: nothing created, renamed or removed in it since, by anyone)? One lstat."""
+        seen = self._folder_seen
+        if seen is None:
+            return False
+        try:
+            found = os.lstat(self.directory)
+        except OSError:
+            return False
+        return (found.st_ino, found.st_mtime_ns) == seen
+
     def note_checkpoints(self, digest: int) -> None:
         """The folder's Kafka checkpoint files were just read and hold what `digest` names (lock
         not held): the next write of the replica state file records it, with the folder's mtime

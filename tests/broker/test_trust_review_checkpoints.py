@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import klog
 from klog.store import checkpoints
 from tests.broker.test_checkpoint_digest import _recorded
 from tests.kafka_files import read_checkpoint
 
 
-@pytest.mark.xfail(strict=True, reason="the close trusts the digest its open adopted though the folder "
-                   "changed since that open: no lstat of the folder before the skip")
 def test_a_checkpoint_file_rewritten_during_a_trusted_writers_session_is_put_right_at_its_close(data_dir,
                                                                                                 monkeypatch):
     """Another process (a Kafka tool, an older klog's walk of every partition from a state file
