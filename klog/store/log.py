@@ -54,11 +54,11 @@ STATE_LAG_BYTES_MAX = 1 << 20
 # `dirs import` found one), so its batches are decoded by the strict decoder only (see fastrecords)
 STRICT_RECORDS_MARKER = "klog-strict-records"
 
-# A folder whose mtime is this recent may still change within the same timestamp (a file system
-# stamps changes with a clock that ticks every few ms, or in whole seconds): its mtime proves
+# A folder whose change time is this recent may still change within the same timestamp (a file system
+# stamps changes with a clock that ticks every few ms, or in whole seconds): its change time proves
 # nothing yet, and a writer does not record it for the next one to trust (see ReplicaTrust)
 FOLDER_SETTLED_NS = 50_000_000
-FOLDER_SETTLED_WHOLE_SECONDS_NS = 3_000_000_000  # (an mtime in whole seconds: FAT, ext3's small inodes)
+FOLDER_SETTLED_WHOLE_SECONDS_NS = 3_000_000_000  # (a time in whole seconds: FAT, ext3's small inodes)
 # what may be in a replica's folder that a writer's open would not act on (else it is listed at
 # every open: swaps, `.deleted` files, the data-loss marker, whatever else someone put there)
 _QUIET_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, CORRUPT_SUFFIX)
@@ -72,11 +72,19 @@ def _quiet_folder(names: set[str]) -> bool:
             and loader.nothing_unfinished(names))
 
 
-def _settled(mtime_ns: int, before_ns: int) -> bool:
-    """Is a folder's mtime, seen by an lstat made after `before_ns` (time.time_ns()), old enough
+def _change_ns(st: os.stat_result) -> int:
+    """When a file or folder last changed, as the trust record proves it: the inode's change time
+    (ctime). Any write, truncation, rename, link or attribute change moves it, and no tool can set
+    it: cp -a, rsync -a and touch -r put mtimes back, so a backup copied back in place would pass
+    an mtime check."""
+    return st.st_ctime_ns
+
+
+def _settled(changed_ns: int, before_ns: int) -> bool:
+    """Is a folder's change time, seen by an lstat made after `before_ns` (time.time_ns()), old enough
     that any change in the folder after that lstat gets another (see FOLDER_SETTLED_NS)?"""
-    margin = FOLDER_SETTLED_WHOLE_SECONDS_NS if mtime_ns % 1_000_000_000 == 0 else FOLDER_SETTLED_NS
-    return mtime_ns <= before_ns - margin
+    margin = FOLDER_SETTLED_WHOLE_SECONDS_NS if changed_ns % 1_000_000_000 == 0 else FOLDER_SETTLED_NS
+    return changed_ns <= before_ns - margin
 
 
 class FetchedBatch(Plain):
@@ -280,7 +288,7 @@ class PartitionLog:
         # the list holds the active segment only: an open for write adopted it from the replica
         # state file without listing the folder (the first use of the whole list lists it)
         self._partial = False
-        # (inode, mtime) of the folder as this object's last open for write found it, when its names
+        # (inode, change time) of the folder as this object's last open for write found it, when its names
         # were known then and held nothing an open acts on: the replica state file records them
         # for the next writer while the folder still has them (see ReplicaTrust)
         self._folder_seen: tuple[int, int] | None = None
@@ -479,8 +487,8 @@ class PartitionLog:
         swaps = loader.finish_interrupted_swaps(self.directory, self.config.file_delete_delay_ms, listed)
         self.refresh_segments(None if swaps else names)
         self.listed_names = None if swaps else listed
-        if found is not None and not swaps and _settled(found.st_mtime_ns, before) and _quiet_folder(listed):
-            self._folder_seen = (found.st_ino, found.st_mtime_ns)
+        if found is not None and not swaps and _settled(_change_ns(found), before) and _quiet_folder(listed):
+            self._folder_seen = (found.st_ino, _change_ns(found))
         report = RecoveryReport(reasons=swaps)
         if not self.bases:
             self.new_segment(0, writing=True)
@@ -507,14 +515,14 @@ class PartitionLog:
 
     def _adopt_trusted(self, snap: ReplicaSnapshot, folder: os.stat_result) -> bool:
         """Adopt the log as the replica state file's ReplicaTrust describes it, when the files are
-        provably as its writer left them: the same boot, the folder's inode and mtime unchanged
+        provably as its writer left them: the same boot, the folder's inode and change time unchanged
         (no file created, renamed or removed since), and the active segment's `.log` (inode, size,
-        mtime) and indexes (sizes) as recorded, by an fstat of each descriptor the append needs
+        change time) and indexes (sizes) as recorded, by an fstat of each descriptor the append needs
         anyway. Then the open is the state read and the three opens: no listing, no index read.
         False (nothing adopted; the descriptors opened are the writer's, which the full check
         keeps when its listing finds that same file active): the caller checks the log as before."""
         trust = snap.trust
-        if (trust is None or trust.folder_mtime_ns != folder.st_mtime_ns or trust.folder_ino != folder.st_ino
+        if (trust is None or trust.folder_changed_ns != _change_ns(folder) or trust.folder_ino != folder.st_ino
                 or snap.boot_id != current_boot_id() or snap.recovery_point < snap.active_base):
             return False  # (a recovery point behind the active segment: sealed ones await their fsync)
         base = snap.active_base
@@ -529,7 +537,7 @@ class PartitionLog:
         try:
             log = os.fstat(fds.log)
             same = (log.st_ino == trust.log_ino and log.st_size == snap.valid_size
-                    and log.st_mtime_ns == trust.log_mtime_ns
+                    and _change_ns(log) == trust.log_changed_ns
                     and os.fstat(fds.index).st_size == trust.index_bytes
                     and os.fstat(fds.time_index).st_size == trust.time_index_bytes)
         except BaseException:
@@ -557,7 +565,7 @@ class PartitionLog:
         # its names are as the record's writer knew them, among which no data-loss marker (a folder
         # holding anything but the log's own files is never recorded): nothing to look for
         self.listed_names = frozenset()
-        self._folder_seen = (folder.st_ino, folder.st_mtime_ns)
+        self._folder_seen = (folder.st_ino, _change_ns(folder))
         self.checkpoints_digest = (trust.checkpoints_digest if trust.flags & ReplicaTrust.CHECKPOINTS_KNOWN
                                    else None)
         return True
@@ -870,9 +878,9 @@ class PartitionLog:
         """What the replica state file records for the next writer to adopt the log by (see
         ReplicaTrust), or None when this object cannot vouch for it: the folder's names unknown
         or changed by this object since its open, the index sizes unknown, or the active segment
-        not open. One fstat (the `.log`'s mtime). The folder is recorded as the open found it:
+        not open. One fstat (the `.log`'s change time). The folder is recorded as the open found it:
         a change since (by anyone: another thread's retention, a checkpoint file renamed by
-        another process) gave it another mtime (_settled), so the next writer finds the record
+        another process) gave it another change time (_settled), so the next writer finds the record
         stale and checks everything."""
         seen = self._folder_seen
         fds = self._fds
@@ -891,13 +899,13 @@ class PartitionLog:
                  | (ReplicaTrust.STRICT_RECORDS if self._strict_records else 0)
                  | (ReplicaTrust.CHECKPOINTS_KNOWN if digest is not None else 0))
         indexer = active.indexer
-        return ReplicaTrust(seen[0], seen[1], log.st_ino, log.st_mtime_ns, active.index_bytes, active.time_index_bytes,
+        return ReplicaTrust(seen[0], seen[1], log.st_ino, _change_ns(log), active.index_bytes, active.time_index_bytes,
                             indexer.since_last, indexer.last_time_ts, first if first is not None else -1,
                             digest or 0, flags)
 
     def folder_as_seen(self) -> bool:
         """Is the folder still as this object's last open for write found it (its inode and
-        mtime: nothing created, renamed or removed in it since, by anyone)? One lstat."""
+        change time: nothing created, renamed or removed in it since, by anyone)? One lstat."""
         seen = self._folder_seen
         if seen is None:
             return False
@@ -905,12 +913,12 @@ class PartitionLog:
             found = os.lstat(self.directory)
         except OSError:
             return False
-        return (found.st_ino, found.st_mtime_ns) == seen
+        return (found.st_ino, _change_ns(found)) == seen
 
     def note_checkpoints(self, digest: int) -> None:
         """The folder's Kafka checkpoint files were just read and hold what `digest` names (lock
-        not held): the next write of the replica state file records it, with the folder's mtime
-        it is valid for (a file rewritten since, by anyone, changes the folder's mtime: then it is
+        not held): the next write of the replica state file records it, with the folder's change time
+        it is valid for (a file rewritten since, by anyone, changes the folder's change time: then it is
         not recorded). The log's lock holder (settle_states, at close) writes it then."""
         if self.checkpoints_digest != digest:
             self.checkpoints_digest = digest

@@ -221,8 +221,8 @@ class ReplicaSnapshot(Plain):
 class ReplicaTrust(tuple):
     """What the last writer saw of the files a snapshot describes, so that the next writer's open
     can adopt the log without reading it again (PartitionLog.open_for_write): the folder (its
-    inode and mtime, which any file created, renamed or removed in it changes), the active
-    segment's `.log` (inode, mtime; the snapshot has its size) and its two indexes (sizes), and
+    inode and change time, which any file created, renamed or removed in it moves), the active
+    segment's `.log` (inode, change time; the snapshot has its size) and its two indexes (sizes), and
     the writer state a read of them would give (the bytes after the last offset-index entry, the
     time index's last timestamp, the first batch's max timestamp). The next writer compares them
     with the lstat it makes of the folder and an fstat of each descriptor it opens anyway; any
@@ -230,7 +230,7 @@ class ReplicaTrust(tuple):
     its names (listed in its hold, or trusted so) and saw nothing a full open would act on."""
 
     __slots__ = ()
-    _fields = ("folder_ino", "folder_mtime_ns", "log_ino", "log_mtime_ns", "index_bytes", "time_index_bytes",
+    _fields = ("folder_ino", "folder_changed_ns", "log_ino", "log_changed_ns", "index_bytes", "time_index_bytes",
                "since_last", "last_time_ts", "first_batch_max_timestamp", "checkpoints_digest", "flags")
     FIRST_BATCH_KNOWN = 1  # first_batch_max_timestamp is the first batch's (else read it when needed)
     STRICT_RECORDS = 2  # the folder holds log.STRICT_RECORDS_MARKER
@@ -238,19 +238,20 @@ class ReplicaTrust(tuple):
 
     # (a tuple: a record is read at every first open of a partition, and built at every state write;
     # a class setting eleven attributes cost ~2 us each time)
-    def __new__(cls, folder_ino: int, folder_mtime_ns: int, log_ino: int, log_mtime_ns: int, index_bytes: int,
+    def __new__(cls, folder_ino: int, folder_changed_ns: int, log_ino: int, log_changed_ns: int, index_bytes: int,
                 time_index_bytes: int, since_last: int, last_time_ts: int, first_batch_max_timestamp: int,
                 checkpoints_digest: int, flags: int) -> ReplicaTrust:
-        return tuple.__new__(cls, (folder_ino, folder_mtime_ns, log_ino, log_mtime_ns, index_bytes, time_index_bytes,
-                                   since_last, last_time_ts, first_batch_max_timestamp, checkpoints_digest, flags))
+        return tuple.__new__(cls, (folder_ino, folder_changed_ns, log_ino, log_changed_ns, index_bytes,
+                                   time_index_bytes, since_last, last_time_ts, first_batch_max_timestamp,
+                                   checkpoints_digest, flags))
 
     def __repr__(self) -> str:
         return f"ReplicaTrust({', '.join(f'{n}={v!r}' for n, v in zip(self._fields, self, strict=True))})"
 
     folder_ino = property(operator.itemgetter(0))
-    folder_mtime_ns = property(operator.itemgetter(1))
+    folder_changed_ns = property(operator.itemgetter(1))
     log_ino = property(operator.itemgetter(2))
-    log_mtime_ns = property(operator.itemgetter(3))
+    log_changed_ns = property(operator.itemgetter(3))
     index_bytes = property(operator.itemgetter(4))
     time_index_bytes = property(operator.itemgetter(5))
     since_last = property(operator.itemgetter(6))

@@ -10,7 +10,7 @@ import time
 
 import klog
 from klog.broker import kafka_checkpoints
-from klog.store import checkpoints
+from klog.store import checkpoints, log
 from klog.store.plain import replace
 from klog.store.state import ReplicaState, ReplicaTrust
 from tests.kafka_files import read_checkpoint
@@ -36,8 +36,7 @@ def _recorded(data_dir: str, monkeypatch) -> tuple[str, list[str]]:
         store.create_topic("t", 1)
     folder = os.path.join(data_dir, "logs", "t-0")
     _produce(data_dir, b"a")  # creates the files
-    old = time.time_ns() - 10 * 10**9
-    os.utime(folder, ns=(old, old))  # (a folder last changed long ago: see log.FOLDER_SETTLED_NS)
+    time.sleep(log.FOLDER_SETTLED_NS / 1e9 + 0.02)  # (until the folder's last change is settled)
     _produce(data_dir, b"b")  # lists the folder, reads the files, records both
     trust = _trust(folder)
     assert trust is not None and trust.folder_ino and trust.flags & ReplicaTrust.CHECKPOINTS_KNOWN

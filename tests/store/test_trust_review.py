@@ -2,7 +2,8 @@
 matches the files' inode/size/mtime while their contents differ, and what a user then sees.
 
 A change that keeps a file's size and lands within the same timestamp tick as the record's write
-keeps its mtime too: os.utime puts the mtimes back here as such a fast change would leave them."""
+keeps its times too: os.utime puts the mtimes back here as such a fast change would leave them (and
+the check reads mtimes: change times cannot be put back)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _same_size_batch(base: int, size: int) -> bytes:
 @pytest.mark.xfail(strict=True, reason="a same-size rewrite of the tail within the record's mtime tick is adopted "
                    "(inode, size, mtime match): the log end comes from the record, the next batch repeats offset "
                    "24 and readers stop silently before it. main's open (size + state file) does the same")
-def test_a_tail_rewritten_to_the_same_size_within_the_records_tick_is_not_adopted(folder, listings):  # noqa: F811
+def test_a_tail_rewritten_to_the_same_size_within_the_records_tick_is_not_adopted(folder, listings, monkeypatch):  # noqa: F811
     """The last batch (3 records) cut and a 4-record batch of the same size appended in its place
     (a truncation and an append by a writer that did not write the state after, or a foreign
     tool), within the tick of the record's write: the file says the log ends at 25, the record 24."""
@@ -67,7 +68,7 @@ def test_a_tail_rewritten_to_the_same_size_within_the_records_tick_is_not_adopte
         f.seek(size - len(last))
         f.write(_same_size_batch(21, len(last)))
     assert os.path.getsize(path) == size
-    _keep_mtimes(folder, snap)
+    _keep_mtimes(folder, snap, monkeypatch)
     log, _ = _open(folder)
     _append(log, 1)
     log.close()
@@ -86,7 +87,7 @@ def test_a_power_cut_tail_of_zeros_with_the_same_size_and_mtimes_is_cut(folder, 
     with open(path, "r+b") as f:  # the last batch lost
         f.seek(size - len(_batch(27)))
         f.write(bytes(len(_batch(27))))
-    _keep_mtimes(folder, snap)
+    _keep_mtimes(folder, snap, monkeypatch)
     monkeypatch.setattr(log_module, "current_boot_id", lambda: b"\x01" * 16)
     reopened, report = _open(folder)
     assert folder in listings and reopened.log_end_offset == 27
@@ -134,9 +135,6 @@ def test_a_trusted_open_reads_every_segment_through_the_same_object(tmp_path, li
 
 
 
-@pytest.mark.xfail(strict=True, reason="the record's proofs are mtimes, which cp -a / copy2 / rsync -a / touch -r "
-                   "put back: a folder restored in place from a backup (same inodes, files overwritten, newer "
-                   "segments left) passes, and the writer appends into a sealed segment below a newer one")
 def test_a_backup_restored_over_the_folder_with_its_mtimes_is_not_trusted(folder, listings, tmp_path):  # noqa: F811
     """The folder backed up with its times (cp -a, shutil.copytree), the log written on and rolled,
     then the backup copied back over it in place (cp -a backup/. folder/: same inodes, the times

@@ -14,6 +14,7 @@ import zlib
 import pytest
 
 from klog.store import codec
+from klog.store import log as log_module
 from klog.store.config import LogConfig
 from klog.store.log import PartitionLog
 from klog.store.state import ReplicaState
@@ -51,9 +52,9 @@ def _state(folder: str):
 
 
 def _age(folder: str) -> None:
-    """The folder as one last changed long ago (its mtime settled: see FOLDER_SETTLED_NS)."""
-    old = time.time_ns() - 10 * 10**9
-    os.utime(folder, ns=(old, old))
+    """Wait until the folder's last change is settled (see FOLDER_SETTLED_NS): its change time
+    cannot be set back, as an mtime can."""
+    time.sleep(log_module.FOLDER_SETTLED_NS / 1e9 + 0.02)
 
 
 @pytest.fixture
@@ -92,11 +93,14 @@ def _offsets_and_values(folder: str) -> list[tuple[int, bytes]]:
         log.close()
 
 
-def _keep_mtimes(folder: str, snap) -> None:
-    """Put the folder's and the log's mtimes back to what the record says: only the check under
-    test is left to notice the change."""
-    os.utime(folder, ns=(snap.trust.folder_mtime_ns, snap.trust.folder_mtime_ns))
-    os.utime(os.path.join(folder, LOG), ns=(snap.trust.log_mtime_ns, snap.trust.log_mtime_ns))
+def _keep_mtimes(folder: str, snap, monkeypatch) -> None:
+    """As if the change just made had come within the record's clock tick, which leaves a file's
+    times as they were: only the check under test is left to notice it. (The record's times are
+    change times, which nothing can set back: here the check reads mtimes, put back to the
+    record's.)"""
+    monkeypatch.setattr(log_module, "_change_ns", lambda st: st.st_mtime_ns)
+    os.utime(folder, ns=(snap.trust.folder_changed_ns, snap.trust.folder_changed_ns))
+    os.utime(os.path.join(folder, LOG), ns=(snap.trust.log_changed_ns, snap.trust.log_changed_ns))
 
 
 def test_a_trusted_open_lists_nothing_and_appends_what_a_full_check_would(folder, listings, tmp_path):
@@ -117,24 +121,24 @@ def test_a_trusted_open_lists_nothing_and_appends_what_a_full_check_would(folder
     assert [o for o, _ in _offsets_and_values(folder)] == list(range(3 * (4 + 4 + 12)))
 
 
-def test_a_cut_tail_is_recovered(folder, listings):
+def test_a_cut_tail_is_recovered(folder, listings, monkeypatch):
     snap = _state(folder)
     path = os.path.join(folder, LOG)
     os.truncate(path, os.path.getsize(path) - 7)
-    _keep_mtimes(folder, snap)
+    _keep_mtimes(folder, snap, monkeypatch)
     log, report = _open(folder)
     assert report.bytes_truncated > 0 and folder in listings
     assert log.log_end_offset == 3 * 7  # the last batch was cut: the one before ends the log
     log.close()
 
 
-def test_foreign_bytes_after_the_tail_are_cut(folder, listings):
+def test_foreign_bytes_after_the_tail_are_cut(folder, listings, monkeypatch):
     snap = _state(folder)
     path = os.path.join(folder, LOG)
     size = os.path.getsize(path)
     with open(path, "ab") as f:
         f.write(os.urandom(4096))
-    _keep_mtimes(folder, snap)
+    _keep_mtimes(folder, snap, monkeypatch)
     log, report = _open(folder)
     assert report.bytes_truncated == 4096 and os.path.getsize(path) == size
     _append(log, 1)
@@ -142,12 +146,12 @@ def test_foreign_bytes_after_the_tail_are_cut(folder, listings):
     assert [o for o, _ in _offsets_and_values(folder)] == list(range(3 * 9))
 
 
-def test_a_batch_appended_after_the_record_is_kept(folder, listings):
+def test_a_batch_appended_after_the_record_is_kept(folder, listings, monkeypatch):
     """A writer killed after its append, before its state write: the batch is whole, and kept."""
     snap = _state(folder)
     with open(os.path.join(folder, LOG), "ab") as f:
         f.write(_batch(24, seed=3))
-    _keep_mtimes(folder, snap)
+    _keep_mtimes(folder, snap, monkeypatch)
     log, report = _open(folder)
     assert not report.bytes_truncated and log.log_end_offset == 27
     _append(log, 1)
@@ -156,7 +160,7 @@ def test_a_batch_appended_after_the_record_is_kept(folder, listings):
 
 
 @pytest.mark.parametrize("change", ["replaced", "rewritten-in-place", "time-index-entry", "offset-index-entry"])
-def test_a_file_changed_behind_the_record_sends_the_open_to_the_full_check(folder, listings, change):
+def test_a_file_changed_behind_the_record_sends_the_open_to_the_full_check(folder, listings, change, monkeypatch):
     snap = _state(folder)
     path = os.path.join(folder, LOG)
     if change == "replaced":  # same bytes, another file (a copy renamed over it)
@@ -172,10 +176,11 @@ def test_a_file_changed_behind_the_record_sends_the_open_to_the_full_check(folde
     else:
         with open(os.path.join(folder, "0" * 20 + ".index"), "ab") as f:
             f.write((20).to_bytes(4, "big") + (0).to_bytes(4, "big"))
-    if change == "rewritten-in-place":
-        os.utime(folder, ns=(snap.trust.folder_mtime_ns, snap.trust.folder_mtime_ns))  # (the log's mtime moved)
+    if change == "rewritten-in-place":  # (the log's mtime moved: the folder's as the record says)
+        monkeypatch.setattr(log_module, "_change_ns", lambda st: st.st_mtime_ns)
+        os.utime(folder, ns=(snap.trust.folder_changed_ns, snap.trust.folder_changed_ns))
     else:
-        _keep_mtimes(folder, snap)
+        _keep_mtimes(folder, snap, monkeypatch)
     log, _ = _open(folder)
     assert folder in listings
     log.close()
