@@ -219,12 +219,15 @@ class Server:
         except BaseException as e:  # noqa: BLE001 - the append's error is the producer's answer
             complete(fut, error=e)
             return
-        faults.point("loop-append-published")  # (tests: a kill -9 between the publish and the answer)
-        if pending.rolled:  # retention after a new segment reads and deletes files: a thread's work
-            self.append_executor.submit(self.appender.writer.after_roll, pending.topic, pending.partition)
-        if pending.to_release:  # closing may wait for a sealed segment's background fsync
-            self.append_executor.submit(self.appender.writer.release_files, pending.to_release)
-        complete(fut, result)  # (last: the producer's answer may be written from here)
+        try:
+            faults.point("loop-append-published")  # (tests: a kill -9 between the publish and the answer)
+            if pending.rolled:  # retention after a new segment reads and deletes files: a thread's work
+                self.append_executor.submit(self.appender.writer.after_roll, pending.topic, pending.partition)
+            if pending.to_release:  # closing may wait for a sealed segment's background fsync
+                self.append_executor.submit(self.appender.writer.release_files, pending.to_release)
+        finally:  # (the batch is published: whatever the follow-up work raised, e.g. a pool shut
+            # down, the producer is answered and the future leaves connection._direct)
+            complete(fut, result)  # (last: the producer's answer may be written from here)
 
     async def _read_marks(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The high watermarks of these partitions, read in the thread pool (one state-file pread each)."""

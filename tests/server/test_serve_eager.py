@@ -534,3 +534,31 @@ def test_a_produce_is_answered_from_its_fsync_s_completion(kafka_server, monkeyp
         for i in range(6):  # (the first opens the partition, a replica check due takes another: threads)
             assert produce(client, "direct", 0, batch([b"v%d" % i])) == (0, i)
     assert written_inside and all(written_inside)
+
+
+def test_an_append_published_on_the_loop_is_answered_when_its_follow_up_cannot_be_scheduled():
+    """The batch is published, but the thread pool that would run retention after its roll refuses
+    the work (shut down: a server stopping): the producer still gets its answer and the future
+    leaves connection._direct (was: the answer never came, the entry and its request stayed)."""
+    class Pending:
+        rolled, to_release, topic, partition = True, None, "t", 0
+
+        def done(self, error):  # noqa: ANN001, ANN202
+            return "published"
+
+    class Pool:
+        def submit(self, *args):  # noqa: ANN002, ANN202
+            raise RuntimeError("cannot schedule new calls after shutdown")
+
+    class Fake:
+        append_executor = Pool()
+        appender = type("A", (), {"writer": type("W", (), {"after_roll": None})()})()
+
+    async def main() -> None:
+        fut = direct_future(asyncio.get_running_loop())
+        with pytest.raises(RuntimeError):
+            Server._appended_on_loop(Fake(), Pending(), fut, None)  # type: ignore[arg-type]
+        assert fut.done() and fut.result() == "published"
+        assert fut not in connection_module._direct
+
+    asyncio.run(main())
