@@ -562,3 +562,29 @@ def test_an_append_published_on_the_loop_is_answered_when_its_follow_up_cannot_b
         assert fut not in connection_module._direct
 
     asyncio.run(main())
+
+
+def test_produces_answered_from_their_fsyncs_leave_no_direct_future_behind(kafka_server, monkeypatch):
+    """Every produce appended on the loop makes a direct future (connection._direct); each leaves
+    that table when its fsync completes, whether its request was begun eagerly or taken over by
+    the connection's task (confluent-kafka pipelines several produces per connection)."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    if not kafka_server.loop_fsync.available:
+        pytest.skip("no io_uring here: appends fsync in a thread")
+    kafka_server.store.create_topic("direct-many")  # (one partition a request: appended on the loop)
+    made: list = []
+    monkeypatch.setattr(server_module, "direct_future", lambda loop: made.append(direct_future(loop)) or made[-1])
+    errors: list = []
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka_server.bootstrap, "acks": "all",
+                                         "linger.ms": 0, "max.in.flight.requests.per.connection": 5})
+    for i in range(60):
+        producer.produce("direct-many", b"v%d" % i,
+                         on_delivery=lambda err, msg: err is not None and errors.append(err))
+        if i < 10:  # one at a time (each request begun eagerly), then pipelined (taken over)
+            assert producer.flush(30) == 0
+        producer.poll(0)
+    assert producer.flush(30) == 0 and not errors
+    loop = kafka_server._loop
+    assert made and all(f.done() for f in made)
+    assert not [f for f in list(connection_module._direct) if f.get_loop() is loop]
+    assert kafka_server.store.partition("direct-many", 0).high_watermark() == 60
