@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,3 +84,24 @@ def race_a_producer(producer: subprocess.Popen, lines: bytes, rounds: int, pause
         if producer.poll() is None:
             producer.kill()
             producer.wait()
+
+
+def kill_first_and_finish(procs: list[subprocess.Popen], after_s: float,
+                          timeout: float) -> set[tuple[int, int]]:
+    """`procs`: `klog produce --print-offsets` writers racing each other. The first is killed
+    (SIGKILL) `after_s` after it acknowledged its first batch; the others must finish cleanly.
+    Returns the (partition, offset) pairs the killed one acknowledged."""
+    victim = procs[0]
+    first = victim.stdout.readline()  # type: ignore[union-attr]
+    assert first, victim.stderr.read().decode()  # type: ignore[union-attr]
+    time.sleep(after_s)
+    victim.send_signal(signal.SIGKILL)
+    # (the kill may cut the last line short, "...\t2\t67" of "...\t2\t678": only whole lines count)
+    acked_lines = [first] + victim.stdout.read().split(b"\n")[:-1]  # type: ignore[union-attr]
+    victim.wait(timeout=30)
+    for proc in procs[1:]:
+        _, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, err.decode()
+    acked = {(int(p), int(o)) for _, p, o in (line.split(b"\t") for line in acked_lines if line.count(b"\t") == 2)}
+    assert acked, "the killed writer acknowledged nothing before the kill"
+    return acked

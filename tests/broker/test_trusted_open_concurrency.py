@@ -6,7 +6,6 @@ twice, and the next writer after the kill finds what it left (a tail the record 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 import klog
 from klog.store import log
 from tests.conftest import REPO
+from tests.klog_processes import kill_first_and_finish
 
 PARTITIONS = 12
 WRITERS = 3
@@ -57,19 +57,8 @@ def test_trusting_writers_interleave_whole_batches_and_lose_nothing_under_sigkil
         procs.append(subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-d", data_dir, "-K:",
                                        "--print-offsets", "-X", "buffer.memory=16384", path], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    victim = procs[0]
-    first = victim.stdout.readline()
-    assert first, victim.stderr.read().decode()
-    time.sleep(0.2)
-    victim.send_signal(signal.SIGKILL)
-    # (the kill may cut the last line short, "...\t2\t67" of "...\t2\t678": only whole lines count)
-    acked_lines = [first] + victim.stdout.read().split(b"\n")[:-1]
-    victim.wait(timeout=30)
-    for proc in procs[1:]:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err.decode()
-    acked = {(int(p), int(o)) for _, p, o in (line.split(b"\t") for line in acked_lines if line.count(b"\t") == 2)}
-    assert acked
+    # (the first is killed in the middle of the rest, once it has acknowledged batches)
+    acked = kill_first_and_finish(procs, after_s=0.2, timeout=300)
 
     _produce_once(data_dir, b"after")  # the next writer after the kill: it must find where the logs end
     with klog.open(data_dir) as store:

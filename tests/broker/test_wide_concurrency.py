@@ -10,15 +10,14 @@ and every offset the killed writer printed as acknowledged holds its record.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import klog
 from tests.conftest import REPO
+from tests.klog_processes import kill_first_and_finish
 
 PARTITIONS = 64
 WRITERS = 3
@@ -57,19 +56,8 @@ def test_concurrent_wide_producers_interleave_whole_batches_and_lose_nothing_und
         procs.append(subprocess.Popen([sys.executable, "-m", "klog", "produce", "wide", "-K:", "--print-offsets",
                                        "-X", "buffer.memory=65536", path], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    victim = procs[0]
-    first = victim.stdout.readline()  # it has acknowledged batches: kill it in the middle of the rest
-    assert first, victim.stderr.read().decode()
-    time.sleep(0.3)
-    victim.send_signal(signal.SIGKILL)
-    # (the kill may cut the last line short, "...\t2\t67" of "...\t2\t678": only whole lines count)
-    acked_lines = [first] + victim.stdout.read().split(b"\n")[:-1]
-    victim.wait(timeout=30)
-    for proc in procs[1:]:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err.decode()
-    acked = {(int(p), int(o)) for _, p, o in (line.split(b"\t") for line in acked_lines if line.count(b"\t") == 2)}
-    assert acked, "the killed writer acknowledged nothing before the kill"
+    # (the first is killed in the middle of the rest, once it has acknowledged batches)
+    acked = kill_first_and_finish(procs, after_s=0.3, timeout=600)
 
     with klog.open(data_dir) as store:  # (also recovers what the kill left, as the next writer would)
         seen: dict[int, list[int]] = {w: [] for w in range(WRITERS)}
