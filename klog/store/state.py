@@ -182,9 +182,12 @@ class _StructFile:
 
     def write_fields(self, *fields: int | bytes, sync: bool = False) -> None:
         body = self.layout.pack(*fields)
+        self._write_bytes(body + zlib.crc32(body).to_bytes(4, "big"), sync)
+
+    def _write_bytes(self, data: bytes | bytearray, sync: bool) -> None:
+        """The whole file's bytes, written in place from its start (and fsynced when `sync`)."""
         fd = self._open(write=True)
         assert fd is not None
-        data = body + zlib.crc32(body).to_bytes(4, "big")
         if os.pwrite(fd, data, 0) != len(data):
             raise OSError(f"short write to {self.path}")
         if sync:
@@ -304,12 +307,7 @@ class ReplicaState(_StructFile):
         at = self._file_size - 4
         _CRC.pack_into(data, at, zlib.crc32(view[:at]))
         view.release()
-        fd = self._open(write=True)
-        assert fd is not None
-        if os.pwrite(fd, data, 0) != len(data):
-            raise OSError(f"short write to {self.path}")
-        if sync:
-            os.fsync(fd)
+        self._write_bytes(data, sync)
 
 
 _CRC = struct.Struct(">I")
