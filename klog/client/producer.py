@@ -25,7 +25,7 @@ from klog.broker.writer import (
     headers_bytes,
     record_bytes,
 )
-from klog.client.partitioner import StickyPartitioner, key_partitions, partition_for_key
+from klog.client.partitioner import StickyPartitioner, key_partitions, partition_for_key, partitions_of
 from klog.client.producer_settings import BATCH_SIZE_DEFAULT, BUFFER_MEMORY_DEFAULT
 from klog.client.records import TIMESTAMP_MAX, Headers, RecordMetadata, check_partition, check_timestamp
 from klog.errors import RecordTooLargeError, UnknownTopicError, UsageError
@@ -160,10 +160,10 @@ class Producer(ProducerBase):
         self._compacted_topics: dict[str, bool] = {}
         self.records_sent = 0
         self._routed_away = 0  # records of the current _send_routed call in batches it wrote already
-        # topic -> the slots (see _send_routed) its last routed call left, valid until any other path
+        # topic -> the route (see _send_routed) its last routed call left, valid until any other path
         # adds records to a batch or writes one (_unrouted): the next call sets up only the partitions
         # new to them, not every partition it writes (~1.5 us each a call: 10,000 partitions, ~20 calls)
-        self._routes: dict[str, dict[int, list]] = {}
+        self._routes: dict[str, _Route] = {}
         from klog.broker.replication import ReplicaManager
 
         self.replicas = ReplicaManager(store, warn=on_warning)
@@ -348,15 +348,7 @@ class Producer(ProducerBase):
         # encoded size by (<= 24 bytes) unless headers add more: then every record is checked first
         largest = max_bytes - RECORD_BATCH_OVERHEAD - overhead  # the largest key and value together
         try:  # (a key murmur2 cannot hash and a None key are refused here, before any record is buffered)
-            cache = key_partitions(count)
-            parts = list(map(cache.get, map(_KEY, pairs)))
-            if None in parts:
-                for j, p in enumerate(parts):
-                    if p is None:
-                        key = pairs[j][0]
-                        p = parts[j] = cache.get(key)
-                        if p is None:
-                            parts[j] = cache[key] = partition_for_key(key, count)
+            parts = partitions_of(list(map(_KEY, pairs)), count)
             if hdrs and overhead - RECORD_OVERHEAD_BYTES_MAX > HEADERS_SLACK_CHECKED:
                 biggest = max(map(len, map(_KEY, pairs)))
                 try:
@@ -368,10 +360,10 @@ class Producer(ProducerBase):
         except TypeError:
             return 0
         limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)  # a batch's bytes, header included
-        # partition -> [append, records, size, its _Batch, size and records before these], for the
-        # partitions these records go to (not every open batch: 10,000 partitions, ~9,000 records a call)
+        # the partitions these records go to (not every open batch: 10,000 partitions, ~9,000 records a call)
         touched = set(parts)
-        slots = self._routes.pop(topic, None) or {}
+        route = self._routes.pop(topic, None) or _Route(count)
+        slots, appends, counts = route.slots, route.appends, route.counts
         batches = self._batches
         for p in touched.difference(slots):
             batch = batches.get((topic, p))
@@ -382,67 +374,62 @@ class Producer(ProducerBase):
                     or records.append is None and not records.go_fast(limit)):
                 self._write_now((topic, p))  # (rare) a new batch takes these records
             else:  # (a builder that holds records was started here, with this limit)
-                size = records.size()
-                slots[p] = [records.append, records.count, records.size, batch, size, records.count]
-        get = slots.get
+                route.hold(p, batch)
         self._routed_away = 0
-        slot, p = None, -1
+        p = -1
         done = False
         refused: object = _NOTHING
         try:
+            # (per record: two list reads, the append and a list write; a partition without a batch
+            # yet has _no_batch, which refuses every record as a full builder does)
             for (key, value), p in zip(pairs, parts, strict=True):
-                slot = get(p)
-                if slot is not None:
-                    n = slot[1]
-                    if slot[0](n, ts, key, value, hd) is not None:
-                        slot[1] = n + 1
-                        continue
+                n = counts[p]
+                if appends[p](n, ts, key, value, hd) is not None:
+                    counts[p] = n + 1
+                    continue
                 # no batch yet, or the record would take it past its limit: a new batch takes it
                 if len(key) + (len(value) if value is not None else 0) > largest:
                     break  # (before the full batch is written: it stays buffered)
-                slot = slots[p] = self._slot(topic, p, slot, ts, limit)
-                slot[0](0, ts, key, value, hd)
-                slot[1] = 1
+                self._slot(topic, route, p, ts, limit)
+                appends[p](0, ts, key, value, hd)
+                counts[p] = 1
             else:
                 done = True
         except TypeError:  # a value the builder refuses (it is left as it was, the record not buffered)
             refused = value
-            if slot is not None and not slot[1] and batches.get((topic, p)) is slot[3]:
-                del batches[(topic, p)], slots[p]  # the batch it was to start
+            slot = slots.get(p)
+            if slot is not None and not counts[p] and batches.get((topic, p)) is slot[1]:
+                del batches[(topic, p)]  # the batch it was to start
+                route.drop(p)
         finally:
             # whatever stopped the loop (even Ctrl-C between an append and its count), each batch
             # counts the records its builder holds
-            if not done and slot is not None and batches.get((topic, p)) is slot[3]:
-                slot[1] = fastrecords.held_records(slot[0].__self__)
-            added, taken = 0, self._routed_away
-            get = slots.get
-            for p in touched:
-                slot = get(p)
-                if slot is not None and slot[1] != slot[5]:
-                    taken += slot[1] - slot[5]
-                    added += _synced(slot, ts)
-            self._buffered += added
+            slot = slots.get(p)
+            if not done and slot is not None and batches.get((topic, p)) is slot[1]:
+                counts[p] = fastrecords.held_records(appends[p].__self__)
+            taken = self._routed_away
+            self._buffered += route.synced(touched, ts)
+            taken += route.taken
         if done:
-            self._routes[topic] = slots  # (this call wrote batches only through _slot, which replaced them)
+            self._routes[topic] = route  # (this call wrote batches only through _slot, which replaced them)
         elif refused is not _NOTHING:  # (buffered as it is, it would fail its whole batch's write)
             error = TypeError(f"record {taken}: a value must be bytes-like or None, not {type(refused).__name__}")
             error.index = taken  # type: ignore[attr-defined]
             raise error
         return len(pairs) if done else taken
 
-    def _slot(self, topic: str, partition: int, full: list | None, ts: int, limit: int) -> list:
-        """_send_routed's new batch for `partition`, after writing the `full` one; its builder
-        refuses records past `limit` bytes (see fastrecords.new_builder)."""
-        if full is not None:
-            self._routed_away += full[1] - full[5]  # (what the call buffered, written before its end)
-            self._buffered += _synced(full, ts)
+    def _slot(self, topic: str, route: _Route, partition: int, ts: int, limit: int) -> None:
+        """_send_routed's new batch for `partition`, after writing the full one if it has one; its
+        builder refuses records past `limit` bytes (see fastrecords.new_builder)."""
+        if partition in route.slots:
+            self._routed_away += route.counts[partition] - route.slots[partition][3]  # (written before the call ends)
+            self._buffered += route.sync(partition, ts)
             self._write_now((topic, partition))
         batch = self._batches[(topic, partition)] = _Batch(first_ms=time.monotonic() * 1000)
         records = batch.records
         records.first_ts = ts
         records.go_fast(limit)
-        size = records.size()
-        return [records.append, 0, records.size, batch, size, 0]
+        route.hold(partition, batch)
 
     def _fill_groups(self, topic: str, groups: dict[int, tuple[list[RecordIn], list[int]]], count: int,
                      max_bytes: int, ts: int) -> None:
@@ -717,19 +704,74 @@ def _builder_headers(hdrs: tuple) -> list | None:
     return list(hdrs)
 
 
-def _synced(slot: list, ts: int) -> int:
-    """Bring a _send_routed slot's batch up to date (its records appended, at `ts`); returns what
-    they add to the producer's buffered bytes: their encoded size and the builder's growth room
-    (ENCODED_SLACK_SHIFT), no Python objects (none is kept)."""
-    size, batch = slot[2](), slot[3]
-    batch.records.appended(slot[1])
-    grown = size - slot[4]
-    batch.estimated_bytes += grown
-    batch.saw(ts)
-    charge = grown + (grown >> ENCODED_SLACK_SHIFT)
-    batch.charged += charge
-    slot[4], slot[5] = size, slot[1]
-    return charge
+def _no_batch(*record: object) -> None:
+    """_Route.appends' entry for a partition without a batch: refuses every record (as a full builder does)."""
+    return None
+
+
+class _Route:
+    """A topic's _send_routed state, valid until another path touches its batches (_unrouted):
+    per partition, the append of its batch's compiled builder and the records that builder holds
+    (lists by partition number: the per-record loop reads them without a dict lookup), and for
+    the partitions with a batch, its slot: [size, batch, size and records its batch counted]."""
+
+    __slots__ = ("appends", "counts", "slots", "taken")
+
+    def __init__(self, partitions: int) -> None:
+        self.appends: list[Callable[..., object]] = [_no_batch] * partitions
+        self.counts = [0] * partitions
+        self.slots: dict[int, list] = {}
+        self.taken = 0  # records the last synced() counted anew
+
+    def hold(self, partition: int, batch: _Batch) -> None:
+        """Route `partition`'s records into `batch` (whose records are in its compiled builder)."""
+        records = batch.records
+        self.appends[partition] = records.append
+        self.counts[partition] = records.count
+        self.slots[partition] = [records.size, batch, records.size(), records.count]
+
+    def drop(self, partition: int) -> None:
+        self.appends[partition] = _no_batch
+        self.counts[partition] = 0
+        del self.slots[partition]
+
+    def sync(self, partition: int, ts: int) -> int:
+        """Bring `partition`'s batch up to date (its records appended, at `ts`); returns what they
+        add to the producer's buffered bytes: their encoded size and the builder's growth room
+        (ENCODED_SLACK_SHIFT), no Python objects (none is kept)."""
+        slot = self.slots[partition]
+        size, batch, n = slot[0](), slot[1], self.counts[partition]
+        batch.records.appended(n)
+        grown = size - slot[2]
+        batch.estimated_bytes += grown
+        batch.saw(ts)
+        charge = grown + (grown >> ENCODED_SLACK_SHIFT)
+        batch.charged += charge
+        slot[2], slot[3] = size, n
+        return charge
+
+    def synced(self, partitions: set[int], ts: int) -> int:
+        """sync() for each of these partitions whose builder took records; sets `taken` to how
+        many it took."""
+        added = taken = 0
+        get, counts = self.slots.get, self.counts
+        for p in partitions:
+            slot = get(p)
+            if slot is not None and counts[p] != slot[3]:
+                n = counts[p]
+                taken += n - slot[3]
+                size, batch = slot[0](), slot[1]
+                batch.records.appended(n)
+                grown = size - slot[2]
+                batch.estimated_bytes += grown
+                if batch.max_ts is None or ts > batch.max_ts:
+                    batch.max_ts = ts
+                charge = grown + (grown >> ENCODED_SLACK_SHIFT)
+                batch.charged += charge
+                added += charge
+                slot[2], slot[3] = size, n
+        self.taken = taken
+        return added
 
 
 # A compiled builder's buffer grows ahead of what it holds: over 1,000 builders the RSS grew 1.17x

@@ -53,3 +53,36 @@ def test_python_send_keyless_spreads_too(store):
     with store.producer() as producer:
         sent = [producer.send("spread2", b"v" * 100) for _ in range(5_000)]
     assert {s.get().partition for s in sent} == {0, 1, 2, 3}
+
+
+def test_partitions_of_many_new_keys_matches_partition_for_key_compiled_or_not(monkeypatch):
+    """partitions_of hashes a call's new keys once each, through confluent-kafka's compiled murmur2
+    when they are many: the same partitions as the Python one (spec vectors and random keys),
+    and sys.modules left as it was (a later `import confluent_kafka` runs its __init__)."""
+    import random
+    import sys
+
+    from klog.client import partitioner
+
+    rng = random.Random(11)
+    keys = [rng.randbytes(rng.randrange(0, 60)) for _ in range(3000)] + [v[0] for v in VECTORS]
+    keys += keys[:500]  # (repeated keys: hashed once)
+    for compiled in (False, True):
+        monkeypatch.setattr(partitioner, "_key_partitions", {})
+        monkeypatch.setattr(partitioner, "_compiled", None if compiled else False)
+        before = {name for name in sys.modules if name.startswith("confluent_kafka")}
+        for count in (1, 7, 1000):
+            assert partitioner.partitions_of(keys, count) == [partition_for_key(k, count) for k in keys]
+        assert {name for name in sys.modules if name.startswith("confluent_kafka")} == before
+        assert bool(partitioner._compiled) == compiled
+
+
+def test_partitions_of_refuses_a_key_murmur2_cannot_hash_and_remembers_nothing_of_its_call(monkeypatch):
+    from klog.client import partitioner
+
+    monkeypatch.setattr(partitioner, "_key_partitions", {})
+    for bad in (None, "text", bytearray(b"b")):
+        with pytest.raises(TypeError):
+            partitioner.partitions_of([b"a", bad, b"c"], 5)
+        assert partitioner.key_partitions(5) == {}
+    assert partitioner.partitions_of([memoryview(b"abc"), b"abc"], 6) == [3, 3]  # (bytes-like: hashed in Python)

@@ -196,7 +196,7 @@ def _interrupt_after_append(n: int):  # noqa: ANN202
     import sys
 
     lines, first = inspect.getsourcelines(Producer._send_routed)
-    target = first + next(i for i, line in enumerate(lines) if line.strip() == "slot[1] = n + 1")
+    target = first + next(i for i, line in enumerate(lines) if line.strip() == "counts[p] = n + 1")
     seen = [0]
 
     def local(frame, event, arg):  # noqa: ANN001, ANN202
