@@ -74,7 +74,7 @@ class PendingRecord(Plain):
 
 
 class _Batch(Plain):
-    _fields = ("records", "pending", "estimated_bytes", "first_ms", "max_ts", "charged")
+    __slots__ = _fields = ("records", "pending", "estimated_bytes", "first_ms", "max_ts", "charged")
 
     def __init__(self, records: RecordsBuilder | None = None,
                  pending: dict[int, tuple[PendingRecord, int]] | None = None,
