@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import accumulate, repeat
-from operator import itemgetter
+from operator import add, call, itemgetter, rshift
 from typing import Self
 
 from klog.broker.writer import (
@@ -376,6 +376,7 @@ class Producer(ProducerBase):
             else:  # (a builder that holds records was started here, with this limit)
                 route.hold(p, batch)
         self._routed_away = 0
+        route.begin(ts)
         p = -1
         done = False
         refused: object = _NOTHING
@@ -398,18 +399,20 @@ class Producer(ProducerBase):
         except TypeError:  # a value the builder refuses (it is left as it was, the record not buffered)
             refused = value
             slot = slots.get(p)
-            if slot is not None and not counts[p] and batches.get((topic, p)) is slot[1]:
+            if slot is not None and not counts[p] and batches.get((topic, p)) is slot[0]:
                 del batches[(topic, p)]  # the batch it was to start
                 route.drop(p)
         finally:
-            # whatever stopped the loop (even Ctrl-C between an append and its count), each batch
-            # counts the records its builder holds
-            slot = slots.get(p)
-            if not done and slot is not None and batches.get((topic, p)) is slot[1]:
-                counts[p] = fastrecords.held_records(appends[p].__self__)
-            taken = self._routed_away
-            self._buffered += route.synced(touched, ts)
-            taken += route.taken
+            if done:  # (the batches are brought up to date when another path needs them: _unrouted)
+                self._buffered += route.grown(touched, ts)
+            else:
+                # whatever stopped the loop (even Ctrl-C between an append and its count), each
+                # batch counts the records its builder holds
+                slot = slots.get(p)
+                if slot is not None and batches.get((topic, p)) is slot[0]:
+                    counts[p] = fastrecords.held_records(appends[p].__self__)
+                taken = self._routed_away + route.taken(touched)
+                self._buffered += route.sync_all()
         if done:
             self._routes[topic] = route  # (this call wrote batches only through _slot, which replaced them)
         elif refused is not _NOTHING:  # (buffered as it is, it would fail its whole batch's write)
@@ -422,8 +425,8 @@ class Producer(ProducerBase):
         """_send_routed's new batch for `partition`, after writing the full one if it has one; its
         builder refuses records past `limit` bytes (see fastrecords.new_builder)."""
         if partition in route.slots:
-            self._routed_away += route.counts[partition] - route.slots[partition][3]  # (written before the call ends)
-            self._buffered += route.sync(partition, ts)
+            self._routed_away += route.counts[partition] - route.start[partition]  # (written before the call ends)
+            self._buffered += route.sync(partition)
             self._write_now((topic, partition))
         batch = self._batches[(topic, partition)] = _Batch(first_ms=time.monotonic() * 1000)
         records = batch.records
@@ -552,9 +555,12 @@ class Producer(ProducerBase):
         return batch
 
     def _unrouted(self) -> None:
-        """Another path is about to add records to a batch or write one: the routed calls' slots
-        (their counts and sizes, the batches they hold) are set up again by the next one."""
+        """Another path is about to add records to a batch or write one (or to read what they
+        hold): the batches the routed calls left are brought up to date, and their routes set up
+        again by the next call."""
         if self._routes:
+            for route in self._routes.values():
+                self._buffered += route.sync_all()
             self._routes.clear()
 
     def _after_send(self) -> None:
@@ -568,6 +574,7 @@ class Producer(ProducerBase):
     def _relieve(self) -> None:
         """Past buffer.memory: write the fullest batches (in one multi-partition write) until
         BUFFER_DRAIN_TO of it is left. A batch's size is how much it saves per write."""
+        self._unrouted()
         target = self.buffer_memory * BUFFER_DRAIN_TO
         batches = self._batches
         keys = []
@@ -710,68 +717,109 @@ def _no_batch(*record: object) -> None:
 
 
 class _Route:
-    """A topic's _send_routed state, valid until another path touches its batches (_unrouted):
-    per partition, the append of its batch's compiled builder and the records that builder holds
-    (lists by partition number: the per-record loop reads them without a dict lookup), and for
-    the partitions with a batch, its slot: [size, batch, size and records its batch counted]."""
+    """A topic's _send_routed state, kept between its calls until another path touches its batches
+    (_unrouted, which brings them up to date then: sync_all). Per partition (lists by partition
+    number: the per-record loop reads them without a dict lookup): the append of its batch's
+    compiled builder and the records that builder holds; for a partition with a batch, its slot,
+    [batch, size and records the batch counts], its builder's size, and what the producer's
+    buffered bytes count for it (_charge_of its size at the end of the last call: a call adds what
+    its partitions grew in C-level passes, ~1,000 partitions a call, not a sync each)."""
 
-    __slots__ = ("appends", "counts", "slots", "taken")
+    __slots__ = ("appends", "counts", "sizes", "slots", "charged", "ts_of", "ts_high", "start", "ts")
 
     def __init__(self, partitions: int) -> None:
         self.appends: list[Callable[..., object]] = [_no_batch] * partitions
         self.counts = [0] * partitions
+        self.sizes: list[Callable[[], int] | None] = [None] * partitions
         self.slots: dict[int, list] = {}
-        self.taken = 0  # records the last synced() counted anew
+        self.charged: dict[int, int] = {}
+        self.ts_of: dict[int, int] = {}  # the largest timestamp its builder took in calls that ended
+        self.ts_high: int | None = None  # the largest timestamp of the calls so far
+        self.start = self.counts  # the records each builder held as the current call began
+        self.ts = 0  # the current call's timestamp
+
+    def begin(self, ts: int) -> None:
+        self.start = self.counts.copy()  # (~1 ns a partition)
+        self.ts = ts
 
     def hold(self, partition: int, batch: _Batch) -> None:
-        """Route `partition`'s records into `batch` (whose records are in its compiled builder)."""
+        """Route `partition`'s records into `batch` (which counts what its compiled builder holds)."""
         records = batch.records
+        size = records.size()
         self.appends[partition] = records.append
-        self.counts[partition] = records.count
-        self.slots[partition] = [records.size, batch, records.size(), records.count]
+        self.counts[partition] = self.start[partition] = records.count
+        self.sizes[partition] = records.size
+        self.slots[partition] = [batch, size, records.count]
+        self.charged[partition] = _charge_of(size)
+        self.ts_of.pop(partition, None)
 
     def drop(self, partition: int) -> None:
         self.appends[partition] = _no_batch
-        self.counts[partition] = 0
-        del self.slots[partition]
+        self.counts[partition] = self.start[partition] = 0
+        self.sizes[partition] = None
+        del self.slots[partition], self.charged[partition]
+        self.ts_of.pop(partition, None)
 
-    def sync(self, partition: int, ts: int) -> int:
-        """Bring `partition`'s batch up to date (its records appended, at `ts`); returns what they
-        add to the producer's buffered bytes: their encoded size and the builder's growth room
-        (ENCODED_SLACK_SHIFT), no Python objects (none is kept)."""
-        slot = self.slots[partition]
-        size, batch, n = slot[0](), slot[1], self.counts[partition]
-        batch.records.appended(n)
-        grown = size - slot[2]
-        batch.estimated_bytes += grown
-        batch.saw(ts)
-        charge = grown + (grown >> ENCODED_SLACK_SHIFT)
-        batch.charged += charge
-        slot[2], slot[3] = size, n
-        return charge
-
-    def synced(self, partitions: set[int], ts: int) -> int:
-        """sync() for each of these partitions whose builder took records; sets `taken` to how
-        many it took."""
-        added = taken = 0
-        get, counts = self.slots.get, self.counts
-        for p in partitions:
-            slot = get(p)
-            if slot is not None and counts[p] != slot[3]:
-                n = counts[p]
-                taken += n - slot[3]
-                size, batch = slot[0](), slot[1]
-                batch.records.appended(n)
-                grown = size - slot[2]
-                batch.estimated_bytes += grown
-                if batch.max_ts is None or ts > batch.max_ts:
-                    batch.max_ts = ts
-                charge = grown + (grown >> ENCODED_SLACK_SHIFT)
-                batch.charged += charge
-                added += charge
-                slot[2], slot[3] = size, n
-        self.taken = taken
+    def grown(self, partitions: set[int], ts: int) -> int:
+        """At the end of a call that took records into these partitions (each has a batch): what
+        their builders' growth adds to the producer's buffered bytes."""
+        touched = list(partitions)
+        sizes = list(map(call, map(self.sizes.__getitem__, touched)))
+        charges = list(map(add, sizes, map(rshift, sizes, repeat(ENCODED_SLACK_SHIFT))))
+        charged = self.charged
+        added = sum(charges) - sum(map(charged.__getitem__, touched))
+        charged.update(zip(touched, charges, strict=True))
+        if self.ts_high is None or ts >= self.ts_high:  # (the usual case: the clock's)
+            self.ts_high = ts
+            self.ts_of.update(zip(touched, repeat(ts)))
+        else:
+            ts_of = self.ts_of
+            for p in touched:
+                if ts > ts_of.get(p, ts - 1):
+                    ts_of[p] = ts
+        self.start = self.counts
         return added
+
+    def sync(self, partition: int) -> int:
+        """Bring `partition`'s batch up to date (its records appended, its size, largest timestamp
+        and charge); returns what the producer's buffered bytes lack for it: its growth in the
+        current call, if any (grown counted the calls before)."""
+        slot = self.slots[partition]
+        batch, n = slot[0], self.counts[partition]
+        if n == slot[2]:
+            return 0
+        size = self.sizes[partition]()  # type: ignore[misc]
+        batch.records.appended(n)
+        batch.estimated_bytes += size - slot[1]
+        if partition in self.ts_of:
+            batch.saw(self.ts_of[partition])
+        if self.start is not self.counts and n != self.start[partition]:
+            batch.saw(self.ts)
+        charge = _charge_of(size)
+        batch.charged += charge - _charge_of(slot[1])
+        slot[1], slot[2] = size, n
+        lacking = charge - self.charged[partition]
+        self.charged[partition] = charge
+        return lacking
+
+    def sync_all(self) -> int:
+        """sync() for every partition (the route is then dropped)."""
+        return sum(map(self.sync, list(self.slots)))
+
+    def taken(self, partitions: set[int]) -> int:
+        """Records the current call took into these partitions' batches (those it holds still)."""
+        counts, start = self.counts, self.start
+        return sum(counts[p] - start[p] for p in partitions)
+
+    def pending(self) -> int:
+        """What the producer's buffered bytes count for records its batches do not count yet."""
+        return sum(self.charged[p] - _charge_of(slot[1]) for p, slot in self.slots.items())
+
+
+def _charge_of(size: int) -> int:
+    """What a routed batch's compiled builder of `size` bytes counts against buffer.memory: its
+    bytes and their growth room (ENCODED_SLACK_SHIFT), no Python objects (none is kept)."""
+    return size + (size >> ENCODED_SLACK_SHIFT)
 
 
 # A compiled builder's buffer grows ahead of what it holds: over 1,000 builders the RSS grew 1.17x

@@ -24,6 +24,13 @@ def _batch_sizes(store, topic: str, count: int) -> list[int]:
     return [fetched.header.size for p in range(count) for fetched in store.partition(topic, p).read(0, 1 << 30)]
 
 
+def _counted(producer: Producer) -> int:
+    """What the producer's batches count against buffer.memory, and what its routes (their
+    records since the batches were last brought up to date) count for them."""
+    return (sum(b.charged for b in producer._batches.values())
+            + sum(route.pending() for route in producer._routes.values()))
+
+
 def _pairs(n: int, keys: int = 97) -> list[tuple[bytes, bytes | None]]:
     return [(b"k%d" % (i % keys), None if i % 13 == 0 else b"v%d-" % i + b"x" * (i % 70)) for i in range(n)]
 
@@ -100,7 +107,7 @@ def test_what_the_producer_counts_against_buffer_memory_is_given_back(store) -> 
     for i in range(0, len(pairs), 1000):
         producer.send_keyed("t", pairs[i:i + 1000])
         assert producer._buffered <= 40_000 + 1000 * 150  # at most one call's records past it
-        assert producer._buffered == sum(b.charged for b in producer._batches.values())
+        assert producer._buffered == _counted(producer)
     producer.flush()
     assert producer._buffered == 0 and not producer._batches
     assert sum(len(rows) for rows in _partitions(store, "t", 32).values()) == 20_000
@@ -169,7 +176,7 @@ def test_routed_calls_between_other_sends_and_writes_keep_every_batch_whole(stor
         chunk = pairs[i:i + 500]
         producer.send_keyed("t", chunk)
         sent += chunk
-        assert producer._buffered == sum(b.charged for b in producer._batches.values())
+        assert producer._buffered == _counted(producer)
         if i % 1500 == 0:
             key, value = pairs[i]
             producer.send("t", value, key=key)  # per-record: into the batch a slot holds
@@ -308,3 +315,38 @@ def test_routed_batches_with_tombstones_stay_within_max_message_bytes_and_hold_e
         assert [(k, v) for _, k, v, _, _ in got] == [(k, v) for k, v in pairs if partition_for_key(k, 6) == p]
         assert [offset for offset, *_ in got] == list(range(len(got)))
     assert sum(v is None for r in rows.values() for _, _, v, _, _ in r) == sum(v is None for _, v in pairs)
+
+
+def test_routed_batches_spanning_calls_carry_their_records_largest_timestamp(store) -> None:
+    """Routed calls leave their batches' counts, sizes and timestamps to be brought up to date
+    when another path needs them (a flush, a write when one fills, send()): each batch's header
+    still says what a scan of its records would, with timestamps going back and forth between
+    calls, and what the producer counts against buffer.memory is its batches' own."""
+    store.create_topic("t", partitions=5)
+    pairs = _pairs(3000, keys=41)
+    stamps = [9_000, 4_000, 12_000, 12_000, 2_000, 30_000]
+    producer = Producer(store, acks="0", batch_size=4000)  # (several calls a batch, some filling mid-call)
+    sent = []
+    for n, i in enumerate(range(0, len(pairs), 500)):
+        chunk = pairs[i:i + 500]
+        producer.send_keyed("t", chunk, timestamp=stamps[n])
+        sent += [(key, value, stamps[n]) for key, value in chunk]
+        assert producer._buffered == _counted(producer)
+        if n == 3:
+            key, value = pairs[0]
+            producer.send("t", value, key=key, timestamp=1_000)  # (per-record: the batches brought up to date)
+            sent.append((key, value, 1_000))
+            assert producer._buffered == sum(b.charged for b in producer._batches.values())
+    producer.flush()
+    assert producer._buffered == 0
+    batches = 0
+    for p in range(5):
+        rows = []
+        for fetched in store.partition("t", p).read(0, 1 << 30):
+            records = fetched.records()
+            assert fetched.header.max_timestamp == max(r[1] for r in records)
+            assert fetched.header.base_timestamp == records[0][1]
+            rows += [(key, value, ts) for _, ts, key, value, _ in records]
+            batches += 1
+        assert rows == [r for r in sent if partition_for_key(r[0], 5) == p]
+    assert batches > 10
