@@ -12,8 +12,8 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import accumulate, repeat
-from operator import add, call, itemgetter, rshift
+from itertools import accumulate, compress, repeat
+from operator import add, call, itemgetter, ne, rshift
 from typing import Self
 
 from klog.broker.writer import (
@@ -360,29 +360,17 @@ class Producer(ProducerBase):
         except TypeError:
             return 0
         limit = min(self.batch_size, max_bytes - RECORD_BATCH_OVERHEAD)  # a batch's bytes, header included
-        # the partitions these records go to (not every open batch: 10,000 partitions, ~9,000 records a call)
-        touched = set(parts)
         route = self._routes.pop(topic, None) or _Route(count)
         slots, appends, counts = route.slots, route.appends, route.counts
         batches = self._batches
-        for p in touched.difference(slots):
-            batch = batches.get((topic, p))
-            if batch is None:
-                continue
-            records = batch.records
-            if (not records.count or not -TIMESTAMP_MAX <= ts - records.first_ts <= TIMESTAMP_MAX
-                    or records.append is None and not records.go_fast(limit)):
-                self._write_now((topic, p))  # (rare) a new batch takes these records
-            else:  # (a builder that holds records was started here, with this limit)
-                route.hold(p, batch)
         self._routed_away = 0
         route.begin(ts)
         p = -1
         done = False
         refused: object = _NOTHING
         try:
-            # (per record: two list reads, the append and a list write; a partition without a batch
-            # yet has _no_batch, which refuses every record as a full builder does)
+            # (per record: two list reads, the append and a list write; a partition the route has
+            # no batch for yet has _no_batch, which refuses every record as a full builder does)
             for (key, value), p in zip(pairs, parts, strict=True):
                 n = counts[p]
                 if appends[p](n, ts, key, value, hd) is not None:
@@ -391,9 +379,11 @@ class Producer(ProducerBase):
                 # no batch yet, or the record would take it past its limit: a new batch takes it
                 if len(key) + (len(value) if value is not None else 0) > largest:
                     break  # (before the full batch is written: it stays buffered)
-                self._slot(topic, route, p, ts, limit)
-                appends[p](0, ts, key, value, hd)
-                counts[p] = 1
+                n = self._slot(topic, route, p, ts, limit)
+                if appends[p](n, ts, key, value, hd) is None:  # (a batch held since before this call, full)
+                    n = self._slot(topic, route, p, ts, limit)
+                    appends[p](n, ts, key, value, hd)
+                counts[p] = n + 1
             else:
                 done = True
         except TypeError:  # a value the builder refuses (it is left as it was, the record not buffered)
@@ -404,14 +394,14 @@ class Producer(ProducerBase):
                 route.drop(p)
         finally:
             if done:  # (the batches are brought up to date when another path needs them: _unrouted)
-                self._buffered += route.grown(touched, ts)
+                self._buffered += route.grown(ts)
             else:
                 # whatever stopped the loop (even Ctrl-C between an append and its count), each
                 # batch counts the records its builder holds
                 slot = slots.get(p)
                 if slot is not None and batches.get((topic, p)) is slot[0]:
                     counts[p] = fastrecords.held_records(appends[p].__self__)
-                taken = self._routed_away + route.taken(touched)
+                taken = self._routed_away + route.taken()
                 self._buffered += route.sync_all()
         if done:
             self._routes[topic] = route  # (this call wrote batches only through _slot, which replaced them)
@@ -421,18 +411,29 @@ class Producer(ProducerBase):
             raise error
         return len(pairs) if done else taken
 
-    def _slot(self, topic: str, route: _Route, partition: int, ts: int, limit: int) -> None:
-        """_send_routed's new batch for `partition`, after writing the full one if it has one; its
-        builder refuses records past `limit` bytes (see fastrecords.new_builder)."""
+    def _slot(self, topic: str, route: _Route, partition: int, ts: int, limit: int) -> int:
+        """A batch for `partition` whose builder _send_routed appends to: the partition's batch if
+        the route has none yet and it can take these records, else a new one, after writing the
+        full one; returns the records its builder holds. A new builder refuses records past `limit`
+        bytes (see fastrecords.new_builder)."""
+        key = (topic, partition)
         if partition in route.slots:
             self._routed_away += route.counts[partition] - route.start[partition]  # (written before the call ends)
             self._buffered += route.sync(partition)
-            self._write_now((topic, partition))
-        batch = self._batches[(topic, partition)] = _Batch(first_ms=time.monotonic() * 1000)
+            self._write_now(key)
+        elif (batch := self._batches.get(key)) is not None:  # (buffered before the route was set up)
+            records = batch.records
+            if (records.count and -TIMESTAMP_MAX <= ts - records.first_ts <= TIMESTAMP_MAX
+                    and (records.append is not None or records.go_fast(limit))):
+                route.hold(partition, batch)  # (a builder that holds records was started here, with this limit)
+                return records.count
+            self._write_now(key)  # (rare) a new batch takes these records
+        batch = self._batches[key] = _Batch(first_ms=time.monotonic() * 1000)
         records = batch.records
         records.first_ts = ts
         records.go_fast(limit)
         route.hold(partition, batch)
+        return 0
 
     def _fill_groups(self, topic: str, groups: dict[int, tuple[list[RecordIn], list[int]]], count: int,
                      max_bytes: int, ts: int) -> None:
@@ -760,10 +761,15 @@ class _Route:
         del self.slots[partition], self.charged[partition]
         self.ts_of.pop(partition, None)
 
-    def grown(self, partitions: set[int], ts: int) -> int:
-        """At the end of a call that took records into these partitions (each has a batch): what
-        their builders' growth adds to the producer's buffered bytes."""
-        touched = list(partitions)
+    def touched(self) -> list[int]:
+        """The partitions whose builders took records in the current call (a batch taken up or
+        started in it counts from what it held then: the partition is among them)."""
+        return list(compress(range(len(self.counts)), map(ne, self.start, self.counts)))
+
+    def grown(self, ts: int) -> int:
+        """At the end of a call: what the growth of the builders that took its records adds to
+        the producer's buffered bytes."""
+        touched = self.touched()
         sizes = list(map(call, map(self.sizes.__getitem__, touched)))
         charges = list(map(add, sizes, map(rshift, sizes, repeat(ENCODED_SLACK_SHIFT))))
         charged = self.charged
@@ -806,10 +812,9 @@ class _Route:
         """sync() for every partition (the route is then dropped)."""
         return sum(map(self.sync, list(self.slots)))
 
-    def taken(self, partitions: set[int]) -> int:
-        """Records the current call took into these partitions' batches (those it holds still)."""
-        counts, start = self.counts, self.start
-        return sum(counts[p] - start[p] for p in partitions)
+    def taken(self) -> int:
+        """Records the current call took into the batches the route holds."""
+        return sum(self.counts) - sum(self.start)
 
     def pending(self) -> int:
         """What the producer's buffered bytes count for records its batches do not count yet."""

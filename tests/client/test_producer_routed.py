@@ -350,3 +350,46 @@ def test_routed_batches_spanning_calls_carry_their_records_largest_timestamp(sto
             batches += 1
         assert rows == [r for r in sent if partition_for_key(r[0], 5) == p]
     assert batches > 10
+
+
+def test_a_routed_call_takes_up_batches_other_sends_left_full_or_not(store) -> None:
+    """Batches send() left, some too full for the next record: the routed call appends to those
+    with room and writes the full ones first; every record once, in order, at consecutive
+    offsets, each batch within batch.size."""
+    store.create_topic("t", partitions=3)
+    pairs = [(b"k%d" % (i % 7), b"%04d" % i + b"y" * 40) for i in range(900)]
+    producer = Producer(store, batch_size=1500)
+    sent = []
+    big = [(b"k%d" % (i % 3), b"%04d" % i + b"z" * 686) for i in range(6)]  # (two of them: 1,463 bytes of 1,500)
+    for key, value in pairs[:60] + big:  # (the big ones last: the batches they fill are left)
+        producer.send("t", value, key=key)
+        sent.append((key, value))
+    producer.send_keyed("t", pairs[60:])
+    sent += pairs[60:]
+    producer.flush()
+    for p in range(3):
+        fetched = store.partition("t", p).read(0, 1 << 30)
+        rows = [(offset, key, value) for batch in fetched for offset, _, key, value, _ in batch.records()]
+        assert [(k, v) for _, k, v in rows] == [(k, v) for k, v in sent if partition_for_key(k, 3) == p]
+        assert [offset for offset, _, _ in rows] == list(range(len(rows)))
+        assert max(batch.header.size for batch in fetched) <= 1500
+
+
+def test_a_wrong_value_in_a_later_routed_call_is_named_at_its_place_in_that_call(store) -> None:
+    store.create_topic("t", partitions=4)
+    pairs = [(b"k%d" % (i % 7), b"%05d" % i) for i in range(600)]
+    wrong = list(pairs[300:])
+    wrong[100] = (b"k3", 12345)  # type: ignore[assignment]
+    producer = Producer(store)
+    producer.send_keyed("t", pairs[:300])  # (its route kept for the next call)
+    try:
+        producer.send_keyed("t", wrong)
+    except TypeError as e:
+        assert e.index == 100  # type: ignore[attr-defined]
+    else:
+        raise AssertionError("not refused")
+    producer.flush()
+    assert producer.records_sent == 400
+    got = sorted(v for p in range(4) for batch in store.partition("t", p).read(0, 1 << 30)
+                 for _, _, _, v, _ in batch.records())
+    assert got == sorted(v for _, v in pairs[:400])
