@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _imp
 import importlib
 import importlib.util
 import struct
@@ -99,26 +100,33 @@ def _compiled_partitioner(new_keys: int) -> Callable[[bytes, int], int] | None:
 def _load_compiled() -> Callable[[bytes, int], int] | None:
     """confluent_kafka.cimpl's murmur2 without running the package's __init__ (which loads its
     whole client: ~60 ms); sys.modules is left as before, so a later `import confluent_kafka`
-    loads it as usual (its module object then another, sharing the same types)."""
-    added = []
+    loads it as usual (its module object then another, sharing the same types). The import lock
+    is held meanwhile: another thread's import of confluent_kafka waits, never sees the bare package."""
+    if "confluent_kafka" in sys.modules:  # (loaded already: as it is)
+        return _checked(getattr(sys.modules["confluent_kafka"], "murmur2", None))
+    _imp.acquire_lock()
     try:
-        if "confluent_kafka" not in sys.modules:
-            spec = importlib.util.find_spec("confluent_kafka")
-            if spec is None or spec.submodule_search_locations is None:
-                return None
-            sys.modules["confluent_kafka"] = importlib.util.module_from_spec(spec)
-            added.append("confluent_kafka")
-        if "confluent_kafka.cimpl" not in sys.modules:
-            added.append("confluent_kafka.cimpl")
-        murmur2_partition = getattr(importlib.import_module("confluent_kafka.cimpl"), "murmur2", None)
+        spec = importlib.util.find_spec("confluent_kafka")
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        sys.modules["confluent_kafka"] = importlib.util.module_from_spec(spec)
+        return _checked(getattr(importlib.import_module("confluent_kafka.cimpl"), "murmur2", None))
     except Exception:  # noqa: BLE001 - missing or changed: the Python murmur2 does the work
         return None
     finally:
-        for name in added:
-            sys.modules.pop(name, None)
-    if murmur2_partition is None or murmur2_partition(b"klog", 1000) != partition_for_key(b"klog", 1000):
-        return None
-    return murmur2_partition
+        sys.modules.pop("confluent_kafka", None)
+        sys.modules.pop("confluent_kafka.cimpl", None)
+        _imp.release_lock()
+
+
+def _checked(murmur2_partition: Callable[[bytes, int], int] | None) -> Callable[[bytes, int], int] | None:
+    """The compiled partitioner if it partitions as Kafka does (a key of the spec's vectors)."""
+    try:
+        if murmur2_partition is not None and murmur2_partition(b"100:48069", 12) == 9:
+            return murmur2_partition
+    except Exception:  # noqa: BLE001, S110 - another signature: not it
+        pass
+    return None
 
 
 class StickyPartitioner:
