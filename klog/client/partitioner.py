@@ -77,15 +77,16 @@ def partitions_of(keys: Sequence[bytes], partitions: int) -> list[int]:
     per new key, compiled when a call brings many). Raises TypeError for a key murmur2 cannot
     hash (None, a str, a bytearray), before it fills the memo with any of these keys."""
     cache = key_partitions(partitions)
-    parts = list(map(cache.get, keys))
-    if None in parts:
-        new = set(compress(keys, map(is_, parts, repeat(None))))
-        hashed = _compiled_partitioner(len(new))
-        if hashed is None or any(key.__class__ is not bytes for key in new):
-            hashed = partition_for_key
-        cache.update(zip(new, list(map(hashed, new, repeat(partitions))), strict=True))
-        parts = list(map(cache.__getitem__, keys))
-    return parts
+    try:
+        return list(map(cache.__getitem__, keys))  # (the usual call: every key seen before)
+    except KeyError:
+        pass
+    new = set(compress(keys, map(is_, map(cache.get, keys), repeat(None))))
+    hashed = _compiled_partitioner(len(new))
+    if hashed is None or any(key.__class__ is not bytes for key in new):
+        hashed = partition_for_key
+    cache.update(zip(new, list(map(hashed, new, repeat(partitions))), strict=True))
+    return list(map(cache.__getitem__, keys))
 
 
 def _compiled_partitioner(new_keys: int) -> Callable[[bytes, int], int] | None:
