@@ -365,8 +365,8 @@ class ReplicaManager:
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
         # (a folder the open for write just listed shows whether the marker is there: no look)
-        lost = data_loss.unacknowledged([r.directory for r in part.replicas
-                                         if r.listed_names is None or data_loss.MARKER in r.listed_names])
+        looks = [r.directory for r in part.replicas if r.listed_names is None or data_loss.MARKER in r.listed_names]
+        lost = data_loss.unacknowledged(looks) if looks else None
         if lost is not None:  # checked on every reconcile: part.replica_check stays unset meanwhile
             raise DataLossError(f"{topic}-{partition} takes no writes: {lost}; new records would take the lost "
                                 f"offsets. Acknowledge the loss with: {data_loss.ACKNOWLEDGE_COMMAND}")
@@ -380,6 +380,8 @@ class ReplicaManager:
         followers hold the same batches, so the longest one's tail is copied back, rather than
         every replica being cut to the leader's end. A replica that lost committed records is
         named in a warning (with RF=1 they are gone)."""
+        if len(part.replicas) == 1 and part.leader.log_end_offset >= hw:
+            return  # (the usual case: one replica, nothing committed missing; nothing below can apply)
         cut_by_recovery = False
         for replica, report in zip(part.replicas, part.last_recovery, strict=True):
             if report.repaired and replica.log_end_offset < hw:
@@ -408,6 +410,8 @@ class ReplicaManager:
         """A writer killed between the leader's append and a follower's left that follower short
         (or, after an election, with a suffix the leader lacks): bring it to the leader's end
         before the next append, which stamps the leader's next offset on every replica."""
+        if len(part.replicas) == 1 and len(meta.isr) == 1:
+            return meta  # (no follower)
         leader = part.leader
         end = leader.log_end_offset
         dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]

@@ -125,6 +125,11 @@ class FileLock:
         """By the calling thread, through this object."""
         return self._depth > 0 and self._owner == threading.get_ident()
 
+    def held_generation(self) -> tuple[int, int] | None:
+        """This hold's generation when the calling thread holds the lock through this object, else
+        None (a partition's state file serves what the holder read or wrote from memory)."""
+        return self.generation if self._depth > 0 and self._owner == threading.get_ident() else None
+
     def release(self) -> None:
         if self._closed:  # closed by this thread while it held it (close waits for the others)
             self._threads.release()

@@ -237,12 +237,15 @@ class _Segments(dict):
 
 
 class PartitionLog:
-    def __init__(self, directory: str, config: LogConfig | None = None, listed: bool = True) -> None:
+    def __init__(self, directory: str, config: LogConfig | None = None, listed: bool = True,
+                 log_dir: str | None = None) -> None:
         """listed=False: the folder is listed at the first use of the segment list, not now (a
         writer's open for write lists it under the lock anyway: a producer's first write into
-        1,000 partitions listed each folder twice)."""
+        1,000 partitions listed each folder twice). log_dir: os.path.dirname(directory), when the
+        caller joined `directory` from it."""
         self.directory = directory
-        self.log_dir = os.path.dirname(directory)  # the log directory (disk) the replica is on
+        # the log directory (disk) the replica is on
+        self.log_dir = os.path.dirname(directory) if log_dir is None else log_dir
         self.config = config or LogConfig()
         self.state = ReplicaState(os.path.join(directory, ReplicaState.FILE_NAME))
         self._fds: SegmentFds | None = None
@@ -638,7 +641,10 @@ class PartitionLog:
     @property
     def log_end_offset(self) -> int:
         """Next offset to assign (writer view, lock held)."""
-        end = self.active.next_offset
+        bases = self._bases
+        if bases is None:
+            bases = self.bases  # (lists the folder)
+        end = self._segments[bases[-1]].next_offset  # type: ignore[index]  # (self.active, inline: asked ~10 times per append)
         assert end is not None
         return end
 
@@ -748,13 +754,16 @@ class PartitionLog:
         """Append an already-stamped batch at the log end; returns its position. With
         defer_state, the replica state file is left to settle_state() or the next flush()."""
         assert self._fds is not None, "open_for_write first"
-        if header.base_offset > self.log_end_offset:
+        active = self.active
+        if header.base_offset > active.next_offset:  # type: ignore[operator]
             self._start_at(header.base_offset)
-        assert header.base_offset == self.log_end_offset, (header.base_offset, self.log_end_offset)
+            active = self.active
+        assert header.base_offset == active.next_offset, (header.base_offset, active.next_offset)
         decided, self.roll_decided = self.roll_decided, None
         if decided is not header and self.should_roll(header):
             self.roll(header.base_offset)
-        position = self.active.append(self._fds, batch, header)
+            active = self.active
+        position = active.append(self._fds, batch, header)
         self.flush_schedule.appended()
         if not self.defer_state:
             self._save_state()

@@ -67,9 +67,11 @@ def fit_stem(stem: str) -> str:
 def fit_partition_file(path: str, suffix: str) -> str:
     """`<dir>/<stem><suffix>` with the stem passed through fit_stem (the one rule every
     per-partition file of the data directory is named by)."""
-    folder, name = os.path.split(path)
-    assert name.endswith(suffix), (path, suffix)
-    return os.path.join(folder, fit_stem(name[: len(name) - len(suffix)]) + suffix)
+    assert path.endswith(suffix), (path, suffix)
+    cut = path.rfind(os.sep) + 1
+    stem = path[cut:len(path) - len(suffix)]
+    fitted = fit_stem(stem)
+    return path if fitted is stem else os.path.join(path[:cut], fitted + suffix)  # (it fits, as a rule: no join)
 
 
 def collision_key(name: str) -> str:

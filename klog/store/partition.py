@@ -104,9 +104,12 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
     replica.settle_state(eager_state)
 
 
-def _replica_log(directory: str, config: LogConfig) -> PartitionLog:
-    """A replica of a Partition: its appends leave the replica state file to settle_state()."""
-    log = PartitionLog(directory, config, listed=False)  # (listed by its open for write, or its first read)
+def _replica_log(log_dir: str, name: str, config: LogConfig) -> PartitionLog:
+    """A replica of a Partition (its folder `name` in `log_dir`): its appends leave the replica
+    state file to settle_state()."""
+    directory = os.path.join(log_dir, name)
+    # (listed by its open for write, or its first read)
+    log = PartitionLog(directory, config, listed=False, log_dir=None if log_dir.endswith(os.sep) else log_dir)
     log.defer_state = True
     return log
 
@@ -137,10 +140,10 @@ class Partition:
         self.partition = partition
         self.config = config
         name = partition_dir_name(topic, partition)
-        self.replicas = [_replica_log(os.path.join(d, name), config) for d in replica_dirs]
+        self.replicas = [_replica_log(d, name, config) for d in replica_dirs]
         self.state = PartitionState(os.path.join(state_dir, name + ".state"))
         self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
-        self.state.held = self._lock_generation_held
+        self.state.held = self.lock.held_generation
         self.last_recovery: list[RecoveryReport] = []
         self.state_rebuilt: str | None = None  # set by open_for_write when it had to: the caller warns
         # readers: the leader epoch the replica list was built for, and how to rebuild it when a
@@ -167,19 +170,17 @@ class Partition:
     def set_replica_dirs(self, replica_dirs: list[str]) -> None:
         """Leader first, then the in-sync followers; keeps the open logs it already has."""
         assert replica_dirs
+        if len(replica_dirs) == 1 == len(self.replicas) and self.replicas[0].log_dir == replica_dirs[0]:
+            return  # (the usual case: the same one replica)
         name = partition_dir_name(self.topic, self.partition)
         known = {r.log_dir: r for r in self.replicas}
-        replicas = [known.get(d) or _replica_log(os.path.join(d, name), self.config) for d in replica_dirs]
+        replicas = [known.get(d) or _replica_log(d, name, self.config) for d in replica_dirs]
         if replicas != self.replicas:
             self._appended_generation = None  # a replica joined or left: open every one afresh
         self.replicas = replicas
         for r in known.values():
             if r not in self.replicas:
                 r.close()
-
-    def _lock_generation_held(self) -> tuple[int, int] | None:
-        lock = self.lock
-        return lock.generation if lock.held else None
 
     @property
     def leader(self) -> PartitionLog:
@@ -342,15 +343,20 @@ class Partition:
                 self._eager_state_opens -= 1
         elif appended is not None:  # another writer took a turn since this object's last append
             self._eager_state_opens = EAGER_STATE_OPENS
-        committed = None
+        committed = published = None
         if not trusted:
             published = self.state.read_valid()
             committed = published.high_watermark if published is not None else None
         token = lock.generation
-        self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token) for r in self.replicas]
-        ends = [r.log_end_offset for r in self.replicas]
-        hw = min(ends)
-        snap = self.state.read_valid()
+        replicas = self.replicas
+        if len(replicas) == 1:  # (the usual case: no lists to build)
+            leader = replicas[0]
+            self.last_recovery = [leader.open_for_write(committed, trusted=trusted, token=token)]
+            hw = leader.log_end_offset
+        else:
+            self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token) for r in replicas]
+            hw = min(r.log_end_offset for r in replicas)
+        snap = published if not trusted else self.state.read_valid()
         if snap is None:
             # lost (deleted, emptied, torn): every replica was just recovered, so the shortest
             # log end is committed everywhere; the log starts at the leader's first segment
