@@ -316,7 +316,7 @@ class ReplicaManager:
                 self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])
                 states[d] = health.OK
-        hw = part.snapshot().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
+        hw = part.state.read().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
         for d in list(meta.isr):
             if states[d] == health.OK and hw > 0 and \
                     not part.replica_folder_present(self._dirs(topic, partition, [d])[0]):
@@ -353,13 +353,14 @@ class ReplicaManager:
             self.warn(f"{topic}-{partition}: replica in log directory {meta.leader} is the new leader "
                       f"(epoch {meta.leader_epoch})")
         meta = self._align_in_sync_followers(topic, partition, part, meta)
-        part.publish()  # open_for_write lowered the high watermark to the shortest replica's end
+        if len(part.replicas) > 1:  # (one replica: open_for_write published its end, and nothing since moved it)
+            part.publish()  # open_for_write lowered the high watermark to the shortest replica's end
         if len(meta.isr) < len(meta.replicas):  # (else nobody is out of sync)
             meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
         if meta is not before and meta != before:
             store.topics.update_partition(topic, partition, meta)
             self._metadata_written(topic)
-        snap = part.snapshot()
+        snap = part.state.read()
         if snap.leader_epoch != meta.leader_epoch:
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
@@ -476,22 +477,31 @@ class ReplicaManager:
 
     def append_batches(self, topic: str, partition: int, batches: Sequence[bytes], acks: str,
                        before: Callable[[int], None] | None = None,
-                       together: DeferredSync | None = None, checked: PartitionMeta | None = None) -> list[int]:
+                       together: DeferredSync | None = None, checked: PartitionMeta | None = None,
+                       part: Partition | None = None) -> list[int]:
         """append() of several batches of one partition under one hold of its lock: the replicas
         are checked once (reconcile_if_due; again only after a failover), the batches appended in
         order, synced once after the last (flush.messages counts each of them) and published
         once; returns their base offsets once `acks` is satisfied for all of them. `checked`:
-        what checked_recently() returned under the lock the caller holds (no second look)."""
+        what checked_recently() returned under the lock the caller holds (no second look).
+        `part`: store.partition(topic, partition), when the caller has it."""
         if not batches:
             return []
         store = self.store
-        part = store.partition(topic, partition)
-        min_isr = store.log_config(topic).min_insync_replicas
+        if part is None:
+            part = store.partition(topic, partition)
+        min_isr = (together.min_insync_replicas() if together is not None
+                   else store.log_config(topic).min_insync_replicas)
         sync = SYNC_BY_ACKS[str(acks)]
         self._group = together
         bases: list[int] = []
+        lock = part.lock
+        # (with `together` the caller holds the lock until it is synced: no second acquisition)
+        take = together is None or not lock.held
         try:
-            with part.lock:
+            if take:
+                lock.acquire()
+            try:
                 meta: PartitionMeta | None = checked
                 try:
                     for i, encoded in enumerate(batches):
@@ -516,6 +526,9 @@ class ReplicaManager:
                     raise NotEnoughReplicasError(
                         f"{topic}-{partition}: the batch at offset {bases[0]} reached only "
                         f"ISR [{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
+            finally:
+                if take:
+                    lock.release()
         finally:
             self._group = None
         return bases
@@ -598,7 +611,14 @@ class DeferredSync:
         self.store = store
         self.topic = topic
         self._topic_meta: TopicMeta | None = None
+        self._min_isr: int | None = None
         self._appended: list[tuple[Partition, PartitionMeta, str, int, int]] = []
+
+    def min_insync_replicas(self) -> int:
+        """The topic's min.insync.replicas, read once for the group."""
+        if self._min_isr is None:
+            self._min_isr = self.store.log_config(self.topic).min_insync_replicas
+        return self._min_isr
 
     def topic_meta(self) -> TopicMeta:
         """The topic's metadata, read once for the group: every partition of it is locked, and a

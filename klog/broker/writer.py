@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from klog.store import codec
@@ -199,14 +198,22 @@ class PartitionWriter:
         parts = [store.partition(topic, partition) for _, partition, _ in group]
         rolls_before = [part.rolls for part in parts]
         results: list[list[int]] = []
-        with ExitStack() as held:
+        held = []
+        try:
             for part in parts:  # every lock first: the topic's metadata is then read once for them all
-                held.enter_context(part.lock)
+                part.lock.acquire()
+                held.append(part.lock)
             together = SyncTogether(store, topic)
-            held.callback(together.close)
-            for (_, partition, batches) in group:
-                results.append(replicas.append_batches(topic, partition, batches, acks, together=together))
-            together.finish()
+            try:
+                for (_, partition, batches), part in zip(group, parts, strict=True):
+                    results.append(replicas.append_batches(topic, partition, batches, acks, together=together,
+                                                           part=part))
+                together.finish()
+            finally:
+                together.close()
+        finally:
+            for lock in reversed(held):  # (as the ExitStack this replaces did: the last taken first)
+                lock.release()
         for (i, partition, _), part, before, bases in zip(group, parts, rolls_before, results, strict=True):
             self._after_append(topic, partition, part, before)
             if acknowledged is not None:

@@ -415,17 +415,19 @@ class Partition:
         the followers were truncated back, so the batch is nowhere and the caller may elect anew.
         """
         assert sync in (SYNC_ALL, SYNC_LEADER, SYNC_NONE), sync
-        leader = self.leader
+        replicas = self.replicas
+        leader = replicas[0]
         base = leader.log_end_offset
-        stamped = codec.with_base_offset(batch, base, self.snapshot().leader_epoch)
+        stamped = codec.with_base_offset(batch, base, self.state.read().leader_epoch)
         header = codec.read_header(stamped)
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)
-        new_segment = leader.active.size == 0 or leader.should_roll(header)
-        rolls = new_segment and leader.active.size > 0
+        size = leader.active.size
+        new_segment = size == 0 or leader.should_roll(header)
+        rolls = new_segment and size > 0
         eager = self._eager_state_opens > 0
         copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment, sync == SYNC_ALL, eager)
-                  for r in self.replicas[1:]]
+                  for r in replicas[1:]] if len(replicas) > 1 else ()
         try:
             _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE, eager, leader=True)
             if base == 0:  # a new partition's first batch is in its log, its high watermark not yet published
@@ -452,7 +454,8 @@ class Partition:
         else:
             self._appended_generation = self.lock.generation
         self._release_after_flush = None  # written again: the writer keeps it open (or asks again)
-        self._arm_idle_flush()
+        if self.config.flush_ms <= IDLE_FLUSH_MS_MAX:  # (else no timer: see _arm_idle_flush)
+            self._arm_idle_flush()
         return AppendResult(base, header.last_offset, None, failed)
 
     # -- flush.ms for a partition that goes quiet ----------------------------------------------

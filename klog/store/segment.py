@@ -110,6 +110,11 @@ def open_or_shed(path: str, flags: int, mode: int = FILE_MODE) -> int:
     raise AssertionError("unreachable")
 
 
+# the writer's descriptors of the active segment (see LogSegment.open_fds; links refused, as by open_nofollow)
+_WRITE_LOG_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+_WRITE_INDEX_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+
+
 class OpenLog:
     """One open of a segment's `.log` for reading, shared by the reads of it (the cache's
     descriptor). A read pins it (LogSegment.pin) for its whole walk, and a served fetch until
@@ -604,6 +609,17 @@ class LogSegment:
         return position
 
     def open_fds(self) -> SegmentFds:
+        log = index = -1
+        try:  # (the usual case, without a call per file: a writer's first open of every partition does this)
+            log = os.open(self.log_path, _WRITE_LOG_FLAGS, FILE_MODE)
+            index = os.open(self.offset_index.path, _WRITE_INDEX_FLAGS, FILE_MODE)
+            return SegmentFds(log, index, os.open(self.time_index.path, _WRITE_INDEX_FLAGS, FILE_MODE))
+        except OSError:
+            for fd in (log, index):
+                if fd >= 0:
+                    os.close(fd)
+        # again, as open_or_shed does: it names a link, and gives back cached read descriptors
+        # when the process ran out of them
         return SegmentFds(
             open_or_shed(self.log_path, os.O_RDWR | os.O_CREAT),
             # read-write (appends only): load_tail_state reads the indexes' tails through them
