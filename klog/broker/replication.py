@@ -158,6 +158,12 @@ def _truncate_divergent_suffix(leader: PartitionLog, follower: PartitionLog) -> 
     raise StorageError(f"could not find where {follower.directory} agrees with its leader")
 
 
+def _leader_first(meta: PartitionMeta) -> list[int]:
+    """The leader's log directory, then the other in-sync replicas'."""
+    leader, isr = meta.leader, meta.isr
+    return [leader] if len(isr) == 1 and isr[0] == leader else [leader] + [d for d in isr if d != leader]
+
+
 DATA_LOSS_PREFIX = "data loss: "  # a warning that starts so makes the command exit 1 (klog/cli/app.py)
 
 
@@ -225,8 +231,16 @@ class ReplicaManager:
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         """The log directories' paths (as the directory checks of shared_dir_checks found them, if they did)."""
+        if len(ids) == 1:
+            return [self._dir(ids[0])]
         checks = self._dir_checks or {}
         return [known[0] if (known := checks.get(d)) is not None else self.store.data_dir.log_dir_path(d) for d in ids]
+
+    def _dir(self, log_dir_id: int) -> str:
+        """One log directory's path, as _dirs gives it."""
+        checks = self._dir_checks
+        known = checks.get(log_dir_id) if checks else None
+        return known[0] if known is not None else self.store.data_dir.log_dir_path(log_dir_id)
 
     def reconcile_if_due(self, topic: str, partition: int, part,
                          topic_meta: Callable[[], TopicMeta] | None = None) -> PartitionMeta:
@@ -309,7 +323,7 @@ class ReplicaManager:
         meta = topic_meta.partitions[partition]
         before = meta
         states = {d: self._health(d) for d in meta.replicas}
-        all_ok = all(state == health.OK for state in states.values())
+        all_ok = set(states.values()) == {health.OK}  # (no generator: once per partition a producer writes)
         for d, state in () if all_ok else states.items():  # (the usual case: every directory healthy)
             if state == health.REPLACED:
                 store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
@@ -319,7 +333,7 @@ class ReplicaManager:
         hw = part.state.read().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
         for d in list(meta.isr):
             if states[d] == health.OK and hw > 0 and \
-                    not part.replica_folder_present(self._dirs(topic, partition, [d])[0]):
+                    not part.replica_folder_present(self._dir(d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
         healthy = set(states) if all_ok else {d for d, s in states.items() if s == health.OK}
         for d in meta.replicas if self._said_unhealthy or not all_ok else ():
@@ -331,7 +345,7 @@ class ReplicaManager:
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
         # no election when the leader and every in-sync replica are healthy (elect would change nothing)
-        if meta.leader not in meta.isr or not all(r in healthy for r in meta.isr):
+        if meta.leader not in meta.isr or not healthy.issuperset(meta.isr):
             # the topic's configs are parsed only when an election may need unclean.leader.election
             unclean = (meta.leader not in healthy or meta.leader not in meta.isr) and \
                 LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
@@ -341,7 +355,7 @@ class ReplicaManager:
         if meta.leader not in healthy or meta.leader not in meta.isr:
             raise NoLeaderError(f"no in-sync replica of {topic}-{partition} is available "
                                 f"(replicas {meta.replicas}: {', '.join(f'{d} {states[d]}' for d in meta.replicas)})")
-        part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [d for d in meta.isr if d != meta.leader]))
+        part.set_replica_dirs(self._dirs(topic, partition, _leader_first(meta)))
         part.open_for_write()
         if part.state_rebuilt:
             self.warn(part.state_rebuilt)
@@ -415,7 +429,7 @@ class ReplicaManager:
             return meta  # (no follower)
         leader = part.leader
         end = leader.log_end_offset
-        dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+        dirs = _leader_first(meta)
         lost = set()
         for d, follower in zip(dirs[1:], part.replicas[1:], strict=True):
             if follower.log_end_offset == end:
@@ -459,7 +473,7 @@ class ReplicaManager:
                 self.warn(f"replica of {topic}-{partition} in log directory {d} caught up and rejoined the ISR")
         if meta.isr == before_isr:
             return meta  # nobody joined: `part` is already leader + ISR, opened (saves a re-open per append)
-        part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [r for r in meta.isr if r != meta.leader]))
+        part.set_replica_dirs(self._dirs(topic, partition, _leader_first(meta)))
         part.open_for_write()
         return meta
 
@@ -538,7 +552,7 @@ class ReplicaManager:
         """Followers whose append failed leave the ISR (the metadata is written at once)."""
         part.replica_check = None
         self._forget_health()
-        dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+        dirs = _leader_first(meta)
         lost = {dirs[i] for i in result.failed_followers}
         for i, why in result.failed_followers.items():
             self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
