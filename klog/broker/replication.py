@@ -689,7 +689,10 @@ class SyncTogether(DeferredSync):
             due: set[str] = set()
             for part, _, sync, _, _ in self._appended:
                 scope = _sync_scope(part, sync)
-                if any(r.flush_due() for r in scope):
+                if len(scope) == 1:  # (the usual case: no generators)
+                    if scope[0].flush_due():
+                        due.add(scope[0].log_dir)
+                elif any(r.flush_due() for r in scope):
                     due.update(r.log_dir for r in scope)
             synced = self._sync(due)
             for part, *_ in self._appended:

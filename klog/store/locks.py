@@ -18,10 +18,11 @@ GENERATION_MASK = (1 << 64) - 1
 class FileLock:
     """An exclusive flock(2) on a lock file; re-entrant within one object and thread, released on exit or crash."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fitted: bool = False) -> None:
         """`path` ends in `.lock`; `<topic>-<partition>.lock` too long for a file name becomes its
-        short form (names.fit_partition_file), the stem the partition's state file has too."""
-        self.path = fit_partition_file(path, ".lock")
+        short form (names.fit_partition_file, the stem the partition's state file has too;
+        fitted: the caller found it fits)."""
+        self.path = fit_partition_file(path, ".lock", fitted)
         self._fd: int | None = None
         self._depth = 0
         # Every change of hands (by any process, or another FileLock object) counts itself in the

@@ -34,7 +34,7 @@ from klog.store.format import (
 )
 from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT, PARTITION_READ_BYTES_DEFAULT, read_expansion_bytes_max
 from klog.store.loader import RecoveryReport
-from klog.store.names import check_not_symlink, fsync_dir
+from klog.store.names import check_not_symlink, fsync_dir, join_name
 from klog.store.plain import Plain
 from klog.store.segment import CORRUPT_SUFFIX, LogSegment, OpenLog, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, ReplicaTrust, current_boot_id
@@ -247,7 +247,7 @@ class PartitionLog:
         # the log directory (disk) the replica is on
         self.log_dir = os.path.dirname(directory) if log_dir is None else log_dir
         self.config = config or LogConfig()
-        self.state = ReplicaState(os.path.join(directory, ReplicaState.FILE_NAME))
+        self.state = ReplicaState(join_name(directory, ReplicaState.FILE_NAME))
         self._fds: SegmentFds | None = None
         self._fds_base = -1
         self.flush_schedule = FlushSchedule(self.config)  # when appends are due for an fsync
@@ -542,8 +542,10 @@ class PartitionLog:
             log = os.fstat(fds.log)
             same = (log.st_ino == trust.log_ino and log.st_size == snap.valid_size
                     and _change_ns(log) == trust.log_changed_ns
-                    and os.fstat(fds.index).st_size == trust.index_bytes
-                    and os.fstat(fds.time_index).st_size == trust.time_index_bytes)
+                    # (the indexes' sizes: an lseek to the end of each, cheaper than an fstat; their
+                    # descriptors append (O_APPEND) and read with pread, so the offset is no one's)
+                    and os.lseek(fds.index, 0, os.SEEK_END) == trust.index_bytes
+                    and os.lseek(fds.time_index, 0, os.SEEK_END) == trust.time_index_bytes)
         except BaseException:
             fds.close()
             raise
@@ -655,7 +657,7 @@ class PartitionLog:
             return False
         if active.size > self.config.segment_bytes - header.size:
             return True
-        if not active.can_hold(header.last_offset):
+        if not active.can_hold(header.base_offset + header.last_offset_delta):  # (its last offset)
             return True
         if self._index_full(active):
             return True
@@ -861,7 +863,8 @@ class PartitionLog:
         klog.store.syncfs): flush()'s bookkeeping without its fsyncs. settle: see flush()."""
         if self._fds is None:
             return
-        self.finish_flushes()  # the background flushes of sealed segments: covered, but collected
+        if self.sealed_flushes.pending:
+            self.finish_flushes()  # the background flushes of sealed segments: covered, but collected
         self._dir_dirty = self._parent_dirty = False
         self._mark_flushed(settle)
 
@@ -875,9 +878,10 @@ class PartitionLog:
         if self.sealed_flushes.pending:
             self.collect_flushes()
         active = self.active
+        indexer = active.indexer  # (the segment's max_timestamp and offset_of_max_timestamp)
         snap = ReplicaSnapshot(current_boot_id(), active.base_offset, active.size,
-                               active.next_offset or active.base_offset, self.recovery_point, active.max_timestamp,
-                               active.offset_of_max_timestamp, self._trust(active))
+                               active.next_offset or active.base_offset, self.recovery_point, indexer.max_timestamp,
+                               indexer.offset_of_max_timestamp, self._trust(active))
         self.state_written = None  # (a failed write leaves the file unknown)
         self.state.write(snap, sync=sync)
         self.state_written = snap
@@ -954,7 +958,8 @@ class PartitionLog:
         return True
 
     def close(self) -> None:
-        self.drop_flushes()
+        if self.sealed_flushes.pending:
+            self.drop_flushes()
         if self._fds is not None:
             self._fds.close()
             self._fds = None

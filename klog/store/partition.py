@@ -29,6 +29,7 @@ from klog.store.format import partition_dir_name
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.locks import FileLock
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
+from klog.store.names import fit_stem, join_name
 from klog.store.plain import FrozenPlain
 from klog.store.state import PartitionSnapshot, PartitionState, ReplicaSnapshot
 
@@ -107,7 +108,7 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
 def _replica_log(log_dir: str, name: str, config: LogConfig) -> PartitionLog:
     """A replica of a Partition (its folder `name` in `log_dir`): its appends leave the replica
     state file to settle_state()."""
-    directory = os.path.join(log_dir, name)
+    directory = join_name(log_dir, name)
     # (listed by its open for write, or its first read)
     log = PartitionLog(directory, config, listed=False, log_dir=None if log_dir.endswith(os.sep) else log_dir)
     log.defer_state = True
@@ -141,8 +142,9 @@ class Partition:
         self.config = config
         name = partition_dir_name(topic, partition)
         self.replicas = [_replica_log(d, name, config) for d in replica_dirs]
-        self.state = PartitionState(os.path.join(state_dir, name + ".state"))
-        self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
+        fitted = fit_stem(name) is name  # (the state and lock files' stem: the name itself, as a rule)
+        self.state = PartitionState(join_name(state_dir, name + PartitionState.SUFFIX), fitted)
+        self.lock = FileLock(join_name(lock_dir, name + ".lock"), fitted)
         self.state.held = self.lock.held_generation
         self.last_recovery: list[RecoveryReport] = []
         self.state_rebuilt: str | None = None  # set by open_for_write when it had to: the caller warns

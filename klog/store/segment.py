@@ -31,7 +31,7 @@ from klog.store.format import (
 )
 from klog.store.index import IndexBuilder, OffsetIndex, TimeIndex
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
-from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
+from klog.store.names import FILE_MODE, join_name, nofollow_opener, open_nofollow
 from klog.store.plain import Plain
 from klog.store.validate import SegmentScan
 from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Read, follows, walk_batches
@@ -188,7 +188,7 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         # (one join for the three: a segment object is made for every segment of every folder listed)
-        stem = os.path.join(directory, segment_file_name(base_offset, ""))
+        stem = join_name(directory, segment_file_name(base_offset, ""))
         self.log_path = stem + LOG_SUFFIX
         self.offset_index = OffsetIndex(stem + INDEX_SUFFIX, base_offset)
         self.time_index = TimeIndex(stem + TIME_INDEX_SUFFIX, base_offset)
@@ -586,12 +586,13 @@ class LogSegment:
     def append(self, fds: SegmentFds, batch: bytes, header: BatchHeader) -> int:
         """Write `batch` at the end; returns its position. Index entries follow Kafka's rule."""
         position = self.size
-        assert header.base_offset >= self.base_offset and self.can_hold(header.last_offset)
+        last_offset = header.base_offset + header.last_offset_delta  # (header.last_offset: no property call)
+        assert header.base_offset >= self.base_offset and self.can_hold(last_offset)
         assert self.next_offset is None or header.base_offset >= self.next_offset, (self.next_offset, header)
         written = os.pwrite(fds.log, batch, position)
         if written != len(batch):
             raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
-        index_entry, time_entry = self.indexer.add(position, header.last_offset, header.max_timestamp, len(batch))
+        index_entry, time_entry = self.indexer.add(position, last_offset, header.max_timestamp, len(batch))
         if index_entry is not None:
             at = self.index_bytes
             self.offset_index.append_raw(fds.index, index_entry, at)
@@ -603,7 +604,7 @@ class LogSegment:
                 if at is not None:
                     self.time_index_bytes = at + len(time_entry)
         self.size = position + len(batch)
-        self.next_offset = header.next_offset
+        self.next_offset = last_offset + 1
         if position == 0:
             self.first_batch_max_timestamp = header.max_timestamp
         return position

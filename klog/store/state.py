@@ -329,10 +329,10 @@ class PartitionState(_StructFile):
     layout = struct.Struct(">qqq")
     SUFFIX = ".state"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fitted: bool = False) -> None:
         """`path` is `<state dir>/<topic>-<partition>.state`; a name too long for the file system
-        becomes its short form (names.fit_partition_file)."""
-        super().__init__(fit_partition_file(path, self.SUFFIX))
+        becomes its short form (names.fit_partition_file; fitted: the caller found it fits)."""
+        super().__init__(fit_partition_file(path, self.SUFFIX, fitted))
         if self.path != path:
             _adopt_legacy(path, self.path)
         # While the calling thread holds the partition's lock (`held()`: the lock's generation,
