@@ -297,14 +297,21 @@ class Partition:
         """Bring the replicas' state files up to date (see log.STATE_LAG_BATCHES_MAX) unless a
         thread of this process or another process holds the lock: before the files are closed,
         or read by others (Kafka's checkpoint files take the recovery points from them)."""
-        if not self._closed and any(r.state_lags for r in self.replicas):
+        if not self._closed and self._states_lag():
             self.lock.run_if_idle(self._settle_states)
+
+    def _states_lag(self) -> bool:
+        """Does any replica's state file lag its appends (see log.STATE_LAG_BATCHES_MAX)?"""
+        for replica in self.replicas:  # (a loop, not any() of a generator: twice per partition at a close)
+            if replica.state_lags:
+                return True
+        return False
 
     def _settle_states(self) -> None:
         """Lock not held by this process. Written only where this object's append was the last
         hold of the lock (in any process): another writer's appends since would make its view
         stale, and a stale state must never look current."""
-        if self._appended_generation is None or not any(r.state_lags for r in self.replicas):
+        if self._appended_generation is None or not self._states_lag():
             return
         if not self.lock.acquire(blocking=False):
             return  # another writer has it: it checks the short tail the files do not describe

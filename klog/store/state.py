@@ -133,7 +133,7 @@ class _StructFile:
     def read_data(self, write_next: bool = False, may_write: bool = False, relink: bool = False) -> bytes | None:
         """The file's bytes as read_fields reads them (the fields, their CRC and tail_size more),
         or None if the file is missing."""
-        if relink:
+        if relink and self._fd is not None:  # (nothing open: nothing to check)
             self.relink()
         closes = self._closes
         fd = self._fd
