@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -406,7 +407,7 @@ class Store(GroupAdminMethods):
         # built from (no read of the state file per partition opened; one that lags the metadata,
         # a writer killed between the two, costs one reload)
         p.leader_epoch_loaded = pm.leader_epoch
-        p.reload_replicas = lambda: self._reload_replicas(p)
+        p.reload_replicas = functools.partial(self._reload_replicas, p)  # (one object, not a closure's three)
         self._partitions[(topic, partition)] = p
         return p
 

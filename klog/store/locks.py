@@ -12,6 +12,7 @@ from klog.errors import PartitionClosedError
 from klog.store.names import fit_partition_file, open_nofollow
 
 GENERATION = struct.Struct(">Q")
+_get_ident = threading.get_ident
 GENERATION_MASK = (1 << 64) - 1
 
 
@@ -66,7 +67,7 @@ class FileLock:
                 os.pwrite(self._fd, GENERATION.pack(self._count), 0)
             self._holds += 1
             self.generation = (self._count, self._holds)
-            self._owner = threading.get_ident()
+            self._owner = _get_ident()
         self._depth += 1
         return True
 
@@ -124,12 +125,12 @@ class FileLock:
     @property
     def held(self) -> bool:
         """By the calling thread, through this object."""
-        return self._depth > 0 and self._owner == threading.get_ident()
+        return self._depth > 0 and self._owner == _get_ident()
 
     def held_generation(self) -> tuple[int, int] | None:
         """This hold's generation when the calling thread holds the lock through this object, else
         None (a partition's state file serves what the holder read or wrote from memory)."""
-        return self.generation if self._depth > 0 and self._owner == threading.get_ident() else None
+        return self.generation if self._depth > 0 and self._owner == _get_ident() else None
 
     def release(self) -> None:
         if self._closed:  # closed by this thread while it held it (close waits for the others)

@@ -87,6 +87,13 @@ def _settled(changed_ns: int, before_ns: int) -> bool:
     return changed_ns <= before_ns - margin
 
 
+# What an open for write that adopted the log as it was returns: nothing repaired. One shared
+# report (kept by every written partition until its close); its lists are tuples, so that nothing
+# can append to it (recovery fills a report of its own)
+_CLEAN_OPEN = RecoveryReport(segments_recovered=(), segments_deleted=(), reasons=())  # type: ignore[arg-type]
+_NOTHING_LISTED: frozenset[str] = frozenset()
+
+
 class FetchedBatch(Plain):
     """One CRC-checked batch read from a replica."""
 
@@ -452,7 +459,7 @@ class PartitionLog:
         probed, self._probed = self._probed, None
         if trusted and self._fds is not None and self._bases and self.active.next_offset is not None:
             self.listed_names = None
-            return RecoveryReport()
+            return _CLEAN_OPEN
         self.listed_names = None
         if self.sealed_flushes.pending:
             self.drop_flushes()  # another writer may have truncated or replaced what they sealed
@@ -480,7 +487,7 @@ class PartitionLog:
             found = None
         snap = self.state.read(write_next=True)  # (every open for write writes it after the append)
         if found is not None and snap is not None and self._adopt_trusted(snap, found):
-            return RecoveryReport()
+            return _CLEAN_OPEN
         # a compaction or retention killed mid-way; expired .deleted files. One listing serves
         # both passes unless the first changed the segments (a finished swap)
         try:
@@ -570,7 +577,7 @@ class PartitionLog:
         self._state_old_segment = False
         # its names are as the record's writer knew them, among which no data-loss marker (a folder
         # holding anything but the log's own files is never recorded): nothing to look for
-        self.listed_names = frozenset()
+        self.listed_names = _NOTHING_LISTED
         self._folder_seen = (folder.st_ino, _change_ns(folder))
         self.checkpoints_digest = (trust.checkpoints_digest if trust.flags & ReplicaTrust.CHECKPOINTS_KNOWN
                                    else None)
