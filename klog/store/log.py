@@ -528,8 +528,9 @@ class PartitionLog:
         """Adopt the log as the replica state file's ReplicaTrust describes it, when the files are
         provably as its writer left them: the same boot, the folder's inode and change time unchanged
         (no file created, renamed or removed since), and the active segment's `.log` (inode, size,
-        change time) and indexes (sizes) as recorded, by an fstat of each descriptor the append needs
-        anyway. Then the open is the state read and the three opens: no listing, no index read.
+        change time) and indexes (sizes) as recorded, by an fstat of the `.log` descriptor and an lseek
+        to the end of each index's, descriptors the append needs anyway. Then the open is the state
+        read and the three opens: no listing, no index read.
         False (nothing adopted; the descriptors opened are the writer's, which the full check
         keeps when its listing finds that same file active): the caller checks the log as before."""
         trust = snap.trust

@@ -228,7 +228,7 @@ class ReplicaTrust(tuple):
     segment's `.log` (inode, change time; the snapshot has its size) and its two indexes (sizes), and
     the writer state a read of them would give (the bytes after the last offset-index entry, the
     time index's last timestamp, the first batch's max timestamp). The next writer compares them
-    with the lstat it makes of the folder and an fstat of each descriptor it opens anyway; any
+    with the lstat it makes of the folder and a look (fstat, lseek) at each descriptor it opens anyway; any
     difference, and it checks the log as before. A writer records the folder only when it knew
     its names (listed in its hold, or trusted so) and saw nothing a full open would act on."""
 
