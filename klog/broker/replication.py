@@ -374,8 +374,8 @@ class ReplicaManager:
         if meta is not before and meta != before:
             store.topics.update_partition(topic, partition, meta)
             self._metadata_written(topic)
-        snap = part.state.read()
-        if snap.leader_epoch != meta.leader_epoch:
+        if part.state.leader_epoch() != meta.leader_epoch:
+            snap = part.state.read()
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch

@@ -427,7 +427,7 @@ class Partition:
         replicas = self.replicas
         leader = replicas[0]
         base = leader.log_end_offset
-        stamped = codec.with_base_offset(batch, base, self.state.read().leader_epoch)
+        stamped = codec.with_base_offset(batch, base, self.state.leader_epoch())
         header = codec.read_header(stamped)
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)

@@ -359,6 +359,13 @@ class PartitionState(_StructFile):
         self._known = (generation, fields) if fields else None
         return PartitionSnapshot(*fields) if fields else None
 
+    def leader_epoch(self) -> int:
+        """read().leader_epoch, without a snapshot built when the holder knows the file (every append)."""
+        known = self._known
+        if known is not None and known[0] == self.held():
+            return known[1][2]
+        return self.read().leader_epoch
+
     def known_at(self, generation: tuple[int, int]) -> PartitionSnapshot | None:
         """The state as the hold `generation` of the lock last read or wrote it, if known."""
         known = self._known
