@@ -130,14 +130,22 @@ class PartitionWriter:
         least recently written one (it reopens them when written again). release=False: return
         those partitions for the caller to release_files() (an event loop hands that to a thread:
         closing may wait for a sealed segment's background fsync)."""
-        key = (topic, partition)
+        return self.note_written_many(topic, [(partition, part)], release)
+
+    def note_written_many(self, topic: str, written: list[tuple[int, Partition]],
+                          release: bool = True) -> list[Partition]:
+        """note_written() of several partitions of `topic`, in order, under one hold of the guard."""
+        opened = self._open
         with self._open_guard:  # (klog serve appends from several threads)
-            self._open[key] = part
-            self._open.move_to_end(key)
-            released = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - self.open_max)]
+            for partition, part in written:
+                key = (topic, partition)
+                opened[key] = part
+                opened.move_to_end(key)
+            released = [opened.popitem(last=False)[1] for _ in range(len(opened) - self.open_max)]
         if not release:
             return released
-        self.release_files(released)
+        if released:
+            self.release_files(released)
         return []
 
     def release_files(self, parts: list[Partition]) -> None:
@@ -214,8 +222,11 @@ class PartitionWriter:
         finally:
             for lock in reversed(held):  # (as the ExitStack this replaces did: the last taken first)
                 lock.release()
+        # (the group's partitions are the most recently written: none of them is released here)
+        self.note_written_many(topic, [(partition, part) for (_, partition, _), part in zip(group, parts, strict=True)])
         for (i, partition, _), part, before, bases in zip(group, parts, rolls_before, results, strict=True):
-            self._after_append(topic, partition, part, before)
+            if part.rolls != before:  # the append rolled a segment
+                self.after_roll(topic, partition)
             if acknowledged is not None:
                 acknowledged(i, bases)
 
