@@ -186,7 +186,11 @@ class _StructFile:
 
     def _write_bytes(self, data: bytes | bytearray, sync: bool) -> None:
         """The whole file's bytes, written in place from its start (and fsynced when `sync`)."""
-        fd = self._open(write=True)
+        # (the descriptor open for writing, as _open would return it, without its lock: the
+        # writer holds the partition's lock, and a close by another thread waits for that)
+        fd = self._fd if self._writable else None
+        if fd is None:
+            fd = self._open(write=True)
         assert fd is not None
         if os.pwrite(fd, data, 0) != len(data):
             raise OSError(f"short write to {self.path}")
