@@ -92,6 +92,7 @@ def _settled(changed_ns: int, before_ns: int) -> bool:
 # can append to it (recovery fills a report of its own)
 _CLEAN_OPEN = RecoveryReport(segments_recovered=(), segments_deleted=(), reasons=())  # type: ignore[arg-type]
 _NOTHING_LISTED: frozenset[str] = frozenset()
+_new_tuple = tuple.__new__
 
 
 class FetchedBatch(Plain):
@@ -534,7 +535,12 @@ class PartitionLog:
         False (nothing adopted; the descriptors opened are the writer's, which the full check
         keeps when its listing finds that same file active): the caller checks the log as before."""
         trust = snap.trust
-        if (trust is None or trust.folder_changed_ns != _change_ns(folder) or trust.folder_ino != folder.st_ino
+        if trust is None:
+            return False
+        # (its fields at once: a ReplicaTrust is a tuple, read at every first open of a partition)
+        (folder_ino, folder_changed_ns, log_ino, log_changed_ns, index_bytes, time_index_bytes, since_last,
+         last_time_ts, first_batch_max_timestamp, checkpoints_digest, flags) = trust
+        if (folder_changed_ns != _change_ns(folder) or folder_ino != folder.st_ino
                 or snap.boot_id != current_boot_id() or snap.recovery_point < snap.active_base):
             return False  # (a recovery point behind the active segment: sealed ones await their fsync)
         base = snap.active_base
@@ -548,12 +554,12 @@ class PartitionLog:
         fds = segment.open_fds()
         try:
             log = os.fstat(fds.log)
-            same = (log.st_ino == trust.log_ino and log.st_size == snap.valid_size
-                    and _change_ns(log) == trust.log_changed_ns
+            same = (log.st_ino == log_ino and log.st_size == snap.valid_size
+                    and _change_ns(log) == log_changed_ns
                     # (the indexes' sizes: an lseek to the end of each, cheaper than an fstat; their
                     # descriptors append (O_APPEND) and read with pread, so the offset is no one's)
-                    and os.lseek(fds.index, 0, os.SEEK_END) == trust.index_bytes
-                    and os.lseek(fds.time_index, 0, os.SEEK_END) == trust.time_index_bytes)
+                    and os.lseek(fds.index, 0, os.SEEK_END) == index_bytes
+                    and os.lseek(fds.time_index, 0, os.SEEK_END) == time_index_bytes)
         except BaseException:
             fds.close()
             raise
@@ -569,10 +575,10 @@ class PartitionLog:
             self._segments = segments
             self._bases = [base]
             self._partial = True
-            self._strict_records = bool(trust.flags & ReplicaTrust.STRICT_RECORDS)
-        first = trust.first_batch_max_timestamp if trust.flags & ReplicaTrust.FIRST_BATCH_KNOWN else None
+            self._strict_records = bool(flags & ReplicaTrust.STRICT_RECORDS)
+        first = first_batch_max_timestamp if flags & ReplicaTrust.FIRST_BATCH_KNOWN else None
         segment.adopt_trusted(snap.valid_size, snap.log_end_offset, snap.max_timestamp, snap.offset_of_max_timestamp,
-                              trust.index_bytes, trust.time_index_bytes, trust.since_last, trust.last_time_ts, first)
+                              index_bytes, time_index_bytes, since_last, last_time_ts, first)
         self.recovery_point = snap.recovery_point
         self._state_lag = self._state_lag_bytes = 0
         self._state_old_segment = False
@@ -580,8 +586,7 @@ class PartitionLog:
         # holding anything but the log's own files is never recorded): nothing to look for
         self.listed_names = _NOTHING_LISTED
         self._folder_seen = (folder.st_ino, _change_ns(folder))
-        self.checkpoints_digest = (trust.checkpoints_digest if trust.flags & ReplicaTrust.CHECKPOINTS_KNOWN
-                                   else None)
+        self.checkpoints_digest = checkpoints_digest if flags & ReplicaTrust.CHECKPOINTS_KNOWN else None
         return True
 
     def _adopt_appended_tail(self, snap: ReplicaSnapshot, size: int) -> bool:
@@ -921,9 +926,10 @@ class PartitionLog:
                  | (ReplicaTrust.STRICT_RECORDS if self._strict_records else 0)
                  | (ReplicaTrust.CHECKPOINTS_KNOWN if digest is not None else 0))
         indexer = active.indexer
-        return ReplicaTrust(seen[0], seen[1], log.st_ino, _change_ns(log), active.index_bytes, active.time_index_bytes,
-                            indexer.since_last, indexer.last_time_ts, first if first is not None else -1,
-                            digest or 0, flags)
+        # (ReplicaTrust(...) without its __new__'s Python frame, as ReplicaState reads one: at every state write)
+        return _new_tuple(ReplicaTrust, (seen[0], seen[1], log.st_ino, _change_ns(log), active.index_bytes,
+                                         active.time_index_bytes, indexer.since_last, indexer.last_time_ts,
+                                         first if first is not None else -1, digest or 0, flags))
 
     def folder_as_seen(self) -> bool:
         """Is the folder still as this object's last open for write found it (its inode and

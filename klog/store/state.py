@@ -113,9 +113,15 @@ class _StructFile:
     def close(self) -> None:
         with self._opening:
             self._closes += 1  # (before the descriptors go: see __init__)
-            fds = self._replaced + ([self._fd] if self._fd is not None else [])
-            self._fd, self._writable, self._replaced = None, False, []
-        for fd in fds:
+            fd, replaced = self._fd, self._replaced
+            self._fd, self._writable = None, False
+            if replaced:  # (as a rule none: a reader's descriptor, replaced by the writer's)
+                self._replaced = []  # (the list closed below is this object's no more)
+            else:
+                replaced = ()
+        for old in replaced:
+            os.close(old)
+        if fd is not None:
             os.close(fd)
 
     def read_fields(self, write_next: bool = False, may_write: bool = False, relink: bool = False) -> tuple | None:
