@@ -119,12 +119,17 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                         offsets.pop(key, None)  # rewritten below where the replica is in this directory
     topics = [(t, range(len(t.partitions))) for t in store.list_topics()] if only is None else _topics_of(store, only)
     unsynced: set[str] = set()  # the partition folders' files: made durable together below
-    dir_paths = {d: store.data_dir.log_dir_path(d) for d in dirs}  # (once, not per replica)
+    # (once, not per replica; with the separator a partition folder's name follows: no join per folder)
+    dir_prefixes = {d: os.path.join(store.data_dir.log_dir_path(d), "") for d in dirs}
     for topic, partitions in topics:
         try:
             topic_id = checkpoints.kafka_uuid(topic.topic_id)
         except (ValueError, TypeError, AttributeError):
             topic_id = None  # not a UUID (an old store's id): no partition.metadata
+        metadata = f"version: 0\ntopic_id: {topic_id}\n" if topic_id is not None else ""
+        # (epochs text, digest) by the epochs a partition's folder lists: most partitions of a
+        # topic list the same ones (its first epoch only), worked out once for them
+        texts: dict[tuple[tuple[int, int], ...], tuple[str, int]] = {}
         for p in partitions:
             pm = topic.partitions[p]
             part = store.opened_partition(topic.name, p)
@@ -138,7 +143,10 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                     snap, written = known
                 else:
                     snap = part.snapshot()
-                opened = {r.directory: r for r in part.replicas}  # listed by this process's last open for write
+                # listed by this process's last open for write
+                replicas = part.replicas
+                opened = ({replicas[0].directory: replicas[0]} if len(replicas) == 1
+                          else {r.directory: r for r in replicas})
             else:  # read and closed: a walk of every partition must not keep each one's files open
                 state = PartitionState(os.path.join(store.data_dir.state_dir, partition_dir_name(topic.name, p)
                                                     + PartitionState.SUFFIX))
@@ -149,7 +157,8 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                 opened = {}
             name = partition_dir_name(topic.name, p)
             for d in pm.replicas:
-                folder = os.path.join(dir_paths.get(d) or store.data_dir.log_dir_path(d), name)
+                prefix = dir_prefixes.get(d)
+                folder = prefix + name if prefix is not None else os.path.join(store.data_dir.log_dir_path(d), name)
                 replica = written.get(folder)
                 if replica is None and not os.path.isdir(folder):
                     continue
@@ -172,9 +181,15 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                     first = log.bases[0] if log is not None and only is not None and log.bases else _first_base(folder)
                     if first is not None and snap.log_start_offset > first:
                         log_start[d][key] = snap.log_start_offset
-                epochs = checkpoints.checkpoint_text([f"{e} {o}" for e, o in pm.epochs if o <= end])
-                metadata = f"version: 0\ntopic_id: {topic_id}\n" if topic_id is not None else ""
-                digest = zlib.crc32(metadata.encode(), zlib.crc32(epochs.encode()))
+                single = pm.epochs[0] if len(pm.epochs) == 1 else None
+                listed = (((single[0], single[1]),) if single is not None and single[1] <= end  # (as a rule)
+                          else tuple((e, o) for e, o in pm.epochs if o <= end))
+                known_text = texts.get(listed)
+                if known_text is None:
+                    epochs = checkpoints.checkpoint_text([f"{e} {o}" for e, o in listed])
+                    # (the CRC of epochs then metadata, as zlib.crc32(metadata, zlib.crc32(epochs)))
+                    known_text = texts[listed] = (epochs, zlib.crc32(metadata.encode(), zlib.crc32(epochs.encode())))
+                epochs, digest = known_text
                 # the folder's files hold these texts already, as its open for write was shown (the
                 # replica state file's record: see PartitionLog.checkpoints_digest), nobody took
                 # the partition's lock since, and nothing was renamed into the folder meanwhile

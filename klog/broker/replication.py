@@ -158,6 +158,12 @@ def _truncate_divergent_suffix(leader: PartitionLog, follower: PartitionLog) -> 
     raise StorageError(f"could not find where {follower.directory} agrees with its leader")
 
 
+def _leader_first(meta: PartitionMeta) -> list[int]:
+    """The leader's log directory, then the other in-sync replicas'."""
+    leader, isr = meta.leader, meta.isr
+    return [leader] if len(isr) == 1 and isr[0] == leader else [leader] + [d for d in isr if d != leader]
+
+
 DATA_LOSS_PREFIX = "data loss: "  # a warning that starts so makes the command exit 1 (klog/cli/app.py)
 
 
@@ -225,8 +231,16 @@ class ReplicaManager:
 
     def _dirs(self, topic: str, partition: int, ids: list[int]) -> list[str]:
         """The log directories' paths (as the directory checks of shared_dir_checks found them, if they did)."""
+        if len(ids) == 1:
+            return [self._dir(ids[0])]
         checks = self._dir_checks or {}
         return [known[0] if (known := checks.get(d)) is not None else self.store.data_dir.log_dir_path(d) for d in ids]
+
+    def _dir(self, log_dir_id: int) -> str:
+        """One log directory's path, as _dirs gives it."""
+        checks = self._dir_checks
+        known = checks.get(log_dir_id) if checks else None
+        return known[0] if known is not None else self.store.data_dir.log_dir_path(log_dir_id)
 
     def reconcile_if_due(self, topic: str, partition: int, part,
                          topic_meta: Callable[[], TopicMeta] | None = None) -> PartitionMeta:
@@ -309,17 +323,17 @@ class ReplicaManager:
         meta = topic_meta.partitions[partition]
         before = meta
         states = {d: self._health(d) for d in meta.replicas}
-        all_ok = all(state == health.OK for state in states.values())
+        all_ok = set(states.values()) == {health.OK}  # (no generator: once per partition a producer writes)
         for d, state in () if all_ok else states.items():  # (the usual case: every directory healthy)
             if state == health.REPLACED:
                 store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
                 self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])
                 states[d] = health.OK
-        hw = part.snapshot().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
+        hw = part.state.read().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
         for d in list(meta.isr):
             if states[d] == health.OK and hw > 0 and \
-                    not part.replica_folder_present(self._dirs(topic, partition, [d])[0]):
+                    not part.replica_folder_present(self._dir(d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
         healthy = set(states) if all_ok else {d for d, s in states.items() if s == health.OK}
         for d in meta.replicas if self._said_unhealthy or not all_ok else ():
@@ -331,7 +345,7 @@ class ReplicaManager:
                 self.warn(f"replica of {topic}-{partition} in log directory {d} left the ISR "
                           f"({states[d]})")
         # no election when the leader and every in-sync replica are healthy (elect would change nothing)
-        if meta.leader not in meta.isr or not all(r in healthy for r in meta.isr):
+        if meta.leader not in meta.isr or not healthy.issuperset(meta.isr):
             # the topic's configs are parsed only when an election may need unclean.leader.election
             unclean = (meta.leader not in healthy or meta.leader not in meta.isr) and \
                 LogConfig.from_configs(topic_meta.configs).unclean_leader_election_enable
@@ -341,7 +355,7 @@ class ReplicaManager:
         if meta.leader not in healthy or meta.leader not in meta.isr:
             raise NoLeaderError(f"no in-sync replica of {topic}-{partition} is available "
                                 f"(replicas {meta.replicas}: {', '.join(f'{d} {states[d]}' for d in meta.replicas)})")
-        part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [d for d in meta.isr if d != meta.leader]))
+        part.set_replica_dirs(self._dirs(topic, partition, _leader_first(meta)))
         part.open_for_write()
         if part.state_rebuilt:
             self.warn(part.state_rebuilt)
@@ -353,20 +367,21 @@ class ReplicaManager:
             self.warn(f"{topic}-{partition}: replica in log directory {meta.leader} is the new leader "
                       f"(epoch {meta.leader_epoch})")
         meta = self._align_in_sync_followers(topic, partition, part, meta)
-        part.publish()  # open_for_write lowered the high watermark to the shortest replica's end
+        if len(part.replicas) > 1:  # (one replica: open_for_write published its end, and nothing since moved it)
+            part.publish()  # open_for_write lowered the high watermark to the shortest replica's end
         if len(meta.isr) < len(meta.replicas):  # (else nobody is out of sync)
             meta = self._catch_up_out_of_sync(topic, partition, part, meta, healthy)
         if meta is not before and meta != before:
             store.topics.update_partition(topic, partition, meta)
             self._metadata_written(topic)
-        snap = part.snapshot()
-        if snap.leader_epoch != meta.leader_epoch:
+        if part.state.leader_epoch() != meta.leader_epoch:
+            snap = part.state.read()
             snap.leader_epoch = meta.leader_epoch
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
         # (a folder the open for write just listed shows whether the marker is there: no look)
-        lost = data_loss.unacknowledged([r.directory for r in part.replicas
-                                         if r.listed_names is None or data_loss.MARKER in r.listed_names])
+        looks = [r.directory for r in part.replicas if r.listed_names is None or data_loss.MARKER in r.listed_names]
+        lost = data_loss.unacknowledged(looks) if looks else None
         if lost is not None:  # checked on every reconcile: part.replica_check stays unset meanwhile
             raise DataLossError(f"{topic}-{partition} takes no writes: {lost}; new records would take the lost "
                                 f"offsets. Acknowledge the loss with: {data_loss.ACKNOWLEDGE_COMMAND}")
@@ -380,6 +395,8 @@ class ReplicaManager:
         followers hold the same batches, so the longest one's tail is copied back, rather than
         every replica being cut to the leader's end. A replica that lost committed records is
         named in a warning (with RF=1 they are gone)."""
+        if len(part.replicas) == 1 and part.leader.log_end_offset >= hw:
+            return  # (the usual case: one replica, nothing committed missing; nothing below can apply)
         cut_by_recovery = False
         for replica, report in zip(part.replicas, part.last_recovery, strict=True):
             if report.repaired and replica.log_end_offset < hw:
@@ -408,9 +425,11 @@ class ReplicaManager:
         """A writer killed between the leader's append and a follower's left that follower short
         (or, after an election, with a suffix the leader lacks): bring it to the leader's end
         before the next append, which stamps the leader's next offset on every replica."""
+        if len(part.replicas) == 1 and len(meta.isr) == 1:
+            return meta  # (no follower)
         leader = part.leader
         end = leader.log_end_offset
-        dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+        dirs = _leader_first(meta)
         lost = set()
         for d, follower in zip(dirs[1:], part.replicas[1:], strict=True):
             if follower.log_end_offset == end:
@@ -454,7 +473,7 @@ class ReplicaManager:
                 self.warn(f"replica of {topic}-{partition} in log directory {d} caught up and rejoined the ISR")
         if meta.isr == before_isr:
             return meta  # nobody joined: `part` is already leader + ISR, opened (saves a re-open per append)
-        part.set_replica_dirs(self._dirs(topic, partition, [meta.leader] + [r for r in meta.isr if r != meta.leader]))
+        part.set_replica_dirs(self._dirs(topic, partition, _leader_first(meta)))
         part.open_for_write()
         return meta
 
@@ -472,22 +491,31 @@ class ReplicaManager:
 
     def append_batches(self, topic: str, partition: int, batches: Sequence[bytes], acks: str,
                        before: Callable[[int], None] | None = None,
-                       together: DeferredSync | None = None, checked: PartitionMeta | None = None) -> list[int]:
+                       together: DeferredSync | None = None, checked: PartitionMeta | None = None,
+                       part: Partition | None = None) -> list[int]:
         """append() of several batches of one partition under one hold of its lock: the replicas
         are checked once (reconcile_if_due; again only after a failover), the batches appended in
         order, synced once after the last (flush.messages counts each of them) and published
         once; returns their base offsets once `acks` is satisfied for all of them. `checked`:
-        what checked_recently() returned under the lock the caller holds (no second look)."""
+        what checked_recently() returned under the lock the caller holds (no second look).
+        `part`: store.partition(topic, partition), when the caller has it."""
         if not batches:
             return []
         store = self.store
-        part = store.partition(topic, partition)
-        min_isr = store.log_config(topic).min_insync_replicas
+        if part is None:
+            part = store.partition(topic, partition)
+        min_isr = (together.min_insync_replicas() if together is not None
+                   else store.log_config(topic).min_insync_replicas)
         sync = SYNC_BY_ACKS[str(acks)]
         self._group = together
         bases: list[int] = []
+        lock = part.lock
+        # (with `together` the caller holds the lock until it is synced: no second acquisition)
+        take = together is None or not lock.held
         try:
-            with part.lock:
+            if take:
+                lock.acquire()
+            try:
                 meta: PartitionMeta | None = checked
                 try:
                     for i, encoded in enumerate(batches):
@@ -512,6 +540,9 @@ class ReplicaManager:
                     raise NotEnoughReplicasError(
                         f"{topic}-{partition}: the batch at offset {bases[0]} reached only "
                         f"ISR [{','.join(map(str, meta.isr))}] (min.insync.replicas {min_isr}) after appending")
+            finally:
+                if take:
+                    lock.release()
         finally:
             self._group = None
         return bases
@@ -521,7 +552,7 @@ class ReplicaManager:
         """Followers whose append failed leave the ISR (the metadata is written at once)."""
         part.replica_check = None
         self._forget_health()
-        dirs = [meta.leader] + [d for d in meta.isr if d != meta.leader]
+        dirs = _leader_first(meta)
         lost = {dirs[i] for i in result.failed_followers}
         for i, why in result.failed_followers.items():
             self.warn(f"replica of {topic}-{partition} in log directory {dirs[i]} left the ISR: {why}")
@@ -594,7 +625,14 @@ class DeferredSync:
         self.store = store
         self.topic = topic
         self._topic_meta: TopicMeta | None = None
+        self._min_isr: int | None = None
         self._appended: list[tuple[Partition, PartitionMeta, str, int, int]] = []
+
+    def min_insync_replicas(self) -> int:
+        """The topic's min.insync.replicas, read once for the group."""
+        if self._min_isr is None:
+            self._min_isr = self.store.log_config(self.topic).min_insync_replicas
+        return self._min_isr
 
     def topic_meta(self) -> TopicMeta:
         """The topic's metadata, read once for the group: every partition of it is locked, and a
@@ -651,7 +689,10 @@ class SyncTogether(DeferredSync):
             due: set[str] = set()
             for part, _, sync, _, _ in self._appended:
                 scope = _sync_scope(part, sync)
-                if any(r.flush_due() for r in scope):
+                if len(scope) == 1:  # (the usual case: no generators)
+                    if scope[0].flush_due():
+                        due.add(scope[0].log_dir)
+                elif any(r.flush_due() for r in scope):
                     due.update(r.log_dir for r in scope)
             synced = self._sync(due)
             for part, *_ in self._appended:

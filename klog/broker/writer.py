@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from klog.store import codec
@@ -131,14 +130,22 @@ class PartitionWriter:
         least recently written one (it reopens them when written again). release=False: return
         those partitions for the caller to release_files() (an event loop hands that to a thread:
         closing may wait for a sealed segment's background fsync)."""
-        key = (topic, partition)
+        return self.note_written_many(topic, [(partition, part)], release)
+
+    def note_written_many(self, topic: str, written: list[tuple[int, Partition]],
+                          release: bool = True) -> list[Partition]:
+        """note_written() of several partitions of `topic`, in order, under one hold of the guard."""
+        opened = self._open
         with self._open_guard:  # (klog serve appends from several threads)
-            self._open[key] = part
-            self._open.move_to_end(key)
-            released = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - self.open_max)]
+            for partition, part in written:
+                key = (topic, partition)
+                opened[key] = part
+                opened.move_to_end(key)
+            released = [opened.popitem(last=False)[1] for _ in range(len(opened) - self.open_max)]
         if not release:
             return released
-        self.release_files(released)
+        if released:
+            self.release_files(released)
         return []
 
     def release_files(self, parts: list[Partition]) -> None:
@@ -199,16 +206,27 @@ class PartitionWriter:
         parts = [store.partition(topic, partition) for _, partition, _ in group]
         rolls_before = [part.rolls for part in parts]
         results: list[list[int]] = []
-        with ExitStack() as held:
+        held = []
+        try:
             for part in parts:  # every lock first: the topic's metadata is then read once for them all
-                held.enter_context(part.lock)
+                part.lock.acquire()
+                held.append(part.lock)
             together = SyncTogether(store, topic)
-            held.callback(together.close)
-            for (_, partition, batches) in group:
-                results.append(replicas.append_batches(topic, partition, batches, acks, together=together))
-            together.finish()
+            try:
+                for (_, partition, batches), part in zip(group, parts, strict=True):
+                    results.append(replicas.append_batches(topic, partition, batches, acks, together=together,
+                                                           part=part))
+                together.finish()
+            finally:
+                together.close()
+        finally:
+            for lock in reversed(held):  # (as the ExitStack this replaces did: the last taken first)
+                lock.release()
+        # (the group's partitions are the most recently written: none of them is released here)
+        self.note_written_many(topic, [(partition, part) for (_, partition, _), part in zip(group, parts, strict=True)])
         for (i, partition, _), part, before, bases in zip(group, parts, rolls_before, results, strict=True):
-            self._after_append(topic, partition, part, before)
+            if part.rolls != before:  # the append rolled a segment
+                self.after_roll(topic, partition)
             if acknowledged is not None:
                 acknowledged(i, bases)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -376,9 +377,10 @@ class Store(GroupAdminMethods):
             return
         with self._opening:
             meta, config = self._opening_meta(topic)
+            places = (self.data_dir.state_dir, self.data_dir.lock_dir, {})  # (once for them all)
             for partition in missing:
                 if (topic, partition) not in self._partitions:
-                    self._open_partition(topic, partition, meta, config)
+                    self._open_partition(topic, partition, meta, config, places)
 
     def _opening_meta(self, topic: str) -> tuple[TopicMeta, LogConfig]:
         """Under _opening: the topic's metadata as it is now, not a cached copy another thread may
@@ -390,18 +392,22 @@ class Store(GroupAdminMethods):
         meta = self._topic_cache[topic] = self.topics.get(topic)
         return meta, self.log_config(topic)
 
-    def _open_partition(self, topic: str, partition: int, meta: TopicMeta, config: LogConfig) -> Partition:
+    def _open_partition(self, topic: str, partition: int, meta: TopicMeta, config: LogConfig,
+                        places: tuple[str, str, dict[int, str]] | None = None) -> Partition:
+        """places: the state and lock directories and a cache of log directory paths by id, for a
+        caller that opens many partitions."""
         if not 0 <= partition < len(meta.partitions):
             raise UnknownPartitionError(f"topic '{topic}' has no partition {partition} "
                                         f"(it has {len(meta.partitions)})")
         pm = meta.partitions[partition]
-        p = Partition(topic, partition, self._leader_and_isr_dirs(pm), self.data_dir.state_dir,
-                      self.data_dir.lock_dir, config)
+        if places is None:
+            places = (self.data_dir.state_dir, self.data_dir.lock_dir, {})
+        p = Partition(topic, partition, self._leader_and_isr_dirs(pm, places[2]), places[0], places[1], config)
         # the epoch readers compare with (see Partition.read): the metadata's the replica list was
         # built from (no read of the state file per partition opened; one that lags the metadata,
         # a writer killed between the two, costs one reload)
         p.leader_epoch_loaded = pm.leader_epoch
-        p.reload_replicas = lambda: self._reload_replicas(p)
+        p.reload_replicas = functools.partial(self._reload_replicas, p)  # (one object, not a closure's three)
         self._partitions[(topic, partition)] = p
         return p
 
@@ -409,9 +415,18 @@ class Store(GroupAdminMethods):
         """The partition if this Store has it open, else None (nothing is opened)."""
         return self._partitions.get((topic, partition))
 
-    def _leader_and_isr_dirs(self, pm) -> list[str]:
-        order = [pm.leader] + [r for r in pm.replicas if r != pm.leader and r in pm.isr]
-        return [self.data_dir.log_dir_path(d) for d in order]
+    def _leader_and_isr_dirs(self, pm, paths: dict[int, str] | None = None) -> list[str]:
+        """paths: log directory paths already looked up, by id (filled in here)."""
+        leader = pm.leader
+        if paths is None:
+            paths = {}
+        path = paths.get(leader)
+        if path is None:
+            path = paths[leader] = self.data_dir.log_dir_path(leader)
+        if len(pm.replicas) == 1:
+            return [path]  # (the usual case)
+        order = [r for r in pm.replicas if r != leader and r in pm.isr]
+        return [path] + [self.data_dir.log_dir_path(d) for d in order]
 
     def _reload_replicas(self, part: Partition) -> None:
         """A writer elected a new leader since `part` was opened: read from the new leader and

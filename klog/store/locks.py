@@ -12,16 +12,18 @@ from klog.errors import PartitionClosedError
 from klog.store.names import fit_partition_file, open_nofollow
 
 GENERATION = struct.Struct(">Q")
+_get_ident = threading.get_ident
 GENERATION_MASK = (1 << 64) - 1
 
 
 class FileLock:
     """An exclusive flock(2) on a lock file; re-entrant within one object and thread, released on exit or crash."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fitted: bool = False) -> None:
         """`path` ends in `.lock`; `<topic>-<partition>.lock` too long for a file name becomes its
-        short form (names.fit_partition_file), the stem the partition's state file has too."""
-        self.path = fit_partition_file(path, ".lock")
+        short form (names.fit_partition_file, the stem the partition's state file has too;
+        fitted: the caller found it fits)."""
+        self.path = fit_partition_file(path, ".lock", fitted)
         self._fd: int | None = None
         self._depth = 0
         # Every change of hands (by any process, or another FileLock object) counts itself in the
@@ -65,7 +67,7 @@ class FileLock:
                 os.pwrite(self._fd, GENERATION.pack(self._count), 0)
             self._holds += 1
             self.generation = (self._count, self._holds)
-            self._owner = threading.get_ident()
+            self._owner = _get_ident()
         self._depth += 1
         return True
 
@@ -123,7 +125,12 @@ class FileLock:
     @property
     def held(self) -> bool:
         """By the calling thread, through this object."""
-        return self._depth > 0 and self._owner == threading.get_ident()
+        return self._depth > 0 and self._owner == _get_ident()
+
+    def held_generation(self) -> tuple[int, int] | None:
+        """This hold's generation when the calling thread holds the lock through this object, else
+        None (a partition's state file serves what the holder read or wrote from memory)."""
+        return self.generation if self._depth > 0 and self._owner == _get_ident() else None
 
     def release(self) -> None:
         if self._closed:  # closed by this thread while it held it (close waits for the others)

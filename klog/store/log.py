@@ -8,6 +8,7 @@ offset bound the caller takes from the partition state.
 from __future__ import annotations
 
 import bisect
+import operator
 import os
 import stat
 import threading
@@ -33,7 +34,7 @@ from klog.store.format import (
 )
 from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT, PARTITION_READ_BYTES_DEFAULT, read_expansion_bytes_max
 from klog.store.loader import RecoveryReport
-from klog.store.names import check_not_symlink, fsync_dir
+from klog.store.names import check_not_symlink, fsync_dir, join_name
 from klog.store.plain import Plain
 from klog.store.segment import CORRUPT_SUFFIX, LogSegment, OpenLog, SegmentFds
 from klog.store.state import ReplicaSnapshot, ReplicaState, ReplicaTrust, current_boot_id
@@ -72,12 +73,11 @@ def _quiet_folder(names: set[str]) -> bool:
             and loader.nothing_unfinished(names))
 
 
-def _change_ns(st: os.stat_result) -> int:
-    """When a file or folder last changed, as the trust record proves it: the inode's change time
-    (ctime). Any write, truncation, rename, link or attribute change moves it, and no tool can set
-    it: cp -a, rsync -a and touch -r put mtimes back, so a backup copied back in place would pass
-    an mtime check."""
-    return st.st_ctime_ns
+# When a file or folder last changed, as the trust record proves it: the inode's change time
+# (ctime) of an os.stat_result. Any write, truncation, rename, link or attribute change moves it,
+# and no tool can set it: cp -a, rsync -a and touch -r put mtimes back, so a backup copied back in
+# place would pass an mtime check. (An attrgetter: no Python call, three times per open for write.)
+_change_ns: Callable[[os.stat_result], int] = operator.attrgetter("st_ctime_ns")
 
 
 def _settled(changed_ns: int, before_ns: int) -> bool:
@@ -85,6 +85,14 @@ def _settled(changed_ns: int, before_ns: int) -> bool:
     that any change in the folder after that lstat gets another (see FOLDER_SETTLED_NS)?"""
     margin = FOLDER_SETTLED_WHOLE_SECONDS_NS if changed_ns % 1_000_000_000 == 0 else FOLDER_SETTLED_NS
     return changed_ns <= before_ns - margin
+
+
+# What an open for write that adopted the log as it was returns: nothing repaired. One shared
+# report (kept by every written partition until its close); its lists are tuples, so that nothing
+# can append to it (recovery fills a report of its own)
+_CLEAN_OPEN = RecoveryReport(segments_recovered=(), segments_deleted=(), reasons=())  # type: ignore[arg-type]
+_NOTHING_LISTED: frozenset[str] = frozenset()
+_new_tuple = tuple.__new__
 
 
 class FetchedBatch(Plain):
@@ -237,14 +245,17 @@ class _Segments(dict):
 
 
 class PartitionLog:
-    def __init__(self, directory: str, config: LogConfig | None = None, listed: bool = True) -> None:
+    def __init__(self, directory: str, config: LogConfig | None = None, listed: bool = True,
+                 log_dir: str | None = None) -> None:
         """listed=False: the folder is listed at the first use of the segment list, not now (a
         writer's open for write lists it under the lock anyway: a producer's first write into
-        1,000 partitions listed each folder twice)."""
+        1,000 partitions listed each folder twice). log_dir: os.path.dirname(directory), when the
+        caller joined `directory` from it."""
         self.directory = directory
-        self.log_dir = os.path.dirname(directory)  # the log directory (disk) the replica is on
+        # the log directory (disk) the replica is on
+        self.log_dir = os.path.dirname(directory) if log_dir is None else log_dir
         self.config = config or LogConfig()
-        self.state = ReplicaState(os.path.join(directory, ReplicaState.FILE_NAME))
+        self.state = ReplicaState(join_name(directory, ReplicaState.FILE_NAME))
         self._fds: SegmentFds | None = None
         self._fds_base = -1
         self.flush_schedule = FlushSchedule(self.config)  # when appends are due for an fsync
@@ -449,9 +460,10 @@ class PartitionLog:
         probed, self._probed = self._probed, None
         if trusted and self._fds is not None and self._bases and self.active.next_offset is not None:
             self.listed_names = None
-            return RecoveryReport()
+            return _CLEAN_OPEN
         self.listed_names = None
-        self.drop_flushes()  # another writer may have truncated or replaced what they sealed
+        if self.sealed_flushes.pending:
+            self.drop_flushes()  # another writer may have truncated or replaced what they sealed
         self.state.relink()  # (its folder deleted with its topic since: the file now at the path)
         # one lstat says whether the folder is there and is no link (the caller's own look at it,
         # probe_folder, when made in this hold of the lock)
@@ -476,7 +488,7 @@ class PartitionLog:
             found = None
         snap = self.state.read(write_next=True)  # (every open for write writes it after the append)
         if found is not None and snap is not None and self._adopt_trusted(snap, found):
-            return RecoveryReport()
+            return _CLEAN_OPEN
         # a compaction or retention killed mid-way; expired .deleted files. One listing serves
         # both passes unless the first changed the segments (a finished swap)
         try:
@@ -517,12 +529,18 @@ class PartitionLog:
         """Adopt the log as the replica state file's ReplicaTrust describes it, when the files are
         provably as its writer left them: the same boot, the folder's inode and change time unchanged
         (no file created, renamed or removed since), and the active segment's `.log` (inode, size,
-        change time) and indexes (sizes) as recorded, by an fstat of each descriptor the append needs
-        anyway. Then the open is the state read and the three opens: no listing, no index read.
+        change time) and indexes (sizes) as recorded, by an fstat of the `.log` descriptor and an lseek
+        to the end of each index's, descriptors the append needs anyway. Then the open is the state
+        read and the three opens: no listing, no index read.
         False (nothing adopted; the descriptors opened are the writer's, which the full check
         keeps when its listing finds that same file active): the caller checks the log as before."""
         trust = snap.trust
-        if (trust is None or trust.folder_changed_ns != _change_ns(folder) or trust.folder_ino != folder.st_ino
+        if trust is None:
+            return False
+        # (its fields at once: a ReplicaTrust is a tuple, read at every first open of a partition)
+        (folder_ino, folder_changed_ns, log_ino, log_changed_ns, index_bytes, time_index_bytes, since_last,
+         last_time_ts, first_batch_max_timestamp, checkpoints_digest, flags) = trust
+        if (folder_changed_ns != _change_ns(folder) or folder_ino != folder.st_ino
                 or snap.boot_id != current_boot_id() or snap.recovery_point < snap.active_base):
             return False  # (a recovery point behind the active segment: sealed ones await their fsync)
         base = snap.active_base
@@ -536,10 +554,12 @@ class PartitionLog:
         fds = segment.open_fds()
         try:
             log = os.fstat(fds.log)
-            same = (log.st_ino == trust.log_ino and log.st_size == snap.valid_size
-                    and _change_ns(log) == trust.log_changed_ns
-                    and os.fstat(fds.index).st_size == trust.index_bytes
-                    and os.fstat(fds.time_index).st_size == trust.time_index_bytes)
+            same = (log.st_ino == log_ino and log.st_size == snap.valid_size
+                    and _change_ns(log) == log_changed_ns
+                    # (the indexes' sizes: an lseek to the end of each, cheaper than an fstat; their
+                    # descriptors append (O_APPEND) and read with pread, so the offset is no one's)
+                    and os.lseek(fds.index, 0, os.SEEK_END) == index_bytes
+                    and os.lseek(fds.time_index, 0, os.SEEK_END) == time_index_bytes)
         except BaseException:
             fds.close()
             raise
@@ -555,19 +575,18 @@ class PartitionLog:
             self._segments = segments
             self._bases = [base]
             self._partial = True
-            self._strict_records = bool(trust.flags & ReplicaTrust.STRICT_RECORDS)
-        first = trust.first_batch_max_timestamp if trust.flags & ReplicaTrust.FIRST_BATCH_KNOWN else None
+            self._strict_records = bool(flags & ReplicaTrust.STRICT_RECORDS)
+        first = first_batch_max_timestamp if flags & ReplicaTrust.FIRST_BATCH_KNOWN else None
         segment.adopt_trusted(snap.valid_size, snap.log_end_offset, snap.max_timestamp, snap.offset_of_max_timestamp,
-                              trust.index_bytes, trust.time_index_bytes, trust.since_last, trust.last_time_ts, first)
+                              index_bytes, time_index_bytes, since_last, last_time_ts, first)
         self.recovery_point = snap.recovery_point
         self._state_lag = self._state_lag_bytes = 0
         self._state_old_segment = False
         # its names are as the record's writer knew them, among which no data-loss marker (a folder
         # holding anything but the log's own files is never recorded): nothing to look for
-        self.listed_names = frozenset()
+        self.listed_names = _NOTHING_LISTED
         self._folder_seen = (folder.st_ino, _change_ns(folder))
-        self.checkpoints_digest = (trust.checkpoints_digest if trust.flags & ReplicaTrust.CHECKPOINTS_KNOWN
-                                   else None)
+        self.checkpoints_digest = checkpoints_digest if flags & ReplicaTrust.CHECKPOINTS_KNOWN else None
         return True
 
     def _adopt_appended_tail(self, snap: ReplicaSnapshot, size: int) -> bool:
@@ -638,7 +657,10 @@ class PartitionLog:
     @property
     def log_end_offset(self) -> int:
         """Next offset to assign (writer view, lock held)."""
-        end = self.active.next_offset
+        bases = self._bases
+        if bases is None:
+            bases = self.bases  # (lists the folder)
+        end = self._segments[bases[-1]].next_offset  # type: ignore[index]  # (self.active, inline: asked ~10 times per append)
         assert end is not None
         return end
 
@@ -648,7 +670,7 @@ class PartitionLog:
             return False
         if active.size > self.config.segment_bytes - header.size:
             return True
-        if not active.can_hold(header.last_offset):
+        if not active.can_hold(header.base_offset + header.last_offset_delta):  # (its last offset)
             return True
         if self._index_full(active):
             return True
@@ -748,13 +770,16 @@ class PartitionLog:
         """Append an already-stamped batch at the log end; returns its position. With
         defer_state, the replica state file is left to settle_state() or the next flush()."""
         assert self._fds is not None, "open_for_write first"
-        if header.base_offset > self.log_end_offset:
+        active = self.active
+        if header.base_offset > active.next_offset:  # type: ignore[operator]
             self._start_at(header.base_offset)
-        assert header.base_offset == self.log_end_offset, (header.base_offset, self.log_end_offset)
+            active = self.active
+        assert header.base_offset == active.next_offset, (header.base_offset, active.next_offset)
         decided, self.roll_decided = self.roll_decided, None
         if decided is not header and self.should_roll(header):
             self.roll(header.base_offset)
-        position = self.active.append(self._fds, batch, header)
+            active = self.active
+        position = active.append(self._fds, batch, header)
         self.flush_schedule.appended()
         if not self.defer_state:
             self._save_state()
@@ -851,7 +876,8 @@ class PartitionLog:
         klog.store.syncfs): flush()'s bookkeeping without its fsyncs. settle: see flush()."""
         if self._fds is None:
             return
-        self.finish_flushes()  # the background flushes of sealed segments: covered, but collected
+        if self.sealed_flushes.pending:
+            self.finish_flushes()  # the background flushes of sealed segments: covered, but collected
         self._dir_dirty = self._parent_dirty = False
         self._mark_flushed(settle)
 
@@ -865,9 +891,10 @@ class PartitionLog:
         if self.sealed_flushes.pending:
             self.collect_flushes()
         active = self.active
+        indexer = active.indexer  # (the segment's max_timestamp and offset_of_max_timestamp)
         snap = ReplicaSnapshot(current_boot_id(), active.base_offset, active.size,
-                               active.next_offset or active.base_offset, self.recovery_point, active.max_timestamp,
-                               active.offset_of_max_timestamp, self._trust(active))
+                               active.next_offset or active.base_offset, self.recovery_point, indexer.max_timestamp,
+                               indexer.offset_of_max_timestamp, self._trust(active))
         self.state_written = None  # (a failed write leaves the file unknown)
         self.state.write(snap, sync=sync)
         self.state_written = snap
@@ -899,9 +926,10 @@ class PartitionLog:
                  | (ReplicaTrust.STRICT_RECORDS if self._strict_records else 0)
                  | (ReplicaTrust.CHECKPOINTS_KNOWN if digest is not None else 0))
         indexer = active.indexer
-        return ReplicaTrust(seen[0], seen[1], log.st_ino, _change_ns(log), active.index_bytes, active.time_index_bytes,
-                            indexer.since_last, indexer.last_time_ts, first if first is not None else -1,
-                            digest or 0, flags)
+        # (ReplicaTrust(...) without its __new__'s Python frame, as ReplicaState reads one: at every state write)
+        return _new_tuple(ReplicaTrust, (seen[0], seen[1], log.st_ino, _change_ns(log), active.index_bytes,
+                                         active.time_index_bytes, indexer.since_last, indexer.last_time_ts,
+                                         first if first is not None else -1, digest or 0, flags))
 
     def folder_as_seen(self) -> bool:
         """Is the folder still as this object's last open for write found it (its inode and
@@ -944,7 +972,8 @@ class PartitionLog:
         return True
 
     def close(self) -> None:
-        self.drop_flushes()
+        if self.sealed_flushes.pending:
+            self.drop_flushes()
         if self._fds is not None:
             self._fds.close()
             self._fds = None

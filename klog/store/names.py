@@ -64,12 +64,23 @@ def fit_stem(stem: str) -> str:
     return f"{topic[:SHORT_PREFIX_CHARS]}~{digest}" + (f"-{number}" if number else "")
 
 
-def fit_partition_file(path: str, suffix: str) -> str:
+def fit_partition_file(path: str, suffix: str, fitted: bool = False) -> str:
     """`<dir>/<stem><suffix>` with the stem passed through fit_stem (the one rule every
-    per-partition file of the data directory is named by)."""
-    folder, name = os.path.split(path)
-    assert name.endswith(suffix), (path, suffix)
-    return os.path.join(folder, fit_stem(name[: len(name) - len(suffix)]) + suffix)
+    per-partition file of the data directory is named by). fitted: the caller passed the stem
+    through fit_stem already, and it fit (`path` is returned as it is)."""
+    if fitted:
+        return path
+    assert path.endswith(suffix), (path, suffix)
+    cut = path.rfind(os.sep) + 1
+    stem = path[cut:len(path) - len(suffix)]
+    fitted = fit_stem(stem)
+    return path if fitted is stem else os.path.join(path[:cut], fitted + suffix)  # (it fits, as a rule: no join)
+
+
+def join_name(folder: str, name: str) -> str:
+    """os.path.join(folder, name) for a plain name (no separator in it), without join's generality:
+    the paths of a partition's files are made for every partition a producer opens."""
+    return folder + os.sep + name if folder and folder[-1] != os.sep else os.path.join(folder, name)
 
 
 def collision_key(name: str) -> str:

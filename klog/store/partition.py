@@ -29,6 +29,7 @@ from klog.store.format import partition_dir_name
 from klog.store.limits import PARTITION_READ_BYTES_DEFAULT
 from klog.store.locks import FileLock
 from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
+from klog.store.names import fit_stem, join_name
 from klog.store.plain import FrozenPlain
 from klog.store.state import PartitionSnapshot, PartitionState, ReplicaSnapshot
 
@@ -104,9 +105,12 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
     replica.settle_state(eager_state)
 
 
-def _replica_log(directory: str, config: LogConfig) -> PartitionLog:
-    """A replica of a Partition: its appends leave the replica state file to settle_state()."""
-    log = PartitionLog(directory, config, listed=False)  # (listed by its open for write, or its first read)
+def _replica_log(log_dir: str, name: str, config: LogConfig) -> PartitionLog:
+    """A replica of a Partition (its folder `name` in `log_dir`): its appends leave the replica
+    state file to settle_state()."""
+    directory = join_name(log_dir, name)
+    # (listed by its open for write, or its first read)
+    log = PartitionLog(directory, config, listed=False, log_dir=None if log_dir.endswith(os.sep) else log_dir)
     log.defer_state = True
     return log
 
@@ -137,10 +141,11 @@ class Partition:
         self.partition = partition
         self.config = config
         name = partition_dir_name(topic, partition)
-        self.replicas = [_replica_log(os.path.join(d, name), config) for d in replica_dirs]
-        self.state = PartitionState(os.path.join(state_dir, name + ".state"))
-        self.lock = FileLock(os.path.join(lock_dir, name + ".lock"))
-        self.state.held = self._lock_generation_held
+        self.replicas = [_replica_log(d, name, config) for d in replica_dirs]
+        fitted = fit_stem(name) is name  # (the state and lock files' stem: the name itself, as a rule)
+        self.state = PartitionState(join_name(state_dir, name + PartitionState.SUFFIX), fitted)
+        self.lock = FileLock(join_name(lock_dir, name + ".lock"), fitted)
+        self.state.held = self.lock.held_generation
         self.last_recovery: list[RecoveryReport] = []
         self.state_rebuilt: str | None = None  # set by open_for_write when it had to: the caller warns
         # readers: the leader epoch the replica list was built for, and how to rebuild it when a
@@ -167,19 +172,17 @@ class Partition:
     def set_replica_dirs(self, replica_dirs: list[str]) -> None:
         """Leader first, then the in-sync followers; keeps the open logs it already has."""
         assert replica_dirs
+        if len(replica_dirs) == 1 == len(self.replicas) and self.replicas[0].log_dir == replica_dirs[0]:
+            return  # (the usual case: the same one replica)
         name = partition_dir_name(self.topic, self.partition)
         known = {r.log_dir: r for r in self.replicas}
-        replicas = [known.get(d) or _replica_log(os.path.join(d, name), self.config) for d in replica_dirs]
+        replicas = [known.get(d) or _replica_log(d, name, self.config) for d in replica_dirs]
         if replicas != self.replicas:
             self._appended_generation = None  # a replica joined or left: open every one afresh
         self.replicas = replicas
         for r in known.values():
             if r not in self.replicas:
                 r.close()
-
-    def _lock_generation_held(self) -> tuple[int, int] | None:
-        lock = self.lock
-        return lock.generation if lock.held else None
 
     @property
     def leader(self) -> PartitionLog:
@@ -294,14 +297,21 @@ class Partition:
         """Bring the replicas' state files up to date (see log.STATE_LAG_BATCHES_MAX) unless a
         thread of this process or another process holds the lock: before the files are closed,
         or read by others (Kafka's checkpoint files take the recovery points from them)."""
-        if not self._closed and any(r.state_lags for r in self.replicas):
+        if not self._closed and self._states_lag():
             self.lock.run_if_idle(self._settle_states)
+
+    def _states_lag(self) -> bool:
+        """Does any replica's state file lag its appends (see log.STATE_LAG_BATCHES_MAX)?"""
+        for replica in self.replicas:  # (a loop, not any() of a generator: twice per partition at a close)
+            if replica.state_lags:
+                return True
+        return False
 
     def _settle_states(self) -> None:
         """Lock not held by this process. Written only where this object's append was the last
         hold of the lock (in any process): another writer's appends since would make its view
         stale, and a stale state must never look current."""
-        if self._appended_generation is None or not any(r.state_lags for r in self.replicas):
+        if self._appended_generation is None or not self._states_lag():
             return
         if not self.lock.acquire(blocking=False):
             return  # another writer has it: it checks the short tail the files do not describe
@@ -342,15 +352,20 @@ class Partition:
                 self._eager_state_opens -= 1
         elif appended is not None:  # another writer took a turn since this object's last append
             self._eager_state_opens = EAGER_STATE_OPENS
-        committed = None
+        committed = published = None
         if not trusted:
             published = self.state.read_valid()
             committed = published.high_watermark if published is not None else None
         token = lock.generation
-        self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token) for r in self.replicas]
-        ends = [r.log_end_offset for r in self.replicas]
-        hw = min(ends)
-        snap = self.state.read_valid()
+        replicas = self.replicas
+        if len(replicas) == 1:  # (the usual case: no lists to build)
+            leader = replicas[0]
+            self.last_recovery = [leader.open_for_write(committed, trusted=trusted, token=token)]
+            hw = leader.log_end_offset
+        else:
+            self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token) for r in replicas]
+            hw = min(r.log_end_offset for r in replicas)
+        snap = published if not trusted else self.state.read_valid()
         if snap is None:
             # lost (deleted, emptied, torn): every replica was just recovered, so the shortest
             # log end is committed everywhere; the log starts at the leader's first segment
@@ -409,17 +424,19 @@ class Partition:
         the followers were truncated back, so the batch is nowhere and the caller may elect anew.
         """
         assert sync in (SYNC_ALL, SYNC_LEADER, SYNC_NONE), sync
-        leader = self.leader
+        replicas = self.replicas
+        leader = replicas[0]
         base = leader.log_end_offset
-        stamped = codec.with_base_offset(batch, base, self.snapshot().leader_epoch)
+        stamped = codec.with_base_offset(batch, base, self.state.leader_epoch())
         header = codec.read_header(stamped)
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)
-        new_segment = leader.active.size == 0 or leader.should_roll(header)
-        rolls = new_segment and leader.active.size > 0
+        size = leader.active.size
+        new_segment = size == 0 or leader.should_roll(header)
+        rolls = new_segment and size > 0
         eager = self._eager_state_opens > 0
         copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment, sync == SYNC_ALL, eager)
-                  for r in self.replicas[1:]]
+                  for r in replicas[1:]] if len(replicas) > 1 else ()
         try:
             _append_and_flush(leader, stamped, header, new_segment, sync != SYNC_NONE, eager, leader=True)
             if base == 0:  # a new partition's first batch is in its log, its high watermark not yet published
@@ -446,7 +463,8 @@ class Partition:
         else:
             self._appended_generation = self.lock.generation
         self._release_after_flush = None  # written again: the writer keeps it open (or asks again)
-        self._arm_idle_flush()
+        if self.config.flush_ms <= IDLE_FLUSH_MS_MAX:  # (else no timer: see _arm_idle_flush)
+            self._arm_idle_flush()
         return AppendResult(base, header.last_offset, None, failed)
 
     # -- flush.ms for a partition that goes quiet ----------------------------------------------

@@ -31,7 +31,7 @@ from klog.store.format import (
 )
 from klog.store.index import IndexBuilder, OffsetIndex, TimeIndex
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
-from klog.store.names import FILE_MODE, nofollow_opener, open_nofollow
+from klog.store.names import FILE_MODE, join_name, nofollow_opener, open_nofollow
 from klog.store.plain import Plain
 from klog.store.validate import SegmentScan
 from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Read, follows, walk_batches
@@ -110,6 +110,11 @@ def open_or_shed(path: str, flags: int, mode: int = FILE_MODE) -> int:
     raise AssertionError("unreachable")
 
 
+# the writer's descriptors of the active segment (see LogSegment.open_fds; links refused, as by open_nofollow)
+_WRITE_LOG_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+_WRITE_INDEX_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+
+
 class OpenLog:
     """One open of a segment's `.log` for reading, shared by the reads of it (the cache's
     descriptor). A read pins it (LogSegment.pin) for its whole walk, and a served fetch until
@@ -183,7 +188,7 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         # (one join for the three: a segment object is made for every segment of every folder listed)
-        stem = os.path.join(directory, segment_file_name(base_offset, ""))
+        stem = join_name(directory, segment_file_name(base_offset, ""))
         self.log_path = stem + LOG_SUFFIX
         self.offset_index = OffsetIndex(stem + INDEX_SUFFIX, base_offset)
         self.time_index = TimeIndex(stem + TIME_INDEX_SUFFIX, base_offset)
@@ -581,12 +586,13 @@ class LogSegment:
     def append(self, fds: SegmentFds, batch: bytes, header: BatchHeader) -> int:
         """Write `batch` at the end; returns its position. Index entries follow Kafka's rule."""
         position = self.size
-        assert header.base_offset >= self.base_offset and self.can_hold(header.last_offset)
+        last_offset = header.base_offset + header.last_offset_delta  # (header.last_offset: no property call)
+        assert header.base_offset >= self.base_offset and self.can_hold(last_offset)
         assert self.next_offset is None or header.base_offset >= self.next_offset, (self.next_offset, header)
         written = os.pwrite(fds.log, batch, position)
         if written != len(batch):
             raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
-        index_entry, time_entry = self.indexer.add(position, header.last_offset, header.max_timestamp, len(batch))
+        index_entry, time_entry = self.indexer.add(position, last_offset, header.max_timestamp, len(batch))
         if index_entry is not None:
             at = self.index_bytes
             self.offset_index.append_raw(fds.index, index_entry, at)
@@ -598,12 +604,23 @@ class LogSegment:
                 if at is not None:
                     self.time_index_bytes = at + len(time_entry)
         self.size = position + len(batch)
-        self.next_offset = header.next_offset
+        self.next_offset = last_offset + 1
         if position == 0:
             self.first_batch_max_timestamp = header.max_timestamp
         return position
 
     def open_fds(self) -> SegmentFds:
+        log = index = -1
+        try:  # (the usual case, without a call per file: a writer's first open of every partition does this)
+            log = os.open(self.log_path, _WRITE_LOG_FLAGS, FILE_MODE)
+            index = os.open(self.offset_index.path, _WRITE_INDEX_FLAGS, FILE_MODE)
+            return SegmentFds(log, index, os.open(self.time_index.path, _WRITE_INDEX_FLAGS, FILE_MODE))
+        except OSError:
+            for fd in (log, index):
+                if fd >= 0:
+                    os.close(fd)
+        # again, as open_or_shed does: it names a link, and gives back cached read descriptors
+        # when the process ran out of them
         return SegmentFds(
             open_or_shed(self.log_path, os.O_RDWR | os.O_CREAT),
             # read-write (appends only): load_tail_state reads the indexes' tails through them

@@ -113,9 +113,15 @@ class _StructFile:
     def close(self) -> None:
         with self._opening:
             self._closes += 1  # (before the descriptors go: see __init__)
-            fds = self._replaced + ([self._fd] if self._fd is not None else [])
-            self._fd, self._writable, self._replaced = None, False, []
-        for fd in fds:
+            fd, replaced = self._fd, self._replaced
+            self._fd, self._writable = None, False
+            if replaced:  # (as a rule none: a reader's descriptor, replaced by the writer's)
+                self._replaced = []  # (the list closed below is this object's no more)
+            else:
+                replaced = ()
+        for old in replaced:
+            os.close(old)
+        if fd is not None:
             os.close(fd)
 
     def read_fields(self, write_next: bool = False, may_write: bool = False, relink: bool = False) -> tuple | None:
@@ -133,7 +139,7 @@ class _StructFile:
     def read_data(self, write_next: bool = False, may_write: bool = False, relink: bool = False) -> bytes | None:
         """The file's bytes as read_fields reads them (the fields, their CRC and tail_size more),
         or None if the file is missing."""
-        if relink:
+        if relink and self._fd is not None:  # (nothing open: nothing to check)
             self.relink()
         closes = self._closes
         fd = self._fd
@@ -186,7 +192,11 @@ class _StructFile:
 
     def _write_bytes(self, data: bytes | bytearray, sync: bool) -> None:
         """The whole file's bytes, written in place from its start (and fsynced when `sync`)."""
-        fd = self._open(write=True)
+        # (the descriptor open for writing, as _open would return it, without its lock: the
+        # writer holds the partition's lock, and a close by another thread waits for that)
+        fd = self._fd if self._writable else None
+        if fd is None:
+            fd = self._open(write=True)
         assert fd is not None
         if os.pwrite(fd, data, 0) != len(data):
             raise OSError(f"short write to {self.path}")
@@ -228,7 +238,7 @@ class ReplicaTrust(tuple):
     segment's `.log` (inode, change time; the snapshot has its size) and its two indexes (sizes), and
     the writer state a read of them would give (the bytes after the last offset-index entry, the
     time index's last timestamp, the first batch's max timestamp). The next writer compares them
-    with the lstat it makes of the folder and an fstat of each descriptor it opens anyway; any
+    with the lstat it makes of the folder and a look (fstat, lseek) at each descriptor it opens anyway; any
     difference, and it checks the log as before. A writer records the folder only when it knew
     its names (listed in its hold, or trusted so) and saw nothing a full open would act on."""
 
@@ -329,10 +339,10 @@ class PartitionState(_StructFile):
     layout = struct.Struct(">qqq")
     SUFFIX = ".state"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fitted: bool = False) -> None:
         """`path` is `<state dir>/<topic>-<partition>.state`; a name too long for the file system
-        becomes its short form (names.fit_partition_file)."""
-        super().__init__(fit_partition_file(path, self.SUFFIX))
+        becomes its short form (names.fit_partition_file; fitted: the caller found it fits)."""
+        super().__init__(fit_partition_file(path, self.SUFFIX, fitted))
         if self.path != path:
             _adopt_legacy(path, self.path)
         # While the calling thread holds the partition's lock (`held()`: the lock's generation,
@@ -358,6 +368,13 @@ class PartitionState(_StructFile):
         fields = self.read_fields(may_write=True, relink=True)  # (the holder writes it next, as a rule)
         self._known = (generation, fields) if fields else None
         return PartitionSnapshot(*fields) if fields else None
+
+    def leader_epoch(self) -> int:
+        """read().leader_epoch, without a snapshot built when the holder knows the file (every append)."""
+        known = self._known
+        if known is not None and known[0] == self.held():
+            return known[1][2]
+        return self.read().leader_epoch
 
     def known_at(self, generation: tuple[int, int]) -> PartitionSnapshot | None:
         """The state as the hold `generation` of the lock last read or wrote it, if known."""
