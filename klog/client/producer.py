@@ -771,7 +771,7 @@ class _Route:
         the producer's buffered bytes."""
         touched = self.touched()
         sizes = list(map(call, map(self.sizes.__getitem__, touched)))
-        charges = list(map(add, sizes, map(rshift, sizes, repeat(ENCODED_SLACK_SHIFT))))
+        charges = list(map(add, sizes, map(rshift, sizes, repeat(ENCODED_SLACK_SHIFT))))  # (_charge_of, in C passes)
         charged = self.charged
         added = sum(charges) - sum(map(charged.__getitem__, touched))
         charged.update(zip(touched, charges, strict=True))

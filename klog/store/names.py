@@ -73,8 +73,8 @@ def fit_partition_file(path: str, suffix: str, fitted: bool = False) -> str:
     assert path.endswith(suffix), (path, suffix)
     cut = path.rfind(os.sep) + 1
     stem = path[cut:len(path) - len(suffix)]
-    fitted = fit_stem(stem)
-    return path if fitted is stem else os.path.join(path[:cut], fitted + suffix)  # (it fits, as a rule: no join)
+    short = fit_stem(stem)
+    return path if short is stem else os.path.join(path[:cut], short + suffix)  # (it fits, as a rule: no join)
 
 
 def join_name(folder: str, name: str) -> str:

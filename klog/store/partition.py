@@ -463,8 +463,7 @@ class Partition:
         else:
             self._appended_generation = self.lock.generation
         self._release_after_flush = None  # written again: the writer keeps it open (or asks again)
-        if self.config.flush_ms <= IDLE_FLUSH_MS_MAX:  # (else no timer: see _arm_idle_flush)
-            self._arm_idle_flush()
+        self._arm_idle_flush()
         return AppendResult(base, header.last_offset, None, failed)
 
     # -- flush.ms for a partition that goes quiet ----------------------------------------------

@@ -4,6 +4,8 @@ batches within batch.size and max.message.bytes, and the general path wherever a
 
 from __future__ import annotations
 
+import pytest
+
 from klog.client.partitioner import partition_for_key
 from klog.client.producer import Producer
 from klog.errors import RecordTooLargeError
@@ -142,12 +144,8 @@ def test_an_interrupted_routed_send_leaves_whole_batches(store, monkeypatch) -> 
 
     monkeypatch.setattr(Producer, "_slot", interrupting)
     producer = Producer(store, batch_size=1000)  # small batches: new ones all along the call
-    try:
+    with pytest.raises(KeyboardInterrupt):
         producer.send_keyed("t", pairs)
-    except KeyboardInterrupt:
-        pass
-    else:
-        raise AssertionError("not interrupted")
     monkeypatch.undo()
     producer.flush()
     got = sorted(int(value[:5]) for rows in _partitions(store, "t", 8).values() for _, _, value, _, _ in rows)
@@ -231,11 +229,8 @@ def test_ctrl_c_between_an_append_and_its_count_loses_and_repeats_nothing(store)
         before = sys.gettrace()  # (a coverage tool's, say: given back after)
         sys.settrace(tracer)
         try:
-            producer.send_keyed(topic, pairs)
-        except KeyboardInterrupt:
-            pass
-        else:
-            raise AssertionError("not interrupted")
+            with pytest.raises(KeyboardInterrupt):
+                producer.send_keyed(topic, pairs)
         finally:
             sys.settrace(before)
         producer.flush()
@@ -251,21 +246,14 @@ def test_a_record_past_max_message_bytes_mid_input_is_named_and_those_before_it_
     store.create_topic("t", partitions=4, configs={"max.message.bytes": "1000"})
     big = (b"k1", b"b" * (1000 - 61 - 31 - 2 + 1))  # estimate: key + value + 31 bytes, one too many
     with store.producer() as producer:
-        try:
+        with pytest.raises(RecordTooLargeError):
             producer.send("t", big[1], key=big[0])
-        except RecordTooLargeError:
-            pass
-        else:
-            raise AssertionError("send() took it")
     pairs = [(b"k%d" % (i % 5), b"%05d" % i) for i in range(300)]
     pairs[200] = big
     producer = Producer(store)
-    try:
+    with pytest.raises(RecordTooLargeError) as raised:
         producer.send_keyed("t", pairs)
-    except RecordTooLargeError as e:
-        assert e.index == 200  # type: ignore[attr-defined]
-    else:
-        raise AssertionError("not refused")
+    assert raised.value.index == 200  # type: ignore[attr-defined]
     producer.flush()
     rows = _partitions(store, "t", 4)
     assert sorted(int(value) for r in rows.values() for _, _, value, _, _ in r) == list(range(200))
@@ -282,12 +270,9 @@ def test_a_value_of_the_wrong_type_mid_input_is_named_and_the_producer_goes_on(s
         wrong = list(pairs)
         wrong[bad] = (b"k3", "text")  # type: ignore[assignment]
         producer = Producer(store)
-        try:
+        with pytest.raises(TypeError) as raised:
             producer.send_keyed("t", wrong)
-        except TypeError as e:
-            assert e.index == bad and "str" in str(e)  # type: ignore[attr-defined]
-        else:
-            raise AssertionError("not refused")
+        assert raised.value.index == bad and "str" in str(raised.value)  # type: ignore[attr-defined]
         assert producer._buffered == sum(b.charged for b in producer._batches.values())
         assert all(b.records.count for b in producer._batches.values())
         producer.send_keyed("t", pairs[bad + 1:])
@@ -382,12 +367,9 @@ def test_a_wrong_value_in_a_later_routed_call_is_named_at_its_place_in_that_call
     wrong[100] = (b"k3", 12345)  # type: ignore[assignment]
     producer = Producer(store)
     producer.send_keyed("t", pairs[:300])  # (its route kept for the next call)
-    try:
+    with pytest.raises(TypeError) as raised:
         producer.send_keyed("t", wrong)
-    except TypeError as e:
-        assert e.index == 100  # type: ignore[attr-defined]
-    else:
-        raise AssertionError("not refused")
+    assert raised.value.index == 100  # type: ignore[attr-defined]
     producer.flush()
     assert producer.records_sent == 400
     got = sorted(v for p in range(4) for batch in store.partition("t", p).read(0, 1 << 30)
