@@ -530,20 +530,23 @@ class RawAppender:
         a refused batch."""
         store = self.store
         part = store.opened_partitions().get((topic, partition))
+        if part is None:
+            return None
+        opened_with = part.config
         # every batch fsynced (klog's default, flush.messages=1): the loop's own writes leave
         # next to nothing dirty in the page cache, so they are not the ones the kernel throttles
-        if (part is None or len(part.replicas) != 1 or acks == "0" or part.config.flush_messages != 1
-                or part.config.flush_ms != LONG_MAX
+        if (len(part.replicas) != 1 or acks == "0" or opened_with.flush_messages != 1
+                or opened_with.flush_ms != LONG_MAX
                 or len(data) > LOOP_APPEND_BYTES_MAX or len(data) < RECORD_BATCH_OVERHEAD
+                # (the attributes' low byte: compressed or transactional batches go to a thread)
+                or data[ATTRIBUTES_OFFSET + 1] & (compression.CODEC_MASK | TRANSACTIONAL_FLAG_MASK)
                 or store.cached_topic(topic) is None
                 or not self.topic_current(topic, store.meta.last_write(), time.monotonic())):
             return None
-        (attributes,) = struct.unpack_from(">h", data, ATTRIBUTES_OFFSET)
-        if attributes & (compression.CODEC_MASK | TRANSACTIONAL_FLAG_MASK):
+        config = store.log_config(topic)  # (read once: _prepared and the append use it too)
+        if config.compression_type not in ("producer", "uncompressed"):
             return None
-        if store.log_config(topic).compression_type not in ("producer", "uncompressed"):
-            return None
-        header, data, append_time, _ = self._prepared(topic, data, None, check_topic=False)
+        header, data, append_time, _ = self._prepared(topic, data, None, check_topic=False, config=config)
         key = (topic, partition)
         thread_lock = self._lock_taken_now(topic, partition)
         if thread_lock is None:
@@ -564,10 +567,10 @@ class RawAppender:
                 meta = self.replicas.checked_recently(topic, partition, part)
                 if meta is None:
                     return None
-                together = self._sync_after(store, topic)
+                together = self._sync_after(store, topic, config.min_insync_replicas)
                 rolls = part.rolls
                 base = self.replicas.append_batches(topic, partition, [data], acks, together=together,
-                                                    checked=meta)[0]
+                                                    checked=meta, part=part)[0]
                 pending = PendingAppend(self, topic, partition, part, header, base, append_time, together, rolls,
                                         thread_lock)
                 return pending
@@ -579,9 +582,11 @@ class RawAppender:
                 thread_lock.release()
 
     def _prepared(self, topic: str, data: bytes, txn_check: Callable[[BatchHeader], None] | None,
-                  check_topic: bool) -> tuple[BatchHeader, bytes, int, Callable[[BatchHeader], None] | None]:
+                  check_topic: bool, config: LogConfig | None = None,
+                  ) -> tuple[BatchHeader, bytes, int, Callable[[BatchHeader], None] | None]:
         """A client's batch checked against the topic's configs, as it will be appended: (its header,
-        its bytes, the log append time or -1, the txn_check it needs or None)."""
+        its bytes, the log append time or -1, the txn_check it needs or None). `config`: the
+        topic's, when the caller read it after the topic's checks."""
         if len(data) > ATTRIBUTES_OFFSET + 1 and not data[ATTRIBUTES_OFFSET + 1] & compression.CODEC_MASK:
             header = check_batch(data)  # uncompressed (the attributes' low byte): nothing expands, no bound
         else:
@@ -594,7 +599,8 @@ class RawAppender:
         if check_topic:
             self.check_topic(topic)
             self._refresh_topic(topic)
-        config = self.store.log_config(topic)
+        if config is None:
+            config = self.store.log_config(topic)
         max_bytes = config.max_message_bytes
         wanted_codec = config.compression_type
         if wanted_codec != "producer" and compression.CODEC_IDS[wanted_codec] != header.codec:

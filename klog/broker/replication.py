@@ -621,11 +621,12 @@ class DeferredSync:
     """The batches of a group of partitions appended under their locks (held by the caller until
     they are published), synced by the caller's means, then published; a subclass says how."""
 
-    def __init__(self, store: BrokerStore, topic: str) -> None:
+    def __init__(self, store: BrokerStore, topic: str, min_isr: int | None = None) -> None:
+        """min_isr: the topic's min.insync.replicas, when the caller has its configs at hand."""
         self.store = store
         self.topic = topic
         self._topic_meta: TopicMeta | None = None
-        self._min_isr: int | None = None
+        self._min_isr = min_isr
         self._appended: list[tuple[Partition, PartitionMeta, str, int, int]] = []
 
     def min_insync_replicas(self) -> int:
@@ -730,8 +731,8 @@ class SyncAfter(DeferredSync):
     fsyncs() says which descriptors that is; when a flush has more to do (a sealed segment not yet
     fsynced, a new folder or file name to make durable) it says None and flush() does it all."""
 
-    def __init__(self, store: BrokerStore, topic: str) -> None:
-        super().__init__(store, topic)
+    def __init__(self, store: BrokerStore, topic: str, min_isr: int | None = None) -> None:
+        super().__init__(store, topic, min_isr)
         self._due: list[PartitionLog] = []
 
     def fsyncs(self) -> list[int] | None:

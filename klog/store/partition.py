@@ -227,7 +227,8 @@ class Partition:
     def log_start_offset(self) -> int:
         """As retention and delete-records published it, not the first segment found: a lost
         first segment must be reported by the read, not skipped by starting past it."""
-        return self.reader_snapshot().log_start_offset
+        known = self.state.known_fields()  # (the lock's holder: what it wrote, no read)
+        return known[1] if known is not None else self.reader_snapshot().log_start_offset
 
     def _first_readable(self, ask: Callable[[PartitionLog], T], default: T) -> T:
         """`ask` of the leader, or of the first in-sync replica that can answer (a lost directory).
@@ -365,7 +366,15 @@ class Partition:
         else:
             self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token) for r in replicas]
             hw = min(r.log_end_offset for r in replicas)
-        snap = published if not trusted else self.state.read_valid()
+        if trusted:
+            fields = self.state.read_valid_fields()
+            if fields is not None:  # (the usual case: as this object's last append left it)
+                if fields[0] != hw:
+                    self.state.write_values((hw, *fields[1:]))
+                return
+            snap = None
+        else:
+            snap = published
         if snap is None:
             # lost (deleted, emptied, torn): every replica was just recovered, so the shortest
             # log end is committed everywhere; the log starts at the leader's first segment
@@ -526,15 +535,14 @@ class Partition:
 
     def publish(self) -> None:
         """Lock held: make everything appended so far visible to readers."""
-        snap = self.state.read_valid()
+        fields = self.state.read_valid_fields()
         replicas = self.replicas
         hw = replicas[0].log_end_offset if len(replicas) == 1 else min(r.log_end_offset for r in replicas)
-        if snap is None:
-            snap = PartitionSnapshot(hw, 0, 0)
-        elif snap.high_watermark == hw:
+        if fields is None:
+            fields = (hw, 0, 0)
+        elif fields[0] == hw:
             return  # (a writer's first open publishes what open_for_write just wrote: no second write)
-        snap.high_watermark = hw
-        self.state.write(snap)
+        self.state.write_values((hw, *fields[1:]))
 
     def flush(self) -> None:
         for replica in self.replicas:

@@ -358,16 +358,21 @@ class PartitionState(_StructFile):
         return self.read_valid() or PartitionSnapshot(0, 0, 0)
 
     def read_valid(self) -> PartitionSnapshot | None:
+        fields = self.read_valid_fields()
+        return PartitionSnapshot(*fields) if fields else None
+
+    def read_valid_fields(self) -> tuple | None:
+        """read_valid()'s fields (high watermark, log start offset, leader epoch), no snapshot
+        built (an append asks three times)."""
         generation = self.held()
         if generation is None:
-            fields = self.read_fields()
-            return PartitionSnapshot(*fields) if fields else None
+            return self.read_fields() or None
         known = self._known
         if known is not None and known[0] == generation:
-            return PartitionSnapshot(*known[1])
+            return known[1]
         fields = self.read_fields(may_write=True, relink=True)  # (the holder writes it next, as a rule)
         self._known = (generation, fields) if fields else None
-        return PartitionSnapshot(*fields) if fields else None
+        return fields or None
 
     def leader_epoch(self) -> int:
         """read().leader_epoch, without a snapshot built when the holder knows the file (every append)."""
@@ -375,6 +380,12 @@ class PartitionState(_StructFile):
         if known is not None and known[0] == self.held():
             return known[1][2]
         return self.read().leader_epoch
+
+    def known_fields(self) -> tuple | None:
+        """The fields the calling thread's hold of the lock last read or wrote (None: not held,
+        or not known)."""
+        known = self._known
+        return known[1] if known is not None and known[0] == self.held() else None
 
     def known_at(self, generation: tuple[int, int]) -> PartitionSnapshot | None:
         """The state as the hold `generation` of the lock last read or wrote it, if known."""
@@ -389,7 +400,10 @@ class PartitionState(_StructFile):
             self._known = (generation, known[1])
 
     def write(self, snap: PartitionSnapshot, sync: bool = False) -> None:
-        values = _values(snap)
+        self.write_values(_values(snap), sync)
+
+    def write_values(self, values: tuple, sync: bool = False) -> None:
+        """write() of a snapshot's fields, in order."""
         self._known = None  # a failed write leaves the file unknown
         self.write_fields(*values, sync=sync)
         generation = self.held()

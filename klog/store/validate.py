@@ -52,24 +52,27 @@ class Problem(FrozenPlain):
 def client_batch_problem(data: bytes) -> tuple[BatchHeader | None, Problem | None]:
     """The header of `data` and what makes it unacceptable as exactly one whole CRC-valid
     RecordBatch v2 written by a client (None: nothing), checked in Kafka's order."""
-    if len(data) < RECORD_BATCH_OVERHEAD:
-        return None, Problem(f"record batch of {len(data)} bytes is shorter than its 61-byte header")
+    have = len(data)
+    if have < RECORD_BATCH_OVERHEAD:
+        return None, Problem(f"record batch of {have} bytes is shorter than its 61-byte header")
     header = read_header(data)
     if header.magic != MAGIC_V2:
         return header, Problem(f"record batch magic {header.magic} (only v2 batches are accepted)", corrupt=False)
-    if header.size > len(data):
-        return header, Problem(f"record batch is cut short ({len(data)} of {header.size} bytes)")
-    if header.size < len(data):
-        if len(data) - header.size >= RECORD_BATCH_OVERHEAD:
+    size = header.size  # (each property read is a Python call: read once)
+    if size > have:
+        return header, Problem(f"record batch is cut short ({have} of {size} bytes)")
+    if size < have:
+        if have - size >= RECORD_BATCH_OVERHEAD:
             return header, Problem("more than one record batch in one partition's data", corrupt=False)
-        return header, Problem(f"{len(data) - header.size} bytes after the record batch")
-    if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
-        return header, Problem(f"record count {header.records_count} does not match last offset delta "
-                               f"{header.last_offset_delta}")
-    if header.codec not in compression.CODEC_NAMES:
-        return header, Problem(f"unknown compression codec id {header.codec}", corrupt=False)
-    if not header.codec and header.records_count > (header.size - RECORD_BATCH_OVERHEAD) // MIN_RECORD_BYTES:
-        return header, Problem(f"{header.records_count} records cannot fit in a batch of {header.size} bytes")
+        return header, Problem(f"{have - size} bytes after the record batch")
+    count = header.records_count
+    if count < 1 or header.last_offset_delta != count - 1:
+        return header, Problem(f"record count {count} does not match last offset delta {header.last_offset_delta}")
+    batch_codec = header.codec
+    if batch_codec not in compression.CODEC_NAMES:
+        return header, Problem(f"unknown compression codec id {batch_codec}", corrupt=False)
+    if not batch_codec and count > (size - RECORD_BATCH_OVERHEAD) // MIN_RECORD_BYTES:
+        return header, Problem(f"{count} records cannot fit in a batch of {size} bytes")
     if not codec.crc_ok(data, 0, header):
         return header, Problem("record batch CRC mismatch")
     if header.attributes & CONTROL_FLAG_MASK:
