@@ -141,7 +141,8 @@ class PartitionWriter:
                 key = (topic, partition)
                 opened[key] = part
                 opened.move_to_end(key)
-            released = [opened.popitem(last=False)[1] for _ in range(len(opened) - self.open_max)]
+            over = len(opened) - self.open_max
+            released = [opened.popitem(last=False)[1] for _ in range(over)] if over > 0 else []
         if not release:
             return released
         if released:
