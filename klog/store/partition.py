@@ -462,7 +462,7 @@ class Partition:
         if rolls:
             self.rolls += 1
         failed: dict[int, str] = {}
-        for i, copy in enumerate(copies, start=1) if copies else ():  # (one replica: nothing to wait for)
+        for i, copy in enumerate(copies, start=1):  # (one replica: none)
             try:
                 copy.result()
             except OSError as e:
