@@ -247,7 +247,8 @@ class ReplicaManager:
         """reconcile(), or when nothing can have changed since the last one (see REPLICA_RECHECK_S)
         only the cheap re-open of `part` (it checks the lock generation)."""
         # kept on the Partition (one per store), so that every producer of the store shares it
-        checked = self.checked_recently(topic, partition, part)
+        # (no replica check kept, as after another process's hold: no call to look at it)
+        checked = self.checked_recently(topic, partition, part) if part.replica_check is not None else None
         return checked if checked is not None else self.reconcile(topic, partition, part, topic_meta)
 
     def checked_recently(self, topic: str, partition: int, part) -> PartitionMeta | None:
@@ -322,18 +323,23 @@ class ReplicaManager:
         topic_meta = topic_meta() if topic_meta is not None else store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta
-        states = {d: self._health(d) for d in meta.replicas}
-        all_ok = set(states.values()) == {health.OK}  # (no generator: once per partition a producer writes)
+        states: dict[int, str] = {}
+        all_ok = True
+        for d in meta.replicas:  # (a loop, no comprehension nor sets: once per partition a producer writes)
+            state = states[d] = self._health(d)
+            if state != health.OK:
+                all_ok = False
         for d, state in () if all_ok else states.items():  # (the usual case: every directory healthy)
             if state == health.REPLACED:
                 store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
                 self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])
                 states[d] = health.OK
-        hw = part.state.read().high_watermark  # a lost state file reads 0 here: open_for_write rebuilds it
-        for d in list(meta.isr):
-            if states[d] == health.OK and hw > 0 and \
-                    not part.replica_folder_present(self._dir(d)):
+        # (the fields, no snapshot built) a lost state file reads 0 here: open_for_write rebuilds it
+        fields = part.state.read_valid_fields()
+        hw = fields[0] if fields is not None else 0
+        for d in list(meta.isr) if hw > 0 else ():
+            if states[d] == health.OK and not part.replica_folder_present(self._dir(d)):
                 meta = replace(meta, isr=[r for r in meta.isr if r != d])  # its folder was deleted
         healthy = set(states) if all_ok else {d for d, s in states.items() if s == health.OK}
         for d in meta.replicas if self._said_unhealthy or not all_ok else ():
@@ -360,13 +366,14 @@ class ReplicaManager:
         if part.state_rebuilt:
             self.warn(part.state_rebuilt)
             part.state_rebuilt = None
-        self._restore_leader_tail(part, hw)
-        leader = part.leader
+        if len(part.replicas) > 1 or part.leader.log_end_offset < hw:  # (else nothing committed is missing)
+            self._restore_leader_tail(part, hw)
         if meta.leader_epoch != before.leader_epoch:
-            meta = replace(meta, epochs=[*meta.epochs, [meta.leader_epoch, leader.log_end_offset]])
+            meta = replace(meta, epochs=[*meta.epochs, [meta.leader_epoch, part.leader.log_end_offset]])
             self.warn(f"{topic}-{partition}: replica in log directory {meta.leader} is the new leader "
                       f"(epoch {meta.leader_epoch})")
-        meta = self._align_in_sync_followers(topic, partition, part, meta)
+        if len(part.replicas) > 1 or len(meta.isr) > 1:  # (else there is no follower to align)
+            meta = self._align_in_sync_followers(topic, partition, part, meta)
         if len(part.replicas) > 1:  # (one replica: open_for_write published its end, and nothing since moved it)
             part.publish()  # open_for_write lowered the high watermark to the shortest replica's end
         if len(meta.isr) < len(meta.replicas):  # (else nobody is out of sync)
@@ -380,7 +387,10 @@ class ReplicaManager:
             part.state.write(snap, sync=True)  # readers in other processes re-read the replica list
         part.leader_epoch_loaded = meta.leader_epoch
         # (a folder the open for write just listed shows whether the marker is there: no look)
-        looks = [r.directory for r in part.replicas if r.listed_names is None or data_loss.MARKER in r.listed_names]
+        looks = []
+        for r in part.replicas:  # (a loop, no comprehension: once per partition a producer writes)
+            if r.listed_names is None or data_loss.MARKER in r.listed_names:
+                looks.append(r.directory)
         lost = data_loss.unacknowledged(looks) if looks else None
         if lost is not None:  # checked on every reconcile: part.replica_check stays unset meanwhile
             raise DataLossError(f"{topic}-{partition} takes no writes: {lost}; new records would take the lost "
@@ -394,9 +404,9 @@ class ReplicaManager:
         writes, or cut at a damaged batch below the high watermark after a power cut. In-sync
         followers hold the same batches, so the longest one's tail is copied back, rather than
         every replica being cut to the leader's end. A replica that lost committed records is
-        named in a warning (with RF=1 they are gone)."""
-        if len(part.replicas) == 1 and part.leader.log_end_offset >= hw:
-            return  # (the usual case: one replica, nothing committed missing; nothing below can apply)
+        named in a warning (with RF=1 they are gone). Called (by reconcile) only when there are
+        followers or the leader ends below `hw`: with one replica and nothing committed missing,
+        nothing here applies."""
         cut_by_recovery = False
         for replica, report in zip(part.replicas, part.last_recovery, strict=True):
             if report.repaired and replica.log_end_offset < hw:
@@ -424,9 +434,8 @@ class ReplicaManager:
     def _align_in_sync_followers(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
         """A writer killed between the leader's append and a follower's left that follower short
         (or, after an election, with a suffix the leader lacks): bring it to the leader's end
-        before the next append, which stamps the leader's next offset on every replica."""
-        if len(part.replicas) == 1 and len(meta.isr) == 1:
-            return meta  # (no follower)
+        before the next append, which stamps the leader's next offset on every replica. Called (by
+        reconcile) only when there is a follower, in `part` or in the ISR."""
         leader = part.leader
         end = leader.log_end_offset
         dirs = _leader_first(meta)
@@ -577,8 +586,8 @@ class ReplicaManager:
                 meta = checked if checked is not None else self.reconcile_if_due(
                     topic, partition, part, together.topic_meta if together is not None else None)
                 checked = None  # (a failover below reconciles again)
-                if sync == SYNC_ALL:
-                    ensure_min_isr(topic, partition, meta, min_isr)
+                if sync == SYNC_ALL and len(meta.isr) < min_isr:
+                    ensure_min_isr(topic, partition, meta, min_isr)  # (raises)
                 if before is not None:
                     before(part.leader.log_end_offset)
                 return meta, part.append_batch(encoded, append_sync)
@@ -689,17 +698,21 @@ class SyncTogether(DeferredSync):
         try:
             due: set[str] = set()
             for part, _, sync, _, _ in self._appended:
+                replicas = part.replicas
+                if len(replicas) == 1:  # (the usual case: the scope is the leader, unless acks=0; no generators)
+                    if sync != SYNC_NONE and replicas[0].flush_due():
+                        due.add(replicas[0].log_dir)
+                    continue
                 scope = _sync_scope(part, sync)
-                if len(scope) == 1:  # (the usual case: no generators)
-                    if scope[0].flush_due():
-                        due.add(scope[0].log_dir)
-                elif any(r.flush_due() for r in scope):
+                if any(r.flush_due() for r in scope):
                     due.update(r.log_dir for r in scope)
             synced = self._sync(due)
-            for part, *_ in self._appended:
-                for replica in part.replicas:
-                    if self._fds.devices.get(replica.log_dir) in synced:
-                        replica.mark_synced(settle=False)  # (its state file: the append settled it)
+            if synced:  # (nothing synced: no flush was due, nothing to mark)
+                devices = self._fds.devices
+                for entry in self._appended:
+                    for replica in entry[0].replicas:
+                        if devices.get(replica.log_dir) in synced:
+                            replica.mark_synced(settle=False)  # (its state file: the append settled it)
             self.publish()
         finally:
             self._fds.close()
