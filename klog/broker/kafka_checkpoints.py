@@ -114,14 +114,16 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
         else:
             for d, (rec, rep, start) in known.items():
                 recovery[d], replication[d], log_start[d] = rec, rep, start
-                for key in only:
-                    for offsets in (rec, rep, start):
+                for offsets in (rec, rep, start):
+                    for key in only:  # (no tuple built per partition)
                         offsets.pop(key, None)  # rewritten below where the replica is in this directory
     topics = [(t, range(len(t.partitions))) for t in store.list_topics()] if only is None else _topics_of(store, only)
     unsynced: set[str] = set()  # the partition folders' files: made durable together below
     # (once, not per replica; with the separator a partition folder's name follows: no join per folder)
     dir_prefixes = {d: os.path.join(store.data_dir.log_dir_path(d), "") for d in dirs}
+    opened_partitions = store.opened_partitions()  # (a look that opens none)
     for topic, partitions in topics:
+        topic_name = topic.name
         try:
             topic_id = checkpoints.kafka_uuid(topic.topic_id)
         except (ValueError, TypeError, AttributeError):
@@ -132,7 +134,8 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
         texts: dict[tuple[tuple[int, int], ...], tuple[str, int]] = {}
         for p in partitions:
             pm = topic.partitions[p]
-            part = store.opened_partition(topic.name, p)
+            key = (topic_name, p)
+            part = opened_partitions.get(key)
             written: dict[str, ReplicaSnapshot] = {}
             known = None
             if part is not None:
@@ -148,14 +151,14 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                 opened = ({replicas[0].directory: replicas[0]} if len(replicas) == 1
                           else {r.directory: r for r in replicas})
             else:  # read and closed: a walk of every partition must not keep each one's files open
-                state = PartitionState(os.path.join(store.data_dir.state_dir, partition_dir_name(topic.name, p)
+                state = PartitionState(os.path.join(store.data_dir.state_dir, partition_dir_name(topic_name, p)
                                                     + PartitionState.SUFFIX))
                 try:
                     snap = state.read()
                 finally:
                     state.close()
                 opened = {}
-            name = partition_dir_name(topic.name, p)
+            name = partition_dir_name(topic_name, p)
             for d in pm.replicas:
                 prefix = dir_prefixes.get(d)
                 folder = prefix + name if prefix is not None else os.path.join(store.data_dir.log_dir_path(d), name)
@@ -174,7 +177,6 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                     finally:
                         state.close()
                 end = replica.log_end_offset if replica is not None else 0
-                key = (topic.name, p)
                 recovery[d][key] = min(replica.recovery_point, end) if replica is not None else 0
                 replication[d][key] = min(snap.high_watermark, end)
                 if snap.log_start_offset > 0:  # (else no segment starts below it: no look at the folder)
