@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import accumulate, compress, repeat
-from operator import add, call, itemgetter, ne, rshift
+from operator import attrgetter, call, itemgetter, ne
 from typing import Self
 
 from klog.broker.writer import (
@@ -632,15 +632,17 @@ class Producer(ProducerBase):
         if len(group) > 1:
             self.store.open_partitions(topic, [partition for partition, _ in group])  # (one metadata read)
         now_ms = int(time.time() * 1000)
-        pieces = [(partition, batch, self._encoded(topic, batch, now_ms)) for partition, batch in group]
+        encoded = [self._encoded(topic, batch, now_ms) for _, batch in group]
         ts_type = self._topic_settings[topic][2]
 
         def acknowledged(i: int, bases: list[int]) -> None:
-            partition, batch, encoded = pieces[i]
-            for piece, base_offset in zip(encoded, bases, strict=True):
+            partition, batch = group[i]
+            for piece, base_offset in zip(encoded[i], bases, strict=True):
                 self._acknowledged(topic, partition, batch, piece.start, piece.count, base_offset, now_ms, ts_type)
 
-        self.writer.append_batches(topic, [(p, [piece.data for piece in encoded]) for p, _, encoded in pieces],
+        # (map: a list comprehension per partition is a Python frame each)
+        self.writer.append_batches(topic, [(partition, list(map(_DATA, pieces)))
+                                          for (partition, _), pieces in zip(group, encoded, strict=True)],
                                    self.acks, acknowledged)
 
     def _encoded(self, topic: str, batch: _Batch, now_ms: int) -> list[EncodedPiece]:
@@ -697,6 +699,7 @@ def _gc_paused(records: int) -> Iterator[None]:
 
 
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
+_DATA = attrgetter("data")
 _NOTHING = object()
 
 
@@ -771,7 +774,7 @@ class _Route:
         the producer's buffered bytes."""
         touched = self.touched()
         sizes = list(map(call, map(self.sizes.__getitem__, touched)))
-        charges = list(map(add, sizes, map(rshift, sizes, repeat(ENCODED_SLACK_SHIFT))))  # (_charge_of, in C passes)
+        charges = [size + (size >> ENCODED_SLACK_SHIFT) for size in sizes]  # (_charge_of, inline: ~40% of a map chain)
         charged = self.charged
         added = sum(charges) - sum(map(charged.__getitem__, touched))
         charged.update(zip(touched, charges, strict=True))

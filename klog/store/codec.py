@@ -507,9 +507,13 @@ class RecordsBuilder:
                 self._tail and not (fastrecords.wanted(self.count) and self.go_fast())):
             return None  # (go_fast: the records kept as tuples, appended to a new builder in one pass;
             # not for a few, which would load the compiled module for less than its import costs)
-        built = fastrecords.built_batch(self._fast, CRC_COVERED_HEADER.pack(
-            CREATE_TIME, self.count - 1, self.first_ts, max_timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
-            NO_SEQUENCE, self.count), KLOG_LEADER_EPOCH)
+        # klog's header over the builder's (base offset 0, what klog knows of the records it
+        # appended), packed in place, and the CRC over it and the records
+        built = self._fast.buffer
+        CRC_COVERED_HEADER.pack_into(built, ATTRIBUTES_OFFSET, CREATE_TIME, self.count - 1, self.first_ts,
+                                     max_timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, self.count)
+        BATCH_PREFIX.pack_into(built, 0, 0, len(built) - LOG_OVERHEAD, KLOG_LEADER_EPOCH, MAGIC_V2,
+                               crc32c(memoryview(built)[ATTRIBUTES_OFFSET:]))
         self.append = self.size = self._fast = None  # (it takes no more: its buffer is the batch)
         self._whole = built
         return built

@@ -48,12 +48,9 @@ from typing import Any
 
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
-    BATCH_PREFIX,
     COMPRESSION_CODEC_MASK,
     INT16,
     INT32,
-    LOG_OVERHEAD,
-    MAGIC_V2,
     RECORDS_OFFSET,
 )
 
@@ -284,20 +281,6 @@ def append_records(builder: Any, records: Sequence[tuple[bytes | None, bytes | N
 def built_section(builder: Any) -> bytes:
     """The records section of what `builder` holds (a copy: it may take more after)."""
     return bytes(memoryview(builder.buffer)[RECORDS_OFFSET:])
-
-
-def built_batch(builder: Any, covered_header: bytes, leader_epoch: int) -> bytearray:
-    """The batch `builder` holds, as its buffer (no copy), with klog's header: the fields its CRC
-    covers as `covered_header` (CRC_COVERED_HEADER bytes, what klog knows of the records it
-    appended), base offset 0, `leader_epoch`, and the CRC over them and the records (the builder
-    must take no more after)."""
-    from klog.store.codec import crc32c  # (codec imports this module)
-
-    built = builder.buffer
-    built[ATTRIBUTES_OFFSET:RECORDS_OFFSET] = covered_header
-    BATCH_PREFIX.pack_into(built, 0, 0, len(built) - LOG_OVERHEAD, leader_epoch, MAGIC_V2,
-                           crc32c(memoryview(built)[ATTRIBUTES_OFFSET:]))
-    return built
 
 
 def encode_records(records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
