@@ -23,7 +23,7 @@ class FileLock:
         """`path` ends in `.lock`; `<topic>-<partition>.lock` too long for a file name becomes its
         short form (names.fit_partition_file, the stem the partition's state file has too;
         fitted: the caller found it fits)."""
-        self.path = fit_partition_file(path, ".lock", fitted)
+        self.path = path if fitted else fit_partition_file(path, ".lock")
         self._fd: int | None = None
         self._depth = 0
         # Every change of hands (by any process, or another FileLock object) counts itself in the

@@ -246,11 +246,11 @@ class _Segments(dict):
 
 class PartitionLog:
     def __init__(self, directory: str, config: LogConfig | None = None, listed: bool = True,
-                 log_dir: str | None = None) -> None:
+                 log_dir: str | None = None, defer_state: bool = False) -> None:
         """listed=False: the folder is listed at the first use of the segment list, not now (a
         writer's open for write lists it under the lock anyway: a producer's first write into
         1,000 partitions listed each folder twice). log_dir: os.path.dirname(directory), when the
-        caller joined `directory` from it."""
+        caller joined `directory` from it. defer_state: see self.defer_state."""
         self.directory = directory
         # the log directory (disk) the replica is on
         self.log_dir = os.path.dirname(directory) if log_dir is None else log_dir
@@ -273,7 +273,7 @@ class PartitionLog:
         # set by a Partition for its replicas: appends leave the replica state file to its
         # settle_state() (or the next flush()); and, for one append, the header whose roll the
         # caller has just decided (should_roll is not asked twice)
-        self.defer_state = False
+        self.defer_state = defer_state
         self.roll_decided: BatchHeader | None = None
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         # Readers in other threads of the process (klog serve, a program that consumes while it

@@ -108,11 +108,9 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
 def _replica_log(log_dir: str, name: str, config: LogConfig) -> PartitionLog:
     """A replica of a Partition (its folder `name` in `log_dir`): its appends leave the replica
     state file to settle_state()."""
-    directory = join_name(log_dir, name)
     # (listed by its open for write, or its first read)
-    log = PartitionLog(directory, config, listed=False, log_dir=None if log_dir.endswith(os.sep) else log_dir)
-    log.defer_state = True
-    return log
+    return PartitionLog(join_name(log_dir, name), config, listed=False,
+                        log_dir=None if log_dir.endswith(os.sep) else log_dir, defer_state=True)
 
 
 class AppendResult(FrozenPlain):
@@ -141,7 +139,9 @@ class Partition:
         self.partition = partition
         self.config = config
         name = partition_dir_name(topic, partition)
-        self.replicas = [_replica_log(d, name, config) for d in replica_dirs]
+        # (one replica, as a rule: no list comprehension's frame, once per partition a producer opens)
+        self.replicas = ([_replica_log(replica_dirs[0], name, config)] if len(replica_dirs) == 1
+                         else [_replica_log(d, name, config) for d in replica_dirs])
         fitted = fit_stem(name) is name  # (the state and lock files' stem: the name itself, as a rule)
         self.state = PartitionState(join_name(state_dir, name + PartitionState.SUFFIX), fitted)
         self.lock = FileLock(join_name(lock_dir, name + ".lock"), fitted)
@@ -353,10 +353,10 @@ class Partition:
                 self._eager_state_opens -= 1
         elif appended is not None:  # another writer took a turn since this object's last append
             self._eager_state_opens = EAGER_STATE_OPENS
-        committed = published = None
-        if not trusted:
-            published = self.state.read_valid()
-            committed = published.high_watermark if published is not None else None
+        committed = fields = None
+        if not trusted:  # (the fields: no snapshot built for a value read once)
+            fields = self.state.read_valid_fields()
+            committed = fields[0] if fields is not None else None
         token = lock.generation
         replicas = self.replicas
         if len(replicas) == 1:  # (the usual case: no lists to build)
@@ -368,14 +368,10 @@ class Partition:
             hw = min(r.log_end_offset for r in replicas)
         if trusted:
             fields = self.state.read_valid_fields()
-            if fields is not None:  # (the usual case: as this object's last append left it)
-                if fields[0] != hw:
-                    self.state.write_values((hw, *fields[1:]))
-                return
-            snap = None
+        if fields is not None:  # (the usual case: as this object's last append, or the last writer, left it)
+            if fields[0] != hw:
+                self.state.write_values((hw, *fields[1:]))
         else:
-            snap = published
-        if snap is None:
             # lost (deleted, emptied, torn): every replica was just recovered, so the shortest
             # log end is committed everywhere; the log starts at the leader's first segment
             # (retention publishes a new start before deleting); the epoch comes back from the
@@ -390,9 +386,6 @@ class Partition:
             # again and is rebuilt the same way (an fsync per new partition: 1,000 of them when a
             # producer first writes a 1,000-partition topic)
             self.state.write(snap, sync=rebuilt)
-        elif snap.high_watermark != hw:
-            snap.high_watermark = hw
-            self.state.write(snap)
 
     def written_states(self) -> tuple[PartitionSnapshot, dict[str, ReplicaSnapshot]] | None:
         """The partition state and each replica's state file (by folder) as this object's last
