@@ -664,23 +664,31 @@ class PartitionLog:
         assert end is not None
         return end
 
-    def should_roll(self, header: BatchHeader) -> bool:
-        active = self.active
-        if active.size == 0:
+    def should_roll(self, header: BatchHeader, active: LogSegment | None = None) -> bool:
+        """active: self.active, when the caller has it (an append looks it up once)."""
+        if active is None:
+            active = self.active
+        size = active.size
+        if size == 0:
             return False
-        if active.size > self.config.segment_bytes - header.size:
+        config = self.config
+        if size > config.segment_bytes - header.size:
             return True
         if not active.can_hold(header.base_offset + header.last_offset_delta):  # (its last offset)
             return True
-        if self._index_full(active):
+        if self._index_full(active, config.segment_index_bytes):
             return True
-        first_ts = self._first_batch_max_timestamp(active)
-        return first_ts >= 0 and header.max_timestamp - first_ts > self.config.segment_ms
+        first_ts = active.first_batch_max_timestamp
+        if first_ts is None:
+            first_ts = self._first_batch_max_timestamp(active)
+        return first_ts >= 0 and header.max_timestamp - first_ts > config.segment_ms
 
-    def _index_full(self, segment: LogSegment) -> bool:
-        """Kafka's offsetIndex.isFull / timeIndex.isFull: segment.index.bytes holds no more entries."""
-        limit = self.config.segment_index_bytes
-        index_entries, time_entries = segment.index_entries()
+    @staticmethod
+    def _index_full(segment: LogSegment, limit: int) -> bool:
+        """Kafka's offsetIndex.isFull / timeIndex.isFull: segment.index.bytes (`limit`) holds no more entries."""
+        index, time_ = segment.index_bytes, segment.time_index_bytes  # (segment.index_entries(), inline)
+        index_entries = index // OFFSET_INDEX_ENTRY.size if index is not None else segment.offset_index.entries
+        time_entries = time_ // TIME_INDEX_ENTRY.size if time_ is not None else segment.time_index.entries
         return index_entries >= limit // OFFSET_INDEX_ENTRY.size or time_entries >= limit // TIME_INDEX_ENTRY.size
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:

@@ -122,10 +122,12 @@ class AppendResult(FrozenPlain):
 
     def __init__(self, base_offset: int, last_offset: int, log_append_time_ms: int | None,
                  failed_followers: dict[int, str]) -> None:
-        object.__setattr__(self, "base_offset", base_offset)
-        object.__setattr__(self, "last_offset", last_offset)
-        object.__setattr__(self, "log_append_time_ms", log_append_time_ms)
-        object.__setattr__(self, "failed_followers", failed_followers)
+        # (its __dict__ filled directly: object.__setattr__ four times cost a call each, at every append)
+        fields = self.__dict__
+        fields["base_offset"] = base_offset
+        fields["last_offset"] = last_offset
+        fields["log_append_time_ms"] = log_append_time_ms
+        fields["failed_followers"] = failed_followers
 
 
 _RANGE_START = operator.attrgetter("first", "path", "position")  # a ByteRange's first batch, where it is
@@ -159,6 +161,8 @@ class Partition:
         # SETTLED_HOLDS and settle_early_holds)
         self._settled_holds_left = 0
         self._flush_timer: threading.Timer | None = None
+        # flush.ms is kept by a timer (see _arm_idle_flush; the default, never, is not)
+        self._flush_timed = config.flush_ms <= IDLE_FLUSH_MS_MAX
         # release_files(readers_too) asked for while an idle flush was armed (it declined: closing
         # would skip the fsync): the idle flush releases the files once it has run
         self._release_after_flush: bool | None = None
@@ -428,13 +432,15 @@ class Partition:
         assert sync in (SYNC_ALL, SYNC_LEADER, SYNC_NONE), sync
         replicas = self.replicas
         leader = replicas[0]
-        base = leader.log_end_offset
+        active = leader.active
+        base = active.next_offset  # (leader.log_end_offset, the active segment looked up once)
+        assert base is not None
         stamped = codec.with_base_offset(batch, base, self.state.leader_epoch())
         header = codec.read_header(stamped)
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)
-        size = leader.active.size
-        new_segment = size == 0 or leader.should_roll(header)
+        size = active.size
+        new_segment = size == 0 or leader.should_roll(header, active)
         rolls = new_segment and size > 0
         eager = self._eager_state_opens > 0
         copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment, sync == SYNC_ALL, eager)
@@ -455,17 +461,19 @@ class Partition:
         if rolls:
             self.rolls += 1
         failed: dict[int, str] = {}
-        for i, copy in enumerate(copies, start=1):  # (one replica: none)
-            try:
-                copy.result()
-            except OSError as e:
-                failed[i] = f"{self.replicas[i].directory}: {e.strerror or e}"
+        if copies:  # (one replica: none, and no enumerate over them)
+            for i, copy in enumerate(copies, start=1):
+                try:
+                    copy.result()
+                except OSError as e:
+                    failed[i] = f"{self.replicas[i].directory}: {e.strerror or e}"
         if failed:
             self.replicas = [r for i, r in enumerate(self.replicas) if i not in failed]
         else:
             self._appended_generation = self.lock.generation
         self._release_after_flush = None  # written again: the writer keeps it open (or asks again)
-        self._arm_idle_flush()
+        if self._flush_timed:
+            self._arm_idle_flush()
         return AppendResult(base, header.last_offset, None, failed)
 
     # -- flush.ms for a partition that goes quiet ----------------------------------------------
