@@ -186,10 +186,6 @@ class _StructFile:
             return None  # (closed under the read: maybe another file's bytes; or short)
         return self._fields_of(buf)
 
-    def write_fields(self, *fields: int | bytes, sync: bool = False) -> None:
-        body = self.layout.pack(*fields)
-        self._write_bytes(body + zlib.crc32(body).to_bytes(4, "big"), sync)
-
     def _write_bytes(self, data: bytes | bytearray, sync: bool) -> None:
         """The whole file's bytes, written in place from its start (and fsynced when `sync`)."""
         # (the descriptor open for writing, as _open would return it, without its lock: the
@@ -202,17 +198,6 @@ class _StructFile:
             raise OSError(f"short write to {self.path}")
         if sync:
             os.fsync(fd)
-
-
-def _values(snap: object) -> tuple:
-    """A snapshot's fields in order (dataclasses.astuple deep-copies each one: 3x slower per append)."""
-    return _fields_getter(type(snap))(snap)
-
-
-@functools.cache
-def _fields_getter(cls: type) -> operator.attrgetter:
-    """One C-level call for every field (a getattr per field cost a Python step each, twice per append)."""
-    return operator.attrgetter(*cls._fields)
 
 
 class ReplicaSnapshot(Plain):
@@ -294,22 +279,20 @@ class ReplicaState(_StructFile):
         fields = self._fields_of(data)
         if not fields:
             return None
-        return ReplicaSnapshot(*fields, self._trust_of(data))
-
-    def _trust_of(self, data: bytes) -> ReplicaTrust | None:
+        # the trust record after them (its check inline: read at every first open of a partition)
         start = self.layout.size + 4
         end = start + self.trust_layout.size
-        if len(data) != end + 4 or data[start:start + 4] != self.TRUST_TAG:
-            return None
-        view = memoryview(data)
-        if zlib.crc32(view[:end]) != int.from_bytes(view[end:], "big"):
-            return None
-        return tuple.__new__(ReplicaTrust, self.trust_layout.unpack_from(data, start)[1:])
+        trust = None
+        if len(data) == end + 4 and data[start:start + 4] == self.TRUST_TAG:
+            view = memoryview(data)
+            if zlib.crc32(view[:end]) == int.from_bytes(view[end:], "big"):
+                trust = tuple.__new__(ReplicaTrust, self.trust_layout.unpack_from(data, start)[1:])
+        return ReplicaSnapshot(*fields, trust)
 
     def write(self, snap: ReplicaSnapshot, sync: bool = False) -> None:
         trust = snap.trust
         data = bytearray(self._file_size)
-        self.layout.pack_into(data, 0, *_values(snap))
+        self.layout.pack_into(data, 0, *_replica_values(snap))
         view = memoryview(data)
         at = self.layout.size
         _CRC.pack_into(data, at, zlib.crc32(view[:at]))
@@ -321,6 +304,9 @@ class ReplicaState(_StructFile):
 
 
 _CRC = struct.Struct(">I")
+# a snapshot's fields in order, one C-level call (dataclasses.astuple deep-copies each one: 3x
+# slower per append; a getattr per field cost a Python step each)
+_replica_values = operator.attrgetter(*ReplicaSnapshot._fields)
 # a record that trusts nothing (folder inode 0: no folder has it), written when a writer knows too
 # little: its tail must not keep an older writer's trust
 _NO_TRUST = ReplicaTrust(0, 0, 0, 0, -1, -1, 0, -1, -1, 0, 0)
@@ -355,7 +341,8 @@ class PartitionState(_StructFile):
     def read(self) -> PartitionSnapshot:
         """The state, or zeros if the file is missing or damaged (writers rebuild it: see
         Partition.open_for_write; readers use read_valid and say when it is lost)."""
-        return self.read_valid() or PartitionSnapshot(0, 0, 0)
+        fields = self.read_valid_fields()  # (read_valid's, without its call: a writer's reconcile asks)
+        return PartitionSnapshot(*fields) if fields else PartitionSnapshot(0, 0, 0)
 
     def read_valid(self) -> PartitionSnapshot | None:
         fields = self.read_valid_fields()
@@ -370,7 +357,9 @@ class PartitionState(_StructFile):
         known = self._known
         if known is not None and known[0] == generation:
             return known[1]
-        fields = self.read_fields(may_write=True, relink=True)  # (the holder writes it next, as a rule)
+        # (the holder writes it next, as a rule; read_fields' work, without its call)
+        data = self.read_data(may_write=True, relink=True)
+        fields = self._fields_of(data) if data is not None else None
         self._known = (generation, fields) if fields else None
         return fields or None
 
@@ -400,12 +389,13 @@ class PartitionState(_StructFile):
             self._known = (generation, known[1])
 
     def write(self, snap: PartitionSnapshot, sync: bool = False) -> None:
-        self.write_values(_values(snap), sync)
+        self.write_values(_partition_values(snap), sync)
 
     def write_values(self, values: tuple, sync: bool = False) -> None:
         """write() of a snapshot's fields, in order."""
         self._known = None  # a failed write leaves the file unknown
-        self.write_fields(*values, sync=sync)
+        body = self.layout.pack(*values)
+        self._write_bytes(body + zlib.crc32(body).to_bytes(4, "big"), sync)
         generation = self.held()
         if generation is not None:
             self._known = (generation, values)
@@ -413,6 +403,9 @@ class PartitionState(_StructFile):
     def close(self) -> None:
         self._known = None
         super().close()
+
+
+_partition_values = operator.attrgetter(*PartitionSnapshot._fields)  # (see _replica_values)
 
 
 def _not_held() -> None:
