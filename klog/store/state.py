@@ -50,7 +50,9 @@ class _StructFile:
         # descriptor replaced by a writer's read-write one stays open until close() (closed at
         # once, its number could be reused by another open, and a reader would check a stranger's
         # bytes: a torn-looking file, "state lost"). _opening keeps two first opens from racing.
-        self._replaced: list[int] = []
+        # (a tuple, as a rule empty: no list allocated for each of the thousands of state files a
+        # producer opens)
+        self._replaced: tuple[int, ...] = ()
         self._opening = threading.Lock()
         # close() from another thread (a writer releasing an idle partition's files: the Python
         # API's producer) may close the descriptor a reader found between its look and its pread:
@@ -74,7 +76,7 @@ class _StructFile:
                     raise
                 return None
             if fd is not None:
-                self._replaced.append(fd)  # (once per object: a read-write descriptor is never replaced)
+                self._replaced += (fd,)  # (once per object: a read-write descriptor is never replaced)
             self._fd, self._writable = new, write
             return new
 
@@ -115,10 +117,7 @@ class _StructFile:
             self._closes += 1  # (before the descriptors go: see __init__)
             fd, replaced = self._fd, self._replaced
             self._fd, self._writable = None, False
-            if replaced:  # (as a rule none: a reader's descriptor, replaced by the writer's)
-                self._replaced = []  # (the list closed below is this object's no more)
-            else:
-                replaced = ()
+            self._replaced = ()  # (as a rule none: a reader's descriptor, replaced by the writer's)
         for old in replaced:
             os.close(old)
         if fd is not None:
