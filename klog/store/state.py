@@ -165,8 +165,8 @@ class _StructFile:
         n = layout.size + 4
         if len(data) != n and (len(data) < n or not self.tail_size):
             return None
-        view = memoryview(data)
-        if zlib.crc32(view[:n - 4]) != int.from_bytes(view[n - 4:n], "big"):
+        # (a slice and a struct read: a memoryview and its two slices cost ~0.3 us more, twice per open)
+        if zlib.crc32(data[:n - 4]) != _CRC.unpack_from(data, n - 4)[0]:
             return None
         return layout.unpack_from(data)
 
@@ -269,7 +269,6 @@ class ReplicaState(_StructFile):
     TRUST_TAG = b"KRT2"
     trust_layout = struct.Struct(">4sQqQqqqqqqII")
     tail_size = trust_layout.size + 4
-    _file_size = layout.size + 4 + tail_size
 
     def read(self, write_next: bool = False) -> ReplicaSnapshot | None:
         data = self.read_data(write_next)
@@ -282,24 +281,18 @@ class ReplicaState(_StructFile):
         start = self.layout.size + 4
         end = start + self.trust_layout.size
         trust = None
-        if len(data) == end + 4 and data[start:start + 4] == self.TRUST_TAG:
-            view = memoryview(data)
-            if zlib.crc32(view[:end]) == int.from_bytes(view[end:], "big"):
-                trust = tuple.__new__(ReplicaTrust, self.trust_layout.unpack_from(data, start)[1:])
+        if (len(data) == end + 4 and data[start:start + 4] == self.TRUST_TAG
+                and zlib.crc32(data[:end]) == _CRC.unpack_from(data, end)[0]):
+            trust = tuple.__new__(ReplicaTrust, self.trust_layout.unpack_from(data, start)[1:])
         return ReplicaSnapshot(*fields, trust)
 
     def write(self, snap: ReplicaSnapshot, sync: bool = False) -> None:
         trust = snap.trust
-        data = bytearray(self._file_size)
-        self.layout.pack_into(data, 0, *_replica_values(snap))
-        view = memoryview(data)
-        at = self.layout.size
-        _CRC.pack_into(data, at, zlib.crc32(view[:at]))
-        self.trust_layout.pack_into(data, at + 4, self.TRUST_TAG, *(trust if trust is not None else _NO_TRUST))
-        at = self._file_size - 4
-        _CRC.pack_into(data, at, zlib.crc32(view[:at]))
-        view.release()
-        self._write_bytes(data, sync)
+        # (packed and joined: ~0.4 us less than packing into a bytearray through a memoryview)
+        body = self.layout.pack(*_replica_values(snap))
+        head = (body + _CRC.pack(zlib.crc32(body))
+                + self.trust_layout.pack(self.TRUST_TAG, *(trust if trust is not None else _NO_TRUST)))
+        self._write_bytes(head + _CRC.pack(zlib.crc32(head)), sync)
 
 
 _CRC = struct.Struct(">I")
