@@ -236,7 +236,7 @@ class _Segments(dict):
     never as KeyError. (get() and `in` still say what the list holds.)"""
 
     def __init__(self, directory: str, index_interval_bytes: int) -> None:
-        super().__init__()
+        # (no super().__init__(): dict.__new__ made it empty already, and a writer makes one per partition)
         self.directory = directory
         self.index_interval_bytes = index_interval_bytes
 
