@@ -85,7 +85,7 @@ class FileLock:
         try:
             while True:
                 if self._fd is None:
-                    self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
+                    self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, noatime=True)
                 try:
                     fcntl.flock(self._fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:

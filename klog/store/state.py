@@ -70,7 +70,8 @@ class _StructFile:
                 return fd
             flags = (os.O_RDWR | os.O_CREAT) if write else os.O_RDONLY
             try:
-                new = open_nofollow(self.path, flags)  # the umask decides the mode (group-shared stores)
+                # (the umask decides the mode: group-shared stores)
+                new = open_nofollow(self.path, flags, noatime=True)
             except FileNotFoundError:
                 if write:
                     raise
@@ -88,7 +89,7 @@ class _StructFile:
             if self._fd is not None:
                 return self._fd if self._writable else None
             try:
-                new = open_nofollow(self.path, os.O_RDWR)
+                new = open_nofollow(self.path, os.O_RDWR, noatime=True)
             except (FileNotFoundError, PermissionError):
                 return None
             except OSError as e:
