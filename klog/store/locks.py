@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import fcntl
 import os
 import struct
@@ -13,6 +14,9 @@ from klog.store.names import fit_partition_file, open_nofollow
 
 GENERATION = struct.Struct(">Q")
 _get_ident = threading.get_ident
+# (threading.RLock's C type itself: threading.RLock is a Python function that returns one, a
+# frame more at each of the 1,000 partitions a producer may open)
+_RLock = _thread.RLock
 GENERATION_MASK = (1 << 64) - 1
 
 
@@ -23,7 +27,7 @@ class FileLock:
         """`path` ends in `.lock`; `<topic>-<partition>.lock` too long for a file name becomes its
         short form (names.fit_partition_file, the stem the partition's state file has too;
         fitted: the caller found it fits)."""
-        self.path = fit_partition_file(path, ".lock", fitted)
+        self.path = path if fitted else fit_partition_file(path, ".lock")
         self._fd: int | None = None
         self._depth = 0
         # Every change of hands (by any process, or another FileLock object) counts itself in the
@@ -37,7 +41,7 @@ class FileLock:
         self._holds = 0
         self.generation: tuple[int, int] = (-1, 0)
         self.previous_generation: tuple[int, int] = (-1, -1)
-        self._threads = threading.RLock()
+        self._threads = _RLock()
         self._owner: int | None = None  # the thread holding it (readers in other threads must not count as holders)
         self._closed = False
 
@@ -46,7 +50,7 @@ class FileLock:
         took the lock; other threads of this process are still waited for, unless wait_threads
         is False too: an event loop that must not wait at all)."""
         # flock excludes processes; this, the threads of one (the idle flusher)
-        if not self._threads.acquire(blocking=wait_threads or blocking):
+        if not self._threads.acquire(wait_threads or blocking):  # (blocking, positional: no keyword parsing)
             return False
         if self._closed:
             self._threads.release()
@@ -81,7 +85,7 @@ class FileLock:
         try:
             while True:
                 if self._fd is None:
-                    self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
+                    self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, noatime=True)
                 try:
                     fcntl.flock(self._fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:

@@ -236,7 +236,7 @@ class _Segments(dict):
     never as KeyError. (get() and `in` still say what the list holds.)"""
 
     def __init__(self, directory: str, index_interval_bytes: int) -> None:
-        super().__init__()
+        # (no super().__init__(): dict.__new__ made it empty already, and a writer makes one per partition)
         self.directory = directory
         self.index_interval_bytes = index_interval_bytes
 
@@ -246,11 +246,11 @@ class _Segments(dict):
 
 class PartitionLog:
     def __init__(self, directory: str, config: LogConfig | None = None, listed: bool = True,
-                 log_dir: str | None = None) -> None:
+                 log_dir: str | None = None, defer_state: bool = False) -> None:
         """listed=False: the folder is listed at the first use of the segment list, not now (a
         writer's open for write lists it under the lock anyway: a producer's first write into
         1,000 partitions listed each folder twice). log_dir: os.path.dirname(directory), when the
-        caller joined `directory` from it."""
+        caller joined `directory` from it. defer_state: see self.defer_state."""
         self.directory = directory
         # the log directory (disk) the replica is on
         self.log_dir = os.path.dirname(directory) if log_dir is None else log_dir
@@ -273,7 +273,7 @@ class PartitionLog:
         # set by a Partition for its replicas: appends leave the replica state file to its
         # settle_state() (or the next flush()); and, for one append, the header whose roll the
         # caller has just decided (should_roll is not asked twice)
-        self.defer_state = False
+        self.defer_state = defer_state
         self.roll_decided: BatchHeader | None = None
         self.deleted_files_due: float | None = None  # when retention's .deleted files may go (time.time())
         # Readers in other threads of the process (klog serve, a program that consumes while it
@@ -664,23 +664,31 @@ class PartitionLog:
         assert end is not None
         return end
 
-    def should_roll(self, header: BatchHeader) -> bool:
-        active = self.active
-        if active.size == 0:
+    def should_roll(self, header: BatchHeader, active: LogSegment | None = None) -> bool:
+        """active: self.active, when the caller has it (an append looks it up once)."""
+        if active is None:
+            active = self.active
+        size = active.size
+        if size == 0:
             return False
-        if active.size > self.config.segment_bytes - header.size:
+        config = self.config
+        if size > config.segment_bytes - header.size:
             return True
         if not active.can_hold(header.base_offset + header.last_offset_delta):  # (its last offset)
             return True
-        if self._index_full(active):
+        if self._index_full(active, config.segment_index_bytes):
             return True
-        first_ts = self._first_batch_max_timestamp(active)
-        return first_ts >= 0 and header.max_timestamp - first_ts > self.config.segment_ms
+        first_ts = active.first_batch_max_timestamp
+        if first_ts is None:
+            first_ts = self._first_batch_max_timestamp(active)
+        return first_ts >= 0 and header.max_timestamp - first_ts > config.segment_ms
 
-    def _index_full(self, segment: LogSegment) -> bool:
-        """Kafka's offsetIndex.isFull / timeIndex.isFull: segment.index.bytes holds no more entries."""
-        limit = self.config.segment_index_bytes
-        index_entries, time_entries = segment.index_entries()
+    @staticmethod
+    def _index_full(segment: LogSegment, limit: int) -> bool:
+        """Kafka's offsetIndex.isFull / timeIndex.isFull: segment.index.bytes (`limit`) holds no more entries."""
+        index, time_ = segment.index_bytes, segment.time_index_bytes  # (segment.index_entries(), inline)
+        index_entries = index // OFFSET_INDEX_ENTRY.size if index is not None else segment.offset_index.entries
+        time_entries = time_ // TIME_INDEX_ENTRY.size if time_ is not None else segment.time_index.entries
         return index_entries >= limit // OFFSET_INDEX_ENTRY.size or time_entries >= limit // TIME_INDEX_ENTRY.size
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:

@@ -100,10 +100,28 @@ def inside(root: str, *parts: str) -> str:
 FILE_MODE = 0o666  # new files: the umask decides (a group-shared store under umask 002 gets 0664)
 
 
-def open_nofollow(path: str, flags: int, mode: int = FILE_MODE) -> int:
+# O_NOATIME (Linux; 0 elsewhere, or once refused): reads through the descriptor leave the file's
+# access time alone. klog never looks at access times, and under relatime (the usual mount) the
+# first read of a file written since its last read writes its inode again: every partition's lock
+# and state files are written at every append, and read at each writer's first hold (~1.5 us each,
+# three or four per partition a producer writes). Only the file's owner may ask: anyone else's
+# open fails with EPERM (a group-shared store), and then the process no longer asks.
+_noatime = getattr(os, "O_NOATIME", 0)
+
+
+def open_nofollow(path: str, flags: int, mode: int = FILE_MODE, noatime: bool = False) -> int:
     """os.open that never follows a symbolic link at the last component: a link planted in a
-    store (by anyone who can write to it) must not make klog read or clobber another file."""
+    store (by anyone who can write to it) must not make klog read or clobber another file.
+    noatime: the caller's reads need not update the file's access time (see _noatime)."""
+    global _noatime
     try:
+        if noatime and _noatime:
+            try:
+                return os.open(path, flags | os.O_NOFOLLOW | _noatime, mode)
+            except PermissionError as e:
+                if e.errno != errno.EPERM:
+                    raise
+                _noatime = 0  # not this user's file: opened as before (an EPERM of its own recurs below)
         return os.open(path, flags | os.O_NOFOLLOW, mode)
     except OSError as e:
         if e.errno == errno.ELOOP:

@@ -108,11 +108,9 @@ def _append_and_flush(replica: PartitionLog, batch: bytes, header: codec.BatchHe
 def _replica_log(log_dir: str, name: str, config: LogConfig) -> PartitionLog:
     """A replica of a Partition (its folder `name` in `log_dir`): its appends leave the replica
     state file to settle_state()."""
-    directory = join_name(log_dir, name)
     # (listed by its open for write, or its first read)
-    log = PartitionLog(directory, config, listed=False, log_dir=None if log_dir.endswith(os.sep) else log_dir)
-    log.defer_state = True
-    return log
+    return PartitionLog(join_name(log_dir, name), config, listed=False,
+                        log_dir=None if log_dir.endswith(os.sep) else log_dir, defer_state=True)
 
 
 class AppendResult(FrozenPlain):
@@ -124,10 +122,12 @@ class AppendResult(FrozenPlain):
 
     def __init__(self, base_offset: int, last_offset: int, log_append_time_ms: int | None,
                  failed_followers: dict[int, str]) -> None:
-        object.__setattr__(self, "base_offset", base_offset)
-        object.__setattr__(self, "last_offset", last_offset)
-        object.__setattr__(self, "log_append_time_ms", log_append_time_ms)
-        object.__setattr__(self, "failed_followers", failed_followers)
+        # (its __dict__ filled directly: object.__setattr__ four times cost a call each, at every append)
+        fields = self.__dict__
+        fields["base_offset"] = base_offset
+        fields["last_offset"] = last_offset
+        fields["log_append_time_ms"] = log_append_time_ms
+        fields["failed_followers"] = failed_followers
 
 
 _RANGE_START = operator.attrgetter("first", "path", "position")  # a ByteRange's first batch, where it is
@@ -141,7 +141,9 @@ class Partition:
         self.partition = partition
         self.config = config
         name = partition_dir_name(topic, partition)
-        self.replicas = [_replica_log(d, name, config) for d in replica_dirs]
+        # (one replica, as a rule: no list comprehension's frame, once per partition a producer opens)
+        self.replicas = ([_replica_log(replica_dirs[0], name, config)] if len(replica_dirs) == 1
+                         else [_replica_log(d, name, config) for d in replica_dirs])
         fitted = fit_stem(name) is name  # (the state and lock files' stem: the name itself, as a rule)
         self.state = PartitionState(join_name(state_dir, name + PartitionState.SUFFIX), fitted)
         self.lock = FileLock(join_name(lock_dir, name + ".lock"), fitted)
@@ -159,6 +161,8 @@ class Partition:
         # SETTLED_HOLDS and settle_early_holds)
         self._settled_holds_left = 0
         self._flush_timer: threading.Timer | None = None
+        # flush.ms is kept by a timer (see _arm_idle_flush; the default, never, is not)
+        self._flush_timed = config.flush_ms <= IDLE_FLUSH_MS_MAX
         # release_files(readers_too) asked for while an idle flush was armed (it declined: closing
         # would skip the fsync): the idle flush releases the files once it has run
         self._release_after_flush: bool | None = None
@@ -353,10 +357,10 @@ class Partition:
                 self._eager_state_opens -= 1
         elif appended is not None:  # another writer took a turn since this object's last append
             self._eager_state_opens = EAGER_STATE_OPENS
-        committed = published = None
-        if not trusted:
-            published = self.state.read_valid()
-            committed = published.high_watermark if published is not None else None
+        committed = fields = None
+        if not trusted:  # (the fields: no snapshot built for a value read once)
+            fields = self.state.read_valid_fields()
+            committed = fields[0] if fields is not None else None
         token = lock.generation
         replicas = self.replicas
         if len(replicas) == 1:  # (the usual case: no lists to build)
@@ -368,14 +372,10 @@ class Partition:
             hw = min(r.log_end_offset for r in replicas)
         if trusted:
             fields = self.state.read_valid_fields()
-            if fields is not None:  # (the usual case: as this object's last append left it)
-                if fields[0] != hw:
-                    self.state.write_values((hw, *fields[1:]))
-                return
-            snap = None
+        if fields is not None:  # (the usual case: as this object's last append, or the last writer, left it)
+            if fields[0] != hw:
+                self.state.write_values((hw, *fields[1:]))
         else:
-            snap = published
-        if snap is None:
             # lost (deleted, emptied, torn): every replica was just recovered, so the shortest
             # log end is committed everywhere; the log starts at the leader's first segment
             # (retention publishes a new start before deleting); the epoch comes back from the
@@ -390,9 +390,6 @@ class Partition:
             # again and is rebuilt the same way (an fsync per new partition: 1,000 of them when a
             # producer first writes a 1,000-partition topic)
             self.state.write(snap, sync=rebuilt)
-        elif snap.high_watermark != hw:
-            snap.high_watermark = hw
-            self.state.write(snap)
 
     def written_states(self) -> tuple[PartitionSnapshot, dict[str, ReplicaSnapshot]] | None:
         """The partition state and each replica's state file (by folder) as this object's last
@@ -435,13 +432,15 @@ class Partition:
         assert sync in (SYNC_ALL, SYNC_LEADER, SYNC_NONE), sync
         replicas = self.replicas
         leader = replicas[0]
-        base = leader.log_end_offset
+        active = leader.active
+        base = active.next_offset  # (leader.log_end_offset, the active segment looked up once)
+        assert base is not None
         stamped = codec.with_base_offset(batch, base, self.state.leader_epoch())
         header = codec.read_header(stamped)
         # the same bytes, encoded once: followers copy them, in threads beside the leader's write,
         # since pwrite and fsync release the GIL (RF=3 costs about one write + fsync, not three)
-        size = leader.active.size
-        new_segment = size == 0 or leader.should_roll(header)
+        size = active.size
+        new_segment = size == 0 or leader.should_roll(header, active)
         rolls = new_segment and size > 0
         eager = self._eager_state_opens > 0
         copies = [_follower_pool().submit(_append_and_flush, r, stamped, header, new_segment, sync == SYNC_ALL, eager)
@@ -462,17 +461,19 @@ class Partition:
         if rolls:
             self.rolls += 1
         failed: dict[int, str] = {}
-        for i, copy in enumerate(copies, start=1):  # (one replica: none)
-            try:
-                copy.result()
-            except OSError as e:
-                failed[i] = f"{self.replicas[i].directory}: {e.strerror or e}"
+        if copies:  # (one replica: none, and no enumerate over them)
+            for i, copy in enumerate(copies, start=1):
+                try:
+                    copy.result()
+                except OSError as e:
+                    failed[i] = f"{self.replicas[i].directory}: {e.strerror or e}"
         if failed:
             self.replicas = [r for i, r in enumerate(self.replicas) if i not in failed]
         else:
             self._appended_generation = self.lock.generation
         self._release_after_flush = None  # written again: the writer keeps it open (or asks again)
-        self._arm_idle_flush()
+        if self._flush_timed:
+            self._arm_idle_flush()
         return AppendResult(base, header.last_offset, None, failed)
 
     # -- flush.ms for a partition that goes quiet ----------------------------------------------

@@ -27,7 +27,6 @@ from klog.store.format import (
     RELATIVE_OFFSET_MAX,
     TIME_INDEX_ENTRY,
     TIME_INDEX_SUFFIX,
-    segment_file_name,
 )
 from klog.store.index import IndexBuilder, OffsetIndex, TimeIndex
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
@@ -188,7 +187,7 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         # (one join for the three: a segment object is made for every segment of every folder listed)
-        stem = join_name(directory, segment_file_name(base_offset, ""))
+        stem = join_name(directory, f"{base_offset:020d}")  # (segment_file_name's, without its call)
         self.log_path = stem + LOG_SUFFIX
         self.offset_index = OffsetIndex(stem + INDEX_SUFFIX, base_offset)
         self.time_index = TimeIndex(stem + TIME_INDEX_SUFFIX, base_offset)
@@ -571,8 +570,13 @@ class LogSegment:
         self.first_batch_max_timestamp = first_batch_max_timestamp
         self.index_bytes = index_bytes
         self.time_index_bytes = time_index_bytes
-        self.indexer = IndexBuilder(self.base_offset, self.index_interval_bytes, since_last, max_timestamp,
-                                    offset_of_max_timestamp, last_time_ts)
+        # (the segment's own builder, set as a new one would be: every field but its base and
+        # interval, which are the segment's; no second builder per partition a writer opens)
+        indexer = self.indexer
+        indexer.since_last = since_last
+        indexer.max_timestamp = max_timestamp
+        indexer.offset_of_max_timestamp = offset_of_max_timestamp
+        indexer.last_time_ts = last_time_ts
 
     def index_entries(self) -> tuple[int, int]:
         """(offset index entries, time index entries) as the writer knows the files."""
@@ -587,7 +591,7 @@ class LogSegment:
         """Write `batch` at the end; returns its position. Index entries follow Kafka's rule."""
         position = self.size
         last_offset = header.base_offset + header.last_offset_delta  # (header.last_offset: no property call)
-        assert header.base_offset >= self.base_offset and self.can_hold(last_offset)
+        assert header.base_offset >= self.base_offset and last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
         assert self.next_offset is None or header.base_offset >= self.next_offset, (self.next_offset, header)
         written = os.pwrite(fds.log, batch, position)
         if written != len(batch):
