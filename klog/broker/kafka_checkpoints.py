@@ -143,9 +143,10 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                 # (no read of the state files, nor a look for the folders: they were just written)
                 known = part.written_states()
                 if known is not None:
-                    snap, written = known
+                    (high_watermark, log_start_offset, _), written = known
                 else:
                     snap = part.snapshot()
+                    high_watermark, log_start_offset = snap.high_watermark, snap.log_start_offset
                 # listed by this process's last open for write
                 replicas = part.replicas
                 opened = ({replicas[0].directory: replicas[0]} if len(replicas) == 1
@@ -157,6 +158,7 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                     snap = state.read()
                 finally:
                     state.close()
+                high_watermark, log_start_offset = snap.high_watermark, snap.log_start_offset
                 opened = {}
             name = partition_dir_name(topic_name, p)
             for d in pm.replicas:
@@ -177,12 +179,14 @@ def _write_kafka_checkpoints(store: BrokerStore, only: set[tuple[str, int]] | No
                     finally:
                         state.close()
                 end = replica.log_end_offset if replica is not None else 0
-                recovery[d][key] = min(replica.recovery_point, end) if replica is not None else 0
-                replication[d][key] = min(snap.high_watermark, end)
-                if snap.log_start_offset > 0:  # (else no segment starts below it: no look at the folder)
+                # (comparisons, not min(): two builtin calls per partition)
+                recovery[d][key] = ((replica.recovery_point if replica.recovery_point < end else end)
+                                    if replica is not None else 0)
+                replication[d][key] = high_watermark if high_watermark < end else end
+                if log_start_offset > 0:  # (else no segment starts below it: no look at the folder)
                     first = log.bases[0] if log is not None and only is not None and log.bases else _first_base(folder)
-                    if first is not None and snap.log_start_offset > first:
-                        log_start[d][key] = snap.log_start_offset
+                    if first is not None and log_start_offset > first:
+                        log_start[d][key] = log_start_offset
                 single = pm.epochs[0] if len(pm.epochs) == 1 else None
                 listed = (((single[0], single[1]),) if single is not None and single[1] <= end  # (as a rule)
                           else tuple((e, o) for e, o in pm.epochs if o <= end))

@@ -391,11 +391,13 @@ class Partition:
             # producer first writes a 1,000-partition topic)
             self.state.write(snap, sync=rebuilt)
 
-    def written_states(self) -> tuple[PartitionSnapshot, dict[str, ReplicaSnapshot]] | None:
-        """The partition state and each replica's state file (by folder) as this object's last
-        hold of the lock left them, when that hold appended, every replica's state file is
-        settled, and nobody (in any process) took the lock since (FileLock.unchanged_since_held);
-        else None: read the files. Lock not held by this process."""
+    def written_states(self) -> tuple[tuple, dict[str, ReplicaSnapshot]] | None:
+        """The partition state's fields (high watermark, log start offset, leader epoch: no
+        snapshot built, once per partition a producer's close writes checkpoints for) and each
+        replica's state file (by folder) as this object's last hold of the lock left them, when
+        that hold appended, every replica's state file is settled, and nobody (in any process)
+        took the lock since (FileLock.unchanged_since_held); else None: read the files. Lock not held
+        by this process."""
         generation = self._appended_generation
         if generation is None or generation != self.lock.generation or self._closed:
             return None
@@ -405,10 +407,10 @@ class Partition:
             if written is None or replica.state_lags:
                 return None
             replicas[replica.directory] = written
-        snap = self.state.known_at(generation)
-        if snap is None or not self.lock.unchanged_since_held():
+        fields = self.state.known_at(generation)
+        if fields is None or not self.lock.unchanged_since_held():
             return None
-        return snap, replicas
+        return fields, replicas
 
     def settle_early_holds(self) -> None:
         """Lock held, this hold's appends done (and synced, if they were): one of the first holds

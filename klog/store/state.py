@@ -369,10 +369,10 @@ class PartitionState(_StructFile):
         known = self._known
         return known[1] if known is not None and known[0] == self.held() else None
 
-    def known_at(self, generation: tuple[int, int]) -> PartitionSnapshot | None:
-        """The state as the hold `generation` of the lock last read or wrote it, if known."""
+    def known_at(self, generation: tuple[int, int]) -> tuple | None:
+        """The state's fields as the hold `generation` of the lock last read or wrote them, if known."""
         known = self._known
-        return PartitionSnapshot(*known[1]) if known is not None and known[0] == generation else None
+        return known[1] if known is not None and known[0] == generation else None
 
     def carry(self, previous: tuple[int, int], generation: tuple[int, int]) -> None:
         """The lock passed from hold `previous` straight to `generation` (no other holder in
