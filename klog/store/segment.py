@@ -727,8 +727,10 @@ class SegmentFds(Plain):
         self.time_index = time_index
 
     def close(self) -> None:
-        for fd in (self.log, self.index, self.time_index):
-            os.close(fd)
+        # (three calls, no tuple and loop: once per partition a producer closes)
+        os.close(self.log)
+        os.close(self.index)
+        os.close(self.time_index)
 
     def fsync(self) -> None:
         os.fsync(self.log)

@@ -395,7 +395,7 @@ class PartitionState(_StructFile):
 
     def close(self) -> None:
         self._known = None
-        super().close()
+        _StructFile.close(self)  # (no super() object: once per partition a producer closes)
 
 
 _partition_values = operator.attrgetter(*PartitionSnapshot._fields)  # (see _replica_values)
