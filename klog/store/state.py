@@ -321,7 +321,8 @@ class PartitionState(_StructFile):
     def __init__(self, path: str, fitted: bool = False) -> None:
         """`path` is `<state dir>/<topic>-<partition>.state`; a name too long for the file system
         becomes its short form (names.fit_partition_file; fitted: the caller found it fits)."""
-        super().__init__(path if fitted else fit_partition_file(path, self.SUFFIX))
+        # (no super() object: once per partition a producer opens)
+        _StructFile.__init__(self, path if fitted else fit_partition_file(path, self.SUFFIX))
         if self.path != path:
             _adopt_legacy(path, self.path)
         # While the calling thread holds the partition's lock (`held()`: the lock's generation,
