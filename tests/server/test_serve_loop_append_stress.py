@@ -90,12 +90,17 @@ def _assert_at_their_offsets(values: list[bytes], acked: Acked) -> None:
 
 
 def _ring_submissions(fd: int, pid: int | str = "self") -> int:
-    """How many fsyncs an io_uring has been handed (the kernel's count, /proc fdinfo SqTail)."""
-    with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-        for line in f:
-            if line.startswith("SqTail:"):
-                return int(line.split()[1])
-    raise AssertionError("no SqTail in the io_uring's fdinfo")
+    """How many fsyncs an io_uring has been handed (the kernel's count, /proc fdinfo SqTail).
+    Recent kernels print a ring's fdinfo only when they get its lock at once (a trylock, against
+    a lock-order deadlock), so a ring busy at that instant shows none: read it again, a bounded
+    number of times."""
+    for _ in range(400):
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("SqTail:"):
+                    return int(line.split()[1])
+        time.sleep(0.005)
+    raise AssertionError("no SqTail in the io_uring's fdinfo (400 reads over ~2 s)")
 
 
 def _server_ring(pid: int) -> int:
