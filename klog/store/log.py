@@ -686,9 +686,7 @@ class PartitionLog:
     @staticmethod
     def _index_full(segment: LogSegment, limit: int) -> bool:
         """Kafka's offsetIndex.isFull / timeIndex.isFull: segment.index.bytes (`limit`) holds no more entries."""
-        index, time_ = segment.index_bytes, segment.time_index_bytes  # (segment.index_entries(), inline)
-        index_entries = index // OFFSET_INDEX_ENTRY.size if index is not None else segment.offset_index.entries
-        time_entries = time_ // TIME_INDEX_ENTRY.size if time_ is not None else segment.time_index.entries
+        index_entries, time_entries = segment.index_entries()
         return index_entries >= limit // OFFSET_INDEX_ENTRY.size or time_entries >= limit // TIME_INDEX_ENTRY.size
 
     def _first_batch_max_timestamp(self, segment: LogSegment) -> int:

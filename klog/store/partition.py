@@ -141,9 +141,7 @@ class Partition:
         self.partition = partition
         self.config = config
         name = partition_dir_name(topic, partition)
-        # (one replica, as a rule: no list comprehension's frame, once per partition a producer opens)
-        self.replicas = ([_replica_log(replica_dirs[0], name, config)] if len(replica_dirs) == 1
-                         else [_replica_log(d, name, config) for d in replica_dirs])
+        self.replicas = [_replica_log(d, name, config) for d in replica_dirs]
         fitted = fit_stem(name) is name  # (the state and lock files' stem: the name itself, as a rule)
         self.state = PartitionState(join_name(state_dir, name + PartitionState.SUFFIX), fitted)
         self.lock = FileLock(join_name(lock_dir, name + ".lock"), fitted)

@@ -591,7 +591,7 @@ class LogSegment:
         """Write `batch` at the end; returns its position. Index entries follow Kafka's rule."""
         position = self.size
         last_offset = header.base_offset + header.last_offset_delta  # (header.last_offset: no property call)
-        assert header.base_offset >= self.base_offset and last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
+        assert header.base_offset >= self.base_offset and self.can_hold(last_offset)
         assert self.next_offset is None or header.base_offset >= self.next_offset, (self.next_offset, header)
         written = os.pwrite(fds.log, batch, position)
         if written != len(batch):
