@@ -59,6 +59,14 @@ def _append(fds: tuple[int, int, int], batch: bytes) -> None:
     os.write(timeindex, b"\0" * 12)
 
 
+def _segment_appended(store: str, p: int, batch: bytes) -> tuple[tuple[int, int, int], str]:
+    folder = f"{store}/logs/t-{p}"
+    os.lstat(folder)
+    segment = _open_segment(folder)
+    _append(segment, batch)
+    return segment, folder
+
+
 class Today:
     """klog's files as they are: lock, partition state, replica state, three segment files."""
 
@@ -78,7 +86,7 @@ class Today:
         replica = os.open(f"{folder}/klog-replica.state", RW | os.O_CREAT | NOATIME, 0o666)
         record = os.pread(replica, 156, 0)
         segment = _open_segment(folder)
-        _append(segment, batch)
+        _append(segment, batch)  # (the replica state file sits between the lstat and the opens)
         return lock, state, replica, segment, fields, record, folder
 
     def publish(self, held: tuple) -> None:
@@ -105,10 +113,7 @@ class OneStateFile(Today):
         states = os.pread(lock, 192, 0)
         os.fstat(lock)
         os.pwrite(lock, states[:8], 0)
-        folder = f"{self.store}/logs/t-{p}"
-        os.lstat(folder)
-        segment = _open_segment(folder)
-        _append(segment, batch)
+        segment, folder = _segment_appended(self.store, p, batch)
         return lock, segment, states, folder
 
     def publish(self, held: tuple) -> None:
@@ -140,10 +145,7 @@ class TopicSlots(Today):
         self._lock(p, fcntl.F_WRLCK)
         states = os.pread(self.slots, 192, p * SLOT)
         os.pwrite(self.slots, states[:8], p * SLOT)
-        folder = f"{self.store}/logs/t-{p}"
-        os.lstat(folder)
-        segment = _open_segment(folder)
-        _append(segment, batch)
+        segment, folder = _segment_appended(self.store, p, batch)
         return p, segment, states, folder
 
     def publish(self, held: tuple) -> None:
