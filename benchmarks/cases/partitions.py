@@ -1,7 +1,7 @@
 """Many partitions at the cost of one: CPU and RSS of produce, -K, serve and mirror, 1 vs 1,000 vs 10,000.
 
 The same input into topics of 1, 1,000 and 10,000 partitions (each run its own process, measured
-with wait4: user + system CPU seconds and ru_maxrss):
+by a small parent process: user + system CPU seconds and peak RSS):
 - produce: `klog produce t` of N lines (keyless: the sticky partitioner fills one partition's batch
   at a time);
 - keyed: `klog produce t -K:` of N `key:value` lines over 5,000 keys (every partition gets some);
@@ -32,6 +32,8 @@ import time
 from harness import Bench
 from serve_process import Serve, klog_cmd
 
+from tests.peak_rss import run_measured
+
 KEYS = 5000
 VALUE = b"x" * 100
 
@@ -49,23 +51,14 @@ def make_inputs(folder: str, lines: int) -> tuple[str, str]:
 
 def measured(args: list[str], env: dict, stdin_path: str | None = None, cwd: str | None = None
              ) -> tuple[float, float, float]:
-    """(CPU seconds, peak RSS MiB, wall seconds) of one klog process. `cwd`: a neutral working
-    directory, so that the PYTHONPATH of `env` decides which checkout runs."""
-    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
-    start = time.monotonic()
-    try:
-        proc = subprocess.Popen(klog_cmd(*args), stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env=env, cwd=cwd)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    finally:
-        if stdin_path:
-            stdin.close()
-    wall = time.monotonic() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"klog {' '.join(args)} failed: {proc.stderr.read().decode()}")
-    proc.stderr.close()
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, wall
+    """(CPU seconds, peak RSS MiB, wall seconds) of one klog process, read by a small parent
+    (tests/peak_rss.py: started from this process, which holds the inputs, a klog would report this
+    process's size as its peak whenever it stayed smaller). `cwd`: a neutral working directory, so
+    that the PYTHONPATH of `env` decides which checkout runs."""
+    got = run_measured(klog_cmd(*args), env=env, stdin_path=stdin_path, cwd=cwd)
+    if got.returncode != 0:
+        raise SystemExit(f"klog {' '.join(args)} failed: {got.said}")
+    return got.cpu_s, got.peak_rss_mib, got.wall_s
 
 
 def create(env: dict, data_dir: str, topic: str, partitions: int) -> None:

@@ -5,19 +5,15 @@ naming the batch's offset, and exits 1; `klog verify` reports it as damage under
 Measured as each process's peak RSS, not time."""
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 import klog
 from tests.conftest import REPO
+from tests.peak_rss import run_measured
 from tests.serve_helpers import gzip_bomb_batch
 
-# the reader's peak RSS is read in a parent that runs it: ru_maxrss of its children
-PROBE = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True); "
-         "sys.stdout.write(f'{r.returncode} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n'); "
-         "sys.stderr.write(r.stderr.decode() + r.stdout.decode()[-2000:])")
 RSS_KB_MAX = 200_000  # klog's own start-up is ~60 MB; the batch expanded costs 64 MiB, its JSON ~400 MB more
 
 
@@ -48,7 +44,5 @@ def test_consume_json_refuses_a_bomb_in_the_store_in_bounded_memory(tmp_path) ->
 def _run(data_dir: str, *args: str) -> tuple[int, int, str]:
     """`klog ARGS`: its exit code, its peak RSS in KiB, and what it wrote (stderr, then stdout's tail)."""
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
-    r = subprocess.run([sys.executable, "-c", PROBE, sys.executable, "-m", "klog", *args],
-                       capture_output=True, env=env, timeout=120)
-    code, rss_kb = map(int, r.stdout.split())
-    return code, rss_kb, r.stderr.decode()
+    got = run_measured([sys.executable, "-m", "klog", *args], env=env, timeout=120)
+    return got.returncode, got.peak_rss_kib, got.said

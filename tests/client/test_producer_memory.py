@@ -1,15 +1,16 @@
 """The producer's memory is bounded by buffer.memory, whatever the input size and partition count.
 
 Method: `klog produce -K:` into a topic of 2,000 partitions, once with an input and once with ten
-times it (keys spread over every partition), each run a child process whose peak RSS (ru_maxrss
-from wait4) is compared. Before the bound, each partition's batch filled up to --batch-size (1 MB)
-before anything was written, so the tenfold input was held whole.
+times it (keys spread over every partition), each run a child process whose peak RSS is compared.
+A small parent reads it (tests/peak_rss.py): waited for from the test process itself, a child
+reports the test process's size whenever it stays smaller, and the comparison could not fail.
+Before the bound, each partition's batch filled up to --batch-size (1 MB) before anything was
+written, so the tenfold input was held whole.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 import klog
 from klog.client.producer import Producer
 from tests.conftest import REPO
+from tests.peak_rss import run_measured
 
 PARTITIONS = 2000
 BUFFER = 8 << 20
@@ -33,15 +35,10 @@ def _input(path: str, lines: int) -> None:
 def _produce_peak_rss_mb(data_dir: str, path: str) -> float:
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
     # acks 0: the bound is the same whatever acks waits for; fsyncs would only make the test slower
-    with open(path, "rb") as stdin:
-        proc = subprocess.Popen([sys.executable, "-m", "klog", "produce", "wide", "-K:", "--acks", "0",
-                                 "-X", f"buffer.memory={BUFFER}"], stdin=stdin, env=env,
-                                stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.returncode == 0, proc.stderr.read().decode() if proc.stderr else ""
-    proc.stderr.close()
-    return usage.ru_maxrss / 1024
+    got = run_measured([sys.executable, "-m", "klog", "produce", "wide", "-K:", "--acks", "0",
+                        "-X", f"buffer.memory={BUFFER}"], env=env, stdin_path=path)
+    assert got.returncode == 0, got.said
+    return got.peak_rss_mib
 
 
 @pytest.mark.slow
