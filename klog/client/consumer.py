@@ -17,6 +17,7 @@ from typing import Self
 from klog.broker.resolve import resolve_partitions
 from klog.client.records import Record
 from klog.errors import CorruptLogError, OffsetOutOfRangeError, UnknownTopicError, UsageError
+from klog.store.limits import MERGED_READ_BYTES, MERGED_READ_BYTES_MIN, POLL_READ_BYTES
 from klog.store.partition import Partition
 from klog.store.plain import FrozenPlain
 from klog.store.reader import Fetched, PartitionReader
@@ -101,6 +102,11 @@ class PartitionCursor(PartitionReader):
         if first_bytes is not None:
             self.max_bytes = min(first_bytes, self._full_bytes)
 
+    def share(self, full_bytes: int) -> None:
+        """Read at most `full_bytes` at a time (one of many partitions merged by timestamp)."""
+        self._full_bytes = min(self._full_bytes, full_bytes)
+        self.max_bytes = min(self.max_bytes, self._full_bytes)
+
     def fetch(self) -> Fetched | None:
         fetched = super().fetch()
         if self.max_bytes < self._full_bytes:
@@ -178,6 +184,11 @@ class Consumer(ConsumerBase):
         self.poll_interval_ms = poll_interval_ms
         self._past: set[tuple[str, int]] = set()  # partitions that reached --until
         self.cursors = [self._cursor(t, p) for t in topics for p in resolve_partitions(store, t, partitions)]
+        self._poll_next = 0  # the cursor the next poll() reads first
+        if merge and len(self.cursors) > 1:  # each holds a read while the merge waits on it
+            share = max(MERGED_READ_BYTES_MIN, MERGED_READ_BYTES // len(self.cursors))
+            for cursor in self.cursors:
+                cursor.share(share)
         # a follower out of records calls this before each poll with the seconds waited so far (0 first):
         # flush output, show a hint
         self.on_wait: Callable[[float], None] | None = None
@@ -328,21 +339,40 @@ class Consumer(ConsumerBase):
             yield out
 
     def poll(self) -> list[Record]:
-        """One fetch from every partition (no waiting); records in partition order."""
+        """What is there (no waiting): one read of each partition in turn, from where the last
+        poll stopped, until POLL_READ_BYTES were read or every partition was read once; each
+        partition's records in order. Empty: no partition had anything."""
         out: list[Record] = []
-        for c in self.cursors:
-            out.extend(self._records(c, self._fetch(c)))
+        for c, fetched in self._polled():
+            out.extend(self._records(c, fetched))
         return out
 
     def poll_chunks(self) -> list[tuple[str, int, list]]:
         """poll() without Record objects, for copying loops (klog mirror): (topic, partition,
         (offset, timestamp, key, value, headers) tuples), one entry per batch."""
         out = []
-        for c in self.cursors:
-            fetched = self._fetch(c)
-            if fetched is not None:
-                out += [(c.topic, c.partition, records) for _, records in fetched.record_runs()]
+        for c, fetched in self._polled():
+            out += [(c.topic, c.partition, records) for _, records in fetched.record_runs()]
         return out
+
+    def _polled(self) -> Iterator[tuple[PartitionCursor, Fetched]]:
+        """The reads of one poll: partitions in turn from where the last one stopped, so that
+        every partition gets its turn however much the first ones hold."""
+        cursors = self.cursors
+        n = len(cursors)
+        start = self._poll_next % n if n else 0
+        read = 0
+        for k in range(n):
+            cursor = cursors[(start + k) % n]
+            fetched = self._fetch(cursor)
+            if fetched is None:
+                continue
+            yield cursor, fetched
+            read += fetched.nbytes
+            if read >= POLL_READ_BYTES:
+                self._poll_next = start + k + 1
+                return
+        self._poll_next = start
 
     def _partition_stream(self, cursor: PartitionCursor) -> Iterator[Record]:
         topic, partition = cursor.topic, cursor.partition

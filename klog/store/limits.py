@@ -15,6 +15,17 @@ PRODUCER_BUFFER_BYTES_DEFAULT = 32 << 20
 # one read of a partition of this store, unless the reader asks for another size (Kafka's
 # max.partition.fetch.bytes default); a larger batch is still returned whole
 PARTITION_READ_BYTES_DEFAULT = 1 << 20
+# what one Consumer.poll() (and so klog mirror's read loop) reads over all its partitions before
+# it returns: whole partition reads taken in turn, from where the last poll stopped (Kafka's
+# fetch.max.bytes plays this part). One read of every partition per poll held a topic of 1,000
+# partitions' reads at once, with their decoded records: memory grew with partitions and data.
+POLL_READ_BYTES = 8 << 20
+# what a consumer merging partitions by timestamp reads at a time over all of them: each holds a
+# read while the merge waits on its next record, so they share this (1,000 partitions read ~32 KB
+# each; 32 or fewer read PARTITION_READ_BYTES_DEFAULT), down to MERGED_READ_BYTES_MIN a read. A
+# batch larger than a share still comes whole.
+MERGED_READ_BYTES = 32 << 20
+MERGED_READ_BYTES_MIN = 16 << 10
 # one read of a partition by the Spark source: ~40 k records of 100 bytes, a good Arrow batch
 SPARK_PARTITION_READ_BYTES = 4 << 20
 # a partition's share of one Fetch answer the cluster client asks a broker for (its

@@ -37,6 +37,11 @@ class Fetched(Plain):
     def next_offset(self) -> int:
         return self.batches[-1].header.next_offset
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the batches read (headers included)."""
+        return sum(len(fb.data) for fb in self.batches)
+
     def kept(self) -> list[FetchedBatch]:
         """The batches that hold records for the application (no control, no aborted batches)."""
         skip = self.skip
