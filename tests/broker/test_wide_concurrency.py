@@ -21,7 +21,7 @@ from tests.klog_processes import kill_first_and_finish
 
 PARTITIONS = 64
 WRITERS = 3
-LINES = 60_000
+LINES = 150_000
 
 
 def _writer_input(path: str, writer: int) -> None:
@@ -48,26 +48,39 @@ def test_concurrent_wide_producers_interleave_whole_batches_and_lose_nothing_und
     data_dir = os.environ["KLOG_DATA_DIR"]
     assert klog_proc("topics", "create", "wide", "-p", str(PARTITIONS)).returncode == 0
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
-    procs = []
-    for w in range(WRITERS):
-        path = str(tmp_path / f"in{w}")
-        _writer_input(path, w)
-        # a small buffer: many multi-partition appends of the 64 partitions, while the others append too
-        procs.append(subprocess.Popen([sys.executable, "-m", "klog", "produce", "wide", "-K:", "--print-offsets",
-                                       "-X", "buffer.memory=65536", path], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    # (the first is killed in the middle of the rest, once it has acknowledged batches)
-    acked = kill_first_and_finish(procs, after_s=0.3, timeout=600)
+    procs, feeders = [], []
+    try:
+        for w in range(WRITERS):
+            path = str(tmp_path / f"in{w}")
+            _writer_input(path, w)
+            # a small buffer: many multi-partition appends of the 64 partitions, while the others append
+            # too; the input through a pipe, read 64 KiB at a time (a file's 1 MiB reads took all of it
+            # at once: two appends a writer)
+            feeders.append(subprocess.Popen(["cat", path], stdout=subprocess.PIPE))
+            procs.append(subprocess.Popen([sys.executable, "-m", "klog", "produce", "wide", "-K:", "--print-offsets",
+                                           "-X", "buffer.memory=65536"], env=env, stdin=feeders[-1].stdout,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            feeders[-1].stdout.close()
+        # (the first is killed in the middle of the rest, once it has acknowledged batches)
+        acked = kill_first_and_finish(procs, after_acks=LINES // 10, timeout=600)
+    finally:
+        for feeder in feeders:
+            feeder.kill()
+            feeder.wait(30)
 
     with klog.open(data_dir) as store:  # (also recovers what the kill left, as the next writer would)
         seen: dict[int, list[int]] = {w: [] for w in range(WRITERS)}
         values_at: dict[tuple[int, int], bytes] = {}
+        turns = 0  # batches that follow another writer's in their partition
         for p in range(PARTITIONS):
             offset = 0
             last: dict[int, int] = {}
+            previous = None
             for batch in _batches(store, p):
                 writers = {v.split(b"-")[0] for v in batch}
                 assert len(writers) == 1, f"a batch of partition {p} mixes writers {writers}"
+                turns += previous is not None and writers != previous
+                previous = writers
                 for v in batch:
                     w, i = (int(x) for x in v[1:].split(b"-"))
                     assert i > last.get(w, -1), f"writer {w}'s record {i} out of order or twice in partition {p}"
@@ -77,5 +90,7 @@ def test_concurrent_wide_producers_interleave_whole_batches_and_lose_nothing_und
                     offset += 1
         for w in range(1, WRITERS):
             assert sorted(seen[w]) == list(range(LINES)), f"writer {w} lost records"
+        # (writers one after another take ~4 turns a partition; racing, ~40)
+        assert turns > 8 * PARTITIONS, f"the writers hardly interleaved ({turns} turns): they did not race"
         for p, o in acked:
             assert values_at.get((p, o), b"").startswith(b"w0-"), f"acknowledged {p}/{o} of the killed writer is gone"
