@@ -110,8 +110,11 @@ def test_several_batches_of_a_partition_in_one_hold_are_checked_synced_and_publi
             calls["checks"] += 1
             return real_check(self, *a, **k)
 
+        synced_sizes = []
+
         def fsync(fd):
             calls["fsyncs"] += 1
+            synced_sizes.append(os.fstat(fd).st_size)  # (what the fsync covers: the log as it then was)
             real_fsync(fd)
 
         def publish(self):
@@ -124,6 +127,7 @@ def test_several_batches_of_a_partition_in_one_hold_are_checked_synced_and_publi
         acked = []
         writer.append_batches("g", [(0, batches[1:])], "all", lambda i, bases: acked.append(bases))
         assert calls == {"checks": 1, "fsyncs": 1, "publishes": 1}
+        assert synced_sizes == [os.path.getsize(store.partition("g", 0).leader.active.log_path)]  # after the last
         assert acked == [[3, 6, 9]]
         assert [r.value for r in store.consumer("g")] == [b"v%d-%d" % (b, i) for b in range(4) for i in range(3)]
 
