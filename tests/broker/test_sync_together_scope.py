@@ -2,7 +2,8 @@
 group (one replica each) take no syncfs and keep their recovery point; acks=1 and acks=all
 batches are made durable by one syncfs(2) of their log directory's filesystem, which moves every
 synced replica's recovery point to its end, and are published either way, after that syncfs. A
-syncfs that reports an error publishes nothing."""
+syncfs that reports an error publishes nothing. PartitionWriter's multi-partition append
+acknowledges each partition after its group's syncfs and publishing, and none when it fails."""
 
 from __future__ import annotations
 
@@ -105,3 +106,35 @@ def test_a_group_whose_syncfs_fails_is_not_published(tmp_path, monkeypatch):
         assert [kind for kind, _ in events] == ["syncfs"]
         monkeypatch.undo()
         assert [store.partition("s", p).high_watermark() for p in range(3)] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_multi_partition_append_acknowledges_only_what_its_syncfs_made_durable(tmp_path, monkeypatch, fail):
+    """PartitionWriter.append_batches of SYNC_TOGETHER_MIN partitions or more (the group path):
+    each partition's acknowledgement comes after the group's one syncfs and its publishing; a
+    syncfs that fails acknowledges none of them."""
+    from klog.broker.writer import SYNC_TOGETHER_MIN, PartitionWriter
+
+    partitions = SYNC_TOGETHER_MIN
+    with klog.Store(str(tmp_path / "data")) as store:
+        store.create_topic("s", partitions=partitions)
+        writer = PartitionWriter(store, ReplicaManager(store))
+        items = [(p, [_batch(b"first%d" % p)]) for p in range(partitions)]
+        writer.append_batches("s", items, "1")  # (the first opens and their states: not the events below)
+        events = _record_events(monkeypatch, fail=fail)
+        items = [(p, [_batch(b"v%d" % p)]) for p in range(partitions)]
+
+        def acknowledged(i: int, bases: list[int]) -> None:
+            events.append(("ack", (items[i][0], bases)))
+
+        if fail:
+            with pytest.raises(StorageError):
+                writer.append_batches("s", items, "1", acknowledged)
+        else:
+            writer.append_batches("s", items, "1", acknowledged)
+        log_dev = os.stat(store.partition("s", 0).leader.log_dir).st_dev
+        if fail:
+            assert events == [("syncfs", log_dev)]
+        else:
+            assert events == ([("syncfs", log_dev)] + [("publish", p) for p in range(partitions)]
+                              + [("ack", (p, [1])) for p in range(partitions)])
