@@ -102,10 +102,11 @@ class _Drained:
         while chunk := pipe.read1(1 << 16):
             into += chunk
 
-    def join(self, timeout: float) -> None:
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for each pipe's end; whether both ended."""
         for thread in self._threads:
             thread.join(timeout)
-            assert not thread.is_alive(), "a writer's output did not end"
+        return not any(thread.is_alive() for thread in self._threads)
 
 
 def kill_first_and_finish(procs: list[subprocess.Popen], after_acks: int,
@@ -128,10 +129,16 @@ def kill_first_and_finish(procs: list[subprocess.Popen], after_acks: int,
         deadline = time.monotonic() + timeout
         for proc, output in zip(procs[1:], drained[1:], strict=True):
             proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            output.join(30)
+            assert output.join(30), "a writer's output did not end"
             assert proc.returncode == 0, output.err.decode()
-        drained[0].join(30)
+        assert drained[0].join(30), "the killed writer's output did not end"
     finally:
+        for proc in procs:  # (killed first: the threads reading their pipes end before the pipes close)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        for output in drained:
+            output.join(30)
         for proc in procs:
             stop(proc)
     # (the kill may cut the last line short, "...\t2\t67" of "...\t2\t678": only whole lines count)
