@@ -4,7 +4,9 @@ Each `klog produce` writes the batches of many partitions in one multi-partition
 partitions locked together, synced together): whatever the other writers do meanwhile, every batch
 in the log must hold the records of one writer only (whole batches interleave), each writer's
 records keep their order in each partition with none twice, the writers that finish lose nothing,
-and every offset the killed writer printed as acknowledged holds its record.
+and every offset the killed writer printed as acknowledged holds its record. A reader meanwhile
+never sees a partition's high watermark go back (a writer that published a partition after giving
+up its lock would put back the end it knew).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -27,6 +31,44 @@ LINES = 150_000
 def _writer_input(path: str, writer: int) -> None:
     with open(path, "wb") as f:
         f.write(b"".join(b"k%d:w%d-%d\n" % (i % 500, writer, i) for i in range(LINES)))
+
+
+class _HighWatermarkWatch:
+    """A reader's look at each partition's high watermark, over and over in a thread until
+    stopped: every time one is below what it saw before, (partition, seen, now) in went_back."""
+
+    def __init__(self, data_dir: str, limit_s: float = 600, rounds_max: int = 1_000_000) -> None:
+        self.went_back: list[tuple[int, int, int]] = []
+        self.rounds = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(data_dir, limit_s, rounds_max), daemon=True)
+        self._thread.start()
+
+    def _run(self, data_dir: str, limit_s: float, rounds_max: int) -> None:
+        deadline = time.monotonic() + limit_s
+        try:
+            with klog.open(data_dir) as store:
+                seen = [0] * PARTITIONS
+                parts = [store.partition("wide", p) for p in range(PARTITIONS)]
+                while self.rounds < rounds_max and not self._stop.is_set() and time.monotonic() < deadline:
+                    for p, part in enumerate(parts):
+                        hw = part.high_watermark()
+                        if hw < seen[p]:
+                            self.went_back.append((p, seen[p], hw))
+                        seen[p] = max(seen[p], hw)
+                    self.rounds += 1
+        except BaseException as e:  # (said by check(), in the test's thread)
+            self.error = e
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def check(self) -> None:
+        assert not self._thread.is_alive() and self.error is None, self.error
+        assert self.rounds > 10, f"the reader looked {self.rounds} times only"
+        assert not self.went_back, f"high watermarks went back (partition, seen, then): {self.went_back[:5]}"
 
 
 def _batches(store, partition: int) -> list[list[bytes]]:
@@ -49,6 +91,7 @@ def test_concurrent_wide_producers_interleave_whole_batches_and_lose_nothing_und
     assert klog_proc("topics", "create", "wide", "-p", str(PARTITIONS)).returncode == 0
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
     procs, feeders = [], []
+    watch = _HighWatermarkWatch(data_dir)
     try:
         for w in range(WRITERS):
             path = str(tmp_path / f"in{w}")
@@ -67,6 +110,8 @@ def test_concurrent_wide_producers_interleave_whole_batches_and_lose_nothing_und
         for feeder in feeders:
             feeder.kill()
             feeder.wait(30)
+        watch.stop()
+    watch.check()
 
     with klog.open(data_dir) as store:  # (also recovers what the kill left, as the next writer would)
         seen: dict[int, list[int]] = {w: [] for w in range(WRITERS)}
