@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -86,22 +87,62 @@ def race_a_producer(producer: subprocess.Popen, lines: bytes, rounds: int, pause
             producer.wait()
 
 
-def kill_first_and_finish(procs: list[subprocess.Popen], after_s: float,
+class _Drained:
+    """A process's stdout and stderr, read as they come by a thread each (so it never waits on a full pipe)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.out, self.err = bytearray(), bytearray()
+        self._threads = [threading.Thread(target=self._read, args=(pipe, into), daemon=True)
+                         for pipe, into in ((proc.stdout, self.out), (proc.stderr, self.err))]
+        for thread in self._threads:
+            thread.start()
+
+    @staticmethod
+    def _read(pipe, into: bytearray) -> None:  # noqa: ANN001 - a pipe of Popen
+        while chunk := pipe.read1(1 << 16):
+            into += chunk
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for each pipe's end; whether both ended."""
+        for thread in self._threads:
+            thread.join(timeout)
+        return not any(thread.is_alive() for thread in self._threads)
+
+
+def kill_first_and_finish(procs: list[subprocess.Popen], after_acks: int,
                           timeout: float) -> set[tuple[int, int]]:
     """`procs`: `klog produce --print-offsets` writers racing each other. The first is killed
-    (SIGKILL) `after_s` after it acknowledged its first batch; the others must finish cleanly.
-    Returns the (partition, offset) pairs the killed one acknowledged."""
+    (SIGKILL) once it printed `after_acks` acknowledged offsets, while it still runs; the others
+    must finish cleanly. Returns the (partition, offset) pairs the killed one acknowledged.
+
+    Every writer's output is read as it comes: a writer whose stdout pipe is full waits, so
+    reading one writer's output to its end before the next (as this did) made the writers run
+    one after another, and killed the first while it waited on its pipe, never mid-append."""
     victim = procs[0]
-    first = victim.stdout.readline()  # type: ignore[union-attr]
-    assert first, victim.stderr.read().decode()  # type: ignore[union-attr]
-    time.sleep(after_s)
-    victim.send_signal(signal.SIGKILL)
+    drained = [_Drained(proc) for proc in procs]
+    try:
+        wait_for(lambda: drained[0].out.count(b"\n") >= after_acks or victim.poll() is not None, timeout,
+                 "the first writer's acknowledgements")
+        assert victim.poll() is None, f"the first writer ended before the kill: {drained[0].err.decode()}"
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+        deadline = time.monotonic() + timeout
+        for proc, output in zip(procs[1:], drained[1:], strict=True):
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            assert output.join(30), "a writer's output did not end"
+            assert proc.returncode == 0, output.err.decode()
+        assert drained[0].join(30), "the killed writer's output did not end"
+    finally:
+        for proc in procs:  # (killed first: the threads reading their pipes end before the pipes close)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        for output in drained:
+            output.join(30)
+        for proc in procs:
+            stop(proc)
     # (the kill may cut the last line short, "...\t2\t67" of "...\t2\t678": only whole lines count)
-    acked_lines = [first] + victim.stdout.read().split(b"\n")[:-1]  # type: ignore[union-attr]
-    victim.wait(timeout=30)
-    for proc in procs[1:]:
-        _, err = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, err.decode()
+    acked_lines = bytes(drained[0].out).split(b"\n")[:-1]
     acked = {(int(p), int(o)) for _, p, o in (line.split(b"\t") for line in acked_lines if line.count(b"\t") == 2)}
-    assert acked, "the killed writer acknowledged nothing before the kill"
+    assert len(acked) >= after_acks, "the killed writer acknowledged less than it printed"
     return acked

@@ -25,6 +25,41 @@ def test_a_replica_moved_by_another_store_mid_stream_gets_every_later_record(tmp
         assert [r.value for r in writer.consumer("m")] == [b"v%d" % i for i in range(100)]
 
 
+def test_an_isr_another_store_shrank_with_every_folder_in_place_is_seen_by_the_next_append(tmp_path):
+    """As above, but the other holder of the lock leaves every replica's folder where it was (it
+    drops the follower from the ISR, as a writer that found it failing does): the writer's look
+    before each append finds nothing amiss, so only the lock's change of hands says its replica
+    check is stale. The next append must reconcile: the follower, healthy, caught up and back in
+    the ISR (a writer on its old check kept the ISR the other store wrote while it appended to the
+    follower, and said nothing)."""
+    from dataclasses import replace
+
+    dirs = [str(tmp_path / f"disk{i}") for i in range(3)]
+    data = str(tmp_path / "data")
+    warnings: list[str] = []
+    with (klog.Store(data, log_dirs=dirs, on_warning=warnings.append) as writer,
+          klog.Store(data, log_dirs=dirs) as admin):
+        writer.create_topic("m", replication_factor=2)
+        meta = writer.topics.get("m").partitions[0]
+        follower = next(d for d in meta.replicas if d != meta.leader)
+        with writer.producer(acks="all") as producer:  # one producer throughout
+            for i in range(20):
+                if i == 10:
+                    part = admin.partition("m", 0)
+                    with part.lock:
+                        now = admin.topics.get("m").partitions[0]
+                        admin.topics.update_partition("m", 0, replace(now, isr=[now.leader]))
+                    assert admin.describe_topic("m").partitions[0].isr == [meta.leader]
+                producer.send("m", b"v%d" % i, partition=0)
+                producer.flush()
+                if i == 10:
+                    assert sorted(writer.describe_topic("m").partitions[0].isr) == sorted(meta.replicas)
+                    assert warnings == [f"replica of m-0 in log directory {follower} caught up and rejoined the ISR"]
+        after = writer.describe_topic("m").partitions[0]
+        assert after.replica_log_end == {meta.leader: 20, follower: 20}
+        assert [r.value for r in writer.consumer("m")] == [b"v%d" % i for i in range(20)]
+
+
 def test_the_state_file_is_served_from_memory_only_to_the_thread_holding_the_lock(tmp_path):
     """Within one lock hold the writer reads the partition state once; a server's reader threads
     meanwhile read the file itself (their stale read must never land in the writer's memory)."""
@@ -75,8 +110,11 @@ def test_several_batches_of_a_partition_in_one_hold_are_checked_synced_and_publi
             calls["checks"] += 1
             return real_check(self, *a, **k)
 
+        synced_sizes = []
+
         def fsync(fd):
             calls["fsyncs"] += 1
+            synced_sizes.append(os.fstat(fd).st_size)  # (what the fsync covers: the log as it then was)
             real_fsync(fd)
 
         def publish(self):
@@ -89,6 +127,7 @@ def test_several_batches_of_a_partition_in_one_hold_are_checked_synced_and_publi
         acked = []
         writer.append_batches("g", [(0, batches[1:])], "all", lambda i, bases: acked.append(bases))
         assert calls == {"checks": 1, "fsyncs": 1, "publishes": 1}
+        assert synced_sizes == [os.path.getsize(store.partition("g", 0).leader.active.log_path)]  # after the last
         assert acked == [[3, 6, 9]]
         assert [r.value for r in store.consumer("g")] == [b"v%d-%d" % (b, i) for b in range(4) for i in range(3)]
 

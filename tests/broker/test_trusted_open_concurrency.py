@@ -19,7 +19,7 @@ from tests.klog_processes import kill_first_and_finish
 
 PARTITIONS = 12
 WRITERS = 3
-LINES = 30_000
+LINES = 150_000
 
 
 def _age_folders(data_dir: str) -> None:
@@ -49,29 +49,41 @@ def test_trusting_writers_interleave_whole_batches_and_lose_nothing_under_sigkil
     assert not [p for p in listed if os.path.basename(p).startswith("t-")]  # the writers below trust too
 
     env = {**os.environ, "PYTHONPATH": REPO}
-    procs = []
-    for w in range(WRITERS):
-        path = str(tmp_path / f"in{w}")
-        with open(path, "wb") as f:
-            f.write(b"".join(b"k%d:w%d-%d\n" % (i % 97, w, i) for i in range(LINES)))
-        procs.append(subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-d", data_dir, "-K:",
-                                       "--print-offsets", "-X", "buffer.memory=16384", path], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    # (the first is killed in the middle of the rest, once it has acknowledged batches)
-    acked = kill_first_and_finish(procs, after_s=0.2, timeout=300)
+    procs, feeders = [], []
+    try:
+        for w in range(WRITERS):
+            path = str(tmp_path / f"in{w}")
+            with open(path, "wb") as f:
+                f.write(b"".join(b"k%d:w%d-%d\n" % (i % 97, w, i) for i in range(LINES)))
+            # (through a pipe, read 64 KiB at a time: many appends a writer; a file's 1 MiB reads took
+            # all of it at once)
+            feeders.append(subprocess.Popen(["cat", path], stdout=subprocess.PIPE))
+            procs.append(subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-d", data_dir, "-K:",
+                                           "--print-offsets", "-X", "buffer.memory=16384"], env=env,
+                                          stdin=feeders[-1].stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            feeders[-1].stdout.close()
+        # (the first is killed in the middle of the rest, once it has acknowledged batches)
+        acked = kill_first_and_finish(procs, after_acks=LINES // 10, timeout=300)
+    finally:
+        for feeder in feeders:
+            feeder.kill()
+            feeder.wait(30)
 
     _produce_once(data_dir, b"after")  # the next writer after the kill: it must find where the logs end
     with klog.open(data_dir) as store:
         seen: dict[int, list[int]] = {w: [] for w in range(WRITERS)}
         values_at: dict[tuple[int, int], bytes] = {}
+        turns = 0  # batches that follow another writer's in their partition
         for p in range(PARTITIONS):
             part = store.partition("t", p)
-            hw, offset, last = part.high_watermark(), 0, {}
+            hw, offset, last, previous = part.high_watermark(), 0, {}, None
             while offset < hw:
                 for fb in part.read(offset):
                     batch = [r[3] for r in fb.records()]
                     writers = {v.split(b"-")[0] for v in batch}
                     assert len(writers) == 1, f"a batch of partition {p} mixes {writers}"
+                    turns += previous is not None and writers != previous
+                    previous = writers
                     for v in batch:
                         values_at[(p, offset)] = v
                         offset += 1
@@ -83,5 +95,7 @@ def test_trusting_writers_interleave_whole_batches_and_lose_nothing_under_sigkil
             assert values_at[(p, hw - 1)] == b"after"
         for w in range(1, WRITERS):
             assert sorted(seen[w]) == list(range(LINES)), f"writer {w} lost records"
+        # (writers one after another take ~5 turns a partition, the seeds and the last writer's among them; racing, ~45)
+        assert turns > 8 * PARTITIONS, f"the writers hardly interleaved ({turns} turns): they did not race"
         for p, o in acked:
             assert values_at.get((p, o), b"").startswith(b"w0-"), f"acknowledged {p}/{o} of the killed writer is gone"

@@ -4,6 +4,8 @@ batches within batch.size and max.message.bytes, and the general path wherever a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from klog.client.partitioner import partition_for_key
@@ -37,6 +39,24 @@ def _pairs(n: int, keys: int = 97) -> list[tuple[bytes, bytes | None]]:
     return [(b"k%d" % (i % keys), None if i % 13 == 0 else b"v%d-" % i + b"x" * (i % 70)) for i in range(n)]
 
 
+@pytest.fixture
+def routed_calls() -> Iterator[list[int]]:
+    """How many records each send_keyed call's routed path (Producer._send_routed) took. A
+    comparison of the routed path with the general one holds trivially where the routed path
+    declined the records (they then took the general path twice): the tests say it took them."""
+    calls: list[int] = []
+    real = Producer._send_routed
+
+    def counting(self: Producer, *args: object) -> int:
+        calls.append(real(self, *args))
+        return calls[-1]
+
+    # (a context of its own: the tests' monkeypatch.undo() must not take it away)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Producer, "_send_routed", counting)
+        yield calls
+
+
 def _produce(store, topic: str, routed: bool, chunks: list, monkeypatch, **options) -> Producer:
     if not routed:
         monkeypatch.setattr(Producer, "_send_routed", lambda *a: False)
@@ -47,12 +67,13 @@ def _produce(store, topic: str, routed: bool, chunks: list, monkeypatch, **optio
     return producer
 
 
-def test_routed_records_land_where_the_general_path_puts_them(store, monkeypatch) -> None:
+def test_routed_records_land_where_the_general_path_puts_them(store, monkeypatch, routed_calls) -> None:
     pairs = _pairs(6000)
     chunks = [(pairs[i:i + 700], [("h", b"1")] if i % 1400 else None) for i in range(0, len(pairs), 700)]
     for topic, routed in (("routed", True), ("general", False)):
         store.create_topic(topic, partitions=16)
         _produce(store, topic, routed, chunks, monkeypatch, batch_size=3000)  # many batches per partition
+    assert routed_calls == [len(chunk) for chunk, _ in chunks]  # every call routed, those with headers too
     got, want = _partitions(store, "routed", 16), _partitions(store, "general", 16)
     assert got == want
     assert all(partition_for_key(key, 16) == p for p, rows in got.items() for _, key, _, _, _ in rows)
@@ -70,7 +91,7 @@ def test_routed_batches_fit_max_message_bytes(store) -> None:
     assert sum(len(rows) for rows in _partitions(store, "small", 8).values()) == 5000
 
 
-def test_records_the_builder_refuses_take_the_general_path(store, monkeypatch) -> None:
+def test_records_the_builder_refuses_take_the_general_path(store, monkeypatch, routed_calls) -> None:
     """A bytearray header value, a None key: not routed, still written as before."""
     pairs = _pairs(500)
     chunks = [(pairs[:200], None), (pairs[200:400], [("h", bytearray(b"x"))]), ([(None, b"n")] * 100, None),
@@ -78,6 +99,7 @@ def test_records_the_builder_refuses_take_the_general_path(store, monkeypatch) -
     for topic, routed in (("routed", True), ("general", False)):
         store.create_topic(topic, partitions=4)
         _produce(store, topic, routed, chunks, monkeypatch)
+    assert routed_calls == [200, 0, 0, 100]
     got, want = _partitions(store, "routed", 4), _partitions(store, "general", 4)
     assert sum(map(len, got.values())) == sum(map(len, want.values())) == 600
     # (keyless records go where the sticky partitioner picks, at random: compared by partition
@@ -153,11 +175,12 @@ def test_an_interrupted_routed_send_leaves_whole_batches(store, monkeypatch) -> 
     assert got == list(range(len(got)))
 
 
-def test_bytes_like_values_are_routed_as_the_general_path_writes_them(store, monkeypatch) -> None:
+def test_bytes_like_values_are_routed_as_the_general_path_writes_them(store, monkeypatch, routed_calls) -> None:
     pairs = [(b"k%d" % (i % 7), bytearray(b"v%d" % i) if i % 2 else memoryview(b"w%d" % i)) for i in range(400)]
     for topic, routed in (("routed", True), ("general", False)):
         store.create_topic(topic, partitions=4)
         _produce(store, topic, routed, [(pairs, None)], monkeypatch)
+    assert routed_calls == [400]
     assert _partitions(store, "routed", 4) == _partitions(store, "general", 4)
 
 

@@ -21,11 +21,14 @@ def test_a_kill_after_a_new_partitions_first_append_leaves_it_readable(klog_proc
     killed = klog_proc("produce", "t", "-K:", input=lines)
     monkeypatch.delenv(CRASH_ENV)
     assert killed.returncode == -9, killed.stderr
+    with_data = 0
     for p in range(partitions):  # a partition with data in its log has its state file
         folder = os.path.join(data_dir, "logs", f"t-{p}")
         if os.path.isdir(folder) and any(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder)
                                          if n.endswith(".log")):
+            with_data += 1
             assert os.path.getsize(os.path.join(data_dir, "state", f"t-{p}.state")) > 0
+    assert with_data >= 1, "the kill came before any first batch reached its log"
     r = klog_proc("consume", "t")
     assert r.returncode == 0 and r.stdout == b"", r.stderr  # nothing acknowledged: an empty read, no error
     assert b"state file" not in r.stderr
