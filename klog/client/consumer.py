@@ -20,7 +20,7 @@ from klog.errors import CorruptLogError, OffsetOutOfRangeError, UnknownTopicErro
 from klog.store.limits import MERGED_READ_BYTES, MERGED_READ_BYTES_MIN, POLL_READ_BYTES
 from klog.store.partition import Partition
 from klog.store.plain import FrozenPlain
-from klog.store.reader import Fetched, PartitionReader
+from klog.store.reader import Fetched, PartitionReader, reads_in_turn
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # -f latency budget is 100 ms p99; 20 ms polls cost ~50 preads/s per partition
@@ -355,24 +355,10 @@ class Consumer(ConsumerBase):
             out += [(c.topic, c.partition, records) for _, records in fetched.record_runs()]
         return out
 
-    def _polled(self) -> Iterator[tuple[PartitionCursor, Fetched]]:
-        """The reads of one poll: partitions in turn from where the last one stopped, so that
-        every partition gets its turn however much the first ones hold."""
-        cursors = self.cursors
-        n = len(cursors)
-        start = self._poll_next % n if n else 0
-        read = 0
-        for k in range(n):
-            cursor = cursors[(start + k) % n]
-            fetched = self._fetch(cursor)
-            if fetched is None:
-                continue
-            yield cursor, fetched
-            read += fetched.nbytes
-            if read >= POLL_READ_BYTES:
-                self._poll_next = start + k + 1
-                return
-        self._poll_next = start
+    def _polled(self) -> list[tuple[PartitionCursor, Fetched]]:
+        """The reads of one poll (reads_in_turn, POLL_READ_BYTES)."""
+        polled, self._poll_next = reads_in_turn(self.cursors, self._fetch, self._poll_next, POLL_READ_BYTES)
+        return polled
 
     def _partition_stream(self, cursor: PartitionCursor) -> Iterator[Record]:
         topic, partition = cursor.topic, cursor.partition

@@ -35,7 +35,8 @@ from klog.meta.groups import (
     tp_key,
     validate_group_id,
 )
-from klog.store.reader import Fetched, PartitionReader
+from klog.store.limits import POLL_READ_BYTES
+from klog.store.reader import Fetched, PartitionReader, reads_in_turn
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # idle wait between fetches; also how soon a member notices a rebalance
@@ -134,6 +135,7 @@ class GroupConsumer:
         self.eager = self.config.assignor in assignors.EAGER
         self.generation = -1  # not synced yet
         self._cursors: dict[TP, PartitionReader] = {}
+        self._poll_next = 0  # the held partition the next poll reads first
         self._consumed: dict[TP, int] = {}  # offset after the last record handed out and processed
         self._in_hand: Record | None = None  # the record an iterator handed out last
         self._target: set[TP] = set()
@@ -292,8 +294,11 @@ class GroupConsumer:
         return self._cursors[(topic, partition)].offset
 
     def _fetches(self) -> list[tuple[TP, Fetched]]:
-        """One read per partition held; cursors move past what was read."""
-        return [(tp, fetched) for tp, cursor in self._cursors.items() if (fetched := cursor.fetch()) is not None]
+        """One poll's reads of the partitions held, in turn up to POLL_READ_BYTES (reads_in_turn);
+        cursors move past what was read."""
+        polled, self._poll_next = reads_in_turn(list(self._cursors.items()), _fetch_of, self._poll_next,
+                                                POLL_READ_BYTES)
+        return [(tp, fetched) for (tp, _), fetched in polled]
 
     def _fetch(self) -> list[Record]:
         return [Record(topic, partition, o, ts, ts_type, k, v, h)
@@ -449,3 +454,7 @@ class GroupConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _fetch_of(held: tuple[TP, PartitionReader]) -> Fetched | None:
+    return held[1].fetch()

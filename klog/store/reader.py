@@ -10,7 +10,8 @@ one place that decides which records of a fetch are in range.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from klog.errors import CorruptLogError
 from klog.store import codec
@@ -19,6 +20,8 @@ from klog.store.log import FetchedBatch, PartitionLog
 from klog.store.partition import Partition
 from klog.store.plain import Plain
 from klog.store.txn import StableView
+
+C = TypeVar("C")  # a cursor of reads_in_turn
 
 
 class Fetched(Plain):
@@ -192,3 +195,26 @@ class PartitionReader:
         """Fetch until there is nothing more (up to `stop`, or the end as it is now)."""
         while (fetched := self.fetch()) is not None:
             yield fetched
+
+
+def reads_in_turn(cursors: Sequence[C], fetch: Callable[[C], Fetched | None], start: int,
+                  budget: int) -> tuple[list[tuple[C, Fetched]], int]:
+    """One poll of several partitions: `fetch` of each cursor in turn from index `start`, until
+    `budget` bytes were read or every cursor was asked once (whole batches: the last read may pass
+    the budget). Returns the reads and the index the next poll starts at, so that every partition
+    gets its turn however much the first ones hold, and a poll of 1,000 partitions holds a budget
+    of reads, not 1,000 of them."""
+    n = len(cursors)
+    start = start % n if n else 0
+    out: list[tuple[C, Fetched]] = []
+    read = 0
+    for k in range(n):
+        cursor = cursors[(start + k) % n]
+        fetched = fetch(cursor)
+        if fetched is None:
+            continue
+        out.append((cursor, fetched))
+        read += fetched.nbytes
+        if read >= budget:
+            return out, (start + k + 1) % n
+    return out, start

@@ -4,6 +4,7 @@
   until POLL_READ_BYTES, from where the last poll stopped: one read of every partition per poll
   held a topic of 1,000 partitions' reads at once, with their decoded records (`klog mirror` of
   100 partitions of 2.3 MB each peaked at 455 MB, of one such partition at 52 MB).
+- A group consumer's poll reads the partitions it holds the same way.
 - A consumer merging partitions by timestamp (`klog consume` of several partitions) holds a read of
   each while the merge waits on it: the partitions share MERGED_READ_BYTES.
 """
@@ -73,6 +74,29 @@ def test_poll_chunks_keeps_the_budget_too(store, monkeypatch) -> None:
             for _, p, records in chunks:
                 counts[p] += len(records)
     assert counts == {p: PER_PARTITION for p in range(PARTITIONS)}
+
+
+def test_a_group_consumers_poll_keeps_the_budget_too(store, monkeypatch) -> None:
+    import klog.client.group as group_module
+
+    _fill(store)
+    monkeypatch.setattr(group_module, "POLL_READ_BYTES", 100_000)
+    seen: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    consumer = store.group_consumer("g", "t", follow=False)
+    try:
+        for _ in range(1_000):
+            records = consumer.poll(timeout_ms=2_000)
+            if not records:
+                break
+            assert len({r.partition for r in records}) <= 2, "past its budget a poll reads no more partitions"
+            for r in records:
+                seen[r.partition].append(r.key)
+        else:
+            pytest.fail("the polls never ran out of records")
+    finally:
+        consumer.close()
+    for p, keys in seen.items():
+        assert keys == [b"%d-%d" % (p, i) for i in range(PER_PARTITION)], p
 
 
 def test_one_poll_of_a_few_small_partitions_still_reads_them_all(store) -> None:
