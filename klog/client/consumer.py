@@ -186,9 +186,7 @@ class Consumer(ConsumerBase):
         self.cursors = [self._cursor(t, p) for t in topics for p in resolve_partitions(store, t, partitions)]
         self._poll_next = 0  # the cursor the next poll() reads first
         if merge and len(self.cursors) > 1:  # each holds a read while the merge waits on it
-            share = max(MERGED_READ_BYTES_MIN, MERGED_READ_BYTES // len(self.cursors))
-            for cursor in self.cursors:
-                cursor.share(share)
+            self._share_reads(MERGED_READ_BYTES // len(self.cursors))
         # a follower out of records calls this before each poll with the seconds waited so far (0 first):
         # flush output, show a hint
         self.on_wait: Callable[[float], None] | None = None
@@ -196,6 +194,12 @@ class Consumer(ConsumerBase):
         # skipped, offset reading resumes at, the error) - `klog consume --skip-damaged`
         self.on_damage: Callable[[str, int, int, int, CorruptLogError], None] | None = None
         self._topic_ids = {t: store.topic(t).topic_id for t in topics} if follow else {}
+
+    def _share_reads(self, share: int) -> None:
+        """Partitions merged by timestamp: each reads at most `share` bytes at a time (not under
+        MERGED_READ_BYTES_MIN; a larger batch still comes whole)."""
+        for cursor in self.cursors:
+            cursor.share(max(MERGED_READ_BYTES_MIN, share))
 
     def _cursor(self, topic: str, partition: int) -> PartitionCursor:
         part = self.store.partition(topic, partition)

@@ -6,7 +6,7 @@
   100 partitions of 2.3 MB each peaked at 455 MB, of one such partition at 52 MB).
 - A group consumer's poll reads the partitions it holds the same way.
 - A consumer merging partitions by timestamp (`klog consume` of several partitions) holds a read of
-  each while the merge waits on it: the partitions share MERGED_READ_BYTES.
+  each while the merge waits on it: the partitions share MERGED_READ_BYTES, through a cluster too.
 """
 
 from __future__ import annotations
@@ -131,6 +131,27 @@ def test_merged_reads_of_small_shares_give_every_record_in_time_order(store) -> 
             c.share(1)  # (each read: one whole batch)
         values = [r.value for r in consumer]
     assert values == [b"%d" % i for i in range(2_000)]
+
+
+def test_a_cluster_consumer_merging_partitions_asks_for_a_share_per_answer(kafka_server, store) -> None:
+    """klog consume -b of a wide topic (FetchConsumer): each partition's Fetch answer is capped by
+    its share too (PARTITION_BYTES, 16 MiB, otherwise: 1,000 partitions merged could hold 16 GB)."""
+    from klog.client.remote import fetch_consumer
+    from klog.client.remote.store import RemoteStore
+    from klog.client.remote.target import ClusterTarget
+
+    store.create_topic("wide", partitions=64)
+    with store.producer(batch_size=2048) as producer:
+        for i in range(3_000):
+            producer.send("wide", b"%d" % i, partition=i % 64, timestamp=1_000_000 + i)
+    with RemoteStore(ClusterTarget(kafka_server.bootstrap, {})) as remote:
+        with remote.consumer("wide") as merged:
+            assert isinstance(merged, fetch_consumer.FetchConsumer)
+            assert {c.part._max_bytes for c in merged.cursors} == {MERGED_READ_BYTES // 64}
+            values = [r.value for r in merged]
+        with remote.consumer("wide", merge=False) as unmerged:
+            assert {c.part._max_bytes for c in unmerged.cursors} == {fetch_consumer.PARTITION_BYTES}
+    assert values == [b"%d" % i for i in range(3_000)]
 
 
 @pytest.mark.slow  # ~10 s: 60 MB written into 1 and into 60 partitions, each mirrored by a klog process

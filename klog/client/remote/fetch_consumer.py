@@ -22,7 +22,7 @@ from klog.client.remote.fetch import OFFSET_OUT_OF_RANGE, Fetcher, PartitionAnsw
 from klog.errors import CorruptLogError, KlogError
 from klog.protocol.errors import error_name
 from klog.store import codec
-from klog.store.limits import CLUSTER_PARTITION_FETCH_BYTES
+from klog.store.limits import CLUSTER_PARTITION_FETCH_BYTES, MERGED_READ_BYTES_MIN
 from klog.store.log import FetchedBatch
 from klog.store.txn import READ_UNCOMMITTED
 from klog.store.walk import Tail, walk_batches
@@ -73,6 +73,11 @@ class FetchPartition:
         self._waited: tuple[int, PartitionAnswer] | None = None  # a follower's long poll, kept for read()
         self._max_bytes = PARTITION_BYTES
         self.where = f"{topic}-{partition} at {fetcher.store.target.label}"
+
+    def share(self, max_bytes: int) -> None:
+        """Ask for at most `max_bytes` an answer (one of many partitions merged by timestamp: each
+        holds an answer while the merge waits on it); a batch larger than that is still fetched whole."""
+        self._max_bytes = min(self._max_bytes, max_bytes)
 
     def log_start_offset(self) -> int:
         return self.low
@@ -152,6 +157,12 @@ class FetchConsumer(Consumer):
         except BaseException:
             self._fetcher.close()
             raise
+
+    def _share_reads(self, share: int) -> None:
+        """As the local consumer's, over this partition's Fetch answers (PARTITION_BYTES each
+        otherwise: 1,000 partitions merged could hold 16 GB)."""
+        for cursor in self.cursors:
+            cursor.part.share(max(MERGED_READ_BYTES_MIN, min(PARTITION_BYTES, share)))  # type: ignore[attr-defined]
 
     def _cursor(self, topic: str, partition: int) -> PartitionCursor:
         low, high, at = self._offsets(topic)
