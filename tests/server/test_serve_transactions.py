@@ -71,9 +71,9 @@ def test_confluent_commit_and_abort_read_committed(kafka_server):
         producer.produce("t", value=b"c%d" % i, partition=i % 2)
     producer.commit_transaction(30)
     producer.begin_transaction()
-    for i in range(6):
+    for i in range(6):  # one batch each (flushed): the aborted range starts at the first, not the last
         producer.produce("t", value=b"a%d" % i, partition=i % 2)
-    producer.flush(30)
+        producer.flush(30)
     producer.abort_transaction(30)
     producer.begin_transaction()
     producer.produce("t", value=b"last", partition=0)
@@ -94,13 +94,15 @@ def test_open_transaction_holds_read_committed_readers_at_its_start(kafka_server
     plain.produce("lso", value=b"before")
     plain.flush(30)
     producer.begin_transaction()
-    producer.produce("lso", value=b"inside")
-    producer.flush(30)
+    for value in (b"inside-1", b"inside-2"):  # two batches: the LSO stays at the first one's offset
+        producer.produce("lso", value=value)
+        producer.flush(30)
     plain.produce("lso", value=b"after")
     plain.flush(30)
     assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", limit_s=8) == [b"before"]
     producer.commit_transaction(30)
-    assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", expect=3) == [b"before", b"inside", b"after"]
+    assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", expect=4) == [
+        b"before", b"inside-1", b"inside-2", b"after"]
 
 
 def test_second_instance_fences_the_first(kafka_server):
