@@ -87,9 +87,11 @@ def test_confluent_commit_and_abort_read_committed(kafka_server):
 @pytest.mark.slow
 def test_open_transaction_holds_read_committed_readers_at_its_start(kafka_server):
     """While a transaction is open, read_committed readers stop before its first record (the last
-    stable offset), and records after it from other producers wait too; its commit releases all."""
+    stable offset: the oldest open transaction's), and records after it from other producers wait
+    too; its commit releases those up to the next open transaction, whose commit releases all."""
     kafka_server.store.create_topic("lso")
     producer = _txn_producer(kafka_server.bootstrap, "tx-lso")
+    later = _txn_producer(kafka_server.bootstrap, "tx-lso-later")
     plain = ck.Producer({"bootstrap.servers": kafka_server.bootstrap})
     plain.produce("lso", value=b"before")
     plain.flush(30)
@@ -99,10 +101,16 @@ def test_open_transaction_holds_read_committed_readers_at_its_start(kafka_server
         producer.flush(30)
     plain.produce("lso", value=b"after")
     plain.flush(30)
+    later.begin_transaction()  # a second open transaction, begun after the first
+    later.produce("lso", value=b"later")
+    later.flush(30)
     assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", limit_s=8) == [b"before"]
     producer.commit_transaction(30)
-    assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", expect=4) == [
+    assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", limit_s=8) == [
         b"before", b"inside-1", b"inside-2", b"after"]
+    later.commit_transaction(30)
+    assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", expect=5) == [
+        b"before", b"inside-1", b"inside-2", b"after", b"later"]
 
 
 def test_second_instance_fences_the_first(kafka_server):
