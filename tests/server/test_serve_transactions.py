@@ -527,6 +527,7 @@ def test_list_describe_transactions_and_producers(kafka_server):
         assert [(s.transactional_id, int(s.producer_id), s.transaction_state) for s in listed.transaction_states] == [
             ("admin-tx", pid, "Ongoing")]
         assert c.send(66, 0, state_filters=("CompleteCommit",), producer_id_filters=()).transaction_states == ()
+        assert c.send(66, 0, state_filters=(), producer_id_filters=(pid + 1,)).transaction_states == ()
         # v1's duration filter (KIP-994): only transactions running longer than it
         def running_longer_than(ms: int) -> int:
             return len(c.send(66, 1, state_filters=(), producer_id_filters=(), duration_filter=ms).transaction_states)
