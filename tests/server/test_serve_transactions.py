@@ -167,10 +167,13 @@ def test_consume_transform_produce_commits_offsets_with_the_output(kafka_server)
         else:
             producer.flush(30)
             producer.abort_transaction(30)
+    producer.begin_transaction()  # the abort ended its transaction: this one is read after it
+    producer.produce("out", value=b"END")
+    producer.commit_transaction(30)
     (tp,) = consumer.committed([ck.TopicPartition("in", 0)], timeout=10)
     assert tp.offset == 3  # the committed transaction's offset; the aborted one's was dropped
     consumer.close()
-    assert _read_all(kafka_server.bootstrap, "out", 1, "read_committed", expect=3) == [b"V0", b"V1", b"V2"]
+    assert _read_all(kafka_server.bootstrap, "out", 1, "read_committed", expect=4) == [b"V0", b"V1", b"V2", b"END"]
 
 
 def test_aiokafka_transactional_producer_and_send_offsets(kafka_server):
