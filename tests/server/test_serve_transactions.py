@@ -192,12 +192,14 @@ def test_aiokafka_transactional_producer_and_send_offsets(kafka_server):
             await producer.begin_transaction()
             await producer.send_and_wait("ai", b"gone", partition=1)
             await producer.abort_transaction()
+            async with producer.transaction():  # the abort ended its transaction: this one is read after it
+                await producer.send_and_wait("ai", b"after", partition=1)
         finally:
             await producer.stop()
 
     asyncio.run(run())
-    assert sorted(_read_all(kafka_server.bootstrap, "ai", 2, "read_committed", expect=4)) == [
-        b"ok0", b"ok1", b"ok2", b"ok3"]
+    assert sorted(_read_all(kafka_server.bootstrap, "ai", 2, "read_committed", expect=5)) == [
+        b"after", b"ok0", b"ok1", b"ok2", b"ok3"]
     from klog.meta.groups import GroupsMeta
 
     committed = GroupsMeta(store.meta).committed("aio-group")
