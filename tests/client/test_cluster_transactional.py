@@ -52,9 +52,13 @@ def test_commit_abort_exception_and_offsets_through_a_cluster(kafka_server, data
             raise RuntimeError("the block failed")
         with pytest.raises(UsageError, match="begin"):
             producer.send("t", b"outside a transaction")
-    assert sorted(_read_all(kafka_server.bootstrap, "t", 2, "read_committed")) == [b"c0", b"c1", b"c2", b"c3"]
+        with producer.transaction():  # the aborts ended their transactions: this one is read after them
+            producer.send("t", b"after", partition=0)
+            producer.send("t", b"after", partition=1)
+    assert sorted(_read_all(kafka_server.bootstrap, "t", 2, "read_committed")) == [
+        b"after", b"after", b"c0", b"c1", b"c2", b"c3"]
     uncommitted = sorted(_read_all(kafka_server.bootstrap, "t", 2, "read_uncommitted"))
-    assert uncommitted == [b"aborted-1", b"aborted-2", b"c0", b"c1", b"c2", b"c3", b"raised"]
+    assert uncommitted == [b"aborted-1", b"aborted-2", b"after", b"after", b"c0", b"c1", b"c2", b"c3", b"raised"]
     assert _committed_offset(kafka_server.bootstrap, "remote-group", "in", 0) == 10
 
 

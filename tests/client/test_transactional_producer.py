@@ -28,8 +28,9 @@ def test_commit_abort_and_exception(data_dir):
                 for i in range(4):
                     producer.send("t", b"c%d" % i, partition=i % 2)
             producer.begin()
-            producer.send("t", b"aborted", partition=1)
-            producer.flush()  # written, then aborted
+            for value in (b"aborted-1", b"aborted-2"):  # two batches, written, then aborted
+                producer.send("t", value, partition=1)
+                producer.flush()
             producer.abort()
             with pytest.raises(RuntimeError), producer.transaction():
                 producer.send("t", b"raised", partition=0)
@@ -37,9 +38,13 @@ def test_commit_abort_and_exception(data_dir):
                 raise RuntimeError("the block failed")
             with pytest.raises(UsageError):
                 producer.send("t", b"outside a transaction")
-        assert sorted(_committed_values(store, "t")) == [b"c0", b"c1", b"c2", b"c3"]
+            # the aborts ended their transactions: the next commit carries only its own records
+            with producer.transaction():
+                producer.send("t", b"after", partition=1)
+                producer.send("t", b"after", partition=0)
+        assert sorted(_committed_values(store, "t")) == [b"after", b"after", b"c0", b"c1", b"c2", b"c3"]
         uncommitted = sorted(r.value for r in store.consumer("t"))
-        assert uncommitted == [b"aborted", b"c0", b"c1", b"c2", b"c3", b"raised"]
+        assert uncommitted == [b"aborted-1", b"aborted-2", b"after", b"after", b"c0", b"c1", b"c2", b"c3", b"raised"]
 
 
 def test_bulk_sends_after_an_abort_are_committed(data_dir):

@@ -71,9 +71,9 @@ def test_confluent_commit_and_abort_read_committed(kafka_server):
         producer.produce("t", value=b"c%d" % i, partition=i % 2)
     producer.commit_transaction(30)
     producer.begin_transaction()
-    for i in range(6):
+    for i in range(6):  # one batch each (flushed): the aborted range starts at the first, not the last
         producer.produce("t", value=b"a%d" % i, partition=i % 2)
-    producer.flush(30)
+        producer.flush(30)
     producer.abort_transaction(30)
     producer.begin_transaction()
     producer.produce("t", value=b"last", partition=0)
@@ -87,20 +87,30 @@ def test_confluent_commit_and_abort_read_committed(kafka_server):
 @pytest.mark.slow
 def test_open_transaction_holds_read_committed_readers_at_its_start(kafka_server):
     """While a transaction is open, read_committed readers stop before its first record (the last
-    stable offset), and records after it from other producers wait too; its commit releases all."""
+    stable offset: the oldest open transaction's), and records after it from other producers wait
+    too; its commit releases those up to the next open transaction, whose commit releases all."""
     kafka_server.store.create_topic("lso")
     producer = _txn_producer(kafka_server.bootstrap, "tx-lso")
+    later = _txn_producer(kafka_server.bootstrap, "tx-lso-later")
     plain = ck.Producer({"bootstrap.servers": kafka_server.bootstrap})
     plain.produce("lso", value=b"before")
     plain.flush(30)
     producer.begin_transaction()
-    producer.produce("lso", value=b"inside")
-    producer.flush(30)
+    for value in (b"inside-1", b"inside-2"):  # two batches: the LSO stays at the first one's offset
+        producer.produce("lso", value=value)
+        producer.flush(30)
     plain.produce("lso", value=b"after")
     plain.flush(30)
+    later.begin_transaction()  # a second open transaction, begun after the first
+    later.produce("lso", value=b"later")
+    later.flush(30)
     assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", limit_s=8) == [b"before"]
     producer.commit_transaction(30)
-    assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", expect=3) == [b"before", b"inside", b"after"]
+    assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", limit_s=8) == [
+        b"before", b"inside-1", b"inside-2", b"after"]
+    later.commit_transaction(30)
+    assert _read_all(kafka_server.bootstrap, "lso", 1, "read_committed", expect=5) == [
+        b"before", b"inside-1", b"inside-2", b"after", b"later"]
 
 
 def test_second_instance_fences_the_first(kafka_server):
@@ -157,10 +167,13 @@ def test_consume_transform_produce_commits_offsets_with_the_output(kafka_server)
         else:
             producer.flush(30)
             producer.abort_transaction(30)
+    producer.begin_transaction()  # the abort ended its transaction: this one is read after it
+    producer.produce("out", value=b"END")
+    producer.commit_transaction(30)
     (tp,) = consumer.committed([ck.TopicPartition("in", 0)], timeout=10)
     assert tp.offset == 3  # the committed transaction's offset; the aborted one's was dropped
     consumer.close()
-    assert _read_all(kafka_server.bootstrap, "out", 1, "read_committed", expect=3) == [b"V0", b"V1", b"V2"]
+    assert _read_all(kafka_server.bootstrap, "out", 1, "read_committed", expect=4) == [b"V0", b"V1", b"V2", b"END"]
 
 
 def test_aiokafka_transactional_producer_and_send_offsets(kafka_server):
@@ -179,12 +192,14 @@ def test_aiokafka_transactional_producer_and_send_offsets(kafka_server):
             await producer.begin_transaction()
             await producer.send_and_wait("ai", b"gone", partition=1)
             await producer.abort_transaction()
+            async with producer.transaction():  # the abort ended its transaction: this one is read after it
+                await producer.send_and_wait("ai", b"after", partition=1)
         finally:
             await producer.stop()
 
     asyncio.run(run())
-    assert sorted(_read_all(kafka_server.bootstrap, "ai", 2, "read_committed", expect=4)) == [
-        b"ok0", b"ok1", b"ok2", b"ok3"]
+    assert sorted(_read_all(kafka_server.bootstrap, "ai", 2, "read_committed", expect=5)) == [
+        b"after", b"ok0", b"ok1", b"ok2", b"ok3"]
     from klog.meta.groups import GroupsMeta
 
     committed = GroupsMeta(store.meta).committed("aio-group")
@@ -401,7 +416,9 @@ def test_restart_completes_a_prepared_commit_once(data_dir):
     with klog.open(data_dir) as store:
         from klog.server import Server
 
-        with Server(store=store, listen=("127.0.0.1", 0)) as server:
+        # the start's recovery must do it: no timer pass (which completes a stale Prepare* too) comes
+        # before the deadline
+        with Server(store=store, listen=("127.0.0.1", 0), transactions={"cleanup_interval_ms": 600_000}) as server:
             deadline = time.monotonic() + 20
             while TxnCoordinatorState.of(store, "rc") != tx.COMPLETE_COMMIT and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -515,6 +532,7 @@ def test_list_describe_transactions_and_producers(kafka_server):
         assert [(s.transactional_id, int(s.producer_id), s.transaction_state) for s in listed.transaction_states] == [
             ("admin-tx", pid, "Ongoing")]
         assert c.send(66, 0, state_filters=("CompleteCommit",), producer_id_filters=()).transaction_states == ()
+        assert c.send(66, 0, state_filters=(), producer_id_filters=(pid + 1,)).transaction_states == ()
         # v1's duration filter (KIP-994): only transactions running longer than it
         def running_longer_than(ms: int) -> int:
             return len(c.send(66, 1, state_filters=(), producer_id_filters=(), duration_filter=ms).transaction_states)

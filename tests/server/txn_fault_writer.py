@@ -51,6 +51,8 @@ def main() -> int:
             producer.begin_transaction()
             for partition, value in values:
                 producer.produce(topic, value=value.encode(), partition=partition)
+                if rng.random() < 0.4:  # a batch of its own: transactions of several batches in a partition
+                    producer.flush(10)
             if commit:
                 producer.commit_transaction(10)
                 log(op="commit-ok", txn=txn)

@@ -45,6 +45,23 @@ def test_a_read_committed_scan_resuming_in_a_segment_swapped_under_it_reads_one_
     assert view._scan_base == log.bases[-1]
 
 
+def test_scans_stopped_in_a_segment_compaction_then_rewrites_walk_the_new_file_from_its_start(store):
+    """The swap lands between two fetches (not during a walk): each view resumes where it stopped
+    in the old file, a position the rewritten one does not share; it must notice the new file and
+    walk it from the start, never read a header at the old position (CorruptLogError)."""
+    _, log = _compacted_log(store)
+    base, after = log.bases[2], log.bases[3]
+    hw = store.partition("c", 0).high_watermark()
+    views = [StableView(log) for _ in range(min(6, after - base - 1))]
+    for k, view in enumerate(views, start=1):  # stopped after 1, 2, ... batches of segment `base`
+        assert view.refresh(base + k) == base + k
+        assert view._scan_base == base and view._scan_pos > 0
+    (report,) = lifecycle.compact(store, "c", clock=clock_at(NOW))
+    assert report.segments_rewritten and base in log.segments
+    assert [view.refresh(hw) for view in views] == [hw] * len(views)
+    assert not _deleted_files_open()
+
+
 def _swap_mid_walk(monkeypatch, store, log, base: int) -> list:  # noqa: ANN001
     """Compact `c` once, after a walk of segment `base`'s headers has read its first 64-byte chunk
     (headers are parsed from small reads here, so the walk reads on after the swap)."""
