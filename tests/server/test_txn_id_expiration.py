@@ -58,7 +58,7 @@ def test_serve_expires_idle_ids_per_the_store_defaults(data_dir):
 
     with klog.open(data_dir) as store:
         store.create_topic("t")
-    set_defaults(data_dir, **{"transactional_id_expiration_ms": "500",
+    set_defaults(data_dir, **{"transactional_id_expiration_ms": "2000",
                               "transaction_abort_timed_out_transaction_cleanup_interval_ms": "100"})
     with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
         producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{server.port}", "transactional.id": "short-lived"})
