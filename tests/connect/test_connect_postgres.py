@@ -247,6 +247,7 @@ def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kil
 
     import klog
     from tests.connect.helpers import start_cli, stop_cli, wait_started, write_config
+    from tests.klog_processes import run_klog
 
     pg_db.execute("CREATE TABLE eos (id int PRIMARY KEY, version int)")
     config = write_config(str(tmp_path / "pg.json"), cdc(pg_db, **{
@@ -312,3 +313,18 @@ def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kil
     for c in changes:
         by_tx.setdefault(c["source"]["txId"], []).append(c)
     assert sorted(len(v) for v in by_tx.values()) == sorted([per_tx] * (rows // per_tx) + [hot // 5] * rounds + [1])
+    # ... and each database transaction is one Kafka transaction, as a consumer sees it: its changes at
+    # consecutive offsets, an end marker (an offset of its own) between two transactions
+    runs: list[set] = []
+    last = None
+    for r in committed("shop.public.eos"):
+        if last is None or r.offset != last + 1:
+            runs.append(set())
+        runs[-1].add(json.loads(r.value)["source"]["txId"])
+        last = r.offset
+    assert all(len(run) == 1 for run in runs) and len(runs) == len(by_tx)
+    # the offsets went into those transactions (kafka-dump-log's isTransactional), not beside them
+    dump = run_klog(data_dir, "dump", "connect-offsets", "--batches", "--json")
+    assert dump.returncode == 0, dump.stderr
+    batches = [b for b in map(json.loads, dump.stdout.splitlines()) if b["type"] == "batch"]
+    assert batches and all(b["transactional"] for b in batches)
