@@ -160,6 +160,14 @@ def test_cdc_topic_sinks_into_sqlite_and_postgresql_equal_to_the_source(pg_db, d
             return lite_rows == expected and pg_copy == expected
 
         wait_for(copies_match, timeout=60, what="both copies to equal the source table")
+    # auto.create made Confluent's column types (INT32 INTEGER, STRING TEXT) and the key the primary key
+    types = ("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s "
+             "ORDER BY ordinal_position")
+    assert pg_db.execute(types, ("items_copy",)) == pg_db.execute(types, ("items",)) == [
+        ("id", "integer"), ("name", "text"), ("qty", "integer")]
+    with sqlite3.connect(lite) as conn:
+        assert [(c[1], c[2], c[5]) for c in conn.execute('PRAGMA table_info("items")')] == [
+            ("id", "INTEGER", 1), ("name", "TEXT", 0), ("qty", "INTEGER", 0)]
 
 
 def test_rows_of_changing_layouts_in_one_batch_and_a_poison_record(tmp_path, data_dir):
