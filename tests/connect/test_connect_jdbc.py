@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import threading
+import time
 
 import pytest
 
@@ -104,28 +106,64 @@ def test_invalid_sink_configs_name_the_field(tmp_path):
         validate(sink_config("jdbc:sqlite:x.db", **{"insert.mode": "merge"}))
 
 
+def _consistent_offset(db) -> int:
+    """The next offset the database holds, read in one transaction with the rows: each put commits
+    its rows and their offset together, so a reader (or a crash) never finds one without the other
+    (insert.mode=insert from offset 0: as many rows as the offset)."""
+    from contextlib import closing
+
+    try:
+        with closing(sqlite3.connect(db, timeout=30)) as conn:
+            conn.execute("BEGIN")
+            offset = conn.execute("SELECT next_offset FROM __klog_connect_offsets").fetchone()
+            rows = conn.execute('SELECT count(*) FROM "rows"').fetchone()[0]
+    except sqlite3.OperationalError:  # no table yet
+        return 0
+    assert rows == (offset[0] if offset else 0), f"{rows} rows and next offset {offset}"
+    return rows
+
+
 @pytest.mark.slow
 def test_kill_9_during_a_sink_loses_and_duplicates_nothing(tmp_path, data_dir):
-    """SIGKILL the worker at several points of a long sink: the table ends with every row once."""
+    """SIGKILL the worker at several points of a long sink: the table ends with every row once, and
+    the rows and the offsets stored with them agree whenever they are read (meanwhile and after a kill)."""
     db = str(tmp_path / "out.db")
     total = 20_000
     _send(data_dir, "rows", [(i, {"id": i, "name": f"n{i}"}) for i in range(total)])
     config = write_config(str(tmp_path / "sink.json"), sink_config(f"jdbc:sqlite:{db}", **{"insert.mode": "insert"}))
+    done = threading.Event()
+    disagreements: list[str] = []
+
+    def read_meanwhile() -> None:  # a reader of the database all along, as fast as it can (bounded in time)
+        deadline = time.monotonic() + 300
+        while not done.is_set() and time.monotonic() < deadline:
+            try:
+                _consistent_offset(db)
+            except AssertionError as e:
+                disagreements.append(str(e))
+
+    reader = threading.Thread(target=read_meanwhile, daemon=True)
+    reader.start()
     killed_at = []
-    for _ in range(3):
+    try:
+        for _ in range(3):
+            proc = start_cli(data_dir, config)
+            wait_started(proc)
+            before = _consistent_offset(db)
+            wait_for(lambda b=before, p=proc: _consistent_offset(db) > b or p.poll() is not None, timeout=60)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            killed_at.append(_consistent_offset(db))
+        assert any(o < total for o in killed_at), killed_at  # the kills landed mid-way
         proc = start_cli(data_dir, config)
         wait_started(proc)
-        before = _offset(db) or 0
-        wait_for(lambda b=before, p=proc: (_offset(db) or 0) > b or p.poll() is not None, timeout=60)
-        proc.send_signal(signal.SIGKILL)
+        wait_for(lambda: _consistent_offset(db) == total, timeout=120, what="every row")
+        proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-        killed_at.append(_offset(db))
-    assert any(o < total for o in killed_at), killed_at  # the kills landed mid-way
-    proc = start_cli(data_dir, config)
-    wait_started(proc)
-    wait_for(lambda: _offset(db) == total, timeout=120, what="every row")
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
+    finally:
+        done.set()
+        reader.join(30)
+    assert not disagreements, disagreements[:3]
     with sqlite3.connect(db) as conn:
         assert conn.execute('SELECT count(*), count(DISTINCT id) FROM "rows"').fetchone() == (total, total)
 
