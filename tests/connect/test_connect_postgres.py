@@ -143,6 +143,32 @@ def test_a_restart_resumes_with_no_gap_and_no_duplicate(pg_db, data_dir):
     assert records(data_dir, "shop.public.other") == []
 
 
+def test_debezium_keys_that_shape_the_events(pg_db, data_dir):
+    """snapshot.mode=no_data, table.exclude.list, tombstones.on.delete=false, decimal.handling.mode=string,
+    and a table's REPLICA IDENTITY FULL (the whole before image; the key still the primary key, a key
+    change still a delete and a create) each change what reaches the topics as they do with Debezium."""
+    pg_db.execute("CREATE TABLE a (id int PRIMARY KEY, price numeric(10,2))")
+    pg_db.execute("ALTER TABLE a REPLICA IDENTITY FULL")
+    pg_db.execute("CREATE TABLE skipped (id int PRIMARY KEY)")
+    pg_db.execute("INSERT INTO a VALUES (1, 1.50)")  # before the start: no_data takes no snapshot of it
+    config = cdc(pg_db, **{"snapshot.mode": "no_data", "table.exclude.list": "public.skipped",
+                           "tombstones.on.delete": "false", "decimal.handling.mode": "string"})
+    with running(data_dir, config):
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        pg_db.execute("INSERT INTO skipped VALUES (1)")
+        pg_db.execute("UPDATE a SET price = 2.25 WHERE id = 1")
+        pg_db.execute("UPDATE a SET id = 2 WHERE id = 1")
+        pg_db.execute("DELETE FROM a WHERE id = 2")
+        wait_for(lambda: any(op == "d" and b["id"] == 2 for _, op, b, _ in _changes(data_dir, "shop.public.a")),
+                 what="the last delete")
+    # stopped: what the task polled is in the topic (a tombstone would have come with its delete)
+    assert _changes(data_dir, "shop.public.a") == [
+        ({"id": 1}, "u", {"id": 1, "price": "1.50"}, {"id": 1, "price": "2.25"}),
+        ({"id": 1}, "d", {"id": 1, "price": "2.25"}, None), ({"id": 2}, "c", None, {"id": 2, "price": "2.25"}),
+        ({"id": 2}, "d", {"id": 2, "price": "2.25"}, None)]
+    assert records(data_dir, "shop.public.skipped") == []
+
+
 def test_keys_debezium_has_and_klog_does_not_are_named(pg_db):
     from klog.connect.worker import ignored_warning, validate
 
