@@ -94,6 +94,42 @@ def test_auto_evolve_adds_a_column_and_schemaless_json_is_inferred(tmp_path, dat
     assert sqlite_rows(db) == [(1, "a", None), (2, "b", 2.5)]
 
 
+def test_pk_modes_record_value_and_kafka_and_insert_mode_update(tmp_path, data_dir):
+    """Confluent's other key and write modes, each a connector over the same three records:
+    pk.mode=record_value with pk.fields (an upsert by the value's id), pk.mode=kafka (a row per
+    record, keyed by its topic, partition and offset), insert.mode=update (existing rows changed,
+    none added)."""
+    db = str(tmp_path / "out.db")
+    with sqlite3.connect(db) as conn:
+        conn.execute('CREATE TABLE "updated" (id INTEGER PRIMARY KEY, name TEXT)')
+        conn.execute("INSERT INTO updated VALUES (1, 'x')")
+    _send(data_dir, "rows", [(1, {"id": 1, "name": "a"}), (2, {"id": 2, "name": "b"}), (1, {"id": 1, "name": "A"})])
+    by_value = sink_config(f"jdbc:sqlite:{db}", **{"name": "by-value", "pk.mode": "record_value",
+                                                    "pk.fields": "id", "delete.enabled": "false",
+                                                    "table.name.format": "by_value"})
+    by_kafka = sink_config(f"jdbc:sqlite:{db}", **{"name": "by-kafka", "pk.mode": "kafka", "insert.mode": "insert",
+                                                    "delete.enabled": "false", "table.name.format": "by_kafka"})
+    update = sink_config(f"jdbc:sqlite:{db}", **{"name": "update", "insert.mode": "update",
+                                                  "table.name.format": "updated"})
+
+    def offsets() -> dict:
+        try:
+            with sqlite3.connect(db) as conn:
+                return dict(conn.execute("SELECT connector, next_offset FROM __klog_connect_offsets").fetchall())
+        except sqlite3.OperationalError:
+            return {}
+
+    with running(data_dir, by_value, by_kafka, update):
+        wait_for(lambda: offsets() == {"by-value": 3, "by-kafka": 3, "update": 3}, what="the three records, thrice")
+    assert sqlite_rows(db, "by_value") == [(1, "A"), (2, "b")]
+    assert sqlite_rows(db, "by_kafka") == [("rows", 0, 0, 1, "a"), ("rows", 0, 1, 2, "b"), ("rows", 0, 2, 1, "A")]
+    assert sqlite_rows(db, "updated") == [(1, "A")]
+    with sqlite3.connect(db) as conn:
+        keys = {t: [c[1] for c in sorted(conn.execute(f'PRAGMA table_info("{t}")'), key=lambda c: c[5]) if c[5]]
+                for t in ("by_value", "by_kafka")}
+    assert keys == {"by_value": ["id"], "by_kafka": ["__connect_topic", "__connect_partition", "__connect_offset"]}
+
+
 def test_invalid_sink_configs_name_the_field(tmp_path):
     from klog.connect.errors import ConfigError
     from klog.connect.worker import validate
