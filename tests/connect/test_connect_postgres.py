@@ -247,18 +247,25 @@ def test_kill_9_during_a_100000_row_load_keeps_every_change_in_commit_order_per_
     proc = run()
     wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
     loader.start()
+
+    def delivering() -> bool:  # the load runs, or its last transaction's offset is not stored yet
+        return loader.is_alive() or not last_tx or not any(o.get("txId") == last_tx[0]
+                                                            for o in _offsets(data_dir)[-3:])
+
+    killed_mid_delivery = []
     for _ in range(4):
         stored = len(_offsets(data_dir))
         wait_for(lambda p=proc, n=stored: p.poll() is not None or len(_offsets(data_dir)) > n, timeout=60,
                  what="progress before the kill")
         time.sleep(rng.uniform(0.1, 0.8))
+        killed_mid_delivery.append(delivering())
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         proc = run()
     loader.join(timeout=120)
     assert last_tx, "the loader did not finish"
-    wait_for(lambda: any(o.get("txId") == last_tx[0] for o in _offsets(data_dir)[-3:]), timeout=120,
-             what="the last transaction's offset")
+    assert any(killed_mid_delivery), "every kill came after the last change was delivered"
+    wait_for(lambda: not delivering(), timeout=120, what="the last transaction's offset")
     code, err = stop_cli(proc, signal.SIGTERM)
     assert code == 143, err
     seen: dict = {}
@@ -332,19 +339,26 @@ def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kil
     loader = threading.Thread(target=load)
     loader.start()
     rng = random.Random(3)
+
+    def delivering() -> bool:  # the load runs, or its last transaction's offset is not committed yet
+        return loader.is_alive() or not last_tx or not any(json.loads(r.value).get("txId") == last_tx[0]
+                                                            for r in committed("connect-offsets")[-3:])
+
+    killed_mid_delivery = []
     for _ in range(2):
         stored = len(committed("connect-offsets"))
         wait_for(lambda p=proc, n=stored: p.poll() is not None or len(committed("connect-offsets")) > n, timeout=60,
                  what="a transaction committed before the kill")
         time.sleep(rng.uniform(0.05, 0.5))
+        killed_mid_delivery.append(delivering())
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         proc = run()
     loader.join(timeout=120)
     assert last_tx, "the loader did not finish"
+    assert any(killed_mid_delivery), "every kill came after the last change was delivered"
     try:
-        wait_for(lambda: any(json.loads(r.value).get("txId") == last_tx[0] for r in committed("connect-offsets")[-3:]),
-                 timeout=120, what="the last transaction's offset")
+        wait_for(lambda: not delivering(), timeout=120, what="the last transaction's offset")
     except AssertionError as e:
         _, err = stop_cli(proc, signal.SIGKILL)
         raise AssertionError(f"{e}; the worker said: {err[-3000:]}") from None
