@@ -44,7 +44,7 @@ def _read_committed(bootstrap: str, topic: str, want: int) -> list[bytes]:
 
 
 @pytest.mark.slow
-def test_exactly_once_source_against_a_cluster(tmp_path, kafka_server):
+def test_exactly_once_source_against_a_cluster(tmp_path, data_dir, kafka_server):
     from klog.client.remote.store import RemoteStore
     from klog.client.remote.target import ClusterTarget
     from klog.connect.worker import Worker
@@ -79,3 +79,16 @@ def test_exactly_once_source_against_a_cluster(tmp_path, kafka_server):
     finally:
         store.close()
     assert offsets[-1][0] == ["fs", {"filename": str(source)}] and offsets[-1][1]["position"] == 6
+    # the records and the offsets were written inside transactions, as the cluster's log shows them
+    # (kafka-dump-log's isTransactional, isControl): an end marker after each worker's lines
+    lines, offset_batches = _batches(data_dir, "lines"), _batches(data_dir, "connect-offsets")
+    assert all(b["transactional"] for b in lines + offset_batches) and offset_batches
+    assert lines[-1]["control"] and sum(b["control"] for b in lines) >= 2
+
+
+def _batches(data_dir: str, topic: str) -> list[dict]:
+    from tests.klog_processes import run_klog
+
+    dump = run_klog(data_dir, "dump", topic, "--batches", "--json")
+    assert dump.returncode == 0, dump.stderr
+    return [b for b in map(json.loads, dump.stdout.splitlines()) if b["type"] == "batch"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import threading
+import time
 
 import pytest
 
@@ -92,6 +94,42 @@ def test_auto_evolve_adds_a_column_and_schemaless_json_is_inferred(tmp_path, dat
     assert sqlite_rows(db) == [(1, "a", None), (2, "b", 2.5)]
 
 
+def test_pk_modes_record_value_and_kafka_and_insert_mode_update(tmp_path, data_dir):
+    """Confluent's other key and write modes, each a connector over the same three records:
+    pk.mode=record_value with pk.fields (an upsert by the value's id), pk.mode=kafka (a row per
+    record, keyed by its topic, partition and offset), insert.mode=update (existing rows changed,
+    none added)."""
+    db = str(tmp_path / "out.db")
+    with sqlite3.connect(db) as conn:
+        conn.execute('CREATE TABLE "updated" (id INTEGER PRIMARY KEY, name TEXT)')
+        conn.execute("INSERT INTO updated VALUES (1, 'x')")
+    _send(data_dir, "rows", [(1, {"id": 1, "name": "a"}), (2, {"id": 2, "name": "b"}), (1, {"id": 1, "name": "A"})])
+    by_value = sink_config(f"jdbc:sqlite:{db}", **{"name": "by-value", "pk.mode": "record_value",
+                                                    "pk.fields": "id", "delete.enabled": "false",
+                                                    "table.name.format": "by_value"})
+    by_kafka = sink_config(f"jdbc:sqlite:{db}", **{"name": "by-kafka", "pk.mode": "kafka", "insert.mode": "insert",
+                                                    "delete.enabled": "false", "table.name.format": "by_kafka"})
+    update = sink_config(f"jdbc:sqlite:{db}", **{"name": "update", "insert.mode": "update",
+                                                  "table.name.format": "updated"})
+
+    def offsets() -> dict:
+        try:
+            with sqlite3.connect(db) as conn:
+                return dict(conn.execute("SELECT connector, next_offset FROM __klog_connect_offsets").fetchall())
+        except sqlite3.OperationalError:
+            return {}
+
+    with running(data_dir, by_value, by_kafka, update):
+        wait_for(lambda: offsets() == {"by-value": 3, "by-kafka": 3, "update": 3}, what="the three records, thrice")
+    assert sqlite_rows(db, "by_value") == [(1, "A"), (2, "b")]
+    assert sqlite_rows(db, "by_kafka") == [("rows", 0, 0, 1, "a"), ("rows", 0, 1, 2, "b"), ("rows", 0, 2, 1, "A")]
+    assert sqlite_rows(db, "updated") == [(1, "A")]
+    with sqlite3.connect(db) as conn:
+        keys = {t: [c[1] for c in sorted(conn.execute(f'PRAGMA table_info("{t}")'), key=lambda c: c[5]) if c[5]]
+                for t in ("by_value", "by_kafka")}
+    assert keys == {"by_value": ["id"], "by_kafka": ["__connect_topic", "__connect_partition", "__connect_offset"]}
+
+
 def test_invalid_sink_configs_name_the_field(tmp_path):
     from klog.connect.errors import ConfigError
     from klog.connect.worker import validate
@@ -104,28 +142,64 @@ def test_invalid_sink_configs_name_the_field(tmp_path):
         validate(sink_config("jdbc:sqlite:x.db", **{"insert.mode": "merge"}))
 
 
+def _consistent_offset(db) -> int:
+    """The next offset the database holds, read in one transaction with the rows: each put commits
+    its rows and their offset together, so a reader (or a crash) never finds one without the other
+    (insert.mode=insert from offset 0: as many rows as the offset)."""
+    from contextlib import closing
+
+    try:
+        with closing(sqlite3.connect(db, timeout=30)) as conn:
+            conn.execute("BEGIN")
+            offset = conn.execute("SELECT next_offset FROM __klog_connect_offsets").fetchone()
+            rows = conn.execute('SELECT count(*) FROM "rows"').fetchone()[0]
+    except sqlite3.OperationalError:  # no table yet
+        return 0
+    assert rows == (offset[0] if offset else 0), f"{rows} rows and next offset {offset}"
+    return rows
+
+
 @pytest.mark.slow
 def test_kill_9_during_a_sink_loses_and_duplicates_nothing(tmp_path, data_dir):
-    """SIGKILL the worker at several points of a long sink: the table ends with every row once."""
+    """SIGKILL the worker at several points of a long sink: the table ends with every row once, and
+    the rows and the offsets stored with them agree whenever they are read (meanwhile and after a kill)."""
     db = str(tmp_path / "out.db")
     total = 20_000
     _send(data_dir, "rows", [(i, {"id": i, "name": f"n{i}"}) for i in range(total)])
     config = write_config(str(tmp_path / "sink.json"), sink_config(f"jdbc:sqlite:{db}", **{"insert.mode": "insert"}))
+    done = threading.Event()
+    disagreements: list[str] = []
+
+    def read_meanwhile() -> None:  # a reader of the database all along, as fast as it can (bounded in time)
+        deadline = time.monotonic() + 300
+        while not done.is_set() and time.monotonic() < deadline:
+            try:
+                _consistent_offset(db)
+            except AssertionError as e:
+                disagreements.append(str(e))
+
+    reader = threading.Thread(target=read_meanwhile, daemon=True)
+    reader.start()
     killed_at = []
-    for _ in range(3):
+    try:
+        for _ in range(3):
+            proc = start_cli(data_dir, config)
+            wait_started(proc)
+            before = _consistent_offset(db)
+            wait_for(lambda b=before, p=proc: _consistent_offset(db) > b or p.poll() is not None, timeout=60)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            killed_at.append(_consistent_offset(db))
+        assert any(o < total for o in killed_at), killed_at  # the kills landed mid-way
         proc = start_cli(data_dir, config)
         wait_started(proc)
-        before = _offset(db) or 0
-        wait_for(lambda b=before, p=proc: (_offset(db) or 0) > b or p.poll() is not None, timeout=60)
-        proc.send_signal(signal.SIGKILL)
+        wait_for(lambda: _consistent_offset(db) == total, timeout=120, what="every row")
+        proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-        killed_at.append(_offset(db))
-    assert any(o < total for o in killed_at), killed_at  # the kills landed mid-way
-    proc = start_cli(data_dir, config)
-    wait_started(proc)
-    wait_for(lambda: _offset(db) == total, timeout=120, what="every row")
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
+    finally:
+        done.set()
+        reader.join(30)
+    assert not disagreements, disagreements[:3]
     with sqlite3.connect(db) as conn:
         assert conn.execute('SELECT count(*), count(DISTINCT id) FROM "rows"').fetchone() == (total, total)
 
@@ -160,6 +234,14 @@ def test_cdc_topic_sinks_into_sqlite_and_postgresql_equal_to_the_source(pg_db, d
             return lite_rows == expected and pg_copy == expected
 
         wait_for(copies_match, timeout=60, what="both copies to equal the source table")
+    # auto.create made Confluent's column types (INT32 INTEGER, STRING TEXT) and the key the primary key
+    types = ("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s "
+             "ORDER BY ordinal_position")
+    assert pg_db.execute(types, ("items_copy",)) == pg_db.execute(types, ("items",)) == [
+        ("id", "integer"), ("name", "text"), ("qty", "integer")]
+    with sqlite3.connect(lite) as conn:
+        assert [(c[1], c[2], c[5]) for c in conn.execute('PRAGMA table_info("items")')] == [
+            ("id", "INTEGER", 1), ("name", "TEXT", 0), ("qty", "INTEGER", 0)]
 
 
 def test_rows_of_changing_layouts_in_one_batch_and_a_poison_record(tmp_path, data_dir):

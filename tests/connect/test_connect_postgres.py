@@ -122,11 +122,14 @@ def test_big_transaction_new_column_truncate_and_the_topic_replays_to_the_table(
 
 def test_a_restart_resumes_with_no_gap_and_no_duplicate(pg_db, data_dir):
     pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    pg_db.execute("CREATE TABLE other (id int PRIMARY KEY, v int)")  # in the publication, not in table.include.list
     pg_db.execute("INSERT INTO t VALUES (1, 0)")
+    pg_db.execute("INSERT INTO other VALUES (1, 0)")
     config = cdc(pg_db, **{"table.include.list": "public.t"})
     with running(data_dir, config):
         wait_for(lambda: len(records(data_dir, "shop.public.t")) == 1, what="the snapshot")
         for i in range(1, 4):
+            pg_db.execute("UPDATE other SET v = %s WHERE id = 1", (i,))
             pg_db.execute("UPDATE t SET v = %s WHERE id = 1", (i,))
         wait_for(lambda: len(records(data_dir, "shop.public.t")) == 4)
     for i in range(4, 7):  # while stopped: the slot keeps them
@@ -136,6 +139,54 @@ def test_a_restart_resumes_with_no_gap_and_no_duplicate(pg_db, data_dir):
         wait_for(lambda: len(records(data_dir, "shop.public.t")) >= 8)
     versions = [after["v"] for _, _, _, after in _changes(data_dir, "shop.public.t")]
     assert versions == list(range(8))  # every change once, in commit order; no second snapshot
+    # t's changes came after other's in the same stream: a table outside table.include.list was read and left out
+    assert records(data_dir, "shop.public.other") == []
+
+
+def test_a_restart_in_the_middle_of_a_transaction_delivers_the_rest_of_it(pg_db, data_dir):
+    """A worker stopped while one 2,000-row transaction is part delivered (one change a poll): the next
+    run delivers exactly the changes after the last one delivered, none twice, none missing."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    config = cdc(pg_db, **{"table.include.list": "public.t", "max.batch.size": "1"})
+
+    def last_id() -> int:
+        topic = records(data_dir, "shop.public.t")
+        return json.loads(topic[-1].value)["payload"]["after"]["id"] if topic else 0
+
+    with running(data_dir, config):
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        pg_db.execute("INSERT INTO t SELECT g FROM generate_series(1, 2000) g")  # one transaction
+        wait_for(lambda: _count(data_dir, "shop.public.t") >= 50, what="part of the transaction")
+    assert last_id() < 2000  # stopped in the middle of it
+    with running(data_dir, config):
+        wait_for(lambda: last_id() == 2000, timeout=60, what="the rest of the transaction")
+    assert [after["id"] for _, _, _, after in _changes(data_dir, "shop.public.t")] == list(range(1, 2001))
+
+
+def test_debezium_keys_that_shape_the_events(pg_db, data_dir):
+    """snapshot.mode=no_data, table.exclude.list, tombstones.on.delete=false, decimal.handling.mode=string,
+    and a table's REPLICA IDENTITY FULL (the whole before image; the key still the primary key, a key
+    change still a delete and a create) each change what reaches the topics as they do with Debezium."""
+    pg_db.execute("CREATE TABLE a (id int PRIMARY KEY, price numeric(10,2))")
+    pg_db.execute("ALTER TABLE a REPLICA IDENTITY FULL")
+    pg_db.execute("CREATE TABLE skipped (id int PRIMARY KEY)")
+    pg_db.execute("INSERT INTO a VALUES (1, 1.50)")  # before the start: no_data takes no snapshot of it
+    config = cdc(pg_db, **{"snapshot.mode": "no_data", "table.exclude.list": "public.skipped",
+                           "tombstones.on.delete": "false", "decimal.handling.mode": "string"})
+    with running(data_dir, config):
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        pg_db.execute("INSERT INTO skipped VALUES (1)")
+        pg_db.execute("UPDATE a SET price = 2.25 WHERE id = 1")
+        pg_db.execute("UPDATE a SET id = 2 WHERE id = 1")
+        pg_db.execute("DELETE FROM a WHERE id = 2")
+        wait_for(lambda: any(op == "d" and b["id"] == 2 for _, op, b, _ in _changes(data_dir, "shop.public.a")),
+                 what="the last delete")
+    # stopped: what the task polled is in the topic (a tombstone would have come with its delete)
+    assert _changes(data_dir, "shop.public.a") == [
+        ({"id": 1}, "u", {"id": 1, "price": "1.50"}, {"id": 1, "price": "2.25"}),
+        ({"id": 1}, "d", {"id": 1, "price": "2.25"}, None), ({"id": 2}, "c", None, {"id": 2, "price": "2.25"}),
+        ({"id": 2}, "d", {"id": 2, "price": "2.25"}, None)]
+    assert records(data_dir, "shop.public.skipped") == []
 
 
 def test_keys_debezium_has_and_klog_does_not_are_named(pg_db):
@@ -196,18 +247,25 @@ def test_kill_9_during_a_100000_row_load_keeps_every_change_in_commit_order_per_
     proc = run()
     wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
     loader.start()
+
+    def delivering() -> bool:  # the load runs, or its last transaction's offset is not stored yet
+        return loader.is_alive() or not last_tx or not any(o.get("txId") == last_tx[0]
+                                                            for o in _offsets(data_dir)[-3:])
+
+    killed_mid_delivery = []
     for _ in range(4):
         stored = len(_offsets(data_dir))
         wait_for(lambda p=proc, n=stored: p.poll() is not None or len(_offsets(data_dir)) > n, timeout=60,
                  what="progress before the kill")
         time.sleep(rng.uniform(0.1, 0.8))
+        killed_mid_delivery.append(delivering())
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         proc = run()
     loader.join(timeout=120)
     assert last_tx, "the loader did not finish"
-    wait_for(lambda: any(o.get("txId") == last_tx[0] for o in _offsets(data_dir)[-3:]), timeout=120,
-             what="the last transaction's offset")
+    assert any(killed_mid_delivery), "every kill came after the last change was delivered"
+    wait_for(lambda: not delivering(), timeout=120, what="the last transaction's offset")
     code, err = stop_cli(proc, signal.SIGTERM)
     assert code == 143, err
     seen: dict = {}
@@ -242,6 +300,7 @@ def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kil
 
     import klog
     from tests.connect.helpers import start_cli, stop_cli, wait_started, write_config
+    from tests.klog_processes import run_klog
 
     pg_db.execute("CREATE TABLE eos (id int PRIMARY KEY, version int)")
     config = write_config(str(tmp_path / "pg.json"), cdc(pg_db, **{
@@ -280,19 +339,26 @@ def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kil
     loader = threading.Thread(target=load)
     loader.start()
     rng = random.Random(3)
+
+    def delivering() -> bool:  # the load runs, or its last transaction's offset is not committed yet
+        return loader.is_alive() or not last_tx or not any(json.loads(r.value).get("txId") == last_tx[0]
+                                                            for r in committed("connect-offsets")[-3:])
+
+    killed_mid_delivery = []
     for _ in range(2):
         stored = len(committed("connect-offsets"))
         wait_for(lambda p=proc, n=stored: p.poll() is not None or len(committed("connect-offsets")) > n, timeout=60,
                  what="a transaction committed before the kill")
         time.sleep(rng.uniform(0.05, 0.5))
+        killed_mid_delivery.append(delivering())
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         proc = run()
     loader.join(timeout=120)
     assert last_tx, "the loader did not finish"
+    assert any(killed_mid_delivery), "every kill came after the last change was delivered"
     try:
-        wait_for(lambda: any(json.loads(r.value).get("txId") == last_tx[0] for r in committed("connect-offsets")[-3:]),
-                 timeout=120, what="the last transaction's offset")
+        wait_for(lambda: not delivering(), timeout=120, what="the last transaction's offset")
     except AssertionError as e:
         _, err = stop_cli(proc, signal.SIGKILL)
         raise AssertionError(f"{e}; the worker said: {err[-3000:]}") from None
@@ -307,3 +373,18 @@ def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kil
     for c in changes:
         by_tx.setdefault(c["source"]["txId"], []).append(c)
     assert sorted(len(v) for v in by_tx.values()) == sorted([per_tx] * (rows // per_tx) + [hot // 5] * rounds + [1])
+    # ... and each database transaction is one Kafka transaction, as a consumer sees it: its changes at
+    # consecutive offsets, an end marker (an offset of its own) between two transactions
+    runs: list[set] = []
+    last = None
+    for r in committed("shop.public.eos"):
+        if last is None or r.offset != last + 1:
+            runs.append(set())
+        runs[-1].add(json.loads(r.value)["source"]["txId"])
+        last = r.offset
+    assert all(len(run) == 1 for run in runs) and len(runs) == len(by_tx)
+    # the offsets went into those transactions (kafka-dump-log's isTransactional), not beside them
+    dump = run_klog(data_dir, "dump", "connect-offsets", "--batches", "--json")
+    assert dump.returncode == 0, dump.stderr
+    batches = [b for b in map(json.loads, dump.stdout.splitlines()) if b["type"] == "batch"]
+    assert batches and all(b["transactional"] for b in batches)

@@ -20,6 +20,7 @@ pg_logical_slot_get_binary_changes, which re-decodes the WAL from the slot's res
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import select
@@ -202,6 +203,19 @@ class PostgresTask(SourceTask):
                 "keys": keys, "key_schema": key_schema, "envelope": envelope,
                 "wanted": self._wanted(rel.schema, rel.table)}
 
+    def _keyed_by_primary_key(self, rel: pgoutput.Relation) -> pgoutput.Relation:
+        """pgoutput flags the replica identity's columns, which under REPLICA IDENTITY FULL are all of
+        them; Debezium's key (and the snapshot's) is the primary key: a FULL table that has one is keyed by it."""
+        if rel.replica_identity != "f":
+            return rel
+        with self.conn.cursor() as q:
+            q.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                      "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary", (rel.oid,))
+            primary = {name for (name,) in q.fetchall()}
+        if not primary:
+            return rel
+        return dataclasses.replace(rel, columns=[dataclasses.replace(c, key=c.name in primary) for c in rel.columns])
+
     @staticmethod
     def _row(info: dict, values: list | None) -> dict | None:
         if values is None:
@@ -379,7 +393,7 @@ class PostgresTask(SourceTask):
             self.tx = None
             return []
         if isinstance(message, pgoutput.Relation):
-            self.relations[message.oid] = self._relation(message)
+            self.relations[message.oid] = self._relation(self._keyed_by_primary_key(message))
             self.tx_sources = {}
             return []
         return []
@@ -414,7 +428,7 @@ class PostgresTask(SourceTask):
         if kind == "D":
             return [] if "d" in self.skipped else self._event(info, "d", before, None, ts_ms, source, offset)
         if before is not None and info["keys"] and any(before.get(k) != after.get(k) for k in info["keys"]) \
-                and message.old_is_key:
+                and (message.old_is_key or info["rel"].replica_identity == "f"):  # the old key was sent
             # a primary key change: Debezium's delete (+ tombstone) of the old key, create of the new
             old = {n: before.get(n) for n in info["names"]}
             return [*self._event(info, "d", old, None, ts_ms, source, offset),
