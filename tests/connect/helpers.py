@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from contextlib import contextmanager
 
 import klog
@@ -59,14 +59,25 @@ def start_cli(data_dir: str, *args: str, env: dict | None = None) -> subprocess.
 
 
 def wait_started(proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    """Until the worker's start-up line (read from its stderr), or its exit."""
+    """Until the worker's start-up line (read from its stderr), or its exit. A worker silent past
+    `timeout` is killed (its stderr then ends: a readline never waits forever) and the test fails."""
     assert proc.stderr is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline().decode()
-        if "klog connect: running" in line or not line:
-            return
-    raise AssertionError("the worker did not start")
+    fired = threading.Event()
+
+    def kill() -> None:
+        fired.set()
+        proc.kill()
+
+    watchdog = threading.Timer(timeout, kill)
+    watchdog.start()
+    try:
+        while line := proc.stderr.readline().decode():
+            if "klog connect: running" in line:
+                return
+    finally:
+        watchdog.cancel()
+    if fired.is_set():
+        raise AssertionError(f"the worker did not start within {timeout} s (killed)")
 
 
 def stop_cli(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30.0) -> tuple[int, str]:
