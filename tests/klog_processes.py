@@ -146,3 +146,27 @@ def kill_first_and_finish(procs: list[subprocess.Popen], after_acks: int,
     acked = {(int(p), int(o)) for _, p, o in (line.split(b"\t") for line in acked_lines if line.count(b"\t") == 2)}
     assert len(acked) >= after_acks, "the killed writer acknowledged less than it printed"
     return acked
+
+
+def race_piped_writers(inputs: list[str], args: list[str], env: dict[str, str], after_acks: int,
+                       timeout: float) -> set[tuple[int, int]]:
+    """`klog ARGS` (a `produce --print-offsets`) once per input file, all at once, each fed its file
+    through a pipe (`cat`: read 64 KiB at a time, so a writer makes many appends, where a file's
+    1 MiB reads took all of it at once); then kill_first_and_finish. Returns what the killed
+    writer acknowledged."""
+    procs, feeders = [], []
+    try:
+        for path in inputs:
+            feeders.append(subprocess.Popen(["cat", path], stdout=subprocess.PIPE))
+            procs.append(subprocess.Popen([sys.executable, "-m", "klog", *args], env=env, stdin=feeders[-1].stdout,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            feeders[-1].stdout.close()  # type: ignore[union-attr]
+        return kill_first_and_finish(procs, after_acks=after_acks, timeout=timeout)
+    finally:
+        for proc in procs:  # (a writer started before a later start failed)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        for feeder in feeders:
+            feeder.kill()
+            feeder.wait(30)

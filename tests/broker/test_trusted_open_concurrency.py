@@ -6,8 +6,6 @@ twice, and the next writer after the kill finds what it left (a tail the record 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,7 +13,7 @@ import pytest
 import klog
 from klog.store import log
 from tests.conftest import REPO
-from tests.klog_processes import kill_first_and_finish
+from tests.klog_processes import race_piped_writers
 
 PARTITIONS = 12
 WRITERS = 3
@@ -49,25 +47,15 @@ def test_trusting_writers_interleave_whole_batches_and_lose_nothing_under_sigkil
     assert not [p for p in listed if os.path.basename(p).startswith("t-")]  # the writers below trust too
 
     env = {**os.environ, "PYTHONPATH": REPO}
-    procs, feeders = [], []
-    try:
-        for w in range(WRITERS):
-            path = str(tmp_path / f"in{w}")
-            with open(path, "wb") as f:
-                f.write(b"".join(b"k%d:w%d-%d\n" % (i % 97, w, i) for i in range(LINES)))
-            # (through a pipe, read 64 KiB at a time: many appends a writer; a file's 1 MiB reads took
-            # all of it at once)
-            feeders.append(subprocess.Popen(["cat", path], stdout=subprocess.PIPE))
-            procs.append(subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-d", data_dir, "-K:",
-                                           "--print-offsets", "-X", "buffer.memory=16384"], env=env,
-                                          stdin=feeders[-1].stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-            feeders[-1].stdout.close()
-        # (the first is killed in the middle of the rest, once it has acknowledged batches)
-        acked = kill_first_and_finish(procs, after_acks=LINES // 10, timeout=300)
-    finally:
-        for feeder in feeders:
-            feeder.kill()
-            feeder.wait(30)
+    inputs = []
+    for w in range(WRITERS):
+        path = str(tmp_path / f"in{w}")
+        with open(path, "wb") as f:
+            f.write(b"".join(b"k%d:w%d-%d\n" % (i % 97, w, i) for i in range(LINES)))
+        inputs.append(path)
+    # (the first is killed in the middle of the rest, once it has acknowledged batches)
+    acked = race_piped_writers(inputs, ["produce", "t", "-d", data_dir, "-K:", "--print-offsets",
+                                        "-X", "buffer.memory=16384"], env, after_acks=LINES // 10, timeout=300)
 
     _produce_once(data_dir, b"after")  # the next writer after the kill: it must find where the logs end
     with klog.open(data_dir) as store:

@@ -12,8 +12,6 @@ up its lock would put back the end it knew).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -21,7 +19,7 @@ import pytest
 
 import klog
 from tests.conftest import REPO
-from tests.klog_processes import kill_first_and_finish
+from tests.klog_processes import race_piped_writers
 
 PARTITIONS = 64
 WRITERS = 3
@@ -90,26 +88,17 @@ def test_concurrent_wide_producers_interleave_whole_batches_and_lose_nothing_und
     data_dir = os.environ["KLOG_DATA_DIR"]
     assert klog_proc("topics", "create", "wide", "-p", str(PARTITIONS)).returncode == 0
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
-    procs, feeders = [], []
+    inputs = []
+    for w in range(WRITERS):
+        inputs.append(str(tmp_path / f"in{w}"))
+        _writer_input(inputs[-1], w)
     watch = _HighWatermarkWatch(data_dir)
     try:
-        for w in range(WRITERS):
-            path = str(tmp_path / f"in{w}")
-            _writer_input(path, w)
-            # a small buffer: many multi-partition appends of the 64 partitions, while the others append
-            # too; the input through a pipe, read 64 KiB at a time (a file's 1 MiB reads took all of it
-            # at once: two appends a writer)
-            feeders.append(subprocess.Popen(["cat", path], stdout=subprocess.PIPE))
-            procs.append(subprocess.Popen([sys.executable, "-m", "klog", "produce", "wide", "-K:", "--print-offsets",
-                                           "-X", "buffer.memory=65536"], env=env, stdin=feeders[-1].stdout,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-            feeders[-1].stdout.close()
-        # (the first is killed in the middle of the rest, once it has acknowledged batches)
-        acked = kill_first_and_finish(procs, after_acks=LINES // 10, timeout=600)
+        # a small buffer: many multi-partition appends of the 64 partitions, while the others append
+        # too; the first is killed in the middle of the rest, once it has acknowledged batches
+        acked = race_piped_writers(inputs, ["produce", "wide", "-K:", "--print-offsets", "-X", "buffer.memory=65536"],
+                                   env, after_acks=LINES // 10, timeout=600)
     finally:
-        for feeder in feeders:
-            feeder.kill()
-            feeder.wait(30)
         watch.stop()
     watch.check()
 
