@@ -178,12 +178,23 @@ def wait(query, poll_seconds: float = 0.5) -> bool:  # noqa: ANN001 - StreamingQ
     try:
         while not query.awaitTermination(poll_seconds):  # bounded waits: the flag is seen within one
             if stop.is_set():
+                _between_batches(query)
                 query.stop()
                 return True
         return False
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+
+
+def _between_batches(query, timeout_s: float = 10.0) -> None:  # noqa: ANN001 - StreamingQuery
+    """Wait (bounded) until no micro-batch runs: a batch stopped after its sink wrote but before
+    Spark recorded its progress would be missing from the summary (streamed 10 records, 25 written)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def summarize(query, checkpoint: str) -> StreamSummary:  # noqa: ANN001 - StreamingQuery
