@@ -255,8 +255,11 @@ def test_kill_9_during_a_100000_row_load_keeps_every_change_in_commit_order_per_
     killed_mid_delivery = []
     for _ in range(4):
         stored = len(_offsets(data_dir))
-        wait_for(lambda p=proc, n=stored: p.poll() is not None or len(_offsets(data_dir)) > n, timeout=60,
-                 what="progress before the kill")
+        # (everything delivered: no more progress comes, and there is nothing left to kill it in)
+        wait_for(lambda p=proc, n=stored: p.poll() is not None or len(_offsets(data_dir)) > n or not delivering(),
+                 timeout=60, what="progress before the kill")
+        if not delivering():
+            break
         time.sleep(rng.uniform(0.1, 0.8))
         killed_mid_delivery.append(delivering())
         proc.send_signal(signal.SIGKILL)
