@@ -109,10 +109,10 @@ def read_topic(bootstrap: str) -> list[tuple[int, tuple]]:
                              consumer_timeout_ms=3000)
     try:
         deadline = time.monotonic() + 20
-        parts = None
-        while parts is None and time.monotonic() < deadline:
+        parts: set[int] = set()
+        while not parts and time.monotonic() < deadline:  # (kafka-python says set() for an unknown topic, not None)
             parts = consumer.partitions_for_topic(TOPIC)
-            if parts is None:
+            if not parts:
                 time.sleep(0.1)
         assert parts, "__consumer_offsets is not in the metadata"
         tps = [TopicPartition(TOPIC, p) for p in sorted(parts)]
