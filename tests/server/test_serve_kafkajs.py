@@ -27,6 +27,7 @@ import pytest
 import klog
 from klog.meta.acls import AclsMeta
 from klog.meta.credentials import CredentialsMeta
+from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from klog.server import Server
 from klog.server.listeners import Listener, SecurityConfig
 
@@ -58,13 +59,17 @@ def _installed_version() -> str | None:
         return None
 
 
-def run(script: str, scenario: str, bootstrap: str, limit_s: float = 30, **options: Any) -> dict[str, Any]:
-    """One scenario: its JSON lines by step (a step printed more than once: a list), 'done' checked."""
+def run(script: str, scenario: str, bootstrap: str, limit_s: float = 30, fails: bool = False,
+        **options: Any) -> dict[str, Any]:
+    """One scenario: its JSON lines by step (a step printed more than once: a list), checked to end
+    with 'done' (with `fails`, with 'failed': an error kafkajs threw)."""
     options["limitMs"] = int(limit_s * 1000)
     r = subprocess.run([NODE, script, scenario, bootstrap, json.dumps(options)], capture_output=True, text=True,
                        timeout=limit_s + 15)
     lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    assert r.returncode == 0 and lines and lines[-1]["step"] == "done", f"{scenario}: {r.stdout}{r.stderr}"
+    last = "failed" if fails else "done"
+    assert r.returncode == (1 if fails else 0) and lines and lines[-1]["step"] == last, \
+        f"{scenario}: {r.stdout}{r.stderr}"
     steps: dict[str, Any] = {}
     for line in lines:
         step = line.pop("step")
@@ -273,3 +278,36 @@ def test_sasl_logins(kafkajs, data_dir, mechanism):
     assert wrong["connect"]["error"]["name"] == "KafkaJSSASLAuthenticationError"
     assert "invalid credentials" in wrong["connect"]["error"]["message"]
     assert "produced" not in wrong
+
+
+def test_acls_hold_for_a_sasl_user(kafkajs, data_dir):
+    """alice may read 'words' in group 'shouter' and write 'shouted', but not use the transactional
+    id 'shouter-txn' until an ACL allows Write on it (Describe implied, as in Kafka)."""
+    create(data_dir, words=2, shouted=2)
+    with klog.open(data_dir) as store, store.producer() as producer:
+        for i in range(4):
+            producer.send("words", b"w%d" % i, partition=i % 2)
+    with klog.open(data_dir) as store:
+        CredentialsMeta(store.meta).add("alice", "SCRAM-SHA-256", "alice-pw")
+        AclsMeta(store.meta).add([allow(ResourceType.TOPIC, "words", Operation.READ),
+                                  allow(ResourceType.TOPIC, "words", Operation.DESCRIBE),
+                                  allow(ResourceType.GROUP, "shouter", Operation.READ),
+                                  allow(ResourceType.TOPIC, "shouted", Operation.WRITE)])
+    security = SecurityConfig([Listener("SASL_PLAINTEXT", "127.0.0.1", 0)], auth_failure_delay_ms=100)
+    alice = {"mechanism": "scram-sha-256", "username": "alice", "password": "alice-pw"}
+    with serving(data_dir, security=security) as server:
+        refused = run(kafkajs, "transform", server.bootstrap, fails=True, input="words", output="shouted",
+                      groupId="shouter", count=4, sasl=alice)
+        with klog.open(data_dir) as store:
+            AclsMeta(store.meta).add([allow(ResourceType.TRANSACTIONAL_ID, "shouter-txn", Operation.WRITE)])
+        server.security.authorizer.invalidate()  # (what CreateAcls does; the server rereads every second)
+        allowed = run(kafkajs, "transform", server.bootstrap, input="words", output="shouted", groupId="shouter",
+                      count=4, sasl=alice)
+    # kafkajs reports a refused FindCoordinator (here TRANSACTIONAL_ID_AUTHORIZATION_FAILED) as not found
+    assert refused["failed"]["error"]["message"] == "Failed to find group coordinator", refused
+    assert "committed" not in refused
+    assert allowed["committed offsets"]["offsets"] == [{"partition": 0, "offset": 2}, {"partition": 1, "offset": 2}]
+
+
+def allow(resource_type: ResourceType, name: str, operation: Operation) -> AclBinding:
+    return AclBinding(resource_type, name, PatternType.LITERAL, "User:alice", "*", operation, Permission.ALLOW)
