@@ -42,6 +42,8 @@ from klog.store.names import INTERNAL_TOPICS
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SOURCE_TOPIC, SOURCE_DEFAULT = 1, 5  # DescribeConfigs config sources
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
+# Kafka's answer to an assignment it cannot honour (INVALID_PARTITIONS would say the count is wrong)
+MANUAL_ASSIGNMENTS = "manual replica assignments are not supported (klog places replicas itself)"
 
 
 def error_of(exc: BaseException, partitions: bool = False) -> E:
@@ -72,14 +74,14 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool) -> tuple[E, st
 
     store = ctx.store
     try:
-        if getattr(t, "assignments", ()):
-            raise UsageError("manual replica assignments are not supported (klog places replicas itself)")
         name = str(t.name)
         if not (ctx.authorize("CREATE", "CLUSTER", "kafka-cluster") or ctx.authorize("CREATE", "TOPIC", name)):
             return E.topic_authorization_failed, f"{ctx.principal} may not create topic '{name}'", None
         if name in INTERNAL_TOPICS:
             return E.invalid_request, f"creation of internal topic {name} is prohibited", None
         validate_topic_name(name)
+        if getattr(t, "assignments", ()):
+            return E.invalid_replica_assignment, MANUAL_ASSIGNMENTS, None
         configs = validate_configs({c.name: c.value for c in t.configs if c.value is not None})
         partitions = None if int(t.num_partitions) == -1 else int(t.num_partitions)
         rf = None if int(t.replication_factor) == -1 else int(t.replication_factor)
@@ -160,11 +162,11 @@ def _grow(ctx: RequestContext, t: Any, validate_only: bool) -> tuple[E, str | No
     try:
         if not ctx.authorize("ALTER", "TOPIC", str(t.name)):
             return E.topic_authorization_failed, f"{ctx.principal} may not alter topic '{t.name}'"
-        if t.assignments:
-            raise UsageError("manual replica assignments are not supported (klog places replicas itself)")
         meta = store.topics.get(str(t.name))
         if int(t.count) <= len(meta.partitions):
             raise UsageError(f"topic '{t.name}' has {len(meta.partitions)} partitions; the new count must be larger")
+        if t.assignments:
+            return E.invalid_replica_assignment, MANUAL_ASSIGNMENTS
         if not validate_only:
             store.alter_topic(str(t.name), partitions=int(t.count))
             ctx.server.appender.forget_producer_states(str(t.name))

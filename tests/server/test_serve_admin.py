@@ -71,6 +71,22 @@ def test_create_describe_alter_delete_topics(admin, data_dir):
         assert not store.has_topic("a1")
 
 
+def test_manual_replica_assignments_are_refused_as_kafka_refuses_them(admin, data_dir):
+    """klog places replicas itself: a CreateTopics or CreatePartitions naming replicas gets Kafka's
+    INVALID_REPLICA_ASSIGNMENT (not INVALID_PARTITIONS, which says the count is wrong), and changes
+    nothing; an unknown topic is still UNKNOWN_TOPIC_OR_PART."""
+    got = result(admin.create_topics([admin_mod.NewTopic("placed", num_partitions=2, replica_assignment=[[0], [0]])]))
+    assert got["placed"].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert "klog places replicas itself" in got["placed"].str()
+    assert result(admin.create_topics([admin_mod.NewTopic("placed", num_partitions=1)]))["placed"] is None
+    grow = result(admin.create_partitions([admin_mod.NewPartitions("placed", 2, replica_assignment=[[0]])]))
+    assert grow["placed"].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    with klog.open(data_dir) as store:
+        assert store.partition_count("placed") == 1
+    unknown = result(admin.create_partitions([admin_mod.NewPartitions("nowhere", 2, replica_assignment=[[0]])]))
+    assert unknown["nowhere"].code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
 def test_describe_cluster_and_log_dirs(admin, kafka_server):
     kafka_server.store.create_topic("ld", partitions=2)
     with kafka_server.store.producer() as producer:

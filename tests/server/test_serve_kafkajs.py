@@ -164,6 +164,8 @@ def test_admin_client_operations(kafkajs, data_dir):
     with serving(data_dir) as server:
         s = run(kafkajs, "admin", server.bootstrap, topic="admin-made")
     assert s["createTopics"]["created"] is True and s["createTopics again"]["created"] is False  # kafkajs: exists
+    assert s["createTopics with replicaAssignment"]["error"]["errors"] == [
+        {"type": "INVALID_REPLICA_ASSIGNMENT", "message": "Replica assignment is invalid"}]  # klog places replicas
     assert s["listTopics"]["topics"] == ["admin-made"]
     (topic,) = s["fetchTopicMetadata"]["topics"]
     assert topic["partitions"] == [{"partitionId": p, "leader": 0, "replicas": [0], "isr": [0],

@@ -212,6 +212,12 @@ const scenarios = {
     } catch (e) {
       emit('createTopics again', { error: errorShown(e) })
     }
+    try {
+      await admin.createTopics({ topics: [{ topic: `${topic}-placed`, replicaAssignment: [{ partition: 0, replicas: [0] }] }] })
+      emit('createTopics with replicaAssignment', { error: null })
+    } catch (e) {
+      emit('createTopics with replicaAssignment', { error: errorShown(e) })
+    }
     emit('listTopics', { topics: (await admin.listTopics()).filter(t => !t.startsWith('__')).sort() })
     const meta = await admin.fetchTopicMetadata({ topics: [topic] })
     emit('fetchTopicMetadata', {
