@@ -142,11 +142,12 @@ def test_idempotent_producer_offsets_are_dense(kafkajs, data_dir, cli):
 def test_group_of_two_shares_partitions_and_one_leaves(kafkajs, data_dir, cli):
     with serving(data_dir) as server:
         steps = run(kafkajs, "group", server.bootstrap, topic="jobs", groupId="workers")
-    joins = [(j["member"], j["partitions"]) for j in steps["joined"]]
-    assert joins[0] == ("a", [0, 1, 2, 3])
-    halves = dict(joins[1:3])
-    assert sorted(halves) == ["a", "b"] and sorted(halves["a"] + halves["b"]) == [0, 1, 2, 3]
-    assert joins[3:] == [("a", [0, 1, 2, 3])]  # b left: a takes every partition back
+    # each member's last assignment in each phase (a slow machine may add a rejoin)
+    joins = {(j["phase"], j["member"]): j["partitions"] for j in steps["joined"]}
+    assert joins.pop(("alone", "a")) == [0, 1, 2, 3]
+    a, b = joins.pop(("b joined", "a")), joins.pop(("b joined", "b"))
+    assert len(a) == len(b) == 2 and sorted(a + b) == [0, 1, 2, 3]
+    assert joins == {("b left", "a"): [0, 1, 2, 3]}  # b left: a takes every partition back
     read = steps["consumed"]["a"] + steps["consumed"]["b"]
     assert steps["consumed"]["b"], "b read nothing while it was a member"
     assert sorted((r["partition"], r["offset"]) for r in read) == [(p, o) for p in range(4) for o in range(15)]

@@ -154,7 +154,7 @@ const scenarios = {
       const consumer = watch(client.consumer({ groupId, sessionTimeout: 6000, heartbeatInterval: 300, rebalanceTimeout: 5000, maxWaitTimeInMs: 100 }))
       consumer.on(consumer.events.GROUP_JOIN, e => {
         assigned[name] = (e.payload.memberAssignment[topic] || []).slice().sort()
-        emit('joined', { member: name, partitions: assigned[name], leader: e.payload.isLeader })
+        emit('joined', { phase, member: name, partitions: assigned[name], leader: e.payload.isLeader })
       })
       await consumer.connect()
       await consumer.subscribe({ topics: [topic], fromBeginning: true })
@@ -171,13 +171,16 @@ const scenarios = {
     const committedTotal = async () => (await admin.fetchOffsets({ groupId, topics: [topic] }))[0].partitions
       .reduce((sum, p) => sum + Math.max(0, Number(p.offset)), 0)
     await produceRound(1, 20)
+    let phase = 'alone' // joins are told apart by what the group was going through
     const a = await member('a')
     await until('a owns all 4 partitions', () => assigned.a.length === 4)
     await until('round 1 committed', async () => (await committedTotal()) === 20)
+    phase = 'b joined'
     const b = await member('b')
     await until('the partitions split between a and b', () => assigned.a.length === 2 && assigned.b.length === 2)
     await produceRound(2, 20)
     await until('round 2 committed', async () => (await committedTotal()) === 40)
+    phase = 'b left'
     await b.disconnect() // LeaveGroup: a is given b's partitions
     emit('left', { member: 'b' })
     await until('a owns all 4 partitions again', () => assigned.a.length === 4)
