@@ -6,9 +6,10 @@ through gzip; an idempotent producer's dense offsets; a group of two sharing par
 leaving with no record lost or read twice; the admin client's operations and their errors;
 transactions (commit, abort, read_committed, the last stable offset, sendOffsets in a
 consume-transform-produce loop, fencing by a second producer, the timeout abort); SASL PLAIN and
-SCRAM-SHA-256. Method: `node tests/server/js/check.js SCENARIO` (tests/server/js/package-lock.json
-pins kafkajs; `npm ci` installs it once when missing) against a `klog serve` in this process on
-127.0.0.1 and an ephemeral port; the script prints JSON lines and exits non-zero past its time limit.
+SCRAM-SHA-256, and ACLs holding for a SASL user. Method: `node tests/server/js/check.js SCENARIO`
+(tests/server/js/package-lock.json pins kafkajs; `npm ci` installs it once when missing) against a
+`klog serve` in this process on 127.0.0.1 and an ephemeral port; the script prints JSON lines and
+exits non-zero past its time limit.
 Skipped only where node or npm is not installed.
 """
 
@@ -73,9 +74,13 @@ def run(script: str, scenario: str, bootstrap: str, limit_s: float = 30, fails: 
     steps: dict[str, Any] = {}
     for line in lines:
         step = line.pop("step")
-        line.pop("ms")
-        steps[step] = [*steps[step], line] if isinstance(steps.get(step), list) else \
-            [steps[step], line] if step in steps else line
+        line.pop("ms")  # (milliseconds since the start: for reading a failure's output)
+        if step not in steps:
+            steps[step] = line
+        elif isinstance(steps[step], list):
+            steps[step].append(line)
+        else:
+            steps[step] = [steps[step], line]
     return steps
 
 
