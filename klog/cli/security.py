@@ -96,8 +96,9 @@ TopicOpt = Annotated[Many, typer.Option("--topic", help="Topic name, prefix or *
 GroupOpt = Annotated[Many, typer.Option("--group", help="Group id, prefix or * (repeatable).")]
 ClusterOpt = Annotated[bool, typer.Option("--cluster", help="The cluster resource.")]
 TxnOpt = Annotated[Many, typer.Option("--transactional-id", help="Transactional id, prefix or * (repeatable).")]
-ProducerOpt = Annotated[bool, typer.Option("--producer", help="Producer ACLs: Write, Describe, Create on topics "
-                                                              "(and IdempotentWrite on the cluster with "
+ProducerOpt = Annotated[bool, typer.Option("--producer", help="Producer ACLs: Write, Describe, Create on topics, "
+                                                              "Write, Describe on transactional ids (and "
+                                                              "IdempotentWrite on the cluster with "
                                                               "--idempotent).")]
 IdempotentOpt = Annotated[bool, typer.Option("--idempotent", help="With --producer: IdempotentWrite too.")]
 ConsumerOpt = Annotated[bool, typer.Option("--consumer", help="Consumer ACLs: Read, Describe on topics and "
@@ -172,6 +173,8 @@ def acls_add(
         for rt, name in resources:
             if rt == ResourceType.TOPIC and producer:
                 plan += [(rt, name, op) for op in (Operation.WRITE, Operation.DESCRIBE, Operation.CREATE)]
+            if rt == ResourceType.TRANSACTIONAL_ID and producer:  # (as AclCommand's producer set)
+                plan += [(rt, name, op) for op in (Operation.WRITE, Operation.DESCRIBE)]
             if rt == ResourceType.TOPIC and consumer:
                 plan += [(rt, name, op) for op in (Operation.READ, Operation.DESCRIBE)]
             if rt == ResourceType.GROUP and consumer:

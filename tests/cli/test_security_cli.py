@@ -125,3 +125,18 @@ def test_store_from_before_security_reads_as_having_none(cli, data_dir):
         assert r.exit_code == 0, (command, r.stderr)
     assert cli("acls", "add", "--allow-principal", "User:a", "--operation", "Read", "--topic", "t").exit_code == 0
     assert "User:a" in cli("acls", "list").out
+
+
+def test_acls_add_producer_covers_transactional_ids(cli, data_dir):
+    """kafka-acls.sh --producer --transactional-id grants Write and Describe on the id too: a
+    transactional producer needs both (klog added only the topic's, saying 'Added 3 ACLs')."""
+    r = cli("acls", "add", "--allow-principal", "User:alice", "--producer", "--idempotent", "--topic", "out",
+            "--transactional-id", "tx")
+    assert r.exit_code == 0 and "Added 6 ACLs" in r.stderr
+    with klog.open(data_dir) as store:
+        acls, config = AclsMeta(store.meta).list(), AclsMeta(store.meta).config()
+    for op in (Operation.WRITE, Operation.DESCRIBE):
+        assert authorize(acls, config, "User:alice", "1.2.3.4", op, ResourceType.TRANSACTIONAL_ID, "tx")
+    assert not authorize(acls, config, "User:alice", "1.2.3.4", Operation.WRITE, ResourceType.TRANSACTIONAL_ID, "ty")
+    assert authorize(acls, config, "User:alice", "1.2.3.4", Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                     "kafka-cluster")
