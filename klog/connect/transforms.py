@@ -211,6 +211,21 @@ class ValueToKey(Transform):
         return record.new_record(key_schema=key_schema, key={n: record.value.get(n) for n in names})
 
 
+class HoistField(Transform):
+    """The whole key or value wrapped in a one-field struct (with a schema) or map (without)."""
+
+    config_def = ConfigDef().define("field")
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        schema, value = self.operating(record)
+        name = self.config["field"]
+        if schema is None:
+            return self.replaced(record, None, {name: value})
+        # Kafka's SchemaBuilder.struct().field(name, schema): a required struct without a name
+        return self.replaced(record, {"type": "struct", "fields": [{**schema, "field": name}], "optional": False},
+                             {name: value})
+
+
 class ExtractField(Transform):
     config_def = ConfigDef().define("field").define("field.syntax.version", default="V1", choices=("v1", "v2"))
 
@@ -537,7 +552,7 @@ def _keyed(cls: type[Transform], on_key: bool) -> type[Transform]:
 
 
 TRANSFORMS: dict[str, type[Transform]] = {}
-for _cls in (InsertField, ReplaceField, MaskField, ExtractField, Cast, TimestampConverter, HeaderFrom):
+for _cls in (InsertField, ReplaceField, MaskField, HoistField, ExtractField, Cast, TimestampConverter, HeaderFrom):
     for _side in ("Key", "Value"):
         _variant = _keyed(_cls, _side == "Key")
         for _name in (f"{KAFKA_PKG}{_cls.__name__}${_side}", f"{_cls.__name__}${_side}"):
