@@ -38,3 +38,59 @@ def test_kafka_docs_file_source_with_hoistfield_and_insertfield(data_dir, tmp_pa
         (None, {"schema": schema, "payload": {"line": "foo", "data_source": "test-file-source"}}),
         (None, {"schema": schema, "payload": {"line": "bar", "data_source": "test-file-source"}})]
     assert warnings == []
+
+
+def at_test_server(config: dict[str, str], db) -> dict[str, str]:  # noqa: ANN001 - tests.connect.pg_server.Database
+    """The published config with its database's address replaced by the test server's, nothing else."""
+    return {**config, "database.hostname": db.host, "database.port": str(db.port), "database.user": db.user,
+            "database.password": "", "database.dbname": db.dbname}
+
+
+def debezium_customers(db) -> None:  # noqa: ANN001
+    """The `customers` table of Debezium's PostgreSQL documentation, in the tutorial's schema `inventory`."""
+    db.execute("CREATE SCHEMA inventory")
+    db.execute("CREATE TABLE inventory.customers (id SERIAL, first_name VARCHAR(255) NOT NULL, "
+               "last_name VARCHAR(255) NOT NULL, email VARCHAR(255) NOT NULL, PRIMARY KEY(id))")
+    db.execute("INSERT INTO inventory.customers (first_name, last_name, email) "
+               "VALUES ('Sally', 'Thomas', 'sally.thomas@acme.com')")
+
+
+def change_customers(db, data_dir: str, topic: str, expected: int) -> None:  # noqa: ANN001
+    wait_for(lambda: len(records(data_dir, topic)) >= 1, what="the snapshot")
+    db.execute("UPDATE inventory.customers SET first_name = 'Anne Marie' WHERE id = 1")
+    db.execute("DELETE FROM inventory.customers WHERE id = 1")
+    wait_for(lambda: len(records(data_dir, topic)) >= expected, what="the update and the delete")
+
+
+CUSTOMER_FIELDS = [{"type": "int32", "optional": False, "field": "id"},
+                   {"type": "string", "optional": False, "field": "first_name"},
+                   {"type": "string", "optional": False, "field": "last_name"},
+                   {"type": "string", "optional": False, "field": "email"}]
+
+
+def test_debezium_tutorial_postgres_connector(pg_db, data_dir):
+    """Debezium's tutorial connector: topics `dbserver1.inventory.<table>`, the documented key and value
+    schemas (a NOT NULL column is a required field), a delete's before image under REPLICA IDENTITY
+    DEFAULT with the key and, for the required columns it lacks, Debezium's stand-ins ("" for text),
+    then a tombstone."""
+    debezium_customers(pg_db)
+    topic = "dbserver1.inventory.customers"
+    warnings: list[str] = []
+    with running(data_dir, at_test_server(published("debezium-tutorial-register-postgres.json"), pg_db),
+                 warnings=warnings):
+        change_customers(pg_db, data_dir, topic, 4)
+    out = envelopes(data_dir, topic)
+    assert [k for k, _ in out] == [{"schema": {"type": "struct", "optional": False,
+                                               "name": "dbserver1.inventory.customers.Key",
+                                               "fields": CUSTOMER_FIELDS[:1]}, "payload": {"id": 1}}] * 4
+    value_schema = {f["field"]: f for f in out[0][1]["schema"]["fields"]}
+    assert value_schema["after"] == {"type": "struct", "optional": True, "name": "dbserver1.inventory.customers.Value",
+                                     "fields": CUSTOMER_FIELDS, "field": "after"}
+    payloads = [v["payload"] if v else None for _, v in out]
+    sally = {"id": 1, "first_name": "Sally", "last_name": "Thomas", "email": "sally.thomas@acme.com"}
+    assert [(p["op"], p["before"], p["after"]) for p in payloads[:3]] == [
+        ("r", None, sally), ("u", None, {**sally, "first_name": "Anne Marie"}),
+        ("d", {"id": 1, "first_name": "", "last_name": "", "email": ""}, None)]
+    assert payloads[3] is None and out[3][1] is None  # the tombstone
+    assert payloads[0]["source"]["name"] == "dbserver1" and payloads[0]["source"]["schema"] == "inventory"
+    assert warnings == []

@@ -119,3 +119,21 @@ def _variable_decimal(text: str) -> dict:
     value = decimal.Decimal(text)
     scale = max(0, -value.as_tuple().exponent) if isinstance(value.as_tuple().exponent, int) else 0
     return {"scale": scale, "value": decimal_to_bytes(value, scale)}
+
+
+_FALLBACKS: dict[str, Any] = {"boolean": False, "int16": 0, "int32": 0, "int64": 0, "float32": 0.0, "float64": 0.0,
+                              "string": "", "bytes": b""}
+
+
+def required_fallback(schema: Schema) -> Any:
+    """What Debezium writes for a NOT NULL column the change does not carry (the before image of a delete
+    or update under REPLICA IDENTITY DEFAULT has the key only): its type's zero (JdbcValueConverters'
+    fallback), since a required field cannot be null."""
+    name = schema.get("name")
+    if name == DECIMAL:
+        return decimal.Decimal(0)
+    if name == "io.debezium.data.VariableScaleDecimal":
+        return _variable_decimal("0")
+    if name == "io.debezium.time.ZonedTimestamp":
+        return "1970-01-01T00:00:00Z"
+    return _FALLBACKS.get(schema["type"])

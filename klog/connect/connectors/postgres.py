@@ -32,7 +32,7 @@ from klog import __version__ as VERSION
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, regex_list_check
 from klog.connect.connectors import pgoutput
-from klog.connect.connectors.pgtypes import UNAVAILABLE, column_type
+from klog.connect.connectors.pgtypes import UNAVAILABLE, column_type, required_fallback
 from klog.connect.data import ConnectRecord, primitive, struct
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
@@ -186,11 +186,14 @@ class PostgresTask(SourceTask):
     # -- relations and records -------------------------------------------------------------------
     def _relation(self, rel: pgoutput.Relation) -> dict:
         topic = f"{self.prefix}.{rel.schema}.{rel.table}"
-        fields, parsers, keys = [], [], []
+        fields, parsers, keys, nulls = [], [], [], []
+        not_null = self._not_null_columns(rel.oid)
         for col in rel.columns:
             schema, parser = column_type(col.type_oid, col.typmod, self.c["decimal.handling.mode"])
-            fields.append({**schema, "optional": not col.key, "field": col.name})
+            required = col.key or col.name in not_null
+            fields.append({**schema, "optional": not required, "field": col.name})
             parsers.append(parser)
+            nulls.append(required_fallback(schema) if required else None)
             if col.key:
                 keys.append(col.name)
         value = struct(fields, name=f"{topic}.Value", optional=True)
@@ -199,9 +202,17 @@ class PostgresTask(SourceTask):
                            {**SOURCE_SCHEMA, "field": "source"}, {**primitive("string", False), "field": "op"},
                            {**primitive("int64"), "field": "ts_ms"}, {**TRANSACTION_SCHEMA, "field": "transaction"}],
                           name=f"{topic}.Envelope", version=1)
-        return {"rel": rel, "topic": topic, "names": [c.name for c in rel.columns], "parsers": parsers,
+        return {"rel": rel, "topic": topic, "names": [c.name for c in rel.columns], "parsers": parsers, "nulls": nulls,
                 "keys": keys, "key_schema": key_schema, "envelope": envelope,
                 "wanted": self._wanted(rel.schema, rel.table)}
+
+    def _not_null_columns(self, oid: int) -> set[str]:
+        """The columns declared NOT NULL: required fields in Debezium's schemas (its optional flag is
+        the column's nullability); pgoutput's relation message does not carry it."""
+        with self.conn.cursor() as q:
+            q.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND attnotnull "
+                      "AND NOT attisdropped", (oid,))
+            return {name for (name,) in q.fetchall()}
 
     def _keyed_by_primary_key(self, rel: pgoutput.Relation) -> pgoutput.Relation:
         """pgoutput flags the replica identity's columns, which under REPLICA IDENTITY FULL are all of
@@ -221,9 +232,9 @@ class PostgresTask(SourceTask):
         if values is None:
             return None
         row = {}
-        for name, parser, text in zip(info["names"], info["parsers"], values, strict=False):
+        for name, parser, null, text in zip(info["names"], info["parsers"], info["nulls"], values, strict=False):
             if text is None:
-                row[name] = None
+                row[name] = null  # None, or a required column's stand-in
             elif text is pgoutput.UNCHANGED_TOAST:
                 row[name] = UNAVAILABLE if parser is str else None
             else:
