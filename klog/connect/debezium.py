@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from klog.connect.config import ConfigDef
 from klog.connect.data import ConnectRecord, fields_by_name, primitive
-from klog.connect.transforms import Transform
+from klog.connect.transforms import Transform, rebuilt_struct
 
 MODES = ("tombstone", "drop", "rewrite", "rewrite-with-tombstone", "delete-to-tombstone")
 
@@ -73,11 +73,13 @@ class ExtractNewRecordState(Transform):
             extra_fields.append({**primitive("string"), "field": self.config["add.fields.prefix"] + "deleted"})
         for name in self.config["add.fields"]:
             v, s = self._meta(value, record, name)
-            out[self._meta_name(self.config["add.fields.prefix"], name)] = v
+            if s is None and record.value_schema is not None:
+                continue  # Debezium adds only the fields the envelope has
             field = self._meta_name(self.config["add.fields.prefix"], name)
-            extra_fields.append({**s, "optional": True, "field": field})
+            out[field] = v
+            extra_fields.append({**(s or primitive("string")), "field": field})  # with the envelope's schema
         if schema is not None:
-            schema = {**schema, "fields": [*schema.get("fields", []), *extra_fields]}
+            schema = rebuilt_struct(schema, [*schema.get("fields", []), *extra_fields])
         return record.new_record(value_schema=schema, value=out, headers=self._headers(value, record))
 
     def _headers(self, value: dict, record: ConnectRecord) -> list:
@@ -109,10 +111,13 @@ class ExtractNewRecordState(Transform):
         return prefix + name.replace(".", "_")
 
     @staticmethod
-    def _meta(value: dict, record: ConnectRecord, name: str) -> tuple[object, dict]:
-        """`op`, `ts_ms`, `source.<field>`, ... of the envelope, with the schema it has there."""
+    def _meta(value: dict, record: ConnectRecord, name: str) -> tuple[object, dict | None]:
+        """`op`, `ts_ms`, `source.<field>`, ... of the envelope, with the schema it has there (without
+        its "field"; None where the envelope has no such field)."""
         if name.startswith("source.") or (name not in value and name in (value.get("source") or {})):
             inner = name.removeprefix("source.")
-            schema = fields_by_name(fields_by_name(record.value_schema).get("source")).get(inner) or primitive("string")
-            return (value.get("source") or {}).get(inner), schema
-        return value.get(name), fields_by_name(record.value_schema).get(name) or primitive("string")
+            schema = fields_by_name(fields_by_name(record.value_schema).get("source")).get(inner)
+            found = (value.get("source") or {}).get(inner)
+        else:
+            schema, found = fields_by_name(record.value_schema).get(name), value.get(name)
+        return found, None if schema is None else {k: v for k, v in schema.items() if k != "field"}

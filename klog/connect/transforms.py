@@ -56,6 +56,12 @@ class Transform:
         return value
 
 
+def rebuilt_struct(schema: Schema, fields: list[Schema]) -> Schema:
+    """A struct schema with new fields as Kafka's transforms build it (SchemaUtil.copySchemaBasics into
+    SchemaBuilder.struct()): name, version, doc and parameters kept, and required whatever the input was."""
+    return {**schema, "optional": False, "fields": fields}
+
+
 def _field_spec(text: str | None) -> tuple[str | None, bool]:
     """InsertField's `name!` (required) / `name?` (optional, the default)."""
     if not text:
@@ -105,7 +111,7 @@ class InsertField(Transform):
                 self, "_timestamp_field", None) else {}
             fields.append({"type": type_, "optional": optional, **extra, "field": field})
             out[field] = get(record)
-        return self.replaced(record, {**schema, "fields": fields}, out)
+        return self.replaced(record, rebuilt_struct(schema, fields), out)
 
 
 class ReplaceField(Transform):
@@ -137,7 +143,7 @@ class ReplaceField(Transform):
         fields = [{**f, "field": self.renames.get(f["field"], f["field"])}
                   for f in schema.get("fields", []) if self._kept(f["field"])]
         out = {self.renames.get(k, k): v for k, v in value.items() if self._kept(k)}
-        return self.replaced(record, {**schema, "fields": fields}, out)
+        return self.replaced(record, rebuilt_struct(schema, fields), out)
 
 
 _MASKS = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "float32": 0.0, "float64": 0.0, "boolean": False,
@@ -309,9 +315,9 @@ class Cast(Transform):
             if name in data:
                 data[name] = _cast(data[name], to)
         if schema is not None:
-            schema = {**schema, "fields": [
+            schema = rebuilt_struct(schema, [
                 {"type": self.casts[f["field"]], "optional": f.get("optional", True), "field": f["field"]}
-                if f["field"] in self.casts else f for f in schema.get("fields", [])]}
+                if f["field"] in self.casts else f for f in schema.get("fields", [])])
         return self.replaced(record, schema, data)
 
 
@@ -418,8 +424,8 @@ class TimestampConverter(Transform):
         child = fields_by_name(schema).get(field)
         new_schema, data[field] = self._convert(data.get(field), child)
         if schema is not None:
-            schema = {**schema, "fields": [{**new_schema, "field": field} if f["field"] == field else f
-                                           for f in schema.get("fields", [])]}
+            schema = rebuilt_struct(schema, [{**new_schema, "field": field} if f["field"] == field else f
+                                             for f in schema.get("fields", [])])
         return self.replaced(record, schema, data)
 
 
@@ -492,7 +498,7 @@ class HeaderFrom(Transform):
             moved = set(self.config["fields"])
             data = {k: v for k, v in data.items() if k not in moved}
             if schema is not None:
-                schema = {**schema, "fields": [f for f in schema.get("fields", []) if f["field"] not in moved]}
+                schema = rebuilt_struct(schema, [f for f in schema.get("fields", []) if f["field"] not in moved])
             out = self.replaced(out, schema, data)
         return out
 

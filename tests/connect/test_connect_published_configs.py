@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from klog.connect.config import load_config_file
+from klog.connect.config import load_config_file, parse_properties_text
 from tests.connect.helpers import records, running, wait_for
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
@@ -94,3 +94,51 @@ def test_debezium_tutorial_postgres_connector(pg_db, data_dir):
     assert payloads[3] is None and out[3][1] is None  # the tombstone
     assert payloads[0]["source"]["name"] == "dbserver1" and payloads[0]["source"]["schema"] == "inventory"
     assert warnings == []
+
+
+def with_snippet(config: dict[str, str], snippet: str) -> dict[str, str]:
+    """A connector config with a documentation page's `.properties` snippet added (as a user pastes it)."""
+    with open(os.path.join(CONFIGS, snippet)) as f:
+        return {**config, **parse_properties_text(f.read())}
+
+
+def test_debezium_docs_event_flattening_with_metadata(pg_db, data_dir):
+    """Debezium's "Adding metadata" example on the tutorial connector: rows flattened with `__deleted`
+    and `__op`, `__table`, `__lsn`, `__source_ts_ms` in the value, each with the schema the envelope
+    gives it; the struct rebuilt as Kafka's InsertField builds one (required); a `__db` header; the delete
+    rewritten to its before image and its tombstone dropped."""
+    debezium_customers(pg_db)
+    topic = "dbserver1.inventory.customers"
+    config = with_snippet(at_test_server(published("debezium-tutorial-register-postgres.json"), pg_db),
+                          "debezium-docs-event-flattening-metadata.properties")
+    with running(data_dir, config):
+        change_customers(pg_db, data_dir, topic, 3)
+    out = envelopes(data_dir, topic)
+    assert len(out) == 3 and all(v is not None for _, v in out)
+    schema = out[2][1]["schema"]
+    assert schema == {"type": "struct", "optional": False, "name": "dbserver1.inventory.customers.Value",
+                      "fields": [*CUSTOMER_FIELDS, {"type": "string", "optional": True, "field": "__deleted"},
+                                 {"type": "string", "optional": False, "field": "__op"},
+                                 {"type": "string", "optional": False, "field": "__table"},
+                                 {"type": "int64", "optional": True, "field": "__lsn"},
+                                 {"type": "int64", "optional": False, "field": "__source_ts_ms"}]}
+    rows = [v["payload"] for _, v in out]
+    assert [(r["first_name"], r["__deleted"], r["__op"], r["__table"]) for r in rows] == [
+        ("Sally", "false", "r", "customers"), ("Anne Marie", "false", "u", "customers"), ("", "true", "d", "customers")]
+    assert rows[2]["__lsn"] > 0 and rows[2]["__source_ts_ms"] > 0
+    assert [r.headers for r in records(data_dir, topic)] == [[("__db", pg_db.dbname.encode())]] * 3
+
+
+def test_debezium_docs_event_flattening_rewrite(pg_db, data_dir):
+    """The documented `rewrite` example with `add.fields=table,lsn`: the delete is `{..., "__deleted":
+    "true"}` and no tombstone follows."""
+    debezium_customers(pg_db)
+    topic = "dbserver1.inventory.customers"
+    config = with_snippet(at_test_server(published("debezium-tutorial-register-postgres.json"), pg_db),
+                          "debezium-docs-event-flattening-rewrite.properties")
+    with running(data_dir, config):
+        change_customers(pg_db, data_dir, topic, 3)
+    out = envelopes(data_dir, topic)
+    assert [list(v["payload"])[-3:] for _, v in out] == [["__deleted", "__table", "__lsn"]] * 3
+    assert [v["payload"]["__deleted"] for _, v in out] == ["false", "false", "true"]
+    assert [f["field"] for f in out[0][1]["schema"]["fields"]][-3:] == ["__deleted", "__table", "__lsn"]
