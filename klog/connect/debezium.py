@@ -3,7 +3,9 @@
 Both generations of its delete keys are accepted: `delete.tombstone.handling.mode` (Debezium 2.5+:
 tombstone | drop | rewrite | rewrite-with-tombstone | delete-to-tombstone) and the older
 `drop.tombstones` + `delete.handling.mode` (drop | rewrite | none). Without either, the newer default
-(tombstone: a delete becomes one tombstone) applies.
+(tombstone: a delete becomes one tombstone) applies. The older `delete.handling.mode=none` with
+`drop.tombstones=false` is the internal mode delete-and-tombstone: the delete as a null value, then
+Debezium's tombstone (delete-to-tombstone drops that one, as Debezium's DefaultDeleteHandlingStrategy).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class ExtractNewRecordState(Transform):
             keep_tombstones = c["drop.tombstones"] is False
             mode = {("drop", False): "drop", ("drop", True): "tombstone",  # the delete dropped, its tombstone kept
                     ("rewrite", False): "rewrite", ("rewrite", True): "rewrite-with-tombstone",
-                    ("none", False): "delete-to-tombstone-only", ("none", True): "delete-to-tombstone"}[
+                    ("none", False): "delete-to-tombstone", ("none", True): "delete-and-tombstone"}[
                 (old, keep_tombstones)]
         else:
             mode = "tombstone"
@@ -44,7 +46,7 @@ class ExtractNewRecordState(Transform):
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
         value = record.value
         if value is None:  # Debezium's own tombstone after a delete
-            return record if self.mode in ("tombstone", "rewrite-with-tombstone", "delete-to-tombstone") else None
+            return record if self.mode in ("tombstone", "rewrite-with-tombstone", "delete-and-tombstone") else None
         if not isinstance(value, dict) or "op" not in value or "after" not in value:
             return record  # not a change event (a heartbeat, a schema change): untouched
         op = value.get("op")
@@ -53,7 +55,7 @@ class ExtractNewRecordState(Transform):
         if op == "d":
             if self.mode in ("drop", "tombstone"):
                 return None  # tombstone: Debezium's following tombstone carries the delete
-            if self.mode in ("delete-to-tombstone", "delete-to-tombstone-only"):
+            if self.mode in ("delete-to-tombstone", "delete-and-tombstone"):
                 return record.new_record(value_schema=None, value=None)
             row, side = value.get("before"), "before"
         else:

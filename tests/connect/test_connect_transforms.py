@@ -149,3 +149,13 @@ def test_extract_new_record_state_modes():
     drop = chain(unwrap={"type": DBZ, "delete.tombstone.handling.mode": "drop"})
     assert drop.apply(rec(None)) is None and drop.apply(_envelope("d", {"id": 1}, None)) is None
     assert c.apply(_envelope("t", None, None)) is None  # a truncate has no row
+
+
+def test_extract_new_record_state_delete_to_tombstone_leaves_one_tombstone_per_delete():
+    """Debezium's delete-to-tombstone turns the delete into a tombstone and drops the one that follows it
+    (one tombstone per delete); the older delete.handling.mode=none with drop.tombstones=false keeps both."""
+    new = chain(unwrap={"type": DBZ, "delete.tombstone.handling.mode": "delete-to-tombstone"})
+    assert [r.value if r else "dropped" for r in (new.apply(_envelope("d", {"id": 1}, None)), new.apply(rec(None)))] \
+        == [None, "dropped"]
+    old = chain(unwrap={"type": DBZ, "delete.handling.mode": "none", "drop.tombstones": "false"})
+    assert [r.value for r in (old.apply(_envelope("d", {"id": 1}, None)), old.apply(rec(None)))] == [None, None]
