@@ -24,6 +24,7 @@ KAFKA_PKG = "org.apache.kafka.connect.transforms."
 
 class Transform:
     config_def: ClassVar[ConfigDef] = ConfigDef()
+    unimplemented: ClassVar[frozenset[str]] = frozenset()  # keys of the original accepted, not implemented
     on_key: ClassVar[bool] = False  # the $Key variant
 
     def __init__(self, prefix: str, props: dict[str, str]) -> None:
@@ -522,6 +523,7 @@ class DropHeaders(Transform):
 # -- predicates --------------------------------------------------------------------------------------
 class Predicate:
     config_def: ClassVar[ConfigDef] = ConfigDef()
+    unimplemented: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, prefix: str, props: dict[str, str]) -> None:
         try:
@@ -594,10 +596,13 @@ class Chain:
 
     def __init__(self, props: dict[str, str]) -> None:
         predicates = {}
+        self.ignored: list[str] = []  # keys a transform or predicate does not implement (or know), in full
         for alias in _list(props.get("predicates")):
             prefix = f"predicates.{alias}."
-            cls = _find("predicates", PREDICATES, props.get(prefix + "type", ""), prefix + "type")
-            predicates[alias] = cls(prefix, with_prefix(props, prefix))
+            own = with_prefix(props, prefix)
+            cls = _find("predicates", PREDICATES, own.pop("type", ""), prefix + "type")
+            predicates[alias] = cls(prefix, own)
+            self._note_ignored(cls, prefix, own)
         self.steps: list[tuple[str, Transform, Predicate | None, bool]] = []
         for alias in _list(props.get("transforms")):
             prefix = f"transforms.{alias}."
@@ -607,6 +612,12 @@ class Chain:
             if pred_name is not None and pred_name not in predicates:
                 raise ConfigError(prefix + "predicate", pred_name, "no such predicate in 'predicates'")
             self.steps.append((alias, cls(prefix, own), predicates.get(pred_name) if pred_name else None, negate))
+            self._note_ignored(cls, prefix, own)
+
+    def _note_ignored(self, cls: type, prefix: str, own: dict[str, str]) -> None:
+        known = getattr(cls, "config_def", ConfigDef()).keys
+        unimplemented = getattr(cls, "unimplemented", frozenset())
+        self.ignored += [prefix + k for k in own if k not in known or k in unimplemented]
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
         for _, transform, predicate, negate in self.steps:

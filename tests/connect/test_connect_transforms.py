@@ -159,3 +159,32 @@ def test_extract_new_record_state_delete_to_tombstone_leaves_one_tombstone_per_d
         == [None, "dropped"]
     old = chain(unwrap={"type": DBZ, "delete.handling.mode": "none", "drop.tombstones": "false"})
     assert [r.value for r in (old.apply(_envelope("d", {"id": 1}, None)), old.apply(rec(None)))] == [None, None]
+
+
+def test_extract_new_record_state_route_by_field():
+    """route.by.field: the row's column is the topic (a delete's before image's), as Debezium routes."""
+    c = chain(unwrap={"type": DBZ, "route.by.field": "v", "delete.tombstone.handling.mode": "rewrite"})
+    assert c.apply(_envelope("c", None, {"id": 1, "v": "north"})).topic == "north"
+    assert c.apply(_envelope("d", {"id": 1, "v": "south"}, None)).topic == "south"
+
+
+def test_transform_and_predicate_keys_klog_does_not_implement_are_named():
+    """A transform's or predicate's key that changes the output and klog ignores (or a misspelt one) is named
+    in the connector's one warning, in full."""
+    from klog.connect.worker import ignored_warning, validate
+
+    v = validate({"name": "f", "connector.class": "FileStreamSource", "file": "/dev/null", "topic": "t",
+                  "transforms": "unwrap,route",
+                  "transforms.unwrap.type": DBZ, "transforms.unwrap.drop.fields.header.name": "h",
+                  "transforms.unwrap.add.field": "op",
+                  "transforms.route.type": "RegexRouter", "transforms.route.regex": "(.*)",
+                  "transforms.route.replacement": "$1", "transforms.route.predicate": "p",
+                  "predicates": "p", "predicates.p.type": "TopicNameMatches", "predicates.p.pattern": "t",
+                  "predicates.p.patern": "x"})
+    assert v.ignored == ["predicates.p.patern", "transforms.unwrap.add.field",
+                         "transforms.unwrap.drop.fields.header.name"]
+    assert "transforms.unwrap.add.field" in ignored_warning(v)
+    clean = validate({"name": "f", "connector.class": "FileStreamSource", "file": "/dev/null", "topic": "t",
+                      "transforms": "unwrap", "transforms.unwrap.type": DBZ,
+                      "transforms.unwrap.add.fields": "op", "transforms.unwrap.route.by.field": "v"})
+    assert clean.ignored == []
