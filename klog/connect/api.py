@@ -40,6 +40,11 @@ class Connector:
     def validate(self, config: dict[str, Any]) -> None:
         """Checks across keys; raise ConfigError naming the field."""
 
+    @classmethod
+    def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
+        """What a config sets inside a value that klog does not implement (named in the warning)."""
+        return []
+
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.props)]
 

@@ -137,7 +137,7 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
     own = set(cls.config_def.keys)
     ignored = sorted([k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
                       or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES))]
-                     + chain.ignored)
+                     + chain.ignored + cls.unimplemented_in(props))
     return Validated(props, cls, config, ignored)
 
 

@@ -272,3 +272,14 @@ def test_rows_of_changing_layouts_in_one_batch_and_a_poison_record(tmp_path, dat
         wait_for(lambda: _offset(db) == 7, what="the seven records")
     assert sqlite_rows(db) == [(1, "A", 10), (2, "b", 20), (4, None, None)]
     assert values(data_dir, "dlq") == [poison]
+
+
+def test_pgjdbc_url_parameters_klog_does_not_pass_on_are_named():
+    """currentSchema, user, password, sslmode... are used; any other pgjdbc parameter is named in the
+    connector's warning instead of being dropped silently."""
+    pytest.importorskip("psycopg2")
+    from klog.connect.worker import validate
+
+    v = validate(sink_config("jdbc:postgresql://127.0.0.1:5432/db?currentSchema=s&user=u&password=p&sslmode=disable"
+                             "&reWriteBatchedInserts=true&stringtype=unspecified"))
+    assert v.ignored == ["connection.url parameter reWriteBatchedInserts", "connection.url parameter stringtype"]

@@ -142,3 +142,45 @@ def test_debezium_docs_event_flattening_rewrite(pg_db, data_dir):
     assert [list(v["payload"])[-3:] for _, v in out] == [["__deleted", "__table", "__lsn"]] * 3
     assert [v["payload"]["__deleted"] for _, v in out] == ["false", "false", "true"]
     assert [f["field"] for f in out[0][1]["schema"]["fields"]][-3:] == ["__deleted", "__table", "__lsn"]
+
+
+def jdbc_url_at(url: str, db) -> str:  # noqa: ANN001
+    """A published jdbc:postgresql URL pointed at the test database: host, port, database, user and password
+    replaced; its other parameters (currentSchema, ...) kept."""
+    from urllib.parse import parse_qsl, urlencode, urlparse
+
+    parsed = urlparse(url[len("jdbc:"):])
+    query = dict(parse_qsl(parsed.query))
+    query.update({k: v for k, v in (("user", db.user), ("password", "")) if k in query})
+    return f"jdbc:postgresql://{db.host}:{db.port}/{db.dbname}" + (f"?{urlencode(query)}" if query else "")
+
+
+def sink_rows(db, table: str) -> list[tuple]:  # noqa: ANN001
+    return sorted(db.execute(f"SELECT id, first_name, last_name, email FROM {table}"))
+
+
+def test_debezium_postgres_toast_example_jdbc_sink_into_current_schema(pg_db, data_dir):
+    """Debezium's postgres-toast example: the tutorial source, then Confluent's JDBC sink with the unwrap
+    transform into `customers` of the URL's `currentSchema=inventorysink` (auto.create=false: the table is
+    there); the sink's table ends equal to the source's, deletes included."""
+    debezium_customers(pg_db)
+    pg_db.execute("CREATE SCHEMA inventorysink")
+    pg_db.execute("CREATE TABLE inventorysink.customers (id int PRIMARY KEY, first_name text, last_name text, "
+                  "email text)")
+    source = at_test_server(published("debezium-tutorial-register-postgres.json"), pg_db)
+    sink = published("debezium-postgres-toast-jdbc-sink.json")
+    sink["connection.url"] = jdbc_url_at(sink["connection.url"], pg_db)
+    assert "currentSchema=inventorysink" in sink["connection.url"]
+    warnings: list[str] = []
+    with running(data_dir, source, sink, warnings=warnings):
+        pg_db.execute("INSERT INTO inventory.customers (first_name, last_name, email) "
+                      "VALUES ('George', 'Bailey', 'gbailey@foobar.com'), ('Edward', 'Walker', 'ed@walker.com')")
+        pg_db.execute("UPDATE inventory.customers SET first_name = 'Anne Marie' WHERE id = 1")
+        pg_db.execute("DELETE FROM inventory.customers WHERE id = 2")
+        want = sink_rows(pg_db, "inventory.customers")
+        wait_for(lambda: sink_rows(pg_db, "inventorysink.customers") == want, timeout=30,
+                 what="the sink's table equal to the source's")
+    assert len(want) == 2 and want[0][1] == "Anne Marie"
+    assert pg_db.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'customers' "
+                         "AND table_schema = 'public'") == [(0,)]
+    assert warnings == []

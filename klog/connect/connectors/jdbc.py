@@ -32,6 +32,13 @@ UNIMPLEMENTED = frozenset({"dialect.name", "table.types", "db.timezone", "mssql.
                            "connection.backoff.ms", "fields.whitelist"})
 
 
+# pgjdbc's URL parameters klog passes on (as libpq's); with currentSchema, user and password, the others
+# (ssl=true, stringtype, reWriteBatchedInserts, ...) are named in the connector's warning
+PGJDBC_PARAMS = {"sslmode": "sslmode", "sslrootcert": "sslrootcert", "sslcert": "sslcert", "sslkey": "sslkey",
+                 "ApplicationName": "application_name", "connectTimeout": "connect_timeout"}
+PGJDBC_HANDLED = {*PGJDBC_PARAMS, "currentSchema", "user", "password"}
+
+
 def _url_check(url: str) -> str | None:
     if url.startswith("jdbc:sqlite:") or url.startswith("jdbc:postgresql://"):
         return None
@@ -98,8 +105,11 @@ class PostgresDialect(Dialect):
                     "user": user or query.get("user") or "postgres"}
         if password or query.get("password"):
             self.dsn["password"] = password or query["password"]
-        if query.get("sslmode"):
-            self.dsn["sslmode"] = query["sslmode"]
+        for param, libpq in PGJDBC_PARAMS.items():
+            if query.get(param):
+                self.dsn[libpq] = query[param]
+        if query.get("currentSchema"):  # pgjdbc sets the search path: unqualified tables are created and found there
+            self.dsn["options"] = "-c search_path=" + query["currentSchema"].replace("\\", "\\\\").replace(" ", "\\ ")
 
     def connect(self):  # noqa: ANN201
         import psycopg2
@@ -481,6 +491,14 @@ class JdbcSinkConnector(SinkConnector):
                           doc="klog: where the consumed offsets are stored with the rows (exactly-once)"))
     unimplemented = UNIMPLEMENTED
     task_class = JdbcSinkTask
+
+    @classmethod
+    def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
+        url = props.get("connection.url", "")
+        if not url.startswith("jdbc:postgresql:"):
+            return []
+        return [f"connection.url parameter {p}" for p in parse_qs(urlparse(url[len("jdbc:"):]).query)
+                if p not in PGJDBC_HANDLED]
 
     def validate(self, config: dict[str, Any]) -> None:
         if config["delete.enabled"] and config["pk.mode"] != "record_key":
