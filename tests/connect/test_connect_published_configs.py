@@ -184,3 +184,24 @@ def test_debezium_postgres_toast_example_jdbc_sink_into_current_schema(pg_db, da
     assert pg_db.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'customers' "
                          "AND table_schema = 'public'") == [(0,)]
     assert warnings == []
+
+
+def test_debezium_kstreams_example_flat_config_without_schemas(pg_db, data_dir):
+    """Debezium's kstreams-fk-join connector: a flat config without a name (the body of PUT
+    /connectors/{name}/config) is named after its file; keys and values are plain JSON (schemas.enable
+    false), numerics strings (decimal.handling.mode=string)."""
+    from klog.connect.worker import validate
+
+    debezium_customers(pg_db)
+    pg_db.execute("CREATE TABLE inventory.orders (id int PRIMARY KEY, total numeric(10,2))")
+    pg_db.execute("INSERT INTO inventory.orders VALUES (1, 12.50)")
+    config = at_test_server(published("debezium-kstreams-fk-join-register-postgres.json"), pg_db)
+    assert validate(config).name == "debezium-kstreams-fk-join-register-postgres"
+    with running(data_dir, config):
+        wait_for(lambda: len(records(data_dir, "dbserver1.inventory.orders")) == 1, what="the snapshot")
+        pg_db.execute("UPDATE inventory.orders SET total = 13.75 WHERE id = 1")
+        wait_for(lambda: len(records(data_dir, "dbserver1.inventory.orders")) == 2, what="the update")
+    (key, snap), (_, update) = envelopes(data_dir, "dbserver1.inventory.orders")
+    assert key == {"id": 1} and set(update) == {"before", "after", "source", "op", "ts_ms", "transaction"}
+    assert (snap["after"], update["after"], update["op"]) == ({"id": 1, "total": "12.50"}, {"id": 1, "total": "13.75"},
+                                                             "u")
