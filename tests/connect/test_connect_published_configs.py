@@ -189,7 +189,8 @@ def test_debezium_postgres_toast_example_jdbc_sink_into_current_schema(pg_db, da
 def test_debezium_kstreams_example_flat_config_without_schemas(pg_db, data_dir):
     """Debezium's kstreams-fk-join connector: a flat config without a name (the body of PUT
     /connectors/{name}/config) is named after its file; keys and values are plain JSON (schemas.enable
-    false), numerics strings (decimal.handling.mode=string)."""
+    false), numerics strings (decimal.handling.mode=string); `source.sequence` is Debezium's compact JSON
+    array of strings."""
     from klog.connect.worker import validate
 
     debezium_customers(pg_db)
@@ -205,3 +206,5 @@ def test_debezium_kstreams_example_flat_config_without_schemas(pg_db, data_dir):
     assert key == {"id": 1} and set(update) == {"before", "after", "source", "op", "ts_ms", "transaction"}
     assert (snap["after"], update["after"], update["op"]) == ({"id": 1, "total": "12.50"}, {"id": 1, "total": "13.75"},
                                                              "u")
+    assert json.loads(update["source"]["sequence"])[1] == str(update["source"]["lsn"])
+    assert update["source"]["sequence"] == json.dumps(json.loads(update["source"]["sequence"]), separators=(",", ":"))

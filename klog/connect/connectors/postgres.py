@@ -245,7 +245,7 @@ class PostgresTask(SourceTask):
         rel = info["rel"]
         return {"version": VERSION, "connector": "postgresql", "name": self.prefix,
                 "ts_ms": ts_ms, "snapshot": snapshot, "db": self.dbname,
-                "sequence": json.dumps([str(lsn_safe or ""), str(lsn)]),
+                "sequence": json.dumps([str(lsn_safe) if lsn_safe else None, str(lsn)], separators=(",", ":")),
                 "schema": rel.schema, "table": rel.table, "txId": tx_id, "lsn": lsn, "xmin": None}
 
     def _tx_source(self, info: dict) -> dict:
