@@ -208,3 +208,38 @@ def test_debezium_kstreams_example_flat_config_without_schemas(pg_db, data_dir):
                                                              "u")
     assert json.loads(update["source"]["sequence"])[1] == str(update["source"]["lsn"])
     assert update["source"]["sequence"] == json.dumps(json.loads(update["source"]["sequence"]), separators=(",", ":"))
+
+
+def test_confluent_jdbc_sink_quickstart_sqlite(data_dir, tmp_path, monkeypatch):
+    """Confluent's sink quickstart, verbatim: the quickstart's `orders` record (as JsonConverter with its
+    schema carries it) becomes a row of the table `orders` it creates in ./test.db, its columns typed as
+    Confluent's SQLite dialect types them, NOT NULL for the required fields."""
+    import sqlite3
+
+    import klog
+
+    monkeypatch.chdir(tmp_path)
+    schema = {"type": "struct", "name": "myrecord", "optional": False, "fields": [
+        {"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": False, "field": "product"},
+        {"type": "int32", "optional": False, "field": "quantity"},
+        {"type": "float32", "optional": False, "field": "price"}]}  # the quickstart's Avro float
+    with klog.open(data_dir) as s:
+        s.create_topic("orders", partitions=1)
+        with s.producer() as p:
+            p.send("orders", json.dumps({"schema": schema, "payload": {"id": 999, "product": "foo", "quantity": 100,
+                                                                       "price": 50}}).encode())
+    warnings: list[str] = []
+
+    def rows() -> list:
+        try:
+            with sqlite3.connect(tmp_path / "test.db") as conn:
+                return conn.execute('SELECT * FROM "orders"').fetchall()
+        except sqlite3.OperationalError:
+            return []
+
+    with running(data_dir, published("confluent-sink-quickstart-sqlite.properties"), warnings=warnings):
+        wait_for(lambda: rows() == [(999, "foo", 100, 50.0)], what="the quickstart's row")
+    with sqlite3.connect(tmp_path / "test.db") as conn:
+        columns = [(r[1], r[2], r[3]) for r in conn.execute('PRAGMA table_info("orders")')]
+    assert columns == [("id", "INTEGER", 1), ("product", "TEXT", 1), ("quantity", "INTEGER", 1), ("price", "REAL", 1)]
+    assert warnings == []

@@ -450,7 +450,9 @@ class JdbcSinkTask(SinkTask):
         if existing is None:
             if not self.c["auto.create"]:
                 raise ConnectError(f"Table {table} is missing and auto-creation is disabled (auto.create=false)")
-            defs = [f"{d.quote(n)} {d.sql_type(s)}{' NOT NULL' if n in pk else ''}" for n, s in cols.items()]
+            # a required field is a NOT NULL column, as Confluent's writeColumnSpec makes it
+            defs = [f"{d.quote(n)} {d.sql_type(s)}{' NOT NULL' if n in pk or s.get('optional') is False else ''}"
+                    for n, s in cols.items()]
             if pk:
                 defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
             cur.execute(f"CREATE TABLE IF NOT EXISTS {d.table(table)} ({', '.join(defs)})")
