@@ -192,6 +192,9 @@ def load_class(spec: str) -> type:
     return getattr(importlib.import_module(module), attr)
 
 
+JAVA_PACKAGES = ("io.", "org.", "com.")
+
+
 def find_connector(name: str) -> type[Connector]:
     """connector.class: a klog short name, a Java class name or its alias, a `klog.connectors` entry
     point, or a dotted Python path (module.Class or module:Class)."""
@@ -209,6 +212,9 @@ def find_connector(name: str) -> type[Connector]:
         try:
             cls = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
+            if name.startswith(JAVA_PACKAGES):  # a Java connector klog has no counterpart of
+                raise ConfigError("connector.class", name, f"klog does not implement this connector; it runs "
+                                  f"{', '.join(sorted(_JAVA))}") from None
             raise ConfigError("connector.class", name, f"cannot load it ({e})") from None
         if isinstance(cls, type) and issubclass(cls, Connector):
             return cls

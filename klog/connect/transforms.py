@@ -587,8 +587,9 @@ def _find(kind: str, registry: dict, name: str, key: str) -> type:
             return load_class(name)
         except (ImportError, AttributeError) as e:
             raise ConfigError(key, name, f"cannot load it ({e})") from None
-    raise ConfigError(key, name, f"unknown {kind[:-1]} type: use Kafka's names "
-                      f"({'InsertField$Value, ...' if kind == 'transforms' else 'TopicNameMatches, ...'})")
+    known = sorted({n.rsplit(".", 1)[-1].split("$")[0] for n in registry} | ({"ExtractNewRecordState"}
+                                                                          if kind == "transforms" else set()))
+    raise ConfigError(key, name, f"klog does not implement this {kind[:-1]}; it has {', '.join(known)}")
 
 
 class Chain:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from klog.connect.config import load_config_file, parse_properties_text
 from tests.connect.helpers import records, running, wait_for
 
@@ -243,3 +245,23 @@ def test_confluent_jdbc_sink_quickstart_sqlite(data_dir, tmp_path, monkeypatch):
         columns = [(r[1], r[2], r[3]) for r in conn.execute('PRAGMA table_info("orders")')]
     assert columns == [("id", "INTEGER", 1), ("product", "TEXT", 1), ("quantity", "INTEGER", 1), ("price", "REAL", 1)]
     assert warnings == []
+
+
+@pytest.mark.parametrize(("config", "key", "says"), [
+    ("debezium-outbox-register-postgres.json", "transforms.outbox.type", "klog does not implement this transform"),
+    ("debezium-cqrs-postgres-source.json", "transforms.reroute.type", "klog does not implement this transform"),
+    ("debezium-end-to-end-jdbc-sink-avro.json", "key.converter", "unknown converter"),
+    ("debezium-unwrap-smt-jdbc-sink.json", "connector.class", "klog does not implement this connector"),
+    ("confluent-source-quickstart-sqlite.properties", "connector.class", "klog does not implement this connector")])
+def test_published_configs_klog_cannot_run_are_refused_in_one_line_naming_why(config, key, says):
+    """What klog does not implement (Debezium's outbox EventRouter and ByLogicalTableRouter, Confluent's
+    AvroConverter, Debezium's own JDBC sink, Confluent's JDBC source) refuses the config before anything
+    starts, in one line naming the key, the value and why."""
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import validate
+
+    props = published(config)
+    with pytest.raises(ConfigError) as refused:
+        validate(props)
+    message = str(refused.value)
+    assert "\n" not in message and key in message and props[key] in message and says in message
