@@ -265,3 +265,24 @@ def test_published_configs_klog_cannot_run_are_refused_in_one_line_naming_why(co
         validate(props)
     message = str(refused.value)
     assert "\n" not in message and key in message and props[key] in message and says in message
+
+
+def test_kafka_docs_predicate_example_on_debezium_topics(pg_db, data_dir):
+    """Kafka's predicate example after Debezium's RegexRouter: each table's topic is its name; `foo`'s
+    records are filtered out; every topic but `bar` has its key replaced by the key's `other_field`."""
+    pg_db.execute("CREATE SCHEMA inventory")
+    for table in ("foo", "bar", "baz"):
+        pg_db.execute(f"CREATE TABLE inventory.{table} (other_field int PRIMARY KEY, v text)")
+        pg_db.execute(f"INSERT INTO inventory.{table} VALUES (7, '{table}')")
+    config = with_snippet(at_test_server(published("debezium-tutorial-register-postgres.json"), pg_db),
+                          "kafka-docs-predicates-after-debezium-route.properties")
+    warnings: list[str] = []
+    with running(data_dir, config, warnings=warnings):
+        wait_for(lambda: records(data_dir, "bar") and records(data_dir, "baz"), what="the snapshot")
+    assert records(data_dir, "foo") == [] and records(data_dir, "dbserver1.inventory.foo") == []
+    [(bar_key, bar)] = envelopes(data_dir, "bar")
+    [(baz_key, baz)] = envelopes(data_dir, "baz")
+    assert bar_key["payload"] == {"other_field": 7} and bar_key["schema"]["type"] == "struct"
+    assert baz_key == {"schema": {"type": "int32", "optional": False}, "payload": 7}
+    assert (bar["payload"]["after"]["v"], baz["payload"]["after"]["v"]) == ("bar", "baz")
+    assert warnings == []
