@@ -90,9 +90,16 @@ def parse_value(key: Key, raw: str | None) -> Any:
     return value.lower() if key.choices is not None and isinstance(value, str) else value
 
 
+def java_regex(pattern: str) -> re.Pattern:
+    """A java.util.regex pattern compiled by Python's re: Java's named groups `(?<name>...)` and
+    back references `\\k<name>` written as Python's (Debezium's outbox router defaults to one)."""
+    pattern = re.sub(r"\(\?<([A-Za-z][A-Za-z0-9]*)>", r"(?P<\1>", pattern)
+    return re.compile(re.sub(r"\\k<([A-Za-z][A-Za-z0-9]*)>", r"(?P=\1)", pattern))
+
+
 def regex_check(value: str) -> str | None:
     try:
-        re.compile(value)
+        java_regex(value)
     except re.error as e:
         return f"not a regular expression ({e})"
     return None

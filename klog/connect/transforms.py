@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from klog.connect.config import ConfigDef, regex_check, with_prefix
+from klog.connect.config import ConfigDef, java_regex, regex_check, with_prefix
 from klog.connect.data import DATE, TIME, TIMESTAMP, ConnectRecord, Schema, fields_by_name, primitive
 from klog.connect.errors import ConfigError, DataError
 
@@ -440,7 +440,7 @@ class RegexRouter(Transform):
     config_def = ConfigDef().define("regex", check=regex_check).define("replacement")
 
     def configure(self) -> None:
-        self.regex = re.compile(self.config["regex"])
+        self.regex = java_regex(self.config["regex"])
         self.replacement = java_replacement(self.config["replacement"])
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
@@ -538,8 +538,12 @@ class Predicate:
 class TopicNameMatches(Predicate):
     config_def = ConfigDef().define("pattern", check=regex_check)
 
+    def __init__(self, prefix: str, props: dict[str, str]) -> None:
+        super().__init__(prefix, props)
+        self.pattern = java_regex(self.config["pattern"])
+
     def test(self, record: ConnectRecord) -> bool:
-        return re.fullmatch(self.config["pattern"], record.topic) is not None
+        return self.pattern.fullmatch(record.topic) is not None
 
 
 class HasHeaderKey(Predicate):

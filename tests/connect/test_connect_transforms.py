@@ -188,3 +188,13 @@ def test_transform_and_predicate_keys_klog_does_not_implement_are_named():
                       "transforms": "unwrap", "transforms.unwrap.type": DBZ,
                       "transforms.unwrap.add.fields": "op", "transforms.unwrap.route.by.field": "v"})
     assert clean.ignored == []
+
+
+def test_java_named_groups_in_regex_router_and_topic_name_matches():
+    """Java's `(?<name>...)` (Python's re spells it `(?P<name>...)`) and `${name}` as Kafka users write them."""
+    c = chain(route={"type": "RegexRouter", "regex": r"dbserver1\.(?<schema>[^.]+)\.(?<table>[^.]+)",
+                     "replacement": "${table}-of-${schema}"})
+    assert c.apply(rec({"a": 1}, topic="dbserver1.inventory.customers")).topic == "customers-of-inventory"
+    f = Chain({"transforms": "drop", "transforms.drop.type": "Filter", "transforms.drop.predicate": "p",
+               "predicates": "p", "predicates.p.type": "TopicNameMatches", "predicates.p.pattern": r"(?<x>a)\k<x>"})
+    assert f.apply(rec({"a": 1}, topic="aa")) is None and f.apply(rec({"a": 1}, topic="ab")) is not None

@@ -30,7 +30,7 @@ from typing import Any
 
 from klog import __version__ as VERSION
 from klog.connect.api import SourceConnector, SourceTask
-from klog.connect.config import ConfigDef, regex_list_check
+from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors import pgoutput
 from klog.connect.connectors.pgtypes import UNAVAILABLE, column_type, required_fallback
 from klog.connect.data import ConnectRecord, primitive, struct
@@ -63,7 +63,7 @@ UNIMPLEMENTED = frozenset({
 
 
 def _pattern_list(values: list[str]) -> list[re.Pattern]:
-    return [re.compile(v) for v in values]
+    return [java_regex(v) for v in values]
 
 
 class PostgresTask(SourceTask):
