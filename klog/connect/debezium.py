@@ -1,4 +1,5 @@
-"""Debezium's ExtractNewRecordState: a change event's envelope replaced by its row state.
+"""Debezium's transforms: ExtractNewRecordState (a change event's envelope replaced by its row state)
+and the outbox EventRouter (below).
 
 Both generations of its delete keys are accepted: `delete.tombstone.handling.mode` (Debezium 2.5+:
 tombstone | drop | rewrite | rewrite-with-tombstone | delete-to-tombstone) and the older
@@ -10,9 +11,10 @@ Debezium's tombstone (delete-to-tombstone drops that one, as Debezium's DefaultD
 
 from __future__ import annotations
 
-from klog.connect.config import ConfigDef
-from klog.connect.data import ConnectRecord, fields_by_name, primitive
-from klog.connect.transforms import Transform, rebuilt_struct
+from klog.connect.config import ConfigDef, java_regex, regex_check
+from klog.connect.data import ConnectRecord, fields_by_name, primitive, struct
+from klog.connect.errors import ConfigError, DataError
+from klog.connect.transforms import Transform, header_bytes, java_replacement, rebuilt_struct
 
 MODES = ("tombstone", "drop", "rewrite", "rewrite-with-tombstone", "delete-to-tombstone")
 
@@ -97,8 +99,6 @@ class ExtractNewRecordState(Transform):
     def _headers(self, value: dict, record: ConnectRecord) -> list:
         if not self.config["add.headers"]:
             return list(record.headers)
-        from klog.connect.transforms import header_bytes
-
         headers = list(record.headers)
         for name in self.config["add.headers"]:
             headers.append((self._meta_name(self.config["add.headers.prefix"], name),
@@ -133,3 +133,111 @@ class ExtractNewRecordState(Transform):
         else:
             schema, found = fields_by_name(record.value_schema).get(name), value.get(name)
         return found, None if schema is None else {k: v for k, v in schema.items() if k != "field"}
+
+
+class EventRouter(Transform):
+    """Debezium's outbox event router (io.debezium.transforms.outbox.EventRouter): each row inserted into
+    an outbox table becomes an event on the topic its `aggregatetype` names (through route.topic.regex and
+    route.topic.replacement), keyed by `aggregateid`, its value the `payload` column, its `id` a header;
+    deletes and tombstones are dropped, updates skipped (or fatal)."""
+
+    config_def = (ConfigDef().define("table.field.event.id", default="id")
+                  .define("table.field.event.key", default="aggregateid")
+                  .define("table.field.event.type", default="type")
+                  .define("table.field.event.timestamp", default="")
+                  .define("table.field.event.payload", default="payload")
+                  .define("table.fields.additional.placement", "list", [])
+                  .define("table.field.additional.missing", default="error", choices=("error", "ignore"))
+                  .define("route.by.field", default="aggregatetype")
+                  .define("route.topic.regex", default="(?<routedByValue>.*)", check=regex_check)
+                  .define("route.topic.replacement", default="outbox.event.${routedByValue}")
+                  .define("route.tombstone.on.empty.payload", "boolean", False)
+                  .define("table.op.invalid.behavior", default="warn", choices=("warn", "error", "fatal")))
+    # each changes what the events hold: named in the warning rather than ignored
+    unimplemented = frozenset({"table.expand.json.payload", "table.json.payload.null.behavior",
+                               "table.json.payload.empty.array.behavior", "table.field.event.schema.version"})
+
+    def configure(self) -> None:
+        self.placements: list[tuple[str, str, str]] = []  # (column, header|envelope|partition, alias)
+        for spec in self.config["table.fields.additional.placement"]:
+            parts = [p.strip() for p in spec.split(":")]
+            if len(parts) not in (2, 3) or parts[1].lower() not in ("header", "envelope", "partition"):
+                raise ConfigError(self.prefix + "table.fields.additional.placement", spec,
+                                  "each entry is column:header|envelope|partition[:alias]")
+            self.placements.append((parts[0], parts[1].lower(), parts[2] if len(parts) == 3 else parts[0]))
+        self.topic_regex = java_regex(self.config["route.topic.regex"])
+        self.replacement = java_replacement(self.config["route.topic.replacement"])
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        value = record.value
+        if value is None:
+            return None  # tombstones are ignored
+        if not isinstance(value, dict) or "op" not in value or "after" not in value:
+            return record  # a heartbeat, a schema change: untouched
+        if value["op"] == "d":
+            return None
+        if value["op"] == "u":
+            if self.config["table.op.invalid.behavior"] == "fatal":
+                raise DataError(f"Unexpected update message received {record.key}, fail.")
+            return None
+        c = self.config
+        event, schemas = value.get("after") or {}, fields_by_name(fields_by_name(record.value_schema).get("after"))
+        for column in (c["table.field.event.id"], c["table.field.event.payload"]):
+            if column not in event:
+                raise DataError(f"Unable to find field {column} in event")
+        payload = event[c["table.field.event.payload"]]
+        payload_schema = _unnamed(schemas.get(c["table.field.event.payload"]))
+        headers = [*record.headers, ("id", header_bytes(event[c["table.field.event.id"]]))]
+        envelope, envelope_fields = {"payload": payload}, [{**(payload_schema or {}), "field": "payload"}]
+        partition = self._place(event, schemas, headers, envelope, envelope_fields)
+        routed = str(event.get(c["route.by.field"]))
+        if (payload is None or not str(payload).strip()) and c["route.tombstone.on.empty.payload"]:
+            out_schema, out_value = None, None
+        elif len(envelope) == 1:  # only headers placed: the payload is the value
+            out_schema, out_value = payload_schema, payload
+        else:
+            out_schema = struct(envelope_fields, name=_routed_schema_name(record.value_schema, routed))
+            out_value = envelope
+        stamp_column = c["table.field.event.timestamp"]
+        timestamp = event.get(stamp_column) if stamp_column else None
+        key_column = c["table.field.event.key"]
+        m = self.topic_regex.fullmatch(routed)
+        return record.new_record(topic=m.expand(self.replacement) if m else routed, kafka_partition=partition,
+                                 key_schema=_unnamed(schemas.get(key_column)) if record.value_schema else None,
+                                 key=event.get(key_column) if key_column else None,
+                                 value_schema=out_schema if record.value_schema else None, value=out_value,
+                                 timestamp=timestamp if timestamp is not None else value.get("ts_ms"), headers=headers)
+
+
+    def _place(self, event: dict, schemas: dict, headers: list, envelope: dict, envelope_fields: list) -> int | None:
+        """table.fields.additional.placement: columns into headers or the envelope (both extended in
+        place); the partition a `partition` placement names."""
+        partition = None
+        for column, place, alias in self.placements:
+            if column not in event:
+                if self.config["table.field.additional.missing"] == "ignore":
+                    continue
+                raise DataError(f"Unable to find field {column} in event")
+            if place == "header":
+                headers.append((alias, header_bytes(event[column])))
+            elif place == "envelope":
+                envelope[alias] = event[column]
+                envelope_fields.append({**(_unnamed(schemas.get(column)) or {}), "field": alias})
+            else:
+                partition = event[column]
+        return partition
+
+
+def _unnamed(field: dict | None) -> dict | None:
+    """A struct field's schema without its "field" entry."""
+    return None if field is None else {k: v for k, v in field.items() if k != "field"}
+
+
+def _routed_schema_name(envelope: dict | None, routed: str) -> str:
+    """Debezium's name for an outbox event's value struct: the routed value before the envelope name's
+    last part (`dbserver1.inventory.outboxevent.Order.Envelope`)."""
+    name = (envelope or {}).get("name")
+    if not name:
+        return routed
+    head, dot, last = name.rpartition(".")
+    return f"{head}.{routed}.{last}" if dot else f"{routed}.{name}"

@@ -574,16 +574,18 @@ for _cls in (ValueToKey, RegexRouter, TimestampRouter, Filter, InsertHeader, Dro
 PREDICATES: dict[str, type[Predicate]] = {}
 for _pcls in (TopicNameMatches, HasHeaderKey, RecordIsTombstone):
     PREDICATES[KAFKA_PKG + "predicates." + _pcls.__name__] = PREDICATES[_pcls.__name__] = _pcls
-DEBEZIUM = {"io.debezium.transforms.ExtractNewRecordState", "ExtractNewRecordState"}
+DEBEZIUM = {"io.debezium.transforms.ExtractNewRecordState": "ExtractNewRecordState",
+            "ExtractNewRecordState": "ExtractNewRecordState",
+            "io.debezium.transforms.outbox.EventRouter": "EventRouter", "EventRouter": "EventRouter"}
 
 
 def _find(kind: str, registry: dict, name: str, key: str) -> type:
     if name in registry:
         return registry[name]
     if kind == "transforms" and name in DEBEZIUM:
-        from klog.connect.debezium import ExtractNewRecordState
+        from klog.connect import debezium
 
-        return ExtractNewRecordState
+        return getattr(debezium, DEBEZIUM[name])
     from klog.connect.api import load_class
 
     if ":" in name:
@@ -591,7 +593,7 @@ def _find(kind: str, registry: dict, name: str, key: str) -> type:
             return load_class(name)
         except (ImportError, AttributeError) as e:
             raise ConfigError(key, name, f"cannot load it ({e})") from None
-    known = sorted({n.rsplit(".", 1)[-1].split("$")[0] for n in registry} | ({"ExtractNewRecordState"}
+    known = sorted({n.rsplit(".", 1)[-1].split("$")[0] for n in registry} | (set(DEBEZIUM.values())
                                                                           if kind == "transforms" else set()))
     raise ConfigError(key, name, f"klog does not implement this {kind[:-1]}; it has {', '.join(known)}")
 

@@ -248,13 +248,12 @@ def test_confluent_jdbc_sink_quickstart_sqlite(data_dir, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("config", "key", "says"), [
-    ("debezium-outbox-register-postgres.json", "transforms.outbox.type", "klog does not implement this transform"),
     ("debezium-cqrs-postgres-source.json", "transforms.reroute.type", "klog does not implement this transform"),
     ("debezium-end-to-end-jdbc-sink-avro.json", "key.converter", "unknown converter"),
     ("debezium-unwrap-smt-jdbc-sink.json", "connector.class", "klog does not implement this connector"),
     ("confluent-source-quickstart-sqlite.properties", "connector.class", "klog does not implement this connector")])
 def test_published_configs_klog_cannot_run_are_refused_in_one_line_naming_why(config, key, says):
-    """What klog does not implement (Debezium's outbox EventRouter and ByLogicalTableRouter, Confluent's
+    """What klog does not implement (Debezium's ByLogicalTableRouter, Confluent's
     AvroConverter, Debezium's own JDBC sink, Confluent's JDBC source) refuses the config before anything
     starts, in one line naming the key, the value and why."""
     from klog.connect.errors import ConfigError
@@ -286,3 +285,39 @@ def test_kafka_docs_predicate_example_on_debezium_topics(pg_db, data_dir):
     assert baz_key == {"schema": {"type": "int32", "optional": False}, "payload": 7}
     assert (bar["payload"]["after"]["v"], baz["payload"]["after"]["v"]) == ("bar", "baz")
     assert warnings == []
+
+
+def test_debezium_outbox_example_event_router(pg_db, data_dir):
+    """Debezium's outbox example: each row inserted into `inventory.outboxevent` (the table Debezium's
+    Quarkus extension writes, then deletes at once) is one event on `<aggregatetype>.events`, keyed by
+    `aggregateid`, its value the `payload` column, with the headers `id` and `eventType`; the delete
+    (and no tombstone: tombstones.on.delete=false) gives nothing."""
+    pg_db.execute("CREATE SCHEMA inventory")
+    pg_db.execute("CREATE TABLE inventory.outboxevent (id uuid NOT NULL PRIMARY KEY, aggregatetype varchar(255) "
+                  "NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, timestamp timestamp "
+                  "NOT NULL, payload varchar(8000), tracingspancontext varchar(256))")
+    event_id = "d7d7a1b6-2b5e-4c59-9a3e-7f4a7c0c1a01"
+    payload = '{"id": 1, "customerId": 123, "lineItems": []}'
+    warnings: list[str] = []
+    with running(data_dir, at_test_server(published("debezium-outbox-register-postgres.json"), pg_db),
+                 warnings=warnings):
+        wait_for(lambda: task_running(data_dir, "debezium-outbox-register-postgres"), what="the connector")
+        pg_db.execute(f"INSERT INTO inventory.outboxevent VALUES ('{event_id}', 'Order', '1', 'OrderCreated', "
+                      f"now(), '{payload}', NULL)")
+        pg_db.execute(f"DELETE FROM inventory.outboxevent WHERE id = '{event_id}'")
+        pg_db.execute("INSERT INTO inventory.outboxevent VALUES ('d7d7a1b6-2b5e-4c59-9a3e-7f4a7c0c1a02', 'Order', "
+                      "'1', 'OrderLineUpdated', now(), '{}', NULL)")
+        wait_for(lambda: len(records(data_dir, "Order.events")) == 2, what="the two events")
+    [first, second] = records(data_dir, "Order.events")
+    assert json.loads(first.key) == {"schema": {"type": "string", "optional": False}, "payload": "1"}
+    assert json.loads(first.value) == {"schema": {"type": "string", "optional": True}, "payload": payload}
+    assert first.headers == [("id", event_id.encode()), ("eventType", b"OrderCreated")]
+    assert second.headers[1] == ("eventType", b"OrderLineUpdated") and json.loads(second.value)["payload"] == "{}"
+    assert first.timestamp > 0
+    assert records(data_dir, "dbserver1.inventory.outboxevent") == [] and warnings == []
+
+
+def task_running(data_dir: str, name: str) -> bool:
+    states = [json.loads(r.value)["state"] for r in records(data_dir, "connect-status")
+              if r.key == f"status-task-{name}-0".encode() and r.value]
+    return bool(states) and states[-1] == "RUNNING"

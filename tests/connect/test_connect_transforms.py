@@ -198,3 +198,38 @@ def test_java_named_groups_in_regex_router_and_topic_name_matches():
     f = Chain({"transforms": "drop", "transforms.drop.type": "Filter", "transforms.drop.predicate": "p",
                "predicates": "p", "predicates.p.type": "TopicNameMatches", "predicates.p.pattern": r"(?<x>a)\k<x>"})
     assert f.apply(rec({"a": 1}, topic="aa")) is None and f.apply(rec({"a": 1}, topic="ab")) is not None
+
+
+def _outbox(op, row):
+    cols = [{**primitive("string", False), "field": n} for n in ("id", "aggregatetype", "aggregateid", "type")]
+    cols += [{**primitive("string"), "field": "payload"}, {**primitive("int32"), "field": "part"}]
+    value = struct(cols, name="db.inventory.outboxevent.Value", optional=True)
+    schema = struct([{**value, "field": "before"}, {**value, "field": "after"},
+                     {**primitive("string", False), "field": "op"}, {**primitive("int64"), "field": "ts_ms"}],
+                    name="db.inventory.outboxevent.Envelope")
+    return rec({"before": None if op != "d" else row, "after": row if op != "d" else None, "op": op, "ts_ms": 5},
+               schema, topic="db.inventory.outboxevent")
+
+
+def test_outbox_event_router_placements_and_operations():
+    """Envelope placements make the value a struct (payload and the columns) named after the routed value,
+    a partition placement sets the partition; updates are skipped (or fail with invalid.behavior=fatal),
+    deletes and tombstones dropped; keys that change the output and klog lacks are named."""
+    from klog.connect.worker import validate
+
+    row = {"id": "e1", "aggregatetype": "Order", "aggregateid": "7", "type": "Created", "payload": "{}", "part": 2}
+    c = chain(outbox={"type": "io.debezium.transforms.outbox.EventRouter",
+                      "table.fields.additional.placement": "type:envelope:eventType,part:partition"})
+    out = c.apply(_outbox("c", row))
+    assert (out.topic, out.kafka_partition, out.key, out.timestamp) == ("outbox.event.Order", 2, "7", 5)
+    assert out.value == {"payload": "{}", "eventType": "Created"} and out.headers == [("id", b"e1")]
+    assert out.value_schema["name"] == "db.inventory.outboxevent.Order.Envelope"
+    assert [f["field"] for f in out.value_schema["fields"]] == ["payload", "eventType"]
+    assert c.apply(_outbox("u", row)) is None and c.apply(_outbox("d", row)) is None and c.apply(rec(None)) is None
+    fatal = chain(outbox={"type": "EventRouter", "table.op.invalid.behavior": "fatal"})
+    with pytest.raises(DataError):
+        fatal.apply(_outbox("u", row))
+    v = validate({"name": "f", "connector.class": "FileStreamSource", "file": "/dev/null", "topic": "t",
+                  "transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+                  "transforms.outbox.table.expand.json.payload": "true"})
+    assert v.ignored == ["transforms.outbox.table.expand.json.payload"]
