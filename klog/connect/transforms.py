@@ -233,6 +233,50 @@ class HoistField(Transform):
                              {name: value})
 
 
+class Flatten(Transform):
+    """Nested structs (maps without a schema) flattened into one level, their names joined by `delimiter`;
+    a field under an optional struct is optional, as Kafka's Flatten makes it. Arrays and maps with a
+    schema are kept whole."""
+
+    config_def = ConfigDef().define("delimiter", default=".")
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        schema, value = self.operating(record)
+        if value is None:
+            return record
+        if schema is None:
+            out: dict = {}
+            self._flat_map(self.need_map(value, "flattening"), "", out)
+            return self.replaced(record, None, out)
+        fields: list[Schema] = []
+        out = {}
+        self._flat_struct(schema, value, "", schema.get("optional", False), fields, out)
+        return self.replaced(record, rebuilt_struct(schema, fields), out)
+
+    def _name(self, prefix: str, name: str) -> str:
+        return f"{prefix}{self.config['delimiter']}{name}" if prefix else name
+
+    def _flat_map(self, data: dict, prefix: str, out: dict) -> None:
+        for name, v in data.items():
+            if isinstance(v, dict):
+                self._flat_map(v, self._name(prefix, name), out)
+            else:
+                out[self._name(prefix, name)] = v
+
+    def _flat_struct(self, schema: Schema, value: dict | None, prefix: str, optional: bool, fields: list,
+                     out: dict) -> None:
+        for f in schema.get("fields", []):
+            name = self._name(prefix, f["field"])
+            is_optional = optional or f.get("optional", False)
+            child = None if value is None else value.get(f["field"])
+            if f.get("type") == "struct":
+                self._flat_struct(f, child, name, is_optional, fields, out)
+                continue
+            fields.append({**{k: v for k, v in f.items() if k not in ("field", "optional")},
+                           "optional": is_optional, "field": name})
+            out[name] = child
+
+
 class ExtractField(Transform):
     config_def = ConfigDef().define("field").define("field.syntax.version", default="V1", choices=("v1", "v2"))
 
@@ -564,7 +608,8 @@ def _keyed(cls: type[Transform], on_key: bool) -> type[Transform]:
 
 
 TRANSFORMS: dict[str, type[Transform]] = {}
-for _cls in (InsertField, ReplaceField, MaskField, HoistField, ExtractField, Cast, TimestampConverter, HeaderFrom):
+for _cls in (InsertField, ReplaceField, MaskField, HoistField, Flatten, ExtractField, Cast, TimestampConverter,
+             HeaderFrom):
     for _side in ("Key", "Value"):
         _variant = _keyed(_cls, _side == "Key")
         for _name in (f"{KAFKA_PKG}{_cls.__name__}${_side}", f"{_cls.__name__}${_side}"):

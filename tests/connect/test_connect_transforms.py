@@ -233,3 +233,20 @@ def test_outbox_event_router_placements_and_operations():
                   "transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
                   "transforms.outbox.table.expand.json.payload": "true"})
     assert v.ignored == ["transforms.outbox.table.expand.json.payload"]
+
+
+def test_flatten_with_and_without_schema():
+    """Confluent's documented Flatten example (schemaless), and a Debezium envelope flattened with its
+    schema: a field under an optional struct (`before`, `after`) is optional, one under a required struct
+    (`source`) keeps its own optionality; the struct rebuilt is required, its name kept."""
+    c = chain(flatten={"type": K + "Flatten$Value", "delimiter": "."})
+    value = {"content": {"id": 42, "name": {"first": "David", "middle": None, "last": "Wong"}}}
+    assert c.apply(rec(value)).value == {"content.id": 42, "content.name.first": "David", "content.name.middle": None,
+                                         "content.name.last": "Wong"}
+    out = chain(flatten={"type": "Flatten$Value", "delimiter": "_"}).apply(_envelope("c", None, {"id": 1, "v": "a"}))
+    assert out.value == {"before_id": None, "before_v": None, "after_id": 1, "after_v": "a", "source_table": "t",
+                         "op": "c", "ts_ms": 1}
+    optional = {f["field"]: f["optional"] for f in out.value_schema["fields"]}
+    assert optional == {"before_id": True, "before_v": True, "after_id": True, "after_v": True, "source_table": False,
+                        "op": False, "ts_ms": True}
+    assert out.value_schema["name"] == "p.public.t.Envelope" and out.value_schema["optional"] is False
