@@ -391,3 +391,25 @@ def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kil
     assert dump.returncode == 0, dump.stderr
     batches = [b for b in map(json.loads, dump.stdout.splitlines()) if b["type"] == "batch"]
     assert batches and all(b["transactional"] for b in batches)
+
+
+@pytest.mark.parametrize(("mode", "names", "values"), [
+    ("adaptive", ["io.debezium.time.Date", "io.debezium.time.MicroTime", "io.debezium.time.Time",
+                  "io.debezium.time.MicroTimestamp", "io.debezium.time.ZonedTimestamp"],
+     [1, 3_723_000_456, 3_723_004, 90_061_000_001, "1970-01-02T01:01:01.000001Z"]),
+    ("connect", ["org.apache.kafka.connect.data.Date", "org.apache.kafka.connect.data.Time",
+                 "org.apache.kafka.connect.data.Time", "org.apache.kafka.connect.data.Timestamp",
+                 "io.debezium.time.ZonedTimestamp"],
+     [1, 3_723_000, 3_723_004, 90_061_000, "1970-01-02T01:01:01.000001Z"])])
+def test_time_precision_mode(pg_db, data_dir, mode, names, values):
+    """time.precision.mode as Debezium's: adaptive (the default) by each column's precision (time(3) in
+    milliseconds), connect as Kafka's Date, Time and Timestamp in milliseconds."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, d date, tm time, tm3 time(3), ts timestamp, tz timestamptz)")
+    pg_db.execute("INSERT INTO t VALUES (1, '1970-01-02', '01:02:03.000456', '01:02:03.004', "
+                  "'1970-01-02 01:01:01.000001', '1970-01-02 01:01:01.000001+00')")
+    with running(data_dir, cdc(pg_db, **{"time.precision.mode": mode})):
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) == 1, what="the snapshot")
+    value = json.loads(records(data_dir, "shop.public.t")[0].value)
+    after = next(f for f in value["schema"]["fields"] if f["field"] == "after")
+    assert [f.get("name") for f in after["fields"][1:]] == names
+    assert [value["payload"]["after"][c] for c in ("d", "tm", "tm3", "ts", "tz")] == values

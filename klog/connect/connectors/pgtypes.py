@@ -8,7 +8,7 @@ import decimal
 from collections.abc import Callable
 from typing import Any
 
-from klog.connect.data import DECIMAL, Schema, primitive
+from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, primitive
 
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_DATE = dt.date(1970, 1, 1)
@@ -59,8 +59,24 @@ def _time_us(text: str) -> int:
     return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
 
 
-def column_type(type_oid: int, typmod: int, decimal_mode: str = "precise") -> tuple[Schema, Parser]:
-    """The Connect schema (without "optional" set) and the text parser of a column."""
+def _time_ms(text: str) -> int:
+    return _time_us(text) // 1000
+
+
+TIME_MODES = ("adaptive", "adaptive_time_microseconds", "connect")
+
+
+def column_type(type_oid: int, typmod: int, decimal_mode: str = "precise",
+                time_mode: str = "adaptive") -> tuple[Schema, Parser]:
+    """The Connect schema (without "optional" set) and the text parser of a column. time_mode is
+    Debezium's time.precision.mode: connect gives Kafka's Date, Time and Timestamp (millisecond)
+    types; the adaptive modes Debezium's, by the column's precision."""
+    if time_mode == "connect" and type_oid in (1082, 1083, 1114):
+        return {1082: (primitive("int32", name=DATE, version=1), _date),
+                1083: (primitive("int32", name=TIME, version=1), _time_ms),
+                1114: (primitive("int64", name=TIMESTAMP, version=1), _timestamp_ms)}[type_oid]
+    if type_oid == 1083 and time_mode == "adaptive" and 0 <= typmod <= 3:  # time(0..3): milliseconds
+        return primitive("int32", name="io.debezium.time.Time", version=1), _time_ms
     if type_oid == 16:
         return primitive("boolean"), _bool
     if type_oid == 21:

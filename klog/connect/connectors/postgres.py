@@ -32,7 +32,7 @@ from klog import __version__ as VERSION
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors import pgoutput
-from klog.connect.connectors.pgtypes import UNAVAILABLE, column_type, required_fallback
+from klog.connect.connectors.pgtypes import TIME_MODES, UNAVAILABLE, column_type, required_fallback
 from klog.connect.data import ConnectRecord, primitive, struct
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
@@ -54,7 +54,7 @@ UNIMPLEMENTED = frozenset({
     "column.include.list", "column.exclude.list", "column.mask.hash", "column.truncate.to", "message.key.columns",
     "heartbeat.interval.ms", "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size", "provide.transaction.metadata", "include.unknown.datatypes",
-    "hstore.handling.mode", "interval.handling.mode", "binary.handling.mode", "time.precision.mode",
+    "hstore.handling.mode", "interval.handling.mode", "binary.handling.mode",
     "event.processing.failure.handling.mode", "snapshot.select.statement.overrides", "snapshot.lock.timeout.ms",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters", "database.initial.statements",
     "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
@@ -189,7 +189,8 @@ class PostgresTask(SourceTask):
         fields, parsers, keys, nulls = [], [], [], []
         not_null = self._not_null_columns(rel.oid)
         for col in rel.columns:
-            schema, parser = column_type(col.type_oid, col.typmod, self.c["decimal.handling.mode"])
+            schema, parser = column_type(col.type_oid, col.typmod, self.c["decimal.handling.mode"],
+                                         self.c["time.precision.mode"])
             required = col.key or col.name in not_null
             fields.append({**schema, "optional": not required, "field": col.name})
             parsers.append(parser)
@@ -477,7 +478,8 @@ class PostgresConnector(SourceConnector):
                   .define("database.hostname").define("database.port", "int", 5432).define("database.user")
                   .define("database.password", "password", "").define("database.dbname")
                   .define("database.sslmode", default="").define("database.connect.timeout.ms", "long", 30_000)
-                  .define("topic.prefix", doc="the prefix of every topic (Debezium's logical server name)")
+                  .define("topic.prefix", doc="the prefix of every topic (Debezium's logical server name; Debezium 1's "
+                          "database.server.name)")
                   .define("plugin.name", default="pgoutput", choices=("pgoutput",))
                   .define("slot.name", default="debezium", check=lambda v: None if re.fullmatch(r"[a-z0-9_]{1,63}", v)
                           else "a slot name is lower-case letters, digits and underscores")
@@ -493,6 +495,7 @@ class PostgresConnector(SourceConnector):
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
                   .define("tombstones.on.delete", "boolean", True)
                   .define("decimal.handling.mode", default="precise", choices=("precise", "double", "string"))
+                  .define("time.precision.mode", default="adaptive", choices=TIME_MODES)
                   .define("skipped.operations", "list", ["t"])
                   .define("max.batch.size", "int", 2048, at_least=1)
                   .define("max.queue.size", "int", 8192, at_least=1)
