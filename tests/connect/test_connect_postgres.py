@@ -192,8 +192,8 @@ def test_debezium_keys_that_shape_the_events(pg_db, data_dir):
 def test_keys_debezium_has_and_klog_does_not_are_named(pg_db):
     from klog.connect.worker import ignored_warning, validate
 
-    v = validate(cdc(pg_db, **{"heartbeat.interval.ms": "1000", "column.exclude.list": "public.t.secret"}))
-    assert "heartbeat.interval.ms" in ignored_warning(v) and "column.exclude.list" in ignored_warning(v)
+    v = validate(cdc(pg_db, **{"heartbeat.interval.ms": "1000", "message.key.columns": "public.t:secret"}))
+    assert "heartbeat.interval.ms" in ignored_warning(v) and "message.key.columns" in ignored_warning(v)
 
 
 def _offsets(data_dir: str, name: str = "pg") -> list[dict]:
@@ -413,3 +413,18 @@ def test_time_precision_mode(pg_db, data_dir, mode, names, values):
     after = next(f for f in value["schema"]["fields"] if f["field"] == "after")
     assert [f.get("name") for f in after["fields"][1:]] == names
     assert [value["payload"]["after"][c] for c in ("d", "tm", "tm3", "ts", "tz")] == values
+
+
+def test_column_exclude_list_drops_the_columns_from_values_and_schemas(pg_db, data_dir):
+    """column.exclude.list (schema.table.column regular expressions) as Debezium's: the columns are in no
+    value or schema, snapshot or stream; a key column stays."""
+    pg_db.execute("CREATE TABLE users (id int PRIMARY KEY, name text, secret text, pin int)")
+    pg_db.execute("INSERT INTO users VALUES (1, 'a', 's1', 11)")
+    with running(data_dir, cdc(pg_db, **{"column.exclude.list": r"public\.users\.(secret|pin),public.users.id"})):
+        wait_for(lambda: len(records(data_dir, "shop.public.users")) == 1, what="the snapshot")
+        pg_db.execute("UPDATE users SET name = 'b', secret = 's2' WHERE id = 1")
+        wait_for(lambda: len(records(data_dir, "shop.public.users")) == 2, what="the update")
+    values = [json.loads(r.value) for r in records(data_dir, "shop.public.users")]
+    assert [v["payload"]["after"] for v in values] == [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}]
+    after = next(f for f in values[1]["schema"]["fields"] if f["field"] == "after")
+    assert [f["field"] for f in after["fields"]] == ["id", "name"]

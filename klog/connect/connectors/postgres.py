@@ -51,7 +51,7 @@ TRANSACTION_SCHEMA = struct([{**primitive("string", False), "field": "id"},
                             name="event.block", optional=True, version=1)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
-    "column.include.list", "column.exclude.list", "column.mask.hash", "column.truncate.to", "message.key.columns",
+    "column.mask.hash", "column.truncate.to", "message.key.columns",
     "heartbeat.interval.ms", "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size", "provide.transaction.metadata", "include.unknown.datatypes",
     "hstore.handling.mode", "interval.handling.mode", "binary.handling.mode",
@@ -76,6 +76,8 @@ class PostgresTask(SourceTask):
         self.exclude = _pattern_list(c["table.exclude.list"])
         self.schemas_in = _pattern_list(c["schema.include.list"])
         self.schemas_out = _pattern_list(c["schema.exclude.list"])
+        self.columns_in = _pattern_list(c["column.include.list"])
+        self.columns_out = _pattern_list(c["column.exclude.list"])
         self.skipped = {s.strip() for s in c["skipped.operations"] if s.strip() and s.strip() != "none"}
         self.relations: dict[int, dict] = {}
         self.tx: pgoutput.Begin | None = None
@@ -188,7 +190,8 @@ class PostgresTask(SourceTask):
         topic = f"{self.prefix}.{rel.schema}.{rel.table}"
         fields, parsers, keys, nulls = [], [], [], []
         not_null = self._not_null_columns(rel.oid)
-        for col in rel.columns:
+        kept = [i for i, col in enumerate(rel.columns) if col.key or self._column_wanted(rel, col.name)]
+        for col in (rel.columns[i] for i in kept):
             schema, parser = column_type(col.type_oid, col.typmod, self.c["decimal.handling.mode"],
                                          self.c["time.precision.mode"])
             required = col.key or col.name in not_null
@@ -203,9 +206,18 @@ class PostgresTask(SourceTask):
                            {**SOURCE_SCHEMA, "field": "source"}, {**primitive("string", False), "field": "op"},
                            {**primitive("int64"), "field": "ts_ms"}, {**TRANSACTION_SCHEMA, "field": "transaction"}],
                           name=f"{topic}.Envelope", version=1)
-        return {"rel": rel, "topic": topic, "names": [c.name for c in rel.columns], "parsers": parsers, "nulls": nulls,
-                "keys": keys, "key_schema": key_schema, "envelope": envelope,
-                "wanted": self._wanted(rel.schema, rel.table)}
+        return {"rel": rel, "topic": topic, "names": [rel.columns[i].name for i in kept], "parsers": parsers,
+                "nulls": nulls, "keys": keys, "key_schema": key_schema, "envelope": envelope,
+                "wanted": self._wanted(rel.schema, rel.table),
+                "kept": None if len(kept) == len(rel.columns) else kept}  # positions of the columns kept
+
+    def _column_wanted(self, rel: pgoutput.Relation, column: str) -> bool:
+        """column.include.list / column.exclude.list: regular expressions over schema.table.column (a key
+        column always stays: Debezium keys by it)."""
+        full = f"{rel.schema}.{rel.table}.{column}"
+        if self.columns_in and not any(p.fullmatch(full) for p in self.columns_in):
+            return False
+        return not any(p.fullmatch(full) for p in self.columns_out)
 
     def _not_null_columns(self, oid: int) -> set[str]:
         """The columns declared NOT NULL: required fields in Debezium's schemas (its optional flag is
@@ -232,6 +244,8 @@ class PostgresTask(SourceTask):
     def _row(info: dict, values: list | None) -> dict | None:
         if values is None:
             return None
+        if info["kept"] is not None:
+            values = [values[i] for i in info["kept"] if i < len(values)]
         row = {}
         for name, parser, null, text in zip(info["names"], info["parsers"], info["nulls"], values, strict=False):
             if text is None:
@@ -288,7 +302,7 @@ class PostgresTask(SourceTask):
             pending: ConnectRecord | None = None
             for schema, table in tables:
                 info = self._relation(self._catalog_relation(snap, schema, table))
-                cols = ", ".join(f"{_ident(n)}::text" for n in info["names"])
+                cols = ", ".join(f"{_ident(c.name)}::text" for c in info["rel"].columns)  # as a change has them
                 with snap.cursor(name=f"klog_snapshot_{len(self.relations)}") as q:
                     q.itersize = self.c["snapshot.fetch.size"]
                     q.execute(f"SELECT {cols} FROM {_ident(schema)}.{_ident(table)}")
@@ -491,6 +505,8 @@ class PostgresConnector(SourceConnector):
                   .define("table.exclude.list", "list", [], check=regex_list_check)
                   .define("schema.include.list", "list", [], check=regex_list_check)
                   .define("schema.exclude.list", "list", [], check=regex_list_check)
+                  .define("column.include.list", "list", [], check=regex_list_check)
+                  .define("column.exclude.list", "list", [], check=regex_list_check)
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
                   .define("tombstones.on.delete", "boolean", True)
@@ -504,9 +520,10 @@ class PostgresConnector(SourceConnector):
     task_class = PostgresTask
 
     def validate(self, config: dict[str, Any]) -> None:
-        if config["table.include.list"] and config["table.exclude.list"]:
-            raise ConfigError("table.exclude.list", ",".join(config["table.exclude.list"]),
-                              "table.include.list and table.exclude.list cannot both be set")
+        for kind in ("table", "column"):
+            if config[f"{kind}.include.list"] and config[f"{kind}.exclude.list"]:
+                raise ConfigError(f"{kind}.exclude.list", ",".join(config[f"{kind}.exclude.list"]),
+                                  f"{kind}.include.list and {kind}.exclude.list cannot both be set")
         try:
             import psycopg2  # noqa: F401
         except ImportError:
