@@ -159,6 +159,7 @@ BUILTIN = {  # module:class of klog's own connectors (imported only when used)
     "klog.connect.connectors.file:FileStreamSourceConnector",
     "klog.connect.connectors.file:FileStreamSinkConnector",
     "klog.connect.connectors.jdbc:JdbcSinkConnector",
+    "klog.connect.connectors.jdbc_source:JdbcSourceConnector",
     "klog.connect.connectors.postgres:PostgresConnector",
     "klog.connect.connectors.http:HttpSinkConnector",
 }
@@ -166,6 +167,7 @@ _NAMES = {  # every name a built-in answers to: its Java class names, their alia
     "file-source": "klog.connect.connectors.file:FileStreamSourceConnector",
     "file-sink": "klog.connect.connectors.file:FileStreamSinkConnector",
     "jdbc-sink": "klog.connect.connectors.jdbc:JdbcSinkConnector",
+    "jdbc-source": "klog.connect.connectors.jdbc_source:JdbcSourceConnector",
     "postgres-cdc": "klog.connect.connectors.postgres:PostgresConnector",
     "postgres-source": "klog.connect.connectors.postgres:PostgresConnector",
     "http-sink": "klog.connect.connectors.http:HttpSinkConnector",
@@ -174,6 +176,7 @@ _JAVA = {
     "org.apache.kafka.connect.file.FileStreamSourceConnector": "file-source",
     "org.apache.kafka.connect.file.FileStreamSinkConnector": "file-sink",
     "io.confluent.connect.jdbc.JdbcSinkConnector": "jdbc-sink",
+    "io.confluent.connect.jdbc.JdbcSourceConnector": "jdbc-source",
     "io.debezium.connector.postgresql.PostgresConnector": "postgres-cdc",
     "io.confluent.connect.http.HttpSinkConnector": "http-sink",
 }
