@@ -428,3 +428,25 @@ def test_column_exclude_list_drops_the_columns_from_values_and_schemas(pg_db, da
     assert [v["payload"]["after"] for v in values] == [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}]
     after = next(f for f in values[1]["schema"]["fields"] if f["field"] == "after")
     assert [f["field"] for f in after["fields"]] == ["id", "name"]
+
+
+def test_column_defaults_in_the_schemas_as_debezium(pg_db, data_dir):
+    """A column's DEFAULT is its field's default in Debezium's schema: a literal as its value, a function
+    (nextval, now()) as the type's placeholder, NULL none; a required column a delete's key-only before
+    image lacks gets its default."""
+    pg_db.execute("CREATE TABLE d (id serial PRIMARY KEY, status text NOT NULL DEFAULT 'new', n int DEFAULT 5, "
+                  "ok boolean DEFAULT true, price numeric(10,2) DEFAULT 1.5, at timestamp DEFAULT now(), "
+                  "note varchar(9) DEFAULT NULL, plain text)")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: task_running(data_dir), what="the task")
+        pg_db.execute("INSERT INTO d (plain) VALUES ('x')")
+        pg_db.execute("DELETE FROM d")
+        wait_for(lambda: len(records(data_dir, "shop.public.d")) == 3, what="the insert and the delete")
+    value = json.loads(records(data_dir, "shop.public.d")[0].value)
+    after = next(f for f in value["schema"]["fields"] if f["field"] == "after")
+    assert {f["field"]: f.get("default") for f in after["fields"]} == {
+        "id": 0, "status": "new", "n": 5, "ok": True, "price": "AJY=", "at": 0, "note": None, "plain": None}
+    assert value["payload"]["after"]["price"] == "AJY=" and value["payload"]["after"]["status"] == "new"
+    deleted = json.loads(records(data_dir, "shop.public.d")[1].value)["payload"]["before"]
+    assert deleted == {"id": 1, "status": "new", "n": None, "ok": None, "price": None, "at": None, "note": None,
+                       "plain": None}

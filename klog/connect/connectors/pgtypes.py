@@ -3,8 +3,10 @@ text form (what pgoutput and `col::text` give) parsed into Connect values."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -153,3 +155,55 @@ def required_fallback(schema: Schema) -> Any:
     if name == "io.debezium.time.ZonedTimestamp":
         return "1970-01-01T00:00:00Z"
     return _FALLBACKS.get(schema["type"])
+
+
+# Debezium's PostgresDefaultValueConverter: a column default's text as pg_get_expr gives it, by type OID:
+# a function call (nextval, now()) or CURRENT_TIMESTAMP... stands for the placeholder, a literal for its
+# text; other types get no default
+_DEFAULT_PLACEHOLDERS = {16: "false", 21: "0", 23: "0", 20: "0", 700: "0.0", 701: "0.0", 1700: "0.0", 25: "",
+                         1043: "", 1042: "", 114: "{}", 3802: "{}", 142: "",
+                         2950: "00000000-0000-0000-0000-000000000000", 1082: "1970-01-01", 1083: "00:00",
+                         1114: "1970-01-01", 1184: "1970-01-01"}
+_FUNCTION_DEFAULT = re.compile(r"^[(]?[A-Za-z0-9_.]+\((?:.+(?:, ?.+)*)?\)")
+_CURRENT = {"current_timestamp", "current_time", "current_date", "localtime", "localtimestamp"}
+
+
+def default_text(type_oid: int, expression: str | None) -> str | None:
+    """The text a column's DEFAULT stands for in Debezium's schema, None for no default."""
+    if expression is None or type_oid not in _DEFAULT_PLACEHOLDERS:
+        return None
+    expression = expression.strip()
+    if _FUNCTION_DEFAULT.match(expression) or expression.lower() in _CURRENT:
+        return _DEFAULT_PLACEHOLDERS[type_oid]
+    if "'" not in expression:
+        return None if expression.startswith("NULL::") else expression
+    literal = re.search(r"'([^']*(?:''[^']*)*)'", expression)
+    return literal.group(1).replace("''", "'") if literal else None
+
+
+def default_value(type_oid: int, schema: Schema, parser: Parser, expression: str | None) -> tuple[Any, Any] | None:
+    """A column's default as (the value, as rows carry it; its JSON in the schema, as Kafka's JsonConverter
+    writes it), or None where Debezium gives the field no default."""
+    text = default_text(type_oid, expression)
+    if text is None:
+        return None
+    try:
+        if type_oid == 16:
+            value: Any = text.lower() == "true"
+        elif type_oid == 1184:
+            value = _zoned(text if any(c in text[10:] for c in "+-Z") else text + "+00:00")
+        elif schema.get("name") == "io.debezium.data.VariableScaleDecimal":
+            return None  # a struct default: Debezium leaves it out (KAFKA-12694)
+        else:
+            value = parser(text)
+    except (ValueError, decimal.InvalidOperation, ArithmeticError):
+        return None  # Debezium: "Cannot parse column default value"
+    if value is None:
+        return None
+    if isinstance(value, decimal.Decimal):
+        scale = int(schema.get("parameters", {}).get("scale", 0))
+        value = value.quantize(decimal.Decimal(1).scaleb(-scale))
+        from klog.connect.converters import decimal_to_bytes
+
+        return value, base64.b64encode(decimal_to_bytes(value, scale)).decode()
+    return value, value

@@ -32,7 +32,7 @@ from klog import __version__ as VERSION
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors import pgoutput
-from klog.connect.connectors.pgtypes import TIME_MODES, UNAVAILABLE, column_type, required_fallback
+from klog.connect.connectors.pgtypes import TIME_MODES, UNAVAILABLE, column_type, default_value, required_fallback
 from klog.connect.data import ConnectRecord, primitive, struct
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
@@ -189,15 +189,19 @@ class PostgresTask(SourceTask):
     def _relation(self, rel: pgoutput.Relation) -> dict:
         topic = f"{self.prefix}.{rel.schema}.{rel.table}"
         fields, parsers, keys, nulls = [], [], [], []
-        not_null = self._not_null_columns(rel.oid)
+        facts = self._column_facts(rel.oid)
         kept = [i for i, col in enumerate(rel.columns) if col.key or self._column_wanted(rel, col.name)]
         for col in (rel.columns[i] for i in kept):
             schema, parser = column_type(col.type_oid, col.typmod, self.c["decimal.handling.mode"],
                                          self.c["time.precision.mode"])
-            required = col.key or col.name in not_null
-            fields.append({**schema, "optional": not required, "field": col.name})
+            not_null, expression = facts.get(col.name, (False, None))
+            required = col.key or not_null
+            default = default_value(col.type_oid, schema, parser, expression)
+            fields.append({**schema, "optional": not required, **({"default": default[1]} if default else {}),
+                           "field": col.name})
             parsers.append(parser)
-            nulls.append(required_fallback(schema) if required else None)
+            # a required column a change lacks: its default, else Debezium's stand-in for its type
+            nulls.append((default[0] if default else required_fallback(schema)) if required else None)
             if col.key:
                 keys.append(col.name)
         value = struct(fields, name=f"{topic}.Value", optional=True)
@@ -219,13 +223,14 @@ class PostgresTask(SourceTask):
             return False
         return not any(p.fullmatch(full) for p in self.columns_out)
 
-    def _not_null_columns(self, oid: int) -> set[str]:
-        """The columns declared NOT NULL: required fields in Debezium's schemas (its optional flag is
-        the column's nullability); pgoutput's relation message does not carry it."""
+    def _column_facts(self, oid: int) -> dict[str, tuple[bool, str | None]]:
+        """Each column's NOT NULL (a required field in Debezium's schemas) and DEFAULT expression (the
+        field's default there); pgoutput's relation message carries neither."""
         with self.conn.cursor() as q:
-            q.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND attnotnull "
-                      "AND NOT attisdropped", (oid,))
-            return {name for (name,) in q.fetchall()}
+            q.execute("SELECT a.attname, a.attnotnull, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a "
+                      "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+                      "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped", (oid,))
+            return {name: (not_null, expression) for name, not_null, expression in q.fetchall()}
 
     def _keyed_by_primary_key(self, rel: pgoutput.Relation) -> pgoutput.Relation:
         """pgoutput flags the replica identity's columns, which under REPLICA IDENTITY FULL are all of
