@@ -283,3 +283,23 @@ def test_pgjdbc_url_parameters_klog_does_not_pass_on_are_named():
     v = validate(sink_config("jdbc:postgresql://127.0.0.1:5432/db?currentSchema=s&user=u&password=p&sslmode=disable"
                              "&reWriteBatchedInserts=true&stringtype=unspecified"))
     assert v.ignored == ["connection.url parameter reWriteBatchedInserts", "connection.url parameter stringtype"]
+
+
+def test_auto_create_not_null_as_confluent(tmp_path, data_dir):
+    """auto.create: a required field is NOT NULL, unless it has a default (Confluent writes DEFAULT then);
+    an optional one nullable."""
+    schema = {"type": "struct", "optional": False, "fields": [
+        {"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": False, "field": "a"},
+        {"type": "string", "optional": False, "default": "x", "field": "b"},
+        {"type": "string", "optional": True, "field": "c"}]}
+    with klog.open(data_dir) as s:
+        s.create_topic("rows", partitions=1)
+        with s.producer() as p:
+            p.send("rows", json.dumps({"schema": schema, "payload": {"id": 1, "a": "a", "b": "b", "c": None}}).encode())
+    db = str(tmp_path / "out.db")
+    with running(data_dir, sink_config(f"jdbc:sqlite:{db}", **{"pk.mode": "record_value", "pk.fields": "id",
+                                                          "delete.enabled": "false"})):
+        wait_for(lambda: _offset(db) == 1, what="the record")
+    with sqlite3.connect(db) as conn:
+        assert [(r[1], r[3]) for r in conn.execute('PRAGMA table_info("rows")')] == [
+            ("id", 1), ("a", 1), ("b", 0), ("c", 0)]

@@ -39,6 +39,10 @@ PGJDBC_PARAMS = {"sslmode": "sslmode", "sslrootcert": "sslrootcert", "sslcert": 
 PGJDBC_HANDLED = {*PGJDBC_PARAMS, "currentSchema", "user", "password"}
 
 
+def _required(schema: Schema) -> bool:
+    return schema.get("optional") is False and "default" not in schema
+
+
 def _url_check(url: str) -> str | None:
     if url.startswith("jdbc:sqlite:") or url.startswith("jdbc:postgresql://"):
         return None
@@ -450,8 +454,9 @@ class JdbcSinkTask(SinkTask):
         if existing is None:
             if not self.c["auto.create"]:
                 raise ConnectError(f"Table {table} is missing and auto-creation is disabled (auto.create=false)")
-            # a required field is a NOT NULL column, as Confluent's writeColumnSpec makes it
-            defs = [f"{d.quote(n)} {d.sql_type(s)}{' NOT NULL' if n in pk or s.get('optional') is False else ''}"
+            # a required field without a default is a NOT NULL column, as Confluent's writeColumnSpec makes it
+            # (a field with a default gets DEFAULT there instead, which no insert of the sink's uses)
+            defs = [f"{d.quote(n)} {d.sql_type(s)}{' NOT NULL' if n in pk or _required(s) else ''}"
                     for n, s in cols.items()]
             if pk:
                 defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
