@@ -450,3 +450,25 @@ def test_column_defaults_in_the_schemas_as_debezium(pg_db, data_dir):
     deleted = json.loads(records(data_dir, "shop.public.d")[1].value)["payload"]["before"]
     assert deleted == {"id": 1, "status": "new", "n": None, "ok": None, "price": None, "at": None, "note": None,
                        "plain": None}
+
+
+def test_interval_and_enum_columns_as_debezium(pg_db, data_dir):
+    """interval as io.debezium.time.MicroDuration (months of 365.25 / 12 days, in microseconds), an enum as
+    io.debezium.data.Enum with its labels in their sort order, as Debezium's PostgresValueConverter."""
+    pg_db.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+    pg_db.execute("ALTER TYPE mood ADD VALUE 'meh' BEFORE 'ok'")
+    pg_db.execute("CREATE TABLE m (id int PRIMARY KEY, span interval, feel mood)")
+    pg_db.execute("INSERT INTO m VALUES (1, '1 year 2 mons 3 days 04:05:06.789', 'happy'), (2, '-1 day -1.5 seconds', "
+                  "NULL)")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.m")) == 2, what="the snapshot")
+        pg_db.execute("UPDATE m SET span = '00:00:01', feel = 'meh' WHERE id = 2")
+        wait_for(lambda: len(records(data_dir, "shop.public.m")) == 3, what="the update")
+    values = [json.loads(r.value) for r in records(data_dir, "shop.public.m")]
+    after = {f["field"]: f for f in next(f for f in values[0]["schema"]["fields"] if f["field"] == "after")["fields"]}
+    assert after["span"] == {"type": "int64", "optional": True, "name": "io.debezium.time.MicroDuration", "version": 1,
+                             "field": "span"}
+    assert after["feel"] == {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
+                             "parameters": {"allowed": "sad,meh,ok,happy"}, "field": "feel"}
+    rows = [(v["payload"]["after"]["span"], v["payload"]["after"]["feel"]) for v in values]
+    assert rows == [(37_091_106_789_000, "happy"), (-86_401_500_000, None), (1_000_000, "meh")]

@@ -65,6 +65,32 @@ def _time_ms(text: str) -> int:
     return _time_us(text) // 1000
 
 
+_INTERVAL_UNITS = re.compile(r"([-+]?\d+) (year|mon|day)s?")
+_INTERVAL_TIME = re.compile(r"([-+]?)(\d+):(\d+):(\d+(?:\.\d+)?)")
+DAYS_PER_MONTH_AVG = 365.25 / 12.0
+
+
+def _interval_us(text: str) -> int:
+    """An interval's text (IntervalStyle postgres) as Debezium's MicroDuration.durationMicros computes it
+    from pgjdbc's PGInterval: months as 365.25 / 12 days, the same double arithmetic, truncated."""
+    units = {"year": 0, "mon": 0, "day": 0}
+    for amount, unit in _INTERVAL_UNITS.findall(text):
+        units[unit] += int(amount)
+    hours = minutes = 0
+    seconds = 0.0
+    clock = _INTERVAL_TIME.search(text)
+    if clock:
+        sign = -1 if clock.group(1) == "-" else 1
+        hours, minutes, seconds = sign * int(clock.group(2)), sign * int(clock.group(3)), sign * float(clock.group(4))
+    days = (units["year"] * 12 + units["mon"]) * DAYS_PER_MONTH_AVG + units["day"]
+    return int(((((days * 24 + hours) * 60) + minutes) * 60 + seconds) * 1e6)
+
+
+def enum_type(labels: str) -> tuple[Schema, Parser]:
+    """A PostgreSQL enum column: Debezium's io.debezium.data.Enum, its labels in their sort order."""
+    return primitive("string", name="io.debezium.data.Enum", version=1, parameters={"allowed": labels}), str
+
+
 TIME_MODES = ("adaptive", "adaptive_time_microseconds", "connect")
 
 
@@ -105,6 +131,8 @@ def column_type(type_oid: int, typmod: int, decimal_mode: str = "precise",
         return primitive("string", name="io.debezium.time.ZonedTimestamp", version=1), _zoned
     if type_oid == 1083:
         return primitive("int64", name="io.debezium.time.MicroTime", version=1), _time_us
+    if type_oid == 1186:
+        return primitive("int64", name="io.debezium.time.MicroDuration", version=1), _interval_us
     if type_oid == 2950:
         return primitive("string", name="io.debezium.data.Uuid", version=1), str
     if type_oid in (114, 3802):

@@ -32,7 +32,14 @@ from klog import __version__ as VERSION
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors import pgoutput
-from klog.connect.connectors.pgtypes import TIME_MODES, UNAVAILABLE, column_type, default_value, required_fallback
+from klog.connect.connectors.pgtypes import (
+    TIME_MODES,
+    UNAVAILABLE,
+    column_type,
+    default_value,
+    enum_type,
+    required_fallback,
+)
 from klog.connect.data import ConnectRecord, primitive, struct
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
@@ -95,7 +102,7 @@ class PostgresTask(SourceTask):
     def _dsn(self) -> dict[str, Any]:
         c = self.c
         dsn = {"host": c["database.hostname"], "port": c["database.port"], "user": c["database.user"],
-               "dbname": c["database.dbname"], "options": "-c TimeZone=UTC",
+               "dbname": c["database.dbname"], "options": "-c TimeZone=UTC -c IntervalStyle=postgres",
                "application_name": f"klog-connect-{self.context.connector_name}",
                "connect_timeout": max(1, c["database.connect.timeout.ms"] // 1000)}
         if c["database.password"]:
@@ -192,9 +199,9 @@ class PostgresTask(SourceTask):
         facts = self._column_facts(rel.oid)
         kept = [i for i, col in enumerate(rel.columns) if col.key or self._column_wanted(rel, col.name)]
         for col in (rel.columns[i] for i in kept):
-            schema, parser = column_type(col.type_oid, col.typmod, self.c["decimal.handling.mode"],
-                                         self.c["time.precision.mode"])
-            not_null, expression = facts.get(col.name, (False, None))
+            not_null, expression, labels = facts.get(col.name, (False, None, None))
+            schema, parser = enum_type(labels) if labels is not None else column_type(
+                col.type_oid, col.typmod, self.c["decimal.handling.mode"], self.c["time.precision.mode"])
             required = col.key or not_null
             default = default_value(col.type_oid, schema, parser, expression)
             fields.append({**schema, "optional": not required, **({"default": default[1]} if default else {}),
@@ -223,14 +230,16 @@ class PostgresTask(SourceTask):
             return False
         return not any(p.fullmatch(full) for p in self.columns_out)
 
-    def _column_facts(self, oid: int) -> dict[str, tuple[bool, str | None]]:
-        """Each column's NOT NULL (a required field in Debezium's schemas) and DEFAULT expression (the
-        field's default there); pgoutput's relation message carries neither."""
+    def _column_facts(self, oid: int) -> dict[str, tuple[bool, str | None, str | None]]:
+        """Each column's NOT NULL (a required field in Debezium's schemas), DEFAULT expression (the field's
+        default there) and, for an enum, its labels; pgoutput's relation message carries none of them."""
         with self.conn.cursor() as q:
-            q.execute("SELECT a.attname, a.attnotnull, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a "
+            q.execute("SELECT a.attname, a.attnotnull, pg_get_expr(d.adbin, d.adrelid), "
+                      "(SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e "
+                      "WHERE e.enumtypid = a.atttypid) FROM pg_attribute a "
                       "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
                       "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped", (oid,))
-            return {name: (not_null, expression) for name, not_null, expression in q.fetchall()}
+            return {name: (not_null, expression, labels) for name, not_null, expression, labels in q.fetchall()}
 
     def _keyed_by_primary_key(self, rel: pgoutput.Relation) -> pgoutput.Relation:
         """pgoutput flags the replica identity's columns, which under REPLICA IDENTITY FULL are all of
