@@ -11,6 +11,8 @@ Debezium's tombstone (delete-to-tombstone drops that one, as Debezium's DefaultD
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from klog.connect.config import ConfigDef, java_regex, regex_check
 from klog.connect.data import ConnectRecord, fields_by_name, primitive, struct
 from klog.connect.errors import ConfigError, DataError
@@ -241,3 +243,81 @@ def _routed_schema_name(envelope: dict | None, routed: str) -> str:
         return routed
     head, dot, last = name.rpartition(".")
     return f"{head}.{routed}.{last}" if dot else f"{routed}.{name}"
+
+
+class ToLogicalTopicRouter(Transform):
+    """Debezium's ToLogicalTopicRouter (and its older name ByLogicalTableRouter): the records of several
+    physical tables (shards) onto one logical topic, `topic.regex` matched against the topic and
+    replaced by `topic.replacement`; the key gains `key.field.name` (the physical topic, or what
+    `key.field.regex` / `key.field.replacement` make of it) so rows of different shards stay apart;
+    the key, envelope and row schemas are renamed after the new topic."""
+
+    key_field_default: ClassVar[str] = "__dbz__sourceIdentifier"
+    config_def = (ConfigDef().define("topic.regex", check=regex_check).define("topic.replacement")
+                  .define("key.enforce.uniqueness", "boolean", True)
+                  .define("key.field.name", default=None)
+                  .define("key.field.regex", default=None, check=lambda v: regex_check(v) if v else None)
+                  .define("key.field.replacement", default=None)
+                  .define("logical.destination.cache.size", "int", 16)
+                  .define("logical.table.cache.size", "int", 16))
+    unimplemented = frozenset({"schema.name.adjustment.mode"})
+
+    def configure(self) -> None:
+        c = self.config
+        self.topic_regex = java_regex(c["topic.regex"])
+        self.replacement = java_replacement(c["topic.replacement"])
+        self.key_field = c["key.field.name"] or self.key_field_default
+        self.key_regex = java_regex(c["key.field.regex"]) if c["key.field.regex"] else None
+        if self.key_regex is not None and not c["key.field.replacement"]:
+            raise ConfigError(self.prefix + "key.field.replacement", None, "key.field.regex needs it")
+        self.key_replacement = java_replacement(c["key.field.replacement"] or "")
+        self._schemas: dict[tuple[int, str], tuple[dict, dict]] = {}
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        m = self.topic_regex.fullmatch(record.topic)
+        topic = m.expand(self.replacement) if m else ""
+        if not topic:
+            return record
+        key_schema, key = record.key_schema, record.key
+        if isinstance(key, dict):
+            key_schema, key = self._key(record.topic, topic, key_schema, key)
+        value = record.value
+        if not isinstance(value, dict) or "op" not in value or record.value_schema is None:
+            return record.new_record(topic=topic, key_schema=key_schema, key=key)
+        return record.new_record(topic=topic, key_schema=key_schema, key=key,
+                                 value_schema=self._envelope(record.value_schema, topic))
+
+    def _key(self, old_topic: str, topic: str, schema: dict | None, key: dict) -> tuple[dict | None, dict]:
+        fields = list((schema or {}).get("fields", []))
+        if not self.config["key.enforce.uniqueness"]:
+            return (None if schema is None else {**schema, "name": f"{topic}.Key"}), key
+        identifier = old_topic
+        if self.key_regex is not None and (km := self.key_regex.fullmatch(old_topic)):
+            identifier = km.expand(self.key_replacement)
+        new_schema = None if schema is None else {**schema, "name": f"{topic}.Key", "fields": [
+            *fields, {**primitive("string", False), "field": self.key_field}]}
+        return new_schema, {**key, self.key_field: identifier}
+
+    def _envelope(self, envelope: dict, topic: str) -> dict:
+        """The envelope schema renamed after the logical topic (its before/after rows too), built once per
+        envelope schema object and topic."""
+        hit = self._schemas.get((id(envelope), topic))
+        if hit is not None and hit[0] is envelope:
+            return hit[1]
+        fields = envelope.get("fields", [])
+        row = next((f for f in fields if f["field"] == "before"), None) or \
+            next((f for f in fields if f["field"] == "after"), None)
+        renamed_row = None if row is None else {**_unnamed(row), "name": f"{topic}.Value"}
+        new = {**envelope, "name": f"{topic}.Envelope", "fields": [
+            {**renamed_row, "field": f["field"]} if renamed_row is not None and f["field"] in ("before", "after")
+            else f for f in fields]}
+        if len(self._schemas) >= 1024:
+            self._schemas.clear()
+        self._schemas[(id(envelope), topic)] = (envelope, new)
+        return new
+
+
+class ByLogicalTableRouter(ToLogicalTopicRouter):
+    """The deprecated name, whose key field defaults to __dbz__physicalTableIdentifier."""
+
+    key_field_default = "__dbz__physicalTableIdentifier"

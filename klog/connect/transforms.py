@@ -621,7 +621,11 @@ for _pcls in (TopicNameMatches, HasHeaderKey, RecordIsTombstone):
     PREDICATES[KAFKA_PKG + "predicates." + _pcls.__name__] = PREDICATES[_pcls.__name__] = _pcls
 DEBEZIUM = {"io.debezium.transforms.ExtractNewRecordState": "ExtractNewRecordState",
             "ExtractNewRecordState": "ExtractNewRecordState",
-            "io.debezium.transforms.outbox.EventRouter": "EventRouter", "EventRouter": "EventRouter"}
+            "io.debezium.transforms.outbox.EventRouter": "EventRouter", "EventRouter": "EventRouter",
+            "io.debezium.transforms.ToLogicalTopicRouter": "ToLogicalTopicRouter",
+            "ToLogicalTopicRouter": "ToLogicalTopicRouter",
+            "io.debezium.transforms.ByLogicalTableRouter": "ByLogicalTableRouter",
+            "ByLogicalTableRouter": "ByLogicalTableRouter"}
 
 
 def _find(kind: str, registry: dict, name: str, key: str) -> type:

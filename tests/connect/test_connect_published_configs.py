@@ -250,11 +250,10 @@ def test_confluent_jdbc_sink_quickstart_sqlite(data_dir, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("config", "key", "says"), [
-    ("debezium-cqrs-postgres-source.json", "transforms.reroute.type", "klog does not implement this transform"),
     ("debezium-end-to-end-jdbc-sink-avro.json", "key.converter", "unknown converter"),
     ("debezium-unwrap-smt-jdbc-sink.json", "connector.class", "klog does not implement this connector")])
 def test_published_configs_klog_cannot_run_are_refused_in_one_line_naming_why(config, key, says):
-    """What klog does not implement (Debezium's ByLogicalTableRouter, Confluent's
+    """What klog does not implement (Confluent's
     AvroConverter, Debezium's own JDBC sink) refuses the config before anything
     starts, in one line naming the key, the value and why."""
     from klog.connect.errors import ConfigError
@@ -356,3 +355,29 @@ def test_confluent_jdbc_source_quickstart_sqlite(data_dir, tmp_path, monkeypatch
     assert all(k is None for k, _ in out) and warnings == []
     stored = [json.loads(r.key) for r in records(data_dir, "connect-offsets")]
     assert stored[-1] == ["test-source-sqlite-jdbc-autoincrement", {"protocol": "1", "table": "accounts"}]
+
+
+def test_debezium_cqrs_example_by_logical_table_router(pg_db, data_dir):
+    """Debezium's CQRS example: its tables' topics rerouted by ByLogicalTableRouter (`polls.public.(.*)` →
+    `$1`); the key gains `__dbz__physicalTableIdentifier` (the physical topic); the key, envelope and row
+    schemas are renamed after the new topic."""
+    for table in ("optionentity", "pollentity", "pollentity_optionentity", "pollentity_voteentity", "voteentity"):
+        pg_db.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, v text)")
+    pg_db.execute("INSERT INTO pollentity VALUES (1, 'Best color?')")
+    pg_db.execute("CREATE TABLE other (id int PRIMARY KEY)")
+    pg_db.execute("INSERT INTO other VALUES (1)")
+    with running(data_dir, at_test_server(published("debezium-cqrs-postgres-source.json"), pg_db)):
+        wait_for(lambda: records(data_dir, "pollentity"), what="the snapshot")
+        pg_db.execute("INSERT INTO voteentity VALUES (7, 'blue')")
+        wait_for(lambda: records(data_dir, "voteentity"), what="the vote")
+    [(key, value)] = envelopes(data_dir, "pollentity")
+    assert key == {"schema": {"type": "struct", "optional": False, "name": "pollentity.Key", "fields": [
+        {"type": "int64", "optional": False, "field": "id"},
+        {"type": "string", "optional": False, "field": "__dbz__physicalTableIdentifier"}]},
+        "payload": {"id": 1, "__dbz__physicalTableIdentifier": "polls.public.pollentity"}}
+    assert value["schema"]["name"] == "pollentity.Envelope"
+    assert {f["field"]: f.get("name") for f in value["schema"]["fields"]}["after"] == "pollentity.Value"
+    assert value["payload"]["after"] == {"id": 1, "v": "Best color?"} and value["payload"]["op"] == "r"
+    assert envelopes(data_dir, "voteentity")[0][0]["payload"]["__dbz__physicalTableIdentifier"] == \
+        "polls.public.voteentity"
+    assert records(data_dir, "other") == [] and records(data_dir, "polls.public.other") == []

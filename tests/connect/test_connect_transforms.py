@@ -250,3 +250,22 @@ def test_flatten_with_and_without_schema():
     assert optional == {"before_id": True, "before_v": True, "after_id": True, "after_v": True, "source_table": False,
                         "op": False, "ts_ms": True}
     assert out.value_schema["name"] == "p.public.t.Envelope" and out.value_schema["optional"] is False
+
+
+def test_to_logical_topic_router_key_field_regex_and_uniqueness_off():
+    """key.field.regex/replacement make the key field from the physical topic; with key.enforce.uniqueness
+    false the key only has its schema renamed; a tombstone is rerouted with its key."""
+    key_schema = struct([{**primitive("int32", False), "field": "id"}], name="db.shard1.t.Key")
+    r = _envelope("c", None, {"id": 1, "v": "a"}).new_record(topic="db.shard1.t", key_schema=key_schema,
+                                                              key={"id": 1})
+    c = chain(route={"type": "io.debezium.transforms.ToLogicalTopicRouter", "topic.regex": r"db\.shard\d+\.(.*)",
+                     "topic.replacement": "all.$1", "key.field.regex": r"db\.(shard\d+)\..*",
+                     "key.field.replacement": "$1"})
+    out = c.apply(r)
+    assert (out.topic, out.key, out.key_schema["name"]) == ("all.t", {"id": 1, "__dbz__sourceIdentifier": "shard1"},
+                                                           "all.t.Key")
+    tombstone = c.apply(r.new_record(value_schema=None, value=None))
+    assert tombstone.topic == "all.t" and tombstone.value is None and "__dbz__sourceIdentifier" in tombstone.key
+    plain = chain(route={"type": "ToLogicalTopicRouter", "topic.regex": r"db\.shard\d+\.(.*)",
+                         "topic.replacement": "$1", "key.enforce.uniqueness": "false"}).apply(r)
+    assert plain.key == {"id": 1} and plain.key_schema["name"] == "t.Key" and plain.value_schema["name"] == "t.Envelope"
