@@ -277,6 +277,27 @@ class Flatten(Transform):
             out[name] = child
 
 
+class SetSchemaMetadata(Transform):
+    """The key's or value's schema renamed (`schema.name`) or re-versioned (`schema.version`); the data
+    stays. A record without a schema is refused, as Kafka's requireSchema does."""
+
+    config_def = ConfigDef().define("schema.name", default=None).define("schema.version", "int", None) \
+        .define("replace.null.with.default", "boolean", True)
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        schema, value = self.operating(record)
+        if schema is None and value is None:
+            return record  # a tombstone passes (newer Kafka)
+        if schema is None:
+            raise DataError("Schema required for [updating schema metadata]")
+        updated = dict(schema)
+        if self.config["schema.name"] is not None:
+            updated["name"] = self.config["schema.name"]
+        if self.config["schema.version"] is not None:
+            updated["version"] = self.config["schema.version"]
+        return self.replaced(record, updated, value)
+
+
 class ExtractField(Transform):
     config_def = ConfigDef().define("field").define("field.syntax.version", default="V1", choices=("v1", "v2"))
 
@@ -608,8 +629,8 @@ def _keyed(cls: type[Transform], on_key: bool) -> type[Transform]:
 
 
 TRANSFORMS: dict[str, type[Transform]] = {}
-for _cls in (InsertField, ReplaceField, MaskField, HoistField, Flatten, ExtractField, Cast, TimestampConverter,
-             HeaderFrom):
+for _cls in (InsertField, ReplaceField, MaskField, HoistField, Flatten, SetSchemaMetadata, ExtractField, Cast,
+             TimestampConverter, HeaderFrom):
     for _side in ("Key", "Value"):
         _variant = _keyed(_cls, _side == "Key")
         for _name in (f"{KAFKA_PKG}{_cls.__name__}${_side}", f"{_cls.__name__}${_side}"):

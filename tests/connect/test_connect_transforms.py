@@ -269,3 +269,13 @@ def test_to_logical_topic_router_key_field_regex_and_uniqueness_off():
     plain = chain(route={"type": "ToLogicalTopicRouter", "topic.regex": r"db\.shard\d+\.(.*)",
                          "topic.replacement": "$1", "key.enforce.uniqueness": "false"}).apply(r)
     assert plain.key == {"id": 1} and plain.key_schema["name"] == "t.Key" and plain.value_schema["name"] == "t.Envelope"
+
+
+def test_set_schema_metadata():
+    """Confluent's documented example: the value schema named `order-value`, version 2; the data unchanged."""
+    schema = struct([{**primitive("int32", False), "field": "id"}], name="old")
+    c = chain(meta={"type": K + "SetSchemaMetadata$Value", "schema.name": "order-value", "schema.version": "2"})
+    out = c.apply(rec({"id": 1}, schema))
+    assert (out.value, out.value_schema["name"], out.value_schema["version"]) == ({"id": 1}, "order-value", 2)
+    with pytest.raises(DataError):
+        c.apply(rec({"id": 1}))
