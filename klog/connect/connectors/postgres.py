@@ -195,7 +195,8 @@ class PostgresTask(SourceTask):
     # -- relations and records -------------------------------------------------------------------
     def _relation(self, rel: pgoutput.Relation) -> dict:
         topic = f"{self.prefix}.{rel.schema}.{rel.table}"
-        fields, parsers, keys, nulls = [], [], [], []
+        fields, parsers, keys = [], [], []
+        nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
         facts = self._column_facts(rel.oid)
         kept = [i for i, col in enumerate(rel.columns) if col.key or self._column_wanted(rel, col.name)]
         for col in (rel.columns[i] for i in kept):
@@ -208,7 +209,8 @@ class PostgresTask(SourceTask):
                            "field": col.name})
             parsers.append(parser)
             # a required column a change lacks: its default, else Debezium's stand-in for its type
-            nulls.append((default[0] if default else required_fallback(schema)) if required else None)
+            if required:
+                nulls[col.name] = default[0] if default else required_fallback(schema)
             if col.key:
                 keys.append(col.name)
         value = struct(fields, name=f"{topic}.Value", optional=True)
@@ -261,9 +263,9 @@ class PostgresTask(SourceTask):
         if info["kept"] is not None:
             values = [values[i] for i in info["kept"] if i < len(values)]
         row = {}
-        for name, parser, null, text in zip(info["names"], info["parsers"], info["nulls"], values, strict=False):
+        for name, parser, text in zip(info["names"], info["parsers"], values, strict=False):
             if text is None:
-                row[name] = null  # None, or a required column's stand-in
+                row[name] = info["nulls"].get(name)  # None, or a required column's stand-in
             elif text is pgoutput.UNCHANGED_TOAST:
                 row[name] = UNAVAILABLE if parser is str else None
             else:
