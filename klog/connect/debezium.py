@@ -1,5 +1,5 @@
-"""Debezium's transforms: ExtractNewRecordState (a change event's envelope replaced by its row state)
-and the outbox EventRouter (below).
+"""Debezium's transforms: ExtractNewRecordState (a change event's envelope replaced by its row state),
+the outbox EventRouter and ToLogicalTopicRouter / ByLogicalTableRouter (below).
 
 Both generations of its delete keys are accepted: `delete.tombstone.handling.mode` (Debezium 2.5+:
 tombstone | drop | rewrite | rewrite-with-tombstone | delete-to-tombstone) and the older
