@@ -765,8 +765,11 @@ class Worker:
         raise KeyError(name)
 
     def put(self, props: dict[str, str]) -> bool:
-        """Create or reconfigure a connector (restarting it); True when it is new."""
+        """Create or reconfigure a connector (restarting it); True when it is new. (A config given over
+        the REST API gets its warning about keys klog ignores here, as `klog connect run` gives it.)"""
         v = self.validate(props)
+        if (message := ignored_warning(v)) is not None:
+            self.warn(message)
         new = v.name not in self.connectors and v.name not in self.stopped
         if v.name in self.connectors:
             self.stop_connector(v.name)

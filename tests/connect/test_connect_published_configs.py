@@ -381,3 +381,18 @@ def test_debezium_cqrs_example_by_logical_table_router(pg_db, data_dir):
     assert envelopes(data_dir, "voteentity")[0][0]["payload"]["__dbz__physicalTableIdentifier"] == \
         "polls.public.voteentity"
     assert records(data_dir, "other") == [] and records(data_dir, "polls.public.other") == []
+
+
+def test_debezium_keys_klog_lacks_are_named_in_one_warning_line(pg_db, data_dir):
+    """Debezium's HTTP signaling example, posted over the REST API: its `signal.enabled.channels` and
+    `notification.enabled.channels` (channels klog does not have) are named in one warning line (as
+    `klog connect run` names them); the change events are the tutorial's.
+    Its `tasks.max` and `database.port` are JSON numbers, which Kafka Connect takes as strings."""
+    debezium_customers(pg_db)
+    warnings: list[str] = []
+    with running(data_dir, warnings=warnings) as worker:  # posted as to the REST API (POST /connectors)
+        worker.put(at_test_server(published("debezium-http-signaling-register-postgres.json"), pg_db))
+        wait_for(lambda: records(data_dir, "dbserver1.inventory.customers"), what="the snapshot")
+    [line] = [w for w in warnings if "does not implement" in w]
+    assert "\n" not in line and "notification.enabled.channels" in line and "signal.enabled.channels" in line
+    assert envelopes(data_dir, "dbserver1.inventory.customers")[0][1]["payload"]["after"]["first_name"] == "Sally"
