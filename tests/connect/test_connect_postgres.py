@@ -472,3 +472,19 @@ def test_interval_and_enum_columns_as_debezium(pg_db, data_dir):
                              "parameters": {"allowed": "sad,meh,ok,happy"}, "field": "feel"}
     rows = [(v["payload"]["after"]["span"], v["payload"]["after"]["feel"]) for v in values]
     assert rows == [(37_091_106_789_000, "happy"), (-86_401_500_000, None), (1_000_000, "meh")]
+
+
+def test_zoned_timestamps_have_the_columns_fraction_width(pg_db, data_dir):
+    """timestamptz as Debezium's ZonedTimestamp: UTC with exactly the column's precision in fraction digits
+    (6 without one, a whole second included), as its formatter for the column's scale writes it."""
+    pg_db.execute("CREATE TABLE z (id int PRIMARY KEY, a timestamptz, b timestamptz(3), c timestamptz(0))")
+    pg_db.execute("INSERT INTO z VALUES (1, '2020-01-01 02:00:00+02', '2020-01-01 00:00:00.5+00', "
+                  "'2020-01-01 00:00:01+00')")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.z")) == 1, what="the snapshot")
+        pg_db.execute("UPDATE z SET id = 2")
+        wait_for(lambda: len(records(data_dir, "shop.public.z")) == 4, what="the key change")
+    rows = [json.loads(r.value)["payload"]["after"] for r in records(data_dir, "shop.public.z") if r.value]
+    rows = [r for r in rows if r]
+    assert [(r["a"], r["b"], r["c"]) for r in rows] == [
+        ("2020-01-01T00:00:00.000000Z", "2020-01-01T00:00:00.500Z", "2020-01-01T00:00:01Z")] * 2

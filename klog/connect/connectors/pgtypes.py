@@ -48,12 +48,18 @@ def _timestamp_ms(text: str) -> int | None:
     return None if us is None else us // 1000
 
 
-def _zoned(text: str) -> str | None:
+def _zoned(text: str, width: int = 6) -> str | None:
+    """A timestamptz as Debezium's ZonedTimestamp in UTC: exactly `width` fraction digits (the column's
+    precision, 6 without one, as pgjdbc reports its scale); width 0 is ISO_OFFSET_DATE_TIME's, which
+    prints a fraction only when there is one."""
     try:
         when = dt.datetime.fromisoformat(text if len(text) < 3 or text[-3] not in "+-" else text + ":00")
     except ValueError:
         return None
-    return when.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    when = when.astimezone(dt.UTC)
+    fraction = f".{when.microsecond:06d}"[: width + 1] if width > 0 else \
+        (f".{when.microsecond:06d}".rstrip("0") if when.microsecond else "")
+    return f"{when:%Y-%m-%dT%H:%M:%S}{fraction}Z"
 
 
 def _time_us(text: str) -> int:
@@ -128,7 +134,9 @@ def column_type(type_oid: int, typmod: int, decimal_mode: str = "precise",
             return primitive("int64", name="io.debezium.time.Timestamp", version=1), _timestamp_ms
         return primitive("int64", name="io.debezium.time.MicroTimestamp", version=1), _timestamp_us
     if type_oid == 1184:
-        return primitive("string", name="io.debezium.time.ZonedTimestamp", version=1), _zoned
+        width = 6 if typmod < 0 else typmod
+        return primitive("string", name="io.debezium.time.ZonedTimestamp", version=1), \
+            lambda text: _zoned(text, width)
     if type_oid == 1083:
         return primitive("int64", name="io.debezium.time.MicroTime", version=1), _time_us
     if type_oid == 1186:
@@ -219,7 +227,7 @@ def default_value(type_oid: int, schema: Schema, parser: Parser, expression: str
         if type_oid == 16:
             value: Any = text.lower() == "true"
         elif type_oid == 1184:
-            value = _zoned(text if any(c in text[10:] for c in "+-Z") else text + "+00:00")
+            value = parser(text if any(c in text[10:] for c in "+-Z") else text + "+00:00")
         elif schema.get("name") == "io.debezium.data.VariableScaleDecimal":
             return None  # a struct default: Debezium leaves it out (KAFKA-12694)
         else:
