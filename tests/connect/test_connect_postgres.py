@@ -488,3 +488,16 @@ def test_zoned_timestamps_have_the_columns_fraction_width(pg_db, data_dir):
     rows = [r for r in rows if r]
     assert [(r["a"], r["b"], r["c"]) for r in rows] == [
         ("2020-01-01T00:00:00.000000Z", "2020-01-01T00:00:00.500Z", "2020-01-01T00:00:01Z")] * 2
+
+
+def test_timetz_and_bit1_as_debezium(pg_db, data_dir):
+    """timetz as io.debezium.time.ZonedTime (shifted to UTC, ISO_OFFSET_TIME), bit(1) as a boolean."""
+    pg_db.execute("CREATE TABLE tz (id int PRIMARY KEY, t timetz, flag bit(1))")
+    pg_db.execute("INSERT INTO tz VALUES (1, '04:05:06.789+02', B'1'), (2, '00:30:00+01', B'0')")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.tz")) == 2, what="the snapshot")
+    values = [json.loads(r.value) for r in records(data_dir, "shop.public.tz")]
+    after = {f["field"]: f for f in next(f for f in values[0]["schema"]["fields"] if f["field"] == "after")["fields"]}
+    assert after["t"]["name"] == "io.debezium.time.ZonedTime" and after["flag"]["type"] == "boolean"
+    assert [(v["payload"]["after"]["t"], v["payload"]["after"]["flag"]) for v in values] == [
+        ("02:05:06.789Z", True), ("23:30:00Z", False)]

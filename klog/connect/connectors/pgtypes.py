@@ -62,6 +62,22 @@ def _zoned(text: str, width: int = 6) -> str | None:
     return f"{when:%Y-%m-%dT%H:%M:%S}{fraction}Z"
 
 
+_TIMETZ = re.compile(r"(\d\d):(\d\d):(\d\d)(?:\.(\d+))?([+-])(\d\d)(?::?(\d\d))?(?::?(\d\d))?$")
+
+
+def _zoned_time(text: str) -> str | None:
+    """A timetz as Debezium's ZonedTime: shifted to UTC, ISO_OFFSET_TIME (a fraction only as long as it
+    needs to be)."""
+    m = _TIMETZ.match(text)
+    if m is None:
+        return None
+    h, mi, sec, frac, sign, oh, om, os_ = m.groups()
+    offset = (int(oh) * 3600 + int(om or 0) * 60 + int(os_ or 0)) * (-1 if sign == "-" else 1)
+    total = (int(h) * 3600 + int(mi) * 60 + int(sec) - offset) % 86_400
+    fraction = ("." + frac.rstrip("0")) if frac and frac.strip("0") else ""
+    return f"{total // 3600:02d}:{total // 60 % 60:02d}:{total % 60:02d}{fraction}Z"
+
+
 def _time_us(text: str) -> int:
     t = dt.time.fromisoformat(text[:15] if "+" not in text and "-" not in text else text.split("+")[0].split("-")[0])
     return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
@@ -139,6 +155,10 @@ def column_type(type_oid: int, typmod: int, decimal_mode: str = "precise",
             lambda text: _zoned(text, width)
     if type_oid == 1083:
         return primitive("int64", name="io.debezium.time.MicroTime", version=1), _time_us
+    if type_oid == 1266:
+        return primitive("string", name="io.debezium.time.ZonedTime", version=1), _zoned_time
+    if type_oid == 1560 and typmod == 1:  # bit(1): Debezium's boolean
+        return primitive("boolean"), lambda text: text == "1"
     if type_oid == 1186:
         return primitive("int64", name="io.debezium.time.MicroDuration", version=1), _interval_us
     if type_oid == 2950:
