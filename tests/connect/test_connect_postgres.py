@@ -501,3 +501,23 @@ def test_timetz_and_bit1_as_debezium(pg_db, data_dir):
     assert after["t"]["name"] == "io.debezium.time.ZonedTime" and after["flag"]["type"] == "boolean"
     assert [(v["payload"]["after"]["t"], v["payload"]["after"]["flag"]) for v in values] == [
         ("02:05:06.789Z", True), ("23:30:00Z", False)]
+
+
+def test_one_dimensional_arrays_as_connect_arrays(pg_db, data_dir):
+    """int[], text[], boolean[], uuid[] as Connect arrays of optional elements, as Debezium's; quoted,
+    escaped and NULL elements read from PostgreSQL's text form."""
+    pg_db.execute("CREATE TABLE arr (id int PRIMARY KEY, n int[], s text[], b boolean[], u uuid[])")
+    pg_db.execute("""INSERT INTO arr VALUES (1, '{1,NULL,3}', '{"a b",c,"d\\"e",NULL,"NULL"}', '{t,f}', """
+                  """'{00000000-0000-0000-0000-000000000001}'), (2, '{}', NULL, NULL, NULL)""")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.arr")) == 2, what="the snapshot")
+        pg_db.execute("UPDATE arr SET n = '{7}' WHERE id = 2")
+        wait_for(lambda: len(records(data_dir, "shop.public.arr")) == 3, what="the update")
+    values = [json.loads(r.value) for r in records(data_dir, "shop.public.arr")]
+    after = {f["field"]: f for f in next(f for f in values[0]["schema"]["fields"] if f["field"] == "after")["fields"]}
+    assert after["n"] == {"type": "array", "optional": True, "items": {"type": "int32", "optional": True}, "field": "n"}
+    assert after["u"]["items"]["name"] == "io.debezium.data.Uuid"
+    rows = [v["payload"]["after"] for v in values]
+    assert rows[0] == {"id": 1, "n": [1, None, 3], "s": ["a b", "c", 'd"e', None, "NULL"], "b": [True, False],
+                       "u": ["00000000-0000-0000-0000-000000000001"]}
+    assert (rows[1]["n"], rows[2]["n"]) == ([], [7])

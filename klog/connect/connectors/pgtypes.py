@@ -108,6 +108,51 @@ def _interval_us(text: str) -> int:
     return int(((((days * 24 + hours) * 60) + minutes) * 60 + seconds) * 1e6)
 
 
+# one-dimensional arrays of these element types are Connect arrays, as Debezium's PostgresValueConverter
+# maps them (elements optional); the element's schema and parser
+_ARRAYS: dict[int, tuple[Schema, Parser]] = {
+    1000: (primitive("boolean"), lambda t: t in ("t", "true")), 1005: (primitive("int16"), int),
+    1007: (primitive("int32"), int), 1016: (primitive("int64"), int), 1021: (primitive("float32"), float),
+    1022: (primitive("float64"), float), 1009: (primitive("string"), str), 1015: (primitive("string"), str),
+    1014: (primitive("string"), str),
+    2951: (primitive("string", name="io.debezium.data.Uuid", version=1), str)}
+
+
+def _array_items(text: str) -> list[str | None]:
+    """The elements of a one-dimensional array's text form ({a,"b c",NULL}): quoted ones unescaped, an
+    unquoted NULL a null."""
+    out: list[str | None] = []
+    i, body = 0, text[text.index("{") + 1:text.rindex("}")]
+    while i < len(body):
+        if body[i] == '"':
+            j, chars = i + 1, []
+            while body[j] != '"':
+                if body[j] == "\\":
+                    j += 1
+                chars.append(body[j])
+                j += 1
+            out.append("".join(chars))
+            i = j + 2  # the closing quote and the comma
+        else:
+            j = body.find(",", i)
+            j = len(body) if j < 0 else j
+            item = body[i:j].strip()
+            out.append(None if item == "NULL" else item)
+            i = j + 1
+    return out
+
+
+def array_type(type_oid: int) -> tuple[Schema, Parser] | None:
+    if type_oid not in _ARRAYS:
+        return None
+    item_schema, item_parser = _ARRAYS[type_oid]
+
+    def parse(text: str) -> list:
+        return [None if v is None else item_parser(v) for v in _array_items(text)]
+
+    return primitive("array", items=item_schema), parse
+
+
 def enum_type(labels: str) -> tuple[Schema, Parser]:
     """A PostgreSQL enum column: Debezium's io.debezium.data.Enum, its labels in their sort order."""
     return primitive("string", name="io.debezium.data.Enum", version=1, parameters={"allowed": labels}), str
@@ -155,6 +200,8 @@ def column_type(type_oid: int, typmod: int, decimal_mode: str = "precise",
             lambda text: _zoned(text, width)
     if type_oid == 1083:
         return primitive("int64", name="io.debezium.time.MicroTime", version=1), _time_us
+    if (array := array_type(type_oid)) is not None:
+        return array
     if type_oid == 1266:
         return primitive("string", name="io.debezium.time.ZonedTime", version=1), _zoned_time
     if type_oid == 1560 and typmod == 1:  # bit(1): Debezium's boolean
