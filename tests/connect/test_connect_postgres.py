@@ -76,7 +76,7 @@ def test_snapshot_then_streaming_with_debezium_envelopes(pg_db, data_dir):
     assert first["schema"]["name"] == "shop.public.items.Envelope"
     source = first["payload"]["source"]
     assert source["connector"] == "postgresql" and source["name"] == "shop" and source["table"] == "items"
-    assert source["snapshot"] == "true" and first["payload"]["after"]["price"] == "AJY="  # 1.50 as Decimal bytes
+    assert source["snapshot"] == "first" and first["payload"]["after"]["price"] == "AJY="  # 1.50 as Decimal bytes
     created = json.loads(records(data_dir, "shop.public.items")[2].value)["payload"]
     assert created["source"]["txId"] > 0 and created["source"]["lsn"] > 0 and created["ts_ms"] > 0
     assert replay(data_dir, "shop.public.items").keys() == table_state(pg_db, "items").keys()
@@ -521,3 +521,27 @@ def test_one_dimensional_arrays_as_connect_arrays(pg_db, data_dir):
     assert rows[0] == {"id": 1, "n": [1, None, 3], "s": ["a b", "c", 'd"e', None, "NULL"], "b": [True, False],
                        "u": ["00000000-0000-0000-0000-000000000001"]}
     assert (rows[1]["n"], rows[2]["n"]) == ([], [7])
+
+
+def test_snapshot_markers_and_microsecond_timestamps_as_debezium(pg_db, data_dir):
+    """source.snapshot marks a snapshot's records as Debezium's SnapshotRecord.resolve (first, then
+    first_in_data_collection / last_in_data_collection around each table, true between, last), and the
+    envelope and source carry ts_us and ts_ns beside ts_ms (Debezium 2.6+)."""
+    pg_db.execute("CREATE TABLE a (id int PRIMARY KEY)")
+    pg_db.execute("CREATE TABLE b (id int PRIMARY KEY)")
+    pg_db.execute("INSERT INTO a VALUES (1), (2), (3)")
+    pg_db.execute("INSERT INTO b VALUES (1), (2), (3)")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.b")) == 3, what="the snapshot")
+        pg_db.execute("INSERT INTO a VALUES (4)")
+        wait_for(lambda: len(records(data_dir, "shop.public.a")) == 4, what="the insert")
+    a = [json.loads(r.value) for r in records(data_dir, "shop.public.a")]
+    b = [json.loads(r.value) for r in records(data_dir, "shop.public.b")]
+    assert [v["payload"]["source"]["snapshot"] for v in a + b] == [
+        "first", "true", "last_in_data_collection", "false", "first_in_data_collection", "true", "last"]
+    fields = [f["field"] for f in a[0]["schema"]["fields"]]
+    assert fields == ["before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"]
+    for v in (a[0], a[3]):
+        p, source = v["payload"], v["payload"]["source"]
+        assert p["ts_us"] // 1000 == p["ts_ms"] and p["ts_ns"] // 1000 == p["ts_us"]
+        assert source["ts_us"] // 1000 == source["ts_ms"] and source["ts_ns"] == source["ts_us"] * 1000

@@ -207,7 +207,8 @@ def test_debezium_kstreams_example_flat_config_without_schemas(pg_db, data_dir):
         pg_db.execute("UPDATE inventory.orders SET total = 13.75 WHERE id = 1")
         wait_for(lambda: len(records(data_dir, "dbserver1.inventory.orders")) == 2, what="the update")
     (key, snap), (_, update) = envelopes(data_dir, "dbserver1.inventory.orders")
-    assert key == {"id": 1} and set(update) == {"before", "after", "source", "op", "ts_ms", "transaction"}
+    assert key == {"id": 1} and set(update) == {"before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns",
+                                                "transaction"}
     assert (snap["after"], update["after"], update["op"]) == ({"id": 1, "total": "12.50"}, {"id": 1, "total": "13.75"},
                                                              "u")
     assert json.loads(update["source"]["sequence"])[1] == str(update["source"]["lsn"])

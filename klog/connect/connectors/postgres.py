@@ -46,9 +46,11 @@ from klog.connect.errors import ConfigError, ConnectError, RetriableError
 SOURCE_SCHEMA = struct([
     {**primitive("string", False), "field": "version"}, {**primitive("string", False), "field": "connector"},
     {**primitive("string", False), "field": "name"}, {**primitive("int64", False), "field": "ts_ms"},
-    {**primitive("string", True, "io.debezium.data.Enum", version=1,
-                 parameters={"allowed": "true,last,false,incremental"}), "default": "false", "field": "snapshot"},
+    {**primitive("string", True, "io.debezium.data.Enum", version=1, parameters={
+        "allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"}),
+     "default": "false", "field": "snapshot"},
     {**primitive("string", False), "field": "db"}, {**primitive("string"), "field": "sequence"},
+    {**primitive("int64"), "field": "ts_us"}, {**primitive("int64"), "field": "ts_ns"},
     {**primitive("string", False), "field": "schema"}, {**primitive("string", False), "field": "table"},
     {**primitive("int64"), "field": "txId"}, {**primitive("int64"), "field": "lsn"},
     {**primitive("int64"), "field": "xmin"}], name="io.debezium.connector.postgresql.Source")
@@ -217,7 +219,8 @@ class PostgresTask(SourceTask):
         key_schema = struct([f for f in fields if f["field"] in keys], name=f"{topic}.Key") if keys else None
         envelope = struct([{**value, "field": "before"}, {**value, "field": "after"},
                            {**SOURCE_SCHEMA, "field": "source"}, {**primitive("string", False), "field": "op"},
-                           {**primitive("int64"), "field": "ts_ms"}, {**TRANSACTION_SCHEMA, "field": "transaction"}],
+                           {**primitive("int64"), "field": "ts_ms"}, {**primitive("int64"), "field": "ts_us"},
+                           {**primitive("int64"), "field": "ts_ns"}, {**TRANSACTION_SCHEMA, "field": "transaction"}],
                           name=f"{topic}.Envelope", version=1)
         return {"rel": rel, "topic": topic, "names": [rel.columns[i].name for i in kept], "parsers": parsers,
                 "nulls": nulls, "keys": keys, "key_schema": key_schema, "envelope": envelope,
@@ -272,11 +275,12 @@ class PostgresTask(SourceTask):
                 row[name] = parser(text)
         return row
 
-    def _source(self, info: dict, ts_ms: int, snapshot: str, tx_id: int | None, lsn: int, lsn_safe: int) -> dict:
+    def _source(self, info: dict, ts_us: int, snapshot: str, tx_id: int | None, lsn: int, lsn_safe: int) -> dict:
         rel = info["rel"]
         return {"version": VERSION, "connector": "postgresql", "name": self.prefix,
-                "ts_ms": ts_ms, "snapshot": snapshot, "db": self.dbname,
+                "ts_ms": ts_us // 1000, "snapshot": snapshot, "db": self.dbname,
                 "sequence": json.dumps([str(lsn_safe) if lsn_safe else None, str(lsn)], separators=(",", ":")),
+                "ts_us": ts_us, "ts_ns": ts_us * 1000,
                 "schema": rel.schema, "table": rel.table, "txId": tx_id, "lsn": lsn, "xmin": None}
 
     def _tx_source(self, info: dict) -> dict:
@@ -286,7 +290,7 @@ class PostgresTask(SourceTask):
         source = self.tx_sources.get(id(info))
         if source is None:
             tx = self.tx
-            source = self.tx_sources[id(info)] = self._source(info, tx.commit_ts_us // 1000, "false", tx.xid,
+            source = self.tx_sources[id(info)] = self._source(info, tx.commit_ts_us, "false", tx.xid,
                                                               tx.final_lsn, self.lsn_safe)
         return source
 
@@ -294,8 +298,9 @@ class PostgresTask(SourceTask):
                source: dict, offset: dict) -> list[ConnectRecord]:
         row = after if after is not None else before
         key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
-        value = {"before": before, "after": after, "source": source, "op": op, "ts_ms": int(time.time() * 1000),
-                 "transaction": None}
+        now_ns = time.time_ns()
+        value = {"before": before, "after": after, "source": source, "op": op, "ts_ms": now_ns // 1_000_000,
+                 "ts_us": now_ns // 1000, "ts_ns": now_ns, "transaction": None}
         out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
                              source_partition=self.partition, source_offset=offset)]
         if op == "d" and self.c["tombstones.on.delete"]:
@@ -315,25 +320,29 @@ class PostgresTask(SourceTask):
                 q.execute("SELECT txid_current_if_assigned(), (EXTRACT(EPOCH FROM now()) * 1000)::bigint")
                 _, ts_ms = q.fetchone()
             tables = self._tables(snap)  # the tables of the snapshot, not those created since
-            pending: ConnectRecord | None = None
+            # each record is held until the next one shows whether it ends its table or the snapshot:
+            # (record, first of the snapshot, first of its table, its table)
+            pending: tuple[ConnectRecord, bool, bool, tuple[str, str]] | None = None
             for schema, table in tables:
                 info = self._relation(self._catalog_relation(snap, schema, table))
                 cols = ", ".join(f"{_ident(c.name)}::text" for c in info["rel"].columns)  # as a change has them
+                first_of_table = True
                 with snap.cursor(name=f"klog_snapshot_{len(self.relations)}") as q:
                     q.itersize = self.c["snapshot.fetch.size"]
                     q.execute(f"SELECT {cols} FROM {_ident(schema)}.{_ident(table)}")
                     for values in q:
                         offset = {"snapshot": True, "last_snapshot_record": False, "lsn": self.slot_lsn,
                                   "lsn_safe": self.slot_lsn, "ts_usec": ts_ms * 1000}
-                        source = self._source(info, ts_ms, "true", None, self.slot_lsn, self.slot_lsn)
+                        source = self._source(info, ts_ms * 1000, "true", None, self.slot_lsn, self.slot_lsn)
                         record = self._event(info, "r", None, self._row(info, values), ts_ms, source, offset)[0]
                         if pending is not None:
-                            yield pending
-                        pending = record
+                            yield _snapshot_marked(*pending, last_of_table=pending[3] != (schema, table), last=False)
+                        pending = (record, pending is None, first_of_table, (schema, table))
+                        first_of_table = False
             if pending is not None:
-                pending.source_offset = {**pending.source_offset, "last_snapshot_record": True}
-                pending.value["source"]["snapshot"] = "last"
-                yield pending
+                record = _snapshot_marked(*pending, last_of_table=True, last=True)
+                record.source_offset = {**record.source_offset, "last_snapshot_record": True}
+                yield record
             snap.commit()
         finally:
             snap.close()
@@ -495,6 +504,16 @@ class PostgresTask(SourceTask):
                     conn.close()
                 except Exception:  # noqa: BLE001, S110 - closing a connection that already broke
                     pass
+
+
+def _snapshot_marked(record: ConnectRecord, first: bool, first_of_table: bool, _table: tuple[str, str],
+                     last_of_table: bool, last: bool) -> ConnectRecord:
+    """source.snapshot of a snapshot record as Debezium's SnapshotRecord.resolve marks it: last, first,
+    last_in_data_collection, first_in_data_collection, else true."""
+    record.value["source"]["snapshot"] = ("last" if last else "first" if first else "last_in_data_collection"
+                                          if last_of_table else "first_in_data_collection" if first_of_table
+                                          else "true")
+    return record
 
 
 def _ident(name: str) -> str:
