@@ -40,6 +40,11 @@ class Connector:
     def validate(self, config: dict[str, Any]) -> None:
         """Checks across keys; raise ConfigError naming the field."""
 
+    @classmethod
+    def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
+        """What a config sets inside a value that klog does not implement (named in the warning)."""
+        return []
+
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.props)]
 
@@ -154,6 +159,7 @@ BUILTIN = {  # module:class of klog's own connectors (imported only when used)
     "klog.connect.connectors.file:FileStreamSourceConnector",
     "klog.connect.connectors.file:FileStreamSinkConnector",
     "klog.connect.connectors.jdbc:JdbcSinkConnector",
+    "klog.connect.connectors.jdbc_source:JdbcSourceConnector",
     "klog.connect.connectors.postgres:PostgresConnector",
     "klog.connect.connectors.http:HttpSinkConnector",
 }
@@ -161,6 +167,7 @@ _NAMES = {  # every name a built-in answers to: its Java class names, their alia
     "file-source": "klog.connect.connectors.file:FileStreamSourceConnector",
     "file-sink": "klog.connect.connectors.file:FileStreamSinkConnector",
     "jdbc-sink": "klog.connect.connectors.jdbc:JdbcSinkConnector",
+    "jdbc-source": "klog.connect.connectors.jdbc_source:JdbcSourceConnector",
     "postgres-cdc": "klog.connect.connectors.postgres:PostgresConnector",
     "postgres-source": "klog.connect.connectors.postgres:PostgresConnector",
     "http-sink": "klog.connect.connectors.http:HttpSinkConnector",
@@ -169,6 +176,7 @@ _JAVA = {
     "org.apache.kafka.connect.file.FileStreamSourceConnector": "file-source",
     "org.apache.kafka.connect.file.FileStreamSinkConnector": "file-sink",
     "io.confluent.connect.jdbc.JdbcSinkConnector": "jdbc-sink",
+    "io.confluent.connect.jdbc.JdbcSourceConnector": "jdbc-source",
     "io.debezium.connector.postgresql.PostgresConnector": "postgres-cdc",
     "io.confluent.connect.http.HttpSinkConnector": "http-sink",
 }
@@ -185,6 +193,9 @@ def plugin_names() -> dict[str, str]:
 def load_class(spec: str) -> type:
     module, _, attr = spec.partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+JAVA_PACKAGES = ("io.", "org.", "com.")
 
 
 def find_connector(name: str) -> type[Connector]:
@@ -204,6 +215,9 @@ def find_connector(name: str) -> type[Connector]:
         try:
             cls = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
+            if name.startswith(JAVA_PACKAGES):  # a Java connector klog has no counterpart of
+                raise ConfigError("connector.class", name, f"klog does not implement this connector; it runs "
+                                  f"{', '.join(sorted(_JAVA))}") from None
             raise ConfigError("connector.class", name, f"cannot load it ({e})") from None
         if isinstance(cls, type) and issubclass(cls, Connector):
             return cls

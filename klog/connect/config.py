@@ -90,9 +90,16 @@ def parse_value(key: Key, raw: str | None) -> Any:
     return value.lower() if key.choices is not None and isinstance(value, str) else value
 
 
+def java_regex(pattern: str) -> re.Pattern:
+    """A java.util.regex pattern compiled by Python's re: Java's named groups `(?<name>...)` and
+    back references `\\k<name>` written as Python's (Debezium's outbox router defaults to one)."""
+    pattern = re.sub(r"\(\?<([A-Za-z][A-Za-z0-9]*)>", r"(?P<\1>", pattern)
+    return re.compile(re.sub(r"\\k<([A-Za-z][A-Za-z0-9]*)>", r"(?P=\1)", pattern))
+
+
 def regex_check(value: str) -> str | None:
     try:
-        re.compile(value)
+        java_regex(value)
     except re.error as e:
         return f"not a regular expression ({e})"
     return None
@@ -108,7 +115,8 @@ def regex_list_check(values: list[str]) -> str | None:
 # -- files ---------------------------------------------------------------------------------------
 def load_config_file(path: str) -> dict[str, str]:
     """A connector config from JSON (flat, or the REST API's {"name": ..., "config": {...}}) or
-    Java .properties; every value a string, as Kafka Connect keeps them."""
+    Java .properties; every value a string, as Kafka Connect keeps them. A flat JSON connector config
+    without a name (the body of PUT /connectors/{name}/config) is named after its file."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -123,6 +131,9 @@ def load_config_file(path: str) -> dict[str, str]:
             raise ConfigError("CONFIG", path, "a JSON config is an object")
         if isinstance(data.get("config"), dict):  # the REST API's shape
             data = {**data["config"], **({"name": data["name"]} if "name" in data else {})}
+        if "connector.class" in data and "name" not in data:
+            # a body for PUT /connectors/{name}/config (Debezium's examples): the name is the file's
+            data["name"] = os.path.splitext(os.path.basename(path))[0]
         return {str(k): _string(v) for k, v in data.items()}
     return parse_properties_text(text)
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from klog.connect.distributed import REFRESH_S, DistributedWorker
-from klog.connect.worker import Validated, restart_plan
+from klog.connect.worker import Validated, ignored_warning, restart_plan
 
 STOP_WAIT_S = 10.0  # how long a stop waits for every worker to report the connector's tasks gone
 
@@ -71,6 +71,8 @@ class GroupApi:
     # -- changing (through connect-configs) ----------------------------------------------------------
     def put(self, props: dict[str, str]) -> bool:
         v = self.worker.validate(props)
+        if (message := ignored_warning(v)) is not None:  # the keys klog ignores, named on this worker
+            self.worker.warn(message)
         new = v.name not in self.names()
         self.dw.submit(v)
         return new

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from klog.connect.config import ConfigDef, regex_check, with_prefix
+from klog.connect.config import ConfigDef, java_regex, regex_check, with_prefix
 from klog.connect.data import DATE, TIME, TIMESTAMP, ConnectRecord, Schema, fields_by_name, primitive
 from klog.connect.errors import ConfigError, DataError
 
@@ -24,6 +24,7 @@ KAFKA_PKG = "org.apache.kafka.connect.transforms."
 
 class Transform:
     config_def: ClassVar[ConfigDef] = ConfigDef()
+    unimplemented: ClassVar[frozenset[str]] = frozenset()  # keys of the original accepted, not implemented
     on_key: ClassVar[bool] = False  # the $Key variant
 
     def __init__(self, prefix: str, props: dict[str, str]) -> None:
@@ -54,6 +55,12 @@ class Transform:
             raise DataError(f"Only Map objects supported in absence of schema for [{purpose}], "
                             f"found: {type(value).__name__}")
         return value
+
+
+def rebuilt_struct(schema: Schema, fields: list[Schema]) -> Schema:
+    """A struct schema with new fields as Kafka's transforms build it (SchemaUtil.copySchemaBasics into
+    SchemaBuilder.struct()): name, version, doc and parameters kept, and required whatever the input was."""
+    return {**schema, "optional": False, "fields": fields}
 
 
 def _field_spec(text: str | None) -> tuple[str | None, bool]:
@@ -105,7 +112,7 @@ class InsertField(Transform):
                 self, "_timestamp_field", None) else {}
             fields.append({"type": type_, "optional": optional, **extra, "field": field})
             out[field] = get(record)
-        return self.replaced(record, {**schema, "fields": fields}, out)
+        return self.replaced(record, rebuilt_struct(schema, fields), out)
 
 
 class ReplaceField(Transform):
@@ -137,7 +144,7 @@ class ReplaceField(Transform):
         fields = [{**f, "field": self.renames.get(f["field"], f["field"])}
                   for f in schema.get("fields", []) if self._kept(f["field"])]
         out = {self.renames.get(k, k): v for k, v in value.items() if self._kept(k)}
-        return self.replaced(record, {**schema, "fields": fields}, out)
+        return self.replaced(record, rebuilt_struct(schema, fields), out)
 
 
 _MASKS = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "float32": 0.0, "float64": 0.0, "boolean": False,
@@ -209,6 +216,86 @@ class ValueToKey(Transform):
             raise DataError(f"Field does not exist: {missing[0]}")
         key_schema = {"type": "struct", "optional": False, "fields": [by_name[n] for n in names]}
         return record.new_record(key_schema=key_schema, key={n: record.value.get(n) for n in names})
+
+
+class HoistField(Transform):
+    """The whole key or value wrapped in a one-field struct (with a schema) or map (without)."""
+
+    config_def = ConfigDef().define("field")
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        schema, value = self.operating(record)
+        name = self.config["field"]
+        if schema is None:
+            return self.replaced(record, None, {name: value})
+        # Kafka's SchemaBuilder.struct().field(name, schema): a required struct without a name
+        return self.replaced(record, {"type": "struct", "fields": [{**schema, "field": name}], "optional": False},
+                             {name: value})
+
+
+class Flatten(Transform):
+    """Nested structs (maps without a schema) flattened into one level, their names joined by `delimiter`;
+    a field under an optional struct is optional, as Kafka's Flatten makes it. Arrays and maps with a
+    schema are kept whole."""
+
+    config_def = ConfigDef().define("delimiter", default=".")
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        schema, value = self.operating(record)
+        if value is None:
+            return record
+        if schema is None:
+            out: dict = {}
+            self._flat_map(self.need_map(value, "flattening"), "", out)
+            return self.replaced(record, None, out)
+        fields: list[Schema] = []
+        out = {}
+        self._flat_struct(schema, value, "", schema.get("optional", False), fields, out)
+        return self.replaced(record, rebuilt_struct(schema, fields), out)
+
+    def _name(self, prefix: str, name: str) -> str:
+        return f"{prefix}{self.config['delimiter']}{name}" if prefix else name
+
+    def _flat_map(self, data: dict, prefix: str, out: dict) -> None:
+        for name, v in data.items():
+            if isinstance(v, dict):
+                self._flat_map(v, self._name(prefix, name), out)
+            else:
+                out[self._name(prefix, name)] = v
+
+    def _flat_struct(self, schema: Schema, value: dict | None, prefix: str, optional: bool, fields: list,
+                     out: dict) -> None:
+        for f in schema.get("fields", []):
+            name = self._name(prefix, f["field"])
+            is_optional = optional or f.get("optional", False)
+            child = None if value is None else value.get(f["field"])
+            if f.get("type") == "struct":
+                self._flat_struct(f, child, name, is_optional, fields, out)
+                continue
+            fields.append({**{k: v for k, v in f.items() if k not in ("field", "optional")},
+                           "optional": is_optional, "field": name})
+            out[name] = child
+
+
+class SetSchemaMetadata(Transform):
+    """The key's or value's schema renamed (`schema.name`) or re-versioned (`schema.version`); the data
+    stays. A record without a schema is refused, as Kafka's requireSchema does."""
+
+    config_def = ConfigDef().define("schema.name", default=None).define("schema.version", "int", None) \
+        .define("replace.null.with.default", "boolean", True)
+
+    def apply(self, record: ConnectRecord) -> ConnectRecord | None:
+        schema, value = self.operating(record)
+        if schema is None and value is None:
+            return record  # a tombstone passes (newer Kafka)
+        if schema is None:
+            raise DataError("Schema required for [updating schema metadata]")
+        updated = dict(schema)
+        if self.config["schema.name"] is not None:
+            updated["name"] = self.config["schema.name"]
+        if self.config["schema.version"] is not None:
+            updated["version"] = self.config["schema.version"]
+        return self.replaced(record, updated, value)
 
 
 class ExtractField(Transform):
@@ -294,9 +381,9 @@ class Cast(Transform):
             if name in data:
                 data[name] = _cast(data[name], to)
         if schema is not None:
-            schema = {**schema, "fields": [
+            schema = rebuilt_struct(schema, [
                 {"type": self.casts[f["field"]], "optional": f.get("optional", True), "field": f["field"]}
-                if f["field"] in self.casts else f for f in schema.get("fields", [])]}
+                if f["field"] in self.casts else f for f in schema.get("fields", [])])
         return self.replaced(record, schema, data)
 
 
@@ -403,8 +490,8 @@ class TimestampConverter(Transform):
         child = fields_by_name(schema).get(field)
         new_schema, data[field] = self._convert(data.get(field), child)
         if schema is not None:
-            schema = {**schema, "fields": [{**new_schema, "field": field} if f["field"] == field else f
-                                           for f in schema.get("fields", [])]}
+            schema = rebuilt_struct(schema, [{**new_schema, "field": field} if f["field"] == field else f
+                                             for f in schema.get("fields", [])])
         return self.replaced(record, schema, data)
 
 
@@ -418,7 +505,7 @@ class RegexRouter(Transform):
     config_def = ConfigDef().define("regex", check=regex_check).define("replacement")
 
     def configure(self) -> None:
-        self.regex = re.compile(self.config["regex"])
+        self.regex = java_regex(self.config["regex"])
         self.replacement = java_replacement(self.config["replacement"])
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
@@ -477,7 +564,7 @@ class HeaderFrom(Transform):
             moved = set(self.config["fields"])
             data = {k: v for k, v in data.items() if k not in moved}
             if schema is not None:
-                schema = {**schema, "fields": [f for f in schema.get("fields", []) if f["field"] not in moved]}
+                schema = rebuilt_struct(schema, [f for f in schema.get("fields", []) if f["field"] not in moved])
             out = self.replaced(out, schema, data)
         return out
 
@@ -501,6 +588,7 @@ class DropHeaders(Transform):
 # -- predicates --------------------------------------------------------------------------------------
 class Predicate:
     config_def: ClassVar[ConfigDef] = ConfigDef()
+    unimplemented: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, prefix: str, props: dict[str, str]) -> None:
         try:
@@ -515,8 +603,12 @@ class Predicate:
 class TopicNameMatches(Predicate):
     config_def = ConfigDef().define("pattern", check=regex_check)
 
+    def __init__(self, prefix: str, props: dict[str, str]) -> None:
+        super().__init__(prefix, props)
+        self.pattern = java_regex(self.config["pattern"])
+
     def test(self, record: ConnectRecord) -> bool:
-        return re.fullmatch(self.config["pattern"], record.topic) is not None
+        return self.pattern.fullmatch(record.topic) is not None
 
 
 class HasHeaderKey(Predicate):
@@ -537,7 +629,8 @@ def _keyed(cls: type[Transform], on_key: bool) -> type[Transform]:
 
 
 TRANSFORMS: dict[str, type[Transform]] = {}
-for _cls in (InsertField, ReplaceField, MaskField, ExtractField, Cast, TimestampConverter, HeaderFrom):
+for _cls in (InsertField, ReplaceField, MaskField, HoistField, Flatten, SetSchemaMetadata, ExtractField, Cast,
+             TimestampConverter, HeaderFrom):
     for _side in ("Key", "Value"):
         _variant = _keyed(_cls, _side == "Key")
         for _name in (f"{KAFKA_PKG}{_cls.__name__}${_side}", f"{_cls.__name__}${_side}"):
@@ -547,16 +640,22 @@ for _cls in (ValueToKey, RegexRouter, TimestampRouter, Filter, InsertHeader, Dro
 PREDICATES: dict[str, type[Predicate]] = {}
 for _pcls in (TopicNameMatches, HasHeaderKey, RecordIsTombstone):
     PREDICATES[KAFKA_PKG + "predicates." + _pcls.__name__] = PREDICATES[_pcls.__name__] = _pcls
-DEBEZIUM = {"io.debezium.transforms.ExtractNewRecordState", "ExtractNewRecordState"}
+DEBEZIUM = {"io.debezium.transforms.ExtractNewRecordState": "ExtractNewRecordState",
+            "ExtractNewRecordState": "ExtractNewRecordState",
+            "io.debezium.transforms.outbox.EventRouter": "EventRouter", "EventRouter": "EventRouter",
+            "io.debezium.transforms.ToLogicalTopicRouter": "ToLogicalTopicRouter",
+            "ToLogicalTopicRouter": "ToLogicalTopicRouter",
+            "io.debezium.transforms.ByLogicalTableRouter": "ByLogicalTableRouter",
+            "ByLogicalTableRouter": "ByLogicalTableRouter"}
 
 
 def _find(kind: str, registry: dict, name: str, key: str) -> type:
     if name in registry:
         return registry[name]
     if kind == "transforms" and name in DEBEZIUM:
-        from klog.connect.debezium import ExtractNewRecordState
+        from klog.connect import debezium
 
-        return ExtractNewRecordState
+        return getattr(debezium, DEBEZIUM[name])
     from klog.connect.api import load_class
 
     if ":" in name:
@@ -564,8 +663,9 @@ def _find(kind: str, registry: dict, name: str, key: str) -> type:
             return load_class(name)
         except (ImportError, AttributeError) as e:
             raise ConfigError(key, name, f"cannot load it ({e})") from None
-    raise ConfigError(key, name, f"unknown {kind[:-1]} type: use Kafka's names "
-                      f"({'InsertField$Value, ...' if kind == 'transforms' else 'TopicNameMatches, ...'})")
+    known = sorted({n.rsplit(".", 1)[-1].split("$")[0] for n in registry} | (set(DEBEZIUM.values())
+                                                                          if kind == "transforms" else set()))
+    raise ConfigError(key, name, f"klog does not implement this {kind[:-1]}; it has {', '.join(known)}")
 
 
 class Chain:
@@ -573,10 +673,13 @@ class Chain:
 
     def __init__(self, props: dict[str, str]) -> None:
         predicates = {}
+        self.ignored: list[str] = []  # keys a transform or predicate does not implement (or know), in full
         for alias in _list(props.get("predicates")):
             prefix = f"predicates.{alias}."
-            cls = _find("predicates", PREDICATES, props.get(prefix + "type", ""), prefix + "type")
-            predicates[alias] = cls(prefix, with_prefix(props, prefix))
+            own = with_prefix(props, prefix)
+            cls = _find("predicates", PREDICATES, own.pop("type", ""), prefix + "type")
+            predicates[alias] = cls(prefix, own)
+            self._note_ignored(cls, prefix, own)
         self.steps: list[tuple[str, Transform, Predicate | None, bool]] = []
         for alias in _list(props.get("transforms")):
             prefix = f"transforms.{alias}."
@@ -586,6 +689,12 @@ class Chain:
             if pred_name is not None and pred_name not in predicates:
                 raise ConfigError(prefix + "predicate", pred_name, "no such predicate in 'predicates'")
             self.steps.append((alias, cls(prefix, own), predicates.get(pred_name) if pred_name else None, negate))
+            self._note_ignored(cls, prefix, own)
+
+    def _note_ignored(self, cls: type, prefix: str, own: dict[str, str]) -> None:
+        known = getattr(cls, "config_def", ConfigDef()).keys
+        unimplemented = getattr(cls, "unimplemented", frozenset())
+        self.ignored += [prefix + k for k in own if k not in known or k in unimplemented]
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
         for _, transform, predicate, negate in self.steps:

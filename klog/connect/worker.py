@@ -127,7 +127,7 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
     for side in ("key", "value"):
         make_converter(f"{side}.converter", config[f"{side}.converter"] or w[f"{side}.converter"],
                        _converter_props(props, side, worker), side == "key")
-    Chain(props)
+    chain = Chain(props)
     if cls.kind == "source":
         producer_settings({}, props)  # the override keys named when bad (the worker's are checked at its start)
         if config["exactly.once.support"] == "required" and w["exactly.once.source.support"] != "enabled":
@@ -135,8 +135,9 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
                               "enabled")
     _check_connector(cls, props)
     own = set(cls.config_def.keys)
-    ignored = sorted(k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
-                     or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES)))
+    ignored = sorted([k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
+                      or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES))]
+                     + chain.ignored + cls.unimplemented_in(props))
     return Validated(props, cls, config, ignored)
 
 
@@ -764,8 +765,11 @@ class Worker:
         raise KeyError(name)
 
     def put(self, props: dict[str, str]) -> bool:
-        """Create or reconfigure a connector (restarting it); True when it is new."""
+        """Create or reconfigure a connector (restarting it); True when it is new. (A config given over
+        the REST API gets its warning about keys klog ignores here, as `klog connect run` gives it.)"""
         v = self.validate(props)
+        if (message := ignored_warning(v)) is not None:
+            self.warn(message)
         new = v.name not in self.connectors and v.name not in self.stopped
         if v.name in self.connectors:
             self.stop_connector(v.name)

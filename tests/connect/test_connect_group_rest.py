@@ -101,3 +101,22 @@ def test_every_worker_serves_the_groups_connectors(tmp_path, data_dir):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.slow
+def test_a_config_posted_to_a_worker_names_the_keys_klog_ignores(tmp_path, data_dir):
+    """A config POSTed to a distributed worker gets the one warning line `klog connect run` prints for keys
+    klog does not implement (a misspelt transform key here), on the worker that took it."""
+    props = tmp_path / "worker.properties"
+    props.write_text("session.timeout.ms=3000\noffset.flush.interval.ms=200\n")
+    proc, url, _ = _worker(data_dir, str(props))
+    try:
+        config = {**_source(tmp_path, "a"), "transforms": "r", "transforms.r.type": "RegexRouter",
+                  "transforms.r.regex": "(.*)", "transforms.r.replacement": "$1", "transforms.r.feild": "x"}
+        assert call(url, "POST", "/connectors", {"name": "a", "config": config})[0] == 201
+        wait_for(lambda: values(data_dir, "t-a") == [b"a1", b"a2"], timeout=60, what="the connector's lines")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    [line] = [ln for ln in err.decode().splitlines() if "does not implement" in ln]
+    assert "transforms.r.feild" in line

@@ -272,3 +272,34 @@ def test_rows_of_changing_layouts_in_one_batch_and_a_poison_record(tmp_path, dat
         wait_for(lambda: _offset(db) == 7, what="the seven records")
     assert sqlite_rows(db) == [(1, "A", 10), (2, "b", 20), (4, None, None)]
     assert values(data_dir, "dlq") == [poison]
+
+
+def test_pgjdbc_url_parameters_klog_does_not_pass_on_are_named():
+    """currentSchema, user, password, sslmode... are used; any other pgjdbc parameter is named in the
+    connector's warning instead of being dropped silently."""
+    pytest.importorskip("psycopg2")
+    from klog.connect.worker import validate
+
+    v = validate(sink_config("jdbc:postgresql://127.0.0.1:5432/db?currentSchema=s&user=u&password=p&sslmode=disable"
+                             "&reWriteBatchedInserts=true&stringtype=unspecified"))
+    assert v.ignored == ["connection.url parameter reWriteBatchedInserts", "connection.url parameter stringtype"]
+
+
+def test_auto_create_not_null_as_confluent(tmp_path, data_dir):
+    """auto.create: a required field is NOT NULL, unless it has a default (Confluent writes DEFAULT then);
+    an optional one nullable."""
+    schema = {"type": "struct", "optional": False, "fields": [
+        {"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": False, "field": "a"},
+        {"type": "string", "optional": False, "default": "x", "field": "b"},
+        {"type": "string", "optional": True, "field": "c"}]}
+    with klog.open(data_dir) as s:
+        s.create_topic("rows", partitions=1)
+        with s.producer() as p:
+            p.send("rows", json.dumps({"schema": schema, "payload": {"id": 1, "a": "a", "b": "b", "c": None}}).encode())
+    db = str(tmp_path / "out.db")
+    with running(data_dir, sink_config(f"jdbc:sqlite:{db}", **{"pk.mode": "record_value", "pk.fields": "id",
+                                                          "delete.enabled": "false"})):
+        wait_for(lambda: _offset(db) == 1, what="the record")
+    with sqlite3.connect(db) as conn:
+        assert [(r[1], r[3]) for r in conn.execute('PRAGMA table_info("rows")')] == [
+            ("id", 1), ("a", 1), ("b", 0), ("c", 0)]

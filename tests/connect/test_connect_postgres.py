@@ -76,7 +76,7 @@ def test_snapshot_then_streaming_with_debezium_envelopes(pg_db, data_dir):
     assert first["schema"]["name"] == "shop.public.items.Envelope"
     source = first["payload"]["source"]
     assert source["connector"] == "postgresql" and source["name"] == "shop" and source["table"] == "items"
-    assert source["snapshot"] == "true" and first["payload"]["after"]["price"] == "AJY="  # 1.50 as Decimal bytes
+    assert source["snapshot"] == "first" and first["payload"]["after"]["price"] == "AJY="  # 1.50 as Decimal bytes
     created = json.loads(records(data_dir, "shop.public.items")[2].value)["payload"]
     assert created["source"]["txId"] > 0 and created["source"]["lsn"] > 0 and created["ts_ms"] > 0
     assert replay(data_dir, "shop.public.items").keys() == table_state(pg_db, "items").keys()
@@ -192,8 +192,8 @@ def test_debezium_keys_that_shape_the_events(pg_db, data_dir):
 def test_keys_debezium_has_and_klog_does_not_are_named(pg_db):
     from klog.connect.worker import ignored_warning, validate
 
-    v = validate(cdc(pg_db, **{"heartbeat.interval.ms": "1000", "column.exclude.list": "public.t.secret"}))
-    assert "heartbeat.interval.ms" in ignored_warning(v) and "column.exclude.list" in ignored_warning(v)
+    v = validate(cdc(pg_db, **{"heartbeat.interval.ms": "1000", "message.key.columns": "public.t:secret"}))
+    assert "heartbeat.interval.ms" in ignored_warning(v) and "message.key.columns" in ignored_warning(v)
 
 
 def _offsets(data_dir: str, name: str = "pg") -> list[dict]:
@@ -391,3 +391,157 @@ def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kil
     assert dump.returncode == 0, dump.stderr
     batches = [b for b in map(json.loads, dump.stdout.splitlines()) if b["type"] == "batch"]
     assert batches and all(b["transactional"] for b in batches)
+
+
+@pytest.mark.parametrize(("mode", "names", "values"), [
+    ("adaptive", ["io.debezium.time.Date", "io.debezium.time.MicroTime", "io.debezium.time.Time",
+                  "io.debezium.time.MicroTimestamp", "io.debezium.time.ZonedTimestamp"],
+     [1, 3_723_000_456, 3_723_004, 90_061_000_001, "1970-01-02T01:01:01.000001Z"]),
+    ("connect", ["org.apache.kafka.connect.data.Date", "org.apache.kafka.connect.data.Time",
+                 "org.apache.kafka.connect.data.Time", "org.apache.kafka.connect.data.Timestamp",
+                 "io.debezium.time.ZonedTimestamp"],
+     [1, 3_723_000, 3_723_004, 90_061_000, "1970-01-02T01:01:01.000001Z"])])
+def test_time_precision_mode(pg_db, data_dir, mode, names, values):
+    """time.precision.mode as Debezium's: adaptive (the default) by each column's precision (time(3) in
+    milliseconds), connect as Kafka's Date, Time and Timestamp in milliseconds."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, d date, tm time, tm3 time(3), ts timestamp, tz timestamptz)")
+    pg_db.execute("INSERT INTO t VALUES (1, '1970-01-02', '01:02:03.000456', '01:02:03.004', "
+                  "'1970-01-02 01:01:01.000001', '1970-01-02 01:01:01.000001+00')")
+    with running(data_dir, cdc(pg_db, **{"time.precision.mode": mode})):
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) == 1, what="the snapshot")
+    value = json.loads(records(data_dir, "shop.public.t")[0].value)
+    after = next(f for f in value["schema"]["fields"] if f["field"] == "after")
+    assert [f.get("name") for f in after["fields"][1:]] == names
+    assert [value["payload"]["after"][c] for c in ("d", "tm", "tm3", "ts", "tz")] == values
+
+
+def test_column_exclude_list_drops_the_columns_from_values_and_schemas(pg_db, data_dir):
+    """column.exclude.list (schema.table.column regular expressions) as Debezium's: the columns are in no
+    value or schema, snapshot or stream; a key column stays."""
+    pg_db.execute("CREATE TABLE users (id int PRIMARY KEY, name text, secret text, pin int)")
+    pg_db.execute("INSERT INTO users VALUES (1, 'a', 's1', 11)")
+    with running(data_dir, cdc(pg_db, **{"column.exclude.list": r"public\.users\.(secret|pin),public.users.id"})):
+        wait_for(lambda: len(records(data_dir, "shop.public.users")) == 1, what="the snapshot")
+        pg_db.execute("UPDATE users SET name = 'b', secret = 's2' WHERE id = 1")
+        wait_for(lambda: len(records(data_dir, "shop.public.users")) == 2, what="the update")
+    values = [json.loads(r.value) for r in records(data_dir, "shop.public.users")]
+    assert [v["payload"]["after"] for v in values] == [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}]
+    after = next(f for f in values[1]["schema"]["fields"] if f["field"] == "after")
+    assert [f["field"] for f in after["fields"]] == ["id", "name"]
+
+
+def test_column_defaults_in_the_schemas_as_debezium(pg_db, data_dir):
+    """A column's DEFAULT is its field's default in Debezium's schema: a literal as its value, a function
+    (nextval, now()) as the type's placeholder, NULL none; a required column a delete's key-only before
+    image lacks gets its default."""
+    pg_db.execute("CREATE TABLE d (id serial PRIMARY KEY, status text NOT NULL DEFAULT 'new', n int DEFAULT 5, "
+                  "ok boolean DEFAULT true, price numeric(10,2) DEFAULT 1.5, at timestamp DEFAULT now(), "
+                  "note varchar(9) DEFAULT NULL, plain text)")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: task_running(data_dir), what="the task")
+        pg_db.execute("INSERT INTO d (plain) VALUES ('x')")
+        pg_db.execute("DELETE FROM d")
+        wait_for(lambda: len(records(data_dir, "shop.public.d")) == 3, what="the insert and the delete")
+    value = json.loads(records(data_dir, "shop.public.d")[0].value)
+    after = next(f for f in value["schema"]["fields"] if f["field"] == "after")
+    assert {f["field"]: f.get("default") for f in after["fields"]} == {
+        "id": 0, "status": "new", "n": 5, "ok": True, "price": "AJY=", "at": 0, "note": None, "plain": None}
+    assert value["payload"]["after"]["price"] == "AJY=" and value["payload"]["after"]["status"] == "new"
+    deleted = json.loads(records(data_dir, "shop.public.d")[1].value)["payload"]["before"]
+    assert deleted == {"id": 1, "status": "new", "n": None, "ok": None, "price": None, "at": None, "note": None,
+                       "plain": None}
+
+
+def test_interval_and_enum_columns_as_debezium(pg_db, data_dir):
+    """interval as io.debezium.time.MicroDuration (months of 365.25 / 12 days, in microseconds), an enum as
+    io.debezium.data.Enum with its labels in their sort order, as Debezium's PostgresValueConverter."""
+    pg_db.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+    pg_db.execute("ALTER TYPE mood ADD VALUE 'meh' BEFORE 'ok'")
+    pg_db.execute("CREATE TABLE m (id int PRIMARY KEY, span interval, feel mood)")
+    pg_db.execute("INSERT INTO m VALUES (1, '1 year 2 mons 3 days 04:05:06.789', 'happy'), (2, '-1 day -1.5 seconds', "
+                  "NULL)")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.m")) == 2, what="the snapshot")
+        pg_db.execute("UPDATE m SET span = '00:00:01', feel = 'meh' WHERE id = 2")
+        wait_for(lambda: len(records(data_dir, "shop.public.m")) == 3, what="the update")
+    values = [json.loads(r.value) for r in records(data_dir, "shop.public.m")]
+    after = {f["field"]: f for f in next(f for f in values[0]["schema"]["fields"] if f["field"] == "after")["fields"]}
+    assert after["span"] == {"type": "int64", "optional": True, "name": "io.debezium.time.MicroDuration", "version": 1,
+                             "field": "span"}
+    assert after["feel"] == {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
+                             "parameters": {"allowed": "sad,meh,ok,happy"}, "field": "feel"}
+    rows = [(v["payload"]["after"]["span"], v["payload"]["after"]["feel"]) for v in values]
+    assert rows == [(37_091_106_789_000, "happy"), (-86_401_500_000, None), (1_000_000, "meh")]
+
+
+def test_zoned_timestamps_have_the_columns_fraction_width(pg_db, data_dir):
+    """timestamptz as Debezium's ZonedTimestamp: UTC with exactly the column's precision in fraction digits
+    (6 without one, a whole second included), as its formatter for the column's scale writes it."""
+    pg_db.execute("CREATE TABLE z (id int PRIMARY KEY, a timestamptz, b timestamptz(3), c timestamptz(0))")
+    pg_db.execute("INSERT INTO z VALUES (1, '2020-01-01 02:00:00+02', '2020-01-01 00:00:00.5+00', "
+                  "'2020-01-01 00:00:01+00')")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.z")) == 1, what="the snapshot")
+        pg_db.execute("UPDATE z SET id = 2")
+        wait_for(lambda: len(records(data_dir, "shop.public.z")) == 4, what="the key change")
+    rows = [json.loads(r.value)["payload"]["after"] for r in records(data_dir, "shop.public.z") if r.value]
+    rows = [r for r in rows if r]
+    assert [(r["a"], r["b"], r["c"]) for r in rows] == [
+        ("2020-01-01T00:00:00.000000Z", "2020-01-01T00:00:00.500Z", "2020-01-01T00:00:01Z")] * 2
+
+
+def test_timetz_and_bit1_as_debezium(pg_db, data_dir):
+    """timetz as io.debezium.time.ZonedTime (shifted to UTC, ISO_OFFSET_TIME), bit(1) as a boolean."""
+    pg_db.execute("CREATE TABLE tz (id int PRIMARY KEY, t timetz, flag bit(1))")
+    pg_db.execute("INSERT INTO tz VALUES (1, '04:05:06.789+02', B'1'), (2, '00:30:00+01', B'0')")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.tz")) == 2, what="the snapshot")
+    values = [json.loads(r.value) for r in records(data_dir, "shop.public.tz")]
+    after = {f["field"]: f for f in next(f for f in values[0]["schema"]["fields"] if f["field"] == "after")["fields"]}
+    assert after["t"]["name"] == "io.debezium.time.ZonedTime" and after["flag"]["type"] == "boolean"
+    assert [(v["payload"]["after"]["t"], v["payload"]["after"]["flag"]) for v in values] == [
+        ("02:05:06.789Z", True), ("23:30:00Z", False)]
+
+
+def test_one_dimensional_arrays_as_connect_arrays(pg_db, data_dir):
+    """int[], text[], boolean[], uuid[] as Connect arrays of optional elements, as Debezium's; quoted,
+    escaped and NULL elements read from PostgreSQL's text form."""
+    pg_db.execute("CREATE TABLE arr (id int PRIMARY KEY, n int[], s text[], b boolean[], u uuid[])")
+    pg_db.execute("""INSERT INTO arr VALUES (1, '{1,NULL,3}', '{"a b",c,"d\\"e",NULL,"NULL"}', '{t,f}', """
+                  """'{00000000-0000-0000-0000-000000000001}'), (2, '{}', NULL, NULL, NULL)""")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.arr")) == 2, what="the snapshot")
+        pg_db.execute("UPDATE arr SET n = '{7}' WHERE id = 2")
+        wait_for(lambda: len(records(data_dir, "shop.public.arr")) == 3, what="the update")
+    values = [json.loads(r.value) for r in records(data_dir, "shop.public.arr")]
+    after = {f["field"]: f for f in next(f for f in values[0]["schema"]["fields"] if f["field"] == "after")["fields"]}
+    assert after["n"] == {"type": "array", "optional": True, "items": {"type": "int32", "optional": True}, "field": "n"}
+    assert after["u"]["items"]["name"] == "io.debezium.data.Uuid"
+    rows = [v["payload"]["after"] for v in values]
+    assert rows[0] == {"id": 1, "n": [1, None, 3], "s": ["a b", "c", 'd"e', None, "NULL"], "b": [True, False],
+                       "u": ["00000000-0000-0000-0000-000000000001"]}
+    assert (rows[1]["n"], rows[2]["n"]) == ([], [7])
+
+
+def test_snapshot_markers_and_microsecond_timestamps_as_debezium(pg_db, data_dir):
+    """source.snapshot marks a snapshot's records as Debezium's SnapshotRecord.resolve (first, then
+    first_in_data_collection / last_in_data_collection around each table, true between, last), and the
+    envelope and source carry ts_us and ts_ns beside ts_ms (Debezium 2.6+)."""
+    pg_db.execute("CREATE TABLE a (id int PRIMARY KEY)")
+    pg_db.execute("CREATE TABLE b (id int PRIMARY KEY)")
+    pg_db.execute("INSERT INTO a VALUES (1), (2), (3)")
+    pg_db.execute("INSERT INTO b VALUES (1), (2), (3)")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: len(records(data_dir, "shop.public.b")) == 3, what="the snapshot")
+        pg_db.execute("INSERT INTO a VALUES (4)")
+        wait_for(lambda: len(records(data_dir, "shop.public.a")) == 4, what="the insert")
+    a = [json.loads(r.value) for r in records(data_dir, "shop.public.a")]
+    b = [json.loads(r.value) for r in records(data_dir, "shop.public.b")]
+    assert [v["payload"]["source"]["snapshot"] for v in a + b] == [
+        "first", "true", "last_in_data_collection", "false", "first_in_data_collection", "true", "last"]
+    fields = [f["field"] for f in a[0]["schema"]["fields"]]
+    assert fields == ["before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"]
+    for v in (a[0], a[3]):
+        p, source = v["payload"], v["payload"]["source"]
+        assert p["ts_us"] // 1000 == p["ts_ms"] and p["ts_ns"] // 1000 == p["ts_us"]
+        assert source["ts_us"] // 1000 == source["ts_ms"] and source["ts_ns"] == source["ts_us"] * 1000

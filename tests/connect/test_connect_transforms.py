@@ -149,3 +149,133 @@ def test_extract_new_record_state_modes():
     drop = chain(unwrap={"type": DBZ, "delete.tombstone.handling.mode": "drop"})
     assert drop.apply(rec(None)) is None and drop.apply(_envelope("d", {"id": 1}, None)) is None
     assert c.apply(_envelope("t", None, None)) is None  # a truncate has no row
+
+
+def test_extract_new_record_state_delete_to_tombstone_leaves_one_tombstone_per_delete():
+    """Debezium's delete-to-tombstone turns the delete into a tombstone and drops the one that follows it
+    (one tombstone per delete); the older delete.handling.mode=none with drop.tombstones=false keeps both."""
+    new = chain(unwrap={"type": DBZ, "delete.tombstone.handling.mode": "delete-to-tombstone"})
+    assert [r.value if r else "dropped" for r in (new.apply(_envelope("d", {"id": 1}, None)), new.apply(rec(None)))] \
+        == [None, "dropped"]
+    old = chain(unwrap={"type": DBZ, "delete.handling.mode": "none", "drop.tombstones": "false"})
+    assert [r.value for r in (old.apply(_envelope("d", {"id": 1}, None)), old.apply(rec(None)))] == [None, None]
+
+
+def test_extract_new_record_state_route_by_field():
+    """route.by.field: the row's column is the topic (a delete's before image's), as Debezium routes."""
+    c = chain(unwrap={"type": DBZ, "route.by.field": "v", "delete.tombstone.handling.mode": "rewrite"})
+    assert c.apply(_envelope("c", None, {"id": 1, "v": "north"})).topic == "north"
+    assert c.apply(_envelope("d", {"id": 1, "v": "south"}, None)).topic == "south"
+
+
+def test_transform_and_predicate_keys_klog_does_not_implement_are_named():
+    """A transform's or predicate's key that changes the output and klog ignores (or a misspelt one) is named
+    in the connector's one warning, in full."""
+    from klog.connect.worker import ignored_warning, validate
+
+    v = validate({"name": "f", "connector.class": "FileStreamSource", "file": "/dev/null", "topic": "t",
+                  "transforms": "unwrap,route",
+                  "transforms.unwrap.type": DBZ, "transforms.unwrap.drop.fields.header.name": "h",
+                  "transforms.unwrap.add.field": "op",
+                  "transforms.route.type": "RegexRouter", "transforms.route.regex": "(.*)",
+                  "transforms.route.replacement": "$1", "transforms.route.predicate": "p",
+                  "predicates": "p", "predicates.p.type": "TopicNameMatches", "predicates.p.pattern": "t",
+                  "predicates.p.patern": "x"})
+    assert v.ignored == ["predicates.p.patern", "transforms.unwrap.add.field",
+                         "transforms.unwrap.drop.fields.header.name"]
+    assert "transforms.unwrap.add.field" in ignored_warning(v)
+    clean = validate({"name": "f", "connector.class": "FileStreamSource", "file": "/dev/null", "topic": "t",
+                      "transforms": "unwrap", "transforms.unwrap.type": DBZ,
+                      "transforms.unwrap.add.fields": "op", "transforms.unwrap.route.by.field": "v"})
+    assert clean.ignored == []
+
+
+def test_java_named_groups_in_regex_router_and_topic_name_matches():
+    """Java's `(?<name>...)` (Python's re spells it `(?P<name>...)`) and `${name}` as Kafka users write them."""
+    c = chain(route={"type": "RegexRouter", "regex": r"dbserver1\.(?<schema>[^.]+)\.(?<table>[^.]+)",
+                     "replacement": "${table}-of-${schema}"})
+    assert c.apply(rec({"a": 1}, topic="dbserver1.inventory.customers")).topic == "customers-of-inventory"
+    f = Chain({"transforms": "drop", "transforms.drop.type": "Filter", "transforms.drop.predicate": "p",
+               "predicates": "p", "predicates.p.type": "TopicNameMatches", "predicates.p.pattern": r"(?<x>a)\k<x>"})
+    assert f.apply(rec({"a": 1}, topic="aa")) is None and f.apply(rec({"a": 1}, topic="ab")) is not None
+
+
+def _outbox(op, row):
+    cols = [{**primitive("string", False), "field": n} for n in ("id", "aggregatetype", "aggregateid", "type")]
+    cols += [{**primitive("string"), "field": "payload"}, {**primitive("int32"), "field": "part"}]
+    value = struct(cols, name="db.inventory.outboxevent.Value", optional=True)
+    schema = struct([{**value, "field": "before"}, {**value, "field": "after"},
+                     {**primitive("string", False), "field": "op"}, {**primitive("int64"), "field": "ts_ms"}],
+                    name="db.inventory.outboxevent.Envelope")
+    return rec({"before": None if op != "d" else row, "after": row if op != "d" else None, "op": op, "ts_ms": 5},
+               schema, topic="db.inventory.outboxevent")
+
+
+def test_outbox_event_router_placements_and_operations():
+    """Envelope placements make the value a struct (payload and the columns) named after the routed value,
+    a partition placement sets the partition; updates are skipped (or fail with invalid.behavior=fatal),
+    deletes and tombstones dropped; keys that change the output and klog lacks are named."""
+    from klog.connect.worker import validate
+
+    row = {"id": "e1", "aggregatetype": "Order", "aggregateid": "7", "type": "Created", "payload": "{}", "part": 2}
+    c = chain(outbox={"type": "io.debezium.transforms.outbox.EventRouter",
+                      "table.fields.additional.placement": "type:envelope:eventType,part:partition"})
+    out = c.apply(_outbox("c", row))
+    assert (out.topic, out.kafka_partition, out.key, out.timestamp) == ("outbox.event.Order", 2, "7", 5)
+    assert out.value == {"payload": "{}", "eventType": "Created"} and out.headers == [("id", b"e1")]
+    assert out.value_schema["name"] == "db.inventory.outboxevent.Order.Envelope"
+    assert [f["field"] for f in out.value_schema["fields"]] == ["payload", "eventType"]
+    assert c.apply(_outbox("u", row)) is None and c.apply(_outbox("d", row)) is None and c.apply(rec(None)) is None
+    fatal = chain(outbox={"type": "EventRouter", "table.op.invalid.behavior": "fatal"})
+    with pytest.raises(DataError):
+        fatal.apply(_outbox("u", row))
+    v = validate({"name": "f", "connector.class": "FileStreamSource", "file": "/dev/null", "topic": "t",
+                  "transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+                  "transforms.outbox.table.expand.json.payload": "true"})
+    assert v.ignored == ["transforms.outbox.table.expand.json.payload"]
+
+
+def test_flatten_with_and_without_schema():
+    """Confluent's documented Flatten example (schemaless), and a Debezium envelope flattened with its
+    schema: a field under an optional struct (`before`, `after`) is optional, one under a required struct
+    (`source`) keeps its own optionality; the struct rebuilt is required, its name kept."""
+    c = chain(flatten={"type": K + "Flatten$Value", "delimiter": "."})
+    value = {"content": {"id": 42, "name": {"first": "David", "middle": None, "last": "Wong"}}}
+    assert c.apply(rec(value)).value == {"content.id": 42, "content.name.first": "David", "content.name.middle": None,
+                                         "content.name.last": "Wong"}
+    out = chain(flatten={"type": "Flatten$Value", "delimiter": "_"}).apply(_envelope("c", None, {"id": 1, "v": "a"}))
+    assert out.value == {"before_id": None, "before_v": None, "after_id": 1, "after_v": "a", "source_table": "t",
+                         "op": "c", "ts_ms": 1}
+    optional = {f["field"]: f["optional"] for f in out.value_schema["fields"]}
+    assert optional == {"before_id": True, "before_v": True, "after_id": True, "after_v": True, "source_table": False,
+                        "op": False, "ts_ms": True}
+    assert out.value_schema["name"] == "p.public.t.Envelope" and out.value_schema["optional"] is False
+
+
+def test_to_logical_topic_router_key_field_regex_and_uniqueness_off():
+    """key.field.regex/replacement make the key field from the physical topic; with key.enforce.uniqueness
+    false the key only has its schema renamed; a tombstone is rerouted with its key."""
+    key_schema = struct([{**primitive("int32", False), "field": "id"}], name="db.shard1.t.Key")
+    r = _envelope("c", None, {"id": 1, "v": "a"}).new_record(topic="db.shard1.t", key_schema=key_schema,
+                                                              key={"id": 1})
+    c = chain(route={"type": "io.debezium.transforms.ToLogicalTopicRouter", "topic.regex": r"db\.shard\d+\.(.*)",
+                     "topic.replacement": "all.$1", "key.field.regex": r"db\.(shard\d+)\..*",
+                     "key.field.replacement": "$1"})
+    out = c.apply(r)
+    assert (out.topic, out.key, out.key_schema["name"]) == ("all.t", {"id": 1, "__dbz__sourceIdentifier": "shard1"},
+                                                           "all.t.Key")
+    tombstone = c.apply(r.new_record(value_schema=None, value=None))
+    assert tombstone.topic == "all.t" and tombstone.value is None and "__dbz__sourceIdentifier" in tombstone.key
+    plain = chain(route={"type": "ToLogicalTopicRouter", "topic.regex": r"db\.shard\d+\.(.*)",
+                         "topic.replacement": "$1", "key.enforce.uniqueness": "false"}).apply(r)
+    assert plain.key == {"id": 1} and plain.key_schema["name"] == "t.Key" and plain.value_schema["name"] == "t.Envelope"
+
+
+def test_set_schema_metadata():
+    """Confluent's documented example: the value schema named `order-value`, version 2; the data unchanged."""
+    schema = struct([{**primitive("int32", False), "field": "id"}], name="old")
+    c = chain(meta={"type": K + "SetSchemaMetadata$Value", "schema.name": "order-value", "schema.version": "2"})
+    out = c.apply(rec({"id": 1}, schema))
+    assert (out.value, out.value_schema["name"], out.value_schema["version"]) == ({"id": 1}, "order-value", 2)
+    with pytest.raises(DataError):
+        c.apply(rec({"id": 1}))

@@ -32,6 +32,17 @@ UNIMPLEMENTED = frozenset({"dialect.name", "table.types", "db.timezone", "mssql.
                            "connection.backoff.ms", "fields.whitelist"})
 
 
+# pgjdbc's URL parameters klog passes on (as libpq's); with currentSchema, user and password, the others
+# (ssl=true, stringtype, reWriteBatchedInserts, ...) are named in the connector's warning
+PGJDBC_PARAMS = {"sslmode": "sslmode", "sslrootcert": "sslrootcert", "sslcert": "sslcert", "sslkey": "sslkey",
+                 "ApplicationName": "application_name", "connectTimeout": "connect_timeout"}
+PGJDBC_HANDLED = {*PGJDBC_PARAMS, "currentSchema", "user", "password"}
+
+
+def _required(schema: Schema) -> bool:
+    return schema.get("optional") is False and "default" not in schema
+
+
 def _url_check(url: str) -> str | None:
     if url.startswith("jdbc:sqlite:") or url.startswith("jdbc:postgresql://"):
         return None
@@ -98,8 +109,11 @@ class PostgresDialect(Dialect):
                     "user": user or query.get("user") or "postgres"}
         if password or query.get("password"):
             self.dsn["password"] = password or query["password"]
-        if query.get("sslmode"):
-            self.dsn["sslmode"] = query["sslmode"]
+        for param, libpq in PGJDBC_PARAMS.items():
+            if query.get(param):
+                self.dsn[libpq] = query[param]
+        if query.get("currentSchema"):  # pgjdbc sets the search path: unqualified tables are created and found there
+            self.dsn["options"] = "-c search_path=" + query["currentSchema"].replace("\\", "\\\\").replace(" ", "\\ ")
 
     def connect(self):  # noqa: ANN201
         import psycopg2
@@ -440,7 +454,10 @@ class JdbcSinkTask(SinkTask):
         if existing is None:
             if not self.c["auto.create"]:
                 raise ConnectError(f"Table {table} is missing and auto-creation is disabled (auto.create=false)")
-            defs = [f"{d.quote(n)} {d.sql_type(s)}{' NOT NULL' if n in pk else ''}" for n, s in cols.items()]
+            # a required field without a default is a NOT NULL column, as Confluent's writeColumnSpec makes it
+            # (a field with a default gets DEFAULT there instead, which no insert of the sink's uses)
+            defs = [f"{d.quote(n)} {d.sql_type(s)}{' NOT NULL' if n in pk or _required(s) else ''}"
+                    for n, s in cols.items()]
             if pk:
                 defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
             cur.execute(f"CREATE TABLE IF NOT EXISTS {d.table(table)} ({', '.join(defs)})")
@@ -481,6 +498,14 @@ class JdbcSinkConnector(SinkConnector):
                           doc="klog: where the consumed offsets are stored with the rows (exactly-once)"))
     unimplemented = UNIMPLEMENTED
     task_class = JdbcSinkTask
+
+    @classmethod
+    def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
+        url = props.get("connection.url", "")
+        if not url.startswith("jdbc:postgresql:"):
+            return []
+        return [f"connection.url parameter {p}" for p in parse_qs(urlparse(url[len("jdbc:"):]).query)
+                if p not in PGJDBC_HANDLED]
 
     def validate(self, config: dict[str, Any]) -> None:
         if config["delete.enabled"] and config["pk.mode"] != "record_key":

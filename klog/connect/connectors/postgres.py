@@ -30,18 +30,27 @@ from typing import Any
 
 from klog import __version__ as VERSION
 from klog.connect.api import SourceConnector, SourceTask
-from klog.connect.config import ConfigDef, regex_list_check
+from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors import pgoutput
-from klog.connect.connectors.pgtypes import UNAVAILABLE, column_type
+from klog.connect.connectors.pgtypes import (
+    TIME_MODES,
+    UNAVAILABLE,
+    column_type,
+    default_value,
+    enum_type,
+    required_fallback,
+)
 from klog.connect.data import ConnectRecord, primitive, struct
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
 SOURCE_SCHEMA = struct([
     {**primitive("string", False), "field": "version"}, {**primitive("string", False), "field": "connector"},
     {**primitive("string", False), "field": "name"}, {**primitive("int64", False), "field": "ts_ms"},
-    {**primitive("string", True, "io.debezium.data.Enum", version=1,
-                 parameters={"allowed": "true,last,false,incremental"}), "default": "false", "field": "snapshot"},
+    {**primitive("string", True, "io.debezium.data.Enum", version=1, parameters={
+        "allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"}),
+     "default": "false", "field": "snapshot"},
     {**primitive("string", False), "field": "db"}, {**primitive("string"), "field": "sequence"},
+    {**primitive("int64"), "field": "ts_us"}, {**primitive("int64"), "field": "ts_ns"},
     {**primitive("string", False), "field": "schema"}, {**primitive("string", False), "field": "table"},
     {**primitive("int64"), "field": "txId"}, {**primitive("int64"), "field": "lsn"},
     {**primitive("int64"), "field": "xmin"}], name="io.debezium.connector.postgresql.Source")
@@ -51,10 +60,10 @@ TRANSACTION_SCHEMA = struct([{**primitive("string", False), "field": "id"},
                             name="event.block", optional=True, version=1)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
-    "column.include.list", "column.exclude.list", "column.mask.hash", "column.truncate.to", "message.key.columns",
+    "column.mask.hash", "column.truncate.to", "message.key.columns",
     "heartbeat.interval.ms", "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size", "provide.transaction.metadata", "include.unknown.datatypes",
-    "hstore.handling.mode", "interval.handling.mode", "binary.handling.mode", "time.precision.mode",
+    "hstore.handling.mode", "interval.handling.mode", "binary.handling.mode",
     "event.processing.failure.handling.mode", "snapshot.select.statement.overrides", "snapshot.lock.timeout.ms",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters", "database.initial.statements",
     "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
@@ -63,7 +72,7 @@ UNIMPLEMENTED = frozenset({
 
 
 def _pattern_list(values: list[str]) -> list[re.Pattern]:
-    return [re.compile(v) for v in values]
+    return [java_regex(v) for v in values]
 
 
 class PostgresTask(SourceTask):
@@ -76,6 +85,8 @@ class PostgresTask(SourceTask):
         self.exclude = _pattern_list(c["table.exclude.list"])
         self.schemas_in = _pattern_list(c["schema.include.list"])
         self.schemas_out = _pattern_list(c["schema.exclude.list"])
+        self.columns_in = _pattern_list(c["column.include.list"])
+        self.columns_out = _pattern_list(c["column.exclude.list"])
         self.skipped = {s.strip() for s in c["skipped.operations"] if s.strip() and s.strip() != "none"}
         self.relations: dict[int, dict] = {}
         self.tx: pgoutput.Begin | None = None
@@ -93,7 +104,7 @@ class PostgresTask(SourceTask):
     def _dsn(self) -> dict[str, Any]:
         c = self.c
         dsn = {"host": c["database.hostname"], "port": c["database.port"], "user": c["database.user"],
-               "dbname": c["database.dbname"], "options": "-c TimeZone=UTC",
+               "dbname": c["database.dbname"], "options": "-c TimeZone=UTC -c IntervalStyle=postgres",
                "application_name": f"klog-connect-{self.context.connector_name}",
                "connect_timeout": max(1, c["database.connect.timeout.ms"] // 1000)}
         if c["database.password"]:
@@ -187,21 +198,53 @@ class PostgresTask(SourceTask):
     def _relation(self, rel: pgoutput.Relation) -> dict:
         topic = f"{self.prefix}.{rel.schema}.{rel.table}"
         fields, parsers, keys = [], [], []
-        for col in rel.columns:
-            schema, parser = column_type(col.type_oid, col.typmod, self.c["decimal.handling.mode"])
-            fields.append({**schema, "optional": not col.key, "field": col.name})
+        nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
+        facts = self._column_facts(rel.oid)
+        kept = [i for i, col in enumerate(rel.columns) if col.key or self._column_wanted(rel, col.name)]
+        for col in (rel.columns[i] for i in kept):
+            not_null, expression, labels = facts.get(col.name, (False, None, None))
+            schema, parser = enum_type(labels) if labels is not None else column_type(
+                col.type_oid, col.typmod, self.c["decimal.handling.mode"], self.c["time.precision.mode"])
+            required = col.key or not_null
+            default = default_value(col.type_oid, schema, parser, expression)
+            fields.append({**schema, "optional": not required, **({"default": default[1]} if default else {}),
+                           "field": col.name})
             parsers.append(parser)
+            # a required column a change lacks: its default, else Debezium's stand-in for its type
+            if required:
+                nulls[col.name] = default[0] if default else required_fallback(schema)
             if col.key:
                 keys.append(col.name)
         value = struct(fields, name=f"{topic}.Value", optional=True)
         key_schema = struct([f for f in fields if f["field"] in keys], name=f"{topic}.Key") if keys else None
         envelope = struct([{**value, "field": "before"}, {**value, "field": "after"},
                            {**SOURCE_SCHEMA, "field": "source"}, {**primitive("string", False), "field": "op"},
-                           {**primitive("int64"), "field": "ts_ms"}, {**TRANSACTION_SCHEMA, "field": "transaction"}],
+                           {**primitive("int64"), "field": "ts_ms"}, {**primitive("int64"), "field": "ts_us"},
+                           {**primitive("int64"), "field": "ts_ns"}, {**TRANSACTION_SCHEMA, "field": "transaction"}],
                           name=f"{topic}.Envelope", version=1)
-        return {"rel": rel, "topic": topic, "names": [c.name for c in rel.columns], "parsers": parsers,
-                "keys": keys, "key_schema": key_schema, "envelope": envelope,
-                "wanted": self._wanted(rel.schema, rel.table)}
+        return {"rel": rel, "topic": topic, "names": [rel.columns[i].name for i in kept], "parsers": parsers,
+                "nulls": nulls, "keys": keys, "key_schema": key_schema, "envelope": envelope,
+                "wanted": self._wanted(rel.schema, rel.table),
+                "kept": None if len(kept) == len(rel.columns) else kept}  # positions of the columns kept
+
+    def _column_wanted(self, rel: pgoutput.Relation, column: str) -> bool:
+        """column.include.list / column.exclude.list: regular expressions over schema.table.column (a key
+        column always stays: Debezium keys by it)."""
+        full = f"{rel.schema}.{rel.table}.{column}"
+        if self.columns_in and not any(p.fullmatch(full) for p in self.columns_in):
+            return False
+        return not any(p.fullmatch(full) for p in self.columns_out)
+
+    def _column_facts(self, oid: int) -> dict[str, tuple[bool, str | None, str | None]]:
+        """Each column's NOT NULL (a required field in Debezium's schemas), DEFAULT expression (the field's
+        default there) and, for an enum, its labels; pgoutput's relation message carries none of them."""
+        with self.conn.cursor() as q:
+            q.execute("SELECT a.attname, a.attnotnull, pg_get_expr(d.adbin, d.adrelid), "
+                      "(SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e "
+                      "WHERE e.enumtypid = a.atttypid) FROM pg_attribute a "
+                      "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+                      "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped", (oid,))
+            return {name: (not_null, expression, labels) for name, not_null, expression, labels in q.fetchall()}
 
     def _keyed_by_primary_key(self, rel: pgoutput.Relation) -> pgoutput.Relation:
         """pgoutput flags the replica identity's columns, which under REPLICA IDENTITY FULL are all of
@@ -220,21 +263,24 @@ class PostgresTask(SourceTask):
     def _row(info: dict, values: list | None) -> dict | None:
         if values is None:
             return None
+        if info["kept"] is not None:
+            values = [values[i] for i in info["kept"] if i < len(values)]
         row = {}
         for name, parser, text in zip(info["names"], info["parsers"], values, strict=False):
             if text is None:
-                row[name] = None
+                row[name] = info["nulls"].get(name)  # None, or a required column's stand-in
             elif text is pgoutput.UNCHANGED_TOAST:
                 row[name] = UNAVAILABLE if parser is str else None
             else:
                 row[name] = parser(text)
         return row
 
-    def _source(self, info: dict, ts_ms: int, snapshot: str, tx_id: int | None, lsn: int, lsn_safe: int) -> dict:
+    def _source(self, info: dict, ts_us: int, snapshot: str, tx_id: int | None, lsn: int, lsn_safe: int) -> dict:
         rel = info["rel"]
         return {"version": VERSION, "connector": "postgresql", "name": self.prefix,
-                "ts_ms": ts_ms, "snapshot": snapshot, "db": self.dbname,
-                "sequence": json.dumps([str(lsn_safe or ""), str(lsn)]),
+                "ts_ms": ts_us // 1000, "snapshot": snapshot, "db": self.dbname,
+                "sequence": json.dumps([str(lsn_safe) if lsn_safe else None, str(lsn)], separators=(",", ":")),
+                "ts_us": ts_us, "ts_ns": ts_us * 1000,
                 "schema": rel.schema, "table": rel.table, "txId": tx_id, "lsn": lsn, "xmin": None}
 
     def _tx_source(self, info: dict) -> dict:
@@ -244,7 +290,7 @@ class PostgresTask(SourceTask):
         source = self.tx_sources.get(id(info))
         if source is None:
             tx = self.tx
-            source = self.tx_sources[id(info)] = self._source(info, tx.commit_ts_us // 1000, "false", tx.xid,
+            source = self.tx_sources[id(info)] = self._source(info, tx.commit_ts_us, "false", tx.xid,
                                                               tx.final_lsn, self.lsn_safe)
         return source
 
@@ -252,8 +298,9 @@ class PostgresTask(SourceTask):
                source: dict, offset: dict) -> list[ConnectRecord]:
         row = after if after is not None else before
         key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
-        value = {"before": before, "after": after, "source": source, "op": op, "ts_ms": int(time.time() * 1000),
-                 "transaction": None}
+        now_ns = time.time_ns()
+        value = {"before": before, "after": after, "source": source, "op": op, "ts_ms": now_ns // 1_000_000,
+                 "ts_us": now_ns // 1000, "ts_ns": now_ns, "transaction": None}
         out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
                              source_partition=self.partition, source_offset=offset)]
         if op == "d" and self.c["tombstones.on.delete"]:
@@ -273,25 +320,29 @@ class PostgresTask(SourceTask):
                 q.execute("SELECT txid_current_if_assigned(), (EXTRACT(EPOCH FROM now()) * 1000)::bigint")
                 _, ts_ms = q.fetchone()
             tables = self._tables(snap)  # the tables of the snapshot, not those created since
-            pending: ConnectRecord | None = None
+            # each record is held until the next one shows whether it ends its table or the snapshot:
+            # (record, first of the snapshot, first of its table, its table)
+            pending: tuple[ConnectRecord, bool, bool, tuple[str, str]] | None = None
             for schema, table in tables:
                 info = self._relation(self._catalog_relation(snap, schema, table))
-                cols = ", ".join(f"{_ident(n)}::text" for n in info["names"])
+                cols = ", ".join(f"{_ident(c.name)}::text" for c in info["rel"].columns)  # as a change has them
+                first_of_table = True
                 with snap.cursor(name=f"klog_snapshot_{len(self.relations)}") as q:
                     q.itersize = self.c["snapshot.fetch.size"]
                     q.execute(f"SELECT {cols} FROM {_ident(schema)}.{_ident(table)}")
                     for values in q:
                         offset = {"snapshot": True, "last_snapshot_record": False, "lsn": self.slot_lsn,
                                   "lsn_safe": self.slot_lsn, "ts_usec": ts_ms * 1000}
-                        source = self._source(info, ts_ms, "true", None, self.slot_lsn, self.slot_lsn)
+                        source = self._source(info, ts_ms * 1000, "true", None, self.slot_lsn, self.slot_lsn)
                         record = self._event(info, "r", None, self._row(info, values), ts_ms, source, offset)[0]
                         if pending is not None:
-                            yield pending
-                        pending = record
+                            yield _snapshot_marked(*pending, last_of_table=pending[3] != (schema, table), last=False)
+                        pending = (record, pending is None, first_of_table, (schema, table))
+                        first_of_table = False
             if pending is not None:
-                pending.source_offset = {**pending.source_offset, "last_snapshot_record": True}
-                pending.value["source"]["snapshot"] = "last"
-                yield pending
+                record = _snapshot_marked(*pending, last_of_table=True, last=True)
+                record.source_offset = {**record.source_offset, "last_snapshot_record": True}
+                yield record
             snap.commit()
         finally:
             snap.close()
@@ -455,6 +506,16 @@ class PostgresTask(SourceTask):
                     pass
 
 
+def _snapshot_marked(record: ConnectRecord, first: bool, first_of_table: bool, _table: tuple[str, str],
+                     last_of_table: bool, last: bool) -> ConnectRecord:
+    """source.snapshot of a snapshot record as Debezium's SnapshotRecord.resolve marks it: last, first,
+    last_in_data_collection, first_in_data_collection, else true."""
+    record.value["source"]["snapshot"] = ("last" if last else "first" if first else "last_in_data_collection"
+                                          if last_of_table else "first_in_data_collection" if first_of_table
+                                          else "true")
+    return record
+
+
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -466,7 +527,8 @@ class PostgresConnector(SourceConnector):
                   .define("database.hostname").define("database.port", "int", 5432).define("database.user")
                   .define("database.password", "password", "").define("database.dbname")
                   .define("database.sslmode", default="").define("database.connect.timeout.ms", "long", 30_000)
-                  .define("topic.prefix", doc="the prefix of every topic (Debezium's logical server name)")
+                  .define("topic.prefix", doc="the prefix of every topic (Debezium's logical server name; Debezium 1's "
+                          "database.server.name)")
                   .define("plugin.name", default="pgoutput", choices=("pgoutput",))
                   .define("slot.name", default="debezium", check=lambda v: None if re.fullmatch(r"[a-z0-9_]{1,63}", v)
                           else "a slot name is lower-case letters, digits and underscores")
@@ -478,10 +540,13 @@ class PostgresConnector(SourceConnector):
                   .define("table.exclude.list", "list", [], check=regex_list_check)
                   .define("schema.include.list", "list", [], check=regex_list_check)
                   .define("schema.exclude.list", "list", [], check=regex_list_check)
+                  .define("column.include.list", "list", [], check=regex_list_check)
+                  .define("column.exclude.list", "list", [], check=regex_list_check)
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
                   .define("tombstones.on.delete", "boolean", True)
                   .define("decimal.handling.mode", default="precise", choices=("precise", "double", "string"))
+                  .define("time.precision.mode", default="adaptive", choices=TIME_MODES)
                   .define("skipped.operations", "list", ["t"])
                   .define("max.batch.size", "int", 2048, at_least=1)
                   .define("max.queue.size", "int", 8192, at_least=1)
@@ -490,9 +555,10 @@ class PostgresConnector(SourceConnector):
     task_class = PostgresTask
 
     def validate(self, config: dict[str, Any]) -> None:
-        if config["table.include.list"] and config["table.exclude.list"]:
-            raise ConfigError("table.exclude.list", ",".join(config["table.exclude.list"]),
-                              "table.include.list and table.exclude.list cannot both be set")
+        for kind in ("table", "column"):
+            if config[f"{kind}.include.list"] and config[f"{kind}.exclude.list"]:
+                raise ConfigError(f"{kind}.exclude.list", ",".join(config[f"{kind}.exclude.list"]),
+                                  f"{kind}.include.list and {kind}.exclude.list cannot both be set")
         try:
             import psycopg2  # noqa: F401
         except ImportError:
