@@ -40,6 +40,12 @@ if { [ ! -x /usr/bin/Burrow ] || [ ! -e /usr/share/java/zookeeper.jar ]; } && [ 
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends burrow \
         zookeeper) >/dev/null 2>&1 || echo "tests/run.sh: burrow/zookeeper could not be installed; its test skips" >&2
 fi
+if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    # kafkajs (tests/server/js, installed from the npm registry by its tests) needs Node.js and npm
+    echo "tests/run.sh: installing Debian's nodejs and npm for the kafkajs tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm) >/dev/null 2>&1 \
+        || echo "tests/run.sh: nodejs/npm could not be installed; the kafkajs tests skip" >&2
+fi
 missing_shells=()
 for sh in zsh fish; do command -v "$sh" >/dev/null 2>&1 || missing_shells+=("$sh"); done
 if [ ${#missing_shells[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
