@@ -34,7 +34,14 @@ from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.connection import Begun, FrameProtocol, complete, direct_future
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.hop import HopPool, in_thread
-from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
+from klog.server.limits import (
+    ArrayPastFrame,
+    RateLimitedLog,
+    ServeLimits,
+    TooManyEntries,
+    count_entries,
+    error_response,
+)
 from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
 from klog.server.throttle import with_throttle
@@ -584,12 +591,16 @@ class Server:
             return None
         try:
             client_id, body_at, schema = framing.parse_header(frame, prefix)
-            # each entry takes a byte at least: a small body cannot hold many (nor cost much to parse)
-            entries = count_entries(frame, body_at, schema, self.limits.max_request_entries) \
-                if len(frame) - body_at > min(ENCODE_INLINE_ENTRIES, self.limits.max_request_entries) else 0
+            # every request, however small: its arrays' counts are checked against the bytes left
+            # before kio's reader allocates room for them (ArrayPastFrame)
+            entries = count_entries(frame, body_at, schema, self.limits.max_request_entries)
             request = framing.parse_body(frame, body_at, schema, prefix.api_version)
         except framing.FrameError as e:
             log.warning("%s (client %s): %s, closing", peer, framing.client_id_of(frame), e)
+            return None
+        except ArrayPastFrame as e:
+            log.warning("%s (client %s): cannot parse %s v%d: %s, closing", peer, framing.client_id_of(frame),
+                        schema.__name__, prefix.api_version, e)
             return None
         except TooManyEntries:
             # refused before kio parses it: parsing holds the interpreter, every connection waits
