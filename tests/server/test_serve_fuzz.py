@@ -41,3 +41,51 @@ def test_an_array_longer_than_its_frame_closes_that_connection_only(serve, name,
     refusals = [line for line in serve.lines if f"cannot parse {name}: an array of" in line]
     assert len(refusals) == 1, serve.lines
     assert not log_problems(serve.lines), serve.lines
+
+
+# -- Fetch: the zero topic id, names no topic can have ------------------------------------------------
+def _fetch(client, version: int, topics: list[tuple[object, list[int]]]):
+    """Fetch `version` of (topic name, or id from v13 on; partitions), no waiting."""
+    import datetime
+
+    from kio.static.primitive import i32Timedelta
+
+    from klog.protocol.kafka import make
+    from klog.protocol.schemas import request_schema
+
+    mod = __import__(request_schema(1, version).__module__, fromlist=["FetchTopic"])
+    by_id = version >= 13
+    wanted = tuple(make(mod.FetchTopic, topic=topic, topic_id=topic if by_id else None, partitions=tuple(
+        make(mod.FetchPartition, partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+             log_start_offset=-1, partition_max_bytes=1 << 16) for p in partitions)) for topic, partitions in topics)
+    return client.send(1, version, replica_id=-1, max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=0,
+                       max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1, topics=wanted,
+                       forgotten_topics_data=(), rack_id="")
+
+
+@pytest.mark.parametrize("version", [13, 17])
+def test_a_fetch_naming_the_zero_topic_id_is_answered_unknown_topic_id(kafka_server, version):
+    """kio reads the all-zero topic id as None; the event loop's fast path took None for "by name"
+    and read `t.topic`, which v13+ has not: the connection was closed instead of answered."""
+    from tests.serve_helpers import RawClient
+
+    with RawClient(kafka_server.port) as client:
+        answer = _fetch(client, version, [(None, [0])])
+        assert [p.error_code for t in answer.responses for p in t.partitions] == [100]  # UNKNOWN_TOPIC_ID
+        assert client.send(18, 0).error_code == 0  # the same connection goes on
+
+
+def test_a_fetch_of_names_no_topic_can_have_is_answered_without_a_log_line_per_partition(kafka_server, caplog):
+    """Each partition of an invalid name ('x/../y', a newline, '', 300 characters) was answered
+    KAFKA_STORAGE_ERROR (a client retries it) with a warning each, the client's text in it
+    unescaped: one request, as many lines as it named partitions, and lines a client could forge."""
+    import logging
+
+    from tests.serve_helpers import RawClient
+
+    caplog.set_level(logging.INFO, logger="klog.serve")
+    names = ["x/../y", "fz\nklog serve: a forged line", "", "b" * 300]
+    with RawClient(kafka_server.port) as client:
+        answer = _fetch(client, 12, [(name, [0, 1, 2]) for name in names])
+    assert [p.error_code for t in answer.responses for p in t.partitions] == [3] * 12  # UNKNOWN_TOPIC_OR_PARTITION
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
