@@ -89,3 +89,31 @@ def test_a_fetch_of_names_no_topic_can_have_is_answered_without_a_log_line_per_p
         answer = _fetch(client, 12, [(name, [0, 1, 2]) for name in names])
     assert [p.error_code for t in answer.responses for p in t.partitions] == [3] * 12  # UNKNOWN_TOPIC_OR_PARTITION
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
+
+
+_INVALID_NAMES = ["x/../y", "fz\nklog serve: a forged line", "", "b" * 300]
+
+
+def test_list_offsets_and_txn_markers_for_names_no_topic_can_have(kafka_server, caplog):
+    """ListOffsets and WriteTxnMarkers answered each partition of an invalid name KAFKA_STORAGE_ERROR
+    with a warning each (the client's text unescaped); now UNKNOWN_TOPIC_OR_PARTITION, as Kafka, and
+    no line."""
+    import logging
+
+    from kio.schema.list_offsets.v7 import request as lo
+    from kio.schema.write_txn_markers.v1 import request as wtm
+
+    from tests.serve_helpers import RawClient
+
+    caplog.set_level(logging.INFO, logger="klog.serve")
+    with RawClient(kafka_server.port) as client:
+        offsets = client.send(2, 7, replica_id=-1, isolation_level=0, topics=tuple(
+            lo.ListOffsetsTopic(name=name, partitions=tuple(lo.ListOffsetsPartition(partition_index=p, timestamp=-1)
+                                                            for p in range(3))) for name in _INVALID_NAMES))
+        markers = client.send(27, 1, markers=(wtm.WritableTxnMarker(
+            producer_id=5, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+            topics=tuple(wtm.WritableTxnMarkerTopic(name=name, partition_indexes=(0, 1, 2))
+                         for name in _INVALID_NAMES)),))
+    assert [p.error_code for t in offsets.topics for p in t.partitions] == [3] * 12
+    assert [p.error_code for m in markers.markers for t in m.topics for p in t.partitions] == [3] * 12
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
