@@ -117,3 +117,24 @@ def test_list_offsets_and_txn_markers_for_names_no_topic_can_have(kafka_server, 
     assert [p.error_code for t in offsets.topics for p in t.partitions] == [3] * 12
     assert [p.error_code for m in markers.markers for t in m.topics for p in t.partitions] == [3] * 12
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
+
+
+@pytest.mark.parametrize(("version", "topic_id", "error"), [(12, None, 100), (10, None, 42), (11, "random", 42)])
+def test_metadata_for_a_null_topic_name_is_answered(kafka_server, version, topic_id, error):
+    """A null topic name (nullable from v10) with the zero id (kio: None) was authorized as a name
+    (AttributeError), and one with an unknown id was answered with a null name v10-v11 cannot
+    carry (the encoder failed): the connection was closed. v12 answers UNKNOWN_TOPIC_ID (the topic
+    is asked by id), v10-v11 INVALID_REQUEST (Kafka refuses a null name before v12)."""
+    import uuid
+
+    from klog.protocol.kafka import make
+    from klog.protocol.schemas import request_schema
+    from tests.serve_helpers import RawClient
+
+    mod = __import__(request_schema(3, version).__module__, fromlist=["MetadataRequestTopic"])
+    wanted = make(mod.MetadataRequestTopic, name=None, topic_id=uuid.uuid4() if topic_id else None)
+    with RawClient(kafka_server.port) as client:
+        answer = client.send(3, version, topics=(wanted,), allow_auto_topic_creation=False,
+                             include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+        assert [t.error_code for t in answer.topics] == [error]
+        assert client.send(18, 0).error_code == 0
