@@ -21,7 +21,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 import types
 import typing
@@ -89,7 +88,7 @@ class RequestMaker:
             if isinstance(hint, type) and issubclass(hint, base):
                 return hint(rng.choice(_HOSTILE_INTS[base] if self._bad() else _PLAIN_INTS[base]))
         if hint is i32Timedelta:
-            ms = rng.choice([-2**31, -1, 0, 2**31 - 1, 1]) if self._bad() else rng.choice([100, 1000, 30000])
+            ms = rng.choice([-2**31, -1, 0, 2**31 - 1, 1]) if self._bad() else rng.choice([0, 100])
             return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
         if hint is i64Timedelta:
             ms = rng.choice([-1, 0, 2**40, -2**40]) if self._bad() else 1000
@@ -156,6 +155,117 @@ _UVARINTS = [b"\x00", b"\x01", b"\xff\xff\xff\xff\x0f", b"\xfe\xff\xff\xff\x0f",
              b"\x80\x80\x80\x80\x01", b"\xff\x01", b"\xe9\x07"]
 
 
+_FIXED_SIZES = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "timedelta_i32": 4, "int64": 8,
+                "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16, "uint32": 4, "uint8": 1}
+
+
+def field_marks(frame: bytes) -> list[tuple[int, str, int]]:
+    """Where a well-formed request frame's fields are, read along its schema (independently of the
+    server's own walk): (position, what, width) for every array count ("count"), string or bytes
+    length ("length"; width 0: a uvarint) and the end of every field ("end")."""
+    from klog.protocol import framing
+
+    prefix = framing.read_prefix(frame)
+    _, at, schema = framing.parse_header(frame, prefix)
+    marks: list[tuple[int, str, int]] = []
+    _marks(frame, at, schema, bool(schema.__flexible__), marks)
+    return marks
+
+
+def _uvarint(frame: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = frame[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _length_at(frame: bytes, pos: int, flexible: bool, wide: bool) -> tuple[int, int, int]:
+    """(length, where its content starts, the prefix's width: 0 for a uvarint)."""
+    if flexible:
+        n, end = _uvarint(frame, pos)
+        return n - 1, end, 0
+    size = 4 if wide else 2
+    return int.from_bytes(frame[pos:pos + size], "big", signed=True), pos + size, size
+
+
+def _marks(frame: bytes, pos: int, cls: type, flexible: bool, out: list) -> int:  # noqa: C901
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        if "tag" in f.metadata:
+            continue
+        hint, kafka_type = hints[f.name], f.metadata.get("kafka_type")
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        if typing.get_origin(hint) is tuple:
+            out.append((pos, "count", 0 if flexible else 4))
+            n, pos, _ = _length_at(frame, pos, flexible, wide=True)
+            item = typing.get_args(hint)[0]
+            for _ in range(max(n, 0)):
+                pos = _marks(frame, pos, item, flexible, out) if dataclasses.is_dataclass(item) else \
+                    _primitive(frame, pos, kafka_type, flexible, out)
+        elif dataclasses.is_dataclass(hint):
+            pos = _marks(frame, pos, hint, flexible, out)
+        else:
+            pos = _primitive(frame, pos, kafka_type, flexible, out)
+        out.append((pos, "end", 0))
+    if flexible:  # tagged fields (kio writes those set away from their defaults)
+        n, pos = _uvarint(frame, pos)
+        for _ in range(n):
+            _, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+    return pos
+
+
+def _primitive(frame: bytes, pos: int, kafka_type: str | None, flexible: bool, out: list) -> int:
+    fixed = _FIXED_SIZES.get(kafka_type or "")
+    if fixed is not None:
+        return pos + fixed
+    out.append((pos, "length", 0 if flexible else (2 if kafka_type == "string" else 4)))
+    n, pos, _ = _length_at(frame, pos, flexible, wide=kafka_type != "string")
+    return pos + max(n, 0)
+
+
+_HOSTILE_LENGTHS = [-1, 0, 1, 2**31 - 1, 2**32 - 2, 1 << 24]
+
+
+def structural_mutation(frame: bytes, rng: random.Random) -> bytes:
+    """`frame` cut at a field boundary, or with one array count or length set to a hostile value
+    (-1, 0, INT32_MAX, 2**32-2, ...) in the width it has."""
+    try:
+        marks = field_marks(frame)
+    except (IndexError, ValueError):
+        return mutate(frame, rng)
+    kinds = sorted({what for _, what, _ in marks})
+    if not kinds:
+        return frame[:rng.randrange(8, len(frame))]
+    wanted = rng.choice(kinds)  # (each kind as likely: a frame has more field ends than counts)
+    pos, what, width = rng.choice([mark for mark in marks if mark[1] == wanted])
+    if what == "end":
+        return frame[:pos]
+    value = rng.choice(_HOSTILE_LENGTHS)
+    if width == 0:  # a uvarint of length + 1 (0: null)
+        _, end = _uvarint(frame, pos)
+        return frame[:pos] + _encode_uvarint(max(value + 1, 0) % (1 << 32)) + frame[end:]
+    bits = 8 * width
+    value = max(min(value, (1 << (bits - 1)) - 1), -(1 << (bits - 1)))
+    return frame[:pos] + value.to_bytes(width, "big", signed=True) + frame[pos + width:]
+
+
+def _encode_uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        if n < 0x80:
+            out.append(n)
+            return bytes(out)
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+
+
 def mutate(frame: bytes, rng: random.Random) -> bytes:
     """`frame` with 1-3 byte-level mutations after its api key, version and correlation id."""
     data = bytearray(frame)
@@ -181,21 +291,103 @@ def mutate(frame: bytes, rng: random.Random) -> bytes:
     return bytes(data)
 
 
-def fuzz_frames(apis: list[tuple[int, int]], rng: random.Random, rounds: int):
-    """(api key, version, frame, expects an answer) for `rounds` passes over `apis`: each pass sends
-    every (key, version) once, as built, truncated or mutated, with plain or hostile values."""
+@dataclass(frozen=True)
+class FuzzCase:
+    api_key: int
+    version: int
+    frame: bytes
+    kind: str  # plain (built with plain values), hostile (hostile values), truncated, mutated
+
+    def expects_answer(self) -> bool:
+        """A well-formed request of plain values is answered, as Kafka answers it (not the SASL
+        APIs on a listener without SASL: the connection is closed, nor an acks=0 Produce)."""
+        return self.kind == "plain" and self.api_key not in (17, 36) and not (
+            self.api_key == 0 and _produce_acks_zero(self.frame))
+
+
+def _produce_acks_zero(frame: bytes) -> bool:
+    from klog.protocol import framing
+    from klog.server.server import _produce_acks
+
+    prefix = framing.read_prefix(frame)
+    _, at, schema = framing.parse_header(frame, prefix)
+    return _produce_acks(frame, at, schema) == 0
+
+
+def fuzz_cases(apis: list[tuple[int, int]], rng: random.Random, rounds: int):
+    """`rounds` passes over `apis`, each (key, version) once a pass: as built (plain or hostile
+    values), truncated, or mutated."""
     for _ in range(rounds):
         for key, version in apis:
-            body = make_request(key, version, rng, rng.choice([0.0, 0.3, 0.7]))
-            frame = encode(body, correlation_id=rng.randrange(1 << 31))
+            hostile = rng.choice([0.0, 0.0, 0.3, 0.7])
+            frame = encode(make_request(key, version, rng, hostile), correlation_id=rng.randrange(1 << 31))
             kind = rng.random()
-            if kind < 0.25:
-                frame = frame[:rng.randrange(8, len(frame))]
+            if kind < 0.1:
+                yield FuzzCase(key, version, frame[:rng.randrange(8, len(frame))], "truncated")
+            elif kind < 0.35:
+                yield FuzzCase(key, version, structural_mutation(frame, rng), "mutated")
             elif kind < 0.6:
-                frame = mutate(frame, rng)
-            # acks=0 Produce expects no answer: it must not be taken for a stalled server
-            silent = key == 0 and getattr(body, "acks", -1) == 0
-            yield key, version, frame, not silent
+                yield FuzzCase(key, version, mutate(frame, rng), "mutated")
+            else:
+                yield FuzzCase(key, version, frame, "plain" if hostile == 0 else "hostile")
+
+
+@dataclass
+class Campaign:
+    """What a fuzz run saw: the promises broken (`problems`) and counts of outcomes."""
+
+    problems: list[str] = field(default_factory=list)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    rss_kb: list[int] = field(default_factory=list)
+
+
+def run_campaign(server: ServeProcess, cases, wait_s: float = 0.5, health_every: int = 25) -> Campaign:
+    """Each case on its own connection, then the checks: at most one log line for it, none a
+    traceback; plain requests answered; every `health_every` cases a fresh connection gets
+    ApiVersions and Metadata answered within 2 s and the process is alive (its RSS noted)."""
+    seen = Campaign()
+    server.new_lines()
+    for n, case in enumerate(cases, 1):
+        what = f"{case.kind} api key {case.api_key} v{case.version} frame {case.frame.hex()}"
+        try:
+            result = server.exchange(case.frame, wait_s)
+        except OSError as e:
+            seen.problems.append(f"{what}: cannot connect ({e}); server exited {server.proc.poll()}")
+            break
+        seen.outcomes[result.outcome] = seen.outcomes.get(result.outcome, 0) + 1
+        if result.outcome == "answered" and struct.unpack_from(">i", result.answer)[0] != struct.unpack_from(
+                ">i", case.frame, 4)[0]:
+            seen.problems.append(f"{what}: answered under another correlation id")
+        if case.expects_answer() and result.outcome != "answered":
+            seen.problems.append(f"{what}: {result.outcome}, not answered")
+        lines = server.new_lines()
+        if len(lines) > 1 or log_problems(lines):
+            seen.problems.append(f"{what}: logged {lines[:4]}")
+        if n % health_every == 0:
+            if not _healthy(server, seen, what):
+                break
+    _healthy(server, seen, "the end")
+    return seen
+
+
+def _healthy(server: ServeProcess, seen: Campaign, after: str) -> bool:
+    if not server.alive():
+        seen.problems.append(f"after {after}: klog serve exited {server.proc.poll()}: {server.new_lines()[-5:]}")
+        return False
+    try:
+        took = server.health_s()
+    except (OSError, AssertionError) as e:
+        seen.problems.append(f"after {after}: ApiVersions and Metadata not answered ({e!r})")
+        return False
+    if took > 2:
+        seen.problems.append(f"after {after}: ApiVersions and Metadata took {took:.1f} s")
+    seen.rss_kb.append(server.rss_kb())
+    server.new_lines()  # (a health check logs nothing; a line here is a late one, already judged)
+    return True
+
+
+def rss_growth_kb(seen: Campaign) -> int:
+    return max(seen.rss_kb) - seen.rss_kb[0] if seen.rss_kb else 0
 
 
 # -- a live server --------------------------------------------------------------------------------
@@ -207,32 +399,43 @@ class Exchange:
 
 @dataclass
 class ServeProcess:
-    """`klog serve` on 127.0.0.1 and an ephemeral port, its stderr kept line by line."""
+    """`klog serve` on 127.0.0.1 and an ephemeral port, its stderr in a file (`new_lines`: what it
+    wrote since the last call; the server writes a request's line before it answers or closes)."""
 
     data_dir: str
+    stderr_path: str
     args: list[str] = field(default_factory=list)
     proc: subprocess.Popen | None = None
     port: int = 0
     lines: list[str] = field(default_factory=list)
+    _read_to: int = 0
 
     def __enter__(self) -> ServeProcess:
         env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": self.data_dir}
-        self.proc = subprocess.Popen([sys.executable, "-m", "klog", "serve", "-l", "127.0.0.1:0", *self.args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True,
-                                     errors="replace")
-        first = self.proc.stderr.readline()
-        found = re.search(r"listening on (?:\S+://)?127\.0\.0\.1:(\d+)", first)
-        if found is None:
-            self.proc.kill()
-            raise AssertionError(f"klog serve did not start: {first}{self.proc.stderr.read()}")
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "klog", "serve", "-l", "127.0.0.1:0", *self.args],
+                                         stdout=subprocess.DEVNULL, stderr=err, env=env)
+        deadline = time.monotonic() + 30
+        while not self.lines:
+            self.new_lines()
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise AssertionError(f"klog serve did not start: {self.lines}")
+            time.sleep(0.05)
+        found = re.search(r"listening on (?:\S+://)?127\.0\.0\.1:(\d+)", self.lines[0])
+        assert found is not None, self.lines
         self.port = int(found.group(1))
-        threading.Thread(target=self._keep_lines, daemon=True).start()
         return self
 
-    def _keep_lines(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
+    def new_lines(self) -> list[str]:
+        with open(self.stderr_path, "rb") as f:
+            f.seek(self._read_to)
+            data = f.read()
+        whole = data[:data.rfind(b"\n") + 1]  # (a line still being written: next time)
+        self._read_to += len(whole)
+        lines = whole.decode("utf-8", "replace").splitlines(keepends=True)
+        self.lines += lines
+        return lines
 
     def __exit__(self, *exc: object) -> None:
         assert self.proc is not None
@@ -243,6 +446,7 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.new_lines()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

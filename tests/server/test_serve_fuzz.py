@@ -14,12 +14,12 @@ pytest.importorskip("kio")
 
 
 @pytest.fixture
-def serve(data_dir):
+def serve(data_dir, tmp_path):
     import klog
 
     with klog.open(data_dir) as store:
         store.create_topic("fz", partitions=2)
-    with ServeProcess(data_dir) as server:
+    with ServeProcess(data_dir, str(tmp_path / "serve.err")) as server:
         yield server
 
 
@@ -38,6 +38,7 @@ def test_an_array_longer_than_its_frame_closes_that_connection_only(serve, name,
     assert serve.exchange(frame, 5).outcome == "closed"
     assert serve.health_s() < 2
     assert serve.alive()
+    serve.new_lines()
     refusals = [line for line in serve.lines if f"cannot parse {name}: an array of" in line]
     assert len(refusals) == 1, serve.lines
     assert not log_problems(serve.lines), serve.lines
@@ -138,3 +139,36 @@ def test_metadata_for_a_null_topic_name_is_answered(kafka_server, version, topic
                              include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
         assert [t.error_code for t in answer.topics] == [error]
         assert client.send(18, 0).error_code == 0
+
+
+# -- the seeded fuzz run -------------------------------------------------------------------------------
+def _advertised() -> list[tuple[int, int]]:
+    """Every (api key, version) ApiVersions advertises."""
+    from klog.server import dispatch
+
+    return [(key, v) for key, h in sorted(dispatch.load_handlers().items()) for v in range(h.min_version,
+                                                                                           h.max_version + 1)]
+
+
+def _fuzz(serve, seed: int, rounds: int) -> None:
+    import random
+
+    from tests.server.serve_fuzz import fuzz_cases, rss_growth_kb, run_campaign
+
+    apis = _advertised()
+    seen = run_campaign(serve, fuzz_cases(apis, random.Random(seed), rounds))
+    assert not seen.problems, "\n".join(p[:600] for p in seen.problems[:10])
+    assert sum(seen.outcomes.values()) == rounds * len(apis), seen.outcomes
+    assert seen.outcomes.get("answered", 0) > rounds * len(apis) // 4, seen.outcomes  # the requests were read
+    assert rss_growth_kb(seen) < 100_000, seen.rss_kb
+
+
+def test_seeded_fuzz_of_every_api_and_version(serve, replay_seed):
+    """Two passes over every (api key, version) klog advertises, each request built from its schema,
+    then sent as built (plain or hostile values), truncated or mutated (~15 s)."""
+    _fuzz(serve, replay_seed(20261128), rounds=2)
+
+
+@pytest.mark.slow
+def test_seeded_fuzz_of_every_api_and_version_longer(serve, replay_seed):
+    _fuzz(serve, replay_seed(7), rounds=12)
