@@ -172,3 +172,14 @@ def test_seeded_fuzz_of_every_api_and_version(serve, replay_seed):
 @pytest.mark.slow
 def test_seeded_fuzz_of_every_api_and_version_longer(serve, replay_seed):
     _fuzz(serve, replay_seed(7), rounds=12)
+
+
+def test_delete_groups_of_a_4000_byte_group_id_is_answered(kafka_server):
+    """Found by the seeded fuzz run (seed 13): the scan of such a group's offsets failed an
+    assertion in the metadata store and the connection was closed after an 'internal error'."""
+    from tests.serve_helpers import RawClient
+
+    with RawClient(kafka_server.port) as client:
+        answer = client.send(42, 0, groups_names=("fz" * 2000, "g"))
+        assert len(answer.results) == 2
+        assert client.send(18, 0).error_code == 0
