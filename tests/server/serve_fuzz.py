@@ -305,6 +305,10 @@ class FuzzCase:
             self.api_key == 0 and _produce_acks_zero(self.frame))
 
 
+def frame_correlation(frame: bytes) -> int:
+    return struct.unpack_from(">i", frame, 4)[0]
+
+
 def _produce_acks_zero(frame: bytes) -> bool:
     from klog.protocol import framing
     from klog.server.server import _produce_acks
@@ -316,13 +320,20 @@ def _produce_acks_zero(frame: bytes) -> bool:
 
 def fuzz_cases(apis: list[tuple[int, int]], rng: random.Random, rounds: int):
     """`rounds` passes over `apis`, each (key, version) once a pass: as built (plain or hostile
-    values), truncated, or mutated."""
+    values), truncated, mutated, or under a header naming another version."""
+    versions: dict[int, list[int]] = {}
+    for key, version in apis:
+        versions.setdefault(key, []).append(version)
     for _ in range(rounds):
         for key, version in apis:
             hostile = rng.choice([0.0, 0.0, 0.3, 0.7])
-            frame = encode(make_request(key, version, rng, hostile), correlation_id=rng.randrange(1 << 31))
+            body = make_request(key, version, rng, hostile)
+            frame = encode(body, correlation_id=rng.randrange(1 << 31))
             kind = rng.random()
-            if kind < 0.1:
+            if kind < 0.05:  # the header names another version: one not served, or another's layout
+                claimed = rng.choice([max(versions[key]) + 1, -1, 0x7FFF, *versions[key]])
+                yield FuzzCase(key, version, encode(body, frame_correlation(frame), version=claimed), "mismatched")
+            elif kind < 0.1:
                 yield FuzzCase(key, version, frame[:rng.randrange(8, len(frame))], "truncated")
             elif kind < 0.35:
                 yield FuzzCase(key, version, structural_mutation(frame, rng), "mutated")
