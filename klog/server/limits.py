@@ -269,11 +269,22 @@ class _Walker:
         return self._run(_program(cls), pos)
 
     def _run(self, program: tuple, pos: int) -> int:
+        frame, size, flexible = self.frame, self.size, self.flexible
         for op in program:
             if op.__class__ is int:
-                pos = pos + op if op > 0 else self._sized(op, pos)
+                if op > 0:
+                    pos += op
+                # the usual compact length (or no tagged field): one byte, read here without a call
+                elif flexible and op != _UNKNOWN and pos < size and frame[pos] < 0x80 and (
+                        op != _TAGS or not frame[pos]):
+                    pos += frame[pos] or 1  # (length + 1, the byte included; 0: a null or no tag)
+                else:
+                    pos = self._sized(op, pos)
             elif op[0] == _ARRAY:
-                n, pos = self._array_length(pos)
+                if flexible and pos < size and frame[pos] < 0x80:
+                    n, pos = frame[pos] - 1, pos + 1
+                else:
+                    n, pos = self._array_length(pos)
                 self._add(n, pos)
                 item, entity = op[1], op[2]
                 if item.__class__ is int:  # primitives
