@@ -183,3 +183,18 @@ def test_delete_groups_of_a_4000_byte_group_id_is_answered(kafka_server):
         answer = client.send(42, 0, groups_names=("fz" * 2000, "g"))
         assert len(answer.results) == 2
         assert client.send(18, 0).error_code == 0
+
+
+@pytest.mark.parametrize("version", [0, 4])
+def test_metadata_auto_creating_a_name_with_a_nul_is_answered(kafka_server, version):
+    """Found by the fuzzer: Metadata v0 (which auto-creates what it names) for a topic named '\\0'
+    reached os.listdir of the would-be partition folder before the name was checked (ValueError:
+    embedded null byte) and the connection was closed; now INVALID_TOPIC_EXCEPTION, as Kafka."""
+    from kio.schema.metadata.v4.request import MetadataRequestTopic
+
+    from tests.serve_helpers import RawClient
+
+    with RawClient(kafka_server.port) as client:
+        answer = client.send(3, version, topics=(MetadataRequestTopic(name="a\0b"),), allow_auto_topic_creation=True)
+        assert [t.error_code for t in answer.topics] == [17]  # INVALID_TOPIC_EXCEPTION
+        assert client.send(18, 0).error_code == 0
