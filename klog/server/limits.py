@@ -126,6 +126,37 @@ def count_entries(frame: bytes, offset: int, schema: type, limit: int) -> int:
     return walker.count
 
 
+def without_unknown_tags(frame: bytes, offset: int, schema: type) -> bytes | None:
+    """`frame` without the tagged fields of its body (of type `schema`, at `offset`) that the schema
+    does not know: Kafka's readers skip those (a newer client may send them), kio's reader refuses
+    them. None: it has none, or cannot be walked."""
+    walker = _Walker(frame, len(frame) + 1)
+    walker.unknown_tags = []
+    try:
+        walker.entity(schema, offset)
+    except (_Truncated, struct.error, IndexError, ArrayPastFrame, TooManyEntries):
+        return None
+    if not walker.unknown_tags:
+        return None
+    out, copied = bytearray(), 0
+    for start, count_end, count, unknown in walker.unknown_tags:  # (in the frame's order)
+        out += frame[copied:start] + uvarint_bytes(count - len(unknown))
+        copied = count_end
+        for field_start, field_end in unknown:
+            out += frame[copied:field_start]
+            copied = field_end
+    return bytes(out + frame[copied:])
+
+
+def uvarint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 @dataclass(frozen=True, slots=True)
 class _Field:
     kafka_type: str | None  # primitives
@@ -187,11 +218,12 @@ def _flat(cls: type) -> tuple[int, ...] | None:
 
 
 # a walk's program: an entity's fields as ops, each an int (>0: that many fixed bytes, adjacent ones
-# summed; _STRING, _BYTES: length-prefixed; _TAGS: the tagged fields of a flexible entity; _UNKNOWN: a
-# type the walk does not know) or a tuple: (_ARRAY, the entry's op or program, its entity class or
-# None), (_STRUCT, program, nullable). Built once per type: the walk then pays an op, not a field.
-_TAGS, _UNKNOWN = -3, -4
-_ARRAY, _STRUCT = 0, 1
+# summed; _STRING, _BYTES: length-prefixed; _UNKNOWN: a type the walk does not know) or a tuple:
+# (_ARRAY, the entry's op or program, its entity class or None), (_STRUCT, program, nullable),
+# (_TAGS, the tags the entity knows): a flexible entity's tagged fields. Built once per type: the
+# walk then pays an op, not a field.
+_UNKNOWN = -4
+_ARRAY, _STRUCT, _TAGS = 0, 1, 2
 _programs: dict[type, tuple] = {}
 
 
@@ -213,7 +245,7 @@ def _program(cls: type) -> tuple:
             else:
                 ops.append(op)
     if getattr(cls, "__flexible__", False):
-        ops.append(_TAGS)
+        ops.append((_TAGS, frozenset(f.metadata["tag"] for f in dataclasses.fields(cls) if "tag" in f.metadata)))
     _programs[cls] = result = tuple(ops)
     return result
 
@@ -232,6 +264,9 @@ class _Walker:
         self.limit = limit
         self.flexible = flexible  # (every entity of one request version is, or none is)
         self.count = 0
+        # (start, end of its count, count, [(start, end) of each unknown field]) per tagged section
+        # holding tags its entity does not know; None: not looked for
+        self.unknown_tags: list | None = None
 
     def _uvarint(self, pos: int) -> tuple[int, int]:
         value = shift = 0
@@ -274,10 +309,9 @@ class _Walker:
             if op.__class__ is int:
                 if op > 0:
                     pos += op
-                # the usual compact length (or no tagged field): one byte, read here without a call
-                elif flexible and op != _UNKNOWN and pos < size and frame[pos] < 0x80 and (
-                        op != _TAGS or not frame[pos]):
-                    pos += frame[pos] or 1  # (length + 1, the byte included; 0: a null or no tag)
+                # the usual compact length: one byte, read here without a call
+                elif flexible and op != _UNKNOWN and pos < size and frame[pos] < 0x80:
+                    pos += frame[pos] or 1  # (length + 1, the byte included; 0: a null)
                 else:
                     pos = self._sized(op, pos)
             elif op[0] == _ARRAY:
@@ -294,7 +328,7 @@ class _Walker:
                         for _ in range(n):
                             pos = self._sized(item, pos)
                     continue
-                flat = _flat(entity)
+                flat = _flat(entity) if self.unknown_tags is None else None  # (its walk skips every tag)
                 if flat is not None:
                     pos = self._flat_entries(n, flat, pos)
                     continue
@@ -302,6 +336,11 @@ class _Walker:
                     pos = self._run(item, pos)
                     if pos > self.size:
                         raise _Truncated
+            elif op[0] == _TAGS:
+                if pos < size and not frame[pos]:  # (the usual: none)
+                    pos += 1
+                else:
+                    pos = self._tags(pos, op[1])
             else:  # a struct
                 if op[2]:  # a nullable struct: -1 absent, 1 present
                     if pos >= self.size:
@@ -314,18 +353,26 @@ class _Walker:
             raise _Truncated
         return pos
 
+    def _tags(self, pos: int, known: frozenset[int]) -> int:
+        """Past the tagged fields at `pos`: a count, then (tag, size, bytes) each; those whose tag
+        the entity does not know are noted in `unknown_tags`, when it is a list."""
+        start = pos
+        n, pos = self._uvarint(pos)
+        count_end, unknown = pos, []
+        for _ in range(n):
+            field_start = pos
+            tag, pos = self._uvarint(pos)
+            size, pos = self._uvarint(pos)
+            pos += size
+            if tag not in known:
+                unknown.append((field_start, pos))
+        if unknown and self.unknown_tags is not None:
+            self.unknown_tags.append((start, count_end, n, unknown))
+        return pos
+
     def _sized(self, op: int, pos: int) -> int:
-        """Past a length-prefixed field (or the tagged fields) at `pos`."""
+        """Past a length-prefixed field at `pos`."""
         frame = self.frame
-        if op == _TAGS:  # tagged fields: count, then (tag, size, bytes) each
-            if pos < self.size and frame[pos] == 0:
-                return pos + 1
-            n, pos = self._uvarint(pos)
-            for _ in range(n):
-                _, pos = self._uvarint(pos)
-                size, pos = self._uvarint(pos)
-                pos += size
-            return pos
         if op == _UNKNOWN:
             raise _Truncated  # a type this walk does not know: leave the request to kio's parse
         if self.flexible:  # compact: uvarint length + 1

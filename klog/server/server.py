@@ -41,6 +41,7 @@ from klog.server.limits import (
     TooManyEntries,
     count_entries,
     error_response,
+    without_unknown_tags,
 )
 from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
@@ -594,7 +595,14 @@ class Server:
             # every request, however small: its arrays' counts are checked against the bytes left
             # before kio's reader allocates room for them (ArrayPastFrame)
             entries = count_entries(frame, body_at, schema, self.limits.max_request_entries)
-            request = framing.parse_body(frame, body_at, schema, prefix.api_version)
+            try:
+                request = framing.parse_body(frame, body_at, schema, prefix.api_version)
+            except framing.FrameError as e:
+                # tagged fields the schema does not know are skipped, as Kafka skips them (kio refuses them)
+                without = without_unknown_tags(frame, body_at, schema) if "tagged field" in str(e) else None
+                if without is None:
+                    raise
+                request = framing.parse_body(without, body_at, schema, prefix.api_version)
         except framing.FrameError as e:
             log.warning("%s (client %s): %s, closing", peer, framing.client_id_of(frame), e)
             return None

@@ -198,3 +198,27 @@ def test_metadata_auto_creating_a_name_with_a_nul_is_answered(kafka_server, vers
         answer = client.send(3, version, topics=(MetadataRequestTopic(name="a\0b"),), allow_auto_topic_creation=True)
         assert [t.error_code for t in answer.topics] == [17]  # INVALID_TOPIC_EXCEPTION
         assert client.send(18, 0).error_code == 0
+
+
+def test_tagged_fields_the_schema_does_not_know_are_skipped_as_kafka_skips_them(kafka_server, caplog):
+    """Found by the fuzzer: kio's reader refuses a tag it does not know, so a request carrying one
+    (a newer client's field, in the header, the body or a nested entry) closed the connection
+    ('Unknown tagged field tag'); Kafka's readers skip unknown tags. Now they are dropped first."""
+    import logging
+
+    from kio.schema.metadata.v12.response import MetadataResponse
+
+    from tests.serve_helpers import RawClient
+
+    caplog.set_level(logging.WARNING, logger="klog.serve")
+    kafka_server.store.create_topic("fz", partitions=2)
+    header = struct.pack(">hhih", 3, 12, 7, 1) + b"c" + b"\x01" + b"\x05\x02ab"  # a header tag 5
+    topic = bytes(16) + b"\x03fz" + b"\x01\x07\x01x"  # the topic entry: tag 7
+    body = b"\x02" + topic + b"\x00\x00" + b"\x02" + b"\x63\x00" + b"\x64\x03abc"  # the request: tags 99, 100
+    with RawClient(kafka_server.port) as client:
+        client.correlation = 7
+        client.send_raw(header + body)
+        answer = client.read(MetadataResponse)
+        assert [(t.name, t.error_code, len(t.partitions)) for t in answer.topics] == [("fz", 0, 2)]
+        assert client.send(18, 0).error_code == 0
+    assert not caplog.records
