@@ -160,6 +160,7 @@ class Store(GroupAdminMethods):
                      adopt_folders: bool = False) -> TopicMeta:
         """`adopt_folders`: partition folders already there are the topic's own (`klog dirs import`
         adopting a Kafka broker's folders in place); otherwise they are refused as leftovers."""
+        validate_topic_name(name)  # before any folder is looked for under it ('\0', '../x')
         partitions = partitions if partitions is not None else int(self.data_dir.default("num.partitions"))
         rf = replication_factor if replication_factor is not None else int(
             self.data_dir.default("default.replication.factor"))

@@ -11,7 +11,7 @@ from klog.errors import InvalidConfigError, InvalidTopicError, TopicExistsError,
 from klog.meta.db import MetaDB
 from klog.meta.topic_index import TopicIndex
 from klog.store.config import CONFIG_KEYS, validate_configs
-from klog.store.names import validate_topic_name
+from klog.store.names import TOPIC_NAME_LENGTH_MAX, validate_topic_name
 from klog.store.plain import Plain
 
 if TYPE_CHECKING:
@@ -109,6 +109,8 @@ class TopicsMeta:
 
     def find(self, name: str, txn: lmdb.Transaction | None = None) -> TopicMeta | None:
         """`txn`: read in the caller's transaction (its snapshot), else in one of its own."""
+        if not name or len(name) > TOPIC_NAME_LENGTH_MAX or not name.isascii():
+            return None  # no topic has such a name (and LMDB refuses an empty key or one over 511 bytes)
         if txn is not None:
             raw = self.db.get_raw(txn, "topics", name)
         else:

@@ -50,8 +50,41 @@ def parse_header(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, int, 
     try:
         header, used = header_reader(frame, 0)
     except Exception as e:  # kio's DecodeError family
-        raise FrameError(f"cannot parse the header of api key {prefix.api_key} v{prefix.api_version}: {e}") from None
+        # tagged fields a header v2 does not know (none are known) are skipped, as Kafka skips them
+        without = _without_header_tags(frame) if schema.__flexible__ and "tagged field" in str(e) else None
+        if without is None:
+            raise FrameError(f"cannot parse the header of api key {prefix.api_key} v{prefix.api_version}: {e}") \
+                from None
+        header, used = header_reader(without, 0)
+        used += len(frame) - len(without)  # (where the body starts in `frame`)
     return header.client_id, used, schema
+
+
+def _without_header_tags(frame: bytes) -> bytes | None:
+    """A v2 request header's frame with its tagged fields dropped; None if they cannot be read."""
+    try:
+        (n,) = struct.unpack_from(">h", frame, PREFIX.size)  # the client id: a non-compact string
+        pos = start = PREFIX.size + 2 + max(n, 0)
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+    except (struct.error, IndexError):
+        return None
+    return frame[:start] + b"\0" + frame[pos:] if pos <= len(frame) else None
+
+
+def _uvarint(frame: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while shift < 64:
+        b = frame[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+    raise IndexError("uvarint too long")
 
 
 def parse_request(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, Any]:

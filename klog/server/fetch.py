@@ -32,6 +32,7 @@ from typing import Any
 from klog.broker.offsets import stable_view
 from klog.errors import (
     CorruptLogError,
+    InvalidTopicError,
     KlogError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -39,7 +40,7 @@ from klog.errors import (
 )
 from klog.protocol.apis import FETCH
 from klog.protocol.framing import RawBody
-from klog.protocol.kafka import E, leader_epoch_error, topic_uuid
+from klog.protocol.kafka import ZERO_UUID, E, leader_epoch_error, topic_uuid
 from klog.protocol.schemas import response_schema
 from klog.security.acl import Operation, ResourceType
 from klog.server import pagecache
@@ -47,6 +48,7 @@ from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.fetch_response import encode, encode_one
 from klog.store import topic_read
+from klog.store.names import validate_topic_name
 from klog.store.topic_read import AT_RANGE, AT_STATE, RangeRead, WouldBlock, read_ranges
 
 MAX_VERSION = 17  # v13+: topics by id; v15: replica state; v16: leader endpoints (a tagged field, absent)
@@ -110,6 +112,14 @@ def _zstd_topic(ctx: RequestContext, topic: str) -> bool:
         return ctx.store.log_config(topic).compression_type == "zstd"
     except KlogError:
         return False  # an unknown topic: the partition's own lookup answers
+
+
+def _valid_name(topic: str) -> bool:
+    try:
+        validate_topic_name(topic)
+    except InvalidTopicError:
+        return False
+    return True
 
 
 def _topic_refused(ctx: RequestContext, topic: str) -> E:
@@ -310,11 +320,11 @@ def _loop_topics(ctx: RequestContext, request: Any) -> dict | None:
 def _loop_topic(ctx: RequestContext, t: Any, written: int, now: float) -> str | None:
     """The name of the request's topic `t`, if the event loop may answer for it (see _loop_topics)."""
     appender = ctx.server.appender
-    topic_id = getattr(t, "topic_id", None)
-    if topic_id is None:
+    if not hasattr(t, "topic_id"):  # v0-v12: by name
         name = str(t.topic)
     else:  # (TopicIds.name reads the metadata: the id check_topic last saw stands, unchanged since)
-        name = ctx.server.topic_ids.known_name(topic_id)
+        topic_id = t.topic_id  # (kio reads the zero id as None: no topic has it, the thread pool answers it)
+        name = ctx.server.topic_ids.known_name(topic_id) if topic_id is not None else None
         known = appender.known_topic_id(name) if name is not None else None
         if known is None or topic_uuid(known) != topic_id:
             return None
@@ -393,8 +403,9 @@ def _collect(ctx: RequestContext, request: Any, loop_names: dict | None = None) 
     out = []
     for t in request.topics:
         if hasattr(t, "topic_id"):  # v13+: topics by id
-            name = loop_names[t.topic_id] if nowait else ctx.server.topic_ids.name(t.topic_id)
-            answer = TopicAnswer(name or "", topic_id=t.topic_id)
+            topic_id = t.topic_id or ZERO_UUID  # (kio reads the zero id as None)
+            name = loop_names[topic_id] if nowait else ctx.server.topic_ids.name(topic_id)
+            answer = TopicAnswer(name or "", topic_id=topic_id)
             if name is None:
                 answer.partitions = [PartitionAnswer(int(p.partition), E.unknown_topic_id) for p in t.partitions]
                 errors = errors or bool(answer.partitions)
@@ -404,6 +415,8 @@ def _collect(ctx: RequestContext, request: Any, loop_names: dict | None = None) 
             answer = TopicAnswer(str(t.topic))
         out.append(answer)
         refused = _topic_refused(ctx, answer.name)
+        if refused == E.none and not nowait and not _valid_name(answer.name):
+            refused = E.unknown_topic_or_partition  # no topic has that name: nothing to look up, nor to log
         if refused != E.none:
             answer.partitions = [PartitionAnswer(int(p.partition), refused) for p in t.partitions]
             errors = errors or bool(answer.partitions)

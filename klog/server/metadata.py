@@ -31,10 +31,10 @@ def _lookup(ctx: RequestContext, wanted: list[tuple[str | None, Any]] | None, au
     by_id = None
     out = []
     for name, tid in wanted:
-        if name is None and tid is not None:  # v10+: a topic by id
+        if name is None:  # v10+: a topic by id (kio reads the zero id as None: no topic has it)
             if by_id is None:
                 by_id = {topic_uuid(t.topic_id): t for t in store.list_topics()}
-            meta = by_id.get(tid)
+            meta = by_id.get(tid) if tid is not None else None
             if meta is not None and not ctx.authorize("DESCRIBE", "TOPIC", meta.name):
                 out.append((None, str(tid), None, E.topic_authorization_failed))
                 continue
@@ -79,6 +79,8 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     node = ctx.broker.node_id
     topics = []
     for name, tid, meta, err in found:
+        if name is None and version < 12:  # a null name (no ids before v12): Kafka's InvalidRequestException
+            name, err = "", E.invalid_request
         parts = ()
         if meta is not None:
             parts = tuple(make(mod.MetadataResponsePartition, error_code=E.none, partition_index=i,

@@ -7,7 +7,7 @@ from typing import Any
 
 from klog.broker.group_records import OFFSETS_TOPIC
 from klog.broker.offsets import last_stable_offset, max_timestamp_offset
-from klog.errors import KlogError, UnknownPartitionError, UnknownTopicError
+from klog.errors import InvalidTopicError, KlogError, UnknownPartitionError, UnknownTopicError
 from klog.protocol.apis import LIST_OFFSETS
 from klog.protocol.kafka import NO_THROTTLE, E, leader_epoch_error, make, response_for
 from klog.server.context import RequestContext
@@ -48,6 +48,8 @@ def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
         return E.none, timestamp, max(found, part.log_start_offset()), epoch
     except (UnknownTopicError, UnknownPartitionError):
         ctx.store.forget_topic_metadata(topic)
+        return E.unknown_topic_or_partition, -1, -1, -1
+    except InvalidTopicError:  # a name no topic can have: nothing to log per partition (the client's text)
         return E.unknown_topic_or_partition, -1, -1, -1
     except (KlogError, OSError) as e:
         ctx.log.warning("list offsets %s-%d: %s", topic, index, e)

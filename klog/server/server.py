@@ -34,7 +34,15 @@ from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.connection import Begun, FrameProtocol, complete, direct_future
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.hop import HopPool, in_thread
-from klog.server.limits import RateLimitedLog, ServeLimits, TooManyEntries, count_entries, error_response
+from klog.server.limits import (
+    ArrayPastFrame,
+    RateLimitedLog,
+    ServeLimits,
+    TooManyEntries,
+    count_entries,
+    error_response,
+    without_unknown_tags,
+)
 from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
 from klog.server.throttle import with_throttle
@@ -584,12 +592,23 @@ class Server:
             return None
         try:
             client_id, body_at, schema = framing.parse_header(frame, prefix)
-            # each entry takes a byte at least: a small body cannot hold many (nor cost much to parse)
-            entries = count_entries(frame, body_at, schema, self.limits.max_request_entries) \
-                if len(frame) - body_at > min(ENCODE_INLINE_ENTRIES, self.limits.max_request_entries) else 0
-            request = framing.parse_body(frame, body_at, schema, prefix.api_version)
+            # every request, however small: its arrays' counts are checked against the bytes left
+            # before kio's reader allocates room for them (ArrayPastFrame)
+            entries = count_entries(frame, body_at, schema, self.limits.max_request_entries)
+            try:
+                request = framing.parse_body(frame, body_at, schema, prefix.api_version)
+            except framing.FrameError as e:
+                # tagged fields the schema does not know are skipped, as Kafka skips them (kio refuses them)
+                without = without_unknown_tags(frame, body_at, schema) if "tagged field" in str(e) else None
+                if without is None:
+                    raise
+                request = framing.parse_body(without, body_at, schema, prefix.api_version)
         except framing.FrameError as e:
             log.warning("%s (client %s): %s, closing", peer, framing.client_id_of(frame), e)
+            return None
+        except ArrayPastFrame as e:
+            log.warning("%s (client %s): cannot parse %s v%d: %s, closing", peer, framing.client_id_of(frame),
+                        schema.__name__, prefix.api_version, e)
             return None
         except TooManyEntries:
             # refused before kio parses it: parsing holds the interpreter, every connection waits

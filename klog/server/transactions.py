@@ -233,13 +233,13 @@ async def end_txn(ctx: RequestContext, request: Any) -> Any:
 # -- WriteTxnMarkers ------------------------------------------------------------------------------------
 def _write_marker(ctx: RequestContext, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
                   coordinator_epoch: int) -> E:
-    from klog.errors import UnknownPartitionError, UnknownTopicError
+    from klog.errors import InvalidTopicError, UnknownPartitionError, UnknownTopicError
     from klog.store.txn import ABORT, COMMIT
 
     try:
         ctx.server.appender.write_marker(topic, partition, producer_id, epoch, COMMIT if commit else ABORT,
                                          coordinator_epoch, lambda: True)
-    except (UnknownTopicError, UnknownPartitionError):
+    except (UnknownTopicError, UnknownPartitionError, InvalidTopicError):  # (invalid: nothing to log per partition)
         return E.unknown_topic_or_partition
     except (KlogError, OSError) as e:
         ctx.log.warning("WriteTxnMarkers %s-%d: %s", topic, partition, e)
