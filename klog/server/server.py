@@ -29,20 +29,13 @@ from typing import Any
 from klog.protocol import framing
 from klog.protocol.apis import API_VERSIONS, PRODUCE, api_name
 from klog.protocol.kafka import TopicIds
+from klog.protocol.walk import ArrayPastFrame, TooManyEntries, count_entries, without_unknown_tags
 from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.connection import Begun, FrameProtocol, complete, direct_future
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.hop import HopPool, in_thread
-from klog.server.limits import (
-    ArrayPastFrame,
-    RateLimitedLog,
-    ServeLimits,
-    TooManyEntries,
-    count_entries,
-    error_response,
-    without_unknown_tags,
-)
+from klog.server.limits import RateLimitedLog, ServeLimits, error_response
 from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
 from klog.server.throttle import with_throttle

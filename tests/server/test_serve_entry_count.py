@@ -1,4 +1,4 @@
-"""The entry count that refuses a request before it is parsed (klog/server/limits.py) is the same
+"""The entry count that refuses a request before it is parsed (klog/protocol/walk.py) is the same
 through its fast walk over flat entries as through the general walk, for every request klog serves
 (oldest and newest versions), and counts a hostile Produce's entries exactly."""
 
@@ -8,8 +8,9 @@ import io
 
 import pytest
 
-from klog.server import dispatch, limits
-from klog.server.limits import TooManyEntries, count_entries
+from klog.protocol import walk
+from klog.protocol.walk import TooManyEntries, count_entries
+from klog.server import dispatch
 from tests.serve_helpers import huge_produce, repeated_metadata, request_class, sample_entity
 
 pytest.importorskip("kio")
@@ -30,7 +31,7 @@ def test_fast_and_general_walks_count_alike_for_every_request(monkeypatch):
         entity_writer(cls)(buf, sample_entity(cls, {"string": "t\u00e9", "records": b"abc"}))
         bodies[(key, version)] = (cls, buf.getvalue())
     fast = {k: count_entries(body, 0, cls, 1000) for k, (cls, body) in bodies.items()}
-    monkeypatch.setattr(limits, "_flat", lambda cls: None)
+    monkeypatch.setattr(walk, "_flat", lambda cls: None)
     general = {k: count_entries(body, 0, cls, 1000) for k, (cls, body) in bodies.items()}
     assert fast == general
     assert sum(fast.values()) > len(fast)  # the samples hold arrays: the walks counted something
