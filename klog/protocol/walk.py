@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -32,11 +33,12 @@ class ArrayPastFrame(Exception):
     room for every claimed entry: 2**32 of them abort the whole process."""
 
 
-_FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "timedelta_i32": 4, "int64": 8,
-          "timedelta_i64": 8, "float64": 8, "uuid": 16}
+# (error_code and datetime_i64 appear in responses only: the cluster client walks those)
+_FIXED = {"int8": 1, "bool": 1, "int16": 2, "error_code": 2, "uint16": 2, "int32": 4, "timedelta_i32": 4,
+          "int64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16}
 
 
-def count_entries(frame: bytes, offset: int, schema: type, limit: int) -> int:
+def count_entries(frame: bytes | bytearray, offset: int, schema: type, limit: int) -> int:
     """The array entries of the request body of type `schema` at frame[offset:] (every array, nested
     ones included), raising TooManyEntries as soon as they pass `limit`: the walk costs at most
     `limit` entries' worth of work whatever the frame holds; ArrayPastFrame for an array claiming
@@ -45,6 +47,20 @@ def count_entries(frame: bytes, offset: int, schema: type, limit: int) -> int:
     walker = _Walker(frame, limit)
     try:
         walker.entity(schema, offset)
+    except (_Truncated, struct.error, IndexError):
+        pass
+    return walker.count
+
+
+def check_arrays(frame: bytes | bytearray, offset: int, *schemas: type) -> int:
+    """Walk the entities of types `schemas` laid one after another from frame[offset:] (a response's
+    header, then its body), raising ArrayPastFrame for an array claiming more entries than bytes are
+    left, before kio's reader would reserve room for them. A frame too short otherwise passes (kio's
+    parse refuses it); returns the entries counted."""
+    walker = _Walker(frame, sys.maxsize)  # (no bound on the count: only the bytes bound each array)
+    try:
+        for schema in schemas:
+            offset = walker.entity(schema, offset)
     except (_Truncated, struct.error, IndexError):
         pass
     return walker.count
@@ -183,7 +199,7 @@ def _primitive_op(kafka_type: str | None) -> int:
 
 
 class _Walker:
-    def __init__(self, frame: bytes, limit: int, flexible: bool = False) -> None:
+    def __init__(self, frame: bytes | bytearray, limit: int, flexible: bool = False) -> None:
         self.frame = frame
         self.size = len(frame)
         self.limit = limit

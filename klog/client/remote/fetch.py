@@ -82,7 +82,7 @@ class Fetcher:
                     return answer
                 reason = error_name(answer.error)
                 self._leaders.pop((topic, partition), None)
-            except (SecurityError, FetchUnsupported):
+            except (SecurityError, FetchUnsupported, wire.MalformedAnswer):
                 raise
             except UnknownTopicError as e:
                 # deleted while being read: said at once once a second metadata answer agrees (one

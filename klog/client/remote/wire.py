@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klog.errors import KlogError, ScramError, SecurityError, UsageError
+from klog.protocol.apis import api_name
 from klog.protocol.errors import error_name
 from klog.protocol.loading import load_kio
+from klog.protocol.walk import ArrayPastFrame, check_arrays
 
 FIND_COORDINATOR_V = 1  # kept by every Kafka since 0.11 (4.0 dropped only v0); not flexible
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
@@ -31,6 +33,11 @@ RETRY_PAUSE_S = 0.1
 CLIENT_ID = "klog"  # unless -X client.id names another (quotas and broker logs go by it)
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class MalformedAnswer(KlogError):
+    """A broker's answer that cannot be what it claims (an array of more entries than its bytes):
+    not retried, a broker sending it is broken or not a Kafka broker."""
 
 
 @dataclass(frozen=True)
@@ -187,9 +194,17 @@ class Connection:
         (correlation,) = struct.unpack_from(">i", answer)
         if correlation != self.correlation:
             raise KlogError(f"Kafka broker {self.address} answered another request ({correlation})")
+        header = response_type.__header_schema__  # v0, or v1 with tagged fields
+        try:
+            # before kio reads it: its reader reserves room for every entry an array claims (2**32
+            # of them abort the process), so an array claiming more than the bytes left is refused
+            check_arrays(answer, 0, header, response_type)
+        except ArrayPastFrame as e:
+            raise MalformedAnswer(f"Kafka broker {self.address} sent a malformed {api_name(request.__api_key__)} "
+                                  f"answer: {e}") from None
         try:
             view = memoryview(answer).toreadonly()
-            _, start = entity_reader(response_type.__header_schema__)(view, 0)  # v0, or v1 with tagged fields
+            _, start = entity_reader(header)(view, 0)  # v0, or v1 with tagged fields
             body, _ = entity_reader(response_type)(view, start)
         except Exception as e:  # noqa: BLE001 - kio's decode errors
             raise KlogError(f"cannot read the answer of Kafka broker {self.address}: {e}") from None
