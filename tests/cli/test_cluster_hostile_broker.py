@@ -27,6 +27,7 @@ from tests.klog_processes import run_klog
 
 RELAY_TIMEOUT_S = 30.0  # a relay thread gives up on a silent peer after this
 LIST_TRANSACTIONS = 66  # (an API klog serve answers by kio's key table, no constant)
+NEGATIVE_SIZE = b"negative size"  # an answer the relay sends as the 4 bytes of size -1 alone
 COMPACT_COUNT_2_32_MINUS_2 = b"\xff\xff\xff\xff\x0f"  # uvarint 2**32 - 1: a compact array of 2**32 - 2
 
 
@@ -40,6 +41,11 @@ def _list_transactions_answer(correlation: int) -> bytes:
     """ListTransactions v0 (flexible: header v1): throttle, error, then `unknown_state_filters` as a
     compact array claiming 2**32 - 2 entries, in 5 bytes."""
     return struct.pack(">ibih", correlation, 0, 0, 0) + COMPACT_COUNT_2_32_MINUS_2 + b"\0\0"
+
+
+def _fetch_frame_of_minus_one_bytes(correlation: int) -> bytes:
+    """A size that is no size (the relay sends what this returns after the size it counts)."""
+    return NEGATIVE_SIZE
 
 
 def _read_frame(sock: socket.socket) -> bytes | None:
@@ -109,7 +115,8 @@ class HostileRelay:
                     answer = _read_frame(up)
                     if answer is None:
                         return
-                client.sendall(struct.pack(">i", len(answer)) + answer)
+                framed = struct.pack(">i", -1) if answer == NEGATIVE_SIZE else struct.pack(">i", len(answer)) + answer
+                client.sendall(framed)
 
     def stop(self) -> None:
         self._stop.set()
@@ -136,6 +143,7 @@ def behind_relay(data_dir: str, relay: HostileRelay) -> Iterator[str]:
 @pytest.mark.parametrize(("api", "api_key", "answer", "command"), [
     ("Fetch", FETCH, _fetch_answer, ("consume", "t", "-e")),
     ("ListTransactions", LIST_TRANSACTIONS, _list_transactions_answer, ("transactions", "list")),
+    ("Fetch", FETCH, _fetch_frame_of_minus_one_bytes, ("consume", "t", "-e")),
 ])
 def test_an_array_past_the_answer_is_one_line_exit_1(data_dir, api, api_key, answer, command):
     with klog.open(data_dir) as s:

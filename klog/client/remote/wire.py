@@ -188,6 +188,8 @@ class Connection:
         try:
             self.sock.sendall(struct.pack(">i", len(frame)) + frame)
             (size,) = struct.unpack(">i", self._exactly(4))
+            if size < 4:  # (no room for a correlation id; a negative size is no size at all)
+                raise self._malformed(request, f"a frame of {size} bytes")
             answer = self._exactly(size)
         except OSError as e:
             raise KlogError(f"Kafka broker {self.address} did not answer: {e.strerror or e}") from None
@@ -200,8 +202,7 @@ class Connection:
             # of them abort the process), so an array claiming more than the bytes left is refused
             check_arrays(answer, 0, header, response_type)
         except ArrayPastFrame as e:
-            raise MalformedAnswer(f"Kafka broker {self.address} sent a malformed {api_name(request.__api_key__)} "
-                                  f"answer: {e}") from None
+            raise self._malformed(request, str(e)) from None
         try:
             view = memoryview(answer).toreadonly()
             _, start = entity_reader(header)(view, 0)  # v0, or v1 with tagged fields
@@ -209,6 +210,10 @@ class Connection:
         except Exception as e:  # noqa: BLE001 - kio's decode errors
             raise KlogError(f"cannot read the answer of Kafka broker {self.address}: {e}") from None
         return body
+
+    def _malformed(self, request: Any, why: str) -> MalformedAnswer:
+        return MalformedAnswer(f"Kafka broker {self.address} sent a malformed {api_name(request.__api_key__)} "
+                               f"answer: {why}")
 
     def _exactly(self, n: int) -> bytearray:
         """n bytes received straight into one buffer (no chunk list, no join: Fetch answers are
