@@ -28,6 +28,7 @@ from tests.klog_processes import run_klog
 RELAY_TIMEOUT_S = 30.0  # a relay thread gives up on a silent peer after this
 LIST_TRANSACTIONS = 66  # (an API klog serve answers by kio's key table, no constant)
 NEGATIVE_SIZE = b"negative size"  # an answer the relay sends as the 4 bytes of size -1 alone
+HUGE_SIZE = b"huge size"  # an answer the relay sends as the 4 bytes of size 2**31 - 1 alone
 COMPACT_COUNT_2_32_MINUS_2 = b"\xff\xff\xff\xff\x0f"  # uvarint 2**32 - 1: a compact array of 2**32 - 2
 
 
@@ -46,6 +47,11 @@ def _list_transactions_answer(correlation: int) -> bytes:
 def _fetch_frame_of_minus_one_bytes(correlation: int) -> bytes:
     """A size that is no size (the relay sends what this returns after the size it counts)."""
     return NEGATIVE_SIZE
+
+
+def _fetch_frame_of_2_gib(correlation: int) -> bytes:
+    """A size no answer of klog's asking has (read as claimed: 2 GiB allocated, then a wait for them)."""
+    return HUGE_SIZE
 
 
 def _read_frame(sock: socket.socket) -> bytes | None:
@@ -115,7 +121,9 @@ class HostileRelay:
                     answer = _read_frame(up)
                     if answer is None:
                         return
-                framed = struct.pack(">i", -1) if answer == NEGATIVE_SIZE else struct.pack(">i", len(answer)) + answer
+                sizes_alone = {NEGATIVE_SIZE: -1, HUGE_SIZE: 2**31 - 1}
+                framed = (struct.pack(">i", sizes_alone[answer]) if answer in sizes_alone
+                          else struct.pack(">i", len(answer)) + answer)
                 client.sendall(framed)
 
     def stop(self) -> None:
@@ -144,6 +152,7 @@ def behind_relay(data_dir: str, relay: HostileRelay) -> Iterator[str]:
     ("Fetch", FETCH, _fetch_answer, ("consume", "t", "-e")),
     ("ListTransactions", LIST_TRANSACTIONS, _list_transactions_answer, ("transactions", "list")),
     ("Fetch", FETCH, _fetch_frame_of_minus_one_bytes, ("consume", "t", "-e")),
+    ("Fetch", FETCH, _fetch_frame_of_2_gib, ("consume", "t", "-e")),
 ])
 def test_an_array_past_the_answer_is_one_line_exit_1(data_dir, api, api_key, answer, command):
     with klog.open(data_dir) as s:

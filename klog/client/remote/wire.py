@@ -27,6 +27,11 @@ from klog.protocol.errors import error_name
 from klog.protocol.loading import load_kio
 from klog.protocol.walk import ArrayPastFrame, check_arrays
 
+# The largest answer read (librdkafka's receive.message.max.bytes default), or a Fetch's own
+# max_bytes and this slack when it asks for more: a size past it is refused before any allocation
+ANSWER_BYTES_MAX = 100_000_000
+ANSWER_SLACK_BYTES = 1 << 20
+
 FIND_COORDINATOR_V = 1  # kept by every Kafka since 0.11 (4.0 dropped only v0); not flexible
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 RETRY_PAUSE_S = 0.1
@@ -190,6 +195,9 @@ class Connection:
             (size,) = struct.unpack(">i", self._exactly(4))
             if size < 4:  # (no room for a correlation id; a negative size is no size at all)
                 raise self._malformed(request, f"a frame of {size} bytes")
+            bound = max(ANSWER_BYTES_MAX, int(getattr(request, "max_bytes", 0)) + ANSWER_SLACK_BYTES)
+            if size > bound:  # (read as it claims, it would be allocated whole, then waited for)
+                raise self._malformed(request, f"a frame of {size} bytes (klog reads at most {bound})")
             answer = self._exactly(size)
         except OSError as e:
             raise KlogError(f"Kafka broker {self.address} did not answer: {e.strerror or e}") from None
