@@ -4,6 +4,7 @@ offsets, Connect's types for PostgreSQL's columns, updates sent again, tables ch
 from __future__ import annotations
 
 import json
+import time
 
 from tests.connect.helpers import records, running, wait_for
 
@@ -42,3 +43,20 @@ def test_timestamp_incrementing_mode_sends_new_and_updated_rows_once(pg_db, data
     assert records(data_dir, "pg-other") == []
     last = json.loads(records(data_dir, "connect-offsets")[-1].value)
     assert last == {"incrementing": 3, "timestamp": 1_577_923_200_000, "timestamp_nanos": 0}
+
+
+def test_timestamp_initial_current_time_sends_the_rows_written_after_the_start(pg_db, data_dir):
+    """timestamp.initial=-1 is the time the task starts (Confluent's computeInitialOffset, once): a row
+    written before is skipped, one written after is sent (klog took each poll's time: none ever was)."""
+    pg_db.execute("CREATE TABLE events (id serial PRIMARY KEY, at timestamp NOT NULL "
+                  "DEFAULT (clock_timestamp() AT TIME ZONE 'UTC'))")
+    pg_db.execute("INSERT INTO events DEFAULT VALUES")
+    config = source_config(pg_db, **{"mode": "timestamp", "timestamp.column.name": "at", "timestamp.initial": "-1"})
+    with running(data_dir, config) as worker:
+        wait_for(lambda: [t["state"] for t in worker.describe_status("jdbc-src")["tasks"]] == ["RUNNING"],
+                 what="the task")
+        time.sleep(0.5)  # a few polls with nothing new
+        pg_db.execute("INSERT INTO events DEFAULT VALUES")
+        wait_for(lambda: len(records(data_dir, "pg-events")) == 1, what="the row written after the start")
+        time.sleep(0.5)
+    assert [json.loads(r.value)["payload"]["id"] for r in records(data_dir, "pg-events")] == [2]

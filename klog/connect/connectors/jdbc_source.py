@@ -144,10 +144,16 @@ class JdbcSourceTask(SourceTask):
         return {"query": "query"} if table is None else {"protocol": "1", "table": table}
 
     def _offset(self, table: str | None) -> dict:
+        """The table's stored offset; with none, timestamp.initial's (resolved once, as Confluent's
+        computeInitialOffset: -1 is the time the task first reads the table, not each poll's)."""
         key = table or "query"
         if key not in self.offsets:
             reader = self.context.offset_storage_reader
-            self.offsets[key] = dict((reader.offset(self._partition(table)) if reader else None) or {})
+            stored = dict((reader.offset(self._partition(table)) if reader else None) or {})
+            initial = self.c["timestamp.initial"]
+            if not stored and initial is not None:
+                stored = {"timestamp": _millis(dt.datetime.now(dt.UTC)) if initial == -1 else initial}
+            self.offsets[key] = stored
         return self.offsets[key]
 
     # -- tables -----------------------------------------------------------------------------------
@@ -226,12 +232,7 @@ class JdbcSourceTask(SourceTask):
                 [until, last, last_id, last])
 
     def _stamp(self, millis: Any, nanos: Any) -> dt.datetime:
-        if millis is None:
-            initial = self.c["timestamp.initial"]
-            if initial == -1:  # Confluent's "current time"
-                return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-            millis = 0 if initial is None else initial
-        when = EPOCH + dt.timedelta(milliseconds=int(millis))
+        when = EPOCH + dt.timedelta(milliseconds=int(millis or 0))  # none: Confluent's Timestamp(0)
         return when.replace(microsecond=int(nanos) // 1000) if nanos is not None else when
 
     def _param(self, when: dt.datetime) -> Any:
