@@ -115,6 +115,17 @@ def _connect_value(schema: Schema, value: Any) -> Any:
     return value
 
 
+class _Scan:
+    """One query of a table, read batch.max.rows at a time across polls (Confluent keeps its ResultSet)."""
+
+    def __init__(self, cursor: Any, schema: Schema, names: list[str]) -> None:
+        self.cursor, self.schema, self.names = cursor, schema, names
+        self.held: tuple | None = None  # a row read and not sent yet: the next batch's first
+
+    def row(self, values: tuple) -> dict:
+        return dict(zip(self.names, values, strict=False))
+
+
 class JdbcSourceTask(SourceTask):
     def start(self, props: dict[str, str]) -> None:
         self.c = JdbcSourceConnector.config_def.parse(props)
@@ -126,6 +137,7 @@ class JdbcSourceTask(SourceTask):
         self.next_poll: dict[str, float] = {}  # table (or "query") → when it is polled next
         self.offsets: dict[str, dict] = {}
         self.schemas: dict[str, tuple[Schema, list[str]]] = {}
+        self.scans: dict[str, _Scan] = {}  # table (or "query") → its query being read
 
     # -- connection -------------------------------------------------------------------------------
     def _cursor(self):  # noqa: ANN202 - a DB-API cursor
@@ -239,39 +251,69 @@ class JdbcSourceTask(SourceTask):
         # SQLite keeps timestamps as ISO text: compare as text in its own format
         return when.isoformat(sep=" ") if self.sqlite else when
 
-    def _poll_one(self, table: str | None) -> list[ConnectRecord]:
+    def _start_scan(self, table: str | None) -> _Scan:
         key = table or "query"
         if key not in self.schemas or self.c["mode"] == "bulk":
             self.schemas[key] = self._table_schema(table) if table is not None else self._query_schema()
         schema, names = self.schemas[key]
-        offset = self._offset(table)
-        where, params = self._where(offset)
+        where, params = self._where(self._offset(table))
         cur = self._cursor()
         cur.execute(f"SELECT * FROM {self._source_sql(table)}{where}", params)
-        rows = cur.fetchmany(self.c["batch.max.rows"]) if self.c["mode"] != "bulk" else cur.fetchall()
-        self.conn.commit()
-        fields = schema["fields"]
+        return _Scan(cur, schema, names)
+
+    def _poll_one(self, table: str | None) -> tuple[list[ConnectRecord], bool]:
+        """Up to batch.max.rows records of the table's query, and whether the query is read to its end.
+        As Confluent's, one query is read to its end over as many polls as it takes (querying again
+        from the batch's last timestamp would skip the rest of a group of equal timestamps)."""
+        key = table or "query"
+        scan = self.scans.get(key) or self._start_scan(table)
+        self.scans[key] = scan
+        batch = self.c["batch.max.rows"]
+        fetched = scan.cursor.fetchmany(batch)
+        ended = len(fetched) < batch
+        rows = ([scan.held] if scan.held is not None else []) + fetched
+        scan.held = None
+        if rows and (not ended or len(rows) > batch):  # the next row decides the last one's timestamp offset
+            scan.held, ended = rows.pop(), False
+        fields = scan.schema["fields"]
         topic = self.c["topic.prefix"] + (table.split(".")[-1] if table is not None else "")
-        out = []
-        for row in rows:
+        offset, out = self._offset(table), []
+        for i, row in enumerate(rows):
             value = {f["field"]: _connect_value(f, v) for f, v in zip(fields, row, strict=False)}
-            offset = self._next_offset(offset, dict(zip(names, row, strict=False)))
-            out.append(ConnectRecord(topic, None, None, None, schema, value, None,
+            following = rows[i + 1] if i + 1 < len(rows) else scan.held
+            offset = self._next_offset(offset, scan.row(row), None if following is None else scan.row(following))
+            out.append(ConnectRecord(topic, None, None, None, scan.schema, value, None,
                                      source_partition=self._partition(table), source_offset=dict(offset)))
         self.offsets[key] = offset
-        return out
+        if ended:
+            del self.scans[key]
+            scan.cursor.close()
+            self.conn.commit()
+        return out, ended
 
-    def _next_offset(self, offset: dict, row: dict) -> dict:
+    def _next_offset(self, offset: dict, row: dict, following: dict | None) -> dict:
+        """Confluent's TimestampIncrementingOffset after `row`: its incrementing value and timestamp; in
+        timestamp mode the timestamp only once no following row shares it (TimestampTableQuerier)."""
         mode = self.c["mode"]
-        out = dict(offset)
+        if mode == "bulk":
+            return offset
+        out = {}
         if "incrementing" in mode:
             out["incrementing"] = int(row[self.c["incrementing.column.name"]])
         if mode.startswith("timestamp"):
-            stamp = next((row[c] for c in self.c["timestamp.column.name"] if row.get(c) is not None), None)
+            stamp = self._row_stamp(row)
+            if mode == "timestamp" and stamp is not None and following is not None:
+                after = self._row_stamp(following)
+                if after is not None and after <= stamp:  # the group of this timestamp is not read whole yet
+                    return offset
             if stamp is not None:
-                when = dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else stamp
-                out["timestamp"], out["timestamp_nanos"] = _millis(when), when.microsecond * 1000
+                out["timestamp"], out["timestamp_nanos"] = _millis(stamp), stamp.microsecond * 1000
         return out
+
+    def _row_stamp(self, row: dict) -> dt.datetime | None:
+        """The first non-null of the row's timestamp columns (their COALESCE)."""
+        stamp = next((row[c] for c in self.c["timestamp.column.name"] if row.get(c) is not None), None)
+        return dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else stamp
 
     def _query_schema(self) -> tuple[Schema, list[str]]:
         cur = self._cursor()
@@ -293,9 +335,9 @@ class JdbcSourceTask(SourceTask):
             key = table or "query"
             if self.next_poll.get(key, 0.0) > now:
                 continue
-            records = self._poll_one(table)
-            # a table with more rows waiting is polled again at once; one read to its end waits an interval
-            if len(records) < self.c["batch.max.rows"] or self.c["mode"] == "bulk":
+            records, ended = self._poll_one(table)
+            # a query with more rows waiting is read on at once; one read to its end waits an interval
+            if ended:
                 self.next_poll[key] = now + self.c["poll.interval.ms"] / 1000
             if records:
                 return records
@@ -303,6 +345,7 @@ class JdbcSourceTask(SourceTask):
         return []
 
     def stop(self) -> None:
+        self.scans.clear()
         if self.conn is not None:
             self.conn.close()
             self.conn = None
