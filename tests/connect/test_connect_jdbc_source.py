@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from tests.connect.helpers import records, running, wait_for
 
 
@@ -102,3 +104,76 @@ def test_timestamp_mode_reads_a_group_of_equal_timestamps_whole_across_batches(p
     # a restart from a record's offset inside the group (day1) sends the whole group again
     assert [r.value["id"] for r in run(day1)] == [2, 3, 4, 5, 6, 7]
     assert [r.value["id"] for r in run(day2)] == [7]
+
+
+def _stored(data_dir: str) -> list[dict]:
+    return [json.loads(r.value) for r in records(data_dir, "connect-offsets")
+            if r.value and json.loads(r.key)[0] == "jdbc-src"]
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_load_loses_no_row_and_resends_only_from_the_stored_offset(pg_db, data_dir, tmp_path):
+    """A loader commits 4,000 rows (ten a transaction) while the worker (timestamp+incrementing,
+    batch.max.rows=50) is SIGKILLed three times at random instants, each after it stored some progress:
+    every row reaches the topic, and after each kill the rows sent again start exactly after the offset
+    stored before it (at-least-once as Confluent's: records durable before their offset)."""
+    import random
+    import signal
+    import threading
+
+    from tests.connect.helpers import start_cli, stop_cli, wait_started, write_config
+
+    pg_db.execute("CREATE TABLE orders (id serial PRIMARY KEY, n int, at timestamp NOT NULL "
+                  "DEFAULT (clock_timestamp() AT TIME ZONE 'UTC'))")
+    rows, per_tx = 4000, 10
+    config = write_config(str(tmp_path / "src.json"), source_config(pg_db, **{
+        "mode": "timestamp+incrementing", "incrementing.column.name": "id", "timestamp.column.name": "at",
+        "table.whitelist": "orders", "batch.max.rows": "50", "poll.interval.ms": "50"}))
+    worker = write_config(str(tmp_path / "worker.json"), {"offset.flush.interval.ms": "200"})
+
+    def load() -> None:
+        conn = pg_db.connect(autocommit=False)
+        cur = conn.cursor()
+        for i in range(0, rows, per_tx):
+            cur.execute("INSERT INTO orders (n) SELECT g FROM generate_series(%s, %s) g", (i, i + per_tx - 1))
+            conn.commit()
+            time.sleep(0.006)  # spread over a few seconds: kills land while it runs
+        conn.close()
+
+    def run():  # noqa: ANN202 - the worker's process
+        proc = start_cli(data_dir, "--worker-config", worker, config)
+        wait_started(proc)
+        return proc
+
+    def delivered() -> bool:
+        return any(o.get("incrementing") == rows for o in _stored(data_dir)[-2:])
+
+    loader = threading.Thread(target=load)
+    rng = random.Random(11)
+    proc = run()
+    loader.start()
+    stored_at_kill = []
+    for _ in range(3):
+        stored = len(_stored(data_dir))
+        wait_for(lambda p=proc, n=stored: p.poll() is not None or len(_stored(data_dir)) > n or delivered(),
+                 timeout=60, what="progress before the kill")
+        if delivered():
+            break
+        assert proc.poll() is None, stop_cli(proc)[1]
+        time.sleep(rng.uniform(0.05, 0.4))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        stored_at_kill.append(_stored(data_dir)[-1]["incrementing"])
+        proc = run()
+    loader.join(timeout=120)
+    assert not loader.is_alive(), "the loader did not finish"
+    assert any(s < rows for s in stored_at_kill), "every kill came after the last row was delivered"
+    wait_for(delivered, timeout=60, what="the last row's offset")
+    code, err = stop_cli(proc, signal.SIGTERM)
+    assert code == 143, err
+    ids = [json.loads(r.value)["payload"]["id"] for r in records(data_dir, "pg-orders")]
+    assert set(ids) == set(range(1, rows + 1))  # no row lost
+    resumes = iter(stored_at_kill)
+    for before, after in zip(ids, ids[1:], strict=False):
+        if after != before + 1:  # a restart: it sends again from the offset stored before its kill, no earlier
+            assert after <= before and after - 1 in resumes, (before, after, stored_at_kill)
