@@ -3,6 +3,7 @@ offsets, Connect's types for PostgreSQL's columns, updates sent again, tables ch
 
 from __future__ import annotations
 
+import decimal
 import json
 import time
 
@@ -177,3 +178,27 @@ def test_kill_9_during_a_load_loses_no_row_and_resends_only_from_the_stored_offs
     for before, after in zip(ids, ids[1:], strict=False):
         if after != before + 1:  # a restart: it sends again from the offset stored before its kill, no earlier
             assert after <= before and after - 1 in resumes, (before, after, stored_at_kill)
+
+
+def test_numeric_columns_keep_their_scale_in_table_and_query_modes(pg_db):
+    """numeric(10,2) has scale 2 in table mode and query mode alike (the query's was 0: 1.50 sent as 2);
+    an unconstrained numeric gets Confluent's PostgreSQL dialect's scale 127 (it was 0: 12.12 sent as 12)."""
+    from klog.connect.api import OffsetReader, TaskContext
+    from klog.connect.connectors.jdbc_source import JdbcSourceTask
+    from klog.connect.converters import decimal_from_bytes, decimal_to_bytes
+
+    pg_db.execute("CREATE TABLE prices (id int PRIMARY KEY, fixed numeric(10,2), free numeric)")
+    pg_db.execute("INSERT INTO prices VALUES (1, 1.50, 12.12)")
+    for extra in ({"table.whitelist": "prices"}, {"query": "SELECT * FROM prices"}):
+        task = JdbcSourceTask()
+        task.initialize(TaskContext("jdbc-src", 0, print, OffsetReader(lambda p: None)))
+        task.start(source_config(pg_db, **{"mode": "incrementing", "incrementing.column.name": "id", **extra}))
+        try:
+            (record,) = _poll_all(task, 3)
+        finally:
+            task.stop()
+        fields = {f["field"]: f for f in record.value_schema["fields"]}
+        assert (fields["fixed"]["parameters"], fields["free"]["parameters"]) == ({"scale": "2"}, {"scale": "127"})
+        for column, want in (("fixed", "1.50"), ("free", "12.12")):
+            scale = int(fields[column]["parameters"]["scale"])
+            assert decimal_from_bytes(decimal_to_bytes(record.value[column], scale), scale) == decimal.Decimal(want)

@@ -35,6 +35,7 @@ UNIMPLEMENTED = frozenset({
     "timestamp.columns.mapping", "incrementing.column.mapping", "date.calendar.system", "query.masked",
     "connection.attempts", "connection.backoff.ms"})
 EPOCH = dt.datetime(1970, 1, 1)
+NUMERIC_SCALE_UNSET = 127
 EPOCH_DATE = dt.date(1970, 1, 1)
 
 # PostgreSQL type OIDs → Connect types, as Confluent's dialect maps their JDBC types
@@ -74,7 +75,9 @@ def _pg_type(oid: int, typmod: int) -> Schema:
     if oid in _PG_TYPES:
         return primitive(_PG_TYPES[oid])
     if oid == 1700:
-        scale = (typmod - 4) & 0xFFFF if typmod >= 4 else 0
+        # an unconstrained numeric has no scale: Confluent's PostgreSQL dialect gives it 127 (its
+        # NUMERIC_TYPE_SCALE_HIGH) rather than 0, which would round 12.12 to 12
+        scale = (typmod - 4) & 0xFFFF if typmod >= 4 else NUMERIC_SCALE_UNSET
         return primitive("bytes", name=DECIMAL, version=1, parameters={"scale": str(scale)})
     if oid == 1082:
         return primitive("int32", name=DATE, version=1)
@@ -319,9 +322,10 @@ class JdbcSourceTask(SourceTask):
         cur = self._cursor()
         cur.execute(f"SELECT * FROM {self._source_sql(None)} WHERE 1 = 0")
         names = [d[0] for d in cur.description]
-        types = [d[1] for d in cur.description]
+        # PostgreSQL's numeric(p, s) as its typmod (psycopg2 says 65535 for none); SQLite's cursor has no types
+        types = [(d[1], ((d[4] << 16) | d[5]) + 4 if d[4] and d[4] < 0xFFFF else -1) for d in cur.description]
         self.conn.commit()
-        fields = [{**(_pg_type(t, -1) if isinstance(t, int) else primitive("string")), "optional": True, "field": n}
+        fields = [{**(_pg_type(*t) if isinstance(t[0], int) else primitive("string")), "optional": True, "field": n}
                   for n, t in zip(names, types, strict=True)]
         return struct(fields), names
 
