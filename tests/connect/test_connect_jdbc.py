@@ -274,14 +274,20 @@ def test_rows_of_changing_layouts_in_one_batch_and_a_poison_record(tmp_path, dat
     assert values(data_dir, "dlq") == [poison]
 
 
-def test_pgjdbc_url_parameters_klog_does_not_pass_on_are_named():
+@pytest.mark.parametrize("connector", ["sink", "source"])
+def test_pgjdbc_url_parameters_klog_does_not_pass_on_are_named(connector):
     """currentSchema, user, password, sslmode... are used; any other pgjdbc parameter is named in the
-    connector's warning instead of being dropped silently."""
+    connector's warning instead of being dropped silently, by the sink and the source alike (the
+    source's were silent)."""
     pytest.importorskip("psycopg2")
     from klog.connect.worker import validate
 
-    v = validate(sink_config("jdbc:postgresql://127.0.0.1:5432/db?currentSchema=s&user=u&password=p&sslmode=disable"
-                             "&reWriteBatchedInserts=true&stringtype=unspecified"))
+    url = ("jdbc:postgresql://127.0.0.1:5432/db?currentSchema=s&user=u&password=p&sslmode=disable"
+           "&reWriteBatchedInserts=true&stringtype=unspecified")
+    config = sink_config(url) if connector == "sink" else {
+        "name": "src", "connector.class": "io.confluent.connect.jdbc.JdbcSourceConnector", "connection.url": url,
+        "mode": "bulk", "topic.prefix": "t-"}
+    v = validate(config)
     assert v.ignored == ["connection.url parameter reWriteBatchedInserts", "connection.url parameter stringtype"]
 
 

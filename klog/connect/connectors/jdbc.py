@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import re
 import time
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
@@ -46,7 +45,33 @@ def _required(schema: Schema) -> bool:
 def _url_check(url: str) -> str | None:
     if url.startswith("jdbc:sqlite:") or url.startswith("jdbc:postgresql://"):
         return None
-    return "klog's JDBC sink speaks jdbc:postgresql://HOST[:PORT]/DB and jdbc:sqlite:PATH"
+    return "klog's JDBC connectors speak jdbc:postgresql://HOST[:PORT]/DB and jdbc:sqlite:PATH"
+
+
+# the keys of the connection, Confluent's JDBC source and sink alike
+CONNECTION = (ConfigDef().define("connection.url", check=_url_check).define("connection.user", default="")
+              .define("connection.password", "password", ""))
+
+
+class JdbcConnection:
+    """What Confluent's JDBC source and sink share as connectors: the pgjdbc URL parameters klog does
+    not pass on named in the warning, and PostgreSQL's driver checked at validation."""
+
+    @classmethod
+    def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
+        url = props.get("connection.url", "")
+        if not url.startswith("jdbc:postgresql:"):
+            return []
+        return [f"connection.url parameter {p}" for p in parse_qs(urlparse(url[len("jdbc:"):]).query)
+                if p not in PGJDBC_HANDLED]
+
+    def validate(self, config: dict[str, Any]) -> None:
+        if config["connection.url"].startswith("jdbc:postgresql:"):
+            try:
+                import psycopg2  # noqa: F401
+            except ImportError:
+                raise ConfigError("connection.url", config["connection.url"],
+                                  "PostgreSQL needs psycopg2: pip install 'klog[connect]'") from None
 
 
 class Dialect:
@@ -479,12 +504,10 @@ class JdbcSinkTask(SinkTask):
         self._drop_connection()
 
 
-class JdbcSinkConnector(SinkConnector):
+class JdbcSinkConnector(JdbcConnection, SinkConnector):
     java_classes = ("io.confluent.connect.jdbc.JdbcSinkConnector",)
     short_names = ("jdbc-sink",)
-    config_def = (ConfigDef()
-                  .define("connection.url", check=_url_check).define("connection.user", default="")
-                  .define("connection.password", "password", "")
+    config_def = (CONNECTION.merged(ConfigDef())
                   .define("insert.mode", default="insert", choices=("insert", "upsert", "update"))
                   .define("pk.mode", default="none", choices=("none", "kafka", "record_key", "record_value"))
                   .define("pk.fields", "list", [])
@@ -499,15 +522,8 @@ class JdbcSinkConnector(SinkConnector):
     unimplemented = UNIMPLEMENTED
     task_class = JdbcSinkTask
 
-    @classmethod
-    def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
-        url = props.get("connection.url", "")
-        if not url.startswith("jdbc:postgresql:"):
-            return []
-        return [f"connection.url parameter {p}" for p in parse_qs(urlparse(url[len("jdbc:"):]).query)
-                if p not in PGJDBC_HANDLED]
-
     def validate(self, config: dict[str, Any]) -> None:
+        super().validate(config)
         if config["delete.enabled"] and config["pk.mode"] != "record_key":
             raise ConfigError("delete.enabled", "true", "Primary key mode must be 'record_key' when delete support "
                               "is enabled")
@@ -516,12 +532,6 @@ class JdbcSinkConnector(SinkConnector):
         if config["pk.mode"] == "kafka" and config["pk.fields"] and len(config["pk.fields"]) != 3:
             raise ConfigError("pk.fields", ",".join(config["pk.fields"]), "pk.mode=kafka takes three names "
                               "(topic, partition, offset)")
-        if re.match(r"jdbc:postgresql:", config["connection.url"]):
-            try:
-                import psycopg2  # noqa: F401
-            except ImportError:
-                raise ConfigError("connection.url", config["connection.url"],
-                                  "PostgreSQL needs psycopg2: pip install 'klog[connect]'") from None
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.props) for _ in range(max_tasks)]

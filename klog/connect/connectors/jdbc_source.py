@@ -22,7 +22,7 @@ from typing import Any
 
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef
-from klog.connect.connectors.jdbc import _url_check, make_dialect
+from klog.connect.connectors.jdbc import CONNECTION, JdbcConnection, make_dialect
 from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, ConnectRecord, Schema, primitive, struct
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
@@ -355,12 +355,10 @@ class JdbcSourceTask(SourceTask):
             self.conn = None
 
 
-class JdbcSourceConnector(SourceConnector):
+class JdbcSourceConnector(JdbcConnection, SourceConnector):
     java_classes = ("io.confluent.connect.jdbc.JdbcSourceConnector",)
     short_names = ("jdbc-source",)
-    config_def = (ConfigDef()
-                  .define("connection.url", check=_url_check).define("connection.user", default="")
-                  .define("connection.password", "password", "")
+    config_def = (CONNECTION.merged(ConfigDef())
                   .define("mode", choices=MODES)
                   .define("incrementing.column.name", default="")
                   .define("timestamp.column.name", "list", [])
@@ -378,6 +376,7 @@ class JdbcSourceConnector(SourceConnector):
     task_class = JdbcSourceTask
 
     def validate(self, config: dict[str, Any]) -> None:
+        super().validate(config)
         mode = config["mode"]
         if "incrementing" in mode and not config["incrementing.column.name"]:
             raise ConfigError("incrementing.column.name", "", f"mode={mode} needs the incrementing column")
