@@ -202,3 +202,38 @@ def test_numeric_columns_keep_their_scale_in_table_and_query_modes(pg_db):
         for column, want in (("fixed", "1.50"), ("free", "12.12")):
             scale = int(fields[column]["parameters"]["scale"])
             assert decimal_from_bytes(decimal_to_bytes(record.value[column], scale), scale) == decimal.Decimal(want)
+
+
+def test_a_lost_connection_is_retried_as_confluents_query_retry_attempts(pg_db, data_dir):
+    """The source's PostgreSQL session terminated under it: the query is retried on a new connection
+    (Confluent's query.retry.attempts, -1: forever) and the rows written meanwhile arrive once; the task
+    failed on the first error before."""
+    pg_db.execute("CREATE TABLE items (id serial PRIMARY KEY, name text)")
+    pg_db.execute("INSERT INTO items (name) VALUES ('a')")
+    config = source_config(pg_db, **{"mode": "incrementing", "incrementing.column.name": "id"})
+    with running(data_dir, config) as worker:
+        wait_for(lambda: len(records(data_dir, "pg-items")) == 1, what="the first row")
+        for name in ("b", "c"):
+            pg_db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                          "AND pid <> pg_backend_pid()")
+            pg_db.execute("INSERT INTO items (name) VALUES (%s)", (name,))
+            wait_for(lambda n=name: json.loads(records(data_dir, "pg-items")[-1].value)["payload"]["name"] == n,
+                     what=f"row {name} after the session was terminated")
+        assert [t["state"] for t in worker.describe_status("jdbc-src")["tasks"]] == ["RUNNING"]
+    assert [json.loads(r.value)["payload"]["id"] for r in records(data_dir, "pg-items")] == [1, 2, 3]
+
+
+def test_query_retry_attempts_zero_fails_the_task_on_a_lost_connection(pg_db, data_dir):
+    pg_db.execute("CREATE TABLE items (id serial PRIMARY KEY)")
+    config = source_config(pg_db, **{"mode": "incrementing", "incrementing.column.name": "id",
+                                     "query.retry.attempts": "0"})
+    with running(data_dir, config) as worker:
+        def state() -> list:
+            return [t["state"] for t in worker.describe_status("jdbc-src")["tasks"]]
+
+        wait_for(lambda: state() == ["RUNNING"], what="the task")
+        time.sleep(0.3)  # its session open
+        pg_db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                      "AND pid <> pg_backend_pid()")
+        wait_for(lambda: state() == ["FAILED"], what="the task failed")
+        assert "Failed to query table after retries" in worker.describe_status("jdbc-src")["tasks"][0]["trace"]

@@ -24,16 +24,15 @@ from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef
 from klog.connect.connectors.jdbc import CONNECTION, JdbcConnection, make_dialect
 from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, ConnectRecord, Schema, primitive, struct
-from klog.connect.errors import ConfigError, ConnectError, RetriableError
+from klog.connect.errors import ConfigError, ConnectError
 
 MODES = ("bulk", "incrementing", "timestamp", "timestamp+incrementing")
 # Confluent's keys klog accepts and does not implement (named in the connector's warning)
 UNIMPLEMENTED = frozenset({
     "numeric.mapping", "numeric.precision.mapping", "dialect.name", "db.timezone", "schema.pattern",
     "catalog.pattern", "query.suffix", "transaction.isolation.mode", "table.types", "timestamp.granularity",
-    "quote.sql.identifiers", "query.retry.attempts", "poll.linger.ms", "max.buffer.size",
-    "timestamp.columns.mapping", "incrementing.column.mapping", "date.calendar.system", "query.masked",
-    "connection.attempts", "connection.backoff.ms"})
+    "quote.sql.identifiers", "poll.linger.ms", "max.buffer.size",
+    "timestamp.columns.mapping", "incrementing.column.mapping", "date.calendar.system", "query.masked"})
 EPOCH = dt.datetime(1970, 1, 1)
 NUMERIC_SCALE_UNSET = 127
 EPOCH_DATE = dt.date(1970, 1, 1)
@@ -141,14 +140,25 @@ class JdbcSourceTask(SourceTask):
         self.offsets: dict[str, dict] = {}
         self.schemas: dict[str, tuple[Schema, list[str]]] = {}
         self.scans: dict[str, _Scan] = {}  # table (or "query") → its query being read
+        self.failures = 0  # queries failed in a row (query.retry.attempts)
 
     # -- connection -------------------------------------------------------------------------------
+    def _connect(self):  # noqa: ANN202 - a DB-API connection
+        """connection.attempts tries connection.backoff.ms apart, then the task fails (Confluent's
+        CachedConnectionProvider)."""
+        for attempt in range(1, self.c["connection.attempts"] + 1):
+            try:
+                return self.dialect.connect()
+            except self.dialect.operational_errors() as e:
+                if attempt == self.c["connection.attempts"]:
+                    raise ConnectError(f"cannot connect to {self.c['connection.url']} after {attempt} attempts: "
+                                       f"{str(e).strip()}") from None
+                time.sleep(self.c["connection.backoff.ms"] / 1000)
+        raise AssertionError("unreachable")
+
     def _cursor(self):  # noqa: ANN202 - a DB-API cursor
         if self.conn is None:
-            try:
-                self.conn = self.dialect.connect()
-            except self.dialect.operational_errors() as e:
-                raise RetriableError(f"cannot connect to {self.c['connection.url']}: {str(e).strip()}") from None
+            self.conn = self._connect()
             if not self.sqlite:  # timestamps without a zone are UTC (Confluent's db.timezone default)
                 with self.conn.cursor() as q:
                     q.execute("SET TIME ZONE 'UTC'")
@@ -334,12 +344,20 @@ class JdbcSourceTask(SourceTask):
         if self.c["query"]:
             self.tables = [None]  # type: ignore[list-item]
         elif now - self.listed >= self.c["table.poll.interval.ms"] / 1000:
-            self.tables, self.listed = self._list_tables(), now
+            try:
+                self.tables, self.listed = self._list_tables(), now
+            except self.dialect.operational_errors() as e:
+                self._query_failed("the table list", now, e)
         for table in self.tables:
             key = table or "query"
             if self.next_poll.get(key, 0.0) > now:
                 continue
-            records, ended = self._poll_one(table)
+            try:
+                records, ended = self._poll_one(table)
+            except self.dialect.operational_errors() as e:
+                self._query_failed(key, now, e)
+                continue
+            self.failures = 0
             # a query with more rows waiting is read on at once; one read to its end waits an interval
             if ended:
                 self.next_poll[key] = now + self.c["poll.interval.ms"] / 1000
@@ -347,6 +365,28 @@ class JdbcSourceTask(SourceTask):
                 return records
         time.sleep(min(0.1, self.c["poll.interval.ms"] / 1000))
         return []
+
+    def _query_failed(self, key: str, now: float, error: BaseException) -> None:
+        """A lost connection or failed query: the connection dropped and the table queried again a poll
+        interval later from the offset of the last record sent (Confluent's query.retry.attempts, -1
+        forever; over them the task fails)."""
+        self.failures += 1
+        attempts = self.c["query.retry.attempts"]
+        if 0 <= attempts < self.failures:
+            raise ConnectError(f"Failed to query table after retries: {str(error).strip()}") from error
+        self.context.warn(f"connector '{self.context.connector_name}': query of {key} failed, retrying in "
+                          f"{self.c['poll.interval.ms']} ms: {str(error).strip()}")
+        self._drop_connection()
+        self.next_poll[key] = now + self.c["poll.interval.ms"] / 1000
+
+    def _drop_connection(self) -> None:
+        self.scans.clear()
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001, S110 - the connection is already broken
+                pass
+            self.conn = None
 
     def stop(self) -> None:
         self.scans.clear()
@@ -371,7 +411,10 @@ class JdbcSourceConnector(JdbcConnection, SourceConnector):
                   .define("topic.prefix")
                   .define("poll.interval.ms", "int", 5000, at_least=1)
                   .define("batch.max.rows", "int", 100, at_least=1)
-                  .define("table.poll.interval.ms", "long", 60_000, at_least=1))
+                  .define("table.poll.interval.ms", "long", 60_000, at_least=1)
+                  .define("query.retry.attempts", "int", -1, at_least=-1)
+                  .define("connection.attempts", "int", 3, at_least=1)
+                  .define("connection.backoff.ms", "long", 10_000, at_least=0))
     unimplemented = UNIMPLEMENTED
     task_class = JdbcSourceTask
 
