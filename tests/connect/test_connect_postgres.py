@@ -415,12 +415,14 @@ def test_time_precision_mode(pg_db, data_dir, mode, names, values):
     assert [value["payload"]["after"][c] for c in ("d", "tm", "tm3", "ts", "tz")] == values
 
 
-def test_column_exclude_list_drops_the_columns_from_values_and_schemas(pg_db, data_dir):
-    """column.exclude.list (schema.table.column regular expressions) as Debezium's: the columns are in no
-    value or schema, snapshot or stream; a key column stays."""
+@pytest.mark.parametrize("columns", [{"column.exclude.list": r"public\.users\.(secret|pin),public.users.id"},
+                                     {"column.include.list": r"public\.users\.name"}])
+def test_column_exclude_list_drops_the_columns_from_values_and_schemas(pg_db, data_dir, columns):
+    """column.exclude.list / column.include.list (schema.table.column regular expressions) as Debezium's:
+    the columns left out are in no value or schema, snapshot or stream; a key column stays."""
     pg_db.execute("CREATE TABLE users (id int PRIMARY KEY, name text, secret text, pin int)")
     pg_db.execute("INSERT INTO users VALUES (1, 'a', 's1', 11)")
-    with running(data_dir, cdc(pg_db, **{"column.exclude.list": r"public\.users\.(secret|pin),public.users.id"})):
+    with running(data_dir, cdc(pg_db, **columns)):
         wait_for(lambda: len(records(data_dir, "shop.public.users")) == 1, what="the snapshot")
         pg_db.execute("UPDATE users SET name = 'b', secret = 's2' WHERE id = 1")
         wait_for(lambda: len(records(data_dir, "shop.public.users")) == 2, what="the update")

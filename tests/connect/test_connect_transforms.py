@@ -159,6 +159,10 @@ def test_extract_new_record_state_delete_to_tombstone_leaves_one_tombstone_per_d
         == [None, "dropped"]
     old = chain(unwrap={"type": DBZ, "delete.handling.mode": "none", "drop.tombstones": "false"})
     assert [r.value for r in (old.apply(_envelope("d", {"id": 1}, None)), old.apply(rec(None)))] == [None, None]
+    # delete.handling.mode=none with drop.tombstones' default (true): the delete as a null value, no tombstone
+    old = chain(unwrap={"type": DBZ, "delete.handling.mode": "none"})
+    assert [r.value if r else "dropped" for r in (old.apply(_envelope("d", {"id": 1}, None)), old.apply(rec(None)))] \
+        == [None, "dropped"]
 
 
 def test_extract_new_record_state_route_by_field():
