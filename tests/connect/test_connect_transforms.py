@@ -230,6 +230,12 @@ def test_outbox_event_router_placements_and_operations():
     assert out.value_schema["name"] == "db.inventory.outboxevent.Order.Envelope"
     assert [f["field"] for f in out.value_schema["fields"]] == ["payload", "eventType"]
     assert c.apply(_outbox("u", row)) is None and c.apply(_outbox("d", row)) is None and c.apply(rec(None)) is None
+    # route.tombstone.on.empty.payload: a null or blank payload (Debezium's toString().trim().isEmpty()) a tombstone
+    tombstones = chain(outbox={"type": "EventRouter", "route.tombstone.on.empty.payload": "true"})
+    for payload in (None, "  "):
+        out = tombstones.apply(_outbox("c", {**row, "payload": payload}))
+        assert (out.key, out.value, out.value_schema) == ("7", None, None)
+    assert tombstones.apply(_outbox("c", row)).value == "{}"
     fatal = chain(outbox={"type": "EventRouter", "table.op.invalid.behavior": "fatal"})
     with pytest.raises(DataError):
         fatal.apply(_outbox("u", row))
@@ -283,3 +289,4 @@ def test_set_schema_metadata():
     assert (out.value, out.value_schema["name"], out.value_schema["version"]) == ({"id": 1}, "order-value", 2)
     with pytest.raises(DataError):
         c.apply(rec({"id": 1}))
+    assert c.apply(rec(None)).value is None  # a tombstone passes, as newer Kafka's
