@@ -290,3 +290,12 @@ def test_set_schema_metadata():
     with pytest.raises(DataError):
         c.apply(rec({"id": 1}))
     assert c.apply(rec(None)).value is None  # a tombstone passes, as newer Kafka's
+
+
+def test_hoist_field_with_a_schema_makes_a_required_unnamed_struct():
+    """Kafka's HoistField: SchemaBuilder.struct().field(field, schema), a required struct without a name."""
+    c = chain(hoist={"type": K + "HoistField$Value", "field": "line"})
+    out = c.apply(rec("a", primitive("string")))
+    assert out.value == {"line": "a"}
+    assert out.value_schema == {"type": "struct", "optional": False,
+                                "fields": [{"type": "string", "optional": True, "field": "line"}]}
