@@ -237,3 +237,22 @@ def test_query_retry_attempts_zero_fails_the_task_on_a_lost_connection(pg_db, da
                       "AND pid <> pg_backend_pid()")
         wait_for(lambda: state() == ["FAILED"], what="the task failed")
         assert "Failed to query table after retries" in worker.describe_status("jdbc-src")["tasks"][0]["trace"]
+
+
+def test_a_dropped_table_stops_being_read_and_the_others_go_on(pg_db, data_dir):
+    """A table dropped while the source reads it: its query fails and is retried (Confluent's
+    query.retry.attempts) until the table list no longer has it; the other tables' rows go on arriving
+    (the task failed, stopping every table)."""
+    pg_db.execute("CREATE TABLE items (id serial PRIMARY KEY)")
+    pg_db.execute("CREATE TABLE gone (id serial PRIMARY KEY)")
+    pg_db.execute("INSERT INTO items DEFAULT VALUES")
+    pg_db.execute("INSERT INTO gone DEFAULT VALUES")
+    config = source_config(pg_db, **{"mode": "incrementing", "incrementing.column.name": "id"})
+    with running(data_dir, config) as worker:
+        wait_for(lambda: len(records(data_dir, "pg-items")) == len(records(data_dir, "pg-gone")) == 1,
+                 what="a row of each table")
+        pg_db.execute("DROP TABLE gone")
+        time.sleep(0.5)  # a few polls of the dropped table
+        pg_db.execute("INSERT INTO items DEFAULT VALUES")
+        wait_for(lambda: len(records(data_dir, "pg-items")) == 2, what="the other table's new row")
+        assert [t["state"] for t in worker.describe_status("jdbc-src")["tasks"]] == ["RUNNING"]

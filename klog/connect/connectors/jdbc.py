@@ -84,6 +84,10 @@ class Dialect:
     def operational_errors(self) -> tuple[type[BaseException], ...]:
         raise NotImplementedError
 
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """Every error of the database's driver (DB-API's Error): a failed statement as well as a lost link."""
+        raise NotImplementedError
+
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
@@ -150,6 +154,11 @@ class PostgresDialect(Dialect):
 
         return (psycopg2.OperationalError, psycopg2.InterfaceError)
 
+    def errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg2
+
+        return (psycopg2.Error,)
+
     def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
         """psycopg2's executemany is a round trip per row; execute_batch sends pages of statements."""
         from psycopg2.extras import execute_batch
@@ -195,6 +204,11 @@ class SqliteDialect(Dialect):
         import sqlite3
 
         return (sqlite3.OperationalError,)
+
+    def errors(self) -> tuple[type[BaseException], ...]:
+        import sqlite3
+
+        return (sqlite3.Error,)
 
     def table(self, name: str) -> str:
         return self.quote(name.split(".")[-1])  # SQLite has no schemas: the table part of Confluent's TableId

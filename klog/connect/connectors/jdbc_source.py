@@ -117,6 +117,10 @@ def _connect_value(schema: Schema, value: Any) -> Any:
     return value
 
 
+class MissingTable(ConnectError):
+    """A table listed is not there (any more): its query fails as Confluent's would."""
+
+
 class _Scan:
     """One query of a table, read batch.max.rows at a time across polls (Confluent keeps its ResultSet)."""
 
@@ -140,7 +144,7 @@ class JdbcSourceTask(SourceTask):
         self.offsets: dict[str, dict] = {}
         self.schemas: dict[str, tuple[Schema, list[str]]] = {}
         self.scans: dict[str, _Scan] = {}  # table (or "query") → its query being read
-        self.failures = 0  # queries failed in a row (query.retry.attempts)
+        self.failures: dict[str, int] = {}  # table (or "query") → its queries failed in a row (query.retry.attempts)
 
     # -- connection -------------------------------------------------------------------------------
     def _connect(self):  # noqa: ANN202 - a DB-API connection
@@ -215,7 +219,7 @@ class JdbcSourceTask(SourceTask):
                 fields.append({**_pg_type(oid, typmod), "optional": not notnull, "field": name})
         self.conn.commit()
         if not fields:
-            raise ConnectError(f"table {table} has no columns (is it there?)")
+            raise MissingTable(f"table {table} has no columns (is it there?)")
         self._check_columns(table, {f["field"]: f for f in fields})
         return struct(fields, name=table.split(".")[-1]), [f["field"] for f in fields]
 
@@ -346,7 +350,7 @@ class JdbcSourceTask(SourceTask):
         elif now - self.listed >= self.c["table.poll.interval.ms"] / 1000:
             try:
                 self.tables, self.listed = self._list_tables(), now
-            except self.dialect.operational_errors() as e:
+            except self.dialect.errors() as e:
                 self._query_failed("the table list", now, e)
         for table in self.tables:
             key = table or "query"
@@ -354,10 +358,10 @@ class JdbcSourceTask(SourceTask):
                 continue
             try:
                 records, ended = self._poll_one(table)
-            except self.dialect.operational_errors() as e:
+            except (*self.dialect.errors(), MissingTable) as e:
                 self._query_failed(key, now, e)
                 continue
-            self.failures = 0
+            self.failures.pop(key, None)
             # a query with more rows waiting is read on at once; one read to its end waits an interval
             if ended:
                 self.next_poll[key] = now + self.c["poll.interval.ms"] / 1000
@@ -367,17 +371,18 @@ class JdbcSourceTask(SourceTask):
         return []
 
     def _query_failed(self, key: str, now: float, error: BaseException) -> None:
-        """A lost connection or failed query: the connection dropped and the table queried again a poll
-        interval later from the offset of the last record sent (Confluent's query.retry.attempts, -1
-        forever; over them the task fails)."""
-        self.failures += 1
+        """A lost connection or failed query (a dropped table's too): the connection dropped, the tables
+        listed again and the table queried again a poll interval later from the offset of the last record
+        sent (Confluent's query.retry.attempts, -1 forever; over them the task fails)."""
+        self.failures[key] = self.failures.get(key, 0) + 1
         attempts = self.c["query.retry.attempts"]
-        if 0 <= attempts < self.failures:
+        if 0 <= attempts < self.failures[key]:
             raise ConnectError(f"Failed to query table after retries: {str(error).strip()}") from error
         self.context.warn(f"connector '{self.context.connector_name}': query of {key} failed, retrying in "
                           f"{self.c['poll.interval.ms']} ms: {str(error).strip()}")
         self._drop_connection()
         self.next_poll[key] = now + self.c["poll.interval.ms"] / 1000
+        self.listed = 0.0  # the table may be gone: list them again (Confluent's table monitor drops it)
 
     def _drop_connection(self) -> None:
         self.scans.clear()
