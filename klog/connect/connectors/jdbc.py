@@ -22,7 +22,18 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from klog.connect.api import TP, SinkConnector, SinkTask
 from klog.connect.config import ConfigDef
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, ConnectRecord, Schema, fields_by_name, infer_schema
+from klog.connect.data import (
+    DATE,
+    DECIMAL,
+    TIME,
+    TIMESTAMP,
+    ConnectRecord,
+    Schema,
+    fields_by_name,
+    from_epoch_days,
+    from_epoch_millis,
+    infer_schema,
+)
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
 KAFKA_PK = ["__connect_topic", "__connect_partition", "__connect_offset"]
@@ -113,11 +124,11 @@ class Dialect:
             return None
         name = (schema or {}).get("name")
         if name == DATE and isinstance(value, int):
-            return dt.date(1970, 1, 1) + dt.timedelta(days=value)
+            return from_epoch_days(value)
         if name == TIMESTAMP and isinstance(value, int):
-            return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=value)
+            return from_epoch_millis(value)
         if name == TIME and isinstance(value, int):
-            return (dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=value)).time()
+            return from_epoch_millis(value).time()
         if isinstance(value, dict | list):
             from klog.connect.converters import _json_default
 

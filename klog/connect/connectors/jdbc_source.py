@@ -23,7 +23,20 @@ from typing import Any
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef
 from klog.connect.connectors.jdbc import CONNECTION, JdbcConnection, make_dialect
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, ConnectRecord, Schema, primitive, struct
+from klog.connect.data import (
+    DATE,
+    DECIMAL,
+    TIME,
+    TIMESTAMP,
+    ConnectRecord,
+    Schema,
+    epoch_days,
+    epoch_millis,
+    from_epoch_millis,
+    micros_of_day,
+    primitive,
+    struct,
+)
 from klog.connect.errors import ConfigError, ConnectError
 
 MODES = ("bulk", "incrementing", "timestamp", "timestamp+incrementing")
@@ -33,9 +46,7 @@ UNIMPLEMENTED = frozenset({
     "catalog.pattern", "query.suffix", "transaction.isolation.mode", "table.types", "timestamp.granularity",
     "quote.sql.identifiers", "poll.linger.ms", "max.buffer.size",
     "timestamp.columns.mapping", "incrementing.column.mapping", "date.calendar.system", "query.masked"})
-EPOCH = dt.datetime(1970, 1, 1)
 NUMERIC_SCALE_UNSET = 127
-EPOCH_DATE = dt.date(1970, 1, 1)
 
 # PostgreSQL type OIDs → Connect types, as Confluent's dialect maps their JDBC types
 _PG_TYPES = {16: "boolean", 21: "int16", 23: "int32", 20: "int64", 700: "float32", 701: "float64", 17: "bytes"}
@@ -92,8 +103,7 @@ def _millis(value: Any) -> int:
         value = dt.datetime.fromisoformat(value)
     if value.tzinfo is not None:
         value = value.astimezone(dt.UTC).replace(tzinfo=None)
-    delta = value - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    return epoch_millis(value)
 
 
 def _connect_value(schema: Schema, value: Any) -> Any:
@@ -104,10 +114,9 @@ def _connect_value(schema: Schema, value: Any) -> Any:
     if name == TIMESTAMP:
         return _millis(value)
     if name == DATE:
-        return ((value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))) - EPOCH_DATE).days
+        return epoch_days(value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value)))
     if name == TIME:
-        t = value if isinstance(value, dt.time) else dt.time.fromisoformat(str(value))
-        return ((t.hour * 60 + t.minute) * 60 + t.second) * 1000 + t.microsecond // 1000
+        return micros_of_day(value if isinstance(value, dt.time) else dt.time.fromisoformat(str(value))) // 1000
     if name == DECIMAL:
         return decimal.Decimal(str(value))
     if schema["type"] == "bytes":
@@ -261,7 +270,7 @@ class JdbcSourceTask(SourceTask):
                 [until, last, last_id, last])
 
     def _stamp(self, millis: Any, nanos: Any) -> dt.datetime:
-        when = EPOCH + dt.timedelta(milliseconds=int(millis or 0))  # none: Confluent's Timestamp(0)
+        when = from_epoch_millis(int(millis or 0))  # none: Confluent's Timestamp(0)
         return when.replace(microsecond=int(nanos) // 1000) if nanos is not None else when
 
     def _param(self, when: dt.datetime) -> Any:
