@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import re
 import time
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
@@ -33,6 +34,7 @@ from klog.connect.data import (
     from_epoch_days,
     from_epoch_millis,
     infer_schema,
+    primitive,
 )
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
@@ -85,6 +87,59 @@ class JdbcConnection:
                                   "PostgreSQL needs psycopg2: pip install 'klog[connect]'") from None
 
 
+# what Confluent's source makes of a column's type, by dialect
+NUMERIC_SCALE_UNSET = 127
+
+# PostgreSQL type OIDs → Connect types, as Confluent's dialect maps their JDBC types
+_PG_TYPES = {16: "boolean", 21: "int16", 23: "int32", 20: "int64", 700: "float32", 701: "float64", 17: "bytes"}
+
+
+def _sqlite_type(declared: str) -> Schema:
+    """A SQLite column's declared type as sqlite-jdbc reports it, then as Confluent maps that."""
+    t = declared.upper()
+    if t in ("INTEGER", "INT", "MEDIUMINT"):
+        return primitive("int32")
+    if t in ("BIGINT", "INT8", "UNSIGNED BIG INT"):
+        return primitive("int64")
+    if t in ("SMALLINT", "INT2"):
+        return primitive("int16")
+    if t == "TINYINT":
+        return primitive("int8")
+    if t == "REAL":
+        return primitive("float32")
+    if t.startswith(("FLOAT", "DOUBLE")):
+        return primitive("float64")
+    if t.startswith(("BOOLEAN", "BIT")):
+        return primitive("boolean")
+    if t.startswith(("NUMERIC", "DECIMAL")):
+        m = re.search(r"\(\s*\d+\s*,\s*(\d+)\s*\)", t)
+        return primitive("bytes", name=DECIMAL, version=1, parameters={"scale": m.group(1) if m else "0"})
+    if t == "DATE":
+        return primitive("int32", name=DATE, version=1)
+    if t.startswith(("DATETIME", "TIMESTAMP")):
+        return primitive("int64", name=TIMESTAMP, version=1)
+    if t.startswith(("BLOB", "BINARY", "VARBINARY")):
+        return primitive("bytes")
+    return primitive("string")
+
+
+def _pg_type(oid: int, typmod: int) -> Schema:
+    if oid in _PG_TYPES:
+        return primitive(_PG_TYPES[oid])
+    if oid == 1700:
+        # an unconstrained numeric has no scale: Confluent's PostgreSQL dialect gives it 127 (its
+        # NUMERIC_TYPE_SCALE_HIGH) rather than 0, which would round 12.12 to 12
+        scale = (typmod - 4) & 0xFFFF if typmod >= 4 else NUMERIC_SCALE_UNSET
+        return primitive("bytes", name=DECIMAL, version=1, parameters={"scale": str(scale)})
+    if oid == 1082:
+        return primitive("int32", name=DATE, version=1)
+    if oid == 1083:
+        return primitive("int32", name=TIME, version=1)
+    if oid in (1114, 1184):
+        return primitive("int64", name=TIMESTAMP, version=1)
+    return primitive("string")
+
+
 class Dialect:
     param = "?"
     types: dict[str, str] = {}
@@ -98,6 +153,25 @@ class Dialect:
     def errors(self) -> tuple[type[BaseException], ...]:
         """Every error of the database's driver (DB-API's Error): a failed statement as well as a lost link."""
         raise NotImplementedError
+
+    # -- what the source reads --------------------------------------------------------------------
+    def on_source_connect(self, conn) -> None:  # noqa: ANN001
+        """A new connection of the source made ready."""
+
+    def tables(self, cur) -> list[str]:  # noqa: ANN001
+        """The database's tables, in name order."""
+        raise NotImplementedError
+
+    def source_columns(self, cur, table: str) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        """Each column's name, Connect schema as Confluent's source types it, and NOT NULL, in order."""
+        raise NotImplementedError
+
+    def result_types(self, description: Any) -> list[Schema]:
+        """The Connect schema of each column of a query's result (a cursor's description)."""
+        return [primitive("string") for _ in description]
+
+    def timestamp_param(self, when: dt.datetime) -> Any:
+        return when
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
@@ -170,6 +244,25 @@ class PostgresDialect(Dialect):
 
         return (psycopg2.Error,)
 
+    def on_source_connect(self, conn) -> None:  # noqa: ANN001
+        with conn.cursor() as q:  # timestamps without a zone are UTC (Confluent's db.timezone default)
+            q.execute("SET TIME ZONE 'UTC'")
+        conn.commit()
+
+    def tables(self, cur) -> list[str]:  # noqa: ANN001
+        cur.execute("SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_type = "
+                    "'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1")
+        return [r[0] for r in cur.fetchall()]
+
+    def source_columns(self, cur, table: str) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        cur.execute("SELECT attname, atttypid, atttypmod, attnotnull FROM pg_attribute WHERE attrelid = "
+                    "%s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (self.table(table),))
+        return [(name, _pg_type(oid, typmod), notnull) for name, oid, typmod, notnull in cur.fetchall()]
+
+    def result_types(self, description: Any) -> list[Schema]:
+        # numeric(p, s) as its typmod (psycopg2 says 65535 for none)
+        return [_pg_type(d[1], ((d[4] << 16) | d[5]) + 4 if d[4] and d[4] < 0xFFFF else -1) for d in description]
+
     def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
         """psycopg2's executemany is a round trip per row; execute_batch sends pages of statements."""
         from psycopg2.extras import execute_batch
@@ -220,6 +313,18 @@ class SqliteDialect(Dialect):
         import sqlite3
 
         return (sqlite3.Error,)
+
+    def tables(self, cur) -> list[str]:  # noqa: ANN001
+        cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY 1")
+        return [r[0] for r in cur.fetchall()]
+
+    def source_columns(self, cur, table: str) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        cur.execute(f"PRAGMA table_info({self.quote(table)})")
+        return [(name, _sqlite_type(declared or ""), bool(notnull))
+                for _, name, declared, notnull, _, _ in cur.fetchall()]
+
+    def timestamp_param(self, when: dt.datetime) -> Any:
+        return when.isoformat(sep=" ")  # SQLite keeps timestamps as ISO text: compared as text in its format
 
     def table(self, name: str) -> str:
         return self.quote(name.split(".")[-1])  # SQLite has no schemas: the table part of Confluent's TableId

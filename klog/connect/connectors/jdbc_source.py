@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import re
 import time
 from typing import Any
 
@@ -34,7 +33,6 @@ from klog.connect.data import (
     epoch_millis,
     from_epoch_millis,
     micros_of_day,
-    primitive,
     struct,
 )
 from klog.connect.errors import ConfigError, ConnectError
@@ -46,57 +44,6 @@ UNIMPLEMENTED = frozenset({
     "catalog.pattern", "query.suffix", "transaction.isolation.mode", "table.types", "timestamp.granularity",
     "quote.sql.identifiers", "poll.linger.ms", "max.buffer.size",
     "timestamp.columns.mapping", "incrementing.column.mapping", "date.calendar.system", "query.masked"})
-NUMERIC_SCALE_UNSET = 127
-
-# PostgreSQL type OIDs → Connect types, as Confluent's dialect maps their JDBC types
-_PG_TYPES = {16: "boolean", 21: "int16", 23: "int32", 20: "int64", 700: "float32", 701: "float64", 17: "bytes"}
-
-
-def _sqlite_type(declared: str) -> Schema:
-    """A SQLite column's declared type as sqlite-jdbc reports it, then as Confluent maps that."""
-    t = declared.upper()
-    if t in ("INTEGER", "INT", "MEDIUMINT"):
-        return primitive("int32")
-    if t in ("BIGINT", "INT8", "UNSIGNED BIG INT"):
-        return primitive("int64")
-    if t in ("SMALLINT", "INT2"):
-        return primitive("int16")
-    if t == "TINYINT":
-        return primitive("int8")
-    if t == "REAL":
-        return primitive("float32")
-    if t.startswith(("FLOAT", "DOUBLE")):
-        return primitive("float64")
-    if t.startswith(("BOOLEAN", "BIT")):
-        return primitive("boolean")
-    if t.startswith(("NUMERIC", "DECIMAL")):
-        m = re.search(r"\(\s*\d+\s*,\s*(\d+)\s*\)", t)
-        return primitive("bytes", name=DECIMAL, version=1, parameters={"scale": m.group(1) if m else "0"})
-    if t == "DATE":
-        return primitive("int32", name=DATE, version=1)
-    if t.startswith(("DATETIME", "TIMESTAMP")):
-        return primitive("int64", name=TIMESTAMP, version=1)
-    if t.startswith(("BLOB", "BINARY", "VARBINARY")):
-        return primitive("bytes")
-    return primitive("string")
-
-
-def _pg_type(oid: int, typmod: int) -> Schema:
-    if oid in _PG_TYPES:
-        return primitive(_PG_TYPES[oid])
-    if oid == 1700:
-        # an unconstrained numeric has no scale: Confluent's PostgreSQL dialect gives it 127 (its
-        # NUMERIC_TYPE_SCALE_HIGH) rather than 0, which would round 12.12 to 12
-        scale = (typmod - 4) & 0xFFFF if typmod >= 4 else NUMERIC_SCALE_UNSET
-        return primitive("bytes", name=DECIMAL, version=1, parameters={"scale": str(scale)})
-    if oid == 1082:
-        return primitive("int32", name=DATE, version=1)
-    if oid == 1083:
-        return primitive("int32", name=TIME, version=1)
-    if oid in (1114, 1184):
-        return primitive("int64", name=TIMESTAMP, version=1)
-    return primitive("string")
-
 
 def _millis(value: Any) -> int:
     if isinstance(value, str):
@@ -145,7 +92,6 @@ class JdbcSourceTask(SourceTask):
     def start(self, props: dict[str, str]) -> None:
         self.c = JdbcSourceConnector.config_def.parse(props)
         self.dialect = make_dialect(self.c)
-        self.sqlite = self.c["connection.url"].startswith("jdbc:sqlite:")
         self.conn = None
         self.tables: list[str] = []
         self.listed = 0.0  # monotonic time of the last table listing
@@ -172,10 +118,7 @@ class JdbcSourceTask(SourceTask):
     def _cursor(self):  # noqa: ANN202 - a DB-API cursor
         if self.conn is None:
             self.conn = self._connect()
-            if not self.sqlite:  # timestamps without a zone are UTC (Confluent's db.timezone default)
-                with self.conn.cursor() as q:
-                    q.execute("SET TIME ZONE 'UTC'")
-                self.conn.commit()
+            self.dialect.on_source_connect(self.conn)
         return self.conn.cursor()
 
     def _partition(self, table: str | None) -> dict:
@@ -196,13 +139,7 @@ class JdbcSourceTask(SourceTask):
 
     # -- tables -----------------------------------------------------------------------------------
     def _list_tables(self) -> list[str]:
-        cur = self._cursor()
-        if self.sqlite:
-            cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY 1")
-        else:
-            cur.execute("SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_type = "
-                        "'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1")
-        names = [r[0] for r in cur.fetchall()]
+        names = self.dialect.tables(self._cursor())
         self.conn.commit()
         allowed = self.c["table.whitelist"] or self.c["table.include.list"]
         denied = self.c["table.blacklist"] or self.c["table.exclude.list"]
@@ -214,18 +151,8 @@ class JdbcSourceTask(SourceTask):
 
     def _table_schema(self, table: str) -> tuple[Schema, list[str]]:
         """The value schema of a table (named after it) and its column names, in order."""
-        cur = self._cursor()
-        fields = []
-        if self.sqlite:
-            cur.execute(f"PRAGMA table_info({self.dialect.quote(table)})")
-            for _, name, declared, notnull, _, _ in cur.fetchall():
-                fields.append({**_sqlite_type(declared or ""), "optional": not notnull, "field": name})
-        else:
-            cur.execute("SELECT attname, atttypid, atttypmod, attnotnull FROM pg_attribute WHERE attrelid = "
-                        "%s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-                        (self.dialect.table(table),))
-            for name, oid, typmod, notnull in cur.fetchall():
-                fields.append({**_pg_type(oid, typmod), "optional": not notnull, "field": name})
+        fields = [{**schema, "optional": not not_null, "field": name}
+                  for name, schema, not_null in self.dialect.source_columns(self._cursor(), table)]
         self.conn.commit()
         if not fields:
             raise MissingTable(f"table {table} has no columns (is it there?)")
@@ -275,7 +202,7 @@ class JdbcSourceTask(SourceTask):
 
     def _param(self, when: dt.datetime) -> Any:
         # SQLite keeps timestamps as ISO text: compare as text in its own format
-        return when.isoformat(sep=" ") if self.sqlite else when
+        return self.dialect.timestamp_param(when)
 
     def _start_scan(self, table: str | None) -> _Scan:
         key = table or "query"
@@ -345,11 +272,9 @@ class JdbcSourceTask(SourceTask):
         cur = self._cursor()
         cur.execute(f"SELECT * FROM {self._source_sql(None)} WHERE 1 = 0")
         names = [d[0] for d in cur.description]
-        # PostgreSQL's numeric(p, s) as its typmod (psycopg2 says 65535 for none); SQLite's cursor has no types
-        types = [(d[1], ((d[4] << 16) | d[5]) + 4 if d[4] and d[4] < 0xFFFF else -1) for d in cur.description]
         self.conn.commit()
-        fields = [{**(_pg_type(*t) if isinstance(t[0], int) else primitive("string")), "optional": True, "field": n}
-                  for n, t in zip(names, types, strict=True)]
+        fields = [{**schema, "optional": True, "field": n}
+                  for n, schema in zip(names, self.dialect.result_types(cur.description), strict=True)]
         return struct(fields), names
 
     def poll(self) -> list[ConnectRecord]:
