@@ -309,3 +309,25 @@ def test_auto_create_not_null_as_confluent(tmp_path, data_dir):
     with sqlite3.connect(db) as conn:
         assert [(r[1], r[3]) for r in conn.execute('PRAGMA table_info("rows")')] == [
             ("id", 1), ("a", 1), ("b", 0), ("c", 0)]
+
+
+def test_timestamps_into_postgresql_are_utc_whatever_the_servers_time_zone(pg_db, data_dir):
+    """A Connect Timestamp is an instant: written as UTC (Confluent's db.timezone default) into a timestamptz
+    and a timestamp column alike, with the database's TimeZone New York's (the timestamptz was read in the
+    session's zone: five hours late)."""
+    pg_db.execute(f"ALTER DATABASE \"{pg_db.dbname}\" SET timezone TO 'America/New_York'")
+    pg_db.execute("CREATE TABLE rows (id int PRIMARY KEY, at timestamptz, plain timestamp)")
+    ts = {"type": "int64", "optional": True, "name": "org.apache.kafka.connect.data.Timestamp", "version": 1}
+    schema = {"type": "struct", "optional": False, "fields": [
+        {"type": "int32", "optional": False, "field": "id"}, {**ts, "field": "at"}, {**ts, "field": "plain"}]}
+    with klog.open(data_dir) as s:
+        s.create_topic("rows", partitions=1)
+        with s.producer() as p:
+            p.send("rows", json.dumps({"schema": schema, "payload": {"id": 1, "at": 1_577_836_800_000,
+                                                                     "plain": 1_577_836_800_000}}).encode())
+    config = sink_config(pg_db.jdbc_url, **{"pk.mode": "record_value", "pk.fields": "id", "delete.enabled": "false",
+                                            "auto.create": "false"})
+    with running(data_dir, config):
+        wait_for(lambda: pg_db.execute("SELECT count(*) FROM rows") == [(1,)], what="the row")
+    assert pg_db.execute("SELECT extract(epoch FROM at)::bigint, plain::text FROM rows") == [
+        (1_577_836_800, "2020-01-01 00:00:00")]

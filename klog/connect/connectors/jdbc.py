@@ -155,9 +155,6 @@ class Dialect:
         raise NotImplementedError
 
     # -- what the source reads --------------------------------------------------------------------
-    def on_source_connect(self, conn) -> None:  # noqa: ANN001
-        """A new connection of the source made ready."""
-
     def tables(self, cur) -> list[str]:  # noqa: ANN001
         """The database's tables, in name order."""
         raise NotImplementedError
@@ -226,8 +223,10 @@ class PostgresDialect(Dialect):
         for param, libpq in PGJDBC_PARAMS.items():
             if query.get(param):
                 self.dsn[libpq] = query[param]
+        # timestamps are UTC (Confluent's db.timezone default): a timestamptz is read and written as the instant
+        self.dsn["options"] = "-c TimeZone=UTC"
         if query.get("currentSchema"):  # pgjdbc sets the search path: unqualified tables are created and found there
-            self.dsn["options"] = "-c search_path=" + query["currentSchema"].replace("\\", "\\\\").replace(" ", "\\ ")
+            self.dsn["options"] += " -c search_path=" + query["currentSchema"].replace("\\", "\\\\").replace(" ", "\\ ")
 
     def connect(self):  # noqa: ANN201
         import psycopg2
@@ -243,11 +242,6 @@ class PostgresDialect(Dialect):
         import psycopg2
 
         return (psycopg2.Error,)
-
-    def on_source_connect(self, conn) -> None:  # noqa: ANN001
-        with conn.cursor() as q:  # timestamps without a zone are UTC (Confluent's db.timezone default)
-            q.execute("SET TIME ZONE 'UTC'")
-        conn.commit()
 
     def tables(self, cur) -> list[str]:  # noqa: ANN001
         cur.execute("SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_type = "

@@ -118,7 +118,6 @@ class JdbcSourceTask(SourceTask):
     def _cursor(self):  # noqa: ANN202 - a DB-API cursor
         if self.conn is None:
             self.conn = self._connect()
-            self.dialect.on_source_connect(self.conn)
         return self.conn.cursor()
 
     def _partition(self, table: str | None) -> dict:
