@@ -256,3 +256,31 @@ def test_a_dropped_table_stops_being_read_and_the_others_go_on(pg_db, data_dir):
         pg_db.execute("INSERT INTO items DEFAULT VALUES")
         wait_for(lambda: len(records(data_dir, "pg-items")) == 2, what="the other table's new row")
         assert [t["state"] for t in worker.describe_status("jdbc-src")["tasks"]] == ["RUNNING"]
+
+
+def test_table_include_and_exclude_lists_are_regular_expressions_as_confluents(pg_db):
+    """table.include.list / table.exclude.list are regular expressions over schema.table, the exclude list
+    applying to what the include list matched (Confluent's TableCollectionUtils); klog took them as exact
+    names (so `public\\.orders_.*` read nothing) and refused them together."""
+    from klog.connect.api import OffsetReader, TaskContext
+    from klog.connect.connectors.jdbc_source import JdbcSourceTask
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import validate
+
+    for t in ("orders_2024", "orders_2025", "orders_tmp", "other"):
+        pg_db.execute(f"CREATE TABLE {t} (id int PRIMARY KEY)")
+    config = source_config(pg_db, **{"mode": "bulk", "table.include.list": r"public\.orders_.*",
+                                     "table.exclude.list": ".*_tmp"})
+    validate(config)
+    task = JdbcSourceTask()
+    task.initialize(TaskContext("jdbc-src", 0, print, OffsetReader(lambda p: None)))
+    task.start(config)
+    try:
+        assert task._list_tables() == ["public.orders_2024", "public.orders_2025"]
+    finally:
+        task.stop()
+    for bad, key in (({"table.exclude.list": ".*_tmp"}, "table.exclude.list"),
+                     ({"table.whitelist": "other", "table.include.list": ".*"}, "table.include.list")):
+        with pytest.raises(ConfigError) as e:
+            validate(source_config(pg_db, **{"mode": "bulk", **bad}))
+        assert e.value.field == key

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from klog.connect.api import SourceConnector, SourceTask
-from klog.connect.config import ConfigDef
+from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors.jdbc import CONNECTION, JdbcConnection, make_dialect
 from klog.connect.data import (
     DATE,
@@ -140,13 +140,17 @@ class JdbcSourceTask(SourceTask):
     def _list_tables(self) -> list[str]:
         names = self.dialect.tables(self._cursor())
         self.conn.commit()
-        allowed = self.c["table.whitelist"] or self.c["table.include.list"]
-        denied = self.c["table.blacklist"] or self.c["table.exclude.list"]
+        if self.c["table.include.list"]:  # regular expressions over schema.table (Confluent's TableCollectionUtils)
+            included, excluded = ([java_regex(p) for p in self.c[k]] for k in ("table.include.list",
+                                                                               "table.exclude.list"))
+            return [n for n in names if any(p.fullmatch(n) for p in included)
+                    and not any(p.fullmatch(n) for p in excluded)]
+        allowed, denied = self.c["table.whitelist"], self.c["table.blacklist"]  # exact names, qualified or not
 
-        def matches(patterns: list[str], name: str) -> bool:
-            return any(p == name or p == name.split(".")[-1] for p in patterns)
+        def named(patterns: list[str], name: str) -> bool:
+            return name in patterns or name.split(".")[-1] in patterns
 
-        return [n for n in names if (not allowed or matches(allowed, n)) and not matches(denied, n)]
+        return [n for n in names if (not allowed or named(allowed, n)) and not named(denied, n)]
 
     def _table_schema(self, table: str) -> tuple[Schema, list[str]]:
         """The value schema of a table (named after it) and its column names, in order."""
@@ -344,7 +348,8 @@ class JdbcSourceConnector(JdbcConnection, SourceConnector):
                   .define("timestamp.delay.interval.ms", "long", 0, at_least=0)
                   .define("validate.non.null", "boolean", True)
                   .define("table.whitelist", "list", []).define("table.blacklist", "list", [])
-                  .define("table.include.list", "list", []).define("table.exclude.list", "list", [])
+                  .define("table.include.list", "list", [], check=regex_list_check)
+                  .define("table.exclude.list", "list", [], check=regex_list_check)
                   .define("query", default="")
                   .define("topic.prefix")
                   .define("poll.interval.ms", "int", 5000, at_least=1)
@@ -365,10 +370,16 @@ class JdbcSourceConnector(JdbcConnection, SourceConnector):
             raise ConfigError("timestamp.column.name", "", f"mode={mode} needs the timestamp column")
         if config["query"] and (config["table.whitelist"] or config["table.include.list"]):
             raise ConfigError("query", config["query"], "query mode takes no table list")
-        if (config["table.whitelist"] or config["table.include.list"]) and \
-                (config["table.blacklist"] or config["table.exclude.list"]):
-            raise ConfigError("table.blacklist", ",".join(config["table.blacklist"] or config["table.exclude.list"]),
-                              "a table include list and exclude list cannot both be set")
+        if config["table.whitelist"] and config["table.blacklist"]:
+            raise ConfigError("table.blacklist", ",".join(config["table.blacklist"]),
+                              "table.whitelist and table.blacklist cannot both be set")
+        if (config["table.whitelist"] or config["table.blacklist"]) and \
+                (config["table.include.list"] or config["table.exclude.list"]):
+            raise ConfigError("table.include.list", ",".join(config["table.include.list"]),
+                              "table.whitelist/blacklist and table.include/exclude.list cannot be mixed")
+        if config["table.exclude.list"] and not config["table.include.list"]:
+            raise ConfigError("table.exclude.list", ",".join(config["table.exclude.list"]),
+                              "table.exclude.list cannot be used without table.include.list")
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.props)]  # one task reads every table
