@@ -181,7 +181,8 @@ def test_kill_9_during_a_load_loses_no_row_and_resends_only_from_the_stored_offs
 
 
 def test_numeric_columns_keep_their_scale_in_table_and_query_modes(pg_db):
-    """numeric(10,2) has scale 2 in table mode and query mode alike (the query's was 0: 1.50 sent as 2);
+    """numeric(10,2) has scale 2 in table mode and query mode alike (the query's was 0: 1.50 sent as 2),
+    NOT NULL makes a required field in both;
     an unconstrained numeric gets Confluent's PostgreSQL dialect's scale 127 (it was 0: 12.12 sent as 12)."""
     from klog.connect.api import OffsetReader, TaskContext
     from klog.connect.connectors.jdbc_source import JdbcSourceTask
@@ -199,6 +200,8 @@ def test_numeric_columns_keep_their_scale_in_table_and_query_modes(pg_db):
             task.stop()
         fields = {f["field"]: f for f in record.value_schema["fields"]}
         assert (fields["fixed"]["parameters"], fields["free"]["parameters"]) == ({"scale": "2"}, {"scale": "127"})
+        # the NOT NULL primary key is required in both modes (pgjdbc's isNullable; query mode had all optional)
+        assert [f["optional"] for f in record.value_schema["fields"]] == [False, True, True]
         for column, want in (("fixed", "1.50"), ("free", "12.12")):
             scale = int(fields[column]["parameters"]["scale"])
             assert decimal_from_bytes(decimal_to_bytes(record.value[column], scale), scale) == decimal.Decimal(want)

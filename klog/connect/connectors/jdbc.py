@@ -163,9 +163,10 @@ class Dialect:
         """Each column's name, Connect schema as Confluent's source types it, and NOT NULL, in order."""
         raise NotImplementedError
 
-    def result_types(self, description: Any) -> list[Schema]:
-        """The Connect schema of each column of a query's result (a cursor's description)."""
-        return [primitive("string") for _ in description]
+    def result_columns(self, cur) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        """Each column of the query `cur` ran: its name, Connect schema and NOT NULL (SQLite's driver
+        reports no types: text, nullable)."""
+        return [(d[0], primitive("string"), False) for d in cur.description]
 
     def timestamp_param(self, when: dt.datetime) -> Any:
         return when
@@ -253,9 +254,20 @@ class PostgresDialect(Dialect):
                     "%s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (self.table(table),))
         return [(name, _pg_type(oid, typmod), notnull) for name, oid, typmod, notnull in cur.fetchall()]
 
-    def result_types(self, description: Any) -> list[Schema]:
-        # numeric(p, s) as its typmod (psycopg2 says 65535 for none)
-        return [_pg_type(d[1], ((d[4] << 16) | d[5]) + 4 if d[4] and d[4] < 0xFFFF else -1) for d in description]
+    def result_columns(self, cur) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        """A column straight from a table is NOT NULL as its table's is (pgjdbc's isNullable looks it up);
+        a numeric(p, s) keeps its scale (its typmod; psycopg2 says 65535 for none)."""
+        described = list(cur.description)
+        sources = {(d.table_oid, d.table_column) for d in described if d.table_oid}
+        not_null: set[tuple[int, int]] = set()
+        if sources:
+            cur.execute("SELECT attrelid::bigint, attnum FROM pg_attribute WHERE attnotnull AND "
+                        "(attrelid::bigint, attnum) IN (SELECT * FROM unnest(%s::bigint[], %s::int[]))",
+                        ([o for o, _ in sources], [c for _, c in sources]))
+            not_null = {(o, c) for o, c in cur.fetchall()}
+        return [(d.name, _pg_type(d.type_code, ((d.precision << 16) | d.scale) + 4
+                                  if d.precision and d.precision < 0xFFFF else -1),
+                 (d.table_oid, d.table_column) in not_null) for d in described]
 
     def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
         """psycopg2's executemany is a round trip per row; execute_batch sends pages of statements."""

@@ -274,11 +274,10 @@ class JdbcSourceTask(SourceTask):
     def _query_schema(self) -> tuple[Schema, list[str]]:
         cur = self._cursor()
         cur.execute(f"SELECT * FROM {self._source_sql(None)} WHERE 1 = 0")
-        names = [d[0] for d in cur.description]
+        fields = [{**schema, "optional": not not_null, "field": name}
+                  for name, schema, not_null in self.dialect.result_columns(cur)]
         self.conn.commit()
-        fields = [{**schema, "optional": True, "field": n}
-                  for n, schema in zip(names, self.dialect.result_types(cur.description), strict=True)]
-        return struct(fields), names
+        return struct(fields), [f["field"] for f in fields]
 
     def poll(self) -> list[ConnectRecord]:
         now = time.monotonic()
