@@ -13,6 +13,7 @@ at any instant neither loses nor duplicates a row.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
 import json
@@ -185,6 +186,47 @@ class Dialect:
             return {DATE: "DATE", TIME: "TIME", TIMESTAMP: "TIMESTAMP"}[name]
         return self.types.get(schema.get("type", "string"), "TEXT")
 
+    def column_spec(self, name: str, schema: Schema, not_null: bool) -> str:
+        """A column as Confluent's writeColumnSpec writes it: with the field's default as DEFAULT (the
+        column then nullable), else NOT NULL when asked."""
+        spec = f"{self.quote(name)} {self.sql_type(schema)}"
+        literal = self.default_literal(schema)
+        if literal is not None:
+            return f"{spec} DEFAULT {literal}"
+        return spec + (" NOT NULL" if not_null else "")
+
+    def default_literal(self, schema: Schema) -> str | None:
+        """The schema's default (in JsonConverter's form) as Confluent's formatColumnValue writes it: numbers
+        bare, strings, dates and times quoted (UTC), a boolean 1 or 0; none for bytes and structures."""
+        value = schema.get("default")
+        if value is None:
+            return None
+        name, kind = schema.get("name"), schema.get("type")
+        if name == DECIMAL:
+            from klog.connect.converters import decimal_from_bytes
+
+            scale = int(schema.get("parameters", {}).get("scale", 0))
+            return str(decimal_from_bytes(base64.b64decode(value), scale))
+        if name == DATE:
+            return self.quote_string(from_epoch_days(value).isoformat())
+        if name == TIME:
+            return self.quote_string(f"{from_epoch_millis(value):%H:%M:%S.%f}"[:-3])
+        if name == TIMESTAMP:
+            return self.quote_string(f"{from_epoch_millis(value):%Y-%m-%d %H:%M:%S.%f}"[:-3])
+        if kind == "boolean":
+            return self.boolean_literal(bool(value))
+        if kind in ("int8", "int16", "int32", "int64", "float32", "float64"):
+            return repr(value) if isinstance(value, float) else str(int(value))
+        if kind == "string":
+            return self.quote_string(str(value))
+        return None
+
+    def quote_string(self, text: str) -> str:
+        return "'" + text.replace("'", "''") + "'"
+
+    def boolean_literal(self, value: bool) -> str:
+        return "1" if value else "0"
+
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         raise NotImplementedError
 
@@ -268,6 +310,9 @@ class PostgresDialect(Dialect):
         return [(d.name, _pg_type(d.type_code, ((d.precision << 16) | d.scale) + 4
                                   if d.precision and d.precision < 0xFFFF else -1),
                  (d.table_oid, d.table_column) in not_null) for d in described]
+
+    def boolean_literal(self, value: bool) -> str:
+        return "TRUE" if value else "FALSE"  # PostgreSQL's boolean takes no 1 or 0 (Confluent's dialect too)
 
     def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
         """psycopg2's executemany is a round trip per row; execute_batch sends pages of statements."""
@@ -615,10 +660,7 @@ class JdbcSinkTask(SinkTask):
         if existing is None:
             if not self.c["auto.create"]:
                 raise ConnectError(f"Table {table} is missing and auto-creation is disabled (auto.create=false)")
-            # a required field without a default is a NOT NULL column, as Confluent's writeColumnSpec makes it
-            # (a field with a default gets DEFAULT there instead, which no insert of the sink's uses)
-            defs = [f"{d.quote(n)} {d.sql_type(s)}{' NOT NULL' if n in pk or _required(s) else ''}"
-                    for n, s in cols.items()]
+            defs = [d.column_spec(n, s, n in pk or _required(s)) for n, s in cols.items()]
             if pk:
                 defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
             cur.execute(f"CREATE TABLE IF NOT EXISTS {d.table(table)} ({', '.join(defs)})")
@@ -629,7 +671,7 @@ class JdbcSinkTask(SinkTask):
                 raise ConnectError(f"Table {table} is missing fields {missing} and auto-evolution is disabled "
                                    "(auto.evolve=false)")
             for n in missing:
-                cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN {d.quote(n)} {d.sql_type(cols[n])}")
+                cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN {d.column_spec(n, cols[n], False)}")
             existing |= set(missing)
         self.columns[table] = existing
 
