@@ -105,6 +105,9 @@ def test_timestamp_mode_reads_a_group_of_equal_timestamps_whole_across_batches(p
     # a restart from a record's offset inside the group (day1) sends the whole group again
     assert [r.value["id"] for r in run(day1)] == [2, 3, 4, 5, 6, 7]
     assert [r.value["id"] for r in run(day2)] == [7]
+    # timestamp+incrementing resumes inside a group by the id (Confluent's `ts = last AND id > last`)
+    config.update({"mode": "timestamp+incrementing", "incrementing.column.name": "id"})
+    assert [r.value["id"] for r in run({**day2, "incrementing": 3})] == [4, 5, 6, 7]
 
 
 def _stored(data_dir: str) -> list[dict]:
@@ -287,3 +290,22 @@ def test_table_include_and_exclude_lists_are_regular_expressions_as_confluents(p
         with pytest.raises(ConfigError) as e:
             validate(source_config(pg_db, **{"mode": "bulk", **bad}))
         assert e.value.field == key
+
+
+def test_timestamp_delay_holds_back_rows_newer_than_it(pg_db):
+    """timestamp.delay.interval.ms: a row whose timestamp is within the delay of now waits (Confluent's end
+    bound, current time minus the delay); an older one is sent."""
+    from klog.connect.api import OffsetReader, TaskContext
+    from klog.connect.connectors.jdbc_source import JdbcSourceTask
+
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, at timestamp NOT NULL)")
+    pg_db.execute("INSERT INTO t VALUES (1, (now() AT TIME ZONE 'UTC') - interval '2 hours'), "
+                  "(2, (now() AT TIME ZONE 'UTC') - interval '1 minute')")
+    task = JdbcSourceTask()
+    task.initialize(TaskContext("jdbc-src", 0, print, OffsetReader(lambda p: None)))
+    task.start(source_config(pg_db, **{"mode": "timestamp", "timestamp.column.name": "at",
+                                       "timestamp.delay.interval.ms": "3600000"}))
+    try:
+        assert [r.value["id"] for r in _poll_all(task, 3)] == [1]
+    finally:
+        task.stop()
