@@ -330,10 +330,7 @@ class JdbcSourceTask(SourceTask):
             self.conn = None
 
     def stop(self) -> None:
-        self.scans.clear()
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        self._drop_connection()
 
 
 class JdbcSourceConnector(JdbcConnection, SourceConnector):
