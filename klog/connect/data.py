@@ -9,6 +9,7 @@ means the converters, transforms and connectors share one representation and not
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,36 @@ DECIMAL = "org.apache.kafka.connect.data.Decimal"
 TIMESTAMP = "org.apache.kafka.connect.data.Timestamp"
 DATE = "org.apache.kafka.connect.data.Date"
 TIME = "org.apache.kafka.connect.data.Time"
+
+# Connect's logical time types count from the epoch: days (Date), milliseconds (Time, Timestamp); naive
+# datetimes are UTC. Integer arithmetic throughout (a float timestamp() loses microseconds).
+EPOCH = dt.datetime(1970, 1, 1)
+EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def epoch_micros(when: dt.datetime) -> int:
+    delta = when - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def epoch_millis(when: dt.datetime) -> int:
+    return epoch_micros(when) // 1000
+
+
+def epoch_days(day: dt.date) -> int:
+    return (day - EPOCH_DATE).days
+
+
+def micros_of_day(t: dt.time) -> int:
+    return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
+
+
+def from_epoch_millis(ms: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(milliseconds=ms)
+
+
+def from_epoch_days(days: int) -> dt.date:
+    return EPOCH_DATE + dt.timedelta(days=days)
 
 
 @dataclass(slots=True)

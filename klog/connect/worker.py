@@ -158,6 +158,10 @@ def producer_settings(worker_props: dict[str, str], props: dict[str, str]) -> di
         keyword, kind = PRODUCER_SETTINGS[name]
         try:
             out[keyword] = kind(value)
+            if keyword == "linger_ms":  # not among the options every producer takes: Kafka's at-least-0
+                if out[keyword] < 0:
+                    raise UsageError("linger.ms must be at least 0")
+                continue
             check_producer_options(**{"acks": "all", "compression_type": "none", "batch_size": 1,
                                       keyword: out[keyword]})
         except (ValueError, UsageError) as e:

@@ -274,32 +274,67 @@ def test_rows_of_changing_layouts_in_one_batch_and_a_poison_record(tmp_path, dat
     assert values(data_dir, "dlq") == [poison]
 
 
-def test_pgjdbc_url_parameters_klog_does_not_pass_on_are_named():
+@pytest.mark.parametrize("connector", ["sink", "source"])
+def test_pgjdbc_url_parameters_klog_does_not_pass_on_are_named(connector):
     """currentSchema, user, password, sslmode... are used; any other pgjdbc parameter is named in the
-    connector's warning instead of being dropped silently."""
+    connector's warning instead of being dropped silently, by the sink and the source alike (the
+    source's were silent)."""
     pytest.importorskip("psycopg2")
     from klog.connect.worker import validate
 
-    v = validate(sink_config("jdbc:postgresql://127.0.0.1:5432/db?currentSchema=s&user=u&password=p&sslmode=disable"
-                             "&reWriteBatchedInserts=true&stringtype=unspecified"))
+    url = ("jdbc:postgresql://127.0.0.1:5432/db?currentSchema=s&user=u&password=p&sslmode=disable"
+           "&reWriteBatchedInserts=true&stringtype=unspecified")
+    config = sink_config(url) if connector == "sink" else {
+        "name": "src", "connector.class": "io.confluent.connect.jdbc.JdbcSourceConnector", "connection.url": url,
+        "mode": "bulk", "topic.prefix": "t-"}
+    v = validate(config)
     assert v.ignored == ["connection.url parameter reWriteBatchedInserts", "connection.url parameter stringtype"]
 
 
-def test_auto_create_not_null_as_confluent(tmp_path, data_dir):
-    """auto.create: a required field is NOT NULL, unless it has a default (Confluent writes DEFAULT then);
-    an optional one nullable."""
+def test_auto_create_not_null_and_defaults_as_confluent(tmp_path, data_dir):
+    """auto.create: a required field is NOT NULL, unless it has a default: Confluent's writeColumnSpec writes
+    DEFAULT then, the value as its formatColumnValue does (klog wrote none); an optional one nullable."""
+    ts = {"name": "org.apache.kafka.connect.data.Timestamp", "version": 1}
     schema = {"type": "struct", "optional": False, "fields": [
         {"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": False, "field": "a"},
-        {"type": "string", "optional": False, "default": "x", "field": "b"},
-        {"type": "string", "optional": True, "field": "c"}]}
+        {"type": "string", "optional": False, "default": "it's", "field": "b"},
+        {"type": "string", "optional": True, "field": "c"},
+        {"type": "int64", "optional": False, "default": 0, "field": "n", **ts},
+        {"type": "boolean", "optional": True, "default": True, "field": "ok"},
+        {"type": "bytes", "optional": False, "default": "AJY=", "field": "price",
+         "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2"}}]}
     with klog.open(data_dir) as s:
         s.create_topic("rows", partitions=1)
         with s.producer() as p:
-            p.send("rows", json.dumps({"schema": schema, "payload": {"id": 1, "a": "a", "b": "b", "c": None}}).encode())
+            p.send("rows", json.dumps({"schema": schema, "payload": {"id": 1, "a": "a", "b": "b", "c": None, "n": 5,
+                                                                     "ok": False, "price": "AJY="}}).encode())
     db = str(tmp_path / "out.db")
     with running(data_dir, sink_config(f"jdbc:sqlite:{db}", **{"pk.mode": "record_value", "pk.fields": "id",
                                                           "delete.enabled": "false"})):
         wait_for(lambda: _offset(db) == 1, what="the record")
     with sqlite3.connect(db) as conn:
-        assert [(r[1], r[3]) for r in conn.execute('PRAGMA table_info("rows")')] == [
-            ("id", 1), ("a", 1), ("b", 0), ("c", 0)]
+        assert [(r[1], r[3], r[4]) for r in conn.execute('PRAGMA table_info("rows")')] == [
+            ("id", 1, None), ("a", 1, None), ("b", 0, "'it''s'"), ("c", 0, None),
+            ("n", 0, "'1970-01-01 00:00:00.000'"), ("ok", 0, "1"), ("price", 0, "1.50")]
+
+
+def test_timestamps_into_postgresql_are_utc_whatever_the_servers_time_zone(pg_db, data_dir):
+    """A Connect Timestamp is an instant: written as UTC (Confluent's db.timezone default) into a timestamptz
+    and a timestamp column alike, with the database's TimeZone New York's (the timestamptz was read in the
+    session's zone: five hours late)."""
+    pg_db.execute(f"ALTER DATABASE \"{pg_db.dbname}\" SET timezone TO 'America/New_York'")
+    pg_db.execute("CREATE TABLE rows (id int PRIMARY KEY, at timestamptz, plain timestamp)")
+    ts = {"type": "int64", "optional": True, "name": "org.apache.kafka.connect.data.Timestamp", "version": 1}
+    schema = {"type": "struct", "optional": False, "fields": [
+        {"type": "int32", "optional": False, "field": "id"}, {**ts, "field": "at"}, {**ts, "field": "plain"}]}
+    with klog.open(data_dir) as s:
+        s.create_topic("rows", partitions=1)
+        with s.producer() as p:
+            p.send("rows", json.dumps({"schema": schema, "payload": {"id": 1, "at": 1_577_836_800_000,
+                                                                     "plain": 1_577_836_800_000}}).encode())
+    config = sink_config(pg_db.jdbc_url, **{"pk.mode": "record_value", "pk.fields": "id", "delete.enabled": "false",
+                                            "auto.create": "false"})
+    with running(data_dir, config):
+        wait_for(lambda: pg_db.execute("SELECT count(*) FROM rows") == [(1,)], what="the row")
+    assert pg_db.execute("SELECT extract(epoch FROM at)::bigint, plain::text FROM rows") == [
+        (1_577_836_800, "2020-01-01 00:00:00")]

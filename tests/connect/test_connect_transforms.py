@@ -159,6 +159,10 @@ def test_extract_new_record_state_delete_to_tombstone_leaves_one_tombstone_per_d
         == [None, "dropped"]
     old = chain(unwrap={"type": DBZ, "delete.handling.mode": "none", "drop.tombstones": "false"})
     assert [r.value for r in (old.apply(_envelope("d", {"id": 1}, None)), old.apply(rec(None)))] == [None, None]
+    # delete.handling.mode=none with drop.tombstones' default (true): the delete as a null value, no tombstone
+    old = chain(unwrap={"type": DBZ, "delete.handling.mode": "none"})
+    assert [r.value if r else "dropped" for r in (old.apply(_envelope("d", {"id": 1}, None)), old.apply(rec(None)))] \
+        == [None, "dropped"]
 
 
 def test_extract_new_record_state_route_by_field():
@@ -226,6 +230,12 @@ def test_outbox_event_router_placements_and_operations():
     assert out.value_schema["name"] == "db.inventory.outboxevent.Order.Envelope"
     assert [f["field"] for f in out.value_schema["fields"]] == ["payload", "eventType"]
     assert c.apply(_outbox("u", row)) is None and c.apply(_outbox("d", row)) is None and c.apply(rec(None)) is None
+    # route.tombstone.on.empty.payload: a null or blank payload (Debezium's toString().trim().isEmpty()) a tombstone
+    tombstones = chain(outbox={"type": "EventRouter", "route.tombstone.on.empty.payload": "true"})
+    for payload in (None, "  "):
+        out = tombstones.apply(_outbox("c", {**row, "payload": payload}))
+        assert (out.key, out.value, out.value_schema) == ("7", None, None)
+    assert tombstones.apply(_outbox("c", row)).value == "{}"
     fatal = chain(outbox={"type": "EventRouter", "table.op.invalid.behavior": "fatal"})
     with pytest.raises(DataError):
         fatal.apply(_outbox("u", row))
@@ -279,3 +289,13 @@ def test_set_schema_metadata():
     assert (out.value, out.value_schema["name"], out.value_schema["version"]) == ({"id": 1}, "order-value", 2)
     with pytest.raises(DataError):
         c.apply(rec({"id": 1}))
+    assert c.apply(rec(None)).value is None  # a tombstone passes, as newer Kafka's
+
+
+def test_hoist_field_with_a_schema_makes_a_required_unnamed_struct():
+    """Kafka's HoistField: SchemaBuilder.struct().field(field, schema), a required struct without a name."""
+    c = chain(hoist={"type": K + "HoistField$Value", "field": "line"})
+    out = c.apply(rec("a", primitive("string")))
+    assert out.value == {"line": "a"}
+    assert out.value_schema == {"type": "struct", "optional": False,
+                                "fields": [{"type": "string", "optional": True, "field": "line"}]}

@@ -13,6 +13,7 @@ at any instant neither loses nor duplicates a row.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
 import json
@@ -23,7 +24,19 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from klog.connect.api import TP, SinkConnector, SinkTask
 from klog.connect.config import ConfigDef
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, ConnectRecord, Schema, fields_by_name, infer_schema
+from klog.connect.data import (
+    DATE,
+    DECIMAL,
+    TIME,
+    TIMESTAMP,
+    ConnectRecord,
+    Schema,
+    fields_by_name,
+    from_epoch_days,
+    from_epoch_millis,
+    infer_schema,
+    primitive,
+)
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
 KAFKA_PK = ["__connect_topic", "__connect_partition", "__connect_offset"]
@@ -46,7 +59,86 @@ def _required(schema: Schema) -> bool:
 def _url_check(url: str) -> str | None:
     if url.startswith("jdbc:sqlite:") or url.startswith("jdbc:postgresql://"):
         return None
-    return "klog's JDBC sink speaks jdbc:postgresql://HOST[:PORT]/DB and jdbc:sqlite:PATH"
+    return "klog's JDBC connectors speak jdbc:postgresql://HOST[:PORT]/DB and jdbc:sqlite:PATH"
+
+
+# the keys of the connection, Confluent's JDBC source and sink alike
+CONNECTION = (ConfigDef().define("connection.url", check=_url_check).define("connection.user", default="")
+              .define("connection.password", "password", ""))
+
+
+class JdbcConnection:
+    """What Confluent's JDBC source and sink share as connectors: the pgjdbc URL parameters klog does
+    not pass on named in the warning, and PostgreSQL's driver checked at validation."""
+
+    @classmethod
+    def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
+        url = props.get("connection.url", "")
+        if not url.startswith("jdbc:postgresql:"):
+            return []
+        return [f"connection.url parameter {p}" for p in parse_qs(urlparse(url[len("jdbc:"):]).query)
+                if p not in PGJDBC_HANDLED]
+
+    def validate(self, config: dict[str, Any]) -> None:
+        if config["connection.url"].startswith("jdbc:postgresql:"):
+            try:
+                import psycopg2  # noqa: F401
+            except ImportError:
+                raise ConfigError("connection.url", config["connection.url"],
+                                  "PostgreSQL needs psycopg2: pip install 'klog[connect]'") from None
+
+
+# what Confluent's source makes of a column's type, by dialect
+NUMERIC_SCALE_UNSET = 127
+
+# PostgreSQL type OIDs → Connect types, as Confluent's dialect maps their JDBC types
+_PG_TYPES = {16: "boolean", 21: "int16", 23: "int32", 20: "int64", 700: "float32", 701: "float64", 17: "bytes"}
+
+
+def _sqlite_type(declared: str) -> Schema:
+    """A SQLite column's declared type as sqlite-jdbc reports it, then as Confluent maps that."""
+    t = declared.upper()
+    if t in ("INTEGER", "INT", "MEDIUMINT"):
+        return primitive("int32")
+    if t in ("BIGINT", "INT8", "UNSIGNED BIG INT"):
+        return primitive("int64")
+    if t in ("SMALLINT", "INT2"):
+        return primitive("int16")
+    if t == "TINYINT":
+        return primitive("int8")
+    if t == "REAL":
+        return primitive("float32")
+    if t.startswith(("FLOAT", "DOUBLE")):
+        return primitive("float64")
+    if t.startswith(("BOOLEAN", "BIT")):
+        return primitive("boolean")
+    if t.startswith(("NUMERIC", "DECIMAL")):
+        m = re.search(r"\(\s*\d+\s*,\s*(\d+)\s*\)", t)
+        return primitive("bytes", name=DECIMAL, version=1, parameters={"scale": m.group(1) if m else "0"})
+    if t == "DATE":
+        return primitive("int32", name=DATE, version=1)
+    if t.startswith(("DATETIME", "TIMESTAMP")):
+        return primitive("int64", name=TIMESTAMP, version=1)
+    if t.startswith(("BLOB", "BINARY", "VARBINARY")):
+        return primitive("bytes")
+    return primitive("string")
+
+
+def _pg_type(oid: int, typmod: int) -> Schema:
+    if oid in _PG_TYPES:
+        return primitive(_PG_TYPES[oid])
+    if oid == 1700:
+        # an unconstrained numeric has no scale: Confluent's PostgreSQL dialect gives it 127 (its
+        # NUMERIC_TYPE_SCALE_HIGH) rather than 0, which would round 12.12 to 12
+        scale = (typmod - 4) & 0xFFFF if typmod >= 4 else NUMERIC_SCALE_UNSET
+        return primitive("bytes", name=DECIMAL, version=1, parameters={"scale": str(scale)})
+    if oid == 1082:
+        return primitive("int32", name=DATE, version=1)
+    if oid == 1083:
+        return primitive("int32", name=TIME, version=1)
+    if oid in (1114, 1184):
+        return primitive("int64", name=TIMESTAMP, version=1)
+    return primitive("string")
 
 
 class Dialect:
@@ -58,6 +150,27 @@ class Dialect:
 
     def operational_errors(self) -> tuple[type[BaseException], ...]:
         raise NotImplementedError
+
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """Every error of the database's driver (DB-API's Error): a failed statement as well as a lost link."""
+        raise NotImplementedError
+
+    # -- what the source reads --------------------------------------------------------------------
+    def tables(self, cur) -> list[str]:  # noqa: ANN001
+        """The database's tables, in name order."""
+        raise NotImplementedError
+
+    def source_columns(self, cur, table: str) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        """Each column's name, Connect schema as Confluent's source types it, and NOT NULL, in order."""
+        raise NotImplementedError
+
+    def result_columns(self, cur) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        """Each column of the query `cur` ran: its name, Connect schema and NOT NULL (SQLite's driver
+        reports no types: text, nullable)."""
+        return [(d[0], primitive("string"), False) for d in cur.description]
+
+    def timestamp_param(self, when: dt.datetime) -> Any:
+        return when
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
@@ -73,6 +186,47 @@ class Dialect:
             return {DATE: "DATE", TIME: "TIME", TIMESTAMP: "TIMESTAMP"}[name]
         return self.types.get(schema.get("type", "string"), "TEXT")
 
+    def column_spec(self, name: str, schema: Schema, not_null: bool) -> str:
+        """A column as Confluent's writeColumnSpec writes it: with the field's default as DEFAULT (the
+        column then nullable), else NOT NULL when asked."""
+        spec = f"{self.quote(name)} {self.sql_type(schema)}"
+        literal = self.default_literal(schema)
+        if literal is not None:
+            return f"{spec} DEFAULT {literal}"
+        return spec + (" NOT NULL" if not_null else "")
+
+    def default_literal(self, schema: Schema) -> str | None:
+        """The schema's default (in JsonConverter's form) as Confluent's formatColumnValue writes it: numbers
+        bare, strings, dates and times quoted (UTC), a boolean 1 or 0; none for bytes and structures."""
+        value = schema.get("default")
+        if value is None:
+            return None
+        name, kind = schema.get("name"), schema.get("type")
+        if name == DECIMAL:
+            from klog.connect.converters import decimal_from_bytes
+
+            scale = int(schema.get("parameters", {}).get("scale", 0))
+            return str(decimal_from_bytes(base64.b64decode(value), scale))
+        if name == DATE:
+            return self.quote_string(from_epoch_days(value).isoformat())
+        if name == TIME:
+            return self.quote_string(f"{from_epoch_millis(value):%H:%M:%S.%f}"[:-3])
+        if name == TIMESTAMP:
+            return self.quote_string(f"{from_epoch_millis(value):%Y-%m-%d %H:%M:%S.%f}"[:-3])
+        if kind == "boolean":
+            return self.boolean_literal(bool(value))
+        if kind in ("int8", "int16", "int32", "int64", "float32", "float64"):
+            return repr(value) if isinstance(value, float) else str(int(value))
+        if kind == "string":
+            return self.quote_string(str(value))
+        return None
+
+    def quote_string(self, text: str) -> str:
+        return "'" + text.replace("'", "''") + "'"
+
+    def boolean_literal(self, value: bool) -> str:
+        return "1" if value else "0"
+
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         raise NotImplementedError
 
@@ -84,11 +238,11 @@ class Dialect:
             return None
         name = (schema or {}).get("name")
         if name == DATE and isinstance(value, int):
-            return dt.date(1970, 1, 1) + dt.timedelta(days=value)
+            return from_epoch_days(value)
         if name == TIMESTAMP and isinstance(value, int):
-            return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=value)
+            return from_epoch_millis(value)
         if name == TIME and isinstance(value, int):
-            return (dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=value)).time()
+            return from_epoch_millis(value).time()
         if isinstance(value, dict | list):
             from klog.connect.converters import _json_default
 
@@ -112,8 +266,10 @@ class PostgresDialect(Dialect):
         for param, libpq in PGJDBC_PARAMS.items():
             if query.get(param):
                 self.dsn[libpq] = query[param]
+        # timestamps are UTC (Confluent's db.timezone default): a timestamptz is read and written as the instant
+        self.dsn["options"] = "-c TimeZone=UTC"
         if query.get("currentSchema"):  # pgjdbc sets the search path: unqualified tables are created and found there
-            self.dsn["options"] = "-c search_path=" + query["currentSchema"].replace("\\", "\\\\").replace(" ", "\\ ")
+            self.dsn["options"] += " -c search_path=" + query["currentSchema"].replace("\\", "\\\\").replace(" ", "\\ ")
 
     def connect(self):  # noqa: ANN201
         import psycopg2
@@ -124,6 +280,39 @@ class PostgresDialect(Dialect):
         import psycopg2
 
         return (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+    def errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg2
+
+        return (psycopg2.Error,)
+
+    def tables(self, cur) -> list[str]:  # noqa: ANN001
+        cur.execute("SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_type = "
+                    "'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1")
+        return [r[0] for r in cur.fetchall()]
+
+    def source_columns(self, cur, table: str) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        cur.execute("SELECT attname, atttypid, atttypmod, attnotnull FROM pg_attribute WHERE attrelid = "
+                    "%s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (self.table(table),))
+        return [(name, _pg_type(oid, typmod), notnull) for name, oid, typmod, notnull in cur.fetchall()]
+
+    def result_columns(self, cur) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        """A column straight from a table is NOT NULL as its table's is (pgjdbc's isNullable looks it up);
+        a numeric(p, s) keeps its scale (its typmod; psycopg2 says 65535 for none)."""
+        described = list(cur.description)
+        sources = {(d.table_oid, d.table_column) for d in described if d.table_oid}
+        not_null: set[tuple[int, int]] = set()
+        if sources:
+            cur.execute("SELECT attrelid::bigint, attnum FROM pg_attribute WHERE attnotnull AND "
+                        "(attrelid::bigint, attnum) IN (SELECT * FROM unnest(%s::bigint[], %s::int[]))",
+                        ([o for o, _ in sources], [c for _, c in sources]))
+            not_null = {(o, c) for o, c in cur.fetchall()}
+        return [(d.name, _pg_type(d.type_code, ((d.precision << 16) | d.scale) + 4
+                                  if d.precision and d.precision < 0xFFFF else -1),
+                 (d.table_oid, d.table_column) in not_null) for d in described]
+
+    def boolean_literal(self, value: bool) -> str:
+        return "TRUE" if value else "FALSE"  # PostgreSQL's boolean takes no 1 or 0 (Confluent's dialect too)
 
     def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
         """psycopg2's executemany is a round trip per row; execute_batch sends pages of statements."""
@@ -170,6 +359,23 @@ class SqliteDialect(Dialect):
         import sqlite3
 
         return (sqlite3.OperationalError,)
+
+    def errors(self) -> tuple[type[BaseException], ...]:
+        import sqlite3
+
+        return (sqlite3.Error,)
+
+    def tables(self, cur) -> list[str]:  # noqa: ANN001
+        cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY 1")
+        return [r[0] for r in cur.fetchall()]
+
+    def source_columns(self, cur, table: str) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        cur.execute(f"PRAGMA table_info({self.quote(table)})")
+        return [(name, _sqlite_type(declared or ""), bool(notnull))
+                for _, name, declared, notnull, _, _ in cur.fetchall()]
+
+    def timestamp_param(self, when: dt.datetime) -> Any:
+        return when.isoformat(sep=" ")  # SQLite keeps timestamps as ISO text: compared as text in its format
 
     def table(self, name: str) -> str:
         return self.quote(name.split(".")[-1])  # SQLite has no schemas: the table part of Confluent's TableId
@@ -454,10 +660,7 @@ class JdbcSinkTask(SinkTask):
         if existing is None:
             if not self.c["auto.create"]:
                 raise ConnectError(f"Table {table} is missing and auto-creation is disabled (auto.create=false)")
-            # a required field without a default is a NOT NULL column, as Confluent's writeColumnSpec makes it
-            # (a field with a default gets DEFAULT there instead, which no insert of the sink's uses)
-            defs = [f"{d.quote(n)} {d.sql_type(s)}{' NOT NULL' if n in pk or _required(s) else ''}"
-                    for n, s in cols.items()]
+            defs = [d.column_spec(n, s, n in pk or _required(s)) for n, s in cols.items()]
             if pk:
                 defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
             cur.execute(f"CREATE TABLE IF NOT EXISTS {d.table(table)} ({', '.join(defs)})")
@@ -468,7 +671,7 @@ class JdbcSinkTask(SinkTask):
                 raise ConnectError(f"Table {table} is missing fields {missing} and auto-evolution is disabled "
                                    "(auto.evolve=false)")
             for n in missing:
-                cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN {d.quote(n)} {d.sql_type(cols[n])}")
+                cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN {d.column_spec(n, cols[n], False)}")
             existing |= set(missing)
         self.columns[table] = existing
 
@@ -479,12 +682,10 @@ class JdbcSinkTask(SinkTask):
         self._drop_connection()
 
 
-class JdbcSinkConnector(SinkConnector):
+class JdbcSinkConnector(JdbcConnection, SinkConnector):
     java_classes = ("io.confluent.connect.jdbc.JdbcSinkConnector",)
     short_names = ("jdbc-sink",)
-    config_def = (ConfigDef()
-                  .define("connection.url", check=_url_check).define("connection.user", default="")
-                  .define("connection.password", "password", "")
+    config_def = (CONNECTION.merged(ConfigDef())
                   .define("insert.mode", default="insert", choices=("insert", "upsert", "update"))
                   .define("pk.mode", default="none", choices=("none", "kafka", "record_key", "record_value"))
                   .define("pk.fields", "list", [])
@@ -499,15 +700,8 @@ class JdbcSinkConnector(SinkConnector):
     unimplemented = UNIMPLEMENTED
     task_class = JdbcSinkTask
 
-    @classmethod
-    def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
-        url = props.get("connection.url", "")
-        if not url.startswith("jdbc:postgresql:"):
-            return []
-        return [f"connection.url parameter {p}" for p in parse_qs(urlparse(url[len("jdbc:"):]).query)
-                if p not in PGJDBC_HANDLED]
-
     def validate(self, config: dict[str, Any]) -> None:
+        super().validate(config)
         if config["delete.enabled"] and config["pk.mode"] != "record_key":
             raise ConfigError("delete.enabled", "true", "Primary key mode must be 'record_key' when delete support "
                               "is enabled")
@@ -516,12 +710,6 @@ class JdbcSinkConnector(SinkConnector):
         if config["pk.mode"] == "kafka" and config["pk.fields"] and len(config["pk.fields"]) != 3:
             raise ConfigError("pk.fields", ",".join(config["pk.fields"]), "pk.mode=kafka takes three names "
                               "(topic, partition, offset)")
-        if re.match(r"jdbc:postgresql:", config["connection.url"]):
-            try:
-                import psycopg2  # noqa: F401
-            except ImportError:
-                raise ConfigError("connection.url", config["connection.url"],
-                                  "PostgreSQL needs psycopg2: pip install 'klog[connect]'") from None
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.props) for _ in range(max_tasks)]

@@ -16,82 +16,41 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import re
 import time
 from typing import Any
 
 from klog.connect.api import SourceConnector, SourceTask
-from klog.connect.config import ConfigDef
-from klog.connect.connectors.jdbc import _url_check, make_dialect
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, ConnectRecord, Schema, primitive, struct
-from klog.connect.errors import ConfigError, ConnectError, RetriableError
+from klog.connect.config import ConfigDef, java_regex, regex_list_check
+from klog.connect.connectors.jdbc import CONNECTION, JdbcConnection, make_dialect
+from klog.connect.data import (
+    DATE,
+    DECIMAL,
+    TIME,
+    TIMESTAMP,
+    ConnectRecord,
+    Schema,
+    epoch_days,
+    epoch_millis,
+    from_epoch_millis,
+    micros_of_day,
+    struct,
+)
+from klog.connect.errors import ConfigError, ConnectError
 
 MODES = ("bulk", "incrementing", "timestamp", "timestamp+incrementing")
 # Confluent's keys klog accepts and does not implement (named in the connector's warning)
 UNIMPLEMENTED = frozenset({
     "numeric.mapping", "numeric.precision.mapping", "dialect.name", "db.timezone", "schema.pattern",
     "catalog.pattern", "query.suffix", "transaction.isolation.mode", "table.types", "timestamp.granularity",
-    "quote.sql.identifiers", "query.retry.attempts", "poll.linger.ms", "max.buffer.size",
-    "timestamp.columns.mapping", "incrementing.column.mapping", "date.calendar.system", "query.masked",
-    "connection.attempts", "connection.backoff.ms"})
-EPOCH = dt.datetime(1970, 1, 1)
-EPOCH_DATE = dt.date(1970, 1, 1)
-
-# PostgreSQL type OIDs → Connect types, as Confluent's dialect maps their JDBC types
-_PG_TYPES = {16: "boolean", 21: "int16", 23: "int32", 20: "int64", 700: "float32", 701: "float64", 17: "bytes"}
-
-
-def _sqlite_type(declared: str) -> Schema:
-    """A SQLite column's declared type as sqlite-jdbc reports it, then as Confluent maps that."""
-    t = declared.upper()
-    if t in ("INTEGER", "INT", "MEDIUMINT"):
-        return primitive("int32")
-    if t in ("BIGINT", "INT8", "UNSIGNED BIG INT"):
-        return primitive("int64")
-    if t in ("SMALLINT", "INT2"):
-        return primitive("int16")
-    if t == "TINYINT":
-        return primitive("int8")
-    if t == "REAL":
-        return primitive("float32")
-    if t.startswith(("FLOAT", "DOUBLE")):
-        return primitive("float64")
-    if t.startswith(("BOOLEAN", "BIT")):
-        return primitive("boolean")
-    if t.startswith(("NUMERIC", "DECIMAL")):
-        m = re.search(r"\(\s*\d+\s*,\s*(\d+)\s*\)", t)
-        return primitive("bytes", name=DECIMAL, version=1, parameters={"scale": m.group(1) if m else "0"})
-    if t == "DATE":
-        return primitive("int32", name=DATE, version=1)
-    if t.startswith(("DATETIME", "TIMESTAMP")):
-        return primitive("int64", name=TIMESTAMP, version=1)
-    if t.startswith(("BLOB", "BINARY", "VARBINARY")):
-        return primitive("bytes")
-    return primitive("string")
-
-
-def _pg_type(oid: int, typmod: int) -> Schema:
-    if oid in _PG_TYPES:
-        return primitive(_PG_TYPES[oid])
-    if oid == 1700:
-        scale = (typmod - 4) & 0xFFFF if typmod >= 4 else 0
-        return primitive("bytes", name=DECIMAL, version=1, parameters={"scale": str(scale)})
-    if oid == 1082:
-        return primitive("int32", name=DATE, version=1)
-    if oid == 1083:
-        return primitive("int32", name=TIME, version=1)
-    if oid in (1114, 1184):
-        return primitive("int64", name=TIMESTAMP, version=1)
-    return primitive("string")
-
+    "quote.sql.identifiers", "poll.linger.ms", "max.buffer.size",
+    "timestamp.columns.mapping", "incrementing.column.mapping", "date.calendar.system", "query.masked"})
 
 def _millis(value: Any) -> int:
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value)
     if value.tzinfo is not None:
         value = value.astimezone(dt.UTC).replace(tzinfo=None)
-    delta = value - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    return epoch_millis(value)
 
 
 def _connect_value(schema: Schema, value: Any) -> Any:
@@ -102,10 +61,9 @@ def _connect_value(schema: Schema, value: Any) -> Any:
     if name == TIMESTAMP:
         return _millis(value)
     if name == DATE:
-        return ((value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))) - EPOCH_DATE).days
+        return epoch_days(value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value)))
     if name == TIME:
-        t = value if isinstance(value, dt.time) else dt.time.fromisoformat(str(value))
-        return ((t.hour * 60 + t.minute) * 60 + t.second) * 1000 + t.microsecond // 1000
+        return micros_of_day(value if isinstance(value, dt.time) else dt.time.fromisoformat(str(value))) // 1000
     if name == DECIMAL:
         return decimal.Decimal(str(value))
     if schema["type"] == "bytes":
@@ -115,76 +73,92 @@ def _connect_value(schema: Schema, value: Any) -> Any:
     return value
 
 
+class MissingTable(ConnectError):
+    """A table listed is not there (any more): its query fails as Confluent's would."""
+
+
+class _Scan:
+    """One query of a table, read batch.max.rows at a time across polls (Confluent keeps its ResultSet)."""
+
+    def __init__(self, cursor: Any, schema: Schema, names: list[str]) -> None:
+        self.cursor, self.schema, self.names = cursor, schema, names
+        self.held: tuple | None = None  # a row read and not sent yet: the next batch's first
+
+    def row(self, values: tuple) -> dict:
+        return dict(zip(self.names, values, strict=False))
+
+
 class JdbcSourceTask(SourceTask):
     def start(self, props: dict[str, str]) -> None:
         self.c = JdbcSourceConnector.config_def.parse(props)
         self.dialect = make_dialect(self.c)
-        self.sqlite = self.c["connection.url"].startswith("jdbc:sqlite:")
         self.conn = None
         self.tables: list[str] = []
         self.listed = 0.0  # monotonic time of the last table listing
         self.next_poll: dict[str, float] = {}  # table (or "query") → when it is polled next
         self.offsets: dict[str, dict] = {}
         self.schemas: dict[str, tuple[Schema, list[str]]] = {}
+        self.scans: dict[str, _Scan] = {}  # table (or "query") → its query being read
+        self.failures: dict[str, int] = {}  # table (or "query") → its queries failed in a row (query.retry.attempts)
 
     # -- connection -------------------------------------------------------------------------------
+    def _connect(self):  # noqa: ANN202 - a DB-API connection
+        """connection.attempts tries connection.backoff.ms apart, then the task fails (Confluent's
+        CachedConnectionProvider)."""
+        for attempt in range(1, self.c["connection.attempts"] + 1):
+            try:
+                return self.dialect.connect()
+            except self.dialect.operational_errors() as e:
+                if attempt == self.c["connection.attempts"]:
+                    raise ConnectError(f"cannot connect to {self.c['connection.url']} after {attempt} attempts: "
+                                       f"{str(e).strip()}") from None
+                time.sleep(self.c["connection.backoff.ms"] / 1000)
+        raise AssertionError("unreachable")
+
     def _cursor(self):  # noqa: ANN202 - a DB-API cursor
         if self.conn is None:
-            try:
-                self.conn = self.dialect.connect()
-            except self.dialect.operational_errors() as e:
-                raise RetriableError(f"cannot connect to {self.c['connection.url']}: {str(e).strip()}") from None
-            if not self.sqlite:  # timestamps without a zone are UTC (Confluent's db.timezone default)
-                with self.conn.cursor() as q:
-                    q.execute("SET TIME ZONE 'UTC'")
-                self.conn.commit()
+            self.conn = self._connect()
         return self.conn.cursor()
 
     def _partition(self, table: str | None) -> dict:
         return {"query": "query"} if table is None else {"protocol": "1", "table": table}
 
     def _offset(self, table: str | None) -> dict:
+        """The table's stored offset; with none, timestamp.initial's (resolved once, as Confluent's
+        computeInitialOffset: -1 is the time the task first reads the table, not each poll's)."""
         key = table or "query"
         if key not in self.offsets:
             reader = self.context.offset_storage_reader
-            self.offsets[key] = dict((reader.offset(self._partition(table)) if reader else None) or {})
+            stored = dict((reader.offset(self._partition(table)) if reader else None) or {})
+            initial = self.c["timestamp.initial"]
+            if not stored and initial is not None:
+                stored = {"timestamp": _millis(dt.datetime.now(dt.UTC)) if initial == -1 else initial}
+            self.offsets[key] = stored
         return self.offsets[key]
 
     # -- tables -----------------------------------------------------------------------------------
     def _list_tables(self) -> list[str]:
-        cur = self._cursor()
-        if self.sqlite:
-            cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY 1")
-        else:
-            cur.execute("SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_type = "
-                        "'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1")
-        names = [r[0] for r in cur.fetchall()]
+        names = self.dialect.tables(self._cursor())
         self.conn.commit()
-        allowed = self.c["table.whitelist"] or self.c["table.include.list"]
-        denied = self.c["table.blacklist"] or self.c["table.exclude.list"]
+        if self.c["table.include.list"]:  # regular expressions over schema.table (Confluent's TableCollectionUtils)
+            included, excluded = ([java_regex(p) for p in self.c[k]] for k in ("table.include.list",
+                                                                               "table.exclude.list"))
+            return [n for n in names if any(p.fullmatch(n) for p in included)
+                    and not any(p.fullmatch(n) for p in excluded)]
+        allowed, denied = self.c["table.whitelist"], self.c["table.blacklist"]  # exact names, qualified or not
 
-        def matches(patterns: list[str], name: str) -> bool:
-            return any(p == name or p == name.split(".")[-1] for p in patterns)
+        def named(patterns: list[str], name: str) -> bool:
+            return name in patterns or name.split(".")[-1] in patterns
 
-        return [n for n in names if (not allowed or matches(allowed, n)) and not matches(denied, n)]
+        return [n for n in names if (not allowed or named(allowed, n)) and not named(denied, n)]
 
     def _table_schema(self, table: str) -> tuple[Schema, list[str]]:
         """The value schema of a table (named after it) and its column names, in order."""
-        cur = self._cursor()
-        fields = []
-        if self.sqlite:
-            cur.execute(f"PRAGMA table_info({self.dialect.quote(table)})")
-            for _, name, declared, notnull, _, _ in cur.fetchall():
-                fields.append({**_sqlite_type(declared or ""), "optional": not notnull, "field": name})
-        else:
-            cur.execute("SELECT attname, atttypid, atttypmod, attnotnull FROM pg_attribute WHERE attrelid = "
-                        "%s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-                        (self.dialect.table(table),))
-            for name, oid, typmod, notnull in cur.fetchall():
-                fields.append({**_pg_type(oid, typmod), "optional": not notnull, "field": name})
+        fields = [{**schema, "optional": not not_null, "field": name}
+                  for name, schema, not_null in self.dialect.source_columns(self._cursor(), table)]
         self.conn.commit()
         if not fields:
-            raise ConnectError(f"table {table} has no columns (is it there?)")
+            raise MissingTable(f"table {table} has no columns (is it there?)")
         self._check_columns(table, {f["field"]: f for f in fields})
         return struct(fields, name=table.split(".")[-1]), [f["field"] for f in fields]
 
@@ -226,93 +200,143 @@ class JdbcSourceTask(SourceTask):
                 [until, last, last_id, last])
 
     def _stamp(self, millis: Any, nanos: Any) -> dt.datetime:
-        if millis is None:
-            initial = self.c["timestamp.initial"]
-            if initial == -1:  # Confluent's "current time"
-                return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-            millis = 0 if initial is None else initial
-        when = EPOCH + dt.timedelta(milliseconds=int(millis))
+        when = from_epoch_millis(int(millis or 0))  # none: Confluent's Timestamp(0)
         return when.replace(microsecond=int(nanos) // 1000) if nanos is not None else when
 
     def _param(self, when: dt.datetime) -> Any:
         # SQLite keeps timestamps as ISO text: compare as text in its own format
-        return when.isoformat(sep=" ") if self.sqlite else when
+        return self.dialect.timestamp_param(when)
 
-    def _poll_one(self, table: str | None) -> list[ConnectRecord]:
+    def _start_scan(self, table: str | None) -> _Scan:
         key = table or "query"
         if key not in self.schemas or self.c["mode"] == "bulk":
             self.schemas[key] = self._table_schema(table) if table is not None else self._query_schema()
         schema, names = self.schemas[key]
-        offset = self._offset(table)
-        where, params = self._where(offset)
+        where, params = self._where(self._offset(table))
         cur = self._cursor()
         cur.execute(f"SELECT * FROM {self._source_sql(table)}{where}", params)
-        rows = cur.fetchmany(self.c["batch.max.rows"]) if self.c["mode"] != "bulk" else cur.fetchall()
-        self.conn.commit()
-        fields = schema["fields"]
+        return _Scan(cur, schema, names)
+
+    def _poll_one(self, table: str | None) -> tuple[list[ConnectRecord], bool]:
+        """Up to batch.max.rows records of the table's query, and whether the query is read to its end.
+        As Confluent's, one query is read to its end over as many polls as it takes (querying again
+        from the batch's last timestamp would skip the rest of a group of equal timestamps)."""
+        key = table or "query"
+        scan = self.scans.get(key) or self._start_scan(table)
+        self.scans[key] = scan
+        batch = self.c["batch.max.rows"]
+        fetched = scan.cursor.fetchmany(batch)
+        ended = len(fetched) < batch
+        rows = ([scan.held] if scan.held is not None else []) + fetched
+        scan.held = None
+        if rows and (not ended or len(rows) > batch):  # the next row decides the last one's timestamp offset
+            scan.held, ended = rows.pop(), False
+        fields = scan.schema["fields"]
         topic = self.c["topic.prefix"] + (table.split(".")[-1] if table is not None else "")
-        out = []
-        for row in rows:
+        offset, out = self._offset(table), []
+        for i, row in enumerate(rows):
             value = {f["field"]: _connect_value(f, v) for f, v in zip(fields, row, strict=False)}
-            offset = self._next_offset(offset, dict(zip(names, row, strict=False)))
-            out.append(ConnectRecord(topic, None, None, None, schema, value, None,
+            following = rows[i + 1] if i + 1 < len(rows) else scan.held
+            offset = self._next_offset(offset, scan.row(row), None if following is None else scan.row(following))
+            out.append(ConnectRecord(topic, None, None, None, scan.schema, value, None,
                                      source_partition=self._partition(table), source_offset=dict(offset)))
         self.offsets[key] = offset
-        return out
+        if ended:
+            del self.scans[key]
+            scan.cursor.close()
+            self.conn.commit()
+        return out, ended
 
-    def _next_offset(self, offset: dict, row: dict) -> dict:
+    def _next_offset(self, offset: dict, row: dict, following: dict | None) -> dict:
+        """Confluent's TimestampIncrementingOffset after `row`: its incrementing value and timestamp; in
+        timestamp mode the timestamp only once no following row shares it (TimestampTableQuerier)."""
         mode = self.c["mode"]
-        out = dict(offset)
+        if mode == "bulk":
+            return offset
+        out = {}
         if "incrementing" in mode:
             out["incrementing"] = int(row[self.c["incrementing.column.name"]])
         if mode.startswith("timestamp"):
-            stamp = next((row[c] for c in self.c["timestamp.column.name"] if row.get(c) is not None), None)
+            stamp = self._row_stamp(row)
+            if mode == "timestamp" and stamp is not None and following is not None:
+                after = self._row_stamp(following)
+                if after is not None and after <= stamp:  # the group of this timestamp is not read whole yet
+                    return offset
             if stamp is not None:
-                when = dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else stamp
-                out["timestamp"], out["timestamp_nanos"] = _millis(when), when.microsecond * 1000
+                out["timestamp"], out["timestamp_nanos"] = _millis(stamp), stamp.microsecond * 1000
         return out
+
+    def _row_stamp(self, row: dict) -> dt.datetime | None:
+        """The first non-null of the row's timestamp columns (their COALESCE)."""
+        stamp = next((row[c] for c in self.c["timestamp.column.name"] if row.get(c) is not None), None)
+        return dt.datetime.fromisoformat(stamp) if isinstance(stamp, str) else stamp
 
     def _query_schema(self) -> tuple[Schema, list[str]]:
         cur = self._cursor()
         cur.execute(f"SELECT * FROM {self._source_sql(None)} WHERE 1 = 0")
-        names = [d[0] for d in cur.description]
-        types = [d[1] for d in cur.description]
+        fields = [{**schema, "optional": not not_null, "field": name}
+                  for name, schema, not_null in self.dialect.result_columns(cur)]
         self.conn.commit()
-        fields = [{**(_pg_type(t, -1) if isinstance(t, int) else primitive("string")), "optional": True, "field": n}
-                  for n, t in zip(names, types, strict=True)]
-        return struct(fields), names
+        return struct(fields), [f["field"] for f in fields]
 
     def poll(self) -> list[ConnectRecord]:
         now = time.monotonic()
         if self.c["query"]:
             self.tables = [None]  # type: ignore[list-item]
         elif now - self.listed >= self.c["table.poll.interval.ms"] / 1000:
-            self.tables, self.listed = self._list_tables(), now
+            try:
+                self.tables, self.listed = self._list_tables(), now
+            except self.dialect.errors() as e:
+                self._query_failed("the table list", now, e)
         for table in self.tables:
             key = table or "query"
             if self.next_poll.get(key, 0.0) > now:
                 continue
-            records = self._poll_one(table)
-            # a table with more rows waiting is polled again at once; one read to its end waits an interval
-            if len(records) < self.c["batch.max.rows"] or self.c["mode"] == "bulk":
+            try:
+                records, ended = self._poll_one(table)
+            except (*self.dialect.errors(), MissingTable) as e:
+                self._query_failed(key, now, e)
+                continue
+            self.failures.pop(key, None)
+            # a query with more rows waiting is read on at once; one read to its end waits an interval
+            if ended:
                 self.next_poll[key] = now + self.c["poll.interval.ms"] / 1000
             if records:
                 return records
         time.sleep(min(0.1, self.c["poll.interval.ms"] / 1000))
         return []
 
-    def stop(self) -> None:
+    def _query_failed(self, key: str, now: float, error: BaseException) -> None:
+        """A lost connection or failed query (a dropped table's too): the connection dropped, the tables
+        listed again and the table queried again a poll interval later from the offset of the last record
+        sent (Confluent's query.retry.attempts, -1 forever; over them the task fails)."""
+        self.failures[key] = self.failures.get(key, 0) + 1
+        attempts = self.c["query.retry.attempts"]
+        if 0 <= attempts < self.failures[key]:
+            raise ConnectError(f"Failed to query table after retries: {str(error).strip()}") from error
+        self.context.warn(f"connector '{self.context.connector_name}': query of {key} failed, retrying in "
+                          f"{self.c['poll.interval.ms']} ms: {str(error).strip()}")
+        self._drop_connection()
+        self.next_poll[key] = now + self.c["poll.interval.ms"] / 1000
+        self.listed = 0.0  # the table may be gone: list them again (Confluent's table monitor drops it)
+
+    def _drop_connection(self) -> None:
+        self.scans.clear()
         if self.conn is not None:
-            self.conn.close()
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001, S110 - the connection is already broken
+                pass
             self.conn = None
 
+    def stop(self) -> None:
+        self._drop_connection()
 
-class JdbcSourceConnector(SourceConnector):
+
+class JdbcSourceConnector(JdbcConnection, SourceConnector):
     java_classes = ("io.confluent.connect.jdbc.JdbcSourceConnector",)
     short_names = ("jdbc-source",)
-    config_def = (ConfigDef()
-                  .define("connection.url", check=_url_check).define("connection.user", default="")
-                  .define("connection.password", "password", "")
+    config_def = (CONNECTION.merged(ConfigDef())
                   .define("mode", choices=MODES)
                   .define("incrementing.column.name", default="")
                   .define("timestamp.column.name", "list", [])
@@ -320,16 +344,21 @@ class JdbcSourceConnector(SourceConnector):
                   .define("timestamp.delay.interval.ms", "long", 0, at_least=0)
                   .define("validate.non.null", "boolean", True)
                   .define("table.whitelist", "list", []).define("table.blacklist", "list", [])
-                  .define("table.include.list", "list", []).define("table.exclude.list", "list", [])
+                  .define("table.include.list", "list", [], check=regex_list_check)
+                  .define("table.exclude.list", "list", [], check=regex_list_check)
                   .define("query", default="")
                   .define("topic.prefix")
                   .define("poll.interval.ms", "int", 5000, at_least=1)
                   .define("batch.max.rows", "int", 100, at_least=1)
-                  .define("table.poll.interval.ms", "long", 60_000, at_least=1))
+                  .define("table.poll.interval.ms", "long", 60_000, at_least=1)
+                  .define("query.retry.attempts", "int", -1, at_least=-1)
+                  .define("connection.attempts", "int", 3, at_least=1)
+                  .define("connection.backoff.ms", "long", 10_000, at_least=0))
     unimplemented = UNIMPLEMENTED
     task_class = JdbcSourceTask
 
     def validate(self, config: dict[str, Any]) -> None:
+        super().validate(config)
         mode = config["mode"]
         if "incrementing" in mode and not config["incrementing.column.name"]:
             raise ConfigError("incrementing.column.name", "", f"mode={mode} needs the incrementing column")
@@ -337,10 +366,16 @@ class JdbcSourceConnector(SourceConnector):
             raise ConfigError("timestamp.column.name", "", f"mode={mode} needs the timestamp column")
         if config["query"] and (config["table.whitelist"] or config["table.include.list"]):
             raise ConfigError("query", config["query"], "query mode takes no table list")
-        if (config["table.whitelist"] or config["table.include.list"]) and \
-                (config["table.blacklist"] or config["table.exclude.list"]):
-            raise ConfigError("table.blacklist", ",".join(config["table.blacklist"] or config["table.exclude.list"]),
-                              "a table include list and exclude list cannot both be set")
+        if config["table.whitelist"] and config["table.blacklist"]:
+            raise ConfigError("table.blacklist", ",".join(config["table.blacklist"]),
+                              "table.whitelist and table.blacklist cannot both be set")
+        if (config["table.whitelist"] or config["table.blacklist"]) and \
+                (config["table.include.list"] or config["table.exclude.list"]):
+            raise ConfigError("table.include.list", ",".join(config["table.include.list"]),
+                              "table.whitelist/blacklist and table.include/exclude.list cannot be mixed")
+        if config["table.exclude.list"] and not config["table.include.list"]:
+            raise ConfigError("table.exclude.list", ",".join(config["table.exclude.list"]),
+                              "table.exclude.list cannot be used without table.include.list")
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.props)]  # one task reads every table

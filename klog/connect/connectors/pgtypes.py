@@ -10,10 +10,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, primitive
+from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, epoch_days, epoch_micros, micros_of_day, primitive
 
-EPOCH = dt.datetime(1970, 1, 1)
-EPOCH_DATE = dt.date(1970, 1, 1)
 UNAVAILABLE = "__debezium_unavailable_value"  # Debezium's placeholder for an unchanged TOASTed value
 
 Parser = Callable[[str], Any]
@@ -29,7 +27,7 @@ def _bytea(text: str) -> bytes:
 
 def _date(text: str) -> int | None:
     try:
-        return (dt.date.fromisoformat(text) - EPOCH_DATE).days
+        return epoch_days(dt.date.fromisoformat(text))
     except ValueError:
         return None  # infinity, BC dates
 
@@ -39,8 +37,7 @@ def _timestamp_us(text: str) -> int | None:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
         return None
-    delta = when - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return epoch_micros(when)
 
 
 def _timestamp_ms(text: str) -> int | None:
@@ -80,7 +77,7 @@ def _zoned_time(text: str) -> str | None:
 
 def _time_us(text: str) -> int:
     t = dt.time.fromisoformat(text[:15] if "+" not in text and "-" not in text else text.split("+")[0].split("-")[0])
-    return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
+    return micros_of_day(t)
 
 
 def _time_ms(text: str) -> int:
