@@ -11,13 +11,25 @@ Errors answer {"error_code": N, "message": ...} as Kafka Connect's do.
 from __future__ import annotations
 
 import json
+import re
+import sys
 import threading
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from klog.connect.errors import ConfigError
 from klog.errors import KlogError
+
+MAX_BODY = 16 << 20  # a connector config is kilobytes: a larger body is refused before it is read
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
+        """A client that resets or times out mid-answer is no worker error: no traceback in the log."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 class HttpError(Exception):
@@ -34,17 +46,26 @@ class RestServer:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            default_request_version = "HTTP/1.0"  # an unparsable request line still gets a status line
+
             def log_message(self, *args: Any) -> None:  # quiet: the worker prints what matters
                 pass
 
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                """http.server's own refusals (bad request line, headers too long) in Connect's JSON shape."""
+                self.close_connection = True
+                self._send(code, {"error_code": code, "message": message or HTTPStatus(code).phrase})
+
             def _handle(self, method: str) -> None:
                 url = urlparse(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
                 try:
-                    payload = json.loads(body) if body else None
-                except ValueError:
-                    self._send(400, {"error_code": 400, "message": "the request body is not JSON"})
+                    payload = self._payload()
+                except HttpError as e:
+                    self.close_connection = True  # what is left of the body cannot be told from a next request
+                    self._send(e.code, {"error_code": e.code, "message": str(e)})
+                    return
+                except OSError:  # the client went quiet or away mid-body: nobody to answer
+                    self.close_connection = True
                     return
                 try:
                     with api.lock:
@@ -60,12 +81,58 @@ class RestServer:
                     code, out = 500, {"error_code": 500, "message": f"{type(e).__name__}: {e}"}
                 self._send(code, out)
 
+            def _payload(self) -> Any:
+                body = self._body()
+                try:
+                    return json.loads(body) if body else None
+                except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
+                    raise HttpError(400, "the request body is not JSON") from None
+
+            def _body(self) -> bytes:
+                """The request body, refused (HttpError) when its framing is malformed or it exceeds MAX_BODY."""
+                if self.headers.get("Transfer-Encoding", "").strip().lower() == "chunked":
+                    return self._chunked_body()
+                if self.headers.get("Transfer-Encoding"):
+                    raise HttpError(501, f"Transfer-Encoding {self.headers['Transfer-Encoding']} is not supported")
+                lengths = set(self.headers.get_all("Content-Length") or [])
+                if not lengths:
+                    return b""
+                text = lengths.pop().strip()
+                if lengths or not re.fullmatch(r"[0-9]{1,19}", text):
+                    raise HttpError(400, "the request's Content-Length is not one whole number")
+                return self._read(int(text))
+
+            def _chunked_body(self) -> bytes:
+                body = b""
+                while True:
+                    line = self.rfile.readline(100)
+                    size = line.split(b";", 1)[0].strip()
+                    if not re.fullmatch(rb"[0-9a-fA-F]{1,16}", size):
+                        raise HttpError(400, "the request's chunked body is malformed")
+                    if int(size, 16) == 0:
+                        while self.rfile.readline(8192).strip():  # trailers, up to the closing empty line
+                            pass
+                        return body
+                    body += self._read(int(size, 16), len(body))
+                    if self.rfile.readline(3).strip():  # each chunk ends with CRLF
+                        raise HttpError(400, "the request's chunked body is malformed")
+
+            def _read(self, length: int, already: int = 0) -> bytes:
+                if already + length > MAX_BODY:
+                    raise HttpError(413, f"the request body exceeds {MAX_BODY} bytes")
+                data = self.rfile.read(length)
+                if len(data) < length:
+                    raise HttpError(400, "the request body ended before its announced length")
+                return data
+
             def _send(self, code: int, out: Any) -> None:
                 data = b"" if out is None else json.dumps(out).encode()
                 self.send_response(code)
                 if data:
                     self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -84,7 +151,7 @@ class RestServer:
             def do_PATCH(self) -> None:  # noqa: N802
                 self._handle("PATCH")
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd = _Server((host, port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="klog-connect-rest", daemon=True)
