@@ -23,9 +23,12 @@ from klog.connect.errors import ConfigError
 from klog.errors import KlogError
 
 MAX_BODY = 16 << 20  # a connector config is kilobytes: a larger body is refused before it is read
+IDLE_TIMEOUT_S = 30.0  # Jetty's default idle timeout: a slowloris socket is closed after it
 
 
 class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the listen backlog: a burst of clients is queued, not refused (default 5)
+
     def handle_error(self, request, client_address) -> None:  # noqa: ANN001
         """A client that resets or times out mid-answer is no worker error: no traceback in the log."""
         if not isinstance(sys.exc_info()[1], OSError):
@@ -46,6 +49,7 @@ class RestServer:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = IDLE_TIMEOUT_S  # a client that stops sending loses its socket and thread
             default_request_version = "HTTP/1.0"  # an unparsable request line still gets a status line
 
             def log_message(self, *args: Any) -> None:  # quiet: the worker prints what matters

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
+import time
 
 import pytest
 
@@ -90,3 +92,36 @@ def test_a_chunked_body_is_read_as_http_1_1_sends_it(port, tmp_path):
     assert_error(request(port, "POST", "/connectors", b"zz\r\n{}\r\n0\r\n\r\n", {"Transfer-Encoding": "chunked"}),
                  400)
     assert_error(request(port, "POST", "/connectors", b"{}", {"Transfer-Encoding": "gzip"}), 501)
+
+
+def test_slow_clients_are_cut_off_and_a_burst_of_clients_is_served(monkeypatch, data_dir):
+    from klog.connect import rest
+    from klog.connect.rest import RestServer
+    from klog.connect.worker import Worker
+
+    monkeypatch.setattr(rest, "IDLE_TIMEOUT_S", 1.0)
+    with klog.open(data_dir) as store:
+        worker = Worker(store, {})
+        server = RestServer(worker, "127.0.0.1", 0).start()
+        try:
+            held = []
+            for _ in range(20):  # slowloris: headers promise a body that never comes
+                s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                s.sendall(b"POST /connectors HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+                held.append(s)
+            assert request(server.port, "GET", "/connectors", timeout=5) == (200, [])
+            started = time.monotonic()
+            assert all(s.recv(100) == b"" for s in held) and time.monotonic() - started < 5  # closed, not held
+            for s in held:
+                s.close()
+            answers = []
+            threads = [threading.Thread(target=lambda: answers.append(request(server.port, "GET", "/connectors",
+                                                                              timeout=20)[0])) for _ in range(150)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert answers == [200] * 150
+        finally:
+            server.close()
+            worker.stop()
