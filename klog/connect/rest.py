@@ -41,6 +41,25 @@ class HttpError(Exception):
         self.code = code
 
 
+# The methods each resource answers (Kafka's Jersey resources): another method is 405, another path 404.
+_TOP_METHODS = {(): {"GET"}, ("connectors",): {"GET", "POST"}, ("connector-plugins",): {"GET"}}
+_CONNECTOR_METHODS = {(): {"GET", "DELETE"}, ("config",): {"GET", "PUT"}, ("status",): {"GET"}, ("tasks",): {"GET"},
+                      ("restart",): {"POST"}, ("pause",): {"PUT"}, ("resume",): {"PUT"}, ("stop",): {"PUT"},
+                      ("offsets",): {"GET", "PATCH", "DELETE"}}
+_TASK_METHODS = {"status": {"GET"}, "restart": {"POST"}}  # /connectors/{name}/tasks/{id}/...
+
+
+def _allowed_methods(parts: list[str]) -> set[str] | None:
+    """The methods the path answers; None when it names no resource."""
+    if parts[:1] == ["connectors"] and len(parts) > 1:
+        rest = parts[2:]
+        return _TASK_METHODS.get(rest[2]) if len(rest) == 3 and rest[0] == "tasks" else \
+            _CONNECTOR_METHODS.get(tuple(rest))
+    if len(parts) == 4 and parts[0] == "connector-plugins" and parts[2:] == ["config", "validate"]:
+        return {"PUT"}
+    return _TOP_METHODS.get(tuple(parts))
+
+
 class RestServer:
     def __init__(self, worker, host: str = "127.0.0.1", port: int = 8083) -> None:  # noqa: ANN001
         """`worker`: a Worker (standalone) or a GroupApi (a distributed worker's view of its group)."""
@@ -59,6 +78,18 @@ class RestServer:
                 """http.server's own refusals (bad request line, headers too long) in Connect's JSON shape."""
                 self.close_connection = True
                 self._send(code, {"error_code": code, "message": message or HTTPStatus(code).phrase})
+
+            def __getattr__(self, name: str) -> Any:
+                if name.startswith("do_"):  # HEAD, OPTIONS, TRACE, made-up methods: 405 as Jersey answers
+                    return self._method_not_allowed
+                raise AttributeError(name)
+
+            def _method_not_allowed(self) -> None:
+                try:
+                    self._body()  # read and dropped: the client gets the answer, not a reset of unread bytes
+                except (HttpError, OSError):
+                    self.close_connection = True
+                self._send(405, {"error_code": 405, "message": f"HTTP method {self.command} is not allowed"})
 
             def _handle(self, method: str) -> None:
                 url = urlparse(self.path)
@@ -138,7 +169,8 @@ class RestServer:
                 if self.close_connection:
                     self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.write(data)
+                if self.command != "HEAD":
+                    self.wfile.write(data)
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's names
                 self._handle("GET")
@@ -171,20 +203,24 @@ class RestServer:
     # -- routes ------------------------------------------------------------------------------------
     def route(self, method: str, parts: list[str], query: dict[str, str], body: Any) -> tuple[int, Any]:
         w = self.worker
+        allowed = _allowed_methods(parts)
+        if allowed is None:
+            raise HttpError(404, f"unknown resource /{'/'.join(parts)}")
+        if method not in allowed:
+            raise HttpError(405, f"HTTP method {method} is not allowed on /{'/'.join(parts)}")
         if not parts:
             from klog import __version__
 
             return 200, {"version": __version__, "commit": "", "kafka_cluster_id": "klog"}
-        if parts == ["connector-plugins"] and method == "GET":
+        if parts == ["connector-plugins"]:
             from klog.connect.api import load_class, plugin_names
 
             return 200, [{"class": java, "type": load_class(spec).kind, "version": load_class(spec).version()}
                          for java, spec in sorted(plugin_names().items())]
-        if len(parts) == 4 and parts[0] == "connector-plugins" and parts[2:] == ["config", "validate"] \
-                and method == "PUT":
-            return 200, self.validate(parts[1], body or {})
-        if parts[0] != "connectors":
-            raise HttpError(404, f"unknown resource /{'/'.join(parts)}")
+        if parts[0] == "connector-plugins":
+            if not isinstance(body, dict):
+                raise HttpError(400, "the config to validate is a JSON object")
+            return 200, self.validate(parts[1], body)
         if len(parts) == 1:
             if method == "GET":
                 names = w.names()
@@ -194,17 +230,17 @@ class RestServer:
                                      {"info": self.info(n)}) for n in names}
                 return 200, names
             if method == "POST":
-                if not isinstance(body, dict) or "name" not in body or not isinstance(body.get("config"), dict):
+                if not isinstance(body, dict) or not isinstance(body.get("name"), str) \
+                        or not isinstance(body.get("config"), dict):
                     raise HttpError(400, 'a connector is {"name": ..., "config": {...}}')
                 if body["name"] in w.names():
                     raise HttpError(409, f"Connector {body['name']} already exists")
                 w.put({**{k: str(v) for k, v in body["config"].items()}, "name": body["name"]})
                 return 201, self.info(body["name"])
-            raise HttpError(405, f"{method} is not allowed on /connectors")
         name = parts[1]
+        rest = parts[2:]
         if name not in w.names() and not (len(parts) == 3 and parts[2] == "config" and method == "PUT"):
             raise HttpError(404, f"Connector {name} not found")
-        rest = parts[2:]
         if not rest:
             if method == "GET":
                 return 200, self.info(name)
@@ -230,10 +266,10 @@ class RestServer:
                          for i, c in enumerate(w.task_configs(name))]
         elif len(rest) == 3 and rest[0] == "tasks" and rest[2] in ("status", "restart"):
             tasks = w.describe_status(name)["tasks"]
-            try:
-                task = tasks[int(rest[1])]
-            except (ValueError, IndexError):
-                raise HttpError(404, f"Task {name}-{rest[1]} not found") from None
+            task_id = int(rest[1]) if rest[1].isascii() and rest[1].isdigit() else -1  # "-1" is no task id
+            if not 0 <= task_id < len(tasks):
+                raise HttpError(404, f"Task {name}-{rest[1]} not found")
+            task = tasks[task_id]
             if rest[2] == "status" and method == "GET":
                 return 200, task
             if rest[2] == "restart" and method == "POST":
@@ -250,7 +286,7 @@ class RestServer:
             return 202, None
         elif rest == ["offsets"]:
             return self.offsets(method, name, body)
-        raise HttpError(405 if rest else 404, f"{method} /{'/'.join(parts)} is not supported")
+        raise AssertionError(f"{method} /{'/'.join(parts)} passed _allowed_methods but has no route")
 
     def offsets(self, method: str, name: str, body: Any) -> tuple[int, Any]:
         """KIP-875: GET any time; PATCH and DELETE only once the connector is STOPPED."""
@@ -259,8 +295,6 @@ class RestServer:
         w = self.worker
         if method == "GET":
             return 200, {"offsets": w.connector_offsets(name)}
-        if method not in ("PATCH", "DELETE"):
-            raise HttpError(405, f"{method} is not allowed on /connectors/{name}/offsets")
         if w.target_state(name) != "STOPPED":
             raise HttpError(400, offsets.NOT_STOPPED.replace("{name}", name))
         try:

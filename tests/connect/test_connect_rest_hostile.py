@@ -94,6 +94,35 @@ def test_a_chunked_body_is_read_as_http_1_1_sends_it(port, tmp_path):
     assert_error(request(port, "POST", "/connectors", b"{}", {"Transfer-Encoding": "gzip"}), 501)
 
 
+def test_methods_and_paths_answer_405_and_404_as_jersey_does(port, tmp_path, capfd):
+    assert request(port, "POST", "/connectors", json.dumps({"name": "fs", "config": source(tmp_path)}).encode()
+                   )[0] == 201
+    for method in ("OPTIONS", "TRACE", "FOO", "POST"):
+        assert_error(request(port, method, "/connectors/fs/status"), 405)
+    assert_error(request(port, "PUT", "/connectors/fs"), 405)  # a known path, a method it does not answer
+    assert_error(request(port, "PUT", "/connectors/nobody"), 405)  # the method is checked first, as in Jersey
+    assert_error(request(port, "POST", "/"), 405)
+    assert_error(request(port, "DELETE", "/connector-plugins"), 405)
+    assert request(port, "HEAD", "/connectors")[0] == 405
+    assert_error(request(port, "GET", "/connectors/fs/nope"), 404)
+    assert_error(request(port, "GET", "/connector-plugins/config/validate"), 404)
+    assert_error(request(port, "GET", "/connectors/nobody/status"), 404)
+    for task in ("-1", "1", "x", "٣"):  # "-1" indexed the last task from the end
+        assert_error(request(port, "GET", f"/connectors/fs/tasks/{task}/status"), 404)
+    assert_error(exchange(port, b"\x01\x02 garbage\r\n\r\n"), 400)
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_json_of_the_wrong_type_is_a_400(port):
+    for body in (b"[1, 2]", b'"s"', b"1", b"null"):
+        assert_error(request(port, "PUT", "/connector-plugins/FileStreamSource/config/validate", body), 400)
+        assert_error(request(port, "PUT", "/connectors/x/config", body), 400)
+        assert_error(request(port, "POST", "/connectors", body), 400)
+    for name in (b"1", b'["x"]', b"null", b'""', b'"a/b"'):
+        assert_error(request(port, "POST", "/connectors", b'{"name": %s, "config": {"connector.class": '
+                                                          b'"FileStreamSource", "topic": "t"}}' % name), 400)
+
+
 def test_slow_clients_are_cut_off_and_a_burst_of_clients_is_served(monkeypatch, data_dir):
     from klog.connect import rest
     from klog.connect.rest import RestServer
