@@ -6,6 +6,7 @@ connector keeps running. A seeded campaign mixes them all (a longer one against 
 from __future__ import annotations
 
 import json
+import random
 import re
 import socket
 import threading
@@ -14,6 +15,7 @@ import time
 import pytest
 
 import klog
+from tests.connect.helpers import values, wait_for
 
 
 @pytest.fixture
@@ -154,3 +156,138 @@ def test_slow_clients_are_cut_off_and_a_burst_of_clients_is_served(monkeypatch, 
         finally:
             server.close()
             worker.stop()
+
+
+# -- the campaign ------------------------------------------------------------------------------------
+NAMES = ["x", "a%2Fb", "..", "%2E%2E", "%C3%A9%E2%82%AC", "x" * 1000, "%00", "a%20b", "%", "%zz", "-1", "keep"]
+SUFFIXES = ["", "/config", "/status", "/tasks", "/tasks/0/status", "/tasks/-1/status", "/tasks/x/restart",
+            "/restart?includeTasks=true&onlyFailed=true", "/pause", "/resume", "/stop", "/offsets", "/topics",
+            "/topics/reset"]
+PATHS = ["/", "/connectors", "/connectors?expand=status", "/connector-plugins", "/admin/loggers", "//",
+         "/connector-plugins/FileStreamSource/config/validate", "/connector-plugins/Nope/config/validate", "*"]
+BODIES = [None, b"{", b"[1,2]", b'"s"', b"1", b"null", b"{}", b"\xff\xfe", b"[" * 5000 + b"]" * 5000,
+          b'{"name": 1, "config": {}}', b'{"name": "", "config": {}}', b'{"name": "n", "config": []}',
+          b'{"name": "n", "config": {"connector.class": "Nope"}}',
+          b'{"name": "n", "config": {"connector.class": "FileStreamSource", "topic": "t", "tasks.max": [1]}}',
+          b'{"name": "n", "config": {"connector.class": "FileStreamSource", "topic": "t", "transforms": "a"}}',
+          b'{"offsets": [{"partition": 1, "offset": 2}]}', b'{"connector.class": null, "tasks.max": {}, "a": NaN}']
+METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO"]
+CHANGES_KEEP = {"PUT", "POST", "DELETE", "PATCH"}  # the running connector is only read, never changed
+
+
+def hostile(rnd: random.Random) -> tuple[str, bytes]:
+    """One seeded hostile request: (what it is, its bytes)."""
+    kind = rnd.random()
+    if kind < 0.8:
+        path = rnd.choice(PATHS) if rnd.random() < 0.3 else "/connectors/" + rnd.choice(NAMES) + rnd.choice(SUFFIXES)
+        method, body = rnd.choice(METHODS), rnd.choice(BODIES)
+        if "/keep" in path and method in CHANGES_KEEP:
+            path = path.replace("/keep", "/kept")
+        framing = f"Content-Length: {len(body)}\r\n" if body is not None else ""
+    else:
+        method, path, body = "POST", "/connectors", b"{}"
+        framing = rnd.choice(["Content-Length: abc\r\n", "Content-Length: -1\r\n", "Content-Length: 1073741824\r\n",
+                              "Content-Length: 2\r\nContent-Length: 3\r\n", "Transfer-Encoding: chunked\r\n",
+                              "big"])
+        if framing == "big":  # 10 MB, under the limit: read whole, then refused as not JSON
+            body = b"x" * (10 << 20)
+            framing = f"Content-Length: {len(body)}\r\n"
+    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{framing}\r\n"
+    return f"{method} {path[:60]} {framing.strip()} {(body or b'')[:40]!r}", head.encode() + (body or b"")
+
+
+def campaign(port: int, seed: int, seconds: float) -> tuple[int, list[str]]:
+    """Hostile requests until `seconds` pass: (how many, what was wrong with the answers)."""
+    rnd, wrong, count = random.Random(seed), [], 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        what, data = hostile(rnd)
+        code, body = exchange(port, data)
+        count += 1
+        if code is None or code >= 500 and code != 501:
+            wrong.append(f"{what}: {code} {body!r:.200}")
+        elif code >= 400 and not (isinstance(body, dict) and body.get("error_code") == code
+                                  and isinstance(body.get("message"), str)):
+            wrong.append(f"{what}: {code} with {body!r:.200}")
+    return count, wrong
+
+
+def race(port: int, config: dict, seconds: float) -> list[str]:
+    """Threads creating, reconfiguring and deleting one connector at once: the answers that are not Kafka's."""
+    wrong: list[str] = []
+    body = json.dumps({**config, "topic": "raced"}).encode()
+    deadline = time.monotonic() + seconds
+
+    def churn(i: int) -> None:
+        while time.monotonic() < deadline:
+            code, out = request(port, "PUT", "/connectors/race/config", body) if i % 2 else \
+                request(port, "DELETE", "/connectors/race")
+            if code not in ({200, 201} if i % 2 else {204, 404}):
+                wrong.append(f"{'PUT' if i % 2 else 'DELETE'}: {code} {out!r:.200}")
+
+    threads = [threading.Thread(target=churn, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return wrong
+
+
+def test_a_seeded_campaign_leaves_the_worker_serving_and_its_connector_running(port, tmp_path, data_dir, capfd):
+    config = source(tmp_path)
+    assert request(port, "POST", "/connectors", json.dumps({"name": "keep", "config": config}).encode())[0] == 201
+    wait_for(lambda: values(data_dir, "lines") == [b"a"], what="the connector's first line")
+    count, wrong = campaign(port, seed=20261128, seconds=8)
+    assert count > 200 and wrong == []
+    assert race(port, {**config, "file": str(tmp_path / "race.txt")}, seconds=2) == []
+    request(port, "DELETE", "/connectors/race")
+    assert "Traceback" not in capfd.readouterr().err
+    with open(config["file"], "a") as f:
+        f.write("b\n")
+    wait_for(lambda: values(data_dir, "lines") == [b"a", b"b"], what="a line written after the campaign")
+    assert request(port, "GET", "/connectors/keep/status")[1]["tasks"][0]["state"] == "RUNNING"
+    assert request(port, "GET", "/connectors")[1] == ["keep"]
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
+
+
+@pytest.mark.slow
+def test_a_longer_campaign_against_a_distributed_worker(tmp_path, data_dir):
+    from tests.connect.test_connect_group_rest import _worker
+
+    props = tmp_path / "worker.properties"
+    props.write_text("session.timeout.ms=3000\noffset.flush.interval.ms=200\n")
+    proc, url, _ = _worker(data_dir, str(props))
+    try:
+        worker_port = int(url.rsplit(":", 1)[1])
+        config = source(tmp_path)
+        assert request(worker_port, "POST", "/connectors",
+                       json.dumps({"name": "keep", "config": config}).encode())[0] == 201
+        wait_for(lambda: values(data_dir, "lines") == [b"a"], timeout=60, what="the connector's first line")
+        joined = []  # a second worker joins mid-campaign: requests meet the group's rebalance
+        joiner = threading.Timer(10, lambda: joined.append(_worker(data_dir, str(props))[0]))
+        joiner.start()
+        try:
+            count, wrong = campaign(worker_port, seed=7, seconds=20)
+        finally:
+            joiner.join()
+            for other in joined:
+                other.terminate()
+                other.communicate(timeout=30)
+        assert count > 250 and wrong == [] and joined
+        assert race(worker_port, {**config, "file": str(tmp_path / "race.txt")}, seconds=5) == []
+        warmed = _rss_kib(proc.pid)  # the allocator's arenas grown by the first 10 MB bodies
+        count, wrong = campaign(worker_port, seed=8, seconds=20)
+        assert count > 250 and wrong == []
+        assert _rss_kib(proc.pid) - warmed < 32 * 1024, "memory grows with requests"
+        with open(config["file"], "a") as f:
+            f.write("b\n")
+        wait_for(lambda: values(data_dir, "lines") == [b"a", b"b"], timeout=60, what="a line after the campaign")
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=30)[1].decode()
+    assert "Traceback" not in err
