@@ -134,11 +134,12 @@ def load_config_file(path: str) -> dict[str, str]:
         if "connector.class" in data and "name" not in data:
             # a body for PUT /connectors/{name}/config (Debezium's examples): the name is the file's
             data["name"] = os.path.splitext(os.path.basename(path))[0]
-        return {str(k): _string(v) for k, v in data.items()}
+        return {str(k): config_string(v) for k, v in data.items()}
     return parse_properties_text(text)
 
 
-def _string(value: object) -> str:
+def config_string(value: object) -> str:
+    """A JSON config value as the string a connector reads (a file's and the REST API's alike)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from klog.connect.config import config_string
 from klog.connect.errors import ConfigError
 from klog.errors import KlogError
 
@@ -235,7 +236,7 @@ class RestServer:
                     raise HttpError(400, 'a connector is {"name": ..., "config": {...}}')
                 if body["name"] in w.names():
                     raise HttpError(409, f"Connector {body['name']} already exists")
-                w.put({**{k: str(v) for k, v in body["config"].items()}, "name": body["name"]})
+                w.put({**{k: config_string(v) for k, v in body["config"].items()}, "name": body["name"]})
                 return 201, self.info(body["name"])
         name = parts[1]
         rest = parts[2:]
@@ -253,7 +254,7 @@ class RestServer:
             if method == "PUT":
                 if not isinstance(body, dict):
                     raise HttpError(400, "the config is a JSON object")
-                props = {k: str(v) for k, v in body.items()}
+                props = {k: config_string(v) for k, v in body.items()}
                 if props.get("name", name) != name:
                     raise HttpError(400, "Connector name configuration (" + props["name"] + ") doesn't match "
                                     "connector name in the URL (" + name + ")")
@@ -319,7 +320,7 @@ class RestServer:
         from klog.connect.api import find_connector
         from klog.connect.worker import SINK, SOURCE, validate
 
-        props = {k: str(v) for k, v in config.items()}
+        props = {k: config_string(v) for k, v in config.items()}
         props.setdefault("connector.class", plugin)
         cls = find_connector(props["connector.class"])
         runtime = SOURCE if cls.kind == "source" else SINK

@@ -168,7 +168,7 @@ PATHS = ["/", "/connectors", "/connectors?expand=status", "/connector-plugins", 
 BODIES = [None, b"{", b"[1,2]", b'"s"', b"1", b"null", b"{}", b"\xff\xfe", b"[" * 5000 + b"]" * 5000,
           b'{"name": 1, "config": {}}', b'{"name": "", "config": {}}', b'{"name": "n", "config": []}',
           b'{"name": "n", "config": {"connector.class": "Nope"}}',
-          b'{"name": "n", "config": {"connector.class": "FileStreamSource", "topic": "t", "tasks.max": [1]}}',
+          b'{"name": "n", "config": {"connector.class": "FileStreamSource", "topic": "t", "tasks.max": [0]}}',
           b'{"name": "n", "config": {"connector.class": "FileStreamSource", "topic": "t", "transforms": "a"}}',
           b'{"offsets": [{"partition": 1, "offset": 2}]}', b'{"connector.class": null, "tasks.max": {}, "a": NaN}']
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO"]
@@ -291,3 +291,16 @@ def test_a_longer_campaign_against_a_distributed_worker(tmp_path, data_dir):
         proc.terminate()
         err = proc.communicate(timeout=30)[1].decode()
     assert "Traceback" not in err
+
+
+def test_json_values_become_the_strings_a_config_file_gives(port, tmp_path):
+    """true was "True", a list "['a', 'b']", null "None" (now "", as a file's null)."""
+    config = {**source(tmp_path), "key.converter.schemas.enable": False, "batch.size": 10}
+    code, info = request(port, "POST", "/connectors", json.dumps({"name": "fs", "config": config}).encode())
+    assert code == 201 and info["config"]["key.converter.schemas.enable"] == "false"
+    assert info["config"]["batch.size"] == "10"
+    code, info = request(port, "PUT", "/connectors/fs/config", json.dumps({**config, "transforms": ["a", "b"]}
+                                                                          ).encode())
+    assert code == 400 and "transforms.a.type" in info["message"]  # the list read as "a,b", as in a file
+    code, info = request(port, "PUT", "/connectors/fs/config", json.dumps({**config, "x.note": None}).encode())
+    assert code == 200 and info["config"]["x.note"] == ""
