@@ -304,3 +304,12 @@ def test_json_values_become_the_strings_a_config_file_gives(port, tmp_path):
     assert code == 400 and "transforms.a.type" in info["message"]  # the list read as "a,b", as in a file
     code, info = request(port, "PUT", "/connectors/fs/config", json.dumps({**config, "x.note": None}).encode())
     assert code == 200 and info["config"]["x.note"] == ""
+
+
+@pytest.mark.parametrize("topic", [None, "", " "])
+def test_a_file_source_without_a_topic_is_refused(port, tmp_path, topic):
+    """An empty topic (or JSON null) was accepted: the task then failed writing to topic ''."""
+    code, info = request(port, "POST", "/connectors", json.dumps({"name": "n", "config": {
+        **source(tmp_path), "topic": topic}}).encode())
+    assert code == 400 and info["message"].endswith("configuration topic: String must be non-empty")
+    assert request(port, "GET", "/connectors")[1] == []

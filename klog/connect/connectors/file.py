@@ -147,7 +147,8 @@ class FileStreamSourceConnector(SourceConnector):
     java_classes = ("org.apache.kafka.connect.file.FileStreamSourceConnector",)
     short_names = ("file-source",)
     config_def = (ConfigDef().define("file", default="", doc="the file (or glob) to follow; stdin when empty")
-                  .define("topic", doc="the topic to write to")
+                  .define("topic", doc="the topic to write to",  # Kafka's NonEmptyString
+                          check=lambda topic: None if topic else "String must be non-empty")
                   .define("batch.size", "int", 2000, at_least=1)
                   .define("delimiter", default="\\n", doc="klog: the record delimiter (default a newline)"))
     task_class = FileStreamSourceTask
