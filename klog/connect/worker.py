@@ -123,6 +123,7 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
         dlq = config["errors.deadletterqueue.topic.name"]
         if dlq and dlq in config["topics"]:
             raise ConfigError("errors.deadletterqueue.topic.name", dlq, "the DLQ cannot be one of the topics read")
+        _check_sink_group(config["name"])
     w = worker or WORKER.parse({})
     for side in ("key", "value"):
         make_converter(f"{side}.converter", config[f"{side}.converter"] or w[f"{side}.converter"],
@@ -139,6 +140,19 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
                       or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES))]
                      + chain.ignored + cls.unimplemented_in(props))
     return Validated(props, cls, config, ignored)
+
+
+def _check_sink_group(name: str) -> None:
+    """A sink's consumer group is connect-<name>: a name no group id can carry is refused here, not by
+    the task's first poll (a FAILED task)."""
+    from klog.errors import UsageError
+    from klog.meta.groups import GROUP_ID_CHARS_MAX, validate_group_id
+
+    try:
+        validate_group_id(f"connect-{name}")
+    except UsageError:
+        raise ConfigError("name", name, f"a sink's consumer group connect-<name> takes at most "
+                          f"{GROUP_ID_CHARS_MAX} printable characters") from None
 
 
 def producer_settings(worker_props: dict[str, str], props: dict[str, str]) -> dict[str, Any]:

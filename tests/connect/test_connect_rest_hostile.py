@@ -313,3 +313,13 @@ def test_a_file_source_without_a_topic_is_refused(port, tmp_path, topic):
         **source(tmp_path), "topic": topic}}).encode())
     assert code == 400 and info["message"].endswith("configuration topic: String must be non-empty")
     assert request(port, "GET", "/connectors")[1] == []
+
+
+def test_a_sink_name_its_consumer_group_cannot_carry_is_refused(port, tmp_path):
+    """connect-<name> over klog's 255 characters (or unprintable) failed the task at its first poll."""
+    sink = {"connector.class": "FileStreamSink", "file": str(tmp_path / "out.txt"), "topics": "t"}
+    code, info = request(port, "PUT", "/connectors/" + "x" * 300 + "/config", json.dumps(sink).encode())
+    assert code == 400 and "connect-<name>" in info["message"]
+    assert_error(request(port, "PUT", "/connectors/a%E2%80%8Bb/config", json.dumps(sink).encode()), 400)
+    assert request(port, "PUT", "/connectors/" + "x" * 300 + "/config", json.dumps(source(tmp_path)).encode()
+                   )[0] == 201  # a source has no group: Kafka sets no length limit
