@@ -234,10 +234,11 @@ class RestServer:
                 if not isinstance(body, dict) or not isinstance(body.get("name"), str) \
                         or not isinstance(body.get("config"), dict):
                     raise HttpError(400, 'a connector is {"name": ..., "config": {...}}')
-                if body["name"] in w.names():
-                    raise HttpError(409, f"Connector {body['name']} already exists")
-                w.put({**{k: config_string(v) for k, v in body["config"].items()}, "name": body["name"]})
-                return 201, self.info(body["name"])
+                name = body["name"].strip()  # as Kafka's createConnector
+                if name in w.names():
+                    raise HttpError(409, f"Connector {name} already exists")
+                w.put({**{k: config_string(v) for k, v in body["config"].items()}, "name": name})
+                return 201, self.info(name)
         name = parts[1]
         rest = parts[2:]
         if name not in w.names() and not (len(parts) == 3 and parts[2] == "config" and method == "PUT"):
@@ -254,6 +255,8 @@ class RestServer:
             if method == "PUT":
                 if not isinstance(body, dict):
                     raise HttpError(400, "the config is a JSON object")
+                if name != name.strip():  # configs are read stripped: " a " would run as "a", out of reach
+                    raise HttpError(400, f"Connector name {name!r} has leading or trailing whitespace")
                 props = {k: config_string(v) for k, v in body.items()}
                 if props.get("name", name) != name:
                     raise HttpError(400, "Connector name configuration (" + props["name"] + ") doesn't match "

@@ -323,3 +323,13 @@ def test_a_sink_name_its_consumer_group_cannot_carry_is_refused(port, tmp_path):
     assert_error(request(port, "PUT", "/connectors/a%E2%80%8Bb/config", json.dumps(sink).encode()), 400)
     assert request(port, "PUT", "/connectors/" + "x" * 300 + "/config", json.dumps(source(tmp_path)).encode()
                    )[0] == 201  # a source has no group: Kafka sets no length limit
+
+
+def test_a_name_with_surrounding_spaces(port, tmp_path):
+    """It ran as the stripped name while the answer looked the spaced one up: a 500, and a connector
+    the spaced URL could not delete."""
+    body = json.dumps({"name": " fs ", "config": source(tmp_path)}).encode()
+    code, info = request(port, "POST", "/connectors", body)
+    assert code == 201 and info["name"] == "fs"  # trimmed, as Kafka's createConnector does
+    assert_error(request(port, "PUT", "/connectors/%20gs%20/config", json.dumps(source(tmp_path)).encode()), 400)
+    assert request(port, "GET", "/connectors")[1] == ["fs"]
