@@ -159,7 +159,8 @@ def test_slow_clients_are_cut_off_and_a_burst_of_clients_is_served(monkeypatch, 
 
 
 # -- the campaign ------------------------------------------------------------------------------------
-NAMES = ["x", "a%2Fb", "..", "%2E%2E", "%C3%A9%E2%82%AC", "x" * 1000, "%00", "a%20b", "%", "%zz", "-1", "keep"]
+NAMES = ["x", "a%2Fb", "..", "%2E%2E", "%C3%A9%E2%82%AC", "x" * 1000, "%00", "a%20b", "%", "%zz", "-1", "keep",
+         "%20sp%20", "a%E2%80%8Bb", ""]
 SUFFIXES = ["", "/config", "/status", "/tasks", "/tasks/0/status", "/tasks/-1/status", "/tasks/x/restart",
             "/restart?includeTasks=true&onlyFailed=true", "/pause", "/resume", "/stop", "/offsets", "/topics",
             "/topics/reset"]
@@ -170,7 +171,9 @@ BODIES = [None, b"{", b"[1,2]", b'"s"', b"1", b"null", b"{}", b"\xff\xfe", b"[" 
           b'{"name": "n", "config": {"connector.class": "Nope"}}',
           b'{"name": "n", "config": {"connector.class": "FileStreamSource", "topic": "t", "tasks.max": [0]}}',
           b'{"name": "n", "config": {"connector.class": "FileStreamSource", "topic": "t", "transforms": "a"}}',
-          b'{"offsets": [{"partition": 1, "offset": 2}]}', b'{"connector.class": null, "tasks.max": {}, "a": NaN}']
+          b'{"offsets": [{"partition": 1, "offset": 2}]}', b'{"connector.class": null, "tasks.max": {}, "a": NaN}',
+          b'{"connector.class": "FileStreamSource", "file": "/dev/null", "topic": "camp"}',  # valid: created
+          b'{"connector.class": "FileStreamSink", "file": "/dev/null", "topics": "camp"}']
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO"]
 CHANGES_KEEP = {"PUT", "POST", "DELETE", "PATCH"}  # the running connector is only read, never changed
 
@@ -246,7 +249,10 @@ def test_a_seeded_campaign_leaves_the_worker_serving_and_its_connector_running(p
         f.write("b\n")
     wait_for(lambda: values(data_dir, "lines") == [b"a", b"b"], what="a line written after the campaign")
     assert request(port, "GET", "/connectors/keep/status")[1]["tasks"][0]["state"] == "RUNNING"
-    assert request(port, "GET", "/connectors")[1] == ["keep"]
+    code, names = request(port, "GET", "/connectors?expand=status")
+    assert code == 200 and "keep" in names
+    assert not [n for n, s in names.items() if s["status"]["connector"]["state"] == "FAILED"
+                or any(t["state"] == "FAILED" for t in s["status"]["tasks"])], "a connector the campaign made FAILED"
 
 
 def _rss_kib(pid: int) -> int:
