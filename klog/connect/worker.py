@@ -720,19 +720,22 @@ class Worker:
     def validate(self, props: dict[str, str]) -> Validated:
         return validate(props, self.config)
 
-    def start(self, v: Validated) -> None:
+    def start(self, v: Validated, paused: bool = False) -> None:
+        """The connector and its tasks started; with `paused` its tasks wait before their first record."""
         if v.name in self.connectors:
             raise ConfigError("name", v.name, "a connector of this name is running")
         connector = v.cls()
         connector.start(v.props)
         tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
         self.configs.put_connector(v.name, v.props, tasks)
-        self.configs.put_target_state(v.name, "STARTED")
-        self.status.put(v.name, "RUNNING")
+        self.configs.put_target_state(v.name, "PAUSED" if paused else "STARTED")
+        self.status.put(v.name, "PAUSED" if paused else "RUNNING")
         runner_cls = SourceRunner if v.cls.kind == "source" else SinkRunner
         runners = [runner_cls(self, v, i, {**v.props, **t}) for i, t in enumerate(tasks)]
         self.connectors[v.name] = (v, connector, runners)
         for r in runners:
+            if paused:
+                r.paused.set()
             r.start()
 
     def task_failed(self, runner: TaskRunner, error: BaseException) -> None:
@@ -747,6 +750,9 @@ class Worker:
         return any(r.is_alive() for r in self.runners())
 
     def pause(self, name: str) -> None:
+        if name not in self.connectors:  # STOPPED: its tasks start paused, as Kafka's STOPPED -> PAUSED
+            self.start(self.stopped.pop(name), paused=True)
+            return
         for r in self.connectors[name][2]:
             r.paused.set()
         self.configs.put_target_state(name, "PAUSED")

@@ -339,3 +339,21 @@ def test_a_name_with_surrounding_spaces(port, tmp_path):
     assert code == 201 and info["name"] == "fs"  # trimmed, as Kafka's createConnector does
     assert_error(request(port, "PUT", "/connectors/%20gs%20/config", json.dumps(source(tmp_path)).encode()), 400)
     assert request(port, "GET", "/connectors")[1] == ["fs"]
+
+
+def test_pausing_a_stopped_connector_starts_its_tasks_paused(port, tmp_path, data_dir):
+    """A 500 KeyError before (the standalone worker looked for the stopped connector's running tasks)."""
+    config = source(tmp_path)
+    assert request(port, "POST", "/connectors", json.dumps({"name": "fs", "config": config}).encode())[0] == 201
+    wait_for(lambda: values(data_dir, "lines") == [b"a"], what="the first line")
+    assert request(port, "PUT", "/connectors/fs/stop")[0] == 202
+    with open(config["file"], "a") as f:
+        f.write("b\n")
+    assert request(port, "PUT", "/connectors/fs/pause") == (202, None)
+    assert request(port, "GET", "/connectors/fs/status")[1]["connector"]["state"] == "PAUSED"
+    wait_for(lambda: [t["state"] for t in request(port, "GET", "/connectors/fs/status")[1]["tasks"]] == ["PAUSED"],
+             what="its task PAUSED")
+    time.sleep(0.5)
+    assert values(data_dir, "lines") == [b"a"]  # paused from its start: nothing read
+    assert request(port, "PUT", "/connectors/fs/resume")[0] == 202
+    wait_for(lambda: values(data_dir, "lines") == [b"a", b"b"], what="the line after resume")
