@@ -106,7 +106,7 @@ class RestServer:
                 try:
                     with api.lock:
                         code, out = api.route(method, [unquote(p) for p in url.path.strip("/").split("/") if p],
-                                              {k: v[0] for k, v in parse_qs(url.query).items()}, payload)
+                                              parse_qs(url.query), payload)
                 except HttpError as e:
                     code, out = e.code, {"error_code": e.code, "message": str(e)}
                 except ConfigError as e:
@@ -202,7 +202,7 @@ class RestServer:
         self.httpd.server_close()
 
     # -- routes ------------------------------------------------------------------------------------
-    def route(self, method: str, parts: list[str], query: dict[str, str], body: Any) -> tuple[int, Any]:
+    def route(self, method: str, parts: list[str], query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         w = self.worker
         allowed = _allowed_methods(parts)
         if allowed is None:
@@ -225,11 +225,7 @@ class RestServer:
         if len(parts) == 1:
             if method == "GET":
                 names = w.names()
-                expand = query.get("expand")
-                if expand in ("status", "info"):
-                    return 200, {n: ({"status": w.describe_status(n)} if expand == "status" else
-                                     {"info": self.info(n)}) for n in names}
-                return 200, names
+                return 200, (self.expanded(names, query["expand"]) if "expand" in query else names)
             if method == "POST":
                 if not isinstance(body, dict) or not isinstance(body.get("name"), str) \
                         or not isinstance(body.get("config"), dict):
@@ -280,7 +276,7 @@ class RestServer:
                 w.restart_task(name, task["id"])
                 return 204, None
         elif rest == ["restart"] and method == "POST":
-            include_tasks, only_failed = query.get("includeTasks") == "true", query.get("onlyFailed") == "true"
+            include_tasks, only_failed = (query.get(k, [""])[0] == "true" for k in ("includeTasks", "onlyFailed"))
             planned = w.restart(name, include_tasks=include_tasks, only_failed=only_failed)
             if include_tasks or only_failed:  # KIP-745: the plan, RESTARTING on what restarts
                 return 202, planned
@@ -311,6 +307,18 @@ class RestServer:
             raise HttpError(400, str(e)) from None
         except offsets.TasksStillRunning as e:
             raise HttpError(409, str(e)) from None
+
+    def expanded(self, names: list[str], expansions: list[str]) -> dict[str, dict]:
+        """?expand=status&expand=info, as Kafka's listConnectors: each expansion asked for (unknown ones
+        ignored); a connector deleted meanwhile (by another worker of the group) is left out."""
+        out = {}
+        for name in names:
+            try:
+                out[name] = {e: self.worker.describe_status(name) if e == "status" else self.info(name)
+                             for e in expansions if e in ("status", "info")}
+            except KeyError:
+                continue
+        return out
 
     def info(self, name: str) -> dict:
         v = self.worker.validated(name)

@@ -357,3 +357,12 @@ def test_pausing_a_stopped_connector_starts_its_tasks_paused(port, tmp_path, dat
     assert values(data_dir, "lines") == [b"a"]  # paused from its start: nothing read
     assert request(port, "PUT", "/connectors/fs/resume")[0] == 202
     wait_for(lambda: values(data_dir, "lines") == [b"a", b"b"], what="the line after resume")
+
+
+def test_expand_takes_every_expansion_asked_for(port, tmp_path):
+    """Kafka answers each ?expand= given; only the first was read, and an unknown one listed plain names."""
+    assert request(port, "POST", "/connectors", json.dumps({"name": "fs", "config": source(tmp_path)}).encode()
+                   )[0] == 201
+    code, out = request(port, "GET", "/connectors?expand=info&expand=status")
+    assert code == 200 and set(out["fs"]) == {"info", "status"} and out["fs"]["info"]["name"] == "fs"
+    assert request(port, "GET", "/connectors?expand=nope") == (200, {"fs": {}})
