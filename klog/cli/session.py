@@ -196,6 +196,48 @@ def exit_code(call: Callable[[], Any], signals: Signals) -> int:
     return ExitStatus.ERROR if _data_lost else ExitStatus.OK
 
 
+class ClosedStream:
+    """stdin or stdout that the caller closed (`klog produce t <&-`, `klog topics list >&-`): using it
+    is one error line (exit 1), as with cat(1); a command that never touches it runs as usual."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _closed(self, *args: object) -> Any:
+        import errno
+
+        raise OSError(errno.EBADF, f"standard {self.name} is closed")
+
+    fileno = read = readline = readlines = write = writelines = __iter__ = _closed
+    buffer = property(_closed)
+
+    def isatty(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        """Nothing was written (a write fails), so there is nothing to flush."""
+
+
+def guard_standard_streams() -> None:
+    """Put /dev/null on each of fds 0, 1, 2 the caller closed, before anything opens a file: else the
+    first segment or lock opened would become "stdout" (a --exec child's output, a stray print landing
+    in it). Python leaves sys.stdin/stdout/stderr None then; they become ClosedStreams (stderr: dropped)."""
+    for fd, name, mode in ((0, "input", os.O_RDONLY), (1, "output", os.O_WRONLY), (2, "error", os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, mode)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if fd == 2:  # an error line has nowhere to go; the exit code still tells
+            sys.stderr = open(fd, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
+        else:
+            setattr(sys, ("stdin", "stdout")[fd], ClosedStream(name))
+
+
 def finish(code: int) -> None:
     """Exit the process with `code`, stdout flushed (a reader gone by now is no error)."""
     try:
