@@ -4,11 +4,13 @@ A seeded campaign over every command (klog.cli.gendocs.walk_commands) and the ca
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
 
-from tests.klog_processes import klog_env
+from tests.klog_processes import klog_env, run_klog
 
 
 def run_shell(data_dir: str, script: str) -> subprocess.CompletedProcess:
@@ -70,3 +72,35 @@ def test_a_file_opened_with_stdout_closed_never_becomes_stdout(data_dir):
             with open(os.path.join(folder, name), "rb") as f:
                 assert b"STRAY" not in f.read(), name
     assert_store_verifies(data_dir)
+
+
+# -- klog connect's --url --------------------------------------------------------------------------
+MALFORMED_URLS = [".", "", " ", "http://", "ftp://x/", "http://[::1", "http://127.0.0.1:abc",
+                  "http://127.0.0.1:99999", "http://127.0.0.1:0", "http://a b:1"]
+CONNECT_CALLS = [["list"], ["status", "c"], ["restart", "c"], ["delete", "c"], ["pause", "c"]]
+
+
+def test_a_malformed_connect_url_is_a_usage_error(data_dir):
+    for i, url in enumerate(MALFORMED_URLS):
+        r = run_klog(data_dir, "connect", *CONNECT_CALLS[i % len(CONNECT_CALLS)], "--url", url)
+        assert_error_line(r, 2, r.stderr.strip().removeprefix("klog: error: "))
+        assert r.stderr.startswith(f"klog: error: invalid --url '{url}'"), r.stderr
+
+
+def test_a_web_server_that_is_not_connect_is_named(data_dir):
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"<html>hello</html>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_port}"
+        r = run_klog(data_dir, "connect", "list", "--url", url)
+        server.shutdown()
+    assert_error_line(r, 1, f"{url} answered /connectors?expand=status with something other than JSON: "
+                            "is it a Connect worker?")
