@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 
+from test_cli import assert_one_line_error
+
 from tests.klog_processes import klog_env, run_klog
 
 
@@ -104,3 +106,14 @@ def test_a_web_server_that_is_not_connect_is_named(data_dir):
         server.shutdown()
     assert_error_line(r, 1, f"{url} answered /connectors?expand=status with something other than JSON: "
                             "is it a Connect worker?")
+
+
+# -- names the store cannot hold -------------------------------------------------------------------
+def test_an_empty_group_or_transactional_id_is_a_usage_error(cli):
+    """An empty id reached LMDB as a key it refuses: 'metadata error ... MDB_BAD_VALSIZE', exit 1."""
+    cli("produce", "t", input=b"a\n")
+    for args in (["groups", "describe", ""], ["groups", "delete", ""], ["groups", "delete-offsets", "", "-t", "t"],
+                 ["groups", "reset-offsets", "", "-t", "t", "--to-earliest", "--execute"]):
+        assert_one_line_error(cli(*args), 2, "invalid group id ''")
+    for args in (["transactions", "describe", ""], ["transactions", "abort", ""]):
+        assert_one_line_error(cli(*args), 2, "invalid transactional id ''")
