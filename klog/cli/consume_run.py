@@ -66,8 +66,10 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
                     record_filter=record_filter, exec_cmd=exec_cmd, batch=batch or 1, reader=plain,
                     flush_each_fetch=flush_each_fetch)
         return
-    if batch is not None or other_props:
-        raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
+    if batch is not None:
+        raise UsageError("--batch needs --exec")
+    if other_props:
+        raise UsageError("--property needs --group (except isolation.level)")
     if skip_damaged and last is not None:
         raise UsageError("--skip-damaged reads forward: not with --last")
     try:

@@ -117,3 +117,15 @@ def test_an_empty_group_or_transactional_id_is_a_usage_error(cli):
         assert_one_line_error(cli(*args), 2, "invalid group id ''")
     for args in (["transactions", "describe", ""], ["transactions", "abort", ""]):
         assert_one_line_error(cli(*args), 2, "invalid transactional id ''")
+
+
+# -- options that contradict nothing but are out of range, or named wrongly -------------------------
+def test_a_property_without_group_names_only_what_is_wrong(cli):
+    """-X without --group once said '--batch needs --exec, and --property needs --group' to a user who gave
+    no --batch; each misuse is named alone."""
+    cli("produce", "t", input=b"a\n")
+    assert_one_line_error(cli("consume", "t", "-X", "session.timeout.ms=10"), 2,
+                          "--property needs --group (except isolation.level)")
+    r = cli("consume", "t", "-X", "session.timeout.ms=10")
+    assert "--batch" not in r.stderr
+    assert_one_line_error(cli("consume", "t", "--batch", "2"), 2, "--batch needs --exec")
