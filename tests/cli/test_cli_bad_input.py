@@ -120,6 +120,13 @@ def test_an_empty_group_or_transactional_id_is_a_usage_error(cli):
 
 
 # -- options that contradict nothing but are out of range, or named wrongly -------------------------
+def test_a_negative_linger_is_refused(cli):
+    """--linger-ms -1 was taken as 0 without a word (Kafka's linger.ms is at least 0)."""
+    r = cli("produce", "t", "--linger-ms", "-1", input=b"a\n")
+    assert_one_line_error(r, 2, "--linger-ms must be 0 or more, not -1")
+    assert cli("topics", "list", "--json").out == ""  # nothing was created or written
+
+
 def test_a_property_without_group_names_only_what_is_wrong(cli):
     """-X without --group once said '--batch needs --exec, and --property needs --group' to a user who gave
     no --batch; each misuse is named alone."""
