@@ -12,7 +12,7 @@ import threading
 
 from test_cli import assert_one_line_error
 
-from tests.klog_processes import klog_env, run_klog
+from tests.klog_processes import klog_env, require_mount_namespace, run_klog
 
 
 def run_shell(data_dir: str, script: str) -> subprocess.CompletedProcess:
@@ -136,3 +136,30 @@ def test_a_property_without_group_names_only_what_is_wrong(cli):
     r = cli("consume", "t", "-X", "session.timeout.ms=10")
     assert "--batch" not in r.stderr
     assert_one_line_error(cli("consume", "t", "--batch", "2"), 2, "--batch needs --exec")
+
+
+# -- a read-only store -----------------------------------------------------------------------------
+READ_ONLY_MOUNT = r"""
+import subprocess, sys
+store = sys.argv[1]
+subprocess.run(["mount", "--bind", store, store], check=True)
+subprocess.run(["mount", "-o", "remount,bind,ro", store], check=True)
+for args in sys.argv[2:]:
+    r = subprocess.run([sys.executable, "-m", "klog", *args.split()], capture_output=True, text=True)
+    print(f"{r.returncode} {args} | {r.stderr.strip()}")
+"""
+
+
+def test_listing_commands_work_on_a_read_only_store(data_dir, tmp_path):
+    """groups list|describe, transactions list|describe and dirs list opened the store for writing:
+    on a read-only mount they said 'data directory ... is not writable'."""
+    require_mount_namespace()
+    assert run_shell(data_dir, "echo a | klog produce t && klog consume t -e -G g").returncode == 0
+    commands = ["groups list", "groups describe g", "transactions list", "dirs list", "topics list"]
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", READ_ONLY_MOUNT, data_dir,
+                        *commands], capture_output=True, text=True, timeout=120, env=klog_env(data_dir))
+    assert r.returncode == 0, r.stderr
+    said = {"groups describe g": "group g: Empty, generation 2, assignor range, 0 live member(s)"}
+    assert r.stdout.splitlines() == [f"0 {c} | {said.get(c, '')}" for c in commands]
+    r = run_shell(data_dir, "klog transactions describe nope")
+    assert_error_line(r, 2, "no transactional id 'nope' in this store")
