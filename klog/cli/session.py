@@ -16,7 +16,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from klog.errors import CorruptLogError, KlogError
+from klog.errors import CorruptLogError, KlogError, UsageError
 
 if TYPE_CHECKING:
     from klog.client.interface import AnyStore
@@ -72,6 +72,13 @@ def open_store(data_dir: str | None, create: bool = True, read_only: bool = Fals
     return Store(data_dir, create=create, on_warning=warn, read_only=read_only)
 
 
+def check_data_dir_given(data_dir: str | None) -> None:
+    """What the store's own open says of an empty --data-dir, for the commands that read or write a file of
+    the store without opening it (clusters.json): '' must not mean the default store."""
+    if data_dir is not None and not data_dir.strip():
+        raise UsageError("the data directory path is empty (--data-dir '' or KLOG_DATA_DIR='')")
+
+
 def current_cluster():  # noqa: ANN201 - the ClusterTarget the running command was given, or None
     return _cluster_target
 
@@ -94,6 +101,8 @@ def with_cluster(callback: Callable[..., Any], kwargs: dict[str, Any], has_x: bo
     if bootstrap or cluster or cluster_props:  # the local store needs none of the cluster machinery
         from klog.client.remote.target import resolve_target
 
+        if cluster:  # a named cluster is read from the store's clusters.json
+            check_data_dir_given(kwargs.get("data_dir"))
         target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster, cluster_props)
     if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
         kwargs["prop"] = (_group_settings(props) if kwargs.get("group") else None) or own or None

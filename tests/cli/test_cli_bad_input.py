@@ -120,6 +120,17 @@ def test_an_empty_group_or_transactional_id_is_a_usage_error(cli):
         assert_one_line_error(cli(*args), 2, "invalid transactional id ''")
 
 
+def test_an_empty_data_dir_never_means_the_default_store_for_named_clusters(cli, tmp_path, monkeypatch):
+    """`klog clusters add c -b h:1 -d ''` wrote the default store's clusters.json (~/.local/share/klog)
+    while every other command refuses an empty --data-dir."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    for args in (["clusters", "add", "c", "-b", "h:1"], ["clusters", "list"], ["clusters", "remove", "c"],
+                 ["topics", "list", "--cluster", "c"], ["consume", "t", "--cluster", "c"]):
+        for empty in ("", " "):
+            assert_one_line_error(cli(*args, "--data-dir", empty), 2, "the data directory path is empty")
+    assert not (tmp_path / "xdg").exists()
+
+
 # -- options that contradict nothing but are out of range, or named wrongly -------------------------
 def test_a_negative_linger_is_refused(cli):
     """--linger-ms -1 was taken as 0 without a word (Kafka's linger.ms is at least 0)."""
@@ -250,6 +261,7 @@ def in_scratch_folder(tmp_path, monkeypatch) -> None:
     """Cases run in a folder of their own: a hostile --data-dir such as '@' is a relative path, made there."""
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # the default store, should a case reach it
     monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "2")
 
 
