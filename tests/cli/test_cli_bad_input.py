@@ -150,6 +150,14 @@ def test_a_property_without_group_names_only_what_is_wrong(cli):
     assert_one_line_error(cli("consume", "t", "--batch", "2"), 2, "--batch needs --exec")
 
 
+def test_last_beyond_int64_reads_everything(cli):
+    """--last 2**63 raised OverflowError (a deque's maxlen is a C ssize_t): a traceback."""
+    cli("produce", "t", input=b"a\nb\n")
+    for huge in (str(2**63), "9" * 30):
+        r = cli("consume", "t", "--last", huge)
+        assert (r.exit_code, r.stdout, r.stderr) == (0, b"a\nb\n", "")
+
+
 # -- a read-only store -----------------------------------------------------------------------------
 READ_ONLY_MOUNT = r"""
 import subprocess, sys
