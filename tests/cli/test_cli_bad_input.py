@@ -77,6 +77,22 @@ def test_a_file_opened_with_stdout_closed_never_becomes_stdout(data_dir):
     assert_store_verifies(data_dir)
 
 
+def test_an_exec_command_cut_off_by_a_closed_stdout_ends_quietly(data_dir):
+    """`klog consume t --exec cat | head -1`: cat dies of SIGPIPE once head has gone; that was
+    'klog: error: --exec command exited 141' (exit 1), where klog's own writes end quietly (exit 0)."""
+    lines = "".join(f"{i}\n" for i in range(3000))
+    assert run_shell(data_dir, f"printf '{lines}' | klog produce t").returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "t", "-e", "--exec", "cat", "--batch", "10"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=klog_env(data_dir))
+    assert proc.stdout.readline() == b"0\n"
+    proc.stdout.close()
+    assert (proc.wait(timeout=60), proc.stderr.read()) == (0, b"")
+    proc.stderr.close()
+    # a command that dies of SIGPIPE for its own reasons is still named
+    r = run_shell(data_dir, "klog consume t -e -n 2 --exec 'kill -PIPE $$'")
+    assert_error_line(r, 1, "--exec command: broken pipe at t-0 offset 0")
+
+
 # -- klog connect's --url --------------------------------------------------------------------------
 MALFORMED_URLS = [".", "", " ", "http://", "ftp://x/", "http://[::1", "http://127.0.0.1:abc",
                   "http://127.0.0.1:99999", "http://127.0.0.1:0", "http://a b:1"]
