@@ -174,6 +174,16 @@ def test_last_beyond_int64_reads_everything(cli):
         assert (r.exit_code, r.stdout, r.stderr) == (0, b"a\nb\n", "")
 
 
+def test_mirroring_a_store_onto_itself_is_refused(cli, data_dir):
+    """`klog mirror STORE STORE` appended every topic to itself (t's records twice, exit 0)."""
+    cli("produce", "t", input=b"a\nb\n")
+    for dest in (data_dir, data_dir + "/", data_dir + "/logs/.."):
+        assert_one_line_error(cli("mirror", data_dir, dest, "t"), 2, f"refusing to mirror {data_dir} into itself")
+    assert cli("consume", "t").stdout == b"a\nb\n"
+    assert cli("mirror", data_dir, data_dir, "t", "--rename", "copy.{topic}").exit_code == 0
+    assert cli("consume", "copy.t").stdout == b"a\nb\n"
+
+
 # -- a read-only store -----------------------------------------------------------------------------
 READ_ONLY_MOUNT = r"""
 import subprocess, sys
