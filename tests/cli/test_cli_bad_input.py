@@ -184,6 +184,13 @@ def test_mirroring_a_store_onto_itself_is_refused(cli, data_dir):
     assert cli("consume", "copy.t").stdout == b"a\nb\n"
 
 
+def test_a_nan_replay_rate_is_refused(cli):
+    """--rate nan passed the `rate <= 0` check (NaN compares False) and replayed unthrottled."""
+    cli("produce", "t", input=b"a\n")
+    for bad in ("nan", "0", "-1"):
+        assert_one_line_error(cli("replay", "t", "--to", "u", "--rate", bad), 2, "--rate must be positive")
+
+
 # -- a read-only store -----------------------------------------------------------------------------
 READ_ONLY_MOUNT = r"""
 import subprocess, sys
