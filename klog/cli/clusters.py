@@ -18,8 +18,10 @@ SECRET_WORDS = ("password", "secret", "key")  # properties shown as *** by list
 def _dir(data_dir: str | None) -> str:
     import os
 
+    from klog.cli.session import check_data_dir_given
     from klog.store.layout import default_data_dir
 
+    check_data_dir_given(data_dir)  # '' once wrote the default store's clusters.json
     return os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
 
 

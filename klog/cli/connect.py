@@ -161,18 +161,29 @@ DEFAULT_URL = "http://127.0.0.1:8083"
 
 
 def _call(url: str, method: str, path: str, body: object = None):  # noqa: ANN202 - parsed JSON or None
+    import http.client
     import json
     import urllib.error
+    import urllib.parse
     import urllib.request
 
     from klog.errors import KlogError, UsageError
 
+    try:
+        parts = urllib.parse.urlsplit(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # '[::1' (no closing bracket), a port that is not a number or past 65535
+        valid = False
+    if not valid:
+        raise UsageError(f"invalid --url '{url}': use http://HOST:PORT")
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             text = resp.read()
+    except http.client.InvalidURL as e:  # what urlsplit lets through: a space or control character
+        raise UsageError(f"invalid --url '{url}': {e}") from None
     except urllib.error.HTTPError as e:
         try:
             message = json.loads(e.read()).get("message", e.reason)
@@ -181,7 +192,10 @@ def _call(url: str, method: str, path: str, body: object = None):  # noqa: ANN20
         raise (UsageError if e.code == 404 else KlogError)(str(message)) from None
     except (urllib.error.URLError, OSError) as e:
         raise KlogError(f"no Connect worker answers at {url}: {getattr(e, 'reason', e)}") from None
-    return json.loads(text) if text else None
+    try:
+        return json.loads(text) if text else None
+    except ValueError:  # an HTTP server, but not Kafka Connect's REST API
+        raise KlogError(f"{url} answered {path} with something other than JSON: is it a Connect worker?") from None
 
 
 @app.command("list")

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from klog.client.record_writer import Line
 
 
+INT64_MAX = 2**63 - 1
+
+
 def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, since, until, tail,  # noqa: ANN001
                 last, count, partition, fmt, as_json, key_delim, record_delim, skip_damaged, quiet,  # noqa: ANN001
                 grep, grep_key, grep_header, group, exec_cmd, batch, prop, no_color, local_time,  # noqa: ANN001
@@ -34,6 +37,8 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
     if quiet:
         set_quiet()
     fmt = _kcat_format(fmt, key_delim, record_delim)
+    if last is not None and last > INT64_MAX:  # more than a log can hold is all of it (a C-sized bound takes no more)
+        last = INT64_MAX
     start, until_ms = parse_range(offset, since, until, tail, last, with_last=True)
     if last is not None and (last < 0 or group is not None or exec_cmd is not None):
         raise UsageError("--last needs a count of 0 or more, and no --group or --exec")
@@ -66,8 +71,10 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
                     record_filter=record_filter, exec_cmd=exec_cmd, batch=batch or 1, reader=plain,
                     flush_each_fetch=flush_each_fetch)
         return
-    if batch is not None or other_props:
-        raise UsageError("--batch needs --exec, and --property needs --group (except isolation.level)")
+    if batch is not None:
+        raise UsageError("--batch needs --exec")
+    if other_props:
+        raise UsageError("--property needs --group (except isolation.level)")
     if skip_damaged and last is not None:
         raise UsageError("--skip-damaged reads forward: not with --last")
     try:

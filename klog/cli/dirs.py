@@ -15,7 +15,7 @@ app = typer.Typer(help="List, add and remove log directories (disks) of the stor
 @app.command("list")
 def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Each log directory's health (ok, missing, read-only, full, replaced), size and replica count."""
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         infos = store.list_dirs()
     from klog.cli.tables import human_size, on_terminal, print_listing
 

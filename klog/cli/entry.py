@@ -8,6 +8,9 @@ import sys
 
 
 def main() -> None:
+    from klog.cli.session import guard_standard_streams
+
+    guard_standard_streams()
     if os.environ.get("_KLOG_COMPLETE"):
         try:
             from klog.cli.complete import complete

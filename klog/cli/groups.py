@@ -25,7 +25,7 @@ def _dash(value: object) -> object:
 @app.command("list")
 def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Every group: state (Stable, PreparingRebalance, Empty), live members, generation, assignor, topics."""
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         groups = store.list_groups()
     from klog.cli.tables import print_listing
 
@@ -43,7 +43,7 @@ def describe(
 ) -> None:
     """Per partition: committed offset, log start, log end, lag, and the member reading it (host, pid; for a
     Kafka client of klog serve, the client's address and the server's pid)."""
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         d = store.describe_group(group)
     if as_json:
         doc = {"group": d.group, "state": d.state, "generation": d.generation, "assignor": d.assignor,

@@ -79,6 +79,7 @@ def register(app: typer.Typer) -> None:
         from klog.client.remote.target import open_endpoint
 
         renamer(rename)  # a bad template fails before anything opens
+        _refuse_a_copy_onto_itself(source, dest, data_dir, source_property, dest_property, rename)
         with contextlib.ExitStack() as stack:
             src = stack.enter_context(open_endpoint(source, data_dir, source_property, create=False, on_warning=warn))
             dst = stack.enter_context(open_endpoint(dest, data_dir, dest_property, create=True, on_warning=warn))
@@ -99,6 +100,22 @@ def register(app: typer.Typer) -> None:
               file=sys.stderr)
         if interrupted:
             raise KeyboardInterrupt
+
+
+def _refuse_a_copy_onto_itself(source: str, dest: str, data_dir: str | None, source_property: list[str] | None,
+                               dest_property: list[str] | None, rename: str) -> None:
+    """One local store as SRC and DEST under the same names appended every topic to itself (its records
+    twice; with -f without end), as replay refuses to."""
+    import os
+
+    from klog.client.remote.target import parse_endpoint
+    from klog.errors import UsageError
+
+    src, dst = parse_endpoint(source, data_dir, source_property), parse_endpoint(dest, data_dir, dest_property)
+    same = isinstance(src, str) and isinstance(dst, str) and os.path.realpath(src) == os.path.realpath(dst)
+    if same and rename == "{topic}":
+        raise UsageError(f"refusing to mirror {source} into itself (every topic onto itself); give --rename "
+                         "(e.g. 'copy.{topic}') or another DEST")
 
 
 class _Progress:

@@ -20,6 +20,8 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
         raise UsageError("--transaction-records needs --transactional-id")
     if transaction_records is not None and transaction_records < 1:
         raise UsageError(f"--transaction-records must be at least 1, not {transaction_records}")
+    if linger_ms < 0:  # Kafka's linger.ms is at least 0; -1 was taken as 0 without a word
+        raise UsageError(f"--linger-ms must be 0 or more, not {linger_ms}")
     settings = producer_settings(prop)
     headers = parse_headers(header)
     delim = parse_delimiter(delimiter) if delimiter is not None else None

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from klog.errors import CorruptLogError, KlogError
+from klog.errors import CorruptLogError, KlogError, UsageError
 
 if TYPE_CHECKING:
     from klog.client.interface import AnyStore
@@ -72,6 +72,13 @@ def open_store(data_dir: str | None, create: bool = True, read_only: bool = Fals
     return Store(data_dir, create=create, on_warning=warn, read_only=read_only)
 
 
+def check_data_dir_given(data_dir: str | None) -> None:
+    """What the store's own open says of an empty --data-dir, for the commands that read or write a file of
+    the store without opening it (clusters.json): '' must not mean the default store."""
+    if data_dir is not None and not data_dir.strip():
+        raise UsageError("the data directory path is empty (--data-dir '' or KLOG_DATA_DIR='')")
+
+
 def current_cluster():  # noqa: ANN201 - the ClusterTarget the running command was given, or None
     return _cluster_target
 
@@ -94,6 +101,8 @@ def with_cluster(callback: Callable[..., Any], kwargs: dict[str, Any], has_x: bo
     if bootstrap or cluster or cluster_props:  # the local store needs none of the cluster machinery
         from klog.client.remote.target import resolve_target
 
+        if cluster:  # a named cluster is read from the store's clusters.json
+            check_data_dir_given(kwargs.get("data_dir"))
         target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster, cluster_props)
     if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
         kwargs["prop"] = (_group_settings(props) if kwargs.get("group") else None) or own or None
@@ -194,6 +203,48 @@ def exit_code(call: Callable[[], Any], signals: Signals) -> int:
         print(one_line(f"klog: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else "")), file=sys.stderr)
         return ExitStatus.ERROR
     return ExitStatus.ERROR if _data_lost else ExitStatus.OK
+
+
+class ClosedStream:
+    """stdin or stdout that the caller closed (`klog produce t <&-`, `klog topics list >&-`): using it
+    is one error line (exit 1), as with cat(1); a command that never touches it runs as usual."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _closed(self, *args: object) -> Any:
+        import errno
+
+        raise OSError(errno.EBADF, f"standard {self.name} is closed")
+
+    fileno = read = readline = readlines = write = writelines = __iter__ = _closed
+    buffer = property(_closed)
+
+    def isatty(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        """Nothing was written (a write fails), so there is nothing to flush."""
+
+
+def guard_standard_streams() -> None:
+    """Put /dev/null on each of fds 0, 1, 2 the caller closed, before anything opens a file: else the
+    first segment or lock opened would become "stdout" (a --exec child's output, a stray print landing
+    in it). Python leaves sys.stdin/stdout/stderr None then; they become ClosedStreams (stderr: dropped)."""
+    for fd, name, mode in ((0, "input", os.O_RDONLY), (1, "output", os.O_WRONLY), (2, "error", os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, mode)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if fd == 2:  # an error line has nowhere to go; the exit code still tells
+            sys.stderr = open(fd, "w", closefd=False)  # noqa: SIM115 - lives as long as the process
+        else:
+            setattr(sys, ("stdin", "stdout")[fd], ClosedStream(name))
 
 
 def finish(code: int) -> None:

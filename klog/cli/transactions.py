@@ -24,7 +24,7 @@ def _doc(meta) -> dict:  # noqa: ANN001 - TxnMetadata
 def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Every transactional id: state (Empty, Ongoing, PrepareCommit, CompleteCommit, ...), producer id and
     epoch, and the partitions of its ongoing transaction."""
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         metas = store.list_transactions()
     if as_json:
         for meta in metas:
@@ -40,7 +40,7 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
 @app.command()
 def describe(transactional_id: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """One transactional id: its state, producer, timeout, when its transaction began, its partitions and groups."""
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         meta = store.describe_transaction(transactional_id)
     doc = _doc(meta)
     if as_json:

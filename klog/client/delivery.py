@@ -236,7 +236,9 @@ def _exec_emitter(cmd: str, batch: int, sink: _Sink, commit_written: Callable[[]
                   committing: bool):
     """Run CMD per `batch` records (values on stdin, one per line for batches); commit after each exit 0.
     Records a filter leaves out count as done once nothing before them in their partition is pending."""
+    import errno
     import os
+    import signal
     import subprocess
 
     from klog.errors import KlogError
@@ -255,6 +257,11 @@ def _exec_emitter(cmd: str, batch: int, sink: _Sink, commit_written: Callable[[]
         code = subprocess.run(cmd, shell=True, input=stdin, env=env).returncode
         if code != 0:
             commit_written()
+            if code in (128 + signal.SIGPIPE, -signal.SIGPIPE):
+                # died writing to a closed pipe: when that is klog's stdout (`| head -1`), the output's end,
+                # as for klog's own writes (the CLI's pipe_safe tells which; else this one line)
+                raise BrokenPipeError(errno.EPIPE, f"--exec command: broken pipe at {first.topic}-{first.partition} "
+                                                   f"offset {first.offset}")
             where = f"--exec command exited {code} at {first.topic}-{first.partition} offset {first.offset}"
             raise KlogError(where + ("; it and later records are not committed, so a rerun starts there"
                                      if committing else ""))

@@ -8,7 +8,16 @@ from dataclasses import dataclass
 
 from klog.broker.resolve import resolve_partitions
 from klog.errors import GroupError, UsageError
-from klog.meta.groups import TP, ExpiredOffsets, GroupsMeta, GroupSnapshot, now_ms, offsets_retention_setting, tp_key
+from klog.meta.groups import (
+    TP,
+    ExpiredOffsets,
+    GroupsMeta,
+    GroupSnapshot,
+    now_ms,
+    offsets_retention_setting,
+    tp_key,
+    validate_group_id,
+)
 
 
 def _remote():  # noqa: ANN202 - the same functions over a cluster's admin APIs
@@ -68,6 +77,7 @@ class GroupDescription:
 
 
 def _snapshot(store, group: str, must_exist: bool = True) -> GroupSnapshot:
+    validate_group_id(group)  # an empty id reached LMDB as a key it refuses (MDB_BAD_VALSIZE)
     snap = GroupsMeta(store.meta).snapshot(group)
     if must_exist and snap.doc is None and not snap.offsets:
         raise GroupError(f"unknown group '{group}'")
@@ -229,6 +239,7 @@ def delete_group(store, group: str) -> int:
     """Delete a group without live members; returns the number of committed offsets deleted."""
     if not getattr(store, "is_local", True):
         return _remote().delete_group(store, group)
+    validate_group_id(group)
     return GroupsMeta(store.meta).delete_group(group)
 
 

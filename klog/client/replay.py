@@ -151,7 +151,7 @@ class Replayer:
             raise UsageError(f"refusing to replay '{source}' into itself (it would never end)")
         if speed is not None and speed <= 0:
             raise UsageError("--speed must be positive (or max)")
-        if rate is not None and rate <= 0:
+        if rate is not None and not rate > 0:  # NaN compares False with everything
             raise UsageError("--rate must be positive")
         if count is not None and count < 0:
             raise UsageError("--count needs a count of 0 or more")

@@ -145,6 +145,7 @@ def list_transactions(store) -> list[tx.TxnMetadata]:  # noqa: ANN001 - Store
 
 
 def describe_transaction(store, transactional_id: str) -> tx.TxnMetadata:  # noqa: ANN001 - Store
+    tx.validate_transactional_id(transactional_id)  # an empty id is a key LMDB refuses (MDB_BAD_VALSIZE)
     meta = tx.TransactionsMeta(store.meta).get(transactional_id)
     if meta is None:
         raise UsageError(f"no transactional id '{transactional_id}' in this store")
