@@ -17,6 +17,7 @@ import json
 import os
 
 from klog.errors import DataDirError, UsageError
+from klog.store import health
 from klog.store.health import write_identity
 from klog.store.plain import Plain
 
@@ -129,9 +130,23 @@ class DataDir(Plain):
     def add_log_dir(self, path: str) -> LogDir:
         """Register another log directory (another disk); it must be empty or new."""
         absolute = os.path.abspath(os.path.expanduser(path))
+        real = os.path.realpath(absolute)
         for d in self.log_dirs:
-            if os.path.realpath(self.log_dir_path(d.id)) == os.path.realpath(absolute):
+            existing = os.path.realpath(self.log_dir_path(d.id))
+            if existing == real:
                 raise DataDirError(f"{path} is already log directory {d.id}")
+            if _inside(real, existing) or _inside(existing, real):  # (one would list the other's folders)
+                raise UsageError(f"{path} overlaps log directory {d.id} ({existing}): give a directory "
+                                 "neither inside nor holding another")
+        root = os.path.realpath(self.path)
+        meta = os.path.join(root, "meta")
+        if real in (root, meta) or _inside(root, real) or _inside(real, meta):
+            raise UsageError(f"{path} holds or is inside the data directory's own files ({root}): "
+                             "give a directory of its own")
+        for name, what in ((CONFIG_NAME, "another klog store"), (health.ID_FILE, "another store's log directory"),
+                           ("meta.properties", "a Kafka log directory")):
+            if os.path.exists(os.path.join(real, name)):
+                raise UsageError(f"{path} is {what} (it has {name}): give an empty or new directory")
         try:
             _make_private_dir(absolute)
         except OSError as e:
@@ -245,3 +260,8 @@ class DataDir(Plain):
             raise DataDirError(f"cannot prepare data directory {self.path}: {e.strerror}") from None
         if not os.access(self.path, os.W_OK):
             raise DataDirError(f"data directory {self.path} is not writable")
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether real path `path` is below real path `folder`."""
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
