@@ -190,6 +190,9 @@ class StableView:
         self._scan_ino: int | None = None
         self._next_offset = 0  # offsets below this are walked
         self._indexed: set[int] = set()  # segments whose .txnindex was read
+        # .txnindex entries the walk has not reached the marker offset of yet, by that offset:
+        # taken only once the log agrees (see _settle_indexed)
+        self._unconfirmed: dict[int, list[AbortedTxn]] = {}
         self._lso = 0
         self._front = 0  # the first segment as of the last refresh
 
@@ -269,11 +272,13 @@ class StableView:
         if base not in self._indexed:
             self._indexed.add(base)
             for entry in read_txn_index(self.replica.directory, base) or ():
-                self._add_aborted(entry)
+                if entry.last_offset >= base:  # (Kafka indexes a range in its marker's segment)
+                    self._unconfirmed.setdefault(entry.last_offset, []).append(entry)
         for pos, header in segment.iter_headers(self._scan_pos, size, opened.read):
             if header.base_offset >= bound:
                 return True
             kind = _event(opened, pos, header)
+            self._settle_indexed(header, kind)
             if kind == DATA:
                 self.tracker.data(header.producer_id, header.base_offset)
             elif kind is not None:
@@ -284,6 +289,30 @@ class StableView:
             self._scan_pos = pos + header.size
             self._next_offset = header.next_offset
         return False
+
+    def _settle_indexed(self, header, kind: int | None) -> None:  # noqa: ANN001 - BatchHeader
+        """Take or drop the .txnindex entries whose marker offset the walk reached at `header`.
+
+        An entry fills in what the markers cannot tell: a range whose data or marker is gone (a
+        Kafka log compacted after its transactions), or one Kafka's index holds at a control batch
+        of its producer. One whose end offset holds a data batch, or another producer's batch, is
+        no range Kafka writes (a flipped byte, a stray file): taken, it made read_committed readers
+        skip committed records without a word, so it is dropped. When the walk saw the aborted
+        transaction begin, its own range wins over the entry's first offset."""
+        if not self._unconfirmed:
+            return
+        for offset in [o for o in self._unconfirmed if o <= header.last_offset]:
+            entries = self._unconfirmed.pop(offset)
+            if offset < header.base_offset:  # no batch holds the marker's offset any more
+                for entry in entries:
+                    self._add_aborted(entry)
+                continue
+            at_marker = header.is_control and header.base_offset == offset
+            for entry in entries:
+                if not at_marker or entry.producer_id != header.producer_id:
+                    continue
+                if kind != ABORT or self.tracker.open.get(entry.producer_id) is None:
+                    self._add_aborted(entry)
 
     def known_lso(self, bound: int) -> int | None:
         """The last stable offset below `bound` as the last refresh left it, without reading
