@@ -522,13 +522,17 @@ class LogSegment:
         header = read_header(head)
         return header.magic <= MAGIC_V2 and self.base_offset <= header.base_offset <= offset
 
-    def offset_for_timestamp(self, timestamp: int, end: int, opened: OpenLog) -> int | None:
-        """First offset whose record timestamp ≥ timestamp, or None if none here; read from
-        `opened` (pinned by the caller, with `end` its size)."""
+    def offset_for_timestamp(self, timestamp: int, end: int, opened: OpenLog) -> tuple[int, int] | None:
+        """(first offset whose record timestamp ≥ timestamp, its batch's position), or None if none
+        here; read from `opened` (pinned by the caller, with `end` its size)."""
         read = opened.read
         self.time_index.refresh()
         hint_offset = self.time_index.lookup(timestamp)
         found = self.position_for_offset(hint_offset, end, read)
+        if found is None and hint_offset > self.base_offset:
+            # an entry naming an offset past what the file holds (a garbage .timeindex): the
+            # batches before it are still this segment's to search
+            found = self.position_for_offset(self.base_offset, end, read)
         if found is None:
             return None
         for pos, header in self.iter_headers(found[0], end, read):
@@ -537,7 +541,7 @@ class LogSegment:
             data = read(pos, header.size)
             for offset, ts, *_ in codec.decode_batch_records(data, 0, header):
                 if ts >= timestamp:
-                    return offset
+                    return offset, pos
         return None
 
     # -- writing (partition lock held) -------------------------------------------------------
