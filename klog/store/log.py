@@ -1162,7 +1162,7 @@ class PartitionLog:
                 continue  # the sealed segment's final entry holds its max timestamp
             opened, end = segment.pin()  # one file for the walk (a cleaner's swap meanwhile is the next one's)
             try:
-                found = segment.offset_for_timestamp(timestamp, end, opened)
+                found = segment.offset_for_timestamp(timestamp, end, opened, whole=base != self.bases[-1])
             finally:
                 opened.release()
             if found is not None:

@@ -59,3 +59,12 @@ def test_a_base_offset_raised_past_the_high_watermark_is_an_error_for_consume_si
     r = cli("consume", "t", "--since", "0")
     assert_one_line_error(r, 1, "past the high watermark 90")
     assert r.stdout == b""
+
+
+def test_a_cut_older_segment_is_an_error_for_consume_since_not_a_later_start(cli, data_dir):
+    segments = _written(cli, 400)
+    assert len(segments) >= 3, segments
+    os.truncate(segments[0], 100)  # inside its first batch; the later segments are whole
+    r = cli("consume", "t", "--since", "0")
+    assert_one_line_error(r, 1, "no batch can be read here", os.path.basename(segments[0]))
+    assert r.stdout == b""
