@@ -57,3 +57,39 @@ def test_a_txnindex_entry_with_no_abort_marker_at_its_end_is_not_taken(cli, data
     with open(index, "ab") as f:  # a range over the committed a, b, c, ending at a data batch
         f.write(ABORTED_TXN.pack(0, pid, 0, 1, 0))
     assert _read_committed(cli) == COMMITTED
+
+
+def _marker_positions(segment: str) -> list[int]:
+    """Positions of the control batches (attributes bit 5) in a segment file."""
+    with open(segment, "rb") as f:
+        data = f.read()
+    out, pos = [], 0
+    while pos + 61 <= len(data):
+        if struct.unpack_from(">h", data, pos + 21)[0] & 0x20:
+            out.append(pos)
+        pos += struct.unpack_from(">i", data, pos + 8)[0] + 12
+    return out
+
+
+def test_a_damaged_commit_marker_is_an_error_for_read_committed_not_the_end(cli, data_dir):
+    _txn_log(data_dir)
+    [segment] = glob.glob(os.path.join(data_dir, "logs", "t-0", "*.log"))
+    first_commit = _marker_positions(segment)[0]
+    with open(segment, "r+b") as f:  # its record's last byte (the coordinator epoch): only the CRC covers it
+        f.seek(first_commit + 8)
+        end = first_commit + 12 + struct.unpack(">i", f.read(4))[0] - 1
+        f.seek(end)
+        byte = f.read(1)
+        f.seek(end)
+        f.write(bytes([byte[0] ^ 0x02]))
+    r = cli("consume", "t", "-X", "isolation.level=read_committed")
+    assert r.exit_code == 1 and "CRC mismatch" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r
+
+
+def test_a_cut_log_is_an_error_for_read_committed_not_the_end(cli, data_dir):
+    _txn_log(data_dir)
+    [segment] = glob.glob(os.path.join(data_dir, "logs", "t-0", "*.log"))
+    os.truncate(segment, _marker_positions(segment)[0] + 10)  # the first COMMIT marker cut: a, b, c look open
+    r = cli("consume", "t", "-X", "isolation.level=read_committed")
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r
+    assert "read_committed cannot walk" in r.stderr, r
