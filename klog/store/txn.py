@@ -298,6 +298,9 @@ class StableView:
                     self._unconfirmed.setdefault(entry.last_offset, []).append(entry)
         for pos, header in segment.iter_headers(self._scan_pos, size, opened.read):
             if header.base_offset >= bound:
+                if max(self._next_offset, base) < bound:
+                    # a base offset damage raised past the bound: the batches below it are unknown
+                    self._walk_cut(segment, bound)
                 return True
             kind = _event(opened, pos, header, segment.log_path)
             self._settle_indexed(header, kind)

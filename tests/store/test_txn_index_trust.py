@@ -93,3 +93,14 @@ def test_a_cut_log_is_an_error_for_read_committed_not_the_end(cli, data_dir):
     r = cli("consume", "t", "-X", "isolation.level=read_committed")
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r
     assert "read_committed cannot walk" in r.stderr, r
+
+
+def test_a_base_offset_raised_past_the_high_watermark_is_an_error_for_read_committed(cli, data_dir):
+    _txn_log(data_dir)
+    [segment] = glob.glob(os.path.join(data_dir, "logs", "t-0", "*.log"))
+    aborted_batch = _marker_positions(segment)[0] + 78  # after the first COMMIT marker (78 bytes): x, y
+    with open(segment, "r+b") as f:  # its baseOffset raised by 512, past the high watermark
+        f.seek(aborted_batch + 6)
+        f.write(bytes([f.read(1)[0] ^ 0x02]))
+    r = cli("consume", "t", "-X", "isolation.level=read_committed")
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r  # (a guard: the data read finds it too)
