@@ -38,7 +38,9 @@ def write_identity(path: str) -> str:
 
 def read_identity(path: str) -> str | None:
     try:
-        with open(os.path.join(path, ID_FILE)) as f:
+        # (errors="replace": a flipped byte that is no UTF-8 is another id, as any other flip is,
+        # not a UnicodeDecodeError traceback from every writer)
+        with open(os.path.join(path, ID_FILE), errors="replace") as f:
             return f.read().strip() or None
     except OSError as e:
         if e.errno in (errno.EMFILE, errno.ENFILE):  # this process's trouble, not a replaced disk

@@ -1157,16 +1157,58 @@ class PartitionLog:
             segment.file_size()  # (a swapped segment's indexes reload)
             segment.time_index.refresh()
             last = segment.time_index.last_entry()
-            if last is not None and last[0] < timestamp and base != self.bases[-1]:
+            if last is not None and last[0] < timestamp and base != self.bases[-1] \
+                    and self._time_entry_holds(segment, last):
                 continue  # the sealed segment's final entry holds its max timestamp
             opened, end = segment.pin()  # one file for the walk (a cleaner's swap meanwhile is the next one's)
             try:
-                found = segment.offset_for_timestamp(timestamp, end, opened)
+                found = segment.offset_for_timestamp(timestamp, end, opened, whole=base != self.bases[-1])
             finally:
                 opened.release()
             if found is not None:
-                return found if found < upper else None
+                if found[0] < upper:
+                    return found[0]
+                self._check_reaches(upper, (base, found[1]))
+                return None
+        self._check_reaches(upper)
         return None
+
+    @staticmethod
+    def _time_entry_holds(segment: LogSegment, entry: tuple[int, int]) -> bool:
+        """Is `entry` (a sealed segment's final time entry) the largest timestamp of the batch at
+        its offset? Only then may it skip the segment: a garbage `.timeindex` (an entry of 5 ms)
+        skipped the segment's records, and `consume --since` started past them with exit 0."""
+        offset = segment.base_offset + entry[1]
+        opened, end = segment.pin()
+        try:
+            found = segment.position_for_offset(offset, end, opened.read)
+        finally:
+            opened.release()
+        return found is not None and found[1].base_offset <= offset and found[1].max_timestamp == entry[0]
+
+    def _check_reaches(self, upper: int, later: tuple[int, int] | None = None) -> None:
+        """"No record at or after that time below `upper`" is a claim about the whole log: it must
+        hold a batch at `upper` - 1, before the batch found past `upper` (`later`: its segment's
+        base and its position) if one was. A segment cut short (truncated, zero-filled), or a base
+        offset raised past the high watermark by damage, otherwise answered it, and `klog consume
+        --since` started at the high watermark, printed nothing and exited 0."""
+        segment = self.segment_for(upper - 1) if upper > 0 else None
+        if segment is None:
+            return  # nothing below `upper` is left in the log (retention, delete-records)
+        opened, end = segment.pin()
+        try:
+            found = segment.position_for_offset(upper - 1, end, opened.read)
+        finally:
+            opened.release()
+        if found is None:
+            raise CorruptLogError(f"the log ends before its high watermark {upper}", segment.log_path)
+        if found[1].base_offset >= upper:
+            raise CorruptLogError(f"offset {upper - 1} is missing: a batch holds offsets from {found[1].base_offset} "
+                                  f"on, past the high watermark {upper}", segment.log_path, found[0])
+        if later is not None and (segment.base_offset, found[0]) > later:
+            base, position = later
+            raise CorruptLogError(f"a batch before offset {upper - 1} holds offsets from {upper} on",
+                                  self.segments[base].log_path, position)
 
     def last_batch(self) -> FetchedBatch | None:
         """The last complete batch (writer view, lock held), CRC-checked."""

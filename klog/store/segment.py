@@ -522,22 +522,31 @@ class LogSegment:
         header = read_header(head)
         return header.magic <= MAGIC_V2 and self.base_offset <= header.base_offset <= offset
 
-    def offset_for_timestamp(self, timestamp: int, end: int, opened: OpenLog) -> int | None:
-        """First offset whose record timestamp ≥ timestamp, or None if none here; read from
-        `opened` (pinned by the caller, with `end` its size)."""
+    def offset_for_timestamp(self, timestamp: int, end: int, opened: OpenLog,
+                             whole: bool = False) -> tuple[int, int] | None:
+        """(first offset whose record timestamp ≥ timestamp, its batch's position), or None if none
+        here; read from `opened` (pinned by the caller, with `end` its size). `whole`: a sealed
+        segment, whose batches must reach its end for "none here" to be an answer (one cut or
+        damaged otherwise sent the lookup on to the next segment, past its records)."""
         read = opened.read
         self.time_index.refresh()
         hint_offset = self.time_index.lookup(timestamp)
         found = self.position_for_offset(hint_offset, end, read)
-        if found is None:
-            return None
-        for pos, header in self.iter_headers(found[0], end, read):
-            if header.max_timestamp < timestamp:
+        if found is None and hint_offset > self.base_offset:
+            # an entry naming an offset past what the file holds (a garbage .timeindex): the
+            # batches before it are still this segment's to search
+            found = self.position_for_offset(self.base_offset, end, read)
+        walked = 0
+        for pos, header in self.iter_headers(found[0] if found is not None else 0, end, read):
+            walked = pos + header.size
+            if found is None or header.max_timestamp < timestamp:
                 continue
             data = read(pos, header.size)
             for offset, ts, *_ in codec.decode_batch_records(data, 0, header):
                 if ts >= timestamp:
-                    return offset
+                    return offset, pos
+        if whole and walked != end:
+            raise CorruptLogError("no batch can be read here, before the end of the segment", self.log_path, walked)
         return None
 
     # -- writing (partition lock held) -------------------------------------------------------

@@ -20,6 +20,7 @@ import os
 import struct
 from collections.abc import Iterable
 
+from klog.errors import CorruptLogError
 from klog.store.format import TRANSACTIONAL_FLAG_MASK, TXN_INDEX_SUFFIX, segment_file_name
 from klog.store.plain import FrozenPlain
 
@@ -147,9 +148,11 @@ def append_txn_index(folder: str, base_offset: int, entry: AbortedTxn) -> None:
 DATA = -1
 
 
-def _event(opened, pos: int, header) -> int | None:  # noqa: ANN001 - segment.OpenLog, BatchHeader
+def _event(opened, pos: int, header, path: str | None = None) -> int | None:  # noqa: ANN001 - OpenLog, BatchHeader
     """DATA, COMMIT or ABORT for a transactional batch (a control batch's record decoded, from the
-    pinned file its header was found in), else None."""
+    pinned file its header was found in), else None. A control batch that fails its CRC is damage
+    (CorruptLogError): taken as no marker, it left its transaction open, and read_committed
+    readers stopped at the transaction's first offset with exit 0."""
     if not is_transactional(header.attributes):
         return None
     if not header.is_control:
@@ -157,7 +160,10 @@ def _event(opened, pos: int, header) -> int | None:  # noqa: ANN001 - segment.Op
     from klog.store import codec, validate  # (codec is heavy on import; txn is imported by readers only)
 
     data = opened.read(pos, header.size)
-    records = [] if validate.crc_problem(data, 0, header) else codec.decode_batch_records(data, 0, header)
+    problem = validate.crc_problem(data, 0, header)
+    if problem is not None:
+        raise CorruptLogError(problem, path, pos, header.base_offset)
+    records = codec.decode_batch_records(data, 0, header)
     if records:
         name, _ = control_marker(records[0][2], records[0][3])
         return COMMIT if name == "COMMIT" else ABORT if name == "ABORT" else None
@@ -190,6 +196,9 @@ class StableView:
         self._scan_ino: int | None = None
         self._next_offset = 0  # offsets below this are walked
         self._indexed: set[int] = set()  # segments whose .txnindex was read
+        # .txnindex entries the walk has not reached the marker offset of yet, by that offset:
+        # taken only once the log agrees (see _settle_indexed)
+        self._unconfirmed: dict[int, list[AbortedTxn]] = {}
         self._lso = 0
         self._front = 0  # the first segment as of the last refresh
 
@@ -256,11 +265,27 @@ class StableView:
                 self._reset()  # truncated or replaced: walk everything again
                 return self.refresh(bound)
             later = [b for b in bases if b > base]
-            if stopped or not later:
+            if stopped:
                 break
+            if not later:
+                if max(self._next_offset, base) < bound:
+                    self._walk_cut(segment, bound)
+                break
+            if self._scan_pos != size:
+                self._walk_cut(segment, bound)
             self._scan_base, self._scan_pos, self._scan_ino = later[0], 0, None
         self._lso = self._first_unstable(bound)
         return self._lso
+
+    def _walk_cut(self, segment, bound: int) -> None:  # noqa: ANN001 - LogSegment
+        """The walk stopped at a batch it cannot read (damage, a cut file) before the bound: what
+        lies beyond is unknown, a marker among it. Going on from the next segment (or answering
+        with what was walked) left a committed transaction open, and read_committed readers stopped
+        at its first offset with exit 0: a silent short read. It is an error, as for any reader."""
+        position = self._scan_pos
+        self._reset()  # (the next refresh walks again: the damage may be repaired)
+        raise CorruptLogError(f"read_committed cannot walk the batches below the high watermark {bound}",
+                              segment.log_path, position)
 
     def _walk(self, segment, opened, size: int, bound: int) -> bool:  # noqa: ANN001 - LogSegment, OpenLog
         """Walk the pinned file `opened` (`size` bytes) from _scan_pos up to `bound`; True if
@@ -269,11 +294,16 @@ class StableView:
         if base not in self._indexed:
             self._indexed.add(base)
             for entry in read_txn_index(self.replica.directory, base) or ():
-                self._add_aborted(entry)
+                if entry.last_offset >= base:  # (Kafka indexes a range in its marker's segment)
+                    self._unconfirmed.setdefault(entry.last_offset, []).append(entry)
         for pos, header in segment.iter_headers(self._scan_pos, size, opened.read):
             if header.base_offset >= bound:
+                if max(self._next_offset, base) < bound:
+                    # a base offset damage raised past the bound: the batches below it are unknown
+                    self._walk_cut(segment, bound)
                 return True
-            kind = _event(opened, pos, header)
+            kind = _event(opened, pos, header, segment.log_path)
+            self._settle_indexed(header, kind)
             if kind == DATA:
                 self.tracker.data(header.producer_id, header.base_offset)
             elif kind is not None:
@@ -284,6 +314,30 @@ class StableView:
             self._scan_pos = pos + header.size
             self._next_offset = header.next_offset
         return False
+
+    def _settle_indexed(self, header, kind: int | None) -> None:  # noqa: ANN001 - BatchHeader
+        """Take or drop the .txnindex entries whose marker offset the walk reached at `header`.
+
+        An entry fills in what the markers cannot tell: a range whose data or marker is gone (a
+        Kafka log compacted after its transactions), or one Kafka's index holds at a control batch
+        of its producer. One whose end offset holds a data batch, or another producer's batch, is
+        no range Kafka writes (a flipped byte, a stray file): taken, it made read_committed readers
+        skip committed records without a word, so it is dropped. When the walk saw the aborted
+        transaction begin, its own range wins over the entry's first offset."""
+        if not self._unconfirmed:
+            return
+        for offset in [o for o in self._unconfirmed if o <= header.last_offset]:
+            entries = self._unconfirmed.pop(offset)
+            if offset < header.base_offset:  # no batch holds the marker's offset any more
+                for entry in entries:
+                    self._add_aborted(entry)
+                continue
+            at_marker = header.is_control and header.base_offset == offset
+            for entry in entries:
+                if not at_marker or entry.producer_id != header.producer_id:
+                    continue
+                if kind != ABORT or self.tracker.open.get(entry.producer_id) is None:
+                    self._add_aborted(entry)
 
     def known_lso(self, bound: int) -> int | None:
         """The last stable offset below `bound` as the last refresh left it, without reading
