@@ -12,6 +12,7 @@ from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
 from klog.store.plain import FrozenPlain
 
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
 CODECS = ("producer", "none", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -29,13 +30,21 @@ class ConfigKey(FrozenPlain):
         object.__setattr__(self, "doc", doc)
 
 
-def _long(minimum: int) -> Callable[[str], int]:
+def _long(minimum: int, maximum: int = LONG_MAX) -> Callable[[str], int]:
+    """Kafka's LONG type (or INT with maximum=INT_MAX): a value past it is refused, as Kafka's
+    ConfigDef refuses it, not stored for a Kafka broker adopting the store to choke on."""
     def parse(text: str) -> int:
         value = int(text)
         if value < minimum:
             raise ValueError(f"must be at least {minimum}")
+        if value > maximum:
+            raise ValueError(f"must be at most {maximum}")
         return value
     return parse
+
+
+def _int(minimum: int) -> Callable[[str], int]:
+    return _long(minimum, INT_MAX)
 
 
 def _ratio(text: str) -> float:
@@ -69,14 +78,14 @@ def _bool(text: str) -> bool:
 CONFIG_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("retention.ms", "604800000", _long(-1), "keep segments this long (-1: forever)"),
     ConfigKey("retention.bytes", "-1", _long(-1), "keep at most this many bytes per partition (-1: no limit)"),
-    ConfigKey("segment.bytes", "1073741824", _long(14), "roll a segment at this size"),
+    ConfigKey("segment.bytes", "1073741824", _int(14), "roll a segment at this size"),
     ConfigKey("segment.ms", "604800000", _long(1), "roll a segment after this time span"),
-    ConfigKey("segment.index.bytes", "10485760", _long(4),
+    ConfigKey("segment.index.bytes", "10485760", _int(4),
               "index size limit per segment: a segment whose offset or time index is full rolls"),
-    ConfigKey("index.interval.bytes", "4096", _long(0), "bytes between offset-index entries"),
+    ConfigKey("index.interval.bytes", "4096", _int(0), "bytes between offset-index entries"),
     ConfigKey("cleanup.policy", "delete", _policy, "delete, compact, or compact,delete"),
-    ConfigKey("min.insync.replicas", "1", _long(1), "in-sync replicas an acks=all write needs"),
-    ConfigKey("max.message.bytes", str(MAX_MESSAGE_BYTES_DEFAULT), _long(0), "largest record batch accepted"),
+    ConfigKey("min.insync.replicas", "1", _int(1), "in-sync replicas an acks=all write needs"),
+    ConfigKey("max.message.bytes", str(MAX_MESSAGE_BYTES_DEFAULT), _int(0), "largest record batch accepted"),
     ConfigKey("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"),
               "CreateTime keeps the producer's time; LogAppendTime stamps the append time"),
     ConfigKey("message.timestamp.before.max.ms", str(LONG_MAX), _long(0),
