@@ -31,15 +31,15 @@ class ConfigKey(FrozenPlain):
 
 
 def _long(minimum: int, maximum: int = LONG_MAX) -> Callable[[str], int]:
-    """Kafka's LONG type (or INT with maximum=INT_MAX): a value past it is refused, as Kafka's
-    ConfigDef refuses it, not stored for a Kafka broker adopting the store to choke on."""
+    """Kafka's LONG type (or INT with maximum=INT_MAX). `maximum` is checked where a value is
+    set (validate_configs, as Kafka's ConfigDef refuses it), not where a stored one is read: a
+    store that took a larger value before still opens."""
     def parse(text: str) -> int:
         value = int(text)
         if value < minimum:
             raise ValueError(f"must be at least {minimum}")
-        if value > maximum:
-            raise ValueError(f"must be at most {maximum}")
         return value
+    parse.maximum = maximum  # type: ignore[attr-defined]
     return parse
 
 
@@ -117,6 +117,9 @@ def validate_configs(configs: Mapping[str, str]) -> dict[str, str]:
             raise InvalidConfigError(f"unknown topic config '{name}'")
         try:
             value = key.parse(str(text))
+            maximum = getattr(key.parse, "maximum", None)
+            if maximum is not None and value > maximum:
+                raise ValueError(f"must be at most {maximum}")
         except ValueError as e:
             raise InvalidConfigError(f"invalid value '{text}' for {name}: {e}") from None
         out[name] = str(value).lower() if isinstance(value, bool) else (

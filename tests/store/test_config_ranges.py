@@ -30,3 +30,10 @@ def test_long_configs_stop_at_long_max(key):
 def test_the_cli_refuses_segment_bytes_past_int_max(cli):
     r = cli("topics", "create", "t", "-c", f"segment.bytes={2**62}")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "segment.bytes" in r.stderr, r.stderr
+
+
+def test_a_stored_value_past_the_range_still_opens():
+    """The bound is checked where a value is set: a store that took a larger one still opens."""
+    from klog.store.config import LogConfig
+
+    assert LogConfig.from_configs({"segment.bytes": str(2**40)}).segment_bytes == 2**40
