@@ -17,6 +17,7 @@ from kio.serial import entity_reader, entity_writer
 
 from klog.errors import FrameError
 from klog.protocol.schemas import request_schema as load_request_schema
+from klog.protocol.walk import Truncated, read_uvarint
 
 SIZE = struct.Struct(">i")
 PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version
@@ -65,26 +66,15 @@ def _without_header_tags(frame: bytes) -> bytes | None:
     try:
         (n,) = struct.unpack_from(">h", frame, PREFIX.size)  # the client id: a non-compact string
         pos = start = PREFIX.size + 2 + max(n, 0)
-        count, pos = _uvarint(frame, pos)
+        end = len(frame)
+        count, pos = read_uvarint(frame, pos, end)
         for _ in range(count):
-            _, pos = _uvarint(frame, pos)
-            size, pos = _uvarint(frame, pos)
+            _, pos = read_uvarint(frame, pos, end)
+            size, pos = read_uvarint(frame, pos, end)
             pos += size
-    except (struct.error, IndexError):
+    except (struct.error, IndexError, Truncated):
         return None
     return frame[:start] + b"\0" + frame[pos:] if pos <= len(frame) else None
-
-
-def _uvarint(frame: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while shift < 64:
-        b = frame[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    raise IndexError("uvarint too long")
 
 
 def parse_request(frame: bytes, prefix: RequestPrefix) -> tuple[str | None, Any]:

@@ -23,8 +23,24 @@ class TooManyEntries(Exception):
     pass
 
 
-class _Truncated(Exception):
+class Truncated(Exception):
     pass
+
+
+def read_uvarint(frame: bytes, pos: int, end: int) -> tuple[int, int]:
+    """(an unsigned varint at `pos`, where it ends); Truncated past `end` or past 64 bits."""
+    value = shift = 0
+    while True:
+        if pos >= end:
+            raise Truncated
+        b = frame[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise Truncated
 
 
 class ArrayPastFrame(Exception):
@@ -47,7 +63,7 @@ def count_entries(frame: bytes | bytearray, offset: int, schema: type, limit: in
     walker = _Walker(frame, limit)
     try:
         walker.entity(schema, offset)
-    except (_Truncated, struct.error, IndexError):
+    except (Truncated, struct.error, IndexError):
         pass
     return walker.count
 
@@ -61,7 +77,7 @@ def check_arrays(frame: bytes | bytearray, offset: int, *schemas: type) -> int:
     try:
         for schema in schemas:
             offset = walker.entity(schema, offset)
-    except (_Truncated, struct.error, IndexError):
+    except (Truncated, struct.error, IndexError):
         pass
     return walker.count
 
@@ -74,7 +90,7 @@ def without_unknown_tags(frame: bytes, offset: int, schema: type) -> bytes | Non
     walker.unknown_tags = []
     try:
         walker.entity(schema, offset)
-    except (_Truncated, struct.error, IndexError, ArrayPastFrame, TooManyEntries):
+    except (Truncated, struct.error, IndexError, ArrayPastFrame, TooManyEntries):
         return None
     if not walker.unknown_tags:
         return None
@@ -210,18 +226,7 @@ class _Walker:
         self.unknown_tags: list | None = None
 
     def _uvarint(self, pos: int) -> tuple[int, int]:
-        value = shift = 0
-        while True:
-            if pos >= self.size:
-                raise _Truncated
-            b = self.frame[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value, pos
-            shift += 7
-            if shift > 63:
-                raise _Truncated
+        return read_uvarint(self.frame, pos, self.size)
 
     def _array_length(self, pos: int) -> tuple[int, int]:
         """An array's length (-1: null) and where its entries start."""
@@ -276,7 +281,7 @@ class _Walker:
                 for _ in range(n):
                     pos = self._run(item, pos)
                     if pos > self.size:
-                        raise _Truncated
+                        raise Truncated
             elif op[0] == _TAGS:
                 if pos < size and not frame[pos]:  # (the usual: none)
                     pos += 1
@@ -285,13 +290,13 @@ class _Walker:
             else:  # a struct
                 if op[2]:  # a nullable struct: -1 absent, 1 present
                     if pos >= self.size:
-                        raise _Truncated
+                        raise Truncated
                     pos += 1
                     if self.frame[pos - 1] == 0xFF:
                         continue
                 pos = self._run(op[1], pos)
         if pos > self.size:
-            raise _Truncated
+            raise Truncated
         return pos
 
     def _tags(self, pos: int, known: frozenset[int]) -> int:
@@ -315,7 +320,7 @@ class _Walker:
         """Past a length-prefixed field at `pos`."""
         frame = self.frame
         if op == _UNKNOWN:
-            raise _Truncated  # a type this walk does not know: leave the request to kio's parse
+            raise Truncated  # a type this walk does not know: leave the request to kio's parse
         if self.flexible:  # compact: uvarint length + 1
             if pos < self.size and frame[pos] < 0x80:
                 return pos + max(frame[pos], 1)  # (0: null)
@@ -356,5 +361,5 @@ class _Walker:
                         length, pos = uvarint(pos)
                         pos += length
             if pos > size:
-                raise _Truncated
+                raise Truncated
         return pos
