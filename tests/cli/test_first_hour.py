@@ -44,6 +44,18 @@ def test_options_of_every_command_work_before_the_command(cli, tmp_path):
     assert cli("topics", "list", "--json").stdout == b""  # the default store (KLOG_DATA_DIR) has nothing
 
 
+def test_options_work_before_every_group_of_subcommands(cli, tmp_path):
+    """`klog --data-dir X transactions list` was left as `transactions --data-dir X list` (exit 2)."""
+    from klog.cli import argv, gendocs
+
+    groups = {name for name, cmd in gendocs.cli_command().commands.items() if getattr(cmd, "commands", None)}
+    assert argv.GROUPS == groups
+    other = str(tmp_path / "other")
+    assert cli("--data-dir", other, "produce", "t", input=b"a\n").exit_code == 0
+    r = cli("--data-dir", other, "transactions", "list", "--json")
+    assert r.exit_code == 0, r
+
+
 def test_cluster_options_work_before_the_command(cli):
     r = cli("-b", "127.0.0.1:1", "-X", "client.id=me", "topics", "list")
     assert_one_line_error(r, 1, "cannot reach Kafka cluster", "127.0.0.1:1")
