@@ -197,8 +197,10 @@ def _print_cleanups(results, as_json: bool, verb: str) -> None:
         for r in results:
             print(json.dumps(vars(r)))
         return
+    # a compaction that removed and rewrote nothing (everything in the active segment) changed nothing
     changed = [r for r in results
-               if r.compacted or r.segments_deleted or r.log_start_after != r.log_start_before]
+               if r.records_removed or r.segments_rewritten or r.segments_deleted
+               or r.log_start_after != r.log_start_before]
     for r in changed:  # partitions left as they were are only counted, in the summary
         parts = [f"log start {r.log_start_after}"]
         if r.segments_deleted:

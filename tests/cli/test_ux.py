@@ -355,6 +355,15 @@ def test_topics_clean_prints_only_what_changed_and_a_summary(cli, store):
     assert r.stderr.splitlines() == ["0 of 5 partitions changed: 0 segments (0 B) deleted, 0 records compacted away"]
 
 
+def test_a_compaction_that_removes_nothing_is_not_a_change(cli, store):
+    """Records all in the active segment: `topics compact` said `1 of 1 partition changed`."""
+    store.create_topic("users", partitions=1, configs={"cleanup.policy": "compact"})
+    assert cli("produce", "users", "-K", ":", input=b"u1:a\nu2:b\nu1:c\n").exit_code == 0
+    r = cli("topics", "compact", "users")
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines() == ["0 of 1 partition changed: 0 segments (0 B) deleted, 0 records compacted away"]
+
+
 def test_a_follower_the_log_outruns_skips_ahead_and_says_so(store, monkeypatch):
     from klog.cli import view
     from klog.cli.view import TerminalView
