@@ -157,7 +157,11 @@ class _TopicWatch:
         from klog.errors import UnknownTopicError
 
         for name, topic_id in self.ids.items():
-            meta = self.store.topics.find(name)
+            self.store.forget_topic_metadata(name)  # the store's (or cluster's) metadata now, not a cached copy
+            try:
+                meta = self.store.topic(name)
+            except UnknownTopicError:
+                meta = None
             if meta is None or meta.topic_id != topic_id:
                 raise UnknownTopicError(f"topic '{name}' was deleted while being followed"
                                         + (" (and created again: read it anew)" if meta is not None else ""))

@@ -258,6 +258,24 @@ def test_groups_through_the_cluster(kafka_server, klog_proc, data_dir):
     assert remote(kafka_server, klog_proc, "groups", "list", "--json").stdout == b""
 
 
+def test_a_following_group_member_through_the_cluster_waits_for_more(kafka_server, data_dir):
+    """`consume -b ... --group G -f` (clusters.md's example) read its records, then died with a traceback
+    at its first empty poll: the deleted-topic watch asked the remote store for the local metadata."""
+    needs_apis(*GROUP_APIS)
+    fill(data_dir, "t", 12, partitions=2)
+    env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir}
+    cmd = [sys.executable, "-m", "klog", "consume", "t", "-b", kafka_server.bootstrap, "--group", "g", "-f"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        lines = [proc.stdout.readline() for _ in range(12)]
+        time.sleep(1.5)  # empty polls: the watch looks at the topic every 0.5 s
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert len([line for line in lines if line]) == 12, err
+    assert proc.returncode == 130 and err == b"klog: interrupted\n", err
+
+
 def test_a_read_ending_on_a_transaction_marker_ends(both, data_dir):
     """The last offset before the high watermark is a commit marker, which no client sees: a bounded
     read through the cluster still ends at once (librdkafka's end-of-partition, not the timeout)."""
