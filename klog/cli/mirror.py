@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -24,21 +23,6 @@ MIRROR_HELP = (
     "of the last second (at most 200,000): at-least-once. --name keeps that progress apart for two mirrors "
     "of the same source."
 )
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops like Ctrl-C: the copied records are checkpointed first."""
-    import signal
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _mirror_id(spec: str, data_dir: str | None) -> str:
@@ -88,11 +72,10 @@ def register(app: typer.Typer) -> None:
             job = Mirror(src, dst, topics or [], mirror_id=name or _mirror_id(source, data_dir), pattern=pattern,
                          rename=rename, follow=follow, exactly_once=exactly_once, on_progress=progress.update)
             interrupted = False
-            with _sigterm_as_interrupt():
-                try:
-                    stats = job.run()
-                except KeyboardInterrupt:
-                    interrupted, stats = True, job.stats
+            try:  # SIGTERM arrives as KeyboardInterrupt too (session.Signals), and exits 143
+                stats = job.run()
+            except KeyboardInterrupt:
+                interrupted, stats = True, job.stats
         rate = stats.records / stats.seconds if stats.seconds > 0 else 0.0
         print(f"mirrored {stats.records} records of {len(stats.topics)} topics ({stats.partitions} partitions) "
               f"from {source} to {dest} in {stats.seconds:.1f} s ({rate:,.0f} records/s)"

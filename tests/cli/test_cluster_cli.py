@@ -4,13 +4,18 @@ local stores (the same code path a cluster side uses)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
 import klog
 from tests.cli.test_cli import assert_one_line_error
+from tests.conftest import REPO
 
 
 def closed_port() -> int:
@@ -94,6 +99,30 @@ def fill(path: str, topic: str, n: int, partitions: int = 3, start: int = 0) -> 
             for i in range(start, start + n):
                 p.send(topic, f"v{i}".encode() if i % 7 else None, key=f"k{i}".encode(),
                        headers=[("h", str(i).encode()), ("n", None)], timestamp=1_700_000_000_000 + i)
+
+
+def _copied_count(path: str, topic: str) -> int:
+    try:
+        return len(envelopes(path, topic))
+    except klog.KlogError:  # no store or no topic there yet
+        return 0
+
+
+def test_a_following_mirror_stops_on_sigterm_as_every_command_does(tmp_path):
+    """SIGTERM: exit 143 and `klog: terminated` (the mirror had its own handler: 130, `interrupted`)."""
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    fill(src, "orders", 5, partitions=1)
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "mirror", src, dst, "orders", "--follow"], env=env,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _copied_count(dst, "orders") < 5:
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and b"mirrored 5 records" in err and err.endswith(b"klog: terminated\n"), err
 
 
 def test_mirror_between_local_stores_keeps_everything_and_resumes(klog_proc, tmp_path):
