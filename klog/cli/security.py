@@ -305,6 +305,11 @@ def _entity_text(e) -> str:  # noqa: ANN001 - Entity
     return ",".join(f"{t}={'<default>' if n is None else n}" for t, n in e)
 
 
+def _quotas_text(quotas: dict[str, float]) -> str:
+    """KEY=VALUE,...: every digit of the value (1048576, not 1.04858e+06), no '.0' on a whole number."""
+    return ",".join(f"{k}={int(v) if v.is_integer() else v!r}" for k, v in sorted(quotas.items()))
+
+
 @quotas_app.command("set")
 def quotas_set(
     quotas: Annotated[list[str], typer.Argument(help="KEY=VALUE: producer_byte_rate, consumer_byte_rate "
@@ -325,7 +330,7 @@ def quotas_set(
             raise UsageError(f"invalid quota {pair!r}: use KEY=NUMBER")
     with open_store(data_dir) as store:
         now = store.quotas.alter(e, set_=values)
-    print(f"Quotas of {_entity_text(e)}: {json.dumps(now)}", file=sys.stderr)
+    print(f"Quotas of {_entity_text(e)}: {_quotas_text(now) or '(none)'}", file=sys.stderr)
 
 
 @quotas_app.command("remove")
@@ -338,7 +343,7 @@ def quotas_remove(
     e = _entity(user, user_default, client_id, client_default)
     with open_store(data_dir) as store:
         now = store.quotas.alter(e, remove=keys)
-    print(f"Quotas of {_entity_text(e)}: {json.dumps(now)}", file=sys.stderr)
+    print(f"Quotas of {_entity_text(e)}: {_quotas_text(now) or '(none)'}", file=sys.stderr)
 
 
 @quotas_app.command("list")
@@ -352,8 +357,7 @@ def quotas_list(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
         return
     from klog.cli.tables import print_table
 
-    print_table(["ENTITY", "QUOTAS"], [[_entity_text(e), ",".join(f"{k}={v:g}" for k, v in sorted(q.items()))]
-                                       for e, q in rows])
+    print_table(["ENTITY", "QUOTAS"], [[_entity_text(e), _quotas_text(q)] for e, q in rows])
 
 
 def register(root: typer.Typer) -> None:

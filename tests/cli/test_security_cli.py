@@ -109,6 +109,14 @@ def test_quotas(cli, data_dir):
     _one_line_error(cli("quotas", "set", "producer_byte_rate=5"), "give --user")
 
 
+def test_quotas_print_every_digit(cli):
+    """`quotas list` printed producer_byte_rate=1.04858e+06 for 1048576 (six significant digits)."""
+    r = cli("quotas", "set", "--user", "alice", "producer_byte_rate=1048576", "request_percentage=12.5")
+    assert r.exit_code == 0 and "producer_byte_rate=1048576,request_percentage=12.5" in r.stderr, r
+    assert cli("quotas", "list").out.splitlines()[1].split() == [
+        "user=alice", "producer_byte_rate=1048576,request_percentage=12.5"]
+
+
 def test_store_from_before_security_reads_as_having_none(cli, data_dir):
     """A store last written by a klog without users/ACLs/quotas: read-only listings say 'none'
     (the databases cannot be created read-only), and the next write creates them."""
