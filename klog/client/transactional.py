@@ -133,7 +133,8 @@ class TransactionalProducer(TransactionFlow, Producer):
                     result = self.appender.append(topic, partition, data, "all", check)
                 except InvalidProducerEpochError as e:
                     self._in_transaction = False
-                    raise ProducerFencedError(f"transactional id '{self.transactional_id}': {e}") from None
+                    named = f"transactional id '{self.transactional_id}'"  # the coordinator's refusal names it
+                    raise ProducerFencedError(str(e) if str(e).startswith(named) else f"{named}: {e}") from None
                 self._sequences[key] = (seq + piece.count) % 2**31
                 self._acknowledged(topic, partition, batch, piece.start, piece.count, result.base_offset, now_ms,
                                    ts_type)

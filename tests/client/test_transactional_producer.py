@@ -76,6 +76,23 @@ def test_send_offsets_commit_with_the_transaction(data_dir):
         assert _committed_values(store, "out") == [b"x"]
 
 
+def test_a_fenced_producer_names_its_id_once(tmp_path):
+    """`klog produce --transactional-id h2` fenced by `klog transactions abort h2` said
+    "transactional id 'h2': transactional id 'h2': epoch 0 is fenced by 1"."""
+    with klog.open(str(tmp_path / "s")) as store:
+        store.create_topic("fx")
+        first = store.producer(transactional_id="h2")
+        first.begin()
+        first.send("fx", b"zombie")
+        first.flush()
+        with store.producer(transactional_id="h2"):  # a new producer of the id fences the first
+            pass
+        with pytest.raises(ProducerFencedError) as raised:
+            first.send("fx", b"more")
+            first.flush()
+        assert str(raised.value).count("transactional id 'h2'") == 1, raised.value
+
+
 def test_fenced_across_the_library_and_kafka_clients(kafka_server):
     ck = pytest.importorskip("confluent_kafka")
     store = kafka_server.store
