@@ -309,3 +309,53 @@ def test_timestamp_delay_holds_back_rows_newer_than_it(pg_db):
         assert [r.value["id"] for r in _poll_all(task, 3)] == [1]
     finally:
         task.stop()
+
+
+def _sqlite_task(config: dict):  # noqa: ANN202 - a started JdbcSourceTask
+    from klog.connect.api import OffsetReader, TaskContext
+    from klog.connect.connectors.jdbc_source import JdbcSourceTask
+
+    task = JdbcSourceTask()
+    task.initialize(TaskContext("jdbc-src", 0, print, OffsetReader(lambda p: None)))
+    task.start({"name": "jdbc-src", "connector.class": "JdbcSourceConnector", "topic.prefix": "lite-",
+                "poll.interval.ms": "100", **config})
+    return task
+
+
+def test_sqlite_query_mode_types_columns_as_table_mode(tmp_path):
+    """In query mode on SQLite, a column taken from a table has its declared type (as in table mode) and an
+    expression its value's type (integers, floats, bytes), NULL-valued ones strings: every column was an
+    optional string, the integers and floats sent as text."""
+    import sqlite3
+
+    db = str(tmp_path / "lite.db")
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, big BIGINT, f REAL, b BLOB, s TEXT, "
+                     "d NUMERIC(10,2), flag BOOLEAN, at DATETIME)")
+        conn.execute("INSERT INTO t VALUES (1, 5000000000, 1.5, x'00ff', 'a', 1.25, 1, '2020-01-01 00:00:00')")
+    query = ("SELECT id, big, f, b, s, d, flag, at, id * 2 AS twice, f / 2 AS half, x'01' AS raw, "
+             "NULL AS absent FROM t")
+    config = {"connection.url": f"jdbc:sqlite:{db}", "mode": "incrementing", "incrementing.column.name": "id"}
+    task = _sqlite_task({**config, "query": query})
+    try:
+        (record,) = _poll_all(task, 3)
+    finally:
+        task.stop()
+    types = {f["field"]: (f["type"], f.get("name")) for f in record.value_schema["fields"]}
+    assert types == {"id": ("int32", None), "big": ("int64", None), "f": ("float32", None), "b": ("bytes", None),
+                     "s": ("string", None), "d": ("bytes", "org.apache.kafka.connect.data.Decimal"),
+                     "flag": ("boolean", None), "at": ("int64", "org.apache.kafka.connect.data.Timestamp"),
+                     "twice": ("int64", None), "half": ("float64", None), "raw": ("bytes", None),
+                     "absent": ("string", None)}
+    assert record.value == {"id": 1, "big": 5_000_000_000, "f": 1.5, "b": b"\x00\xff", "s": "a",
+                            "d": decimal.Decimal("1.25"), "flag": True, "at": 1_577_836_800_000, "twice": 2,
+                            "half": 0.75, "raw": b"\x01", "absent": None}
+    # the same columns as table mode gives them
+    task = _sqlite_task({**config, "table.whitelist": "t", "validate.non.null": "false"})
+    try:
+        (table_record,) = _poll_all(task, 3)
+    finally:
+        task.stop()
+    table_types = {f["field"]: (f["type"], f.get("name")) for f in table_record.value_schema["fields"]}
+    assert table_types == {k: v for k, v in types.items() if k in table_types}
+    assert table_record.value == {k: v for k, v in record.value.items() if k in table_record.value}
