@@ -7,7 +7,9 @@ work on the local store and on any Kafka cluster: every task is a partition of t
 topic `connect-tasks-<group>`, and the partitions the group assigns to a worker are the tasks it runs.
 The tasks themselves come from connect-configs (every worker reads it; a config submitted to any worker
 is written there), so slot i is the i-th task of the connectors in name order; a stopped connector keeps
-its slots (idle), so stopping one moves no other connector's task.
+its slots (idle), so stopping one moves no other connector's task. The worker running a connector's
+task 0 also runs its connector instance, which may ask for new task configs (the JDBC source when its
+tables change): they are written to connect-configs, and every worker restarts what changed.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from klog.connect.api import Connector
 from klog.connect.storage import ensure_topic
-from klog.connect.worker import SinkRunner, SourceRunner, TaskRunner, Validated, Worker
+from klog.connect.worker import ConnectorContext, SinkRunner, SourceRunner, TaskRunner, Validated, Worker
 from klog.errors import KlogError
 
 SLOTS = 256  # tasks one group can run (partitions of connect-tasks-<group>)
@@ -40,6 +43,7 @@ class DistributedWorker:
         self.validated: dict[str, Validated] = {}
         self.owned: set[int] = set()
         self.runners: dict[int, TaskRunner] = {}
+        self.hosted: dict[str, Connector] = {}  # connector instances: of the connectors whose task 0 runs here
         self.lock = threading.RLock()
         # restart requests already in connect-configs at start are old news: only later ones restart tasks
         self.restarts_seen = {n: r.get("klog.request") for n, r in self.worker.configs.restart_requests().items()}
@@ -129,12 +133,39 @@ class DistributedWorker:
         self._apply_target_state(runner)
         self.runners[slot] = runner
         runner.start()
+        if task_id == 0:
+            self._host(v)
 
     def _stop(self, slot: int) -> None:
         runner = self.runners.pop(slot, None)
         if runner is not None:
             runner.stop_event.set()
             runner.join()
+            if runner.task_id == 0 and (connector := self.hosted.pop(runner.v.name, None)) is not None:
+                connector.stop()
+
+    def _host(self, v: Validated) -> None:
+        connector = v.cls()
+        connector.context = ConnectorContext(lambda: self._reconfigure(v, connector))
+        try:
+            connector.start(v.props)
+        except Exception as e:  # noqa: BLE001 - its tasks run all the same; only reconfigurations are lost
+            self.worker.warn(f"connector '{v.name}' cannot start here (its task configs stay as they are): {e}")
+            return
+        self.hosted[v.name] = connector
+
+    def _reconfigure(self, v: Validated, connector: Connector) -> None:
+        """The hosted connector asked for new task configs: written when they differ from connect-configs'
+        (the database is read outside the lock: rebalances do not wait for it)."""
+        with self.lock:
+            if self.hosted.get(v.name) is not connector:
+                return
+        tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+        with self.lock:
+            current = self.worker.configs.tasks(v.name)
+            wanted = [{**v.props, **t} for t in tasks]
+            if self.hosted.get(v.name) is connector and wanted != current:
+                self.worker.configs.put_connector(v.name, v.props, wanted)
 
     def _assigned(self, tps: list[tuple[str, int]]) -> None:
         with self.lock:

@@ -65,7 +65,9 @@ class RestServer:
     def __init__(self, worker, host: str = "127.0.0.1", port: int = 8083) -> None:  # noqa: ANN001
         """`worker`: a Worker (standalone) or a GroupApi (a distributed worker's view of its group)."""
         self.worker = worker
-        self.lock = threading.Lock()  # one management call at a time
+        # one management call at a time; a worker's own lock when it has one (a Worker: its connectors'
+        # reconfigurations take it too)
+        self.lock = getattr(worker, "lock", None) or threading.Lock()
         api = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -359,3 +359,48 @@ def test_sqlite_query_mode_types_columns_as_table_mode(tmp_path):
     table_types = {f["field"]: (f["type"], f.get("name")) for f in table_record.value_schema["fields"]}
     assert table_types == {k: v for k, v in types.items() if k in table_types}
     assert table_record.value == {k: v for k, v in record.value.items() if k in table_record.value}
+
+
+def test_tables_are_split_across_tasks_and_a_new_table_reconfigures_them(tmp_path, data_dir):
+    """tasks.max splits the tables into min(tasks.max, tables) tasks of contiguous shares, as Confluent's
+    taskConfigs (klog ran one task for all); a source restarted with tasks.max raised goes on from each
+    table's offset (no row twice, none lost), and a table created while it runs is found at the next
+    table.poll.interval.ms and handed to a task by a reconfiguration (Confluent's TableMonitorThread)."""
+    import sqlite3
+
+    from klog.connect.connectors.jdbc_source import unquoted_tables
+
+    db = str(tmp_path / "lite.db")
+
+    def insert(table: str, count: int) -> None:
+        with sqlite3.connect(db) as conn:
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY NOT NULL, v TEXT)")
+            conn.executemany(f"INSERT INTO {table} (v) VALUES (?)", [(table,)] * count)
+
+    def ids(table: str) -> list[int]:
+        return [json.loads(r.value)["payload"]["id"] for r in records(data_dir, f"lite-{table}")]
+
+    def shares(worker) -> list[list[str]]:  # noqa: ANN001
+        return [unquoted_tables(t["tables"]) for t in worker.task_configs("jdbc-src")]
+
+    for table in "abcde":
+        insert(table, 3)
+    config = {"name": "jdbc-src", "connector.class": "JdbcSourceConnector", "connection.url": f"jdbc:sqlite:{db}",
+              "mode": "incrementing", "incrementing.column.name": "id", "topic.prefix": "lite-",
+              "poll.interval.ms": "50", "table.poll.interval.ms": "200"}
+    with running(data_dir, config) as worker:
+        assert shares(worker) == [list("abcde")]
+        wait_for(lambda: all(ids(t) == [1, 2, 3] for t in "abcde"), what="every table's rows")
+    for table in "abcde":
+        insert(table, 2)
+    with running(data_dir, {**config, "tasks.max": "2"}) as worker:
+        assert shares(worker) == [list("abc"), list("de")]
+        wait_for(lambda: all(len(ids(t)) >= 5 for t in "abcde"), what="the rows written while it was stopped")
+        insert("f", 2)
+        wait_for(lambda: shares(worker) == [list("abc"), list("def")], what="the new table handed to a task")
+        wait_for(lambda: ids("f") == [1, 2], what="the new table's rows")
+        insert("a", 1)
+        wait_for(lambda: len(ids("a")) == 6, what="a row written after the reconfiguration")
+        assert [t["state"] for t in worker.describe_status("jdbc-src")["tasks"]] == ["RUNNING", "RUNNING"]
+    assert {t: ids(t) for t in "abcdef"} == {"a": [1, 2, 3, 4, 5, 6], **{t: [1, 2, 3, 4, 5] for t in "bcde"},
+                                             "f": [1, 2]}
