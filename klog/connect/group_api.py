@@ -10,6 +10,7 @@ runs, so a request may go to any worker (Kafka forwards them to its leader, whic
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from klog.connect.distributed import REFRESH_S, DistributedWorker
@@ -90,14 +91,19 @@ class GroupApi:
         else:
             self.worker.configs.put_target_state(name, "STARTED")
 
-    def stop_only(self, name: str) -> None:
-        """Target state STOPPED; returns once no worker reports one of its tasks RUNNING (bounded)."""
+    def stop_only(self, name: str) -> Callable[[], None]:
+        """Target state STOPPED; returns the wait until no worker reports one of its tasks RUNNING (bounded),
+        which the REST API runs without holding other requests."""
         count = len(self.task_configs(name))
         self.worker.configs.put_target_state(name, "STOPPED")
-        self.dw.refresh()  # this worker's own tasks stop now
-        deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline and self._running(name, count):
-            time.sleep(min(0.1, REFRESH_S))
+
+        def stopped() -> None:
+            self.dw.refresh()  # this worker's own tasks stop now
+            deadline = time.monotonic() + STOP_WAIT_S
+            while time.monotonic() < deadline and self._running(name, count):
+                time.sleep(min(0.1, REFRESH_S))
+
+        return stopped
 
     def _running(self, name: str, count: int) -> bool:
         status = self.worker.status

@@ -14,6 +14,7 @@ import json
 import re
 import sys
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -107,8 +108,10 @@ class RestServer:
                     return
                 try:
                     with api.lock:
-                        code, out = api.route(method, [unquote(p) for p in url.path.strip("/").split("/") if p],
-                                              parse_qs(url.query), payload)
+                        code, out, *settle = api.route(method, [unquote(p) for p in url.path.strip("/").split("/")
+                                                                if p], parse_qs(url.query), payload)
+                    for wait in settle:  # a change's wait for the workers to act on it holds no other request
+                        wait()
                 except HttpError as e:
                     code, out = e.code, {"error_code": e.code, "message": str(e)}
                 except ConfigError as e:
@@ -204,7 +207,10 @@ class RestServer:
         self.httpd.server_close()
 
     # -- routes ------------------------------------------------------------------------------------
-    def route(self, method: str, parts: list[str], query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+    def route(self, method: str, parts: list[str], query: dict[str, list[str]],
+              body: Any) -> tuple[int, Any] | tuple[int, Any, Callable[[], None]]:
+        """(status, answer), and for a change the worker applies elsewhere (a distributed stop) what to wait
+        for before answering, run once the lock is released."""
         w = self.worker
         allowed = _allowed_methods(parts)
         if allowed is None:
@@ -284,8 +290,8 @@ class RestServer:
                 return 202, planned
             return 204, None  # the connector instance only, as before KIP-745
         elif rest in (["pause"], ["resume"], ["stop"]) and method == "PUT":
-            {"pause": w.pause, "resume": w.resume, "stop": w.stop_only}[rest[0]](name)
-            return 202, None
+            settle = {"pause": w.pause, "resume": w.resume, "stop": w.stop_only}[rest[0]](name)
+            return (202, None) if settle is None else (202, None, settle)
         elif rest == ["offsets"]:
             return self.offsets(method, name, body)
         raise AssertionError(f"{method} /{'/'.join(parts)} passed _allowed_methods but has no route")

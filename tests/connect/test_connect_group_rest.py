@@ -9,12 +9,30 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
+import klog
+from tests.connect import held_source
 from tests.connect.helpers import REPO, values, wait_for
 from tests.connect.test_connect_rest import call
+
+
+def _settled(request):  # noqa: ANN001, ANN202 - a call, and its answer
+    """The request's answer once the worker is not rebalancing (a 409 is asked again, as Connect's
+    clients do)."""
+    answer = None
+
+    def answered() -> bool:
+        nonlocal answer
+        answer = request()
+        return answer[0] != 409
+
+    wait_for(answered, timeout=60, what="an answer other than 409")
+    return answer
 
 
 def _worker(data_dir: str, props: str) -> tuple[subprocess.Popen, str, str]:
@@ -120,3 +138,60 @@ def test_a_config_posted_to_a_worker_names_the_keys_klog_ignores(tmp_path, data_
         _, err = proc.communicate(timeout=30)
     [line] = [ln for ln in err.decode().splitlines() if "does not implement" in ln]
     assert "transforms.r.feild" in line
+
+
+@contextmanager
+def _in_process_worker(data_dir: str):
+    """A DistributedWorker of group g run in a thread, with its REST API: (the worker, its URL)."""
+    from klog.connect.distributed import DistributedWorker
+    from klog.connect.group_api import GroupApi
+    from klog.connect.rest import RestServer
+
+    store = klog.open(data_dir)
+    dw = DistributedWorker(store, "g", {"offset.flush.interval.ms": "200", "session.timeout.ms": "10000"},
+                           worker_id="w0")
+    stop = threading.Event()
+    runner = threading.Thread(target=dw.run, args=(stop,), daemon=True)
+    rest = RestServer(GroupApi(dw), "127.0.0.1", 0).start()
+    runner.start()
+    try:
+        yield dw, f"http://127.0.0.1:{rest.port}"
+    finally:
+        held_source.RELEASE.set()
+        rest.close()
+        stop.set()
+        runner.join(30)
+        dw.close()
+        store.close()
+        held_source.reset()
+
+
+def _task_state(url: str, name: str) -> str | None:
+    code, status = call(url, "GET", f"/connectors/{name}/status")
+    return status["tasks"][0]["state"] if code == 200 and status["tasks"] else None
+
+
+def test_a_stop_in_progress_holds_no_other_request(data_dir):
+    """PUT .../stop waits for the connector's tasks to be gone: meanwhile other requests (the connector
+    list, another connector's status) are answered; they waited behind the stop (up to 10 s)."""
+    with _in_process_worker(data_dir) as (dw, url):
+        for name, cls in (("held", "tests.connect.held_source.HeldSource"),
+                          ("other", "tests.connect.idle_source.IdleSource")):
+            assert _settled(lambda n=name, c=cls: call(url, "POST", "/connectors",
+                                                       {"name": n, "config": {"connector.class": c}}))[0] == 201
+        wait_for(lambda: _task_state(url, "held") == _task_state(url, "other") == "RUNNING", timeout=60,
+                 what="both tasks running")
+        held_source.HOLD.set()
+        assert held_source.HELD.wait(30)  # the held task's stop cannot finish before RELEASE
+        answers: dict[str, tuple] = {}
+        stopper = threading.Thread(target=lambda: answers.update(stop=call(url, "PUT", "/connectors/held/stop")))
+        stopper.start()
+        wait_for(lambda: (dw.worker.configs.reload(), dw.worker.configs.target_state("held"))[1] == "STOPPED",
+                 what="the stop under way")
+        assert call(url, "GET", "/connectors") == (200, ["held", "other"])
+        assert _task_state(url, "other") == "RUNNING"
+        assert stopper.is_alive() and "stop" not in answers  # both answered while the stop was in progress
+        held_source.RELEASE.set()
+        stopper.join(30)
+        assert answers["stop"] == (202, None)
+        assert call(url, "GET", "/connectors/held/status")[1]["connector"]["state"] == "STOPPED"
