@@ -44,6 +44,10 @@ class DistributedWorker:
         self.owned: set[int] = set()
         self.runners: dict[int, TaskRunner] = {}
         self.hosted: dict[str, Connector] = {}  # connector instances: of the connectors whose task 0 runs here
+        # clear while the group rebalances this worker (from the revocation of its slots, or its start,
+        # until slots are assigned to it): the REST API answers 409 meanwhile, as Kafka's herder
+        self.settled = threading.Event()
+        self.configs_unread = False  # the last re-read of connect-configs failed: this worker's view is stale
         self.lock = threading.RLock()
         # restart requests already in connect-configs at start are old news: only later ones restart tasks
         self.restarts_seen = {n: r.get("klog.request") for n, r in self.worker.configs.restart_requests().items()}
@@ -70,7 +74,9 @@ class DistributedWorker:
             configs.reload()
         except KlogError as e:  # a store hiccup: keep running what runs, read again at the next refresh
             self.worker.warn(f"cannot re-read {configs.topic}: {e}")
+            self.configs_unread = True
             return
+        self.configs_unread = False
         # Every connector's tasks keep their slots whatever its state: a stopped (or unrunnable) connector's
         # slots stay reserved, idle, so stopping one does not renumber the others' slots and move their
         # tasks to other workers (Kafka's incremental cooperative assignor likewise keeps assignments).
@@ -172,8 +178,10 @@ class DistributedWorker:
             for _, slot in tps:
                 self.owned.add(slot)
                 self._start(slot)
+        self.settled.set()
 
     def _revoked(self, tps: list[tuple[str, int]]) -> None:
+        self.settled.clear()  # a rebalance: until the new assignment (eager: every slot is revoked first)
         with self.lock:
             for _, slot in tps:
                 self.owned.discard(slot)

@@ -217,6 +217,11 @@ class RestServer:
             raise HttpError(404, f"unknown resource /{'/'.join(parts)}")
         if method not in allowed:
             raise HttpError(405, f"HTTP method {method} is not allowed on /{'/'.join(parts)}")
+        # a distributed worker in a rebalance (or with stale configs) answers 409, as Kafka's herder; the
+        # status reads come from connect-status, which Kafka answers any time
+        reads_status = method == "GET" and len(parts) >= 3 and parts[-1] == "status"
+        if parts[:1] == ["connectors"] and not reads_status and (why := w.conflict()) is not None:
+            raise HttpError(409, why)
         if not parts:
             from klog import __version__
 

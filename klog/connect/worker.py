@@ -817,6 +817,10 @@ class Worker:
         self.stopped[name] = v
 
     # -- management (the REST API's verbs) ------------------------------------------------------------
+    def conflict(self) -> str | None:
+        """Why a request cannot be served now (409): never, on a standalone worker (no rebalances)."""
+        return None
+
     def names(self) -> list[str]:
         return sorted(set(self.connectors) | set(self.stopped))
 
