@@ -64,6 +64,7 @@ class DistributedWorker:
         connector = v.cls()
         connector.start(v.props)
         tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+        connector.stop()  # the instance that runs is the one the worker of its task 0 hosts
         self.worker.configs.put_connector(v.name, v.props, [{**v.props, **t} for t in tasks])
         self.worker.configs.put_target_state(v.name, "STARTED")
 

@@ -58,6 +58,7 @@ UNIMPLEMENTED = frozenset({
 _SQLITE_VALUE_TYPES = {int: "int64", float: "float64", bytes: "bytes", str: "string"}
 _view_ids = itertools.count()
 TABLES = "tables"  # a task's share of the tables (Confluent's JdbcSourceTaskConfig.TABLES_CONFIG)
+MONITOR_JOIN_S = 10.0  # how long a stop waits for a table listing under way (Confluent's MAX_TIMEOUT)
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"([.,]?)')
 
 
@@ -437,6 +438,7 @@ class JdbcSourceConnector(JdbcConnection, SourceConnector):
         super().start(props)
         self.dialect = make_dialect(self.config)
         self.tables: list[str] | None = None  # as the last task configs split them
+        self.shares: list[dict[str, str]] | None = None  # those task configs
         self.monitor_stop = threading.Event()
         if not self.config["query"] and self.context is not None:
             self.monitor = threading.Thread(target=self._watch_tables, daemon=True,
@@ -458,13 +460,13 @@ class JdbcSourceConnector(JdbcConnection, SourceConnector):
                 tables = self._current_tables()
             except self.dialect.errors():
                 continue  # as Confluent's: tried again at the next interval
-            if tables != self.tables:
+            if tables != self.tables and not self.monitor_stop.is_set():
                 self.context.request_task_reconfiguration()
 
     def stop(self) -> None:
         if self.monitor is not None:
             self.monitor_stop.set()
-            self.monitor.join()
+            self.monitor.join(MONITOR_JOIN_S)  # a listing that hangs on the database is left to end alone
 
     def validate(self, config: dict[str, Any]) -> None:
         super().validate(config)
@@ -489,14 +491,14 @@ class JdbcSourceConnector(JdbcConnection, SourceConnector):
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         """Query mode: one task. Otherwise min(tasks.max, tables) tasks, each its contiguous share of the
         tables (Confluent's taskConfigs); none found: one task with none. A database that cannot be listed
-        now: one task that lists them itself (Confluent starts an idle one, reconfigured once listed)."""
+        now: the shares given last, or one task that lists them itself (Confluent starts an idle one,
+        reconfigured once they are listed)."""
         if self.config["query"]:
             return [dict(self.props)]
         try:
             tables = self._current_tables()
         except self.dialect.errors():
-            self.tables = None
-            return [dict(self.props)]
-        self.tables = tables
-        shares = group_tables(tables, min(max_tasks, len(tables))) if tables else [[]]
-        return [{**self.props, TABLES: quoted_tables(share)} for share in shares]
+            return self.shares or [dict(self.props)]
+        groups = group_tables(tables, min(max_tasks, len(tables))) if tables else [[]]
+        self.tables, self.shares = tables, [{**self.props, TABLES: quoted_tables(group)} for group in groups]
+        return self.shares
