@@ -404,3 +404,22 @@ def test_tables_are_split_across_tasks_and_a_new_table_reconfigures_them(tmp_pat
         assert [t["state"] for t in worker.describe_status("jdbc-src")["tasks"]] == ["RUNNING", "RUNNING"]
     assert {t: ids(t) for t in "abcdef"} == {"a": [1, 2, 3, 4, 5, 6], **{t: [1, 2, 3, 4, 5] for t in "bcde"},
                                              "f": [1, 2]}
+
+
+def test_a_source_started_before_its_tables_exist_reads_them_once_created(tmp_path, data_dir):
+    """No table yet: one task with none (Confluent's), then the table created is listed by the connector
+    and handed to the task (klog's single task listed them itself; the split must not lose that)."""
+    import sqlite3
+
+    db = str(tmp_path / "lite.db")
+    sqlite3.connect(db).close()
+    config = {"name": "jdbc-src", "connector.class": "JdbcSourceConnector", "connection.url": f"jdbc:sqlite:{db}",
+              "mode": "incrementing", "incrementing.column.name": "id", "topic.prefix": "lite-", "tasks.max": "3",
+              "poll.interval.ms": "50", "table.poll.interval.ms": "200"}
+    with running(data_dir, config) as worker:
+        assert [t["tables"] for t in worker.task_configs("jdbc-src")] == [""]
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE late (id INTEGER PRIMARY KEY NOT NULL)")
+            conn.execute("INSERT INTO late DEFAULT VALUES")
+        wait_for(lambda: len(records(data_dir, "lite-late")) == 1, what="the row of the table created later")
+        assert [t["tables"] for t in worker.task_configs("jdbc-src")] == ['"late"']
