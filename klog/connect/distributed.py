@@ -43,7 +43,7 @@ class DistributedWorker:
         self.validated: dict[str, Validated] = {}
         self.owned: set[int] = set()
         self.runners: dict[int, TaskRunner] = {}
-        self.hosted: dict[str, Connector] = {}  # connector instances: of the connectors whose task 0 runs here
+        self.hosted: dict[int, Connector] = {}  # slot of a connector's task 0 run here → the connector instance
         # clear while the group rebalances this worker (from the revocation of its slots, or its start,
         # until slots are assigned to it): the REST API answers 409 meanwhile, as Kafka's herder
         self.settled = threading.Event()
@@ -141,17 +141,17 @@ class DistributedWorker:
         self.runners[slot] = runner
         runner.start()
         if task_id == 0:
-            self._host(v)
+            self._host(slot, v)
 
     def _stop(self, slot: int) -> None:
         runner = self.runners.pop(slot, None)
         if runner is not None:
             runner.stop_event.set()
             runner.join()
-            if runner.task_id == 0 and (connector := self.hosted.pop(runner.v.name, None)) is not None:
-                connector.stop()
+        if (connector := self.hosted.pop(slot, None)) is not None:
+            connector.stop()
 
-    def _host(self, v: Validated) -> None:
+    def _host(self, slot: int, v: Validated) -> None:
         connector = v.cls()
         connector.context = ConnectorContext(lambda: self._reconfigure(v, connector))
         try:
@@ -159,19 +159,21 @@ class DistributedWorker:
         except Exception as e:  # noqa: BLE001 - its tasks run all the same; only reconfigurations are lost
             self.worker.warn(f"connector '{v.name}' cannot start here (its task configs stay as they are): {e}")
             return
-        self.hosted[v.name] = connector
+        self.hosted[slot] = connector
+
+    def _hosts(self, connector: Connector) -> bool:
+        return any(c is connector for c in self.hosted.values())
 
     def _reconfigure(self, v: Validated, connector: Connector) -> None:
         """The hosted connector asked for new task configs: written when they differ from connect-configs'
         (the database is read outside the lock: rebalances do not wait for it)."""
         with self.lock:
-            if self.hosted.get(v.name) is not connector:
+            if not self._hosts(connector):
                 return
         tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+        wanted = [{**v.props, **t} for t in tasks]
         with self.lock:
-            current = self.worker.configs.tasks(v.name)
-            wanted = [{**v.props, **t} for t in tasks]
-            if self.hosted.get(v.name) is connector and wanted != current:
+            if self._hosts(connector) and wanted != self.worker.configs.tasks(v.name):
                 self.worker.configs.put_connector(v.name, v.props, wanted)
 
     def _assigned(self, tps: list[tuple[str, int]]) -> None:

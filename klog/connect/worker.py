@@ -760,13 +760,19 @@ class Worker:
 
     def reconfigure(self, name: str, connector: Connector) -> None:
         """The connector asked for new task configs (Kafka's requestTaskReconfiguration: the JDBC source's
-        tables changed): when they differ, its tasks stop (committing their offsets) and the new ones start."""
+        tables changed): when they differ, its tasks stop (committing their offsets) and the new ones start.
+        They are computed (the database read) before the lock is taken: REST requests do not wait for it."""
+        with self.lock:
+            entry = self.connectors.get(name)
+        if entry is None or entry[1] is not connector:
+            return  # stopped or replaced meanwhile
+        v = entry[0]
+        tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
         with self.lock:
             entry = self.connectors.get(name)
             if entry is None or entry[1] is not connector:
-                return  # stopped or replaced meanwhile
-            v, _, runners = entry
-            tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+                return
+            runners = entry[2]
             if [{**v.props, **t} for t in tasks] == [r.props for r in runners]:
                 return
             paused = any(r.paused.is_set() for r in runners)
