@@ -7,7 +7,9 @@ work on the local store and on any Kafka cluster: every task is a partition of t
 topic `connect-tasks-<group>`, and the partitions the group assigns to a worker are the tasks it runs.
 The tasks themselves come from connect-configs (every worker reads it; a config submitted to any worker
 is written there), so slot i is the i-th task of the connectors in name order; a stopped connector keeps
-its slots (idle), so stopping one moves no other connector's task.
+its slots (idle), so stopping one moves no other connector's task. The worker running a connector's
+task 0 also runs its connector instance, which may ask for new task configs (the JDBC source when its
+tables change): they are written to connect-configs, and every worker restarts what changed.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from klog.connect.api import Connector
 from klog.connect.storage import ensure_topic
-from klog.connect.worker import SinkRunner, SourceRunner, TaskRunner, Validated, Worker
+from klog.connect.worker import ConnectorContext, SinkRunner, SourceRunner, TaskRunner, Validated, Worker
 from klog.errors import KlogError
 
 SLOTS = 256  # tasks one group can run (partitions of connect-tasks-<group>)
@@ -40,6 +43,11 @@ class DistributedWorker:
         self.validated: dict[str, Validated] = {}
         self.owned: set[int] = set()
         self.runners: dict[int, TaskRunner] = {}
+        self.hosted: dict[int, Connector] = {}  # slot of a connector's task 0 run here → the connector instance
+        # clear while the group rebalances this worker (from the revocation of its slots, or its start,
+        # until slots are assigned to it): the REST API answers 409 meanwhile, as Kafka's herder
+        self.settled = threading.Event()
+        self.configs_unread = False  # the last re-read of connect-configs failed: this worker's view is stale
         self.lock = threading.RLock()
         # restart requests already in connect-configs at start are old news: only later ones restart tasks
         self.restarts_seen = {n: r.get("klog.request") for n, r in self.worker.configs.restart_requests().items()}
@@ -56,6 +64,7 @@ class DistributedWorker:
         connector = v.cls()
         connector.start(v.props)
         tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+        connector.stop()  # the instance that runs is the one the worker of its task 0 hosts
         self.worker.configs.put_connector(v.name, v.props, [{**v.props, **t} for t in tasks])
         self.worker.configs.put_target_state(v.name, "STARTED")
 
@@ -66,7 +75,9 @@ class DistributedWorker:
             configs.reload()
         except KlogError as e:  # a store hiccup: keep running what runs, read again at the next refresh
             self.worker.warn(f"cannot re-read {configs.topic}: {e}")
+            self.configs_unread = True
             return
+        self.configs_unread = False
         # Every connector's tasks keep their slots whatever its state: a stopped (or unrunnable) connector's
         # slots stay reserved, idle, so stopping one does not renumber the others' slots and move their
         # tasks to other workers (Kafka's incremental cooperative assignor likewise keeps assignments).
@@ -129,20 +140,51 @@ class DistributedWorker:
         self._apply_target_state(runner)
         self.runners[slot] = runner
         runner.start()
+        if task_id == 0:
+            self._host(slot, v)
 
     def _stop(self, slot: int) -> None:
         runner = self.runners.pop(slot, None)
         if runner is not None:
             runner.stop_event.set()
             runner.join()
+        if (connector := self.hosted.pop(slot, None)) is not None:
+            connector.stop()
+
+    def _host(self, slot: int, v: Validated) -> None:
+        connector = v.cls()
+        connector.context = ConnectorContext(lambda: self._reconfigure(v, connector))
+        try:
+            connector.start(v.props)
+        except Exception as e:  # noqa: BLE001 - its tasks run all the same; only reconfigurations are lost
+            self.worker.warn(f"connector '{v.name}' cannot start here (its task configs stay as they are): {e}")
+            return
+        self.hosted[slot] = connector
+
+    def _hosts(self, connector: Connector) -> bool:
+        return any(c is connector for c in self.hosted.values())
+
+    def _reconfigure(self, v: Validated, connector: Connector) -> None:
+        """The hosted connector asked for new task configs: written when they differ from connect-configs'
+        (the database is read outside the lock: rebalances do not wait for it)."""
+        with self.lock:
+            if not self._hosts(connector):
+                return
+        tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+        wanted = [{**v.props, **t} for t in tasks]
+        with self.lock:
+            if self._hosts(connector) and wanted != self.worker.configs.tasks(v.name):
+                self.worker.configs.put_connector(v.name, v.props, wanted)
 
     def _assigned(self, tps: list[tuple[str, int]]) -> None:
         with self.lock:
             for _, slot in tps:
                 self.owned.add(slot)
                 self._start(slot)
+        self.settled.set()
 
     def _revoked(self, tps: list[tuple[str, int]]) -> None:
+        self.settled.clear()  # a rebalance: until the new assignment (eager: every slot is revoked first)
         with self.lock:
             for _, slot in tps:
                 self.owned.discard(slot)

@@ -10,12 +10,19 @@ runs, so a request may go to any worker (Kafka forwards them to its leader, whic
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from klog.connect.distributed import REFRESH_S, DistributedWorker
+from klog.connect.rest import HttpError
 from klog.connect.worker import Validated, ignored_warning, restart_plan
+from klog.errors import KlogError
 
 STOP_WAIT_S = 10.0  # how long a stop waits for every worker to report the connector's tasks gone
+# Kafka's answers (HerderRequestHandler) to a request a worker cannot serve now: 409 Conflict
+REBALANCING = "Cannot complete request because of a conflicting operation (e.g. worker rebalance)"
+STALE_CONFIG = ("Cannot complete request momentarily due to stale configuration (typically caused by a concurrent "
+                "config change)")
 
 
 class GroupApi:
@@ -25,9 +32,21 @@ class GroupApi:
         self.config = dw.worker.config  # the worker settings /config/validate checks against
         self.offsets = dw.worker.offsets
 
+    def conflict(self) -> str | None:
+        """Why this worker cannot serve a connector request now (Kafka answers 409): the group is
+        rebalancing it, or it could not read connect-configs; None when it can."""
+        if not self.dw.settled.is_set():
+            return REBALANCING
+        if self.dw.configs_unread:
+            return STALE_CONFIG
+        return None
+
     # -- reading -------------------------------------------------------------------------------------
     def _configs(self):  # noqa: ANN202 - the ConfigStore, read again (another worker may have written)
-        self.worker.configs.reload()
+        try:
+            self.worker.configs.reload()
+        except KlogError:
+            raise HttpError(409, STALE_CONFIG) from None  # this worker's view of the configs is stale
         return self.worker.configs
 
     def names(self) -> list[str]:
@@ -90,14 +109,19 @@ class GroupApi:
         else:
             self.worker.configs.put_target_state(name, "STARTED")
 
-    def stop_only(self, name: str) -> None:
-        """Target state STOPPED; returns once no worker reports one of its tasks RUNNING (bounded)."""
+    def stop_only(self, name: str) -> Callable[[], None]:
+        """Target state STOPPED; returns the wait until no worker reports one of its tasks RUNNING (bounded),
+        which the REST API runs without holding other requests."""
         count = len(self.task_configs(name))
         self.worker.configs.put_target_state(name, "STOPPED")
-        self.dw.refresh()  # this worker's own tasks stop now
-        deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline and self._running(name, count):
-            time.sleep(min(0.1, REFRESH_S))
+
+        def stopped() -> None:
+            self.dw.refresh()  # this worker's own tasks stop now
+            deadline = time.monotonic() + STOP_WAIT_S
+            while time.monotonic() < deadline and self._running(name, count):
+                time.sleep(min(0.1, REFRESH_S))
+
+        return stopped
 
     def _running(self, name: str, count: int) -> bool:
         status = self.worker.status

@@ -14,6 +14,7 @@ import json
 import re
 import sys
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -65,7 +66,9 @@ class RestServer:
     def __init__(self, worker, host: str = "127.0.0.1", port: int = 8083) -> None:  # noqa: ANN001
         """`worker`: a Worker (standalone) or a GroupApi (a distributed worker's view of its group)."""
         self.worker = worker
-        self.lock = threading.Lock()  # one management call at a time
+        # one management call at a time; a worker's own lock when it has one (a Worker: its connectors'
+        # reconfigurations take it too)
+        self.lock = getattr(worker, "lock", None) or threading.Lock()
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -105,8 +108,10 @@ class RestServer:
                     return
                 try:
                     with api.lock:
-                        code, out = api.route(method, [unquote(p) for p in url.path.strip("/").split("/") if p],
-                                              parse_qs(url.query), payload)
+                        code, out, *settle = api.route(method, [unquote(p) for p in url.path.strip("/").split("/")
+                                                                if p], parse_qs(url.query), payload)
+                    for wait in settle:  # a change's wait for the workers to act on it holds no other request
+                        wait()
                 except HttpError as e:
                     code, out = e.code, {"error_code": e.code, "message": str(e)}
                 except ConfigError as e:
@@ -202,13 +207,21 @@ class RestServer:
         self.httpd.server_close()
 
     # -- routes ------------------------------------------------------------------------------------
-    def route(self, method: str, parts: list[str], query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+    def route(self, method: str, parts: list[str], query: dict[str, list[str]],
+              body: Any) -> tuple[int, Any] | tuple[int, Any, Callable[[], None]]:
+        """(status, answer), and for a change the worker applies elsewhere (a distributed stop) what to wait
+        for before answering, run once the lock is released."""
         w = self.worker
         allowed = _allowed_methods(parts)
         if allowed is None:
             raise HttpError(404, f"unknown resource /{'/'.join(parts)}")
         if method not in allowed:
             raise HttpError(405, f"HTTP method {method} is not allowed on /{'/'.join(parts)}")
+        # a distributed worker in a rebalance (or with stale configs) answers 409, as Kafka's herder; the
+        # status reads come from connect-status, which Kafka answers any time
+        reads_status = method == "GET" and len(parts) >= 3 and parts[-1] == "status"
+        if parts[:1] == ["connectors"] and not reads_status and (why := w.conflict()) is not None:
+            raise HttpError(409, why)
         if not parts:
             from klog import __version__
 
@@ -282,8 +295,8 @@ class RestServer:
                 return 202, planned
             return 204, None  # the connector instance only, as before KIP-745
         elif rest in (["pause"], ["resume"], ["stop"]) and method == "PUT":
-            {"pause": w.pause, "resume": w.resume, "stop": w.stop_only}[rest[0]](name)
-            return 202, None
+            settle = {"pause": w.pause, "resume": w.resume, "stop": w.stop_only}[rest[0]](name)
+            return (202, None) if settle is None else (202, None, settle)
         elif rest == ["offsets"]:
             return self.offsets(method, name, body)
         raise AssertionError(f"{method} /{'/'.join(parts)} passed _allowed_methods but has no route")

@@ -694,6 +694,17 @@ def restart_plan(status: dict, include_tasks: bool, only_failed: bool) -> tuple[
     return connector_too, task_ids, planned
 
 
+class ConnectorContext:
+    """What a connector may ask of its worker (Kafka's ConnectorContext). A reconfiguration runs on a
+    thread of its own: the thread asking (a connector's table monitor) is stopped by it."""
+
+    def __init__(self, reconfigure: Callable[[], None]) -> None:
+        self._reconfigure = reconfigure
+
+    def request_task_reconfiguration(self) -> None:
+        threading.Thread(target=self._reconfigure, name="klog-connect-reconfigure", daemon=True).start()
+
+
 class Worker:
     """Connectors and their tasks in this process (connect-standalone's worker)."""
 
@@ -716,6 +727,7 @@ class Worker:
         self.failures: list[tuple[str, int, BaseException]] = []
         self.stopped: dict[str, Validated] = {}  # connectors stopped by request (kept for a restart)
         self._lock = threading.Lock()
+        self.lock = threading.RLock()  # changes one at a time: REST requests, a connector's reconfiguration
 
     def validate(self, props: dict[str, str]) -> Validated:
         return validate(props, self.config)
@@ -724,19 +736,52 @@ class Worker:
         """The connector and its tasks started; with `paused` its tasks wait before their first record."""
         if v.name in self.connectors:
             raise ConfigError("name", v.name, "a connector of this name is running")
-        connector = v.cls()
-        connector.start(v.props)
+        connector = self._new_connector(v)
         tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
         self.configs.put_connector(v.name, v.props, tasks)
         self.configs.put_target_state(v.name, "PAUSED" if paused else "STARTED")
         self.status.put(v.name, "PAUSED" if paused else "RUNNING")
+        self.connectors[v.name] = (v, connector, self._start_tasks(v, tasks, paused))
+
+    def _new_connector(self, v: Validated) -> Connector:
+        connector = v.cls()
+        connector.context = ConnectorContext(lambda: self.reconfigure(v.name, connector))
+        connector.start(v.props)
+        return connector
+
+    def _start_tasks(self, v: Validated, tasks: list[dict[str, str]], paused: bool) -> list[TaskRunner]:
         runner_cls = SourceRunner if v.cls.kind == "source" else SinkRunner
         runners = [runner_cls(self, v, i, {**v.props, **t}) for i, t in enumerate(tasks)]
-        self.connectors[v.name] = (v, connector, runners)
         for r in runners:
             if paused:
                 r.paused.set()
             r.start()
+        return runners
+
+    def reconfigure(self, name: str, connector: Connector) -> None:
+        """The connector asked for new task configs (Kafka's requestTaskReconfiguration: the JDBC source's
+        tables changed): when they differ, its tasks stop (committing their offsets) and the new ones start.
+        They are computed (the database read) before the lock is taken: REST requests do not wait for it."""
+        with self.lock:
+            entry = self.connectors.get(name)
+        if entry is None or entry[1] is not connector:
+            return  # stopped or replaced meanwhile
+        v = entry[0]
+        tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
+        with self.lock:
+            entry = self.connectors.get(name)
+            if entry is None or entry[1] is not connector:
+                return
+            runners = entry[2]
+            if [{**v.props, **t} for t in tasks] == [r.props for r in runners]:
+                return
+            paused = any(r.paused.is_set() for r in runners)
+            for r in runners:
+                r.stop_event.set()
+            for r in runners:
+                r.join()
+            self.configs.put_connector(name, v.props, tasks)
+            self.connectors[name] = (v, connector, self._start_tasks(v, tasks, paused))
 
     def task_failed(self, runner: TaskRunner, error: BaseException) -> None:
         with self._lock:
@@ -778,6 +823,10 @@ class Worker:
         self.stopped[name] = v
 
     # -- management (the REST API's verbs) ------------------------------------------------------------
+    def conflict(self) -> str | None:
+        """Why a request cannot be served now (409): never, on a standalone worker (no rebalances)."""
+        return None
+
     def names(self) -> list[str]:
         return sorted(set(self.connectors) | set(self.stopped))
 
@@ -814,8 +863,7 @@ class Worker:
         if connector_too:
             _, old, runners = self.connectors[name]
             old.stop()
-            connector = v.cls()
-            connector.start(v.props)
+            connector = self._new_connector(v)
             tasks = connector.task_configs(v.config["tasks.max"])[: v.config["tasks.max"]]
             self.connectors[name] = (v, connector, runners)
             if [{**v.props, **t} for t in tasks] != [r.props for r in runners]:
@@ -898,7 +946,8 @@ class Worker:
 
     def stop(self) -> None:
         """Every task stopped after committing what it did (offsets of acknowledged records)."""
-        for name in list(self.connectors):
-            self.stop_connector(name)
+        with self.lock:
+            for name in list(self.connectors):
+                self.stop_connector(name)
         for s in (self.offsets, self.configs, self.status):
             s.close()

@@ -101,3 +101,60 @@ def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir)
             except subprocess.TimeoutExpired:
                 p.kill()
     assert _rows(db) == (9000, 9000)
+
+
+def test_distributed_jdbc_source_splits_tables_and_reconfigures_on_a_new_table(tmp_path, data_dir):
+    """Two workers run a JDBC source of tasks.max=2 over three tables: the tasks get contiguous shares
+    (Confluent's taskConfigs); a table created later is found by the connector instance the worker of task 0
+    runs, which writes new task configs to connect-configs, and its rows arrive (klog had one task, and a
+    distributed worker ran no connector instance to notice new tables)."""
+    import threading
+
+    from klog.connect.connectors.jdbc_source import unquoted_tables
+    from klog.connect.distributed import DistributedWorker
+
+    db = str(tmp_path / "lite.db")
+
+    def insert(table: str, count: int) -> None:
+        with sqlite3.connect(db) as conn:
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY NOT NULL)")
+            conn.executemany(f"INSERT INTO {table} DEFAULT VALUES", [()] * count)
+
+    def ids(table: str) -> list[int]:
+        return [json.loads(r.value)["payload"]["id"] for r in records(data_dir, f"lite-{table}")]
+
+    for table in "abc":
+        insert(table, 2)
+    store = klog.open(data_dir)
+    props = {"offset.flush.interval.ms": "200", "session.timeout.ms": "3000"}
+    workers = [DistributedWorker(store, "g", props, worker_id=f"w{i}") for i in range(2)]
+    stop = threading.Event()
+    threads = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in workers]
+
+    def shares() -> list[list[str]]:
+        configs = workers[1].worker.configs
+        configs.reload()
+        return [unquoted_tables(t["tables"]) for t in configs.tasks("src")]
+
+    try:
+        for t in threads:
+            t.start()
+        workers[0].submit(workers[0].worker.validate({
+            "name": "src", "connector.class": "JdbcSourceConnector", "connection.url": f"jdbc:sqlite:{db}",
+            "mode": "incrementing", "incrementing.column.name": "id", "topic.prefix": "lite-", "tasks.max": "2",
+            "poll.interval.ms": "50", "table.poll.interval.ms": "200"}))
+        assert shares() == [["a", "b"], ["c"]]
+        wait_for(lambda: all(ids(t) == [1, 2] for t in "abc"), timeout=60, what="every table's rows")
+        insert("d", 3)
+        wait_for(lambda: shares() == [["a", "b"], ["c", "d"]], timeout=60, what="the new table in a task config")
+        wait_for(lambda: ids("d") == [1, 2, 3], timeout=60, what="the new table's rows")
+        insert("a", 1)
+        wait_for(lambda: ids("a") == [1, 2, 3], timeout=60, what="a row written after the reconfiguration")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        for w in workers:
+            w.close()
+        store.close()
+    assert {t: ids(t) for t in "abcd"} == {"a": [1, 2, 3], "b": [1, 2], "c": [1, 2], "d": [1, 2, 3]}

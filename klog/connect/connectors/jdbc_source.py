@@ -10,18 +10,26 @@ partition `{"protocol": "1", "table": name}` (`{"query": "query"}` in query mode
 `{"incrementing": n}`, `{"timestamp": ms, "timestamp_nanos": ns}` are Confluent's, so a restart resumes
 where it stopped. The value schema is named after the table, the key is null, columns typed as
 Confluent's GenericDatabaseDialect types them (a nullable column optional).
+
+As Confluent's, the connector lists the tables and splits them into min(tasks.max, tables) tasks, each
+given its share (task config `tables`, contiguous groups as ConnectorUtils.groupPartitions); it lists
+them again every table.poll.interval.ms and asks its worker for new task configs when they changed
+(Confluent's TableMonitorThread). Offsets stay per table, whichever task reads it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import itertools
+import re
+import threading
 import time
 from typing import Any
 
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, java_regex, regex_list_check
-from klog.connect.connectors.jdbc import CONNECTION, JdbcConnection, make_dialect
+from klog.connect.connectors.jdbc import CONNECTION, JdbcConnection, SqliteDialect, _sqlite_type, make_dialect
 from klog.connect.data import (
     DATE,
     DECIMAL,
@@ -33,6 +41,7 @@ from klog.connect.data import (
     epoch_millis,
     from_epoch_millis,
     micros_of_day,
+    primitive,
     struct,
 )
 from klog.connect.errors import ConfigError, ConnectError
@@ -44,6 +53,55 @@ UNIMPLEMENTED = frozenset({
     "catalog.pattern", "query.suffix", "transaction.isolation.mode", "table.types", "timestamp.granularity",
     "quote.sql.identifiers", "poll.linger.ms", "max.buffer.size",
     "timestamp.columns.mapping", "incrementing.column.mapping", "date.calendar.system", "query.masked"})
+# a query column SQLite declares no type for, by the storage class of its first value (as sqlite-jdbc's
+# getColumnType; integers as int64: an expression's values have no declared width)
+_SQLITE_VALUE_TYPES = {int: "int64", float: "float64", bytes: "bytes", str: "string"}
+_view_ids = itertools.count()
+TABLES = "tables"  # a task's share of the tables (Confluent's JdbcSourceTaskConfig.TABLES_CONFIG)
+MONITOR_JOIN_S = 10.0  # how long a stop waits for a table listing under way (Confluent's MAX_TIMEOUT)
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"([.,]?)')
+
+
+def list_tables(dialect: Any, cur: Any, c: dict[str, Any]) -> list[str]:
+    """The tables the config selects: table.include/exclude.list (regular expressions over schema.table,
+    Confluent's TableCollectionUtils) or table.whitelist/blacklist (exact names, qualified or not)."""
+    names = dialect.tables(cur)
+    if c["table.include.list"]:
+        included, excluded = ([java_regex(p) for p in c[k]] for k in ("table.include.list", "table.exclude.list"))
+        return [n for n in names if any(p.fullmatch(n) for p in included)
+                and not any(p.fullmatch(n) for p in excluded)]
+    allowed, denied = c["table.whitelist"], c["table.blacklist"]
+
+    def named(patterns: list[str], name: str) -> bool:
+        return name in patterns or name.split(".")[-1] in patterns
+
+    return [n for n in names if (not allowed or named(allowed, n)) and not named(denied, n)]
+
+
+def group_tables(tables: list[str], groups: int) -> list[list[str]]:
+    """Kafka's ConnectorUtils.groupPartitions: `groups` contiguous runs, the first ones one longer."""
+    size, longer = divmod(len(tables), groups)
+    out, start = [], 0
+    for i in range(groups):
+        end = start + size + (1 if i < longer else 0)
+        out.append(tables[start:end])
+        start = end
+    return out
+
+
+def quoted_tables(tables: list[str]) -> str:
+    """As Confluent writes a task's tables: each part of a name quoted, names comma-separated."""
+    return ",".join(".".join('"' + part.replace('"', '""') + '"' for part in t.split(".")) for t in tables)
+
+
+def unquoted_tables(text: str) -> list[str]:
+    tables, parts = [], []
+    for m in _QUOTED.finditer(text):
+        parts.append(m.group(1).replace('""', '"'))
+        if m.group(2) != ".":
+            tables.append(".".join(parts))
+            parts = []
+    return tables
 
 def _millis(value: Any) -> int:
     if isinstance(value, str):
@@ -94,6 +152,9 @@ class JdbcSourceTask(SourceTask):
         self.dialect = make_dialect(self.c)
         self.conn = None
         self.tables: list[str] = []
+        # the tables the connector gave this task; None (a config from before the split, or the database
+        # could not be listed when the tasks were configured): every table the config selects
+        self.assigned = unquoted_tables(props[TABLES]) if TABLES in props else None
         self.listed = 0.0  # monotonic time of the last table listing
         self.next_poll: dict[str, float] = {}  # table (or "query") → when it is polled next
         self.offsets: dict[str, dict] = {}
@@ -138,19 +199,10 @@ class JdbcSourceTask(SourceTask):
 
     # -- tables -----------------------------------------------------------------------------------
     def _list_tables(self) -> list[str]:
-        names = self.dialect.tables(self._cursor())
+        """The task's tables that are there (a dropped one leaves the list)."""
+        names = list_tables(self.dialect, self._cursor(), self.c)
         self.conn.commit()
-        if self.c["table.include.list"]:  # regular expressions over schema.table (Confluent's TableCollectionUtils)
-            included, excluded = ([java_regex(p) for p in self.c[k]] for k in ("table.include.list",
-                                                                               "table.exclude.list"))
-            return [n for n in names if any(p.fullmatch(n) for p in included)
-                    and not any(p.fullmatch(n) for p in excluded)]
-        allowed, denied = self.c["table.whitelist"], self.c["table.blacklist"]  # exact names, qualified or not
-
-        def named(patterns: list[str], name: str) -> bool:
-            return name in patterns or name.split(".")[-1] in patterns
-
-        return [n for n in names if (not allowed or named(allowed, n)) and not named(denied, n)]
+        return names if self.assigned is None else [t for t in self.assigned if t in names]
 
     def _table_schema(self, table: str) -> tuple[Schema, list[str]]:
         """The value schema of a table (named after it) and its column names, in order."""
@@ -273,11 +325,34 @@ class JdbcSourceTask(SourceTask):
 
     def _query_schema(self) -> tuple[Schema, list[str]]:
         cur = self._cursor()
-        cur.execute(f"SELECT * FROM {self._source_sql(None)} WHERE 1 = 0")
-        fields = [{**schema, "optional": not not_null, "field": name}
-                  for name, schema, not_null in self.dialect.result_columns(cur)]
+        if isinstance(self.dialect, SqliteDialect):
+            columns = self._sqlite_query_columns(cur)
+        else:
+            cur.execute(f"SELECT * FROM {self._source_sql(None)} WHERE 1 = 0")
+            columns = self.dialect.result_columns(cur)
+        fields = [{**schema, "optional": not not_null, "field": name} for name, schema, not_null in columns]
         self.conn.commit()
         return struct(fields), [f["field"] for f in fields]
+
+    def _sqlite_query_columns(self, cur) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        """Python's sqlite3 reports no column types (sqlite-jdbc does): a column the query takes from a
+        table has its declared type, typed as table mode types it (read from a temporary view of the
+        query, whose columns keep it); another (an expression) the type of its first row's value; with
+        none (NULL, no row), a string. Every column nullable (the driver does not say)."""
+        view = f"klog_query_{next(_view_ids)}"
+        cur.execute(f"CREATE TEMP VIEW {self.dialect.quote(view)} AS {self.c['query']}")
+        try:
+            declared = [(name, kind) for _, name, kind, *_ in cur.execute(
+                f"PRAGMA temp.table_info({self.dialect.quote(view)})").fetchall()]
+            first = cur.execute(f"SELECT * FROM temp.{self.dialect.quote(view)} LIMIT 1").fetchone()
+        finally:
+            cur.execute(f"DROP VIEW temp.{self.dialect.quote(view)}")
+        columns = []
+        for i, (name, kind) in enumerate(declared):
+            value_type = _SQLITE_VALUE_TYPES.get(type(first[i])) if first is not None else None
+            schema = _sqlite_type(kind) if kind else primitive(value_type or "string")
+            columns.append((name, schema, False))
+        return columns
 
     def poll(self) -> list[ConnectRecord]:
         now = time.monotonic()
@@ -356,6 +431,42 @@ class JdbcSourceConnector(JdbcConnection, SourceConnector):
                   .define("connection.backoff.ms", "long", 10_000, at_least=0))
     unimplemented = UNIMPLEMENTED
     task_class = JdbcSourceTask
+    context: Any = None  # the worker's ConnectorContext (request_task_reconfiguration), set before start
+    monitor: threading.Thread | None = None
+
+    def start(self, props: dict[str, str]) -> None:
+        super().start(props)
+        self.dialect = make_dialect(self.config)
+        self.tables: list[str] | None = None  # as the last task configs split them
+        self.shares: list[dict[str, str]] | None = None  # those task configs
+        self.monitor_stop = threading.Event()
+        if not self.config["query"] and self.context is not None:
+            self.monitor = threading.Thread(target=self._watch_tables, daemon=True,
+                                            name=f"klog-jdbc-tables-{self.props.get('name')}")
+            self.monitor.start()
+
+    def _current_tables(self) -> list[str]:
+        conn = self.dialect.connect()  # one attempt: a database down is tried again at the next listing
+        try:
+            return list_tables(self.dialect, conn.cursor(), self.config)
+        finally:
+            conn.close()
+
+    def _watch_tables(self) -> None:
+        """Confluent's TableMonitorThread: the tables listed every table.poll.interval.ms; a change (a table
+        added or dropped) asks the worker for new task configs."""
+        while not self.monitor_stop.wait(self.config["table.poll.interval.ms"] / 1000):
+            try:
+                tables = self._current_tables()
+            except self.dialect.errors():
+                continue  # as Confluent's: tried again at the next interval
+            if tables != self.tables and not self.monitor_stop.is_set():
+                self.context.request_task_reconfiguration()
+
+    def stop(self) -> None:
+        if self.monitor is not None:
+            self.monitor_stop.set()
+            self.monitor.join(MONITOR_JOIN_S)  # a listing that hangs on the database is left to end alone
 
     def validate(self, config: dict[str, Any]) -> None:
         super().validate(config)
@@ -378,4 +489,16 @@ class JdbcSourceConnector(JdbcConnection, SourceConnector):
                               "table.exclude.list cannot be used without table.include.list")
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        return [dict(self.props)]  # one task reads every table
+        """Query mode: one task. Otherwise min(tasks.max, tables) tasks, each its contiguous share of the
+        tables (Confluent's taskConfigs); none found: one task with none. A database that cannot be listed
+        now: the shares given last, or one task that lists them itself (Confluent starts an idle one,
+        reconfigured once they are listed)."""
+        if self.config["query"]:
+            return [dict(self.props)]
+        try:
+            tables = self._current_tables()
+        except self.dialect.errors():
+            return self.shares or [dict(self.props)]
+        groups = group_tables(tables, min(max_tasks, len(tables))) if tables else [[]]
+        self.tables, self.shares = tables, [{**self.props, TABLES: quoted_tables(group)} for group in groups]
+        return self.shares
