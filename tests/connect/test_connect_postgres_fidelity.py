@@ -354,3 +354,45 @@ def test_a_type_debezium_does_not_know_is_left_out(pg_db, data_dir):
     assert [envelope_parts(v)[1]["after"] for _, v in got] == [{"id": 1}, {"id": 2}]
     assert sum("public.t.l of type pg_lsn is left out" in w for w in warnings) == 1
 
+
+
+def test_keys_as_debeziums_primary_key_unique_index_and_message_key_columns(pg_db, data_dir):
+    """The key as TableSchemaBuilder builds it: the primary key in its own column order (not the table's);
+    without one, the first unique index by name over plain columns (JdbcConnection.readTableUniqueIndices),
+    its nullable columns optional; with neither, no key at all (a null key, no key schema); and
+    message.key.columns (KeyMapper: `<table regex>:<columns>`) over either."""
+    setup = ["CREATE TABLE pk (a int, b int, v text, PRIMARY KEY (b, a))",
+             "CREATE TABLE uq (id int, code text, v text)", "CREATE UNIQUE INDEX uq_b ON uq (code)",
+             "CREATE UNIQUE INDEX uq_a ON uq (lower(v))", "CREATE TABLE nokey (v text)",
+             "CREATE TABLE custom (id int PRIMARY KEY, tenant int NOT NULL, v text)",
+             "INSERT INTO pk VALUES (1, 2, 'x')", "INSERT INTO uq VALUES (1, 'c', 'x')",
+             "INSERT INTO nokey VALUES ('x')", "INSERT INTO custom VALUES (1, 7, 'x')"]
+    capture(pg_db, data_dir, setup, ["INSERT INTO nokey VALUES ('y')"], "nokey", 2,
+            **{"message.key.columns": r"public\.cust.*:v,tenant"})
+    keys = {table: raw(data_dir, table)[0][0] for table in ("pk", "uq", "nokey", "custom")}
+    pk_fields = [field("b", req("int32")), field("a", req("int32"))]
+    assert keys["pk"] == compact({"schema": {"type": "struct", "fields": pk_fields, "optional": False,
+                                             "name": "shop.public.pk.Key"}, "payload": {"b": 2, "a": 1}})
+    assert keys["uq"] == compact({"schema": {"type": "struct", "fields": [field("code", opt("string"))], "optional": False,
+                                             "name": "shop.public.uq.Key"}, "payload": {"code": "c"}})
+    assert keys["nokey"] is None and raw(data_dir, "nokey")[1][0] is None
+    assert json.loads(keys["custom"])["payload"] == {"v": "x", "tenant": 7}
+
+
+def test_truncate_and_a_column_added_and_dropped_mid_stream(pg_db, data_dir):
+    """skipped.operations=none: a TRUNCATE is op t with no before, after or key value (Envelope.truncate,
+    PostgresChangeRecordEmitter.emitTruncateRecord); a column added or dropped between two changes is in
+    the next change's schema and value, and not after it is dropped."""
+    setup = ["CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')"]
+    changes = ["ALTER TABLE t ADD COLUMN extra int DEFAULT 5", "INSERT INTO t VALUES (2, 'b', 6)",
+               "ALTER TABLE t DROP COLUMN v", "INSERT INTO t VALUES (3, 7)", "TRUNCATE t"]
+    got = capture(pg_db, data_dir, setup, changes, "t", 4, **{"skipped.operations": "none"})
+    assert [[f["field"] for f in after_fields(v)] for _, v in got] == [
+        ["id", "v"], ["id", "v", "extra"], ["id", "extra"], ["id", "extra"]]
+    assert after_fields(got[1][1])[2] == {**opt("int32"), "default": 5, "field": "extra"}
+    assert [envelope_parts(v)[1]["after"] for _, v in got[:3]] == [{"id": 1, "v": "a"}, {"id": 2, "v": "b", "extra": 6},
+                                                                   {"id": 3, "extra": 7}]
+    key, value = got[3]
+    truncate = envelope_parts(value)[1]
+    assert (truncate["op"], truncate["before"], truncate["after"]) == ("t", None, None)
+    assert json.loads(key)["payload"] is None

@@ -20,7 +20,6 @@ pg_logical_slot_get_binary_changes, which re-decodes the WAL from the slot's res
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import select
@@ -73,7 +72,7 @@ TRANSACTION_SCHEMA = kschema("struct", fields=[_field("id", kschema("string", op
 ENVELOPE_VERSION = 2  # Debezium 2.6+ (DBZ-7107)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
-    "column.mask.hash", "column.truncate.to", "message.key.columns",
+    "column.mask.hash", "column.truncate.to",
     "heartbeat.interval.ms", "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size", "provide.transaction.metadata",
     "event.processing.failure.handling.mode", "snapshot.select.statement.overrides", "snapshot.lock.timeout.ms",
@@ -99,6 +98,7 @@ class PostgresTask(SourceTask):
         self.schemas_out = _pattern_list(c["schema.exclude.list"])
         self.columns_in = _pattern_list(c["column.include.list"])
         self.columns_out = _pattern_list(c["column.exclude.list"])
+        self.key_columns = _key_column_patterns(c["message.key.columns"])
         self.skipped = {s.strip() for s in c["skipped.operations"] if s.strip() and s.strip() != "none"}
         self.relations: dict[int, dict] = {}
         self.modes = Modes(decimal=c["decimal.handling.mode"], time=c["time.precision.mode"],
@@ -217,11 +217,12 @@ class PostgresTask(SourceTask):
     # -- relations and records -------------------------------------------------------------------
     def _relation(self, rel: pgoutput.Relation) -> dict:
         topic = f"{self.prefix}.{rel.schema}.{rel.table}"
-        fields, parsers, keys, toasts, kept = [], [], [], [], []
+        fields, parsers, toasts, kept = [], [], [], []
         nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
         facts = self._column_facts(rel.oid)
+        key_names = self._key_columns(rel)
         for i, col in enumerate(rel.columns):
-            if not (col.key or self._column_wanted(rel, col.name)):
+            if not (col.name in key_names or self._column_wanted(rel, col.name)):
                 continue
             not_null, expression, pg_type = facts.get(col.name, (False, None, PgType(col.type_oid, col.typmod)))
             found = column_type(pg_type, self.modes)
@@ -230,7 +231,7 @@ class PostgresTask(SourceTask):
                 if found is None:
                     continue  # Debezium leaves a column of a type it does not know out
             schema, parser = found
-            required = col.key or not_null
+            required = not_null  # a key column too: Debezium's optionality is the column's
             default = default_value(pg_type.oid, schema, parser, expression)
             fields.append({**schema, "optional": not required, **({"default": default[1]} if default else {}),
                            "field": col.name})
@@ -240,10 +241,10 @@ class PostgresTask(SourceTask):
             # a required column a change lacks: its default, else Debezium's stand-in for its type
             if required:
                 nulls[col.name] = default[0] if default else required_fallback(schema)
-            if col.key:
-                keys.append(col.name)
         value = kschema("struct", fields=fields, name=f"{topic}.Value")
-        key_schema = kschema("struct", fields=[f for f in fields if f["field"] in keys], optional=False,
+        by_name = {f["field"]: f for f in fields}
+        keys = [k for k in key_names if k in by_name]  # the key's order: the primary key's, not the table's
+        key_schema = kschema("struct", fields=[by_name[k] for k in keys], optional=False,
                              name=f"{topic}.Key") if keys else None
         envelope = kschema("struct", fields=[
             {**value, "field": "before"}, {**value, "field": "after"}, {**SOURCE_SCHEMA, "field": "source"},
@@ -302,18 +303,31 @@ class PostgresTask(SourceTask):
             return PgType(type_oid, typmod, name, None, self._pg_type(q, types, element, -1))
         return PgType(type_oid, typmod, name, labels if kind == "e" else None)
 
-    def _keyed_by_primary_key(self, rel: pgoutput.Relation) -> pgoutput.Relation:
-        """pgoutput flags the replica identity's columns, which under REPLICA IDENTITY FULL are all of
-        them; Debezium's key (and the snapshot's) is the primary key: a FULL table that has one is keyed by it."""
-        if rel.replica_identity != "f":
-            return rel
+    def _key_columns(self, rel: pgoutput.Relation) -> list[str]:
+        """The columns of a table's key, as Debezium's: message.key.columns where it names any of the
+        table's columns (in the order it names them), else the primary key in its own column order, else
+        the columns of the table's first unique index (by name) over plain columns (JdbcConnection.
+        readTableUniqueIndices); none without either. pgoutput's key flags are the replica identity's,
+        which Debezium does not key by."""
+        names = [c.name for c in rel.columns]
+        chosen = [name for pattern in self.key_columns for name in names
+                  if pattern.fullmatch(f"{rel.schema}.{rel.table}.{name}")]
+        if chosen:
+            return list(dict.fromkeys(chosen))
         with self.conn.cursor() as q:
-            q.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                      "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary", (rel.oid,))
-            primary = {name for (name,) in q.fetchall()}
-        if not primary:
-            return rel
-        return dataclasses.replace(rel, columns=[dataclasses.replace(c, key=c.name in primary) for c in rel.columns])
+            q.execute("SELECT ic.relname, i.indisprimary, a.attname FROM pg_index i "
+                      "JOIN pg_class ic ON ic.oid = i.indexrelid "
+                      "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, position) "
+                      "LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum AND k.attnum > 0 "
+                      "WHERE i.indrelid = %s AND i.indisunique ORDER BY NOT i.indisprimary, ic.relname, k.position",
+                      (rel.oid,))
+            indexes: dict[str, tuple[bool, list[str | None]]] = {}
+            for index, primary, column in q.fetchall():
+                indexes.setdefault(index, (primary, []))[1].append(column)
+        for primary, columns in indexes.values():
+            if primary or None not in columns:  # an expression in a unique index: Debezium skips the index
+                return [c for c in columns if c in names]
+        return []
 
     @staticmethod
     def _row(info: dict, values: list | None) -> dict | None:
@@ -509,7 +523,7 @@ class PostgresTask(SourceTask):
             self.tx = None
             return []
         if isinstance(message, pgoutput.Relation):
-            self.relations[message.oid] = self._relation(self._keyed_by_primary_key(message))
+            self.relations[message.oid] = self._relation(message)
             self.tx_sources = {}
             return []
         return []
@@ -575,6 +589,28 @@ class PostgresTask(SourceTask):
                     pass
 
 
+def _key_column_patterns(spec: str) -> list[re.Pattern]:
+    """message.key.columns (`<table regex>:<column>,<column>;...`) as Debezium's KeyMapper reads it: one
+    case-insensitive pattern over schema.table.column per column named, in the order named."""
+    patterns = []
+    for part in filter(str.strip, spec.split(";")):
+        table, columns = part.split(":", 1)
+        patterns += [re.compile(java_regex(f"{table.strip()}.{column.strip()}").pattern, re.IGNORECASE)
+                     for column in columns.split(",")]
+    return patterns
+
+
+def _check_key_columns(spec: str) -> str | None:
+    for part in filter(str.strip, spec.split(";")):
+        if not re.fullmatch(r"\s*([^:]+):([^:,]+(,[^:,]+)*)\s*", part):
+            return "each ';'-separated entry is <fully-qualified table>:<column>[,<column>...]"
+    try:
+        _key_column_patterns(spec)
+    except re.error as e:
+        return f"not a regular expression: {e}"
+    return None
+
+
 def _snapshot_marked(record: ConnectRecord, first: bool, first_of_table: bool, _table: tuple[str, str],
                      last_of_table: bool, last: bool) -> ConnectRecord:
     """source.snapshot of a snapshot record as Debezium's SnapshotRecord.resolve marks it: last, first,
@@ -621,6 +657,7 @@ class PostgresConnector(SourceConnector):
                   .define("schema.exclude.list", "list", [], check=regex_list_check)
                   .define("column.include.list", "list", [], check=regex_list_check)
                   .define("column.exclude.list", "list", [], check=regex_list_check)
+                  .define("message.key.columns", default="", check=_check_key_columns)
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
                   .define("tombstones.on.delete", "boolean", True)
