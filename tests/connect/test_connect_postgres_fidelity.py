@@ -373,7 +373,8 @@ def test_keys_as_debeziums_primary_key_unique_index_and_message_key_columns(pg_d
     pk_fields = [field("b", req("int32")), field("a", req("int32"))]
     assert keys["pk"] == compact({"schema": {"type": "struct", "fields": pk_fields, "optional": False,
                                              "name": "shop.public.pk.Key"}, "payload": {"b": 2, "a": 1}})
-    assert keys["uq"] == compact({"schema": {"type": "struct", "fields": [field("code", opt("string"))], "optional": False,
+    uq_fields = [field("code", opt("string"))]
+    assert keys["uq"] == compact({"schema": {"type": "struct", "fields": uq_fields, "optional": False,
                                              "name": "shop.public.uq.Key"}, "payload": {"code": "c"}})
     assert keys["nokey"] is None and raw(data_dir, "nokey")[1][0] is None
     assert json.loads(keys["custom"])["payload"] == {"v": "x", "tenant": 7}
