@@ -397,3 +397,35 @@ def test_truncate_and_a_column_added_and_dropped_mid_stream(pg_db, data_dir):
     truncate = envelope_parts(value)[1]
     assert (truncate["op"], truncate["before"], truncate["after"]) == ("t", None, None)
     assert json.loads(key)["payload"] is None
+
+
+def test_heartbeats_as_debeziums_and_they_advance_the_slot(pg_db, data_dir):
+    """heartbeat.interval.ms: HeartbeatImpl's record on __debezium-heartbeat.<prefix> (partition 0, key
+    ServerNameKey {serverName}, value Heartbeat {ts_ms}); its offset lets the slot be confirmed past
+    changes to tables the connector does not capture, while the captured one is quiet."""
+    setup = ["CREATE TABLE t (id int PRIMARY KEY)", "CREATE TABLE other (id int PRIMARY KEY)"]
+    for sql in setup:
+        pg_db.execute(sql)
+    config = cdc(pg_db, **{"table.include.list": "public.t", "heartbeat.interval.ms": "100"})
+    topic = "__debezium-heartbeat.shop"
+    with running(data_dir, config):
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        pg_db.execute("INSERT INTO other SELECT generate_series(1, 100)")
+        (written,) = pg_db.execute("SELECT pg_current_wal_lsn()")[0]
+
+        def confirmed() -> bool:
+            (flushed,) = pg_db.execute("SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots "
+                                       "WHERE slot_name = 'klog_slot'", (written,))[0]
+            return flushed
+
+        wait_for(confirmed, timeout=30, what="the slot confirmed past the uncaptured changes")
+    beats = records(data_dir, topic)
+    assert beats and {r.partition for r in beats} == {0}
+    key = beats[0].key.decode()
+    assert key == compact({"schema": {"type": "struct", "fields": [field("serverName", req("string"))],
+                                      "optional": False, "name": "io.debezium.connector.common.ServerNameKey",
+                                      "version": 1}, "payload": {"serverName": "shop"}})
+    value = json.loads(beats[-1].value)
+    assert value["schema"] == {"type": "struct", "fields": [field("ts_ms", req("int64"))], "optional": False,
+                               "name": "io.debezium.connector.common.Heartbeat", "version": 1}
+    assert list(value["payload"]) == ["ts_ms"] and value["payload"]["ts_ms"] > 0

@@ -70,10 +70,15 @@ TRANSACTION_SCHEMA = kschema("struct", fields=[_field("id", kschema("string", op
                                                _field("data_collection_order", kschema("int64", optional=False))],
                              name="event.block", version=1)
 ENVELOPE_VERSION = 2  # Debezium 2.6+ (DBZ-7107)
+# SchemaFactory.heartbeatKeySchema / heartbeatValueSchema
+HEARTBEAT_KEY = kschema("struct", fields=[_field("serverName", kschema("string", optional=False))], optional=False,
+                        name="io.debezium.connector.common.ServerNameKey", version=1)
+HEARTBEAT_VALUE = kschema("struct", fields=[_field("ts_ms", kschema("int64", optional=False))], optional=False,
+                          name="io.debezium.connector.common.Heartbeat", version=1)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
     "column.mask.hash", "column.truncate.to",
-    "heartbeat.interval.ms", "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
+    "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size", "provide.transaction.metadata",
     "event.processing.failure.handling.mode", "snapshot.select.statement.overrides", "snapshot.lock.timeout.ms",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters", "database.initial.statements",
@@ -112,6 +117,8 @@ class PostgresTask(SourceTask):
         self.lsn_safe = 0  # the end LSN of the last transaction all of whose changes were handed over
         self.last_commit_lsn: int | None = None
         self.message_lsn = 0  # the WAL position of the message being handled
+        self.last_offset: dict | None = None  # the offset of the last change record made
+        self.last_beat = time.monotonic()
         self.confirmed = 0
         self.snapshot_rows: Iterator[ConnectRecord] | None = None
         self.stream_started = False
@@ -375,6 +382,7 @@ class PostgresTask(SourceTask):
         now_ns = time.time_ns()
         value = {"before": before, "after": after, "source": source, "transaction": None, "op": op,
                  "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000, "ts_ns": now_ns}  # the envelope's order
+        self.last_offset = offset
         out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
                              source_partition=self.partition, source_offset=offset)]
         if op == "d" and self.c["tombstones.on.delete"]:
@@ -459,7 +467,25 @@ class PostgresTask(SourceTask):
             self.cur.start_replication(slot_name=self.c["slot.name"], decode=False, status_interval=10,
                                        options={"proto_version": "1", "publication_names": self.c["publication.name"]})
             self.stream_started = True
-        return self._stream()
+        return self._heartbeat(self._stream())
+
+    def _heartbeat(self, out: list[ConnectRecord]) -> list[ConnectRecord]:
+        """heartbeat.interval.ms: Debezium's heartbeat record (key {serverName}, value {ts_ms}, partition 0)
+        on __debezium-heartbeat.<topic.prefix> once an interval, busy or idle, carrying the current offset: a
+        stream whose captured tables are quiet still has the slot confirmed past what it read."""
+        interval = self.c["heartbeat.interval.ms"]
+        now = time.monotonic()
+        if interval <= 0 or now - self.last_beat < interval / 1000:
+            return out
+        self.last_beat = now
+        base = self.last_offset or self.stored
+        offset = {k: v for k, v in base.items() if k not in ("snapshot", "last_snapshot_record")}
+        offset["lsn_safe"] = self.lsn_safe
+        topic = f'{self.c["topic.heartbeat.prefix"]}.{self.prefix}'
+        ts_ms = time.time_ns() // 1_000_000
+        out.append(ConnectRecord(topic, 0, HEARTBEAT_KEY, {"serverName": self.prefix}, HEARTBEAT_VALUE,
+                                 {"ts_ms": ts_ms}, ts_ms, source_partition=self.partition, source_offset=offset))
+        return out
 
     def _stream(self) -> list[ConnectRecord]:
         import psycopg2
@@ -673,7 +699,9 @@ class PostgresConnector(SourceConnector):
                   .define("skipped.operations", "list", ["t"])
                   .define("max.batch.size", "int", 2048, at_least=1)
                   .define("max.queue.size", "int", 8192, at_least=1)
-                  .define("poll.interval.ms", "long", 500, at_least=1))
+                  .define("poll.interval.ms", "long", 500, at_least=1)
+                  .define("heartbeat.interval.ms", "int", 0, at_least=0)
+                  .define("topic.heartbeat.prefix", default="__debezium-heartbeat"))
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
 
