@@ -192,8 +192,8 @@ def test_debezium_keys_that_shape_the_events(pg_db, data_dir):
 def test_keys_debezium_has_and_klog_does_not_are_named(pg_db):
     from klog.connect.worker import ignored_warning, validate
 
-    v = validate(cdc(pg_db, **{"heartbeat.interval.ms": "1000", "message.key.columns": "public.t:secret"}))
-    assert "heartbeat.interval.ms" in ignored_warning(v) and "message.key.columns" in ignored_warning(v)
+    v = validate(cdc(pg_db, **{"heartbeat.action.query": "SELECT 1", "signal.data.collection": "public.signals"}))
+    assert "heartbeat.action.query" in ignored_warning(v) and "signal.data.collection" in ignored_warning(v)
 
 
 def _offsets(data_dir: str, name: str = "pg") -> list[dict]:
@@ -543,7 +543,8 @@ def test_snapshot_markers_and_microsecond_timestamps_as_debezium(pg_db, data_dir
     assert [v["payload"]["source"]["snapshot"] for v in a + b] == [
         "first", "true", "last_in_data_collection", "false", "first_in_data_collection", "true", "last"]
     fields = [f["field"] for f in a[0]["schema"]["fields"]]
-    assert fields == ["before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"]
+    # TableSchemaBuilder's order: the transaction block before op
+    assert fields == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
     for v in (a[0], a[3]):
         p, source = v["payload"], v["payload"]["source"]
         assert p["ts_us"] // 1000 == p["ts_ms"] and p["ts_ns"] // 1000 == p["ts_us"]

@@ -20,7 +20,6 @@ pg_logical_slot_get_binary_changes, which re-decodes the WAL from the slot's res
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import select
@@ -35,35 +34,52 @@ from klog.connect.connectors import pgoutput
 from klog.connect.connectors.pgtypes import (
     TIME_MODES,
     UNAVAILABLE,
+    UNSUPPORTED_GEOMETRY,
+    Modes,
+    PgType,
     column_type,
     default_value,
-    enum_type,
+    kschema,
+    named,
     required_fallback,
+    toast_placeholder,
 )
-from klog.connect.data import ConnectRecord, primitive, struct
+from klog.connect.data import ConnectRecord
 from klog.connect.errors import ConfigError, ConnectError, RetriableError
 
-SOURCE_SCHEMA = struct([
-    {**primitive("string", False), "field": "version"}, {**primitive("string", False), "field": "connector"},
-    {**primitive("string", False), "field": "name"}, {**primitive("int64", False), "field": "ts_ms"},
-    {**primitive("string", True, "io.debezium.data.Enum", version=1, parameters={
+
+def _field(name: str, schema: dict) -> dict:
+    return {**schema, "field": name}
+
+
+# Debezium's PostgresSourceInfoStructMaker (3.5+: origin and origin_lsn, from pgoutput's Origin message)
+SOURCE_SCHEMA = kschema("struct", fields=[
+    _field("version", kschema("string", optional=False)), _field("connector", kschema("string", optional=False)),
+    _field("name", kschema("string", optional=False)), _field("ts_ms", kschema("int64", optional=False)),
+    {**named("string", "io.debezium.data.Enum", parameters={
         "allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"}),
      "default": "false", "field": "snapshot"},
-    {**primitive("string", False), "field": "db"}, {**primitive("string"), "field": "sequence"},
-    {**primitive("int64"), "field": "ts_us"}, {**primitive("int64"), "field": "ts_ns"},
-    {**primitive("string", False), "field": "schema"}, {**primitive("string", False), "field": "table"},
-    {**primitive("int64"), "field": "txId"}, {**primitive("int64"), "field": "lsn"},
-    {**primitive("int64"), "field": "xmin"}], name="io.debezium.connector.postgresql.Source")
-TRANSACTION_SCHEMA = struct([{**primitive("string", False), "field": "id"},
-                             {**primitive("int64", False), "field": "total_order"},
-                             {**primitive("int64", False), "field": "data_collection_order"}],
-                            name="event.block", optional=True, version=1)
+    _field("db", kschema("string", optional=False)), _field("sequence", kschema("string")),
+    _field("ts_us", kschema("int64")), _field("ts_ns", kschema("int64")),
+    _field("schema", kschema("string", optional=False)), _field("table", kschema("string", optional=False)),
+    _field("txId", kschema("int64")), _field("lsn", kschema("int64")), _field("xmin", kschema("int64")),
+    _field("origin", kschema("string")), _field("origin_lsn", kschema("int64"))],
+    optional=False, name="io.debezium.connector.postgresql.Source", version=1)
+TRANSACTION_SCHEMA = kschema("struct", fields=[_field("id", kschema("string", optional=False)),
+                                               _field("total_order", kschema("int64", optional=False)),
+                                               _field("data_collection_order", kschema("int64", optional=False))],
+                             name="event.block", version=1)
+ENVELOPE_VERSION = 2  # Debezium 2.6+ (DBZ-7107)
+# SchemaFactory.heartbeatKeySchema / heartbeatValueSchema
+HEARTBEAT_KEY = kschema("struct", fields=[_field("serverName", kschema("string", optional=False))], optional=False,
+                        name="io.debezium.connector.common.ServerNameKey", version=1)
+HEARTBEAT_VALUE = kschema("struct", fields=[_field("ts_ms", kschema("int64", optional=False))], optional=False,
+                          name="io.debezium.connector.common.Heartbeat", version=1)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
-    "column.mask.hash", "column.truncate.to", "message.key.columns",
-    "heartbeat.interval.ms", "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
-    "incremental.snapshot.chunk.size", "provide.transaction.metadata", "include.unknown.datatypes",
-    "hstore.handling.mode", "interval.handling.mode", "binary.handling.mode",
+    "column.mask.hash", "column.truncate.to",
+    "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
+    "incremental.snapshot.chunk.size", "provide.transaction.metadata",
     "event.processing.failure.handling.mode", "snapshot.select.statement.overrides", "snapshot.lock.timeout.ms",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters", "database.initial.statements",
     "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
@@ -87,12 +103,22 @@ class PostgresTask(SourceTask):
         self.schemas_out = _pattern_list(c["schema.exclude.list"])
         self.columns_in = _pattern_list(c["column.include.list"])
         self.columns_out = _pattern_list(c["column.exclude.list"])
+        self.key_columns = _key_column_patterns(c["message.key.columns"])
         self.skipped = {s.strip() for s in c["skipped.operations"] if s.strip() and s.strip() != "none"}
         self.relations: dict[int, dict] = {}
+        self.modes = Modes(decimal=c["decimal.handling.mode"], time=c["time.precision.mode"],
+                           binary=c["binary.handling.mode"], interval=c["interval.handling.mode"],
+                           hstore=c["hstore.handling.mode"], money_digits=c["money.fraction.digits"],
+                           unknown=c["include.unknown.datatypes"], placeholder=c["unavailable.value.placeholder"])
+        self.warned_columns: set[str] = set()
         self.tx: pgoutput.Begin | None = None
         self.tx_sources: dict[int, dict] = {}  # id(relation info) -> the source block of this transaction
         self.event = 0
         self.lsn_safe = 0  # the end LSN of the last transaction all of whose changes were handed over
+        self.last_commit_lsn: int | None = None
+        self.message_lsn = 0  # the WAL position of the message being handled
+        self.last_offset: dict | None = None  # the offset of the last change record made
+        self.last_beat = time.monotonic()
         self.confirmed = 0
         self.snapshot_rows: Iterator[ConnectRecord] | None = None
         self.stream_started = False
@@ -158,6 +184,7 @@ class PostgresTask(SourceTask):
         else:
             self.slot_lsn = pgoutput.parse_lsn(row[0]) if row[0] else 0
         self.lsn_safe = max(self.slot_lsn, int(self.stored.get("lsn_safe", 0) or 0))
+        self.last_commit_lsn = int(self.stored.get("lsn_safe", 0) or 0) or None
         self.skip_commit = int(self.stored.get("lsn_commit", 0) or 0) if not self.stored.get("snapshot") else 0
         self.skip_events = int(self.stored.get("event", 0) or 0)
 
@@ -197,35 +224,57 @@ class PostgresTask(SourceTask):
     # -- relations and records -------------------------------------------------------------------
     def _relation(self, rel: pgoutput.Relation) -> dict:
         topic = f"{self.prefix}.{rel.schema}.{rel.table}"
-        fields, parsers, keys = [], [], []
+        fields, parsers, toasts, kept = [], [], [], []
         nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
         facts = self._column_facts(rel.oid)
-        kept = [i for i, col in enumerate(rel.columns) if col.key or self._column_wanted(rel, col.name)]
-        for col in (rel.columns[i] for i in kept):
-            not_null, expression, labels = facts.get(col.name, (False, None, None))
-            schema, parser = enum_type(labels) if labels is not None else column_type(
-                col.type_oid, col.typmod, self.c["decimal.handling.mode"], self.c["time.precision.mode"])
-            required = col.key or not_null
-            default = default_value(col.type_oid, schema, parser, expression)
+        key_names = self._key_columns(rel)
+        for i, col in enumerate(rel.columns):
+            if not (col.name in key_names or self._column_wanted(rel, col.name)):
+                continue
+            not_null, expression, pg_type = facts.get(col.name, (False, None, PgType(col.type_oid, col.typmod)))
+            found = column_type(pg_type, self.modes)
+            if found is None or pg_type.oid in UNSUPPORTED_GEOMETRY:
+                self._warn_type(rel, col.name, pg_type, found is None)
+                if found is None:
+                    continue  # Debezium leaves a column of a type it does not know out
+            schema, parser = found
+            required = not_null  # a key column too: Debezium's optionality is the column's
+            default = default_value(pg_type.oid, schema, parser, expression)
             fields.append({**schema, "optional": not required, **({"default": default[1]} if default else {}),
                            "field": col.name})
             parsers.append(parser)
+            toasts.append(toast_placeholder(pg_type, schema, self.modes))
+            kept.append(i)
             # a required column a change lacks: its default, else Debezium's stand-in for its type
             if required:
                 nulls[col.name] = default[0] if default else required_fallback(schema)
-            if col.key:
-                keys.append(col.name)
-        value = struct(fields, name=f"{topic}.Value", optional=True)
-        key_schema = struct([f for f in fields if f["field"] in keys], name=f"{topic}.Key") if keys else None
-        envelope = struct([{**value, "field": "before"}, {**value, "field": "after"},
-                           {**SOURCE_SCHEMA, "field": "source"}, {**primitive("string", False), "field": "op"},
-                           {**primitive("int64"), "field": "ts_ms"}, {**primitive("int64"), "field": "ts_us"},
-                           {**primitive("int64"), "field": "ts_ns"}, {**TRANSACTION_SCHEMA, "field": "transaction"}],
-                          name=f"{topic}.Envelope", version=1)
+        value = kschema("struct", fields=fields, name=f"{topic}.Value")
+        by_name = {f["field"]: f for f in fields}
+        keys = [k for k in key_names if k in by_name]  # the key's order: the primary key's, not the table's
+        key_schema = kschema("struct", fields=[by_name[k] for k in keys], optional=False,
+                             name=f"{topic}.Key") if keys else None
+        envelope = kschema("struct", fields=[
+            {**value, "field": "before"}, {**value, "field": "after"}, {**SOURCE_SCHEMA, "field": "source"},
+            {**TRANSACTION_SCHEMA, "field": "transaction"}, _field("op", kschema("string", optional=False)),
+            _field("ts_ms", kschema("int64")), _field("ts_us", kschema("int64")), _field("ts_ns", kschema("int64"))],
+            optional=False, name=f"{topic}.Envelope", version=ENVELOPE_VERSION)
         return {"rel": rel, "topic": topic, "names": [rel.columns[i].name for i in kept], "parsers": parsers,
-                "nulls": nulls, "keys": keys, "key_schema": key_schema, "envelope": envelope,
+                "toasts": toasts, "nulls": nulls, "keys": keys, "key_schema": key_schema, "envelope": envelope,
                 "wanted": self._wanted(rel.schema, rel.table),
                 "kept": None if len(kept) == len(rel.columns) else kept}  # positions of the columns kept
+
+    def _warn_type(self, rel: pgoutput.Relation, column: str, pg_type: PgType, left_out: bool) -> None:
+        """Once per column: a type Debezium does not know (left out, as Debezium leaves it out; or, with
+        include.unknown.datatypes, its text as bytes) or a geometric type whose struct klog does not build."""
+        where = f"{rel.schema}.{rel.table}.{column}"
+        if where in self.warned_columns:
+            return
+        self.warned_columns.add(where)
+        type_name = pg_type.name or f"oid {pg_type.oid}"
+        self.context.warn(f"connector '{self.context.connector_name}': column {where} of type {type_name} "
+                          + ("is left out of the events, as Debezium leaves out a type it does not know "
+                             "(include.unknown.datatypes=true sends its text as bytes)" if left_out else
+                             "is sent as its text: Debezium's io.debezium.data.geometry struct for it is not built"))
 
     def _column_wanted(self, rel: pgoutput.Relation, column: str) -> bool:
         """column.include.list / column.exclude.list: regular expressions over schema.table.column (a key
@@ -235,29 +284,57 @@ class PostgresTask(SourceTask):
             return False
         return not any(p.fullmatch(full) for p in self.columns_out)
 
-    def _column_facts(self, oid: int) -> dict[str, tuple[bool, str | None, str | None]]:
+    def _column_facts(self, oid: int) -> dict[str, tuple[bool, str | None, PgType]]:
         """Each column's NOT NULL (a required field in Debezium's schemas), DEFAULT expression (the field's
-        default there) and, for an enum, its labels; pgoutput's relation message carries none of them."""
+        default there) and type as Debezium resolves it (domains to their base type, enums with their labels,
+        arrays with their element type); pgoutput's relation message carries none of them."""
         with self.conn.cursor() as q:
-            q.execute("SELECT a.attname, a.attnotnull, pg_get_expr(d.adbin, d.adrelid), "
-                      "(SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e "
-                      "WHERE e.enumtypid = a.atttypid) FROM pg_attribute a "
-                      "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+            q.execute("SELECT a.attname, a.attnotnull, pg_get_expr(d.adbin, d.adrelid), a.atttypid, a.atttypmod "
+                      "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
                       "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped", (oid,))
-            return {name: (not_null, expression, labels) for name, not_null, expression, labels in q.fetchall()}
+            rows = q.fetchall()
+            types: dict[int, tuple] = {}  # read afresh for each relation: an enum may have gained a label
+            return {name: (not_null, expression, self._pg_type(q, types, type_oid, typmod))
+                    for name, not_null, expression, type_oid, typmod in rows}
 
-    def _keyed_by_primary_key(self, rel: pgoutput.Relation) -> pgoutput.Relation:
-        """pgoutput flags the replica identity's columns, which under REPLICA IDENTITY FULL are all of
-        them; Debezium's key (and the snapshot's) is the primary key: a FULL table that has one is keyed by it."""
-        if rel.replica_identity != "f":
-            return rel
+    def _pg_type(self, q, types: dict[int, tuple], type_oid: int, typmod: int) -> PgType:  # noqa: ANN001
+        if type_oid not in types:
+            q.execute("SELECT t.typname, t.typtype, t.typbasetype, t.typtypmod, t.typelem, t.typcategory, "
+                      "(SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e "
+                      "WHERE e.enumtypid = t.oid) FROM pg_type t WHERE t.oid = %s", (type_oid,))
+            types[type_oid] = q.fetchone() or ("", "b", 0, -1, 0, "X", None)
+        name, kind, base, base_typmod, element, category, labels = types[type_oid]
+        if kind == "d":  # a domain: its base type, with the domain's modifier (the column has none)
+            return self._pg_type(q, types, base, typmod if typmod >= 0 else base_typmod)
+        if category == "A" and element:
+            return PgType(type_oid, typmod, name, None, self._pg_type(q, types, element, -1))
+        return PgType(type_oid, typmod, name, labels if kind == "e" else None)
+
+    def _key_columns(self, rel: pgoutput.Relation) -> list[str]:
+        """The columns of a table's key, as Debezium's: message.key.columns where it names any of the
+        table's columns (in the order it names them), else the primary key in its own column order, else
+        the columns of the table's first unique index (by name) over plain columns (JdbcConnection.
+        readTableUniqueIndices); none without either. pgoutput's key flags are the replica identity's,
+        which Debezium does not key by."""
+        names = [c.name for c in rel.columns]
+        chosen = [name for pattern in self.key_columns for name in names
+                  if pattern.fullmatch(f"{rel.schema}.{rel.table}.{name}")]
+        if chosen:
+            return list(dict.fromkeys(chosen))
         with self.conn.cursor() as q:
-            q.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                      "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary", (rel.oid,))
-            primary = {name for (name,) in q.fetchall()}
-        if not primary:
-            return rel
-        return dataclasses.replace(rel, columns=[dataclasses.replace(c, key=c.name in primary) for c in rel.columns])
+            q.execute("SELECT ic.relname, i.indisprimary, a.attname FROM pg_index i "
+                      "JOIN pg_class ic ON ic.oid = i.indexrelid "
+                      "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, position) "
+                      "LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum AND k.attnum > 0 "
+                      "WHERE i.indrelid = %s AND i.indisunique ORDER BY NOT i.indisprimary, ic.relname, k.position",
+                      (rel.oid,))
+            indexes: dict[str, tuple[bool, list[str | None]]] = {}
+            for index, primary, column in q.fetchall():
+                indexes.setdefault(index, (primary, []))[1].append(column)
+        for primary, columns in indexes.values():
+            if primary or None not in columns:  # an expression in a unique index: Debezium skips the index
+                return [c for c in columns if c in names]
+        return []
 
     @staticmethod
     def _row(info: dict, values: list | None) -> dict | None:
@@ -266,41 +343,46 @@ class PostgresTask(SourceTask):
         if info["kept"] is not None:
             values = [values[i] for i in info["kept"] if i < len(values)]
         row = {}
-        for name, parser, text in zip(info["names"], info["parsers"], values, strict=False):
+        for name, parser, toast, text in zip(info["names"], info["parsers"], info["toasts"], values, strict=False):
             if text is None:
                 row[name] = info["nulls"].get(name)  # None, or a required column's stand-in
             elif text is pgoutput.UNCHANGED_TOAST:
-                row[name] = UNAVAILABLE if parser is str else None
+                row[name] = toast
             else:
                 row[name] = parser(text)
         return row
 
-    def _source(self, info: dict, ts_us: int, snapshot: str, tx_id: int | None, lsn: int, lsn_safe: int) -> dict:
+    def _source(self, info: dict, ts_us: int, snapshot: str, tx_id: int | None, lsn: int) -> dict:
+        """Debezium's source block. sequence is [the end LSN of the last transaction committed before, this
+        event's LSN] (Debezium's SourceInfo.sequence: null before the first commit it saw)."""
         rel = info["rel"]
+        previous = f'"{self.last_commit_lsn}"' if self.last_commit_lsn else "null"
         return {"version": VERSION, "connector": "postgresql", "name": self.prefix,
                 "ts_ms": ts_us // 1000, "snapshot": snapshot, "db": self.dbname,
-                "sequence": json.dumps([str(lsn_safe) if lsn_safe else None, str(lsn)], separators=(",", ":")),
+                "sequence": f'[{previous},"{lsn}"]',
                 "ts_us": ts_us, "ts_ns": ts_us * 1000,
-                "schema": rel.schema, "table": rel.table, "txId": tx_id, "lsn": lsn, "xmin": None}
+                "schema": rel.schema, "table": rel.table, "txId": tx_id, "lsn": lsn, "xmin": None, "origin": None,
+                "origin_lsn": None}
 
     def _tx_source(self, info: dict) -> dict:
-        """The source block of a streamed change: the same for every change of one table in one
-        transaction, so built once per (transaction, table) and shared by its records (values are
-        never changed in place: transforms build new ones)."""
-        source = self.tx_sources.get(id(info))
-        if source is None:
+        """The source block of a streamed change: its lsn is the change's own WAL position (the walsender's
+        for the message, Debezium's stream.lastReceivedLsn()); the rest is the same for every change of one
+        table in one transaction, so built once per (transaction, table)."""
+        base = self.tx_sources.get(id(info))
+        if base is None:
             tx = self.tx
-            source = self.tx_sources[id(info)] = self._source(info, tx.commit_ts_us, "false", tx.xid,
-                                                              tx.final_lsn, self.lsn_safe)
-        return source
+            base = self.tx_sources[id(info)] = self._source(info, tx.commit_ts_us, "false", tx.xid, 0)
+        lsn = self.message_lsn
+        return {**base, "sequence": f'{base["sequence"].rpartition(",")[0]},"{lsn}"]', "lsn": lsn}
 
     def _event(self, info: dict, op: str, before: dict | None, after: dict | None, ts_ms: int,
                source: dict, offset: dict) -> list[ConnectRecord]:
         row = after if after is not None else before
         key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
         now_ns = time.time_ns()
-        value = {"before": before, "after": after, "source": source, "op": op, "ts_ms": now_ns // 1_000_000,
-                 "ts_us": now_ns // 1000, "ts_ns": now_ns, "transaction": None}
+        value = {"before": before, "after": after, "source": source, "transaction": None, "op": op,
+                 "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000, "ts_ns": now_ns}  # the envelope's order
+        self.last_offset = offset
         out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
                              source_partition=self.partition, source_offset=offset)]
         if op == "d" and self.c["tombstones.on.delete"]:
@@ -313,19 +395,20 @@ class PostgresTask(SourceTask):
         import psycopg2
 
         snap = psycopg2.connect(**self._dsn())
-        snap.set_session(isolation_level="REPEATABLE READ", readonly=True)
+        snap.set_session(isolation_level="REPEATABLE READ")  # not read-only: it takes a txId, as Debezium's
+        _values_as_text(snap)
         try:
             with snap.cursor() as q:
                 q.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
-                q.execute("SELECT txid_current_if_assigned(), (EXTRACT(EPOCH FROM now()) * 1000)::bigint")
-                _, ts_ms = q.fetchone()
+                q.execute("SELECT txid_current(), (EXTRACT(EPOCH FROM now()) * 1000)::bigint")
+                tx_id, ts_ms = (int(v) for v in q.fetchone())  # text, as every value on this connection
             tables = self._tables(snap)  # the tables of the snapshot, not those created since
             # each record is held until the next one shows whether it ends its table or the snapshot:
             # (record, first of the snapshot, first of its table, its table)
             pending: tuple[ConnectRecord, bool, bool, tuple[str, str]] | None = None
             for schema, table in tables:
                 info = self._relation(self._catalog_relation(snap, schema, table))
-                cols = ", ".join(f"{_ident(c.name)}::text" for c in info["rel"].columns)  # as a change has them
+                cols = ", ".join(_ident(c.name) for c in info["rel"].columns)
                 first_of_table = True
                 with snap.cursor(name=f"klog_snapshot_{len(self.relations)}") as q:
                     q.itersize = self.c["snapshot.fetch.size"]
@@ -333,7 +416,8 @@ class PostgresTask(SourceTask):
                     for values in q:
                         offset = {"snapshot": True, "last_snapshot_record": False, "lsn": self.slot_lsn,
                                   "lsn_safe": self.slot_lsn, "ts_usec": ts_ms * 1000}
-                        source = self._source(info, ts_ms * 1000, "true", None, self.slot_lsn, self.slot_lsn)
+                        # each row's source time is when it was read (Debezium's offset.event(table, now))
+                        source = self._source(info, time.time_ns() // 1000, "true", tx_id, self.slot_lsn)
                         record = self._event(info, "r", None, self._row(info, values), ts_ms, source, offset)[0]
                         if pending is not None:
                             yield _snapshot_marked(*pending, last_of_table=pending[3] != (schema, table), last=False)
@@ -353,10 +437,11 @@ class PostgresTask(SourceTask):
             q.execute("SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                       "WHERE n.nspname = %s AND c.relname = %s", (schema, table))
             oid, identity = q.fetchone()
+            oid = int(oid)  # the snapshot's connection reads every value as text
             q.execute("SELECT a.attname, a.atttypid, a.atttypmod, COALESCE(a.attnum = ANY(i.indkey), false) "
                       "FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary "
                       "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,))
-            cols = [pgoutput.Column(n, t, m, k) for n, t, m, k in q.fetchall()]
+            cols = [pgoutput.Column(n, int(t), int(m), k in (True, "t")) for n, t, m, k in q.fetchall()]
         return pgoutput.Relation(oid, schema, table, identity, cols)
 
     # -- streaming --------------------------------------------------------------------------------
@@ -382,7 +467,25 @@ class PostgresTask(SourceTask):
             self.cur.start_replication(slot_name=self.c["slot.name"], decode=False, status_interval=10,
                                        options={"proto_version": "1", "publication_names": self.c["publication.name"]})
             self.stream_started = True
-        return self._stream()
+        return self._heartbeat(self._stream())
+
+    def _heartbeat(self, out: list[ConnectRecord]) -> list[ConnectRecord]:
+        """heartbeat.interval.ms: Debezium's heartbeat record (key {serverName}, value {ts_ms}, partition 0)
+        on __debezium-heartbeat.<topic.prefix> once an interval, busy or idle, carrying the current offset: a
+        stream whose captured tables are quiet still has the slot confirmed past what it read."""
+        interval = self.c["heartbeat.interval.ms"]
+        now = time.monotonic()
+        if interval <= 0 or now - self.last_beat < interval / 1000:
+            return out
+        self.last_beat = now
+        base = self.last_offset or self.stored
+        offset = {k: v for k, v in base.items() if k not in ("snapshot", "last_snapshot_record")}
+        offset["lsn_safe"] = self.lsn_safe
+        topic = f'{self.c["topic.heartbeat.prefix"]}.{self.prefix}'
+        ts_ms = time.time_ns() // 1_000_000
+        out.append(ConnectRecord(topic, 0, HEARTBEAT_KEY, {"serverName": self.prefix}, HEARTBEAT_VALUE,
+                                 {"ts_ms": ts_ms}, ts_ms, source_partition=self.partition, source_offset=offset))
+        return out
 
     def _stream(self) -> list[ConnectRecord]:
         import psycopg2
@@ -399,6 +502,7 @@ class PostgresTask(SourceTask):
                     select.select([self.cur], [], [], min(left, 0.2))
                     continue
                 payload = msg.payload
+                self.message_lsn = msg.data_start
                 if payload[:1] == b"I" and self.tx is not None:
                     out.extend(self._insert(payload))  # most of a load: decoded straight into its record
                 else:
@@ -441,10 +545,11 @@ class PostgresTask(SourceTask):
             # every change of this transaction was handed over: once a later record's offset is stored,
             # the slot may skip it (the walsender resends a transaction whose commit is not below the flush LSN)
             self.lsn_safe = max(self.lsn_safe, message.end_lsn)
+            self.last_commit_lsn = message.end_lsn
             self.tx = None
             return []
         if isinstance(message, pgoutput.Relation):
-            self.relations[message.oid] = self._relation(self._keyed_by_primary_key(message))
+            self.relations[message.oid] = self._relation(message)
             self.tx_sources = {}
             return []
         return []
@@ -474,7 +579,11 @@ class PostgresTask(SourceTask):
             if "c" in self.skipped:
                 return []
             return self._event(info, "c", None, self._row(info, message.new), ts_ms, self._tx_source(info), offset)
-        before, after = self._row(info, message.old), self._row(info, message.new)
+        new = message.new
+        if kind == "U" and message.old is not None and not message.old_is_key and pgoutput.UNCHANGED_TOAST in new:
+            # REPLICA IDENTITY FULL: an unchanged TOASTed value is in the old row (Debezium's cached old value)
+            new = [o if n is pgoutput.UNCHANGED_TOAST else n for n, o in zip(new, message.old, strict=False)]
+        before, after = self._row(info, message.old), self._row(info, new)
         source = self._tx_source(info)
         if kind == "D":
             return [] if "d" in self.skipped else self._event(info, "d", before, None, ts_ms, source, offset)
@@ -506,6 +615,28 @@ class PostgresTask(SourceTask):
                     pass
 
 
+def _key_column_patterns(spec: str) -> list[re.Pattern]:
+    """message.key.columns (`<table regex>:<column>,<column>;...`) as Debezium's KeyMapper reads it: one
+    case-insensitive pattern over schema.table.column per column named, in the order named."""
+    patterns = []
+    for part in filter(str.strip, spec.split(";")):
+        table, columns = part.split(":", 1)
+        patterns += [re.compile(java_regex(f"{table.strip()}.{column.strip()}").pattern, re.IGNORECASE)
+                     for column in columns.split(",")]
+    return patterns
+
+
+def _check_key_columns(spec: str) -> str | None:
+    for part in filter(str.strip, spec.split(";")):
+        if not re.fullmatch(r"\s*([^:]+):([^:,]+(,[^:,]+)*)\s*", part):
+            return "each ';'-separated entry is <fully-qualified table>:<column>[,<column>...]"
+    try:
+        _key_column_patterns(spec)
+    except re.error as e:
+        return f"not a regular expression: {e}"
+    return None
+
+
 def _snapshot_marked(record: ConnectRecord, first: bool, first_of_table: bool, _table: tuple[str, str],
                      last_of_table: bool, last: bool) -> ConnectRecord:
     """source.snapshot of a snapshot record as Debezium's SnapshotRecord.resolve marks it: last, first,
@@ -514,6 +645,16 @@ def _snapshot_marked(record: ConnectRecord, first: bool, first_of_table: bool, _
                                           if last_of_table else "first_in_data_collection" if first_of_table
                                           else "true")
     return record
+
+
+def _values_as_text(conn) -> None:  # noqa: ANN001 - a psycopg2 connection
+    """Every column of the snapshot in its type's output text, as pgoutput sends a change's (a `::text`
+    cast is not that: it trims char(n)'s padding and gives inet its /32), so one parser reads both."""
+    import psycopg2.extensions
+
+    as_text = psycopg2.extensions.new_type(tuple(psycopg2.extensions.string_types), "KLOG_TEXT",
+                                           lambda value, _cursor: value)
+    psycopg2.extensions.register_type(as_text, conn)
 
 
 def _ident(name: str) -> str:
@@ -542,15 +683,25 @@ class PostgresConnector(SourceConnector):
                   .define("schema.exclude.list", "list", [], check=regex_list_check)
                   .define("column.include.list", "list", [], check=regex_list_check)
                   .define("column.exclude.list", "list", [], check=regex_list_check)
+                  .define("message.key.columns", default="", check=_check_key_columns)
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
                   .define("tombstones.on.delete", "boolean", True)
                   .define("decimal.handling.mode", default="precise", choices=("precise", "double", "string"))
                   .define("time.precision.mode", default="adaptive", choices=TIME_MODES)
+                  .define("binary.handling.mode", default="bytes",
+                          choices=("bytes", "base64", "base64-url-safe", "hex"))
+                  .define("interval.handling.mode", default="numeric", choices=("numeric", "string"))
+                  .define("hstore.handling.mode", default="json", choices=("json", "map"))
+                  .define("money.fraction.digits", "int", 2, at_least=0)
+                  .define("include.unknown.datatypes", "boolean", False)
+                  .define("unavailable.value.placeholder", default=UNAVAILABLE)
                   .define("skipped.operations", "list", ["t"])
                   .define("max.batch.size", "int", 2048, at_least=1)
                   .define("max.queue.size", "int", 8192, at_least=1)
-                  .define("poll.interval.ms", "long", 500, at_least=1))
+                  .define("poll.interval.ms", "long", 500, at_least=1)
+                  .define("heartbeat.interval.ms", "int", 0, at_least=0)
+                  .define("topic.heartbeat.prefix", default="__debezium-heartbeat"))
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
 
