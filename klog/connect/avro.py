@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from klog.connect.config import ConfigDef
-from klog.connect.converters import Converter, decimal_to_bytes, from_json
+from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
 from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema
 from klog.connect.errors import ConfigError, DataError, RetriableError
 
@@ -221,8 +221,17 @@ def avro_default(schema: Schema, value: Any) -> Any:
 # -- Avro schema -> Connect schema ---------------------------------------------------------------------
 def connect_schema(avro: Any) -> Schema:
     """The Connect schema of an Avro schema (its JSON form), as Confluent's AvroData.toConnectSchema."""
-    parsed = fastavro().parse_schema(avro, _write_hint=False)
+    parsed = fastavro().parse_schema(hidden_logical_types(avro), _write_hint=False)
     return _ToConnect().schema(parsed)
+
+
+HIDDEN_LOGICAL = "klog.logicalType"
+
+
+def hidden_logical_types(avro: Any) -> Any:
+    """The schema with each logicalType renamed, so fastavro parses it without judging it (it refuses a
+    decimal whose scale exceeds its precision, which Avro's Java library ignores) and keeps it as a property."""
+    return without_logical_types(avro, keep_as=HIDDEN_LOGICAL)
 
 
 _ORDER = ("type", "items", "keys", "values", "fields", "optional", "default", "name", "version", "doc", "parameters")
@@ -267,7 +276,7 @@ class _ToConnect:
             return self._union(avro, optional, doc)
         props = avro if isinstance(avro, dict) else {"type": avro}
         kind = props["type"]
-        logical = props.get("logicalType")
+        logical = props.get(HIDDEN_LOGICAL)
         out: Schema = {}
         params: dict[str, str] = {}
         name = None
@@ -487,9 +496,12 @@ def _to_avro(schema: Schema, path: str) -> ValueFn:
 
 
 def from_avro_value(schema: Schema) -> ValueFn | None:
-    """A function from what fastavro reads (for the Avro schema of `schema`) to the Connect value; None
-    where the value is the same (most schemas: records, primitives, decimals)."""
+    """A function from what fastavro reads (for the plain_schema of `schema`'s Avro schema) to the Connect
+    value; None where the value is the same (most schemas: records of primitives)."""
     kind = schema.get("type")
+    if schema.get("name") == DECIMAL:
+        scale = int((schema.get("parameters") or {}).get("scale", 0))
+        return lambda v: decimal_from_bytes(v, scale)
     if kind == "struct" and schema.get("name") == UNION:
         branches = [(f["field"], f, from_avro_value(f)) for f in schema.get("fields", [])]
 
@@ -556,21 +568,29 @@ def _fits(schema: Schema, v: Any) -> bool:
     return wanted is not None and isinstance(v, wanted)
 
 
-def reading_schema(avro: Any) -> Any:
-    """The Avro schema with its logical types but decimal dropped: fastavro then reads dates, times and
-    timestamps as the numbers Connect keeps (days, milliseconds, microseconds), uuids as strings."""
+def plain_schema(avro: Any) -> Any:
+    """The Avro schema without its logical types, which change no byte of the encoding: fastavro then reads
+    dates, times and timestamps as the numbers Connect keeps (days, milliseconds, microseconds), uuids as
+    strings, decimals as their bytes (scaled here by the Connect schema); and a decimal Confluent writes
+    with a scale over its precision (Connect's scale 127 for an unconstrained numeric: Avro's Java library
+    ignores such a logical type) parses."""
+    return without_logical_types(avro)
+
+
+def without_logical_types(avro: Any, keep_as: str | None = None) -> Any:
+    """The schema with every logicalType dropped, or renamed to `keep_as`."""
     if isinstance(avro, list):
-        return [reading_schema(a) for a in avro]
+        return [without_logical_types(a, keep_as) for a in avro]
     if not isinstance(avro, dict):
         return avro
-    out = {k: v for k, v in avro.items() if not (k == "logicalType" and v != "decimal")}
+    out = {(keep_as if k == "logicalType" else k): v for k, v in avro.items() if k != "logicalType" or keep_as}
     for key in ("items", "values"):
         if key in out:
-            out[key] = reading_schema(out[key])
+            out[key] = without_logical_types(out[key], keep_as)
     if out.get("type") == "record":
-        out["fields"] = [{**f, "type": reading_schema(f["type"])} for f in out.get("fields", [])]
+        out["fields"] = [{**f, "type": without_logical_types(f["type"], keep_as)} for f in out.get("fields", [])]
     elif isinstance(out.get("type"), dict | list):
-        out["type"] = reading_schema(out["type"])
+        out["type"] = without_logical_types(out["type"], keep_as)
     return out
 
 
@@ -791,10 +811,10 @@ class _Writer:
     its id per subject."""
 
     def __init__(self, connect: Schema, latest_avro: Any = None) -> None:
+        self.avro = avro_schema(connect) if latest_avro is None else latest_avro
         try:
-            self.avro = avro_schema(connect) if latest_avro is None else latest_avro
-            self.parsed = fastavro().parse_schema(self.avro, _write_hint=False)
-        except (ValueError, TypeError, KeyError) as e:  # fastavro's SchemaParseException is a ValueError
+            self.parsed = fastavro().parse_schema(plain_schema(self.avro), _write_hint=False)
+        except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException and others: no valid Avro
             raise DataError(f"the Connect schema has no valid Avro form: {e}") from None
         self.connect = connect
         self.text = json.dumps(self.avro, separators=(",", ":"), ensure_ascii=False)
@@ -806,7 +826,9 @@ class _Reader:
     def __init__(self, avro: Any) -> None:
         try:
             self.connect = connect_schema(avro)
-            self.parsed = fastavro().parse_schema(reading_schema(avro), _write_hint=False)
-        except (ValueError, TypeError, KeyError) as e:
+            self.parsed = fastavro().parse_schema(plain_schema(avro), _write_hint=False)
+        except DataError:
+            raise
+        except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException and others
             raise DataError(f"an Avro schema klog cannot read: {e}") from None
         self.convert = from_avro_value(self.connect)

@@ -319,3 +319,20 @@ def test_avro_configs_pass_validation_and_others_are_still_refused():
     assert validate(config).name == "s"  # nothing contacted at validation
     with pytest.raises(ConfigError, match="unknown converter"):
         validate({**config, "value.converter": "io.confluent.connect.protobuf.ProtobufConverter"})
+
+
+def test_a_decimal_scale_over_its_precision_is_written_as_confluent_writes_it(registry_url):
+    """Connect's Decimal with scale 127 (the JDBC source's unconstrained numeric) has no valid Avro decimal
+    (scale over the default precision 64): Confluent writes the logicalType anyway and Avro's Java library
+    ignores it. The registry takes it, the converter writes and reads the value (fastavro, and so
+    confluent-kafka's AvroDeserializer, refuses that schema: a Java consumer reads it)."""
+    from klog.connect.avro import avro_schema
+
+    schema = {"type": "struct", "optional": False, "name": "accounts", "fields": [
+        field("n", "bytes", True, name=DECIMAL, version=1, parameters={"scale": "127"})]}
+    assert avro_schema(schema)["fields"][0]["type"][1] == {
+        "type": "bytes", "scale": 127, "precision": 64, "connect.version": 1, "connect.parameters": {"scale": "127"},
+        "connect.name": DECIMAL, "logicalType": "decimal"}
+    c = converter(registry_url)
+    data = c.from_connect("accounts", schema, {"n": decimal.Decimal("2.5")})
+    assert c.to_connect("accounts", data) == (schema, {"n": decimal.Decimal("2.5")})

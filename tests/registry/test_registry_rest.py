@@ -269,24 +269,48 @@ def test_confluent_kafkas_schema_registry_client_round_trips(url):
     assert client.delete_subject("orders-value", permanent=True) == [1, 2]
 
 
-def test_the_cli_command_serves_and_stops_on_sigterm(data_dir):
+@contextmanager
+def cli_registry(data_dir: str, *args: str):
+    """`klog registry` as a process on an ephemeral port: (its base URL, the process)."""
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": os.pathsep.join(
         p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.Popen([sys.executable, "-m", "klog", "registry", "--listen", "127.0.0.1:0"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "klog", "registry", "--listen", "127.0.0.1:0", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         line = proc.stderr.readline().decode()
-        assert line.startswith("klog registry: serving on http://127.0.0.1:"), line
-        base = line.split()[4]
+        assert line.startswith("klog registry: serving on http://127.0.0.1:"), line + proc.stderr.read().decode()
+        yield line.split()[4], proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_cli_command_serves_and_stops_on_sigterm(data_dir):
+    with cli_registry(data_dir) as (base, proc):
         assert call(base, "POST", "/subjects/s/versions", {"schema": '"string"'}) == (200, {"id": 1})
         assert call(base, "GET", "/subjects/zz/versions")[0] == 404
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
         refused = proc.stderr.read().decode()
         assert refused.count("\n") == 1 and "GET /subjects/zz/versions: 404" in refused and "Traceback" not in refused
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     with serving(data_dir) as url:
         assert call(url, "GET", "/subjects") == (200, ["s"])
+
+
+@pytest.mark.slow
+def test_the_registry_keeps_its_schemas_in_a_cluster(kafka_server, data_dir, tmp_path):
+    """`klog registry -b`: the schemas go to the cluster's `_schemas` (here klog serve's store), and a new
+    registry over the same cluster finds them."""
+    elsewhere = str(tmp_path / "unused-store")
+    with cli_registry(elsewhere, "-b", kafka_server.bootstrap) as (base, proc):
+        assert call(base, "POST", "/subjects/s/versions", {"schema": V1}) == (200, {"id": 1})
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    with cli_registry(elsewhere, "-b", kafka_server.bootstrap) as (base, proc):
+        assert call(base, "GET", "/subjects/s/versions/1")[1] == {"subject": "s", "version": 1, "id": 1, "schema": V1}
+        assert call(base, "POST", "/subjects/t/versions", {"schema": '"int"'}) == (200, {"id": 2})
+    with klog.open(data_dir) as s:
+        keys = [json.loads(r.key) for r in s.consumer("_schemas")]
+    assert keys == [{"keytype": "SCHEMA", "subject": "s", "version": 1, "magic": 1},
+                    {"keytype": "SCHEMA", "subject": "t", "version": 1, "magic": 1}]
