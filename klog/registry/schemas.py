@@ -108,7 +108,9 @@ class Registry:
     def __init__(self, store, topic: str = TOPIC) -> None:  # noqa: ANN001 - a klog Store or RemoteStore
         self.store = store
         self.topic = topic
-        self.lock = threading.Lock()
+        # writes hold it; the HTTP face holds it around every request, so a read never iterates the tables
+        # while a write changes them (re-entrant: a request's write takes it again)
+        self.lock = threading.RLock()
         self.versions: dict[tuple[str, int], Version] = {}
         self.configs: dict[str | None, str] = {}
         self._canonical: dict[str, str] = {}  # a stored schema's text -> canonical() (parsed once)

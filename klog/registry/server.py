@@ -232,7 +232,8 @@ class RegistryServer:
                     if route is None:
                         raise RegistryError(405, 405, "HTTP 405 Method Not Allowed") if shape else \
                             RegistryError(404, 404, "HTTP 404 Not Found")
-                    status, out = 200, route(registry, path, parse_qs(url.query), body)
+                    with registry.lock:
+                        status, out = 200, route(registry, path, parse_qs(url.query), body)
                 except RegistryError as e:
                     status, out = e.status, {"error_code": e.code, "message": str(e)}
                 except Exception as e:  # noqa: BLE001 - one bad request must not take the registry down

@@ -134,6 +134,29 @@ def test_bad_requests_are_answered_without_taking_the_registry_down(url):
     assert call(url, "POST", "/subjects/s/versions", {"schema": '"string"'}) == (200, {"id": 1})
 
 
+def test_concurrent_clients_get_distinct_ids_and_no_errors(url):
+    """Eight clients registering and listing at once: every answer 200, one id per distinct schema."""
+    import threading
+
+    answers: list[tuple[int, object]] = []
+
+    def client(n: int) -> None:
+        for i in range(10):
+            answers.append(call(url, "POST", f"/subjects/s{n}/versions",
+                                {"schema": json.dumps({"type": "enum", "name": "E", "symbols": [f"S{n}_{i}"]})}))
+            answers.append(call(url, "GET", "/subjects"))
+            answers.append(call(url, "PUT", f"/config/s{n}", {"compatibility": "NONE"}))
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(answers) == 240 and {status for status, _ in answers} == {200}
+    ids = [body["id"] for status, body in answers if isinstance(body, dict) and "id" in body]
+    assert sorted(ids) == list(range(1, 81))
+
+
 def test_compatibility_levels_refuse_and_allow(url):
     assert call(url, "GET", "/config") == (200, {"compatibilityLevel": "BACKWARD"})
     call(url, "POST", "/subjects/u/versions", {"schema": V1})
