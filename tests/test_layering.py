@@ -1,6 +1,7 @@
 """klog's packages form layers and every import points down (issue 24; docs/architecture.md):
 
     errors  <-  store | security | protocol  <-  meta  <-  broker  <-  client  <-  cli | server | spark | connect
+                                                                                   | registry
 
 A package imports its own layer's package and the layers below, never one above; the faces (cli,
 server, spark, connect) do not import each other, except that the CLI launches the others (`klog
@@ -26,12 +27,12 @@ LAYERS = {
     "meta": 2,
     "broker": 3,
     "client": 4, "klog": 4,
-    "cli": 5, "server": 5, "spark": 5, "connect": 5,
+    "cli": 5, "server": 5, "spark": 5, "connect": 5, "registry": 5,
     "__main__": 6,
 }
 # imports across packages of one layer that are allowed: the facade names the client's classes, and
 # the CLI starts the other faces
-SIDEWAYS = {("klog", "client"), ("cli", "server"), ("cli", "spark"), ("cli", "connect")}
+SIDEWAYS = {("klog", "client"), ("cli", "server"), ("cli", "spark"), ("cli", "connect"), ("cli", "registry")}
 
 
 def package_of(module: str) -> str:

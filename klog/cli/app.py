@@ -67,7 +67,7 @@ CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("topics", "delete"), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
                     ("groups", "delete"), ("groups", "delete-offsets"), ("replay",), ("spark", "export"),
                     ("spark", "sql"), ("spark", "stream"), ("spark", "run"),
-                    ("connect", "run"), ("connect", "worker"),
+                    ("connect", "run"), ("connect", "worker"), ("registry",),
                     ("transactions", "list"), ("transactions", "describe"), ("transactions", "abort")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
@@ -146,7 +146,7 @@ COMMAND_MODULES = {
     "groups": "groups", "replay": "replay", "spark": "spark", "serve": "serve", "mirror": "mirror",
     "clusters": "clusters", "users": "security", "acls": "security", "quotas": "security",
     "transactions": "transactions",
-    "connect": "connect",
+    "connect": "connect", "registry": "registry",
 }
 _registered: set[str] = set()
 

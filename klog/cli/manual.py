@@ -113,6 +113,13 @@ kcat -b 127.0.0.1:9092 -L                    # from another shell: one broker, t
                       "appended on the event loop with its fsync through io_uring."),),
         files=STORE_FILES, see_also=("klog-users", "klog-acls", "klog-quotas", "kcat"), doc="serve.md",
         not_run="listens on a fixed port until stopped"),
+    "klog registry": Entry(
+        examples="""klog registry                                # http://127.0.0.1:8081, the store's _schemas topic
+klog registry --listen 0.0.0.0:8081 -b kafka1:9092   # schemas kept in a Kafka cluster
+curl -s 127.0.0.1:8081/subjects              # from another shell""",
+        exit_status=(("0", "Stopped by SIGTERM or Ctrl-C."), ("1", "The port is in use.")),
+        files=STORE_FILES, environment=CLUSTER_ENV, see_also=("klog-connect-run", "klog-serve"),
+        doc="schema-registry.md", not_run="listens on a fixed port until stopped"),
     "klog connect": Entry(
         examples="""klog connect run file-source.properties            # until Ctrl-C; offsets in connect-offsets
 klog connect run pg-cdc.json sqlite-sink.json -b kafka1:9092""",

@@ -1,5 +1,6 @@
 """Converters between Connect data and record bytes: Kafka's StringConverter, ByteArrayConverter and
-JsonConverter (with or without the {"schema", "payload"} envelope), by their class names or short ones."""
+JsonConverter (with or without the {"schema", "payload"} envelope), by their class names or short ones;
+Confluent's AvroConverter (klog/connect/avro.py, imported only when a config names it)."""
 
 from __future__ import annotations
 
@@ -319,9 +320,22 @@ for _cls, _short in ((StringConverter, "string"), (ByteArrayConverter, "bytes"),
         CONVERTERS[_name] = _cls
 
 
+AVRO_NAMES = aliases(["io.confluent.connect.avro.AvroConverter"]) | {"avro"}
+
+
 def make_converter(field_name: str, class_name: str, props: dict[str, str], is_key: bool) -> Converter:
     cls = CONVERTERS.get(class_name)
+    if cls is None and class_name in AVRO_NAMES:
+        from klog.connect.avro import AvroConverter  # fastavro and the registry client: only for Avro configs
+
+        cls = AvroConverter
     if cls is None:
-        raise ConfigError(field_name, class_name, "unknown converter: use string, bytes, json or Kafka's class names "
-                          "(org.apache.kafka.connect.storage.StringConverter, ...)")
-    return cls(props, is_key)
+        raise ConfigError(field_name, class_name, "unknown converter: use string, bytes, json, avro or their class "
+                          "names (org.apache.kafka.connect.storage.StringConverter, "
+                          "io.confluent.connect.avro.AvroConverter, ...)")
+    try:
+        return cls(props, is_key)
+    except ConfigError as e:  # a converter's own key, named as the connector config spells it
+        if e.field == field_name:
+            raise
+        raise ConfigError(f"{field_name}.{e.field}", props.get(e.field), e.reason) from None

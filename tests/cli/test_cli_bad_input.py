@@ -227,7 +227,7 @@ BAD_PAIRS = ["noeq", "=", "unknown.key=1", "linger.ms=abc", "acks=7", "retention
              "max.message.bytes=1e309", f"batch.size={2**63}"]
 PAIR_OPTIONS = {"--property", "--dest-property", "--source-property", "--config", "--conf"}
 # long-running by design (a server, a worker, a JVM), or reading another program's input
-SKIPPED = ("klog serve", "klog connect run", "klog connect worker", "klog spark", "klog mirror")
+SKIPPED = ("klog serve", "klog connect run", "klog connect worker", "klog spark", "klog mirror", "klog registry")
 ARGUMENT_DEFAULTS = {"TOPIC": "t", "TOPICS": "t", "SOURCE": "t", "GROUP": "g", "NAME": "n1", "LOG_DIR": "0",
                      "QUOTAS": "producer_byte_rate=10", "KEYS": "producer_byte_rate", "TRANSACTIONAL_ID": "tx"}
 

@@ -1,0 +1,311 @@
+"""The registry's state: subjects, their versions, schema ids and compatibility levels, kept as Confluent's
+Schema Registry keeps them, in the compacted topic `_schemas` (one partition):
+
+- `{"keytype":"SCHEMA","subject":S,"version":V,"magic":1}` -> `{"subject":S,"version":V,"id":ID,
+  "schema":TEXT,"deleted":false}` (a soft delete writes it again with `"deleted":true`; a permanent
+  one a tombstone);
+- `{"keytype":"CONFIG","subject":S|null,"magic":0}` -> `{"compatibilityLevel":LEVEL}` (null: the global one).
+
+Written and read through klog's client API, so the registry runs on a store directory or a cluster. The
+topic is read to its end at start; every change is written (acknowledged, durable) before it is answered,
+so ids and versions survive restarts. One registry process per store or cluster (Confluent elects one
+leader to write; klog's registry does not elect).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from klog.registry.compat import LEVELS, compatibility_problems
+
+TOPIC = "_schemas"
+DEFAULT_LEVEL = "BACKWARD"
+MAX_VERSION = 2**31 - 1
+
+
+class RegistryError(Exception):
+    """An answer other than 200: the HTTP status and Confluent's error code."""
+
+    def __init__(self, status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def subject_not_found(subject: str) -> RegistryError:
+    return RegistryError(404, 40401, f"Subject '{subject}' not found.")
+
+
+def version_not_found(version: Any) -> RegistryError:
+    return RegistryError(404, 40402, f"Version {version} not found.")
+
+
+@dataclass
+class Version:
+    subject: str
+    version: int
+    id: int
+    schema: str
+    deleted: bool = False
+
+    def answer(self) -> dict[str, Any]:
+        return {"subject": self.subject, "version": self.version, "id": self.id, "schema": self.schema}
+
+
+def _compact(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def schema_key(subject: str, version: int) -> bytes:
+    return _compact({"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1})
+
+
+def config_key(subject: str | None) -> bytes:
+    return _compact({"keytype": "CONFIG", "subject": subject, "magic": 0})
+
+
+def parse_avro(text: Any) -> Any:
+    """A schema's text parsed by fastavro (names made full): RegistryError 42201 when it is no Avro schema."""
+    import fastavro
+
+    if not isinstance(text, str) or not text.strip():
+        raise RegistryError(422, 42201, "Empty schema")
+    try:
+        return fastavro.parse_schema(_logical_types_as_properties(json.loads(text)), _write_hint=False)
+    except RecursionError:
+        raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
+    except Exception as e:  # noqa: BLE001 - fastavro raises several kinds for a bad schema: each is a 42201
+        raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {type(e).__name__}: {e}") from None
+
+
+def _logical_types_as_properties(avro: Any) -> Any:
+    """Each logicalType renamed, so fastavro keeps it as a property without judging it: Avro's Java library
+    (and so Confluent's registry) takes a decimal whose scale exceeds its precision, which Connect writes
+    for an unconstrained numeric (scale 127), by ignoring the logical type; fastavro refuses it."""
+    if isinstance(avro, list):
+        return [_logical_types_as_properties(a) for a in avro]
+    if not isinstance(avro, dict):
+        return avro
+    out = {("klog.logicalType" if k == "logicalType" else k): v for k, v in avro.items()}
+    for key in ("items", "values", "type"):
+        if isinstance(out.get(key), dict | list):
+            out[key] = _logical_types_as_properties(out[key])
+    if out.get("type") == "record" and isinstance(out.get("fields"), list):
+        out["fields"] = [{**f, "type": _logical_types_as_properties(f.get("type"))} if isinstance(f, dict) else f
+                         for f in out["fields"]]
+    return out
+
+
+def canonical(parsed: Any) -> str:
+    """What makes two registrations the same schema: the parsed form (full names, key order ignored)."""
+    return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
+
+
+class Registry:
+    def __init__(self, store, topic: str = TOPIC) -> None:  # noqa: ANN001 - a klog Store or RemoteStore
+        self.store = store
+        self.topic = topic
+        # writes hold it; the HTTP face holds it around every request, so a read never iterates the tables
+        # while a write changes them (re-entrant: a request's write takes it again)
+        self.lock = threading.RLock()
+        self.versions: dict[tuple[str, int], Version] = {}
+        self.configs: dict[str | None, str] = {}
+        self._canonical: dict[str, str] = {}  # a stored schema's text -> canonical() (parsed once)
+        self._load()
+        self._producer = store.producer()
+
+    def close(self) -> None:
+        self._producer.close()
+
+    # -- the topic ---------------------------------------------------------------------------------------
+    def _load(self) -> None:
+        if not self.store.has_topic(self.topic):
+            self.store.create_topic(self.topic, partitions=1, configs={"cleanup.policy": "compact"}, exist_ok=True)
+        with self.store.consumer(self.topic) as consumer:
+            for record in consumer:
+                self._apply(record.key, record.value)
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        try:
+            k = json.loads(key) if key else None
+            v = json.loads(value) if value is not None else None
+        except ValueError:
+            return  # not ours (Confluent's NOOP and others are JSON too, and skipped below)
+        if not isinstance(k, dict):
+            return
+        if k.get("keytype") == "SCHEMA" and isinstance(k.get("subject"), str) and isinstance(k.get("version"), int):
+            where = (k["subject"], k["version"])
+            if v is None:
+                self.versions.pop(where, None)
+            elif isinstance(v, dict) and isinstance(v.get("id"), int) and isinstance(v.get("schema"), str):
+                self.versions[where] = Version(where[0], where[1], v["id"], v["schema"], bool(v.get("deleted")))
+        elif k.get("keytype") == "CONFIG":
+            if isinstance(v, dict) and v.get("compatibilityLevel") in LEVELS:
+                self.configs[k.get("subject")] = v["compatibilityLevel"]
+            elif v is None:
+                self.configs.pop(k.get("subject"), None)
+
+    def _write(self, items: list[tuple[bytes, Any]]) -> None:
+        """Each change written and acknowledged (durable) before it is applied and answered."""
+        for key, doc in items:
+            self._producer.send(self.topic, None if doc is None else _compact(doc), key=key)
+        self._producer.flush()
+        for key, doc in items:
+            self._apply(key, None if doc is None else _compact(doc))
+
+    def _write_version(self, v: Version) -> None:
+        self._write([(schema_key(v.subject, v.version), {"subject": v.subject, "version": v.version, "id": v.id,
+                                                         "schema": v.schema, "deleted": v.deleted})])
+
+    def canonical_of(self, text: str) -> str:
+        hit = self._canonical.get(text)
+        if hit is None:
+            hit = self._canonical[text] = canonical(parse_avro(text))
+        return hit
+
+    # -- reading --------------------------------------------------------------------------------------
+    def subjects(self, deleted: bool = False) -> list[str]:
+        return sorted({v.subject for v in self.versions.values() if deleted or not v.deleted})
+
+    def _of(self, subject: str, deleted: bool = False) -> list[Version]:
+        return sorted((v for v in self.versions.values() if v.subject == subject and (deleted or not v.deleted)),
+                      key=lambda v: v.version)
+
+    def live(self, subject: str, deleted: bool = False) -> list[Version]:
+        """The subject's versions, oldest first; 40401 when it has none."""
+        found = self._of(subject, deleted)
+        if not found:
+            raise subject_not_found(subject)
+        return found
+
+    def version(self, subject: str, version: str, deleted: bool = False) -> Version:
+        number = parse_version(version)
+        found = self.live(subject, deleted)
+        if number == -1:
+            return found[-1]
+        for v in found:
+            if v.version == number:
+                return v
+        raise version_not_found(number)
+
+    def by_id(self, schema_id: int) -> list[Version]:
+        return sorted((v for v in self.versions.values() if v.id == schema_id), key=lambda v: (v.subject, v.version))
+
+    def schema_of(self, schema_id: int) -> str:
+        found = self.by_id(schema_id)
+        if not found:
+            raise RegistryError(404, 40403, f"Schema {schema_id} not found")
+        return found[0].schema
+
+    def level(self, subject: str | None) -> str:
+        return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
+
+    def lookup(self, subject: str, text: Any, deleted: bool = False) -> Version:
+        key = canonical(parse_avro(text))
+        found = self.live(subject, deleted)
+        for v in found:
+            if self.canonical_of(v.schema) == key:
+                return v
+        raise RegistryError(404, 40403, "Schema not found")
+
+    def check(self, subject: str, text: Any, version: str | None) -> list[str]:
+        """Why `text` may not be registered under `subject` (against one version, or as the subject's level
+        says when `version` is None or latest)."""
+        parsed = parse_avro(text)
+        found = self.live(subject)
+        level = self.level(subject)
+        if version is not None and parse_version(version) != -1:
+            target = self.version(subject, version)
+            return compatibility_problems(level.removesuffix("_TRANSITIVE"), parsed, [parse_avro(target.schema)])
+        return compatibility_problems(level, parsed, [parse_avro(v.schema) for v in found])
+
+    # -- writing --------------------------------------------------------------------------------------
+    def register(self, subject: str, text: Any) -> int:
+        """The schema's id under `subject`: the version that has it already, or a new version (409 when
+        the subject's compatibility level refuses it). A schema has one id in every subject."""
+        parsed = parse_avro(text)
+        key = canonical(parsed)
+        with self.lock:
+            live = self._of(subject)
+            for v in live:
+                if self.canonical_of(v.schema) == key:
+                    return v.id
+            problems = compatibility_problems(self.level(subject), parsed, [parse_avro(v.schema) for v in live])
+            if problems:
+                raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
+                                    f"subject \"{subject}\", details: {problems}")
+            schema_id = self._id_of(key)
+            everything = self._of(subject, deleted=True)
+            number = everything[-1].version + 1 if everything else 1
+            self._write_version(Version(subject, number, schema_id, text))
+            return schema_id
+
+    def _id_of(self, key: str) -> int:
+        ids = {}
+        for v in self.versions.values():
+            ids.setdefault(v.id, v.schema)
+        for schema_id, text in ids.items():
+            if self.canonical_of(text) == key:
+                return schema_id
+        return max(ids, default=0) + 1
+
+    def delete_subject(self, subject: str, permanent: bool) -> list[int]:
+        with self.lock:
+            everything = self._of(subject, deleted=True)
+            if not everything:
+                raise subject_not_found(subject)
+            live = [v for v in everything if not v.deleted]
+            if permanent:
+                if live:
+                    raise RegistryError(404, 40405, f"Subject '{subject}' was not deleted first before being "
+                                        "deleted permanently")
+                self._write([(schema_key(v.subject, v.version), None) for v in everything])
+                return [v.version for v in everything]
+            if not live:
+                raise RegistryError(404, 40404, f"Subject '{subject}' was soft deleted.Set permanent=true to "
+                                    "delete permanently")
+            self._write([(schema_key(v.subject, v.version), {"subject": v.subject, "version": v.version, "id": v.id,
+                                                             "schema": v.schema, "deleted": True}) for v in live])
+            return [v.version for v in live]
+
+    def delete_version(self, subject: str, version: str, permanent: bool) -> int:
+        with self.lock:
+            v = self.version(subject, version, deleted=permanent)
+            if permanent:
+                if not v.deleted:
+                    raise RegistryError(404, 40407, f"Subject '{subject}' Version {v.version} was not deleted first "
+                                        "before being permanently deleted")
+                self._write([(schema_key(subject, v.version), None)])
+            else:
+                self._write_version(Version(v.subject, v.version, v.id, v.schema, True))
+            return v.version
+
+    def set_level(self, subject: str | None, level: Any) -> str:
+        if not isinstance(level, str) or level.upper() not in LEVELS:
+            raise RegistryError(422, 42203, "Invalid compatibility level. Valid values are none, backward, forward, "
+                                "full, backward_transitive, forward_transitive, and full_transitive")
+        with self.lock:
+            self._write([(config_key(subject), {"compatibilityLevel": level.upper()})])
+        return level.upper()
+
+    def delete_level(self, subject: str | None) -> str:
+        with self.lock:
+            was = self.level(subject)
+            self._write([(config_key(subject), None)])
+            return was
+
+
+def parse_version(text: str) -> int:
+    """A version in a path: 1..2^31-1, or latest / -1 (the latest, as -1); 42202 otherwise."""
+    import re
+
+    if text == "latest":
+        return -1
+    number = int(text) if re.fullmatch(r"-?[0-9]{1,12}", text) else 0
+    if number == -1 or 1 <= number <= MAX_VERSION:
+        return number
+    raise RegistryError(422, 42202, f"The specified version '{text}' is not a valid version id. Allowed values are "
+                        "between [1, 2^31-1] and the string \"latest\"")

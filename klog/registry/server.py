@@ -1,0 +1,290 @@
+"""Confluent Schema Registry's REST API (the subset Connect's AvroConverter, confluent-kafka's
+SchemaRegistryClient and their serializers call) over a Registry, on 127.0.0.1:8081 by default.
+
+GET /subjects, GET|DELETE /subjects/{s}, POST /subjects/{s} (lookup), GET|POST /subjects/{s}/versions,
+GET|DELETE /subjects/{s}/versions/{v}, GET /subjects/{s}/versions/{v}/schema,
+GET /schemas/ids/{id}[/schema|/subjects|/versions], GET /schemas/types, GET|PUT /config,
+GET|PUT|DELETE /config/{s}, POST /compatibility/subjects/{s}/versions[/{v}].
+Errors answer {"error_code": N, "message": ...} with Confluent's codes; a bad request is one log line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from klog.registry.schemas import Registry, RegistryError
+
+MAX_BODY = 8 << 20  # a schema is kilobytes: a larger body is refused before it is read
+IDLE_TIMEOUT_S = 30.0
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+Route = Callable[[Registry, list[str], dict[str, list[str]], Any], Any]
+
+
+def _flag(query: dict[str, list[str]], name: str) -> bool:
+    return (query.get(name) or ["false"])[-1].lower() == "true"
+
+
+def _schema_id(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,10}", text) or int(text) > 2**31 - 1:
+        raise RegistryError(404, 40403, f"Schema {text} not found")
+    return int(text)
+
+
+def _schema_text(body: Any) -> str:
+    """The schema of a register, lookup or compatibility body; Avro only, without references."""
+    if not isinstance(body, dict):
+        raise RegistryError(422, 42201, "Empty schema")
+    kind = body.get("schemaType") or "AVRO"
+    if kind != "AVRO":
+        raise RegistryError(422, 42201, f"Invalid schema type {kind}: klog's registry keeps Avro schemas only")
+    if body.get("references"):
+        raise RegistryError(422, 42201, "Invalid schema: klog's registry does not resolve schema references")
+    return body.get("schema")
+
+
+def _subjects(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+    return r.subjects(_flag(query, "deleted"))
+
+
+def _subject(method: str) -> Route:
+    def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+        subject = path[1]
+        if method == "DELETE":
+            return r.delete_subject(subject, _flag(query, "permanent"))
+        if method == "POST":
+            return r.lookup(subject, _schema_text(body), _flag(query, "deleted")).answer()
+        return [v.version for v in r.live(subject, _flag(query, "deleted"))]  # GET /subjects/{s}: its versions
+    return route
+
+
+def _versions(method: str) -> Route:
+    def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+        subject = path[1]
+        if method == "POST":
+            return {"id": r.register(subject, _schema_text(body))}
+        return [v.version for v in r.live(subject, _flag(query, "deleted"))]
+    return route
+
+
+def _version(method: str) -> Route:
+    def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+        subject, version = path[1], path[3]
+        if method == "DELETE":
+            return r.delete_version(subject, version, _flag(query, "permanent"))
+        return r.version(subject, version, _flag(query, "deleted")).answer()
+    return route
+
+
+def _version_schema(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+    return RawSchema(r.version(path[1], path[3], _flag(query, "deleted")).schema)
+
+
+def _by_id(part: str | None) -> Route:
+    def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+        schema_id = _schema_id(path[2])
+        text = r.schema_of(schema_id)
+        if part is None:
+            return {"schema": text}
+        if part == "schema":
+            return RawSchema(text)
+        deleted = _flag(query, "deleted")
+        found = [v for v in r.by_id(schema_id) if deleted or not v.deleted]
+        if part == "subjects":
+            return sorted({v.subject for v in found})
+        return [{"subject": v.subject, "version": v.version} for v in found]
+    return route
+
+
+def _types(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+    return ["AVRO"]
+
+
+def _associations(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+    return []  # none: confluent-kafka's serializers (2.13+) ask, then use the subject name strategy
+
+
+def _config(method: str) -> Route:
+    def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+        subject = path[1] if len(path) > 1 else None
+        if method == "PUT":
+            level = body.get("compatibility") if isinstance(body, dict) else None
+            return {"compatibility": r.set_level(subject, level)}
+        if method == "DELETE":
+            if subject is not None and subject not in r.subjects(deleted=True):
+                raise RegistryError(404, 40401, f"Subject '{subject}' not found.")
+            return {"compatibilityLevel": r.delete_level(subject)}
+        if subject is not None and subject not in r.configs and not _flag(query, "defaultToGlobal"):
+            raise RegistryError(404, 40408, f"Subject '{subject}' does not have subject-level compatibility "
+                                "configured")
+        return {"compatibilityLevel": r.level(subject)}
+    return route
+
+
+def _compatibility(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+    version = path[4] if len(path) > 4 else None
+    problems = r.check(path[2], _schema_text(body), version)
+    out: dict[str, Any] = {"is_compatible": not problems}
+    if _flag(query, "verbose"):
+        out["messages"] = problems
+    return out
+
+
+class RawSchema(str):
+    """An answer that is the schema's own text (…/schema), not a JSON document around it."""
+
+
+# (path shape, method) -> route; a shape's {} is any one segment
+ROUTES: dict[tuple[str, str], Route] = {
+    ("subjects", "GET"): _subjects,
+    ("subjects/{}", "GET"): _subject("GET"),
+    ("subjects/{}", "POST"): _subject("POST"),
+    ("subjects/{}", "DELETE"): _subject("DELETE"),
+    ("subjects/{}/versions", "GET"): _versions("GET"),
+    ("subjects/{}/versions", "POST"): _versions("POST"),
+    ("subjects/{}/versions/{}", "GET"): _version("GET"),
+    ("subjects/{}/versions/{}", "DELETE"): _version("DELETE"),
+    ("subjects/{}/versions/{}/schema", "GET"): _version_schema,
+    ("schemas/ids/{}", "GET"): _by_id(None),
+    ("schemas/ids/{}/schema", "GET"): _by_id("schema"),
+    ("schemas/ids/{}/subjects", "GET"): _by_id("subjects"),
+    ("schemas/ids/{}/versions", "GET"): _by_id("versions"),
+    ("schemas/types", "GET"): _types,
+    ("associations/resources/{}/{}", "GET"): _associations,
+    ("config", "GET"): _config("GET"),
+    ("config", "PUT"): _config("PUT"),
+    ("config/{}", "GET"): _config("GET"),
+    ("config/{}", "PUT"): _config("PUT"),
+    ("config/{}", "DELETE"): _config("DELETE"),
+    ("compatibility/subjects/{}/versions", "POST"): _compatibility,
+    ("compatibility/subjects/{}/versions/{}", "POST"): _compatibility,
+}
+
+
+def shape_of(path: list[str]) -> str:
+    """The route shape of a path: its fixed words kept where a route has them, other segments {}."""
+    for shape in {s for s, _ in ROUTES}:
+        words = shape.split("/")
+        if len(words) == len(path) and all(w == "{}" or w == p for w, p in zip(words, path, strict=True)):
+            return shape
+    return ""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
+        """A client that resets or times out mid-answer is no registry error: no traceback in the log."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+class RegistryServer:
+    def __init__(self, registry: Registry, host: str = "127.0.0.1", port: int = 8081,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.registry = registry
+        say = log or (lambda line: print(line, file=sys.stderr))
+
+        class Handler(BaseHTTPRequestHandler):
+            timeout = IDLE_TIMEOUT_S  # a client that stops sending loses its socket and thread
+            default_request_version = "HTTP/1.0"
+
+            def log_message(self, *args: Any) -> None:  # quiet: refusals are logged in one line by _answer
+                pass
+
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                self.close_connection = True
+                self._send(code, {"error_code": code, "message": message or HTTPStatus(code).phrase})
+
+            def __getattr__(self, name: str) -> Any:
+                if name.startswith("do_"):  # HEAD, PATCH, made-up methods
+                    return lambda: self._answer(name[3:])
+                raise AttributeError(name)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's names
+                self._answer("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._answer("POST")
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self._answer("PUT")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._answer("DELETE")
+
+            def _answer(self, method: str) -> None:
+                url = urlsplit(self.path)
+                path = [unquote(p) for p in url.path.strip("/").split("/") if p]
+                try:
+                    body = self._body()
+                    shape = shape_of(path)
+                    route = ROUTES.get((shape, method))
+                    if route is None:
+                        raise RegistryError(405, 405, "HTTP 405 Method Not Allowed") if shape else \
+                            RegistryError(404, 404, "HTTP 404 Not Found")
+                    with registry.lock:
+                        status, out = 200, route(registry, path, parse_qs(url.query), body)
+                except RegistryError as e:
+                    status, out = e.status, {"error_code": e.code, "message": str(e)}
+                except Exception as e:  # noqa: BLE001 - one bad request must not take the registry down
+                    status, out = 500, {"error_code": 50001, "message": f"{type(e).__name__}: {e}"}
+                if status >= 400:
+                    say(f"klog registry: {method} {url.path[:200]}: {status} {out['message'][:300]}")
+                self._send(status, out)
+
+            def _body(self) -> Any:
+                if self.headers.get("Transfer-Encoding"):
+                    self.close_connection = True
+                    raise RegistryError(411, 411, "a request body needs a Content-Length (no Transfer-Encoding)")
+                text = (self.headers.get("Content-Length") or "0").strip()
+                if not re.fullmatch(r"[0-9]{1,19}", text):
+                    self.close_connection = True
+                    raise RegistryError(400, 400, "the request's Content-Length is not a whole number")
+                if int(text) > MAX_BODY:
+                    self.close_connection = True
+                    raise RegistryError(413, 413, f"the request body exceeds {MAX_BODY} bytes")
+                data = self.rfile.read(int(text)) if int(text) else b""
+                if len(data) < int(text):
+                    self.close_connection = True
+                    raise RegistryError(400, 400, "the request body ended before its Content-Length")
+                try:
+                    return json.loads(data) if data else None
+                except (ValueError, RecursionError):
+                    raise RegistryError(400, 400, "the request body is not JSON") from None
+
+            def _send(self, status: int, out: Any) -> None:
+                data = out.encode() if isinstance(out, RawSchema) else json.dumps(out).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", CONTENT_TYPE)
+                    self.send_header("Content-Length", str(len(data)))
+                    if self.close_connection:
+                        self.send_header("Connection", "close")
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(data)
+                except OSError:
+                    self.close_connection = True
+
+        self.httpd = _Server((host, port), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="klog-registry", daemon=True)
+
+    def start(self) -> RegistryServer:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)

@@ -1,0 +1,338 @@
+"""Confluent's AvroConverter (klog/connect/avro.py) against klog's registry, checked with an independent
+implementation: confluent-kafka's AvroSerializer and AvroDeserializer (over its own SchemaRegistryClient)
+read what the converter writes and write what it reads. The Avro schemas are compared with what
+Confluent's AvroData registers for the same Connect schemas."""
+
+from __future__ import annotations
+
+import decimal
+import json
+from contextlib import contextmanager
+
+import pytest
+
+import klog
+
+pytest.importorskip("fastavro", reason="the AvroConverter needs fastavro (pip install 'klog[connect]')")
+
+from klog.connect.converters import make_converter  # noqa: E402
+from klog.connect.errors import ConfigError, DataError, RetriableError  # noqa: E402
+from klog.registry.schemas import Registry  # noqa: E402
+from klog.registry.server import RegistryServer  # noqa: E402
+
+AVRO = "io.confluent.connect.avro.AvroConverter"
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+@contextmanager
+def registry_at(data_dir: str):
+    store = klog.open(data_dir)
+    registry = Registry(store)
+    server = RegistryServer(registry, "127.0.0.1", 0, log=lambda line: None).start()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.close()
+        registry.close()
+        store.close()
+
+
+@pytest.fixture
+def registry_url(data_dir):
+    with registry_at(data_dir) as url:
+        yield url
+
+
+def converter(url: str, is_key: bool = False, **settings: str):  # noqa: ANN201
+    return make_converter("key.converter" if is_key else "value.converter", AVRO,
+                          {"schema.registry.url": url, **settings}, is_key)
+
+
+def confluent(url: str):  # noqa: ANN201 - (client, deserializer, context of a topic's value)
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    client = SchemaRegistryClient({"url": url})
+    return client, AvroDeserializer(client)
+
+
+def ctx(topic: str, is_key: bool = False):  # noqa: ANN201
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    return SerializationContext(topic, MessageField.KEY if is_key else MessageField.VALUE)
+
+
+def field(field_name: str, type_: str, optional: bool = False, **extra: object) -> dict:
+    return {"type": type_, "optional": optional, **extra, "field": field_name}
+
+
+ROW = {"type": "struct", "optional": True, "name": "shop.public.orders.Value", "fields": [
+    field("id", "int32"), field("note", "string", True),
+    field("total", "bytes", True, name=DECIMAL, version=1,
+          parameters={"scale": "2", "connect.decimal.precision": "10"}),
+    field("qty", "int16"), field("flag", "int8", True), field("big", "int64", True), field("ratio", "float64", True),
+    field("paid", "boolean", True), field("blob", "bytes", True),
+    field("day", "int32", True, name="org.apache.kafka.connect.data.Date", version=1),
+    field("at", "int64", True, name="org.apache.kafka.connect.data.Timestamp", version=1),
+    field("micro", "int64", True, name="io.debezium.time.MicroTimestamp", version=1),
+    {"type": "array", "items": {"type": "string", "optional": True}, "optional": True, "field": "tags"},
+    {"type": "map", "keys": {"type": "string", "optional": False}, "values": {"type": "int64", "optional": False},
+     "optional": True, "field": "counts"},
+    {"type": "map", "keys": {"type": "int32", "optional": False}, "values": {"type": "string", "optional": True},
+     "optional": True, "field": "by_id"}]}
+ENVELOPE = {"type": "struct", "optional": False, "name": "shop.public.orders.Envelope", "version": 1, "fields": [
+    {**ROW, "field": "before"}, {**ROW, "field": "after"},
+    field("snapshot", "string", True, name="io.debezium.data.Enum", version=1,
+          parameters={"allowed": "true,last,false,incremental"}, default="false"),
+    field("op", "string")]}
+AFTER = {"id": 7, "note": None, "total": decimal.Decimal("12.50"), "qty": 3, "flag": -1, "big": 2**40, "ratio": 0.25,
+         "paid": True, "blob": b"\x00\xff", "day": 19000, "at": 1700000000123, "micro": 1700000000123456,
+         "tags": ["a", None], "counts": {"x": 1}, "by_id": {5: "five"}}
+
+
+def test_connect_schemas_become_the_avro_schemas_confluents_avrodata_registers():
+    """The Avro schema of a Debezium-shaped envelope, as Confluent's AvroData writes it: records with
+    namespace, name and connect.name, ["null", T] with default null, the second use of a record by name,
+    int16 with connect.type, Decimal's bytes with scale and precision, Date and Timestamp's logical types,
+    Debezium's semantic names as connect.name, a field default with connect.default and [T, "null"],
+    a non-string-keyed map as MapEntry records."""
+    from klog.connect.avro import avro_schema
+
+    got = avro_schema(ENVELOPE)
+    assert [f["name"] for f in got["fields"]] == ["before", "after", "snapshot", "op"]
+    assert {k: got[k] for k in ("type", "name", "namespace", "connect.version", "connect.name")} == {
+        "type": "record", "name": "Envelope", "namespace": "shop.public.orders", "connect.version": 1,
+        "connect.name": "shop.public.orders.Envelope"}
+    before, after, snapshot, op = got["fields"]
+    assert before["type"][0] == "null" and before["default"] is None
+    assert after == {"name": "after", "type": ["null", "shop.public.orders.Value"], "default": None}
+    assert snapshot == {"name": "snapshot", "type": [
+        {"type": "string", "connect.version": 1, "connect.parameters": {"allowed": "true,last,false,incremental"},
+         "connect.default": "false", "connect.name": "io.debezium.data.Enum"}, "null"], "default": "false"}
+    assert op == {"name": "op", "type": "string"}
+    row = {f["name"]: f["type"] for f in before["type"][1]["fields"]}
+    assert row["id"] == "int" and row["qty"] == {"type": "int", "connect.type": "int16"}
+    assert row["flag"] == ["null", {"type": "int", "connect.type": "int8"}]
+    assert row["total"] == ["null", {"type": "bytes", "scale": 2, "precision": 10, "connect.version": 1,
+                                     "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
+                                     "connect.name": DECIMAL, "logicalType": "decimal"}]
+    assert row["day"] == ["null", {"type": "int", "connect.version": 1, "connect.name":
+                                   "org.apache.kafka.connect.data.Date", "logicalType": "date"}]
+    assert row["at"][1]["logicalType"] == "timestamp-millis"
+    assert row["micro"] == ["null", {"type": "long", "connect.version": 1, "connect.name":
+                                     "io.debezium.time.MicroTimestamp"}]
+    assert row["counts"] == ["null", {"type": "map", "values": "long"}]
+    assert row["by_id"] == ["null", {"type": "array", "items": {
+        "type": "record", "name": "MapEntry", "namespace": "io.confluent.connect.avro", "fields": [
+            {"name": "key", "type": "int"}, {"name": "value", "type": ["null", "string"], "default": None}]}}]
+    unnamed = avro_schema({"type": "struct", "optional": False, "fields": [
+        {"type": "struct", "optional": False, "fields": [field("x", "int32")], "field": "inner"}]})
+    assert (unnamed["namespace"], unnamed["name"], unnamed["fields"][0]["type"]["name"]) == (
+        "io.confluent.connect.avro", "ConnectDefault", "ConnectDefault2")
+
+
+def test_the_avro_schema_gives_back_the_connect_schema():
+    from klog.connect.avro import avro_schema, connect_schema
+
+    assert connect_schema(avro_schema(ENVELOPE)) == ENVELOPE
+
+
+def test_values_round_trip_and_confluent_kafkas_deserializer_reads_them(registry_url):
+    c = converter(registry_url)
+    data = c.from_connect("shop.public.orders", ENVELOPE, {"before": None, "after": AFTER, "op": "c"})
+    assert data[:1] == b"\x00" and int.from_bytes(data[1:5], "big") == 1
+    schema, value = c.to_connect("shop.public.orders", data)
+    assert schema == ENVELOPE
+    assert value == {"before": None, "after": AFTER, "snapshot": "false", "op": "c"}  # the default filled in
+    client, deserializer = confluent(registry_url)
+    read = deserializer(data, ctx("shop.public.orders"))
+    after = read["after"]
+    assert (after["id"], after["total"], after["qty"], after["blob"], after["tags"]) == (
+        7, decimal.Decimal("12.50"), 3, b"\x00\xff", ["a", None])
+    assert after["by_id"] == [{"key": 5, "value": "five"}] and read["snapshot"] == "false"
+    assert after["day"].isoformat() == "2022-01-08" and after["at"].timestamp() == 1700000000.123
+    assert client.get_subjects() == ["shop.public.orders-value"]
+    registered = json.loads(client.get_latest_version("shop.public.orders-value").schema.schema_str)
+    assert registered["connect.name"] == "shop.public.orders.Envelope"
+    assert c.from_connect("shop.public.orders", ENVELOPE, None) is None  # a tombstone stays one
+    assert c.to_connect("shop.public.orders", None) == (None, None)
+
+
+def test_keys_and_primitives_under_topic_name_strategy(registry_url):
+    key = converter(registry_url, is_key=True)
+    key_schema = {"type": "struct", "optional": False, "name": "shop.public.orders.Key",
+                  "fields": [field("id", "int32", default=0)]}
+    data = key.from_connect("orders", key_schema, {"id": 7})
+    assert key.to_connect("orders", data) == (key_schema, {"id": 7})
+    plain = converter(registry_url, is_key=True)
+    assert plain.to_connect("t", plain.from_connect("t", {"type": "string", "optional": False}, "k")) == (
+        {"type": "string", "optional": False}, "k")
+    client, deserializer = confluent(registry_url)
+    assert sorted(client.get_subjects()) == ["orders-key", "t-key"]
+    assert deserializer(data, ctx("orders", True)) == {"id": 7}
+
+
+def test_confluent_kafkas_serializer_output_is_read_as_connect_data(registry_url):
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    client, _ = confluent(registry_url)
+    writer_schema = {"type": "record", "name": "Order", "namespace": "shop", "doc": "an order", "fields": [
+        {"name": "id", "type": "long"}, {"name": "status", "type": {"type": "enum", "name": "Status",
+                                                                   "symbols": ["NEW", "PAID"]}},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 8, "scale": 2}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "tags", "type": {"type": "map", "values": "string"}, "default": {}},
+        {"name": "code", "type": {"type": "fixed", "name": "Code", "size": 2}},
+        {"name": "either", "type": ["null", "string", "long"], "default": None},
+        {"name": "note", "type": ["null", "string"], "default": None}]}
+    serialize = AvroSerializer(client, json.dumps(writer_schema))
+    import datetime as dt
+
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+    data = serialize({"id": 1, "status": "PAID", "amount": decimal.Decimal("9.99"), "at": at, "tags": {"a": "b"},
+                      "code": b"XY", "either": 5, "note": None}, ctx("orders"))
+    schema, value = converter(registry_url).to_connect("orders", data)
+    fields = {f["field"]: f for f in schema["fields"]}
+    assert schema["name"] == "shop.Order" and schema["parameters"]["io.confluent.connect.avro.record.doc"] == \
+        "an order"
+    assert fields["status"]["type"] == "string" and fields["status"]["parameters"][
+        "io.confluent.connect.avro.Enum"] == "shop.Status"
+    assert (fields["amount"]["name"], fields["amount"]["parameters"]) == (
+        DECIMAL, {"scale": "2", "connect.decimal.precision": "8"})
+    assert fields["at"]["type"] == "int64" and "name" not in fields["at"]
+    assert fields["code"]["parameters"] == {"connect.fixed.size": "2"} and fields["code"]["name"] == "shop.Code"
+    assert fields["either"]["name"] == "io.confluent.connect.avro.Union" and fields["either"]["optional"]
+    assert fields["note"] == {"type": "string", "optional": True, "field": "note"}
+    assert value == {"id": 1, "status": "PAID", "amount": decimal.Decimal("9.99"),
+                     "at": 1767323045678901, "tags": {"a": "b"}, "code": b"XY",
+                     "either": {"string": None, "long": 5}, "note": None}
+
+
+def test_record_name_strategies_and_lookup_only(registry_url):
+    schema = {"type": "struct", "optional": False, "name": "shop.Order", "fields": [field("id", "int64")]}
+    by_record = converter(registry_url, **{"value.subject.name.strategy":
+                                           "io.confluent.kafka.serializers.subject.RecordNameStrategy"})
+    by_record.from_connect("a", schema, {"id": 1})
+    topic_record = converter(registry_url, **{"value.subject.name.strategy": "TopicRecordNameStrategy"})
+    topic_record.from_connect("a", schema, {"id": 1})
+    client, _ = confluent(registry_url)
+    assert sorted(client.get_subjects()) == ["a-shop.Order", "shop.Order"]
+    lookup_only = converter(registry_url, **{"auto.register.schemas": "false"})
+    with pytest.raises(DataError, match="40401"):
+        lookup_only.from_connect("b", schema, {"id": 1})
+    other = converter(registry_url)
+    other.from_connect("b", schema, {"id": 1})
+    assert lookup_only.from_connect("b", schema, {"id": 2})[1:5] == (1).to_bytes(4, "big")
+
+
+def test_use_latest_version_writes_with_the_subjects_latest_schema(registry_url):
+    from confluent_kafka.schema_registry import Schema
+
+    client, deserializer = confluent(registry_url)
+    latest = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"},
+                                                        {"name": "extra", "type": "string", "default": "x"}]}
+    schema_id = client.register_schema("t-value", Schema(json.dumps(latest), "AVRO"))
+    c = converter(registry_url, **{"use.latest.version": "true", "auto.register.schemas": "false"})
+    data = c.from_connect("t", {"type": "struct", "optional": False, "name": "R", "fields": [field("id", "int64")]},
+                          {"id": 3})
+    assert int.from_bytes(data[1:5], "big") == schema_id
+    assert deserializer(data, ctx("t")) == {"id": 3, "extra": "x"}
+
+
+def test_refusals_name_the_key_or_the_reason(registry_url):
+    with pytest.raises(ConfigError, match="value.converter.schema.registry.url"):
+        make_converter("value.converter", AVRO, {}, False)
+    with pytest.raises(ConfigError, match="key.converter.key.subject.name.strategy"):
+        make_converter("key.converter", AVRO, {"schema.registry.url": registry_url,
+                                               "key.subject.name.strategy": "MyStrategy"}, True)
+    with pytest.raises(ConfigError, match="basic.auth.credentials.source"):
+        converter(registry_url, **{"basic.auth.credentials.source": "SASL_INHERIT"})
+    c = converter(registry_url)
+    with pytest.raises(DataError, match="schema"):
+        c.from_connect("t", None, {"a": 1})
+    with pytest.raises(DataError, match="id"):
+        c.from_connect("t", ROW, {"note": "no id"})
+    with pytest.raises(DataError, match="magic"):
+        c.to_connect("t", b"\x01\x00\x00\x00\x01")
+    with pytest.raises(DataError, match="40403"):
+        c.to_connect("t", b"\x00\x00\x00\x00\x63\x00")
+    incompatible = {"type": "struct", "optional": False, "name": "R", "fields": [field("a", "string")]}
+    c.from_connect("t", incompatible, {"a": "x"})
+    with pytest.raises(DataError, match="409"):
+        c.from_connect("t", {**incompatible, "fields": [field("b", "string")]}, {"b": "x"})
+
+
+def test_a_registry_that_does_not_answer_is_retriable():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once closed
+    c = converter(f"http://127.0.0.1:{port}")
+    with pytest.raises(RetriableError, match="no Schema Registry answered"):
+        c.from_connect("t", {"type": "string", "optional": False}, "x")
+
+
+def test_basic_auth_from_user_info_or_the_url():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            seen.append(self.headers.get("Authorization"))
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"id": 1}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        converter(f"http://127.0.0.1:{port}", **{"basic.auth.credentials.source": "USER_INFO",
+                                                 "basic.auth.user.info": "fred:letmein"}).from_connect(
+            "t", {"type": "string", "optional": False}, "x")
+        converter(f"http://ann:p%40ss@127.0.0.1:{port}").from_connect("t", {"type": "string", "optional": False}, "x")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    import base64
+
+    assert seen == ["Basic " + base64.b64encode(b"fred:letmein").decode(),
+                    "Basic " + base64.b64encode(b"ann:p@ss").decode()]
+
+
+def test_avro_configs_pass_validation_and_others_are_still_refused():
+    from klog.connect.worker import validate
+
+    config = {"name": "s", "connector.class": "FileStreamSink", "topics": "t", "file": "/dev/null",
+              "value.converter": AVRO, "value.converter.schema.registry.url": "http://127.0.0.1:1"}
+    assert validate(config).name == "s"  # nothing contacted at validation
+    with pytest.raises(ConfigError, match="unknown converter"):
+        validate({**config, "value.converter": "io.confluent.connect.protobuf.ProtobufConverter"})
+
+
+def test_a_decimal_scale_over_its_precision_is_written_as_confluent_writes_it(registry_url):
+    """Connect's Decimal with scale 127 (the JDBC source's unconstrained numeric) has no valid Avro decimal
+    (scale over the default precision 64): Confluent writes the logicalType anyway and Avro's Java library
+    ignores it. The registry takes it, the converter writes and reads the value (fastavro, and so
+    confluent-kafka's AvroDeserializer, refuses that schema: a Java consumer reads it)."""
+    from klog.connect.avro import avro_schema
+
+    schema = {"type": "struct", "optional": False, "name": "accounts", "fields": [
+        field("n", "bytes", True, name=DECIMAL, version=1, parameters={"scale": "127"})]}
+    assert avro_schema(schema)["fields"][0]["type"][1] == {
+        "type": "bytes", "scale": 127, "precision": 64, "connect.version": 1, "connect.parameters": {"scale": "127"},
+        "connect.name": DECIMAL, "logicalType": "decimal"}
+    c = converter(registry_url)
+    data = c.from_connect("accounts", schema, {"n": decimal.Decimal("2.5")})
+    assert c.to_connect("accounts", data) == (schema, {"n": decimal.Decimal("2.5")})
