@@ -69,11 +69,18 @@ def data_dir_of(args: list[str]) -> str:
 def store_names(data_dir: str, kind: str) -> list[str]:
     """Topic or group names of the store, read-only (no store: none). Keys only, nothing decoded."""
     meta = os.path.join(data_dir, "meta")
-    if not os.path.isfile(os.path.join(meta, "data.mdb")):
+    data_file = os.path.join(meta, "data.mdb")
+    if not os.path.isfile(data_file):
         return []
     try:
         import lmdb
+
+        from klog.meta.data_file import cut_short
     except ImportError:
+        return []
+    if cut_short(data_file) is not None:
+        # LMDB maps the file and reads the pages its meta page names: past the end of a cut file
+        # that is SIGBUS, and the shell printed "Bus error" into the user's command line
         return []
     env = None
     for lock in (True, False):  # a store we may not write to: read without LMDB's reader lock

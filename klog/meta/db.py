@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,6 +12,7 @@ import lmdb
 
 from klog.errors import DataDirError
 from klog.meta.change_log import LOGGED_TABLES, log_change
+from klog.meta.data_file import cut_short
 
 MAP_SIZE_BYTES = 1 << 32  # address space reserved, not disk used: LMDB files grow as needed
 DB_NAMES = ("topics", "groups", "members", "offsets", "credentials", "acls", "quotas", "topic_index", "transactions",
@@ -44,35 +44,6 @@ def _why(e: lmdb.Error) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-_META = struct.Struct("<I20xI92xQQ")  # mm_magic, the free DB's md_pad (the page size), mm_last_pg, mm_txnid
-_META_AT = 16  # after the page header
-_LMDB_MAGIC = 0xBEEFC0DE
-
-
-def _cut_short(data_file: str) -> str | None:
-    """Why `data_file` holds fewer pages than its newest meta page says it has, or None (also when
-    it is no LMDB file at all: LMDB's own open then says so in one line)."""
-    try:
-        with open(data_file, "rb") as f:
-            head = f.read(_META_AT + _META.size)
-            if len(head) < _META_AT + _META.size:
-                return None
-            magic, page_size, _, _ = _META.unpack_from(head, _META_AT)
-            if magic != _LMDB_MAGIC or page_size < 512 or page_size & (page_size - 1):
-                return None
-            size = os.fstat(f.fileno()).st_size
-            if size < 2 * page_size:
-                return f"{size} bytes, less than its two meta pages"
-            f.seek(page_size)
-            second = f.read(_META_AT + _META.size)
-    except OSError:
-        return None
-    metas = [_META.unpack_from(page, _META_AT) for page in (head, second)]
-    newest = max((m for m in metas if m[0] == _LMDB_MAGIC), key=lambda m: m[3])
-    needed = (newest[2] + 1) * page_size
-    return f"{size} bytes of the {needed} it holds" if size < needed else None
-
-
 def _open_env(path: str, read_only: bool) -> lmdb.Environment:
     data_file = os.path.join(path, "data.mdb")
     if read_only and not os.path.exists(data_file):
@@ -82,7 +53,7 @@ def _open_env(path: str, read_only: bool) -> lmdb.Environment:
         # produce would create them anew over their old folders
         raise DataDirError(f"the metadata database {data_file} is empty (lost or truncated); restore it, or move "
                            f"{path} away to start a new one")
-    short = _cut_short(data_file)
+    short = cut_short(data_file)
     if short is not None:
         # LMDB maps the file and reads the pages its meta page names: past the end of a cut file
         # that is SIGBUS, every command dying with "Bus error" and no word of why

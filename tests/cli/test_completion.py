@@ -105,3 +105,27 @@ def test_the_spec_is_the_live_cli():
     spec = load_spec()["commands"]
     assert spec["consume"]["args"] == ["topic"] and spec["groups"]["commands"]["describe"]["args"] == ["group"]
     assert spec["consume"]["values"]["-G"] == "group" and spec["produce"]["options"]["--input"] is True
+
+
+def test_a_tab_on_a_cut_metadata_database_offers_nothing_and_prints_nothing(shell_env):
+    """A `data.mdb` cut short (a copy that stopped early) made LMDB read past the file's end: the Tab
+    died of SIGBUS and the shell printed "Bus error" into the command line. The cut is now seen
+    before LMDB maps the file (klog.meta.db.cut_short, the check every command makes), and the Tab
+    offers no names, silently; commands themselves still say what is wrong."""
+    data_file = os.path.join(shell_env["KLOG_DATA_DIR"], "meta", "data.mdb")
+    with open(data_file, "rb") as f:
+        whole = f.read()
+    page = 4096
+    for size in (0, 100, 2 * page, 2 * page + 100, len(whole) - page, len(whole) - 1):
+        with open(data_file, "wb") as f:
+            f.write(whole[:size])
+        for shell in ("complete_bash", "complete_zsh", "complete_fish"):
+            env = {**shell_env, "COMP_WORDS": "klog consume o", "COMP_CWORD": "2",
+                   "_TYPER_COMPLETE_ARGS": "klog consume o", "_KLOG_COMPLETE": shell}
+            r = subprocess.run([sys.executable, "-m", "klog"], capture_output=True, env=env, timeout=30)
+            assert r.returncode == 0 and r.stderr == b"", (size, shell, r)
+            assert r.stdout in (b"", b"_files\n"), (size, shell, r.stdout)  # zsh: its own file completion
+        assert bash_complete(shell_env, "klog consume o") == [], size
+    with open(data_file, "wb") as f:
+        f.write(whole)
+    assert bash_complete(shell_env, "klog consume o") == ["order-events", "orders"]
