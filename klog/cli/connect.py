@@ -158,6 +158,7 @@ def _start_rest(worker, listen: str):  # noqa: ANN001, ANN202 - a Worker; a Rest
 UrlOpt = Annotated[str, typer.Option("--url", envvar="KLOG_CONNECT_URL", show_envvar=True,
                                      help="The worker's REST API.")]
 DEFAULT_URL = "http://127.0.0.1:8083"
+REBALANCE_WAIT_S = 10.0  # how long a request refused by a worker's rebalance is asked again
 
 
 def _call(url: str, method: str, path: str, body: object = None):  # noqa: ANN202 - parsed JSON or None
@@ -176,22 +177,33 @@ def _call(url: str, method: str, path: str, body: object = None):  # noqa: ANN20
         valid = False
     if not valid:
         raise UsageError(f"invalid --url '{url}': use http://HOST:PORT")
+    import time
+
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            text = resp.read()
-    except http.client.InvalidURL as e:  # what urlsplit lets through: a space or control character
-        raise UsageError(f"invalid --url '{url}': {e}") from None
-    except urllib.error.HTTPError as e:
+    deadline = time.monotonic() + REBALANCE_WAIT_S
+    while True:
         try:
-            message = json.loads(e.read()).get("message", e.reason)
-        except ValueError:
-            message = e.reason
-        raise (UsageError if e.code == 404 else KlogError)(str(message)) from None
-    except (urllib.error.URLError, OSError) as e:
-        raise KlogError(f"no Connect worker answers at {url}: {getattr(e, 'reason', e)}") from None
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                text = resp.read()
+            break
+        except http.client.InvalidURL as e:  # what urlsplit lets through: a space or control character
+            raise UsageError(f"invalid --url '{url}': {e}") from None
+        except urllib.error.HTTPError as e:
+            try:
+                message = json.loads(e.read()).get("message", e.reason)
+            except (ValueError, AttributeError):
+                message = e.reason
+            # a distributed worker in a rebalance (or with stale configs) did nothing with the request
+            # and says so with 409 "Cannot complete request ...": asked again, as Connect's clients do
+            if e.code == 409 and str(message).startswith("Cannot complete request") \
+                    and time.monotonic() < deadline:
+                time.sleep(0.25)
+                continue
+            raise (UsageError if e.code == 404 else KlogError)(str(message)) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise KlogError(f"no Connect worker answers at {url}: {getattr(e, 'reason', e)}") from None
     try:
         return json.loads(text) if text else None
     except ValueError:  # an HTTP server, but not Kafka Connect's REST API

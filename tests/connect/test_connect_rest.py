@@ -148,3 +148,64 @@ def test_sink_offsets_are_the_consumer_groups(api, tmp_path, data_dir):
     assert call(api, "PUT", "/connectors/sink/stop")[0] == 202
     assert call(api, "DELETE", "/connectors/sink/offsets")[0] == 200
     assert call(api, "GET", "/connectors/sink/offsets") == (200, {"offsets": []})
+
+
+def _scripted_worker(answers: list[tuple[int, dict]]):
+    """An HTTP server on 127.0.0.1 answering GET requests with `answers` in turn (the last one
+    repeated); returns (url, requests seen, stop)."""
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            seen.append(self.path)
+            code, body = answers[min(len(seen), len(answers)) - 1]
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    return f"http://127.0.0.1:{server.server_address[1]}", seen, stop
+
+
+def test_the_cli_asks_again_while_a_distributed_worker_rebalances(cli):
+    """A worker joining or leaving makes the others answer Kafka's 409 'Cannot complete request ...'
+    for a moment: the CLI asks again, as Connect's clients do, and prints the answer that follows."""
+    from klog.connect.group_api import REBALANCING
+
+    busy = (409, {"error_code": 409, "message": REBALANCING})
+    status = {"status": {"type": "source", "connector": {"state": "RUNNING"}, "tasks": [{"id": 0, "state": "RUNNING"}]}}
+    url, seen, stop = _scripted_worker([busy, busy, (200, {"fs": status})])
+    try:
+        r = cli("connect", "list", "--url", url)
+    finally:
+        stop()
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == b"fs\tsource\tRUNNING\t0:RUNNING"
+    assert len(seen) == 3
+
+
+def test_the_cli_reports_other_conflicts_at_once(cli):
+    """A 409 that is not a rebalance (a connector that exists already) is the answer: said once, exit 1."""
+    url, seen, stop = _scripted_worker([(409, {"error_code": 409, "message": "Connector fs already exists"})])
+    try:
+        r = cli("connect", "list", "--url", url)
+    finally:
+        stop()
+    assert r.exit_code == 1 and "Connector fs already exists" in r.stderr
+    assert len(seen) == 1
