@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import itertools
 import json
 import re
 import time
@@ -95,6 +96,12 @@ NUMERIC_SCALE_UNSET = 127
 _PG_TYPES = {16: "boolean", 21: "int16", 23: "int32", 20: "int64", 700: "float32", 701: "float64", 17: "bytes"}
 
 
+# a query column SQLite declares no type for, by the storage class of its first value (as sqlite-jdbc's
+# getColumnType; integers as int64: an expression's values have no declared width)
+_SQLITE_VALUE_TYPES = {int: "int64", float: "float64", bytes: "bytes", str: "string"}
+_view_ids = itertools.count()
+
+
 def _sqlite_type(declared: str) -> Schema:
     """A SQLite column's declared type as sqlite-jdbc reports it, then as Confluent maps that."""
     t = declared.upper()
@@ -168,6 +175,11 @@ class Dialect:
         """Each column of the query `cur` ran: its name, Connect schema and NOT NULL (SQLite's driver
         reports no types: text, nullable)."""
         return [(d[0], primitive("string"), False) for d in cur.description]
+
+    def query_columns(self, cur, query: str) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        """Each column of the source's `query` (its query mode): name, Connect schema and NOT NULL."""
+        cur.execute(f"SELECT * FROM ({query}) AS klog_query WHERE 1 = 0")
+        return self.result_columns(cur)
 
     def timestamp_param(self, when: dt.datetime) -> Any:
         return when
@@ -354,6 +366,24 @@ class SqliteDialect(Dialect):
             pass  # another task is switching it at this instant: it will be WAL
         conn.execute("PRAGMA synchronous=FULL")  # a committed batch and its offsets survive a crash together
         return conn
+
+    def query_columns(self, cur, query: str) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
+        """Python's sqlite3 reports no column types (sqlite-jdbc does): a column the query takes from a
+        table has its declared type, typed as table mode types it (read from a temporary view of the
+        query, whose columns keep it); another (an expression) the type of its first row's value; with
+        none (NULL, no row), a string. Every column nullable (the driver does not say)."""
+        view = self.quote(f"klog_query_{next(_view_ids)}")
+        cur.execute(f"CREATE TEMP VIEW {view} AS {query}")
+        try:
+            declared = [(name, kind) for _, name, kind, *_ in cur.execute(f"PRAGMA temp.table_info({view})").fetchall()]
+            first = cur.execute(f"SELECT * FROM temp.{view} LIMIT 1").fetchone()
+        finally:
+            cur.execute(f"DROP VIEW temp.{view}")
+        columns = []
+        for i, (name, kind) in enumerate(declared):
+            value_type = _SQLITE_VALUE_TYPES.get(type(first[i])) if first is not None else None
+            columns.append((name, _sqlite_type(kind) if kind else primitive(value_type or "string"), False))
+        return columns
 
     def operational_errors(self) -> tuple[type[BaseException], ...]:
         import sqlite3

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import itertools
 import re
 import threading
 import time
@@ -29,7 +28,7 @@ from typing import Any
 
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, java_regex, regex_list_check
-from klog.connect.connectors.jdbc import CONNECTION, JdbcConnection, SqliteDialect, _sqlite_type, make_dialect
+from klog.connect.connectors.jdbc import CONNECTION, JdbcConnection, make_dialect
 from klog.connect.data import (
     DATE,
     DECIMAL,
@@ -41,7 +40,6 @@ from klog.connect.data import (
     epoch_millis,
     from_epoch_millis,
     micros_of_day,
-    primitive,
     struct,
 )
 from klog.connect.errors import ConfigError, ConnectError
@@ -53,10 +51,6 @@ UNIMPLEMENTED = frozenset({
     "catalog.pattern", "query.suffix", "transaction.isolation.mode", "table.types", "timestamp.granularity",
     "quote.sql.identifiers", "poll.linger.ms", "max.buffer.size",
     "timestamp.columns.mapping", "incrementing.column.mapping", "date.calendar.system", "query.masked"})
-# a query column SQLite declares no type for, by the storage class of its first value (as sqlite-jdbc's
-# getColumnType; integers as int64: an expression's values have no declared width)
-_SQLITE_VALUE_TYPES = {int: "int64", float: "float64", bytes: "bytes", str: "string"}
-_view_ids = itertools.count()
 TABLES = "tables"  # a task's share of the tables (Confluent's JdbcSourceTaskConfig.TABLES_CONFIG)
 MONITOR_JOIN_S = 10.0  # how long a stop waits for a table listing under way (Confluent's MAX_TIMEOUT)
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"([.,]?)')
@@ -325,34 +319,10 @@ class JdbcSourceTask(SourceTask):
 
     def _query_schema(self) -> tuple[Schema, list[str]]:
         cur = self._cursor()
-        if isinstance(self.dialect, SqliteDialect):
-            columns = self._sqlite_query_columns(cur)
-        else:
-            cur.execute(f"SELECT * FROM {self._source_sql(None)} WHERE 1 = 0")
-            columns = self.dialect.result_columns(cur)
+        columns = self.dialect.query_columns(cur, self.c["query"])
         fields = [{**schema, "optional": not not_null, "field": name} for name, schema, not_null in columns]
         self.conn.commit()
         return struct(fields), [f["field"] for f in fields]
-
-    def _sqlite_query_columns(self, cur) -> list[tuple[str, Schema, bool]]:  # noqa: ANN001
-        """Python's sqlite3 reports no column types (sqlite-jdbc does): a column the query takes from a
-        table has its declared type, typed as table mode types it (read from a temporary view of the
-        query, whose columns keep it); another (an expression) the type of its first row's value; with
-        none (NULL, no row), a string. Every column nullable (the driver does not say)."""
-        view = f"klog_query_{next(_view_ids)}"
-        cur.execute(f"CREATE TEMP VIEW {self.dialect.quote(view)} AS {self.c['query']}")
-        try:
-            declared = [(name, kind) for _, name, kind, *_ in cur.execute(
-                f"PRAGMA temp.table_info({self.dialect.quote(view)})").fetchall()]
-            first = cur.execute(f"SELECT * FROM temp.{self.dialect.quote(view)} LIMIT 1").fetchone()
-        finally:
-            cur.execute(f"DROP VIEW temp.{self.dialect.quote(view)}")
-        columns = []
-        for i, (name, kind) in enumerate(declared):
-            value_type = _SQLITE_VALUE_TYPES.get(type(first[i])) if first is not None else None
-            schema = _sqlite_type(kind) if kind else primitive(value_type or "string")
-            columns.append((name, schema, False))
-        return columns
 
     def poll(self) -> list[ConnectRecord]:
         now = time.monotonic()
