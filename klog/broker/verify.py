@@ -211,6 +211,7 @@ def _check_replica(replica, snap) -> ReplicaCheck:
     log_end = None
     txns = TxnWalk(whole_history=bool(replica.bases) and replica.bases[0] == 0 and not replica.compacted)
     txn_indexes = {}
+    high = None  # the first record whose attributes byte is >= 0x80
     for i, base in enumerate(replica.bases):
         segment = replica.segments[base]
         compacted, last = replica.compacted, i == len(replica.bases) - 1
@@ -228,6 +229,8 @@ def _check_replica(replica, snap) -> ReplicaCheck:
         problems.extend(_index_problem_lines(segment, check.index_problems))
         if check.txn_index is not None:
             txn_indexes[base] = check.txn_index
+        if high is None:
+            high = check.high_attributes_offset
         if (expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i)
                 and not (compacted and check.first_offset > expected)):  # Kafka's cleaner removed the offsets between
             problems.append(f"{segment.log_path}: " + (f"offsets {expected}..{check.first_offset - 1} are missing"
@@ -250,12 +253,10 @@ def _check_replica(replica, snap) -> ReplicaCheck:
                             f"at {expected}")
             cut_at = expected
             break
-    if not problems and not replica.strict_records:
-        high = replica.first_high_attributes_offset()
-        if high is not None:
-            problems.append(f"{replica.directory}: {UNMARKED_HIGH_ATTRIBUTES} (offset {high}): klog's compiled reader "
-                            "would read such a record differently from Kafka; --repair marks the partition to be "
-                            "read with the strict decoder")
+    if not problems and not replica.strict_records and high is not None:  # (every batch was walked)
+        problems.append(f"{replica.directory}: {UNMARKED_HIGH_ATTRIBUTES} (offset {high}): klog's compiled reader "
+                        "would read such a record differently from Kafka; --repair marks the partition to be "
+                        "read with the strict decoder")
     if log_end is None:  # no batch at all: the log ends where it must start (an empty log past a discard)
         log_end = expected or 0
     if not problems and snap is not None and log_end < snap.high_watermark:

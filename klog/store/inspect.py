@@ -78,6 +78,7 @@ class SegmentCheck:
     index_problems: list[str] = field(default_factory=list)
     # what the segment's .txnindex must hold, when it holds something else (--repair writes it)
     txn_index: list[txn.AbortedTxn] | None = None
+    high_attributes_offset: int | None = None  # the first record with attributes >= 0x80 (SegmentScan's)
 
 
 class TxnWalk:
@@ -122,6 +123,7 @@ def check_segment(segment: LogSegment, gaps_ok: bool = False,
             aborts.add(pos, header)
     result.log_problem = scan.problem
     result.valid_next_offset = scan.next_offset
+    result.high_attributes_offset = scan.high_attributes_offset
     pos = scan.valid_bytes
     last = (-1, -1)
     for i in range(_used_entries(segment.offset_index)):
