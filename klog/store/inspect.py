@@ -207,6 +207,7 @@ class _SegmentTxns:
         # the log's, ended by a marker in this segment, by (producer id, marker offset)
         self.aborted: dict[tuple[int, int], txn.AbortedTxn] = {}
         self.unseen_starts: set[tuple[int, int]] = set()  # (producer id, ABORT offset): no data of it seen
+        self.named: dict[tuple[int, int], int] = {}  # (producer id, marker offset) -> the entry naming it
 
     def add(self, pos: int, header: BatchHeader) -> None:
         kind = txn.batch_event(self.segment.read_bytes, pos, header, self.segment.log_path)
@@ -240,6 +241,10 @@ class _SegmentTxns:
         """The i-th entry against the log's aborted transactions (the one it names is taken off
         self.aborted): what the index must hold in its place (None: nothing)."""
         key = (entry.producer_id, entry.last_offset)
+        if key in self.named:
+            problems.append(f"txn index entry {i} {_txn_text(entry)} repeats entry {self.named[key]}")
+            return None
+        self.named[key] = i
         log = self.aborted.pop(key, None)
         whole = self.walk.whole_history
         if log is not None:

@@ -250,6 +250,15 @@ def test_a_txn_index_entry_that_ends_at_no_abort_marker(cli, built, end):
     _repairs(cli, before, committed)
 
 
+def test_a_repeated_txn_index_entry(cli, built):
+    data_dir, before, committed = built
+    path = _files(data_dir, ".txnindex")[0]
+    _write(path, _read(path) + _read(path)[:ABORTED_TXN.size])
+    pid = _pid(data_dir)
+    _damaged_line(cli, path, 1, f"txn index entry 2 {_text(pid, 0, 3, 4)} repeats entry 0")
+    _repairs(cli, before, committed)
+
+
 def test_a_txn_index_without_an_aborted_transaction(cli, built):
     data_dir, before, committed = built
     path = _files(data_dir, ".txnindex")[0]
