@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 from klog.broker import data_loss
 from klog.broker.replication import ReplicaManager, catch_up
 from klog.errors import KlogError
-from klog.store.format import LOG_SUFFIX, parse_segment_base
-from klog.store.inspect import check_segment
+from klog.store.format import LOG_SUFFIX, TXN_INDEX_SUFFIX, parse_segment_base, segment_file_name
+from klog.store.inspect import TxnWalk, check_segment
 from klog.store.segment import CORRUPT_SUFFIX
+from klog.store.txn import write_txn_index
 
 if TYPE_CHECKING:
     from klog.broker.store_protocol import BrokerStore
@@ -47,14 +48,14 @@ def verify_store(store: BrokerStore, topic: str | None = None, repair: bool = Fa
             checked = [(d, replica, _check_replica(replica, snap)) for d, replica in zip(order, part.replicas,
                                                                                          strict=True)]
             state_problem = _check_state(part, snap)
-            for d, replica, (problems, fixable_at) in checked:
-                problems = problems + ([state_problem] if state_problem and d == pm.leader else [])
+            for d, replica, check in checked:
+                problems = check.problems + ([state_problem] if state_problem and d == pm.leader else [])
                 report = {"topic": name, "partition": p, "log_dir": d, "ok": not problems, "repaired": False,
                           "problems": list(problems)}
                 if repair and problems:
-                    healthy = next((r for _, r, (probs, _) in checked if not probs and r is not replica), None)
+                    healthy = next((r for _, r, c in checked if not c.problems and r is not replica), None)
                     try:
-                        report["repaired"] = _repair(part, replica, fixable_at, healthy, report["problems"],
+                        report["repaired"] = _repair(part, replica, check, healthy, report["problems"],
                                                      snap.high_watermark if snap is not None else 0)
                     except KlogError as e:  # e.g. a file klog will not write through (a symbolic link)
                         report["problems"].append(f"not repaired: {e}")
@@ -179,14 +180,26 @@ def _rejoin(store: BrokerStore, topic: str, partition: int, part) -> list[dict]:
             for d in after if d not in before]
 
 
-def _check_replica(replica, snap) -> tuple[list[str], int | None]:
-    """Problems found, and the offset to truncate at when the log itself is damaged."""
+@dataclass
+class ReplicaCheck:
+    """What verify found in one replica: its problems, the offset to truncate at when the log
+    itself is damaged, and the .txnindex each segment must hold where it holds something else
+    (by segment base: what --repair writes)."""
+
+    problems: list[str]
+    cut_at: int | None = None
+    txn_indexes: dict[int, list] = field(default_factory=dict)
+
+
+def _check_replica(replica, snap) -> ReplicaCheck:
+    """One walk over each segment of the replica: its batches and the three indexes of each."""
     if os.path.islink(replica.directory):
-        return [f"{replica.directory}: a symbolic link, not a partition folder (klog never follows it)"], None
+        return ReplicaCheck([f"{replica.directory}: a symbolic link, not a partition folder (klog never follows it)"])
     if not os.path.isdir(replica.directory):
         if snap is None or snap.high_watermark == 0:
-            return [], None  # a partition never written has no folder yet
-        return [f"{replica.directory}: the partition folder is missing (high watermark {snap.high_watermark})"], 0
+            return ReplicaCheck([])  # a partition never written has no folder yet
+        return ReplicaCheck([f"{replica.directory}: the partition folder is missing (high watermark "
+                             f"{snap.high_watermark})"], 0)
     replica.refresh_segments()
     problems = (_kept_corrupt_bytes(replica.directory) + _unreadable_segment_names(replica.directory)
                 + _symbolic_links(replica.directory))
@@ -196,12 +209,15 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
     cut_at = None
     expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
     log_end = None
+    txns = TxnWalk(whole_history=bool(replica.bases) and replica.bases[0] == 0 and not replica.compacted)
+    txn_indexes = {}
+    high = None  # the first record whose attributes byte is >= 0x80
     for i, base in enumerate(replica.bases):
         segment = replica.segments[base]
         compacted, last = replica.compacted, i == len(replica.bases) - 1
         try:
             check = check_segment(segment, gaps_ok=compacted and not last,
-                                  max_message_bytes=replica.config.max_message_bytes)
+                                  max_message_bytes=replica.config.max_message_bytes, sealed=not last, txns=txns)
         except OSError as e:  # unreadable (EIO, EACCES, not a file): damage a reader would hit too
             problems.append(f"{segment.log_path}: cannot read: {e.strerror or e}")
             cut_at = base if expected is None else min(base, expected)
@@ -211,6 +227,10 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
                 problems.append(str(e))
             break
         problems.extend(_index_problem_lines(segment, check.index_problems))
+        if check.txn_index is not None:
+            txn_indexes[base] = check.txn_index
+        if high is None:
+            high = check.high_attributes_offset
         if (expected is not None and check.first_offset is not None and not _follows(check.first_offset, expected, i)
                 and not (compacted and check.first_offset > expected)):  # Kafka's cleaner removed the offsets between
             problems.append(f"{segment.log_path}: " + (f"offsets {expected}..{check.first_offset - 1} are missing"
@@ -219,6 +239,7 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
             break
         if check.log_problem and _below_log_start(replica, i, snap):
             expected = log_end = replica.bases[i + 1] if i + 1 < len(replica.bases) else snap.high_watermark
+            txns.whole_history = False  # (a transaction may begin in what the walk stepped over)
             continue  # delete-records moved the log start past this damage: no reader reaches it
         if check.log_problem:
             last = i == len(replica.bases) - 1
@@ -232,19 +253,17 @@ def _check_replica(replica, snap) -> tuple[list[str], int | None]:
                             f"at {expected}")
             cut_at = expected
             break
-    if not problems and not replica.strict_records:
-        high = replica.first_high_attributes_offset()
-        if high is not None:
-            problems.append(f"{replica.directory}: {UNMARKED_HIGH_ATTRIBUTES} (offset {high}): klog's compiled reader "
-                            "would read such a record differently from Kafka; --repair marks the partition to be "
-                            "read with the strict decoder")
+    if not problems and not replica.strict_records and high is not None:  # (every batch was walked)
+        problems.append(f"{replica.directory}: {UNMARKED_HIGH_ATTRIBUTES} (offset {high}): klog's compiled reader "
+                        "would read such a record differently from Kafka; --repair marks the partition to be "
+                        "read with the strict decoder")
     if log_end is None:  # no batch at all: the log ends where it must start (an empty log past a discard)
         log_end = expected or 0
     if not problems and snap is not None and log_end < snap.high_watermark:
         problems.append(f"{replica.directory}: the log ends at offset {log_end}, below the high watermark "
                         f"{snap.high_watermark}")
         cut_at = log_end
-    return problems, cut_at
+    return ReplicaCheck(problems, cut_at, txn_indexes)
 
 
 def _below_log_start(replica: PartitionLog, i: int, snap: PartitionSnapshot | None) -> bool:
@@ -289,10 +308,12 @@ def _follows(first: int, expected: int, i: int) -> bool:
 
 def _index_problem_lines(segment, found: list[str]) -> list[str]:
     """One line per index file (a broken index can have millions of bad entries), each under its
-    own path: time-index problems name the .timeindex."""
+    own path: each problem starts with the name of the index it is about."""
     lines = []
-    for path, problems in ((segment.offset_index.path, [x for x in found if not x.startswith("time index")]),
-                           (segment.time_index.path, [x for x in found if x.startswith("time index")])):
+    txn_index_path = os.path.join(segment.directory, segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX))
+    for path, kind in ((segment.offset_index.path, "offset index"), (segment.time_index.path, "time index"),
+                       (txn_index_path, "txn index")):
+        problems = [x for x in found if x.startswith(kind)]
         if problems:
             more = len(problems) - 1
             lines.append(f"{path}: {len(problems)} index problems: {problems[0]}" + (f" (and {more} more)" if more
@@ -300,7 +321,8 @@ def _index_problem_lines(segment, found: list[str]) -> list[str]:
     return lines
 
 
-def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: int) -> bool:
+def _repair(part, replica, check: ReplicaCheck, healthy, notes: list[str], hw: int) -> bool:
+    cut_at = check.cut_at
     if cut_at is not None and healthy is None and cut_at < hw:
         # cutting would drop committed records nobody else holds (and what follows the damage):
         # leave the files for inspection; readers keep failing loudly at the damage
@@ -320,14 +342,35 @@ def _repair(part, replica, cut_at: int | None, healthy, notes: list[str], hw: in
             for base in list(replica.bases):
                 replica.segments[base].recover()
             notes.append("repaired: rebuilt indexes")
+            _rewrite_txn_indexes(replica, check.txn_indexes, notes)
             return True
         replica.truncate_to(cut_at)
         notes.append(f"repaired: truncated at offset {cut_at}")
         if healthy is not None:
             end = catch_up(healthy, replica, healthy.log_end_offset)
             notes.append(f"repaired: re-copied offsets {cut_at}..{end} from {healthy.directory}")
+        if check.txn_indexes or any(_txn_index_files(r.directory) for r in (replica, healthy) if r is not None):
+            # the markers past the cut are gone and the re-copied ones have no entries yet: the
+            # .txnindex files as the log now is (a walk of it again; only where transactions aborted)
+            _rewrite_txn_indexes(replica, _check_replica(replica, None).txn_indexes, notes)
         part.publish()
     return True
+
+
+def _txn_index_files(folder: str) -> list[str]:
+    try:
+        return [name for name in os.listdir(folder) if name.endswith(TXN_INDEX_SUFFIX)]
+    except OSError:
+        return []
+
+
+def _rewrite_txn_indexes(replica, txn_indexes: dict[int, list], notes: list[str]) -> None:
+    """Write each segment's `.txnindex` as the ABORT markers say (Kafka's recovery rebuilds it
+    from producer state; klog's from the log it just walked)."""
+    for base, entries in sorted(txn_indexes.items()):
+        write_txn_index(replica.directory, base, entries)
+    if txn_indexes:
+        notes.append(f"repaired: rewrote the .txnindex of {len(txn_indexes)} segment(s) from the transaction markers")
 
 
 # -- --discard-damaged: a way out when no intact replica holds the damaged records -------------------------
@@ -374,9 +417,10 @@ def _damage(store: BrokerStore, name: str, p: int,
     if snap is None:
         return None
     checked = [(replica, _check_replica(replica, snap)) for replica in part.replicas]
-    if any(not problems for _, (problems, _) in checked):
+    if any(not check.problems for _, check in checked):
         return None  # an intact replica: plain --repair re-copies from it
-    cuts = [(replica, cut) for replica, (_, cut) in checked if cut is not None and cut < snap.high_watermark]
+    cuts = [(replica, check.cut_at) for replica, check in checked
+            if check.cut_at is not None and check.cut_at < snap.high_watermark]
     if len(cuts) != len(checked):
         return None  # some replica's problem is not damaged records: --repair's business
     places, resume = [], 0

@@ -85,20 +85,25 @@ def read_txn_index(folder: str, base_offset: int) -> list[AbortedTxn] | None:
 
 
 class TxnTracker:
-    """Open transactions and aborted ranges, fed batches in offset order (the rebuild of Kafka's
-    producer state that recovery does for the .txnindex)."""
+    """Open transactions, fed transactional batches in offset order (the rebuild of Kafka's
+    producer state that recovery does for the .txnindex): read_committed's walk (StableView) and
+    `verify`'s (inspect.check_segment) both."""
 
     def __init__(self) -> None:
         self.open: dict[int, int] = {}  # producer id -> first offset of its ongoing transaction
-        self.aborted: list[AbortedTxn] = []
 
     def data(self, producer_id: int, offset: int) -> None:
         self.open.setdefault(producer_id, offset)
 
-    def marker(self, producer_id: int, offset: int, kind: int) -> None:
+    def marker(self, producer_id: int, offset: int, kind: int) -> AbortedTxn | None:
+        """The marker at `offset` ends the producer's transaction: the aborted range it closes, as
+        Kafka's .txnindex entry holds it (its last stable offset: the first offset of the oldest
+        transaction still open, else the marker's offset + 1), or None (a commit, or no data of
+        the transaction seen: Kafka indexes no empty transaction)."""
         first = self.open.pop(producer_id, None)
-        if kind == ABORT and first is not None:
-            self.aborted.append(AbortedTxn(producer_id, first, offset))
+        if kind != ABORT or first is None:
+            return None
+        return AbortedTxn(producer_id, first, offset, min([offset + 1, *self.open.values()]))
 
     def first_unstable_offset(self) -> int | None:
         return min(self.open.values()) if self.open else None
@@ -144,22 +149,41 @@ def append_txn_index(folder: str, base_offset: int, entry: AbortedTxn) -> None:
         os.close(fd)
 
 
+def write_txn_index(folder: str, base_offset: int, entries: list[AbortedTxn]) -> None:
+    """Replace the segment's `.txnindex` with `entries` (`verify --repair`'s rebuild from the
+    markers); none: an empty file where one was, no new file. Not fsynced, as append_txn_index."""
+    from klog.store.names import open_nofollow
+
+    path = os.path.join(folder, segment_file_name(base_offset, TXN_INDEX_SUFFIX))
+    if not entries and not os.path.exists(path):
+        return
+    fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        packed = b"".join(entry.pack() for entry in entries)
+        written = os.write(fd, packed)
+        if written != len(packed):
+            raise OSError(f"short write to {path}: {written} of {len(packed)} bytes")
+    finally:
+        os.close(fd)
+
+
 # the transactional batches of a scan, kind DATA or a marker
 DATA = -1
 
 
-def _event(opened, pos: int, header, path: str | None = None) -> int | None:  # noqa: ANN001 - OpenLog, BatchHeader
-    """DATA, COMMIT or ABORT for a transactional batch (a control batch's record decoded, from the
-    pinned file its header was found in), else None. A control batch that fails its CRC is damage
-    (CorruptLogError): taken as no marker, it left its transaction open, and read_committed
-    readers stopped at the transaction's first offset with exit 0."""
+def batch_event(read, pos: int, header, path: str | None = None) -> int | None:  # noqa: ANN001 - Read, BatchHeader
+    """DATA, COMMIT or ABORT for a transactional batch (a control batch's record decoded, read with
+    `read(position, length)`: the pinned file its header was found in), else None. A control
+    batch that fails its CRC is damage (CorruptLogError): taken as no marker, it left its
+    transaction open, and read_committed readers stopped at the transaction's first offset with
+    exit 0."""
     if not is_transactional(header.attributes):
         return None
     if not header.is_control:
         return DATA
     from klog.store import codec, validate  # (codec is heavy on import; txn is imported by readers only)
 
-    data = opened.read(pos, header.size)
+    data = read(pos, header.size)
     problem = validate.crc_problem(data, 0, header)
     if problem is not None:
         raise CorruptLogError(problem, path, pos, header.base_offset)
@@ -302,15 +326,14 @@ class StableView:
                     # a base offset damage raised past the bound: the batches below it are unknown
                     self._walk_cut(segment, bound)
                 return True
-            kind = _event(opened, pos, header, segment.log_path)
+            kind = batch_event(opened.read, pos, header, segment.log_path)
             self._settle_indexed(header, kind)
             if kind == DATA:
                 self.tracker.data(header.producer_id, header.base_offset)
             elif kind is not None:
-                first = self.tracker.open.pop(header.producer_id, None)
-                if kind == ABORT and first is not None:
-                    lso = self._first_unstable(header.base_offset + 1)
-                    self._add_aborted(AbortedTxn(header.producer_id, first, header.base_offset, lso))
+                ended = self.tracker.marker(header.producer_id, header.base_offset, kind)
+                if ended is not None:
+                    self._add_aborted(ended)
             self._scan_pos = pos + header.size
             self._next_offset = header.next_offset
         return False
