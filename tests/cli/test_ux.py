@@ -193,6 +193,9 @@ def test_sizes_are_human_on_a_terminal_and_bytes_in_pipes_and_json(cli, data_dir
     assert cli("topics", "list").out.split()[-1] == str(size)
     assert re.search(rb"\b1\.\d KiB\r?$", on_a_terminal(["topics", "list"], data_dir)[1], re.M)
     assert re.search(rb"KiB", on_a_terminal(["dirs", "list"], data_dir)[1])
+    from klog.cli.tables import format_table, size_cell
+
+    assert format_table(["SIZE"], [[size_cell(None)]], None) == ["SIZE", "-"]  # a cluster's unknown size ('None')
     assert cli("dirs", "list").out.splitlines()[1].split()[3] == str(
         json.loads(cli("dirs", "list", "--json").out)["size_bytes"])
 
