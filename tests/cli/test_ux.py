@@ -257,6 +257,17 @@ def test_last_n_is_the_newest_records_of_the_whole_topic_in_time_order(cli, stor
     assert cli("consume", "t", "--last", "50").stdout.count(b"\n") == 30
 
 
+def test_last_n_counts_records_not_offsets(cli):
+    """A transaction's commit marker takes the last offset: `--last 1` printed nothing, `--last 2` one record."""
+    assert cli("produce", "t", "--transactional-id", "tx", input=b"a\nb\nc\n").exit_code == 0
+    assert cli("consume", "t", "--last", "1").stdout == b"c\n"
+    assert cli("consume", "t", "--last", "2").stdout == b"b\nc\n"
+    for value in (b"d", b"e", b"f"):  # one record a transaction: every other offset is a marker
+        assert cli("produce", "t", "--transactional-id", "tx", input=value + b"\n").exit_code == 0
+    assert cli("consume", "t", "--last", "4").stdout == b"c\nd\ne\nf\n"
+    assert cli("consume", "t", "--last", "4", "-X", "isolation.level=read_committed").stdout == b"c\nd\ne\nf\n"
+
+
 def read_until(pipe, end: bytes, timeout: float = 20) -> bytes:
     """Bytes from a pipe until they end with `end` (bounded in time; unbuffered reads)."""
     got, deadline = b"", time.monotonic() + timeout
