@@ -17,11 +17,10 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     """Each log directory's health (ok, missing, read-only, full, replaced), size and replica count."""
     with open_store(data_dir, create=False, read_only=True) as store:
         infos = store.list_dirs()
-    from klog.cli.tables import human_size, on_terminal, print_listing
+    from klog.cli.tables import print_listing, size_cell
 
-    size = human_size if on_terminal() else str
     print_listing(infos, ["ID", "PATH", "HEALTH", "SIZE", "REPLICAS", "LEADERS"],
-                  lambda i: [i.id, i.path, i.health, size(i.size_bytes), i.replicas, i.leaders], as_json)
+                  lambda i: [i.id, i.path, i.health, size_cell(i.size_bytes), i.replicas, i.leaders], as_json)
 
 
 @app.command()

@@ -19,14 +19,21 @@ def on_terminal() -> bool:
     return current_env().stdout_tty
 
 
-def human_size(n: int) -> str:
-    """1536 -> '1.5 KiB' (for a terminal; pipes and --json keep bytes)."""
+def human_size(n: int | None) -> str | None:
+    """1536 -> '1.5 KiB' (for a terminal; pipes and --json keep bytes); None (a cluster did not say) stays."""
+    if n is None:
+        return None
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if size < 1024 or unit == "TiB":
             return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError
+
+
+def size_cell(n: int | None) -> str | int | None:
+    """A table's size cell: human on a terminal, bytes in a pipe; None (a cluster did not say) shows as -."""
+    return human_size(n) if on_terminal() else n
 
 
 def _cell(value: object) -> str:

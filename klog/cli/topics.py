@@ -78,11 +78,10 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
                               "replication_factor": i.replication_factor, "records": i.records,
                               "size_bytes": i.size_bytes}))
         return
-    from klog.cli.tables import human_size, on_terminal, print_table
+    from klog.cli.tables import print_table, size_cell
 
-    size = human_size if on_terminal() else str
     print_table(["TOPIC", "PARTITIONS", "RF", "RECORDS", "SIZE"],
-                [[i.name, len(i.partitions), i.replication_factor, i.records, size(i.size_bytes)] for i in infos])
+                [[i.name, len(i.partitions), i.replication_factor, i.records, size_cell(i.size_bytes)] for i in infos])
 
 
 @app.command()
@@ -112,8 +111,8 @@ def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) 
     set_configs[-1] = set_configs[-1].rstrip(",")
     print_heading(["Configs:", *set_configs], gap=" ")
     del configs
-    rows = [[p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
-             p.leader_epoch, p.log_start_offset, p.high_watermark, p.log_end_offset, p.size_bytes, p.segments]
+    rows = [[p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)), p.leader_epoch,
+             p.log_start_offset, p.high_watermark, p.log_end_offset, p.size_bytes, p.segments]
             for p in info.partitions]
     headings = ["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH", "LOG-START", "HIGH-WATERMARK", "LOG-END",
                 "SIZE", "SEGMENTS"]

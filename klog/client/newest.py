@@ -19,12 +19,13 @@ def newest_records(store: Any, topics: list[str], n: int, *, count: int | None =
     when `count` is already reached). `options` go to `store.consumer` (record_filter, until_ms, ...).
 
     The n newest of every partition are read and merged in time order, then cut to the last n: the
-    n newest of all are among them. With a `record_filter` they are the n newest *matches*
-    (`grep | tail -n`): each partition is read backwards from its end in growing windows until it
-    has n matches, keeping at most n records of each in memory."""
-    if options.get("record_filter") is not None and n:
+    n newest of all are among them. Each partition of a local store is read backwards from its end in
+    growing windows until it has n records (transaction markers, aborted records under read_committed
+    and compaction's gaps take offsets but are no records), keeping at most n of each in memory; with a
+    `record_filter` they are the n newest *matches* (`grep | tail -n`)."""
+    if n and (options.get("record_filter") is not None or getattr(store, "is_local", True)):
         newest, ends = _newest_matches(store, topics, n, options)
-    else:
+    else:  # a cluster, unfiltered: the last n offsets of each partition
         tails = store.consumer(*topics, start=StartSpec(StartKind.TAIL, n), **options)
         newest = list(collections.deque(tails, maxlen=n)) if n else []
         ends = tails.positions()
@@ -66,7 +67,9 @@ def _partition_matches(store: Any, topic: str, p: int, n: int, options: dict[str
     if until_ms is not None:  # --until: the partition ends at its first record at or after it
         at = part.offset_for_timestamp(until_ms)
         end = end if at is None else min(end, at)
-    low, stop, window = part.log_start_offset(), end, FIRST_WINDOW
+    # unfiltered, n offsets back usually hold the n records: start there
+    low, stop = part.log_start_offset(), end
+    window = FIRST_WINDOW if options.get("record_filter") is not None else max(n, 1)
     found: list[Record] = []
     while stop > low and len(found) < n:
         start = max(low, stop - window)

@@ -193,6 +193,9 @@ def test_sizes_are_human_on_a_terminal_and_bytes_in_pipes_and_json(cli, data_dir
     assert cli("topics", "list").out.split()[-1] == str(size)
     assert re.search(rb"\b1\.\d KiB\r?$", on_a_terminal(["topics", "list"], data_dir)[1], re.M)
     assert re.search(rb"KiB", on_a_terminal(["dirs", "list"], data_dir)[1])
+    from klog.cli.tables import format_table, size_cell
+
+    assert format_table(["SIZE"], [[size_cell(None)]], None) == ["SIZE", "-"]  # a cluster's unknown size ('None')
     assert cli("dirs", "list").out.splitlines()[1].split()[3] == str(
         json.loads(cli("dirs", "list", "--json").out)["size_bytes"])
 
@@ -252,6 +255,17 @@ def test_last_n_is_the_newest_records_of_the_whole_topic_in_time_order(cli, stor
     r = cli("consume", "t", "--last", "2", "--tail", "1")
     assert r.exit_code == 2 and "only one of" in r.stderr
     assert cli("consume", "t", "--last", "50").stdout.count(b"\n") == 30
+
+
+def test_last_n_counts_records_not_offsets(cli):
+    """A transaction's commit marker takes the last offset: `--last 1` printed nothing, `--last 2` one record."""
+    assert cli("produce", "t", "--transactional-id", "tx", input=b"a\nb\nc\n").exit_code == 0
+    assert cli("consume", "t", "--last", "1").stdout == b"c\n"
+    assert cli("consume", "t", "--last", "2").stdout == b"b\nc\n"
+    for value in (b"d", b"e", b"f"):  # one record a transaction: every other offset is a marker
+        assert cli("produce", "t", "--transactional-id", "tx", input=value + b"\n").exit_code == 0
+    assert cli("consume", "t", "--last", "4").stdout == b"c\nd\ne\nf\n"
+    assert cli("consume", "t", "--last", "4", "-X", "isolation.level=read_committed").stdout == b"c\nd\ne\nf\n"
 
 
 def read_until(pipe, end: bytes, timeout: float = 20) -> bytes:
