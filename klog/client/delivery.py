@@ -60,6 +60,12 @@ def deliver(store: AnyStore, topics: list[str], *, group: str | None = None,
             return
         sink.flush()
         offsets = {tp: written.pop(tp) for tp in list(written) if tps is None or tp in tps}
+        # a partition nothing was written from yet commits where auto.offset.reset started it, as Kafka's
+        # consumer does: `-o end` with nothing new, then a run without -o, starts at that end, not earliest
+        reset_positions = getattr(consumer, "reset_positions", None)  # (klog's own group consumer)
+        for tp, offset in (reset_positions() if reset_positions is not None else {}).items():
+            if tps is None or tp in tps:
+                offsets.setdefault(tp, offset)
         if offsets and consumer is not None:
             from klog.errors import GroupFencedError
 

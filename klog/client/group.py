@@ -137,6 +137,10 @@ class GroupConsumer:
         self._cursors: dict[TP, PartitionReader] = {}
         self._poll_next = 0  # the held partition the next poll reads first
         self._consumed: dict[TP, int] = {}  # offset after the last record handed out and processed
+        # where auto.offset.reset started a partition nothing has been read from yet (no committed offset,
+        # or one out of range): auto-commit commits it, as Kafka's consumer commits every assigned
+        # partition's position, so the group's next member starts there too (`-o end` then a restart)
+        self._reset_to: dict[TP, int] = {}
         self._in_hand: Record | None = None  # the record an iterator handed out last
         self._target: set[TP] = set()
         self._epoch = 0  # bumps when partitions are revoked: an iterator drops what it fetched before
@@ -203,6 +207,7 @@ class GroupConsumer:
         """Expelled: our partitions already belong to others, so there is nothing to commit or release."""
         self._cursors.clear()
         self._consumed.clear()
+        self._reset_to.clear()
         self._target = set()
         self._epoch += 1
 
@@ -247,12 +252,17 @@ class GroupConsumer:
         for tp in revoked:
             self._cursors.pop(tp, None)
             self._consumed.pop(tp, None)
+            self._reset_to.pop(tp, None)
         if view.generation != self.generation:
             return  # another rebalance started meanwhile: the next poll syncs again
         for tp in view.acquired:
             part = self.store.partition(*tp)
             stable = StableView(part.leader) if self.config.isolation_level == READ_COMMITTED else None
-            self._cursors[tp] = PartitionReader(part, self._start_offset(tp, view.committed.get(tp)), stable=stable)
+            committed = view.committed.get(tp)
+            start = self._start_offset(tp, committed)
+            if committed is None or committed.offset != start:
+                self._reset_to[tp] = start
+            self._cursors[tp] = PartitionReader(part, start, stable=stable)
         if view.acquired and self.on_assign is not None:
             self.on_assign(sorted(view.acquired))
 
@@ -268,7 +278,18 @@ class GroupConsumer:
                 self._rebalancing = False
         if not self.config.enable_auto_commit:
             return {}
-        return {tp: (self._consumed[tp], "") for tp in revoked if tp in self._consumed}
+        positions = self._positions()
+        return {tp: (positions[tp], "") for tp in revoked if tp in positions}
+
+    def reset_positions(self) -> dict[TP, int]:
+        """Partitions held that nothing was read from yet, at the offset auto.offset.reset started them
+        (no committed offset, or one out of range): what Kafka's consumer commits for them."""
+        return {tp: o for tp, o in self._reset_to.items() if tp in self._cursors}
+
+    def _positions(self) -> dict[TP, int]:
+        """What a commit of everything processed commits: the offset after the last record processed,
+        and where a partition nothing was read from yet was started by auto.offset.reset."""
+        return {**self._reset_to, **self._consumed}
 
     def _start_offset(self, tp: TP, committed: CommittedOffset | None) -> int:
         """The committed offset if the log still has it, else where auto.offset.reset says."""
@@ -402,7 +423,7 @@ class GroupConsumer:
         """
         if offsets is None:
             self._mark_in_hand()
-            offsets = dict(self._consumed)
+            offsets = self._positions()
         if not offsets:
             return {}
         payload = {tp: (o, metadata) for tp, o in offsets.items()}
@@ -418,13 +439,15 @@ class GroupConsumer:
             # release them (at our next poll), so they are still ours to commit: ownership is checked
             self.meta.sync(self.group, self.member_id, self.generation, assignors.assign, commits=payload)
         self._last_commit = self._now()
+        for tp in offsets:
+            self._reset_to.pop(tp, None)  # (committed, or a position of the caller's own committed instead)
         return dict(offsets)
 
     def _maybe_auto_commit(self) -> None:
-        if not self.config.enable_auto_commit or not self._consumed:
+        if not self.config.enable_auto_commit or not (self._consumed or self._reset_to):
             return
         if self._now() - self._last_commit >= self.config.auto_commit_interval_ms / 1000:
-            self.commit({tp: o for tp, o in self._consumed.items() if tp in self._cursors})
+            self.commit({tp: o for tp, o in self._positions().items() if tp in self._cursors})
 
     def committed(self) -> dict[TP, int]:
         """The group's committed offsets for this member's topics."""

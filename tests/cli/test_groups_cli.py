@@ -234,7 +234,7 @@ def test_groups_list_describe_and_reset_tables(cli, data_dir) -> None:
     assert r.out.splitlines() == [
         "TOPIC  PARTITION  CURRENT-OFFSET  LOG-START  LOG-END  LAG  MEMBER  HOST  PID",
         "t      0          4               0          10       6    -       -     -",
-        "t      1          -               0          0        -    -       -     -"]
+        "t      1          0               0          0        0    -       -     -"]  # (where it started, as Kafka's)
     r = cli("groups", "reset-offsets", "g", "--topic", "t:0", "--shift-by", "-3")
     assert r.exit_code == 0 and "dry run" in r.stderr
     assert r.out.splitlines()[1].split() == ["g", "t", "0", "4", "1", "0", "10"]
@@ -343,11 +343,11 @@ def test_exec_with_grep_commits_the_records_it_filters_out(cli, data_dir, tmp_pa
     assert [p["lag"] for p in doc["partitions"]] == [0]
 
 
-@pytest.mark.parametrize(("batch", "expected"), [("1", {("t", 0): 2}), ("2", {})])
+@pytest.mark.parametrize(("batch", "expected"), [("1", {("t", 0): 2}), ("2", {("t", 0): 0})])
 def test_exec_with_grep_commits_a_filtered_record_only_once_the_run_before_it_succeeded(cli, data_dir, batch,
                                                                                        expected) -> None:
     """a0 runs, b1 is filtered out, a2 fails: one by one, b1 is done (commit 2); in a batch of a0 and a2
-    it sits between them, so neither it nor a0 is committed."""
+    it sits between them, so neither it nor a0 is committed (0: where the member started, as Kafka's)."""
     cli("topics", "create", "t", "-p", "1")
     cli("produce", "t", input=b"a0\nb1\na2\nb3\n")
     r = cli("consume", "t", "-G", "g", "--grep", "^a", "--batch", batch, "--exec", "! grep -q a2")
@@ -417,3 +417,15 @@ def test_consume_group_exec_commits_after_each_success_and_a_failure_is_redone(k
     assert batched.read_text().splitlines() == ["2:2 bad,c,", "4:1 d,"]  # the failed record first
     third = klog_proc("consume", "jobs", "-G", "g", "--exec", f"cat >> {tmp_path / 'never'}")
     assert third.returncode == 0 and not (tmp_path / "never").exists()  # everything was committed
+
+
+def test_a_group_started_at_the_end_resumes_there_after_reading_nothing(cli, data_dir) -> None:
+    """`-o end` with nothing new commits where it started, as Kafka's consumer commits every assigned
+    partition's position: the group's next run reads what came after, not the whole topic again."""
+    cli("topics", "create", "t", "-p", "2")
+    cli("produce", "t", input=b"1\n2\n3\n")
+    r = cli("consume", "t", "-G", "g", "-o", "end")
+    assert r.exit_code == 0 and r.out == ""
+    cli("produce", "t", input=b"4\n5\n")
+    r = cli("consume", "t", "-G", "g")
+    assert sorted(r.out.split()) == ["4", "5"]
