@@ -336,3 +336,23 @@ def test_a_decimal_scale_over_its_precision_is_written_as_confluent_writes_it(re
     c = converter(registry_url)
     data = c.from_connect("accounts", schema, {"n": decimal.Decimal("2.5")})
     assert c.to_connect("accounts", data) == (schema, {"n": decimal.Decimal("2.5")})
+
+
+def test_general_unions_round_trip_as_confluents_union_structs(registry_url):
+    """An Avro union other than [null, T] is Connect's io.confluent.connect.avro.Union struct (one field per
+    branch, named after it); two records of the same shape stay told apart, both ways."""
+    union = "io.confluent.connect.avro.Union"
+
+    def record(name: str) -> dict:
+        return {"type": "struct", "optional": True, "name": name, "fields": [field("x", "int32")]}
+
+    schema = {"type": "struct", "optional": False, "name": "T", "fields": [
+        {"type": "struct", "optional": True, "name": union, "field": "u", "fields": [
+            {**record("a.A"), "field": "A"}, {**record("a.B"), "field": "B"}, field("string", "string", True)]}]}
+    c = converter(registry_url)
+    for value in ({"u": {"A": None, "B": {"x": 2}, "string": None}}, {"u": {"A": None, "B": None, "string": "hi"}},
+                  {"u": None}):
+        assert c.to_connect("t", c.from_connect("t", schema, value)) == (schema, value)
+    _, deserializer = confluent(registry_url)
+    assert deserializer(c.from_connect("t", schema, {"u": {"A": {"x": 1}, "B": None, "string": None}}),
+                        ctx("t")) == {"u": {"x": 1}}
