@@ -50,9 +50,14 @@ class Version:
     id: int
     schema: str
     deleted: bool = False
+    schema_type: str = "AVRO"  # another type only from a _schemas topic Confluent's registry wrote: kept, shown
 
     def answer(self) -> dict[str, Any]:
-        return {"subject": self.subject, "version": self.version, "id": self.id, "schema": self.schema}
+        out: dict[str, Any] = {"subject": self.subject, "version": self.version, "id": self.id}
+        if self.schema_type != "AVRO":
+            out["schemaType"] = self.schema_type
+        out["schema"] = self.schema
+        return out
 
 
 def _compact(doc: Any) -> bytes:
@@ -65,6 +70,16 @@ def schema_key(subject: str, version: int) -> bytes:
 
 def config_key(subject: str | None) -> bytes:
     return _compact({"keytype": "CONFIG", "subject": subject, "magic": 0})
+
+
+def record_of(v: Version, deleted: bool | None = None) -> dict[str, Any]:
+    """A version's value in _schemas, as Confluent's registry writes it."""
+    out: dict[str, Any] = {"subject": v.subject, "version": v.version, "id": v.id}
+    if v.schema_type != "AVRO":
+        out["schemaType"] = v.schema_type
+    out["schema"] = v.schema
+    out["deleted"] = v.deleted if deleted is None else deleted
+    return out
 
 
 def parse_avro(text: Any) -> Any:
@@ -141,7 +156,8 @@ class Registry:
             if v is None:
                 self.versions.pop(where, None)
             elif isinstance(v, dict) and isinstance(v.get("id"), int) and isinstance(v.get("schema"), str):
-                self.versions[where] = Version(where[0], where[1], v["id"], v["schema"], bool(v.get("deleted")))
+                self.versions[where] = Version(where[0], where[1], v["id"], v["schema"], bool(v.get("deleted")),
+                                               str(v.get("schemaType") or "AVRO"))
         elif k.get("keytype") == "CONFIG":
             if isinstance(v, dict) and v.get("compatibilityLevel") in LEVELS:
                 self.configs[k.get("subject")] = v["compatibilityLevel"]
@@ -157,8 +173,7 @@ class Registry:
             self._apply(key, None if doc is None else _compact(doc))
 
     def _write_version(self, v: Version) -> None:
-        self._write([(schema_key(v.subject, v.version), {"subject": v.subject, "version": v.version, "id": v.id,
-                                                         "schema": v.schema, "deleted": v.deleted})])
+        self._write([(schema_key(v.subject, v.version), record_of(v))])
 
     def canonical_of(self, text: str) -> str:
         hit = self._canonical.get(text)
@@ -194,11 +209,11 @@ class Registry:
     def by_id(self, schema_id: int) -> list[Version]:
         return sorted((v for v in self.versions.values() if v.id == schema_id), key=lambda v: (v.subject, v.version))
 
-    def schema_of(self, schema_id: int) -> str:
+    def schema_of(self, schema_id: int) -> Version:
         found = self.by_id(schema_id)
         if not found:
             raise RegistryError(404, 40403, f"Schema {schema_id} not found")
-        return found[0].schema
+        return found[0]
 
     def level(self, subject: str | None) -> str:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
@@ -207,7 +222,7 @@ class Registry:
         key = canonical(parse_avro(text))
         found = self.live(subject, deleted)
         for v in found:
-            if self.canonical_of(v.schema) == key:
+            if v.schema_type == "AVRO" and self.canonical_of(v.schema) == key:
                 return v
         raise RegistryError(404, 40403, "Schema not found")
 
@@ -219,8 +234,12 @@ class Registry:
         level = self.level(subject)
         if version is not None and parse_version(version) != -1:
             target = self.version(subject, version)
-            return compatibility_problems(level.removesuffix("_TRANSITIVE"), parsed, [parse_avro(target.schema)])
-        return compatibility_problems(level, parsed, [parse_avro(v.schema) for v in found])
+            return compatibility_problems(level.removesuffix("_TRANSITIVE"), parsed, self._avro_of([target]))
+        return compatibility_problems(level, parsed, self._avro_of(found))
+
+    def _avro_of(self, versions: list[Version]) -> list[Any]:
+        """The parsed Avro schemas of `versions` (a Protobuf or JSON one is no Avro reader or writer)."""
+        return [parse_avro(v.schema) for v in versions if v.schema_type == "AVRO"]
 
     # -- writing --------------------------------------------------------------------------------------
     def register(self, subject: str, text: Any) -> int:
@@ -231,9 +250,9 @@ class Registry:
         with self.lock:
             live = self._of(subject)
             for v in live:
-                if self.canonical_of(v.schema) == key:
+                if v.schema_type == "AVRO" and self.canonical_of(v.schema) == key:
                     return v.id
-            problems = compatibility_problems(self.level(subject), parsed, [parse_avro(v.schema) for v in live])
+            problems = compatibility_problems(self.level(subject), parsed, self._avro_of(live))
             if problems:
                 raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
                                     f"subject \"{subject}\", details: {problems}")
@@ -244,13 +263,10 @@ class Registry:
             return schema_id
 
     def _id_of(self, key: str) -> int:
-        ids = {}
         for v in self.versions.values():
-            ids.setdefault(v.id, v.schema)
-        for schema_id, text in ids.items():
-            if self.canonical_of(text) == key:
-                return schema_id
-        return max(ids, default=0) + 1
+            if v.schema_type == "AVRO" and self.canonical_of(v.schema) == key:
+                return v.id
+        return max((v.id for v in self.versions.values()), default=0) + 1
 
     def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         with self.lock:
@@ -267,8 +283,7 @@ class Registry:
             if not live:
                 raise RegistryError(404, 40404, f"Subject '{subject}' was soft deleted.Set permanent=true to "
                                     "delete permanently")
-            self._write([(schema_key(v.subject, v.version), {"subject": v.subject, "version": v.version, "id": v.id,
-                                                             "schema": v.schema, "deleted": True}) for v in live])
+            self._write([(schema_key(v.subject, v.version), record_of(v, deleted=True)) for v in live])
             return [v.version for v in live]
 
     def delete_version(self, subject: str, version: str, permanent: bool) -> int:
@@ -280,7 +295,7 @@ class Registry:
                                         "before being permanently deleted")
                 self._write([(schema_key(subject, v.version), None)])
             else:
-                self._write_version(Version(v.subject, v.version, v.id, v.schema, True))
+                self._write([(schema_key(subject, v.version), record_of(v, deleted=True))])
             return v.version
 
     def set_level(self, subject: str | None, level: Any) -> str:

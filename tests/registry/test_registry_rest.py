@@ -269,6 +269,37 @@ def test_ids_versions_and_levels_survive_a_restart(data_dir):
     assert json.loads(first.value) == {"subject": "a", "version": 1, "id": 1, "schema": V1, "deleted": False}
 
 
+def test_a_schemas_topic_confluents_registry_wrote_is_served(data_dir):
+    """_schemas as a Confluent registry leaves it (its NOOP and DELETE_SUBJECT records, a Protobuf schema):
+    the Avro versions are served, the Protobuf one shown with its type and left out of Avro's comparisons,
+    and new ids continue after the highest."""
+    def key(**k: object) -> bytes:
+        return json.dumps(k, separators=(",", ":")).encode()
+
+    proto = 'syntax = "proto3"; message M { int32 a = 1; }'
+    with klog.open(data_dir) as s:
+        s.create_topic("_schemas", partitions=1, configs={"cleanup.policy": "compact"})
+        with s.producer() as p:
+            p.send("_schemas", None, key=key(keytype="NOOP", magic=0))
+            p.send("_schemas", json.dumps({"subject": "a-value", "version": 1, "id": 1, "schema": V1,
+                                           "deleted": False}).encode(),
+                   key=key(keytype="SCHEMA", subject="a-value", version=1, magic=1))
+            p.send("_schemas", json.dumps({"subject": "p-value", "version": 1, "id": 5, "schemaType": "PROTOBUF",
+                                           "schema": proto, "deleted": False}).encode(),
+                   key=key(keytype="SCHEMA", subject="p-value", version=1, magic=1))
+            p.send("_schemas", json.dumps({"subject": "a-value", "version": 1}).encode(),
+                   key=key(keytype="DELETE_SUBJECT", subject="a-value", magic=0))
+            p.send("_schemas", json.dumps({"compatibilityLevel": "FULL"}).encode(),
+                   key=key(keytype="CONFIG", subject=None, magic=0))
+    with serving(data_dir) as url:
+        assert call(url, "GET", "/subjects") == (200, ["a-value", "p-value"])
+        assert call(url, "GET", "/schemas/ids/5") == (200, {"schemaType": "PROTOBUF", "schema": proto})
+        assert call(url, "GET", "/subjects/p-value/versions/1")[1]["schemaType"] == "PROTOBUF"
+        assert call(url, "GET", "/config") == (200, {"compatibilityLevel": "FULL"})
+        assert call(url, "POST", "/subjects/p-value/versions", {"schema": '"string"'}) == (200, {"id": 6})
+        assert call(url, "POST", "/subjects/a-value/versions", {"schema": V2}) == (200, {"id": 7})
+
+
 def test_confluent_kafkas_schema_registry_client_round_trips(url):
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
     from confluent_kafka.schema_registry.error import SchemaRegistryError
