@@ -288,6 +288,10 @@ class Registry:
 
     def delete_version(self, subject: str, version: str, permanent: bool) -> int:
         with self.lock:
+            gone = self.versions.get((subject, parse_version(version)))
+            if not permanent and gone is not None and gone.deleted:
+                raise RegistryError(404, 40406, f"Subject '{subject}' Version {gone.version} was soft deleted. "
+                                    "Set permanent=true to delete permanently")
             v = self.version(subject, version, deleted=permanent)
             if permanent:
                 if not v.deleted:

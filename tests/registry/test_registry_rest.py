@@ -230,7 +230,8 @@ def test_deletes_soft_then_permanent_as_confluent(url):
     call(url, "POST", "/subjects/d/versions", {"schema": V2})
     assert call(url, "DELETE", "/subjects/d/versions/1?permanent=true")[1]["error_code"] == 40407
     assert call(url, "DELETE", "/subjects/d/versions/1") == (200, 1)
-    assert call(url, "DELETE", "/subjects/d/versions/1")[1]["error_code"] == 40402
+    assert call(url, "DELETE", "/subjects/d/versions/1")[1]["error_code"] == 40406
+    assert call(url, "GET", "/subjects/d/versions/1")[1]["error_code"] == 40402
     assert call(url, "GET", "/subjects/d/versions") == (200, [2])
     assert call(url, "GET", "/subjects/d/versions?deleted=true") == (200, [1, 2])
     assert call(url, "GET", "/schemas/ids/1") == (200, {"schema": V1})  # a soft-deleted schema keeps its id
