@@ -15,6 +15,7 @@ leader to write; klog's registry does not elect).
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -89,7 +90,13 @@ def parse_avro(text: Any) -> Any:
     if not isinstance(text, str) or not text.strip():
         raise RegistryError(422, 42201, "Empty schema")
     try:
-        return fastavro.parse_schema(_logical_types_as_properties(json.loads(text)), _write_hint=False)
+        parsed = fastavro.parse_schema(_logical_types_as_properties(json.loads(text)), _write_hint=False)
+        problem = _name_problem(parsed)
+        if problem is not None:
+            raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {problem}")
+        return parsed
+    except RegistryError:
+        raise
     except RecursionError:
         raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
     except Exception as e:  # noqa: BLE001 - fastavro raises several kinds for a bad schema: each is a 42201
@@ -112,6 +119,41 @@ def _logical_types_as_properties(avro: Any) -> Any:
         out["fields"] = [{**f, "type": _logical_types_as_properties(f.get("type"))} if isinstance(f, dict) else f
                          for f in out["fields"]]
     return out
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _name_problem(schema: Any, seen: set[int] | None = None) -> str | None:
+    """What Avro's Java library (and so Confluent's registry) refuses and fastavro takes: a name that is no
+    Avro name, a field named twice in a record."""
+    seen = set() if seen is None else seen
+    if isinstance(schema, list):
+        return next((p for m in schema if (p := _name_problem(m, seen)) is not None), None)
+    if not isinstance(schema, dict) or id(schema) in seen:
+        return None
+    seen.add(id(schema))
+    kind = schema.get("type")
+    if kind in ("record", "enum", "fixed"):
+        bad = [part for part in str(schema.get("name", "")).split(".") if not _NAME.fullmatch(part)]
+        if bad:
+            return f"{schema.get('name')!r} is not an Avro name"
+    if kind == "enum":
+        bad = [symbol for symbol in schema.get("symbols", []) if not _NAME.fullmatch(str(symbol))]
+        return f"enum symbol {bad[0]!r} is not an Avro name" if bad else None
+    if kind == "record":
+        names = [f.get("name") for f in schema.get("fields", [])]
+        for name in names:
+            if not _NAME.fullmatch(str(name)):
+                return f"field {name!r} of {schema['name']} is not an Avro name"
+            if names.count(name) > 1:
+                return f"field {name!r} is twice in {schema['name']}"
+        return next((p for f in schema.get("fields", []) if (p := _name_problem(f.get("type"), seen)) is not None),
+                    None)
+    for key in ("items", "values", "type"):
+        if isinstance(schema.get(key), dict | list):
+            return _name_problem(schema[key], seen)
+    return None
 
 
 def canonical(parsed: Any) -> str:
@@ -319,8 +361,6 @@ class Registry:
 
 def parse_version(text: str) -> int:
     """A version in a path: 1..2^31-1, or latest / -1 (the latest, as -1); 42202 otherwise."""
-    import re
-
     if text == "latest":
         return -1
     number = int(text) if re.fullmatch(r"-?[0-9]{1,12}", text) else 0
