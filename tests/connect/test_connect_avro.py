@@ -356,3 +356,27 @@ def test_general_unions_round_trip_as_confluents_union_structs(registry_url):
     _, deserializer = confluent(registry_url)
     assert deserializer(c.from_connect("t", schema, {"u": {"A": {"x": 1}, "B": None, "string": None}}),
                         ctx("t")) == {"u": {"x": 1}}
+
+
+def test_scrub_invalid_names_makes_avro_names_as_confluent_does(registry_url):
+    """A Debezium topic prefix with a dash names structs Avro refuses: refused by the registry (42201) as
+    Confluent's converter refuses them, unless scrub.invalid.names=true, which makes each name an Avro name
+    the way Confluent's doScrubName does (connect.name keeps the original)."""
+    from klog.connect.avro import avro_schema, scrub_name
+
+    assert [scrub_name(n) for n in ("ok_1", "my-field", "1st", "a b", "é", "")] == [
+        "ok_1", "my_field", "x1st", "a_b", "_C3_A9", ""]
+    schema = {"type": "struct", "optional": False, "name": "my-server.inventory.t.Value", "fields": [
+        field("my-field", "int32"), {"type": "struct", "optional": True, "name": "my-server.inventory.t.Inner",
+                                     "fields": [field("x", "int32")], "field": "inner"}]}
+    with pytest.raises(DataError, match="42201"):
+        converter(registry_url).from_connect("t", schema, {"my-field": 1, "inner": None})
+    avro = avro_schema(schema, scrub=True)
+    assert (avro["namespace"], avro["name"], avro["connect.name"]) == ("my_server.inventory.t", "Value",
+                                                                      "my-server.inventory.t.Value")
+    c = converter(registry_url, **{"scrub.invalid.names": "true"})
+    data = c.from_connect("t", schema, {"my-field": 1, "inner": {"x": 2}})
+    _, deserializer = confluent(registry_url)
+    assert deserializer(data, ctx("t")) == {"my_field": 1, "inner": {"x": 2}}
+    read_schema, value = c.to_connect("t", data)
+    assert read_schema["name"] == "my-server.inventory.t.Value" and value == {"my_field": 1, "inner": {"x": 2}}
