@@ -758,7 +758,7 @@ class AvroConverter(Converter):
         self._by_object: dict[int, tuple[Schema, _Writer]] = {}
         self._by_text: OrderedDict[str, _Writer] = OrderedDict()
         self._writers_by_subject: dict[tuple[str, str], _Writer] = {}
-        self._readers: OrderedDict[int, _Reader] = OrderedDict()
+        self._readers: OrderedDict[tuple[int, str], _Reader] = OrderedDict()  # (schema id, topic) -> reader
 
     # Connect -> bytes
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
@@ -826,20 +826,38 @@ class AvroConverter(Converter):
         if len(data) < 5 or data[:1] != MAGIC:
             raise DataError("Unknown magic byte!" if data[:1] != MAGIC else "an Avro record shorter than its header")
         schema_id = struct_.unpack(">I", data[1:5])[0]
-        reader = self._readers.get(schema_id)
+        reader = self._readers.get((schema_id, topic))
         if reader is None:
-            found = self.registry.call("GET", f"/schemas/ids/{schema_id}")
-            if found.get("schemaType", "AVRO") != "AVRO":
-                raise DataError(f"schema {schema_id} is {found['schemaType']}, not Avro")
-            reader = _Reader(json.loads(found["schema"]))
+            reader = self._reader(topic, schema_id)
             with self._lock:
-                _put_bounded(self._readers, schema_id, reader, self.cache_size)
+                _put_bounded(self._readers, (schema_id, topic), reader, self.cache_size)
         try:
             datum = fastavro().schemaless_reader(io.BytesIO(data[5:]), reader.parsed, None, return_record_name=True,
                                                  return_record_name_override=True)
         except (EOFError, ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError, struct_.error) as e:
             raise DataError(f"not Avro of schema {schema_id}: {e}") from None
         return reader.connect, datum if reader.convert is None or datum is None else reader.convert(datum)
+
+
+    def _reader(self, topic: str, schema_id: int) -> _Reader:
+        """The reader of a schema id on a topic: the schema, and its version under the topic's subject, which
+        Confluent's converter gives the Connect schema when the Avro one has no connect.version (a schema
+        not under that subject, where Confluent's converter fails the record, is read without a version)."""
+        from urllib.parse import quote
+
+        found = self.registry.call("GET", f"/schemas/ids/{schema_id}")
+        if found.get("schemaType", "AVRO") != "AVRO":
+            raise DataError(f"schema {schema_id} is {found['schemaType']}, not Avro")
+        avro = json.loads(found["schema"])
+        version = None
+        if not (isinstance(avro, dict) and "connect.version" in avro):
+            try:
+                subject = subject_name(self.strategy, topic, self.is_key, avro)
+                version = self.registry.call("POST", f"/subjects/{quote(subject, safe='')}",
+                                             {"schema": found["schema"]}).get("version")
+            except DataError:  # not under that subject (a RegistryError), or no subject for it: no version
+                pass
+        return _Reader(avro, version if isinstance(version, int) else None)
 
 
 def _put_bounded(cache: OrderedDict, key: Any, value: Any, size: int) -> None:
@@ -867,9 +885,11 @@ class _Writer:
 
 
 class _Reader:
-    def __init__(self, avro: Any) -> None:
+    def __init__(self, avro: Any, version: int | None = None) -> None:
         try:
             self.connect = connect_schema(avro)
+            if version is not None and "version" not in self.connect:
+                self.connect = _ordered({**self.connect, "version": version})
             self.parsed = fastavro().parse_schema(plain_schema(avro))  # hinted, as above
         except DataError:
             raise

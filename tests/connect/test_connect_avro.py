@@ -163,10 +163,11 @@ def test_keys_and_primitives_under_topic_name_strategy(registry_url):
     key_schema = {"type": "struct", "optional": False, "name": "shop.public.orders.Key",
                   "fields": [field("id", "int32", default=0)]}
     data = key.from_connect("orders", key_schema, {"id": 7})
-    assert key.to_connect("orders", data) == (key_schema, {"id": 7})
+    # read back with the version the registry gave it under its subject (no connect.version): Confluent's too
+    assert key.to_connect("orders", data) == ({**key_schema, "version": 1}, {"id": 7})
     plain = converter(registry_url, is_key=True)
     assert plain.to_connect("t", plain.from_connect("t", {"type": "string", "optional": False}, "k")) == (
-        {"type": "string", "optional": False}, "k")
+        {"type": "string", "optional": False, "version": 1}, "k")
     client, deserializer = confluent(registry_url)
     assert sorted(client.get_subjects()) == ["orders-key", "t-key"]
     assert deserializer(data, ctx("orders", True)) == {"id": 7}
@@ -195,6 +196,7 @@ def test_confluent_kafkas_serializer_output_is_read_as_connect_data(registry_url
     fields = {f["field"]: f for f in schema["fields"]}
     assert schema["name"] == "shop.Order" and schema["parameters"]["io.confluent.connect.avro.record.doc"] == \
         "an order"
+    assert schema["version"] == 1  # the registry's version under orders-value, as Confluent's converter gives it
     assert fields["status"]["type"] == "string" and fields["status"]["parameters"][
         "io.confluent.connect.avro.Enum"] == "shop.Status"
     assert (fields["amount"]["name"], fields["amount"]["parameters"]) == (
@@ -217,6 +219,9 @@ def test_record_name_strategies_and_lookup_only(registry_url):
     topic_record.from_connect("a", schema, {"id": 1})
     client, _ = confluent(registry_url)
     assert sorted(client.get_subjects()) == ["a-shop.Order", "shop.Order"]
+    # read by a converter of the default strategy: not under a-value, so no version (Confluent's would fail)
+    assert "version" not in converter(registry_url).to_connect("a", by_record.from_connect("a", schema, {"id": 1}))[0]
+    assert by_record.to_connect("a", by_record.from_connect("a", schema, {"id": 1}))[0]["version"] == 1
     lookup_only = converter(registry_url, **{"auto.register.schemas": "false"})
     with pytest.raises(DataError, match="40401"):
         lookup_only.from_connect("b", schema, {"id": 1})
@@ -335,7 +340,7 @@ def test_a_decimal_scale_over_its_precision_is_written_as_confluent_writes_it(re
         "connect.name": DECIMAL, "logicalType": "decimal"}
     c = converter(registry_url)
     data = c.from_connect("accounts", schema, {"n": decimal.Decimal("2.5")})
-    assert c.to_connect("accounts", data) == (schema, {"n": decimal.Decimal("2.5")})
+    assert c.to_connect("accounts", data) == ({**schema, "version": 1}, {"n": decimal.Decimal("2.5")})
 
 
 def test_general_unions_round_trip_as_confluents_union_structs(registry_url):
@@ -352,7 +357,7 @@ def test_general_unions_round_trip_as_confluents_union_structs(registry_url):
     c = converter(registry_url)
     for value in ({"u": {"A": None, "B": {"x": 2}, "string": None}}, {"u": {"A": None, "B": None, "string": "hi"}},
                   {"u": None}):
-        assert c.to_connect("t", c.from_connect("t", schema, value)) == (schema, value)
+        assert c.to_connect("t", c.from_connect("t", schema, value)) == ({**schema, "version": 1}, value)
     _, deserializer = confluent(registry_url)
     assert deserializer(c.from_connect("t", schema, {"u": {"A": {"x": 1}, "B": None, "string": None}}),
                         ctx("t")) == {"u": {"x": 1}}
