@@ -15,6 +15,7 @@ leader to write; klog's registry does not elect).
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +51,14 @@ class Version:
     id: int
     schema: str
     deleted: bool = False
+    schema_type: str = "AVRO"  # another type only from a _schemas topic Confluent's registry wrote: kept, shown
 
     def answer(self) -> dict[str, Any]:
-        return {"subject": self.subject, "version": self.version, "id": self.id, "schema": self.schema}
+        out: dict[str, Any] = {"subject": self.subject, "version": self.version, "id": self.id}
+        if self.schema_type != "AVRO":
+            out["schemaType"] = self.schema_type
+        out["schema"] = self.schema
+        return out
 
 
 def _compact(doc: Any) -> bytes:
@@ -67,6 +73,16 @@ def config_key(subject: str | None) -> bytes:
     return _compact({"keytype": "CONFIG", "subject": subject, "magic": 0})
 
 
+def record_of(v: Version, deleted: bool | None = None) -> dict[str, Any]:
+    """A version's value in _schemas, as Confluent's registry writes it."""
+    out: dict[str, Any] = {"subject": v.subject, "version": v.version, "id": v.id}
+    if v.schema_type != "AVRO":
+        out["schemaType"] = v.schema_type
+    out["schema"] = v.schema
+    out["deleted"] = v.deleted if deleted is None else deleted
+    return out
+
+
 def parse_avro(text: Any) -> Any:
     """A schema's text parsed by fastavro (names made full): RegistryError 42201 when it is no Avro schema."""
     import fastavro
@@ -74,7 +90,13 @@ def parse_avro(text: Any) -> Any:
     if not isinstance(text, str) or not text.strip():
         raise RegistryError(422, 42201, "Empty schema")
     try:
-        return fastavro.parse_schema(_logical_types_as_properties(json.loads(text)), _write_hint=False)
+        parsed = fastavro.parse_schema(_logical_types_as_properties(json.loads(text)), _write_hint=False)
+        problem = _name_problem(parsed)
+        if problem is not None:
+            raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {problem}")
+        return parsed
+    except RegistryError:
+        raise
     except RecursionError:
         raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
     except Exception as e:  # noqa: BLE001 - fastavro raises several kinds for a bad schema: each is a 42201
@@ -97,6 +119,41 @@ def _logical_types_as_properties(avro: Any) -> Any:
         out["fields"] = [{**f, "type": _logical_types_as_properties(f.get("type"))} if isinstance(f, dict) else f
                          for f in out["fields"]]
     return out
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _name_problem(schema: Any, seen: set[int] | None = None) -> str | None:
+    """What Avro's Java library (and so Confluent's registry) refuses and fastavro takes: a name that is no
+    Avro name, a field named twice in a record."""
+    seen = set() if seen is None else seen
+    if isinstance(schema, list):
+        return next((p for m in schema if (p := _name_problem(m, seen)) is not None), None)
+    if not isinstance(schema, dict) or id(schema) in seen:
+        return None
+    seen.add(id(schema))
+    kind = schema.get("type")
+    if kind in ("record", "enum", "fixed"):
+        bad = [part for part in str(schema.get("name", "")).split(".") if not _NAME.fullmatch(part)]
+        if bad:
+            return f"{schema.get('name')!r} is not an Avro name"
+    if kind == "enum":
+        bad = [symbol for symbol in schema.get("symbols", []) if not _NAME.fullmatch(str(symbol))]
+        return f"enum symbol {bad[0]!r} is not an Avro name" if bad else None
+    if kind == "record":
+        names = [f.get("name") for f in schema.get("fields", [])]
+        for name in names:
+            if not _NAME.fullmatch(str(name)):
+                return f"field {name!r} of {schema['name']} is not an Avro name"
+            if names.count(name) > 1:
+                return f"field {name!r} is twice in {schema['name']}"
+        return next((p for f in schema.get("fields", []) if (p := _name_problem(f.get("type"), seen)) is not None),
+                    None)
+    for key in ("items", "values", "type"):
+        if isinstance(schema.get(key), dict | list):
+            return _name_problem(schema[key], seen)
+    return None
 
 
 def canonical(parsed: Any) -> str:
@@ -141,7 +198,8 @@ class Registry:
             if v is None:
                 self.versions.pop(where, None)
             elif isinstance(v, dict) and isinstance(v.get("id"), int) and isinstance(v.get("schema"), str):
-                self.versions[where] = Version(where[0], where[1], v["id"], v["schema"], bool(v.get("deleted")))
+                self.versions[where] = Version(where[0], where[1], v["id"], v["schema"], bool(v.get("deleted")),
+                                               str(v.get("schemaType") or "AVRO"))
         elif k.get("keytype") == "CONFIG":
             if isinstance(v, dict) and v.get("compatibilityLevel") in LEVELS:
                 self.configs[k.get("subject")] = v["compatibilityLevel"]
@@ -157,8 +215,7 @@ class Registry:
             self._apply(key, None if doc is None else _compact(doc))
 
     def _write_version(self, v: Version) -> None:
-        self._write([(schema_key(v.subject, v.version), {"subject": v.subject, "version": v.version, "id": v.id,
-                                                         "schema": v.schema, "deleted": v.deleted})])
+        self._write([(schema_key(v.subject, v.version), record_of(v))])
 
     def canonical_of(self, text: str) -> str:
         hit = self._canonical.get(text)
@@ -194,11 +251,11 @@ class Registry:
     def by_id(self, schema_id: int) -> list[Version]:
         return sorted((v for v in self.versions.values() if v.id == schema_id), key=lambda v: (v.subject, v.version))
 
-    def schema_of(self, schema_id: int) -> str:
+    def schema_of(self, schema_id: int) -> Version:
         found = self.by_id(schema_id)
         if not found:
             raise RegistryError(404, 40403, f"Schema {schema_id} not found")
-        return found[0].schema
+        return found[0]
 
     def level(self, subject: str | None) -> str:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
@@ -207,7 +264,7 @@ class Registry:
         key = canonical(parse_avro(text))
         found = self.live(subject, deleted)
         for v in found:
-            if self.canonical_of(v.schema) == key:
+            if v.schema_type == "AVRO" and self.canonical_of(v.schema) == key:
                 return v
         raise RegistryError(404, 40403, "Schema not found")
 
@@ -219,8 +276,12 @@ class Registry:
         level = self.level(subject)
         if version is not None and parse_version(version) != -1:
             target = self.version(subject, version)
-            return compatibility_problems(level.removesuffix("_TRANSITIVE"), parsed, [parse_avro(target.schema)])
-        return compatibility_problems(level, parsed, [parse_avro(v.schema) for v in found])
+            return compatibility_problems(level.removesuffix("_TRANSITIVE"), parsed, self._avro_of([target]))
+        return compatibility_problems(level, parsed, self._avro_of(found))
+
+    def _avro_of(self, versions: list[Version]) -> list[Any]:
+        """The parsed Avro schemas of `versions` (a Protobuf or JSON one is no Avro reader or writer)."""
+        return [parse_avro(v.schema) for v in versions if v.schema_type == "AVRO"]
 
     # -- writing --------------------------------------------------------------------------------------
     def register(self, subject: str, text: Any) -> int:
@@ -231,9 +292,9 @@ class Registry:
         with self.lock:
             live = self._of(subject)
             for v in live:
-                if self.canonical_of(v.schema) == key:
+                if v.schema_type == "AVRO" and self.canonical_of(v.schema) == key:
                     return v.id
-            problems = compatibility_problems(self.level(subject), parsed, [parse_avro(v.schema) for v in live])
+            problems = compatibility_problems(self.level(subject), parsed, self._avro_of(live))
             if problems:
                 raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
                                     f"subject \"{subject}\", details: {problems}")
@@ -244,13 +305,10 @@ class Registry:
             return schema_id
 
     def _id_of(self, key: str) -> int:
-        ids = {}
         for v in self.versions.values():
-            ids.setdefault(v.id, v.schema)
-        for schema_id, text in ids.items():
-            if self.canonical_of(text) == key:
-                return schema_id
-        return max(ids, default=0) + 1
+            if v.schema_type == "AVRO" and self.canonical_of(v.schema) == key:
+                return v.id
+        return max((v.id for v in self.versions.values()), default=0) + 1
 
     def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         with self.lock:
@@ -267,12 +325,15 @@ class Registry:
             if not live:
                 raise RegistryError(404, 40404, f"Subject '{subject}' was soft deleted.Set permanent=true to "
                                     "delete permanently")
-            self._write([(schema_key(v.subject, v.version), {"subject": v.subject, "version": v.version, "id": v.id,
-                                                             "schema": v.schema, "deleted": True}) for v in live])
+            self._write([(schema_key(v.subject, v.version), record_of(v, deleted=True)) for v in live])
             return [v.version for v in live]
 
     def delete_version(self, subject: str, version: str, permanent: bool) -> int:
         with self.lock:
+            gone = self.versions.get((subject, parse_version(version)))
+            if not permanent and gone is not None and gone.deleted:
+                raise RegistryError(404, 40406, f"Subject '{subject}' Version {gone.version} was soft deleted. "
+                                    "Set permanent=true to delete permanently")
             v = self.version(subject, version, deleted=permanent)
             if permanent:
                 if not v.deleted:
@@ -280,7 +341,7 @@ class Registry:
                                         "before being permanently deleted")
                 self._write([(schema_key(subject, v.version), None)])
             else:
-                self._write_version(Version(v.subject, v.version, v.id, v.schema, True))
+                self._write([(schema_key(subject, v.version), record_of(v, deleted=True))])
             return v.version
 
     def set_level(self, subject: str | None, level: Any) -> str:
@@ -300,8 +361,6 @@ class Registry:
 
 def parse_version(text: str) -> int:
     """A version in a path: 1..2^31-1, or latest / -1 (the latest, as -1); 42202 otherwise."""
-    import re
-
     if text == "latest":
         return -1
     number = int(text) if re.fullmatch(r"-?[0-9]{1,12}", text) else 0

@@ -91,11 +91,12 @@ def _version_schema(r: Registry, path: list[str], query: dict, body: Any) -> Any
 def _by_id(part: str | None) -> Route:
     def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
         schema_id = _schema_id(path[2])
-        text = r.schema_of(schema_id)
+        found = r.schema_of(schema_id)
         if part is None:
-            return {"schema": text}
+            return {"schema": found.schema} if found.schema_type == "AVRO" else \
+                {"schemaType": found.schema_type, "schema": found.schema}
         if part == "schema":
-            return RawSchema(text)
+            return RawSchema(found.schema)
         deleted = _flag(query, "deleted")
         found = [v for v in r.by_id(schema_id) if deleted or not v.deleted]
         if part == "subjects":

@@ -163,10 +163,11 @@ def test_keys_and_primitives_under_topic_name_strategy(registry_url):
     key_schema = {"type": "struct", "optional": False, "name": "shop.public.orders.Key",
                   "fields": [field("id", "int32", default=0)]}
     data = key.from_connect("orders", key_schema, {"id": 7})
-    assert key.to_connect("orders", data) == (key_schema, {"id": 7})
+    # read back with the version the registry gave it under its subject (no connect.version): Confluent's too
+    assert key.to_connect("orders", data) == ({**key_schema, "version": 1}, {"id": 7})
     plain = converter(registry_url, is_key=True)
     assert plain.to_connect("t", plain.from_connect("t", {"type": "string", "optional": False}, "k")) == (
-        {"type": "string", "optional": False}, "k")
+        {"type": "string", "optional": False, "version": 1}, "k")
     client, deserializer = confluent(registry_url)
     assert sorted(client.get_subjects()) == ["orders-key", "t-key"]
     assert deserializer(data, ctx("orders", True)) == {"id": 7}
@@ -195,6 +196,7 @@ def test_confluent_kafkas_serializer_output_is_read_as_connect_data(registry_url
     fields = {f["field"]: f for f in schema["fields"]}
     assert schema["name"] == "shop.Order" and schema["parameters"]["io.confluent.connect.avro.record.doc"] == \
         "an order"
+    assert schema["version"] == 1  # the registry's version under orders-value, as Confluent's converter gives it
     assert fields["status"]["type"] == "string" and fields["status"]["parameters"][
         "io.confluent.connect.avro.Enum"] == "shop.Status"
     assert (fields["amount"]["name"], fields["amount"]["parameters"]) == (
@@ -217,6 +219,9 @@ def test_record_name_strategies_and_lookup_only(registry_url):
     topic_record.from_connect("a", schema, {"id": 1})
     client, _ = confluent(registry_url)
     assert sorted(client.get_subjects()) == ["a-shop.Order", "shop.Order"]
+    # read by a converter of the default strategy: not under a-value, so no version (Confluent's would fail)
+    assert "version" not in converter(registry_url).to_connect("a", by_record.from_connect("a", schema, {"id": 1}))[0]
+    assert by_record.to_connect("a", by_record.from_connect("a", schema, {"id": 1}))[0]["version"] == 1
     lookup_only = converter(registry_url, **{"auto.register.schemas": "false"})
     with pytest.raises(DataError, match="40401"):
         lookup_only.from_connect("b", schema, {"id": 1})
@@ -335,4 +340,48 @@ def test_a_decimal_scale_over_its_precision_is_written_as_confluent_writes_it(re
         "connect.name": DECIMAL, "logicalType": "decimal"}
     c = converter(registry_url)
     data = c.from_connect("accounts", schema, {"n": decimal.Decimal("2.5")})
-    assert c.to_connect("accounts", data) == (schema, {"n": decimal.Decimal("2.5")})
+    assert c.to_connect("accounts", data) == ({**schema, "version": 1}, {"n": decimal.Decimal("2.5")})
+
+
+def test_general_unions_round_trip_as_confluents_union_structs(registry_url):
+    """An Avro union other than [null, T] is Connect's io.confluent.connect.avro.Union struct (one field per
+    branch, named after it); two records of the same shape stay told apart, both ways."""
+    union = "io.confluent.connect.avro.Union"
+
+    def record(name: str) -> dict:
+        return {"type": "struct", "optional": True, "name": name, "fields": [field("x", "int32")]}
+
+    schema = {"type": "struct", "optional": False, "name": "T", "fields": [
+        {"type": "struct", "optional": True, "name": union, "field": "u", "fields": [
+            {**record("a.A"), "field": "A"}, {**record("a.B"), "field": "B"}, field("string", "string", True)]}]}
+    c = converter(registry_url)
+    for value in ({"u": {"A": None, "B": {"x": 2}, "string": None}}, {"u": {"A": None, "B": None, "string": "hi"}},
+                  {"u": None}):
+        assert c.to_connect("t", c.from_connect("t", schema, value)) == ({**schema, "version": 1}, value)
+    _, deserializer = confluent(registry_url)
+    assert deserializer(c.from_connect("t", schema, {"u": {"A": {"x": 1}, "B": None, "string": None}}),
+                        ctx("t")) == {"u": {"x": 1}}
+
+
+def test_scrub_invalid_names_makes_avro_names_as_confluent_does(registry_url):
+    """A Debezium topic prefix with a dash names structs Avro refuses: refused by the registry (42201) as
+    Confluent's converter refuses them, unless scrub.invalid.names=true, which makes each name an Avro name
+    the way Confluent's doScrubName does (connect.name keeps the original)."""
+    from klog.connect.avro import avro_schema, scrub_name
+
+    assert [scrub_name(n) for n in ("ok_1", "my-field", "1st", "a b", "é", "")] == [
+        "ok_1", "my_field", "x1st", "a_b", "_C3_A9", ""]
+    schema = {"type": "struct", "optional": False, "name": "my-server.inventory.t.Value", "fields": [
+        field("my-field", "int32"), {"type": "struct", "optional": True, "name": "my-server.inventory.t.Inner",
+                                     "fields": [field("x", "int32")], "field": "inner"}]}
+    with pytest.raises(DataError, match="42201"):
+        converter(registry_url).from_connect("t", schema, {"my-field": 1, "inner": None})
+    avro = avro_schema(schema, scrub=True)
+    assert (avro["namespace"], avro["name"], avro["connect.name"]) == ("my_server.inventory.t", "Value",
+                                                                      "my-server.inventory.t.Value")
+    c = converter(registry_url, **{"scrub.invalid.names": "true"})
+    data = c.from_connect("t", schema, {"my-field": 1, "inner": {"x": 2}})
+    _, deserializer = confluent(registry_url)
+    assert deserializer(data, ctx("t")) == {"my_field": 1, "inner": {"x": 2}}
+    read_schema, value = c.to_connect("t", data)
+    assert read_schema["name"] == "my-server.inventory.t.Value" and value == {"my_field": 1, "inner": {"x": 2}}

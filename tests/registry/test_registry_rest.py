@@ -107,6 +107,11 @@ def test_register_read_and_look_up_as_confluent_answers(url):
     ("POST", "/subjects/users-value/versions", {"schema": '{"type": "record"}'}, 422, 42201),
     ("POST", "/subjects/users-value/versions", {"schema": "not json"}, 422, 42201),
     ("POST", "/subjects/users-value/versions", {}, 422, 42201),
+    ("POST", "/subjects/users-value/versions", {"schema": record("my-server.Value")}, 422, 42201),
+    ("POST", "/subjects/users-value/versions", {"schema": record("R", {"name": "a", "type": "int"},
+                                                                  {"name": "a", "type": "long"})}, 422, 42201),
+    ("POST", "/subjects/users-value/versions", {"schema": record("R", {"name": "my-field", "type": "int"})}, 422,
+     42201),
     ("POST", "/subjects/users-value/versions", {"schema": "{}", "schemaType": "PROTOBUF"}, 422, 42201),
     ("GET", "/subjects/users-value/versions/0", None, 422, 42202),
     ("GET", "/subjects/users-value/versions/abc", None, 422, 42202),
@@ -230,7 +235,8 @@ def test_deletes_soft_then_permanent_as_confluent(url):
     call(url, "POST", "/subjects/d/versions", {"schema": V2})
     assert call(url, "DELETE", "/subjects/d/versions/1?permanent=true")[1]["error_code"] == 40407
     assert call(url, "DELETE", "/subjects/d/versions/1") == (200, 1)
-    assert call(url, "DELETE", "/subjects/d/versions/1")[1]["error_code"] == 40402
+    assert call(url, "DELETE", "/subjects/d/versions/1")[1]["error_code"] == 40406
+    assert call(url, "GET", "/subjects/d/versions/1")[1]["error_code"] == 40402
     assert call(url, "GET", "/subjects/d/versions") == (200, [2])
     assert call(url, "GET", "/subjects/d/versions?deleted=true") == (200, [1, 2])
     assert call(url, "GET", "/schemas/ids/1") == (200, {"schema": V1})  # a soft-deleted schema keeps its id
@@ -267,6 +273,37 @@ def test_ids_versions_and_levels_survive_a_restart(data_dir):
         assert s.describe_topic("_schemas").configs.get("cleanup.policy") in ("compact", None)
     assert json.loads(first.key) == {"keytype": "SCHEMA", "subject": "a", "version": 1, "magic": 1}
     assert json.loads(first.value) == {"subject": "a", "version": 1, "id": 1, "schema": V1, "deleted": False}
+
+
+def test_a_schemas_topic_confluents_registry_wrote_is_served(data_dir):
+    """_schemas as a Confluent registry leaves it (its NOOP and DELETE_SUBJECT records, a Protobuf schema):
+    the Avro versions are served, the Protobuf one shown with its type and left out of Avro's comparisons,
+    and new ids continue after the highest."""
+    def key(**k: object) -> bytes:
+        return json.dumps(k, separators=(",", ":")).encode()
+
+    proto = 'syntax = "proto3"; message M { int32 a = 1; }'
+    with klog.open(data_dir) as s:
+        s.create_topic("_schemas", partitions=1, configs={"cleanup.policy": "compact"})
+        with s.producer() as p:
+            p.send("_schemas", None, key=key(keytype="NOOP", magic=0))
+            p.send("_schemas", json.dumps({"subject": "a-value", "version": 1, "id": 1, "schema": V1,
+                                           "deleted": False}).encode(),
+                   key=key(keytype="SCHEMA", subject="a-value", version=1, magic=1))
+            p.send("_schemas", json.dumps({"subject": "p-value", "version": 1, "id": 5, "schemaType": "PROTOBUF",
+                                           "schema": proto, "deleted": False}).encode(),
+                   key=key(keytype="SCHEMA", subject="p-value", version=1, magic=1))
+            p.send("_schemas", json.dumps({"subject": "a-value", "version": 1}).encode(),
+                   key=key(keytype="DELETE_SUBJECT", subject="a-value", magic=0))
+            p.send("_schemas", json.dumps({"compatibilityLevel": "FULL"}).encode(),
+                   key=key(keytype="CONFIG", subject=None, magic=0))
+    with serving(data_dir) as url:
+        assert call(url, "GET", "/subjects") == (200, ["a-value", "p-value"])
+        assert call(url, "GET", "/schemas/ids/5") == (200, {"schemaType": "PROTOBUF", "schema": proto})
+        assert call(url, "GET", "/subjects/p-value/versions/1")[1]["schemaType"] == "PROTOBUF"
+        assert call(url, "GET", "/config") == (200, {"compatibilityLevel": "FULL"})
+        assert call(url, "POST", "/subjects/p-value/versions", {"schema": '"string"'}) == (200, {"id": 6})
+        assert call(url, "POST", "/subjects/a-value/versions", {"schema": V2}) == (200, {"id": 7})
 
 
 def test_confluent_kafkas_schema_registry_client_round_trips(url):
