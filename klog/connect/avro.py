@@ -30,6 +30,7 @@ from klog.connect.config import ConfigDef
 from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
 from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema
 from klog.connect.errors import ConfigError, DataError, RetriableError
+from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 
 NAMESPACE = "io.confluent.connect.avro"
 DEFAULT_NAME = "ConnectDefault"
@@ -249,9 +250,6 @@ def connect_schema(avro: Any) -> Schema:
     """The Connect schema of an Avro schema (its JSON form), as Confluent's AvroData.toConnectSchema."""
     parsed = fastavro().parse_schema(hidden_logical_types(avro), _write_hint=False)
     return _ToConnect().schema(parsed)
-
-
-HIDDEN_LOGICAL = "klog.logicalType"
 
 
 def hidden_logical_types(avro: Any) -> Any:
@@ -615,23 +613,6 @@ def plain_schema(avro: Any) -> Any:
     with a scale over its precision (Connect's scale 127 for an unconstrained numeric: Avro's Java library
     ignores such a logical type) parses."""
     return without_logical_types(avro)
-
-
-def without_logical_types(avro: Any, keep_as: str | None = None) -> Any:
-    """The schema with every logicalType dropped, or renamed to `keep_as`."""
-    if isinstance(avro, list):
-        return [without_logical_types(a, keep_as) for a in avro]
-    if not isinstance(avro, dict):
-        return avro
-    out = {(keep_as if k == "logicalType" else k): v for k, v in avro.items() if k != "logicalType" or keep_as}
-    for key in ("items", "values"):
-        if key in out:
-            out[key] = without_logical_types(out[key], keep_as)
-    if out.get("type") == "record":
-        out["fields"] = [{**f, "type": without_logical_types(f["type"], keep_as)} for f in out.get("fields", [])]
-    elif isinstance(out.get("type"), dict | list):
-        out["type"] = without_logical_types(out["type"], keep_as)
-    return out
 
 
 # -- the Schema Registry's REST API, as a client ------------------------------------------------------

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 from klog.registry.compat import LEVELS, compatibility_problems
 
 TOPIC = "_schemas"
@@ -90,7 +91,8 @@ def parse_avro(text: Any) -> Any:
     if not isinstance(text, str) or not text.strip():
         raise RegistryError(422, 42201, "Empty schema")
     try:
-        parsed = fastavro.parse_schema(_logical_types_as_properties(json.loads(text)), _write_hint=False)
+        hidden = without_logical_types(json.loads(text), keep_as=HIDDEN_LOGICAL)
+        parsed = fastavro.parse_schema(hidden, _write_hint=False)
         problem = _name_problem(parsed)
         if problem is not None:
             raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {problem}")
@@ -101,24 +103,6 @@ def parse_avro(text: Any) -> Any:
         raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
     except Exception as e:  # noqa: BLE001 - fastavro raises several kinds for a bad schema: each is a 42201
         raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {type(e).__name__}: {e}") from None
-
-
-def _logical_types_as_properties(avro: Any) -> Any:
-    """Each logicalType renamed, so fastavro keeps it as a property without judging it: Avro's Java library
-    (and so Confluent's registry) takes a decimal whose scale exceeds its precision, which Connect writes
-    for an unconstrained numeric (scale 127), by ignoring the logical type; fastavro refuses it."""
-    if isinstance(avro, list):
-        return [_logical_types_as_properties(a) for a in avro]
-    if not isinstance(avro, dict):
-        return avro
-    out = {("klog.logicalType" if k == "logicalType" else k): v for k, v in avro.items()}
-    for key in ("items", "values", "type"):
-        if isinstance(out.get(key), dict | list):
-            out[key] = _logical_types_as_properties(out[key])
-    if out.get("type") == "record" and isinstance(out.get("fields"), list):
-        out["fields"] = [{**f, "type": _logical_types_as_properties(f.get("type"))} if isinstance(f, dict) else f
-                         for f in out["fields"]]
-    return out
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
