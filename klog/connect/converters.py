@@ -211,13 +211,18 @@ def _json_default(value: Any) -> Any:
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
 
 
+# Decimal arithmetic rounds to its context's precision (28 digits by default): a numeric(40, 9) lost
+# its last digits both ways. Scaling by a power of ten is exact at the largest precision.
+_EXACT = decimal.Context(prec=decimal.MAX_PREC)
+
+
 def decimal_to_bytes(value: decimal.Decimal, scale: int) -> bytes:
-    unscaled = int(value.scaleb(scale).to_integral_value())
+    unscaled = int(value.scaleb(scale, _EXACT).to_integral_value(context=_EXACT))
     return unscaled.to_bytes(max(1, (unscaled.bit_length() + 8) // 8), "big", signed=True)
 
 
 def decimal_from_bytes(data: bytes, scale: int) -> decimal.Decimal:
-    return decimal.Decimal(int.from_bytes(data, "big", signed=True)).scaleb(-scale)
+    return decimal.Decimal(int.from_bytes(data, "big", signed=True)).scaleb(-scale, _EXACT)
 
 
 def _scale(schema: Schema) -> int:

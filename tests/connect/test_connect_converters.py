@@ -45,3 +45,18 @@ def test_envelopes_read_as_json_reads_them(data: bytes, expected: object) -> Non
 def test_a_broken_payload_is_a_data_error(data: bytes) -> None:
     with pytest.raises(DataError):
         JsonConverter({}, False).to_connect("t", data)
+
+
+@pytest.mark.parametrize("text", ["1234567890123456789012345678901234567890.123456789",
+                                  "-98765432109876543210987654321098765.000000001", "0.000000000"])
+def test_a_decimal_of_more_than_28_digits_keeps_every_digit(text: str) -> None:
+    """Connect's Decimal is an unscaled integer of any length (PostgreSQL's numeric has up to 1,000 digits):
+    Python's decimal context rounded it to 28 significant digits both ways."""
+    import decimal
+
+    schema = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+              "parameters": {"scale": "9"}}
+    conv = JsonConverter({}, is_key=False)
+    data = conv.from_connect("t", schema, decimal.Decimal(text))
+    value = conv.to_connect("t", data)[1]
+    assert value == decimal.Decimal(text) and value.as_tuple().exponent == -9
