@@ -343,28 +343,30 @@ class GroupStateMachine:
         return SyncResult(E.none, group.protocol_type, group.protocol_name, member.assignment)
 
     def _check_member(self, group: Group | None, member_id: str, instance_id: str | None) -> E:
+        """Kafka's validateCurrentMember: a group.instance.id must be the static member's own (another
+        member's: FENCED_INSTANCE_ID; one the group does not know: UNKNOWN_MEMBER_ID), and the member
+        id one of the group's."""
         if group is None or group.state in (EMPTY, DEAD):
             return E.unknown_member_id
-        if instance_id is not None and instance_id in group.static and group.static[instance_id] != member_id:
-            return E.fenced_instance_id
+        if instance_id is not None and group.static.get(instance_id) != member_id:
+            return E.fenced_instance_id if instance_id in group.static else E.unknown_member_id
         if member_id not in group.members:
             return E.unknown_member_id
         return E.none
 
     # -- Heartbeat, LeaveGroup, OffsetCommit checks ----------------------------------------------------
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> E:
+        """Kafka's order: the member, then its generation, then the state (a stale generation is
+        ILLEGAL_GENERATION in a rebalance too, and does not keep the member alive)."""
         group = self.groups.get(group_id)
         error = self._check_member(group, member_id, instance_id)
         if error is not E.none:
             return error
-        member = group.members[member_id]
-        if group.state == PREPARING:
-            member.deadline = self.clock() + member.session_timeout_ms
-            return E.rebalance_in_progress
         if generation != group.generation:
             return E.illegal_generation
+        member = group.members[member_id]
         member.deadline = self.clock() + member.session_timeout_ms
-        return E.none
+        return E.rebalance_in_progress if group.state == PREPARING else E.none
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[E, list[E]]:
         """Remove members (member id, or group.instance.id for a static member); the others rebalance."""
@@ -387,18 +389,28 @@ class GroupStateMachine:
         return E.none, errors
 
     def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> E:
-        """May (member, generation) commit offsets? Commits from outside any generation (generation -1,
-        no member id: a consumer with manual assignment) are accepted while the group has no members."""
+        """May (member, generation) commit offsets? Kafka's validateOffsetCommit: generation -1 (a
+        consumer with manual assignment, or an admin client) may commit while the group is Empty or
+        unknown; a generation for a group this node does not know is ILLEGAL_GENERATION; otherwise
+        the member is checked, then the state and the generation (eager consumers commit before they
+        give partitions up)."""
         group = self.groups.get(group_id)
-        if generation < 0 and not member_id:
-            return E.none if group is None or not group.members else E.unknown_member_id  # Kafka: not a member
+        if group is None or group.state == EMPTY:
+            if generation < 0:
+                return E.none
+            if group is None:
+                return E.illegal_generation
+        if generation < 0 and not member_id and instance_id is None:
+            return E.unknown_member_id  # Kafka: only members commit to a group that has some
         error = self._check_member(group, member_id, instance_id)
         if error is not E.none:
             return error
-        if group.state == COMPLETING:  # the member has not got its new assignment yet
+        # the member has not got its new assignment yet (Kafka checks the generation first, and its
+        # ILLEGAL_GENERATION fails a cooperative consumer's commit of the partitions it keeps)
+        if group.state == COMPLETING:
             return E.rebalance_in_progress
         if generation != group.generation:  # in PreparingRebalance the old generation may still commit
-            return E.illegal_generation       # (eager consumers commit before they give partitions up)
+            return E.illegal_generation
         member = group.members[member_id]
         member.deadline = self.clock() + member.session_timeout_ms  # a commit proves it alive too
         return E.none

@@ -42,3 +42,40 @@ def test_the_timer_of_many_groups_costs_what_is_due_not_every_group():
     now[0] = 10**9
     machine.tick()
     assert machine.groups == {} and machine.next_deadline() is None
+
+
+# -- error codes in the order Kafka's GroupCoordinator checks -----------------------------------------
+def _stable_pair(machine: GroupStateMachine) -> tuple[str, str, int]:
+    """Two dynamic members a (the leader) and b in a Stable group 'g'; (a, b, generation)."""
+    from tests.server.test_group_coordinator import join, sync
+
+    ra, rb = join(machine), join(machine)
+    machine.clock.now += 3_000
+    machine.tick()
+    a, b, gen = ra.one.member_id, rb.one.member_id, ra.one.generation
+    sync(machine, gen, a, {a: b"A", b: b"B"})
+    assert machine.groups["g"].state == "Stable"
+    return a, b, gen
+
+
+def test_stale_generations_forged_instance_ids_and_simple_commits_get_kafkas_errors():
+    from tests.server.test_group_coordinator import join, make
+
+    machine, clock = make()
+    a, b, gen = _stable_pair(machine)
+    # a dynamic member naming a group.instance.id the group does not know (Kafka's validateCurrentMember)
+    assert machine.heartbeat("g", gen, a, "forged") == E.unknown_member_id
+    assert machine.check_commit("g", gen, a, "forged") == E.unknown_member_id
+    join(machine, b, protocols=(("range", b"changed"),))  # PreparingRebalance, generation still `gen`
+    assert machine.groups["g"].state == "PreparingRebalance"
+    # a stale generation is ILLEGAL_GENERATION in a rebalance too, and keeps nobody alive
+    deadline = machine.groups["g"].members[a].deadline
+    clock.now += 100
+    assert machine.heartbeat("g", gen - 1, a, None) == E.illegal_generation
+    assert machine.groups["g"].members[a].deadline == deadline
+    assert machine.heartbeat("g", gen, a, None) == E.rebalance_in_progress
+    # commits outside group management: accepted while the group is Empty or unknown
+    assert machine.check_commit("never-seen", -1, "", None) == E.none
+    assert machine.check_commit("never-seen", -1, "someone", None) == E.none
+    assert machine.check_commit("never-seen", 3, "someone", None) == E.illegal_generation
+    assert machine.check_commit("g", -1, "", None) == E.unknown_member_id  # the group has members
