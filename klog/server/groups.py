@@ -349,6 +349,8 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Any:
     if not _valid_group(group_id):
         return reply(E.invalid_group_id, {})
     await coord.flush()
+    if coord.machine.is_live(group_id) and coord.machine.groups[group_id].protocol_type != CONSUMER:
+        return reply(E.non_empty_group, {})  # Kafka: only a consumer group's subscriptions are known
     subscribed = coord.machine.subscribed_topics(group_id, consumer_protocol.subscription_topics)
     try:
         committed = await ctx.run_blocking(coord.meta.committed, group_id)
@@ -360,6 +362,9 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Any:
     for t in request.topics:
         topic = str(t.name)
         parts = [int(p.partition_index) for p in t.partitions]
+        if not ctx.authorize("READ", "TOPIC", topic):  # Kafka: Delete on the group and Read on the topic
+            results.update({(topic, p): E.topic_authorization_failed for p in parts})
+            continue
         if topic in subscribed:
             results.update({(topic, p): E.group_subscribed_to_topic for p in parts})
             continue

@@ -79,3 +79,432 @@ def test_stale_generations_forged_instance_ids_and_simple_commits_get_kafkas_err
     assert machine.check_commit("never-seen", -1, "someone", None) == E.none
     assert machine.check_commit("never-seen", 3, "someone", None) == E.illegal_generation
     assert machine.check_commit("g", -1, "", None) == E.unknown_member_id  # the group has members
+
+
+# -- OffsetDelete: Kafka's checks ------------------------------------------------------------------
+@pytest.fixture
+def acl_server(data_dir):
+    """klog serve over SASL_PLAINTEXT with ACLs on: alice may Delete/Read/Describe group 'ga' and Read
+    topic 'mine', not topic 't'; bob owns group 'gb'. Offsets stored in both groups."""
+    import klog
+    from klog.meta.acls import AclsMeta
+    from klog.meta.credentials import CredentialsMeta
+    from klog.meta.groups import GroupsMeta
+    from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+    from klog.server import Server
+    from klog.server.listeners import Listener, SecurityConfig
+
+    def allow(rtype, name, op, who="User:alice"):
+        return AclBinding(rtype, name, PatternType.LITERAL, who, "*", op, Permission.ALLOW)
+
+    store = klog.open(data_dir)
+    for user in ("alice", "bob"):
+        CredentialsMeta(store.meta).add(user, "SCRAM-SHA-256", "pw")
+    G, T = ResourceType.GROUP, ResourceType.TOPIC
+    AclsMeta(store.meta).add([allow(G, "ga", op) for op in (Operation.READ, Operation.DELETE, Operation.DESCRIBE)]
+                             + [allow(T, "mine", Operation.READ), allow(T, "mine", Operation.DESCRIBE)]
+                             + [allow(G, "gb", Operation.ALL, "User:bob"), allow(T, "t", Operation.ALL, "User:bob")])
+    store.create_topic("t", partitions=1)
+    store.create_topic("mine", partitions=1)
+    GroupsMeta(store.meta).store_offsets("ga", {("t", 0): (5, ""), ("mine", 0): (7, "")})
+    GroupsMeta(store.meta).store_offsets("gb", {("t", 0): (9, "bob's")})
+    cfg = SecurityConfig([Listener("SASL_PLAINTEXT", "127.0.0.1", 0)], auth_failure_delay_ms=100)
+    with Server(store=store, security=cfg, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        yield server
+    store.close()
+
+
+def _kp_admin(server, user: str):
+    from kafka.admin import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{server.port}", security_protocol="SASL_PLAINTEXT",
+                            sasl_mechanism="SCRAM-SHA-256", sasl_plain_username=user, sasl_plain_password="pw",
+                            request_timeout_ms=10_000)
+
+
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+def test_offset_delete_needs_read_on_the_topic_and_other_principals_groups_stay_hidden(acl_server):
+    """OffsetDelete checked Delete on the group only: alice deleted the committed offsets of a topic
+    she may not read. Kafka answers TOPIC_AUTHORIZATION_FAILED for it (KafkaApis)."""
+    from kafka.structs import TopicPartition
+
+    from klog.meta.groups import GroupsMeta
+
+    admin = _kp_admin(acl_server, "alice")
+    try:
+        errors = admin.delete_group_offsets("ga", [TopicPartition("t", 0), TopicPartition("mine", 0)])
+        assert {tp.topic: e.__name__ for tp, e in errors.items()} == {
+            "t": "TopicAuthorizationFailedError", "mine": "NoError"}
+        assert set(GroupsMeta(acl_server.store.meta).committed("ga")) == {("t", 0)}
+        # bob's group: not listed, not described, its offsets neither read nor deleted
+        assert [g["group_id"] for g in admin.list_groups()] == ["ga"]
+        for look in (admin.list_group_offsets, lambda g: admin.describe_groups([g])):
+            with pytest.raises(Exception, match="GroupAuthorizationFailed"):
+                look("gb")
+        with pytest.raises(Exception, match="GroupAuthorizationFailed"):
+            admin.delete_group_offsets("gb", [TopicPartition("t", 0)])
+        assert GroupsMeta(acl_server.store.meta).committed("gb")[("t", 0)].offset == 9
+    finally:
+        admin.close()
+
+
+# -- the campaign: hostile sequences against a live server -------------------------------------------
+TOPIC = "hc"  # two partitions, records produced before the server starts
+RECORDS = 20
+SEQUENCE_S = 60  # no sequence may take longer (each request waits at most its own timeout too)
+RSS_GROWTH_MAX_KB = 400 * 1024
+
+
+@pytest.fixture
+def hostile_server(data_dir, tmp_path):
+    import json
+    import os
+
+    import klog
+    from tests.server.serve_fuzz import ServeProcess
+
+    with klog.open(data_dir) as store:
+        store.create_topic(TOPIC, partitions=2)
+        with store.producer() as p:
+            for i in range(RECORDS):
+                p.send(TOPIC, value=b"r%d" % i, partition=i % 2)
+    path = os.path.join(data_dir, "klog.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["defaults"] = {"group.initial.rebalance.delay.ms": "300"}  # (Kafka's 3 s: only slower here)
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    with ServeProcess(data_dir, str(tmp_path / "serve.err")) as server:
+        yield server
+
+
+def _errors(response) -> list:
+    return [p.error_code for t in response.topics for p in t.partitions]
+
+
+async def _member(port: int, group: str, **join_args) -> tuple:
+    """A member through JoinGroup v5 (MEMBER_ID_REQUIRED, then the id): (connection, join answer)."""
+    from tests.server import group_client as gc
+
+    if "protocols" not in join_args:
+        join_args["topics"] = [TOPIC]
+    conn = await gc.Conn.open(port)
+    first = await conn.call(gc.join(group, **join_args))
+    if first.error_code != E.member_id_required:
+        return conn, first
+    return conn, await conn.call(gc.join(group, first.member_id, **join_args), timeout=30)
+
+
+async def _stable(port: int, group: str, n: int, **join_args) -> tuple[list, list, int]:
+    """`n` members joined and synced: (connections, member ids, generation); member 0 leads."""
+    import asyncio
+
+    from tests.server import group_client as gc
+
+    joined = await asyncio.gather(*(_member(port, group, **join_args) for _ in range(n)))
+    gens = {j.generation_id for _, j in joined}
+    assert {j.error_code for _, j in joined} == {E.none} and len(gens) == 1, joined
+    leader = next(i for i, (_, j) in enumerate(joined) if j.members)
+    joined.insert(0, joined.pop(leader))
+    conns, ids, gen = [c for c, _ in joined], [j.member_id for _, j in joined], gens.pop()
+    plan = {m: gc.assignment({TOPIC: [i % 2]}) for i, m in enumerate(ids)}
+    synced = await asyncio.gather(*(c.call(gc.sync(group, gen, m, plan if i == 0 else {}), timeout=30)
+                                    for i, (c, m) in enumerate(zip(conns, ids, strict=True))))
+    assert {s.error_code for s in synced} == {E.none}, synced
+    return conns, ids, gen
+
+
+async def seq_out_of_order(port: int, rng, group: str, scale: int) -> None:
+    """Every request but JoinGroup to a group nobody joined, with invented ids and generations."""
+    from tests.server import group_client as gc
+
+    conn = await gc.Conn.open(port)
+    try:
+        member, gen = rng.choice(["", "nobody", "x" * 300]), rng.choice([-1, 0, 1, 2**31 - 1])
+        assert (await conn.call(gc.sync(group, gen, member))).error_code == E.unknown_member_id
+        assert (await conn.call(gc.heartbeat(group, gen, member))).error_code == E.unknown_member_id
+        left = await conn.call(gc.leave(group, [(member, None), ("other", "instance")]))
+        assert left.error_code == E.unknown_member_id
+        committed = await conn.call(gc.commit(group, gen, member, {(TOPIC, 0): 3}))
+        assert _errors(committed) == [E.none if gen < 0 else E.illegal_generation]
+        fetched = await conn.call(gc.fetch_offsets(group, {TOPIC: [0]}))
+        assert fetched.error_code == E.none
+        assert fetched.topics[0].partitions[0].committed_offset == (3 if gen < 0 else -1)
+        assert (await conn.call(gc.join(group, "made-up"))).error_code == E.unknown_member_id
+    finally:
+        conn.close()
+
+
+async def seq_forged_members(port: int, rng, group: str, scale: int) -> None:
+    """A Stable group; then another member's id, stale and future generations, unknown members in a
+    LeaveGroup batch, a forged group.instance.id."""
+    from tests.server import group_client as gc
+
+    conns, ids, gen = await _stable(port, group, 2)
+    try:
+        a, b = ids
+        c = conns[1]
+        assert (await c.call(gc.heartbeat(group, gen, a))).error_code == E.none  # (Kafka can't tell either)
+        for bad in (gen - 1, gen + 1, -1, 2**31 - 1):
+            assert (await c.call(gc.heartbeat(group, bad, b))).error_code == E.illegal_generation
+            assert (await c.call(gc.sync(group, bad, b))).error_code == E.illegal_generation
+            assert _errors(await c.call(gc.commit(group, bad, b, {(TOPIC, 1): 1}))) == [E.illegal_generation]
+        assert (await c.call(gc.heartbeat(group, gen, b, "forged"))).error_code == E.unknown_member_id
+        assert (await c.call(gc.sync(group, gen, "nobody"))).error_code == E.unknown_member_id
+        assert _errors(await c.call(gc.commit(group, gen, b, {(TOPIC, 1): 4}))) == [E.none]
+        strangers = [(f"stranger-{i}", None) for i in range(rng.randrange(1, 50 * scale))]
+        left = await c.call(gc.leave(group, [*strangers, (b, None), (b, None)]))
+        assert [m.error_code for m in left.members] == [E.unknown_member_id] * len(strangers) + [
+            E.none, E.unknown_member_id]
+        # the leader learns of the rebalance by its heartbeat, re-joins alone
+        assert (await conns[0].call(gc.heartbeat(group, gen, a))).error_code == E.rebalance_in_progress
+        again = await conns[0].call(gc.join(group, a), timeout=30)
+        assert again.error_code == E.none and again.generation_id == gen + 1
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+async def seq_static_fencing(port: int, rng, group: str, scale: int) -> None:
+    """Two clients with one group.instance.id: the newer fences the older (FENCED_INSTANCE_ID)."""
+    from tests.server import group_client as gc
+
+    instance = f"inst-{rng.randrange(10**6)}"
+    conns, ids, gen = await _stable(port, group, 1, instance=instance)
+    newer, joined = await _member(port, group, instance=instance)
+    try:
+        assert joined.error_code == E.none and joined.member_id != ids[0]
+        old = conns[0]
+        assert (await old.call(gc.heartbeat(group, gen, ids[0], instance))).error_code == E.fenced_instance_id
+        assert (await old.call(gc.sync(group, gen, ids[0], instance=instance))).error_code == E.fenced_instance_id
+        assert _errors(await old.call(gc.commit(group, gen, ids[0], {(TOPIC, 0): 1}, instance=instance))) == [
+            E.fenced_instance_id]
+        assert (await old.call(gc.join(group, ids[0], instance=instance))).error_code == E.fenced_instance_id
+        left = await old.call(gc.leave(group, [(ids[0], instance)]))
+        assert [m.error_code for m in left.members] == [E.fenced_instance_id]
+        left = await newer.call(gc.leave(group, [("", instance)]))  # by instance id alone
+        assert [m.error_code for m in left.members] == [E.none]
+    finally:
+        for conn in (*conns, newer):
+            conn.close()
+
+
+async def seq_absurd_values(port: int, rng, group: str, scale: int) -> None:
+    """Session timeouts past Kafka's bounds, thousands of protocols, commits past every limit."""
+    from tests.server import group_client as gc
+
+    conn = await gc.Conn.open(port)
+    try:
+        for session in (-1, 0, 5999, 1_800_001, 2**31 - 1):
+            assert (await conn.call(gc.join(group, session_ms=session))).error_code == E.invalid_session_timeout
+        many = tuple((f"p{i}", b"") for i in range(rng.randrange(1000, 5000)))
+        assert (await conn.call(gc.join(group, protocols=many))).error_code == E.member_id_required
+        assert (await conn.call(gc.join(group, protocols=()))).error_code == E.inconsistent_group_protocol
+        assert (await conn.call(gc.join(group, protocol_type=""))).error_code == E.inconsistent_group_protocol
+        wide = {(TOPIC, p): 1 for p in range(rng.randrange(100, 1000 * scale))}
+        errors = _errors(await conn.call(gc.commit(group, -1, "", wide)))
+        assert errors[:2] == [E.none, E.none] and set(errors[2:]) == {E.unknown_topic_or_partition}
+        nowhere = await conn.call(gc.commit(group, -1, "", {("no-such-topic", 0): 1, (TOPIC, -1): 1}))
+        assert _errors(nowhere) == [E.unknown_topic_or_partition] * 2
+        for size, error in ((4096, E.none), (4097, E.offset_metadata_too_large),
+                            (1 << 20, E.offset_metadata_too_large)):
+            answer = await conn.call(gc.commit(group, -1, "", {(TOPIC, 0): 2}, metadata="m" * size))
+            assert _errors(answer) == [error], size
+    finally:
+        conn.close()
+
+
+async def seq_held_rebalance(port: int, rng, group: str, scale: int) -> None:
+    """A member joins and never syncs; another joins with the longest rebalance timeout and never
+    comes back: only this group waits (other groups are checked by the campaign meanwhile)."""
+    import asyncio
+
+    from tests.server import group_client as gc
+
+    conns, ids, gen = await _stable(port, group, 2, rebalance_ms=2**31 - 1)
+    try:
+        # a new member: the group rebalances; member 1 never re-joins, so the join waits (its timeout: years)
+        newcomer = await gc.Conn.open(port)
+        first = await newcomer.call(gc.join(group, rebalance_ms=2**31 - 1))
+        await newcomer.send(gc.join(group, first.member_id, rebalance_ms=2**31 - 1))
+        assert (await conns[0].call(gc.heartbeat(group, gen, ids[0]))).error_code == E.rebalance_in_progress
+        await conns[0].send(gc.join(group, ids[0], rebalance_ms=2**31 - 1))
+        described = await conns[1].call(gc.describe(group))
+        assert described.groups[0].group_state == "PreparingRebalance"
+        assert (await conns[1].call(gc.delete_groups(group))).results[0].error_code == E.non_empty_group
+        conns.append(newcomer)
+        await asyncio.sleep(0.2)
+    finally:
+        for conn in conns:  # dropped mid-rebalance: the waiting joins are answered into closed sockets
+            conn.close()
+
+
+async def seq_dropped_and_doubled(port: int, rng, group: str, scale: int) -> None:
+    """One member id on two connections; connections closed with a JoinGroup/SyncGroup unanswered."""
+    import asyncio
+
+    from tests.server import group_client as gc
+
+    conns, ids, gen = await _stable(port, group, 2)
+    try:
+        twin = await gc.Conn.open(port)
+        conns.append(twin)
+        assert (await twin.call(gc.heartbeat(group, gen, ids[1]))).error_code == E.none
+        # member 1 re-joins with new metadata on its own connection and on the twin at once
+        changed = (("range", gc.subscription([TOPIC, "other"])),)
+        await conns[1].send(gc.join(group, ids[1], protocols=changed))
+        await twin.send(gc.join(group, ids[1], protocols=changed))
+        await conns[0].send(gc.join(group, ids[0]))
+        answers = await asyncio.gather(conns[1].receive(gc.join(group), 30), twin.receive(gc.join(group), 30),
+                                       conns[0].receive(gc.join(group), 30))
+        assert sorted(a.error_code for a in answers[:2]) == [E.none, E.unknown_member_id], answers
+        assert answers[2].error_code == E.none
+        # the leader closes its connection before syncing; the follower's SyncGroup waits, then its session
+        conns[0].close()
+        follower = conns[1] if answers[0].error_code == E.none else twin
+        synced = await follower.call(gc.sync(group, answers[2].generation_id, ids[1]), timeout=30)
+        assert synced.error_code in (E.rebalance_in_progress, E.unknown_member_id, E.none), synced
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+async def seq_admin_in_every_state(port: int, rng, group: str, scale: int) -> None:
+    """DescribeGroups/ListGroups/DeleteGroups/OffsetDelete of a group Stable, of one of another protocol
+    type, of one Empty with offsets, of one never seen."""
+    from tests.server import group_client as gc
+
+    conns, ids, gen = await _stable(port, group, 1)
+    other = f"{group}-connect"
+    admin = await gc.Conn.open(port)
+    connect, joined = await _member(port, other, protocol_type="connect",
+                                    protocols=(("default", b"\x00\x01whatever"),))
+    try:
+        assert joined.error_code == E.none
+        assert _errors(await conns[0].call(gc.commit(group, gen, ids[0], {(TOPIC, 0): 5, (TOPIC, 1): 6}))) == [
+            E.none, E.none]
+        described = await admin.call(gc.describe(group, other, "never-seen"))
+        assert [g.group_state for g in described.groups] == ["Stable", "CompletingRebalance", "Dead"]
+        listed = {g.group_id: g.group_state for g in (await admin.call(gc.list_groups())).groups}
+        assert listed[group] == "Stable" and listed[other] == "CompletingRebalance" and "never-seen" not in listed
+        deleted = await admin.call(gc.delete_groups(group, other, "never-seen"))
+        assert [r.error_code for r in deleted.results] == [E.non_empty_group, E.non_empty_group,
+                                                            E.group_id_not_found]
+        subscribed = await admin.call(gc.delete_offsets(group, TOPIC, [0, 1]))
+        assert subscribed.error_code == E.none and _errors(subscribed) == [E.group_subscribed_to_topic] * 2
+        assert (await admin.call(gc.delete_offsets(other, TOPIC, [0]))).error_code == E.non_empty_group
+        assert (await admin.call(gc.delete_offsets("never-seen", TOPIC, [0]))).error_code == E.group_id_not_found
+        assert [m.error_code for m in (await conns[0].call(gc.leave(group, [(ids[0], None)]))).members] == [E.none]
+        assert (await admin.call(gc.describe(group))).groups[0].group_state == "Empty"
+        freed = await admin.call(gc.delete_offsets(group, TOPIC, [0]))
+        assert freed.error_code == E.none and _errors(freed) == [E.none]
+        assert [r.error_code for r in (await admin.call(gc.delete_groups(group))).results] == [E.none]
+        fetched = await admin.call(gc.fetch_offsets(group))
+        assert fetched.error_code == E.none and fetched.topics == ()
+    finally:
+        for conn in (*conns, admin, connect):
+            conn.close()
+
+
+async def seq_crowds(port: int, rng, group: str, scale: int) -> None:
+    """Thousands of member ids in one group (group.max.size) and hundreds of groups from one client."""
+    import asyncio
+
+    from tests.server import group_client as gc
+
+    conns = [await gc.Conn.open(port) for _ in range(4)]
+    try:
+        async def hand_out(conn, n: int, name) -> list:
+            return [(await conn.call(gc.join(name(i)))).error_code for i in range(n)]
+
+        per_conn = 1001 // len(conns) + 1
+        results = await asyncio.gather(*(hand_out(c, per_conn, lambda i: group) for c in conns))
+        codes = [e for r in results for e in r]
+        assert codes.count(E.member_id_required) == 1000
+        assert set(codes) == {E.member_id_required, E.group_max_size_reached}
+        many = await asyncio.gather(*(hand_out(c, 250 * scale, lambda i, c=k: f"{group}-{c}-{i}")
+                                      for k, c in enumerate(conns)))
+        assert {e for r in many for e in r} == {E.member_id_required}
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+SEQUENCES = [seq_out_of_order, seq_forged_members, seq_static_fencing, seq_absurd_values, seq_held_rebalance,
+             seq_dropped_and_doubled, seq_admin_in_every_state, seq_crowds]
+
+
+def _consume_in_a_fresh_group(server, group: str, seconds: float) -> float:
+    """A confluent-kafka consumer joins `group` and reads every record: how long it took."""
+    from confluent_kafka import Consumer
+
+    started = time.monotonic()
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "group.id": group,
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                         "heartbeat.interval.ms": 500, "enable.auto.commit": False})
+    try:
+        consumer.subscribe([TOPIC])
+        seen = 0
+        while seen < RECORDS and time.monotonic() - started < seconds:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                seen += 1
+        assert seen == RECORDS, f"a fresh group read {seen} of {RECORDS} records in {seconds} s"
+        return time.monotonic() - started
+    finally:
+        consumer.close()
+
+
+def run_hostile_campaign(server, seed: int, rounds: int, scale: int) -> None:
+    """`rounds` times every sequence in a seeded order; after each: the server alive, a fresh
+    connection answered within 2 s, memory within bounds, no traceback in its log; meanwhile and at
+    the end a confluent consumer in a group of its own reads everything."""
+    import asyncio
+    import random
+    import threading
+
+    from tests.server.serve_fuzz import log_problems
+
+    rng = random.Random(seed)
+    baseline_kb = server.rss_kb()
+    bystander: dict = {}
+
+    def read_meanwhile() -> None:
+        try:
+            bystander["took"] = _consume_in_a_fresh_group(server, f"bystander-{seed}", 30)
+        except Exception as e:  # noqa: BLE001 - reported by the campaign
+            bystander["error"] = e
+
+    for round_ in range(rounds):
+        order = SEQUENCES[:]
+        rng.shuffle(order)
+        for n, sequence in enumerate(order):
+            group = f"h{round_}-{n}-{rng.randrange(10**6)}"
+            watcher = threading.Thread(target=read_meanwhile) if sequence is seq_held_rebalance else None
+            if watcher is not None:
+                watcher.start()
+
+            async def bounded(sequence=sequence, group=group) -> None:
+                await asyncio.wait_for(sequence(server.port, rng, group, scale), SEQUENCE_S)
+
+            asyncio.run(bounded())
+            if watcher is not None:
+                watcher.join(40)
+                assert "error" not in bystander and bystander.get("took", 99) < 20, bystander
+            what = f"seed {seed}, round {round_}, {sequence.__name__} on group {group}"
+            assert server.alive(), f"after {what}: klog serve exited"
+            assert server.health_s() < 2, f"after {what}: a fresh connection waited"
+            grown = server.rss_kb() - baseline_kb
+            assert grown < RSS_GROWTH_MAX_KB, f"after {what}: RSS grew {grown} KiB"
+            lines = server.new_lines()
+            assert not log_problems(lines), f"after {what}: {lines[:5]}"
+    assert _consume_in_a_fresh_group(server, f"after-{seed}", 30) < 20
+
+
+def test_hostile_group_sequences(hostile_server, replay_seed):
+    run_hostile_campaign(hostile_server, replay_seed(20261128), rounds=1, scale=1)
+
+
+@pytest.mark.slow
+def test_hostile_group_sequences_longer(hostile_server, replay_seed):
+    run_hostile_campaign(hostile_server, replay_seed(7), rounds=3, scale=4)
