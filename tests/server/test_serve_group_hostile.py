@@ -430,8 +430,29 @@ async def seq_crowds(port: int, rng, group: str, scale: int) -> None:
             conn.close()
 
 
+async def seq_fat_members(port: int, rng, group: str, scale: int) -> None:
+    """Members with 400 KB of metadata each: the group takes ten (4 MiB), the rest are refused as
+    Kafka refuses a full group, and the ten get their generation without waiting for the refused."""
+    import asyncio
+
+    from tests.server import group_client as gc
+
+    fat = (("range", gc.subscription([TOPIC], b"u" * 400_000)),)
+    started = time.monotonic()
+    joined = await asyncio.gather(*(_member(port, group, protocols=fat) for _ in range(10 + rng.randrange(1, 6))))
+    try:
+        codes = [j.error_code for _, j in joined]
+        assert codes.count(E.none) == 10 and set(codes) == {E.none, E.group_max_size_reached}, codes
+        assert time.monotonic() - started < 5  # (the refused ids' sessions are not waited for)
+        leader = next(j for _, j in joined if j.members)
+        assert len(leader.members) == 10
+    finally:
+        for conn, _ in joined:
+            conn.close()
+
+
 SEQUENCES = [seq_out_of_order, seq_forged_members, seq_static_fencing, seq_absurd_values, seq_held_rebalance,
-             seq_dropped_and_doubled, seq_admin_in_every_state, seq_crowds]
+             seq_dropped_and_doubled, seq_admin_in_every_state, seq_crowds, seq_fat_members]
 
 
 def _consume_in_a_fresh_group(server, group: str, seconds: float) -> float:
@@ -508,3 +529,44 @@ def test_hostile_group_sequences(hostile_server, replay_seed):
 @pytest.mark.slow
 def test_hostile_group_sequences_longer(hostile_server, replay_seed):
     run_hostile_campaign(hostile_server, replay_seed(7), rounds=3, scale=4)
+
+
+# -- member metadata: bounded per group and per node ---------------------------------------------------
+def test_member_metadata_is_bounded_per_group_and_for_every_group():
+    """A JoinGroup's metadata stays in memory while the client is a member (and goes to LMDB and to
+    the leader in every rebalance): 200 members of 500 KB made the server 1 GB and stalled every
+    client 1.8 s. A group holds at most 4 MiB of it (Kafka's own bound is its group record's 1 MiB),
+    the node 128 MiB: past the first, GROUP_MAX_SIZE_REACHED; past the second, COORDINATOR_NOT_AVAILABLE
+    (the client retries). Leaving frees the room."""
+    from tests.server.test_group_coordinator import Clock, Replies
+
+    clock = Clock()
+    machine = GroupStateMachine(clock, metadata_max_bytes=6_100_000)
+    big = [("range", b"m" * 1_000_000)]
+
+    def join(group: str, member_id: str = "", protocols=big, instance: str | None = None) -> Replies:
+        r = Replies()
+        machine.join(group, member_id, instance, client_id="c", client_host="h", session_timeout_ms=10_000,
+                     rebalance_timeout_ms=10_000, protocol_type="consumer", protocols=protocols,
+                     require_known_member_id=False, respond=r)
+        return r
+
+    joins = [join("g", instance="s0")] + [join("g") for _ in range(4)]
+    assert [r.got[-1].error if r.got else None for r in joins] == [None] * 4 + [E.group_max_size_reached]
+    assert joins[4].one.member_id == ""
+    clock.now += 3_000
+    machine.tick()  # the first rebalance completes with the four
+    ids = [r.one.member_id for r in joins[:4]]
+    assert len(machine.groups["g"].members) == 4 and machine.metadata_bytes == 4 * 1_000_005
+    assert join("g", ids[1]).got[-1:] != [E.group_max_size_reached]  # the same bytes again: no growth
+    replaced = join("g", instance="s0")  # a static member back under a new id: its old bytes make room
+    assert replaced.got == [] or replaced.one.error is not E.group_max_size_reached
+    assert machine.groups["g"].metadata_bytes == 4 * 1_000_005
+    others = [join(f"other-{i}") for i in range(3)]  # the node's bound: 6.1 MB
+    assert [r.got[-1].error if r.got else None for r in others] == [None, None, E.coordinator_not_available]
+    machine.leave("g", [(ids[2], None), (ids[3], None)])
+    assert join("other-2").got == []  # room again
+    machine.leave("g", [(m, None) for m in list(machine.groups["g"].members)])
+    for i in range(3):
+        machine.leave(f"other-{i}", [(m, None) for m in list(machine.groups[f"other-{i}"].members)])
+    assert machine.metadata_bytes == 0 and machine.groups["g"].metadata_bytes == 0
