@@ -32,11 +32,11 @@ GROUP_ID_CHARS_MAX = 255
 # not yet joined, per group. A bound: each member's subscription goes back to the leader in every
 # rebalance, so one client joining thousands of times makes every JoinGroup answer huge
 GROUP_MAX_SIZE = 1000
-# The member metadata (subscriptions) a group, and all groups of the node, may hold: what a client
-# sends in JoinGroup stays in memory (and in LMDB, and in each JoinGroup answer to the leader) while it
-# is a member. Kafka's bound is its group record's (message.max.bytes, 1 MiB, of the protocol chosen:
-# a larger group cannot be stored, its SyncGroup fails); here the bytes of every protocol count.
-# Without it 200 members of 500 KB made the server 1 GB and stalled every client 1.8 s.
+# The member data (JoinGroup's protocols, SyncGroup's assignments) a group, and all groups of the
+# node, may hold: what clients send stays in memory (and in LMDB, and in each JoinGroup answer to the
+# leader) while they are members. Kafka's bound is its group record's (message.max.bytes, 1 MiB, of
+# the protocol chosen: a larger group cannot be stored, its SyncGroup fails); here every protocol
+# counts. Without it 200 members of 500 KB made the server 1 GB and stalled every client 1.8 s.
 GROUP_METADATA_MAX_BYTES = 4 << 20
 METADATA_MAX_BYTES = 128 << 20
 
@@ -101,7 +101,7 @@ class Group:
     join_deadline: int | None = None  # when PreparingRebalance ends whoever has re-joined
     initial_delay: bool = False  # a new group waits a little for more members before its first generation
     scheduled: int | None = None  # the time of its live entry in GroupStateMachine's timer heap
-    metadata_bytes: int = 0  # the members' protocol names and metadata (GROUP_METADATA_MAX_BYTES)
+    metadata_bytes: int = 0  # the members' protocols and assignments (GROUP_METADATA_MAX_BYTES)
 
     def protocols(self) -> set[str]:
         """Protocols every member supports."""
@@ -194,7 +194,10 @@ class GroupStateMachine:
         if group is not None:
             held = group.members.get(member_id) if member_id else \
                 group.members.get(group.static.get(instance_id, "")) if instance_id is not None else None
-        grows = _protocols_size(protocols) - (_protocols_size(held.protocols) if held is not None else 0)
+        return self._bytes_refusal(group, _protocols_size(protocols) - (
+            _protocols_size(held.protocols) if held is not None else 0))
+
+    def _bytes_refusal(self, group: Group | None, grows: int) -> E | None:
         if grows <= 0:
             return None
         if (group.metadata_bytes if group is not None else 0) + grows > self.group_metadata_max_bytes:
@@ -203,10 +206,27 @@ class GroupStateMachine:
             return E.coordinator_not_available
         return None
 
-    def _account(self, group: Group, protocols: list[tuple[str, bytes]], sign: int) -> None:
-        size = sign * _protocols_size(protocols)
+    def _refuse_assignment(self, group: Group, refusal: E) -> None:
+        """A leader's assignment past the bytes: as Kafka when its group record is too large to store,
+        every member waiting in SyncGroup gets the error (UNKNOWN_SERVER_ERROR for the group's bound)
+        and the group rebalances."""
+        error = E.unknown_server_error if refusal is E.group_max_size_reached else refusal
+        self.log(f"group '{group.group_id}' generation {group.generation}: the leader's assignment would take "
+                 f"the group's member data past its bound: {error.name}, rebalancing")
+        for m in group.members.values():
+            if m.sync_cb is not None:
+                cb, m.sync_cb = m.sync_cb, None
+                cb(SyncResult(error))
+        self._prepare_rebalance(group, self.clock())
+        self._changed(group)
+
+    def _account(self, group: Group, size: int) -> None:
         group.metadata_bytes += size
         self.metadata_bytes += size
+
+    def _set_assignment(self, group: Group, member: GroupMember, assignment: bytes) -> None:
+        self._account(group, len(assignment) - len(member.assignment))
+        member.assignment = assignment
 
     def _join_unknown(self, group: Group, new: GroupMember, require_known: bool, respond: JoinCallback,
                       now: int) -> None:
@@ -233,9 +253,8 @@ class GroupStateMachine:
         if member is None:
             return respond(JoinResult(E.unknown_member_id, member_id=member_id))
         changed = member.protocols != new.protocols
-        self._account(group, member.protocols, -1)
+        self._account(group, _protocols_size(new.protocols) - _protocols_size(member.protocols))
         member.protocols = new.protocols
-        self._account(group, member.protocols, 1)
         member.session_timeout_ms, member.rebalance_timeout_ms = new.session_timeout_ms, new.rebalance_timeout_ms
         if group.state == PREPARING:
             self._replace_join_cb(member, respond)
@@ -261,7 +280,7 @@ class GroupStateMachine:
         member = replace(new, member_id=member_id, join_cb=respond, joined=now,
                          deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
-        self._account(group, member.protocols, 1)
+        self._account(group, _member_size(member))
         if new.instance_id is not None:
             group.static[new.instance_id] = member_id
         if group.state == PREPARING:
@@ -274,7 +293,7 @@ class GroupStateMachine:
         """A static member (group.instance.id) came back under a new member id: the old id is fenced;
         if nothing else changed the group keeps its assignment (KIP-345: no rebalance on restart)."""
         old = group.members.pop(group.static[new.instance_id])
-        self._account(group, old.protocols, -1)
+        self._account(group, -_member_size(old))
         if old.join_cb is not None:
             old.join_cb(JoinResult(E.fenced_instance_id, member_id=old.member_id))
         if old.sync_cb is not None:
@@ -282,7 +301,7 @@ class GroupStateMachine:
         member = replace(new, member_id=member_id, assignment=old.assignment, joined=now,
                          deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
-        self._account(group, member.protocols, 1)
+        self._account(group, _member_size(member))
         group.static[new.instance_id] = member_id
         if group.leader == old.member_id:
             group.leader = member_id
@@ -335,7 +354,7 @@ class GroupStateMachine:
         self.log(f"group '{group.group_id}' generation {group.generation}: {len(group.members)} member(s), "
                  f"protocol {group.protocol_name}, leader {group.leader}")
         for m in group.members.values():
-            m.assignment = b""
+            self._set_assignment(group, m, b"")
             m.deadline = now + m.session_timeout_ms
             cb, m.join_cb = m.join_cb, None
             cb(self._join_result(group, m, with_members=m.member_id == group.leader))
@@ -376,8 +395,12 @@ class GroupStateMachine:
             member.sync_cb(SyncResult(E.rebalance_in_progress))
         member.sync_cb = respond
         if member_id == group.leader:
+            grows = sum(len(assignments.get(mid, b"")) - len(m.assignment) for mid, m in group.members.items())
+            refusal = self._bytes_refusal(group, grows)
+            if refusal is not None:
+                return self._refuse_assignment(group, refusal)
             for mid, m in group.members.items():
-                m.assignment = assignments.get(mid, b"")
+                self._set_assignment(group, m, assignments.get(mid, b""))
             group.state = STABLE
             now = self.clock()
             for m in group.members.values():
@@ -549,7 +572,7 @@ class GroupStateMachine:
 
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
-        self._account(group, member.protocols, -1)
+        self._account(group, -_member_size(member))
         if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
             del group.static[member.instance_id]
         if member.join_cb is not None:
@@ -591,3 +614,8 @@ class GroupStateMachine:
 
 def _protocols_size(protocols: list[tuple[str, bytes]]) -> int:
     return sum(len(name) + len(metadata) for name, metadata in protocols)
+
+
+def _member_size(member: GroupMember) -> int:
+    """What a member holds that a client chose the size of: its protocols and its assignment."""
+    return _protocols_size(member.protocols) + len(member.assignment)

@@ -570,3 +570,28 @@ def test_member_metadata_is_bounded_per_group_and_for_every_group():
     for i in range(3):
         machine.leave(f"other-{i}", [(m, None) for m in list(machine.groups[f"other-{i}"].members)])
     assert machine.metadata_bytes == 0 and machine.groups["g"].metadata_bytes == 0
+
+
+def test_a_leaders_assignment_past_the_groups_bound_fails_the_sync_as_kafka_fails_to_store_it():
+    """The leader's SyncGroup assignments were kept whatever their size (up to a 100 MB request per
+    group, for every group): now they count in the group's 4 MiB. Past it, as Kafka when its group
+    record is too large, every member waiting in SyncGroup gets UNKNOWN_SERVER_ERROR and the group
+    rebalances; nothing is kept."""
+    from tests.server.test_group_coordinator import join, make, sync
+
+    machine, clock = make()
+    ra, rb = join(machine), join(machine)
+    clock.now += 3_000
+    machine.tick()
+    a, b, gen = ra.one.member_id, rb.one.member_id, ra.one.generation
+    held = machine.metadata_bytes
+    follower = sync(machine, gen, b)
+    leader = sync(machine, gen, a, {a: b"A" * (3 << 20), b: b"B" * (2 << 20)})
+    assert leader.one.error == follower.one.error == E.unknown_server_error
+    assert machine.groups["g"].state == "PreparingRebalance" and machine.metadata_bytes == held
+    ra, rb = join(machine, a), join(machine, b)
+    gen = ra.one.generation
+    sync(machine, gen, a, {a: b"A" * 1000, b: b"B" * 10})
+    assert machine.groups["g"].state == "Stable" and machine.metadata_bytes == held + 1010
+    machine.leave("g", [(a, None), (b, None)])
+    assert machine.metadata_bytes == 0
