@@ -42,6 +42,7 @@ from klog.server.dispatch import Handler
 from klog.server.group_runtime import CONSUMER, GroupCoordinator
 
 NOT_ASKED = -2147483648  # DescribeGroups' authorized_operations when the client did not ask
+GROUP_OPERATION_BITS = (("READ", 3), ("DELETE", 6), ("DESCRIBE", 8))  # Kafka's AclOperation codes
 OFFSET_METADATA_MAX = 4096  # Kafka's offset.metadata.max.bytes
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
@@ -427,9 +428,11 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     coord = _coordinator(ctx)
     out = []
-    # without ACLs every client may do all a group allows: READ (3), DELETE (6), DESCRIBE (8)
-    ops = (1 << 3 | 1 << 6 | 1 << 8) if getattr(request, "include_authorized_operations", False) else NOT_ASKED
+    asked = getattr(request, "include_authorized_operations", False)
     for gid in request.groups:
+        # what the principal may do to the group (without ACLs: all of READ, DELETE, DESCRIBE)
+        ops = sum(1 << bit for op, bit in GROUP_OPERATION_BITS if ctx.authorize(op, "GROUP", str(gid))) \
+            if asked else NOT_ASKED
         if not _valid_group(str(gid)):
             out.append(make(mod.DescribedGroup, error_code=E.invalid_group_id, group_id=gid, group_state="",
                             protocol_type="", protocol_data="", members=(), authorized_operations=ops))

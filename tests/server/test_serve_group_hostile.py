@@ -103,7 +103,8 @@ def acl_server(data_dir):
     G, T = ResourceType.GROUP, ResourceType.TOPIC
     AclsMeta(store.meta).add([allow(G, "ga", op) for op in (Operation.READ, Operation.DELETE, Operation.DESCRIBE)]
                              + [allow(T, "mine", Operation.READ), allow(T, "mine", Operation.DESCRIBE)]
-                             + [allow(G, "gb", Operation.ALL, "User:bob"), allow(T, "t", Operation.ALL, "User:bob")])
+                             + [allow(G, "gb", Operation.ALL, "User:bob"), allow(T, "t", Operation.ALL, "User:bob")]
+                             + [allow(G, "gd", Operation.DESCRIBE)])
     store.create_topic("t", partitions=1)
     store.create_topic("mine", partitions=1)
     GroupsMeta(store.meta).store_offsets("ga", {("t", 0): (5, ""), ("mine", 0): (7, "")})
@@ -595,3 +596,16 @@ def test_a_leaders_assignment_past_the_groups_bound_fails_the_sync_as_kafka_fail
     assert machine.groups["g"].state == "Stable" and machine.metadata_bytes == held + 1010
     machine.leave("g", [(a, None), (b, None)])
     assert machine.metadata_bytes == 0
+
+
+@pytest.mark.filterwarnings("ignore:(read|open)_text is deprecated:DeprecationWarning")
+def test_describe_groups_names_the_operations_the_principal_may_do(acl_server):
+    """DescribeGroups' authorized_operations said READ, DELETE and DESCRIBE to every principal, ACLs
+    or not: alice, who may only Describe group 'gd', was told she could delete it."""
+    admin = _kp_admin(acl_server, "alice")
+    try:
+        described = admin.describe_groups(["ga", "gd"], include_authorized_operations=True)
+        assert sorted(described["ga"]["authorized_operations"]) == ["DELETE", "DESCRIBE", "READ"]
+        assert described["gd"]["authorized_operations"] == ["DESCRIBE"]
+    finally:
+        admin.close()
