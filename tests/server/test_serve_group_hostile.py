@@ -609,3 +609,43 @@ def test_describe_groups_names_the_operations_the_principal_may_do(acl_server):
         assert described["gd"]["authorized_operations"] == ["DESCRIBE"]
     finally:
         admin.close()
+
+
+def test_offset_fetch_of_several_groups_answers_those_the_principal_may_describe():
+    """OffsetFetch v8+ names several groups: one the principal may not Describe made every group of
+    the request GROUP_AUTHORIZATION_FAILED (an admin listing its own groups' offsets in one batch
+    failed for all). Kafka answers each group on its own."""
+    import asyncio
+    import dataclasses
+    import logging
+    from datetime import timedelta
+
+    from kio.schema.offset_fetch.v8 import request as rq
+    from kio.schema.offset_fetch.v8 import response as rs
+    from kio.static.primitive import i32Timedelta
+
+    from klog.security.acl import Operation
+    from klog.server.group_guards import _group_guard
+
+    @dataclasses.dataclass
+    class Ctx:
+        coordinator: object = "the coordinator"  # (None: the handler answers COORDINATOR_NOT_AVAILABLE)
+        log: logging.Logger = logging.getLogger("t")
+        client_host: str = "127.0.0.1"
+        client_id: str = "c"
+        principal: str = "User:alice"
+
+        def authorize(self, operation, resource_type, name: str) -> bool:
+            return name != "theirs"
+
+    async def handler(ctx, request):  # like groups.offset_fetch: each group it is given, answered
+        error = E.none if ctx.coordinator is not None else E.coordinator_not_available
+        return rs.OffsetFetchResponse(throttle_time=i32Timedelta.parse(timedelta(0)), groups=tuple(
+            rs.OffsetFetchResponseGroup(group_id=g.group_id, topics=(), error_code=error) for g in request.groups))
+
+    ctx = Ctx()
+    request = rq.OffsetFetchRequest(require_stable=False, groups=tuple(
+        rq.OffsetFetchRequestGroup(group_id=g, topics=None) for g in ("mine", "theirs", "also-mine")))
+    response = asyncio.run(_group_guard(handler, Operation.DESCRIBE)(ctx, request))
+    assert [(g.group_id, g.error_code) for g in response.groups] == [
+        ("mine", E.none), ("theirs", E.group_authorization_failed), ("also-mine", E.none)]
