@@ -99,6 +99,11 @@ class Group:
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     pending: dict[str, int] = field(default_factory=dict)  # member ids handed out, not yet joined -> deadline
     join_deadline: int | None = None  # when PreparingRebalance ends whoever has re-joined
+    # members of the generation that have not sent SyncGroup yet, and when they are removed for it
+    # (Kafka's pending sync: a member that joins and never syncs would hold the group in
+    # CompletingRebalance for ever, heartbeating, while the others wait in SyncGroup)
+    pending_sync: set[str] = field(default_factory=set)
+    sync_deadline: int | None = None
     initial_delay: bool = False  # a new group waits a little for more members before its first generation
     scheduled: int | None = None  # the time of its live entry in GroupStateMachine's timer heap
     metadata_bytes: int = 0  # the members' protocols and assignments (GROUP_METADATA_MAX_BYTES)
@@ -294,6 +299,7 @@ class GroupStateMachine:
         if nothing else changed the group keeps its assignment (KIP-345: no rebalance on restart)."""
         old = group.members.pop(group.static[new.instance_id])
         self._account(group, -_member_size(old))
+        group.pending_sync.discard(old.member_id)
         if old.join_cb is not None:
             old.join_cb(JoinResult(E.fenced_instance_id, member_id=old.member_id))
         if old.sync_cb is not None:
@@ -329,6 +335,7 @@ class GroupStateMachine:
             timeout = min(timeout, self.initial_rebalance_delay_ms)
         group.state = PREPARING
         group.join_deadline = now + timeout
+        self._clear_pending_sync(group)
         self._maybe_complete_join(group)
 
     def _maybe_complete_join(self, group: Group) -> None:
@@ -353,11 +360,33 @@ class GroupStateMachine:
         group.state = COMPLETING
         self.log(f"group '{group.group_id}' generation {group.generation}: {len(group.members)} member(s), "
                  f"protocol {group.protocol_name}, leader {group.leader}")
+        group.pending_sync = set(group.members)
+        group.sync_deadline = now + max(m.rebalance_timeout_ms for m in group.members.values())
         for m in group.members.values():
             self._set_assignment(group, m, b"")
             m.deadline = now + m.session_timeout_ms
             cb, m.join_cb = m.join_cb, None
             cb(self._join_result(group, m, with_members=m.member_id == group.leader))
+
+    @staticmethod
+    def _clear_pending_sync(group: Group) -> None:
+        group.pending_sync.clear()
+        group.sync_deadline = None
+
+    def _expire_pending_sync(self, group: Group) -> None:
+        """The rebalance timeout passed since the generation began: members that never sent SyncGroup
+        are removed and the others rebalance (Kafka's onExpirePendingSync)."""
+        late = sorted(group.pending_sync & group.members.keys())
+        self._clear_pending_sync(group)
+        self.log(f"member(s) {', '.join(late)} of group '{group.group_id}' sent no SyncGroup within the "
+                 f"rebalance timeout: removed")
+        for member_id in late:
+            self._remove(group, member_id)
+        if group.members:
+            self._prepare_rebalance(group, self.clock())
+        else:
+            group.generation += 1
+            self._to_empty(group)
 
     def _join_result(self, group: Group, member: GroupMember, with_members: bool) -> JoinResult:
         members = [(m.member_id, m.instance_id, m.metadata(group.protocol_name)) for m in group.members.values()]
@@ -370,6 +399,7 @@ class GroupStateMachine:
         group.protocol_name = None
         group.protocol_type = None
         group.join_deadline = None
+        self._clear_pending_sync(group)
 
     # -- SyncGroup -----------------------------------------------------------------------------------
     def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None, *,
@@ -387,6 +417,9 @@ class GroupStateMachine:
         member = group.members[member_id]
         if group.state == PREPARING:
             return respond(SyncResult(E.rebalance_in_progress))
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            group.sync_deadline = None
         if group.state == STABLE:
             member.deadline = self.clock() + member.session_timeout_ms
             return respond(self._sync_result(group, member))
@@ -501,8 +534,7 @@ class GroupStateMachine:
 
     def _group_deadline(self, group: Group) -> int | None:
         times = list(group.pending.values())
-        if group.join_deadline is not None:
-            times.append(group.join_deadline)
+        times.extend(t for t in (group.join_deadline, group.sync_deadline) if t is not None)
         times.extend(m.deadline for m in group.members.values() if not self._kept_alive(group, m))
         return min(times, default=None)
 
@@ -543,6 +575,11 @@ class GroupStateMachine:
                      f"{m.session_timeout_ms} ms: removed")
             self._expel(group, m.member_id)
             changed = True
+        if group.sync_deadline is not None and group.sync_deadline <= now:
+            if group.pending_sync & group.members.keys() and group.state in (COMPLETING, STABLE):
+                self._expire_pending_sync(group)
+                changed = True
+            self._clear_pending_sync(group)
         if group.state == PREPARING and group.join_deadline is not None and group.join_deadline <= now:
             if group.initial_delay and not group.all_joined():
                 # members still joining (a new group's first round): wait up to the rebalance timeout
@@ -572,6 +609,7 @@ class GroupStateMachine:
 
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
+        group.pending_sync.discard(member_id)
         self._account(group, -_member_size(member))
         if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
             del group.static[member.instance_id]

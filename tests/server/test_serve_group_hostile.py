@@ -649,3 +649,38 @@ def test_offset_fetch_of_several_groups_answers_those_the_principal_may_describe
     response = asyncio.run(_group_guard(handler, Operation.DESCRIBE)(ctx, request))
     assert [(g.group_id, g.error_code) for g in response.groups] == [
         ("mine", E.none), ("theirs", E.group_authorization_failed), ("also-mine", E.none)]
+
+
+def test_a_member_that_joins_and_never_syncs_is_removed_after_the_rebalance_timeout():
+    """A leader that joined and heartbeats but never sends SyncGroup held its group in
+    CompletingRebalance for ever, the other members waiting in SyncGroup. As Kafka (pending sync
+    expiration), members without a SyncGroup when the rebalance timeout has passed since the
+    generation began are removed and the others rebalance."""
+    from tests.server.test_group_coordinator import REBALANCE, join, make, sync
+
+    machine, clock = make()
+    ra, rb = join(machine), join(machine)
+    clock.now += 3_000
+    machine.tick()
+    a, b, gen = ra.one.member_id, rb.one.member_id, ra.one.generation
+    assert ra.one.members  # a leads
+    waiting = sync(machine, gen, b)
+    for _ in range(REBALANCE // 2_000 - 1):  # the leader heartbeats, never syncs
+        clock.now += 2_000
+        assert machine.heartbeat("g", gen, a, None) == E.none
+        machine.tick()
+    assert machine.groups["g"].state == "CompletingRebalance" and not waiting.got
+    clock.now += 2_000
+    assert machine.next_deadline() <= clock.now
+    machine.tick()
+    assert waiting.one.error == E.rebalance_in_progress
+    assert list(machine.groups["g"].members) == [b] and machine.groups["g"].state == "PreparingRebalance"
+    assert machine.heartbeat("g", gen, a, None) == E.unknown_member_id
+    again = join(machine, b)
+    assert again.one.error == E.none and again.one.leader == b
+    # a generation where everyone syncs: nobody is removed later
+    sync(machine, again.one.generation, b, {b: b"B"})
+    clock.now += REBALANCE * 2
+    assert machine.heartbeat("g", again.one.generation, b, None) == E.none
+    machine.tick()
+    assert list(machine.groups["g"].members) == [b] and machine.groups["g"].state == "Stable"
