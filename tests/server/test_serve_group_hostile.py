@@ -340,6 +340,33 @@ async def seq_held_rebalance(port: int, rng, group: str, scale: int) -> None:
             conn.close()
 
 
+async def seq_leader_never_syncs(port: int, rng, group: str, scale: int) -> None:
+    """The leader heartbeats and never sends SyncGroup: after the rebalance timeout it is removed,
+    and the follower waiting in SyncGroup is told to re-join, then leads."""
+    import asyncio
+
+    from tests.server import group_client as gc
+
+    joined = await asyncio.gather(*(_member(port, group, rebalance_ms=1500) for _ in range(2)))
+    try:
+        (lead, led), (follow, followed) = sorted(joined, key=lambda j: not j[1].members)
+        gen = led.generation_id
+        await follow.send(gc.sync(group, gen, followed.member_id))
+        started = time.monotonic()
+        while time.monotonic() - started < 10:
+            code = (await lead.call(gc.heartbeat(group, gen, led.member_id))).error_code
+            if code != E.none:
+                break
+            await asyncio.sleep(0.3)
+        assert code == E.unknown_member_id and time.monotonic() - started < 5
+        assert (await follow.receive(gc.sync(group, gen, ""), 5)).error_code == E.rebalance_in_progress
+        again = await follow.call(gc.join(group, followed.member_id, rebalance_ms=1500, topics=[TOPIC]), 10)
+        assert again.error_code == E.none and again.leader == followed.member_id
+    finally:
+        for conn, _ in joined:
+            conn.close()
+
+
 async def seq_dropped_and_doubled(port: int, rng, group: str, scale: int) -> None:
     """One member id on two connections; connections closed with a JoinGroup/SyncGroup unanswered."""
     import asyncio
@@ -453,7 +480,8 @@ async def seq_fat_members(port: int, rng, group: str, scale: int) -> None:
 
 
 SEQUENCES = [seq_out_of_order, seq_forged_members, seq_static_fencing, seq_absurd_values, seq_held_rebalance,
-             seq_dropped_and_doubled, seq_admin_in_every_state, seq_crowds, seq_fat_members]
+             seq_dropped_and_doubled, seq_admin_in_every_state, seq_crowds, seq_fat_members,
+             seq_leader_never_syncs]
 
 
 def _consume_in_a_fresh_group(server, group: str, seconds: float) -> float:
