@@ -712,3 +712,95 @@ def test_a_member_that_joins_and_never_syncs_is_removed_after_the_rebalance_time
     assert machine.heartbeat("g", again.one.generation, b, None) == E.none
     machine.tick()
     assert list(machine.groups["g"].members) == [b] and machine.groups["g"].state == "Stable"
+
+
+# -- the state machine under random sequences -------------------------------------------------------
+def _machine_fuzz(seed: int, steps: int) -> None:
+    """Random JoinGroup/SyncGroup/Heartbeat/LeaveGroup/commit checks/DeleteGroups and clock moves on a
+    few groups, ids drawn from real, stale, pending and invented ones. Invariants after each step: no
+    exception, every reply given at most once, the byte accounting exact, a deadline scheduled while
+    any member or handed-out id can expire; at the end, with time moved far ahead, every reply given."""
+    import random
+
+    rng = random.Random(seed)
+    now = [0]
+    machine = GroupStateMachine(lambda: now[0], initial_rebalance_delay_ms=rng.choice([0, 300, 3000]),
+                                max_size=8, group_metadata_max_bytes=1500, metadata_max_bytes=3000)
+    replies: list[list] = []
+    seen_ids: list[str] = ["", "invented"]
+    instances = [None, None, "i1", "i2"]
+
+    def reply() -> list:
+        box: list = []
+        replies.append(box)
+        return box
+
+    def member_ids(group: str) -> list[str]:
+        """Mostly the group's own members and handed-out ids; sometimes stale, empty or invented ones."""
+        g = machine.groups.get(group)
+        own = [*(g.members if g else []), *(g.pending if g else [])]
+        return own * 4 + rng.sample(seen_ids, min(3, len(seen_ids))) if own else seen_ids
+
+    for step in range(steps):
+        group = rng.choice(["a", "b", "c"])
+        action = rng.random()
+        g = machine.groups.get(group)
+        gen = g.generation if g and rng.random() < 0.7 else rng.choice([-1, 0, 1, 99])
+        mid = rng.choice(member_ids(group))
+        instance = rng.choice(instances)
+        if g and g.leader and rng.random() < 0.3:
+            mid = g.leader
+            instance = g.members[mid].instance_id
+        if action < 0.35:
+            box = reply()
+            mid = "" if rng.random() < 0.3 else mid
+            protocols = [(n, b"x" * rng.choice([0, 10, 10, 150])) for n in rng.sample(
+                ["range", "rr", "st"], rng.choice([0, 1, 1, 2, 2, 3]))]
+            machine.join(group, mid, instance, client_id="c", client_host="h",
+                         session_timeout_ms=rng.choice([6000, 10_000, 10_000, 5]), rebalance_timeout_ms=rng.choice(
+                             [-1, 0, 1000, 20_000]), protocol_type=rng.choice(["consumer"] * 5 + ["connect"]),
+                         protocols=protocols, require_known_member_id=rng.random() < 0.6, respond=box.append)
+            seen_ids.extend(r.member_id for r in box if r.member_id)
+        elif action < 0.5:
+            box = reply()
+            targets = {rng.choice(member_ids(group)) for _ in range(3)}
+            assignments = {m: b"y" * rng.choice([0, 5, 5, 700]) for m in targets}
+            machine.sync(group, gen, mid, instance, protocol_type=rng.choice([None, "consumer"]),
+                         protocol_name=rng.choice([None, None, "range", "rr"]), assignments=assignments,
+                         respond=box.append)
+        elif action < 0.62:
+            machine.heartbeat(group, gen, mid, instance)
+        elif action < 0.7:
+            machine.leave(group, [(rng.choice(member_ids(group)), rng.choice(instances))
+                                  for _ in range(rng.randint(0, 3))])
+        elif action < 0.76:
+            machine.check_commit(group, gen, mid, instance)
+        elif action < 0.78:
+            machine.delete(group)
+        else:
+            now[0] += rng.choice([1, 100, 1000, 3000, 7000])
+            machine.tick()
+        assert all(len(box) <= 1 for box in replies), f"seed {seed} step {step}: a reply given twice"
+        held = {gid: sum(len(n) + len(m) for mem in gr.members.values() for n, m in mem.protocols)
+                + sum(len(mem.assignment) for mem in gr.members.values()) for gid, gr in machine.groups.items()}
+        assert {gid: gr.metadata_bytes for gid, gr in machine.groups.items()} == held, f"seed {seed} step {step}"
+        expiring = any(gr.pending or any(not machine._kept_alive(gr, m) for m in gr.members.values())
+                       or gr.join_deadline is not None for gr in machine.groups.values())
+        assert not expiring or machine.next_deadline() is not None, f"seed {seed} step {step}: nothing scheduled"
+    for _ in range(10):
+        now[0] += 10**7
+        machine.tick()
+    assert all(len(box) == 1 for box in replies), f"seed {seed}: a request never answered"
+
+
+def test_the_state_machine_under_random_sequences(replay_seed):
+    seed = replay_seed(5)
+    for n in range(40):
+        _machine_fuzz(seed * 1000 + n, 400)
+
+
+@pytest.mark.slow
+def test_the_state_machine_under_random_sequences_longer(replay_seed):
+    seed = replay_seed(11)
+    for n in range(400):
+        _machine_fuzz(seed * 1000 + n, 1000)
