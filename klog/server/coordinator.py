@@ -473,22 +473,26 @@ class GroupStateMachine:
         return E.rebalance_in_progress if group.state == PREPARING else E.none
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[E, list[E]]:
-        """Remove members (member id, or group.instance.id for a static member); the others rebalance."""
+        """Remove members (member id, or group.instance.id alone for a static member); the others
+        rebalance. Kafka's handleLeaveGroup: a member id handed out and not yet joined leaves too
+        (the rebalance no longer waits for it), and a group.instance.id is checked as in every request."""
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             return E.unknown_member_id, [E.unknown_member_id] * len(members)
         errors = []
         for member_id, instance_id in members:
-            if instance_id is not None and instance_id in group.static:
-                if member_id and group.static[instance_id] != member_id:
-                    errors.append(E.fenced_instance_id)
-                    continue
-                member_id = group.static[instance_id]
-            if member_id not in group.members:
-                errors.append(E.unknown_member_id)
+            if not member_id:
+                member_id = group.static.get(instance_id, "") if instance_id is not None else ""
+                instance_id = None
+            if member_id in group.pending:
+                del group.pending[member_id]
+                self._maybe_complete_join(group)
+                errors.append(E.none)
                 continue
-            self._expel(group, member_id)
-            errors.append(E.none)
+            error = self._check_member(group, member_id, instance_id)
+            if error is E.none:
+                self._expel(group, member_id)
+            errors.append(error)
         self._changed(group)
         return E.none, errors
 

@@ -804,3 +804,24 @@ def test_the_state_machine_under_random_sequences_longer(replay_seed):
     seed = replay_seed(11)
     for n in range(400):
         _machine_fuzz(seed * 1000 + n, 1000)
+
+
+def test_leave_group_of_a_handed_out_member_id_and_of_forged_instance_ids():
+    """A client handed a member id (MEMBER_ID_REQUIRED) that leaves before joining with it was told
+    UNKNOWN_MEMBER_ID, and the group's rebalance waited for that id until its session timeout. As
+    Kafka, the id leaves (NONE) and the rebalance goes on without it. A group.instance.id the group
+    does not know, given with a member id, is UNKNOWN_MEMBER_ID (the member stays)."""
+    from tests.server.test_group_coordinator import join, make
+
+    machine, clock = make(delay=0)
+    first = join(machine)  # v3-style: in at once
+    handed = join(machine, require=True).one.member_id  # a second client, handed an id
+    gen = first.one.generation
+    again = join(machine, first.one.member_id, protocols=(("range", b"changed"),))
+    assert machine.groups["g"].state == "PreparingRebalance" and not again.got  # waits for the handed-out id
+    assert machine.leave("g", [(handed, None)]) == (E.none, [E.none])
+    assert again.one.error == E.none and again.one.generation == gen + 1  # no wait for its session
+    a = first.one.member_id
+    assert machine.leave("g", [(a, "unknown-instance")]) == (E.none, [E.unknown_member_id])
+    assert machine.leave("g", [("", "unknown-instance"), ("", None)]) == (E.none, [E.unknown_member_id] * 2)
+    assert list(machine.groups["g"].members) == [a]
