@@ -633,7 +633,7 @@ class GroupStateMachine:
     def delete(self, group_id: str) -> E:
         """DeleteGroups: only a group without members (its offsets are the caller's to delete)."""
         group = self.groups.get(group_id)
-        if group is not None and group.members:
+        if group is not None and (group.members or group.state != EMPTY):  # Kafka: only an Empty group
             return E.non_empty_group
         self.groups.pop(group_id, None)
         return E.none

@@ -473,6 +473,7 @@ async def delete_groups(ctx: RequestContext, request: Any) -> Any:
         if coord is None:
             error = E.coordinator_not_available
         else:
+            held = str(gid) in coord.machine.groups  # (an Empty group that only handed out member ids)
             error = coord.machine.delete(str(gid))
         if error is E.none:
             await coord.flush()
@@ -481,7 +482,10 @@ async def delete_groups(ctx: RequestContext, request: Any) -> Any:
             except UsageError:
                 error = E.invalid_group_id
             except GroupError as e:
-                error = E.group_id_not_found if "unknown group" in str(e) else E.non_empty_group
+                if "unknown group" not in str(e):
+                    error = E.non_empty_group
+                elif not held:  # nowhere: Kafka's Dead group
+                    error = E.group_id_not_found
             except (KlogError, OSError):
                 error = E.coordinator_not_available
         results.append(make(mod.DeletableGroupResult, group_id=gid, error_code=error))

@@ -422,6 +422,11 @@ async def seq_admin_in_every_state(port: int, rng, group: str, scale: int) -> No
         assert subscribed.error_code == E.none and _errors(subscribed) == [E.group_subscribed_to_topic] * 2
         assert (await admin.call(gc.delete_offsets(other, TOPIC, [0]))).error_code == E.non_empty_group
         assert (await admin.call(gc.delete_offsets("never-seen", TOPIC, [0]))).error_code == E.group_id_not_found
+        # a group that only handed out a member id is Empty: Kafka deletes it
+        handed = f"{group}-handed"
+        assert (await admin.call(gc.join(handed))).error_code == E.member_id_required
+        assert [r.error_code for r in (await admin.call(gc.delete_groups(handed, handed))).results] == [
+            E.none, E.group_id_not_found]
         assert [m.error_code for m in (await conns[0].call(gc.leave(group, [(ids[0], None)]))).members] == [E.none]
         assert (await admin.call(gc.describe(group))).groups[0].group_state == "Empty"
         freed = await admin.call(gc.delete_offsets(group, TOPIC, [0]))
@@ -825,3 +830,17 @@ def test_leave_group_of_a_handed_out_member_id_and_of_forged_instance_ids():
     assert machine.leave("g", [(a, "unknown-instance")]) == (E.none, [E.unknown_member_id])
     assert machine.leave("g", [("", "unknown-instance"), ("", None)]) == (E.none, [E.unknown_member_id] * 2)
     assert list(machine.groups["g"].members) == [a]
+
+
+def test_delete_groups_takes_only_empty_groups():
+    """DeleteGroups of a group in a rebalance whose members left while a handed-out member id is still
+    awaited was accepted (it had no members); Kafka deletes only an Empty group: NON_EMPTY_GROUP."""
+    from tests.server.test_group_coordinator import join, make
+
+    machine, _ = make()
+    join(machine)  # in, waiting for the group's first rebalance
+    join(machine, require=True)  # a member id handed out
+    group = machine.groups["g"]
+    machine.leave("g", [(next(iter(group.members)), None)])
+    assert group.state == "PreparingRebalance" and not group.members and group.pending
+    assert machine.delete("g") == E.non_empty_group
