@@ -389,9 +389,12 @@ class GroupStateMachine:
             self._to_empty(group)
 
     def _join_result(self, group: Group, member: GroupMember, with_members: bool) -> JoinResult:
-        members = [(m.member_id, m.instance_id, m.metadata(group.protocol_name)) for m in group.members.values()]
+        # only the leader's answer lists the members (built for every member, a rebalance of 1,000
+        # members cost a million entries on the event loop)
+        members = [(m.member_id, m.instance_id, m.metadata(group.protocol_name))
+                   for m in group.members.values()] if with_members else []
         return JoinResult(E.none, group.generation, group.protocol_type, group.protocol_name, group.leader or "",
-                          member.member_id, members if with_members else [])
+                          member.member_id, members)
 
     def _to_empty(self, group: Group) -> None:
         group.state = EMPTY
