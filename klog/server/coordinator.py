@@ -181,7 +181,7 @@ class GroupStateMachine:
         group = self.groups.get(group_id)
         if group is None and member_id:  # a member id from a group this node does not know (e.g. a restart)
             return respond(JoinResult(E.unknown_member_id, member_id=member_id))
-        refusal = self._metadata_refusal(group, member_id, instance_id, protocols)
+        refusal = self._metadata_refusal(group, member_id, instance_id, client_id, protocols)
         if refusal is not None:  # (Kafka answers GROUP_MAX_SIZE_REACHED without a member id)
             respond(JoinResult(refusal, member_id="" if refusal is E.group_max_size_reached else member_id))
             if group is not None and group.pending.pop(member_id, None) is not None:
@@ -203,7 +203,7 @@ class GroupStateMachine:
             self._join_known(group, new, respond, now)
         self._changed(group)
 
-    def _metadata_refusal(self, group: Group | None, member_id: str, instance_id: str | None,
+    def _metadata_refusal(self, group: Group | None, member_id: str, instance_id: str | None, client_id: str,
                           protocols: list[tuple[str, bytes]]) -> E | None:
         """GROUP_MAX_SIZE_REACHED (the client gives up, as for a full group) for a join that would take
         the group past its metadata bytes; COORDINATOR_NOT_AVAILABLE (the client retries) past the node's.
@@ -212,8 +212,13 @@ class GroupStateMachine:
         if group is not None:
             held = group.members.get(member_id) if member_id else \
                 group.members.get(group.static.get(instance_id, "")) if instance_id is not None else None
-        return self._bytes_refusal(group, _protocols_size(protocols) - (
-            _protocols_size(held.protocols) if held is not None else 0))
+        if held is not None:
+            return self._bytes_refusal(group, _protocols_size(protocols) - _protocols_size(held.protocols))
+        # a new member: its ids too (a member id is the client id and a UUID: 32 KB client ids made
+        # 1,000 members hold 64 MB of ids)
+        ids = (len(member_id) if member_id else len(client_id or "member") + 37) + len(client_id) + \
+            len(instance_id or "")
+        return self._bytes_refusal(group, _protocols_size(protocols) + ids)
 
     def _bytes_refusal(self, group: Group | None, grows: int) -> E | None:
         if grows <= 0:
@@ -681,5 +686,6 @@ def _protocols_size(protocols: list[tuple[str, bytes]]) -> int:
 
 
 def _member_size(member: GroupMember) -> int:
-    """What a member holds that a client chose the size of: its protocols and its assignment."""
-    return _protocols_size(member.protocols) + len(member.assignment)
+    """What a member holds that a client chose the size of: its protocols, assignment and ids."""
+    return _protocols_size(member.protocols) + len(member.assignment) + len(member.member_id) + \
+        len(member.client_id) + len(member.instance_id or "")

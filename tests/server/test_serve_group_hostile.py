@@ -591,11 +591,12 @@ def test_member_metadata_is_bounded_per_group_and_for_every_group():
     clock.now += 3_000
     machine.tick()  # the first rebalance completes with the four
     ids = [r.one.member_id for r in joins[:4]]
-    assert len(machine.groups["g"].members) == 4 and machine.metadata_bytes == 4 * 1_000_005
+    held = 4 * (1_000_005 + len("c-") + 36 + len("c")) + len("s0")  # protocols, member ids, client ids
+    assert len(machine.groups["g"].members) == 4 and machine.metadata_bytes == held
     assert join("g", ids[1]).got[-1:] != [E.group_max_size_reached]  # the same bytes again: no growth
     replaced = join("g", instance="s0")  # a static member back under a new id: its old bytes make room
     assert replaced.got == [] or replaced.one.error is not E.group_max_size_reached
-    assert machine.groups["g"].metadata_bytes == 4 * 1_000_005
+    assert machine.groups["g"].metadata_bytes == held
     others = [join(f"other-{i}") for i in range(3)]  # the node's bound: 6.1 MB
     assert [r.got[-1].error if r.got else None for r in others] == [None, None, E.coordinator_not_available]
     machine.leave("g", [(ids[2], None), (ids[3], None)])
@@ -604,6 +605,12 @@ def test_member_metadata_is_bounded_per_group_and_for_every_group():
     for i in range(3):
         machine.leave(f"other-{i}", [(m, None) for m in list(machine.groups[f"other-{i}"].members)])
     assert machine.metadata_bytes == 0 and machine.groups["g"].metadata_bytes == 0
+    # ids count too: a member id is the client id and a UUID
+    huge = Replies()
+    machine.join("ids", "", None, client_id="c" * (3 << 20), client_host="h", session_timeout_ms=10_000,
+                 rebalance_timeout_ms=10_000, protocol_type="consumer", protocols=[("range", b"")],
+                 require_known_member_id=False, respond=huge)
+    assert huge.one.error == E.group_max_size_reached
 
 
 def test_a_leaders_assignment_past_the_groups_bound_fails_the_sync_as_kafka_fails_to_store_it():
@@ -787,7 +794,8 @@ def _machine_fuzz(seed: int, steps: int) -> None:
             machine.tick()
         assert all(len(box) <= 1 for box in replies), f"seed {seed} step {step}: a reply given twice"
         held = {gid: sum(len(n) + len(m) for mem in gr.members.values() for n, m in mem.protocols)
-                + sum(len(mem.assignment) for mem in gr.members.values()) for gid, gr in machine.groups.items()}
+                + sum(len(mem.assignment) + len(mem.member_id) + len(mem.client_id) + len(mem.instance_id or "")
+                      for mem in gr.members.values()) for gid, gr in machine.groups.items()}
         assert {gid: gr.metadata_bytes for gid, gr in machine.groups.items()} == held, f"seed {seed} step {step}"
         for gr in machine.groups.values():
             names = [set(m.names()) for m in gr.members.values()]
