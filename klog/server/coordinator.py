@@ -522,18 +522,20 @@ class GroupStateMachine:
         self._changed(group)
         return E.none, errors
 
-    def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> E:
+    def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                     offset_commit: bool = False) -> E:
         """May (member, generation) commit offsets? Kafka's validateOffsetCommit: generation -1 (a
         consumer with manual assignment, or an admin client) may commit while the group is Empty or
-        unknown; a generation for a group this node does not know is ILLEGAL_GENERATION; otherwise
-        the member is checked, then the state and the generation (eager consumers commit before they
-        give partitions up)."""
+        unknown; in an OffsetCommit (`offset_commit`), a generation for a group this node does not know
+        is ILLEGAL_GENERATION (in a TxnOffsetCommit, UNKNOWN_MEMBER_ID: Kafka creates the group first);
+        otherwise the member is checked, then the state and the generation (eager consumers commit
+        before they give partitions up)."""
         group = self.groups.get(group_id)
         if group is None or group.state == EMPTY:
             if generation < 0:
                 return E.none
-            if group is None:
-                return E.illegal_generation
+            if group is None:  # (a TxnOffsetCommit makes the group first: then the member is unknown)
+                return E.illegal_generation if offset_commit else E.unknown_member_id
         if generation < 0 and not member_id and instance_id is None:
             return E.unknown_member_id  # Kafka: only members commit to a group that has some
         error = self._check_member(group, member_id, instance_id)

@@ -222,7 +222,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
         error = E.invalid_group_id
     else:
         error = coord.machine.check_commit(group_id, generation, getattr(request, "member_id", ""),  # v0: none
-                                           getattr(request, "group_instance_id", None))
+                                           getattr(request, "group_instance_id", None), offset_commit=True)
     results = await ctx.run_blocking(_commit, ctx, coord, group_id, request.topics, error)
     return make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=_topic_results(
         mod.OffsetCommitResponseTopic, mod.OffsetCommitResponsePartition, results))

@@ -77,7 +77,8 @@ def test_stale_generations_forged_instance_ids_and_simple_commits_get_kafkas_err
     # commits outside group management: accepted while the group is Empty or unknown
     assert machine.check_commit("never-seen", -1, "", None) == E.none
     assert machine.check_commit("never-seen", -1, "someone", None) == E.none
-    assert machine.check_commit("never-seen", 3, "someone", None) == E.illegal_generation
+    assert machine.check_commit("never-seen", 3, "someone", None, offset_commit=True) == E.illegal_generation
+    assert machine.check_commit("never-seen", 3, "someone", None) == E.unknown_member_id  # TxnOffsetCommit
     assert machine.check_commit("g", -1, "", None) == E.unknown_member_id  # the group has members
 
 
