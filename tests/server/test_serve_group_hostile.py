@@ -905,3 +905,23 @@ def test_a_join_checks_the_joiners_protocols_not_every_members(monkeypatch):
                      require_known_member_id=False, respond=lambda result: None)
     assert machine.groups["g"].protocols() == {"range", "rr"} and len(machine.groups["g"].members) == 1000
     assert listed[0] <= 2 * 1000
+
+
+def test_a_handed_out_member_id_is_forgotten_after_a_minute_at_most():
+    """A member id handed out lived as long as the session timeout the client asked for (up to 30
+    minutes): one client handing out ids in new groups held ~800 B per group that long. It is now
+    forgotten after its session timeout or 60 s, whichever is sooner; the group with it."""
+    from tests.server.test_group_coordinator import Replies
+
+    now = [0]
+    machine = GroupStateMachine(lambda: now[0])
+    for session in (1_800_000, 10_000):
+        r = Replies()
+        machine.join(f"g{session}", "", None, client_id="c", client_host="h", session_timeout_ms=session,
+                     rebalance_timeout_ms=1000, protocol_type="consumer", protocols=[("range", b"")],
+                     require_known_member_id=True, respond=r)
+        assert r.one.error == E.member_id_required
+    assert machine.next_deadline() == 10_000
+    now[0] = 60_000
+    machine.tick()
+    assert machine.groups == {} and machine.next_deadline() is None
