@@ -14,6 +14,7 @@ coordinator only says whether a commit from (member, generation) is acceptable.
 
 from __future__ import annotations
 
+import heapq
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,6 +32,17 @@ GROUP_ID_CHARS_MAX = 255
 # not yet joined, per group. A bound: each member's subscription goes back to the leader in every
 # rebalance, so one client joining thousands of times makes every JoinGroup answer huge
 GROUP_MAX_SIZE = 1000
+# The member data (JoinGroup's protocols, SyncGroup's assignments) a group, and all groups of the
+# node, may hold: what clients send stays in memory (and in LMDB, and in each JoinGroup answer to the
+# leader) while they are members. Kafka's bound is its group record's (message.max.bytes, 1 MiB, of
+# the protocol chosen: a larger group cannot be stored, its SyncGroup fails); here every protocol
+# counts. Without it 200 members of 500 KB made the server 1 GB and stalled every client 1.8 s.
+GROUP_METADATA_MAX_BYTES = 4 << 20
+# A member id handed out (MEMBER_ID_REQUIRED) is forgotten after the member's session timeout, as in
+# Kafka, or this if sooner: a client sends its JoinGroup again at once, and one client handing out ids
+# in new groups with 30-minute sessions held 800 B per group for 30 minutes (1 GB per ~1,000 joins/s)
+PENDING_MEMBER_MAX_MS = 60_000
+METADATA_MAX_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -91,12 +103,32 @@ class Group:
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     pending: dict[str, int] = field(default_factory=dict)  # member ids handed out, not yet joined -> deadline
     join_deadline: int | None = None  # when PreparingRebalance ends whoever has re-joined
+    # members of the generation that have not sent SyncGroup yet, and when they are removed for it
+    # (Kafka's pending sync: a member that joins and never syncs would hold the group in
+    # CompletingRebalance for ever, heartbeating, while the others wait in SyncGroup)
+    pending_sync: set[str] = field(default_factory=set)
+    sync_deadline: int | None = None
     initial_delay: bool = False  # a new group waits a little for more members before its first generation
+    scheduled: int | None = None  # the time of its live entry in GroupStateMachine's timer heap
+    metadata_bytes: int = 0  # the members' protocols and assignments (GROUP_METADATA_MAX_BYTES)
+    # protocol name -> members offering it: a join's check is then the joiner's protocols, not every
+    # member's (1,000 members joining cost 1.2 s of the event loop in set intersections)
+    supporters: dict[str, int] = field(default_factory=dict)
 
     def protocols(self) -> set[str]:
         """Protocols every member supports."""
-        sets = [set(m.names()) for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
+        return {n for n, count in self.supporters.items() if count == len(self.members)} if self.members else set()
+
+    def supports_any(self, names: list[str]) -> bool:
+        return any(self.supporters.get(n) == len(self.members) for n in names)
+
+    def count_protocols(self, protocols: list[tuple[str, bytes]], sign: int) -> None:
+        for name in {n for n, _ in protocols}:
+            count = self.supporters.get(name, 0) + sign
+            if count:
+                self.supporters[name] = count
+            else:
+                del self.supporters[name]
 
     def select_protocol(self) -> str:
         """Kafka's vote: each member votes for its most preferred protocol among those all support."""
@@ -119,15 +151,24 @@ class GroupStateMachine:
                  max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
                  initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS,
                  on_change: Callable[[Group], None] | None = None,
-                 log: Callable[[str], None] | None = None, max_size: int = GROUP_MAX_SIZE) -> None:
+                 log: Callable[[str], None] | None = None, max_size: int = GROUP_MAX_SIZE,
+                 group_metadata_max_bytes: int = GROUP_METADATA_MAX_BYTES,
+                 metadata_max_bytes: int = METADATA_MAX_BYTES) -> None:
         self.clock = clock
         self.max_size = max_size
+        self.group_metadata_max_bytes = group_metadata_max_bytes
+        self.metadata_max_bytes = metadata_max_bytes
+        self.metadata_bytes = 0  # every group's
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.on_change = on_change or (lambda group: None)
         self.log = log or (lambda text: None)  # one line per rebalance and per expelled member
         self.groups: dict[str, Group] = {}
+        # (time, group id): when each group next has a deadline; entries whose time is no longer the
+        # group's `scheduled` are stale and skipped. The timer looks at due groups only: a scan of
+        # every group on each change made 6,000 groups cost 40 s of CPU to create
+        self._due: list[tuple[int, str]] = []
 
     # -- JoinGroup ---------------------------------------------------------------------------------
     def join(self, group_id: str, member_id: str, instance_id: str | None, *, client_id: str, client_host: str,
@@ -142,12 +183,19 @@ class GroupStateMachine:
         if not protocol_type or not protocols:
             return respond(JoinResult(E.inconsistent_group_protocol, member_id=member_id))
         group = self.groups.get(group_id)
+        if group is None and member_id:  # a member id from a group this node does not know (e.g. a restart)
+            return respond(JoinResult(E.unknown_member_id, member_id=member_id))
+        refusal = self._metadata_refusal(group, member_id, instance_id, client_id, protocols)
+        if refusal is not None:  # (Kafka answers GROUP_MAX_SIZE_REACHED without a member id)
+            respond(JoinResult(refusal, member_id="" if refusal is E.group_max_size_reached else member_id))
+            if group is not None and group.pending.pop(member_id, None) is not None:
+                self._maybe_complete_join(group)  # Kafka removes the member: nobody waits for it
+                self._changed(group)
+            return None
         if group is None:
-            if member_id:  # a member id from a group this node does not know (e.g. before a restart)
-                return respond(JoinResult(E.unknown_member_id, member_id=member_id))
             group = self.groups[group_id] = Group(group_id)
         if group.members and (group.protocol_type != protocol_type
-                              or not group.protocols() & {n for n, _ in protocols}):
+                              or not group.supports_any([n for n, _ in protocols])):
             return respond(JoinResult(E.inconsistent_group_protocol, member_id=member_id))
         now = self.clock()
         # the join as a member not yet in the group (no callbacks, not joined)
@@ -157,7 +205,55 @@ class GroupStateMachine:
             self._join_unknown(group, new, require_known_member_id, respond, now)
         else:
             self._join_known(group, new, respond, now)
-        self.on_change(group)
+        self._changed(group)
+
+    def _metadata_refusal(self, group: Group | None, member_id: str, instance_id: str | None, client_id: str,
+                          protocols: list[tuple[str, bytes]]) -> E | None:
+        """GROUP_MAX_SIZE_REACHED (the client gives up, as for a full group) for a join that would take
+        the group past its metadata bytes; COORDINATOR_NOT_AVAILABLE (the client retries) past the node's.
+        (The handler logs the refusal: one line.)"""
+        held = None
+        if group is not None:
+            held = group.members.get(member_id) if member_id else \
+                group.members.get(group.static.get(instance_id, "")) if instance_id is not None else None
+        if held is not None:
+            return self._bytes_refusal(group, _protocols_size(protocols) - _protocols_size(held.protocols))
+        # a new member: its ids too (a member id is the client id and a UUID: 32 KB client ids made
+        # 1,000 members hold 64 MB of ids)
+        ids = (len(member_id) if member_id else len(client_id or "member") + 37) + len(client_id) + \
+            len(instance_id or "")
+        return self._bytes_refusal(group, _protocols_size(protocols) + ids)
+
+    def _bytes_refusal(self, group: Group | None, grows: int) -> E | None:
+        if grows <= 0:
+            return None
+        if (group.metadata_bytes if group is not None else 0) + grows > self.group_metadata_max_bytes:
+            return E.group_max_size_reached
+        if self.metadata_bytes + grows > self.metadata_max_bytes:
+            return E.coordinator_not_available
+        return None
+
+    def _refuse_assignment(self, group: Group, refusal: E) -> None:
+        """A leader's assignment past the bytes: as Kafka when its group record is too large to store,
+        every member waiting in SyncGroup gets the error (UNKNOWN_SERVER_ERROR for the group's bound)
+        and the group rebalances."""
+        error = E.unknown_server_error if refusal is E.group_max_size_reached else refusal
+        self.log(f"group '{group.group_id}' generation {group.generation}: the leader's assignment would take "
+                 f"the group's member data past its bound: {error.name}, rebalancing")
+        for m in group.members.values():
+            if m.sync_cb is not None:
+                cb, m.sync_cb = m.sync_cb, None
+                cb(SyncResult(error))
+        self._prepare_rebalance(group, self.clock())
+        self._changed(group)
+
+    def _account(self, group: Group, size: int) -> None:
+        group.metadata_bytes += size
+        self.metadata_bytes += size
+
+    def _set_assignment(self, group: Group, member: GroupMember, assignment: bytes) -> None:
+        self._account(group, len(assignment) - len(member.assignment))
+        member.assignment = assignment
 
     def _join_unknown(self, group: Group, new: GroupMember, require_known: bool, respond: JoinCallback,
                       now: int) -> None:
@@ -169,7 +265,7 @@ class GroupStateMachine:
             return respond(JoinResult(E.group_max_size_reached, member_id=""))
         if require_known and new.instance_id is None:
             # KIP-394: hand out the id first, so a client that retries after a timeout is not two members
-            group.pending[member_id] = now + new.session_timeout_ms
+            group.pending[member_id] = now + min(new.session_timeout_ms, PENDING_MEMBER_MAX_MS)
             return respond(JoinResult(E.member_id_required, member_id=member_id))
         self._add_member(group, new, member_id, respond, now)
 
@@ -184,6 +280,9 @@ class GroupStateMachine:
         if member is None:
             return respond(JoinResult(E.unknown_member_id, member_id=member_id))
         changed = member.protocols != new.protocols
+        self._account(group, _protocols_size(new.protocols) - _protocols_size(member.protocols))
+        group.count_protocols(member.protocols, -1)
+        group.count_protocols(new.protocols, 1)
         member.protocols = new.protocols
         member.session_timeout_ms, member.rebalance_timeout_ms = new.session_timeout_ms, new.rebalance_timeout_ms
         if group.state == PREPARING:
@@ -210,6 +309,8 @@ class GroupStateMachine:
         member = replace(new, member_id=member_id, join_cb=respond, joined=now,
                          deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
+        self._account(group, _member_size(member))
+        group.count_protocols(member.protocols, 1)
         if new.instance_id is not None:
             group.static[new.instance_id] = member_id
         if group.state == PREPARING:
@@ -222,6 +323,9 @@ class GroupStateMachine:
         """A static member (group.instance.id) came back under a new member id: the old id is fenced;
         if nothing else changed the group keeps its assignment (KIP-345: no rebalance on restart)."""
         old = group.members.pop(group.static[new.instance_id])
+        self._account(group, -_member_size(old))
+        group.count_protocols(old.protocols, -1)
+        group.pending_sync.discard(old.member_id)
         if old.join_cb is not None:
             old.join_cb(JoinResult(E.fenced_instance_id, member_id=old.member_id))
         if old.sync_cb is not None:
@@ -229,6 +333,8 @@ class GroupStateMachine:
         member = replace(new, member_id=member_id, assignment=old.assignment, joined=now,
                          deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
+        self._account(group, _member_size(member))
+        group.count_protocols(member.protocols, 1)
         group.static[new.instance_id] = member_id
         if group.leader == old.member_id:
             group.leader = member_id
@@ -256,6 +362,7 @@ class GroupStateMachine:
             timeout = min(timeout, self.initial_rebalance_delay_ms)
         group.state = PREPARING
         group.join_deadline = now + timeout
+        self._clear_pending_sync(group)
         self._maybe_complete_join(group)
 
     def _maybe_complete_join(self, group: Group) -> None:
@@ -280,16 +387,41 @@ class GroupStateMachine:
         group.state = COMPLETING
         self.log(f"group '{group.group_id}' generation {group.generation}: {len(group.members)} member(s), "
                  f"protocol {group.protocol_name}, leader {group.leader}")
+        group.pending_sync = set(group.members)
+        group.sync_deadline = now + max(m.rebalance_timeout_ms for m in group.members.values())
         for m in group.members.values():
-            m.assignment = b""
+            self._set_assignment(group, m, b"")
             m.deadline = now + m.session_timeout_ms
             cb, m.join_cb = m.join_cb, None
             cb(self._join_result(group, m, with_members=m.member_id == group.leader))
 
+    @staticmethod
+    def _clear_pending_sync(group: Group) -> None:
+        group.pending_sync.clear()
+        group.sync_deadline = None
+
+    def _expire_pending_sync(self, group: Group) -> None:
+        """The rebalance timeout passed since the generation began: members that never sent SyncGroup
+        are removed and the others rebalance (Kafka's onExpirePendingSync)."""
+        late = sorted(group.pending_sync & group.members.keys())
+        self._clear_pending_sync(group)
+        self.log(f"member(s) {', '.join(late)} of group '{group.group_id}' sent no SyncGroup within the "
+                 f"rebalance timeout: removed")
+        for member_id in late:
+            self._remove(group, member_id)
+        if group.members:
+            self._prepare_rebalance(group, self.clock())
+        else:
+            group.generation += 1
+            self._to_empty(group)
+
     def _join_result(self, group: Group, member: GroupMember, with_members: bool) -> JoinResult:
-        members = [(m.member_id, m.instance_id, m.metadata(group.protocol_name)) for m in group.members.values()]
+        # only the leader's answer lists the members (built for every member, a rebalance of 1,000
+        # members cost a million entries on the event loop)
+        members = [(m.member_id, m.instance_id, m.metadata(group.protocol_name))
+                   for m in group.members.values()] if with_members else []
         return JoinResult(E.none, group.generation, group.protocol_type, group.protocol_name, group.leader or "",
-                          member.member_id, members if with_members else [])
+                          member.member_id, members)
 
     def _to_empty(self, group: Group) -> None:
         group.state = EMPTY
@@ -297,6 +429,7 @@ class GroupStateMachine:
         group.protocol_name = None
         group.protocol_type = None
         group.join_deadline = None
+        self._clear_pending_sync(group)
 
     # -- SyncGroup -----------------------------------------------------------------------------------
     def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None, *,
@@ -314,6 +447,9 @@ class GroupStateMachine:
         member = group.members[member_id]
         if group.state == PREPARING:
             return respond(SyncResult(E.rebalance_in_progress))
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            group.sync_deadline = None
         if group.state == STABLE:
             member.deadline = self.clock() + member.session_timeout_ms
             return respond(self._sync_result(group, member))
@@ -322,8 +458,12 @@ class GroupStateMachine:
             member.sync_cb(SyncResult(E.rebalance_in_progress))
         member.sync_cb = respond
         if member_id == group.leader:
+            grows = sum(len(assignments.get(mid, b"")) - len(m.assignment) for mid, m in group.members.items())
+            refusal = self._bytes_refusal(group, grows)
+            if refusal is not None:
+                return self._refuse_assignment(group, refusal)
             for mid, m in group.members.items():
-                m.assignment = assignments.get(mid, b"")
+                self._set_assignment(group, m, assignments.get(mid, b""))
             group.state = STABLE
             now = self.clock()
             for m in group.members.values():
@@ -331,82 +471,118 @@ class GroupStateMachine:
                     cb, m.sync_cb = m.sync_cb, None
                     m.deadline = now + m.session_timeout_ms
                     cb(self._sync_result(group, m))
-            self.on_change(group)
+            self._changed(group)
 
     def _sync_result(self, group: Group, member: GroupMember) -> SyncResult:
         return SyncResult(E.none, group.protocol_type, group.protocol_name, member.assignment)
 
     def _check_member(self, group: Group | None, member_id: str, instance_id: str | None) -> E:
+        """Kafka's validateCurrentMember: a group.instance.id must be the static member's own (another
+        member's: FENCED_INSTANCE_ID; one the group does not know: UNKNOWN_MEMBER_ID), and the member
+        id one of the group's."""
         if group is None or group.state in (EMPTY, DEAD):
             return E.unknown_member_id
-        if instance_id is not None and instance_id in group.static and group.static[instance_id] != member_id:
-            return E.fenced_instance_id
+        if instance_id is not None and group.static.get(instance_id) != member_id:
+            return E.fenced_instance_id if instance_id in group.static else E.unknown_member_id
         if member_id not in group.members:
             return E.unknown_member_id
         return E.none
 
     # -- Heartbeat, LeaveGroup, OffsetCommit checks ----------------------------------------------------
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> E:
+        """Kafka's order: the member, then its generation, then the state (a stale generation is
+        ILLEGAL_GENERATION in a rebalance too, and does not keep the member alive)."""
         group = self.groups.get(group_id)
         error = self._check_member(group, member_id, instance_id)
         if error is not E.none:
             return error
-        member = group.members[member_id]
-        if group.state == PREPARING:
-            member.deadline = self.clock() + member.session_timeout_ms
-            return E.rebalance_in_progress
         if generation != group.generation:
             return E.illegal_generation
+        member = group.members[member_id]
         member.deadline = self.clock() + member.session_timeout_ms
-        return E.none
+        return E.rebalance_in_progress if group.state == PREPARING else E.none
 
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[E, list[E]]:
-        """Remove members (member id, or group.instance.id for a static member); the others rebalance."""
+        """Remove members (member id, or group.instance.id alone for a static member); the others
+        rebalance. Kafka's handleLeaveGroup: a member id handed out and not yet joined leaves too
+        (the rebalance no longer waits for it), and a group.instance.id is checked as in every request."""
         group = self.groups.get(group_id)
         if group is None or group.state == DEAD:
             return E.unknown_member_id, [E.unknown_member_id] * len(members)
         errors = []
         for member_id, instance_id in members:
-            if instance_id is not None and instance_id in group.static:
-                if member_id and group.static[instance_id] != member_id:
-                    errors.append(E.fenced_instance_id)
-                    continue
-                member_id = group.static[instance_id]
-            if member_id not in group.members:
-                errors.append(E.unknown_member_id)
+            if not member_id:
+                member_id = group.static.get(instance_id, "") if instance_id is not None else ""
+                instance_id = None
+            if member_id in group.pending:
+                del group.pending[member_id]
+                self._maybe_complete_join(group)
+                errors.append(E.none)
                 continue
-            self._expel(group, member_id)
-            errors.append(E.none)
-        self.on_change(group)
+            error = self._check_member(group, member_id, instance_id)
+            if error is E.none:
+                self._expel(group, member_id)
+            errors.append(error)
+        self._changed(group)
         return E.none, errors
 
-    def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> E:
-        """May (member, generation) commit offsets? Commits from outside any generation (generation -1,
-        no member id: a consumer with manual assignment) are accepted while the group has no members."""
+    def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                     offset_commit: bool = False) -> E:
+        """May (member, generation) commit offsets? Kafka's validateOffsetCommit: generation -1 (a
+        consumer with manual assignment, or an admin client) may commit while the group is Empty or
+        unknown; in an OffsetCommit (`offset_commit`), a generation for a group this node does not know
+        is ILLEGAL_GENERATION (in a TxnOffsetCommit, UNKNOWN_MEMBER_ID: Kafka creates the group first);
+        otherwise the member is checked, then the state and the generation (eager consumers commit
+        before they give partitions up)."""
         group = self.groups.get(group_id)
-        if generation < 0 and not member_id:
-            return E.none if group is None or not group.members else E.unknown_member_id  # Kafka: not a member
+        if group is None or group.state == EMPTY:
+            if generation < 0:
+                return E.none
+            if group is None:  # (a TxnOffsetCommit makes the group first: then the member is unknown)
+                return E.illegal_generation if offset_commit else E.unknown_member_id
+        if generation < 0 and not member_id and instance_id is None:
+            return E.unknown_member_id  # Kafka: only members commit to a group that has some
         error = self._check_member(group, member_id, instance_id)
         if error is not E.none:
             return error
-        if group.state == COMPLETING:  # the member has not got its new assignment yet
+        # the member has not got its new assignment yet (Kafka checks the generation first, and its
+        # ILLEGAL_GENERATION fails a cooperative consumer's commit of the partitions it keeps)
+        if group.state == COMPLETING:
             return E.rebalance_in_progress
         if generation != group.generation:  # in PreparingRebalance the old generation may still commit
-            return E.illegal_generation       # (eager consumers commit before they give partitions up)
+            return E.illegal_generation
         member = group.members[member_id]
         member.deadline = self.clock() + member.session_timeout_ms  # a commit proves it alive too
         return E.none
 
     # -- timers --------------------------------------------------------------------------------------
+    def _changed(self, group: Group) -> None:
+        self._schedule(group)
+        self.on_change(group)
+
+    def _schedule(self, group: Group) -> None:
+        """Put the group's next deadline in the timer heap if it is earlier than the one there (a later
+        one, after a heartbeat, is found when the earlier entry comes due and the group is looked at)."""
+        deadline = self._group_deadline(group)
+        if deadline is not None and (group.scheduled is None or deadline < group.scheduled):
+            group.scheduled = deadline
+            heapq.heappush(self._due, (deadline, group.group_id))
+
+    def _group_deadline(self, group: Group) -> int | None:
+        times = list(group.pending.values())
+        times.extend(t for t in (group.join_deadline, group.sync_deadline) if t is not None)
+        times.extend(m.deadline for m in group.members.values() if not self._kept_alive(group, m))
+        return min(times, default=None)
+
+    def _live_entry(self, entry: tuple[int, str]) -> Group | None:
+        group = self.groups.get(entry[1])
+        return group if group is not None and group.scheduled == entry[0] else None
+
     def next_deadline(self) -> int | None:
         """The earliest time `tick()` has something to do (None: nothing scheduled)."""
-        times: list[int] = []
-        for g in self.groups.values():
-            times.extend(g.pending.values())
-            if g.join_deadline is not None:
-                times.append(g.join_deadline)
-            times.extend(m.deadline for m in g.members.values() if not self._kept_alive(g, m))
-        return min(times, default=None)
+        while self._due and self._live_entry(self._due[0]) is None:
+            heapq.heappop(self._due)
+        return self._due[0][0] if self._due else None
 
     @staticmethod
     def _kept_alive(group: Group, member: GroupMember) -> bool:
@@ -414,31 +590,47 @@ class GroupStateMachine:
         return member.join_cb is not None or member.sync_cb is not None
 
     def tick(self) -> None:
+        """Act on the groups whose deadline has come (pending ids, sessions, rebalance timeouts)."""
         now = self.clock()
-        for group in list(self.groups.values()):
-            changed = False
-            for mid in [mid for mid, t in group.pending.items() if t <= now]:
-                del group.pending[mid]
+        due: list[Group] = []
+        while self._due and self._due[0][0] <= now:
+            group = self._live_entry(heapq.heappop(self._due))
+            if group is not None:
+                group.scheduled = None
+                due.append(group)
+        for group in due:
+            self._tick_group(group, now)
+
+    def _tick_group(self, group: Group, now: int) -> None:
+        changed = False
+        for mid in [mid for mid, t in group.pending.items() if t <= now]:
+            del group.pending[mid]
+            changed = True
+        for m in [m for m in group.members.values() if m.deadline <= now and not self._kept_alive(group, m)]:
+            self.log(f"member {m.member_id} of group '{group.group_id}' sent no heartbeat for "
+                     f"{m.session_timeout_ms} ms: removed")
+            self._expel(group, m.member_id)
+            changed = True
+        if group.sync_deadline is not None and group.sync_deadline <= now:
+            if group.pending_sync & group.members.keys() and group.state in (COMPLETING, STABLE):
+                self._expire_pending_sync(group)
                 changed = True
-            for m in [m for m in group.members.values() if m.deadline <= now and not self._kept_alive(group, m)]:
-                self.log(f"member {m.member_id} of group '{group.group_id}' sent no heartbeat for "
-                         f"{m.session_timeout_ms} ms: removed")
-                self._expel(group, m.member_id)
-                changed = True
-            if group.state == PREPARING and group.join_deadline is not None and group.join_deadline <= now:
-                if group.initial_delay and not group.all_joined():
-                    # members still joining (a new group's first round): wait up to the rebalance timeout
-                    group.initial_delay = False
-                    timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-                    group.join_deadline = now + max(0, timeout - self.initial_rebalance_delay_ms)
-                else:
-                    self._complete_join(group)
-                changed = True
-            self._maybe_complete_join(group)
-            if changed:
-                self.on_change(group)
-            if group.generation == 0 and group.state == EMPTY and not group.members and not group.pending:
-                del self.groups[group.group_id]  # only ever handed out member ids: nothing to remember
+            self._clear_pending_sync(group)
+        if group.state == PREPARING and group.join_deadline is not None and group.join_deadline <= now:
+            if group.initial_delay and not group.all_joined():
+                # members still joining (a new group's first round): wait up to the rebalance timeout
+                group.initial_delay = False
+                timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+                group.join_deadline = now + max(0, timeout - self.initial_rebalance_delay_ms)
+            else:
+                self._complete_join(group)
+            changed = True
+        self._maybe_complete_join(group)
+        if changed:
+            self.on_change(group)
+        self._schedule(group)
+        if group.generation == 0 and group.state == EMPTY and not group.members and not group.pending:
+            del self.groups[group.group_id]  # only ever handed out member ids: nothing to remember
 
     def _expel(self, group: Group, member_id: str) -> None:
         """A member leaves (LeaveGroup or session expiry): the rest rebalance."""
@@ -453,6 +645,9 @@ class GroupStateMachine:
 
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
+        group.pending_sync.discard(member_id)
+        self._account(group, -_member_size(member))
+        group.count_protocols(member.protocols, -1)
         if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
             del group.static[member.instance_id]
         if member.join_cb is not None:
@@ -471,7 +666,7 @@ class GroupStateMachine:
     def delete(self, group_id: str) -> E:
         """DeleteGroups: only a group without members (its offsets are the caller's to delete)."""
         group = self.groups.get(group_id)
-        if group is not None and group.members:
+        if group is not None and (group.members or group.state != EMPTY):  # Kafka: only an Empty group
             return E.non_empty_group
         self.groups.pop(group_id, None)
         return E.none
@@ -491,3 +686,12 @@ class GroupStateMachine:
             out.update(topics_of(m.metadata(name)) if name in m.names() else [])
         return out
 
+
+def _protocols_size(protocols: list[tuple[str, bytes]]) -> int:
+    return sum(len(name) + len(metadata) for name, metadata in protocols)
+
+
+def _member_size(member: GroupMember) -> int:
+    """What a member holds that a client chose the size of: its protocols, assignment and ids."""
+    return _protocols_size(member.protocols) + len(member.assignment) + len(member.member_id) + \
+        len(member.client_id) + len(member.instance_id or "")

@@ -120,8 +120,11 @@ def _group_guard(fn: Any, operation: Operation) -> Any:
     async def guarded(ctx: Any, request: Any) -> Any:
         groups = ([request.group_id] if hasattr(request, "group_id")
                   else [g.group_id for g in getattr(request, "groups", ())])
-        if all(ctx.authorize(operation, ResourceType.GROUP, str(g)) for g in groups):
+        allowed = [ctx.authorize(operation, ResourceType.GROUP, str(g)) for g in groups]
+        if all(allowed):
             return await fn(ctx, request)
+        if any(allowed):  # OffsetFetch v8+: the groups it may see answered, the others refused (Kafka)
+            return await _some_groups(fn, ctx, request, allowed)
         ctx.log.info("%s (client %s): %s may not %s group(s) %s", ctx.client_host, ctx.client_id, ctx.principal,
                      operation.name, ", ".join(map(str, groups))[:200])
         response = await fn(dataclasses.replace(ctx, coordinator=None), request)
@@ -129,6 +132,27 @@ def _group_guard(fn: Any, operation: Operation) -> Any:
 
     guarded.klog_group_guard = True  # type: ignore[attr-defined]
     return guarded
+
+
+async def _some_groups(fn: Any, ctx: Any, request: Any, allowed: list[bool]) -> Any:
+    """A request of several groups (request.groups, answered in response.groups in its order) run on
+    the allowed ones; each other one answered GROUP_AUTHORIZATION_FAILED, with nothing of its own."""
+    import dataclasses
+
+    from kio.schema.errors import ErrorCode
+
+    from klog.protocol.kafka import make
+
+    kept = tuple(g for g, ok in zip(request.groups, allowed, strict=True) if ok)
+    response = await fn(ctx, dataclasses.replace(request, groups=kept))
+    answers = iter(response.groups)
+    group_cls = type(response.groups[0])
+    out = tuple(next(answers) if ok else make(group_cls, group_id=g.group_id, topics=(),
+                                              error_code=ErrorCode.group_authorization_failed)
+                for g, ok in zip(request.groups, allowed, strict=True))
+    ctx.log.info("%s (client %s): %s may not see %d of the groups asked", ctx.client_host, ctx.client_id,
+                 ctx.principal, allowed.count(False))
+    return dataclasses.replace(response, groups=out)
 
 
 def _swap_error(value: Any, old: Any, new: Any) -> Any:

@@ -42,6 +42,7 @@ from klog.server.dispatch import Handler
 from klog.server.group_runtime import CONSUMER, GroupCoordinator
 
 NOT_ASKED = -2147483648  # DescribeGroups' authorized_operations when the client did not ask
+GROUP_OPERATION_BITS = (("READ", 3), ("DELETE", 6), ("DESCRIBE", 8))  # Kafka's AclOperation codes
 OFFSET_METADATA_MAX = 4096  # Kafka's offset.metadata.max.bytes
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
@@ -221,7 +222,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> Any:
         error = E.invalid_group_id
     else:
         error = coord.machine.check_commit(group_id, generation, getattr(request, "member_id", ""),  # v0: none
-                                           getattr(request, "group_instance_id", None))
+                                           getattr(request, "group_instance_id", None), offset_commit=True)
     results = await ctx.run_blocking(_commit, ctx, coord, group_id, request.topics, error)
     return make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=_topic_results(
         mod.OffsetCommitResponseTopic, mod.OffsetCommitResponsePartition, results))
@@ -349,6 +350,8 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Any:
     if not _valid_group(group_id):
         return reply(E.invalid_group_id, {})
     await coord.flush()
+    if coord.machine.is_live(group_id) and coord.machine.groups[group_id].protocol_type != CONSUMER:
+        return reply(E.non_empty_group, {})  # Kafka: only a consumer group's subscriptions are known
     subscribed = coord.machine.subscribed_topics(group_id, consumer_protocol.subscription_topics)
     try:
         committed = await ctx.run_blocking(coord.meta.committed, group_id)
@@ -360,6 +363,9 @@ async def offset_delete(ctx: RequestContext, request: Any) -> Any:
     for t in request.topics:
         topic = str(t.name)
         parts = [int(p.partition_index) for p in t.partitions]
+        if not ctx.authorize("READ", "TOPIC", topic):  # Kafka: Delete on the group and Read on the topic
+            results.update({(topic, p): E.topic_authorization_failed for p in parts})
+            continue
         if topic in subscribed:
             results.update({(topic, p): E.group_subscribed_to_topic for p in parts})
             continue
@@ -422,9 +428,11 @@ async def describe_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     coord = _coordinator(ctx)
     out = []
-    # without ACLs every client may do all a group allows: READ (3), DELETE (6), DESCRIBE (8)
-    ops = (1 << 3 | 1 << 6 | 1 << 8) if getattr(request, "include_authorized_operations", False) else NOT_ASKED
+    asked = getattr(request, "include_authorized_operations", False)
     for gid in request.groups:
+        # what the principal may do to the group (without ACLs: all of READ, DELETE, DESCRIBE)
+        ops = sum(1 << bit for op, bit in GROUP_OPERATION_BITS if ctx.authorize(op, "GROUP", str(gid))) \
+            if asked else NOT_ASKED
         if not _valid_group(str(gid)):
             out.append(make(mod.DescribedGroup, error_code=E.invalid_group_id, group_id=gid, group_state="",
                             protocol_type="", protocol_data="", members=(), authorized_operations=ops))
@@ -465,6 +473,7 @@ async def delete_groups(ctx: RequestContext, request: Any) -> Any:
         if coord is None:
             error = E.coordinator_not_available
         else:
+            held = str(gid) in coord.machine.groups  # (an Empty group that only handed out member ids)
             error = coord.machine.delete(str(gid))
         if error is E.none:
             await coord.flush()
@@ -473,7 +482,10 @@ async def delete_groups(ctx: RequestContext, request: Any) -> Any:
             except UsageError:
                 error = E.invalid_group_id
             except GroupError as e:
-                error = E.group_id_not_found if "unknown group" in str(e) else E.non_empty_group
+                if "unknown group" not in str(e):
+                    error = E.non_empty_group
+                elif not held:  # nowhere: Kafka's Dead group
+                    error = E.group_id_not_found
             except (KlogError, OSError):
                 error = E.coordinator_not_available
         results.append(make(mod.DeletableGroupResult, group_id=gid, error_code=error))

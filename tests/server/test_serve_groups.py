@@ -532,8 +532,8 @@ def test_bad_group_requests_get_kafka_error_codes_on_a_connection_that_stays_usa
                                          OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
                                                                       committed_leader_epoch=-1,
                                                                       committed_metadata=None),)),))
-        res = kio_call(sock, commit)
-        assert res.topics[0].partitions[0].error_code == E.unknown_member_id
+        res = kio_call(sock, commit)  # a generation of a group this node does not know: Kafka's answer
+        assert res.topics[0].partitions[0].error_code == E.illegal_generation
         simple = replace(commit, generation_id_or_member_epoch=-1, member_id="")  # no group membership
         res = kio_call(sock, simple)
         assert res.topics[0].partitions[0].error_code == E.unknown_topic_or_partition
