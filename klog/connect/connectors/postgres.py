@@ -39,6 +39,7 @@ from klog.connect.connectors.pgtypes import (
     PgType,
     column_type,
     default_value,
+    java_hashmap_order,
     kschema,
     named,
     required_fallback,
@@ -70,6 +71,17 @@ TRANSACTION_SCHEMA = kschema("struct", fields=[_field("id", kschema("string", op
                                                _field("data_collection_order", kschema("int64", optional=False))],
                              name="event.block", version=1)
 ENVELOPE_VERSION = 2  # Debezium 2.6+ (DBZ-7107)
+# SchemaFactory.transactionKeySchema / transactionValueSchema
+TRANSACTION_KEY = kschema("struct", fields=[_field("id", kschema("string", optional=False))], optional=False,
+                          name="io.debezium.connector.common.TransactionMetadataKey", version=1)
+TRANSACTION_VALUE = kschema("struct", fields=[
+    _field("status", kschema("string", optional=False)), _field("id", kschema("string", optional=False)),
+    _field("event_count", kschema("int64")),
+    _field("data_collections", kschema("array", items=kschema("struct", fields=[
+        _field("data_collection", kschema("string", optional=False)),
+        _field("event_count", kschema("int64", optional=False))], name="event.collection", version=1))),
+    _field("ts_ms", kschema("int64", optional=False))],
+    optional=False, name="io.debezium.connector.common.TransactionMetadataValue", version=1)
 # SchemaFactory.heartbeatKeySchema / heartbeatValueSchema
 HEARTBEAT_KEY = kschema("struct", fields=[_field("serverName", kschema("string", optional=False))], optional=False,
                         name="io.debezium.connector.common.ServerNameKey", version=1)
@@ -79,7 +91,7 @@ SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when
 UNIMPLEMENTED = frozenset({
     "column.mask.hash", "column.truncate.to",
     "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
-    "incremental.snapshot.chunk.size", "provide.transaction.metadata",
+    "incremental.snapshot.chunk.size",
     "event.processing.failure.handling.mode", "snapshot.select.statement.overrides", "snapshot.lock.timeout.ms",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters", "database.initial.statements",
     "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
@@ -119,6 +131,7 @@ class PostgresTask(SourceTask):
         self.message_lsn = 0  # the WAL position of the message being handled
         self.last_offset: dict | None = None  # the offset of the last change record made
         self.last_beat = time.monotonic()
+        self.tx_counts: dict[str, int] | None = None  # provide.transaction.metadata: events per table
         self.confirmed = 0
         self.snapshot_rows: Iterator[ConnectRecord] | None = None
         self.stream_started = False
@@ -382,6 +395,8 @@ class PostgresTask(SourceTask):
         now_ns = time.time_ns()
         value = {"before": before, "after": after, "source": source, "transaction": None, "op": op,
                  "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000, "ts_ns": now_ns}  # the envelope's order
+        if self.tx_counts is not None and op != "r":
+            value["transaction"] = self._transaction_block(info)
         self.last_offset = offset
         out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
                              source_partition=self.partition, source_offset=offset)]
@@ -469,6 +484,37 @@ class PostgresTask(SourceTask):
             self.stream_started = True
         return self._heartbeat(self._stream())
 
+    def _transaction_block(self, info: dict) -> dict:
+        """provide.transaction.metadata: the event's place in its transaction (TransactionContext.event):
+        its order among all the transaction's events and among its table's, both from 1."""
+        table = f'{info["rel"].schema}.{info["rel"].table}'
+        self.tx_counts[table] = self.tx_counts.get(table, 0) + 1
+        return {"id": str(self.tx.xid), "total_order": sum(self.tx_counts.values()),
+                "data_collection_order": self.tx_counts[table]}
+
+    def _transaction_record(self, status: str) -> ConnectRecord:
+        """provide.transaction.metadata: TransactionMonitor's BEGIN or END record on <topic.prefix>.transaction
+        (END with the event count of the transaction and of each table, in Java HashMap order as Debezium's
+        TransactionContext holds them); ts_ms the commit time."""
+        tx, counts = self.tx, self.tx_counts
+        value = {"status": status, "id": str(tx.xid), "event_count": None, "data_collections": None,
+                 "ts_ms": tx.commit_ts_us // 1000}
+        if status == "END":
+            value["event_count"] = sum(counts.values())
+            value["data_collections"] = [{"data_collection": table, "event_count": counts[table]}
+                                         for table in java_hashmap_order(list(counts))]
+        return ConnectRecord(f'{self.prefix}.{self.c["topic.transaction"]}', None, TRANSACTION_KEY, {"id": str(tx.xid)},
+                             TRANSACTION_VALUE, value, tx.commit_ts_us // 1000, source_partition=self.partition,
+                             source_offset=self._current_offset())
+
+    def _current_offset(self) -> dict:
+        """The offset of a record that is not a change (a heartbeat, a transaction's BEGIN or END): the last
+        change's, with the LSN up to which every transaction was handed over."""
+        base = self.last_offset or self.stored
+        offset = {k: v for k, v in base.items() if k not in ("snapshot", "last_snapshot_record")}
+        offset["lsn_safe"] = self.lsn_safe
+        return offset
+
     def _heartbeat(self, out: list[ConnectRecord]) -> list[ConnectRecord]:
         """heartbeat.interval.ms: Debezium's heartbeat record (key {serverName}, value {ts_ms}, partition 0)
         on __debezium-heartbeat.<topic.prefix> once an interval, busy or idle, carrying the current offset: a
@@ -478,9 +524,7 @@ class PostgresTask(SourceTask):
         if interval <= 0 or now - self.last_beat < interval / 1000:
             return out
         self.last_beat = now
-        base = self.last_offset or self.stored
-        offset = {k: v for k, v in base.items() if k not in ("snapshot", "last_snapshot_record")}
-        offset["lsn_safe"] = self.lsn_safe
+        offset = self._current_offset()
         topic = f'{self.c["topic.heartbeat.prefix"]}.{self.prefix}'
         ts_ms = time.time_ns() // 1_000_000
         out.append(ConnectRecord(topic, 0, HEARTBEAT_KEY, {"serverName": self.prefix}, HEARTBEAT_VALUE,
@@ -540,14 +584,18 @@ class PostgresTask(SourceTask):
         if isinstance(message, pgoutput.Begin):
             self.tx, self.event = message, 0
             self.tx_sources = {}
+            if self.c["provide.transaction.metadata"]:
+                self.tx_counts = {}
+                return [self._transaction_record("BEGIN")]
             return []
         if isinstance(message, pgoutput.Commit):
             # every change of this transaction was handed over: once a later record's offset is stored,
             # the slot may skip it (the walsender resends a transaction whose commit is not below the flush LSN)
             self.lsn_safe = max(self.lsn_safe, message.end_lsn)
             self.last_commit_lsn = message.end_lsn
-            self.tx = None
-            return []
+            end = [self._transaction_record("END")] if self.tx_counts is not None and self.tx is not None else []
+            self.tx, self.tx_counts = None, None
+            return end
         if isinstance(message, pgoutput.Relation):
             self.relations[message.oid] = self._relation(message)
             self.tx_sources = {}
@@ -701,6 +749,8 @@ class PostgresConnector(SourceConnector):
                   .define("max.queue.size", "int", 8192, at_least=1)
                   .define("poll.interval.ms", "long", 500, at_least=1)
                   .define("heartbeat.interval.ms", "int", 0, at_least=0)
+                  .define("provide.transaction.metadata", "boolean", False)
+                  .define("topic.transaction", default="transaction")
                   .define("topic.heartbeat.prefix", default="__debezium-heartbeat"))
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
