@@ -477,3 +477,41 @@ def test_transaction_metadata_as_debeziums(pg_db, data_dir):
                       {"id": str(xid), "total_order": 4, "data_collection_order": 2},
                       {"id": str(xid), "total_order": 1, "data_collection_order": 1},
                       {"id": str(xid), "total_order": 2, "data_collection_order": 2}]
+
+
+def test_logical_decoding_messages_as_debeziums(pg_db, data_dir):
+    """pg_logical_emit_message: LogicalDecodingMessageMonitor's record on <prefix>.message (MessageKey
+    {prefix}; MessageValue {op m, ts_ms, source, transaction, message {prefix, content}}, the content per
+    binary.handling.mode); a transactional one carries its transaction's id, a non-transactional one none;
+    message.prefix.exclude.list leaves a prefix out."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    config = cdc(pg_db, **{"binary.handling.mode": "hex", "message.prefix.exclude.list": "secret.*"})
+    with running(data_dir, config):
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        pg_db.execute("SELECT pg_logical_emit_message(false, 'secret', 'x')")
+        conn = pg_db.connect(autocommit=False)
+        with conn.cursor() as q:
+            q.execute("INSERT INTO t VALUES (1)")
+            q.execute("SELECT pg_logical_emit_message(true, 'audit', 'hello'), txid_current()")
+            (_, xid) = q.fetchone()
+        conn.commit()
+        conn.close()
+        pg_db.execute("SELECT pg_logical_emit_message(false, 'plain', '\\x01ff'::bytea)")
+        wait_for(lambda: len(records(data_dir, "shop.message")) >= 2, what="the messages")
+    got = [(r.key.decode(), json.loads(r.value)) for r in records(data_dir, "shop.message")]
+    assert len(got) == 2 and got[0][0] == compact({"schema": {
+        "type": "struct", "fields": [field("prefix", opt("string"))], "optional": False,
+        "name": "io.debezium.connector.postgresql.MessageKey", "version": 1}, "payload": {"prefix": "audit"}})
+    schema = got[0][1]["schema"]
+    assert schema == {"type": "struct", "fields": [
+        field("op", req("string")), field("ts_ms", opt("int64")), field("source", SOURCE),
+        field("transaction", TRANSACTION),
+        field("message", {"type": "struct", "fields": [field("prefix", opt("string")),
+                                                       field("content", opt("string"))],
+                          "optional": False, "name": "io.debezium.connector.postgresql.Message", "version": 1})],
+        "optional": False, "name": "io.debezium.connector.postgresql.MessageValue", "version": 1}
+    audit, plain = got[0][1]["payload"], got[1][1]["payload"]
+    assert (audit["op"], audit["message"], audit["transaction"]) == ("m", {"prefix": "audit", "content": "68656c6c6f"},
+                                                                    None)
+    assert (audit["source"]["txId"], audit["source"]["table"]) == (xid, "t")  # the last change's table
+    assert plain["message"] == {"prefix": "plain", "content": "01ff"} and plain["source"]["txId"] is None

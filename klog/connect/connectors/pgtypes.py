@@ -270,6 +270,12 @@ def _binary(mode: str) -> tuple[Schema, Parser]:
     return kschema("string"), lambda t: encode(_bytea(t))
 
 
+def binary_content(mode: str) -> tuple[Schema, Callable[[bytes], Any]]:
+    """Raw bytes (a logical decoding message's content) per binary.handling.mode: the schema and encoder."""
+    schema, parse = _binary(mode)
+    return schema, (lambda b: b) if mode == "bytes" else (lambda b: parse("\\x" + b.hex()))
+
+
 def _bits(length: int) -> tuple[Schema, Parser]:
     """bit(n) / varbit(n) as Debezium's: a boolean for one bit, else io.debezium.data.Bits, the bits as a
     little-endian number in as many bytes as its highest set bit needs (a Java BitSet's bytes)."""

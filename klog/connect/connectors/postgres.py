@@ -37,6 +37,7 @@ from klog.connect.connectors.pgtypes import (
     UNSUPPORTED_GEOMETRY,
     Modes,
     PgType,
+    binary_content,
     column_type,
     default_value,
     java_hashmap_order,
@@ -82,6 +83,9 @@ TRANSACTION_VALUE = kschema("struct", fields=[
         _field("event_count", kschema("int64", optional=False))], name="event.collection", version=1))),
     _field("ts_ms", kschema("int64", optional=False))],
     optional=False, name="io.debezium.connector.common.TransactionMetadataValue", version=1)
+# PostgresSchemaFactory.logicalDecodingMessageMonitorKeySchema
+MESSAGE_KEY = kschema("struct", fields=[_field("prefix", kschema("string"))], optional=False,
+                      name="io.debezium.connector.postgresql.MessageKey", version=1)
 # SchemaFactory.heartbeatKeySchema / heartbeatValueSchema
 HEARTBEAT_KEY = kschema("struct", fields=[_field("serverName", kschema("string", optional=False))], optional=False,
                         name="io.debezium.connector.common.ServerNameKey", version=1)
@@ -132,6 +136,17 @@ class PostgresTask(SourceTask):
         self.last_offset: dict | None = None  # the offset of the last change record made
         self.last_beat = time.monotonic()
         self.tx_counts: dict[str, int] | None = None  # provide.transaction.metadata: events per table
+        self.last_table: dict | None = None  # the relation of the last change (a message's source names it)
+        self.prefixes_in = _pattern_list(c["message.prefix.include.list"])
+        self.prefixes_out = _pattern_list(c["message.prefix.exclude.list"])
+        content_schema, self.content_encoder = binary_content(c["binary.handling.mode"])
+        self.message_schema = kschema("struct", fields=[
+            _field("op", kschema("string", optional=False)), _field("ts_ms", kschema("int64")),
+            _field("source", SOURCE_SCHEMA), _field("transaction", TRANSACTION_SCHEMA),
+            _field("message", kschema("struct", fields=[_field("prefix", kschema("string")),
+                                                         _field("content", content_schema)], optional=False,
+                                       name="io.debezium.connector.postgresql.Message", version=1))],
+            optional=False, name="io.debezium.connector.postgresql.MessageValue", version=1)
         self.confirmed = 0
         self.snapshot_rows: Iterator[ConnectRecord] | None = None
         self.stream_started = False
@@ -397,6 +412,7 @@ class PostgresTask(SourceTask):
                  "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000, "ts_ns": now_ns}  # the envelope's order
         if self.tx_counts is not None and op != "r":
             value["transaction"] = self._transaction_block(info)
+        self.last_table = info
         self.last_offset = offset
         out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
                              source_partition=self.partition, source_offset=offset)]
@@ -480,9 +496,32 @@ class PostgresTask(SourceTask):
             return []
         if not self.stream_started:
             self.cur.start_replication(slot_name=self.c["slot.name"], decode=False, status_interval=10,
-                                       options={"proto_version": "1", "publication_names": self.c["publication.name"]})
+                                       options=self._stream_options())
             self.stream_started = True
         return self._heartbeat(self._stream())
+
+    def _logical_message(self, message: pgoutput.Message) -> list[ConnectRecord]:
+        """A logical decoding message as Debezium's LogicalDecodingMessageMonitor: on <topic.prefix>.message,
+        key MessageKey {prefix}, value MessageValue {op m, ts_ms, source, transaction, message {prefix,
+        content per binary.handling.mode}}; message.prefix.include.list / exclude.list choose the prefixes.
+        The source block names the table of the last change seen, as Debezium's (it keeps its last)."""
+        prefix = message.prefix
+        if (self.prefixes_in and not any(p.fullmatch(prefix) for p in self.prefixes_in)) or any(
+                p.fullmatch(prefix) for p in self.prefixes_out) or "m" in self.skipped:
+            return []
+        tx = self.tx if message.transactional else None
+        ts_us = tx.commit_ts_us if tx is not None else time.time_ns() // 1000
+        source = self._source(self.last_table or {"rel": pgoutput.Relation(0, "", "", "d", [])}, ts_us, "false",
+                              tx.xid if tx is not None else None, self.message_lsn)
+        value = {"op": "m", "ts_ms": time.time_ns() // 1_000_000, "source": source, "transaction": None,
+                 "message": {"prefix": prefix, "content": self.content_encoder(message.content)}}
+        if tx is not None and self.tx_counts is not None:
+            self.tx_counts["LOGICAL_DECODING_MESSAGE"] = self.tx_counts.get("LOGICAL_DECODING_MESSAGE", 0) + 1
+            value["transaction"] = {"id": str(tx.xid), "total_order": sum(self.tx_counts.values()),
+                                    "data_collection_order": self.tx_counts["LOGICAL_DECODING_MESSAGE"]}
+        return [ConnectRecord(f"{self.prefix}.message", None, MESSAGE_KEY, {"prefix": prefix}, self.message_schema,
+                              value, value["ts_ms"], source_partition=self.partition,
+                              source_offset=self._current_offset())]
 
     def _transaction_block(self, info: dict) -> dict:
         """provide.transaction.metadata: the event's place in its transaction (TransactionContext.event):
@@ -530,6 +569,14 @@ class PostgresTask(SourceTask):
         out.append(ConnectRecord(topic, 0, HEARTBEAT_KEY, {"serverName": self.prefix}, HEARTBEAT_VALUE,
                                  {"ts_ms": ts_ms}, ts_ms, source_partition=self.partition, source_offset=offset))
         return out
+
+    def _stream_options(self) -> dict[str, str]:
+        """pgoutput's options as Debezium's PgOutputMessageDecoder sets them: logical decoding messages too
+        from PostgreSQL 14 on."""
+        options = {"proto_version": "1", "publication_names": self.c["publication.name"]}
+        if self.conn.server_version >= 140000:
+            options["messages"] = "true"
+        return options
 
     def _stream(self) -> list[ConnectRecord]:
         import psycopg2
@@ -596,6 +643,8 @@ class PostgresTask(SourceTask):
             end = [self._transaction_record("END")] if self.tx_counts is not None and self.tx is not None else []
             self.tx, self.tx_counts = None, None
             return end
+        if isinstance(message, pgoutput.Message):
+            return self._logical_message(message)
         if isinstance(message, pgoutput.Relation):
             self.relations[message.oid] = self._relation(message)
             self.tx_sources = {}
@@ -732,6 +781,8 @@ class PostgresConnector(SourceConnector):
                   .define("column.include.list", "list", [], check=regex_list_check)
                   .define("column.exclude.list", "list", [], check=regex_list_check)
                   .define("message.key.columns", default="", check=_check_key_columns)
+                  .define("message.prefix.include.list", "list", [], check=regex_list_check)
+                  .define("message.prefix.exclude.list", "list", [], check=regex_list_check)
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
                   .define("tombstones.on.delete", "boolean", True)
