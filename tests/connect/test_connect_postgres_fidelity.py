@@ -515,3 +515,53 @@ def test_logical_decoding_messages_as_debeziums(pg_db, data_dir):
                                                                     None)
     assert (audit["source"]["txId"], audit["source"]["table"]) == (xid, "t")  # the last change's table
     assert plain["message"] == {"prefix": "plain", "content": "01ff"} and plain["source"]["txId"] is None
+
+
+def test_geometric_types_as_debeziums_structs(pg_db, data_dir):
+    """box, lseg, path, polygon as io.debezium.data.geometry.Geometry (version 2; WkbWriter's little-endian
+    polygon or line string, the type and a path's closedness in extensions), circle as Circle (a Point
+    center and a radius), line as Line {a, b, c} (PostgresValueConverter.convertBox ... convertLine)."""
+    import base64
+    import struct
+
+    setup = ["CREATE TABLE g (id int PRIMARY KEY, bx box, ls lseg, op path, cp path, pg polygon, ci circle, ln line)",
+             "INSERT INTO g VALUES (1, '((0,0),(2,1))', '[(0,0),(1,1)]', '[(0,0),(1,0),(1,1)]', '((0,0),(1,0))', "
+             "'((0,0),(1,0),(0,1))', '<(1,2),3>', '{1,-1,0}')"]
+    got = capture(pg_db, data_dir, setup, [], "g", 1)
+    geometry = {"type": "struct", "fields": [
+        field("wkb", req("bytes")), field("srid", opt("int32")),
+        field("extensions", {"type": "map", "keys": req("string"), "values": req("string"), "optional": True})],
+        "optional": True, "name": "io.debezium.data.geometry.Geometry", "version": 2, "doc": "Geometry"}
+    point = {"type": "struct", "fields": [field("x", req("float64")), field("y", req("float64")),
+                                          field("wkb", opt("bytes")), field("srid", opt("int32"))],
+             "optional": False, "name": "io.debezium.data.geometry.Point", "version": 1, "doc": "Geometry (POINT)"}
+    assert after_fields(got[0][1])[1:] == [
+        field("bx", geometry), field("ls", geometry), field("op", geometry), field("cp", geometry),
+        field("pg", geometry),
+        field("ci", {"type": "struct", "fields": [field("center", point), field("radius", req("float64"))],
+                     "optional": True, "name": "io.debezium.data.geometry.Circle", "version": 1,
+                     "doc": "Geometry (CIRCLE)"}),
+        field("ln", {"type": "struct", "fields": [field("a", req("float64")), field("b", req("float64")),
+                                                  field("c", req("float64"))],
+                     "optional": True, "name": "io.debezium.data.geometry.Line", "version": 1,
+                     "doc": "Geometry (LINE)"})]
+
+    def wkb(kind: int, *rings: list) -> str:
+        out = struct.pack("<bI", 1, kind) + (struct.pack("<I", len(rings)) if kind == 3 else b"")
+        for ring in rings:
+            out += struct.pack("<I", len(ring)) + b"".join(struct.pack("<dd", x, y) for x, y in ring)
+        return base64.b64encode(out).decode()
+
+    after = envelope_parts(got[0][1])[1]["after"]
+    # PostgreSQL prints a box upper-right corner first: (2,1),(0,0)
+    assert after["bx"] == {"wkb": wkb(3, [(2, 1), (2, 0), (0, 0), (0, 1), (2, 1)]), "srid": None,
+                           "extensions": {"type": "box"}}
+    assert after["ls"] == {"wkb": wkb(2, [(0, 0), (1, 1)]), "srid": None, "extensions": {"type": "lseg"}}
+    assert after["op"] == {"wkb": wkb(2, [(0, 0), (1, 0), (1, 1)]), "srid": None,
+                           "extensions": {"type": "path", "closed": "false"}}
+    assert after["cp"]["extensions"] == {"type": "path", "closed": "true"}
+    assert after["pg"] == {"wkb": wkb(3, [(0, 0), (1, 0), (0, 1), (0, 0)]), "srid": None,
+                           "extensions": {"type": "polygon"}}
+    center_wkb = base64.b64encode(struct.pack("<bIdd", 1, 1, 1, 2)).decode()
+    assert after["ci"] == {"center": {"x": 1.0, "y": 2.0, "wkb": center_wkb, "srid": None}, "radius": 3.0}
+    assert after["ln"] == {"a": 1.0, "b": -1.0, "c": 0.0}

@@ -303,6 +303,73 @@ POINT = kschema("struct", fields=[{**kschema("float64", optional=False), "field"
                 name="io.debezium.data.geometry.Point", version=1, doc="Geometry (POINT)")
 
 
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?Infinity|NaN")
+
+
+def _coordinates(text: str) -> list[tuple[float, float]]:
+    numbers = [float(n) for n in _NUMBER.findall(text)]
+    return list(zip(numbers[0::2], numbers[1::2], strict=False))
+
+
+def _wkb(kind: int, rings: list[list[tuple[float, float]]]) -> bytes:
+    """Debezium's WkbWriter: little-endian WKB of a line string (kind 2, one list of points) or a
+    polygon (kind 3, rings)."""
+    out = bytearray(struct.pack("<bI", 1, kind))
+    if kind == 3:
+        out += struct.pack("<I", len(rings))
+    for ring in rings:
+        out += struct.pack("<I", len(ring))
+        for x, y in ring:
+            out += struct.pack("<dd", x, y)
+    return bytes(out)
+
+
+def _box(text: str) -> dict:
+    (x1, y1), (x2, y2) = _coordinates(text)
+    ring = [(x1, y1), (x1, y2), (x2, y2), (x2, y1), (x1, y1)]
+    return {"wkb": _wkb(3, [ring]), "srid": None, "extensions": {"type": "box"}}
+
+
+def _lseg(text: str) -> dict:
+    return {"wkb": _wkb(2, [_coordinates(text)]), "srid": None, "extensions": {"type": "lseg"}}
+
+
+def _path(text: str) -> dict:
+    closed = "false" if text.startswith("[") else "true"
+    return {"wkb": _wkb(2, [_coordinates(text)]), "srid": None, "extensions": {"type": "path", "closed": closed}}
+
+
+def _polygon(text: str) -> dict:
+    ring = _coordinates(text)
+    if len(ring) >= 2 and ring[0] != ring[-1]:
+        ring.append(ring[0])  # closeRing
+    return {"wkb": _wkb(3, [ring]), "srid": None, "extensions": {"type": "polygon"}}
+
+
+def _circle(text: str) -> dict:
+    x, y, radius = (float(n) for n in _NUMBER.findall(text))
+    return {"center": _point(f"({x},{y})"), "radius": radius}
+
+
+def _line(text: str) -> dict:
+    a, b, c = (float(n) for n in _NUMBER.findall(text))
+    return {"a": a, "b": b, "c": c}
+
+
+GEOMETRY = kschema("struct", fields=[
+    {**kschema("bytes", optional=False), "field": "wkb"}, {**kschema("int32"), "field": "srid"},
+    {**kschema("map", keys=kschema("string", optional=False), values=kschema("string", optional=False)),
+     "field": "extensions"}], name="io.debezium.data.geometry.Geometry", version=2, doc="Geometry")
+CIRCLE = kschema("struct", fields=[{**POINT, "optional": False, "field": "center"},
+                                   {**kschema("float64", optional=False), "field": "radius"}],
+                 name="io.debezium.data.geometry.Circle", version=1, doc="Geometry (CIRCLE)")
+LINE = kschema("struct", fields=[{**kschema("float64", optional=False), "field": f} for f in "abc"],
+               name="io.debezium.data.geometry.Line", version=1, doc="Geometry (LINE)")
+# box, lseg, path, polygon (Debezium's Geometry with its WKB and extensions), circle, line
+_GEOMETRIC = {603: (GEOMETRY, _box), 601: (GEOMETRY, _lseg), 602: (GEOMETRY, _path), 604: (GEOMETRY, _polygon),
+              718: (CIRCLE, _circle), 628: (LINE, _line)}
+
+
 def java_string_hash(text: str) -> int:
     h = 0
     for unit in text.encode("utf-16-be").hex(" ", 2).split():
@@ -444,7 +511,6 @@ _STRING_TYPE_NAMES = frozenset({"citext", "isbn"})
 # xml, point and refcursor arrays it leaves out)
 _ARRAY_ELEMENTS = frozenset({21, 23, 20, 26, 18, 1043, 25, 1042, 1700, 700, 701, 16, 1082, 869, 650, 829, 774,
                              3908, 3910, 3912, 3904, 3906, 3926, 2950, 3802, 114, 1083, 1266, 1114, 1184, 17})
-UNSUPPORTED_GEOMETRY = frozenset({603, 601, 602, 604, 718, 628})  # box, lseg, path, polygon, circle, line
 
 
 def column_type(t: PgType, modes: Modes = Modes()) -> tuple[Schema, Parser] | None:
@@ -546,8 +612,9 @@ def _scalar(t: PgType, modes: Modes) -> tuple[Schema, Parser] | None:  # noqa: C
         return _hstore(modes.hstore)
     if t.name == "ltree":
         return named("string", "io.debezium.data.Ltree"), str
-    if type_oid in UNSUPPORTED_GEOMETRY:
-        return kschema("string"), str  # Debezium's Geometry / Circle / Line structs: not built (warned)
+    if type_oid in _GEOMETRIC:
+        schema, parser = _GEOMETRIC[type_oid]
+        return dict(schema), parser
     return None
 
 

@@ -34,7 +34,6 @@ from klog.connect.connectors import pgoutput
 from klog.connect.connectors.pgtypes import (
     TIME_MODES,
     UNAVAILABLE,
-    UNSUPPORTED_GEOMETRY,
     Modes,
     PgType,
     binary_content,
@@ -261,10 +260,9 @@ class PostgresTask(SourceTask):
                 continue
             not_null, expression, pg_type = facts.get(col.name, (False, None, PgType(col.type_oid, col.typmod)))
             found = column_type(pg_type, self.modes)
-            if found is None or pg_type.oid in UNSUPPORTED_GEOMETRY:
-                self._warn_type(rel, col.name, pg_type, found is None)
-                if found is None:
-                    continue  # Debezium leaves a column of a type it does not know out
+            if found is None:
+                self._warn_type(rel, col.name, pg_type)
+                continue  # Debezium leaves a column of a type it does not know out
             schema, parser = found
             required = not_null  # a key column too: Debezium's optionality is the column's
             default = default_value(pg_type.oid, schema, parser, expression)
@@ -291,18 +289,17 @@ class PostgresTask(SourceTask):
                 "wanted": self._wanted(rel.schema, rel.table),
                 "kept": None if len(kept) == len(rel.columns) else kept}  # positions of the columns kept
 
-    def _warn_type(self, rel: pgoutput.Relation, column: str, pg_type: PgType, left_out: bool) -> None:
-        """Once per column: a type Debezium does not know (left out, as Debezium leaves it out; or, with
-        include.unknown.datatypes, its text as bytes) or a geometric type whose struct klog does not build."""
+    def _warn_type(self, rel: pgoutput.Relation, column: str, pg_type: PgType) -> None:
+        """Once per column: a type Debezium does not know is left out, as Debezium leaves it out (with
+        include.unknown.datatypes, its text is sent as bytes)."""
         where = f"{rel.schema}.{rel.table}.{column}"
         if where in self.warned_columns:
             return
         self.warned_columns.add(where)
         type_name = pg_type.name or f"oid {pg_type.oid}"
         self.context.warn(f"connector '{self.context.connector_name}': column {where} of type {type_name} "
-                          + ("is left out of the events, as Debezium leaves out a type it does not know "
-                             "(include.unknown.datatypes=true sends its text as bytes)" if left_out else
-                             "is sent as its text: Debezium's io.debezium.data.geometry struct for it is not built"))
+                          "is left out of the events, as Debezium leaves out a type it does not know "
+                          "(include.unknown.datatypes=true sends its text as bytes)")
 
     def _column_wanted(self, rel: pgoutput.Relation, column: str) -> bool:
         """column.include.list / column.exclude.list: regular expressions over schema.table.column (a key
