@@ -250,7 +250,7 @@ class PostgresTask(SourceTask):
 
     # -- relations and records -------------------------------------------------------------------
     def _relation(self, rel: pgoutput.Relation) -> dict:
-        topic = f"{self.prefix}.{rel.schema}.{rel.table}"
+        topic = sanitized_topic(f"{self.prefix}.{rel.schema}.{rel.table}")
         fields, parsers, toasts, kept = [], [], [], []
         nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
         facts = self._column_facts(rel.oid)
@@ -707,6 +707,13 @@ class PostgresTask(SourceTask):
                     conn.close()
                 except Exception:  # noqa: BLE001, S110 - closing a connection that already broke
                     pass
+
+
+def sanitized_topic(name: str) -> str:
+    """Debezium's AbstractTopicNamingStrategy.sanitizedTopicName: each character outside [a-zA-Z0-9._-]
+    an underscore, at most 249 characters; the schemas are named after the topic so named."""
+    name = re.sub(r"[^a-zA-Z0-9._-]", "_", name)[:249]
+    return {".": "_", "..": "__"}.get(name, name)
 
 
 def _key_column_patterns(spec: str) -> list[re.Pattern]:
