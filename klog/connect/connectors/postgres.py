@@ -393,12 +393,14 @@ class PostgresTask(SourceTask):
         """The source block of a streamed change: its lsn is the change's own WAL position (the walsender's
         for the message, Debezium's stream.lastReceivedLsn()); the rest is the same for every change of one
         table in one transaction, so built once per (transaction, table)."""
-        base = self.tx_sources.get(id(info))
-        if base is None:
+        cached = self.tx_sources.get(id(info))
+        if cached is None:
             tx = self.tx
-            base = self.tx_sources[id(info)] = self._source(info, tx.commit_ts_us, "false", tx.xid, 0)
+            base = self._source(info, tx.commit_ts_us, "false", tx.xid, 0)
+            cached = self.tx_sources[id(info)] = (base, base["sequence"].rpartition(",")[0] + ',"')
+        base, sequence_head = cached
         lsn = self.message_lsn
-        return {**base, "sequence": f'{base["sequence"].rpartition(",")[0]},"{lsn}"]', "lsn": lsn}
+        return {**base, "sequence": f'{sequence_head}{lsn}"]', "lsn": lsn}
 
     def _event(self, info: dict, op: str, before: dict | None, after: dict | None, ts_ms: int,
                source: dict, offset: dict) -> list[ConnectRecord]:
