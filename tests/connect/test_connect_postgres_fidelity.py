@@ -596,3 +596,17 @@ def test_a_table_name_kafka_cannot_take_is_sanitized_as_debezium(pg_db, data_dir
     assert json.loads(key)["schema"]["name"] == "shop.public.Order_Items_.Key"
     assert json.loads(value)["schema"]["name"] == "shop.public.Order_Items_.Envelope"
     assert envelope_parts(value)[1]["source"]["table"] == "Order Items€"
+
+
+def test_defaults_of_enum_interval_and_bit_columns_as_debeziums(pg_db, data_dir):
+    """PostgresDefaultValueConverter's mappers beyond the plain types: an enum's quoted label, an interval's
+    literal through its converter (MicroDuration), bit(1) as a boolean, bit(n)/varbit as Bits bytes (base64
+    in the schema's JSON, as JsonConverter writes a bytes default)."""
+    setup = ["CREATE TYPE mood AS ENUM ('sad', 'ok')",
+             "CREATE TABLE d (id int PRIMARY KEY, e mood DEFAULT 'ok', iv interval DEFAULT '1 day 00:00:01', "
+             "b1 bit(1) DEFAULT B'1', b3 bit(3) DEFAULT B'101', vb varbit DEFAULT B'11', "
+             "f interval DEFAULT now() - now())",
+             "INSERT INTO d (id) VALUES (1)"]
+    got = capture(pg_db, data_dir, setup, [], "d", 1)
+    defaults = {f["field"]: f.get("default") for f in after_fields(got[0][1])}
+    assert defaults == {"id": None, "e": "ok", "iv": 86401000000, "b1": True, "b3": "BQ==", "vb": "Aw==", "f": None}

@@ -671,29 +671,36 @@ def required_fallback(schema: Schema) -> Any:
 _DEFAULT_PLACEHOLDERS = {16: "false", 21: "0", 23: "0", 20: "0", 700: "0.0", 701: "0.0", 1700: "0.0", 25: "",
                          1043: "", 1042: "", 114: "{}", 3802: "{}", 142: "",
                          2950: "00000000-0000-0000-0000-000000000000", 1082: "1970-01-01", 1083: "00:00",
-                         1114: "1970-01-01", 1184: "1970-01-01"}
+                         1114: "1970-01-01", 1184: "1970-01-01", 1560: "00", 1562: "0", 1186: None}
 _FUNCTION_DEFAULT = re.compile(r"^[(]?[A-Za-z0-9_.]+\((?:.+(?:, ?.+)*)?\)")
 _CURRENT = {"current_timestamp", "current_time", "current_date", "localtime", "localtimestamp"}
 
 
-def default_text(type_oid: int, expression: str | None) -> str | None:
-    """The text a column's DEFAULT stands for in Debezium's schema, None for no default."""
-    if expression is None or type_oid not in _DEFAULT_PLACEHOLDERS:
+def default_text(type_oid: int, expression: str | None, enum: bool = False) -> str | None:
+    """The text a column's DEFAULT stands for in Debezium's schema, None for no default (an enum's: the
+    quoted label before its cast, PostgresDefaultValueConverter.extractEnumDefault)."""
+    if expression is None:
+        return None
+    if enum:
+        value, cast, _ = expression.rpartition("::")
+        return value[1:-1] if cast and len(value) >= 2 and value[0] == value[-1] == "'" else None
+    if type_oid not in _DEFAULT_PLACEHOLDERS:
         return None
     expression = expression.strip()
     if _FUNCTION_DEFAULT.match(expression) or expression.lower() in _CURRENT:
-        return _DEFAULT_PLACEHOLDERS[type_oid]
+        return _DEFAULT_PLACEHOLDERS[type_oid]  # an interval's ("epoch") does not parse: none
     if "'" not in expression:
         return None if expression.startswith("NULL::") else expression
     literal = re.search(r"'([^']*(?:''[^']*)*)'", expression)
     return literal.group(1).replace("''", "'") if literal else None
 
 
-def default_value(type_oid: int, schema: Schema, parser: Parser, expression: str | None) -> tuple[Any, Any] | None:
+def default_value(t: PgType, schema: Schema, parser: Parser, expression: str | None) -> tuple[Any, Any] | None:
     """A column's default as (the value, as rows carry it; its JSON in the schema, as Kafka's JsonConverter
     writes it), or None where Debezium gives the field no default."""
-    text = default_text(type_oid, expression)
-    if text is None:
+    type_oid = t.oid
+    text = default_text(type_oid, expression, enum=t.labels is not None)
+    if text is None or t.element is not None:
         return None
     try:
         if type_oid == 16:
@@ -714,4 +721,6 @@ def default_value(type_oid: int, schema: Schema, parser: Parser, expression: str
         from klog.connect.converters import decimal_to_bytes
 
         return value, base64.b64encode(decimal_to_bytes(value, scale)).decode()
+    if isinstance(value, bytes):  # Bits
+        return value, base64.b64encode(value).decode()
     return value, value

@@ -265,7 +265,7 @@ class PostgresTask(SourceTask):
                 continue  # Debezium leaves a column of a type it does not know out
             schema, parser = found
             required = not_null  # a key column too: Debezium's optionality is the column's
-            default = default_value(pg_type.oid, schema, parser, expression)
+            default = default_value(pg_type, schema, parser, expression)
             fields.append({**schema, "optional": not required, **({"default": default[1]} if default else {}),
                            "field": col.name})
             parsers.append(parser)
