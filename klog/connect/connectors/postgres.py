@@ -251,13 +251,15 @@ class PostgresTask(SourceTask):
     # -- relations and records -------------------------------------------------------------------
     def _relation(self, rel: pgoutput.Relation) -> dict:
         topic = sanitized_topic(f"{self.prefix}.{rel.schema}.{rel.table}")
-        fields, parsers, toasts, kept = [], [], [], []
+        fields, parsers, toasts, kept, hidden = [], [], [], [], []
         nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
         facts = self._column_facts(rel.oid)
         key_names = self._key_columns(rel)
         for i, col in enumerate(rel.columns):
-            if not (col.name in key_names or self._column_wanted(rel, col.name)):
-                continue
+            if not self._column_wanted(rel, col.name):
+                if col.name not in key_names:
+                    continue
+                hidden.append(col.name)  # a key column column.*.list leaves out: in the key, not the value
             not_null, expression, pg_type = facts.get(col.name, (False, None, PgType(col.type_oid, col.typmod)))
             found = column_type(pg_type, self.modes)
             if found is None:
@@ -274,7 +276,7 @@ class PostgresTask(SourceTask):
             # a required column a change lacks: its default, else Debezium's stand-in for its type
             if required:
                 nulls[col.name] = default[0] if default else required_fallback(schema)
-        value = kschema("struct", fields=fields, name=f"{topic}.Value")
+        value = kschema("struct", fields=[f for f in fields if f["field"] not in hidden], name=f"{topic}.Value")
         by_name = {f["field"]: f for f in fields}
         keys = [k for k in key_names if k in by_name]  # the key's order: the primary key's, not the table's
         key_schema = kschema("struct", fields=[by_name[k] for k in keys], optional=False,
@@ -286,6 +288,7 @@ class PostgresTask(SourceTask):
             optional=False, name=f"{topic}.Envelope", version=ENVELOPE_VERSION)
         return {"rel": rel, "topic": topic, "names": [rel.columns[i].name for i in kept], "parsers": parsers,
                 "toasts": toasts, "nulls": nulls, "keys": keys, "key_schema": key_schema, "envelope": envelope,
+                "hidden": hidden,
                 "wanted": self._wanted(rel.schema, rel.table),
                 "kept": None if len(kept) == len(rel.columns) else kept}  # positions of the columns kept
 
@@ -303,7 +306,7 @@ class PostgresTask(SourceTask):
 
     def _column_wanted(self, rel: pgoutput.Relation, column: str) -> bool:
         """column.include.list / column.exclude.list: regular expressions over schema.table.column (a key
-        column always stays: Debezium keys by it)."""
+        column left out stays in the key: Debezium filters the value's columns only)."""
         full = f"{rel.schema}.{rel.table}.{column}"
         if self.columns_in and not any(p.fullmatch(full) for p in self.columns_in):
             return False
@@ -406,6 +409,8 @@ class PostgresTask(SourceTask):
                source: dict, offset: dict) -> list[ConnectRecord]:
         row = after if after is not None else before
         key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
+        if info["hidden"]:  # read for the key only (Debezium's TableSchemaBuilder filters the value alone)
+            before, after = _without(before, info["hidden"]), _without(after, info["hidden"])
         now_ns = time.time_ns()
         value = {"before": before, "after": after, "source": source, "transaction": None, "op": op,
                  "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000, "ts_ns": now_ns}  # the envelope's order
@@ -738,6 +743,10 @@ def _check_key_columns(spec: str) -> str | None:
     except re.error as e:
         return f"not a regular expression: {e}"
     return None
+
+
+def _without(row: dict | None, names: list[str]) -> dict | None:
+    return None if row is None else {k: v for k, v in row.items() if k not in names}
 
 
 def _snapshot_marked(record: ConnectRecord, first: bool, first_of_table: bool, _table: tuple[str, str],
