@@ -647,21 +647,43 @@ def toast_placeholder(t: PgType, schema: Schema, modes: Modes) -> Any:
     return raw if schema["type"] == "bytes" and "name" not in schema else None
 
 
+_SPECIAL_FALLBACKS: dict[str, Any] = {
+    "io.debezium.time.ZonedTimestamp": "1970-01-01T00:00:00Z", "io.debezium.time.ZonedTime": "00:00:00Z",
+    "io.debezium.time.Interval": "P0Y0M0DT0H0M0S", "io.debezium.data.geometry.Point": lambda: _point("(0,0)"),
+    "io.debezium.data.geometry.Circle": lambda: _circle("<(0,0),0>"),
+    "io.debezium.data.geometry.Line": lambda: {"a": 0.0, "b": 1.0, "c": 0.0}}  # A = B = 0 is no line
+# PostgresValueConverter.geometryFallback: a unit shape of each type
+_GEOMETRY_FALLBACKS: dict[int, Callable[[], dict]] = {
+    603: lambda: {**_box("(0,0),(1,1)"), "wkb": _wkb(3, [[(0, 0), (0, 1), (1, 1), (1, 0), (0, 0)]])},
+    601: lambda: _lseg("[(0,0),(1,0)]"), 604: lambda: _polygon("((0,0),(1,0),(0,1))"),
+    602: lambda: {**_lseg("[(0,0),(1,0)]"), "extensions": {"type": "path"}}}
 _FALLBACKS: dict[str, Any] = {"boolean": False, "int16": 0, "int32": 0, "int64": 0, "float32": 0.0, "float64": 0.0,
                               "string": "", "bytes": b""}
 
 
-def required_fallback(schema: Schema) -> Any:
+def required_fallback(schema: Schema, t: PgType | None = None, modes: Modes = Modes()) -> Any:
     """What Debezium writes for a NOT NULL column the change does not carry (the before image of a delete
-    or update under REPLICA IDENTITY DEFAULT has the key only): its type's zero (JdbcValueConverters'
-    fallback), since a required field cannot be null."""
-    name = schema.get("name")
+    or update under REPLICA IDENTITY DEFAULT has the key only), since a required field cannot be null:
+    the fallback each of its converters passes to convertValue (JdbcValueConverters' zero for plain
+    types, the epoch for times, an empty array, "{}" for hstore as JSON, the geometry types' shapes)."""
+    name, oid = schema.get("name"), t.oid if t is not None else 0
+    if t is not None and t.element is not None:
+        return []
     if name == DECIMAL:
         return decimal.Decimal(0)
     if name == "io.debezium.data.VariableScaleDecimal":
         return _variable_decimal("0")
-    if name == "io.debezium.time.ZonedTimestamp":
-        return "1970-01-01T00:00:00Z"
+    if oid == 1700 and modes.decimal == "string":  # BigDecimal.ZERO at the column's scale
+        return "0" if t.typmod < 4 else format(decimal.Decimal(0).scaleb(-((t.typmod - 4) & 0xFFFF)), "f")
+    if oid == 790 and modes.decimal == "string":
+        return format(decimal.Decimal(0).scaleb(-modes.money_digits), "f")
+    if t is not None and t.name == "hstore":
+        return {} if modes.hstore == "map" else "{}"
+    special = _SPECIAL_FALLBACKS.get(name)
+    if special is not None:
+        return special() if callable(special) else special
+    if oid in _GEOMETRY_FALLBACKS:
+        return _GEOMETRY_FALLBACKS[oid]()
     return _FALLBACKS.get(schema["type"])
 
 

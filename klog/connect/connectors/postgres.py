@@ -275,7 +275,7 @@ class PostgresTask(SourceTask):
             kept.append(i)
             # a required column a change lacks: its default, else Debezium's stand-in for its type
             if required:
-                nulls[col.name] = default[0] if default else required_fallback(schema)
+                nulls[col.name] = default[0] if default else required_fallback(schema, pg_type, self.modes)
         value = kschema("struct", fields=[f for f in fields if f["field"] not in hidden], name=f"{topic}.Value")
         by_name = {f["field"]: f for f in fields}
         keys = [k for k in key_names if k in by_name]  # the key's order: the primary key's, not the table's
