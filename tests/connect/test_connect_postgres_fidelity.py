@@ -631,3 +631,13 @@ def test_required_columns_a_delete_lacks_get_debeziums_fallbacks(pg_db, data_dir
         "b": {"wkb": "AQMAAAABAAAABQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAPA/AAAAAAAA8D8AAAAAAADwPwAAAAAAAPA/"
                      "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "srid": None, "extensions": {"type": "box"}},
         "n": "0.00", "m": "0.00"}
+
+
+def test_the_end_of_the_day_as_debezium(pg_db, data_dir):
+    """time '24:00:00' (PostgreSQL allows it) is a whole day in MicroTime (Strings.asDuration; klog's task
+    failed on it), and timetz '24:00:00+00' stays 24:00:00Z (PostgresTimeBoundary), snapshot and stream."""
+    setup = ["CREATE TABLE t (id int PRIMARY KEY, tm time, tm3 time(3), tz timetz)",
+             "INSERT INTO t VALUES (1, '24:00:00', '24:00:00', '24:00:00+00')"]
+    got = capture(pg_db, data_dir, setup, ["INSERT INTO t VALUES (2, '24:00:00', '24:00:00', '24:00:00+00')"], "t", 2)
+    assert [envelope_parts(v)[1]["after"] for _, v in got] == [
+        {"id": i, "tm": 86_400_000_000, "tm3": 86_400_000, "tz": "24:00:00Z"} for i in (1, 2)]

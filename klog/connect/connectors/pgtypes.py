@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, epoch_days, epoch_micros, micros_of_day
+from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, epoch_days, epoch_micros
 from klog.connect.errors import DataError
 
 UNAVAILABLE = "__debezium_unavailable_value"  # Debezium's placeholder for an unchanged TOASTed value
@@ -68,9 +68,14 @@ def _zoned(text: str, width: int = 6) -> str | None:
 _TIMETZ = re.compile(r"(\d\d):(\d\d):(\d\d)(?:\.(\d+))?([+-])(\d\d)(?::?(\d\d))?(?::?(\d\d))?$")
 
 
+_DAY_END_UTC = re.compile(r"24:00:00(?:\.0{1,6})?(?:Z|[+-]00(?::?00)?)$")
+
+
 def _zoned_time(text: str) -> str | None:
     """A timetz as Debezium's ZonedTime: shifted to UTC, ISO_OFFSET_TIME (a fraction only as long as it
-    needs to be)."""
+    needs to be); the end of the day in UTC stays 24:00:00Z (PostgresTimeBoundary)."""
+    if _DAY_END_UTC.match(text):
+        return "24:00:00Z"
     m = _TIMETZ.match(text)
     if m is None:
         return None
@@ -81,9 +86,14 @@ def _zoned_time(text: str) -> str | None:
     return f"{total // 3600:02d}:{total // 60 % 60:02d}:{total % 60:02d}{fraction}Z"
 
 
+_CLOCK = re.compile(r"(\d+):(\d\d)(?::(\d\d)(?:\.(\d{1,6}))?)?")
+
+
 def _time_us(text: str) -> int:
-    t = dt.time.fromisoformat(text[:15] if "+" not in text and "-" not in text else text.split("+")[0].split("-")[0])
-    return micros_of_day(t)
+    """A time's microseconds past midnight (24:00:00, which PostgreSQL allows, is a whole day's, as
+    Debezium's Strings.asDuration reads it)."""
+    h, m, sec, frac = _CLOCK.match(text).groups()
+    return ((int(h) * 60 + int(m)) * 60 + int(sec or 0)) * 1_000_000 + int((frac or "0").ljust(6, "0"))
 
 
 def _time_ms(text: str) -> int:
