@@ -641,3 +641,16 @@ def test_the_end_of_the_day_as_debezium(pg_db, data_dir):
     got = capture(pg_db, data_dir, setup, ["INSERT INTO t VALUES (2, '24:00:00', '24:00:00', '24:00:00+00')"], "t", 2)
     assert [envelope_parts(v)[1]["after"] for _, v in got] == [
         {"id": i, "tm": 86_400_000_000, "tm3": 86_400_000, "tz": "24:00:00Z"} for i in (1, 2)]
+
+
+def test_dates_and_timestamps_beyond_python_datetime_as_debezium(pg_db, data_dir):
+    """BC dates and years past 9999 (PostgreSQL's range; Python's datetime cannot hold them, and klog sent
+    null): epoch days and microseconds of the proleptic calendar as java.time counts them (1 BC is year
+    0), ZonedTimestamp's year as java.time prints it (a sign past 9999)."""
+    setup = ["CREATE TABLE t (id int PRIMARY KEY, d date, ts timestamp, tz timestamptz)",
+             "INSERT INTO t VALUES (1, '0044-03-15 BC', '10000-01-01 00:00:00', '0001-01-01 00:00:00+00 BC'), "
+             "(2, '12345-06-07', '0001-01-01 00:00:00 BC', '12345-06-07 08:09:10.5+00')"]
+    got = capture(pg_db, data_dir, setup, [], "t", 2)
+    assert [envelope_parts(v)[1]["after"] for _, v in got] == [
+        {"id": 1, "d": -735160, "ts": 253402300800000000, "tz": "0000-01-01T00:00:00.000000Z"},
+        {"id": 2, "d": 3789548, "ts": -62167219200000000, "tz": "+12345-06-07T08:09:10.500000Z"}]

@@ -4,7 +4,6 @@ text form (what pgoutput and `col::text` give) parsed into Connect values."""
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import decimal
 import hashlib
 import json
@@ -15,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, epoch_days, epoch_micros
+from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema
 from klog.connect.errors import DataError
 
 UNAVAILABLE = "__debezium_unavailable_value"  # Debezium's placeholder for an unchanged TOASTed value
@@ -31,38 +30,71 @@ def _bytea(text: str) -> bytes:
     return bytes.fromhex(text[2:]) if text.startswith("\\x") else text.encode()
 
 
+_TIMESTAMP = re.compile(r"(\d{4,})-(\d\d)-(\d\d)(?:[ T](\d\d):(\d\d)(?::(\d\d)(?:\.(\d{1,6}))?)?)?"
+                        r"(?:([+-])(\d\d)(?::?(\d\d))?(?::?(\d\d))?)?( BC)?$")
+
+
+def _epoch_us(text: str) -> int | None:
+    """A date or timestamp[tz] text (ISO, as PostgreSQL prints it with DateStyle ISO: years past 9999
+    and BC ones too, which Python's datetime cannot hold) as microseconds since the epoch in UTC."""
+    m = _TIMESTAMP.match(text)
+    if m is None:
+        return None  # infinity is handled by the callers
+    year, month, day, h, mi, sec, frac, sign, oh, om, os_, bc = m.groups()
+    year = 1 - int(year) if bc else int(year)  # 1 BC is the proleptic year 0, as java.time's
+    days = _java_epoch_day(year, int(month), int(day))
+    micros = ((int(h or 0) * 60 + int(mi or 0)) * 60 + int(sec or 0)) * 1_000_000 + int((frac or "0").ljust(6, "0"))
+    offset = (int(oh or 0) * 3600 + int(om or 0) * 60 + int(os_ or 0)) * (-1 if sign == "-" else 1)
+    return days * 86_400_000_000 + micros - offset * 1_000_000
+
+
 def _date(text: str) -> int | None:
-    try:
-        return epoch_days(dt.date.fromisoformat(text))
-    except ValueError:
-        return None  # infinity, BC dates
+    us = _epoch_us(text)
+    return None if us is None else us // 86_400_000_000
 
 
 def _timestamp_us(text: str) -> int | None:
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return epoch_micros(when)
+    return _epoch_us(text)
 
 
 def _timestamp_ms(text: str) -> int | None:
-    us = _timestamp_us(text)
+    us = _epoch_us(text)
     return None if us is None else us // 1000
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """The proleptic Gregorian (year, month, day) of days since 1970-01-01, for any year."""
+    days += 719_468
+    era = days // 146_097
+    day_of_era = days - era * 146_097
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    mp = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return year_of_era + era * 400 + (month <= 2), month, day
+
+
+def _java_year(year: int) -> str:
+    """A year as java.time's ISO formatters print it: four digits, a sign past 9999 or before year 0."""
+    if year > 9999:
+        return f"+{year}"
+    return f"-{-year:04d}" if year < 0 else f"{year:04d}"
 
 
 def _zoned(text: str, width: int = 6) -> str | None:
     """A timestamptz as Debezium's ZonedTimestamp in UTC: exactly `width` fraction digits (the column's
     precision, 6 without one, as pgjdbc reports its scale); width 0 is ISO_OFFSET_DATE_TIME's, which
     prints a fraction only when there is one."""
-    try:
-        when = dt.datetime.fromisoformat(text if len(text) < 3 or text[-3] not in "+-" else text + ":00")
-    except ValueError:
+    us = _epoch_us(text)
+    if us is None:
         return None
-    when = when.astimezone(dt.UTC)
-    fraction = f".{when.microsecond:06d}"[: width + 1] if width > 0 else \
-        (f".{when.microsecond:06d}".rstrip("0") if when.microsecond else "")
-    return f"{when:%Y-%m-%dT%H:%M:%S}{fraction}Z"
+    days, of_day = divmod(us, 86_400_000_000)
+    year, month, day = _civil(days)
+    seconds, micro = divmod(of_day, 1_000_000)
+    fraction = f".{micro:06d}"[: width + 1] if width > 0 else (f".{micro:06d}".rstrip("0") if micro else "")
+    return (f"{_java_year(year)}-{month:02d}-{day:02d}T{seconds // 3600:02d}:{seconds // 60 % 60:02d}:"
+            f"{seconds % 60:02d}{fraction}Z")
 
 
 _TIMETZ = re.compile(r"(\d\d):(\d\d):(\d\d)(?:\.(\d+))?([+-])(\d\d)(?::?(\d\d))?(?::?(\d\d))?$")
