@@ -587,7 +587,8 @@ def _array(t: PgType, modes: Modes) -> tuple[Schema, Parser] | None:
     def parse(text: str) -> list:
         return [None if v is None else item_parser(v) for v in _array_items(text)]
 
-    return kschema("array", items={**item_schema, "optional": True}), parse
+    # the listed array types have optional elements; an enum array's come from Enum.builder unchanged: required
+    return kschema("array", items={**item_schema, "optional": element.labels is None}), parse
 
 
 def _scalar(t: PgType, modes: Modes) -> tuple[Schema, Parser] | None:  # noqa: C901, PLR0911, PLR0912 - a type table

@@ -325,17 +325,19 @@ class PostgresTask(SourceTask):
             return {name: (not_null, expression, self._pg_type(q, types, type_oid, typmod))
                     for name, not_null, expression, type_oid, typmod in rows}
 
-    def _pg_type(self, q, types: dict[int, tuple], type_oid: int, typmod: int) -> PgType:  # noqa: ANN001
+    def _pg_type(self, q, types: dict[int, tuple], type_oid: int, typmod: int,  # noqa: ANN001
+                 element_of_array: bool = False) -> PgType:
         if type_oid not in types:
             q.execute("SELECT t.typname, t.typtype, t.typbasetype, t.typtypmod, t.typelem, t.typcategory, "
                       "(SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e "
                       "WHERE e.enumtypid = t.oid) FROM pg_type t WHERE t.oid = %s", (type_oid,))
             types[type_oid] = q.fetchone() or ("", "b", 0, -1, 0, "X", None)
         name, kind, base, base_typmod, element, category, labels = types[type_oid]
-        if kind == "d":  # a domain: its base type, with the domain's modifier (the column has none)
+        if kind == "d" and not element_of_array:  # its base type, with the domain's modifier (the column has none)
             return self._pg_type(q, types, base, typmod if typmod >= 0 else base_typmod)
         if category == "A" and element:
-            return PgType(type_oid, typmod, name, None, self._pg_type(q, types, element, -1))
+            # an array of a domain is not resolved: Debezium has no schema for it (PostgresValueConverter)
+            return PgType(type_oid, typmod, name, None, self._pg_type(q, types, element, -1, element_of_array=True))
         return PgType(type_oid, typmod, name, labels if kind == "e" else None)
 
     def _key_columns(self, rel: pgoutput.Relation) -> list[str]:
