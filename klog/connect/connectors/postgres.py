@@ -513,8 +513,8 @@ class PostgresTask(SourceTask):
         The source block names the table of the last change seen, as Debezium's (it keeps its last)."""
         prefix = message.prefix
         if (self.prefixes_in and not any(p.fullmatch(prefix) for p in self.prefixes_in)) or any(
-                p.fullmatch(prefix) for p in self.prefixes_out) or "m" in self.skipped:
-            return []
+                p.fullmatch(prefix) for p in self.prefixes_out):
+            return []  # (skipped.operations does not apply: PostgresEventDispatcher filters by prefix only)
         tx = self.tx if message.transactional else None
         ts_us = tx.commit_ts_us if tx is not None else time.time_ns() // 1000
         source = self._source(self.last_table or {"rel": pgoutput.Relation(0, "", "", "d", [])}, ts_us, "false",
