@@ -657,3 +657,15 @@ def test_dates_and_timestamps_beyond_python_datetime_as_debezium(pg_db, data_dir
     assert [envelope_parts(v)[1]["after"] for _, v in got] == [
         {"id": 1, "d": -735160, "ts": 253402300800000000, "tz": "0000-01-01T00:00:00.000000Z"},
         {"id": 2, "d": 3789548, "ts": -62167219200000000, "tz": "+12345-06-07T08:09:10.500000Z"}]
+
+
+def test_skipped_operations_are_validated_as_debezium(pg_db):
+    """skipped.operations takes r, c, u, d, t, or none alone (CommonConnectorConfig.validateSkippedOperation):
+    anything else is refused naming the key (klog took any letter, and skipped logical decoding messages
+    for an m Debezium refuses)."""
+    from klog.connect.worker import validate
+
+    for bad in ("c,m", "none,t", "x"):
+        with pytest.raises(Exception, match="skipped.operations"):
+            validate(cdc(pg_db, **{"skipped.operations": bad}))
+    validate(cdc(pg_db, **{"skipped.operations": "c,u"}))

@@ -736,6 +736,17 @@ def _key_column_patterns(spec: str) -> list[re.Pattern]:
     return patterns
 
 
+def _check_skipped_operations(operations: list[str]) -> str | None:
+    """CommonConnectorConfig.validateSkippedOperation: r, c, u, d, t, or none alone."""
+    given = [o.strip() for o in operations]
+    for operation in given:
+        if operation not in ("none", "r", "c", "u", "d", "t"):
+            return f"Invalid operation: {operation!r} (r, c, u, d, t or none)"
+    if "none" in given and len(set(given)) > 1:
+        return "'none' cannot be specified with other skipped operation types"
+    return None
+
+
 def _check_key_columns(spec: str) -> str | None:
     for part in filter(str.strip, spec.split(";")):
         if not re.fullmatch(r"\s*([^:]+):([^:,]+(,[^:,]+)*)\s*", part):
@@ -812,7 +823,7 @@ class PostgresConnector(SourceConnector):
                   .define("money.fraction.digits", "int", 2, at_least=0)
                   .define("include.unknown.datatypes", "boolean", False)
                   .define("unavailable.value.placeholder", default=UNAVAILABLE)
-                  .define("skipped.operations", "list", ["t"])
+                  .define("skipped.operations", "list", ["t"], check=_check_skipped_operations)
                   .define("max.batch.size", "int", 2048, at_least=1)
                   .define("max.queue.size", "int", 8192, at_least=1)
                   .define("poll.interval.ms", "long", 500, at_least=1)
