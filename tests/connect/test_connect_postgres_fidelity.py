@@ -669,3 +669,15 @@ def test_skipped_operations_are_validated_as_debezium(pg_db):
         with pytest.raises(Exception, match="skipped.operations"):
             validate(cdc(pg_db, **{"skipped.operations": bad}))
     validate(cdc(pg_db, **{"skipped.operations": "c,u"}))
+
+
+def test_a_hex_unavailable_value_placeholder_is_its_bytes(pg_db, data_dir):
+    """unavailable.value.placeholder=hex:... is those bytes (PostgresConnectorConfig.
+    getUnavailableValuePlaceholder), as text in a text column and as the bytes in a bytea one."""
+    setup = ["CREATE TABLE t (id int PRIMARY KEY, v int, tx text, by bytea)",
+             "ALTER TABLE t ALTER COLUMN tx SET STORAGE EXTERNAL", "ALTER TABLE t ALTER COLUMN by SET STORAGE EXTERNAL"]
+    changes = ["INSERT INTO t VALUES (1, 0, repeat('x', 10000), decode(repeat('ab', 5000), 'hex'))",
+               "UPDATE t SET v = 1"]
+    got = capture(pg_db, data_dir, setup, changes, "t", 2, **{"unavailable.value.placeholder": "hex:414243"})
+    after = envelope_parts(got[1][1])[1]["after"]
+    assert (after["tx"], after["by"]) == ("ABC", "QUJD")

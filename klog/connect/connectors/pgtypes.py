@@ -224,7 +224,13 @@ class Modes:
     hstore: str = "json"
     money_digits: int = 2
     unknown: bool = False  # include.unknown.datatypes
-    placeholder: str = UNAVAILABLE  # unavailable.value.placeholder
+    placeholder: str = UNAVAILABLE  # unavailable.value.placeholder (hex:... for bytes)
+
+    @property
+    def placeholder_bytes(self) -> bytes:
+        """PostgresConnectorConfig.getUnavailableValuePlaceholder: hex:<digits> is those bytes."""
+        text = self.placeholder
+        return bytes.fromhex(text[4:]) if text.startswith("hex:") else text.encode()
 
 
 _SPECIAL_DECIMALS = {"NaN": "NAN", "Infinity": "POSITIVE_INFINITY", "-Infinity": "NEGATIVE_INFINITY"}
@@ -673,7 +679,8 @@ def toast_placeholder(t: PgType, schema: Schema, modes: Modes) -> Any:
     """What Debezium's UnchangedToastedPlaceholder puts for an unchanged TOASTed value that an update does
     not carry: the placeholder as the column's type holds it, by its type's name (text-like arrays a list
     of it, int and date arrays its bytes as numbers, hstore a one-entry map); None where it has none."""
-    text, raw = modes.placeholder, modes.placeholder.encode()
+    raw = modes.placeholder_bytes
+    text = raw.decode(errors="replace")  # new String(bytes)
     if t.name == "hstore":
         return {text: text} if modes.hstore == "map" else "{" + jackson_string(text) + ":" + jackson_string(text) + "}"
     if t.element is not None:

@@ -475,10 +475,10 @@ class PostgresTask(SourceTask):
                       "WHERE n.nspname = %s AND c.relname = %s", (schema, table))
             oid, identity = q.fetchone()
             oid = int(oid)  # the snapshot's connection reads every value as text
-            q.execute("SELECT a.attname, a.atttypid, a.atttypmod, COALESCE(a.attnum = ANY(i.indkey), false) "
-                      "FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary "
+            # (no key flags: the key is _key_columns', from the catalog, for the snapshot and the stream alike)
+            q.execute("SELECT a.attname, a.atttypid, a.atttypmod FROM pg_attribute a "
                       "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,))
-            cols = [pgoutput.Column(n, int(t), int(m), k in (True, "t")) for n, t, m, k in q.fetchall()]
+            cols = [pgoutput.Column(n, int(t), int(m), False) for n, t, m in q.fetchall()]
         return pgoutput.Relation(oid, schema, table, identity, cols)
 
     # -- streaming --------------------------------------------------------------------------------
@@ -736,6 +736,15 @@ def _key_column_patterns(spec: str) -> list[re.Pattern]:
     return patterns
 
 
+def _check_placeholder(value: str) -> str | None:
+    if value.startswith("hex:"):
+        try:
+            bytes.fromhex(value[4:])
+        except ValueError:
+            return "hex: is followed by an even number of hexadecimal digits"
+    return None
+
+
 def _check_skipped_operations(operations: list[str]) -> str | None:
     """CommonConnectorConfig.validateSkippedOperation: r, c, u, d, t, or none alone."""
     given = [o.strip() for o in operations]
@@ -822,7 +831,7 @@ class PostgresConnector(SourceConnector):
                   .define("hstore.handling.mode", default="json", choices=("json", "map"))
                   .define("money.fraction.digits", "int", 2, at_least=0)
                   .define("include.unknown.datatypes", "boolean", False)
-                  .define("unavailable.value.placeholder", default=UNAVAILABLE)
+                  .define("unavailable.value.placeholder", default=UNAVAILABLE, check=_check_placeholder)
                   .define("skipped.operations", "list", ["t"], check=_check_skipped_operations)
                   .define("max.batch.size", "int", 2048, at_least=1)
                   .define("max.queue.size", "int", 8192, at_least=1)
