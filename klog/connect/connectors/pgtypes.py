@@ -155,12 +155,27 @@ def _interval_us(text: str) -> int:
 
 
 def _array_items(text: str) -> list[str | None]:
-    """The elements of a one-dimensional array's text form ({a,"b c",NULL}): quoted ones unescaped, an
-    unquoted NULL a null."""
+    """The elements of an array's text form ({a,"b c",NULL}): quoted ones unescaped, an unquoted NULL a
+    null. The inner arrays of a multi-dimensional one are nulls: Debezium's element converter gets a Java
+    array it cannot convert, and its handleUnknownData makes that null for an optional element."""
     out: list[str | None] = []
     i, body = 0, text[text.index("{") + 1:text.rindex("}")]
     while i < len(body):
-        if body[i] == '"':
+        if body[i] == "{":
+            depth, j = 0, i
+            while True:  # to the brace closing this inner array (quoted braces are skipped with their text)
+                if body[j] == '"':
+                    j += 1
+                    while body[j] != '"':
+                        j += 2 if body[j] == "\\" else 1
+                elif body[j] in "{}":
+                    depth += 1 if body[j] == "{" else -1
+                    if depth == 0:
+                        break
+                j += 1
+            out.append(None)
+            i = j + 2  # the closing brace and the comma
+        elif body[i] == '"':
             j, chars = i + 1, []
             while body[j] != '"':
                 if body[j] == "\\":
