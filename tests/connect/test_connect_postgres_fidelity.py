@@ -518,6 +518,8 @@ def test_logical_decoding_messages_as_debeziums(pg_db, data_dir):
                                                                     None)
     assert (audit["source"]["txId"], audit["source"]["table"]) == (xid, "t")  # the last change's table
     assert plain["message"] == {"prefix": "plain", "content": "01ff"} and plain["source"]["txId"] is None
+    # no commit time of its own: the source keeps the last transaction's (Debezium's SourceInfo.update)
+    assert plain["source"]["ts_us"] == audit["source"]["ts_us"]
 
 
 def test_geometric_types_as_debeziums_structs(pg_db, data_dir):

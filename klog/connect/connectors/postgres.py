@@ -131,6 +131,7 @@ class PostgresTask(SourceTask):
         self.event = 0
         self.lsn_safe = 0  # the end LSN of the last transaction all of whose changes were handed over
         self.last_commit_lsn: int | None = None
+        self.last_commit_ts_us = 0  # the commit time of the last transaction seen
         self.message_lsn = 0  # the WAL position of the message being handled
         self.last_offset: dict | None = None  # the offset of the last change record made
         self.last_beat = time.monotonic()
@@ -516,7 +517,8 @@ class PostgresTask(SourceTask):
                 p.fullmatch(prefix) for p in self.prefixes_out):
             return []  # (skipped.operations does not apply: PostgresEventDispatcher filters by prefix only)
         tx = self.tx if message.transactional else None
-        ts_us = tx.commit_ts_us if tx is not None else time.time_ns() // 1000
+        # a non-transactional message has no commit time: Debezium's source keeps the last one it saw
+        ts_us = tx.commit_ts_us if tx is not None else self.last_commit_ts_us or time.time_ns() // 1000
         source = self._source(self.last_table or {"rel": pgoutput.Relation(0, "", "", "d", [])}, ts_us, "false",
                               tx.xid if tx is not None else None, self.message_lsn)
         value = {"op": "m", "ts_ms": time.time_ns() // 1_000_000, "source": source, "transaction": None,
@@ -646,6 +648,7 @@ class PostgresTask(SourceTask):
             # the slot may skip it (the walsender resends a transaction whose commit is not below the flush LSN)
             self.lsn_safe = max(self.lsn_safe, message.end_lsn)
             self.last_commit_lsn = message.end_lsn
+            self.last_commit_ts_us = message.commit_ts_us
             end = [self._transaction_record("END")] if self.tx_counts is not None and self.tx is not None else []
             self.tx, self.tx_counts = None, None
             return end
