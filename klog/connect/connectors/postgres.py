@@ -438,8 +438,10 @@ class PostgresTask(SourceTask):
         try:
             with snap.cursor() as q:
                 q.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
-                q.execute("SELECT txid_current(), (EXTRACT(EPOCH FROM now()) * 1000)::bigint")
-                tx_id, ts_ms = (int(v) for v in q.fetchone())  # text, as every value on this connection
+                # PostgresConnection.currentTransactionId: none on a standby (it cannot assign one)
+                q.execute("SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE txid_current() END, "
+                          "(EXTRACT(EPOCH FROM now()) * 1000)::bigint")
+                tx_id, ts_ms = (None if v is None else int(v) for v in q.fetchone())  # text, as every value here
             tables = self._tables(snap)  # the tables of the snapshot, not those created since
             # each record is held until the next one shows whether it ends its table or the snapshot:
             # (record, first of the snapshot, first of its table, its table)
