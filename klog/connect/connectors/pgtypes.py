@@ -4,6 +4,7 @@ text form (what pgoutput and `col::text` give) parsed into Connect values."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import decimal
 import hashlib
 import json
@@ -34,9 +35,21 @@ _TIMESTAMP = re.compile(r"(\d{4,})-(\d\d)-(\d\d)(?:[ T](\d\d):(\d\d)(?::(\d\d)(?
                         r"(?:([+-])(\d\d)(?::?(\d\d))?(?::?(\d\d))?)?( BC)?$")
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
 def _epoch_us(text: str) -> int | None:
     """A date or timestamp[tz] text (ISO, as PostgreSQL prints it with DateStyle ISO: years past 9999
     and BC ones too, which Python's datetime cannot hold) as microseconds since the epoch in UTC."""
+    if text[4:5] == "-" and text[-1:] != "C":  # a four-digit year AD: the C parser, most values' way
+        try:
+            when = dt.datetime.fromisoformat(text + ":00" if len(text) > 19 and text[-3] in "+-" else text)
+        except ValueError:
+            pass
+        else:
+            return (when - (_EPOCH if when.tzinfo is None else _EPOCH_UTC)) // _MICROSECOND
     m = _TIMESTAMP.match(text)
     if m is None:
         return None  # infinity is handled by the callers
@@ -90,7 +103,11 @@ def _zoned(text: str, width: int = 6) -> str | None:
     if us is None:
         return None
     days, of_day = divmod(us, 86_400_000_000)
-    year, month, day = _civil(days)
+    if -719_162 <= days <= 2_932_896:  # years 1..9999: Python's date does the arithmetic
+        civil = _EPOCH + dt.timedelta(days=days)
+        year, month, day = civil.year, civil.month, civil.day
+    else:
+        year, month, day = _civil(days)
     seconds, micro = divmod(of_day, 1_000_000)
     fraction = f".{micro:06d}"[: width + 1] if width > 0 else (f".{micro:06d}".rstrip("0") if micro else "")
     return (f"{_java_year(year)}-{month:02d}-{day:02d}T{seconds // 3600:02d}:{seconds // 60 % 60:02d}:"
