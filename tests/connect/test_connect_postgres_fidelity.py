@@ -692,3 +692,23 @@ def test_a_multi_dimensional_array_does_not_fail_the_task(pg_db, data_dir):
     got = capture(pg_db, data_dir, ["CREATE TABLE t (id int PRIMARY KEY, m int[][])",
                                     "INSERT INTO t VALUES (1, '{{1,2},{3,4}}'), (2, '{5}')"], [], "t", 2)
     assert [envelope_parts(v)[1]["after"]["m"] for _, v in got] == [[None, None], [5]]
+
+
+def test_transaction_metadata_goes_on_counting_after_a_restart_inside_a_transaction(pg_db, data_dir):
+    """A worker stopped while a transaction is part delivered (one change a poll): the next run's events go
+    on with the transaction's orders (stored in the offsets, as Debezium's TransactionContext), with no
+    second BEGIN, and the END counts the whole transaction."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    config = cdc(pg_db, **{"provide.transaction.metadata": "true", "max.batch.size": "1"})
+    with running(data_dir, config):
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        pg_db.execute("INSERT INTO t SELECT generate_series(1, 2000)")
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) >= 20, what="part of the transaction")
+    assert len(records(data_dir, "shop.public.t")) < 2000  # stopped inside the transaction
+    with running(data_dir, config):
+        wait_for(lambda: len(records(data_dir, "shop.transaction")) >= 2, timeout=60, what="the END")
+    orders = [json.loads(r.value)["payload"]["transaction"]["total_order"] for r in records(data_dir, "shop.public.t")]
+    assert orders == list(range(1, 2001))
+    statuses = [json.loads(r.value)["payload"]["status"] for r in records(data_dir, "shop.transaction")]
+    assert statuses == ["BEGIN", "END"]
+    assert json.loads(records(data_dir, "shop.transaction")[1].value)["payload"]["event_count"] == 2000

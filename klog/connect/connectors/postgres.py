@@ -215,6 +215,7 @@ class PostgresTask(SourceTask):
         self.last_commit_lsn = int(self.stored.get("lsn_safe", 0) or 0) or None
         self.skip_commit = int(self.stored.get("lsn_commit", 0) or 0) if not self.stored.get("snapshot") else 0
         self.skip_events = int(self.stored.get("event", 0) or 0)
+        self.resume_counts = self.stored.get("transaction_counts")  # provide.transaction.metadata's
 
     def _publication(self) -> None:
         name, mode = self.c["publication.name"], self.c["publication.autocreate.mode"]
@@ -419,6 +420,7 @@ class PostgresTask(SourceTask):
                  "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000, "ts_ns": now_ns}  # the envelope's order
         if self.tx_counts is not None and op != "r":
             value["transaction"] = self._transaction_block(info)
+            offset["transaction_counts"] = dict(self.tx_counts)  # a restart inside the transaction goes on counting
         self.last_table = info
         self.last_offset = offset
         out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
@@ -642,6 +644,12 @@ class PostgresTask(SourceTask):
             self.tx, self.event = message, 0
             self.tx_sources = {}
             if self.c["provide.transaction.metadata"]:
+                resumed = self.resume_counts
+                if resumed is not None and message.final_lsn == self.skip_commit:
+                    # the transaction a restart came back into (TransactionMonitor.transactionStartedEvent):
+                    # its counts go on from the stored offset, and its BEGIN is not sent again
+                    self.tx_counts, self.resume_counts = dict(resumed), None
+                    return []
                 self.tx_counts = {}
                 return [self._transaction_record("BEGIN")]
             return []
