@@ -37,13 +37,14 @@ def compact(value: object) -> str:
 
 
 def capture(pg_db, data_dir: str, setup: list[str], changes: list[str], table: str, count: int,
-            warnings: list | None = None, **config: str) -> list[tuple[str | None, str | None]]:
-    """Run the connector over `setup` (snapshotted) then `changes` (streamed) until `count` records of the
-    table are in its topic; its records' raw JSON."""
+            warnings: list | None = None, snapshotted: int = 0, **config: str) -> list[tuple[str | None, str | None]]:
+    """Run the connector over `setup` (snapshotted: the changes wait for that many records) then `changes`
+    (streamed) until `count` records of the table are in its topic; its records' raw JSON."""
     for sql in setup:
         pg_db.execute(sql)
     with running(data_dir, cdc(pg_db, **config), warnings=warnings):
         wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        wait_for(lambda: len(records(data_dir, f"{PREFIX}.public.{table}")) >= snapshotted, what="the snapshot")
         for sql in changes:
             pg_db.execute(sql)
         wait_for(lambda: len(records(data_dir, f"{PREFIX}.public.{table}")) >= count, timeout=30,
@@ -200,8 +201,9 @@ TYPES_SCHEMAS = [
                                             "version": 1, "doc": "Variable scaled decimal"}, "optional": True}),
     field("ad", {"type": "array", "items": logical("int32", "io.debezium.time.Date"), "optional": True}),
     field("ats", {"type": "array", "items": logical("string", "io.debezium.time.ZonedTimestamp"), "optional": True}),
-    field("ae", {"type": "array", "items": logical("string", "io.debezium.data.Enum", parameters={
-        "allowed": "sad,ok"}), "optional": True}),
+    # an enum array's elements: Enum.builder's schema as it is, required (PostgresValueConverter.schemaBuilder)
+    field("ae", {"type": "array", "items": {**logical("string", "io.debezium.data.Enum", parameters={
+        "allowed": "sad,ok"}), "optional": False}, "optional": True}),
     field("aj", {"type": "array", "items": logical("string", "io.debezium.data.Json"), "optional": True}),
     field("aby", {"type": "array", "items": opt("bytes"), "optional": True}),
     field("nm", opt("string")), field("tr", opt("string")),
@@ -348,8 +350,10 @@ def test_a_type_debezium_does_not_know_is_left_out(pg_db, data_dir):
     events (TableSchemaBuilder skips it): left out, with one warning naming it; include.unknown.datatypes
     sends its text as bytes."""
     warnings: list = []
-    setup = ["CREATE TABLE t (id int PRIMARY KEY, l pg_lsn, q tsquery)", "INSERT INTO t VALUES (1, '0/1', 'a & b')"]
-    got = capture(pg_db, data_dir, setup, ["INSERT INTO t VALUES (2, '0/2', 'c')"], "t", 2, warnings=warnings)
+    setup = ["CREATE DOMAIN posint AS int CHECK (VALUE > 0)",  # an array of a domain: no schema in Debezium
+             "CREATE TABLE t (id int PRIMARY KEY, l pg_lsn, q tsquery, da posint[])",
+             "INSERT INTO t VALUES (1, '0/1', 'a & b', '{1}')"]
+    got = capture(pg_db, data_dir, setup, ["INSERT INTO t VALUES (2, '0/2', 'c', '{2}')"], "t", 2, warnings=warnings)
     assert [f["field"] for f in after_fields(got[1][1])] == ["id"]
     assert [envelope_parts(v)[1]["after"] for _, v in got] == [{"id": 1}, {"id": 2}]
     assert sum("public.t.l of type pg_lsn is left out" in w for w in warnings) == 1
@@ -387,7 +391,8 @@ def test_truncate_and_a_column_added_and_dropped_mid_stream(pg_db, data_dir):
     setup = ["CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')"]
     changes = ["ALTER TABLE t ADD COLUMN extra int DEFAULT 5", "INSERT INTO t VALUES (2, 'b', 6)",
                "ALTER TABLE t DROP COLUMN v", "INSERT INTO t VALUES (3, 7)", "TRUNCATE t"]
-    got = capture(pg_db, data_dir, setup, changes, "t", 4, **{"skipped.operations": "none"})
+    # (DDL after the snapshot read the table: klog takes no lock for it, unlike Debezium's snapshot.locking.mode)
+    got = capture(pg_db, data_dir, setup, changes, "t", 4, snapshotted=1, **{"skipped.operations": "none"})
     assert [[f["field"] for f in after_fields(v)] for _, v in got] == [
         ["id", "v"], ["id", "v", "extra"], ["id", "extra"], ["id", "extra"]]
     assert after_fields(got[1][1])[2] == {**opt("int32"), "default": 5, "field": "extra"}
@@ -429,3 +434,281 @@ def test_heartbeats_as_debeziums_and_they_advance_the_slot(pg_db, data_dir):
     assert value["schema"] == {"type": "struct", "fields": [field("ts_ms", req("int64"))], "optional": False,
                                "name": "io.debezium.connector.common.Heartbeat", "version": 1}
     assert list(value["payload"]) == ["ts_ms"] and value["payload"]["ts_ms"] > 0
+
+
+def test_transaction_metadata_as_debeziums(pg_db, data_dir):
+    """provide.transaction.metadata: TransactionMonitor's BEGIN and END records on <prefix>.transaction
+    (TransactionMetadataKey {id}, TransactionMetadataValue; END's data_collections in the Java HashMap
+    order of TransactionContext's counts) and each streamed event's transaction block {id, total_order,
+    data_collection_order}; snapshot records have none (the snapshot does not pass the monitor)."""
+    setup = ["CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE b (id int PRIMARY KEY)", "INSERT INTO a VALUES (0)"]
+    for sql in setup:
+        pg_db.execute(sql)
+    with running(data_dir, cdc(pg_db, **{"provide.transaction.metadata": "true"})):
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        conn = pg_db.connect(autocommit=False)
+        with conn.cursor() as q:
+            q.execute("INSERT INTO b VALUES (1), (2)")  # b first: the END lists a first all the same
+            q.execute("INSERT INTO a VALUES (1)")
+            q.execute("DELETE FROM a WHERE id = 1")
+            q.execute("SELECT txid_current()")
+            (xid,) = q.fetchone()
+        conn.commit()
+        conn.close()
+        wait_for(lambda: len(records(data_dir, "shop.transaction")) >= 2, what="BEGIN and END")
+    tx = [(r.key.decode(), json.loads(r.value)) for r in records(data_dir, "shop.transaction")]
+    key_schema = {"type": "struct", "fields": [field("id", req("string"))], "optional": False,
+                  "name": "io.debezium.connector.common.TransactionMetadataKey", "version": 1}
+    assert tx[0][0] == compact({"schema": key_schema, "payload": {"id": str(xid)}})
+    begin, end = tx[0][1], tx[1][1]
+    assert begin["schema"] == {"type": "struct", "fields": [
+        field("status", req("string")), field("id", req("string")), field("event_count", opt("int64")),
+        field("data_collections", {"type": "array", "items": {
+            "type": "struct", "fields": [field("data_collection", req("string")), field("event_count", req("int64"))],
+            "optional": True, "name": "event.collection", "version": 1}, "optional": True}),
+        field("ts_ms", req("int64"))], "optional": False,
+        "name": "io.debezium.connector.common.TransactionMetadataValue", "version": 1}
+    assert {**begin["payload"], "ts_ms": 0} == {"status": "BEGIN", "id": str(xid), "event_count": None,
+                                                "data_collections": None, "ts_ms": 0}
+    assert {**end["payload"], "ts_ms": 0} == {"status": "END", "id": str(xid), "event_count": 4, "data_collections": [
+        {"data_collection": "public.a", "event_count": 2}, {"data_collection": "public.b", "event_count": 2}],
+        "ts_ms": 0}  # HashMap order: "public.a" is in bucket 6, "public.b" in 7
+    assert end["payload"]["ts_ms"] == begin["payload"]["ts_ms"] > 0  # the commit time
+    blocks = [json.loads(r.value)["payload"]["transaction"] for t in ("a", "b")
+              for r in records(data_dir, f"shop.public.{t}") if r.value]
+    assert blocks == [None, {"id": str(xid), "total_order": 3, "data_collection_order": 1},
+                      {"id": str(xid), "total_order": 4, "data_collection_order": 2},
+                      {"id": str(xid), "total_order": 1, "data_collection_order": 1},
+                      {"id": str(xid), "total_order": 2, "data_collection_order": 2}]
+
+
+def test_logical_decoding_messages_as_debeziums(pg_db, data_dir):
+    """pg_logical_emit_message: LogicalDecodingMessageMonitor's record on <prefix>.message (MessageKey
+    {prefix}; MessageValue {op m, ts_ms, source, transaction, message {prefix, content}}, the content per
+    binary.handling.mode); a transactional one carries its transaction's id, a non-transactional one none;
+    message.prefix.exclude.list leaves a prefix out."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    config = cdc(pg_db, **{"binary.handling.mode": "hex", "message.prefix.exclude.list": "secret.*"})
+    with running(data_dir, config):
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        pg_db.execute("SELECT pg_logical_emit_message(false, 'secret', 'x')")
+        conn = pg_db.connect(autocommit=False)
+        with conn.cursor() as q:
+            q.execute("INSERT INTO t VALUES (1)")
+            q.execute("SELECT pg_logical_emit_message(true, 'audit', 'hello'), txid_current()")
+            (_, xid) = q.fetchone()
+        conn.commit()
+        conn.close()
+        pg_db.execute("SELECT pg_logical_emit_message(false, 'plain', '\\x01ff'::bytea)")
+        wait_for(lambda: len(records(data_dir, "shop.message")) >= 2, what="the messages")
+    got = [(r.key.decode(), json.loads(r.value)) for r in records(data_dir, "shop.message")]
+    assert len(got) == 2 and got[0][0] == compact({"schema": {
+        "type": "struct", "fields": [field("prefix", opt("string"))], "optional": False,
+        "name": "io.debezium.connector.postgresql.MessageKey", "version": 1}, "payload": {"prefix": "audit"}})
+    schema = got[0][1]["schema"]
+    assert schema == {"type": "struct", "fields": [
+        field("op", req("string")), field("ts_ms", opt("int64")), field("source", SOURCE),
+        field("transaction", TRANSACTION),
+        field("message", {"type": "struct", "fields": [field("prefix", opt("string")),
+                                                       field("content", opt("string"))],
+                          "optional": False, "name": "io.debezium.connector.postgresql.Message", "version": 1})],
+        "optional": False, "name": "io.debezium.connector.postgresql.MessageValue", "version": 1}
+    audit, plain = got[0][1]["payload"], got[1][1]["payload"]
+    assert (audit["op"], audit["message"], audit["transaction"]) == ("m", {"prefix": "audit", "content": "68656c6c6f"},
+                                                                    None)
+    assert (audit["source"]["txId"], audit["source"]["table"]) == (xid, "t")  # the last change's table
+    assert plain["message"] == {"prefix": "plain", "content": "01ff"} and plain["source"]["txId"] is None
+    # no commit time of its own: the source keeps the last transaction's (Debezium's SourceInfo.update)
+    assert plain["source"]["ts_us"] == audit["source"]["ts_us"]
+
+
+def test_geometric_types_as_debeziums_structs(pg_db, data_dir):
+    """box, lseg, path, polygon as io.debezium.data.geometry.Geometry (version 2; WkbWriter's little-endian
+    polygon or line string, the type and a path's closedness in extensions), circle as Circle (a Point
+    center and a radius), line as Line {a, b, c} (PostgresValueConverter.convertBox ... convertLine)."""
+    import base64
+    import struct
+
+    setup = ["CREATE TABLE g (id int PRIMARY KEY, bx box, ls lseg, op path, cp path, pg polygon, ci circle, ln line)",
+             "INSERT INTO g VALUES (1, '((0,0),(2,1))', '[(0,0),(1,1)]', '[(0,0),(1,0),(1,1)]', '((0,0),(1,0))', "
+             "'((0,0),(1,0),(0,1))', '<(1,2),3>', '{1,-1,0}')"]
+    got = capture(pg_db, data_dir, setup, [], "g", 1)
+    geometry = {"type": "struct", "fields": [
+        field("wkb", req("bytes")), field("srid", opt("int32")),
+        field("extensions", {"type": "map", "keys": req("string"), "values": req("string"), "optional": True})],
+        "optional": True, "name": "io.debezium.data.geometry.Geometry", "version": 2, "doc": "Geometry"}
+    point = {"type": "struct", "fields": [field("x", req("float64")), field("y", req("float64")),
+                                          field("wkb", opt("bytes")), field("srid", opt("int32"))],
+             "optional": False, "name": "io.debezium.data.geometry.Point", "version": 1, "doc": "Geometry (POINT)"}
+    assert after_fields(got[0][1])[1:] == [
+        field("bx", geometry), field("ls", geometry), field("op", geometry), field("cp", geometry),
+        field("pg", geometry),
+        field("ci", {"type": "struct", "fields": [field("center", point), field("radius", req("float64"))],
+                     "optional": True, "name": "io.debezium.data.geometry.Circle", "version": 1,
+                     "doc": "Geometry (CIRCLE)"}),
+        field("ln", {"type": "struct", "fields": [field("a", req("float64")), field("b", req("float64")),
+                                                  field("c", req("float64"))],
+                     "optional": True, "name": "io.debezium.data.geometry.Line", "version": 1,
+                     "doc": "Geometry (LINE)"})]
+
+    def wkb(kind: int, *rings: list) -> str:
+        out = struct.pack("<bI", 1, kind) + (struct.pack("<I", len(rings)) if kind == 3 else b"")
+        for ring in rings:
+            out += struct.pack("<I", len(ring)) + b"".join(struct.pack("<dd", x, y) for x, y in ring)
+        return base64.b64encode(out).decode()
+
+    after = envelope_parts(got[0][1])[1]["after"]
+    # PostgreSQL prints a box upper-right corner first: (2,1),(0,0)
+    assert after["bx"] == {"wkb": wkb(3, [(2, 1), (2, 0), (0, 0), (0, 1), (2, 1)]), "srid": None,
+                           "extensions": {"type": "box"}}
+    assert after["ls"] == {"wkb": wkb(2, [(0, 0), (1, 1)]), "srid": None, "extensions": {"type": "lseg"}}
+    assert after["op"] == {"wkb": wkb(2, [(0, 0), (1, 0), (1, 1)]), "srid": None,
+                           "extensions": {"type": "path", "closed": "false"}}
+    assert after["cp"]["extensions"] == {"type": "path", "closed": "true"}
+    assert after["pg"] == {"wkb": wkb(3, [(0, 0), (1, 0), (0, 1), (0, 0)]), "srid": None,
+                           "extensions": {"type": "polygon"}}
+    center_wkb = base64.b64encode(struct.pack("<bIdd", 1, 1, 1, 2)).decode()
+    assert after["ci"] == {"center": {"x": 1.0, "y": 2.0, "wkb": center_wkb, "srid": None}, "radius": 3.0}
+    assert after["ln"] == {"a": 1.0, "b": -1.0, "c": 0.0}
+
+
+@pytest.mark.xfail(strict=True, reason="klog/connect/converters.py (not the connector) encodes a Decimal through "
+                   "Decimal.scaleb under Python's 28-digit default context, rounding a numeric(38,0) value")
+def test_a_38_digit_decimal_is_encoded_exactly(pg_db, data_dir):
+    import base64
+
+    digits = 12345678901234567890123456789012345678
+    got = capture(pg_db, data_dir, ["CREATE TABLE t (id int PRIMARY KEY, n numeric(38,0))",
+                                    f"INSERT INTO t VALUES (1, {digits})"], [], "t", 1)
+    exact = base64.b64encode(digits.to_bytes((digits.bit_length() + 8) // 8, "big", signed=True)).decode()
+    assert envelope_parts(got[0][1])[1]["after"]["n"] == exact
+
+
+@pytest.mark.xfail(strict=True, reason="klog/connect/converters.py writes floats as Python prints them (1e+20); "
+                   "Jackson under Kafka's JsonConverter prints Java's Float/Double.toString (1.0E20)")
+def test_float_exponents_as_java_prints_them(pg_db, data_dir):
+    got = capture(pg_db, data_dir, ["CREATE TABLE t (id int PRIMARY KEY, d double precision)",
+                                    "INSERT INTO t VALUES (1, 1e20)"], [], "t", 1)
+    assert '"d":1.0E20' in got[0][1]
+
+
+def test_a_table_name_kafka_cannot_take_is_sanitized_as_debezium(pg_db, data_dir):
+    """SchemaTopicNamingStrategy's topic <prefix>.<schema>.<table> through sanitizedTopicName: each
+    character outside [a-zA-Z0-9._-] an underscore; the Key/Value/Envelope schema names follow it."""
+    got = capture(pg_db, data_dir, ['CREATE TABLE "Order Items€" (id int PRIMARY KEY)',
+                                    'INSERT INTO "Order Items€" VALUES (1)'], [], "Order_Items_", 1)
+    key, value = got[0]
+    assert json.loads(key)["schema"]["name"] == "shop.public.Order_Items_.Key"
+    assert json.loads(value)["schema"]["name"] == "shop.public.Order_Items_.Envelope"
+    assert envelope_parts(value)[1]["source"]["table"] == "Order Items€"
+
+
+def test_defaults_of_enum_interval_and_bit_columns_as_debeziums(pg_db, data_dir):
+    """PostgresDefaultValueConverter's mappers beyond the plain types: an enum's quoted label, an interval's
+    literal through its converter (MicroDuration), bit(1) as a boolean, bit(n)/varbit as Bits bytes (base64
+    in the schema's JSON, as JsonConverter writes a bytes default)."""
+    setup = ["CREATE TYPE mood AS ENUM ('sad', 'ok')",
+             "CREATE TABLE d (id int PRIMARY KEY, e mood DEFAULT 'ok', iv interval DEFAULT '1 day 00:00:01', "
+             "b1 bit(1) DEFAULT B'1', b3 bit(3) DEFAULT B'101', vb varbit DEFAULT B'11', "
+             "f interval DEFAULT now() - now())",
+             "INSERT INTO d (id) VALUES (1)"]
+    got = capture(pg_db, data_dir, setup, [], "d", 1)
+    defaults = {f["field"]: f.get("default") for f in after_fields(got[0][1])}
+    assert defaults == {"id": None, "e": "ok", "iv": 86401000000, "b1": True, "b3": "BQ==", "vb": "Aw==", "f": None}
+
+
+def test_required_columns_a_delete_lacks_get_debeziums_fallbacks(pg_db, data_dir):
+    """Under REPLICA IDENTITY DEFAULT a delete carries only the key; each NOT NULL column it lacks gets
+    the fallback its converter gives convertValue (ZonedTime's midnight UTC, an empty array, "{}" for
+    hstore as JSON, a unit Point, Line {0, 1, 0}, geometryFallback's unit box; numeric and money in
+    string mode BigDecimal.ZERO at the column's scale)."""
+    setup = ["CREATE EXTENSION hstore",
+             "CREATE TABLE t (id int PRIMARY KEY, tz timetz NOT NULL, h hstore NOT NULL, a int[] NOT NULL, "
+             "p point NOT NULL, l line NOT NULL, b box NOT NULL, n numeric(5,2) NOT NULL, m money NOT NULL)",
+             "INSERT INTO t VALUES (1, '01:00+00', '', '{}', '(1,1)', '{1,1,1}', '((0,0),(1,1))', 1, 1)"]
+    got = capture(pg_db, data_dir, setup, ["DELETE FROM t"], "t", 3, snapshotted=1,
+                  **{"decimal.handling.mode": "string"})
+    before = envelope_parts(got[1][1])[1]["before"]
+    assert before == {
+        "id": 1, "tz": "00:00:00Z", "h": "{}", "a": [],
+        "p": {"x": 0.0, "y": 0.0, "wkb": "AQEAAAAAAAAAAAAAAAAAAAAAAAAA", "srid": None},
+        "l": {"a": 0.0, "b": 1.0, "c": 0.0},
+        "b": {"wkb": "AQMAAAABAAAABQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAPA/AAAAAAAA8D8AAAAAAADwPwAAAAAAAPA/"
+                     "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "srid": None, "extensions": {"type": "box"}},
+        "n": "0.00", "m": "0.00"}
+
+
+def test_the_end_of_the_day_as_debezium(pg_db, data_dir):
+    """time '24:00:00' (PostgreSQL allows it) is a whole day in MicroTime (Strings.asDuration; klog's task
+    failed on it), and timetz '24:00:00+00' stays 24:00:00Z (PostgresTimeBoundary), snapshot and stream."""
+    setup = ["CREATE TABLE t (id int PRIMARY KEY, tm time, tm3 time(3), tz timetz)",
+             "INSERT INTO t VALUES (1, '24:00:00', '24:00:00', '24:00:00+00')"]
+    got = capture(pg_db, data_dir, setup, ["INSERT INTO t VALUES (2, '24:00:00', '24:00:00', '24:00:00+00')"], "t", 2)
+    assert [envelope_parts(v)[1]["after"] for _, v in got] == [
+        {"id": i, "tm": 86_400_000_000, "tm3": 86_400_000, "tz": "24:00:00Z"} for i in (1, 2)]
+
+
+def test_dates_and_timestamps_beyond_python_datetime_as_debezium(pg_db, data_dir):
+    """BC dates and years past 9999 (PostgreSQL's range; Python's datetime cannot hold them, and klog sent
+    null): epoch days and microseconds of the proleptic calendar as java.time counts them (1 BC is year
+    0), ZonedTimestamp's year as java.time prints it (a sign past 9999)."""
+    setup = ["CREATE TABLE t (id int PRIMARY KEY, d date, ts timestamp, tz timestamptz)",
+             "INSERT INTO t VALUES (1, '0044-03-15 BC', '10000-01-01 00:00:00', '0001-01-01 00:00:00+00 BC'), "
+             "(2, '12345-06-07', '0001-01-01 00:00:00 BC', '12345-06-07 08:09:10.5+00')"]
+    got = capture(pg_db, data_dir, setup, [], "t", 2)
+    assert [envelope_parts(v)[1]["after"] for _, v in got] == [
+        {"id": 1, "d": -735160, "ts": 253402300800000000, "tz": "0000-01-01T00:00:00.000000Z"},
+        {"id": 2, "d": 3789548, "ts": -62167219200000000, "tz": "+12345-06-07T08:09:10.500000Z"}]
+
+
+def test_skipped_operations_are_validated_as_debezium(pg_db):
+    """skipped.operations takes r, c, u, d, t, or none alone (CommonConnectorConfig.validateSkippedOperation):
+    anything else is refused naming the key (klog took any letter, and skipped logical decoding messages
+    for an m Debezium refuses)."""
+    from klog.connect.worker import validate
+
+    for bad in ("c,m", "none,t", "x"):
+        with pytest.raises(Exception, match="skipped.operations"):
+            validate(cdc(pg_db, **{"skipped.operations": bad}))
+    validate(cdc(pg_db, **{"skipped.operations": "c,u"}))
+
+
+def test_a_hex_unavailable_value_placeholder_is_its_bytes(pg_db, data_dir):
+    """unavailable.value.placeholder=hex:... is those bytes (PostgresConnectorConfig.
+    getUnavailableValuePlaceholder), as text in a text column and as the bytes in a bytea one."""
+    setup = ["CREATE TABLE t (id int PRIMARY KEY, v int, tx text, by bytea)",
+             "ALTER TABLE t ALTER COLUMN tx SET STORAGE EXTERNAL", "ALTER TABLE t ALTER COLUMN by SET STORAGE EXTERNAL"]
+    changes = ["INSERT INTO t VALUES (1, 0, repeat('x', 10000), decode(repeat('ab', 5000), 'hex'))",
+               "UPDATE t SET v = 1"]
+    got = capture(pg_db, data_dir, setup, changes, "t", 2, **{"unavailable.value.placeholder": "hex:414243"})
+    after = envelope_parts(got[1][1])[1]["after"]
+    assert (after["tx"], after["by"]) == ("ABC", "QUJD")
+
+
+def test_a_multi_dimensional_array_does_not_fail_the_task(pg_db, data_dir):
+    """int[][] (one Connect array schema, as Debezium's for int[]): its inner arrays are null elements, as
+    Debezium's handleUnknownData makes the Integer[] its element converter cannot read (klog's task failed
+    on such a row)."""
+    got = capture(pg_db, data_dir, ["CREATE TABLE t (id int PRIMARY KEY, m int[][])",
+                                    "INSERT INTO t VALUES (1, '{{1,2},{3,4}}'), (2, '{5}')"], [], "t", 2)
+    assert [envelope_parts(v)[1]["after"]["m"] for _, v in got] == [[None, None], [5]]
+
+
+def test_transaction_metadata_goes_on_counting_after_a_restart_inside_a_transaction(pg_db, data_dir):
+    """A worker stopped while a transaction is part delivered (one change a poll): the next run's events go
+    on with the transaction's orders (stored in the offsets, as Debezium's TransactionContext), with no
+    second BEGIN, and the END counts the whole transaction."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    config = cdc(pg_db, **{"provide.transaction.metadata": "true", "max.batch.size": "1"})
+    with running(data_dir, config):
+        wait_for(lambda: task_running(data_dir), what="the task (its slot created)")
+        pg_db.execute("INSERT INTO t SELECT generate_series(1, 2000)")
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) >= 20, what="part of the transaction")
+    assert len(records(data_dir, "shop.public.t")) < 2000  # stopped inside the transaction
+    with running(data_dir, config):
+        wait_for(lambda: len(records(data_dir, "shop.transaction")) >= 2, timeout=60, what="the END")
+    orders = [json.loads(r.value)["payload"]["transaction"]["total_order"] for r in records(data_dir, "shop.public.t")]
+    assert orders == list(range(1, 2001))
+    statuses = [json.loads(r.value)["payload"]["status"] for r in records(data_dir, "shop.transaction")]
+    assert statuses == ["BEGIN", "END"]
+    assert json.loads(records(data_dir, "shop.transaction")[1].value)["payload"]["event_count"] == 2000

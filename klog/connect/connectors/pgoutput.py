@@ -1,7 +1,7 @@
 """PostgreSQL's pgoutput logical replication messages (protocol version 1), decoded.
 
 The format is PostgreSQL's "Logical Replication Message Formats": Begin, Commit, Relation, Insert,
-Update, Delete, Truncate (Origin and Type are skipped). Column values arrive in their text output form,
+Update, Delete, Truncate, Message (Origin and Type are skipped). Column values arrive in their text output form,
 the same form a `SELECT col::text` gives, so the snapshot and the stream share one value parser.
 """
 
@@ -57,6 +57,16 @@ class Change:
 @dataclass
 class Truncate:
     relation_oids: list[int]
+
+
+@dataclass
+class Message:
+    """A logical decoding message (pg_logical_emit_message; sent with the `messages` option, PostgreSQL 14+)."""
+
+    transactional: bool
+    lsn: int
+    prefix: str
+    content: bytes
 
 
 class Reader:
@@ -176,7 +186,11 @@ def decode(payload: bytes) -> object | None:
         count = r.int(4)
         r.int(1)
         return Truncate([r.uint(4) for _ in range(count)])
-    return None  # Origin, Type, Message: nothing to emit
+    if kind == "M":
+        transactional, lsn, prefix = r.int(1) == 1, r.uint(8), r.string()
+        length = r.int(4)
+        return Message(transactional, lsn, prefix, r.data[r.pos:r.pos + length])
+    return None  # Origin, Type: nothing to emit
 
 
 def lsn_text(lsn: int) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, epoch_days, epoch_micros, micros_of_day
+from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema
 from klog.connect.errors import DataError
 
 UNAVAILABLE = "__debezium_unavailable_value"  # Debezium's placeholder for an unchanged TOASTed value
@@ -31,46 +31,100 @@ def _bytea(text: str) -> bytes:
     return bytes.fromhex(text[2:]) if text.startswith("\\x") else text.encode()
 
 
+_TIMESTAMP = re.compile(r"(\d{4,})-(\d\d)-(\d\d)(?:[ T](\d\d):(\d\d)(?::(\d\d)(?:\.(\d{1,6}))?)?)?"
+                        r"(?:([+-])(\d\d)(?::?(\d\d))?(?::?(\d\d))?)?( BC)?$")
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def _epoch_us(text: str) -> int | None:
+    """A date or timestamp[tz] text (ISO, as PostgreSQL prints it with DateStyle ISO: years past 9999
+    and BC ones too, which Python's datetime cannot hold) as microseconds since the epoch in UTC."""
+    if text[4:5] == "-" and text[-1:] != "C":  # a four-digit year AD: the C parser, most values' way
+        try:
+            when = dt.datetime.fromisoformat(text + ":00" if len(text) > 19 and text[-3] in "+-" else text)
+        except ValueError:
+            pass
+        else:
+            return (when - (_EPOCH if when.tzinfo is None else _EPOCH_UTC)) // _MICROSECOND
+    m = _TIMESTAMP.match(text)
+    if m is None:
+        return None  # infinity is handled by the callers
+    year, month, day, h, mi, sec, frac, sign, oh, om, os_, bc = m.groups()
+    year = 1 - int(year) if bc else int(year)  # 1 BC is the proleptic year 0, as java.time's
+    days = _java_epoch_day(year, int(month), int(day))
+    micros = ((int(h or 0) * 60 + int(mi or 0)) * 60 + int(sec or 0)) * 1_000_000 + int((frac or "0").ljust(6, "0"))
+    offset = (int(oh or 0) * 3600 + int(om or 0) * 60 + int(os_ or 0)) * (-1 if sign == "-" else 1)
+    return days * 86_400_000_000 + micros - offset * 1_000_000
+
+
 def _date(text: str) -> int | None:
-    try:
-        return epoch_days(dt.date.fromisoformat(text))
-    except ValueError:
-        return None  # infinity, BC dates
+    us = _epoch_us(text)
+    return None if us is None else us // 86_400_000_000
 
 
 def _timestamp_us(text: str) -> int | None:
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return epoch_micros(when)
+    return _epoch_us(text)
 
 
 def _timestamp_ms(text: str) -> int | None:
-    us = _timestamp_us(text)
+    us = _epoch_us(text)
     return None if us is None else us // 1000
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """The proleptic Gregorian (year, month, day) of days since 1970-01-01, for any year."""
+    days += 719_468
+    era = days // 146_097
+    day_of_era = days - era * 146_097
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    mp = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return year_of_era + era * 400 + (month <= 2), month, day
+
+
+def _java_year(year: int) -> str:
+    """A year as java.time's ISO formatters print it: four digits, a sign past 9999 or before year 0."""
+    if year > 9999:
+        return f"+{year}"
+    return f"-{-year:04d}" if year < 0 else f"{year:04d}"
 
 
 def _zoned(text: str, width: int = 6) -> str | None:
     """A timestamptz as Debezium's ZonedTimestamp in UTC: exactly `width` fraction digits (the column's
     precision, 6 without one, as pgjdbc reports its scale); width 0 is ISO_OFFSET_DATE_TIME's, which
     prints a fraction only when there is one."""
-    try:
-        when = dt.datetime.fromisoformat(text if len(text) < 3 or text[-3] not in "+-" else text + ":00")
-    except ValueError:
+    us = _epoch_us(text)
+    if us is None:
         return None
-    when = when.astimezone(dt.UTC)
-    fraction = f".{when.microsecond:06d}"[: width + 1] if width > 0 else \
-        (f".{when.microsecond:06d}".rstrip("0") if when.microsecond else "")
-    return f"{when:%Y-%m-%dT%H:%M:%S}{fraction}Z"
+    days, of_day = divmod(us, 86_400_000_000)
+    if -719_162 <= days <= 2_932_896:  # years 1..9999: Python's date does the arithmetic
+        civil = _EPOCH + dt.timedelta(days=days)
+        year, month, day = civil.year, civil.month, civil.day
+    else:
+        year, month, day = _civil(days)
+    seconds, micro = divmod(of_day, 1_000_000)
+    fraction = f".{micro:06d}"[: width + 1] if width > 0 else (f".{micro:06d}".rstrip("0") if micro else "")
+    return (f"{_java_year(year)}-{month:02d}-{day:02d}T{seconds // 3600:02d}:{seconds // 60 % 60:02d}:"
+            f"{seconds % 60:02d}{fraction}Z")
 
 
 _TIMETZ = re.compile(r"(\d\d):(\d\d):(\d\d)(?:\.(\d+))?([+-])(\d\d)(?::?(\d\d))?(?::?(\d\d))?$")
 
 
+_DAY_END_UTC = re.compile(r"24:00:00(?:\.0{1,6})?(?:Z|[+-]00(?::?00)?)$")
+
+
 def _zoned_time(text: str) -> str | None:
     """A timetz as Debezium's ZonedTime: shifted to UTC, ISO_OFFSET_TIME (a fraction only as long as it
-    needs to be)."""
+    needs to be); the end of the day in UTC stays 24:00:00Z (PostgresTimeBoundary)."""
+    if _DAY_END_UTC.match(text):
+        return "24:00:00Z"
     m = _TIMETZ.match(text)
     if m is None:
         return None
@@ -81,9 +135,14 @@ def _zoned_time(text: str) -> str | None:
     return f"{total // 3600:02d}:{total // 60 % 60:02d}:{total % 60:02d}{fraction}Z"
 
 
+_CLOCK = re.compile(r"(\d+):(\d\d)(?::(\d\d)(?:\.(\d{1,6}))?)?")
+
+
 def _time_us(text: str) -> int:
-    t = dt.time.fromisoformat(text[:15] if "+" not in text and "-" not in text else text.split("+")[0].split("-")[0])
-    return micros_of_day(t)
+    """A time's microseconds past midnight (24:00:00, which PostgreSQL allows, is a whole day's, as
+    Debezium's Strings.asDuration reads it)."""
+    h, m, sec, frac = _CLOCK.match(text).groups()
+    return ((int(h) * 60 + int(m)) * 60 + int(sec or 0)) * 1_000_000 + int((frac or "0").ljust(6, "0"))
 
 
 def _time_ms(text: str) -> int:
@@ -113,12 +172,27 @@ def _interval_us(text: str) -> int:
 
 
 def _array_items(text: str) -> list[str | None]:
-    """The elements of a one-dimensional array's text form ({a,"b c",NULL}): quoted ones unescaped, an
-    unquoted NULL a null."""
+    """The elements of an array's text form ({a,"b c",NULL}): quoted ones unescaped, an unquoted NULL a
+    null. The inner arrays of a multi-dimensional one are nulls: Debezium's element converter gets a Java
+    array it cannot convert, and its handleUnknownData makes that null for an optional element."""
     out: list[str | None] = []
     i, body = 0, text[text.index("{") + 1:text.rindex("}")]
     while i < len(body):
-        if body[i] == '"':
+        if body[i] == "{":
+            depth, j = 0, i
+            while True:  # to the brace closing this inner array (quoted braces are skipped with their text)
+                if body[j] == '"':
+                    j += 1
+                    while body[j] != '"':
+                        j += 2 if body[j] == "\\" else 1
+                elif body[j] in "{}":
+                    depth += 1 if body[j] == "{" else -1
+                    if depth == 0:
+                        break
+                j += 1
+            out.append(None)
+            i = j + 2  # the closing brace and the comma
+        elif body[i] == '"':
             j, chars = i + 1, []
             while body[j] != '"':
                 if body[j] == "\\":
@@ -182,7 +256,13 @@ class Modes:
     hstore: str = "json"
     money_digits: int = 2
     unknown: bool = False  # include.unknown.datatypes
-    placeholder: str = UNAVAILABLE  # unavailable.value.placeholder
+    placeholder: str = UNAVAILABLE  # unavailable.value.placeholder (hex:... for bytes)
+
+    @property
+    def placeholder_bytes(self) -> bytes:
+        """PostgresConnectorConfig.getUnavailableValuePlaceholder: hex:<digits> is those bytes."""
+        text = self.placeholder
+        return bytes.fromhex(text[4:]) if text.startswith("hex:") else text.encode()
 
 
 _SPECIAL_DECIMALS = {"NaN": "NAN", "Infinity": "POSITIVE_INFINITY", "-Infinity": "NEGATIVE_INFINITY"}
@@ -270,6 +350,12 @@ def _binary(mode: str) -> tuple[Schema, Parser]:
     return kschema("string"), lambda t: encode(_bytea(t))
 
 
+def binary_content(mode: str) -> tuple[Schema, Callable[[bytes], Any]]:
+    """Raw bytes (a logical decoding message's content) per binary.handling.mode: the schema and encoder."""
+    schema, parse = _binary(mode)
+    return schema, (lambda b: b) if mode == "bytes" else (lambda b: parse("\\x" + b.hex()))
+
+
 def _bits(length: int) -> tuple[Schema, Parser]:
     """bit(n) / varbit(n) as Debezium's: a boolean for one bit, else io.debezium.data.Bits, the bits as a
     little-endian number in as many bytes as its highest set bit needs (a Java BitSet's bytes)."""
@@ -295,6 +381,73 @@ POINT = kschema("struct", fields=[{**kschema("float64", optional=False), "field"
                                   {**kschema("float64", optional=False), "field": "y"},
                                   {**kschema("bytes"), "field": "wkb"}, {**kschema("int32"), "field": "srid"}],
                 name="io.debezium.data.geometry.Point", version=1, doc="Geometry (POINT)")
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?Infinity|NaN")
+
+
+def _coordinates(text: str) -> list[tuple[float, float]]:
+    numbers = [float(n) for n in _NUMBER.findall(text)]
+    return list(zip(numbers[0::2], numbers[1::2], strict=False))
+
+
+def _wkb(kind: int, rings: list[list[tuple[float, float]]]) -> bytes:
+    """Debezium's WkbWriter: little-endian WKB of a line string (kind 2, one list of points) or a
+    polygon (kind 3, rings)."""
+    out = bytearray(struct.pack("<bI", 1, kind))
+    if kind == 3:
+        out += struct.pack("<I", len(rings))
+    for ring in rings:
+        out += struct.pack("<I", len(ring))
+        for x, y in ring:
+            out += struct.pack("<dd", x, y)
+    return bytes(out)
+
+
+def _box(text: str) -> dict:
+    (x1, y1), (x2, y2) = _coordinates(text)
+    ring = [(x1, y1), (x1, y2), (x2, y2), (x2, y1), (x1, y1)]
+    return {"wkb": _wkb(3, [ring]), "srid": None, "extensions": {"type": "box"}}
+
+
+def _lseg(text: str) -> dict:
+    return {"wkb": _wkb(2, [_coordinates(text)]), "srid": None, "extensions": {"type": "lseg"}}
+
+
+def _path(text: str) -> dict:
+    closed = "false" if text.startswith("[") else "true"
+    return {"wkb": _wkb(2, [_coordinates(text)]), "srid": None, "extensions": {"type": "path", "closed": closed}}
+
+
+def _polygon(text: str) -> dict:
+    ring = _coordinates(text)
+    if len(ring) >= 2 and ring[0] != ring[-1]:
+        ring.append(ring[0])  # closeRing
+    return {"wkb": _wkb(3, [ring]), "srid": None, "extensions": {"type": "polygon"}}
+
+
+def _circle(text: str) -> dict:
+    x, y, radius = (float(n) for n in _NUMBER.findall(text))
+    return {"center": _point(f"({x},{y})"), "radius": radius}
+
+
+def _line(text: str) -> dict:
+    a, b, c = (float(n) for n in _NUMBER.findall(text))
+    return {"a": a, "b": b, "c": c}
+
+
+GEOMETRY = kschema("struct", fields=[
+    {**kschema("bytes", optional=False), "field": "wkb"}, {**kschema("int32"), "field": "srid"},
+    {**kschema("map", keys=kschema("string", optional=False), values=kschema("string", optional=False)),
+     "field": "extensions"}], name="io.debezium.data.geometry.Geometry", version=2, doc="Geometry")
+CIRCLE = kschema("struct", fields=[{**POINT, "optional": False, "field": "center"},
+                                   {**kschema("float64", optional=False), "field": "radius"}],
+                 name="io.debezium.data.geometry.Circle", version=1, doc="Geometry (CIRCLE)")
+LINE = kschema("struct", fields=[{**kschema("float64", optional=False), "field": f} for f in "abc"],
+               name="io.debezium.data.geometry.Line", version=1, doc="Geometry (LINE)")
+# box, lseg, path, polygon (Debezium's Geometry with its WKB and extensions), circle, line
+_GEOMETRIC = {603: (GEOMETRY, _box), 601: (GEOMETRY, _lseg), 602: (GEOMETRY, _path), 604: (GEOMETRY, _polygon),
+              718: (CIRCLE, _circle), 628: (LINE, _line)}
 
 
 def java_string_hash(text: str) -> int:
@@ -438,7 +591,6 @@ _STRING_TYPE_NAMES = frozenset({"citext", "isbn"})
 # xml, point and refcursor arrays it leaves out)
 _ARRAY_ELEMENTS = frozenset({21, 23, 20, 26, 18, 1043, 25, 1042, 1700, 700, 701, 16, 1082, 869, 650, 829, 774,
                              3908, 3910, 3912, 3904, 3906, 3926, 2950, 3802, 114, 1083, 1266, 1114, 1184, 17})
-UNSUPPORTED_GEOMETRY = frozenset({603, 601, 602, 604, 718, 628})  # box, lseg, path, polygon, circle, line
 
 
 def column_type(t: PgType, modes: Modes = Modes()) -> tuple[Schema, Parser] | None:
@@ -473,7 +625,8 @@ def _array(t: PgType, modes: Modes) -> tuple[Schema, Parser] | None:
     def parse(text: str) -> list:
         return [None if v is None else item_parser(v) for v in _array_items(text)]
 
-    return kschema("array", items={**item_schema, "optional": True}), parse
+    # the listed array types have optional elements; an enum array's come from Enum.builder unchanged: required
+    return kschema("array", items={**item_schema, "optional": element.labels is None}), parse
 
 
 def _scalar(t: PgType, modes: Modes) -> tuple[Schema, Parser] | None:  # noqa: C901, PLR0911, PLR0912 - a type table
@@ -540,8 +693,9 @@ def _scalar(t: PgType, modes: Modes) -> tuple[Schema, Parser] | None:  # noqa: C
         return _hstore(modes.hstore)
     if t.name == "ltree":
         return named("string", "io.debezium.data.Ltree"), str
-    if type_oid in UNSUPPORTED_GEOMETRY:
-        return kschema("string"), str  # Debezium's Geometry / Circle / Line structs: not built (warned)
+    if type_oid in _GEOMETRIC:
+        schema, parser = _GEOMETRIC[type_oid]
+        return dict(schema), parser
     return None
 
 
@@ -557,7 +711,8 @@ def toast_placeholder(t: PgType, schema: Schema, modes: Modes) -> Any:
     """What Debezium's UnchangedToastedPlaceholder puts for an unchanged TOASTed value that an update does
     not carry: the placeholder as the column's type holds it, by its type's name (text-like arrays a list
     of it, int and date arrays its bytes as numbers, hstore a one-entry map); None where it has none."""
-    text, raw = modes.placeholder, modes.placeholder.encode()
+    raw = modes.placeholder_bytes
+    text = raw.decode(errors="replace")  # new String(bytes)
     if t.name == "hstore":
         return {text: text} if modes.hstore == "map" else "{" + jackson_string(text) + ":" + jackson_string(text) + "}"
     if t.element is not None:
@@ -574,21 +729,43 @@ def toast_placeholder(t: PgType, schema: Schema, modes: Modes) -> Any:
     return raw if schema["type"] == "bytes" and "name" not in schema else None
 
 
+_SPECIAL_FALLBACKS: dict[str, Any] = {
+    "io.debezium.time.ZonedTimestamp": "1970-01-01T00:00:00Z", "io.debezium.time.ZonedTime": "00:00:00Z",
+    "io.debezium.time.Interval": "P0Y0M0DT0H0M0S", "io.debezium.data.geometry.Point": lambda: _point("(0,0)"),
+    "io.debezium.data.geometry.Circle": lambda: _circle("<(0,0),0>"),
+    "io.debezium.data.geometry.Line": lambda: {"a": 0.0, "b": 1.0, "c": 0.0}}  # A = B = 0 is no line
+# PostgresValueConverter.geometryFallback: a unit shape of each type
+_GEOMETRY_FALLBACKS: dict[int, Callable[[], dict]] = {
+    603: lambda: {**_box("(0,0),(1,1)"), "wkb": _wkb(3, [[(0, 0), (0, 1), (1, 1), (1, 0), (0, 0)]])},
+    601: lambda: _lseg("[(0,0),(1,0)]"), 604: lambda: _polygon("((0,0),(1,0),(0,1))"),
+    602: lambda: {**_lseg("[(0,0),(1,0)]"), "extensions": {"type": "path"}}}
 _FALLBACKS: dict[str, Any] = {"boolean": False, "int16": 0, "int32": 0, "int64": 0, "float32": 0.0, "float64": 0.0,
                               "string": "", "bytes": b""}
 
 
-def required_fallback(schema: Schema) -> Any:
+def required_fallback(schema: Schema, t: PgType | None = None, modes: Modes = Modes()) -> Any:
     """What Debezium writes for a NOT NULL column the change does not carry (the before image of a delete
-    or update under REPLICA IDENTITY DEFAULT has the key only): its type's zero (JdbcValueConverters'
-    fallback), since a required field cannot be null."""
-    name = schema.get("name")
+    or update under REPLICA IDENTITY DEFAULT has the key only), since a required field cannot be null:
+    the fallback each of its converters passes to convertValue (JdbcValueConverters' zero for plain
+    types, the epoch for times, an empty array, "{}" for hstore as JSON, the geometry types' shapes)."""
+    name, oid = schema.get("name"), t.oid if t is not None else 0
+    if t is not None and t.element is not None:
+        return []
     if name == DECIMAL:
         return decimal.Decimal(0)
     if name == "io.debezium.data.VariableScaleDecimal":
         return _variable_decimal("0")
-    if name == "io.debezium.time.ZonedTimestamp":
-        return "1970-01-01T00:00:00Z"
+    if oid == 1700 and modes.decimal == "string":  # BigDecimal.ZERO at the column's scale
+        return "0" if t.typmod < 4 else format(decimal.Decimal(0).scaleb(-((t.typmod - 4) & 0xFFFF)), "f")
+    if oid == 790 and modes.decimal == "string":
+        return format(decimal.Decimal(0).scaleb(-modes.money_digits), "f")
+    if t is not None and t.name == "hstore":
+        return {} if modes.hstore == "map" else "{}"
+    special = _SPECIAL_FALLBACKS.get(name)
+    if special is not None:
+        return special() if callable(special) else special
+    if oid in _GEOMETRY_FALLBACKS:
+        return _GEOMETRY_FALLBACKS[oid]()
     return _FALLBACKS.get(schema["type"])
 
 
@@ -598,29 +775,36 @@ def required_fallback(schema: Schema) -> Any:
 _DEFAULT_PLACEHOLDERS = {16: "false", 21: "0", 23: "0", 20: "0", 700: "0.0", 701: "0.0", 1700: "0.0", 25: "",
                          1043: "", 1042: "", 114: "{}", 3802: "{}", 142: "",
                          2950: "00000000-0000-0000-0000-000000000000", 1082: "1970-01-01", 1083: "00:00",
-                         1114: "1970-01-01", 1184: "1970-01-01"}
+                         1114: "1970-01-01", 1184: "1970-01-01", 1560: "00", 1562: "0", 1186: None}
 _FUNCTION_DEFAULT = re.compile(r"^[(]?[A-Za-z0-9_.]+\((?:.+(?:, ?.+)*)?\)")
 _CURRENT = {"current_timestamp", "current_time", "current_date", "localtime", "localtimestamp"}
 
 
-def default_text(type_oid: int, expression: str | None) -> str | None:
-    """The text a column's DEFAULT stands for in Debezium's schema, None for no default."""
-    if expression is None or type_oid not in _DEFAULT_PLACEHOLDERS:
+def default_text(type_oid: int, expression: str | None, enum: bool = False) -> str | None:
+    """The text a column's DEFAULT stands for in Debezium's schema, None for no default (an enum's: the
+    quoted label before its cast, PostgresDefaultValueConverter.extractEnumDefault)."""
+    if expression is None:
+        return None
+    if enum:
+        value, cast, _ = expression.rpartition("::")
+        return value[1:-1] if cast and len(value) >= 2 and value[0] == value[-1] == "'" else None
+    if type_oid not in _DEFAULT_PLACEHOLDERS:
         return None
     expression = expression.strip()
     if _FUNCTION_DEFAULT.match(expression) or expression.lower() in _CURRENT:
-        return _DEFAULT_PLACEHOLDERS[type_oid]
+        return _DEFAULT_PLACEHOLDERS[type_oid]  # an interval's ("epoch") does not parse: none
     if "'" not in expression:
         return None if expression.startswith("NULL::") else expression
     literal = re.search(r"'([^']*(?:''[^']*)*)'", expression)
     return literal.group(1).replace("''", "'") if literal else None
 
 
-def default_value(type_oid: int, schema: Schema, parser: Parser, expression: str | None) -> tuple[Any, Any] | None:
+def default_value(t: PgType, schema: Schema, parser: Parser, expression: str | None) -> tuple[Any, Any] | None:
     """A column's default as (the value, as rows carry it; its JSON in the schema, as Kafka's JsonConverter
     writes it), or None where Debezium gives the field no default."""
-    text = default_text(type_oid, expression)
-    if text is None:
+    type_oid = t.oid
+    text = default_text(type_oid, expression, enum=t.labels is not None)
+    if text is None or t.element is not None:
         return None
     try:
         if type_oid == 16:
@@ -641,4 +825,6 @@ def default_value(type_oid: int, schema: Schema, parser: Parser, expression: str
         from klog.connect.converters import decimal_to_bytes
 
         return value, base64.b64encode(decimal_to_bytes(value, scale)).decode()
+    if isinstance(value, bytes):  # Bits
+        return value, base64.b64encode(value).decode()
     return value, value

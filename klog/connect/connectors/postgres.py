@@ -34,11 +34,12 @@ from klog.connect.connectors import pgoutput
 from klog.connect.connectors.pgtypes import (
     TIME_MODES,
     UNAVAILABLE,
-    UNSUPPORTED_GEOMETRY,
     Modes,
     PgType,
+    binary_content,
     column_type,
     default_value,
+    java_hashmap_order,
     kschema,
     named,
     required_fallback,
@@ -70,6 +71,20 @@ TRANSACTION_SCHEMA = kschema("struct", fields=[_field("id", kschema("string", op
                                                _field("data_collection_order", kschema("int64", optional=False))],
                              name="event.block", version=1)
 ENVELOPE_VERSION = 2  # Debezium 2.6+ (DBZ-7107)
+# SchemaFactory.transactionKeySchema / transactionValueSchema
+TRANSACTION_KEY = kschema("struct", fields=[_field("id", kschema("string", optional=False))], optional=False,
+                          name="io.debezium.connector.common.TransactionMetadataKey", version=1)
+TRANSACTION_VALUE = kschema("struct", fields=[
+    _field("status", kschema("string", optional=False)), _field("id", kschema("string", optional=False)),
+    _field("event_count", kschema("int64")),
+    _field("data_collections", kschema("array", items=kschema("struct", fields=[
+        _field("data_collection", kschema("string", optional=False)),
+        _field("event_count", kschema("int64", optional=False))], name="event.collection", version=1))),
+    _field("ts_ms", kschema("int64", optional=False))],
+    optional=False, name="io.debezium.connector.common.TransactionMetadataValue", version=1)
+# PostgresSchemaFactory.logicalDecodingMessageMonitorKeySchema
+MESSAGE_KEY = kschema("struct", fields=[_field("prefix", kschema("string"))], optional=False,
+                      name="io.debezium.connector.postgresql.MessageKey", version=1)
 # SchemaFactory.heartbeatKeySchema / heartbeatValueSchema
 HEARTBEAT_KEY = kschema("struct", fields=[_field("serverName", kschema("string", optional=False))], optional=False,
                         name="io.debezium.connector.common.ServerNameKey", version=1)
@@ -79,7 +94,7 @@ SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when
 UNIMPLEMENTED = frozenset({
     "column.mask.hash", "column.truncate.to",
     "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
-    "incremental.snapshot.chunk.size", "provide.transaction.metadata",
+    "incremental.snapshot.chunk.size",
     "event.processing.failure.handling.mode", "snapshot.select.statement.overrides", "snapshot.lock.timeout.ms",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters", "database.initial.statements",
     "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
@@ -116,9 +131,22 @@ class PostgresTask(SourceTask):
         self.event = 0
         self.lsn_safe = 0  # the end LSN of the last transaction all of whose changes were handed over
         self.last_commit_lsn: int | None = None
+        self.last_commit_ts_us = 0  # the commit time of the last transaction seen
         self.message_lsn = 0  # the WAL position of the message being handled
         self.last_offset: dict | None = None  # the offset of the last change record made
         self.last_beat = time.monotonic()
+        self.tx_counts: dict[str, int] | None = None  # provide.transaction.metadata: events per table
+        self.last_table: dict | None = None  # the relation of the last change (a message's source names it)
+        self.prefixes_in = _pattern_list(c["message.prefix.include.list"])
+        self.prefixes_out = _pattern_list(c["message.prefix.exclude.list"])
+        content_schema, self.content_encoder = binary_content(c["binary.handling.mode"])
+        self.message_schema = kschema("struct", fields=[
+            _field("op", kschema("string", optional=False)), _field("ts_ms", kschema("int64")),
+            _field("source", SOURCE_SCHEMA), _field("transaction", TRANSACTION_SCHEMA),
+            _field("message", kschema("struct", fields=[_field("prefix", kschema("string")),
+                                                         _field("content", content_schema)], optional=False,
+                                       name="io.debezium.connector.postgresql.Message", version=1))],
+            optional=False, name="io.debezium.connector.postgresql.MessageValue", version=1)
         self.confirmed = 0
         self.snapshot_rows: Iterator[ConnectRecord] | None = None
         self.stream_started = False
@@ -187,6 +215,7 @@ class PostgresTask(SourceTask):
         self.last_commit_lsn = int(self.stored.get("lsn_safe", 0) or 0) or None
         self.skip_commit = int(self.stored.get("lsn_commit", 0) or 0) if not self.stored.get("snapshot") else 0
         self.skip_events = int(self.stored.get("event", 0) or 0)
+        self.resume_counts = self.stored.get("transaction_counts")  # provide.transaction.metadata's
 
     def _publication(self) -> None:
         name, mode = self.c["publication.name"], self.c["publication.autocreate.mode"]
@@ -223,23 +252,24 @@ class PostgresTask(SourceTask):
 
     # -- relations and records -------------------------------------------------------------------
     def _relation(self, rel: pgoutput.Relation) -> dict:
-        topic = f"{self.prefix}.{rel.schema}.{rel.table}"
-        fields, parsers, toasts, kept = [], [], [], []
+        topic = sanitized_topic(f"{self.prefix}.{rel.schema}.{rel.table}")
+        fields, parsers, toasts, kept, hidden = [], [], [], [], []
         nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
         facts = self._column_facts(rel.oid)
         key_names = self._key_columns(rel)
         for i, col in enumerate(rel.columns):
-            if not (col.name in key_names or self._column_wanted(rel, col.name)):
-                continue
+            if not self._column_wanted(rel, col.name):
+                if col.name not in key_names:
+                    continue
+                hidden.append(col.name)  # a key column column.*.list leaves out: in the key, not the value
             not_null, expression, pg_type = facts.get(col.name, (False, None, PgType(col.type_oid, col.typmod)))
             found = column_type(pg_type, self.modes)
-            if found is None or pg_type.oid in UNSUPPORTED_GEOMETRY:
-                self._warn_type(rel, col.name, pg_type, found is None)
-                if found is None:
-                    continue  # Debezium leaves a column of a type it does not know out
+            if found is None:
+                self._warn_type(rel, col.name, pg_type)
+                continue  # Debezium leaves a column of a type it does not know out
             schema, parser = found
             required = not_null  # a key column too: Debezium's optionality is the column's
-            default = default_value(pg_type.oid, schema, parser, expression)
+            default = default_value(pg_type, schema, parser, expression)
             fields.append({**schema, "optional": not required, **({"default": default[1]} if default else {}),
                            "field": col.name})
             parsers.append(parser)
@@ -247,8 +277,8 @@ class PostgresTask(SourceTask):
             kept.append(i)
             # a required column a change lacks: its default, else Debezium's stand-in for its type
             if required:
-                nulls[col.name] = default[0] if default else required_fallback(schema)
-        value = kschema("struct", fields=fields, name=f"{topic}.Value")
+                nulls[col.name] = default[0] if default else required_fallback(schema, pg_type, self.modes)
+        value = kschema("struct", fields=[f for f in fields if f["field"] not in hidden], name=f"{topic}.Value")
         by_name = {f["field"]: f for f in fields}
         keys = [k for k in key_names if k in by_name]  # the key's order: the primary key's, not the table's
         key_schema = kschema("struct", fields=[by_name[k] for k in keys], optional=False,
@@ -260,25 +290,25 @@ class PostgresTask(SourceTask):
             optional=False, name=f"{topic}.Envelope", version=ENVELOPE_VERSION)
         return {"rel": rel, "topic": topic, "names": [rel.columns[i].name for i in kept], "parsers": parsers,
                 "toasts": toasts, "nulls": nulls, "keys": keys, "key_schema": key_schema, "envelope": envelope,
+                "hidden": hidden,
                 "wanted": self._wanted(rel.schema, rel.table),
                 "kept": None if len(kept) == len(rel.columns) else kept}  # positions of the columns kept
 
-    def _warn_type(self, rel: pgoutput.Relation, column: str, pg_type: PgType, left_out: bool) -> None:
-        """Once per column: a type Debezium does not know (left out, as Debezium leaves it out; or, with
-        include.unknown.datatypes, its text as bytes) or a geometric type whose struct klog does not build."""
+    def _warn_type(self, rel: pgoutput.Relation, column: str, pg_type: PgType) -> None:
+        """Once per column: a type Debezium does not know is left out, as Debezium leaves it out (with
+        include.unknown.datatypes, its text is sent as bytes)."""
         where = f"{rel.schema}.{rel.table}.{column}"
         if where in self.warned_columns:
             return
         self.warned_columns.add(where)
         type_name = pg_type.name or f"oid {pg_type.oid}"
         self.context.warn(f"connector '{self.context.connector_name}': column {where} of type {type_name} "
-                          + ("is left out of the events, as Debezium leaves out a type it does not know "
-                             "(include.unknown.datatypes=true sends its text as bytes)" if left_out else
-                             "is sent as its text: Debezium's io.debezium.data.geometry struct for it is not built"))
+                          "is left out of the events, as Debezium leaves out a type it does not know "
+                          "(include.unknown.datatypes=true sends its text as bytes)")
 
     def _column_wanted(self, rel: pgoutput.Relation, column: str) -> bool:
         """column.include.list / column.exclude.list: regular expressions over schema.table.column (a key
-        column always stays: Debezium keys by it)."""
+        column left out stays in the key: Debezium filters the value's columns only)."""
         full = f"{rel.schema}.{rel.table}.{column}"
         if self.columns_in and not any(p.fullmatch(full) for p in self.columns_in):
             return False
@@ -297,17 +327,19 @@ class PostgresTask(SourceTask):
             return {name: (not_null, expression, self._pg_type(q, types, type_oid, typmod))
                     for name, not_null, expression, type_oid, typmod in rows}
 
-    def _pg_type(self, q, types: dict[int, tuple], type_oid: int, typmod: int) -> PgType:  # noqa: ANN001
+    def _pg_type(self, q, types: dict[int, tuple], type_oid: int, typmod: int,  # noqa: ANN001
+                 element_of_array: bool = False) -> PgType:
         if type_oid not in types:
             q.execute("SELECT t.typname, t.typtype, t.typbasetype, t.typtypmod, t.typelem, t.typcategory, "
                       "(SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e "
                       "WHERE e.enumtypid = t.oid) FROM pg_type t WHERE t.oid = %s", (type_oid,))
             types[type_oid] = q.fetchone() or ("", "b", 0, -1, 0, "X", None)
         name, kind, base, base_typmod, element, category, labels = types[type_oid]
-        if kind == "d":  # a domain: its base type, with the domain's modifier (the column has none)
+        if kind == "d" and not element_of_array:  # its base type, with the domain's modifier (the column has none)
             return self._pg_type(q, types, base, typmod if typmod >= 0 else base_typmod)
         if category == "A" and element:
-            return PgType(type_oid, typmod, name, None, self._pg_type(q, types, element, -1))
+            # an array of a domain is not resolved: Debezium has no schema for it (PostgresValueConverter)
+            return PgType(type_oid, typmod, name, None, self._pg_type(q, types, element, -1, element_of_array=True))
         return PgType(type_oid, typmod, name, labels if kind == "e" else None)
 
     def _key_columns(self, rel: pgoutput.Relation) -> list[str]:
@@ -368,20 +400,28 @@ class PostgresTask(SourceTask):
         """The source block of a streamed change: its lsn is the change's own WAL position (the walsender's
         for the message, Debezium's stream.lastReceivedLsn()); the rest is the same for every change of one
         table in one transaction, so built once per (transaction, table)."""
-        base = self.tx_sources.get(id(info))
-        if base is None:
+        cached = self.tx_sources.get(id(info))
+        if cached is None:
             tx = self.tx
-            base = self.tx_sources[id(info)] = self._source(info, tx.commit_ts_us, "false", tx.xid, 0)
+            base = self._source(info, tx.commit_ts_us, "false", tx.xid, 0)
+            cached = self.tx_sources[id(info)] = (base, base["sequence"].rpartition(",")[0] + ',"')
+        base, sequence_head = cached
         lsn = self.message_lsn
-        return {**base, "sequence": f'{base["sequence"].rpartition(",")[0]},"{lsn}"]', "lsn": lsn}
+        return {**base, "sequence": f'{sequence_head}{lsn}"]', "lsn": lsn}
 
     def _event(self, info: dict, op: str, before: dict | None, after: dict | None, ts_ms: int,
                source: dict, offset: dict) -> list[ConnectRecord]:
         row = after if after is not None else before
         key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
+        if info["hidden"]:  # read for the key only (Debezium's TableSchemaBuilder filters the value alone)
+            before, after = _without(before, info["hidden"]), _without(after, info["hidden"])
         now_ns = time.time_ns()
         value = {"before": before, "after": after, "source": source, "transaction": None, "op": op,
                  "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000, "ts_ns": now_ns}  # the envelope's order
+        if self.tx_counts is not None and op != "r":
+            value["transaction"] = self._transaction_block(info)
+            offset["transaction_counts"] = dict(self.tx_counts)  # a restart inside the transaction goes on counting
+        self.last_table = info
         self.last_offset = offset
         out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
                              source_partition=self.partition, source_offset=offset)]
@@ -400,8 +440,10 @@ class PostgresTask(SourceTask):
         try:
             with snap.cursor() as q:
                 q.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
-                q.execute("SELECT txid_current(), (EXTRACT(EPOCH FROM now()) * 1000)::bigint")
-                tx_id, ts_ms = (int(v) for v in q.fetchone())  # text, as every value on this connection
+                # PostgresConnection.currentTransactionId: none on a standby (it cannot assign one)
+                q.execute("SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE txid_current() END, "
+                          "(EXTRACT(EPOCH FROM now()) * 1000)::bigint")
+                tx_id, ts_ms = (None if v is None else int(v) for v in q.fetchone())  # text, as every value here
             tables = self._tables(snap)  # the tables of the snapshot, not those created since
             # each record is held until the next one shows whether it ends its table or the snapshot:
             # (record, first of the snapshot, first of its table, its table)
@@ -438,10 +480,10 @@ class PostgresTask(SourceTask):
                       "WHERE n.nspname = %s AND c.relname = %s", (schema, table))
             oid, identity = q.fetchone()
             oid = int(oid)  # the snapshot's connection reads every value as text
-            q.execute("SELECT a.attname, a.atttypid, a.atttypmod, COALESCE(a.attnum = ANY(i.indkey), false) "
-                      "FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary "
+            # (no key flags: the key is _key_columns', from the catalog, for the snapshot and the stream alike)
+            q.execute("SELECT a.attname, a.atttypid, a.atttypmod FROM pg_attribute a "
                       "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,))
-            cols = [pgoutput.Column(n, int(t), int(m), k in (True, "t")) for n, t, m, k in q.fetchall()]
+            cols = [pgoutput.Column(n, int(t), int(m), False) for n, t, m in q.fetchall()]
         return pgoutput.Relation(oid, schema, table, identity, cols)
 
     # -- streaming --------------------------------------------------------------------------------
@@ -465,9 +507,64 @@ class PostgresTask(SourceTask):
             return []
         if not self.stream_started:
             self.cur.start_replication(slot_name=self.c["slot.name"], decode=False, status_interval=10,
-                                       options={"proto_version": "1", "publication_names": self.c["publication.name"]})
+                                       options=self._stream_options())
             self.stream_started = True
         return self._heartbeat(self._stream())
+
+    def _logical_message(self, message: pgoutput.Message) -> list[ConnectRecord]:
+        """A logical decoding message as Debezium's LogicalDecodingMessageMonitor: on <topic.prefix>.message,
+        key MessageKey {prefix}, value MessageValue {op m, ts_ms, source, transaction, message {prefix,
+        content per binary.handling.mode}}; message.prefix.include.list / exclude.list choose the prefixes.
+        The source block names the table of the last change seen, as Debezium's (it keeps its last)."""
+        prefix = message.prefix
+        if (self.prefixes_in and not any(p.fullmatch(prefix) for p in self.prefixes_in)) or any(
+                p.fullmatch(prefix) for p in self.prefixes_out):
+            return []  # (skipped.operations does not apply: PostgresEventDispatcher filters by prefix only)
+        tx = self.tx if message.transactional else None
+        # a non-transactional message has no commit time: Debezium's source keeps the last one it saw
+        ts_us = tx.commit_ts_us if tx is not None else self.last_commit_ts_us or time.time_ns() // 1000
+        source = self._source(self.last_table or {"rel": pgoutput.Relation(0, "", "", "d", [])}, ts_us, "false",
+                              tx.xid if tx is not None else None, self.message_lsn)
+        value = {"op": "m", "ts_ms": time.time_ns() // 1_000_000, "source": source, "transaction": None,
+                 "message": {"prefix": prefix, "content": self.content_encoder(message.content)}}
+        if tx is not None and self.tx_counts is not None:
+            self.tx_counts["LOGICAL_DECODING_MESSAGE"] = self.tx_counts.get("LOGICAL_DECODING_MESSAGE", 0) + 1
+            value["transaction"] = {"id": str(tx.xid), "total_order": sum(self.tx_counts.values()),
+                                    "data_collection_order": self.tx_counts["LOGICAL_DECODING_MESSAGE"]}
+        return [ConnectRecord(f"{self.prefix}.message", None, MESSAGE_KEY, {"prefix": prefix}, self.message_schema,
+                              value, value["ts_ms"], source_partition=self.partition,
+                              source_offset=self._current_offset())]
+
+    def _transaction_block(self, info: dict) -> dict:
+        """provide.transaction.metadata: the event's place in its transaction (TransactionContext.event):
+        its order among all the transaction's events and among its table's, both from 1."""
+        table = f'{info["rel"].schema}.{info["rel"].table}'
+        self.tx_counts[table] = self.tx_counts.get(table, 0) + 1
+        return {"id": str(self.tx.xid), "total_order": sum(self.tx_counts.values()),
+                "data_collection_order": self.tx_counts[table]}
+
+    def _transaction_record(self, status: str) -> ConnectRecord:
+        """provide.transaction.metadata: TransactionMonitor's BEGIN or END record on <topic.prefix>.transaction
+        (END with the event count of the transaction and of each table, in Java HashMap order as Debezium's
+        TransactionContext holds them); ts_ms the commit time."""
+        tx, counts = self.tx, self.tx_counts
+        value = {"status": status, "id": str(tx.xid), "event_count": None, "data_collections": None,
+                 "ts_ms": tx.commit_ts_us // 1000}
+        if status == "END":
+            value["event_count"] = sum(counts.values())
+            value["data_collections"] = [{"data_collection": table, "event_count": counts[table]}
+                                         for table in java_hashmap_order(list(counts))]
+        return ConnectRecord(f'{self.prefix}.{self.c["topic.transaction"]}', None, TRANSACTION_KEY, {"id": str(tx.xid)},
+                             TRANSACTION_VALUE, value, tx.commit_ts_us // 1000, source_partition=self.partition,
+                             source_offset=self._current_offset())
+
+    def _current_offset(self) -> dict:
+        """The offset of a record that is not a change (a heartbeat, a transaction's BEGIN or END): the last
+        change's, with the LSN up to which every transaction was handed over."""
+        base = self.last_offset or self.stored
+        offset = {k: v for k, v in base.items() if k not in ("snapshot", "last_snapshot_record")}
+        offset["lsn_safe"] = self.lsn_safe
+        return offset
 
     def _heartbeat(self, out: list[ConnectRecord]) -> list[ConnectRecord]:
         """heartbeat.interval.ms: Debezium's heartbeat record (key {serverName}, value {ts_ms}, partition 0)
@@ -478,14 +575,20 @@ class PostgresTask(SourceTask):
         if interval <= 0 or now - self.last_beat < interval / 1000:
             return out
         self.last_beat = now
-        base = self.last_offset or self.stored
-        offset = {k: v for k, v in base.items() if k not in ("snapshot", "last_snapshot_record")}
-        offset["lsn_safe"] = self.lsn_safe
+        offset = self._current_offset()
         topic = f'{self.c["topic.heartbeat.prefix"]}.{self.prefix}'
         ts_ms = time.time_ns() // 1_000_000
         out.append(ConnectRecord(topic, 0, HEARTBEAT_KEY, {"serverName": self.prefix}, HEARTBEAT_VALUE,
                                  {"ts_ms": ts_ms}, ts_ms, source_partition=self.partition, source_offset=offset))
         return out
+
+    def _stream_options(self) -> dict[str, str]:
+        """pgoutput's options as Debezium's PgOutputMessageDecoder sets them: logical decoding messages too
+        from PostgreSQL 14 on."""
+        options = {"proto_version": "1", "publication_names": self.c["publication.name"]}
+        if self.conn.server_version >= 140000:
+            options["messages"] = "true"
+        return options
 
     def _stream(self) -> list[ConnectRecord]:
         import psycopg2
@@ -540,14 +643,27 @@ class PostgresTask(SourceTask):
         if isinstance(message, pgoutput.Begin):
             self.tx, self.event = message, 0
             self.tx_sources = {}
+            if self.c["provide.transaction.metadata"]:
+                resumed = self.resume_counts
+                if resumed is not None and message.final_lsn == self.skip_commit:
+                    # the transaction a restart came back into (TransactionMonitor.transactionStartedEvent):
+                    # its counts go on from the stored offset, and its BEGIN is not sent again
+                    self.tx_counts, self.resume_counts = dict(resumed), None
+                    return []
+                self.tx_counts = {}
+                return [self._transaction_record("BEGIN")]
             return []
         if isinstance(message, pgoutput.Commit):
             # every change of this transaction was handed over: once a later record's offset is stored,
             # the slot may skip it (the walsender resends a transaction whose commit is not below the flush LSN)
             self.lsn_safe = max(self.lsn_safe, message.end_lsn)
             self.last_commit_lsn = message.end_lsn
-            self.tx = None
-            return []
+            self.last_commit_ts_us = message.commit_ts_us
+            end = [self._transaction_record("END")] if self.tx_counts is not None and self.tx is not None else []
+            self.tx, self.tx_counts = None, None
+            return end
+        if isinstance(message, pgoutput.Message):
+            return self._logical_message(message)
         if isinstance(message, pgoutput.Relation):
             self.relations[message.oid] = self._relation(message)
             self.tx_sources = {}
@@ -615,6 +731,13 @@ class PostgresTask(SourceTask):
                     pass
 
 
+def sanitized_topic(name: str) -> str:
+    """Debezium's AbstractTopicNamingStrategy.sanitizedTopicName: each character outside [a-zA-Z0-9._-]
+    an underscore, at most 249 characters; the schemas are named after the topic so named."""
+    name = re.sub(r"[^a-zA-Z0-9._-]", "_", name)[:249]
+    return {".": "_", "..": "__"}.get(name, name)
+
+
 def _key_column_patterns(spec: str) -> list[re.Pattern]:
     """message.key.columns (`<table regex>:<column>,<column>;...`) as Debezium's KeyMapper reads it: one
     case-insensitive pattern over schema.table.column per column named, in the order named."""
@@ -626,6 +749,26 @@ def _key_column_patterns(spec: str) -> list[re.Pattern]:
     return patterns
 
 
+def _check_placeholder(value: str) -> str | None:
+    if value.startswith("hex:"):
+        try:
+            bytes.fromhex(value[4:])
+        except ValueError:
+            return "hex: is followed by an even number of hexadecimal digits"
+    return None
+
+
+def _check_skipped_operations(operations: list[str]) -> str | None:
+    """CommonConnectorConfig.validateSkippedOperation: r, c, u, d, t, or none alone."""
+    given = [o.strip() for o in operations]
+    for operation in given:
+        if operation not in ("none", "r", "c", "u", "d", "t"):
+            return f"Invalid operation: {operation!r} (r, c, u, d, t or none)"
+    if "none" in given and len(set(given)) > 1:
+        return "'none' cannot be specified with other skipped operation types"
+    return None
+
+
 def _check_key_columns(spec: str) -> str | None:
     for part in filter(str.strip, spec.split(";")):
         if not re.fullmatch(r"\s*([^:]+):([^:,]+(,[^:,]+)*)\s*", part):
@@ -635,6 +778,10 @@ def _check_key_columns(spec: str) -> str | None:
     except re.error as e:
         return f"not a regular expression: {e}"
     return None
+
+
+def _without(row: dict | None, names: list[str]) -> dict | None:
+    return None if row is None else {k: v for k, v in row.items() if k not in names}
 
 
 def _snapshot_marked(record: ConnectRecord, first: bool, first_of_table: bool, _table: tuple[str, str],
@@ -684,6 +831,8 @@ class PostgresConnector(SourceConnector):
                   .define("column.include.list", "list", [], check=regex_list_check)
                   .define("column.exclude.list", "list", [], check=regex_list_check)
                   .define("message.key.columns", default="", check=_check_key_columns)
+                  .define("message.prefix.include.list", "list", [], check=regex_list_check)
+                  .define("message.prefix.exclude.list", "list", [], check=regex_list_check)
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
                   .define("tombstones.on.delete", "boolean", True)
@@ -695,12 +844,14 @@ class PostgresConnector(SourceConnector):
                   .define("hstore.handling.mode", default="json", choices=("json", "map"))
                   .define("money.fraction.digits", "int", 2, at_least=0)
                   .define("include.unknown.datatypes", "boolean", False)
-                  .define("unavailable.value.placeholder", default=UNAVAILABLE)
-                  .define("skipped.operations", "list", ["t"])
+                  .define("unavailable.value.placeholder", default=UNAVAILABLE, check=_check_placeholder)
+                  .define("skipped.operations", "list", ["t"], check=_check_skipped_operations)
                   .define("max.batch.size", "int", 2048, at_least=1)
                   .define("max.queue.size", "int", 8192, at_least=1)
                   .define("poll.interval.ms", "long", 500, at_least=1)
                   .define("heartbeat.interval.ms", "int", 0, at_least=0)
+                  .define("provide.transaction.metadata", "boolean", False)
+                  .define("topic.transaction", default="transaction")
                   .define("topic.heartbeat.prefix", default="__debezium-heartbeat"))
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
