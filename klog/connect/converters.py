@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import decimal
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -86,7 +87,10 @@ class JsonConverter(Converter):
             payload = value if convert is None or value is None else convert(value)
         else:
             payload = to_json(None, value, self.numeric)
-        text = _ENCODE(payload).encode()
+        text = _ENCODE(payload)
+        if "NaN" in text or "Infinity" in text:  # (rare: a check of the text, no walk of every record)
+            text = _ENCODE(_quoted_non_finite(payload))
+        text = text.encode()
         if not self.schemas:
             return text
         # the schema's JSON once per schema object (a connector reuses them): most of an envelope's bytes
@@ -205,6 +209,21 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _quoted_non_finite(value: Any) -> Any:
+    """The payload with each NaN and infinite float a string, as Jackson writes them under Kafka's
+    JsonConverter ("NaN", "Infinity", "-Infinity"): Python's encoder writes them bare, which no JSON
+    parser takes."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: _quoted_non_finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_quoted_non_finite(v) for v in value]
+    return value
 
 
 # one encoder for every record (json.dumps with options builds a new one per call)

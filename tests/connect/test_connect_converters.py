@@ -60,3 +60,16 @@ def test_a_decimal_of_more_than_28_digits_keeps_every_digit(text: str) -> None:
     data = conv.from_connect("t", schema, decimal.Decimal(text))
     value = conv.to_connect("t", data)[1]
     assert value == decimal.Decimal(text) and value.as_tuple().exponent == -9
+
+
+def test_nan_and_infinities_are_written_as_jackson_writes_them() -> None:
+    """Bare NaN/Infinity are no JSON (kafkajs's JSON.parse, jq and Jackson itself refuse them): quoted, as
+    Jackson writes them under Kafka's JsonConverter; a string that only contains the words is left alone."""
+    import json
+
+    schema = {"type": "struct", "fields": [{"field": "a", "type": "float64"}, {"field": "b", "type": "array",
+                                                                               "items": {"type": "float32"}},
+                                           {"field": "s", "type": "string"}]}
+    conv = JsonConverter({"schemas.enable": "false"}, is_key=False)
+    data = conv.from_connect("t", schema, {"a": float("nan"), "b": [float("inf"), -float("inf"), 1.5], "s": "NaN"})
+    assert json.loads(data) == {"a": "NaN", "b": ["Infinity", "-Infinity", 1.5], "s": "NaN"}

@@ -263,10 +263,8 @@ def test_special_values_with_decimal_handling_mode_string(pg_db, data_dir):
     assert rows[2]["n"] == "NEGATIVE_INFINITY"
 
 
-@pytest.mark.xfail(strict=True, reason="klog/connect/converters.py (not the connector) writes a float's NaN and "
-                   "infinities as bare NaN/Infinity, which is not JSON; Jackson, under Kafka's JsonConverter, "
-                   "quotes them (WRITE_NAN_AS_STRINGS)")
 def test_float_special_values_are_quoted_as_jackson_writes_them(pg_db, data_dir):
+    """Jackson, under Kafka's JsonConverter, quotes NaN and the infinities (bare, they are no JSON)."""
     got = capture(pg_db, data_dir, ["CREATE TABLE t (id int PRIMARY KEY, r real, d double precision)",
                                     "INSERT INTO t VALUES (1, 'NaN', '-Infinity')"], [], "t", 1)
     assert '"r":"NaN","d":"-Infinity"' in got[0][1]
@@ -572,8 +570,6 @@ def test_geometric_types_as_debeziums_structs(pg_db, data_dir):
     assert after["ln"] == {"a": 1.0, "b": -1.0, "c": 0.0}
 
 
-@pytest.mark.xfail(strict=True, reason="klog/connect/converters.py (not the connector) encodes a Decimal through "
-                   "Decimal.scaleb under Python's 28-digit default context, rounding a numeric(38,0) value")
 def test_a_38_digit_decimal_is_encoded_exactly(pg_db, data_dir):
     import base64
 
