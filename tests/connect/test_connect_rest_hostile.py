@@ -281,17 +281,17 @@ def test_a_longer_campaign_against_a_distributed_worker(tmp_path, data_dir):
         joiner = threading.Timer(10, lambda: joined.append(_worker(data_dir, str(props))[0]))
         joiner.start()
         try:
-            count, wrong = campaign(worker_port, seed=7, seconds=20)
+            count, wrong = campaign(worker_port, seed=7, seconds=12)
         finally:
             joiner.join()
             for other in joined:
                 other.terminate()
                 other.communicate(timeout=30)
-        assert count > 250 and wrong == [] and joined
+        assert count > 120 and wrong == [] and joined
         assert race(worker_port, {**config, "file": str(tmp_path / "race.txt")}, seconds=5) == []
         warmed = _rss_kib(proc.pid)  # the allocator's arenas grown by the first 10 MB bodies
-        count, wrong = campaign(worker_port, seed=8, seconds=20)
-        assert count > 250 and wrong == []
+        count, wrong = campaign(worker_port, seed=8, seconds=12)
+        assert count > 120 and wrong == []
         # Measured: RSS plateaus near 130 MB with peaks of +41 MB (glibc's per-thread arenas holding a 10 MB
         # body) that come back; one 10 MB body in 30 is sent, each would add 10 MB if it were kept.
         grown = _rss_kib(proc.pid) - warmed
