@@ -18,6 +18,9 @@ from klog import __version__
 from tests.connect.helpers import records, running, wait_for
 
 PREFIX = "shop"
+# ~30 connector runs against PostgreSQL on the one worker that holds its server: the whole suite (CI)
+# runs them, the fast lane leaves them out to stay under 4 minutes
+pytestmark = pytest.mark.slow
 
 
 def cdc(db, **extra) -> dict:
