@@ -7,34 +7,19 @@ from __future__ import annotations
 
 import decimal
 import json
-from contextlib import contextmanager
 
 import pytest
-
-import klog
 
 pytest.importorskip("fastavro", reason="the AvroConverter needs fastavro (pip install 'klog[connect]')")
 
 from klog.connect.converters import make_converter  # noqa: E402
 from klog.connect.errors import ConfigError, DataError, RetriableError  # noqa: E402
-from klog.registry.schemas import Registry  # noqa: E402
-from klog.registry.server import RegistryServer  # noqa: E402
+from tests.registry.helpers import serving as registry_at  # noqa: E402
 
 AVRO = "io.confluent.connect.avro.AvroConverter"
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 
-@contextmanager
-def registry_at(data_dir: str):
-    store = klog.open(data_dir)
-    registry = Registry(store)
-    server = RegistryServer(registry, "127.0.0.1", 0, log=lambda line: None).start()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        server.close()
-        registry.close()
-        store.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ end-to-end demo config) consumes what confluent-kafka's AvroSerializer wrote."""
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 
 import pytest
 
@@ -23,22 +22,7 @@ from tests.connect.test_connect_published_configs import (
 
 pytest.importorskip("fastavro", reason="the AvroConverter needs fastavro (pip install 'klog[connect]')")
 
-from klog.registry.schemas import Registry  # noqa: E402
-from klog.registry.server import RegistryServer  # noqa: E402
-
-
-@contextmanager
-def registry_at(data_dir: str):
-    """klog's registry over its own store (as a separate `klog registry` would run), on an ephemeral port."""
-    store = klog.open(data_dir)
-    registry = Registry(store)
-    server = RegistryServer(registry, "127.0.0.1", 0, log=lambda line: None).start()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        server.close()
-        registry.close()
-        store.close()
+from tests.registry.helpers import serving as registry_at  # noqa: E402
 
 
 def with_registry(config: dict[str, str], url: str) -> dict[str, str]:

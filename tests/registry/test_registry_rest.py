@@ -19,24 +19,11 @@ import klog
 
 pytest.importorskip("fastavro", reason="klog registry needs fastavro (pip install 'klog[connect]')")
 
-from klog.registry.schemas import Registry  # noqa: E402
-from klog.registry.server import RegistryServer  # noqa: E402
+from tests.registry.helpers import serving  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@contextmanager
-def serving(data_dir: str):
-    """A registry over the store at data_dir on an ephemeral port; its base URL."""
-    store = klog.open(data_dir)
-    registry = Registry(store)
-    server = RegistryServer(registry, "127.0.0.1", 0, log=lambda line: None).start()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        server.close()
-        registry.close()
-        store.close()
 
 
 @pytest.fixture
