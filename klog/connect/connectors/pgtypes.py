@@ -154,18 +154,23 @@ _INTERVAL_TIME = re.compile(r"([-+]?)(\d+):(\d+):(\d+(?:\.\d+)?)")
 DAYS_PER_MONTH_AVG = 365.25 / 12.0
 
 
-def _interval_us(text: str) -> int:
-    """An interval's text (IntervalStyle postgres) as Debezium's MicroDuration.durationMicros computes it
-    from pgjdbc's PGInterval: months as 365.25 / 12 days, the same double arithmetic, truncated."""
+def _interval_fields(text: str) -> tuple[dict[str, int], int, int, float]:
+    """An interval's text (IntervalStyle postgres) as pgjdbc's PGInterval fields: the years, months and
+    days, then the signed hours, minutes and seconds of its clock part."""
     units = {"year": 0, "mon": 0, "day": 0}
     for amount, unit in _INTERVAL_UNITS.findall(text):
         units[unit] += int(amount)
-    hours = minutes = 0
-    seconds = 0.0
     clock = _INTERVAL_TIME.search(text)
-    if clock:
-        sign = -1 if clock.group(1) == "-" else 1
-        hours, minutes, seconds = sign * int(clock.group(2)), sign * int(clock.group(3)), sign * float(clock.group(4))
+    if not clock:
+        return units, 0, 0, 0.0
+    sign = -1 if clock.group(1) == "-" else 1
+    return units, sign * int(clock.group(2)), sign * int(clock.group(3)), sign * float(clock.group(4))
+
+
+def _interval_us(text: str) -> int:
+    """An interval's text (IntervalStyle postgres) as Debezium's MicroDuration.durationMicros computes it
+    from pgjdbc's PGInterval: months as 365.25 / 12 days, the same double arithmetic, truncated."""
+    units, hours, minutes, seconds = _interval_fields(text)
     days = (units["year"] * 12 + units["mon"]) * DAYS_PER_MONTH_AVG + units["day"]
     return int(((((days * 24 + hours) * 60) + minutes) * 60 + seconds) * 1e6)
 
@@ -526,15 +531,7 @@ def _hstore(mode: str) -> tuple[Schema, Parser]:
 def _interval_iso(text: str) -> str:
     """An interval as Debezium's io.debezium.time.Interval (interval.handling.mode=string): pgjdbc's
     PGInterval fields in ISO 8601's PnYnMnDTnHnMnS, the seconds as BigDecimal.valueOf(double) stripped."""
-    units = {"year": 0, "mon": 0, "day": 0}
-    for amount, unit in _INTERVAL_UNITS.findall(text):
-        units[unit] += int(amount)
-    hours = minutes = 0
-    seconds = 0.0
-    clock = _INTERVAL_TIME.search(text)
-    if clock:
-        sign = -1 if clock.group(1) == "-" else 1
-        hours, minutes, seconds = sign * int(clock.group(2)), sign * int(clock.group(3)), sign * float(clock.group(4))
+    units, hours, minutes, seconds = _interval_fields(text)
     secs = decimal.Decimal(repr(seconds))
     if secs.as_tuple().exponent < -9:
         secs = secs.quantize(decimal.Decimal("1e-9"), rounding=decimal.ROUND_DOWN)
