@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from klog.errors import CorruptLogError, KlogError, UsageError
+from klog.errors import CorruptLogError, KlogError, SymlinkError, UsageError
 from klog.store import codec, compression, txn, validate
 from klog.store.codec import BatchHeader
 from klog.store.format import (
@@ -224,7 +224,11 @@ class _SegmentTxns:
     def finish(self, problems: list[str]) -> list[txn.AbortedTxn] | None:
         """Problems of the `.txnindex`; what it must hold instead (None: it holds that)."""
         folder, base = self.segment.directory, self.segment.base_offset
-        entries = txn.read_txn_index(folder, base)
+        try:
+            entries = txn.read_txn_index(folder, base)
+        except SymlinkError:  # (named among the folder's links too; --repair writes a file in its place)
+            problems.append("txn index is a symbolic link, not read")
+            return list(self.aborted.values())
         if entries is None and os.path.exists(os.path.join(folder, segment_file_name(base, TXN_INDEX_SUFFIX))):
             problems.append(f"txn index cannot be read (not whole {txn.ABORTED_TXN.size}-byte entries of version 0)")
             return list(self.aborted.values())

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import bisect
 import os
+import stat
 import struct
 from collections.abc import Iterable
 
 from klog.errors import CorruptLogError
 from klog.store.format import TRANSACTIONAL_FLAG_MASK, TXN_INDEX_SUFFIX, segment_file_name
+from klog.store.names import open_nofollow
 from klog.store.plain import FrozenPlain
 
 ABORT = 0
@@ -66,13 +68,24 @@ class AbortedTxn(FrozenPlain):
 
 
 def read_txn_index(folder: str, base_offset: int) -> list[AbortedTxn] | None:
-    """The segment's `.txnindex` entries, or None when it has none (or an unreadable one)."""
+    """The segment's `.txnindex` entries, or None when it has none (or an unreadable one).
+    Raises SymlinkError for a symbolic link (as for every file of a store: a link to a FIFO or
+    /dev/zero stalled the reader or read without end); a file that is not a regular one is
+    unreadable."""
     path = os.path.join(folder, segment_file_name(base_offset, TXN_INDEX_SUFFIX))
     try:
-        with open(path, "rb") as f:
+        fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read()
     except OSError:
         return None
+    finally:
+        os.close(fd)
     if len(data) % ABORTED_TXN.size:
         return None
     out = []
@@ -152,10 +165,10 @@ def append_txn_index(folder: str, base_offset: int, entry: AbortedTxn) -> None:
 def write_txn_index(folder: str, base_offset: int, entries: list[AbortedTxn]) -> None:
     """Replace the segment's `.txnindex` with `entries` (`verify --repair`'s rebuild from the
     markers); none: an empty file where one was, no new file. Not fsynced, as append_txn_index."""
-    from klog.store.names import open_nofollow
-
     path = os.path.join(folder, segment_file_name(base_offset, TXN_INDEX_SUFFIX))
-    if not entries and not os.path.exists(path):
+    if os.path.islink(path):  # a link planted in its place: the link goes, never what it points to
+        os.unlink(path)
+    elif not entries and not os.path.exists(path):
         return
     fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
@@ -342,25 +355,35 @@ class StableView:
         """Take or drop the .txnindex entries whose marker offset the walk reached at `header`.
 
         An entry fills in what the markers cannot tell: a range whose data or marker is gone (a
-        Kafka log compacted after its transactions), or one Kafka's index holds at a control batch
-        of its producer. One whose end offset holds a data batch, or another producer's batch, is
-        no range Kafka writes (a flipped byte, a stray file): taken, it made read_committed readers
-        skip committed records without a word, so it is dropped. When the walk saw the aborted
-        transaction begin, its own range wins over the entry's first offset."""
+        Kafka log compacted after its transactions), or one Kafka's index holds at an ABORT marker
+        of its producer. One whose end offset holds a data batch, another producer's batch or a
+        COMMIT marker is no range Kafka writes (a flipped byte, a stray file): taken, it made
+        read_committed readers skip committed records without a word, so it is dropped. When the
+        walk saw the aborted transaction begin, its own range wins over the entry's first offset."""
         if not self._unconfirmed:
             return
         for offset in [o for o in self._unconfirmed if o <= header.last_offset]:
             entries = self._unconfirmed.pop(offset)
             if offset < header.base_offset:  # no batch holds the marker's offset any more
                 for entry in entries:
-                    self._add_aborted(entry)
+                    self._take_without_marker(entry)
                 continue
             at_marker = header.is_control and header.base_offset == offset
             for entry in entries:
-                if not at_marker or entry.producer_id != header.producer_id:
+                if not at_marker or entry.producer_id != header.producer_id or kind == COMMIT:
                     continue
                 if kind != ABORT or self.tracker.open.get(entry.producer_id) is None:
                     self._add_aborted(entry)
+
+    def _take_without_marker(self, entry: AbortedTxn) -> None:
+        """An entry whose marker's offset holds no batch (cleaned away): the range it names ended
+        there. A transaction of its producer the walk saw begin within it ends with it (left open,
+        it held the last stable offset, and read_committed readers stopped there for good)."""
+        began = self.tracker.open.get(entry.producer_id)
+        if began is not None and began <= entry.last_offset:
+            del self.tracker.open[entry.producer_id]
+            entry = AbortedTxn(entry.producer_id, began, entry.last_offset, entry.last_stable_offset)
+        self._add_aborted(entry)
 
     def known_lso(self, bound: int) -> int | None:
         """The last stable offset below `bound` as the last refresh left it, without reading

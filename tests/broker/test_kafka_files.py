@@ -188,16 +188,35 @@ def test_read_committed_skips_aborted_transactions(cli, tmp_path, with_txn_index
     assert r.exit_code == 2 and "isolation.level must be" in r.stderr
 
 
-def test_txn_index_is_the_source_of_aborted_ranges(store, tmp_path):
-    """A .txnindex, when present, is what Kafka uses: an entry there aborts even without a marker."""
+def test_txn_index_is_the_source_of_aborted_ranges_whose_marker_is_gone(store, tmp_path):
+    """A .txnindex, when present, is what Kafka uses: an entry there aborts even where its ABORT
+    marker is gone (Kafka's cleaner removes a marker once its transaction's data is cleaned)."""
+    from klog.broker.importer import import_dirs
+
+    folder = os.path.join(str(tmp_path / "k"), "tx-0")
+    write_segment(folder, 0, [
+        v2_batch(0, [(None, b"plain0", NOW)]),
+        v2_batch(1, [(None, b"a1", NOW)], producer_id=8, producer_epoch=0, base_sequence=0, transactional=True),
+        # (offset 2, producer 8's ABORT marker, cleaned away)
+        v2_batch(3, [(None, b"plain1", NOW)]),
+    ], txn_entries=[txn_index_entry(8, 1, 2, 3)])
+    write_segment(folder, 4, [v2_batch(4, [(None, b"plain2", NOW)])])  # (the active segment: never cleaned)
+    import_dirs(store, [str(tmp_path / "k")])
+    got = [r.value.decode() for r in store.consumer("tx", isolation_level="read_committed")]
+    assert got == ["plain0", "plain1", "plain2"]
+
+
+def test_a_txn_index_entry_at_a_commit_marker_aborts_nothing(store, tmp_path):
+    """Kafka indexes aborted ranges only: an entry ending at a COMMIT marker (a flipped byte, a
+    stray file) would make read_committed readers skip committed records without a word."""
     from klog.broker.importer import import_dirs
 
     folder = _txn_folder(tmp_path / "k", with_txn_index=True)
     with open(os.path.join(folder, "00000000000000000000.txnindex"), "ab") as f:
-        f.write(txn_index_entry(7, 1, 5, 1))
+        f.write(txn_index_entry(7, 1, 5, 1))  # producer 7's range, ending at its COMMIT marker
     import_dirs(store, [str(tmp_path / "k")])
     got = [r.value.decode() for r in store.consumer("tx", isolation_level="read_committed")]
-    assert got == ["plain0", "plain1"]
+    assert got == ["plain0", "c1", "c2", "plain1"]
 
 
 def test_verify_is_bounded_and_zero_filled_indexes_are_unused(cli, store):

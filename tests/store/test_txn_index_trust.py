@@ -104,3 +104,39 @@ def test_a_base_offset_raised_past_the_high_watermark_is_an_error_for_read_commi
         f.write(bytes([f.read(1)[0] ^ 0x02]))
     r = cli("consume", "t", "-X", "isolation.level=read_committed")
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r  # (a guard: the data read finds it too)
+
+
+def test_a_txnindex_entry_ending_at_a_commit_marker_is_not_taken(cli, data_dir):
+    index, pid = _txn_log(data_dir)
+    [segment] = glob.glob(os.path.join(data_dir, "logs", "t-0", "*.log"))
+    with open(segment, "rb") as f:  # the first COMMIT marker's offset (a, b, c come before it)
+        f.seek(_marker_positions(segment)[0])
+        commit_offset = struct.unpack(">q", f.read(8))[0]
+    with open(index, "ab") as f:  # Kafka indexes aborted ranges only: this one ends at a commit
+        f.write(ABORTED_TXN.pack(0, pid, 0, commit_offset, commit_offset + 1))
+    assert _read_committed(cli) == COMMITTED
+
+
+def test_a_txnindex_planted_as_a_link_to_a_fifo_is_refused_not_waited_on(klog_proc, data_dir, tmp_path):
+    index, _ = _txn_log(data_dir)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # (a link to it or to /dev/zero stalled read_committed readers, or read without end)
+    os.remove(index)
+    os.symlink(fifo, index)
+    r = klog_proc("consume", "t", "-X", "isolation.level=read_committed", timeout=30)
+    assert r.returncode == 1 and b"is a symbolic link" in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
+
+
+def test_verify_repair_puts_a_file_in_place_of_a_linked_txnindex(cli, klog_proc, data_dir, tmp_path):
+    index, _ = _txn_log(data_dir)
+    elsewhere = tmp_path / "elsewhere.txnindex"
+    os.rename(index, elsewhere)
+    os.symlink(elsewhere, index)
+    kept = elsewhere.read_bytes()
+    r = klog_proc("verify")
+    assert r.returncode == 1 and b"txn index is a symbolic link" in r.stdout, r.stdout
+    assert klog_proc("verify", "--repair").returncode == 0
+    assert not os.path.islink(index) and open(index, "rb").read() == kept  # rebuilt from the markers
+    assert elsewhere.read_bytes() == kept  # what the link pointed to: untouched
+    assert klog_proc("verify").returncode == 0
+    assert _read_committed(cli) == COMMITTED
