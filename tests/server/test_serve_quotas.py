@@ -2,10 +2,11 @@
 producer held to its byte rate by throttling.
 
 Goal: quotas set through the protocol land in the store (seen by `klog quotas list`) and are
-enforced: a confluent-kafka producer sending as fast as it can is held within 20 % of its
-producer_byte_rate. Method: kio-encoded admin requests on a raw socket; the producer's delivered
-bytes over time, after the quota's initial burst (Kafka's rate assumes samples-1 windows
-elapsed, so a fresh client may send that much at once); windows of 200 ms to keep the test short.
+enforced: a confluent-kafka producer sending as fast as it can, and a consumer reading a backlog
+as fast as it can, are held within 20 % of their producer_byte_rate / consumer_byte_rate. Method:
+kio-encoded admin requests on a raw socket; the client's delivered bytes over time, after the
+quota's initial burst (its token bucket holds samples windows of the quota, so a fresh client may
+use that much at once); windows of 200 ms to keep the test short.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_throttled_producer_held_to_its_byte_rate(data_dir):
             producer.poll(0)
         producer.flush(15)
         del producer  # gone before the server, so it does not keep reconnecting and logging
-    burst_end = start + 3  # past the 2 s of burst credit (10 windows of 200 ms)
+    burst_end = start + 3  # past the 2.2 s of burst credit (11 windows of 200 ms)
     steady = [(t, n) for t, n in delivered if t >= burst_end]
     assert len(steady) > 100, len(delivered)
     rate = sum(n for _, n in steady) / (steady[-1][0] - burst_end)
@@ -143,6 +144,7 @@ def test_throttled_consumer_held_to_its_byte_rate(data_dir):
     steady = [(t, n) for t, n in received if t >= burst_end]
     rate = sum(n for _, n in steady) / (steady[-1][0] - burst_end)
     print(f"throttled consumer: {rate:.0f} B/s steady (quota {quota})")
-    # (the steady rate measures ~1.0x the quota in some runs and ~1.45x in others, on older commits too;
-    # why is not known yet. Unthrottled, a local read is ~100x it, so the bound still catches no throttle)
-    assert quota * 0.8 <= rate <= quota * 1.6, f"{rate:.0f} B/s against a quota of {quota} B/s"
+    # (with Kafka's sampled Rate this measured ~1.45x in some runs: a throttle lasting until a large
+    # sample expired, then several answers at once, landing before or after burst_end;
+    # tests/security/test_quota_throttle.py shows it on a simulated clock)
+    assert quota * 0.8 <= rate <= quota * 1.2, f"{rate:.0f} B/s against a quota of {quota} B/s"
