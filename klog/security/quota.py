@@ -143,6 +143,11 @@ class QuotaManager:
     def invalidate(self) -> None:
         self._loaded_ms = float("-inf")
 
+    def burst(self, key: str, user: str, client_id: str) -> float | None:
+        """What the bucket of `key` for (user, client id) holds when full; None: no quota applies."""
+        found = resolve(self.quotas(), user, client_id, key)
+        return None if found is None else TokenBucket(self.window_ms, self.samples).burst(found[0])
+
     def record(self, key: str, user: str, client_id: str, value: float) -> int:
         """Record `value` (bytes, or request-handling ms for request_percentage); the throttle in ms."""
         found = resolve(self.quotas(), user, client_id, key)

@@ -148,3 +148,25 @@ def test_throttled_consumer_held_to_its_byte_rate(data_dir):
     # sample expired, then several answers at once, landing before or after burst_end;
     # tests/security/test_quota_throttle.py shows it on a simulated clock)
     assert quota * 0.8 <= rate <= quota * 1.2, f"{rate:.0f} B/s against a quota of {quota} B/s"
+
+
+def test_a_throttled_consumers_fetch_is_capped_at_its_quota_burst(data_dir):
+    """As Kafka caps a consumer's fetch at what its quota's windows allow (getMaxValueInQuotaWindow):
+    a Fetch asking for 1 MiB, from a client whose consumer_byte_rate bucket holds 22 kB (10 kB/s over
+    11 windows of 200 ms), gets at most that, not the 100 kB there are and a throttle of ~8 s."""
+    from tests.serve_helpers import RawClient, fetch_fields
+
+    with klog.open(data_dir) as store:
+        store.create_topic("q", partitions=1)
+        with store.producer(batch_size=16_384) as p:
+            for _ in range(100):
+                p.send("q", b"v" * 1000, partition=0)
+        QuotasMeta(store.meta).alter(entity(client_id="raw-test"), {"consumer_byte_rate": 10_000})
+    cfg = SecurityConfig([Listener("PLAINTEXT", "127.0.0.1", 0)], quota_window_ms=200, quota_samples=11)
+    with Server(data_dir, security=cfg, listen=("127.0.0.1", 0)) as server, RawClient(server.port) as client:
+        answer = client.send(1, 12, **fetch_fields("q", 0, 0))
+    part = answer.responses[0].partitions[0]
+    assert int(part.error_code) == 0 and int(part.high_watermark) == 100
+    assert 0 < len(bytes(part.records)) <= 22_000
+    # (the cap is on the records, as Kafka's: the answer's own few dozen bytes may overdraw by a few ms)
+    assert answer.throttle_time.total_seconds() <= 0.05
