@@ -1,24 +1,29 @@
-"""Client quotas as Kafka computes them (ClientQuotaManager, QuotaUtils, Rate/SampledStat).
+"""Client quotas in Kafka's model (ClientQuotaManager's entities and precedence), held by Kafka's
+TokenBucket.
 
 Entities: a user, a client id, or both; either may be the default (None here, `<default>` to Kafka).
 Quota keys: producer_byte_rate and consumer_byte_rate (bytes/s), request_percentage (percent of one
-request-handling thread's time per window). The quota that applies is the first that exists in
-Kafka's precedence order:
+request-handling thread's time). The quota that applies is the first that exists in Kafka's
+precedence order:
   user+client, user+default client, user, default user+client, default user+default client,
   default user, client, default client.
-Usage is recorded per window (`samples` windows of `window_ms`); the rate is the sum over the kept
-windows divided by their elapsed time (at least samples-1 full windows, as Kafka's Rate does).
-When a recording makes the rate exceed the quota, the client is throttled for
-    (rate - quota) / quota * elapsed_ms
-which is the time after which the rate over the longer elapsed time is back at the quota.
+Usage is taken from a token bucket (Kafka's TokenBucket stat, KIP-599): it holds at most
+`samples` * `window_ms` worth of the quota (a fresh or idle client may use that much at once) and
+refills at the quota. A recording that leaves it below zero throttles the client for
+    -credit / quota
+the time the bucket takes to refill to zero. Kafka's sampled Rate, which its client quotas still
+use, was klog's first model: a large sample holds the rate up until it expires, after which the
+window looks empty and the client is let through in a burst (TokenBucket's javadoc); a consumer
+reading flat out measured ~1.45x its quota over a few seconds in some runs.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
@@ -32,7 +37,7 @@ ENTITY_TYPES = (USER, CLIENT_ID)
 WINDOW_MS_DEFAULT = 1000  # quota.window.size.seconds
 SAMPLES_DEFAULT = 11  # quota.window.num
 THROTTLE_MS_MAX = 3_600_000  # bounded, whatever the numbers (Kafka caps at the max of its configs)
-SENSORS_MAX = 100_000  # distinct (quota, user, client) rate trackers kept; the oldest go first
+SENSORS_MAX = 100_000  # distinct (quota, user, client) token buckets kept; the oldest go first
 
 Entity = tuple[tuple[str, str | None], ...]  # sorted ((type, name or None for default), ...)
 
@@ -75,46 +80,39 @@ def resolve(quotas: dict[Entity, dict[str, float]], user: str, client_id: str,
 
 
 @dataclass
-class Rate:
-    """Sum of values over the last `samples` windows of `window_ms`, per second of elapsed time."""
+class TokenBucket:
+    """Credit of one quota entity (Kafka's TokenBucket): at most `samples` windows' worth of the
+    quota, refilled at the quota; full when created."""
 
     window_ms: int = WINDOW_MS_DEFAULT
     samples: int = SAMPLES_DEFAULT
-    windows: list[list[float]] = field(default_factory=list)  # [window start ms, sum]
+    credit: float | None = None  # (None: not yet recorded, full)
+    updated_ms: float = 0.0
 
-    def record(self, value: float, now_ms: float) -> None:
-        if not self.windows or now_ms >= self.windows[-1][0] + self.window_ms:
-            start = now_ms - (now_ms % self.window_ms)
-            self.windows.append([start, 0.0])
-            del self.windows[:-self.samples]
-        self.windows[-1][1] += value
+    def burst(self, quota_per_s: float) -> float:
+        return quota_per_s * self.samples * self.window_ms / 1000
 
-    def _purge(self, now_ms: float) -> None:
-        oldest_kept = now_ms - self.samples * self.window_ms
-        while self.windows and self.windows[0][0] + self.window_ms <= oldest_kept:
-            self.windows.pop(0)
+    def record(self, value: float, quota_per_s: float, now_ms: float) -> None:
+        burst = self.burst(quota_per_s)
+        self.credit = min(burst, self.credit_at(quota_per_s, now_ms) - value)
+        self.updated_ms = now_ms
 
-    def elapsed_ms(self, now_ms: float) -> float:
-        self._purge(now_ms)
-        start = self.windows[0][0] if self.windows else now_ms
-        elapsed = now_ms - start
-        full = int(elapsed // self.window_ms)
-        if full < self.samples - 1:  # Kafka's Rate.windowSize: assume samples-1 full windows at least
-            elapsed += (self.samples - 1 - full) * self.window_ms
-        return elapsed
-
-    def per_second(self, now_ms: float) -> float:
-        elapsed = self.elapsed_ms(now_ms)
-        return sum(w[1] for w in self.windows) / elapsed * 1000.0
+    def credit_at(self, quota_per_s: float, now_ms: float) -> float:
+        burst = self.burst(quota_per_s)
+        if self.credit is None:
+            return burst
+        return min(burst, self.credit + quota_per_s * max(0.0, now_ms - self.updated_ms) / 1000)
 
 
-def throttle_ms(rate: Rate, quota_per_s: float, now_ms: float) -> int:
-    """Kafka's QuotaUtils.throttleTime: 0 while the rate is within the quota."""
-    observed = rate.per_second(now_ms)
-    if observed <= quota_per_s or quota_per_s <= 0:
-        return 0 if quota_per_s > 0 else THROTTLE_MS_MAX
-    delay = (observed - quota_per_s) / quota_per_s * rate.elapsed_ms(now_ms)
-    return min(THROTTLE_MS_MAX, int(delay))
+def throttle_ms(bucket: TokenBucket, quota_per_s: float, now_ms: float) -> int:
+    """The time the bucket takes to refill to zero (ControllerMutationQuotaManager.throttleTimeMs);
+    0 while it holds credit. Rounded up: a client back after it finds credit again."""
+    if quota_per_s <= 0:
+        return THROTTLE_MS_MAX
+    credit = bucket.credit_at(quota_per_s, now_ms)
+    if credit >= 0:
+        return 0
+    return min(THROTTLE_MS_MAX, math.ceil(-credit / quota_per_s * 1000))
 
 
 class QuotaManager:
@@ -133,7 +131,7 @@ class QuotaManager:
         self._clock_ms = clock_ms
         self._quotas: dict[Entity, dict[str, float]] = {}
         self._loaded_ms = float("-inf")
-        self._rates: dict[tuple[str, str, str], Rate] = {}
+        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
 
     def quotas(self) -> dict[Entity, dict[str, float]]:
         now = self._clock_ms()
@@ -145,6 +143,11 @@ class QuotaManager:
     def invalidate(self) -> None:
         self._loaded_ms = float("-inf")
 
+    def burst(self, key: str, user: str, client_id: str) -> float | None:
+        """What the bucket of `key` for (user, client id) holds when full; None: no quota applies."""
+        found = resolve(self.quotas(), user, client_id, key)
+        return None if found is None else TokenBucket(self.window_ms, self.samples).burst(found[0])
+
     def record(self, key: str, user: str, client_id: str, value: float) -> int:
         """Record `value` (bytes, or request-handling ms for request_percentage); the throttle in ms."""
         found = resolve(self.quotas(), user, client_id, key)
@@ -152,26 +155,16 @@ class QuotaManager:
             return 0
         quota, source = found
         names = dict(source)
-        # one rate per quota entity as it applies: a user-level quota is shared by all that user's clients
+        # one bucket per quota entity as it applies: a user-level quota is shared by all that user's clients
         sensor = (key, user if USER in names else "", client_id if CLIENT_ID in names else "")
-        rate = self._rates.get(sensor)
-        if rate is None:
-            if len(self._rates) >= SENSORS_MAX:
-                self._rates.pop(next(iter(self._rates)))
-            rate = self._rates[sensor] = Rate(self.window_ms, self.samples)
+        bucket = self._buckets.get(sensor)
+        if bucket is None:
+            if len(self._buckets) >= SENSORS_MAX:
+                self._buckets.pop(next(iter(self._buckets)))
+            bucket = self._buckets[sensor] = TokenBucket(self.window_ms, self.samples)
+        if key == REQUEST_PERCENTAGE:  # percent of one thread: 1 % is 10 ms of work per second
+            quota *= 10
         now = self._clock_ms()
-        rate.record(value, now)
-        if key == REQUEST_PERCENTAGE:  # percent of one thread: ms of work per second, /10
-            return throttle_ms(_ScaledRate(rate, 0.1), quota, now)
-        return throttle_ms(rate, quota, now)
+        bucket.record(value, quota, now)
+        return throttle_ms(bucket, quota, now)
 
-
-class _ScaledRate(Rate):
-    """A view of a Rate multiplied by `scale` (request ms per s -> percent)."""
-
-    def __init__(self, rate: Rate, scale: float) -> None:
-        super().__init__(rate.window_ms, rate.samples, rate.windows)
-        self.scale = scale
-
-    def per_second(self, now_ms: float) -> float:
-        return super().per_second(now_ms) * self.scale

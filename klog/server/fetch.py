@@ -47,6 +47,7 @@ from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.fetch_response import encode, encode_one
+from klog.server.throttle import fetch_max_bytes
 from klog.store import topic_read
 from klog.store.names import validate_topic_name
 from klog.store.topic_read import AT_RANGE, AT_STATE, RangeRead, WouldBlock, read_ranges
@@ -362,7 +363,7 @@ def _collect_one(ctx: RequestContext, request: Any, t: Any) -> tuple[list[TopicA
             return None
     answer = PartitionAnswer(index)
     answer.part, answer.offset, answer.max_bytes = part, p.fetch_offset, p.partition_max_bytes
-    budget = int(request.max_bytes)
+    budget = fetch_max_bytes(ctx, int(request.max_bytes))
     left, _ = read_ranges((answer,), budget, INLINE_RANGE_BYTES, LOOP_BYTES_MAX, None, True)
     if answer.out_of_range:
         answer.error = E.offset_out_of_range
@@ -395,7 +396,7 @@ def _collect_inline(ctx: RequestContext, request: Any) -> tuple[list[TopicAnswer
 def _collect(ctx: RequestContext, request: Any, loop_names: dict | None = None) -> tuple[list[TopicAnswer], int, bool]:
     """Every partition's answer: (the answers, the bytes they carry, whether any is an error).
     `loop_names`: on the event loop, the request's topics as _loop_topics found them."""
-    budget = start_budget = int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30
+    budget = start_budget = fetch_max_bytes(ctx, int(request.max_bytes) if hasattr(request, "max_bytes") else 1 << 30)
     committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     nowait = loop_names is not None
     inline_left = LOOP_BYTES_MAX if nowait else INLINE_BYTES_MAX

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from klog.security.quota import CONSUMER_BYTE_RATE
+
 
 def response_bytes(response: Any) -> int:
     size = getattr(response, "size", None)
@@ -12,6 +14,18 @@ def response_bytes(response: Any) -> int:
         return int(size())
     return sum(len(r.records or b"") for t in getattr(response, "responses", ()) for r in t.partitions
                if hasattr(r, "records"))
+
+
+def fetch_max_bytes(ctx: Any, max_bytes: int) -> int:
+    """A Fetch's max_bytes, at most what its consumer_byte_rate's bucket holds: as Kafka caps a
+    consumer's fetch (getMaxValueInQuotaWindow), so that one answer does not earn a throttle longer
+    than the quota's windows (librdkafka asks for up to 50 MB). A single larger batch still goes out
+    whole, as any Fetch's first batch does."""
+    security = getattr(ctx.server, "security", None)
+    if security is None or not security.quotas.quotas():  # (none set: the common case)
+        return max_bytes
+    burst = security.quotas.burst(CONSUMER_BYTE_RATE, ctx.principal.partition(":")[2], ctx.client_id or "")
+    return max_bytes if burst is None else min(max_bytes, max(1, int(burst)))
 
 
 def with_throttle(response: Any, throttle_ms: int) -> Any:

@@ -1,6 +1,6 @@
 """The pure authorization and quota logic, against Kafka's documented rules: deny wins, implied
 Describe, prefixed and wildcard patterns, super users, allow-everyone only on an empty ACL table;
-quota precedence and the throttle time that brings the rate back to the quota."""
+quota precedence and the throttle time that brings the client's credit back to zero."""
 
 from __future__ import annotations
 
@@ -18,7 +18,15 @@ from klog.security.acl import (
     authorize,
     parse_operation,
 )
-from klog.security.quota import PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, QuotaManager, Rate, entity, resolve, throttle_ms
+from klog.security.quota import (
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    QuotaManager,
+    TokenBucket,
+    entity,
+    resolve,
+    throttle_ms,
+)
 
 T, G = ResourceType.TOPIC, ResourceType.GROUP
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
@@ -114,16 +122,16 @@ def test_quota_precedence():
     assert resolve({}, "bob", "app", PRODUCER_BYTE_RATE) is None
 
 
-def test_throttle_brings_rate_back_to_quota():
-    rate = Rate(window_ms=1000, samples=11)
+def test_throttle_brings_the_credit_back_to_zero():
+    bucket = TokenBucket(window_ms=1000, samples=11)  # holds 11 s of the quota
     now = 100_000.0
-    rate.record(30_000, now)  # 30 kB in the first window; Kafka assumes 10 s elapsed: 3 kB/s
-    assert throttle_ms(rate, 3000, now) == 0
-    rate.record(30_000, now)
-    delay = throttle_ms(rate, 1000, now)  # 6 kB/s against 1 kB/s: wait until 60 kB / elapsed = 1 kB/s
-    assert delay == pytest.approx(50_000, rel=0.01)
-    later = now + delay
-    assert rate.per_second(later) <= 1000
+    bucket.record(30_000, 3000, now)  # 30 kB of a 33 kB burst at 3 kB/s
+    assert throttle_ms(bucket, 3000, now) == 0
+    bucket.record(30_000, 3000, now)  # 27 kB overdrawn: 9 s at 3 kB/s
+    delay = throttle_ms(bucket, 3000, now)
+    assert delay == 9000
+    assert throttle_ms(bucket, 3000, now + delay) == 0
+    assert bucket.credit_at(3000, now + 60_000) == 33_000  # refilled to the burst, no further
 
 
 def test_manager_simulated_producer_held_to_quota():

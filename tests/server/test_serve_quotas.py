@@ -2,10 +2,11 @@
 producer held to its byte rate by throttling.
 
 Goal: quotas set through the protocol land in the store (seen by `klog quotas list`) and are
-enforced: a confluent-kafka producer sending as fast as it can is held within 20 % of its
-producer_byte_rate. Method: kio-encoded admin requests on a raw socket; the producer's delivered
-bytes over time, after the quota's initial burst (Kafka's rate assumes samples-1 windows
-elapsed, so a fresh client may send that much at once); windows of 200 ms to keep the test short.
+enforced: a confluent-kafka producer sending as fast as it can, and a consumer reading a backlog
+as fast as it can, are held within 20 % of their producer_byte_rate / consumer_byte_rate. Method:
+kio-encoded admin requests on a raw socket; the client's delivered bytes over time, after the
+quota's initial burst (its token bucket holds samples windows of the quota, so a fresh client may
+use that much at once); windows of 200 ms to keep the test short.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_throttled_producer_held_to_its_byte_rate(data_dir):
             producer.poll(0)
         producer.flush(15)
         del producer  # gone before the server, so it does not keep reconnecting and logging
-    burst_end = start + 3  # past the 2 s of burst credit (10 windows of 200 ms)
+    burst_end = start + 3  # past the 2.2 s of burst credit (11 windows of 200 ms)
     steady = [(t, n) for t, n in delivered if t >= burst_end]
     assert len(steady) > 100, len(delivered)
     rate = sum(n for _, n in steady) / (steady[-1][0] - burst_end)
@@ -143,6 +144,29 @@ def test_throttled_consumer_held_to_its_byte_rate(data_dir):
     steady = [(t, n) for t, n in received if t >= burst_end]
     rate = sum(n for _, n in steady) / (steady[-1][0] - burst_end)
     print(f"throttled consumer: {rate:.0f} B/s steady (quota {quota})")
-    # (the steady rate measures ~1.0x the quota in some runs and ~1.45x in others, on older commits too;
-    # why is not known yet. Unthrottled, a local read is ~100x it, so the bound still catches no throttle)
-    assert quota * 0.8 <= rate <= quota * 1.6, f"{rate:.0f} B/s against a quota of {quota} B/s"
+    # (with Kafka's sampled Rate this measured ~1.45x in some runs: a throttle lasting until a large
+    # sample expired, then several answers at once, landing before or after burst_end;
+    # tests/security/test_quota_throttle.py shows it on a simulated clock)
+    assert quota * 0.8 <= rate <= quota * 1.2, f"{rate:.0f} B/s against a quota of {quota} B/s"
+
+
+def test_a_throttled_consumers_fetch_is_capped_at_its_quota_burst(data_dir):
+    """As Kafka caps a consumer's fetch at what its quota's windows allow (getMaxValueInQuotaWindow):
+    a Fetch asking for 1 MiB, from a client whose consumer_byte_rate bucket holds 22 kB (10 kB/s over
+    11 windows of 200 ms), gets at most that, not the 100 kB there are and a throttle of ~8 s."""
+    from tests.serve_helpers import RawClient, fetch_fields
+
+    with klog.open(data_dir) as store:
+        store.create_topic("q", partitions=1)
+        with store.producer(batch_size=16_384) as p:
+            for _ in range(100):
+                p.send("q", b"v" * 1000, partition=0)
+        QuotasMeta(store.meta).alter(entity(client_id="raw-test"), {"consumer_byte_rate": 10_000})
+    cfg = SecurityConfig([Listener("PLAINTEXT", "127.0.0.1", 0)], quota_window_ms=200, quota_samples=11)
+    with Server(data_dir, security=cfg, listen=("127.0.0.1", 0)) as server, RawClient(server.port) as client:
+        answer = client.send(1, 12, **fetch_fields("q", 0, 0))
+    part = answer.responses[0].partitions[0]
+    assert int(part.error_code) == 0 and int(part.high_watermark) == 100
+    assert 0 < len(bytes(part.records)) <= 22_000
+    # (the cap is on the records, as Kafka's: the answer's own few dozen bytes may overdraw by a few ms)
+    assert answer.throttle_time.total_seconds() <= 0.05
