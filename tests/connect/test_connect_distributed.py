@@ -55,6 +55,16 @@ def _rows(db: str) -> tuple[int, int]:
         return (0, 0)
 
 
+def _print_logs(procs: list[subprocess.Popen], logs: list, data_dir: str, db: str) -> None:
+    """Every worker's stderr and the task owners, shown by pytest with the failure."""
+    for i, (proc, log) in enumerate(zip(procs, logs, strict=True)):
+        print(f"--- worker {i} (pid {proc.pid}, exit {proc.poll()}) stderr:\n{log.read_text(errors='replace')}")
+    print(f"--- task owners: {_task_owners(data_dir)}; rows (count, distinct): {_rows(db)}")
+    for r in records(data_dir, "connect-status"):
+        if r.value is not None and (trace := json.loads(r.value).get("trace")):
+            print(f"--- {r.key.decode()}:\n{trace}")
+
+
 @pytest.mark.slow
 def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir):
     db = str(tmp_path / "out.db")
@@ -67,12 +77,15 @@ def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir)
     props.write_text("session.timeout.ms=3000\nconsumer.session.timeout.ms=3000\noffset.flush.interval.ms=500\n")
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
 
-    def worker(*configs: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "klog", "connect", "worker", "--group-id", "etl",
-                                 "-w", str(props), *configs], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+    logs = [tmp_path / f"worker{i}.stderr" for i in range(3)]
 
-    procs = [worker(sink), worker(), worker()]
+    def worker(log, *configs: str) -> subprocess.Popen:  # noqa: ANN001 - a Path
+        with open(log, "wb") as err:  # kept: a failure prints every worker's stderr
+            return subprocess.Popen([sys.executable, "-m", "klog", "connect", "worker", "--group-id", "etl",
+                                     "-w", str(props), "--listen", "none", *configs], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=err)
+
+    procs = [worker(logs[0], sink), worker(logs[1]), worker(logs[2])]
     try:
         owners = wait_for(lambda: (o := _task_owners(data_dir)) and len(o) == 6 and len(set(o.values())) == 3 and o,
                           timeout=120, what="six tasks spread over three workers")
@@ -91,6 +104,9 @@ def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir)
                          timeout=90, what="the dead worker's tasks taken over")
         assert len(set(moved.values())) == 2
         wait_for(lambda: _rows(db) == (9000, 9000), timeout=120, what="every row once")
+    except BaseException:
+        _print_logs(procs, logs, data_dir, db)
+        raise
     finally:
         for p in procs:
             if p.poll() is None:
