@@ -27,7 +27,8 @@ def _send(data_dir: str, start: int, stop: int) -> None:
 
 
 def _task_owners(data_dir: str) -> dict[int, str]:
-    """task → worker_id of its latest RUNNING status."""
+    """task → worker_id of its latest RUNNING status. A FAILED task fails the test at once: no worker
+    restarts it by itself (as Kafka's: only a REST restart does), so waiting for it is useless."""
     from klog.errors import StateLostError
 
     owners: dict[int, str] = {}
@@ -40,6 +41,8 @@ def _task_owners(data_dir: str) -> dict[int, str]:
         if key.startswith("status-task-jdbc-") and r.value is not None:
             doc = json.loads(r.value)
             task = int(key.rsplit("-", 1)[1])
+            if doc["state"] == "FAILED":
+                raise AssertionError(f"connector 'jdbc' task {task} FAILED on {doc['worker_id']}")
             if doc["state"] == "RUNNING":
                 owners[task] = doc["worker_id"]
             elif owners.get(task) == doc["worker_id"]:
@@ -56,13 +59,16 @@ def _rows(db: str) -> tuple[int, int]:
 
 
 def _print_logs(procs: list[subprocess.Popen], logs: list, data_dir: str, db: str) -> None:
-    """Every worker's stderr and the task owners, shown by pytest with the failure."""
+    """Every worker's stderr and every status record (with a failed task's trace), shown by pytest with
+    the failure."""
     for i, (proc, log) in enumerate(zip(procs, logs, strict=True)):
         print(f"--- worker {i} (pid {proc.pid}, exit {proc.poll()}) stderr:\n{log.read_text(errors='replace')}")
-    print(f"--- task owners: {_task_owners(data_dir)}; rows (count, distinct): {_rows(db)}")
+    print(f"--- rows (count, distinct): {_rows(db)}; statuses:")
     for r in records(data_dir, "connect-status"):
-        if r.value is not None and (trace := json.loads(r.value).get("trace")):
-            print(f"--- {r.key.decode()}:\n{trace}")
+        doc = json.loads(r.value) if r.value is not None else {}
+        print(f"{r.key.decode()}: {doc.get('state')} on {doc.get('worker_id')}")
+        if trace := doc.get("trace"):
+            print(trace)
 
 
 @pytest.mark.slow
