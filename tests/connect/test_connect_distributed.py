@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,13 +59,18 @@ def _rows(db: str) -> tuple[int, int]:
         return (0, 0)
 
 
-def _print_logs(procs: list[subprocess.Popen], logs: list, data_dir: str, db: str) -> None:
+def _print_logs(procs: list[subprocess.Popen], logs: list[Path], data_dir: str, db: str) -> None:
     """Every worker's stderr and every status record (with a failed task's trace), shown by pytest with
     the failure."""
     for i, (proc, log) in enumerate(zip(procs, logs, strict=True)):
         print(f"--- worker {i} (pid {proc.pid}, exit {proc.poll()}) stderr:\n{log.read_text(errors='replace')}")
     print(f"--- rows (count, distinct): {_rows(db)}; statuses:")
-    for r in records(data_dir, "connect-status"):
+    try:
+        statuses = records(data_dir, "connect-status")
+    except Exception as e:  # noqa: BLE001 - the failure being reported matters more
+        print(f"(unreadable: {e})")
+        return
+    for r in statuses:
         doc = json.loads(r.value) if r.value is not None else {}
         print(f"{r.key.decode()}: {doc.get('state')} on {doc.get('worker_id')}")
         if trace := doc.get("trace"):
@@ -85,7 +91,7 @@ def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir)
 
     logs = [tmp_path / f"worker{i}.stderr" for i in range(3)]
 
-    def worker(log, *configs: str) -> subprocess.Popen:  # noqa: ANN001 - a Path
+    def worker(log: Path, *configs: str) -> subprocess.Popen:
         with open(log, "wb") as err:  # kept: a failure prints every worker's stderr
             return subprocess.Popen([sys.executable, "-m", "klog", "connect", "worker", "--group-id", "etl",
                                      "-w", str(props), "--listen", "none", *configs], env=env,
