@@ -33,7 +33,8 @@ __init__, which loads its whole client (asyncio included: ~60 ms, a sixth of a 1
 consume); _import_reader loads the one extension module (~3 ms in a klog command) and leaves sys.modules as a
 plain import would have (a later `import aiokafka` runs its __init__ as usual). For those ~3 ms
 the package objects in sys.modules are bare: a first `import aiokafka` in another thread of the
-same process at that very moment would get one (klog's own threads never import aiokafka).
+same process at that very moment would get one (klog's own threads never import aiokafka; they
+load the reader one at a time, under _import_lock).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import contextlib
 import importlib
 import importlib.util
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Any
@@ -63,6 +65,10 @@ _OVERREAD = 10
 
 _reader: Any = None  # the DefaultRecordBatch class once imported; False if it cannot be
 _builder: Any = None  # DefaultRecordBatchBuilder, imported with it
+# one first import at a time: _import_reader puts stub packages into sys.modules and takes them out
+# again, so two threads importing at once (a worker's sink tasks' first fetches) deleted each other's
+# stubs (KeyError: 'aiokafka', a FAILED task)
+_import_lock = threading.Lock()
 _VALUE = attrgetter("value")
 _TIMESTAMP = attrgetter("timestamp")
 _RECORD = attrgetter("offset", "timestamp", "key", "value", "headers")
@@ -156,12 +162,14 @@ def available() -> bool:
     """Whether the compiled reader imports (importing it on first call)."""
     global _reader, _builder
     if _reader is None:
-        try:
-            module = _import_reader()
-            _builder = _keeping_its_buffer(module.DefaultRecordBatchBuilder)
-            _reader = module.DefaultRecordBatch
-        except (ImportError, AttributeError):
-            _reader = False
+        with _import_lock:
+            if _reader is None:
+                try:
+                    module = _import_reader()
+                    _builder = _keeping_its_buffer(module.DefaultRecordBatchBuilder)
+                    _reader = module.DefaultRecordBatch
+                except (ImportError, AttributeError):
+                    _reader = False
     return _reader is not False
 
 

@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,8 @@ def _send(data_dir: str, start: int, stop: int) -> None:
 
 
 def _task_owners(data_dir: str) -> dict[int, str]:
-    """task → worker_id of its latest RUNNING status."""
+    """task → worker_id of its latest RUNNING status. A FAILED task fails the test at once: no worker
+    restarts it by itself (as Kafka's: only a REST restart does), so waiting for it is useless."""
     from klog.errors import StateLostError
 
     owners: dict[int, str] = {}
@@ -40,6 +42,8 @@ def _task_owners(data_dir: str) -> dict[int, str]:
         if key.startswith("status-task-jdbc-") and r.value is not None:
             doc = json.loads(r.value)
             task = int(key.rsplit("-", 1)[1])
+            if doc["state"] == "FAILED":
+                raise AssertionError(f"connector 'jdbc' task {task} FAILED on {doc['worker_id']}")
             if doc["state"] == "RUNNING":
                 owners[task] = doc["worker_id"]
             elif owners.get(task) == doc["worker_id"]:
@@ -55,6 +59,24 @@ def _rows(db: str) -> tuple[int, int]:
         return (0, 0)
 
 
+def _print_logs(procs: list[subprocess.Popen], logs: list[Path], data_dir: str, db: str) -> None:
+    """Every worker's stderr and every status record (with a failed task's trace), shown by pytest with
+    the failure."""
+    for i, (proc, log) in enumerate(zip(procs, logs, strict=True)):
+        print(f"--- worker {i} (pid {proc.pid}, exit {proc.poll()}) stderr:\n{log.read_text(errors='replace')}")
+    print(f"--- rows (count, distinct): {_rows(db)}; statuses:")
+    try:
+        statuses = records(data_dir, "connect-status")
+    except Exception as e:  # noqa: BLE001 - the failure being reported matters more
+        print(f"(unreadable: {e})")
+        return
+    for r in statuses:
+        doc = json.loads(r.value) if r.value is not None else {}
+        print(f"{r.key.decode()}: {doc.get('state')} on {doc.get('worker_id')}")
+        if trace := doc.get("trace"):
+            print(trace)
+
+
 @pytest.mark.slow
 def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir):
     db = str(tmp_path / "out.db")
@@ -67,12 +89,15 @@ def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir)
     props.write_text("session.timeout.ms=3000\nconsumer.session.timeout.ms=3000\noffset.flush.interval.ms=500\n")
     env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
 
-    def worker(*configs: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "klog", "connect", "worker", "--group-id", "etl",
-                                 "-w", str(props), *configs], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+    logs = [tmp_path / f"worker{i}.stderr" for i in range(3)]
 
-    procs = [worker(sink), worker(), worker()]
+    def worker(log: Path, *configs: str) -> subprocess.Popen:
+        with open(log, "wb") as err:  # kept: a failure prints every worker's stderr
+            return subprocess.Popen([sys.executable, "-m", "klog", "connect", "worker", "--group-id", "etl",
+                                     "-w", str(props), "--listen", "none", *configs], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=err)
+
+    procs = [worker(logs[0], sink), worker(logs[1]), worker(logs[2])]
     try:
         owners = wait_for(lambda: (o := _task_owners(data_dir)) and len(o) == 6 and len(set(o.values())) == 3 and o,
                           timeout=120, what="six tasks spread over three workers")
@@ -91,6 +116,9 @@ def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir)
                          timeout=90, what="the dead worker's tasks taken over")
         assert len(set(moved.values())) == 2
         wait_for(lambda: _rows(db) == (9000, 9000), timeout=120, what="every row once")
+    except BaseException:
+        _print_logs(procs, logs, data_dir, db)
+        raise
     finally:
         for p in procs:
             if p.poll() is None:
