@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import _imp
-import importlib
-import importlib.util
 import struct
-import sys
 from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from operator import is_
@@ -100,24 +96,13 @@ def _compiled_partitioner(new_keys: int) -> Callable[[bytes, int], int] | None:
 
 def _load_compiled() -> Callable[[bytes, int], int] | None:
     """confluent_kafka.cimpl's murmur2 without running the package's __init__ (which loads its
-    whole client: ~60 ms); sys.modules is left as before, so a later `import confluent_kafka`
-    loads it as usual (its module object then another, sharing the same types). The import lock
-    is held meanwhile: another thread's import of confluent_kafka waits, never sees the bare package."""
-    if "confluent_kafka" in sys.modules:  # (loaded already: as it is)
-        return _checked(getattr(sys.modules["confluent_kafka"], "murmur2", None))
-    _imp.acquire_lock()
+    whole client: ~60 ms; see klog.store.bare_import)."""
+    from klog.store.bare_import import import_bare
+
     try:
-        spec = importlib.util.find_spec("confluent_kafka")
-        if spec is None or spec.submodule_search_locations is None:
-            return None
-        sys.modules["confluent_kafka"] = importlib.util.module_from_spec(spec)
-        return _checked(getattr(importlib.import_module("confluent_kafka.cimpl"), "murmur2", None))
+        return _checked(getattr(import_bare("confluent_kafka.cimpl"), "murmur2", None))
     except Exception:  # noqa: BLE001 - missing or changed: the Python murmur2 does the work
         return None
-    finally:
-        sys.modules.pop("confluent_kafka", None)
-        sys.modules.pop("confluent_kafka.cimpl", None)
-        _imp.release_lock()
 
 
 def _checked(murmur2_partition: Callable[[bytes, int], int] | None) -> Callable[[bytes, int], int] | None:

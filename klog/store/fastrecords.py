@@ -30,24 +30,21 @@ keys that are not UTF-8-encodable) returns None and codec's Python loop encodes 
 
 Imported lazily, and only the reader: `import aiokafka.record._crecords` runs aiokafka's package
 __init__, which loads its whole client (asyncio included: ~60 ms, a sixth of a 1 M-record
-consume); _import_reader loads the one extension module (~3 ms in a klog command) and leaves sys.modules as a
-plain import would have (a later `import aiokafka` runs its __init__ as usual). For those ~3 ms
-the package objects in sys.modules are bare: a first `import aiokafka` in another thread of the
-same process at that very moment would get one (klog's own threads never import aiokafka; they
-load the reader one at a time, under _import_lock).
+consume); _import_reader loads the one extension module (~3 ms in a klog command) with
+klog.store.bare_import, which leaves sys.modules as a plain import would have (a later `import
+aiokafka` runs its __init__ as usual).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.util
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Any
 
+from klog.store.bare_import import import_bare
 from klog.store.format import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
@@ -65,39 +62,22 @@ _OVERREAD = 10
 
 _reader: Any = None  # the DefaultRecordBatch class once imported; False if it cannot be
 _builder: Any = None  # DefaultRecordBatchBuilder, imported with it
-# one first import at a time: _import_reader puts stub packages into sys.modules and takes them out
-# again, so two threads importing at once (a worker's sink tasks' first fetches) deleted each other's
-# stubs (KeyError: 'aiokafka', a FAILED task)
-_import_lock = threading.Lock()
+_import_lock = threading.Lock()  # one first import at a time (the others then find it done)
 _VALUE = attrgetter("value")
 _TIMESTAMP = attrgetter("timestamp")
 _RECORD = attrgetter("offset", "timestamp", "key", "value", "headers")
 
 
 _READER_MODULE = "aiokafka.record._crecords.default_records"
-# the packages above it, whose __init__ files import aiokafka's client
-_PARENTS = ("aiokafka", "aiokafka.record", "aiokafka.record._crecords")
 
 
 def _import_reader() -> Any:
     """aiokafka's default_records module without running its packages' __init__ files (see the module
     docstring); the plain import if aiokafka is loaded already or its layout is not as expected."""
-    if _PARENTS[0] not in sys.modules:
-        stubs = []
-        try:
-            for name in _PARENTS:  # the package objects only, their __init__ not run
-                spec = importlib.util.find_spec(name)
-                if spec is None or spec.submodule_search_locations is None:
-                    raise ImportError(name)
-                sys.modules[name] = importlib.util.module_from_spec(spec)
-                stubs.append(name)
-            return importlib.import_module(_READER_MODULE)
-        except Exception:  # noqa: BLE001, S110 - any surprise: the plain import below decides
-            pass
-        finally:
-            for name in stubs:
-                del sys.modules[name]
-    return importlib.import_module(_READER_MODULE)
+    try:
+        return import_bare(_READER_MODULE)
+    except Exception:  # noqa: BLE001 - any surprise: the plain import decides
+        return importlib.import_module(_READER_MODULE)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,10 @@ HEAVY = ("pyspark", "pandas", "pyarrow", "py4j", "numpy")
 
 PROBE = """
 import atexit, runpy, sys
-atexit.register(lambda: sys.stderr.write("MODULES " + " ".join(sorted(sys.modules)) + "\\n"))
+# (+ a mark when klog's compiled record reader was loaded: klog.store.bare_import takes its modules out)
+reader = lambda: getattr(sys.modules.get("klog.store.fastrecords"), "_reader", None)
+atexit.register(lambda: sys.stderr.write("MODULES " + " ".join(sorted(sys.modules))
+                                         + (" <compiled-reader>" if reader() else "") + "\\n"))
 sys.argv = ["klog", *sys.argv[1:]]
 runpy.run_module("klog", run_name="__main__", alter_sys=True)
 """

@@ -43,3 +43,22 @@ print(errors)
 def test_threads_loading_the_reader_at_once_all_get_it() -> None:
     done = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=60)
     assert done.stdout == "[]\n", done.stdout + done.stderr
+
+
+AFTER = """
+import sys
+from klog.client import partitioner
+from klog.store import fastrecords
+assert partitioner._load_compiled() is not None and fastrecords.available()
+assert not [m for m in sys.modules if m.split(".")[0] in ("aiokafka", "confluent_kafka")], "left in sys.modules"
+import aiokafka, confluent_kafka
+assert confluent_kafka.cimpl.Producer and aiokafka.record._crecords.default_records and aiokafka.errors
+print("whole")
+"""
+
+
+def test_a_later_plain_import_of_either_package_is_whole() -> None:
+    """klog's bare loads leave nothing behind: a program's own `import confluent_kafka` afterwards
+    had no `cimpl` attribute (its module was found in sys.modules, never set on the package)."""
+    done = subprocess.run([sys.executable, "-c", AFTER], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "whole\n", done.stdout + done.stderr
