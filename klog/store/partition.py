@@ -641,7 +641,10 @@ class Partition:
         or later, where its cleaner may have removed offsets), not a log that ends too soon?"""
         if bound >= hw or not replica.compacted:
             return False
-        got = ask(replica, hw)
+        try:
+            got = ask(replica, hw)
+        except (CorruptLogError, OSError):
+            return False  # no answer here: the caller goes on to the next replica, or reports the range missing
         if not got:
             return False
         first, path, position = first_of(got)
