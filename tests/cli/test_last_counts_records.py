@@ -121,8 +121,10 @@ def test_a_window_wholly_inside_a_kafka_compaction_gap_reads_on(kafka_server, bo
     assert both_ways("gap", "20") == [f"v{i}" for i in (*range(10), 30, 31)]
 
 
-def test_last_then_follow_through_the_cluster_goes_on_after_the_markers(kafka_server, data_dir):
-    """--last N -f -b: the N newest records, then what comes after (nothing twice, nothing lost)."""
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_last_then_follow_through_the_cluster_goes_on_after_the_markers(kafka_server, data_dir, isolation):
+    """--last N -f -b: the N newest records, then what comes after (nothing twice, nothing lost),
+    through klog's Fetch reader and librdkafka's."""
     import subprocess
     import sys
 
@@ -133,8 +135,8 @@ def test_last_then_follow_through_the_cluster_goes_on_after_the_markers(kafka_se
         s.create_topic("fo", 2)
     transactions(kafka_server.bootstrap, "fo", [b"old%d" % i for i in range(6)])
     proc = subprocess.Popen([sys.executable, "-m", "klog", "consume", "fo", "--last", "3", "-f", "-b",
-                             kafka_server.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=klog_env(data_dir))
+                             kafka_server.bootstrap, "-X", f"isolation.level={isolation}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=klog_env(data_dir))
     try:
         assert read_until(proc.stdout, b"old5\n") == b"old3\nold4\nold5\n"
         transactions(kafka_server.bootstrap, "fo", [b"new0", b"new1"], start_ts=T0 + 100)
