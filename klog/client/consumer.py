@@ -223,6 +223,18 @@ class Consumer(ConsumerBase):
     def positions(self) -> dict[tuple[str, int], int]:
         return {(c.topic, c.partition): c.offset for c in self.cursors}
 
+    def spans(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Each partition's log start and the end a bounded read stops at (the high watermark, or
+        the last stable offset under read_committed)."""
+        return {(c.topic, c.partition): (c.part.log_start_offset(), c.end()) for c in self.cursors}
+
+    def read_ranges(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """Read next only offsets start..stop-1 of the partitions `ranges` names, none of the others
+        (--last's windows back from the end)."""
+        for c in self.cursors:
+            c.offset, c.stop = ranges.get((c.topic, c.partition), (c.offset, c.offset))
+            c.done = (c.topic, c.partition) not in ranges
+
     # -- fetching ------------------------------------------------------------------------------
     def _fetch(self, cursor: PartitionCursor) -> Fetched | None:
         if cursor.done:

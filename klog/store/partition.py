@@ -614,6 +614,8 @@ class Partition:
                                                   f"{e.filename or replica.directory}: {e.strerror or e}")
                 continue
             if not got:
+                if self._in_cleaner_gap(replica, offset, bound, hw, ask, first_of, release):
+                    return None  # [offset, upper) lies wholly in offsets compaction removed: nothing there
                 continue
             first, path, position = first_of(got)
             if first.base_offset <= offset or offset < self._published_log_start() \
@@ -629,6 +631,25 @@ class Partition:
         # every replica ends below the high watermark: records were acknowledged that no log holds
         raise CorruptLogError(f"the log of {self.topic}-{self.partition} ends before its high watermark {hw}: "
                               f"offsets from {offset} are missing", self.leader.directory)
+
+    def _in_cleaner_gap(self, replica: PartitionLog, offset: int, bound: int, hw: int,
+                        ask: Callable[[PartitionLog, int], R | None],
+                        first_of: Callable[[R], tuple[codec.BatchHeader, str | None, int]],
+                        release: Callable[[R], None]) -> bool:
+        """Nothing below `bound` (an upper bound under the high watermark: a read of a window, as
+        consume --last reads back): is that a compacted log's gap (the next batch starts at `bound`
+        or later, where its cleaner may have removed offsets), not a log that ends too soon?"""
+        if bound >= hw or not replica.compacted:
+            return False
+        try:
+            got = ask(replica, hw)
+        except (CorruptLogError, OSError):
+            return False  # no answer here: the caller goes on to the next replica, or reports the range missing
+        if not got:
+            return False
+        first, path, position = first_of(got)
+        release(got)
+        return first.base_offset >= bound and replica.cleaner_gap_ok(path, position)
 
     def _published_log_start(self) -> int:
         """The log start offset as retention and delete-records published it (the state file)."""

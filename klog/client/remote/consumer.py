@@ -44,6 +44,7 @@ class _RemoteCursor:
     offset: int
     stop: int | None  # exclusive end offset, None when following
     end_at_start: int = 0  # the high watermark when the consumer started (a follower merges up to it)
+    low: int = 0  # the log start when the consumer started
     buffer: deque = field(default_factory=deque)
 
     @property
@@ -101,7 +102,7 @@ class RemoteConsumer(ConsumerBase):
         for p in parts:
             lo, hi = low[p] or 0, high[p] or 0
             out.append(_RemoteCursor(topic, p, self.start.offset(lo, hi, at.get(p), f"{topic}-{p}"),
-                                     None if self.follow else hi, hi))
+                                     None if self.follow else hi, hi, lo))
         return out
 
     def _assign(self) -> None:
@@ -119,6 +120,19 @@ class RemoteConsumer(ConsumerBase):
 
     def positions(self) -> dict[tuple[str, int], int]:
         return {(c.topic, c.partition): c.buffer[0].offset if c.buffer else c.offset for c in self.cursors}
+
+    def spans(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """As the local consumer's: each partition's log start and end (the last stable offset
+        under read_committed) when the consumer started."""
+        return {(c.topic, c.partition): (c.low, c.end_at_start) for c in self.cursors}
+
+    def read_ranges(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """As the local consumer's: read next only offsets start..stop-1 of the partitions named."""
+        assert not self.follow, "a bounded read"
+        for c in self.cursors:
+            c.offset, c.stop = ranges.get((c.topic, c.partition), (c.offset, c.offset))
+            c.buffer.clear()
+        self._assign()
 
     # -- fetching ------------------------------------------------------------------------------
     def _fetch(self, timeout: float = POLL_TIMEOUT_S) -> list:
@@ -158,7 +172,11 @@ class RemoteConsumer(ConsumerBase):
                 continue
             topic, partition, offset = m.topic(), m.partition(), m.offset()
             c = by_tp.get((topic, partition))
-            if c is None or offset < c.offset or (c.stop is not None and offset >= c.stop):
+            if c is None or offset < c.offset:
+                continue
+            if c.stop is not None and offset >= c.stop:
+                # past its stop: nothing is left below it (its last offsets hold no record for us)
+                c.offset = max(c.offset, c.stop)
                 continue
             c.offset = offset + 1
             ts_type, ts = m.timestamp()

@@ -113,10 +113,13 @@ class FetchPartition:
                 raise KlogError(f"cannot read {self.where}: {error_name(answer.error)}")
             self.high = answer.high_watermark if answer.high_watermark >= 0 else self.high
             self.low = answer.log_start_offset if answer.log_start_offset >= 0 else self.low
-            batches = [fb for fb in whole_batches(answer.records, self.where)
+            whole = whole_batches(answer.records, self.where)
+            batches = [fb for fb in whole
                        if fb.header.next_offset > offset and (upper is None or fb.header.base_offset < upper)]
             if batches:
                 return batches
+            if upper is not None and any(fb.header.base_offset >= upper for fb in whole):
+                return []  # the broker's next batch is past `upper`: offsets up to it hold none (compaction)
             if answer.records:  # only a cut batch: one bigger than the answer's share
                 if self._max_bytes >= PARTITION_BYTES_MAX:
                     raise KlogError(f"cannot read {self.where}: a batch at offset {offset} is over "
