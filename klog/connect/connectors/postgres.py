@@ -95,7 +95,7 @@ UNIMPLEMENTED = frozenset({
     "column.mask.hash", "column.truncate.to",
     "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size",
-    "event.processing.failure.handling.mode", "snapshot.select.statement.overrides", "snapshot.lock.timeout.ms",
+    "event.processing.failure.handling.mode", "snapshot.select.statement.overrides",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters", "database.initial.statements",
     "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
     "notification.enabled.channels", "topic.naming.strategy", "topic.delimiter", "tombstones.on.delete.mode",
@@ -445,6 +445,8 @@ class PostgresTask(SourceTask):
                           "(EXTRACT(EPOCH FROM now()) * 1000)::bigint")
                 tx_id, ts_ms = (None if v is None else int(v) for v in q.fetchone())  # text, as every value here
             tables = self._tables(snap)  # the tables of the snapshot, not those created since
+            if self.c["snapshot.locking.mode"] == "shared":
+                self._lock_tables(snap, tables)
             # each record is held until the next one shows whether it ends its table or the snapshot:
             # (record, first of the snapshot, first of its table, its table)
             pending: tuple[ConnectRecord, bool, bool, tuple[str, str]] | None = None
@@ -472,6 +474,25 @@ class PostgresTask(SourceTask):
             snap.commit()
         finally:
             snap.close()
+
+    def _lock_tables(self, snap, tables: list[tuple[str, str]]) -> None:  # noqa: ANN001 - a psycopg2 connection
+        """snapshot.locking.mode=shared, as Debezium's SharedSnapshotLock in PostgresSnapshotChangeEventSource.
+        lockTablesForSchemaSnapshot: `SET lock_timeout` to snapshot.lock.timeout.ms, then each captured table
+        locked IN ACCESS SHARE MODE in the snapshot's transaction. The locks last until the transaction ends
+        (Debezium's releaseSchemaSnapshotLocks releases nothing for PostgreSQL), so DDL on a table the snapshot
+        has not read yet waits for it instead of failing it; writes go on."""
+        import psycopg2.errors
+
+        timeout = self.c["snapshot.lock.timeout.ms"]
+        with snap.cursor() as q:
+            q.execute(f"SET lock_timeout = {int(timeout)}")
+            for schema, table in tables:
+                try:
+                    q.execute(f"LOCK TABLE {_ident(schema)}.{_ident(table)} IN ACCESS SHARE MODE")
+                except psycopg2.errors.LockNotAvailable:
+                    raise ConnectError(f"snapshot.locking.mode=shared: the lock on table {schema}.{table} was not "
+                                       f"granted within snapshot.lock.timeout.ms={timeout} (another transaction holds "
+                                       "a conflicting lock); the snapshot was not taken") from None
 
     @staticmethod
     def _catalog_relation(conn, schema: str, table: str) -> pgoutput.Relation:  # noqa: ANN001
@@ -835,6 +856,9 @@ class PostgresConnector(SourceConnector):
                   .define("message.prefix.exclude.list", "list", [], check=regex_list_check)
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
+                  # Debezium 2.6+ (DBZ-7300): none by default for PostgreSQL; custom needs a Java SnapshotLock
+                  .define("snapshot.locking.mode", default="none", choices=("shared", "none"))
+                  .define("snapshot.lock.timeout.ms", "long", 10_000, at_least=0)
                   .define("tombstones.on.delete", "boolean", True)
                   .define("decimal.handling.mode", default="precise", choices=("precise", "double", "string"))
                   .define("time.precision.mode", default="adaptive", choices=TIME_MODES)

@@ -1,0 +1,148 @@
+"""The PostgreSQL connector's Debezium options for the snapshot and the events' columns, against a real
+server: snapshot.locking.mode and snapshot.lock.timeout.ms, database.initial.statements,
+snapshot.select.statement.overrides, the column mappers (column.mask.*, column.truncate.to.*)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from klog.connect.connectors.postgres import PostgresTask
+from tests.connect.helpers import records, running, wait_for
+from tests.connect.test_connect_postgres import cdc
+
+
+def _afters(data_dir: str, table: str) -> list[dict | None]:
+    return [json.loads(r.value)["payload"]["after"] for r in records(data_dir, f"shop.public.{table}") if r.value]
+
+
+def _task(worker) -> dict:  # noqa: ANN001 - a klog Worker
+    return worker.describe_status("pg")["tasks"][0]
+
+
+@pytest.fixture
+def gated_snapshot(monkeypatch):
+    """The snapshot stops after its first record until the test opens the gate (it holds its transaction,
+    and any lock it took, meanwhile): what the DDL of another session meets while a snapshot reads."""
+    gate = threading.Event()
+    snapshot = PostgresTask._snapshot
+
+    def gated(self, snapshot_name):  # noqa: ANN001, ANN202
+        rows = snapshot(self, snapshot_name)
+        yield next(rows)
+        assert gate.wait(30), "the test never opened the gate"
+        yield from rows
+
+    monkeypatch.setattr(PostgresTask, "_snapshot", gated)
+    yield gate
+    gate.set()
+
+
+def _backend_state(db, query_like: str) -> list[tuple]:
+    """(state, wait_event_type) of the other sessions running a statement like `query_like`."""
+    return db.execute("SELECT state, wait_event_type FROM pg_stat_activity WHERE query LIKE %s "
+                      "AND pid <> pg_backend_pid()", (query_like,))
+
+
+def _snapshot_holds(db, table: str) -> bool:
+    """Whether a session of the connector holds a lock on the table (the snapshot's transaction)."""
+    return bool(db.execute("SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                           "WHERE l.relation = %s::regclass AND l.granted "
+                           "AND a.application_name LIKE 'klog-connect-%%'",
+                           (table,)))
+
+
+def _ddl_in_thread(db, sql: str) -> tuple[threading.Thread, list]:
+    done: list = []
+
+    def run() -> None:
+        try:
+            db.execute(sql)
+            done.append("ok")
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            done.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, done
+
+
+SETUP = ["CREATE TABLE a (id int PRIMARY KEY, v text)", "CREATE TABLE b (id int PRIMARY KEY, v text, extra text)",
+         "INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 50) g",
+         "INSERT INTO b SELECT g, 'b' || g, 'x' FROM generate_series(1, 50) g"]
+
+
+def test_shared_locking_makes_ddl_on_a_table_not_read_yet_wait_for_the_snapshot(pg_db, data_dir, gated_snapshot):
+    """snapshot.locking.mode=shared: the captured tables are locked IN ACCESS SHARE MODE in the snapshot's
+    transaction until it ends (Debezium's SharedSnapshotLock), so an ALTER TABLE ... DROP COLUMN on a table the
+    snapshot has not read yet waits; the snapshot's events are complete and the DDL completes after it."""
+    for sql in SETUP:
+        pg_db.execute(sql)
+    with running(data_dir, cdc(pg_db, **{"snapshot.locking.mode": "shared", "max.batch.size": "10"})) as w:
+        wait_for(lambda: _snapshot_holds(pg_db, "b"), what="the snapshot's lock on b (not read yet)")
+        ddl, done = _ddl_in_thread(pg_db, "ALTER TABLE b DROP COLUMN extra")
+        wait_for(lambda: ("active", "Lock") in _backend_state(pg_db, "ALTER TABLE b%"), what="the DDL waiting")
+        assert not done, "the DDL completed while the snapshot was reading"
+        gated_snapshot.set()
+        wait_for(lambda: len(records(data_dir, "shop.public.b")) == 50, what="b's snapshot")
+        ddl.join(30)
+        assert done == ["ok"], done
+        pg_db.execute("INSERT INTO b VALUES (51, 'b51')")
+        wait_for(lambda: len(records(data_dir, "shop.public.b")) == 51, what="the insert after the DDL")
+        assert _task(w)["state"] == "RUNNING"
+    afters = _afters(data_dir, "b")
+    assert afters[:50] == [{"id": i, "v": f"b{i}", "extra": "x"} for i in range(1, 51)]
+    assert afters[50] == {"id": 51, "v": "b51"}
+    assert len(_afters(data_dir, "a")) == 50
+
+
+def test_no_locking_by_default_as_debezium_so_such_ddl_fails_the_snapshot(pg_db, data_dir, gated_snapshot):
+    """snapshot.locking.mode=none (Debezium's default for PostgreSQL since 2.6): no table lock, so the same DDL
+    completes at once and the snapshot then fails on the dropped column, as before."""
+    for sql in SETUP:
+        pg_db.execute(sql)
+    with running(data_dir, cdc(pg_db, **{"max.batch.size": "10"})) as w:
+        wait_for(lambda: _snapshot_holds(pg_db, "a"), what="the snapshot reading a")
+        assert not _snapshot_holds(pg_db, "b")
+        ddl, done = _ddl_in_thread(pg_db, "ALTER TABLE b DROP COLUMN extra")
+        ddl.join(10)
+        assert done == ["ok"], done
+        gated_snapshot.set()
+        wait_for(lambda: _task(w)["state"] == "FAILED", what="the task failed")
+        assert "extra" in _task(w)["trace"] and "does not exist" in _task(w)["trace"]
+
+
+def test_a_lock_not_granted_in_snapshot_lock_timeout_fails_the_task_with_one_line(pg_db, data_dir, monkeypatch):
+    """snapshot.lock.timeout.ms: the lock is waited for that long (`SET lock_timeout`), then the task fails
+    naming the table and the option; nothing of the snapshot is sent. (The conflicting lock is taken once the
+    slot exists: an ACCESS EXCLUSIVE lock takes a transaction id, which the slot's creation would wait for.)"""
+    for sql in SETUP:
+        pg_db.execute(sql)
+    slot_made = threading.Event()
+    lock_tables = PostgresTask._lock_tables
+
+    def after_the_slot(self, snap, tables):  # noqa: ANN001, ANN202
+        assert slot_made.wait(30)
+        return lock_tables(self, snap, tables)
+
+    monkeypatch.setattr(PostgresTask, "_lock_tables", after_the_slot)
+    holder = pg_db.connect(autocommit=False)
+    config = cdc(pg_db, **{"snapshot.locking.mode": "shared", "snapshot.lock.timeout.ms": "300"})
+    try:
+        with running(data_dir, config) as w:
+            wait_for(lambda: pg_db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'klog_slot'"),
+                     what="the slot")
+            holder.cursor().execute("LOCK TABLE b IN ACCESS EXCLUSIVE MODE")
+            slot_made.set()
+            wait_for(lambda: _task(w)["state"] == "FAILED", what="the task failed")
+            last_line = _task(w)["trace"].strip().splitlines()[-1]
+        assert last_line == ("klog.connect.errors.ConnectError: snapshot.locking.mode=shared: the lock on table "
+                             "public.b was not granted within snapshot.lock.timeout.ms=300 (another transaction "
+                             "holds a conflicting lock); the snapshot was not taken")
+        assert records(data_dir, "shop.public.a") == []
+    finally:
+        slot_made.set()
+        holder.rollback()
+        holder.close()
