@@ -146,3 +146,37 @@ def test_a_lock_not_granted_in_snapshot_lock_timeout_fails_the_task_with_one_lin
         slot_made.set()
         holder.rollback()
         holder.close()
+
+
+def _sessions(db, application_name: str) -> list[str]:
+    """The backend types of the sessions with that application_name."""
+    return sorted(t for (t,) in db.execute("SELECT backend_type FROM pg_stat_activity WHERE application_name = %s",
+                                           (application_name,)))
+
+
+def test_initial_statements_run_on_each_query_connection_not_the_replication_one(pg_db, data_dir, gated_snapshot):
+    """database.initial.statements: split at `;` (`;;` a semicolon), run on every connection for queries when
+    it is opened, the snapshot's included, as Debezium's JdbcConnection; not on the replication connection."""
+    for sql in SETUP:
+        pg_db.execute(sql)
+    statements = "SET application_name = 'klog;;init';SET lock_timeout = 4321;"
+    config = cdc(pg_db, **{"database.initial.statements": statements})
+    with running(data_dir, config) as w:
+        # while the snapshot reads: the task's connection and the snapshot's, both set; the walsender not
+        wait_for(lambda: _sessions(pg_db, "klog;init") == ["client backend", "client backend"],
+                 what="two query connections set by the statements")
+        assert _sessions(pg_db, "klog-connect-pg") == ["walsender"]
+        gated_snapshot.set()
+        wait_for(lambda: len(records(data_dir, "shop.public.b")) == 50, what="the snapshot")
+        assert _task(w)["state"] == "RUNNING"
+    assert len(_afters(data_dir, "a")) == 50
+
+
+def test_a_failing_initial_statement_fails_the_task_naming_it(pg_db, data_dir):
+    pg_db.execute("CREATE TABLE a (id int PRIMARY KEY)")
+    config = cdc(pg_db, **{"database.initial.statements": "SET lock_timeout = 10; SELEC 1"})
+    with running(data_dir, config) as w:
+        wait_for(lambda: _task(w)["state"] == "FAILED", what="the task failed")
+        last_line = _task(w)["trace"].strip().splitlines()[-1]
+    assert last_line == ("klog.connect.errors.ConnectError: database.initial.statements: 'SELEC 1' failed: "
+                         'syntax error at or near "SELEC"')

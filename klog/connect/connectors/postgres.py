@@ -96,7 +96,7 @@ UNIMPLEMENTED = frozenset({
     "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size",
     "event.processing.failure.handling.mode", "snapshot.select.statement.overrides",
-    "slot.stream.params", "schema.history.internal.kafka.topic", "converters", "database.initial.statements",
+    "slot.stream.params", "schema.history.internal.kafka.topic", "converters",
     "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
     "notification.enabled.channels", "topic.naming.strategy", "topic.delimiter", "tombstones.on.delete.mode",
 })
@@ -167,12 +167,31 @@ class PostgresTask(SourceTask):
             dsn["sslmode"] = c["database.sslmode"]
         return dsn
 
+    def _jdbc_connection(self):  # noqa: ANN202 - a psycopg2 connection
+        """A connection for queries, as Debezium's JDBC connections (the replication one is not): the
+        database.initial.statements run on it first and are committed, as JdbcConnection.connection() runs
+        them (`;` separates them, `;;` is a semicolon)."""
+        import psycopg2
+
+        conn = psycopg2.connect(**self._dsn())
+        statement = ""
+        try:
+            with conn.cursor() as q:
+                for statement in sql_statements(self.c["database.initial.statements"]):
+                    q.execute(statement)
+            conn.commit()
+        except psycopg2.Error as e:
+            conn.close()
+            first_line = str(e).strip().splitlines()[0]  # (not the LINE 1: / ^ lines that point at the error)
+            raise ConnectError(f"database.initial.statements: {statement!r} failed: {first_line}") from None
+        return conn
+
     def _connect(self) -> None:
         import psycopg2
         import psycopg2.extras
 
         try:
-            self.conn = psycopg2.connect(**self._dsn())
+            self.conn = self._jdbc_connection()
             self.conn.autocommit = True
             self.repl = psycopg2.connect(**self._dsn(),
                                          connection_factory=psycopg2.extras.LogicalReplicationConnection)
@@ -432,9 +451,7 @@ class PostgresTask(SourceTask):
 
     # -- snapshot ---------------------------------------------------------------------------------
     def _snapshot(self, snapshot_name: str) -> Iterator[ConnectRecord]:
-        import psycopg2
-
-        snap = psycopg2.connect(**self._dsn())
+        snap = self._jdbc_connection()
         snap.set_session(isolation_level="REPEATABLE READ")  # not read-only: it takes a txId, as Debezium's
         _values_as_text(snap)
         try:
@@ -759,6 +776,24 @@ def sanitized_topic(name: str) -> str:
     return {".": "_", "..": "__"}.get(name, name)
 
 
+def sql_statements(text: str) -> list[str]:
+    """database.initial.statements split as Debezium's JdbcConnection.parseSqlStatementString: at each `;`,
+    `;;` a semicolon kept, each statement trimmed, empty ones dropped."""
+    statements, current, i = [], [], 0
+    while i < len(text):
+        if text[i] != ";":
+            current.append(text[i])
+        elif text[i + 1:i + 2] == ";":
+            current.append(";")
+            i += 1
+        else:
+            statements.append("".join(current).strip())
+            current = []
+        i += 1
+    statements.append("".join(current).strip())
+    return [s for s in statements if s]
+
+
 def _key_column_patterns(spec: str) -> list[re.Pattern]:
     """message.key.columns (`<table regex>:<column>,<column>;...`) as Debezium's KeyMapper reads it: one
     case-insensitive pattern over schema.table.column per column named, in the order named."""
@@ -835,7 +870,8 @@ class PostgresConnector(SourceConnector):
     config_def = (ConfigDef()
                   .define("database.hostname").define("database.port", "int", 5432).define("database.user")
                   .define("database.password", "password", "").define("database.dbname")
-                  .define("database.sslmode", default="").define("database.connect.timeout.ms", "long", 30_000)
+                  .define("database.sslmode", default="").define("database.initial.statements", default="")
+                  .define("database.connect.timeout.ms", "long", 30_000)
                   .define("topic.prefix", doc="the prefix of every topic (Debezium's logical server name; Debezium 1's "
                           "database.server.name)")
                   .define("plugin.name", default="pgoutput", choices=("pgoutput",))
