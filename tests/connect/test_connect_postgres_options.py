@@ -180,3 +180,50 @@ def test_a_failing_initial_statement_fails_the_task_naming_it(pg_db, data_dir):
         last_line = _task(w)["trace"].strip().splitlines()[-1]
     assert last_line == ("klog.connect.errors.ConnectError: database.initial.statements: 'SELEC 1' failed: "
                          'syntax error at or near "SELEC"')
+
+
+def test_snapshot_select_statement_overrides_choose_the_rows_and_columns_of_a_tables_snapshot(pg_db, data_dir):
+    """snapshot.select.statement.overrides lists tables; snapshot.select.statement.overrides.<schema>.<table>
+    is the SELECT the snapshot reads that table with (RelationalSnapshotChangeEventSource.determineSnapshotSelect).
+    Its result columns are the table's of the same name, case aside (ColumnUtils.toArray); a column it leaves
+    out is null, or for a NOT NULL one its default, else the type's stand-in. A quoted name is read as
+    TableIdParser reads it; a listed table without a statement is read whole, with a warning. The stream is
+    not filtered."""
+    for sql in ["CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL, note text, qty int NOT NULL, "
+                "kind text NOT NULL DEFAULT 'std')",
+                "INSERT INTO orders VALUES (1, 'new', 'n1', 5, 'a'), (2, 'paid', 'n2', 6, 'b'), "
+                "(3, 'new', 'n3', 7, 'c')",
+                'CREATE TABLE "Mixed" (id int PRIMARY KEY, v text)',
+                """INSERT INTO "Mixed" VALUES (1, 'x'), (2, 'y')""",
+                "CREATE TABLE plain (id int PRIMARY KEY)", "INSERT INTO plain VALUES (1), (2)"]:
+        pg_db.execute(sql)
+    warnings: list[str] = []
+    config = cdc(pg_db, **{
+        "snapshot.select.statement.overrides": 'public.orders, "public"."Mixed",public.plain',
+        "snapshot.select.statement.overrides.public.orders":
+            "SELECT id, upper(status) AS \"STATUS\" FROM public.orders WHERE status = 'new' ORDER BY id DESC",
+        'snapshot.select.statement.overrides."public"."Mixed"': 'SELECT v, id FROM "Mixed" WHERE id = 2'})
+    with running(data_dir, config, warnings=warnings):
+        wait_for(lambda: len(records(data_dir, "shop.public.plain")) == 2, what="the snapshot")
+        pg_db.execute("INSERT INTO orders VALUES (4, 'paid', NULL, 8)")
+        wait_for(lambda: len(records(data_dir, "shop.public.orders")) == 3, what="the insert streamed")
+    assert _afters(data_dir, "orders") == [
+        {"id": 3, "status": "NEW", "note": None, "qty": 0, "kind": "std"},
+        {"id": 1, "status": "NEW", "note": None, "qty": 0, "kind": "std"},
+        {"id": 4, "status": "paid", "note": None, "qty": 8, "kind": "std"}]
+    assert _afters(data_dir, "Mixed") == [{"id": 2, "v": "y"}]
+    assert [w for w in warnings if "overrides" in w] == [
+        "connector 'pg': snapshot.select.statement.overrides names public.plain but there is no "
+        "snapshot.select.statement.overrides.public.plain: the snapshot reads the whole table"]
+
+
+def test_an_override_selecting_a_column_the_table_lacks_fails_the_task(pg_db, data_dir):
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    pg_db.execute("INSERT INTO t VALUES (1, 'x')")
+    config = cdc(pg_db, **{"snapshot.select.statement.overrides": "public.t",
+                           "snapshot.select.statement.overrides.public.t": "SELECT id, v AS w FROM t"})
+    with running(data_dir, config) as w:
+        wait_for(lambda: _task(w)["state"] == "FAILED", what="the task failed")
+        last_line = _task(w)["trace"].strip().splitlines()[-1]
+    assert last_line == ("klog.connect.errors.ConnectError: snapshot.select.statement.overrides.public.t: its "
+                         "column 'w' is not a column of table public.t (id, v)")

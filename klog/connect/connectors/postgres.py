@@ -95,7 +95,7 @@ UNIMPLEMENTED = frozenset({
     "column.mask.hash", "column.truncate.to",
     "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size",
-    "event.processing.failure.handling.mode", "snapshot.select.statement.overrides",
+    "event.processing.failure.handling.mode",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters",
     "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
     "notification.enabled.channels", "topic.naming.strategy", "topic.delimiter", "tombstones.on.delete.mode",
@@ -109,7 +109,7 @@ def _pattern_list(values: list[str]) -> list[re.Pattern]:
 class PostgresTask(SourceTask):
     def start(self, props: dict[str, str]) -> None:
         c = PostgresConnector.config_def.parse(props)
-        self.c = c
+        self.c, self.props = c, props
         self.prefix = c["topic.prefix"]
         self.partition = {"server": self.prefix}
         self.include = _pattern_list(c["table.include.list"])
@@ -467,23 +467,20 @@ class PostgresTask(SourceTask):
             # each record is held until the next one shows whether it ends its table or the snapshot:
             # (record, first of the snapshot, first of its table, its table)
             pending: tuple[ConnectRecord, bool, bool, tuple[str, str]] | None = None
+            overrides = self._select_overrides()
             for schema, table in tables:
                 info = self._relation(self._catalog_relation(snap, schema, table))
-                cols = ", ".join(_ident(c.name) for c in info["rel"].columns)
                 first_of_table = True
-                with snap.cursor(name=f"klog_snapshot_{len(self.relations)}") as q:
-                    q.itersize = self.c["snapshot.fetch.size"]
-                    q.execute(f"SELECT {cols} FROM {_ident(schema)}.{_ident(table)}")
-                    for values in q:
-                        offset = {"snapshot": True, "last_snapshot_record": False, "lsn": self.slot_lsn,
-                                  "lsn_safe": self.slot_lsn, "ts_usec": ts_ms * 1000}
-                        # each row's source time is when it was read (Debezium's offset.event(table, now))
-                        source = self._source(info, time.time_ns() // 1000, "true", tx_id, self.slot_lsn)
-                        record = self._event(info, "r", None, self._row(info, values), ts_ms, source, offset)[0]
-                        if pending is not None:
-                            yield _snapshot_marked(*pending, last_of_table=pending[3] != (schema, table), last=False)
-                        pending = (record, pending is None, first_of_table, (schema, table))
-                        first_of_table = False
+                for values in self._table_rows(snap, info, overrides.get((schema, table))):
+                    offset = {"snapshot": True, "last_snapshot_record": False, "lsn": self.slot_lsn,
+                              "lsn_safe": self.slot_lsn, "ts_usec": ts_ms * 1000}
+                    # each row's source time is when it was read (Debezium's offset.event(table, now))
+                    source = self._source(info, time.time_ns() // 1000, "true", tx_id, self.slot_lsn)
+                    record = self._event(info, "r", None, self._row(info, values), ts_ms, source, offset)[0]
+                    if pending is not None:
+                        yield _snapshot_marked(*pending, last_of_table=pending[3] != (schema, table), last=False)
+                    pending = (record, pending is None, first_of_table, (schema, table))
+                    first_of_table = False
             if pending is not None:
                 record = _snapshot_marked(*pending, last_of_table=True, last=True)
                 record.source_offset = {**record.source_offset, "last_snapshot_record": True}
@@ -491,6 +488,57 @@ class PostgresTask(SourceTask):
             snap.commit()
         finally:
             snap.close()
+
+    def _table_rows(self, snap, info: dict, override: tuple[str, str] | None) -> Iterator[list]:  # noqa: ANN001
+        """A table's rows for the snapshot, each a list of texts in the table's column order: all its columns,
+        or what its snapshot.select.statement.overrides statement selects. An override's result columns are
+        the table's of the same name (case aside; the others null), as Debezium's ColumnUtils.toArray reads
+        them; one the table does not have fails the task."""
+        rel = info["rel"]
+        by_name = {c.name.lower(): i for i, c in reversed(list(enumerate(rel.columns)))}
+        with snap.cursor(name=f"klog_snapshot_{len(self.relations)}") as q:
+            q.itersize = self.c["snapshot.fetch.size"]
+            if override is None:
+                q.execute(f"SELECT {', '.join(_ident(c.name) for c in rel.columns)} "
+                          f"FROM {_ident(rel.schema)}.{_ident(rel.table)}")
+                yield from q
+                return
+            key, statement = override
+            q.execute(statement)
+            positions: list[int] | None = None
+            for values in q:
+                if positions is None:  # (a named cursor describes its result once it fetched)
+                    positions = [self._override_column(key, by_name, d.name, rel) for d in q.description]
+                row = [None] * len(rel.columns)
+                for value, i in zip(values, positions, strict=True):
+                    row[i] = value
+                yield row
+
+    @staticmethod
+    def _override_column(key: str, by_name: dict[str, int], name: str, rel: pgoutput.Relation) -> int:
+        if name.lower() not in by_name:
+            raise ConnectError(f"{key}: its column '{name}' is not a column of table {rel.schema}.{rel.table} "
+                               f"({', '.join(c.name for c in rel.columns)})")
+        return by_name[name.lower()]
+
+    def _select_overrides(self) -> dict[tuple[str, str], tuple[str, str]]:
+        """snapshot.select.statement.overrides: (schema, table) → (its statement's key, the statement), as
+        RelationalDatabaseConnectorConfig.getSnapshotSelectOverridesByTable reads them: a listed table without
+        a `snapshot.select.statement.overrides.<schema>.<table>` key is named in a warning and read whole."""
+        out = {}
+        for entry in self.c["snapshot.select.statement.overrides"]:
+            key = f"snapshot.select.statement.overrides.{entry}"
+            statement = self.props.get(key)
+            if statement is None:
+                self.context.warn(f"connector '{self.context.connector_name}': snapshot.select.statement.overrides "
+                                  f"names {entry} but there is no {key}: the snapshot reads the whole table")
+                continue
+            parts = table_id_parts(entry)
+            if len(parts) == 3 and parts[0] == self.dbname:  # database.schema.table
+                parts = parts[1:]
+            if len(parts) == 2:
+                out[(parts[0], parts[1])] = (key, statement)
+        return out
 
     def _lock_tables(self, snap, tables: list[tuple[str, str]]) -> None:  # noqa: ANN001 - a psycopg2 connection
         """snapshot.locking.mode=shared, as Debezium's SharedSnapshotLock in PostgresSnapshotChangeEventSource.
@@ -776,6 +824,27 @@ def sanitized_topic(name: str) -> str:
     return {".": "_", "..": "__"}.get(name, name)
 
 
+def table_id_parts(text: str) -> list[str]:
+    """A table's name as Debezium's TableIdParser reads it: parts split at dots, a double-quoted part
+    taken as written (`""` a quote inside it)."""
+    parts, current, quoted, i = [], [], False, 0
+    while i < len(text):
+        char = text[i]
+        if char == '"' and quoted and text[i + 1:i + 2] == '"':
+            current.append('"')
+            i += 1
+        elif char == '"':
+            quoted = not quoted
+        elif char == "." and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        i += 1
+    parts.append("".join(current))
+    return [p.strip() for p in parts]
+
+
 def sql_statements(text: str) -> list[str]:
     """database.initial.statements split as Debezium's JdbcConnection.parseSqlStatementString: at each `;`,
     `;;` a semicolon kept, each statement trimmed, empty ones dropped."""
@@ -893,6 +962,7 @@ class PostgresConnector(SourceConnector):
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
                   # Debezium 2.6+ (DBZ-7300): none by default for PostgreSQL; custom needs a Java SnapshotLock
+                  .define("snapshot.select.statement.overrides", "list", [])
                   .define("snapshot.locking.mode", default="none", choices=("shared", "none"))
                   .define("snapshot.lock.timeout.ms", "long", 10_000, at_least=0)
                   .define("tombstones.on.delete", "boolean", True)
