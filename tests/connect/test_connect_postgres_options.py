@@ -227,3 +227,98 @@ def test_an_override_selecting_a_column_the_table_lacks_fails_the_task(pg_db, da
         last_line = _task(w)["trace"].strip().splitlines()[-1]
     assert last_line == ("klog.connect.errors.ConnectError: snapshot.select.statement.overrides.public.t: its "
                          "column 'w' is not a column of table public.t (id, v)")
+
+
+def test_java_serialized_string_hashes_as_debeziums_mask_strings_test():
+    """MaskStringsTest's values: v1 hashes Java's serialized String, v2 its UTF-8 bytes, salt first."""
+    from klog.connect.connectors.column_mappers import Rule
+
+    def hashed(digest: str, v2: bool, value: str) -> str:
+        return Rule("hash", (), digest=digest, salt=b"salt", v2=v2)._hasher(-1)(value)
+
+    assert hashed("sha256", False, "hello") == "af5843a0f0e728ab0332c8888b6e1190bfb79e584f0d40538de8f10df6ef29c6"
+    assert hashed("sha256", False, "world") == "4588e1f2dcdc7fefc1515d3acd5acb9033478eace68286f383c337b9ff4464a3"
+    assert hashed("md5", False, "hello") == "46f48a7a5ea32efba87cbff49d46d35a"
+    assert hashed("sha256", True, "hello") == "cd31b3b98ece60cb739c0bf770b2de892ae0ad133f645513c3d83f08757a843a"
+    assert hashed("md5", True, "world") == "172c8e95398cc72ab5358ead6981e7e5"
+
+
+def _value_fields(data_dir: str, table: str) -> dict[str, dict]:
+    value = json.loads(records(data_dir, f"shop.public.{table}")[0].value)
+    return {f["field"]: f for f in value["schema"]["fields"][1]["fields"]}
+
+
+def test_column_mappers_truncate_mask_and_hash_values_and_mark_the_schema(pg_db, data_dir):
+    """column.truncate.to.N.chars, column.mask.with.N.chars, column.mask.hash[.v2].<algorithm>.with.salt.<salt>
+    as Debezium's ColumnMappers: the first rule matching schema.table.column (case aside) wins; truncation
+    (strings by characters, bytes by bytes) applies where the column's length is unknown or over N, with a
+    truncateLength parameter, whatever the type; masks and hashes change character columns only (text, varchar,
+    char, enums), with a masked parameter on any; a hash is the hex digest cut to the column's length; a mask
+    replaces a null too. The key is not mapped. Snapshot and streamed events alike."""
+    from klog.connect.connectors.column_mappers import Rule
+
+    for sql in ["CREATE TYPE mood AS ENUM ('happy', 'sad')",
+                "CREATE TABLE people (id int PRIMARY KEY, name text, email varchar(10), code char(3), "
+                "note text NOT NULL DEFAULT 'n', age int, feel mood, data bytea, tags text[], alias varchar(40))",
+                "INSERT INTO people VALUES (1, 'Alexander', 'a@b.c', 'xyz', DEFAULT, 42, 'happy', '\\x0102030405', "
+                "'{a,b}', 'Al')"]:
+        pg_db.execute(sql)
+    config = cdc(pg_db, **{
+        "column.truncate.to.4.chars": r"public\.people\.(name|age|data)",
+        "column.truncate.to.20.chars": "public.people.email",
+        "column.mask.with.3.chars": "public.people.note,public.people.ID, public.people.tags",
+        "column.mask.hash.SHA-256.with.salt.pep.per": "public.people.code,public.people.feel",
+        "column.mask.hash.v2.MD5.with.salt.s": "public.people.email,public.people.alias"})
+    with running(data_dir, config):
+        wait_for(lambda: len(records(data_dir, "shop.public.people")) == 1, what="the snapshot")
+        pg_db.execute("INSERT INTO people (id, note) VALUES (2, 'x')")
+        pg_db.execute("DELETE FROM people WHERE id = 1")
+        wait_for(lambda: len(records(data_dir, "shop.public.people")) == 4, what="the changes")
+
+    def sha256(value: str) -> str:
+        return Rule("hash", (), digest="sha256", salt=b"pep.per")._hasher(-1)(value)
+
+    md5 = Rule("hash", (), digest="md5", salt=b"s", v2=True)._hasher(-1)
+    got = [json.loads(r.value)["payload"] if r.value else None for r in records(data_dir, "shop.public.people")]
+    assert got[0]["after"] == {"id": 1, "name": "Alex", "email": "a@b.c", "code": sha256("xyz")[:3], "note": "***",
+                               "age": 42, "feel": sha256("happy"), "data": "AQIDBA==", "tags": ["a", "b"],
+                               "alias": md5("Al")}
+    assert got[1]["after"] == {"id": 2, "name": None, "email": None, "code": None, "note": "***", "age": None,
+                               "feel": None, "data": None, "tags": None, "alias": None}
+    assert got[2]["op"] == "d" and got[2]["before"]["note"] == "***" and got[2]["before"]["id"] == 1
+    assert [json.loads(r.key)["payload"] for r in records(data_dir, "shop.public.people")] == [
+        {"id": 1}, {"id": 2}, {"id": 1}, {"id": 1}]
+    fields = _value_fields(data_dir, "people")
+    truncated, masked = {"truncateLength": "4"}, {"masked": "true"}
+    assert fields["name"] == {"type": "string", "optional": True, "parameters": truncated, "field": "name"}
+    assert fields["age"] == {"type": "int32", "optional": True, "parameters": truncated, "field": "age"}
+    assert fields["data"]["parameters"] == truncated
+    assert "parameters" not in fields["email"]  # varchar(10): no truncation to 20 possible; the rule still won
+    assert fields["id"] == {"type": "int32", "optional": False, "parameters": masked, "field": "id"}
+    assert list(fields["note"].items()) == [("type", "string"), ("optional", False), ("parameters", masked),
+                                            ("default", "n"), ("field", "note")]  # JsonConverter's order
+    assert fields["tags"]["parameters"] == masked and fields["code"]["parameters"] == masked
+    assert fields["feel"] == {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
+                              "parameters": {"allowed": "happy,sad", "masked": "true"}, "field": "feel"}
+    key = json.loads(records(data_dir, "shop.public.people")[0].key)["schema"]
+    assert key["fields"] == [{"type": "int32", "optional": False, "field": "id"}]
+
+
+def test_an_unknown_hash_algorithm_is_refused_naming_the_key(pg_db):
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import validate
+
+    config = cdc(pg_db, **{"column.mask.hash.SHA-999.with.salt.x": "public.t.c"})
+    with pytest.raises(ConfigError, match="column.mask.hash.SHA-999.with.salt.x"):
+        validate(config)
+
+
+def test_the_keys_named_by_pattern_are_the_connectors():
+    """What the worker's warning of ignored keys should leave out (klog reads them)."""
+    from klog.connect.connectors.postgres import PostgresConnector
+
+    assert all(PostgresConnector.known_key(k) for k in (
+        "column.truncate.to.10.chars", "column.mask.with.5.chars", "column.mask.hash.SHA-256.with.salt.a.b",
+        "column.mask.hash.v2.MD5.with.salt.x", "snapshot.select.statement.overrides.public.t"))
+    assert not any(PostgresConnector.known_key(k) for k in ("column.mask.with.x.chars", "column.propagate.source.type",
+                                                            "column.mask.hash.SHA-256"))

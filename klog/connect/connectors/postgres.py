@@ -31,6 +31,8 @@ from klog import __version__ as VERSION
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors import pgoutput
+from klog.connect.connectors.column_mappers import KEY as MAPPER_KEY
+from klog.connect.connectors.column_mappers import check_mapper_keys, column_mappers, rule_for
 from klog.connect.connectors.pgtypes import (
     TIME_MODES,
     UNAVAILABLE,
@@ -92,7 +94,6 @@ HEARTBEAT_VALUE = kschema("struct", fields=[_field("ts_ms", kschema("int64", opt
                           name="io.debezium.connector.common.Heartbeat", version=1)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
-    "column.mask.hash", "column.truncate.to",
     "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size",
     "event.processing.failure.handling.mode",
@@ -119,6 +120,7 @@ class PostgresTask(SourceTask):
         self.columns_in = _pattern_list(c["column.include.list"])
         self.columns_out = _pattern_list(c["column.exclude.list"])
         self.key_columns = _key_column_patterns(c["message.key.columns"])
+        self.mappers = column_mappers(props)  # column.truncate.to.*, column.mask.*
         self.skipped = {s.strip() for s in c["skipped.operations"] if s.strip() and s.strip() != "none"}
         self.relations: dict[int, dict] = {}
         self.modes = Modes(decimal=c["decimal.handling.mode"], time=c["time.precision.mode"],
@@ -273,6 +275,8 @@ class PostgresTask(SourceTask):
     def _relation(self, rel: pgoutput.Relation) -> dict:
         topic = sanitized_topic(f"{self.prefix}.{rel.schema}.{rel.table}")
         fields, parsers, toasts, kept, hidden = [], [], [], [], []
+        key_fields: dict[str, dict] = {}
+        mappings: dict[str, Any] = {}  # column → its column mapper's converter (column.truncate.to.*, column.mask.*)
         nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
         facts = self._column_facts(rel.oid)
         key_names = self._key_columns(rel)
@@ -288,9 +292,17 @@ class PostgresTask(SourceTask):
                 continue  # Debezium leaves a column of a type it does not know out
             schema, parser = found
             required = not_null  # a key column too: Debezium's optionality is the column's
-            default = default_value(pg_type, schema, parser, expression)
-            fields.append({**schema, "optional": not required, **({"default": default[1]} if default else {}),
-                           "field": col.name})
+            default = default_value(pg_type, schema, parser, expression)  # (not mapped, as Debezium's)
+            field_tail = {"optional": not required, **({"default": default[1]} if default else {}), "field": col.name}
+            # the key's field and values are not mapped: Debezium builds the key without the column mappers
+            field = key_fields[col.name] = {**schema, **field_tail}
+            rule = rule_for(self.mappers, rel.schema, rel.table, col.name) if self.mappers else None
+            if rule is not None:
+                mapped, mapping = rule.apply(schema, pg_type)
+                field = {**mapped, **field_tail}
+                if mapping is not None:
+                    mappings[col.name] = mapping
+            fields.append(field)
             parsers.append(parser)
             toasts.append(toast_placeholder(pg_type, schema, self.modes))
             kept.append(i)
@@ -298,9 +310,8 @@ class PostgresTask(SourceTask):
             if required:
                 nulls[col.name] = default[0] if default else required_fallback(schema, pg_type, self.modes)
         value = kschema("struct", fields=[f for f in fields if f["field"] not in hidden], name=f"{topic}.Value")
-        by_name = {f["field"]: f for f in fields}
-        keys = [k for k in key_names if k in by_name]  # the key's order: the primary key's, not the table's
-        key_schema = kschema("struct", fields=[by_name[k] for k in keys], optional=False,
+        keys = [k for k in key_names if k in key_fields]  # the key's order: the primary key's, not the table's
+        key_schema = kschema("struct", fields=[key_fields[k] for k in keys], optional=False,
                              name=f"{topic}.Key") if keys else None
         envelope = kschema("struct", fields=[
             {**value, "field": "before"}, {**value, "field": "after"}, {**SOURCE_SCHEMA, "field": "source"},
@@ -309,7 +320,7 @@ class PostgresTask(SourceTask):
             optional=False, name=f"{topic}.Envelope", version=ENVELOPE_VERSION)
         return {"rel": rel, "topic": topic, "names": [rel.columns[i].name for i in kept], "parsers": parsers,
                 "toasts": toasts, "nulls": nulls, "keys": keys, "key_schema": key_schema, "envelope": envelope,
-                "hidden": hidden,
+                "hidden": hidden, "mappings": mappings,
                 "wanted": self._wanted(rel.schema, rel.table),
                 "kept": None if len(kept) == len(rel.columns) else kept}  # positions of the columns kept
 
@@ -434,6 +445,8 @@ class PostgresTask(SourceTask):
         key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
         if info["hidden"]:  # read for the key only (Debezium's TableSchemaBuilder filters the value alone)
             before, after = _without(before, info["hidden"]), _without(after, info["hidden"])
+        if info["mappings"]:  # after the type's conversion: a null, a stand-in, the placeholder too
+            before, after = _mapped(before, info["mappings"]), _mapped(after, info["mappings"])
         now_ns = time.time_ns()
         value = {"before": before, "after": after, "source": source, "transaction": None, "op": op,
                  "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000, "ts_ns": now_ns}  # the envelope's order
@@ -817,6 +830,12 @@ class PostgresTask(SourceTask):
                     pass
 
 
+def _mapped(row: dict | None, mappings: dict[str, Any]) -> dict | None:
+    if row is None:
+        return None
+    return {k: (mappings[k](v) if k in mappings else v) for k, v in row.items()}
+
+
 def sanitized_topic(name: str) -> str:
     """Debezium's AbstractTopicNamingStrategy.sanitizedTopicName: each character outside [a-zA-Z0-9._-]
     an underscore, at most 249 characters; the schemas are named after the topic so named."""
@@ -986,11 +1005,18 @@ class PostgresConnector(SourceConnector):
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
 
+    @classmethod
+    def known_key(cls, key: str) -> bool:
+        """The keys this connector reads whose names are patterns (config_def cannot list them): the column
+        mappers' and each table's snapshot.select.statement.overrides.<schema>.<table>."""
+        return bool(MAPPER_KEY.fullmatch(key)) or key.startswith("snapshot.select.statement.overrides.")
+
     def validate(self, config: dict[str, Any]) -> None:
         for kind in ("table", "column"):
             if config[f"{kind}.include.list"] and config[f"{kind}.exclude.list"]:
                 raise ConfigError(f"{kind}.exclude.list", ",".join(config[f"{kind}.exclude.list"]),
                                   f"{kind}.include.list and {kind}.exclude.list cannot both be set")
+        check_mapper_keys(self.props)
         try:
             import psycopg2  # noqa: F401
         except ImportError:
