@@ -322,3 +322,42 @@ def test_the_keys_named_by_pattern_are_the_connectors():
         "column.mask.hash.v2.MD5.with.salt.x", "snapshot.select.statement.overrides.public.t"))
     assert not any(PostgresConnector.known_key(k) for k in ("column.mask.with.x.chars", "column.propagate.source.type",
                                                             "column.mask.hash.SHA-256"))
+
+
+PARTITIONED = ["CREATE TABLE m (id int, region text, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region)",
+               "CREATE TABLE m_eu PARTITION OF m FOR VALUES IN ('eu')",
+               "CREATE TABLE m_us PARTITION OF m FOR VALUES IN ('us')",
+               "INSERT INTO m VALUES (1, 'eu', 'a'), (2, 'us', 'b')"]
+
+
+@pytest.mark.parametrize("mode", ["all_tables", "filtered"])
+def test_publish_via_partition_root_sends_a_partitions_changes_as_the_roots(pg_db, data_dir, mode):
+    """publish.via.partition.root=true: the publication the connector creates has publish_via_partition_root
+    (Debezium's buildWithClause), so a change to a partition is on the partitioned table's topic, its source
+    naming that table. (The snapshot reads the tables the filters keep: here the root alone.)"""
+    for sql in PARTITIONED:
+        pg_db.execute(sql)
+    config = cdc(pg_db, **{"publish.via.partition.root": "true", "table.include.list": r"public\.m",
+                           "publication.autocreate.mode": mode})
+    with running(data_dir, config):
+        wait_for(lambda: len(records(data_dir, "shop.public.m")) == 2, what="the snapshot of the root")
+        pg_db.execute("INSERT INTO m VALUES (3, 'eu', 'c'), (4, 'us', 'd')")
+        pg_db.execute("UPDATE m SET v = 'z' WHERE id = 1")
+        wait_for(lambda: len(records(data_dir, "shop.public.m")) == 5, what="the partitions' changes")
+    assert pg_db.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = 'klog_pub'") == [(True,)]
+    values = [json.loads(r.value)["payload"] for r in records(data_dir, "shop.public.m")]
+    assert [(v["op"], v["after"], v["source"]["table"]) for v in values[2:]] == [
+        ("c", {"id": 3, "region": "eu", "v": "c"}, "m"), ("c", {"id": 4, "region": "us", "v": "d"}, "m"),
+        ("u", {"id": 1, "region": "eu", "v": "z"}, "m")]
+    assert records(data_dir, "shop.public.m_eu") == [] and records(data_dir, "shop.public.m_us") == []
+
+
+def test_without_publish_via_partition_root_a_partitions_changes_are_its_own(pg_db, data_dir):
+    for sql in PARTITIONED:
+        pg_db.execute(sql)
+    with running(data_dir, cdc(pg_db, **{"table.include.list": r"public\.m_eu"})):
+        wait_for(lambda: len(records(data_dir, "shop.public.m_eu")) == 1, what="the snapshot of the partition")
+        pg_db.execute("INSERT INTO m VALUES (3, 'eu', 'c')")
+        wait_for(lambda: len(records(data_dir, "shop.public.m_eu")) == 2, what="the insert")
+    assert pg_db.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = 'klog_pub'") == [(False,)]
+    assert records(data_dir, "shop.public.m") == []

@@ -98,7 +98,7 @@ UNIMPLEMENTED = frozenset({
     "incremental.snapshot.chunk.size",
     "event.processing.failure.handling.mode",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters",
-    "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
+    "snapshot.isolation.mode", "include.schema.changes", "flush.lsn.source",
     "notification.enabled.channels", "topic.naming.strategy", "topic.delimiter", "tombstones.on.delete.mode",
 })
 
@@ -246,13 +246,16 @@ class PostgresTask(SourceTask):
                 return
             if mode == "disabled":
                 raise ConnectError(f"publication '{name}' does not exist and publication.autocreate.mode=disabled")
+            # publish.via.partition.root: a partition's changes are sent as its partitioned table's (their
+            # topic the root's), as Debezium's buildWithClause creates the publication
+            options = " WITH (publish_via_partition_root = true)" if self.c["publish.via.partition.root"] else ""
             if mode == "all_tables":
-                q.execute(f"CREATE PUBLICATION {_ident(name)} FOR ALL TABLES")
+                q.execute(f"CREATE PUBLICATION {_ident(name)} FOR ALL TABLES{options}")
                 return
             tables = [f"{_ident(s)}.{_ident(t)}" for s, t in self._tables()]
             if not tables:
                 raise ConnectError("publication.autocreate.mode=filtered and table.include.list matches no table")
-            q.execute(f"CREATE PUBLICATION {_ident(name)} FOR TABLE {', '.join(tables)}")
+            q.execute(f"CREATE PUBLICATION {_ident(name)} FOR TABLE {', '.join(tables)}{options}")
 
     def _wanted(self, schema: str, table: str) -> bool:
         full = f"{schema}.{table}"
@@ -969,6 +972,7 @@ class PostgresConnector(SourceConnector):
                   .define("publication.name", default="dbz_publication")
                   .define("publication.autocreate.mode", default="all_tables",
                           choices=("all_tables", "disabled", "filtered"))
+                  .define("publish.via.partition.root", "boolean", False)
                   .define("table.include.list", "list", [], check=regex_list_check)
                   .define("table.exclude.list", "list", [], check=regex_list_check)
                   .define("schema.include.list", "list", [], check=regex_list_check)
