@@ -202,7 +202,7 @@ def test_snapshot_select_statement_overrides_choose_the_rows_and_columns_of_a_ta
         "snapshot.select.statement.overrides": 'public.orders, "public"."Mixed",public.plain',
         "snapshot.select.statement.overrides.public.orders":
             "SELECT id, upper(status) AS \"STATUS\" FROM public.orders WHERE status = 'new' ORDER BY id DESC",
-        'snapshot.select.statement.overrides."public"."Mixed"': 'SELECT v, id FROM "Mixed" WHERE id = 2'})
+        'snapshot.select.statement.overrides."public"."Mixed"': 'SELECT v, id FROM "Mixed" WHERE id = 2;'})
     with running(data_dir, config, warnings=warnings):
         wait_for(lambda: len(records(data_dir, "shop.public.plain")) == 2, what="the snapshot")
         pg_db.execute("INSERT INTO orders VALUES (4, 'paid', NULL, 8)")
@@ -361,3 +361,21 @@ def test_without_publish_via_partition_root_a_partitions_changes_are_its_own(pg_
         wait_for(lambda: len(records(data_dir, "shop.public.m_eu")) == 2, what="the insert")
     assert pg_db.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = 'klog_pub'") == [(False,)]
     assert records(data_dir, "shop.public.m") == []
+
+
+def test_column_mappers_map_the_unavailable_value_placeholder_too(pg_db, data_dir):
+    """An unchanged TOASTed value an update does not carry is the placeholder from the type's converter
+    (PostgresValueConverter.convertString), which the column mapper then maps, as TableSchemaBuilder wraps it."""
+    for sql in ["CREATE TABLE docs (id int PRIMARY KEY, n int, body text, secret text)",
+                "ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL",
+                "ALTER TABLE docs ALTER COLUMN secret SET STORAGE EXTERNAL",
+                "INSERT INTO docs VALUES (1, 0, repeat('b', 5000), repeat('s', 5000))"]:
+        pg_db.execute(sql)
+    config = cdc(pg_db, **{"column.truncate.to.4.chars": "public.docs.body",
+                           "column.mask.with.2.chars": "public.docs.secret"})
+    with running(data_dir, config):
+        wait_for(lambda: len(records(data_dir, "shop.public.docs")) == 1, what="the snapshot")
+        pg_db.execute("UPDATE docs SET n = 1 WHERE id = 1")
+        wait_for(lambda: len(records(data_dir, "shop.public.docs")) == 2, what="the update")
+    assert _afters(data_dir, "docs") == [{"id": 1, "n": 0, "body": "bbbb", "secret": "**"},
+                                         {"id": 1, "n": 1, "body": "__de", "secret": "**"}]

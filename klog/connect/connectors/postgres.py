@@ -520,7 +520,7 @@ class PostgresTask(SourceTask):
                 yield from q
                 return
             key, statement = override
-            q.execute(statement)
+            q.execute(statement.strip().rstrip(";"))  # (a cursor's query: JDBC takes a trailing semicolon)
             positions: list[int] | None = None
             for values in q:
                 if positions is None:  # (a named cursor describes its result once it fetched)
