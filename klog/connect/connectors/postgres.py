@@ -984,8 +984,8 @@ class PostgresConnector(SourceConnector):
                   .define("message.prefix.exclude.list", "list", [], check=regex_list_check)
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
-                  # Debezium 2.6+ (DBZ-7300): none by default for PostgreSQL; custom needs a Java SnapshotLock
                   .define("snapshot.select.statement.overrides", "list", [])
+                  # Debezium 2.6+ (DBZ-7300): none by default for PostgreSQL; custom needs a Java SnapshotLock
                   .define("snapshot.locking.mode", default="none", choices=("shared", "none"))
                   .define("snapshot.lock.timeout.ms", "long", 10_000, at_least=0)
                   .define("tombstones.on.delete", "boolean", True)
