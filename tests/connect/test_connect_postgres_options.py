@@ -1,6 +1,7 @@
 """The PostgreSQL connector's Debezium options for the snapshot and the events' columns, against a real
 server: snapshot.locking.mode and snapshot.lock.timeout.ms, database.initial.statements,
-snapshot.select.statement.overrides, the column mappers (column.mask.*, column.truncate.to.*)."""
+snapshot.select.statement.overrides, the column mappers (column.mask.*, column.truncate.to.*),
+publish.via.partition.root. The fast lane runs one connector per option (about 6 s); the variants are slow."""
 
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ def test_shared_locking_makes_ddl_on_a_table_not_read_yet_wait_for_the_snapshot(
     assert len(_afters(data_dir, "a")) == 50
 
 
+@pytest.mark.slow  # (the fast lane keeps one connector run per option)
 def test_no_locking_by_default_as_debezium_so_such_ddl_fails_the_snapshot(pg_db, data_dir, gated_snapshot):
     """snapshot.locking.mode=none (Debezium's default for PostgreSQL since 2.6): no table lock, so the same DDL
     completes at once and the snapshot then fails on the dropped column, as before."""
@@ -172,6 +174,7 @@ def test_initial_statements_run_on_each_query_connection_not_the_replication_one
     assert len(_afters(data_dir, "a")) == 50
 
 
+@pytest.mark.slow  # (the fast lane keeps one connector run per option)
 def test_a_failing_initial_statement_fails_the_task_naming_it(pg_db, data_dir):
     pg_db.execute("CREATE TABLE a (id int PRIMARY KEY)")
     config = cdc(pg_db, **{"database.initial.statements": "SET lock_timeout = 10; SELEC 1"})
@@ -217,6 +220,7 @@ def test_snapshot_select_statement_overrides_choose_the_rows_and_columns_of_a_ta
         "snapshot.select.statement.overrides.public.plain: the snapshot reads the whole table"]
 
 
+@pytest.mark.slow  # (the fast lane keeps one connector run per option)
 def test_an_override_selecting_a_column_the_table_lacks_fails_the_task(pg_db, data_dir):
     pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
     pg_db.execute("INSERT INTO t VALUES (1, 'x')")
@@ -330,7 +334,7 @@ PARTITIONED = ["CREATE TABLE m (id int, region text, v text, PRIMARY KEY (id, re
                "INSERT INTO m VALUES (1, 'eu', 'a'), (2, 'us', 'b')"]
 
 
-@pytest.mark.parametrize("mode", ["all_tables", "filtered"])
+@pytest.mark.parametrize("mode", ["all_tables", pytest.param("filtered", marks=pytest.mark.slow)])
 def test_publish_via_partition_root_sends_a_partitions_changes_as_the_roots(pg_db, data_dir, mode):
     """publish.via.partition.root=true: the publication the connector creates has publish_via_partition_root
     (Debezium's buildWithClause), so a change to a partition is on the partitioned table's topic, its source
@@ -352,6 +356,7 @@ def test_publish_via_partition_root_sends_a_partitions_changes_as_the_roots(pg_d
     assert records(data_dir, "shop.public.m_eu") == [] and records(data_dir, "shop.public.m_us") == []
 
 
+@pytest.mark.slow  # (the fast lane keeps one connector run per option)
 def test_without_publish_via_partition_root_a_partitions_changes_are_its_own(pg_db, data_dir):
     for sql in PARTITIONED:
         pg_db.execute(sql)
@@ -363,6 +368,7 @@ def test_without_publish_via_partition_root_a_partitions_changes_are_its_own(pg_
     assert records(data_dir, "shop.public.m") == []
 
 
+@pytest.mark.slow  # (the fast lane keeps one connector run per option)
 def test_column_mappers_map_the_unavailable_value_placeholder_too(pg_db, data_dir):
     """An unchanged TOASTed value an update does not carry is the placeholder from the type's converter
     (PostgresValueConverter.convertString), which the column mapper then maps, as TableSchemaBuilder wraps it."""
