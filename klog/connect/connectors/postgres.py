@@ -31,6 +31,8 @@ from klog import __version__ as VERSION
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors import pgoutput
+from klog.connect.connectors.column_mappers import KEY as MAPPER_KEY
+from klog.connect.connectors.column_mappers import check_mapper_keys, column_mappers, rule_for
 from klog.connect.connectors.pgtypes import (
     TIME_MODES,
     UNAVAILABLE,
@@ -92,12 +94,11 @@ HEARTBEAT_VALUE = kschema("struct", fields=[_field("ts_ms", kschema("int64", opt
                           name="io.debezium.connector.common.Heartbeat", version=1)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
-    "column.mask.hash", "column.truncate.to",
     "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
     "incremental.snapshot.chunk.size",
-    "event.processing.failure.handling.mode", "snapshot.select.statement.overrides", "snapshot.lock.timeout.ms",
-    "slot.stream.params", "schema.history.internal.kafka.topic", "converters", "database.initial.statements",
-    "snapshot.isolation.mode", "publish.via.partition.root", "include.schema.changes", "flush.lsn.source",
+    "event.processing.failure.handling.mode",
+    "slot.stream.params", "schema.history.internal.kafka.topic", "converters",
+    "snapshot.isolation.mode", "include.schema.changes", "flush.lsn.source",
     "notification.enabled.channels", "topic.naming.strategy", "topic.delimiter", "tombstones.on.delete.mode",
 })
 
@@ -109,7 +110,7 @@ def _pattern_list(values: list[str]) -> list[re.Pattern]:
 class PostgresTask(SourceTask):
     def start(self, props: dict[str, str]) -> None:
         c = PostgresConnector.config_def.parse(props)
-        self.c = c
+        self.c, self.props = c, props
         self.prefix = c["topic.prefix"]
         self.partition = {"server": self.prefix}
         self.include = _pattern_list(c["table.include.list"])
@@ -119,6 +120,7 @@ class PostgresTask(SourceTask):
         self.columns_in = _pattern_list(c["column.include.list"])
         self.columns_out = _pattern_list(c["column.exclude.list"])
         self.key_columns = _key_column_patterns(c["message.key.columns"])
+        self.mappers = column_mappers(props)  # column.truncate.to.*, column.mask.*
         self.skipped = {s.strip() for s in c["skipped.operations"] if s.strip() and s.strip() != "none"}
         self.relations: dict[int, dict] = {}
         self.modes = Modes(decimal=c["decimal.handling.mode"], time=c["time.precision.mode"],
@@ -167,12 +169,31 @@ class PostgresTask(SourceTask):
             dsn["sslmode"] = c["database.sslmode"]
         return dsn
 
+    def _jdbc_connection(self):  # noqa: ANN202 - a psycopg2 connection
+        """A connection for queries, as Debezium's JDBC connections (the replication one is not): the
+        database.initial.statements run on it first and are committed, as JdbcConnection.connection() runs
+        them (`;` separates them, `;;` is a semicolon)."""
+        import psycopg2
+
+        conn = psycopg2.connect(**self._dsn())
+        statement = ""
+        try:
+            with conn.cursor() as q:
+                for statement in sql_statements(self.c["database.initial.statements"]):
+                    q.execute(statement)
+            conn.commit()
+        except psycopg2.Error as e:
+            conn.close()
+            first_line = str(e).strip().splitlines()[0]  # (not the LINE 1: / ^ lines that point at the error)
+            raise ConnectError(f"database.initial.statements: {statement!r} failed: {first_line}") from None
+        return conn
+
     def _connect(self) -> None:
         import psycopg2
         import psycopg2.extras
 
         try:
-            self.conn = psycopg2.connect(**self._dsn())
+            self.conn = self._jdbc_connection()
             self.conn.autocommit = True
             self.repl = psycopg2.connect(**self._dsn(),
                                          connection_factory=psycopg2.extras.LogicalReplicationConnection)
@@ -225,13 +246,16 @@ class PostgresTask(SourceTask):
                 return
             if mode == "disabled":
                 raise ConnectError(f"publication '{name}' does not exist and publication.autocreate.mode=disabled")
+            # publish.via.partition.root: a partition's changes are sent as its partitioned table's (their
+            # topic the root's), as Debezium's buildWithClause creates the publication
+            options = " WITH (publish_via_partition_root = true)" if self.c["publish.via.partition.root"] else ""
             if mode == "all_tables":
-                q.execute(f"CREATE PUBLICATION {_ident(name)} FOR ALL TABLES")
+                q.execute(f"CREATE PUBLICATION {_ident(name)} FOR ALL TABLES{options}")
                 return
             tables = [f"{_ident(s)}.{_ident(t)}" for s, t in self._tables()]
             if not tables:
                 raise ConnectError("publication.autocreate.mode=filtered and table.include.list matches no table")
-            q.execute(f"CREATE PUBLICATION {_ident(name)} FOR TABLE {', '.join(tables)}")
+            q.execute(f"CREATE PUBLICATION {_ident(name)} FOR TABLE {', '.join(tables)}{options}")
 
     def _wanted(self, schema: str, table: str) -> bool:
         full = f"{schema}.{table}"
@@ -254,6 +278,8 @@ class PostgresTask(SourceTask):
     def _relation(self, rel: pgoutput.Relation) -> dict:
         topic = sanitized_topic(f"{self.prefix}.{rel.schema}.{rel.table}")
         fields, parsers, toasts, kept, hidden = [], [], [], [], []
+        key_fields: dict[str, dict] = {}
+        mappings: dict[str, Any] = {}  # column → its column mapper's converter (column.truncate.to.*, column.mask.*)
         nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
         facts = self._column_facts(rel.oid)
         key_names = self._key_columns(rel)
@@ -269,9 +295,17 @@ class PostgresTask(SourceTask):
                 continue  # Debezium leaves a column of a type it does not know out
             schema, parser = found
             required = not_null  # a key column too: Debezium's optionality is the column's
-            default = default_value(pg_type, schema, parser, expression)
-            fields.append({**schema, "optional": not required, **({"default": default[1]} if default else {}),
-                           "field": col.name})
+            default = default_value(pg_type, schema, parser, expression)  # (not mapped, as Debezium's)
+            field_tail = {"optional": not required, **({"default": default[1]} if default else {}), "field": col.name}
+            # the key's field and values are not mapped: Debezium builds the key without the column mappers
+            field = key_fields[col.name] = {**schema, **field_tail}
+            rule = rule_for(self.mappers, rel.schema, rel.table, col.name) if self.mappers else None
+            if rule is not None:
+                mapped, mapping = rule.apply(schema, pg_type)
+                field = {**mapped, **field_tail}
+                if mapping is not None:
+                    mappings[col.name] = mapping
+            fields.append(field)
             parsers.append(parser)
             toasts.append(toast_placeholder(pg_type, schema, self.modes))
             kept.append(i)
@@ -279,9 +313,8 @@ class PostgresTask(SourceTask):
             if required:
                 nulls[col.name] = default[0] if default else required_fallback(schema, pg_type, self.modes)
         value = kschema("struct", fields=[f for f in fields if f["field"] not in hidden], name=f"{topic}.Value")
-        by_name = {f["field"]: f for f in fields}
-        keys = [k for k in key_names if k in by_name]  # the key's order: the primary key's, not the table's
-        key_schema = kschema("struct", fields=[by_name[k] for k in keys], optional=False,
+        keys = [k for k in key_names if k in key_fields]  # the key's order: the primary key's, not the table's
+        key_schema = kschema("struct", fields=[key_fields[k] for k in keys], optional=False,
                              name=f"{topic}.Key") if keys else None
         envelope = kschema("struct", fields=[
             {**value, "field": "before"}, {**value, "field": "after"}, {**SOURCE_SCHEMA, "field": "source"},
@@ -290,7 +323,7 @@ class PostgresTask(SourceTask):
             optional=False, name=f"{topic}.Envelope", version=ENVELOPE_VERSION)
         return {"rel": rel, "topic": topic, "names": [rel.columns[i].name for i in kept], "parsers": parsers,
                 "toasts": toasts, "nulls": nulls, "keys": keys, "key_schema": key_schema, "envelope": envelope,
-                "hidden": hidden,
+                "hidden": hidden, "mappings": mappings,
                 "wanted": self._wanted(rel.schema, rel.table),
                 "kept": None if len(kept) == len(rel.columns) else kept}  # positions of the columns kept
 
@@ -415,6 +448,8 @@ class PostgresTask(SourceTask):
         key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
         if info["hidden"]:  # read for the key only (Debezium's TableSchemaBuilder filters the value alone)
             before, after = _without(before, info["hidden"]), _without(after, info["hidden"])
+        if info["mappings"]:  # after the type's conversion: a null, a stand-in, the placeholder too
+            before, after = _mapped(before, info["mappings"]), _mapped(after, info["mappings"])
         now_ns = time.time_ns()
         value = {"before": before, "after": after, "source": source, "transaction": None, "op": op,
                  "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000, "ts_ns": now_ns}  # the envelope's order
@@ -432,9 +467,7 @@ class PostgresTask(SourceTask):
 
     # -- snapshot ---------------------------------------------------------------------------------
     def _snapshot(self, snapshot_name: str) -> Iterator[ConnectRecord]:
-        import psycopg2
-
-        snap = psycopg2.connect(**self._dsn())
+        snap = self._jdbc_connection()
         snap.set_session(isolation_level="REPEATABLE READ")  # not read-only: it takes a txId, as Debezium's
         _values_as_text(snap)
         try:
@@ -445,26 +478,25 @@ class PostgresTask(SourceTask):
                           "(EXTRACT(EPOCH FROM now()) * 1000)::bigint")
                 tx_id, ts_ms = (None if v is None else int(v) for v in q.fetchone())  # text, as every value here
             tables = self._tables(snap)  # the tables of the snapshot, not those created since
+            if self.c["snapshot.locking.mode"] == "shared":
+                self._lock_tables(snap, tables)
             # each record is held until the next one shows whether it ends its table or the snapshot:
             # (record, first of the snapshot, first of its table, its table)
             pending: tuple[ConnectRecord, bool, bool, tuple[str, str]] | None = None
+            overrides = self._select_overrides()
             for schema, table in tables:
                 info = self._relation(self._catalog_relation(snap, schema, table))
-                cols = ", ".join(_ident(c.name) for c in info["rel"].columns)
                 first_of_table = True
-                with snap.cursor(name=f"klog_snapshot_{len(self.relations)}") as q:
-                    q.itersize = self.c["snapshot.fetch.size"]
-                    q.execute(f"SELECT {cols} FROM {_ident(schema)}.{_ident(table)}")
-                    for values in q:
-                        offset = {"snapshot": True, "last_snapshot_record": False, "lsn": self.slot_lsn,
-                                  "lsn_safe": self.slot_lsn, "ts_usec": ts_ms * 1000}
-                        # each row's source time is when it was read (Debezium's offset.event(table, now))
-                        source = self._source(info, time.time_ns() // 1000, "true", tx_id, self.slot_lsn)
-                        record = self._event(info, "r", None, self._row(info, values), ts_ms, source, offset)[0]
-                        if pending is not None:
-                            yield _snapshot_marked(*pending, last_of_table=pending[3] != (schema, table), last=False)
-                        pending = (record, pending is None, first_of_table, (schema, table))
-                        first_of_table = False
+                for values in self._table_rows(snap, info, overrides.get((schema, table))):
+                    offset = {"snapshot": True, "last_snapshot_record": False, "lsn": self.slot_lsn,
+                              "lsn_safe": self.slot_lsn, "ts_usec": ts_ms * 1000}
+                    # each row's source time is when it was read (Debezium's offset.event(table, now))
+                    source = self._source(info, time.time_ns() // 1000, "true", tx_id, self.slot_lsn)
+                    record = self._event(info, "r", None, self._row(info, values), ts_ms, source, offset)[0]
+                    if pending is not None:
+                        yield _snapshot_marked(*pending, last_of_table=pending[3] != (schema, table), last=False)
+                    pending = (record, pending is None, first_of_table, (schema, table))
+                    first_of_table = False
             if pending is not None:
                 record = _snapshot_marked(*pending, last_of_table=True, last=True)
                 record.source_offset = {**record.source_offset, "last_snapshot_record": True}
@@ -472,6 +504,76 @@ class PostgresTask(SourceTask):
             snap.commit()
         finally:
             snap.close()
+
+    def _table_rows(self, snap, info: dict, override: tuple[str, str] | None) -> Iterator[list]:  # noqa: ANN001
+        """A table's rows for the snapshot, each a list of texts in the table's column order: all its columns,
+        or what its snapshot.select.statement.overrides statement selects. An override's result columns are
+        the table's of the same name (case aside; the others null), as Debezium's ColumnUtils.toArray reads
+        them; one the table does not have fails the task."""
+        rel = info["rel"]
+        by_name = {c.name.lower(): i for i, c in reversed(list(enumerate(rel.columns)))}
+        with snap.cursor(name=f"klog_snapshot_{len(self.relations)}") as q:
+            q.itersize = self.c["snapshot.fetch.size"]
+            if override is None:
+                q.execute(f"SELECT {', '.join(_ident(c.name) for c in rel.columns)} "
+                          f"FROM {_ident(rel.schema)}.{_ident(rel.table)}")
+                yield from q
+                return
+            key, statement = override
+            q.execute(statement.strip().rstrip(";"))  # (a cursor's query: JDBC takes a trailing semicolon)
+            positions: list[int] | None = None
+            for values in q:
+                if positions is None:  # (a named cursor describes its result once it fetched)
+                    positions = [self._override_column(key, by_name, d.name, rel) for d in q.description]
+                row = [None] * len(rel.columns)
+                for value, i in zip(values, positions, strict=True):
+                    row[i] = value
+                yield row
+
+    @staticmethod
+    def _override_column(key: str, by_name: dict[str, int], name: str, rel: pgoutput.Relation) -> int:
+        if name.lower() not in by_name:
+            raise ConnectError(f"{key}: its column '{name}' is not a column of table {rel.schema}.{rel.table} "
+                               f"({', '.join(c.name for c in rel.columns)})")
+        return by_name[name.lower()]
+
+    def _select_overrides(self) -> dict[tuple[str, str], tuple[str, str]]:
+        """snapshot.select.statement.overrides: (schema, table) → (its statement's key, the statement), as
+        RelationalDatabaseConnectorConfig.getSnapshotSelectOverridesByTable reads them: a listed table without
+        a `snapshot.select.statement.overrides.<schema>.<table>` key is named in a warning and read whole."""
+        out = {}
+        for entry in self.c["snapshot.select.statement.overrides"]:
+            key = f"snapshot.select.statement.overrides.{entry}"
+            statement = self.props.get(key)
+            if statement is None:
+                self.context.warn(f"connector '{self.context.connector_name}': snapshot.select.statement.overrides "
+                                  f"names {entry} but there is no {key}: the snapshot reads the whole table")
+                continue
+            parts = table_id_parts(entry)
+            if len(parts) == 3 and parts[0] == self.dbname:  # database.schema.table
+                parts = parts[1:]
+            if len(parts) == 2:
+                out[(parts[0], parts[1])] = (key, statement)
+        return out
+
+    def _lock_tables(self, snap, tables: list[tuple[str, str]]) -> None:  # noqa: ANN001 - a psycopg2 connection
+        """snapshot.locking.mode=shared, as Debezium's SharedSnapshotLock in PostgresSnapshotChangeEventSource.
+        lockTablesForSchemaSnapshot: `SET lock_timeout` to snapshot.lock.timeout.ms, then each captured table
+        locked IN ACCESS SHARE MODE in the snapshot's transaction. The locks last until the transaction ends
+        (Debezium's releaseSchemaSnapshotLocks releases nothing for PostgreSQL), so DDL on a table the snapshot
+        has not read yet waits for it instead of failing it; writes go on."""
+        import psycopg2.errors
+
+        timeout = self.c["snapshot.lock.timeout.ms"]
+        with snap.cursor() as q:
+            q.execute(f"SET lock_timeout = {int(timeout)}")
+            for schema, table in tables:
+                try:
+                    q.execute(f"LOCK TABLE {_ident(schema)}.{_ident(table)} IN ACCESS SHARE MODE")
+                except psycopg2.errors.LockNotAvailable:
+                    raise ConnectError(f"snapshot.locking.mode=shared: the lock on table {schema}.{table} was not "
+                                       f"granted within snapshot.lock.timeout.ms={timeout} (another transaction holds "
+                                       "a conflicting lock); the snapshot was not taken") from None
 
     @staticmethod
     def _catalog_relation(conn, schema: str, table: str) -> pgoutput.Relation:  # noqa: ANN001
@@ -731,11 +833,56 @@ class PostgresTask(SourceTask):
                     pass
 
 
+def _mapped(row: dict | None, mappings: dict[str, Any]) -> dict | None:
+    if row is None:
+        return None
+    return {k: (mappings[k](v) if k in mappings else v) for k, v in row.items()}
+
+
 def sanitized_topic(name: str) -> str:
     """Debezium's AbstractTopicNamingStrategy.sanitizedTopicName: each character outside [a-zA-Z0-9._-]
     an underscore, at most 249 characters; the schemas are named after the topic so named."""
     name = re.sub(r"[^a-zA-Z0-9._-]", "_", name)[:249]
     return {".": "_", "..": "__"}.get(name, name)
+
+
+def table_id_parts(text: str) -> list[str]:
+    """A table's name as Debezium's TableIdParser reads it: parts split at dots, a double-quoted part
+    taken as written (`""` a quote inside it)."""
+    parts, current, quoted, i = [], [], False, 0
+    while i < len(text):
+        char = text[i]
+        if char == '"' and quoted and text[i + 1:i + 2] == '"':
+            current.append('"')
+            i += 1
+        elif char == '"':
+            quoted = not quoted
+        elif char == "." and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        i += 1
+    parts.append("".join(current))
+    return [p.strip() for p in parts]
+
+
+def sql_statements(text: str) -> list[str]:
+    """database.initial.statements split as Debezium's JdbcConnection.parseSqlStatementString: at each `;`,
+    `;;` a semicolon kept, each statement trimmed, empty ones dropped."""
+    statements, current, i = [], [], 0
+    while i < len(text):
+        if text[i] != ";":
+            current.append(text[i])
+        elif text[i + 1:i + 2] == ";":
+            current.append(";")
+            i += 1
+        else:
+            statements.append("".join(current).strip())
+            current = []
+        i += 1
+    statements.append("".join(current).strip())
+    return [s for s in statements if s]
 
 
 def _key_column_patterns(spec: str) -> list[re.Pattern]:
@@ -814,7 +961,8 @@ class PostgresConnector(SourceConnector):
     config_def = (ConfigDef()
                   .define("database.hostname").define("database.port", "int", 5432).define("database.user")
                   .define("database.password", "password", "").define("database.dbname")
-                  .define("database.sslmode", default="").define("database.connect.timeout.ms", "long", 30_000)
+                  .define("database.sslmode", default="").define("database.initial.statements", default="")
+                  .define("database.connect.timeout.ms", "long", 30_000)
                   .define("topic.prefix", doc="the prefix of every topic (Debezium's logical server name; Debezium 1's "
                           "database.server.name)")
                   .define("plugin.name", default="pgoutput", choices=("pgoutput",))
@@ -824,6 +972,7 @@ class PostgresConnector(SourceConnector):
                   .define("publication.name", default="dbz_publication")
                   .define("publication.autocreate.mode", default="all_tables",
                           choices=("all_tables", "disabled", "filtered"))
+                  .define("publish.via.partition.root", "boolean", False)
                   .define("table.include.list", "list", [], check=regex_list_check)
                   .define("table.exclude.list", "list", [], check=regex_list_check)
                   .define("schema.include.list", "list", [], check=regex_list_check)
@@ -835,6 +984,10 @@ class PostgresConnector(SourceConnector):
                   .define("message.prefix.exclude.list", "list", [], check=regex_list_check)
                   .define("snapshot.mode", default="initial", choices=SNAPSHOT_MODES)
                   .define("snapshot.fetch.size", "int", 10240, at_least=1)
+                  .define("snapshot.select.statement.overrides", "list", [])
+                  # Debezium 2.6+ (DBZ-7300): none by default for PostgreSQL; custom needs a Java SnapshotLock
+                  .define("snapshot.locking.mode", default="none", choices=("shared", "none"))
+                  .define("snapshot.lock.timeout.ms", "long", 10_000, at_least=0)
                   .define("tombstones.on.delete", "boolean", True)
                   .define("decimal.handling.mode", default="precise", choices=("precise", "double", "string"))
                   .define("time.precision.mode", default="adaptive", choices=TIME_MODES)
@@ -856,11 +1009,18 @@ class PostgresConnector(SourceConnector):
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
 
+    @classmethod
+    def known_key(cls, key: str) -> bool:
+        """The keys this connector reads whose names are patterns (config_def cannot list them): the column
+        mappers' and each table's snapshot.select.statement.overrides.<schema>.<table>."""
+        return bool(MAPPER_KEY.fullmatch(key)) or key.startswith("snapshot.select.statement.overrides.")
+
     def validate(self, config: dict[str, Any]) -> None:
         for kind in ("table", "column"):
             if config[f"{kind}.include.list"] and config[f"{kind}.exclude.list"]:
                 raise ConfigError(f"{kind}.exclude.list", ",".join(config[f"{kind}.exclude.list"]),
                                   f"{kind}.include.list and {kind}.exclude.list cannot both be set")
+        check_mapper_keys(self.props)
         try:
             import psycopg2  # noqa: F401
         except ImportError:
