@@ -41,6 +41,12 @@ class Connector:
         """Checks across keys; raise ConfigError naming the field."""
 
     @classmethod
+    def known_key(cls, key: str) -> bool:
+        """Whether the connector reads `key` though config_def does not list it (a key whose name is a
+        pattern, such as Debezium's column.mask.with.N.chars)."""
+        return False
+
+    @classmethod
     def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
         """What a config sets inside a value that klog does not implement (named in the warning)."""
         return []

@@ -137,7 +137,8 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
     _check_connector(cls, props)
     own = set(cls.config_def.keys)
     ignored = sorted([k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
-                      or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES))]
+                      or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES)
+                          and not cls.known_key(k))]
                      + chain.ignored + cls.unimplemented_in(props))
     return Validated(props, cls, config, ignored)
 

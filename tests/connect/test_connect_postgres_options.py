@@ -328,6 +328,15 @@ def test_the_keys_named_by_pattern_are_the_connectors():
                                                             "column.mask.hash.SHA-256"))
 
 
+def test_the_workers_warning_leaves_the_pattern_keys_out(pg_db):
+    from klog.connect.worker import validate
+
+    config = cdc(pg_db, **{"column.mask.with.3.chars": "public.t.c", "snapshot.select.statement.overrides": "public.t",
+                           "snapshot.select.statement.overrides.public.t": "SELECT * FROM public.t",
+                           "column.mask.with.x.chars": "public.t.c"})
+    assert validate(config).ignored == ["column.mask.with.x.chars"]
+
+
 PARTITIONED = ["CREATE TABLE m (id int, region text, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region)",
                "CREATE TABLE m_eu PARTITION OF m FOR VALUES IN ('eu')",
                "CREATE TABLE m_us PARTITION OF m FOR VALUES IN ('us')",
