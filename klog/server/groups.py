@@ -53,6 +53,11 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
     return None
 
 
+def _escaped(text: str) -> str:
+    """Text naming a principal, safe for one log line (not cut short, as printable() cuts it)."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 def _valid_group(group_id: str) -> bool:
     """klog's rule for group ids (1-255 printable characters), which its LMDB keys rely on."""
     try:
@@ -148,10 +153,12 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
                        rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", -1)),
                        protocol_type=request.protocol_type,
                        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-                       require_known_member_id=int(request.__version__) >= 4, respond=respond)
+                       require_known_member_id=int(request.__version__) >= 4, respond=respond,
+                       principal=ctx.principal)
     res = await future
     if res.error not in (E.none, E.member_id_required):
-        ctx.log.info("JoinGroup '%s' from %s: %s", printable(group_id), printable(ctx.client_id), res.error.name)
+        ctx.log.info("JoinGroup '%s' from %s: %s%s", printable(group_id), printable(ctx.client_id), res.error.name,
+                     f" ({_escaped(res.reason)})" if res.reason else "")
     return answer(res)
 
 
@@ -171,7 +178,8 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
                        getattr(request, "group_instance_id", None),
                        protocol_type=getattr(request, "protocol_type", None),
                        protocol_name=getattr(request, "protocol_name", None),
-                       assignments={a.member_id: bytes(a.assignment) for a in request.assignments}, respond=respond)
+                       assignments={a.member_id: bytes(a.assignment) for a in request.assignments}, respond=respond,
+                       principal=ctx.principal)
     res = await future
     await coord.flush()  # a member that has its assignment is seen by `klog groups` with it
     return make(mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=res.error,
