@@ -50,6 +50,10 @@ METADATA_MAX_BYTES = 128 << 20
 # clients retry), and three others can each still take as much. (Kafka has no such bound: its group
 # metadata goes to __consumer_offsets, on disk.)
 PRINCIPAL_METADATA_MAX_BYTES = METADATA_MAX_BYTES // 4
+# The members and member ids handed out one principal may have, in all its groups: the bytes above
+# count what clients send, but each member costs the server ~600 B more of its own (~220 B an id
+# handed out), so 32 MiB of empty subscriptions held 760,000 members (445 MB). 20,000 is 12 MB.
+PRINCIPAL_MEMBERS_MAX = 20_000
 
 
 @dataclass(frozen=True)
@@ -173,14 +177,17 @@ class GroupStateMachine:
                  log: Callable[[str], None] | None = None, max_size: int = GROUP_MAX_SIZE,
                  group_metadata_max_bytes: int = GROUP_METADATA_MAX_BYTES,
                  metadata_max_bytes: int = METADATA_MAX_BYTES,
-                 principal_metadata_max_bytes: int = PRINCIPAL_METADATA_MAX_BYTES) -> None:
+                 principal_metadata_max_bytes: int = PRINCIPAL_METADATA_MAX_BYTES,
+                 principal_members_max: int = PRINCIPAL_MEMBERS_MAX) -> None:
         self.clock = clock
         self.max_size = max_size
         self.group_metadata_max_bytes = group_metadata_max_bytes
         self.metadata_max_bytes = metadata_max_bytes
         self.principal_metadata_max_bytes = principal_metadata_max_bytes
+        self.principal_members_max = principal_members_max
         self.metadata_bytes = 0  # every group's
         self.principal_bytes: dict[str, int] = {}  # principal -> what its members hold (absent: nothing)
+        self.principal_members: dict[str, int] = {}  # principal -> its members and ids handed out (absent: none)
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -244,8 +251,9 @@ class GroupStateMachine:
                 group.members.get(group.static.get(instance_id, "")) if instance_id is not None else None
         if held is not None:  # its bytes move to this principal's share if another one sent them
             grows = _protocols_size(protocols) - _protocols_size(held.protocols)
-            return self._bytes_refusal(group, grows, principal,
-                                       grows if held.principal == principal else _own_size(held) + grows)
+            if held.principal == principal:
+                return self._bytes_refusal(group, grows, principal)
+            return self._bytes_refusal(group, grows, principal, _own_size(held) + grows, members=1)
         # a new member: its ids too (a member id is the client id and a UUID: 32 KB client ids made
         # 1,000 members hold 64 MB of ids)
         ids = (len(member_id) if member_id else len(client_id or "member") + 37) + len(client_id) + \
@@ -253,15 +261,17 @@ class GroupStateMachine:
         grows = _protocols_size(protocols) + ids
         pending = group.pending.get(member_id) if group is not None and member_id else None
         if pending is None:
-            return self._bytes_refusal(group, grows, principal)
+            return self._bytes_refusal(group, grows, principal, members=1)
         # a member id handed out comes back: its bytes are held already
-        return self._bytes_refusal(group, grows - len(member_id), principal,
-                                   grows - len(member_id) if pending.principal == principal else grows)
+        if pending.principal == principal:
+            return self._bytes_refusal(group, grows - len(member_id), principal)
+        return self._bytes_refusal(group, grows - len(member_id), principal, grows, members=1)
 
-    def _bytes_refusal(self, group: Group | None, grows: int, principal: str,
-                       charged: int | None = None) -> tuple[E, str] | None:
+    def _bytes_refusal(self, group: Group | None, grows: int, principal: str, charged: int | None = None,
+                       members: int = 0) -> tuple[E, str] | None:
         """The error and its reason if the group's, the node's or the principal's bytes would pass their
-        bound: `grows` for the group and the node, `charged` (default: the same) for the principal."""
+        bound: `grows` for the group and the node, `charged` (default: the same) for the principal; or
+        if the principal's `members` more would pass its count."""
         if grows > 0:
             if (group.metadata_bytes if group is not None else 0) + grows > self.group_metadata_max_bytes:
                 return E.group_max_size_reached, f"the group's member data would pass its " \
@@ -274,6 +284,10 @@ class GroupStateMachine:
         if charged > 0 and held + charged > self.principal_metadata_max_bytes:
             return E.coordinator_not_available, f"{principal or 'the caller'}'s members hold {held} bytes of " \
                 f"member data, its share is {self.principal_metadata_max_bytes}"
+        count = self.principal_members.get(principal, 0)
+        if members > 0 and count + members > self.principal_members_max:
+            return E.coordinator_not_available, f"{principal or 'the caller'} has {count} members and member " \
+                f"ids handed out, at most {self.principal_members_max}"
         return None
 
     def _refuse_assignment(self, group: Group, refusal: tuple[E, str]) -> None:
@@ -299,9 +313,17 @@ class GroupStateMachine:
         else:  # (a principal holding nothing is forgotten: the map is as large as the principals holding)
             self.principal_bytes.pop(principal, None)
 
+    def _count(self, principal: str, members: int) -> None:
+        count = self.principal_members.get(principal, 0) + members
+        if count:
+            self.principal_members[principal] = count
+        else:
+            self.principal_members.pop(principal, None)
+
     def _hold(self, group: Group, member: GroupMember, sign: int) -> None:
-        """Count a member's bytes in (sign 1) or out (-1): its own in its principal's, its assignment in
-        the principal's that sent it."""
+        """Count a member in (sign 1) or out (-1): itself and its own bytes in its principal's, its
+        assignment in the principal's that sent it."""
+        self._count(member.principal, sign)
         self._account(group, member.principal, sign * _own_size(member))
         self._account(group, member.assignment_principal, sign * len(member.assignment))
 
@@ -312,6 +334,7 @@ class GroupStateMachine:
 
     def _add_pending(self, group: Group, member_id: str, deadline: int, principal: str) -> None:
         group.pending[member_id] = PendingMember(deadline, principal)
+        self._count(principal, 1)
         self._account(group, principal, len(member_id))
 
     def _drop_pending(self, group: Group, member_id: str) -> bool:
@@ -319,6 +342,7 @@ class GroupStateMachine:
         pending = group.pending.pop(member_id, None)
         if pending is None:
             return False
+        self._count(pending.principal, -1)
         self._account(group, pending.principal, -len(member_id))
         return True
 
@@ -347,10 +371,12 @@ class GroupStateMachine:
         if member is None:
             return respond(JoinResult(E.unknown_member_id, member_id=member_id))
         changed = member.protocols != new.protocols
+        self._count(member.principal, -1)
         self._account(group, member.principal, -_own_size(member))
         group.count_protocols(member.protocols, -1)
         group.count_protocols(new.protocols, 1)
         member.protocols, member.principal = new.protocols, new.principal
+        self._count(member.principal, 1)
         self._account(group, member.principal, _own_size(member))
         member.session_timeout_ms, member.rebalance_timeout_ms = new.session_timeout_ms, new.rebalance_timeout_ms
         if group.state == PREPARING:

@@ -740,7 +740,8 @@ def _machine_fuzz(seed: int, steps: int) -> None:
     now = [0]
     machine = GroupStateMachine(lambda: now[0], initial_rebalance_delay_ms=rng.choice([0, 300, 3000]),
                                 max_size=8, group_metadata_max_bytes=1500, metadata_max_bytes=3000,
-                                principal_metadata_max_bytes=rng.choice([1000, 2000, 3000]))
+                                principal_metadata_max_bytes=rng.choice([1000, 2000, 3000]),
+                                principal_members_max=rng.choice([3, 6, 20]))
     replies: list[list] = []
     seen_ids: list[str] = ["", "invented"]
     instances = [None, None, "i1", "i2"]
@@ -802,7 +803,10 @@ def _machine_fuzz(seed: int, steps: int) -> None:
                       for mem in gr.members.values()) + sum(map(len, gr.pending)) for gid, gr in machine.groups.items()}
         assert {gid: gr.metadata_bytes for gid, gr in machine.groups.items()} == held, f"seed {seed} step {step}"
         by_principal: dict[str, int] = {}
+        counted: dict[str, int] = {}
         for gr in machine.groups.values():
+            for who in [mem.principal for mem in gr.members.values()] + [p.principal for p in gr.pending.values()]:
+                counted[who] = counted.get(who, 0) + 1
             for mem in gr.members.values():
                 own = sum(len(n) + len(m) for n, m in mem.protocols) + len(mem.member_id) + len(mem.client_id) + \
                     len(mem.instance_id or "")
@@ -813,6 +817,7 @@ def _machine_fuzz(seed: int, steps: int) -> None:
                 by_principal[p.principal] = by_principal.get(p.principal, 0) + len(mid)
         assert machine.principal_bytes == {k: v for k, v in by_principal.items() if v}, f"seed {seed} step {step}"
         assert sum(held.values()) == machine.metadata_bytes, f"seed {seed} step {step}"
+        assert machine.principal_members == counted, f"seed {seed} step {step}"
         for gr in machine.groups.values():
             names = [set(m.names()) for m in gr.members.values()]
             assert gr.protocols() == (set.intersection(*names) if names else set()), f"seed {seed} step {step}"

@@ -215,3 +215,18 @@ def test_a_leaders_assignments_count_in_the_leaders_share_not_its_members():
                  assignments={leader: b"a" * 10_000, follower: b"b" * 45_000}, respond=refused, principal="User:alice")
     assert refused.one.error == E.coordinator_not_available
     assert machine.principal_bytes == held
+
+
+def test_a_principals_members_and_ids_handed_out_are_counted():
+    """A member costs the server ~600 B of its own besides the bytes its client sent (44 B for an
+    empty subscription), so the bytes alone let one principal hold 760,000 members (445 MB): a
+    principal has at most PRINCIPAL_MEMBERS_MAX members and ids handed out, in all its groups."""
+    machine = GroupStateMachine(Clock(), initial_rebalance_delay_ms=0)
+    machine.principal_members_max = 30
+    # members (alone in their group: answered at once) and ids handed out, in turn
+    codes = [_join(machine, f"g{i}", "User:alice", require=i % 2 == 0).one.error for i in range(JOINS_MAX * 2)]
+    assert codes[:30] == [E.member_id_required, E.none] * 15, codes
+    assert codes[30:] == [E.coordinator_not_available] * 10, codes
+    assert machine.principal_members == {"User:alice": 30}
+    assert _join(machine, "g0", "User:bob").got == []  # bob joins (his reply waits for the rebalance)
+    assert machine.principal_members == {"User:alice": 30, "User:bob": 1}
