@@ -1,5 +1,6 @@
 """What one principal (one authenticated user, over any number of connections) may hold of the
-server's shared pools, so it cannot stall the others: here the group coordinator's member data.
+server's shared pools, so it cannot stall the others: the group coordinator's member data, and the
+transactional ids it creates.
 
 The node bounds every group's member data together (128 MiB); one user filling it with its own groups
 had every other user's JoinGroup refused. Now a principal's members hold at most its share of it
@@ -27,6 +28,9 @@ SHARE = 1_000_000  # a principal's share of it (a quarter by default)
 JOINS_MAX = 20  # past the node's bound on the old code: the loops stop by then whatever happens
 
 
+TXN_IDS = 5  # a principal's transactional ids in these tests (PRINCIPAL_TRANSACTIONAL_IDS_MAX: 10,000)
+
+
 # -- over the wire: two SASL users ------------------------------------------------------------------------
 @pytest.fixture
 def sasl_server(data_dir):
@@ -44,6 +48,7 @@ def sasl_server(data_dir):
             p.send("t", value=b"v%d" % i, partition=0)
     cfg = SecurityConfig([Listener("SASL_PLAINTEXT", "127.0.0.1", 0)], auth_failure_delay_ms=100)
     with Server(store=store, security=cfg, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        server.transactions.principal_ids_max = TXN_IDS
         machine = server.coordinator.machine
         machine.metadata_max_bytes = POOL
         machine.principal_metadata_max_bytes = SHARE
@@ -155,6 +160,55 @@ def test_a_principals_room_comes_back_when_its_members_leave(sasl_server):
     joined, refused, again = asyncio.run(main())
     assert len(joined) == SHARE // (SUBSCRIPTION + 100) and refused == E.coordinator_not_available
     assert again == E.none
+
+
+def _init_producer(tid: str) -> object:
+    import datetime
+
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+    from kio.static.primitive import i32Timedelta
+
+    return InitProducerIdRequest(transactional_id=tid, producer_id=-1, producer_epoch=-1,
+                                 transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)))
+
+
+def _bob_commits_a_transaction(server) -> None:
+    from confluent_kafka import Producer
+
+    conf = {"bootstrap.servers": f"127.0.0.1:{server.port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bob", "sasl.password": "pw",
+            "transactional.id": "bob-app", "socket.timeout.ms": 5000, "log_level": 0}
+    producer = Producer(conf)
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce("t", value=b"bob", partition=0)
+    producer.commit_transaction(20)
+
+
+def test_a_principal_past_its_transactional_ids_is_refused_and_another_still_commits(sasl_server, caplog):
+    """Every transactional id is an LMDB document kept 7 days once idle and read by every timer pass:
+    alice, creating new ones as fast as answered (~450 a second), would have filled the store's LMDB
+    in about an hour and made each timer pass take longer than its interval. Past her share her
+    InitProducerId of a new id is COORDINATOR_NOT_AVAILABLE (one log line); ids she has keep working,
+    bob's transactions go on, and when her ids are gone she has room again."""
+    from klog.meta.transactions import TransactionsMeta
+
+    caplog.set_level(logging.INFO, logger="klog.serve")
+
+    async def alice(tids: list[str]) -> list[int]:
+        conn = await _sasl_conn(sasl_server.port, "alice")
+        try:
+            return [int((await conn.call(_init_producer(tid), timeout=10)).error_code) for tid in tids]
+        finally:
+            conn.close()
+
+    mine = [f"alice-{i}" for i in range(TXN_IDS)]
+    assert asyncio.run(alice(mine + ["alice-more", mine[0]])) == [E.none] * TXN_IDS + [
+        E.coordinator_not_available, E.none]
+    assert any("User:alice created 5 transactional ids" in r.getMessage() for r in caplog.records)
+    _bob_commits_a_transaction(sasl_server)
+    TransactionsMeta(sasl_server.store.meta).apply(mine[1], lambda meta, txn: None)  # gone (as if expired)
+    assert asyncio.run(alice(["alice-more"])) == [E.none]
 
 
 # -- the state machine ---------------------------------------------------------------------------------
