@@ -26,11 +26,12 @@ ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSE
 CLUSTER = "kafka-cluster"
 # The transactional ids one principal may bring into being (in this server's run, while they last):
 # each is an LMDB document (up to ~2.5 KB) kept transactional.id.expiration.ms (7 days) once idle,
-# and every timer pass reads them all (~15 us each). One client made ~450 a second: in an hour 1.6
-# million, 3.5 GB of the store's 4 GiB LMDB (whose filling fails every principal's commits, group
-# changes and transactions) and a 24 s timer pass every 10 s. Real producers reuse one id per
-# instance (Kafka Streams: per thread or task); Kafka itself throttles new producer ids per user
-# (KIP-936). A principal past it is answered COORDINATOR_NOT_AVAILABLE (the producer retries).
+# and every timer pass reads them all (measured: 50,000 ids, 106 MiB of LMDB and a 1.2-1.8 s pass).
+# One client made ~450 a second: in an hour 1.6 million, most of the store's 4 GiB LMDB (whose
+# filling fails every principal's commits, group changes and transactions) and passes longer than
+# their 10 s interval. Real producers reuse one id per instance (Kafka Streams: per thread or task);
+# Kafka's KIP-936 proposes throttling new producer ids per user for the same reason. A principal
+# past it is answered COORDINATOR_NOT_AVAILABLE (the producer retries).
 PRINCIPAL_TRANSACTIONAL_IDS_MAX = 10_000
 log = logging.getLogger("klog.serve")
 
