@@ -54,6 +54,11 @@ PRINCIPAL_METADATA_MAX_BYTES = METADATA_MAX_BYTES // 4
 # count what clients send, but each member costs the server ~600 B more of its own (~220 B an id
 # handed out), so 32 MiB of empty subscriptions held 760,000 members (445 MB). 20,000 is 12 MB.
 PRINCIPAL_MEMBERS_MAX = 20_000
+# The groups one principal may bring into being on this node (a JoinGroup of a group it does not
+# hold) that it still holds: a group its members left stays in memory (~1.3 KB) until the offset
+# expiry pass finds it without offsets, for offsets.retention.minutes (7 days) if it has some, so a
+# client joining, committing to and leaving new groups grew the server for good. 20,000 is 26 MB.
+PRINCIPAL_GROUPS_MAX = 20_000
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,7 @@ class Group:
     # protocol name -> members offering it: a join's check is then the joiner's protocols, not every
     # member's (1,000 members joining cost 1.2 s of the event loop in set intersections)
     supporters: dict[str, int] = field(default_factory=dict)
+    creator: str = ""  # the principal whose JoinGroup brought it into being (PRINCIPAL_GROUPS_MAX)
 
     def protocols(self) -> set[str]:
         """Protocols every member supports."""
@@ -178,16 +184,19 @@ class GroupStateMachine:
                  group_metadata_max_bytes: int = GROUP_METADATA_MAX_BYTES,
                  metadata_max_bytes: int = METADATA_MAX_BYTES,
                  principal_metadata_max_bytes: int = PRINCIPAL_METADATA_MAX_BYTES,
-                 principal_members_max: int = PRINCIPAL_MEMBERS_MAX) -> None:
+                 principal_members_max: int = PRINCIPAL_MEMBERS_MAX,
+                 principal_groups_max: int = PRINCIPAL_GROUPS_MAX) -> None:
         self.clock = clock
         self.max_size = max_size
         self.group_metadata_max_bytes = group_metadata_max_bytes
         self.metadata_max_bytes = metadata_max_bytes
         self.principal_metadata_max_bytes = principal_metadata_max_bytes
         self.principal_members_max = principal_members_max
+        self.principal_groups_max = principal_groups_max
         self.metadata_bytes = 0  # every group's
         self.principal_bytes: dict[str, int] = {}  # principal -> what its members hold (absent: nothing)
         self.principal_members: dict[str, int] = {}  # principal -> its members and ids handed out (absent: none)
+        self.principal_groups: dict[str, int] = {}  # principal -> the groups held that it brought into being
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -226,7 +235,10 @@ class GroupStateMachine:
                 self._changed(group)
             return None
         if group is None:
-            group = self.groups[group_id] = Group(group_id)
+            refused = self._groups_refusal(principal)
+            if refused is not None:
+                return respond(JoinResult(E.coordinator_not_available, member_id=member_id, reason=refused))
+            group = self._create(group_id, principal)
         if group.members and (group.protocol_type != protocol_type
                               or not group.supports_any([n for n, _ in protocols])):
             return respond(JoinResult(E.inconsistent_group_protocol, member_id=member_id))
@@ -728,7 +740,7 @@ class GroupStateMachine:
             self.on_change(group)
         self._schedule(group)
         if group.generation == 0 and group.state == EMPTY and not group.members and not group.pending:
-            del self.groups[group.group_id]  # only ever handed out member ids: nothing to remember
+            self.forget(group.group_id)  # only ever handed out member ids: nothing to remember
 
     def _expel(self, group: Group, member_id: str) -> None:
         """A member leaves (LeaveGroup or session expiry): the rest rebalance."""
@@ -755,10 +767,34 @@ class GroupStateMachine:
         if group.leader == member_id:
             group.leader = next(iter(group.members), None)
 
-    def seed_generation(self, group_id: str, generation: int) -> None:
-        """Start a group this node does not hold yet at a generation stored earlier."""
-        if generation > 0 and group_id not in self.groups:
-            self.groups[group_id] = Group(group_id, generation=generation)
+    def seed_generation(self, group_id: str, generation: int, principal: str = "") -> None:
+        """Start a group this node does not hold yet at a generation stored earlier (for `principal`'s
+        JoinGroup: not past its PRINCIPAL_GROUPS_MAX, which the join then answers)."""
+        if generation > 0 and group_id not in self.groups and self._groups_refusal(principal) is None:
+            self._create(group_id, principal, generation)
+
+    def _create(self, group_id: str, principal: str, generation: int = 0) -> Group:
+        group = self.groups[group_id] = Group(group_id, generation=generation, creator=principal)
+        self.principal_groups[principal] = self.principal_groups.get(principal, 0) + 1
+        return group
+
+    def _groups_refusal(self, principal: str) -> str | None:
+        held = self.principal_groups.get(principal, 0)
+        if held < self.principal_groups_max:
+            return None
+        return f"{principal or 'the caller'} brought {held} of the groups held into being, at most " \
+            f"{self.principal_groups_max}"
+
+    def forget(self, group_id: str) -> None:
+        """Drop a group without members from memory (its ids handed out too)."""
+        group = self.groups.pop(group_id)
+        for member_id in list(group.pending):
+            self._drop_pending(group, member_id)
+        left = self.principal_groups.get(group.creator, 0) - 1
+        if left > 0:
+            self.principal_groups[group.creator] = left
+        else:
+            self.principal_groups.pop(group.creator, None)
 
     # -- admin ---------------------------------------------------------------------------------------
     def delete(self, group_id: str) -> E:
@@ -767,9 +803,7 @@ class GroupStateMachine:
         if group is not None and (group.members or group.state != EMPTY):  # Kafka: only an Empty group
             return E.non_empty_group
         if group is not None:
-            for member_id in list(group.pending):  # (an Empty group's ids handed out: their bytes go too)
-                self._drop_pending(group, member_id)
-            del self.groups[group_id]
+            self.forget(group_id)  # (an Empty group's ids handed out go too)
         return E.none
 
     def is_live(self, group_id: str) -> bool:

@@ -142,7 +142,7 @@ class GroupCoordinator:
         stored = set(await asyncio.get_running_loop().run_in_executor(self.executor, self.meta.group_ids))
         for gid in [gid for gid, g in self.machine.groups.items()
                     if gid not in stored and not g.members and not g.pending]:
-            del self.machine.groups[gid]
+            self.machine.forget(gid)
         return results
 
     def _stable_subscription(self, group: Group) -> set[str] | None:

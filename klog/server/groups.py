@@ -136,7 +136,7 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
         except KlogError:
             local, generation = [], 0
         # generations go on from the stored one (as Kafka's do from __consumer_offsets), also after a restart
-        coord.machine.seed_generation(group_id, generation)
+        coord.machine.seed_generation(group_id, generation, ctx.principal)
         if local:
             ctx.log.info("join of group '%s' by %s refused: %d klog consumer(s) are live in it", group_id,
                          printable(ctx.client_id), len(local))

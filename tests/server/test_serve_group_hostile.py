@@ -741,7 +741,8 @@ def _machine_fuzz(seed: int, steps: int) -> None:
     machine = GroupStateMachine(lambda: now[0], initial_rebalance_delay_ms=rng.choice([0, 300, 3000]),
                                 max_size=8, group_metadata_max_bytes=1500, metadata_max_bytes=3000,
                                 principal_metadata_max_bytes=rng.choice([1000, 2000, 3000]),
-                                principal_members_max=rng.choice([3, 6, 20]))
+                                principal_members_max=rng.choice([3, 6, 20]),
+                                principal_groups_max=rng.choice([1, 2, 3]))
     replies: list[list] = []
     seen_ids: list[str] = ["", "invented"]
     instances = [None, None, "i1", "i2"]
@@ -818,6 +819,10 @@ def _machine_fuzz(seed: int, steps: int) -> None:
         assert machine.principal_bytes == {k: v for k, v in by_principal.items() if v}, f"seed {seed} step {step}"
         assert sum(held.values()) == machine.metadata_bytes, f"seed {seed} step {step}"
         assert machine.principal_members == counted, f"seed {seed} step {step}"
+        creators: dict[str, int] = {}
+        for gr in machine.groups.values():
+            creators[gr.creator] = creators.get(gr.creator, 0) + 1
+        assert machine.principal_groups == creators, f"seed {seed} step {step}"
         for gr in machine.groups.values():
             names = [set(m.names()) for m in gr.members.values()]
             assert gr.protocols() == (set.intersection(*names) if names else set()), f"seed {seed} step {step}"

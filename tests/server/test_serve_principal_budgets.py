@@ -284,3 +284,31 @@ def test_a_principals_members_and_ids_handed_out_are_counted():
     assert machine.principal_members == {"User:alice": 30}
     assert _join(machine, "g0", "User:bob").got == []  # bob joins (his reply waits for the rebalance)
     assert machine.principal_members == {"User:alice": 30, "User:bob": 1}
+
+
+def test_a_principal_brings_at_most_so_many_groups_into_being():
+    """A group its members left stays in memory (~1.3 KB) until the offset expiry pass finds it
+    without offsets (7 days if a commit gave it some): joining, committing to and leaving new groups
+    grew the server for good. A principal has at most PRINCIPAL_GROUPS_MAX groups it brought into
+    being; past it, a JoinGroup of a new group is COORDINATOR_NOT_AVAILABLE, and room comes back as
+    they go. Joining groups that exist is not limited, nor are other principals."""
+    clock = Clock()
+    machine = GroupStateMachine(clock, initial_rebalance_delay_ms=0)
+    machine.principal_groups_max = 3
+
+    def join_and_leave(group: str, principal: str) -> E:
+        reply = _join(machine, group, principal)
+        if reply.got and reply.one.error == E.none:
+            machine.leave(group, [(reply.one.member_id, None)])
+        return reply.one.error if reply.got else None
+
+    assert [join_and_leave(f"a{i}", "User:alice") for i in range(5)] == [E.none] * 3 + [
+        E.coordinator_not_available] * 2
+    assert sorted(machine.groups) == ["a0", "a1", "a2"]  # Empty, kept (generation 1)
+    machine.seed_generation("a-stored", 7, "User:alice")  # a stored group: not brought back past the bound
+    assert "a-stored" not in machine.groups
+    assert join_and_leave("a1", "User:bob") == E.none  # an existing group: bob joins
+    assert join_and_leave("b0", "User:bob") == E.none  # a new one: bob has his own count
+    assert machine.principal_groups == {"User:alice": 3, "User:bob": 1}
+    assert machine.delete("a0") == E.none  # gone (DeleteGroups, or the offset expiry pass): room again
+    assert join_and_leave("a3", "User:alice") == E.none
