@@ -50,6 +50,12 @@ class _Summary(NamedTuple):
     leader: str | None = None
 
 
+def escaped(text: str) -> str:
+    """Text naming what clients chose (member ids, protocol names, principals), safe for one log line:
+    control characters escaped, nothing cut short."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -85,7 +91,7 @@ class GroupCoordinator:
 
     def _log_event(self, text: str) -> None:
         """The state machine's lines (member ids and protocol names come from clients: escaped)."""
-        self._log.info("%s", text if text.isprintable() else text.encode("unicode_escape").decode("ascii"))
+        self._log.info("%s", escaped(text))
 
     def _settings(self) -> dict[str, int]:
         """Kafka's broker settings for groups, from the store defaults (klog.json)."""

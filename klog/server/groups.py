@@ -39,7 +39,7 @@ from klog.server import consumer_protocol
 from klog.server.context import RequestContext
 from klog.server.coordinator import COMPLETING, EMPTY, STABLE, JoinResult
 from klog.server.dispatch import Handler
-from klog.server.group_runtime import CONSUMER, GroupCoordinator
+from klog.server.group_runtime import CONSUMER, GroupCoordinator, escaped
 
 NOT_ASKED = -2147483648  # DescribeGroups' authorized_operations when the client did not ask
 GROUP_OPERATION_BITS = (("READ", 3), ("DELETE", 6), ("DESCRIBE", 8))  # Kafka's AclOperation codes
@@ -51,11 +51,6 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
         coord.started()
         return coord
     return None
-
-
-def _escaped(text: str) -> str:
-    """Text naming a principal, safe for one log line (not cut short, as printable() cuts it)."""
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 def _valid_group(group_id: str) -> bool:
@@ -158,7 +153,7 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
     res = await future
     if res.error not in (E.none, E.member_id_required):
         ctx.log.info("JoinGroup '%s' from %s: %s%s", printable(group_id), printable(ctx.client_id), res.error.name,
-                     f" ({_escaped(res.reason)})" if res.reason else "")
+                     f" ({escaped(res.reason)})" if res.reason else "")
     return answer(res)
 
 
