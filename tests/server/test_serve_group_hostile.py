@@ -732,8 +732,9 @@ def _machine_fuzz(seed: int, steps: int) -> None:
     """Random JoinGroup/SyncGroup/Heartbeat/LeaveGroup/commit checks/DeleteGroups and clock moves on a
     few groups, ids drawn from real, stale, pending and invented ones. Invariants after each step: no
     exception, every reply given at most once, the byte accounting exact (per group, node and principal;
-    member ids handed out count too), a deadline scheduled while
-    any member or handed-out id can expire; at the end, with time moved far ahead, every reply given."""
+    member ids handed out count too), each principal's members and groups counted exactly, a deadline
+    scheduled while any member or handed-out id can expire; at the end, with time moved far ahead,
+    every reply given."""
     import random
 
     rng = random.Random(seed)
@@ -741,8 +742,8 @@ def _machine_fuzz(seed: int, steps: int) -> None:
     machine = GroupStateMachine(lambda: now[0], initial_rebalance_delay_ms=rng.choice([0, 300, 3000]),
                                 max_size=8, group_metadata_max_bytes=1500, metadata_max_bytes=3000,
                                 principal_metadata_max_bytes=rng.choice([1000, 2000, 3000]),
-                                principal_members_max=rng.choice([3, 6, 20]),
-                                principal_groups_max=rng.choice([1, 2, 3]))
+                                principal_members_max=rng.choice([4, 8, 50]),
+                                principal_groups_max=rng.choice([2, 3, 10]))
     replies: list[list] = []
     seen_ids: list[str] = ["", "invented"]
     instances = [None, None, "i1", "i2"]
