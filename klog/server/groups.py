@@ -261,6 +261,12 @@ def _commit(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, 
     if offsets:
         assert coord is not None
         try:
+            refusal = coord.admit_offsets(ctx.principal, group_id, offsets)
+            if refusal is not None:
+                ctx.log.info("OffsetCommit to group '%s' from %s: COORDINATOR_NOT_AVAILABLE (%s)", printable(group_id),
+                             printable(ctx.client_id), escaped(refusal))
+                results.update({tp: E.coordinator_not_available for tp in offsets})
+                return results
             coord.meta.store_offsets(group_id, offsets, negative_ok=True)  # Kafka stores negative offsets
         except GroupError as e:
             ctx.log.info("OffsetCommit to group '%s' from %s refused: %s", group_id, printable(ctx.client_id), e)

@@ -348,6 +348,16 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             results[tp] = E.unknown_topic_or_partition
         else:
             offsets[tp] = (int(p.committed_offset), p.committed_metadata or "")
+    if offsets and ctx.coordinator is not None:  # (staged now, stored at the commit: counted now)
+        try:
+            refusal = await ctx.run_blocking(ctx.coordinator.admit_offsets, ctx.principal, group, offsets)
+        except (KlogError, OSError) as e:
+            refusal = f"cannot read the group's offsets: {e}"
+        if refusal is not None:
+            ctx.log.info("TxnOffsetCommit to group %r for transactional id %r from %s: COORDINATOR_NOT_AVAILABLE "
+                         "(%s)", group[:64], tid[:64], ctx.client_host, refusal)
+            results.update({tp: E.coordinator_not_available for tp in offsets})
+            offsets = {}
     if offsets:
         code, _ = await _call(ctx, coord.txn_offset_commit, tid, int(request.producer_id),
                               int(request.producer_epoch), group, offsets, fenced_from=2)
