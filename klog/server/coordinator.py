@@ -18,6 +18,7 @@ import heapq
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from klog.protocol.kafka import E
 
@@ -43,6 +44,21 @@ GROUP_METADATA_MAX_BYTES = 4 << 20
 # in new groups with 30-minute sessions held 800 B per group for 30 minutes (1 GB per ~1,000 joins/s)
 PENDING_MEMBER_MAX_MS = 60_000
 METADATA_MAX_BYTES = 128 << 20
+# What one principal's members (and member ids handed out to it) may hold of METADATA_MAX_BYTES: one
+# user filling the node's 128 MiB with its own groups had every other user's JoinGroup refused. A
+# quarter: a principal over it is refused as the node's bound refuses (COORDINATOR_NOT_AVAILABLE:
+# clients retry), and three others can each still take as much. (Kafka has no such bound: its group
+# metadata goes to __consumer_offsets, on disk.)
+PRINCIPAL_METADATA_MAX_BYTES = METADATA_MAX_BYTES // 4
+# The members and member ids handed out one principal may have, in all its groups: the bytes above
+# count what clients send, but each member costs the server ~600 B more of its own (~220 B an id
+# handed out), so 32 MiB of empty subscriptions held 760,000 members (445 MB). 20,000 is 12 MB.
+PRINCIPAL_MEMBERS_MAX = 20_000
+# The groups one principal may bring into being on this node (a JoinGroup of a group it does not
+# hold) that it still holds: a group its members left stays in memory (~1.3 KB) until the offset
+# expiry pass finds it without offsets, for offsets.retention.minutes (7 days) if it has some, so a
+# client joining, committing to and leaving new groups grew the server for good. 20,000 is 26 MB.
+PRINCIPAL_GROUPS_MAX = 20_000
 
 
 @dataclass(frozen=True)
@@ -54,6 +70,7 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: list[tuple[str, str | None, bytes]] = field(default_factory=list)  # leader only
+    reason: str = ""  # why it was refused, for the server's log line (JoinGroup answers carry no message)
 
 
 @dataclass(frozen=True)
@@ -83,12 +100,23 @@ class GroupMember:
     deadline: int = 0  # expelled when the clock passes this (unless awaiting a join or sync reply)
     join_cb: JoinCallback | None = None
     sync_cb: SyncCallback | None = None
+    # whose budget the member's bytes count in (PRINCIPAL_METADATA_MAX_BYTES): its protocols and ids
+    # the principal that last sent its JoinGroup, its assignment the principal of the leader that sent it
+    principal: str = ""
+    assignment_principal: str = ""
 
     def metadata(self, protocol: str) -> bytes:
         return next(m for n, m in self.protocols if n == protocol)
 
     def names(self) -> list[str]:
         return [n for n, _ in self.protocols]
+
+
+class PendingMember(NamedTuple):
+    """A member id handed out (MEMBER_ID_REQUIRED) and not yet joined."""
+
+    deadline: int  # forgotten then
+    principal: str  # whose budget its bytes count in
 
 
 @dataclass
@@ -101,7 +129,7 @@ class Group:
     leader: str | None = None
     members: dict[str, GroupMember] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
-    pending: dict[str, int] = field(default_factory=dict)  # member ids handed out, not yet joined -> deadline
+    pending: dict[str, PendingMember] = field(default_factory=dict)  # member ids handed out, not yet joined
     join_deadline: int | None = None  # when PreparingRebalance ends whoever has re-joined
     # members of the generation that have not sent SyncGroup yet, and when they are removed for it
     # (Kafka's pending sync: a member that joins and never syncs would hold the group in
@@ -110,10 +138,11 @@ class Group:
     sync_deadline: int | None = None
     initial_delay: bool = False  # a new group waits a little for more members before its first generation
     scheduled: int | None = None  # the time of its live entry in GroupStateMachine's timer heap
-    metadata_bytes: int = 0  # the members' protocols and assignments (GROUP_METADATA_MAX_BYTES)
+    metadata_bytes: int = 0  # the members' protocols, assignments and ids (GROUP_METADATA_MAX_BYTES)
     # protocol name -> members offering it: a join's check is then the joiner's protocols, not every
     # member's (1,000 members joining cost 1.2 s of the event loop in set intersections)
     supporters: dict[str, int] = field(default_factory=dict)
+    creator: str = ""  # the principal whose JoinGroup brought it into being (PRINCIPAL_GROUPS_MAX)
 
     def protocols(self) -> set[str]:
         """Protocols every member supports."""
@@ -153,12 +182,21 @@ class GroupStateMachine:
                  on_change: Callable[[Group], None] | None = None,
                  log: Callable[[str], None] | None = None, max_size: int = GROUP_MAX_SIZE,
                  group_metadata_max_bytes: int = GROUP_METADATA_MAX_BYTES,
-                 metadata_max_bytes: int = METADATA_MAX_BYTES) -> None:
+                 metadata_max_bytes: int = METADATA_MAX_BYTES,
+                 principal_metadata_max_bytes: int = PRINCIPAL_METADATA_MAX_BYTES,
+                 principal_members_max: int = PRINCIPAL_MEMBERS_MAX,
+                 principal_groups_max: int = PRINCIPAL_GROUPS_MAX) -> None:
         self.clock = clock
         self.max_size = max_size
         self.group_metadata_max_bytes = group_metadata_max_bytes
         self.metadata_max_bytes = metadata_max_bytes
+        self.principal_metadata_max_bytes = principal_metadata_max_bytes
+        self.principal_members_max = principal_members_max
+        self.principal_groups_max = principal_groups_max
         self.metadata_bytes = 0  # every group's
+        self.principal_bytes: dict[str, int] = {}  # principal -> what its members hold (absent: nothing)
+        self.principal_members: dict[str, int] = {}  # principal -> its members and ids handed out (absent: none)
+        self.principal_groups: dict[str, int] = {}  # principal -> the groups held that it brought into being
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -173,7 +211,9 @@ class GroupStateMachine:
     # -- JoinGroup ---------------------------------------------------------------------------------
     def join(self, group_id: str, member_id: str, instance_id: str | None, *, client_id: str, client_host: str,
              session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-             protocols: list[tuple[str, bytes]], require_known_member_id: bool, respond: JoinCallback) -> None:
+             protocols: list[tuple[str, bytes]], require_known_member_id: bool, respond: JoinCallback,
+             principal: str = "") -> None:
+        """`principal`: the caller's (its members' bytes count in its share, PRINCIPAL_METADATA_MAX_BYTES)."""
         if not group_id or len(group_id) > GROUP_ID_CHARS_MAX:
             return respond(JoinResult(E.invalid_group_id, member_id=member_id))
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
@@ -185,22 +225,27 @@ class GroupStateMachine:
         group = self.groups.get(group_id)
         if group is None and member_id:  # a member id from a group this node does not know (e.g. a restart)
             return respond(JoinResult(E.unknown_member_id, member_id=member_id))
-        refusal = self._metadata_refusal(group, member_id, instance_id, client_id, protocols)
+        refusal = self._metadata_refusal(group, member_id, instance_id, client_id, protocols, principal)
         if refusal is not None:  # (Kafka answers GROUP_MAX_SIZE_REACHED without a member id)
-            respond(JoinResult(refusal, member_id="" if refusal is E.group_max_size_reached else member_id))
-            if group is not None and group.pending.pop(member_id, None) is not None:
+            error, reason = refusal
+            respond(JoinResult(error, member_id="" if error is E.group_max_size_reached else member_id,
+                               reason=reason))
+            if group is not None and self._drop_pending(group, member_id):
                 self._maybe_complete_join(group)  # Kafka removes the member: nobody waits for it
                 self._changed(group)
             return None
         if group is None:
-            group = self.groups[group_id] = Group(group_id)
+            refused = self._groups_refusal(principal)
+            if refused is not None:
+                return respond(JoinResult(E.coordinator_not_available, member_id=member_id, reason=refused))
+            group = self._create(group_id, principal)
         if group.members and (group.protocol_type != protocol_type
                               or not group.supports_any([n for n, _ in protocols])):
             return respond(JoinResult(E.inconsistent_group_protocol, member_id=member_id))
         now = self.clock()
         # the join as a member not yet in the group (no callbacks, not joined)
         new = GroupMember(member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
-                          protocol_type, list(protocols))
+                          protocol_type, list(protocols), principal=principal)
         if not member_id:
             self._join_unknown(group, new, require_known_member_id, respond, now)
         else:
@@ -208,38 +253,62 @@ class GroupStateMachine:
         self._changed(group)
 
     def _metadata_refusal(self, group: Group | None, member_id: str, instance_id: str | None, client_id: str,
-                          protocols: list[tuple[str, bytes]]) -> E | None:
+                          protocols: list[tuple[str, bytes]], principal: str) -> tuple[E, str] | None:
         """GROUP_MAX_SIZE_REACHED (the client gives up, as for a full group) for a join that would take
-        the group past its metadata bytes; COORDINATOR_NOT_AVAILABLE (the client retries) past the node's.
-        (The handler logs the refusal: one line.)"""
+        the group past its metadata bytes; COORDINATOR_NOT_AVAILABLE (the client retries) past the node's,
+        or past the principal's share of them. (The handler logs the refusal, with its reason: one line.)"""
         held = None
         if group is not None:
             held = group.members.get(member_id) if member_id else \
                 group.members.get(group.static.get(instance_id, "")) if instance_id is not None else None
-        if held is not None:
-            return self._bytes_refusal(group, _protocols_size(protocols) - _protocols_size(held.protocols))
+        if held is not None:  # its bytes move to this principal's share if another one sent them
+            grows = _protocols_size(protocols) - _protocols_size(held.protocols)
+            if held.principal == principal:
+                return self._bytes_refusal(group, grows, principal)
+            return self._bytes_refusal(group, grows, principal, _own_size(held) + grows, members=1)
         # a new member: its ids too (a member id is the client id and a UUID: 32 KB client ids made
         # 1,000 members hold 64 MB of ids)
         ids = (len(member_id) if member_id else len(client_id or "member") + 37) + len(client_id) + \
             len(instance_id or "")
-        return self._bytes_refusal(group, _protocols_size(protocols) + ids)
+        grows = _protocols_size(protocols) + ids
+        pending = group.pending.get(member_id) if group is not None and member_id else None
+        if pending is None:
+            return self._bytes_refusal(group, grows, principal, members=1)
+        # a member id handed out comes back: its bytes are held already
+        if pending.principal == principal:
+            return self._bytes_refusal(group, grows - len(member_id), principal)
+        return self._bytes_refusal(group, grows - len(member_id), principal, grows, members=1)
 
-    def _bytes_refusal(self, group: Group | None, grows: int) -> E | None:
-        if grows <= 0:
-            return None
-        if (group.metadata_bytes if group is not None else 0) + grows > self.group_metadata_max_bytes:
-            return E.group_max_size_reached
-        if self.metadata_bytes + grows > self.metadata_max_bytes:
-            return E.coordinator_not_available
+    def _bytes_refusal(self, group: Group | None, grows: int, principal: str, charged: int | None = None,
+                       members: int = 0) -> tuple[E, str] | None:
+        """The error and its reason if the group's, the node's or the principal's bytes would pass their
+        bound: `grows` for the group and the node, `charged` (default: the same) for the principal; or
+        if the principal's `members` more would pass its count."""
+        if grows > 0:
+            if (group.metadata_bytes if group is not None else 0) + grows > self.group_metadata_max_bytes:
+                return E.group_max_size_reached, f"the group's member data would pass its " \
+                    f"{self.group_metadata_max_bytes} bytes"
+            if self.metadata_bytes + grows > self.metadata_max_bytes:
+                return E.coordinator_not_available, f"the member data of every group would pass the node's " \
+                    f"{self.metadata_max_bytes} bytes"
+        charged = grows if charged is None else charged
+        held = self.principal_bytes.get(principal, 0)
+        if charged > 0 and held + charged > self.principal_metadata_max_bytes:
+            return E.coordinator_not_available, f"{principal or 'the caller'}'s members hold {held} bytes of " \
+                f"member data, its share is {self.principal_metadata_max_bytes}"
+        count = self.principal_members.get(principal, 0)
+        if members > 0 and count + members > self.principal_members_max:
+            return E.coordinator_not_available, f"{principal or 'the caller'} has {count} members and member " \
+                f"ids handed out, at most {self.principal_members_max}"
         return None
 
-    def _refuse_assignment(self, group: Group, refusal: E) -> None:
+    def _refuse_assignment(self, group: Group, refusal: tuple[E, str]) -> None:
         """A leader's assignment past the bytes: as Kafka when its group record is too large to store,
         every member waiting in SyncGroup gets the error (UNKNOWN_SERVER_ERROR for the group's bound)
         and the group rebalances."""
-        error = E.unknown_server_error if refusal is E.group_max_size_reached else refusal
-        self.log(f"group '{group.group_id}' generation {group.generation}: the leader's assignment would take "
-                 f"the group's member data past its bound: {error.name}, rebalancing")
+        error = E.unknown_server_error if refusal[0] is E.group_max_size_reached else refusal[0]
+        self.log(f"group '{group.group_id}' generation {group.generation}: the leader's assignment refused "
+                 f"({refusal[1]}): {error.name}, rebalancing")
         for m in group.members.values():
             if m.sync_cb is not None:
                 cb, m.sync_cb = m.sync_cb, None
@@ -247,13 +316,47 @@ class GroupStateMachine:
         self._prepare_rebalance(group, self.clock())
         self._changed(group)
 
-    def _account(self, group: Group, size: int) -> None:
+    def _account(self, group: Group, principal: str, size: int) -> None:
         group.metadata_bytes += size
         self.metadata_bytes += size
+        held = self.principal_bytes.get(principal, 0) + size
+        if held:
+            self.principal_bytes[principal] = held
+        else:  # (a principal holding nothing is forgotten: the map is as large as the principals holding)
+            self.principal_bytes.pop(principal, None)
 
-    def _set_assignment(self, group: Group, member: GroupMember, assignment: bytes) -> None:
-        self._account(group, len(assignment) - len(member.assignment))
-        member.assignment = assignment
+    def _count(self, principal: str, members: int) -> None:
+        count = self.principal_members.get(principal, 0) + members
+        if count:
+            self.principal_members[principal] = count
+        else:
+            self.principal_members.pop(principal, None)
+
+    def _hold(self, group: Group, member: GroupMember, sign: int) -> None:
+        """Count a member in (sign 1) or out (-1): itself and its own bytes in its principal's, its
+        assignment in the principal's that sent it."""
+        self._count(member.principal, sign)
+        self._account(group, member.principal, sign * _own_size(member))
+        self._account(group, member.assignment_principal, sign * len(member.assignment))
+
+    def _set_assignment(self, group: Group, member: GroupMember, assignment: bytes, principal: str) -> None:
+        self._account(group, member.assignment_principal, -len(member.assignment))
+        self._account(group, principal, len(assignment))
+        member.assignment, member.assignment_principal = assignment, principal
+
+    def _add_pending(self, group: Group, member_id: str, deadline: int, principal: str) -> None:
+        group.pending[member_id] = PendingMember(deadline, principal)
+        self._count(principal, 1)
+        self._account(group, principal, len(member_id))
+
+    def _drop_pending(self, group: Group, member_id: str) -> bool:
+        """Forget a member id handed out; False if it was not one."""
+        pending = group.pending.pop(member_id, None)
+        if pending is None:
+            return False
+        self._count(pending.principal, -1)
+        self._account(group, pending.principal, -len(member_id))
+        return True
 
     def _join_unknown(self, group: Group, new: GroupMember, require_known: bool, respond: JoinCallback,
                       now: int) -> None:
@@ -265,7 +368,8 @@ class GroupStateMachine:
             return respond(JoinResult(E.group_max_size_reached, member_id=""))
         if require_known and new.instance_id is None:
             # KIP-394: hand out the id first, so a client that retries after a timeout is not two members
-            group.pending[member_id] = now + min(new.session_timeout_ms, PENDING_MEMBER_MAX_MS)
+            self._add_pending(group, member_id, now + min(new.session_timeout_ms, PENDING_MEMBER_MAX_MS),
+                              new.principal)
             return respond(JoinResult(E.member_id_required, member_id=member_id))
         self._add_member(group, new, member_id, respond, now)
 
@@ -273,17 +377,19 @@ class GroupStateMachine:
         member_id = new.member_id
         if new.instance_id is not None and group.static.get(new.instance_id, member_id) != member_id:
             return respond(JoinResult(E.fenced_instance_id, member_id=member_id))
-        if member_id in group.pending:
-            del group.pending[member_id]
+        if self._drop_pending(group, member_id):
             return self._add_member(group, new, member_id, respond, now)
         member = group.members.get(member_id)
         if member is None:
             return respond(JoinResult(E.unknown_member_id, member_id=member_id))
         changed = member.protocols != new.protocols
-        self._account(group, _protocols_size(new.protocols) - _protocols_size(member.protocols))
+        self._count(member.principal, -1)
+        self._account(group, member.principal, -_own_size(member))
         group.count_protocols(member.protocols, -1)
         group.count_protocols(new.protocols, 1)
-        member.protocols = new.protocols
+        member.protocols, member.principal = new.protocols, new.principal
+        self._count(member.principal, 1)
+        self._account(group, member.principal, _own_size(member))
         member.session_timeout_ms, member.rebalance_timeout_ms = new.session_timeout_ms, new.rebalance_timeout_ms
         if group.state == PREPARING:
             self._replace_join_cb(member, respond)
@@ -309,7 +415,7 @@ class GroupStateMachine:
         member = replace(new, member_id=member_id, join_cb=respond, joined=now,
                          deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
-        self._account(group, _member_size(member))
+        self._hold(group, member, 1)
         group.count_protocols(member.protocols, 1)
         if new.instance_id is not None:
             group.static[new.instance_id] = member_id
@@ -323,17 +429,18 @@ class GroupStateMachine:
         """A static member (group.instance.id) came back under a new member id: the old id is fenced;
         if nothing else changed the group keeps its assignment (KIP-345: no rebalance on restart)."""
         old = group.members.pop(group.static[new.instance_id])
-        self._account(group, -_member_size(old))
+        self._hold(group, old, -1)
         group.count_protocols(old.protocols, -1)
         group.pending_sync.discard(old.member_id)
         if old.join_cb is not None:
             old.join_cb(JoinResult(E.fenced_instance_id, member_id=old.member_id))
         if old.sync_cb is not None:
             old.sync_cb(SyncResult(E.fenced_instance_id))
-        member = replace(new, member_id=member_id, assignment=old.assignment, joined=now,
+        member = replace(new, member_id=member_id, assignment=old.assignment,
+                         assignment_principal=old.assignment_principal, joined=now,
                          deadline=now + new.session_timeout_ms)
         group.members[member_id] = member
-        self._account(group, _member_size(member))
+        self._hold(group, member, 1)
         group.count_protocols(member.protocols, 1)
         group.static[new.instance_id] = member_id
         if group.leader == old.member_id:
@@ -390,7 +497,7 @@ class GroupStateMachine:
         group.pending_sync = set(group.members)
         group.sync_deadline = now + max(m.rebalance_timeout_ms for m in group.members.values())
         for m in group.members.values():
-            self._set_assignment(group, m, b"")
+            self._set_assignment(group, m, b"", m.assignment_principal)
             m.deadline = now + m.session_timeout_ms
             cb, m.join_cb = m.join_cb, None
             cb(self._join_result(group, m, with_members=m.member_id == group.leader))
@@ -434,7 +541,8 @@ class GroupStateMachine:
     # -- SyncGroup -----------------------------------------------------------------------------------
     def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None, *,
              protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
-             respond: SyncCallback) -> None:
+             respond: SyncCallback, principal: str = "") -> None:
+        """`principal`: the caller's (a leader's assignments count in its share)."""
         group = self.groups.get(group_id)
         error = self._check_member(group, member_id, instance_id)
         if error is not E.none:
@@ -458,12 +566,15 @@ class GroupStateMachine:
             member.sync_cb(SyncResult(E.rebalance_in_progress))
         member.sync_cb = respond
         if member_id == group.leader:
-            grows = sum(len(assignments.get(mid, b"")) - len(m.assignment) for mid, m in group.members.items())
-            refusal = self._bytes_refusal(group, grows)
+            given = sum(len(assignments.get(mid, b"")) for mid in group.members)
+            grows = given - sum(len(m.assignment) for m in group.members.values())
+            charged = given - sum(len(m.assignment) for m in group.members.values()
+                                  if m.assignment_principal == principal)
+            refusal = self._bytes_refusal(group, grows, principal, charged)
             if refusal is not None:
                 return self._refuse_assignment(group, refusal)
             for mid, m in group.members.items():
-                self._set_assignment(group, m, assignments.get(mid, b""))
+                self._set_assignment(group, m, assignments.get(mid, b""), principal)
             group.state = STABLE
             now = self.clock()
             for m in group.members.values():
@@ -514,8 +625,7 @@ class GroupStateMachine:
             if not member_id:
                 member_id = group.static.get(instance_id, "") if instance_id is not None else ""
                 instance_id = None
-            if member_id in group.pending:
-                del group.pending[member_id]
+            if self._drop_pending(group, member_id):
                 self._maybe_complete_join(group)
                 errors.append(E.none)
                 continue
@@ -569,7 +679,7 @@ class GroupStateMachine:
             heapq.heappush(self._due, (deadline, group.group_id))
 
     def _group_deadline(self, group: Group) -> int | None:
-        times = list(group.pending.values())
+        times = [p.deadline for p in group.pending.values()]
         times.extend(t for t in (group.join_deadline, group.sync_deadline) if t is not None)
         times.extend(m.deadline for m in group.members.values() if not self._kept_alive(group, m))
         return min(times, default=None)
@@ -603,8 +713,8 @@ class GroupStateMachine:
 
     def _tick_group(self, group: Group, now: int) -> None:
         changed = False
-        for mid in [mid for mid, t in group.pending.items() if t <= now]:
-            del group.pending[mid]
+        for mid in [mid for mid, p in group.pending.items() if p.deadline <= now]:
+            self._drop_pending(group, mid)
             changed = True
         for m in [m for m in group.members.values() if m.deadline <= now and not self._kept_alive(group, m)]:
             self.log(f"member {m.member_id} of group '{group.group_id}' sent no heartbeat for "
@@ -630,7 +740,7 @@ class GroupStateMachine:
             self.on_change(group)
         self._schedule(group)
         if group.generation == 0 and group.state == EMPTY and not group.members and not group.pending:
-            del self.groups[group.group_id]  # only ever handed out member ids: nothing to remember
+            self.forget(group.group_id)  # only ever handed out member ids: nothing to remember
 
     def _expel(self, group: Group, member_id: str) -> None:
         """A member leaves (LeaveGroup or session expiry): the rest rebalance."""
@@ -646,7 +756,7 @@ class GroupStateMachine:
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
         group.pending_sync.discard(member_id)
-        self._account(group, -_member_size(member))
+        self._hold(group, member, -1)
         group.count_protocols(member.protocols, -1)
         if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
             del group.static[member.instance_id]
@@ -657,10 +767,34 @@ class GroupStateMachine:
         if group.leader == member_id:
             group.leader = next(iter(group.members), None)
 
-    def seed_generation(self, group_id: str, generation: int) -> None:
-        """Start a group this node does not hold yet at a generation stored earlier."""
-        if generation > 0 and group_id not in self.groups:
-            self.groups[group_id] = Group(group_id, generation=generation)
+    def seed_generation(self, group_id: str, generation: int, principal: str = "") -> None:
+        """Start a group this node does not hold yet at a generation stored earlier (for `principal`'s
+        JoinGroup: not past its PRINCIPAL_GROUPS_MAX, which the join then answers)."""
+        if generation > 0 and group_id not in self.groups and self._groups_refusal(principal) is None:
+            self._create(group_id, principal, generation)
+
+    def _create(self, group_id: str, principal: str, generation: int = 0) -> Group:
+        group = self.groups[group_id] = Group(group_id, generation=generation, creator=principal)
+        self.principal_groups[principal] = self.principal_groups.get(principal, 0) + 1
+        return group
+
+    def _groups_refusal(self, principal: str) -> str | None:
+        held = self.principal_groups.get(principal, 0)
+        if held < self.principal_groups_max:
+            return None
+        return f"{principal or 'the caller'} brought {held} of the groups held into being, at most " \
+            f"{self.principal_groups_max}"
+
+    def forget(self, group_id: str) -> None:
+        """Drop a group without members from memory (its ids handed out too)."""
+        group = self.groups.pop(group_id)
+        for member_id in list(group.pending):
+            self._drop_pending(group, member_id)
+        left = self.principal_groups.get(group.creator, 0) - 1
+        if left > 0:
+            self.principal_groups[group.creator] = left
+        else:
+            self.principal_groups.pop(group.creator, None)
 
     # -- admin ---------------------------------------------------------------------------------------
     def delete(self, group_id: str) -> E:
@@ -668,7 +802,8 @@ class GroupStateMachine:
         group = self.groups.get(group_id)
         if group is not None and (group.members or group.state != EMPTY):  # Kafka: only an Empty group
             return E.non_empty_group
-        self.groups.pop(group_id, None)
+        if group is not None:
+            self.forget(group_id)  # (an Empty group's ids handed out go too)
         return E.none
 
     def is_live(self, group_id: str) -> bool:
@@ -691,7 +826,8 @@ def _protocols_size(protocols: list[tuple[str, bytes]]) -> int:
     return sum(len(name) + len(metadata) for name, metadata in protocols)
 
 
-def _member_size(member: GroupMember) -> int:
-    """What a member holds that a client chose the size of: its protocols, assignment and ids."""
-    return _protocols_size(member.protocols) + len(member.assignment) + len(member.member_id) + \
-        len(member.client_id) + len(member.instance_id or "")
+def _own_size(member: GroupMember) -> int:
+    """What a member holds that its client chose the size of: its protocols and ids (its assignment is
+    the leader's)."""
+    return _protocols_size(member.protocols) + len(member.member_id) + len(member.client_id) + \
+        len(member.instance_id or "")

@@ -13,7 +13,10 @@ import contextlib
 import functools
 import logging
 import os
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from klog.errors import KlogError, UsageError
@@ -26,12 +29,24 @@ from klog.meta.groups import (
     now_ms,
     offsets_retention_setting,
     process_start_time,
+    validate_group_id,
 )
 from klog.server import consumer_protocol
 from klog.server.coordinator import STABLE, Group, GroupStateMachine
 from klog.store.state import current_boot_id
 
 CONSUMER = "consumer"  # the protocol type of Kafka's consumer groups (the only one whose topics klog reads)
+# What one principal's offset commits (OffsetCommit, TxnOffsetCommit) may add to the store's LMDB in
+# this server's run: new (group, partition) entries and longer metadata. The LMDB is 4 GiB for the
+# whole store, and once full every client's commits, group changes and transactions fail: one client
+# committing 1,000 partitions with 4,000-byte metadata to a new group each time added 40 MiB a second
+# (full in under two minutes), and kept for offsets.retention.minutes (7 days). 256 MiB is 1.6 million
+# entries without metadata; commits of entries already stored add nothing.
+PRINCIPAL_OFFSET_BYTES_MAX = 256 << 20
+OFFSET_ENTRY_BYTES = 150  # LMDB's own cost of a committed offset besides its names and metadata (measured)
+# committed offsets whose metadata size OffsetGrowth remembers (~100 B each): reading a group's
+# offsets back on each commit made a commit of 1,000 partitions cost 4 ms more (10.7 ms)
+OFFSET_SIZES_KNOWN_MAX = 100_000
 
 
 def _monotonic_ms() -> int:
@@ -48,6 +63,77 @@ class _Summary(NamedTuple):
     targets: dict[str, list[tuple[str, int]]] | None  # None: not stable (no assignment to show)
     protocol_type: str | None = None
     leader: str | None = None
+
+
+def escaped(text: str) -> str:
+    """Text naming what clients chose (member ids, protocol names, principals), safe for one log line:
+    control characters escaped, nothing cut short."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+class OffsetGrowth:
+    """What each principal's offset commits have added to the store in this run, at most `max_bytes`
+    each (not given back: what is added stays for days, and real use is far below the bound); and the
+    metadata sizes known stored for the groups committed to lately, so that a group committing again
+    (every few seconds) is not read back. Thread-safe: commits are stored in the thread pool.
+
+    A size remembered after its offset expired only lets the offset come back as large as it was: the
+    store never holds more than it held plus what was counted."""
+
+    def __init__(self, max_bytes: int, read: Callable[[str], dict]) -> None:
+        self.max_bytes = max_bytes
+        self.added: dict[str, int] = {}
+        self._read = read  # group -> its committed offsets (GroupsMeta.committed)
+        self._known: OrderedDict[str, dict[tuple[str, int], int]] = OrderedDict()  # least recent first
+        self._entries = 0
+        self._lock = threading.Lock()
+
+    def admit(self, principal: str, group_id: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> str | None:
+        """None if `principal` may store `offsets` in the group (what they add counted); else why not.
+        Blocking (may read the group's offsets)."""
+        known = self._sizes(group_id)
+        sizes = {tp: len(metadata.encode()) for tp, (_, metadata) in offsets.items()}
+        with self._lock:
+            grows = sum(_offset_growth(group_id, tp[0], size, known.get(tp)) for tp, size in sizes.items())
+            added = self.added.get(principal, 0)
+            if grows > 0 and added + grows > self.max_bytes:
+                return f"{principal} added {added} bytes of committed offsets to the store, at most {self.max_bytes}"
+            if grows > 0:
+                self.added[principal] = added + grows
+            if self._known.get(group_id) is known:  # (else forgotten meanwhile: nothing to remember)
+                self._entries += sum(1 for tp in sizes if tp not in known)
+                for tp, size in sizes.items():
+                    known[tp] = max(size, known.get(tp, 0))
+                self._evict()
+        return None
+
+    def _sizes(self, group_id: str) -> dict[tuple[str, int], int]:
+        with self._lock:
+            known = self._known.get(group_id)
+            if known is not None:
+                self._known.move_to_end(group_id)
+                return known
+        read = {tp: len(c.metadata.encode()) for tp, c in self._read(group_id).items()}
+        with self._lock:
+            known = self._known.setdefault(group_id, read)
+            if known is read:
+                self._entries += len(read)
+            self._known.move_to_end(group_id)
+        return known
+
+    def _evict(self) -> None:
+        """Forget the least recently committed groups past OFFSET_SIZES_KNOWN_MAX entries. Lock held."""
+        while self._entries > OFFSET_SIZES_KNOWN_MAX and self._known:
+            _, sizes = self._known.popitem(last=False)
+            self._entries -= len(sizes)
+
+
+def _offset_growth(group_id: str, topic: str, size: int, stored: int | None) -> int:
+    """What storing an offset with `size` bytes of metadata adds to LMDB: a new entry, or longer
+    metadata than the stored one's (`stored`: its size; None: no such entry)."""
+    if stored is None:
+        return len(group_id.encode()) + len(topic.encode()) + size + OFFSET_ENTRY_BYTES
+    return max(0, size - stored)
 
 
 def _b64(data: bytes) -> str:
@@ -82,10 +168,11 @@ class GroupCoordinator:
         self._wake: asyncio.Event | None = None
         self._dirty: set[str] = set()
         self._writer: asyncio.Task | None = None
+        self.offset_growth = OffsetGrowth(PRINCIPAL_OFFSET_BYTES_MAX, self.meta.committed)
 
     def _log_event(self, text: str) -> None:
         """The state machine's lines (member ids and protocol names come from clients: escaped)."""
-        self._log.info("%s", text if text.isprintable() else text.encode("unicode_escape").decode("ascii"))
+        self._log.info("%s", escaped(text))
 
     def _settings(self) -> dict[str, int]:
         """Kafka's broker settings for groups, from the store defaults (klog.json)."""
@@ -111,6 +198,16 @@ class GroupCoordinator:
         except UsageError as e:
             self._log.warning("%s; using Kafka's default", e)
             return default_ms
+
+    def admit_offsets(self, principal: str, group_id: str, offsets: dict[tuple[str, int], tuple[int, str]]
+                      ) -> str | None:
+        """None if `principal` may store `offsets` in the group (what they add to the store counted in its
+        PRINCIPAL_OFFSET_BYTES_MAX); else why not. Blocking (may read the group's offsets): in the thread pool."""
+        try:
+            validate_group_id(group_id)
+        except UsageError:
+            return None  # (refused where it is stored: nothing added, nothing to count)
+        return self.offset_growth.admit(principal, group_id, offsets)
 
     # -- offset expiry ------------------------------------------------------------------------------
     def start_expiry(self) -> None:
@@ -142,7 +239,7 @@ class GroupCoordinator:
         stored = set(await asyncio.get_running_loop().run_in_executor(self.executor, self.meta.group_ids))
         for gid in [gid for gid, g in self.machine.groups.items()
                     if gid not in stored and not g.members and not g.pending]:
-            del self.machine.groups[gid]
+            self.machine.forget(gid)
         return results
 
     def _stable_subscription(self, group: Group) -> set[str] | None:

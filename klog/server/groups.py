@@ -39,7 +39,7 @@ from klog.server import consumer_protocol
 from klog.server.context import RequestContext
 from klog.server.coordinator import COMPLETING, EMPTY, STABLE, JoinResult
 from klog.server.dispatch import Handler
-from klog.server.group_runtime import CONSUMER, GroupCoordinator
+from klog.server.group_runtime import CONSUMER, GroupCoordinator, escaped
 
 NOT_ASKED = -2147483648  # DescribeGroups' authorized_operations when the client did not ask
 GROUP_OPERATION_BITS = (("READ", 3), ("DELETE", 6), ("DESCRIBE", 8))  # Kafka's AclOperation codes
@@ -131,7 +131,7 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
         except KlogError:
             local, generation = [], 0
         # generations go on from the stored one (as Kafka's do from __consumer_offsets), also after a restart
-        coord.machine.seed_generation(group_id, generation)
+        coord.machine.seed_generation(group_id, generation, ctx.principal)
         if local:
             ctx.log.info("join of group '%s' by %s refused: %d klog consumer(s) are live in it", group_id,
                          printable(ctx.client_id), len(local))
@@ -148,10 +148,12 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
                        rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", -1)),
                        protocol_type=request.protocol_type,
                        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-                       require_known_member_id=int(request.__version__) >= 4, respond=respond)
+                       require_known_member_id=int(request.__version__) >= 4, respond=respond,
+                       principal=ctx.principal)
     res = await future
     if res.error not in (E.none, E.member_id_required):
-        ctx.log.info("JoinGroup '%s' from %s: %s", printable(group_id), printable(ctx.client_id), res.error.name)
+        ctx.log.info("JoinGroup '%s' from %s: %s%s", printable(group_id), printable(ctx.client_id), res.error.name,
+                     f" ({escaped(res.reason)})" if res.reason else "")
     return answer(res)
 
 
@@ -171,7 +173,8 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
                        getattr(request, "group_instance_id", None),
                        protocol_type=getattr(request, "protocol_type", None),
                        protocol_name=getattr(request, "protocol_name", None),
-                       assignments={a.member_id: bytes(a.assignment) for a in request.assignments}, respond=respond)
+                       assignments={a.member_id: bytes(a.assignment) for a in request.assignments}, respond=respond,
+                       principal=ctx.principal)
     res = await future
     await coord.flush()  # a member that has its assignment is seen by `klog groups` with it
     return make(mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=res.error,
@@ -258,6 +261,12 @@ def _commit(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, 
     if offsets:
         assert coord is not None
         try:
+            refusal = coord.admit_offsets(ctx.principal, group_id, offsets)
+            if refusal is not None:
+                ctx.log.info("OffsetCommit to group '%s' from %s: COORDINATOR_NOT_AVAILABLE (%s)", printable(group_id),
+                             printable(ctx.client_id), escaped(refusal))
+                results.update({tp: E.coordinator_not_available for tp in offsets})
+                return results
             coord.meta.store_offsets(group_id, offsets, negative_ok=True)  # Kafka stores negative offsets
         except GroupError as e:
             ctx.log.info("OffsetCommit to group '%s' from %s refused: %s", group_id, printable(ctx.client_id), e)

@@ -731,14 +731,19 @@ def test_a_member_that_joins_and_never_syncs_is_removed_after_the_rebalance_time
 def _machine_fuzz(seed: int, steps: int) -> None:
     """Random JoinGroup/SyncGroup/Heartbeat/LeaveGroup/commit checks/DeleteGroups and clock moves on a
     few groups, ids drawn from real, stale, pending and invented ones. Invariants after each step: no
-    exception, every reply given at most once, the byte accounting exact, a deadline scheduled while
-    any member or handed-out id can expire; at the end, with time moved far ahead, every reply given."""
+    exception, every reply given at most once, the byte accounting exact (per group, node and principal;
+    member ids handed out count too), each principal's members and groups counted exactly, a deadline
+    scheduled while any member or handed-out id can expire; at the end, with time moved far ahead,
+    every reply given."""
     import random
 
     rng = random.Random(seed)
     now = [0]
     machine = GroupStateMachine(lambda: now[0], initial_rebalance_delay_ms=rng.choice([0, 300, 3000]),
-                                max_size=8, group_metadata_max_bytes=1500, metadata_max_bytes=3000)
+                                max_size=8, group_metadata_max_bytes=1500, metadata_max_bytes=3000,
+                                principal_metadata_max_bytes=rng.choice([1000, 2000, 3000]),
+                                principal_members_max=rng.choice([4, 8, 50]),
+                                principal_groups_max=rng.choice([2, 3, 10]))
     replies: list[list] = []
     seen_ids: list[str] = ["", "invented"]
     instances = [None, None, "i1", "i2"]
@@ -772,7 +777,8 @@ def _machine_fuzz(seed: int, steps: int) -> None:
             machine.join(group, mid, instance, client_id="c", client_host="h",
                          session_timeout_ms=rng.choice([6000, 10_000, 10_000, 5]), rebalance_timeout_ms=rng.choice(
                              [-1, 0, 1000, 20_000]), protocol_type=rng.choice(["consumer"] * 5 + ["connect"]),
-                         protocols=protocols, require_known_member_id=rng.random() < 0.6, respond=box.append)
+                         protocols=protocols, require_known_member_id=rng.random() < 0.6, respond=box.append,
+                         principal=rng.choice(["User:a", "User:b"]))
             seen_ids.extend(r.member_id for r in box if r.member_id)
         elif action < 0.5:
             box = reply()
@@ -780,7 +786,7 @@ def _machine_fuzz(seed: int, steps: int) -> None:
             assignments = {m: b"y" * rng.choice([0, 5, 5, 700]) for m in targets}
             machine.sync(group, gen, mid, instance, protocol_type=rng.choice([None, "consumer"]),
                          protocol_name=rng.choice([None, None, "range", "rr"]), assignments=assignments,
-                         respond=box.append)
+                         respond=box.append, principal=rng.choice(["User:a", "User:b"]))
         elif action < 0.62:
             machine.heartbeat(group, gen, mid, instance)
         elif action < 0.7:
@@ -796,8 +802,28 @@ def _machine_fuzz(seed: int, steps: int) -> None:
         assert all(len(box) <= 1 for box in replies), f"seed {seed} step {step}: a reply given twice"
         held = {gid: sum(len(n) + len(m) for mem in gr.members.values() for n, m in mem.protocols)
                 + sum(len(mem.assignment) + len(mem.member_id) + len(mem.client_id) + len(mem.instance_id or "")
-                      for mem in gr.members.values()) for gid, gr in machine.groups.items()}
+                      for mem in gr.members.values()) + sum(map(len, gr.pending)) for gid, gr in machine.groups.items()}
         assert {gid: gr.metadata_bytes for gid, gr in machine.groups.items()} == held, f"seed {seed} step {step}"
+        by_principal: dict[str, int] = {}
+        counted: dict[str, int] = {}
+        for gr in machine.groups.values():
+            for who in [mem.principal for mem in gr.members.values()] + [p.principal for p in gr.pending.values()]:
+                counted[who] = counted.get(who, 0) + 1
+            for mem in gr.members.values():
+                own = sum(len(n) + len(m) for n, m in mem.protocols) + len(mem.member_id) + len(mem.client_id) + \
+                    len(mem.instance_id or "")
+                by_principal[mem.principal] = by_principal.get(mem.principal, 0) + own
+                by_principal[mem.assignment_principal] = by_principal.get(mem.assignment_principal, 0) + \
+                    len(mem.assignment)
+            for mid, p in gr.pending.items():
+                by_principal[p.principal] = by_principal.get(p.principal, 0) + len(mid)
+        assert machine.principal_bytes == {k: v for k, v in by_principal.items() if v}, f"seed {seed} step {step}"
+        assert sum(held.values()) == machine.metadata_bytes, f"seed {seed} step {step}"
+        assert machine.principal_members == counted, f"seed {seed} step {step}"
+        creators: dict[str, int] = {}
+        for gr in machine.groups.values():
+            creators[gr.creator] = creators.get(gr.creator, 0) + 1
+        assert machine.principal_groups == creators, f"seed {seed} step {step}"
         for gr in machine.groups.values():
             names = [set(m.names()) for m in gr.members.values()]
             assert gr.protocols() == (set.intersection(*names) if names else set()), f"seed {seed} step {step}"
