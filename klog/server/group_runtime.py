@@ -36,12 +36,13 @@ from klog.server.coordinator import STABLE, Group, GroupStateMachine
 from klog.store.state import current_boot_id
 
 CONSUMER = "consumer"  # the protocol type of Kafka's consumer groups (the only one whose topics klog reads)
-# What one principal's offset commits (OffsetCommit, TxnOffsetCommit) may add to the store's LMDB in
-# this server's run: new (group, partition) entries and longer metadata. The LMDB is 4 GiB for the
-# whole store, and once full every client's commits, group changes and transactions fail: one client
-# committing 1,000 partitions with 4,000-byte metadata to a new group each time added 40 MiB a second
-# (full in under two minutes), and kept for offsets.retention.minutes (7 days). 256 MiB is 1.6 million
-# entries without metadata; commits of entries already stored add nothing.
+# What one principal's offset commits (OffsetCommit, TxnOffsetCommit) may add to the store's LMDB per
+# offsets.retention.minutes (given back as time passes, see OffsetGrowth): new (group, partition)
+# entries and longer metadata. The LMDB is 4 GiB for the whole store, and once full every client's
+# commits, group changes and transactions fail: one client committing 1,000 partitions with 4,000-byte
+# metadata to a new group each time added 40 MiB a second (full in under two minutes), and kept for
+# offsets.retention.minutes (7 days). 256 MiB is 1.6 million entries without metadata; commits of
+# entries already stored add nothing.
 PRINCIPAL_OFFSET_BYTES_MAX = 256 << 20
 OFFSET_ENTRY_BYTES = 150  # LMDB's own cost of a committed offset besides its names and metadata (measured)
 # committed offsets whose metadata size OffsetGrowth remembers (~100 B each): reading a group's
@@ -72,17 +73,26 @@ def escaped(text: str) -> str:
 
 
 class OffsetGrowth:
-    """What each principal's offset commits have added to the store in this run, at most `max_bytes`
-    each (not given back: what is added stays for days, and real use is far below the bound); and the
-    metadata sizes known stored for the groups committed to lately, so that a group committing again
-    (every few seconds) is not read back. Thread-safe: commits are stored in the thread pool.
+    """What each principal's offset commits have added to the store lately, at most `max_bytes` each;
+    and the metadata sizes known stored for the groups committed to lately, so that a group committing
+    again (every few seconds) is not read back. Thread-safe: commits are stored in the thread pool.
+
+    What was added is given back at `max_bytes` per `period_ms` (offsets.retention.minutes: an
+    offset not committed again is expired after it), so the store holds at most about `max_bytes` of
+    a principal's idle offsets, and a long-running server never shuts a principal out for good (a
+    tool that commits under a new group id each run, as kafka-console-consumer does, reached the bound
+    after ~100,000 runs and was refused until a restart).
 
     A size remembered after its offset expired only lets the offset come back as large as it was: the
     store never holds more than it held plus what was counted."""
 
-    def __init__(self, max_bytes: int, read: Callable[[str], dict]) -> None:
+    def __init__(self, max_bytes: int, read: Callable[[str], dict], period_ms: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.max_bytes = max_bytes
-        self.added: dict[str, int] = {}
+        self.period_ms = max(1, period_ms)
+        self.added: dict[str, float] = {}
+        self._added_at: dict[str, float] = {}  # principal -> when its `added` was last brought up to date
+        self._clock = clock
         self._read = read  # group -> its committed offsets (GroupsMeta.committed)
         self._known: OrderedDict[str, dict[tuple[str, int], int]] = OrderedDict()  # least recent first
         self._entries = 0
@@ -95,9 +105,10 @@ class OffsetGrowth:
         sizes = {tp: len(metadata.encode()) for tp, (_, metadata) in offsets.items()}
         with self._lock:
             grows = sum(_offset_growth(group_id, tp[0], size, known.get(tp)) for tp, size in sizes.items())
-            added = self.added.get(principal, 0)
+            added = self._added_now(principal)
             if grows > 0 and added + grows > self.max_bytes:
-                return f"{principal} added {added} bytes of committed offsets to the store, at most {self.max_bytes}"
+                return (f"{principal} added {added:.0f} bytes of committed offsets to the store lately, at most "
+                        f"{self.max_bytes} per {self.period_ms / 60_000:g} minutes (offsets.retention.minutes)")
             if grows > 0:
                 self.added[principal] = added + grows
             if self._known.get(group_id) is known:  # (else forgotten meanwhile: nothing to remember)
@@ -106,6 +117,17 @@ class OffsetGrowth:
                     known[tp] = max(size, known.get(tp, 0))
                 self._evict()
         return None
+
+    def _added_now(self, principal: str) -> float:
+        """The principal's `added`, less what the time since its last commit gave back. Lock held."""
+        now = self._clock()
+        added = self.added.get(principal, 0.0)
+        if added > 0:
+            elapsed_ms = (now - self._added_at.get(principal, now)) * 1000
+            added = max(0.0, added - elapsed_ms * self.max_bytes / self.period_ms)
+            self.added[principal] = added
+        self._added_at[principal] = now
+        return added
 
     def _sizes(self, group_id: str) -> dict[tuple[str, int], int]:
         with self._lock:
@@ -168,7 +190,7 @@ class GroupCoordinator:
         self._wake: asyncio.Event | None = None
         self._dirty: set[str] = set()
         self._writer: asyncio.Task | None = None
-        self.offset_growth = OffsetGrowth(PRINCIPAL_OFFSET_BYTES_MAX, self.meta.committed)
+        self.offset_growth = OffsetGrowth(PRINCIPAL_OFFSET_BYTES_MAX, self.meta.committed, self.retention_ms)
 
     def _log_event(self, text: str) -> None:
         """The state machine's lines (member ids and protocol names come from clients: escaped)."""

@@ -391,3 +391,21 @@ def test_a_principal_brings_at_most_so_many_groups_into_being():
     assert machine.principal_groups == {"User:alice": 3, "User:bob": 1}
     assert machine.delete("a0") == E.none  # gone (DeleteGroups, or the offset expiry pass): room again
     assert join_and_leave("a3", "User:alice") == E.none
+
+
+def test_a_principals_offset_share_comes_back_over_the_retention_period():
+    """What a principal added is given back at its share per offsets.retention.minutes: a server
+    running for months never shuts out a tool that commits under a new group id each run."""
+    from klog.server.group_runtime import OffsetGrowth
+
+    now = [0.0]
+    growth = OffsetGrowth(10_000, lambda group: {}, period_ms=60_000, clock=lambda: now[0])
+    offsets = {("t", p): (0, "m" * 900) for p in range(4)}  # ~4.3 KB each time, in a new group
+    assert growth.admit("User:alice", "g1", offsets) is None
+    assert growth.admit("User:alice", "g2", offsets) is None
+    refused = growth.admit("User:alice", "g3", offsets)
+    assert refused is not None and "per 1 minutes" in refused
+    assert growth.admit("User:bob", "g4", offsets) is None  # (another principal's own share)
+    now[0] += 30.0  # half the period: half the share back
+    assert growth.admit("User:alice", "g3", offsets) is None
+    assert growth.admit("User:alice", "g5", offsets) is not None
