@@ -4,12 +4,14 @@ and every check that matters still made (the data-loss marker, another writer si
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 
 import pytest
 
 import klog
 from klog.broker import data_loss
+from klog.store import log
 from klog.store.locks import FileLock
 from klog.store.state import ReplicaState
 from tests.kafka_files import read_checkpoint
@@ -25,9 +27,7 @@ def _fill(data_dir: str) -> None:
                 p.send("w", b"v%d" % i, partition=i % PARTITIONS)
 
 
-def test_a_first_write_lists_each_folder_once_and_takes_each_lock_once(data_dir, monkeypatch):
-    _fill(data_dir)
-    folders = {os.path.join(data_dir, "logs", f"w-{p}") for p in range(PARTITIONS)}
+def _count_listings_and_locks(monkeypatch) -> tuple[Counter[str], Counter[str]]:
     listed: Counter[str] = Counter()
     real_listdir = os.listdir
     monkeypatch.setattr(os, "listdir", lambda path=".": listed.update([str(path)]) or real_listdir(path))
@@ -35,20 +35,60 @@ def test_a_first_write_lists_each_folder_once_and_takes_each_lock_once(data_dir,
     real_acquire = FileLock.acquire
     monkeypatch.setattr(FileLock, "acquire",
                         lambda self, blocking=True: locked.update([self.path]) or real_acquire(self, blocking))
+    return listed, locked
+
+
+def _states_describe_the_logs(folders: set[str], log_end: int) -> None:
+    for folder in folders:
+        state = ReplicaState(os.path.join(folder, ReplicaState.FILE_NAME))
+        try:
+            snap = state.read()
+        finally:
+            state.close()
+        assert snap is not None and snap.log_end_offset == log_end
+        assert snap.valid_size == os.path.getsize(os.path.join(folder, f"{snap.active_base:020d}.log"))
+
+
+@pytest.mark.parametrize("folders_settled", [False, True])
+def test_a_first_write_lists_each_folder_once_and_takes_each_lock_once(data_dir, monkeypatch, folders_settled):
+    """Whether the close also records the Kafka checkpoint files' digest (under a second hold of
+    each lock, once per folder: see test_checkpoint_digest) depends on the age of the folder's last
+    change at the open (log.FOLDER_SETTLED_NS): the previous Store's close rewrote the folders'
+    checkpoint files just before. Left to the clock, this test took two locks twice when the
+    machine was slow; each case is pinned here, and the write's own holds are counted apart."""
+    _fill(data_dir)
+    if folders_settled:  # as a later command finds them: the open records the folder in the trust record
+        time.sleep(log.FOLDER_SETTLED_NS / 1e9 + 0.02)
+    else:  # changed just before the open: it cannot vouch for the folder (nor for its checkpoint files)
+        monkeypatch.setattr(log, "FOLDER_SETTLED_NS", 3600 * 10**9)
+        monkeypatch.setattr(log, "FOLDER_SETTLED_WHOLE_SECONDS_NS", 3600 * 10**9)
+    folders = {os.path.join(data_dir, "logs", f"w-{p}") for p in range(PARTITIONS)}
+    listed, locked = _count_listings_and_locks(monkeypatch)
     with klog.open(data_dir) as store:
         with store.producer() as p:
             for i in range(PARTITIONS):
                 p.send("w", b"more%d" % i, partition=i)
+        assert sorted(locked.values()) == [1] * PARTITIONS  # the write: one hold of each lock
+        _states_describe_the_logs(folders, 4)  # its append left each replica state file describing its log ...
     monkeypatch.undo()
     assert {f: listed[f] for f in folders} == {f: 1 for f in folders}  # not also when the Store opened them
-    assert sorted(locked.values()) == [1] * PARTITIONS  # the close settles nothing under a second hold
-    for folder in folders:  # ... since the append left each replica state file describing its log
-        snap = ReplicaState(os.path.join(folder, ReplicaState.FILE_NAME)).read()
-        assert snap is not None and snap.log_end_offset == 4
-        assert snap.valid_size == os.path.getsize(os.path.join(folder, f"{snap.active_base:020d}.log"))
+    # ... so the close settles nothing of the appends under a second hold; with the folders
+    # settled, it takes each lock once more only to record that their checkpoint files are current
+    assert sorted(locked.values()) == [2 if folders_settled else 1] * PARTITIONS
+    _states_describe_the_logs(folders, 4)
+    if folders_settled:  # recorded: the next write lists no folder and takes each lock once in all
+        listed, locked = _count_listings_and_locks(monkeypatch)
+        with klog.open(data_dir) as store, store.producer() as p:
+            for i in range(PARTITIONS):
+                p.send("w", b"again%d" % i, partition=i)
+        monkeypatch.undo()
+        assert not [f for f in folders if listed[f]]
+        assert sorted(locked.values()) == [1] * PARTITIONS
+        _states_describe_the_logs(folders, 5)
     with klog.open(data_dir) as store:
         for i in range(PARTITIONS):
-            assert [r.value for r in store.consumer("w", partitions=[i])][-1] == b"more%d" % i
+            last = [r.value for r in store.consumer("w", partitions=[i])][-1]
+            assert last == (b"again%d" if folders_settled else b"more%d") % i
 
 
 def test_a_loss_marker_stops_a_store_that_lists_the_folder_once(data_dir):
