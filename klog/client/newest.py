@@ -79,7 +79,7 @@ def _before_until(reader: Any, starts: dict[Where, int], ends: dict[Where, int],
     --until (as `consume --until` stops): the time index's offset may be a transaction marker's or an
     aborted record's, with older records after it. Usually one read: that offset is the record."""
     ranges = {where: (starts[where], ends[where]) for where in ends if starts[where] < ends[where]}
-    reader.until_ms = until_ms  # the store's reader stops each partition there (librdkafka's leaves it out)
+    reader.until_ms = until_ms  # every reader stops each partition there
     try:
         got = _read_ranges(reader, ranges, {where: n for where in ranges})
     finally:
