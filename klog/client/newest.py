@@ -41,8 +41,8 @@ def newest_records(store: Any, topics: list[str], n: int, *, count: int | None =
 def _newest_matches(store: Any, topics: list[str], n: int, options: dict[str, Any]
                     ) -> tuple[list[Record], dict[Where, int]]:
     """The n newest records that pass the filter, and each partition's end where they were looked for."""
-    # one reader for every partition, bounded to one range of each per pass (a cluster's partitions
-    # are fetched together)
+    # one reader for every partition, bounded to one range of each per pass (through a cluster a
+    # pass is one Fetch per leader broker, or librdkafka's fetches of every partition assigned)
     until_ms = options.get("until_ms")
     reader = store.consumer(*topics, **{**options, "until_ms": None}, start="end", merge=False)
     try:
@@ -79,7 +79,7 @@ def _before_until(reader: Any, starts: dict[Where, int], ends: dict[Where, int],
     --until (as `consume --until` stops): the time index's offset may be a transaction marker's or an
     aborted record's, with older records after it. Usually one read: that offset is the record."""
     ranges = {where: (starts[where], ends[where]) for where in ends if starts[where] < ends[where]}
-    reader.until_ms = until_ms  # the store's reader stops each partition there (librdkafka's leaves it out)
+    reader.until_ms = until_ms  # every reader stops each partition there
     try:
         got = _read_ranges(reader, ranges, {where: n for where in ranges})
     finally:

@@ -72,12 +72,13 @@ def test_not_leader_asks_the_metadata_again_and_goes_on(kafka_server, data_dir, 
     monkeypatch.setattr(fetch_consumer, "PARTITION_BYTES", 4000)
     ask, answers = fetch.Fetcher._ask, iter([6, 74, 0, 0, 6, 0])  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH
 
-    def flaky_ask(self, *args):  # noqa: ANN001, ANN202
+    def flaky_ask(self, broker, asked, wait_ms):  # noqa: ANN001, ANN202
         error = next(answers, 0)
-        return fetch.PartitionAnswer(error, -1, -1, b"") if error else ask(self, *args)
+        return {where: fetch.PartitionAnswer(error, -1, -1, b"") for where in asked} if error else \
+            ask(self, broker, asked, wait_ms)
 
     monkeypatch.setattr(fetch.Fetcher, "_ask", flaky_ask)
-    monkeypatch.setattr(RemoteStore, "leader", _counting(RemoteStore.leader, metadata := []))
+    monkeypatch.setattr(RemoteStore, "leaders", _counting(RemoteStore.leaders, metadata := []))
     assert remote_values(kafka_server.bootstrap, "t") == values
     assert len(metadata) == 4  # the first lookup, and once per moved leader
 

@@ -36,6 +36,8 @@ REFRESH_ERRORS = frozenset({3, 5, 6, 9, 13, 56, 74, 75})  # UNKNOWN_TOPIC_OR_PAR
 # FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
 READ_UNCOMMITTED = 0
 
+Where = tuple[str, int]  # (topic, partition)
+
 
 @dataclass(frozen=True)
 class PartitionAnswer:
@@ -69,36 +71,76 @@ class Fetcher:
         self._brokers.clear()
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int) -> PartitionAnswer:
-        """One Fetch of `topic`-`partition` from `offset` at its leader. A moved leader or a lost
-        connection is retried (metadata asked again) until the cluster timeout, then a KlogError
-        naming the partition, the cluster and the last reason; other partition errors are the caller's."""
-        timeout = self.store.timeout
-        deadline = time.monotonic() + timeout
+        """One Fetch of `topic`-`partition` from `offset` at its leader (fetch_many of one)."""
+        return self.fetch_many({(topic, partition): (offset, max_bytes)}, wait_ms)[(topic, partition)]
+
+    def fetch_many(self, wants: dict[Where, tuple[int, int]], wait_ms: int) -> dict[Where, PartitionAnswer]:
+        """Each (topic, partition) of `wants` from its (offset, max_bytes), in one Fetch per leader
+        broker (as librdkafka fetches every partition of a broker together: 1,000 partitions are a
+        few round trips, not 1,000). A moved leader or a lost connection is retried (metadata asked
+        again) until the cluster timeout, then a KlogError naming a partition, the cluster and the
+        last reason; other partition errors are the caller's."""
+        deadline = time.monotonic() + self.store.timeout
         missing_since: float | None = None
+        out: dict[Where, PartitionAnswer] = {}
+        pending = dict(wants)
         while True:
-            try:
-                answer = self._ask(self._leader(topic, partition), topic, partition, offset, max_bytes, wait_ms)
-                if answer.error not in REFRESH_ERRORS:
-                    return answer
-                reason = error_name(answer.error)
-                self._leaders.pop((topic, partition), None)
-            except (SecurityError, FetchUnsupported, wire.MalformedAnswer):
-                raise
-            except UnknownTopicError as e:
+            failed: dict[Where, str] = {}
+            by_broker, gone = self._by_leader(pending, failed)
+            if gone is not None:
                 # deleted while being read: said at once once a second metadata answer agrees (one
                 # broker's metadata may lag a new topic's creation for a moment)
                 if missing_since is not None and time.monotonic() - missing_since >= TOPIC_GONE_S:
-                    raise UnknownTopicError(f"topic '{topic}' was deleted while being read: {topic}-{partition} "
-                                            f"is gone from {self.store.target.label}") from None
+                    raise UnknownTopicError(f"topic '{gone[0]}' was deleted while being read: {gone[0]}-{gone[1]} "
+                                            f"is gone from {self.store.target.label}")
                 missing_since = missing_since if missing_since is not None else time.monotonic()
-                reason = str(e)
-            except KlogError as e:
-                reason = str(e)
-                self._drop_leader(topic, partition)
+            for leader, asked in by_broker.items():
+                self._ask_leader(leader, asked, wait_ms, out, failed)
+            pending = {where: pending[where] for where in failed}
+            if not pending:
+                return out
             if time.monotonic() > deadline:
+                topic, partition = next(iter(failed))
                 raise KlogError(f"cannot read {topic}-{partition} from {self.store.target.label} within "
-                                f"{timeout:g} s: {reason}")
+                                f"{self.store.timeout:g} s: {failed[(topic, partition)]}")
             time.sleep(RETRY_PAUSE_S)
+
+    def _by_leader(self, wants: dict[Where, tuple[int, int]], failed: dict[Where, str]
+                   ) -> tuple[dict[int, dict[Where, tuple[int, int]]], Where | None]:
+        """`wants` grouped by leader broker; a partition without one (the metadata names none, or
+        its topic) goes to `failed`. Also a partition whose topic the cluster does not know, if any."""
+        by_broker: dict[int, dict[Where, tuple[int, int]]] = {}
+        gone = None
+        for where, want in wants.items():
+            try:
+                leader = self._leader(*where)
+            except UnknownTopicError as e:
+                failed[where], gone = str(e), where
+                continue
+            except KlogError as e:
+                failed[where] = str(e)
+                continue
+            by_broker.setdefault(leader, {})[where] = want
+        return by_broker, gone
+
+    def _ask_leader(self, leader: int, asked: dict[Where, tuple[int, int]], wait_ms: int,
+                    out: dict[Where, PartitionAnswer], failed: dict[Where, str]) -> None:
+        """One Fetch of `asked` at broker `leader`: answers to `out`, what is to be retried to `failed`."""
+        try:
+            answers = self._ask(self._brokers[leader], asked, wait_ms)
+        except (SecurityError, FetchUnsupported, wire.MalformedAnswer):
+            raise
+        except KlogError as e:
+            for where in asked:
+                failed[where] = str(e)
+                self._drop_leader(*where)
+            return
+        for where, answer in answers.items():
+            if answer.error in REFRESH_ERRORS:
+                failed[where] = error_name(answer.error)
+                self._leaders.pop(where, None)
+            else:
+                out[where] = answer
 
     def _drop_leader(self, topic: str, partition: int) -> None:
         """Drop the partition's leader and its connection: the next attempt asks and connects anew."""
@@ -107,17 +149,23 @@ class Fetcher:
         if broker is not None:
             broker.conn.close()
 
-    def _leader(self, topic: str, partition: int) -> _Broker:
+    def _leader(self, topic: str, partition: int) -> int:
+        """The id of the partition's leader, connected to. The metadata is asked once a topic for
+        every partition's leader, not once a partition."""
         leader = self._leaders.get((topic, partition))
         if leader is None or leader not in self._brokers:
-            found = self.store.leader(topic, partition)
-            if found is None:
+            found = self.store.leaders(topic)
+            for p, known in found.items():
+                if known is not None:
+                    self._leaders.setdefault((topic, p), known[0])
+            if found.get(partition) is None:
+                self._leaders.pop((topic, partition), None)
                 raise KlogError("the cluster names no leader for it")
-            leader, host, port = found
+            leader, host, port = found[partition]
+            self._leaders[(topic, partition)] = leader
             if leader not in self._brokers:
                 self._brokers[leader] = self._connect(host, port)
-            self._leaders[(topic, partition)] = leader
-        return self._brokers[leader]
+        return leader
 
     def _connect(self, host: str, port: int) -> _Broker:
         load_kio()
@@ -140,25 +188,36 @@ class Fetcher:
         return _Broker(conn, top, (request.FetchRequest, request.FetchTopic, request.FetchPartition,
                                    response.FetchResponse))
 
-    def _ask(self, broker: _Broker, topic: str, partition: int, offset: int, max_bytes: int,
-             wait_ms: int) -> PartitionAnswer:
+    def _ask(self, broker: _Broker, asked: dict[Where, tuple[int, int]], wait_ms: int) -> dict[Where, PartitionAnswer]:
+        """One Fetch request of every partition `asked` (from its offset, up to its max bytes)."""
         import datetime
 
         from kio.static.primitive import i8, i32, i32Timedelta, i64
 
         fetch_request, fetch_topic, fetch_partition, fetch_response = broker.schema
-        wanted = fetch_partition(partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(max_bytes))
+        by_topic: dict[str, list] = {}
+        for (topic, partition), (offset, max_bytes) in asked.items():
+            by_topic.setdefault(topic, []).append(fetch_partition(
+                partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(max_bytes)))
         extra = {"forgotten_topics_data": ()} if broker.version >= 7 else {}  # sessions (KIP-227): none
+        largest = max(max_bytes for _, max_bytes in asked.values())
         request = fetch_request(max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=wait_ms)),
-                                min_bytes=i32(1), max_bytes=i32(max(max_bytes, RESPONSE_BYTES_MAX)),
+                                min_bytes=i32(1), max_bytes=i32(max(largest, RESPONSE_BYTES_MAX)),
                                 isolation_level=i8(READ_UNCOMMITTED),
-                                topics=(fetch_topic(topic=topic, partitions=(wanted,)),), **extra)
+                                topics=tuple(fetch_topic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+                                **extra)
         answer = broker.conn.call(request, fetch_response)
         if broker.version >= 7 and int(answer.error_code):
-            return PartitionAnswer(int(answer.error_code), -1, -1, b"")
+            return {where: PartitionAnswer(int(answer.error_code), -1, -1, b"") for where in asked}
+        out = {}
         for t in answer.responses:
             for p in t.partitions:
-                if str(t.topic) == topic and int(p.partition_index) == partition:
-                    return PartitionAnswer(int(p.error_code), int(p.high_watermark),
-                                           int(getattr(p, "log_start_offset", -1)), p.records or b"")
-        raise KlogError(f"Kafka broker {broker.conn.address} answered a Fetch of {topic}-{partition} without it")
+                where = (str(t.topic), int(p.partition_index))
+                if where in asked:
+                    out[where] = PartitionAnswer(int(p.error_code), int(p.high_watermark),
+                                                 int(getattr(p, "log_start_offset", -1)), p.records or b"")
+        for topic, partition in asked:
+            if (topic, partition) not in out:
+                raise KlogError(f"Kafka broker {broker.conn.address} answered a Fetch of {topic}-{partition} "
+                                "without it")
+        return out

@@ -70,9 +70,13 @@ class FetchPartition:
         self.low = low
         self.high = high
         self._at = at
-        self._waited: tuple[int, PartitionAnswer] | None = None  # a follower's long poll, kept for read()
+        # an answer fetched with other partitions' (or a follower's long poll), kept for read()
+        self._kept: tuple[int, PartitionAnswer] | None = None
         self._max_bytes = PARTITION_BYTES
         self.where = f"{topic}-{partition} at {fetcher.store.target.label}"
+        # how read() fetches when it has no answer kept: the consumer fetches every partition it
+        # is about to read together with this one (FetchConsumer._fetch_together)
+        self.fetch_first: Callable[[FetchPartition, int], PartitionAnswer] = FetchPartition._fetch
 
     def share(self, max_bytes: int) -> None:
         """Ask for at most `max_bytes` an answer (one of many partitions merged by timestamp: each
@@ -90,12 +94,12 @@ class FetchPartition:
             return self._at[1]
         return self.fetcher.store.offsets(self.topic, timestamp).get(self.partition)
 
-    def wait(self, offset: int, wait_ms: int) -> bool:
-        """Fetch from `offset`, letting the broker hold the answer up to `wait_ms` for new records;
-        kept for the next read. True when there is something to read (records, or an error)."""
-        answer = self.fetcher.fetch(self.topic, self.partition, offset, self._max_bytes, wait_ms)
-        self._waited = (offset, answer)
-        return bool(answer.records) or answer.error != 0
+    def keep(self, offset: int, answer: PartitionAnswer) -> None:
+        """Keep `answer`, fetched from `offset`, for the next read from there."""
+        self._kept = (offset, answer)
+
+    def has_answer(self, offset: int) -> bool:
+        return self._kept is not None and self._kept[0] == offset
 
     def read(self, offset: int, max_bytes: int, upper: int | None = None) -> list[FetchedBatch]:
         """Batches holding offsets at or after `offset` (and below `upper`), at least one while the
@@ -103,10 +107,9 @@ class FetchPartition:
         timeout and then fails, never a silent short read. (`max_bytes`, the local store's bound
         for one read, is not the one here: a round trip costs more than a file read.)"""
         deadline = time.monotonic() + self.fetcher.store.timeout
+        kept, self._kept = self._kept, None
+        answer = kept[1] if kept is not None and kept[0] == offset else self.fetch_first(self, offset)
         while True:
-            waited, self._waited = self._waited, None
-            answer = waited[1] if waited is not None and waited[0] == offset else \
-                self.fetcher.fetch(self.topic, self.partition, offset, self._max_bytes, 0)
             if answer.error == OFFSET_OUT_OF_RANGE:
                 return self._out_of_range(offset)
             if answer.error:
@@ -125,6 +128,7 @@ class FetchPartition:
                     raise KlogError(f"cannot read {self.where}: a batch at offset {offset} is over "
                                     f"{PARTITION_BYTES_MAX} bytes")
                 self._max_bytes *= 2
+                answer = self._fetch(offset)
                 continue
             if upper is None:
                 return []  # caught up (a follower waits for more)
@@ -132,6 +136,10 @@ class FetchPartition:
                 raise KlogError(f"no records from {self.where} for {self.fetcher.store.timeout:g} s while "
                                 f"offsets {offset}..{upper - 1} were left to read")
             time.sleep(RETRY_PAUSE_S)
+            answer = self._fetch(offset)
+
+    def _fetch(self, offset: int) -> PartitionAnswer:
+        return self.fetcher.fetch(self.topic, self.partition, offset, self._max_bytes, 0)
 
     def _out_of_range(self, offset: int) -> list[FetchedBatch]:
         """OFFSET_OUT_OF_RANGE: below the log start (retention moved it) the reader goes on from the
@@ -171,6 +179,7 @@ class FetchConsumer(Consumer):
         low, high, at = self._offsets(topic)
         found = (self.start.value, at.get(partition)) if self.start.kind is StartKind.TIMESTAMP else None
         part = FetchPartition(self._fetcher, topic, partition, low[partition] or 0, high[partition] or 0, found)
+        part.fetch_first = self._fetch_together
         cursor = PartitionCursor(topic, partition, part, self.until_ms, None)  # type: ignore[arg-type]
         cursor.offset = self._start_offset(part, cursor.end())  # type: ignore[arg-type]
         cursor.stop = None if self.follow else cursor.end()
@@ -185,16 +194,41 @@ class FetchConsumer(Consumer):
             self._topic_offsets[topic] = store.offsets(topic, -2), store.offsets(topic, -1), at
         return self._topic_offsets[topic]
 
+    def _fetch_together(self, asking: FetchPartition, offset: int) -> PartitionAnswer:
+        """`asking`'s answer from `offset`, fetched with the next read of every other partition that
+        has records left to read and no answer kept: one Fetch per leader broker for all of them (a
+        pass of --last over 1,000 partitions, or the first reads of 1,000 merged, is a few round
+        trips, not 1,000). The others' answers that hold records (or an error) are kept for their
+        reads; an empty one (the answer's bound was reached first) is asked again then."""
+        wants = {(asking.topic, asking.partition): (offset, asking._max_bytes)}
+        others = []
+        for c in self.cursors:
+            part: FetchPartition = c.part  # type: ignore[assignment]
+            end = c.stop if c.stop is not None else part.high
+            if part is not asking and not c.done and c.offset < end and not part.has_answer(c.offset):
+                wants[(c.topic, c.partition)] = (c.offset, part._max_bytes)
+                others.append(c)
+        answers = self._fetcher.fetch_many(wants, 0)
+        for c in others:
+            answer = answers[(c.topic, c.partition)]
+            if answer.records or answer.error:
+                c.part.keep(c.offset, answer)  # type: ignore[attr-defined]
+        return answers[(asking.topic, asking.partition)]
+
     def _wait_for_data(self) -> None:
-        """-f: long-poll the partitions not done until one has records (or an error to report).
-        A topic deleted meanwhile ends the wait with the broker's error, after its retries."""
+        """-f: long-poll the partitions not done, together (one Fetch per leader broker), until one
+        has records (or an error to report); the answers are kept for the reads that follow. A
+        topic deleted meanwhile ends the wait with the broker's error, after its retries."""
         started = time.monotonic()
         while True:
             live = [c for c in self.cursors if not c.done]  # --until stops a partition for good
             if not live:
                 return
-            wait_ms = max(1, FOLLOW_WAIT_MS // len(live))
-            if any(c.part.wait(c.offset, wait_ms) for c in live):  # type: ignore[attr-defined]
+            answers = self._fetcher.fetch_many({(c.topic, c.partition): (c.offset, c.part._max_bytes)  # type: ignore[attr-defined]
+                                                for c in live}, FOLLOW_WAIT_MS)
+            for c in live:
+                c.part.keep(c.offset, answers[(c.topic, c.partition)])  # type: ignore[attr-defined]
+            if any(a.records or a.error for a in answers.values()):
                 return
             if self.on_wait is not None:
                 self.on_wait(time.monotonic() - started)

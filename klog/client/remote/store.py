@@ -134,15 +134,19 @@ class RemoteStore(GroupAdminMethods):
         """(broker id, host, port) of the partition's leader as the cluster's metadata says now
         (asked anew: a caller asks after a leader moved); None when it names no leader.
         UnknownTopicError when the cluster does not know the topic (deleted since, or never made)."""
+        return self.leaders(topic).get(partition)
+
+    def leaders(self, topic: str) -> dict[int, tuple[int, str, int] | None]:
+        """leader() of every partition of `topic`, from one metadata answer."""
         md = self._metadata(topic)
         found = md.topics.get(topic)
         if found is None or found.error is not None and found.error.code() == UNKNOWN_TOPIC_OR_PARTITION:
             raise UnknownTopicError(f"topic '{topic}' does not exist on {self.target.label}")
-        part = found.partitions.get(partition)
-        if part is None or part.leader < 0 or part.leader not in md.brokers:
-            return None
-        broker = md.brokers[part.leader]
-        return part.leader, broker.host, broker.port
+        out: dict[int, tuple[int, str, int] | None] = {}
+        for p, part in found.partitions.items():
+            broker = md.brokers.get(part.leader) if part.leader >= 0 else None
+            out[p] = None if broker is None else (part.leader, broker.host, broker.port)
+        return out
 
     def _topics(self) -> dict[str, RemoteTopic]:
         md = self._metadata(None)
