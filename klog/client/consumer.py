@@ -128,6 +128,7 @@ class ConsumerBase:
         self.count = count
         self.record_filter = record_filter
         self.merge = merge
+        self._past: set[tuple[str, int]] = set()  # partitions that reached --until
 
     # whether value_chunks serves several partitions (else only one: the CLI asks)
     merges_value_chunks = False
@@ -142,8 +143,21 @@ class ConsumerBase:
         raise NotImplementedError
 
     def _past_until(self, record: Record) -> bool:
-        """Is `record` at or after --until (left out)?"""
-        return record.timestamp >= self.until_ms  # type: ignore[operator]
+        """--until, as kcat's -o e@T: a partition stops at its first record at or after T (records
+        after it are not read, even older ones, and -f does not wait on it). Is `record` left out?"""
+        where = (record.topic, record.partition)
+        past = self._past
+        if where in past:
+            return True
+        if record.timestamp < self.until_ms:  # type: ignore[operator]
+            return False
+        past.add(where)
+        self._stop_partition(where, record.offset)
+        return True
+
+    def _stop_partition(self, where: tuple[str, int], offset: int) -> None:
+        """Read no more of the partition `where`, whose record at `offset` reached --until."""
+        raise NotImplementedError
 
     def __iter__(self) -> Iterator[Record]:
         until = self.until_ms
@@ -182,7 +196,6 @@ class Consumer(ConsumerBase):
         super().__init__(store, topics, start, until_ms, follow, count, record_filter, merge)
         self.isolation_level = isolation_level
         self.poll_interval_ms = poll_interval_ms
-        self._past: set[tuple[str, int]] = set()  # partitions that reached --until
         self.cursors = [self._cursor(t, p) for t in topics for p in resolve_partitions(store, t, partitions)]
         self._poll_next = 0  # the cursor the next poll() reads first
         if merge and len(self.cursors) > 1:  # each holds a read while the merge waits on it
@@ -385,19 +398,10 @@ class Consumer(ConsumerBase):
                 for offset, ts, key, value, headers in records:
                     yield Record(topic, partition, offset, ts, ts_type, key, value, headers)
 
-    def _past_until(self, record: Record) -> bool:
-        """--until, as kcat's -o e@T: a partition stops at its first record at or after T (it is
-        not read to its end, and -f does not wait on it)."""
-        where = (record.topic, record.partition)
-        if where in self._past:
-            return True
-        if record.timestamp < self.until_ms:  # type: ignore[operator]
-            return False
-        self._past.add(where)
+    def _stop_partition(self, where: tuple[str, int], offset: int) -> None:
         for c in self.cursors:
             if (c.topic, c.partition) == where:
                 c.done = True
-        return True
 
     def _iterate(self) -> Iterator[Record]:
         while True:

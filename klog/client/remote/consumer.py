@@ -66,7 +66,6 @@ class RemoteConsumer(ConsumerBase):
         for t in topics:
             self.cursors.extend(self._cursors(t, partitions))
         self._by_tp = {(c.topic, c.partition): c for c in self.cursors}
-        self._past: set[tuple[str, int]] = set()  # partitions that reached --until
         conf = store.target.client_config(**{
             "group.id": f"klog-{os.getpid()}-{uuid.uuid4().hex[:8]}",  # never joined: partitions are assigned
             "enable.auto.commit": False,
@@ -136,19 +135,10 @@ class RemoteConsumer(ConsumerBase):
         self._past.clear()
         self._assign()
 
-    def _past_until(self, record: Record) -> bool:
-        """--until, as the local consumer's: a partition stops at its first record at or after T
-        (records after it are not read, even older ones, and -f does not wait on it)."""
-        where = (record.topic, record.partition)
-        if where in self._past:
-            return True
-        if record.timestamp < self.until_ms:  # type: ignore[operator]
-            return False
-        self._past.add(where)
+    def _stop_partition(self, where: tuple[str, int], offset: int) -> None:
         c = self._by_tp[where]
-        c.stop = c.offset = max(c.offset, record.offset + 1)  # done: what librdkafka still hands over is dropped
+        c.stop = c.offset = max(c.offset, offset + 1)  # done: what librdkafka still hands over is dropped
         c.buffer.clear()
-        return True
 
     # -- fetching ------------------------------------------------------------------------------
     def _fetch(self, timeout: float = POLL_TIMEOUT_S) -> list:
