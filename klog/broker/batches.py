@@ -351,10 +351,15 @@ class ProducerStates:
                 states = self._by_partition.get(key)
                 if states is not None:
                     self._record(states, header, base_offset, self.clock())
-                    self._lru[(*key, header.producer_id)] = None
-                    self._lru.move_to_end((*key, header.producer_id))
-                    self._bound_partition(key, states, len(states) - self.per_partition_max)
-                    self._bound_total()
+                    lru_key = (key[0], key[1], header.producer_id)
+                    try:
+                        self._lru.move_to_end(lru_key)
+                    except KeyError:
+                        self._lru[lru_key] = None
+                        if len(states) > self.per_partition_max:
+                            self._bound_partition(key, states, len(states) - self.per_partition_max)
+                        if len(self._lru) > self.total_max:
+                            self._bound_total()
 
 
 def _written_at(part: Partition, base_offset: int, data: bytes, header: BatchHeader) -> bool:
