@@ -221,7 +221,7 @@ class ProducerStates:
                         entry.in_txn = False
                 elif header.base_sequence >= 0:
                     self._record(states, header, header.base_offset, min(header.max_timestamp, now))
-                    self._bound_partition(key, states, len(states) - self.per_partition_max)
+                    self._over_partition_max(states, len(states) - self.per_partition_max)
             with self._lock:
                 # the log's producers count as the least recently used: first to go past total_max
                 for pid in reversed(states):
@@ -244,15 +244,17 @@ class ProducerStates:
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             entry.in_txn = True
 
-    def _bound_partition(self, key: tuple[str, int], states: dict[int, _ProducerEntry], excess: int) -> None:
-        """Drop the `excess` least recently appended entries of `states` without an open transaction."""
+    @staticmethod
+    def _over_partition_max(states: dict[int, _ProducerEntry], excess: int) -> list[int]:
+        """Take the `excess` least recently appended entries without an open transaction out of
+        `states`; their producer ids. (Every change of a published partition's entries is made under
+        self._lock: none meanwhile.)"""
         if excess <= 0:
-            return
-        # (every change of a published partition's entries is made under self._lock: none meanwhile)
+            return []
         gone = list(itertools.islice((pid for pid, e in states.items() if not e.in_txn), excess))
         for pid in gone:
-            states.pop(pid, None)
-            self._lru.pop((*key, pid), None)
+            del states[pid]
+        return gone
 
     def _bound_total(self) -> None:
         """Drop the least recently appended entries past total_max (lock held); an entry with an open
@@ -270,24 +272,28 @@ class ProducerStates:
             if states is not None:
                 states.pop(lru_key[2], None)
 
-    def expire(self, entries_max: int = 10_000) -> int:
+    def expire(self, entries_max: int = 10_000, chunk: int = 1_000) -> int:
         """Drop the entries idle for expiration_ms (by their last append) without an open transaction,
         Kafka's removeExpiredProducers: at most `entries_max` looked at, least recently appended
-        first (one pass's bounded work). Returns how many were dropped."""
+        first (one pass's bounded work), the lock taken `chunk` entries at a time (appends wait
+        less than a millisecond for it). Returns how many were dropped."""
         dropped = 0
         deadline = self.clock() - self.expiration_ms
         with self._lock:
-            for lru_key in list(itertools.islice(self._lru, entries_max)):
-                states = self._by_partition.get(lru_key[:2])
-                entry = states.get(lru_key[2]) if states is not None else None
-                if entry is not None and entry.last_ms > deadline:
-                    break  # (the rest were appended later still)
-                if entry is not None and entry.in_txn:
-                    continue
-                del self._lru[lru_key]
-                if states is not None:
-                    states.pop(lru_key[2], None)
-                dropped += 1
+            oldest = list(itertools.islice(self._lru, entries_max))
+        for at in range(0, len(oldest), chunk):
+            with self._lock:
+                for lru_key in oldest[at:at + chunk]:
+                    states = self._by_partition.get(lru_key[:2])
+                    entry = states.get(lru_key[2]) if states is not None else None
+                    # (an entry built from the log may come before later appends: no stop at the
+                    # first one kept, the pass looks at all of its entries_max)
+                    if entry is not None and (entry.last_ms > deadline or entry.in_txn):
+                        continue
+                    if self._lru.pop(lru_key, 0) is None:  # (still there: not dropped meanwhile)
+                        if states is not None:
+                            states.pop(lru_key[2], None)
+                        dropped += 1
         return dropped
 
     def txn_ended(self, key: tuple[str, int], producer_id: int) -> None:
@@ -356,8 +362,8 @@ class ProducerStates:
                         self._lru.move_to_end(lru_key)
                     except KeyError:
                         self._lru[lru_key] = None
-                        if len(states) > self.per_partition_max:
-                            self._bound_partition(key, states, len(states) - self.per_partition_max)
+                        for pid in self._over_partition_max(states, len(states) - self.per_partition_max):
+                            del self._lru[(key[0], key[1], pid)]
                         if len(self._lru) > self.total_max:
                             self._bound_total()
 

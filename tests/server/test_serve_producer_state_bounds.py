@@ -133,3 +133,15 @@ def test_an_evicted_idempotent_producer_recovers_and_writes_everything_once(kafk
     assert failed == []
     assert acked == [b"m1", b"m2", b"m3", b"m4", b"m5"]
     assert values(data_dir, "v") == [b"m1", b"m2", b"m3", b"m4", b"m5"]  # each once, in order
+
+
+def test_a_partition_built_from_its_log_keeps_the_bound_too(kafka_server):
+    kafka_server.store.create_topic("t")
+    write_fresh_ids(kafka_server, "t", partitions=1, ids=60)
+    kafka_server.appender.forget_producer_states("t")  # (as after a restart: rebuilt from the log)
+    bound(kafka_server, per_partition=10, total=100)
+    with RawClient(kafka_server.port) as client:  # the newest producer's next batch: built, then checked
+        assert produce(client, "t", 0, batch([b"y"], producer_id=FRESH_IDS_FROM + 59, epoch=0, sequence=1))[0] == \
+            E.none
+    assert len(entries(kafka_server)[("t", 0)]) <= 10  # before: all 60
+    assert len(kafka_server.appender.producers) == count(kafka_server)
