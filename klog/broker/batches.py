@@ -191,6 +191,7 @@ class ProducerStates:
         self.total_max = total_max
         self.expiration_ms = expiration_ms
         self.clock = clock  # epoch ms (a test's hook)
+        self.evicted = 0  # entries dropped past the bounds (the serve timer logs and resets it)
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -269,6 +270,7 @@ class ProducerStates:
                 passed += 1
                 continue
             del self._lru[lru_key]
+            self.evicted += 1
             if states is not None:
                 states.pop(lru_key[2], None)
 
@@ -364,6 +366,7 @@ class ProducerStates:
                         self._lru[lru_key] = None
                         for pid in self._over_partition_max(states, len(states) - self.per_partition_max):
                             del self._lru[(key[0], key[1], pid)]
+                            self.evicted += 1
                         if len(self._lru) > self.total_max:
                             self._bound_total()
 

@@ -348,6 +348,11 @@ class Server:
         if dropped:
             log.info("dropped the state of %d idempotent producers idle for %d ms (%d kept)", dropped,
                      producers.expiration_ms, len(producers))
+        evicted, producers.evicted = producers.evicted, 0  # (a count missed meanwhile is only a log line's)
+        if evicted:
+            log.warning("dropped the state of %d idempotent producers past the bounds (%d a partition, %d in all) "
+                        "since the last check: many new producer ids; those writing again get UNKNOWN_PRODUCER_ID",
+                        evicted, producers.per_partition_max, producers.total_max)
 
     def _make_coordinator(self) -> Any:
         from klog.server.group_runtime import GroupCoordinator

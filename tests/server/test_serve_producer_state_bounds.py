@@ -49,7 +49,7 @@ def values(data_dir: str, topic: str) -> list[bytes]:
         return [r.value for r in store.consumer(topic)]
 
 
-def test_many_fresh_producer_ids_keep_the_state_bounded(kafka_server):
+def test_many_fresh_producer_ids_keep_the_state_bounded(kafka_server, caplog):
     kafka_server.store.create_topic("t", partitions=3)
     bound(kafka_server, per_partition=40, total=100)
     write_fresh_ids(kafka_server, "t", partitions=3, ids=400)  # before: 400 entries kept, without end
@@ -58,6 +58,11 @@ def test_many_fresh_producer_ids_keep_the_state_bounded(kafka_server):
     assert len(kafka_server.appender.producers) == count(kafka_server)
     newest = FRESH_IDS_FROM + 399
     assert newest in entries(kafka_server)[("t", 399 % 3)]  # the least recently used went, not the last
+    kafka_server.producer_expiration_check_s = 0.05  # the timer's pass says so, once
+    deadline = time.monotonic() + 10
+    while "past the bounds" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert caplog.text.count("past the bounds") == 1
 
 
 def test_an_idle_producer_expires_and_then_gets_unknown_producer_id(kafka_server):
