@@ -12,10 +12,11 @@ deltas must run 0, 1, 2, ...: a CRC only proves the bytes arrived as the client 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import struct
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,10 @@ if TYPE_CHECKING:
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+# Idempotent producers' entries kept at most (each ~1 KB with its sequence ranges; see ProducerStates):
+# far more than real producers use (one id per producer instance), ~10 MB a partition, ~200 MB in all
+PRODUCERS_PER_PARTITION_MAX = 10_000
+PRODUCERS_MAX = 200_000
 TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's configs may get
 
 
@@ -149,6 +154,8 @@ class _Appended:
 class _ProducerEntry:
     epoch: int
     recent: deque  # of _Appended, the last SEQUENCES_KEPT
+    last_ms: int = 0  # when its last batch was appended (wall clock, ms): what expiration counts from
+    in_txn: bool = False  # a transactional batch appended and no marker since: never dropped
 
 
 def _seq_add(seq: int, delta: int) -> int:
@@ -162,17 +169,41 @@ class ProducerStates:
     Built from the log's batch headers the first time a partition is written by an idempotent
     producer (Kafka rebuilds it the same way, from its snapshot plus the log tail): it survives a
     restart and a kill -9 because the log is the only record of it.
+
+    Bounded, since any client may put any producer id in a batch (~1 KB an entry; one connection
+    made 420 new ids a second, 1.4 GB an hour): an entry idle for producer.id.expiration.ms is
+    dropped by expire() (Kafka's removeExpiredProducers), and past `per_partition_max` entries in
+    a partition or `total_max` in all, the least recently appended one goes. Never one with an open
+    transaction. A producer dropped and writing again at a sequence other than 0 is answered
+    UNKNOWN_PRODUCER_ID, as by Kafka after expiration (its clients reset their sequences on it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, per_partition_max: int = PRODUCERS_PER_PARTITION_MAX, total_max: int = PRODUCERS_MAX,
+                 expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+                 clock: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self._by_partition: dict[tuple[str, int], dict[int, _ProducerEntry]] = {}
+        # every entry, least recently appended first (each partition's dict keeps that order too)
+        self._lru: OrderedDict[tuple[str, int, int], None] = OrderedDict()
+        # held for every change of the entries (deletions come from other partitions' appends and
+        # the expiration timer, so a partition's lock is not enough); reads are single dict steps
+        self._lock = threading.Lock()
+        self.per_partition_max = per_partition_max
+        self.total_max = total_max
+        self.expiration_ms = expiration_ms
+        self.clock = clock  # epoch ms (a test's hook)
+        self.evicted = 0  # entries dropped past the bounds (the serve timer logs and resets it)
+
+    def __len__(self) -> int:
+        return len(self._lru)
 
     def forget(self, topic: str, partition: int | None = None) -> None:
         # list(): one step for the GIL. Appends in other threads (klog serve's append workers) add
         # partitions meanwhile (_load, under their partition's lock only): iterating the dict
         # itself raised "dictionary changed size during iteration" into a topic's alter or delete
-        for key in [k for k in list(self._by_partition) if k[0] == topic and partition in (None, k[1])]:
-            self._by_partition.pop(key, None)
+        with self._lock:
+            for key in [k for k in list(self._by_partition) if k[0] == topic and partition in (None, k[1])]:
+                for pid in list(self._by_partition.pop(key, {})):
+                    self._lru.pop((*key, pid), None)
 
     def _load(self, key: tuple[str, int], part) -> dict[int, _ProducerEntry]:
         states = self._by_partition.get(key)
@@ -180,20 +211,99 @@ class ProducerStates:
             states = {}
             # Kafka forgets a producer idle for producer.id.expiration.ms (1 day): older segments need
             # not be read, which bounds the first idempotent write's scan of a long log
-            since = int(time.time() * 1000) - PRODUCER_ID_EXPIRATION_MS
+            now = self.clock()
+            since = now - self.expiration_ms
             for header in batch_headers(part, since_ms=since):
-                if header.producer_id >= 0 and header.base_sequence >= 0:
-                    self._record(states, header, header.base_offset)
-            self._by_partition[key] = states
+                if header.producer_id < 0:
+                    continue
+                if header.is_control:  # a transaction's marker: it is over
+                    entry = states.get(header.producer_id)
+                    if entry is not None:
+                        entry.in_txn = False
+                elif header.base_sequence >= 0:
+                    self._record(states, header, header.base_offset, min(header.max_timestamp, now))
+                    self._over_partition_max(states, len(states) - self.per_partition_max)
+            with self._lock:
+                # the log's producers count as the least recently used: first to go past total_max
+                for pid in reversed(states):
+                    self._lru[(*key, pid)] = None
+                    self._lru.move_to_end((*key, pid), last=False)
+                self._by_partition[key] = states
+                self._bound_total()
         return states
 
     @staticmethod
-    def _record(states: dict[int, _ProducerEntry], header: BatchHeader, base_offset: int) -> None:
-        entry = states.get(header.producer_id)
+    def _record(states: dict[int, _ProducerEntry], header: BatchHeader, base_offset: int, now_ms: int) -> None:
+        entry = states.pop(header.producer_id, None)  # (put back last: the partition's order of use)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = states[header.producer_id] = _ProducerEntry(header.producer_epoch, deque(maxlen=SEQUENCES_KEPT))
+            in_txn = entry is not None and entry.in_txn
+            entry = _ProducerEntry(header.producer_epoch, deque(maxlen=SEQUENCES_KEPT), in_txn=in_txn)
+        states[header.producer_id] = entry
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
         entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
+        entry.last_ms = now_ms
+        if header.attributes & TRANSACTIONAL_FLAG_MASK:
+            entry.in_txn = True
+
+    @staticmethod
+    def _over_partition_max(states: dict[int, _ProducerEntry], excess: int) -> list[int]:
+        """Take the `excess` least recently appended entries without an open transaction out of
+        `states`; their producer ids. (Every change of a published partition's entries is made under
+        self._lock: none meanwhile.)"""
+        if excess <= 0:
+            return []
+        gone = list(itertools.islice((pid for pid, e in states.items() if not e.in_txn), excess))
+        for pid in gone:
+            del states[pid]
+        return gone
+
+    def _bound_total(self) -> None:
+        """Drop the least recently appended entries past total_max (lock held); an entry with an open
+        transaction is passed over (moved to the back: the coordinator bounds how many there are)."""
+        passed = 0
+        while len(self._lru) > self.total_max and passed < len(self._lru):
+            lru_key = next(iter(self._lru))
+            states = self._by_partition.get(lru_key[:2])
+            entry = states.get(lru_key[2]) if states is not None else None
+            if entry is not None and entry.in_txn:
+                self._lru.move_to_end(lru_key)
+                passed += 1
+                continue
+            del self._lru[lru_key]
+            self.evicted += 1
+            if states is not None:
+                states.pop(lru_key[2], None)
+
+    def expire(self, entries_max: int = 10_000, chunk: int = 1_000) -> int:
+        """Drop the entries idle for expiration_ms (by their last append) without an open transaction,
+        Kafka's removeExpiredProducers: at most `entries_max` looked at, least recently appended
+        first (one pass's bounded work), the lock taken `chunk` entries at a time (appends wait
+        less than a millisecond for it). Returns how many were dropped."""
+        dropped = 0
+        deadline = self.clock() - self.expiration_ms
+        with self._lock:
+            oldest = list(itertools.islice(self._lru, entries_max))
+        for at in range(0, len(oldest), chunk):
+            with self._lock:
+                for lru_key in oldest[at:at + chunk]:
+                    states = self._by_partition.get(lru_key[:2])
+                    entry = states.get(lru_key[2]) if states is not None else None
+                    # (an entry built from the log may come before later appends: no stop at the
+                    # first one kept, the pass looks at all of its entries_max)
+                    if entry is not None and (entry.last_ms > deadline or entry.in_txn):
+                        continue
+                    if self._lru.pop(lru_key, 0) is None:  # (still there: not dropped meanwhile)
+                        if states is not None:
+                            states.pop(lru_key[2], None)
+                        dropped += 1
+        return dropped
+
+    def txn_ended(self, key: tuple[str, int], producer_id: int) -> None:
+        """A marker ended (or found no) open transaction of the producer in the partition."""
+        states = self._by_partition.get(key)
+        entry = states.get(producer_id) if states is not None else None
+        if entry is not None:
+            entry.in_txn = False
 
     def states(self, key: tuple[str, int], part: Partition) -> dict[int, _ProducerEntry]:
         """The partition's producers, built from its log on first use. Lock held."""
@@ -245,9 +355,20 @@ class ProducerStates:
 
     def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int) -> None:
         if header.producer_id >= 0 and header.base_sequence >= 0:
-            states = self._by_partition.get(key)
-            if states is not None:
-                self._record(states, header, base_offset)
+            with self._lock:
+                states = self._by_partition.get(key)
+                if states is not None:
+                    self._record(states, header, base_offset, self.clock())
+                    lru_key = (key[0], key[1], header.producer_id)
+                    try:
+                        self._lru.move_to_end(lru_key)
+                    except KeyError:
+                        self._lru[lru_key] = None
+                        for pid in self._over_partition_max(states, len(states) - self.per_partition_max):
+                            del self._lru[(key[0], key[1], pid)]
+                            self.evicted += 1
+                        if len(self._lru) > self.total_max:
+                            self._bound_total()
 
 
 def _written_at(part: Partition, base_offset: int, data: bytes, header: BatchHeader) -> bool:
@@ -701,7 +822,7 @@ class RawAppender:
                 view.refresh(part.high_watermark())
                 open_txns = dict(view.tracker.open)
             out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, open_txns.get(pid, -1))
-                   for pid, e in states.items()]
+                   for pid, e in list(states.items())]  # (list: one step; the timer may drop entries)
             out += [(pid, -1, -1, first) for pid, first in open_txns.items() if pid not in states]
         return sorted(out)
 
@@ -727,10 +848,13 @@ class RawAppender:
             with view_lock:
                 view.refresh(part.high_watermark())
                 open_at = view.first_open_offset(producer_id)
+            if open_at is None:
+                self.producers.txn_ended((topic, partition), producer_id)
             if open_at is None or not still_wanted():
                 return None
             data = control_batch(producer_id, producer_epoch, kind, coordinator_epoch, int(time.time() * 1000))
             base = self.writer.append_batch(topic, partition, data, "all")
+            self.producers.txn_ended((topic, partition), producer_id)
             with view_lock:
                 view.refresh(part.high_watermark())
                 entry = next((a for a in reversed(view.aborted_txns) if a.last_offset == base), None)

@@ -51,6 +51,10 @@ SHUTDOWN_GRACE_S = 5.0
 # rewritten this often while serving, as a broker does (replica.high.watermark.checkpoint.interval.ms)
 KAFKA_CHECKPOINT_INTERVAL_S = 5.0
 _CHECKPOINT_TICK_S = 0.25
+# idle idempotent producers' states are dropped this often (Kafka's producer.id.expiration.check.interval.ms),
+# at most this many entries looked at a pass (ProducerStates.expire: the oldest first, ~5 ms)
+PRODUCER_EXPIRATION_CHECK_S = 600.0
+PRODUCER_EXPIRATION_ENTRIES_MAX = 10_000
 # a long-polling fetch sees another process's append within this (one state-file read per watched
 # partition and tick, whatever the number of fetches waiting: klog/server/watcher.py)
 POLL_S = 0.02
@@ -148,6 +152,7 @@ class Server:
         self.topic_ids: TopicIds | None = None  # Fetch v13+ names topics by id
         self.watcher: HighWatermarkWatcher | None = None  # wakes long-polling fetches (one per server)
         self._checkpoints: asyncio.Task | None = None
+        self.producer_expiration_check_s = PRODUCER_EXPIRATION_CHECK_S  # (tests shorten it)
         self._log_cleaner_settings = log_cleaner or {}
         self.log_cleaner: Any = None  # klog.server.log_cleaner.LogCleanerService
         self.offsets_topic: Any = None  # klog.server.offsets_topic.OffsetsTopicService (__consumer_offsets)
@@ -317,9 +322,12 @@ class Server:
     async def _write_kafka_checkpoints(self) -> None:
         """Every KAFKA_CHECKPOINT_INTERVAL_S, Kafka's checkpoint files (only changed ones are rewritten)."""
         loop = asyncio.get_running_loop()
-        last = loop.time()
+        last = expired_at = loop.time()
         while not self._stopping:
             await asyncio.sleep(_CHECKPOINT_TICK_S)
+            if not self._stopping and loop.time() - expired_at >= self.producer_expiration_check_s:
+                expired_at = loop.time()
+                await self._expire_producer_states()
             if self._stopping or loop.time() - last < KAFKA_CHECKPOINT_INTERVAL_S:
                 continue
             last = loop.time()
@@ -327,6 +335,24 @@ class Server:
                 await loop.run_in_executor(self.executor, self.store.write_kafka_checkpoints)
             except Exception as e:  # noqa: BLE001 - a checkpoint failure must never stop the server
                 log.warning("cannot update Kafka's checkpoint files: %s", e)
+
+    async def _expire_producer_states(self) -> None:
+        """Drop idle idempotent producers' states (klog.broker.batches.ProducerStates.expire)."""
+        producers = self.appender.producers
+        try:
+            dropped = await asyncio.get_running_loop().run_in_executor(
+                self.executor, producers.expire, PRODUCER_EXPIRATION_ENTRIES_MAX)
+        except Exception as e:  # noqa: BLE001 - the next pass tries again; serving goes on
+            log.warning("producer state expiration: %s: %s", type(e).__name__, e)
+            return
+        if dropped:
+            log.info("dropped the state of %d idempotent producers idle for %d ms (%d kept)", dropped,
+                     producers.expiration_ms, len(producers))
+        evicted, producers.evicted = producers.evicted, 0  # (a count missed meanwhile is only a log line's)
+        if evicted:
+            log.warning("dropped the state of %d idempotent producers past the bounds (%d a partition, %d in all) "
+                        "since the last check: many new producer ids; those writing again get UNKNOWN_PRODUCER_ID",
+                        evicted, producers.per_partition_max, producers.total_max)
 
     def _make_coordinator(self) -> Any:
         from klog.server.group_runtime import GroupCoordinator
