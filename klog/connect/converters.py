@@ -43,6 +43,9 @@ class StringConverter(Converter):
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if value is None:
             return None
+        if isinstance(value, float):  # Java's Double/Float.toString, as Kafka's value.toString()
+            text = java_float(value) if schema and schema.get("type") == "float32" else java_double(value)
+            return text.encode(self.config["converter.encoding"])
         if isinstance(value, dict | list):  # Kafka's Struct.toString is not parseable; JSON is
             value = json.dumps(value, separators=(",", ":"), default=_json_default)
         return str(value).encode(self.config["converter.encoding"])

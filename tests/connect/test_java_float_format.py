@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 
 from klog.connect import converters
-from klog.connect.converters import JsonConverter
+from klog.connect.converters import JsonConverter, StringConverter
 from klog.connect.java_numbers import java_double, java_float
 
 DOUBLES = [
@@ -188,3 +188,11 @@ def test_a_payload_holding_the_stand_in_digits_is_still_written_right(monkeypatc
     assert json.loads(converter.from_connect("t", None, value)) == value
     assert b'"d":1.0E20' in converter.from_connect("t", None, value)
 
+
+def test_string_converter_prints_a_float_as_java() -> None:
+    """Kafka's StringConverter writes value.toString(): Double's or Float's."""
+    converter = StringConverter({}, is_key=False)
+    assert converter.from_connect("t", {"type": "float64"}, 1e20) == b"1.0E20"
+    assert converter.from_connect("t", {"type": "float32"}, 0.10000000149011612) == b"0.1"
+    assert converter.from_connect("t", None, 0.5) == b"0.5"
+    assert converter.from_connect("t", None, math.nan) == b"NaN"
