@@ -157,7 +157,7 @@ Bounds = tuple[Fraction | float, Fraction | float, bool, bool]
 
 def _double_bounds(a: float) -> Bounds:
     below, above = math.nextafter(a, 0.0), math.nextafter(a, math.inf)
-    even = (struct.unpack("<Q", struct.pack("<d", a))[0] & 1) == 0
+    even = _D64.unpack(_D.pack(a))[0] & 1 == 0
     exact = Fraction(a)
     return (exact + Fraction(below)) / 2, (exact + Fraction(above)) / 2, False, even
 
