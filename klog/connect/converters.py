@@ -8,12 +8,15 @@ import base64
 import decimal
 import json
 import math
+import secrets
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from klog.connect.config import ConfigDef, aliases
 from klog.connect.data import DECIMAL, Schema, primitive
 from klog.connect.errors import ConfigError, DataError
+from klog.connect.java_numbers import java_double, java_float
 
 ValueFn = Callable[[Any], Any]  # one value's conversion; None in its place: the value passes as is
 
@@ -40,6 +43,9 @@ class StringConverter(Converter):
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if value is None:
             return None
+        if isinstance(value, float):  # Java's Double/Float.toString, as Kafka's value.toString()
+            text = java_float(value) if schema and schema.get("type") == "float32" else java_double(value)
+            return text.encode(self.config["converter.encoding"])
         if isinstance(value, dict | list):  # Kafka's Struct.toString is not parseable; JSON is
             value = json.dumps(value, separators=(",", ":"), default=_json_default)
         return str(value).encode(self.config["converter.encoding"])
@@ -82,19 +88,17 @@ class JsonConverter(Converter):
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if schema is None and value is None:
             return None  # a tombstone stays one
-        if schema is not None:
-            convert = _compiled(schema, self.numeric)
-            payload = value if convert is None or value is None else convert(value)
-        else:
-            payload = to_json(None, value, self.numeric)
-        text = _ENCODE(payload)
-        if "NaN" in text or "Infinity" in text:  # (rare: a check of the text, no walk of every record)
-            text = _ENCODE(_quoted_non_finite(payload))
-        text = text.encode()
+        text = _encode_as_jackson(self._payload, schema, value, schema is None).encode()
         if not self.schemas:
             return text
         # the schema's JSON once per schema object (a connector reuses them): most of an envelope's bytes
         return b'{"schema":' + _schema_json(schema) + b',"payload":' + text + b"}"
+
+    def _payload(self, schema: Schema | None, value: Any) -> Any:
+        if schema is None:
+            return to_json(None, value, self.numeric)
+        convert = _compiled(schema, self.numeric)  # its float parts' leaves give their stand-ins
+        return value if convert is None or value is None else convert(value)
 
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
         if data is None:
@@ -162,16 +166,17 @@ def _loads(data: bytes) -> Any:
 
 def _compile_from(schema: Schema) -> ValueFn | None:
     """from_json for one schema as a function (a payload → its value)."""
-    return _compile_walk(schema, lambda part: lambda v: from_json(part, v), lenient=True)
+    return _compile_walk(schema, lambda part: None if part.get("type") in _FLOATS else lambda v: from_json(part, v),
+                         lenient=True)
 
 
-def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn], lenient: bool) -> ValueFn | None:
+def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool) -> ValueFn | None:
     """One conversion over a schema's value as a function, None where every part passes as is (most
-    fields). `leaf(schema)` converts one decimal or bytes part. `lenient` passes a value of the wrong
-    shape through (reading: the payload is what it is); otherwise a struct that is not a map is a
-    DataError, so the record goes to the dead letter queue (writing)."""
+    fields). `leaf(schema)` converts one decimal, bytes or float part (None: it passes as is).
+    `lenient` passes a value of the wrong shape through (reading: the payload is what it is); otherwise
+    a struct that is not a map is a DataError, so the record goes to the dead letter queue (writing)."""
     kind = schema.get("type")
-    if schema.get("name") == DECIMAL or kind == "bytes":
+    if schema.get("name") == DECIMAL or kind == "bytes" or kind in _FLOATS:
         return leaf(schema)
     if kind == "struct":
         todo = [(f["field"], c) for f in schema.get("fields", []) if (c := _compile_walk(f, leaf, lenient)) is not None]
@@ -183,12 +188,14 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn], lenient: bo
                 if lenient:
                     return v
                 raise DataError(f"a struct value must be a map, not {type(v).__name__}")
-            out = dict(v)
+            out = None  # a copy only where a part changes (a plain float does not)
             for name, c in todo:
                 x = v.get(name)
-                if x is not None:
-                    out[name] = c(x)
-            return out
+                if x is not None and (y := c(x)) is not x:
+                    if out is None:
+                        out = dict(v)
+                    out[name] = y
+            return v if out is None else out
 
         return struct
     if kind in ("array", "map"):
@@ -211,19 +218,114 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _quoted_non_finite(value: Any) -> Any:
-    """The payload with each NaN and infinite float a string, as Jackson writes them under Kafka's
-    JsonConverter ("NaN", "Infinity", "-Infinity"): Python's encoder writes them bare, which no JSON
-    parser takes."""
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+class _DecimalAsFloat(float):
+    """A decimal under decimal.format=numeric: left as Python prints it (Kafka writes BigDecimal's text)."""
+
+
+# Floats as Jackson writes them under Kafka's JsonConverter: Java's Double/Float.toString (1.0E20,
+# 1.0E-4, 1.2345678E7, 0.1f as 0.1), where Python's encoder always prints float.__repr__ (1e+20,
+# 0.0001, 12345678.0); NaN and the infinities quoted ("NaN", "Infinity", "-Infinity"), where Python's
+# are bare, which no JSON parser takes. A float whose text differs becomes a stand-in integer while the
+# payload is encoded (its schema's compiled leaf or, schemaless, a walk puts it there), then its Java
+# text takes the stand-in's place.
+_FLOATS = ("float32", "float64")
+
+
+class _JavaTexts(threading.local):
+    """The Java texts of the stand-ins of the record this thread is converting, in order, and the
+    number the stand-ins count from."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.sentinel = 0
+
+
+_PENDING = _JavaTexts()
+
+
+def _new_sentinel() -> int:
+    return 10**24 + secrets.randbelow(10**24)  # stand-ins are it plus their index: 25 digits
+
+
+_SENTINEL = _new_sentinel()
+
+
+def _encode_as_jackson(payload_of: Callable[[Any, Any], Any], schema: Any, value: Any, schemaless: bool) -> str:
+    """The JSON of the payload `payload_of(schema, value)` builds, its floats as Jackson writes them. A walk
+    finds the floats outside float parts: schemaless ones where the text may show one (Python prints
+    each with a '.' or an exponent), a NaN or infinity elsewhere (rare: a numeric decimal's)."""
+    global _SENTINEL
+    while True:
+        texts = _PENDING.texts = []
+        sentinel = _PENDING.sentinel = _SENTINEL
+        payload = payload_of(schema, value)
+        text = _ENCODE(payload)
+        if ("NaN" in text or "Infinity" in text or schemaless and ("." in text or "e+" in text or "e-" in text)) \
+                and (fixed := _java_floats(payload)) is not payload:
+            text = _ENCODE(fixed)
+        if texts:
+            text = _put_java_texts(text, texts, sentinel)
+        if text is not None:
+            return text
+        _SENTINEL = _new_sentinel()  # the payload holds a stand-in's digits too: other ones
+
+
+def _put_java_texts(text: str, texts: list[str], sentinel: int) -> str | None:
+    """The text with each stand-in its Java text; None where one is not there exactly once."""
+    for index, java in enumerate(texts):
+        stand_in = str(sentinel + index)
+        if text.count(stand_in) != 1:
+            return None
+        text = text.replace(stand_in, java)
+    return text
+
+
+def _stand_in(java: str) -> Any:
+    if java[-1] in "Ny":  # NaN, Infinity, -Infinity: Jackson quotes them (QUOTE_NON_NUMERIC_NUMBERS)
+        return java
+    pending = _PENDING
+    pending.texts.append(java)
+    return pending.sentinel + len(pending.texts) - 1
+
+
+def _float64(value: Any) -> Any:
+    """A FLOAT64 value as Jackson writes it: Python prints the plain ones alike (the shortest digits)."""
+    if type(value) is float and (1e-3 <= value < 1e7 or -1e7 < value <= -1e-3 or value == 0.0):
+        return value
+    return _stand_in(java_double(value)) if isinstance(value, float) else value
+
+
+def _float32(value: Any) -> Any:
+    """A FLOAT32 value as Jackson writes it: Float.toString of the float32 nearest it."""
+    if not isinstance(value, float):
+        return value
+    java = java_float(value)
+    return value if java == float.__repr__(value) else _stand_in(java)
+
+
+def _java_floats(value: Any) -> Any:
+    """A schemaless `value` with each float whose JSON Jackson writes otherwise its stand-in (a
+    double's), the same object where there is none."""
+    kind = type(value)
+    if kind is float:
+        return _float64(value)
+    if kind is str or kind is int or value is None or kind is bool:
+        return value
     if isinstance(value, dict):
-        return {k: _quoted_non_finite(v) for k, v in value.items()}
+        out = None
+        for key, item in value.items():
+            new = _java_floats(item)
+            if new is not item:
+                if out is None:
+                    out = dict(value)
+                out[key] = new
+        return value if out is None else out
     if isinstance(value, list | tuple):
-        return [_quoted_non_finite(v) for v in value]
-    return value
+        items = [_java_floats(item) for item in value]
+        return value if all(new is old for new, old in zip(items, value, strict=True)) else items
+    if kind is _DecimalAsFloat:
+        return value if math.isfinite(value) else _float64(value)
+    return _float64(value)
 
 
 # one encoder for every record (json.dumps with options builds a new one per call)
@@ -257,11 +359,24 @@ def _schema_json(schema: Schema | None) -> bytes:
     hit = _SCHEMA_JSON.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    data = json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode()
+    data = _encode_as_jackson(lambda s, _: _float_defaults(s), schema, None, False).encode()  # its defaults too
     if len(_SCHEMA_JSON) >= CACHE_MAX:
         _SCHEMA_JSON.clear()
     _SCHEMA_JSON[id(schema)] = (schema, data)  # the schema kept alive: its id cannot be reused meanwhile
     return data
+
+
+def _float_defaults(schema: Any) -> Any:
+    """A schema with each float part's float default its stand-in (the same object where none is)."""
+    if isinstance(schema, list):
+        items = [_float_defaults(v) for v in schema]
+        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _float_defaults(v) for k, v in schema.items()}
+    if schema.get("type") in _FLOATS and isinstance(schema.get("default"), float):
+        out["default"] = (_float32 if schema["type"] == "float32" else _float64)(schema["default"])
+    return schema if all(out[k] is v for k, v in schema.items()) else out
 
 
 def _compiled(schema: Schema, numeric: bool) -> ValueFn | None:
@@ -282,8 +397,10 @@ def _compile(schema: Schema, numeric: bool) -> ValueFn | None:
 
 
 def _to_json_leaf(part: Schema, numeric: bool) -> ValueFn:
-    """to_json of one decimal or bytes part; a base64 Decimal with its scale read once (a CDC source
-    writes one per numeric column and row)."""
+    """to_json of one decimal, bytes or float part (a float's stand-in, see _encode_as_jackson); a
+    base64 Decimal with its scale read once (a CDC source writes one per numeric column and row)."""
+    if part.get("type") in _FLOATS:
+        return _float32 if part["type"] == "float32" else _float64
     if part.get("name") == DECIMAL and not numeric:
         scale = _scale(part)
         b64 = base64.b64encode
@@ -304,7 +421,9 @@ def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -
     kind = schema.get("type")
     if schema.get("name") == DECIMAL:
         dec = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
-        return float(dec) if numeric_decimals else base64.b64encode(decimal_to_bytes(dec, _scale(schema))).decode()
+        if numeric_decimals:
+            return _DecimalAsFloat(dec)
+        return base64.b64encode(decimal_to_bytes(dec, _scale(schema))).decode()
     if kind == "bytes":
         return base64.b64encode(bytes(value)).decode() if isinstance(value, bytes | bytearray | memoryview) else value
     if kind == "struct":

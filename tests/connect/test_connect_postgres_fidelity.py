@@ -583,8 +583,6 @@ def test_a_38_digit_decimal_is_encoded_exactly(pg_db, data_dir):
     assert envelope_parts(got[0][1])[1]["after"]["n"] == exact
 
 
-@pytest.mark.xfail(strict=True, reason="klog/connect/converters.py writes floats as Python prints them (1e+20); "
-                   "Jackson under Kafka's JsonConverter prints Java's Float/Double.toString (1.0E20)")
 def test_float_exponents_as_java_prints_them(pg_db, data_dir):
     got = capture(pg_db, data_dir, ["CREATE TABLE t (id int PRIMARY KEY, d double precision)",
                                     "INSERT INTO t VALUES (1, 1e20)"], [], "t", 1)
