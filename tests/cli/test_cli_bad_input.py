@@ -309,6 +309,7 @@ def in_scratch_folder(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "2")
 
 
+@pytest.mark.slow  # (~13 s: the whole suite runs it; the fast lane keeps the named bad-input tests)
 def test_seeded_campaign_over_every_command(cli, data_dir, tmp_path, replay_seed, monkeypatch):
     in_scratch_folder(tmp_path, monkeypatch)
     ran = run_campaign(cli, data_dir, tmp_path, replay_seed(20261128), values_per_parameter=1, budget_s=25,

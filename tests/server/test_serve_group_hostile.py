@@ -557,6 +557,7 @@ def run_hostile_campaign(server, seed: int, rounds: int, scale: int) -> None:
     assert _consume_in_a_fresh_group(server, f"after-{seed}", 30) < 20
 
 
+@pytest.mark.slow  # (~12 s: the whole suite runs it; the fast lane keeps the focused tests above)
 def test_hostile_group_sequences(hostile_server, replay_seed):
     run_hostile_campaign(hostile_server, replay_seed(20261128), rounds=1, scale=1)
 
