@@ -43,8 +43,10 @@ class StringConverter(Converter):
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if value is None:
             return None
-        if isinstance(value, float):  # Java's Double/Float.toString, as Kafka's value.toString()
-            text = java_float(value) if schema and schema.get("type") == "float32" else java_double(value)
+        kind = schema.get("type") if schema else None
+        if isinstance(value, float) or (type(value) is int and kind in _FLOATS):
+            # Java's Double/Float.toString, as Kafka's value.toString() (a float field's 5 is 5.0)
+            text = java_float(float(value)) if kind == "float32" else java_double(float(value))
             return text.encode(self.config["converter.encoding"])
         if isinstance(value, dict | list):  # Kafka's Struct.toString is not parseable; JSON is
             value = json.dumps(value, separators=(",", ":"), default=_json_default)
@@ -289,14 +291,20 @@ def _stand_in(java: str) -> Any:
 
 
 def _float64(value: Any) -> Any:
-    """A FLOAT64 value as Jackson writes it: Python prints the plain ones alike (the shortest digits)."""
+    """A FLOAT64 value as Jackson writes it: Python prints the plain ones alike (the shortest digits).
+    A whole number given for it is the double it stands for (Java's Double prints 5 as 5.0)."""
+    if type(value) is int:
+        value = float(value)
     if type(value) is float and (1e-3 <= value < 1e7 or -1e7 < value <= -1e-3 or value == 0.0):
         return value
     return _stand_in(java_double(value)) if isinstance(value, float) else value
 
 
 def _float32(value: Any) -> Any:
-    """A FLOAT32 value as Jackson writes it: Float.toString of the float32 nearest it."""
+    """A FLOAT32 value as Jackson writes it: Float.toString of the float32 nearest it (a whole
+    number given for it too: Java's Float prints 5 as 5.0)."""
+    if type(value) is int:
+        value = float(value)
     if not isinstance(value, float):
         return value
     java = java_float(value)

@@ -196,3 +196,16 @@ def test_string_converter_prints_a_float_as_java() -> None:
     assert converter.from_connect("t", {"type": "float32"}, 0.10000000149011612) == b"0.1"
     assert converter.from_connect("t", None, 0.5) == b"0.5"
     assert converter.from_connect("t", None, math.nan) == b"NaN"
+
+
+def test_a_whole_number_in_a_float_field_is_written_as_the_double_it_stands_for() -> None:
+    """Kafka's JsonConverter holds a FLOAT64 as a Double (5 prints as 5.0); a schemaless 5 stays 5."""
+    schema = {"type": "struct", "fields": [{"field": "d", "type": "float64"}, {"field": "f", "type": "float32"},
+                                           {"field": "i", "type": "int64"}]}
+    converter = JsonConverter({}, is_key=False)
+    assert converter.from_connect("t", schema, {"d": 5, "f": 3, "i": 7}).endswith(
+        b'"payload":{"d":5.0,"f":3.0,"i":7}}')
+    assert converter.from_connect("t", {"type": "float64"}, 10**8).endswith(b'"payload":1.0E8}')
+    assert JsonConverter({"schemas.enable": "false"}, is_key=False).from_connect("t", None, {"n": 5}) == b'{"n":5}'
+    strings = StringConverter({}, is_key=False)
+    assert strings.from_connect("t", {"type": "float64"}, 5) == b"5.0" and strings.from_connect("t", None, 5) == b"5"
