@@ -12,29 +12,19 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from klog.connect.config import config_string
 from klog.connect.errors import ConfigError
 from klog.errors import KlogError
+from klog.protocol.http_server import IDLE_TIMEOUT_S, QuietHTTPServer
 
 MAX_BODY = 16 << 20  # a connector config is kilobytes: a larger body is refused before it is read
-IDLE_TIMEOUT_S = 30.0  # Jetty's default idle timeout: a slowloris socket is closed after it
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 128  # the listen backlog: a burst of clients is queued, not refused (default 5)
-
-    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
-        """A client that resets or times out mid-answer is no worker error: no traceback in the log."""
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
 
 
 class HttpError(Exception):
@@ -193,7 +183,7 @@ class RestServer:
             def do_PATCH(self) -> None:  # noqa: N802
                 self._handle("PATCH")
 
-        self.httpd = _Server((host, port), Handler)
+        self.httpd = QuietHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="klog-connect-rest", daemon=True)

@@ -16,14 +16,14 @@ import sys
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from klog.protocol.http_server import IDLE_TIMEOUT_S, QuietHTTPServer
 from klog.registry.schemas import Registry, RegistryError
 
 MAX_BODY = 8 << 20  # a schema is kilobytes: a larger body is refused before it is read
-IDLE_TIMEOUT_S = 30.0
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 Route = Callable[[Registry, list[str], dict[str, list[str]], Any], Any]
@@ -179,14 +179,6 @@ def shape_of(path: list[str]) -> str:
     return ""
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-
-    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
-        """A client that resets or times out mid-answer is no registry error: no traceback in the log."""
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
 
 
 class RegistryServer:
@@ -277,7 +269,7 @@ class RegistryServer:
                 except OSError:
                     self.close_connection = True
 
-        self.httpd = _Server((host, port), Handler)
+        self.httpd = QuietHTTPServer((host, port), Handler)
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="klog-registry", daemon=True)
 
