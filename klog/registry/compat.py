@@ -8,6 +8,7 @@ names, a named type's later uses are its full name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 # the writer's type -> the reader types that read it (Avro's promotions)
@@ -131,10 +132,12 @@ def read_problems(reader: Any, writer: Any) -> list[str]:
 LEVELS = ("NONE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")
 
 
-def compatibility_problems(level: str, new: Any, previous: list[Any]) -> list[str]:
+def compatibility_problems(level: str, new: Any, previous: list[Any],
+                           problems: Callable[[Any, Any], list[str]] = read_problems) -> list[str]:
     """Why `new` may not follow `previous` (oldest first) under a compatibility level (empty: it may).
     BACKWARD: the new schema reads what the last one wrote; FORWARD: the last one reads what the new one
-    writes; FULL: both; *_TRANSITIVE: against every previous schema, not only the last."""
+    writes; FULL: both; *_TRANSITIVE: against every previous schema, not only the last. `problems(reader,
+    writer)` judges one pair: Avro's resolution rules, or json_compat's for JSON schemas."""
     if level == "NONE" or not previous:
         return []
     against = previous if level.endswith("_TRANSITIVE") else previous[-1:]
@@ -142,7 +145,7 @@ def compatibility_problems(level: str, new: Any, previous: list[Any]) -> list[st
     out = []
     for old in reversed(against):
         if base in ("BACKWARD", "FULL"):
-            out += [f"BACKWARD: {p}" for p in read_problems(new, old)]
+            out += [f"BACKWARD: {p}" for p in problems(new, old)]
         if base in ("FORWARD", "FULL"):
-            out += [f"FORWARD: {p}" for p in read_problems(old, new)]
+            out += [f"FORWARD: {p}" for p in problems(old, new)]
     return out

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
-from klog.registry.compat import LEVELS, compatibility_problems
+from klog.registry import json_compat
+from klog.registry.compat import LEVELS, compatibility_problems, read_problems
 
 TOPIC = "_schemas"
 DEFAULT_LEVEL = "BACKWARD"
+TYPES = ("AVRO", "JSON")  # what klog's registry parses, compares and registers
 MAX_VERSION = 2**31 - 1
 
 
@@ -105,6 +107,45 @@ def parse_avro(text: Any) -> Any:
         raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {type(e).__name__}: {e}") from None
 
 
+def parse_json(text: Any) -> Any:
+    """A JSON Schema's text parsed: RegistryError 42201 when it is no JSON document, not a schema by its
+    metaschema (jsonschema's check_schema, draft 7 unless `$schema` names another), or has a `$ref` klog
+    cannot resolve (only local ones: schema references are not resolved)."""
+    if not isinstance(text, str) or not text.strip():
+        raise RegistryError(422, 42201, "Empty schema")
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict | bool):
+            raise ValueError(f"a JSON Schema is an object or a boolean, not {type(doc).__name__}")
+        _check_metaschema(doc)
+        json_compat.check_references(doc)
+        return doc
+    except RecursionError:
+        raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
+    except Exception as e:  # noqa: BLE001 - json's, jsonschema's and json_compat's refusals: each is a 42201
+        message = getattr(e, "message", None) or str(e)
+        raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {type(e).__name__}: {message}") from None
+
+
+def _check_metaschema(doc: Any) -> None:
+    try:
+        import jsonschema
+    except ImportError:  # the connect extra brings it; without it the document is only checked as JSON
+        return
+    validator = jsonschema.validators.validator_for(doc, default=jsonschema.Draft7Validator)
+    validator.check_schema(doc)
+
+
+def parse(text: Any, schema_type: str) -> Any:
+    """A schema's text parsed by its type's rules (42201 when it breaks them)."""
+    return parse_json(text) if schema_type == "JSON" else parse_avro(text)
+
+
+def judge(schema_type: str):  # noqa: ANN201 - (reader, writer) -> problems
+    """The compatibility rules of a schema type: Avro's resolution, Confluent's JSON Schema diff."""
+    return json_compat.backward_problems if schema_type == "JSON" else read_problems
+
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -140,9 +181,10 @@ def _name_problem(schema: Any, seen: set[int] | None = None) -> str | None:
     return None
 
 
-def canonical(parsed: Any) -> str:
-    """What makes two registrations the same schema: the parsed form (full names, key order ignored)."""
-    return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
+def canonical(parsed: Any, schema_type: str = "AVRO") -> str:
+    """What makes two registrations the same schema: its type and parsed form (Avro's full names, key
+    order ignored)."""
+    return schema_type + ":" + json.dumps(parsed, sort_keys=True, separators=(",", ":"))
 
 
 class Registry:
@@ -154,7 +196,7 @@ class Registry:
         self.lock = threading.RLock()
         self.versions: dict[tuple[str, int], Version] = {}
         self.configs: dict[str | None, str] = {}
-        self._canonical: dict[str, str] = {}  # a stored schema's text -> canonical() (parsed once)
+        self._canonical: dict[tuple[str, str], str] = {}  # a stored schema's (type, text) -> canonical()
         self._load()
         self._producer = store.producer()
 
@@ -201,10 +243,17 @@ class Registry:
     def _write_version(self, v: Version) -> None:
         self._write([(schema_key(v.subject, v.version), record_of(v))])
 
-    def canonical_of(self, text: str) -> str:
-        hit = self._canonical.get(text)
+    def canonical_of(self, v: Version) -> str | None:
+        """A stored version's canonical() (parsed once); None for a type klog does not parse (Protobuf)."""
+        if v.schema_type not in TYPES:
+            return None
+        hit = self._canonical.get((v.schema_type, v.schema))
         if hit is None:
-            hit = self._canonical[text] = canonical(parse_avro(text))
+            try:
+                hit = canonical(parse(v.schema, v.schema_type), v.schema_type)
+            except RegistryError:  # a stored schema klog cannot parse (another registry wrote it): matches none
+                return None
+            self._canonical[(v.schema_type, v.schema)] = hit
         return hit
 
     # -- reading --------------------------------------------------------------------------------------
@@ -244,53 +293,58 @@ class Registry:
     def level(self, subject: str | None) -> str:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
 
-    def lookup(self, subject: str, text: Any, deleted: bool = False) -> Version:
-        key = canonical(parse_avro(text))
+    def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO") -> Version:
+        key = canonical(parse(text, schema_type), schema_type)
         found = self.live(subject, deleted)
         for v in found:
-            if v.schema_type == "AVRO" and self.canonical_of(v.schema) == key:
+            if self.canonical_of(v) == key:
                 return v
         raise RegistryError(404, 40403, "Schema not found")
 
-    def check(self, subject: str, text: Any, version: str | None) -> list[str]:
+    def check(self, subject: str, text: Any, version: str | None, schema_type: str = "AVRO") -> list[str]:
         """Why `text` may not be registered under `subject` (against one version, or as the subject's level
         says when `version` is None or latest)."""
-        parsed = parse_avro(text)
+        parsed = parse(text, schema_type)
         found = self.live(subject)
         level = self.level(subject)
         if version is not None and parse_version(version) != -1:
-            target = self.version(subject, version)
-            return compatibility_problems(level.removesuffix("_TRANSITIVE"), parsed, self._avro_of([target]))
-        return compatibility_problems(level, parsed, self._avro_of(found))
+            found, level = [self.version(subject, version)], level.removesuffix("_TRANSITIVE")
+        return self._problems(level, parsed, found, schema_type)
 
-    def _avro_of(self, versions: list[Version]) -> list[Any]:
-        """The parsed Avro schemas of `versions` (a Protobuf or JSON one is no Avro reader or writer)."""
-        return [parse_avro(v.schema) for v in versions if v.schema_type == "AVRO"]
+    def _problems(self, level: str, parsed: Any, previous: list[Version], schema_type: str) -> list[str]:
+        """compatibility_problems against the versions of the same type (a schema of another type is no
+        reader or writer of this one: klog compares only like with like)."""
+        same = [parse(v.schema, schema_type) for v in previous if v.schema_type == schema_type]
+        try:
+            return compatibility_problems(level, parsed, same, judge(schema_type))
+        except RecursionError:
+            raise RegistryError(422, 42201, "Invalid schema: nested too deep to compare") from None
 
     # -- writing --------------------------------------------------------------------------------------
-    def register(self, subject: str, text: Any) -> int:
+    def register(self, subject: str, text: Any, schema_type: str = "AVRO") -> int:
         """The schema's id under `subject`: the version that has it already, or a new version (409 when
-        the subject's compatibility level refuses it). A schema has one id in every subject."""
-        parsed = parse_avro(text)
-        key = canonical(parsed)
+        the subject's compatibility level refuses it). A schema (its type and text) has one id in every
+        subject."""
+        parsed = parse(text, schema_type)
+        key = canonical(parsed, schema_type)
         with self.lock:
             live = self._of(subject)
             for v in live:
-                if v.schema_type == "AVRO" and self.canonical_of(v.schema) == key:
+                if self.canonical_of(v) == key:
                     return v.id
-            problems = compatibility_problems(self.level(subject), parsed, self._avro_of(live))
+            problems = self._problems(self.level(subject), parsed, live, schema_type)
             if problems:
                 raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
                                     f"subject \"{subject}\", details: {problems}")
             schema_id = self._id_of(key)
             everything = self._of(subject, deleted=True)
             number = everything[-1].version + 1 if everything else 1
-            self._write_version(Version(subject, number, schema_id, text))
+            self._write_version(Version(subject, number, schema_id, text, schema_type=schema_type))
             return schema_id
 
     def _id_of(self, key: str) -> int:
         for v in self.versions.values():
-            if v.schema_type == "AVRO" and self.canonical_of(v.schema) == key:
+            if self.canonical_of(v) == key:
                 return v.id
         return max((v.id for v in self.versions.values()), default=0) + 1
 

@@ -1,5 +1,6 @@
-"""Confluent Schema Registry's REST API (the subset Connect's AvroConverter, confluent-kafka's
-SchemaRegistryClient and their serializers call) over a Registry, on 127.0.0.1:8081 by default.
+"""Confluent Schema Registry's REST API (the subset Connect's AvroConverter and JsonSchemaConverter,
+confluent-kafka's SchemaRegistryClient and their serializers call) over a Registry, on 127.0.0.1:8081 by
+default; Avro and JSON Schema schemas (schemaType AVRO, the default, or JSON).
 
 GET /subjects, GET|DELETE /subjects/{s}, POST /subjects/{s} (lookup), GET|POST /subjects/{s}/versions,
 GET|DELETE /subjects/{s}/versions/{v}, GET /subjects/{s}/versions/{v}/schema,
@@ -21,7 +22,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from klog.protocol.http_server import IDLE_TIMEOUT_S, QuietHTTPServer
-from klog.registry.schemas import Registry, RegistryError
+from klog.registry.schemas import TYPES, Registry, RegistryError
 
 MAX_BODY = 8 << 20  # a schema is kilobytes: a larger body is refused before it is read
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -39,16 +40,17 @@ def _schema_id(text: str) -> int:
     return int(text)
 
 
-def _schema_text(body: Any) -> str:
-    """The schema of a register, lookup or compatibility body; Avro only, without references."""
+def _schema_of(body: Any) -> tuple[Any, str]:
+    """The schema and its type (schemaType, AVRO when absent) of a register, lookup or compatibility body;
+    AVRO or JSON, without references."""
     if not isinstance(body, dict):
         raise RegistryError(422, 42201, "Empty schema")
     kind = body.get("schemaType") or "AVRO"
-    if kind != "AVRO":
-        raise RegistryError(422, 42201, f"Invalid schema type {kind}: klog's registry keeps Avro schemas only")
+    if kind not in TYPES:
+        raise RegistryError(422, 42201, f"Invalid schema type {kind!s:.40}: klog's registry supports AVRO and JSON")
     if body.get("references"):
         raise RegistryError(422, 42201, "Invalid schema: klog's registry does not resolve schema references")
-    return body.get("schema")
+    return body.get("schema"), kind
 
 
 def _subjects(r: Registry, path: list[str], query: dict, body: Any) -> Any:
@@ -61,7 +63,8 @@ def _subject(method: str) -> Route:
         if method == "DELETE":
             return r.delete_subject(subject, _flag(query, "permanent"))
         if method == "POST":
-            return r.lookup(subject, _schema_text(body), _flag(query, "deleted")).answer()
+            text, kind = _schema_of(body)
+            return r.lookup(subject, text, _flag(query, "deleted"), kind).answer()
         return [v.version for v in r.live(subject, _flag(query, "deleted"))]  # GET /subjects/{s}: its versions
     return route
 
@@ -70,7 +73,7 @@ def _versions(method: str) -> Route:
     def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
         subject = path[1]
         if method == "POST":
-            return {"id": r.register(subject, _schema_text(body))}
+            return {"id": r.register(subject, *_schema_of(body))}
         return [v.version for v in r.live(subject, _flag(query, "deleted"))]
     return route
 
@@ -106,7 +109,7 @@ def _by_id(part: str | None) -> Route:
 
 
 def _types(r: Registry, path: list[str], query: dict, body: Any) -> Any:
-    return ["AVRO"]
+    return list(TYPES)
 
 
 def _associations(r: Registry, path: list[str], query: dict, body: Any) -> Any:
@@ -132,7 +135,8 @@ def _config(method: str) -> Route:
 
 def _compatibility(r: Registry, path: list[str], query: dict, body: Any) -> Any:
     version = path[4] if len(path) > 4 else None
-    problems = r.check(path[2], _schema_text(body), version)
+    text, kind = _schema_of(body)
+    problems = r.check(path[2], text, version, kind)
     out: dict[str, Any] = {"is_compatible": not problems}
     if _flag(query, "verbose"):
         out["messages"] = problems
