@@ -1,0 +1,154 @@
+"""`klog registry` with JSON Schema (schemaType JSON): Confluent's REST shapes, the metaschema check (42201),
+one id per schema, Confluent's JSON compatibility rules (its STRICT policy), and confluent-kafka's own
+JSONSerializer / JSONDeserializer against it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import klog
+
+pytest.importorskip("fastavro", reason="klog registry needs fastavro (pip install 'klog[connect]')")
+pytest.importorskip("jsonschema", reason="the JSON Schema metaschema check needs jsonschema")
+
+from klog.registry.json_compat import backward_problems, differences  # noqa: E402
+from tests.registry.helpers import serving  # noqa: E402
+from tests.registry.test_registry_rest import V1, call  # noqa: E402
+
+
+@pytest.fixture
+def url(data_dir):
+    with serving(data_dir) as base:
+        yield base
+
+
+def js(**doc: object) -> str:
+    return json.dumps(doc)
+
+
+CLOSED = js(type="object", properties={"id": {"type": "integer"}}, additionalProperties=False)
+CLOSED_PLUS = js(type="object", properties={"id": {"type": "integer"}, "note": {"type": "string"}},
+                 additionalProperties=False)
+OPEN = js(type="object", properties={"id": {"type": "integer"}})
+
+
+def register(url: str, subject: str, schema: str, kind: str = "JSON") -> tuple[int, object]:
+    return call(url, "POST", f"/subjects/{subject}/versions", {"schemaType": kind, "schema": schema})
+
+
+def test_json_schemas_register_look_up_and_answer_with_their_type(url):
+    assert register(url, "j-value", CLOSED) == (200, {"id": 1})
+    # the same schema, keys in another order: the same id, no new version
+    same = json.dumps({"additionalProperties": False, "properties": {"id": {"type": "integer"}}, "type": "object"})
+    assert register(url, "j-value", same) == (200, {"id": 1})
+    assert register(url, "other-value", CLOSED) == (200, {"id": 1})
+    assert call(url, "GET", "/subjects/j-value/versions") == (200, [1])
+    assert call(url, "GET", "/subjects/j-value/versions/1") == (200, {"subject": "j-value", "version": 1, "id": 1,
+                                                                     "schemaType": "JSON", "schema": CLOSED})
+    assert call(url, "GET", "/schemas/ids/1") == (200, {"schemaType": "JSON", "schema": CLOSED})
+    assert call(url, "POST", "/subjects/j-value", {"schemaType": "JSON", "schema": same})[1]["id"] == 1
+    # looked up as Avro, a JSON schema's text is not found (a schema is its type and its text)
+    assert call(url, "POST", "/subjects/j-value", {"schema": '"string"'})[0] == 404
+    # an Avro schema keeps Confluent's shape: no schemaType
+    assert register(url, "a-value", V1, "AVRO") == (200, {"id": 2})
+    assert call(url, "GET", "/schemas/ids/2") == (200, {"schema": V1})
+    assert call(url, "GET", "/schemas/types") == (200, ["AVRO", "JSON"])
+
+
+def test_json_versions_survive_a_restart_as_confluent_writes_them(data_dir):
+    with serving(data_dir) as url:
+        assert register(url, "j-value", CLOSED) == (200, {"id": 1})
+    with klog.open(data_dir) as s, s.consumer("_schemas") as c:
+        values = [json.loads(r.value) for r in c if r.value]
+    assert values == [{"subject": "j-value", "version": 1, "id": 1, "schemaType": "JSON", "schema": CLOSED,
+                       "deleted": False}]
+    with serving(data_dir) as url:
+        assert register(url, "j-value", CLOSED) == (200, {"id": 1})
+        assert register(url, "j-value", CLOSED_PLUS) == (200, {"id": 2})
+
+
+@pytest.mark.parametrize("schema", [
+    "not json", "[1, 2]", '"string"', js(type=5), js(type="object", properties=[]), js(minLength=-1),
+    js(type="object", properties={"a": {"$ref": "#/definitions/missing"}}),
+    js(type="object", properties={"a": {"$ref": "https://example.com/other.json"}}),
+])
+def test_a_bad_json_schema_is_42201(url, schema):
+    status, answer = register(url, "j-value", schema)
+    assert (status, answer["error_code"]) == (422, 42201), answer
+
+
+def test_protobuf_is_refused_naming_what_klog_keeps(url):
+    status, answer = register(url, "p-value", 'syntax = "proto3"; message M { int32 a = 1; }', "PROTOBUF")
+    assert (status, answer["error_code"]) == (422, 42201)
+    assert "AVRO" in answer["message"] and "JSON" in answer["message"]
+
+
+def test_backward_compatibility_follows_confluents_rules(url):
+    """Confluent's STRICT policy: an optional property may be added to a closed content model
+    (additionalProperties false), not to an open one; a type may not change; integer may become number."""
+    assert register(url, "closed-value", CLOSED) == (200, {"id": 1})
+    assert register(url, "closed-value", CLOSED_PLUS) == (200, {"id": 2})  # optional property added: fine
+    id_removed = js(type="object", properties={"note": {"type": "string"}}, additionalProperties=False)
+    status, answer = register(url, "closed-value", id_removed)  # a property removed from a closed model
+    assert (status, answer["error_code"]) == (409, 409)
+    assert "PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL" in answer["message"]
+
+    assert register(url, "open-value", OPEN) == (200, {"id": 3})
+    status, answer = register(url, "open-value", js(type="object", properties={"id": {"type": "integer"},
+                                                                              "note": {"type": "string"}}))
+    assert status == 409 and "OPTIONAL_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL" in answer["message"]
+    changed = js(type="object", properties={"id": {"type": "string"}})
+    verdict = call(url, "POST", "/compatibility/subjects/open-value/versions/latest?verbose=true",
+                   {"schemaType": "JSON", "schema": changed})
+    assert verdict[1]["is_compatible"] is False and "TYPE_CHANGED" in verdict[1]["messages"][0]
+    widened = js(type="object", properties={"id": {"type": "number"}})
+    assert call(url, "POST", "/compatibility/subjects/open-value/versions/latest",
+                {"schemaType": "JSON", "schema": widened}) == (200, {"is_compatible": True})
+    # a property removed from an open model is fine (the new reader takes any other property)
+    assert register(url, "open-value", js(type="object", properties={})) == (200, {"id": 4})
+    # FORWARD: the old schema must read what the new one allows
+    assert call(url, "PUT", "/config/closed-value", {"compatibility": "FORWARD"})[0] == 200
+    status, _ = register(url, "closed-value", js(type="object", properties={"id": {"type": "integer"},
+                                                                         "note": {"type": "string"},
+                                                                         "more": {"type": "string"}},
+                                               additionalProperties=False))
+    assert status == 409
+
+
+@pytest.mark.parametrize(("old", "new", "compatible"), [
+    ({"type": "string"}, {"type": "string", "maxLength": 3}, False),
+    ({"type": "string", "maxLength": 3}, {"type": "string"}, True),
+    ({"type": "integer"}, {"type": "number"}, True),
+    ({"type": "number"}, {"type": "integer"}, False),
+    ({"type": "string"}, {"oneOf": [{"type": "null"}, {"type": "string"}]}, True),  # made optional
+    ({"oneOf": [{"type": "null"}, {"type": "string"}]}, {"type": "string"}, False),  # made required
+    ({"type": "string", "enum": ["a"]}, {"type": "string", "enum": ["a", "b"]}, True),
+    ({"type": "string", "enum": ["a", "b"]}, {"type": "string", "enum": ["a"]}, False),
+    ({"properties": {"a": {"type": "string"}}, "required": ["a"]}, {"properties": {"a": {"type": "string"}}}, True),
+    ({"properties": {"a": {"type": "string"}}}, {"properties": {"a": {"type": "string"}}, "required": ["a"]}, False),
+    ({"type": "array", "items": {"type": "integer"}}, {"type": "array", "items": {"type": "boolean"}}, False),
+    ({"type": "object", "properties": {"a": {"$ref": "#/definitions/A"}}, "definitions": {"A": {"type": "integer"}}},
+     {"type": "object", "properties": {"a": {"type": "integer"}}}, True),
+    ({"type": "string", "connect.type": "bytes"}, {"type": "number", "connect.type": "bytes"}, True),
+])
+def test_json_compatibility_cases(old, new, compatible):
+    assert (not backward_problems(new, old)) is compatible, differences(old, new)
+
+
+def test_confluent_kafkas_json_serializer_and_deserializer_use_the_registry(url):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    schema = js(title="User", type="object", properties={"name": {"type": "string"}, "age": {"type": "integer"}},
+                required=["name"])
+    client = SchemaRegistryClient({"url": url})
+    ctx = SerializationContext("users", MessageField.VALUE)
+    data = JSONSerializer(schema, client)({"name": "ada", "age": 36}, ctx)
+    assert data[:1] == b"\x00" and int.from_bytes(data[1:5], "big") == 1
+    assert call(url, "GET", "/subjects/users-value/versions/1")[1]["schemaType"] == "JSON"
+    assert JSONDeserializer(None, schema_registry_client=client)(data, ctx) == {"name": "ada", "age": 36}
+    registered = client.get_latest_version("users-value")
+    assert registered.schema.schema_type == "JSON" and json.loads(registered.schema.schema_str) == json.loads(schema)
