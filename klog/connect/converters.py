@@ -472,6 +472,7 @@ for _cls, _short in ((StringConverter, "string"), (ByteArrayConverter, "bytes"),
 
 
 AVRO_NAMES = aliases(["io.confluent.connect.avro.AvroConverter"]) | {"avro"}
+JSON_SCHEMA_NAMES = aliases(["io.confluent.connect.json.JsonSchemaConverter"]) | {"jsonschema"}
 
 
 def make_converter(field_name: str, class_name: str, props: dict[str, str], is_key: bool) -> Converter:
@@ -480,6 +481,8 @@ def make_converter(field_name: str, class_name: str, props: dict[str, str], is_k
         from klog.connect.avro import AvroConverter  # fastavro and the registry client: only for Avro configs
 
         cls = AvroConverter
+    if cls is None and class_name in JSON_SCHEMA_NAMES:
+        from klog.connect.json_schema import JsonSchemaConverter as cls  # the registry client: only when named
     if cls is None:
         raise ConfigError(field_name, class_name, "unknown converter: use string, bytes, json, avro or their class "
                           "names (org.apache.kafka.connect.storage.StringConverter, "

@@ -3,10 +3,8 @@
 
 Confluent compares the previous schema (the original) with the new one (the update), lists every
 difference by type (TYPE_CHANGED, OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL, ...) and calls the
-update backward compatible when each difference is in its compatible set. A schema is first read as
-everit's loader reads it: one keyword family (a type and its keywords, enum, const, not, allOf, anyOf,
-oneOf, $ref) is that kind of schema, several are an allOf of them, a list of types an anyOf, none the
-empty schema. Local `$ref`s (`#/definitions/...`, `#/$defs/...`, an `$id`) are followed.
+update backward compatible when each difference is in its compatible set. A schema is read as everit's
+loader reads it (klog.protocol.json_schema).
 
 Not checked (Confluent does): the `contains` schema itself, `propertyNames`, `unevaluatedItems` beyond
 2020-12's items after `prefixItems`, remote references, the LENIENT policy. Checked against Confluent's own
@@ -18,8 +16,9 @@ from __future__ import annotations
 import decimal
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
+
+from klog.protocol.json_schema import Loader, Node
 
 # Confluent's SchemaDiff.COMPATIBLE_CHANGES_STRICT
 COMPATIBLE = frozenset("""
@@ -42,133 +41,6 @@ ITEM_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL ITEM_REMOVED_IS_COVERED_BY
 MAX_CONTAINS_INCREASED MAX_CONTAINS_REMOVED MIN_CONTAINS_DECREASED MIN_CONTAINS_REMOVED
 ENUM_ARRAY_EXTENDED COMBINED_TYPE_EXTENDED PRODUCT_TYPE_NARROWED SUM_TYPE_EXTENDED NOT_TYPE_NARROWED
 """.split())
-
-TYPE_KEYWORDS = {
-    "string": ("minLength", "maxLength", "pattern"),
-    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
-    "object": ("properties", "required", "additionalProperties", "patternProperties", "dependencies",
-               "dependentRequired", "dependentSchemas", "minProperties", "maxProperties", "unevaluatedProperties"),
-    "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"),
-}
-COMBINERS = ("allOf", "anyOf", "oneOf")
-
-
-@dataclass(eq=False)
-class Node:
-    """One schema as everit loads it: its kind (empty, true, false, null, boolean, string, number, object,
-    array, enum, const, not, combined) and its JSON; a combined one's criterion and parts."""
-
-    kind: str
-    doc: Any
-    criterion: str = ""
-    parts: list[Node] = field(default_factory=list)
-    integer: bool = False  # a number kind's "integer"
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.doc.get(key, default) if isinstance(self.doc, dict) else default
-
-
-class SchemaProblem(ValueError):
-    """A JSON schema klog cannot compare (an unresolvable $ref)."""
-
-
-class Loader:
-    """Nodes of one schema document, each JSON object loaded once (so $ref cycles end)."""
-
-    def __init__(self, root: Any) -> None:
-        self.root = root
-        self.ids: dict[str, Any] = {}
-        self._collect_ids(root, 0)
-        self.loaded: dict[int, Node] = {}
-
-    def _collect_ids(self, doc: Any, depth: int) -> None:
-        if depth > 200:
-            raise SchemaProblem("the schema is nested too deep")
-        if isinstance(doc, dict):
-            for key in ("$id", "id"):
-                if isinstance(doc.get(key), str):
-                    self.ids.setdefault(doc[key], doc)
-            for value in doc.values():
-                self._collect_ids(value, depth + 1)
-        elif isinstance(doc, list):
-            for value in doc:
-                self._collect_ids(value, depth + 1)
-
-    def resolve(self, ref: str) -> Any:
-        if ref in self.ids:
-            return self.ids[ref]
-        if ref == "#":
-            return self.root
-        if not ref.startswith("#/"):
-            raise SchemaProblem(f"$ref {ref!r} is not in the schema (klog resolves only local references)")
-        doc = self.root
-        for part in ref[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(doc, dict) and part in doc:
-                doc = doc[part]
-            elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
-                doc = doc[int(part)]
-            else:
-                raise SchemaProblem(f"$ref {ref!r} points at nothing in the schema")
-        return doc
-
-    def node(self, doc: Any) -> Node:
-        for _ in range(64):  # a $ref to a $ref ...: followed (everit's normalizeSchema)
-            if isinstance(doc, dict) and isinstance(doc.get("$ref"), str) and len(self._families(doc)) == 1:
-                doc = self.resolve(doc["$ref"])
-            else:
-                break
-        hit = self.loaded.get(id(doc))
-        if hit is not None:
-            return hit
-        node = self._load(doc)
-        self.loaded[id(doc)] = node
-        return node
-
-    @staticmethod
-    def _families(doc: dict) -> list[str]:
-        out = [k for k in ("enum", "const", "not", *COMBINERS, "$ref") if k in doc]
-        if "type" in doc or any(k in doc for kws in TYPE_KEYWORDS.values() for k in kws):
-            out.append("type")
-        return out
-
-    def _load(self, doc: Any) -> Node:
-        if doc is True:
-            return Node("true", {})
-        if doc is False:
-            return Node("false", {})
-        if not isinstance(doc, dict):
-            raise SchemaProblem(f"a schema must be an object or a boolean, not {json.dumps(doc)[:80]}")
-        families = self._families(doc)
-        if not families:
-            return Node("empty", doc)
-        parts = [self._family(doc, f) for f in families]
-        if len(parts) == 1:
-            return parts[0]
-        return Node("combined", doc, "allOf", parts)
-
-    def _family(self, doc: dict, family: str) -> Node:
-        if family in ("enum", "const"):
-            return Node(family, doc)
-        if family == "not":
-            return Node("not", doc, parts=[self.node(doc["not"])])
-        if family in COMBINERS:
-            return Node("combined", doc, family, [self.node(d) for d in doc[family]])
-        if family == "$ref":
-            return self.node(self.resolve(doc["$ref"]))
-        kind = doc.get("type")
-        if isinstance(kind, list):  # everit: one schema per type, any of them
-            return Node("combined", doc, "anyOf", [self._typed(doc, k) for k in kind])
-        return self._typed(doc, kind)
-
-    @staticmethod
-    def _typed(doc: dict, kind: Any) -> Node:
-        if kind is None:  # no "type": the kind its keywords belong to
-            kind = next(k for k, kws in TYPE_KEYWORDS.items() if any(w in doc for w in kws))
-        if kind == "integer":
-            return Node("number", doc, integer=True)
-        return Node(str(kind), doc)
-
 
 class _Diff:
     def __init__(self, original: Loader, update: Loader) -> None:
@@ -596,16 +468,3 @@ def backward_problems(new: Any, old: Any) -> list[str]:
     return [f'{{errorType:"{kind}", path:"{path}"}}' for kind, path in differences(old, new)
             if kind not in COMPATIBLE]
 
-
-def check_references(doc: Any) -> None:
-    """SchemaProblem when a `$ref` of the document is not in it (klog resolves no schema references)."""
-    loader = Loader(doc)
-    todo = [doc]
-    while todo:
-        part = todo.pop()
-        if isinstance(part, dict):
-            if isinstance(part.get("$ref"), str):
-                loader.resolve(part["$ref"])
-            todo += part.values()
-        elif isinstance(part, list):
-            todo += part

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
+from klog.protocol.json_schema import check_references
 from klog.registry import json_compat
 from klog.registry.compat import LEVELS, compatibility_problems, read_problems
 
@@ -118,7 +119,7 @@ def parse_json(text: Any) -> Any:
         if not isinstance(doc, dict | bool):
             raise ValueError(f"a JSON Schema is an object or a boolean, not {type(doc).__name__}")
         _check_metaschema(doc)
-        json_compat.check_references(doc)
+        check_references(doc)
         return doc
     except RecursionError:
         raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None

@@ -1,0 +1,502 @@
+"""Confluent's JsonSchemaConverter (`io.confluent.connect.json.JsonSchemaConverter`): Connect data as JSON in
+Confluent's wire format (magic byte 0, the schema's 4-byte big-endian id in a Schema Registry, the JSON
+text), its JSON Schema registered in and read from a Schema Registry over its REST API (AvroConverter's
+client, subject name strategies and caching rules: klog/connect/avro.py).
+
+Connect schemas map to JSON Schema as Confluent's JsonSchemaData maps them: int8..int64 `integer` and
+float32/float64 `number`, each with `connect.type`; bytes (and Decimal) a `string` with `connect.type`
+bytes (base64 text); a struct an `object` of `properties` (closed, `additionalProperties: false`, with
+`object.additional.properties=false`); a map with string keys an `object` with `additionalProperties`,
+any other map an array of {key, value} objects, both `connect.type: map`; an optional schema
+`{"oneOf": [{"type": "null"}, T]}`; a struct field's position `connect.index`; a schema's name `title`,
+its version `connect.version`, doc `description`, parameters `connect.parameters`, default `default`;
+Connect's unions (io.confluent.connect.json.OneOf) a `oneOf`. The other way reads any JSON Schema as
+JsonSchemaData.toConnectSchema does (no `connect.type`: integer is int64, number float64; a `oneOf`
+of null and T an optional T, other `oneOf`/`anyOf`s unions; `enum` a string with
+io.confluent.connect.json.Enum parameters).
+"""
+
+from __future__ import annotations
+
+import base64
+import decimal
+import json
+import struct as struct_
+import threading
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import quote
+
+from klog.connect.avro import (
+    MAGIC,
+    RegistryClient,
+    _ordered,
+    _put_bounded,
+    _strategy_check,
+    subject_name,
+)
+from klog.connect.config import ConfigDef
+from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
+from klog.connect.data import DECIMAL, Schema
+from klog.connect.errors import ConfigError, DataError
+from klog.protocol.json_schema import Loader
+
+NAMESPACE = "io.confluent.connect.json"
+ONE_OF = NAMESPACE + ".OneOf"
+ENUM = NAMESPACE + ".Enum"
+NULL_MARKER = "<NULL>"
+INTEGERS = ("int8", "int16", "int32", "int64")
+FLOATS = ("float32", "float64")
+
+
+# -- Connect schema -> JSON Schema --------------------------------------------------------------------
+def json_schema(schema: Schema, closed: bool = False) -> dict[str, Any]:
+    """The JSON Schema of a Connect schema, as Confluent's JsonSchemaData.fromConnectSchema; `closed`:
+    structs refuse other properties (object.additional.properties=false)."""
+    return _to_json_schema(schema, None, closed)
+
+
+def _to_json_schema(s: Schema, index: int | None, closed: bool, ignore_optional: bool = False) -> dict[str, Any]:
+    kind = s.get("type")
+    params = s.get("parameters") or {}
+    out: dict[str, Any]
+    if kind in INTEGERS or kind in FLOATS:
+        out = {"type": "integer" if kind in INTEGERS else "number", "connect.type": kind}
+    elif kind == "boolean":
+        out = {"type": "boolean"}
+    elif kind == "string":
+        symbols = [k[len(ENUM) + 1:] for k in params if k.startswith(ENUM + ".")]
+        out = {"type": "string"} if ENUM not in params else \
+            {"enum": [None if symbol == NULL_MARKER else symbol for symbol in symbols]}
+    elif kind == "bytes":
+        out = {"type": "string", "connect.type": "bytes"}
+    elif kind == "array":
+        out = {"type": "array", "items": _to_json_schema(s["items"], None, closed)}
+    elif kind == "map":
+        keys, values = s["keys"], s["values"]
+        if keys.get("type") == "string" and not keys.get("optional"):
+            out = {"type": "object", "additionalProperties": _to_json_schema(values, None, closed),
+                   "connect.type": "map"}
+        else:
+            entry = {"type": "object", "properties": {"key": _to_json_schema(keys, 0, closed),
+                                                      "value": _to_json_schema(values, 1, closed)}}
+            out = {"type": "array", "items": entry, "connect.type": "map"}
+    elif kind == "struct" and s.get("name") == ONE_OF:
+        branches = [_to_json_schema({**f, "optional": False}, i, closed, ignore_optional=True)
+                    for i, f in enumerate(s.get("fields", []))]
+        out = {"oneOf": ([{"type": "null"}] if s.get("optional") else []) + branches}
+        if index is not None:
+            out["connect.index"] = index
+        return out
+    elif kind == "struct":
+        out = {"type": "object", "properties": {f["field"]: _to_json_schema(f, i, closed)
+                                                for i, f in enumerate(s.get("fields", []))}}
+        if closed:
+            out["additionalProperties"] = False
+    else:
+        raise DataError(f"unknown Connect schema type {kind!r}")
+    _describe(s, out)
+    if s.get("optional") and not ignore_optional:
+        out = {"oneOf": [{"type": "null"}, out]}
+    if index is not None:
+        out["connect.index"] = index
+    return out
+
+
+def _describe(s: Schema, out: dict[str, Any]) -> None:
+    """A schema's name, version, doc, parameters and default, as JsonSchemaData writes them."""
+    if s.get("name") is not None:
+        out["title"] = s["name"]
+    if s.get("version") is not None:
+        out["connect.version"] = s["version"]
+    if s.get("doc") is not None:
+        out["description"] = s["doc"]
+    shown = {k: v for k, v in (s.get("parameters") or {}).items() if not k.startswith(NAMESPACE)}
+    if shown:
+        out["connect.parameters"] = shown
+    if s.get("default") is not None:
+        out["default"] = to_payload(s, from_json(s, s["default"]))
+
+
+# -- JSON Schema -> Connect schema --------------------------------------------------------------------
+class _ToConnect:
+    """JsonSchemaData.toConnectSchema over one JSON Schema document ($refs within it followed)."""
+
+    def __init__(self, root: Any) -> None:
+        self.loader = Loader(root)  # the registry's reading of a schema document: one reading
+        self.open: set[int] = set()
+
+    def schema(self, doc: Any, version: int | None = None, optional: bool = False) -> Schema:
+        node = self.loader.node(doc)
+        doc = node.doc
+        if id(doc) in self.open:
+            raise DataError("recursive JSON schemas have no Connect schema in klog")
+        self.open.add(id(doc))
+        try:
+            out = self._base(node, version, optional)
+        finally:
+            self.open.discard(id(doc))
+        return out
+
+    def _base(self, node: Any, version: int | None, optional: bool) -> Schema:
+        doc = node.doc if isinstance(node.doc, dict) else {}
+        kind = node.kind
+        connect_type = doc.get("connect.type")
+        out: Schema = {}
+        params: dict[str, str] = {}
+        name = None
+        if kind == "boolean":
+            out["type"] = "boolean"
+        elif kind == "number":
+            if connect_type in (*INTEGERS, *FLOATS, "bytes"):
+                out["type"] = connect_type
+            else:
+                out["type"] = "int64" if node.integer else "float64"
+        elif kind == "string":
+            out["type"] = "bytes" if connect_type == "bytes" else "string"
+        elif kind in ("enum", "const"):
+            values = doc["enum"] if kind == "enum" else [doc["const"]]
+            out["type"] = "string"
+            params[ENUM] = ""
+            for value in values:
+                symbol = NULL_MARKER if value is None else value if isinstance(value, str) else json.dumps(value)
+                params[f"{ENUM}.{symbol}"] = symbol
+        elif kind == "combined":
+            return self._combined(node, version, optional)
+        elif kind == "array":
+            items = doc.get("items")
+            if not isinstance(items, dict | bool):
+                raise DataError("Array schema did not specify the items type")
+            entry = self.loader.node(items)
+            if connect_type == "map" and entry.kind == "object":
+                props = entry.doc.get("properties") or {}
+                out.update(type="map", keys=self.schema(props.get("key", {})),
+                           values=self.schema(props.get("value", {})))
+            else:
+                out.update(type="array", items=self.schema(items))
+        elif kind == "object" and connect_type == "map":
+            extra = doc.get("additionalProperties")
+            out.update(type="map", keys={"type": "string", "optional": False},
+                       values=self.schema(extra if isinstance(extra, dict) else {}))
+        elif kind == "object":
+            out.update(type="struct", fields=self._fields(doc))
+        else:
+            raise DataError(f"a JSON schema of kind {kind} has no Connect schema in klog")
+        return self._finish(out, doc, params, name, version, optional)
+
+    def _fields(self, doc: dict) -> list[Schema]:
+        """A struct's fields in connect.index order (a property without one: the count so far, as Confluent)."""
+        ordered: dict[int, tuple[str, Any]] = {}
+        for key, sub in (doc.get("properties") or {}).items():
+            index = sub.get("connect.index") if isinstance(sub, dict) else None
+            ordered[index if isinstance(index, int) else len(ordered)] = (key, sub)
+        return [{**self.schema(sub), "field": key} for _, (key, sub) in sorted(ordered.items())]
+
+    def _combined(self, node: Any, version: int | None, optional: bool) -> Schema:
+        parts = node.parts
+        if len(parts) == 1:  # flatten.singleton.unions (Confluent's default)
+            return self.schema(parts[0].doc, version, optional)
+        if node.criterion == "allOf":
+            return self._all_of(node, version, optional)
+        nulls = [p for p in parts if p.kind == "null"]
+        if len(parts) == 2 and nulls:
+            other = parts[1] if parts[0] is nulls[0] else parts[0]
+            return self.schema(other.doc, version, True)
+        fields = []
+        for part in parts:
+            if part.kind == "null":
+                optional = True
+                continue
+            fields.append({**self.schema(part.doc, None, True), "field": f"{ONE_OF}.field.{len(fields)}"})
+        return self._finish({"type": "struct", "fields": fields}, node.doc if isinstance(node.doc, dict) else {},
+                            {}, ONE_OF, version, optional)
+
+    def _all_of(self, node: Any, version: int | None, optional: bool) -> Schema:
+        """allOf as JsonSchemaData reads it: the properties of its objects as one struct; else its enum or
+        string or number part."""
+        objects = [p for p in node.parts if p.kind == "object"]
+        if objects:
+            merged = {"type": "object", "properties": {k: v for p in objects
+                                                       for k, v in (p.doc.get("properties") or {}).items()}}
+            return self._finish({"type": "struct", "fields": self._fields(merged)}, {}, {}, None, version, optional)
+        by_kind = {p.kind: p for p in node.parts}
+        for kind in ("combined", "enum", "const", "string", "number"):
+            if kind in by_kind:
+                return self.schema(by_kind[kind].doc, version, optional)
+        raise DataError("an allOf klog cannot read as a Connect schema")
+
+    @staticmethod
+    def _finish(out: Schema, doc: dict, params: dict[str, str], name: str | None, version: int | None,
+                optional: bool) -> Schema:
+        title = doc.get("title")
+        if name is None and isinstance(title, str):
+            name = title
+        if name is not None:
+            out["name"] = name
+        if isinstance(doc.get("connect.version"), int):
+            out["version"] = doc["connect.version"]
+        elif version is not None:
+            out["version"] = version
+        if isinstance(doc.get("description"), str):
+            out["doc"] = doc["description"]
+        if isinstance(doc.get("connect.parameters"), dict):
+            params.update({k: str(v) for k, v in doc["connect.parameters"].items()})
+        if params:
+            out["parameters"] = params
+        out["optional"] = optional
+        if doc.get("default") is not None:
+            out["default"] = _json_default(out, from_payload(out, doc["default"]))
+        return _ordered(out)
+
+
+def connect_schema(doc: Any, version: int | None = None) -> Schema:
+    """The Connect schema of a JSON Schema document, as Confluent's JsonSchemaData.toConnectSchema;
+    `version`: the registry's version of it, when the schema has no connect.version."""
+    try:
+        return _ToConnect(doc).schema(doc, version)
+    except RecursionError:
+        raise DataError("the JSON schema is nested too deep") from None
+    except ValueError as e:  # the Loader's SchemaProblem: a $ref not in the document
+        raise DataError(f"a JSON schema klog cannot read: {e}") from None
+
+
+def _json_default(schema: Schema, value: Any) -> Any:
+    """A Connect value as the JSON form klog's schemas keep defaults in (JsonConverter's: bytes base64)."""
+    from klog.connect.converters import to_json
+
+    return to_json(schema, value)
+
+
+# -- values ------------------------------------------------------------------------------------------
+def to_payload(schema: Schema, value: Any) -> Any:
+    """A Connect value as JsonSchemaData.fromConnectData writes it (bytes and decimals base64, maps with
+    other keys than strings [{key, value}], a union its set branch); a null takes the default."""
+    if value is None:
+        if schema.get("default") is not None:
+            return to_payload(schema, from_json(schema, schema["default"]))
+        if schema.get("optional"):
+            return None
+        raise DataError(f"null for a required {schema.get('type')} (not optional in its schema)")
+    kind = schema.get("type")
+    if schema.get("name") == DECIMAL:
+        dec = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
+        scale = int((schema.get("parameters") or {}).get("scale", 0))
+        return base64.b64encode(decimal_to_bytes(dec, scale)).decode()
+    if kind == "bytes":
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise DataError(f"a bytes value must be bytes, not {type(value).__name__}")
+        return base64.b64encode(bytes(value)).decode()
+    if kind in FLOATS:
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+    if kind == "array":
+        return [to_payload(schema["items"], v) for v in value]
+    if kind == "map":
+        keys = schema["keys"]
+        if keys.get("type") == "string" and not keys.get("optional"):
+            return {k: to_payload(schema["values"], v) for k, v in value.items()}
+        return [{"key": to_payload(keys, k), "value": to_payload(schema["values"], v)} for k, v in value.items()]
+    if kind == "struct":
+        if not isinstance(value, dict):
+            raise DataError(f"a struct value must be a map, not {type(value).__name__}")
+        if schema.get("name") == ONE_OF:
+            for f in schema.get("fields", []):
+                if value.get(f["field"]) is not None:
+                    return to_payload({**f, "optional": True}, value[f["field"]])
+            return None
+        return {f["field"]: to_payload(f, value.get(f["field"])) for f in schema.get("fields", [])}
+    return value
+
+
+def from_payload(schema: Schema, value: Any) -> Any:
+    """JSON (numbers with a fraction read as decimal.Decimal, so a Decimal keeps its digits) as the
+    Connect value of `schema`, as JsonSchemaData.toConnectData."""
+    if value is None:
+        if schema.get("default") is not None:
+            return from_json(schema, schema["default"])
+        return None
+    kind = schema.get("type")
+    if schema.get("name") == DECIMAL:
+        if isinstance(value, str):
+            scale = int((schema.get("parameters") or {}).get("scale", 0))
+            return decimal_from_bytes(base64.b64decode(value), scale)
+        return decimal.Decimal(value) if isinstance(value, int | decimal.Decimal) else decimal.Decimal(str(value))
+    if kind == "bytes":
+        return base64.b64decode(value) if isinstance(value, str) else value
+    if kind in FLOATS:
+        return float(value) if isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool) \
+            else value
+    if kind in INTEGERS:
+        return int(value) if isinstance(value, decimal.Decimal | float) else value
+    if kind == "array" and isinstance(value, list):
+        return [from_payload(schema["items"], v) for v in value]
+    if kind == "map" and isinstance(value, dict):
+        return {k: from_payload(schema["values"], v) for k, v in value.items()}
+    if kind == "map" and isinstance(value, list):
+        return {from_payload(schema["keys"], e.get("key")): from_payload(schema["values"], e.get("value"))
+                for e in value if isinstance(e, dict)}
+    if kind == "struct" and schema.get("name") == ONE_OF:
+        return _union_value(schema, value)
+    if kind == "struct" and isinstance(value, dict):
+        return {f["field"]: from_payload(f, value.get(f["field"])) for f in schema.get("fields", [])}
+    if isinstance(value, decimal.Decimal):  # a number where the schema wanted something else: as JSON reads it
+        return float(value)
+    return value
+
+
+_JSON_KINDS = {"boolean": (bool,), "string": (str,), "bytes": (str,), "array": (list,), "map": (dict, list),
+               "struct": (dict,), "float32": (int, float, decimal.Decimal), "float64": (int, float, decimal.Decimal),
+               **dict.fromkeys(INTEGERS, (int,))}
+
+
+def _union_value(schema: Schema, value: Any) -> dict[str, Any]:
+    """The union struct with the branch the value fits set: the first whose type matches (for objects
+    the branch sharing the most properties), as JsonSchemaData picks it."""
+    best, best_score = None, 0
+    for f in schema.get("fields", []):
+        wanted = _JSON_KINDS.get(f.get("type"), ())
+        fits = isinstance(value, wanted) and not (isinstance(value, bool) and bool not in wanted)
+        if fits and f.get("type") != "struct":
+            return {f["field"]: from_payload(f, value)}
+        if fits:
+            score = len({g["field"] for g in f.get("fields", [])} & set(value))
+            if score > best_score:
+                best, best_score = f, score
+    if best is None:
+        raise DataError("Did not find matching oneof field for data")
+    return {best["field"]: from_payload(best, value)}
+
+
+# -- the converter -----------------------------------------------------------------------------------
+class JsonSchemaConverter(Converter):
+    java_class = "io.confluent.connect.json.JsonSchemaConverter"
+    config_def = (ConfigDef()
+                  .define("schema.registry.url", "list", doc="the Schema Registry's URLs (comma-separated)")
+                  .define("auto.register.schemas", "boolean", True)
+                  .define("use.latest.version", "boolean", False)
+                  .define("key.subject.name.strategy", default="TopicNameStrategy", check=_strategy_check)
+                  .define("value.subject.name.strategy", default="TopicNameStrategy", check=_strategy_check)
+                  .define("basic.auth.credentials.source", default="URL", choices=("url", "user_info"))
+                  .define("basic.auth.user.info", "password", default="")
+                  .define("schemas.cache.size", "int", 1000, at_least=1)
+                  .define("object.additional.properties", "boolean", True)
+                  .define("decimal.format", default="BASE64", choices=("base64",)))
+
+    def __init__(self, props: dict[str, str], is_key: bool) -> None:
+        super().__init__(props, is_key)
+        if not self.config["schema.registry.url"]:
+            raise ConfigError("schema.registry.url", "", "JsonSchemaConverter needs the Schema Registry's URL")
+        user_info = self.config["basic.auth.user.info"] if self.config["basic.auth.credentials.source"] == "user_info" \
+            else None
+        self.registry = RegistryClient(self.config["schema.registry.url"], user_info or None)
+        self.strategy = self.config["key.subject.name.strategy" if is_key else "value.subject.name.strategy"]
+        self.cache_size = self.config["schemas.cache.size"]
+        self.closed = not self.config["object.additional.properties"]
+        self._lock = threading.Lock()
+        # a Connect schema's JSON text -> (its JSON Schema text, {subject: schema id})
+        self._writers: OrderedDict[str, tuple[str, dict[str, int]]] = OrderedDict()
+        self._readers: OrderedDict[tuple[int, str], Schema] = OrderedDict()  # (schema id, topic) -> Connect schema
+
+    # Connect -> bytes
+    def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
+        if schema is None:
+            if value is None:
+                return None  # a tombstone stays one
+            raise DataError("JsonSchemaConverter writes records with a schema; this one has none (a schemaless "
+                            "value: use JsonConverter with schemas.enable=false)")
+        if value is None and not schema.get("optional") and schema.get("default") is None:
+            return None  # Confluent's JsonSchemaData gives no JSON for it, so no record bytes
+        payload = to_payload(schema, value)
+        text, ids = self._writer_of(schema)
+        schema_id = self._registered(topic, schema, text, ids)
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False) \
+            if _finite(payload) else None
+        if body is None:
+            raise DataError("NaN and the infinities have no JSON number")
+        return MAGIC + struct_.pack(">I", schema_id) + body.encode()
+
+    def _writer_of(self, schema: Schema) -> tuple[str, dict[str, int]]:
+        key = json.dumps(schema, sort_keys=True, default=str)
+        hit = self._writers.get(key)
+        if hit is None:
+            text = json.dumps(json_schema(schema, self.closed), separators=(",", ":"), ensure_ascii=False)
+            hit = (text, {})
+            with self._lock:
+                _put_bounded(self._writers, key, hit, self.cache_size)
+        return hit
+
+    def _registered(self, topic: str, schema: Schema, text: str, ids: dict[str, int]) -> int:
+        """The schema id under the record's subject, asked of the registry once per subject: registered
+        (auto.register.schemas), looked up, or the subject's latest (use.latest.version)."""
+        title = schema.get("name") if schema.get("name") != ONE_OF else None
+        subject = subject_name(self.strategy, topic, self.is_key, _record_named(title))
+        found = ids.get(subject)
+        if found is not None:
+            return found
+        path = f"/subjects/{quote(subject, safe='')}"
+        if self.config["use.latest.version"]:
+            found = int(self.registry.call("GET", f"{path}/versions/latest")["id"])
+        else:
+            body = {"schemaType": "JSON", "schema": text}
+            found = int(self.registry.call("POST", f"{path}/versions" if self.config["auto.register.schemas"]
+                                           else path, body)["id"])
+        ids[subject] = found
+        return found
+
+    # bytes -> Connect
+    def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
+        if data is None:
+            return None, None
+        if len(data) < 5 or data[:1] != MAGIC:
+            raise DataError("Unknown magic byte!" if data[:1] != MAGIC else "a record shorter than its header")
+        schema_id = struct_.unpack(">I", data[1:5])[0]
+        schema = self._readers.get((schema_id, topic))
+        if schema is None:
+            schema = self._reader(topic, schema_id)
+            with self._lock:
+                _put_bounded(self._readers, (schema_id, topic), schema, self.cache_size)
+        try:
+            doc = json.loads(data[5:], parse_float=decimal.Decimal)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise DataError(f"not JSON of schema {schema_id}: {e}") from None
+        if doc is None:
+            return schema, None
+        return schema, from_payload(schema, doc)
+
+    def _reader(self, topic: str, schema_id: int) -> Schema:
+        """The Connect schema of a registered JSON schema, with the version it has under the topic's subject
+        when it has no connect.version (as Confluent's converter gives it)."""
+        found = self.registry.call("GET", f"/schemas/ids/{schema_id}")
+        if found.get("schemaType") != "JSON":
+            raise DataError(f"schema {schema_id} is {found.get('schemaType', 'AVRO')}, not JSON")
+        try:
+            doc = json.loads(found["schema"])
+        except ValueError:
+            raise DataError(f"schema {schema_id} is no JSON document") from None
+        version = None
+        if not (isinstance(doc, dict) and "connect.version" in doc):
+            try:
+                title = doc.get("title") if isinstance(doc, dict) else None
+                subject = subject_name(self.strategy, topic, self.is_key, _record_named(title))
+                version = self.registry.call("POST", f"/subjects/{quote(subject, safe='')}",
+                                             {"schemaType": "JSON", "schema": found["schema"]}).get("version")
+            except DataError:  # not under that subject, or no subject for it: no version
+                pass
+        return connect_schema(doc, version if isinstance(version, int) else None)
+
+
+def _record_named(title: Any) -> Any:
+    """What avro.subject_name reads a record name from: RecordNameStrategy names a JSON schema's subject
+    after its title, as Confluent's (a schema without one has no record name)."""
+    if not isinstance(title, str):
+        return ["untitled"]  # avro.subject_name refuses it for RecordNameStrategy; TopicNameStrategy ignores it
+    return {"type": "record", "name": title}
+
+
+def _finite(payload: Any) -> bool:
+    if isinstance(payload, float):
+        return payload == payload and payload not in (float("inf"), float("-inf"))
+    if isinstance(payload, dict):
+        return all(_finite(v) for v in payload.values())
+    if isinstance(payload, list):
+        return all(_finite(v) for v in payload)
+    return True

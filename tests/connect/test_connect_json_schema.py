@@ -1,0 +1,184 @@
+"""Confluent's JsonSchemaConverter (klog/connect/json_schema.py) against klog's registry, checked with an
+independent implementation: confluent-kafka's JSONDeserializer reads (and validates against the registered
+schema) what the converter writes, and the converter reads what confluent-kafka's JSONSerializer writes.
+The JSON schemas are compared with what Confluent's JsonSchemaData registers for the same Connect schemas."""
+
+from __future__ import annotations
+
+import decimal
+import json
+
+import pytest
+
+pytest.importorskip("fastavro", reason="klog registry needs fastavro (pip install 'klog[connect]')")
+pytest.importorskip("jsonschema", reason="confluent-kafka's JSON serdes need jsonschema")
+
+from klog.connect.converters import make_converter  # noqa: E402
+from klog.connect.errors import ConfigError, DataError  # noqa: E402
+from klog.connect.json_schema import ONE_OF, connect_schema, json_schema  # noqa: E402
+from tests.connect.test_connect_avro import AFTER, ENVELOPE, ctx, field  # noqa: E402
+from tests.registry.helpers import serving as registry_at  # noqa: E402
+
+JSON_SCHEMA = "io.confluent.connect.json.JsonSchemaConverter"
+TOPIC = "shop.public.orders"
+
+
+@pytest.fixture
+def registry_url(data_dir):
+    with registry_at(data_dir) as url:
+        yield url
+
+
+def converter(url: str, is_key: bool = False, **settings: str):  # noqa: ANN201
+    return make_converter("key.converter" if is_key else "value.converter", JSON_SCHEMA,
+                          {"schema.registry.url": url, **settings}, is_key)
+
+
+def deserializer(url: str):  # noqa: ANN201 - confluent-kafka's JSONDeserializer over its own client
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+    return JSONDeserializer(None, schema_registry_client=SchemaRegistryClient({"url": url}))
+
+
+def test_connect_schemas_become_the_json_schemas_confluents_jsonschemadata_registers():
+    """Per JsonSchemaData.fromConnectSchema: integer/number with connect.type, bytes a string with
+    connect.type bytes, optional a oneOf with null, a field's position connect.index (on the oneOf when
+    optional), names as title, versions as connect.version, parameters as connect.parameters, maps by
+    their key type, structs open unless object.additional.properties=false."""
+    row = ENVELOPE["fields"][1]
+    out = json_schema({**row, "optional": False})
+    assert out["type"] == "object" and out["title"] == "shop.public.orders.Value" and "additionalProperties" not in out
+    props = out["properties"]
+    assert props["id"] == {"type": "integer", "connect.type": "int32", "connect.index": 0}
+    assert props["note"] == {"oneOf": [{"type": "null"}, {"type": "string"}], "connect.index": 1}
+    assert props["total"] == {"oneOf": [{"type": "null"}, {
+        "type": "string", "connect.type": "bytes", "title": "org.apache.kafka.connect.data.Decimal",
+        "connect.version": 1, "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"}}],
+        "connect.index": 2}
+    assert props["ratio"]["oneOf"][1] == {"type": "number", "connect.type": "float64"}
+    assert props["counts"]["oneOf"][1] == {"type": "object", "additionalProperties": {"type": "integer",
+                                                                                      "connect.type": "int64"},
+                                           "connect.type": "map"}
+    assert props["by_id"]["oneOf"][1] == {"type": "array", "connect.type": "map", "items": {
+        "type": "object", "properties": {"key": {"type": "integer", "connect.type": "int32", "connect.index": 0},
+                                         "value": {"oneOf": [{"type": "null"}, {"type": "string"}],
+                                                   "connect.index": 1}}}}
+    snapshot = json_schema(ENVELOPE)["properties"]["snapshot"]["oneOf"][1]
+    assert snapshot == {"type": "string", "title": "io.debezium.data.Enum", "connect.version": 1,
+                        "connect.parameters": {"allowed": "true,last,false,incremental"}, "default": "false"}
+    assert json_schema({**row, "optional": False}, closed=True)["additionalProperties"] is False
+
+
+def test_the_json_schema_gives_back_the_connect_schema():
+    assert connect_schema(json_schema(ENVELOPE)) == ENVELOPE
+
+
+def test_values_round_trip_and_confluent_kafkas_deserializer_reads_them(registry_url):
+    c = converter(registry_url)
+    value = {"before": None, "after": AFTER, "snapshot": "false", "op": "c"}
+    data = c.from_connect(TOPIC, ENVELOPE, value)
+    assert data[:5] == b"\x00\x00\x00\x00\x01"
+    assert c.to_connect(TOPIC, data) == (ENVELOPE, value)
+    decoded = deserializer(registry_url)(data, ctx(TOPIC))  # validated against the registered schema
+    assert decoded["after"]["total"] == "BOI=" and decoded["after"]["blob"] == "AP8="  # base64, as Confluent
+    assert decoded["after"]["by_id"] == [{"key": 5, "value": "five"}]
+    assert decoded["op"] == "c" and decoded["before"] is None
+    # a second converter (another task) registers nothing new
+    assert converter(registry_url).from_connect(TOPIC, ENVELOPE, value) == data
+    assert converter(registry_url).from_connect(TOPIC, None, None) is None  # a tombstone stays one
+
+
+def test_confluent_kafkas_serializer_output_is_read_as_connect_data(registry_url):
+    """A plain JSON schema (no connect.* annotations) as JsonSchemaData reads it: integer int64, number
+    float64, a oneOf with null optional, title the name, the registry's version as the schema's version."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    schema = json.dumps({"title": "User", "type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer"}, "score": {"type": "number"},
+        "email": {"oneOf": [{"type": "null"}, {"type": "string"}]},
+        "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["name"]})
+    client = SchemaRegistryClient({"url": registry_url})
+    serialize = JSONSerializer(schema, client)
+    data = serialize({"name": "ada", "age": 36, "score": 0.1, "email": None, "tags": ["x"]}, ctx("users"))
+    got_schema, got = converter(registry_url).to_connect("users", data)
+    assert got_schema == {"type": "struct", "fields": [
+        {"type": "string", "optional": False, "field": "name"}, {"type": "int64", "optional": False, "field": "age"},
+        {"type": "float64", "optional": False, "field": "score"},
+        {"type": "string", "optional": True, "field": "email"},
+        {"type": "array", "items": {"type": "string", "optional": False}, "optional": False, "field": "tags"}],
+        "optional": False, "name": "User", "version": 1}
+    assert got == {"name": "ada", "age": 36, "score": 0.1, "email": None, "tags": ["x"]}
+    assert isinstance(got["score"], float)
+
+
+def test_decimals_keep_their_digits_both_ways(registry_url):
+    schema = {"type": "struct", "optional": False, "fields": [
+        field("amount", "bytes", name="org.apache.kafka.connect.data.Decimal", version=1,
+              parameters={"scale": "9"})]}
+    value = {"amount": decimal.Decimal("123456789012345678901234567890.123456789")}
+    c = converter(registry_url)
+    # no connect.version on the root: the version under its subject, as Confluent's converter gives it
+    assert c.to_connect("money", c.from_connect("money", schema, value)) == ({**schema, "version": 1}, value)
+
+
+def test_keys_subject_name_strategies_lookup_and_latest(registry_url):
+    key_schema = {"type": "struct", "optional": False, "name": "shop.Key", "fields": [field("id", "int32")]}
+    key = converter(registry_url, is_key=True)
+    data = key.from_connect(TOPIC, key_schema, {"id": 1})
+    assert key.to_connect(TOPIC, data) == ({**key_schema, "version": 1}, {"id": 1})
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": registry_url})
+    assert client.get_subjects() == [f"{TOPIC}-key"]
+    record = converter(registry_url, **{"value.subject.name.strategy": "RecordNameStrategy"})
+    record.from_connect(TOPIC, key_schema, {"id": 2})
+    assert "shop.Key" in client.get_subjects()
+    # lookup only: a schema the subject does not have fails the record with the registry's reason
+    lookup = converter(registry_url, **{"auto.register.schemas": "false"})
+    with pytest.raises(DataError, match="40401"):
+        lookup.from_connect("elsewhere", key_schema, {"id": 3})
+    # use.latest.version writes with the subject's latest id
+    latest = converter(registry_url, is_key=True, **{"use.latest.version": "true", "auto.register.schemas": "false"})
+    assert latest.from_connect(TOPIC, key_schema, {"id": 4})[1:5] == \
+        (client.get_latest_version(f"{TOPIC}-key").schema_id).to_bytes(4, "big")
+
+
+def test_unions_round_trip_as_confluents_oneof_structs(registry_url):
+    union = {"type": "struct", "optional": False, "name": ONE_OF, "fields": [
+        {"type": "int64", "optional": True, "field": f"{ONE_OF}.field.0"},
+        {"type": "string", "optional": True, "field": f"{ONE_OF}.field.1"}]}
+    schema = {"type": "struct", "optional": False, "fields": [{**union, "field": "either"}]}
+    assert json_schema(schema)["properties"]["either"] == {"oneOf": [
+        {"type": "integer", "connect.type": "int64", "connect.index": 0}, {"type": "string", "connect.index": 1}],
+        "connect.index": 0}
+    c = converter(registry_url)
+    value = {"either": {f"{ONE_OF}.field.0": None, f"{ONE_OF}.field.1": "text"}}
+    data = c.from_connect("u", schema, value)
+    assert data[5:] == b'{"either":"text"}'
+    assert c.to_connect("u", data) == ({**schema, "version": 1}, {"either": {f"{ONE_OF}.field.1": "text"}})
+
+
+def test_refusals_name_the_reason(registry_url):
+    with pytest.raises(ConfigError, match="schema.registry.url"):
+        make_converter("value.converter", JSON_SCHEMA, {}, False)
+    with pytest.raises(ConfigError, match="decimal.format"):
+        converter(registry_url, **{"decimal.format": "NUMERIC"})
+    c = converter(registry_url)
+    with pytest.raises(DataError, match="schema"):
+        c.from_connect("t", None, {"a": 1})
+    with pytest.raises(DataError, match="magic"):
+        c.to_connect("t", b"{}")
+    # an Avro schema's id is no JSON schema
+    avro = make_converter("value.converter", "io.confluent.connect.avro.AvroConverter",
+                          {"schema.registry.url": registry_url}, False)
+    data = avro.from_connect("t", {"type": "string", "optional": False}, "x")
+    with pytest.raises(DataError, match="not JSON"):
+        c.to_connect("t", data)
+
+
+def test_the_class_name_and_its_aliases_are_known():
+    for name in (JSON_SCHEMA, "JsonSchemaConverter", "jsonschema"):
+        assert type(make_converter("value.converter", name, {"schema.registry.url": "http://127.0.0.1:1"},
+                                   False)).__name__ == "JsonSchemaConverter"
