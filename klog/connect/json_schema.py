@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from klog.connect.avro import (
     MAGIC,
+    STRATEGY_PACKAGE,
     RegistryClient,
     _ordered,
     _put_bounded,
@@ -39,7 +40,7 @@ from klog.connect.config import ConfigDef
 from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
 from klog.connect.data import DECIMAL, Schema
 from klog.connect.errors import ConfigError, DataError
-from klog.protocol.json_schema import Loader
+from klog.protocol.json_schema import Loader, Node
 
 NAMESPACE = "io.confluent.connect.json"
 ONE_OF = NAMESPACE + ".OneOf"
@@ -127,16 +128,16 @@ class _ToConnect:
         self.open: set[int] = set()
 
     def schema(self, doc: Any, version: int | None = None, optional: bool = False) -> Schema:
-        node = self.loader.node(doc)
-        doc = node.doc
-        if id(doc) in self.open:
+        """The Connect schema of a schema document, or of a Node of one (the parts of {"type": [...]} or of
+        {"type": "string", "enum": [...]} share their document, so they are passed as Nodes)."""
+        node = doc if isinstance(doc, Node) else self.loader.node(doc)
+        if id(node) in self.open:
             raise DataError("recursive JSON schemas have no Connect schema in klog")
-        self.open.add(id(doc))
+        self.open.add(id(node))
         try:
-            out = self._base(node, version, optional)
+            return self._base(node, version, optional)
         finally:
-            self.open.discard(id(doc))
-        return out
+            self.open.discard(id(node))
 
     def _base(self, node: Any, version: int | None, optional: bool) -> Schema:
         doc = node.doc if isinstance(node.doc, dict) else {}
@@ -195,19 +196,19 @@ class _ToConnect:
     def _combined(self, node: Any, version: int | None, optional: bool) -> Schema:
         parts = node.parts
         if len(parts) == 1:  # flatten.singleton.unions (Confluent's default)
-            return self.schema(parts[0].doc, version, optional)
+            return self.schema(parts[0], version, optional)
         if node.criterion == "allOf":
             return self._all_of(node, version, optional)
         nulls = [p for p in parts if p.kind == "null"]
         if len(parts) == 2 and nulls:
             other = parts[1] if parts[0] is nulls[0] else parts[0]
-            return self.schema(other.doc, version, True)
+            return self.schema(other, version, True)
         fields = []
         for part in parts:
             if part.kind == "null":
                 optional = True
                 continue
-            fields.append({**self.schema(part.doc, None, True), "field": f"{ONE_OF}.field.{len(fields)}"})
+            fields.append({**self.schema(part, None, True), "field": f"{ONE_OF}.field.{len(fields)}"})
         return self._finish({"type": "struct", "fields": fields}, node.doc if isinstance(node.doc, dict) else {},
                             {}, ONE_OF, version, optional)
 
@@ -222,7 +223,7 @@ class _ToConnect:
         by_kind = {p.kind: p for p in node.parts}
         for kind in ("combined", "enum", "const", "string", "number"):
             if kind in by_kind:
-                return self.schema(by_kind[kind].doc, version, optional)
+                return self.schema(by_kind[kind], version, optional)
         raise DataError("an allOf klog cannot read as a Connect schema")
 
     @staticmethod
@@ -367,6 +368,9 @@ def _union_value(schema: Schema, value: Any) -> dict[str, Any]:
 
 
 # -- the converter -----------------------------------------------------------------------------------
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode  # one, not per call
+
+
 class JsonSchemaConverter(Converter):
     java_class = "io.confluent.connect.json.JsonSchemaConverter"
     config_def = (ConfigDef()
@@ -408,10 +412,10 @@ class JsonSchemaConverter(Converter):
         payload = to_payload(schema, value)
         text, ids = self._writer_of(schema)
         schema_id = self._registered(topic, schema, text, ids)
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False) \
-            if _finite(payload) else None
-        if body is None:
-            raise DataError("NaN and the infinities have no JSON number")
+        try:
+            body = _ENCODE(payload)
+        except ValueError:  # allow_nan=False: JSON has no number for them (Jackson would write them bare)
+            raise DataError("NaN and the infinities have no JSON number") from None
         return MAGIC + struct_.pack(">I", schema_id) + body.encode()
 
     def _writer_of(self, schema: Schema) -> tuple[str, dict[str, int]]:
@@ -428,7 +432,7 @@ class JsonSchemaConverter(Converter):
         """The schema id under the record's subject, asked of the registry once per subject: registered
         (auto.register.schemas), looked up, or the subject's latest (use.latest.version)."""
         title = schema.get("name") if schema.get("name") != ONE_OF else None
-        subject = subject_name(self.strategy, topic, self.is_key, _record_named(title))
+        subject = self._subject(topic, title)
         found = ids.get(subject)
         if found is not None:
             return found
@@ -441,6 +445,15 @@ class JsonSchemaConverter(Converter):
                                            else path, body)["id"])
         ids[subject] = found
         return found
+
+    def _subject(self, topic: str, title: Any) -> str:
+        """The subject by avro.subject_name's strategies; RecordNameStrategy and TopicRecordNameStrategy
+        name a JSON schema by its title (a Connect schema's name), as Confluent's do."""
+        if not isinstance(title, str):
+            if self.strategy.removeprefix(STRATEGY_PACKAGE) != "TopicNameStrategy":
+                raise DataError(f"{self.strategy} needs a schema with a title (a named Connect schema)")
+            title = ""
+        return subject_name(self.strategy, topic, self.is_key, {"type": "record", "name": title})
 
     # bytes -> Connect
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
@@ -475,8 +488,7 @@ class JsonSchemaConverter(Converter):
         version = None
         if not (isinstance(doc, dict) and "connect.version" in doc):
             try:
-                title = doc.get("title") if isinstance(doc, dict) else None
-                subject = subject_name(self.strategy, topic, self.is_key, _record_named(title))
+                subject = self._subject(topic, doc.get("title") if isinstance(doc, dict) else None)
                 version = self.registry.call("POST", f"/subjects/{quote(subject, safe='')}",
                                              {"schemaType": "JSON", "schema": found["schema"]}).get("version")
             except DataError:  # not under that subject, or no subject for it: no version
@@ -484,19 +496,4 @@ class JsonSchemaConverter(Converter):
         return connect_schema(doc, version if isinstance(version, int) else None)
 
 
-def _record_named(title: Any) -> Any:
-    """What avro.subject_name reads a record name from: RecordNameStrategy names a JSON schema's subject
-    after its title, as Confluent's (a schema without one has no record name)."""
-    if not isinstance(title, str):
-        return ["untitled"]  # avro.subject_name refuses it for RecordNameStrategy; TopicNameStrategy ignores it
-    return {"type": "record", "name": title}
 
-
-def _finite(payload: Any) -> bool:
-    if isinstance(payload, float):
-        return payload == payload and payload not in (float("inf"), float("-inf"))
-    if isinstance(payload, dict):
-        return all(_finite(v) for v in payload.values())
-    if isinstance(payload, list):
-        return all(_finite(v) for v in payload)
-    return True

@@ -113,6 +113,26 @@ def test_confluent_kafkas_serializer_output_is_read_as_connect_data(registry_url
     assert isinstance(got["score"], float)
 
 
+def test_hand_written_schemas_read_as_jsonschemadata_reads_them():
+    """A list of types is an anyOf: with null, the other type optional; a type with an enum an enum
+    string; several types a union struct."""
+    got = connect_schema({"type": "object", "title": "T", "properties": {
+        "a": {"type": ["string", "null"]}, "b": {"type": "string", "enum": ["x", "y"]},
+        "c": {"type": ["integer", "string"]}, "d": {"$ref": "#/definitions/D"}},
+        "definitions": {"D": {"type": "boolean", "default": True}}})
+    enum = {"io.confluent.connect.json.Enum": "", "io.confluent.connect.json.Enum.x": "x",
+            "io.confluent.connect.json.Enum.y": "y"}
+    assert got == {"type": "struct", "optional": False, "name": "T", "fields": [
+        {"type": "string", "optional": True, "field": "a"},
+        {"type": "string", "optional": False, "parameters": enum, "field": "b"},
+        {"type": "struct", "optional": False, "name": ONE_OF, "field": "c", "fields": [
+            {"type": "int64", "optional": True, "field": f"{ONE_OF}.field.0"},
+            {"type": "string", "optional": True, "field": f"{ONE_OF}.field.1"}]},
+        {"type": "boolean", "optional": False, "default": True, "field": "d"}]}
+    with pytest.raises(DataError, match="recursive"):
+        connect_schema({"type": "object", "properties": {"next": {"$ref": "#"}}})
+
+
 def test_decimals_keep_their_digits_both_ways(registry_url):
     schema = {"type": "struct", "optional": False, "fields": [
         field("amount", "bytes", name="org.apache.kafka.connect.data.Decimal", version=1,
@@ -135,6 +155,8 @@ def test_keys_subject_name_strategies_lookup_and_latest(registry_url):
     record = converter(registry_url, **{"value.subject.name.strategy": "RecordNameStrategy"})
     record.from_connect(TOPIC, key_schema, {"id": 2})
     assert "shop.Key" in client.get_subjects()
+    with pytest.raises(DataError, match="title"):
+        record.from_connect(TOPIC, {"type": "string", "optional": False}, "unnamed")
     # lookup only: a schema the subject does not have fails the record with the registry's reason
     lookup = converter(registry_url, **{"auto.register.schemas": "false"})
     with pytest.raises(DataError, match="40401"):
