@@ -396,8 +396,10 @@ class JsonSchemaConverter(Converter):
         self.cache_size = self.config["schemas.cache.size"]
         self.closed = not self.config["object.additional.properties"]
         self._lock = threading.Lock()
-        # a Connect schema's JSON text -> (its JSON Schema text, {subject: schema id})
+        # a Connect schema's JSON text -> (its JSON Schema text, {subject: schema id}); first by the schema
+        # object's identity (a connector reuses its schema objects: no JSON text of the schema per record)
         self._writers: OrderedDict[str, tuple[str, dict[str, int]]] = OrderedDict()
+        self._by_object: dict[int, tuple[Schema, tuple[str, dict[str, int]]]] = {}
         self._readers: OrderedDict[tuple[int, str], Schema] = OrderedDict()  # (schema id, topic) -> Connect schema
 
     # Connect -> bytes
@@ -419,13 +421,19 @@ class JsonSchemaConverter(Converter):
         return MAGIC + struct_.pack(">I", schema_id) + body.encode()
 
     def _writer_of(self, schema: Schema) -> tuple[str, dict[str, int]]:
+        known = self._by_object.get(id(schema))
+        if known is not None and known[0] is schema:
+            return known[1]
         key = json.dumps(schema, sort_keys=True, default=str)
         hit = self._writers.get(key)
         if hit is None:
             text = json.dumps(json_schema(schema, self.closed), separators=(",", ":"), ensure_ascii=False)
             hit = (text, {})
-            with self._lock:
-                _put_bounded(self._writers, key, hit, self.cache_size)
+        with self._lock:
+            _put_bounded(self._writers, key, hit, self.cache_size)
+            if len(self._by_object) >= self.cache_size:
+                self._by_object.clear()
+            self._by_object[id(schema)] = (schema, hit)  # the schema kept alive: its id is not reused meanwhile
         return hit
 
     def _registered(self, topic: str, schema: Schema, text: str, ids: dict[str, int]) -> int:
