@@ -183,9 +183,10 @@ def _name_problem(schema: Any, seen: set[int] | None = None) -> str | None:
 
 
 def canonical(parsed: Any, schema_type: str = "AVRO") -> str:
-    """What makes two registrations the same schema: its type and parsed form (Avro's full names, key
-    order ignored)."""
-    return schema_type + ":" + json.dumps(parsed, sort_keys=True, separators=(",", ":"))
+    """What makes two registrations the same schema: its type and parsed form, whitespace aside. Avro's
+    with full names, key order ignored; JSON's keeps its key order, as Confluent's canonical JSON does
+    (a struct's fields without connect.index are its properties in order)."""
+    return schema_type + ":" + json.dumps(parsed, sort_keys=schema_type == "AVRO", separators=(",", ":"))
 
 
 class Registry:

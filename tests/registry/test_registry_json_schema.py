@@ -40,8 +40,8 @@ def register(url: str, subject: str, schema: str, kind: str = "JSON") -> tuple[i
 
 def test_json_schemas_register_look_up_and_answer_with_their_type(url):
     assert register(url, "j-value", CLOSED) == (200, {"id": 1})
-    # the same schema, keys in another order: the same id, no new version
-    same = json.dumps({"additionalProperties": False, "properties": {"id": {"type": "integer"}}, "type": "object"})
+    # the same schema spelt with other whitespace: the same id, no new version
+    same = json.dumps(json.loads(CLOSED), indent=2)
     assert register(url, "j-value", same) == (200, {"id": 1})
     assert register(url, "other-value", CLOSED) == (200, {"id": 1})
     assert call(url, "GET", "/subjects/j-value/versions") == (200, [1])
@@ -51,6 +51,9 @@ def test_json_schemas_register_look_up_and_answer_with_their_type(url):
     assert call(url, "POST", "/subjects/j-value", {"schemaType": "JSON", "schema": same})[1]["id"] == 1
     # looked up as Avro, a JSON schema's text is not found (a schema is its type and its text)
     assert call(url, "POST", "/subjects/j-value", {"schema": '"string"'})[0] == 404
+    # keys in another order are another schema, as Confluent's canonical JSON keeps their order
+    reordered = json.dumps({"additionalProperties": False, "properties": {"id": {"type": "integer"}}, "type": "object"})
+    assert call(url, "POST", "/subjects/j-value", {"schemaType": "JSON", "schema": reordered})[0] == 404
     # an Avro schema keeps Confluent's shape: no schemaType
     assert register(url, "a-value", V1, "AVRO") == (200, {"id": 2})
     assert call(url, "GET", "/schemas/ids/2") == (200, {"schema": V1})
