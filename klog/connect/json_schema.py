@@ -30,10 +30,10 @@ from urllib.parse import quote
 from klog.connect.avro import (
     MAGIC,
     STRATEGY_PACKAGE,
+    AvroConverter,
     RegistryClient,
     _ordered,
     _put_bounded,
-    _strategy_check,
     subject_name,
 )
 from klog.connect.config import ConfigDef
@@ -269,6 +269,10 @@ def _json_default(schema: Schema, value: Any) -> Any:
 
 
 # -- values ------------------------------------------------------------------------------------------
+_PYTHON_KINDS = {"boolean": (bool,), "string": (str,), "float32": (int, float), "float64": (int, float),
+                 "array": (list, tuple), "map": (dict,), **dict.fromkeys(INTEGERS, (int,))}
+
+
 def to_payload(schema: Schema, value: Any) -> Any:
     """A Connect value as JsonSchemaData.fromConnectData writes it (bytes and decimals base64, maps with
     other keys than strings [{key, value}], a union its set branch); a null takes the default."""
@@ -287,8 +291,11 @@ def to_payload(schema: Schema, value: Any) -> Any:
         if not isinstance(value, bytes | bytearray | memoryview):
             raise DataError(f"a bytes value must be bytes, not {type(value).__name__}")
         return base64.b64encode(bytes(value)).decode()
+    wanted = _PYTHON_KINDS.get(kind)
+    if wanted is not None and (not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted)):
+        raise DataError(f"Invalid type for {kind.upper()}: {type(value).__name__}")  # Confluent's wording
     if kind in FLOATS:
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+        return float(value)
     if kind == "array":
         return [to_payload(schema["items"], v) for v in value]
     if kind == "map":
@@ -373,17 +380,10 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=
 
 class JsonSchemaConverter(Converter):
     java_class = "io.confluent.connect.json.JsonSchemaConverter"
-    config_def = (ConfigDef()
-                  .define("schema.registry.url", "list", doc="the Schema Registry's URLs (comma-separated)")
-                  .define("auto.register.schemas", "boolean", True)
-                  .define("use.latest.version", "boolean", False)
-                  .define("key.subject.name.strategy", default="TopicNameStrategy", check=_strategy_check)
-                  .define("value.subject.name.strategy", default="TopicNameStrategy", check=_strategy_check)
-                  .define("basic.auth.credentials.source", default="URL", choices=("url", "user_info"))
-                  .define("basic.auth.user.info", "password", default="")
-                  .define("schemas.cache.size", "int", 1000, at_least=1)
-                  .define("object.additional.properties", "boolean", True)
-                  .define("decimal.format", default="BASE64", choices=("base64",)))
+    # AvroConverter's settings (the registry, subjects, auth, cache) but its Avro name scrubbing
+    config_def = ConfigDef({k: v for k, v in AvroConverter.config_def.keys.items() if k != "scrub.invalid.names"}) \
+        .merged(ConfigDef().define("object.additional.properties", "boolean", True)
+                .define("decimal.format", default="BASE64", choices=("base64",)))
 
     def __init__(self, props: dict[str, str], is_key: bool) -> None:
         super().__init__(props, is_key)

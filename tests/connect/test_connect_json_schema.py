@@ -190,6 +190,8 @@ def test_refusals_name_the_reason(registry_url):
     c = converter(registry_url)
     with pytest.raises(DataError, match="schema"):
         c.from_connect("t", None, {"a": 1})
+    with pytest.raises(DataError, match="Invalid type for INT32"):  # a value its schema does not allow
+        c.from_connect("t", {"type": "struct", "optional": False, "fields": [field("n", "int32")]}, {"n": "7"})
     with pytest.raises(DataError, match="magic"):
         c.to_connect("t", b"{}")
     # an Avro schema's id is no JSON schema
