@@ -1,5 +1,6 @@
 """Kafka's wire protocol as both ends of klog speak it: `klog serve` (klog.server) and the cluster
 client (klog.client.remote). API keys (apis), error codes by name (errors), loading kio without its
 test-only imports (loading), kio helpers one handler uses for every version (kafka), the
-request/response framing (framing), and the Avro schema rewriting `klog registry` and Connect's
-AvroConverter share (avro_schema). Imports nothing of klog above klog.errors."""
+request/response framing (framing), the Avro schema rewriting `klog registry` and Connect's
+AvroConverter share (avro_schema), and the reading of JSON Schema documents `klog registry` and Connect's
+JsonSchemaConverter share (json_schema). Imports nothing of klog above klog.errors."""
