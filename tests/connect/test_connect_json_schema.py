@@ -141,6 +141,16 @@ def test_decimals_keep_their_digits_both_ways(registry_url):
     c = converter(registry_url)
     # no connect.version on the root: the version under its subject, as Confluent's converter gives it
     assert c.to_connect("money", c.from_connect("money", schema, value)) == ({**schema, "version": 1}, value)
+    # a Java worker with decimal.format=NUMERIC writes the decimal as a JSON number: read with all its digits
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    numeric = {"type": "object", "properties": {"amount": {
+        "type": "number", "connect.type": "bytes", "title": "org.apache.kafka.connect.data.Decimal",
+        "connect.version": 1, "connect.parameters": {"scale": "9"}, "connect.index": 0}}}
+    schema_id = SchemaRegistryClient({"url": registry_url}).register_schema("numeric-value",
+                                                                            Schema(json.dumps(numeric), "JSON"))
+    data = b"\x00" + schema_id.to_bytes(4, "big") + b'{"amount":123456789012345678901234567890.123456789}'
+    assert c.to_connect("numeric", data)[1] == value
 
 
 def test_keys_subject_name_strategies_lookup_and_latest(registry_url):
