@@ -10,8 +10,9 @@ import typer
 from klog.cli.app import DataDirOpt, open_store
 
 REGISTRY_HELP = (
-    "Serve Confluent Schema Registry's REST API (the subset Kafka Connect's AvroConverter, confluent-kafka's "
-    "SchemaRegistryClient and its Avro serializers use) for Avro schemas: subjects, versions, ids, lookups, "
+    "Serve Confluent Schema Registry's REST API (the subset Kafka Connect's AvroConverter and JsonSchemaConverter, "
+    "confluent-kafka's SchemaRegistryClient and its Avro and JSON serializers use) for Avro and JSON Schema "
+    "schemas (not Protobuf): subjects, versions, ids, lookups, "
     "deletes, compatibility levels (BACKWARD by default) and checks. Schemas live where Confluent keeps them, in "
     "the compacted topic _schemas of the store (or, with --bootstrap-server, the cluster), so ids and versions "
     "survive restarts. Run one registry per store or cluster.\n\n"
