@@ -61,8 +61,12 @@ def remote_read(bootstrap: str, topic: str = "w", how: str = "records", props: d
             got = [v for chunk in c.value_chunks() for v in chunk]
         elif how == "chunks":
             got = []
-            while not all(cursor.done for cursor in c.cursors):
+            for _ in range(10_000):  # (bounded: far more polls than the topic needs)
+                if all(cursor.done for cursor in c.cursors):
+                    break
                 got += [(t, p, o, ts, v) for t, p, chunk in c.poll_chunks() for o, ts, _, v, _ in chunk]
+            else:
+                raise AssertionError("poll_chunks did not reach the end")
         else:
             got = [(r.partition, r.offset, r.timestamp, r.value) for r in c]
     return got, c
@@ -131,6 +135,7 @@ def test_a_follower_long_poll_keeps_its_answers_under_the_bound(kafka_server, st
     with RemoteStore(ClusterTarget(kafka_server.bootstrap, PROPS)) as remote, \
             remote.consumer("w", start="end", follow=True, count=PARTITIONS * RECORDS) as c:
         assert isinstance(c, FetchConsumer)
+        c.on_wait = give_up_after(30)
         fill(store, create=False)
         got = [(r.partition, r.offset, r.value) for r in c]
     local = local_records(data_dir)
@@ -138,6 +143,14 @@ def test_a_follower_long_poll_keeps_its_answers_under_the_bound(kafka_server, st
         assert [(o, v) for q, o, v in got if q == p] == [(o, v) for q, o, _, v in local if q == p]
     assert LIMIT // 2 < c.held.peak <= LIMIT + SHARE, c.held.peak
     assert len(connections) == 3
+
+
+def give_up_after(seconds: float):  # noqa: ANN201
+    """An on_wait that ends a follower waiting longer than `seconds` for records already written."""
+    def check(waited: float) -> None:
+        if waited > seconds:
+            raise AssertionError(f"the follower waited {waited:.0f} s for records already written")
+    return check
 
 
 @pytest.mark.parametrize("merge", [False, True], ids=["one-after-another", "merged"])
