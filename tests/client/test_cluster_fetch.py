@@ -72,10 +72,10 @@ def test_not_leader_asks_the_metadata_again_and_goes_on(kafka_server, data_dir, 
     monkeypatch.setattr(fetch_consumer, "PARTITION_BYTES", 4000)
     ask, answers = fetch.Fetcher._ask, iter([6, 74, 0, 0, 6, 0])  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH
 
-    def flaky_ask(self, broker, asked, wait_ms):  # noqa: ANN001, ANN202
+    def flaky_ask(self, broker, asked, wait_ms, max_bytes):  # noqa: ANN001, ANN202
         error = next(answers, 0)
         return {where: fetch.PartitionAnswer(error, -1, -1, b"") for where in asked} if error else \
-            ask(self, broker, asked, wait_ms)
+            ask(self, broker, asked, wait_ms, max_bytes)
 
     monkeypatch.setattr(fetch.Fetcher, "_ask", flaky_ask)
     monkeypatch.setattr(RemoteStore, "leaders", _counting(RemoteStore.leaders, metadata := []))

@@ -26,7 +26,7 @@ from klog.protocol.loading import load_kio
 
 FETCH_VERSION_MAX = 11  # the newest Fetch without flexible encoding (wire.Connection speaks header v1)
 FETCH_VERSION_MIN = 4  # the oldest Kafka 4.0 answers; record batches with magic 2 (Kafka 0.11+)
-RESPONSE_BYTES_MAX = 64 << 20  # one answer's bound (each partition's own bound is the caller's)
+ANSWER_BYTES_MAX = (1 << 31) - 1  # a Fetch's max_bytes is an int32
 RETRY_PAUSE_S = 0.05
 TOPIC_GONE_S = 1.0  # a topic the metadata has not named for this long was deleted
 OFFSET_OUT_OF_RANGE = 1
@@ -72,18 +72,28 @@ class Fetcher:
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int) -> PartitionAnswer:
         """One Fetch of `topic`-`partition` from `offset` at its leader (fetch_many of one)."""
-        return self.fetch_many({(topic, partition): (offset, max_bytes)}, wait_ms)[(topic, partition)]
+        return self.fetch_many({(topic, partition): (offset, max_bytes)}, wait_ms, max_bytes)[(topic, partition)]
 
-    def fetch_many(self, wants: dict[Where, tuple[int, int]], wait_ms: int) -> dict[Where, PartitionAnswer]:
+    def fetch_many(self, wants: dict[Where, tuple[int, int]], wait_ms: int,
+                   max_bytes: int = ANSWER_BYTES_MAX) -> dict[Where, PartitionAnswer]:
         """Each (topic, partition) of `wants` from its (offset, max_bytes), in one Fetch per leader
         broker (as librdkafka fetches every partition of a broker together: 1,000 partitions are a
         few round trips, not 1,000). A moved leader or a lost connection is retried (metadata asked
         again) until the cluster timeout, then a KlogError naming a partition, the cluster and the
-        last reason; other partition errors are the caller's."""
+        last reason; other partition errors are the caller's.
+
+        `max_bytes` bounds the answers' records together, over every broker (the caller's
+        fetch.max.bytes): the brokers are asked one after another, the first want's first, each for
+        what the answers before it left; once that is spent, the partitions of the brokers not yet
+        asked are left out of the result (the first want never is). A broker sends the first batch
+        of its first partition whole even past the bound (KIP-74), so the answers carry at most
+        `max_bytes` plus one batch, and a batch larger than any bound still comes."""
         deadline = time.monotonic() + self.store.timeout
         missing_since: float | None = None
         out: dict[Where, PartitionAnswer] = {}
         pending = dict(wants)
+        first = next(iter(wants))
+        left = max_bytes
         while True:
             failed: dict[Where, str] = {}
             by_broker, gone = self._by_leader(pending, failed)
@@ -94,8 +104,10 @@ class Fetcher:
                     raise UnknownTopicError(f"topic '{gone[0]}' was deleted while being read: {gone[0]}-{gone[1]} "
                                             f"is gone from {self.store.target.label}")
                 missing_since = missing_since if missing_since is not None else time.monotonic()
-            for leader, asked in by_broker.items():
-                self._ask_leader(leader, asked, wait_ms, out, failed)
+            for leader, asked in by_broker.items():  # (the first want's broker first: wants' order)
+                if left <= 0 and first not in asked:
+                    continue  # the bound is spent: left out, not retried
+                left -= self._ask_leader(leader, asked, wait_ms, max(1, min(left, ANSWER_BYTES_MAX)), out, failed)
             pending = {where: pending[where] for where in failed}
             if not pending:
                 return out
@@ -123,24 +135,28 @@ class Fetcher:
             by_broker.setdefault(leader, {})[where] = want
         return by_broker, gone
 
-    def _ask_leader(self, leader: int, asked: dict[Where, tuple[int, int]], wait_ms: int,
-                    out: dict[Where, PartitionAnswer], failed: dict[Where, str]) -> None:
-        """One Fetch of `asked` at broker `leader`: answers to `out`, what is to be retried to `failed`."""
+    def _ask_leader(self, leader: int, asked: dict[Where, tuple[int, int]], wait_ms: int, max_bytes: int,
+                    out: dict[Where, PartitionAnswer], failed: dict[Where, str]) -> int:
+        """One Fetch of `asked` at broker `leader` (its answer at most `max_bytes`, KIP-74's first
+        batch apart): answers to `out`, what is to be retried to `failed`. The bytes of records it carried."""
         try:
-            answers = self._ask(self._brokers[leader], asked, wait_ms)
+            answers = self._ask(self._brokers[leader], asked, wait_ms, max_bytes)
         except (SecurityError, FetchUnsupported, wire.MalformedAnswer):
             raise
         except KlogError as e:
             for where in asked:
                 failed[where] = str(e)
                 self._drop_leader(*where)
-            return
+            return 0
+        carried = 0
         for where, answer in answers.items():
+            carried += len(answer.records)
             if answer.error in REFRESH_ERRORS:
                 failed[where] = error_name(answer.error)
                 self._leaders.pop(where, None)
             else:
                 out[where] = answer
+        return carried
 
     def _drop_leader(self, topic: str, partition: int) -> None:
         """Drop the partition's leader and its connection: the next attempt asks and connects anew."""
@@ -188,21 +204,22 @@ class Fetcher:
         return _Broker(conn, top, (request.FetchRequest, request.FetchTopic, request.FetchPartition,
                                    response.FetchResponse))
 
-    def _ask(self, broker: _Broker, asked: dict[Where, tuple[int, int]], wait_ms: int) -> dict[Where, PartitionAnswer]:
-        """One Fetch request of every partition `asked` (from its offset, up to its max bytes)."""
+    def _ask(self, broker: _Broker, asked: dict[Where, tuple[int, int]], wait_ms: int,
+             max_bytes: int) -> dict[Where, PartitionAnswer]:
+        """One Fetch request of every partition `asked` (from its offset, up to its max bytes), in
+        `asked`'s order (the broker fills the answer in it, up to `max_bytes` for all)."""
         import datetime
 
         from kio.static.primitive import i8, i32, i32Timedelta, i64
 
         fetch_request, fetch_topic, fetch_partition, fetch_response = broker.schema
         by_topic: dict[str, list] = {}
-        for (topic, partition), (offset, max_bytes) in asked.items():
+        for (topic, partition), (offset, partition_bytes) in asked.items():
             by_topic.setdefault(topic, []).append(fetch_partition(
-                partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(max_bytes)))
+                partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(partition_bytes)))
         extra = {"forgotten_topics_data": ()} if broker.version >= 7 else {}  # sessions (KIP-227): none
-        largest = max(max_bytes for _, max_bytes in asked.values())
         request = fetch_request(max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=wait_ms)),
-                                min_bytes=i32(1), max_bytes=i32(max(largest, RESPONSE_BYTES_MAX)),
+                                min_bytes=i32(1), max_bytes=i32(max_bytes),
                                 isolation_level=i8(READ_UNCOMMITTED),
                                 topics=tuple(fetch_topic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
                                 **extra)

@@ -7,6 +7,10 @@ code a local consume runs: the values-only and JSON fast paths (the store's comp
 decoder), the merge by timestamp, -n, --since/--until, -f, and poll_chunks for klog mirror. Its
 output is the local store's by construction.
 
+Memory: an answer fetched for a partition with another's read waits for that partition's read;
+those kept answers share one bound over every broker, -X fetch.max.bytes (HeldAnswers), and each
+partition's answer has its own, -X max.partition.fetch.bytes (Kafka's names; defaults below).
+
 read_committed stays on librdkafka (RemoteConsumer): skipping aborted transactions needs the
 aborted ranges each Fetch answer lists, which the local reader takes from the store instead.
 """
@@ -14,22 +18,30 @@ aborted ranges each Fetch answer lists, which the local reader takes from the st
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from klog.client.consumer import Consumer, PartitionCursor, StartKind
 from klog.client.records import Record
-from klog.client.remote.fetch import OFFSET_OUT_OF_RANGE, Fetcher, PartitionAnswer
-from klog.errors import CorruptLogError, KlogError
+from klog.client.remote.fetch import ANSWER_BYTES_MAX, OFFSET_OUT_OF_RANGE, Fetcher, PartitionAnswer
+from klog.errors import CorruptLogError, KlogError, UsageError
 from klog.protocol.errors import error_name
 from klog.store import codec
+from klog.store.format import LOG_OVERHEAD
 from klog.store.limits import CLUSTER_PARTITION_FETCH_BYTES, MERGED_READ_BYTES_MIN
 from klog.store.log import FetchedBatch
 from klog.store.txn import READ_UNCOMMITTED
 from klog.store.walk import Tail, walk_batches
 
-PARTITION_BYTES = CLUSTER_PARTITION_FETCH_BYTES  # a partition's share of one Fetch answer
-# a batch bigger than the share is fetched with a doubled one, up to this (Kafka's KIP-74 brokers
-# send a first batch whole anyway)
+# max.partition.fetch.bytes default: a partition's share of one Fetch answer (klog's 16 MiB, not
+# Kafka's 1 MiB: a partition read alone waits on a round trip per answer)
+PARTITION_BYTES = CLUSTER_PARTITION_FETCH_BYTES
+# fetch.max.bytes default: Kafka's 50 MiB. Here it bounds every answer kept for reads to come, over
+# all the brokers together (Kafka's consumer lets each broker have that much in flight, and keeps
+# the completed answers besides): a few round trips of a wide topic's partitions, whatever the
+# number of brokers or partitions
+FETCH_MAX_BYTES = 50 << 20
+SETTINGS = ("fetch.max.bytes", "max.partition.fetch.bytes")  # the -X names, as Kafka's consumer's
+# a batch declaring more is damage (the local store's reader stops there too)
 PARTITION_BYTES_MAX = 1 << 30
 # -f: how long the brokers may hold the fetches of all waiting partitions together when nothing is new
 FOLLOW_WAIT_MS = 100
@@ -56,15 +68,82 @@ def whole_batches(records: bytes, where: str) -> list[FetchedBatch]:
     return out
 
 
+def holds_whole_batch(records: bytes) -> bool:
+    """Whether an answer's records start with a whole batch (not only the start of one larger than
+    the answer's share); the framing only, whole_batches checks the rest."""
+    if len(records) < LOG_OVERHEAD:
+        return False
+    return LOG_OVERHEAD + int.from_bytes(records[8:LOG_OVERHEAD], "big", signed=True) <= len(records)
+
+
+def cut_batch_bytes(records: bytes, whole: list[FetchedBatch]) -> int | None:
+    """The size the batch cut at the end of `records` declares (`whole`: the whole batches before
+    it); None when its length field was cut off too."""
+    at = whole[-1].position + len(whole[-1].data) if whole else 0
+    if len(records) - at < LOG_OVERHEAD:
+        return None
+    return LOG_OVERHEAD + int.from_bytes(records[at + 8:at + LOG_OVERHEAD], "big", signed=True)
+
+
+def fetch_settings(properties: dict[str, str]) -> tuple[int, int]:
+    """(fetch.max.bytes, max.partition.fetch.bytes) from the cluster's -X properties, each a
+    positive number of bytes (an int32, as in Kafka); one partition's answer is never asked for
+    more than all of them may hold."""
+    found = []
+    for name, default in zip(SETTINGS, (FETCH_MAX_BYTES, PARTITION_BYTES), strict=True):
+        text = properties.get(name)
+        try:
+            value = default if text is None else int(text)
+        except ValueError:
+            value = 0
+        if not 0 < value <= ANSWER_BYTES_MAX:
+            raise UsageError(f"{name} must be a number of bytes from 1 to {ANSWER_BYTES_MAX}, not '{text}'")
+        found.append(value)
+    fetch_max, partition_max = found
+    return fetch_max, min(partition_max, fetch_max)
+
+
+class HeldAnswers:
+    """The Fetch answers a cluster consumer keeps for reads to come (fetched with another
+    partition's read, or by a follower's long poll), over every broker: at most `limit` bytes
+    (fetch.max.bytes); an answer that does not fit is dropped and its partition's read asks again.
+    `peak`: the most held at once, counting each fetch's answers from their arrival (before any is
+    dropped): what tests bound, at `limit` plus the one fetch in flight."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.peak = 0
+
+    def room(self) -> int:
+        return self.limit - self.held
+
+    def arrived(self, answers: Iterable[PartitionAnswer]) -> None:
+        """A fetch's answers are in memory beside those held."""
+        self.peak = max(self.peak, self.held + sum(len(a.records) for a in answers))
+
+    def take(self, size: int) -> bool:
+        """Hold `size` bytes more, if they fit."""
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
 class FetchPartition:
     """One partition of a cluster, read by Fetch requests, with the face PartitionReader reads.
 
     `low`/`high` are the log start and high watermark as last seen (ListOffsets at the start, then
-    each Fetch answer); `at` is the partition's first offset at the start timestamp, if one was asked."""
+    each Fetch answer); `at` is the partition's first offset at the start timestamp, if one was asked.
+    `held`: the consumer's bound on kept answers; `max_bytes`: this partition's share of an answer."""
 
     def __init__(self, fetcher: Fetcher, topic: str, partition: int, low: int, high: int,
-                 at: tuple[int, int | None] | None = None) -> None:
+                 at: tuple[int, int | None] | None, *, held: HeldAnswers, max_bytes: int) -> None:
         self.fetcher = fetcher
+        self.held = held
         self.topic = topic
         self.partition = partition
         self.low = low
@@ -72,7 +151,7 @@ class FetchPartition:
         self._at = at
         # an answer fetched with other partitions' (or a follower's long poll), kept for read()
         self._kept: tuple[int, PartitionAnswer] | None = None
-        self._max_bytes = PARTITION_BYTES
+        self._max_bytes = max_bytes
         self.where = f"{topic}-{partition} at {fetcher.store.target.label}"
         # how read() fetches when it has no answer kept: the consumer fetches every partition it
         # is about to read together with this one (FetchConsumer._fetch_together)
@@ -94,9 +173,20 @@ class FetchPartition:
             return self._at[1]
         return self.fetcher.store.offsets(self.topic, timestamp).get(self.partition)
 
-    def keep(self, offset: int, answer: PartitionAnswer) -> None:
-        """Keep `answer`, fetched from `offset`, for the next read from there."""
+    def keep(self, offset: int, answer: PartitionAnswer) -> bool:
+        """Keep `answer`, fetched from `offset`, for the next read from there, if the consumer's
+        kept answers leave room for it (else the read asks again)."""
+        self.drop_kept()
+        if not self.held.take(len(answer.records)):
+            return False
         self._kept = (offset, answer)
+        return True
+
+    def drop_kept(self) -> None:
+        """Give up the answer kept, if any (its read will not come, or asks from elsewhere)."""
+        if self._kept is not None:
+            self.held.give(len(self._kept[1].records))
+            self._kept = None
 
     def has_answer(self, offset: int) -> bool:
         return self._kept is not None and self._kept[0] == offset
@@ -107,8 +197,10 @@ class FetchPartition:
         timeout and then fails, never a silent short read. (`max_bytes`, the local store's bound
         for one read, is not the one here: a round trip costs more than a file read.)"""
         deadline = time.monotonic() + self.fetcher.store.timeout
-        kept, self._kept = self._kept, None
+        kept = self._kept
+        self.drop_kept()  # (the read takes it over: from here it is the reader's, not held)
         answer = kept[1] if kept is not None and kept[0] == offset else self.fetch_first(self, offset)
+        asked_alone: int | None = None  # the size a cut batch was last asked for alone
         while True:
             if answer.error == OFFSET_OUT_OF_RANGE:
                 return self._out_of_range(offset)
@@ -123,12 +215,9 @@ class FetchPartition:
                 return batches
             if upper is not None and any(fb.header.base_offset >= upper for fb in whole):
                 return []  # the broker's next batch is past `upper`: offsets up to it hold none (compaction)
-            if answer.records:  # only a cut batch: one bigger than the answer's share
-                if self._max_bytes >= PARTITION_BYTES_MAX:
-                    raise KlogError(f"cannot read {self.where}: a batch at offset {offset} is over "
-                                    f"{PARTITION_BYTES_MAX} bytes")
-                self._max_bytes *= 2
-                answer = self._fetch(offset)
+            if answer.records:  # only a cut batch: one larger than the answer's share
+                asked_alone = self._whole_batch_bytes(offset, answer.records, whole, asked_alone)
+                answer = self._fetch(offset, asked_alone)
                 continue
             if upper is None:
                 return []  # caught up (a follower waits for more)
@@ -138,8 +227,26 @@ class FetchPartition:
             time.sleep(RETRY_PAUSE_S)
             answer = self._fetch(offset)
 
-    def _fetch(self, offset: int) -> PartitionAnswer:
-        return self.fetcher.fetch(self.topic, self.partition, offset, self._max_bytes, 0)
+    def _whole_batch_bytes(self, offset: int, records: bytes, whole: list[FetchedBatch],
+                           asked_alone: int | None) -> int:
+        """What to ask for, alone, to get the batch cut at the end of `records` whole: the size it
+        declares, whatever the shares (a KIP-74 broker sends a lone partition's first batch whole
+        anyway; this gets it from any broker). Once asked for that, a cut again is an error."""
+        size = cut_batch_bytes(records, whole)
+        want = 2 * max(asked_alone or self._max_bytes, len(records)) if size is None else size
+        if size is not None and asked_alone is not None and asked_alone >= size:
+            raise KlogError(f"cannot read {self.where}: the broker cut the batch at offset {offset} "
+                            f"({size} bytes) even when it was asked for alone")
+        if want > PARTITION_BYTES_MAX:
+            raise KlogError(f"cannot read {self.where}: a batch at offset {offset} is over "
+                            f"{PARTITION_BYTES_MAX} bytes")
+        return want
+
+    def _fetch(self, offset: int, max_bytes: int | None = None) -> PartitionAnswer:
+        """One Fetch of this partition alone (the answer in flight: not held)."""
+        answer = self.fetcher.fetch(self.topic, self.partition, offset, max_bytes or self._max_bytes, 0)
+        self.held.arrived((answer,))
+        return answer
 
     def _out_of_range(self, offset: int) -> list[FetchedBatch]:
         """OFFSET_OUT_OF_RANGE: below the log start (retention moved it) the reader goes on from the
@@ -161,6 +268,8 @@ class FetchConsumer(Consumer):
                  poll_interval_ms: int = 0, record_filter: Callable[[Record], bool] | None = None,
                  **kwargs: object) -> None:
         assert isolation_level == READ_UNCOMMITTED, "read_committed reads go through librdkafka"
+        fetch_max, self._partition_bytes = fetch_settings(store.target.properties)
+        self.held = HeldAnswers(fetch_max)
         self._fetcher = Fetcher(store)
         self._topic_offsets: dict[str, tuple[dict, dict, dict]] = {}
         try:
@@ -170,15 +279,16 @@ class FetchConsumer(Consumer):
             raise
 
     def _share_reads(self, share: int) -> None:
-        """As the local consumer's, over this partition's Fetch answers (PARTITION_BYTES each
-        otherwise: 1,000 partitions merged could hold 16 GB)."""
+        """As the local consumer's, over this partition's Fetch answers (max.partition.fetch.bytes
+        each otherwise: 1,000 partitions merged, each holding a read, could hold 16 GB)."""
         for cursor in self.cursors:
-            cursor.part.share(max(MERGED_READ_BYTES_MIN, min(PARTITION_BYTES, share)))  # type: ignore[attr-defined]
+            cursor.part.share(max(MERGED_READ_BYTES_MIN, min(self._partition_bytes, share)))  # type: ignore[attr-defined]
 
     def _cursor(self, topic: str, partition: int) -> PartitionCursor:
         low, high, at = self._offsets(topic)
         found = (self.start.value, at.get(partition)) if self.start.kind is StartKind.TIMESTAMP else None
-        part = FetchPartition(self._fetcher, topic, partition, low[partition] or 0, high[partition] or 0, found)
+        part = FetchPartition(self._fetcher, topic, partition, low[partition] or 0, high[partition] or 0, found,
+                              held=self.held, max_bytes=self._partition_bytes)
         part.fetch_first = self._fetch_together
         cursor = PartitionCursor(topic, partition, part, self.until_ms, None)  # type: ignore[arg-type]
         cursor.offset = self._start_offset(part, cursor.end())  # type: ignore[arg-type]
@@ -198,22 +308,35 @@ class FetchConsumer(Consumer):
         """`asking`'s answer from `offset`, fetched with the next read of every other partition that
         has records left to read and no answer kept: one Fetch per leader broker for all of them (a
         pass of --last over 1,000 partitions, or the first reads of 1,000 merged, is a few round
-        trips, not 1,000). The others' answers that hold records (or an error) are kept for their
-        reads; an empty one (the answer's bound was reached first) is asked again then."""
+        trips, not 1,000), all of them together bounded by the room the kept answers leave
+        (fetch.max.bytes); with no more room than `asking`'s share, `asking` alone. The others'
+        answers that hold a whole batch (or an error) are kept for their reads while they fit; an
+        empty one (the bound was reached first) or a cut one is asked again then."""
+        room = self.held.room()
+        others = self._waiting(asking) if room > asking._max_bytes else []
+        if not others:
+            return asking._fetch(offset)
         wants = {(asking.topic, asking.partition): (offset, asking._max_bytes)}
-        others = []
-        for c in self.cursors:
-            part: FetchPartition = c.part  # type: ignore[assignment]
-            end = c.stop if c.stop is not None else part.high
-            if part is not asking and not c.done and c.offset < end and not part.has_answer(c.offset):
-                wants[(c.topic, c.partition)] = (c.offset, part._max_bytes)
-                others.append(c)
-        answers = self._fetcher.fetch_many(wants, 0)
+        wants.update({(c.topic, c.partition): (c.offset, c.part._max_bytes) for c in others})  # type: ignore[attr-defined]
+        answers = self._fetcher.fetch_many(wants, 0, room)
+        self.held.arrived(answers.values())
         for c in others:
-            answer = answers[(c.topic, c.partition)]
-            if answer.records or answer.error:
+            answer = answers.get((c.topic, c.partition))  # (none: left out once the bound was spent)
+            if answer is not None and (answer.error or holds_whole_batch(answer.records)):
                 c.part.keep(c.offset, answer)  # type: ignore[attr-defined]
         return answers[(asking.topic, asking.partition)]
+
+    def _waiting(self, asking: FetchPartition) -> list[PartitionCursor]:
+        """The cursors other than `asking`'s with records left to read and no answer kept, those
+        after it first (the order partitions read one after another come in)."""
+        at = next(i for i, c in enumerate(self.cursors) if c.part is asking)
+        out = []
+        for c in self.cursors[at + 1:] + self.cursors[:at]:
+            part: FetchPartition = c.part  # type: ignore[assignment]
+            end = c.stop if c.stop is not None else part.high
+            if not c.done and c.offset < end and not part.has_answer(c.offset):
+                out.append(c)
+        return out
 
     def _wait_for_data(self) -> None:
         """-f: long-poll the partitions not done, together (one Fetch per leader broker), until one
@@ -222,16 +345,38 @@ class FetchConsumer(Consumer):
         started = time.monotonic()
         while True:
             live = [c for c in self.cursors if not c.done]  # --until stops a partition for good
-            if not live:
+            if not live or any(c.part.has_answer(c.offset) for c in live):  # type: ignore[attr-defined]
                 return
+            # bounded as _fetch_together's: what does not fit is left to the reads that follow
             answers = self._fetcher.fetch_many({(c.topic, c.partition): (c.offset, c.part._max_bytes)  # type: ignore[attr-defined]
-                                                for c in live}, FOLLOW_WAIT_MS)
+                                                for c in live}, FOLLOW_WAIT_MS, max(1, self.held.room()))
+            self.held.arrived(answers.values())
             for c in live:
-                c.part.keep(c.offset, answers[(c.topic, c.partition)])  # type: ignore[attr-defined]
+                answer = answers.get((c.topic, c.partition))
+                if answer is not None:
+                    c.part.keep(c.offset, answer)  # type: ignore[attr-defined]
             if any(a.records or a.error for a in answers.values()):
                 return
             if self.on_wait is not None:
                 self.on_wait(time.monotonic() - started)
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self._drop_kept(lambda c: (c.topic, c.partition) == (topic, partition))
+        super().seek(topic, partition, offset)
+
+    def read_ranges(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> None:
+        self._drop_kept(lambda c: True)  # (a partition not in `ranges` is not read again)
+        super().read_ranges(ranges)
+
+    def _stop_partition(self, where: tuple[str, int], offset: int) -> None:
+        self._drop_kept(lambda c: (c.topic, c.partition) == where)
+        super()._stop_partition(where, offset)
+
+    def _drop_kept(self, which: Callable[[PartitionCursor], bool]) -> None:
+        """Give up the answers kept for the cursors `which` picks: their reads will not come from there."""
+        for c in self.cursors:
+            if which(c):
+                c.part.drop_kept()  # type: ignore[attr-defined]
 
     def poll(self, timeout: float | None = None) -> list[Record]:
         """One fetch from every partition; `timeout` is accepted as RemoteConsumer's (no waiting here)."""
