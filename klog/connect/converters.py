@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import decimal
 import json
-import math
 import secrets
 import threading
 from collections.abc import Callable
@@ -119,10 +118,14 @@ class JsonConverter(Converter):
             raise DataError('JsonConverter with schemas.enable requires "schema" and "payload" fields and may not '
                             "contain additional fields. If you are trying to deserialize plain JSON data, set "
                             "schemas.enable=false in your converter configuration.")
-        return doc["schema"], from_json(doc["schema"], doc["payload"])
+        schema, payload = doc["schema"], doc["payload"]
+        if isinstance(schema, dict) and _has_decimal(schema):  # its numbers again, each with its text
+            payload = json.loads(data, parse_float=_exact_float)["payload"]
+        return schema, from_json(schema, payload)
 
 
-_PARSED: dict[bytes, tuple[Schema, Any]] = {}  # a schema's JSON → (the schema, its compiled from_json)
+# a schema's JSON → (the schema, its compiled from_json, whether it has a decimal part)
+_PARSED: dict[bytes, tuple[Schema, Any, bool]] = {}
 
 
 def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
@@ -141,35 +144,71 @@ def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
             schema = json.loads(schema_text)
             if not isinstance(schema, dict | type(None)):
                 return None
-            hit = (schema, None if schema is None else _compile_from(schema))
+            exact = schema is not None and _has_decimal(schema)
+            hit = (schema, None if schema is None else _compile_from(schema, exact), exact)
             if len(_PARSED) >= CACHE_MAX:
                 _PARSED.clear()
             _PARSED[schema_text] = hit
-        payload = _loads(data[cut + 11:-1])
+        payload = _loads(data[cut + 11:-1], hit[2])
     except (ValueError, UnicodeDecodeError):
         return None  # e.g. a "payload" key inside the schema: the slow path decides
-    schema, convert = hit
+    schema, convert, _ = hit
     return schema, payload if convert is None or payload is None else convert(payload)
 
 
+class _ExactFloat(float):
+    """A JSON number with a fraction or an exponent, read where a schema has decimal parts: the double
+    it is, and its text, from which a numeric decimal takes every digit and its scale (Jackson reads
+    Kafka's 1.5600 as a BigDecimal of scale 4, 1E+3 of scale -3, where a float keeps 1.56 and 1000.0)."""
+
+    __slots__ = ("text",)
+
+
+def _exact_float(text: str) -> _ExactFloat:
+    number = _ExactFloat(text)
+    number.text = text
+    return number
+
+
 _SCAN = json.JSONDecoder().scan_once
+_EXACT_SCAN = json.JSONDecoder(parse_float=_exact_float).scan_once
 
 
-def _loads(data: bytes) -> Any:
+def _loads(data: bytes, exact: bool = False) -> Any:
     """json.loads(data) for UTF-8 JSON without its per-call work (encoding detection, the whitespace
-    checks): the C scanner over the text, json.loads itself when the value does not span all of it."""
+    checks): the C scanner over the text, json.loads itself when the value does not span all of it.
+    `exact`: each number with a fraction or an exponent an _ExactFloat."""
     text = data.decode()
     try:
-        value, end = _SCAN(text, 0)
+        value, end = (_EXACT_SCAN if exact else _SCAN)(text, 0)
     except StopIteration:
         raise ValueError("not a JSON value") from None
-    return value if end == len(text) else json.loads(text)
+    if end == len(text):
+        return value
+    return json.loads(text, parse_float=_exact_float) if exact else json.loads(text)
 
 
-def _compile_from(schema: Schema) -> ValueFn | None:
-    """from_json for one schema as a function (a payload → its value)."""
-    return _compile_walk(schema, lambda part: None if part.get("type") in _FLOATS else lambda v: from_json(part, v),
-                         lenient=True)
+def _has_decimal(schema: Schema) -> bool:
+    """Whether a schema (JsonConverter's form) has a Decimal part."""
+    if schema.get("name") == DECIMAL:
+        return True
+    parts = [*schema.get("fields", ()), schema.get("items"), schema.get("keys"), schema.get("values")]
+    return any(isinstance(part, dict) and _has_decimal(part) for part in parts)
+
+
+def _compile_from(schema: Schema, exact: bool) -> ValueFn | None:
+    """from_json for one schema as a function (a payload → its value). A float part's value passes as
+    it is, unless the payload was read `exact` (then its _ExactFloat becomes the float it is)."""
+    def leaf(part: Schema) -> ValueFn | None:
+        if part.get("type") in _FLOATS and part.get("name") != DECIMAL:
+            return _plain_float if exact else None
+        return lambda v: from_json(part, v)
+
+    return _compile_walk(schema, leaf, lenient=True)
+
+
+def _plain_float(value: Any) -> Any:
+    return float(value) if type(value) is _ExactFloat else value
 
 
 def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool) -> ValueFn | None:
@@ -218,10 +257,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-class _DecimalAsFloat(float):
-    """A decimal under decimal.format=numeric: left as Python prints it (Kafka writes BigDecimal's text)."""
 
 
 # Floats as Jackson writes them under Kafka's JsonConverter: Java's Double/Float.toString (1.0E20,
@@ -331,8 +366,6 @@ def _java_floats(value: Any) -> Any:
     if isinstance(value, list | tuple):
         items = [_java_floats(item) for item in value]
         return value if all(new is old for new, old in zip(items, value, strict=True)) else items
-    if kind is _DecimalAsFloat:
-        return value if math.isfinite(value) else _float64(value)
     return _float64(value)
 
 
@@ -342,7 +375,18 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_j
 
 # Decimal arithmetic rounds to its context's precision (28 digits by default): a numeric(40, 9) lost
 # its last digits both ways. Scaling by a power of ten is exact at the largest precision.
-_EXACT = decimal.Context(prec=decimal.MAX_PREC)
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, capitals=1)
+
+
+def java_big_decimal(value: decimal.Decimal) -> str:
+    """BigDecimal.toString() of the same unscaled value and scale, the text Jackson writes for Kafka's
+    numeric decimals (no WRITE_BIGDECIMAL_AS_PLAIN): plain where the scale is not negative and the
+    adjusted exponent is -6 or more (1.5600, 0.000001), else scientific (1E+3, 1.0E-7, 0E-10). Python's
+    to_sci_string is the same rule (both are the General Decimal Arithmetic's), but a Decimal may be a
+    negative zero and a BigDecimal not: -0.00 is 0.00."""
+    if value.is_zero() and value.is_signed():
+        value = value.copy_abs()
+    return _EXACT.to_sci_string(value)
 
 
 def decimal_to_bytes(value: decimal.Decimal, scale: int) -> bytes:
@@ -430,7 +474,9 @@ def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -
     if schema.get("name") == DECIMAL:
         dec = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
         if numeric_decimals:
-            return _DecimalAsFloat(dec)
+            # the exact text (a float dropped digits and trailing zeros); NaN and the infinities,
+            # which no BigDecimal holds, quoted as Jackson quotes a double's
+            return _stand_in(java_big_decimal(dec) if dec.is_finite() else java_double(float(dec)))
         return base64.b64encode(decimal_to_bytes(dec, _scale(schema))).decode()
     if kind == "bytes":
         return base64.b64encode(bytes(value)).decode() if isinstance(value, bytes | bytearray | memoryview) else value
@@ -453,7 +499,9 @@ def from_json(schema: Schema | None, value: Any) -> Any:
     if schema.get("name") == DECIMAL:
         if isinstance(value, str):
             return decimal_from_bytes(base64.b64decode(value), _scale(schema))
-        return decimal.Decimal(str(value))
+        return _read_decimal(value)
+    if kind in _FLOATS:
+        return _plain_float(value)
     if kind == "bytes" and isinstance(value, str):
         return base64.b64decode(value)
     if kind == "struct" and isinstance(value, dict):
@@ -463,6 +511,13 @@ def from_json(schema: Schema | None, value: Any) -> Any:
     if kind == "map" and isinstance(value, dict):
         return {k: from_json(schema.get("values"), v) for k, v in value.items()}
     return value
+
+
+def _read_decimal(value: Any) -> decimal.Decimal:
+    """A numeric decimal's payload as the BigDecimal Jackson reads (the text's digits and scale; a whole
+    number's scale 0); no negative zero, which a BigDecimal cannot be."""
+    number = decimal.Decimal(value.text if type(value) is _ExactFloat else value if type(value) is int else str(value))
+    return number.copy_abs() if number.is_zero() else number
 
 
 CONVERTERS: dict[str, type[Converter]] = {}
