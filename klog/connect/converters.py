@@ -118,7 +118,7 @@ class JsonConverter(Converter):
             raise DataError('JsonConverter with schemas.enable requires "schema" and "payload" fields and may not '
                             "contain additional fields. If you are trying to deserialize plain JSON data, set "
                             "schemas.enable=false in your converter configuration.")
-        schema, payload = doc["schema"], doc["payload"]
+        schema, payload = _connect_schema(doc["schema"]), doc["payload"]
         if isinstance(schema, dict) and _has_decimal(schema):  # its numbers again, each with its text
             payload = json.loads(data, parse_float=_exact_float)["payload"]
         return schema, from_json(schema, payload)
@@ -141,7 +141,7 @@ def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
     hit = _PARSED.get(schema_text)
     try:
         if hit is None:
-            schema = json.loads(schema_text)
+            schema = _connect_schema(json.loads(schema_text))
             if not isinstance(schema, dict | type(None)):
                 return None
             exact = schema is not None and _has_decimal(schema)
@@ -411,24 +411,61 @@ def _schema_json(schema: Schema | None) -> bytes:
     hit = _SCHEMA_JSON.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    data = _encode_as_jackson(lambda s, _: _float_defaults(s), schema, None, False).encode()  # its defaults too
+    data = _encode_as_jackson(lambda s, _: _kafka_schema(s), schema, None, False).encode()
     if len(_SCHEMA_JSON) >= CACHE_MAX:
         _SCHEMA_JSON.clear()
     _SCHEMA_JSON[id(schema)] = (schema, data)  # the schema kept alive: its id cannot be reused meanwhile
     return data
 
 
-def _float_defaults(schema: Any) -> Any:
-    """A schema with each float part's float default its stand-in (the same object where none is)."""
-    if isinstance(schema, list):
-        items = [_float_defaults(v) for v in schema]
-        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
+# Connect's FLOAT32 and FLOAT64 as Kafka's JsonConverter names them in a schema (JsonSchema.FLOAT_TYPE_NAME,
+# DOUBLE_TYPE_NAME), and back; every other type by Connect's own name
+_KAFKA_TYPE_NAMES = {"float32": "float", "float64": "double"}
+_CONNECT_TYPE_NAMES = {"float": "float32", "double": "float64"}
+_PARTS = {"struct": ("fields",), "array": ("items",), "map": ("keys", "values")}
+
+
+def _kafka_schema(schema: Any) -> Any:
+    """A schema as Kafka's JsonConverter.asJsonSchema writes it: type (FLOAT32 "float", FLOAT64 "double");
+    fields, items, or keys and values; optional (false where unsaid); name, version, doc, parameters
+    where set; default (a float's as Java prints it); and a struct field's name last. A key Kafka does
+    not know goes before the field's name."""
     if not isinstance(schema, dict):
         return schema
-    out = {k: _float_defaults(v) for k, v in schema.items()}
-    if schema.get("type") in _FLOATS and isinstance(schema.get("default"), float):
-        out["default"] = (_float32 if schema["type"] == "float32" else _float64)(schema["default"])
-    return schema if all(out[k] is v for k, v in schema.items()) else out
+    kind = schema.get("type")
+    out = {"type": _KAFKA_TYPE_NAMES.get(kind, kind)}
+    for part in _PARTS.get(kind, ()):
+        if part in schema:
+            inner = schema[part]
+            out[part] = [_kafka_schema(f) for f in inner] if isinstance(inner, list) else _kafka_schema(inner)
+    out["optional"] = schema.get("optional", False)
+    for key in ("name", "version", "doc", "parameters", "default"):
+        if schema.get(key) is not None:
+            out[key] = schema[key]
+    if kind in _FLOATS and isinstance(out.get("default"), float | int) and not isinstance(out["default"], bool):
+        out["default"] = (_float32 if kind == "float32" else _float64)(out["default"])
+    out.update((key, value) for key, value in schema.items() if key not in out and key != "field")
+    if "field" in schema:
+        out["field"] = schema["field"]
+    return out
+
+
+def _connect_schema(schema: Any) -> Any:
+    """A schema as Kafka's JsonConverter writes it in klog's form: "float" and "double" are float32 and
+    float64 (the same object where neither is in it)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = None
+    kind = schema.get("type")
+    if kind in _CONNECT_TYPE_NAMES:
+        out = {**schema, "type": _CONNECT_TYPE_NAMES[kind]}
+    for part in _PARTS.get(kind, ()):
+        inner = schema.get(part)
+        new = [_connect_schema(f) for f in inner] if isinstance(inner, list) else _connect_schema(inner)
+        if new is not inner and not (isinstance(inner, list) and all(a is b for a, b in zip(new, inner, strict=True))):
+            out = out or dict(schema)
+            out[part] = new
+    return schema if out is None else out
 
 
 def _compiled(schema: Schema, numeric: bool) -> ValueFn | None:

@@ -76,9 +76,60 @@ def test_a_numeric_decimal_is_read_as_jackson_reads_it(payload: str, expected: d
     converter = JsonConverter({}, is_key=False)
     schema_text = ('{"type":"struct","fields":[{"type":"bytes","optional":false,"name":"org.apache.kafka.connect.'
                    'data.Decimal","version":1,"parameters":{"scale":"2"},"field":"n"},'
-                   '{"type":"float64","optional":false,"field":"d"}],"optional":false}')
+                   '{"type":"double","optional":false,"field":"d"}],"optional":false}')
     for envelope in (f'{{"schema":{schema_text},"payload":{{"n":{payload},"d":1.5}}}}',
                      f'{{ "schema": {schema_text}, "payload": {{ "n": {payload}, "d": 1.5 }} }}'):  # the slow path
         value = converter.to_connect("t", envelope.encode())[1]
         assert value["n"].as_tuple() == expected.as_tuple()
         assert type(value["d"]) is float and value["d"] == 1.5  # a float part stays a float
+
+
+def envelope_schema(schema: dict) -> bytes:
+    data = JsonConverter({}, is_key=False).from_connect("t", schema, None)
+    return data[len(b'{"schema":'):data.index(b',"payload":')]
+
+
+@pytest.mark.parametrize(("schema", "kafka"), [
+    # JsonConverterTest floatToJson / doubleToJson: { "type": "float", "optional": false }, "double"
+    ({"type": "float32"}, b'{"type":"float","optional":false}'),
+    ({"type": "float64", "optional": True}, b'{"type":"double","optional":true}'),
+    # arrayToJson: { "type": "array", "items": { "type": "int32", "optional": false }, "optional": false }
+    ({"type": "array", "optional": False, "items": {"type": "int32"}},
+     b'{"type":"array","items":{"type":"int32","optional":false},"optional":false}'),
+    # mapToJsonNonStringKeys: keys, then values, then optional
+    ({"optional": False, "values": {"type": "int32"}, "keys": {"type": "int32"}, "type": "map"},
+     b'{"type":"map","keys":{"type":"int32","optional":false},"values":{"type":"int32","optional":false},'
+     b'"optional":false}'),
+    # testJsonSchemaMetadataTranslation: { "type": "boolean", "optional": false, "name": "bool", "version": 3,
+    # "doc": "the documentation", "parameters": { "foo": "bar" }}, a default after them (asJsonSchema)
+    ({"default": True, "parameters": {"foo": "bar"}, "doc": "the documentation", "version": 3, "name": "bool",
+      "optional": False, "type": "boolean"},
+     b'{"type":"boolean","optional":false,"name":"bool","version":3,"doc":"the documentation",'
+     b'"parameters":{"foo":"bar"},"default":true}'),
+    # a struct's fields after its type, each field's name last (asJsonSchema puts "field" on a copy)
+    ({"type": "struct", "optional": False, "name": "row", "fields": [
+        {"field": "id", "type": "int64", "optional": False}, {"field": "x", "default": 1e20, "type": "float64"}]},
+     b'{"type":"struct","fields":[{"type":"int64","optional":false,"field":"id"},'
+     b'{"type":"double","optional":false,"default":1.0E20,"field":"x"}],"optional":false,"name":"row"}'),
+])
+def test_a_schema_is_laid_out_as_kafka_lays_it_out(schema: dict, kafka: bytes) -> None:
+    """Kafka's JsonConverter.asJsonSchema builds each schema's node in one order whatever the Schema
+    (type; fields / items / keys, values; optional; name; version; doc; parameters; default) and names
+    FLOAT32 and FLOAT64 "float" and "double" (JsonSchema.FLOAT_TYPE_NAME, DOUBLE_TYPE_NAME); klog wrote
+    its schema dict as it was built, "float64" and all, and left out an unsaid "optional"."""
+    assert envelope_schema(schema) == kafka
+
+
+def test_kafkas_float_and_double_are_read_as_float32_and_float64() -> None:
+    converter = JsonConverter({}, is_key=False)
+    data = b'{"schema":{"type":"struct","fields":[{"type":"double","optional":false,"field":"d"},' \
+           b'{"type":"array","items":{"type":"float","optional":false},"optional":false,"field":"a"}],' \
+           b'"optional":false},"payload":{"d":1.0E20,"a":[0.1]}}'
+    for envelope in (data, data.replace(b',"payload"', b', "payload"')):  # the slow path too
+        schema, value = converter.to_connect("t", envelope)
+        assert [f["type"] for f in schema["fields"]] == ["float64", "array"]
+        assert schema["fields"][1]["items"]["type"] == "float32"
+        assert value == {"d": 1e20, "a": [0.1]}
+        assert converter.from_connect("t", schema, value) == data  # and written back as Kafka wrote it
+    # klog's own older envelopes ("float64") still read
+    assert converter.to_connect("t", b'{"schema":{"type":"float64"},"payload":1.5}') == ({"type": "float64"}, 1.5)
