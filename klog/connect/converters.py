@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import decimal
 import json
+import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -303,8 +304,19 @@ def _encode_as_jackson(payload_of: Callable[[Any, Any], Any], schema: Any, value
         if texts:
             text = _put_java_texts(text, texts, sentinel)
         if text is not None:
-            return text
+            return _jackson_escapes(text) if "\\u00" in text else text
         _SENTINEL = _new_sentinel()  # the payload holds a stand-in's digits too: other ones
+
+
+# a control character's \u escape with a letter in it (U+000B, U+000E, U+000F, U+001A-U+001F; the others
+# have digits only or a short escape, \n and the like), after an even number of backslashes: an escape
+_LOWER_HEX_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u00(0[bef]|1[a-f])")
+
+
+def _jackson_escapes(text: str) -> str:
+    r"""JSON text with its \u escapes as Jackson writes them: upper-case hex digits (\u001F; Python's
+    encoder writes \u001f)."""
+    return _LOWER_HEX_ESCAPE.sub(lambda m: f"{m[1]}\\u00{m[2].upper()}", text)
 
 
 def _put_java_texts(text: str, texts: list[str], sentinel: int) -> str | None:

@@ -133,3 +133,16 @@ def test_kafkas_float_and_double_are_read_as_float32_and_float64() -> None:
         assert converter.from_connect("t", schema, value) == data  # and written back as Kafka wrote it
     # klog's own older envelopes ("float64") still read
     assert converter.to_connect("t", b'{"schema":{"type":"float64"},"payload":1.5}') == ({"type": "float64"}, 1.5)
+
+
+def test_control_characters_are_escaped_as_jackson_escapes_them() -> None:
+    """Jackson writes a control character without a short escape as \\u00XX in upper case; Python's encoder
+    in lower case. Jackson 2.17.2 wrote the string below as "a\\u0001\\u001F\\u000B\\n\\t\\b\\f\\r\\"\\\\/\x7f\u2028é"
+    (DEL and U+2028 as they are). An escaped backslash followed by "u001f" is text, left alone."""
+    converter = JsonConverter({"schemas.enable": "false"}, is_key=False)
+    text = "a\u0001\u001f\u000b\n\t\b\f\r\"\\/\x7f\u2028é"
+    assert converter.from_connect("t", {"type": "string"}, text) == \
+        '"a\\u0001\\u001F\\u000B\\n\\t\\b\\f\\r\\"\\\\/\x7f\u2028é"'.encode()
+    assert converter.from_connect("t", {"type": "string"}, "\\u001f \\\x1f") == b'"\\\\u001f \\\\\\u001F"'
+    assert converter.from_connect("t", None, {"k\x1e": ["\x0e"]}) == b'{"k\\u001E":["\\u000E"]}'
+    assert converter.to_connect("t", b'"\\u001F\\u000b"') == (None, "\x1f\x0b")
