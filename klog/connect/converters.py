@@ -240,6 +240,8 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
             return v if out is None else out
 
         return struct
+    if kind == "map" and not _string_keys(schema):
+        return _compile_pairs(schema, leaf, lenient)
     if kind in ("array", "map"):
         inner = schema.get("items" if kind == "array" else "values")
         c = None if inner is None else _compile_walk(inner, leaf, lenient)
@@ -250,6 +252,42 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
         return lambda v: v if lenient and not isinstance(v, dict) else {k: None if x is None else c(x)
                                                                          for k, x in v.items()}
     return None
+
+
+def _string_keys(schema: Schema) -> bool:
+    keys = schema.get("keys")
+    return not isinstance(keys, dict) or keys.get("type") == "string"
+
+
+def _compile_pairs(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool) -> ValueFn:
+    """A map whose keys are not strings, as Kafka's JsonConverter has it: an array of [key, value]
+    pairs (writing), the pairs a map again (reading; an object, as klog wrote such a map before, is
+    read as it was, and a list that is not all pairs of hashable keys passes as it is)."""
+    key_of, value_of = (_compile_walk(part, leaf, lenient) or _same for part in (schema["keys"], schema.get("values")
+                                                                                  or {}))
+    if not lenient:
+        def pairs(v: Any) -> Any:
+            if not isinstance(v, dict):
+                raise DataError(f"a map value must be a map, not {type(v).__name__}")
+            return [[None if k is None else key_of(k), None if x is None else value_of(x)] for k, x in v.items()]
+
+        return pairs
+
+    def from_pairs(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: None if x is None else value_of(x) for k, x in v.items()}
+        if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 for p in v):
+            return v
+        try:
+            return {None if k is None else key_of(k): None if x is None else value_of(x) for k, x in v}
+        except TypeError:  # a key Python cannot hash (a struct's map)
+            return v
+
+    return from_pairs
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _json_default(value: Any) -> Any:
@@ -535,6 +573,9 @@ def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -
         return {f["field"]: to_json(f, value.get(f["field"]), numeric_decimals) for f in schema.get("fields", [])}
     if kind == "array":
         return [to_json(schema.get("items"), v, numeric_decimals) for v in value]
+    if kind == "map" and not _string_keys(schema):
+        return [[to_json(schema["keys"], k, numeric_decimals), to_json(schema.get("values"), v, numeric_decimals)]
+                for k, v in value.items()]
     if kind == "map":
         return {k: to_json(schema.get("values"), v, numeric_decimals) for k, v in value.items()}
     return value
@@ -559,6 +600,8 @@ def from_json(schema: Schema | None, value: Any) -> Any:
         return [from_json(schema.get("items"), v) for v in value]
     if kind == "map" and isinstance(value, dict):
         return {k: from_json(schema.get("values"), v) for k, v in value.items()}
+    if kind == "map" and not _string_keys(schema) and isinstance(value, list):
+        return _compile_pairs(schema, lambda part: lambda v: from_json(part, v), lenient=True)(value)
     return value
 
 

@@ -146,3 +146,36 @@ def test_control_characters_are_escaped_as_jackson_escapes_them() -> None:
     assert converter.from_connect("t", {"type": "string"}, "\\u001f \\\x1f") == b'"\\\\u001f \\\\\\u001F"'
     assert converter.from_connect("t", None, {"k\x1e": ["\x0e"]}) == b'{"k\\u001E":["\\u000E"]}'
     assert converter.to_connect("t", b'"\\u001F\\u000b"') == (None, "\x1f\x0b")
+
+
+INT_MAP = {"type": "map", "keys": {"type": "int32", "optional": False}, "values": {"type": "int32", "optional": False},
+           "optional": False}
+
+
+def test_a_map_whose_keys_are_not_strings_is_an_array_of_pairs() -> None:
+    """Kafka's JsonConverterTest mapToJsonNonStringKeys: the payload is an array of [key, value] arrays
+    ([1, 12], [2, 15]); klog wrote an object with the keys as strings ({"1":12,"2":15})."""
+    converter = JsonConverter({}, is_key=False)
+    data = converter.from_connect("t", INT_MAP, {1: 12, 2: 15})
+    assert data == (b'{"schema":{"type":"map","keys":{"type":"int32","optional":false},"values":{"type":"int32",'
+                    b'"optional":false},"optional":false},"payload":[[1,12],[2,15]]}')
+    assert converter.to_connect("t", data) == (INT_MAP, {1: 12, 2: 15})
+    # the keys and values converted as their schemas say, nested in a struct
+    schema = {"type": "struct", "fields": [{"type": "map", "keys": {"type": "float64"}, "values": {"type": "bytes"},
+                                            "field": "m"}]}
+    schemaless = JsonConverter({"schemas.enable": "false"}, is_key=False)
+    assert schemaless.from_connect("t", schema, {"m": {1e20: b"\x00", 0.5: None}}) == \
+        b'{"m":[[1.0E20,"AA=="],[0.5,null]]}'
+
+
+def test_kafkas_array_of_pairs_is_read_as_a_map() -> None:
+    """JsonConverterTest mapToConnectNonStringKeys, its bytes as given (spaces: the slow path), and as
+    Kafka writes them (the fast one); an object, as klog wrote such a map before, still reads."""
+    converter = JsonConverter({}, is_key=False)
+    spaced = (b'{ "schema": { "type": "map", "keys": { "type" : "int32" }, "values": { "type" : "int32" } }, '
+              b'"payload": [ [1, 12], [2, 15] ] }')
+    compact = b'{"schema":{"type":"map","keys":{"type":"int32"},"values":{"type":"bytes"}},"payload":[[1,"AA=="]]}'
+    assert converter.to_connect("t", spaced)[1] == {1: 12, 2: 15}
+    assert converter.to_connect("t", compact)[1] == {1: b"\x00"}
+    old = b'{"schema":{"type":"map","keys":{"type":"int32"},"values":{"type":"int32"}},"payload":{"1":12}}'
+    assert converter.to_connect("t", old)[1] == {"1": 12}
