@@ -86,6 +86,7 @@ class JsonConverter(Converter):
         # read once, not per record (a source writes every record through here)
         self.numeric = self.config["decimal.format"] == "numeric"
         self.schemas = self.config["schemas.enable"]
+        self.replace_null = self.config["replace.null.with.default"]
 
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if schema is None and value is None:
@@ -94,19 +95,21 @@ class JsonConverter(Converter):
         if not self.schemas:
             return text
         # the schema's JSON once per schema object (a connector reuses them): most of an envelope's bytes
-        return b'{"schema":' + _schema_json(schema) + b',"payload":' + text + b"}"
+        return b'{"schema":' + _schema_json(schema, self.numeric) + b',"payload":' + text + b"}"
 
     def _payload(self, schema: Schema | None, value: Any) -> Any:
         if schema is None:
             return to_json(None, value, self.numeric)
-        convert = _compiled(schema, self.numeric)  # its float parts' leaves give their stand-ins
-        return value if convert is None or value is None else convert(value)
+        if value is None:
+            return _default_json(schema, self.numeric) if self.replace_null else None
+        convert = _compiled(schema, self.numeric, self.replace_null)  # float parts' leaves give their stand-ins
+        return value if convert is None else convert(value)
 
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
         if data is None:
             return None, None
-        if self.config["schemas.enable"]:
-            fast = _split_envelope(data)
+        if self.schemas:
+            fast = _split_envelope(data, self.replace_null)
             if fast is not None:
                 return fast
         try:
@@ -120,16 +123,21 @@ class JsonConverter(Converter):
                             "contain additional fields. If you are trying to deserialize plain JSON data, set "
                             "schemas.enable=false in your converter configuration.")
         schema, payload = _connect_schema(doc["schema"]), doc["payload"]
-        if isinstance(schema, dict) and _has_decimal(schema):  # its numbers again, each with its text
-            payload = json.loads(data, parse_float=_exact_float)["payload"]
-        return schema, from_json(schema, payload)
+        if not isinstance(schema, dict):
+            return schema, payload
+        exact = _has_decimal(schema)
+        if exact:  # its numbers again, each with its text (a decimal's default's too)
+            doc = json.loads(data, parse_float=_exact_float)
+            schema, payload = _connect_schema(doc["schema"]), doc["payload"]
+        convert = _compile_from(schema, exact, self.replace_null)
+        return schema, _read_payload(schema, convert, payload, self.replace_null)
 
 
-# a schema's JSON → (the schema, its compiled from_json, whether it has a decimal part)
-_PARSED: dict[bytes, tuple[Schema, Any, bool]] = {}
+# a schema's JSON → (the schema, its compiled from_json, whether it has a decimal part), by replace.null.with.default
+_PARSED: tuple[dict[bytes, tuple[Schema, Any, bool]], ...] = ({}, {})
 
 
-def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
+def _split_envelope(data: bytes, replace_null: bool) -> tuple[Schema | None, Any] | None:
     """An envelope as JsonConverter writes it ({"schema":...,"payload":...}) parsed without parsing its
     schema again when the same schema was seen before (every record of a table carries it); None when
     the bytes are not in that shape (then the whole document is parsed)."""
@@ -139,22 +147,33 @@ def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
     if cut < 0:
         return None
     schema_text = data[10:cut]
-    hit = _PARSED.get(schema_text)
+    parsed = _PARSED[replace_null]
+    hit = parsed.get(schema_text)
     try:
         if hit is None:
             schema = _connect_schema(json.loads(schema_text))
             if not isinstance(schema, dict | type(None)):
                 return None
             exact = schema is not None and _has_decimal(schema)
-            hit = (schema, None if schema is None else _compile_from(schema, exact), exact)
-            if len(_PARSED) >= CACHE_MAX:
-                _PARSED.clear()
-            _PARSED[schema_text] = hit
+            if exact:  # a decimal's default with its text
+                schema = _connect_schema(json.loads(schema_text, parse_float=_exact_float))
+            hit = (schema, None if schema is None else _compile_from(schema, exact, replace_null), exact)
+            if len(parsed) >= CACHE_MAX:
+                parsed.clear()
+            parsed[schema_text] = hit
         payload = _loads(data[cut + 11:-1], hit[2])
     except (ValueError, UnicodeDecodeError):
         return None  # e.g. a "payload" key inside the schema: the slow path decides
     schema, convert, _ = hit
-    return schema, payload if convert is None or payload is None else convert(payload)
+    if schema is None:
+        return None, payload
+    return schema, _read_payload(schema, convert, payload, replace_null)
+
+
+def _read_payload(schema: Schema, convert: ValueFn | None, payload: Any, replace_null: bool) -> Any:
+    if payload is None:
+        return _default_value(schema) if replace_null else None
+    return payload if convert is None else convert(payload)
 
 
 class _ExactFloat(float):
@@ -197,31 +216,67 @@ def _has_decimal(schema: Schema) -> bool:
     return any(isinstance(part, dict) and _has_decimal(part) for part in parts)
 
 
-def _compile_from(schema: Schema, exact: bool) -> ValueFn | None:
+def _compile_from(schema: Schema, exact: bool, replace_null: bool) -> ValueFn | None:
     """from_json for one schema as a function (a payload → its value). A float part's value passes as
-    it is, unless the payload was read `exact` (then its _ExactFloat becomes the float it is)."""
+    it is, unless the payload was read `exact` (then its _ExactFloat becomes the float it is);
+    `replace_null`: a null part with a default is its default (replace.null.with.default)."""
     def leaf(part: Schema) -> ValueFn | None:
         if part.get("type") in _FLOATS and part.get("name") != DECIMAL:
             return _plain_float if exact else None
         return lambda v: from_json(part, v)
 
-    return _compile_walk(schema, leaf, lenient=True)
+    return _compile_walk(schema, leaf, lenient=True, null=_default_of(_default_value) if replace_null else None)
+
+
+NullFn = Callable[[Schema], Callable[[], Any] | None]  # a part's value for its null; None: the null stays
+
+
+def _default_of(value_of: Callable[[Schema], Any]) -> NullFn:
+    """replace.null.with.default's NullFn: a part with a default is `value_of(part)` where it is null."""
+    return lambda part: None if part.get("default") is None else lambda: value_of(part)
+
+
+def _default_value(schema: Schema) -> Any:
+    """A schema's default as a Connect value (Kafka's reading: schema.defaultValue())."""
+    return from_json(schema, schema.get("default"))
+
+
+def _default_json(schema: Schema, numeric: bool) -> Any:
+    """A schema's default as Kafka writes it, in the schema and for a null: convertToJson(schema,
+    defaultValue). klog's schemas hold it in JSON already (a decimal's base64, a float), but for a
+    float's Java text and, under decimal.format=numeric, a decimal's number."""
+    default = schema.get("default")
+    kind = schema.get("type")
+    if default is None or isinstance(default, bool):
+        return default
+    if kind in _FLOATS and isinstance(default, float | int):
+        return (_float32 if kind == "float32" else _float64)(default)
+    if schema.get("name") == DECIMAL and (numeric or not isinstance(default, str)):
+        value = decimal_from_bytes(base64.b64decode(default), _scale(schema)) if isinstance(default, str) else default
+        return to_json(schema, value, numeric)
+    if kind == "bytes" and isinstance(default, bytes | bytearray):
+        return to_json(schema, default, numeric)
+    return default
 
 
 def _plain_float(value: Any) -> Any:
     return float(value) if type(value) is _ExactFloat else value
 
 
-def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool) -> ValueFn | None:
+def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool,
+                  null: NullFn | None = None) -> ValueFn | None:
     """One conversion over a schema's value as a function, None where every part passes as is (most
     fields). `leaf(schema)` converts one decimal, bytes or float part (None: it passes as is).
     `lenient` passes a value of the wrong shape through (reading: the payload is what it is); otherwise
-    a struct that is not a map is a DataError, so the record goes to the dead letter queue (writing)."""
+    a struct that is not a map is a DataError, so the record goes to the dead letter queue (writing).
+    `null(part)` gives a null field's, element's or map value's replacement (None: it stays null)."""
     kind = schema.get("type")
     if schema.get("name") == DECIMAL or kind == "bytes" or kind in _FLOATS:
         return leaf(schema)
     if kind == "struct":
-        todo = [(f["field"], c) for f in schema.get("fields", []) if (c := _compile_walk(f, leaf, lenient)) is not None]
+        parts = [(f["field"], _compile_walk(f, leaf, lenient, null), null and null(f))
+                 for f in schema.get("fields", [])]
+        todo = [(name, c, n) for name, c, n in parts if c is not None or n is not None]
         if not todo:
             return None
 
@@ -231,27 +286,40 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
                     return v
                 raise DataError(f"a struct value must be a map, not {type(v).__name__}")
             out = None  # a copy only where a part changes (a plain float does not)
-            for name, c in todo:
+            for name, c, n in todo:
                 x = v.get(name)
-                if x is not None and (y := c(x)) is not x:
-                    if out is None:
-                        out = dict(v)
-                    out[name] = y
+                if x is None:
+                    if n is None:
+                        continue
+                    y = n()
+                elif c is None or (y := c(x)) is x:
+                    continue
+                if out is None:
+                    out = dict(v)
+                out[name] = y
             return v if out is None else out
 
         return struct
     if kind == "map" and not _string_keys(schema):
-        return _compile_pairs(schema, leaf, lenient)
+        return _compile_pairs(schema, leaf, lenient, null)
     if kind in ("array", "map"):
         inner = schema.get("items" if kind == "array" else "values")
-        c = None if inner is None else _compile_walk(inner, leaf, lenient)
-        if c is None:
+        item = None if inner is None else _nullable(_compile_walk(inner, leaf, lenient, null), null and null(inner))
+        if item is None:
             return None
         if kind == "array":
-            return lambda v: v if lenient and not isinstance(v, list) else [None if x is None else c(x) for x in v]
-        return lambda v: v if lenient and not isinstance(v, dict) else {k: None if x is None else c(x)
-                                                                         for k, x in v.items()}
+            return lambda v: v if lenient and not isinstance(v, list) else [item(x) for x in v]
+        return lambda v: v if lenient and not isinstance(v, dict) else {k: item(x) for k, x in v.items()}
     return None
+
+
+def _nullable(convert: ValueFn | None, null: Callable[[], Any] | None) -> ValueFn | None:
+    """An element's conversion with its null's: None where both leave it as it is."""
+    if null is None:
+        return None if convert is None else lambda x: None if x is None else convert(x)
+    if convert is None:
+        return lambda x: null() if x is None else x
+    return lambda x: null() if x is None else convert(x)
 
 
 def _string_keys(schema: Schema) -> bool:
@@ -259,27 +327,28 @@ def _string_keys(schema: Schema) -> bool:
     return not isinstance(keys, dict) or keys.get("type") == "string"
 
 
-def _compile_pairs(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool) -> ValueFn:
+def _compile_pairs(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool,
+                   null: NullFn | None) -> ValueFn:
     """A map whose keys are not strings, as Kafka's JsonConverter has it: an array of [key, value]
     pairs (writing), the pairs a map again (reading; an object, as klog wrote such a map before, is
     read as it was, and a list that is not all pairs of hashable keys passes as it is)."""
-    key_of, value_of = (_compile_walk(part, leaf, lenient) or _same for part in (schema["keys"], schema.get("values")
-                                                                                  or {}))
+    key_of, value_of = (_nullable(_compile_walk(part, leaf, lenient, null), null and null(part)) or _same
+                        for part in (schema["keys"], schema.get("values") or {}))
     if not lenient:
         def pairs(v: Any) -> Any:
             if not isinstance(v, dict):
                 raise DataError(f"a map value must be a map, not {type(v).__name__}")
-            return [[None if k is None else key_of(k), None if x is None else value_of(x)] for k, x in v.items()]
+            return [[key_of(k), value_of(x)] for k, x in v.items()]
 
         return pairs
 
     def from_pairs(v: Any) -> Any:
         if isinstance(v, dict):
-            return {k: None if x is None else value_of(x) for k, x in v.items()}
+            return {k: value_of(x) for k, x in v.items()}
         if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 for p in v):
             return v
         try:
-            return {None if k is None else key_of(k): None if x is None else value_of(x) for k, x in v}
+            return {key_of(k): value_of(x) for k, x in v}
         except TypeError:  # a key Python cannot hash (a struct's map)
             return v
 
@@ -452,19 +521,19 @@ def _scale(schema: Schema) -> int:
     return int((schema.get("parameters") or {}).get("scale", 0))
 
 
-_SCHEMA_JSON: dict[int, tuple[Schema | None, bytes]] = {}
-_COMPILED: dict[tuple[int, bool], tuple[Schema, Any]] = {}
+_SCHEMA_JSON: dict[tuple[int, bool], tuple[Schema | None, bytes]] = {}
+_COMPILED: dict[tuple[int, bool, bool], tuple[Schema, Any]] = {}
 CACHE_MAX = 4096
 
 
-def _schema_json(schema: Schema | None) -> bytes:
-    hit = _SCHEMA_JSON.get(id(schema))
+def _schema_json(schema: Schema | None, numeric: bool) -> bytes:
+    hit = _SCHEMA_JSON.get((id(schema), numeric))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    data = _encode_as_jackson(lambda s, _: _kafka_schema(s), schema, None, False).encode()
+    data = _encode_as_jackson(lambda s, _: _kafka_schema(s, numeric), schema, None, False).encode()
     if len(_SCHEMA_JSON) >= CACHE_MAX:
         _SCHEMA_JSON.clear()
-    _SCHEMA_JSON[id(schema)] = (schema, data)  # the schema kept alive: its id cannot be reused meanwhile
+    _SCHEMA_JSON[(id(schema), numeric)] = (schema, data)  # the schema kept alive: its id is not reused meanwhile
     return data
 
 
@@ -475,10 +544,10 @@ _CONNECT_TYPE_NAMES = {"float": "float32", "double": "float64"}
 _PARTS = {"struct": ("fields",), "array": ("items",), "map": ("keys", "values")}
 
 
-def _kafka_schema(schema: Any) -> Any:
+def _kafka_schema(schema: Any, numeric: bool) -> Any:
     """A schema as Kafka's JsonConverter.asJsonSchema writes it: type (FLOAT32 "float", FLOAT64 "double");
     fields, items, or keys and values; optional (false where unsaid); name, version, doc, parameters
-    where set; default (a float's as Java prints it); and a struct field's name last. A key Kafka does
+    where set; default (as _default_json writes it); and a struct field's name last. A key Kafka does
     not know goes before the field's name."""
     if not isinstance(schema, dict):
         return schema
@@ -487,13 +556,14 @@ def _kafka_schema(schema: Any) -> Any:
     for part in _PARTS.get(kind, ()):
         if part in schema:
             inner = schema[part]
-            out[part] = [_kafka_schema(f) for f in inner] if isinstance(inner, list) else _kafka_schema(inner)
+            out[part] = ([_kafka_schema(f, numeric) for f in inner] if isinstance(inner, list)
+                         else _kafka_schema(inner, numeric))
     out["optional"] = schema.get("optional", False)
-    for key in ("name", "version", "doc", "parameters", "default"):
+    for key in ("name", "version", "doc", "parameters"):
         if schema.get(key) is not None:
             out[key] = schema[key]
-    if kind in _FLOATS and isinstance(out.get("default"), float | int) and not isinstance(out["default"], bool):
-        out["default"] = (_float32 if kind == "float32" else _float64)(out["default"])
+    if schema.get("default") is not None:
+        out["default"] = _default_json(schema, numeric)
     out.update((key, value) for key, value in schema.items() if key not in out and key != "field")
     if "field" in schema:
         out["field"] = schema["field"]
@@ -518,21 +588,24 @@ def _connect_schema(schema: Any) -> Any:
     return schema if out is None else out
 
 
-def _compiled(schema: Schema, numeric: bool) -> ValueFn | None:
+def _compiled(schema: Schema, numeric: bool, replace_null: bool) -> ValueFn | None:
     """_compile's function for a schema object, cached by identity (a connector reuses its schemas)."""
-    hit = _COMPILED.get((id(schema), numeric))
+    key = (id(schema), numeric, replace_null)
+    hit = _COMPILED.get(key)
     if hit is not None and hit[0] is schema:
         return hit[1]
-    fn = _compile(schema, numeric)
+    fn = _compile(schema, numeric, replace_null)
     if len(_COMPILED) >= CACHE_MAX:
         _COMPILED.clear()
-    _COMPILED[(id(schema), numeric)] = (schema, fn)
+    _COMPILED[key] = (schema, fn)
     return fn
 
 
-def _compile(schema: Schema, numeric: bool) -> ValueFn | None:
-    """to_json for one schema as a function, None where the value is already its JSON (most fields)."""
-    return _compile_walk(schema, lambda part: _to_json_leaf(part, numeric), lenient=False)
+def _compile(schema: Schema, numeric: bool, replace_null: bool) -> ValueFn | None:
+    """to_json for one schema as a function, None where the value is already its JSON (most fields);
+    `replace_null`: a null part with a default is written as its default (replace.null.with.default)."""
+    null = _default_of(lambda part: _default_json(part, numeric)) if replace_null else None
+    return _compile_walk(schema, lambda part: _to_json_leaf(part, numeric), lenient=False, null=null)
 
 
 def _to_json_leaf(part: Schema, numeric: bool) -> ValueFn:
@@ -559,7 +632,7 @@ def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -
         return value if not isinstance(value, bytes | bytearray | decimal.Decimal) else _json_default(value)
     kind = schema.get("type")
     if schema.get("name") == DECIMAL:
-        dec = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
+        dec = value if isinstance(value, decimal.Decimal) else _read_decimal(value)
         if numeric_decimals:
             # the exact text (a float dropped digits and trailing zeros); NaN and the infinities,
             # which no BigDecimal holds, quoted as Jackson quotes a double's
@@ -601,7 +674,7 @@ def from_json(schema: Schema | None, value: Any) -> Any:
     if kind == "map" and isinstance(value, dict):
         return {k: from_json(schema.get("values"), v) for k, v in value.items()}
     if kind == "map" and not _string_keys(schema) and isinstance(value, list):
-        return _compile_pairs(schema, lambda part: lambda v: from_json(part, v), lenient=True)(value)
+        return _compile_pairs(schema, lambda part: lambda v: from_json(part, v), True, None)(value)
     return value
 
 

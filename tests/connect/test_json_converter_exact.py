@@ -179,3 +179,66 @@ def test_kafkas_array_of_pairs_is_read_as_a_map() -> None:
     assert converter.to_connect("t", compact)[1] == {1: b"\x00"}
     old = b'{"schema":{"type":"map","keys":{"type":"int32"},"values":{"type":"int32"}},"payload":{"1":12}}'
     assert converter.to_connect("t", old)[1] == {"1": 12}
+
+
+STRING_WITH_DEFAULT = {"type": "string", "optional": True, "default": "default"}
+
+
+@pytest.mark.parametrize(("replace", "payload"), [("true", b'"default"'), ("false", b"null")])
+def test_a_null_with_a_default_is_written_as_kafka_writes_it(replace: str, payload: bytes) -> None:
+    """Kafka's JsonConverterTest serializeNullToDefault / serializeNullToNull and serializeFieldNullToDefault /
+    serializeFieldNullToNull: replace.null.with.default (true unless set) writes a null's default; klog
+    wrote null whatever the setting."""
+    converter = JsonConverter({"replace.null.with.default": replace}, is_key=False)
+    assert converter.from_connect("t", STRING_WITH_DEFAULT, None) == (
+        b'{"schema":{"type":"string","optional":true,"default":"default"},"payload":' + payload + b"}")
+    struct = {"type": "struct", "fields": [{**STRING_WITH_DEFAULT, "field": "field1"}]}
+    assert converter.from_connect("t", struct, {"field1": None}) == (
+        b'{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"default":"default",'
+        b'"field":"field1"}],"optional":false},"payload":{"field1":' + payload + b"}}")
+
+
+@pytest.mark.parametrize(("replace", "value"), [("true", "default"), ("false", None)])
+def test_a_null_with_a_default_is_read_as_kafka_reads_it(replace: str, value: object) -> None:
+    """JsonConverterTest deserializeNullToDefault / deserializeNullToNull, deserializeFieldNullToDefault /
+    deserializeFieldNullToNull, their bytes as given."""
+    converter = JsonConverter({"replace.null.with.default": replace}, is_key=False)
+    data = b'{"schema":{"type":"string","optional":true,"default":"default"},"payload":null}'
+    assert converter.to_connect("t", data)[1] == value
+    data = (b'{"schema":{"type":"struct","fields":[{"field":"field1","type":"string","optional":true,'
+            b'"default":"default"}],"optional":false},"payload":{"field1":null}}')
+    assert converter.to_connect("t", data)[1] == {"field1": value}
+    assert converter.to_connect("t", data.replace(b',"payload"', b', "payload"'))[1] == {"field1": value}
+
+
+def test_defaults_are_written_as_their_values_are() -> None:
+    """Kafka writes a default as convertToJson(schema, defaultValue), in the schema and for a null: a float's
+    as Java prints it, bytes in base64, and under decimal.format=numeric a decimal's as a number (klog's
+    schemas hold a decimal's default in base64, as the base64 format writes it)."""
+    scale2 = {**decimal_schema(2), "optional": True, "default": "AJw="}  # 1.56 (JsonConverterTest's "AJw=")
+    schema = {"type": "struct", "fields": [{**scale2, "field": "n"},
+                                           {"type": "float64", "optional": True, "default": 1e20, "field": "d"},
+                                           {"type": "array", "optional": True, "field": "a",
+                                            "items": {"type": "float32", "optional": True, "default": 0.5}}]}
+    value = {"n": None, "d": None, "a": [None, 1.0]}
+    numeric = JsonConverter({"decimal.format": "numeric"}, is_key=False).from_connect("t", schema, value)
+    assert b'"parameters":{"scale":"2"},"default":1.56,"field":"n"}' in numeric
+    assert numeric.endswith(b'"payload":{"n":1.56,"d":1.0E20,"a":[0.5,1.0]}}')
+    base64 = JsonConverter({}, is_key=False).from_connect("t", schema, value)
+    assert b'"parameters":{"scale":"2"},"default":"AJw=","field":"n"}' in base64
+    assert base64.endswith(b'"payload":{"n":"AJw=","d":1.0E20,"a":[0.5,1.0]}}')
+    # and read back: a null field's default as its value
+    read = JsonConverter({"decimal.format": "numeric"}, is_key=False).to_connect("t", numeric.replace(
+        b'"payload":{"n":1.56', b'"payload":{"n":null'))[1]
+    assert read["n"] == decimal.Decimal("1.56") and read["d"] == 1e20
+
+
+def test_a_numeric_decimal_default_is_read_with_its_scale() -> None:
+    converter = JsonConverter({"decimal.format": "numeric"}, is_key=False)
+    data = (b'{"schema":{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,'
+            b'"parameters":{"scale":"4"},"default":1.5600},"payload":null}')
+    for envelope in (data, data.replace(b',"payload"', b', "payload"')):
+        schema, value = converter.to_connect("t", envelope)
+        assert value.as_tuple() == big_decimal(15600, 4).as_tuple()
+        # written back with the same text (a null as its default: replace.null.with.default)
+        assert converter.from_connect("t", schema, None) == data.replace(b'"payload":null', b'"payload":1.5600')
