@@ -609,8 +609,9 @@ def _compile(schema: Schema, numeric: bool, replace_null: bool) -> ValueFn | Non
 
 
 def _to_json_leaf(part: Schema, numeric: bool) -> ValueFn:
-    """to_json of one decimal, bytes or float part (a float's stand-in, see _encode_as_jackson); a
-    base64 Decimal with its scale read once (a CDC source writes one per numeric column and row)."""
+    """to_json of one decimal, bytes or float part (a float's or numeric decimal's stand-in, see
+    _encode_as_jackson); a base64 Decimal with its scale read once (a CDC source writes one per numeric
+    column and row)."""
     if part.get("type") in _FLOATS:
         return _float32 if part["type"] == "float32" else _float64
     if part.get("name") == DECIMAL and not numeric:
@@ -623,6 +624,13 @@ def _to_json_leaf(part: Schema, numeric: bool) -> ValueFn:
             return to_json(part, v, numeric)
 
         return base64_decimal
+    if part.get("name") == DECIMAL:
+        def numeric_decimal(v: Any) -> Any:
+            if type(v) is decimal.Decimal and v.is_finite():
+                return _stand_in(java_big_decimal(v))
+            return to_json(part, v, numeric)
+
+        return numeric_decimal
     return lambda v: to_json(part, v, numeric)
 
 
