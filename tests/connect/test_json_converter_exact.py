@@ -242,3 +242,25 @@ def test_a_numeric_decimal_default_is_read_with_its_scale() -> None:
         assert value.as_tuple() == big_decimal(15600, 4).as_tuple()
         # written back with the same text (a null as its default: replace.null.with.default)
         assert converter.from_connect("t", schema, None) == data.replace(b'"payload":null', b'"payload":1.5600')
+
+
+@pytest.mark.parametrize(("schema", "value", "kafka"), [
+    # JsonConverterTest dateToJson, timeToJson, timestampToJson: klog holds these logical types as Kafka
+    # writes them (days, milliseconds of the day, milliseconds since the epoch), so they pass as they are
+    ({"type": "int32", "optional": False, "name": "org.apache.kafka.connect.data.Date", "version": 1}, 10000,
+     b'{"schema":{"type":"int32","optional":false,"name":"org.apache.kafka.connect.data.Date","version":1},'
+     b'"payload":10000}'),
+    ({"type": "int32", "optional": False, "name": "org.apache.kafka.connect.data.Time", "version": 1}, 14400000,
+     b'{"schema":{"type":"int32","optional":false,"name":"org.apache.kafka.connect.data.Time","version":1},'
+     b'"payload":14400000}'),
+    ({"type": "int64", "optional": False, "name": "org.apache.kafka.connect.data.Timestamp", "version": 1},
+     4000000000, b'{"schema":{"type":"int64","optional":false,"name":"org.apache.kafka.connect.data.Timestamp",'
+                 b'"version":1},"payload":4000000000}'),
+    # bytes as Jackson's binaryNode writes them (MIME_NO_LINEFEEDS: standard alphabet, padded): "AJwB"
+    ({"type": "bytes", "optional": False}, b"\x00\x9c\x01",
+     b'{"schema":{"type":"bytes","optional":false},"payload":"AJwB"}'),
+])
+def test_logical_times_and_bytes_as_kafka_writes_them(schema: dict, value: object, kafka: bytes) -> None:
+    converter = JsonConverter({}, is_key=False)
+    assert converter.from_connect("t", schema, value) == kafka
+    assert converter.to_connect("t", kafka) == (schema, value)
