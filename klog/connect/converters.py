@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import decimal
 import json
-import math
+import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -86,6 +86,7 @@ class JsonConverter(Converter):
         # read once, not per record (a source writes every record through here)
         self.numeric = self.config["decimal.format"] == "numeric"
         self.schemas = self.config["schemas.enable"]
+        self.replace_null = self.config["replace.null.with.default"]
 
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if schema is None and value is None:
@@ -94,19 +95,21 @@ class JsonConverter(Converter):
         if not self.schemas:
             return text
         # the schema's JSON once per schema object (a connector reuses them): most of an envelope's bytes
-        return b'{"schema":' + _schema_json(schema) + b',"payload":' + text + b"}"
+        return b'{"schema":' + _schema_json(schema, self.numeric) + b',"payload":' + text + b"}"
 
     def _payload(self, schema: Schema | None, value: Any) -> Any:
         if schema is None:
             return to_json(None, value, self.numeric)
-        convert = _compiled(schema, self.numeric)  # its float parts' leaves give their stand-ins
-        return value if convert is None or value is None else convert(value)
+        if value is None:
+            return _default_json(schema, self.numeric) if self.replace_null else None
+        convert = _compiled(schema, self.numeric, self.replace_null)  # float parts' leaves give their stand-ins
+        return value if convert is None else convert(value)
 
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
         if data is None:
             return None, None
-        if self.config["schemas.enable"]:
-            fast = _split_envelope(data)
+        if self.schemas:
+            fast = _split_envelope(data, self.replace_null)
             if fast is not None:
                 return fast
         try:
@@ -119,13 +122,22 @@ class JsonConverter(Converter):
             raise DataError('JsonConverter with schemas.enable requires "schema" and "payload" fields and may not '
                             "contain additional fields. If you are trying to deserialize plain JSON data, set "
                             "schemas.enable=false in your converter configuration.")
-        return doc["schema"], from_json(doc["schema"], doc["payload"])
+        schema, payload = _connect_schema(doc["schema"]), doc["payload"]
+        if not isinstance(schema, dict):
+            return schema, payload
+        exact = _has_decimal(schema)
+        if exact:  # its numbers again, each with its text (a decimal's default's too)
+            doc = json.loads(data, parse_float=_exact_float)
+            schema, payload = _connect_schema(doc["schema"]), doc["payload"]
+        convert = _compile_from(schema, exact, self.replace_null)
+        return schema, _read_payload(schema, convert, payload, self.replace_null)
 
 
-_PARSED: dict[bytes, tuple[Schema, Any]] = {}  # a schema's JSON → (the schema, its compiled from_json)
+# a schema's JSON → (the schema, its compiled from_json, whether it has a decimal part), by replace.null.with.default
+_PARSED: tuple[dict[bytes, tuple[Schema, Any, bool]], ...] = ({}, {})
 
 
-def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
+def _split_envelope(data: bytes, replace_null: bool) -> tuple[Schema | None, Any] | None:
     """An envelope as JsonConverter writes it ({"schema":...,"payload":...}) parsed without parsing its
     schema again when the same schema was seen before (every record of a table carries it); None when
     the bytes are not in that shape (then the whole document is parsed)."""
@@ -135,53 +147,136 @@ def _split_envelope(data: bytes) -> tuple[Schema | None, Any] | None:
     if cut < 0:
         return None
     schema_text = data[10:cut]
-    hit = _PARSED.get(schema_text)
+    parsed = _PARSED[replace_null]
+    hit = parsed.get(schema_text)
     try:
         if hit is None:
-            schema = json.loads(schema_text)
+            schema = _connect_schema(json.loads(schema_text))
             if not isinstance(schema, dict | type(None)):
                 return None
-            hit = (schema, None if schema is None else _compile_from(schema))
-            if len(_PARSED) >= CACHE_MAX:
-                _PARSED.clear()
-            _PARSED[schema_text] = hit
-        payload = _loads(data[cut + 11:-1])
+            exact = schema is not None and _has_decimal(schema)
+            if exact:  # a decimal's default with its text
+                schema = _connect_schema(json.loads(schema_text, parse_float=_exact_float))
+            hit = (schema, None if schema is None else _compile_from(schema, exact, replace_null), exact)
+            if len(parsed) >= CACHE_MAX:
+                parsed.clear()
+            parsed[schema_text] = hit
+        payload = _loads(data[cut + 11:-1], hit[2])
     except (ValueError, UnicodeDecodeError):
         return None  # e.g. a "payload" key inside the schema: the slow path decides
-    schema, convert = hit
-    return schema, payload if convert is None or payload is None else convert(payload)
+    schema, convert, _ = hit
+    if schema is None:
+        return None, payload
+    return schema, _read_payload(schema, convert, payload, replace_null)
+
+
+def _read_payload(schema: Schema, convert: ValueFn | None, payload: Any, replace_null: bool) -> Any:
+    if payload is None:
+        return _default_value(schema) if replace_null else None
+    return payload if convert is None else convert(payload)
+
+
+class _ExactFloat(float):
+    """A JSON number with a fraction or an exponent, read where a schema has decimal parts: the double
+    it is, and its text, from which a numeric decimal takes every digit and its scale (Jackson reads
+    Kafka's 1.5600 as a BigDecimal of scale 4, 1E+3 of scale -3, where a float keeps 1.56 and 1000.0)."""
+
+    __slots__ = ("text",)
+
+
+def _exact_float(text: str) -> _ExactFloat:
+    number = _ExactFloat(text)
+    number.text = text
+    return number
 
 
 _SCAN = json.JSONDecoder().scan_once
+_EXACT_SCAN = json.JSONDecoder(parse_float=_exact_float).scan_once
 
 
-def _loads(data: bytes) -> Any:
+def _loads(data: bytes, exact: bool = False) -> Any:
     """json.loads(data) for UTF-8 JSON without its per-call work (encoding detection, the whitespace
-    checks): the C scanner over the text, json.loads itself when the value does not span all of it."""
+    checks): the C scanner over the text, json.loads itself when the value does not span all of it.
+    `exact`: each number with a fraction or an exponent an _ExactFloat."""
     text = data.decode()
     try:
-        value, end = _SCAN(text, 0)
+        value, end = (_EXACT_SCAN if exact else _SCAN)(text, 0)
     except StopIteration:
         raise ValueError("not a JSON value") from None
-    return value if end == len(text) else json.loads(text)
+    if end == len(text):
+        return value
+    return json.loads(text, parse_float=_exact_float) if exact else json.loads(text)
 
 
-def _compile_from(schema: Schema) -> ValueFn | None:
-    """from_json for one schema as a function (a payload → its value)."""
-    return _compile_walk(schema, lambda part: None if part.get("type") in _FLOATS else lambda v: from_json(part, v),
-                         lenient=True)
+def _has_decimal(schema: Schema) -> bool:
+    """Whether a schema (JsonConverter's form) has a Decimal part."""
+    if schema.get("name") == DECIMAL:
+        return True
+    parts = [*schema.get("fields", ()), schema.get("items"), schema.get("keys"), schema.get("values")]
+    return any(isinstance(part, dict) and _has_decimal(part) for part in parts)
 
 
-def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool) -> ValueFn | None:
+def _compile_from(schema: Schema, exact: bool, replace_null: bool) -> ValueFn | None:
+    """from_json for one schema as a function (a payload → its value). A float part's value passes as
+    it is, unless the payload was read `exact` (then its _ExactFloat becomes the float it is);
+    `replace_null`: a null part with a default is its default (replace.null.with.default)."""
+    def leaf(part: Schema) -> ValueFn | None:
+        if part.get("type") in _FLOATS and part.get("name") != DECIMAL:
+            return _plain_float if exact else None
+        return lambda v: from_json(part, v)
+
+    return _compile_walk(schema, leaf, lenient=True, null=_default_of(_default_value) if replace_null else None)
+
+
+NullFn = Callable[[Schema], Callable[[], Any] | None]  # a part's value for its null; None: the null stays
+
+
+def _default_of(value_of: Callable[[Schema], Any]) -> NullFn:
+    """replace.null.with.default's NullFn: a part with a default is `value_of(part)` where it is null."""
+    return lambda part: None if part.get("default") is None else lambda: value_of(part)
+
+
+def _default_value(schema: Schema) -> Any:
+    """A schema's default as a Connect value (Kafka's reading: schema.defaultValue())."""
+    return from_json(schema, schema.get("default"))
+
+
+def _default_json(schema: Schema, numeric: bool) -> Any:
+    """A schema's default as Kafka writes it, in the schema and for a null: convertToJson(schema,
+    defaultValue). klog's schemas hold it in JSON already (a decimal's base64, a float), but for a
+    float's Java text and, under decimal.format=numeric, a decimal's number."""
+    default = schema.get("default")
+    kind = schema.get("type")
+    if default is None or isinstance(default, bool):
+        return default
+    if kind in _FLOATS and isinstance(default, float | int):
+        return (_float32 if kind == "float32" else _float64)(default)
+    if schema.get("name") == DECIMAL and (numeric or not isinstance(default, str)):
+        value = decimal_from_bytes(base64.b64decode(default), _scale(schema)) if isinstance(default, str) else default
+        return to_json(schema, value, numeric)
+    if kind == "bytes" and isinstance(default, bytes | bytearray):
+        return to_json(schema, default, numeric)
+    return default
+
+
+def _plain_float(value: Any) -> Any:
+    return float(value) if type(value) is _ExactFloat else value
+
+
+def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool,
+                  null: NullFn | None = None) -> ValueFn | None:
     """One conversion over a schema's value as a function, None where every part passes as is (most
     fields). `leaf(schema)` converts one decimal, bytes or float part (None: it passes as is).
     `lenient` passes a value of the wrong shape through (reading: the payload is what it is); otherwise
-    a struct that is not a map is a DataError, so the record goes to the dead letter queue (writing)."""
+    a struct that is not a map is a DataError, so the record goes to the dead letter queue (writing).
+    `null(part)` gives a null field's, element's or map value's replacement (None: it stays null)."""
     kind = schema.get("type")
     if schema.get("name") == DECIMAL or kind == "bytes" or kind in _FLOATS:
         return leaf(schema)
     if kind == "struct":
-        todo = [(f["field"], c) for f in schema.get("fields", []) if (c := _compile_walk(f, leaf, lenient)) is not None]
+        parts = [(f["field"], _compile_walk(f, leaf, lenient, null), null and null(f))
+                 for f in schema.get("fields", [])]
+        todo = [(name, c, n) for name, c, n in parts if c is not None or n is not None]
         if not todo:
             return None
 
@@ -191,25 +286,77 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
                     return v
                 raise DataError(f"a struct value must be a map, not {type(v).__name__}")
             out = None  # a copy only where a part changes (a plain float does not)
-            for name, c in todo:
+            for name, c, n in todo:
                 x = v.get(name)
-                if x is not None and (y := c(x)) is not x:
-                    if out is None:
-                        out = dict(v)
-                    out[name] = y
+                if x is None:
+                    if n is None:
+                        continue
+                    y = n()
+                elif c is None or (y := c(x)) is x:
+                    continue
+                if out is None:
+                    out = dict(v)
+                out[name] = y
             return v if out is None else out
 
         return struct
+    if kind == "map" and not _string_keys(schema):
+        return _compile_pairs(schema, leaf, lenient, null)
     if kind in ("array", "map"):
         inner = schema.get("items" if kind == "array" else "values")
-        c = None if inner is None else _compile_walk(inner, leaf, lenient)
-        if c is None:
+        item = None if inner is None else _nullable(_compile_walk(inner, leaf, lenient, null), null and null(inner))
+        if item is None:
             return None
         if kind == "array":
-            return lambda v: v if lenient and not isinstance(v, list) else [None if x is None else c(x) for x in v]
-        return lambda v: v if lenient and not isinstance(v, dict) else {k: None if x is None else c(x)
-                                                                         for k, x in v.items()}
+            return lambda v: v if lenient and not isinstance(v, list) else [item(x) for x in v]
+        return lambda v: v if lenient and not isinstance(v, dict) else {k: item(x) for k, x in v.items()}
     return None
+
+
+def _nullable(convert: ValueFn | None, null: Callable[[], Any] | None) -> ValueFn | None:
+    """An element's conversion with its null's: None where both leave it as it is."""
+    if null is None:
+        return None if convert is None else lambda x: None if x is None else convert(x)
+    if convert is None:
+        return lambda x: null() if x is None else x
+    return lambda x: null() if x is None else convert(x)
+
+
+def _string_keys(schema: Schema) -> bool:
+    keys = schema.get("keys")
+    return not isinstance(keys, dict) or keys.get("type") == "string"
+
+
+def _compile_pairs(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool,
+                   null: NullFn | None) -> ValueFn:
+    """A map whose keys are not strings, as Kafka's JsonConverter has it: an array of [key, value]
+    pairs (writing), the pairs a map again (reading; an object, as klog wrote such a map before, is
+    read as it was, and a list that is not all pairs of hashable keys passes as it is)."""
+    key_of, value_of = (_nullable(_compile_walk(part, leaf, lenient, null), null and null(part)) or _same
+                        for part in (schema["keys"], schema.get("values") or {}))
+    if not lenient:
+        def pairs(v: Any) -> Any:
+            if not isinstance(v, dict):
+                raise DataError(f"a map value must be a map, not {type(v).__name__}")
+            return [[key_of(k), value_of(x)] for k, x in v.items()]
+
+        return pairs
+
+    def from_pairs(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: value_of(x) for k, x in v.items()}
+        if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 for p in v):
+            return v
+        try:
+            return {key_of(k): value_of(x) for k, x in v}
+        except TypeError:  # a key Python cannot hash (a struct's map)
+            return v
+
+    return from_pairs
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _json_default(value: Any) -> Any:
@@ -218,10 +365,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-class _DecimalAsFloat(float):
-    """A decimal under decimal.format=numeric: left as Python prints it (Kafka writes BigDecimal's text)."""
 
 
 # Floats as Jackson writes them under Kafka's JsonConverter: Java's Double/Float.toString (1.0E20,
@@ -268,8 +411,19 @@ def _encode_as_jackson(payload_of: Callable[[Any, Any], Any], schema: Any, value
         if texts:
             text = _put_java_texts(text, texts, sentinel)
         if text is not None:
-            return text
+            return _jackson_escapes(text) if "\\u00" in text else text
         _SENTINEL = _new_sentinel()  # the payload holds a stand-in's digits too: other ones
+
+
+# a control character's \u escape with a letter in it (U+000B, U+000E, U+000F, U+001A-U+001F; the others
+# have digits only or a short escape, \n and the like), after an even number of backslashes: an escape
+_LOWER_HEX_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u00(0[bef]|1[a-f])")
+
+
+def _jackson_escapes(text: str) -> str:
+    r"""JSON text with its \u escapes as Jackson writes them: upper-case hex digits (\u001F; Python's
+    encoder writes \u001f)."""
+    return _LOWER_HEX_ESCAPE.sub(lambda m: f"{m[1]}\\u00{m[2].upper()}", text)
 
 
 def _put_java_texts(text: str, texts: list[str], sentinel: int) -> str | None:
@@ -331,8 +485,6 @@ def _java_floats(value: Any) -> Any:
     if isinstance(value, list | tuple):
         items = [_java_floats(item) for item in value]
         return value if all(new is old for new, old in zip(items, value, strict=True)) else items
-    if kind is _DecimalAsFloat:
-        return value if math.isfinite(value) else _float64(value)
     return _float64(value)
 
 
@@ -342,7 +494,18 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_j
 
 # Decimal arithmetic rounds to its context's precision (28 digits by default): a numeric(40, 9) lost
 # its last digits both ways. Scaling by a power of ten is exact at the largest precision.
-_EXACT = decimal.Context(prec=decimal.MAX_PREC)
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, capitals=1)
+
+
+def java_big_decimal(value: decimal.Decimal) -> str:
+    """BigDecimal.toString() of the same unscaled value and scale, the text Jackson writes for Kafka's
+    numeric decimals (no WRITE_BIGDECIMAL_AS_PLAIN): plain where the scale is not negative and the
+    adjusted exponent is -6 or more (1.5600, 0.000001), else scientific (1E+3, 1.0E-7, 0E-10). Python's
+    to_sci_string is the same rule (both are the General Decimal Arithmetic's), but a Decimal may be a
+    negative zero and a BigDecimal not: -0.00 is 0.00."""
+    if value.is_zero() and value.is_signed():
+        value = value.copy_abs()
+    return _EXACT.to_sci_string(value)
 
 
 def decimal_to_bytes(value: decimal.Decimal, scale: int) -> bytes:
@@ -358,55 +521,97 @@ def _scale(schema: Schema) -> int:
     return int((schema.get("parameters") or {}).get("scale", 0))
 
 
-_SCHEMA_JSON: dict[int, tuple[Schema | None, bytes]] = {}
-_COMPILED: dict[tuple[int, bool], tuple[Schema, Any]] = {}
+_SCHEMA_JSON: dict[tuple[int, bool], tuple[Schema | None, bytes]] = {}
+_COMPILED: dict[tuple[int, bool, bool], tuple[Schema, Any]] = {}
 CACHE_MAX = 4096
 
 
-def _schema_json(schema: Schema | None) -> bytes:
-    hit = _SCHEMA_JSON.get(id(schema))
+def _schema_json(schema: Schema | None, numeric: bool) -> bytes:
+    hit = _SCHEMA_JSON.get((id(schema), numeric))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    data = _encode_as_jackson(lambda s, _: _float_defaults(s), schema, None, False).encode()  # its defaults too
+    data = _encode_as_jackson(lambda s, _: _kafka_schema(s, numeric), schema, None, False).encode()
     if len(_SCHEMA_JSON) >= CACHE_MAX:
         _SCHEMA_JSON.clear()
-    _SCHEMA_JSON[id(schema)] = (schema, data)  # the schema kept alive: its id cannot be reused meanwhile
+    _SCHEMA_JSON[(id(schema), numeric)] = (schema, data)  # the schema kept alive: its id is not reused meanwhile
     return data
 
 
-def _float_defaults(schema: Any) -> Any:
-    """A schema with each float part's float default its stand-in (the same object where none is)."""
-    if isinstance(schema, list):
-        items = [_float_defaults(v) for v in schema]
-        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
+# Connect's FLOAT32 and FLOAT64 as Kafka's JsonConverter names them in a schema (JsonSchema.FLOAT_TYPE_NAME,
+# DOUBLE_TYPE_NAME), and back; every other type by Connect's own name
+_KAFKA_TYPE_NAMES = {"float32": "float", "float64": "double"}
+_CONNECT_TYPE_NAMES = {"float": "float32", "double": "float64"}
+_PARTS = {"struct": ("fields",), "array": ("items",), "map": ("keys", "values")}
+
+
+def _kafka_schema(schema: Any, numeric: bool) -> Any:
+    """A schema as Kafka's JsonConverter.asJsonSchema writes it: type (FLOAT32 "float", FLOAT64 "double");
+    fields, items, or keys and values; optional (false where unsaid); name, version, doc, parameters
+    where set; default (as _default_json writes it); and a struct field's name last. A key Kafka does
+    not know goes before the field's name."""
     if not isinstance(schema, dict):
         return schema
-    out = {k: _float_defaults(v) for k, v in schema.items()}
-    if schema.get("type") in _FLOATS and isinstance(schema.get("default"), float):
-        out["default"] = (_float32 if schema["type"] == "float32" else _float64)(schema["default"])
-    return schema if all(out[k] is v for k, v in schema.items()) else out
+    kind = schema.get("type")
+    out = {"type": _KAFKA_TYPE_NAMES.get(kind, kind)}
+    for part in _PARTS.get(kind, ()):
+        if part in schema:
+            inner = schema[part]
+            out[part] = ([_kafka_schema(f, numeric) for f in inner] if isinstance(inner, list)
+                         else _kafka_schema(inner, numeric))
+    out["optional"] = schema.get("optional", False)
+    for key in ("name", "version", "doc", "parameters"):
+        if schema.get(key) is not None:
+            out[key] = schema[key]
+    if schema.get("default") is not None:
+        out["default"] = _default_json(schema, numeric)
+    out.update((key, value) for key, value in schema.items() if key not in out and key != "field")
+    if "field" in schema:
+        out["field"] = schema["field"]
+    return out
 
 
-def _compiled(schema: Schema, numeric: bool) -> ValueFn | None:
+def _connect_schema(schema: Any) -> Any:
+    """A schema as Kafka's JsonConverter writes it in klog's form: "float" and "double" are float32 and
+    float64 (the same object where neither is in it)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = None
+    kind = schema.get("type")
+    if kind in _CONNECT_TYPE_NAMES:
+        out = {**schema, "type": _CONNECT_TYPE_NAMES[kind]}
+    for part in _PARTS.get(kind, ()):
+        inner = schema.get(part)
+        new = [_connect_schema(f) for f in inner] if isinstance(inner, list) else _connect_schema(inner)
+        if new is not inner and not (isinstance(inner, list) and all(a is b for a, b in zip(new, inner, strict=True))):
+            out = out or dict(schema)
+            out[part] = new
+    return schema if out is None else out
+
+
+def _compiled(schema: Schema, numeric: bool, replace_null: bool) -> ValueFn | None:
     """_compile's function for a schema object, cached by identity (a connector reuses its schemas)."""
-    hit = _COMPILED.get((id(schema), numeric))
+    key = (id(schema), numeric, replace_null)
+    hit = _COMPILED.get(key)
     if hit is not None and hit[0] is schema:
         return hit[1]
-    fn = _compile(schema, numeric)
+    fn = _compile(schema, numeric, replace_null)
     if len(_COMPILED) >= CACHE_MAX:
         _COMPILED.clear()
-    _COMPILED[(id(schema), numeric)] = (schema, fn)
+    _COMPILED[key] = (schema, fn)
     return fn
 
 
-def _compile(schema: Schema, numeric: bool) -> ValueFn | None:
-    """to_json for one schema as a function, None where the value is already its JSON (most fields)."""
-    return _compile_walk(schema, lambda part: _to_json_leaf(part, numeric), lenient=False)
+def _compile(schema: Schema, numeric: bool, replace_null: bool) -> ValueFn | None:
+    """to_json for one schema as a function, None where the value is already its JSON (most fields);
+    `replace_null`: a null part with a default is written as its default (replace.null.with.default)."""
+    null = _default_of(lambda part: _default_json(part, numeric)) if replace_null else None
+    return _compile_walk(schema, lambda part: _to_json_leaf(part, numeric), lenient=False, null=null)
 
 
 def _to_json_leaf(part: Schema, numeric: bool) -> ValueFn:
-    """to_json of one decimal, bytes or float part (a float's stand-in, see _encode_as_jackson); a
-    base64 Decimal with its scale read once (a CDC source writes one per numeric column and row)."""
+    """to_json of one decimal, bytes or float part (a float's or numeric decimal's stand-in, see
+    _encode_as_jackson); a base64 Decimal with its scale read once (a CDC source writes one per numeric
+    column and row)."""
     if part.get("type") in _FLOATS:
         return _float32 if part["type"] == "float32" else _float64
     if part.get("name") == DECIMAL and not numeric:
@@ -419,6 +624,13 @@ def _to_json_leaf(part: Schema, numeric: bool) -> ValueFn:
             return to_json(part, v, numeric)
 
         return base64_decimal
+    if part.get("name") == DECIMAL:
+        def numeric_decimal(v: Any) -> Any:
+            if type(v) is decimal.Decimal and v.is_finite():
+                return _stand_in(java_big_decimal(v))
+            return to_json(part, v, numeric)
+
+        return numeric_decimal
     return lambda v: to_json(part, v, numeric)
 
 
@@ -428,9 +640,11 @@ def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -
         return value if not isinstance(value, bytes | bytearray | decimal.Decimal) else _json_default(value)
     kind = schema.get("type")
     if schema.get("name") == DECIMAL:
-        dec = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
+        dec = value if isinstance(value, decimal.Decimal) else _read_decimal(value)
         if numeric_decimals:
-            return _DecimalAsFloat(dec)
+            # the exact text (a float dropped digits and trailing zeros); NaN and the infinities,
+            # which no BigDecimal holds, quoted as Jackson quotes a double's
+            return _stand_in(java_big_decimal(dec) if dec.is_finite() else java_double(float(dec)))
         return base64.b64encode(decimal_to_bytes(dec, _scale(schema))).decode()
     if kind == "bytes":
         return base64.b64encode(bytes(value)).decode() if isinstance(value, bytes | bytearray | memoryview) else value
@@ -440,6 +654,9 @@ def to_json(schema: Schema | None, value: Any, numeric_decimals: bool = False) -
         return {f["field"]: to_json(f, value.get(f["field"]), numeric_decimals) for f in schema.get("fields", [])}
     if kind == "array":
         return [to_json(schema.get("items"), v, numeric_decimals) for v in value]
+    if kind == "map" and not _string_keys(schema):
+        return [[to_json(schema["keys"], k, numeric_decimals), to_json(schema.get("values"), v, numeric_decimals)]
+                for k, v in value.items()]
     if kind == "map":
         return {k: to_json(schema.get("values"), v, numeric_decimals) for k, v in value.items()}
     return value
@@ -453,7 +670,9 @@ def from_json(schema: Schema | None, value: Any) -> Any:
     if schema.get("name") == DECIMAL:
         if isinstance(value, str):
             return decimal_from_bytes(base64.b64decode(value), _scale(schema))
-        return decimal.Decimal(str(value))
+        return _read_decimal(value)
+    if kind in _FLOATS:
+        return _plain_float(value)
     if kind == "bytes" and isinstance(value, str):
         return base64.b64decode(value)
     if kind == "struct" and isinstance(value, dict):
@@ -462,7 +681,16 @@ def from_json(schema: Schema | None, value: Any) -> Any:
         return [from_json(schema.get("items"), v) for v in value]
     if kind == "map" and isinstance(value, dict):
         return {k: from_json(schema.get("values"), v) for k, v in value.items()}
+    if kind == "map" and not _string_keys(schema) and isinstance(value, list):
+        return _compile_pairs(schema, lambda part: lambda v: from_json(part, v), True, None)(value)
     return value
+
+
+def _read_decimal(value: Any) -> decimal.Decimal:
+    """A numeric decimal's payload as the BigDecimal Jackson reads (the text's digits and scale; a whole
+    number's scale 0); no negative zero, which a BigDecimal cannot be."""
+    number = decimal.Decimal(value.text if type(value) is _ExactFloat else value if type(value) is int else str(value))
+    return number.copy_abs() if number.is_zero() else number
 
 
 CONVERTERS: dict[str, type[Converter]] = {}

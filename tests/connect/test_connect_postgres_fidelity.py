@@ -163,8 +163,8 @@ TYPES_ROW = (
     "'{2020-01-02}', '{\"2020-01-02 03:04:05+00\"}', '{sad,ok}', '{\"{}\"}', '{\"\\\\x01\"}', 'nm', "
     "'[1,5)', 'a:1 b:2'")
 TYPES_SCHEMAS = [
-    field("id", req("int32")), field("i2", opt("int16")), field("i8", opt("int64")), field("r", opt("float32")),
-    field("d", opt("float64")),
+    field("id", req("int32")), field("i2", opt("int16")), field("i8", opt("int64")), field("r", opt("float")),
+    field("d", opt("double")),
     # VariableScaleDecimal: SchemaFactory.datatypeVariableScaleDecimalSchema, with its doc
     field("n", {"type": "struct", "fields": [field("scale", req("int32")), field("value", req("bytes"))],
                 "optional": True, "name": "io.debezium.data.VariableScaleDecimal", "version": 1,
@@ -193,7 +193,7 @@ TYPES_SCHEMAS = [
     field("dom", opt("int32")),  # a domain is its base type
     field("o", opt("int64")),
     field("h", logical("string", "io.debezium.data.Json")),  # hstore.handling.mode=json
-    field("p", {"type": "struct", "fields": [field("x", req("float64")), field("y", req("float64")),
+    field("p", {"type": "struct", "fields": [field("x", req("double")), field("y", req("double")),
                                              field("wkb", opt("bytes")), field("srid", opt("int32"))],
                 "optional": True, "name": "io.debezium.data.geometry.Point", "version": 1, "doc": "Geometry (POINT)"}),
     field("ai", {"type": "array", "items": opt("int32"), "optional": True}),
@@ -538,17 +538,17 @@ def test_geometric_types_as_debeziums_structs(pg_db, data_dir):
         field("wkb", req("bytes")), field("srid", opt("int32")),
         field("extensions", {"type": "map", "keys": req("string"), "values": req("string"), "optional": True})],
         "optional": True, "name": "io.debezium.data.geometry.Geometry", "version": 2, "doc": "Geometry"}
-    point = {"type": "struct", "fields": [field("x", req("float64")), field("y", req("float64")),
+    point = {"type": "struct", "fields": [field("x", req("double")), field("y", req("double")),
                                           field("wkb", opt("bytes")), field("srid", opt("int32"))],
              "optional": False, "name": "io.debezium.data.geometry.Point", "version": 1, "doc": "Geometry (POINT)"}
     assert after_fields(got[0][1])[1:] == [
         field("bx", geometry), field("ls", geometry), field("op", geometry), field("cp", geometry),
         field("pg", geometry),
-        field("ci", {"type": "struct", "fields": [field("center", point), field("radius", req("float64"))],
+        field("ci", {"type": "struct", "fields": [field("center", point), field("radius", req("double"))],
                      "optional": True, "name": "io.debezium.data.geometry.Circle", "version": 1,
                      "doc": "Geometry (CIRCLE)"}),
-        field("ln", {"type": "struct", "fields": [field("a", req("float64")), field("b", req("float64")),
-                                                  field("c", req("float64"))],
+        field("ln", {"type": "struct", "fields": [field("a", req("double")), field("b", req("double")),
+                                                  field("c", req("double"))],
                      "optional": True, "name": "io.debezium.data.geometry.Line", "version": 1,
                      "doc": "Geometry (LINE)"})]
 

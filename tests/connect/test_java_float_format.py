@@ -172,7 +172,7 @@ def test_json_converter_writes_floats_as_jackson_with_schemas() -> None:
     data = converter.from_connect("t", schema, value)
     assert data.endswith(b'"payload":{"f":0.1,"d":1.0E7,"a":[1.0E10,3.4028235E38,null],"m":{"k":1.0E-4},'
                          b'"n":12345678.5}}')  # a numeric decimal as before: as Python prints it
-    assert b'"default":0.1}' in data and b'"default":1.0E20}' in data
+    assert b'"default":0.1,"field":"f"}' in data and b'"default":1.0E20,"field":"d"}' in data
     # reading Java's exponents back
     read_schema, read = converter.to_connect("t", data)
     assert read["d"] == 1e7 and read["a"][:2] == [1e10, 3.4028235e38] and read["m"] == {"k": 1e-4}
