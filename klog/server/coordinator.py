@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from klog.protocol.kafka import E
+from klog.server.limits import CLIENT_SHARE_DEFAULT, share_of
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
 
@@ -45,20 +46,32 @@ GROUP_METADATA_MAX_BYTES = 4 << 20
 PENDING_MEMBER_MAX_MS = 60_000
 METADATA_MAX_BYTES = 128 << 20
 # What one principal's members (and member ids handed out to it) may hold of METADATA_MAX_BYTES: one
-# user filling the node's 128 MiB with its own groups had every other user's JoinGroup refused. A
-# quarter: a principal over it is refused as the node's bound refuses (COORDINATOR_NOT_AVAILABLE:
-# clients retry), and three others can each still take as much. (Kafka has no such bound: its group
-# metadata goes to __consumer_offsets, on disk.)
-PRINCIPAL_METADATA_MAX_BYTES = METADATA_MAX_BYTES // 4
-# The members and member ids handed out one principal may have, in all its groups: the bytes above
-# count what clients send, but each member costs the server ~600 B more of its own (~220 B an id
-# handed out), so 32 MiB of empty subscriptions held 760,000 members (445 MB). 20,000 is 12 MB.
-PRINCIPAL_MEMBERS_MAX = 20_000
+# user filling the node's 128 MiB with its own groups had every other user's JoinGroup refused. Its
+# share (klog serve --client-share, a quarter by default): a principal over it is refused as the
+# node's bound refuses (COORDINATOR_NOT_AVAILABLE: clients retry), and three others can each still
+# take as much. (Kafka has no such bound: its group metadata goes to __consumer_offsets, on disk.)
+# "Principal" here is the share key (RequestContext.share_key): an unauthenticated client's address.
+PRINCIPAL_METADATA_MAX_BYTES = share_of(METADATA_MAX_BYTES, CLIENT_SHARE_DEFAULT)
+# The members and member ids handed out one principal may have, in all its groups, its share of this:
+# the bytes above count what clients send, but each member costs the server ~600 B more of its own
+# (~220 B an id handed out), so 32 MiB of empty subscriptions held 760,000 members (445 MB). 20,000
+# (a quarter) is 12 MB.
+MEMBERS_POOL = 80_000
+PRINCIPAL_MEMBERS_MAX = share_of(MEMBERS_POOL, CLIENT_SHARE_DEFAULT)
 # The groups one principal may bring into being on this node (a JoinGroup of a group it does not
-# hold) that it still holds: a group its members left stays in memory (~1.3 KB) until the offset
-# expiry pass finds it without offsets, for offsets.retention.minutes (7 days) if it has some, so a
-# client joining, committing to and leaving new groups grew the server for good. 20,000 is 26 MB.
-PRINCIPAL_GROUPS_MAX = 20_000
+# hold) that it still holds, its share of this: a group its members left stays in memory (~1.3 KB)
+# until the offset expiry pass finds it without offsets, for offsets.retention.minutes (7 days) if it
+# has some, so a client joining, committing to and leaving new groups grew the server for good.
+# 20,000 (a quarter) is 26 MB.
+GROUPS_POOL = 80_000
+PRINCIPAL_GROUPS_MAX = share_of(GROUPS_POOL, CLIENT_SHARE_DEFAULT)
+
+
+def principal_bounds(share: float) -> dict[str, int]:
+    """GroupStateMachine's bounds of one principal (share key) at `share` of each pool."""
+    return {"principal_metadata_max_bytes": share_of(METADATA_MAX_BYTES, share),
+            "principal_members_max": share_of(MEMBERS_POOL, share),
+            "principal_groups_max": share_of(GROUPS_POOL, share)}
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from klog.meta.groups import (
     validate_group_id,
 )
 from klog.server import consumer_protocol
-from klog.server.coordinator import STABLE, Group, GroupStateMachine
+from klog.server.coordinator import STABLE, Group, GroupStateMachine, principal_bounds
+from klog.server.limits import CLIENT_SHARE_DEFAULT, share_of
 from klog.store.state import current_boot_id
 
 CONSUMER = "consumer"  # the protocol type of Kafka's consumer groups (the only one whose topics klog reads)
@@ -41,9 +42,10 @@ CONSUMER = "consumer"  # the protocol type of Kafka's consumer groups (the only 
 # entries and longer metadata. The LMDB is 4 GiB for the whole store, and once full every client's
 # commits, group changes and transactions fail: one client committing 1,000 partitions with 4,000-byte
 # metadata to a new group each time added 40 MiB a second (full in under two minutes), and kept for
-# offsets.retention.minutes (7 days). 256 MiB is 1.6 million entries without metadata; commits of
-# entries already stored add nothing.
-PRINCIPAL_OFFSET_BYTES_MAX = 256 << 20
+# offsets.retention.minutes (7 days). A principal's share of 1 GiB: 256 MiB at the default quarter,
+# 1.6 million entries without metadata; commits of entries already stored add nothing.
+OFFSET_BYTES_POOL = 1 << 30
+PRINCIPAL_OFFSET_BYTES_MAX = share_of(OFFSET_BYTES_POOL, CLIENT_SHARE_DEFAULT)
 OFFSET_ENTRY_BYTES = 150  # LMDB's own cost of a committed offset besides its names and metadata (measured)
 # committed offsets whose metadata size OffsetGrowth remembers (~100 B each): reading a group's
 # offsets back on each commit made a commit of 1,000 partitions cost 4 ms more (10.7 ms)
@@ -166,10 +168,12 @@ class GroupCoordinator:
     """The server's one coordinator: the state machine, its timer, and the LMDB side."""
 
     def __init__(self, store: Any, broker: Any, executor: Any, *, offsets_retention_ms: int | None = None,
-                 offsets_retention_check_ms: int | None = None, wall_clock: Any = None) -> None:
+                 offsets_retention_check_ms: int | None = None, wall_clock: Any = None,
+                 client_share: float = CLIENT_SHARE_DEFAULT) -> None:
         """`offsets_retention_ms`/`offsets_retention_check_ms` override klog.json's
         offsets.retention.minutes/offsets.retention.check.interval.ms; `wall_clock` (epoch ms) dates
-        commits and expiry (tests move it forward instead of waiting days)."""
+        commits and expiry (tests move it forward instead of waiting days); `client_share`: what one
+        principal (share key) may hold of each pool (klog serve --client-share)."""
         self.store = store
         self.broker = broker
         self.executor = executor
@@ -181,7 +185,7 @@ class GroupCoordinator:
             self._retention_setting("offsets.retention.check.interval.ms", OFFSETS_RETENTION_CHECK_MS_DEFAULT)
         self._expiry: asyncio.Task | None = None
         self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, log=self._log_event,
-                                         **self._settings())
+                                         **self._settings(), **principal_bounds(client_share))
         pid = os.getpid()
         self.served_by = f"klog serve pid {pid}"
         self._pid_start = process_start_time(pid)
@@ -190,7 +194,8 @@ class GroupCoordinator:
         self._wake: asyncio.Event | None = None
         self._dirty: set[str] = set()
         self._writer: asyncio.Task | None = None
-        self.offset_growth = OffsetGrowth(PRINCIPAL_OFFSET_BYTES_MAX, self.meta.committed, self.retention_ms)
+        self.offset_growth = OffsetGrowth(share_of(OFFSET_BYTES_POOL, client_share), self.meta.committed,
+                                          self.retention_ms)
 
     def _log_event(self, text: str) -> None:
         """The state machine's lines (member ids and protocol names come from clients: escaped)."""

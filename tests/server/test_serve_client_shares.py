@@ -1,0 +1,148 @@
+"""Each client's share of the server's pools where clients do not authenticate (docs/serve-limits.md).
+
+Every client of a listener without authentication is User:ANONYMOUS; when the shares were keyed by
+principal they all drew on one quarter, so one client filling it (new groups with large
+subscriptions, new transactional ids, commits to new groups) had every other client's JoinGroup,
+InitProducerId and OffsetCommit refused. The share is now keyed by the client's address there, as
+Kafka's max.connections.per.ip tells clients apart; authenticated clients keep one share per
+principal (test_serve_principal_budgets.py). The share itself is `klog serve --client-share`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+import pytest
+from kio.schema.errors import ErrorCode as E
+
+from klog.server.limits import ServeLimits
+from tests.server import group_client as gc
+from tests.server.test_serve_principal_budgets import (
+    JOINS_MAX,
+    METADATA,
+    POOL,
+    SHARE,
+    SUBSCRIPTION,
+    _big_join,
+    _init_producer,
+    _offset_errors,
+)
+
+A, B = "127.0.0.1", "127.0.0.2"
+TXN_IDS = 5
+OFFSET_BYTES = 50_000
+
+
+def _second_loopback_address() -> None:
+    """Skip unless this machine lets a socket bind 127.0.0.2 (Linux routes all of 127/8 to loopback)."""
+    with socket.socket() as s:
+        try:
+            s.bind((B, 0))
+        except OSError as e:
+            pytest.skip(f"cannot bind {B} to connect from a second address: {e}")
+
+
+@pytest.fixture
+def plain_server(store):
+    from klog.server import Server
+
+    _second_loopback_address()
+    store.create_topic("t", partitions=1)
+    with Server(store=store, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        server.transactions.principal_ids_max = TXN_IDS
+        server.coordinator.offset_growth.max_bytes = OFFSET_BYTES
+        machine = server.coordinator.machine
+        machine.metadata_max_bytes = POOL
+        machine.principal_metadata_max_bytes = SHARE
+        machine.initial_rebalance_delay_ms = 0
+        yield server
+
+
+async def _joins_until_refused(port: int, source: str, prefix: str) -> list[int]:
+    conn = await gc.Conn.open(port, source)
+    try:
+        codes = []
+        for i in range(JOINS_MAX):
+            codes.append(int((await conn.call(_big_join(f"{prefix}-{i}"), timeout=10)).error_code))
+            if codes[-1] != E.none:
+                break
+        return codes
+    finally:
+        conn.close()
+
+
+async def _new_transactional_ids(port: int, source: str, tids: list[str]) -> list[int]:
+    conn = await gc.Conn.open(port, source)
+    try:
+        return [int((await conn.call(_init_producer(tid), timeout=10)).error_code) for tid in tids]
+    finally:
+        conn.close()
+
+
+async def _commits_until_refused(port: int, source: str, prefix: str) -> list[set[int]]:
+    conn = await gc.Conn.open(port, source)
+    try:
+        answers = []
+        for i in range(JOINS_MAX):
+            answers.append(_offset_errors(await conn.call(
+                gc.commit(f"{prefix}-{i}", -1, "", {("t", 0): i}, metadata=METADATA), timeout=10)))
+            if answers[-1] != {E.none}:
+                break
+        return answers
+    finally:
+        conn.close()
+
+
+def test_an_unauthenticated_client_cannot_use_up_another_addresses_share(plain_server, caplog):
+    """The client at 127.0.0.1 fills its share of member data, transactional ids and offset growth, and
+    is refused past each; the client at 127.0.0.2 (User:ANONYMOUS too) still has a whole share of each.
+    On the old code the second client's first JoinGroup, InitProducerId and OffsetCommit were refused."""
+    caplog.set_level(logging.INFO, logger="klog.serve")
+    port = plain_server.port
+    accepted = SHARE // (SUBSCRIPTION + 100)
+    refused_join = [E.none] * accepted + [E.coordinator_not_available]
+    assert asyncio.run(_joins_until_refused(port, A, "a")) == refused_join
+    assert asyncio.run(_joins_until_refused(port, B, "b")) == refused_join  # its own share, as large
+
+    tids = [f"a-{i}" for i in range(TXN_IDS)] + ["a-more"]
+    assert asyncio.run(_new_transactional_ids(port, A, tids)) == [E.none] * TXN_IDS + [E.coordinator_not_available]
+    assert asyncio.run(_new_transactional_ids(port, B, ["b-0", "b-1"])) == [E.none, E.none]
+
+    stored = OFFSET_BYTES // (len("ac-N") + 1 + len(METADATA) + 150)
+    refused_commit = [{E.none}] * stored + [{E.coordinator_not_available}]
+    assert asyncio.run(_commits_until_refused(port, A, "ac")) == refused_commit
+    assert asyncio.run(_commits_until_refused(port, B, "bc")) == refused_commit
+
+    machine = plain_server.coordinator.machine
+    assert set(machine.principal_bytes) == {f"User:ANONYMOUS at {A}", f"User:ANONYMOUS at {B}"}
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(f"User:ANONYMOUS at {A}'s members hold" in line for line in lines), lines[-5:]
+    assert any(f"User:ANONYMOUS at {A} created {TXN_IDS} transactional ids" in line for line in lines)
+
+
+def test_the_client_share_setting_sizes_every_share(store):
+    """--client-share 0.5: each client may hold half of each pool; 0.0001 (four transactional ids of
+    the pool's 40,000) refuses a client's fifth new id."""
+    from klog.server import Server
+
+    with Server(store=store, listen=("127.0.0.1", 0), idle_ms=30_000,
+                limits=ServeLimits(client_share=0.5)) as server:
+        machine = server.coordinator.machine
+        assert (machine.principal_metadata_max_bytes, machine.principal_members_max, machine.principal_groups_max) \
+            == (64 << 20, 40_000, 40_000)
+        assert server.coordinator.offset_growth.max_bytes == 512 << 20
+        assert server.transactions.principal_ids_max == 20_000
+    with Server(store=store, listen=("127.0.0.1", 0), idle_ms=30_000,
+                limits=ServeLimits(client_share=0.0001)) as server:
+        codes = asyncio.run(_new_transactional_ids(server.port, A, [f"x-{i}" for i in range(5)]))
+        assert codes == [E.none] * 4 + [E.coordinator_not_available]
+
+
+@pytest.mark.parametrize("value", ["1.5", "0", "-0.25", "nan", "a quarter"])
+def test_a_bad_client_share_exits_2_with_one_line(klog_proc, value):
+    done = klog_proc("serve", "-l", "127.0.0.1:0", "--client-share", value, timeout=30)
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("klog: error: --client-share") and value in lines[0]
