@@ -146,3 +146,25 @@ def test_a_bad_client_share_exits_2_with_one_line(klog_proc, value):
     lines = done.stderr.decode().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0].startswith("klog: error: --client-share") and value in lines[0]
+
+
+def test_the_share_key_is_the_principal_once_authenticated_else_the_address():
+    """PLAINTEXT and SSL without a client certificate: the address. SASL (whatever the user's name) and
+    a TLS client certificate: the principal, from any address."""
+    import concurrent.futures
+
+    from klog.server.context import BrokerInfo, RequestContext
+    from klog.server.listeners import Listener
+    from klog.server.security import ConnectionSecurity
+
+    def key(protocol: str, principal: str, host: str) -> str:
+        conn = ConnectionSecurity(Listener(protocol, "127.0.0.1", 0), host, principal=principal)
+        return RequestContext(store=None, broker=BrokerInfo(0, "h", 1, "c"), client_id="x", client_host=host,
+                              api_version=0, executor=concurrent.futures.Executor(), log=logging.getLogger(),
+                              principal=principal, security=conn).share_key
+
+    assert key("PLAINTEXT", "User:ANONYMOUS", A) == f"User:ANONYMOUS at {A}"
+    assert key("SSL", "User:ANONYMOUS", "10.0.0.5") == "User:ANONYMOUS at 10.0.0.5"
+    assert key("SSL", "User:CN=app", A) == key("SSL", "User:CN=app", B) == "User:CN=app"
+    assert key("SASL_PLAINTEXT", "User:alice", A) == key("SASL_PLAINTEXT", "User:alice", B) == "User:alice"
+    assert key("SASL_SSL", "User:ANONYMOUS", A) == "User:ANONYMOUS"  # a SASL user named ANONYMOUS is a user

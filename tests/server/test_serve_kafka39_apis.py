@@ -6,6 +6,7 @@ through kafka-python's admin client, which sends each of them as Kafka's tools d
 from __future__ import annotations
 
 import datetime
+import uuid
 
 import pytest
 from kio.static.primitive import i32Timedelta
@@ -101,3 +102,41 @@ def test_reassignments_to_this_node_change_nothing_and_others_are_refused(admin,
                       TP("t5", 9): Errors.UnknownTopicOrPartitionError,
                       TP("nope", 0): Errors.UnknownTopicOrPartitionError}
     assert topics.partition_count("t2") == 2
+
+
+def test_under_acls_each_answers_as_kafka_does(data_dir):
+    """With ACLs, ANONYMOUS allowed only to Describe topic t2: DescribeTopicPartitions answers t2 (its
+    authorized operations: Describe alone) and t5 TOPIC_AUTHORIZATION_FAILED, last and without its id,
+    and leaves t5 out when every topic is asked for; ElectLeaders and the reassignment APIs need the
+    cluster operation (CLUSTER_AUTHORIZATION_FAILED)."""
+    import klog
+    from klog.meta.acls import AclsMeta
+    from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+    from klog.server import Server
+
+    store = klog.open(data_dir)
+    store.create_topic("t2", 2)
+    store.create_topic("t5", 5)
+    AclsMeta(store.meta).add([AclBinding(ResourceType.TOPIC, "t2", PatternType.LITERAL, "User:ANONYMOUS", "*",
+                                         Operation.DESCRIBE, Permission.ALLOW)])
+    try:
+        with Server(store=store, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+            client = kafka.KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{server.port}", request_timeout_ms=15_000)
+            try:
+                named = client.describe_topic_partitions(["t5", "t2"])["topics"]
+                assert [(t["name"], t["error_code"], len(t["partitions"])) for t in named] == [
+                    ("t2", 0, 2), ("t5", 29, 0)]
+                assert named[0]["topic_authorized_operations"] == 1 << 8
+                assert named[1]["topic_id"] in (None, uuid.UUID(int=0))  # (kafka-python reads the zero id as None)
+                assert [t["name"] for t in client.describe_topic_partitions([])["topics"]] == ["t2"]
+                refused = client.elect_leaders(0, {"t2": [0]}, raise_errors=False)
+                assert refused.error_code == 31
+                assert [p.error_code for r in refused.replica_election_results for p in r.partition_result] == [31]
+                with pytest.raises(Errors.ClusterAuthorizationFailedError):
+                    client.list_partition_reassignments()
+                with pytest.raises(Errors.ClusterAuthorizationFailedError):
+                    client.alter_partition_reassignments({kafka.TopicPartition("t2", 0): [server.node_id]})
+            finally:
+                client.close()
+    finally:
+        store.close()
