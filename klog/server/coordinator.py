@@ -198,7 +198,8 @@ class GroupStateMachine:
                  metadata_max_bytes: int = METADATA_MAX_BYTES,
                  principal_metadata_max_bytes: int = PRINCIPAL_METADATA_MAX_BYTES,
                  principal_members_max: int = PRINCIPAL_MEMBERS_MAX,
-                 principal_groups_max: int = PRINCIPAL_GROUPS_MAX) -> None:
+                 principal_groups_max: int = PRINCIPAL_GROUPS_MAX, members_max: int = MEMBERS_POOL,
+                 groups_max: int = GROUPS_POOL) -> None:
         self.clock = clock
         self.max_size = max_size
         self.group_metadata_max_bytes = group_metadata_max_bytes
@@ -206,6 +207,11 @@ class GroupStateMachine:
         self.principal_metadata_max_bytes = principal_metadata_max_bytes
         self.principal_members_max = principal_members_max
         self.principal_groups_max = principal_groups_max
+        # the pools themselves bound the node: without them clients from ever new addresses (each a
+        # share key where clients do not authenticate) would each bring a share
+        self.members_max = members_max
+        self.groups_max = groups_max
+        self.members = 0  # every group's members and member ids handed out
         self.metadata_bytes = 0  # every group's
         self.principal_bytes: dict[str, int] = {}  # principal -> what its members hold (absent: nothing)
         self.principal_members: dict[str, int] = {}  # principal -> its members and ids handed out (absent: none)
@@ -313,6 +319,9 @@ class GroupStateMachine:
         if members > 0 and count + members > self.principal_members_max:
             return E.coordinator_not_available, f"{principal or 'the caller'} has {count} members and member " \
                 f"ids handed out, at most {self.principal_members_max}"
+        if members > 0 and self.members + members > self.members_max:
+            return E.coordinator_not_available, f"every group's members and member ids handed out would pass " \
+                f"the node's {self.members_max}"
         return None
 
     def _refuse_assignment(self, group: Group, refusal: tuple[E, str]) -> None:
@@ -339,6 +348,7 @@ class GroupStateMachine:
             self.principal_bytes.pop(principal, None)
 
     def _count(self, principal: str, members: int) -> None:
+        self.members += members
         count = self.principal_members.get(principal, 0) + members
         if count:
             self.principal_members[principal] = count
@@ -793,10 +803,12 @@ class GroupStateMachine:
 
     def _groups_refusal(self, principal: str) -> str | None:
         held = self.principal_groups.get(principal, 0)
-        if held < self.principal_groups_max:
-            return None
-        return f"{principal or 'the caller'} brought {held} of the groups held into being, at most " \
-            f"{self.principal_groups_max}"
+        if held >= self.principal_groups_max:
+            return f"{principal or 'the caller'} brought {held} of the groups held into being, at most " \
+                f"{self.principal_groups_max}"
+        if len(self.groups) >= self.groups_max:  # (every group held was brought into being by a JoinGroup)
+            return f"the node holds {len(self.groups)} groups, at most {self.groups_max}"
+        return None
 
     def forget(self, group_id: str) -> None:
         """Drop a group without members from memory (its ids handed out too)."""

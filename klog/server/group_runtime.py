@@ -46,6 +46,8 @@ CONSUMER = "consumer"  # the protocol type of Kafka's consumer groups (the only 
 # 1.6 million entries without metadata; commits of entries already stored add nothing.
 OFFSET_BYTES_POOL = 1 << 30
 PRINCIPAL_OFFSET_BYTES_MAX = share_of(OFFSET_BYTES_POOL, CLIENT_SHARE_DEFAULT)
+EVERY_PRINCIPAL = "*"  # OffsetGrowth's entry for every principal's together (no share key is "*")
+OFFSET_SWEEP_S = 60.0  # how often OffsetGrowth forgets the principals it gave everything back
 OFFSET_ENTRY_BYTES = 150  # LMDB's own cost of a committed offset besides its names and metadata (measured)
 # committed offsets whose metadata size OffsetGrowth remembers (~100 B each): reading a group's
 # offsets back on each commit made a commit of 1,000 partitions cost 4 ms more (10.7 ms)
@@ -86,11 +88,16 @@ class OffsetGrowth:
     after ~100,000 runs and was refused until a restart).
 
     A size remembered after its offset expired only lets the offset come back as large as it was: the
-    store never holds more than it held plus what was counted."""
+    store never holds more than it held plus what was counted.
+
+    Every principal's together is bounded too, at `pool_bytes` (given back at that pace): principals
+    are share keys, and where clients do not authenticate each address is one, so without it clients
+    from ever new addresses would each add their share."""
 
     def __init__(self, max_bytes: int, read: Callable[[str], dict], period_ms: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, pool_bytes: int = OFFSET_BYTES_POOL) -> None:
         self.max_bytes = max_bytes
+        self.pool_bytes = pool_bytes
         self.period_ms = max(1, period_ms)
         self.added: dict[str, float] = {}
         self._added_at: dict[str, float] = {}  # principal -> when its `added` was last brought up to date
@@ -99,6 +106,7 @@ class OffsetGrowth:
         self._known: OrderedDict[str, dict[tuple[str, int], int]] = OrderedDict()  # least recent first
         self._entries = 0
         self._lock = threading.Lock()
+        self._swept = clock()  # when the principals with nothing left were last forgotten
 
     def admit(self, principal: str, group_id: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> str | None:
         """None if `principal` may store `offsets` in the group (what they add counted); else why not.
@@ -107,12 +115,19 @@ class OffsetGrowth:
         sizes = {tp: len(metadata.encode()) for tp, (_, metadata) in offsets.items()}
         with self._lock:
             grows = sum(_offset_growth(group_id, tp[0], size, known.get(tp)) for tp, size in sizes.items())
-            added = self._added_now(principal)
+            self._sweep()
+            added = self._added_now(principal, self.max_bytes)
+            everyone = self._added_now(EVERY_PRINCIPAL, self.pool_bytes)
+            per = f"per {self.period_ms / 60_000:g} minutes (offsets.retention.minutes)"
             if grows > 0 and added + grows > self.max_bytes:
-                return (f"{principal} added {added:.0f} bytes of committed offsets to the store lately, at most "
-                        f"{self.max_bytes} per {self.period_ms / 60_000:g} minutes (offsets.retention.minutes)")
+                return f"{principal} added {added:.0f} bytes of committed offsets to the store lately, at most " \
+                       f"{self.max_bytes} {per}"
+            if grows > 0 and everyone + grows > self.pool_bytes:
+                return f"every client's commits added {everyone:.0f} bytes of committed offsets to the store " \
+                       f"lately, at most {self.pool_bytes} {per}"
             if grows > 0:
-                self.added[principal] = added + grows
+                self._set(principal, added + grows)
+                self._set(EVERY_PRINCIPAL, everyone + grows)
             if self._known.get(group_id) is known:  # (else forgotten meanwhile: nothing to remember)
                 self._entries += sum(1 for tp in sizes if tp not in known)
                 for tp, size in sizes.items():
@@ -120,16 +135,32 @@ class OffsetGrowth:
                 self._evict()
         return None
 
-    def _added_now(self, principal: str) -> float:
-        """The principal's `added`, less what the time since its last commit gave back. Lock held."""
-        now = self._clock()
+    def _added_now(self, principal: str, bound: int) -> float:
+        """The principal's `added`, less what the time since its last commit gave back (`bound` per
+        period). Lock held. A principal that has nothing left is forgotten (share keys come and go)."""
         added = self.added.get(principal, 0.0)
         if added > 0:
+            now = self._clock()
             elapsed_ms = (now - self._added_at.get(principal, now)) * 1000
-            added = max(0.0, added - elapsed_ms * self.max_bytes / self.period_ms)
-            self.added[principal] = added
-        self._added_at[principal] = now
+            added = max(0.0, added - elapsed_ms * bound / self.period_ms)
+            self._set(principal, added, now)
         return added
+
+    def _sweep(self) -> None:
+        """Forget, once a minute, the principals whose additions were all given back (an address
+        commits once and never again: its entry would stay). Lock held."""
+        if self._clock() - self._swept >= OFFSET_SWEEP_S:
+            for principal in list(self.added):
+                self._added_now(principal, self.pool_bytes if principal == EVERY_PRINCIPAL else self.max_bytes)
+            self._swept = self._clock()
+
+    def _set(self, principal: str, added: float, now: float | None = None) -> None:
+        if added > 0:
+            self.added[principal] = added
+            self._added_at[principal] = self._clock() if now is None else now
+        else:
+            self.added.pop(principal, None)
+            self._added_at.pop(principal, None)
 
     def _sizes(self, group_id: str) -> dict[tuple[str, int], int]:
         with self._lock:

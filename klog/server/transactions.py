@@ -45,7 +45,8 @@ class TransactionService:
 
     def __init__(self, store: Any, appender: Any, executor: Any, *, clock: Any = None,
                  max_timeout_ms: int | None = None, cleanup_interval_ms: int | None = None,
-                 principal_ids_max: int = PRINCIPAL_TRANSACTIONAL_IDS_MAX) -> None:
+                 principal_ids_max: int = PRINCIPAL_TRANSACTIONAL_IDS_MAX,
+                 ids_max: int = TRANSACTIONAL_IDS_POOL) -> None:
         from klog.broker.producer_ids import new_producer_id
         from klog.broker.txn_coordinator import CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT, TxnCoordinator, _setting
 
@@ -57,6 +58,9 @@ class TransactionService:
         self.interval_ms = cleanup_interval_ms or _setting(store, CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT)
         self._task: asyncio.Task | None = None
         self.principal_ids_max = principal_ids_max
+        # every principal's together: where clients do not authenticate each address is a principal
+        # (share key), and clients from ever new addresses would otherwise each bring a share
+        self.ids_max = ids_max
         # principal -> the transactional ids its InitProducerId created in this run (those found gone,
         # expired or removed, are dropped when it reaches the bound)
         self.created: dict[str, set[str]] = {}
@@ -80,6 +84,13 @@ class TransactionService:
             if len(mine) >= self.principal_ids_max:
                 return f"{key} created {len(mine)} transactional ids that still exist, at most " \
                        f"{self.principal_ids_max}"
+        if sum(map(len, self.created.values())) >= self.ids_max:
+            for ids in list(self.created.values()):
+                ids.difference_update(await ctx.run_blocking(self._gone, list(ids)))
+            self.created = {k: ids for k, ids in self.created.items() if ids}
+            total = sum(map(len, self.created.values()))
+            if total >= self.ids_max:
+                return f"every client created {total} transactional ids that still exist, at most {self.ids_max}"
         self.created.setdefault(key, mine).add(tid)
         return None
 

@@ -168,3 +168,55 @@ def test_the_share_key_is_the_principal_once_authenticated_else_the_address():
     assert key("SSL", "User:CN=app", A) == key("SSL", "User:CN=app", B) == "User:CN=app"
     assert key("SASL_PLAINTEXT", "User:alice", A) == key("SASL_PLAINTEXT", "User:alice", B) == "User:alice"
     assert key("SASL_SSL", "User:ANONYMOUS", A) == "User:ANONYMOUS"  # a SASL user named ANONYMOUS is a user
+
+
+# -- the pools bound the whole server: clients from ever new addresses do not each bring a share ----------
+def test_every_address_together_creates_at_most_the_pool_of_transactional_ids(plain_server, caplog):
+    """Where each address has a share, a client with many addresses (an IPv6 prefix) would otherwise
+    bring a share per address: the pool (40,000 ids by default) bounds every client's together."""
+    caplog.set_level(logging.INFO, logger="klog.serve")
+    plain_server.transactions.ids_max = TXN_IDS + 2
+    port = plain_server.port
+    assert asyncio.run(_new_transactional_ids(port, A, [f"a-{i}" for i in range(TXN_IDS)])) == [E.none] * TXN_IDS
+    assert asyncio.run(_new_transactional_ids(port, B, ["b-0", "b-1", "b-2"])) == [
+        E.none, E.none, E.coordinator_not_available]
+    assert any(f"every client created {TXN_IDS + 2} transactional ids" in r.getMessage() for r in caplog.records)
+    assert asyncio.run(_new_transactional_ids(port, B, ["b-0"])) == [E.none]  # an id it has: still works
+
+
+def test_every_principal_together_holds_at_most_the_pools_of_members_and_groups():
+    from klog.server.coordinator import GroupStateMachine
+    from tests.server.test_group_coordinator import Clock
+    from tests.server.test_serve_principal_budgets import _join
+
+    machine = GroupStateMachine(Clock(), initial_rebalance_delay_ms=0, members_max=5, groups_max=100)
+    codes = [_join(machine, f"g{i}", f"User:ANONYMOUS at 10.0.0.{i}").one.error for i in range(7)]
+    assert codes == [E.none] * 5 + [E.coordinator_not_available] * 2, codes
+    assert machine.members == 5 and sum(machine.principal_members.values()) == 5
+
+    machine = GroupStateMachine(Clock(), initial_rebalance_delay_ms=0, groups_max=3)
+    for i in range(5):
+        reply = _join(machine, f"g{i}", f"User:ANONYMOUS at 10.0.0.{i}")
+        if i < 3:
+            assert reply.one.error == E.none
+            machine.leave(f"g{i}", [(reply.one.member_id, None)])
+        else:
+            assert reply.one.error == E.coordinator_not_available and "at most 3" in reply.one.reason
+    assert sorted(machine.groups) == ["g0", "g1", "g2"]
+    assert machine.delete("g0") == E.none  # room again
+    assert _join(machine, "g9", "User:ANONYMOUS at 10.0.0.9").one.error == E.none
+
+
+def test_every_principal_together_adds_at_most_the_pool_of_committed_offsets():
+    from klog.server.group_runtime import OffsetGrowth
+
+    now = [0.0]
+    growth = OffsetGrowth(10_000, lambda group: {}, period_ms=60_000, clock=lambda: now[0], pool_bytes=20_000)
+    offsets = {("t", p): (0, "m" * 900) for p in range(4)}  # ~4.3 KB each time, in a new group
+    got = [growth.admit(f"User:ANONYMOUS at 10.0.0.{i}", f"g{i}", offsets) for i in range(6)]
+    assert got[:4] == [None] * 4 and all("every client's commits added" in r for r in got[4:]), got
+    now[0] += 30.0  # half the period: half the pool back
+    assert growth.admit("User:ANONYMOUS at 10.0.0.9", "g9", offsets) is None
+    now[0] += 600.0  # all of it back: nobody is remembered
+    assert growth.admit("User:ANONYMOUS at 10.0.0.8", "g8", offsets) is None
+    assert set(growth.added) == {"User:ANONYMOUS at 10.0.0.8", "*"}
