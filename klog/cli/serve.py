@@ -78,6 +78,10 @@ def register(app: typer.Typer) -> None:
         max_request_entries: Annotated[int | None, typer.Option(
             "--max-request-entries", help="Array entries one request may hold (partitions, topics, members, "
             "all summed; default 20000); a request over it is answered INVALID_REQUEST unread.")] = None,
+        client_share: Annotated[str | None, typer.Option(
+            "--client-share", help="The fraction of each server-wide pool (group member data, members, groups, "
+            "transactional ids, offset growth) one client may hold: one authenticated principal, or one address "
+            "where clients do not authenticate (default 0.25).")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         import logging
@@ -97,7 +101,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--node-id must be 0 or more")
         logging.basicConfig(stream=sys.stderr, format="klog serve: %(message)s",
                             level=logging.INFO if verbose else logging.WARNING)
-        from klog.server.limits import ServeLimits, parse_overrides
+        from klog.server.limits import ServeLimits, parse_overrides, parse_share
         from klog.server.server import Server
 
         limits = ServeLimits(max_connections=max_connections, per_ip_overrides=parse_overrides(
@@ -106,6 +110,8 @@ def register(app: typer.Typer) -> None:
             limits.max_connections_per_ip = max_connections_per_ip
         if max_request_entries is not None:
             limits.max_request_entries = max_request_entries
+        if client_share is not None:
+            limits.client_share = parse_share(client_share)
         limits.validate()
         server = Server(data_dir, listen=(host, port), advertised=advertised, node_id=node_id, security=security,
                         limits=limits)

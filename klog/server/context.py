@@ -45,6 +45,18 @@ class RequestContext:
     server: Any = field(default=None, repr=False)  # klog.server.server.Server (shared state: producers, waiters)
     security: Any = None  # klog.server.security.ConnectionSecurity: listener, principal, SASL state
 
+    @property
+    def share_key(self) -> str:
+        """Whose share of the server's pools this request draws on (ServeLimits.client_share: group member
+        data, members, groups, transactional ids, offset growth): the principal of a client that
+        authenticated (SASL, or a TLS client certificate); for one that did not, all such clients being
+        User:ANONYMOUS, its address, as Kafka's max.connections.per.ip tells them apart. So one
+        unauthenticated client cannot use up the share of every other."""
+        if self.principal != ANONYMOUS or (self.security is not None and self.security.listener.sasl):
+            return self.principal
+        host = self.security.peer_host if self.security is not None else self.client_host
+        return f"{ANONYMOUS} at {host}"
+
     def authorize(self, operation: Any, resource_type: Any, name: str) -> bool:
         """Whether the caller may do `operation` ('WRITE' or klog.security.acl.Operation) on the
         resource ('TOPIC', 'GROUP', 'CLUSTER', 'TRANSACTIONAL_ID'), by the store's ACLs (the

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from klog.protocol.kafka import E
+from klog.server.limits import CLIENT_SHARE_DEFAULT, share_of
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
 
@@ -45,20 +46,32 @@ GROUP_METADATA_MAX_BYTES = 4 << 20
 PENDING_MEMBER_MAX_MS = 60_000
 METADATA_MAX_BYTES = 128 << 20
 # What one principal's members (and member ids handed out to it) may hold of METADATA_MAX_BYTES: one
-# user filling the node's 128 MiB with its own groups had every other user's JoinGroup refused. A
-# quarter: a principal over it is refused as the node's bound refuses (COORDINATOR_NOT_AVAILABLE:
-# clients retry), and three others can each still take as much. (Kafka has no such bound: its group
-# metadata goes to __consumer_offsets, on disk.)
-PRINCIPAL_METADATA_MAX_BYTES = METADATA_MAX_BYTES // 4
-# The members and member ids handed out one principal may have, in all its groups: the bytes above
-# count what clients send, but each member costs the server ~600 B more of its own (~220 B an id
-# handed out), so 32 MiB of empty subscriptions held 760,000 members (445 MB). 20,000 is 12 MB.
-PRINCIPAL_MEMBERS_MAX = 20_000
+# user filling the node's 128 MiB with its own groups had every other user's JoinGroup refused. Its
+# share (klog serve --client-share, a quarter by default): a principal over it is refused as the
+# node's bound refuses (COORDINATOR_NOT_AVAILABLE: clients retry), and three others can each still
+# take as much. (Kafka has no such bound: its group metadata goes to __consumer_offsets, on disk.)
+# "Principal" here is the share key (RequestContext.share_key): an unauthenticated client's address.
+PRINCIPAL_METADATA_MAX_BYTES = share_of(METADATA_MAX_BYTES, CLIENT_SHARE_DEFAULT)
+# The members and member ids handed out one principal may have, in all its groups, its share of this:
+# the bytes above count what clients send, but each member costs the server ~600 B more of its own
+# (~220 B an id handed out), so 32 MiB of empty subscriptions held 760,000 members (445 MB). 20,000
+# (a quarter) is 12 MB.
+MEMBERS_POOL = 80_000
+PRINCIPAL_MEMBERS_MAX = share_of(MEMBERS_POOL, CLIENT_SHARE_DEFAULT)
 # The groups one principal may bring into being on this node (a JoinGroup of a group it does not
-# hold) that it still holds: a group its members left stays in memory (~1.3 KB) until the offset
-# expiry pass finds it without offsets, for offsets.retention.minutes (7 days) if it has some, so a
-# client joining, committing to and leaving new groups grew the server for good. 20,000 is 26 MB.
-PRINCIPAL_GROUPS_MAX = 20_000
+# hold) that it still holds, its share of this: a group its members left stays in memory (~1.3 KB)
+# until the offset expiry pass finds it without offsets, for offsets.retention.minutes (7 days) if it
+# has some, so a client joining, committing to and leaving new groups grew the server for good.
+# 20,000 (a quarter) is 26 MB.
+GROUPS_POOL = 80_000
+PRINCIPAL_GROUPS_MAX = share_of(GROUPS_POOL, CLIENT_SHARE_DEFAULT)
+
+
+def principal_bounds(share: float) -> dict[str, int]:
+    """GroupStateMachine's bounds of one principal (share key) at `share` of each pool."""
+    return {"principal_metadata_max_bytes": share_of(METADATA_MAX_BYTES, share),
+            "principal_members_max": share_of(MEMBERS_POOL, share),
+            "principal_groups_max": share_of(GROUPS_POOL, share)}
 
 
 @dataclass(frozen=True)
@@ -185,7 +198,8 @@ class GroupStateMachine:
                  metadata_max_bytes: int = METADATA_MAX_BYTES,
                  principal_metadata_max_bytes: int = PRINCIPAL_METADATA_MAX_BYTES,
                  principal_members_max: int = PRINCIPAL_MEMBERS_MAX,
-                 principal_groups_max: int = PRINCIPAL_GROUPS_MAX) -> None:
+                 principal_groups_max: int = PRINCIPAL_GROUPS_MAX, members_max: int = MEMBERS_POOL,
+                 groups_max: int = GROUPS_POOL) -> None:
         self.clock = clock
         self.max_size = max_size
         self.group_metadata_max_bytes = group_metadata_max_bytes
@@ -193,6 +207,11 @@ class GroupStateMachine:
         self.principal_metadata_max_bytes = principal_metadata_max_bytes
         self.principal_members_max = principal_members_max
         self.principal_groups_max = principal_groups_max
+        # the pools themselves bound the node: without them clients from ever new addresses (each a
+        # share key where clients do not authenticate) would each bring a share
+        self.members_max = members_max
+        self.groups_max = groups_max
+        self.members = 0  # every group's members and member ids handed out
         self.metadata_bytes = 0  # every group's
         self.principal_bytes: dict[str, int] = {}  # principal -> what its members hold (absent: nothing)
         self.principal_members: dict[str, int] = {}  # principal -> its members and ids handed out (absent: none)
@@ -300,6 +319,9 @@ class GroupStateMachine:
         if members > 0 and count + members > self.principal_members_max:
             return E.coordinator_not_available, f"{principal or 'the caller'} has {count} members and member " \
                 f"ids handed out, at most {self.principal_members_max}"
+        if members > 0 and self.members + members > self.members_max:
+            return E.coordinator_not_available, f"every group's members and member ids handed out would pass " \
+                f"the node's {self.members_max}"
         return None
 
     def _refuse_assignment(self, group: Group, refusal: tuple[E, str]) -> None:
@@ -326,6 +348,7 @@ class GroupStateMachine:
             self.principal_bytes.pop(principal, None)
 
     def _count(self, principal: str, members: int) -> None:
+        self.members += members
         count = self.principal_members.get(principal, 0) + members
         if count:
             self.principal_members[principal] = count
@@ -780,10 +803,12 @@ class GroupStateMachine:
 
     def _groups_refusal(self, principal: str) -> str | None:
         held = self.principal_groups.get(principal, 0)
-        if held < self.principal_groups_max:
-            return None
-        return f"{principal or 'the caller'} brought {held} of the groups held into being, at most " \
-            f"{self.principal_groups_max}"
+        if held >= self.principal_groups_max:
+            return f"{principal or 'the caller'} brought {held} of the groups held into being, at most " \
+                f"{self.principal_groups_max}"
+        if len(self.groups) >= self.groups_max:  # (every group held was brought into being by a JoinGroup)
+            return f"the node holds {len(self.groups)} groups, at most {self.groups_max}"
+        return None
 
     def forget(self, group_id: str) -> None:
         """Drop a group without members from memory (its ids handed out too)."""

@@ -111,7 +111,7 @@ def load_handlers() -> dict[int, Handler]:
 
         from klog.server.groups import GROUP_HANDLERS
 
-        for name in ("metadata", "produce", "producers", "fetch", "offsets", "admin", "sasl", "acl_apis",
+        for name in ("metadata", "produce", "producers", "fetch", "offsets", "admin", "sasl", "acl_apis", "placement",
                      "transactions"):
             importlib.import_module(f"klog.server.{name}")
         for key, (fn, lo, hi) in GROUP_HANDLERS.items():

@@ -32,7 +32,8 @@ from klog.meta.groups import (
     validate_group_id,
 )
 from klog.server import consumer_protocol
-from klog.server.coordinator import STABLE, Group, GroupStateMachine
+from klog.server.coordinator import STABLE, Group, GroupStateMachine, principal_bounds
+from klog.server.limits import CLIENT_SHARE_DEFAULT, share_of
 from klog.store.state import current_boot_id
 
 CONSUMER = "consumer"  # the protocol type of Kafka's consumer groups (the only one whose topics klog reads)
@@ -41,9 +42,12 @@ CONSUMER = "consumer"  # the protocol type of Kafka's consumer groups (the only 
 # entries and longer metadata. The LMDB is 4 GiB for the whole store, and once full every client's
 # commits, group changes and transactions fail: one client committing 1,000 partitions with 4,000-byte
 # metadata to a new group each time added 40 MiB a second (full in under two minutes), and kept for
-# offsets.retention.minutes (7 days). 256 MiB is 1.6 million entries without metadata; commits of
-# entries already stored add nothing.
-PRINCIPAL_OFFSET_BYTES_MAX = 256 << 20
+# offsets.retention.minutes (7 days). A principal's share of 1 GiB: 256 MiB at the default quarter,
+# 1.6 million entries without metadata; commits of entries already stored add nothing.
+OFFSET_BYTES_POOL = 1 << 30
+PRINCIPAL_OFFSET_BYTES_MAX = share_of(OFFSET_BYTES_POOL, CLIENT_SHARE_DEFAULT)
+EVERY_PRINCIPAL = "*"  # OffsetGrowth's entry for every principal's together (no share key is "*")
+OFFSET_SWEEP_S = 60.0  # how often OffsetGrowth forgets the principals it gave everything back
 OFFSET_ENTRY_BYTES = 150  # LMDB's own cost of a committed offset besides its names and metadata (measured)
 # committed offsets whose metadata size OffsetGrowth remembers (~100 B each): reading a group's
 # offsets back on each commit made a commit of 1,000 partitions cost 4 ms more (10.7 ms)
@@ -84,11 +88,16 @@ class OffsetGrowth:
     after ~100,000 runs and was refused until a restart).
 
     A size remembered after its offset expired only lets the offset come back as large as it was: the
-    store never holds more than it held plus what was counted."""
+    store never holds more than it held plus what was counted.
+
+    Every principal's together is bounded too, at `pool_bytes` (given back at that pace): principals
+    are share keys, and where clients do not authenticate each address is one, so without it clients
+    from ever new addresses would each add their share."""
 
     def __init__(self, max_bytes: int, read: Callable[[str], dict], period_ms: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, pool_bytes: int = OFFSET_BYTES_POOL) -> None:
         self.max_bytes = max_bytes
+        self.pool_bytes = pool_bytes
         self.period_ms = max(1, period_ms)
         self.added: dict[str, float] = {}
         self._added_at: dict[str, float] = {}  # principal -> when its `added` was last brought up to date
@@ -97,6 +106,7 @@ class OffsetGrowth:
         self._known: OrderedDict[str, dict[tuple[str, int], int]] = OrderedDict()  # least recent first
         self._entries = 0
         self._lock = threading.Lock()
+        self._swept = clock()  # when the principals with nothing left were last forgotten
 
     def admit(self, principal: str, group_id: str, offsets: dict[tuple[str, int], tuple[int, str]]) -> str | None:
         """None if `principal` may store `offsets` in the group (what they add counted); else why not.
@@ -105,12 +115,19 @@ class OffsetGrowth:
         sizes = {tp: len(metadata.encode()) for tp, (_, metadata) in offsets.items()}
         with self._lock:
             grows = sum(_offset_growth(group_id, tp[0], size, known.get(tp)) for tp, size in sizes.items())
-            added = self._added_now(principal)
+            self._sweep()
+            added = self._added_now(principal, self.max_bytes)
+            everyone = self._added_now(EVERY_PRINCIPAL, self.pool_bytes)
+            per = f"per {self.period_ms / 60_000:g} minutes (offsets.retention.minutes)"
             if grows > 0 and added + grows > self.max_bytes:
-                return (f"{principal} added {added:.0f} bytes of committed offsets to the store lately, at most "
-                        f"{self.max_bytes} per {self.period_ms / 60_000:g} minutes (offsets.retention.minutes)")
+                return f"{principal} added {added:.0f} bytes of committed offsets to the store lately, at most " \
+                       f"{self.max_bytes} {per}"
+            if grows > 0 and everyone + grows > self.pool_bytes:
+                return f"every client's commits added {everyone:.0f} bytes of committed offsets to the store " \
+                       f"lately, at most {self.pool_bytes} {per}"
             if grows > 0:
-                self.added[principal] = added + grows
+                self._set(principal, added + grows)
+                self._set(EVERY_PRINCIPAL, everyone + grows)
             if self._known.get(group_id) is known:  # (else forgotten meanwhile: nothing to remember)
                 self._entries += sum(1 for tp in sizes if tp not in known)
                 for tp, size in sizes.items():
@@ -118,16 +135,32 @@ class OffsetGrowth:
                 self._evict()
         return None
 
-    def _added_now(self, principal: str) -> float:
-        """The principal's `added`, less what the time since its last commit gave back. Lock held."""
-        now = self._clock()
+    def _added_now(self, principal: str, bound: int) -> float:
+        """The principal's `added`, less what the time since its last commit gave back (`bound` per
+        period). Lock held. A principal that has nothing left is forgotten (share keys come and go)."""
         added = self.added.get(principal, 0.0)
         if added > 0:
+            now = self._clock()
             elapsed_ms = (now - self._added_at.get(principal, now)) * 1000
-            added = max(0.0, added - elapsed_ms * self.max_bytes / self.period_ms)
-            self.added[principal] = added
-        self._added_at[principal] = now
+            added = max(0.0, added - elapsed_ms * bound / self.period_ms)
+            self._set(principal, added, now)
         return added
+
+    def _sweep(self) -> None:
+        """Forget, once a minute, the principals whose additions were all given back (an address
+        commits once and never again: its entry would stay). Lock held."""
+        if self._clock() - self._swept >= OFFSET_SWEEP_S:
+            for principal in list(self.added):
+                self._added_now(principal, self.pool_bytes if principal == EVERY_PRINCIPAL else self.max_bytes)
+            self._swept = self._clock()
+
+    def _set(self, principal: str, added: float, now: float | None = None) -> None:
+        if added > 0:
+            self.added[principal] = added
+            self._added_at[principal] = self._clock() if now is None else now
+        else:
+            self.added.pop(principal, None)
+            self._added_at.pop(principal, None)
 
     def _sizes(self, group_id: str) -> dict[tuple[str, int], int]:
         with self._lock:
@@ -166,10 +199,12 @@ class GroupCoordinator:
     """The server's one coordinator: the state machine, its timer, and the LMDB side."""
 
     def __init__(self, store: Any, broker: Any, executor: Any, *, offsets_retention_ms: int | None = None,
-                 offsets_retention_check_ms: int | None = None, wall_clock: Any = None) -> None:
+                 offsets_retention_check_ms: int | None = None, wall_clock: Any = None,
+                 client_share: float = CLIENT_SHARE_DEFAULT) -> None:
         """`offsets_retention_ms`/`offsets_retention_check_ms` override klog.json's
         offsets.retention.minutes/offsets.retention.check.interval.ms; `wall_clock` (epoch ms) dates
-        commits and expiry (tests move it forward instead of waiting days)."""
+        commits and expiry (tests move it forward instead of waiting days); `client_share`: what one
+        principal (share key) may hold of each pool (klog serve --client-share)."""
         self.store = store
         self.broker = broker
         self.executor = executor
@@ -181,7 +216,7 @@ class GroupCoordinator:
             self._retention_setting("offsets.retention.check.interval.ms", OFFSETS_RETENTION_CHECK_MS_DEFAULT)
         self._expiry: asyncio.Task | None = None
         self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, log=self._log_event,
-                                         **self._settings())
+                                         **self._settings(), **principal_bounds(client_share))
         pid = os.getpid()
         self.served_by = f"klog serve pid {pid}"
         self._pid_start = process_start_time(pid)
@@ -190,7 +225,8 @@ class GroupCoordinator:
         self._wake: asyncio.Event | None = None
         self._dirty: set[str] = set()
         self._writer: asyncio.Task | None = None
-        self.offset_growth = OffsetGrowth(PRINCIPAL_OFFSET_BYTES_MAX, self.meta.committed, self.retention_ms)
+        self.offset_growth = OffsetGrowth(share_of(OFFSET_BYTES_POOL, client_share), self.meta.committed,
+                                          self.retention_ms)
 
     def _log_event(self, text: str) -> None:
         """The state machine's lines (member ids and protocol names come from clients: escaped)."""

@@ -131,7 +131,7 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
         except KlogError:
             local, generation = [], 0
         # generations go on from the stored one (as Kafka's do from __consumer_offsets), also after a restart
-        coord.machine.seed_generation(group_id, generation, ctx.principal)
+        coord.machine.seed_generation(group_id, generation, ctx.share_key)
         if local:
             ctx.log.info("join of group '%s' by %s refused: %d klog consumer(s) are live in it", group_id,
                          printable(ctx.client_id), len(local))
@@ -149,7 +149,7 @@ async def join_group(ctx: RequestContext, request: Any) -> Any:
                        protocol_type=request.protocol_type,
                        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
                        require_known_member_id=int(request.__version__) >= 4, respond=respond,
-                       principal=ctx.principal)
+                       principal=ctx.share_key)
     res = await future
     if res.error not in (E.none, E.member_id_required):
         ctx.log.info("JoinGroup '%s' from %s: %s%s", printable(group_id), printable(ctx.client_id), res.error.name,
@@ -174,7 +174,7 @@ async def sync_group(ctx: RequestContext, request: Any) -> Any:
                        protocol_type=getattr(request, "protocol_type", None),
                        protocol_name=getattr(request, "protocol_name", None),
                        assignments={a.member_id: bytes(a.assignment) for a in request.assignments}, respond=respond,
-                       principal=ctx.principal)
+                       principal=ctx.share_key)
     res = await future
     await coord.flush()  # a member that has its assignment is seen by `klog groups` with it
     return make(mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=res.error,
@@ -261,7 +261,7 @@ def _commit(ctx: RequestContext, coord: GroupCoordinator | None, group_id: str, 
     if offsets:
         assert coord is not None
         try:
-            refusal = coord.admit_offsets(ctx.principal, group_id, offsets)
+            refusal = coord.admit_offsets(ctx.share_key, group_id, offsets)
             if refusal is not None:
                 ctx.log.info("OffsetCommit to group '%s' from %s: COORDINATOR_NOT_AVAILABLE (%s)", printable(group_id),
                              printable(ctx.client_id), escaped(refusal))

@@ -24,6 +24,11 @@ UNBOUNDED = 2**31 - 1  # Kafka's default for max.connections and max.connections
 # process's open-file limit: a quarter of it, at least this many
 STORE_FDS_MIN = 64
 REFUSAL_LOG_INTERVAL_S = 10.0  # one log line per this, with the count refused since the last one
+# What one client may hold of each of the server's pools (group member data, members, groups,
+# transactional ids, offset growth; docs/serve-limits.md): a quarter, so one client filling its share
+# leaves room for three others. A client is a share key (RequestContext.share_key): a principal, or an
+# unauthenticated client's address.
+CLIENT_SHARE_DEFAULT = 0.25
 
 
 @dataclass
@@ -34,6 +39,7 @@ class ServeLimits:
     max_connections_per_ip: int = UNBOUNDED
     per_ip_overrides: dict[str, int] = field(default_factory=dict)  # max.connections.per.ip.overrides
     max_request_entries: int = MAX_REQUEST_ENTRIES_DEFAULT
+    client_share: float = CLIENT_SHARE_DEFAULT
 
     def validate(self) -> None:
         if self.max_connections is None:
@@ -43,6 +49,9 @@ class ServeLimits:
                             ("--max-request-entries", self.max_request_entries)):
             if value < 1:
                 raise UsageError(f"{name} must be 1 or more")
+        if not 0 < self.client_share <= 1:  # (NaN fails too)
+            raise UsageError(f"--client-share must be above 0 and at most 1 (the fraction of each pool one client "
+                             f"may hold; default {CLIENT_SHARE_DEFAULT}), not {self.client_share:g}")
         for host, value in self.per_ip_overrides.items():
             if value < 0:
                 raise UsageError(f"--max-connections-per-ip-overrides: {host}:{value} must be 0 or more")
@@ -60,6 +69,20 @@ def default_max_connections() -> int:
     if soft == resource.RLIM_INFINITY or soft >= UNBOUNDED:
         return UNBOUNDED
     return max(1, soft - max(STORE_FDS_MIN, soft // 4))
+
+
+def parse_share(text: str) -> float:
+    """--client-share's value: a fraction (0.25), checked by ServeLimits.validate."""
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"--client-share: {text!r} is not a number (a fraction above 0 and at most 1, e.g. "
+                         f"{CLIENT_SHARE_DEFAULT})") from None
+
+
+def share_of(pool: int, share: float) -> int:
+    """One client's bound: `share` of `pool`, at least 1."""
+    return max(1, int(pool * share))
 
 
 def parse_overrides(text: str) -> dict[str, int]:

@@ -94,3 +94,84 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                   rack=ctx.broker.rack)
     return make(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=(broker,),
                 cluster_id=ctx.broker.cluster_id, controller_id=node, topics=tuple(topics))
+
+
+# -- DescribeTopicPartitions (KIP-966): what Kafka 3.9's admin client asks first in describeTopics ---------
+DESCRIBE_TOPIC_PARTITIONS = 75
+PARTITION_LIMIT_MAX = 2000  # Kafka's max.request.partition.size.limit
+# Kafka's supported operations on a topic (AclEntry.supportedOperations): READ, WRITE, CREATE, DELETE,
+# ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS, as AclOperation codes
+TOPIC_OPERATION_BITS = (("READ", 3), ("WRITE", 4), ("CREATE", 5), ("DELETE", 6), ("ALTER", 7), ("DESCRIBE", 8),
+                        ("DESCRIBE_CONFIGS", 10), ("ALTER_CONFIGS", 11))
+
+
+def topic_operations(ctx: RequestContext, name: str) -> int:
+    """The 32-bit field of what the caller may do to topic `name` (all of them without ACLs)."""
+    return sum(1 << bit for op, bit in TOPIC_OPERATION_BITS if ctx.authorize(op, "TOPIC", name))
+
+
+def _unknown_topic_error(name: str) -> E:
+    from klog.store.names import validate_topic_name
+
+    try:
+        validate_topic_name(name)
+    except KlogError:
+        return E.invalid_topic_exception
+    return E.unknown_topic_or_partition
+
+
+def _describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
+    """Kafka's DescribeTopicPartitionsRequestHandler: topics in name order from the cursor on, at most
+    the partition limit of them (then a next cursor); all topics when none is named (those the caller
+    may not Describe left out), else unknown and unauthorized ones answered with their error."""
+    mod = response_for(request)
+    cursor = request.cursor
+    after = cursor.topic_name if cursor is not None else ""
+    fetch_all = not request.topics
+    if fetch_all:
+        names = {t.name for t in ctx.store.list_topics()}
+    else:
+        names = {str(t.name) for t in request.topics}
+    names = {n for n in names if n >= after}
+    if cursor is not None and (cursor.partition_index < 0 or not (fetch_all or cursor.topic_name in names)):
+        return make(mod.DescribeTopicPartitionsResponse, throttle_time=NO_THROTTLE, topics=tuple(
+            make(mod.DescribeTopicPartitionsResponseTopic, error_code=E.invalid_request, name=t.name,
+                 topic_id=ZERO_UUID, is_internal=False, partitions=()) for t in request.topics))
+    node = ctx.broker.node_id
+    remaining = max(min(PARTITION_LIMIT_MAX, int(request.response_partition_limit)), 1)
+    topics, refused, next_cursor = [], [], None
+    for name in sorted(names):
+        if not ctx.authorize("DESCRIBE", "TOPIC", name):
+            if not fetch_all:  # its existence is not disclosed
+                refused.append(make(mod.DescribeTopicPartitionsResponseTopic, error_code=E.topic_authorization_failed,
+                                    name=name, topic_id=ZERO_UUID, is_internal=False, partitions=()))
+            continue
+        if remaining == 0:  # the next answer starts at this topic
+            next_cursor = make(mod.Cursor, topic_name=name, partition_index=0)
+            break
+        meta = ctx.store.topics.find(name)
+        if meta is None:
+            if not fetch_all:
+                topics.append(make(mod.DescribeTopicPartitionsResponseTopic, error_code=_unknown_topic_error(name),
+                                   name=name, topic_id=ZERO_UUID, is_internal=name in INTERNAL_TOPICS, partitions=()))
+            continue
+        start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        end = min(len(meta.partitions), start + remaining)
+        parts = tuple(make(mod.DescribeTopicPartitionsResponsePartition, error_code=E.none, partition_index=i,
+                           leader_id=node, leader_epoch=meta.partitions[i].leader_epoch, replica_nodes=(node,),
+                           isr_nodes=(node,), eligible_leader_replicas=(), last_known_elr=(), offline_replicas=())
+                      for i in range(start, end))
+        topics.append(make(mod.DescribeTopicPartitionsResponseTopic, error_code=E.none, name=name,
+                           topic_id=topic_uuid(meta.topic_id), is_internal=name in INTERNAL_TOPICS, partitions=parts,
+                           topic_authorized_operations=topic_operations(ctx, name)))
+        if end < len(meta.partitions):
+            next_cursor = make(mod.Cursor, topic_name=name, partition_index=end)
+            break
+        remaining -= len(parts)
+    return make(mod.DescribeTopicPartitionsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics + refused),
+                next_cursor=next_cursor)
+
+
+@register(DESCRIBE_TOPIC_PARTITIONS, 0, 0)
+async def describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
+    return await ctx.run_blocking(_describe_topic_partitions, ctx, request)

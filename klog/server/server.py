@@ -35,7 +35,7 @@ from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.connection import Begun, FrameProtocol, complete, direct_future
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.hop import HopPool, in_thread
-from klog.server.limits import RateLimitedLog, ServeLimits, error_response
+from klog.server.limits import RateLimitedLog, ServeLimits, error_response, share_of
 from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
 from klog.server.throttle import with_throttle
@@ -302,9 +302,11 @@ class Server:
         from klog.server.loop_fsync import LoopFsync
 
         self.loop_fsync = LoopFsync(self._loop)
-        from klog.server.transactions import TransactionService
+        from klog.server.transactions import TRANSACTIONAL_IDS_POOL, TransactionService
 
-        self.transactions = TransactionService(self.store, self.appender, self.executor, **self._transaction_settings)
+        settings = {"principal_ids_max": share_of(TRANSACTIONAL_IDS_POOL, self.limits.client_share),
+                    **self._transaction_settings}
+        self.transactions = TransactionService(self.store, self.appender, self.executor, **settings)
         self.transactions.start()  # completes what a crash left half-done, then aborts abandoned transactions
         self.watcher = HighWatermarkWatcher(self._read_marks, POLL_S)
         self.topic_ids = TopicIds(self.store)
@@ -357,7 +359,8 @@ class Server:
     def _make_coordinator(self) -> Any:
         from klog.server.group_runtime import GroupCoordinator
 
-        coordinator = GroupCoordinator(self.store, self.broker, self.executor, **self._group_settings)
+        coordinator = GroupCoordinator(self.store, self.broker, self.executor, client_share=self.limits.client_share,
+                                       **self._group_settings)
         coordinator.start_expiry()
         return coordinator
 

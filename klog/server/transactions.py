@@ -21,6 +21,7 @@ from klog.errors import KlogError, TxnStateError
 from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.server.limits import CLIENT_SHARE_DEFAULT, share_of
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 CLUSTER = "kafka-cluster"
@@ -31,8 +32,10 @@ CLUSTER = "kafka-cluster"
 # filling fails every principal's commits, group changes and transactions) and passes longer than
 # their 10 s interval. Real producers reuse one id per instance (Kafka Streams: per thread or task);
 # Kafka's KIP-936 proposes throttling new producer ids per user for the same reason. A principal
-# past it is answered COORDINATOR_NOT_AVAILABLE (the producer retries).
-PRINCIPAL_TRANSACTIONAL_IDS_MAX = 10_000
+# (share key) past its share of this pool (10,000 at the default quarter) is answered
+# COORDINATOR_NOT_AVAILABLE (the producer retries).
+TRANSACTIONAL_IDS_POOL = 40_000
+PRINCIPAL_TRANSACTIONAL_IDS_MAX = share_of(TRANSACTIONAL_IDS_POOL, CLIENT_SHARE_DEFAULT)
 log = logging.getLogger("klog.serve")
 
 
@@ -42,7 +45,8 @@ class TransactionService:
 
     def __init__(self, store: Any, appender: Any, executor: Any, *, clock: Any = None,
                  max_timeout_ms: int | None = None, cleanup_interval_ms: int | None = None,
-                 principal_ids_max: int = PRINCIPAL_TRANSACTIONAL_IDS_MAX) -> None:
+                 principal_ids_max: int = PRINCIPAL_TRANSACTIONAL_IDS_MAX,
+                 ids_max: int = TRANSACTIONAL_IDS_POOL) -> None:
         from klog.broker.producer_ids import new_producer_id
         from klog.broker.txn_coordinator import CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT, TxnCoordinator, _setting
 
@@ -54,6 +58,9 @@ class TransactionService:
         self.interval_ms = cleanup_interval_ms or _setting(store, CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT)
         self._task: asyncio.Task | None = None
         self.principal_ids_max = principal_ids_max
+        # every principal's together: where clients do not authenticate each address is a principal
+        # (share key), and clients from ever new addresses would otherwise each bring a share
+        self.ids_max = ids_max
         # principal -> the transactional ids its InitProducerId created in this run (those found gone,
         # expired or removed, are dropped when it reaches the bound)
         self.created: dict[str, set[str]] = {}
@@ -68,15 +75,23 @@ class TransactionService:
             validate_transactional_id(tid)
         except UsageError:
             return None  # (the coordinator refuses it: nothing is created, nothing to count)
-        mine = self.created.get(ctx.principal, set())
+        key = ctx.share_key
+        mine = self.created.get(key, set())
         if tid in mine or await ctx.run_blocking(self._exists, tid):
             return None
         if len(mine) >= self.principal_ids_max:
             mine.difference_update(await ctx.run_blocking(self._gone, list(mine)))
             if len(mine) >= self.principal_ids_max:
-                return f"{ctx.principal} created {len(mine)} transactional ids that still exist, at most " \
+                return f"{key} created {len(mine)} transactional ids that still exist, at most " \
                        f"{self.principal_ids_max}"
-        self.created.setdefault(ctx.principal, mine).add(tid)
+        if sum(map(len, self.created.values())) >= self.ids_max:
+            for ids in list(self.created.values()):
+                ids.difference_update(await ctx.run_blocking(self._gone, list(ids)))
+            self.created = {k: ids for k, ids in self.created.items() if ids}
+            total = sum(map(len, self.created.values()))
+            if total >= self.ids_max:
+                return f"every client created {total} transactional ids that still exist, at most {self.ids_max}"
+        self.created.setdefault(key, mine).add(tid)
         return None
 
     def _exists(self, tid: str) -> bool:
@@ -350,7 +365,7 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             offsets[tp] = (int(p.committed_offset), p.committed_metadata or "")
     if offsets and ctx.coordinator is not None:  # (staged now, stored at the commit: counted now)
         try:
-            refusal = await ctx.run_blocking(ctx.coordinator.admit_offsets, ctx.principal, group, offsets)
+            refusal = await ctx.run_blocking(ctx.coordinator.admit_offsets, ctx.share_key, group, offsets)
         except (KlogError, OSError) as e:
             refusal = f"cannot read the group's offsets: {e}"
         if refusal is not None:

@@ -55,8 +55,10 @@ class Conn:
         self.correlation = 0
 
     @classmethod
-    async def open(cls, port: int) -> Conn:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 27)
+    async def open(cls, port: int, source: str | None = None) -> Conn:
+        """`source`: the local address to connect from (127.0.0.2: another client address on Linux)."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 27,
+                                                       local_addr=(source, 0) if source else None)
         return cls(reader, writer)
 
     async def send(self, request: Any, client_id: str = "hostile") -> int:
