@@ -255,3 +255,33 @@ def test_debezium_postgres_source_into_a_second_database(pg_db, data_dir, tmp_pa
         pg_db.execute("INSERT INTO items VALUES (7, 'after truncate', 7)")
         expected = table_state(pg_db, "items")
         wait_for(lambda: copies() == (expected, expected), timeout=60, what="the truncate in both copies")
+
+
+def test_published_unwrap_smt_sink_runs_unchanged(pg_db, data_dir):
+    """debezium-examples' unwrap-smt/jdbc-sink.json (refused before: klog had no Debezium sink), only its
+    database pointed at the test server, behind Debezium's PostgreSQL source routed as that example's
+    source.json routes it (topic `customers`): the customers table copied, then an update and a delete."""
+    from tests.connect.test_connect_postgres import cdc, table_state
+    from tests.connect.test_connect_published_configs import debezium_customers, published
+
+    debezium_customers(pg_db)
+    route = {"transforms": "route", "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
+             "transforms.route.regex": "([^.]+)\\.([^.]+)\\.([^.]+)", "transforms.route.replacement": "$3"}
+    source = cdc(pg_db, **{"topic.prefix": "dbserver1", "table.include.list": "inventory.customers", **route})
+    sink = {**published("debezium-unwrap-smt-jdbc-sink.json"), "connection.url": pg_db.jdbc_url,
+            "connection.username": pg_db.user, "connection.password": ""}
+    warnings: list[str] = []
+    with running(data_dir, source, sink, warnings=warnings):
+        def copied() -> bool:
+            exists = pg_db.execute("SELECT to_regclass('public.customers') IS NOT NULL")[0][0]
+            return exists and table_state(pg_db, "public.customers") == table_state(pg_db, "inventory.customers")
+
+        wait_for(copied, timeout=60, what="the snapshot copied")
+        pg_db.execute("INSERT INTO inventory.customers (first_name, last_name, email) VALUES ('Ann', 'K', 'a@k')")
+        pg_db.execute("UPDATE inventory.customers SET first_name = 'Anne Marie' WHERE id = 1")
+        wait_for(lambda: copied() and len(table_state(pg_db, "public.customers")) == 2, timeout=60,
+                 what="the insert and the update")
+        pg_db.execute("DELETE FROM inventory.customers WHERE id = 1")
+        wait_for(lambda: copied() and len(table_state(pg_db, "public.customers")) == 1, timeout=60,
+                 what="the delete")
+    assert not [w for w in warnings if "failed" in w], warnings
