@@ -85,22 +85,28 @@ def is_change_event(r: ConnectRecord) -> bool:
     return "op" in fields_by_name(schema)
 
 
+FLAT = None  # a value schema's layout: a flat row (not an envelope)
+
+
 class ChangeEvents:
     """What each record asks of the table (jdbc.SinkSettings.classify), as Debezium's sink reads it."""
 
     def __init__(self, delete_enabled: bool, truncate_enabled: bool) -> None:
         self.delete = DELETE if delete_enabled else SKIP
         self.truncate = TRUNCATE if truncate_enabled else SKIP
-        self.after_schemas: dict[int, tuple[Schema, Schema | None]] = {}  # envelope schema id -> (it, its after)
+        # value schema id -> (it, the envelope's `after` schema or FLAT): the same `after` object for every
+        # event of a table (the writer's statement plans key on it), the test made once per schema
+        self.layouts: dict[int, tuple[Schema, Schema | None]] = {}
 
     def __call__(self, r: ConnectRecord) -> tuple[str, ConnectRecord]:
+        schema = r.value_schema
         if r.value is None:
             return self.delete, r  # a tombstone, or a delete a transform flattened
-        schema = r.value_schema
-        if schema is not None and SCHEMA_CHANGE in (schema.get("name") or ""):
-            raise DataError("Schema change records are not supported by JDBC connector. Adjust `topics` or "
-                            "`topics.regex` to exclude schema change topic.")
-        if not is_change_event(r):
+        if schema is None or type(r.value) is not dict:
+            return ROW, r
+        layout = self.layouts.get(id(schema))
+        after_schema = layout[1] if layout is not None and layout[0] is schema else self._layout(r)
+        if after_schema is FLAT:
             return ROW, r
         op = r.value.get("op")
         if op == "d":
@@ -110,18 +116,18 @@ class ChangeEvents:
         after = r.value.get("after")
         if op not in ("c", "r", "u") or after is None:
             return SKIP, r  # a logical decoding message (op m) has no row
-        return ROW, r.new_record(value=after, value_schema=self._after_schema(schema))
+        return ROW, ConnectRecord(r.topic, r.kafka_partition, r.key_schema, r.key, after_schema, after, r.timestamp,
+                                  r.headers, kafka_offset=r.kafka_offset, raw=r.raw)
 
-    def _after_schema(self, envelope: Schema) -> Schema | None:
-        """The envelope's `after` schema: the same object for every event of a table (the writer's plans key
-        on it)."""
-        cached = self.after_schemas.get(id(envelope))
-        if cached is not None and cached[0] is envelope:
-            return cached[1]
-        if len(self.after_schemas) >= 1024:
-            self.after_schemas.clear()
-        after = fields_by_name(envelope).get("after")
-        self.after_schemas[id(envelope)] = (envelope, after)
+    def _layout(self, r: ConnectRecord) -> Schema | None:
+        schema = r.value_schema
+        if SCHEMA_CHANGE in (schema.get("name") or ""):
+            raise DataError("Schema change records are not supported by JDBC connector. Adjust `topics` or "
+                            "`topics.regex` to exclude schema change topic.")
+        after = fields_by_name(schema).get("after") if is_change_event(r) else FLAT
+        if len(self.layouts) >= 1024:
+            self.layouts.clear()
+        self.layouts[id(schema)] = (schema, after)
         return after
 
 

@@ -575,11 +575,14 @@ class JdbcSinkTask(SinkTask):
         runs: list[tuple[tuple, list]] = []
         next_offsets: dict[TP, int] = {}
         plans, columns, classify = self.plans, self.columns, self.c.classify
+        tables = self.tables if self.c.tables_by_topic else {}
         for r in records:
             next_offsets[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
-            table = self._table(r)
+            table = tables.get(r.topic)
             if table is None:
-                continue
+                table = self._table(r)
+                if table is None:
+                    continue
             op = None
             if classify is not None:
                 action, r = classify(r)
@@ -618,14 +621,11 @@ class JdbcSinkTask(SinkTask):
                         [(self.context.connector_name, tp[0], tp[1], o) for tp, o in next_offsets.items()])
 
     def _table(self, r: ConnectRecord) -> str | None:
-        """The record's table (None: skipped, as Debezium skips a record whose name it cannot resolve)."""
-        if not self.c.tables_by_topic:
-            table = self.c.table_name(r)
-        else:
-            try:
-                return self.tables[r.topic]
-            except KeyError:
-                table = self.tables[r.topic] = self.c.table_name(r)
+        """The record's table (None: skipped, as Debezium skips a record whose name it cannot resolve),
+        remembered for its topic when the topic alone decides it."""
+        table = self.c.table_name(r)
+        if table is not None and self.c.tables_by_topic:
+            self.tables[r.topic] = table
         if table is None:
             self.context.warn(f"connector '{self.context.connector_name}': no table name for the record at "
                               f"{r.topic}-{r.kafka_partition}@{r.kafka_offset}: skipped")
