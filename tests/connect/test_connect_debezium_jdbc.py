@@ -162,14 +162,20 @@ def test_invalid_configs_fail_in_one_line_naming_the_key(change_keys, named):
 
 
 def test_hibernate_and_pool_keys_are_accepted_and_named_in_one_warning():
+    """Keys of Debezium's Hibernate pool, and a time zone other than UTC (klog writes UTC), in the one
+    warning line; the simple name JdbcSinkConnector stays Confluent's sink."""
+    from klog.connect.api import find_connector
     from klog.connect.worker import ignored_warning, validate
 
     v = validate(tutorial_config("jdbc:sqlite:x.db", **{"hibernate.c3p0.max_size": "10",
                                                        "hibernate.dialect": "org.hibernate.dialect.PostgreSQLDialect",
-                                                       "connection.pool.max_size": "8"}))
+                                                       "connection.pool.max_size": "8",
+                                                       "use.time.zone": "Europe/Paris"}))
     warning = ignored_warning(v)
     assert warning is not None and "\n" not in warning
-    assert v.ignored == ["connection.pool.max_size", "hibernate.c3p0.max_size", "hibernate.dialect"]
+    assert v.ignored == ["connection.pool.max_size", "hibernate.c3p0.max_size", "hibernate.dialect",
+                         "use.time.zone=Europe/Paris"]
+    assert find_connector("JdbcSinkConnector").java_classes == ("io.confluent.connect.jdbc.JdbcSinkConnector",)
 
 
 def test_schema_evolution_none_writes_into_an_existing_table_only(tmp_path, data_dir):
