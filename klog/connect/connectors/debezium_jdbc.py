@@ -13,7 +13,10 @@ schema.evolution=basic creates and widens tables; none writes into existing ones
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from klog.connect.api import SinkConnector
@@ -28,7 +31,18 @@ from klog.connect.connectors.jdbc import (
     SinkSettings,
     _url_check,
 )
-from klog.connect.data import ConnectRecord, Schema, fields_by_name
+from klog.connect.data import (
+    DATE,
+    EPOCH,
+    TIME,
+    TIMESTAMP,
+    ConnectRecord,
+    Schema,
+    epoch_millis,
+    fields_by_name,
+    from_epoch_days,
+    from_epoch_millis,
+)
 from klog.connect.errors import ConfigError, DataError
 
 NAMING_STRATEGIES = ("io.debezium.sink.naming.DefaultCollectionNamingStrategy",
@@ -85,7 +99,64 @@ def is_change_event(r: ConnectRecord) -> bool:
     return "op" in fields_by_name(schema)
 
 
-FLAT = None  # a value schema's layout: a flat row (not an envelope)
+def _micros(us: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(microseconds=us)
+
+
+def _zoned(text: str) -> dt.datetime:
+    """An ISO timestamp with its offset (ZonedTimestamp) as the naive UTC datetime the sink writes."""
+    return dt.datetime.fromisoformat(text).astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def _same(default: Any) -> Any:
+    return default
+
+
+# Debezium's temporal types (its PostgreSQL source's defaults: MicroTimestamp for timestamp, Date, MicroTime,
+# ZonedTimestamp for timestamptz) as the Connect logical type whose column the sink creates (Debezium's sink
+# makes date, time and timestamp columns of them, not integers): name -> (Connect's name, the value as the
+# dialect binds it, a schema default in Connect's unit)
+SEMANTIC_TYPES: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "io.debezium.time.Date": (DATE, from_epoch_days, _same),
+    "io.debezium.time.Time": (TIME, lambda ms: from_epoch_millis(ms).time(), _same),
+    "io.debezium.time.MicroTime": (TIME, lambda us: _micros(us).time(), lambda us: us // 1000),
+    "io.debezium.time.NanoTime": (TIME, lambda ns: _micros(ns // 1000).time(), lambda ns: ns // 1_000_000),
+    "io.debezium.time.Timestamp": (TIMESTAMP, from_epoch_millis, _same),
+    "io.debezium.time.MicroTimestamp": (TIMESTAMP, _micros, lambda us: us // 1000),
+    "io.debezium.time.NanoTimestamp": (TIMESTAMP, lambda ns: _micros(ns // 1000), lambda ns: ns // 1_000_000),
+    "io.debezium.time.ZonedTimestamp": (TIMESTAMP, _zoned, lambda text: epoch_millis(_zoned(text))),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a value schema is to the sink: an envelope or a flat row; the row's schema as written (Debezium's
+    temporal fields as Connect's), and how those fields' values convert."""
+
+    schema: Schema
+    envelope: bool
+    row_schema: Schema | None
+    converters: tuple[tuple[str, Callable[[Any], Any]], ...]
+
+
+def _written_row(row: Schema | None) -> tuple[Schema | None, tuple]:
+    """The row schema with Debezium's temporal fields as Connect's logical types, and their converters."""
+    if not row or row.get("type") != "struct":
+        return row, ()
+    converters = []
+    fields = []
+    for f in row.get("fields", []):
+        semantic = SEMANTIC_TYPES.get(f.get("name") or "")
+        if semantic is None:
+            fields.append(f)
+            continue
+        name, value_of, default_of = semantic
+        field = {**f, "type": "int32" if name == DATE or name == TIME else "int64", "name": name}
+        if f.get("default") is not None:
+            field["default"] = default_of(f["default"])
+        fields.append(field)
+        converters.append((f["field"], value_of))
+    return ({**row, "fields": fields} if converters else row), tuple(converters)
 
 
 class ChangeEvents:
@@ -94,9 +165,9 @@ class ChangeEvents:
     def __init__(self, delete_enabled: bool, truncate_enabled: bool) -> None:
         self.delete = DELETE if delete_enabled else SKIP
         self.truncate = TRUNCATE if truncate_enabled else SKIP
-        # value schema id -> (it, the envelope's `after` schema or FLAT): the same `after` object for every
-        # event of a table (the writer's statement plans key on it), the test made once per schema
-        self.layouts: dict[int, tuple[Schema, Schema | None]] = {}
+        # value schema id -> its Layout: the same row schema object for every event of a table (the writer's
+        # statement plans key on it), the schema read once
+        self.layouts: dict[int, Layout] = {}
 
     def __call__(self, r: ConnectRecord) -> tuple[str, ConnectRecord]:
         schema = r.value_schema
@@ -105,30 +176,50 @@ class ChangeEvents:
         if schema is None or type(r.value) is not dict:
             return ROW, r
         layout = self.layouts.get(id(schema))
-        after_schema = layout[1] if layout is not None and layout[0] is schema else self._layout(r)
-        if after_schema is FLAT:
+        if layout is None or layout.schema is not schema:
+            layout = self._layout(r)
+        if layout.envelope:
+            op = r.value.get("op")
+            if op == "d":
+                return self.delete, r.new_record(value=None, value_schema=None)
+            if op == "t":
+                return self.truncate, r
+            row = r.value.get("after")
+            if op not in ("c", "r", "u") or row is None:
+                return SKIP, r  # a logical decoding message (op m) has no row
+        elif not layout.converters:
             return ROW, r
-        op = r.value.get("op")
-        if op == "d":
-            return self.delete, r.new_record(value=None, value_schema=None)
-        if op == "t":
-            return self.truncate, r
-        after = r.value.get("after")
-        if op not in ("c", "r", "u") or after is None:
-            return SKIP, r  # a logical decoding message (op m) has no row
-        return ROW, ConnectRecord(r.topic, r.kafka_partition, r.key_schema, r.key, after_schema, after, r.timestamp,
+        else:
+            row = r.value
+        if layout.converters:
+            row = _converted(row, layout.converters, r)
+        return ROW, ConnectRecord(r.topic, r.kafka_partition, r.key_schema, r.key, layout.row_schema, row, r.timestamp,
                                   r.headers, kafka_offset=r.kafka_offset, raw=r.raw)
 
-    def _layout(self, r: ConnectRecord) -> Schema | None:
+    def _layout(self, r: ConnectRecord) -> Layout:
         schema = r.value_schema
         if SCHEMA_CHANGE in (schema.get("name") or ""):
             raise DataError("Schema change records are not supported by JDBC connector. Adjust `topics` or "
                             "`topics.regex` to exclude schema change topic.")
-        after = fields_by_name(schema).get("after") if is_change_event(r) else FLAT
+        envelope = is_change_event(r)
+        row_schema, converters = _written_row(fields_by_name(schema).get("after") if envelope else schema)
         if len(self.layouts) >= 1024:
             self.layouts.clear()
-        self.layouts[id(schema)] = (schema, after)
-        return after
+        layout = self.layouts[id(schema)] = Layout(schema, envelope, row_schema, converters)
+        return layout
+
+
+def _converted(row: dict, converters: tuple, r: ConnectRecord) -> dict:
+    row = dict(row)
+    for field, value_of in converters:
+        value = row.get(field)
+        if value is not None:
+            try:
+                row[field] = value_of(value)
+            except (OverflowError, ValueError) as e:  # PostgreSQL's infinity is no datetime
+                raise DataError(f"field {field} of the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset}: "
+                                f"{value!r} is no date or time the sink can write ({e})") from None
+    return row
 
 
 def table_namer(name_format: str):  # noqa: ANN201 - (record) -> table name or None
