@@ -29,7 +29,7 @@ from klog.connect.connectors.jdbc import (
     JdbcConnection,
     JdbcSinkTask,
     SinkSettings,
-    _url_check,
+    jdbc_url_check,
 )
 from klog.connect.data import (
     DATE,
@@ -49,12 +49,12 @@ NAMING_STRATEGIES = ("io.debezium.sink.naming.DefaultCollectionNamingStrategy",
                      "io.debezium.connector.jdbc.naming.DefaultTableNamingStrategy")  # the latter before 3.0
 COLUMN_NAMING_STRATEGIES = ("io.debezium.connector.jdbc.naming.DefaultColumnNamingStrategy",
                             "io.debezium.sink.naming.DefaultColumnNamingStrategy")
-UTC_NAMES = ("utc", "z", "gmt", "etc/utc", "utc0", "+00:00", "z")
+UTC_NAMES = ("utc", "z", "gmt", "etc/utc", "+00:00")
 SCHEMA_CHANGE = "SchemaChangeValue"  # Debezium's schema change topic's value schema names contain it
 SOURCE_PLACEHOLDER = re.compile(r"\$\{source\.(.*?)}")
 
 CONFIG = (ConfigDef()
-          .define("connection.url", check=_url_check, doc="Valid JDBC URL")
+          .define("connection.url", check=jdbc_url_check, doc="Valid JDBC URL")
           .define("connection.username", default="")
           .define("connection.password", "password", "")
           .define("insert.mode", default="insert", choices=("insert", "upsert", "update"))
@@ -282,7 +282,8 @@ class DebeziumJdbcSinkConnector(JdbcConnection, SinkConnector):
     java_classes = ("io.debezium.connector.jdbc.JdbcSinkConnector",)
     short_names = ("debezium-jdbc-sink",)
     config_def = CONFIG
-    # Debezium keys of its Hibernate connection pool and other dialects: named in the warning (as hibernate.*)
+    # Debezium's keys of its Hibernate pool (hibernate.*, connection.pool.*, connection.provider), its other
+    # dialects (dialect.*) and use.reduction.buffer are not defined here: the worker names them in its one warning
     task_class = DebeziumJdbcSinkTask
 
     def validate(self, config: dict[str, Any]) -> None:
@@ -311,7 +312,9 @@ class DebeziumJdbcSinkConnector(JdbcConnection, SinkConnector):
             if value not in allowed:
                 raise ConfigError(key if key in props or old not in props else old, value,
                                   f"klog implements Debezium's default strategy only ({allowed[0]})")
-        _time_zone(_given(props, config, "use.time.zone", "database.time_zone"))
+        zone_key = "database.time_zone" if "use.time.zone" not in props and "database.time_zone" in props \
+            else "use.time.zone"
+        _time_zone(zone_key, config[zone_key])
 
     @classmethod
     def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
@@ -325,7 +328,7 @@ class DebeziumJdbcSinkConnector(JdbcConnection, SinkConnector):
         return [dict(self.props) for _ in range(max_tasks)]
 
 
-def _time_zone(zone: str) -> None:
+def _time_zone(key: str, zone: str) -> None:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     if zone.strip().lower() in UTC_NAMES:
@@ -333,4 +336,4 @@ def _time_zone(zone: str) -> None:
     try:
         ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError("use.time.zone", zone, "not a time zone") from None
+        raise ConfigError(key, zone, "not a time zone") from None

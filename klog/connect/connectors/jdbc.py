@@ -5,6 +5,10 @@ insert.mode insert | upsert | update; pk.mode none | kafka | record_key | record
 delete.enabled (a tombstone deletes by key); auto.create and auto.evolve from the record schema (or, for
 schemaless JSON, from the values); table.name.format with ${topic}.
 
+The task reads a SinkSettings, not the keys: Confluent's keys map onto it here, Debezium's JDBC sink's in
+debezium_jdbc (whose classify hook reads change event envelopes: a row, a delete, a truncate or nothing).
+One write path serves both.
+
 Exactly-once: each put() is one database transaction holding the rows and, in the table
 `__klog_connect_offsets` (exactly.once.offsets.table), the next offset of every topic-partition it covers. At
 start (open) the task reads them back and the worker skips what the database already holds, so a kill
@@ -59,14 +63,14 @@ def _required(schema: Schema) -> bool:
     return schema.get("optional") is False and "default" not in schema
 
 
-def _url_check(url: str) -> str | None:
+def jdbc_url_check(url: str) -> str | None:
     if url.startswith("jdbc:sqlite:") or url.startswith("jdbc:postgresql://"):
         return None
     return "klog's JDBC connectors speak jdbc:postgresql://HOST[:PORT]/DB and jdbc:sqlite:PATH"
 
 
 # the keys of the connection, Confluent's JDBC source and sink alike
-CONNECTION = (ConfigDef().define("connection.url", check=_url_check).define("connection.user", default="")
+CONNECTION = (ConfigDef().define("connection.url", check=jdbc_url_check).define("connection.user", default="")
               .define("connection.password", "password", ""))
 
 
@@ -497,7 +501,7 @@ class JdbcSinkTask(SinkTask):
         self.c = self.settings_from(props)
         self.dialect = dialect_for(self.c.url, self.c.user, self.c.password)
         self.offsets_table = self.c.offsets_table
-        self.tables: dict[str, str | None] = {}  # topic -> its table, when the topic alone decides it
+        self.tables: dict[str, str] = {}  # topic -> its table, when the topic alone decides it
         self.columns: dict[str, set[str]] = {}  # table → its columns, as last seen
         self.statements: dict[tuple, tuple] = {}  # (table, columns, key columns) -> its INSERT statement
         # (topic, id of value schema, id of key schema) -> (value schema, key schema, table, statement, params of
