@@ -139,26 +139,31 @@ def test_flat_records_after_extract_new_record_state(tmp_path, data_dir):
 
 
 def test_debezium_temporal_types_are_written_as_dates_and_times(tmp_path, data_dir):
-    """MicroTimestamp, Date, MicroTime and ZonedTimestamp (Debezium's PostgreSQL defaults) are written as
-    the date and time values Debezium's sink writes, not their integers, from envelopes and flat records."""
+    """MicroTimestamp, Date, MicroTime, ZonedTimestamp and VariableScaleDecimal (Debezium's PostgreSQL
+    defaults) are written as the dates, times and numbers Debezium's sink writes, not their integers or
+    structs, from envelopes and flat records."""
     db = str(tmp_path / "out.db")
     fields = [{"type": "int32", "optional": False, "field": "id"},
               {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "field": "at"},
               {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "field": "day"},
               {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTime", "field": "clock"},
-              {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "field": "seen"}]
+              {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "field": "seen"},
+              {"type": "struct", "optional": True, "name": "io.debezium.data.VariableScaleDecimal", "field": "amount",
+               "fields": [{"type": "int32", "optional": False, "field": "scale"},
+                          {"type": "bytes", "optional": False, "field": "value"}]}]
     row_schema = {**ROW_SCHEMA, "fields": fields}
     envelope = {**ENVELOPE_SCHEMA, "fields": [{**row_schema, "field": "before"}, {**row_schema, "field": "after"},
                                               *ENVELOPE_SCHEMA["fields"][2:]]}
     after = {"id": 1, "at": 1_709_296_496_789_012, "day": 19_724, "clock": 45_296_000_001, "seen":
-             "2024-03-01T10:00:00.5+02:00"}
+             "2024-03-01T10:00:00.5+02:00", "amount": {"scale": 3, "value": "7Sm8"}}  # -1234.500
     send(data_dir, [({"schema": KEY_SCHEMA, "payload": {"id": 1}},
                      {"schema": envelope, "payload": {"before": None, "after": after, "source": SOURCE, "op": "c"}})])
     flat = {"name": "flat", "collection.name.format": "flat", "transforms": "unwrap",
             "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState"}
     with running(data_dir, tutorial_config(f"jdbc:sqlite:{db}"), tutorial_config(f"jdbc:sqlite:{db}", **flat)):
         wait_for(lambda: (offset(db), offset(db, "flat")) == (1, 1), what="the record, twice")
-    written = (1, "2024-03-01T12:34:56.789012", "2024-01-02", "12:34:56.000001", "2024-03-01T08:00:00.500000")
+    written = (1, "2024-03-01T12:34:56.789012", "2024-01-02", "12:34:56.000001", "2024-03-01T08:00:00.500000",
+               -1234.5)
     assert rows(db) == rows(db, "flat") == [written]
 
 
@@ -259,14 +264,15 @@ def test_debezium_postgres_source_into_a_second_database(pg_db, data_dir, tmp_pa
     from tests.connect.test_connect_postgres import cdc, table_state
 
     pg_db.execute("CREATE TABLE items (id int PRIMARY KEY, name text, qty int, at timestamp, day date, "
-                  "seen timestamptz)")
+                  "seen timestamptz, amount numeric)")
     pg_db.execute("INSERT INTO items SELECT g, 'n' || g, g, '2024-02-29 12:34:56.789012'::timestamp + g * "
-                  "interval '1 day', '2024-01-01'::date + g, '2024-03-01 10:00:00.5+02' FROM generate_series(1, 20) g")
+                  "interval '1 day', '2024-01-01'::date + g, '2024-03-01 10:00:00.5+02', g * 1.25 - 10 "
+                  "FROM generate_series(1, 20) g")
     lite = str(tmp_path / "copy.db")
     sink = {"truncate.enabled": "true", "connection.username": pg_db.user, "connection.password": ""}
     to_pg = tutorial_config(pg_db.jdbc_url, **sink, **{"name": "to-pg", "collection.name.format": "items_copy"})
     to_lite = tutorial_config(f"jdbc:sqlite:{lite}", **sink, **{"name": "to-lite",
-                                                               "field.exclude.list": f"{TOPIC}:at,day,seen"})
+                                                               "field.exclude.list": f"{TOPIC}:at,day,seen,amount"})
     source = cdc(pg_db, **{"table.include.list": "public.items", "skipped.operations": "none"})
     with running(data_dir, source, to_pg, to_lite) as w:
         wait_for(lambda: len(values(data_dir, TOPIC)) >= 20, what="the snapshot")
@@ -294,12 +300,13 @@ def test_debezium_postgres_source_into_a_second_database(pg_db, data_dir, tmp_pa
         pg_db.execute("TRUNCATE items")
         pg_db.execute("INSERT INTO items VALUES (7, 'after truncate', 7)")
         wait_for(lambda: copies() == expected(), timeout=60, what="the truncate in both copies")
-    # Debezium's temporal types became date and timestamp columns (its sink's), not integers
+    # Debezium's temporal types and VariableScaleDecimal became date, timestamp and numeric columns (its
+    # sink's), not integers and JSON text
     types = ("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'items_copy' "
              "ORDER BY ordinal_position")
     assert pg_db.execute(types) == [("id", "integer"), ("name", "text"), ("qty", "integer"),
                                     ("at", "timestamp without time zone"), ("day", "date"),
-                                    ("seen", "timestamp without time zone")]
+                                    ("seen", "timestamp without time zone"), ("amount", "numeric")]
 
 
 def test_published_unwrap_smt_sink_runs_unchanged(pg_db, data_dir):

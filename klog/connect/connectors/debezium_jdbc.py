@@ -14,6 +14,7 @@ schema.evolution=basic creates and widens tables; none writes into existing ones
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from klog.connect.connectors.jdbc import (
 )
 from klog.connect.data import (
     DATE,
+    DECIMAL,
     EPOCH,
     TIME,
     TIMESTAMP,
@@ -112,19 +114,31 @@ def _same(default: Any) -> Any:
     return default
 
 
-# Debezium's temporal types (its PostgreSQL source's defaults: MicroTimestamp for timestamp, Date, MicroTime,
-# ZonedTimestamp for timestamptz) as the Connect logical type whose column the sink creates (Debezium's sink
-# makes date, time and timestamp columns of them, not integers): name -> (Connect's name, the value as the
-# dialect binds it, a schema default in Connect's unit)
-SEMANTIC_TYPES: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
-    "io.debezium.time.Date": (DATE, from_epoch_days, _same),
-    "io.debezium.time.Time": (TIME, lambda ms: from_epoch_millis(ms).time(), _same),
-    "io.debezium.time.MicroTime": (TIME, lambda us: _micros(us).time(), lambda us: us // 1000),
-    "io.debezium.time.NanoTime": (TIME, lambda ns: _micros(ns // 1000).time(), lambda ns: ns // 1_000_000),
-    "io.debezium.time.Timestamp": (TIMESTAMP, from_epoch_millis, _same),
-    "io.debezium.time.MicroTimestamp": (TIMESTAMP, _micros, lambda us: us // 1000),
-    "io.debezium.time.NanoTimestamp": (TIMESTAMP, lambda ns: _micros(ns // 1000), lambda ns: ns // 1_000_000),
-    "io.debezium.time.ZonedTimestamp": (TIMESTAMP, _zoned, lambda text: epoch_millis(_zoned(text))),
+def _variable_scale(value: dict) -> decimal.Decimal:
+    """A VariableScaleDecimal ({scale, value: the unscaled big-endian bytes}) as its number."""
+    from klog.connect.converters import decimal_from_bytes
+
+    return decimal_from_bytes(value["value"], value["scale"])
+
+
+def _dropped(default: Any) -> None:
+    return None  # a default the Connect type cannot hold: the column gets none
+
+
+# Debezium's semantic types its sink writes as dates, times, timestamps and numbers (its PostgreSQL source's
+# defaults: MicroTimestamp for timestamp, Date, MicroTime, ZonedTimestamp for timestamptz, VariableScaleDecimal
+# for an unconstrained numeric) as the Connect logical type whose column the sink creates, not an integer or a
+# struct: name -> (Connect's type and name, the value as the dialect binds it, a schema default in Connect's form)
+SEMANTIC_TYPES: dict[str, tuple[str, str, Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "io.debezium.time.Date": ("int32", DATE, from_epoch_days, _same),
+    "io.debezium.time.Time": ("int32", TIME, lambda ms: from_epoch_millis(ms).time(), _same),
+    "io.debezium.time.MicroTime": ("int32", TIME, lambda us: _micros(us).time(), lambda us: us // 1000),
+    "io.debezium.time.NanoTime": ("int32", TIME, lambda ns: _micros(ns // 1000).time(), lambda ns: ns // 1_000_000),
+    "io.debezium.time.Timestamp": ("int64", TIMESTAMP, from_epoch_millis, _same),
+    "io.debezium.time.MicroTimestamp": ("int64", TIMESTAMP, _micros, lambda us: us // 1000),
+    "io.debezium.time.NanoTimestamp": ("int64", TIMESTAMP, lambda ns: _micros(ns // 1000), lambda ns: ns // 1_000_000),
+    "io.debezium.time.ZonedTimestamp": ("int64", TIMESTAMP, _zoned, lambda text: epoch_millis(_zoned(text))),
+    "io.debezium.data.VariableScaleDecimal": ("bytes", DECIMAL, _variable_scale, _dropped),
 }
 
 
@@ -150,10 +164,11 @@ def _written_row(row: Schema | None) -> tuple[Schema | None, tuple]:
         if semantic is None:
             fields.append(f)
             continue
-        name, value_of, default_of = semantic
-        field = {**f, "type": "int32" if name == DATE or name == TIME else "int64", "name": name}
-        if f.get("default") is not None:
-            field["default"] = default_of(f["default"])
+        kind, name, value_of, default_of = semantic
+        field = {k: v for k, v in f.items() if k not in ("fields", "default")}
+        field.update(type=kind, name=name)
+        if f.get("default") is not None and (default := default_of(f["default"])) is not None:
+            field["default"] = default
         fields.append(field)
         converters.append((f["field"], value_of))
     return ({**row, "fields": fields} if converters else row), tuple(converters)
@@ -216,9 +231,9 @@ def _converted(row: dict, converters: tuple, r: ConnectRecord) -> dict:
         if value is not None:
             try:
                 row[field] = value_of(value)
-            except (OverflowError, ValueError) as e:  # PostgreSQL's infinity is no datetime
+            except (OverflowError, ValueError, TypeError, KeyError) as e:  # PostgreSQL's infinity is no datetime
                 raise DataError(f"field {field} of the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset}: "
-                                f"{value!r} is no date or time the sink can write ({e})") from None
+                                f"{value!r} is no value of its type the sink can write ({e!r})") from None
     return row
 
 
