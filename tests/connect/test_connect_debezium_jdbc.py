@@ -337,3 +337,41 @@ def test_published_unwrap_smt_sink_runs_unchanged(pg_db, data_dir):
         wait_for(lambda: copied() and len(table_state(pg_db, "public.customers")) == 1, timeout=60,
                  what="the delete")
     assert not [w for w in warnings if "failed" in w], warnings
+
+
+def test_quote_identifiers_false_folds_names_as_postgresql_does(pg_db, data_dir):
+    """quote.identifiers=false (Debezium's default): names are unquoted in Debezium's SQL, so PostgreSQL
+    folds them to lower case (topic Shop.Orders -> table shop_orders, field OrderId -> orderid); with true
+    they keep their case. A second layout of the table (a field added) widens it, not re-adds its columns."""
+    fields = [{"type": "int32", "optional": False, "field": "OrderId"},
+              {"type": "string", "optional": True, "field": "Name"}]
+    key = {"type": "struct", "optional": False, "fields": fields[:1]}
+
+    def event(row: dict, extra: list) -> tuple:
+        schema = {**ROW_SCHEMA, "fields": fields + extra}
+        envelope = {**ENVELOPE_SCHEMA, "fields": [{**schema, "field": "before"}, {**schema, "field": "after"},
+                                                  *ENVELOPE_SCHEMA["fields"][2:]]}
+        return ({"schema": key, "payload": {"OrderId": row["OrderId"]}},
+                {"schema": envelope, "payload": {"before": None, "after": row, "source": SOURCE, "op": "c"}})
+
+    send(data_dir, [event({"OrderId": 1, "Name": "a"}, []),
+                    event({"OrderId": 2, "Name": "b", "Total": 5}, [{"type": "int32", "optional": True,
+                                                                   "field": "Total"}])], topic="Shop.Orders")
+    base = {"topics": "Shop.Orders", "connection.username": pg_db.user, "connection.password": ""}
+    folded = tutorial_config(pg_db.jdbc_url, **base, name="folded")
+    quoted = tutorial_config(pg_db.jdbc_url, **base, **{"name": "quoted", "quote.identifiers": "true"})
+
+    def stored(connector: str) -> int:
+        found = pg_db.execute("SELECT next_offset FROM __klog_connect_offsets WHERE connector = %s", (connector,)) \
+            if pg_db.execute("SELECT to_regclass('__klog_connect_offsets') IS NOT NULL")[0][0] else []
+        return found[0][0] if found else 0
+
+    with running(data_dir, folded, quoted) as w:
+        wait_for(lambda: (stored("folded"), stored("quoted")) == (2, 2) or any(r.error for r in w.runners()),
+                 what="both records, twice")
+        assert not [r.error for r in w.runners() if r.error]
+    columns = ("SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' "
+               "AND table_name ILIKE 'shop_orders' ORDER BY table_name, ordinal_position")
+    assert pg_db.execute(columns) == [("Shop_Orders", "OrderId"), ("Shop_Orders", "Name"), ("Shop_Orders", "Total"),
+                                      ("shop_orders", "orderid"), ("shop_orders", "name"), ("shop_orders", "total")]
+    assert pg_db.execute("SELECT * FROM shop_orders ORDER BY 1") == [(1, "a", None), (2, "b", 5)]

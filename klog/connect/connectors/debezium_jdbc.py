@@ -285,6 +285,7 @@ def settings_from_debezium(props: dict[str, str]) -> SinkSettings:
         table_name=table_namer(name_format), tables_by_topic="${source." not in name_format,
         classify=ChangeEvents(c["delete.enabled"], c["truncate.enabled"]),
         keep_field=field_filter(c["field.include.list"], c["field.exclude.list"]),
+        fold_unquoted=not c["quote.identifiers"],
         create_refused="schema evolution is disabled (schema.evolution=none)",
         evolve_refused="schema evolution is disabled (schema.evolution=none)")
 

@@ -190,8 +190,16 @@ class Dialect:
     def timestamp_param(self, when: dt.datetime) -> Any:
         return when
 
+    # unquoted names folded as the database folds them (Debezium's quote.identifiers=false): klog still
+    # quotes every name (a reserved word works), the name being the folded one
+    fold_case = False
+
+    def name(self, identifier: str) -> str:
+        """An identifier as the database keeps it (see fold_case)."""
+        return identifier
+
     def quote(self, name: str) -> str:
-        return '"' + name.replace('"', '""') + '"'
+        return '"' + self.name(name).replace('"', '""') + '"'
 
     def table(self, name: str) -> str:
         return self.quote(name)
@@ -271,6 +279,9 @@ class Dialect:
         return value
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 class PostgresDialect(Dialect):
     param = "%s"
     types = {"int8": "SMALLINT", "int16": "SMALLINT", "int32": "INTEGER", "int64": "BIGINT", "float32": "REAL",
@@ -348,8 +359,11 @@ class PostgresDialect(Dialect):
         parts = name.split(".")[-2:]  # catalog.schema.table as Confluent's TableId: the catalog is the database
         return ".".join(self.quote(p) for p in parts)
 
+    def name(self, identifier: str) -> str:
+        return identifier.translate(_ASCII_LOWER) if self.fold_case else identifier  # PostgreSQL folds ASCII only
+
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
-        parts = table.split(".")[-2:]
+        parts = [self.name(p) for p in table.split(".")[-2:]]
         schema, name = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
         if schema is None:
             cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
@@ -477,6 +491,7 @@ class SinkSettings:
     # null value is a delete (Confluent's tombstone), any other the row
     classify: Callable[[ConnectRecord], tuple[str, ConnectRecord]] | None = None
     keep_field: Callable[[str, str], bool] | None = None  # (topic, field): written as a column?
+    fold_unquoted: bool = False  # names folded as the database folds unquoted ones (Dialect.fold_case)
     # how a refused create or alter names the setting that refuses it
     create_refused: str = "auto-creation is disabled (auto.create=false)"
     evolve_refused: str = "auto-evolution is disabled (auto.evolve=false)"
@@ -500,6 +515,7 @@ class JdbcSinkTask(SinkTask):
     def start(self, props: dict[str, str]) -> None:
         self.c = self.settings_from(props)
         self.dialect = dialect_for(self.c.url, self.c.user, self.c.password)
+        self.dialect.fold_case = self.c.fold_unquoted
         self.offsets_table = self.c.offsets_table
         self.tables: dict[str, str] = {}  # topic -> its table, when the topic alone decides it
         self.columns: dict[str, set[str]] = {}  # table → its columns, as last seen
@@ -785,10 +801,13 @@ class JdbcSinkTask(SinkTask):
         return r.key_schema or infer_schema(r.key.get(name) if isinstance(r.key, dict) else r.key)
 
     def _ensure_table(self, cur, table: str, cols: dict[str, Schema], pk: list[str]) -> None:  # noqa: ANN001
-        known = self.columns.get(table)
-        if known is not None and set(cols) <= known:
-            return
+        """Create or widen the table for `cols` (auto.create, auto.evolve); the columns compared as the
+        database keeps their names (folded: Dialect.fold_case)."""
         d = self.dialect
+        stored = {d.name(n): n for n in cols} if d.fold_case else {n: n for n in cols}  # its name -> the field
+        known = self.columns.get(table)
+        if known is not None and stored.keys() <= known:
+            return
         existing = d.existing_columns(cur, table)
         if existing is None:
             if not self.c.auto_create:
@@ -797,14 +816,14 @@ class JdbcSinkTask(SinkTask):
             if pk:
                 defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
             cur.execute(f"CREATE TABLE IF NOT EXISTS {d.table(table)} ({', '.join(defs)})")
-            existing = set(cols)
-        missing = [n for n in cols if n not in existing]
+            existing = set(stored)
+        missing = [n for stored_name, n in stored.items() if stored_name not in existing]
         if missing:
             if not self.c.auto_evolve:
                 raise ConnectError(f"Table {table} is missing fields {missing} and {self.c.evolve_refused}")
             for n in missing:
                 cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN {d.column_spec(n, cols[n], False)}")
-            existing |= set(missing)
+            existing |= {d.name(n) for n in missing}
         self.columns[table] = existing
 
     def flush(self, offsets: dict[TP, int]) -> None:
