@@ -165,6 +165,7 @@ BUILTIN = {  # module:class of klog's own connectors (imported only when used)
     "klog.connect.connectors.file:FileStreamSourceConnector",
     "klog.connect.connectors.file:FileStreamSinkConnector",
     "klog.connect.connectors.jdbc:JdbcSinkConnector",
+    "klog.connect.connectors.debezium_jdbc:DebeziumJdbcSinkConnector",
     "klog.connect.connectors.jdbc_source:JdbcSourceConnector",
     "klog.connect.connectors.postgres:PostgresConnector",
     "klog.connect.connectors.http:HttpSinkConnector",
@@ -173,6 +174,7 @@ _NAMES = {  # every name a built-in answers to: its Java class names, their alia
     "file-source": "klog.connect.connectors.file:FileStreamSourceConnector",
     "file-sink": "klog.connect.connectors.file:FileStreamSinkConnector",
     "jdbc-sink": "klog.connect.connectors.jdbc:JdbcSinkConnector",
+    "debezium-jdbc-sink": "klog.connect.connectors.debezium_jdbc:DebeziumJdbcSinkConnector",
     "jdbc-source": "klog.connect.connectors.jdbc_source:JdbcSourceConnector",
     "postgres-cdc": "klog.connect.connectors.postgres:PostgresConnector",
     "postgres-source": "klog.connect.connectors.postgres:PostgresConnector",
@@ -183,12 +185,15 @@ _JAVA = {
     "org.apache.kafka.connect.file.FileStreamSinkConnector": "file-sink",
     "io.confluent.connect.jdbc.JdbcSinkConnector": "jdbc-sink",
     "io.confluent.connect.jdbc.JdbcSourceConnector": "jdbc-source",
+    "io.debezium.connector.jdbc.JdbcSinkConnector": "debezium-jdbc-sink",
     "io.debezium.connector.postgresql.PostgresConnector": "postgres-cdc",
     "io.confluent.connect.http.HttpSinkConnector": "http-sink",
 }
 for _java, _short in _JAVA.items():
     for _alias in aliases([_java]):
-        _NAMES[_alias] = _NAMES[_short]
+        # a simple name two plugins share (JdbcSinkConnector: Confluent's and Debezium's) stays the first's,
+        # as it was before the second came; the full class names tell them apart
+        _NAMES.setdefault(_alias, _NAMES[_short])
 
 
 def plugin_names() -> dict[str, str]:

@@ -250,22 +250,6 @@ def test_confluent_jdbc_sink_quickstart_sqlite(data_dir, tmp_path, monkeypatch):
     assert warnings == []
 
 
-@pytest.mark.parametrize(("config", "key", "says"), [
-    ("debezium-unwrap-smt-jdbc-sink.json", "connector.class", "klog does not implement this connector")])
-def test_published_configs_klog_cannot_run_are_refused_in_one_line_naming_why(config, key, says):
-    """What klog does not implement (Debezium's own JDBC sink) refuses the config before anything
-    starts, in one line naming the key, the value and why. (Confluent's AvroConverter, refused before, runs:
-    tests/connect/test_connect_avro_e2e.py runs debezium-end-to-end-jdbc-sink-avro.json.)"""
-    from klog.connect.errors import ConfigError
-    from klog.connect.worker import validate
-
-    props = published(config)
-    with pytest.raises(ConfigError) as refused:
-        validate(props)
-    message = str(refused.value)
-    assert "\n" not in message and key in message and props[key] in message and says in message
-
-
 def test_kafka_docs_predicate_example_on_debezium_topics(pg_db, data_dir):
     """Kafka's predicate example after Debezium's RegexRouter: each table's topic is its name; `foo`'s
     records are filtered out; every topic but `bar` has its key replaced by the key's `other_field`."""

@@ -5,6 +5,10 @@ insert.mode insert | upsert | update; pk.mode none | kafka | record_key | record
 delete.enabled (a tombstone deletes by key); auto.create and auto.evolve from the record schema (or, for
 schemaless JSON, from the values); table.name.format with ${topic}.
 
+The task reads a SinkSettings, not the keys: Confluent's keys map onto it here, Debezium's JDBC sink's in
+debezium_jdbc (whose classify hook reads change event envelopes: a row, a delete, a truncate or nothing).
+One write path serves both.
+
 Exactly-once: each put() is one database transaction holding the rows and, in the table
 `__klog_connect_offsets` (exactly.once.offsets.table), the next offset of every topic-partition it covers. At
 start (open) the task reads them back and the worker skips what the database already holds, so a kill
@@ -20,6 +24,8 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -57,14 +63,14 @@ def _required(schema: Schema) -> bool:
     return schema.get("optional") is False and "default" not in schema
 
 
-def _url_check(url: str) -> str | None:
+def jdbc_url_check(url: str) -> str | None:
     if url.startswith("jdbc:sqlite:") or url.startswith("jdbc:postgresql://"):
         return None
     return "klog's JDBC connectors speak jdbc:postgresql://HOST[:PORT]/DB and jdbc:sqlite:PATH"
 
 
 # the keys of the connection, Confluent's JDBC source and sink alike
-CONNECTION = (ConfigDef().define("connection.url", check=_url_check).define("connection.user", default="")
+CONNECTION = (ConfigDef().define("connection.url", check=jdbc_url_check).define("connection.user", default="")
               .define("connection.password", "password", ""))
 
 
@@ -184,8 +190,16 @@ class Dialect:
     def timestamp_param(self, when: dt.datetime) -> Any:
         return when
 
+    # unquoted names folded as the database folds them (Debezium's quote.identifiers=false): klog still
+    # quotes every name (a reserved word works), the name being the folded one
+    fold_case = False
+
+    def name(self, identifier: str) -> str:
+        """An identifier as the database keeps it (see fold_case)."""
+        return identifier
+
     def quote(self, name: str) -> str:
-        return '"' + name.replace('"', '""') + '"'
+        return '"' + self.name(name).replace('"', '""') + '"'
 
     def table(self, name: str) -> str:
         return self.quote(name)
@@ -236,6 +250,9 @@ class Dialect:
     def quote_string(self, text: str) -> str:
         return "'" + text.replace("'", "''") + "'"
 
+    def truncate(self, qtable: str) -> str:
+        return f"DELETE FROM {qtable}"  # SQLite has no TRUNCATE (its DELETE without WHERE is one)
+
     def boolean_literal(self, value: bool) -> str:
         return "1" if value else "0"
 
@@ -260,6 +277,9 @@ class Dialect:
 
             return json.dumps(value, separators=(",", ":"), default=_json_default)
         return value
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 class PostgresDialect(Dialect):
@@ -332,12 +352,18 @@ class PostgresDialect(Dialect):
 
         execute_batch(cur, sql, rows, page_size=500)
 
+    def truncate(self, qtable: str) -> str:
+        return f"TRUNCATE TABLE {qtable}"
+
     def table(self, name: str) -> str:
         parts = name.split(".")[-2:]  # catalog.schema.table as Confluent's TableId: the catalog is the database
         return ".".join(self.quote(p) for p in parts)
 
+    def name(self, identifier: str) -> str:
+        return identifier.translate(_ASCII_LOWER) if self.fold_case else identifier  # PostgreSQL folds ASCII only
+
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
-        parts = table.split(".")[-2:]
+        parts = [self.name(p) for p in table.split(".")[-2:]]
         schema, name = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
         if schema is None:
             cur.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
@@ -426,17 +452,72 @@ class SqliteDialect(Dialect):
 
 
 def make_dialect(config: dict[str, Any]) -> Dialect:
-    url = config["connection.url"]
+    """The dialect of Confluent's connection keys (the JDBC source's)."""
+    return dialect_for(config["connection.url"], config["connection.user"], config["connection.password"])
+
+
+def dialect_for(url: str, user: str, password: str) -> Dialect:
     if url.startswith("jdbc:sqlite:"):
         return SqliteDialect(url)
-    return PostgresDialect(url, config["connection.user"], config["connection.password"])
+    return PostgresDialect(url, user, password)
+
+
+# what a change event asks of the sink (SinkSettings.classify): write its row, delete by key, empty the table,
+# or nothing
+ROW, DELETE, TRUNCATE, SKIP = "row", "delete", "truncate", "skip"
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """What the one JDBC sink does, whichever connector's keys said it: Confluent's JdbcSinkConnector
+    (settings_from_confluent) or Debezium's (klog.connect.connectors.debezium_jdbc)."""
+
+    url: str
+    user: str
+    password: str
+    insert_mode: str  # insert | upsert | update
+    pk_mode: str  # none | kafka | record_key | record_value
+    pk_fields: list[str]
+    delete_enabled: bool
+    auto_create: bool
+    auto_evolve: bool
+    max_retries: int
+    retry_backoff_ms: int
+    offsets_table: str
+    # the record's table (None: the record is skipped); tables_by_topic: it depends on the topic alone
+    table_name: Callable[[ConnectRecord], str | None]
+    tables_by_topic: bool = True
+    # a record as a change: (ROW | DELETE | TRUNCATE | SKIP, the record whose value is the row); None: a
+    # null value is a delete (Confluent's tombstone), any other the row
+    classify: Callable[[ConnectRecord], tuple[str, ConnectRecord]] | None = None
+    keep_field: Callable[[str, str], bool] | None = None  # (topic, field): written as a column?
+    fold_unquoted: bool = False  # names folded as the database folds unquoted ones (Dialect.fold_case)
+    # how a refused create or alter names the setting that refuses it
+    create_refused: str = "auto-creation is disabled (auto.create=false)"
+    evolve_refused: str = "auto-evolution is disabled (auto.evolve=false)"
+
+
+def settings_from_confluent(props: dict[str, str]) -> SinkSettings:
+    c = JdbcSinkConnector.config_def.parse(props)
+    table_format = c["table.name.format"]
+    return SinkSettings(
+        url=c["connection.url"], user=c["connection.user"], password=c["connection.password"],
+        insert_mode=c["insert.mode"], pk_mode=c["pk.mode"], pk_fields=c["pk.fields"],
+        delete_enabled=c["delete.enabled"], auto_create=c["auto.create"], auto_evolve=c["auto.evolve"],
+        max_retries=c["max.retries"], retry_backoff_ms=c["retry.backoff.ms"],
+        offsets_table=c["exactly.once.offsets.table"],
+        table_name=lambda r: table_format.replace("${topic}", r.topic))
 
 
 class JdbcSinkTask(SinkTask):
+    settings_from: Callable[[dict[str, str]], SinkSettings] = staticmethod(settings_from_confluent)
+
     def start(self, props: dict[str, str]) -> None:
-        self.c = JdbcSinkConnector.config_def.parse(props)
-        self.dialect = make_dialect(self.c)
-        self.offsets_table = self.c["exactly.once.offsets.table"]
+        self.c = self.settings_from(props)
+        self.dialect = dialect_for(self.c.url, self.c.user, self.c.password)
+        self.dialect.fold_case = self.c.fold_unquoted
+        self.offsets_table = self.c.offsets_table
+        self.tables: dict[str, str] = {}  # topic -> its table, when the topic alone decides it
         self.columns: dict[str, set[str]] = {}  # table → its columns, as last seen
         self.statements: dict[tuple, tuple] = {}  # (table, columns, key columns) -> its INSERT statement
         # (topic, id of value schema, id of key schema) -> (value schema, key schema, table, statement, params of
@@ -479,12 +560,12 @@ class JdbcSinkTask(SinkTask):
             except self.dialect.operational_errors() as e:
                 self._drop_connection()
                 attempts += 1
-                if attempts > self.c["max.retries"]:
-                    raise RetriableError(f"database error after {self.c['max.retries']} retries: "
+                if attempts > self.c.max_retries:
+                    raise RetriableError(f"database error after {self.c.max_retries} retries: "
                                          f"{str(e).strip()}") from None
                 self.context.warn(f"connector '{self.context.connector_name}': database error, retry {attempts} of "
-                                  f"{self.c['max.retries']} in {self.c['retry.backoff.ms']} ms: {str(e).strip()}")
-                time.sleep(self.c["retry.backoff.ms"] / 1000)
+                                  f"{self.c.max_retries} in {self.c.retry_backoff_ms} ms: {str(e).strip()}")
+                time.sleep(self.c.retry_backoff_ms / 1000)
 
     def _ensure_offsets_table(self, cur) -> None:  # noqa: ANN001
         t = self.dialect.table(self.offsets_table)
@@ -513,28 +594,45 @@ class JdbcSinkTask(SinkTask):
     def _write(self, cur, records: list[ConnectRecord]) -> None:  # noqa: ANN001
         runs: list[tuple[tuple, list]] = []
         next_offsets: dict[TP, int] = {}
-        plans, columns = self.plans, self.columns
+        plans, columns, classify = self.plans, self.columns, self.c.classify
+        tables = self.tables if self.c.tables_by_topic else {}
         for r in records:
+            next_offsets[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
+            table = tables.get(r.topic)
+            if table is None:
+                table = self._table(r)
+                if table is None:
+                    continue
             op = None
-            if r.value is not None and r.value_schema is not None:
+            if classify is not None:
+                action, r = classify(r)
+                if action == SKIP:
+                    continue
+                if action == TRUNCATE:
+                    op = self._truncate(cur, table)
+                    if op is None:
+                        continue
+            if op is None and r.value is not None and r.value_schema is not None:
                 # a record of a layout seen before (the same schema objects: one per table from the
                 # converter): its statement and its parameters straight from the layout's plan
                 plan = plans.get((r.topic, id(r.value_schema), id(r.key_schema)))
-                if plan is not None and plan[0] is r.value_schema and plan[1] is r.key_schema and plan[2] in columns \
-                        and type(r.value) is dict:
+                if plan is not None and plan[0] is r.value_schema and plan[1] is r.key_schema and plan[2] == table \
+                        and table in columns and type(r.value) is dict:
                     params = plan[4](r)
                     if params is not None:
                         op = (plan[3], params)
             if op is None:
-                op = self._statement(cur, r)
+                op = self._statement(cur, r, table)
             if op is not None:
                 if runs and runs[-1][0] == op[0]:
                     runs[-1][1].append(op[1])
                 else:
                     runs.append((op[0], [op[1]]))
-            next_offsets[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
         for shape, rows in runs:
-            self.dialect.executemany(cur, shape[0], rows)
+            if shape[-1] == TRUNCATE:
+                cur.execute(shape[0])
+            else:
+                self.dialect.executemany(cur, shape[0], rows)
         p = self.dialect.param
         t = self.dialect.table(self.offsets_table)
         cur.executemany(f"INSERT INTO {t} (connector, topic, kafka_partition, next_offset) VALUES ({p}, {p}, {p}, {p}) "
@@ -542,14 +640,33 @@ class JdbcSinkTask(SinkTask):
                         "DO UPDATE SET next_offset = EXCLUDED.next_offset",
                         [(self.context.connector_name, tp[0], tp[1], o) for tp, o in next_offsets.items()])
 
-    def _statement(self, cur, r: ConnectRecord) -> tuple[tuple, tuple] | None:  # noqa: ANN001
+    def _table(self, r: ConnectRecord) -> str | None:
+        """The record's table (None: skipped, as Debezium skips a record whose name it cannot resolve),
+        remembered for its topic when the topic alone decides it."""
+        table = self.c.table_name(r)
+        if table is not None and self.c.tables_by_topic:
+            self.tables[r.topic] = table
+        if table is None:
+            self.context.warn(f"connector '{self.context.connector_name}': no table name for the record at "
+                              f"{r.topic}-{r.kafka_partition}@{r.kafka_offset}: skipped")
+        return table
+
+    def _truncate(self, cur, table: str) -> tuple[tuple, tuple] | None:  # noqa: ANN001
+        """Emptying a table (Debezium's truncate event); none for a table that does not exist."""
+        if table not in self.columns:
+            existing = self.dialect.existing_columns(cur, table)
+            if existing is None:
+                return None
+            self.columns[table] = existing
+        return (self.dialect.truncate(self.dialect.table(table)), TRUNCATE), ()
+
+    def _statement(self, cur, r: ConnectRecord, table: str) -> tuple[tuple, tuple] | None:  # noqa: ANN001
         """(sql and its shape, parameters) for one record, the table created or evolved first if allowed."""
         c, d = self.c, self.dialect
-        table = c["table.name.format"].replace("${topic}", r.topic)
         qtable = d.table(table)
-        pk_mode = c["pk.mode"]
+        pk_mode = c.pk_mode
         if r.value is None:
-            if not c["delete.enabled"]:
+            if not c.delete_enabled:
                 raise ConnectError(f"Sink connector '{self.context.connector_name}' is configured with "
                                    f"'delete.enabled=false' and therefore requires records with a non-null value, but "
                                    f"found record at (topic='{r.topic}',partition={r.kafka_partition},"
@@ -568,21 +685,23 @@ class JdbcSinkTask(SinkTask):
                                f"at "
                                f"{r.topic}-{r.kafka_partition}@{r.kafka_offset}")
         fields = fields_by_name(value_schema)
+        if c.keep_field is not None:
+            fields = {n: f for n, f in fields.items() if c.keep_field(r.topic, n)}
         pk: dict[str, tuple[Schema | None, Any]] = {}
         if pk_mode == "kafka":
-            names = c["pk.fields"] or KAFKA_PK
+            names = c.pk_fields or KAFKA_PK
             pk = {names[0]: ({"type": "string"}, r.topic), names[1]: ({"type": "int32"}, r.kafka_partition),
                   names[2]: ({"type": "int64"}, r.kafka_offset)}
         elif pk_mode == "record_key":
             pk = {k: (self._key_schema(r, k), v) for k, v in self._key_values(r).items()}
         elif pk_mode == "record_value":
-            names = c["pk.fields"] or list(fields)
+            names = c.pk_fields or list(fields)
             pk = {n: (fields.get(n), r.value.get(n)) for n in names}
         cols = {**pk, **{n: (f, r.value.get(n)) for n, f in fields.items() if n not in pk}}
         self._ensure_table(cur, table, {n: s or {"type": "string"} for n, (s, _) in cols.items()}, list(pk))
         names = list(cols)
         params = tuple(d.value(s, v) for s, v in cols.values())
-        mode = c["insert.mode"]
+        mode = c.insert_mode
         if mode != "update":  # the statement is the same for every record of a table's shape: built once
             cache_key = (qtable, tuple(names), tuple(pk))
             shape = self.statements.get(cache_key)
@@ -603,7 +722,7 @@ class JdbcSinkTask(SinkTask):
         layout alone decides the columns: a struct key with its schema, or no key columns from the key."""
         if r.value_schema is None:
             return  # schemaless: the columns come from each value (infer_schema), no layout to remember
-        pk_mode, pk_fields = self.c["pk.mode"], self.c["pk.fields"]
+        pk_mode, pk_fields = self.c.pk_mode, self.c.pk_fields
         if pk_mode == "record_key" and (r.key_schema is None or r.key_schema.get("type") != "struct"
                                         or not isinstance(r.key, dict)
                                         or list(r.key) != [f.get("field") for f in r.key_schema.get("fields", [])]):
@@ -665,15 +784,15 @@ class JdbcSinkTask(SinkTask):
                 tuple(names), "upsert")
 
     def _key_values(self, r: ConnectRecord) -> dict[str, Any]:
-        if self.c["pk.mode"] != "record_key":
+        if self.c.pk_mode != "record_key":
             raise ConnectError("deleting needs pk.mode=record_key")
         if isinstance(r.key, dict):
-            names = self.c["pk.fields"] or list(r.key)
+            names = self.c.pk_fields or list(r.key)
             return {n: r.key.get(n) for n in names}
         if r.key is None:
             raise ConnectError(f"pk.mode=record_key and the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} "
                                "has no key")
-        return {(self.c["pk.fields"] or ["__connect_key"])[0]: r.key}
+        return {(self.c.pk_fields or ["__connect_key"])[0]: r.key}
 
     @staticmethod
     def _key_schema(r: ConnectRecord, name: str) -> Schema | None:
@@ -682,27 +801,29 @@ class JdbcSinkTask(SinkTask):
         return r.key_schema or infer_schema(r.key.get(name) if isinstance(r.key, dict) else r.key)
 
     def _ensure_table(self, cur, table: str, cols: dict[str, Schema], pk: list[str]) -> None:  # noqa: ANN001
-        known = self.columns.get(table)
-        if known is not None and set(cols) <= known:
-            return
+        """Create or widen the table for `cols` (auto.create, auto.evolve); the columns compared as the
+        database keeps their names (folded: Dialect.fold_case)."""
         d = self.dialect
+        stored = {d.name(n): n for n in cols} if d.fold_case else {n: n for n in cols}  # its name -> the field
+        known = self.columns.get(table)
+        if known is not None and stored.keys() <= known:
+            return
         existing = d.existing_columns(cur, table)
         if existing is None:
-            if not self.c["auto.create"]:
-                raise ConnectError(f"Table {table} is missing and auto-creation is disabled (auto.create=false)")
+            if not self.c.auto_create:
+                raise ConnectError(f"Table {table} is missing and {self.c.create_refused}")
             defs = [d.column_spec(n, s, n in pk or _required(s)) for n, s in cols.items()]
             if pk:
                 defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
             cur.execute(f"CREATE TABLE IF NOT EXISTS {d.table(table)} ({', '.join(defs)})")
-            existing = set(cols)
-        missing = [n for n in cols if n not in existing]
+            existing = set(stored)
+        missing = [n for stored_name, n in stored.items() if stored_name not in existing]
         if missing:
-            if not self.c["auto.evolve"]:
-                raise ConnectError(f"Table {table} is missing fields {missing} and auto-evolution is disabled "
-                                   "(auto.evolve=false)")
+            if not self.c.auto_evolve:
+                raise ConnectError(f"Table {table} is missing fields {missing} and {self.c.evolve_refused}")
             for n in missing:
                 cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN {d.column_spec(n, cols[n], False)}")
-            existing |= set(missing)
+            existing |= {d.name(n) for n in missing}
         self.columns[table] = existing
 
     def flush(self, offsets: dict[TP, int]) -> None:

@@ -1,0 +1,355 @@
+"""Debezium's JDBC sink (io.debezium.connector.jdbc.JdbcSinkConnector): its keys, names, defaults and
+validation as a second face of klog's one JDBC sink (klog.connect.connectors.jdbc: the same dialects,
+statements, transactions and exactly-once offsets table; this module only maps the keys onto SinkSettings).
+
+Like Debezium's, it reads the change event envelope natively: a create, read or update (op c, r, u) writes
+`after`; a delete (op d) or a tombstone deletes by the record key when delete.enabled (else it is skipped);
+a truncate (op t) empties the table when truncate.enabled (else skipped). A flat record (after
+ExtractNewRecordState) is the row itself. Tables are named by collection.name.format (table.name.format
+before Debezium 3) with ${topic} (its dots as underscores, as DefaultCollectionNamingStrategy) and
+${source.<field>} from the envelope's source block (${source.db}, ${source.schema}, ${source.table}).
+schema.evolution=basic creates and widens tables; none writes into existing ones only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from klog.connect.api import SinkConnector
+from klog.connect.config import ConfigDef
+from klog.connect.connectors.jdbc import (
+    DELETE,
+    ROW,
+    SKIP,
+    TRUNCATE,
+    JdbcConnection,
+    JdbcSinkTask,
+    SinkSettings,
+    jdbc_url_check,
+)
+from klog.connect.data import (
+    DATE,
+    DECIMAL,
+    EPOCH,
+    TIME,
+    TIMESTAMP,
+    ConnectRecord,
+    Schema,
+    epoch_millis,
+    fields_by_name,
+    from_epoch_days,
+    from_epoch_millis,
+)
+from klog.connect.errors import ConfigError, DataError
+
+NAMING_STRATEGIES = ("io.debezium.sink.naming.DefaultCollectionNamingStrategy",
+                     "io.debezium.connector.jdbc.naming.DefaultTableNamingStrategy")  # the latter before 3.0
+COLUMN_NAMING_STRATEGIES = ("io.debezium.connector.jdbc.naming.DefaultColumnNamingStrategy",
+                            "io.debezium.sink.naming.DefaultColumnNamingStrategy")
+UTC_NAMES = ("utc", "z", "gmt", "etc/utc", "+00:00")
+SCHEMA_CHANGE = "SchemaChangeValue"  # Debezium's schema change topic's value schema names contain it
+SOURCE_PLACEHOLDER = re.compile(r"\$\{source\.(.*?)}")
+
+CONFIG = (ConfigDef()
+          .define("connection.url", check=jdbc_url_check, doc="Valid JDBC URL")
+          .define("connection.username", default="")
+          .define("connection.password", "password", "")
+          .define("insert.mode", default="insert", choices=("insert", "upsert", "update"))
+          .define("delete.enabled", "boolean", False)
+          .define("truncate.enabled", "boolean", False)
+          .define("collection.name.format", default="${topic}")
+          .define("table.name.format", default="${topic}", doc="collection.name.format's name before Debezium 3")
+          .define("collection.naming.strategy", default=NAMING_STRATEGIES[0])
+          .define("table.naming.strategy", default=NAMING_STRATEGIES[0],
+                  doc="collection.naming.strategy's name before Debezium 3")
+          .define("column.naming.strategy", default=COLUMN_NAMING_STRATEGIES[0])
+          .define("primary.key.mode", default="none",
+                  choices=("none", "kafka", "record_key", "record_value", "record_header"))
+          .define("primary.key.fields", "list", [])
+          .define("schema.evolution", default="none", choices=("none", "basic"))
+          .define("quote.identifiers", "boolean", False)
+          .define("use.time.zone", default="UTC")
+          .define("database.time_zone", default="UTC", doc="use.time.zone's name before Debezium 3")
+          .define("batch.size", "int", 500, at_least=1)
+          .define("field.include.list", "list", [])
+          .define("field.exclude.list", "list", [])
+          .define("flush.max.retries", "int", 5, at_least=0)
+          .define("flush.retry.delay.ms", "long", 1000, at_least=0)
+          .define("exactly.once.offsets.table", default="__klog_connect_offsets",
+                  doc="klog: where the consumed offsets are stored with the rows (exactly-once)"))
+
+
+def _given(props: dict[str, str], config: dict[str, Any], key: str, old: str) -> Any:
+    """A key or, when only it is set, its name before Debezium 3 (Debezium's deprecated aliases)."""
+    return config[old] if key not in props and old in props else config[key]
+
+
+# -- the change event envelope ------------------------------------------------------------------------
+def is_change_event(r: ConnectRecord) -> bool:
+    """Debezium's test: a value whose schema is named ...Envelope, or unnamed with an `op` field."""
+    schema = r.value_schema
+    if r.value is None or schema is None or type(r.value) is not dict:
+        return False
+    name = schema.get("name")
+    if name:
+        return name.endswith("Envelope")
+    return "op" in fields_by_name(schema)
+
+
+def _micros(us: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(microseconds=us)
+
+
+def _zoned(text: str) -> dt.datetime:
+    """An ISO timestamp with its offset (ZonedTimestamp) as the naive UTC datetime the sink writes."""
+    return dt.datetime.fromisoformat(text).astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def _same(default: Any) -> Any:
+    return default
+
+
+def _variable_scale(value: dict) -> decimal.Decimal:
+    """A VariableScaleDecimal ({scale, value: the unscaled big-endian bytes}) as its number."""
+    from klog.connect.converters import decimal_from_bytes
+
+    return decimal_from_bytes(value["value"], value["scale"])
+
+
+def _dropped(default: Any) -> None:
+    return None  # a default the Connect type cannot hold: the column gets none
+
+
+# Debezium's semantic types its sink writes as dates, times, timestamps and numbers (its PostgreSQL source's
+# defaults: MicroTimestamp for timestamp, Date, MicroTime, ZonedTimestamp for timestamptz, VariableScaleDecimal
+# for an unconstrained numeric) as the Connect logical type whose column the sink creates, not an integer or a
+# struct: name -> (Connect's type and name, the value as the dialect binds it, a schema default in Connect's form)
+SEMANTIC_TYPES: dict[str, tuple[str, str, Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "io.debezium.time.Date": ("int32", DATE, from_epoch_days, _same),
+    "io.debezium.time.Time": ("int32", TIME, lambda ms: from_epoch_millis(ms).time(), _same),
+    "io.debezium.time.MicroTime": ("int32", TIME, lambda us: _micros(us).time(), lambda us: us // 1000),
+    "io.debezium.time.NanoTime": ("int32", TIME, lambda ns: _micros(ns // 1000).time(), lambda ns: ns // 1_000_000),
+    "io.debezium.time.Timestamp": ("int64", TIMESTAMP, from_epoch_millis, _same),
+    "io.debezium.time.MicroTimestamp": ("int64", TIMESTAMP, _micros, lambda us: us // 1000),
+    "io.debezium.time.NanoTimestamp": ("int64", TIMESTAMP, lambda ns: _micros(ns // 1000), lambda ns: ns // 1_000_000),
+    "io.debezium.time.ZonedTimestamp": ("int64", TIMESTAMP, _zoned, lambda text: epoch_millis(_zoned(text))),
+    "io.debezium.data.VariableScaleDecimal": ("bytes", DECIMAL, _variable_scale, _dropped),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a value schema is to the sink: an envelope or a flat row; the row's schema as written (Debezium's
+    temporal fields as Connect's), and how those fields' values convert."""
+
+    schema: Schema
+    envelope: bool
+    row_schema: Schema | None
+    converters: tuple[tuple[str, Callable[[Any], Any]], ...]
+
+
+def _written_row(row: Schema | None) -> tuple[Schema | None, tuple]:
+    """The row schema with Debezium's temporal fields as Connect's logical types, and their converters."""
+    if not row or row.get("type") != "struct":
+        return row, ()
+    converters = []
+    fields = []
+    for f in row.get("fields", []):
+        semantic = SEMANTIC_TYPES.get(f.get("name") or "")
+        if semantic is None:
+            fields.append(f)
+            continue
+        kind, name, value_of, default_of = semantic
+        field = {k: v for k, v in f.items() if k not in ("fields", "default")}
+        field.update(type=kind, name=name)
+        if f.get("default") is not None and (default := default_of(f["default"])) is not None:
+            field["default"] = default
+        fields.append(field)
+        converters.append((f["field"], value_of))
+    return ({**row, "fields": fields} if converters else row), tuple(converters)
+
+
+class ChangeEvents:
+    """What each record asks of the table (jdbc.SinkSettings.classify), as Debezium's sink reads it."""
+
+    def __init__(self, delete_enabled: bool, truncate_enabled: bool) -> None:
+        self.delete = DELETE if delete_enabled else SKIP
+        self.truncate = TRUNCATE if truncate_enabled else SKIP
+        # value schema id -> its Layout: the same row schema object for every event of a table (the writer's
+        # statement plans key on it), the schema read once
+        self.layouts: dict[int, Layout] = {}
+
+    def __call__(self, r: ConnectRecord) -> tuple[str, ConnectRecord]:
+        schema = r.value_schema
+        if r.value is None:
+            return self.delete, r  # a tombstone, or a delete a transform flattened
+        if schema is None or type(r.value) is not dict:
+            return ROW, r
+        layout = self.layouts.get(id(schema))
+        if layout is None or layout.schema is not schema:
+            layout = self._layout(r)
+        if layout.envelope:
+            op = r.value.get("op")
+            if op == "d":
+                return self.delete, r.new_record(value=None, value_schema=None)
+            if op == "t":
+                return self.truncate, r
+            row = r.value.get("after")
+            if op not in ("c", "r", "u") or row is None:
+                return SKIP, r  # a logical decoding message (op m) has no row
+        elif not layout.converters:
+            return ROW, r
+        else:
+            row = r.value
+        if layout.converters:
+            row = _converted(row, layout.converters, r)
+        return ROW, ConnectRecord(r.topic, r.kafka_partition, r.key_schema, r.key, layout.row_schema, row, r.timestamp,
+                                  r.headers, kafka_offset=r.kafka_offset, raw=r.raw)
+
+    def _layout(self, r: ConnectRecord) -> Layout:
+        schema = r.value_schema
+        if SCHEMA_CHANGE in (schema.get("name") or ""):
+            raise DataError("Schema change records are not supported by JDBC connector. Adjust `topics` or "
+                            "`topics.regex` to exclude schema change topic.")
+        envelope = is_change_event(r)
+        row_schema, converters = _written_row(fields_by_name(schema).get("after") if envelope else schema)
+        if len(self.layouts) >= 1024:
+            self.layouts.clear()
+        layout = self.layouts[id(schema)] = Layout(schema, envelope, row_schema, converters)
+        return layout
+
+
+def _converted(row: dict, converters: tuple, r: ConnectRecord) -> dict:
+    row = dict(row)
+    for field, value_of in converters:
+        value = row.get(field)
+        if value is not None:
+            try:
+                row[field] = value_of(value)
+            except (OverflowError, ValueError, TypeError, KeyError) as e:  # PostgreSQL's infinity is no datetime
+                raise DataError(f"field {field} of the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset}: "
+                                f"{value!r} is no value of its type the sink can write ({e!r})") from None
+    return row
+
+
+def table_namer(name_format: str):  # noqa: ANN201 - (record) -> table name or None
+    """DefaultCollectionNamingStrategy: ${topic} with its dots as underscores, then each ${source.<field>}
+    from the change event's source block (None, the record skipped, for a record that is no change event)."""
+    def name(r: ConnectRecord) -> str | None:
+        table = name_format.replace("${topic}", r.topic.replace(".", "_"))
+        if "${source." not in table:
+            return table
+        if not is_change_event(r):
+            return None
+        source = r.value.get("source") or {}
+        return SOURCE_PLACEHOLDER.sub(lambda m: str(source.get(m.group(1))), table)
+
+    return name
+
+
+def field_filter(include: list[str], exclude: list[str]):  # noqa: ANN201 - (topic, field) -> kept
+    """Debezium's FieldFilterFactory: entries `field` or `topic:field`, matched exactly; the exclude list
+    wins when both are set (validation refuses that)."""
+    if not include and not exclude:
+        return None
+    listed = exclude or include
+    keep_listed = not exclude
+    entries = [(parts[0].strip(), parts[1].strip()) if len(parts) == 2 else (None, parts[0].strip())
+               for parts in (e.split(":") for e in listed)]
+
+    def keep(topic: str, field: str) -> bool:
+        for entry_topic, entry_field in entries:
+            if entry_field == field and (entry_topic is None or entry_topic == topic):
+                return keep_listed
+        return not keep_listed
+
+    return keep
+
+
+def settings_from_debezium(props: dict[str, str]) -> SinkSettings:
+    c = CONFIG.parse(props)
+    name_format = _given(props, c, "collection.name.format", "table.name.format")
+    evolve = c["schema.evolution"] == "basic"
+    return SinkSettings(
+        url=c["connection.url"], user=c["connection.username"], password=c["connection.password"],
+        insert_mode=c["insert.mode"], pk_mode=c["primary.key.mode"],
+        pk_fields=[] if c["primary.key.mode"] == "kafka" else c["primary.key.fields"],
+        delete_enabled=c["delete.enabled"], auto_create=evolve, auto_evolve=evolve,
+        max_retries=c["flush.max.retries"], retry_backoff_ms=c["flush.retry.delay.ms"],
+        offsets_table=c["exactly.once.offsets.table"],
+        table_name=table_namer(name_format), tables_by_topic="${source." not in name_format,
+        classify=ChangeEvents(c["delete.enabled"], c["truncate.enabled"]),
+        keep_field=field_filter(c["field.include.list"], c["field.exclude.list"]),
+        fold_unquoted=not c["quote.identifiers"],
+        create_refused="schema evolution is disabled (schema.evolution=none)",
+        evolve_refused="schema evolution is disabled (schema.evolution=none)")
+
+
+class DebeziumJdbcSinkTask(JdbcSinkTask):
+    settings_from = staticmethod(settings_from_debezium)
+
+
+class DebeziumJdbcSinkConnector(JdbcConnection, SinkConnector):
+    java_classes = ("io.debezium.connector.jdbc.JdbcSinkConnector",)
+    short_names = ("debezium-jdbc-sink",)
+    config_def = CONFIG
+    # Debezium's keys of its Hibernate pool (hibernate.*, connection.pool.*, connection.provider), its other
+    # dialects (dialect.*) and use.reduction.buffer are not defined here: the worker names them in its one warning
+    task_class = DebeziumJdbcSinkTask
+
+    def validate(self, config: dict[str, Any]) -> None:
+        super().validate(config)
+        props = self.props
+        if config["connection.url"].startswith("jdbc:postgresql:") and not config["connection.username"]:
+            raise ConfigError("connection.username", None, "Name of the database user to be used when connecting "
+                              "to the connection")
+        mode = config["primary.key.mode"]
+        if config["delete.enabled"] and mode != "record_key":
+            raise ConfigError("delete.enabled", "true", "When 'delete.enabled' is set to 'true', the "
+                              "'primary.key.mode' option must be set to 'record_key'")
+        if config["insert.mode"] == "upsert" and "primary.key.mode" not in props:
+            raise ConfigError("insert.mode", "upsert", "When using UPSERT, please define 'primary.key.mode'")
+        if config["insert.mode"] in ("upsert", "update") and mode == "none":
+            raise ConfigError("primary.key.mode", "none", f"insert.mode={config['insert.mode']} needs a primary key")
+        if mode == "record_header":
+            raise ConfigError("primary.key.mode", "record_header", "klog does not implement keys from headers; use "
+                              "record_key, record_value or kafka")
+        if config["field.include.list"] and config["field.exclude.list"]:
+            raise ConfigError("field.include.list", ",".join(config["field.include.list"]), "Cannot define both "
+                              "field.exclude.list and field.include.list; specify only one")
+        for key, old, allowed in (("collection.naming.strategy", "table.naming.strategy", NAMING_STRATEGIES),
+                                  ("column.naming.strategy", "column.naming.strategy", COLUMN_NAMING_STRATEGIES)):
+            value = _given(props, config, key, old)
+            if value not in allowed:
+                raise ConfigError(key if key in props or old not in props else old, value,
+                                  f"klog implements Debezium's default strategy only ({allowed[0]})")
+        zone_key = "database.time_zone" if "use.time.zone" not in props and "database.time_zone" in props \
+            else "use.time.zone"
+        _time_zone(zone_key, config[zone_key])
+
+    @classmethod
+    def unimplemented_in(cls, props: dict[str, str]) -> list[str]:
+        """The pgjdbc URL parameters klog does not pass on, and a time zone other than UTC (klog writes
+        temporal values as UTC instants)."""
+        zone = props.get("use.time.zone", props.get("database.time_zone", "UTC"))
+        return super().unimplemented_in(props) + ([] if zone.strip().lower() in UTC_NAMES
+                                                  else [f"use.time.zone={zone}"])
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        return [dict(self.props) for _ in range(max_tasks)]
+
+
+def _time_zone(key: str, zone: str) -> None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    if zone.strip().lower() in UTC_NAMES:
+        return
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(key, zone, "not a time zone") from None
