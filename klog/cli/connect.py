@@ -11,7 +11,8 @@ import typer
 from klog.cli.app import DataDirOpt, open_store, warn
 
 app = typer.Typer(help="Kafka Connect: run connectors between topics and files, databases, HTTP endpoints "
-                       "(Kafka's FileStream, Confluent's JDBC sink and Debezium's PostgreSQL configs run as they are).",
+                       "(Kafka's FileStream, Confluent's JDBC sink and source, Debezium's PostgreSQL and JDBC sink "
+                       "configs run as they are).",
                   no_args_is_help=True)
 
 RUN_HELP = (
