@@ -191,6 +191,11 @@ class FetchPartition:
     def has_answer(self, offset: int) -> bool:
         return self._kept is not None and self._kept[0] == offset
 
+    def has_news(self, offset: int) -> bool:
+        """An answer kept for the read from `offset` holds records or an error (not only that the
+        partition is caught up): that read has something without waiting."""
+        return self.has_answer(offset) and bool(self._kept[1].records or self._kept[1].error)  # type: ignore[index]
+
     def read(self, offset: int, max_bytes: int, upper: int | None = None) -> list[FetchedBatch]:
         """Batches holding offsets at or after `offset` (and below `upper`), at least one while the
         partition has records there: a bounded read that gets none retries until the cluster
@@ -345,18 +350,31 @@ class FetchConsumer(Consumer):
         started = time.monotonic()
         while True:
             live = [c for c in self.cursors if not c.done]  # --until stops a partition for good
-            if not live or any(c.part.has_answer(c.offset) for c in live):  # type: ignore[attr-defined]
+            if not live or any(c.part.has_news(c.offset) for c in live):  # type: ignore[attr-defined]
                 return
             # bounded as _fetch_together's: what does not fit is left to the reads that follow
             answers = self._fetcher.fetch_many({(c.topic, c.partition): (c.offset, c.part._max_bytes)  # type: ignore[attr-defined]
                                                 for c in live}, FOLLOW_WAIT_MS, max(1, self.held.room()))
             self.held.arrived(answers.values())
+            news = False
             for c in live:
                 answer = answers.get((c.topic, c.partition))
-                if answer is not None:
-                    c.part.keep(c.offset, answer)  # type: ignore[attr-defined]
-            if any(a.records or a.error for a in answers.values()):
+                if answer is None:
+                    continue
+                if answer.records or answer.error:
+                    news = True
+                elif answer.high_watermark > c.offset:
+                    # empty only because the answer's bound was spent first: not caught up, its
+                    # read asks again (kept, it would say caught up, and a busy partition before it
+                    # in every answer would hold its records back for good)
+                    news = True
+                    continue
+                # (an empty answer of a caught-up partition is kept too: its read needs no fetch)
+                c.part.keep(c.offset, answer)  # type: ignore[attr-defined]
+            if news:
                 return
+            # nothing new anywhere: wait on (the empty answers kept say caught up, not news: the
+            # wait goes on here, and on_wait sees how long it has been)
             if self.on_wait is not None:
                 self.on_wait(time.monotonic() - started)
 
