@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
+from collections.abc import Callable
 
 import pytest
 
+from klog.client import consumer as consumer_module
 from klog.client.newest import newest_records
 from klog.client.remote import fetch, fetch_consumer
 from klog.client.remote.fetch_consumer import FOLLOW_WAIT_MS, FetchConsumer
@@ -246,7 +249,7 @@ def remote_answer(remote_store: RemoteStore, topics: list[str], how: str, option
     return got
 
 
-CASES = 40
+CASES = 32
 
 
 def test_seeded_random_reads_through_the_cluster_give_the_local_stores_answer(kafka_server, store, monkeypatch):
@@ -269,3 +272,173 @@ def test_seeded_random_reads_through_the_cluster_give_the_local_stores_answer(ka
             expected = local_answer(store, topics, how, options)
             got = remote_answer(r, topics, how, options)
             assert got == expected, (case, topics, how, options, limit, share, brokers[0], hostile.how)
+
+
+FOLLOW_CASES = 8
+BURSTS = 4  # long polls that find records written just before them
+
+
+def test_seeded_random_followers_get_every_record_written_while_following_once(kafka_server, store, monkeypatch):
+    """-f from the end under budgets from 1 byte up, 1-3 brokers, hostile or not: bursts of records
+    (random partitions, sizes, codecs) written before the first long polls all come, each once and
+    in its partition's order, as the local store holds them; the wait for them is bounded (on_wait)."""
+    store.create_topic("f", 3, configs={"retention.ms": "-1"})
+    rng = random.Random(1128)
+    hostile = Hostile(rng)
+    brokers = [1]
+    monkeypatch.setattr(fetch.Fetcher, "_ask", hostile.wrap(fetch.Fetcher._ask))
+    monkeypatch.setattr(fetch, "RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(fetch_consumer, "RETRY_PAUSE_S", 0.0)
+    spread_over(monkeypatch, brokers)
+    fetch_many = fetch.Fetcher.fetch_many
+    bursts = [0]
+    written: list[int] = []
+
+    def writing_before_long_polls(self, wants, wait_ms, max_bytes=fetch.ANSWER_BYTES_MAX):  # noqa: ANN001, ANN202
+        if wait_ms == FOLLOW_WAIT_MS and bursts[0] > 0:
+            bursts[0] -= 1
+            written.append(burst(store, rng))
+        return fetch_many(self, wants, wait_ms, max_bytes)
+
+    monkeypatch.setattr(fetch.Fetcher, "fetch_many", writing_before_long_polls)
+    with remote(kafka_server.bootstrap, 1, 1) as r:
+        for case in range(FOLLOW_CASES):
+            limit = rng.choice(LIMITS)
+            share = min(limit, rng.choice((1, 100, limit, rng.randrange(1, limit + 1))))
+            brokers[0], hostile.how = rng.choice((1, 2, 3)), rng.choice((None, "moved", "oversend", "cut", "starve"))
+            hostile.moves_left = 20
+            merge, values = rng.random() < 0.5, rng.random() < 0.5
+            r.target.properties.update(props(limit, share))
+            ends = {p: store.partition("f", p).high_watermark() for p in range(3)}
+            bursts[0], written[:] = BURSTS, []
+            with r.consumer("f", start="end", follow=True, merge=merge) as c:
+                assert isinstance(c, FetchConsumer)
+                c.on_wait = give_up_after_waits(30)
+                got = followed(c, values, lambda n: bursts[0] == 0 and n >= sum(written))
+            assert_counter_sane(c, drained=False)
+            with store.consumer("f", merge=False) as local:
+                records = [r for r in local if r.offset >= ends[r.partition]]
+            where = (case, limit, share, brokers[0], hostile.how, merge, values)
+            assert len(got) == sum(written) == len(records), where
+            if values:
+                assert sorted(got, key=repr) == sorted((r.value for r in records), key=repr), where
+            else:
+                for p in range(3):
+                    assert [(o, v) for q, o, v in got if q == p] == \
+                        [(r.offset, r.value) for r in records if r.partition == p], where
+
+
+def burst(store, rng: random.Random) -> int:  # noqa: ANN001
+    """Records written to random partitions of "f" (sizes 0..300 B, none or gzip); how many."""
+    n = rng.randrange(1, 60)
+    with store.producer(compression_type=rng.choice(("none", "gzip")), batch_size=rng.choice((200, 2_000))) as p:
+        for i in range(n):
+            p.send("f", b"%d-" % i + b"f" * rng.randrange(0, 300), partition=rng.randrange(3))
+    return n
+
+
+def give_up_after_waits(waits: int):  # noqa: ANN201
+    """An on_wait that ends a follower after `waits` calls (long polls of 0.1 s that found nothing)."""
+    calls = [0]
+
+    def check(waited: float) -> None:
+        calls[0] += 1
+        if calls[0] > waits:
+            raise AssertionError(f"the follower waited {waited:.1f} s for records already written")
+    return check
+
+
+def followed(c: FetchConsumer, values: bool, enough: Callable[[int], bool]) -> list:
+    """A follower's records (values, or (partition, offset, value)) until `enough(how many)`."""
+    got: list = []
+    if values:
+        for chunk in c.value_chunks():
+            got += chunk
+            if enough(len(got)):
+                break
+    else:
+        for r in c:
+            got.append((r.partition, r.offset, r.value))
+            if enough(len(got)):
+                break
+    return got
+
+
+# -- a kept answer is never used stale ----------------------------------------------------------
+
+def three_partitions_kept(store, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """Topic "s": 3 partitions of 50 records (batches of ~10); a poll reads one partition only
+    (POLL_READ_BYTES 1 byte), so partition 0's first poll keeps partitions 1's and 2's answers."""
+    store.create_topic("s", 3, configs={"retention.ms": "-1"})
+    with store.producer(batch_size=400) as p:
+        for i in range(150):
+            p.send("s", b"s-%03d-" % i + b"x" * 20, partition=i % 3)
+    monkeypatch.setattr(consumer_module, "POLL_READ_BYTES", 1)
+
+
+def polled_all(c: FetchConsumer, got: dict[int, list[int]]) -> dict[int, list[int]]:
+    for _ in range(1_000):  # (bounded)
+        if all(cursor.done for cursor in c.cursors):
+            return got
+        for r in c.poll():
+            got.setdefault(r.partition, []).append(r.offset)
+    raise AssertionError("the polls did not reach the end")
+
+
+def first_poll(c: FetchConsumer) -> dict[int, list[int]]:
+    got: dict[int, list[int]] = {}
+    for r in c.poll():
+        got.setdefault(r.partition, []).append(r.offset)
+    assert set(got) == {0}
+    assert all(c.cursors[p].part.has_answer(0) for p in (1, 2))  # type: ignore[attr-defined]
+    return got
+
+
+def test_a_seek_gives_up_the_kept_answer_even_to_the_same_offset(kafka_server, store, monkeypatch):
+    three_partitions_kept(store, monkeypatch)
+    with remote(kafka_server.bootstrap, 1 << 20, 1 << 16) as r, r.consumer("s", merge=False) as c:
+        assert isinstance(c, FetchConsumer)
+        got = first_poll(c)
+        held = c.held.held
+        c.seek("s", 1, 30)
+        c.seek("s", 2, 0)  # (the same offset: asked again, as a local seek reads anew)
+        assert not any(c.cursors[p].part.has_answer(0) for p in (1, 2)) and c.held.held == 0 < held  # type: ignore[attr-defined]
+        got = polled_all(c, got)
+    assert got == {0: list(range(50)), 1: list(range(30, 50)), 2: list(range(50))}
+    assert_counter_sane(c)
+
+
+def test_an_answer_kept_longer_than_kept_answer_s_is_asked_again(kafka_server, store, monkeypatch):
+    """Partition 1's answer was kept, then delete-records moved its log start to 30, and the next
+    poll came later than KEPT_ANSWER_S (here 0.05 s; a Python consumer polls when it likes): its
+    records are asked again and start at 30, as a local read's do. Before: the kept answer, however
+    old, gave offsets 0..29 that were deleted (and a topic deleted meanwhile, records of a topic
+    that is no more)."""
+    three_partitions_kept(store, monkeypatch)
+    monkeypatch.setattr(fetch_consumer, "KEPT_ANSWER_S", 0.05, raising=False)
+    with remote(kafka_server.bootstrap, 1 << 20, 1 << 16) as r, r.consumer("s", merge=False) as c:
+        assert isinstance(c, FetchConsumer)
+        got = first_poll(c)
+        store.delete_records("s", before_offset=30, partitions=[1])
+        time.sleep(0.1)
+        got = polled_all(c, got)
+    assert got == {0: list(range(50)), 1: list(range(30, 50)), 2: list(range(50))}
+    assert_counter_sane(c)
+
+
+def test_an_answer_read_soon_after_it_was_kept_is_not_asked_again(kafka_server, store, monkeypatch):
+    """The read-ahead still saves the round trips: polls that follow at once use the kept answers."""
+    three_partitions_kept(store, monkeypatch)
+    asked = []
+    ask = fetch.Fetcher._ask
+
+    def counted(self, broker, wants, wait_ms, max_bytes):  # noqa: ANN001, ANN202
+        asked.append(sorted(p for _, p in wants))
+        return ask(self, broker, wants, wait_ms, max_bytes)
+
+    monkeypatch.setattr(fetch.Fetcher, "_ask", counted)
+    with remote(kafka_server.bootstrap, 1 << 20, 1 << 16) as r, r.consumer("s", merge=False) as c:
+        assert isinstance(c, FetchConsumer)
+        got = polled_all(c, first_poll(c))
+    assert got == {p: list(range(50)) for p in range(3)}
+    assert asked == [[0, 1, 2]]  # one Fetch for the three partitions, all read from it

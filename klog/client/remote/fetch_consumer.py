@@ -43,6 +43,11 @@ FETCH_MAX_BYTES = 50 << 20
 SETTINGS = ("fetch.max.bytes", "max.partition.fetch.bytes")  # the -X names, as Kafka's consumer's
 # a batch declaring more is damage (the local store's reader stops there too)
 PARTITION_BYTES_MAX = 1 << 30
+# a kept answer is read at most this long after it was fetched, else asked again: a read from it is
+# one whose Fetch took that long, never one of a log as it was minutes ago (a Python consumer polls
+# when it likes; a pipe may stall the CLI): records deleted meanwhile, of a topic deleted meanwhile.
+# A pass of reads uses its kept answers within a second or so (fetch.max.bytes of them decoded)
+KEPT_ANSWER_S = 5.0
 # -f: how long the brokers may hold the fetches of all waiting partitions together when nothing is new
 FOLLOW_WAIT_MS = 100
 RETRY_PAUSE_S = 0.02
@@ -149,8 +154,9 @@ class FetchPartition:
         self.low = low
         self.high = high
         self._at = at
-        # an answer fetched with other partitions' (or a follower's long poll), kept for read()
-        self._kept: tuple[int, PartitionAnswer] | None = None
+        # an answer fetched with other partitions' (or a follower's long poll), kept for read():
+        # (the offset it is from, the answer, when it came)
+        self._kept: tuple[int, PartitionAnswer, float] | None = None
         self._max_bytes = max_bytes
         self.where = f"{topic}-{partition} at {fetcher.store.target.label}"
         # how read() fetches when it has no answer kept: the consumer fetches every partition it
@@ -179,7 +185,7 @@ class FetchPartition:
         self.drop_kept()
         if not self.held.take(len(answer.records)):
             return False
-        self._kept = (offset, answer)
+        self._kept = (offset, answer, time.monotonic())
         return True
 
     def drop_kept(self) -> None:
@@ -189,7 +195,9 @@ class FetchPartition:
             self._kept = None
 
     def has_answer(self, offset: int) -> bool:
-        return self._kept is not None and self._kept[0] == offset
+        """An answer kept for the read from `offset`, not older than KEPT_ANSWER_S."""
+        kept = self._kept
+        return kept is not None and kept[0] == offset and time.monotonic() - kept[2] <= KEPT_ANSWER_S
 
     def has_news(self, offset: int) -> bool:
         """An answer kept for the read from `offset` holds records or an error (not only that the
@@ -202,9 +210,9 @@ class FetchPartition:
         timeout and then fails, never a silent short read. (`max_bytes`, the local store's bound
         for one read, is not the one here: a round trip costs more than a file read.)"""
         deadline = time.monotonic() + self.fetcher.store.timeout
-        kept = self._kept
+        kept = self._kept if self.has_answer(offset) else None
         self.drop_kept()  # (the read takes it over: from here it is the reader's, not held)
-        answer = kept[1] if kept is not None and kept[0] == offset else self.fetch_first(self, offset)
+        answer = kept[1] if kept is not None else self.fetch_first(self, offset)
         asked_alone: int | None = None  # the size a cut batch was last asked for alone
         while True:
             if answer.error == OFFSET_OUT_OF_RANGE:
