@@ -20,6 +20,7 @@ from klog.client.remote import fetch, fetch_consumer
 from klog.client.remote.fetch_consumer import FOLLOW_WAIT_MS, FetchConsumer
 from klog.client.remote.store import RemoteStore
 from klog.client.remote.target import ClusterTarget
+from klog.errors import KlogError
 
 
 def props(limit: int, share: int) -> dict[str, str]:
@@ -442,3 +443,47 @@ def test_an_answer_read_soon_after_it_was_kept_is_not_asked_again(kafka_server, 
         got = polled_all(c, first_poll(c))
     assert got == {p: list(range(50)) for p in range(3)}
     assert asked == [[0, 1, 2]]  # one Fetch for the three partitions, all read from it
+
+
+# -- size accounting gone wrong: bounded, never stuck, never silent -----------------------------
+
+def never_sending(monkeypatch: pytest.MonkeyPatch, partition: int, stalled_after_s: float = 8.0) -> None:
+    """A broker answering every Fetch of `partition` with no records and its true high watermark
+    (past the offset asked): records it says it has and never sends. A read still going after
+    `stalled_after_s` is stuck (the test's own bound)."""
+    ask, started = fetch.Fetcher._ask, time.monotonic()
+
+    def lying_ask(self, broker, asked, wait_ms, max_bytes):  # noqa: ANN001, ANN202
+        if time.monotonic() - started > stalled_after_s:
+            raise TimeoutError(f"stuck: still fetching after {stalled_after_s:g} s")
+        answers = ask(self, broker, asked, wait_ms, max_bytes)
+        return {w: dataclasses.replace(a, records=b"") if w[1] == partition else a for w, a in answers.items()}
+
+    monkeypatch.setattr(fetch.Fetcher, "_ask", lying_ask)
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["bounded", "follow"])
+def test_a_broker_that_never_sends_the_records_it_claims_is_one_error_within_the_timeout(kafka_server, store,
+                                                                                        monkeypatch, follow):
+    """Partition 1's answers always empty, its high watermark past the offset. A bounded read: the
+    'no records for N s' error naming it. A follower too: before, each empty answer was 'caught
+    up' and the next long poll came back at once with the same news, for ever (a spin that never
+    called on_wait: no bound of the caller's fired); now its read waits for the records as a
+    bounded read does, then the same one error."""
+    store.create_topic("t", 2)
+    with store.producer() as p:
+        for i in range(10):
+            p.send("t", b"%d" % i, partition=i % 2)
+    never_sending(monkeypatch, 1)
+    with remote(kafka_server.bootstrap, 1000, 100) as r, r.consumer("t", follow=follow, merge=False) as c:
+        assert isinstance(c, FetchConsumer)
+        r.timeout = 0.5
+        c.on_wait = give_up_after_waits(40)
+        got = []
+        started = time.monotonic()
+        with pytest.raises(KlogError, match=r"no records from t-1 .* for 0.5 s while offsets 0\.\.4 were left"):
+            for record in c:
+                got.append((record.partition, record.offset))
+        assert time.monotonic() - started < 3
+    assert got == [(0, o) for o in range(5)]
+    assert_counter_sane(c, drained=False)

@@ -232,11 +232,15 @@ class FetchPartition:
                 asked_alone = self._whole_batch_bytes(offset, answer.records, whole, asked_alone)
                 answer = self._fetch(offset, asked_alone)
                 continue
-            if upper is None:
+            # a follower reads up to the high watermark the answer gives: an empty answer below it
+            # is records owed, waited for as a bounded read waits (not 'caught up': a broker that
+            # never sends them would have the follower ask again at once, for ever)
+            end = upper if upper is not None else answer.high_watermark
+            if end <= offset:
                 return []  # caught up (a follower waits for more)
             if time.monotonic() > deadline:
                 raise KlogError(f"no records from {self.where} for {self.fetcher.store.timeout:g} s while "
-                                f"offsets {offset}..{upper - 1} were left to read")
+                                f"offsets {offset}..{end - 1} were left to read")
             time.sleep(RETRY_PAUSE_S)
             answer = self._fetch(offset)
 
