@@ -200,6 +200,9 @@ def read_all(c, how: str) -> list:  # noqa: ANN001
         return [v for chunk in c.value_chunks() for v in chunk]
     if how == "runs":
         return [(p, r[0], r[1], r[2], r[3]) for _, p, _, runs in c.record_runs() for r in runs]
+    if how == "batches":  # (--json --txn-fields: the transaction markers too)
+        return [(p, h.base_offset, h.is_control, h.producer_id, [r[0] for r in runs])
+                for _, p, h, runs in c.batch_runs(control=True)]
     if how == "chunks":
         got: dict = {}
         for _ in range(5_000):  # (bounded: far more polls than the topics need)
@@ -214,9 +217,9 @@ def read_all(c, how: str) -> list:  # noqa: ANN001
 def a_case(rng: random.Random) -> tuple[list[str], str, dict, tuple[int, int], int, str | None]:
     """(topics, how, consumer options, (fetch.max.bytes, max.partition.fetch.bytes), brokers, hostility)."""
     topics = rng.choice((["a"], ["kv"], ["a", "kv"]))
-    how = rng.choice(("records", "records", "values", "runs", "chunks", "count", "until", "start", "last"))
+    how = rng.choice(("records", "records", "values", "runs", "batches", "chunks", "count", "until", "start", "last"))
     options: dict = {"merge": rng.random() < 0.5}
-    if how == "runs" or how == "chunks":
+    if how in ("runs", "batches", "chunks"):
         options["merge"] = False
     if how == "count":
         options["count"] = rng.randrange(1, 300)
@@ -250,11 +253,12 @@ def remote_answer(remote_store: RemoteStore, topics: list[str], how: str, option
     return got
 
 
-CASES = 32
+CASES = 18
 
 
 def test_seeded_random_reads_through_the_cluster_give_the_local_stores_answer(kafka_server, store, monkeypatch):
-    """CASES seeded cases (topics, face, -n/--until/--last/start, budgets from 1 byte to 1 MiB,
+    """CASES seeded cases (topics; records, values, record runs, batch runs with the transaction
+    markers, poll_chunks; -n/--until/--last/start; budgets from 1 byte to 1 MiB,
     1 to 3 brokers, a hostile broker or none): each the local read's answer exactly, the held
     answers' counter within [0, limit] and back at 0 after a whole read."""
     fill_hard(store)
@@ -487,3 +491,23 @@ def test_a_broker_that_never_sends_the_records_it_claims_is_one_error_within_the
         assert time.monotonic() - started < 3
     assert got == [(0, o) for o in range(5)]
     assert_counter_sane(c, drained=False)
+
+
+@pytest.mark.parametrize("topic", ["a", "kv"])
+def test_the_edge_budgets_give_the_local_stores_answer(kafka_server, store, monkeypatch, topic):
+    """Each named edge, over "a" (3 partitions) and "kv" (1 partition, compacted): a budget of
+    1 byte (less than any batch), fetch.max.bytes == max.partition.fetch.bytes (no room for others:
+    every partition alone), a share of 1 byte under a roomy budget, 1 and 3 brokers; merged and one
+    after another; -n, --until and --last at 1 byte. Every read the local read's answer."""
+    fill_hard(store)
+    brokers = [1]
+    spread_over(monkeypatch, brokers)
+    with remote(kafka_server.bootstrap, 1, 1) as r:
+        for (limit, share), brokers[0], merge in [
+                ((1, 1), 1, False), ((1, 1), 3, True), ((300, 300), 3, False), ((4_000, 4_000), 1, True),
+                ((1 << 20, 1), 3, False), ((1 << 20, 1), 2, True), ((60, 1), 3, True)]:
+            r.target.properties.update(props(limit, share))
+            for how, options in [("records", {"merge": merge}), ("count", {"merge": merge, "count": 37}),
+                                 ("until", {"merge": merge, "until_ms": T0 + 200}), ("last", {"n": 41})]:
+                assert remote_answer(r, [topic], how, options) == local_answer(store, [topic], how, options), \
+                    (limit, share, brokers[0], how, options)
