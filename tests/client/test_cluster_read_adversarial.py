@@ -511,3 +511,17 @@ def test_the_edge_budgets_give_the_local_stores_answer(kafka_server, store, monk
                                  ("until", {"merge": merge, "until_ms": T0 + 200}), ("last", {"n": 41})]:
                 assert remote_answer(r, [topic], how, options) == local_answer(store, [topic], how, options), \
                     (limit, share, brokers[0], how, options)
+
+
+def test_klog_consume_under_a_1_byte_budget_prints_what_the_local_consume_prints(kafka_server, store, cli):
+    """`klog consume -b` as the user runs it (in this process): --json --txn-fields (the markers
+    too), --last, --until, -n, merged values, at fetch.max.bytes = max.partition.fetch.bytes = 1
+    over 3 partitions and a compacted one: byte for byte the output of `klog consume` of the store."""
+    fill_hard(store)
+    budget = ["-X", "fetch.max.bytes=1", "-X", "max.partition.fetch.bytes=1", "-b", kafka_server.bootstrap]
+    for args in (["a", "--json", "--txn-fields"], ["a", "kv", "--last", "57", "--json"],
+                 ["a", "--until", str(T0 + 250), "--json"], ["a", "kv", "-n", "123"], ["a", "kv"]):
+        local = cli("consume", *args)
+        remote = cli("consume", *args, *budget)
+        assert (remote.exit_code, remote.stderr) == (0, "") and local.exit_code == 0, (args, remote.stderr)
+        assert remote.stdout == local.stdout and local.stdout.count(b"\n") > 50, args
