@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import struct
 import time
 from collections.abc import Callable
 
@@ -21,6 +22,8 @@ from klog.client.remote.fetch_consumer import FOLLOW_WAIT_MS, FetchConsumer
 from klog.client.remote.store import RemoteStore
 from klog.client.remote.target import ClusterTarget
 from klog.errors import KlogError
+from klog.protocol.apis import FETCH
+from tests.cli.test_cluster_hostile_broker import HostileRelay, behind_relay
 
 
 def props(limit: int, share: int) -> dict[str, str]:
@@ -525,3 +528,57 @@ def test_klog_consume_under_a_1_byte_budget_prints_what_the_local_consume_prints
         remote = cli("consume", *args, *budget)
         assert (remote.exit_code, remote.stderr) == (0, "") and local.exit_code == 0, (args, remote.stderr)
         assert remote.stdout == local.stdout and local.stdout.count(b"\n") > 50, args
+
+
+# -- re-led on the wire: the hostile-broker relay -----------------------------------------------
+
+class EveryNthFetch:
+    """An api_key for HostileRelay that matches every `n`-th Fetch request only (the others are
+    relayed to the server)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.fetches = n, 0
+
+    def __eq__(self, api_key: object) -> bool:
+        if api_key != FETCH:
+            return False
+        self.fetches += 1
+        return self.fetches % self.n == 0
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def not_leader_answer(topic: str, partitions: int):  # noqa: ANN201
+    """A Fetch v11 answer (header v0) giving NOT_LEADER_OR_FOLLOWER for every partition of `topic`."""
+    name = topic.encode()
+
+    def answer(correlation: int) -> bytes:
+        out = struct.pack(">iihi", correlation, 0, 0, 0) + struct.pack(">i", 1)
+        out += struct.pack(">h", len(name)) + name + struct.pack(">i", partitions)
+        for p in range(partitions):  # index, error, high watermark, last stable, log start, aborted (null),
+            # preferred read replica, records (null)
+            out += struct.pack(">ihqqqiii", p, NOT_LEADER_OR_FOLLOWER, -1, -1, -1, -1, -1, -1)
+        return out
+    return answer
+
+
+def test_every_third_fetch_answered_not_leader_on_the_wire_gives_the_local_read(data_dir, store, monkeypatch):
+    """Through `klog serve` behind the hostile-broker relay, every third Fetch is answered
+    NOT_LEADER_OR_FOLLOWER for every partition (the leader moved: the metadata is asked again and
+    the fetch retried), while answers are kept for partitions read later under a small budget:
+    the records are the local read's, none lost, none twice."""
+    store.create_topic("s", 3, configs={"retention.ms": "-1"})
+    with store.producer(batch_size=400) as p:
+        for i in range(150):
+            p.send("s", b"s-%03d-" % i + b"x" * 20, partition=i % 3)
+    with store.consumer("s", merge=False) as c:
+        local = [(r.partition, r.offset, r.value) for r in c]
+    monkeypatch.setattr(fetch, "RETRY_PAUSE_S", 0.0)
+    relay = HostileRelay(EveryNthFetch(3), not_leader_answer("s", 3))  # type: ignore[arg-type]
+    with behind_relay(data_dir, relay) as bootstrap, remote(bootstrap, 2_000, 500) as r:
+        with r.consumer("s", merge=False) as c:
+            assert isinstance(c, FetchConsumer)
+            got = [(r.partition, r.offset, r.value) for r in c]
+    assert got == local
+    assert relay.hostile_sent >= 3
+    assert_counter_sane(c)
