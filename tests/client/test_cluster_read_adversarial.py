@@ -582,3 +582,30 @@ def test_every_third_fetch_answered_not_leader_on_the_wire_gives_the_local_read(
     assert got == local
     assert relay.hostile_sent >= 3
     assert_counter_sane(c)
+
+
+@pytest.mark.parametrize("declared", [-5, 0, 12, 200, (1 << 31) - 1])
+def test_a_cut_batch_declaring_any_size_is_one_error_within_the_timeout(kafka_server, store, monkeypatch, declared):
+    """A broker whose answers are only the first 20 bytes of a batch (its header cut) declaring
+    `declared` bytes of batch, whatever it is asked: negative, too small, plausible, or 2 GiB. The
+    read asks for it alone by that size (never a size of 0 or less as the answer's bound) and ends
+    in one error naming the partition within the timeout: never a hang, never an empty read."""
+    store.create_topic("t", 1)
+    with store.producer() as p:
+        p.send("t", b"v")
+    asked: list[int] = []
+
+    def cut_header(self, broker, wants, wait_ms, max_bytes):  # noqa: ANN001, ANN202
+        asked.extend(share for _, share in wants.values())
+        if len(asked) > 200:
+            raise TimeoutError("stuck: 200 fetches")
+        head = struct.pack(">qi", 0, declared - 12) + b"\0" * 8
+        return {w: fetch.PartitionAnswer(0, 1, 0, head) for w in wants}
+
+    monkeypatch.setattr(fetch.Fetcher, "_ask", cut_header)
+    monkeypatch.setattr(fetch_consumer, "RETRY_PAUSE_S", 0.0)
+    with remote(kafka_server.bootstrap, 1000, 100) as r, r.consumer("t") as c:
+        r.timeout = 0.3
+        with pytest.raises(KlogError, match="t-0"):
+            list(c)
+    assert min(asked) > 0, asked

@@ -26,7 +26,7 @@ from klog.client.remote.fetch import ANSWER_BYTES_MAX, OFFSET_OUT_OF_RANGE, Fetc
 from klog.errors import CorruptLogError, KlogError, UsageError
 from klog.protocol.errors import error_name
 from klog.store import codec
-from klog.store.format import LOG_OVERHEAD
+from klog.store.format import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from klog.store.limits import CLUSTER_PARTITION_FETCH_BYTES, MERGED_READ_BYTES_MIN
 from klog.store.log import FetchedBatch
 from klog.store.txn import READ_UNCOMMITTED
@@ -250,6 +250,9 @@ class FetchPartition:
         declares, whatever the shares (a KIP-74 broker sends a lone partition's first batch whole
         anyway; this gets it from any broker). Once asked for that, a cut again is an error."""
         size = cut_batch_bytes(records, whole)
+        if size is not None and size < RECORD_BATCH_OVERHEAD:  # (it would be the answer's bound: 0 or less)
+            raise KlogError(f"cannot read {self.where}: the batch at offset {offset} declares {size} bytes, "
+                            f"less than a batch's header")
         want = 2 * max(asked_alone or self._max_bytes, len(records)) if size is None else size
         if size is not None and asked_alone is not None and asked_alone >= size:
             raise KlogError(f"cannot read {self.where}: the broker cut the batch at offset {offset} "
