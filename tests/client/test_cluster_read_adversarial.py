@@ -609,3 +609,19 @@ def test_a_cut_batch_declaring_any_size_is_one_error_within_the_timeout(kafka_se
         with pytest.raises(KlogError, match="t-0"):
             list(c)
     assert min(asked) > 0, asked
+
+
+def test_a_topic_deleted_while_answers_are_kept_ends_the_read_in_its_error(kafka_server, store, monkeypatch):
+    """Answers of partitions 1 and 2 kept (200-byte shares: a part of each), then the topic is
+    deleted: the polls give what was fetched, each partition's records a gapless prefix, then the
+    'deleted while being read' error; never an end that looks like the whole topic."""
+    three_partitions_kept(store, monkeypatch)
+    monkeypatch.setattr(fetch, "TOPIC_GONE_S", 0.1)
+    monkeypatch.setattr(fetch, "RETRY_PAUSE_S", 0.0)
+    with remote(kafka_server.bootstrap, 1 << 20, 200) as r, r.consumer("s", merge=False) as c:
+        assert isinstance(c, FetchConsumer)
+        got = first_poll(c)
+        store.delete_topic("s")
+        with pytest.raises(KlogError, match="'s' was deleted while being read"):
+            polled_all(c, got)
+    assert got and all(offsets == list(range(len(offsets))) and len(offsets) < 50 for offsets in got.values()), got
