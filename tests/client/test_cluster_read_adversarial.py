@@ -82,7 +82,7 @@ def test_a_follower_reads_a_partition_the_answers_bound_left_out_while_another_s
     fetch_many = fetch.Fetcher.fetch_many
     long_polls = []
 
-    def busy_partition_0(self, wants, wait_ms, max_bytes=fetch.ANSWER_BYTES_MAX):  # noqa: ANN001, ANN202
+    def busy_partition_0(self, wants, wait_ms, max_bytes=fetch.ANSWER_BYTES_MAX, **options):  # noqa: ANN001, ANN202
         if wait_ms == FOLLOW_WAIT_MS:
             long_polls.append(max_bytes)
             if len(long_polls) > 12:
@@ -92,7 +92,7 @@ def test_a_follower_reads_a_partition_the_answers_bound_left_out_while_another_s
                     p.send("t", b"busy-%03d-" % i + b"b" * 100, partition=0)
                 if len(long_polls) == 1:
                     p.send("t", b"quiet", partition=1)
-        return fetch_many(self, wants, wait_ms, max_bytes)
+        return fetch_many(self, wants, wait_ms, max_bytes, **options)
 
     monkeypatch.setattr(fetch.Fetcher, "fetch_many", busy_partition_0)
     with remote(kafka_server.bootstrap, 100, 100) as r, r.consumer("t", start="end", follow=True) as c:
@@ -302,11 +302,11 @@ def test_seeded_random_followers_get_every_record_written_while_following_once(k
     bursts = [0]
     written: list[int] = []
 
-    def writing_before_long_polls(self, wants, wait_ms, max_bytes=fetch.ANSWER_BYTES_MAX):  # noqa: ANN001, ANN202
+    def writing_before_long_polls(self, wants, wait_ms, max_bytes=fetch.ANSWER_BYTES_MAX, **options):  # noqa: ANN001, ANN202
         if wait_ms == FOLLOW_WAIT_MS and bursts[0] > 0:
             bursts[0] -= 1
             written.append(burst(store, rng))
-        return fetch_many(self, wants, wait_ms, max_bytes)
+        return fetch_many(self, wants, wait_ms, max_bytes, **options)
 
     monkeypatch.setattr(fetch.Fetcher, "fetch_many", writing_before_long_polls)
     with remote(kafka_server.bootstrap, 1, 1) as r:
@@ -625,3 +625,27 @@ def test_a_topic_deleted_while_answers_are_kept_ends_the_read_in_its_error(kafka
         with pytest.raises(KlogError, match="'s' was deleted while being read"):
             polled_all(c, got)
     assert got and all(offsets == list(range(len(offsets))) and len(offsets) < 50 for offsets in got.values()), got
+
+
+def test_a_partition_without_a_leader_does_not_hold_back_the_read_of_another(kafka_server, store, monkeypatch):
+    """Partition 1 has no leader (its broker is down). Reading partition 0's first records (-n 5,
+    one partition after another) fetches partition 1 along for later, but its failure is its own
+    read's: partition 0's records come at once, as through a local read. Before: partition 0's
+    read retried partition 1 with it until the cluster timeout, then failed naming partition 1."""
+    store.create_topic("t", 2)
+    with store.producer() as p:
+        for i in range(20):
+            p.send("t", b"%d" % i, partition=i % 2)
+    leaders = RemoteStore.leaders
+    monkeypatch.setattr(RemoteStore, "leaders", lambda self, topic: {**leaders(self, topic), 1: None})
+    with remote(kafka_server.bootstrap, 1 << 20, 1 << 16) as r, r.consumer("t", merge=False, count=5) as c:
+        r.timeout = 1.0
+        started = time.monotonic()
+        got = [(record.partition, record.offset) for record in c]
+        took = time.monotonic() - started
+    assert got == [(0, o) for o in range(5)]
+    assert took < 0.9, took  # (not the 1 s timeout)
+    with remote(kafka_server.bootstrap, 1 << 20, 1 << 16) as r, r.consumer("t", merge=False) as c:
+        r.timeout = 0.3
+        with pytest.raises(KlogError, match="cannot read t-1 .* names no leader"):
+            list(c)

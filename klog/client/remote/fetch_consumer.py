@@ -338,7 +338,7 @@ class FetchConsumer(Consumer):
             return asking._fetch(offset)
         wants = {(asking.topic, asking.partition): (offset, asking._max_bytes)}
         wants.update({(c.topic, c.partition): (c.offset, c.part._max_bytes) for c in others})  # type: ignore[attr-defined]
-        answers = self._fetcher.fetch_many(wants, 0, room)
+        answers = self._fetcher.fetch_many(wants, 0, room, retry_others=False)  # (the others' failures: their reads')
         self.held.arrived(answers.values())
         for c in others:
             answer = answers.get((c.topic, c.partition))  # (none: left out once the bound was spent)
