@@ -9,7 +9,8 @@ output is the local store's by construction.
 
 Memory: an answer fetched for a partition with another's read waits for that partition's read;
 those kept answers share one bound over every broker, -X fetch.max.bytes (HeldAnswers), and each
-partition's answer has its own, -X max.partition.fetch.bytes (Kafka's names; defaults below).
+partition's answer has its own, -X max.partition.fetch.bytes (Kafka's names; defaults below). A
+kept answer is read within KEPT_ANSWER_S or asked again; a seek or a stop gives it up.
 
 read_committed stays on librdkafka (RemoteConsumer): skipping aborted transactions needs the
 aborted ranges each Fetch answer lists, which the local reader takes from the store instead.
