@@ -75,7 +75,7 @@ class Fetcher:
         return self.fetch_many({(topic, partition): (offset, max_bytes)}, wait_ms, max_bytes)[(topic, partition)]
 
     def fetch_many(self, wants: dict[Where, tuple[int, int]], wait_ms: int,
-                   max_bytes: int = ANSWER_BYTES_MAX) -> dict[Where, PartitionAnswer]:
+                   max_bytes: int = ANSWER_BYTES_MAX, *, retry_others: bool = True) -> dict[Where, PartitionAnswer]:
         """Each (topic, partition) of `wants` from its (offset, max_bytes), in one Fetch per leader
         broker (as librdkafka fetches every partition of a broker together: 1,000 partitions are a
         few round trips, not 1,000). A moved leader or a lost connection is retried (metadata asked
@@ -87,7 +87,11 @@ class Fetcher:
         what the answers before it left; once that is spent, the partitions of the brokers not yet
         asked are left out of the result (the first want never is). A broker sends the first batch
         of its first partition whole even past the bound (KIP-74), so the answers carry at most
-        `max_bytes` plus one batch, and a batch larger than any bound still comes."""
+        `max_bytes` plus one batch, and a batch larger than any bound still comes.
+
+        `retry_others` False: a want other than the first that fails (no leader, a moved leader, a
+        broker gone) is left out at once, not retried with the first (a read fetching others along
+        for later must not wait on, nor fail for, a partition it is not reading)."""
         deadline = time.monotonic() + self.store.timeout
         missing_since: float | None = None
         out: dict[Where, PartitionAnswer] = {}
@@ -108,11 +112,11 @@ class Fetcher:
                 if left <= 0 and first not in asked:
                     continue  # the bound is spent: left out, not retried
                 left -= self._ask_leader(leader, asked, wait_ms, max(1, min(left, ANSWER_BYTES_MAX)), out, failed)
-            pending = {where: pending[where] for where in failed}
+            pending = {where: pending[where] for where in failed if retry_others or where == first}
             if not pending:
                 return out
             if time.monotonic() > deadline:
-                topic, partition = next(iter(failed))
+                topic, partition = first if first in failed else next(iter(failed))
                 raise KlogError(f"cannot read {topic}-{partition} from {self.store.target.label} within "
                                 f"{self.store.timeout:g} s: {failed[(topic, partition)]}")
             time.sleep(RETRY_PAUSE_S)

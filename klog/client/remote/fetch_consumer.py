@@ -9,7 +9,8 @@ output is the local store's by construction.
 
 Memory: an answer fetched for a partition with another's read waits for that partition's read;
 those kept answers share one bound over every broker, -X fetch.max.bytes (HeldAnswers), and each
-partition's answer has its own, -X max.partition.fetch.bytes (Kafka's names; defaults below).
+partition's answer has its own, -X max.partition.fetch.bytes (Kafka's names; defaults below). A
+kept answer is read within KEPT_ANSWER_S or asked again; a seek or a stop gives it up.
 
 read_committed stays on librdkafka (RemoteConsumer): skipping aborted transactions needs the
 aborted ranges each Fetch answer lists, which the local reader takes from the store instead.
@@ -26,7 +27,7 @@ from klog.client.remote.fetch import ANSWER_BYTES_MAX, OFFSET_OUT_OF_RANGE, Fetc
 from klog.errors import CorruptLogError, KlogError, UsageError
 from klog.protocol.errors import error_name
 from klog.store import codec
-from klog.store.format import LOG_OVERHEAD
+from klog.store.format import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from klog.store.limits import CLUSTER_PARTITION_FETCH_BYTES, MERGED_READ_BYTES_MIN
 from klog.store.log import FetchedBatch
 from klog.store.txn import READ_UNCOMMITTED
@@ -43,6 +44,11 @@ FETCH_MAX_BYTES = 50 << 20
 SETTINGS = ("fetch.max.bytes", "max.partition.fetch.bytes")  # the -X names, as Kafka's consumer's
 # a batch declaring more is damage (the local store's reader stops there too)
 PARTITION_BYTES_MAX = 1 << 30
+# a kept answer is read at most this long after it was fetched, else asked again: a read from it is
+# one whose Fetch took that long, never one of a log as it was minutes ago (a Python consumer polls
+# when it likes; a pipe may stall the CLI): records deleted meanwhile, of a topic deleted meanwhile.
+# A pass of reads uses its kept answers within a second or so (fetch.max.bytes of them decoded)
+KEPT_ANSWER_S = 5.0
 # -f: how long the brokers may hold the fetches of all waiting partitions together when nothing is new
 FOLLOW_WAIT_MS = 100
 RETRY_PAUSE_S = 0.02
@@ -149,8 +155,9 @@ class FetchPartition:
         self.low = low
         self.high = high
         self._at = at
-        # an answer fetched with other partitions' (or a follower's long poll), kept for read()
-        self._kept: tuple[int, PartitionAnswer] | None = None
+        # an answer fetched with other partitions' (or a follower's long poll), kept for read():
+        # (the offset it is from, the answer, when it came)
+        self._kept: tuple[int, PartitionAnswer, float] | None = None
         self._max_bytes = max_bytes
         self.where = f"{topic}-{partition} at {fetcher.store.target.label}"
         # how read() fetches when it has no answer kept: the consumer fetches every partition it
@@ -179,7 +186,7 @@ class FetchPartition:
         self.drop_kept()
         if not self.held.take(len(answer.records)):
             return False
-        self._kept = (offset, answer)
+        self._kept = (offset, answer, time.monotonic())
         return True
 
     def drop_kept(self) -> None:
@@ -189,7 +196,14 @@ class FetchPartition:
             self._kept = None
 
     def has_answer(self, offset: int) -> bool:
-        return self._kept is not None and self._kept[0] == offset
+        """An answer kept for the read from `offset`, not older than KEPT_ANSWER_S."""
+        kept = self._kept
+        return kept is not None and kept[0] == offset and time.monotonic() - kept[2] <= KEPT_ANSWER_S
+
+    def has_news(self, offset: int) -> bool:
+        """An answer kept for the read from `offset` holds records or an error (not only that the
+        partition is caught up): that read has something without waiting."""
+        return self.has_answer(offset) and bool(self._kept[1].records or self._kept[1].error)  # type: ignore[index]
 
     def read(self, offset: int, max_bytes: int, upper: int | None = None) -> list[FetchedBatch]:
         """Batches holding offsets at or after `offset` (and below `upper`), at least one while the
@@ -197,9 +211,9 @@ class FetchPartition:
         timeout and then fails, never a silent short read. (`max_bytes`, the local store's bound
         for one read, is not the one here: a round trip costs more than a file read.)"""
         deadline = time.monotonic() + self.fetcher.store.timeout
-        kept = self._kept
+        kept = self._kept if self.has_answer(offset) else None
         self.drop_kept()  # (the read takes it over: from here it is the reader's, not held)
-        answer = kept[1] if kept is not None and kept[0] == offset else self.fetch_first(self, offset)
+        answer = kept[1] if kept is not None else self.fetch_first(self, offset)
         asked_alone: int | None = None  # the size a cut batch was last asked for alone
         while True:
             if answer.error == OFFSET_OUT_OF_RANGE:
@@ -219,11 +233,15 @@ class FetchPartition:
                 asked_alone = self._whole_batch_bytes(offset, answer.records, whole, asked_alone)
                 answer = self._fetch(offset, asked_alone)
                 continue
-            if upper is None:
+            # a follower reads up to the high watermark the answer gives: an empty answer below it
+            # is records owed, waited for as a bounded read waits (not 'caught up': a broker that
+            # never sends them would have the follower ask again at once, for ever)
+            end = upper if upper is not None else answer.high_watermark
+            if end <= offset:
                 return []  # caught up (a follower waits for more)
             if time.monotonic() > deadline:
                 raise KlogError(f"no records from {self.where} for {self.fetcher.store.timeout:g} s while "
-                                f"offsets {offset}..{upper - 1} were left to read")
+                                f"offsets {offset}..{end - 1} were left to read")
             time.sleep(RETRY_PAUSE_S)
             answer = self._fetch(offset)
 
@@ -233,6 +251,9 @@ class FetchPartition:
         declares, whatever the shares (a KIP-74 broker sends a lone partition's first batch whole
         anyway; this gets it from any broker). Once asked for that, a cut again is an error."""
         size = cut_batch_bytes(records, whole)
+        if size is not None and size < RECORD_BATCH_OVERHEAD:  # (it would be the answer's bound: 0 or less)
+            raise KlogError(f"cannot read {self.where}: the batch at offset {offset} declares {size} bytes, "
+                            f"less than a batch's header")
         want = 2 * max(asked_alone or self._max_bytes, len(records)) if size is None else size
         if size is not None and asked_alone is not None and asked_alone >= size:
             raise KlogError(f"cannot read {self.where}: the broker cut the batch at offset {offset} "
@@ -318,7 +339,7 @@ class FetchConsumer(Consumer):
             return asking._fetch(offset)
         wants = {(asking.topic, asking.partition): (offset, asking._max_bytes)}
         wants.update({(c.topic, c.partition): (c.offset, c.part._max_bytes) for c in others})  # type: ignore[attr-defined]
-        answers = self._fetcher.fetch_many(wants, 0, room)
+        answers = self._fetcher.fetch_many(wants, 0, room, retry_others=False)  # (the others' failures: their reads')
         self.held.arrived(answers.values())
         for c in others:
             answer = answers.get((c.topic, c.partition))  # (none: left out once the bound was spent)
@@ -345,18 +366,31 @@ class FetchConsumer(Consumer):
         started = time.monotonic()
         while True:
             live = [c for c in self.cursors if not c.done]  # --until stops a partition for good
-            if not live or any(c.part.has_answer(c.offset) for c in live):  # type: ignore[attr-defined]
+            if not live or any(c.part.has_news(c.offset) for c in live):  # type: ignore[attr-defined]
                 return
             # bounded as _fetch_together's: what does not fit is left to the reads that follow
             answers = self._fetcher.fetch_many({(c.topic, c.partition): (c.offset, c.part._max_bytes)  # type: ignore[attr-defined]
                                                 for c in live}, FOLLOW_WAIT_MS, max(1, self.held.room()))
             self.held.arrived(answers.values())
+            news = False
             for c in live:
                 answer = answers.get((c.topic, c.partition))
-                if answer is not None:
-                    c.part.keep(c.offset, answer)  # type: ignore[attr-defined]
-            if any(a.records or a.error for a in answers.values()):
+                if answer is None:
+                    continue
+                if answer.records or answer.error:
+                    news = True
+                elif answer.high_watermark > c.offset:
+                    # empty only because the answer's bound was spent first: not caught up, its
+                    # read asks again (kept, it would say caught up, and a busy partition before it
+                    # in every answer would hold its records back for good)
+                    news = True
+                    continue
+                # (an empty answer of a caught-up partition is kept too: its read needs no fetch)
+                c.part.keep(c.offset, answer)  # type: ignore[attr-defined]
+            if news:
                 return
+            # nothing new anywhere: wait on (the empty answers kept say caught up, not news: the
+            # wait goes on here, and on_wait sees how long it has been)
             if self.on_wait is not None:
                 self.on_wait(time.monotonic() - started)
 
