@@ -97,8 +97,10 @@ class TransactionService:
         if self.created_total >= self.ids_max:
             return f"every client created {self.created_total} transactional ids that still exist, at most " \
                    f"{self.ids_max}"
-        self.created.setdefault(key, mine).add(tid)
-        self.created_total += 1
+        ids = self.created.setdefault(key, mine)
+        if tid not in ids:  # (the same new id admitted twice at once is counted once)
+            ids.add(tid)
+            self.created_total += 1
         return None
 
     async def _forget_gone(self, ctx: RequestContext, id_sets: list[set[str]]) -> None:

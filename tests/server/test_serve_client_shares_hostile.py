@@ -147,3 +147,23 @@ def test_shares_given_back_are_forgotten_after_a_flood_of_addresses():
         assert machine.delete(f"g{i}") == E.none
     assert (machine.principal_bytes, machine.principal_members, machine.principal_groups) == ({}, {}, {})
     assert machine.members == 0 and machine.metadata_bytes == 0 and not machine.groups
+
+
+def test_the_same_new_transactional_id_admitted_twice_at_once_counts_once(kafka_server):
+    """Two InitProducerIds of one new id from one client, each waiting on the store at once: both
+    admitted, the id counted once in the pool (a count that only grew would refuse an empty pool)."""
+    import types
+
+    service = kafka_server.transactions
+
+    async def run_blocking(fn, *args):
+        await asyncio.sleep(0)  # the other request runs meanwhile, as in the thread pool
+        return fn(*args)
+
+    ctx = types.SimpleNamespace(share_key=f"User:ANONYMOUS at {A}", run_blocking=run_blocking)
+
+    async def both() -> list:
+        return await asyncio.gather(service.admit(ctx, "same"), service.admit(ctx, "same"))
+
+    assert asyncio.run(both()) == [None, None]
+    assert service.created == {f"User:ANONYMOUS at {A}": {"same"}} and service.created_total == 1
