@@ -76,6 +76,14 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
         wanted = list(dict.fromkeys((t.name, getattr(t, "topic_id", None)) for t in request.topics))
     auto = ctx.store.auto_create_enabled() and getattr(request, "allow_auto_topic_creation", True)
     found = await ctx.run_blocking(_lookup, ctx, wanted, auto)
+    # v8+: what the caller may do to each topic answered, when asked (librdkafka's describe_topics
+    # with include_authorized_operations), and v8-v10 to the cluster; else the schema's default
+    ops: dict[str, int] = {}
+    if version >= 8 and getattr(request, "include_topic_authorized_operations", False):
+        ops = await ctx.run_blocking(_topics_operations, ctx, [name for name, _, meta, _ in found if meta is not None])
+    cluster_ops = NO_OPERATIONS
+    if 8 <= version <= 10 and getattr(request, "include_cluster_authorized_operations", False):
+        cluster_ops = await ctx.run_blocking(cluster_operations, ctx)
     node = ctx.broker.node_id
     topics = []
     for name, tid, meta, err in found:
@@ -89,11 +97,12 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                           for i, pm in enumerate(meta.partitions))
         topics.append(make(mod.MetadataResponseTopic, error_code=err, name=name,
                            topic_id=topic_uuid(tid) if tid else ZERO_UUID, is_internal=name in INTERNAL_TOPICS,
-                           partitions=parts))
+                           partitions=parts, topic_authorized_operations=ops.get(name, NO_OPERATIONS)))
     broker = make(mod.MetadataResponseBroker, node_id=node, host=ctx.broker.host, port=ctx.broker.port,
                   rack=ctx.broker.rack)
     return make(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=(broker,),
-                cluster_id=ctx.broker.cluster_id, controller_id=node, topics=tuple(topics))
+                cluster_id=ctx.broker.cluster_id, controller_id=node, topics=tuple(topics),
+                cluster_authorized_operations=cluster_ops)
 
 
 # -- DescribeTopicPartitions (KIP-966): what Kafka 3.9's admin client asks first in describeTopics ---------
@@ -103,11 +112,26 @@ PARTITION_LIMIT_MAX = 2000  # Kafka's max.request.partition.size.limit
 # ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS, as AclOperation codes
 TOPIC_OPERATION_BITS = (("READ", 3), ("WRITE", 4), ("CREATE", 5), ("DELETE", 6), ("ALTER", 7), ("DESCRIBE", 8),
                         ("DESCRIBE_CONFIGS", 10), ("ALTER_CONFIGS", 11))
+# and on the cluster: CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
+CLUSTER_OPERATION_BITS = (("CREATE", 5), ("ALTER", 7), ("DESCRIBE", 8), ("CLUSTER_ACTION", 9),
+                          ("DESCRIBE_CONFIGS", 10), ("ALTER_CONFIGS", 11), ("IDEMPOTENT_WRITE", 12))
+NO_OPERATIONS = -(2**31)  # the schemas' default: operations not asked for
 
 
 def topic_operations(ctx: RequestContext, name: str) -> int:
     """The 32-bit field of what the caller may do to topic `name` (all of them without ACLs)."""
     return sum(1 << bit for op, bit in TOPIC_OPERATION_BITS if ctx.authorize(op, "TOPIC", name))
+
+
+def _topics_operations(ctx: RequestContext, names: list[str]) -> dict[str, int]:
+    return {name: topic_operations(ctx, name) for name in names}
+
+
+def cluster_operations(ctx: RequestContext) -> int:
+    """What the caller may do to the cluster, as Metadata v8-v10 answers it: 0 without DESCRIBE on it."""
+    if not ctx.authorize("DESCRIBE", "CLUSTER", "kafka-cluster"):
+        return 0
+    return sum(1 << bit for op, bit in CLUSTER_OPERATION_BITS if ctx.authorize(op, "CLUSTER", "kafka-cluster"))
 
 
 def _unknown_topic_error(name: str) -> E:

@@ -34,8 +34,11 @@ def _elect_leaders(ctx: RequestContext, request: Any) -> Any:
     if not ctx.authorize("ALTER", "CLUSTER", CLUSTER):
         return _election_refused(mod, request, E.cluster_authorization_failed,
                                  f"{ctx.principal} may not alter the cluster")
+    if request.topic_partitions is not None and not request.topic_partitions:
+        # Kafka's controller answers an empty list before it reads the election type: nothing to do
+        return make(mod.ElectLeadersResponse, throttle_time=NO_THROTTLE, error_code=E.none, replica_election_results=())
     if election not in (PREFERRED, UNCLEAN):
-        return _election_refused(mod, request, E.invalid_request, f"unknown election type {election}")
+        return _election_refused(mod, request, E.invalid_request, f"Unknown election type {election}")
     results = []
     if request.topic_partitions is None:  # every partition: those already led as wanted are left out (all)
         results = [make(mod.ReplicaElectionResult, topic=t.name, partition_result=())

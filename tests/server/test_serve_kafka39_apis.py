@@ -140,3 +140,60 @@ def test_under_acls_each_answers_as_kafka_does(data_dir):
                 client.close()
     finally:
         store.close()
+
+
+def test_confluent_kafka_admin_describes_topics_and_elects_leaders(topics, kafka_server):
+    """librdkafka's AdminClient (confluent-kafka) reads the answers as Kafka's: describe_topics (with
+    the caller's operations), elect_leaders of named partitions (preferred and unclean: not needed,
+    unknown ones refused) and of every partition (none listed)."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+
+    client = AdminClient({"bootstrap.servers": kafka_server.bootstrap, "log_level": 0})
+    described = client.describe_topics(ck.TopicCollection(["t2", "nope"]), include_authorized_operations=True,
+                                       request_timeout=15)
+    t2 = described["t2"].result(15)
+    assert [(p.id, p.leader.id, [r.id for r in p.replicas]) for p in t2.partitions] == [
+        (0, kafka_server.node_id, [kafka_server.node_id]), (1, kafka_server.node_id, [kafka_server.node_id])]
+    assert ck.admin.AclOperation.DESCRIBE in t2.authorized_operations
+    with pytest.raises(ck.KafkaException) as refused:
+        described["nope"].result(15)
+    assert refused.value.args[0].code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
+    for election in (ck.ElectionType.PREFERRED, ck.ElectionType.UNCLEAN):
+        got = client.elect_leaders(election, [ck.TopicPartition("t2", 1), ck.TopicPartition("t5", 9)]).result(15)
+        assert {(tp.topic, tp.partition): error.code() for tp, error in got.items()} == {
+            ("t2", 1): ck.KafkaError.ELECTION_NOT_NEEDED, ("t5", 9): ck.KafkaError.UNKNOWN_TOPIC_OR_PART}
+    assert client.elect_leaders(ck.ElectionType.PREFERRED, None).result(15) == {}
+
+
+def test_metadata_answers_the_authorized_operations_asked_for(data_dir):
+    """Metadata v8+ with include_topic_authorized_operations (how librdkafka's describe_topics asks,
+    as Kafka answers it): each topic answered gets what the caller may do to it; v8-v10's cluster
+    operations are 0 without DESCRIBE on the cluster. Not asked: the schema's default."""
+    import klog
+    from klog.meta.acls import AclsMeta
+    from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+    from klog.server import Server
+
+    store = klog.open(data_dir)
+    store.create_topic("t2", 2)
+    store.create_topic("t5", 5)
+    AclsMeta(store.meta).add([AclBinding(ResourceType.TOPIC, "t2", PatternType.LITERAL, "User:ANONYMOUS", "*",
+                                         Operation.READ, Permission.ALLOW)])
+    from kio.schema.metadata.v10.request import MetadataRequestTopic
+
+    try:
+        with Server(store=store, listen=("127.0.0.1", 0), idle_ms=30_000) as server, RawClient(server.port) as raw:
+            def ask(include: bool) -> tuple:
+                answer = raw.send(3, 10, topics=(MetadataRequestTopic(name="t2", topic_id=None),
+                                                 MetadataRequestTopic(name="t5", topic_id=None)),
+                                  allow_auto_topic_creation=False, include_cluster_authorized_operations=include,
+                                  include_topic_authorized_operations=include)
+                return {t.name: (int(t.error_code), t.topic_authorized_operations) for t in answer.topics}, \
+                    answer.cluster_authorized_operations
+
+            none = -(2**31)
+            assert ask(True) == ({"t2": (0, 1 << 3 | 1 << 8), "t5": (29, none)}, 0)  # READ implies DESCRIBE
+            assert ask(False) == ({"t2": (0, none), "t5": (29, none)}, none)
+    finally:
+        store.close()
