@@ -44,7 +44,7 @@ from klog.connect.data import (
     infer_schema,
     primitive,
 )
-from klog.connect.errors import ConfigError, ConnectError, RetriableError
+from klog.connect.errors import ConfigError, ConnectError, DataError, RetriableError
 
 KAFKA_PK = ["__connect_topic", "__connect_partition", "__connect_offset"]
 UNIMPLEMENTED = frozenset({"dialect.name", "table.types", "db.timezone", "mssql.use.merge.holdlock",
@@ -200,6 +200,15 @@ class Dialect:
 
     def quote(self, name: str) -> str:
         return '"' + self.name(name).replace('"', '""') + '"'
+
+    def identifier_problem(self, name: str) -> str | None:
+        """Why `name` cannot be one table or column name as written (None: it can). Every name is quoted,
+        so quotes, spaces and semicolons are part of the name; these are what quoting cannot carry."""
+        if not name:
+            return "is empty"
+        if "\x00" in name:
+            return "holds a NUL character"
+        return None
 
     def table(self, name: str) -> str:
         return self.quote(name)
@@ -362,6 +371,14 @@ class PostgresDialect(Dialect):
     def name(self, identifier: str) -> str:
         return identifier.translate(_ASCII_LOWER) if self.fold_case else identifier  # PostgreSQL folds ASCII only
 
+    def identifier_problem(self, name: str) -> str | None:
+        """PostgreSQL cuts a longer name to its first 63 bytes (NAMEDATALEN - 1) with a notice: two long
+        names sharing them would be one table or column."""
+        problem = super().identifier_problem(name)
+        if problem is None and len(self.name(name).encode()) > 63:
+            return "is longer than PostgreSQL's 63 bytes (it would be cut short, silently)"
+        return problem
+
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         parts = [self.name(p) for p in table.split(".")[-2:]]
         schema, name = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
@@ -438,6 +455,12 @@ class SqliteDialect(Dialect):
 
     def sql_type(self, schema: Schema) -> str:
         return "NUMERIC" if schema.get("name") == DECIMAL else self.types.get(schema.get("type", "string"), "TEXT")
+
+    def identifier_problem(self, name: str) -> str | None:
+        problem = super().identifier_problem(name)
+        if problem is None and name.lower().startswith("sqlite_"):
+            return "is reserved by SQLite (sqlite_...)"  # its refusal is an OperationalError, retried as a lost link
+        return problem
 
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         cur.execute(f"PRAGMA table_info({self.table(table)})")
@@ -523,6 +546,7 @@ class JdbcSinkTask(SinkTask):
         # (topic, id of value schema, id of key schema) -> (value schema, key schema, table, statement, params of
         # a record): see _plan
         self.plans: dict[tuple, tuple] = {}
+        self.sound_names: set[str] = set()  # column names identifier_problem passed (checked once each)
         self.conn = None
         self._with_retries(self._ensure_offsets_table)
 
@@ -598,36 +622,39 @@ class JdbcSinkTask(SinkTask):
         tables = self.tables if self.c.tables_by_topic else {}
         for r in records:
             next_offsets[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
-            table = tables.get(r.topic)
-            if table is None:
-                table = self._table(r)
+            try:
+                table = tables.get(r.topic)
                 if table is None:
-                    continue
-            op = None
-            if classify is not None:
-                action, r = classify(r)
-                if action == SKIP:
-                    continue
-                if action == TRUNCATE:
-                    op = self._truncate(cur, table)
-                    if op is None:
+                    table = self._table(r)
+                    if table is None:
                         continue
-            if op is None and r.value is not None and r.value_schema is not None:
-                # a record of a layout seen before (the same schema objects: one per table from the
-                # converter): its statement and its parameters straight from the layout's plan
-                plan = plans.get((r.topic, id(r.value_schema), id(r.key_schema)))
-                if plan is not None and plan[0] is r.value_schema and plan[1] is r.key_schema and plan[2] == table \
-                        and table in columns and type(r.value) is dict:
-                    params = plan[4](r)
-                    if params is not None:
-                        op = (plan[3], params)
-            if op is None:
-                op = self._statement(cur, r, table)
-            if op is not None:
-                if runs and runs[-1][0] == op[0]:
-                    runs[-1][1].append(op[1])
-                else:
-                    runs.append((op[0], [op[1]]))
+                op = None
+                if classify is not None:
+                    action, r = classify(r)
+                    if action == SKIP:
+                        continue
+                    if action == TRUNCATE:
+                        op = self._truncate(cur, table)
+                        if op is None:
+                            continue
+                if op is None and r.value is not None and r.value_schema is not None:
+                    # a record of a layout seen before (the same schema objects: one per table from the
+                    # converter): its statement and its parameters straight from the layout's plan
+                    plan = plans.get((r.topic, id(r.value_schema), id(r.key_schema)))
+                    if plan is not None and plan[0] is r.value_schema and plan[1] is r.key_schema and plan[2] == table \
+                            and table in columns and type(r.value) is dict:
+                        params = plan[4](r)
+                        if params is not None:
+                            op = (plan[3], params)
+                if op is None:
+                    op = self._statement(cur, r, table)
+                if op is not None:
+                    if runs and runs[-1][0] == op[0]:
+                        runs[-1][1].append(op[1])
+                    else:
+                        runs.append((op[0], [op[1]]))
+            except DataError as e:  # this record's fault: to errors.tolerance and the DLQ, the batch goes on
+                self._reject(r, e)
         for shape, rows in runs:
             if shape[-1] == TRUNCATE:
                 cur.execute(shape[0])
@@ -644,12 +671,44 @@ class JdbcSinkTask(SinkTask):
         """The record's table (None: skipped, as Debezium skips a record whose name it cannot resolve),
         remembered for its topic when the topic alone decides it."""
         table = self.c.table_name(r)
-        if table is not None and self.c.tables_by_topic:
-            self.tables[r.topic] = table
         if table is None:
             self.context.warn(f"connector '{self.context.connector_name}': no table name for the record at "
                               f"{r.topic}-{r.kafka_partition}@{r.kafka_offset}: skipped")
+            return None
+        self._check_table(table, r)
+        if self.c.tables_by_topic:
+            self.tables[r.topic] = table
         return table
+
+    def _check_table(self, table: str, r: ConnectRecord) -> None:
+        """A table name (from the topic or, for Debezium's, the record's source block) the sink may write:
+        each part a name quoting carries, and not the offsets table, whose rows decide what is skipped."""
+        d = self.dialect
+        for part in table.split("."):
+            problem = d.identifier_problem(part)
+            if problem is not None:
+                raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} names the table "
+                                f"{table!r}, whose part {part!r} {problem}")
+        if d.quote(table.split(".")[-1]) == d.quote(self.offsets_table.split(".")[-1]):
+            raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} names the table "
+                            f"{table!r}: that is where the sink keeps its offsets (exactly.once.offsets.table)")
+
+    def _check_columns(self, names: list[str], r: ConnectRecord) -> None:
+        for n in names:
+            if n not in self.sound_names:
+                problem = self.dialect.identifier_problem(n)
+                if problem is not None:
+                    raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} has the column "
+                                    f"name {n!r}, which {problem}")
+                self.sound_names.add(n)
+
+    def _reject(self, r: ConnectRecord, error: DataError) -> None:
+        """A record the sink cannot write, handed to the worker's errant record reporter (the DLQ); the
+        task fails with it when there is none."""
+        reporter = self.context.errant_record_reporter
+        if reporter is None:
+            raise error
+        reporter(r, error)
 
     def _truncate(self, cur, table: str) -> tuple[tuple, tuple] | None:  # noqa: ANN001
         """Emptying a table (Debezium's truncate event); none for a table that does not exist."""
@@ -672,6 +731,7 @@ class JdbcSinkTask(SinkTask):
                                    f"found record at (topic='{r.topic}',partition={r.kafka_partition},"
                                    f"offset={r.kafka_offset}) with a null value")
             keys = self._key_values(r)
+            self._check_columns(list(keys), r)
             if table not in self.columns:
                 existing = d.existing_columns(cur, table)
                 if existing is None:
@@ -684,7 +744,7 @@ class JdbcSinkTask(SinkTask):
             raise ConnectError(f"the JDBC sink needs a struct (or JSON object) value, found {type(r.value).__name__} "
                                f"at "
                                f"{r.topic}-{r.kafka_partition}@{r.kafka_offset}")
-        fields = fields_by_name(value_schema)
+        all_fields = fields = fields_by_name(value_schema)
         if c.keep_field is not None:
             fields = {n: f for n, f in fields.items() if c.keep_field(r.topic, n)}
         pk: dict[str, tuple[Schema | None, Any]] = {}
@@ -696,8 +756,14 @@ class JdbcSinkTask(SinkTask):
             pk = {k: (self._key_schema(r, k), v) for k, v in self._key_values(r).items()}
         elif pk_mode == "record_value":
             names = c.pk_fields or list(fields)
-            pk = {n: (fields.get(n), r.value.get(n)) for n in names}
+            for n in names:
+                if n not in all_fields:  # Confluent's FieldsMetadata text; else a key column of NULLs
+                    raise DataError(f"PK mode for table '{table}' is record_value with configured PK fields {names}, "
+                                    f"but record value schema does not contain field: {n} (the record at "
+                                    f"{r.topic}-{r.kafka_partition}@{r.kafka_offset})")
+            pk = {n: (all_fields.get(n), r.value.get(n)) for n in names}
         cols = {**pk, **{n: (f, r.value.get(n)) for n, f in fields.items() if n not in pk}}
+        self._check_columns(list(cols), r)
         self._ensure_table(cur, table, {n: s or {"type": "string"} for n, (s, _) in cols.items()}, list(pk))
         names = list(cols)
         params = tuple(d.value(s, v) for s, v in cols.values())

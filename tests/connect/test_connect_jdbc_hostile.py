@@ -1,0 +1,232 @@
+"""The one JDBC sink (both faces) fed hostile names and Debezium's awkward event sequences: table names
+from record data (${source.table}) and column names from record schemas run nothing but the intended
+statement; a name quoting cannot carry, or one naming the offsets table, fails that record into the
+errant record reporter (errors.tolerance, the DLQ) with a message naming it. Driven through the task
+directly (start, open, put) against SQLite: each test well under a second."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from klog.connect.api import TaskContext
+from klog.connect.connectors.debezium_jdbc import DebeziumJdbcSinkTask
+from klog.connect.connectors.jdbc import JdbcSinkTask, PostgresDialect
+from klog.connect.data import ConnectRecord
+from klog.connect.errors import DataError
+
+ROW_FIELDS = [{"type": "int32", "optional": False, "field": "id"},
+              {"type": "string", "optional": True, "field": "name"}]
+KEY_SCHEMA = {"type": "struct", "optional": False, "fields": [{"type": "int32", "optional": False, "field": "id"}]}
+ROW_SCHEMA = {"type": "struct", "optional": True, "name": "shop.public.items.Value", "fields": ROW_FIELDS}
+SOURCE_SCHEMA = {"type": "struct", "optional": False, "name": "io.debezium.connector.postgresql.Source", "fields": [
+    {"type": "string", "optional": False, "field": "db"}, {"type": "string", "optional": False, "field": "schema"},
+    {"type": "string", "optional": False, "field": "table"}, {"type": "int64", "optional": False, "field": "ts_ms"}]}
+ENVELOPE_SCHEMA = {"type": "struct", "optional": False, "name": "shop.public.items.Envelope", "fields": [
+    {**ROW_SCHEMA, "field": "before"}, {**ROW_SCHEMA, "field": "after"}, {**SOURCE_SCHEMA, "field": "source"},
+    {"type": "string", "optional": False, "field": "op"}]}
+TOPIC = "shop.public.items"
+
+
+class Sink:
+    """A sink task over an SQLite file, its warnings and the records it reported as errant."""
+
+    def __init__(self, db: str, props: dict[str, str], task_class: type = DebeziumJdbcSinkTask,
+                 reporter: bool = True) -> None:
+        self.db, self.reported, self.warnings, self.offset = db, [], [], 0
+        self.task = task_class()
+        self.task.initialize(TaskContext("hostile", 0, self.warnings.append,
+                                         errant_reporter=self._report if reporter else None))
+        url = db if db.startswith("jdbc:") else f"jdbc:sqlite:{db}"
+        self.task.start({"connection.url": url, **props})
+        self.task.open([(TOPIC, 0)])
+
+    def _report(self, record: ConnectRecord, error: BaseException) -> None:
+        self.reported.append((record.kafka_offset, str(error)))
+
+    def put(self, *values: tuple) -> None:
+        """(key, value schema, value) triples as consecutive records of TOPIC."""
+        records = []
+        for key, schema, value in values:
+            records.append(ConnectRecord(TOPIC, 0, KEY_SCHEMA if key is not None else None,
+                                         None if key is None else {"id": key}, schema, value, kafka_offset=self.offset))
+            self.offset += 1
+        self.task.put(records)
+
+    def tables(self) -> set[str]:
+        with sqlite3.connect(self.db) as conn:
+            return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def rows(self, table: str) -> list:
+        with sqlite3.connect(self.db) as conn:
+            return sorted(conn.execute(f'SELECT * FROM "{table.replace(chr(34), chr(34) * 2)}"').fetchall())
+
+    def next_offset(self) -> int:
+        with sqlite3.connect(self.db) as conn:
+            return conn.execute("SELECT next_offset FROM __klog_connect_offsets").fetchone()[0]
+
+
+DEBEZIUM = {"insert.mode": "upsert", "delete.enabled": "true", "primary.key.mode": "record_key",
+            "schema.evolution": "basic"}
+BY_SOURCE = {**DEBEZIUM, "collection.name.format": "${source.table}"}
+
+
+def change(op: str, key: int, after: dict | None, source_table: object = "items", before: dict | None = None,
+           **source: object) -> tuple:
+    src = {"db": "shop", "schema": "public", "table": source_table, "ts_ms": 0, **source}
+    return key, ENVELOPE_SCHEMA, {"before": before, "after": after, "source": src, "op": op}
+
+
+@pytest.fixture
+def victim(tmp_path) -> str:
+    """A database holding a table `y` an injected statement would drop or change."""
+    db = str(tmp_path / "out.db")
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE y (v TEXT)")
+        conn.execute("INSERT INTO y VALUES ('kept')")
+    return db
+
+
+@pytest.mark.parametrize("name", ["x; DROP TABLE y; --", 'q"uo"te', "it's", "with space", "ünïcödé ☃", "Mixed",
+                                  "select", "t" * 200, "y\"; DELETE FROM y; --"])
+def test_hostile_source_table_names_are_one_quoted_name_each(victim, name):
+    """Quotes, semicolons, spaces, unicode, a reserved word and 200 characters are all part of one quoted
+    name: the row lands in a table of exactly that name, upserted then deleted, and `y` is untouched."""
+    sink = Sink(victim, BY_SOURCE)
+    sink.put(change("c", 1, {"id": 1, "name": "a"}, name), change("c", 2, {"id": 2, "name": "b"}, name),
+             change("u", 1, {"id": 1, "name": "A"}, name), change("d", 2, None, name, before={"id": 2}))
+    assert sink.reported == [] and sink.rows("y") == [("kept",)]
+    assert sink.tables() == {"y", "__klog_connect_offsets", name}
+    assert sink.rows(name) == [(1, "A")] and sink.next_offset() == 4
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("", "is empty"), ("a\x00b", "NUL"), ("__klog_connect_offsets", "keeps its offsets"),
+    ("sqlite_master", "reserved by SQLite"), ("SQLITE_sequence", "reserved by SQLite")])
+def test_table_names_quoting_cannot_carry_fail_that_record_only(victim, name, why):
+    """An empty name, a NUL, a dot (another schema's table), the offsets table or SQLite's own tables: the
+    record goes to the errant record reporter naming it, the records around it are written, the offsets
+    table keeps its layout and `y` is untouched. (The sink wrote into `y` for `public.y`, into the offsets
+    table for its name, a table named "" for the empty name.)"""
+    sink = Sink(victim, BY_SOURCE)
+    sink.put(change("c", 1, {"id": 1, "name": "a"}), change("c", 2, {"id": 2, "name": "b"}, name),
+             change("c", 3, {"id": 3, "name": "c"}))
+    assert [o for o, _ in sink.reported] == [1] and why in sink.reported[0][1], sink.reported
+    assert "shop.public.items-0@1" in sink.reported[0][1]
+    assert sink.rows("items") == [(1, "a"), (3, "c")] and sink.rows("y") == [("kept",)]
+    assert sink.tables() == {"y", "__klog_connect_offsets", "items"} and sink.next_offset() == 3
+    with sqlite3.connect(victim) as conn:
+        assert [c[1] for c in conn.execute("PRAGMA table_info(__klog_connect_offsets)")] == [
+            "connector", "topic", "kafka_partition", "next_offset"]
+
+
+def test_without_a_reporter_the_task_fails_naming_the_record(victim):
+    sink = Sink(victim, BY_SOURCE, reporter=False)
+    with pytest.raises(DataError, match=r"shop.public.items-0@0 names the table '__klog_connect_offsets'"):
+        sink.put(change("c", 1, {"id": 1, "name": "a"}, "__klog_connect_offsets"))
+    assert sink.rows("y") == [("kept",)]
+
+
+def test_hostile_column_names_are_quoted_and_an_empty_one_fails_its_record(victim):
+    """Column names come from the record's schema: quotes and semicolons stay inside one name (the table
+    created and evolved with them); an empty one fails that record only."""
+    evil = 'x"; DROP TABLE y; --'
+    schema = {"type": "struct", "optional": False, "fields": [*ROW_FIELDS, {"type": "string", "optional": True,
+                                                                            "field": evil}]}
+    empty = {"type": "struct", "optional": False, "fields": [*ROW_FIELDS, {"type": "string", "optional": True,
+                                                                           "field": ""}]}
+    sink = Sink(victim, DEBEZIUM)
+    sink.put((1, ROW_SCHEMA, {"id": 1, "name": "a"}), (2, schema, {"id": 2, "name": "b", evil: "e"}),
+             (3, empty, {"id": 3, "name": "c", "": "?"}))
+    assert [o for o, _ in sink.reported] == [2] and "column name ''" in sink.reported[0][1]
+    assert sink.rows("shop_public_items") == [(1, "a", None), (2, "b", "e")] and sink.rows("y") == [("kept",)]
+
+
+def test_postgresql_names_longer_than_63_bytes_are_refused_not_cut_short():
+    """PostgreSQL cuts names to 63 bytes (NAMEDATALEN): two source tables sharing those would be one table
+    (and two such columns one column). UTF-8 bytes count, after case folding."""
+    d = PostgresDialect("jdbc:postgresql://127.0.0.1/db", "u", "")
+    assert d.identifier_problem("t" * 63) is None
+    assert "63 bytes" in d.identifier_problem("t" * 64)
+    assert "63 bytes" in d.identifier_problem("é" * 32)  # 64 bytes
+    assert d.identifier_problem('x"; DROP TABLE y; --') is None and d.identifier_problem("") == "is empty"
+
+
+@pytest.mark.parametrize("face", ["debezium", "confluent"])
+def test_a_primary_key_field_the_value_lacks_fails_the_record_naming_it(tmp_path, face):
+    """primary.key.mode=record_value (pk.mode) naming a field the value lacks: the record fails with
+    Confluent's FieldsMetadata text naming the field (the whole batch failed on the driver's NOT NULL
+    error for the key column, naming no record, and no DLQ could take it)."""
+    props = ({"primary.key.mode": "record_value", "primary.key.fields": "ident", "insert.mode": "upsert",
+              "schema.evolution": "basic"} if face == "debezium" else
+             {"pk.mode": "record_value", "pk.fields": "ident", "insert.mode": "upsert", "auto.create": "true"})
+    sink = Sink(str(tmp_path / "out.db"), props, DebeziumJdbcSinkTask if face == "debezium" else JdbcSinkTask)
+    sink.put((1, ROW_SCHEMA, {"id": 1, "name": "a"}), (1, ROW_SCHEMA, {"id": 1, "name": "b"}))
+    sink.task.stop()
+    assert [o for o, _ in sink.reported] == [0, 1]
+    assert "does not contain field: ident" in sink.reported[0][1]
+    assert sink.tables() == {"__klog_connect_offsets"} and sink.next_offset() == 2
+
+
+# -- Debezium's event sequences ------------------------------------------------------------------------
+def test_a_changed_primary_key_is_a_delete_then_a_create(tmp_path):
+    """Debezium's PostgreSQL source emits an update of the key as a delete of the old key, its tombstone,
+    then a create of the new: the old row goes, the new one is written; a tombstone after a delete is a
+    no-op; op=r snapshot rows are upserts."""
+    sink = Sink(str(tmp_path / "out.db"), DEBEZIUM)
+    sink.put(change("r", 1, {"id": 1, "name": "a"}), change("r", 2, {"id": 2, "name": "b"}),
+             change("d", 1, None, before={"id": 1, "name": "a"}), (1, None, None),
+             change("c", 10, {"id": 10, "name": "a"}, before=None), change("r", 2, {"id": 2, "name": "B"}))
+    assert sink.reported == [] and sink.rows("shop_public_items") == [(2, "B"), (10, "a")]
+
+
+def test_delete_disabled_skips_deletes_and_tombstones(tmp_path):
+    sink = Sink(str(tmp_path / "out.db"), {**DEBEZIUM, "delete.enabled": "false"})
+    sink.put(change("c", 1, {"id": 1, "name": "a"}), change("d", 1, None, before={"id": 1}), (1, None, None))
+    assert sink.reported == [] and sink.rows("shop_public_items") == [(1, "a")] and sink.next_offset() == 3
+
+
+def test_a_record_of_the_older_schema_after_a_column_was_added(tmp_path):
+    """Schema evolution mid-stream: the wider layout adds the column; a later record of the older layout
+    upserts its columns and leaves the added one as it was."""
+    wide = {**ROW_SCHEMA, "fields": [*ROW_FIELDS, {"type": "int32", "optional": True, "field": "score"}]}
+    sink = Sink(str(tmp_path / "out.db"), DEBEZIUM)
+    sink.put((1, ROW_SCHEMA, {"id": 1, "name": "a"}), (1, wide, {"id": 1, "name": "b", "score": 7}),
+             (1, ROW_SCHEMA, {"id": 1, "name": "c"}), (2, ROW_SCHEMA, {"id": 2, "name": "d"}))
+    assert sink.rows("shop_public_items") == [(1, "c", 7), (2, "d", None)]
+
+
+def test_insert_mode_update_of_a_missing_row_writes_nothing(tmp_path):
+    """As Debezium's and Confluent's sinks: an UPDATE matching no row is no error and inserts nothing."""
+    db = str(tmp_path / "out.db")
+    with sqlite3.connect(db) as conn:
+        conn.execute('CREATE TABLE shop_public_items (id INTEGER PRIMARY KEY, name TEXT)')
+        conn.execute("INSERT INTO shop_public_items VALUES (1, 'a')")
+    sink = Sink(db, {**DEBEZIUM, "insert.mode": "update", "delete.enabled": "false"})
+    sink.put((1, ROW_SCHEMA, {"id": 1, "name": "A"}), (2, ROW_SCHEMA, {"id": 2, "name": "b"}))
+    assert sink.reported == [] and sink.rows("shop_public_items") == [(1, "A")] and sink.next_offset() == 2
+
+
+def test_hostile_names_into_postgresql(pg_db):
+    """PostgreSQL's side (its quoting, case folding with quote.identifiers=false, TRUNCATE, 63-byte names):
+    each hostile source table is one table of that (folded) name, created, upserted, truncated; a name past
+    63 bytes fails its record instead of being cut short into another table's; `y` is untouched."""
+    pg_db.execute("CREATE TABLE y (v TEXT)")
+    pg_db.execute("INSERT INTO y VALUES ('kept')")
+    names = ["x; DROP TABLE y; --", 'q"uo"te', "Mixed Case", "ünï ☃", "t" * 63]
+    long_a, long_b = "u" * 63 + "a", "u" * 63 + "b"
+    sink = Sink(pg_db.jdbc_url, {**BY_SOURCE, "connection.username": pg_db.user, "truncate.enabled": "true"})
+    sink.put(*[change("c", i, {"id": i, "name": n}, n) for i, n in enumerate(names)],
+             change("c", 1, {"id": 1, "name": "A"}, 'q"uo"te'), change("c", 9, {"id": 9, "name": "a"}, long_a),
+             change("c", 9, {"id": 9, "name": "b"}, long_b), change("t", 0, None, "x; DROP TABLE y; --"))
+    sink.task.stop()
+    assert [o for o, _ in sink.reported] == [6, 7] and all("63 bytes" in e for _, e in sink.reported)
+    tables = {r[0] for r in pg_db.execute("SELECT table_name FROM information_schema.tables "
+                                          "WHERE table_schema = 'public'")}
+    assert tables == {"y", "__klog_connect_offsets", "x; drop table y; --", 'q"uo"te', "mixed case", "ünï ☃",
+                      "t" * 63}
+    assert pg_db.execute("SELECT * FROM y") == [("kept",)]
+    assert pg_db.execute('SELECT * FROM "x; drop table y; --"') == []
+    assert pg_db.execute('SELECT * FROM "q""uo""te"') == [(1, "A")]
+    assert pg_db.execute('SELECT * FROM "ünï ☃"') == [(3, "ünï ☃")]
