@@ -14,7 +14,7 @@ from klog.connect.api import TaskContext
 from klog.connect.connectors.debezium_jdbc import DebeziumJdbcSinkTask
 from klog.connect.connectors.jdbc import JdbcSinkTask, PostgresDialect
 from klog.connect.data import ConnectRecord
-from klog.connect.errors import DataError
+from klog.connect.errors import ConfigError, DataError
 
 ROW_FIELDS = [{"type": "int32", "optional": False, "field": "id"},
               {"type": "string", "optional": True, "field": "name"}]
@@ -102,8 +102,9 @@ def test_hostile_source_table_names_are_one_quoted_name_each(victim, name):
 
 
 @pytest.mark.parametrize(("name", "why"), [
-    ("", "is empty"), ("a\x00b", "NUL"), ("__klog_connect_offsets", "keeps its offsets"),
-    ("sqlite_master", "reserved by SQLite"), ("SQLITE_sequence", "reserved by SQLite")])
+    ("", "is empty"), ("a\x00b", "NUL"), ("public.y", "not a name without dots"), ("x.", "not a name without dots"),
+    ("__klog_connect_offsets", "keeps its offsets"), ("sqlite_master", "reserved by SQLite"),
+    ("SQLITE_sequence", "reserved by SQLite")])
 def test_table_names_quoting_cannot_carry_fail_that_record_only(victim, name, why):
     """An empty name, a NUL, a dot (another schema's table), the offsets table or SQLite's own tables: the
     record goes to the errant record reporter naming it, the records around it are written, the offsets
@@ -126,6 +127,37 @@ def test_without_a_reporter_the_task_fails_naming_the_record(victim):
     with pytest.raises(DataError, match=r"shop.public.items-0@0 names the table '__klog_connect_offsets'"):
         sink.put(change("c", 1, {"id": 1, "name": "a"}, "__klog_connect_offsets"))
     assert sink.rows("y") == [("kept",)]
+
+
+@pytest.mark.parametrize(("name_format", "source", "found"), [
+    ("${source.nosuch}", {}, "no such field"), ("${source.ts_ms}", {}, "0"),
+    ("${source.schema}_${source.table}", {"schema": None}, "None")])
+def test_source_placeholders_without_a_string_fail_the_record(victim, name_format, source, found):
+    """Debezium's naming reads the source field as a string (its getString throws for an unknown field or
+    another type): the record fails naming the placeholder (klog created a table named "None" or "0")."""
+    sink = Sink(victim, {**DEBEZIUM, "collection.name.format": name_format})
+    sink.put(change("c", 1, {"id": 1, "name": "a"}, **source))
+    assert len(sink.reported) == 1 and found in sink.reported[0][1], sink.reported
+    assert "${source." in sink.reported[0][1]
+    assert sink.tables() == {"y", "__klog_connect_offsets"}
+
+
+@pytest.mark.parametrize("name_format", ["${topic}_${tpoic}", "${source}", "${source.}", "x_${database}"])
+def test_unknown_placeholders_in_collection_name_format_are_a_config_error(name_format):
+    """Debezium leaves an unknown ${...} in the name (a table called `x_${database}`); klog refuses the
+    config in one line naming the key and the placeholder."""
+    from klog.connect.worker import validate
+
+    config = {"name": "n", "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector", "topics": TOPIC,
+              "connection.url": "jdbc:sqlite:x.db", **DEBEZIUM, "collection.name.format": name_format}
+    with pytest.raises(ConfigError) as failed:
+        validate(config)
+    assert failed.value.field == "collection.name.format" and "\n" not in str(failed.value)
+    assert name_format.split("${")[-1].rstrip("}") in str(failed.value)
+    old_name = {k: v for k, v in config.items() if k != "collection.name.format"}
+    with pytest.raises(ConfigError) as failed:
+        validate({**old_name, "table.name.format": name_format})
+    assert failed.value.field == "table.name.format"
 
 
 def test_hostile_column_names_are_quoted_and_an_empty_one_fails_its_record(victim):
