@@ -262,3 +262,37 @@ def test_hostile_names_into_postgresql(pg_db):
     assert pg_db.execute('SELECT * FROM "x; drop table y; --"') == []
     assert pg_db.execute('SELECT * FROM "q""uo""te"') == [(1, "A")]
     assert pg_db.execute('SELECT * FROM "ünï ☃"') == [(3, "ünï ☃")]
+
+
+def test_tasks_creating_and_widening_the_same_postgresql_tables_at_once(pg_db):
+    """tasks.max > 1 (or two connectors on one database): tasks start together, each creating the offsets
+    table, and write the same new table, each creating then widening it. PostgreSQL's CREATE TABLE IF NOT
+    EXISTS and ADD COLUMN race (a unique violation on pg_type, a duplicate column) and failed a task; the
+    sink now serializes its DDL per table (an advisory lock) and looks again after taking it."""
+    import threading
+
+    wide = {**ROW_SCHEMA, "fields": [*ROW_FIELDS, {"type": "int32", "optional": True, "field": "score"}]}
+    props = {**DEBEZIUM, "connection.username": pg_db.user}
+    for attempt in range(3):
+        table = f"t{attempt}"
+        barrier, errors = threading.Barrier(4), []
+
+        def task(n: int, table: str = table, barrier: threading.Barrier = barrier, errors: list = errors) -> None:
+            try:
+                barrier.wait()
+                sink = Sink(pg_db.jdbc_url, {**props, "collection.name.format": table,
+                                             "exactly.once.offsets.table": f"offsets_{table}"})
+                sink.offset = n * 10
+                sink.put((n, ROW_SCHEMA, {"id": n, "name": "a"}), (100 + n, wide, {"id": 100 + n, "name": "b",
+                                                                                  "score": n}))
+                sink.task.stop()
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=task, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert len(pg_db.execute(f"SELECT * FROM {table}")) == 8

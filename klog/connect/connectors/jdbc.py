@@ -268,6 +268,10 @@ class Dialect:
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         raise NotImplementedError
 
+    def lock_ddl(self, cur, table: str) -> None:  # noqa: ANN001
+        """Hold, until the transaction ends, the right to create or alter `table` (other tasks wait)."""
+        # SQLite: its one writer at a time already serializes DDL
+
     def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
         cur.executemany(sql, rows)
 
@@ -363,6 +367,11 @@ class PostgresDialect(Dialect):
 
     def truncate(self, qtable: str) -> str:
         return f"TRUNCATE TABLE {qtable}"
+
+    def lock_ddl(self, cur, table: str) -> None:  # noqa: ANN001
+        """CREATE TABLE IF NOT EXISTS and ADD COLUMN race in PostgreSQL (two tasks: a unique violation on
+        pg_type, a duplicate column): a transaction-scoped advisory lock on the table's name serializes them."""
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("klog-connect-ddl " + self.table(table),))
 
     def table(self, name: str) -> str:
         parts = name.split(".")[-2:]  # catalog.schema.table as Confluent's TableId: the catalog is the database
@@ -593,6 +602,7 @@ class JdbcSinkTask(SinkTask):
 
     def _ensure_offsets_table(self, cur) -> None:  # noqa: ANN001
         t = self.dialect.table(self.offsets_table)
+        self.dialect.lock_ddl(cur, self.offsets_table)  # every task of every connector creates it at start
         cur.execute(f"CREATE TABLE IF NOT EXISTS {t} (connector TEXT NOT NULL, topic TEXT NOT NULL, "
                     "kafka_partition INTEGER NOT NULL, next_offset BIGINT NOT NULL, "
                     "PRIMARY KEY (connector, topic, kafka_partition))")
@@ -875,6 +885,9 @@ class JdbcSinkTask(SinkTask):
         if known is not None and stored.keys() <= known:
             return
         existing = d.existing_columns(cur, table)
+        if existing is None or not stored.keys() <= existing:
+            d.lock_ddl(cur, table)  # another task may be creating or widening it: look again once it is done
+            existing = d.existing_columns(cur, table)
         if existing is None:
             if not self.c.auto_create:
                 raise ConnectError(f"Table {table} is missing and {self.c.create_refused}")
