@@ -296,3 +296,44 @@ def test_tasks_creating_and_widening_the_same_postgresql_tables_at_once(pg_db):
             t.join()
         assert errors == []
         assert len(pg_db.execute(f"SELECT * FROM {table}")) == 8
+
+
+REQUIRED = {**ROW_SCHEMA, "fields": [*ROW_FIELDS, {"type": "string", "optional": False, "field": "must"}]}
+
+
+def test_a_row_the_database_refuses_fails_that_record_only(tmp_path):
+    """A NOT NULL column without a value (a required field sent null): the batch is written record by
+    record (Confluent's unrollAndRetry), the refused one reported naming it and the database's reason, the
+    others written with their offsets; a record refused by a name check in the same batch is reported once,
+    not again by the unrolled pass. (The whole batch failed on the driver's IntegrityError.)"""
+    sink = Sink(str(tmp_path / "out.db"), BY_SOURCE)
+    envelope = {**ENVELOPE_SCHEMA, "fields": [{**REQUIRED, "field": "before"}, {**REQUIRED, "field": "after"},
+                                              *ENVELOPE_SCHEMA["fields"][2:]]}
+    sink.put((1, envelope, {**change("c", 1, None)[2], "after": {"id": 1, "name": "a", "must": "m"}}))
+    sink.put(change("c", 2, {"id": 2, "name": "b"}, ""),
+             (3, envelope, {**change("c", 3, None)[2], "after": {"id": 3, "name": "c", "must": None}}),
+             (4, envelope, {**change("c", 4, None)[2], "after": {"id": 4, "name": "d", "must": "m"}}),
+             (5, envelope, {**change("c", 5, None)[2], "after": {"id": 5, "name": "e", "must": None}}))
+    assert [o for o, _ in sink.reported] == [1, 2, 4]
+    assert "shop.public.items-0@2 was refused by the database: NOT NULL constraint failed: items.must" in \
+        sink.reported[1][1]
+    assert sink.rows("items") == [(1, "a", "m"), (4, "d", "m")] and sink.next_offset() == 5
+    assert any("written one by one" in w for w in sink.warnings)
+
+
+def test_without_a_reporter_a_refused_row_fails_the_task_as_before(tmp_path):
+    sink = Sink(str(tmp_path / "out.db"), DEBEZIUM, reporter=False)
+    with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
+        sink.put((1, REQUIRED, {"id": 1, "name": "a", "must": None}))
+
+
+def test_a_refused_row_in_the_batch_that_created_the_postgresql_table(pg_db):
+    """PostgreSQL's DDL is transactional: the refused batch's CREATE TABLE is rolled back with it, so the
+    record-by-record pass creates the table again rather than trusting what the sink had seen."""
+    sink = Sink(pg_db.jdbc_url, {**DEBEZIUM, "connection.username": pg_db.user})
+    sink.put((1, REQUIRED, {"id": 1, "name": "a", "must": "m"}), (2, REQUIRED, {"id": 2, "name": "b", "must": None}),
+             (3, REQUIRED, {"id": 3, "name": "c", "must": "m"}))
+    sink.task.stop()
+    assert [o for o, _ in sink.reported] == [1] and "not-null" in sink.reported[0][1]
+    assert pg_db.execute("SELECT id, must FROM shop_public_items ORDER BY 1") == [(1, "m"), (3, "m")]
+    assert pg_db.execute("SELECT next_offset FROM __klog_connect_offsets") == [(3,)]

@@ -556,6 +556,7 @@ class JdbcSinkTask(SinkTask):
         # a record): see _plan
         self.plans: dict[tuple, tuple] = {}
         self.sound_names: set[str] = set()  # column names identifier_problem passed (checked once each)
+        self.reported: set[tuple] = set()  # (topic, partition, offset) of the records put() reported as errant
         self.conn = None
         self._with_retries(self._ensure_offsets_table)
 
@@ -622,12 +623,44 @@ class JdbcSinkTask(SinkTask):
                 self.context.offset((topic, partition), offset)
 
     def put(self, records: list[ConnectRecord]) -> None:
-        if records:
+        if not records:
+            return
+        self.reported.clear()
+        try:
             self._with_retries(self._write, records)
+        except self.dialect.errors() as e:  # a statement the database refused (a lost link was retried above)
+            self._forget_layouts()
+            if self.context.errant_record_reporter is None:
+                raise
+            self.context.warn(f"connector '{self.context.connector_name}': {str(e).strip()}: the batch of "
+                              f"{len(records)} records written one by one to find the records at fault")
+            self._write_each(records)
 
-    def _write(self, cur, records: list[ConnectRecord]) -> None:  # noqa: ANN001
+    def _write_each(self, records: list[ConnectRecord]) -> None:
+        """Confluent's unrollAndRetry: each record in its own transaction (its row with its offset, so
+        exactly-once holds); one the database refuses goes to the errant record reporter, its offset
+        stored with the next record's."""
+        done: dict[TP, int] = {}
+        for r in records:
+            try:
+                self._with_retries(self._write, [r], done)
+                done = {}
+            except self.dialect.errors() as e:
+                self._forget_layouts()
+                self._reject(r, DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} was "
+                                          f"refused by the database: {str(e).strip()}"))
+                done[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
+        if done:
+            self._with_retries(self._write, [], done)
+
+    def _forget_layouts(self) -> None:
+        """After a rolled back transaction: the tables it created or widened may not exist (PostgreSQL's
+        DDL is transactional), so the columns are read again."""
+        self.columns.clear()
+
+    def _write(self, cur, records: list[ConnectRecord], done: dict[TP, int] | None = None) -> None:  # noqa: ANN001
         runs: list[tuple[tuple, list]] = []
-        next_offsets: dict[TP, int] = {}
+        next_offsets: dict[TP, int] = dict(done) if done else {}
         plans, columns, classify = self.plans, self.columns, self.c.classify
         tables = self.tables if self.c.tables_by_topic else {}
         for r in records:
@@ -718,7 +751,10 @@ class JdbcSinkTask(SinkTask):
         reporter = self.context.errant_record_reporter
         if reporter is None:
             raise error
-        reporter(r, error)
+        where = (r.topic, r.kafka_partition, r.kafka_offset)
+        if where not in self.reported:  # once, though its transaction be retried or its batch unrolled
+            self.reported.add(where)
+            reporter(r, error)
 
     def _truncate(self, cur, table: str) -> tuple[tuple, tuple] | None:  # noqa: ANN001
         """Emptying a table (Debezium's truncate event); none for a table that does not exist."""
