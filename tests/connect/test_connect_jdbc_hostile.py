@@ -162,17 +162,22 @@ def test_unknown_placeholders_in_collection_name_format_are_a_config_error(name_
 
 def test_hostile_column_names_are_quoted_and_an_empty_one_fails_its_record(victim):
     """Column names come from the record's schema: quotes and semicolons stay inside one name (the table
-    created and evolved with them); an empty one fails that record only."""
+    created and evolved with them), sqlite_* is a column name SQLite takes; an empty one fails that record
+    only."""
     evil = 'x"; DROP TABLE y; --'
     schema = {"type": "struct", "optional": False, "fields": [*ROW_FIELDS, {"type": "string", "optional": True,
-                                                                            "field": evil}]}
+                                                                            "field": evil},
+                                                              {"type": "int32", "optional": True,
+                                                               "field": "sqlite_version"}]}
     empty = {"type": "struct", "optional": False, "fields": [*ROW_FIELDS, {"type": "string", "optional": True,
                                                                            "field": ""}]}
     sink = Sink(victim, DEBEZIUM)
-    sink.put((1, ROW_SCHEMA, {"id": 1, "name": "a"}), (2, schema, {"id": 2, "name": "b", evil: "e"}),
+    sink.put((1, ROW_SCHEMA, {"id": 1, "name": "a"}),
+             (2, schema, {"id": 2, "name": "b", evil: "e", "sqlite_version": 3}),
              (3, empty, {"id": 3, "name": "c", "": "?"}))
     assert [o for o, _ in sink.reported] == [2] and "column name ''" in sink.reported[0][1]
-    assert sink.rows("shop_public_items") == [(1, "a", None), (2, "b", "e")] and sink.rows("y") == [("kept",)]
+    assert sink.rows("shop_public_items") == [(1, "a", None, None), (2, "b", "e", 3)]
+    assert sink.rows("y") == [("kept",)]
 
 
 def test_postgresql_names_longer_than_63_bytes_are_refused_not_cut_short():

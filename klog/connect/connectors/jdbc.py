@@ -210,6 +210,10 @@ class Dialect:
             return "holds a NUL character"
         return None
 
+    def table_problem(self, name: str) -> str | None:
+        """identifier_problem for one part of a table name."""
+        return self.identifier_problem(name)
+
     def table(self, name: str) -> str:
         return self.quote(name)
 
@@ -465,9 +469,9 @@ class SqliteDialect(Dialect):
     def sql_type(self, schema: Schema) -> str:
         return "NUMERIC" if schema.get("name") == DECIMAL else self.types.get(schema.get("type", "string"), "TEXT")
 
-    def identifier_problem(self, name: str) -> str | None:
-        problem = super().identifier_problem(name)
-        if problem is None and name.lower().startswith("sqlite_"):
+    def table_problem(self, name: str) -> str | None:
+        problem = super().table_problem(name)
+        if problem is None and name.lower().startswith("sqlite_"):  # a column may be called so
             return "is reserved by SQLite (sqlite_...)"  # its refusal is an OperationalError, retried as a lost link
         return problem
 
@@ -728,7 +732,7 @@ class JdbcSinkTask(SinkTask):
         each part a name quoting carries, and not the offsets table, whose rows decide what is skipped."""
         d = self.dialect
         for part in table.split("."):
-            problem = d.identifier_problem(part)
+            problem = d.table_problem(part)
             if problem is not None:
                 raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} names the table "
                                 f"{table!r}, whose part {part!r} {problem}")
