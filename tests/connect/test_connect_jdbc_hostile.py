@@ -342,3 +342,25 @@ def test_a_refused_row_in_the_batch_that_created_the_postgresql_table(pg_db):
     assert [o for o, _ in sink.reported] == [1] and "not-null" in sink.reported[0][1]
     assert pg_db.execute("SELECT id, must FROM shop_public_items ORDER BY 1") == [(1, "m"), (3, "m")]
     assert pg_db.execute("SELECT next_offset FROM __klog_connect_offsets") == [(3,)]
+
+
+def test_a_hostile_default_is_one_string_even_where_backslashes_escape(pg_db):
+    """A field's default (from the record's schema) is written into CREATE TABLE as a string literal. With
+    standard_conforming_strings=off (a database or role setting) a backslash escapes the quote klog doubles,
+    so the default below closed the string and ran DROP TABLE y. klog writes PostgreSQL's escape string
+    (E'...', backslashes doubled too), one string whatever the setting."""
+    pg_db.execute("CREATE TABLE y (v TEXT)")
+    pg_db.execute(f'ALTER DATABASE "{pg_db.dbname}" SET standard_conforming_strings = off')
+    hostile = "\\'" + ', "c" TEXT, PRIMARY KEY ("id")); DROP TABLE y; --'
+    schema = {**ROW_SCHEMA, "fields": [*ROW_FIELDS, {"type": "string", "optional": True, "default": hostile,
+                                                     "field": "b"}]}
+    sink = Sink(pg_db.jdbc_url, {**DEBEZIUM, "connection.username": pg_db.user})
+    sink.put((1, schema, {"id": 1, "name": "a", "b": None}))
+    sink.task.stop()
+    assert sink.reported == []
+    assert pg_db.execute("SELECT to_regclass('y') IS NOT NULL") == [(True,)]
+    assert pg_db.execute("SELECT column_name FROM information_schema.columns WHERE table_name = "
+                         "'shop_public_items' ORDER BY ordinal_position") == [("id",), ("name",), ("b",)]
+    pg_db.execute("INSERT INTO shop_public_items (id) VALUES (2)")
+    assert pg_db.execute("SELECT b FROM shop_public_items WHERE id = 2") == [(hostile,)]
+

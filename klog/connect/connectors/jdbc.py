@@ -363,6 +363,12 @@ class PostgresDialect(Dialect):
     def boolean_literal(self, value: bool) -> str:
         return "TRUE" if value else "FALSE"  # PostgreSQL's boolean takes no 1 or 0 (Confluent's dialect too)
 
+    def quote_string(self, text: str) -> str:
+        """An escape string: with standard_conforming_strings=off (a database or role may set it) a
+        backslash in '...' escapes the next quote, so record text could close the literal; in E'...' both
+        are escaped whatever the setting."""
+        return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
     def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
         """psycopg2's executemany is a round trip per row; execute_batch sends pages of statements."""
         from psycopg2.extras import execute_batch
