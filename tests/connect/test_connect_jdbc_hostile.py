@@ -364,3 +364,13 @@ def test_a_hostile_default_is_one_string_even_where_backslashes_escape(pg_db):
     pg_db.execute("INSERT INTO shop_public_items (id) VALUES (2)")
     assert pg_db.execute("SELECT b FROM shop_public_items WHERE id = 2") == [(hostile,)]
 
+
+def test_a_default_of_the_wrong_type_fails_its_record_not_the_task(tmp_path):
+    """A schema default that is no value of its field's type (text for an int32): the record goes to the
+    errant record reporter naming the field (a bare ValueError from int() failed the task)."""
+    schema = {**ROW_SCHEMA, "fields": [*ROW_FIELDS, {"type": "int32", "optional": True, "default": "1); --",
+                                                     "field": "n"}]}
+    sink = Sink(str(tmp_path / "out.db"), DEBEZIUM)
+    sink.put((1, schema, {"id": 1, "name": "a", "n": None}), (2, ROW_SCHEMA, {"id": 2, "name": "b"}))
+    assert [o for o, _ in sink.reported] == [0] and "field 'n'" in sink.reported[0][1]
+    assert sink.rows("shop_public_items") == [(2, "b")]

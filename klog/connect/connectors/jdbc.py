@@ -229,7 +229,11 @@ class Dialect:
         """A column as Confluent's writeColumnSpec writes it: with the field's default as DEFAULT (the
         column then nullable), else NOT NULL when asked."""
         spec = f"{self.quote(name)} {self.sql_type(schema)}"
-        literal = self.default_literal(schema)
+        try:
+            literal = self.default_literal(schema)
+        except (ValueError, TypeError, OverflowError) as e:  # the record's schema, not the sink, is at fault
+            raise DataError(f"the default {schema.get('default')!r} of field {name!r} is no value of its type "
+                            f"{schema.get('name') or schema.get('type')} ({e})") from None
         if literal is not None:
             return f"{spec} DEFAULT {literal}"
         return spec + (" NOT NULL" if not_null else "")
