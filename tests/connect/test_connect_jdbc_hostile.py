@@ -7,6 +7,7 @@ directly (start, open, put) against SQLite: each test well under a second."""
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import pytest
 
@@ -326,10 +327,38 @@ def test_a_row_the_database_refuses_fails_that_record_only(tmp_path):
     assert any("written one by one" in w for w in sink.warnings)
 
 
-def test_without_a_reporter_a_refused_row_fails_the_task_as_before(tmp_path):
+def test_without_a_reporter_a_refused_row_fails_the_task_naming_it(tmp_path):
     sink = Sink(str(tmp_path / "out.db"), DEBEZIUM, reporter=False)
-    with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
-        sink.put((1, REQUIRED, {"id": 1, "name": "a", "must": None}))
+    with pytest.raises(DataError, match="record at shop.public.items-0@1 was refused by the database: NOT NULL"):
+        sink.put((1, REQUIRED, {"id": 1, "name": "a", "must": "m"}),
+                 (2, REQUIRED, {"id": 2, "name": "b", "must": None}))
+    assert sink.rows("shop_public_items") == [(1, "a", "m")] and sink.next_offset() == 1
+
+
+def test_an_sqlite_statement_refused_is_not_retried_as_a_lost_link(tmp_path):
+    """Fields `a` and `A`: SQLite's column names ignore case, so CREATE TABLE fails (duplicate column). That
+    is sqlite3's OperationalError, which the sink retried flush.max.retries times a flush.retry.delay.ms
+    apart per batch as a lost link, then failed the task; now the record goes to the reporter at once."""
+    twins = {**ROW_SCHEMA, "fields": [*ROW_FIELDS, {"type": "int32", "optional": True, "field": "a"},
+                                      {"type": "int32", "optional": True, "field": "A"}]}
+    sink = Sink(str(tmp_path / "out.db"), {**DEBEZIUM, "flush.retry.delay.ms": "2000"})
+    started = time.monotonic()
+    sink.put((1, twins, {"id": 1, "name": "a", "a": 1, "A": 2}), (2, ROW_SCHEMA, {"id": 2, "name": "b"}))
+    assert time.monotonic() - started < 1.5
+    assert [o for o, _ in sink.reported] == [0] and "duplicate column name" in sink.reported[0][1]
+    assert sink.rows("shop_public_items") == [(2, "b")] and sink.warnings == [sink.warnings[0]]
+
+
+def test_a_table_dropped_behind_the_sinks_back_is_created_again(tmp_path):
+    """The sink remembers a table's columns; dropped by someone else, the next batch's INSERT is refused
+    (SQLite: OperationalError, no such table) and the record-by-record pass creates it again."""
+    db = str(tmp_path / "out.db")
+    sink = Sink(db, DEBEZIUM, reporter=False)
+    sink.put((1, ROW_SCHEMA, {"id": 1, "name": "a"}))
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE shop_public_items")
+    sink.put((2, ROW_SCHEMA, {"id": 2, "name": "b"}), (3, ROW_SCHEMA, {"id": 3, "name": "c"}))
+    assert sink.rows("shop_public_items") == [(2, "b"), (3, "c")] and sink.next_offset() == 3
 
 
 def test_a_refused_row_in_the_batch_that_created_the_postgresql_table(pg_db):

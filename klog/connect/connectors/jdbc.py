@@ -168,6 +168,10 @@ class Dialect:
         """Every error of the database's driver (DB-API's Error): a failed statement as well as a lost link."""
         raise NotImplementedError
 
+    def transient(self, error: BaseException) -> bool:
+        """Whether an operational_errors() error is worth retrying (the link, a lock), not a refused statement."""
+        return True
+
     # -- what the source reads --------------------------------------------------------------------
     def tables(self, cur) -> list[str]:  # noqa: ANN001
         """The database's tables, in name order."""
@@ -461,6 +465,11 @@ class SqliteDialect(Dialect):
 
         return (sqlite3.Error,)
 
+    def transient(self, error: BaseException) -> bool:
+        """sqlite3 raises OperationalError for a busy database and a refused statement alike (a duplicate
+        column, a reserved name): SQLITE_ERROR, the primary code of the latter, is not retried."""
+        return getattr(error, "sqlite_errorcode", 0) & 0xFF != 1
+
     def tables(self, cur) -> list[str]:  # noqa: ANN001
         cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY 1")
         return [r[0] for r in cur.fetchall()]
@@ -606,6 +615,8 @@ class JdbcSinkTask(SinkTask):
                 finally:
                     cur.close()
             except self.dialect.operational_errors() as e:
+                if not self.dialect.transient(e):
+                    raise  # a statement refused, not a link lost: put() finds the record at fault
                 self._drop_connection()
                 attempts += 1
                 if attempts > self.c.max_retries:
@@ -644,8 +655,6 @@ class JdbcSinkTask(SinkTask):
             self._with_retries(self._write, records)
         except self.dialect.errors() as e:  # a statement the database refused (a lost link was retried above)
             self._forget_layouts()
-            if self.context.errant_record_reporter is None:
-                raise
             self.context.warn(f"connector '{self.context.connector_name}': {str(e).strip()}: the batch of "
                               f"{len(records)} records written one by one to find the records at fault")
             self._write_each(records)
@@ -653,7 +662,8 @@ class JdbcSinkTask(SinkTask):
     def _write_each(self, records: list[ConnectRecord]) -> None:
         """Confluent's unrollAndRetry: each record in its own transaction (its row with its offset, so
         exactly-once holds); one the database refuses goes to the errant record reporter, its offset
-        stored with the next record's."""
+        stored with the next record's (without a reporter the task fails naming it; the records before
+        it are written, and a table dropped behind the sink's back is created again on the way)."""
         done: dict[TP, int] = {}
         for r in records:
             try:
