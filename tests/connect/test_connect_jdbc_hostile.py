@@ -403,3 +403,13 @@ def test_a_default_of_the_wrong_type_fails_its_record_not_the_task(tmp_path):
     sink.put((1, schema, {"id": 1, "name": "a", "n": None}), (2, ROW_SCHEMA, {"id": 2, "name": "b"}))
     assert [o for o, _ in sink.reported] == [0] and "field 'n'" in sink.reported[0][1]
     assert sink.rows("shop_public_items") == [(2, "b")]
+
+
+def test_source_placeholders_on_a_flat_record_fail_it_a_tombstone_is_skipped(tmp_path):
+    """${source.table} on a record without the envelope (flattened by ExtractNewRecordState): Debezium's
+    naming throws; klog skipped every such record with a warning, so a migrated pipeline wrote nothing. It
+    now fails the record naming the format; a tombstone is still skipped (Debezium: no table to resolve)."""
+    sink = Sink(str(tmp_path / "out.db"), BY_SOURCE)
+    sink.put((1, ROW_SCHEMA, {"id": 1, "name": "a"}), (1, None, None), change("c", 2, {"id": 2, "name": "b"}))
+    assert [o for o, _ in sink.reported] == [0] and "'${source.table}'" in sink.reported[0][1]
+    assert sink.rows("items") == [(2, "b")] and sink.next_offset() == 3

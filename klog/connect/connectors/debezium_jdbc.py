@@ -240,13 +240,17 @@ def _converted(row: dict, converters: tuple, r: ConnectRecord) -> dict:
 
 def table_namer(name_format: str):  # noqa: ANN201 - (record) -> table name or None
     """DefaultCollectionNamingStrategy: ${topic} with its dots as underscores, then each ${source.<field>}
-    from the change event's source block (None, the record skipped, for a record that is no change event)."""
+    from the change event's source block (None, the record skipped, for a tombstone, as Debezium)."""
     def name(r: ConnectRecord) -> str | None:
         table = name_format.replace("${topic}", r.topic.replace(".", "_"))
         if "${source." not in table:
             return table
-        if not is_change_event(r):
+        if r.value is None:
             return None
+        if not is_change_event(r):  # Debezium's getStruct("source") throws: a flat record is not dropped unseen
+            raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} is no change event "
+                            f"envelope, so it has no source block for the table name {name_format!r} (a record "
+                            "flattened by ExtractNewRecordState has none)")
         source = r.value.get("source") or {}
         return SOURCE_PLACEHOLDER.sub(lambda m: _source_name(source, m.group(1), r), table)
 
