@@ -338,3 +338,33 @@ def test_timestamps_into_postgresql_are_utc_whatever_the_servers_time_zone(pg_db
         wait_for(lambda: pg_db.execute("SELECT count(*) FROM rows") == [(1,)], what="the row")
     assert pg_db.execute("SELECT extract(epoch FROM at)::bigint, plain::text FROM rows") == [
         (1_577_836_800, "2020-01-01 00:00:00")]
+
+
+def test_a_row_the_database_refuses_goes_to_the_dlq_through_the_worker(tmp_path, data_dir):
+    """errors.tolerance=all with a DLQ: a record whose row the database refuses (a NOT NULL column sent
+    null) lands in the DLQ as it was consumed, the rows around it are written; without a DLQ the task
+    fails with a message naming the record (it failed with the driver's bare IntegrityError)."""
+    db = str(tmp_path / "out.db")
+    strict = {**ROW_SCHEMA, "fields": [ROW_SCHEMA["fields"][0], {"type": "string", "optional": False,
+                                                                  "field": "name"}]}
+    with sqlite3.connect(db) as conn:
+        conn.execute('CREATE TABLE "rows" (id INTEGER PRIMARY KEY, name TEXT NOT NULL)')
+    refused = json.dumps({"schema": ROW_SCHEMA, "payload": {"id": 2, "name": None}}).encode()
+    with klog.open(data_dir) as s:
+        s.create_topic("rows", partitions=1)
+        with s.producer() as p:
+            for key, value in [(1, json.dumps({"schema": strict, "payload": {"id": 1, "name": "a"}}).encode()),
+                               (2, refused),
+                               (3, json.dumps({"schema": strict, "payload": {"id": 3, "name": "c"}}).encode())]:
+                p.send("rows", value, key=json.dumps({"schema": KEY_SCHEMA, "payload": {"id": key}}).encode())
+    config = sink_config(f"jdbc:sqlite:{db}", **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq"})
+    with running(data_dir, config):
+        wait_for(lambda: _offset(db) == 3, what="the three records")
+    assert sqlite_rows(db) == [(1, "a"), (3, "c")] and values(data_dir, "dlq") == [refused]
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM __klog_connect_offsets")
+        conn.execute('DELETE FROM "rows"')
+    with running(data_dir, {**sink_config(f"jdbc:sqlite:{db}"), "name": "strict"}) as w:
+        wait_for(lambda: any(r.error for r in w.runners()), what="the task to fail")
+        error = str(next(r.error for r in w.runners() if r.error))
+    assert "rows-0@1 was refused by the database: NOT NULL constraint failed: rows.name" in error, error

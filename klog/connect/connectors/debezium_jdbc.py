@@ -54,6 +54,7 @@ COLUMN_NAMING_STRATEGIES = ("io.debezium.connector.jdbc.naming.DefaultColumnNami
 UTC_NAMES = ("utc", "z", "gmt", "etc/utc", "+00:00")
 SCHEMA_CHANGE = "SchemaChangeValue"  # Debezium's schema change topic's value schema names contain it
 SOURCE_PLACEHOLDER = re.compile(r"\$\{source\.(.*?)}")
+PLACEHOLDER = re.compile(r"\$\{(.*?)}")
 
 CONFIG = (ConfigDef()
           .define("connection.url", check=jdbc_url_check, doc="Valid JDBC URL")
@@ -239,17 +240,32 @@ def _converted(row: dict, converters: tuple, r: ConnectRecord) -> dict:
 
 def table_namer(name_format: str):  # noqa: ANN201 - (record) -> table name or None
     """DefaultCollectionNamingStrategy: ${topic} with its dots as underscores, then each ${source.<field>}
-    from the change event's source block (None, the record skipped, for a record that is no change event)."""
+    from the change event's source block (None, the record skipped, for a tombstone, as Debezium)."""
     def name(r: ConnectRecord) -> str | None:
         table = name_format.replace("${topic}", r.topic.replace(".", "_"))
         if "${source." not in table:
             return table
-        if not is_change_event(r):
+        if r.value is None:
             return None
+        if not is_change_event(r):  # Debezium's getStruct("source") throws: a flat record is not dropped unseen
+            raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} is no change event "
+                            f"envelope, so it has no source block for the table name {name_format!r} (a record "
+                            "flattened by ExtractNewRecordState has none)")
         source = r.value.get("source") or {}
-        return SOURCE_PLACEHOLDER.sub(lambda m: str(source.get(m.group(1))), table)
+        return SOURCE_PLACEHOLDER.sub(lambda m: _source_name(source, m.group(1), r), table)
 
     return name
+
+
+def _source_name(source: dict, field: str, r: ConnectRecord) -> str:
+    """A source block field as part of a table name: a string (Debezium's getString fails on any other) and
+    one name, its dots not read as schema.table (the record would write into another schema's table)."""
+    value = source.get(field)
+    if type(value) is not str or "." in value:
+        found = "no such field" if field not in source else repr(value)
+        raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} has no table name for "
+                        f"${{source.{field}}}: its source block's {field} is {found}, not a name without dots")
+    return value
 
 
 def field_filter(include: list[str], exclude: list[str]):  # noqa: ANN201 - (topic, field) -> kept
@@ -328,6 +344,12 @@ class DebeziumJdbcSinkConnector(JdbcConnection, SinkConnector):
             if value not in allowed:
                 raise ConfigError(key if key in props or old not in props else old, value,
                                   f"klog implements Debezium's default strategy only ({allowed[0]})")
+        name_key = "collection.name.format" if "collection.name.format" in props or "table.name.format" not in props \
+            else "table.name.format"
+        for placeholder in PLACEHOLDER.findall(config[name_key]):
+            if placeholder != "topic" and not (placeholder.startswith("source.") and len(placeholder) > 7):
+                raise ConfigError(name_key, config[name_key], f"${{{placeholder}}} is none of ${{topic}} and "
+                                  "${source.<field>} (the record's source block: db, schema, table...)")
         zone_key = "database.time_zone" if "use.time.zone" not in props and "database.time_zone" in props \
             else "use.time.zone"
         _time_zone(zone_key, config[zone_key])

@@ -44,7 +44,7 @@ from klog.connect.data import (
     infer_schema,
     primitive,
 )
-from klog.connect.errors import ConfigError, ConnectError, RetriableError
+from klog.connect.errors import ConfigError, ConnectError, DataError, RetriableError
 
 KAFKA_PK = ["__connect_topic", "__connect_partition", "__connect_offset"]
 UNIMPLEMENTED = frozenset({"dialect.name", "table.types", "db.timezone", "mssql.use.merge.holdlock",
@@ -168,6 +168,10 @@ class Dialect:
         """Every error of the database's driver (DB-API's Error): a failed statement as well as a lost link."""
         raise NotImplementedError
 
+    def transient(self, error: BaseException) -> bool:
+        """Whether an operational_errors() error is worth retrying (the link, a lock), not a refused statement."""
+        return True
+
     # -- what the source reads --------------------------------------------------------------------
     def tables(self, cur) -> list[str]:  # noqa: ANN001
         """The database's tables, in name order."""
@@ -201,6 +205,19 @@ class Dialect:
     def quote(self, name: str) -> str:
         return '"' + self.name(name).replace('"', '""') + '"'
 
+    def identifier_problem(self, name: str) -> str | None:
+        """Why `name` cannot be one table or column name as written (None: it can). Every name is quoted,
+        so quotes, spaces and semicolons are part of the name; these are what quoting cannot carry."""
+        if not name:
+            return "is empty"
+        if "\x00" in name:
+            return "holds a NUL character"
+        return None
+
+    def table_problem(self, name: str) -> str | None:
+        """identifier_problem for one part of a table name."""
+        return self.identifier_problem(name)
+
     def table(self, name: str) -> str:
         return self.quote(name)
 
@@ -216,7 +233,11 @@ class Dialect:
         """A column as Confluent's writeColumnSpec writes it: with the field's default as DEFAULT (the
         column then nullable), else NOT NULL when asked."""
         spec = f"{self.quote(name)} {self.sql_type(schema)}"
-        literal = self.default_literal(schema)
+        try:
+            literal = self.default_literal(schema)
+        except (ValueError, TypeError, OverflowError) as e:  # the record's schema, not the sink, is at fault
+            raise DataError(f"the default {schema.get('default')!r} of field {name!r} is no value of its type "
+                            f"{schema.get('name') or schema.get('type')} ({e})") from None
         if literal is not None:
             return f"{spec} DEFAULT {literal}"
         return spec + (" NOT NULL" if not_null else "")
@@ -258,6 +279,10 @@ class Dialect:
 
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         raise NotImplementedError
+
+    def lock_ddl(self, cur, table: str) -> None:  # noqa: ANN001
+        """Hold, until the transaction ends, the right to create or alter `table` (other tasks wait)."""
+        # SQLite: its one writer at a time already serializes DDL
 
     def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
         cur.executemany(sql, rows)
@@ -346,6 +371,12 @@ class PostgresDialect(Dialect):
     def boolean_literal(self, value: bool) -> str:
         return "TRUE" if value else "FALSE"  # PostgreSQL's boolean takes no 1 or 0 (Confluent's dialect too)
 
+    def quote_string(self, text: str) -> str:
+        """An escape string: with standard_conforming_strings=off (a database or role may set it) a
+        backslash in '...' escapes the next quote, so record text could close the literal; in E'...' both
+        are escaped whatever the setting."""
+        return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
     def executemany(self, cur, sql: str, rows: list[tuple]) -> None:  # noqa: ANN001
         """psycopg2's executemany is a round trip per row; execute_batch sends pages of statements."""
         from psycopg2.extras import execute_batch
@@ -355,12 +386,25 @@ class PostgresDialect(Dialect):
     def truncate(self, qtable: str) -> str:
         return f"TRUNCATE TABLE {qtable}"
 
+    def lock_ddl(self, cur, table: str) -> None:  # noqa: ANN001
+        """CREATE TABLE IF NOT EXISTS and ADD COLUMN race in PostgreSQL (two tasks: a unique violation on
+        pg_type, a duplicate column): a transaction-scoped advisory lock on the table's name serializes them."""
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("klog-connect-ddl " + self.table(table),))
+
     def table(self, name: str) -> str:
         parts = name.split(".")[-2:]  # catalog.schema.table as Confluent's TableId: the catalog is the database
         return ".".join(self.quote(p) for p in parts)
 
     def name(self, identifier: str) -> str:
         return identifier.translate(_ASCII_LOWER) if self.fold_case else identifier  # PostgreSQL folds ASCII only
+
+    def identifier_problem(self, name: str) -> str | None:
+        """PostgreSQL cuts a longer name to its first 63 bytes (NAMEDATALEN - 1) with a notice: two long
+        names sharing them would be one table or column."""
+        problem = super().identifier_problem(name)
+        if problem is None and len(self.name(name).encode()) > 63:
+            return "is longer than PostgreSQL's 63 bytes (it would be cut short, silently)"
+        return problem
 
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         parts = [self.name(p) for p in table.split(".")[-2:]]
@@ -421,6 +465,11 @@ class SqliteDialect(Dialect):
 
         return (sqlite3.Error,)
 
+    def transient(self, error: BaseException) -> bool:
+        """sqlite3 raises OperationalError for a busy database and a refused statement alike (a duplicate
+        column, a reserved name): SQLITE_ERROR, the primary code of the latter, is not retried."""
+        return getattr(error, "sqlite_errorcode", 0) & 0xFF != 1
+
     def tables(self, cur) -> list[str]:  # noqa: ANN001
         cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY 1")
         return [r[0] for r in cur.fetchall()]
@@ -438,6 +487,12 @@ class SqliteDialect(Dialect):
 
     def sql_type(self, schema: Schema) -> str:
         return "NUMERIC" if schema.get("name") == DECIMAL else self.types.get(schema.get("type", "string"), "TEXT")
+
+    def table_problem(self, name: str) -> str | None:
+        problem = super().table_problem(name)
+        if problem is None and name.lower().startswith("sqlite_"):  # a column may be called so
+            return "is reserved by SQLite (sqlite_...)"  # its refusal is an OperationalError, retried as a lost link
+        return problem
 
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         cur.execute(f"PRAGMA table_info({self.table(table)})")
@@ -523,6 +578,8 @@ class JdbcSinkTask(SinkTask):
         # (topic, id of value schema, id of key schema) -> (value schema, key schema, table, statement, params of
         # a record): see _plan
         self.plans: dict[tuple, tuple] = {}
+        self.sound_names: set[str] = set()  # column names identifier_problem passed (checked once each)
+        self.reported: set[tuple] = set()  # (topic, partition, offset) of the records put() reported as errant
         self.conn = None
         self._with_retries(self._ensure_offsets_table)
 
@@ -558,6 +615,8 @@ class JdbcSinkTask(SinkTask):
                 finally:
                     cur.close()
             except self.dialect.operational_errors() as e:
+                if not self.dialect.transient(e):
+                    raise  # a statement refused, not a link lost: put() finds the record at fault
                 self._drop_connection()
                 attempts += 1
                 if attempts > self.c.max_retries:
@@ -569,6 +628,7 @@ class JdbcSinkTask(SinkTask):
 
     def _ensure_offsets_table(self, cur) -> None:  # noqa: ANN001
         t = self.dialect.table(self.offsets_table)
+        self.dialect.lock_ddl(cur, self.offsets_table)  # every task of every connector creates it at start
         cur.execute(f"CREATE TABLE IF NOT EXISTS {t} (connector TEXT NOT NULL, topic TEXT NOT NULL, "
                     "kafka_partition INTEGER NOT NULL, next_offset BIGINT NOT NULL, "
                     "PRIMARY KEY (connector, topic, kafka_partition))")
@@ -588,46 +648,80 @@ class JdbcSinkTask(SinkTask):
                 self.context.offset((topic, partition), offset)
 
     def put(self, records: list[ConnectRecord]) -> None:
-        if records:
+        if not records:
+            return
+        self.reported.clear()
+        try:
             self._with_retries(self._write, records)
+        except self.dialect.errors() as e:  # a statement the database refused (a lost link was retried above)
+            self._forget_layouts()
+            self.context.warn(f"connector '{self.context.connector_name}': {str(e).strip()}: the batch of "
+                              f"{len(records)} records written one by one to find the records at fault")
+            self._write_each(records)
 
-    def _write(self, cur, records: list[ConnectRecord]) -> None:  # noqa: ANN001
+    def _write_each(self, records: list[ConnectRecord]) -> None:
+        """Confluent's unrollAndRetry: each record in its own transaction (its row with its offset, so
+        exactly-once holds); one the database refuses goes to the errant record reporter, its offset
+        stored with the next record's (without a reporter the task fails naming it; the records before
+        it are written, and a table dropped behind the sink's back is created again on the way)."""
+        done: dict[TP, int] = {}
+        for r in records:
+            try:
+                self._with_retries(self._write, [r], done)
+                done = {}
+            except self.dialect.errors() as e:
+                self._forget_layouts()
+                self._reject(r, DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} was "
+                                          f"refused by the database: {str(e).strip()}"))
+                done[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
+        if done:
+            self._with_retries(self._write, [], done)
+
+    def _forget_layouts(self) -> None:
+        """After a rolled back transaction: the tables it created or widened may not exist (PostgreSQL's
+        DDL is transactional), so the columns are read again."""
+        self.columns.clear()
+
+    def _write(self, cur, records: list[ConnectRecord], done: dict[TP, int] | None = None) -> None:  # noqa: ANN001
         runs: list[tuple[tuple, list]] = []
-        next_offsets: dict[TP, int] = {}
+        next_offsets: dict[TP, int] = dict(done) if done else {}
         plans, columns, classify = self.plans, self.columns, self.c.classify
         tables = self.tables if self.c.tables_by_topic else {}
         for r in records:
             next_offsets[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
-            table = tables.get(r.topic)
-            if table is None:
-                table = self._table(r)
+            try:
+                table = tables.get(r.topic)
                 if table is None:
-                    continue
-            op = None
-            if classify is not None:
-                action, r = classify(r)
-                if action == SKIP:
-                    continue
-                if action == TRUNCATE:
-                    op = self._truncate(cur, table)
-                    if op is None:
+                    table = self._table(r)
+                    if table is None:
                         continue
-            if op is None and r.value is not None and r.value_schema is not None:
-                # a record of a layout seen before (the same schema objects: one per table from the
-                # converter): its statement and its parameters straight from the layout's plan
-                plan = plans.get((r.topic, id(r.value_schema), id(r.key_schema)))
-                if plan is not None and plan[0] is r.value_schema and plan[1] is r.key_schema and plan[2] == table \
-                        and table in columns and type(r.value) is dict:
-                    params = plan[4](r)
-                    if params is not None:
-                        op = (plan[3], params)
-            if op is None:
-                op = self._statement(cur, r, table)
-            if op is not None:
-                if runs and runs[-1][0] == op[0]:
-                    runs[-1][1].append(op[1])
-                else:
-                    runs.append((op[0], [op[1]]))
+                op = None
+                if classify is not None:
+                    action, r = classify(r)
+                    if action == SKIP:
+                        continue
+                    if action == TRUNCATE:
+                        op = self._truncate(cur, table)
+                        if op is None:
+                            continue
+                if op is None and r.value is not None and r.value_schema is not None:
+                    # a record of a layout seen before (the same schema objects: one per table from the
+                    # converter): its statement and its parameters straight from the layout's plan
+                    plan = plans.get((r.topic, id(r.value_schema), id(r.key_schema)))
+                    if plan is not None and plan[0] is r.value_schema and plan[1] is r.key_schema and plan[2] == table \
+                            and table in columns and type(r.value) is dict:
+                        params = plan[4](r)
+                        if params is not None:
+                            op = (plan[3], params)
+                if op is None:
+                    op = self._statement(cur, r, table)
+                if op is not None:
+                    if runs and runs[-1][0] == op[0]:
+                        runs[-1][1].append(op[1])
+                    else:
+                        runs.append((op[0], [op[1]]))
+            except DataError as e:  # this record's fault: to errors.tolerance and the DLQ, the batch goes on
+                self._reject(r, e)
         for shape, rows in runs:
             if shape[-1] == TRUNCATE:
                 cur.execute(shape[0])
@@ -644,12 +738,47 @@ class JdbcSinkTask(SinkTask):
         """The record's table (None: skipped, as Debezium skips a record whose name it cannot resolve),
         remembered for its topic when the topic alone decides it."""
         table = self.c.table_name(r)
-        if table is not None and self.c.tables_by_topic:
-            self.tables[r.topic] = table
         if table is None:
             self.context.warn(f"connector '{self.context.connector_name}': no table name for the record at "
                               f"{r.topic}-{r.kafka_partition}@{r.kafka_offset}: skipped")
+            return None
+        self._check_table(table, r)
+        if self.c.tables_by_topic:
+            self.tables[r.topic] = table
         return table
+
+    def _check_table(self, table: str, r: ConnectRecord) -> None:
+        """A table name (from the topic or, for Debezium's, the record's source block) the sink may write:
+        each part a name quoting carries, and not the offsets table, whose rows decide what is skipped."""
+        d = self.dialect
+        for part in table.split("."):
+            problem = d.table_problem(part)
+            if problem is not None:
+                raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} names the table "
+                                f"{table!r}, whose part {part!r} {problem}")
+        if d.quote(table.split(".")[-1]) == d.quote(self.offsets_table.split(".")[-1]):
+            raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} names the table "
+                            f"{table!r}: that is where the sink keeps its offsets (exactly.once.offsets.table)")
+
+    def _check_columns(self, names: list[str], r: ConnectRecord) -> None:
+        for n in names:
+            if n not in self.sound_names:
+                problem = self.dialect.identifier_problem(n)
+                if problem is not None:
+                    raise DataError(f"the record at {r.topic}-{r.kafka_partition}@{r.kafka_offset} has the column "
+                                    f"name {n!r}, which {problem}")
+                self.sound_names.add(n)
+
+    def _reject(self, r: ConnectRecord, error: DataError) -> None:
+        """A record the sink cannot write, handed to the worker's errant record reporter (the DLQ); the
+        task fails with it when there is none."""
+        reporter = self.context.errant_record_reporter
+        if reporter is None:
+            raise error
+        where = (r.topic, r.kafka_partition, r.kafka_offset)
+        if where not in self.reported:  # once, though its transaction be retried or its batch unrolled
+            self.reported.add(where)
+            reporter(r, error)
 
     def _truncate(self, cur, table: str) -> tuple[tuple, tuple] | None:  # noqa: ANN001
         """Emptying a table (Debezium's truncate event); none for a table that does not exist."""
@@ -672,6 +801,7 @@ class JdbcSinkTask(SinkTask):
                                    f"found record at (topic='{r.topic}',partition={r.kafka_partition},"
                                    f"offset={r.kafka_offset}) with a null value")
             keys = self._key_values(r)
+            self._check_columns(list(keys), r)
             if table not in self.columns:
                 existing = d.existing_columns(cur, table)
                 if existing is None:
@@ -684,7 +814,7 @@ class JdbcSinkTask(SinkTask):
             raise ConnectError(f"the JDBC sink needs a struct (or JSON object) value, found {type(r.value).__name__} "
                                f"at "
                                f"{r.topic}-{r.kafka_partition}@{r.kafka_offset}")
-        fields = fields_by_name(value_schema)
+        all_fields = fields = fields_by_name(value_schema)
         if c.keep_field is not None:
             fields = {n: f for n, f in fields.items() if c.keep_field(r.topic, n)}
         pk: dict[str, tuple[Schema | None, Any]] = {}
@@ -696,8 +826,14 @@ class JdbcSinkTask(SinkTask):
             pk = {k: (self._key_schema(r, k), v) for k, v in self._key_values(r).items()}
         elif pk_mode == "record_value":
             names = c.pk_fields or list(fields)
-            pk = {n: (fields.get(n), r.value.get(n)) for n in names}
+            for n in names:
+                if n not in all_fields:  # Confluent's FieldsMetadata text; else a key column of NULLs
+                    raise DataError(f"PK mode for table '{table}' is record_value with configured PK fields {names}, "
+                                    f"but record value schema does not contain field: {n} (the record at "
+                                    f"{r.topic}-{r.kafka_partition}@{r.kafka_offset})")
+            pk = {n: (all_fields.get(n), r.value.get(n)) for n in names}
         cols = {**pk, **{n: (f, r.value.get(n)) for n, f in fields.items() if n not in pk}}
+        self._check_columns(list(cols), r)
         self._ensure_table(cur, table, {n: s or {"type": "string"} for n, (s, _) in cols.items()}, list(pk))
         names = list(cols)
         params = tuple(d.value(s, v) for s, v in cols.values())
@@ -809,6 +945,9 @@ class JdbcSinkTask(SinkTask):
         if known is not None and stored.keys() <= known:
             return
         existing = d.existing_columns(cur, table)
+        if existing is None or not stored.keys() <= existing:
+            d.lock_ddl(cur, table)  # another task may be creating or widening it: look again once it is done
+            existing = d.existing_columns(cur, table)
         if existing is None:
             if not self.c.auto_create:
                 raise ConnectError(f"Table {table} is missing and {self.c.create_refused}")
