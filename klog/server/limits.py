@@ -10,7 +10,6 @@ refused before it is parsed: INVALID_REQUEST, one log line, the connection keeps
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 import typing
 from dataclasses import dataclass, field
@@ -104,23 +103,22 @@ class AddressShares:
     keep at least one share's room: four addresses at the default quarter could fill a pool and have
     every principal's JoinGroup, InitProducerId and OffsetCommit refused. Where no listener
     authenticates every client is an address and nobody is to be kept room for: the pool alone bounds
-    them (`bounded` False). One instance for every pool of the server; thread-safe (offsets are
-    admitted in the thread pool)."""
+    them (`bounded` False). One instance for every pool of the server. Each pool's entry changes from
+    one thread at a time (the state machine's and the transactional ids' on the event loop, offset
+    growth under OffsetGrowth's lock in the thread pool), so no lock of its own."""
 
     def __init__(self, bounded: bool = False) -> None:
         self.bounded = bounded
         self.held: dict[str, float] = {}  # pool -> what every address key holds of it (absent: nothing)
-        self._lock = threading.Lock()
 
     def add(self, pool: str, key: str, amount: float) -> None:
         """`key`'s holding of `pool` changed by `amount` (nothing to count unless it is an address)."""
-        if amount and is_address_key(key):
-            with self._lock:
-                held = self.held.get(pool, 0) + amount
-                if held > 1e-6:  # (offset growth is given back in fractions)
-                    self.held[pool] = held
-                else:
-                    self.held.pop(pool, None)
+        if amount and key.startswith(ADDRESS_KEY_PREFIX):
+            held = self.held.get(pool, 0) + amount
+            if held > 1e-6:  # (offset growth is given back in fractions)
+                self.held[pool] = held
+            else:
+                self.held.pop(pool, None)
 
     def refusal(self, pool: str, key: str, grows: float, pool_max: int, share_max: int,
                 released: float = 0) -> str | None:
