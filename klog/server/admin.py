@@ -287,9 +287,14 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
     b = ctx.broker
     broker = make(mod.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+    operations = -2147483648  # the schema's "not asked"; asked, what the caller may do (0 without Describe), as Kafka
+    if request.include_cluster_authorized_operations:
+        from klog.server.metadata import cluster_operations
+
+        operations = await ctx.run_blocking(cluster_operations, ctx)
     return make(mod.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=E.none, error_message=None,
                 endpoint_type=1, cluster_id=b.cluster_id, controller_id=b.node_id, brokers=(broker,),
-                cluster_authorized_operations=-2147483648)
+                cluster_authorized_operations=operations)
 
 
 def _log_dirs(ctx: RequestContext, mod: Any, wanted: dict[str, set[int] | None] | None) -> list:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from klog.protocol.kafka import E
-from klog.server.limits import CLIENT_SHARE_DEFAULT, share_of
+from klog.server.limits import CLIENT_SHARE_DEFAULT, AddressShares, is_address_key, share_of
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
 
@@ -65,6 +65,8 @@ PRINCIPAL_MEMBERS_MAX = share_of(MEMBERS_POOL, CLIENT_SHARE_DEFAULT)
 # 20,000 (a quarter) is 26 MB.
 GROUPS_POOL = 80_000
 PRINCIPAL_GROUPS_MAX = share_of(GROUPS_POOL, CLIENT_SHARE_DEFAULT)
+# the pools' names in AddressShares (and its refusals' log lines)
+MEMBER_DATA, MEMBERS, GROUPS = "bytes of member data", "members and member ids handed out", "groups held"
 
 
 def principal_bounds(share: float) -> dict[str, int]:
@@ -199,7 +201,7 @@ class GroupStateMachine:
                  principal_metadata_max_bytes: int = PRINCIPAL_METADATA_MAX_BYTES,
                  principal_members_max: int = PRINCIPAL_MEMBERS_MAX,
                  principal_groups_max: int = PRINCIPAL_GROUPS_MAX, members_max: int = MEMBERS_POOL,
-                 groups_max: int = GROUPS_POOL) -> None:
+                 groups_max: int = GROUPS_POOL, addresses: AddressShares | None = None) -> None:
         self.clock = clock
         self.max_size = max_size
         self.group_metadata_max_bytes = group_metadata_max_bytes
@@ -211,6 +213,9 @@ class GroupStateMachine:
         # share key where clients do not authenticate) would each bring a share
         self.members_max = members_max
         self.groups_max = groups_max
+        # every unauthenticated client's together: at most the pools less one share where some
+        # listener authenticates (shared with the server's other pools)
+        self.addresses = addresses or AddressShares()
         self.members = 0  # every group's members and member ids handed out
         self.metadata_bytes = 0  # every group's
         self.principal_bytes: dict[str, int] = {}  # principal -> what its members hold (absent: nothing)
@@ -284,7 +289,8 @@ class GroupStateMachine:
             grows = _protocols_size(protocols) - _protocols_size(held.protocols)
             if held.principal == principal:
                 return self._bytes_refusal(group, grows, principal)
-            return self._bytes_refusal(group, grows, principal, _own_size(held) + grows, members=1)
+            return self._bytes_refusal(group, grows, principal, _own_size(held) + grows, members=1,
+                                       moved_from=(held.principal, _own_size(held)))
         # a new member: its ids too (a member id is the client id and a UUID: 32 KB client ids made
         # 1,000 members hold 64 MB of ids)
         ids = (len(member_id) if member_id else len(client_id or "member") + 37) + len(client_id) + \
@@ -296,13 +302,18 @@ class GroupStateMachine:
         # a member id handed out comes back: its bytes are held already
         if pending.principal == principal:
             return self._bytes_refusal(group, grows - len(member_id), principal)
-        return self._bytes_refusal(group, grows - len(member_id), principal, grows, members=1)
+        return self._bytes_refusal(group, grows - len(member_id), principal, grows, members=1,
+                                   moved_from=(pending.principal, len(member_id)))
 
     def _bytes_refusal(self, group: Group | None, grows: int, principal: str, charged: int | None = None,
-                       members: int = 0) -> tuple[E, str] | None:
+                       members: int = 0, moved_from: tuple[str, int] | None = None,
+                       released: int = 0) -> tuple[E, str] | None:
         """The error and its reason if the group's, the node's or the principal's bytes would pass their
         bound: `grows` for the group and the node, `charged` (default: the same) for the principal; or
-        if the principal's `members` more would pass its count."""
+        if the principal's `members` more would pass its count; or every unauthenticated client's
+        together (AddressShares). `moved_from`: the principal and bytes of the one member whose bytes
+        (and count) move to this principal; `released`: bytes moving to it from other principals'
+        assignments that unauthenticated clients held (what they give back, for their together)."""
         if grows > 0:
             if (group.metadata_bytes if group is not None else 0) + grows > self.group_metadata_max_bytes:
                 return E.group_max_size_reached, f"the group's member data would pass its " \
@@ -322,7 +333,15 @@ class GroupStateMachine:
         if members > 0 and self.members + members > self.members_max:
             return E.coordinator_not_available, f"every group's members and member ids handed out would pass " \
                 f"the node's {self.members_max}"
-        return None
+        if moved_from is not None and is_address_key(moved_from[0]):
+            released, members_released = released + moved_from[1], members
+        else:
+            members_released = 0
+        together = self.addresses.refusal(MEMBER_DATA, principal, charged, self.metadata_max_bytes,
+                                          self.principal_metadata_max_bytes, released) or \
+            self.addresses.refusal(MEMBERS, principal, members, self.members_max, self.principal_members_max,
+                                   members_released)
+        return None if together is None else (E.coordinator_not_available, together)
 
     def _refuse_assignment(self, group: Group, refusal: tuple[E, str]) -> None:
         """A leader's assignment past the bytes: as Kafka when its group record is too large to store,
@@ -341,6 +360,7 @@ class GroupStateMachine:
     def _account(self, group: Group, principal: str, size: int) -> None:
         group.metadata_bytes += size
         self.metadata_bytes += size
+        self.addresses.add(MEMBER_DATA, principal, size)
         held = self.principal_bytes.get(principal, 0) + size
         if held:
             self.principal_bytes[principal] = held
@@ -349,6 +369,7 @@ class GroupStateMachine:
 
     def _count(self, principal: str, members: int) -> None:
         self.members += members
+        self.addresses.add(MEMBERS, principal, members)
         count = self.principal_members.get(principal, 0) + members
         if count:
             self.principal_members[principal] = count
@@ -593,7 +614,9 @@ class GroupStateMachine:
             grows = given - sum(len(m.assignment) for m in group.members.values())
             charged = given - sum(len(m.assignment) for m in group.members.values()
                                   if m.assignment_principal == principal)
-            refusal = self._bytes_refusal(group, grows, principal, charged)
+            released = sum(len(m.assignment) for m in group.members.values()
+                           if m.assignment_principal != principal and is_address_key(m.assignment_principal))
+            refusal = self._bytes_refusal(group, grows, principal, charged, released=released)
             if refusal is not None:
                 return self._refuse_assignment(group, refusal)
             for mid, m in group.members.items():
@@ -799,6 +822,7 @@ class GroupStateMachine:
     def _create(self, group_id: str, principal: str, generation: int = 0) -> Group:
         group = self.groups[group_id] = Group(group_id, generation=generation, creator=principal)
         self.principal_groups[principal] = self.principal_groups.get(principal, 0) + 1
+        self.addresses.add(GROUPS, principal, 1)
         return group
 
     def _groups_refusal(self, principal: str) -> str | None:
@@ -808,7 +832,7 @@ class GroupStateMachine:
                 f"{self.principal_groups_max}"
         if len(self.groups) >= self.groups_max:  # (every group held was brought into being by a JoinGroup)
             return f"the node holds {len(self.groups)} groups, at most {self.groups_max}"
-        return None
+        return self.addresses.refusal(GROUPS, principal, 1, self.groups_max, self.principal_groups_max)
 
     def forget(self, group_id: str) -> None:
         """Drop a group without members from memory (its ids handed out too)."""
@@ -816,6 +840,7 @@ class GroupStateMachine:
         for member_id in list(group.pending):
             self._drop_pending(group, member_id)
         left = self.principal_groups.get(group.creator, 0) - 1
+        self.addresses.add(GROUPS, group.creator, -1)
         if left > 0:
             self.principal_groups[group.creator] = left
         else:

@@ -33,7 +33,7 @@ from klog.meta.groups import (
 )
 from klog.server import consumer_protocol
 from klog.server.coordinator import STABLE, Group, GroupStateMachine, principal_bounds
-from klog.server.limits import CLIENT_SHARE_DEFAULT, share_of
+from klog.server.limits import CLIENT_SHARE_DEFAULT, AddressShares, share_of
 from klog.store.state import current_boot_id
 
 CONSUMER = "consumer"  # the protocol type of Kafka's consumer groups (the only one whose topics klog reads)
@@ -46,6 +46,7 @@ CONSUMER = "consumer"  # the protocol type of Kafka's consumer groups (the only 
 # 1.6 million entries without metadata; commits of entries already stored add nothing.
 OFFSET_BYTES_POOL = 1 << 30
 PRINCIPAL_OFFSET_BYTES_MAX = share_of(OFFSET_BYTES_POOL, CLIENT_SHARE_DEFAULT)
+OFFSET_GROWTH = "bytes of committed offsets added lately"  # the pool's name in AddressShares
 EVERY_PRINCIPAL = "*"  # OffsetGrowth's entry for every principal's together (no share key is "*")
 OFFSET_SWEEP_S = 60.0  # how often OffsetGrowth forgets the principals it gave everything back
 OFFSET_ENTRY_BYTES = 150  # LMDB's own cost of a committed offset besides its names and metadata (measured)
@@ -92,12 +93,16 @@ class OffsetGrowth:
 
     Every principal's together is bounded too, at `pool_bytes` (given back at that pace): principals
     are share keys, and where clients do not authenticate each address is one, so without it clients
-    from ever new addresses would each add their share."""
+    from ever new addresses would each add their share. And every unauthenticated client's together
+    where some listener authenticates (`addresses`): their additions as given back so far (each
+    address's is brought up to date when it commits, and all at least every OFFSET_SWEEP_S)."""
 
     def __init__(self, max_bytes: int, read: Callable[[str], dict], period_ms: int,
-                 clock: Callable[[], float] = time.monotonic, pool_bytes: int = OFFSET_BYTES_POOL) -> None:
+                 clock: Callable[[], float] = time.monotonic, pool_bytes: int = OFFSET_BYTES_POOL,
+                 addresses: AddressShares | None = None) -> None:
         self.max_bytes = max_bytes
         self.pool_bytes = pool_bytes
+        self.addresses = addresses or AddressShares()
         self.period_ms = max(1, period_ms)
         self.added: dict[str, float] = {}
         self._added_at: dict[str, float] = {}  # principal -> when its `added` was last brought up to date
@@ -125,6 +130,9 @@ class OffsetGrowth:
             if grows > 0 and everyone + grows > self.pool_bytes:
                 return f"every client's commits added {everyone:.0f} bytes of committed offsets to the store " \
                        f"lately, at most {self.pool_bytes} {per}"
+            together = self.addresses.refusal(OFFSET_GROWTH, principal, grows, self.pool_bytes, self.max_bytes)
+            if together is not None:
+                return together
             if grows > 0:
                 self._set(principal, added + grows)
                 self._set(EVERY_PRINCIPAL, everyone + grows)
@@ -155,6 +163,7 @@ class OffsetGrowth:
             self._swept = self._clock()
 
     def _set(self, principal: str, added: float, now: float | None = None) -> None:
+        self.addresses.add(OFFSET_GROWTH, principal, added - self.added.get(principal, 0.0))
         if added > 0:
             self.added[principal] = added
             self._added_at[principal] = self._clock() if now is None else now
@@ -200,11 +209,12 @@ class GroupCoordinator:
 
     def __init__(self, store: Any, broker: Any, executor: Any, *, offsets_retention_ms: int | None = None,
                  offsets_retention_check_ms: int | None = None, wall_clock: Any = None,
-                 client_share: float = CLIENT_SHARE_DEFAULT) -> None:
+                 client_share: float = CLIENT_SHARE_DEFAULT, addresses: AddressShares | None = None) -> None:
         """`offsets_retention_ms`/`offsets_retention_check_ms` override klog.json's
         offsets.retention.minutes/offsets.retention.check.interval.ms; `wall_clock` (epoch ms) dates
         commits and expiry (tests move it forward instead of waiting days); `client_share`: what one
-        principal (share key) may hold of each pool (klog serve --client-share)."""
+        principal (share key) may hold of each pool (klog serve --client-share); `addresses`: what
+        every unauthenticated client holds of them together, the server's (limits.AddressShares)."""
         self.store = store
         self.broker = broker
         self.executor = executor
@@ -216,7 +226,7 @@ class GroupCoordinator:
             self._retention_setting("offsets.retention.check.interval.ms", OFFSETS_RETENTION_CHECK_MS_DEFAULT)
         self._expiry: asyncio.Task | None = None
         self.machine = GroupStateMachine(_monotonic_ms, on_change=self._changed, log=self._log_event,
-                                         **self._settings(), **principal_bounds(client_share))
+                                         addresses=addresses, **self._settings(), **principal_bounds(client_share))
         pid = os.getpid()
         self.served_by = f"klog serve pid {pid}"
         self._pid_start = process_start_time(pid)
@@ -226,7 +236,7 @@ class GroupCoordinator:
         self._dirty: set[str] = set()
         self._writer: asyncio.Task | None = None
         self.offset_growth = OffsetGrowth(share_of(OFFSET_BYTES_POOL, client_share), self.meta.committed,
-                                          self.retention_ms)
+                                          self.retention_ms, addresses=addresses)
 
     def _log_event(self, text: str) -> None:
         """The state machine's lines (member ids and protocol names come from clients: escaped)."""

@@ -29,6 +29,8 @@ REFUSAL_LOG_INTERVAL_S = 10.0  # one log line per this, with the count refused s
 # leaves room for three others. A client is a share key (RequestContext.share_key): a principal, or an
 # unauthenticated client's address.
 CLIENT_SHARE_DEFAULT = 0.25
+# The share key of a client that did not authenticate: User:ANONYMOUS and its address
+ADDRESS_KEY_PREFIX = "User:ANONYMOUS at "
 
 
 @dataclass
@@ -83,6 +85,54 @@ def parse_share(text: str) -> float:
 def share_of(pool: int, share: float) -> int:
     """One client's bound: `share` of `pool`, at least 1."""
     return max(1, int(pool * share))
+
+
+def is_address_key(key: str) -> bool:
+    """Whether a share key is an unauthenticated client's address (RequestContext.share_key)."""
+    return key.startswith(ADDRESS_KEY_PREFIX)
+
+
+def some_listener_authenticates(listeners: Any, ssl_client_auth: str) -> bool:
+    """A SASL listener, or a TLS one asking for client certificates: some clients are principals."""
+    return any(lst.sasl or (lst.tls and ssl_client_auth != "none") for lst in listeners)
+
+
+class AddressShares:
+    """What every unauthenticated client (share key: its address) holds of each pool, together; where
+    some listener authenticates, bounded at the pool less one share, so that authenticated principals
+    keep at least one share's room: four addresses at the default quarter could fill a pool and have
+    every principal's JoinGroup, InitProducerId and OffsetCommit refused. Where no listener
+    authenticates every client is an address and nobody is to be kept room for: the pool alone bounds
+    them (`bounded` False). One instance for every pool of the server. Each pool's entry changes from
+    one thread at a time (the state machine's and the transactional ids' on the event loop, offset
+    growth under OffsetGrowth's lock in the thread pool), so no lock of its own."""
+
+    def __init__(self, bounded: bool = False) -> None:
+        self.bounded = bounded
+        self.held: dict[str, float] = {}  # pool -> what every address key holds of it (absent: nothing)
+
+    def add(self, pool: str, key: str, amount: float) -> None:
+        """`key`'s holding of `pool` changed by `amount` (nothing to count unless it is an address)."""
+        if amount and key.startswith(ADDRESS_KEY_PREFIX):
+            held = self.held.get(pool, 0) + amount
+            if held > 1e-6:  # (offset growth is given back in fractions)
+                self.held[pool] = held
+            else:
+                self.held.pop(pool, None)
+
+    def refusal(self, pool: str, key: str, grows: float, pool_max: int, share_max: int,
+                released: float = 0) -> str | None:
+        """Why `key` may not take `grows` more of `pool` (`pool_max` in all, `share_max` a key), of which
+        `released` is given back by other address keys in the same change (a member joining again from
+        another address); None if it may."""
+        if not self.bounded or not is_address_key(key):
+            return None
+        together, bound = grows - released, pool_max - share_max
+        held = self.held.get(pool, 0)
+        if together > 0 and held + together > bound:
+            return f"every unauthenticated client together holds {held:.0f} {pool}, at most {bound} (the rest " \
+                   f"is kept for authenticated clients)"
+        return None
 
 
 def parse_overrides(text: str) -> dict[str, int]:

@@ -35,7 +35,14 @@ from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.connection import Begun, FrameProtocol, complete, direct_future
 from klog.server.context import BrokerInfo, RequestContext
 from klog.server.hop import HopPool, in_thread
-from klog.server.limits import RateLimitedLog, ServeLimits, error_response, share_of
+from klog.server.limits import (
+    AddressShares,
+    RateLimitedLog,
+    ServeLimits,
+    error_response,
+    share_of,
+    some_listener_authenticates,
+)
 from klog.server.listeners import Listener, SecurityConfig
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
 from klog.server.throttle import with_throttle
@@ -142,6 +149,9 @@ class Server:
         self.limits = limits or ServeLimits()
         self.limits.validate()
         self.gate = ConnectionGate(self.limits)
+        # every unauthenticated client's holding of the pools, together (bounded where some listener authenticates)
+        self.address_shares = AddressShares(some_listener_authenticates(self.listeners,
+                                                                        self.security_config.ssl_client_auth))
         self._acceptors: list[Acceptor] = []
         self._refusals = RateLimitedLog(log)
         self.appender: Any = None  # klog.broker.batches.RawAppender: every Produce goes through it
@@ -305,6 +315,7 @@ class Server:
         from klog.server.transactions import TRANSACTIONAL_IDS_POOL, TransactionService
 
         settings = {"principal_ids_max": share_of(TRANSACTIONAL_IDS_POOL, self.limits.client_share),
+                    "addresses": self.address_shares,
                     **self._transaction_settings}
         self.transactions = TransactionService(self.store, self.appender, self.executor, **settings)
         self.transactions.start()  # completes what a crash left half-done, then aborts abandoned transactions
@@ -360,7 +371,7 @@ class Server:
         from klog.server.group_runtime import GroupCoordinator
 
         coordinator = GroupCoordinator(self.store, self.broker, self.executor, client_share=self.limits.client_share,
-                                       **self._group_settings)
+                                       addresses=self.address_shares, **self._group_settings)
         coordinator.start_expiry()
         return coordinator
 

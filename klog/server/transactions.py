@@ -21,7 +21,7 @@ from klog.errors import KlogError, TxnStateError
 from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
-from klog.server.limits import CLIENT_SHARE_DEFAULT, share_of
+from klog.server.limits import CLIENT_SHARE_DEFAULT, AddressShares, share_of
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 CLUSTER = "kafka-cluster"
@@ -41,6 +41,7 @@ PRINCIPAL_TRANSACTIONAL_IDS_MAX = share_of(TRANSACTIONAL_IDS_POOL, CLIENT_SHARE_
 # of them took one thread hop each (0.3 s of the server's time for 5,000 keys) for every refused
 # InitProducerId of a new id.
 POOL_CHECK_S = 5.0
+TRANSACTIONAL_IDS = "transactional ids"  # the pool's name in AddressShares
 log = logging.getLogger("klog.serve")
 
 
@@ -51,7 +52,7 @@ class TransactionService:
     def __init__(self, store: Any, appender: Any, executor: Any, *, clock: Any = None,
                  max_timeout_ms: int | None = None, cleanup_interval_ms: int | None = None,
                  principal_ids_max: int = PRINCIPAL_TRANSACTIONAL_IDS_MAX,
-                 ids_max: int = TRANSACTIONAL_IDS_POOL) -> None:
+                 ids_max: int = TRANSACTIONAL_IDS_POOL, addresses: AddressShares | None = None) -> None:
         from klog.broker.producer_ids import new_producer_id
         from klog.broker.txn_coordinator import CLEANUP_INTERVAL, CLEANUP_INTERVAL_MS_DEFAULT, TxnCoordinator, _setting
 
@@ -66,6 +67,8 @@ class TransactionService:
         # every principal's together: where clients do not authenticate each address is a principal
         # (share key), and clients from ever new addresses would otherwise each bring a share
         self.ids_max = ids_max
+        # every unauthenticated client's together: the pool less one share where some listener authenticates
+        self.addresses = addresses or AddressShares()
         # principal -> the transactional ids its InitProducerId created in this run (those found gone,
         # expired or removed, are dropped when it reaches the bound)
         self.created: dict[str, set[str]] = {}
@@ -87,31 +90,41 @@ class TransactionService:
         if tid in mine or await ctx.run_blocking(self._exists, tid):
             return None
         if len(mine) >= self.principal_ids_max:
-            await self._forget_gone(ctx, [mine])
+            await self._forget_gone(ctx, {key: mine})
             if len(mine) >= self.principal_ids_max:
                 return f"{key} created {len(mine)} transactional ids that still exist, at most " \
                        f"{self.principal_ids_max}"
-        if self.created_total >= self.ids_max and time.monotonic() - self._pool_checked >= POOL_CHECK_S:
+        if self._pool_refusal(key) is not None and time.monotonic() - self._pool_checked >= POOL_CHECK_S:
             self._pool_checked = time.monotonic()
-            await self._forget_gone(ctx, list(self.created.values()))
-        if self.created_total >= self.ids_max:
-            return f"every client created {self.created_total} transactional ids that still exist, at most " \
-                   f"{self.ids_max}"
-        ids = self.created.setdefault(key, mine)
-        if tid not in ids:  # (the same new id admitted twice at once is counted once)
-            ids.add(tid)
-            self.created_total += 1
+            await self._forget_gone(ctx, dict(self.created))
+        if tid in self.created.get(key, mine):  # (the same new id admitted twice at once is counted once)
+            return None
+        refusal = self._pool_refusal(key)
+        if refusal is not None:
+            return refusal
+        self.created.setdefault(key, mine).add(tid)
+        self.created_total += 1
+        self.addresses.add(TRANSACTIONAL_IDS, key, 1)
         return None
 
-    async def _forget_gone(self, ctx: RequestContext, id_sets: list[set[str]]) -> None:
-        """Drop from `id_sets` (sets of `created`) the ids no longer in the store (expired, removed),
-        read in one pass, and the share keys left with none."""
-        gone = set(await ctx.run_blocking(self._gone, [tid for ids in id_sets for tid in ids]))
-        for ids in id_sets:
+    async def _forget_gone(self, ctx: RequestContext, id_sets: dict[str, set[str]]) -> None:
+        """Drop from `id_sets` (share key -> its set of `created`) the ids no longer in the store
+        (expired, removed), read in one pass, and the share keys left with none."""
+        gone = set(await ctx.run_blocking(self._gone, [tid for ids in id_sets.values() for tid in ids]))
+        for key, ids in id_sets.items():
             before = len(ids)
             ids.difference_update(gone)
             self.created_total -= before - len(ids)
+            self.addresses.add(TRANSACTIONAL_IDS, key, len(ids) - before)
         self.created = {k: ids for k, ids in self.created.items() if ids}
+
+    def _pool_refusal(self, key: str) -> str | None:
+        """Why `key` may not create one more id for the pool: every client's ids, or (where some listener
+        authenticates) every unauthenticated client's together; None if it may."""
+        if self.created_total >= self.ids_max:
+            return f"every client created {self.created_total} transactional ids that still exist, at most " \
+                   f"{self.ids_max}"
+        return self.addresses.refusal(TRANSACTIONAL_IDS, key, 1, self.ids_max, self.principal_ids_max)
 
     def _exists(self, tid: str) -> bool:
         return self.coordinator.meta.get(tid) is not None

@@ -167,3 +167,116 @@ def test_the_same_new_transactional_id_admitted_twice_at_once_counts_once(kafka_
 
     assert asyncio.run(both()) == [None, None]
     assert service.created == {f"User:ANONYMOUS at {A}": {"same"}} and service.created_total == 1
+
+
+# -- unauthenticated clients together, beside authenticated ones ----------------------------------------
+async def _plain_joins_and_ids(port: int, source: str, count: int) -> tuple[list[int], list[int]]:
+    """From `source`, unauthenticated: JoinGroup of `count` new groups and InitProducerId of `count`
+    new transactional ids, the error codes of each."""
+    conn = await _conn(A, port, source)
+    try:
+        joins = [int((await conn.call(gc.join(f"{source}-g{i}", session_ms=60_000, version=3), timeout=10)).error_code)
+                 for i in range(count)]
+        ids = [int((await conn.call(_init_producer(f"{source}-t{i}"), timeout=10)).error_code) for i in range(count)]
+        return joins, ids
+    finally:
+        conn.close()
+
+
+def test_unauthenticated_addresses_together_leave_an_authenticated_principal_its_share(mixed_server, caplog):
+    """A PLAINTEXT and a SASL listener; pools of 8 members and 8 transactional ids, a share of 2. Six
+    unauthenticated addresses (127.0.0.1..6) each join 2 new groups and create 2 ids: together they
+    get the pool less one share (3 addresses' worth, 6), the others are refused with one log line each
+    naming every unauthenticated client; alice (SASL) then still joins a group and gets her 2 ids. On
+    the old code the first four addresses filled both pools and alice was refused."""
+    server, plain_port, sasl_port = mixed_server
+    _second_loopback_address()
+    caplog.set_level(logging.INFO, logger="klog.serve")
+    server.transactions.ids_max = 8  # principal_ids_max 2 (mixed_server)
+    machine = server.coordinator.machine
+    machine.members_max, machine.principal_members_max = 8, 2
+    machine.initial_rebalance_delay_ms = 0
+    got = [asyncio.run(_plain_joins_and_ids(plain_port, source, 2)) for source in ADDRESSES]
+    ok, refused = [E.none] * 2, [E.coordinator_not_available] * 2
+    assert got == [(ok, ok)] * 3 + [(refused, refused)] * 3, got
+    lines = [r.getMessage() for r in caplog.records if "every unauthenticated client together" in r.getMessage()]
+    assert any("holds 6 members and member ids handed out, at most 6" in line for line in lines), lines
+    assert any("holds 6 transactional ids, at most 6" in line for line in lines), lines
+
+    async def alice() -> tuple[int, list[int]]:
+        conn = await _sasl_conn(sasl_port, "alice")
+        try:
+            joined = int((await conn.call(gc.join("alice-g", session_ms=60_000, version=3), timeout=10)).error_code)
+            return joined, [int((await conn.call(_init_producer(t), timeout=10)).error_code) for t in ("a0", "a1")]
+        finally:
+            conn.close()
+
+    assert asyncio.run(alice()) == (E.none, [E.none, E.none])
+    held = server.address_shares.held
+    assert (held["members and member ids handed out"], held["groups held"], held["transactional ids"]) == (6, 6, 6)
+
+
+def test_on_a_server_without_authentication_addresses_may_fill_the_whole_pool(store):
+    """Only PLAINTEXT: nobody to keep room for, so four addresses at the default quarter take the
+    whole pool (8 ids, 2 each), as before."""
+    from klog.server import Server
+
+    _second_loopback_address()
+    with Server(store=store, listen=(A, 0), idle_ms=30_000) as server:
+        assert not server.address_shares.bounded
+        server.transactions.ids_max, server.transactions.principal_ids_max = 8, 2
+        got = [asyncio.run(_init_ids(A, server.port, [f"{source}-x", f"{source}-y"], source))
+               for source in ADDRESSES[:5]]
+        assert got == [[E.none, E.none]] * 4 + [[E.coordinator_not_available] * 2]
+
+
+def test_every_pool_bounds_unauthenticated_clients_together_where_some_authenticate():
+    """The state machine's member data, members and groups, and the growth of committed offsets: in
+    each, addresses together stop at the pool less one share (and a member moving between addresses
+    or an assignment moving between them counts once); a principal still takes its share; with the
+    bound off (no listener authenticates), the pool alone bounds the addresses."""
+    from klog.server.coordinator import GroupStateMachine
+    from klog.server.group_runtime import OffsetGrowth
+    from klog.server.limits import AddressShares
+    from tests.server.test_group_coordinator import Clock
+
+    def machine(bounded: bool, **bounds: int) -> GroupStateMachine:
+        return GroupStateMachine(Clock(), initial_rebalance_delay_ms=0, addresses=AddressShares(bounded), **bounds)
+
+    def addresses_then_alice(m: GroupStateMachine, **join: object) -> list:
+        codes = [_join(m, f"g{i}", f"User:ANONYMOUS at 10.0.0.{i}", **join).one.error for i in range(6)]
+        return codes + [_join(m, "alice-g", "User:alice", **join).one.error]
+
+    ok, no = E.none, E.coordinator_not_available
+    data = {"metadata_max_bytes": 4000, "principal_metadata_max_bytes": 1000}  # 3 joins of ~900 bytes
+    big = {"protocols": (("range", b"x" * 850),)}
+    assert addresses_then_alice(machine(True, **data), **big) == [ok] * 3 + [no] * 3 + [ok]
+    assert addresses_then_alice(machine(False, **data), **big) == [ok] * 4 + [no] * 3
+    members = {"members_max": 4, "principal_members_max": 1}
+    assert addresses_then_alice(machine(True, **members)) == [ok] * 3 + [no] * 3 + [ok]
+    assert addresses_then_alice(machine(False, **members)) == [ok] * 4 + [no] * 3
+    groups = {"groups_max": 4, "principal_groups_max": 1}
+    assert addresses_then_alice(machine(True, **groups)) == [ok] * 3 + [no] * 3 + [ok]
+    assert addresses_then_alice(machine(False, **groups)) == [ok] * 4 + [no] * 3
+
+    # a member id handed out to one address, joined from another: it moves, the together is unchanged
+    m = machine(True, members_max=4, principal_members_max=1)
+    handed = [_join(m, f"g{i}", f"User:ANONYMOUS at 10.0.0.{i}", require=True).one for i in range(3)]
+    assert [h.error for h in handed] == [E.member_id_required] * 3
+    moved = _join(m, "g0", "User:ANONYMOUS at 10.0.0.9", member_id=handed[0].member_id)
+    assert moved.one.error == ok and m.addresses.held["members and member ids handed out"] == 3
+    m.leave("g0", [(handed[0].member_id, None)])
+    for i in (1, 2):
+        m.leave(f"g{i}", [(handed[i].member_id, None)])
+        m.delete(f"g{i}")
+    m.delete("g0")
+    assert m.addresses.held == {}  # everything given back
+
+    offsets = {("t", p): (0, "m" * 900) for p in range(4)}  # ~4.3 KB each time, in a new group
+    for bounded, expected in ((True, [None] * 3 + ["every unauthenticated client together"]),
+                              (False, [None] * 4)):  # (then the pool of 20,000 is full: alice refused)
+        growth = OffsetGrowth(5_000, lambda group: {}, period_ms=60_000, clock=lambda: 0.0, pool_bytes=20_000,
+                              addresses=AddressShares(bounded))
+        got = [growth.admit(f"User:ANONYMOUS at 10.0.0.{i}", f"g{i}", offsets) for i in range(4)]
+        assert [r if r is None else r[:len(expected[3] or "")] for r in got] == expected, got
+        assert (growth.admit("User:alice", "ga", offsets) is None) == bounded
