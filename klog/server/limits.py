@@ -127,7 +127,8 @@ class AddressShares:
         another address); None if it may."""
         if not self.bounded or not is_address_key(key):
             return None
-        together, bound = grows - released, pool_max - share_max
+        # (at least one share: with --client-share 1 nobody can be kept room for, and addresses keep a share)
+        together, bound = grows - released, max(pool_max - share_max, share_max)
         held = self.held.get(pool, 0)
         if together > 0 and held + together > bound:
             return f"every unauthenticated client together holds {held:.0f} {pool}, at most {bound} (the rest " \

@@ -280,3 +280,18 @@ def test_every_pool_bounds_unauthenticated_clients_together_where_some_authentic
         got = [growth.admit(f"User:ANONYMOUS at 10.0.0.{i}", f"g{i}", offsets) for i in range(4)]
         assert [r if r is None else r[:len(expected[3] or "")] for r in got] == expected, got
         assert (growth.admit("User:alice", "ga", offsets) is None) == bounded
+
+
+def test_addresses_together_keep_at_least_one_share_when_a_client_may_take_the_whole_pool() -> None:
+    """--client-share 1 on a server with an authenticating listener: the pool less one share would be
+    nothing, refusing every unauthenticated client; they keep one share (the whole pool) instead."""
+    from klog.server.limits import AddressShares
+    shares = AddressShares(bounded=True)
+    key = "User:ANONYMOUS at 127.0.0.1"
+    assert shares.refusal("groups", key, 1, pool_max=8, share_max=8) is None
+    shares.add("groups", key, 8)
+    assert "together" in (shares.refusal("groups", key, 1, pool_max=8, share_max=8) or "")
+    # the usual quarter: the pool less one share
+    quarter = AddressShares(bounded=True)
+    quarter.add("groups", key, 6)
+    assert "at most 6" in (quarter.refusal("groups", key, 1, pool_max=8, share_max=2) or "")
