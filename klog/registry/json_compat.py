@@ -18,7 +18,8 @@ import json
 import re
 from typing import Any
 
-from klog.protocol.json_schema import Loader, Node
+from klog.protocol.json_schema import Loader, Node, SchemaProblem
+from klog.registry.patterns import PatternMatcher
 
 # Confluent's SchemaDiff.COMPATIBLE_CHANGES_STRICT
 COMPATIBLE = frozenset("""
@@ -42,10 +43,37 @@ MAX_CONTAINS_INCREASED MAX_CONTAINS_REMOVED MIN_CONTAINS_DECREASED MIN_CONTAINS_
 ENUM_ARRAY_EXTENDED COMBINED_TYPE_EXTENDED PRODUCT_TYPE_NARROWED SUM_TYPE_EXTENDED NOT_TYPE_NARROWED
 """.split())
 
+# Schema pairs one request compares at most (every version it is checked against included). Combined
+# schemas compare every part with every part, so nested anyOfs (or $refs sharing one) multiply: ten levels
+# of three parts were 0.45 s, each more ~3 times that. A oneOf of 50 objects of 30 properties is ~80,000
+# (0.8 s), a Debezium envelope ~100.
+MAX_COMPARISONS = 200_000
+
+
+class Budget:
+    """What one request may spend comparing schemas: MAX_COMPARISONS pairs, and the patternProperties
+    matching of klog.registry.patterns (close() ends its child process)."""
+
+    def __init__(self, comparisons: int = MAX_COMPARISONS) -> None:
+        self.limit = comparisons
+        self.left = comparisons
+        self.patterns = PatternMatcher()
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise SchemaProblem(f"the schemas are too complex to compare (more than {self.limit} comparisons of "
+                                "their parts)")
+
+    def close(self) -> None:
+        self.patterns.close()
+
+
 class _Diff:
-    def __init__(self, original: Loader, update: Loader) -> None:
+    def __init__(self, original: Loader, update: Loader, budget: Budget) -> None:
         self.o = original
         self.u = update
+        self.budget = budget
         self.active: set[tuple[int, int]] = set()  # pairs being compared: a cycle back to one is compatible
 
     def compare(self, o: Node | None, u: Node | None, path: str) -> list[tuple[str, str]]:
@@ -58,6 +86,7 @@ class _Diff:
         pair = (id(o), id(u))
         if pair in self.active:
             return []
+        self.budget.spend()
         self.active.add(pair)
         try:
             return self._types(o, u, path)
@@ -251,7 +280,7 @@ class _Diff:
     def _property_removed(self, o: Node, u: Node, key: str, schema: Any, where: str) -> list[tuple[str, str]]:
         if _open(u):
             return [("PROPERTY_REMOVED_FROM_OPEN_CONTENT_MODEL", where)]
-        partial = _partial(u, key)
+        partial = self._partial(u, key)
         if partial is not None:
             ok, found = self.compatible(self.o.node(schema), self.u.node(partial), where)
             return found + [("PROPERTY_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL" if ok else
@@ -271,7 +300,7 @@ class _Diff:
                          else "REQUIRED_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL", where)]
             return [("OPTIONAL_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL", where)]
         out: list[tuple[str, str]] = []
-        partial = _partial(o, key)
+        partial = self._partial(o, key)
         if partial is not None:
             ok, found = self.compatible(self.o.node(partial), added, where)
             out += found + [("PROPERTY_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL" if ok else
@@ -282,6 +311,19 @@ class _Diff:
         else:
             out.append(("OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL", where))
         return out
+
+    def _partial(self, node: Node, key: str) -> Any:
+        """The schema a partially open content model gives property `key` (None: it has none for it)."""
+        for pattern, schema in (node.get("patternProperties") or {}).items():
+            if self.budget.patterns.search(pattern, key):
+                return schema
+        additional = node.get("additionalProperties")
+        if isinstance(additional, dict):
+            return additional
+        unevaluated = node.get("unevaluatedProperties")
+        if additional is None and isinstance(unevaluated, dict) and unevaluated:
+            return unevaluated
+        return None
 
     def _dependencies(self, o: Node, u: Node, path: str) -> list[tuple[str, str]]:
         deps_o, deps_u = _dependencies(o), _dependencies(u)
@@ -337,23 +379,6 @@ def _open(node: Node) -> bool:
         return False
     unevaluated = node.get("unevaluatedProperties")
     return additional is True or unevaluated in (None, True, {})
-
-
-def _partial(node: Node, key: str) -> Any:
-    """The schema a partially open content model gives property `key` (None: it has none for it)."""
-    for pattern, schema in (node.get("patternProperties") or {}).items():
-        try:
-            if re.search(pattern, key):
-                return schema
-        except re.error:
-            continue
-    additional = node.get("additionalProperties")
-    if isinstance(additional, dict):
-        return additional
-    unevaluated = node.get("unevaluatedProperties")
-    if additional is None and isinstance(unevaluated, dict) and unevaluated:
-        return unevaluated
-    return None
 
 
 def _has_default(loader: Loader, schema: Any) -> bool:
@@ -456,15 +481,22 @@ def _max_matching(edges: dict[int, dict[int, Any]]) -> dict[int, int]:
     return {left: right for right, left in right_of.items()}
 
 
-def differences(original: Any, update: Any) -> list[tuple[str, str]]:
-    """Every difference from `original` to `update` (both JSON schema documents), as (type, path)."""
+def differences(original: Any, update: Any, budget: Budget | None = None) -> list[tuple[str, str]]:
+    """Every difference from `original` to `update` (both JSON schema documents), as (type, path);
+    SchemaProblem when the comparison outspends `budget` (a request's; its own when None)."""
     o, u = Loader(original), Loader(update)
-    return _Diff(o, u).compare(o.node(original), u.node(update), "#")
+    own = budget is None
+    budget = Budget() if budget is None else budget
+    try:
+        return _Diff(o, u, budget).compare(o.node(original), u.node(update), "#")
+    finally:
+        if own:
+            budget.close()
 
 
-def backward_problems(new: Any, old: Any) -> list[str]:
+def backward_problems(new: Any, old: Any, budget: Budget | None = None) -> list[str]:
     """Why a consumer with schema `new` may not read what `old` allowed (empty: it may): Confluent's
     JsonSchema.isBackwardCompatible, STRICT policy."""
-    return [f'{{errorType:"{kind}", path:"{path}"}}' for kind, path in differences(old, new)
+    return [f'{{errorType:"{kind}", path:"{path}"}}' for kind, path in differences(old, new, budget)
             if kind not in COMPATIBLE]
 

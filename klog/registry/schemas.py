@@ -18,10 +18,11 @@ import json
 import re
 import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
-from klog.protocol.json_schema import check_references
+from klog.protocol.json_schema import SchemaProblem, check_references
 from klog.registry import json_compat
 from klog.registry.compat import LEVELS, compatibility_problems, read_problems
 
@@ -142,11 +143,6 @@ def parse(text: Any, schema_type: str) -> Any:
     return parse_json(text) if schema_type == "JSON" else parse_avro(text)
 
 
-def judge(schema_type: str):  # noqa: ANN201 - (reader, writer) -> problems
-    """The compatibility rules of a schema type: Avro's resolution, Confluent's JSON Schema diff."""
-    return json_compat.backward_problems if schema_type == "JSON" else read_problems
-
-
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -193,12 +189,13 @@ class Registry:
     def __init__(self, store, topic: str = TOPIC) -> None:  # noqa: ANN001 - a klog Store or RemoteStore
         self.store = store
         self.topic = topic
-        # writes hold it; the HTTP face holds it around every request, so a read never iterates the tables
-        # while a write changes them (re-entrant: a request's write takes it again)
+        # writes hold it; the HTTP face holds it around every request but the ones with a schema, so a read
+        # never iterates the tables while a write changes them (re-entrant: a request's write takes it
+        # again). Those parse their schema (and compare it, but to register) without it: see PARSE_FIRST.
         self.lock = threading.RLock()
         self.versions: dict[tuple[str, int], Version] = {}
         self.configs: dict[str | None, str] = {}
-        self._canonical: dict[tuple[str, str], str] = {}  # a stored schema's (type, text) -> canonical()
+        self._stored: dict[tuple[str, str], tuple[Any, str]] = {}  # a stored schema's (type, text) -> parsed
         self._load()
         self._producer = store.producer()
 
@@ -247,15 +244,21 @@ class Registry:
 
     def canonical_of(self, v: Version) -> str | None:
         """A stored version's canonical() (parsed once); None for a type klog does not parse (Protobuf)."""
+        stored = self._parsed_of(v)
+        return None if stored is None else stored[1]
+
+    def _parsed_of(self, v: Version) -> tuple[Any, str] | None:
+        """A stored version's parsed form and canonical(), kept: a compatibility check compares with stored
+        versions without parsing them again (a JSON schema's metaschema check is milliseconds)."""
         if v.schema_type not in TYPES:
             return None
-        hit = self._canonical.get((v.schema_type, v.schema))
+        hit = self._stored.get((v.schema_type, v.schema))
         if hit is None:
             try:
-                hit = canonical(parse(v.schema, v.schema_type), v.schema_type)
+                parsed = parse(v.schema, v.schema_type)
             except RegistryError:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 return None
-            self._canonical[(v.schema_type, v.schema)] = hit
+            hit = self._stored[(v.schema_type, v.schema)] = (parsed, canonical(parsed, v.schema_type))
         return hit
 
     # -- reading --------------------------------------------------------------------------------------
@@ -297,30 +300,45 @@ class Registry:
 
     def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO") -> Version:
         key = canonical(parse(text, schema_type), schema_type)
-        found = self.live(subject, deleted)
-        for v in found:
-            if self.canonical_of(v) == key:
-                return v
+        with self.lock:
+            found = self.live(subject, deleted)
+            for v in found:
+                if self.canonical_of(v) == key:
+                    return v
         raise RegistryError(404, 40403, "Schema not found")
 
     def check(self, subject: str, text: Any, version: str | None, schema_type: str = "AVRO") -> list[str]:
         """Why `text` may not be registered under `subject` (against one version, or as the subject's level
-        says when `version` is None or latest)."""
+        says when `version` is None or latest); compared outside the lock (stored versions do not change)."""
         parsed = parse(text, schema_type)
-        found = self.live(subject)
-        level = self.level(subject)
-        if version is not None and parse_version(version) != -1:
-            found, level = [self.version(subject, version)], level.removesuffix("_TRANSITIVE")
+        with self.lock:
+            found = self.live(subject)
+            level = self.level(subject)
+            if version is not None and parse_version(version) != -1:
+                found, level = [self.version(subject, version)], level.removesuffix("_TRANSITIVE")
         return self._problems(level, parsed, found, schema_type)
 
     def _problems(self, level: str, parsed: Any, previous: list[Version], schema_type: str) -> list[str]:
-        """compatibility_problems against the versions of the same type (a schema of another type is no
-        reader or writer of this one: klog compares only like with like)."""
-        same = [parse(v.schema, schema_type) for v in previous if v.schema_type == schema_type]
+        """compatibility_problems against the versions the level names (the latest, or all when transitive);
+        of its type. A JSON comparison spends one
+        budget over all of them (json_compat.Budget): a request cannot hold the registry for long."""
+        if level == "NONE" or not previous:
+            return []
+        against = previous if level.endswith("_TRANSITIVE") else previous[-1:]
+        against = [v for v in against if v.schema_type == schema_type]  # klog compares like with like
+        stored = [self._parsed_of(v) for v in against]  # (its cache is no table the lock guards)
+        if any(s is None for s in stored):
+            raise RegistryError(422, 42201, "Invalid schema: a version it is compared with cannot be parsed")
+        budget = json_compat.Budget()
+        problems = partial(json_compat.backward_problems, budget=budget) if schema_type == "JSON" else read_problems
         try:
-            return compatibility_problems(level, parsed, same, judge(schema_type))
+            return compatibility_problems(level, parsed, [s[0] for s in stored], problems)
         except RecursionError:
             raise RegistryError(422, 42201, "Invalid schema: nested too deep to compare") from None
+        except SchemaProblem as e:  # too complex to compare, a pattern too slow to match: refused, not a 500
+            raise RegistryError(422, 42201, f"Invalid schema: {e}") from None
+        finally:
+            budget.close()
 
     # -- writing --------------------------------------------------------------------------------------
     def register(self, subject: str, text: Any, schema_type: str = "AVRO") -> int:

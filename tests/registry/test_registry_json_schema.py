@@ -155,3 +155,67 @@ def test_confluent_kafkas_json_serializer_and_deserializer_use_the_registry(url)
     assert JSONDeserializer(None, schema_registry_client=client)(data, ctx) == {"name": "ada", "age": 36}
     registered = client.get_latest_version("users-value")
     assert registered.schema.schema_type == "JSON" and json.loads(registered.schema.schema_str) == json.loads(schema)
+
+
+# -- hostile schemas: every request bounded, the registry answering others meanwhile ----------------------
+EVIL_PATTERN = "^(a+)+$"  # backtracks exponentially on a's that end in something else
+EVIL_NAME = "a" * 30 + "!"  # Python's re: ~1 minute (28 a's: 14 s), holding the GIL
+
+
+def test_a_backtracking_pattern_is_refused_in_bounded_time_while_others_are_answered(url):
+    """patternProperties' patterns are matched against property names when a property is added or removed
+    under a partially open content model: both come from the request. The matching runs in a child process
+    with a deadline (42201 past it), and a compatibility check holds no lock meanwhile."""
+    import threading
+    import time
+
+    old = js(type="object", properties={EVIL_NAME: {"type": "string"}})
+    new = js(type="object", properties={}, patternProperties={EVIL_PATTERN: {"type": "string"}},
+             additionalProperties=False)
+    assert register(url, "evil-value", old) == (200, {"id": 1})
+    verdict: list[object] = []
+    started = time.monotonic()
+    checker = threading.Thread(target=lambda: verdict.append(call(
+        url, "POST", "/compatibility/subjects/evil-value/versions/latest", {"schemaType": "JSON", "schema": new})))
+    checker.start()
+    time.sleep(0.3)
+    asked = time.monotonic()
+    assert call(url, "GET", "/subjects") == (200, ["evil-value"])
+    assert time.monotonic() - asked < 1.5  # not behind the check
+    checker.join(timeout=15)
+    status, answer = verdict[0]
+    assert (status, answer["error_code"]) == (422, 42201) and "takes too long to match" in answer["message"]
+    assert time.monotonic() - started < 10
+    status, answer = register(url, "evil-value", new)  # registering: the same deadline
+    assert (status, answer["error_code"]) == (422, 42201)
+    # an ordinary pattern still covers a removed property (PROPERTY_REMOVED_IS_COVERED_BY_...)
+    assert register(url, "fine-value", js(type="object", properties={"x_1": {"type": "string"}})) == (200, {"id": 2})
+    covered = js(type="object", properties={}, patternProperties={"^x_": {"type": "string"}},
+                 additionalProperties=False)
+    assert call(url, "POST", "/compatibility/subjects/fine-value/versions/latest?verbose=true",
+                {"schemaType": "JSON", "schema": covered})[1]["messages"] == \
+        ['BACKWARD: {errorType:"ADDITIONAL_PROPERTIES_REMOVED", path:"#/additionalProperties"}']
+
+
+def nested_any_of(depth: int, leaf: str) -> str:
+    """anyOfs whose parts share the next level by $ref: a small document whose comparison multiplies."""
+    defs = {f"d{i}": {"anyOf": [{"$ref": f"#/definitions/d{i + 1}"}, {"allOf": [{"$ref": f"#/definitions/d{i + 1}"}]},
+                                {"type": "string", "maxLength": i}]} for i in range(depth)}
+    defs[f"d{depth}"] = {"type": leaf}
+    return js(definitions=defs, **{"$ref": "#/definitions/d0"})
+
+
+def test_schemas_too_complex_to_compare_are_refused_in_bounded_time(url):
+    import time
+
+    from klog.protocol.json_schema import SchemaProblem
+
+    with pytest.raises(SchemaProblem, match="too complex to compare"):  # was ~3^30 comparisons
+        backward_problems(json.loads(nested_any_of(30, "number")), json.loads(nested_any_of(30, "integer")))
+    assert backward_problems(json.loads(nested_any_of(6, "number")), json.loads(nested_any_of(6, "integer"))) == []
+    assert register(url, "deep-value", nested_any_of(30, "integer")) == (200, {"id": 1})
+    started = time.monotonic()
+    status, answer = register(url, "deep-value", nested_any_of(30, "number"))
+    assert (status, answer["error_code"]) == (422, 42201) and "too complex" in answer["message"]
+    assert time.monotonic() - started < 8
+
