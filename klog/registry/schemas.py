@@ -30,6 +30,7 @@ TOPIC = "_schemas"
 DEFAULT_LEVEL = "BACKWARD"
 TYPES = ("AVRO", "JSON")  # what klog's registry parses, compares and registers
 MAX_VERSION = 2**31 - 1
+DIFFERENT_SCHEMA_TYPE = "Incompatible because of different schema type"  # Confluent's SchemaValidatorBuilder
 
 
 class RegistryError(Exception):
@@ -320,12 +321,13 @@ class Registry:
 
     def _problems(self, level: str, parsed: Any, previous: list[Version], schema_type: str) -> list[str]:
         """compatibility_problems against the versions the level names (the latest, or all when transitive);
-        of its type. A JSON comparison spends one
+        one of another type is Confluent's "different schema type" refusal. A JSON comparison spends one
         budget over all of them (json_compat.Budget): a request cannot hold the registry for long."""
         if level == "NONE" or not previous:
             return []
         against = previous if level.endswith("_TRANSITIVE") else previous[-1:]
-        against = [v for v in against if v.schema_type == schema_type]  # klog compares like with like
+        if any(v.schema_type != schema_type for v in against):
+            return [DIFFERENT_SCHEMA_TYPE]
         stored = [self._parsed_of(v) for v in against]  # (its cache is no table the lock guards)
         if any(s is None for s in stored):
             raise RegistryError(422, 42201, "Invalid schema: a version it is compared with cannot be parsed")

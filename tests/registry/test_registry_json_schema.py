@@ -219,3 +219,19 @@ def test_schemas_too_complex_to_compare_are_refused_in_bounded_time(url):
     assert (status, answer["error_code"]) == (422, 42201) and "too complex" in answer["message"]
     assert time.monotonic() - started < 8
 
+
+def test_avro_and_json_under_one_subject_are_confluents_different_schema_type(url):
+    """Confluent compares a schema with the subject's latest (or every one, transitive) whatever its
+    type: one of another type is incompatible, unless the level is NONE."""
+    assert register(url, "mixed-value", '"string"', "AVRO") == (200, {"id": 1})
+    status, answer = register(url, "mixed-value", CLOSED)
+    assert status == 409 and "Incompatible because of different schema type" in answer["message"]
+    assert call(url, "POST", "/compatibility/subjects/mixed-value/versions/latest?verbose=true",
+                {"schemaType": "JSON", "schema": CLOSED})[1] == \
+        {"is_compatible": False, "messages": ["Incompatible because of different schema type"]}
+    assert call(url, "PUT", "/config/mixed-value", {"compatibility": "NONE"})[0] == 200
+    assert register(url, "mixed-value", CLOSED) == (200, {"id": 2})
+    assert call(url, "GET", "/subjects/mixed-value/versions/2")[1]["schemaType"] == "JSON"
+    # a JSON schema is not found as Avro, nor an Avro one as JSON
+    assert call(url, "POST", "/subjects/mixed-value", {"schema": CLOSED})[0] in (404, 422)
+    assert call(url, "POST", "/subjects/mixed-value", {"schemaType": "JSON", "schema": '"string"'})[0] in (404, 422)
