@@ -21,9 +21,11 @@ from __future__ import annotations
 import base64
 import decimal
 import json
+import math
 import struct as struct_
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -37,7 +39,16 @@ from klog.connect.avro import (
     subject_name,
 )
 from klog.connect.config import ConfigDef
-from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
+from klog.connect.converters import (  # JsonConverter's Jackson number texts: one mechanism for both
+    Converter,
+    _encode_as_jackson,
+    _float32,
+    _float64,
+    _stand_in,
+    decimal_from_bytes,
+    decimal_to_bytes,
+    from_json,
+)
 from klog.connect.data import DECIMAL, Schema
 from klog.connect.errors import ConfigError, DataError
 from klog.protocol.json_schema import Loader, Node
@@ -50,14 +61,34 @@ INTEGERS = ("int8", "int16", "int32", "int64")
 FLOATS = ("float32", "float64")
 
 
+@dataclass(frozen=True)
+class Writing:
+    """How JsonSchemaData writes: `closed` structs refuse other properties (object.additional.properties=
+    false); `numeric` decimals are JSON numbers (decimal.format=NUMERIC), else base64 strings; `java`: the
+    numbers are stand-ins for Jackson's texts (converters._encode_as_jackson puts the texts in)."""
+
+    closed: bool = False
+    numeric: bool = False
+    java: bool = False
+
+
+PLAIN = Writing()
+
+
 # -- Connect schema -> JSON Schema --------------------------------------------------------------------
-def json_schema(schema: Schema, closed: bool = False) -> dict[str, Any]:
+def json_schema(schema: Schema, closed: bool = False, numeric: bool = False) -> dict[str, Any]:
     """The JSON Schema of a Connect schema, as Confluent's JsonSchemaData.fromConnectSchema; `closed`:
-    structs refuse other properties (object.additional.properties=false)."""
-    return _to_json_schema(schema, None, closed)
+    structs refuse other properties (object.additional.properties=false); `numeric`: decimals are numbers."""
+    return _to_json_schema(schema, None, Writing(closed, numeric))
 
 
-def _to_json_schema(s: Schema, index: int | None, closed: bool, ignore_optional: bool = False) -> dict[str, Any]:
+def json_schema_text(schema: Schema, closed: bool = False, numeric: bool = False) -> str:
+    """json_schema's JSON text as Jackson writes it (a default's floats and decimals in Java's text)."""
+    return _encode_as_jackson(lambda s, _: _to_json_schema(s, None, Writing(closed, numeric, java=True)),
+                              schema, None, False)
+
+
+def _to_json_schema(s: Schema, index: int | None, style: Writing, ignore_optional: bool = False) -> dict[str, Any]:
     kind = s.get("type")
     params = s.get("parameters") or {}
     out: dict[str, Any]
@@ -70,33 +101,34 @@ def _to_json_schema(s: Schema, index: int | None, closed: bool, ignore_optional:
         out = {"type": "string"} if ENUM not in params else \
             {"enum": [None if symbol == NULL_MARKER else symbol for symbol in symbols]}
     elif kind == "bytes":
-        out = {"type": "string", "connect.type": "bytes"}
+        number = style.numeric and s.get("name") == DECIMAL  # JsonSchemaData: a NumberSchema then
+        out = {"type": "number" if number else "string", "connect.type": "bytes"}
     elif kind == "array":
-        out = {"type": "array", "items": _to_json_schema(s["items"], None, closed)}
+        out = {"type": "array", "items": _to_json_schema(s["items"], None, style)}
     elif kind == "map":
         keys, values = s["keys"], s["values"]
         if keys.get("type") == "string" and not keys.get("optional"):
-            out = {"type": "object", "additionalProperties": _to_json_schema(values, None, closed),
+            out = {"type": "object", "additionalProperties": _to_json_schema(values, None, style),
                    "connect.type": "map"}
         else:
-            entry = {"type": "object", "properties": {"key": _to_json_schema(keys, 0, closed),
-                                                      "value": _to_json_schema(values, 1, closed)}}
+            entry = {"type": "object", "properties": {"key": _to_json_schema(keys, 0, style),
+                                                      "value": _to_json_schema(values, 1, style)}}
             out = {"type": "array", "items": entry, "connect.type": "map"}
     elif kind == "struct" and s.get("name") == ONE_OF:
-        branches = [_to_json_schema({**f, "optional": False}, i, closed, ignore_optional=True)
+        branches = [_to_json_schema({**f, "optional": False}, i, style, ignore_optional=True)
                     for i, f in enumerate(s.get("fields", []))]
         out = {"oneOf": ([{"type": "null"}] if s.get("optional") else []) + branches}
         if index is not None:
             out["connect.index"] = index
         return out
     elif kind == "struct":
-        out = {"type": "object", "properties": {f["field"]: _to_json_schema(f, i, closed)
+        out = {"type": "object", "properties": {f["field"]: _to_json_schema(f, i, style)
                                                 for i, f in enumerate(s.get("fields", []))}}
-        if closed:
+        if style.closed:
             out["additionalProperties"] = False
     else:
         raise DataError(f"unknown Connect schema type {kind!r}")
-    _describe(s, out)
+    _describe(s, out, style)
     if s.get("optional") and not ignore_optional:
         out = {"oneOf": [{"type": "null"}, out]}
     if index is not None:
@@ -104,7 +136,7 @@ def _to_json_schema(s: Schema, index: int | None, closed: bool, ignore_optional:
     return out
 
 
-def _describe(s: Schema, out: dict[str, Any]) -> None:
+def _describe(s: Schema, out: dict[str, Any], style: Writing) -> None:
     """A schema's name, version, doc, parameters and default, as JsonSchemaData writes them."""
     if s.get("name") is not None:
         out["title"] = s["name"]
@@ -116,7 +148,7 @@ def _describe(s: Schema, out: dict[str, Any]) -> None:
     if shown:
         out["connect.parameters"] = shown
     if s.get("default") is not None:
-        out["default"] = to_payload(s, from_json(s, s["default"]))
+        out["default"] = to_payload(s, from_json(s, s["default"]), style)
 
 
 # -- JSON Schema -> Connect schema --------------------------------------------------------------------
@@ -273,12 +305,13 @@ _PYTHON_KINDS = {"boolean": (bool,), "string": (str,), "float32": (int, float), 
                  "array": (list, tuple), "map": (dict,), **dict.fromkeys(INTEGERS, (int,))}
 
 
-def to_payload(schema: Schema, value: Any) -> Any:
-    """A Connect value as JsonSchemaData.fromConnectData writes it (bytes and decimals base64, maps with
-    other keys than strings [{key, value}], a union its set branch); a null takes the default."""
+def to_payload(schema: Schema, value: Any, style: Writing = PLAIN) -> Any:
+    """A Connect value as JsonSchemaData.fromConnectData writes it (bytes base64, decimals base64 or numbers,
+    maps with other keys than strings [{key, value}], a union its set branch); a null takes the default.
+    With style.java, inside converters._encode_as_jackson: floats and numeric decimals as Jackson's texts."""
     if value is None:
         if schema.get("default") is not None:
-            return to_payload(schema, from_json(schema, schema["default"]))
+            return to_payload(schema, from_json(schema, schema["default"]), style)
         if schema.get("optional"):
             return None
         raise DataError(f"null for a required {schema.get('type')} (not optional in its schema)")
@@ -286,7 +319,12 @@ def to_payload(schema: Schema, value: Any) -> Any:
     if schema.get("name") == DECIMAL:
         dec = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
         scale = int((schema.get("parameters") or {}).get("scale", 0))
-        return base64.b64encode(decimal_to_bytes(dec, scale)).decode()
+        if not style.numeric:
+            return base64.b64encode(decimal_to_bytes(dec, scale)).decode()
+        # a JSON number of the decimal at its schema's scale, as Jackson writes a BigDecimal (toString:
+        # 1.50, 1.2E-7, 5E+3; Python's str of a Decimal is the same text)
+        scaled = decimal_from_bytes(decimal_to_bytes(dec, scale), scale)
+        return _stand_in(str(scaled)) if style.java else float(scaled)
     if kind == "bytes":
         if not isinstance(value, bytes | bytearray | memoryview):
             raise DataError(f"a bytes value must be bytes, not {type(value).__name__}")
@@ -295,23 +333,29 @@ def to_payload(schema: Schema, value: Any) -> Any:
     if wanted is not None and (not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted)):
         raise DataError(f"Invalid type for {kind.upper()}: {type(value).__name__}")  # Confluent's wording
     if kind in FLOATS:
-        return float(value)
+        number = float(value)
+        if not math.isfinite(number):  # JSON has no number for them (Jackson would write a string)
+            raise DataError("NaN and the infinities have no JSON number")
+        if style.java:  # Java's Float/Double.toString: 1.0E20, 1.0E-4, a float32's 0.1 as 0.1
+            return _float32(number) if kind == "float32" else _float64(number)
+        return number
     if kind == "array":
-        return [to_payload(schema["items"], v) for v in value]
+        return [to_payload(schema["items"], v, style) for v in value]
     if kind == "map":
         keys = schema["keys"]
         if keys.get("type") == "string" and not keys.get("optional"):
-            return {k: to_payload(schema["values"], v) for k, v in value.items()}
-        return [{"key": to_payload(keys, k), "value": to_payload(schema["values"], v)} for k, v in value.items()]
+            return {k: to_payload(schema["values"], v, style) for k, v in value.items()}
+        return [{"key": to_payload(keys, k, style), "value": to_payload(schema["values"], v, style)}
+                for k, v in value.items()]
     if kind == "struct":
         if not isinstance(value, dict):
             raise DataError(f"a struct value must be a map, not {type(value).__name__}")
         if schema.get("name") == ONE_OF:
             for f in schema.get("fields", []):
                 if value.get(f["field"]) is not None:
-                    return to_payload({**f, "optional": True}, value[f["field"]])
+                    return to_payload({**f, "optional": True}, value[f["field"]], style)
             return None
-        return {f["field"]: to_payload(f, value.get(f["field"])) for f in schema.get("fields", [])}
+        return {f["field"]: to_payload(f, value.get(f["field"]), style) for f in schema.get("fields", [])}
     return value
 
 
@@ -375,15 +419,13 @@ def _union_value(schema: Schema, value: Any) -> dict[str, Any]:
 
 
 # -- the converter -----------------------------------------------------------------------------------
-_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode  # one, not per call
-
 
 class JsonSchemaConverter(Converter):
     java_class = "io.confluent.connect.json.JsonSchemaConverter"
     # AvroConverter's settings (the registry, subjects, auth, cache) but its Avro name scrubbing
     config_def = ConfigDef({k: v for k, v in AvroConverter.config_def.keys.items() if k != "scrub.invalid.names"}) \
         .merged(ConfigDef().define("object.additional.properties", "boolean", True)
-                .define("decimal.format", default="BASE64", choices=("base64",)))
+                .define("decimal.format", default="BASE64", choices=("base64", "numeric")))
 
     def __init__(self, props: dict[str, str], is_key: bool) -> None:
         super().__init__(props, is_key)
@@ -395,6 +437,8 @@ class JsonSchemaConverter(Converter):
         self.strategy = self.config["key.subject.name.strategy" if is_key else "value.subject.name.strategy"]
         self.cache_size = self.config["schemas.cache.size"]
         self.closed = not self.config["object.additional.properties"]
+        self.numeric = self.config["decimal.format"] == "numeric"
+        self._values = Writing(self.closed, self.numeric, java=True)
         self._lock = threading.Lock()
         # a Connect schema's JSON text -> (its JSON Schema text, {subject: schema id}); first by the schema
         # object's identity (a connector reuses its schema objects: no JSON text of the schema per record)
@@ -411,14 +455,14 @@ class JsonSchemaConverter(Converter):
                             "value: use JsonConverter with schemas.enable=false)")
         if value is None and not schema.get("optional") and schema.get("default") is None:
             return None  # Confluent's JsonSchemaData gives no JSON for it, so no record bytes
-        payload = to_payload(schema, value)
+        # the value's JSON first: one its schema does not allow fails the record before anything is registered
+        body = _encode_as_jackson(self._payload, schema, value, False)
         text, ids = self._writer_of(schema)
         schema_id = self._registered(topic, schema, text, ids)
-        try:
-            body = _ENCODE(payload)
-        except ValueError:  # allow_nan=False: JSON has no number for them (Jackson would write them bare)
-            raise DataError("NaN and the infinities have no JSON number") from None
         return MAGIC + struct_.pack(">I", schema_id) + body.encode()
+
+    def _payload(self, schema: Schema, value: Any) -> Any:
+        return to_payload(schema, value, self._values)
 
     def _writer_of(self, schema: Schema) -> tuple[str, dict[str, int]]:
         known = self._by_object.get(id(schema))
@@ -427,8 +471,7 @@ class JsonSchemaConverter(Converter):
         key = json.dumps(schema, sort_keys=True, default=str)
         hit = self._writers.get(key)
         if hit is None:
-            text = json.dumps(json_schema(schema, self.closed), separators=(",", ":"), ensure_ascii=False)
-            hit = (text, {})
+            hit = (json_schema_text(schema, self.closed, self.numeric), {})
         with self._lock:
             _put_bounded(self._writers, key, hit, self.cache_size)
             if len(self._by_object) >= self.cache_size:

@@ -153,6 +153,44 @@ def test_decimals_keep_their_digits_both_ways(registry_url):
     assert c.to_connect("numeric", data)[1] == value
 
 
+def test_decimal_format_numeric_writes_json_numbers_with_every_digit(registry_url):
+    """decimal.format=NUMERIC: JsonSchemaData's NumberSchema (connect.type bytes) and the BigDecimal as
+    Jackson writes it (toString, at the schema's scale); confluent-kafka's deserializer validates it."""
+    schema = {"type": "struct", "optional": False, "fields": [
+        field("amount", "bytes", name="org.apache.kafka.connect.data.Decimal", version=1, parameters={"scale": "9"}),
+        field("tiny", "bytes", name="org.apache.kafka.connect.data.Decimal", version=1, parameters={"scale": "8"})]}
+    value = {"amount": decimal.Decimal("123456789012345678901234567890.123456789"), "tiny": decimal.Decimal("1.2E-7")}
+    c = converter(registry_url, **{"decimal.format": "NUMERIC"})
+    data = c.from_connect("money", schema, value)
+    assert data[5:] == b'{"amount":123456789012345678901234567890.123456789,"tiny":1.2E-7}'
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    latest = SchemaRegistryClient({"url": registry_url}).get_latest_version("money-value")
+    registered = json.loads(latest.schema.schema_str)
+    assert registered["properties"]["amount"]["type"] == "number"
+    assert registered["properties"]["amount"]["connect.type"] == "bytes"
+    assert c.to_connect("money", data) == ({**schema, "version": 1}, value)
+    assert deserializer(registry_url)(data, ctx("money"))["tiny"] == pytest.approx(1.2e-7)
+    # a value with fewer decimals than the scale is written at the scale (BigDecimal's 1.500000000)
+    assert c.from_connect("money", schema, {**value, "amount": decimal.Decimal("1.5")})[5:].startswith(
+        b'{"amount":1.500000000,')
+
+
+def test_floats_are_written_as_jackson_writes_them(registry_url):
+    """Java's Double/Float.toString (klog.connect.java_numbers, JsonConverter's texts), not Python's repr:
+    1.0E20, 1.0E-5, 1.2345678E7, a float32's 0.1 (as a double 0.10000000149011612) 0.1."""
+    schema = {"type": "struct", "optional": False, "fields": [
+        field("big", "float64"), field("small", "float64"), field("seven", "float64"), field("single", "float32"),
+        {"field": "many", "type": "array", "optional": False, "items": {"type": "float64", "optional": False}}]}
+    value = {"big": 1e20, "small": 1e-5, "seven": 12345678.0, "single": 0.10000000149011612, "many": [2.5, 1e300]}
+    c = converter(registry_url)
+    data = c.from_connect("floats", schema, value)
+    assert data[5:] == b'{"big":1.0E20,"small":1.0E-5,"seven":1.2345678E7,"single":0.1,"many":[2.5,1.0E300]}'
+    assert c.to_connect("floats", data)[1] == {**value, "single": 0.1}
+    with pytest.raises(DataError, match="NaN"):
+        c.from_connect("floats", schema, {**value, "big": float("nan")})
+
+
 def test_keys_subject_name_strategies_lookup_and_latest(registry_url):
     key_schema = {"type": "struct", "optional": False, "name": "shop.Key", "fields": [field("id", "int32")]}
     key = converter(registry_url, is_key=True)
@@ -196,7 +234,7 @@ def test_refusals_name_the_reason(registry_url):
     with pytest.raises(ConfigError, match="schema.registry.url"):
         make_converter("value.converter", JSON_SCHEMA, {}, False)
     with pytest.raises(ConfigError, match="decimal.format"):
-        converter(registry_url, **{"decimal.format": "NUMERIC"})
+        converter(registry_url, **{"decimal.format": "STRING"})
     c = converter(registry_url)
     with pytest.raises(DataError, match="schema"):
         c.from_connect("t", None, {"a": 1})
