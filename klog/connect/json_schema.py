@@ -155,9 +155,10 @@ def _describe(s: Schema, out: dict[str, Any], style: Writing) -> None:
 class _ToConnect:
     """JsonSchemaData.toConnectSchema over one JSON Schema document ($refs within it followed)."""
 
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, optional_for_nonrequired: bool = False) -> None:
         self.loader = Loader(root)  # the registry's reading of a schema document: one reading
         self.open: set[int] = set()
+        self.optional_for_nonrequired = optional_for_nonrequired  # use.optional.for.nonrequired
 
     def schema(self, doc: Any, version: int | None = None, optional: bool = False) -> Schema:
         """The Connect schema of a schema document, or of a Node of one (the parts of {"type": [...]} or of
@@ -218,12 +219,15 @@ class _ToConnect:
         return self._finish(out, doc, params, name, version, optional)
 
     def _fields(self, doc: dict) -> list[Schema]:
-        """A struct's fields in connect.index order (a property without one: the count so far, as Confluent)."""
+        """A struct's fields in connect.index order (a property without one: the count so far, as Confluent);
+        with use.optional.for.nonrequired a property `required` does not name is an optional field."""
         ordered: dict[int, tuple[str, Any]] = {}
         for key, sub in (doc.get("properties") or {}).items():
             index = sub.get("connect.index") if isinstance(sub, dict) else None
             ordered[index if isinstance(index, int) else len(ordered)] = (key, sub)
-        return [{**self.schema(sub), "field": key} for _, (key, sub) in sorted(ordered.items())]
+        required = doc.get("required") if isinstance(doc.get("required"), list) else []
+        return [{**self.schema(sub, None, self.optional_for_nonrequired and key not in required), "field": key}
+                for _, (key, sub) in sorted(ordered.items())]
 
     def _combined(self, node: Any, version: int | None, optional: bool) -> Schema:
         parts = node.parts
@@ -250,7 +254,8 @@ class _ToConnect:
         objects = [p for p in node.parts if p.kind == "object"]
         if objects:
             merged = {"type": "object", "properties": {k: v for p in objects
-                                                       for k, v in (p.doc.get("properties") or {}).items()}}
+                                                       for k, v in (p.doc.get("properties") or {}).items()},
+                      "required": [k for p in objects for k in (p.doc.get("required") or [])]}
             return self._finish({"type": "struct", "fields": self._fields(merged)}, {}, {}, None, version, optional)
         by_kind = {p.kind: p for p in node.parts}
         for kind in ("combined", "enum", "const", "string", "number"):
@@ -282,11 +287,12 @@ class _ToConnect:
         return _ordered(out)
 
 
-def connect_schema(doc: Any, version: int | None = None) -> Schema:
+def connect_schema(doc: Any, version: int | None = None, optional_for_nonrequired: bool = False) -> Schema:
     """The Connect schema of a JSON Schema document, as Confluent's JsonSchemaData.toConnectSchema;
-    `version`: the registry's version of it, when the schema has no connect.version."""
+    `version`: the registry's version of it, when the schema has no connect.version;
+    `optional_for_nonrequired`: use.optional.for.nonrequired."""
     try:
-        return _ToConnect(doc).schema(doc, version)
+        return _ToConnect(doc, optional_for_nonrequired).schema(doc, version)
     except RecursionError:
         raise DataError("the JSON schema is nested too deep") from None
     except ValueError as e:  # the Loader's SchemaProblem: a $ref not in the document
@@ -425,7 +431,14 @@ class JsonSchemaConverter(Converter):
     # AvroConverter's settings (the registry, subjects, auth, cache) but its Avro name scrubbing
     config_def = ConfigDef({k: v for k, v in AvroConverter.config_def.keys.items() if k != "scrub.invalid.names"}) \
         .merged(ConfigDef().define("object.additional.properties", "boolean", True)
-                .define("decimal.format", default="BASE64", choices=("base64", "numeric")))
+                .define("decimal.format", default="BASE64", choices=("base64", "numeric"))
+                .define("use.optional.for.nonrequired", "boolean", False)
+                .define("json.fail.invalid.schema", "boolean", False)
+                .define("latest.compatibility.strict", "boolean", True)
+                # Confluent's serializer settings for schemas derived from Java objects and for java.util.Date
+                # values: JsonSchemaData gives a schema and numbers for dates, so they change nothing here
+                .define("json.oneof.for.nullables", "boolean", True)
+                .define("json.write.dates.iso8601", "boolean", False))
 
     def __init__(self, props: dict[str, str], is_key: bool) -> None:
         super().__init__(props, is_key)
@@ -438,6 +451,18 @@ class JsonSchemaConverter(Converter):
         self.cache_size = self.config["schemas.cache.size"]
         self.closed = not self.config["object.additional.properties"]
         self.numeric = self.config["decimal.format"] == "numeric"
+        if self.config["use.latest.version"] and self.config["latest.compatibility.strict"]:
+            raise ConfigError("latest.compatibility.strict", "true", "klog's JsonSchemaConverter does not check that "
+                              "the subject's latest schema reads what the record's schema writes (Confluent's "
+                              "check): set latest.compatibility.strict=false to write with the latest id unchecked")
+        self.validate = self.config["json.fail.invalid.schema"]
+        if self.validate:
+            try:
+                import jsonschema  # noqa: F401 - the check json.fail.invalid.schema asks for
+            except ImportError:
+                raise ConfigError("json.fail.invalid.schema", "true", "needs the jsonschema package "
+                                  "(pip install 'klog[connect]')") from None
+        self._validators: OrderedDict[int, Any] = OrderedDict()  # schema id -> its jsonschema validator
         self._values = Writing(self.closed, self.numeric, java=True)
         self._lock = threading.Lock()
         # a Connect schema's JSON text -> (its JSON Schema text, {subject: schema id}); first by the schema
@@ -459,6 +484,8 @@ class JsonSchemaConverter(Converter):
         body = _encode_as_jackson(self._payload, schema, value, False)
         text, ids = self._writer_of(schema)
         schema_id = self._registered(topic, schema, text, ids)
+        if self.validate:
+            self._check(schema_id, json.loads(body, parse_float=decimal.Decimal))
         return MAGIC + struct_.pack(">I", schema_id) + body.encode()
 
     def _payload(self, schema: Schema, value: Any) -> Any:
@@ -522,9 +549,28 @@ class JsonSchemaConverter(Converter):
             doc = json.loads(data[5:], parse_float=decimal.Decimal)
         except (ValueError, UnicodeDecodeError) as e:
             raise DataError(f"not JSON of schema {schema_id}: {e}") from None
+        if self.validate:
+            self._check(schema_id, doc)
         if doc is None:
             return schema, None
         return schema, from_payload(schema, doc)
+
+    def _check(self, schema_id: int, doc: Any) -> None:
+        """json.fail.invalid.schema: the payload validated against the registered schema it is written with
+        (jsonschema, locally: klog fetches no remote $ref), DataError naming the first breach."""
+        validator = self._validators.get(schema_id)
+        if validator is None:
+            import jsonschema
+
+            found = json.loads(self.registry.call("GET", f"/schemas/ids/{schema_id}")["schema"])
+            validator = jsonschema.validators.validator_for(found, default=jsonschema.Draft7Validator)(found)
+            with self._lock:
+                _put_bounded(self._validators, schema_id, validator, self.cache_size)
+        error = next(iter(validator.iter_errors(doc)), None)
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "the payload"
+            raise DataError(f"the JSON does not match schema {schema_id} (json.fail.invalid.schema): "
+                            f"{where}: {error.message}")
 
     def _reader(self, topic: str, schema_id: int) -> Schema:
         """The Connect schema of a registered JSON schema, with the version it has under the topic's subject
@@ -544,7 +590,8 @@ class JsonSchemaConverter(Converter):
                                              {"schemaType": "JSON", "schema": found["schema"]}).get("version")
             except DataError:  # not under that subject, or no subject for it: no version
                 pass
-        return connect_schema(doc, version if isinstance(version, int) else None)
+        return connect_schema(doc, version if isinstance(version, int) else None,
+                              self.config["use.optional.for.nonrequired"])
 
 
 

@@ -210,9 +210,47 @@ def test_keys_subject_name_strategies_lookup_and_latest(registry_url):
     with pytest.raises(DataError, match="40401"):
         lookup.from_connect("elsewhere", key_schema, {"id": 3})
     # use.latest.version writes with the subject's latest id
-    latest = converter(registry_url, is_key=True, **{"use.latest.version": "true", "auto.register.schemas": "false"})
+    latest = converter(registry_url, is_key=True, **{"use.latest.version": "true", "auto.register.schemas": "false",
+                                                     "latest.compatibility.strict": "false"})
     assert latest.from_connect(TOPIC, key_schema, {"id": 4})[1:5] == \
         (client.get_latest_version(f"{TOPIC}-key").schema_id).to_bytes(4, "big")
+
+
+def test_confluents_json_schema_converter_settings(registry_url):
+    """Each of Confluent's settings does what it does there, or is refused naming why."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": registry_url})
+    short = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}, "note": {"type": "string"}},
+             "required": ["name"]}
+    schema_id = client.register_schema("people-value", Schema(json.dumps(short), "JSON"))
+    connect = {"type": "struct", "optional": False, "fields": [field("name", "string"), field("note", "string")]}
+    # latest.compatibility.strict (Confluent's default true) asks for a check klog does not make: refused
+    with pytest.raises(ConfigError, match="latest.compatibility.strict"):
+        converter(registry_url, **{"use.latest.version": "true", "auto.register.schemas": "false"})
+    unchecked = {"use.latest.version": "true", "auto.register.schemas": "false", "latest.compatibility.strict": "false"}
+    # json.fail.invalid.schema: the payload validated against the schema written with (here the latest)
+    loose = converter(registry_url, **unchecked)
+    data = loose.from_connect("people", connect, {"name": "Adaline", "note": "x"})
+    assert data[1:5] == schema_id.to_bytes(4, "big")
+    strict = converter(registry_url, **unchecked, **{"json.fail.invalid.schema": "true"})
+    with pytest.raises(DataError, match="json.fail.invalid.schema.*name.*too long"):
+        strict.from_connect("people", connect, {"name": "Adaline", "note": "x"})
+    assert strict.from_connect("people", connect, {"name": "Ada", "note": "x"})[5:] == b'{"name":"Ada","note":"x"}'
+    # ... and when reading: the record above breaks its schema
+    assert loose.to_connect("people", data)[1] == {"name": "Adaline", "note": "x"}
+    with pytest.raises(DataError, match="too long"):
+        strict.to_connect("people", data)
+    # use.optional.for.nonrequired: a property `required` does not name is an optional field
+    fields = {f["field"]: f["optional"] for f in loose.to_connect("people", data)[0]["fields"]}
+    assert fields == {"name": False, "note": False}
+    optional = converter(registry_url, **unchecked, **{"use.optional.for.nonrequired": "true"})
+    assert {f["field"]: f["optional"] for f in optional.to_connect("people", data)[0]["fields"]} == \
+        {"name": False, "note": True}
+    # settings for schemas derived from Java objects and for java.util.Date values: nothing to change here
+    plain = converter(registry_url).from_connect("same", connect, {"name": "Ada", "note": "x"})
+    assert converter(registry_url, **{"json.oneof.for.nullables": "false", "json.write.dates.iso8601": "true"}) \
+        .from_connect("same", connect, {"name": "Ada", "note": "x"}) == plain
 
 
 def test_unions_round_trip_as_confluents_oneof_structs(registry_url):
