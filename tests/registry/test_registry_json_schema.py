@@ -235,3 +235,35 @@ def test_avro_and_json_under_one_subject_are_confluents_different_schema_type(ur
     # a JSON schema is not found as Avro, nor an Avro one as JSON
     assert call(url, "POST", "/subjects/mixed-value", {"schema": CLOSED})[0] in (404, 422)
     assert call(url, "POST", "/subjects/mixed-value", {"schemaType": "JSON", "schema": '"string"'})[0] in (404, 422)
+
+
+def test_normalize_registers_and_looks_up_confluents_normalized_form(url):
+    """normalize=true: a JSON schema's keys sorted, no whitespace (Confluent's JsonSchema.normalize), so
+    one spelt with its keys in another order is the same schema; without it key order counts."""
+    first = js(type="object", properties={"b": {"type": "string"}, "a": {"type": "integer"}})
+    reordered = json.dumps({"properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "type": "object"})
+    assert call(url, "POST", "/subjects/n-value/versions?normalize=true",
+                {"schemaType": "JSON", "schema": first}) == (200, {"id": 1})
+    assert call(url, "GET", "/subjects/n-value/versions/1")[1]["schema"] == \
+        '{"properties":{"a":{"type":"integer"},"b":{"type":"string"}},"type":"object"}'
+    assert call(url, "POST", "/subjects/n-value/versions?normalize=true",
+                {"schemaType": "JSON", "schema": reordered}) == (200, {"id": 1})
+    assert call(url, "POST", "/subjects/n-value?normalize=true", {"schemaType": "JSON", "schema": first})[1]["id"] == 1
+    assert call(url, "POST", "/subjects/n-value", {"schemaType": "JSON", "schema": first})[0] == 404
+    assert call(url, "POST", "/compatibility/subjects/n-value/versions/latest?normalize=true",
+                {"schemaType": "JSON", "schema": reordered}) == (200, {"is_compatible": True})
+
+
+def test_references_are_refused_and_nothing_is_fetched(url):
+    """Confluent resolves `references` (schemas of other subjects) and, with everit, a `$ref` to the
+    schema's own `$id`; klog resolves the latter locally and refuses the rest (42201, no network)."""
+    own = js(**{"$id": "http://127.0.0.1:9/a.json"}, definitions={"y": {"type": "string"}},
+             type="object", properties={"x": {"$ref": "http://127.0.0.1:9/a.json#/definitions/y"}})
+    assert register(url, "ref-value", own) == (200, {"id": 1})
+    status, answer = call(url, "POST", "/subjects/ref-value/versions", {
+        "schemaType": "JSON", "schema": js(**{"$ref": "other.json"}),
+        "references": [{"name": "other.json", "subject": "ref-value", "version": 1}]})
+    assert (status, answer["error_code"]) == (422, 42201) and "references" in answer["message"]
+    for remote in ("http://127.0.0.1:9/b.json#/definitions/y", "b.json", "#anchor"):
+        status, answer = register(url, "ref-value", js(type="object", properties={"x": {"$ref": remote}}))
+        assert (status, answer["error_code"]) == (422, 42201), remote
