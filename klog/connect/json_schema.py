@@ -566,7 +566,11 @@ class JsonSchemaConverter(Converter):
             validator = jsonschema.validators.validator_for(found, default=jsonschema.Draft7Validator)(found)
             with self._lock:
                 _put_bounded(self._validators, schema_id, validator, self.cache_size)
-        error = next(iter(validator.iter_errors(doc)), None)
+        try:
+            error = next(iter(validator.iter_errors(doc)), None)
+        except Exception as e:  # noqa: BLE001 - jsonschema's Unresolvable (a remote $ref) and kin: no verdict
+            raise DataError(f"schema {schema_id} cannot validate the JSON (json.fail.invalid.schema): "
+                            f"{type(e).__name__}: {e}") from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "the payload"
             raise DataError(f"the JSON does not match schema {schema_id} (json.fail.invalid.schema): "
