@@ -144,6 +144,18 @@ def parse(text: Any, schema_type: str) -> Any:
     return parse_json(text) if schema_type == "JSON" else parse_avro(text)
 
 
+# requests' schemas parsed at once: a megabytes schema takes ~10 times its size in objects while it is
+# parsed (an 8 MiB one, MAX_BODY, ~15 s and ~100 MiB), and they are parsed without the registry's lock
+_PARSING = threading.BoundedSemaphore(2)
+
+
+def parse_request(text: Any, schema_type: str) -> Any:
+    """parse() of a request's schema, at most two at once (stored versions, parsed under the registry's
+    lock, do not wait for these)."""
+    with _PARSING:
+        return parse(text, schema_type)
+
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -300,7 +312,7 @@ class Registry:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
 
     def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO") -> Version:
-        key = canonical(parse(text, schema_type), schema_type)
+        key = canonical(parse_request(text, schema_type), schema_type)
         with self.lock:
             found = self.live(subject, deleted)
             for v in found:
@@ -311,7 +323,7 @@ class Registry:
     def check(self, subject: str, text: Any, version: str | None, schema_type: str = "AVRO") -> list[str]:
         """Why `text` may not be registered under `subject` (against one version, or as the subject's level
         says when `version` is None or latest); compared outside the lock (stored versions do not change)."""
-        parsed = parse(text, schema_type)
+        parsed = parse_request(text, schema_type)
         with self.lock:
             found = self.live(subject)
             level = self.level(subject)
@@ -347,7 +359,7 @@ class Registry:
         """The schema's id under `subject`: the version that has it already, or a new version (409 when
         the subject's compatibility level refuses it). A schema (its type and text) has one id in every
         subject."""
-        parsed = parse(text, schema_type)
+        parsed = parse_request(text, schema_type)
         key = canonical(parsed, schema_type)
         with self.lock:
             live = self._of(subject)

@@ -267,3 +267,40 @@ def test_references_are_refused_and_nothing_is_fetched(url):
     for remote in ("http://127.0.0.1:9/b.json#/definitions/y", "b.json", "#anchor"):
         status, answer = register(url, "ref-value", js(type="object", properties={"x": {"$ref": remote}}))
         assert (status, answer["error_code"]) == (422, 42201), remote
+
+
+def test_at_most_two_request_schemas_are_parsed_at_once(url, monkeypatch):
+    """Parsing runs without the registry's lock (a large schema's metaschema check is seconds): two at
+    once bound the memory many large requests at a time would take."""
+    import threading
+    import time
+
+    from klog.registry import schemas
+
+    at_once, most, seen = [0], [0], set()
+    count = threading.Lock()
+    check = schemas._check_metaschema
+
+    def slow_check(doc: dict) -> None:
+        with count:  # a request's schema is parsed before it is stored (then parsed again as a version)
+            first = doc["title"] not in seen
+            seen.add(doc["title"])
+            at_once[0] += first
+            most[0] = max(most[0], at_once[0])
+        if first:
+            time.sleep(0.3)
+            with count:
+                at_once[0] -= 1
+        check(doc)
+
+    monkeypatch.setattr(schemas, "_check_metaschema", slow_check)
+    workers = [threading.Thread(target=register, args=(url, f"p{i}-value", js(title=f"p{i}", type="string")))
+               for i in range(5)]
+    for w in workers:
+        w.start()
+    time.sleep(0.1)
+    assert call(url, "GET", "/subjects")[0] == 200  # answered meanwhile
+    for w in workers:
+        w.join(timeout=10)
+    assert call(url, "GET", "/subjects")[1] == [f"p{i}-value" for i in range(5)]
+    assert most[0] == 2
