@@ -16,6 +16,7 @@ from __future__ import annotations
 import decimal
 import json
 import re
+import time
 from typing import Any
 
 from klog.protocol.json_schema import Loader, Node, SchemaProblem
@@ -48,15 +49,20 @@ ENUM_ARRAY_EXTENDED COMBINED_TYPE_EXTENDED PRODUCT_TYPE_NARROWED SUM_TYPE_EXTEND
 # of three parts were 0.45 s, each more ~3 times that. A oneOf of 50 objects of 30 properties is ~80,000
 # (0.8 s), a Debezium envelope ~100.
 MAX_COMPARISONS = 200_000
+# and the time they may take (each comparison's own cost grows with the schema: anyOfs of 100 enums of
+# 1,000 values each were 28 s in 10,000 comparisons before enums' values were kept per schema)
+MAX_SECONDS = 5.0
 
 
 class Budget:
     """What one request may spend comparing schemas: MAX_COMPARISONS pairs, and the patternProperties
     matching of klog.registry.patterns (close() ends its child process)."""
 
-    def __init__(self, comparisons: int = MAX_COMPARISONS) -> None:
+    def __init__(self, comparisons: int = MAX_COMPARISONS, seconds: float = MAX_SECONDS) -> None:
         self.limit = comparisons
         self.left = comparisons
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
         self.patterns = PatternMatcher()
 
     def spend(self) -> None:
@@ -64,6 +70,8 @@ class Budget:
         if self.left < 0:
             raise SchemaProblem(f"the schemas are too complex to compare (more than {self.limit} comparisons of "
                                 "their parts)")
+        if time.monotonic() > self.deadline:
+            raise SchemaProblem(f"the schemas are too complex to compare (more than {self.seconds:g} s)")
 
     def close(self) -> None:
         self.patterns.close()
@@ -75,6 +83,7 @@ class _Diff:
         self.u = update
         self.budget = budget
         self.active: set[tuple[int, int]] = set()  # pairs being compared: a cycle back to one is compatible
+        self.value_sets: dict[tuple[int, str], set[str]] = {}  # an enum's (a const's) values as text, kept once
 
     def compare(self, o: Node | None, u: Node | None, path: str) -> list[tuple[str, str]]:
         if o is None and u is None:
@@ -149,7 +158,7 @@ class _Diff:
         return out
 
     def _enum(self, o: Node, u: Node, path: str) -> list[tuple[str, str]]:
-        before, after = _values(o.get("enum", [])), _values(u.get("enum", []))
+        before, after = self._values(o, "enum"), self._values(u, "enum")
         if before == after:
             return []
         kind = "ENUM_ARRAY_EXTENDED" if before <= after else "ENUM_ARRAY_NARROWED" if after <= before \
@@ -157,8 +166,16 @@ class _Diff:
         return [(kind, f"{path}/enum")]
 
     def _const(self, o: Node, u: Node, path: str) -> list[tuple[str, str]]:
-        same = _values([o.get("const")]) == _values([u.get("const")])
+        same = self._values(o, "const") == self._values(u, "const")
         return [] if same else [("ENUM_ARRAY_CHANGED", f"{path}/const")]
+
+    def _values(self, node: Node, key: str) -> set[str]:
+        """An enum's values (a const's one value) as text, each schema's once."""
+        found = self.value_sets.get((id(node.doc), key))
+        if found is None:
+            values = node.get("enum", []) if key == "enum" else [node.get("const")]
+            found = self.value_sets[(id(node.doc), key)] = _values(values if isinstance(values, list) else [])
+        return found
 
     def _not(self, o: Node, u: Node, path: str) -> list[tuple[str, str]]:
         ok, _ = self.compatible(u.parts[0], o.parts[0], f"{path}/not")  # reversed, as Confluent's NotSchemaDiff
