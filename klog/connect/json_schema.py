@@ -327,10 +327,11 @@ def to_payload(schema: Schema, value: Any, style: Writing = PLAIN) -> Any:
         scale = int((schema.get("parameters") or {}).get("scale", 0))
         if not style.numeric:
             return base64.b64encode(decimal_to_bytes(dec, scale)).decode()
-        # a JSON number of the decimal at its schema's scale, as Jackson writes a BigDecimal (toString:
+        if not dec.is_finite():
+            raise DataError(f"a decimal must be a number, not {dec}")
+        # a JSON number of the decimal as given, as Jackson writes JsonSchemaData's BigDecimal (toString:
         # 1.50, 1.2E-7, 5E+3; Python's str of a Decimal is the same text)
-        scaled = decimal_from_bytes(decimal_to_bytes(dec, scale), scale)
-        return _stand_in(str(scaled)) if style.java else float(scaled)
+        return _stand_in(str(dec)) if style.java else float(dec)
     if kind == "bytes":
         if not isinstance(value, bytes | bytearray | memoryview):
             raise DataError(f"a bytes value must be bytes, not {type(value).__name__}")

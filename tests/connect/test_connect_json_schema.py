@@ -171,9 +171,11 @@ def test_decimal_format_numeric_writes_json_numbers_with_every_digit(registry_ur
     assert registered["properties"]["amount"]["connect.type"] == "bytes"
     assert c.to_connect("money", data) == ({**schema, "version": 1}, value)
     assert deserializer(registry_url)(data, ctx("money"))["tiny"] == pytest.approx(1.2e-7)
-    # a value with fewer decimals than the scale is written at the scale (BigDecimal's 1.500000000)
-    assert c.from_connect("money", schema, {**value, "amount": decimal.Decimal("1.5")})[5:].startswith(
-        b'{"amount":1.500000000,')
+    # a value is written as given, as JsonSchemaData writes the BigDecimal (not rescaled: 1.5, 1.50)
+    assert c.from_connect("money", schema, {**value, "amount": decimal.Decimal("1.50")})[5:].startswith(
+        b'{"amount":1.50,')
+    with pytest.raises(DataError, match="number"):
+        c.from_connect("money", schema, {**value, "amount": decimal.Decimal("NaN")})
 
 
 def test_floats_are_written_as_jackson_writes_them(registry_url):
