@@ -358,23 +358,41 @@ class Registry:
     def register(self, subject: str, text: Any, schema_type: str = "AVRO") -> int:
         """The schema's id under `subject`: the version that has it already, or a new version (409 when
         the subject's compatibility level refuses it). A schema (its type and text) has one id in every
-        subject."""
+        subject. The comparison runs without the lock (seconds, for a hostile schema), against the subject
+        as it was; the version is written only if the subject and its level are still so, else it is
+        judged again (the last time under the lock)."""
         parsed = parse_request(text, schema_type)
         key = canonical(parsed, schema_type)
-        with self.lock:
-            live = self._of(subject)
-            for v in live:
-                if self.canonical_of(v) == key:
-                    return v.id
-            problems = self._problems(self.level(subject), parsed, live, schema_type)
-            if problems:
-                raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
-                                    f"subject \"{subject}\", details: {problems}")
-            schema_id = self._id_of(key)
-            everything = self._of(subject, deleted=True)
-            number = everything[-1].version + 1 if everything else 1
-            self._write_version(Version(subject, number, schema_id, text, schema_type=schema_type))
-            return schema_id
+        for _ in range(2):
+            with self.lock:
+                live, level, found = self._existing(subject, key)
+                if found is not None:
+                    return found
+            problems = self._problems(level, parsed, live, schema_type)
+            with self.lock:
+                if self._of(subject) == live and self.level(subject) == level:
+                    return self._register(subject, text, schema_type, key, problems)
+        with self.lock:  # changed under two comparisons: the last one holds the lock
+            live, level, found = self._existing(subject, key)
+            if found is not None:
+                return found
+            return self._register(subject, text, schema_type, key, self._problems(level, parsed, live, schema_type))
+
+    def _existing(self, subject: str, key: str) -> tuple[list[Version], str, int | None]:
+        """The subject's live versions, its level, and the id of the one with the schema `key` (or None)."""
+        live = self._of(subject)
+        return live, self.level(subject), next((v.id for v in live if self.canonical_of(v) == key), None)
+
+    def _register(self, subject: str, text: str, schema_type: str, key: str, problems: list[str]) -> int:
+        """A new version of `subject` (the lock held), or 409 with the problems the comparison found."""
+        if problems:
+            raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
+                                f"subject \"{subject}\", details: {problems}")
+        schema_id = self._id_of(key)
+        everything = self._of(subject, deleted=True)
+        number = everything[-1].version + 1 if everything else 1
+        self._write_version(Version(subject, number, schema_id, text, schema_type=schema_type))
+        return schema_id
 
     def _id_of(self, key: str) -> int:
         for v in self.versions.values():

@@ -186,7 +186,15 @@ def test_a_backtracking_pattern_is_refused_in_bounded_time_while_others_are_answ
     status, answer = verdict[0]
     assert (status, answer["error_code"]) == (422, 42201) and "takes too long to match" in answer["message"]
     assert time.monotonic() - started < 10
-    status, answer = register(url, "evil-value", new)  # registering: the same deadline
+    registered: list[object] = []  # registering: the same deadline, and no lock held while comparing
+    registrar = threading.Thread(target=lambda: registered.append(register(url, "evil-value", new)))
+    registrar.start()
+    time.sleep(0.3)
+    asked = time.monotonic()
+    assert call(url, "GET", "/subjects/evil-value/versions") == (200, [1])
+    assert time.monotonic() - asked < 1.5
+    registrar.join(timeout=15)
+    status, answer = registered[0]
     assert (status, answer["error_code"]) == (422, 42201)
     # an ordinary pattern still covers a removed property (PROPERTY_REMOVED_IS_COVERED_BY_...)
     assert register(url, "fine-value", js(type="object", properties={"x_1": {"type": "string"}})) == (200, {"id": 2})
@@ -327,3 +335,31 @@ def test_a_comparison_is_bounded_in_time_too():
             backward_problems(new, old, budget)
     finally:
         budget.close()
+
+
+def test_a_version_registered_while_another_is_compared_is_compared_with_too(data_dir):
+    """register compares without the lock: a version another request registered meanwhile sends the
+    comparison round again, against it (here the new one is compatible with v1, not with v2)."""
+    from klog.registry.schemas import Registry, RegistryError
+
+    note_as_number = js(type="object", properties={"id": {"type": "integer"}, "note": {"type": "integer"}},
+                        additionalProperties=False)
+    with klog.open(data_dir) as store:
+        registry = Registry(store)
+        try:
+            assert registry.register("race-value", CLOSED, "JSON") == 1
+            compare = registry._problems
+            meanwhile: list[int] = []
+
+            def compare_while_another_registers(*args: object) -> list[str]:
+                if not meanwhile:
+                    registry._problems = compare  # the other request compares as usual
+                    meanwhile.append(registry.register("race-value", CLOSED_PLUS, "JSON"))
+                return compare(*args)
+
+            registry._problems = compare_while_another_registers
+            with pytest.raises(RegistryError, match="TYPE_CHANGED"):
+                registry.register("race-value", note_as_number, "JSON")
+            assert meanwhile == [2] and [v.version for v in registry.live("race-value")] == [1, 2]
+        finally:
+            registry.close()
