@@ -204,7 +204,7 @@ class Registry:
         self.topic = topic
         # writes hold it; the HTTP face holds it around every request but the ones with a schema, so a read
         # never iterates the tables while a write changes them (re-entrant: a request's write takes it
-        # again). Those parse their schema (and compare it, but to register) without it: see PARSE_FIRST.
+        # again). Those parse and compare their schema without it (server.PARSE_FIRST).
         self.lock = threading.RLock()
         self.versions: dict[tuple[str, int], Version] = {}
         self.configs: dict[str | None, str] = {}

@@ -183,8 +183,8 @@ ROUTES: dict[tuple[str, str], Route] = {
 
 
 # routes whose work is parsing and comparing a schema: the registry's methods take its lock around the
-# tables they read or write, not around the parsing (a megabyte schema's metaschema check is a second:
-# other requests do not wait for it)
+# tables they read or write, not around the parsing and comparing (a megabyte schema's metaschema check
+# is seconds, a hostile comparison up to its bounds: other requests do not wait for them)
 PARSE_FIRST = {("subjects/{}", "POST"), ("subjects/{}/versions", "POST"),
                ("compatibility/subjects/{}/versions", "POST"), ("compatibility/subjects/{}/versions/{}", "POST")}
 
