@@ -243,6 +243,11 @@ def test_confluents_json_schema_converter_settings(registry_url):
     assert loose.to_connect("people", data)[1] == {"name": "Adaline", "note": "x"}
     with pytest.raises(DataError, match="too long"):
         strict.to_connect("people", data)
+    # a schema (another registry's) with a $ref jsonschema cannot resolve: the record fails, nothing fetched
+    remote = json.dumps({"type": "object", "properties": {"x": {"$ref": "http://127.0.0.1:9/x.json"}}})
+    strict.registry.call = lambda method, path, body=None: {"schemaType": "JSON", "schema": remote}
+    with pytest.raises(DataError, match="cannot validate"):
+        strict._check(999, {"x": 1})
     # use.optional.for.nonrequired: a property `required` does not name is an optional field
     fields = {f["field"]: f["optional"] for f in loose.to_connect("people", data)[0]["fields"]}
     assert fields == {"name": False, "note": False}
