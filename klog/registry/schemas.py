@@ -14,12 +14,13 @@ leader to write; klog's registry does not elect).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 from klog.protocol.json_schema import SchemaProblem, check_references
@@ -30,6 +31,7 @@ TOPIC = "_schemas"
 DEFAULT_LEVEL = "BACKWARD"
 TYPES = ("AVRO", "JSON")  # what klog's registry parses, compares and registers
 MAX_VERSION = 2**31 - 1
+T = TypeVar("T")
 DIFFERENT_SCHEMA_TYPE = "Incompatible because of different schema type"  # Confluent's SchemaValidatorBuilder
 
 
@@ -144,16 +146,19 @@ def parse(text: Any, schema_type: str) -> Any:
     return parse_json(text) if schema_type == "JSON" else parse_avro(text)
 
 
-# requests' schemas parsed at once, without the registry's lock: a 10 MB JSON schema's metaschema check
-# took 19 s and ~60 MiB
-_PARSING = threading.BoundedSemaphore(2)
+# requests parsing and comparing a schema at once, without the registry's lock: a 10 MB JSON schema's
+# metaschema check took 19 s and ~60 MiB, a hostile comparison takes its bounds (json_compat.Budget)
+_WORK = threading.BoundedSemaphore(2)
 
 
-def parse_request(text: Any, schema_type: str) -> Any:
-    """parse() of a request's schema, at most two at once (stored versions, parsed under the registry's
-    lock, do not wait for these)."""
-    with _PARSING:
-        return parse(text, schema_type)
+def _two_at_once(method: Callable[..., T]) -> Callable[..., T]:
+    """A request's parsing and comparing, at most two at once (stored versions, parsed under the
+    registry's lock, do not wait for these)."""
+    @functools.wraps(method)
+    def bounded(*args: Any, **kwargs: Any) -> T:
+        with _WORK:
+            return method(*args, **kwargs)
+    return bounded
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -311,8 +316,9 @@ class Registry:
     def level(self, subject: str | None) -> str:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
 
+    @_two_at_once
     def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO") -> Version:
-        key = canonical(parse_request(text, schema_type), schema_type)
+        key = canonical(parse(text, schema_type), schema_type)
         with self.lock:
             found = self.live(subject, deleted)
             for v in found:
@@ -320,10 +326,11 @@ class Registry:
                     return v
         raise RegistryError(404, 40403, "Schema not found")
 
+    @_two_at_once
     def check(self, subject: str, text: Any, version: str | None, schema_type: str = "AVRO") -> list[str]:
         """Why `text` may not be registered under `subject` (against one version, or as the subject's level
         says when `version` is None or latest); compared outside the lock (stored versions do not change)."""
-        parsed = parse_request(text, schema_type)
+        parsed = parse(text, schema_type)
         with self.lock:
             found = self.live(subject)
             level = self.level(subject)
@@ -344,7 +351,8 @@ class Registry:
         if any(s is None for s in stored):
             raise RegistryError(422, 42201, "Invalid schema: a version it is compared with cannot be parsed")
         budget = json_compat.Budget()
-        problems = partial(json_compat.backward_problems, budget=budget) if schema_type == "JSON" else read_problems
+        problems = read_problems if schema_type != "JSON" else \
+            functools.partial(json_compat.backward_problems, budget=budget)
         try:
             return compatibility_problems(level, parsed, [s[0] for s in stored], problems)
         except RecursionError:
@@ -355,13 +363,14 @@ class Registry:
             budget.close()
 
     # -- writing --------------------------------------------------------------------------------------
+    @_two_at_once
     def register(self, subject: str, text: Any, schema_type: str = "AVRO") -> int:
         """The schema's id under `subject`: the version that has it already, or a new version (409 when
         the subject's compatibility level refuses it). A schema (its type and text) has one id in every
         subject. The comparison runs without the lock (seconds, for a hostile schema), against the subject
         as it was; the version is written only if the subject and its level are still so, else it is
         judged again (the last time under the lock)."""
-        parsed = parse_request(text, schema_type)
+        parsed = parse(text, schema_type)
         key = canonical(parsed, schema_type)
         for _ in range(2):
             with self.lock:

@@ -363,3 +363,37 @@ def test_a_version_registered_while_another_is_compared_is_compared_with_too(dat
             assert meanwhile == [2] and [v.version for v in registry.live("race-value")] == [1, 2]
         finally:
             registry.close()
+
+
+def test_at_most_two_requests_compare_at_once(url, monkeypatch):
+    """Comparing runs without the registry's lock too, within the same two places (a hostile comparison
+    takes its bounds: seconds of a core, a child process matching patterns)."""
+    import threading
+    import time
+
+    from klog.registry import json_compat
+
+    assert register(url, "cmp-value", OPEN) == (200, {"id": 1})
+    at_once, most = [0], [0]
+    count = threading.Lock()
+    compare = json_compat.backward_problems
+
+    def slow_compare(*args: object, **kwargs: object) -> list[str]:
+        with count:
+            at_once[0] += 1
+            most[0] = max(most[0], at_once[0])
+        time.sleep(0.3)
+        with count:
+            at_once[0] -= 1
+        return compare(*args, **kwargs)
+
+    monkeypatch.setattr(json_compat, "backward_problems", slow_compare)
+    answers: list[object] = []
+    workers = [threading.Thread(target=lambda: answers.append(call(
+        url, "POST", "/compatibility/subjects/cmp-value/versions/latest", {"schemaType": "JSON", "schema": OPEN})))
+        for _ in range(5)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=10)
+    assert answers == [(200, {"is_compatible": True})] * 5 and most[0] == 2
