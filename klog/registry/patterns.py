@@ -60,9 +60,11 @@ class PatternMatcher:
             child.stdin.write(json.dumps([pattern, name]).encode() + b"\n")
             child.stdin.flush()
             answer = b""
+            waiting = select.poll()  # not select(): a busy server's descriptors pass 1024
+            waiting.register(child.stdout, select.POLLIN)
             while not answer.endswith(b"\n"):
                 remaining = self._deadline - time.monotonic()
-                if remaining <= 0 or not select.select([child.stdout], [], [], remaining)[0]:
+                if remaining <= 0 or not waiting.poll(remaining * 1000):
                     raise SchemaProblem(f"patternProperties pattern {pattern[:80]!r} takes too long to match "
                                         f"property {name[:80]!r} (more than {self.deadline_s:g} s in all)")
                 chunk = os.read(child.stdout.fileno(), 16)

@@ -397,3 +397,25 @@ def test_at_most_two_requests_compare_at_once(url, monkeypatch):
     for w in workers:
         w.join(timeout=10)
     assert answers == [(200, {"is_compatible": True})] * 5 and most[0] == 2
+
+
+def test_patterns_are_matched_when_the_process_has_many_descriptors():
+    """A busy registry's descriptors pass 1024, which select() cannot wait on: the child is polled."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if max(soft, hard if hard != resource.RLIM_INFINITY else 4096) < 1200:
+        pytest.skip("cannot open 1,200 descriptors here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    opened = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        old = {"type": "object", "properties": {"x_1": {"type": "string"}}}
+        new = {"type": "object", "properties": {}, "patternProperties": {"^x_": {"type": "string"}},
+               "additionalProperties": False}
+        assert backward_problems(new, old) == \
+            ['{errorType:"ADDITIONAL_PROPERTIES_REMOVED", path:"#/additionalProperties"}']
+    finally:
+        for fd in opened:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
