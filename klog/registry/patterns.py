@@ -54,9 +54,9 @@ class PatternMatcher:
         return self._answers[key]
 
     def _ask(self, pattern: str, name: str) -> bool:
-        child = self._started()
-        assert child.stdin is not None and child.stdout is not None
         try:
+            child = self._started()
+            assert child.stdin is not None and child.stdout is not None
             child.stdin.write(json.dumps([pattern, name]).encode() + b"\n")
             child.stdin.flush()
             answer = b""
@@ -74,7 +74,7 @@ class PatternMatcher:
         except SchemaProblem:
             self.close()
             raise
-        except OSError as e:  # the child gone (its memory limit): the comparison cannot be finished
+        except OSError as e:  # no child (no descriptors, memory) or gone (its memory limit): no verdict
             self.close()
             raise SchemaProblem(f"patternProperties pattern {pattern[:80]!r} could not be matched: {e}") from None
         return answer == b"1\n"

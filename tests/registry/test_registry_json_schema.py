@@ -419,3 +419,20 @@ def test_patterns_are_matched_when_the_process_has_many_descriptors():
         for fd in opened:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_no_child_for_the_patterns_is_a_refusal_not_a_500(monkeypatch):
+    import errno
+
+    from klog.protocol.json_schema import SchemaProblem
+    from klog.registry import patterns
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(patterns.subprocess, "Popen", no_process)
+    old = {"type": "object", "properties": {"x_1": {"type": "string"}}}
+    new = {"type": "object", "properties": {}, "patternProperties": {"^x_": {"type": "string"}},
+           "additionalProperties": False}
+    with pytest.raises(SchemaProblem, match="could not be matched.*Too many open files"):
+        backward_problems(new, old)
