@@ -486,7 +486,7 @@ class JsonSchemaConverter(Converter):
         text, ids = self._writer_of(schema)
         schema_id = self._registered(topic, schema, text, ids)
         if self.validate:
-            self._check(schema_id, json.loads(body, parse_float=decimal.Decimal))
+            self._check(schema_id, body)
         return MAGIC + struct_.pack(">I", schema_id) + body.encode()
 
     def _payload(self, schema: Schema, value: Any) -> Any:
@@ -551,14 +551,16 @@ class JsonSchemaConverter(Converter):
         except (ValueError, UnicodeDecodeError) as e:
             raise DataError(f"not JSON of schema {schema_id}: {e}") from None
         if self.validate:
-            self._check(schema_id, doc)
+            self._check(schema_id, data[5:])
         if doc is None:
             return schema, None
         return schema, from_payload(schema, doc)
 
-    def _check(self, schema_id: int, doc: Any) -> None:
+    def _check(self, schema_id: int, text: str | bytes) -> None:
         """json.fail.invalid.schema: the payload validated against the registered schema it is written with
-        (jsonschema, locally: klog fetches no remote $ref), DataError naming the first breach."""
+        (jsonschema, locally: klog fetches no remote $ref), DataError naming the first breach. Its numbers
+        read as floats: jsonschema's multipleOf divides by a float schema's value."""
+        doc = json.loads(text)
         validator = self._validators.get(schema_id)
         if validator is None:
             import jsonschema

@@ -243,11 +243,16 @@ def test_confluents_json_schema_converter_settings(registry_url):
     assert loose.to_connect("people", data)[1] == {"name": "Adaline", "note": "x"}
     with pytest.raises(DataError, match="too long"):
         strict.to_connect("people", data)
+    # a number under a float multipleOf (jsonschema divides by it: a Decimal could not be)
+    priced = {"type": "object", "properties": {"price": {"type": "number", "multipleOf": 0.01}}}
+    client.register_schema("priced-value", Schema(json.dumps(priced), "JSON"))
+    money = {"type": "struct", "optional": False, "fields": [field("price", "float64")]}
+    assert strict.from_connect("priced", money, {"price": 12.5})[5:] == b'{"price":12.5}'
     # a schema (another registry's) with a $ref jsonschema cannot resolve: the record fails, nothing fetched
     remote = json.dumps({"type": "object", "properties": {"x": {"$ref": "http://127.0.0.1:9/x.json"}}})
     strict.registry.call = lambda method, path, body=None: {"schemaType": "JSON", "schema": remote}
     with pytest.raises(DataError, match="cannot validate"):
-        strict._check(999, {"x": 1})
+        strict._check(999, b'{"x": 1}')
     # use.optional.for.nonrequired: a property `required` does not name is an optional field
     fields = {f["field"]: f["optional"] for f in loose.to_connect("people", data)[0]["fields"]}
     assert fields == {"name": False, "note": False}
