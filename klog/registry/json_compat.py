@@ -44,19 +44,20 @@ MAX_CONTAINS_INCREASED MAX_CONTAINS_REMOVED MIN_CONTAINS_DECREASED MIN_CONTAINS_
 ENUM_ARRAY_EXTENDED COMBINED_TYPE_EXTENDED PRODUCT_TYPE_NARROWED SUM_TYPE_EXTENDED NOT_TYPE_NARROWED
 """.split())
 
-# Schema pairs one request compares at most (every version it is checked against included). Combined
-# schemas compare every part with every part, so nested anyOfs (or $refs sharing one) multiply: ten levels
-# of three parts were 0.45 s, each more ~3 times that. A oneOf of 50 objects of 30 properties is ~80,000
-# (0.8 s), a Debezium envelope ~100.
+# Schema pairs one comparison of two schemas takes at most. Combined schemas compare every part with every
+# part, so nested anyOfs (or $refs sharing one) multiply: ten levels of three parts were 0.45 s, each more
+# ~3 times that. A oneOf of 50 objects of 30 properties is ~80,000 (0.8 s), a Debezium envelope ~100.
 MAX_COMPARISONS = 200_000
-# and the time they may take (each comparison's own cost grows with the schema: anyOfs of 100 enums of
-# 1,000 values each were 28 s in 10,000 comparisons before enums' values were kept per schema)
-MAX_SECONDS = 5.0
+# and the time one request's comparisons (with every version a transitive level names) may take: each
+# comparison's cost grows with the schema (anyOfs of 100 enums of 1,000 values each were 28 s in 10,000
+# comparisons before enums' values were kept per schema). Taken outside the registry's lock.
+MAX_SECONDS = 10.0
 
 
 class Budget:
-    """What one request may spend comparing schemas: MAX_COMPARISONS pairs, and the patternProperties
-    matching of klog.registry.patterns (close() ends its child process)."""
+    """What one request may spend comparing schemas: MAX_COMPARISONS pairs in each comparison of two
+    schemas, MAX_SECONDS in all, and the patternProperties matching of klog.registry.patterns (close()
+    ends its child process)."""
 
     def __init__(self, comparisons: int = MAX_COMPARISONS, seconds: float = MAX_SECONDS) -> None:
         self.limit = comparisons
@@ -504,6 +505,7 @@ def differences(original: Any, update: Any, budget: Budget | None = None) -> lis
     o, u = Loader(original), Loader(update)
     own = budget is None
     budget = Budget() if budget is None else budget
+    budget.left = budget.limit  # each pair of schemas its count (a transitive level compares many)
     try:
         return _Diff(o, u, budget).compare(o.node(original), u.node(update), "#")
     finally:

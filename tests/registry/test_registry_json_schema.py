@@ -329,6 +329,13 @@ def test_a_comparison_is_bounded_in_time_too():
     assert time.monotonic() - started < 5
     both = {"enum": ["a", "b"], "const": "a"}  # one document, two kinds: each its own values
     assert backward_problems(both, both) == []
+    # the count is each pair of schemas' (a transitive level compares with many), the time the request's
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(20)}}
+    budget = Budget(comparisons=30)
+    try:
+        assert backward_problems(wide, wide, budget) == [] and backward_problems(wide, wide, budget) == []
+    finally:
+        budget.close()
     budget = Budget(seconds=0.0)
     try:
         with pytest.raises(SchemaProblem, match="more than 0 s"):
