@@ -21,9 +21,11 @@ from __future__ import annotations
 import base64
 import decimal
 import json
+import math
 import struct as struct_
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -37,7 +39,16 @@ from klog.connect.avro import (
     subject_name,
 )
 from klog.connect.config import ConfigDef
-from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
+from klog.connect.converters import (  # JsonConverter's Jackson number texts: one mechanism for both
+    Converter,
+    _encode_as_jackson,
+    _float32,
+    _float64,
+    _stand_in,
+    decimal_from_bytes,
+    decimal_to_bytes,
+    from_json,
+)
 from klog.connect.data import DECIMAL, Schema
 from klog.connect.errors import ConfigError, DataError
 from klog.protocol.json_schema import Loader, Node
@@ -50,14 +61,34 @@ INTEGERS = ("int8", "int16", "int32", "int64")
 FLOATS = ("float32", "float64")
 
 
+@dataclass(frozen=True)
+class Writing:
+    """How JsonSchemaData writes: `closed` structs refuse other properties (object.additional.properties=
+    false); `numeric` decimals are JSON numbers (decimal.format=NUMERIC), else base64 strings; `java`: the
+    numbers are stand-ins for Jackson's texts (converters._encode_as_jackson puts the texts in)."""
+
+    closed: bool = False
+    numeric: bool = False
+    java: bool = False
+
+
+PLAIN = Writing()
+
+
 # -- Connect schema -> JSON Schema --------------------------------------------------------------------
-def json_schema(schema: Schema, closed: bool = False) -> dict[str, Any]:
+def json_schema(schema: Schema, closed: bool = False, numeric: bool = False) -> dict[str, Any]:
     """The JSON Schema of a Connect schema, as Confluent's JsonSchemaData.fromConnectSchema; `closed`:
-    structs refuse other properties (object.additional.properties=false)."""
-    return _to_json_schema(schema, None, closed)
+    structs refuse other properties (object.additional.properties=false); `numeric`: decimals are numbers."""
+    return _to_json_schema(schema, None, Writing(closed, numeric))
 
 
-def _to_json_schema(s: Schema, index: int | None, closed: bool, ignore_optional: bool = False) -> dict[str, Any]:
+def json_schema_text(schema: Schema, closed: bool = False, numeric: bool = False) -> str:
+    """json_schema's JSON text as Jackson writes it (a default's floats and decimals in Java's text)."""
+    return _encode_as_jackson(lambda s, _: _to_json_schema(s, None, Writing(closed, numeric, java=True)),
+                              schema, None, False)
+
+
+def _to_json_schema(s: Schema, index: int | None, style: Writing, ignore_optional: bool = False) -> dict[str, Any]:
     kind = s.get("type")
     params = s.get("parameters") or {}
     out: dict[str, Any]
@@ -70,33 +101,34 @@ def _to_json_schema(s: Schema, index: int | None, closed: bool, ignore_optional:
         out = {"type": "string"} if ENUM not in params else \
             {"enum": [None if symbol == NULL_MARKER else symbol for symbol in symbols]}
     elif kind == "bytes":
-        out = {"type": "string", "connect.type": "bytes"}
+        number = style.numeric and s.get("name") == DECIMAL  # JsonSchemaData: a NumberSchema then
+        out = {"type": "number" if number else "string", "connect.type": "bytes"}
     elif kind == "array":
-        out = {"type": "array", "items": _to_json_schema(s["items"], None, closed)}
+        out = {"type": "array", "items": _to_json_schema(s["items"], None, style)}
     elif kind == "map":
         keys, values = s["keys"], s["values"]
         if keys.get("type") == "string" and not keys.get("optional"):
-            out = {"type": "object", "additionalProperties": _to_json_schema(values, None, closed),
+            out = {"type": "object", "additionalProperties": _to_json_schema(values, None, style),
                    "connect.type": "map"}
         else:
-            entry = {"type": "object", "properties": {"key": _to_json_schema(keys, 0, closed),
-                                                      "value": _to_json_schema(values, 1, closed)}}
+            entry = {"type": "object", "properties": {"key": _to_json_schema(keys, 0, style),
+                                                      "value": _to_json_schema(values, 1, style)}}
             out = {"type": "array", "items": entry, "connect.type": "map"}
     elif kind == "struct" and s.get("name") == ONE_OF:
-        branches = [_to_json_schema({**f, "optional": False}, i, closed, ignore_optional=True)
+        branches = [_to_json_schema({**f, "optional": False}, i, style, ignore_optional=True)
                     for i, f in enumerate(s.get("fields", []))]
         out = {"oneOf": ([{"type": "null"}] if s.get("optional") else []) + branches}
         if index is not None:
             out["connect.index"] = index
         return out
     elif kind == "struct":
-        out = {"type": "object", "properties": {f["field"]: _to_json_schema(f, i, closed)
+        out = {"type": "object", "properties": {f["field"]: _to_json_schema(f, i, style)
                                                 for i, f in enumerate(s.get("fields", []))}}
-        if closed:
+        if style.closed:
             out["additionalProperties"] = False
     else:
         raise DataError(f"unknown Connect schema type {kind!r}")
-    _describe(s, out)
+    _describe(s, out, style)
     if s.get("optional") and not ignore_optional:
         out = {"oneOf": [{"type": "null"}, out]}
     if index is not None:
@@ -104,7 +136,7 @@ def _to_json_schema(s: Schema, index: int | None, closed: bool, ignore_optional:
     return out
 
 
-def _describe(s: Schema, out: dict[str, Any]) -> None:
+def _describe(s: Schema, out: dict[str, Any], style: Writing) -> None:
     """A schema's name, version, doc, parameters and default, as JsonSchemaData writes them."""
     if s.get("name") is not None:
         out["title"] = s["name"]
@@ -116,16 +148,17 @@ def _describe(s: Schema, out: dict[str, Any]) -> None:
     if shown:
         out["connect.parameters"] = shown
     if s.get("default") is not None:
-        out["default"] = to_payload(s, from_json(s, s["default"]))
+        out["default"] = to_payload(s, from_json(s, s["default"]), style)
 
 
 # -- JSON Schema -> Connect schema --------------------------------------------------------------------
 class _ToConnect:
     """JsonSchemaData.toConnectSchema over one JSON Schema document ($refs within it followed)."""
 
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, optional_for_nonrequired: bool = False) -> None:
         self.loader = Loader(root)  # the registry's reading of a schema document: one reading
         self.open: set[int] = set()
+        self.optional_for_nonrequired = optional_for_nonrequired  # use.optional.for.nonrequired
 
     def schema(self, doc: Any, version: int | None = None, optional: bool = False) -> Schema:
         """The Connect schema of a schema document, or of a Node of one (the parts of {"type": [...]} or of
@@ -186,12 +219,15 @@ class _ToConnect:
         return self._finish(out, doc, params, name, version, optional)
 
     def _fields(self, doc: dict) -> list[Schema]:
-        """A struct's fields in connect.index order (a property without one: the count so far, as Confluent)."""
+        """A struct's fields in connect.index order (a property without one: the count so far, as Confluent);
+        with use.optional.for.nonrequired a property `required` does not name is an optional field."""
         ordered: dict[int, tuple[str, Any]] = {}
         for key, sub in (doc.get("properties") or {}).items():
             index = sub.get("connect.index") if isinstance(sub, dict) else None
             ordered[index if isinstance(index, int) else len(ordered)] = (key, sub)
-        return [{**self.schema(sub), "field": key} for _, (key, sub) in sorted(ordered.items())]
+        required = doc.get("required") if isinstance(doc.get("required"), list) else []
+        return [{**self.schema(sub, None, self.optional_for_nonrequired and key not in required), "field": key}
+                for _, (key, sub) in sorted(ordered.items())]
 
     def _combined(self, node: Any, version: int | None, optional: bool) -> Schema:
         parts = node.parts
@@ -218,7 +254,8 @@ class _ToConnect:
         objects = [p for p in node.parts if p.kind == "object"]
         if objects:
             merged = {"type": "object", "properties": {k: v for p in objects
-                                                       for k, v in (p.doc.get("properties") or {}).items()}}
+                                                       for k, v in (p.doc.get("properties") or {}).items()},
+                      "required": [k for p in objects for k in (p.doc.get("required") or [])]}
             return self._finish({"type": "struct", "fields": self._fields(merged)}, {}, {}, None, version, optional)
         by_kind = {p.kind: p for p in node.parts}
         for kind in ("combined", "enum", "const", "string", "number"):
@@ -250,11 +287,12 @@ class _ToConnect:
         return _ordered(out)
 
 
-def connect_schema(doc: Any, version: int | None = None) -> Schema:
+def connect_schema(doc: Any, version: int | None = None, optional_for_nonrequired: bool = False) -> Schema:
     """The Connect schema of a JSON Schema document, as Confluent's JsonSchemaData.toConnectSchema;
-    `version`: the registry's version of it, when the schema has no connect.version."""
+    `version`: the registry's version of it, when the schema has no connect.version;
+    `optional_for_nonrequired`: use.optional.for.nonrequired."""
     try:
-        return _ToConnect(doc).schema(doc, version)
+        return _ToConnect(doc, optional_for_nonrequired).schema(doc, version)
     except RecursionError:
         raise DataError("the JSON schema is nested too deep") from None
     except ValueError as e:  # the Loader's SchemaProblem: a $ref not in the document
@@ -273,12 +311,13 @@ _PYTHON_KINDS = {"boolean": (bool,), "string": (str,), "float32": (int, float), 
                  "array": (list, tuple), "map": (dict,), **dict.fromkeys(INTEGERS, (int,))}
 
 
-def to_payload(schema: Schema, value: Any) -> Any:
-    """A Connect value as JsonSchemaData.fromConnectData writes it (bytes and decimals base64, maps with
-    other keys than strings [{key, value}], a union its set branch); a null takes the default."""
+def to_payload(schema: Schema, value: Any, style: Writing = PLAIN) -> Any:
+    """A Connect value as JsonSchemaData.fromConnectData writes it (bytes base64, decimals base64 or numbers,
+    maps with other keys than strings [{key, value}], a union its set branch); a null takes the default.
+    With style.java, inside converters._encode_as_jackson: floats and numeric decimals as Jackson's texts."""
     if value is None:
         if schema.get("default") is not None:
-            return to_payload(schema, from_json(schema, schema["default"]))
+            return to_payload(schema, from_json(schema, schema["default"]), style)
         if schema.get("optional"):
             return None
         raise DataError(f"null for a required {schema.get('type')} (not optional in its schema)")
@@ -286,7 +325,13 @@ def to_payload(schema: Schema, value: Any) -> Any:
     if schema.get("name") == DECIMAL:
         dec = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
         scale = int((schema.get("parameters") or {}).get("scale", 0))
-        return base64.b64encode(decimal_to_bytes(dec, scale)).decode()
+        if not style.numeric:
+            return base64.b64encode(decimal_to_bytes(dec, scale)).decode()
+        if not dec.is_finite():
+            raise DataError(f"a decimal must be a number, not {dec}")
+        # a JSON number of the decimal as given, as Jackson writes JsonSchemaData's BigDecimal (toString:
+        # 1.50, 1.2E-7, 5E+3; Python's str of a Decimal is the same text)
+        return _stand_in(str(dec)) if style.java else float(dec)
     if kind == "bytes":
         if not isinstance(value, bytes | bytearray | memoryview):
             raise DataError(f"a bytes value must be bytes, not {type(value).__name__}")
@@ -295,23 +340,29 @@ def to_payload(schema: Schema, value: Any) -> Any:
     if wanted is not None and (not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted)):
         raise DataError(f"Invalid type for {kind.upper()}: {type(value).__name__}")  # Confluent's wording
     if kind in FLOATS:
-        return float(value)
+        number = float(value)
+        if not math.isfinite(number):  # JSON has no number for them (Jackson would write a string)
+            raise DataError("NaN and the infinities have no JSON number")
+        if style.java:  # Java's Float/Double.toString: 1.0E20, 1.0E-4, a float32's 0.1 as 0.1
+            return _float32(number) if kind == "float32" else _float64(number)
+        return number
     if kind == "array":
-        return [to_payload(schema["items"], v) for v in value]
+        return [to_payload(schema["items"], v, style) for v in value]
     if kind == "map":
         keys = schema["keys"]
         if keys.get("type") == "string" and not keys.get("optional"):
-            return {k: to_payload(schema["values"], v) for k, v in value.items()}
-        return [{"key": to_payload(keys, k), "value": to_payload(schema["values"], v)} for k, v in value.items()]
+            return {k: to_payload(schema["values"], v, style) for k, v in value.items()}
+        return [{"key": to_payload(keys, k, style), "value": to_payload(schema["values"], v, style)}
+                for k, v in value.items()]
     if kind == "struct":
         if not isinstance(value, dict):
             raise DataError(f"a struct value must be a map, not {type(value).__name__}")
         if schema.get("name") == ONE_OF:
             for f in schema.get("fields", []):
                 if value.get(f["field"]) is not None:
-                    return to_payload({**f, "optional": True}, value[f["field"]])
+                    return to_payload({**f, "optional": True}, value[f["field"]], style)
             return None
-        return {f["field"]: to_payload(f, value.get(f["field"])) for f in schema.get("fields", [])}
+        return {f["field"]: to_payload(f, value.get(f["field"]), style) for f in schema.get("fields", [])}
     return value
 
 
@@ -375,15 +426,20 @@ def _union_value(schema: Schema, value: Any) -> dict[str, Any]:
 
 
 # -- the converter -----------------------------------------------------------------------------------
-_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode  # one, not per call
-
 
 class JsonSchemaConverter(Converter):
     java_class = "io.confluent.connect.json.JsonSchemaConverter"
     # AvroConverter's settings (the registry, subjects, auth, cache) but its Avro name scrubbing
     config_def = ConfigDef({k: v for k, v in AvroConverter.config_def.keys.items() if k != "scrub.invalid.names"}) \
         .merged(ConfigDef().define("object.additional.properties", "boolean", True)
-                .define("decimal.format", default="BASE64", choices=("base64",)))
+                .define("decimal.format", default="BASE64", choices=("base64", "numeric"))
+                .define("use.optional.for.nonrequired", "boolean", False)
+                .define("json.fail.invalid.schema", "boolean", False)
+                .define("latest.compatibility.strict", "boolean", True)
+                # Confluent's serializer settings for schemas derived from Java objects and for java.util.Date
+                # values: JsonSchemaData gives a schema and numbers for dates, so they change nothing here
+                .define("json.oneof.for.nullables", "boolean", True)
+                .define("json.write.dates.iso8601", "boolean", False))
 
     def __init__(self, props: dict[str, str], is_key: bool) -> None:
         super().__init__(props, is_key)
@@ -395,6 +451,20 @@ class JsonSchemaConverter(Converter):
         self.strategy = self.config["key.subject.name.strategy" if is_key else "value.subject.name.strategy"]
         self.cache_size = self.config["schemas.cache.size"]
         self.closed = not self.config["object.additional.properties"]
+        self.numeric = self.config["decimal.format"] == "numeric"
+        if self.config["use.latest.version"] and self.config["latest.compatibility.strict"]:
+            raise ConfigError("latest.compatibility.strict", "true", "klog's JsonSchemaConverter does not check that "
+                              "the subject's latest schema reads what the record's schema writes (Confluent's "
+                              "check): set latest.compatibility.strict=false to write with the latest id unchecked")
+        self.validate = self.config["json.fail.invalid.schema"]
+        if self.validate:
+            try:
+                import jsonschema  # noqa: F401 - the check json.fail.invalid.schema asks for
+            except ImportError:
+                raise ConfigError("json.fail.invalid.schema", "true", "needs the jsonschema package "
+                                  "(pip install 'klog[connect]')") from None
+        self._validators: OrderedDict[int, Any] = OrderedDict()  # schema id -> its jsonschema validator
+        self._values = Writing(self.closed, self.numeric, java=True)
         self._lock = threading.Lock()
         # a Connect schema's JSON text -> (its JSON Schema text, {subject: schema id}); first by the schema
         # object's identity (a connector reuses its schema objects: no JSON text of the schema per record)
@@ -411,14 +481,16 @@ class JsonSchemaConverter(Converter):
                             "value: use JsonConverter with schemas.enable=false)")
         if value is None and not schema.get("optional") and schema.get("default") is None:
             return None  # Confluent's JsonSchemaData gives no JSON for it, so no record bytes
-        payload = to_payload(schema, value)
+        # the value's JSON first: one its schema does not allow fails the record before anything is registered
+        body = _encode_as_jackson(self._payload, schema, value, False)
         text, ids = self._writer_of(schema)
         schema_id = self._registered(topic, schema, text, ids)
-        try:
-            body = _ENCODE(payload)
-        except ValueError:  # allow_nan=False: JSON has no number for them (Jackson would write them bare)
-            raise DataError("NaN and the infinities have no JSON number") from None
+        if self.validate:
+            self._check(schema_id, body)
         return MAGIC + struct_.pack(">I", schema_id) + body.encode()
+
+    def _payload(self, schema: Schema, value: Any) -> Any:
+        return to_payload(schema, value, self._values)
 
     def _writer_of(self, schema: Schema) -> tuple[str, dict[str, int]]:
         known = self._by_object.get(id(schema))
@@ -427,8 +499,7 @@ class JsonSchemaConverter(Converter):
         key = json.dumps(schema, sort_keys=True, default=str)
         hit = self._writers.get(key)
         if hit is None:
-            text = json.dumps(json_schema(schema, self.closed), separators=(",", ":"), ensure_ascii=False)
-            hit = (text, {})
+            hit = (json_schema_text(schema, self.closed, self.numeric), {})
         with self._lock:
             _put_bounded(self._writers, key, hit, self.cache_size)
             if len(self._by_object) >= self.cache_size:
@@ -479,9 +550,34 @@ class JsonSchemaConverter(Converter):
             doc = json.loads(data[5:], parse_float=decimal.Decimal)
         except (ValueError, UnicodeDecodeError) as e:
             raise DataError(f"not JSON of schema {schema_id}: {e}") from None
+        if self.validate:
+            self._check(schema_id, data[5:])
         if doc is None:
             return schema, None
         return schema, from_payload(schema, doc)
+
+    def _check(self, schema_id: int, text: str | bytes) -> None:
+        """json.fail.invalid.schema: the payload validated against the registered schema it is written with
+        (jsonschema, locally: klog fetches no remote $ref), DataError naming the first breach. Its numbers
+        read as floats: jsonschema's multipleOf divides by a float schema's value."""
+        doc = json.loads(text)
+        validator = self._validators.get(schema_id)
+        if validator is None:
+            import jsonschema
+
+            found = json.loads(self.registry.call("GET", f"/schemas/ids/{schema_id}")["schema"])
+            validator = jsonschema.validators.validator_for(found, default=jsonschema.Draft7Validator)(found)
+            with self._lock:
+                _put_bounded(self._validators, schema_id, validator, self.cache_size)
+        try:
+            error = next(iter(validator.iter_errors(doc)), None)
+        except Exception as e:  # noqa: BLE001 - jsonschema's Unresolvable (a remote $ref) and kin: no verdict
+            raise DataError(f"schema {schema_id} cannot validate the JSON (json.fail.invalid.schema): "
+                            f"{type(e).__name__}: {e}") from None
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "the payload"
+            raise DataError(f"the JSON does not match schema {schema_id} (json.fail.invalid.schema): "
+                            f"{where}: {error.message}")
 
     def _reader(self, topic: str, schema_id: int) -> Schema:
         """The Connect schema of a registered JSON schema, with the version it has under the topic's subject
@@ -501,7 +597,8 @@ class JsonSchemaConverter(Converter):
                                              {"schemaType": "JSON", "schema": found["schema"]}).get("version")
             except DataError:  # not under that subject, or no subject for it: no version
                 pass
-        return connect_schema(doc, version if isinstance(version, int) else None)
+        return connect_schema(doc, version if isinstance(version, int) else None,
+                              self.config["use.optional.for.nonrequired"])
 
 
 

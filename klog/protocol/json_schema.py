@@ -63,14 +63,18 @@ class Loader:
                 self._collect_ids(value, depth + 1)
 
     def resolve(self, ref: str) -> Any:
+        """The part of the document a `$ref` names: an `$id`, a JSON pointer into the document ("#/...") or
+        into a part with an `$id` ("http://example.com/a.json#/definitions/x" where the root's `$id` is
+        http://example.com/a.json: everit resolves it without fetching, so does klog). Nothing is fetched."""
         if ref in self.ids:
             return self.ids[ref]
-        if ref == "#":
-            return self.root
-        if not ref.startswith("#/"):
+        base, _, pointer = ref.partition("#")
+        if base and base not in self.ids:
             raise SchemaProblem(f"$ref {ref!r} is not in the schema (klog resolves only local references)")
-        doc = self.root
-        for part in ref[2:].split("/"):
+        doc = self.ids[base] if base else self.root
+        if pointer and not pointer.startswith("/"):
+            raise SchemaProblem(f"$ref {ref!r} names no $id of the schema")
+        for part in pointer[1:].split("/") if pointer else ():
             part = part.replace("~1", "/").replace("~0", "~")
             if isinstance(doc, dict) and part in doc:
                 doc = doc[part]

@@ -16,9 +16,11 @@ from __future__ import annotations
 import decimal
 import json
 import re
+import time
 from typing import Any
 
-from klog.protocol.json_schema import Loader, Node
+from klog.protocol.json_schema import Loader, Node, SchemaProblem
+from klog.registry.patterns import PatternMatcher
 
 # Confluent's SchemaDiff.COMPATIBLE_CHANGES_STRICT
 COMPATIBLE = frozenset("""
@@ -42,11 +44,47 @@ MAX_CONTAINS_INCREASED MAX_CONTAINS_REMOVED MIN_CONTAINS_DECREASED MIN_CONTAINS_
 ENUM_ARRAY_EXTENDED COMBINED_TYPE_EXTENDED PRODUCT_TYPE_NARROWED SUM_TYPE_EXTENDED NOT_TYPE_NARROWED
 """.split())
 
+# Schema pairs one comparison of two schemas takes at most. Combined schemas compare every part with every
+# part, so nested anyOfs (or $refs sharing one) multiply: ten levels of three parts were 0.45 s, each more
+# ~3 times that. A oneOf of 50 objects of 30 properties is ~80,000 (0.8 s), a Debezium envelope ~100.
+MAX_COMPARISONS = 200_000
+# and the time one request's comparisons (with every version a transitive level names) may take: each
+# comparison's cost grows with the schema (anyOfs of 100 enums of 1,000 values each were 28 s in 10,000
+# comparisons before enums' values were kept per schema). Taken outside the registry's lock.
+MAX_SECONDS = 10.0
+
+
+class Budget:
+    """What one request may spend comparing schemas: MAX_COMPARISONS pairs in each comparison of two
+    schemas, MAX_SECONDS in all, and the patternProperties matching of klog.registry.patterns (close()
+    ends its child process)."""
+
+    def __init__(self, comparisons: int = MAX_COMPARISONS, seconds: float = MAX_SECONDS) -> None:
+        self.limit = comparisons
+        self.left = comparisons
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.patterns = PatternMatcher()
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise SchemaProblem(f"the schemas are too complex to compare (more than {self.limit} comparisons of "
+                                "their parts)")
+        if time.monotonic() > self.deadline:
+            raise SchemaProblem(f"the schemas are too complex to compare (more than {self.seconds:g} s)")
+
+    def close(self) -> None:
+        self.patterns.close()
+
+
 class _Diff:
-    def __init__(self, original: Loader, update: Loader) -> None:
+    def __init__(self, original: Loader, update: Loader, budget: Budget) -> None:
         self.o = original
         self.u = update
+        self.budget = budget
         self.active: set[tuple[int, int]] = set()  # pairs being compared: a cycle back to one is compatible
+        self.value_sets: dict[tuple[int, str], set[str]] = {}  # an enum's (a const's) values as text, kept once
 
     def compare(self, o: Node | None, u: Node | None, path: str) -> list[tuple[str, str]]:
         if o is None and u is None:
@@ -58,6 +96,7 @@ class _Diff:
         pair = (id(o), id(u))
         if pair in self.active:
             return []
+        self.budget.spend()
         self.active.add(pair)
         try:
             return self._types(o, u, path)
@@ -120,7 +159,7 @@ class _Diff:
         return out
 
     def _enum(self, o: Node, u: Node, path: str) -> list[tuple[str, str]]:
-        before, after = _values(o.get("enum", [])), _values(u.get("enum", []))
+        before, after = self._values(o, "enum"), self._values(u, "enum")
         if before == after:
             return []
         kind = "ENUM_ARRAY_EXTENDED" if before <= after else "ENUM_ARRAY_NARROWED" if after <= before \
@@ -128,8 +167,16 @@ class _Diff:
         return [(kind, f"{path}/enum")]
 
     def _const(self, o: Node, u: Node, path: str) -> list[tuple[str, str]]:
-        same = _values([o.get("const")]) == _values([u.get("const")])
+        same = self._values(o, "const") == self._values(u, "const")
         return [] if same else [("ENUM_ARRAY_CHANGED", f"{path}/const")]
+
+    def _values(self, node: Node, key: str) -> set[str]:
+        """An enum's values (a const's one value) as text, each schema's once."""
+        found = self.value_sets.get((id(node.doc), key))
+        if found is None:
+            values = node.get("enum", []) if key == "enum" else [node.get("const")]
+            found = self.value_sets[(id(node.doc), key)] = _values(values if isinstance(values, list) else [])
+        return found
 
     def _not(self, o: Node, u: Node, path: str) -> list[tuple[str, str]]:
         ok, _ = self.compatible(u.parts[0], o.parts[0], f"{path}/not")  # reversed, as Confluent's NotSchemaDiff
@@ -251,7 +298,7 @@ class _Diff:
     def _property_removed(self, o: Node, u: Node, key: str, schema: Any, where: str) -> list[tuple[str, str]]:
         if _open(u):
             return [("PROPERTY_REMOVED_FROM_OPEN_CONTENT_MODEL", where)]
-        partial = _partial(u, key)
+        partial = self._partial(u, key)
         if partial is not None:
             ok, found = self.compatible(self.o.node(schema), self.u.node(partial), where)
             return found + [("PROPERTY_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL" if ok else
@@ -271,7 +318,7 @@ class _Diff:
                          else "REQUIRED_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL", where)]
             return [("OPTIONAL_PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL", where)]
         out: list[tuple[str, str]] = []
-        partial = _partial(o, key)
+        partial = self._partial(o, key)
         if partial is not None:
             ok, found = self.compatible(self.o.node(partial), added, where)
             out += found + [("PROPERTY_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL" if ok else
@@ -282,6 +329,19 @@ class _Diff:
         else:
             out.append(("OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL", where))
         return out
+
+    def _partial(self, node: Node, key: str) -> Any:
+        """The schema a partially open content model gives property `key` (None: it has none for it)."""
+        for pattern, schema in (node.get("patternProperties") or {}).items():
+            if self.budget.patterns.search(pattern, key):
+                return schema
+        additional = node.get("additionalProperties")
+        if isinstance(additional, dict):
+            return additional
+        unevaluated = node.get("unevaluatedProperties")
+        if additional is None and isinstance(unevaluated, dict) and unevaluated:
+            return unevaluated
+        return None
 
     def _dependencies(self, o: Node, u: Node, path: str) -> list[tuple[str, str]]:
         deps_o, deps_u = _dependencies(o), _dependencies(u)
@@ -337,23 +397,6 @@ def _open(node: Node) -> bool:
         return False
     unevaluated = node.get("unevaluatedProperties")
     return additional is True or unevaluated in (None, True, {})
-
-
-def _partial(node: Node, key: str) -> Any:
-    """The schema a partially open content model gives property `key` (None: it has none for it)."""
-    for pattern, schema in (node.get("patternProperties") or {}).items():
-        try:
-            if re.search(pattern, key):
-                return schema
-        except re.error:
-            continue
-    additional = node.get("additionalProperties")
-    if isinstance(additional, dict):
-        return additional
-    unevaluated = node.get("unevaluatedProperties")
-    if additional is None and isinstance(unevaluated, dict) and unevaluated:
-        return unevaluated
-    return None
 
 
 def _has_default(loader: Loader, schema: Any) -> bool:
@@ -456,15 +499,23 @@ def _max_matching(edges: dict[int, dict[int, Any]]) -> dict[int, int]:
     return {left: right for right, left in right_of.items()}
 
 
-def differences(original: Any, update: Any) -> list[tuple[str, str]]:
-    """Every difference from `original` to `update` (both JSON schema documents), as (type, path)."""
+def differences(original: Any, update: Any, budget: Budget | None = None) -> list[tuple[str, str]]:
+    """Every difference from `original` to `update` (both JSON schema documents), as (type, path);
+    SchemaProblem when the comparison outspends `budget` (a request's; its own when None)."""
     o, u = Loader(original), Loader(update)
-    return _Diff(o, u).compare(o.node(original), u.node(update), "#")
+    own = budget is None
+    budget = Budget() if budget is None else budget
+    budget.left = budget.limit  # each pair of schemas its count (a transitive level compares many)
+    try:
+        return _Diff(o, u, budget).compare(o.node(original), u.node(update), "#")
+    finally:
+        if own:
+            budget.close()
 
 
-def backward_problems(new: Any, old: Any) -> list[str]:
+def backward_problems(new: Any, old: Any, budget: Budget | None = None) -> list[str]:
     """Why a consumer with schema `new` may not read what `old` allowed (empty: it may): Confluent's
     JsonSchema.isBackwardCompatible, STRICT policy."""
-    return [f'{{errorType:"{kind}", path:"{path}"}}' for kind, path in differences(old, new)
+    return [f'{{errorType:"{kind}", path:"{path}"}}' for kind, path in differences(old, new, budget)
             if kind not in COMPATIBLE]
 

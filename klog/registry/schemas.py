@@ -14,14 +14,16 @@ leader to write; klog's registry does not elect).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
-from klog.protocol.json_schema import check_references
+from klog.protocol.json_schema import SchemaProblem, check_references
 from klog.registry import json_compat
 from klog.registry.compat import LEVELS, compatibility_problems, read_problems
 
@@ -29,6 +31,8 @@ TOPIC = "_schemas"
 DEFAULT_LEVEL = "BACKWARD"
 TYPES = ("AVRO", "JSON")  # what klog's registry parses, compares and registers
 MAX_VERSION = 2**31 - 1
+T = TypeVar("T")
+DIFFERENT_SCHEMA_TYPE = "Incompatible because of different schema type"  # Confluent's SchemaValidatorBuilder
 
 
 class RegistryError(Exception):
@@ -142,9 +146,19 @@ def parse(text: Any, schema_type: str) -> Any:
     return parse_json(text) if schema_type == "JSON" else parse_avro(text)
 
 
-def judge(schema_type: str):  # noqa: ANN201 - (reader, writer) -> problems
-    """The compatibility rules of a schema type: Avro's resolution, Confluent's JSON Schema diff."""
-    return json_compat.backward_problems if schema_type == "JSON" else read_problems
+# requests parsing and comparing a schema at once, without the registry's lock: a 10 MB JSON schema's
+# metaschema check took 19 s and ~60 MiB, a hostile comparison takes its bounds (json_compat.Budget)
+_WORK = threading.BoundedSemaphore(2)
+
+
+def _two_at_once(method: Callable[..., T]) -> Callable[..., T]:
+    """A request's parsing and comparing, at most two at once (stored versions, parsed under the
+    registry's lock, do not wait for these)."""
+    @functools.wraps(method)
+    def bounded(*args: Any, **kwargs: Any) -> T:
+        with _WORK:
+            return method(*args, **kwargs)
+    return bounded
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -193,12 +207,13 @@ class Registry:
     def __init__(self, store, topic: str = TOPIC) -> None:  # noqa: ANN001 - a klog Store or RemoteStore
         self.store = store
         self.topic = topic
-        # writes hold it; the HTTP face holds it around every request, so a read never iterates the tables
-        # while a write changes them (re-entrant: a request's write takes it again)
+        # writes hold it; the HTTP face holds it around every request but the ones with a schema, so a read
+        # never iterates the tables while a write changes them (re-entrant: a request's write takes it
+        # again). Those parse and compare their schema without it (server.PARSE_FIRST).
         self.lock = threading.RLock()
         self.versions: dict[tuple[str, int], Version] = {}
         self.configs: dict[str | None, str] = {}
-        self._canonical: dict[tuple[str, str], str] = {}  # a stored schema's (type, text) -> canonical()
+        self._stored: dict[tuple[str, str], tuple[Any, str]] = {}  # a stored schema's (type, text) -> parsed
         self._load()
         self._producer = store.producer()
 
@@ -247,15 +262,21 @@ class Registry:
 
     def canonical_of(self, v: Version) -> str | None:
         """A stored version's canonical() (parsed once); None for a type klog does not parse (Protobuf)."""
+        stored = self._parsed_of(v)
+        return None if stored is None else stored[1]
+
+    def _parsed_of(self, v: Version) -> tuple[Any, str] | None:
+        """A stored version's parsed form and canonical(), kept: a compatibility check compares with stored
+        versions without parsing them again (a JSON schema's metaschema check is milliseconds)."""
         if v.schema_type not in TYPES:
             return None
-        hit = self._canonical.get((v.schema_type, v.schema))
+        hit = self._stored.get((v.schema_type, v.schema))
         if hit is None:
             try:
-                hit = canonical(parse(v.schema, v.schema_type), v.schema_type)
+                parsed = parse(v.schema, v.schema_type)
             except RegistryError:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 return None
-            self._canonical[(v.schema_type, v.schema)] = hit
+            hit = self._stored[(v.schema_type, v.schema)] = (parsed, canonical(parsed, v.schema_type))
         return hit
 
     # -- reading --------------------------------------------------------------------------------------
@@ -295,54 +316,92 @@ class Registry:
     def level(self, subject: str | None) -> str:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
 
+    @_two_at_once
     def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO") -> Version:
         key = canonical(parse(text, schema_type), schema_type)
-        found = self.live(subject, deleted)
-        for v in found:
-            if self.canonical_of(v) == key:
-                return v
+        with self.lock:
+            found = self.live(subject, deleted)
+            for v in found:
+                if self.canonical_of(v) == key:
+                    return v
         raise RegistryError(404, 40403, "Schema not found")
 
+    @_two_at_once
     def check(self, subject: str, text: Any, version: str | None, schema_type: str = "AVRO") -> list[str]:
         """Why `text` may not be registered under `subject` (against one version, or as the subject's level
-        says when `version` is None or latest)."""
+        says when `version` is None or latest); compared outside the lock (stored versions do not change)."""
         parsed = parse(text, schema_type)
-        found = self.live(subject)
-        level = self.level(subject)
-        if version is not None and parse_version(version) != -1:
-            found, level = [self.version(subject, version)], level.removesuffix("_TRANSITIVE")
+        with self.lock:
+            found = self.live(subject)
+            level = self.level(subject)
+            if version is not None and parse_version(version) != -1:
+                found, level = [self.version(subject, version)], level.removesuffix("_TRANSITIVE")
         return self._problems(level, parsed, found, schema_type)
 
     def _problems(self, level: str, parsed: Any, previous: list[Version], schema_type: str) -> list[str]:
-        """compatibility_problems against the versions of the same type (a schema of another type is no
-        reader or writer of this one: klog compares only like with like)."""
-        same = [parse(v.schema, schema_type) for v in previous if v.schema_type == schema_type]
+        """compatibility_problems against the versions the level names (the latest, or all when transitive);
+        one of another type is Confluent's "different schema type" refusal. A JSON comparison spends one
+        budget over all of them (json_compat.Budget): a request cannot hold the registry for long."""
+        if level == "NONE" or not previous:
+            return []
+        against = previous if level.endswith("_TRANSITIVE") else previous[-1:]
+        if any(v.schema_type != schema_type for v in against):
+            return [DIFFERENT_SCHEMA_TYPE]
+        stored = [self._parsed_of(v) for v in against]  # (its cache is no table the lock guards)
+        if any(s is None for s in stored):
+            raise RegistryError(422, 42201, "Invalid schema: a version it is compared with cannot be parsed")
+        budget = json_compat.Budget()
+        problems = read_problems if schema_type != "JSON" else \
+            functools.partial(json_compat.backward_problems, budget=budget)
         try:
-            return compatibility_problems(level, parsed, same, judge(schema_type))
+            return compatibility_problems(level, parsed, [s[0] for s in stored], problems)
         except RecursionError:
             raise RegistryError(422, 42201, "Invalid schema: nested too deep to compare") from None
+        except SchemaProblem as e:  # too complex to compare, a pattern too slow to match: refused, not a 500
+            raise RegistryError(422, 42201, f"Invalid schema: {e}") from None
+        finally:
+            budget.close()
 
     # -- writing --------------------------------------------------------------------------------------
+    @_two_at_once
     def register(self, subject: str, text: Any, schema_type: str = "AVRO") -> int:
         """The schema's id under `subject`: the version that has it already, or a new version (409 when
         the subject's compatibility level refuses it). A schema (its type and text) has one id in every
-        subject."""
+        subject. The comparison runs without the lock (seconds, for a hostile schema), against the subject
+        as it was; the version is written only if the subject and its level are still so, else it is
+        judged again (the last time under the lock)."""
         parsed = parse(text, schema_type)
         key = canonical(parsed, schema_type)
-        with self.lock:
-            live = self._of(subject)
-            for v in live:
-                if self.canonical_of(v) == key:
-                    return v.id
-            problems = self._problems(self.level(subject), parsed, live, schema_type)
-            if problems:
-                raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
-                                    f"subject \"{subject}\", details: {problems}")
-            schema_id = self._id_of(key)
-            everything = self._of(subject, deleted=True)
-            number = everything[-1].version + 1 if everything else 1
-            self._write_version(Version(subject, number, schema_id, text, schema_type=schema_type))
-            return schema_id
+        for _ in range(2):
+            with self.lock:
+                live, level, found = self._existing(subject, key)
+                if found is not None:
+                    return found
+            problems = self._problems(level, parsed, live, schema_type)
+            with self.lock:
+                if self._of(subject) == live and self.level(subject) == level:
+                    return self._register(subject, text, schema_type, key, problems)
+        with self.lock:  # changed under two comparisons: the last one holds the lock
+            live, level, found = self._existing(subject, key)
+            if found is not None:
+                return found
+            return self._register(subject, text, schema_type, key, self._problems(level, parsed, live, schema_type))
+
+    def _existing(self, subject: str, key: str) -> tuple[list[Version], str, int | None]:
+        """The subject's live versions, its level, and the id of the one with the schema `key` (or None)."""
+        live = self._of(subject)
+        return live, self.level(subject), next((v.id for v in live if self.canonical_of(v) == key), None)
+
+    def _register(self, subject: str, text: str, schema_type: str, key: str, problems: list[str]) -> int:
+        """A new version of `subject` (the lock held), or 409 with the problems the comparison found."""
+        if problems:
+            raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
+                                f"subject \"{subject}\", details: {problems}")
+        schema_id = self._id_of(key)
+        everything = self._of(subject, deleted=True)
+        number = everything[-1].version + 1 if everything else 1
+        self._write_version(Version(subject, number, schema_id, text, schema_type=schema_type))
+        return schema_id
 
     def _id_of(self, key: str) -> int:
         for v in self.versions.values():

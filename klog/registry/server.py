@@ -11,6 +11,7 @@ Errors answer {"error_code": N, "message": ...} with Confluent's codes; a bad re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -40,9 +41,10 @@ def _schema_id(text: str) -> int:
     return int(text)
 
 
-def _schema_of(body: Any) -> tuple[Any, str]:
+def _schema_of(body: Any, query: dict[str, list[str]]) -> tuple[Any, str]:
     """The schema and its type (schemaType, AVRO when absent) of a register, lookup or compatibility body;
-    AVRO or JSON, without references."""
+    AVRO or JSON, without references. With normalize=true a JSON schema is Confluent's normalized form:
+    its keys sorted, no whitespace (registered so, and so looked up)."""
     if not isinstance(body, dict):
         raise RegistryError(422, 42201, "Empty schema")
     kind = body.get("schemaType") or "AVRO"
@@ -50,7 +52,13 @@ def _schema_of(body: Any) -> tuple[Any, str]:
         raise RegistryError(422, 42201, f"Invalid schema type {kind!s:.40}: klog's registry supports AVRO and JSON")
     if body.get("references"):
         raise RegistryError(422, 42201, "Invalid schema: klog's registry does not resolve schema references")
-    return body.get("schema"), kind
+    text = body.get("schema")
+    if kind == "JSON" and _flag(query, "normalize") and isinstance(text, str):
+        try:
+            text = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        except (ValueError, RecursionError):
+            pass  # not JSON: parsing it says so (42201)
+    return text, kind
 
 
 def _subjects(r: Registry, path: list[str], query: dict, body: Any) -> Any:
@@ -63,7 +71,7 @@ def _subject(method: str) -> Route:
         if method == "DELETE":
             return r.delete_subject(subject, _flag(query, "permanent"))
         if method == "POST":
-            text, kind = _schema_of(body)
+            text, kind = _schema_of(body, query)
             return r.lookup(subject, text, _flag(query, "deleted"), kind).answer()
         return [v.version for v in r.live(subject, _flag(query, "deleted"))]  # GET /subjects/{s}: its versions
     return route
@@ -73,7 +81,7 @@ def _versions(method: str) -> Route:
     def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
         subject = path[1]
         if method == "POST":
-            return {"id": r.register(subject, *_schema_of(body))}
+            return {"id": r.register(subject, *_schema_of(body, query))}
         return [v.version for v in r.live(subject, _flag(query, "deleted"))]
     return route
 
@@ -135,7 +143,7 @@ def _config(method: str) -> Route:
 
 def _compatibility(r: Registry, path: list[str], query: dict, body: Any) -> Any:
     version = path[4] if len(path) > 4 else None
-    text, kind = _schema_of(body)
+    text, kind = _schema_of(body, query)
     problems = r.check(path[2], text, version, kind)
     out: dict[str, Any] = {"is_compatible": not problems}
     if _flag(query, "verbose"):
@@ -172,6 +180,13 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("compatibility/subjects/{}/versions", "POST"): _compatibility,
     ("compatibility/subjects/{}/versions/{}", "POST"): _compatibility,
 }
+
+
+# routes whose work is parsing and comparing a schema: the registry's methods take its lock around the
+# tables they read or write, not around the parsing and comparing (a megabyte schema's metaschema check
+# is seconds, a hostile comparison up to its bounds: other requests do not wait for them)
+PARSE_FIRST = {("subjects/{}", "POST"), ("subjects/{}/versions", "POST"),
+               ("compatibility/subjects/{}/versions", "POST"), ("compatibility/subjects/{}/versions/{}", "POST")}
 
 
 def shape_of(path: list[str]) -> str:
@@ -229,7 +244,7 @@ class RegistryServer:
                     if route is None:
                         raise RegistryError(405, 405, "HTTP 405 Method Not Allowed") if shape else \
                             RegistryError(404, 404, "HTTP 404 Not Found")
-                    with registry.lock:
+                    with contextlib.nullcontext() if (shape, method) in PARSE_FIRST else registry.lock:
                         status, out = 200, route(registry, path, parse_qs(url.query), body)
                 except RegistryError as e:
                     status, out = e.status, {"error_code": e.code, "message": str(e)}

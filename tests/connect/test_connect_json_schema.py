@@ -153,6 +153,46 @@ def test_decimals_keep_their_digits_both_ways(registry_url):
     assert c.to_connect("numeric", data)[1] == value
 
 
+def test_decimal_format_numeric_writes_json_numbers_with_every_digit(registry_url):
+    """decimal.format=NUMERIC: JsonSchemaData's NumberSchema (connect.type bytes) and the BigDecimal as
+    Jackson writes it (toString, at the schema's scale); confluent-kafka's deserializer validates it."""
+    schema = {"type": "struct", "optional": False, "fields": [
+        field("amount", "bytes", name="org.apache.kafka.connect.data.Decimal", version=1, parameters={"scale": "9"}),
+        field("tiny", "bytes", name="org.apache.kafka.connect.data.Decimal", version=1, parameters={"scale": "8"})]}
+    value = {"amount": decimal.Decimal("123456789012345678901234567890.123456789"), "tiny": decimal.Decimal("1.2E-7")}
+    c = converter(registry_url, **{"decimal.format": "NUMERIC"})
+    data = c.from_connect("money", schema, value)
+    assert data[5:] == b'{"amount":123456789012345678901234567890.123456789,"tiny":1.2E-7}'
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    latest = SchemaRegistryClient({"url": registry_url}).get_latest_version("money-value")
+    registered = json.loads(latest.schema.schema_str)
+    assert registered["properties"]["amount"]["type"] == "number"
+    assert registered["properties"]["amount"]["connect.type"] == "bytes"
+    assert c.to_connect("money", data) == ({**schema, "version": 1}, value)
+    assert deserializer(registry_url)(data, ctx("money"))["tiny"] == pytest.approx(1.2e-7)
+    # a value is written as given, as JsonSchemaData writes the BigDecimal (not rescaled: 1.5, 1.50)
+    assert c.from_connect("money", schema, {**value, "amount": decimal.Decimal("1.50")})[5:].startswith(
+        b'{"amount":1.50,')
+    with pytest.raises(DataError, match="number"):
+        c.from_connect("money", schema, {**value, "amount": decimal.Decimal("NaN")})
+
+
+def test_floats_are_written_as_jackson_writes_them(registry_url):
+    """Java's Double/Float.toString (klog.connect.java_numbers, JsonConverter's texts), not Python's repr:
+    1.0E20, 1.0E-5, 1.2345678E7, a float32's 0.1 (as a double 0.10000000149011612) 0.1."""
+    schema = {"type": "struct", "optional": False, "fields": [
+        field("big", "float64"), field("small", "float64"), field("seven", "float64"), field("single", "float32"),
+        {"field": "many", "type": "array", "optional": False, "items": {"type": "float64", "optional": False}}]}
+    value = {"big": 1e20, "small": 1e-5, "seven": 12345678.0, "single": 0.10000000149011612, "many": [2.5, 1e300]}
+    c = converter(registry_url)
+    data = c.from_connect("floats", schema, value)
+    assert data[5:] == b'{"big":1.0E20,"small":1.0E-5,"seven":1.2345678E7,"single":0.1,"many":[2.5,1.0E300]}'
+    assert c.to_connect("floats", data)[1] == {**value, "single": 0.1}
+    with pytest.raises(DataError, match="NaN"):
+        c.from_connect("floats", schema, {**value, "big": float("nan")})
+
+
 def test_keys_subject_name_strategies_lookup_and_latest(registry_url):
     key_schema = {"type": "struct", "optional": False, "name": "shop.Key", "fields": [field("id", "int32")]}
     key = converter(registry_url, is_key=True)
@@ -172,9 +212,57 @@ def test_keys_subject_name_strategies_lookup_and_latest(registry_url):
     with pytest.raises(DataError, match="40401"):
         lookup.from_connect("elsewhere", key_schema, {"id": 3})
     # use.latest.version writes with the subject's latest id
-    latest = converter(registry_url, is_key=True, **{"use.latest.version": "true", "auto.register.schemas": "false"})
+    latest = converter(registry_url, is_key=True, **{"use.latest.version": "true", "auto.register.schemas": "false",
+                                                     "latest.compatibility.strict": "false"})
     assert latest.from_connect(TOPIC, key_schema, {"id": 4})[1:5] == \
         (client.get_latest_version(f"{TOPIC}-key").schema_id).to_bytes(4, "big")
+
+
+def test_confluents_json_schema_converter_settings(registry_url):
+    """Each of Confluent's settings does what it does there, or is refused naming why."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": registry_url})
+    short = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}, "note": {"type": "string"}},
+             "required": ["name"]}
+    schema_id = client.register_schema("people-value", Schema(json.dumps(short), "JSON"))
+    connect = {"type": "struct", "optional": False, "fields": [field("name", "string"), field("note", "string")]}
+    # latest.compatibility.strict (Confluent's default true) asks for a check klog does not make: refused
+    with pytest.raises(ConfigError, match="latest.compatibility.strict"):
+        converter(registry_url, **{"use.latest.version": "true", "auto.register.schemas": "false"})
+    unchecked = {"use.latest.version": "true", "auto.register.schemas": "false", "latest.compatibility.strict": "false"}
+    # json.fail.invalid.schema: the payload validated against the schema written with (here the latest)
+    loose = converter(registry_url, **unchecked)
+    data = loose.from_connect("people", connect, {"name": "Adaline", "note": "x"})
+    assert data[1:5] == schema_id.to_bytes(4, "big")
+    strict = converter(registry_url, **unchecked, **{"json.fail.invalid.schema": "true"})
+    with pytest.raises(DataError, match="json.fail.invalid.schema.*name.*too long"):
+        strict.from_connect("people", connect, {"name": "Adaline", "note": "x"})
+    assert strict.from_connect("people", connect, {"name": "Ada", "note": "x"})[5:] == b'{"name":"Ada","note":"x"}'
+    # ... and when reading: the record above breaks its schema
+    assert loose.to_connect("people", data)[1] == {"name": "Adaline", "note": "x"}
+    with pytest.raises(DataError, match="too long"):
+        strict.to_connect("people", data)
+    # a number under a float multipleOf (jsonschema divides by it: a Decimal could not be)
+    priced = {"type": "object", "properties": {"price": {"type": "number", "multipleOf": 0.01}}}
+    client.register_schema("priced-value", Schema(json.dumps(priced), "JSON"))
+    money = {"type": "struct", "optional": False, "fields": [field("price", "float64")]}
+    assert strict.from_connect("priced", money, {"price": 12.5})[5:] == b'{"price":12.5}'
+    # a schema (another registry's) with a $ref jsonschema cannot resolve: the record fails, nothing fetched
+    remote = json.dumps({"type": "object", "properties": {"x": {"$ref": "http://127.0.0.1:9/x.json"}}})
+    strict.registry.call = lambda method, path, body=None: {"schemaType": "JSON", "schema": remote}
+    with pytest.raises(DataError, match="cannot validate"):
+        strict._check(999, b'{"x": 1}')
+    # use.optional.for.nonrequired: a property `required` does not name is an optional field
+    fields = {f["field"]: f["optional"] for f in loose.to_connect("people", data)[0]["fields"]}
+    assert fields == {"name": False, "note": False}
+    optional = converter(registry_url, **unchecked, **{"use.optional.for.nonrequired": "true"})
+    assert {f["field"]: f["optional"] for f in optional.to_connect("people", data)[0]["fields"]} == \
+        {"name": False, "note": True}
+    # settings for schemas derived from Java objects and for java.util.Date values: nothing to change here
+    plain = converter(registry_url).from_connect("same", connect, {"name": "Ada", "note": "x"})
+    assert converter(registry_url, **{"json.oneof.for.nullables": "false", "json.write.dates.iso8601": "true"}) \
+        .from_connect("same", connect, {"name": "Ada", "note": "x"}) == plain
 
 
 def test_unions_round_trip_as_confluents_oneof_structs(registry_url):
@@ -196,7 +284,7 @@ def test_refusals_name_the_reason(registry_url):
     with pytest.raises(ConfigError, match="schema.registry.url"):
         make_converter("value.converter", JSON_SCHEMA, {}, False)
     with pytest.raises(ConfigError, match="decimal.format"):
-        converter(registry_url, **{"decimal.format": "NUMERIC"})
+        converter(registry_url, **{"decimal.format": "STRING"})
     c = converter(registry_url)
     with pytest.raises(DataError, match="schema"):
         c.from_connect("t", None, {"a": 1})

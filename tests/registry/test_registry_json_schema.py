@@ -155,3 +155,291 @@ def test_confluent_kafkas_json_serializer_and_deserializer_use_the_registry(url)
     assert JSONDeserializer(None, schema_registry_client=client)(data, ctx) == {"name": "ada", "age": 36}
     registered = client.get_latest_version("users-value")
     assert registered.schema.schema_type == "JSON" and json.loads(registered.schema.schema_str) == json.loads(schema)
+
+
+# -- hostile schemas: every request bounded, the registry answering others meanwhile ----------------------
+EVIL_PATTERN = "^(a+)+$"  # backtracks exponentially on a's that end in something else
+EVIL_NAME = "a" * 30 + "!"  # Python's re: ~1 minute (28 a's: 14 s), holding the GIL
+
+
+def test_a_backtracking_pattern_is_refused_in_bounded_time_while_others_are_answered(url):
+    """patternProperties' patterns are matched against property names when a property is added or removed
+    under a partially open content model: both come from the request. The matching runs in a child process
+    with a deadline (42201 past it), and a compatibility check holds no lock meanwhile."""
+    import threading
+    import time
+
+    old = js(type="object", properties={EVIL_NAME: {"type": "string"}})
+    new = js(type="object", properties={}, patternProperties={EVIL_PATTERN: {"type": "string"}},
+             additionalProperties=False)
+    assert register(url, "evil-value", old) == (200, {"id": 1})
+    verdict: list[object] = []
+    started = time.monotonic()
+    checker = threading.Thread(target=lambda: verdict.append(call(
+        url, "POST", "/compatibility/subjects/evil-value/versions/latest", {"schemaType": "JSON", "schema": new})))
+    checker.start()
+    time.sleep(0.3)
+    asked = time.monotonic()
+    assert call(url, "GET", "/subjects") == (200, ["evil-value"])
+    assert time.monotonic() - asked < 1.5  # not behind the check
+    checker.join(timeout=15)
+    status, answer = verdict[0]
+    assert (status, answer["error_code"]) == (422, 42201) and "takes too long to match" in answer["message"]
+    assert time.monotonic() - started < 10
+    registered: list[object] = []  # registering: the same deadline, and no lock held while comparing
+    registrar = threading.Thread(target=lambda: registered.append(register(url, "evil-value", new)))
+    registrar.start()
+    time.sleep(0.3)
+    asked = time.monotonic()
+    assert call(url, "GET", "/subjects/evil-value/versions") == (200, [1])
+    assert time.monotonic() - asked < 1.5
+    registrar.join(timeout=15)
+    status, answer = registered[0]
+    assert (status, answer["error_code"]) == (422, 42201)
+    # an ordinary pattern still covers a removed property (PROPERTY_REMOVED_IS_COVERED_BY_...)
+    assert register(url, "fine-value", js(type="object", properties={"x_1": {"type": "string"}})) == (200, {"id": 2})
+    covered = js(type="object", properties={}, patternProperties={"^x_": {"type": "string"}},
+                 additionalProperties=False)
+    assert call(url, "POST", "/compatibility/subjects/fine-value/versions/latest?verbose=true",
+                {"schemaType": "JSON", "schema": covered})[1]["messages"] == \
+        ['BACKWARD: {errorType:"ADDITIONAL_PROPERTIES_REMOVED", path:"#/additionalProperties"}']
+
+
+def nested_any_of(depth: int, leaf: str) -> str:
+    """anyOfs whose parts share the next level by $ref: a small document whose comparison multiplies."""
+    defs = {f"d{i}": {"anyOf": [{"$ref": f"#/definitions/d{i + 1}"}, {"allOf": [{"$ref": f"#/definitions/d{i + 1}"}]},
+                                {"type": "string", "maxLength": i}]} for i in range(depth)}
+    defs[f"d{depth}"] = {"type": leaf}
+    return js(definitions=defs, **{"$ref": "#/definitions/d0"})
+
+
+def test_schemas_too_complex_to_compare_are_refused_in_bounded_time(url):
+    import time
+
+    from klog.protocol.json_schema import SchemaProblem
+
+    with pytest.raises(SchemaProblem, match="too complex to compare"):  # was ~3^30 comparisons
+        backward_problems(json.loads(nested_any_of(30, "number")), json.loads(nested_any_of(30, "integer")))
+    assert backward_problems(json.loads(nested_any_of(6, "number")), json.loads(nested_any_of(6, "integer"))) == []
+    assert register(url, "deep-value", nested_any_of(30, "integer")) == (200, {"id": 1})
+    started = time.monotonic()
+    status, answer = register(url, "deep-value", nested_any_of(30, "number"))
+    assert (status, answer["error_code"]) == (422, 42201) and "too complex" in answer["message"]
+    assert time.monotonic() - started < 8
+
+
+def test_avro_and_json_under_one_subject_are_confluents_different_schema_type(url):
+    """Confluent compares a schema with the subject's latest (or every one, transitive) whatever its
+    type: one of another type is incompatible, unless the level is NONE."""
+    assert register(url, "mixed-value", '"string"', "AVRO") == (200, {"id": 1})
+    status, answer = register(url, "mixed-value", CLOSED)
+    assert status == 409 and "Incompatible because of different schema type" in answer["message"]
+    assert call(url, "POST", "/compatibility/subjects/mixed-value/versions/latest?verbose=true",
+                {"schemaType": "JSON", "schema": CLOSED})[1] == \
+        {"is_compatible": False, "messages": ["Incompatible because of different schema type"]}
+    assert call(url, "PUT", "/config/mixed-value", {"compatibility": "NONE"})[0] == 200
+    assert register(url, "mixed-value", CLOSED) == (200, {"id": 2})
+    assert call(url, "GET", "/subjects/mixed-value/versions/2")[1]["schemaType"] == "JSON"
+    # a JSON schema is not found as Avro, nor an Avro one as JSON
+    assert call(url, "POST", "/subjects/mixed-value", {"schema": CLOSED})[0] in (404, 422)
+    assert call(url, "POST", "/subjects/mixed-value", {"schemaType": "JSON", "schema": '"string"'})[0] in (404, 422)
+
+
+def test_normalize_registers_and_looks_up_confluents_normalized_form(url):
+    """normalize=true: a JSON schema's keys sorted, no whitespace (Confluent's JsonSchema.normalize), so
+    one spelt with its keys in another order is the same schema; without it key order counts."""
+    first = js(type="object", properties={"b": {"type": "string"}, "a": {"type": "integer"}})
+    reordered = json.dumps({"properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "type": "object"})
+    assert call(url, "POST", "/subjects/n-value/versions?normalize=true",
+                {"schemaType": "JSON", "schema": first}) == (200, {"id": 1})
+    assert call(url, "GET", "/subjects/n-value/versions/1")[1]["schema"] == \
+        '{"properties":{"a":{"type":"integer"},"b":{"type":"string"}},"type":"object"}'
+    assert call(url, "POST", "/subjects/n-value/versions?normalize=true",
+                {"schemaType": "JSON", "schema": reordered}) == (200, {"id": 1})
+    assert call(url, "POST", "/subjects/n-value?normalize=true", {"schemaType": "JSON", "schema": first})[1]["id"] == 1
+    assert call(url, "POST", "/subjects/n-value", {"schemaType": "JSON", "schema": first})[0] == 404
+    assert call(url, "POST", "/compatibility/subjects/n-value/versions/latest?normalize=true",
+                {"schemaType": "JSON", "schema": reordered}) == (200, {"is_compatible": True})
+
+
+def test_references_are_refused_and_nothing_is_fetched(url):
+    """Confluent resolves `references` (schemas of other subjects) and, with everit, a `$ref` to the
+    schema's own `$id`; klog resolves the latter locally and refuses the rest (42201, no network)."""
+    own = js(**{"$id": "http://127.0.0.1:9/a.json"}, definitions={"y": {"type": "string"}},
+             type="object", properties={"x": {"$ref": "http://127.0.0.1:9/a.json#/definitions/y"}})
+    assert register(url, "ref-value", own) == (200, {"id": 1})
+    status, answer = call(url, "POST", "/subjects/ref-value/versions", {
+        "schemaType": "JSON", "schema": js(**{"$ref": "other.json"}),
+        "references": [{"name": "other.json", "subject": "ref-value", "version": 1}]})
+    assert (status, answer["error_code"]) == (422, 42201) and "references" in answer["message"]
+    for remote in ("http://127.0.0.1:9/b.json#/definitions/y", "b.json", "#anchor"):
+        status, answer = register(url, "ref-value", js(type="object", properties={"x": {"$ref": remote}}))
+        assert (status, answer["error_code"]) == (422, 42201), remote
+
+
+def test_at_most_two_request_schemas_are_parsed_at_once(url, monkeypatch):
+    """Parsing runs without the registry's lock (a large schema's metaschema check is seconds): two at
+    once bound the memory many large requests at a time would take."""
+    import threading
+    import time
+
+    from klog.registry import schemas
+
+    at_once, most, seen = [0], [0], set()
+    count = threading.Lock()
+    check = schemas._check_metaschema
+
+    def slow_check(doc: dict) -> None:
+        with count:  # a request's schema is parsed before it is stored (then parsed again as a version)
+            first = doc["title"] not in seen
+            seen.add(doc["title"])
+            at_once[0] += first
+            most[0] = max(most[0], at_once[0])
+        if first:
+            time.sleep(0.3)
+            with count:
+                at_once[0] -= 1
+        check(doc)
+
+    monkeypatch.setattr(schemas, "_check_metaschema", slow_check)
+    workers = [threading.Thread(target=register, args=(url, f"p{i}-value", js(title=f"p{i}", type="string")))
+               for i in range(5)]
+    for w in workers:
+        w.start()
+    time.sleep(0.1)
+    assert call(url, "GET", "/subjects")[0] == 200  # answered meanwhile
+    for w in workers:
+        w.join(timeout=10)
+    assert call(url, "GET", "/subjects")[1] == [f"p{i}-value" for i in range(5)]
+    assert most[0] == 2
+
+
+def test_a_comparison_is_bounded_in_time_too():
+    """Enums' values are kept per schema (anyOfs of 100 enums of 1,000 values: 28 s, now a fraction of a
+    second), and a request's comparisons stop at json_compat.MAX_SECONDS whatever each one costs."""
+    import time
+
+    from klog.protocol.json_schema import SchemaProblem
+    from klog.registry.json_compat import Budget
+
+    old = {"anyOf": [{"enum": [f"v{i}_{j}" for j in range(1000)]} for i in range(100)]}
+    new = {"anyOf": [*old["anyOf"], {"type": "null"}]}
+    started = time.monotonic()
+    assert backward_problems(new, old) == []
+    assert time.monotonic() - started < 5
+    both = {"enum": ["a", "b"], "const": "a"}  # one document, two kinds: each its own values
+    assert backward_problems(both, both) == []
+    # the count is each pair of schemas' (a transitive level compares with many), the time the request's
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(20)}}
+    budget = Budget(comparisons=30)
+    try:
+        assert backward_problems(wide, wide, budget) == [] and backward_problems(wide, wide, budget) == []
+    finally:
+        budget.close()
+    budget = Budget(seconds=0.0)
+    try:
+        with pytest.raises(SchemaProblem, match="more than 0 s"):
+            backward_problems(new, old, budget)
+    finally:
+        budget.close()
+
+
+def test_a_version_registered_while_another_is_compared_is_compared_with_too(data_dir):
+    """register compares without the lock: a version another request registered meanwhile sends the
+    comparison round again, against it (here the new one is compatible with v1, not with v2)."""
+    from klog.registry.schemas import Registry, RegistryError
+
+    note_as_number = js(type="object", properties={"id": {"type": "integer"}, "note": {"type": "integer"}},
+                        additionalProperties=False)
+    with klog.open(data_dir) as store:
+        registry = Registry(store)
+        try:
+            assert registry.register("race-value", CLOSED, "JSON") == 1
+            compare = registry._problems
+            meanwhile: list[int] = []
+
+            def compare_while_another_registers(*args: object) -> list[str]:
+                if not meanwhile:
+                    registry._problems = compare  # the other request compares as usual
+                    meanwhile.append(registry.register("race-value", CLOSED_PLUS, "JSON"))
+                return compare(*args)
+
+            registry._problems = compare_while_another_registers
+            with pytest.raises(RegistryError, match="TYPE_CHANGED"):
+                registry.register("race-value", note_as_number, "JSON")
+            assert meanwhile == [2] and [v.version for v in registry.live("race-value")] == [1, 2]
+        finally:
+            registry.close()
+
+
+def test_at_most_two_requests_compare_at_once(url, monkeypatch):
+    """Comparing runs without the registry's lock too, within the same two places (a hostile comparison
+    takes its bounds: seconds of a core, a child process matching patterns)."""
+    import threading
+    import time
+
+    from klog.registry import json_compat
+
+    assert register(url, "cmp-value", OPEN) == (200, {"id": 1})
+    at_once, most = [0], [0]
+    count = threading.Lock()
+    compare = json_compat.backward_problems
+
+    def slow_compare(*args: object, **kwargs: object) -> list[str]:
+        with count:
+            at_once[0] += 1
+            most[0] = max(most[0], at_once[0])
+        time.sleep(0.3)
+        with count:
+            at_once[0] -= 1
+        return compare(*args, **kwargs)
+
+    monkeypatch.setattr(json_compat, "backward_problems", slow_compare)
+    answers: list[object] = []
+    workers = [threading.Thread(target=lambda: answers.append(call(
+        url, "POST", "/compatibility/subjects/cmp-value/versions/latest", {"schemaType": "JSON", "schema": OPEN})))
+        for _ in range(5)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=10)
+    assert answers == [(200, {"is_compatible": True})] * 5 and most[0] == 2
+
+
+def test_patterns_are_matched_when_the_process_has_many_descriptors():
+    """A busy registry's descriptors pass 1024, which select() cannot wait on: the child is polled."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if max(soft, hard if hard != resource.RLIM_INFINITY else 4096) < 1200:
+        pytest.skip("cannot open 1,200 descriptors here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    opened = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        old = {"type": "object", "properties": {"x_1": {"type": "string"}}}
+        new = {"type": "object", "properties": {}, "patternProperties": {"^x_": {"type": "string"}},
+               "additionalProperties": False}
+        assert backward_problems(new, old) == \
+            ['{errorType:"ADDITIONAL_PROPERTIES_REMOVED", path:"#/additionalProperties"}']
+    finally:
+        for fd in opened:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_no_child_for_the_patterns_is_a_refusal_not_a_500(monkeypatch):
+    import errno
+
+    from klog.protocol.json_schema import SchemaProblem
+    from klog.registry import patterns
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(patterns.subprocess, "Popen", no_process)
+    old = {"type": "object", "properties": {"x_1": {"type": "string"}}}
+    new = {"type": "object", "properties": {}, "patternProperties": {"^x_": {"type": "string"}},
+           "additionalProperties": False}
+    with pytest.raises(SchemaProblem, match="could not be matched.*Too many open files"):
+        backward_problems(new, old)

@@ -264,8 +264,8 @@ def test_ids_versions_and_levels_survive_a_restart(data_dir):
 
 def test_a_schemas_topic_confluents_registry_wrote_is_served(data_dir):
     """_schemas as a Confluent registry leaves it (its NOOP and DELETE_SUBJECT records, a Protobuf schema):
-    the Avro versions are served, the Protobuf one shown with its type and left out of Avro's comparisons,
-    and new ids continue after the highest."""
+    the Avro versions are served, the Protobuf one shown with its type (an Avro schema after it is
+    Confluent's "different schema type" 409 under FULL), and new ids continue after the highest."""
     def key(**k: object) -> bytes:
         return json.dumps(k, separators=(",", ":")).encode()
 
@@ -289,8 +289,10 @@ def test_a_schemas_topic_confluents_registry_wrote_is_served(data_dir):
         assert call(url, "GET", "/schemas/ids/5") == (200, {"schemaType": "PROTOBUF", "schema": proto})
         assert call(url, "GET", "/subjects/p-value/versions/1")[1]["schemaType"] == "PROTOBUF"
         assert call(url, "GET", "/config") == (200, {"compatibilityLevel": "FULL"})
-        assert call(url, "POST", "/subjects/p-value/versions", {"schema": '"string"'}) == (200, {"id": 6})
-        assert call(url, "POST", "/subjects/a-value/versions", {"schema": V2}) == (200, {"id": 7})
+        status, answer = call(url, "POST", "/subjects/p-value/versions", {"schema": '"string"'})
+        assert (status, answer["error_code"]) == (409, 409)
+        assert "Incompatible because of different schema type" in answer["message"]
+        assert call(url, "POST", "/subjects/a-value/versions", {"schema": V2}) == (200, {"id": 6})
 
 
 def test_confluent_kafkas_schema_registry_client_round_trips(url):
