@@ -51,7 +51,8 @@ from klog.connect.converters import (  # JsonConverter's Jackson number texts: o
 )
 from klog.connect.data import DECIMAL, Schema
 from klog.connect.errors import ConfigError, DataError
-from klog.protocol.json_schema import Loader, Node
+from klog.protocol.json_compat import backward_problems
+from klog.protocol.json_schema import Loader, Node, SchemaProblem
 
 NAMESPACE = "io.confluent.connect.json"
 ONE_OF = NAMESPACE + ".OneOf"
@@ -452,10 +453,6 @@ class JsonSchemaConverter(Converter):
         self.cache_size = self.config["schemas.cache.size"]
         self.closed = not self.config["object.additional.properties"]
         self.numeric = self.config["decimal.format"] == "numeric"
-        if self.config["use.latest.version"] and self.config["latest.compatibility.strict"]:
-            raise ConfigError("latest.compatibility.strict", "true", "klog's JsonSchemaConverter does not check that "
-                              "the subject's latest schema reads what the record's schema writes (Confluent's "
-                              "check): set latest.compatibility.strict=false to write with the latest id unchecked")
         self.validate = self.config["json.fail.invalid.schema"]
         if self.validate:
             try:
@@ -517,7 +514,10 @@ class JsonSchemaConverter(Converter):
             return found
         path = f"/subjects/{quote(subject, safe='')}"
         if self.config["use.latest.version"]:
-            found = int(self.registry.call("GET", f"{path}/versions/latest")["id"])
+            latest = self.registry.call("GET", f"{path}/versions/latest")
+            if self.config["latest.compatibility.strict"]:
+                _check_latest_reads(latest, text)
+            found = int(latest["id"])
         else:
             body = {"schemaType": "JSON", "schema": text}
             found = int(self.registry.call("POST", f"{path}/versions" if self.config["auto.register.schemas"]
@@ -601,4 +601,16 @@ class JsonSchemaConverter(Converter):
                               self.config["use.optional.for.nonrequired"])
 
 
-
+def _check_latest_reads(latest: dict[str, Any], text: str) -> None:
+    """latest.compatibility.strict: the subject's latest schema must read what the record's schema writes
+    (Confluent's AbstractKafkaSchemaSerDe checks latestVersion.isBackwardCompatible(schema) before
+    use.latest.version writes with it); DataError with Confluent's wording when it may not."""
+    kind = latest.get("schemaType") or "AVRO"
+    try:
+        problems = ["a schema of type " + kind] if kind != "JSON" else \
+            backward_problems(json.loads(latest["schema"]), json.loads(text))
+    except (SchemaProblem, ValueError, KeyError, RecursionError) as e:
+        problems = [str(e) or type(e).__name__]
+    if problems:
+        raise DataError(f"Incompatible schema {latest.get('schema')} of type {kind} for schema {text}: "
+                        f"{'; '.join(problems)[:500]}. Set latest.compatibility.strict=false to disable this check")

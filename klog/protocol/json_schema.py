@@ -1,5 +1,5 @@
 """JSON Schema documents as Confluent's registry and JsonSchemaConverter read them (everit's loader), for
-the two faces that read them: `klog registry` (its JSON compatibility, klog.registry.json_compat) and
+the two faces that read them: `klog registry` (its JSON compatibility, klog.protocol.json_compat) and
 Connect's JsonSchemaConverter (klog.connect.json_schema). Pure JSON: one keyword family (a type and its
 keywords, enum, const, not, allOf, anyOf, oneOf, $ref) is that kind of schema, several are an allOf of
 them, a list of types an anyOf, none the empty schema; local `$ref`s (`#/definitions/...`, `#/$defs/...`,

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from klog.protocol import json_compat
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 from klog.protocol.json_schema import SchemaProblem, check_references
-from klog.registry import json_compat
 from klog.registry.compat import LEVELS, compatibility_problems, read_problems
 
 TOPIC = "_schemas"

@@ -212,8 +212,8 @@ def test_keys_subject_name_strategies_lookup_and_latest(registry_url):
     with pytest.raises(DataError, match="40401"):
         lookup.from_connect("elsewhere", key_schema, {"id": 3})
     # use.latest.version writes with the subject's latest id
-    latest = converter(registry_url, is_key=True, **{"use.latest.version": "true", "auto.register.schemas": "false",
-                                                     "latest.compatibility.strict": "false"})
+    # (latest.compatibility.strict, Confluent's default: the latest schema is the record's own, so it reads it)
+    latest = converter(registry_url, is_key=True, **{"use.latest.version": "true", "auto.register.schemas": "false"})
     assert latest.from_connect(TOPIC, key_schema, {"id": 4})[1:5] == \
         (client.get_latest_version(f"{TOPIC}-key").schema_id).to_bytes(4, "big")
 
@@ -227,9 +227,11 @@ def test_confluents_json_schema_converter_settings(registry_url):
              "required": ["name"]}
     schema_id = client.register_schema("people-value", Schema(json.dumps(short), "JSON"))
     connect = {"type": "struct", "optional": False, "fields": [field("name", "string"), field("note", "string")]}
-    # latest.compatibility.strict (Confluent's default true) asks for a check klog does not make: refused
-    with pytest.raises(ConfigError, match="latest.compatibility.strict"):
-        converter(registry_url, **{"use.latest.version": "true", "auto.register.schemas": "false"})
+    # latest.compatibility.strict (Confluent's default true): the latest schema must read what the record's
+    # schema writes; a name of at most 3 characters does not read any string: the record fails, naming the setting
+    checked = converter(registry_url, **{"use.latest.version": "true", "auto.register.schemas": "false"})
+    with pytest.raises(DataError, match="Incompatible schema .*Set latest.compatibility.strict=false"):
+        checked.from_connect("people", connect, {"name": "Ada", "note": "x"})
     unchecked = {"use.latest.version": "true", "auto.register.schemas": "false", "latest.compatibility.strict": "false"}
     # json.fail.invalid.schema: the payload validated against the schema written with (here the latest)
     loose = converter(registry_url, **unchecked)

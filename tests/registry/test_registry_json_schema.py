@@ -13,7 +13,7 @@ import klog
 pytest.importorskip("fastavro", reason="klog registry needs fastavro (pip install 'klog[connect]')")
 pytest.importorskip("jsonschema", reason="the JSON Schema metaschema check needs jsonschema")
 
-from klog.registry.json_compat import backward_problems, differences  # noqa: E402
+from klog.protocol.json_compat import backward_problems, differences  # noqa: E402
 from tests.registry.helpers import serving  # noqa: E402
 from tests.registry.test_registry_rest import V1, call  # noqa: E402
 
@@ -319,8 +319,8 @@ def test_a_comparison_is_bounded_in_time_too():
     second), and a request's comparisons stop at json_compat.MAX_SECONDS whatever each one costs."""
     import time
 
+    from klog.protocol.json_compat import Budget
     from klog.protocol.json_schema import SchemaProblem
-    from klog.registry.json_compat import Budget
 
     old = {"anyOf": [{"enum": [f"v{i}_{j}" for j in range(1000)]} for i in range(100)]}
     new = {"anyOf": [*old["anyOf"], {"type": "null"}]}
@@ -378,7 +378,7 @@ def test_at_most_two_requests_compare_at_once(url, monkeypatch):
     import threading
     import time
 
-    from klog.registry import json_compat
+    from klog.protocol import json_compat
 
     assert register(url, "cmp-value", OPEN) == (200, {"id": 1})
     at_once, most = [0], [0]
@@ -431,8 +431,8 @@ def test_patterns_are_matched_when_the_process_has_many_descriptors():
 def test_no_child_for_the_patterns_is_a_refusal_not_a_500(monkeypatch):
     import errno
 
+    from klog.protocol import json_patterns as patterns
     from klog.protocol.json_schema import SchemaProblem
-    from klog.registry import patterns
 
     def no_process(*args: object, **kwargs: object) -> None:
         raise OSError(errno.EMFILE, "Too many open files")

@@ -19,8 +19,8 @@ import re
 import time
 from typing import Any
 
+from klog.protocol.json_patterns import PatternMatcher
 from klog.protocol.json_schema import Loader, Node, SchemaProblem
-from klog.registry.patterns import PatternMatcher
 
 # Confluent's SchemaDiff.COMPATIBLE_CHANGES_STRICT
 COMPATIBLE = frozenset("""
