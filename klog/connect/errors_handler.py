@@ -74,9 +74,6 @@ class ErrorHandler:
         self.failures += 1
         if self.errant_error is None:
             self.errant_error = error
-        if self.dlq is not None and raw is None:
-            raise ConnectError(f"a record a sink task reported as errant was not consumed by the worker (it has no "
-                               f"Kafka record for the DLQ): {error}") from error
         self._report(raw, stage, cls_name, error)
         if self.dlq is not None:
             self.dlq.flush()

@@ -574,7 +574,19 @@ class SinkRunner(TaskRunner):
     def report_errant(self, record: ConnectRecord, error: BaseException) -> None:
         """The sink task's errant record reporter (Kafka's WorkerErrantRecordReporter.report): returns once
         the record is in the DLQ; raises under errors.tolerance=none."""
-        self.handler.execute_failed(record.raw, "TASK_PUT", self.v.cls.__name__, error)
+        raw = record.raw if record.raw is not None else self._as_consumed(record)
+        self.handler.execute_failed(raw, "TASK_PUT", self.v.cls.__name__, error)
+
+    def _as_consumed(self, record: ConnectRecord) -> Any:
+        """A record the task made itself (no consumed record behind it), converted with the connector's
+        converters for the DLQ, as Kafka's reporter converts one that is no InternalSinkRecord."""
+        from klog.client.records import Record
+
+        topic = record.topic
+        return Record(topic, record.kafka_partition, record.kafka_offset, record.timestamp, 0,
+                      self.key_converter.from_connect(topic, record.key_schema, record.key),
+                      self.value_converter.from_connect(topic, record.value_schema, record.value),
+                      list(record.headers or []))
 
     def put(self, records: list[ConnectRecord]) -> None:
         """put(), retried as errors.retry.timeout says; a reported record beyond errors.tolerance fails the

@@ -12,9 +12,10 @@ import pytest
 
 import klog
 from klog.connect.api import SinkConnector, SinkTask
+from klog.connect.data import ConnectRecord
 from klog.connect.errors import DataError
 from klog.meta.groups import GroupsMeta
-from tests.connect.helpers import running, values, wait_for
+from tests.connect.helpers import records, running, values, wait_for
 
 REPORTERS: list = []  # what each ReportingSink task was given as its reporter
 SEEN_IN_DLQ: list = []  # the DLQ's values, read by put() right after each report returned
@@ -27,18 +28,22 @@ REFUSED = json.dumps({"schema": ROW_SCHEMA, "payload": {"id": 2, "name": None}})
 
 
 class ReportingSinkTask(SinkTask):
-    """Reports each record whose value is b"bad", then reads the DLQ back (before any commit of the
-    worker's); with `swallow`, catches what the reporter raises."""
+    """Reports each record whose value is b"bad" (or, with `own.records`, one it makes in its place), then
+    reads the DLQ back (before any commit of the worker's); with `swallow`, catches what the reporter raises."""
 
     def start(self, props: dict[str, str]) -> None:
         self.data_dir = props["test.data.dir"]
         self.swallow = props.get("test.swallow") == "true"
+        self.own_records = props.get("test.own.records") == "true"
         REPORTERS.append(self.context.errant_record_reporter)
 
     def put(self, records: list) -> None:
         reporter = self.context.errant_record_reporter
         for r in records:
             if r.value == b"bad":
+                if self.own_records:  # a record the task made, no consumed record behind it
+                    r = ConnectRecord(r.topic, r.kafka_partition, None, b"own key", None, b"own value",
+                                      kafka_offset=r.kafka_offset)
                 try:
                     reporter(r, DataError("the record is bad"))
                 except Exception:  # noqa: BLE001 - the test's swallowing task
@@ -78,6 +83,18 @@ def test_the_record_is_in_the_dlq_when_report_returns(data_dir):
     with running(data_dir, config, worker={"offset.flush.interval.ms": "60000"}):
         wait_for(lambda: SEEN_IN_DLQ, what="the report")
     assert SEEN_IN_DLQ == [[b"bad"]]
+
+
+def test_a_record_the_task_made_is_converted_into_the_dlq(data_dir):
+    """A record with no consumed record behind it goes to the DLQ through the connector's converters, as
+    Kafka's reporter converts one (it failed the task: None has no attribute 'headers')."""
+    _produce(data_dir, "in", [(b"1", b"bad")])
+    config = _stub_config(data_dir, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
+                                       "test.own.records": "true"})
+    with running(data_dir, config):
+        wait_for(lambda: SEEN_IN_DLQ, what="the report")
+    [dead] = records(data_dir, "dlq")
+    assert (dead.key, dead.value) == (b"own key", b"own value")
 
 
 @pytest.mark.parametrize("extra, given", [
