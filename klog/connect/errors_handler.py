@@ -127,7 +127,9 @@ class DeadLetterQueue:
                                 ("class.name", cls_name), ("exception.class.name", _java_name(error)),
                                 ("exception.message", str(error)), ("exception.stacktrace", trace)):
                 headers.append((HEADER_PREFIX + name, value.encode()))
-        self.producer.send(self.topic, raw.value, key=raw.key, headers=headers)
+        # the record's own timestamp, as Kafka's DLQ reporter keeps it (none: the time of the send)
+        timestamp = raw.timestamp if raw.timestamp is not None and raw.timestamp >= 0 else None
+        self.producer.send(self.topic, raw.value, key=raw.key, headers=headers, timestamp=timestamp)
 
     def flush(self) -> None:
         self.producer.flush()

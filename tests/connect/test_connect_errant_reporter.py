@@ -61,12 +61,12 @@ def _stub_config(data_dir, **extra) -> dict:
             "key.converter": "bytes", "value.converter": "bytes", "test.data.dir": data_dir, **extra}
 
 
-def _produce(data_dir, topic, items) -> None:
+def _produce(data_dir, topic, items, timestamp=None) -> None:
     with klog.open(data_dir) as s:
         s.create_topic(topic, partitions=1, exist_ok=True)
         with s.producer() as p:
             for key, value in items:
-                p.send(topic, value, key=key)
+                p.send(topic, value, key=key, timestamp=timestamp)
 
 
 @pytest.fixture(autouse=True)
@@ -78,11 +78,13 @@ def _clear():
 def test_the_record_is_in_the_dlq_when_report_returns(data_dir):
     """errors.tolerance=all with a DLQ: report() returns once the record is written to the DLQ (it was
     buffered until the worker's next commit, which a sink committing its own offsets does not wait for)."""
-    _produce(data_dir, "in", [(b"1", b"good"), (b"2", b"bad")])
+    _produce(data_dir, "in", [(b"1", b"good"), (b"2", b"bad")], timestamp=1_600_000_000_000)
     config = _stub_config(data_dir, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq"})
     with running(data_dir, config, worker={"offset.flush.interval.ms": "60000"}):
         wait_for(lambda: SEEN_IN_DLQ, what="the report")
     assert SEEN_IN_DLQ == [[b"bad"]]
+    [dead] = records(data_dir, "dlq")
+    assert dead.timestamp == 1_600_000_000_000  # the record's own, as Kafka's DLQ keeps it (it was the send's)
 
 
 def test_a_record_the_task_made_is_converted_into_the_dlq(data_dir):
