@@ -90,7 +90,10 @@ class TaskContext:
         self.task_id = task_id
         self.warn = warn
         self.offset_storage_reader = offset_reader
-        self.errant_record_reporter = errant_reporter  # sink tasks: send one record to the DLQ
+        # sink tasks, Kafka's errantRecordReporter(): reporter(record, error) returns once the record is
+        # logged and acknowledged in the DLQ, raises under errors.tolerance=none; None without a DLQ topic
+        # and errors.log.enable=false (the task then decides, as Kafka's sinks do)
+        self.errant_record_reporter = errant_reporter
         self.rewinds: dict[TP, int] = {}  # offsets a sink task asked to resume from (Kafka's context.offset)
 
         # source tasks under transaction.boundary=connector: where the task ends each transaction

@@ -33,6 +33,7 @@ class ErrorHandler:
         self.warn = warn
         self.dlq = dlq
         self.failures = 0
+        self.errant_error: BaseException | None = None  # of the first errant record (Kafka's taskPutException)
         self.stopping: Callable[[], bool] = lambda: False
 
     def retrying(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -60,15 +61,44 @@ class ErrorHandler:
             self.failures += 1
             cause = e.__cause__ if isinstance(e, ConnectError) and e.__cause__ is not None else e
             if not self.tolerate:
-                raise ToleranceExceeded(f"Tolerance exceeded in error handler: {stage} ({cls_name}) failed: "
-                                        f"{type(cause).__name__}: {cause}") from e
-            if self.log:
-                where = f" for {raw.topic}-{raw.partition}@{raw.offset}" if raw is not None else ""
-                self.warn(f"connector '{self.connector}' task {self.task_id}: {stage} ({cls_name}) failed{where}: "
-                          f"{cause}" + (f" (record: {raw!r})" if self.log_messages else ""))
-            if self.dlq is not None and raw is not None:
-                self.dlq.report(raw, stage, cls_name, cause, self.connector, self.task_id)
+                raise ToleranceExceeded(_exceeded(stage, cls_name, cause)) from e
+            self._report(raw, stage, cls_name, cause)
             return SKIP
+
+    def execute_failed(self, raw: Any, stage: str, cls_name: str, error: BaseException) -> None:
+        """Kafka's executeFailed, behind a sink task's errant record reporter: the record the task could
+        not take is counted, logged and in the DLQ, acknowledged there before this returns (a sink that
+        stores its offsets in its target, the JDBC sinks, commits the record's offset next: a kill -9 then
+        must not lose the DLQ entry); then, as Kafka checks after reporting, ToleranceExceeded under
+        errors.tolerance=none."""
+        self.failures += 1
+        if self.errant_error is None:
+            self.errant_error = error
+        self._report(raw, stage, cls_name, error)
+        if self.dlq is not None:
+            self.dlq.flush()
+        if not self.tolerate:
+            raise ToleranceExceeded(_exceeded(stage, cls_name, error)) from error
+
+    def raise_swallowed(self, stage: str, cls_name: str) -> None:
+        """Kafka's maybeThrowAsyncError, after put() returned: a report beyond errors.tolerance fails the
+        task though the task caught the error its reporter raised."""
+        if self.errant_error is not None and not self.tolerate:
+            raise ToleranceExceeded(_exceeded(stage, cls_name, self.errant_error)) from self.errant_error
+
+    def _report(self, raw: Any, stage: str, cls_name: str, cause: BaseException) -> None:
+        """A failed record logged (errors.log.enable) and sent to the DLQ (when one is configured)."""
+        if self.log:
+            where = f" for {raw.topic}-{raw.partition}@{raw.offset}" if raw is not None else ""
+            self.warn(f"connector '{self.connector}' task {self.task_id}: {stage} ({cls_name}) failed{where}: "
+                      f"{cause}" + (f" (record: {raw!r})" if self.log_messages else ""))
+        if self.dlq is not None and raw is not None:
+            self.dlq.report(raw, stage, cls_name, cause, self.connector, self.task_id)
+
+
+def _exceeded(stage: str, cls_name: str, cause: BaseException) -> str:
+    return (f"Tolerance exceeded in error handler: {stage} ({cls_name}) failed: "
+            f"{type(cause).__name__}: {cause}")
 
 
 class DeadLetterQueue:
@@ -97,7 +127,9 @@ class DeadLetterQueue:
                                 ("class.name", cls_name), ("exception.class.name", _java_name(error)),
                                 ("exception.message", str(error)), ("exception.stacktrace", trace)):
                 headers.append((HEADER_PREFIX + name, value.encode()))
-        self.producer.send(self.topic, raw.value, key=raw.key, headers=headers)
+        # the record's own timestamp, as Kafka's DLQ reporter keeps it (none: the time of the send)
+        timestamp = raw.timestamp if raw.timestamp is not None and raw.timestamp >= 0 else None
+        self.producer.send(self.topic, raw.value, key=raw.key, headers=headers, timestamp=timestamp)
 
     def flush(self) -> None:
         self.producer.flush()

@@ -34,7 +34,7 @@ from klog.connect.api import (
 from klog.connect.config import ConfigDef, regex_check, substitute_env
 from klog.connect.converters import Converter, make_converter
 from klog.connect.data import ConnectRecord
-from klog.connect.errors import ConfigError, ConnectError
+from klog.connect.errors import ConfigError
 from klog.connect.errors_handler import SKIP, DeadLetterQueue, ErrorHandler
 from klog.connect.transforms import Chain
 
@@ -539,11 +539,9 @@ class SinkRunner(TaskRunner):
         task: SinkTask = self.v.cls.task_class()
         self.task = task
 
-        def errant(record: ConnectRecord, error: BaseException) -> None:
-            if self.dlq is None:
-                raise ConnectError(f"a record failed and no DLQ is configured: {error}") from error
-            self.dlq.report(record.raw, "TASK_PUT", self.v.cls.__name__, error, name, self.task_id)
-
+        # Kafka's enableErrantRecordReporter: a reporter only with a DLQ or errors.log.enable (else the
+        # task's errantRecordReporter() is null and the task decides: the JDBC sinks fail naming the record)
+        errant = self.report_errant if dlq_topic or config["errors.log.enable"] else None
         self.context = TaskContext(name, self.task_id, self.worker.warn, errant_reporter=errant)
         task.initialize(self.context)
         task.start(self.props)
@@ -573,6 +571,29 @@ class SinkRunner(TaskRunner):
                 if self.dlq is not None:
                     self.dlq.close()
 
+    def report_errant(self, record: ConnectRecord, error: BaseException) -> None:
+        """The sink task's errant record reporter (Kafka's WorkerErrantRecordReporter.report): returns once
+        the record is in the DLQ; raises under errors.tolerance=none."""
+        raw = record.raw if record.raw is not None else self._as_consumed(record)
+        self.handler.execute_failed(raw, "TASK_PUT", self.v.cls.__name__, error)
+
+    def _as_consumed(self, record: ConnectRecord) -> Any:
+        """A record the task made itself (no consumed record behind it), converted with the connector's
+        converters for the DLQ, as Kafka's reporter converts one that is no InternalSinkRecord."""
+        from klog.client.records import Record
+
+        topic = record.topic
+        return Record(topic, record.kafka_partition, record.kafka_offset, record.timestamp, 0,
+                      self.key_converter.from_connect(topic, record.key_schema, record.key),
+                      self.value_converter.from_connect(topic, record.value_schema, record.value),
+                      list(record.headers or []))
+
+    def put(self, records: list[ConnectRecord]) -> None:
+        """put(), retried as errors.retry.timeout says; a reported record beyond errors.tolerance fails the
+        task though put() caught what the reporter raised (Kafka's maybeThrowAsyncError)."""
+        self.handler.retrying("TASK_PUT", self.task.put, records)
+        self.handler.raise_swallowed("TASK_PUT", self.v.cls.__name__)
+
     def consumer_config(self, group_config: type) -> Any:
         """The sink's group settings: the worker's `consumer.*`, then the connector's `consumer.override.*`
         (those klog's group member knows: session.timeout.ms, heartbeat.interval.ms, ...)."""
@@ -598,7 +619,7 @@ class SinkRunner(TaskRunner):
             self._process_each(batch)
             return
         if records:
-            self.handler.retrying("TASK_PUT", self.task.put, records)
+            self.put(records)
         self.consumed.update(consumed)
 
     def _process_fast(self, batch: list) -> tuple[list[ConnectRecord], dict[TP, int]]:
@@ -644,7 +665,7 @@ class SinkRunner(TaskRunner):
                     continue
             records.append(record)
         if records:
-            h.retrying("TASK_PUT", self.task.put, records)
+            self.put(records)
         self.consumed.update(consumed)  # only once put() took them
 
     @staticmethod
