@@ -129,8 +129,11 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
         make_converter(f"{side}.converter", config[f"{side}.converter"] or w[f"{side}.converter"],
                        _converter_props(props, side, worker), side == "key")
     chain = Chain(props)
+    if cls.kind == "source" or config["errors.deadletterqueue.topic.name"]:
+        # Kafka's connectorUsesProducer (a source, or a sink's DLQ): the override keys named when bad (the
+        # worker's are checked at its start)
+        producer_settings({}, props)
     if cls.kind == "source":
-        producer_settings({}, props)  # the override keys named when bad (the worker's are checked at its start)
         if config["exactly.once.support"] == "required" and w["exactly.once.source.support"] != "enabled":
             raise ConfigError("exactly.once.support", "required", "needs the worker's exactly.once.source.support="
                               "enabled")
@@ -526,8 +529,10 @@ class SinkRunner(TaskRunner):
 
         name, store, config = self.v.name, self.worker.store, self.v.config
         dlq_topic = config["errors.deadletterqueue.topic.name"]
+        # the DLQ producer as Kafka's: the worker's producer.* then the connector's producer.override.*
         self.dlq = DeadLetterQueue(store, dlq_topic, config["errors.deadletterqueue.context.headers.enable"],
-                                   config["errors.deadletterqueue.topic.replication.factor"]) if dlq_topic else None
+                                   config["errors.deadletterqueue.topic.replication.factor"],
+                                   producer_settings(self.worker.props, self.v.props)) if dlq_topic else None
         self.handler = ErrorHandler(config, name, self.task_id, self.worker.warn, self.dlq)
         self.handler.stopping = self.stopping
         topics = config["topics"] or store.resolve_topics(pattern=config["topics.regex"])

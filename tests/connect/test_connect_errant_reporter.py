@@ -190,3 +190,38 @@ def test_jdbc_sink_tolerance_all_without_a_dlq_logs_the_refused_row(tmp_path, da
     assert _db(db, "SELECT id, name FROM rows") == [(1, "a"), (3, "c")]
     assert [m for m in warnings if "TASK_PUT" in m and "for rows-0@1:" in m and "refused by the database" in m], \
         warnings
+
+
+@pytest.mark.parametrize("worker, override", [
+    ({"producer.compression.type": "gzip"}, {}),
+    ({"producer.compression.type": "none"}, {"producer.override.compression.type": "gzip",
+                                             "producer.override.linger.ms": "5", "producer.override.acks": "all"}),
+])
+def test_the_dlq_producer_takes_the_workers_producer_settings_and_the_connectors_overrides(data_dir, worker,
+                                                                                             override):
+    """Kafka's DLQ producer is made from the worker's producer.* and the connector's producer.override.*
+    (it ignored both): with gzip the DLQ's batch is stored compressed (its error header not as plain text)."""
+    import glob
+    import os
+
+    _produce(data_dir, "in", [(b"1", b"bad")])
+    config = _stub_config(data_dir, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
+                                       "errors.deadletterqueue.context.headers.enable": "true", **override})
+    with running(data_dir, config, worker=worker):
+        wait_for(lambda: SEEN_IN_DLQ, what="the report")
+    [dead] = records(data_dir, "dlq")
+    assert ("__connect.errors.exception.message", b"the record is bad") in [tuple(h) for h in dead.headers]
+    logs = glob.glob(os.path.join(data_dir, "**", "dlq-0", "*.log"), recursive=True)
+    assert logs and not any(b"the record is bad" in open(p, "rb").read() for p in logs)
+
+
+def test_a_sinks_producer_overrides_are_checked_when_it_has_a_dlq(data_dir):
+    """Kafka's connectorUsesProducer: a sink with a DLQ has its producer.override.* validated (a bad one is
+    named at validation, not the task's failure); one without a DLQ uses no producer."""
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import validate
+
+    bad = {"producer.override.compression.type": "lz5"}
+    with pytest.raises(ConfigError, match="producer.override.compression.type"):
+        validate(_stub_config(data_dir, **{"errors.deadletterqueue.topic.name": "dlq"}, **bad))
+    validate(_stub_config(data_dir, **bad))
