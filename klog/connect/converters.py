@@ -29,6 +29,12 @@ class Converter:
         self.config = self.config_def.parse(props)
         self.is_key = is_key
 
+    @property
+    def class_name(self) -> str:
+        """The class a failed conversion names (Kafka's executing class, the DLQ's
+        __connect.errors.class.name): the Java converter's, else the Python class."""
+        return self.java_class or f"{type(self).__module__}.{type(self).__qualname__}"
+
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         raise NotImplementedError
 

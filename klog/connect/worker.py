@@ -45,6 +45,10 @@ FLUSH_LAG_S = 0.2
 # Kafka producer properties klog's producers take, as `producer.*` (worker) / `producer.override.*`
 PRODUCER_SETTINGS = {"compression.type": ("compression_type", str), "batch.size": ("batch_size", int),
                      "linger.ms": ("linger_ms", int), "acks": ("acks", str), "buffer.memory": ("buffer_memory", int)}
+# the executing class Kafka names (logs, the DLQ's __connect.errors.class.name) for a record its sink
+# task reported (Stage TASK_PUT) and for one its source producer could not send (KAFKA_PRODUCE)
+SINK_TASK = "org.apache.kafka.connect.sink.SinkTask"
+WORKER_SOURCE_TASK = "org.apache.kafka.connect.runtime.WorkerSourceTask"
 STATES = ("UNASSIGNED", "RUNNING", "PAUSED", "STOPPED", "FAILED", "RESTARTING")
 NAME_RE = re.compile(r"[^\x00-\x1f/\\]+")  # Kafka refuses control characters; a slash breaks the REST paths
 
@@ -490,14 +494,14 @@ class SourceRunner(TaskRunner):
         h = self.handler
         out = h.execute("TRANSFORMATION", "transforms", self.chain.apply, r) if self.chain else r
         if out is not SKIP and out is not None:
-            key = h.execute("KEY_CONVERTER", type(self.key_converter).__name__, self.key_converter.from_connect,
+            key = h.execute("KEY_CONVERTER", self.key_converter.class_name, self.key_converter.from_connect,
                             out.topic, out.key_schema, out.key)
             value = SKIP if key is SKIP else h.execute(
-                "VALUE_CONVERTER", type(self.value_converter).__name__, self.value_converter.from_connect,
+                "VALUE_CONVERTER", self.value_converter.class_name, self.value_converter.from_connect,
                 out.topic, out.value_schema, out.value)
             if value is not SKIP:
                 self.ensure_topic(out.topic)
-                h.execute("KAFKA_PRODUCE", "producer", self.producer.send, out.topic, value, key,
+                h.execute("KAFKA_PRODUCE", WORKER_SOURCE_TASK, self.producer.send, out.topic, value, key,
                           out.headers or None, out.kafka_partition, out.timestamp)
         if r.source_partition is not None:
             self.pending[storage.partition_key(self.v.name, r.source_partition)] = r.source_offset
@@ -580,7 +584,7 @@ class SinkRunner(TaskRunner):
         """The sink task's errant record reporter (Kafka's WorkerErrantRecordReporter.report): returns once
         the record is in the DLQ; raises under errors.tolerance=none."""
         raw = record.raw if record.raw is not None else self._as_consumed(record)
-        self.handler.execute_failed(raw, "TASK_PUT", self.v.cls.__name__, error)
+        self.handler.execute_failed(raw, "TASK_PUT", SINK_TASK, error)
 
     def _as_consumed(self, record: ConnectRecord) -> Any:
         """A record the task made itself (no consumed record behind it), converted with the connector's
@@ -597,7 +601,7 @@ class SinkRunner(TaskRunner):
         """put(), retried as errors.retry.timeout says; a reported record beyond errors.tolerance fails the
         task though put() caught what the reporter raised (Kafka's maybeThrowAsyncError)."""
         self.handler.retrying("TASK_PUT", self.task.put, records)
-        self.handler.raise_swallowed("TASK_PUT", self.v.cls.__name__)
+        self.handler.raise_swallowed("TASK_PUT", SINK_TASK)
 
     def consumer_config(self, group_config: type) -> Any:
         """The sink's group settings: the worker's `consumer.*`, then the connector's `consumer.override.*`
@@ -675,7 +679,7 @@ class SinkRunner(TaskRunner):
 
     @staticmethod
     def _convert(h: ErrorHandler, stage: str, converter: Converter, raw: Any, data: bytes | None) -> tuple:
-        out = h.execute(stage, type(converter).__name__, converter.to_connect, raw.topic, data, raw=raw)
+        out = h.execute(stage, converter.class_name, converter.to_connect, raw.topic, data, raw=raw)
         return (None, SKIP) if out is SKIP else out
 
     def commit(self, tps: list[TP] | None = None) -> None:

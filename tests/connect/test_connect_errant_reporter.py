@@ -40,7 +40,7 @@ class ReportingSinkTask(SinkTask):
     def put(self, records: list) -> None:
         reporter = self.context.errant_record_reporter
         for r in records:
-            if r.value == b"bad":
+            if r.value in (b"bad", "bad"):  # the bytes, or the JSON string "bad" through JsonConverter
                 if self.own_records:  # a record the task made, no consumed record behind it
                     r = ConnectRecord(r.topic, r.kafka_partition, None, b"own key", None, b"own value",
                                       kafka_offset=r.kafka_offset)
@@ -126,7 +126,8 @@ def test_tolerance_none_fails_the_task(data_dir, swallow):
         wait_for(lambda: any(r.error for r in w.runners()), what="the task to fail")
         [runner] = w.runners()
         assert runner.state == "FAILED"
-        assert str(runner.error).startswith("Tolerance exceeded in error handler: TASK_PUT (ReportingSink) "
+        assert str(runner.error).startswith("Tolerance exceeded in error handler: TASK_PUT "
+                                            "(org.apache.kafka.connect.sink.SinkTask) "
                                             "failed: DataError: the record is bad"), runner.error
     assert values(data_dir, "dlq") == [b"bad"]
 
@@ -225,3 +226,19 @@ def test_a_sinks_producer_overrides_are_checked_when_it_has_a_dlq(data_dir):
     with pytest.raises(ConfigError, match="producer.override.compression.type"):
         validate(_stub_config(data_dir, **{"errors.deadletterqueue.topic.name": "dlq"}, **bad))
     validate(_stub_config(data_dir, **bad))
+
+
+def test_the_dlqs_class_name_header_is_kafkas_executing_class(data_dir):
+    """__connect.errors.class.name as Kafka writes it: org.apache.kafka.connect.sink.SinkTask for a record the
+    task reported (Stage TASK_PUT; it was the connector's class), the converter's class for one a converter
+    refused (it was its Python name)."""
+    _produce(data_dir, "in", [(b"1", b"not json"), (b"2", b'"bad"')])  # JSON "bad": the task reports it
+    config = _stub_config(data_dir, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
+                                       "errors.deadletterqueue.context.headers.enable": "true",
+                                       "value.converter": "json", "value.converter.schemas.enable": "false"})
+    with running(data_dir, config):
+        wait_for(lambda: len(values(data_dir, "dlq")) == 2, what="both DLQ records")
+    stages = {dict(d.headers)["__connect.errors.stage"]: dict(d.headers)["__connect.errors.class.name"]
+              for d in records(data_dir, "dlq")}
+    assert stages == {b"VALUE_CONVERTER": b"org.apache.kafka.connect.json.JsonConverter",
+                      b"TASK_PUT": b"org.apache.kafka.connect.sink.SinkTask"}
