@@ -88,6 +88,14 @@ RUNTIME_UNIMPLEMENTED = {"config.action.reload", "topic.creation.groups", "offse
 KNOWN_PREFIXES = ("key.converter.", "value.converter.", "header.converter.", "transforms.", "predicates.",
                   "consumer.override.", "producer.override.", "admin.override.", "topic.creation.")
 
+# connector.client.config.override.policy (Kafka's aliases and classes, lower-cased) -> the client settings
+# a connector's *.override.* may set (None: any)
+_POLICY_CLASS = "org.apache.kafka.connect.connector.policy.{}connectorclientconfigoverridepolicy"
+_PRINCIPAL = frozenset({"sasl.jaas.config", "sasl.mechanism", "security.protocol"})
+OVERRIDE_POLICIES: dict[str, frozenset[str] | None] = {
+    "all": None, "none": frozenset(), "principal": _PRINCIPAL, _POLICY_CLASS.format("all"): None,
+    _POLICY_CLASS.format("none"): frozenset(), _POLICY_CLASS.format("principal"): _PRINCIPAL}
+
 WORKER = (ConfigDef()
           .define("key.converter", default="org.apache.kafka.connect.json.JsonConverter")
           .define("value.converter", default="org.apache.kafka.connect.json.JsonConverter")
@@ -97,7 +105,8 @@ WORKER = (ConfigDef()
           .define("offset.flush.interval.ms", "long", 10_000, at_least=1)
           .define("group.id", default="connect-cluster")
           .define("exactly.once.source.support", default="disabled", choices=("disabled", "enabled", "preparing"))
-          .define("task.shutdown.graceful.timeout.ms", "long", 5000, at_least=0))
+          .define("task.shutdown.graceful.timeout.ms", "long", 5000, at_least=0)
+          .define("connector.client.config.override.policy", default="All", choices=tuple(OVERRIDE_POLICIES)))
 
 
 @dataclass
@@ -133,6 +142,7 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
         make_converter(f"{side}.converter", config[f"{side}.converter"] or w[f"{side}.converter"],
                        _converter_props(props, side, worker), side == "key")
     chain = Chain(props)
+    _check_override_policy(props, cls.kind, config, w["connector.client.config.override.policy"])
     if cls.kind == "source" or config["errors.deadletterqueue.topic.name"]:
         # Kafka's connectorUsesProducer (a source, or a sink's DLQ): the override keys named when bad (the
         # worker's are checked at its start)
@@ -148,6 +158,24 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
                           and not cls.known_key(k))]
                      + chain.ignored + cls.unimplemented_in(props))
     return Validated(props, cls, config, ignored)
+
+
+def _check_override_policy(props: dict[str, str], kind: str, config: dict[str, Any], policy: str) -> None:
+    """The worker's connector.client.config.override.policy over the connector's overrides of the clients
+    it uses (Kafka's AbstractHerder: a source's producer, and its admin with topic.creation.*; a sink's
+    consumer, and its producer and admin with a DLQ): ConfigError with Kafka's message for one it denies."""
+    allowed = OVERRIDE_POLICIES[policy.lower()]  # (its default is not lower-cased by parsing)
+    if allowed is None:
+        return
+    dlq = kind == "sink" and bool(config["errors.deadletterqueue.topic.name"])
+    uses = {"producer.override.": kind == "source" or dlq, "consumer.override.": kind == "sink",
+            "admin.override.": dlq or (kind == "source" and any(k.startswith("topic.creation.") for k in props))}
+    for key in sorted(props):
+        prefix = next((p for p, used in uses.items() if used and key.startswith(p)), None)
+        if prefix is not None and key[len(prefix):] not in allowed:
+            name = policy.rsplit(".", 1)[-1].removesuffix("connectorclientconfigoverridepolicy").capitalize()
+            raise ConfigError(key, props[key], f"The '{name}' policy does not allow '{key[len(prefix):]}' to be "
+                                               "overridden in the connector configuration.")
 
 
 def _check_sink_group(name: str) -> None:

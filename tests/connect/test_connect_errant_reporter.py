@@ -242,3 +242,31 @@ def test_the_dlqs_class_name_header_is_kafkas_executing_class(data_dir):
               for d in records(data_dir, "dlq")}
     assert stages == {b"VALUE_CONVERTER": b"org.apache.kafka.connect.json.JsonConverter",
                       b"TASK_PUT": b"org.apache.kafka.connect.sink.SinkTask"}
+
+
+@pytest.mark.parametrize("policy, override, refused", [
+    ("None", {"producer.override.acks": "1"}, "producer.override.acks"),
+    ("None", {"consumer.override.max.poll.records": "5"}, "consumer.override.max.poll.records"),
+    ("Principal", {"producer.override.compression.type": "gzip"}, "producer.override.compression.type"),
+    ("Principal", {"producer.override.security.protocol": "SSL"}, None),
+    ("org.apache.kafka.connect.connector.policy.NoneConnectorClientConfigOverridePolicy",
+     {"admin.override.client.id": "x"}, "admin.override.client.id"),
+    ("All", {"producer.override.acks": "1", "consumer.override.max.poll.records": "5"}, None),
+])
+def test_the_workers_override_policy_decides_a_sinks_overrides(data_dir, policy, override, refused):
+    """connector.client.config.override.policy as Kafka's (All unless set): None and Principal refuse the
+    overrides they deny, naming the key, for the clients the connector uses (a sink with a DLQ: consumer,
+    producer, admin); klog applied every override whatever the worker said."""
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import WORKER, validate
+
+    worker = WORKER.parse({"connector.client.config.override.policy": policy})
+    config = _stub_config(data_dir, **{"errors.deadletterqueue.topic.name": "dlq"}, **override)
+    if refused is None:
+        validate(config, worker)
+        return
+    with pytest.raises(ConfigError, match=f"{refused}.*policy does not allow"):
+        validate(config, worker)
+    # without a DLQ the sink uses no producer or admin: only its consumer's overrides are judged
+    if not refused.startswith("consumer."):
+        validate(_stub_config(data_dir, **override), worker)
