@@ -30,6 +30,7 @@ from klog.connect.config import ConfigDef
 from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
 from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema
 from klog.connect.errors import ConfigError, DataError, RetriableError
+from klog.protocol.avro_compat import read_problems
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 
 NAMESPACE = "io.confluent.connect.avro"
@@ -717,6 +718,7 @@ class AvroConverter(Converter):
                   .define("schema.registry.url", "list", doc="the Schema Registry's URLs (comma-separated)")
                   .define("auto.register.schemas", "boolean", True)
                   .define("use.latest.version", "boolean", False)
+                  .define("latest.compatibility.strict", "boolean", True)
                   .define("key.subject.name.strategy", default="TopicNameStrategy", check=_strategy_check)
                   .define("value.subject.name.strategy", default="TopicNameStrategy", check=_strategy_check)
                   .define("basic.auth.credentials.source", default="URL", choices=("url", "user_info"))
@@ -793,6 +795,8 @@ class AvroConverter(Converter):
         path = f"/subjects/{quote(subject, safe='')}"
         if self.config["use.latest.version"]:
             latest = self.registry.call("GET", f"{path}/versions/latest")
+            if self.config["latest.compatibility.strict"]:
+                _check_latest_reads(latest, writer)
             return (_Writer(writer.connect, latest_avro=json.loads(latest["schema"]), scrub=writer.scrub),
                     int(latest["id"]))
         body = {"schema": writer.text}
@@ -839,6 +843,27 @@ class AvroConverter(Converter):
             except DataError:  # not under that subject (a RegistryError), or no subject for it: no version
                 pass
         return _Reader(avro, version if isinstance(version, int) else None)
+
+
+def _check_latest_reads(latest: dict[str, Any], writer: _Writer) -> None:
+    """latest.compatibility.strict: the subject's latest schema must read what the record's schema writes
+    (Confluent's AbstractKafkaSchemaSerDe checks latestVersion.isBackwardCompatible(schema), Avro's
+    resolution rules, before use.latest.version writes with it); DataError with Confluent's wording if not."""
+    kind = latest.get("schemaType") or "AVRO"
+    try:
+        problems = ["a schema of type " + kind] if kind != "AVRO" else \
+            read_problems(_resolvable(json.loads(latest["schema"])), _resolvable(writer.avro))
+    except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException and others: not a schema it reads
+        problems = [f"{type(e).__name__}: {e}"]
+    if problems:
+        raise DataError(f"Incompatible schema {latest.get('schema')} of type {kind} for schema {writer.text}: "
+                        f"{'; '.join(problems)[:500]}. Set latest.compatibility.strict=false to disable this check")
+
+
+def _resolvable(avro: Any) -> Any:
+    """An Avro schema as read_problems takes it: fastavro-parsed with full names, unhinted, its logical
+    types kept as properties (they change no byte, so no reading)."""
+    return fastavro().parse_schema(hidden_logical_types(avro), _write_hint=False)
 
 
 def _put_bounded(cache: OrderedDict, key: Any, value: Any, size: int) -> None:

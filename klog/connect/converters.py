@@ -29,6 +29,12 @@ class Converter:
         self.config = self.config_def.parse(props)
         self.is_key = is_key
 
+    @property
+    def class_name(self) -> str:
+        """The class a failed conversion names (Kafka's executing class, the DLQ's
+        __connect.errors.class.name): the Java converter's, else the Python class."""
+        return self.java_class or f"{type(self).__module__}.{type(self).__qualname__}"
+
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         raise NotImplementedError
 
@@ -266,7 +272,8 @@ def _plain_float(value: Any) -> Any:
 def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool,
                   null: NullFn | None = None) -> ValueFn | None:
     """One conversion over a schema's value as a function, None where every part passes as is (most
-    fields). `leaf(schema)` converts one decimal, bytes or float part (None: it passes as is).
+    fields; not a struct when writing, whose shape is checked: _struct_writer). `leaf(schema)` converts
+    one decimal, bytes or float part (None: it passes as is).
     `lenient` passes a value of the wrong shape through (reading: the payload is what it is); otherwise
     a struct that is not a map is a DataError, so the record goes to the dead letter queue (writing).
     `null(part)` gives a null field's, element's or map value's replacement (None: it stays null)."""
@@ -276,6 +283,8 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
     if kind == "struct":
         parts = [(f["field"], _compile_walk(f, leaf, lenient, null), null and null(f))
                  for f in schema.get("fields", [])]
+        if not lenient:
+            return _struct_writer(parts, [f["field"] for f in schema.get("fields", []) if not f.get("optional")])
         todo = [(name, c, n) for name, c, n in parts if c is not None or n is not None]
         if not todo:
             return None
@@ -311,6 +320,60 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
             return lambda v: v if lenient and not isinstance(v, list) else [item(x) for x in v]
         return lambda v: v if lenient and not isinstance(v, dict) else {k: item(x) for k, x in v.items()}
     return None
+
+
+NULL_REQUIRED = "Conversion error: null value for field that is required and has no default value"
+
+
+def _struct_writer(parts: list[tuple[str, ValueFn | None, Callable[[], Any] | None]],
+                   required: list[str]) -> ValueFn:
+    """A struct's value as Kafka's JsonConverter writes it: every schema field in schema order (an extra
+    key left out, a missing field null), a null field its default's JSON where `parts` gives one
+    (replace.null.with.default), else null when it is optional and a DataError (Kafka's message) when
+    it is required. A value already of that shape (the usual case) is copied only where a part changes."""
+    names = tuple(name for name, _, _ in parts)
+    todo = [(name, c, n) for name, c, n in parts if c is not None or n is not None]
+    required_set = set(required)
+    must = [name for name, _, n in parts if n is None and name in required_set]  # nothing replaces their null
+    must_set = frozenset(must)
+
+    def reshaped(v: dict) -> dict:
+        out = {}
+        for name, c, n in parts:
+            x = v.get(name)
+            if x is None:
+                if n is not None:
+                    x = n()
+                elif name in must_set:
+                    raise DataError(NULL_REQUIRED)
+            elif c is not None:
+                x = c(x)
+            out[name] = x
+        return out
+
+    def struct(v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise DataError(f"a struct value must be a map, not {type(v).__name__}")
+        if len(v) != len(names) or tuple(v) != names:  # a field missing, an extra key, another order
+            return reshaped(v)
+        for name in must:
+            if v[name] is None:
+                raise DataError(NULL_REQUIRED)
+        out = None  # a copy only where a part changes (a plain float does not)
+        for name, c, n in todo:
+            x = v[name]
+            if x is None:
+                if n is None:
+                    continue
+                y = n()
+            elif c is None or (y := c(x)) is x:
+                continue
+            if out is None:
+                out = dict(v)
+            out[name] = y
+        return v if out is None else out
+
+    return struct
 
 
 def _nullable(convert: ValueFn | None, null: Callable[[], Any] | None) -> ValueFn | None:

@@ -103,9 +103,11 @@ def _exceeded(stage: str, cls_name: str, cause: BaseException) -> str:
 
 class DeadLetterQueue:
     """Failed records as they were consumed (key, value, headers), with Kafka's error headers when
-    errors.deadletterqueue.context.headers.enable is true."""
+    errors.deadletterqueue.context.headers.enable is true, written by a producer with the connector's
+    producer settings (klog.connect.worker.producer_settings)."""
 
-    def __init__(self, store, topic: str, context_headers: bool, replication_factor: int) -> None:  # noqa: ANN001
+    def __init__(self, store, topic: str, context_headers: bool, replication_factor: int,  # noqa: ANN001
+                 producer_settings: dict[str, Any] | None = None) -> None:
         from klog.connect.storage import ensure_topic
 
         self.topic = topic
@@ -116,7 +118,7 @@ class DeadLetterQueue:
                 store.create_topic(topic, partitions=1, replication_factor=rf, exist_ok=True)
             except Exception:  # noqa: BLE001 - a replication factor the local store cannot have: its default
                 ensure_topic(store, topic, 1, compacted=False)
-        self.producer = store.producer()
+        self.producer = store.producer(**(producer_settings or {}))  # acks, compression_type, linger_ms, ...
 
     def report(self, raw: Any, stage: str, cls_name: str, error: BaseException, connector: str, task_id: int) -> None:
         headers = list(raw.headers or [])

@@ -45,6 +45,10 @@ FLUSH_LAG_S = 0.2
 # Kafka producer properties klog's producers take, as `producer.*` (worker) / `producer.override.*`
 PRODUCER_SETTINGS = {"compression.type": ("compression_type", str), "batch.size": ("batch_size", int),
                      "linger.ms": ("linger_ms", int), "acks": ("acks", str), "buffer.memory": ("buffer_memory", int)}
+# the executing class Kafka names (logs, the DLQ's __connect.errors.class.name) for a record its sink
+# task reported (Stage TASK_PUT) and for one its source producer could not send (KAFKA_PRODUCE)
+SINK_TASK = "org.apache.kafka.connect.sink.SinkTask"
+WORKER_SOURCE_TASK = "org.apache.kafka.connect.runtime.WorkerSourceTask"
 STATES = ("UNASSIGNED", "RUNNING", "PAUSED", "STOPPED", "FAILED", "RESTARTING")
 NAME_RE = re.compile(r"[^\x00-\x1f/\\]+")  # Kafka refuses control characters; a slash breaks the REST paths
 
@@ -84,6 +88,14 @@ RUNTIME_UNIMPLEMENTED = {"config.action.reload", "topic.creation.groups", "offse
 KNOWN_PREFIXES = ("key.converter.", "value.converter.", "header.converter.", "transforms.", "predicates.",
                   "consumer.override.", "producer.override.", "admin.override.", "topic.creation.")
 
+# connector.client.config.override.policy (Kafka's aliases and classes, lower-cased) -> the client settings
+# a connector's *.override.* may set (None: any)
+_POLICY_CLASS = "org.apache.kafka.connect.connector.policy.{}connectorclientconfigoverridepolicy"
+_PRINCIPAL = frozenset({"sasl.jaas.config", "sasl.mechanism", "security.protocol"})
+OVERRIDE_POLICIES: dict[str, frozenset[str] | None] = {
+    "all": None, "none": frozenset(), "principal": _PRINCIPAL, _POLICY_CLASS.format("all"): None,
+    _POLICY_CLASS.format("none"): frozenset(), _POLICY_CLASS.format("principal"): _PRINCIPAL}
+
 WORKER = (ConfigDef()
           .define("key.converter", default="org.apache.kafka.connect.json.JsonConverter")
           .define("value.converter", default="org.apache.kafka.connect.json.JsonConverter")
@@ -93,7 +105,8 @@ WORKER = (ConfigDef()
           .define("offset.flush.interval.ms", "long", 10_000, at_least=1)
           .define("group.id", default="connect-cluster")
           .define("exactly.once.source.support", default="disabled", choices=("disabled", "enabled", "preparing"))
-          .define("task.shutdown.graceful.timeout.ms", "long", 5000, at_least=0))
+          .define("task.shutdown.graceful.timeout.ms", "long", 5000, at_least=0)
+          .define("connector.client.config.override.policy", default="All", choices=tuple(OVERRIDE_POLICIES)))
 
 
 @dataclass
@@ -129,8 +142,12 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
         make_converter(f"{side}.converter", config[f"{side}.converter"] or w[f"{side}.converter"],
                        _converter_props(props, side, worker), side == "key")
     chain = Chain(props)
+    _check_override_policy(props, cls.kind, config, w["connector.client.config.override.policy"])
+    if cls.kind == "source" or config["errors.deadletterqueue.topic.name"]:
+        # Kafka's connectorUsesProducer (a source, or a sink's DLQ): the override keys named when bad (the
+        # worker's are checked at its start)
+        producer_settings({}, props)
     if cls.kind == "source":
-        producer_settings({}, props)  # the override keys named when bad (the worker's are checked at its start)
         if config["exactly.once.support"] == "required" and w["exactly.once.source.support"] != "enabled":
             raise ConfigError("exactly.once.support", "required", "needs the worker's exactly.once.source.support="
                               "enabled")
@@ -141,6 +158,24 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
                           and not cls.known_key(k))]
                      + chain.ignored + cls.unimplemented_in(props))
     return Validated(props, cls, config, ignored)
+
+
+def _check_override_policy(props: dict[str, str], kind: str, config: dict[str, Any], policy: str) -> None:
+    """The worker's connector.client.config.override.policy over the connector's overrides of the clients
+    it uses (Kafka's AbstractHerder: a source's producer, and its admin with topic.creation.*; a sink's
+    consumer, and its producer and admin with a DLQ): ConfigError with Kafka's message for one it denies."""
+    allowed = OVERRIDE_POLICIES[policy.lower()]  # (its default is not lower-cased by parsing)
+    if allowed is None:
+        return
+    dlq = kind == "sink" and bool(config["errors.deadletterqueue.topic.name"])
+    uses = {"producer.override.": kind == "source" or dlq, "consumer.override.": kind == "sink",
+            "admin.override.": dlq or (kind == "source" and any(k.startswith("topic.creation.") for k in props))}
+    for key in sorted(props):
+        prefix = next((p for p, used in uses.items() if used and key.startswith(p)), None)
+        if prefix is not None and key[len(prefix):] not in allowed:
+            name = policy.rsplit(".", 1)[-1].removesuffix("connectorclientconfigoverridepolicy").capitalize()
+            raise ConfigError(key, props[key], f"The '{name}' policy does not allow '{key[len(prefix):]}' to be "
+                                               "overridden in the connector configuration.")
 
 
 def _check_sink_group(name: str) -> None:
@@ -487,14 +522,14 @@ class SourceRunner(TaskRunner):
         h = self.handler
         out = h.execute("TRANSFORMATION", "transforms", self.chain.apply, r) if self.chain else r
         if out is not SKIP and out is not None:
-            key = h.execute("KEY_CONVERTER", type(self.key_converter).__name__, self.key_converter.from_connect,
+            key = h.execute("KEY_CONVERTER", self.key_converter.class_name, self.key_converter.from_connect,
                             out.topic, out.key_schema, out.key)
             value = SKIP if key is SKIP else h.execute(
-                "VALUE_CONVERTER", type(self.value_converter).__name__, self.value_converter.from_connect,
+                "VALUE_CONVERTER", self.value_converter.class_name, self.value_converter.from_connect,
                 out.topic, out.value_schema, out.value)
             if value is not SKIP:
                 self.ensure_topic(out.topic)
-                h.execute("KAFKA_PRODUCE", "producer", self.producer.send, out.topic, value, key,
+                h.execute("KAFKA_PRODUCE", WORKER_SOURCE_TASK, self.producer.send, out.topic, value, key,
                           out.headers or None, out.kafka_partition, out.timestamp)
         if r.source_partition is not None:
             self.pending[storage.partition_key(self.v.name, r.source_partition)] = r.source_offset
@@ -526,8 +561,10 @@ class SinkRunner(TaskRunner):
 
         name, store, config = self.v.name, self.worker.store, self.v.config
         dlq_topic = config["errors.deadletterqueue.topic.name"]
+        # the DLQ producer as Kafka's: the worker's producer.* then the connector's producer.override.*
         self.dlq = DeadLetterQueue(store, dlq_topic, config["errors.deadletterqueue.context.headers.enable"],
-                                   config["errors.deadletterqueue.topic.replication.factor"]) if dlq_topic else None
+                                   config["errors.deadletterqueue.topic.replication.factor"],
+                                   producer_settings(self.worker.props, self.v.props)) if dlq_topic else None
         self.handler = ErrorHandler(config, name, self.task_id, self.worker.warn, self.dlq)
         self.handler.stopping = self.stopping
         topics = config["topics"] or store.resolve_topics(pattern=config["topics.regex"])
@@ -575,7 +612,7 @@ class SinkRunner(TaskRunner):
         """The sink task's errant record reporter (Kafka's WorkerErrantRecordReporter.report): returns once
         the record is in the DLQ; raises under errors.tolerance=none."""
         raw = record.raw if record.raw is not None else self._as_consumed(record)
-        self.handler.execute_failed(raw, "TASK_PUT", self.v.cls.__name__, error)
+        self.handler.execute_failed(raw, "TASK_PUT", SINK_TASK, error)
 
     def _as_consumed(self, record: ConnectRecord) -> Any:
         """A record the task made itself (no consumed record behind it), converted with the connector's
@@ -592,7 +629,7 @@ class SinkRunner(TaskRunner):
         """put(), retried as errors.retry.timeout says; a reported record beyond errors.tolerance fails the
         task though put() caught what the reporter raised (Kafka's maybeThrowAsyncError)."""
         self.handler.retrying("TASK_PUT", self.task.put, records)
-        self.handler.raise_swallowed("TASK_PUT", self.v.cls.__name__)
+        self.handler.raise_swallowed("TASK_PUT", SINK_TASK)
 
     def consumer_config(self, group_config: type) -> Any:
         """The sink's group settings: the worker's `consumer.*`, then the connector's `consumer.override.*`
@@ -670,7 +707,7 @@ class SinkRunner(TaskRunner):
 
     @staticmethod
     def _convert(h: ErrorHandler, stage: str, converter: Converter, raw: Any, data: bytes | None) -> tuple:
-        out = h.execute(stage, type(converter).__name__, converter.to_connect, raw.topic, data, raw=raw)
+        out = h.execute(stage, converter.class_name, converter.to_connect, raw.topic, data, raw=raw)
         return (None, SKIP) if out is SKIP else out
 
     def commit(self, tps: list[TP] | None = None) -> None:

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from klog.protocol import json_compat
+from klog.protocol.avro_compat import read_problems
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 from klog.protocol.json_schema import SchemaProblem, check_references
-from klog.registry.compat import LEVELS, compatibility_problems, read_problems
+from klog.registry.compat import LEVELS, compatibility_problems
 
 TOPIC = "_schemas"
 DEFAULT_LEVEL = "BACKWARD"

@@ -229,6 +229,31 @@ def test_use_latest_version_writes_with_the_subjects_latest_schema(registry_url)
     assert deserializer(data, ctx("t")) == {"id": 3, "extra": "x"}
 
 
+def test_latest_compatibility_strict_checks_the_latest_reads_the_records_schema(registry_url):
+    from confluent_kafka.schema_registry import Schema
+
+    client, deserializer = confluent(registry_url)
+    # the latest schema's int cannot read the long the record's schema writes (Avro promotes only upwards)
+    latest = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "int"}]}
+    schema_id = client.register_schema("s-value", Schema(json.dumps(latest), "AVRO"))
+    record = {"type": "struct", "optional": False, "name": "R", "fields": [field("id", "int64")]}
+    strict = converter(registry_url, **{"use.latest.version": "true", "auto.register.schemas": "false"})
+    with pytest.raises(DataError, match="Incompatible schema .*/fields/id.*Set latest.compatibility.strict=false"):
+        strict.from_connect("s", record, {"id": 3})
+    # a logical type in the record's schema (Decimal: bytes) is read by the latest's plain bytes
+    money = {"type": "struct", "optional": False, "name": "M", "fields": [
+        field("price", "bytes", name=DECIMAL, version=1, parameters={"scale": "2"})]}
+    client.register_schema("m-value", Schema(json.dumps({"type": "record", "name": "M", "fields": [
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 64, "scale": 2}}]}),
+        "AVRO"))
+    assert strict.from_connect("m", money, {"price": decimal.Decimal("1.25")})[:1] == b"\0"
+    unchecked = converter(registry_url, **{"use.latest.version": "true", "auto.register.schemas": "false",
+                                           "latest.compatibility.strict": "false"})
+    data = unchecked.from_connect("s", {**record}, {"id": 3})
+    assert int.from_bytes(data[1:5], "big") == schema_id
+    assert deserializer(data, ctx("s")) == {"id": 3}
+
+
 def test_refusals_name_the_key_or_the_reason(registry_url):
     with pytest.raises(ConfigError, match="value.converter.schema.registry.url"):
         make_converter("value.converter", AVRO, {}, False)

@@ -40,7 +40,7 @@ class ReportingSinkTask(SinkTask):
     def put(self, records: list) -> None:
         reporter = self.context.errant_record_reporter
         for r in records:
-            if r.value == b"bad":
+            if r.value in (b"bad", "bad"):  # the bytes, or the JSON string "bad" through JsonConverter
                 if self.own_records:  # a record the task made, no consumed record behind it
                     r = ConnectRecord(r.topic, r.kafka_partition, None, b"own key", None, b"own value",
                                       kafka_offset=r.kafka_offset)
@@ -126,7 +126,8 @@ def test_tolerance_none_fails_the_task(data_dir, swallow):
         wait_for(lambda: any(r.error for r in w.runners()), what="the task to fail")
         [runner] = w.runners()
         assert runner.state == "FAILED"
-        assert str(runner.error).startswith("Tolerance exceeded in error handler: TASK_PUT (ReportingSink) "
+        assert str(runner.error).startswith("Tolerance exceeded in error handler: TASK_PUT "
+                                            "(org.apache.kafka.connect.sink.SinkTask) "
                                             "failed: DataError: the record is bad"), runner.error
     assert values(data_dir, "dlq") == [b"bad"]
 
@@ -190,3 +191,82 @@ def test_jdbc_sink_tolerance_all_without_a_dlq_logs_the_refused_row(tmp_path, da
     assert _db(db, "SELECT id, name FROM rows") == [(1, "a"), (3, "c")]
     assert [m for m in warnings if "TASK_PUT" in m and "for rows-0@1:" in m and "refused by the database" in m], \
         warnings
+
+
+@pytest.mark.parametrize("worker, override", [
+    ({"producer.compression.type": "gzip"}, {}),
+    ({"producer.compression.type": "none"}, {"producer.override.compression.type": "gzip",
+                                             "producer.override.linger.ms": "5", "producer.override.acks": "all"}),
+])
+def test_the_dlq_producer_takes_the_workers_producer_settings_and_the_connectors_overrides(data_dir, worker,
+                                                                                             override):
+    """Kafka's DLQ producer is made from the worker's producer.* and the connector's producer.override.*
+    (it ignored both): with gzip the DLQ's batch is stored compressed (its error header not as plain text)."""
+    import glob
+    import os
+
+    _produce(data_dir, "in", [(b"1", b"bad")])
+    config = _stub_config(data_dir, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
+                                       "errors.deadletterqueue.context.headers.enable": "true", **override})
+    with running(data_dir, config, worker=worker):
+        wait_for(lambda: SEEN_IN_DLQ, what="the report")
+    [dead] = records(data_dir, "dlq")
+    assert ("__connect.errors.exception.message", b"the record is bad") in [tuple(h) for h in dead.headers]
+    logs = glob.glob(os.path.join(data_dir, "**", "dlq-0", "*.log"), recursive=True)
+    assert logs and not any(b"the record is bad" in open(p, "rb").read() for p in logs)
+
+
+def test_a_sinks_producer_overrides_are_checked_when_it_has_a_dlq(data_dir):
+    """Kafka's connectorUsesProducer: a sink with a DLQ has its producer.override.* validated (a bad one is
+    named at validation, not the task's failure); one without a DLQ uses no producer."""
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import validate
+
+    bad = {"producer.override.compression.type": "lz5"}
+    with pytest.raises(ConfigError, match="producer.override.compression.type"):
+        validate(_stub_config(data_dir, **{"errors.deadletterqueue.topic.name": "dlq"}, **bad))
+    validate(_stub_config(data_dir, **bad))
+
+
+def test_the_dlqs_class_name_header_is_kafkas_executing_class(data_dir):
+    """__connect.errors.class.name as Kafka writes it: org.apache.kafka.connect.sink.SinkTask for a record the
+    task reported (Stage TASK_PUT; it was the connector's class), the converter's class for one a converter
+    refused (it was its Python name)."""
+    _produce(data_dir, "in", [(b"1", b"not json"), (b"2", b'"bad"')])  # JSON "bad": the task reports it
+    config = _stub_config(data_dir, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
+                                       "errors.deadletterqueue.context.headers.enable": "true",
+                                       "value.converter": "json", "value.converter.schemas.enable": "false"})
+    with running(data_dir, config):
+        wait_for(lambda: len(values(data_dir, "dlq")) == 2, what="both DLQ records")
+    stages = {dict(d.headers)["__connect.errors.stage"]: dict(d.headers)["__connect.errors.class.name"]
+              for d in records(data_dir, "dlq")}
+    assert stages == {b"VALUE_CONVERTER": b"org.apache.kafka.connect.json.JsonConverter",
+                      b"TASK_PUT": b"org.apache.kafka.connect.sink.SinkTask"}
+
+
+@pytest.mark.parametrize("policy, override, refused", [
+    ("None", {"producer.override.acks": "1"}, "producer.override.acks"),
+    ("None", {"consumer.override.max.poll.records": "5"}, "consumer.override.max.poll.records"),
+    ("Principal", {"producer.override.compression.type": "gzip"}, "producer.override.compression.type"),
+    ("Principal", {"producer.override.security.protocol": "SSL"}, None),
+    ("org.apache.kafka.connect.connector.policy.NoneConnectorClientConfigOverridePolicy",
+     {"admin.override.client.id": "x"}, "admin.override.client.id"),
+    ("All", {"producer.override.acks": "1", "consumer.override.max.poll.records": "5"}, None),
+])
+def test_the_workers_override_policy_decides_a_sinks_overrides(data_dir, policy, override, refused):
+    """connector.client.config.override.policy as Kafka's (All unless set): None and Principal refuse the
+    overrides they deny, naming the key, for the clients the connector uses (a sink with a DLQ: consumer,
+    producer, admin); klog applied every override whatever the worker said."""
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import WORKER, validate
+
+    worker = WORKER.parse({"connector.client.config.override.policy": policy})
+    config = _stub_config(data_dir, **{"errors.deadletterqueue.topic.name": "dlq"}, **override)
+    if refused is None:
+        validate(config, worker)
+        return
+    with pytest.raises(ConfigError, match=f"{refused}.*policy does not allow"):
+        validate(config, worker)
+    # without a DLQ the sink uses no producer or admin: only its consumer's overrides are judged
+    if not refused.startswith("consumer."):
+        validate(_stub_config(data_dir, **override), worker)

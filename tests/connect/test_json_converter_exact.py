@@ -8,6 +8,7 @@ import decimal
 import pytest
 
 from klog.connect.converters import JsonConverter
+from klog.connect.errors import DataError
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
@@ -264,3 +265,49 @@ def test_logical_times_and_bytes_as_kafka_writes_them(schema: dict, value: objec
     converter = JsonConverter({}, is_key=False)
     assert converter.from_connect("t", schema, value) == kafka
     assert converter.to_connect("t", kafka) == (schema, value)
+
+
+STRUCT = {"type": "struct", "optional": False, "fields": [
+    {"type": "int32", "optional": False, "field": "id"},
+    {"type": "string", "optional": True, "field": "name"},
+    {"type": "string", "optional": True, "default": "n/a", "field": "note"},
+    {"type": "struct", "optional": True, "field": "inner",
+     "fields": [{"type": "int64", "optional": False, "field": "a"},
+                {"type": "int64", "optional": True, "field": "b"}]}]}
+
+
+@pytest.mark.parametrize(("replace", "value", "payload"), [
+    # every schema field in schema order: a missing optional one null (or its default), an extra key left out
+    ("true", {"inner": {"b": 2, "a": 1, "x": 0}, "id": 7, "extra": "dropped"},
+     b'{"id":7,"name":null,"note":"n/a","inner":{"a":1,"b":2}}'),
+    ("false", {"inner": {"b": 2, "a": 1, "x": 0}, "id": 7, "extra": "dropped"},
+     b'{"id":7,"name":null,"note":null,"inner":{"a":1,"b":2}}'),
+    ("true", {"id": 7, "name": "x", "note": None, "inner": None},
+     b'{"id":7,"name":"x","note":"n/a","inner":null}'),
+])
+def test_a_struct_is_written_with_its_schemas_fields_in_order(replace: str, value: dict, payload: bytes) -> None:
+    """Kafka's convertToJson of a Struct: each schema field in the schema's order, convertToJson(field
+    schema, its value) (klog wrote the dict as given: its keys, its order, extra ones too)."""
+    converter = JsonConverter({"schemas.enable": "false", "replace.null.with.default": replace}, is_key=False)
+    assert converter.from_connect("t", STRUCT, value) == payload
+
+
+@pytest.mark.parametrize("value", [{"name": "no id"}, {"id": None}, {"id": 1, "inner": {"b": 2}}])
+def test_a_required_field_without_a_value_fails_as_kafkas(value: dict) -> None:
+    """A required field with no value and no default: Kafka's DataException (klog wrote it out or left
+    it out)."""
+    converter = JsonConverter({}, is_key=False)
+    with pytest.raises(DataError, match="^Conversion error: null value for field that is required and has no "
+                                        "default value$"):
+        converter.from_connect("t", STRUCT, value)
+
+
+def test_a_required_field_with_a_default_is_its_default_unless_replace_null_is_off() -> None:
+    """Kafka: a null required field with a default is written as the default under replace.null.with.default
+    (true unless set); with it false the null is refused, the field not being optional."""
+    schema = {"type": "struct", "optional": False,
+              "fields": [{"type": "int32", "optional": False, "default": 5, "field": "n"}]}
+    assert JsonConverter({"schemas.enable": "false"}, is_key=False).from_connect("t", schema, {}) == b'{"n":5}'
+    off = JsonConverter({"schemas.enable": "false", "replace.null.with.default": "false"}, is_key=False)
+    with pytest.raises(DataError, match="^Conversion error"):
+        off.from_connect("t", schema, {"n": None})
