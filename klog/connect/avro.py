@@ -796,7 +796,8 @@ class AvroConverter(Converter):
         if self.config["use.latest.version"]:
             latest = self.registry.call("GET", f"{path}/versions/latest")
             if self.config["latest.compatibility.strict"]:
-                _check_latest_reads(latest, writer)
+                check_latest_reads(latest, "AVRO", writer.text,
+                                   lambda avro: read_problems(_resolvable(avro), _resolvable(writer.avro)))
             return (_Writer(writer.connect, latest_avro=json.loads(latest["schema"]), scrub=writer.scrub),
                     int(latest["id"]))
         body = {"schema": writer.text}
@@ -845,18 +846,20 @@ class AvroConverter(Converter):
         return _Reader(avro, version if isinstance(version, int) else None)
 
 
-def _check_latest_reads(latest: dict[str, Any], writer: _Writer) -> None:
-    """latest.compatibility.strict: the subject's latest schema must read what the record's schema writes
-    (Confluent's AbstractKafkaSchemaSerDe checks latestVersion.isBackwardCompatible(schema), Avro's
-    resolution rules, before use.latest.version writes with it); DataError with Confluent's wording if not."""
+def check_latest_reads(latest: dict[str, Any], schema_type: str, text: str,
+                       problems_of: Callable[[Any], list[str]]) -> None:
+    """latest.compatibility.strict, for every converter with a registry: the subject's `latest` version (the
+    registry's answer) must read what the record's schema (`text`, of `schema_type`) writes, as Confluent's
+    AbstractKafkaSchemaSerDe checks latestVersion.isBackwardCompatible(schema) before use.latest.version
+    writes with it; `problems_of(latest's parsed schema)` gives the type's own rules' reasons. DataError
+    with Confluent's wording if it may not."""
     kind = latest.get("schemaType") or "AVRO"
     try:
-        problems = ["a schema of type " + kind] if kind != "AVRO" else \
-            read_problems(_resolvable(json.loads(latest["schema"])), _resolvable(writer.avro))
-    except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException and others: not a schema it reads
+        problems = ["a schema of type " + kind] if kind != schema_type else problems_of(json.loads(latest["schema"]))
+    except Exception as e:  # noqa: BLE001 - a schema the type's parser refuses is one it cannot read with
         problems = [f"{type(e).__name__}: {e}"]
     if problems:
-        raise DataError(f"Incompatible schema {latest.get('schema')} of type {kind} for schema {writer.text}: "
+        raise DataError(f"Incompatible schema {latest.get('schema')} of type {kind} for schema {text}: "
                         f"{'; '.join(problems)[:500]}. Set latest.compatibility.strict=false to disable this check")
 
 

@@ -36,6 +36,7 @@ from klog.connect.avro import (
     RegistryClient,
     _ordered,
     _put_bounded,
+    check_latest_reads,
     subject_name,
 )
 from klog.connect.config import ConfigDef
@@ -52,7 +53,7 @@ from klog.connect.converters import (  # JsonConverter's Jackson number texts: o
 from klog.connect.data import DECIMAL, Schema
 from klog.connect.errors import ConfigError, DataError
 from klog.protocol.json_compat import backward_problems
-from klog.protocol.json_schema import Loader, Node, SchemaProblem
+from klog.protocol.json_schema import Loader, Node
 
 NAMESPACE = "io.confluent.connect.json"
 ONE_OF = NAMESPACE + ".OneOf"
@@ -516,7 +517,7 @@ class JsonSchemaConverter(Converter):
         if self.config["use.latest.version"]:
             latest = self.registry.call("GET", f"{path}/versions/latest")
             if self.config["latest.compatibility.strict"]:
-                _check_latest_reads(latest, text)
+                check_latest_reads(latest, "JSON", text, lambda doc: backward_problems(doc, json.loads(text)))
             found = int(latest["id"])
         else:
             body = {"schemaType": "JSON", "schema": text}
@@ -599,18 +600,3 @@ class JsonSchemaConverter(Converter):
                 pass
         return connect_schema(doc, version if isinstance(version, int) else None,
                               self.config["use.optional.for.nonrequired"])
-
-
-def _check_latest_reads(latest: dict[str, Any], text: str) -> None:
-    """latest.compatibility.strict: the subject's latest schema must read what the record's schema writes
-    (Confluent's AbstractKafkaSchemaSerDe checks latestVersion.isBackwardCompatible(schema) before
-    use.latest.version writes with it); DataError with Confluent's wording when it may not."""
-    kind = latest.get("schemaType") or "AVRO"
-    try:
-        problems = ["a schema of type " + kind] if kind != "JSON" else \
-            backward_problems(json.loads(latest["schema"]), json.loads(text))
-    except (SchemaProblem, ValueError, KeyError, RecursionError) as e:
-        problems = [str(e) or type(e).__name__]
-    if problems:
-        raise DataError(f"Incompatible schema {latest.get('schema')} of type {kind} for schema {text}: "
-                        f"{'; '.join(problems)[:500]}. Set latest.compatibility.strict=false to disable this check")
