@@ -49,6 +49,7 @@ def test_benchmarks_are_cases_of_the_one_harness() -> None:
         f"benchmarks/ holds {scripts}: make each benchmark a case in benchmarks/cases/ (benchmarks/README.md)")
 
 
+@pytest.mark.slow
 def test_smoke_runs_in_process_cases_and_writes_nothing() -> None:
     readme = (REPO / "benchmarks" / "README.md").read_bytes()
     done = smoke("codec", "validate_uniform")

@@ -225,6 +225,7 @@ def shown_outputs() -> list[tuple[Block, str]]:
 
 @pytest.mark.parametrize("block, expected", [pytest.param(block, text, id=f"{block.page.name}:{block.line}")
                                              for block, text in shown_outputs()])
+@pytest.mark.slow
 def test_an_example_prints_what_the_page_shows(block: Block, expected: str, tmp_path: Path) -> None:
     env, work = scratch_env(tmp_path)
     code = block.code.replace("/tmp/", f"{tmp_path}/")

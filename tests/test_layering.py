@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 KLOG = Path(__file__).resolve().parent.parent / "klog"
 
 # package -> layer; a higher layer may import a lower one. "klog" is klog/__init__.py, the public
@@ -79,6 +81,7 @@ def violations(root: Path) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_every_import_points_down_the_layers():
     found = violations(KLOG)
     assert not found, "an import points up (or sideways) the layers; move the code down:\n" + "\n".join(found)

@@ -85,6 +85,7 @@ workloads = st.lists(st.tuples(st.integers(0, 7), st.one_of(st.none(), st.binary
                      min_size=1, max_size=120)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads, st.integers(1, 7), st.sampled_from(["none", "gzip", "zstd"]))
 def test_compacted_log_is_the_last_value_per_key_at_the_same_offsets(workload, per_batch, compression):

@@ -219,6 +219,7 @@ def test_a_txn_index_entry_at_a_commit_marker_aborts_nothing(store, tmp_path):
     assert got == ["plain0", "c1", "c2", "plain1"]
 
 
+@pytest.mark.slow
 def test_verify_is_bounded_and_zero_filled_indexes_are_unused(cli, store):
     store.create_topic("t", 1)
     with store.producer() as p:
@@ -335,6 +336,7 @@ def test_a_kafka_folder_copied_into_the_log_dir_is_reported_then_adopted_in_plac
     assert cli("verify").exit_code == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
 def test_serve_fetch_honours_isolation_level(kafka_server, store, tmp_path, isolation):
     """A Kafka client reading imported transactions through klog serve: read_committed gets the

@@ -194,6 +194,7 @@ def test_reassign_moves_a_leader_and_keeps_every_record(rstore, cli):
         assert consumed(fresh, "ra") == expected(1000)
 
 
+@pytest.mark.slow
 def test_100k_records_survive_deleting_the_two_followers_too(rstore):
     """The other order: both followers go (one at a time), the leader alone still has everything."""
     store, dirs = rstore

@@ -542,6 +542,7 @@ def test_a_writer_killed_after_retention_reopens_clean(cli, klog_proc, data_dir)
     assert out.returncode == 0 and out.stdout.decode().splitlines()[-1] == "after"
 
 
+@pytest.mark.slow
 def test_dirs_list_and_topics_describe_agree_while_deleted_files_wait(data_dir):
     """Retention renames old segments to .deleted and leaves them for file.delete.delay.ms: the
     size both commands show is the live segments' .log bytes only, the same figure in both."""

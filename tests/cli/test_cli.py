@@ -260,6 +260,7 @@ def test_consume_on_missing_store_is_an_error(cli, tmp_path):
 
 
 # -- real processes: pipes and signals --------------------------------------------------------------
+@pytest.mark.slow
 def test_closed_pipe_exits_quietly(klog_proc, data_dir):
     klog_proc("produce", "p", input=b"".join(b"line %d\n" % i for i in range(200_000)))
     env = {**os.environ, "KLOG_DATA_DIR": data_dir}

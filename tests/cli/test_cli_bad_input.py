@@ -35,6 +35,7 @@ def assert_store_verifies(data_dir: str) -> None:
 
 
 # -- closed standard streams -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_closed_stdin_is_named_not_a_traceback(data_dir):
     assert run_shell(data_dir, "echo a | klog produce t").returncode == 0
     assert_error_line(run_shell(data_dir, "klog produce t <&-"), 1, "standard input is closed")
@@ -44,6 +45,7 @@ def test_a_closed_stdin_is_named_not_a_traceback(data_dir):
     assert_store_verifies(data_dir)
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_is_named_and_nothing_is_committed(data_dir):
     assert run_shell(data_dir, "printf 'a\\nb\\n' | klog produce t").returncode == 0
     for command in ("klog topics list", "klog offsets t", "klog groups list", "klog consume t -e",
@@ -99,6 +101,7 @@ MALFORMED_URLS = [".", "", " ", "http://", "ftp://x/", "http://[::1", "http://12
 CONNECT_CALLS = [["list"], ["status", "c"], ["restart", "c"], ["delete", "c"], ["pause", "c"]]
 
 
+@pytest.mark.slow
 def test_a_malformed_connect_url_is_a_usage_error(data_dir):
     for i, url in enumerate(MALFORMED_URLS):
         r = run_klog(data_dir, "connect", *CONNECT_CALLS[i % len(CONNECT_CALLS)], "--url", url)
@@ -203,6 +206,7 @@ for args in sys.argv[2:]:
 """
 
 
+@pytest.mark.slow
 def test_listing_commands_work_on_a_read_only_store(data_dir, tmp_path):
     """groups list|describe, transactions list|describe and dirs list opened the store for writing:
     on a read-only mount they said 'data directory ... is not writable'."""

@@ -125,6 +125,7 @@ def test_a_following_mirror_stops_on_sigterm_as_every_command_does(tmp_path):
     assert proc.returncode == 143 and b"mirrored 5 records" in err and err.endswith(b"klog: terminated\n"), err
 
 
+@pytest.mark.slow
 def test_mirror_between_local_stores_keeps_everything_and_resumes(klog_proc, tmp_path):
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
     fill(src, "orders", 500)
@@ -164,6 +165,7 @@ def test_mirror_into_existing_topics_keeps_partitions_only_when_dest_has_them_al
             assert {r.key: r.partition for r in c} == {k: partition_for_key(k, 2) for k in placed}
 
 
+@pytest.mark.slow
 def test_mirror_pattern_and_rename(klog_proc, tmp_path):
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
     fill(src, "logs.a", 5, partitions=1)

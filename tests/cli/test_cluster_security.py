@@ -53,6 +53,7 @@ SECURED = [
 
 @pytest.mark.parametrize("protocol,sasl", SECURED, ids=["SSL", "SSL-client-certificate", "SASL_PLAINTEXT-SCRAM-256",
                                                           "SASL_SSL-PLAIN", "SASL_SSL-SCRAM-512"])
+@pytest.mark.slow
 def test_delete_offsets_and_partition_sizes_over_tls_and_sasl(secure_store, certs, klog_proc, monkeypatch,  # noqa: F811
                                                               protocol, sasl):
     """OffsetDelete and DescribeLogDirs (klog's own socket, not librdkafka) honour the same -X settings."""

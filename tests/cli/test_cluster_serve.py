@@ -75,6 +75,7 @@ def test_produce_through_the_cluster_lands_in_the_store(kafka_server, klog_proc,
     assert all(r.partition == partition_for_key(r.key, 3) for r in got)  # Kafka's murmur2, as locally
 
 
+@pytest.mark.slow
 def test_consume_gives_the_same_output(both, data_dir):
     fill(data_dir, "orders", 100)
     for args in (["consume", "orders", "--json"], ["consume", "orders", "-p", "1", "-o", "-3"]):
@@ -141,6 +142,7 @@ def test_topics_describe_says_why_segments_are_unknown_on_a_cluster(both, data_d
     assert [line.split()[-1] for line in r.stdout.splitlines()[3:5]] == [b"-", b"-"]  # the column itself
 
 
+@pytest.mark.slow
 def test_topics_describe_configs(both, data_dir):
     needs_apis(DESCRIBE_CONFIGS)
     fill(data_dir, "a", 5)
@@ -258,6 +260,7 @@ def test_groups_through_the_cluster(kafka_server, klog_proc, data_dir):
     assert remote(kafka_server, klog_proc, "groups", "list", "--json").stdout == b""
 
 
+@pytest.mark.slow
 def test_a_following_group_member_through_the_cluster_waits_for_more(kafka_server, data_dir):
     """`consume -b ... --group G -f` (clusters.md's example) read its records, then died with a traceback
     at its first empty poll: the deleted-topic watch asked the remote store for the local metadata."""
@@ -297,6 +300,7 @@ def test_a_read_ending_on_a_transaction_marker_ends(both, data_dir):
     assert time.monotonic() - started < 8
 
 
+@pytest.mark.slow
 def test_mirror_follow_from_the_cluster_stops_cleanly_without_duplicates(kafka_server, tmp_path, data_dir):
     """serve -> local store with --follow: records keep arriving; SIGTERM; a rerun copies only the rest."""
     back = str(tmp_path / "back")

@@ -85,6 +85,7 @@ def test_list_describe_abort_through_a_cluster(kafka_server, cli, data_dir):
     assert_one_line_error(cli("transactions", "describe", "nobody", "-b", b), 2, "no transactional id 'nobody'")
 
 
+@pytest.mark.slow
 def test_transactional_producer_without_write_on_its_id(env, cli):  # noqa: F811 - the env fixture
     """SASL principal alice may write topic t but not use transactional id 'tx-alice': `klog produce
     --transactional-id` through -b is one line, exit 1; with Write on the id it commits."""
@@ -99,6 +100,7 @@ def test_transactional_producer_without_write_on_its_id(env, cli):  # noqa: F811
     assert r.exit_code == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env fixture
     """Through -b the verbs are authorized as kafka-transactions.sh's requests are: an id alice may not
     Describe is not listed and not described; abort writes markers, which needs ClusterAction."""

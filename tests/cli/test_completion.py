@@ -107,6 +107,7 @@ def test_the_spec_is_the_live_cli():
     assert spec["consume"]["values"]["-G"] == "group" and spec["produce"]["options"]["--input"] is True
 
 
+@pytest.mark.slow
 def test_a_tab_on_a_cut_metadata_database_offers_nothing_and_prints_nothing(shell_env):
     """A `data.mdb` cut short (a copy that stopped early) made LMDB read past the file's end: the Tab
     died of SIGBUS and the shell printed "Bus error" into the command line. The cut is now seen

@@ -399,6 +399,7 @@ def test_group_values_resume_inside_a_batch_and_print_null_as_an_empty_line(cli)
     assert rest.stdout.split(b"\n")[:-1] == want[5:]
 
 
+@pytest.mark.slow
 def test_consume_group_exec_commits_after_each_success_and_a_failure_is_redone(klog_proc, data_dir, tmp_path):
     assert klog_proc("produce", "jobs", input=b"a\nb\nbad\nc\nd\n").returncode == 0
     out = tmp_path / "out"

@@ -58,6 +58,7 @@ def both_ways(kafka_server, klog_proc):
     return run
 
 
+@pytest.mark.slow
 def test_committed_transactions_leave_markers_that_are_not_records(kafka_server, both_ways, data_dir):
     """One record a transaction: every other offset of each partition is a COMMIT marker."""
     with klog.open(data_dir) as s:
@@ -76,6 +77,7 @@ def test_committed_transactions_leave_markers_that_are_not_records(kafka_server,
     assert both_ways("tx", "2", "--grep", "c[0-4]") == ["c3", "c4"]
 
 
+@pytest.mark.slow
 def test_an_aborted_transaction_is_no_records_under_read_committed(kafka_server, both_ways, data_dir):
     """Committed records, then an aborted transaction of 6 at the end of both partitions: read_committed
     skips them (the N newest committed records); read_uncommitted shows them, as Kafka's clients do."""
@@ -91,6 +93,7 @@ def test_an_aborted_transaction_is_no_records_under_read_committed(kafka_server,
     assert both_ways("ab", "3") == ["no3", "no4", "no5"]  # read_uncommitted: aborted records are records
 
 
+@pytest.mark.slow
 def test_a_compacted_topic_has_offsets_without_records(kafka_server, both_ways, data_dir, cli):
     """klog's cleaner: the records of a key written 10 times leave 9 offsets without records (in
     emptied batches) just before the newest records."""
@@ -106,6 +109,7 @@ def test_a_compacted_topic_has_offsets_without_records(kafka_server, both_ways, 
     assert both_ways("cmp", "5") == ["v7", "v8", "v9", "v19", "v20"]
 
 
+@pytest.mark.slow
 def test_a_window_wholly_inside_a_kafka_compaction_gap_reads_on(kafka_server, both_ways, cli, tmp_path):
     """Kafka's cleaner drops the batches it emptied: offsets 10..29 hold no batch at all. Reading back
     from the end, a window that lies wholly in that gap holds nothing (it is no damage: on the store
@@ -121,6 +125,7 @@ def test_a_window_wholly_inside_a_kafka_compaction_gap_reads_on(kafka_server, bo
     assert both_ways("gap", "20") == [f"v{i}" for i in (*range(10), 30, 31)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
 def test_last_then_follow_through_the_cluster_goes_on_after_the_markers(kafka_server, data_dir, isolation):
     """--last N -f -b: the N newest records, then what comes after (nothing twice, nothing lost),

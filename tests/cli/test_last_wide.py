@@ -52,6 +52,7 @@ def wide(data_dir) -> str:
     return "wide"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", ["1", "25", "400"])
 def test_last_of_a_wide_topic_is_the_stores_in_a_few_fetches(kafka_server, klog_proc, fetches, wide, n):
     local = last(klog_proc, None, wide, n)
@@ -74,6 +75,7 @@ def test_a_merged_read_of_a_wide_topic_fetches_its_partitions_together(kafka_ser
     assert fetches[0] <= 4, fetches[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
 def test_until_stops_each_partition_at_its_first_record_at_or_after_it(kafka_server, klog_proc, data_dir, isolation):
     """Timestamps out of order: partition 0 holds T0, +1, +10, +2, +3; partition 1 +4, +20, +5. With

@@ -146,6 +146,7 @@ def test_follow_on_a_terminal_hints_while_waiting_and_a_deleted_topic_ends_it(cl
     assert code == 1 and err.decode().strip() == "klog: error: topic 'gone' was deleted while being followed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["-G", "g"], ["-G", "g", "--json"]], ids=["plain", "group", "group-json"])
 def test_follow_on_a_pipe_of_a_deleted_topic_exits_1(data_dir, cli, extra):
     cli("produce", "gone", input=b"one\n")
@@ -165,6 +166,7 @@ def test_follow_on_a_pipe_of_a_deleted_topic_exits_1(data_dir, cli, extra):
 
 
 # -- tables, sizes, escaping -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_tables_never_cut_a_heading_or_value_on_an_80_column_terminal(cli, data_dir):
     cli("topics", "create", "quickstart-access-log-with-a-long-name", "-p", "2", "-c", "cleanup.policy=compact")
     cli("produce", "quickstart-access-log-with-a-long-name", "-K:", input=b"k:v\n" * 3000)

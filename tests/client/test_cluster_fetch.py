@@ -150,6 +150,7 @@ def test_a_broker_gone_mid_read_is_one_line_and_exit_1(data_dir, tmp_path):
     assert took < 12, took
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["SSL-client-certificate", "SASL_PLAINTEXT", "SASL_SSL"])
 def test_tls_and_sasl_listeners_are_read_by_fetch_requests(secure_store, certs, protocol):  # noqa: F811
     values = produce(secure_store, "t")
@@ -209,6 +210,7 @@ def test_a_lost_connection_is_opened_again_and_the_read_goes_on(kafka_server, da
     assert got == values
 
 
+@pytest.mark.slow
 def test_transaction_markers_are_skipped_and_read_committed_goes_by_librdkafka(kafka_server, data_dir, tmp_path,
                                                                                  klog_proc):
     """Control batches (COMMIT/ABORT markers) are not records: the Fetch reader leaves them out as

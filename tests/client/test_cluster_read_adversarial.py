@@ -44,6 +44,7 @@ def assert_counter_sane(c: FetchConsumer, drained: bool = True) -> None:
 
 # -- -f: a follower under a tiny budget ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_follower_with_nothing_new_waits_in_one_wait_that_on_wait_sees_grow(kafka_server, store):
     """Nothing new: the follower's wait goes on, on_wait told how long (the CLI's 'waiting' hint
     after 1 s, a caller's own bound). Before: the empty answers of the long poll were kept and
@@ -259,6 +260,7 @@ def remote_answer(remote_store: RemoteStore, topics: list[str], how: str, option
 CASES = 18
 
 
+@pytest.mark.slow
 def test_seeded_random_reads_through_the_cluster_give_the_local_stores_answer(kafka_server, store, monkeypatch):
     """CASES seeded cases (topics; records, values, record runs, batch runs with the transaction
     markers, poll_chunks; -n/--until/--last/start; budgets from 1 byte to 1 MiB,
@@ -286,6 +288,7 @@ FOLLOW_CASES = 8
 BURSTS = 4  # long polls that find records written just before them
 
 
+@pytest.mark.slow
 def test_seeded_random_followers_get_every_record_written_while_following_once(kafka_server, store, monkeypatch):
     """-f from the end under budgets from 1 byte up, 1-3 brokers, hostile or not: bursts of records
     (random partitions, sizes, codecs) written before the first long polls all come, each once and

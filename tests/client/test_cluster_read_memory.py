@@ -194,6 +194,7 @@ def test_a_broker_that_cuts_every_answer_at_its_share_still_gives_a_larger_batch
     assert LIMIT // 2 < c.held.peak <= LIMIT + max(asked_alone)
 
 
+@pytest.mark.slow
 def test_dash_x_sets_the_bounds_and_a_bad_value_is_one_line(kafka_server, store, data_dir):
     fill(store)
     with RemoteStore(ClusterTarget(kafka_server.bootstrap, {"fetch.max.bytes": "8192"})) as remote, \

@@ -45,6 +45,7 @@ def test_replay_from_a_cluster_to_stdout_is_the_local_output(kafka_server, klog_
     assert remote.stdout == local.stdout and remote.stdout.count(b"\n") == 20
 
 
+@pytest.mark.slow
 def test_replay_refusals_are_one_line(kafka_server, klog_proc, tmp_path, data_dir):
     src = str(tmp_path / "src")
     fill(src, "orders", 10)
@@ -59,6 +60,7 @@ def test_replay_refusals_are_one_line(kafka_server, klog_proc, tmp_path, data_di
     assert r.returncode == 2 and "into itself" in r.stderr.decode()
 
 
+@pytest.mark.slow
 def test_replay_from_a_cluster_into_a_local_store_resumes_with_a_group(kafka_server, klog_proc, tmp_path, data_dir):
     back = str(tmp_path / "back")
     fill(data_dir, "orders", 200)

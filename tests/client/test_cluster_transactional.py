@@ -62,6 +62,7 @@ def test_commit_abort_exception_and_offsets_through_a_cluster(kafka_server, data
     assert _committed_offset(kafka_server.bootstrap, "remote-group", "in", 0) == 10
 
 
+@pytest.mark.slow
 def test_a_local_producer_of_the_same_id_fences_the_cluster_one(kafka_server, data_dir):
     with klog.open(data_dir) as s:
         s.create_topic("f", 1)

@@ -259,6 +259,7 @@ def test_a_member_that_stops_polling_leaves_after_max_poll_interval(store) -> No
     busy.close()
 
 
+@pytest.mark.slow
 def test_a_member_whose_process_is_gone_is_expired_at_once(store) -> None:
     fill(store, "t", 4, 1)
     proc = subprocess.Popen(["sleep", "30"])

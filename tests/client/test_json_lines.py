@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from klog.client.envelope import json_lines, record_json_line
 from klog.client.records import Record
 
@@ -20,6 +22,7 @@ def test_json_lines_match_the_record_envelope_byte_for_byte() -> None:
         assert json_lines('t"ü', 3, ts_type, records) == want
 
 
+@pytest.mark.slow
 def test_consume_json_of_one_partition_equals_the_merged_path(tmp_path) -> None:
     """The same records through the one-partition fast path and through a two-partition read
     (record by record) give the same envelope lines."""

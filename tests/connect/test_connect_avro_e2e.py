@@ -42,6 +42,7 @@ def ctx(topic: str, is_key: bool):  # noqa: ANN201
     return SerializationContext(topic, MessageField.KEY if is_key else MessageField.VALUE)
 
 
+@pytest.mark.slow
 def test_debezium_tutorial_avro_connector_read_by_confluent_kafkas_deserializer(pg_db, data_dir, tmp_path):
     """Debezium's tutorial connector with the Avro settings of Debezium's documentation: the snapshot, an
     update, a delete and its tombstone on `dbserver1.inventory.customers` as Avro records with registered
@@ -91,6 +92,7 @@ HIKE_ENVELOPE = {"type": "record", "name": "Envelope", "namespace": "dbserver1.i
     {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
 
 
+@pytest.mark.slow
 def test_confluent_jdbc_sink_avro_config_consumes_confluent_kafkas_avro_records(pg_db, data_dir, tmp_path):
     """Debezium's end-to-end demo sink (Confluent's JDBC sink, ExtractNewRecordState, Avro keys and values)
     over records confluent-kafka's AvroSerializer wrote as Debezium would: creates, an update and a delete
@@ -135,6 +137,7 @@ def test_confluent_jdbc_sink_avro_config_consumes_confluent_kafkas_avro_records(
     assert warnings == []
 
 
+@pytest.mark.slow
 def test_debezium_source_to_jdbc_sink_through_avro(pg_db, data_dir, tmp_path):
     """The deployment most Avro users run: Debezium's tutorial source and Debezium's postgres-toast JDBC sink,
     both with the Avro settings of Debezium's documentation, one worker, one registry: the sink's table

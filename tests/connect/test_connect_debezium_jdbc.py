@@ -257,6 +257,7 @@ def test_kill_9_mid_stream_loses_and_duplicates_no_row(tmp_path, data_dir):
         assert conn.execute('SELECT count(*), count(DISTINCT id) FROM "rows"').fetchone() == (total, total)
 
 
+@pytest.mark.slow
 def test_debezium_postgres_source_into_a_second_database(pg_db, data_dir, tmp_path):
     """Debezium's tutorial pairing: its PostgreSQL source (JsonConverter with schemas, truncates captured)
     -> a topic -> its JDBC sink, unchanged, into another PostgreSQL table and into SQLite: the snapshot,
@@ -309,6 +310,7 @@ def test_debezium_postgres_source_into_a_second_database(pg_db, data_dir, tmp_pa
                                     ("seen", "timestamp without time zone"), ("amount", "numeric")]
 
 
+@pytest.mark.slow
 def test_published_unwrap_smt_sink_runs_unchanged(pg_db, data_dir):
     """debezium-examples' unwrap-smt/jdbc-sink.json (refused before: klog had no Debezium sink), only its
     database pointed at the test server, behind Debezium's PostgreSQL source routed as that example's

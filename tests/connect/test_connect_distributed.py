@@ -131,6 +131,7 @@ def test_three_workers_share_six_tasks_and_survive_a_sigkill(tmp_path, data_dir)
     assert _rows(db) == (9000, 9000)
 
 
+@pytest.mark.slow
 def test_distributed_jdbc_source_splits_tables_and_reconfigures_on_a_new_table(tmp_path, data_dir):
     """Two workers run a JDBC source of tasks.max=2 over three tables: the tasks get contiguous shares
     (Confluent's taskConfigs); a table created later is found by the connector instance the worker of task 0

@@ -173,6 +173,7 @@ def _task_state(url: str, name: str) -> str | None:
     return status["tasks"][0]["state"] if code == 200 and status["tasks"] else None
 
 
+@pytest.mark.slow
 def test_a_stop_in_progress_holds_no_other_request(data_dir):
     """PUT .../stop waits for the connector's tasks to be gone: meanwhile other requests (the connector
     list, another connector's status) are answered; they waited behind the stop (up to 10 s)."""
@@ -198,6 +199,7 @@ def test_a_stop_in_progress_holds_no_other_request(data_dir):
         assert call(url, "GET", "/connectors/held/status")[1]["connector"]["state"] == "STOPPED"
 
 
+@pytest.mark.slow
 def test_a_worker_answers_409_while_the_group_rebalances_it(data_dir):
     """A second worker joins: the first gives up its slots (its task held in its stop, so the rebalance
     stays open) and until it is assigned again answers Kafka's 409 with Kafka's message (status reads
@@ -232,6 +234,7 @@ def test_a_worker_answers_409_while_the_group_rebalances_it(data_dir):
             second.close()
 
 
+@pytest.mark.slow
 def test_a_worker_that_cannot_read_its_configs_answers_409(data_dir, monkeypatch):
     """connect-configs unreadable (a store or cluster hiccup): Kafka's 409 for stale configuration, not a
     500, and the worker's view marked stale until it reads them again."""

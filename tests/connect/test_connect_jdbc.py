@@ -204,6 +204,7 @@ def test_kill_9_during_a_sink_loses_and_duplicates_nothing(tmp_path, data_dir):
         assert conn.execute('SELECT count(*), count(DISTINCT id) FROM "rows"').fetchone() == (total, total)
 
 
+@pytest.mark.slow
 def test_cdc_topic_sinks_into_sqlite_and_postgresql_equal_to_the_source(pg_db, data_dir, tmp_path):
     from tests.connect.test_connect_postgres import cdc, table_state
 

@@ -48,6 +48,7 @@ def test_timestamp_incrementing_mode_sends_new_and_updated_rows_once(pg_db, data
     assert last == {"incrementing": 3, "timestamp": 1_577_923_200_000, "timestamp_nanos": 0}
 
 
+@pytest.mark.slow
 def test_timestamp_initial_current_time_sends_the_rows_written_after_the_start(pg_db, data_dir):
     """timestamp.initial=-1 is the time the task starts (Confluent's computeInitialOffset, once): a row
     written before is skipped, one written after is sent (klog took each poll's time: none ever was)."""
@@ -72,6 +73,7 @@ def _poll_all(task, polls: int = 20) -> list:  # noqa: ANN001
     return out
 
 
+@pytest.mark.slow
 def test_timestamp_mode_reads_a_group_of_equal_timestamps_whole_across_batches(pg_db):
     """timestamp mode with batch.max.rows=2 and five rows sharing a timestamp: Confluent reads its one
     query to the end, and a record's offset is the last timestamp whose rows were all read
@@ -210,6 +212,7 @@ def test_numeric_columns_keep_their_scale_in_table_and_query_modes(pg_db):
             assert decimal_from_bytes(decimal_to_bytes(record.value[column], scale), scale) == decimal.Decimal(want)
 
 
+@pytest.mark.slow
 def test_a_lost_connection_is_retried_as_confluents_query_retry_attempts(pg_db, data_dir):
     """The source's PostgreSQL session terminated under it: the query is retried on a new connection
     (Confluent's query.retry.attempts, -1: forever) and the rows written meanwhile arrive once; the task
@@ -245,6 +248,7 @@ def test_query_retry_attempts_zero_fails_the_task_on_a_lost_connection(pg_db, da
         assert "Failed to query table after retries" in worker.describe_status("jdbc-src")["tasks"][0]["trace"]
 
 
+@pytest.mark.slow
 def test_a_dropped_table_stops_being_read_and_the_others_go_on(pg_db, data_dir):
     """A table dropped while the source reads it: its query fails and is retried (Confluent's
     query.retry.attempts) until the table list no longer has it; the other tables' rows go on arriving

@@ -27,6 +27,7 @@ from tests.registry.helpers import serving as registry_at  # noqa: E402
 JSON_SCHEMA = "io.confluent.connect.json.JsonSchemaConverter"
 
 
+@pytest.mark.slow
 def test_debezium_tutorial_with_json_schema_converter_read_by_confluent_kafkas_deserializer(pg_db, data_dir,
                                                                                              tmp_path):
     """The snapshot, an update, a delete and its tombstone on `dbserver1.inventory.customers` as JSON with

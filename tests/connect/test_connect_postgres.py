@@ -57,6 +57,7 @@ def cdc(db, **extra) -> dict:
                                             "publication.name": "klog_pub", **extra})
 
 
+@pytest.mark.slow
 def test_snapshot_then_streaming_with_debezium_envelopes(pg_db, data_dir):
     pg_db.execute("CREATE TABLE items (id int PRIMARY KEY, name text, price numeric(10,2), ok boolean)")
     pg_db.execute("INSERT INTO items VALUES (1, 'one', 1.50, true), (2, 'two', 2.00, false)")
@@ -120,6 +121,7 @@ def test_big_transaction_new_column_truncate_and_the_topic_replays_to_the_table(
     assert after_fields == ["id", "v", "extra"]  # the new column followed
 
 
+@pytest.mark.slow
 def test_a_restart_resumes_with_no_gap_and_no_duplicate(pg_db, data_dir):
     pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
     pg_db.execute("CREATE TABLE other (id int PRIMARY KEY, v int)")  # in the publication, not in table.include.list
@@ -143,6 +145,7 @@ def test_a_restart_resumes_with_no_gap_and_no_duplicate(pg_db, data_dir):
     assert records(data_dir, "shop.public.other") == []
 
 
+@pytest.mark.slow
 def test_a_restart_in_the_middle_of_a_transaction_delivers_the_rest_of_it(pg_db, data_dir):
     """A worker stopped while one 2,000-row transaction is part delivered (one change a poll): the next
     run delivers exactly the changes after the last one delivered, none twice, none missing."""
@@ -163,6 +166,7 @@ def test_a_restart_in_the_middle_of_a_transaction_delivers_the_rest_of_it(pg_db,
     assert [after["id"] for _, _, _, after in _changes(data_dir, "shop.public.t")] == list(range(1, 2001))
 
 
+@pytest.mark.slow
 def test_debezium_keys_that_shape_the_events(pg_db, data_dir):
     """snapshot.mode=no_data, table.exclude.list, tombstones.on.delete=false, decimal.handling.mode=string,
     and a table's REPLICA IDENTITY FULL (the whole before image; the key still the primary key, a key
@@ -401,6 +405,7 @@ def test_exactly_once_one_kafka_transaction_per_database_transaction_through_kil
                  "org.apache.kafka.connect.data.Time", "org.apache.kafka.connect.data.Timestamp",
                  "io.debezium.time.ZonedTimestamp"],
      [1, 3_723_000, 3_723_004, 90_061_000, "1970-01-02T01:01:01.000001Z"])])
+@pytest.mark.slow
 def test_time_precision_mode(pg_db, data_dir, mode, names, values):
     """time.precision.mode as Debezium's: adaptive (the default) by each column's precision (time(3) in
     milliseconds), connect as Kafka's Date, Time and Timestamp in milliseconds."""
@@ -417,6 +422,7 @@ def test_time_precision_mode(pg_db, data_dir, mode, names, values):
 
 @pytest.mark.parametrize("columns", [{"column.exclude.list": r"public\.users\.(secret|pin),public.users.id"},
                                      {"column.include.list": r"public\.users\.name"}])
+@pytest.mark.slow
 def test_column_exclude_list_drops_the_columns_from_values_and_schemas(pg_db, data_dir, columns):
     """column.exclude.list / column.include.list (schema.table.column regular expressions) as Debezium's:
     the columns left out are in no value or schema, snapshot or stream; a key column left out stays in
@@ -434,6 +440,7 @@ def test_column_exclude_list_drops_the_columns_from_values_and_schemas(pg_db, da
     assert [json.loads(r.key)["payload"] for r in records(data_dir, "shop.public.users")] == [{"id": 1}, {"id": 1}]
 
 
+@pytest.mark.slow
 def test_column_defaults_in_the_schemas_as_debezium(pg_db, data_dir):
     """A column's DEFAULT is its field's default in Debezium's schema: a literal as its value, a function
     (nextval, now()) as the type's placeholder, NULL none; a required column a delete's key-only before
@@ -459,6 +466,7 @@ def test_column_defaults_in_the_schemas_as_debezium(pg_db, data_dir):
                        "plain": None, "free": None}
 
 
+@pytest.mark.slow
 def test_interval_and_enum_columns_as_debezium(pg_db, data_dir):
     """interval as io.debezium.time.MicroDuration (months of 365.25 / 12 days, in microseconds), an enum as
     io.debezium.data.Enum with its labels in their sort order, as Debezium's PostgresValueConverter."""
@@ -481,6 +489,7 @@ def test_interval_and_enum_columns_as_debezium(pg_db, data_dir):
     assert rows == [(37_091_106_789_000, "happy"), (-86_401_500_000, None), (1_000_000, "meh")]
 
 
+@pytest.mark.slow
 def test_zoned_timestamps_have_the_columns_fraction_width(pg_db, data_dir):
     """timestamptz as Debezium's ZonedTimestamp: UTC with exactly the column's precision in fraction digits
     (6 without one, a whole second included), as its formatter for the column's scale writes it."""
@@ -497,6 +506,7 @@ def test_zoned_timestamps_have_the_columns_fraction_width(pg_db, data_dir):
         ("2020-01-01T00:00:00.000000Z", "2020-01-01T00:00:00.500Z", "2020-01-01T00:00:01Z")] * 2
 
 
+@pytest.mark.slow
 def test_timetz_and_bit1_as_debezium(pg_db, data_dir):
     """timetz as io.debezium.time.ZonedTime (shifted to UTC, ISO_OFFSET_TIME), bit(1) as a boolean."""
     pg_db.execute("CREATE TABLE tz (id int PRIMARY KEY, t timetz, flag bit(1))")
@@ -510,6 +520,7 @@ def test_timetz_and_bit1_as_debezium(pg_db, data_dir):
         ("02:05:06.789Z", True), ("23:30:00Z", False)]
 
 
+@pytest.mark.slow
 def test_one_dimensional_arrays_as_connect_arrays(pg_db, data_dir):
     """int[], text[], boolean[], uuid[] as Connect arrays of optional elements, as Debezium's; quoted,
     escaped and NULL elements read from PostgreSQL's text form."""
@@ -530,6 +541,7 @@ def test_one_dimensional_arrays_as_connect_arrays(pg_db, data_dir):
     assert (rows[1]["n"], rows[2]["n"]) == ([], [7])
 
 
+@pytest.mark.slow
 def test_snapshot_markers_and_microsecond_timestamps_as_debezium(pg_db, data_dir):
     """source.snapshot marks a snapshot's records as Debezium's SnapshotRecord.resolve (first, then
     first_in_data_collection / last_in_data_collection around each table, true between, last), and the

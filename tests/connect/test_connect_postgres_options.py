@@ -75,6 +75,7 @@ SETUP = ["CREATE TABLE a (id int PRIMARY KEY, v text)", "CREATE TABLE b (id int 
          "INSERT INTO b SELECT g, 'b' || g, 'x' FROM generate_series(1, 50) g"]
 
 
+@pytest.mark.slow
 def test_shared_locking_makes_ddl_on_a_table_not_read_yet_wait_for_the_snapshot(pg_db, data_dir, gated_snapshot):
     """snapshot.locking.mode=shared: the captured tables are locked IN ACCESS SHARE MODE in the snapshot's
     transaction until it ends (Debezium's SharedSnapshotLock), so an ALTER TABLE ... DROP COLUMN on a table the
@@ -185,6 +186,7 @@ def test_a_failing_initial_statement_fails_the_task_naming_it(pg_db, data_dir):
                          'syntax error at or near "SELEC"')
 
 
+@pytest.mark.slow
 def test_snapshot_select_statement_overrides_choose_the_rows_and_columns_of_a_tables_snapshot(pg_db, data_dir):
     """snapshot.select.statement.overrides lists tables; snapshot.select.statement.overrides.<schema>.<table>
     is the SELECT the snapshot reads that table with (RelationalSnapshotChangeEventSource.determineSnapshotSelect).
@@ -252,6 +254,7 @@ def _value_fields(data_dir: str, table: str) -> dict[str, dict]:
     return {f["field"]: f for f in value["schema"]["fields"][1]["fields"]}
 
 
+@pytest.mark.slow
 def test_column_mappers_truncate_mask_and_hash_values_and_mark_the_schema(pg_db, data_dir):
     """column.truncate.to.N.chars, column.mask.with.N.chars, column.mask.hash[.v2].<algorithm>.with.salt.<salt>
     as Debezium's ColumnMappers: the first rule matching schema.table.column (case aside) wins; truncation

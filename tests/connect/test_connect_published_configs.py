@@ -72,6 +72,7 @@ CUSTOMER_FIELDS = [{"type": "int32", "optional": False, "default": 0, "field": "
                    {"type": "string", "optional": False, "field": "email"}]
 
 
+@pytest.mark.slow
 def test_debezium_tutorial_postgres_connector(pg_db, data_dir):
     """Debezium's tutorial connector: topics `dbserver1.inventory.<table>`, the documented key and value
     schemas (a NOT NULL column is a required field), a delete's before image under REPLICA IDENTITY
@@ -106,6 +107,7 @@ def with_snippet(config: dict[str, str], snippet: str) -> dict[str, str]:
         return {**config, **parse_properties_text(f.read())}
 
 
+@pytest.mark.slow
 def test_debezium_docs_event_flattening_with_metadata(pg_db, data_dir):
     """Debezium's "Adding metadata" example on the tutorial connector: rows flattened with `__deleted`
     and `__op`, `__table`, `__lsn`, `__source_ts_ms` in the value, each with the schema the envelope
@@ -133,6 +135,7 @@ def test_debezium_docs_event_flattening_with_metadata(pg_db, data_dir):
     assert [r.headers for r in records(data_dir, topic)] == [[("__db", pg_db.dbname.encode())]] * 3
 
 
+@pytest.mark.slow
 def test_debezium_docs_event_flattening_rewrite(pg_db, data_dir):
     """The documented `rewrite` example with `add.fields=table,lsn`: the delete is `{..., "__deleted":
     "true"}` and no tombstone follows."""
@@ -163,6 +166,7 @@ def sink_rows(db, table: str) -> list[tuple]:  # noqa: ANN001
     return sorted(db.execute(f"SELECT id, first_name, last_name, email FROM {table}"))
 
 
+@pytest.mark.slow
 def test_debezium_postgres_toast_example_jdbc_sink_into_current_schema(pg_db, data_dir):
     """Debezium's postgres-toast example: the tutorial source, then Confluent's JDBC sink with the unwrap
     transform into `customers` of the URL's `currentSchema=inventorysink` (auto.create=false: the table is
@@ -250,6 +254,7 @@ def test_confluent_jdbc_sink_quickstart_sqlite(data_dir, tmp_path, monkeypatch):
     assert warnings == []
 
 
+@pytest.mark.slow
 def test_kafka_docs_predicate_example_on_debezium_topics(pg_db, data_dir):
     """Kafka's predicate example after Debezium's RegexRouter: each table's topic is its name; `foo`'s
     records are filtered out; every topic but `bar` has its key replaced by the key's `other_field`."""
@@ -271,6 +276,7 @@ def test_kafka_docs_predicate_example_on_debezium_topics(pg_db, data_dir):
     assert warnings == []
 
 
+@pytest.mark.slow
 def test_debezium_outbox_example_event_router(pg_db, data_dir):
     """Debezium's outbox example: each row inserted into `inventory.outboxevent` (the table Debezium's
     Quarkus extension writes, then deletes at once) is one event on `<aggregatetype>.events`, keyed by
@@ -341,6 +347,7 @@ def test_confluent_jdbc_source_quickstart_sqlite(data_dir, tmp_path, monkeypatch
     assert stored[-1] == ["test-source-sqlite-jdbc-autoincrement", {"protocol": "1", "table": "accounts"}]
 
 
+@pytest.mark.slow
 def test_debezium_cqrs_example_by_logical_table_router(pg_db, data_dir):
     """Debezium's CQRS example: its tables' topics rerouted by ByLogicalTableRouter (`polls.public.(.*)` →
     `$1`); the key gains `__dbz__physicalTableIdentifier` (the physical topic); the key, envelope and row
@@ -367,6 +374,7 @@ def test_debezium_cqrs_example_by_logical_table_router(pg_db, data_dir):
     assert records(data_dir, "other") == [] and records(data_dir, "polls.public.other") == []
 
 
+@pytest.mark.slow
 def test_debezium_keys_klog_lacks_are_named_in_one_warning_line(pg_db, data_dir):
     """Debezium's HTTP signaling example, posted over the REST API: its `signal.enabled.channels` and
     `notification.enabled.channels` (channels klog does not have) are named in one warning line (as

@@ -37,6 +37,7 @@ def api(data_dir):
     store.close()
 
 
+@pytest.mark.slow
 def test_connector_lifecycle_over_http(api, tmp_path, data_dir, cli):
     (tmp_path / "in.txt").write_text("a\n")
     config = {"connector.class": "FileStreamSource", "file": str(tmp_path / "in.txt"), "topic": "lines",
@@ -94,6 +95,7 @@ def test_the_cli_without_a_worker_says_so(cli):
     assert r.exit_code == 1 and "no Connect worker answers at http://127.0.0.1:9" in r.stderr
 
 
+@pytest.mark.slow
 def test_source_offsets_are_read_altered_and_reset_on_a_stopped_connector(api, tmp_path, data_dir):
     """KIP-875 over HTTP: PATCH/DELETE refused while running; once stopped, PATCH moves the file position
     (the resumed task reads from there again) and DELETE forgets it (read from the start)."""
@@ -128,6 +130,7 @@ def test_source_offsets_are_read_altered_and_reset_on_a_stopped_connector(api, t
     wait_for(lambda: values(data_dir, "lines") == [b"a", b"b", b"b", b"a", b"b"], what="the file read again")
 
 
+@pytest.mark.slow
 def test_sink_offsets_are_the_consumer_groups(api, tmp_path, data_dir):
     with klog.open(data_dir) as s, s.producer() as p:
         for line in (b"x", b"y", b"z"):
@@ -183,6 +186,7 @@ def _scripted_worker(answers: list[tuple[int, dict]]):
     return f"http://127.0.0.1:{server.server_address[1]}", seen, stop
 
 
+@pytest.mark.slow
 def test_the_cli_asks_again_while_a_distributed_worker_rebalances(cli):
     """A worker joining or leaving makes the others answer Kafka's 409 'Cannot complete request ...'
     for a moment: the CLI asks again, as Connect's clients do, and prints the answer that follows."""

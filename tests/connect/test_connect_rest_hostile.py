@@ -125,6 +125,7 @@ def test_json_of_the_wrong_type_is_a_400(port):
                                                           b'"FileStreamSource", "topic": "t"}}' % name), 400)
 
 
+@pytest.mark.slow
 def test_slow_clients_are_cut_off_and_a_burst_of_clients_is_served(monkeypatch, data_dir):
     from klog.connect import rest
     from klog.connect.rest import RestServer
@@ -240,6 +241,7 @@ def race(port: int, config: dict, seconds: float) -> list[str]:
     return wrong
 
 
+@pytest.mark.slow
 def test_a_seeded_campaign_leaves_the_worker_serving_and_its_connector_running(port, tmp_path, data_dir, capfd):
     config = source(tmp_path)
     assert request(port, "POST", "/connectors", json.dumps({"name": "keep", "config": config}).encode())[0] == 201
@@ -348,6 +350,7 @@ def test_a_name_with_surrounding_spaces(port, tmp_path):
     assert request(port, "GET", "/connectors")[1] == ["fs"]
 
 
+@pytest.mark.slow
 def test_pausing_a_stopped_connector_starts_its_tasks_paused(port, tmp_path, data_dir):
     """A 500 KeyError before (the standalone worker looked for the stopped connector's running tasks)."""
     config = source(tmp_path)

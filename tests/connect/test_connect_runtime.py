@@ -210,6 +210,7 @@ def test_the_same_connectors_against_a_cluster(tmp_path, kafka_server):
     assert got == [b"x", b"y"]
 
 
+@pytest.mark.slow
 def test_retriable_failures_are_retried_until_errors_retry_timeout(data_dir):
     """A sink whose system went away (RetriableError) is retried with backoff; within
     errors.retry.timeout it recovers and nothing is lost, past it the task is FAILED with the reason."""

@@ -60,6 +60,7 @@ def test_json_schemas_register_look_up_and_answer_with_their_type(url):
     assert call(url, "GET", "/schemas/types") == (200, ["AVRO", "JSON"])
 
 
+@pytest.mark.slow
 def test_json_versions_survive_a_restart_as_confluent_writes_them(data_dir):
     with serving(data_dir) as url:
         assert register(url, "j-value", CLOSED) == (200, {"id": 1})
@@ -162,6 +163,7 @@ EVIL_PATTERN = "^(a+)+$"  # backtracks exponentially on a's that end in somethin
 EVIL_NAME = "a" * 30 + "!"  # Python's re: ~1 minute (28 a's: 14 s), holding the GIL
 
 
+@pytest.mark.slow
 def test_a_backtracking_pattern_is_refused_in_bounded_time_while_others_are_answered(url):
     """patternProperties' patterns are matched against property names when a property is added or removed
     under a partially open content model: both come from the request. The matching runs in a child process
@@ -213,6 +215,7 @@ def nested_any_of(depth: int, leaf: str) -> str:
     return js(definitions=defs, **{"$ref": "#/definitions/d0"})
 
 
+@pytest.mark.slow
 def test_schemas_too_complex_to_compare_are_refused_in_bounded_time(url):
     import time
 
@@ -277,6 +280,7 @@ def test_references_are_refused_and_nothing_is_fetched(url):
         assert (status, answer["error_code"]) == (422, 42201), remote
 
 
+@pytest.mark.slow
 def test_at_most_two_request_schemas_are_parsed_at_once(url, monkeypatch):
     """Parsing runs without the registry's lock (a large schema's metaschema check is seconds): two at
     once bound the memory many large requests at a time would take."""
@@ -372,6 +376,7 @@ def test_a_version_registered_while_another_is_compared_is_compared_with_too(dat
             registry.close()
 
 
+@pytest.mark.slow
 def test_at_most_two_requests_compare_at_once(url, monkeypatch):
     """Comparing runs without the registry's lock too, within the same two places (a hostile comparison
     takes its bounds: seconds of a core, a child process matching patterns)."""

@@ -126,6 +126,7 @@ def test_bad_requests_are_answered_without_taking_the_registry_down(url):
     assert call(url, "POST", "/subjects/s/versions", {"schema": '"string"'}) == (200, {"id": 1})
 
 
+@pytest.mark.slow
 def test_concurrent_clients_get_distinct_ids_and_no_errors(url):
     """Eight clients registering and listing at once: every answer 200, one id per distinct schema."""
     import threading
@@ -241,6 +242,7 @@ def test_deletes_soft_then_permanent_as_confluent(url):
     assert call(url, "DELETE", "/subjects/d")[1]["error_code"] == 40401
 
 
+@pytest.mark.slow
 def test_ids_versions_and_levels_survive_a_restart(data_dir):
     with serving(data_dir) as url:
         assert call(url, "POST", "/subjects/a/versions", {"schema": V1}) == (200, {"id": 1})
@@ -335,6 +337,7 @@ def cli_registry(data_dir: str, *args: str):
             proc.wait()
 
 
+@pytest.mark.slow
 def test_the_cli_command_serves_and_stops_on_sigterm(data_dir):
     with cli_registry(data_dir) as (base, proc):
         assert call(base, "POST", "/subjects/s/versions", {"schema": '"string"'}) == (200, {"id": 1})

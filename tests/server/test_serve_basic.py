@@ -132,6 +132,7 @@ def test_serve_on_a_port_in_use_is_one_line_exit_1(kafka_server, klog_proc):
     assert err.startswith(f"klog: error: cannot listen on {kafka_server.bootstrap}") and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_sigterm_answers_a_long_polling_fetch_and_exits_0(data_dir):
     import datetime
 

@@ -59,6 +59,7 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int, expected: int
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_confluent_idempotent_producer_every_codec_read_by_klog(kafka_server, data_dir, compression):
     kafka_server.store.create_topic("t", partitions=3)
@@ -102,6 +103,7 @@ def test_kcat_produce_then_consume(kafka_server, data_dir):
     assert out.stdout == lines
 
 
+@pytest.mark.slow
 def test_waiting_consumer_is_woken_by_another_process_append(kafka_server, data_dir):
     kafka_server.store.create_topic("wake")
     consumer = ck.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "unused",
@@ -262,6 +264,7 @@ def test_klog_consume_follow_sees_records_produced_over_the_protocol(kafka_serve
         follower.wait(10)
 
 
+@pytest.mark.slow
 def test_fetches_cut_inside_a_batch_are_read_by_every_client(kafka_server, data_dir):
     """max.partition.fetch.bytes smaller than what follows: answers end inside a batch (as Kafka's
     do); each client drops the partial tail and asks again from there."""

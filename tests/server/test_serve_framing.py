@@ -138,6 +138,7 @@ def test_a_whole_frame_read_at_once_is_sized_checked_as_any(kafka_server, caplog
     assert any("invalid request size 2" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_a_request_left_half_sent_is_closed_by_the_idle_timeout(data_dir, caplog):
     caplog.set_level(logging.INFO, logger="klog.serve")
     with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=300) as server:

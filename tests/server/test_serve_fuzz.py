@@ -31,6 +31,7 @@ def serve(data_dir, tmp_path):
     # Metadata v4 (not flexible): its topics, an array claiming INT32_MAX entries
     ("MetadataRequest v4", struct.pack(">hhih", 3, 4, 1, 4) + b"fuzz" + struct.pack(">i", 2**31 - 1) + bytes(8)),
 ])
+@pytest.mark.slow
 def test_an_array_longer_than_its_frame_closes_that_connection_only(serve, name, frame):
     """kio's native reader makes room for every entry an array claims before reading one: 2**32 of
     them asked 32 GiB, which aborted the whole server (SIGABRT, every client gone). Such a frame is
@@ -163,6 +164,7 @@ def _fuzz(serve, seed: int, rounds: int) -> None:
     assert rss_growth_kb(seen) < 100_000, seen.rss_kb
 
 
+@pytest.mark.slow
 def test_seeded_fuzz_of_every_api_and_version(serve, replay_seed):
     """Two passes over every (api key, version) klog advertises, each request built from its schema,
     then sent as built (plain or hostile values), truncated or mutated (~15 s)."""

@@ -19,6 +19,7 @@ pytest.importorskip("kio")
 
 
 # -- the timer: only due groups are looked at ------------------------------------------------------
+@pytest.mark.slow
 def test_the_timer_of_many_groups_costs_what_is_due_not_every_group():
     """Each change woke the timer, which scanned every group (next_deadline, tick): one client
     handing out member ids in 6,000 groups cost 43 s of CPU on the event loop, and every other

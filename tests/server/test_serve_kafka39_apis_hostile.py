@@ -84,6 +84,7 @@ def test_elect_leaders_of_an_empty_list_is_nothing_to_do_whatever_the_type(raw):
                                              (-1, E.invalid_request, "Unknown election type 7")]
 
 
+@pytest.mark.slow
 def test_elect_leaders_of_every_partition_answers_one_entry_per_topic(raw, store):
     """A null list on a store of many partitions: one empty entry per topic (every partition is led
     by its preferred leader), whatever the partitions; v0 (no election type) the same."""

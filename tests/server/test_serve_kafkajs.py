@@ -144,6 +144,7 @@ def test_idempotent_producer_offsets_are_dense(kafkajs, data_dir, cli):
     assert {(r["producer_epoch"], r["transactional"]) for r in stored} == {(0, False)}
 
 
+@pytest.mark.slow
 def test_group_of_two_shares_partitions_and_one_leaves(kafkajs, data_dir, cli):
     with serving(data_dir) as server:
         steps = run(kafkajs, "group", server.bootstrap, topic="jobs", groupId="workers")
@@ -166,6 +167,7 @@ def test_group_of_two_shares_partitions_and_one_leaves(kafkajs, data_dir, cli):
         (p, 15, 0) for p in range(4)]
 
 
+@pytest.mark.slow
 def test_admin_client_operations(kafkajs, data_dir):
     with serving(data_dir) as server:
         s = run(kafkajs, "admin", server.bootstrap, topic="admin-made")
@@ -212,6 +214,7 @@ def test_admin_client_acls(kafkajs, data_dir):
     assert s["describeAcls after"]["resources"] == []
 
 
+@pytest.mark.slow
 def test_transactions_commit_abort_and_read_committed(kafkajs, data_dir):
     create(data_dir, txn=2)
     with serving(data_dir) as server:
@@ -231,6 +234,7 @@ def test_transactions_commit_abort_and_read_committed(kafkajs, data_dir):
     assert s["read_committed after commit"]["values"] == ["c0", "c2", "d0", "open", "after-open"]
 
 
+@pytest.mark.slow
 def test_consume_transform_produce_commits_offsets_in_the_transaction(kafkajs, data_dir):
     create(data_dir, words=2, shouted=2)
     common = {"input": "words", "output": "shouted", "groupId": "shouter"}
@@ -250,6 +254,7 @@ def test_consume_transform_produce_commits_offsets_in_the_transaction(kafkajs, d
     assert sorted(again["output"]["values"]) == sorted(f"W{i}" for i in range(20))  # each once
 
 
+@pytest.mark.slow
 def test_a_second_producer_fences_the_first(kafkajs, data_dir):
     create(data_dir, fenced=1)
     with serving(data_dir) as server:
@@ -262,6 +267,7 @@ def test_a_second_producer_fences_the_first(kafkajs, data_dir):
     assert s["read_committed"]["values"] == ["from-second"]
 
 
+@pytest.mark.slow
 def test_a_transaction_past_its_timeout_is_aborted(kafkajs, data_dir):
     create(data_dir, slow=1)
     with serving(data_dir, **{"transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"}) as server:
@@ -271,6 +277,7 @@ def test_a_transaction_past_its_timeout_is_aborted(kafkajs, data_dir):
     assert s["offsets"]["offsets"] == [{"partition": 0, "high": "2"}]  # the record and the abort marker
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mechanism", ["plain", "scram-sha-256"])
 def test_sasl_logins(kafkajs, data_dir, mechanism):
     create(data_dir, private=1)
@@ -288,6 +295,7 @@ def test_sasl_logins(kafkajs, data_dir, mechanism):
     assert "produced" not in wrong
 
 
+@pytest.mark.slow
 def test_acls_hold_for_a_sasl_user(kafkajs, data_dir):
     """alice may read 'words' in group 'shouter' and write 'shouted', but not use the transactional
     id 'shouter-txn' until an ACL allows Write on it (Describe implied, as in Kafka)."""

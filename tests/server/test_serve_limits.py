@@ -184,6 +184,7 @@ def test_max_connections_per_ip_and_its_overrides(data_dir):
             sock.close()
 
 
+@pytest.mark.slow
 def test_serve_options_for_the_limits(klog_proc):
     bad = klog_proc("serve", "--max-connections-per-ip-overrides", "localhost", "-l", "127.0.0.1:0")
     assert bad.returncode == 2 and b"HOST:COUNT" in bad.stderr, bad.stderr

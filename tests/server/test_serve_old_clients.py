@@ -43,6 +43,7 @@ def _consume(bootstrap: str, topic: str, api_version: tuple, n: int) -> list[tup
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api_version,magic", [((0, 10), 1), ((0, 9), 0)])
 @pytest.mark.parametrize("codec", [None, "gzip"])
 def test_old_kafka_python_round_trips(kafka_server, store, api_version, magic, codec):
@@ -62,6 +63,7 @@ def test_old_kafka_python_round_trips(kafka_server, store, api_version, magic, c
     assert [ts for _, ts, *_ in stored] == want_ts
 
 
+@pytest.mark.slow
 def test_a_new_client_reads_what_an_old_one_wrote_and_the_other_way(kafka_server, store):
     ck = pytest.importorskip("confluent_kafka")
     store.create_topic("mixed", partitions=1)

@@ -94,6 +94,7 @@ def list_topics(conf: dict, timeout: float = 5) -> tuple[object | None, list[str
 
 @pytest.mark.parametrize("mechanism,user,password", [
     ("SCRAM-SHA-256", "alice", "alice-pw"), ("SCRAM-SHA-512", "bob", "bob-pw"), ("PLAIN", "bob", "bob-pw")])
+@pytest.mark.slow
 def test_sasl_ssl_right_credentials(secure_store, certs, mechanism, user, password):
     pytest.importorskip("confluent_kafka")
     secure_store.create_topic("orders", partitions=2)

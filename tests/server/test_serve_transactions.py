@@ -113,6 +113,7 @@ def test_open_transaction_holds_read_committed_readers_at_its_start(kafka_server
         b"before", b"inside-1", b"inside-2", b"after", b"later"]
 
 
+@pytest.mark.slow
 def test_second_instance_fences_the_first(kafka_server):
     """A producer started with the same transactional id aborts the first's open transaction and
     fences it: the first's commit fails fatally, its records are never read as committed."""

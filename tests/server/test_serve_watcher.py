@@ -42,6 +42,7 @@ def test_two_hundred_waiters_on_one_partition_cost_one_read_per_tick() -> None:
     assert len(store.reads) <= took / 0.01 + 1  # one read per tick, not one per waiter
 
 
+@pytest.mark.slow
 def test_another_process_append_wakes_only_the_waiters_of_its_partition() -> None:
     store = FakeStore()
 

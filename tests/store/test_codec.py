@@ -547,6 +547,7 @@ def _both(body: bytes, count: int) -> None:
         assert _decode(batch + GOLDEN) == want
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=records_st, data=st.data())
 def test_fuzz_mutated_batches_match_reference(records, data) -> None:
@@ -564,6 +565,7 @@ def test_fuzz_mutated_batches_match_reference(records, data) -> None:
     _both(bytes(body), count)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=records_st, data=st.data())
 def test_fuzz_wrong_record_length_matches_reference(records, data) -> None:

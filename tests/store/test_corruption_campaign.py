@@ -278,6 +278,7 @@ def campaign(pristine, tmp_path, seed: int, rounds: int) -> None:  # noqa: ANN00
     assert not findings, f"seed {seed}:\n" + "\n".join(findings)
 
 
+@pytest.mark.slow
 def test_every_kind_of_damage_twice(pristine, tmp_path):
     campaign(pristine, tmp_path, seed=20261128, rounds=2)
 

@@ -5,12 +5,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def klog(data_dir, *args, stdin=b""):
     return subprocess.run([sys.executable, "-m", "klog", *args, "--data-dir", str(data_dir)], input=stdin,
                           capture_output=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_orphaned_indexes_are_removed_when_a_writer_opens(tmp_path):
     data = tmp_path / "d"
     assert klog(data, "topics", "create", "o", "-c", "segment.bytes=1024").returncode == 0

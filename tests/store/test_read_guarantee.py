@@ -93,6 +93,7 @@ def _damage(part_dir: str, kind: str, rng: random.Random) -> None:
 SEEDS = [s if s < len(DAMAGES) else pytest.param(s, marks=pytest.mark.slow) for s in range(24)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_damage_never_gives_a_short_read_with_exit_0(pristine, tmp_path, seed, replay_seed):
     seed = replay_seed(seed)

@@ -400,6 +400,7 @@ def test_rf1_recovery_cutting_committed_records_says_so(data_dir, monkeypatch):
     assert os.path.exists(f"{path}.{position}.corrupt")  # the cut bytes, kept for inspection
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), forget_state=st.booleans())
 def test_truncate_to_matches_brute_force_then_appends_continue(golden, tmp_path, data, forget_state):

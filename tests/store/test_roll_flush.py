@@ -291,6 +291,7 @@ def test_the_recovery_point_keeps_moving_across_an_untrusted_reopen(tmp_path, fs
         assert len(fsyncs) <= 3, fsyncs
 
 
+@pytest.mark.slow
 def test_acks_0_rolls_then_a_new_producer_keep_the_recovery_point_moving(tmp_path, fsyncs):
     """The reviewer's reproduction, smaller: acks=0 records over many rolls, then a one-record
     acks=all produce from a new producer."""

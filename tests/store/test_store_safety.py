@@ -266,6 +266,7 @@ def test_verify_reports_a_symlinked_index_under_its_replica(cli, klog_proc, data
         assert b"replica None" not in r.stdout  # before: verify stopped at the first such file, or said this
 
 
+@pytest.mark.slow
 def test_a_stray_empty_segment_does_not_move_the_log_end(cli, klog_proc, data_dir):
     assert cli("produce", "t", input=b"1\n2\n3\n").exit_code == 0
     open(os.path.join(data_dir, "logs", "t-0", "00000000001000000000.log"), "wb").close()
@@ -342,6 +343,7 @@ def test_long_lines_and_delimiters_across_read_chunks_are_split_exactly(klog_pro
     assert [json.loads(line)["value"] for line in out] == [x.decode() for x in records]
 
 
+@pytest.mark.slow
 def test_a_user_without_write_permission_can_read_but_not_write(tmp_path):
     """Guarantee 7 with a real non-root user (setpriv): reads work, writes say why they cannot."""
     import tempfile

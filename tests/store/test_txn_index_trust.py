@@ -9,6 +9,8 @@ import glob
 import os
 import struct
 
+import pytest
+
 import klog
 from klog.store.txn import ABORTED_TXN
 
@@ -127,6 +129,7 @@ def test_a_txnindex_planted_as_a_link_to_a_fifo_is_refused_not_waited_on(klog_pr
     assert r.returncode == 1 and b"is a symbolic link" in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
 
 
+@pytest.mark.slow
 def test_verify_repair_puts_a_file_in_place_of_a_linked_txnindex(cli, klog_proc, data_dir, tmp_path):
     index, _ = _txn_log(data_dir)
     elsewhere = tmp_path / "elsewhere.txnindex"
