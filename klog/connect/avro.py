@@ -809,14 +809,8 @@ class AvroConverter(Converter):
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
         if data is None:
             return None, None
-        if len(data) < 5 or data[:1] != MAGIC:
-            raise DataError("Unknown magic byte!" if data[:1] != MAGIC else "an Avro record shorter than its header")
-        schema_id = struct_.unpack(">I", data[1:5])[0]
-        reader = self._readers.get((schema_id, topic))
-        if reader is None:
-            reader = self._reader(topic, schema_id)
-            with self._lock:
-                _put_bounded(self._readers, (schema_id, topic), reader, self.cache_size)
+        schema_id, reader = framed_reader(data, topic, self._readers, self._lock, self.cache_size, self._reader,
+                                          "an Avro record")
         try:
             datum = fastavro().schemaless_reader(io.BytesIO(data[5:]), reader.parsed, None, return_record_name=True,
                                                  return_record_name_override=True)
@@ -867,6 +861,22 @@ def _resolvable(avro: Any) -> Any:
     """An Avro schema as read_problems takes it: fastavro-parsed with full names, unhinted, its logical
     types kept as properties (they change no byte, so no reading)."""
     return fastavro().parse_schema(hidden_logical_types(avro), _write_hint=False)
+
+
+def framed_reader(data: bytes, topic: str, readers: OrderedDict, lock: threading.Lock, size: int,
+                  make: Callable[[str, int], Any], what: str = "a record") -> tuple[int, Any]:
+    """Confluent's wire format (magic byte 0, a 4-byte schema id) of a record every registry converter
+    reads: its schema id and the reader `make(topic, id)` gives, kept per (id, topic) in `readers` (at
+    most `size`). A record without that header is a DataError."""
+    if len(data) < 5 or data[:1] != MAGIC:
+        raise DataError("Unknown magic byte!" if data[:1] != MAGIC else f"{what} shorter than its header")
+    schema_id = struct_.unpack(">I", data[1:5])[0]
+    reader = readers.get((schema_id, topic))
+    if reader is None:
+        reader = make(topic, schema_id)
+        with lock:
+            _put_bounded(readers, (schema_id, topic), reader, size)
+    return schema_id, reader
 
 
 def _put_bounded(cache: OrderedDict, key: Any, value: Any, size: int) -> None:

@@ -289,11 +289,9 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
         if not todo:
             return None
 
-        def struct(v: Any) -> Any:
+        def struct(v: Any) -> Any:  # (reading: a writer's struct is _struct_writer's)
             if not isinstance(v, dict):
-                if lenient:
-                    return v
-                raise DataError(f"a struct value must be a map, not {type(v).__name__}")
+                return v
             out = None  # a copy only where a part changes (a plain float does not)
             for name, c, n in todo:
                 x = v.get(name)

@@ -37,6 +37,7 @@ from klog.connect.avro import (
     _ordered,
     _put_bounded,
     check_latest_reads,
+    framed_reader,
     subject_name,
 )
 from klog.connect.config import ConfigDef
@@ -539,14 +540,7 @@ class JsonSchemaConverter(Converter):
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
         if data is None:
             return None, None
-        if len(data) < 5 or data[:1] != MAGIC:
-            raise DataError("Unknown magic byte!" if data[:1] != MAGIC else "a record shorter than its header")
-        schema_id = struct_.unpack(">I", data[1:5])[0]
-        schema = self._readers.get((schema_id, topic))
-        if schema is None:
-            schema = self._reader(topic, schema_id)
-            with self._lock:
-                _put_bounded(self._readers, (schema_id, topic), schema, self.cache_size)
+        schema_id, schema = framed_reader(data, topic, self._readers, self._lock, self.cache_size, self._reader)
         try:
             doc = json.loads(data[5:], parse_float=decimal.Decimal)
         except (ValueError, UnicodeDecodeError) as e:
