@@ -230,7 +230,7 @@ def test_schema_evolution_none_writes_into_an_existing_table_only(tmp_path, data
 def test_kill_9_mid_stream_loses_and_duplicates_no_row(tmp_path, data_dir):
     """SIGKILL the worker while it sinks change events (insert.mode=insert: a duplicate would fail the
     primary key): each row lands once, the rows and the offsets stored with them agree after every kill."""
-    from tests.connect.test_connect_jdbc import _consistent_offset
+    from tests.connect.test_connect_jdbc import _consistent_offset, kill_three_times_mid_way
 
     db = str(tmp_path / "out.db")
     total = 20_000
@@ -238,15 +238,7 @@ def test_kill_9_mid_stream_loses_and_duplicates_no_row(tmp_path, data_dir):
     config = write_config(str(tmp_path / "sink.json"), tutorial_config(
         f"jdbc:sqlite:{db}", **{"topics": "rows", "insert.mode": "insert", "delete.enabled": "false",
                                 "primary.key.mode": "record_value", "primary.key.fields": "id"}))
-    killed_at = []
-    for _ in range(3):
-        proc = start_cli(data_dir, config)
-        wait_started(proc)
-        before = _consistent_offset(db)
-        wait_for(lambda b=before, p=proc: _consistent_offset(db) > b or p.poll() is not None, timeout=60)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        killed_at.append(_consistent_offset(db))
+    killed_at = kill_three_times_mid_way(data_dir, config, db)
     assert any(o < total for o in killed_at), killed_at
     proc = start_cli(data_dir, config)
     wait_started(proc)

@@ -142,6 +142,21 @@ def test_invalid_sink_configs_name_the_field(tmp_path):
         validate(sink_config("jdbc:sqlite:x.db", **{"insert.mode": "merge"}))
 
 
+def kill_three_times_mid_way(data_dir, config: str, db: str) -> list[int]:
+    """Start the sink worker (`klog connect run config`) and SIGKILL it once it has committed more rows,
+    three times; the offsets the database held after each kill."""
+    killed_at = []
+    for _ in range(3):
+        proc = start_cli(data_dir, config)
+        wait_started(proc)
+        before = _consistent_offset(db)
+        wait_for(lambda b=before, p=proc: _consistent_offset(db) > b or p.poll() is not None, timeout=60)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        killed_at.append(_consistent_offset(db))
+    return killed_at
+
+
 def _consistent_offset(db) -> int:
     """The next offset the database holds, read in one transaction with the rows: each put commits
     its rows and their offset together, so a reader (or a crash) never finds one without the other
@@ -180,16 +195,8 @@ def test_kill_9_during_a_sink_loses_and_duplicates_nothing(tmp_path, data_dir):
 
     reader = threading.Thread(target=read_meanwhile, daemon=True)
     reader.start()
-    killed_at = []
     try:
-        for _ in range(3):
-            proc = start_cli(data_dir, config)
-            wait_started(proc)
-            before = _consistent_offset(db)
-            wait_for(lambda b=before, p=proc: _consistent_offset(db) > b or p.poll() is not None, timeout=60)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
-            killed_at.append(_consistent_offset(db))
+        killed_at = kill_three_times_mid_way(data_dir, config, db)
         assert any(o < total for o in killed_at), killed_at  # the kills landed mid-way
         proc = start_cli(data_dir, config)
         wait_started(proc)
