@@ -260,6 +260,18 @@ def remote_answer(remote_store: RemoteStore, topics: list[str], how: str, option
 CASES = 18
 
 
+def hostile_brokers(monkeypatch, rng: random.Random) -> tuple[Hostile, list[int]]:
+    """Every Fetch through a Hostile (its `how` set per case), no pause between retries, and the
+    partitions spread over `brokers[0]` broker ids (set per case)."""
+    hostile = Hostile(rng)
+    brokers = [1]
+    monkeypatch.setattr(fetch.Fetcher, "_ask", hostile.wrap(fetch.Fetcher._ask))
+    monkeypatch.setattr(fetch, "RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(fetch_consumer, "RETRY_PAUSE_S", 0.0)
+    spread_over(monkeypatch, brokers)
+    return hostile, brokers
+
+
 @pytest.mark.slow
 def test_seeded_random_reads_through_the_cluster_give_the_local_stores_answer(kafka_server, store, monkeypatch):
     """CASES seeded cases (topics; records, values, record runs, batch runs with the transaction
@@ -268,12 +280,7 @@ def test_seeded_random_reads_through_the_cluster_give_the_local_stores_answer(ka
     answers' counter within [0, limit] and back at 0 after a whole read."""
     fill_hard(store)
     rng = random.Random(20261128)
-    hostile = Hostile(rng)
-    brokers = [1]
-    monkeypatch.setattr(fetch.Fetcher, "_ask", hostile.wrap(fetch.Fetcher._ask))
-    monkeypatch.setattr(fetch, "RETRY_PAUSE_S", 0.0)
-    monkeypatch.setattr(fetch_consumer, "RETRY_PAUSE_S", 0.0)
-    spread_over(monkeypatch, brokers)
+    hostile, brokers = hostile_brokers(monkeypatch, rng)
     with remote(kafka_server.bootstrap, 1, 1) as r:
         for case in range(CASES):
             topics, how, options, (limit, share), brokers[0], hostile.how = a_case(rng)
@@ -295,12 +302,7 @@ def test_seeded_random_followers_get_every_record_written_while_following_once(k
     in its partition's order, as the local store holds them; the wait for them is bounded (on_wait)."""
     store.create_topic("f", 3, configs={"retention.ms": "-1"})
     rng = random.Random(1128)
-    hostile = Hostile(rng)
-    brokers = [1]
-    monkeypatch.setattr(fetch.Fetcher, "_ask", hostile.wrap(fetch.Fetcher._ask))
-    monkeypatch.setattr(fetch, "RETRY_PAUSE_S", 0.0)
-    monkeypatch.setattr(fetch_consumer, "RETRY_PAUSE_S", 0.0)
-    spread_over(monkeypatch, brokers)
+    hostile, brokers = hostile_brokers(monkeypatch, rng)
     fetch_many = fetch.Fetcher.fetch_many
     bursts = [0]
     written: list[int] = []
