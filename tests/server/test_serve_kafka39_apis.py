@@ -34,6 +34,21 @@ def topics(store):
     return store
 
 
+
+def _t2_and_t5_with_acl(data_dir, operation: str):  # noqa: ANN202 - klog.Store
+    """A store with topics t2 (2 partitions) and t5 (5), and one ACL: `operation` on t2 for User:ANONYMOUS."""
+    import klog
+    from klog.meta.acls import AclsMeta
+    from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+
+    store = klog.open(data_dir)
+    store.create_topic("t2", 2)
+    store.create_topic("t5", 5)
+    AclsMeta(store.meta).add([AclBinding(ResourceType.TOPIC, "t2", PatternType.LITERAL, "User:ANONYMOUS", "*",
+                                         Operation[operation], Permission.ALLOW)])
+    return store
+
+
 def test_advertised_as_kafka_39_broker_advertises_them():
     handlers = load_handlers()
     for key, top in ((43, 2), (45, 0), (46, 0), (75, 0)):
@@ -109,16 +124,9 @@ def test_under_acls_each_answers_as_kafka_does(data_dir):
     authorized operations: Describe alone) and t5 TOPIC_AUTHORIZATION_FAILED, last and without its id,
     and leaves t5 out when every topic is asked for; ElectLeaders and the reassignment APIs need the
     cluster operation (CLUSTER_AUTHORIZATION_FAILED)."""
-    import klog
-    from klog.meta.acls import AclsMeta
-    from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
     from klog.server import Server
 
-    store = klog.open(data_dir)
-    store.create_topic("t2", 2)
-    store.create_topic("t5", 5)
-    AclsMeta(store.meta).add([AclBinding(ResourceType.TOPIC, "t2", PatternType.LITERAL, "User:ANONYMOUS", "*",
-                                         Operation.DESCRIBE, Permission.ALLOW)])
+    store = _t2_and_t5_with_acl(data_dir, "DESCRIBE")
     try:
         with Server(store=store, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
             client = kafka.KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{server.port}", request_timeout_ms=15_000)
@@ -170,16 +178,9 @@ def test_metadata_answers_the_authorized_operations_asked_for(data_dir):
     """Metadata v8+ with include_topic_authorized_operations (how librdkafka's describe_topics asks,
     as Kafka answers it): each topic answered gets what the caller may do to it; v8-v10's cluster
     operations are 0 without DESCRIBE on the cluster. Not asked: the schema's default."""
-    import klog
-    from klog.meta.acls import AclsMeta
-    from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
     from klog.server import Server
 
-    store = klog.open(data_dir)
-    store.create_topic("t2", 2)
-    store.create_topic("t5", 5)
-    AclsMeta(store.meta).add([AclBinding(ResourceType.TOPIC, "t2", PatternType.LITERAL, "User:ANONYMOUS", "*",
-                                         Operation.READ, Permission.ALLOW)])
+    store = _t2_and_t5_with_acl(data_dir, "READ")
     from kio.schema.metadata.v10.request import MetadataRequestTopic
 
     try:
