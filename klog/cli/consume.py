@@ -10,6 +10,11 @@ from klog.cli.app import DataDirOpt
 from klog.cli.output import FORMAT_HELP
 from klog.cli.ranges import CountOpt, OffsetOpt, PartitionOpt, SinceOpt, TailOpt, UntilOpt
 
+# (klog.client.deserializers.SERDES_HELP, kept here: the help must not import the client)
+SERDES_OPTION_HELP = ("Decode keys and/or values for printing, as kcat's -s: [key=|value=]FORMAT, FORMAT avro or "
+                      "json (Confluent's Schema Registry framing, schemas from -r) or a kcat pack-format of < > b B "
+                      "h H i I q Q c s $ and spaces ('>q', '>i s'). Avro prints as Avro's JSON encoding; --json "
+                      "embeds it with key_schema_id / value_schema_id.")
 CONSUME_HELP = (
     "Read records: from the start to the current end, then exit (-f: keep following).\n\n"
     "Records of several partitions are merged in timestamp order; each partition keeps its order. On a pipe "
@@ -80,6 +85,11 @@ def register(app: typer.Typer) -> None:
                                                        "With a cluster (--bootstrap-server), any Kafka client "
                                                        "property (security.protocol, sasl.*, ssl.*, ...).")]
         = None,
+        serdes: Annotated[list[str] | None, typer.Option("--serdes", "-s", help=SERDES_OPTION_HELP)] = None,
+        registry: Annotated[str | None, typer.Option("--registry", "-r", envvar="KLOG_SCHEMA_REGISTRY_URL",
+                                                     help="The Schema Registry -s avro/json reads schemas from "
+                                                     "(URL[,URL...]; user:password@ in it is sent as basic "
+                                                     "auth).")] = None,
         no_color: Annotated[bool, typer.Option("--no-color", help="Terminal view without colours or bold "
                                                "(also when NO_COLOR is set).")] = False,
         local_time: Annotated[bool, typer.Option("--local-time", help="Terminal view times in the local time zone "

@@ -14,6 +14,7 @@ from klog.errors import CorruptLogError, UsageError
 
 if TYPE_CHECKING:
     from klog.cli.view import TerminalView
+    from klog.client.deserializers import RecordDecoder
     from klog.client.record_writer import Line
 
 
@@ -23,7 +24,7 @@ INT64_MAX = 2**63 - 1
 def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, since, until, tail,  # noqa: ANN001
                 last, count, partition, fmt, as_json, key_delim, record_delim, skip_damaged, quiet,  # noqa: ANN001
                 grep, grep_key, grep_header, group, exec_cmd, batch, prop, no_color, local_time,  # noqa: ANN001
-                data_dir, txn_fields=False) -> int | None:  # noqa: ANN001
+                data_dir, txn_fields=False, serdes=None, registry=None) -> int | None:  # noqa: ANN001
     """`klog consume` with its options as Python values (what Typer, or the hot path, parsed); 1 when
     --skip-damaged skipped something."""
     from klog.client.filters import RecordFilter
@@ -49,6 +50,7 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
     output = record_output(env, fmt, as_json)  # the one choice: view, JSON, --format or raw values
     if txn_fields:
         _check_txn_fields(as_json, last, group, exec_cmd, count, until_ms, record_filter)
+    decoder = _decoder(serdes, registry, txn_fields)
     isolation, other_props = _isolation_level(prop or [])
     if skip_damaged and (group is not None or exec_cmd is not None):
         raise UsageError("--skip-damaged reads without --group or --exec")
@@ -60,16 +62,19 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
         # the readable view flushed per fetch; a command (--exec) gets values, not the view
         flush_each_fetch = output.format is OutputFormat.VIEW and exec_cmd is None
         line = None if output.format in (OutputFormat.VIEW, OutputFormat.RAW) else output.render()
+        if decoder is not None and output.format is OutputFormat.JSON:
+            line = decoder.json_line
         with open_store(data_dir, create=False) as store:
             names = store.resolve_topics(topics or [], pattern)
             if flush_each_fetch:
                 line = _view_line(terminal_view(env, len(names) > 1, no_color, local_time))
+            # (without a group the reader decodes, --grep then matching decoded text; a group decodes in deliver)
             plain = None if group else store.consumer(*names, partitions=partition, start=start, until_ms=until_ms,
                                                       follow=follow, count=count, record_filter=record_filter,
                                                       isolation_level=isolation)
             deliver(store, names, group=group, properties=props, line=line, follow=follow, count=count,
                     record_filter=record_filter, exec_cmd=exec_cmd, batch=batch or 1, reader=plain,
-                    flush_each_fetch=flush_each_fetch)
+                    flush_each_fetch=flush_each_fetch, decode=decoder.decode if decoder is not None else None)
         return
     if batch is not None:
         raise UsageError("--batch needs --exec")
@@ -83,7 +88,7 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
             if txn_fields:
                 return _write_txn_fields(store, names, start, follow, partition, isolation, env.stdout_tty)
             return _read(store, names, start, until_ms, follow, count, partition, record_filter, isolation, last,
-                         (env, output, no_color, local_time), skip_damaged)
+                         (env, output, no_color, local_time), skip_damaged, decoder)
     except CorruptLogError as e:
         raise CorruptLogError(f"{e}; {next_steps(topics or ['TOPIC'])}") from None
 
@@ -97,12 +102,16 @@ def next_steps(topics: list[str]) -> str:
 
 def _read(store, names: list[str], start, until_ms: int | None, follow: bool, count: int | None,  # noqa: ANN001
           partition, record_filter, isolation: str, last: int | None,  # noqa: ANN001
-          shown: tuple[Env, RecordOutput, bool, bool], skip_damaged: bool) -> int | None:
+          shown: tuple[Env, RecordOutput, bool, bool], skip_damaged: bool,
+          decoder: RecordDecoder | None = None) -> int | None:
     """consume without --group or --exec: the records to stdout; 1 when damaged ranges were skipped."""
+    if decoder is not None:
+        record_filter = decoder.filtering(record_filter)
+        shown = (shown[0], _decoding_output(shown[1], decoder), *shown[2:])
     options = {"partitions": partition, "until_ms": until_ms, "record_filter": record_filter,
                "isolation_level": isolation}
     if last is not None:
-        _write_last(store, names, options, start.value, follow, count, shown)
+        _write_last(store, names, options, start.value, follow, count, shown, decoder)
         return None
     consumer = store.consumer(*names, start=start, follow=follow, count=count, **options)
     skipped: list[str] = []
@@ -122,7 +131,7 @@ def _read(store, names: list[str], start, until_ms: int | None, follow: bool, co
     if output.format is OutputFormat.VIEW:
         from klog.cli.view import write_stdout
 
-        terminal_view(env, len(names) > 1, no_color, local_time).draw(consumer, write_stdout)
+        _decoding_view(terminal_view(env, len(names) > 1, no_color, local_time), decoder).draw(consumer, write_stdout)
     else:
         write_records(consumer, sys.stdout.buffer, output.line, output.as_json)
     return 1 if skipped else None
@@ -227,7 +236,7 @@ def _isolation_level(props: list[str]) -> tuple[str, list[str]]:
 
 
 def _write_last(store, names: list[str], options: dict, n: int, follow: bool, count: int | None,  # noqa: ANN001
-                shown: tuple[Env, RecordOutput, bool, bool]) -> None:
+                shown: tuple[Env, RecordOutput, bool, bool], decoder: RecordDecoder | None = None) -> None:
     """--last N: the library's newest records, then with -f whatever comes after them."""
     from klog.client.newest import newest_records
 
@@ -236,9 +245,37 @@ def _write_last(store, names: list[str], options: dict, n: int, follow: bool, co
     if output.format is OutputFormat.VIEW:
         from klog.cli.view import write_stdout
 
-        view = terminal_view(env, len(names) > 1, no_color, local_time)
+        view = _decoding_view(terminal_view(env, len(names) > 1, no_color, local_time), decoder)
         view.draw(newest, write_stdout)
         if rest is not None:
             view.draw(rest, write_stdout)
         return
     write_newest(newest, rest, sys.stdout.buffer, output.line, output.as_json)
+
+
+def _decoder(serdes: list[str] | None, registry: str | None, txn_fields: bool) -> RecordDecoder | None:
+    """-s/-r as a RecordDecoder; None without -s."""
+    if not serdes:
+        if registry is not None and registry.strip():
+            raise UsageError("-r names the Schema Registry for -s avro/json: give -s too")
+        return None
+    if txn_fields:
+        raise UsageError("--txn-fields prints records as stored: not with -s")
+    from klog.client.deserializers import RecordDecoder, parse_serdes
+
+    return RecordDecoder(parse_serdes(serdes), registry)
+
+
+def _decoding_output(output: RecordOutput, decoder: RecordDecoder) -> RecordOutput:
+    """The output rendering decoded records (the terminal view's lines: _decoding_view)."""
+    if output.format is OutputFormat.VIEW:
+        return output
+    if output.format is OutputFormat.JSON:
+        return RecordOutput(output.format, decoder.json_line)
+    return RecordOutput(output.format, decoder.line(output.render()))
+
+
+def _decoding_view(view: TerminalView, decoder: RecordDecoder | None) -> TerminalView:
+    if decoder is not None:
+        view.line = decoder.line(view.line)  # type: ignore[method-assign]
+    return view

@@ -38,7 +38,7 @@ def deliver(store: AnyStore, topics: list[str], *, group: str | None = None,
             count: int | None = None, record_filter: Callable[[Record], bool] | None = None,
             exec_cmd: str | None = None, batch: int = 1, reader: Iterable[Record] | None = None,
             flush_each_fetch: bool = False, out: BinaryIO | None = None, text_out: TextIO | None = None,
-            on_warning: Callable[[str], None] | None = None) -> None:
+            on_warning: Callable[[str], None] | None = None, decode: Callable[[Record], Record] | None = None) -> None:
     """Read `topics` as a member of `group` (or, for `exec_cmd` without a group, the records of `reader`)
     and hand them to `out` (default stdout) or to `exec_cmd` per `batch` records.
 
@@ -47,6 +47,8 @@ def deliver(store: AnyStore, topics: list[str], *, group: str | None = None,
     names). `flush_each_fetch` flushes after every fetch (a terminal; -f always does). `text_out` is the
     text layer over `out` flushed before it (stdout's). Raises KlogError when the command exits non-zero
     (the records from its batch on stay uncommitted) and UnknownTopicError when a followed topic is deleted.
+    `decode` turns each record into what the filter, the output and the command get (consume -s); a
+    record it raises on stops the delivery there, uncommitted.
     """
     if out is None:
         out, text_out = sys.stdout.buffer, sys.stdout
@@ -86,7 +88,8 @@ def deliver(store: AnyStore, topics: list[str], *, group: str | None = None,
         raise ValueError("deliver needs a group or a reader")
     watch = _TopicWatch(store, topics) if consumer is not None and follow else None
     try:
-        if consumer is not None and line is None and not exec_cmd and record_filter is None and count is None:
+        if (consumer is not None and line is None and not exec_cmd and record_filter is None and count is None
+                and decode is None):
             _copy_values(consumer, sink, follow, interval_ms, commit_written, watch)
         else:
             chunks = consumer.batches(timeout_ms=interval_ms) if consumer is not None else _chunked(reader, batch)
@@ -94,7 +97,7 @@ def deliver(store: AnyStore, topics: list[str], *, group: str | None = None,
                 emit = _exec_emitter(exec_cmd, batch, sink, commit_written, consumer is not None)
             else:
                 emit = _output_emitter(sink, line or value_line, follow or flush_each_fetch)
-            _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written, watch)
+            _copy_records(consumer, chunks, emit, count, record_filter, interval_ms, commit_written, watch, decode)
         commit_written()
     finally:
         if consumer is not None:
@@ -197,7 +200,7 @@ def _copy_values(consumer, sink: _Sink, follow: bool, interval_ms: int,  # noqa:
 
 def _copy_records(consumer, chunks: Iterable[list[Record]], emit, count: int | None,  # noqa: ANN001
                   record_filter, interval_ms: int, commit_written: Callable[[], None],  # noqa: ANN001
-                  watch: _TopicWatch | None = None) -> None:
+                  watch: _TopicWatch | None = None, decode: Callable[[Record], Record] | None = None) -> None:
     last_commit = time.monotonic()
     emitted = 0
     for records in chunks:
@@ -207,6 +210,12 @@ def _copy_records(consumer, chunks: Iterable[list[Record]], emit, count: int | N
         for r in records:
             if consumer is not None and consumer.rebalances != epoch:
                 break  # a commit rebalanced us: the rest may be someone else's now
+            if decode is not None:
+                try:
+                    r = decode(r)
+                except Exception:
+                    emit(None, False)  # those before it are written (and may be committed), it and later ones not
+                    raise
             show = record_filter is None or record_filter(r)
             emit(r, show)
             emitted += show

@@ -46,15 +46,20 @@ def json_to_bytes(value: Any, what: str) -> bytes | None:
     return _ENCODE_COMPACT(value).encode()
 
 
-def record_to_json(r: Record) -> str:
+def record_to_json(r: Record, key_json: str | None = None, value_json: str | None = None, more: str = "") -> str:
     """One record as its JSON envelope (one line, no newline): the text json.dumps(...,
     ensure_ascii=False) gives for the envelope's dict, written out directly (json.dumps built a
-    C encoder per call, which was most of `consume --json`'s time)."""
+    C encoder per call, which was most of `consume --json`'s time). `key_json` / `value_json`: JSON
+    text standing for the key / value (a decoded one, klog.client.deserializers); `more`: members
+    added at the end (', "name": value')."""
     headers = r.headers
+    key = _bytes_text(r.key) if key_json is None else key_json
+    value = _bytes_text(r.value) if value_json is None else value_json
     return (f'{{"topic": {_string(r.topic)}, "partition": {r.partition}, "offset": {r.offset}, '
             f'"timestamp": {r.timestamp}, "timestamp_type": "{TIMESTAMP_TYPE_NAMES[r.timestamp_type]}", '
-            f'"key": {_bytes_text(r.key)}, "value": {_bytes_text(r.value)}, "headers": '
-            + (f'[{", ".join(f"[{_string(k)}, {_bytes_text(v)}]" for k, v in headers)}]}}' if headers else '[]}'))
+            f'"key": {key}, "value": {value}, "headers": '
+            + (f'[{", ".join(f"[{_string(k)}, {_bytes_text(v)}]" for k, v in headers)}]' if headers else '[]')
+            + more + "}")
 
 
 def _bytes_text(data: bytes | None) -> str:

@@ -75,9 +75,7 @@ def write_records(consumer: Any, out: BinaryIO, line: Line | None = None, as_jso
 def write_newest(newest: list[Record], rest: Any, out: BinaryIO, line: Line | None = None,
                  as_json: bool = False) -> None:
     """--last N: the newest records (klog.client.newest), then with -f the consumer `rest` follows on."""
-    render = _line_for(line, as_json)
-    write_all(out, b"".join(render(r) for r in newest))
-    out.flush()
+    write_lines(newest, out, _line_for(line, as_json))
     if rest is not None:
         write_records(rest, out, line, as_json)
 
@@ -85,13 +83,19 @@ def write_newest(newest: list[Record], rest: Any, out: BinaryIO, line: Line | No
 def write_lines(records: Iterable[Record], out: BinaryIO, line: Line, follow: bool = False) -> None:
     """Each record as `line` renders it, joined WRITE_BUFFER_RECORDS at a time (each at once with -f)."""
     buf: list[bytes] = []
-    for r in records:
-        buf.append(line(r))
-        if follow or len(buf) >= WRITE_BUFFER_RECORDS:
+    try:
+        for r in records:
+            buf.append(line(r))
+            if follow or len(buf) >= WRITE_BUFFER_RECORDS:
+                write_all(out, b"".join(buf))
+                buf.clear()
+                if follow:
+                    out.flush()
+    except Exception as e:
+        if buf and not isinstance(e, OSError):  # a record that cannot be rendered: those before it are out first
             write_all(out, b"".join(buf))
-            buf.clear()
-            if follow:
-                out.flush()
+            out.flush()
+        raise
     write_all(out, b"".join(buf))
     out.flush()
 

@@ -30,6 +30,7 @@ from klog.connect.config import ConfigDef
 from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
 from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema
 from klog.connect.errors import ConfigError, DataError, RetriableError
+from klog.protocol import registry_client
 from klog.protocol.avro_compat import read_problems
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 
@@ -617,69 +618,23 @@ def plain_schema(avro: Any) -> Any:
 
 
 # -- the Schema Registry's REST API, as a client ------------------------------------------------------
-class RegistryClient:
-    """The calls of Confluent's SchemaRegistryClient a converter needs, over HTTP: each URL of
-    schema.registry.url in turn until one answers."""
-
-    CONTENT = "application/vnd.schemaregistry.v1+json"
-
-    def __init__(self, urls: list[str], auth: str | None, timeout_s: float = 30.0) -> None:
-        self.urls = [u.rstrip("/") for u in urls]
-        self.auth = auth
-        self.timeout_s = timeout_s
+class RegistryClient(registry_client.RegistryClient):
+    """klog.protocol's registry client with Connect's errors: an answer refusing a call fails the
+    record (RegistryError, a DataError), no registry answering is retriable."""
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
-        import urllib.error
-        import urllib.request
-
-        data = None if body is None else json.dumps(body).encode()
-        failures = []
-        for base in self.urls:
-            url, auth = _with_userinfo(base + path, self.auth)
-            request = urllib.request.Request(url, data=data, method=method,
-                                             headers={"Content-Type": self.CONTENT, "Accept": self.CONTENT})
-            if auth is not None:
-                request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read() or b"null")
-            except urllib.error.HTTPError as e:
-                message = _error_message(e)
-                if e.code >= 500:
-                    failures.append(f"{base}: {message}")
-                    continue
-                raise RegistryError(e.code, message) from None
-            except (OSError, ValueError) as e:
-                failures.append(f"{base}: {getattr(e, 'reason', None) or e}")
-        raise RetriableError(f"no Schema Registry answered ({'; '.join(failures)})")
+        try:
+            return super().call(method, path, body)
+        except registry_client.RegistryAnswerError as e:
+            raise RegistryError(e.status, e.message) from None
+        except registry_client.RegistryUnreachableError as e:
+            raise RetriableError(str(e)) from None
 
 
 class RegistryError(DataError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"Schema Registry: {message} (HTTP {status})")
         self.status = status
-
-
-def _error_message(e: Any) -> str:
-    try:
-        doc = json.loads(e.read())
-        return f"{doc['message']} (error code {doc['error_code']})"
-    except (ValueError, KeyError, TypeError, OSError):
-        return f"{e.code} {e.reason}"
-
-
-def _with_userinfo(url: str, auth: str | None) -> tuple[str, str | None]:
-    """The URL without its user:password@ part, and the credentials to send (basic.auth.user.info, or
-    those of the URL when the source is URL)."""
-    from urllib.parse import unquote, urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.username is None:
-        return url, auth
-    host = parts.hostname or ""
-    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
-    bare = urlunsplit(parts._replace(netloc=netloc))
-    return bare, auth if auth is not None else f"{unquote(parts.username)}:{unquote(parts.password or '')}"
 
 
 # -- the converter -----------------------------------------------------------------------------------

@@ -1,0 +1,277 @@
+"""Record keys and values decoded for reading, as kcat's `-s` does: Avro and JSON Schema in Confluent's
+wire format (magic byte 0, a 4-byte schema id, then the encoding), their schemas fetched from a Schema
+Registry, or a kcat pack-format (`>iq s`) for fixed binary layouts. What `klog consume -s ... -r URL`
+prints; a Python caller wraps any Record the same way:
+
+    decoder = RecordDecoder({"value": "avro"}, "http://127.0.0.1:8081")
+    for r in store.consumer("shop.public.orders"):
+        print(decoder.decode(r).value.decode())   # Avro's JSON encoding, one line
+
+Avro values become Avro's JSON encoding (a union member as {"type": value}, bytes as \\u00XX code
+points), as kcat, Confluent's kafka-avro-console-consumer and rpk print them; logical types stay
+their underlying number or bytes, as there. A field that cannot be decoded raises DecodeError naming
+the record; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from klog.client.records import Record
+from klog.errors import KlogError, UsageError
+
+FIELDS = ("key", "value")
+REGISTRY_FORMATS = ("avro", "json")
+PACK_TOKENS = " <>bBhHiIqQcs$"
+_PACK_INTS = {"b": (1, True), "B": (1, False), "h": (2, True), "H": (2, False), "i": (4, True), "I": (4, False),
+              "q": (8, True), "Q": (8, False)}
+MAGIC = 0
+SCHEMAS_KEPT = 1000  # schema ids whose readers are kept (a topic holds a few; a hostile one cannot grow this)
+REFERENCES_MAX = 100  # referenced schemas followed for one schema (Avro named types across subjects)
+
+
+class DecodeError(KlogError):
+    """A record's key or value is not what -s said it is."""
+
+
+class DecodedRecord(Record):
+    """A Record whose key and/or value were decoded: `*_json` when the bytes are JSON text (Avro,
+    JSON Schema), `*_schema_id` the registry id they were written with."""
+
+    __slots__ = ("key_json", "value_json", "key_schema_id", "value_schema_id")
+    _fields = Record._fields
+
+    def __init__(self, r: Record, key: bytes | None, value: bytes | None) -> None:
+        super().__init__(r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, key, value, r.headers)
+        self.key_json = self.value_json = False
+        self.key_schema_id = self.value_schema_id = None
+
+
+def parse_serdes(specs: list[str]) -> dict[str, str]:
+    """kcat's -s arguments ([key=|value=]FORMAT, later ones win) as {field: format}; UsageError naming a
+    bad one."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        field, sep, fmt = spec.partition("=")
+        fields: tuple[str, ...] = (field,) if sep and field in FIELDS else FIELDS
+        if not sep or field not in FIELDS:
+            fmt = spec
+        if fmt == "protobuf":
+            raise UsageError("-s protobuf: klog does not decode Protobuf yet (avro, json or a pack-format)")
+        if fmt not in REGISTRY_FORMATS:
+            _check_pack(fmt, spec)
+        for f in fields:
+            out[f] = fmt
+    return out
+
+
+def _check_pack(fmt: str, spec: str) -> None:
+    if not fmt:
+        raise UsageError(f"-s '{spec}': give a format (avro, json or a pack-format)")
+    bad = sorted({c for c in fmt if c not in PACK_TOKENS})
+    if bad:
+        raise UsageError(f"-s '{spec}': {', '.join(repr(c) for c in bad)} is not avro, json or a pack-format token "
+                         f"({PACK_TOKENS.strip()} and space)")
+
+
+def unpack(fmt: str, data: bytes, what: str) -> bytes:
+    """kcat's unpack: each token's value printed in turn (big-endian unless '<'); trailing bytes are
+    ignored unless the format ends in '$'. ValueError naming what ran short."""
+    out: list[str] = []
+    at, big = 0, True
+    for token in fmt:
+        if token == " ":
+            out.append(" ")
+        elif token in "<>":
+            big = token == ">"
+        elif token in _PACK_INTS:
+            size, signed = _PACK_INTS[token]
+            if len(data) - at < size:
+                raise ValueError(f"{what} truncated, expected {size} bytes to unpack {token} but only "
+                                 f"{len(data) - at} bytes remaining")
+            out.append(str(int.from_bytes(data[at:at + size], "big" if big else "little", signed=signed)))
+            at += size
+        elif token == "c":
+            if at >= len(data):
+                raise ValueError(f"{what} truncated, expected 1 byte to unpack c but none remaining")
+            out.append(chr(data[at]))
+            at += 1
+        elif token == "s":
+            out.append(data[at:].decode("utf-8", "backslashreplace"))
+            at = len(data)
+        elif token == "$" and at < len(data):
+            raise ValueError(f"expected {what} end-of-input, but {len(data) - at} bytes remaining")
+    return "".join(out).encode()
+
+
+class RecordDecoder:
+    """Decodes the fields `serdes` names ({"key"|"value": "avro"|"json"|pack-format}); the registry
+    (`registry_url`: one URL or a comma-separated list; user:password@ in a URL is sent as basic auth)
+    is asked once per schema id."""
+
+    def __init__(self, serdes: dict[str, str], registry_url: str | None = None) -> None:
+        self.serdes = serdes
+        self._readers: dict[int, Callable[[bytes], bytes]] = {}
+        self._last: tuple[Record | None, Any] = (None, None)
+        self.registry = None
+        if any(f in REGISTRY_FORMATS for f in serdes.values()):
+            if not registry_url:
+                wanted = sorted({f for f in serdes.values() if f in REGISTRY_FORMATS})
+                raise UsageError(f"-s {'/'.join(wanted)} needs the Schema Registry's URL: give -r URL")
+            from klog.protocol.registry_client import RegistryClient
+
+            self.registry = RegistryClient([u.strip() for u in registry_url.split(",") if u.strip()], None,
+                                           timeout_s=10.0)
+            if "avro" in serdes.values():
+                _fastavro()  # (missing: one line now, not at the first record)
+
+    def decode(self, r: Record) -> DecodedRecord:
+        if isinstance(r, DecodedRecord):
+            return r
+        if r is self._last[0]:  # (a --grep filter decodes a record, then its output does)
+            return self._last[1]
+        out = DecodedRecord(r, r.key, r.value)
+        for field, fmt in self.serdes.items():
+            data = r.key if field == "key" else r.value
+            if data is None:  # a null key or a tombstone stays null, as in kcat
+                continue
+            try:
+                if fmt in REGISTRY_FORMATS:
+                    schema_id, text = self._framed(fmt, data)
+                    setattr(out, f"{field}_schema_id", schema_id)
+                    setattr(out, f"{field}_json", True)
+                else:
+                    text = unpack(fmt, data, field)
+            except (ValueError, DecodeError) as e:
+                raise DecodeError(f"cannot decode the {field} of {r.topic}-{r.partition} offset {r.offset} as "
+                                  f"{fmt}: {e} (read past it with -p {r.partition} -o {r.offset + 1}, or without "
+                                  f"-s {field}=...)") from None
+            setattr(out, field, text)
+        self._last = (r, out)
+        return out
+
+    def filtering(self, record_filter: Callable[[Record], bool] | None) -> Callable[[Record], bool] | None:
+        """`record_filter` (--grep ...) tested on the decoded record."""
+        if record_filter is None:
+            return None
+        return lambda r: record_filter(self.decode(r))
+
+    def line(self, inner: Callable[[Record], bytes]) -> Callable[[Record], bytes]:
+        """`inner` rendering the decoded record."""
+        return lambda r: inner(self.decode(r))
+
+    def json_line(self, r: Record) -> bytes:
+        """The JSON envelope (consume --json) of the decoded record: decoded JSON embedded as JSON, not
+        as a string, and its schema ids as key_schema_id / value_schema_id, as kcat's -J writes them."""
+        from klog.client.envelope import record_to_json
+
+        d = self.decode(r)
+        more = "".join(f', "{f}_schema_id": {getattr(d, f + "_schema_id")}' for f in FIELDS
+                       if getattr(d, f + "_schema_id") is not None)
+        return (record_to_json(d, d.key.decode() if d.key_json else None,
+                               d.value.decode() if d.value_json else None, more) + "\n").encode()
+
+    def _framed(self, fmt: str, data: bytes) -> tuple[int, bytes]:
+        if len(data) < 5 or data[0] != MAGIC:
+            raise DecodeError("not in Schema Registry framing (" + (f"magic byte {data[0]:#04x}, not 0"
+                                                                     if data else "no bytes") + ")"
+                              if not data or data[0] != MAGIC else "shorter than its 5-byte framing")
+        schema_id = struct.unpack_from(">I", data, 1)[0]
+        reader = self._readers.get(schema_id)
+        if reader is None:
+            reader = self._reader(fmt, schema_id)
+            if len(self._readers) >= SCHEMAS_KEPT:
+                self._readers.pop(next(iter(self._readers)))
+            self._readers[schema_id] = reader
+        return schema_id, reader(data[5:])
+
+    def _reader(self, fmt: str, schema_id: int) -> Callable[[bytes], bytes]:
+        from klog.protocol.registry_client import RegistryAnswerError
+
+        assert self.registry is not None
+        try:
+            found = self.registry.call("GET", f"/schemas/ids/{schema_id}")
+        except RegistryAnswerError as e:
+            raise DecodeError(f"schema {schema_id}: {e}") from None
+        kind = (found.get("schemaType") or "AVRO").lower()
+        if kind != fmt:
+            hint = f": use -s {kind}" if kind in REGISTRY_FORMATS else ", which klog does not decode yet"
+            raise DecodeError(f"written with schema {schema_id}, a {kind.upper()} schema{hint}")
+        if fmt == "json":
+            return _json_text
+        return self._avro_reader(schema_id, found)
+
+    def _avro_reader(self, schema_id: int, found: dict) -> Callable[[bytes], bytes]:
+        from klog.protocol.avro_schema import without_logical_types
+
+        fastavro = _fastavro()
+        named: dict[str, Any] = {}
+        try:
+            for text in self._referenced(found.get("references") or [], set()):
+                fastavro.parse_schema(without_logical_types(json.loads(text)), named_schemas=named)
+            parsed = fastavro.parse_schema(without_logical_types(json.loads(found["schema"])), named_schemas=named)
+        except DecodeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException and others
+            raise DecodeError(f"schema {schema_id} is not an Avro schema fastavro reads: {e}") from None
+        from fastavro.io.json_encoder import AvroJSONEncoder
+
+        class Collect(AvroJSONEncoder):  # Avro's JSON encoding as Python values, dumped here (one line, UTF-8)
+            def write_buffer(self) -> None:
+                self._fo.extend(self._records)
+
+        def read(body: bytes) -> bytes:
+            try:
+                datum = fastavro.schemaless_reader(io.BytesIO(body), parsed, None, return_record_name=True)
+                encoded: list[Any] = []
+                fastavro.json_writer(encoded, parsed, [datum], encoder=Collect)
+            except (EOFError, ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError, struct.error) as e:
+                raise DecodeError(f"not Avro of schema {schema_id}: {e or type(e).__name__}") from None
+            return json.dumps(encoded[0], ensure_ascii=False, separators=(",", ":")).encode()
+
+        return read
+
+    def _referenced(self, references: list, seen: set) -> list[str]:
+        """The texts of the schemas `references` name (Confluent's {name, subject, version}), theirs first."""
+        from urllib.parse import quote
+
+        from klog.protocol.registry_client import RegistryAnswerError
+
+        out: list[str] = []
+        for ref in references:
+            if not isinstance(ref, dict) or "subject" not in ref:
+                raise DecodeError(f"a schema reference the registry gave is not {{name, subject, version}}: {ref}")
+            where = (str(ref["subject"]), str(ref.get("version", "latest")))
+            if where in seen:
+                continue
+            seen.add(where)
+            if len(seen) > REFERENCES_MAX:
+                raise DecodeError(f"more than {REFERENCES_MAX} schema references")
+            try:
+                doc = self.registry.call("GET", f"/subjects/{quote(where[0], safe='')}/versions/{where[1]}")
+            except RegistryAnswerError as e:
+                raise DecodeError(f"referenced schema {where[0]} version {where[1]}: {e}") from None
+            out += self._referenced(doc.get("references") or [], seen)
+            out.append(doc["schema"])
+        return out
+
+
+def _json_text(body: bytes) -> bytes:
+    """A JSON Schema record's JSON, as one line (its text may span lines)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DecodeError(f"not JSON: {e}") from None
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _fastavro():  # noqa: ANN202 - the module
+    try:
+        import fastavro
+    except ImportError:
+        raise KlogError("-s avro needs fastavro: pip install 'klog[connect]'") from None
+    return fastavro

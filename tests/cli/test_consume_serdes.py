@@ -1,0 +1,230 @@
+"""`klog consume -s ... -r URL`: keys and values decoded for printing, as kcat's -s does.
+
+Goal: records that confluent-kafka's own AvroSerializer and JSONSerializer wrote (through klog's
+registry) print as Avro's JSON encoding / their JSON, in every output (pipe, --format, --json with the
+schema ids, a group); kcat's pack-formats print numbers; a record that is not what -s says stops the
+read with one line naming it, after the records before it; bad options are one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+import klog
+from tests.registry.helpers import serving as registry_at
+
+pytest.importorskip("fastavro", reason="-s avro needs fastavro (pip install 'klog[connect]')")
+
+ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "blob", "type": "bytes"},
+    {"name": "state", "type": {"type": "enum", "name": "State", "symbols": ["NEW", "PAID"]}},
+    {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "Line", "fields": [
+        {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
+ROWS = [{"id": 1, "note": "café", "blob": b"\x00\xff", "state": "NEW", "lines": [{"sku": "a", "qty": 2}],
+         "at": 1700000000123},
+        {"id": 2, "note": None, "blob": b"", "state": "PAID", "lines": [], "at": 0}]
+# Avro's JSON encoding (what kcat and kafka-avro-console-consumer print): the union member named, bytes
+# as \u00XX code points, the logical type's underlying long
+EXPECTED = [{"id": 1, "note": {"string": "café"}, "blob": "\u0000\u00ff", "state": "NEW",
+             "lines": [{"sku": "a", "qty": 2}], "at": 1700000000123},
+            {"id": 2, "note": None, "blob": "", "state": "PAID", "lines": [], "at": 0}]
+
+
+@pytest.fixture
+def registry_url(data_dir):
+    with registry_at(data_dir + "-registry") as url:
+        yield url
+
+
+def avro_records(url: str, topic: str = "orders") -> list[bytes]:
+    """The rows as confluent-kafka's AvroSerializer writes them (its own registry client)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serializer = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(ORDER))
+    return [serializer(row, SerializationContext(topic, MessageField.VALUE)) for row in ROWS]
+
+
+def produce(data_dir: str, topic: str, pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+    with klog.open(data_dir) as store:
+        if topic not in store.list_topics():
+            store.create_topic(topic, partitions=1)
+        with store.producer() as producer:
+            for key, value in pairs:
+                producer.send(topic, value, key=key)
+
+
+def test_avro_values_print_as_avros_json_encoding_in_a_pipe_and_a_format(cli, data_dir, registry_url):
+    produce(data_dir, "orders", [(struct.pack(">q", i), v) for i, v in enumerate(avro_records(registry_url), 7)])
+    done = cli("consume", "orders", "-s", "value=avro", "-r", registry_url)
+    assert done.exit_code == 0, done.stderr
+    assert [json.loads(line) for line in done.out.splitlines()] == EXPECTED
+    assert "café" in done.out  # UTF-8 as it is, not \u escapes
+    done = cli("consume", "orders", "-s", "key=>q", "-s", "value=avro", "-r", registry_url, "-F", "%o %k %s\\n")
+    assert done.exit_code == 0, done.stderr
+    lines = done.out.splitlines()
+    assert [line.split(" ", 2)[:2] for line in lines] == [["0", "7"], ["1", "8"]]
+    assert json.loads(lines[1].split(" ", 2)[2]) == EXPECTED[1]
+
+
+def test_json_envelope_embeds_the_decoded_value_and_names_its_schema_id(cli, data_dir, registry_url):
+    values = avro_records(registry_url)
+    produce(data_dir, "orders", [(b"k", v) for v in values] + [(b"gone", None)])
+    done = cli("consume", "orders", "-s", "value=avro", "-r", registry_url, "--json")
+    assert done.exit_code == 0, done.stderr
+    docs = [json.loads(line) for line in done.out.splitlines()]
+    schema_id = struct.unpack(">I", values[0][1:5])[0]
+    assert [d["value"] for d in docs[:2]] == EXPECTED
+    assert [d.get("value_schema_id") for d in docs] == [schema_id, schema_id, None]  # a tombstone stays null
+    assert docs[2]["value"] is None and docs[0]["key"] == "k" and "key_schema_id" not in docs[0]
+
+
+def test_json_schema_values_print_as_their_json(cli, data_dir, registry_url):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
+    serialize = JSONSerializer(json.dumps(schema), SchemaRegistryClient({"url": registry_url}))
+    value = serialize({"id": 3, "name": "é"}, SerializationContext("people", MessageField.VALUE))
+    produce(data_dir, "people", [(None, value)])
+    done = cli("consume", "people", "-s", "json", "-r", registry_url)
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.out) == {"id": 3, "name": "é"}
+    wrong = cli("consume", "people", "-s", "avro", "-r", registry_url)
+    assert wrong.exit_code == 1
+    assert "a JSON schema: use -s json" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
+def test_grep_matches_the_decoded_text(cli, data_dir, registry_url):
+    produce(data_dir, "orders", [(None, v) for v in avro_records(registry_url)])
+    done = cli("consume", "orders", "-s", "value=avro", "-r", registry_url, "--grep", '"state":"PAID"')
+    assert done.exit_code == 0, done.stderr
+    assert [json.loads(line)["id"] for line in done.out.splitlines()] == [2]
+
+
+def test_a_record_not_in_registry_framing_stops_the_read_after_those_before_it(cli, data_dir, registry_url):
+    good = avro_records(registry_url)
+    produce(data_dir, "orders", [(None, good[0]), (None, b'{"plain": "json"}'), (None, good[1])])
+    done = cli("consume", "orders", "-s", "value=avro", "-r", registry_url)
+    assert done.exit_code == 1
+    assert [json.loads(line) for line in done.out.splitlines()] == EXPECTED[:1]
+    assert done.stderr.strip().splitlines() == [
+        "klog: error: cannot decode the value of orders-0 offset 1 as avro: not in Schema Registry framing (magic byte "
+        "0x7b, not 0) (read past it with -p 0 -o 2, or without -s value=...)"]
+    past = cli("consume", "orders", "-s", "value=avro", "-r", registry_url, "-p", "0", "-o", "2")
+    assert past.exit_code == 0 and [json.loads(line) for line in past.out.splitlines()] == EXPECTED[1:]
+
+
+def test_an_unknown_schema_id_names_it(cli, data_dir, registry_url):
+    produce(data_dir, "orders", [(None, b"\x00\x00\x00\x30\x39rest")])
+    done = cli("consume", "orders", "-s", "avro", "-r", registry_url)
+    assert done.exit_code == 1
+    assert "offset 0 as avro: schema 12345: Schema Registry:" in done.stderr and "40403" in done.stderr
+
+
+def test_pack_formats_print_as_kcat_prints_them(cli, data_dir):
+    produce(data_dir, "nums", [(struct.pack("<i", -2), struct.pack(">hQ", -1, 2**64 - 1) + b"tail"),
+                               (None, struct.pack(">B", 200))])
+    done = cli("consume", "nums", "-s", "key=<i", "-s", "value=>hQ s", "-K", "|", "-n", "1")
+    assert done.exit_code == 0, done.stderr
+    assert done.out == "-2|-118446744073709551615 tail\n"
+    strict = cli("consume", "nums", "-s", "value=>h$", "-n", "1")
+    assert strict.exit_code == 1 and "expected value end-of-input, but 12 bytes remaining" in strict.stderr
+    short = cli("consume", "nums", "-s", "value=>q", "-o", "1")
+    assert short.exit_code == 1
+    assert "value truncated, expected 8 bytes to unpack q but only 1 bytes remaining" in short.stderr
+
+
+def test_a_group_member_decodes_and_a_bad_record_stays_uncommitted(cli, data_dir, registry_url):
+    good = avro_records(registry_url)
+    produce(data_dir, "orders", [(None, good[0]), (None, b"junk"), (None, good[1])])
+    done = cli("consume", "orders", "-G", "g", "-s", "value=avro", "-r", registry_url, "--json")
+    assert done.exit_code == 1 and "offset 1 as avro" in done.stderr
+    assert [json.loads(line)["value"] for line in done.out.splitlines()] == EXPECTED[:1]
+    rerun = cli("consume", "orders", "-G", "g", "-F", "%o\\n")  # starts at the bad record: it was not committed
+    assert rerun.exit_code == 0 and rerun.out == "1\n2\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-s", "avro"], "-s avro needs the Schema Registry's URL: give -r URL"),
+    (["-s", "value=xml"], "-s 'value=xml': 'l', 'm', 'x' is not avro, json or a pack-format token"),
+    (["-s", "key="], "-s 'key=': give a format"),
+    (["-s", "protobuf", "-r", "http://127.0.0.1:1"], "-s protobuf: klog does not decode Protobuf yet"),
+    (["-r", "http://127.0.0.1:1"], "-r names the Schema Registry for -s avro/json: give -s too"),
+    (["-s", "avro", "-r", "http://127.0.0.1:1", "--json", "--txn-fields"], "--txn-fields prints records as stored"),
+])
+def test_bad_options_are_one_line_and_exit_2(cli, data_dir, args, message):
+    produce(data_dir, "t", [(None, b"x")])
+    done = cli("consume", "t", *args)
+    assert done.exit_code == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreachable_registry_is_one_line_and_exit_1(cli, data_dir):
+    produce(data_dir, "t", [(None, b"\x00\x00\x00\x00\x01x")])
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # (closed again: nothing listens there)
+    done = cli("consume", "t", "-s", "avro", "-r", f"http://127.0.0.1:{port}")
+    assert done.exit_code == 1
+    assert done.stderr.startswith("klog: error: no Schema Registry answered") and "Traceback" not in done.stderr
+
+
+def test_the_hot_path_takes_the_options_too(klog_proc, data_dir):
+    produce(data_dir, "nums", [(None, struct.pack(">i", 42))])
+    done = klog_proc("consume", "nums", "-s", ">i")
+    assert done.returncode == 0 and done.stdout == b"42\n", done.stderr
+
+
+def test_avro_named_types_referenced_from_other_subjects_are_resolved(cli, data_dir):
+    """Confluent's schema references ({name, subject, version}): the referenced schema is fetched and
+    its named types known to the referencing one (a registry of Confluent's own, served here by a stub)."""
+    import http.server
+    import io
+    import threading
+
+    import fastavro
+
+    line = {"type": "record", "name": "Line", "namespace": "shop", "fields": [{"name": "sku", "type": "string"}]}
+    order = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "lines", "type": {"type": "array", "items": "shop.Line"}}]}
+    answers = {"/schemas/ids/9": {"schema": json.dumps(order), "references": [
+                   {"name": "shop.Line", "subject": "line-value", "version": 3}]},
+               "/subjects/line-value/versions/3": {"subject": "line-value", "version": 3, "id": 8,
+                                                   "schema": json.dumps(line)}}
+
+    class Stub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps(answers.get(self.path, {"error_code": 40403, "message": "Schema not found"})).encode()
+            self.send_response(200 if self.path in answers else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        named: dict = {}
+        fastavro.parse_schema(line, named_schemas=named)
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, fastavro.parse_schema(order, named_schemas=named), {"lines": [{"sku": "x"}]})
+        produce(data_dir, "orders", [(None, b"\x00" + struct.pack(">I", 9) + buf.getvalue())])
+        done = cli("consume", "orders", "-s", "avro", "-r", f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.out) == {"lines": [{"sku": "x"}]}
