@@ -228,3 +228,11 @@ def test_avro_named_types_referenced_from_other_subjects_are_resolved(cli, data_
         server.server_close()
     assert done.exit_code == 0, done.stderr
     assert json.loads(done.out) == {"lines": [{"sku": "x"}]}
+
+
+def test_exec_gets_the_decoded_value(cli, data_dir, tmp_path):
+    produce(data_dir, "nums", [(None, struct.pack(">i", 7)), (None, struct.pack(">i", -7))])
+    seen = tmp_path / "seen"
+    done = cli("consume", "nums", "-s", ">i", "--exec", f"cat >> {seen}; echo >> {seen}")
+    assert done.exit_code == 0, done.stderr
+    assert seen.read_text() == "7\n-7\n"
