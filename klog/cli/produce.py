@@ -59,6 +59,16 @@ def register(app: typer.Typer) -> None:
         transaction_records: Annotated[int | None, typer.Option(
             "--transaction-records", min=1, help="With --transactional-id: commit every N records (long streams).")]
         = None,
+        serdes: Annotated[list[str] | None, typer.Option(
+            "--serdes", "-s", help="Encode keys and/or values in Confluent's Schema Registry framing, as "
+            "confluent-kafka's serializers do: [key=|value=]avro|json. The input is Avro's JSON encoding (what "
+            "consume -s prints) or JSON, in the --schema given or the subject's latest.")] = None,
+        schema: Annotated[list[str] | None, typer.Option(
+            "--schema", help="With -s: [key=|value=]FILE (an Avro or JSON schema, registered under TOPIC-key / "
+            "TOPIC-value as the serializers' auto.register.schemas does), id:N, or latest (the default).")] = None,
+        registry: Annotated[str | None, typer.Option(
+            "--registry", "-r", envvar="KLOG_SCHEMA_REGISTRY_URL",
+            help="The Schema Registry -s uses (URL[,URL...]; user:password@ in it is sent as basic auth).")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         options = dict(locals())  # the options, by name: the hot path calls run_produce the same way

@@ -13,7 +13,8 @@ from klog.errors import UsageError
 
 def run_produce(*, topic, files, key_separator, key, delimiter, header, input_format,  # noqa: ANN001
                 partition, acks, compression, linger_ms, batch_size, print_offsets, prop,  # noqa: ANN001
-                transactional_id, transaction_records, data_dir) -> None:  # noqa: ANN001
+                transactional_id, transaction_records, data_dir, serdes=None, schema=None,  # noqa: ANN001
+                registry=None) -> None:  # noqa: ANN001
     """`klog produce` with its options as Python values (what Typer, or the hot path, parsed)."""
     check_options(input_format, key_separator or None, key, delimiter)
     if transaction_records is not None and transactional_id is None:
@@ -22,6 +23,7 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
         raise UsageError(f"--transaction-records must be at least 1, not {transaction_records}")
     if linger_ms < 0:  # Kafka's linger.ms is at least 0; -1 was taken as 0 without a word
         raise UsageError(f"--linger-ms must be 0 or more, not {linger_ms}")
+    encodings = _encodings(serdes, schema, registry)
     settings = producer_settings(prop)
     headers = parse_headers(header)
     delim = parse_delimiter(delimiter) if delimiter is not None else None
@@ -40,6 +42,11 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
     def on_warning(message: str) -> None:
         print(f"klog: warning: {message}", file=sys.stderr)
 
+    encoder = None
+    if encodings is not None:  # (the registry asked before the store is opened: a bad schema writes nothing)
+        from klog.client.serializers import RecordEncoder
+
+        encoder = RecordEncoder(encodings[0], registry, topic, encodings[1])
     with open_store(data_dir) as store:
         # no ack callback unless offsets are printed: on a cluster it is a Python call per record
         txn = {} if transactional_id is None else {"transactional_id": transactional_id,
@@ -53,7 +60,7 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
             produce_from(producer, topic, *(files or ["-"]), input_format=input_format,
                          key_separator=key_separator.encode() if key_separator else None,
                          key=key.encode() if key is not None else None, delimiter=delim, headers=headers,
-                         partition=partition, on_warning=on_warning)
+                         partition=partition, on_warning=on_warning, encoder=encoder)
             if txn:
                 producer.commit()
         except BaseException:
@@ -62,3 +69,18 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
             raise
         finally:
             sys.stdout.flush()
+
+
+def _encodings(serdes: list[str] | None, schema: list[str] | None,
+               registry: str | None) -> tuple[dict[str, str], dict[str, str]] | None:
+    """-s, --schema and -r checked: ({field: format}, {field: schema}); None without -s."""
+    if not serdes:
+        if schema:
+            raise UsageError("--schema says which schema -s encodes with: give -s too")
+        if registry is not None and registry.strip():
+            raise UsageError("-r names the Schema Registry for -s avro/json: give -s too")
+        return None
+    from klog.client.serializers import parse_encodings, parse_schema_options
+
+    encodings = parse_encodings(serdes)
+    return encodings, parse_schema_options(schema or [], encodings)

@@ -78,7 +78,8 @@ class Ingest:
     def __init__(self, producer: Any, topic: str, *, input_format: str = "lines",
                  key_separator: bytes | None = None, key: bytes | None = None, delimiter: bytes | None = None,
                  headers: list[tuple[str, bytes]] | None = None, partition: int | None = None,
-                 on_warning: Callable[[str], None] | None = None) -> None:
+                 on_warning: Callable[[str], None] | None = None, encoder: Any = None) -> None:
+        """`encoder`: a klog.client.serializers.RecordEncoder the keys and values pass through."""
         check_options(input_format, key_separator, key, delimiter)
         self.producer = producer
         self.topic = topic
@@ -89,6 +90,7 @@ class Ingest:
         self.headers = headers or None
         self.partition = partition
         self.on_warning = on_warning
+        self.encoder = encoder
         self.lines = 0
         self._warned: set[tuple[str, int]] = set()
 
@@ -106,8 +108,10 @@ class Ingest:
                 chunks = []
                 while chunk := read():
                     chunks.append(chunk)
-                self.producer.send(self.topic, b"".join(chunks), key=self.key, headers=self.headers,
-                                   partition=self.partition)
+                key, value = self.key, b"".join(chunks)
+                if self.encoder is not None:
+                    [(key, value)] = self._encoded([(key, value)], self.lines + 1)
+                self.producer.send(self.topic, value, key=key, headers=self.headers, partition=self.partition)
                 self.lines += 1
                 return
             delim = self.delim
@@ -160,7 +164,11 @@ class Ingest:
             return
         sep, key = self.sep, self.key
         try:
-            if sep is None and key is None:
+            if self.encoder is not None:
+                pairs = [(key, line) for line in lines] if sep is None else [
+                    (k, v) if found else (None, k) for k, found, v in map(lambda line: line.partition(sep), lines)]
+                producer.send_keyed(self.topic, self._encoded(pairs), headers=self.headers, partition=self.partition)
+            elif sep is None and key is None:
                 producer.send_values(self.topic, lines, headers=self.headers, partition=self.partition)
             else:
                 if sep is None:
@@ -188,6 +196,8 @@ class Ingest:
             producer.flush()
             raise UsageError(f"line {line_no}: malformed JSON input: {e}; "
                              f"{producer.records_sent} records before it were written") from None
+        if self.encoder is not None:
+            [(key, value)] = self._encoded([(key, value)], line_no)
         if self.partition is not None:
             p = self.partition
         elif p is not None:
@@ -208,6 +218,30 @@ class Ingest:
             raise RecordTooLargeError(f"line {line_no}: {e}; {producer.records_sent} records before it were written") \
                 from None
 
+    def _encoded(self, pairs: list[tuple[bytes | None, bytes | None]],
+                 line_no: int | None = None) -> list[tuple[bytes | None, bytes | None]]:
+        """The pairs through self.encoder; at one that does not fit its schema, those before it are
+        written and the error names its input line."""
+        from klog.client.serializers import EncodeError
+
+        encode = self.encoder.encode
+        out = []
+        for i, (k, v) in enumerate(pairs):
+            field = "key"
+            try:
+                k = encode("key", k)
+                field = "value"
+                out.append((k, encode("value", v)))
+            except EncodeError as e:
+                producer = self.producer
+                if out:
+                    producer.send_keyed(self.topic, out, headers=self.headers, partition=self.partition)
+                producer.flush()
+                where = line_no if line_no is not None else self.lines + i + 1
+                raise UsageError(f"line {where}: the {field} {e}; {producer.records_sent} records before it were "
+                                 "written") from None
+        return out
+
     def _warn(self, message: str) -> None:
         if self.on_warning is not None:
             self.on_warning(message)
@@ -218,13 +252,14 @@ class Ingest:
 def produce_from(producer: Any, topic: str, *sources: Source, input_format: str = "lines",
                  key_separator: bytes | None = None, key: bytes | None = None, delimiter: bytes | None = None,
                  headers: list[tuple[str, bytes]] | None = None, partition: int | None = None,
-                 on_warning: Callable[[str], None] | None = None) -> IngestCounts:
+                 on_warning: Callable[[str], None] | None = None, encoder: Any = None) -> IngestCounts:
     """Write every source (stdin when none) into `topic` as records and flush: `klog produce`.
 
     Returns the input lines read and the records written. On an error the records before the bad
     line are flushed and the error says how many there were."""
     ingest = Ingest(producer, topic, input_format=input_format, key_separator=key_separator, key=key,
-                    delimiter=delimiter, headers=headers, partition=partition, on_warning=on_warning)
+                    delimiter=delimiter, headers=headers, partition=partition, on_warning=on_warning,
+                    encoder=encoder)
     before = producer.records_sent
     try:
         sources = sources or ("-",)

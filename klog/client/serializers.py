@@ -1,0 +1,177 @@
+"""Record keys and values encoded for writing in Confluent's Schema Registry framing (magic byte 0, the
+schema's 4-byte id, then Avro's binary encoding or the JSON text), as confluent-kafka's AvroSerializer
+and JSONSerializer (and Confluent's kafka-avro-console-producer) write them. What `klog produce -s
+value=avro -r URL` writes; the input is what `klog consume -s` prints, so records round-trip:
+
+    encoder = RecordEncoder({"value": "avro"}, "http://127.0.0.1:8081", "orders", {"value": order_avsc})
+    producer.send("orders", encoder.encode("value", b'{"id": 1, "note": {"string": "hi"}}'))
+
+Avro input is Avro's JSON encoding (a union member as {"type": value}); JSON Schema input is JSON,
+checked against its schema as Confluent's serializer does. The schema is the one given (registered
+under the topic's subject, `<topic>-key` / `<topic>-value`, as the serializers' auto.register.schemas
+does), or the subject's latest version.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from klog.client.deserializers import FIELDS, MAGIC, REGISTRY_FORMATS, _fastavro
+from klog.errors import KlogError, UsageError
+
+
+class EncodeError(KlogError):
+    """An input key or value that does not fit its schema."""
+
+
+def parse_encodings(specs: list[str]) -> dict[str, str]:
+    """produce's -s ([key=|value=]avro|json) as {field: format}; UsageError naming a bad one."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        field, sep, fmt = spec.partition("=")
+        fields: tuple[str, ...] = (field,) if sep and field in FIELDS else FIELDS
+        if not sep or field not in FIELDS:
+            fmt = spec
+        if fmt not in REGISTRY_FORMATS:
+            raise UsageError(f"-s '{spec}': produce encodes avro or json (Schema Registry framing)")
+        for f in fields:
+            out[f] = fmt
+    return out
+
+
+def parse_schema_options(specs: list[str], encodings: dict[str, str]) -> dict[str, str]:
+    """--schema [key=|value=]FILE|id:N|latest as {field: what}; the schema FILE's text is read here."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        field, sep, what = spec.partition("=")
+        if not sep or field not in FIELDS:
+            field, what = "value", spec
+        if field not in encodings:
+            raise UsageError(f"--schema {spec}: give -s {field}=avro|json for the {field} too")
+        if what != "latest" and not what.startswith("id:"):
+            try:
+                with open(what, encoding="utf-8") as f:
+                    what = "text:" + f.read()
+            except OSError as e:
+                raise UsageError(f"--schema {spec}: cannot read {what}: {e.strerror or e}") from None
+        out[field] = what
+    return out
+
+
+class RecordEncoder:
+    """Encodes the fields `encodings` names ({"key"|"value": "avro"|"json"}) of records for `topic`;
+    `schemas` ({field: "text:<schema>" | "id:<N>" | "latest"}, latest when absent) says which schema."""
+
+    def __init__(self, encodings: dict[str, str], registry_url: str | None, topic: str,
+                 schemas: dict[str, str] | None = None) -> None:
+        if not registry_url:
+            raise UsageError(f"-s {'/'.join(sorted(set(encodings.values())))} needs the Schema Registry's URL: "
+                             "give -r URL")
+        from klog.protocol.registry_client import RegistryClient
+
+        self.encodings = encodings
+        self.registry = RegistryClient([u.strip() for u in registry_url.split(",") if u.strip()], None, timeout_s=10.0)
+        self.topic = topic
+        if "avro" in encodings.values():
+            _fastavro()
+        # one schema per field, settled before the first record (a bad schema: nothing written)
+        self._encode: dict[str, Callable[[bytes], bytes]] = {
+            field: self._encoder(field, fmt, (schemas or {}).get(field, "latest")) for field, fmt in encodings.items()}
+
+    def encode(self, field: str, data: bytes | None) -> bytes | None:
+        """`data` (JSON text) in the field's schema, framed; None (a null key, a tombstone) stays None."""
+        encode = self._encode.get(field)
+        return data if encode is None or data is None else encode(data)
+
+    def _encoder(self, field: str, fmt: str, what: str) -> Callable[[bytes], bytes]:
+        from klog.protocol.registry_client import RegistryAnswerError
+
+        subject = f"{self.topic}-{field}"
+        path = f"/subjects/{quote(subject, safe='')}"
+        try:
+            if what.startswith("text:"):
+                body: dict[str, Any] = {"schema": what[5:]}
+                if fmt == "json":
+                    body["schemaType"] = "JSON"
+                schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
+                text = what[5:]
+            elif what.startswith("id:"):
+                try:
+                    schema_id = int(what[3:])
+                except ValueError:
+                    raise UsageError(f"--schema {field}={what}: id:N takes a schema id") from None
+                found = self.registry.call("GET", f"/schemas/ids/{schema_id}")
+                self._check_type(found, fmt, f"schema {schema_id}")
+                text = found["schema"]
+            else:
+                found = self.registry.call("GET", f"{path}/versions/latest")
+                self._check_type(found, fmt, f"the latest schema of {subject}")
+                schema_id, text = int(found["id"]), found["schema"]
+        except RegistryAnswerError as e:
+            raise KlogError(f"the {field} schema for {subject}: {e}") from None
+        header = bytes([MAGIC]) + struct.pack(">I", schema_id)
+        return _avro_encoder(text, header, schema_id) if fmt == "avro" else _json_encoder(text, header, schema_id)
+
+    @staticmethod
+    def _check_type(found: dict, fmt: str, what: str) -> None:
+        kind = (found.get("schemaType") or "AVRO").lower()
+        if kind != fmt:
+            raise KlogError(f"{what} is {kind.upper()}, not {fmt.upper()}")
+
+
+def _avro_encoder(text: str, header: bytes, schema_id: int) -> Callable[[bytes], bytes]:
+    from klog.protocol.avro_schema import without_logical_types
+
+    fastavro = _fastavro()
+    try:
+        parsed = fastavro.parse_schema(without_logical_types(json.loads(text)))
+    except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException, json's ValueError
+        raise KlogError(f"schema {schema_id} is not an Avro schema fastavro reads: {e}") from None
+
+    def encode(data: bytes) -> bytes:
+        try:
+            datum = next(fastavro.json_reader(io.StringIO(data.decode("utf-8")), parsed))
+            out = io.BytesIO()
+            out.write(header)
+            fastavro.schemaless_writer(out, parsed, datum, strict=True)
+        except StopIteration:
+            raise EncodeError("is not a JSON value") from None
+        except Exception as e:  # noqa: BLE001 - fastavro's own and json's errors: the input does not fit
+            raise EncodeError(f"is not Avro's JSON encoding of schema {schema_id}: {_short(e)}") from None
+        return out.getvalue()
+
+    return encode
+
+
+def _json_encoder(text: str, header: bytes, schema_id: int) -> Callable[[bytes], bytes]:
+    try:
+        import jsonschema
+    except ImportError:
+        raise KlogError("-s json needs jsonschema: pip install 'klog[connect]'") from None
+    try:
+        schema = json.loads(text)
+        validator = jsonschema.validators.validator_for(schema)(schema)
+    except Exception as e:  # noqa: BLE001 - a schema jsonschema cannot use
+        raise KlogError(f"schema {schema_id} is not a JSON Schema jsonschema reads: {_short(e)}") from None
+
+    def encode(data: bytes) -> bytes:
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise EncodeError(f"is not JSON: {e}") from None
+        error = next(validator.iter_errors(doc), None)
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "the document"
+            raise EncodeError(f"does not match schema {schema_id} at {where}: {_short(error.message)}")
+        return header + json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+    return encode
+
+
+def _short(e: object) -> str:
+    return " ".join(str(e).split())[:300]

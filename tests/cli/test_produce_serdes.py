@@ -1,0 +1,133 @@
+"""`klog produce -s ... -r URL`: keys and values written in Confluent's Schema Registry framing.
+
+Goal: what `klog produce -s value=avro` writes, confluent-kafka's own AvroDeserializer reads as the
+rows typed in (and JSONDeserializer for -s json); the schema given is registered under the topic's
+subject, or the latest is used; `consume -s` output goes back in unchanged; an input line that does
+not fit its schema is one line naming it, after the lines before it were written.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import klog
+from tests.cli.test_consume_serdes import EXPECTED, ORDER, ROWS
+from tests.registry.helpers import serving as registry_at
+
+pytest.importorskip("fastavro", reason="-s avro needs fastavro (pip install 'klog[connect]')")
+
+
+@pytest.fixture
+def registry_url(data_dir):
+    with registry_at(data_dir + "-registry") as url:
+        yield url
+
+
+def values(data_dir: str, topic: str) -> list[bytes | None]:
+    with klog.open(data_dir) as store:
+        return [r.value for r in store.consumer(topic)]
+
+
+def confluent_reads(url: str, topic: str, data: list[bytes | None], kind: str = "avro") -> list:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": url})
+    deserialize = AvroDeserializer(client) if kind == "avro" else JSONDeserializer(None, schema_registry_client=client)
+    return [deserialize(v, SerializationContext(topic, MessageField.VALUE)) for v in data]
+
+
+def test_avro_lines_go_in_as_confluents_deserializer_reads_them(cli, data_dir, registry_url, tmp_path):
+    schema = tmp_path / "order.avsc"
+    schema.write_text(json.dumps(ORDER))
+    lines = "".join(json.dumps(e) + "\n" for e in EXPECTED).encode()  # Avro's JSON encoding, as consume -s prints
+    done = cli("produce", "orders", "-s", "value=avro", "--schema", f"value={schema}", "-r", registry_url, input=lines)
+    assert done.exit_code == 0, done.stderr
+    got = confluent_reads(registry_url, "orders", values(data_dir, "orders"))
+    assert [{**g, "at": int(g["at"].timestamp() * 1000)} for g in got] == ROWS  # (its timestamp-millis: a datetime)
+    # the subject's latest is the default; consume -s prints what went in
+    again = cli("produce", "orders", "-s", "value=avro", "-r", registry_url, input=lines[:lines.index(b"\n") + 1])
+    assert again.exit_code == 0, again.stderr
+    out = cli("consume", "orders", "-s", "value=avro", "-r", registry_url)
+    assert [json.loads(line) for line in out.out.splitlines()] == [*EXPECTED, EXPECTED[0]]
+
+
+def test_keys_and_values_with_a_separator_and_schema_ids(cli, data_dir, registry_url, tmp_path):
+    (tmp_path / "k.avsc").write_text('"long"')
+    (tmp_path / "v.avsc").write_text(json.dumps(ORDER))
+    cli("produce", "orders", "-s", "avro", "--schema", f"key={tmp_path / 'k.avsc'}",
+        "--schema", f"value={tmp_path / 'v.avsc'}", "-r", registry_url, input=b"")
+    import urllib.request
+
+    with urllib.request.urlopen(f"{registry_url}/subjects/orders-value/versions/latest") as answer:
+        value_id = json.loads(answer.read())["id"]
+    done = cli("produce", "orders", "-s", "avro", "--schema", "key=latest", "--schema", f"value=id:{value_id}",
+               "-r", registry_url, "-K", "|", input=("7|" + json.dumps(EXPECTED[1]) + "\n").encode())
+    assert done.exit_code == 0, done.stderr
+    out = cli("consume", "orders", "-s", "avro", "-r", registry_url, "--json")
+    doc = json.loads(out.out)
+    assert doc["key"] == 7 and doc["value"] == EXPECTED[1] and doc["value_schema_id"] == value_id
+
+
+def test_json_schema_values_are_checked_and_the_bad_line_named(cli, data_dir, registry_url, tmp_path):
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"id": {"type": "integer"}},
+                                  "required": ["id"]}))
+    done = cli("produce", "people", "-s", "value=json", "--schema", str(schema), "-r", registry_url,
+               input=b'{"id": 1}\n{"id": "two"}\n{"id": 3}\n')
+    assert done.exit_code == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "klog: error: line 2: the value does not match schema 1 at id: 'two' is not of type 'integer'; 1 records "
+        "before it were written")
+    assert confluent_reads(registry_url, "people", values(data_dir, "people"), "json") == [{"id": 1}]
+
+
+def test_an_avro_line_that_does_not_fit_is_named(cli, data_dir, registry_url, tmp_path):
+    schema = tmp_path / "order.avsc"
+    schema.write_text(json.dumps(ORDER))
+    good = json.dumps(EXPECTED[0])
+    done = cli("produce", "orders", "-s", "value=avro", "--schema", f"value={schema}", "-r", registry_url,
+               input=f'{good}\n{{"id": "x"}}\n'.encode())
+    assert done.exit_code == 2
+    assert "klog: error: line 2: the value is not Avro's JSON encoding of schema 1:" in done.stderr
+    assert done.stderr.strip().endswith("1 records before it were written")
+    assert len(values(data_dir, "orders")) == 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-s", "avro"], "-s avro needs the Schema Registry's URL: give -r URL"),
+    (["-s", "value=>q", "-r", "http://127.0.0.1:1"], "produce encodes avro or json"),
+    (["--schema", "x.avsc"], "--schema says which schema -s encodes with: give -s too"),
+    (["-s", "value=avro", "--schema", "key=latest", "-r", "http://127.0.0.1:1"], "give -s key=avro|json for the key"),
+    (["-s", "avro", "--schema", "/no/such.avsc", "-r", "http://127.0.0.1:1"], "cannot read /no/such.avsc"),
+])
+def test_bad_options_are_one_line_and_exit_2(cli, args, message):
+    done = cli("produce", "t", *args, input=b"{}\n")
+    assert done.exit_code == 2, done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_subject_without_a_schema_writes_nothing(cli, data_dir, registry_url):
+    done = cli("produce", "fresh", "-s", "value=avro", "-r", registry_url, input=b'{"a": 1}\n')
+    assert done.exit_code == 1
+    assert "the value schema for fresh-value: Schema Registry: Subject 'fresh-value' not found" in done.stderr
+    with klog.open(data_dir) as store:
+        assert "fresh" not in [t.name for t in store.list_topics()]
+
+
+def test_a_decoded_json_copy_goes_back_in_encoded(cli, data_dir, registry_url, tmp_path):
+    """consume -s --json | produce -s --input json: a topic copied through its decoded form."""
+    schema = tmp_path / "order.avsc"
+    schema.write_text(json.dumps(ORDER))
+    lines = "".join(json.dumps(e) + "\n" for e in EXPECTED).encode()
+    assert cli("produce", "orders", "-s", "value=avro", "--schema", str(schema), "-r", registry_url,
+               "-k", "k", input=lines).exit_code == 0
+    copied = cli("consume", "orders", "-s", "value=avro", "-r", registry_url, "--json").stdout
+    done = cli("produce", "copy", "-s", "value=avro", "--schema", "value=id:1", "-r", registry_url, "--input", "json",
+               input=copied)
+    assert done.exit_code == 0, done.stderr
+    assert values(data_dir, "copy") == values(data_dir, "orders")  # the same bytes, schema id included
