@@ -183,7 +183,11 @@ class RecordDecoder:
         schema_id = struct.unpack_from(">I", data, 1)[0]
         reader = self._readers.get(schema_id)
         if reader is None:
-            reader = self._reader(fmt, schema_id)
+            try:
+                reader = self._reader(fmt, schema_id)
+            except (KeyError, TypeError, AttributeError, ValueError) as e:  # an answer not shaped as the API's
+                raise DecodeError(f"the Schema Registry's answer for schema {schema_id} is not one its API gives "
+                                  f"({type(e).__name__}: {e})") from None
             if len(self._readers) >= SCHEMAS_KEPT:
                 self._readers.pop(next(iter(self._readers)))
             self._readers[schema_id] = reader

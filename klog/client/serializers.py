@@ -114,6 +114,9 @@ class RecordEncoder:
                 schema_id, text = int(found["id"]), found["schema"]
         except RegistryAnswerError as e:
             raise KlogError(f"the {field} schema for {subject}: {e}") from None
+        except (KeyError, TypeError, AttributeError, ValueError) as e:  # an answer not shaped as the API's
+            raise KlogError(f"the {field} schema for {subject}: the Schema Registry's answer is not one its API "
+                            f"gives ({type(e).__name__}: {e})") from None
         header = bytes([MAGIC]) + struct.pack(">I", schema_id)
         return _avro_encoder(text, header, schema_id) if fmt == "avro" else _json_encoder(text, header, schema_id)
 

@@ -8,8 +8,10 @@ read with one line naming it, after the records before it; bad options are one l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
+from collections.abc import Iterator
 
 import pytest
 
@@ -186,27 +188,18 @@ def test_the_hot_path_takes_the_options_too(klog_proc, data_dir):
     assert done.returncode == 0 and done.stdout == b"42\n", done.stderr
 
 
-def test_avro_named_types_referenced_from_other_subjects_are_resolved(cli, data_dir):
-    """Confluent's schema references ({name, subject, version}): the referenced schema is fetched and
-    its named types known to the referencing one (a registry of Confluent's own, served here by a stub)."""
+@contextlib.contextmanager
+def stub_registry(answers: dict[str, object]) -> Iterator[str]:
+    """A Schema Registry of fixed answers (path -> JSON), on an ephemeral port; its URL."""
     import http.server
-    import io
     import threading
-
-    import fastavro
-
-    line = {"type": "record", "name": "Line", "namespace": "shop", "fields": [{"name": "sku", "type": "string"}]}
-    order = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-        {"name": "lines", "type": {"type": "array", "items": "shop.Line"}}]}
-    answers = {"/schemas/ids/9": {"schema": json.dumps(order), "references": [
-                   {"name": "shop.Line", "subject": "line-value", "version": 3}]},
-               "/subjects/line-value/versions/3": {"subject": "line-value", "version": 3, "id": 8,
-                                                   "schema": json.dumps(line)}}
 
     class Stub(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body = json.dumps(answers.get(self.path, {"error_code": 40403, "message": "Schema not found"})).encode()
-            self.send_response(200 if self.path in answers else 404)
+            found = self.path in answers
+            body = json.dumps(answers[self.path] if found else {"error_code": 40403,
+                                                                 "message": "Schema not found"}).encode()
+            self.send_response(200 if found else 404)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -217,17 +210,44 @@ def test_avro_named_types_referenced_from_other_subjects_are_resolved(cli, data_
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        named: dict = {}
-        fastavro.parse_schema(line, named_schemas=named)
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, fastavro.parse_schema(order, named_schemas=named), {"lines": [{"sku": "x"}]})
-        produce(data_dir, "orders", [(None, b"\x00" + struct.pack(">I", 9) + buf.getvalue())])
-        done = cli("consume", "orders", "-s", "avro", "-r", f"http://127.0.0.1:{server.server_port}")
+        yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_avro_named_types_referenced_from_other_subjects_are_resolved(cli, data_dir):
+    """Confluent's schema references ({name, subject, version}): the referenced schema is fetched and
+    its named types known to the referencing one (a registry of Confluent's own, served here by a stub)."""
+    import io
+
+    import fastavro
+
+    line = {"type": "record", "name": "Line", "namespace": "shop", "fields": [{"name": "sku", "type": "string"}]}
+    order = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "lines", "type": {"type": "array", "items": "shop.Line"}}]}
+    answers = {"/schemas/ids/9": {"schema": json.dumps(order), "references": [
+                   {"name": "shop.Line", "subject": "line-value", "version": 3}]},
+               "/subjects/line-value/versions/3": {"subject": "line-value", "version": 3, "id": 8,
+                                                   "schema": json.dumps(line)}}
+    named: dict = {}
+    fastavro.parse_schema(line, named_schemas=named)
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(order, named_schemas=named), {"lines": [{"sku": "x"}]})
+    produce(data_dir, "orders", [(None, b"\x00" + struct.pack(">I", 9) + buf.getvalue())])
+    with stub_registry(answers) as url:
+        done = cli("consume", "orders", "-s", "avro", "-r", url)
     assert done.exit_code == 0, done.stderr
     assert json.loads(done.out) == {"lines": [{"sku": "x"}]}
+
+
+def test_a_registry_answer_of_the_wrong_shape_is_one_line(cli, data_dir):
+    produce(data_dir, "orders", [(None, b"\x00\x00\x00\x00\x05x")])
+    with stub_registry({"/schemas/ids/5": ["not", "an", "object"]}) as url:
+        done = cli("consume", "orders", "-s", "avro", "-r", url)
+    assert done.exit_code == 1
+    assert "the Schema Registry's answer for schema 5 is not one its API gives" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_exec_gets_the_decoded_value(cli, data_dir, tmp_path):
