@@ -229,10 +229,10 @@ class Dialect:
             return {DATE: "DATE", TIME: "TIME", TIMESTAMP: "TIMESTAMP"}[name]
         return self.types.get(schema.get("type", "string"), "TEXT")
 
-    def column_spec(self, name: str, schema: Schema, not_null: bool) -> str:
+    def column_spec(self, name: str, schema: Schema, not_null: bool, sql_type: str | None = None) -> str:
         """A column as Confluent's writeColumnSpec writes it: with the field's default as DEFAULT (the
-        column then nullable), else NOT NULL when asked."""
-        spec = f"{self.quote(name)} {self.sql_type(schema)}"
+        column then nullable), else NOT NULL when asked; of `sql_type` when given, else the Connect type's."""
+        spec = f"{self.quote(name)} {sql_type or self.sql_type(schema)}"
         try:
             literal = self.default_literal(schema)
         except (ValueError, TypeError, OverflowError) as e:  # the record's schema, not the sink, is at fault
@@ -546,6 +546,8 @@ class SinkSettings:
     # null value is a delete (Confluent's tombstone), any other the row
     classify: Callable[[ConnectRecord], tuple[str, ConnectRecord]] | None = None
     keep_field: Callable[[str, str], bool] | None = None  # (topic, field): written as a column?
+    # (dialect, field schema) -> the column type a created or added column gets (None: the Connect type's)
+    column_type: Callable[[Dialect, Schema], str | None] | None = None
     fold_unquoted: bool = False  # names folded as the database folds unquoted ones (Dialect.fold_case)
     # how a refused create or alter names the setting that refuses it
     create_refused: str = "auto-creation is disabled (auto.create=false)"
@@ -951,7 +953,7 @@ class JdbcSinkTask(SinkTask):
         if existing is None:
             if not self.c.auto_create:
                 raise ConnectError(f"Table {table} is missing and {self.c.create_refused}")
-            defs = [d.column_spec(n, s, n in pk or _required(s)) for n, s in cols.items()]
+            defs = [d.column_spec(n, s, n in pk or _required(s), self._column_type(s)) for n, s in cols.items()]
             if pk:
                 defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
             cur.execute(f"CREATE TABLE IF NOT EXISTS {d.table(table)} ({', '.join(defs)})")
@@ -961,9 +963,13 @@ class JdbcSinkTask(SinkTask):
             if not self.c.auto_evolve:
                 raise ConnectError(f"Table {table} is missing fields {missing} and {self.c.evolve_refused}")
             for n in missing:
-                cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN {d.column_spec(n, cols[n], False)}")
+                cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN "
+                            f"{d.column_spec(n, cols[n], False, self._column_type(cols[n]))}")
             existing |= {d.name(n) for n in missing}
         self.columns[table] = existing
+
+    def _column_type(self, schema: Schema) -> str | None:
+        return self.c.column_type(self.dialect, schema) if self.c.column_type is not None else None
 
     def flush(self, offsets: dict[TP, int]) -> None:
         pass  # every put() committed its rows with their offsets
