@@ -1,14 +1,17 @@
-"""Debezium's JDBC sink type for type: the column types its PostgreSQL dialect gives Debezium's semantic
-types (by schema name, and by the source column's type that column.propagate.source.type adds), and a
-geometry failing its record by name. Driven through the task directly (start, open, put)."""
+"""Debezium's JDBC sink type for type and knob for knob: the column types its PostgreSQL dialect gives
+Debezium's semantic types (by schema name, and by the source column's type that column.propagate.source.type
+adds), a geometry failing its record by name, batch.size bounding each statement batch, and
+use.reduction.buffer writing only the last change of each key (the same final rows, fewer statements).
+Driven through the task directly (start, open, put)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 
 import pytest
 
-from tests.connect.test_connect_jdbc_hostile import DEBEZIUM, ROW_SCHEMA, Sink
+from tests.connect.test_connect_jdbc_hostile import DEBEZIUM, ROW_SCHEMA, Sink, change
 
 SOURCE_TYPE = "__debezium.source.column.type"
 
@@ -114,3 +117,105 @@ def test_a_geometry_fails_its_record_naming_the_type_unless_left_out(tmp_path):
     leaving = Sink(str(tmp_path / "b.db"), {**DEBEZIUM, "field.exclude.list": "shape"})
     leaving.put((1, schema, row))
     assert leaving.reported == [] and leaving.rows("shop_public_items") == [(1, "a")]
+
+
+def _counting(db: str) -> None:
+    """The table created beforehand with triggers logging every row statement into `log`."""
+    with sqlite3.connect(db) as conn:
+        conn.execute('CREATE TABLE "shop_public_items" (id INTEGER PRIMARY KEY, name TEXT)')
+        conn.execute("CREATE TABLE log (what TEXT)")
+        for event in ("INSERT", "UPDATE", "DELETE"):
+            conn.execute(f'CREATE TRIGGER log_{event} AFTER {event} ON "shop_public_items" '
+                         f"BEGIN INSERT INTO log VALUES ('{event}'); END")
+
+
+HISTORY = [("c", 1, "a"), ("u", 1, "b"), ("c", 2, "x"), ("d", 2, None), ("u", 1, "c"), ("c", 3, "y"),
+           ("d", 3, None), ("c", 3, "z"), ("c", 4, "w")]
+
+
+def _events(history: list) -> list[tuple]:
+    out = []
+    for op, key, name in history:
+        if op == "d":
+            out.append(change("d", key, None, before={"id": key, "name": None}))
+        else:
+            out.append(change(op, key, {"id": key, "name": name}))
+    return out
+
+
+@pytest.mark.parametrize(("reduce", "statements"), [
+    ("false", ["INSERT", "UPDATE", "INSERT", "DELETE", "UPDATE", "INSERT", "DELETE", "INSERT", "INSERT"]),
+    ("true", ["INSERT", "INSERT", "INSERT"])])
+def test_reduction_buffer_writes_the_last_change_of_each_key_only(tmp_path, reduce, statements):
+    """use.reduction.buffer=true: of each key's changes in one batch only the last is written (key 2's insert
+    then delete: nothing but a delete of no row; key 1's three changes: one upsert); the table is the same as
+    without it, which writes every change. Row triggers log what each statement did to a row."""
+    db = str(tmp_path / "out.db")
+    _counting(db)
+    sink = Sink(db, {**DEBEZIUM, "use.reduction.buffer": reduce, "schema.evolution": "none"})
+    sink.put(*_events(HISTORY))
+    assert sink.reported == [] and sink.next_offset() == len(HISTORY)
+    assert sink.rows("shop_public_items") == [(1, "c"), (3, "z"), (4, "w")]
+    with sqlite3.connect(db) as conn:
+        assert [w for (w,) in conn.execute("SELECT what FROM log ORDER BY rowid")] == statements
+
+
+def test_reduction_in_insert_mode_drops_only_what_a_delete_decides(tmp_path):
+    """insert.mode=insert: an insert depends on what came before it (a delete then an insert of an existing
+    row is the new row; the insert alone would fail on the key), so only a delete supersedes the key's
+    earlier changes: the same table as without the buffer."""
+    db = str(tmp_path / "out.db")
+    _counting(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO \"shop_public_items\" VALUES (9, 'old')")
+        conn.execute("DELETE FROM log")
+    sink = Sink(db, {**DEBEZIUM, "insert.mode": "insert", "use.reduction.buffer": "true",
+                     "schema.evolution": "none"})
+    sink.put(*_events([("d", 9, None), ("c", 9, "new"), ("c", 5, "five"), ("d", 5, None)]))
+    assert sink.reported == [] and sink.rows("shop_public_items") == [(9, "new")]
+    with sqlite3.connect(db) as conn:
+        # key 5's insert was never written (its delete then touched no row)
+        assert [w for (w,) in conn.execute("SELECT what FROM log ORDER BY rowid")] == ["DELETE", "INSERT"]
+
+
+def test_reduction_stops_at_a_truncate(tmp_path):
+    """A truncate is a barrier, as Debezium flushes its buffers before it: a key's change before it is not
+    dropped for one after it (here the same outcome either way, the row written again after the truncate)."""
+    db = str(tmp_path / "out.db")
+    sink = Sink(db, {**DEBEZIUM, "use.reduction.buffer": "true", "truncate.enabled": "true"})
+    sink.put(*_events([("c", 1, "a"), ("c", 2, "b")]), change("t", None, None), *_events([("c", 1, "again")]))
+    assert sink.rows("shop_public_items") == [(1, "again")]
+
+
+def test_batch_size_bounds_the_rows_of_each_statement_batch(tmp_path):
+    """batch.size: 7 rows of one table and shape go to the database as batches of at most 3 (3, 3, 1);
+    the default (500) sends them as one; the rows are the same."""
+    sent: dict[str, list[int]] = {}
+    for size in ("3", None):
+        db = str(tmp_path / f"out{size}.db")
+        sink = Sink(db, {**DEBEZIUM, **({"batch.size": size} if size else {})})
+        executemany = sink.task.dialect.executemany
+        batches = sent[size or "default"] = []
+
+        def counted(cur, sql, rows, executemany=executemany, batches=batches) -> None:  # noqa: ANN001
+            batches.append(len(rows))
+            executemany(cur, sql, rows)
+
+        sink.task.dialect.executemany = counted
+        sink.put(*_events([("c", k, f"n{k}") for k in range(7)]))
+        assert sink.rows("shop_public_items") == [(k, f"n{k}") for k in range(7)]
+    assert sent == {"3": [3, 3, 1], "default": [7]}
+
+
+def test_reduction_is_the_debezium_faces_only(tmp_path):
+    """Confluent's JdbcSinkConnector keeps writing every record (it has no use.reduction.buffer): the
+    same changes of one key give every statement."""
+    from klog.connect.connectors.jdbc import JdbcSinkTask
+
+    db = str(tmp_path / "out.db")
+    _counting(db)
+    sink = Sink(db, {"insert.mode": "upsert", "pk.mode": "record_key", "table.name.format": "shop_public_items",
+                     "use.reduction.buffer": "true"}, JdbcSinkTask)
+    sink.put(*[(k, ROW_SCHEMA, {"id": k, "name": n}) for k, n in ((1, "a"), (1, "b"), (2, "c"))])
+    with sqlite3.connect(db) as conn:
+        assert [w for (w,) in conn.execute("SELECT what FROM log ORDER BY rowid")] == ["INSERT", "UPDATE", "INSERT"]

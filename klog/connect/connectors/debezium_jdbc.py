@@ -79,6 +79,7 @@ CONFIG = (ConfigDef()
           .define("use.time.zone", default="UTC")
           .define("database.time_zone", default="UTC", doc="use.time.zone's name before Debezium 3")
           .define("batch.size", "int", 500, at_least=1)
+          .define("use.reduction.buffer", "boolean", False)
           .define("field.include.list", "list", [])
           .define("field.exclude.list", "list", [])
           .define("flush.max.retries", "int", 5, at_least=0)
@@ -453,6 +454,7 @@ def settings_from_debezium(props: dict[str, str]) -> SinkSettings:
         table_name=table_namer(name_format), tables_by_topic="${source." not in name_format,
         classify=ChangeEvents(c["delete.enabled"], c["truncate.enabled"], c["connection.url"].startswith(
             "jdbc:postgresql:"), keep_field), keep_field=keep_field, column_type=column_type,
+        batch_size=c["batch.size"], reduce_by_key=c["use.reduction.buffer"],
         fold_unquoted=not c["quote.identifiers"],
         create_refused="schema evolution is disabled (schema.evolution=none)",
         evolve_refused="schema evolution is disabled (schema.evolution=none)")
@@ -466,8 +468,8 @@ class DebeziumJdbcSinkConnector(JdbcConnection, SinkConnector):
     java_classes = ("io.debezium.connector.jdbc.JdbcSinkConnector",)
     short_names = ("debezium-jdbc-sink",)
     config_def = CONFIG
-    # Debezium's keys of its Hibernate pool (hibernate.*, connection.pool.*, connection.provider), its other
-    # dialects (dialect.*) and use.reduction.buffer are not defined here: the worker names them in its one warning
+    # Debezium's keys of its Hibernate pool (hibernate.*, connection.pool.*, connection.provider) and its other
+    # dialects (dialect.*) are not defined here: the worker names them in its one warning
     task_class = DebeziumJdbcSinkTask
 
     def validate(self, config: dict[str, Any]) -> None:

@@ -548,6 +548,9 @@ class SinkSettings:
     keep_field: Callable[[str, str], bool] | None = None  # (topic, field): written as a column?
     # (dialect, field schema) -> the column type a created or added column gets (None: the Connect type's)
     column_type: Callable[[Dialect, Schema], str | None] | None = None
+    batch_size: int | None = None  # at most this many rows per statement batch (None: a run of one shape)
+    # only the last change of each key (table and key column values) within a put() is written
+    reduce_by_key: bool = False
     fold_unquoted: bool = False  # names folded as the database folds unquoted ones (Dialect.fold_case)
     # how a refused create or alter names the setting that refuses it
     create_refused: str = "auto-creation is disabled (auto.create=false)"
@@ -685,7 +688,8 @@ class JdbcSinkTask(SinkTask):
         self.columns.clear()
 
     def _write(self, cur, records: list[ConnectRecord], done: dict[TP, int] | None = None) -> None:  # noqa: ANN001
-        runs: list[tuple[tuple, list]] = []
+        ops: list[tuple | None] = []  # (statement shape, parameters) of each record, in order; None: superseded
+        last_of_key: dict[tuple, int] | None = {} if self.c.reduce_by_key else None  # (table, key) -> its op
         next_offsets: dict[TP, int] = dict(done) if done else {}
         plans, columns, classify = self.plans, self.columns, self.c.classify
         tables = self.tables if self.c.tables_by_topic else {}
@@ -718,13 +722,12 @@ class JdbcSinkTask(SinkTask):
                 if op is None:
                     op = self._statement(cur, r, table)
                 if op is not None:
-                    if runs and runs[-1][0] == op[0]:
-                        runs[-1][1].append(op[1])
-                    else:
-                        runs.append((op[0], [op[1]]))
+                    if last_of_key is not None:
+                        self._supersede(ops, last_of_key, r, table, op)
+                    ops.append(op)
             except DataError as e:  # this record's fault: to errors.tolerance and the DLQ, the batch goes on
                 self._reject(r, e)
-        for shape, rows in runs:
+        for shape, rows in self._runs(ops):
             if shape[-1] == TRUNCATE:
                 cur.execute(shape[0])
             else:
@@ -735,6 +738,51 @@ class JdbcSinkTask(SinkTask):
                         "ON CONFLICT (connector, topic, kafka_partition) "
                         "DO UPDATE SET next_offset = EXCLUDED.next_offset",
                         [(self.context.connector_name, tp[0], tp[1], o) for tp, o in next_offsets.items()])
+
+    def _supersede(self, ops: list[tuple | None], last_of_key: dict[tuple, int], r: ConnectRecord, table: str,
+                   op: tuple) -> None:
+        """Debezium's reduction buffer: the op of an earlier change of the same row (table and key column
+        values) in this transaction is dropped when r's alone decides the row: a delete, or an upsert (an
+        insert or update depends on what came before it: dropping that would change the outcome). A
+        truncate is a barrier (what came before it is written before it, as Debezium flushes its buffers)."""
+        kind = op[0][-1]
+        if kind == TRUNCATE:
+            last_of_key.clear()
+            return
+        key = self._row_key(r)
+        if key is None:
+            return
+        try:
+            earlier = last_of_key.get((table, key))
+        except TypeError:  # a key value that is a structure: no reduction for it
+            return
+        if earlier is not None and (kind == "d" or self.c.insert_mode == "upsert"):
+            ops[earlier] = None
+        last_of_key[(table, key)] = len(ops)
+
+    def _row_key(self, r: ConnectRecord) -> tuple | None:
+        """The values of r's key columns (None: no key columns, or pk.mode=kafka, each record its own row)."""
+        mode, names = self.c.pk_mode, self.c.pk_fields
+        if mode == "record_key":
+            if isinstance(r.key, dict):
+                return tuple(r.key.get(n) for n in names or r.key)
+            return None if r.key is None else (r.key,)
+        if mode == "record_value" and isinstance(r.value, dict):
+            return tuple(r.value.get(n) for n in names or r.value)
+        return None
+
+    def _runs(self, ops: list[tuple | None]) -> list[tuple[tuple, list]]:
+        """Consecutive ops of one statement shape as one batch (executemany), of at most batch_size rows."""
+        runs: list[tuple[tuple, list]] = []
+        limit = self.c.batch_size
+        for op in ops:
+            if op is None:
+                continue
+            if runs and runs[-1][0] == op[0] and (limit is None or len(runs[-1][1]) < limit):
+                runs[-1][1].append(op[1])
+            else:
+                runs.append((op[0], [op[1]]))
+        return runs
 
     def _table(self, r: ConnectRecord) -> str | None:
         """The record's table (None: skipped, as Debezium skips a record whose name it cannot resolve),
