@@ -7,6 +7,7 @@ Driven through the task directly (start, open, put)."""
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import sqlite3
 
 import pytest
@@ -50,6 +51,12 @@ TYPED_FIELDS = [
     by_source("price", "float64", "MONEY"),
     by_source("span", "string", "INT4RANGE"),
     {**by_source("seq", "int32", "SERIAL"), "default": 0},
+    by_source("code", "string", "BPCHAR", **{"__debezium.source.column.length": "3"}),
+    by_source("label", "string", "VARCHAR", **{"__debezium.source.column.length": "20"}),
+    field("amount", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2", **{"connect.decimal.precision": "10"}),
+    by_source("at", "int64", "TIMESTAMP", "io.debezium.time.MicroTimestamp", **{"__debezium.source.column.scale": "3"}),
+    by_source("seen3", "string", "TIMESTAMPTZ", "io.debezium.time.ZonedTimestamp",
+              **{"__debezium.source.column.length": "35", "__debezium.source.column.scale": "3"}),
     {"type": "map", "optional": True, "keys": {"type": "string"}, "values": {"type": "string", "optional": True},
      "field": "tags"},
 ]
@@ -57,15 +64,18 @@ TYPED_ROW = {"id": 1, "seen": "2024-03-01T10:00:00.5+02:00", "clock": "10:15:30.
              "docb": '{"b":2}', "uid": "0b4a3f8e-9c1d-4e2f-8a7b-6c5d4e3f2a1b", "page": "<a>1</a>",
              "took": 90_061_500_000, "took_iso": "P0Y0M1DT1H1M1.5S", "flags": b"\x05", "wide": b"\x00\x01",
              "vary": b"\x05", "free": b"\x05", "one": True, "mood": "happy", "addr": "10.0.0.1", "price": 12.5,
-             "span": "[1,5)", "tags": {"a": "1", "q\"uote": None}, "seq": 7}
+             "span": "[1,5)", "tags": {"a": "1", "q\"uote": None}, "seq": 7,
+             "code": "ab", "label": "twenty", "amount": decimal.Decimal("12.34"), "at": 1_709_296_496_789_012,
+             "seen3": "2024-03-01T10:00:00.1234+02:00"}
 
 
 @pytest.mark.slow
 def test_debeziums_semantic_types_get_its_postgresql_column_types(pg_db):
     """Each of Debezium's semantic types becomes the column its PostgreSQL dialect creates (timestamptz,
     timetz, json, jsonb by the source column type, uuid, xml, interval, bit(n), bit varying, bit for a
-    boolean from bit(1), a map as hstore; inet, money, int4range and serial by the source column type; Enum
-    and the ISO Interval as text) and the value reads back as the source's, defaults included (a serial's
+    boolean from bit(1), a map as hstore; inet, money, int4range, serial, char(n) and varchar(n) by the source
+    column type; numeric(p, s) by the decimal's precision; timestamps' precision propagated; Enum and the ISO
+    Interval as text) and the value reads back as the source's, defaults included (a serial's
     is its sequence: the field's is dropped, as Debezium's)."""
     pg_db.execute("CREATE EXTENSION IF NOT EXISTS hstore")
     schema = {**ROW_SCHEMA, "fields": TYPED_FIELDS}
@@ -78,15 +88,19 @@ def test_debeziums_semantic_types_get_its_postgresql_column_types(pg_db):
         "id": "integer", "seen": "timestamp with time zone", "clock": "time with time zone", "doc": "json",
         "docb": "jsonb", "uid": "uuid", "page": "xml", "took": "interval", "took_iso": "text", "flags": "bit(3)",
         "wide": "bit(16)", "vary": "bit varying(8)", "free": "bit varying", "one": "bit(1)", "mood": "text",
-        "addr": "inet", "price": "money", "span": "int4range", "tags": "hstore", "seq": "integer"}
+        "addr": "inet", "price": "money", "span": "int4range", "tags": "hstore", "seq": "integer",
+        "code": "character(3)", "label": "character varying(20)", "amount": "numeric(10,2)",
+        "at": "timestamp(3) without time zone", "seen3": "timestamp(3) with time zone"}
     got = pg_db.execute("SELECT seen, clock::text, doc::text, docb::text, uid::text, page::text, took, took_iso, "
                         "flags::text, wide::text, vary::text, free::text, one::text, mood, addr::text, "
-                        "price::numeric, span::text, tags -> 'a', tags -> 'q\"uote' FROM typed ORDER BY id")
+                        "price::numeric, span::text, tags -> 'a', tags -> 'q\"uote', code, label, amount, at, seen3 "
+                        "FROM typed ORDER BY id")
     utc = dt.UTC
     assert got[0] == (dt.datetime(2024, 3, 1, 8, 0, 0, 500000, utc), "10:15:30.5+02", '{"a":1}', '{"b": 2}',
                       TYPED_ROW["uid"], "<a>1</a>", dt.timedelta(days=1, hours=1, seconds=61.5), "P0Y0M1DT1H1M1.5S",
                       "101", "0000000100000000", "00000101", "101", "1", "happy", "10.0.0.1/32", 12.5, "[1,5)", "1",
-                      None)
+                      None, "ab ", "twenty", decimal.Decimal("12.34"), dt.datetime(2024, 3, 1, 12, 34, 56, 789000),
+                      dt.datetime(2024, 3, 1, 8, 0, 0, 123000, utc))
     assert set(got[1]) == {None}
     # the columns' defaults, as Debezium's dialect writes them
     defaults = dict(pg_db.execute("SET TimeZone = 'UTC'; SELECT column_name, column_default FROM information_schema"

@@ -142,6 +142,7 @@ SEMANTIC_TYPES: dict[str, tuple[str, str, Callable[[Any], Any], Callable[[Any], 
 
 # -- the column types of Debezium's PostgreSQL dialect ------------------------------------------------
 SOURCE_TYPE = "__debezium.source.column.type"  # from the source's column.propagate.source.type
+SOURCE_LENGTH, SOURCE_SCALE = "__debezium.source.column.length", "__debezium.source.column.scale"
 ZONED_TIMESTAMP, ZONED_TIME = "io.debezium.time.ZonedTimestamp", "io.debezium.time.ZonedTime"
 MICRO_DURATION, BITS, JSON = "io.debezium.time.MicroDuration", "io.debezium.data.Bits", "io.debezium.data.Json"
 GEOMETRIES = ("io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Geography",
@@ -157,6 +158,12 @@ PG_BY_SOURCE_TYPE = {"XML": "xml", "MONEY": "money", "CIDR": "cidr", "MACADDR": 
                          "INT4RANGE", "INT8RANGE", "NUMRANGE", "TSRANGE", "TSTZRANGE", "DATERANGE", "SMALLSERIAL",
                          "SERIAL", "BIGSERIAL")}}
 VARYING = 2_147_483_647  # Bits' length of an unbounded bit varying
+# the types whose column takes the source column's precision (fractional second digits), when propagated
+PG_WITH_PRECISION = {TIMESTAMP: "timestamp", TIME: "time", ZONED_TIMESTAMP: "timestamptz", ZONED_TIME: "timetz"}
+# a string's column by its propagated source column type: char(n) or varchar(n) (ConnectStringType's)
+PG_SIZED_STRINGS = {"CHAR": "char", "CHARACTER": "char", "BPCHAR": "char", "NCHAR": "char", "VARCHAR": "varchar",
+                    "VARCHAR2": "varchar", "CHARACTER VARYING": "varchar", "NVARCHAR": "varchar",
+                    "NVARCHAR2": "varchar"}
 
 
 def _source_type(schema: Schema) -> str:
@@ -173,6 +180,10 @@ def pg_column_type(schema: Schema) -> str | None:
     """The column type Debezium's PostgreSQL dialect gives a field: by the schema's name, else by its source
     column's type, else a map as hstore; None: the Connect type's."""
     name, source = schema.get("name"), _source_type(schema)
+    if name in PG_WITH_PRECISION:
+        return _with_precision(PG_WITH_PRECISION[name], schema)
+    if name == DECIMAL:
+        return _numeric(schema)
     if name in PG_BY_NAME:
         return PG_BY_NAME[name]
     if name == JSON:
@@ -183,7 +194,45 @@ def pg_column_type(schema: Schema) -> str | None:
         return None
     if source in PG_BY_SOURCE_TYPE:
         return PG_BY_SOURCE_TYPE[source]
+    if source in PG_SIZED_STRINGS and schema.get("type") == "string":
+        return _sized_string(PG_SIZED_STRINGS[source], schema)
     return "hstore" if schema.get("type") == "map" else None
+
+
+def _parameter(schema: Schema, key: str) -> int | None:
+    try:
+        return int((schema.get("parameters") or {})[key])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _with_precision(base: str, schema: Schema) -> str | None:
+    """A timestamp's or time's column with the source column's fractional digits (its scale, else its length)
+    when propagated and 1 to 6, as Debezium's AbstractTimestampType; None: klog's timestamp or time."""
+    precision = _parameter(schema, SOURCE_SCALE)
+    if precision is None:
+        precision = _parameter(schema, SOURCE_LENGTH)
+    if precision is not None and 0 < precision <= 6:
+        return f"{base}({precision})"
+    return base if base.endswith("tz") else None
+
+
+def _numeric(schema: Schema) -> str | None:
+    """Decimal with its precision (connect.decimal.precision, which Debezium's sources set) as numeric(p, s),
+    as Debezium's ConnectDecimalType (a negative scale as 0); None: an unconstrained numeric."""
+    precision = _parameter(schema, "connect.decimal.precision")
+    if precision is None or precision <= 0:
+        return None
+    return f"numeric({min(precision, 1000)}, {max(_parameter(schema, 'scale') or 0, 0)})"
+
+
+def _sized_string(base: str, schema: Schema) -> str:
+    """char(n) (n at least 1) or varchar(n) from the propagated source column length; varchar without one
+    is text, as Debezium's."""
+    length = _parameter(schema, SOURCE_LENGTH) or 0
+    if base == "char":
+        return f"char({max(length, 1)})"
+    return f"varchar({length})" if length > 0 else "text"
 
 
 def _bit_type(schema: Schema, source: str) -> str:
