@@ -102,6 +102,10 @@ def test_debeziums_semantic_types_get_its_postgresql_column_types(pg_db):
                       None, "ab ", "twenty", decimal.Decimal("12.34"), dt.datetime(2024, 3, 1, 12, 34, 56, 789000),
                       dt.datetime(2024, 3, 1, 8, 0, 0, 123000, utc))
     assert set(got[1]) == {None}
+    # PostgreSQL's infinity is kept; a value that is no ZonedTimestamp fails its record, not the batch
+    sink.put((3, schema, {"id": 3, "seq": 9, "seen": "infinity"}), (4, schema, {"id": 4, "seq": 10, "seen": "soon"}))
+    assert pg_db.execute("SELECT id, seen::text FROM typed WHERE id > 2") == [(3, "infinity")]
+    assert [o for o, _ in sink.reported] == [3] and "'soon'" in sink.reported[0][1]
     # the columns' defaults, as Debezium's dialect writes them
     defaults = dict(pg_db.execute("SET TimeZone = 'UTC'; SELECT column_name, column_default FROM information_schema"
                                   ".columns WHERE table_name = 'typed' AND column_default IS NOT NULL"))
