@@ -8,7 +8,10 @@ a truncate (op t) empties the table when truncate.enabled (else skipped). A flat
 ExtractNewRecordState) is the row itself. Tables are named by collection.name.format (table.name.format
 before Debezium 3) with ${topic} (its dots as underscores, as DefaultCollectionNamingStrategy) and
 ${source.<field>} from the envelope's source block (${source.db}, ${source.schema}, ${source.table}).
-schema.evolution=basic creates and widens tables; none writes into existing ones only.
+schema.evolution=basic creates and widens tables; none writes into existing ones only. Debezium's semantic
+types become the columns Debezium's PostgreSQL dialect creates (pg_column_type: timestamptz, json, uuid,
+interval, bit(n), ... and what column.propagate.source.type adds); batch.size bounds a statement batch and
+use.reduction.buffer writes the last change of each key only (jdbc.SinkSettings).
 """
 
 from __future__ import annotations
