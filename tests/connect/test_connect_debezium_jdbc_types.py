@@ -57,6 +57,10 @@ TYPED_FIELDS = [
     by_source("at", "int64", "TIMESTAMP", "io.debezium.time.MicroTimestamp", **{"__debezium.source.column.scale": "3"}),
     by_source("seen3", "string", "TIMESTAMPTZ", "io.debezium.time.ZonedTimestamp",
               **{"__debezium.source.column.length": "35", "__debezium.source.column.scale": "3"}),
+    {"type": "array", "optional": True, "items": {"type": "string", "optional": True}, "field": "words"},
+    {"type": "array", "optional": True, "items": {"type": "int32", "optional": False}, "field": "nums"},
+    {"type": "array", "optional": True, "items": field("", "string", "io.debezium.data.Uuid"), "field": "uids"},
+    {"type": "array", "optional": True, "items": field("", "int32", "io.debezium.time.Date"), "field": "days"},
     {"type": "map", "optional": True, "keys": {"type": "string"}, "values": {"type": "string", "optional": True},
      "field": "tags"},
 ]
@@ -66,7 +70,8 @@ TYPED_ROW = {"id": 1, "seen": "2024-03-01T10:00:00.5+02:00", "clock": "10:15:30.
              "vary": b"\x05", "free": b"\x05", "one": True, "mood": "happy", "addr": "10.0.0.1", "price": 12.5,
              "span": "[1,5)", "tags": {"a": "1", "q\"uote": None}, "seq": 7,
              "code": "ab", "label": "twenty", "amount": decimal.Decimal("12.34"), "at": 1_709_296_496_789_012,
-             "seen3": "2024-03-01T10:00:00.1234+02:00"}
+             "seen3": "2024-03-01T10:00:00.1234+02:00", "words": ["a", 'b"c\\', "{,}", "NULL", "", None],
+             "nums": [1, -2], "uids": ["0b4a3f8e-9c1d-4e2f-8a7b-6c5d4e3f2a1b"], "days": [19724]}
 
 
 @pytest.mark.slow
@@ -74,9 +79,10 @@ def test_debeziums_semantic_types_get_its_postgresql_column_types(pg_db):
     """Each of Debezium's semantic types becomes the column its PostgreSQL dialect creates (timestamptz,
     timetz, json, jsonb by the source column type, uuid, xml, interval, bit(n), bit varying, bit for a
     boolean from bit(1), a map as hstore; inet, money, int4range, serial, char(n) and varchar(n) by the source
-    column type; numeric(p, s) by the decimal's precision; timestamps' precision propagated; Enum and the ISO
-    Interval as text) and the value reads back as the source's, defaults included (a serial's
-    is its sequence: the field's is dropped, as Debezium's)."""
+    column type; numeric(p, s) by the decimal's precision; timestamps' precision propagated; arrays of
+    primitives and string types as PostgreSQL arrays; Enum and the ISO Interval as text) and the value reads
+    back as the source's, defaults included (a serial's is its sequence: the field's is dropped, as
+    Debezium's)."""
     pg_db.execute("CREATE EXTENSION IF NOT EXISTS hstore")
     schema = {**ROW_SCHEMA, "fields": TYPED_FIELDS}
     sink = Sink(pg_db.jdbc_url, {**DEBEZIUM, "connection.username": pg_db.user, "collection.name.format": "typed"})
@@ -90,17 +96,19 @@ def test_debeziums_semantic_types_get_its_postgresql_column_types(pg_db):
         "wide": "bit(16)", "vary": "bit varying(8)", "free": "bit varying", "one": "bit(1)", "mood": "text",
         "addr": "inet", "price": "money", "span": "int4range", "tags": "hstore", "seq": "integer",
         "code": "character(3)", "label": "character varying(20)", "amount": "numeric(10,2)",
-        "at": "timestamp(3) without time zone", "seen3": "timestamp(3) with time zone"}
+        "at": "timestamp(3) without time zone", "seen3": "timestamp(3) with time zone", "words": "text[]",
+        "nums": "integer[]", "uids": "uuid[]", "days": "text"}
     got = pg_db.execute("SELECT seen, clock::text, doc::text, docb::text, uid::text, page::text, took, took_iso, "
                         "flags::text, wide::text, vary::text, free::text, one::text, mood, addr::text, "
-                        "price::numeric, span::text, tags -> 'a', tags -> 'q\"uote', code, label, amount, at, seen3 "
-                        "FROM typed ORDER BY id")
+                        "price::numeric, span::text, tags -> 'a', tags -> 'q\"uote', code, label, amount, at, seen3, "
+                        "words, nums, uids::text[], days FROM typed ORDER BY id")
     utc = dt.UTC
     assert got[0] == (dt.datetime(2024, 3, 1, 8, 0, 0, 500000, utc), "10:15:30.5+02", '{"a":1}', '{"b": 2}',
                       TYPED_ROW["uid"], "<a>1</a>", dt.timedelta(days=1, hours=1, seconds=61.5), "P0Y0M1DT1H1M1.5S",
                       "101", "0000000100000000", "00000101", "101", "1", "happy", "10.0.0.1/32", 12.5, "[1,5)", "1",
                       None, "ab ", "twenty", decimal.Decimal("12.34"), dt.datetime(2024, 3, 1, 12, 34, 56, 789000),
-                      dt.datetime(2024, 3, 1, 8, 0, 0, 123000, utc))
+                      dt.datetime(2024, 3, 1, 8, 0, 0, 123000, utc), TYPED_ROW["words"], [1, -2], TYPED_ROW["uids"],
+                      "[19724]")  # an array of dates: JSON text (its elements would need converting)
     assert set(got[1]) == {None}
     # PostgreSQL's infinity is kept; a value that is no ZonedTimestamp fails its record, not the batch
     sink.put((3, schema, {"id": 3, "seq": 9, "seen": "infinity"}), (4, schema, {"id": 4, "seq": 10, "seen": "soon"}))

@@ -199,7 +199,40 @@ def pg_column_type(schema: Schema) -> str | None:
         return PG_BY_SOURCE_TYPE[source]
     if source in PG_SIZED_STRINGS and schema.get("type") == "string":
         return _sized_string(PG_SIZED_STRINGS[source], schema)
+    if schema.get("type") == "array":
+        element = _element_type(schema.get("items"))
+        return None if element is None else element + "[]"
     return "hstore" if schema.get("type") == "map" else None
+
+
+PG_ELEMENTS = {"int8": "smallint", "int16": "smallint", "int32": "integer", "int64": "bigint", "float32": "real",
+               "float64": "double precision", "boolean": "boolean", "string": "text"}
+
+
+def _element_type(items: Schema | None) -> str | None:
+    """An array's element as Debezium's ArrayType types it: a primitive, or a string type of its own (uuid,
+    json, xml, an Enum's text); None for elements whose values need converting (dates, decimals, bytes,
+    nested arrays: klog writes those arrays as JSON text)."""
+    if not items or items.get("type") not in PG_ELEMENTS:
+        return None
+    name = items.get("name")
+    if name is None or name == "io.debezium.data.Enum":
+        return PG_ELEMENTS[items["type"]]
+    column = pg_column_type(items)
+    return column if column is not None and _pg_rewrite(items) is None else None
+
+
+def _array_literal(values: list) -> str:
+    """A list as PostgreSQL's array text ({...}: each element quoted, NULL for None), which the column's
+    element type reads."""
+    def element(value: Any) -> str:
+        if value is None:
+            return "NULL"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return "{" + ",".join(element(v) for v in values) + "}"
 
 
 def _parameter(schema: Schema, key: str) -> int | None:
@@ -328,6 +361,8 @@ def _pg_rewrite(f: Schema) -> tuple[str | None, Callable[[Any], Any] | None, Cal
         return None, _unquoted_range, _same
     if column.endswith("serial"):
         return None, None, _dropped  # the column's sequence is its default
+    if column.endswith("[]"):
+        return None, _array_literal, _dropped
     return None
 
 
