@@ -742,9 +742,11 @@ class JdbcSinkTask(SinkTask):
     def _supersede(self, ops: list[tuple | None], last_of_key: dict[tuple, int], r: ConnectRecord, table: str,
                    op: tuple) -> None:
         """Debezium's reduction buffer: the op of an earlier change of the same row (table and key column
-        values) in this transaction is dropped when r's alone decides the row: a delete, or an upsert (an
-        insert or update depends on what came before it: dropping that would change the outcome). A
-        truncate is a barrier (what came before it is written before it, as Debezium flushes its buffers)."""
+        values) in this transaction is dropped when r's alone decides the row: a delete, or an upsert of the
+        same columns over an upsert (an insert or update depends on what came before it, an upsert of other
+        columns leaves some of the earlier's: dropping those would change the table; Debezium's buffer
+        flushes at a change of schema too). A truncate is a barrier (what came before it is written before
+        it, as Debezium flushes its buffers)."""
         kind = op[0][-1]
         if kind == TRUNCATE:
             last_of_key.clear()
@@ -756,7 +758,7 @@ class JdbcSinkTask(SinkTask):
             earlier = last_of_key.get((table, key))
         except TypeError:  # a key value that is a structure: no reduction for it
             return
-        if earlier is not None and (kind == "d" or self.c.insert_mode == "upsert"):
+        if earlier is not None and (kind == "d" or kind == "upsert" and ops[earlier][0] == op[0]):
             ops[earlier] = None
         last_of_key[(table, key)] = len(ops)
 
