@@ -8,13 +8,17 @@ a truncate (op t) empties the table when truncate.enabled (else skipped). A flat
 ExtractNewRecordState) is the row itself. Tables are named by collection.name.format (table.name.format
 before Debezium 3) with ${topic} (its dots as underscores, as DefaultCollectionNamingStrategy) and
 ${source.<field>} from the envelope's source block (${source.db}, ${source.schema}, ${source.table}).
-schema.evolution=basic creates and widens tables; none writes into existing ones only.
+schema.evolution=basic creates and widens tables; none writes into existing ones only. Debezium's semantic
+types become the columns Debezium's PostgreSQL dialect creates (pg_column_type: timestamptz, json, uuid,
+interval, bit(n), ... and what column.propagate.source.type adds); batch.size bounds a statement batch and
+use.reduction.buffer writes the last change of each key only (jdbc.SinkSettings).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,8 +31,10 @@ from klog.connect.connectors.jdbc import (
     ROW,
     SKIP,
     TRUNCATE,
+    Dialect,
     JdbcConnection,
     JdbcSinkTask,
+    PostgresDialect,
     SinkSettings,
     jdbc_url_check,
 )
@@ -40,7 +46,6 @@ from klog.connect.data import (
     TIMESTAMP,
     ConnectRecord,
     Schema,
-    epoch_millis,
     fields_by_name,
     from_epoch_days,
     from_epoch_millis,
@@ -77,6 +82,7 @@ CONFIG = (ConfigDef()
           .define("use.time.zone", default="UTC")
           .define("database.time_zone", default="UTC", doc="use.time.zone's name before Debezium 3")
           .define("batch.size", "int", 500, at_least=1)
+          .define("use.reduction.buffer", "boolean", False)
           .define("field.include.list", "list", [])
           .define("field.exclude.list", "list", [])
           .define("flush.max.retries", "int", 5, at_least=0)
@@ -106,11 +112,6 @@ def _micros(us: int) -> dt.datetime:
     return EPOCH + dt.timedelta(microseconds=us)
 
 
-def _zoned(text: str) -> dt.datetime:
-    """An ISO timestamp with its offset (ZonedTimestamp) as the naive UTC datetime the sink writes."""
-    return dt.datetime.fromisoformat(text).astimezone(dt.UTC).replace(tzinfo=None)
-
-
 def _same(default: Any) -> Any:
     return default
 
@@ -127,9 +128,9 @@ def _dropped(default: Any) -> None:
 
 
 # Debezium's semantic types its sink writes as dates, times, timestamps and numbers (its PostgreSQL source's
-# defaults: MicroTimestamp for timestamp, Date, MicroTime, ZonedTimestamp for timestamptz, VariableScaleDecimal
-# for an unconstrained numeric) as the Connect logical type whose column the sink creates, not an integer or a
-# struct: name -> (Connect's type and name, the value as the dialect binds it, a schema default in Connect's form)
+# defaults: MicroTimestamp for timestamp, Date, MicroTime, VariableScaleDecimal for an unconstrained numeric) as
+# the Connect logical type whose column the sink creates, not an integer or a struct: name -> (Connect's type and
+# name, the value as the dialect binds it, a schema default in Connect's form)
 SEMANTIC_TYPES: dict[str, tuple[str, str, Callable[[Any], Any], Callable[[Any], Any]]] = {
     "io.debezium.time.Date": ("int32", DATE, from_epoch_days, _same),
     "io.debezium.time.Time": ("int32", TIME, lambda ms: from_epoch_millis(ms).time(), _same),
@@ -138,9 +139,231 @@ SEMANTIC_TYPES: dict[str, tuple[str, str, Callable[[Any], Any], Callable[[Any], 
     "io.debezium.time.Timestamp": ("int64", TIMESTAMP, from_epoch_millis, _same),
     "io.debezium.time.MicroTimestamp": ("int64", TIMESTAMP, _micros, lambda us: us // 1000),
     "io.debezium.time.NanoTimestamp": ("int64", TIMESTAMP, lambda ns: _micros(ns // 1000), lambda ns: ns // 1_000_000),
-    "io.debezium.time.ZonedTimestamp": ("int64", TIMESTAMP, _zoned, lambda text: epoch_millis(_zoned(text))),
     "io.debezium.data.VariableScaleDecimal": ("bytes", DECIMAL, _variable_scale, _dropped),
 }
+
+
+# -- the column types of Debezium's PostgreSQL dialect ------------------------------------------------
+SOURCE_TYPE = "__debezium.source.column.type"  # from the source's column.propagate.source.type
+SOURCE_LENGTH, SOURCE_SCALE = "__debezium.source.column.length", "__debezium.source.column.scale"
+ZONED_TIMESTAMP, ZONED_TIME = "io.debezium.time.ZonedTimestamp", "io.debezium.time.ZonedTime"
+MICRO_DURATION, BITS, JSON = "io.debezium.time.MicroDuration", "io.debezium.data.Bits", "io.debezium.data.Json"
+GEOMETRIES = ("io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Geography",
+              "io.debezium.data.geometry.Point")
+PG_BY_NAME = {ZONED_TIMESTAMP: "timestamptz", ZONED_TIME: "timetz", MICRO_DURATION: "interval",
+              "io.debezium.data.Uuid": "uuid", "io.debezium.data.Xml": "xml", "io.debezium.data.Ltree": "ltree"}
+# the names Debezium's dialects resolve a column type by before the source column's type (Enum: text)
+BY_NAME = {*PG_BY_NAME, *SEMANTIC_TYPES, JSON, BITS, *GEOMETRIES, "io.debezium.data.Enum", DATE, TIME, TIMESTAMP,
+           DECIMAL}
+# then, for another schema, the source column's type (column.propagate.source.type on the source)
+PG_BY_SOURCE_TYPE = {"XML": "xml", "MONEY": "money", "CIDR": "cidr", "MACADDR": "macaddr", "INET": "inet",
+                     "CITEXT": "citext", "OID": "oid", **{t: t.lower() for t in (
+                         "INT4RANGE", "INT8RANGE", "NUMRANGE", "TSRANGE", "TSTZRANGE", "DATERANGE", "SMALLSERIAL",
+                         "SERIAL", "BIGSERIAL")}}
+VARYING = 2_147_483_647  # Bits' length of an unbounded bit varying
+# the types whose column takes the source column's precision (fractional second digits), when propagated
+PG_WITH_PRECISION = {TIMESTAMP: "timestamp", TIME: "time", ZONED_TIMESTAMP: "timestamptz", ZONED_TIME: "timetz"}
+# a string's column by its propagated source column type: char(n) or varchar(n) (ConnectStringType's)
+PG_SIZED_STRINGS = {"CHAR": "char", "CHARACTER": "char", "BPCHAR": "char", "NCHAR": "char", "VARCHAR": "varchar",
+                    "VARCHAR2": "varchar", "CHARACTER VARYING": "varchar", "NVARCHAR": "varchar",
+                    "NVARCHAR2": "varchar"}
+
+
+def _source_type(schema: Schema) -> str:
+    return str((schema.get("parameters") or {}).get(SOURCE_TYPE, "")).upper()
+
+
+def column_type(dialect: Dialect, schema: Schema) -> str | None:
+    """SinkSettings.column_type: PostgreSQL's as Debezium's PostgreSQL dialect (pg_column_type); any other
+    database's the Connect type's (Debezium's generic dialect knows none of these types)."""
+    return pg_column_type(schema) if isinstance(dialect, PostgresDialect) else None
+
+
+def pg_column_type(schema: Schema) -> str | None:
+    """The column type Debezium's PostgreSQL dialect gives a field: by the schema's name, else by its source
+    column's type, else a map as hstore; None: the Connect type's."""
+    name, source = schema.get("name"), _source_type(schema)
+    if name in PG_WITH_PRECISION:
+        return _with_precision(PG_WITH_PRECISION[name], schema)
+    if name == DECIMAL:
+        return _numeric(schema)
+    if name in PG_BY_NAME:
+        return PG_BY_NAME[name]
+    if name == JSON:
+        return {"JSONB": "jsonb", "HSTORE": "hstore"}.get(source, "json")
+    if name == BITS or (name not in BY_NAME and source in ("BIT", "VARBIT")):
+        return _bit_type(schema, source)
+    if name in BY_NAME:
+        return None
+    if source in PG_BY_SOURCE_TYPE:
+        return PG_BY_SOURCE_TYPE[source]
+    if source in PG_SIZED_STRINGS and schema.get("type") == "string":
+        return _sized_string(PG_SIZED_STRINGS[source], schema)
+    if schema.get("type") == "array":
+        element = _element_type(schema.get("items"))
+        return None if element is None else element + "[]"
+    return "hstore" if schema.get("type") == "map" else None
+
+
+PG_ELEMENTS = {"int8": "smallint", "int16": "smallint", "int32": "integer", "int64": "bigint", "float32": "real",
+               "float64": "double precision", "boolean": "boolean", "string": "text"}
+
+
+def _element_type(items: Schema | None) -> str | None:
+    """An array's element as Debezium's ArrayType types it: a primitive, or a string type of its own (uuid,
+    json, xml, an Enum's text); None for elements whose values need converting (dates, decimals, bytes,
+    nested arrays: klog writes those arrays as JSON text)."""
+    if not items or items.get("type") not in PG_ELEMENTS:
+        return None
+    name = items.get("name")
+    if name is None or name == "io.debezium.data.Enum":
+        return PG_ELEMENTS[items["type"]]
+    column = pg_column_type(items)
+    return column if column is not None and _pg_rewrite(items) is None else None
+
+
+def _array_literal(values: list) -> str:
+    """A list as PostgreSQL's array text ({...}: each element quoted, NULL for None), which the column's
+    element type reads."""
+    def element(value: Any) -> str:
+        if value is None:
+            return "NULL"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return "{" + ",".join(element(v) for v in values) + "}"
+
+
+def _parameter(schema: Schema, key: str) -> int | None:
+    try:
+        return int((schema.get("parameters") or {})[key])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _with_precision(base: str, schema: Schema) -> str | None:
+    """A timestamp's or time's column with the source column's fractional digits (its scale, else its length)
+    when propagated and 1 to 6, as Debezium's AbstractTimestampType; None: klog's timestamp or time."""
+    precision = _parameter(schema, SOURCE_SCALE)
+    if precision is None:
+        precision = _parameter(schema, SOURCE_LENGTH)
+    if precision is not None and 0 < precision <= 6:
+        return f"{base}({precision})"
+    return base if base.endswith("tz") else None
+
+
+def _numeric(schema: Schema) -> str | None:
+    """Decimal with its precision (connect.decimal.precision, which Debezium's sources set) as numeric(p, s),
+    as Debezium's ConnectDecimalType (a negative scale as 0); None: an unconstrained numeric."""
+    precision = _parameter(schema, "connect.decimal.precision")
+    if precision is None or precision <= 0:
+        return None
+    return f"numeric({min(precision, 1000)}, {max(_parameter(schema, 'scale') or 0, 0)})"
+
+
+def _sized_string(base: str, schema: Schema) -> str:
+    """char(n) (n at least 1) or varchar(n) from the propagated source column length; varchar without one
+    is text, as Debezium's."""
+    length = _parameter(schema, SOURCE_LENGTH) or 0
+    if base == "char":
+        return f"char({max(length, 1)})"
+    return f"varchar({length})" if length > 0 else "text"
+
+
+def _bit_type(schema: Schema, source: str) -> str:
+    """Debezium's BitType: bit for one bit (a boolean), bit varying unbounded, else bit(n) or, from a
+    varbit column, bit varying(n)."""
+    if schema.get("name") is None:
+        return "bit"
+    length = _bits_length(schema)
+    if length == VARYING:
+        return "bit varying"
+    return f"bit varying({length})" if source == "VARBIT" else f"bit({length})"
+
+
+def _bits_length(schema: Schema) -> int:
+    try:
+        return int((schema.get("parameters") or {})["length"])
+    except (KeyError, ValueError, TypeError):
+        raise DataError(f"field {schema.get('field')!r} of type {BITS} has no length parameter") from None
+
+
+def _zoned_timestamp(text: str) -> Any:
+    """ZonedTimestamp's ISO text with its offset as the instant a timestamptz holds (PostgreSQL's
+    infinity and -infinity as they are)."""
+    return text if text in ("infinity", "-infinity") else dt.datetime.fromisoformat(text)
+
+
+def _zoned_timestamp_utc(text: str) -> str:
+    """ZonedTimestamp in a database without timestamptz (SQLite): ISO text in UTC, with its offset."""
+    return dt.datetime.fromisoformat(text).astimezone(dt.UTC).isoformat()
+
+
+def _zoned_time(text: str) -> str:
+    dt.time.fromisoformat(text)  # a bad value fails its record here, not its batch in the database
+    return text
+
+
+def _interval(us: int) -> str:
+    """MicroDuration's microseconds as an interval (exact: Debezium's sink drops the fraction of a second)."""
+    return f"{int(us)} microseconds"
+
+
+def _bits_writer(schema: Schema) -> Callable[[Any], str]:
+    """Bits' bytes (a little-endian number, as Debezium's PostgreSQL source writes a Java BitSet's) as the
+    bit string, padded to the column's length; a boolean (bit(1)) as 1 or 0."""
+    if schema.get("name") is None:
+        return lambda value: "1" if value else "0"
+    length = _bits_length(schema)
+
+    def bits(value: bytes) -> str:
+        text = format(int.from_bytes(value, "little"), "b")
+        return text if length == VARYING else text.rjust(length, "0")
+
+    return bits
+
+
+def _hstore(value: Any) -> str:
+    """A map, or Json text of one (Debezium's hstore.handling.mode json), as hstore's text."""
+    pairs = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(pairs, dict):
+        raise ValueError("an hstore is a JSON object")
+
+    def quoted(text: Any) -> str:
+        return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return ", ".join(f"{quoted(k)}=>{'NULL' if v is None else quoted(v)}" for k, v in pairs.items())
+
+
+def _unquoted_range(text: str) -> str:
+    return text.replace('"', "")  # Debezium's RangeType binds the range's text without its quotes
+
+
+def _pg_rewrite(f: Schema) -> tuple[str | None, Callable[[Any], Any] | None, Callable[[Any], Any]] | None:
+    """A field of a column type Debezium's PostgreSQL dialect writes (pg_column_type) whose value or default
+    the sink must convert: (the Connect type written, the value's converter, the default's: None drops it)."""
+    column = pg_column_type(f)
+    if column is None:
+        return None
+    name = f.get("name")
+    if name == ZONED_TIMESTAMP:
+        return None, _zoned_timestamp, _same
+    if name == ZONED_TIME:
+        return None, _zoned_time, _same
+    if name == MICRO_DURATION:
+        return "string", _interval, _interval
+    if column.startswith("bit"):
+        return "string", _bits_writer(f), _dropped  # Debezium's BitType writes no default
+    if column == "hstore":
+        return None, _hstore, _dropped  # a map stays one to pg_column_type
+    if column.endswith("range"):
+        return None, _unquoted_range, _same
+    if column.endswith("serial"):
+        return None, None, _dropped  # the column's sequence is its default
+    if column.endswith("[]"):
+        return None, _array_literal, _dropped
+    return None
 
 
 @dataclass(frozen=True)
@@ -154,36 +377,50 @@ class Layout:
     converters: tuple[tuple[str, Callable[[Any], Any]], ...]
 
 
-def _written_row(row: Schema | None) -> tuple[Schema | None, tuple]:
-    """The row schema with Debezium's temporal fields as Connect's logical types, and their converters."""
+def _written_row(row: Schema | None, postgres: bool, kept: Callable[[str], bool]) -> tuple[Schema | None, tuple]:
+    """The row schema with Debezium's temporal fields as Connect's logical types, the fields of its
+    PostgreSQL dialect's own types as it writes them there (pg_column_type), and their converters; a
+    geometry (PostGIS) fails the record."""
     if not row or row.get("type") != "struct":
         return row, ()
     converters = []
     fields = []
     for f in row.get("fields", []):
-        semantic = SEMANTIC_TYPES.get(f.get("name") or "")
-        if semantic is None:
+        name = f.get("name") or ""
+        if name in GEOMETRIES and kept(f["field"]):
+            raise DataError(f"field {f['field']!r} is a {name}: klog's Debezium JDBC sink does not write geometries "
+                            "(Debezium's writes them into PostGIS types); leave it out with field.exclude.list")
+        if name in SEMANTIC_TYPES:
+            kind, name, value_of, default_of = SEMANTIC_TYPES[name]
+        elif postgres and (rewrite := _pg_rewrite(f)) is not None:
+            kind, value_of, default_of = rewrite
+        elif name == ZONED_TIMESTAMP:
+            kind, value_of, default_of = None, _zoned_timestamp_utc, _zoned_timestamp_utc
+        else:
             fields.append(f)
             continue
-        kind, name, value_of, default_of = semantic
         field = {k: v for k, v in f.items() if k not in ("fields", "default")}
-        field.update(type=kind, name=name)
+        field.update(type=kind or f["type"], **({"name": name} if name else {}))
         if f.get("default") is not None and (default := default_of(f["default"])) is not None:
             field["default"] = default
         fields.append(field)
-        converters.append((f["field"], value_of))
-    return ({**row, "fields": fields} if converters else row), tuple(converters)
+        if value_of is not None:
+            converters.append((f["field"], value_of))
+    return ({**row, "fields": fields} if fields != row.get("fields") else row), tuple(converters)
 
 
 class ChangeEvents:
     """What each record asks of the table (jdbc.SinkSettings.classify), as Debezium's sink reads it."""
 
-    def __init__(self, delete_enabled: bool, truncate_enabled: bool) -> None:
+    def __init__(self, delete_enabled: bool, truncate_enabled: bool, postgres: bool = False,
+                 keep_field: Callable[[str, str], bool] | None = None) -> None:
         self.delete = DELETE if delete_enabled else SKIP
         self.truncate = TRUNCATE if truncate_enabled else SKIP
-        # value schema id -> its Layout: the same row schema object for every event of a table (the writer's
-        # statement plans key on it), the schema read once
-        self.layouts: dict[int, Layout] = {}
+        self.postgres = postgres  # the fields of Debezium's PostgreSQL dialect's own types written as it does
+        self.keep_field = keep_field
+        # (value schema id, topic) -> its Layout: the same row schema object for every event of a table (the
+        # writer's statement plans key on it), the schema read once
+        self.layouts: dict[tuple[int, str], Layout] = {}
 
     def __call__(self, r: ConnectRecord) -> tuple[str, ConnectRecord]:
         schema = r.value_schema
@@ -191,7 +428,7 @@ class ChangeEvents:
             return self.delete, r  # a tombstone, or a delete a transform flattened
         if schema is None or type(r.value) is not dict:
             return ROW, r
-        layout = self.layouts.get(id(schema))
+        layout = self.layouts.get((id(schema), r.topic))
         if layout is None or layout.schema is not schema:
             layout = self._layout(r)
         if layout.envelope:
@@ -203,8 +440,8 @@ class ChangeEvents:
             row = r.value.get("after")
             if op not in ("c", "r", "u") or row is None:
                 return SKIP, r  # a logical decoding message (op m) has no row
-        elif not layout.converters:
-            return ROW, r
+        elif layout.row_schema is schema:
+            return ROW, r  # a flat row written as it is
         else:
             row = r.value
         if layout.converters:
@@ -218,10 +455,12 @@ class ChangeEvents:
             raise DataError("Schema change records are not supported by JDBC connector. Adjust `topics` or "
                             "`topics.regex` to exclude schema change topic.")
         envelope = is_change_event(r)
-        row_schema, converters = _written_row(fields_by_name(schema).get("after") if envelope else schema)
+        keep = self.keep_field
+        row_schema, converters = _written_row(fields_by_name(schema).get("after") if envelope else schema,
+                                              self.postgres, lambda field: keep is None or keep(r.topic, field))
         if len(self.layouts) >= 1024:
             self.layouts.clear()
-        layout = self.layouts[id(schema)] = Layout(schema, envelope, row_schema, converters)
+        layout = self.layouts[(id(schema), r.topic)] = Layout(schema, envelope, row_schema, converters)
         return layout
 
 
@@ -291,6 +530,7 @@ def settings_from_debezium(props: dict[str, str]) -> SinkSettings:
     c = CONFIG.parse(props)
     name_format = _given(props, c, "collection.name.format", "table.name.format")
     evolve = c["schema.evolution"] == "basic"
+    keep_field = field_filter(c["field.include.list"], c["field.exclude.list"])
     return SinkSettings(
         url=c["connection.url"], user=c["connection.username"], password=c["connection.password"],
         insert_mode=c["insert.mode"], pk_mode=c["primary.key.mode"],
@@ -299,8 +539,9 @@ def settings_from_debezium(props: dict[str, str]) -> SinkSettings:
         max_retries=c["flush.max.retries"], retry_backoff_ms=c["flush.retry.delay.ms"],
         offsets_table=c["exactly.once.offsets.table"],
         table_name=table_namer(name_format), tables_by_topic="${source." not in name_format,
-        classify=ChangeEvents(c["delete.enabled"], c["truncate.enabled"]),
-        keep_field=field_filter(c["field.include.list"], c["field.exclude.list"]),
+        classify=ChangeEvents(c["delete.enabled"], c["truncate.enabled"], c["connection.url"].startswith(
+            "jdbc:postgresql:"), keep_field), keep_field=keep_field, column_type=column_type,
+        batch_size=c["batch.size"], reduce_by_key=c["use.reduction.buffer"],
         fold_unquoted=not c["quote.identifiers"],
         create_refused="schema evolution is disabled (schema.evolution=none)",
         evolve_refused="schema evolution is disabled (schema.evolution=none)")
@@ -314,8 +555,8 @@ class DebeziumJdbcSinkConnector(JdbcConnection, SinkConnector):
     java_classes = ("io.debezium.connector.jdbc.JdbcSinkConnector",)
     short_names = ("debezium-jdbc-sink",)
     config_def = CONFIG
-    # Debezium's keys of its Hibernate pool (hibernate.*, connection.pool.*, connection.provider), its other
-    # dialects (dialect.*) and use.reduction.buffer are not defined here: the worker names them in its one warning
+    # Debezium's keys of its Hibernate pool (hibernate.*, connection.pool.*, connection.provider) and its other
+    # dialects (dialect.*) are not defined here: the worker names them in its one warning
     task_class = DebeziumJdbcSinkTask
 
     def validate(self, config: dict[str, Any]) -> None:

@@ -229,10 +229,10 @@ class Dialect:
             return {DATE: "DATE", TIME: "TIME", TIMESTAMP: "TIMESTAMP"}[name]
         return self.types.get(schema.get("type", "string"), "TEXT")
 
-    def column_spec(self, name: str, schema: Schema, not_null: bool) -> str:
+    def column_spec(self, name: str, schema: Schema, not_null: bool, sql_type: str | None = None) -> str:
         """A column as Confluent's writeColumnSpec writes it: with the field's default as DEFAULT (the
-        column then nullable), else NOT NULL when asked."""
-        spec = f"{self.quote(name)} {self.sql_type(schema)}"
+        column then nullable), else NOT NULL when asked; of `sql_type` when given, else the Connect type's."""
+        spec = f"{self.quote(name)} {sql_type or self.sql_type(schema)}"
         try:
             literal = self.default_literal(schema)
         except (ValueError, TypeError, OverflowError) as e:  # the record's schema, not the sink, is at fault
@@ -546,6 +546,11 @@ class SinkSettings:
     # null value is a delete (Confluent's tombstone), any other the row
     classify: Callable[[ConnectRecord], tuple[str, ConnectRecord]] | None = None
     keep_field: Callable[[str, str], bool] | None = None  # (topic, field): written as a column?
+    # (dialect, field schema) -> the column type a created or added column gets (None: the Connect type's)
+    column_type: Callable[[Dialect, Schema], str | None] | None = None
+    batch_size: int | None = None  # at most this many rows per statement batch (None: a run of one shape)
+    # only the last change of each key (table and key column values) within a put() is written
+    reduce_by_key: bool = False
     fold_unquoted: bool = False  # names folded as the database folds unquoted ones (Dialect.fold_case)
     # how a refused create or alter names the setting that refuses it
     create_refused: str = "auto-creation is disabled (auto.create=false)"
@@ -683,7 +688,8 @@ class JdbcSinkTask(SinkTask):
         self.columns.clear()
 
     def _write(self, cur, records: list[ConnectRecord], done: dict[TP, int] | None = None) -> None:  # noqa: ANN001
-        runs: list[tuple[tuple, list]] = []
+        ops: list[tuple | None] = []  # (statement shape, parameters) of each record, in order; None: superseded
+        last_of_key: dict[tuple, int] | None = {} if self.c.reduce_by_key else None  # (table, key) -> its op
         next_offsets: dict[TP, int] = dict(done) if done else {}
         plans, columns, classify = self.plans, self.columns, self.c.classify
         tables = self.tables if self.c.tables_by_topic else {}
@@ -716,13 +722,12 @@ class JdbcSinkTask(SinkTask):
                 if op is None:
                     op = self._statement(cur, r, table)
                 if op is not None:
-                    if runs and runs[-1][0] == op[0]:
-                        runs[-1][1].append(op[1])
-                    else:
-                        runs.append((op[0], [op[1]]))
+                    if last_of_key is not None:
+                        self._supersede(ops, last_of_key, r, table, op)
+                    ops.append(op)
             except DataError as e:  # this record's fault: to errors.tolerance and the DLQ, the batch goes on
                 self._reject(r, e)
-        for shape, rows in runs:
+        for shape, rows in self._runs(ops):
             if shape[-1] == TRUNCATE:
                 cur.execute(shape[0])
             else:
@@ -733,6 +738,53 @@ class JdbcSinkTask(SinkTask):
                         "ON CONFLICT (connector, topic, kafka_partition) "
                         "DO UPDATE SET next_offset = EXCLUDED.next_offset",
                         [(self.context.connector_name, tp[0], tp[1], o) for tp, o in next_offsets.items()])
+
+    def _supersede(self, ops: list[tuple | None], last_of_key: dict[tuple, int], r: ConnectRecord, table: str,
+                   op: tuple) -> None:
+        """Debezium's reduction buffer: the op of an earlier change of the same row (table and key column
+        values) in this transaction is dropped when r's alone decides the row: a delete, or an upsert of the
+        same columns over an upsert (an insert or update depends on what came before it, an upsert of other
+        columns leaves some of the earlier's: dropping those would change the table; Debezium's buffer
+        flushes at a change of schema too). A truncate is a barrier (what came before it is written before
+        it, as Debezium flushes its buffers)."""
+        kind = op[0][-1]
+        if kind == TRUNCATE:
+            last_of_key.clear()
+            return
+        key = self._row_key(r)
+        if key is None:
+            return
+        try:
+            earlier = last_of_key.get((table, key))
+        except TypeError:  # a key value that is a structure: no reduction for it
+            return
+        if earlier is not None and (kind == "d" or kind == "upsert" and ops[earlier][0] == op[0]):
+            ops[earlier] = None
+        last_of_key[(table, key)] = len(ops)
+
+    def _row_key(self, r: ConnectRecord) -> tuple | None:
+        """The values of r's key columns (None: no key columns, or pk.mode=kafka, each record its own row)."""
+        mode, names = self.c.pk_mode, self.c.pk_fields
+        if mode == "record_key":
+            if isinstance(r.key, dict):
+                return tuple(r.key.get(n) for n in names or r.key)
+            return None if r.key is None else (r.key,)
+        if mode == "record_value" and isinstance(r.value, dict):
+            return tuple(r.value.get(n) for n in names or r.value)
+        return None
+
+    def _runs(self, ops: list[tuple | None]) -> list[tuple[tuple, list]]:
+        """Consecutive ops of one statement shape as one batch (executemany), of at most batch_size rows."""
+        runs: list[tuple[tuple, list]] = []
+        limit = self.c.batch_size
+        for op in ops:
+            if op is None:
+                continue
+            if runs and runs[-1][0] == op[0] and (limit is None or len(runs[-1][1]) < limit):
+                runs[-1][1].append(op[1])
+            else:
+                runs.append((op[0], [op[1]]))
+        return runs
 
     def _table(self, r: ConnectRecord) -> str | None:
         """The record's table (None: skipped, as Debezium skips a record whose name it cannot resolve),
@@ -951,7 +1003,7 @@ class JdbcSinkTask(SinkTask):
         if existing is None:
             if not self.c.auto_create:
                 raise ConnectError(f"Table {table} is missing and {self.c.create_refused}")
-            defs = [d.column_spec(n, s, n in pk or _required(s)) for n, s in cols.items()]
+            defs = [d.column_spec(n, s, n in pk or _required(s), self._column_type(s)) for n, s in cols.items()]
             if pk:
                 defs.append(f"PRIMARY KEY ({', '.join(d.quote(n) for n in pk)})")
             cur.execute(f"CREATE TABLE IF NOT EXISTS {d.table(table)} ({', '.join(defs)})")
@@ -961,9 +1013,13 @@ class JdbcSinkTask(SinkTask):
             if not self.c.auto_evolve:
                 raise ConnectError(f"Table {table} is missing fields {missing} and {self.c.evolve_refused}")
             for n in missing:
-                cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN {d.column_spec(n, cols[n], False)}")
+                cur.execute(f"ALTER TABLE {d.table(table)} ADD COLUMN "
+                            f"{d.column_spec(n, cols[n], False, self._column_type(cols[n]))}")
             existing |= {d.name(n) for n in missing}
         self.columns[table] = existing
+
+    def _column_type(self, schema: Schema) -> str | None:
+        return self.c.column_type(self.dialect, schema) if self.c.column_type is not None else None
 
     def flush(self, offsets: dict[TP, int]) -> None:
         pass  # every put() committed its rows with their offsets
