@@ -315,6 +315,16 @@ class TaskRunner(threading.Thread):
     def stopping(self) -> bool:
         return self.stop_event.is_set()
 
+    def transformed(self, record: ConnectRecord, original: Any) -> Any:
+        """The record through the transforms one by one, each failure named by its class (Kafka's
+        TransformationChain.apply: one execute per TransformationStage, Stage.TRANSFORMATION with its
+        transformClass()): the record, None when one dropped it, SKIP when one failed (tolerated)."""
+        for cls_name, apply in self.chain.stages:
+            record = self.handler.execute("TRANSFORMATION", cls_name, apply, record, original=original)
+            if record is SKIP or record is None:
+                return record
+        return record
+
 
 class SourceRunner(TaskRunner):
     def work(self) -> None:
@@ -520,17 +530,17 @@ class SourceRunner(TaskRunner):
 
     def send(self, r: ConnectRecord) -> None:
         h = self.handler
-        out = h.execute("TRANSFORMATION", "transforms", self.chain.apply, r) if self.chain else r
+        out = self.transformed(r, r)
         if out is not SKIP and out is not None:
             key = h.execute("KEY_CONVERTER", self.key_converter.class_name, self.key_converter.from_connect,
-                            out.topic, out.key_schema, out.key)
+                            out.topic, out.key_schema, out.key, original=r)
             value = SKIP if key is SKIP else h.execute(
                 "VALUE_CONVERTER", self.value_converter.class_name, self.value_converter.from_connect,
-                out.topic, out.value_schema, out.value)
+                out.topic, out.value_schema, out.value, original=r)
             if value is not SKIP:
                 self.ensure_topic(out.topic)
                 h.execute("KAFKA_PRODUCE", WORKER_SOURCE_TASK, self.producer.send, out.topic, value, key,
-                          out.headers or None, out.kafka_partition, out.timestamp)
+                          out.headers or None, out.kafka_partition, out.timestamp, original=r)
         if r.source_partition is not None:
             self.pending[storage.partition_key(self.v.name, r.source_partition)] = r.source_offset
 
@@ -696,10 +706,9 @@ class SinkRunner(TaskRunner):
                 continue
             record = ConnectRecord(raw.topic, raw.partition, key_schema, key, value_schema, value, raw.timestamp,
                                    list(raw.headers or []), kafka_offset=raw.offset, raw=raw)
-            if self.chain:
-                record = h.execute("TRANSFORMATION", "transforms", self.chain.apply, record, raw=raw)
-                if record is SKIP or record is None:
-                    continue
+            record = self.transformed(record, raw)
+            if record is SKIP or record is None:
+                continue
             records.append(record)
         if records:
             self.put(records)
@@ -707,7 +716,7 @@ class SinkRunner(TaskRunner):
 
     @staticmethod
     def _convert(h: ErrorHandler, stage: str, converter: Converter, raw: Any, data: bytes | None) -> tuple:
-        out = h.execute(stage, converter.class_name, converter.to_connect, raw.topic, data, raw=raw)
+        out = h.execute(stage, converter.class_name, converter.to_connect, raw.topic, data, original=raw)
         return (None, SKIP) if out is SKIP else out
 
     def commit(self, tps: list[TP] | None = None) -> None:
