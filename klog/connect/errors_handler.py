@@ -155,17 +155,19 @@ class DeadLetterQueue:
     producer settings (klog.connect.worker.producer_settings)."""
 
     def __init__(self, store, topic: str, context_headers: bool, replication_factor: int,  # noqa: ANN001
-                 producer_settings: dict[str, Any] | None = None) -> None:
+                 producer_settings: dict[str, Any] | None = None, admin: Any = None) -> None:
+        """`admin`: what the topic is created through (the connector's admin client; `store` without one)."""
         from klog.connect.storage import ensure_topic
 
         self.topic = topic
         self.context_headers = context_headers
         rf = replication_factor if replication_factor > 0 else None
-        if not store.has_topic(topic):
+        admin = admin if admin is not None else store
+        if not admin.has_topic(topic):
             try:
-                store.create_topic(topic, partitions=1, replication_factor=rf, exist_ok=True)
+                admin.create_topic(topic, partitions=1, replication_factor=rf, exist_ok=True)
             except Exception:  # noqa: BLE001 - a replication factor the local store cannot have: its default
-                ensure_topic(store, topic, 1, compacted=False)
+                ensure_topic(admin, topic, 1, compacted=False)
         self.producer = store.producer(**(producer_settings or {}))  # acks, compression_type, linger_ms, ...
 
     def report(self, raw: Any, stage: str, cls_name: str, error: BaseException, connector: str, task_id: int) -> None:
