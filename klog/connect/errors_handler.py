@@ -55,17 +55,18 @@ class ErrorHandler:
 
     def execute(self, stage: str, cls_name: str, fn: Callable[..., Any], *args: Any, original: Any = None) -> Any:
         """One record's converter or transform step: its result, or SKIP when it failed and failures are
-        tolerated (logged, and sent to the DLQ when one is configured); ToleranceExceeded otherwise.
-        `original`: the record as the task had it (Kafka's context.original()): a sink's consumed record
-        (the DLQ's), a source's record as polled."""
+        tolerated; ToleranceExceeded otherwise. A failure is reported either way (logged, and sent to the
+        DLQ when one is configured), as Kafka's RetryWithToleranceOperator.execute reports a failed context
+        in its finally, before the task fails. `original`: the record as the task had it (Kafka's
+        context.original()): a sink's consumed record (the DLQ's), a source's record as polled."""
         try:
             return self.retrying(stage, fn, *args)
         except Exception as e:  # noqa: BLE001 - any failure of a step is the record's, reported below
             self.failures += 1
             cause = e.__cause__ if isinstance(e, ConnectError) and e.__cause__ is not None else e
+            self._report(original, stage, cls_name, cause)
             if not self.tolerate:
                 raise ToleranceExceeded(_exceeded(stage, cls_name, cause)) from e
-            self._report(original, stage, cls_name, cause)
             return SKIP
 
     def execute_failed(self, raw: Any, stage: str, cls_name: str, error: BaseException) -> None:

@@ -80,3 +80,28 @@ def test_each_failure_names_its_transform_in_the_dlq_and_the_log(data_dir):
         "'org.apache.kafka.connect.transforms.ExtractField$Value', where consumed record is {topic='in', "
         "partition=0, offset=2, timestamp=1700000000002, timestampType=CreateTime}. "
         "org.apache.kafka.connect.errors.DataException: Unknown field: x")
+
+
+def test_without_tolerance_the_failure_is_still_logged_and_in_the_dlq(data_dir):
+    """errors.tolerance=none: Kafka's RetryWithToleranceOperator.execute reports the failed record (its
+    finally) before the task fails "Tolerance exceeded"; klog failed the task without a log line or a DLQ
+    record."""
+    PUT.clear()
+    with klog.open(data_dir) as s:
+        s.create_topic("in", partitions=1)
+        with s.producer() as p:
+            p.send("in", b"boom")
+    config = {"name": "strict", "connector.class": f"{__name__}.CollectingSink", "topics": "in",
+              "key.converter": "bytes", "value.converter": "bytes",
+              "transforms": "boom", "transforms.boom.type": f"{__name__}:Boom",
+              "errors.deadletterqueue.topic.name": "dlq", "errors.deadletterqueue.context.headers.enable": "true",
+              "errors.log.enable": "true"}
+    warnings: list[str] = []
+    with running(data_dir, config, warnings=warnings) as w:
+        wait_for(lambda: [r.state for r in w.runners()] == ["FAILED"], what="the task's failure")
+        [runner] = w.runners()
+    assert "Tolerance exceeded in error handler" in str(runner.error)
+    assert [r.value for r in records(data_dir, "dlq")] == [b"boom"]
+    assert [m for m in warnings if m.startswith("Error encountered in task strict-0. Executing stage "
+                                                f"'TRANSFORMATION' with class '{__name__}.Boom'.")]
+    assert PUT == []
