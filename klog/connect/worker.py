@@ -91,7 +91,9 @@ KNOWN_PREFIXES = ("key.converter.", "value.converter.", "header.converter.", "tr
 # connector.client.config.override.policy (Kafka's aliases and classes, lower-cased) -> the client settings
 # a connector's *.override.* may set (None: any)
 _POLICY_CLASS = "org.apache.kafka.connect.connector.policy.{}connectorclientconfigoverridepolicy"
-_PRINCIPAL = frozenset({"sasl.jaas.config", "sasl.mechanism", "security.protocol"})
+# Kafka's Principal policy: the SASL settings that name a connector's principal; klog's cluster clients
+# (librdkafka) take it as sasl.username and sasl.password where Java's take sasl.jaas.config
+_PRINCIPAL = frozenset({"sasl.jaas.config", "sasl.mechanism", "security.protocol", "sasl.username", "sasl.password"})
 OVERRIDE_POLICIES: dict[str, frozenset[str] | None] = {
     "all": None, "none": frozenset(), "principal": _PRINCIPAL, _POLICY_CLASS.format("all"): None,
     _POLICY_CLASS.format("none"): frozenset(), _POLICY_CLASS.format("principal"): _PRINCIPAL}

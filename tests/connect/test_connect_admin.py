@@ -37,11 +37,22 @@ def test_admin_settings_on_klogs_own_store_are_named_once_as_ignored(data_dir):
     config = _sink(**{"tasks.max": "2", "admin.override.request.timeout.ms": "5000"})
     with running(data_dir, config, worker={"admin.client.id": "mine"}, warnings=warnings) as w:
         wait_for(lambda: [r.state for r in w.runners()] == ["RUNNING", "RUNNING"], what="both tasks")
-        w.restart("idle", include_tasks=True)
-        wait_for(lambda: [r.state for r in w.runners()] == ["RUNNING", "RUNNING"], what="both tasks again")
     ignored = [m for m in warnings if "no admin client" in m]
     assert ignored == ["connector 'idle': klog's own store has no admin client; these settings have no meaning "
                        "there and are ignored: admin.client.id, admin.override.request.timeout.ms"]
+
+
+def test_the_principal_policy_lets_a_connector_name_its_principal_as_librdkafka_takes_it(data_dir):
+    """Kafka's Principal policy allows the SASL settings naming a principal (sasl.jaas.config for Java's
+    clients); klog's cluster clients are librdkafka's, which take sasl.username and sasl.password."""
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import WORKER, validate
+
+    worker = WORKER.parse({"connector.client.config.override.policy": "Principal"})
+    validate(_sink(**{"admin.override.sasl.username": "admin", "admin.override.sasl.password": "pw",
+                      "admin.override.security.protocol": "SASL_SSL"}), worker)
+    with pytest.raises(ConfigError, match="admin.override.client.id.*policy does not allow"):
+        validate(_sink(**{"admin.override.client.id": "x"}), worker)
 
 
 @pytest.fixture
@@ -99,7 +110,7 @@ def test_a_sinks_dlq_and_a_sources_topics_are_created_by_the_admin_its_overrides
               "value.converter": "string", "topic.creation.default.partitions": "1",
               "topic.creation.default.replication.factor": "1", **as_admin}
     store = RemoteStore(ClusterTarget(sasl_cluster.bootstrap, _sasl("worker")))
-    worker = Worker(store, {"offset.flush.interval.ms": "200"})
+    worker = Worker(store, {"offset.flush.interval.ms": "200", "connector.client.config.override.policy": "Principal"})
     try:
         for config in (_sink(**as_admin), source):
             worker.start(worker.validate(config))
