@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import decimal
 import json
+import operator
 import re
 import secrets
 import threading
@@ -106,8 +107,11 @@ class JsonConverter(Converter):
     def _payload(self, schema: Schema | None, value: Any) -> Any:
         if schema is None:
             return to_json(None, value, self.numeric)
-        if value is None:
-            return _default_json(schema, self.numeric) if self.replace_null else None
+        if value is None:  # Kafka's convertToJson: the default (replace.null.with.default), null if optional
+            payload = _default_json(schema, self.numeric) if self.replace_null else None
+            if payload is None and not schema.get("optional"):
+                raise DataError(NULL_REQUIRED)
+            return payload
         convert = _compiled(schema, self.numeric, self.replace_null)  # float parts' leaves give their stand-ins
         return value if convert is None else convert(value)
 
@@ -177,8 +181,11 @@ def _split_envelope(data: bytes, replace_null: bool) -> tuple[Schema | None, Any
 
 
 def _read_payload(schema: Schema, convert: ValueFn | None, payload: Any, replace_null: bool) -> Any:
-    if payload is None:
-        return _default_value(schema) if replace_null else None
+    if payload is None:  # Kafka's convertToConnect: the default (replace.null.with.default), null if optional
+        value = _default_value(schema) if replace_null else None
+        if value is None and (refused := _null_refused(schema, True)) is not None:
+            raise DataError(refused)
+        return value
     return payload if convert is None else convert(payload)
 
 
@@ -281,17 +288,29 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
     if schema.get("name") == DECIMAL or kind == "bytes" or kind in _FLOATS:
         return leaf(schema)
     if kind == "struct":
-        parts = [(f["field"], _compile_walk(f, leaf, lenient, null), null and null(f))
-                 for f in schema.get("fields", [])]
+        fields = schema.get("fields", [])
+        parts = [(f["field"], _compile_walk(f, leaf, lenient, null), null and null(f)) for f in fields]
         if not lenient:
-            return _struct_writer(parts, [f["field"] for f in schema.get("fields", []) if not f.get("optional")])
+            return _struct_writer(parts, [f["field"] for f in fields if not f.get("optional")])
         todo = [(name, c, n) for name, c, n in parts if c is not None or n is not None]
-        if not todo:
+        # a required field nothing replaces: its null (or absence) refused, as Kafka's convertToConnect
+        must = [(f["field"], _null_refused(f, True)) for f, (_, _, n) in zip(fields, parts, strict=True)
+                if n is None and not f.get("optional")]
+        if not todo and not must:
             return None
+        # their values in one C call, a tuple even of one (the first name twice); KeyError: one is missing
+        must_values = operator.itemgetter(*(name for name, _ in must[:1] + must)) if must else None
 
         def struct(v: Any) -> Any:  # (reading: a writer's struct is _struct_writer's)
             if not isinstance(v, dict):
                 return v
+            if must_values is not None:
+                try:
+                    held = None not in must_values(v)
+                except KeyError:
+                    held = False
+                if not held:
+                    raise DataError(next(refused for name, refused in must if v.get(name) is None))
             out = None  # a copy only where a part changes (a plain float does not)
             for name, c, n in todo:
                 x = v.get(name)
@@ -311,13 +330,44 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
         return _compile_pairs(schema, leaf, lenient, null)
     if kind in ("array", "map"):
         inner = schema.get("items" if kind == "array" else "values")
-        item = None if inner is None else _nullable(_compile_walk(inner, leaf, lenient, null), null and null(inner))
-        if item is None:
+        replace = null and inner is not None and null(inner)
+        item = None if inner is None else _nullable(_compile_walk(inner, leaf, lenient, null), replace)
+        refused = None if inner is None or replace else _null_refused(inner, lenient)
+        keys = schema.get("keys") if kind == "map" and not lenient else None  # (read, a JSON key is no null)
+        key_refused = None if not isinstance(keys, dict) else _null_refused(keys, lenient)
+        if item is None and refused is None and key_refused is None:
             return None
         if kind == "array":
-            return lambda v: v if lenient and not isinstance(v, list) else [item(x) for x in v]
-        return lambda v: v if lenient and not isinstance(v, dict) else {k: item(x) for k, x in v.items()}
+            def array(v: Any) -> Any:
+                if lenient and not isinstance(v, list):
+                    return v
+                if refused is not None and None in v:
+                    raise DataError(refused)
+                return v if item is None else [item(x) for x in v]
+
+            return array
+
+        def string_map(v: Any) -> Any:
+            if lenient and not isinstance(v, dict):
+                return v
+            if refused is not None and None in v.values():
+                raise DataError(refused)
+            if key_refused is not None and None in v:
+                raise DataError(key_refused)
+            return v if item is None else {k: item(x) for k, x in v.items()}
+
+        return string_map
     return None
+
+
+def _null_refused(part: Schema, reading: bool) -> str | None:
+    """Kafka's DataException message for a null where `part` is required and has no default that replaces
+    it (None: the part is optional): convertToJson's when writing, convertToConnect's when reading."""
+    if part.get("optional"):
+        return None
+    if reading:
+        return f"Invalid null value for required {str(part.get('type')).upper()} field"
+    return NULL_REQUIRED
 
 
 NULL_REQUIRED = "Conversion error: null value for field that is required and has no default value"
@@ -393,8 +443,14 @@ def _compile_pairs(schema: Schema, leaf: Callable[[Schema], ValueFn | None], len
     """A map whose keys are not strings, as Kafka's JsonConverter has it: an array of [key, value]
     pairs (writing), the pairs a map again (reading; an object, as klog wrote such a map before, is
     read as it was, and a list that is not all pairs of hashable keys passes as it is)."""
-    key_of, value_of = (_nullable(_compile_walk(part, leaf, lenient, null), null and null(part)) or _same
-                        for part in (schema["keys"], schema.get("values") or {}))
+    def part_of(part: Schema | None) -> ValueFn:
+        if not part:
+            return _same
+        replace = null and null(part)
+        convert = _nullable(_compile_walk(part, leaf, lenient, null), replace) or _same
+        return _required(convert, None if replace else _null_refused(part, lenient))
+
+    key_of, value_of = part_of(schema["keys"]), part_of(schema.get("values"))
     if not lenient:
         def pairs(v: Any) -> Any:
             if not isinstance(v, dict):
@@ -418,6 +474,19 @@ def _compile_pairs(schema: Schema, leaf: Callable[[Schema], ValueFn | None], len
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _required(convert: ValueFn, refused: str | None) -> ValueFn:
+    """A key's or value's conversion that refuses a null (Kafka's message `refused`; None: it takes one)."""
+    if refused is None:
+        return convert
+
+    def checked(x: Any) -> Any:
+        if x is None:
+            raise DataError(refused)
+        return convert(x)
+
+    return checked
 
 
 def _json_default(value: Any) -> Any:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from klog.connect.errors import ConnectError, RetriableError
+from klog.store.format import TIMESTAMP_TYPE_NAMES
 
 SKIP = object()  # a failed record tolerated: go on without it
 HEADER_PREFIX = "__connect.errors."
@@ -52,17 +53,20 @@ class ErrorHandler:
                 time.sleep(delay)
                 delay = min(delay * 2, self.max_delay_s)
 
-    def execute(self, stage: str, cls_name: str, fn: Callable[..., Any], *args: Any, raw: Any = None) -> Any:
+    def execute(self, stage: str, cls_name: str, fn: Callable[..., Any], *args: Any, original: Any = None) -> Any:
         """One record's converter or transform step: its result, or SKIP when it failed and failures are
-        tolerated (logged, and sent to the DLQ when one is configured); ToleranceExceeded otherwise."""
+        tolerated; ToleranceExceeded otherwise. A failure is reported either way (logged, and sent to the
+        DLQ when one is configured), as Kafka's RetryWithToleranceOperator.execute reports a failed context
+        in its finally, before the task fails. `original`: the record as the task had it (Kafka's
+        context.original()): a sink's consumed record (the DLQ's), a source's record as polled."""
         try:
             return self.retrying(stage, fn, *args)
         except Exception as e:  # noqa: BLE001 - any failure of a step is the record's, reported below
             self.failures += 1
             cause = e.__cause__ if isinstance(e, ConnectError) and e.__cause__ is not None else e
+            self._report(original, stage, cls_name, cause)
             if not self.tolerate:
                 raise ToleranceExceeded(_exceeded(stage, cls_name, cause)) from e
-            self._report(raw, stage, cls_name, cause)
             return SKIP
 
     def execute_failed(self, raw: Any, stage: str, cls_name: str, error: BaseException) -> None:
@@ -86,14 +90,59 @@ class ErrorHandler:
         if self.errant_error is not None and not self.tolerate:
             raise ToleranceExceeded(_exceeded(stage, cls_name, self.errant_error)) from self.errant_error
 
-    def _report(self, raw: Any, stage: str, cls_name: str, cause: BaseException) -> None:
-        """A failed record logged (errors.log.enable) and sent to the DLQ (when one is configured)."""
+    def _report(self, original: Any, stage: str, cls_name: str, cause: BaseException) -> None:
+        """A failed record logged (errors.log.enable) and sent to the DLQ (when one is configured: a sink's,
+        whose `original` is the consumed record)."""
         if self.log:
-            where = f" for {raw.topic}-{raw.partition}@{raw.offset}" if raw is not None else ""
-            self.warn(f"connector '{self.connector}' task {self.task_id}: {stage} ({cls_name}) failed{where}: "
-                      f"{cause}" + (f" (record: {raw!r})" if self.log_messages else ""))
-        if self.dlq is not None and raw is not None:
-            self.dlq.report(raw, stage, cls_name, cause, self.connector, self.task_id)
+            self.warn(self.log_line(original, stage, cls_name, cause))
+        if self.dlq is not None and original is not None:
+            self.dlq.report(original, stage, cls_name, cause, self.connector, self.task_id)
+
+    def log_line(self, original: Any, stage: str, cls_name: str, cause: BaseException) -> str:
+        """Kafka's LogReporter.message: the task (ConnectorTaskId: connector-task), the stage and its
+        executing class, the record with errors.log.include.messages (a sink's consumed record by its
+        coordinates, a source's record whole); then the exception, which Kafka's logger appends."""
+        where = _where(original) if self.log_messages and original is not None else ""
+        return (f"Error encountered in task {self.connector}-{self.task_id}. Executing stage '{stage}' with class "
+                f"'{cls_name}'{where}. {_java_name(cause)}: {cause}")
+
+
+def _where(original: Any) -> str:
+    """LogReporter.Sink/Source.appendMessage: ", where consumed record is {topic='t', partition=0, offset=5,
+    timestamp=..., timestampType=CreateTime}" (no timestamp without one), or ", where source record is = "
+    and the SourceRecord's text."""
+    from klog.connect.data import ConnectRecord
+
+    if isinstance(original, ConnectRecord):
+        return f", where source record is = {_source_record_text(original)}"
+    text = f", where consumed record is {{topic='{original.topic}', partition={original.partition}, " \
+           f"offset={original.offset}"
+    kind = TIMESTAMP_TYPE_NAMES.get(getattr(original, "timestamp_type", None))
+    if kind is not None and original.timestamp is not None and original.timestamp >= 0:
+        text += f", timestamp={original.timestamp}, timestampType={kind}"
+    return text + "}"
+
+
+def _source_record_text(r: Any) -> str:
+    """SourceRecord.toString as Java prints it, its maps as Java's ({k=v}), a missing value null."""
+    return (f"SourceRecord{{sourcePartition={_java_text(r.source_partition)}, "
+            f"sourceOffset={_java_text(r.source_offset)}}} ConnectRecord{{topic='{r.topic}', "
+            f"kafkaPartition={_java_text(r.kafka_partition)}, key={_java_text(r.key)}, "
+            f"keySchema={_java_text(r.key_schema)}, value={_java_text(r.value)}, "
+            f"valueSchema={_java_text(r.value_schema)}, timestamp={_java_text(r.timestamp)}, "
+            f"headers=ConnectHeaders(headers={', '.join(h[0] for h in r.headers or [])})}}")
+
+
+def _java_text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={_java_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_java_text(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _exceeded(stage: str, cls_name: str, cause: BaseException) -> str:
@@ -107,17 +156,19 @@ class DeadLetterQueue:
     producer settings (klog.connect.worker.producer_settings)."""
 
     def __init__(self, store, topic: str, context_headers: bool, replication_factor: int,  # noqa: ANN001
-                 producer_settings: dict[str, Any] | None = None) -> None:
+                 producer_settings: dict[str, Any] | None = None, admin: Any = None) -> None:
+        """`admin`: what the topic is created through (the connector's admin client; `store` without one)."""
         from klog.connect.storage import ensure_topic
 
         self.topic = topic
         self.context_headers = context_headers
         rf = replication_factor if replication_factor > 0 else None
-        if not store.has_topic(topic):
+        admin = admin if admin is not None else store
+        if not admin.has_topic(topic):
             try:
-                store.create_topic(topic, partitions=1, replication_factor=rf, exist_ok=True)
+                admin.create_topic(topic, partitions=1, replication_factor=rf, exist_ok=True)
             except Exception:  # noqa: BLE001 - a replication factor the local store cannot have: its default
-                ensure_topic(store, topic, 1, compacted=False)
+                ensure_topic(admin, topic, 1, compacted=False)
         self.producer = store.producer(**(producer_settings or {}))  # acks, compression_type, linger_ms, ...
 
     def report(self, raw: Any, stage: str, cls_name: str, error: BaseException, connector: str, task_id: int) -> None:

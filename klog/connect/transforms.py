@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -24,6 +25,7 @@ KAFKA_PKG = "org.apache.kafka.connect.transforms."
 
 class Transform:
     config_def: ClassVar[ConfigDef] = ConfigDef()
+    java_class: ClassVar[str] = ""  # the Kafka class it is (set where it is registered below)
     unimplemented: ClassVar[frozenset[str]] = frozenset()  # keys of the original accepted, not implemented
     on_key: ClassVar[bool] = False  # the $Key variant
 
@@ -625,7 +627,8 @@ class RecordIsTombstone(Predicate):
 
 # -- the registry: Kafka's class names, their simple names, klog's ----------------------------------
 def _keyed(cls: type[Transform], on_key: bool) -> type[Transform]:
-    return type(f"{cls.__name__}${'Key' if on_key else 'Value'}", (cls,), {"on_key": on_key})
+    name = f"{cls.__name__}${'Key' if on_key else 'Value'}"
+    return type(name, (cls,), {"on_key": on_key, "java_class": KAFKA_PKG + name})
 
 
 TRANSFORMS: dict[str, type[Transform]] = {}
@@ -637,6 +640,7 @@ for _cls in (InsertField, ReplaceField, MaskField, HoistField, Flatten, SetSchem
             TRANSFORMS[_name] = _variant
 for _cls in (ValueToKey, RegexRouter, TimestampRouter, Filter, InsertHeader, DropHeaders):
     TRANSFORMS[KAFKA_PKG + _cls.__name__] = TRANSFORMS[_cls.__name__] = _cls
+    _cls.java_class = KAFKA_PKG + _cls.__name__
 PREDICATES: dict[str, type[Predicate]] = {}
 for _pcls in (TopicNameMatches, HasHeaderKey, RecordIsTombstone):
     PREDICATES[KAFKA_PKG + "predicates." + _pcls.__name__] = PREDICATES[_pcls.__name__] = _pcls
@@ -647,6 +651,15 @@ DEBEZIUM = {"io.debezium.transforms.ExtractNewRecordState": "ExtractNewRecordSta
             "ToLogicalTopicRouter": "ToLogicalTopicRouter",
             "io.debezium.transforms.ByLogicalTableRouter": "ByLogicalTableRouter",
             "ByLogicalTableRouter": "ByLogicalTableRouter"}
+_DEBEZIUM_JAVA = {f"klog.connect.debezium.{short}": full for full, short in DEBEZIUM.items() if "." in full}
+
+
+def class_name(cls: type) -> str:
+    """The class Kafka names for a failed transform (ErrorReporter's executing class, the DLQ's
+    __connect.errors.class.name): its Java class (Kafka's, Debezium's; a subclass is not it), else the
+    Python class's dotted name."""
+    python = f"{cls.__module__}.{cls.__qualname__}"
+    return cls.__dict__.get("java_class") or _DEBEZIUM_JAVA.get(python) or python
 
 
 def _find(kind: str, registry: dict, name: str, key: str) -> type:
@@ -681,6 +694,9 @@ class Chain:
             predicates[alias] = cls(prefix, own)
             self._note_ignored(cls, prefix, own)
         self.steps: list[tuple[str, Transform, Predicate | None, bool]] = []
+        # each step as Kafka's TransformationStage: the class a failure names (the transform's, a failure
+        # of its predicate's test too: TransformationStage.apply runs both) and the step itself
+        self.stages: list[tuple[str, Callable[[ConnectRecord], ConnectRecord | None]]] = []
         for alias in _list(props.get("transforms")):
             prefix = f"transforms.{alias}."
             own = with_prefix(props, prefix)
@@ -688,7 +704,11 @@ class Chain:
             pred_name, negate = own.pop("predicate", None), own.pop("negate", "false").lower() == "true"
             if pred_name is not None and pred_name not in predicates:
                 raise ConfigError(prefix + "predicate", pred_name, "no such predicate in 'predicates'")
-            self.steps.append((alias, cls(prefix, own), predicates.get(pred_name) if pred_name else None, negate))
+            step = (alias, cls(prefix, own), predicates.get(pred_name) if pred_name else None, negate)
+            self.steps.append(step)
+            # (a step without a predicate is its transform's apply itself: one call less per record)
+            apply = step[1].apply if step[2] is None else functools.partial(_apply_step, *step[1:])
+            self.stages.append((class_name(cls), apply))
             self._note_ignored(cls, prefix, own)
 
     def _note_ignored(self, cls: type, prefix: str, own: dict[str, str]) -> None:
@@ -697,16 +717,23 @@ class Chain:
         self.ignored += [prefix + k for k in own if k not in known or k in unimplemented]
 
     def apply(self, record: ConnectRecord) -> ConnectRecord | None:
-        for _, transform, predicate, negate in self.steps:
-            if predicate is not None and predicate.test(record) == negate:
-                continue
-            record = transform.apply(record)
+        for _, apply in self.stages:
+            record = apply(record)
             if record is None:
                 return None
         return record
 
     def __bool__(self) -> bool:
         return bool(self.steps)
+
+
+def _apply_step(transform: Transform, predicate: Predicate | None, negate: bool,
+                record: ConnectRecord) -> ConnectRecord | None:
+    """One step (Kafka's TransformationStage.apply): the transform, where its predicate (negated or not)
+    says so."""
+    if predicate is not None and predicate.test(record) == negate:
+        return record
+    return transform.apply(record)
 
 
 def _list(text: str | None) -> list[str]:

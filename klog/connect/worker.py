@@ -91,7 +91,9 @@ KNOWN_PREFIXES = ("key.converter.", "value.converter.", "header.converter.", "tr
 # connector.client.config.override.policy (Kafka's aliases and classes, lower-cased) -> the client settings
 # a connector's *.override.* may set (None: any)
 _POLICY_CLASS = "org.apache.kafka.connect.connector.policy.{}connectorclientconfigoverridepolicy"
-_PRINCIPAL = frozenset({"sasl.jaas.config", "sasl.mechanism", "security.protocol"})
+# Kafka's Principal policy: the SASL settings that name a connector's principal; klog's cluster clients
+# (librdkafka) take it as sasl.username and sasl.password where Java's take sasl.jaas.config
+_PRINCIPAL = frozenset({"sasl.jaas.config", "sasl.mechanism", "security.protocol", "sasl.username", "sasl.password"})
 OVERRIDE_POLICIES: dict[str, frozenset[str] | None] = {
     "all": None, "none": frozenset(), "principal": _PRINCIPAL, _POLICY_CLASS.format("all"): None,
     _POLICY_CLASS.format("none"): frozenset(), _POLICY_CLASS.format("principal"): _PRINCIPAL}
@@ -169,13 +171,51 @@ def _check_override_policy(props: dict[str, str], kind: str, config: dict[str, A
         return
     dlq = kind == "sink" and bool(config["errors.deadletterqueue.topic.name"])
     uses = {"producer.override.": kind == "source" or dlq, "consumer.override.": kind == "sink",
-            "admin.override.": dlq or (kind == "source" and any(k.startswith("topic.creation.") for k in props))}
+            "admin.override.": uses_admin(kind, config, props)}
     for key in sorted(props):
         prefix = next((p for p, used in uses.items() if used and key.startswith(p)), None)
         if prefix is not None and key[len(prefix):] not in allowed:
             name = policy.rsplit(".", 1)[-1].removesuffix("connectorclientconfigoverridepolicy").capitalize()
             raise ConfigError(key, props[key], f"The '{name}' policy does not allow '{key[len(prefix):]}' to be "
                                                "overridden in the connector configuration.")
+
+
+def uses_admin(kind: str, config: dict[str, Any], props: dict[str, str]) -> bool:
+    """Kafka's AbstractHerder.connectorUsesAdmin: a sink with a DLQ, a source with topic.creation.* keys."""
+    if kind == "sink":
+        return bool(config["errors.deadletterqueue.topic.name"])
+    return any(k.startswith("topic.creation.") for k in props)
+
+
+def admin_settings(worker_props: dict[str, str], v: Validated) -> dict[str, str]:
+    """The Kafka client properties of the admin client a connector's topics are created and described with,
+    in Kafka's order (Worker.adminConfigs): the worker's `admin.*`, then the connector's `admin.override.*`
+    where the connector uses an admin (uses_admin; elsewhere Kafka has no admin for them to set). On a
+    cluster they go over its own (-X) properties."""
+    from klog.connect.config import with_prefix
+
+    settings = with_prefix(worker_props, "admin.")
+    if uses_admin(v.cls.kind, v.config, v.props):
+        settings.update(with_prefix(v.props, "admin.override."))
+    return settings
+
+
+def admin_client(store, settings: dict[str, str]):  # noqa: ANN001, ANN201 - a store; the same or a RemoteStore
+    """What a connector's topics are created and described through: on a cluster, a client of its own with
+    `settings` over the cluster's properties (the store itself when they set nothing); klog's own store has
+    no admin client (the worker names the settings it ignores there)."""
+    if getattr(store, "is_local", True) or not settings:
+        return store
+    from klog.client.remote.store import RemoteStore
+    from klog.client.remote.target import ClusterTarget
+    from klog.errors import UsageError
+
+    target = store.target
+    try:
+        return RemoteStore(ClusterTarget(target.bootstrap, {**target.properties, **settings}, target.name),
+                           on_warning=store.warn)
+    except UsageError as e:  # librdkafka refused a property: say where it came from
+        raise ConfigError("admin.* / admin.override.*", ", ".join(sorted(settings)), str(e)) from None
 
 
 def _check_sink_group(name: str) -> None:
@@ -283,6 +323,20 @@ class TaskRunner(threading.Thread):
             False)
         self.chain = Chain(v.props)
         self.flush_interval_s = w["offset.flush.interval.ms"] / 1000
+        self._admin = None
+        if getattr(worker.store, "is_local", True):
+            ignored = [k for k in worker.props if k.startswith("admin.")] + \
+                      [k for k in v.props if k.startswith("admin.override.")]
+            if ignored:
+                worker.warn_once(f"admin settings of {v.name}", f"connector '{v.name}': klog's own store has no "
+                                 f"admin client; these settings have no meaning there and are ignored: "
+                                 f"{', '.join(ignored)}")
+
+    def admin(self) -> Any:
+        """The store this task's topics are created and described through (admin_client), made once."""
+        if self._admin is None:
+            self._admin = admin_client(self.worker.store, admin_settings(self.worker.props, self.v))
+        return self._admin
 
     def set_state(self, state: str, trace: str | None = None) -> None:
         self.state, self.trace = state, trace
@@ -314,6 +368,16 @@ class TaskRunner(threading.Thread):
 
     def stopping(self) -> bool:
         return self.stop_event.is_set()
+
+    def transformed(self, record: ConnectRecord, original: Any) -> Any:
+        """The record through the transforms one by one, each failure named by its class (Kafka's
+        TransformationChain.apply: one execute per TransformationStage, Stage.TRANSFORMATION with its
+        transformClass()): the record, None when one dropped it, SKIP when one failed (tolerated)."""
+        for cls_name, apply in self.chain.stages:
+            record = self.handler.execute("TRANSFORMATION", cls_name, apply, record, original=original)
+            if record is SKIP or record is None:
+                return record
+        return record
 
 
 class SourceRunner(TaskRunner):
@@ -520,28 +584,28 @@ class SourceRunner(TaskRunner):
 
     def send(self, r: ConnectRecord) -> None:
         h = self.handler
-        out = h.execute("TRANSFORMATION", "transforms", self.chain.apply, r) if self.chain else r
+        out = self.transformed(r, r)
         if out is not SKIP and out is not None:
             key = h.execute("KEY_CONVERTER", self.key_converter.class_name, self.key_converter.from_connect,
-                            out.topic, out.key_schema, out.key)
+                            out.topic, out.key_schema, out.key, original=r)
             value = SKIP if key is SKIP else h.execute(
                 "VALUE_CONVERTER", self.value_converter.class_name, self.value_converter.from_connect,
-                out.topic, out.value_schema, out.value)
+                out.topic, out.value_schema, out.value, original=r)
             if value is not SKIP:
                 self.ensure_topic(out.topic)
                 h.execute("KAFKA_PRODUCE", WORKER_SOURCE_TASK, self.producer.send, out.topic, value, key,
-                          out.headers or None, out.kafka_partition, out.timestamp)
+                          out.headers or None, out.kafka_partition, out.timestamp, original=r)
         if r.source_partition is not None:
             self.pending[storage.partition_key(self.v.name, r.source_partition)] = r.source_offset
 
     def ensure_topic(self, topic: str) -> None:
         if topic in self.topics_seen:
             return
-        store = self.worker.store
-        if not store.has_topic(topic):
+        admin = self.admin()  # (Kafka's TopicAdmin of a source with topic.creation.*)
+        if not admin.has_topic(topic):
             parts = self.v.config["topic.creation.default.partitions"]
             rf = self.v.config["topic.creation.default.replication.factor"]
-            store.create_topic(topic, partitions=parts if parts > 0 else None,
+            admin.create_topic(topic, partitions=parts if parts > 0 else None,
                                replication_factor=rf if rf > 0 else None, exist_ok=True)
         self.topics_seen.add(topic)
 
@@ -562,14 +626,17 @@ class SinkRunner(TaskRunner):
         name, store, config = self.v.name, self.worker.store, self.v.config
         dlq_topic = config["errors.deadletterqueue.topic.name"]
         # the DLQ producer as Kafka's: the worker's producer.* then the connector's producer.override.*
+        # and created through the admin client (Kafka's DeadLetterQueueReporter.createAndSetup)
         self.dlq = DeadLetterQueue(store, dlq_topic, config["errors.deadletterqueue.context.headers.enable"],
                                    config["errors.deadletterqueue.topic.replication.factor"],
-                                   producer_settings(self.worker.props, self.v.props)) if dlq_topic else None
+                                   producer_settings(self.worker.props, self.v.props),
+                                   admin=self.admin()) if dlq_topic else None
         self.handler = ErrorHandler(config, name, self.task_id, self.worker.warn, self.dlq)
         self.handler.stopping = self.stopping
         topics = config["topics"] or store.resolve_topics(pattern=config["topics.regex"])
+        admin = self.admin()
         for t in topics:
-            storage.ensure_topic(store, t, 1, compacted=False) if not store.has_topic(t) else None
+            storage.ensure_topic(admin, t, 1, compacted=False) if not admin.has_topic(t) else None
         self.consumed: dict[TP, int] = {}
         self.failed = False
         self.skip_below: dict[TP, int] = {}
@@ -696,10 +763,9 @@ class SinkRunner(TaskRunner):
                 continue
             record = ConnectRecord(raw.topic, raw.partition, key_schema, key, value_schema, value, raw.timestamp,
                                    list(raw.headers or []), kafka_offset=raw.offset, raw=raw)
-            if self.chain:
-                record = h.execute("TRANSFORMATION", "transforms", self.chain.apply, record, raw=raw)
-                if record is SKIP or record is None:
-                    continue
+            record = self.transformed(record, raw)
+            if record is SKIP or record is None:
+                continue
             records.append(record)
         if records:
             self.put(records)
@@ -707,7 +773,7 @@ class SinkRunner(TaskRunner):
 
     @staticmethod
     def _convert(h: ErrorHandler, stage: str, converter: Converter, raw: Any, data: bytes | None) -> tuple:
-        out = h.execute(stage, converter.class_name, converter.to_connect, raw.topic, data, raw=raw)
+        out = h.execute(stage, converter.class_name, converter.to_connect, raw.topic, data, original=raw)
         return (None, SKIP) if out is SKIP else out
 
     def commit(self, tps: list[TP] | None = None) -> None:
@@ -786,6 +852,7 @@ class Worker:
         self.failures: list[tuple[str, int, BaseException]] = []
         self.stopped: dict[str, Validated] = {}  # connectors stopped by request (kept for a restart)
         self._lock = threading.Lock()
+        self._warned: set[str] = set()
         self.lock = threading.RLock()  # changes one at a time: REST requests, a connector's reconfiguration
 
     def validate(self, props: dict[str, str]) -> Validated:
@@ -841,6 +908,14 @@ class Worker:
                 r.join()
             self.configs.put_connector(name, v.props, tasks)
             self.connectors[name] = (v, connector, self._start_tasks(v, tasks, paused))
+
+    def warn_once(self, key: str, message: str) -> None:
+        """`message` unless one was given under `key` before (not again at every task or restart)."""
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        self.warn(message)
 
     def task_failed(self, runner: TaskRunner, error: BaseException) -> None:
         with self._lock:

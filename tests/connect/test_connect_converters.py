@@ -21,7 +21,7 @@ def test_reading_a_payload_that_is_not_a_map_passes_it_through() -> None:
     conv = JsonConverter({}, is_key=False)
     row = {"id": 1, "blob": b"\x00"}
     assert conv.to_connect("t", conv.from_connect("t", SCHEMA, row))[1] == row
-    envelope = b'{"schema":' + conv.from_connect("t", SCHEMA, None).split(b',"payload"')[0][10:] + b',"payload":"odd"}'
+    envelope = b'{"schema":' + conv.from_connect("t", SCHEMA, row).split(b',"payload"')[0][10:] + b',"payload":"odd"}'
     assert conv.to_connect("t", envelope)[1] == "odd"
     arrays = {"type": "array", "items": {"type": "bytes"}}
     odd = b'{"schema":{"type":"array","items":{"type":"bytes"}},"payload":{"a":1}}'
@@ -33,7 +33,7 @@ def test_reading_a_payload_that_is_not_a_map_passes_it_through() -> None:
     (b'{"schema":{"type":"int32"},"payload": 5 }', 5),  # whitespace: the plain parse decides
     (b'{"schema":{"type":"string"},"payload":"caf\xc3\xa9 \\u00e9"}', "caf\u00e9 \u00e9"),
     (b'{"schema":{"type":"struct","fields":[{"type":"string","field":"a"}]},"payload":{"a":"x"}}', {"a": "x"}),
-    (b'{"schema":{"type":"int32"},"payload":null}', None),
+    (b'{"schema":{"type":"int32","optional":true},"payload":null}', None),  # (required: a DataError)
 ])
 def test_envelopes_read_as_json_reads_them(data: bytes, expected: object) -> None:
     assert JsonConverter({}, False).to_connect("t", data)[1] == expected

@@ -163,7 +163,7 @@ def test_json_converter_writes_floats_as_jackson_with_schemas() -> None:
     schema = {"type": "struct", "fields": [
         {"field": "f", "type": "float32", "optional": True, "default": 0.10000000149011612},
         {"field": "d", "type": "float64", "optional": True, "default": 1e20},
-        {"field": "a", "type": "array", "items": {"type": "float32"}},
+        {"field": "a", "type": "array", "items": {"type": "float32", "optional": True}},
         {"field": "m", "type": "map", "keys": {"type": "string"}, "values": {"type": "float64"}},
         {"field": "n", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "1"}}]}
     converter = JsonConverter({"decimal.format": "numeric"}, is_key=False)
