@@ -458,7 +458,8 @@ class PostgresTask(SourceTask):
             offset["transaction_counts"] = dict(self.tx_counts)  # a restart inside the transaction goes on counting
         self.last_table = info
         self.last_offset = offset
-        out = [ConnectRecord(info["topic"], None, info["key_schema"], key, info["envelope"], value, ts_ms,
+        key_schema = None if key is None else info["key_schema"]  # a truncate's: no key, no key schema (DBZ-3469)
+        out = [ConnectRecord(info["topic"], None, key_schema, key, info["envelope"], value, ts_ms,
                              source_partition=self.partition, source_offset=offset)]
         if op == "d" and self.c["tombstones.on.delete"]:
             out.append(ConnectRecord(info["topic"], None, info["key_schema"], key, None, None, ts_ms,
