@@ -134,8 +134,8 @@ _TOKEN = re.compile(r"""
     (?P<space>[ \t\r\f\v]+) | (?P<newline>\n) | (?P<line_comment>//[^\n]*) | (?P<block_comment>/\*.*?\*/)
   | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
   | (?P<number>(?:0[xX][0-9a-fA-F]+|[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?))
-  | (?P<word>\.?[A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)
-  | (?P<symbol>[{}\[\]()<>=;,:\-+/.])
+  | (?P<word>\.?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+  | (?P<symbol>[{}\[\]()<>=;,:\-+.])
 """, re.VERBOSE | re.DOTALL)
 
 
@@ -831,9 +831,19 @@ def declared_types(proto: ProtoFile, file: str = "") -> dict[str, TypeInfo]:
     return out
 
 
-def resolve_name(name: str, scope: str, types: dict[str, TypeInfo]) -> str | None:
+def scopes_of(types: dict[str, TypeInfo]) -> set[str]:
+    """Every name a declared type's full name starts with (its packages' and enclosing messages' names)."""
+    out = set()
+    for full in types:
+        parts = full.split(".")
+        out.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return out
+
+
+def resolve_name(name: str, scope: str, types: dict[str, TypeInfo], scopes: set[str]) -> str | None:
     """The full name (no leading dot) `name` means inside `scope` (a full name), as protoc looks it up: its
-    first part from the innermost scope outward, then the rest inside what that found."""
+    first part from the innermost scope outward, then the rest inside what that found (`scopes`:
+    scopes_of(types))."""
     if name.startswith("."):
         return name[1:] if name[1:] in types else None
     first, _, rest = name.partition(".")
@@ -841,7 +851,7 @@ def resolve_name(name: str, scope: str, types: dict[str, TypeInfo]) -> str | Non
     while True:
         prefix = ".".join(parts)
         candidate = (prefix + "." if prefix else "") + first
-        if candidate in types or any(k.startswith(candidate + ".") for k in types):
+        if candidate in types or candidate in scopes:
             full = candidate + ("." + rest if rest else "")
             if full in types:
                 return full
@@ -926,6 +936,7 @@ class _Builder:
     def __init__(self, proto: ProtoFile, types: dict[str, TypeInfo]) -> None:
         self.proto = proto
         self.types = types
+        self.scopes = scopes_of(types)
         self.pb2 = _descriptor_pb2()
 
     def file(self, name: str) -> Any:
@@ -1019,7 +1030,7 @@ class _Builder:
         if kind in SCALARS:
             out.type = _TYPE_NUMBERS[kind]
             return out
-        full = resolve_name(kind, scope, self.types)
+        full = resolve_name(kind, scope, self.types, self.scopes)
         if full is None:
             raise ProtoError(f"type {kind} (in {scope}) is not defined (a missing import or reference?)")
         info = self.types[full]
@@ -1051,7 +1062,7 @@ class _Builder:
         for r in s.rpcs:
             method = out.method.add(name=r.name)
             for attr, kind in (("input_type", r.request), ("output_type", r.response)):
-                full = resolve_name(kind, scope, self.types)
+                full = resolve_name(kind, scope, self.types, self.scopes)
                 if full is None:
                     raise ProtoError(f"type {kind} of rpc {s.name}.{r.name} is not defined")
                 setattr(method, attr, "." + full)
