@@ -368,9 +368,6 @@ class Registry:
         out = {}
         for ref in references:
             target = self.versions.get((ref.get("subject"), ref.get("version")))  # a dict read: no lock needed
-            if ref.get("version") == -1:
-                live = self._of(str(ref.get("subject")))
-                target = live[-1] if live else None
             if target is None or target.deleted:
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} names subject "
                                     f"{ref.get('subject')!r} version {ref.get('version')}, which is not registered")
