@@ -6,8 +6,8 @@ ProtobufDeserializer reads, as base64). Our own code, after the rules of those c
 
 Kept: syntax (proto2, proto3), package, imports (public, weak), options (plain, parenthesized custom ones
 with scalar or aggregate values), messages (nested), fields (labels, maps, defaults, json_name, options),
-oneofs, enums, reserved, extensions ranges, services. Refused (ProtoError, a 42201): `extend` blocks,
-groups, editions, and anything malformed, each with its line.
+oneofs, enums, reserved, extensions ranges, `extend` blocks (custom options' declarations), services.
+Refused (ProtoError, a 42201): groups, editions, and anything malformed, each with its line.
 
 The model's type names are as written (`Timestamp`, `.google.protobuf.Timestamp`, `map<string, int32>`);
 resolve() gives each its full name against the file's imports, as protoc does, for the descriptor.
@@ -76,7 +76,13 @@ class Enum:
     name: str
     constants: list[EnumConstant] = field(default_factory=list)
     options: list[Option] = field(default_factory=list)
-    reserved: list[Any] = field(default_factory=list)  # int, (start, end) inclusive, or a name
+    reserved: list[list[Any]] = field(default_factory=list)  # statements of int, (start, end) inclusive, name
+
+
+@dataclass
+class Extend:
+    name: str  # the extended message, as written
+    fields: list[Field] = field(default_factory=list)
 
 
 @dataclass
@@ -86,8 +92,9 @@ class Message:
     oneofs: list[OneOf] = field(default_factory=list)
     nested: list[Message | Enum] = field(default_factory=list)
     options: list[Option] = field(default_factory=list)
-    reserved: list[Any] = field(default_factory=list)
-    extensions: list[Any] = field(default_factory=list)  # int or (start, end)
+    reserved: list[list[Any]] = field(default_factory=list)
+    extensions: list[list[Any]] = field(default_factory=list)  # statements of int or (start, end)
+    extends: list[Extend] = field(default_factory=list)
 
     def all_fields(self) -> list[Field]:
         return self.fields + [f for o in self.oneofs for f in o.fields]
@@ -119,6 +126,7 @@ class ProtoFile:
     weak_imports: list[str] = field(default_factory=list)
     options: list[Option] = field(default_factory=list)
     types: list[Message | Enum] = field(default_factory=list)
+    extends: list[Extend] = field(default_factory=list)
     services: list[Service] = field(default_factory=list)
 
     @property
@@ -321,7 +329,7 @@ class _Parser:
             raise ProtoError(f"line {token.line}: '{keyword}' must be the file's first statement"
                              if keyword == "syntax" else f"line {token.line}: editions are not supported")
         elif keyword == "extend":
-            raise ProtoError(f"line {token.line}: 'extend' is not supported by klog's registry")
+            out.extends.append(self.extend(out.proto3))
         else:
             raise ProtoError(f"line {token.line}: unexpected {token.text!r} (expected message, enum, service, "
                              "import, package or option)")
@@ -336,7 +344,7 @@ class _Parser:
         parts = []
         while True:
             if self.accept("("):
-                parts.append("(" + self.word("an option name").lstrip(".") + ")")
+                parts.append("(" + self.word("an option name") + ")")
                 self.expect(")")
             else:
                 parts.append(self.word("an option name"))
@@ -357,6 +365,8 @@ class _Parser:
     def option_value(self) -> Any:
         if self.is_symbol("{"):
             return self.aggregate()
+        if self.is_symbol("["):
+            return self.value_list()
         token = self.next("an option value")
         if token.kind == "string":
             return token.text
@@ -382,11 +392,7 @@ class _Parser:
                 key = self.name("a field name")
             colon = self.accept(":")
             if self.is_symbol("["):
-                self.next()
-                value: Any = []
-                while not self.accept("]"):
-                    value.append(self.aggregate() if self.is_symbol("{") else self.option_value())
-                    self.accept(",")
+                value: Any = self.value_list()
             elif self.is_symbol("{") or (not colon and self.is_symbol("<")):
                 value = self.aggregate()
             else:
@@ -401,6 +407,18 @@ class _Parser:
                 out[key] = value
             if not self.accept(","):
                 self.accept(";")
+        self.depth -= 1
+        return out
+
+    def value_list(self) -> list[Any]:
+        self.enter()
+        self.expect("[")
+        out: list[Any] = []
+        while not self.accept("]"):
+            out.append(self.option_value())
+            if not self.accept(","):
+                self.expect("]")
+                break
         self.depth -= 1
         return out
 
@@ -446,14 +464,15 @@ class _Parser:
             out.oneofs.append(self.oneof(proto3))
         elif keyword == "reserved" and not self._is_field_named():
             self.next()
-            out.reserved += self.ranges("reserved", names=True)
+            out.reserved.append(self.ranges("reserved", names=True))
         elif keyword == "extensions" and not self._is_field_named():
             self.next()
-            out.extensions += self.ranges("extensions", names=False)
+            out.extensions.append(self.ranges("extensions", names=False))
             self.bracket_options()  # extension range options: dropped with the ranges' declarations
             self.expect(";")
         elif keyword == "extend" and self._starts_declaration():
-            raise self.fail("'extend' is not supported by klog's registry")
+            self.next()
+            out.extends.append(self.extend(proto3))
         else:
             out.fields.append(self.field(proto3, in_oneof=False))
 
@@ -524,6 +543,16 @@ class _Parser:
         self.expect(">")
         return f"map<{key}, {value}>"
 
+    def extend(self, proto3: bool) -> Extend:
+        out = Extend(self.word("the extended message's name"))
+        self.expect("{")
+        while not self.accept("}"):
+            if self.peek() is None:
+                raise self.fail(f"extend {out.name} is not closed")
+            if not self.accept(";"):
+                out.fields.append(self.field(proto3, in_oneof=False))
+        return out
+
     def oneof(self, proto3: bool) -> OneOf:
         out = OneOf(self.name("a oneof name"))
         self.expect("{")
@@ -583,7 +612,7 @@ class _Parser:
                 out.options.append(self.option_statement())
             elif token.text == "reserved" and not self._is_constant_named():
                 self.next()
-                out.reserved += self.ranges("reserved", names=True)
+                out.reserved.append(self.ranges("reserved", names=True))
             else:
                 name = self.name("an enum constant")
                 self.expect("=")
@@ -692,14 +721,20 @@ def _entries(values: dict[str, Any]) -> str:
 
 
 def _option(option: Option) -> str:
+    if isinstance(option.value, list):  # a list: one value on its line, more one a line (appendOptions)
+        return f"{option.name} = {_listed(option.value)}"
     return f"{option.name} = {_value(option.value)}"
 
 
+def _listed(values: list[Any]) -> str:
+    if len(values) == 1:
+        return "[" + _value(values[0]) + "]"
+    return "[\n" + "".join(_indent(_value(v) + ("," if i < len(values) - 1 else "")) for i, v in
+                           enumerate(values)) + "]"
+
+
 def _options_list(options: list[Option]) -> str:
-    if len(options) == 1:
-        return "[" + _option(options[0]) + "]"
-    return "[\n" + "".join(_indent(_option(o) + ("," if i < len(options) - 1 else "")) for i, o in
-                           enumerate(options)) + "]"
+    return _listed([Raw(_option(o)) for o in options])
 
 
 def _option_statement(option: Option) -> str:
@@ -712,6 +747,15 @@ def _range(value: Any) -> str:
     if isinstance(value, tuple):
         return f"{value[0]} to {value[1] if value[1] < MAX_TAG else 'max'}"
     return str(value)
+
+
+def _ranges(keyword: str, statements: list[list[Any]]) -> str:
+    return "".join(_indent(f"{keyword} {', '.join(_range(v) for v in values)};\n") for values in statements)
+
+
+def _extend_text(e: Extend) -> str:
+    return f"extend {e.name} {{" + ("\n" + "".join(_indent(_field_text(f)) for f in e.fields) if e.fields
+                                    else "") + "}\n"
 
 
 def _field_text(f: Field) -> str:
@@ -730,7 +774,7 @@ def _field_text(f: Field) -> str:
 def _enum_text(e: Enum) -> str:
     out = f"enum {e.name} {{"
     if e.reserved:
-        out += "\n" + "".join(_indent(f"reserved {_range(r)};\n") for r in e.reserved)
+        out += "\n" + _ranges("reserved", e.reserved)
     elif e.options or e.constants:
         out += "\n"
     out += "".join(_indent(_option_statement(o)) for o in e.options)
@@ -748,7 +792,7 @@ def _types_text(types: list[Message | Enum]) -> str:
 def _message_text(m: Message) -> str:
     out = f"message {m.name} {{"
     if m.reserved:
-        out += "\n" + "".join(_indent(f"reserved {_range(r)};\n") for r in m.reserved)
+        out += "\n" + _ranges("reserved", m.reserved)
     if m.options:
         out += "\n" + "".join(_indent(_option_statement(o)) for o in m.options)
     if m.fields:
@@ -763,7 +807,9 @@ def _message_text(m: Message) -> str:
                 body += "\n" + "".join(_indent(_field_text(f)) for f in o.fields)
             out += _indent(body + "}\n")
     if m.extensions:
-        out += "\n" + "".join(_indent(f"extensions {_range(r)};\n") for r in m.extensions)
+        out += "\n" + _ranges("extensions", m.extensions)
+    if m.extends:
+        out += "\n" + "".join(_indent(_extend_text(e)) for e in m.extends)
     if m.nested:
         out += "\n" + _indent(_types_text(m.nested))
     return out + "}\n"
@@ -790,6 +836,8 @@ def canonical_text(proto: ProtoFile) -> str:
         out += "\n" + "".join(_option_statement(o) for o in proto.options)
     if proto.types:
         out += "\n" + _types_text(proto.types)
+    if proto.extends:
+        out += "\n" + "".join(_extend_text(e) for e in proto.extends)
     if proto.services:
         out += "\n"
         for s in proto.services:
@@ -958,10 +1006,26 @@ class _Builder:
                 out.message_type.append(self.message(t, prefix))
             else:
                 out.enum_type.append(self.enum(t))
+        out.extension.extend(self.extends(self.proto.extends, prefix))
         for s in self.proto.services:
             out.service.append(self.service(s, prefix))
         if not out.options.ListFields():
             out.ClearField("options")
+        return out
+
+    def extends(self, extends: list[Extend], scope: str) -> list[Any]:
+        """An `extend` block's fields, each an extension field naming its extended message (extendee)."""
+        out = []
+        for e in extends:
+            extendee = resolve_name(e.name, scope, self.types, self.scopes)
+            if extendee is None:
+                raise ProtoError(f"extend {e.name} (in {scope or 'the file'}): the message is not defined")
+            for f in e.fields:
+                if f.type.startswith("map<"):
+                    raise ProtoError(f"extension {f.name} of {e.name} cannot be a map")
+                extension = self.field(f, scope, None)
+                extension.extendee = "." + extendee
+                out.append(extension)
         return out
 
     def message(self, m: Message, scope: str) -> Any:
@@ -987,15 +1051,16 @@ class _Builder:
                 out.field[-1].proto3_optional = True
                 out.field[-1].oneof_index = len(out.oneof_decl)
                 out.oneof_decl.add(name="_" + f.name)
-        for r in m.reserved:
+        for r in (r for statement in m.reserved for r in statement):
             if isinstance(r, str):
                 out.reserved_name.append(r)
             else:
                 start, end = r if isinstance(r, tuple) else (r, r)
                 out.reserved_range.add(start=start, end=end + 1)
-        for r in m.extensions:
+        for r in (r for statement in m.extensions for r in statement):
             start, end = r if isinstance(r, tuple) else (r, r)
             out.extension_range.add(start=start, end=end + 1)
+        out.extension.extend(self.extends(m.extends, full))
         if not out.options.ListFields():
             out.ClearField("options")
         return out
@@ -1046,7 +1111,7 @@ class _Builder:
             _set_options(value.options, c.options, f"enum constant {c.name}")
             if not value.options.ListFields():
                 value.ClearField("options")
-        for r in e.reserved:
+        for r in (r for statement in e.reserved for r in statement):
             if isinstance(r, str):
                 out.reserved_name.append(r)
             else:
@@ -1085,10 +1150,21 @@ def to_descriptor(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: st
     for dep in proto.dependencies():
         if dep not in dependencies:
             raise ProtoError(f"import {dep!r} is neither a well-known file nor one of the schema's references")
-    for dep_name, dep in dependencies.items():
-        types.update(declared_types(dep, dep_name))
+    for dep_name in _visible(proto, dependencies):  # as protoc: the imported files and their public imports
+        types.update(declared_types(dependencies[dep_name], dep_name))
     types.update(declared_types(proto))
     return _Builder(proto, types).file(name)
+
+
+def _visible(proto: ProtoFile, dependencies: dict[str, ProtoFile]) -> list[str]:
+    out: list[str] = []
+    todo = list(proto.dependencies())
+    while todo:
+        name = todo.pop()
+        if name not in out and name in dependencies:
+            out.append(name)
+            todo += dependencies[name].public_imports
+    return out
 
 
 def _options_of(message: Any) -> list[Option]:
@@ -1155,16 +1231,25 @@ def _message_of(d: Any, proto3: bool, depth: int = 0) -> Message:
     synthetic = {f.oneof_index for f in d.field if f.proto3_optional and f.HasField("oneof_index")}
     out.oneofs = [o for i, o in enumerate(oneofs) if i not in synthetic]
     out.nested = [_message_of(n, proto3, depth + 1) for n in d.nested_type] + [_enum_of(e) for e in d.enum_type]
-    out.reserved = _ranges_of(d.reserved_range, exclusive=True) + list(d.reserved_name)
-    out.extensions = _ranges_of(d.extension_range, exclusive=True)
+    out.reserved = [[r] for r in _ranges_of(d.reserved_range, exclusive=True) + list(d.reserved_name)]
+    out.extensions = [[r] for r in _ranges_of(d.extension_range, exclusive=True)]
+    out.extends = _extends_of(d.extension, proto3)
     return out
+
+
+def _extends_of(fields: Any, proto3: bool) -> list[Extend]:
+    """Extension fields grouped by the message they extend, in their order."""
+    out: dict[str, Extend] = {}
+    for f in fields:
+        out.setdefault(f.extendee, Extend(f.extendee)).fields.append(_field_of(f, proto3, in_oneof=False))
+    return list(out.values())
 
 
 def _enum_of(d: Any) -> Enum:
     return Enum(d.name, [EnumConstant(v.name, v.number, _options_of(v.options if v.HasField("options") else None))
                          for v in d.value],
                 _options_of(d.options if d.HasField("options") else None),
-                _ranges_of(d.reserved_range, exclusive=False) + list(d.reserved_name))
+                [[r] for r in _ranges_of(d.reserved_range, exclusive=False) + list(d.reserved_name)])
 
 
 def from_descriptor(fd: Any) -> ProtoFile:
@@ -1173,8 +1258,6 @@ def from_descriptor(fd: Any) -> ProtoFile:
     proto3 = fd.syntax == "proto3"
     if fd.syntax not in ("", "proto2", "proto3"):
         raise ProtoError(f"syntax {fd.syntax!r} is not supported")
-    if fd.extension or any(m.extension for m in fd.message_type):
-        raise ProtoError("extensions ('extend') are not supported by klog's registry")
     public = set(fd.public_dependency)
     weak = set(fd.weak_dependency)
     deps = list(fd.dependency)
@@ -1184,6 +1267,7 @@ def from_descriptor(fd: Any) -> ProtoFile:
                     [d for i, d in enumerate(deps) if i in weak],
                     _options_of(fd.options if fd.HasField("options") else None))
     out.types = [_message_of(m, proto3) for m in fd.message_type] + [_enum_of(e) for e in fd.enum_type]
+    out.extends = _extends_of(fd.extension, proto3)
     for s in fd.service:
         out.services.append(Service(s.name, [Rpc(m.name, m.input_type, m.output_type, m.client_streaming,
                                                  m.server_streaming,

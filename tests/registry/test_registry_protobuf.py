@@ -21,6 +21,7 @@ from klog.protocol import protobuf_compat  # noqa: E402
 from klog.protocol.protobuf_schema import (  # noqa: E402
     ProtoError,
     canonical_text,
+    from_descriptor,
     identity,
     parse_text,
     well_known,
@@ -88,9 +89,7 @@ option java_package = "com.shop.v1";
 option java_multiple_files = true;
 
 message Order {
-  reserved 7;
-  reserved 9 to 11;
-  reserved 20 to max;
+  reserved 7, 9 to 11, 20 to max;
   reserved "legacy";
 
   string id = 1 [
@@ -178,6 +177,44 @@ def test_proto2_labels_defaults_and_extension_ranges_are_kept():
         == (100, 200)
 
 
+def test_extend_blocks_declare_custom_options():
+    text = """syntax = "proto3";
+package shop.options;
+import "google/protobuf/descriptor.proto";
+extend google.protobuf.FieldOptions {
+  string pii_kind = 50001;
+}
+message Tagged {
+  extend google.protobuf.MessageOptions { bool audited = 50002; }
+  string email = 1 [(shop.options.pii_kind) = "email"];
+}
+"""
+    parsed = parse_protobuf(text, {})
+    assert parsed.text == """syntax = "proto3";
+package shop.options;
+
+import "google/protobuf/descriptor.proto";
+
+message Tagged {
+  string email = 1 [(shop.options.pii_kind) = "email"];
+
+  extend google.protobuf.MessageOptions {
+    bool audited = 50002;
+  }
+}
+
+extend google.protobuf.FieldOptions {
+  string pii_kind = 50001;
+}
+"""
+    top, nested = parsed.descriptor.extension[0], parsed.descriptor.message_type[0].extension[0]
+    assert (top.extendee, top.name, nested.extendee) == (".google.protobuf.FieldOptions", "pii_kind",
+                                                         ".google.protobuf.MessageOptions")
+    again = from_descriptor(parsed.descriptor)
+    assert [(e.name, [f.name for f in e.fields]) for e in again.extends] == [(".google.protobuf.FieldOptions",
+                                                                              ["pii_kind"])]
+
+
 def test_the_descriptor_resolves_types_maps_and_proto3_optional_as_protoc_writes_them():
     descriptor = parse_protobuf(ORDER, {}).descriptor
     order = descriptor.message_type[0]
@@ -243,7 +280,9 @@ def test_well_known_files_resolve_without_references():
     ('syntax = "proto3";\nenum E { }', "line 2: enum E has no constants"),
     ('syntax = "proto3";\nmessage M { option no_such = true; int32 a = 1; }', "option no_such of message M"),
     ('syntax = "proto2";\nmessage M { optional group G = 1 { optional int32 a = 2; } }', "groups are not supported"),
-    ('syntax = "proto3";\nextend google.protobuf.FieldOptions { string x = 5000; }', "'extend' is not supported"),
+    ('syntax = "proto3";\nextend google.protobuf.FieldOptions { string x = 5000; }',
+     "extend google.protobuf.FieldOptions (in the file): the message is not defined"),
+    ('syntax = "proto3";\nmessage M { google.protobuf.Timestamp t = 1; }', "type google.protobuf.Timestamp (in M)"),
     ('syntax = "proto3";\nmessage M { int32 a = 1; } @', "line 2: unexpected character '@'"),
     ("message " * 10 + "{" * 10, "line 1: expected"),
     ('syntax = "proto3";\n' + "message M { " * 100 + "}" * 100, "nested deeper than 32 levels"),
