@@ -138,12 +138,16 @@ class ProtoFile:
 
 
 # -- the tokenizer ---------------------------------------------------------------------------------------
+MAX_TOKENS = 200_000  # ~20 times Google's descriptor.proto; a longer text is refused (its parse would be ~5 s)
+MAX_ELEMENTS = 50_000  # the same for a serialized schema: its messages, fields, enums and enum values
+# one token with the whitespace and comments before it
 _TOKEN = re.compile(r"""
-    (?P<space>[ \t\r\f\v]+) | (?P<newline>\n) | (?P<line_comment>//[^\n]*) | (?P<block_comment>/\*.*?\*/)
-  | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-  | (?P<number>(?:0[xX][0-9a-fA-F]+|[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?))
-  | (?P<word>\.?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
-  | (?P<symbol>[{}\[\]()<>=;,:\-+.])
+    (?P<skip>(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*)
+    (?: (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
+      | (?P<number>(?:0[xX][0-9a-fA-F]+|[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?))
+      | (?P<word>\.?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+      | (?P<symbol>[{}\[\]()<>=;,:\-+.])
+      | (?P<end>\Z))
 """, re.VERBOSE | re.DOTALL)
 
 
@@ -184,27 +188,34 @@ def _unescape(body: str, line: int) -> str:
 def tokenize(text: str) -> list[Token]:
     tokens: list[Token] = []
     line, pos = 1, 0
-    while pos < len(text):
+    while True:
         m = _TOKEN.match(text, pos)
-        if m is None:
+        if m is None:  # what follows the whitespace is no token
+            line += text.count("\n", pos, pos + len(_TOKEN_SKIP.match(text, pos).group()))
+            pos += len(_TOKEN_SKIP.match(text, pos).group())
             if text.startswith("/*", pos):
                 raise ProtoError(f"line {line}: a comment /* is not closed")
             quote = text[pos] in "\"'"
             raise ProtoError(f"line {line}: " + ("a string is not closed on its line" if quote else
                                                  f"unexpected character {text[pos]!r}"))
-        kind, value = m.lastgroup or "", m.group()
+        line += text.count("\n", pos, m.end("skip"))
+        kind, value = m.lastgroup or "", m.group(m.lastgroup or 0)
+        if kind == "end":
+            return tokens
         if kind == "string":
             if tokens and tokens[-1].kind == "string":  # "a" "b" is one string, as protoc reads it
                 tokens[-1].text += _unescape(value[1:-1], line)
             else:
                 tokens.append(Token("string", _unescape(value[1:-1], line), line))
-        elif kind in ("number", "symbol"):
+        else:
             tokens.append(Token(kind, value, line))
-        elif kind == "word":
-            tokens.append(Token(kind, re.sub(r"\s+", "", value), line))
+        if len(tokens) > MAX_TOKENS:
+            raise ProtoError(f"line {line}: the schema is longer than {MAX_TOKENS} tokens")
         line += value.count("\n")
         pos = m.end()
-    return tokens
+
+
+_TOKEN_SKIP = re.compile(r"(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*", re.DOTALL)
 
 
 # -- the parser ------------------------------------------------------------------------------------------
@@ -1245,6 +1256,18 @@ def _extends_of(fields: Any, proto3: bool) -> list[Extend]:
     return list(out.values())
 
 
+def _elements(messages: Any, enums: Any, depth: int = 0) -> int:
+    """How many messages, fields, enums and enum values a descriptor's messages declare (MAX_DEPTH deep)."""
+    if depth > MAX_DEPTH:
+        raise ProtoError(f"messages nested deeper than {MAX_DEPTH} levels")
+    count = len(messages) + sum(1 + len(e.value) for e in enums)
+    for m in messages:
+        count += len(m.field) + len(m.extension) + _elements(m.nested_type, m.enum_type, depth + 1)
+        if count > MAX_ELEMENTS:
+            break
+    return count
+
+
 def _enum_of(d: Any) -> Enum:
     return Enum(d.name, [EnumConstant(v.name, v.number, _options_of(v.options if v.HasField("options") else None))
                          for v in d.value],
@@ -1258,6 +1281,8 @@ def from_descriptor(fd: Any) -> ProtoFile:
     proto3 = fd.syntax == "proto3"
     if fd.syntax not in ("", "proto2", "proto3"):
         raise ProtoError(f"syntax {fd.syntax!r} is not supported")
+    if _elements(fd.message_type, fd.enum_type) + len(fd.extension) > MAX_ELEMENTS:
+        raise ProtoError(f"the descriptor declares more than {MAX_ELEMENTS} messages, fields and enum values")
     public = set(fd.public_dependency)
     weak = set(fd.weak_dependency)
     deps = list(fd.dependency)

@@ -303,6 +303,20 @@ def test_a_large_file_parses_without_recursion_or_delay():
         parse_text("message M { " + "x" * 200_000)
 
 
+def test_long_texts_and_descriptors_are_refused_past_their_bounds(monkeypatch):
+    from klog.protocol import protobuf_schema
+
+    monkeypatch.setattr(protobuf_schema, "MAX_TOKENS", 50)
+    with pytest.raises(RegistryError, match="line 8: the schema is longer than 50 tokens"):
+        parse_protobuf('syntax = "proto3";\n\n' + "message M { int32 a = 1; }\n" * 10, {})
+    monkeypatch.setattr(protobuf_schema, "MAX_ELEMENTS", 20)
+    file = descriptor_pb2.FileDescriptorProto(name="x", syntax="proto3")
+    for i in range(11):
+        file.message_type.add(name=f"M{i}").field.add(name="a", number=1, type=5, label=1)
+    with pytest.raises(RegistryError, match="more than 20 messages, fields and enum values"):
+        parse_protobuf(base64.b64encode(file.SerializeToString()).decode(), {})
+
+
 def schema(text: str) -> protobuf_compat.Schema:
     return parse_protobuf(text, {}).schema
 
