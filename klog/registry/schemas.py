@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from klog.protocol import json_compat, protobuf_compat
 from klog.protocol import protobuf_schema as proto
-from klog.protocol.avro_compat import read_problems
+from klog.protocol.avro_compat import named_types, read_problems
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 from klog.protocol.json_schema import SchemaProblem, check_references
 from klog.registry.compat import LEVELS, compatibility_problems
@@ -104,15 +104,23 @@ def record_of(v: Version, deleted: bool | None = None) -> dict[str, Any]:
     return out
 
 
-def parse_avro(text: Any) -> Any:
-    """A schema's text parsed by fastavro (names made full): RegistryError 42201 when it is no Avro schema."""
+def parse_avro(text: Any, referenced: dict[str, tuple[Any, str]] | None = None) -> Any:
+    """A schema's text parsed by fastavro (names made full): RegistryError 42201 when it is no Avro schema.
+    Named types its references define (each reference's schema, parsed) may be used by name, as Avro's
+    parser takes them when Confluent's registry parses the references first; the parsed form has each one's
+    definition where it is first used (so it compares as one schema)."""
     import fastavro
 
     if not isinstance(text, str) or not text.strip():
         raise RegistryError(422, 42201, "Empty schema")
     try:
+        external: dict[str, Any] = {}
+        for ref, _ in (referenced or {}).values():
+            external.update(named_types(ref))
         hidden = without_logical_types(json.loads(text), keep_as=HIDDEN_LOGICAL)
-        parsed = fastavro.parse_schema(hidden, _write_hint=False)
+        parsed = fastavro.parse_schema(hidden, dict(external), _write_hint=False)
+        if external:
+            parsed = _inline(parsed, external, set())
         problem = _name_problem(parsed)
         if problem is not None:
             raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {problem}")
@@ -123,6 +131,34 @@ def parse_avro(text: Any) -> Any:
         raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
     except Exception as e:  # noqa: BLE001 - fastavro raises several kinds for a bad schema: each is a 42201
         raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {type(e).__name__}: {e}") from None
+
+
+def _inline(schema: Any, external: dict[str, Any], defined: set[str]) -> Any:
+    """A parsed Avro schema with the definition of each named type from a reference (`external`) in place of
+    its first use; `defined`: the names defined so far, in Avro's order (depth first, fields in order)."""
+    if isinstance(schema, str):
+        if schema in external and schema not in defined:
+            definition = external[schema]
+            defined.update(named_types(definition))
+            return _inline(definition, external, defined)
+        return schema
+    if isinstance(schema, list):
+        return [_inline(member, external, defined) for member in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    kind = schema.get("type")
+    if kind in ("record", "error", "enum", "fixed"):
+        defined.add(str(schema.get("name")))
+    if kind in ("record", "error"):
+        out["fields"] = [{**f, "type": _inline(f.get("type"), external, defined)} for f in schema.get("fields", [])]
+    elif kind == "array":
+        out["items"] = _inline(schema.get("items"), external, defined)
+    elif kind == "map":
+        out["values"] = _inline(schema.get("values"), external, defined)
+    elif isinstance(kind, dict | list | str):
+        out["type"] = _inline(kind, external, defined)
+    return out
 
 
 def parse_json(text: Any) -> Any:
@@ -192,7 +228,7 @@ def parse(text: Any, schema_type: str, referenced: dict[str, tuple[Any, str]] | 
     references, parsed (Avro's and JSON Schema's references are refused before)."""
     if schema_type == "PROTOBUF":
         return parse_protobuf(text, referenced or {})
-    return parse_json(text) if schema_type == "JSON" else parse_avro(text)
+    return parse_json(text) if schema_type == "JSON" else parse_avro(text, referenced)
 
 
 # requests parsing and comparing a schema at once, without the registry's lock: a 10 MB JSON schema's
@@ -359,8 +395,8 @@ class Registry:
     def _referenced(self, references: list[dict[str, Any]], schema_type: str,
                     depth: int = 0) -> dict[str, tuple[Any, str]]:
         """Each reference's schema, parsed (import name -> (parsed, "subject:version")): 42201 naming one
-        that is not registered or cannot be parsed. Avro's named types and JSON Schema's $ref to another
-        subject are not resolved: their references are refused."""
+        that is not registered or cannot be parsed. JSON Schema's $ref to another subject is not resolved: its
+        references are refused."""
         if not references:
             return {}
         if depth > MAX_REFERENCE_DEPTH:
@@ -371,12 +407,12 @@ class Registry:
             if target is None or target.deleted:
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} names subject "
                                     f"{ref.get('subject')!r} version {ref.get('version')}, which is not registered")
-            if schema_type != "PROTOBUF":
-                raise RegistryError(422, 42201, f"Invalid schema: klog's registry resolves references of Protobuf "
-                                    f"schemas only, not of {schema_type} ones")
-            if target.schema_type != "PROTOBUF":
+            if schema_type == "JSON":
+                raise RegistryError(422, 42201, "Invalid schema: klog's registry resolves references of Protobuf "
+                                    "and Avro schemas, not of JSON ones")
+            if target.schema_type != schema_type:
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref['name']!r} is a "
-                                    f"{target.schema_type} schema, not a Protobuf one")
+                                    f"{target.schema_type} schema and this one {schema_type}")
             parsed = self._parsed_of(target, depth)
             if parsed is None:
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref['name']!r} cannot be parsed")

@@ -447,12 +447,47 @@ def test_references_resolve_are_answered_and_guard_deletion(url):
     assert call(url, "DELETE", "/subjects/money/versions/1?permanent=true") == (200, 1)
 
 
-def test_avro_and_json_references_are_refused_naming_why(url):
-    assert call(url, "POST", "/subjects/a/versions", {"schema": '"string"'}) == (200, {"id": 1})
+def test_avro_references_define_named_types_and_compare_through_them(url):
+    money = json.dumps({"type": "record", "name": "Money", "namespace": "shop",
+                        "fields": [{"name": "units", "type": "long"}, {"name": "currency", "type": "string"}]})
+    assert call(url, "POST", "/subjects/money/versions", {"schema": money}) == (200, {"id": 1})
+    order = {"type": "record", "name": "Order", "namespace": "shop",
+             "fields": [{"name": "id", "type": "string"}, {"name": "price", "type": "Money"},
+                        {"name": "tip", "type": ["null", "shop.Money"], "default": None}]}
+    refs = [{"name": "shop.Money", "subject": "money", "version": 1}]
+    status, refused = call(url, "POST", "/subjects/orders/versions", {"schema": json.dumps(order)})
+    assert (status, refused["error_code"]) == (422, 42201) and "Money" in refused["message"]
+    assert call(url, "POST", "/subjects/orders/versions", {"schema": json.dumps(order), "references": refs}) == \
+        (200, {"id": 2})
+    assert call(url, "GET", "/subjects/orders/versions/1")[1]["references"] == refs
+    assert call(url, "GET", "/subjects/orders/versions/1")[1]["schema"] == json.dumps(order)  # kept as sent
+    # Confluent's "several event types in one topic": a union of references
+    both = [{"name": "shop.Money", "subject": "money", "version": 1},
+            {"name": "shop.Order", "subject": "orders", "version": 1}]
+    assert call(url, "POST", "/subjects/events/versions", {"schema": '["shop.Money", "shop.Order"]',
+                                                           "references": both}) == (200, {"id": 3})
+    # compared through the references: Money's units made a string under version 2 is refused for orders
+    assert call(url, "PUT", "/config/money", {"compatibility": "NONE"})[0] == 200
+    changed = json.loads(money)
+    changed["fields"][0]["type"] = "string"
+    assert call(url, "POST", "/subjects/money/versions", {"schema": json.dumps(changed)}) == (200, {"id": 4})
+    status, refused = call(url, "POST", "/subjects/orders/versions", {
+        "schema": json.dumps(order), "references": [{**refs[0], "version": 2}]})
+    assert status == 409 and "units" in refused["message"]
+    assert call(url, "GET", "/subjects/money/versions/1/referencedby") == (200, [2, 3])
+
+
+def test_json_references_and_malformed_ones_are_refused_naming_why(url):
+    assert call(url, "POST", "/subjects/a/versions", {"schema": '{"type": "string"}', "schemaType": "JSON"}) == \
+        (200, {"id": 1})
     status, refused = call(url, "POST", "/subjects/b/versions", {
-        "schema": '{"type": "record", "name": "R", "fields": [{"name": "a", "type": "A"}]}',
-        "references": [{"name": "A", "subject": "a", "version": 1}]})
-    assert (status, refused["error_code"]) == (422, 42201) and "Protobuf schemas only" in refused["message"]
+        "schema": '{"$ref": "a.json"}', "schemaType": "JSON",
+        "references": [{"name": "a.json", "subject": "a", "version": 1}]})
+    assert (status, refused["error_code"]) == (422, 42201) and "not of JSON ones" in refused["message"]
+    status, refused = call(url, "POST", "/subjects/b/versions", {
+        "schema": '"string"', "references": [{"name": "A", "subject": "a", "version": 1}]})
+    assert (status, refused["error_code"]) == (422, 42201)
+    assert "is a JSON schema and this one AVRO" in refused["message"]
     status, refused = call(url, "POST", "/subjects/b/versions", {
         "schema": '"string"', "references": [{"name": "A", "subject": "a", "version": "1"}]})
     assert (status, refused["error_code"]) == (422, 42201) and "{name, subject, version}" in refused["message"]
@@ -522,3 +557,24 @@ def test_confluent_kafkas_protobuf_serializer_and_deserializer_use_the_registry(
     reader = protobuf.ProtobufDeserializer(line_class, {"use.deprecated.format": False}, client)
     assert reader(data, lines) == line_class(sku="s-2", quantity=5)
     assert call(url, "GET", "/subjects/lines-value/versions/1")[1]["id"] == 1
+
+
+def test_confluent_kafkas_avro_serde_resolves_references_against_the_registry(url):
+    pytest.importorskip("fastavro")
+    from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": url})
+    money = json.dumps({"type": "record", "name": "Money", "namespace": "shop",
+                        "fields": [{"name": "units", "type": "long"}]})
+    assert client.register_schema("money", Schema(money, "AVRO")) == 1
+    order = json.dumps({"type": "record", "name": "Order", "namespace": "shop",
+                        "fields": [{"name": "price", "type": "Money"}]})
+    assert client.register_schema("orders-value", Schema(order, "AVRO", [SchemaReference("shop.Money", "money", 1)])) \
+        == 2
+    context = SerializationContext("orders", MessageField.VALUE)
+    write = AvroSerializer(client, None, conf={"auto.register.schemas": False, "use.latest.version": True})
+    data = write({"price": {"units": 5}}, context)
+    assert data[:5] == b"\x00\x00\x00\x00\x02"
+    assert AvroDeserializer(client)(data, context) == {"price": {"units": 5}}
