@@ -1329,6 +1329,10 @@ def serialized(descriptor: Any) -> str:
 # -- the files every schema may import without a reference (Confluent's KNOWN_DEPENDENCIES) ---------------
 _GOOGLE_PROTOBUF = ("any", "api", "descriptor", "duration", "empty", "field_mask", "source_context", "struct",
                     "timestamp", "type", "wrappers")
+# google/type's files, from googleapis-common-protos when it is installed (confluent-kafka's protobuf serde
+# needs it); five of them are declared below for when it is not
+_GOOGLE_TYPE = ("calendar_period", "color", "date", "datetime", "dayofweek", "decimal", "expr", "fraction",
+                "interval", "latlng", "money", "month", "phone_number", "postal_address", "quaternion", "timeofday")
 # Confluent's own and google/type's files, declared here (their messages and enums: what a field may name)
 _DECLARED = {
     "confluent/meta.proto": 'syntax = "proto3"; package confluent; message Meta { string doc = 1; '
@@ -1351,17 +1355,21 @@ _WELL_KNOWN: dict[str, ProtoFile] = {}
 def well_known() -> dict[str, ProtoFile]:
     """Import name -> parsed file of each file a schema imports without a reference: google/protobuf/*.proto
     (from the protobuf package's own descriptors), confluent/meta.proto, confluent/type/decimal.proto and
-    a few google/type ones."""
+    google/type/*.proto (from googleapis-common-protos; without it, five of them)."""
     if not _WELL_KNOWN:
         import importlib
 
         pb2 = _descriptor_pb2()
-        found = {}
-        for name in _GOOGLE_PROTOBUF:
-            module = importlib.import_module(f"google.protobuf.{name}_pb2")
-            found[f"google/protobuf/{name}.proto"] = from_descriptor(
+        found = {name: parse_text(text) for name, text in _DECLARED.items()}
+        modules = [f"google.protobuf.{name}_pb2" for name in _GOOGLE_PROTOBUF] + \
+            [f"google.type.{name}_pb2" for name in _GOOGLE_TYPE]
+        for name in modules:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:  # google.type without googleapis-common-protos
+                continue
+            found[module.DESCRIPTOR.name] = from_descriptor(
                 pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb))
-        found.update({name: parse_text(text) for name, text in _DECLARED.items()})
         _WELL_KNOWN.update(found)
     return _WELL_KNOWN
 

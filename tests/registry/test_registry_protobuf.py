@@ -447,6 +447,28 @@ def test_references_resolve_are_answered_and_guard_deletion(url):
     assert call(url, "DELETE", "/subjects/money/versions/1?permanent=true") == (200, 1)
 
 
+@pytest.mark.slow
+def test_protobuf_versions_and_references_survive_a_restart_as_confluent_writes_them(data_dir):
+    import klog
+
+    money = 'syntax = "proto3";\npackage shop.common;\nmessage Money { int64 units = 1; }\n'
+    order = 'syntax = "proto3";\npackage shop;\nimport "m.proto";\nmessage Order { shop.common.Money price = 1; }\n'
+    refs = [{"name": "m.proto", "subject": "money", "version": 1}]
+    with serving(data_dir) as url:
+        assert register(url, "money", money) == (200, {"id": 1})
+        assert register(url, "orders-value", order, refs) == (200, {"id": 2})
+    with klog.open(data_dir) as store, store.consumer("_schemas") as records:
+        values = [json.loads(r.value) for r in records if r.value]
+    assert values[1] == {"subject": "orders-value", "version": 1, "id": 2, "schemaType": "PROTOBUF",
+                         "references": refs, "schema": order.replace(";\nimport", ";\n\nimport")
+                         .replace(";\nmessage", ";\n\nmessage").replace("{ ", "{\n  ").replace("; }", ";\n}"),
+                         "deleted": False}
+    with serving(data_dir) as url:
+        assert register(url, "orders-value", order, refs) == (200, {"id": 2})
+        assert call(url, "GET", "/subjects/money/versions/1/referencedby") == (200, [2])
+        assert call(url, "DELETE", "/subjects/money/versions/1")[1]["error_code"] == 42206
+
+
 def test_avro_references_define_named_types_and_compare_through_them(url):
     money = json.dumps({"type": "record", "name": "Money", "namespace": "shop",
                         "fields": [{"name": "units", "type": "long"}, {"name": "currency", "type": "string"}]})
