@@ -77,7 +77,7 @@ class Version:
         return out
 
     def refers_to(self, subject: str, version: int) -> bool:
-        return any(r["subject"] == subject and r["version"] == version for r in self.references)
+        return any(r.get("subject") == subject and r.get("version") == version for r in self.references)
 
 
 def _compact(doc: Any) -> bytes:
@@ -224,8 +224,8 @@ def parse_protobuf(text: Any, referenced: dict[str, tuple[ParsedProto, str]]) ->
 
 
 def parse(text: Any, schema_type: str, referenced: dict[str, tuple[Any, str]] | None = None) -> Any:
-    """A schema's text parsed by its type's rules (42201 when it breaks them); a Protobuf one against its
-    references, parsed (Avro's and JSON Schema's references are refused before)."""
+    """A schema's text parsed by its type's rules (42201 when it breaks them); a Protobuf or Avro one with
+    its references, parsed (JSON Schema's references are refused before)."""
     if schema_type == "PROTOBUF":
         return parse_protobuf(text, referenced or {})
     return parse_json(text) if schema_type == "JSON" else parse_avro(text, referenced)
@@ -411,12 +411,12 @@ class Registry:
                 raise RegistryError(422, 42201, "Invalid schema: klog's registry resolves references of Protobuf "
                                     "and Avro schemas, not of JSON ones")
             if target.schema_type != schema_type:
-                raise RegistryError(422, 42201, f"Invalid schema: reference {ref['name']!r} is a "
+                raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} is a "
                                     f"{target.schema_type} schema and this one {schema_type}")
             parsed = self._parsed_of(target, depth)
             if parsed is None:
-                raise RegistryError(422, 42201, f"Invalid schema: reference {ref['name']!r} cannot be parsed")
-            out[ref["name"]] = (parsed[0], f"{target.subject}:{target.version}")
+                raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} cannot be parsed")
+            out[str(ref.get("name"))] = (parsed[0], f"{target.subject}:{target.version}")
         return out
 
     def serialized(self, v: Version) -> str:
