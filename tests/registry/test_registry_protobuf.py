@@ -600,3 +600,50 @@ def test_confluent_kafkas_avro_serde_resolves_references_against_the_registry(ur
     data = write({"price": {"units": 5}}, context)
     assert data[:5] == b"\x00\x00\x00\x00\x02"
     assert AvroDeserializer(client)(data, context) == {"price": {"units": 5}}
+
+
+def test_confluent_kafkas_protobuf_serde_with_maps_enums_oneofs_and_proto3_optional(url):
+    """A descriptor as protoc writes one (json_name on every field, the map's entry message, proto3 optional's
+    synthetic oneof): registered as sent, read back, its second nested message at index [0, 1]; its stored
+    text registered again is the same schema."""
+    protobuf = pytest.importorskip("confluent_kafka.schema_registry.protobuf")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import descriptor_pool, message_factory
+
+    file = descriptor_pb2.FileDescriptorProto(name="rich.proto", package="r", syntax="proto3")
+    rich = file.message_type.add(name="R")
+    kind = rich.enum_type.add(name="Kind")
+    kind.value.add(name="A", number=0)
+    kind.value.add(name="B", number=1)
+    entry = rich.nested_type.add(name="TagsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=9, label=1, json_name="key")
+    entry.field.add(name="value", number=2, type=5, label=1, json_name="value")
+    rich.nested_type.add(name="Inner").field.add(name="x", number=1, type=9, label=1, json_name="x")
+    rich.field.add(name="tags", number=1, type=11, label=3, type_name=".r.R.TagsEntry", json_name="tags")
+    rich.field.add(name="kind", number=2, type=14, label=1, type_name=".r.R.Kind", json_name="kind")
+    rich.oneof_decl.add(name="choice")
+    rich.oneof_decl.add(name="_opt_count")
+    rich.field.add(name="s", number=3, type=9, label=1, oneof_index=0, json_name="s")
+    rich.field.add(name="inner", number=4, type=11, label=1, type_name=".r.R.Inner", oneof_index=0, json_name="inner")
+    rich.field.add(name="opt_count", number=5, type=5, label=1, oneof_index=1, proto3_optional=True,
+                   json_name="optCount")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    rich_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("r.R"))
+    inner_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("r.R.Inner"))
+    client = SchemaRegistryClient({"url": url})
+    context = SerializationContext("rich", MessageField.VALUE)
+    message = rich_class(kind=1, inner=inner_class(x="q"), opt_count=0)
+    message.tags["a"] = 3
+    data = protobuf.ProtobufSerializer(rich_class, client)(message, context)
+    assert protobuf.ProtobufDeserializer(rich_class, {"use.deprecated.format": False})(data, context) == message
+    inner_context = SerializationContext("inner", MessageField.VALUE)
+    data = protobuf.ProtobufSerializer(inner_class, client)(inner_class(x="z"), inner_context)
+    assert data[:8] == b"\x00\x00\x00\x00\x01\x04\x00\x02"  # schema 1, indexes [0, 1] (TagsEntry is [0, 0])
+    reader = protobuf.ProtobufDeserializer(inner_class, {"use.deprecated.format": False}, client)
+    assert reader(data, inner_context) == inner_class(x="z")
+    text = call(url, "GET", "/subjects/rich-value/versions/1")[1]["schema"]
+    assert "  optional int32 opt_count = 5 [json_name = \"optCount\"];\n" in text
+    assert register(url, "rich-text", text) == (200, {"id": 1})
