@@ -647,3 +647,33 @@ def test_confluent_kafkas_protobuf_serde_with_maps_enums_oneofs_and_proto3_optio
     text = call(url, "GET", "/subjects/rich-value/versions/1")[1]["schema"]
     assert "  optional int32 opt_count = 5 [json_name = \"optCount\"];\n" in text
     assert register(url, "rich-text", text) == (200, {"id": 1})
+
+
+def test_confluent_kafkas_protobuf_serializer_registers_an_import_as_a_reference(url):
+    """An import that is no well-known file: the serializer registers it under its own subject first and
+    the schema with a reference to it; the deserializer fetches both (serialized) to read the record."""
+    protobuf = pytest.importorskip("confluent_kafka.schema_registry.protobuf")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import descriptor_pool, message_factory
+
+    money = descriptor_pb2.FileDescriptorProto(name="shop/money.proto", package="shop.common", syntax="proto3")
+    money.message_type.add(name="Money").field.add(name="units", number=1, type=3, label=1)
+    order = descriptor_pb2.FileDescriptorProto(name="shop/order.proto", package="shop", syntax="proto3",
+                                               dependency=["shop/money.proto"])
+    order.message_type.add(name="Order").field.add(name="price", number=1, type=11, label=1,
+                                                   type_name=".shop.common.Money")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(money)
+    pool.Add(order)
+    order_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+    money_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.common.Money"))
+    client = SchemaRegistryClient({"url": url})
+    context = SerializationContext("orders", MessageField.VALUE)
+    data = protobuf.ProtobufSerializer(order_class, client)(order_class(price=money_class(units=7)), context)
+    assert data[:6] == b"\x00\x00\x00\x00\x02\x00"
+    assert call(url, "GET", "/subjects") == (200, ["orders-value", "shop/money.proto"])
+    assert call(url, "GET", "/subjects/orders-value/versions/1")[1]["references"] == [
+        {"name": "shop/money.proto", "subject": "shop/money.proto", "version": 1}]
+    reader = protobuf.ProtobufDeserializer(order_class, {"use.deprecated.format": False}, client)
+    assert reader(data, context) == order_class(price=money_class(units=7))
