@@ -270,6 +270,8 @@ def test_well_known_files_resolve_without_references():
     ('syntax = "proto2";\nmessage M {\n int32 a = 1; }', "line 3: a proto2 field needs a label"),
     ('syntax = "proto3";\nmessage M { int32 a = 1; int64 b = 1; }', "fields a and b of M have the same number 1"),
     ('syntax = "proto3";\nmessage M { Missing a = 1; }', "type Missing (in M) is not defined"),
+    ('syntax = "proto3";\nmessage M { int32 a = 1; }\nenum M { X = 0; }', "M is declared twice"),
+    ('syntax = "proto3";\nmessage M { message N {} message N {} }', "M.N is declared twice"),
     ('syntax = "proto3";\nimport "other.proto";\nmessage M { int32 a = 1; }', "import 'other.proto' is neither"),
     ('syntax = "proto3";\nmessage M { map<float, int32> a = 1; }', "line 2: 'float' cannot be a map's key type"),
     ('syntax = "proto3";\nmessage M { string a = 1 [default = "x"; }', "line 2: expected ','"),
