@@ -686,10 +686,11 @@ def parse_text(text: str) -> ProtoFile:
 def _check_numbers(types: list[Message | Enum], where: str = "") -> None:
     """What protoc refuses and a client's descriptor pool would: two fields with one number or name, two
     types with one name in a scope."""
-    declared = [t.name for t in types]
-    twice = next((name for name in declared if declared.count(name) > 1), None)
-    if twice is not None:
-        raise ProtoError(f"{where + twice} is declared twice")
+    declared: set[str] = set()
+    for t in types:
+        if t.name in declared:
+            raise ProtoError(f"{where + t.name} is declared twice")
+        declared.add(t.name)
     for t in types:
         full = where + t.name
         if isinstance(t, Message):
