@@ -74,16 +74,22 @@ def _map_parts(kind: str) -> tuple[str, str] | None:
 
 class _Context:
     def __init__(self, original: dict[str, TypeInfo], update: dict[str, TypeInfo], packages: tuple[str, str],
-                 seen: set[int] | None = None) -> None:
+                 seen: set[int] | None = None, compared: dict | None = None) -> None:
         self.types = {True: original, False: update}
         self.packages = {True: packages[0], False: packages[1]}
         self.path: list[str] = []
         self.names: list[str] = []
         self.seen: set[int] = set() if seen is None else seen  # messages being compared (recursive types)
+        # (original, update) message -> their differences and whether they are compatible: each pair of
+        # types from elsewhere is compared once (a chain of types each using the next twice would double
+        # the work at each link: 22 links took 188 s)
+        self.compared: dict[tuple[int, int], tuple[list[tuple[str, str]], bool]] = {} if compared is None \
+            else compared
         self.differences: list[tuple[str, str]] = []
 
     def sub(self, original_package: str, update_package: str, name: str) -> _Context:
-        out = _Context(self.types[True], self.types[False], (original_package, update_package), set(self.seen))
+        out = _Context(self.types[True], self.types[False], (original_package, update_package), set(self.seen),
+                       self.compared)
         out.path = name.split(".")
         out.names = name.split(".")
         return out
@@ -298,10 +304,14 @@ def _compare_message_types(ctx: _Context, original: str, update: str) -> None:
     same_origin = old_info.file is not None and new_info.file is not None and old_info.file == new_info.file
     if same_origin or not isinstance(old_info.element, Message) or not isinstance(new_info.element, Message):
         return
-    sub = ctx.sub(old_info.package, new_info.package, old_local)
-    _compare_message(sub, old_info.element, new_info.element)
-    ctx.differences += sub.differences
-    if not sub.compatible():
+    pair = (id(old_info.element), id(new_info.element))
+    verdict = ctx.compared.get(pair)
+    if verdict is None:  # its differences are listed where the pair is first compared
+        sub = ctx.sub(old_info.package, new_info.package, old_local)
+        _compare_message(sub, old_info.element, new_info.element)
+        ctx.differences += sub.differences
+        verdict = ctx.compared[pair] = (sub.differences, sub.compatible())
+    if not verdict[1]:
         ctx.add("FIELD_NAMED_TYPE_CHANGED")
 
 

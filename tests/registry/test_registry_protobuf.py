@@ -391,7 +391,22 @@ def test_well_known_types_compare_by_their_content_as_confluents_diff_does():
     head = 'syntax = "proto3";\nimport "google/protobuf/timestamp.proto";\n'
     old = schema(head + "message M { google.protobuf.Timestamp t = 1; }")
     new = schema(head + "message M { .google.protobuf.Timestamp t = 1; }")
-    assert protobuf_compat.read_problems(new, old) == []
+    assert protobuf_compat.read_problems(new.schema, old.schema) == []
+
+
+def test_types_from_other_reference_versions_are_compared_once_a_pair():
+    """A chain of types each using the next twice, from two versions of a reference: compared field by field
+    (their origins differ), each pair once: 30 links, not 2**30 comparisons."""
+    chain = 'syntax = "proto3";\npackage c;\n' + "".join(f"message T{i} {{ T{i + 1} a = 1; T{i + 1} b = 2; }}\n"
+                                                       for i in range(30)) + "message T30 { int32 x = 1; }\n"
+    changed = chain.replace("int32 x", "string x")
+    main = 'syntax = "proto3";\nimport "c.proto";\nmessage M { c.T0 t = 1; }\n'
+    old = parse_protobuf(main, {"c.proto": (parse_protobuf(chain, {}), "c:1")})
+    new = parse_protobuf(main, {"c.proto": (parse_protobuf(chain, {}), "c:2")})
+    assert protobuf_compat.read_problems(new.schema, old.schema) == []
+    new = parse_protobuf(main, {"c.proto": (parse_protobuf(changed, {}), "c:3")})
+    kinds = [kind for kind, _ in protobuf_compat.differences(old.schema, new.schema)]
+    assert kinds.count("FIELD_SCALAR_KIND_CHANGED") == 1 and kinds.count("FIELD_NAMED_TYPE_CHANGED") == 61
 
 
 # -- over HTTP ---------------------------------------------------------------------------------------------
