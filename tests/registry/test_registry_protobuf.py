@@ -391,7 +391,7 @@ def test_well_known_types_compare_by_their_content_as_confluents_diff_does():
     head = 'syntax = "proto3";\nimport "google/protobuf/timestamp.proto";\n'
     old = schema(head + "message M { google.protobuf.Timestamp t = 1; }")
     new = schema(head + "message M { .google.protobuf.Timestamp t = 1; }")
-    assert protobuf_compat.read_problems(new.schema, old.schema) == []
+    assert protobuf_compat.read_problems(new, old) == []
 
 
 def test_types_from_other_reference_versions_are_compared_once_a_pair():
