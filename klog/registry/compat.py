@@ -1,6 +1,6 @@
-"""Avro and JSON Schema compatibility levels (BACKWARD, FORWARD, FULL and their transitive forms) over a
-pair check: Avro's resolution rules (klog.protocol.avro_compat, which Connect's AvroConverter shares) or
-JSON Schema's diff rules (klog.protocol.json_compat).
+"""Compatibility levels (BACKWARD, FORWARD, FULL and their transitive forms) over a pair check: Avro's
+resolution rules (klog.protocol.avro_compat, which Connect's AvroConverter shares), JSON Schema's diff rules
+(klog.protocol.json_compat) or Protobuf's (klog.protocol.protobuf_compat).
 """
 
 from __future__ import annotations

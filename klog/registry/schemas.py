@@ -2,8 +2,9 @@
 Schema Registry keeps them, in the compacted topic `_schemas` (one partition):
 
 - `{"keytype":"SCHEMA","subject":S,"version":V,"magic":1}` -> `{"subject":S,"version":V,"id":ID,
-  "schema":TEXT,"deleted":false}` (a soft delete writes it again with `"deleted":true`; a permanent
-  one a tombstone);
+  "schemaType":T,"references":[{"name":N,"subject":S2,"version":V2}],"schema":TEXT,"deleted":false}`
+  (schemaType absent for AVRO, references when there are some; a soft delete writes it again with
+  `"deleted":true`; a permanent one a tombstone);
 - `{"keytype":"CONFIG","subject":S|null,"magic":0}` -> `{"compatibilityLevel":LEVEL}` (null: the global one).
 
 Written and read through klog's client API, so the registry runs on a store directory or a cluster. The
@@ -19,18 +20,20 @@ import json
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from klog.protocol import json_compat
-from klog.protocol.avro_compat import read_problems
+from klog.protocol import json_compat, protobuf_compat
+from klog.protocol import protobuf_schema as proto
+from klog.protocol.avro_compat import named_types, read_problems
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 from klog.protocol.json_schema import SchemaProblem, check_references
 from klog.registry.compat import LEVELS, compatibility_problems
 
 TOPIC = "_schemas"
 DEFAULT_LEVEL = "BACKWARD"
-TYPES = ("AVRO", "JSON")  # what klog's registry parses, compares and registers
+TYPES = ("AVRO", "JSON", "PROTOBUF")  # what klog's registry parses, compares and registers
+MAX_REFERENCE_DEPTH = 16  # references of references: deeper is refused (a _schemas topic could loop them)
 MAX_VERSION = 2**31 - 1
 T = TypeVar("T")
 DIFFERENT_SCHEMA_TYPE = "Incompatible because of different schema type"  # Confluent's SchemaValidatorBuilder
@@ -60,14 +63,21 @@ class Version:
     id: int
     schema: str
     deleted: bool = False
-    schema_type: str = "AVRO"  # another type only from a _schemas topic Confluent's registry wrote: kept, shown
+    schema_type: str = "AVRO"
+    references: list[dict[str, Any]] = field(default_factory=list)  # [{name, subject, version}], as registered
 
-    def answer(self) -> dict[str, Any]:
+    def answer(self, schema: str | None = None) -> dict[str, Any]:
+        """The version as Confluent answers it (`schema`: another form of its text, the serialized one)."""
         out: dict[str, Any] = {"subject": self.subject, "version": self.version, "id": self.id}
         if self.schema_type != "AVRO":
             out["schemaType"] = self.schema_type
-        out["schema"] = self.schema
+        if self.references:
+            out["references"] = self.references
+        out["schema"] = self.schema if schema is None else schema
         return out
+
+    def refers_to(self, subject: str, version: int) -> bool:
+        return any(r.get("subject") == subject and r.get("version") == version for r in self.references)
 
 
 def _compact(doc: Any) -> bytes:
@@ -87,20 +97,30 @@ def record_of(v: Version, deleted: bool | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"subject": v.subject, "version": v.version, "id": v.id}
     if v.schema_type != "AVRO":
         out["schemaType"] = v.schema_type
+    if v.references:
+        out["references"] = v.references
     out["schema"] = v.schema
     out["deleted"] = v.deleted if deleted is None else deleted
     return out
 
 
-def parse_avro(text: Any) -> Any:
-    """A schema's text parsed by fastavro (names made full): RegistryError 42201 when it is no Avro schema."""
+def parse_avro(text: Any, referenced: dict[str, tuple[Any, str]] | None = None) -> Any:
+    """A schema's text parsed by fastavro (names made full): RegistryError 42201 when it is no Avro schema.
+    Named types its references define (each reference's schema, parsed) may be used by name, as Avro's
+    parser takes them when Confluent's registry parses the references first; the parsed form has each one's
+    definition where it is first used (so it compares as one schema)."""
     import fastavro
 
     if not isinstance(text, str) or not text.strip():
         raise RegistryError(422, 42201, "Empty schema")
     try:
+        external: dict[str, Any] = {}
+        for ref, _ in (referenced or {}).values():
+            external.update(named_types(ref))
         hidden = without_logical_types(json.loads(text), keep_as=HIDDEN_LOGICAL)
-        parsed = fastavro.parse_schema(hidden, _write_hint=False)
+        parsed = fastavro.parse_schema(hidden, dict(external), _write_hint=False)
+        if external:
+            parsed = _inline(parsed, external, set())
         problem = _name_problem(parsed)
         if problem is not None:
             raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {problem}")
@@ -111,6 +131,34 @@ def parse_avro(text: Any) -> Any:
         raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
     except Exception as e:  # noqa: BLE001 - fastavro raises several kinds for a bad schema: each is a 42201
         raise RegistryError(422, 42201, f"Invalid schema {text[:200]!r}: {type(e).__name__}: {e}") from None
+
+
+def _inline(schema: Any, external: dict[str, Any], defined: set[str]) -> Any:
+    """A parsed Avro schema with the definition of each named type from a reference (`external`) in place of
+    its first use; `defined`: the names defined so far, in Avro's order (depth first, fields in order)."""
+    if isinstance(schema, str):
+        if schema in external and schema not in defined:
+            definition = external[schema]
+            defined.update(named_types(definition))
+            return _inline(definition, external, defined)
+        return schema
+    if isinstance(schema, list):
+        return [_inline(member, external, defined) for member in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    kind = schema.get("type")
+    if kind in ("record", "error", "enum", "fixed"):
+        defined.add(str(schema.get("name")))
+    if kind in ("record", "error"):
+        out["fields"] = [{**f, "type": _inline(f.get("type"), external, defined)} for f in schema.get("fields", [])]
+    elif kind == "array":
+        out["items"] = _inline(schema.get("items"), external, defined)
+    elif kind == "map":
+        out["values"] = _inline(schema.get("values"), external, defined)
+    elif isinstance(kind, dict | list | str):
+        out["type"] = _inline(kind, external, defined)
+    return out
 
 
 def parse_json(text: Any) -> Any:
@@ -142,9 +190,45 @@ def _check_metaschema(doc: Any) -> None:
     validator.check_schema(doc)
 
 
-def parse(text: Any, schema_type: str) -> Any:
-    """A schema's text parsed by its type's rules (42201 when it breaks them)."""
-    return parse_json(text) if schema_type == "JSON" else parse_avro(text)
+@dataclass
+class ParsedProto:
+    """A Protobuf schema parsed, its imports resolved: its model (for the comparison, with what its types
+    may name), its descriptor (the serialized form) and its canonical text (what is stored)."""
+    schema: protobuf_compat.Schema
+    descriptor: Any
+    text: str
+
+
+def parse_protobuf(text: Any, referenced: dict[str, tuple[ParsedProto, str]]) -> ParsedProto:
+    """A Protobuf schema, as .proto text or base64 FileDescriptorProto, parsed against its references (import
+    name -> (the referenced schema parsed, "subject:version")) and the well-known files: 42201 naming the
+    line and what was wrong, the import or the type nothing declares."""
+    if not isinstance(text, str) or not text.strip():
+        raise RegistryError(422, 42201, "Empty schema")
+    try:
+        model = proto.from_descriptor(proto.decode_serialized(text)) if proto.looks_serialized(text) else \
+            proto.parse_text(text)
+        dependencies = dict(proto.well_known())
+        origins: dict[str, str | None] = {}
+        for name, (ref, origin) in referenced.items():  # a reference's own dependencies come with it
+            dependencies.update(ref.schema.dependencies)
+            origins.update(ref.schema.origins)
+            dependencies[name], origins[name] = ref.schema.proto, origin
+        descriptor = proto.to_descriptor(model, dependencies)
+        return ParsedProto(protobuf_compat.Schema(model, dependencies, origins), descriptor,
+                           proto.canonical_text(model))
+    except proto.ProtoError as e:
+        raise RegistryError(422, 42201, f"Invalid schema: {e}") from None
+    except RecursionError:
+        raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
+
+
+def parse(text: Any, schema_type: str, referenced: dict[str, tuple[Any, str]] | None = None) -> Any:
+    """A schema's text parsed by its type's rules (42201 when it breaks them); a Protobuf or Avro one with
+    its references, parsed (JSON Schema's references are refused before)."""
+    if schema_type == "PROTOBUF":
+        return parse_protobuf(text, referenced or {})
+    return parse_json(text) if schema_type == "JSON" else parse_avro(text, referenced)
 
 
 # requests parsing and comparing a schema at once, without the registry's lock: a 10 MB JSON schema's
@@ -197,11 +281,35 @@ def _name_problem(schema: Any, seen: set[int] | None = None) -> str | None:
     return None
 
 
-def canonical(parsed: Any, schema_type: str = "AVRO") -> str:
-    """What makes two registrations the same schema: its type and parsed form, whitespace aside. Avro's
-    with full names, key order ignored; JSON's keeps its key order, as Confluent's canonical JSON does
-    (a struct's fields without connect.index are its properties in order)."""
-    return schema_type + ":" + json.dumps(parsed, sort_keys=schema_type == "AVRO", separators=(",", ":"))
+def canonical(parsed: Any, schema_type: str = "AVRO", references: list[dict[str, Any]] | None = None) -> str:
+    """What makes two registrations the same schema: its type, parsed form (whitespace aside) and references.
+    Avro's with full names, key order ignored; JSON's keeps its key order, as Confluent's canonical JSON does
+    (a struct's fields without connect.index are its properties in order); Protobuf's its resolved
+    descriptor (proto.identity: the .proto text and the serialized form of one schema are the same)."""
+    if schema_type == "PROTOBUF":
+        form = proto.identity(parsed.descriptor, parsed.schema.proto).hex()
+    else:
+        form = json.dumps(parsed, sort_keys=schema_type == "AVRO", separators=(",", ":"))
+    return schema_type + ":" + form + (":" + json.dumps(references) if references else "")
+
+
+def request_references(references: Any) -> list[dict[str, Any]]:
+    """A request's `references`: a list of {name, subject, version} (42201 otherwise)."""
+    if references is None:
+        return []
+    if not isinstance(references, list):
+        raise RegistryError(422, 42201, "Invalid schema: references must be a list")
+    out = []
+    for ref in references:
+        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"] or \
+                not isinstance(ref.get("subject"), str) or not isinstance(ref.get("version"), int) or \
+                isinstance(ref.get("version"), bool):
+            raise RegistryError(422, 42201, f"Invalid schema: a reference is {{name, subject, version}}, not "
+                                f"{json.dumps(ref)[:200]}")
+        out.append({"name": ref["name"], "subject": ref["subject"], "version": ref["version"]})
+    if len({r["name"] for r in out}) != len(out):
+        raise RegistryError(422, 42201, "Invalid schema: two references have the same name")
+    return out
 
 
 class Registry:
@@ -242,8 +350,11 @@ class Registry:
             if v is None:
                 self.versions.pop(where, None)
             elif isinstance(v, dict) and isinstance(v.get("id"), int) and isinstance(v.get("schema"), str):
+                refs = v.get("references")
                 self.versions[where] = Version(where[0], where[1], v["id"], v["schema"], bool(v.get("deleted")),
-                                               str(v.get("schemaType") or "AVRO"))
+                                               str(v.get("schemaType") or "AVRO"),
+                                               [r for r in refs if isinstance(r, dict)] if isinstance(refs, list)
+                                               else [])
         elif k.get("keytype") == "CONFIG":
             if isinstance(v, dict) and v.get("compatibilityLevel") in LEVELS:
                 self.configs[k.get("subject")] = v["compatibilityLevel"]
@@ -262,23 +373,70 @@ class Registry:
         self._write([(schema_key(v.subject, v.version), record_of(v))])
 
     def canonical_of(self, v: Version) -> str | None:
-        """A stored version's canonical() (parsed once); None for a type klog does not parse (Protobuf)."""
+        """A stored version's canonical() (parsed once); None for a version klog cannot parse."""
         stored = self._parsed_of(v)
         return None if stored is None else stored[1]
 
-    def _parsed_of(self, v: Version) -> tuple[Any, str] | None:
+    def _parsed_of(self, v: Version, depth: int = 0) -> tuple[Any, str] | None:
         """A stored version's parsed form and canonical(), kept: a compatibility check compares with stored
         versions without parsing them again (a JSON schema's metaschema check is milliseconds)."""
         if v.schema_type not in TYPES:
             return None
-        hit = self._stored.get((v.schema_type, v.schema))
+        where = (v.schema_type, v.schema, json.dumps(v.references))
+        hit = self._stored.get(where)
         if hit is None:
             try:
-                parsed = parse(v.schema, v.schema_type)
+                parsed = parse(v.schema, v.schema_type, self._referenced(v.references, v.schema_type, depth + 1))
             except RegistryError:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 return None
-            hit = self._stored[(v.schema_type, v.schema)] = (parsed, canonical(parsed, v.schema_type))
+            hit = self._stored[where] = (parsed, canonical(parsed, v.schema_type, v.references))
         return hit
+
+    def _referenced(self, references: list[dict[str, Any]], schema_type: str,
+                    depth: int = 0) -> dict[str, tuple[Any, str]]:
+        """Each reference's schema, parsed (import name -> (parsed, "subject:version")): 42201 naming one
+        that is not registered or cannot be parsed. JSON Schema's $ref to another subject is not resolved: its
+        references are refused."""
+        if not references:
+            return {}
+        if depth > MAX_REFERENCE_DEPTH:
+            raise RegistryError(422, 42201, "Invalid schema: references nested too deep")
+        out = {}
+        for ref in references:
+            target = self.versions.get((ref.get("subject"), ref.get("version")))  # a dict read: no lock needed
+            if target is None or target.deleted:
+                raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} names subject "
+                                    f"{ref.get('subject')!r} version {ref.get('version')}, which is not registered")
+            if schema_type == "JSON":
+                raise RegistryError(422, 42201, "Invalid schema: klog's registry resolves references of Protobuf "
+                                    "and Avro schemas, not of JSON ones")
+            if target.schema_type != schema_type:
+                raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} is a "
+                                    f"{target.schema_type} schema and this one {schema_type}")
+            parsed = self._parsed_of(target, depth)
+            if parsed is None:
+                raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} cannot be parsed")
+            out[str(ref.get("name"))] = (parsed[0], f"{target.subject}:{target.version}")
+        return out
+
+    def serialized(self, v: Version) -> str:
+        """A Protobuf version's serialized form (base64 FileDescriptorProto); other types' text."""
+        parsed = self._parsed_of(v) if v.schema_type == "PROTOBUF" else None
+        return v.schema if parsed is None else proto.serialized(parsed[0].descriptor)
+
+    def referenced_by(self, subject: str, version: str, deleted: bool = False) -> list[int]:
+        """The ids of the versions whose references name this one (deleted ones too when `deleted`)."""
+        v = self.version(subject, version, deleted=True)
+        return sorted({r.id for r in self.versions.values() if r.refers_to(v.subject, v.version)
+                       and (deleted or not r.deleted)})
+
+    def _refuse_if_referenced(self, v: Version, permanent: bool, other_subjects_only: bool = False) -> None:
+        """Confluent's 42206: a version other versions refer to is not deleted (soft: by live ones; for good:
+        by any, soft-deleted too)."""
+        if any(r.refers_to(v.subject, v.version) and (permanent or not r.deleted)
+               and not (other_subjects_only and r.subject == v.subject) for r in self.versions.values()):
+            raise RegistryError(422, 42206, "One or more references exist to the schema "
+                                f"{{magic=1,keytype=SCHEMA,subject={v.subject},version={v.version}}}.")
 
     # -- reading --------------------------------------------------------------------------------------
     def subjects(self, deleted: bool = False) -> list[str]:
@@ -317,9 +475,14 @@ class Registry:
     def level(self, subject: str | None) -> str:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
 
+    def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
+        return parse(text, schema_type, self._referenced(references, schema_type))
+
     @_two_at_once
-    def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO") -> Version:
-        key = canonical(parse(text, schema_type), schema_type)
+    def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO",
+               references: list[dict[str, Any]] | None = None) -> Version:
+        references = references or []
+        key = canonical(self._parse(text, schema_type, references), schema_type, references)
         with self.lock:
             found = self.live(subject, deleted)
             for v in found:
@@ -328,10 +491,11 @@ class Registry:
         raise RegistryError(404, 40403, "Schema not found")
 
     @_two_at_once
-    def check(self, subject: str, text: Any, version: str | None, schema_type: str = "AVRO") -> list[str]:
+    def check(self, subject: str, text: Any, version: str | None, schema_type: str = "AVRO",
+              references: list[dict[str, Any]] | None = None) -> list[str]:
         """Why `text` may not be registered under `subject` (against one version, or as the subject's level
         says when `version` is None or latest); compared outside the lock (stored versions do not change)."""
-        parsed = parse(text, schema_type)
+        parsed = self._parse(text, schema_type, references or [])
         with self.lock:
             found = self.live(subject)
             level = self.level(subject)
@@ -352,8 +516,8 @@ class Registry:
         if any(s is None for s in stored):
             raise RegistryError(422, 42201, "Invalid schema: a version it is compared with cannot be parsed")
         budget = json_compat.Budget()
-        problems = read_problems if schema_type != "JSON" else \
-            functools.partial(json_compat.backward_problems, budget=budget)
+        problems = functools.partial(json_compat.backward_problems, budget=budget) if schema_type == "JSON" else \
+            _protobuf_problems if schema_type == "PROTOBUF" else read_problems
         try:
             return compatibility_problems(level, parsed, [s[0] for s in stored], problems)
         except RecursionError:
@@ -365,14 +529,19 @@ class Registry:
 
     # -- writing --------------------------------------------------------------------------------------
     @_two_at_once
-    def register(self, subject: str, text: Any, schema_type: str = "AVRO") -> int:
+    def register(self, subject: str, text: Any, schema_type: str = "AVRO",
+                 references: list[dict[str, Any]] | None = None) -> int:
         """The schema's id under `subject`: the version that has it already, or a new version (409 when
         the subject's compatibility level refuses it). A schema (its type and text) has one id in every
         subject. The comparison runs without the lock (seconds, for a hostile schema), against the subject
         as it was; the version is written only if the subject and its level are still so, else it is
-        judged again (the last time under the lock)."""
-        parsed = parse(text, schema_type)
-        key = canonical(parsed, schema_type)
+        judged again (the last time under the lock). A Protobuf schema is stored as its canonical text."""
+        references = references or []
+        parsed = self._parse(text, schema_type, references)
+        key = canonical(parsed, schema_type, references)
+        if schema_type == "PROTOBUF":
+            text = parsed.text
+        version = Version(subject, 0, 0, text, schema_type=schema_type, references=references)
         for _ in range(2):
             with self.lock:
                 live, level, found = self._existing(subject, key)
@@ -381,28 +550,29 @@ class Registry:
             problems = self._problems(level, parsed, live, schema_type)
             with self.lock:
                 if self._of(subject) == live and self.level(subject) == level:
-                    return self._register(subject, text, schema_type, key, problems)
+                    return self._register(version, key, problems)
         with self.lock:  # changed under two comparisons: the last one holds the lock
             live, level, found = self._existing(subject, key)
             if found is not None:
                 return found
-            return self._register(subject, text, schema_type, key, self._problems(level, parsed, live, schema_type))
+            return self._register(version, key, self._problems(level, parsed, live, schema_type))
 
     def _existing(self, subject: str, key: str) -> tuple[list[Version], str, int | None]:
         """The subject's live versions, its level, and the id of the one with the schema `key` (or None)."""
         live = self._of(subject)
         return live, self.level(subject), next((v.id for v in live if self.canonical_of(v) == key), None)
 
-    def _register(self, subject: str, text: str, schema_type: str, key: str, problems: list[str]) -> int:
-        """A new version of `subject` (the lock held), or 409 with the problems the comparison found."""
+    def _register(self, new: Version, key: str, problems: list[str]) -> int:
+        """`new` as the next version of its subject (the lock held), or 409 with the problems the comparison
+        found."""
         if problems:
             raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
-                                f"subject \"{subject}\", details: {problems}")
-        schema_id = self._id_of(key)
-        everything = self._of(subject, deleted=True)
-        number = everything[-1].version + 1 if everything else 1
-        self._write_version(Version(subject, number, schema_id, text, schema_type=schema_type))
-        return schema_id
+                                f"subject \"{new.subject}\", details: {problems}")
+        new.id = self._id_of(key)
+        everything = self._of(new.subject, deleted=True)
+        new.version = everything[-1].version + 1 if everything else 1
+        self._write_version(new)
+        return new.id
 
     def _id_of(self, key: str) -> int:
         for v in self.versions.values():
@@ -416,6 +586,8 @@ class Registry:
             if not everything:
                 raise subject_not_found(subject)
             live = [v for v in everything if not v.deleted]
+            for v in everything if permanent else live:
+                self._refuse_if_referenced(v, permanent, other_subjects_only=True)
             if permanent:
                 if live:
                     raise RegistryError(404, 40405, f"Subject '{subject}' was not deleted first before being "
@@ -435,6 +607,7 @@ class Registry:
                 raise RegistryError(404, 40406, f"Subject '{subject}' Version {gone.version} was soft deleted. "
                                     "Set permanent=true to delete permanently")
             v = self.version(subject, version, deleted=permanent)
+            self._refuse_if_referenced(v, permanent)
             if permanent:
                 if not v.deleted:
                     raise RegistryError(404, 40407, f"Subject '{subject}' Version {v.version} was not deleted first "
@@ -457,6 +630,10 @@ class Registry:
             was = self.level(subject)
             self._write([(config_key(subject), None)])
             return was
+
+
+def _protobuf_problems(reader: ParsedProto, writer: ParsedProto) -> list[str]:
+    return protobuf_compat.read_problems(reader.schema, writer.schema)
 
 
 def parse_version(text: str) -> int:

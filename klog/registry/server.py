@@ -1,10 +1,12 @@
 """Confluent Schema Registry's REST API (the subset Connect's AvroConverter and JsonSchemaConverter,
 confluent-kafka's SchemaRegistryClient and their serializers call) over a Registry, on 127.0.0.1:8081 by
-default; Avro and JSON Schema schemas (schemaType AVRO, the default, or JSON).
+default; Avro, JSON Schema and Protobuf schemas (schemaType AVRO, the default, JSON or PROTOBUF), Protobuf
+and Avro ones with references.
 
 GET /subjects, GET|DELETE /subjects/{s}, POST /subjects/{s} (lookup), GET|POST /subjects/{s}/versions,
 GET|DELETE /subjects/{s}/versions/{v}, GET /subjects/{s}/versions/{v}/schema,
-GET /schemas/ids/{id}[/schema|/subjects|/versions], GET /schemas/types, GET|PUT /config,
+GET /subjects/{s}/versions/{v}/referencedby, GET /schemas/ids/{id}[/schema|/subjects|/versions]
+(`?format=serialized`: a Protobuf schema as its base64 FileDescriptorProto), GET /schemas/types, GET|PUT /config,
 GET|PUT|DELETE /config/{s}, POST /compatibility/subjects/{s}/versions[/{v}].
 Errors answer {"error_code": N, "message": ...} with Confluent's codes; a bad request is one log line.
 """
@@ -23,7 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from klog.protocol.http_server import IDLE_TIMEOUT_S, QuietHTTPServer
-from klog.registry.schemas import TYPES, Registry, RegistryError
+from klog.registry.schemas import TYPES, Registry, RegistryError, Version, request_references
 
 MAX_BODY = 8 << 20  # a schema is kilobytes: a larger body is refused before it is read
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -41,24 +43,30 @@ def _schema_id(text: str) -> int:
     return int(text)
 
 
-def _schema_of(body: Any, query: dict[str, list[str]]) -> tuple[Any, str]:
-    """The schema and its type (schemaType, AVRO when absent) of a register, lookup or compatibility body;
-    AVRO or JSON, without references. With normalize=true a JSON schema is Confluent's normalized form:
-    its keys sorted, no whitespace (registered so, and so looked up)."""
+def _schema_of(body: Any, query: dict[str, list[str]]) -> tuple[Any, str, list[dict[str, Any]]]:
+    """The schema, its type (schemaType, AVRO when absent) and references of a register, lookup or
+    compatibility body. With normalize=true a JSON schema is Confluent's normalized form: its keys sorted,
+    no whitespace (registered so, and so looked up)."""
     if not isinstance(body, dict):
         raise RegistryError(422, 42201, "Empty schema")
     kind = body.get("schemaType") or "AVRO"
     if kind not in TYPES:
-        raise RegistryError(422, 42201, f"Invalid schema type {kind!s:.40}: klog's registry supports AVRO and JSON")
-    if body.get("references"):
-        raise RegistryError(422, 42201, "Invalid schema: klog's registry does not resolve schema references")
+        raise RegistryError(422, 42201, f"Invalid schema type {kind!s:.40}: klog's registry supports "
+                            "AVRO, JSON and PROTOBUF")
+    references = request_references(body.get("references"))
     text = body.get("schema")
     if kind == "JSON" and _flag(query, "normalize") and isinstance(text, str):
         try:
             text = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         except (ValueError, RecursionError):
             pass  # not JSON: parsing it says so (42201)
-    return text, kind
+    return text, kind, references
+
+
+def _answer(r: Registry, v: Version, query: dict[str, list[str]]) -> dict[str, Any]:
+    """A version's answer; `format=serialized` gives a Protobuf schema as its base64 FileDescriptorProto."""
+    serialized = (query.get("format") or [""])[-1] == "serialized" and v.schema_type == "PROTOBUF"
+    return v.answer(r.serialized(v) if serialized else None)
 
 
 def _subjects(r: Registry, path: list[str], query: dict, body: Any) -> Any:
@@ -71,8 +79,8 @@ def _subject(method: str) -> Route:
         if method == "DELETE":
             return r.delete_subject(subject, _flag(query, "permanent"))
         if method == "POST":
-            text, kind = _schema_of(body, query)
-            return r.lookup(subject, text, _flag(query, "deleted"), kind).answer()
+            text, kind, references = _schema_of(body, query)
+            return r.lookup(subject, text, _flag(query, "deleted"), kind, references).answer()
         return [v.version for v in r.live(subject, _flag(query, "deleted"))]  # GET /subjects/{s}: its versions
     return route
 
@@ -91,7 +99,7 @@ def _version(method: str) -> Route:
         subject, version = path[1], path[3]
         if method == "DELETE":
             return r.delete_version(subject, version, _flag(query, "permanent"))
-        return r.version(subject, version, _flag(query, "deleted")).answer()
+        return _answer(r, r.version(subject, version, _flag(query, "deleted")), query)
     return route
 
 
@@ -99,13 +107,17 @@ def _version_schema(r: Registry, path: list[str], query: dict, body: Any) -> Any
     return RawSchema(r.version(path[1], path[3], _flag(query, "deleted")).schema)
 
 
+def _referenced_by(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+    return r.referenced_by(path[1], path[3], _flag(query, "deleted"))
+
+
 def _by_id(part: str | None) -> Route:
     def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
         schema_id = _schema_id(path[2])
         found = r.schema_of(schema_id)
         if part is None:
-            return {"schema": found.schema} if found.schema_type == "AVRO" else \
-                {"schemaType": found.schema_type, "schema": found.schema}
+            answer = _answer(r, found, query)
+            return {k: answer[k] for k in ("schemaType", "references", "schema") if k in answer}
         if part == "schema":
             return RawSchema(found.schema)
         deleted = _flag(query, "deleted")
@@ -143,8 +155,8 @@ def _config(method: str) -> Route:
 
 def _compatibility(r: Registry, path: list[str], query: dict, body: Any) -> Any:
     version = path[4] if len(path) > 4 else None
-    text, kind = _schema_of(body, query)
-    problems = r.check(path[2], text, version, kind)
+    text, kind, references = _schema_of(body, query)
+    problems = r.check(path[2], text, version, kind, references)
     out: dict[str, Any] = {"is_compatible": not problems}
     if _flag(query, "verbose"):
         out["messages"] = problems
@@ -166,6 +178,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("subjects/{}/versions/{}", "GET"): _version("GET"),
     ("subjects/{}/versions/{}", "DELETE"): _version("DELETE"),
     ("subjects/{}/versions/{}/schema", "GET"): _version_schema,
+    ("subjects/{}/versions/{}/referencedby", "GET"): _referenced_by,
     ("schemas/ids/{}", "GET"): _by_id(None),
     ("schemas/ids/{}/schema", "GET"): _by_id("schema"),
     ("schemas/ids/{}/subjects", "GET"): _by_id("subjects"),

@@ -21,7 +21,9 @@ PATHS = ["/subjects", "/subjects/s", "/subjects/s/versions", "/subjects/s/versio
          "/subjects/s/versions/1/schema", "/schemas/ids/1", "/schemas/ids/1/versions", "/schemas/types", "/config",
          "/config/s", "/compatibility/subjects/s/versions/latest", "/subjects/%00/versions", "/subjects/%ZZ",
          "/subjects/" + "a" * 5000, "/schemas/ids/-1", "/schemas/ids/99999999999", "/subjects/s/versions/1e3",
-         "/subjects/s/versions/%20", "/../../etc/passwd", "//", "/subjects/s/versions/1/schema/extra", "/?x=1&&&"]
+         "/subjects/s/versions/%20", "/../../etc/passwd", "//", "/subjects/s/versions/1/schema/extra", "/?x=1&&&",
+         "/subjects/s/versions/1/referencedby", "/schemas/ids/1?format=serialized",
+         "/subjects/s/versions/latest?format=serialized"]
 BODIES = [b"", b"{", b"null", b"[]", b"{}", b'{"schema": 5}', b'{"schema": ""}', b'{"schema": "{}"}',
           b'{"schema": "\\"string\\"", "schemaType": "JSON"}', b'{"schema": "\\"int\\"", "references": [{"a": 1}]}',
           b'{"compatibility": 7}', b'{"compatibility": "full"}', b"\xff\xfe\x00", b"[" * 50_000 + b"]" * 50_000,
@@ -29,7 +31,13 @@ BODIES = [b"", b"{", b"null", b"[]", b"{}", b'{"schema": 5}', b'{"schema": ""}',
           json.dumps({"schema": "[" * 400 + '"int"' + "]" * 400}).encode(),
           json.dumps({"schema": json.dumps({"type": "record", "name": "R", "fields": [
               {"name": "a", "type": "int", "default": "not an int"}]})}).encode(),
-          json.dumps({"schema": json.dumps({"type": "record", "name": "1bad", "fields": []})}).encode()]
+          json.dumps({"schema": json.dumps({"type": "record", "name": "1bad", "fields": []})}).encode(),
+          json.dumps({"schemaType": "PROTOBUF", "schema": 'syntax = "proto3"; message M { int32 a = 1; }'}).encode(),
+          json.dumps({"schemaType": "PROTOBUF", "schema": "message M { " * 5000}).encode(),
+          json.dumps({"schemaType": "PROTOBUF", "schema": "////", "references": [{"name": "x", "subject": "s",
+                                                                                  "version": 1}]}).encode(),
+          json.dumps({"schemaType": "PROTOBUF", "schema": 'import "x.proto"; message M { X a = 1; }',
+                      "references": [{"name": "x.proto", "subject": "s", "version": 1}]}).encode()]
 METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS", "BREW", "G\x00T"]
 
 

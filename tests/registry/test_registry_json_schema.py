@@ -57,7 +57,7 @@ def test_json_schemas_register_look_up_and_answer_with_their_type(url):
     # an Avro schema keeps Confluent's shape: no schemaType
     assert register(url, "a-value", V1, "AVRO") == (200, {"id": 2})
     assert call(url, "GET", "/schemas/ids/2") == (200, {"schema": V1})
-    assert call(url, "GET", "/schemas/types") == (200, ["AVRO", "JSON"])
+    assert call(url, "GET", "/schemas/types") == (200, ["AVRO", "JSON", "PROTOBUF"])
 
 
 @pytest.mark.slow
@@ -83,10 +83,10 @@ def test_a_bad_json_schema_is_42201(url, schema):
     assert (status, answer["error_code"]) == (422, 42201), answer
 
 
-def test_protobuf_is_refused_naming_what_klog_keeps(url):
-    status, answer = register(url, "p-value", 'syntax = "proto3"; message M { int32 a = 1; }', "PROTOBUF")
+def test_an_unknown_schema_type_is_refused_naming_what_klog_keeps(url):
+    status, answer = register(url, "p-value", 'syntax = "proto3"; message M { int32 a = 1; }', "XML")
     assert (status, answer["error_code"]) == (422, 42201)
-    assert "AVRO" in answer["message"] and "JSON" in answer["message"]
+    assert "AVRO" in answer["message"] and "JSON" in answer["message"] and "PROTOBUF" in answer["message"]
 
 
 def test_backward_compatibility_follows_confluents_rules(url):

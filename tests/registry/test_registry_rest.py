@@ -79,7 +79,7 @@ def test_register_read_and_look_up_as_confluent_answers(url):
     assert call(url, "GET", "/schemas/ids/1/subjects") == (200, ["other-value", "users-value"])
     assert call(url, "GET", "/schemas/ids/1/versions") == (200, [{"subject": "other-value", "version": 1},
                                                                  {"subject": "users-value", "version": 1}])
-    assert call(url, "GET", "/schemas/types") == (200, ["AVRO", "JSON"])
+    assert call(url, "GET", "/schemas/types") == (200, ["AVRO", "JSON", "PROTOBUF"])
     assert call(url, "POST", "/subjects/a%2Fb/versions", {"schema": '"string"'}) == (200, {"id": 3})
     assert call(url, "GET", "/subjects/a%2Fb/versions/1")[1]["subject"] == "a/b"
 

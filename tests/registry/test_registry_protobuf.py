@@ -1,0 +1,696 @@
+"""`klog registry` with Protobuf schemas (schemaType PROTOBUF): .proto text parsed and written back as
+Confluent's canonical text, the serialized form (base64 FileDescriptorProto) confluent-kafka registers and
+reads, malformed text refused naming its line, schema references, and Confluent's compatibility rules
+(its protobuf diff package). Ends with confluent-kafka's ProtobufSerializer and ProtobufDeserializer
+against the registry, with a message class built from a FileDescriptorProto at test time (no protoc)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("google.protobuf", reason="Protobuf schemas need the protobuf package (klog[connect])")
+
+from google.protobuf import descriptor_pb2  # noqa: E402
+
+from klog.protocol import protobuf_compat  # noqa: E402
+from klog.protocol.protobuf_schema import (  # noqa: E402
+    ProtoError,
+    canonical_text,
+    from_descriptor,
+    identity,
+    parse_text,
+    well_known,
+)
+from klog.registry.schemas import RegistryError, parse_protobuf  # noqa: E402
+from tests.registry.helpers import serving  # noqa: E402
+
+
+@pytest.fixture
+def url(data_dir):
+    with serving(data_dir) as base:
+        yield base
+
+
+def call(base: str, method: str, path: str, body: object = None) -> tuple[int, object]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def register(base: str, subject: str, schema: str, references: list | None = None) -> tuple[int, object]:
+    body: dict = {"schemaType": "PROTOBUF", "schema": schema}
+    if references is not None:
+        body["references"] = references
+    return call(base, "POST", f"/subjects/{subject}/versions", body)
+
+
+ORDER = """// an order
+syntax = "proto3";
+package shop.v1;
+
+import "google/protobuf/timestamp.proto";
+option java_package = "com.shop.v1";
+option java_multiple_files = true;
+
+message Order {
+  reserved 7, 9 to 11, 20 to max;
+  reserved "legacy";
+  string id = 1 [json_name = "orderId", deprecated = true];
+  google.protobuf.Timestamp placed_at = 2;
+  /* lines, by sku */ map<string, Line> lines = 3;
+  optional int64 total_cents = 4;
+  repeated Status history = 5 [packed = true];
+  oneof payment { string card = 12; Line.Kind voucher = 13; }
+  message Line { string sku = 1; uint32 quantity = 2; enum Kind { KIND_UNSPECIFIED = 0; GIFT = 1; } }
+  int32 priority = 6 [(confluent.field_meta) = { doc: "1 is highest", params: [{key: "a" value: "b"}] }];
+}
+enum Status { option allow_alias = true; NEW = 0; PAID = 1; SETTLED = 1 [deprecated = true]; }
+service Orders { rpc Watch (Order) returns (stream Order); }
+"""
+
+# Confluent's canonical text of ORDER (ProtobufSchemaUtils.toString): comments gone, messages before enums,
+# reserved then options then fields then oneofs then nested types, json_name and default as options
+ORDER_CANONICAL = '''syntax = "proto3";
+package shop.v1;
+
+import "google/protobuf/timestamp.proto";
+
+option java_package = "com.shop.v1";
+option java_multiple_files = true;
+
+message Order {
+  reserved 7, 9 to 11, 20 to max;
+  reserved "legacy";
+
+  string id = 1 [
+    deprecated = true,
+    json_name = "orderId"
+  ];
+  google.protobuf.Timestamp placed_at = 2;
+  map<string, Line> lines = 3;
+  optional int64 total_cents = 4;
+  repeated Status history = 5 [packed = true];
+  int32 priority = 6 [(confluent.field_meta) = {
+    doc: "1 is highest",
+    params: [
+      {
+        key: "a",
+        value: "b"
+      }
+    ]
+  }];
+
+  oneof payment {
+    string card = 12;
+    Line.Kind voucher = 13;
+  }
+
+  message Line {
+    string sku = 1;
+    uint32 quantity = 2;
+\x20\x20
+    enum Kind {
+      KIND_UNSPECIFIED = 0;
+      GIFT = 1;
+    }
+  }
+}
+enum Status {
+  option allow_alias = true;
+  NEW = 0;
+  PAID = 1;
+  SETTLED = 1 [deprecated = true];
+}
+
+service Orders {
+  rpc Watch (Order) returns (stream Order);
+}
+'''
+
+PROTO2 = """syntax = "proto2";
+package legacy;
+message Account {
+  required string id = 1;
+  optional int32 level = 2 [default = 3];
+  optional string name = 3 [default = "a \\"b\\""];
+  repeated bytes blobs = 4;
+  extensions 100 to 199;
+}
+"""
+
+PROTO2_CANONICAL = '''syntax = "proto2";
+package legacy;
+
+message Account {
+  required string id = 1;
+  optional int32 level = 2 [default = 3];
+  optional string name = 3 [default = "a \\"b\\""];
+  repeated bytes blobs = 4;
+
+  extensions 100 to 199;
+}
+'''
+
+
+def test_proto3_text_becomes_confluents_canonical_text():
+    assert canonical_text(parse_text(ORDER)) == ORDER_CANONICAL
+    assert canonical_text(parse_text(ORDER_CANONICAL)) == ORDER_CANONICAL  # a fixed point
+
+
+def test_proto2_labels_defaults_and_extension_ranges_are_kept():
+    assert canonical_text(parse_text(PROTO2)) == PROTO2_CANONICAL
+    descriptor = parse_protobuf(PROTO2, {}).descriptor
+    fields = {f.name: f for f in descriptor.message_type[0].field}
+    assert fields["id"].label == fields["id"].LABEL_REQUIRED and fields["level"].default_value == "3"
+    assert fields["name"].default_value == 'a "b"'
+    assert (descriptor.message_type[0].extension_range[0].start, descriptor.message_type[0].extension_range[0].end) \
+        == (100, 200)
+
+
+def test_extend_blocks_declare_custom_options():
+    text = """syntax = "proto3";
+package shop.options;
+import "google/protobuf/descriptor.proto";
+extend google.protobuf.FieldOptions {
+  string pii_kind = 50001;
+}
+message Tagged {
+  extend google.protobuf.MessageOptions { bool audited = 50002; }
+  string email = 1 [(shop.options.pii_kind) = "email"];
+}
+"""
+    parsed = parse_protobuf(text, {})
+    assert parsed.text == """syntax = "proto3";
+package shop.options;
+
+import "google/protobuf/descriptor.proto";
+
+message Tagged {
+  string email = 1 [(shop.options.pii_kind) = "email"];
+
+  extend google.protobuf.MessageOptions {
+    bool audited = 50002;
+  }
+}
+
+extend google.protobuf.FieldOptions {
+  string pii_kind = 50001;
+}
+"""
+    top, nested = parsed.descriptor.extension[0], parsed.descriptor.message_type[0].extension[0]
+    assert (top.extendee, top.name, nested.extendee) == (".google.protobuf.FieldOptions", "pii_kind",
+                                                         ".google.protobuf.MessageOptions")
+    again = from_descriptor(parsed.descriptor)
+    assert [(e.name, [f.name for f in e.fields]) for e in again.extends] == [(".google.protobuf.FieldOptions",
+                                                                              ["pii_kind"])]
+
+
+def test_the_descriptor_resolves_types_maps_and_proto3_optional_as_protoc_writes_them():
+    descriptor = parse_protobuf(ORDER, {}).descriptor
+    order = descriptor.message_type[0]
+    fields = {f.name: f for f in order.field}
+    assert fields["placed_at"].type_name == ".google.protobuf.Timestamp"
+    assert fields["voucher"].type_name == ".shop.v1.Order.Line.Kind" and fields["voucher"].oneof_index == 0
+    assert fields["lines"].label == fields["lines"].LABEL_REPEATED
+    assert fields["lines"].type_name == ".shop.v1.Order.LinesEntry"
+    entry = next(n for n in order.nested_type if n.name == "LinesEntry")
+    assert entry.options.map_entry and [f.type_name for f in entry.field] == ["", ".shop.v1.Order.Line"]
+    assert [n.name for n in order.nested_type] == ["Line", "LinesEntry"]  # declared ones first: their indexes
+    assert fields["total_cents"].proto3_optional and order.oneof_decl[fields["total_cents"].oneof_index].name == \
+        "_total_cents"
+    assert fields["id"].json_name == "orderId" and fields["id"].options.deprecated
+    assert descriptor.options.java_package == "com.shop.v1"
+    assert descriptor.service[0].method[0].server_streaming
+
+
+def test_the_serialized_form_and_the_text_are_one_schema():
+    text = parse_protobuf(ORDER, {})
+    serialized = base64.b64encode(text.descriptor.SerializeToString()).decode()
+    again = parse_protobuf(serialized, {})
+    # the descriptor has no custom options: the same as the text without its (confluent.field_meta)
+    assert identity(again.descriptor, again.schema.proto) != identity(text.descriptor, text.schema.proto)
+    plain = ORDER.replace(' [(confluent.field_meta) = { doc: "1 is highest", params: [{key: "a" value: "b"}] }]', "")
+    plain_parsed = parse_protobuf(plain, {})
+    assert identity(again.descriptor, again.schema.proto) == identity(plain_parsed.descriptor,
+                                                                       plain_parsed.schema.proto)
+    # its canonical text is Confluent's for a descriptor: full type names, the map's entry message
+    assert "  .google.protobuf.Timestamp placed_at = 2;\n" in again.text
+    assert "  repeated .shop.v1.Order.LinesEntry lines = 3;\n" in again.text
+    assert "    option map_entry = true;\n" in again.text
+    stored = parse_protobuf(again.text, {})  # the stored text parses back to the same schema
+    assert identity(stored.descriptor, stored.schema.proto) == identity(again.descriptor, again.schema.proto)
+
+
+def test_well_known_files_resolve_without_references():
+    files = well_known()
+    for name in ("google/protobuf/timestamp.proto", "google/protobuf/any.proto", "google/protobuf/wrappers.proto",
+                 "google/protobuf/struct.proto", "confluent/meta.proto", "confluent/type/decimal.proto"):
+        assert name in files
+    text = """syntax = "proto3"; import "google/protobuf/wrappers.proto"; import "confluent/type/decimal.proto";
+    message M { google.protobuf.StringValue a = 1; confluent.type.Decimal b = 2; }"""
+    fields = parse_protobuf(text, {}).descriptor.message_type[0].field
+    assert [f.type_name for f in fields] == [".google.protobuf.StringValue", ".confluent.type.Decimal"]
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('syntax = "proto3";\nmessage M {\n  int32 a = 1\n}', "line 4: expected ';', found '}'"),
+    ('syntax = "proto4";', "line 1: syntax 'proto4' is not proto2 or proto3"),
+    ('syntax = "proto3";\n\nmessage M { int32 a = 0; }', "line 3: field number 0 of a is out of range"),
+    ('syntax = "proto3";\nmessage M { required int32 a = 1; }', "line 2: proto3 has no required fields"),
+    ('syntax = "proto2";\nmessage M {\n int32 a = 1; }', "line 3: a proto2 field needs a label"),
+    ('syntax = "proto3";\nmessage M { int32 a = 1; int64 b = 1; }', "fields a and b of M have the same number 1"),
+    ('syntax = "proto3";\nmessage M { Missing a = 1; }', "type Missing (in M) is not defined"),
+    ('syntax = "proto3";\nmessage M { int32 a = 1; }\nenum M { X = 0; }', "M is declared twice"),
+    ('syntax = "proto3";\nmessage M { message N {} message N {} }', "M.N is declared twice"),
+    ('syntax = "proto3";\nimport "other.proto";\nmessage M { int32 a = 1; }', "import 'other.proto' is neither"),
+    ('syntax = "proto3";\nmessage M { map<float, int32> a = 1; }', "line 2: 'float' cannot be a map's key type"),
+    ('syntax = "proto3";\nmessage M { string a = 1 [default = "x"; }', "line 2: expected ','"),
+    ('syntax = "proto3";\nmessage M {\n  string a = "1";\n}', "line 3: expected the field's number"),
+    ('syntax = "proto3";\nmessage M { string a = 1; /* open', "line 2: a comment /* is not closed"),
+    ('syntax = "proto3";\nmessage M { string a = 1; }\n\nmessage', "line 4: the text ends where a message name"),
+    ('syntax = "proto3";\nmessage M {\n  string a = 1;\n', "message M is not closed"),
+    ('syntax = "proto3";\nenum E { }', "line 2: enum E has no constants"),
+    ('syntax = "proto3";\nmessage M { option no_such = true; int32 a = 1; }', "option no_such of message M"),
+    ('syntax = "proto2";\nmessage M { optional group G = 1 { optional int32 a = 2; } }', "groups are not supported"),
+    ('syntax = "proto3";\nextend google.protobuf.FieldOptions { string x = 5000; }',
+     "extend google.protobuf.FieldOptions (in the file): the message is not defined"),
+    ('syntax = "proto3";\nmessage M { google.protobuf.Timestamp t = 1; }', "type google.protobuf.Timestamp (in M)"),
+    ('syntax = "proto3";\nmessage M { int32 a = 1; } @', "line 2: unexpected character '@'"),
+    ("message " * 10 + "{" * 10, "line 1: expected"),
+    ('syntax = "proto3";\n' + "message M { " * 100 + "}" * 100, "nested deeper than 32 levels"),
+    ('syntax = "proto3";\noption (x) = ' + "{a: " * 100 + "1" + "}" * 100 + ";", "nested deeper than 32 levels"),
+    ("////", "not a .proto text nor a base64 FileDescriptorProto"),
+])
+def test_malformed_text_is_42201_naming_its_line_and_what_was_wrong(text, says):
+    with pytest.raises(RegistryError) as refused:
+        parse_protobuf(text, {})
+    assert refused.value.code == 42201 and says in str(refused.value), str(refused.value)
+
+
+def test_a_large_file_parses_without_recursion_or_delay():
+    text = 'syntax = "proto3";\n' + "".join(f"message M{i} {{ int32 a = 1; string b = 2; M{i} self = 3; }}\n"
+                                            for i in range(3000))
+    assert len(parse_protobuf(text, {}).descriptor.message_type) == 3000
+    with pytest.raises(ProtoError):
+        parse_text("message M { " + "x" * 200_000)
+
+
+def test_long_texts_and_descriptors_are_refused_past_their_bounds(monkeypatch):
+    from klog.protocol import protobuf_schema
+
+    monkeypatch.setattr(protobuf_schema, "MAX_TOKENS", 50)
+    with pytest.raises(RegistryError, match="line 8: the schema is longer than 50 tokens"):
+        parse_protobuf('syntax = "proto3";\n\n' + "message M { int32 a = 1; }\n" * 10, {})
+    monkeypatch.setattr(protobuf_schema, "MAX_ELEMENTS", 20)
+    file = descriptor_pb2.FileDescriptorProto(name="x", syntax="proto3")
+    for i in range(11):
+        file.message_type.add(name=f"M{i}").field.add(name="a", number=1, type=5, label=1)
+    with pytest.raises(RegistryError, match="more than 20 messages, fields and enum values"):
+        parse_protobuf(base64.b64encode(file.SerializeToString()).decode(), {})
+
+
+def schema(text: str) -> protobuf_compat.Schema:
+    return parse_protobuf(text, {}).schema
+
+
+def diffs(old: str, new: str) -> list[str]:
+    head = 'syntax = "proto3";\npackage p;\n'
+    return sorted({kind for kind, _ in protobuf_compat.differences(schema(head + old), schema(head + new))
+                   if kind not in protobuf_compat.COMPATIBLE})
+
+
+@pytest.mark.parametrize(("old", "new", "incompatible"), [
+    # compatible: fields added or removed, renamed, an enum constant added, a message added or moved
+    ("message M { int32 a = 1; }", "message M { int32 a = 1; string b = 2; }", []),
+    ("message M { int32 a = 1; string b = 2; }", "message M { int32 a = 1; }", []),
+    ("message M { int32 a = 1; }", "message M { int32 renamed = 1; }", []),
+    ("message M { int32 a = 1; }", "message M { int64 a = 1; }", []),  # one varint group
+    ("message M { int32 a = 1; }", "message M { bool a = 1; }", []),
+    ("message M { string a = 1; }", "message M { bytes a = 1; }", []),
+    ("message M { string a = 1; }", "message M { repeated string a = 1; }", []),  # string/bytes label: fine
+    ("message M { E a = 1; } enum E { X = 0; }", "message M { E a = 1; } enum E { X = 0; Y = 1; }", []),
+    ("message M { E a = 1; } enum E { X = 0; }", "message M { int32 a = 1; } enum E { X = 0; }", []),
+    ("message M { int32 a = 1; }", "message N { int32 b = 1; } message M { int32 a = 1; }", []),
+    ("message M { int32 a = 1; oneof o { string b = 2; } }", "message M { int32 a = 1; string b = 2; }", []),
+    ("message M { oneof o { string b = 2; } }", "message M { oneof o { string b = 2; int32 c = 3; } }", []),
+    ("message M { map<string, int32> m = 1; }", "message M { map<string, int64> m = 1; }", []),
+    # incompatible
+    ("message M { int32 a = 1; }", "message M { string a = 1; }", ["FIELD_SCALAR_KIND_CHANGED"]),
+    ("message M { int32 a = 1; }", "message M { N a = 1; } message N { int32 a = 1; }", ["FIELD_KIND_CHANGED"]),
+    ("message M { int32 a = 1; }", "message M { sint32 a = 1; }", ["FIELD_SCALAR_KIND_CHANGED"]),
+    ("message M { fixed32 a = 1; }", "message M { fixed64 a = 1; }", ["FIELD_SCALAR_KIND_CHANGED"]),
+    ("message M { int32 a = 1; }", "message M { repeated int32 a = 1; }", []),  # proto3: no label to compare
+    ("message M { N a = 1; } message N { int32 x = 1; } message O { int32 x = 1; }",
+     "message M { O a = 1; } message N { int32 x = 1; } message O { int32 x = 1; }", ["FIELD_NAMED_TYPE_CHANGED"]),
+    ("message M { int32 a = 1; } message N { int32 b = 1; }", "message M { int32 a = 1; }", ["MESSAGE_REMOVED"]),
+    ("message M { oneof o { string b = 2; int32 c = 3; } }", "message M { oneof o { string b = 2; } }",
+     ["ONEOF_FIELD_REMOVED"]),
+    ("message M { int32 a = 1; int32 b = 2; }", "message M { oneof o { int32 a = 1; int32 b = 2; } }",
+     ["MULTIPLE_FIELDS_MOVED_TO_ONEOF"]),
+    ("message M { int32 a = 1; oneof o { int32 b = 2; } }", "message M { oneof o { int32 a = 1; int32 b = 2; } }",
+     ["FIELD_MOVED_TO_EXISTING_ONEOF"]),
+    ("message M { map<string, int32> m = 1; }", "message M { map<string, string> m = 1; }",
+     ["FIELD_SCALAR_KIND_CHANGED"]),
+    ("message M { map<string, int32> m = 1; }", "message M { repeated int32 m = 1; }", ["FIELD_KIND_CHANGED"]),
+    ("message M { message N { int32 x = 1; } N n = 1; }", "message M { message N { string x = 1; } N n = 1; }",
+     ["FIELD_SCALAR_KIND_CHANGED"]),
+])
+def test_compatibility_follows_confluents_protobuf_diff(old, new, incompatible):
+    assert diffs(old, new) == incompatible
+
+
+def test_proto2_required_fields_added_or_removed_are_incompatible():
+    head = 'syntax = "proto2";\n'
+    old = schema(head + "message M { required int32 a = 1; }")
+    new = schema(head + "message M { optional int32 a = 1; required int32 b = 2; }")
+    kinds = {kind for kind, _ in protobuf_compat.differences(old, new)}
+    assert "REQUIRED_FIELD_ADDED" in kinds
+    kinds = {kind for kind, _ in protobuf_compat.differences(
+        schema(head + "message M { required int32 a = 1; }"), schema(head + "message M { optional int32 b = 2; }"))}
+    assert "REQUIRED_FIELD_REMOVED" in kinds
+    assert any(p.startswith('{errorType:"REQUIRED_FIELD_ADDED"') for p in protobuf_compat.read_problems(new, old))
+    labelled = {kind for kind, _ in protobuf_compat.differences(
+        schema(head + "message M { optional int32 a = 1; }"), schema(head + "message M { repeated int32 a = 1; }"))}
+    assert labelled == {"FIELD_NUMERIC_LABEL_CHANGED"}
+    moved = protobuf_compat.differences(schema('syntax = "proto3";\npackage p;\nmessage M { int32 a = 1; }'),
+                                        schema('syntax = "proto3";\npackage q;\nmessage M { int32 a = 1; }'))
+    assert moved == [("PACKAGE_CHANGED", "#/")]
+
+
+def test_well_known_types_compare_by_their_content_as_confluents_diff_does():
+    head = 'syntax = "proto3";\nimport "google/protobuf/timestamp.proto";\n'
+    old = schema(head + "message M { google.protobuf.Timestamp t = 1; }")
+    new = schema(head + "message M { .google.protobuf.Timestamp t = 1; }")
+    assert protobuf_compat.read_problems(new, old) == []
+
+
+def test_types_from_other_reference_versions_are_compared_once_a_pair():
+    """A chain of types each using the next twice, from two versions of a reference: compared field by field
+    (their origins differ), each pair once: 30 links, not 2**30 comparisons."""
+    chain = 'syntax = "proto3";\npackage c;\n' + "".join(f"message T{i} {{ T{i + 1} a = 1; T{i + 1} b = 2; }}\n"
+                                                       for i in range(30)) + "message T30 { int32 x = 1; }\n"
+    changed = chain.replace("int32 x", "string x")
+    main = 'syntax = "proto3";\nimport "c.proto";\nmessage M { c.T0 t = 1; }\n'
+    old = parse_protobuf(main, {"c.proto": (parse_protobuf(chain, {}), "c:1")})
+    new = parse_protobuf(main, {"c.proto": (parse_protobuf(chain, {}), "c:2")})
+    assert protobuf_compat.read_problems(new.schema, old.schema) == []
+    new = parse_protobuf(main, {"c.proto": (parse_protobuf(changed, {}), "c:3")})
+    kinds = [kind for kind, _ in protobuf_compat.differences(old.schema, new.schema)]
+    assert kinds.count("FIELD_SCALAR_KIND_CHANGED") == 1 and kinds.count("FIELD_NAMED_TYPE_CHANGED") == 61
+
+
+# -- over HTTP ---------------------------------------------------------------------------------------------
+def test_register_text_and_serialized_forms_get_one_id_and_answer_confluents_forms(url):
+    assert register(url, "orders-value", ORDER) == (200, {"id": 1})
+    assert register(url, "orders-value", ORDER_CANONICAL) == (200, {"id": 1})  # the same schema, no new version
+    status, version = call(url, "GET", "/subjects/orders-value/versions/1")
+    assert status == 200 and version == {"subject": "orders-value", "version": 1, "id": 1,
+                                         "schemaType": "PROTOBUF", "schema": ORDER_CANONICAL}
+    assert call(url, "GET", "/schemas/ids/1") == (200, {"schemaType": "PROTOBUF", "schema": ORDER_CANONICAL})
+    status, answer = call(url, "GET", "/schemas/ids/1?format=serialized")
+    descriptor = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(answer["schema"]))
+    assert [m.name for m in descriptor.message_type] == ["Order"] and descriptor.package == "shop.v1"
+    assert call(url, "GET", "/subjects/orders-value/versions/1?format=serialized")[1]["schema"] == answer["schema"]
+    plain = ORDER.replace(' [(confluent.field_meta) = { doc: "1 is highest", params: [{key: "a" value: "b"}] }]', "")
+    assert register(url, "plain-value", plain) == (200, {"id": 2})
+    # the serialized form of the same schema: its id, in lookup and in register
+    serialized = call(url, "GET", "/schemas/ids/2?format=serialized")[1]["schema"]
+    status, found = call(url, "POST", "/subjects/plain-value", {"schemaType": "PROTOBUF", "schema": serialized})
+    assert (status, found["id"], found["version"]) == (200, 2, 1)
+    assert register(url, "other-value", serialized) == (200, {"id": 2})
+    status, refused = register(url, "bad-value", 'syntax = "proto3";\nmessage M {\n  int32 a = 1\n}')
+    assert (status, refused["error_code"]) == (422, 42201) and "line 4" in refused["message"]
+
+
+def test_references_resolve_are_answered_and_guard_deletion(url):
+    money = 'syntax = "proto3";\npackage shop.common;\nmessage Money { int64 units = 1; string currency = 2; }\n'
+    assert register(url, "money", money) == (200, {"id": 1})
+    order = ('syntax = "proto3";\npackage shop;\nimport "shop/money.proto";\n'
+             "message Order { string id = 1; shop.common.Money price = 2; }\n")
+    refs = [{"name": "shop/money.proto", "subject": "money", "version": 1}]
+    status, missing = register(url, "orders-value", order)  # no reference: the import is nowhere
+    assert (status, missing["error_code"]) == (422, 42201) and "shop/money.proto" in missing["message"]
+    status, missing = register(url, "orders-value", order, [{**refs[0], "version": 7}])
+    assert (status, missing["error_code"]) == (422, 42201) and "subject 'money' version 7" in missing["message"]
+    assert register(url, "orders-value", order, refs) == (200, {"id": 2})
+    assert call(url, "GET", "/subjects/orders-value/versions/1")[1]["references"] == refs
+    assert call(url, "GET", "/schemas/ids/2")[1]["references"] == refs
+    status, found = call(url, "POST", "/subjects/orders-value", {"schemaType": "PROTOBUF", "schema": order,
+                                                                   "references": refs})
+    assert (status, found["id"]) == (200, 2)
+    assert call(url, "GET", "/subjects/money/versions/1/referencedby") == (200, [2])
+    # a referenced version is not deleted (Confluent's 42206), softly or for good
+    status, refused = call(url, "DELETE", "/subjects/money/versions/1")
+    assert (status, refused["error_code"]) == (422, 42206)
+    assert "subject=money,version=1" in refused["message"]
+    assert call(url, "DELETE", "/subjects/money")[1]["error_code"] == 42206
+    # the referring version soft-deleted: the soft delete may go, the permanent one not yet
+    assert call(url, "DELETE", "/subjects/orders-value/versions/1") == (200, 1)
+    assert call(url, "GET", "/subjects/money/versions/1/referencedby") == (200, [])
+    assert call(url, "GET", "/subjects/money/versions/1/referencedby?deleted=true") == (200, [2])
+    assert call(url, "DELETE", "/subjects/money/versions/1") == (200, 1)
+    assert call(url, "DELETE", "/subjects/money/versions/1?permanent=true")[1]["error_code"] == 42206
+    assert call(url, "DELETE", "/subjects/orders-value/versions/1?permanent=true") == (200, 1)
+    assert call(url, "DELETE", "/subjects/money/versions/1?permanent=true") == (200, 1)
+
+
+@pytest.mark.slow
+def test_protobuf_versions_and_references_survive_a_restart_as_confluent_writes_them(data_dir):
+    import klog
+
+    money = 'syntax = "proto3";\npackage shop.common;\nmessage Money { int64 units = 1; }\n'
+    order = 'syntax = "proto3";\npackage shop;\nimport "m.proto";\nmessage Order { shop.common.Money price = 1; }\n'
+    refs = [{"name": "m.proto", "subject": "money", "version": 1}]
+    with serving(data_dir) as url:
+        assert register(url, "money", money) == (200, {"id": 1})
+        assert register(url, "orders-value", order, refs) == (200, {"id": 2})
+    with klog.open(data_dir) as store, store.consumer("_schemas") as records:
+        values = [json.loads(r.value) for r in records if r.value]
+    assert values[1] == {"subject": "orders-value", "version": 1, "id": 2, "schemaType": "PROTOBUF",
+                         "references": refs, "schema": order.replace(";\nimport", ";\n\nimport")
+                         .replace(";\nmessage", ";\n\nmessage").replace("{ ", "{\n  ").replace("; }", ";\n}"),
+                         "deleted": False}
+    with serving(data_dir) as url:
+        assert register(url, "orders-value", order, refs) == (200, {"id": 2})
+        assert call(url, "GET", "/subjects/money/versions/1/referencedby") == (200, [2])
+        assert call(url, "DELETE", "/subjects/money/versions/1")[1]["error_code"] == 42206
+
+
+def test_avro_references_define_named_types_and_compare_through_them(url):
+    money = json.dumps({"type": "record", "name": "Money", "namespace": "shop",
+                        "fields": [{"name": "units", "type": "long"}, {"name": "currency", "type": "string"}]})
+    assert call(url, "POST", "/subjects/money/versions", {"schema": money}) == (200, {"id": 1})
+    order = {"type": "record", "name": "Order", "namespace": "shop",
+             "fields": [{"name": "id", "type": "string"}, {"name": "price", "type": "Money"},
+                        {"name": "tip", "type": ["null", "shop.Money"], "default": None}]}
+    refs = [{"name": "shop.Money", "subject": "money", "version": 1}]
+    status, refused = call(url, "POST", "/subjects/orders/versions", {"schema": json.dumps(order)})
+    assert (status, refused["error_code"]) == (422, 42201) and "Money" in refused["message"]
+    assert call(url, "POST", "/subjects/orders/versions", {"schema": json.dumps(order), "references": refs}) == \
+        (200, {"id": 2})
+    assert call(url, "GET", "/subjects/orders/versions/1")[1]["references"] == refs
+    assert call(url, "GET", "/subjects/orders/versions/1")[1]["schema"] == json.dumps(order)  # kept as sent
+    # Confluent's "several event types in one topic": a union of references
+    both = [{"name": "shop.Money", "subject": "money", "version": 1},
+            {"name": "shop.Order", "subject": "orders", "version": 1}]
+    assert call(url, "POST", "/subjects/events/versions", {"schema": '["shop.Money", "shop.Order"]',
+                                                           "references": both}) == (200, {"id": 3})
+    # compared through the references: Money's units made a string under version 2 is refused for orders
+    assert call(url, "PUT", "/config/money", {"compatibility": "NONE"})[0] == 200
+    changed = json.loads(money)
+    changed["fields"][0]["type"] = "string"
+    assert call(url, "POST", "/subjects/money/versions", {"schema": json.dumps(changed)}) == (200, {"id": 4})
+    status, refused = call(url, "POST", "/subjects/orders/versions", {
+        "schema": json.dumps(order), "references": [{**refs[0], "version": 2}]})
+    assert status == 409 and "units" in refused["message"]
+    assert call(url, "GET", "/subjects/money/versions/1/referencedby") == (200, [2, 3])
+
+
+def test_json_references_and_malformed_ones_are_refused_naming_why(url):
+    assert call(url, "POST", "/subjects/a/versions", {"schema": '{"type": "string"}', "schemaType": "JSON"}) == \
+        (200, {"id": 1})
+    status, refused = call(url, "POST", "/subjects/b/versions", {
+        "schema": '{"$ref": "a.json"}', "schemaType": "JSON",
+        "references": [{"name": "a.json", "subject": "a", "version": 1}]})
+    assert (status, refused["error_code"]) == (422, 42201) and "not of JSON ones" in refused["message"]
+    status, refused = call(url, "POST", "/subjects/b/versions", {
+        "schema": '"string"', "references": [{"name": "A", "subject": "a", "version": 1}]})
+    assert (status, refused["error_code"]) == (422, 42201)
+    assert "is a JSON schema and this one AVRO" in refused["message"]
+    status, refused = call(url, "POST", "/subjects/b/versions", {
+        "schema": '"string"', "references": [{"name": "A", "subject": "a", "version": "1"}]})
+    assert (status, refused["error_code"]) == (422, 42201) and "{name, subject, version}" in refused["message"]
+
+
+def test_compatibility_levels_apply_protobuf_rules(url):
+    v1 = 'syntax = "proto3";\nmessage M { int32 a = 1; string b = 2; }\n'
+    assert register(url, "m-value", v1) == (200, {"id": 1})
+    changed = v1.replace("int32 a", "string a")
+    status, refused = register(url, "m-value", changed)
+    assert status == 409 and "FIELD_SCALAR_KIND_CHANGED" in refused["message"] and "#/M/1" in refused["message"]
+    verdict = call(url, "POST", "/compatibility/subjects/m-value/versions/latest?verbose=true",
+                   {"schemaType": "PROTOBUF", "schema": changed})[1]
+    assert verdict["is_compatible"] is False and "FIELD_SCALAR_KIND_CHANGED" in verdict["messages"][0]
+    assert register(url, "m-value", v1.replace("string b = 2;", "")) == (200, {"id": 2})  # a field removed
+    assert call(url, "PUT", "/config/m-value", {"compatibility": "FULL_TRANSITIVE"})[0] == 200
+    grown = 'syntax = "proto3";\nmessage M { int32 a = 1; sint64 b = 2; }\n'  # b's kind differs from version 1's
+    status, refused = register(url, "m-value", grown)
+    assert status == 409 and "FIELD_SCALAR_KIND_CHANGED" in refused["message"]
+    assert call(url, "PUT", "/config/m-value", {"compatibility": "FULL"})[0] == 200
+    assert register(url, "m-value", grown) == (200, {"id": 3})  # only the latest (no b) is compared
+    status, refused = call(url, "POST", "/subjects/m-value/versions", {"schema": '"string"'})
+    assert status == 409 and "different schema type" in refused["message"]
+
+
+# -- confluent-kafka's own serializer and deserializer -----------------------------------------------------
+def _order_classes() -> tuple[type, type]:
+    """Order (with a google.protobuf.Timestamp and a nested Line) built from a FileDescriptorProto."""
+    from google.protobuf import descriptor_pool, message_factory, timestamp_pb2
+
+    file = descriptor_pb2.FileDescriptorProto(name="shop/order.proto", package="shop", syntax="proto3",
+                                              dependency=["google/protobuf/timestamp.proto"])
+    order = file.message_type.add(name="Order")
+    line = order.nested_type.add(name="Line")
+    line.field.add(name="sku", number=1, type=9, label=1)
+    line.field.add(name="quantity", number=2, type=13, label=1)
+    order.field.add(name="id", number=1, type=9, label=1)
+    order.field.add(name="placed_at", number=2, type=11, label=1, type_name=".google.protobuf.Timestamp")
+    order.field.add(name="lines", number=3, type=11, label=3, type_name=".shop.Order.Line")
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(file)
+    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order")),
+            message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order.Line")))
+
+
+def test_confluent_kafkas_protobuf_serializer_and_deserializer_use_the_registry(url):
+    protobuf = pytest.importorskip("confluent_kafka.schema_registry.protobuf")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    order_class, line_class = _order_classes()
+    client = SchemaRegistryClient({"url": url})
+    context = SerializationContext("orders", MessageField.VALUE)
+    order = order_class(id="o-1", lines=[line_class(sku="s-1", quantity=2)])
+    order.placed_at.seconds = 1_700_000_000
+    data = protobuf.ProtobufSerializer(order_class, client)(order, context)
+    assert data[:5] == b"\x00\x00\x00\x00\x01" and data[5] == 0  # schema id 1, message index [0] (one 0 byte)
+    status, version = call(url, "GET", "/subjects/orders-value/versions/latest")
+    assert version["schemaType"] == "PROTOBUF" and "import \"google/protobuf/timestamp.proto\";" in version["schema"]
+    decoded = protobuf.ProtobufDeserializer(order_class, {"use.deprecated.format": False})(data, context)
+    assert decoded == order
+    # the nested message: its index path [0, 0] in the same schema (the same id)
+    lines = SerializationContext("lines", MessageField.VALUE)
+    data = protobuf.ProtobufSerializer(line_class, client)(line_class(sku="s-2", quantity=5), lines)
+    assert data[1:5] == b"\x00\x00\x00\x01" and data[5:8] == b"\x04\x00\x00"  # 2 indexes: 0, 0 (zigzag varints)
+    reader = protobuf.ProtobufDeserializer(line_class, {"use.deprecated.format": False}, client)
+    assert reader(data, lines) == line_class(sku="s-2", quantity=5)
+    assert call(url, "GET", "/subjects/lines-value/versions/1")[1]["id"] == 1
+
+
+def test_confluent_kafkas_avro_serde_resolves_references_against_the_registry(url):
+    pytest.importorskip("fastavro")
+    from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": url})
+    money = json.dumps({"type": "record", "name": "Money", "namespace": "shop",
+                        "fields": [{"name": "units", "type": "long"}]})
+    assert client.register_schema("money", Schema(money, "AVRO")) == 1
+    order = json.dumps({"type": "record", "name": "Order", "namespace": "shop",
+                        "fields": [{"name": "price", "type": "Money"}]})
+    assert client.register_schema("orders-value", Schema(order, "AVRO", [SchemaReference("shop.Money", "money", 1)])) \
+        == 2
+    context = SerializationContext("orders", MessageField.VALUE)
+    write = AvroSerializer(client, None, conf={"auto.register.schemas": False, "use.latest.version": True})
+    data = write({"price": {"units": 5}}, context)
+    assert data[:5] == b"\x00\x00\x00\x00\x02"
+    assert AvroDeserializer(client)(data, context) == {"price": {"units": 5}}
+
+
+def test_confluent_kafkas_protobuf_serde_with_maps_enums_oneofs_and_proto3_optional(url):
+    """A descriptor as protoc writes one (json_name on every field, the map's entry message, proto3 optional's
+    synthetic oneof): registered as sent, read back, its second nested message at index [0, 1]; its stored
+    text registered again is the same schema."""
+    protobuf = pytest.importorskip("confluent_kafka.schema_registry.protobuf")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import descriptor_pool, message_factory
+
+    file = descriptor_pb2.FileDescriptorProto(name="rich.proto", package="r", syntax="proto3")
+    rich = file.message_type.add(name="R")
+    kind = rich.enum_type.add(name="Kind")
+    kind.value.add(name="A", number=0)
+    kind.value.add(name="B", number=1)
+    entry = rich.nested_type.add(name="TagsEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=9, label=1, json_name="key")
+    entry.field.add(name="value", number=2, type=5, label=1, json_name="value")
+    rich.nested_type.add(name="Inner").field.add(name="x", number=1, type=9, label=1, json_name="x")
+    rich.field.add(name="tags", number=1, type=11, label=3, type_name=".r.R.TagsEntry", json_name="tags")
+    rich.field.add(name="kind", number=2, type=14, label=1, type_name=".r.R.Kind", json_name="kind")
+    rich.oneof_decl.add(name="choice")
+    rich.oneof_decl.add(name="_opt_count")
+    rich.field.add(name="s", number=3, type=9, label=1, oneof_index=0, json_name="s")
+    rich.field.add(name="inner", number=4, type=11, label=1, type_name=".r.R.Inner", oneof_index=0, json_name="inner")
+    rich.field.add(name="opt_count", number=5, type=5, label=1, oneof_index=1, proto3_optional=True,
+                   json_name="optCount")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    rich_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("r.R"))
+    inner_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("r.R.Inner"))
+    client = SchemaRegistryClient({"url": url})
+    context = SerializationContext("rich", MessageField.VALUE)
+    message = rich_class(kind=1, inner=inner_class(x="q"), opt_count=0)
+    message.tags["a"] = 3
+    data = protobuf.ProtobufSerializer(rich_class, client)(message, context)
+    assert protobuf.ProtobufDeserializer(rich_class, {"use.deprecated.format": False})(data, context) == message
+    inner_context = SerializationContext("inner", MessageField.VALUE)
+    data = protobuf.ProtobufSerializer(inner_class, client)(inner_class(x="z"), inner_context)
+    assert data[:8] == b"\x00\x00\x00\x00\x01\x04\x00\x02"  # schema 1, indexes [0, 1] (TagsEntry is [0, 0])
+    reader = protobuf.ProtobufDeserializer(inner_class, {"use.deprecated.format": False}, client)
+    assert reader(data, inner_context) == inner_class(x="z")
+    text = call(url, "GET", "/subjects/rich-value/versions/1")[1]["schema"]
+    assert "  optional int32 opt_count = 5 [json_name = \"optCount\"];\n" in text
+    assert register(url, "rich-text", text) == (200, {"id": 1})
+
+
+def test_confluent_kafkas_protobuf_serializer_registers_an_import_as_a_reference(url):
+    """An import that is no well-known file: the serializer registers it under its own subject first and
+    the schema with a reference to it; the deserializer fetches both (serialized) to read the record."""
+    protobuf = pytest.importorskip("confluent_kafka.schema_registry.protobuf")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import descriptor_pool, message_factory
+
+    money = descriptor_pb2.FileDescriptorProto(name="shop/money.proto", package="shop.common", syntax="proto3")
+    money.message_type.add(name="Money").field.add(name="units", number=1, type=3, label=1)
+    order = descriptor_pb2.FileDescriptorProto(name="shop/order.proto", package="shop", syntax="proto3",
+                                               dependency=["shop/money.proto"])
+    order.message_type.add(name="Order").field.add(name="price", number=1, type=11, label=1,
+                                                   type_name=".shop.common.Money")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(money)
+    pool.Add(order)
+    order_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+    money_class = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.common.Money"))
+    client = SchemaRegistryClient({"url": url})
+    context = SerializationContext("orders", MessageField.VALUE)
+    data = protobuf.ProtobufSerializer(order_class, client)(order_class(price=money_class(units=7)), context)
+    assert data[:6] == b"\x00\x00\x00\x00\x02\x00"
+    assert call(url, "GET", "/subjects") == (200, ["orders-value", "shop/money.proto"])
+    assert call(url, "GET", "/subjects/orders-value/versions/1")[1]["references"] == [
+        {"name": "shop/money.proto", "subject": "shop/money.proto", "version": 1}]
+    reader = protobuf.ProtobufDeserializer(order_class, {"use.deprecated.format": False}, client)
+    assert reader(data, context) == order_class(price=money_class(units=7))
