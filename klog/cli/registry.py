@@ -11,8 +11,8 @@ from klog.cli.app import DataDirOpt, open_store
 
 REGISTRY_HELP = (
     "Serve Confluent Schema Registry's REST API (the subset Kafka Connect's AvroConverter and JsonSchemaConverter, "
-    "confluent-kafka's SchemaRegistryClient and its Avro and JSON serializers use) for Avro and JSON Schema "
-    "schemas (not Protobuf): subjects, versions, ids, lookups, "
+    "confluent-kafka's SchemaRegistryClient and its Avro, JSON and Protobuf serializers use) for Avro, JSON Schema "
+    "and Protobuf schemas: subjects, versions, ids, references, lookups, "
     "deletes, compatibility levels (BACKWARD by default) and checks. Schemas live where Confluent keeps them, in "
     "the compacted topic _schemas of the store (or, with --bootstrap-server, the cluster), so ids and versions "
     "survive restarts. Run one registry per store or cluster.\n\n"
