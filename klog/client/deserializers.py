@@ -21,11 +21,12 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from klog.client.protobuf_codec import ProtobufCodecError
 from klog.client.records import Record
 from klog.errors import KlogError, UsageError
 
 FIELDS = ("key", "value")
-REGISTRY_FORMATS = ("avro", "json")
+REGISTRY_FORMATS = ("avro", "json", "protobuf")
 PACK_TOKENS = " <>bBhHiIqQcs$"
 _PACK_INTS = {"b": (1, True), "B": (1, False), "h": (2, True), "H": (2, False), "i": (4, True), "I": (4, False),
               "q": (8, True), "Q": (8, False)}
@@ -60,8 +61,6 @@ def parse_serdes(specs: list[str]) -> dict[str, str]:
         fields: tuple[str, ...] = (field,) if sep and field in FIELDS else FIELDS
         if not sep or field not in FIELDS:
             fmt = spec
-        if fmt == "protobuf":
-            raise UsageError("-s protobuf: klog does not decode Protobuf yet (avro, json or a pack-format)")
         if fmt not in REGISTRY_FORMATS:
             _check_pack(fmt, spec)
         for f in fields:
@@ -74,8 +73,8 @@ def _check_pack(fmt: str, spec: str) -> None:
         raise UsageError(f"-s '{spec}': give a format (avro, json or a pack-format)")
     bad = sorted({c for c in fmt if c not in PACK_TOKENS})
     if bad:
-        raise UsageError(f"-s '{spec}': {', '.join(repr(c) for c in bad)} is not avro, json or a pack-format token "
-                         f"({PACK_TOKENS.strip()} and space)")
+        raise UsageError(f"-s '{spec}': {', '.join(repr(c) for c in bad)} is not avro, json, protobuf or a "
+                         f"pack-format token ({PACK_TOKENS.strip()} and space)")
 
 
 def unpack(fmt: str, data: bytes, what: str) -> bytes:
@@ -128,6 +127,10 @@ class RecordDecoder:
                                            timeout_s=10.0)
             if "avro" in serdes.values():
                 _fastavro()  # (missing: one line now, not at the first record)
+            if "protobuf" in serdes.values():
+                from klog.client.protobuf_codec import _modules
+
+                _modules()
 
     def decode(self, r: Record) -> DecodedRecord:
         if isinstance(r, DecodedRecord):
@@ -146,7 +149,7 @@ class RecordDecoder:
                     setattr(out, f"{field}_json", True)
                 else:
                     text = unpack(fmt, data, field)
-            except (ValueError, DecodeError) as e:
+            except (ValueError, DecodeError, ProtobufCodecError) as e:
                 raise DecodeError(f"cannot decode the {field} of {r.topic}-{r.partition} offset {r.offset} as "
                                   f"{fmt}: {e} (read past it with -p {r.partition} -o {r.offset + 1}, or without "
                                   f"-s {field}=...)") from None
@@ -203,10 +206,13 @@ class RecordDecoder:
             raise DecodeError(f"schema {schema_id}: {e}") from None
         kind = (found.get("schemaType") or "AVRO").lower()
         if kind != fmt:
-            hint = f": use -s {kind}" if kind in REGISTRY_FORMATS else ", which klog does not decode yet"
-            raise DecodeError(f"written with schema {schema_id}, a {kind.upper()} schema{hint}")
+            raise DecodeError(f"written with schema {schema_id}, a {kind.upper()} schema: use -s {kind}")
         if fmt == "json":
             return _json_text
+        if fmt == "protobuf":
+            from klog.client.protobuf_codec import reader
+
+            return reader(self.registry, schema_id)
         return self._avro_reader(schema_id, found)
 
     def _avro_reader(self, schema_id: int, found: dict) -> Callable[[bytes], bytes]:

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import quote
 
 from klog.client.deserializers import FIELDS, MAGIC, REGISTRY_FORMATS, _fastavro
+from klog.client.protobuf_codec import ProtobufCodecError
 from klog.errors import KlogError, UsageError
 
 
@@ -38,7 +39,7 @@ def parse_encodings(specs: list[str]) -> dict[str, str]:
         if not sep or field not in FIELDS:
             fmt = spec
         if fmt not in REGISTRY_FORMATS:
-            raise UsageError(f"-s '{spec}': produce encodes avro or json (Schema Registry framing)")
+            raise UsageError(f"-s '{spec}': produce encodes avro, json or protobuf (Schema Registry framing)")
         for f in fields:
             out[f] = fmt
     return out
@@ -79,14 +80,28 @@ class RecordEncoder:
         self.topic = topic
         if "avro" in encodings.values():
             _fastavro()
-        # one schema per field, settled before the first record (a bad schema: nothing written)
+        # a schema per field, settled before the first record (a bad schema: nothing written); but a bare
+        # `-s avro` names keys too, and input without keys needs no key schema: the key's latest is asked for
+        # at the first key
+        self._schemas = schemas or {}
         self._encode: dict[str, Callable[[bytes], bytes]] = {
-            field: self._encoder(field, fmt, (schemas or {}).get(field, "latest")) for field, fmt in encodings.items()}
+            field: self._encoder(field, fmt, self._schemas.get(field, "latest")) for field, fmt in encodings.items()
+            if field == "value" or field in self._schemas}
 
     def encode(self, field: str, data: bytes | None) -> bytes | None:
         """`data` (JSON text) in the field's schema, framed; None (a null key, a tombstone) stays None."""
+        if data is None or field not in self.encodings:
+            return data
         encode = self._encode.get(field)
-        return data if encode is None or data is None else encode(data)
+        if encode is None:
+            try:
+                encode = self._encode[field] = self._encoder(field, self.encodings[field], "latest")
+            except KlogError as e:
+                raise EncodeError(f"has no schema: {e}") from None
+        try:
+            return encode(data)
+        except ProtobufCodecError as e:
+            raise EncodeError(str(e)) from None
 
     def _encoder(self, field: str, fmt: str, what: str) -> Callable[[bytes], bytes]:
         from klog.protocol.registry_client import RegistryAnswerError
@@ -96,8 +111,8 @@ class RecordEncoder:
         try:
             if what.startswith("text:"):
                 body: dict[str, Any] = {"schema": what[5:]}
-                if fmt == "json":
-                    body["schemaType"] = "JSON"
+                if fmt != "avro":
+                    body["schemaType"] = fmt.upper()
                 schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
                 text = what[5:]
             elif what.startswith("id:"):
@@ -118,6 +133,10 @@ class RecordEncoder:
             raise KlogError(f"the {field} schema for {subject}: the Schema Registry's answer is not one its API "
                             f"gives ({type(e).__name__}: {e})") from None
         header = bytes([MAGIC]) + struct.pack(">I", schema_id)
+        if fmt == "protobuf":
+            from klog.client.protobuf_codec import encoder
+
+            return encoder(self.registry, schema_id, header)
         return _avro_encoder(text, header, schema_id) if fmt == "avro" else _json_encoder(text, header, schema_id)
 
     @staticmethod
