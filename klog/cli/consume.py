@@ -10,11 +10,11 @@ from klog.cli.app import DataDirOpt
 from klog.cli.output import FORMAT_HELP
 from klog.cli.ranges import CountOpt, OffsetOpt, PartitionOpt, SinceOpt, TailOpt, UntilOpt
 
-# (klog.client.deserializers.SERDES_HELP, kept here: the help must not import the client)
-SERDES_OPTION_HELP = ("Decode keys and/or values for printing, as kcat's -s: [key=|value=]FORMAT, FORMAT avro or "
-                      "json (Confluent's Schema Registry framing, schemas from -r) or a kcat pack-format of < > b B "
-                      "h H i I q Q c s $ and spaces ('>q', '>i s'). Avro prints as Avro's JSON encoding; --json "
-                      "embeds it with key_schema_id / value_schema_id.")
+SERDES_OPTION_HELP = ("Decode keys and/or values for printing, as kcat's -s: [key=|value=]FORMAT, FORMAT avro, "
+                      "json or protobuf (Confluent's Schema Registry framing, schemas from -r) or a kcat "
+                      "pack-format of < > b B h H i I q Q c s $ and spaces ('>q', '>i s'). Avro prints as Avro's "
+                      "JSON encoding, Protobuf as its JSON mapping; --json embeds it with key_schema_id / "
+                      "value_schema_id.")
 CONSUME_HELP = (
     "Read records: from the start to the current end, then exit (-f: keep following).\n\n"
     "Records of several partitions are merged in timestamp order; each partition keeps its order. On a pipe "

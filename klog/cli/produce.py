@@ -61,10 +61,11 @@ def register(app: typer.Typer) -> None:
         = None,
         serdes: Annotated[list[str] | None, typer.Option(
             "--serdes", "-s", help="Encode keys and/or values in Confluent's Schema Registry framing, as "
-            "confluent-kafka's serializers do: [key=|value=]avro|json. The input is Avro's JSON encoding (what "
-            "consume -s prints) or JSON, in the --schema given or the subject's latest.")] = None,
+            "confluent-kafka's serializers do: [key=|value=]avro|json|protobuf. The input is what consume -s "
+            "prints (Avro's JSON encoding, JSON, Protobuf's JSON mapping), in the --schema given or the subject's "
+            "latest.")] = None,
         schema: Annotated[list[str] | None, typer.Option(
-            "--schema", help="With -s: [key=|value=]FILE (an Avro or JSON schema, registered under TOPIC-key / "
+            "--schema", help="With -s: [key=|value=]FILE (an Avro, JSON or .proto schema, registered under TOPIC-key / "
             "TOPIC-value as the serializers' auto.register.schemas does), id:N, or latest (the default).")] = None,
         registry: Annotated[str | None, typer.Option(
             "--registry", "-r", envvar="KLOG_SCHEMA_REGISTRY_URL",

@@ -52,20 +52,25 @@ class DecodedRecord(Record):
         self.key_schema_id = self.value_schema_id = None
 
 
-def parse_serdes(specs: list[str]) -> dict[str, str]:
-    """kcat's -s arguments ([key=|value=]FORMAT, later ones win) as {field: format}; UsageError naming a
-    bad one."""
+def parse_serdes(specs: list[str], check: Callable[[str, str], None] | None = None) -> dict[str, str]:
+    """kcat's -s arguments ([key=|value=]FORMAT, later ones win; no field: both) as {field: format};
+    `check(format, spec)` raises UsageError for a format the command does not take (by default a
+    registry format or a kcat pack-format)."""
     out: dict[str, str] = {}
     for spec in specs:
         field, sep, fmt = spec.partition("=")
         fields: tuple[str, ...] = (field,) if sep and field in FIELDS else FIELDS
         if not sep or field not in FIELDS:
             fmt = spec
-        if fmt not in REGISTRY_FORMATS:
-            _check_pack(fmt, spec)
+        (check or _check_format)(fmt, spec)
         for f in fields:
             out[f] = fmt
     return out
+
+
+def _check_format(fmt: str, spec: str) -> None:
+    if fmt not in REGISTRY_FORMATS:
+        _check_pack(fmt, spec)
 
 
 def _check_pack(fmt: str, spec: str) -> None:

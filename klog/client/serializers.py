@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from klog.client.deserializers import FIELDS, MAGIC, REGISTRY_FORMATS, _fastavro
+from klog.client.deserializers import FIELDS, MAGIC, REGISTRY_FORMATS, _fastavro, parse_serdes
 from klog.client.protobuf_codec import ProtobufCodecError
 from klog.errors import KlogError, UsageError
 
@@ -31,18 +31,12 @@ class EncodeError(KlogError):
 
 
 def parse_encodings(specs: list[str]) -> dict[str, str]:
-    """produce's -s ([key=|value=]avro|json) as {field: format}; UsageError naming a bad one."""
-    out: dict[str, str] = {}
-    for spec in specs:
-        field, sep, fmt = spec.partition("=")
-        fields: tuple[str, ...] = (field,) if sep and field in FIELDS else FIELDS
-        if not sep or field not in FIELDS:
-            fmt = spec
+    """produce's -s ([key=|value=]avro|json|protobuf) as {field: format}; UsageError naming a bad one."""
+    def registry_only(fmt: str, spec: str) -> None:
         if fmt not in REGISTRY_FORMATS:
             raise UsageError(f"-s '{spec}': produce encodes avro, json or protobuf (Schema Registry framing)")
-        for f in fields:
-            out[f] = fmt
-    return out
+
+    return parse_serdes(specs, registry_only)
 
 
 def parse_schema_options(specs: list[str], encodings: dict[str, str]) -> dict[str, str]:

@@ -157,9 +157,8 @@ def test_a_group_member_decodes_and_a_bad_record_stays_uncommitted(cli, data_dir
 
 @pytest.mark.parametrize(("args", "message"), [
     (["-s", "avro"], "-s avro needs the Schema Registry's URL: give -r URL"),
-    (["-s", "value=xml"], "-s 'value=xml': 'l', 'm', 'x' is not avro, json or a pack-format token"),
+    (["-s", "value=xml"], "-s 'value=xml': 'l', 'm', 'x' is not avro, json, protobuf or a pack-format token"),
     (["-s", "key="], "-s 'key=': give a format"),
-    (["-s", "protobuf", "-r", "http://127.0.0.1:1"], "-s protobuf: klog does not decode Protobuf yet"),
     (["-r", "http://127.0.0.1:1"], "-r names the Schema Registry for -s avro/json: give -s too"),
     (["-s", "avro", "-r", "http://127.0.0.1:1", "--json", "--txn-fields"], "--txn-fields prints records as stored"),
 ])

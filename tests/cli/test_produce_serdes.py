@@ -100,7 +100,7 @@ def test_an_avro_line_that_does_not_fit_is_named(cli, data_dir, registry_url, tm
 
 @pytest.mark.parametrize(("args", "message"), [
     (["-s", "avro"], "-s avro needs the Schema Registry's URL: give -r URL"),
-    (["-s", "value=>q", "-r", "http://127.0.0.1:1"], "produce encodes avro or json"),
+    (["-s", "value=>q", "-r", "http://127.0.0.1:1"], "produce encodes avro, json or protobuf"),
     (["--schema", "x.avsc"], "--schema says which schema -s encodes with: give -s too"),
     (["-s", "value=avro", "--schema", "key=latest", "-r", "http://127.0.0.1:1"], "give -s key=avro|json for the key"),
     (["-s", "avro", "--schema", "/no/such.avsc", "-r", "http://127.0.0.1:1"], "cannot read /no/such.avsc"),
