@@ -377,9 +377,35 @@ class Layout:
     converters: tuple[tuple[str, Callable[[Any], Any]], ...]
 
 
-def _written_row(row: Schema | None, postgres: bool, kept: Callable[[str], bool]) -> tuple[Schema | None, tuple]:
+# the column types whose values the sink rewrites into another form (an interval's text, a bit string, hstore's
+# and an array's text): written so only into a column of that type
+REWRITTEN = ("interval", "bit", "hstore", "range", "array")
+
+
+def _family(column: str) -> str:
+    """A column type as its kind: bit(3) and bit varying are bit, text[] an array, int4range a range."""
+    base = column.split("(")[0].strip().rsplit(".", 1)[-1]
+    if column.endswith("[]"):
+        return "array"
+    return next((kind for kind in REWRITTEN if base.startswith(kind) or base.endswith(kind)), base)
+
+
+def _column_takes(f: Schema, existing: str | None) -> bool:
+    """Whether the field's column takes the value as Debezium's dialect rewrites it for the column it creates:
+    yes when there is no such column yet; no when it exists as another type (the Connect type's: bigint,
+    bytea, text, as an earlier klog created it): the value is written there as that type's, not, say, an
+    interval's text into a bigint (refused) or a bit string into a bytea (its characters as bytes)."""
+    if existing is None:
+        return True
+    kind = _family(pg_column_type(f) or "")
+    return kind not in REWRITTEN or _family(existing) == kind
+
+
+def _written_row(row: Schema | None, postgres: bool, kept: Callable[[str], bool],
+                 existing: Callable[[str], str | None]) -> tuple[Schema | None, tuple]:
     """The row schema with Debezium's temporal fields as Connect's logical types, the fields of its
-    PostgreSQL dialect's own types as it writes them there (pg_column_type), and their converters; a
+    PostgreSQL dialect's own types as it writes them there (pg_column_type) unless their existing column
+    is of another type (existing: a field's column's type, None: no such column), and their converters; a
     geometry (PostGIS) fails the record."""
     if not row or row.get("type") != "struct":
         return row, ()
@@ -392,7 +418,7 @@ def _written_row(row: Schema | None, postgres: bool, kept: Callable[[str], bool]
                             "(Debezium's writes them into PostGIS types); leave it out with field.exclude.list")
         if name in SEMANTIC_TYPES:
             kind, name, value_of, default_of = SEMANTIC_TYPES[name]
-        elif postgres and (rewrite := _pg_rewrite(f)) is not None:
+        elif postgres and (rewrite := _pg_rewrite(f)) is not None and _column_takes(f, existing(f["field"])):
             kind, value_of, default_of = rewrite
         elif name == ZONED_TIMESTAMP:
             kind, value_of, default_of = None, _zoned_timestamp_utc, _zoned_timestamp_utc
@@ -418,19 +444,24 @@ class ChangeEvents:
         self.truncate = TRUNCATE if truncate_enabled else SKIP
         self.postgres = postgres  # the fields of Debezium's PostgreSQL dialect's own types written as it does
         self.keep_field = keep_field
-        # (value schema id, topic) -> its Layout: the same row schema object for every event of a table (the
-        # writer's statement plans key on it), the schema read once
-        self.layouts: dict[tuple[int, str], Layout] = {}
+        # (value schema id, topic, table) -> its Layout: the same row schema object for every event of a table
+        # (the writer's statement plans key on it), the schema read once
+        self.layouts: dict[tuple[int, str, str], Layout] = {}
 
-    def __call__(self, r: ConnectRecord) -> tuple[str, ConnectRecord]:
+    def forget(self) -> None:
+        """The tables' columns may have changed (jdbc.SinkSettings.forget_classified): layouts read again."""
+        self.layouts.clear()
+
+    def __call__(self, r: ConnectRecord, table: str = "",
+                 existing_type: Callable[[str, str], str | None] | None = None) -> tuple[str, ConnectRecord]:
         schema = r.value_schema
         if r.value is None:
             return self.delete, r  # a tombstone, or a delete a transform flattened
         if schema is None or type(r.value) is not dict:
             return ROW, r
-        layout = self.layouts.get((id(schema), r.topic))
+        layout = self.layouts.get((id(schema), r.topic, table))
         if layout is None or layout.schema is not schema:
-            layout = self._layout(r)
+            layout = self._layout(r, table, existing_type)
         if layout.envelope:
             op = r.value.get("op")
             if op == "d":
@@ -449,18 +480,20 @@ class ChangeEvents:
         return ROW, ConnectRecord(r.topic, r.kafka_partition, r.key_schema, r.key, layout.row_schema, row, r.timestamp,
                                   r.headers, kafka_offset=r.kafka_offset, raw=r.raw)
 
-    def _layout(self, r: ConnectRecord) -> Layout:
+    def _layout(self, r: ConnectRecord, table: str, existing_type: Callable[[str, str], str | None] | None) -> Layout:
         schema = r.value_schema
         if SCHEMA_CHANGE in (schema.get("name") or ""):
             raise DataError("Schema change records are not supported by JDBC connector. Adjust `topics` or "
                             "`topics.regex` to exclude schema change topic.")
         envelope = is_change_event(r)
         keep = self.keep_field
-        row_schema, converters = _written_row(fields_by_name(schema).get("after") if envelope else schema,
-                                              self.postgres, lambda field: keep is None or keep(r.topic, field))
+        row_schema, converters = _written_row(
+            fields_by_name(schema).get("after") if envelope else schema, self.postgres,
+            lambda field: keep is None or keep(r.topic, field),
+            lambda field: None if existing_type is None else existing_type(table, field))
         if len(self.layouts) >= 1024:
             self.layouts.clear()
-        layout = self.layouts[(id(schema), r.topic)] = Layout(schema, envelope, row_schema, converters)
+        layout = self.layouts[(id(schema), r.topic, table)] = Layout(schema, envelope, row_schema, converters)
         return layout
 
 
@@ -531,6 +564,8 @@ def settings_from_debezium(props: dict[str, str]) -> SinkSettings:
     name_format = _given(props, c, "collection.name.format", "table.name.format")
     evolve = c["schema.evolution"] == "basic"
     keep_field = field_filter(c["field.include.list"], c["field.exclude.list"])
+    events = ChangeEvents(c["delete.enabled"], c["truncate.enabled"], c["connection.url"].startswith(
+        "jdbc:postgresql:"), keep_field)
     return SinkSettings(
         url=c["connection.url"], user=c["connection.username"], password=c["connection.password"],
         insert_mode=c["insert.mode"], pk_mode=c["primary.key.mode"],
@@ -539,8 +574,7 @@ def settings_from_debezium(props: dict[str, str]) -> SinkSettings:
         max_retries=c["flush.max.retries"], retry_backoff_ms=c["flush.retry.delay.ms"],
         offsets_table=c["exactly.once.offsets.table"],
         table_name=table_namer(name_format), tables_by_topic="${source." not in name_format,
-        classify=ChangeEvents(c["delete.enabled"], c["truncate.enabled"], c["connection.url"].startswith(
-            "jdbc:postgresql:"), keep_field), keep_field=keep_field, column_type=column_type,
+        classify=events, forget_classified=events.forget, keep_field=keep_field, column_type=column_type,
         batch_size=c["batch.size"], reduce_by_key=c["use.reduction.buffer"],
         fold_unquoted=not c["quote.identifiers"],
         create_refused="schema evolution is disabled (schema.evolution=none)",

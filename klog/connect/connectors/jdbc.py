@@ -26,6 +26,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -280,6 +281,11 @@ class Dialect:
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         raise NotImplementedError
 
+    def column_types(self, cur, table: str) -> dict[str, str]:  # noqa: ANN001
+        """Each existing column of `table` (as the database keeps its name) and its declared type, as the
+        database writes it; empty when there is no such table (SQLite: none, its columns take any value)."""
+        return {}
+
     def lock_ddl(self, cur, table: str) -> None:  # noqa: ANN001
         """Hold, until the transaction ends, the right to create or alter `table` (other tasks wait)."""
         # SQLite: its one writer at a time already serializes DDL
@@ -418,6 +424,11 @@ class PostgresDialect(Dialect):
         cols = {r[0] for r in cur.fetchall()}
         return cols or None
 
+    def column_types(self, cur, table: str) -> dict[str, str]:  # noqa: ANN001
+        cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                    "to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (self.table(table),))
+        return dict(cur.fetchall())
+
 
 class SqliteDialect(Dialect):
     types = {"int8": "INTEGER", "int16": "INTEGER", "int32": "INTEGER", "int64": "INTEGER", "float32": "REAL",
@@ -542,9 +553,12 @@ class SinkSettings:
     # the record's table (None: the record is skipped); tables_by_topic: it depends on the topic alone
     table_name: Callable[[ConnectRecord], str | None]
     tables_by_topic: bool = True
-    # a record as a change: (ROW | DELETE | TRUNCATE | SKIP, the record whose value is the row); None: a
-    # null value is a delete (Confluent's tombstone), any other the row
-    classify: Callable[[ConnectRecord], tuple[str, ConnectRecord]] | None = None
+    # a record as a change: (ROW | DELETE | TRUNCATE | SKIP, the record whose value is the row), given the
+    # record's table and a lookup of its existing columns' types ((table, field name) -> the column's declared
+    # type, None: no such column); None: a null value is a delete (Confluent's tombstone), any other the row
+    classify: Callable[[ConnectRecord, str, Callable[[str, str], str | None]], tuple[str, ConnectRecord]] | None \
+        = None
+    forget_classified: Callable[[], None] | None = None  # what classify learnt of the tables is stale
     keep_field: Callable[[str, str], bool] | None = None  # (topic, field): written as a column?
     # (dialect, field schema) -> the column type a created or added column gets (None: the Connect type's)
     column_type: Callable[[Dialect, Schema], str | None] | None = None
@@ -579,6 +593,7 @@ class JdbcSinkTask(SinkTask):
         self.offsets_table = self.c.offsets_table
         self.tables: dict[str, str] = {}  # topic -> its table, when the topic alone decides it
         self.columns: dict[str, set[str]] = {}  # table → its columns, as last seen
+        self.column_types: dict[str, dict[str, str]] = {}  # table -> its columns' declared types (_existing_type)
         self.statements: dict[tuple, tuple] = {}  # (table, columns, key columns) -> its INSERT statement
         # (topic, id of value schema, id of key schema) -> (value schema, key schema, table, statement, params of
         # a record): see _plan
@@ -686,12 +701,24 @@ class JdbcSinkTask(SinkTask):
         """After a rolled back transaction: the tables it created or widened may not exist (PostgreSQL's
         DDL is transactional), so the columns are read again."""
         self.columns.clear()
+        self.column_types.clear()
+        if self.c.forget_classified is not None:
+            self.c.forget_classified()
+
+    def _existing_type(self, cur, table: str, field: str) -> str | None:  # noqa: ANN001
+        """The declared type of the column `field` of `table` (None: no such column or table), read once
+        per table until the layouts are forgotten."""
+        types = self.column_types.get(table)
+        if types is None:
+            types = self.column_types[table] = self.dialect.column_types(cur, table)
+        return types.get(self.dialect.name(field))
 
     def _write(self, cur, records: list[ConnectRecord], done: dict[TP, int] | None = None) -> None:  # noqa: ANN001
         ops: list[tuple | None] = []  # (statement shape, parameters) of each record, in order; None: superseded
         last_of_key: dict[tuple, int] | None = {} if self.c.reduce_by_key else None  # (table, key) -> its op
         next_offsets: dict[TP, int] = dict(done) if done else {}
         plans, columns, classify = self.plans, self.columns, self.c.classify
+        existing_type = partial(self._existing_type, cur)
         tables = self.tables if self.c.tables_by_topic else {}
         for r in records:
             next_offsets[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
@@ -703,7 +730,7 @@ class JdbcSinkTask(SinkTask):
                         continue
                 op = None
                 if classify is not None:
-                    action, r = classify(r)
+                    action, r = classify(r, table, existing_type)
                     if action == SKIP:
                         continue
                     if action == TRUNCATE:
