@@ -670,7 +670,6 @@ class JdbcSinkTask(SinkTask):
     def put(self, records: list[ConnectRecord]) -> None:
         if not records:
             return
-        self.reported.clear()
         try:
             self._with_retries(self._write, records)
         except self.dialect.errors() as e:  # a statement the database refused (a lost link was retried above)
@@ -678,6 +677,9 @@ class JdbcSinkTask(SinkTask):
             self.context.warn(f"connector '{self.context.connector_name}': {str(e).strip()}: the batch of "
                               f"{len(records)} records written one by one to find the records at fault")
             self._write_each(records)
+        # their offsets are committed: forgotten only now, so a put() that failed (the database lost past
+        # flush.max.retries) and is retried with the same records (errors.retry.timeout) reports none twice
+        self.reported.clear()
 
     def _write_each(self, records: list[ConnectRecord]) -> None:
         """Confluent's unrollAndRetry: each record in its own transaction (its row with its offset, so
