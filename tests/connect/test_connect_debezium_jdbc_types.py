@@ -277,3 +277,29 @@ def test_an_existing_column_of_the_connect_type_gets_the_connect_types_value(pg_
                         "atttypmod) FROM legacy, pg_attribute WHERE attrelid = 'legacy'::regclass AND attname = 'late'")
     words = '["a","b\\"c\\\\","{,}","NULL","",null]'
     assert got == [(90_061_500_000, "05", '{"a":"1","q\\"uote":null}', words, "[1,5)", "110", "bit(3)")]
+
+
+FLAT_TYPED = {**ROW_SCHEMA, "fields": [f for f in TYPED_FIELDS if f["field"] in ("id", "words", "tags", "clock")]}
+
+
+@pytest.mark.slow
+def test_a_flat_row_whose_converted_fields_keep_their_schema_is_converted(pg_db):
+    """A flat row (ExtractNewRecordState's) whose only fields to convert keep their schema (an array, a map,
+    a ZonedTime: no type changes) is converted all the same: the array as PostgreSQL's array text, the map
+    as hstore's. The sink wrote such a row as it came (its schema unchanged), the list and the map as JSON
+    text, which text[] and hstore refused: every such record failed."""
+    pg_db.execute("CREATE EXTENSION IF NOT EXISTS hstore")
+    sink = Sink(pg_db.jdbc_url, {**DEBEZIUM, "connection.username": pg_db.user, "collection.name.format": "flat"})
+    sink.put((1, FLAT_TYPED, {n: TYPED_ROW[n] for n in ("id", "words", "tags", "clock")}))
+    assert sink.reported == []
+    assert pg_db.execute("SELECT words, tags -> 'a', clock::text FROM flat") == [
+        (TYPED_ROW["words"], "1", "10:15:30.5+02")]
+
+
+def test_a_flat_zoned_timestamp_alone_is_written_as_its_utc_instant(tmp_path):
+    """SQLite: a flat row whose one converted field is a ZonedTimestamp (its schema unchanged) is written as
+    its instant in UTC, as in an envelope; it was written as the text it came as."""
+    schema = {**ROW_SCHEMA, "fields": [TYPED_FIELDS[0], field("seen", "string", "io.debezium.time.ZonedTimestamp")]}
+    sink = Sink(str(tmp_path / "out.db"), DEBEZIUM)
+    sink.put((1, schema, {"id": 1, "seen": "2024-03-01T10:00:00.5+02:00"}))
+    assert sink.reported == [] and sink.rows("shop_public_items") == [(1, "2024-03-01T08:00:00.500000+00:00")]

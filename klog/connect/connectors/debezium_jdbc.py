@@ -471,8 +471,8 @@ class ChangeEvents:
             row = r.value.get("after")
             if op not in ("c", "r", "u") or row is None:
                 return SKIP, r  # a logical decoding message (op m) has no row
-        elif layout.row_schema is schema:
-            return ROW, r  # a flat row written as it is
+        elif layout.row_schema is schema and not layout.converters:
+            return ROW, r  # a flat row written as it is (a value converted under the same schema is not)
         else:
             row = r.value
         if layout.converters:
