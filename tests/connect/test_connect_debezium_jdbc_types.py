@@ -303,3 +303,15 @@ def test_a_flat_zoned_timestamp_alone_is_written_as_its_utc_instant(tmp_path):
     sink = Sink(str(tmp_path / "out.db"), DEBEZIUM)
     sink.put((1, schema, {"id": 1, "seen": "2024-03-01T10:00:00.5+02:00"}))
     assert sink.reported == [] and sink.rows("shop_public_items") == [(1, "2024-03-01T08:00:00.500000+00:00")]
+
+
+def test_a_zoned_timestamp_finer_than_microseconds_is_rounded_not_cut(tmp_path):
+    """Oracle's and SQL Server's ZonedTimestamps carry up to 9 fractional digits: rounded half up to the
+    microsecond (a carry into the next second), as pgjdbc binds Debezium's and PostgreSQL reads the text;
+    Python's fromisoformat cut them (.123456789 as .123456, .9999996 as .999999)."""
+    schema = {**ROW_SCHEMA, "fields": [TYPED_FIELDS[0], field("seen", "string", "io.debezium.time.ZonedTimestamp")]}
+    sink = Sink(str(tmp_path / "out.db"), DEBEZIUM)
+    sink.put((1, schema, {"id": 1, "seen": "2024-03-01T10:59:59.9999996+02:00"}),
+             (2, schema, {"id": 2, "seen": "2024-03-01T10:00:00.123456789Z"}))
+    assert sink.reported == [] and sink.rows("shop_public_items") == [
+        (1, "2024-03-01T09:00:00+00:00"), (2, "2024-03-01T10:00:00.123457+00:00")]

@@ -289,15 +289,29 @@ def _bits_length(schema: Schema) -> int:
         raise DataError(f"field {schema.get('field')!r} of type {BITS} has no length parameter") from None
 
 
+FINER_THAN_MICROS = re.compile(r"\.(\d{7,})")
+
+
+def _instant(text: str) -> dt.datetime:
+    """ISO text with its offset as a datetime; a fraction finer than microseconds (ZonedTimestamp's nanoseconds
+    from Oracle or SQL Server) rounded half up to them, as pgjdbc binds Debezium's (fromisoformat cuts it)."""
+    finer = FINER_THAN_MICROS.search(text)
+    if finer is None:
+        return dt.datetime.fromisoformat(text)
+    nanos = int(finer.group(1)[:9].ljust(9, "0"))
+    whole = dt.datetime.fromisoformat(text[:finer.start()] + text[finer.end():])
+    return whole + dt.timedelta(microseconds=(nanos + 500) // 1000)
+
+
 def _zoned_timestamp(text: str) -> Any:
     """ZonedTimestamp's ISO text with its offset as the instant a timestamptz holds (PostgreSQL's
     infinity and -infinity as they are)."""
-    return text if text in ("infinity", "-infinity") else dt.datetime.fromisoformat(text)
+    return text if text in ("infinity", "-infinity") else _instant(text)
 
 
 def _zoned_timestamp_utc(text: str) -> str:
     """ZonedTimestamp in a database without timestamptz (SQLite): ISO text in UTC, with its offset."""
-    return dt.datetime.fromisoformat(text).astimezone(dt.UTC).isoformat()
+    return _instant(text).astimezone(dt.UTC).isoformat()
 
 
 def _zoned_time(text: str) -> str:
