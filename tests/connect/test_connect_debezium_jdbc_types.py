@@ -12,7 +12,8 @@ import sqlite3
 
 import pytest
 
-from tests.connect.test_connect_jdbc_hostile import DEBEZIUM, ROW_SCHEMA, Sink, change
+from klog.connect.data import ConnectRecord
+from tests.connect.test_connect_jdbc_hostile import DEBEZIUM, ROW_SCHEMA, TOPIC, Sink, change
 
 SOURCE_TYPE = "__debezium.source.column.type"
 
@@ -315,3 +316,30 @@ def test_a_zoned_timestamp_finer_than_microseconds_is_rounded_not_cut(tmp_path):
              (2, schema, {"id": 2, "seen": "2024-03-01T10:00:00.123456789Z"}))
     assert sink.reported == [] and sink.rows("shop_public_items") == [
         (1, "2024-03-01T09:00:00+00:00"), (2, "2024-03-01T10:00:00.123457+00:00")]
+
+
+
+DAY_KEY = {"type": "struct", "optional": False, "name": "shop.public.items.Key",
+           "fields": [{**field("day", "int32", "io.debezium.time.Date"), "optional": False}]}
+DAY_ROW = {**ROW_SCHEMA, "fields": [*DAY_KEY["fields"], {"type": "string", "optional": True, "field": "name"}]}
+
+
+def _by_day(offset: int, day: int, name: str | None) -> ConnectRecord:
+    return ConnectRecord(TOPIC, 0, DAY_KEY, {"day": day}, DAY_ROW,
+                         None if name is None else {"day": day, "name": name}, kafka_offset=offset)
+
+
+@pytest.mark.slow
+def test_a_key_of_a_debezium_type_is_written_as_the_values_are(pg_db):
+    """A date primary key (io.debezium.time.Date in the record key, as Debezium's sources write a date
+    column's) is a date column holding the date, upserted and deleted (a tombstone) by it, as Debezium's sink
+    types key fields by their schemas; it was an integer column of epoch days (the key's fields were written
+    as they came, only the value's converted). A table an earlier klog created so keeps its integers."""
+    pg_db.execute("CREATE TABLE old_days (day integer PRIMARY KEY, name text)")
+    for table in ("days", "old_days"):
+        sink = Sink(pg_db.jdbc_url, {**DEBEZIUM, "connection.username": pg_db.user, "collection.name.format": table})
+        sink.task.put([_by_day(0, 19783, "a"), _by_day(1, 19784, "b"), _by_day(2, 19783, "c"),
+                       _by_day(3, 19784, None)])
+        assert sink.reported == []
+    assert pg_db.execute("SELECT day, name, pg_typeof(day)::text FROM days") == [(dt.date(2024, 3, 1), "c", "date")]
+    assert pg_db.execute("SELECT day, name FROM old_days") == [(19783, "c")]

@@ -391,36 +391,56 @@ class Layout:
     converters: tuple[tuple[str, Callable[[Any], Any]], ...]
 
 
-# the column types whose values the sink rewrites into another form (an interval's text, a bit string, hstore's
-# and an array's text): written so only into a column of that type
-REWRITTEN = ("interval", "bit", "hstore", "range", "array")
+# the columns the sink creates for Connect's logical types (Dialect.sql_type), by kind (_kind)
+LOGICAL_COLUMNS = {DATE: "date", TIME: "time", TIMESTAMP: "timestamp", DECIMAL: "numeric"}
+SAME_KIND = {"timestamptz": "timestamp", "timetz": "time", "varbit": "bit"}
 
 
-def _family(column: str) -> str:
-    """A column type as its kind: bit(3) and bit varying are bit, text[] an array, int4range a range."""
-    base = column.split("(")[0].strip().rsplit(".", 1)[-1]
+def _kind(column: str) -> str:
+    """A column type as its kind, the sink's (pg_column_type) and an existing column's (format_type) alike:
+    bit(3) and bit varying are bit, text[] an array, int4range a range, timestamptz(3) and timestamp without
+    time zone a timestamp, numeric(10,2) numeric."""
     if column.endswith("[]"):
         return "array"
-    return next((kind for kind in REWRITTEN if base.startswith(kind) or base.endswith(kind)), base)
+    word = (column.split("(")[0].split() or [""])[0].rsplit(".", 1)[-1]
+    return "range" if word.endswith("range") else SAME_KIND.get(word, word)
 
 
-def _column_takes(f: Schema, existing: str | None) -> bool:
-    """Whether the field's column takes the value as Debezium's dialect rewrites it for the column it creates:
-    yes when there is no such column yet; no when it exists as another type (the Connect type's: bigint,
-    bytea, text, as an earlier klog created it): the value is written there as that type's, not, say, an
-    interval's text into a bigint (refused) or a bit string into a bytea (its characters as bytes)."""
-    if existing is None:
-        return True
-    kind = _family(pg_column_type(f) or "")
-    return kind not in REWRITTEN or _family(existing) == kind
+def _rewrite(f: Schema, postgres: bool) -> tuple[str, str | None, str, Callable | None, Callable] | None:
+    """How the sink writes a field of a Debezium type: (the kind of column it creates, the Connect type and
+    name written, the value's converter, the default's: None drops it); None: as it comes."""
+    name = f.get("name") or ""
+    if name in SEMANTIC_TYPES:
+        kind, logical, value_of, default_of = SEMANTIC_TYPES[name]
+        return LOGICAL_COLUMNS[logical], kind, logical, value_of, default_of
+    if postgres and (rewrite := _pg_rewrite(f)) is not None:
+        kind, value_of, default_of = rewrite
+        return _kind(pg_column_type(f) or ""), kind, name, value_of, default_of
+    if name == ZONED_TIMESTAMP:
+        return "text", None, name, _zoned_timestamp_utc, _zoned_timestamp_utc
+    return None
+
+
+def _of_the_connect_type(f: Schema, column: str | None, kind: str) -> bool:
+    """Whether an existing column is of the kind the field's Connect type creates (PostgreSQL's, as
+    Dialect.sql_type) and not of the kind the sink creates for its Debezium type."""
+    if column is None:
+        return False
+    existing = _kind(column)
+    return existing != kind and existing == _kind(PostgresDialect.types.get(f.get("type"), "TEXT").lower())
 
 
 def _written_row(row: Schema | None, postgres: bool, kept: Callable[[str], bool],
                  existing: Callable[[str], str | None]) -> tuple[Schema | None, tuple]:
-    """The row schema with Debezium's temporal fields as Connect's logical types, the fields of its
-    PostgreSQL dialect's own types as it writes them there (pg_column_type) unless their existing column
-    is of another type (existing: a field's column's type, None: no such column), and their converters; a
-    geometry (PostGIS) fails the record."""
+    """The row schema (a value's or a key's) with Debezium's temporal fields as Connect's logical types, the
+    fields of its PostgreSQL dialect's own types as it writes them there (pg_column_type), and their
+    converters; a geometry (PostGIS) fails the record.
+
+    A field whose column exists as the column of its Connect type, not of the kind the sink creates for it
+    (existing: the declared type of a field's column, None: no such column), is left as it comes: a table
+    an earlier klog created has bigint for a MicroDuration, bytea for Bits, text for a map or an array,
+    integer for a date key, where an interval's text, a bit string, hstore's or an array's text, a date
+    would be refused or, a bit string into a bytea, stored as its characters."""
     if not row or row.get("type") != "struct":
         return row, ()
     converters = []
@@ -430,15 +450,11 @@ def _written_row(row: Schema | None, postgres: bool, kept: Callable[[str], bool]
         if name in GEOMETRIES and kept(f["field"]):
             raise DataError(f"field {f['field']!r} is a {name}: klog's Debezium JDBC sink does not write geometries "
                             "(Debezium's writes them into PostGIS types); leave it out with field.exclude.list")
-        if name in SEMANTIC_TYPES:
-            kind, name, value_of, default_of = SEMANTIC_TYPES[name]
-        elif postgres and (rewrite := _pg_rewrite(f)) is not None and _column_takes(f, existing(f["field"])):
-            kind, value_of, default_of = rewrite
-        elif name == ZONED_TIMESTAMP:
-            kind, value_of, default_of = None, _zoned_timestamp_utc, _zoned_timestamp_utc
-        else:
+        rewrite = _rewrite(f, postgres)
+        if rewrite is None or _of_the_connect_type(f, existing(f["field"]), rewrite[0]):
             fields.append(f)
             continue
+        _, kind, name, value_of, default_of = rewrite
         field = {k: v for k, v in f.items() if k not in ("fields", "default")}
         field.update(type=kind or f["type"], **({"name": name} if name else {}))
         if f.get("default") is not None and (default := default_of(f["default"])) is not None:
@@ -461,13 +477,20 @@ class ChangeEvents:
         # (value schema id, topic, table) -> its Layout: the same row schema object for every event of a table
         # (the writer's statement plans key on it), the schema read once
         self.layouts: dict[tuple[int, str, str], Layout] = {}
+        # (key schema id, table) -> (the key schema, as written, its converters): a struct key's, as a row's
+        self.key_layouts: dict[tuple[int, str], tuple[Schema, Schema, tuple]] = {}
+        self.plain_keys: dict[int, Schema] = {}  # key schemas without a field to convert, by id
 
     def forget(self) -> None:
         """The tables' columns may have changed (jdbc.SinkSettings.forget_classified): layouts read again."""
         self.layouts.clear()
+        self.key_layouts.clear()
 
     def __call__(self, r: ConnectRecord, table: str = "",
                  existing_type: Callable[[str, str], str | None] | None = None) -> tuple[str, ConnectRecord]:
+        key_schema = r.key_schema
+        if key_schema is not None and self.plain_keys.get(id(key_schema)) is not key_schema:
+            r = self._with_key(r, table, existing_type)
         schema = r.value_schema
         if r.value is None:
             return self.delete, r  # a tombstone, or a delete a transform flattened
@@ -493,6 +516,34 @@ class ChangeEvents:
             row = _converted(row, layout.converters, r)
         return ROW, ConnectRecord(r.topic, r.kafka_partition, r.key_schema, r.key, layout.row_schema, row, r.timestamp,
                                   r.headers, kafka_offset=r.kafka_offset, raw=r.raw)
+
+    def _with_key(self, r: ConnectRecord, table: str,
+                  existing_type: Callable[[str, str], str | None] | None) -> ConnectRecord:
+        """r with its struct key's Debezium types written as a row's (a date key a date column, a
+        MicroTimestamp key a timestamp: Debezium's sink types key fields by their schemas as value fields),
+        for its upserts and its deletes alike. PostgreSQL's only: SQLite's date column is an INTEGER, which
+        as the one key column is the rowid and takes no date's text."""
+        schema = r.key_schema
+        if type(r.key) is not dict:
+            return r
+        if not self.postgres or schema.get("type") != "struct" or \
+                not any(_rewrite(f, True) for f in schema.get("fields", [])):
+            if len(self.plain_keys) >= 1024:
+                self.plain_keys.clear()
+            self.plain_keys[id(schema)] = schema  # nothing to write otherwise, whatever the table
+            return r
+        cached = self.key_layouts.get((id(schema), table))
+        if cached is None or cached[0] is not schema:
+            written, converters = _written_row(
+                schema, self.postgres, lambda field: True,
+                lambda field: None if existing_type is None else existing_type(table, field))
+            if len(self.key_layouts) >= 1024:
+                self.key_layouts.clear()
+            cached = self.key_layouts[(id(schema), table)] = (schema, written, converters)
+        _, written, converters = cached
+        if written is schema and not converters:
+            return r
+        return r.new_record(key_schema=written, key=_converted(r.key, converters, r) if converters else r.key)
 
     def _layout(self, r: ConnectRecord, table: str, existing_type: Callable[[str, str], str | None] | None) -> Layout:
         schema = r.value_schema
