@@ -343,3 +343,16 @@ def test_a_key_of_a_debezium_type_is_written_as_the_values_are(pg_db):
         assert sink.reported == []
     assert pg_db.execute("SELECT day, name, pg_typeof(day)::text FROM days") == [(dt.date(2024, 3, 1), "c", "date")]
     assert pg_db.execute("SELECT day, name FROM old_days") == [(19783, "c")]
+
+
+def test_a_time_outside_one_day_is_refused_not_wrapped(tmp_path):
+    """MicroTime is microseconds since midnight, but MySQL's TIME runs to 838:59:59 and below zero:
+    100:00:00 was written as 04:00:00 and -00:00:01 as 23:59:59 (another time of day, silently). Now such a
+    record is refused naming the value (Debezium's sink fails on it too); PostgreSQL's 24:00:00 is kept."""
+    schema = {**ROW_SCHEMA, "fields": [TYPED_FIELDS[0], field("at", "int64", "io.debezium.time.MicroTime")]}
+    sink = Sink(str(tmp_path / "out.db"), DEBEZIUM)
+    sink.put(*[(k, schema, {"id": k, "at": at}) for k, at in ((1, 3_600_000_000), (2, 86_400_000_000),
+                                                               (3, 360_000_000_000), (4, -1_000_000))])
+    assert [(o, "is no time of day" in m) for o, m in sink.reported] == [(2, True), (3, True)]
+    assert "4 days, 4:00:00" in sink.reported[0][1] and "-1 day, 23:59:59" in sink.reported[1][1]
+    assert sink.rows("shop_public_items") == [(1, "01:00:00"), (2, "24:00:00")]

@@ -131,11 +131,26 @@ def _dropped(default: Any) -> None:
 # defaults: MicroTimestamp for timestamp, Date, MicroTime, VariableScaleDecimal for an unconstrained numeric) as
 # the Connect logical type whose column the sink creates, not an integer or a struct: name -> (Connect's type and
 # name, the value as the dialect binds it, a schema default in Connect's form)
+DAY_MICROS = 86_400_000_000
+
+
+def _time_of_day(us: int) -> dt.time | str:
+    """A Time's, MicroTime's or NanoTime's microseconds since midnight as the time of day; 24:00:00
+    (PostgreSQL's time takes it) as its text. Any other value outside one day (MySQL's TIME runs from
+    -838:59:59 to 838:59:59; Debezium's sink fails on it too) is no time of day: refused, not wrapped into
+    another one (100:00:00 written as 04:00:00, -00:00:01 as 23:59:59)."""
+    if 0 <= us < DAY_MICROS:
+        return (EPOCH + dt.timedelta(microseconds=us)).time()
+    if us == DAY_MICROS:
+        return "24:00:00"
+    raise ValueError(f"{dt.timedelta(microseconds=us)} is no time of day")
+
+
 SEMANTIC_TYPES: dict[str, tuple[str, str, Callable[[Any], Any], Callable[[Any], Any]]] = {
     "io.debezium.time.Date": ("int32", DATE, from_epoch_days, _same),
-    "io.debezium.time.Time": ("int32", TIME, lambda ms: from_epoch_millis(ms).time(), _same),
-    "io.debezium.time.MicroTime": ("int32", TIME, lambda us: _micros(us).time(), lambda us: us // 1000),
-    "io.debezium.time.NanoTime": ("int32", TIME, lambda ns: _micros(ns // 1000).time(), lambda ns: ns // 1_000_000),
+    "io.debezium.time.Time": ("int32", TIME, lambda ms: _time_of_day(ms * 1000), _same),
+    "io.debezium.time.MicroTime": ("int32", TIME, _time_of_day, lambda us: us // 1000),
+    "io.debezium.time.NanoTime": ("int32", TIME, lambda ns: _time_of_day(ns // 1000), lambda ns: ns // 1_000_000),
     "io.debezium.time.Timestamp": ("int64", TIMESTAMP, from_epoch_millis, _same),
     "io.debezium.time.MicroTimestamp": ("int64", TIMESTAMP, _micros, lambda us: us // 1000),
     "io.debezium.time.NanoTimestamp": ("int64", TIMESTAMP, lambda ns: _micros(ns // 1000), lambda ns: ns // 1_000_000),
