@@ -356,3 +356,18 @@ def test_a_time_outside_one_day_is_refused_not_wrapped(tmp_path):
     assert [(o, "is no time of day" in m) for o, m in sink.reported] == [(2, True), (3, True)]
     assert "4 days, 4:00:00" in sink.reported[0][1] and "-1 day, 23:59:59" in sink.reported[1][1]
     assert sink.rows("shop_public_items") == [(1, "01:00:00"), (2, "24:00:00")]
+
+
+def test_a_batch_unrolled_by_another_keys_failure_keeps_the_reduction(tmp_path):
+    """use.reduction.buffer=true: key 1's first change (refused by the database: NOT NULL) is superseded by
+    its second, so the batch writes only that; key 3's refusal fails the batch, which is written again record
+    by record. Key 1's dropped change was written then too, and went to the DLQ: what the DLQ got depended
+    on another key. Now the unrolled pass drops it as the batch did: only key 3 is reported; the offsets
+    cover all four."""
+    from tests.connect.test_connect_jdbc_hostile import REQUIRED
+
+    sink = Sink(str(tmp_path / "out.db"), {**DEBEZIUM, "use.reduction.buffer": "true"})
+    sink.put((1, REQUIRED, {"id": 1, "name": "a", "must": None}), (1, REQUIRED, {"id": 1, "name": "b", "must": "m"}),
+             (3, REQUIRED, {"id": 3, "name": "c", "must": None}), (4, REQUIRED, {"id": 4, "name": "d", "must": "m"}))
+    assert [o for o, _ in sink.reported] == [2] and "NOT NULL" in sink.reported[0][1]
+    assert sink.rows("shop_public_items") == [(1, "b", "m"), (4, "d", "m")] and sink.next_offset() == 4

@@ -600,6 +600,7 @@ class JdbcSinkTask(SinkTask):
         self.plans: dict[tuple, tuple] = {}
         self.sound_names: set[str] = set()  # column names identifier_problem passed (checked once each)
         self.reported: set[tuple] = set()  # (topic, partition, offset) of the records put() reported as errant
+        self.superseded: set[tuple] = set()  # (topic, partition, offset) of the records the reduction buffer dropped
         self.conn = None
         self._with_retries(self._ensure_offsets_table)
 
@@ -670,6 +671,7 @@ class JdbcSinkTask(SinkTask):
     def put(self, records: list[ConnectRecord]) -> None:
         if not records:
             return
+        self.superseded.clear()
         try:
             self._with_retries(self._write, records)
         except self.dialect.errors() as e:  # a statement the database refused (a lost link was retried above)
@@ -685,9 +687,14 @@ class JdbcSinkTask(SinkTask):
         """Confluent's unrollAndRetry: each record in its own transaction (its row with its offset, so
         exactly-once holds); one the database refuses goes to the errant record reporter, its offset
         stored with the next record's (without a reporter the task fails naming it; the records before
-        it are written, and a table dropped behind the sink's back is created again on the way)."""
+        it are written, and a table dropped behind the sink's back is created again on the way). A record
+        the reduction buffer dropped is not written here either: what a key's row becomes, and what goes to
+        the DLQ, does not depend on another key's record failing the batch."""
         done: dict[TP, int] = {}
         for r in records:
+            if (r.topic, r.kafka_partition, r.kafka_offset) in self.superseded:
+                done[(r.topic, r.kafka_partition)] = r.kafka_offset + 1  # not written, as in the batch
+                continue
             try:
                 self._with_retries(self._write, [r], done)
                 done = {}
@@ -717,6 +724,7 @@ class JdbcSinkTask(SinkTask):
 
     def _write(self, cur, records: list[ConnectRecord], done: dict[TP, int] | None = None) -> None:  # noqa: ANN001
         ops: list[tuple | None] = []  # (statement shape, parameters) of each record, in order; None: superseded
+        origins: list[tuple] = []  # (topic, partition, offset) of each op's record
         last_of_key: dict[tuple, int] | None = {} if self.c.reduce_by_key else None  # (table, key) -> its op
         next_offsets: dict[TP, int] = dict(done) if done else {}
         plans, columns, classify = self.plans, self.columns, self.c.classify
@@ -752,8 +760,9 @@ class JdbcSinkTask(SinkTask):
                     op = self._statement(cur, r, table)
                 if op is not None:
                     if last_of_key is not None:
-                        self._supersede(ops, last_of_key, r, table, op)
+                        self._supersede(ops, origins, last_of_key, r, table, op)
                     ops.append(op)
+                    origins.append((r.topic, r.kafka_partition, r.kafka_offset))
             except DataError as e:  # this record's fault: to errors.tolerance and the DLQ, the batch goes on
                 self._reject(r, e)
         for shape, rows in self._runs(ops):
@@ -768,8 +777,8 @@ class JdbcSinkTask(SinkTask):
                         "DO UPDATE SET next_offset = EXCLUDED.next_offset",
                         [(self.context.connector_name, tp[0], tp[1], o) for tp, o in next_offsets.items()])
 
-    def _supersede(self, ops: list[tuple | None], last_of_key: dict[tuple, int], r: ConnectRecord, table: str,
-                   op: tuple) -> None:
+    def _supersede(self, ops: list[tuple | None], origins: list[tuple], last_of_key: dict[tuple, int],
+                   r: ConnectRecord, table: str, op: tuple) -> None:
         """Debezium's reduction buffer: the op of an earlier change of the same row (table and key column
         values) in this transaction is dropped when r's alone decides the row: a delete, or an upsert of the
         same columns over an upsert (an insert or update depends on what came before it, an upsert of other
@@ -789,6 +798,7 @@ class JdbcSinkTask(SinkTask):
             return
         if earlier is not None and (kind == "d" or kind == "upsert" and ops[earlier][0] == op[0]):
             ops[earlier] = None
+            self.superseded.add(origins[earlier])  # not written when the batch is unrolled either
         last_of_key[(table, key)] = len(ops)
 
     def _row_key(self, r: ConnectRecord) -> tuple | None:
