@@ -163,10 +163,13 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
 
 
 # librdkafka settings that run a program or load a library in the worker's process (the admin client takes
-# admin.override.* as they are): a connector's config, which anyone reaching the REST API or the config topic
-# writes, may not set them under any policy (as Kafka refuses JndiLoginModule in sasl.jaas.config by default);
-# the worker's own admin.* and the cluster's -X properties may
-RUNS_CODE = frozenset({"sasl.kerberos.kinit.cmd", "plugin.library.paths", "ssl.engine.location"})
+# admin.override.* as they are): the kinit command and the principal and keytab its default command line
+# takes (a shell runs it), plugins, OpenSSL's engine and providers (a provider may be a path). A connector's
+# config, which anyone reaching the REST API or the config topic writes, may not set them under any policy
+# (as Kafka refuses JndiLoginModule in sasl.jaas.config by default); the worker's own admin.* and the
+# cluster's -X properties may
+RUNS_CODE = frozenset({"sasl.kerberos.kinit.cmd", "sasl.kerberos.principal", "sasl.kerberos.keytab",
+                       "plugin.library.paths", "ssl.engine.location", "ssl.providers"})
 
 
 def _check_override_policy(props: dict[str, str], kind: str, config: dict[str, Any], policy: str) -> None:
