@@ -127,10 +127,6 @@ def _dropped(default: Any) -> None:
     return None  # a default the Connect type cannot hold: the column gets none
 
 
-# Debezium's semantic types its sink writes as dates, times, timestamps and numbers (its PostgreSQL source's
-# defaults: MicroTimestamp for timestamp, Date, MicroTime, VariableScaleDecimal for an unconstrained numeric) as
-# the Connect logical type whose column the sink creates, not an integer or a struct: name -> (Connect's type and
-# name, the value as the dialect binds it, a schema default in Connect's form)
 DAY_MICROS = 86_400_000_000
 
 
@@ -146,6 +142,10 @@ def _time_of_day(us: int) -> dt.time | str:
     raise ValueError(f"{dt.timedelta(microseconds=us)} is no time of day")
 
 
+# Debezium's semantic types its sink writes as dates, times, timestamps and numbers (its PostgreSQL source's
+# defaults: MicroTimestamp for timestamp, Date, MicroTime, VariableScaleDecimal for an unconstrained numeric) as
+# the Connect logical type whose column the sink creates, not an integer or a struct: name -> (Connect's type and
+# name, the value as the dialect binds it, a schema default in Connect's form)
 SEMANTIC_TYPES: dict[str, tuple[str, str, Callable[[Any], Any], Callable[[Any], Any]]] = {
     "io.debezium.time.Date": ("int32", DATE, from_epoch_days, _same),
     "io.debezium.time.Time": ("int32", TIME, lambda ms: _time_of_day(ms * 1000), _same),
