@@ -162,10 +162,25 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
     return Validated(props, cls, config, ignored)
 
 
+# librdkafka settings that run a program or load a library in the worker's process (the admin client takes
+# admin.override.* as they are): the kinit command and the principal and keytab its default command line
+# takes (a shell runs it), plugins, OpenSSL's engine and providers (a provider may be a path). A connector's
+# config, which anyone reaching the REST API or the config topic writes, may not set them under any policy
+# (as Kafka refuses JndiLoginModule in sasl.jaas.config by default); the worker's own admin.* and the
+# cluster's -X properties may
+RUNS_CODE = frozenset({"sasl.kerberos.kinit.cmd", "sasl.kerberos.principal", "sasl.kerberos.keytab",
+                       "plugin.library.paths", "ssl.engine.location", "ssl.providers"})
+
+
 def _check_override_policy(props: dict[str, str], kind: str, config: dict[str, Any], policy: str) -> None:
     """The worker's connector.client.config.override.policy over the connector's overrides of the clients
     it uses (Kafka's AbstractHerder: a source's producer, and its admin with topic.creation.*; a sink's
-    consumer, and its producer and admin with a DLQ): ConfigError with Kafka's message for one it denies."""
+    consumer, and its producer and admin with a DLQ): ConfigError with Kafka's message for one it denies.
+    An admin.override.* of RUNS_CODE is refused whatever the policy."""
+    for key in sorted(props):
+        if key.startswith("admin.override.") and key[len("admin.override."):].strip().lower() in RUNS_CODE:
+            raise ConfigError(key, props[key], "a connector may not set it: librdkafka runs a program or loads a "
+                              "library with it in the worker's process (the worker's admin.* may)")
     allowed = OVERRIDE_POLICIES[policy.lower()]  # (its default is not lower-cased by parsing)
     if allowed is None:
         return

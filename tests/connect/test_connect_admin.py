@@ -121,3 +121,20 @@ def test_a_sinks_dlq_and_a_sources_topics_are_created_by_the_admin_its_overrides
     finally:
         worker.stop()
         store.close()
+
+
+@pytest.mark.parametrize("setting", ["sasl.kerberos.kinit.cmd", "sasl.kerberos.principal", "plugin.library.paths",
+                                     "ssl.providers"])
+def test_a_connector_may_not_make_the_admin_client_run_a_program_or_load_a_library(setting):
+    """admin.override.* goes to librdkafka as it is: its kinit command runs in a shell (the default one
+    with the principal in it), its plugins (dlopen) and OpenSSL providers are loaded into the worker's
+    process. Anyone who may create a connector (the REST API, the config topic) could run code on the worker
+    that way, under the default All policy; refused naming the key. The worker's own admin.* (its
+    operator's) may set them."""
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import WORKER, validate
+
+    worker = WORKER.parse({})
+    with pytest.raises(ConfigError, match=f"admin.override.{setting}.*may not set it"):
+        validate(_sink(**{f"admin.override.{setting}": "touch /tmp/owned"}), worker)
+    validate(_sink(), WORKER.parse({f"admin.{setting}": "/usr/bin/kinit"}))

@@ -413,3 +413,30 @@ def test_source_placeholders_on_a_flat_record_fail_it_a_tombstone_is_skipped(tmp
     sink.put((1, ROW_SCHEMA, {"id": 1, "name": "a"}), (1, None, None), change("c", 2, {"id": 2, "name": "b"}))
     assert [o for o, _ in sink.reported] == [0] and "'${source.table}'" in sink.reported[0][1]
     assert sink.rows("items") == [(2, "b")] and sink.next_offset() == 3
+
+
+def test_a_put_retried_after_the_database_was_lost_reports_its_errant_record_once(tmp_path):
+    """The database lost past flush.max.retries after the batch's errant record was reported: put() fails
+    retriable and the worker (errors.retry.timeout) puts the same records again. The record goes to the
+    reporter (the DLQ) once, not once per attempt; the rows and offsets are written by the second put."""
+    import sqlite3 as driver
+
+    from klog.connect.errors import RetriableError
+
+    sink = Sink(str(tmp_path / "out.db"), {**DEBEZIUM, "flush.max.retries": "0"})
+    bad = {**ROW_SCHEMA, "fields": [*ROW_FIELDS, {"type": "int32", "optional": True, "field": ""}]}
+    records = [ConnectRecord(TOPIC, 0, KEY_SCHEMA, {"id": k}, schema, {"id": k, "name": "n", "": 1}, kafka_offset=k)
+               for k, schema in ((0, ROW_SCHEMA), (1, bad), (2, ROW_SCHEMA))]
+    executemany, lost = sink.task.dialect.executemany, [True]
+
+    def losing_once(cur, sql, rows) -> None:  # noqa: ANN001
+        if lost.pop() if lost else False:
+            raise driver.OperationalError("disk I/O error")
+        executemany(cur, sql, rows)
+
+    sink.task.dialect.executemany = losing_once
+    with pytest.raises(RetriableError):
+        sink.task.put(records)
+    sink.task.put(records)
+    assert [o for o, _ in sink.reported] == [1] and "''" in sink.reported[0][1]
+    assert sink.rows("shop_public_items") == [(0, "n"), (2, "n")] and sink.next_offset() == 3

@@ -127,15 +127,30 @@ def _dropped(default: Any) -> None:
     return None  # a default the Connect type cannot hold: the column gets none
 
 
+DAY_MICROS = 86_400_000_000
+
+
+def _time_of_day(us: int) -> dt.time | str:
+    """A Time's, MicroTime's or NanoTime's microseconds since midnight as the time of day; 24:00:00
+    (PostgreSQL's time takes it) as its text. Any other value outside one day (MySQL's TIME runs from
+    -838:59:59 to 838:59:59; Debezium's sink fails on it too) is no time of day: refused, not wrapped into
+    another one (100:00:00 written as 04:00:00, -00:00:01 as 23:59:59)."""
+    if 0 <= us < DAY_MICROS:
+        return (EPOCH + dt.timedelta(microseconds=us)).time()
+    if us == DAY_MICROS:
+        return "24:00:00"
+    raise ValueError(f"{dt.timedelta(microseconds=us)} is no time of day")
+
+
 # Debezium's semantic types its sink writes as dates, times, timestamps and numbers (its PostgreSQL source's
 # defaults: MicroTimestamp for timestamp, Date, MicroTime, VariableScaleDecimal for an unconstrained numeric) as
 # the Connect logical type whose column the sink creates, not an integer or a struct: name -> (Connect's type and
 # name, the value as the dialect binds it, a schema default in Connect's form)
 SEMANTIC_TYPES: dict[str, tuple[str, str, Callable[[Any], Any], Callable[[Any], Any]]] = {
     "io.debezium.time.Date": ("int32", DATE, from_epoch_days, _same),
-    "io.debezium.time.Time": ("int32", TIME, lambda ms: from_epoch_millis(ms).time(), _same),
-    "io.debezium.time.MicroTime": ("int32", TIME, lambda us: _micros(us).time(), lambda us: us // 1000),
-    "io.debezium.time.NanoTime": ("int32", TIME, lambda ns: _micros(ns // 1000).time(), lambda ns: ns // 1_000_000),
+    "io.debezium.time.Time": ("int32", TIME, lambda ms: _time_of_day(ms * 1000), _same),
+    "io.debezium.time.MicroTime": ("int32", TIME, _time_of_day, lambda us: us // 1000),
+    "io.debezium.time.NanoTime": ("int32", TIME, lambda ns: _time_of_day(ns // 1000), lambda ns: ns // 1_000_000),
     "io.debezium.time.Timestamp": ("int64", TIMESTAMP, from_epoch_millis, _same),
     "io.debezium.time.MicroTimestamp": ("int64", TIMESTAMP, _micros, lambda us: us // 1000),
     "io.debezium.time.NanoTimestamp": ("int64", TIMESTAMP, lambda ns: _micros(ns // 1000), lambda ns: ns // 1_000_000),
@@ -289,15 +304,29 @@ def _bits_length(schema: Schema) -> int:
         raise DataError(f"field {schema.get('field')!r} of type {BITS} has no length parameter") from None
 
 
+FINER_THAN_MICROS = re.compile(r"\.(\d{7,})")
+
+
+def _instant(text: str) -> dt.datetime:
+    """ISO text with its offset as a datetime; a fraction finer than microseconds (ZonedTimestamp's nanoseconds
+    from Oracle or SQL Server) rounded half up to them, as pgjdbc binds Debezium's (fromisoformat cuts it)."""
+    finer = FINER_THAN_MICROS.search(text)
+    if finer is None:
+        return dt.datetime.fromisoformat(text)
+    nanos = int(finer.group(1)[:9].ljust(9, "0"))
+    whole = dt.datetime.fromisoformat(text[:finer.start()] + text[finer.end():])
+    return whole + dt.timedelta(microseconds=(nanos + 500) // 1000)
+
+
 def _zoned_timestamp(text: str) -> Any:
     """ZonedTimestamp's ISO text with its offset as the instant a timestamptz holds (PostgreSQL's
     infinity and -infinity as they are)."""
-    return text if text in ("infinity", "-infinity") else dt.datetime.fromisoformat(text)
+    return text if text in ("infinity", "-infinity") else _instant(text)
 
 
 def _zoned_timestamp_utc(text: str) -> str:
     """ZonedTimestamp in a database without timestamptz (SQLite): ISO text in UTC, with its offset."""
-    return dt.datetime.fromisoformat(text).astimezone(dt.UTC).isoformat()
+    return _instant(text).astimezone(dt.UTC).isoformat()
 
 
 def _zoned_time(text: str) -> str:
@@ -377,10 +406,56 @@ class Layout:
     converters: tuple[tuple[str, Callable[[Any], Any]], ...]
 
 
-def _written_row(row: Schema | None, postgres: bool, kept: Callable[[str], bool]) -> tuple[Schema | None, tuple]:
-    """The row schema with Debezium's temporal fields as Connect's logical types, the fields of its
-    PostgreSQL dialect's own types as it writes them there (pg_column_type), and their converters; a
-    geometry (PostGIS) fails the record."""
+# the columns the sink creates for Connect's logical types (Dialect.sql_type), by kind (_kind)
+LOGICAL_COLUMNS = {DATE: "date", TIME: "time", TIMESTAMP: "timestamp", DECIMAL: "numeric"}
+SAME_KIND = {"timestamptz": "timestamp", "timetz": "time", "varbit": "bit"}
+
+
+def _kind(column: str) -> str:
+    """A column type as its kind, the sink's (pg_column_type) and an existing column's (format_type) alike:
+    bit(3) and bit varying are bit, text[] an array, int4range a range, timestamptz(3) and timestamp without
+    time zone a timestamp, numeric(10,2) numeric."""
+    if column.endswith("[]"):
+        return "array"
+    word = (column.split("(")[0].split() or [""])[0].rsplit(".", 1)[-1]
+    return "range" if word.endswith("range") else SAME_KIND.get(word, word)
+
+
+def _rewrite(f: Schema, postgres: bool) -> tuple[str, str | None, str, Callable | None, Callable] | None:
+    """How the sink writes a field of a Debezium type: (the kind of column it creates, the Connect type and
+    name written, the value's converter, the default's: None drops it); None: as it comes."""
+    name = f.get("name") or ""
+    if name in SEMANTIC_TYPES:
+        kind, logical, value_of, default_of = SEMANTIC_TYPES[name]
+        return LOGICAL_COLUMNS[logical], kind, logical, value_of, default_of
+    if postgres and (rewrite := _pg_rewrite(f)) is not None:
+        kind, value_of, default_of = rewrite
+        return _kind(pg_column_type(f) or ""), kind, name, value_of, default_of
+    if name == ZONED_TIMESTAMP:
+        return "text", None, name, _zoned_timestamp_utc, _zoned_timestamp_utc
+    return None
+
+
+def _of_the_connect_type(f: Schema, column: str | None, kind: str) -> bool:
+    """Whether an existing column is of the kind the field's Connect type creates (PostgreSQL's, as
+    Dialect.sql_type) and not of the kind the sink creates for its Debezium type."""
+    if column is None:
+        return False
+    existing = _kind(column)
+    return existing != kind and existing == _kind(PostgresDialect.types.get(f.get("type"), "TEXT").lower())
+
+
+def _written_row(row: Schema | None, postgres: bool, kept: Callable[[str], bool],
+                 existing: Callable[[str], str | None]) -> tuple[Schema | None, tuple]:
+    """The row schema (a value's or a key's) with Debezium's temporal fields as Connect's logical types, the
+    fields of its PostgreSQL dialect's own types as it writes them there (pg_column_type), and their
+    converters; a geometry (PostGIS) fails the record.
+
+    A field whose column exists as the column of its Connect type, not of the kind the sink creates for it
+    (existing: the declared type of a field's column, None: no such column), is left as it comes: a table
+    an earlier klog created has bigint for a MicroDuration, bytea for Bits, text for a map or an array,
+    integer for a date key, where an interval's text, a bit string, hstore's or an array's text, a date
+    would be refused or, a bit string into a bytea, stored as its characters."""
     if not row or row.get("type") != "struct":
         return row, ()
     converters = []
@@ -390,15 +465,11 @@ def _written_row(row: Schema | None, postgres: bool, kept: Callable[[str], bool]
         if name in GEOMETRIES and kept(f["field"]):
             raise DataError(f"field {f['field']!r} is a {name}: klog's Debezium JDBC sink does not write geometries "
                             "(Debezium's writes them into PostGIS types); leave it out with field.exclude.list")
-        if name in SEMANTIC_TYPES:
-            kind, name, value_of, default_of = SEMANTIC_TYPES[name]
-        elif postgres and (rewrite := _pg_rewrite(f)) is not None:
-            kind, value_of, default_of = rewrite
-        elif name == ZONED_TIMESTAMP:
-            kind, value_of, default_of = None, _zoned_timestamp_utc, _zoned_timestamp_utc
-        else:
+        rewrite = _rewrite(f, postgres)
+        if rewrite is None or _of_the_connect_type(f, existing(f["field"]), rewrite[0]):
             fields.append(f)
             continue
+        _, kind, name, value_of, default_of = rewrite
         field = {k: v for k, v in f.items() if k not in ("fields", "default")}
         field.update(type=kind or f["type"], **({"name": name} if name else {}))
         if f.get("default") is not None and (default := default_of(f["default"])) is not None:
@@ -418,19 +489,31 @@ class ChangeEvents:
         self.truncate = TRUNCATE if truncate_enabled else SKIP
         self.postgres = postgres  # the fields of Debezium's PostgreSQL dialect's own types written as it does
         self.keep_field = keep_field
-        # (value schema id, topic) -> its Layout: the same row schema object for every event of a table (the
-        # writer's statement plans key on it), the schema read once
-        self.layouts: dict[tuple[int, str], Layout] = {}
+        # (value schema id, topic, table) -> its Layout: the same row schema object for every event of a table
+        # (the writer's statement plans key on it), the schema read once
+        self.layouts: dict[tuple[int, str, str], Layout] = {}
+        # (key schema id, table) -> (the key schema, as written, its converters): a struct key's, as a row's
+        self.key_layouts: dict[tuple[int, str], tuple[Schema, Schema, tuple]] = {}
+        self.plain_keys: dict[int, Schema] = {}  # key schemas without a field to convert, by id
 
-    def __call__(self, r: ConnectRecord) -> tuple[str, ConnectRecord]:
+    def forget(self) -> None:
+        """The tables' columns may have changed (jdbc.SinkSettings.forget_classified): layouts read again."""
+        self.layouts.clear()
+        self.key_layouts.clear()
+
+    def __call__(self, r: ConnectRecord, table: str = "",
+                 existing_type: Callable[[str, str], str | None] | None = None) -> tuple[str, ConnectRecord]:
+        key_schema = r.key_schema
+        if key_schema is not None and self.plain_keys.get(id(key_schema)) is not key_schema:
+            r = self._with_key(r, table, existing_type)
         schema = r.value_schema
         if r.value is None:
             return self.delete, r  # a tombstone, or a delete a transform flattened
         if schema is None or type(r.value) is not dict:
             return ROW, r
-        layout = self.layouts.get((id(schema), r.topic))
+        layout = self.layouts.get((id(schema), r.topic, table))
         if layout is None or layout.schema is not schema:
-            layout = self._layout(r)
+            layout = self._layout(r, table, existing_type)
         if layout.envelope:
             op = r.value.get("op")
             if op == "d":
@@ -440,8 +523,8 @@ class ChangeEvents:
             row = r.value.get("after")
             if op not in ("c", "r", "u") or row is None:
                 return SKIP, r  # a logical decoding message (op m) has no row
-        elif layout.row_schema is schema:
-            return ROW, r  # a flat row written as it is
+        elif layout.row_schema is schema and not layout.converters:
+            return ROW, r  # a flat row written as it is (a value converted under the same schema is not)
         else:
             row = r.value
         if layout.converters:
@@ -449,18 +532,48 @@ class ChangeEvents:
         return ROW, ConnectRecord(r.topic, r.kafka_partition, r.key_schema, r.key, layout.row_schema, row, r.timestamp,
                                   r.headers, kafka_offset=r.kafka_offset, raw=r.raw)
 
-    def _layout(self, r: ConnectRecord) -> Layout:
+    def _with_key(self, r: ConnectRecord, table: str,
+                  existing_type: Callable[[str, str], str | None] | None) -> ConnectRecord:
+        """r with its struct key's Debezium types written as a row's (a date key a date column, a
+        MicroTimestamp key a timestamp: Debezium's sink types key fields by their schemas as value fields),
+        for its upserts and its deletes alike. PostgreSQL's only: SQLite's date column is an INTEGER, which
+        as the one key column is the rowid and takes no date's text."""
+        schema = r.key_schema
+        if type(r.key) is not dict:
+            return r
+        if not self.postgres or schema.get("type") != "struct" or \
+                not any(_rewrite(f, True) for f in schema.get("fields", [])):
+            if len(self.plain_keys) >= 1024:
+                self.plain_keys.clear()
+            self.plain_keys[id(schema)] = schema  # nothing to write otherwise, whatever the table
+            return r
+        cached = self.key_layouts.get((id(schema), table))
+        if cached is None or cached[0] is not schema:
+            written, converters = _written_row(
+                schema, self.postgres, lambda field: True,
+                lambda field: None if existing_type is None else existing_type(table, field))
+            if len(self.key_layouts) >= 1024:
+                self.key_layouts.clear()
+            cached = self.key_layouts[(id(schema), table)] = (schema, written, converters)
+        _, written, converters = cached
+        if written is schema and not converters:
+            return r
+        return r.new_record(key_schema=written, key=_converted(r.key, converters, r) if converters else r.key)
+
+    def _layout(self, r: ConnectRecord, table: str, existing_type: Callable[[str, str], str | None] | None) -> Layout:
         schema = r.value_schema
         if SCHEMA_CHANGE in (schema.get("name") or ""):
             raise DataError("Schema change records are not supported by JDBC connector. Adjust `topics` or "
                             "`topics.regex` to exclude schema change topic.")
         envelope = is_change_event(r)
         keep = self.keep_field
-        row_schema, converters = _written_row(fields_by_name(schema).get("after") if envelope else schema,
-                                              self.postgres, lambda field: keep is None or keep(r.topic, field))
+        row_schema, converters = _written_row(
+            fields_by_name(schema).get("after") if envelope else schema, self.postgres,
+            lambda field: keep is None or keep(r.topic, field),
+            lambda field: None if existing_type is None else existing_type(table, field))
         if len(self.layouts) >= 1024:
             self.layouts.clear()
-        layout = self.layouts[(id(schema), r.topic)] = Layout(schema, envelope, row_schema, converters)
+        layout = self.layouts[(id(schema), r.topic, table)] = Layout(schema, envelope, row_schema, converters)
         return layout
 
 
@@ -531,6 +644,8 @@ def settings_from_debezium(props: dict[str, str]) -> SinkSettings:
     name_format = _given(props, c, "collection.name.format", "table.name.format")
     evolve = c["schema.evolution"] == "basic"
     keep_field = field_filter(c["field.include.list"], c["field.exclude.list"])
+    events = ChangeEvents(c["delete.enabled"], c["truncate.enabled"], c["connection.url"].startswith(
+        "jdbc:postgresql:"), keep_field)
     return SinkSettings(
         url=c["connection.url"], user=c["connection.username"], password=c["connection.password"],
         insert_mode=c["insert.mode"], pk_mode=c["primary.key.mode"],
@@ -539,8 +654,7 @@ def settings_from_debezium(props: dict[str, str]) -> SinkSettings:
         max_retries=c["flush.max.retries"], retry_backoff_ms=c["flush.retry.delay.ms"],
         offsets_table=c["exactly.once.offsets.table"],
         table_name=table_namer(name_format), tables_by_topic="${source." not in name_format,
-        classify=ChangeEvents(c["delete.enabled"], c["truncate.enabled"], c["connection.url"].startswith(
-            "jdbc:postgresql:"), keep_field), keep_field=keep_field, column_type=column_type,
+        classify=events, forget_classified=events.forget, keep_field=keep_field, column_type=column_type,
         batch_size=c["batch.size"], reduce_by_key=c["use.reduction.buffer"],
         fold_unquoted=not c["quote.identifiers"],
         create_refused="schema evolution is disabled (schema.evolution=none)",

@@ -26,6 +26,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -280,6 +281,11 @@ class Dialect:
     def existing_columns(self, cur, table: str) -> set[str] | None:  # noqa: ANN001
         raise NotImplementedError
 
+    def column_types(self, cur, table: str) -> dict[str, str]:  # noqa: ANN001
+        """Each existing column of `table` (as the database keeps its name) and its declared type, as the
+        database writes it; empty when there is no such table (SQLite: none, its columns take any value)."""
+        return {}
+
     def lock_ddl(self, cur, table: str) -> None:  # noqa: ANN001
         """Hold, until the transaction ends, the right to create or alter `table` (other tasks wait)."""
         # SQLite: its one writer at a time already serializes DDL
@@ -418,6 +424,11 @@ class PostgresDialect(Dialect):
         cols = {r[0] for r in cur.fetchall()}
         return cols or None
 
+    def column_types(self, cur, table: str) -> dict[str, str]:  # noqa: ANN001
+        cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                    "to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (self.table(table),))
+        return dict(cur.fetchall())
+
 
 class SqliteDialect(Dialect):
     types = {"int8": "INTEGER", "int16": "INTEGER", "int32": "INTEGER", "int64": "INTEGER", "float32": "REAL",
@@ -542,9 +553,12 @@ class SinkSettings:
     # the record's table (None: the record is skipped); tables_by_topic: it depends on the topic alone
     table_name: Callable[[ConnectRecord], str | None]
     tables_by_topic: bool = True
-    # a record as a change: (ROW | DELETE | TRUNCATE | SKIP, the record whose value is the row); None: a
-    # null value is a delete (Confluent's tombstone), any other the row
-    classify: Callable[[ConnectRecord], tuple[str, ConnectRecord]] | None = None
+    # a record as a change: (ROW | DELETE | TRUNCATE | SKIP, the record whose value is the row), given the
+    # record's table and a lookup of its existing columns' types ((table, field name) -> the column's declared
+    # type, None: no such column); None: a null value is a delete (Confluent's tombstone), any other the row
+    classify: Callable[[ConnectRecord, str, Callable[[str, str], str | None]], tuple[str, ConnectRecord]] | None \
+        = None
+    forget_classified: Callable[[], None] | None = None  # what classify learnt of the tables is stale
     keep_field: Callable[[str, str], bool] | None = None  # (topic, field): written as a column?
     # (dialect, field schema) -> the column type a created or added column gets (None: the Connect type's)
     column_type: Callable[[Dialect, Schema], str | None] | None = None
@@ -579,12 +593,14 @@ class JdbcSinkTask(SinkTask):
         self.offsets_table = self.c.offsets_table
         self.tables: dict[str, str] = {}  # topic -> its table, when the topic alone decides it
         self.columns: dict[str, set[str]] = {}  # table → its columns, as last seen
+        self.column_types: dict[str, dict[str, str]] = {}  # table -> its columns' declared types (_existing_type)
         self.statements: dict[tuple, tuple] = {}  # (table, columns, key columns) -> its INSERT statement
         # (topic, id of value schema, id of key schema) -> (value schema, key schema, table, statement, params of
         # a record): see _plan
         self.plans: dict[tuple, tuple] = {}
         self.sound_names: set[str] = set()  # column names identifier_problem passed (checked once each)
         self.reported: set[tuple] = set()  # (topic, partition, offset) of the records put() reported as errant
+        self.superseded: set[tuple] = set()  # (topic, partition, offset) of the records the reduction buffer dropped
         self.conn = None
         self._with_retries(self._ensure_offsets_table)
 
@@ -655,7 +671,7 @@ class JdbcSinkTask(SinkTask):
     def put(self, records: list[ConnectRecord]) -> None:
         if not records:
             return
-        self.reported.clear()
+        self.superseded.clear()
         try:
             self._with_retries(self._write, records)
         except self.dialect.errors() as e:  # a statement the database refused (a lost link was retried above)
@@ -663,14 +679,22 @@ class JdbcSinkTask(SinkTask):
             self.context.warn(f"connector '{self.context.connector_name}': {str(e).strip()}: the batch of "
                               f"{len(records)} records written one by one to find the records at fault")
             self._write_each(records)
+        # their offsets are committed: forgotten only now, so a put() that failed (the database lost past
+        # flush.max.retries) and is retried with the same records (errors.retry.timeout) reports none twice
+        self.reported.clear()
 
     def _write_each(self, records: list[ConnectRecord]) -> None:
         """Confluent's unrollAndRetry: each record in its own transaction (its row with its offset, so
         exactly-once holds); one the database refuses goes to the errant record reporter, its offset
         stored with the next record's (without a reporter the task fails naming it; the records before
-        it are written, and a table dropped behind the sink's back is created again on the way)."""
+        it are written, and a table dropped behind the sink's back is created again on the way). A record
+        the reduction buffer dropped is not written here either: what a key's row becomes, and what goes to
+        the DLQ, does not depend on another key's record failing the batch."""
         done: dict[TP, int] = {}
         for r in records:
+            if (r.topic, r.kafka_partition, r.kafka_offset) in self.superseded:
+                done[(r.topic, r.kafka_partition)] = r.kafka_offset + 1  # not written, as in the batch
+                continue
             try:
                 self._with_retries(self._write, [r], done)
                 done = {}
@@ -686,12 +710,25 @@ class JdbcSinkTask(SinkTask):
         """After a rolled back transaction: the tables it created or widened may not exist (PostgreSQL's
         DDL is transactional), so the columns are read again."""
         self.columns.clear()
+        self.column_types.clear()
+        if self.c.forget_classified is not None:
+            self.c.forget_classified()
+
+    def _existing_type(self, cur, table: str, field: str) -> str | None:  # noqa: ANN001
+        """The declared type of the column `field` of `table` (None: no such column or table), read once
+        per table until the layouts are forgotten."""
+        types = self.column_types.get(table)
+        if types is None:
+            types = self.column_types[table] = self.dialect.column_types(cur, table)
+        return types.get(self.dialect.name(field))
 
     def _write(self, cur, records: list[ConnectRecord], done: dict[TP, int] | None = None) -> None:  # noqa: ANN001
         ops: list[tuple | None] = []  # (statement shape, parameters) of each record, in order; None: superseded
+        origins: list[tuple] = []  # (topic, partition, offset) of each op's record
         last_of_key: dict[tuple, int] | None = {} if self.c.reduce_by_key else None  # (table, key) -> its op
         next_offsets: dict[TP, int] = dict(done) if done else {}
         plans, columns, classify = self.plans, self.columns, self.c.classify
+        existing_type = partial(self._existing_type, cur)
         tables = self.tables if self.c.tables_by_topic else {}
         for r in records:
             next_offsets[(r.topic, r.kafka_partition)] = r.kafka_offset + 1
@@ -703,7 +740,7 @@ class JdbcSinkTask(SinkTask):
                         continue
                 op = None
                 if classify is not None:
-                    action, r = classify(r)
+                    action, r = classify(r, table, existing_type)
                     if action == SKIP:
                         continue
                     if action == TRUNCATE:
@@ -723,8 +760,9 @@ class JdbcSinkTask(SinkTask):
                     op = self._statement(cur, r, table)
                 if op is not None:
                     if last_of_key is not None:
-                        self._supersede(ops, last_of_key, r, table, op)
+                        self._supersede(ops, origins, last_of_key, r, table, op)
                     ops.append(op)
+                    origins.append((r.topic, r.kafka_partition, r.kafka_offset))
             except DataError as e:  # this record's fault: to errors.tolerance and the DLQ, the batch goes on
                 self._reject(r, e)
         for shape, rows in self._runs(ops):
@@ -739,8 +777,8 @@ class JdbcSinkTask(SinkTask):
                         "DO UPDATE SET next_offset = EXCLUDED.next_offset",
                         [(self.context.connector_name, tp[0], tp[1], o) for tp, o in next_offsets.items()])
 
-    def _supersede(self, ops: list[tuple | None], last_of_key: dict[tuple, int], r: ConnectRecord, table: str,
-                   op: tuple) -> None:
+    def _supersede(self, ops: list[tuple | None], origins: list[tuple], last_of_key: dict[tuple, int],
+                   r: ConnectRecord, table: str, op: tuple) -> None:
         """Debezium's reduction buffer: the op of an earlier change of the same row (table and key column
         values) in this transaction is dropped when r's alone decides the row: a delete, or an upsert of the
         same columns over an upsert (an insert or update depends on what came before it, an upsert of other
@@ -760,6 +798,7 @@ class JdbcSinkTask(SinkTask):
             return
         if earlier is not None and (kind == "d" or kind == "upsert" and ops[earlier][0] == op[0]):
             ops[earlier] = None
+            self.superseded.add(origins[earlier])  # not written when the batch is unrolled either
         last_of_key[(table, key)] = len(ops)
 
     def _row_key(self, r: ConnectRecord) -> tuple | None:
