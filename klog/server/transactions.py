@@ -21,6 +21,8 @@ from klog.errors import KlogError, TxnStateError
 from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.server.groups import OFFSET_METADATA_MAX
+from klog.server.groups import _valid_group as valid_group_id
 from klog.server.limits import CLIENT_SHARE_DEFAULT, AddressShares, share_of
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
@@ -384,6 +386,8 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         error = E.transactional_id_authorization_failed
     elif not ctx.authorize("READ", "GROUP", group):
         error = E.group_authorization_failed
+    elif not valid_group_id(group):  # as OffsetCommit: the offsets' LMDB keys rely on it ('\0' splits them)
+        error = E.invalid_group_id
     elif getattr(request, "member_id", "") and ctx.coordinator is not None:  # v3: the member's generation (KIP-447)
         error = ctx.coordinator.machine.check_commit(group, int(request.generation_id), str(request.member_id),
                                                      getattr(request, "group_instance_id", None))
@@ -397,6 +401,8 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             results[tp] = E.topic_authorization_failed
         elif not await ctx.run_blocking(_partition_exists, ctx, topic, tp[1]):
             results[tp] = E.unknown_topic_or_partition
+        elif len((p.committed_metadata or "").encode()) > OFFSET_METADATA_MAX:  # Kafka's check, as OffsetCommit's
+            results[tp] = E.offset_metadata_too_large
         else:
             offsets[tp] = (int(p.committed_offset), p.committed_metadata or "")
     if offsets and ctx.coordinator is not None:  # (staged now, stored at the commit: counted now)

@@ -55,3 +55,24 @@ def test_negative_offset_sent_in_a_transaction_commits_as_offset_commit_stores_i
         assert _offset_fetch(c, "neg-g", "neg", stable=True) == (E.none, -1)
         assert _init(c, "neg-tx").error_code == E.none  # the id goes on
 
+
+def test_txn_offset_commit_checks_group_id_and_metadata_as_offset_commit_does(kafka_server):
+    """TxnOffsetCommit refuses what OffsetCommit refuses: a group id outside klog's rule (a '\\0'
+    in it splits the offsets' LMDB keys: "g\\0t" wrote keys in group g's range) with
+    INVALID_GROUP_ID, and metadata past offset.metadata.max.bytes (4,096) with
+    OFFSET_METADATA_TOO_LARGE, as Kafka does; neither was checked, and both were committed."""
+    from klog.meta.groups import GroupsMeta
+
+    kafka_server.store.create_topic("gm")
+    with RawClient(kafka_server.port) as c:
+        r = _init(c, "gm-tx")
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        for group in ("gm-g", "gm-g\0gm"):
+            assert _add_offsets(c, "gm-tx", pid, epoch, group) == E.none
+        assert _txn_offset_commit(c, "gm-tx", pid, epoch, "gm-g\0gm", "gm", 7) == E.invalid_group_id
+        assert _txn_offset_commit(c, "gm-tx", pid, epoch, "gm-g", "gm", 8, "m" * 4097) == E.offset_metadata_too_large
+        assert _txn_offset_commit(c, "gm-tx", pid, epoch, "gm-g", "gm", 9, "m" * 4096) == E.none
+        assert _end(c, "gm-tx", pid, epoch, True) == E.none
+    groups = GroupsMeta(kafka_server.store.meta)
+    committed = groups.committed("gm-g")
+    assert {tp: (o.offset, len(o.metadata)) for tp, o in committed.items()} == {("gm", 0): (9, 4096)}
