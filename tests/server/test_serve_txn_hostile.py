@@ -76,3 +76,50 @@ def test_txn_offset_commit_checks_group_id_and_metadata_as_offset_commit_does(ka
     groups = GroupsMeta(kafka_server.store.meta)
     committed = groups.committed("gm-g")
     assert {tp: (o.offset, len(o.metadata)) for tp, o in committed.items()} == {("gm", 0): (9, 4096)}
+
+
+# -- compaction (the log cleaner) and transactions ---------------------------------------------------------
+def _compacted_values(store, topic: str, level: str) -> dict[bytes, bytes]:  # noqa: ANN001
+    latest = {}
+    for record in store.consumer(topic, isolation_level=level):
+        latest[record.key] = record.value
+    return latest
+
+
+def test_compaction_keeps_the_values_aborted_and_open_transactions_wrote_over(data_dir):
+    """A compacted topic (a stream processor's changelog) where a transaction wrote a key and
+    aborted, and another wrote a key and is still open while the cleaner runs: each key keeps its
+    committed value for read_committed readers, as in Kafka (the cleaner leaves aborted batches
+    out of its offset map and cleans nothing past the last stable offset). The cleaner ignored
+    transactions: the aborted or later aborted value replaced the committed one, which read_committed
+    readers then never saw again (a changelog restored without it)."""
+    import klog
+    from klog.broker import lifecycle
+
+    with klog.open(data_dir) as store:
+        store.create_topic("cl", 1, configs={"cleanup.policy": "compact", "segment.bytes": "200",
+                                             "min.cleanable.dirty.ratio": "0.01"})
+        with store.producer(transactional_id="cl-a") as first, store.producer(transactional_id="cl-b") as second, \
+                store.producer() as plain:
+            with first.transaction():
+                first.send("cl", b"a1", key=b"a", partition=0)
+                first.send("cl", b"b1", key=b"b", partition=0)
+            first.begin()
+            first.send("cl", b"a2-aborted", key=b"a", partition=0)
+            first.flush()
+            first.abort()
+            second.begin()
+            second.send("cl", b"b2-open", key=b"b", partition=0)
+            second.flush()
+            for i in range(6):  # later segments: the transactions' ones are sealed
+                plain.send("cl", b"x%d" % i, key=b"o%d" % i, partition=0)
+                plain.flush()
+            assert len(store.partition("cl", 0).leader.bases) > 3
+            lifecycle.clean_partition(store, "cl", 0, force_compact=True)
+            second.abort()
+        lifecycle.clean_partition(store, "cl", 0, force_compact=True)
+        committed = _compacted_values(store, "cl", "read_committed")
+        assert (committed[b"a"], committed[b"b"]) == (b"a1", b"b1")
+        # the aborted batches are gone, as Kafka's cleaner discards them
+        assert _compacted_values(store, "cl", "read_uncommitted") == committed
+
