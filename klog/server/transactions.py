@@ -469,6 +469,8 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
         by_topic: dict[str, list[int]] = {}
         for t, p in meta.tps():
             by_topic.setdefault(t, []).append(p)
+        # Kafka names only the topics the caller may Describe: Describe on an id is not on its topics
+        by_topic = {t: ps for t, ps in by_topic.items() if ctx.authorize("DESCRIBE", "TOPIC", t)}
         states.append(make(
             mod.TransactionState, error_code=error, transactional_id=tid, transaction_state=meta.state,
             transaction_timeout=i32ms(meta.timeout_ms), transaction_start_time=_datetime(meta.start_ms),

@@ -123,3 +123,30 @@ def test_compaction_keeps_the_values_aborted_and_open_transactions_wrote_over(da
         # the aborted batches are gone, as Kafka's cleaner discards them
         assert _compacted_values(store, "cl", "read_uncommitted") == committed
 
+
+# -- access control ------------------------------------------------------------------------------------
+def test_describe_transactions_names_only_the_topics_the_caller_may_describe(data_dir):
+    """Describe on a transactional id shows its transaction, but only the topics the caller may
+    Describe, as Kafka's handleDescribeTransactionsRequest filters them: every topic of another
+    principal's transaction was named, secret ones included."""
+    import klog
+    from klog.meta.acls import AclsMeta
+    from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+    from klog.server import Server
+
+    def allow(rtype: ResourceType, name: str, op: Operation) -> AclBinding:
+        return AclBinding(rtype, name, PatternType.LITERAL, "User:ANONYMOUS", "*", op, Permission.ALLOW)
+
+    with klog.open(data_dir) as store:
+        store.create_topic("visible")
+        store.create_topic("secret")
+        AclsMeta(store.meta).add([allow(ResourceType.TRANSACTIONAL_ID, "etl", Operation.DESCRIBE),
+                                  allow(ResourceType.TOPIC, "visible", Operation.DESCRIBE)])
+        with Server(store=store, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+            coord = server.transactions.coordinator  # the owner's transaction, begun without ACLs in the way
+            ids = coord.init_producer_id("etl", 60_000)
+            coord.add_partitions("etl", ids.producer_id, ids.epoch, [("secret", 0), ("visible", 0)])
+            with RawClient(server.port) as c:
+                (state,) = c.send(65, 0, transactional_ids=("etl",)).transaction_states
+        assert (state.error_code, state.transaction_state) == (E.none, "Ongoing")
+        assert [(t.topic, tuple(t.partitions)) for t in state.topics] == [("visible", (0,))]
