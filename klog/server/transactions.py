@@ -309,6 +309,10 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     else:
         error, _ = await _call(ctx, coord.add_offsets, tid, int(request.producer_id), int(request.producer_epoch),
                                group, fenced_from=2)
+        if error is E.unknown_server_error:
+            ctx.log.info("AddOffsetsToTxn of group %r for transactional id %r from %s: UNKNOWN_SERVER_ERROR (its "
+                         "transaction has the most consumer groups one may have)", group[:64], tid[:64],
+                         ctx.client_host)
     return make(mod.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=error)
 
 

@@ -150,3 +150,26 @@ def test_describe_transactions_names_only_the_topics_the_caller_may_describe(dat
                 (state,) = c.send(65, 0, transactional_ids=("etl",)).transaction_states
         assert (state.error_code, state.transaction_state) == (E.none, "Ongoing")
         assert [(t.topic, tuple(t.partitions)) for t in state.topics] == [("visible", (0,))]
+
+
+# -- resource exhaustion -------------------------------------------------------------------------------
+def test_a_transaction_adds_a_bounded_number_of_consumer_groups(kafka_server):
+    """AddOffsetsToTxn past TXN_GROUPS_MAX groups in one transaction is refused (UNKNOWN_SERVER_ERROR,
+    what Kafka answers for a transaction state too large for its log) and adds nothing; the
+    transaction still commits. Unbounded, one client's 4,000 groups made a 1 MB LMDB document
+    rewritten at every request (15 ms each, LMDB's one writer held), and ids of them filled LMDB."""
+    from klog.broker.txn_coordinator import TXN_GROUPS_MAX
+    from klog.meta.transactions import TransactionsMeta
+
+    with RawClient(kafka_server.port) as c:
+        r = _init(c, "many-groups")
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        groups = [f"g{i:03d}-" + "x" * 250 for i in range(TXN_GROUPS_MAX + 1)]
+        assert [_add_offsets(c, "many-groups", pid, epoch, g) for g in groups[:-1]] == [E.none] * TXN_GROUPS_MAX
+        assert _add_offsets(c, "many-groups", pid, epoch, groups[-1]) == E.unknown_server_error
+        assert _add_offsets(c, "many-groups", pid, epoch, groups[0]) == E.none  # one it has: nothing new
+        assert len(TransactionsMeta(kafka_server.store.meta).get("many-groups").groups) == TXN_GROUPS_MAX
+        assert _end(c, "many-groups", pid, epoch, True) == E.none
+        r = _init(c, "many-groups")  # the next transaction starts with none
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        assert _add_offsets(c, "many-groups", pid, epoch, groups[-1]) == E.none
