@@ -339,14 +339,16 @@ async def end_txn(ctx: RequestContext, request: Any) -> Any:
 # -- WriteTxnMarkers ------------------------------------------------------------------------------------
 def _write_marker(ctx: RequestContext, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
                   coordinator_epoch: int) -> E:
-    from klog.errors import InvalidTopicError, UnknownPartitionError, UnknownTopicError
+    from klog.errors import InvalidProducerEpochError, InvalidTopicError, UnknownPartitionError, UnknownTopicError
     from klog.store.txn import ABORT, COMMIT
 
     try:
         ctx.server.appender.write_marker(topic, partition, producer_id, epoch, COMMIT if commit else ABORT,
-                                         coordinator_epoch, lambda: True)
+                                         coordinator_epoch, lambda: True, refuse_older_epoch=True)
     except (UnknownTopicError, UnknownPartitionError, InvalidTopicError):  # (invalid: nothing to log per partition)
         return E.unknown_topic_or_partition
+    except InvalidProducerEpochError:
+        return E.invalid_producer_epoch
     except (KlogError, OSError) as e:
         ctx.log.warning("WriteTxnMarkers %s-%d: %s", topic, partition, e)
         return E.kafka_storage_error

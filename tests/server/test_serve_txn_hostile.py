@@ -173,3 +173,34 @@ def test_a_transaction_adds_a_bounded_number_of_consumer_groups(kafka_server):
         r = _init(c, "many-groups")  # the next transaction starts with none
         pid, epoch = int(r.producer_id), int(r.producer_epoch)
         assert _add_offsets(c, "many-groups", pid, epoch, groups[-1]) == E.none
+
+
+# -- markers -------------------------------------------------------------------------------------------
+def test_a_marker_of_an_older_epoch_does_not_end_the_producers_newer_transaction(kafka_server):
+    """WriteTxnMarkers (kafka-transactions.sh abort, `klog transactions abort`) naming an epoch older
+    than the producer's batches in the partition is refused with INVALID_PRODUCER_EPOCH, as Kafka's
+    partition leader refuses it. It ended the newer transaction there: an abort that read the
+    producer's epoch before it started again aborted half of its next transaction, whose commit
+    then made the other half visible alone."""
+    from tests.server.test_serve_transactions import _add, _produce_txn, _read_all, _txn_batch
+
+    kafka_server.store.create_topic("ep", 2)
+    with RawClient(kafka_server.port) as c:
+        old = _init(c, "ep-tx")
+        pid, old_epoch = int(old.producer_id), int(old.producer_epoch)
+        new = _init(c, "ep-tx")  # the producer starts again: the next epoch
+        assert (int(new.producer_id), int(new.producer_epoch)) == (pid, old_epoch + 1)
+        epoch = old_epoch + 1
+        assert _add(c, "ep-tx", pid, epoch, "ep", (0, 1)) == {("ep", 0): E.none, ("ep", 1): E.none}
+        for p in (0, 1):
+            assert _produce_txn(c, "ep-tx", "ep", p, _txn_batch([b"half-%d" % p], pid, epoch, 0)) == E.none
+        from kio.schema.write_txn_markers.v1 import request as wm
+
+        marker = wm.WritableTxnMarker(producer_id=pid, producer_epoch=old_epoch, transaction_result=False,
+                                      coordinator_epoch=0, topics=(wm.WritableTxnMarkerTopic(
+                                          name="ep", partition_indexes=(0,)),))
+        (result,) = c.send(27, 1, markers=(marker,)).markers
+        assert result.topics[0].partitions[0].error_code == E.invalid_producer_epoch
+        assert kafka_server.store.partition("ep", 0).high_watermark() == 1  # no marker written
+        assert _end(c, "ep-tx", pid, epoch, True) == E.none
+    assert sorted(_read_all(kafka_server.bootstrap, "ep", 2, "read_committed", expect=2)) == [b"half-0", b"half-1"]
