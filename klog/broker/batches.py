@@ -26,6 +26,7 @@ from klog.errors import (
     InvalidBatchError,
     InvalidProducerEpochError,
     InvalidTimestampError,
+    InvalidTxnStateError,
     KlogError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
@@ -330,6 +331,11 @@ class ProducerStates:
                 raise UnknownProducerError(f"producer {header.producer_id} has no state here and sent "
                                            f"sequence {header.base_sequence} (expected 0)")
             return True
+        if entry.in_txn and not header.attributes & TRANSACTIONAL_FLAG_MASK:
+            # Kafka's rule: else any client allowed the topic raised the epoch kept here under the id
+            # (in every fetched batch), and the transaction's next batch was refused
+            raise InvalidTxnStateError(f"producer {header.producer_id} has a transaction open here: a "
+                                       "non-transactional batch under its id is refused")
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpochError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
                                       f"than {entry.epoch}")

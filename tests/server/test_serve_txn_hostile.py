@@ -204,3 +204,25 @@ def test_a_marker_of_an_older_epoch_does_not_end_the_producers_newer_transaction
         assert kafka_server.store.partition("ep", 0).high_watermark() == 1  # no marker written
         assert _end(c, "ep-tx", pid, epoch, True) == E.none
     assert sorted(_read_all(kafka_server.bootstrap, "ep", 2, "read_committed", expect=2)) == [b"half-0", b"half-1"]
+
+
+def test_a_plain_batch_under_the_id_of_a_producer_in_a_transaction_is_refused(kafka_server):
+    """An idempotent (non-transactional) batch under the producer id of a transaction open in the
+    partition is refused with INVALID_TXN_STATE, as Kafka refuses it. It was appended: any client
+    allowed to write the topic (producer ids are in every fetched batch) raised the producer's
+    epoch there, and the transactional producer's next batch was refused (INVALID_PRODUCER_EPOCH)."""
+    from tests.serve_helpers import batch
+    from tests.server.test_serve_transactions import _add, _produce_txn, _read_all, _txn_batch
+
+    kafka_server.store.create_topic("pl")
+    with RawClient(kafka_server.port) as c:
+        r = _init(c, "pl-tx")
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        assert _add(c, "pl-tx", pid, epoch, "pl", (0,)) == {("pl", 0): E.none}
+        assert _produce_txn(c, "pl-tx", "pl", 0, _txn_batch([b"t0"], pid, epoch, 0)) == E.none
+        with RawClient(kafka_server.port) as stranger:
+            assert _produce_txn(stranger, None, "pl", 0, batch([b"x"], producer_id=pid, epoch=epoch + 1,
+                                                               sequence=0)) == E.invalid_txn_state
+        assert _produce_txn(c, "pl-tx", "pl", 0, _txn_batch([b"t1"], pid, epoch, 1)) == E.none
+        assert _end(c, "pl-tx", pid, epoch, True) == E.none
+    assert _read_all(kafka_server.bootstrap, "pl", 1, "read_committed", expect=2) == [b"t0", b"t1"]
