@@ -240,6 +240,7 @@ class TxnCoordinator:
             now = self.meta.get(tid)
             return now is not None and (now.state, now.producer_id, now.producer_epoch) == (meta.state, pid, epoch)
 
+        failed: Exception | None = None
         for topic, partition in meta.tps():
             try:
                 self.appender.write_marker(topic, partition, pid, epoch, kind, meta.coordinator_epoch, still_wanted)
@@ -247,8 +248,13 @@ class TxnCoordinator:
                 from klog.errors import UnknownPartitionError, UnknownTopicError
 
                 if not isinstance(e, UnknownTopicError | UnknownPartitionError):
-                    raise  # the document stays Prepare*: the next pass tries again
+                    # the others' markers first (Kafka writes each partition's on its own): one failing
+                    # partition must not hold every later one's read_committed readers
+                    failed = failed or e
+                    continue
                 self.warn(f"transactional id '{tid}': {topic}-{partition} is gone; no marker written")
+        if failed is not None:
+            raise failed  # the document stays Prepare*: the next pass tries again
         now = self.clock()
 
         def change(current: TxnMetadata | None, txn: object) -> TxnMetadata | None:

@@ -9,6 +9,8 @@ coordinator's state read from the store.
 
 from __future__ import annotations
 
+import pytest
+
 from klog.protocol.kafka import E
 from tests.serve_helpers import RawClient
 from tests.server.test_serve_transactions import TxnCoordinatorState, _end, _init
@@ -226,3 +228,45 @@ def test_a_plain_batch_under_the_id_of_a_producer_in_a_transaction_is_refused(ka
         assert _produce_txn(c, "pl-tx", "pl", 0, _txn_batch([b"t1"], pid, epoch, 1)) == E.none
         assert _end(c, "pl-tx", pid, epoch, True) == E.none
     assert _read_all(kafka_server.bootstrap, "pl", 1, "read_committed", expect=2) == [b"t0", b"t1"]
+
+
+def test_a_partition_that_cannot_take_its_marker_holds_back_no_other(data_dir, monkeypatch):
+    """A commit whose marker fails in one partition (its disk failing) still writes the others',
+    so their read_committed readers move on; the transaction stays PrepareCommit until the failing
+    one takes its marker, which a later pass writes. The first failure stopped the loop: every
+    partition after it in the transaction stayed unstable (readers held) for as long as it failed."""
+    import klog
+    from klog.broker.batches import RawAppender
+    from klog.broker.offsets import last_stable_offset
+    from klog.broker.txn_coordinator import PREPARE_STALE_MS, TxnCoordinator
+    from klog.errors import StorageError
+    from klog.meta import transactions as tx
+    from tests.server.test_serve_transactions import _txn_batch
+
+    now = [1_000_000]
+    with klog.open(data_dir) as store:
+        store.create_topic("mk", 3)
+        appender = RawAppender(store)
+        coord = TxnCoordinator(store, appender, clock=lambda: now[0])
+        ids = coord.init_producer_id("mk", 60_000)
+        coord.add_partitions("mk", ids.producer_id, ids.epoch, [("mk", p) for p in range(3)])
+        for p in range(3):
+            check = lambda h, p=p: coord.check_append("mk", h.producer_id, h.producer_epoch, ("mk", p))  # noqa: E731
+            appender.append("mk", p, _txn_batch([b"v%d" % p], ids.producer_id, ids.epoch, 0), "all", check)
+        write_marker = appender.write_marker
+
+        def failing_in_partition_0(topic, partition, *args, **kwargs):  # noqa: ANN001, ANN202
+            if partition == 0:
+                raise StorageError("mk-0: input/output error")
+            return write_marker(topic, partition, *args, **kwargs)
+
+        monkeypatch.setattr(appender, "write_marker", failing_in_partition_0)
+        with pytest.raises(StorageError):
+            coord.end_txn("mk", ids.producer_id, ids.epoch, True)
+        assert [last_stable_offset(store.partition("mk", p)) for p in range(3)] == [0, 2, 2]
+        assert TxnCoordinatorState.of(store, "mk") == tx.PREPARE_COMMIT
+        monkeypatch.undo()
+        now[0] += PREPARE_STALE_MS
+        assert coord.tick() == ["transactional id 'mk': completed its PrepareCommit"]
+        assert [last_stable_offset(store.partition("mk", p)) for p in range(3)] == [2, 2, 2]
+        assert TxnCoordinatorState.of(store, "mk") == tx.COMPLETE_COMMIT
