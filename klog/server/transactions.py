@@ -449,20 +449,39 @@ def _all_transactions(ctx: RequestContext) -> list[Any]:
     return list(TransactionsMeta(ctx.store.meta).all())
 
 
+def _some_transactions(ctx: RequestContext, tids: list[str]) -> dict[str, Any]:
+    """The documents of `tids` (None: no such id), each read alone: a DescribeTransactions of one id
+    read and parsed every id's (1.4-3 s at the pool's 40,000, for anyone who asked)."""
+    from klog.errors import UsageError
+    from klog.meta.transactions import TransactionsMeta, validate_transactional_id
+
+    meta = TransactionsMeta(ctx.store.meta)
+    out: dict[str, Any] = {}
+    for tid in tids:
+        try:
+            validate_transactional_id(tid)  # (the store's own key, '\0coordinator-epoch', is none)
+        except UsageError:
+            out[tid] = None
+            continue
+        out[tid] = meta.get(tid)
+    return out
+
+
 @register(DESCRIBE_TRANSACTIONS, 0, 0)
 async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
     mod = response_for(request)
+    allowed = {str(t) for t in request.transactional_ids if ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", str(t))}
     try:
-        known = {m.transactional_id: m for m in await ctx.run_blocking(_all_transactions, ctx)}
+        known = await ctx.run_blocking(_some_transactions, ctx, sorted(allowed))
     except (KlogError, OSError):
         known = None
     states = []
     for tid in request.transactional_ids:
         meta = None
-        if known is None:
-            error = E.coordinator_not_available
-        elif not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", str(tid)):
+        if str(tid) not in allowed:
             error = E.transactional_id_authorization_failed
+        elif known is None:
+            error = E.coordinator_not_available
         else:
             meta = known.get(str(tid))
             error = E.none if meta is not None else E.transactional_id_not_found
