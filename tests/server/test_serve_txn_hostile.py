@@ -295,3 +295,27 @@ def test_describe_transactions_reads_only_the_ids_asked(kafka_server, monkeypatc
     assert (asked.error_code, asked.transaction_state) == (E.none, "Ongoing")
     assert int(asked.producer_id) == int(r.producer_id)
     assert missing.error_code == store_key.error_code == E.transactional_id_not_found
+
+
+def test_offset_fetch_require_stable_parses_only_the_transactions_naming_the_group(kafka_server, monkeypatch):
+    """OffsetFetch with require_stable (every read_committed consumer's) parses only the transaction
+    documents that stage offsets for its group, found by the group's name in their bytes: it parsed
+    every id's (0.65-1.1 s per request at the pool's 40,000 ids, 0.08-0.11 s now). A name that JSON
+    escapes is found too."""
+    from klog.meta.transactions import TransactionsMeta
+
+    kafka_server.store.create_topic("rs")
+    group = 'g"\u00fc\\'  # a quote, a non-ASCII letter and a backslash, each escaped in the JSON
+    with RawClient(kafka_server.port) as c:
+        for tid, staged_group in (("rs-tx", group), ("rs-other", "other")):
+            r = _init(c, tid)
+            pid, epoch = int(r.producer_id), int(r.producer_epoch)
+            assert _add_offsets(c, tid, pid, epoch, staged_group) == E.none
+            assert _txn_offset_commit(c, tid, pid, epoch, staged_group, "rs", 5) == E.none
+
+        def every_id(_self):  # noqa: ANN001, ANN202
+            raise AssertionError("OffsetFetch parsed every transactional id")
+
+        monkeypatch.setattr(TransactionsMeta, "all", every_id)
+        assert _offset_fetch(c, group, "rs", stable=True) == (E.unstable_offset_commit, -1)
+        assert _offset_fetch(c, "g", "rs", stable=True) == (E.none, -1)
