@@ -350,3 +350,39 @@ def test_list_transactions_authorizes_by_key_in_a_thread(kafka_server, monkeypat
         listed = c.send(66, 0, state_filters=(), producer_id_filters=()).transaction_states
     assert sorted(s.transactional_id for s in listed) == ["la", "lb"]
     assert asked_in and kafka_server._thread.name not in asked_in
+
+
+# -- the last stable offset and the log start -----------------------------------------------------------
+def test_the_last_stable_offset_is_never_below_the_log_start(kafka_server):
+    """Records deleted (DeleteRecords, retention) past the start of a transaction still open: the
+    last stable offset read_committed clients are told (ListOffsets' latest, Fetch's
+    last_stable_offset) is the log start, as Kafka's max(first unstable offset, log start). It was
+    the transaction's first offset, below the log start: a read_committed consumer reset to the
+    latest offset was sent below the log start (OFFSET_OUT_OF_RANGE, and reset there again) until
+    the transaction ended."""
+    from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsTopic
+
+    from klog.broker import lifecycle
+    from tests.serve_helpers import batch, fetch_fields, produce
+    from tests.server.test_serve_transactions import _add, _produce_txn, _txn_batch
+
+    kafka_server.store.create_topic("ls")
+    with RawClient(kafka_server.port) as c:
+        assert produce(c, "ls", 0, batch([b"before"])) == (E.none, 0)
+        r = _init(c, "ls-tx")
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        assert _add(c, "ls-tx", pid, epoch, "ls", (0,)) == {("ls", 0): E.none}
+        assert _produce_txn(c, "ls-tx", "ls", 0, _txn_batch([b"open"], pid, epoch, 0)) == E.none  # offset 1
+        assert [produce(c, "ls", 0, batch([value])) for value in (b"a", b"b")] == [(E.none, 2), (E.none, 3)]
+        lifecycle.delete_records(kafka_server.store, "ls", before_offset=3, partitions=[0])
+
+        def latest_committed() -> int:
+            resp = c.send(2, 7, replica_id=-1, isolation_level=1, topics=(ListOffsetsTopic(name="ls", partitions=(
+                ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1),)),))
+            return int(resp.topics[0].partitions[0].offset)
+
+        assert latest_committed() == 3
+        fetched = c.send(1, 12, **(fetch_fields("ls", 0, 3) | {"isolation_level": 1})).responses[0].partitions[0]
+        assert (fetched.error_code, int(fetched.log_start_offset), int(fetched.last_stable_offset)) == (E.none, 3, 3)
+        assert _end(c, "ls-tx", pid, epoch, True) == E.none
+        assert latest_committed() == 5  # two records and the marker
