@@ -386,3 +386,28 @@ def test_the_last_stable_offset_is_never_below_the_log_start(kafka_server):
         assert (fetched.error_code, int(fetched.log_start_offset), int(fetched.last_stable_offset)) == (E.none, 3, 3)
         assert _end(c, "ls-tx", pid, epoch, True) == E.none
         assert latest_committed() == 5  # two records and the marker
+
+
+def test_partitions_named_in_a_transaction_request_are_looked_up_in_one_thread_hop(kafka_server, monkeypatch):
+    """AddPartitionsToTxn and TxnOffsetCommit look up each topic's partitions once per request, in
+    one thread hop: one hop per partition made an AddPartitionsToTxn of 19,000 partitions (within
+    --max-request-entries) cost 1.1-1.5 s, now 0.16-0.29 s."""
+    from klog.server.context import RequestContext
+    from tests.server.test_serve_transactions import _add
+
+    kafka_server.store.create_topic("hop", 4)
+    run_blocking = RequestContext.run_blocking
+    hops = []
+
+    async def counted(self, fn, *args):  # noqa: ANN001, ANN202
+        hops.append(getattr(fn, "__name__", fn))
+        return await run_blocking(self, fn, *args)
+
+    with RawClient(kafka_server.port) as c:
+        r = _init(c, "hop-tx")
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        monkeypatch.setattr(RequestContext, "run_blocking", counted)
+        wanted = tuple(range(200))  # 4 exist
+        assert set(_add(c, "hop-tx", pid, epoch, "hop", wanted).values()) == {
+            E.operation_not_attempted, E.unknown_topic_or_partition}
+        assert len(hops) <= 2, hops
