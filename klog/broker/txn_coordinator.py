@@ -206,12 +206,21 @@ class TxnCoordinator:
         return True
 
     def recover(self) -> list[str]:
-        """At start: finish every Prepare* document (a crash between deciding and completing)."""
+        """At start: finish every Prepare* document (a crash between deciding and completing). One
+        that fails (a partition that cannot take its marker) is warned about and left to tick()'s
+        later passes: raising stopped the others, and klog serve's timer, which retries recover()
+        until it passes, then never ran tick() (no timeout aborted anything)."""
         done = []
         for meta in self.meta.all():
-            if meta.state in tx.PREPARING:
+            if meta.state not in tx.PREPARING:
+                continue
+            try:
                 self._finish(meta)
-                done.append(f"transactional id '{meta.transactional_id}': completed its {meta.state} after a restart")
+            except Exception as e:  # noqa: BLE001 - one id's trouble must not stop the others, as in tick()
+                self.warn(f"transactional id '{meta.transactional_id}': {meta.state} not completed: "
+                          f"{type(e).__name__}: {e}")
+                continue
+            done.append(f"transactional id '{meta.transactional_id}': completed its {meta.state} after a restart")
         return done
 
     # -- internals -------------------------------------------------------------------------------------

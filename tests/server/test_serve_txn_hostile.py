@@ -411,3 +411,42 @@ def test_partitions_named_in_a_transaction_request_are_looked_up_in_one_thread_h
         assert set(_add(c, "hop-tx", pid, epoch, "hop", wanted).values()) == {
             E.operation_not_attempted, E.unknown_topic_or_partition}
         assert len(hops) <= 2, hops
+
+
+def test_a_restart_completes_every_prepared_transaction_but_the_one_that_fails(data_dir, monkeypatch):
+    """At a restart, a Prepare* transaction whose marker fails in one partition (a damaged log, a
+    failing disk) is warned about and left to the timer's later passes; every other one is
+    completed. recover() raised at the first: the others stayed Prepare* (their partitions' readers
+    held), and klog serve's timer, which retries recover() until it passes, never ran a pass again
+    (no timeout aborted any transaction for as long as the server ran)."""
+    import klog
+    from klog.broker.batches import RawAppender
+    from klog.broker.txn_coordinator import TxnCoordinator
+    from klog.errors import CorruptLogError
+    from klog.meta import transactions as tx
+    from tests.server.test_serve_transactions import _txn_batch
+
+    with klog.open(data_dir) as store:
+        store.create_topic("bad")
+        store.create_topic("good")
+        appender = RawAppender(store)
+        warnings: list[str] = []
+        coord = TxnCoordinator(store, appender, warn=warnings.append)
+        for tid, topic in (("a-bad", "bad"), ("b-good", "good")):  # (recover() takes them in key order)
+            ids = coord.init_producer_id(tid, 60_000)
+            coord.add_partitions(tid, ids.producer_id, ids.epoch, [(topic, 0)])
+            check = lambda h, t=tid, tp=(topic, 0): coord.check_append(t, h.producer_id, h.producer_epoch, tp)  # noqa: E731
+            appender.append(topic, 0, _txn_batch([b"x"], ids.producer_id, ids.epoch, 0), "all", check)
+            coord.meta.apply(tid, lambda m, _t, i=ids: (tx.end_transaction(m, i.producer_id, i.epoch, True, 0), m)[1])
+        write_marker = appender.write_marker
+
+        def damaged_bad(topic, *args, **kwargs):  # noqa: ANN001, ANN202
+            if topic == "bad":
+                raise CorruptLogError("damaged segment", "bad-0/00000000000000000000.log", 0)
+            return write_marker(topic, *args, **kwargs)
+
+        monkeypatch.setattr(appender, "write_marker", damaged_bad)
+        assert coord.recover() == ["transactional id 'b-good': completed its PrepareCommit after a restart"]
+        assert TxnCoordinatorState.of(store, "b-good") == tx.COMPLETE_COMMIT
+        assert TxnCoordinatorState.of(store, "a-bad") == tx.PREPARE_COMMIT
+        assert any("a-bad" in w and "damaged segment" in w for w in warnings)
