@@ -79,14 +79,8 @@ class TransactionService:
 
     async def admit(self, ctx: RequestContext, tid: str) -> str | None:
         """None if the caller may InitProducerId `tid`; else why not. An id that does not exist yet
-        counts in the caller's PRINCIPAL_TRANSACTIONAL_IDS_MAX and in the pool of every caller."""
-        from klog.errors import UsageError
-        from klog.meta.transactions import validate_transactional_id
-
-        try:
-            validate_transactional_id(tid)
-        except UsageError:
-            return None  # (the coordinator refuses it: nothing is created, nothing to count)
+        counts in the caller's PRINCIPAL_TRANSACTIONAL_IDS_MAX and in the pool of every caller. `tid`:
+        a valid one (init_transactional_producer checked it)."""
         key = ctx.share_key
         mine = self.created.get(key, set())
         if tid in mine or await ctx.run_blocking(self._exists, tid):
@@ -190,6 +184,9 @@ async def _call(ctx: RequestContext, fn: Any, *args: Any, fenced_from: int) -> t
 
 # -- InitProducerId (the transactional half; producers.py delegates here) ---------------------------------
 async def init_transactional_producer(ctx: RequestContext, request: Any) -> Any:
+    from klog.errors import UsageError
+    from klog.meta.transactions import validate_transactional_id
+
     mod = response_for(request)
     tid = str(request.transactional_id)
 
@@ -204,6 +201,11 @@ async def init_transactional_producer(ctx: RequestContext, request: Any) -> Any:
         return reply(E.transactional_id_authorization_failed)
     pid, epoch = int(getattr(request, "producer_id", -1)), int(getattr(request, "producer_epoch", -1))
     if (pid < 0) != (epoch < 0):
+        return reply(E.invalid_request)
+    try:
+        validate_transactional_id(tid)
+    except UsageError as e:  # (Kafka: INVALID_REQUEST for an empty one; COORDINATOR_NOT_AVAILABLE had it retried)
+        ctx.log.info("InitProducerId from %s: INVALID_REQUEST (%s)", ctx.client_host, e)
         return reply(E.invalid_request)
     timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
     try:

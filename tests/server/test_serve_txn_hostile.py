@@ -450,3 +450,11 @@ def test_a_restart_completes_every_prepared_transaction_but_the_one_that_fails(d
         assert TxnCoordinatorState.of(store, "b-good") == tx.COMPLETE_COMMIT
         assert TxnCoordinatorState.of(store, "a-bad") == tx.PREPARE_COMMIT
         assert any("a-bad" in w and "damaged segment" in w for w in warnings)
+
+
+def test_init_producer_id_refuses_an_invalid_transactional_id_for_good(kafka_server):
+    """An empty transactional id (Kafka: INVALID_REQUEST), or one past klog's bound (its LMDB key),
+    is answered INVALID_REQUEST: it was COORDINATOR_NOT_AVAILABLE, which clients retry until their
+    timeout, then report as a coordinator that never came."""
+    with RawClient(kafka_server.port) as c:
+        assert [_init(c, tid).error_code for tid in ("", "x" * 1000, "ok")] == [E.invalid_request] * 2 + [E.none]
