@@ -26,6 +26,7 @@ from klog.errors import (
     InvalidBatchError,
     InvalidProducerEpochError,
     InvalidTimestampError,
+    InvalidTxnStateError,
     KlogError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
@@ -330,6 +331,11 @@ class ProducerStates:
                 raise UnknownProducerError(f"producer {header.producer_id} has no state here and sent "
                                            f"sequence {header.base_sequence} (expected 0)")
             return True
+        if entry.in_txn and not header.attributes & TRANSACTIONAL_FLAG_MASK:
+            # Kafka's rule: else any client allowed the topic raised the epoch kept here under the id
+            # (in every fetched batch), and the transaction's next batch was refused
+            raise InvalidTxnStateError(f"producer {header.producer_id} has a transaction open here: a "
+                                       "non-transactional batch under its id is refused")
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpochError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
                                       f"than {entry.epoch}")
@@ -828,12 +834,19 @@ class RawAppender:
 
     # -- transaction markers (the coordinator's writes: klog.broker.txn_coordinator) ------------------
     def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, kind: int,
-                     coordinator_epoch: int, still_wanted: Callable[[], bool]) -> int | None:
+                     coordinator_epoch: int, still_wanted: Callable[[], bool], *,
+                     refuse_older_epoch: bool = False) -> int | None:
         """End `producer_id`'s transaction in the partition with a COMMIT/ABORT control batch, once:
         nothing is written when the producer has no open transaction there (it wrote nothing, or
         the marker is already in: a restart completing a commit). `still_wanted()` is asked under
         the partition's lock (the coordinator's state may have moved on). An ABORT adds its range
-        to the segment's `.txnindex`. Returns the marker's offset, or None."""
+        to the segment's `.txnindex`. Returns the marker's offset, or None.
+
+        `refuse_older_epoch` (a marker someone else names, WriteTxnMarkers): InvalidProducerEpochError
+        if `producer_epoch` is older than the producer's batches here, as Kafka's partition leader
+        refuses it (a stale abort would end the producer's newer transaction in this partition only).
+        Not for the coordinator's own markers: an idempotent batch under the producer's id may raise
+        the epoch kept here, and its transaction must still end."""
         from klog.broker.offsets import stable_view
         from klog.store.txn import ABORT, append_txn_index, control_batch
 
@@ -852,6 +865,11 @@ class RawAppender:
                 self.producers.txn_ended((topic, partition), producer_id)
             if open_at is None or not still_wanted():
                 return None
+            if refuse_older_epoch:
+                entry = self.producers.states((topic, partition), part).get(producer_id)
+                if entry is not None and producer_epoch < entry.epoch:
+                    raise InvalidProducerEpochError(f"{topic}-{partition}: a marker of producer {producer_id} epoch "
+                                                    f"{producer_epoch}, older than its batches' {entry.epoch}")
             data = control_batch(producer_id, producer_epoch, kind, coordinator_epoch, int(time.time() * 1000))
             base = self.writer.append_batch(topic, partition, data, "all")
             self.producers.txn_ended((topic, partition), producer_id)

@@ -26,6 +26,7 @@ from klog.store.throttle import Throttler
 
 if TYPE_CHECKING:
     from klog.broker.store_protocol import BrokerStore
+    from klog.store.codec import BatchHeader
 
 Clock = Callable[[], float]  # seconds, like time.time
 
@@ -104,13 +105,15 @@ def _retain(store: BrokerStore, topic: str, part: Partition, now_ms: int, result
 class _CompactionPlan:
     rng: cleaner.CleanableRange
     replicas: list[tuple[str, LogConfig]]  # (directory, config) of each replica, the leader first
+    aborted: Callable[[BatchHeader], bool]  # the batches of aborted transactions (cleaner.build_offset_map)
 
 
 def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: int, force: bool,
                      result: PartitionCleanup) -> _CompactionPlan | None:
     """Lock held: what to clean, if compaction is due; the sealed segments fsynced first."""
     config = store.log_config(topic)
-    rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), part.high_watermark(), now_ms,
+    stable_end, aborted = _stable(part)
+    rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), stable_end, now_ms,
                                   config.min_compaction_lag_ms)
     result.dirty_ratio = rng.dirty_ratio
     result.cleanable_end = rng.first_uncleanable
@@ -118,7 +121,20 @@ def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: in
         return None
     for replica in part.replicas:
         replica.finish_flushes()  # the segments it rewrites are fsynced as they were sealed first
-    return _CompactionPlan(rng, [(r.directory, r.config) for r in part.replicas])
+    return _CompactionPlan(rng, [(r.directory, r.config) for r in part.replicas], aborted)
+
+
+def _stable(part: Partition) -> tuple[int, Callable[[BatchHeader], bool]]:
+    """Where cleaning must stop, the last stable offset (Kafka's cleaner cleans nothing of a
+    transaction still open: one that aborts later would have removed the values it replaced), and
+    the aborted transactions' batches below it (copied: the cleaning reads them without the lock)."""
+    from klog.broker.offsets import stable_view
+    from klog.store.txn import aborted_filter
+
+    view, view_lock = stable_view(part)
+    with view_lock:
+        lso = view.refresh(part.high_watermark())
+        return lso, aborted_filter(view.aborted_between(0, lso))
 
 
 def _compact(store: BrokerStore, topic: str, partition: int, plan: _CompactionPlan, now_ms: int,
@@ -126,7 +142,8 @@ def _compact(store: BrokerStore, topic: str, partition: int, plan: _CompactionPl
     """Clean without the partition's lock (appends go on), then take it to swap the result in;
     False if the segments changed meanwhile (nothing swapped in)."""
     config = store.log_config(topic)
-    cleaning = cleaner.build_cleaning(plan.replicas, plan.rng, now_ms, config.delete_retention_ms, throttler)
+    cleaning = cleaner.build_cleaning(plan.replicas, plan.rng, now_ms, config.delete_retention_ms, throttler,
+                                      plan.aborted)
     try:
         if cleaning.abandoned:
             return False
@@ -169,13 +186,16 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
     compacted = store.log_config(topic).compacted
     part = store.partition(topic, partition)
     plan = None
+    compacting = compacted and (compact or force_compact)
+    if compacting:
+        _stable(part)  # the walk of the headers off the lock: the plan's look under it reads only what came since
     with part.lock:
         part = _locked(store, topic, partition)
         start = part.log_start_offset()
         result = PartitionCleanup(topic, partition, start, start)
         if retain:
             _retain(store, topic, part, now_ms, result)
-        if compacted and (compact or force_compact):
+        if compacting:
             plan = _plan_compaction(store, topic, part, now_ms, force_compact, result)
     # the cleaning itself runs without the lock, so produces are not held up; segments changed
     # under it (retention, delete-records, another cleaner) make it start over from a new plan
@@ -184,6 +204,7 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
         plan = None
         if result.cleanings_abandoned < CLEANING_ATTEMPTS:
             part = store.partition(topic, partition)  # anew: a config change meanwhile closes the old object
+            _stable(part)  # (off the lock, as above: the swap that abandoned the cleaning may have reset it)
             with part.lock:
                 part = _locked(store, topic, partition)
                 plan = _plan_compaction(store, topic, part, now_ms, force_compact, result)
@@ -311,7 +332,7 @@ def _cleanable(store: BrokerStore, topic: str, partition: int, now_ms: int) -> t
     """The partition's cleanable range, read without its lock (segment sizes, the cleaner checkpoint)."""
     config = store.log_config(topic)
     part = store.partition(topic, partition)
-    return part, cleaner.cleanable_range(part.leader, _checkpoint(part).read(), part.high_watermark(), now_ms,
+    return part, cleaner.cleanable_range(part.leader, _checkpoint(part).read(), _stable(part)[0], now_ms,
                                          config.min_compaction_lag_ms)
 
 

@@ -64,7 +64,9 @@ def stable_view(part: Any) -> tuple[Any, threading.Lock]:
 
 def last_stable_offset(part: Any) -> int:
     """The end of what a read_committed consumer may read: the first offset of a transaction still
-    open below the high watermark, or the high watermark."""
+    open below the high watermark, or the high watermark; never below the log start (Kafka's
+    max(first unstable offset, log start): records deleted past an open transaction's start)."""
     stable, lock = stable_view(part)
     with lock:
-        return stable.refresh(part.high_watermark())
+        lso = stable.refresh(part.high_watermark())
+    return max(lso, part.log_start_offset())

@@ -35,6 +35,13 @@ CLEANUP_INTERVAL = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
 CLEANUP_INTERVAL_MS_DEFAULT = 10_000  # Kafka's default
 ID_EXPIRATION = "transactional.id.expiration.ms"
 PREPARE_STALE_MS = 5_000  # a Prepare* document not completed for this long is completed by whoever sees it
+# The consumer groups one transaction may add (AddOffsetsToTxn). Kafka keeps them as their
+# __consumer_offsets partitions (50 by default), so its transaction state cannot grow by group;
+# here each is a name (up to 255 characters) in the id's LMDB document, rewritten whole at every
+# request: one client added 4,000 groups to one transaction, a 1 MB document whose writes held
+# LMDB's one writer 15 ms each (every client's commits wait for it), and 10,000 ids of such
+# documents would fill LMDB. Exactly-once applications send one group's offsets per transaction.
+TXN_GROUPS_MAX = 50
 
 
 def now_ms() -> int:
@@ -93,8 +100,19 @@ class TxnCoordinator:
         return tx.verify_partitions(self.meta.get(tid), producer_id, epoch, tps)
 
     def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str) -> None:
+        """AddOffsetsToTxn; past TXN_GROUPS_MAX groups, TxnStateError(UNKNOWN_SERVER_ERROR): what
+        Kafka answers for a transaction whose state outgrows its log's message size (the
+        transaction is abortable, nothing is added)."""
         now = self.clock()
-        self._change(tid, lambda meta: tx.add_group(meta, producer_id, epoch, group, now))
+
+        def change(meta: TxnMetadata | None) -> bool:
+            added = tx.add_group(meta, producer_id, epoch, group, now)
+            if added and meta is not None and len(meta.groups) > TXN_GROUPS_MAX:
+                raise TxnStateError("unknown_server_error", f"transactional id '{tid}': its transaction has "
+                                                            f"{TXN_GROUPS_MAX} consumer groups, at most")
+            return added
+
+        self._change(tid, change)
 
     def txn_offset_commit(self, tid: str, producer_id: int, epoch: int, group: str,
                           offsets: dict[TP, tuple[int, str]]) -> None:
@@ -188,12 +206,21 @@ class TxnCoordinator:
         return True
 
     def recover(self) -> list[str]:
-        """At start: finish every Prepare* document (a crash between deciding and completing)."""
+        """At start: finish every Prepare* document (a crash between deciding and completing). One
+        that fails (a partition that cannot take its marker) is warned about and left to tick()'s
+        later passes: raising stopped the others, and klog serve's timer, which retries recover()
+        until it passes, then never ran tick() (no timeout aborted anything)."""
         done = []
         for meta in self.meta.all():
-            if meta.state in tx.PREPARING:
+            if meta.state not in tx.PREPARING:
+                continue
+            try:
                 self._finish(meta)
-                done.append(f"transactional id '{meta.transactional_id}': completed its {meta.state} after a restart")
+            except Exception as e:  # noqa: BLE001 - one id's trouble must not stop the others, as in tick()
+                self.warn(f"transactional id '{meta.transactional_id}': {meta.state} not completed: "
+                          f"{type(e).__name__}: {e}")
+                continue
+            done.append(f"transactional id '{meta.transactional_id}': completed its {meta.state} after a restart")
         return done
 
     # -- internals -------------------------------------------------------------------------------------
@@ -222,6 +249,7 @@ class TxnCoordinator:
             now = self.meta.get(tid)
             return now is not None and (now.state, now.producer_id, now.producer_epoch) == (meta.state, pid, epoch)
 
+        failed: Exception | None = None
         for topic, partition in meta.tps():
             try:
                 self.appender.write_marker(topic, partition, pid, epoch, kind, meta.coordinator_epoch, still_wanted)
@@ -229,8 +257,13 @@ class TxnCoordinator:
                 from klog.errors import UnknownPartitionError, UnknownTopicError
 
                 if not isinstance(e, UnknownTopicError | UnknownPartitionError):
-                    raise  # the document stays Prepare*: the next pass tries again
+                    # the others' markers first (Kafka writes each partition's on its own): one failing
+                    # partition must not hold every later one's read_committed readers
+                    failed = failed or e
+                    continue
                 self.warn(f"transactional id '{tid}': {topic}-{partition} is gone; no marker written")
+        if failed is not None:
+            raise failed  # the document stays Prepare*: the next pass tries again
         now = self.clock()
 
         def change(current: TxnMetadata | None, txn: object) -> TxnMetadata | None:

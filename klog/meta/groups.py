@@ -321,8 +321,10 @@ class GroupsMeta:
 
     def write_offsets(self, txn, group: str, offsets: dict[TP, tuple[int, str]], now: int) -> None:
         """Commit offsets inside the caller's LMDB write: a transaction's commit makes the offsets it
-        staged visible in the same write that completes it (klog.broker.txn_coordinator)."""
-        self._write_offsets(txn, group, offsets, now)
+        staged visible in the same write that completes it (klog.broker.txn_coordinator). Negative
+        offsets too, as OffsetCommit stores them: staged, then refused here, one left the
+        transaction PrepareCommit for good."""
+        self._write_offsets(txn, group, offsets, now, negative_ok=True)
 
     # -- a member's life ------------------------------------------------------------------------
     def join(self, group: str, member: Member, assign: AssignFn) -> GroupView:

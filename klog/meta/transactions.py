@@ -17,6 +17,7 @@ names of Kafka's error codes (kio's ErrorCode members).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -305,8 +306,14 @@ class TransactionsMeta:
     def pending_offsets(self, group: str) -> set[TP]:
         """Partitions of `group` with offsets staged by a transaction not yet completed (OffsetFetch
         with require_stable answers UNSTABLE_OFFSET_COMMIT for them, KIP-447)."""
+        # Only documents naming the group as a key (of `offsets`, as put_json spells it) are parsed:
+        # every OffsetFetch of a read_committed consumer asks, and parsing every id's document took
+        # 0.65-1.1 s at the pool's 40,000 ids
+        needle = (json.dumps(group) + ":").encode()
+        with self.db.txn() as txn:
+            found = [raw for key, raw in self.db.items_raw(txn, self.DB) if needle in raw and not key.startswith("\0")]
         out: set[TP] = set()
-        for meta in self.all():
+        for meta in (TxnMetadata(**json.loads(raw)) for raw in found):
             if meta.state in (ONGOING, *PREPARING):
                 out.update(key_tp(k) for k in meta.offsets.get(group, {}))
         return out

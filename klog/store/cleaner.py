@@ -43,6 +43,7 @@ import errno
 import itertools
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -147,15 +148,20 @@ def first_dirty_timestamp(log: PartitionLog, first_dirty: int) -> int:
 
 
 # -- the offset map ------------------------------------------------------------------------------
-def build_offset_map(log: PartitionLog, start: int, end: int,
-                     throttler: Throttler | None = None) -> dict[bytes, int]:
-    """key -> the last offset holding it, over [start, end) of `log` (Kafka's SkimpyOffsetMap, unbounded)."""
+def build_offset_map(log: PartitionLog, start: int, end: int, throttler: Throttler | None = None,
+                     aborted: Callable[[BatchHeader], bool] | None = None) -> dict[bytes, int]:
+    """key -> the last offset holding it, over [start, end) of `log` (Kafka's SkimpyOffsetMap, unbounded).
+    `aborted`: the batches of aborted transactions, left out as Kafka's cleaner leaves them out: a
+    key an aborted transaction wrote would otherwise remove its committed value, which read_committed
+    readers then never saw again (the aborted one they skip; the dirty part's batches holding no
+    offset of the map are emptied, so the aborted ones go, as in Kafka)."""
     offsets: dict[bytes | None, int] = {}
     for fetched in PartitionReader(log, start, end, max_bytes=READ_BYTES):
         if throttler is not None:
             throttler.maybe_throttle(sum(len(fb.data) for fb in fetched.batches))
-        for _, records in fetched.record_runs():
-            offsets.update((r[2], r[0]) for r in records)
+        for header, records in fetched.batch_runs():
+            if aborted is None or not aborted(header):
+                offsets.update((r[2], r[0]) for r in records)
     offsets.pop(None, None)
     return offsets  # type: ignore[return-value]
 
@@ -544,12 +550,15 @@ class Cleaning:
 
 
 def build_cleaning(replicas: list[tuple[str, LogConfig]], rng: CleanableRange, now_ms: int, delete_retention_ms: int,
-                   throttler: Throttler | None = None) -> Cleaning:
+                   throttler: Throttler | None = None,
+                   aborted: Callable[[BatchHeader], bool] | None = None) -> Cleaning:
     """Kafka's Cleaner.clean, off the log's lock: one offset map built from the first replica (the
     leader), then every replica's sealed segments below rng.first_uncleanable rewritten into temporary
     files with it (the same records stay in each). Reads go through logs of its own: the writer only
     appends to the active segment, which is never cleaned. `replicas`: (directory, config) of each;
-    the caller fsynced their sealed segments (finish_flushes) under the lock first."""
+    the caller fsynced their sealed segments (finish_flushes) under the lock first. `aborted`: see
+    build_offset_map (the range must end at or before the last stable offset: no transaction in
+    it still open)."""
     views = [PartitionLog(directory, config) for directory, config in replicas]
     cleaning = Cleaning([])
     try:
@@ -560,7 +569,7 @@ def build_cleaning(replicas: list[tuple[str, LogConfig]], rng: CleanableRange, n
             ends = {b: view.bases[view.bases.index(b) + 1] for b in identities}
             cleaning.replicas.append(ReplicaCleaning(view.directory, identities, ends))
         try:
-            offset_map = build_offset_map(views[0], rng.first_dirty, rng.first_uncleanable, throttler)
+            offset_map = build_offset_map(views[0], rng.first_dirty, rng.first_uncleanable, throttler, aborted)
             for view, replica in zip(views, cleaning.replicas, strict=True):
                 replica.cleaned = clean_log(view, offset_map, rng.first_uncleanable, now_ms, delete_retention_ms,
                                             replica.stats, first_dirty=rng.first_dirty, throttler=throttler,

@@ -184,7 +184,7 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
                 if moved:
                     raise WouldBlock
                 try:
-                    r.upper = upper = bound(part, hw)
+                    r.upper = upper = max(bound(part, hw), start)  # (as Kafka's LSO: never below the log start)
                 except (KlogError, OSError) as e:
                     raise WouldBlock from e
             if offset < upper and budget > 0:
@@ -221,7 +221,7 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
             continue
         if bound is not None:
             try:
-                r.upper = upper = bound(part, hw)
+                r.upper = upper = max(bound(part, hw), start)  # (as Kafka's LSO: never below the log start)
             except (KlogError, OSError) as e:
                 r.failure, r.failed_at = e, AT_BOUND
                 continue

@@ -19,12 +19,16 @@ import bisect
 import os
 import stat
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from klog.errors import CorruptLogError
 from klog.store.format import TRANSACTIONAL_FLAG_MASK, TXN_INDEX_SUFFIX, segment_file_name
 from klog.store.names import open_nofollow
 from klog.store.plain import FrozenPlain
+
+if TYPE_CHECKING:
+    from klog.store.codec import BatchHeader
 
 ABORT = 0
 COMMIT = 1
@@ -122,16 +126,26 @@ class TxnTracker:
         return min(self.open.values()) if self.open else None
 
 
-def aborted_filter(aborted: Iterable[AbortedTxn]):
-    """A predicate (producer id, offset) -> True if that record belongs to an aborted transaction."""
+def aborted_filter(aborted: Iterable[AbortedTxn]) -> Callable[[BatchHeader], bool]:
+    """A predicate: is this batch data of one of the `aborted` transactions? (StableView.aborted
+    over a copy of its ranges: for the cleaner, which reads without the view's lock.)"""
     by_pid: dict[int, list[tuple[int, int]]] = {}
     for a in aborted:
-        by_pid.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+        bisect.insort(by_pid.setdefault(a.producer_id, []), (a.first_offset, a.last_offset))
+    return lambda header: _in_aborted_range(by_pid, header)
 
-    def is_aborted(producer_id: int, offset: int) -> bool:
-        return any(first <= offset <= last for first, last in by_pid.get(producer_id, ()))
 
-    return is_aborted
+def _in_aborted_range(by_pid: dict[int, list[tuple[int, int]]], header: BatchHeader) -> bool:
+    """Is the batch a transaction's data within one of its producer's aborted (first, last) ranges
+    (sorted)?"""
+    if not is_transactional(header.attributes) or header.is_control:
+        return False
+    ranges = by_pid.get(header.producer_id)
+    if not ranges:
+        return False
+    offset = header.base_offset
+    at = bisect.bisect_right(ranges, (offset, 2**63)) - 1
+    return any(first <= offset <= last for first, last in ranges[max(0, at - 1):at + 1])
 
 
 def control_batch(producer_id: int, producer_epoch: int, kind: int, coordinator_epoch: int, timestamp_ms: int,
@@ -404,16 +418,9 @@ class StableView:
         """Where `producer_id`'s open transaction began (as of the last refresh), or None."""
         return self.tracker.open.get(producer_id)
 
-    def aborted(self, header) -> bool:  # noqa: ANN001 - BatchHeader
+    def aborted(self, header: BatchHeader) -> bool:
         """Is this batch part of an aborted transaction (as of the last refresh)?"""
-        if not is_transactional(header.attributes) or header.is_control:
-            return False
-        ranges = self._by_pid.get(header.producer_id)
-        if not ranges:
-            return False
-        offset = header.base_offset
-        at = bisect.bisect_right(ranges, (offset, 2**63)) - 1
-        return any(first <= offset <= last for first, last in ranges[max(0, at - 1):at + 1])
+        return _in_aborted_range(self._by_pid, header)
 
     def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions a fetch of [start, end) must name (Kafka's collectAbortedTransactions:
