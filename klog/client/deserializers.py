@@ -7,15 +7,15 @@ prints; a Python caller wraps any Record the same way:
     for r in store.consumer("shop.public.orders"):
         print(decoder.decode(r).value.decode())   # Avro's JSON encoding, one line
 
-Avro values become Avro's JSON encoding (a union member as {"type": value}, bytes as \\u00XX code
-points), as kcat, Confluent's kafka-avro-console-consumer and rpk print them; logical types stay
-their underlying number or bytes, as there. A field that cannot be decoded raises DecodeError naming
+Avro values become Avro's JSON encoding (a union member as {"type": value} named by the branch it was
+written with, bytes as \\u00XX code points, NaN and Infinity as strings), as Avro's Java JsonEncoder and
+so Confluent's kafka-avro-console-consumer print them (klog.client.avro_json); logical types stay their
+underlying number or bytes, as there. A field that cannot be decoded raises DecodeError naming
 the record; nothing is guessed.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 from collections.abc import Callable
@@ -210,32 +210,23 @@ class RecordDecoder:
         return self._avro_reader(schema_id, found)
 
     def _avro_reader(self, schema_id: int, found: dict) -> Callable[[bytes], bytes]:
+        from klog.client.avro_json import avro_json_reader, dumps
         from klog.protocol.avro_schema import without_logical_types
 
         fastavro = _fastavro()
-        named: dict[str, Any] = {}
         try:
-            for text in self._referenced(found.get("references") or [], set()):
-                fastavro.parse_schema(without_logical_types(json.loads(text)), named_schemas=named)
-            parsed = fastavro.parse_schema(without_logical_types(json.loads(found["schema"])), named_schemas=named)
+            texts = [*self._referenced(found.get("references") or [], set()), found["schema"]]
+            read_json = avro_json_reader(fastavro, [without_logical_types(json.loads(t)) for t in texts])
         except DecodeError:
             raise
         except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException and others
             raise DecodeError(f"schema {schema_id} is not an Avro schema fastavro reads: {e}") from None
-        from fastavro.io.json_encoder import AvroJSONEncoder
-
-        class Collect(AvroJSONEncoder):  # Avro's JSON encoding as Python values, dumped here (one line, UTF-8)
-            def write_buffer(self) -> None:
-                self._fo.extend(self._records)
 
         def read(body: bytes) -> bytes:
             try:
-                datum = fastavro.schemaless_reader(io.BytesIO(body), parsed, None, return_record_name=True)
-                encoded: list[Any] = []
-                fastavro.json_writer(encoded, parsed, [datum], encoder=Collect)
-            except (EOFError, ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError, struct.error) as e:
-                raise DecodeError(f"not Avro of schema {schema_id}: {e or type(e).__name__}") from None
-            return json.dumps(encoded[0], ensure_ascii=False, separators=(",", ":")).encode()
+                return dumps(read_json(body))
+            except Exception as e:  # noqa: BLE001 - whatever fastavro raises for bytes that are not the schema's
+                raise DecodeError(f"not Avro of schema {schema_id}: {_why(e)}") from None
 
         return read
 
@@ -271,6 +262,15 @@ def _json_text(body: bytes) -> bytes:
     except (ValueError, UnicodeDecodeError) as e:
         raise DecodeError(f"not JSON: {e}") from None
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _why(e: Exception) -> str:
+    """What fastavro's error says, in words (its EOFError and IndexError often say nothing)."""
+    if isinstance(e, EOFError):
+        return f"truncated ({e})" if str(e) else "truncated"
+    if isinstance(e, IndexError):
+        return "truncated, or a union member or enum symbol past the schema's"
+    return str(e) or type(e).__name__
 
 
 def _fastavro():  # noqa: ANN202 - the module

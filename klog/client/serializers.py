@@ -128,22 +128,22 @@ class RecordEncoder:
 
 
 def _avro_encoder(text: str, header: bytes, schema_id: int) -> Callable[[bytes], bytes]:
+    from klog.client.avro_json import avro_datum_from_json
     from klog.protocol.avro_schema import without_logical_types
 
     fastavro = _fastavro()
     try:
-        parsed = fastavro.parse_schema(without_logical_types(json.loads(text)))
+        parsed, datum_of = avro_datum_from_json(fastavro, without_logical_types(json.loads(text)))
     except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException, json's ValueError
         raise KlogError(f"schema {schema_id} is not an Avro schema fastavro reads: {e}") from None
+    write = fastavro.schemaless_writer
 
     def encode(data: bytes) -> bytes:
         try:
-            datum = next(fastavro.json_reader(io.StringIO(data.decode("utf-8")), parsed))
+            datum = datum_of(json.loads(data))
             out = io.BytesIO()
             out.write(header)
-            fastavro.schemaless_writer(out, parsed, datum, strict=True)
-        except StopIteration:
-            raise EncodeError("is not a JSON value") from None
+            write(out, parsed, datum, strict_allow_default=True)
         except Exception as e:  # noqa: BLE001 - fastavro's own and json's errors: the input does not fit
             raise EncodeError(f"is not Avro's JSON encoding of schema {schema_id}: {_short(e)}") from None
         return out.getvalue()

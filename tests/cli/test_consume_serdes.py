@@ -208,7 +208,7 @@ def stub_registry(answers: dict[str, object]) -> Iterator[str]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # (shutdown waits a poll)
     try:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
@@ -256,3 +256,96 @@ def test_exec_gets_the_decoded_value(cli, data_dir, tmp_path):
     done = cli("consume", "nums", "-s", ">i", "--exec", f"cat >> {seen}; echo >> {seen}")
     assert done.exit_code == 0, done.stderr
     assert seen.read_text() == "7\n-7\n"
+
+
+def framed(schema_id: int, schema: object, datum: object) -> bytes:
+    """`datum` written by fastavro in `schema` (a union member as a (branch, value) pair), framed."""
+    import io
+
+    import fastavro
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), datum)
+    return b"\x00" + struct.pack(">I", schema_id) + buf.getvalue()
+
+
+def varint(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes([*out, n])
+
+
+# unions whose member fastavro's json_writer guessed from the value (int for a long, the string for an
+# enum symbol, the first of two enums or same-sized fixed types, the map for a record), and the floats
+# Java's JsonEncoder prints otherwise (float32 text, NaN and Infinity as strings: the output stays JSON)
+BRANCHY = {"type": "record", "name": "T", "namespace": "ns", "fields": [
+    {"name": "il", "type": ["int", "long"]},
+    {"name": "fd", "type": ["double", "float"]},
+    {"name": "f", "type": "float"},
+    {"name": "d", "type": "double"},
+    {"name": "se", "type": ["string", {"type": "enum", "name": "E", "symbols": ["A", "B"]}]},
+    {"name": "ee", "type": [{"type": "enum", "name": "E1", "symbols": ["X"]},
+                            {"type": "enum", "name": "E2", "symbols": ["X"]}]},
+    {"name": "ff", "type": [{"type": "fixed", "name": "F1", "size": 2}, {"type": "fixed", "name": "F2", "size": 2}]},
+    {"name": "mr", "type": [{"type": "map", "values": "int"},
+                            {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}]},
+    {"name": "m", "type": {"type": "map", "values": ["null", "double"]}},
+    {"name": "fx", "type": {"type": "fixed", "name": "FX", "size": 3}}]}
+BRANCHY_DATUM = {"il": ("long", 5), "fd": ("float", 0.1), "f": 0.1, "d": float("nan"), "se": ("ns.E", "A"),
+                 "ee": ("ns.E2", "X"), "ff": ("ns.F2", b"\x01\x02"), "mr": ("ns.R", {"a": 1}),
+                 "m": {"k": float("inf"), "n": None, "z": float("-inf")}, "fx": b"\x00\x7f\xff"}
+BRANCHY_LINE = ('{"il":{"long":5},"fd":{"float":0.1},"f":0.1,"d":"NaN","se":{"ns.E":"A"},"ee":{"ns.E2":"X"},'
+                '"ff":{"ns.F2":"\\u0001\\u0002"},"mr":{"ns.R":{"a":1}},'
+                '"m":{"k":{"double":"Infinity"},"n":null,"z":{"double":"-Infinity"}},"fx":"\\u0000\x7f\u00ff"}')
+
+
+def test_union_members_and_floats_print_as_avros_java_json_encoder_does(cli, data_dir):
+    produce(data_dir, "t", [(None, framed(4, BRANCHY, BRANCHY_DATUM))])
+    with stub_registry({"/schemas/ids/4": {"schema": json.dumps(BRANCHY)}}) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+        assert done.exit_code == 0, done.stderr
+        assert done.out == BRANCHY_LINE + "\n"
+        envelope = cli("consume", "t", "-s", "avro", "-r", url, "--json").out
+
+    def no_constants(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON")
+
+    assert json.loads(envelope, parse_constant=no_constants)["value"]["d"] == "NaN"
+
+
+RECURSIVE = {"type": "record", "name": "Node", "fields": [{"name": "next", "type": ["null", "Node"]}]}
+
+
+@pytest.mark.parametrize(("schema", "body", "why"), [
+    # fastavro's reader loops once per item, bytes or not: 2^62 nulls allocated until memory ran out
+    ({"type": "array", "items": "null"}, varint(2**62) + varint(0),
+     "more than 1,000,000 array items that take no bytes"),
+    ({"type": "array", "items": {"type": "record", "name": "Empty", "fields": []}},
+     varint(-(2**62)) + varint(0) + varint(0), "more than 1,000,000 array items that take no bytes"),
+    # and recurses without a check: 100 KB of a recursive type crashed the process (SIGSEGV)
+    (RECURSIVE, b"\x02" * 100_000 + b"\x00", "nested more than 200 records deep"),
+    (RECURSIVE, b"\x02" * 20, "truncated"),
+    ({"type": "record", "name": "S", "fields": [{"name": "s", "type": "string"}]}, varint(2**62), "truncated"),
+])
+def test_a_hostile_avro_body_stops_the_read_in_one_line(cli, data_dir, schema, body, why):
+    produce(data_dir, "t", [(None, framed(6, RECURSIVE, {"next": {"next": None}})),
+                            (None, b"\x00" + struct.pack(">I", 7) + body)])
+    answers = {"/schemas/ids/6": {"schema": json.dumps(RECURSIVE)}, "/schemas/ids/7": {"schema": json.dumps(schema)}}
+    with stub_registry(answers) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.exit_code == 1
+    assert done.out == '{"next":{"Node":{"next":null}}}\n'
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("klog: error: cannot decode the value of t-0 offset 1 as avro: not Avro of schema 7: ")
+    assert why in line
+
+
+def test_a_recursive_type_nested_within_the_bound_prints(cli, data_dir):
+    produce(data_dir, "t", [(None, b"\x00" + struct.pack(">I", 6) + b"\x02" * 199 + b"\x00")])
+    with stub_registry({"/schemas/ids/6": {"schema": json.dumps(RECURSIVE)}}) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.exit_code == 0, done.stderr
+    assert done.out == '{"next":{"Node":' * 199 + '{"next":null}' + "}}" * 199 + "\n"
