@@ -32,6 +32,7 @@ _PACK_INTS = {"b": (1, True), "B": (1, False), "h": (2, True), "H": (2, False), 
 MAGIC = 0
 SCHEMAS_KEPT = 1000  # schema ids whose readers are kept (a topic holds a few; a hostile one cannot grow this)
 REFERENCES_MAX = 100  # referenced schemas followed for one schema (Avro named types across subjects)
+REGISTRY_TIMEOUT_S = 10.0  # for each answer of the registry, in all
 
 
 class DecodeError(KlogError):
@@ -125,7 +126,7 @@ class RecordDecoder:
             from klog.protocol.registry_client import RegistryClient
 
             self.registry = RegistryClient([u.strip() for u in registry_url.split(",") if u.strip()], None,
-                                           timeout_s=10.0)
+                                           timeout_s=REGISTRY_TIMEOUT_S)
             if "avro" in serdes.values():
                 _fastavro()  # (missing: one line now, not at the first record)
 

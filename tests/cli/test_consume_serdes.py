@@ -190,12 +190,16 @@ def test_the_hot_path_takes_the_options_too(klog_proc, data_dir):
 
 @contextlib.contextmanager
 def stub_registry(answers: dict[str, object]) -> Iterator[str]:
-    """A Schema Registry of fixed answers (path -> JSON), on an ephemeral port; its URL."""
+    """A Schema Registry of fixed answers (path -> JSON, or a function of the request handler), on an
+    ephemeral port; its URL."""
     import http.server
     import threading
 
     class Stub(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if callable(answers.get(self.path)):  # an answer of its own making
+                answers[self.path](self)
+                return
             found = self.path in answers
             body = json.dumps(answers[self.path] if found else {"error_code": 40403,
                                                                  "message": "Schema not found"}).encode()
@@ -349,3 +353,59 @@ def test_a_recursive_type_nested_within_the_bound_prints(cli, data_dir):
         done = cli("consume", "t", "-s", "avro", "-r", url)
     assert done.exit_code == 0, done.stderr
     assert done.out == '{"next":{"Node":' * 199 + '{"next":null}' + "}}" * 199 + "\n"
+
+
+def test_a_registry_redirect_is_not_followed_with_the_credentials(cli, data_dir):
+    """urllib followed a redirect to any host, the Authorization header with it."""
+    produce(data_dir, "t", [(None, b"\x00\x00\x00\x00\x05x")])
+    asked: list[object] = []
+    with stub_registry({"/schemas/ids/5": lambda h: asked.append(h.headers.get("Authorization"))}) as elsewhere:
+        def redirect(h: object) -> None:
+            h.send_response(307)
+            h.send_header("Location", elsewhere + "/schemas/ids/5")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+
+        with stub_registry({"/schemas/ids/5": redirect}) as url:
+            done = cli("consume", "t", "-s", "avro", "-r", url.replace("http://", "http://me:secret@"))
+    assert done.exit_code == 1 and asked == []
+    [line] = done.stderr.strip().splitlines()
+    assert "secret" not in line  # (the URL it names has no password)
+    assert "307 Temporary Redirect, to http://127.0.0.1:" in line and "does not follow a Schema Registry's redirects" \
+        in line
+
+
+def test_a_registry_that_drips_its_answer_is_given_up_on(cli, data_dir, monkeypatch):
+    """urllib's timeout bounds each read: an answer a byte at a time never timed out."""
+    import time
+
+    monkeypatch.setattr("klog.client.deserializers.REGISTRY_TIMEOUT_S", 0.3)
+    produce(data_dir, "t", [(None, b"\x00\x00\x00\x00\x05x")])
+    body = json.dumps({"schema": '"string"'}).encode()
+
+    def drip(h: object) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        with contextlib.suppress(OSError):
+            for i in range(len(body)):
+                h.wfile.write(body[i:i + 1])
+                h.wfile.flush()
+                time.sleep(0.1)
+
+    with stub_registry({"/schemas/ids/5": drip}) as url:
+        started = time.monotonic()
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+        assert time.monotonic() - started < 2
+    assert done.exit_code == 1
+    assert "no whole answer within 0.3 s" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_huge_registry_answer_is_refused(cli, data_dir, monkeypatch):
+    monkeypatch.setattr("klog.protocol.registry_client.ANSWER_MAX_BYTES", 1000)
+    produce(data_dir, "t", [(None, b"\x00\x00\x00\x00\x05\x02x")])
+    schema = {"type": "string", "doc": "x" * 2000}
+    with stub_registry({"/schemas/ids/5": {"schema": json.dumps(schema)}}) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.exit_code == 1
+    assert "an answer larger than" in done.stderr and len(done.stderr.strip().splitlines()) == 1
