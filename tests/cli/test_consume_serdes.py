@@ -409,3 +409,17 @@ def test_a_huge_registry_answer_is_refused(cli, data_dir, monkeypatch):
         done = cli("consume", "t", "-s", "avro", "-r", url)
     assert done.exit_code == 1
     assert "an answer larger than" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_json_on_a_terminal_escapes_c1_controls_in_decoded_values_too(cli, data_dir):
+    """A decoded string's U+009B (CSI) reached the terminal raw: --json with -s skipped record_output's escaping."""
+    from klog.cli.env import Env, substitute_env
+
+    produce(data_dir, "t", [(None, framed(3, "string", "a\u009b[2Jb\x7f"))])
+    with stub_registry({"/schemas/ids/3": {"schema": '"string"'}}) as url, substitute_env(Env(stdout_tty=True)):
+        done = cli("consume", "t", "-s", "avro", "-r", url, "--json")
+        grouped = cli("consume", "t", "-s", "avro", "-r", url, "--json", "-G", "g")
+    for shown in (done, grouped):
+        assert shown.exit_code == 0, shown.stderr
+        assert b"\\u009b[2Jb\\u007f" in shown.stdout and "\u009b".encode() not in shown.stdout
+        assert json.loads(shown.stdout)["value"] == "a\u009b[2Jb\x7f"
