@@ -146,3 +146,15 @@ def test_union_members_and_special_floats_go_back_in_as_the_same_bytes(cli, data
     assert done.exit_code == 0, done.stderr
     with klog.open(data_dir) as store:
         assert [(r.key, r.value) for r in store.consumer("copy")] == [(r.key, r.value) for r in store.consumer("t")]
+
+
+def test_a_transaction_with_a_line_that_does_not_fit_is_aborted_and_says_so(cli, data_dir, registry_url, tmp_path):
+    schema = tmp_path / "a.avsc"
+    schema.write_text(json.dumps({"type": "record", "name": "A", "fields": [{"name": "x", "type": "long"}]}))
+    done = cli("produce", "a", "-s", "value=avro", "--schema", str(schema), "-r", registry_url, "--transactional-id",
+               "tx", "--transaction-records", "2", input=b'{"x": 1}\n{"x": 2}\n{"x": 3}\n{"x": "bad"}\n{"x": 5}\n')
+    assert done.exit_code == 2
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "3 records before it were written, 1 of them in the transaction now aborted: read_committed readers see 2")
+    seen = cli("consume", "a", "-X", "isolation.level=read_committed", "-s", "avro", "-r", registry_url)
+    assert seen.exit_code == 0 and seen.out == '{"x":1}\n{"x":2}\n'
