@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ MAGIC = 0
 SCHEMAS_KEPT = 1000  # schema ids whose readers are kept (a topic holds a few; a hostile one cannot grow this)
 REFERENCES_MAX = 100  # referenced schemas followed for one schema (Avro named types across subjects)
 REGISTRY_TIMEOUT_S = 10.0  # for each answer of the registry, in all
+REFERENCES_TIMEOUT_S = 10.0  # for all the references of one schema
 
 
 class DecodeError(KlogError):
@@ -216,7 +218,8 @@ class RecordDecoder:
 
         fastavro = _fastavro()
         try:
-            texts = [*self._referenced(found.get("references") or [], set()), found["schema"]]
+            deadline = time.monotonic() + REFERENCES_TIMEOUT_S
+            texts = [*self._referenced(found.get("references") or [], set(), deadline), found["schema"]]
             read_json = avro_json_reader(fastavro, [without_logical_types(json.loads(t)) for t in texts])
         except DecodeError:
             raise
@@ -231,8 +234,10 @@ class RecordDecoder:
 
         return read
 
-    def _referenced(self, references: list, seen: set) -> list[str]:
-        """The texts of the schemas `references` name (Confluent's {name, subject, version}), theirs first."""
+    def _referenced(self, references: list, seen: set, deadline: float) -> list[str]:
+        """The texts of the schemas `references` name (Confluent's {name, subject, version}), theirs first;
+        each once (references may cycle), at most REFERENCES_MAX, and fetched by `deadline` (a registry that
+        answers each just within its timeout does not hold the read for REFERENCES_MAX of them)."""
         from urllib.parse import quote
 
         from klog.protocol.registry_client import RegistryAnswerError
@@ -247,11 +252,14 @@ class RecordDecoder:
             seen.add(where)
             if len(seen) > REFERENCES_MAX:
                 raise DecodeError(f"more than {REFERENCES_MAX} schema references")
+            if time.monotonic() > deadline:
+                raise DecodeError(f"its schema references took the registry more than {REFERENCES_TIMEOUT_S:g} s")
             try:
-                doc = self.registry.call("GET", f"/subjects/{quote(where[0], safe='')}/versions/{where[1]}")
+                doc = self.registry.call("GET", f"/subjects/{quote(where[0], safe='')}/versions/"
+                                                f"{quote(where[1], safe='')}")
             except RegistryAnswerError as e:
                 raise DecodeError(f"referenced schema {where[0]} version {where[1]}: {e}") from None
-            out += self._referenced(doc.get("references") or [], seen)
+            out += self._referenced(doc.get("references") or [], seen, deadline)
             out.append(doc["schema"])
         return out
 

@@ -423,3 +423,45 @@ def test_json_on_a_terminal_escapes_c1_controls_in_decoded_values_too(cli, data_
         assert shown.exit_code == 0, shown.stderr
         assert b"\\u009b[2Jb\\u007f" in shown.stdout and "\u009b".encode() not in shown.stdout
         assert json.loads(shown.stdout)["value"] == "a\u009b[2Jb\x7f"
+
+
+def test_schema_references_that_cycle_are_followed_once_and_a_fan_out_is_bounded(cli, data_dir):
+    line = {"type": "record", "name": "Line", "namespace": "shop", "fields": [{"name": "sku", "type": "string"}]}
+    order = {"type": "record", "name": "Order", "namespace": "shop", "fields": [{"name": "line", "type": "shop.Line"}]}
+    cycle = [{"name": "shop.Line", "subject": "line", "version": 1}]
+    answers = {"/schemas/ids/9": {"schema": json.dumps(order), "references": cycle},
+               "/subjects/line/versions/1": {"schema": json.dumps(line), "references": [
+                   {"name": "shop.Order", "subject": "order", "version": 1}]},
+               "/subjects/order/versions/1": {"schema": '"string"', "references": cycle},
+               "/schemas/ids/10": {"schema": '"string"', "references": [
+                   {"name": f"n{i}", "subject": f"s{i}", "version": 1} for i in range(150)]},
+               **{f"/subjects/s{i}/versions/1": {"schema": '"string"'} for i in range(150)}}
+    inline = {**order, "fields": [{"name": "line", "type": line}]}
+    produce(data_dir, "t", [(None, framed(9, inline, {"line": {"sku": "x"}})), (None, framed(10, "string", "y"))])
+    with stub_registry(answers) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.out == '{"line":{"sku":"x"}}\n' and done.exit_code == 1
+    assert "offset 1 as avro: more than 100 schema references" in done.stderr
+
+
+def test_schema_references_share_one_deadline(cli, data_dir, monkeypatch):
+    """Each answer within the timeout, but REFERENCES_MAX of them would hold the read that many times over."""
+    import time
+
+    monkeypatch.setattr("klog.client.deserializers.REFERENCES_TIMEOUT_S", 0.3)
+
+    def slowly(h: object) -> None:
+        time.sleep(0.2)
+        body = json.dumps({"schema": '"string"'}).encode()
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    answers = {"/schemas/ids/10": {"schema": '"string"', "references": [
+                   {"name": f"n{i}", "subject": f"s{i}", "version": 1} for i in range(5)]},
+               **{f"/subjects/s{i}/versions/1": slowly for i in range(5)}}
+    produce(data_dir, "t", [(None, framed(10, "string", "y"))])
+    with stub_registry(answers) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.exit_code == 1 and "its schema references took the registry more than 0.3 s" in done.stderr
