@@ -266,11 +266,22 @@ class RecordDecoder:
 
 def _json_text(body: bytes) -> bytes:
     """A JSON Schema record's JSON, as one line (its text may span lines)."""
+    return json.dumps(strict_json(body, DecodeError, "not"), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def strict_json(data: bytes, error: type[KlogError], verb: str) -> Any:
+    """`data` parsed as JSON proper: NaN and Infinity (which Python's json takes, and Jackson refuses) and
+    nesting deeper than the interpreter's recursion are `error`s, not values or a traceback."""
     try:
-        doc = json.loads(body)
+        return json.loads(data, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError) as e:
-        raise DecodeError(f"not JSON: {e}") from None
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+        raise error(f"{verb} JSON: {e}") from None
+    except RecursionError:
+        raise error(f"{verb} JSON klog reads: nested too deep") from None
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _why(e: Exception) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from klog.client.deserializers import FIELDS, MAGIC, REGISTRY_FORMATS, _fastavro
+from klog.client.deserializers import FIELDS, MAGIC, REGISTRY_FORMATS, _fastavro, strict_json
 from klog.errors import KlogError, UsageError
 
 
@@ -163,11 +163,11 @@ def _json_encoder(text: str, header: bytes, schema_id: int) -> Callable[[bytes],
         raise KlogError(f"schema {schema_id} is not a JSON Schema jsonschema reads: {_short(e)}") from None
 
     def encode(data: bytes) -> bytes:
+        doc = strict_json(data, EncodeError, "is not")
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise EncodeError(f"is not JSON: {e}") from None
-        error = next(validator.iter_errors(doc), None)
+            error = next(validator.iter_errors(doc), None)
+        except RecursionError:
+            raise EncodeError(f"is nested too deep to check against schema {schema_id}") from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "the document"
             raise EncodeError(f"does not match schema {schema_id} at {where}: {_short(error.message)}")

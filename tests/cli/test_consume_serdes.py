@@ -465,3 +465,16 @@ def test_schema_references_share_one_deadline(cli, data_dir, monkeypatch):
     with stub_registry(answers) as url:
         done = cli("consume", "t", "-s", "avro", "-r", url)
     assert done.exit_code == 1 and "its schema references took the registry more than 0.3 s" in done.stderr
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    (b"[" * 100_000 + b"]" * 100_000, "not JSON klog reads: nested too deep"),  # was a traceback (RecursionError)
+    (b'{"a": NaN}', "not JSON: NaN is not a JSON value"),  # was printed as NaN: --json not JSON
+])
+def test_a_json_schema_body_that_is_not_json_proper_is_one_line(cli, data_dir, body, why):
+    produce(data_dir, "t", [(None, b"\x00\x00\x00\x00\x02" + body)])
+    with stub_registry({"/schemas/ids/2": {"schema": "{}", "schemaType": "JSON"}}) as url:
+        done = cli("consume", "t", "-s", "json", "-r", url)
+    assert done.exit_code == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("klog: error: cannot decode the value of t-0 offset 0 as json: " + why)

@@ -158,3 +158,15 @@ def test_a_transaction_with_a_line_that_does_not_fit_is_aborted_and_says_so(cli,
         "3 records before it were written, 1 of them in the transaction now aborted: read_committed readers see 2")
     seen = cli("consume", "a", "-X", "isolation.level=read_committed", "-s", "avro", "-r", registry_url)
     assert seen.exit_code == 0 and seen.out == '{"x":1}\n{"x":2}\n'
+
+
+def test_a_json_schema_line_with_nan_or_deep_nesting_is_named(cli, data_dir):
+    with stub_registry({"/schemas/ids/2": {"schema": "{}", "schemaType": "JSON"}}) as url:
+        done = cli("produce", "t", "-s", "value=json", "--schema", "id:2", "-r", url,
+                   input=b'{"a": 1}\n{"a": NaN}\n')
+        deep = cli("produce", "t", "-s", "value=json", "--schema", "id:2", "-r", url,
+                   input=b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    assert done.exit_code == 2 and done.stderr.strip().splitlines()[-1] == (
+        "klog: error: line 2: the value is not JSON: NaN is not a JSON value; 1 records before it were written")
+    assert deep.exit_code == 2 and "line 1: the value is not JSON klog reads: nested too deep" in deep.stderr
+    assert values(data_dir, "t") == [b"\x00\x00\x00\x00\x02" + b'{"a":1}']
