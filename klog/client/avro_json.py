@@ -397,6 +397,24 @@ def _skip_blocks(skip_item: Skip, zero_size: bool, keyed: bool) -> Skip:
     return skip
 
 
+def _compact_encoder() -> Callable[[Any], str]:
+    """json.dumps(ensure_ascii=False, separators=(",", ":"), allow_nan=False) made once: json.dumps with
+    options builds a JSONEncoder, and its encode() a C encoder, per call (a third of the time per record)."""
+    from json.encoder import c_make_encoder, encode_basestring
+
+    if c_make_encoder is None:  # (an interpreter without json's C speedups)
+        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+    chunks = c_make_encoder(None, _unserializable, encode_basestring, None, ":", ",", False, False, False)
+    return lambda value: "".join(chunks(value, 0))
+
+
+def _unserializable(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+_encode = _compact_encoder()
+
+
 def dumps(value: Any) -> bytes:
     """Avro's JSON encoding as one line of UTF-8 (no NaN: those are strings by now)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return _encode(value).encode()
