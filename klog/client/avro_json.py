@@ -15,7 +15,7 @@ array of null (or of empty records) claiming 2^62 items allocates until memory r
 without a depth check, so 100 KB of a recursive type crashes the process (SIGSEGV). A schema that allows
 either (an array whose items can take no bytes, a recursive named type) is walked first by a checker
 that counts those items (ITEMS_MAX in a record) and the nesting (NESTING_MAX); other schemas cannot
-make fastavro do more than their bytes say.
+make fastavro do more than their bytes say (nor nest deeper than they do).
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-NESTING_MAX = 200  # records within records (a recursive type's depth) in one datum
+# records, arrays, maps and unions within each other in one datum (a recursive type's depth): fastavro's
+# reader, the conversion (a Python frame a level at most) and json's encoder (one a level) stay within
+# Python's recursion limit (1000) with room for the caller's frames
+NESTING_MAX = 400
 ITEMS_MAX = 1_000_000  # array items that take no bytes (null, an empty record) in one datum
 PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
 WRAPPER_PREFIX = "klog_union_"
@@ -114,7 +117,12 @@ class _Plan:
         if name in self.compiling:  # a recursive type: bound late, and checked before reading
             self.unbounded = True
             converts, skips = self.converts, self.skips
-            return name, lambda d: _convert(converts[name], d), lambda b, p, n, c: skips[name](b, p, n, c), False
+
+            def late(datum: Any) -> Any:  # (one frame: the nesting a datum may have is frames here)
+                convert = converts[name]
+                return datum if convert is None else convert(datum)
+
+            return name, late, lambda b, p, n, c: skips[name](b, p, n, c), False
         return name, self.converts[name], self.skips[name], self.zero_size[name]
 
     def _record(self, schema: dict) -> tuple[Any, Convert, Skip, bool]:
@@ -183,12 +191,13 @@ def _fields(converts: list[tuple[str, Callable[[Any], Any]]]) -> Callable[[dict]
     return convert
 
 
+# (map() calls in C: an array or a map adds no Python frame to the nesting, and it is quicker)
 def _each(convert: Convert) -> Convert:
-    return None if convert is None else lambda items: [convert(i) for i in items]
+    return None if convert is None else lambda items: list(map(convert, items))
 
 
 def _each_value(convert: Convert) -> Convert:
-    return None if convert is None else lambda values: {k: convert(v) for k, v in values.items()}
+    return None if convert is None else lambda values: dict(zip(values, map(convert, values.values()), strict=True))
 
 
 def _latin1(data: bytes) -> str:
@@ -353,12 +362,17 @@ _PRIMITIVE_SKIPS: dict[str, Skip] = {
     "float": _skip_fixed(4), "double": _skip_fixed(8), "bytes": _skip_sized, "string": _skip_sized}
 
 
+def _deeper(nesting: int) -> int:
+    if nesting >= NESTING_MAX:
+        raise AvroBodyError(f"nested more than {NESTING_MAX} deep (records, arrays, maps and unions)")
+    return nesting + 1
+
+
 def _skip_record(skips: list[Skip]) -> Skip:
     def skip(body: bytes, at: int, nesting: int, items: list) -> int:
-        if nesting >= NESTING_MAX:
-            raise AvroBodyError(f"nested more than {NESTING_MAX} records deep")
+        nesting = _deeper(nesting)
         for skip_field in skips:
-            at = skip_field(body, at, nesting + 1, items)
+            at = skip_field(body, at, nesting, items)
         return at
 
     return skip
@@ -369,7 +383,7 @@ def _skip_union(skips: list[Skip]) -> Skip:
         index, at = _long(body, at)
         if not 0 <= index < len(skips):
             raise AvroBodyError(f"union member {index} of {len(skips)}")
-        return skips[index](body, at, nesting, items)
+        return skips[index](body, at, _deeper(nesting), items)
 
     return skip
 
@@ -377,6 +391,7 @@ def _skip_union(skips: list[Skip]) -> Skip:
 def _skip_blocks(skip_item: Skip, zero_size: bool, keyed: bool) -> Skip:
     """An array's or a map's blocks (a count, negative when a byte size follows, then the items)."""
     def skip(body: bytes, at: int, nesting: int, items: list) -> int:
+        nesting = _deeper(nesting)
         while True:
             count, at = _long(body, at)
             if count == 0:

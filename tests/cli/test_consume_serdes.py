@@ -323,6 +323,24 @@ def test_union_members_and_floats_print_as_avros_java_json_encoder_does(cli, dat
 RECURSIVE = {"type": "record", "name": "Node", "fields": [{"name": "next", "type": ["null", "Node"]}]}
 
 
+TREE = {"type": "record", "name": "Tree", "fields": [{"name": "kids", "type": {"type": "array", "items": [
+    "null", {"type": "map", "values": ["null", "Tree"]}]}}]}
+
+
+def tree(levels: int) -> dict:
+    node: dict = {"kids": []}
+    for _ in range(levels):
+        node = {"kids": [{"k": node}]}
+    return node
+
+
+def linked(levels: int) -> dict:
+    node: dict = {"next": None}
+    for _ in range(levels):
+        node = {"next": node}
+    return node
+
+
 @pytest.mark.parametrize(("schema", "body", "why"), [
     # fastavro's reader loops once per item, bytes or not: 2^62 nulls allocated until memory ran out
     ({"type": "array", "items": "null"}, varint(2**62) + varint(0),
@@ -330,7 +348,9 @@ RECURSIVE = {"type": "record", "name": "Node", "fields": [{"name": "next", "type
     ({"type": "array", "items": {"type": "record", "name": "Empty", "fields": []}},
      varint(-(2**62)) + varint(0) + varint(0), "more than 1,000,000 array items that take no bytes"),
     # and recurses without a check: 100 KB of a recursive type crashed the process (SIGSEGV)
-    (RECURSIVE, b"\x02" * 100_000 + b"\x00", "nested more than 200 records deep"),
+    (RECURSIVE, b"\x02" * 100_000 + b"\x00", "nested more than 400 deep (records, arrays, maps and unions)"),
+    # 150 levels of five containers: the conversion ran out of Python's recursion limit, a bare RecursionError
+    (TREE, framed(0, TREE, tree(150))[5:], "nested more than 400 deep (records, arrays, maps and unions)"),
     (RECURSIVE, b"\x02" * 20, "truncated"),
     ({"type": "record", "name": "S", "fields": [{"name": "s", "type": "string"}]}, varint(2**62), "truncated"),
 ])
@@ -347,12 +367,17 @@ def test_a_hostile_avro_body_stops_the_read_in_one_line(cli, data_dir, schema, b
     assert why in line
 
 
-def test_a_recursive_type_nested_within_the_bound_prints(cli, data_dir):
-    produce(data_dir, "t", [(None, b"\x00" + struct.pack(">I", 6) + b"\x02" * 199 + b"\x00")])
-    with stub_registry({"/schemas/ids/6": {"schema": json.dumps(RECURSIVE)}}) as url:
+@pytest.mark.parametrize(("schema", "datum", "levels"), [
+    (RECURSIVE, linked(199), 199),  # two containers a level (the record, the union): within the bound of 400
+    (TREE, tree(79), 79),  # five a level (record, array, union, map, union)
+])
+def test_a_recursive_type_nested_within_the_bound_prints(cli, data_dir, schema, datum, levels):
+    produce(data_dir, "t", [(None, framed(6, schema, datum))])
+    with stub_registry({"/schemas/ids/6": {"schema": json.dumps(schema)}}) as url:
         done = cli("consume", "t", "-s", "avro", "-r", url)
     assert done.exit_code == 0, done.stderr
-    assert done.out == '{"next":{"Node":' * 199 + '{"next":null}' + "}}" * 199 + "\n"
+    assert done.out.count(f'{{"{schema["name"]}":') == levels
+    assert json.loads(done.out) is not None
 
 
 def test_a_registry_redirect_is_not_followed_with_the_credentials(cli, data_dir):
