@@ -233,11 +233,14 @@ _PRIMITIVE_CONVERTS: dict[str, Callable[[Any], Any]] = {"float": _float, "double
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-def avro_datum_from_json(fastavro: Any, schema: Any) -> tuple[Any, Callable[[Any], Any]]:
+def avro_datum_from_json(fastavro: Any, schemas: list[Any]) -> tuple[Any, Callable[[Any], Any]]:
     """(the parsed schema, a function from a parsed JSON document in Avro's JSON encoding to the datum
-    fastavro's schemaless_writer writes as those bytes)."""
-    parsed = fastavro.parse_schema(schema, named_schemas={})
-    convert = _FromJson().node(parsed)
+    fastavro's schemaless_writer writes as those bytes); `schemas` as avro_json_reader's."""
+    named: dict[str, Any] = {}
+    from_json = _FromJson()
+    for schema in schemas:
+        parsed = fastavro.parse_schema(schema, named_schemas=named)
+        convert = from_json.node(parsed)
     return parsed, (lambda doc: doc) if convert is None else convert
 
 

@@ -218,8 +218,7 @@ class RecordDecoder:
 
         fastavro = _fastavro()
         try:
-            deadline = time.monotonic() + REFERENCES_TIMEOUT_S
-            texts = [*self._referenced(found.get("references") or [], set(), deadline), found["schema"]]
+            texts = [*referenced_schemas(self.registry, found.get("references") or [], DecodeError), found["schema"]]
             read_json = avro_json_reader(fastavro, [without_logical_types(json.loads(t)) for t in texts])
         except DecodeError:
             raise
@@ -234,34 +233,38 @@ class RecordDecoder:
 
         return read
 
-    def _referenced(self, references: list, seen: set, deadline: float) -> list[str]:
-        """The texts of the schemas `references` name (Confluent's {name, subject, version}), theirs first;
-        each once (references may cycle), at most REFERENCES_MAX, and fetched by `deadline` (a registry that
-        answers each just within its timeout does not hold the read for REFERENCES_MAX of them)."""
-        from urllib.parse import quote
 
-        from klog.protocol.registry_client import RegistryAnswerError
+def referenced_schemas(registry: Any, references: Any, error: type[KlogError]) -> list[str]:
+    """The texts of the schemas `references` name (Confluent's {name, subject, version}), theirs first;
+    each once (references may cycle), at most REFERENCES_MAX, all within REFERENCES_TIMEOUT_S (a registry
+    that answers each just within its timeout does not hold the caller for REFERENCES_MAX of them)."""
+    return _referenced(registry, references, set(), time.monotonic() + REFERENCES_TIMEOUT_S, error)
 
-        out: list[str] = []
-        for ref in references:
-            if not isinstance(ref, dict) or "subject" not in ref:
-                raise DecodeError(f"a schema reference the registry gave is not {{name, subject, version}}: {ref}")
-            where = (str(ref["subject"]), str(ref.get("version", "latest")))
-            if where in seen:
-                continue
-            seen.add(where)
-            if len(seen) > REFERENCES_MAX:
-                raise DecodeError(f"more than {REFERENCES_MAX} schema references")
-            if time.monotonic() > deadline:
-                raise DecodeError(f"its schema references took the registry more than {REFERENCES_TIMEOUT_S:g} s")
-            try:
-                doc = self.registry.call("GET", f"/subjects/{quote(where[0], safe='')}/versions/"
-                                                f"{quote(where[1], safe='')}")
-            except RegistryAnswerError as e:
-                raise DecodeError(f"referenced schema {where[0]} version {where[1]}: {e}") from None
-            out += self._referenced(doc.get("references") or [], seen, deadline)
-            out.append(doc["schema"])
-        return out
+
+def _referenced(registry: Any, references: Any, seen: set, deadline: float, error: type[KlogError]) -> list[str]:
+    from urllib.parse import quote
+
+    from klog.protocol.registry_client import RegistryAnswerError
+
+    out: list[str] = []
+    for ref in references:
+        if not isinstance(ref, dict) or "subject" not in ref:
+            raise error(f"a schema reference the registry gave is not {{name, subject, version}}: {ref}")
+        where = (str(ref["subject"]), str(ref.get("version", "latest")))
+        if where in seen:
+            continue
+        seen.add(where)
+        if len(seen) > REFERENCES_MAX:
+            raise error(f"more than {REFERENCES_MAX} schema references")
+        if time.monotonic() > deadline:
+            raise error(f"its schema references took the registry more than {REFERENCES_TIMEOUT_S:g} s")
+        try:
+            doc = registry.call("GET", f"/subjects/{quote(where[0], safe='')}/versions/{quote(where[1], safe='')}")
+        except RegistryAnswerError as e:
+            raise error(f"referenced schema {where[0]} version {where[1]}: {e}") from None
+        out += _referenced(registry, doc.get("references") or [], seen, deadline, error)
+        out.append(doc["schema"])
+    return out
 
 
 def _json_text(body: bytes) -> bytes:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from klog.client.deserializers import FIELDS, MAGIC, REGISTRY_FORMATS, _fastavro, strict_json
+from klog.client.deserializers import FIELDS, MAGIC, REGISTRY_FORMATS, _fastavro, referenced_schemas, strict_json
 from klog.errors import KlogError, UsageError
 
 
@@ -99,7 +99,7 @@ class RecordEncoder:
                 if fmt == "json":
                     body["schemaType"] = "JSON"
                 schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
-                text = what[5:]
+                texts = [what[5:]]
             elif what.startswith("id:"):
                 try:
                     schema_id = int(what[3:])
@@ -107,18 +107,20 @@ class RecordEncoder:
                     raise UsageError(f"--schema {field}={what}: id:N takes a schema id") from None
                 found = self.registry.call("GET", f"/schemas/ids/{schema_id}")
                 self._check_type(found, fmt, f"schema {schema_id}")
-                text = found["schema"]
             else:
                 found = self.registry.call("GET", f"{path}/versions/latest")
                 self._check_type(found, fmt, f"the latest schema of {subject}")
-                schema_id, text = int(found["id"]), found["schema"]
+                schema_id = int(found["id"])
+            if not what.startswith("text:"):  # (Avro named types of other subjects: theirs first)
+                references = (found.get("references") or []) if fmt == "avro" else []
+                texts = [*referenced_schemas(self.registry, references, KlogError), found["schema"]]
         except RegistryAnswerError as e:
             raise KlogError(f"the {field} schema for {subject}: {e}") from None
         except (KeyError, TypeError, AttributeError, ValueError) as e:  # an answer not shaped as the API's
             raise KlogError(f"the {field} schema for {subject}: the Schema Registry's answer is not one its API "
                             f"gives ({type(e).__name__}: {e})") from None
         header = bytes([MAGIC]) + struct.pack(">I", schema_id)
-        return _avro_encoder(text, header, schema_id) if fmt == "avro" else _json_encoder(text, header, schema_id)
+        return _avro_encoder(texts, header, schema_id) if fmt == "avro" else _json_encoder(texts[-1], header, schema_id)
 
     @staticmethod
     def _check_type(found: dict, fmt: str, what: str) -> None:
@@ -127,13 +129,14 @@ class RecordEncoder:
             raise KlogError(f"{what} is {kind.upper()}, not {fmt.upper()}")
 
 
-def _avro_encoder(text: str, header: bytes, schema_id: int) -> Callable[[bytes], bytes]:
+def _avro_encoder(texts: list[str], header: bytes, schema_id: int) -> Callable[[bytes], bytes]:
+    """`texts`: the schemas referenced (theirs first), then the schema."""
     from klog.client.avro_json import avro_datum_from_json
     from klog.protocol.avro_schema import without_logical_types
 
     fastavro = _fastavro()
     try:
-        parsed, datum_of = avro_datum_from_json(fastavro, without_logical_types(json.loads(text)))
+        parsed, datum_of = avro_datum_from_json(fastavro, [without_logical_types(json.loads(t)) for t in texts])
     except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException, json's ValueError
         raise KlogError(f"schema {schema_id} is not an Avro schema fastavro reads: {e}") from None
     write = fastavro.schemaless_writer

@@ -170,3 +170,21 @@ def test_a_json_schema_line_with_nan_or_deep_nesting_is_named(cli, data_dir):
         "klog: error: line 2: the value is not JSON: NaN is not a JSON value; 1 records before it were written")
     assert deep.exit_code == 2 and "line 1: the value is not JSON klog reads: nested too deep" in deep.stderr
     assert values(data_dir, "t") == [b"\x00\x00\x00\x00\x02" + b'{"a":1}']
+
+
+def test_a_schema_with_references_encodes_and_round_trips(cli, data_dir):
+    """--schema id:N of a schema naming types of other subjects: they were not fetched ('Unknown type')."""
+    line = {"type": "record", "name": "Line", "namespace": "shop",
+            "fields": [{"name": "sku", "type": ["null", "string"]}]}
+    order = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "lines", "type": {"type": "array", "items": "shop.Line"}}]}
+    answers = {"/schemas/ids/9": {"schema": json.dumps(order), "references": [
+                   {"name": "shop.Line", "subject": "line-value", "version": 3}]},
+               "/subjects/line-value/versions/3": {"subject": "line-value", "version": 3, "id": 8,
+                                                   "schema": json.dumps(line)}}
+    text = b'{"lines":[{"sku":{"string":"x"}},{"sku":null}]}\n'
+    with stub_registry(answers) as url:
+        done = cli("produce", "t", "-s", "value=avro", "--schema", "id:9", "-r", url, input=text)
+        assert done.exit_code == 0, done.stderr
+        out = cli("consume", "t", "-s", "avro", "-r", url)
+    assert out.exit_code == 0 and out.out.encode() == text
