@@ -75,6 +75,7 @@ class RecordEncoder:
         from klog.protocol.registry_client import RegistryClient
 
         self.encodings = encodings
+        self.fields = tuple(encodings)  # (an --input json envelope's members taken as JSON documents)
         self.registry = RegistryClient([u.strip() for u in registry_url.split(",") if u.strip()], None, timeout_s=10.0)
         self.topic = topic
         if "avro" in encodings.values():

@@ -188,3 +188,19 @@ def test_a_schema_with_references_encodes_and_round_trips(cli, data_dir):
         assert done.exit_code == 0, done.stderr
         out = cli("consume", "t", "-s", "avro", "-r", url)
     assert out.exit_code == 0 and out.out.encode() == text
+
+
+def test_a_json_copy_keeps_string_values_avro_nulls_and_tombstones(cli, data_dir):
+    """--input json took an embedded JSON string as the record's text (hello, not "hello": not JSON to the
+    encoder) and an Avro null as a tombstone; the envelope's value_schema_id tells the null apart."""
+    schema = ["null", "string"]
+    produce(data_dir, "t", [(None, framed(5, schema, "hello")), (None, framed(5, schema, None)), (None, None),
+                            (framed(6, "string", "k"), framed(5, schema, "é"))])
+    answers = {"/schemas/ids/5": {"schema": json.dumps(schema)}, "/schemas/ids/6": {"schema": '"string"'}}
+    with stub_registry(answers) as url:
+        copied = cli("consume", "t", "-s", "avro", "-r", url, "--json").stdout
+        done = cli("produce", "copy", "-s", "avro", "--schema", "key=id:6", "--schema", "value=id:5", "-r", url,
+                   "--input", "json", input=copied)
+    assert done.exit_code == 0, done.stderr
+    with klog.open(data_dir) as store:
+        assert [(r.key, r.value) for r in store.consumer("copy")] == [(r.key, r.value) for r in store.consumer("t")]
