@@ -204,3 +204,16 @@ def test_a_json_copy_keeps_string_values_avro_nulls_and_tombstones(cli, data_dir
     assert done.exit_code == 0, done.stderr
     with klog.open(data_dir) as store:
         assert [(r.key, r.value) for r in store.consumer("copy")] == [(r.key, r.value) for r in store.consumer("t")]
+
+
+def test_an_unknown_field_is_refused_and_a_missing_one_takes_its_default(cli, data_dir):
+    """As Avro's Java JsonDecoder ("Unknown fields: [extra]"); fastavro's json_reader dropped it silently."""
+    schema = {"type": "record", "name": "A", "fields": [{"name": "x", "type": "long"},
+                                                        {"name": "y", "type": ["null", "string"], "default": None}]}
+    with stub_registry({"/schemas/ids/3": {"schema": json.dumps(schema)}}) as url:
+        done = cli("produce", "t", "-s", "value=avro", "--schema", "id:3", "-r", url,
+                   input=b'{"x": 1}\n{"x": 2, "extra": 3}\n')
+    assert done.exit_code == 2
+    assert "line 2: the value is not Avro's JSON encoding of schema 3: record contains more fields than the schema " \
+           "specifies: extra; 1 records before it were written" in done.stderr
+    assert values(data_dir, "t") == [b"\x00\x00\x00\x00\x03\x02\x00"]
